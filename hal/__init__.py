@@ -1,0 +1,49 @@
+"""onnxhal.hal: the contracts between the runtime and execution providers.
+
+Device and memory types, the EP author base classes and the read-only graph view. No device code,
+no I/O: everything here can be imported and subclassed anywhere.
+"""
+
+from onnxhal.hal.allocator import STATS_KEYS, Allocator, CPUAllocator
+from onnxhal.hal.data_transfer import DataTransfer
+from onnxhal.hal.enums import (
+    ExecutionMode,
+    GraphOptimizationLevel,
+    OrtAllocatorType,
+    OrtCompiledModelCompatibility,
+    OrtDeviceEpIncompatibilityReason,
+    OrtDeviceMemoryType,
+    OrtEpDataLayout,
+    OrtExecutionProviderDevicePolicy,
+    OrtHardwareDeviceType,
+    OrtMemoryInfoDeviceType,
+    OrtMemType,
+)
+from onnxhal.hal.ep import (
+    Ep,
+    EpFactory,
+    EpGraphSupportInfo,
+    Kernel,
+    KernelContext,
+    KernelCreateContext,
+    NodeComputeInfo,
+    NodeFusionOptions,
+)
+from onnxhal.hal.ep_api import EpApi
+from onnxhal.hal.ep_device import OrtEpDevice
+from onnxhal.hal.graph import Graph, Node, ValueInfo, elem_type_to_dtype, type_proto_to_string
+from onnxhal.hal.hardware_device import OrtHardwareDevice
+from onnxhal.hal.memory_info import CPU_MEMORY_INFO, HOST_MEMORY_DEVICE, OrtMemoryDevice, OrtMemoryInfo
+from onnxhal.hal.sync_stream import OrtSyncStream, SyncNotification, SyncStream
+from onnxhal.hal.tensor import DeviceTensor
+
+__all__ = [
+    "STATS_KEYS", "Allocator", "CPUAllocator", "DataTransfer", "ExecutionMode", "GraphOptimizationLevel",
+    "OrtAllocatorType", "OrtCompiledModelCompatibility", "OrtDeviceEpIncompatibilityReason",
+    "OrtDeviceMemoryType", "OrtEpDataLayout", "OrtExecutionProviderDevicePolicy", "OrtHardwareDeviceType",
+    "OrtMemoryInfoDeviceType", "OrtMemType", "Ep", "EpFactory", "EpGraphSupportInfo", "Kernel",
+    "KernelContext", "KernelCreateContext", "NodeComputeInfo", "NodeFusionOptions", "EpApi", "OrtEpDevice",
+    "Graph", "Node", "ValueInfo", "elem_type_to_dtype", "type_proto_to_string", "OrtHardwareDevice",
+    "CPU_MEMORY_INFO", "HOST_MEMORY_DEVICE", "OrtMemoryDevice", "OrtMemoryInfo", "OrtSyncStream",
+    "SyncNotification", "SyncStream", "DeviceTensor",
+]

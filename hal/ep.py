@@ -1,0 +1,218 @@
+"""The EP author contract: ``EpFactory`` makes ``Ep``s; an ``Ep`` claims nodes and runs them.
+
+Mirrors ORT's OrtEpFactory / OrtEp (onnxruntime_ep_c_api.h) in snake_case. Every optional member
+has a working default, so a minimal EP is a factory with ``get_supported_devices`` and
+``create_ep``, and an Ep with ``get_capability`` plus ``compile`` or ``create_kernel``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from onnxhal.hal.enums import OrtCompiledModelCompatibility, OrtEpDataLayout
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.graph import Graph, Node
+
+if TYPE_CHECKING:
+    from onnxhal.hal.allocator import Allocator
+    from onnxhal.hal.data_transfer import DataTransfer
+    from onnxhal.hal.ep_device import OrtEpDevice
+    from onnxhal.hal.hardware_device import OrtHardwareDevice
+    from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
+    from onnxhal.hal.sync_stream import SyncStream
+
+
+@dataclass
+class NodeFusionOptions:
+    """Options for ``add_nodes_to_fuse``. With ``drop_constant_initializers`` the EP keeps its own
+    copies of constant weights (taken in ``compile``) and the runtime does not feed them."""
+
+    drop_constant_initializers: bool = False
+
+
+class EpGraphSupportInfo:
+    """Filled by ``Ep.get_capability``: which nodes the EP takes, one by one or fused in groups."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.single_nodes: list[Node] = []
+        self.fused_groups: list[tuple[list[Node], NodeFusionOptions]] = []
+
+    def add_single_node(self, node: Node) -> None:
+        """Claim one node; it will run through ``Ep.create_kernel``."""
+        if not isinstance(node, Node):
+            raise InvalidArgument(f"add_single_node expects a Node, got {type(node).__name__}")
+        self.single_nodes.append(node)
+
+    def add_nodes_to_fuse(self, nodes: Sequence[Node], fusion_options: NodeFusionOptions | None = None) -> None:
+        """Claim a group compiled as one fused node by ``Ep.compile``. The group must form one
+        partition with no node outside it on a path between two of its members; otherwise the
+        runtime rejects the whole group (logging why) and the EP gets none of it."""
+        nodes = list(nodes)
+        if not nodes or not all(isinstance(n, Node) for n in nodes):
+            raise InvalidArgument("add_nodes_to_fuse expects a non-empty list of Nodes")
+        self.fused_groups.append((nodes, fusion_options or NodeFusionOptions()))
+
+
+class KernelContext:
+    """What ``NodeComputeInfo.compute`` receives for one run of a fused node: ``inputs`` (values in
+    the EP's memory, in the order of the filtered graph's inputs), ``stream`` (the EP's stream or
+    None) and ``outputs``, to fill in order (or return them as a list)."""
+
+    __slots__ = ("inputs", "outputs", "stream", "run_options")
+
+    def __init__(self, inputs: list, num_outputs: int, stream: SyncStream | None = None, run_options: Any = None):
+        self.inputs = inputs
+        self.outputs: list = [None] * num_outputs
+        self.stream = stream
+        self.run_options = run_options
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.inputs)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.outputs)
+
+    def get_input(self, index: int) -> Any:
+        return self.inputs[index]
+
+    def set_output(self, index: int, value: Any) -> None:
+        self.outputs[index] = value
+
+
+class NodeComputeInfo:
+    """Returned by ``Ep.compile`` for one fused node. ``create_state`` runs once when the session is
+    created, ``compute`` on every run (possibly from many threads at once, so it must not mutate
+    the state), ``release_state`` when the session ends."""
+
+    def create_state(self, fused_node: Node) -> Any:
+        return None
+
+    def compute(self, state: Any, context: KernelContext) -> list | None:
+        raise NotImplementedError
+
+    def release_state(self, state: Any) -> None:
+        pass
+
+
+class Kernel:
+    """A single-node kernel (the Python counterpart of ORT's kernel registry).
+
+    ``__init__`` parses attributes once; ``compute(inputs)`` gets the explicit inputs (None for
+    omitted optional ones) followed by the node's implicit inputs, and returns the outputs as a
+    list. It may be called from many threads at once: keep no per-run state on ``self``.
+
+    ``host_inputs``/``host_outputs`` name input/output indices that live in host memory even on a
+    device EP (ORT's OrtMemTypeCPUInput/CPUOutput), e.g. a Reshape's shape.
+    """
+
+    host_inputs: frozenset[int] = frozenset()
+    host_outputs: frozenset[int] = frozenset()
+
+    def compute(self, inputs: list) -> list:
+        raise NotImplementedError
+
+
+class KernelCreateContext:
+    """Passed to ``Ep.create_kernel``: lets control-flow kernels run subgraphs."""
+
+    def create_subgraph_runner(self, graph: Graph) -> Any:  # -> runtime SubgraphRunner
+        raise NotImplementedError
+
+
+class Ep:
+    """One EP instance per session. Must set ``name`` (the factory's EP name)."""
+
+    name: str = ""
+
+    def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
+        """Claim nodes of ``graph`` (called for the main graph and every subgraph, nested first)."""
+
+    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:
+        """Turn each filtered graph (one per fused group) into a NodeComputeInfo."""
+        if graphs:
+            raise NotImplementedError(f"{self.name} claimed fused groups but does not implement compile()")
+        return []
+
+    def create_kernel(self, node: Node, context: KernelCreateContext) -> Kernel:
+        """Kernel for a node claimed with ``add_single_node``."""
+        raise NotImplementedError(f"{self.name} claimed single nodes but does not implement create_kernel()")
+
+    def get_preferred_data_layout(self) -> OrtEpDataLayout:
+        return OrtEpDataLayout.NCHW
+
+    def should_convert_data_layout_for_op(self, domain: str, op_type: str, target_layout: OrtEpDataLayout) -> int:
+        """>0 convert, 0 keep, <0 let the runtime decide."""
+        return -1
+
+    def set_dynamic_options(self, options: Mapping[str, str]) -> None:
+        pass
+
+    def on_run_start(self, run_options: Any) -> None:
+        pass
+
+    def on_run_end(self, run_options: Any, sync_stream: bool) -> None:
+        pass
+
+    def create_allocator(self, memory_info: OrtMemoryInfo, options: Mapping[str, str] | None = None) -> Allocator | None:
+        """None: use the factory's allocator (or CPU memory)."""
+        return None
+
+    def create_sync_stream_for_device(self, memory_device: OrtMemoryDevice) -> SyncStream | None:
+        """None: use the factory's stream (if stream aware), else run inline."""
+        return None
+
+    def get_compiled_model_compatibility_info(self, graph: Graph) -> str:
+        return ""
+
+    def release(self) -> None:
+        """Called when the session ends, after every NodeComputeInfo was released."""
+
+
+class EpFactory:
+    """Class attributes ``name`` (EP name), ``vendor``, ``vendor_id`` (PCI id, 0 if none),
+    ``version`` (semver, reported as ep_metadata ``version``)."""
+
+    name: str = ""
+    vendor: str = ""
+    vendor_id: int = 0
+    version: str = "0.0.0"
+
+    def get_supported_devices(self, hardware_devices: Sequence[OrtHardwareDevice]) -> list[OrtEpDevice]:
+        """EP devices, made with ``api.create_ep_device``, for the hardware devices this EP can use
+        (at most 8). The list arrives sorted NPU, GPU, CPU."""
+        return []
+
+    def create_ep(self, devices: Sequence[OrtHardwareDevice], ep_metadata: Sequence[Mapping[str, str]],
+                  session_options: Any, logger: logging.Logger) -> Ep:
+        raise NotImplementedError
+
+    def release_ep(self, ep: Ep) -> None:
+        ep.release()
+
+    def create_allocator(self, memory_info: OrtMemoryInfo, options: Mapping[str, str] | None = None) -> Allocator | None:
+        """Allocator for one of the memory infos this factory declared; None means CPU memory."""
+        return None
+
+    def create_data_transfer(self) -> DataTransfer | None:
+        return None
+
+    def is_stream_aware(self) -> bool:
+        return False
+
+    def create_sync_stream_for_device(self, memory_device: OrtMemoryDevice,
+                                      options: Mapping[str, str] | None) -> SyncStream | None:
+        return None
+
+    def validate_compiled_model_compatibility_info(self, devices: Sequence[OrtHardwareDevice],
+                                                   info: str) -> OrtCompiledModelCompatibility:
+        return OrtCompiledModelCompatibility.NOT_APPLICABLE
+
+    def get_hardware_device_incompatibility_details(self, device: OrtHardwareDevice) -> tuple[int, str]:
+        """(reasons bitmask, notes); (0, "") means compatible."""
+        return 0, ""

@@ -1,0 +1,390 @@
+"""The graph an EP sees: graphs, nodes and value infos (ORT's OrtGraph / OrtNode / OrtValueInfo).
+
+EPs treat these objects as read-only: ``get_capability`` reads them and ``compile`` receives
+filtered graphs built from them. The runtime builds them from an ``onnx.ModelProto``, rewrites
+them in its optimizer (the underscore methods) and freezes them before partitioning.
+
+Producers and consumers are per graph, not per value, so a node can appear both in the whole graph
+and in a filtered graph that holds a fused partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, TypeProto, helper, numpy_helper
+
+# ORT's type strings for tensor element types.
+_ELEM_NAMES = {
+    TensorProto.FLOAT: "float", TensorProto.UINT8: "uint8", TensorProto.INT8: "int8",
+    TensorProto.UINT16: "uint16", TensorProto.INT16: "int16", TensorProto.INT32: "int32",
+    TensorProto.INT64: "int64", TensorProto.STRING: "string", TensorProto.BOOL: "bool",
+    TensorProto.FLOAT16: "float16", TensorProto.DOUBLE: "double", TensorProto.UINT32: "uint32",
+    TensorProto.UINT64: "uint64", TensorProto.COMPLEX64: "complex64",
+    TensorProto.COMPLEX128: "complex128", TensorProto.BFLOAT16: "bfloat16",
+    TensorProto.FLOAT8E4M3FN: "float8e4m3fn", TensorProto.FLOAT8E4M3FNUZ: "float8e4m3fnuz",
+    TensorProto.FLOAT8E5M2: "float8e5m2", TensorProto.FLOAT8E5M2FNUZ: "float8e5m2fnuz",
+    TensorProto.UINT4: "uint4", TensorProto.INT4: "int4",
+}
+for _name in ("FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2"):
+    if hasattr(TensorProto, _name):
+        _ELEM_NAMES[getattr(TensorProto, _name)] = _name.lower()
+
+
+def elem_type_name(elem_type: int) -> str:
+    return _ELEM_NAMES.get(elem_type, f"elem_type_{elem_type}")
+
+
+def elem_type_to_dtype(elem_type: int) -> np.dtype | None:
+    """numpy dtype of an ONNX element type (ml_dtypes types for bfloat16 and float8), or None."""
+    if elem_type == TensorProto.STRING:
+        return np.dtype(object)
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:  # undefined or unknown element type
+        return None
+
+
+def type_proto_to_string(tp: TypeProto | None) -> str:
+    """ORT's type string: ``tensor(float)``, ``seq(tensor(int64))``, ``optional(tensor(float))``,
+    ``map(string,tensor(float))``."""
+    if tp is None:
+        return "unknown"
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        return f"tensor({elem_type_name(tp.tensor_type.elem_type)})"
+    if kind == "sparse_tensor_type":
+        return f"sparse_tensor({elem_type_name(tp.sparse_tensor_type.elem_type)})"
+    if kind == "sequence_type":
+        return f"seq({type_proto_to_string(tp.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({type_proto_to_string(tp.optional_type.elem_type)})"
+    if kind == "map_type":
+        return (f"map({elem_type_name(tp.map_type.key_type)},"
+                f"{type_proto_to_string(tp.map_type.value_type)})")
+    return "unknown"
+
+
+class ValueInfo:
+    """Name and type of one value. ``shape`` is a tuple whose entries are ints (fixed), strs
+    (symbolic) or None (unknown), or None when even the rank is unknown."""
+
+    __slots__ = ("name", "type_proto")
+
+    def __init__(self, name: str, type_proto: TypeProto | None = None) -> None:
+        self.name = name
+        self.type_proto = type_proto
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.type_proto is not None and self.type_proto.WhichOneof("value") == "tensor_type"
+
+    @property
+    def elem_type(self) -> int:
+        """ONNX element type of a tensor value (0, UNDEFINED, if unknown or not a tensor)."""
+        return self.type_proto.tensor_type.elem_type if self.is_tensor else 0
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        return elem_type_to_dtype(self.elem_type) if self.is_tensor else None
+
+    @property
+    def shape(self) -> tuple | None:
+        if not self.is_tensor or not self.type_proto.tensor_type.HasField("shape"):
+            return None
+        dims = []
+        for d in self.type_proto.tensor_type.shape.dim:
+            kind = d.WhichOneof("value")
+            dims.append(d.dim_value if kind == "dim_value" else d.dim_param if kind == "dim_param" else None)
+        return tuple(dims)
+
+    @property
+    def has_static_shape(self) -> bool:
+        shape = self.shape
+        return shape is not None and all(isinstance(d, int) for d in shape)
+
+    @property
+    def type_string(self) -> str:
+        return type_proto_to_string(self.type_proto)
+
+    def __repr__(self) -> str:
+        return f"ValueInfo({self.name!r}, {self.type_string}, shape={self.shape})"
+
+
+def parse_attribute(attr: AttributeProto, parent: Graph | None) -> Any:
+    """Python value of an attribute: numbers, str, lists, numpy arrays, ``Graph`` for subgraphs."""
+    t = attr.type
+    if t == AttributeProto.FLOAT:
+        return float(attr.f)
+    if t == AttributeProto.INT:
+        return int(attr.i)
+    if t == AttributeProto.STRING:
+        return attr.s.decode("utf-8", errors="surrogateescape")
+    if t == AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if t == AttributeProto.GRAPH:
+        return Graph.from_proto(attr.g, parent.opset if parent else {}, parent=parent)
+    if t == AttributeProto.FLOATS:
+        return [float(x) for x in attr.floats]
+    if t == AttributeProto.INTS:
+        return [int(x) for x in attr.ints]
+    if t == AttributeProto.STRINGS:
+        return [s.decode("utf-8", errors="surrogateescape") for s in attr.strings]
+    if t == AttributeProto.TENSORS:
+        return [numpy_helper.to_array(x) for x in attr.tensors]
+    if t == AttributeProto.GRAPHS:
+        return [Graph.from_proto(g, parent.opset if parent else {}, parent=parent) for g in attr.graphs]
+    return helper.get_attribute_value(attr)  # sparse tensors, type protos: kept as protos
+
+
+class Node:
+    """One node. ``inputs`` and ``outputs`` are value names ('' for an omitted optional input).
+    ``implicit_inputs`` are outer-scope values its subgraphs read (as ORT's implicit inputs);
+    a kernel receives them after the explicit inputs."""
+
+    __slots__ = ("name", "op_type", "domain", "inputs", "outputs", "attribute_protos", "attributes",
+                 "subgraphs", "implicit_inputs", "since_version", "ep_name", "doc_string", "__weakref__")
+
+    def __init__(self, op_type: str, inputs: Iterable[str], outputs: Iterable[str], name: str = "",
+                 domain: str = "", attribute_protos: Iterable[AttributeProto] = (),
+                 owner: Graph | None = None, doc_string: str = "") -> None:
+        self.name = name
+        self.op_type = op_type
+        self.domain = "" if domain == "ai.onnx" else domain
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.attribute_protos = {a.name: a for a in attribute_protos}
+        self.attributes: dict[str, Any] = {}
+        self.subgraphs: dict[str, Graph | list[Graph]] = {}
+        for name_, a in self.attribute_protos.items():
+            value = parse_attribute(a, owner)
+            self.attributes[name_] = value
+            if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+                self.subgraphs[name_] = value
+        self.implicit_inputs: tuple[str, ...] = ()
+        self.since_version = 0  # opset version of the operator schema, set by the runtime
+        self.ep_name = ""  # set by the partitioner
+        self.doc_string = doc_string
+
+    @classmethod
+    def from_proto(cls, proto: onnx.NodeProto, owner: Graph | None = None) -> Node:
+        return cls(proto.op_type, proto.input, proto.output, proto.name, proto.domain,
+                   proto.attribute, owner, proto.doc_string)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attributes.get(name, default)
+
+    def subgraph_list(self) -> list[Graph]:
+        out: list[Graph] = []
+        for g in self.subgraphs.values():
+            out.extend(g if isinstance(g, list) else [g])
+        return out
+
+    def to_proto(self) -> onnx.NodeProto:
+        proto = helper.make_node(self.op_type, list(self.inputs), list(self.outputs),
+                                 name=self.name or None, domain=self.domain or None)
+        for name_, a in self.attribute_protos.items():
+            if name_ in self.subgraphs:  # subgraphs may have been optimized: write them back
+                sub = self.subgraphs[name_]
+                new = onnx.AttributeProto()
+                new.CopyFrom(a)
+                if isinstance(sub, list):
+                    del new.graphs[:]
+                    new.graphs.extend(g.to_proto() for g in sub)
+                else:
+                    new.g.CopyFrom(sub.to_proto())
+                proto.attribute.append(new)
+            else:
+                proto.attribute.append(a)
+        return proto
+
+    def __repr__(self) -> str:
+        return f"Node({self.op_type!r}, name={self.name!r}, {list(self.inputs)} -> {list(self.outputs)})"
+
+
+class Graph:
+    """A graph or subgraph: nodes in topological order, inputs, outputs, constant initializers,
+    value infos and opset imports. ``parent_node`` is the node owning a subgraph."""
+
+    def __init__(self, name: str, nodes: list[Node], inputs: list[ValueInfo], outputs: list[ValueInfo],
+                 initializers: Mapping[str, np.ndarray] | None = None,
+                 value_infos: Mapping[str, ValueInfo] | None = None,
+                 opset: Mapping[str, int] | None = None, parent: Graph | None = None,
+                 doc_string: str = "") -> None:
+        self.name = name
+        self.doc_string = doc_string
+        self.nodes = list(nodes)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.initializers: dict[str, np.ndarray] = dict(initializers or {})
+        self._value_infos: dict[str, ValueInfo] = dict(value_infos or {})
+        for v in (*self.inputs, *self.outputs):
+            self._value_infos.setdefault(v.name, v)
+        self.opset: dict[str, int] = dict(opset or {})
+        self.parent = parent
+        self.parent_node: Node | None = None
+        self._index()
+
+    # -- building ---------------------------------------------------------------------------
+    @classmethod
+    def from_proto(cls, gp: onnx.GraphProto, opset: Mapping[str, int], parent: Graph | None = None) -> Graph:
+        g = cls.__new__(cls)
+        g.name, g.doc_string, g.parent, g.parent_node = gp.name, gp.doc_string, parent, None
+        g.opset = dict(opset)
+        g.initializers = {}
+        for t in gp.initializer:
+            g.initializers[t.name] = numpy_helper.to_array(t)
+        for st in gp.sparse_initializer:
+            g.initializers[st.values.name] = _sparse_to_dense(st)
+        vi: dict[str, ValueInfo] = {}
+        for v in (*gp.value_info, *gp.input, *gp.output):
+            vi[v.name] = ValueInfo(v.name, v.type if v.HasField("type") else None)
+        for name, arr in g.initializers.items():
+            if name not in vi:
+                tp = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(arr.dtype)
+                                                   if arr.dtype != object else TensorProto.STRING, arr.shape)
+                vi[name] = ValueInfo(name, tp)
+        g._value_infos = vi
+        g.inputs = [vi[v.name] for v in gp.input if v.name not in g.initializers]
+        # Inputs that are also initializers are overridable defaults (IR < 4 style).
+        g.overridable = [vi[v.name] for v in gp.input if v.name in g.initializers]
+        g.outputs = [vi[v.name] for v in gp.output]
+        g.nodes = [Node.from_proto(n, g) for n in gp.node]
+        for n in g.nodes:
+            for sub in n.subgraph_list():
+                sub.parent_node = n
+        g._index()
+        return g
+
+    def _index(self) -> None:
+        """Rebuild producer/consumer maps and implicit inputs. Call after any rewrite."""
+        if not hasattr(self, "overridable"):
+            self.overridable = []
+        self._producer: dict[str, Node] = {}
+        self._consumers: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for o in n.outputs:
+                if o:
+                    self._producer[o] = n
+        for n in self.nodes:
+            for i in (*n.inputs, *n.implicit_inputs):
+                if i:
+                    self._consumers.setdefault(i, []).append(n)
+        for n in self.nodes:
+            if n.subgraphs:
+                n.implicit_inputs = tuple(self._outer_reads(n))
+                for i in n.implicit_inputs:
+                    lst = self._consumers.setdefault(i, [])
+                    if n not in lst:
+                        lst.append(n)
+
+    @staticmethod
+    def _outer_reads(node: Node) -> list[str]:
+        seen: dict[str, None] = {}
+        for sub in node.subgraph_list():
+            for name in sub.outer_scope_reads():
+                seen[name] = None
+        return list(seen)
+
+    def outer_scope_reads(self) -> list[str]:
+        """Names this graph (and its nested subgraphs) reads that it does not define."""
+        defined = {v.name for v in self.inputs} | set(self.initializers) | {v.name for v in self.overridable}
+        for n in self.nodes:
+            defined.update(o for o in n.outputs if o)
+        reads: dict[str, None] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                if i and i not in defined:
+                    reads[i] = None
+            if n.subgraphs:
+                for i in self._outer_reads(n):
+                    if i not in defined:
+                        reads[i] = None
+        for o in self.outputs:
+            if o.name not in defined:
+                reads[o.name] = None
+        return list(reads)
+
+    # -- reading ----------------------------------------------------------------------------
+    def producer(self, name: str) -> Node | None:
+        return self._producer.get(name)
+
+    def consumers(self, name: str) -> list[Node]:
+        return list(self._consumers.get(name, ()))
+
+    def value_info(self, name: str) -> ValueInfo:
+        """Type information of any value of the graph (an untyped ValueInfo when unknown)."""
+        vi = self._value_infos.get(name)
+        if vi is None and self.parent is not None:
+            vi = self.parent._value_infos.get(name)
+        return vi if vi is not None else ValueInfo(name)
+
+    def is_constant_initializer(self, name: str) -> bool:
+        return name in self.initializers and name not in {v.name for v in self.overridable}
+
+    def initializer(self, name: str) -> np.ndarray | None:
+        return self.initializers.get(name)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [v.name for v in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [v.name for v in self.outputs]
+
+    @property
+    def value_infos(self) -> Mapping[str, ValueInfo]:
+        return MappingProxyType(self._value_infos)
+
+    def opset_version(self, domain: str = "") -> int:
+        return self.opset.get("" if domain == "ai.onnx" else domain, 0)
+
+    def node_by_name(self, name: str) -> Node | None:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        return None
+
+    # -- runtime-only mutation --------------------------------------------------------------
+    def _set_value_info(self, vi: ValueInfo) -> None:
+        self._value_infos[vi.name] = vi
+
+    # -- writing ----------------------------------------------------------------------------
+    def to_proto(self) -> onnx.GraphProto:
+        inits = []
+        for name, arr in self.initializers.items():
+            inits.append(numpy_helper.from_array(np.asarray(arr), name))
+
+        def vip(v: ValueInfo) -> onnx.ValueInfoProto:
+            p = onnx.ValueInfoProto(name=v.name)
+            if v.type_proto is not None:
+                p.type.CopyFrom(v.type_proto)
+            return p
+
+        io = {v.name for v in (*self.inputs, *self.outputs)}
+        extra = [vip(v) for n, v in self._value_infos.items()
+                 if n not in io and n not in self.initializers and v.type_proto is not None]
+        return helper.make_graph([n.to_proto() for n in self.nodes], self.name,
+                                 [vip(v) for v in (*self.inputs, *self.overridable)],
+                                 [vip(v) for v in self.outputs], inits, doc_string=self.doc_string or None,
+                                 value_info=extra)
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self.nodes)} nodes)"
+
+
+def _sparse_to_dense(st: onnx.SparseTensorProto) -> np.ndarray:
+    values = numpy_helper.to_array(st.values)
+    indices = numpy_helper.to_array(st.indices)
+    dense = np.zeros(int(np.prod(st.dims)), dtype=values.dtype)
+    if indices.ndim == 2:  # COO, one row per value
+        flat = np.ravel_multi_index(tuple(indices.T), tuple(st.dims))
+    else:
+        flat = indices
+    dense[flat] = values
+    return dense.reshape(tuple(st.dims))

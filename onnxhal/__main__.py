@@ -1,0 +1,5 @@
+import sys
+
+from onnxhal.cli import main
+
+sys.exit(main())

@@ -1,0 +1,152 @@
+"""The ``onnxhal`` command: devices, run, partition, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+import onnxhal
+from onnxhal.hal.errors import OrtError
+
+
+def _policy(name: str) -> onnxhal.OrtExecutionProviderDevicePolicy:
+    try:
+        return onnxhal.OrtExecutionProviderDevicePolicy[name.upper()]
+    except KeyError:
+        valid = ", ".join(p.name for p in onnxhal.OrtExecutionProviderDevicePolicy)
+        raise argparse.ArgumentTypeError(f"unknown policy {name!r}; choose one of {valid}") from None
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from onnxhal.cli_tables import print_devices
+
+    hw = onnxhal.get_hardware_devices()
+    eps = onnxhal.get_ep_devices()
+    if args.json:
+        print(json.dumps({"hardware_devices": [d.to_dict() for d in hw],
+                          "ep_devices": [d.to_dict() for d in eps]}, indent=2))
+        return 0
+    print_devices(hw, eps)
+    return 0
+
+
+def _session_options(args: argparse.Namespace) -> tuple[onnxhal.SessionOptions, list[str] | None]:
+    so = onnxhal.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    providers = None
+    if getattr(args, "ep", None):
+        providers = list(args.ep)
+    elif getattr(args, "policy", None) is not None:
+        so.set_provider_selection_policy(args.policy)
+    return so, providers
+
+
+def random_inputs(sess: onnxhal.InferenceSession, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random feeds for every input; symbolic dimensions become 1."""
+    from onnxhal.hal.graph import elem_type_to_dtype  # noqa: F401 - dtype names below
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = [d if isinstance(d, int) and d > 0 else 1 for d in (i.shape or [])]
+        t = i.type[len("tensor("):-1] if i.type.startswith("tensor(") else "float"
+        dtype = {"float": np.float32, "double": np.float64, "float16": np.float16, "int64": np.int64,
+                 "int32": np.int32, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}.get(t, np.float32)
+        if dtype == np.bool_:
+            feeds[i.name] = rng.random(shape) > 0.5
+        elif np.issubdtype(dtype, np.integer):
+            feeds[i.name] = rng.integers(0, 4, size=shape).astype(dtype)
+        else:
+            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from onnxhal.cli_tables import print_partition, print_outputs
+
+    so, providers = _session_options(args)
+    sess = onnxhal.InferenceSession(args.model, so, providers=providers)
+    feeds = dict(np.load(args.inputs)) if args.inputs else random_inputs(sess)
+    outs = sess.run(None, feeds)
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - t0) * 1000)
+    print_partition(sess)
+    print_outputs([o.name for o in sess.get_outputs()], outs)
+    if times:
+        print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    from onnxhal.cli_tables import print_partition
+    from onnxhal.partition_svg import partition_svg
+    from onnxhal.runtime.model_loader import load_model
+
+    so, providers = _session_options(args)
+    sess = onnxhal.InferenceSession(args.model, so, providers=providers)
+    print_partition(sess)
+    if args.svg:
+        graph = load_model(args.model).graph
+        assigned = {}
+        by_name = {}
+        for sub in sess.get_provider_graph_assignment_info():
+            for n in sub.get_nodes():
+                by_name[(n.name, n.op_type)] = sub.ep_name
+        for n in graph.nodes:
+            assigned[id(n)] = by_name.get((n.name, n.op_type), "folded by optimizer")
+        with open(args.svg, "w") as f:
+            f.write(partition_svg(graph, assigned, f"{args.model}: {', '.join(sess.get_providers())}"))
+        print(f"partition drawn to {args.svg}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from onnxhal.demo import run_demo
+
+    return run_demo()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="onnxhal", description="ONNX Runtime's plugin EP model in Python.")
+    p.add_argument("--version", action="version", version=f"onnxhal {onnxhal.__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("devices", help="list hardware devices and EP devices")
+    d.add_argument("--json", action="store_true", help="machine-readable output")
+    d.set_defaults(fn=cmd_devices)
+    for name, fn, helptext in (("run", cmd_run, "run a model and show its partition, outputs and latency"),
+                               ("partition", cmd_partition, "show (and draw) how a model is split across EPs")):
+        r = sub.add_parser(name, help=helptext)
+        r.add_argument("model")
+        g = r.add_mutually_exclusive_group()
+        g.add_argument("--ep", action="append", metavar="NAME", help="provider, in priority order (repeatable)")
+        g.add_argument("--policy", type=_policy, help="selection policy, e.g. PREFER_NPU")
+        if name == "run":
+            r.add_argument("--inputs", help=".npz file of inputs (default: random)")
+            r.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
+        else:
+            r.add_argument("--svg", help="write the partition as an SVG picture")
+        r.set_defaults(fn=fn)
+    demo = sub.add_parser("demo", help="devices, a small model under PREFER_NPU, checked against the CPU EP")
+    demo.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except OrtError as e:
+        print(f"onnxhal: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

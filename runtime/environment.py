@@ -1,0 +1,327 @@
+"""The process-wide environment: discovered hardware, registered EP libraries and their EP devices.
+
+ORT's ``Env``: discovery runs once (``rediscover`` re-runs it, for tests), the CPU EP library is
+registered implicitly and first, and each registered library contributes its factories' EP devices
+in registration order. Sessions take a reference on the libraries they use, so a library cannot be
+unregistered under a live session (ORT unregisters it and crashes later; we refuse).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from onnxhal.hal import EpApi, EpFactory, OrtEpDevice, OrtHardwareDevice, OrtHardwareDeviceType
+from onnxhal.hal.errors import Fail, InvalidArgument, NoSuchFile
+
+logger = logging.getLogger("onnxhal")
+
+CPU_EP_NAME = "CPUExecutionProvider"
+CPU_EP_VENDOR = "onnxhal"
+CPU_LIBRARY_NAME = "CPUExecutionProvider"
+CPU_LIBRARY_MODULE = "onnxhal.runtime.providers.cpu"
+MAX_FACTORIES_PER_LIBRARY = 4
+MAX_DEVICES_PER_FACTORY = 8
+
+_TYPE_ORDER = {OrtHardwareDeviceType.NPU: 0, OrtHardwareDeviceType.GPU: 1, OrtHardwareDeviceType.CPU: 2}
+
+
+@dataclass
+class EpLibrary:
+    """One registered library: its module, factories and the EP devices they offered."""
+
+    name: str
+    module: ModuleType
+    library_path: str
+    factories: list[EpFactory]
+    ep_devices: list[OrtEpDevice]
+    loaded_from_path: bool
+    sessions: int = 0
+    api: EpApi = field(default_factory=EpApi)
+
+
+def is_default_cpu_ep(d: OrtEpDevice) -> bool:
+    return d.device.type == OrtHardwareDeviceType.CPU and d.ep_name == CPU_EP_NAME and d.ep_vendor == CPU_EP_VENDOR
+
+
+class Environment:
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._hardware: list[OrtHardwareDevice] | None = None
+        self._discovery_args: dict = {}
+        self._libraries: dict[str, EpLibrary] = {}
+        self._cpu_registered = False
+        self.config: dict[str, str] = {}
+
+    # -- hardware ---------------------------------------------------------------------------
+    def discovered_devices(self) -> list[OrtHardwareDevice]:
+        with self._lock:
+            if self._hardware is None:
+                from onnxhal.devices import discover_hardware_devices
+
+                self._hardware = discover_hardware_devices(**self._discovery_args)
+            return list(self._hardware)
+
+    def hardware_devices(self) -> list[OrtHardwareDevice]:
+        """Discovered devices, then the virtual devices registered libraries created (beyond ORT,
+        which hides virtual devices here; documented in docs/devices.md)."""
+        out = self.discovered_devices()
+        seen = {id(d) for d in out}
+        for d in self.ep_devices():
+            if d.device.is_virtual and id(d.device) not in seen:
+                seen.add(id(d.device))
+                out.append(d.device)
+        return out
+
+    def rediscover(self, **discovery_args) -> None:
+        """Re-run discovery (e.g. with a fake ``sysfs_root``). Libraries already registered keep
+        their EP devices; register them again to see new hardware."""
+        with self._lock:
+            self._discovery_args = dict(discovery_args)
+            self._hardware = None
+
+    # -- libraries --------------------------------------------------------------------------
+    def _ensure_cpu(self) -> None:
+        if not self._cpu_registered:
+            with self._lock:
+                if not self._cpu_registered:
+                    self._cpu_registered = True
+                    self._register(CPU_LIBRARY_NAME, CPU_LIBRARY_MODULE)
+
+    def register_library(self, name: str, library: str | os.PathLike) -> None:
+        self._ensure_cpu()
+        with self._lock:
+            self._register(name, library)
+
+    def _register(self, name: str, library: str | os.PathLike) -> None:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"EP library registration name must be a non-empty string, got {name!r}")
+        if name in self._libraries:
+            raise InvalidArgument(
+                f"EP library is already registered under {name!r} "
+                f"(from {self._libraries[name].library_path}). Unregister it first or choose another name.")
+        module, path, from_path = _load_module(name, library)
+        factories: list[EpFactory] = []
+        api = EpApi(self.config)
+        try:
+            factories = _create_factories(name, module, api)
+            taken = {d.ep_name: lib.name for lib in self._libraries.values() for d in lib.ep_devices}
+            taken.update({f.name: lib.name for lib in self._libraries.values() for f in lib.factories})
+            for f in factories:
+                if f.name in taken:
+                    raise InvalidArgument(
+                        f"EP library {name!r}: EP name {f.name!r} is already provided by library "
+                        f"{taken[f.name]!r}. Unregister that library first.")
+            hardware = sorted(self.discovered_devices(), key=lambda d: _TYPE_ORDER[d.type])
+            devices: list[OrtEpDevice] = []
+            for f in factories:
+                devices.extend(_supported_devices(name, f, hardware, path))
+        except BaseException:
+            _release_all(module, factories)
+            if from_path:
+                sys.modules.pop(module.__name__, None)
+            raise
+        for d in devices:
+            d.library_name = name
+        self._libraries[name] = EpLibrary(name, module, path, factories, devices, from_path, api=api)
+        logger.info("registered EP library %r (%s): %d EP device(s)", name, path, len(devices))
+
+    def unregister_library(self, name: str) -> None:
+        self._ensure_cpu()
+        with self._lock:
+            lib = self._libraries.get(name)
+            if lib is None:
+                raise InvalidArgument(
+                    f"EP library {name!r} was not registered. Registered: {sorted(self._libraries)}")
+            if name == CPU_LIBRARY_NAME:
+                raise InvalidArgument("the built-in CPU EP library cannot be unregistered")
+            if lib.sessions > 0:
+                raise Fail(
+                    f"EP library {name!r} is used by {lib.sessions} live session(s): unregistering it now "
+                    "would pull the EP out from under them. Release those sessions first "
+                    "(del session / session.close()), then unregister.")
+            del self._libraries[name]
+            _release_all(lib.module, lib.factories)
+            if lib.loaded_from_path:
+                sys.modules.pop(lib.module.__name__, None)
+
+    def ep_devices(self) -> list[OrtEpDevice]:
+        self._ensure_cpu()
+        with self._lock:
+            return [d for lib in self._libraries.values() for d in lib.ep_devices]
+
+    def libraries(self) -> list[EpLibrary]:
+        self._ensure_cpu()
+        with self._lock:
+            return list(self._libraries.values())
+
+    def factory_for(self, ep_name: str) -> tuple[EpFactory, EpLibrary] | None:
+        for lib in self.libraries():
+            for f in lib.factories:
+                if f.name == ep_name:
+                    return f, lib
+        return None
+
+    def acquire(self, library_names: set[str]) -> None:
+        with self._lock:
+            for n in library_names:
+                if n in self._libraries:
+                    self._libraries[n].sessions += 1
+
+    def release(self, library_names: set[str]) -> None:
+        with self._lock:
+            for n in library_names:
+                if n in self._libraries:
+                    self._libraries[n].sessions = max(0, self._libraries[n].sessions - 1)
+
+
+def _load_module(name: str, library: str | os.PathLike) -> tuple[ModuleType, str, bool]:
+    text = os.fspath(library) if isinstance(library, os.PathLike) else library
+    if not isinstance(text, str) or not text:
+        raise InvalidArgument(f"EP library {name!r}: library must be a dotted module name or a .py path, got {library!r}")
+    looks_like_path = text.endswith(".py") or os.sep in text or isinstance(library, os.PathLike)
+    if looks_like_path:
+        path = os.path.abspath(text)
+        if not os.path.isfile(path):
+            raise NoSuchFile(f"EP library {name!r}: no such file {path!r}. Pass the path of a .py file "
+                             "or a dotted module name.")
+        mod_name = f"onnxhal_ep_library_{abs(hash((name, path))):x}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise Fail(f"EP library {name!r}: cannot load {path!r} as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as e:
+            sys.modules.pop(mod_name, None)
+            raise Fail(f"EP library {name!r}: importing {path!r} failed: {type(e).__name__}: {e}") from e
+        return module, path, True
+    try:
+        module = importlib.import_module(text)
+    except ModuleNotFoundError as e:
+        raise NoSuchFile(f"EP library {name!r}: no module named {text!r} ({e}). Install the package that "
+                         "provides it or pass the path of a .py file.") from e
+    except BaseException as e:
+        raise Fail(f"EP library {name!r}: importing module {text!r} failed: {type(e).__name__}: {e}") from e
+    return module, getattr(module, "__file__", None) or text, False
+
+
+def _create_factories(name: str, module: ModuleType, api: EpApi) -> list[EpFactory]:
+    create = getattr(module, "create_ep_factories", None)
+    if not callable(create):
+        raise Fail(f"EP library {name!r} ({getattr(module, '__file__', module.__name__)}): Failed to get symbol "
+                   "create_ep_factories. An EP library must define create_ep_factories(registration_name, api, "
+                   "logger) and release_ep_factory(factory).")
+    try:
+        result = create(name, api, logging.getLogger(f"onnxhal.ep.{name}"))
+    except Exception as e:
+        raise Fail(f"EP library {name!r}: create_ep_factories raised {type(e).__name__}: {e}") from e
+    if isinstance(result, EpFactory):
+        result = [result]
+    if not isinstance(result, (list, tuple)):
+        raise Fail(f"EP library {name!r}: create_ep_factories must return a list of hal.EpFactory, "
+                   f"got {type(result).__name__}")
+    factories = list(result)
+    bad = [f for f in factories if not isinstance(f, EpFactory)]
+    if bad:
+        _release_all(module, [f for f in factories if isinstance(f, EpFactory)])
+        raise Fail(f"EP library {name!r}: create_ep_factories returned {type(bad[0]).__name__} where a "
+                   "hal.EpFactory subclass instance is required")
+    if not factories or len(factories) > MAX_FACTORIES_PER_LIBRARY:
+        _release_all(module, factories)
+        raise Fail(f"EP library {name!r}: create_ep_factories returned {len(factories)} factories; "
+                   f"1 to {MAX_FACTORIES_PER_LIBRARY} are allowed")
+    for f in factories:
+        if not isinstance(f.name, str) or not f.name:
+            _release_all(module, factories)
+            raise Fail(f"EP library {name!r}: factory {type(f).__name__} has no EP name (set the class attribute "
+                       "`name`)")
+    return factories
+
+
+def _supported_devices(lib_name: str, factory: EpFactory, hardware: list[OrtHardwareDevice],
+                       path: str) -> list[OrtEpDevice]:
+    try:
+        devices = factory.get_supported_devices(list(hardware))
+    except Exception as e:
+        raise Fail(f"EP library {lib_name!r}: {factory.name}.get_supported_devices raised "
+                   f"{type(e).__name__}: {e}") from e
+    devices = list(devices or [])
+    if len(devices) > MAX_DEVICES_PER_FACTORY:
+        raise Fail(f"EP library {lib_name!r}: {factory.name} offered {len(devices)} EP devices; at most "
+                   f"{MAX_DEVICES_PER_FACTORY} are allowed")
+    for d in devices:
+        if not isinstance(d, OrtEpDevice) or d.factory is not factory:
+            raise Fail(f"EP library {lib_name!r}: {factory.name}.get_supported_devices must return OrtEpDevices "
+                       "made with api.create_ep_device(self, ...)")
+        # ORT adds these two keys to every EP device's metadata.
+        d._ep_metadata["version"] = str(factory.version)
+        d._ep_metadata["library_path"] = path
+    return devices
+
+
+def _release_all(module: ModuleType, factories: list[EpFactory]) -> None:
+    release = getattr(module, "release_ep_factory", None)
+    if not callable(release):
+        return
+    for f in factories:
+        try:
+            release(f)
+        except Exception:  # releasing must not hide the error being reported
+            logger.exception("release_ep_factory(%s) raised", getattr(f, "name", f))
+
+
+_ENV = Environment()
+
+
+def get_environment() -> Environment:
+    return _ENV
+
+
+def get_ep_devices() -> list[OrtEpDevice]:
+    return _ENV.ep_devices()
+
+
+def get_hardware_devices() -> list[OrtHardwareDevice]:
+    return _ENV.hardware_devices()
+
+
+def register_execution_provider_library(name: str, library: str | os.PathLike) -> None:
+    _ENV.register_library(name, library)
+
+
+def unregister_execution_provider_library(name: str) -> None:
+    _ENV.unregister_library(name)
+
+
+def get_available_providers() -> list[str]:
+    """EP names with at least one EP device, in selection priority order, CPU last (as ORT)."""
+    names: list[str] = []
+    for d in _ENV.ep_devices():
+        if d.ep_name not in names:
+            names.append(d.ep_name)
+    names.sort(key=lambda n: n == CPU_EP_NAME)
+    return names
+
+
+def get_all_providers() -> list[str]:
+    """Every EP name of every registered library, whether or not it found a device."""
+    names: list[str] = []
+    for lib in _ENV.libraries():
+        for f in lib.factories:
+            if f.name not in names:
+                names.append(f.name)
+    names.sort(key=lambda n: n == CPU_EP_NAME)
+    return names
+
+
+def env_config() -> Mapping[str, str]:
+    return dict(_ENV.config)

@@ -1,0 +1,271 @@
+"""The execution plan: built once per graph at session creation; ``run`` only indexes and calls.
+
+Every value gets an integer slot per memory device it is needed on. A step is a callable taking
+the list of its input values and returning its outputs; copy steps move a value to another memory
+device through the registered data transfers. Slots are released right after their last use.
+Nothing mutable lives in the plan, so many threads can run one plan at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onnxhal.hal import Graph, KernelContext, KernelCreateContext, Node
+from onnxhal.hal.errors import EPFail, Fail, OrtError, RuntimeException
+from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE, OrtMemoryDevice
+from onnxhal.runtime.memory_plan import MemoryContext
+
+logger = logging.getLogger("onnxhal.executor")
+
+StepFn = Callable[[list], list]
+
+
+@dataclass
+class Step:
+    fn: StepFn
+    ins: tuple[int, ...]
+    outs: tuple[int, ...]
+    frees: tuple[int, ...]
+    node: Node | None  # None for copy steps
+    label: str
+    ep_name: str
+
+
+class Terminated(RuntimeException):
+    pass
+
+
+class SubgraphRunner:
+    """Runs a subgraph (If/Loop/Scan body): ``run(feeds) -> outputs`` in ``graph.outputs`` order."""
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self.plan = plan
+        self.graph = plan.graph
+
+    def run(self, feeds: dict[str, Any]) -> list:
+        return self.plan.run(feeds)
+
+
+class _CreateContext(KernelCreateContext):
+    def __init__(self, builder: PlanBuilder) -> None:
+        self._builder = builder
+
+    def create_subgraph_runner(self, graph: Graph) -> SubgraphRunner:
+        return SubgraphRunner(self._builder.build(graph, feed_names=graph.input_names + graph.outer_scope_reads()))
+
+
+class PlanBuilder:
+    """Creates kernels and plans for a partitioned graph and its subgraphs."""
+
+    def __init__(self, eps: dict[str, Any], compute_infos: dict[int, tuple[Any, Any]], memory: MemoryContext) -> None:
+        self.eps = eps  # ep name -> Ep
+        self.compute_infos = compute_infos  # id(fused node) -> (NodeComputeInfo, state)
+        self.memory = memory
+        self.kernels: list[Any] = []
+
+    def build(self, graph: Graph, feed_names: Sequence[str] | None = None) -> ExecutionPlan:
+        return ExecutionPlan(self, graph, list(feed_names if feed_names is not None else graph.input_names))
+
+    def step_for(self, node: Node) -> tuple[StepFn, frozenset[int], frozenset[int]]:
+        """(callable, host input indices, host output indices) for a node."""
+        info = self.compute_infos.get(id(node))
+        if info is not None:
+            cinfo, state = info
+            nout = len(node.outputs)
+            stream = self.memory.stream_for_ep(node.ep_name)
+
+            def fused(inputs: list, _c=cinfo, _s=state, _n=nout, _st=stream) -> list:
+                ctx = KernelContext(inputs, _n, _st)
+                out = _c.compute(_s, ctx)
+                return ctx.outputs if out is None else out
+
+            return fused, frozenset(), frozenset()
+        ep = self.eps[node.ep_name]
+        kernel = ep.create_kernel(node, _CreateContext(self))
+        self.kernels.append(kernel)
+        return kernel.compute, frozenset(getattr(kernel, "host_inputs", ())), frozenset(getattr(kernel, "host_outputs", ()))
+
+
+class ExecutionPlan:
+    def __init__(self, builder: PlanBuilder, graph: Graph, feed_names: list[str]) -> None:
+        self.graph = graph
+        memory = builder.memory
+        self.memory = memory
+        slots: dict[tuple[str, OrtMemoryDevice], int] = {}
+        template: list[Any] = [None]  # slot 0 is always None: an omitted optional input
+        home: dict[str, OrtMemoryDevice] = {}  # where each value is produced
+        steps: list[Step] = []
+        self.feed_names = feed_names
+
+        def slot(name: str, dev: OrtMemoryDevice) -> int:
+            key = (name, dev)
+            if key not in slots:
+                slots[key] = len(template)
+                template.append(None)
+            return slots[key]
+
+        for name in feed_names:
+            home[name] = HOST_MEMORY_DEVICE
+            slot(name, HOST_MEMORY_DEVICE)
+        for name, arr in graph.initializers.items():
+            if name not in home:
+                home[name] = HOST_MEMORY_DEVICE
+                template[slot(name, HOST_MEMORY_DEVICE)] = arr
+        # Feeds may be needed on other devices too: they are copied there at feed time.
+        self._feed_targets: dict[str, list[tuple[OrtMemoryDevice, int]]] = {n: [] for n in feed_names}
+
+        def need(name: str, dev: OrtMemoryDevice) -> int:
+            """Slot of ``name`` on ``dev``, adding a copy if it is produced elsewhere."""
+            if not name:
+                return 0
+            src = home.get(name)
+            if src is None:
+                raise Fail(f"graph {graph.name!r}: value {name!r} is read before it is produced")
+            if src == dev or (name, dev) in slots:
+                return slot(name, dev)
+            s = slot(name, dev)
+            if name in self._feed_targets:
+                self._feed_targets[name].append((dev, s))
+            elif name in graph.initializers:
+                # Initializers are placed on their device once, at session creation.
+                template[s] = memory.transfer(template[slots[(name, src)]], dev, None)
+            else:
+                copy = memory.copy_step(src, dev)
+                steps.append(Step(copy, (slots[(name, src)],), (s,), (), None, f"copy {name} {src}->{dev}", ""))
+            return s
+
+        for node in graph.nodes:
+            fn, host_in, host_out = builder.step_for(node)
+            ep_dev = memory.device_of_ep(node.ep_name)
+            all_inputs = (*node.inputs, *node.implicit_inputs)
+            ins = tuple(need(i, HOST_MEMORY_DEVICE if k in host_in else ep_dev) for k, i in enumerate(all_inputs))
+            outs = []
+            for k, o in enumerate(node.outputs):
+                if not o:
+                    outs.append(len(template))  # unnamed output: a scratch slot
+                    template.append(None)
+                    continue
+                dev = HOST_MEMORY_DEVICE if k in host_out else ep_dev
+                home[o] = dev
+                outs.append(slot(o, dev))
+            steps.append(Step(fn, ins, tuple(outs), (), node, node.name or node.op_type, node.ep_name))
+
+        # Outputs stay where they are produced; ``run`` moves them to where the caller wants them.
+        self.output_names = graph.output_names
+        self.output_slots: list[int] = []
+        for o in graph.outputs:
+            src = home.get(o.name)
+            if src is None:
+                raise Fail(f"graph {graph.name!r}: output {o.name!r} is never produced")
+            self.output_slots.append(slot(o.name, src))
+        self.output_homes = [home[o.name] for o in graph.outputs]
+        self.device_outputs = any(not d.is_host for d in self.output_homes)
+        self.feed_slots = [slots[(n, HOST_MEMORY_DEVICE)] for n in feed_names]
+        self.feed_index = {n: i for i, n in enumerate(feed_names)}
+        self._template = template
+        self.steps = _add_frees(steps, set(self.output_slots) | set(self.feed_slots), template)
+        self._run_steps = [(s.fn, s.ins, s.outs, s.frees) for s in self.steps]
+        self.has_copies = any(s.node is None for s in self.steps) or any(self._feed_targets.values())
+        self.num_slots = len(template)
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self, feeds: dict[str, Any], run_options: Any = None, profiler: Any = None,
+            fetch: Sequence[int] | None = None, output_devices: Sequence[OrtMemoryDevice] | None = None) -> list:
+        """Outputs (all, or the ``fetch`` indices) on the host, or on ``output_devices[i]``."""
+        slots = self._template.copy()
+        for name, value in feeds.items():
+            i = self.feed_index.get(name)
+            if i is None:
+                continue
+            slots[self.feed_slots[i]] = value
+            for dev, s in self._feed_targets.get(name, ()):
+                slots[s] = self.memory.transfer(value, dev, None)
+        if profiler is not None or run_options is not None or self.memory.any_streams:
+            self._run_checked(slots, run_options, profiler)
+        else:
+            try:
+                for fn, ins, outs, frees in self._run_steps:
+                    res = fn([slots[i] for i in ins])
+                    for j, v in zip(outs, res):
+                        slots[j] = v
+                    for f in frees:
+                        slots[f] = None
+            except Exception as e:
+                raise self._wrap(e, slots) from e
+        idx = range(len(self.output_slots)) if fetch is None else fetch
+        if not self.device_outputs and output_devices is None:
+            return [slots[self.output_slots[i]] for i in idx]
+        transfer = self.memory.transfer
+        return [transfer(slots[self.output_slots[i]],
+                         output_devices[i] if output_devices is not None else HOST_MEMORY_DEVICE, None) for i in idx]
+
+    def _run_checked(self, slots: list, run_options: Any, profiler: Any) -> None:
+        for step in self.steps:
+            if run_options is not None and run_options.terminate:
+                raise Terminated("Exiting due to terminate flag being set to true: RunOptions.terminate was set "
+                                 "during or before this run. Clear it (run_options.terminate = False) to run again.")
+            t0 = time.perf_counter_ns() if profiler is not None else 0
+            try:
+                res = step.fn([slots[i] for i in step.ins])
+            except Exception as e:
+                raise self._wrap(e, slots, step) from e
+            for j, v in zip(step.outs, res):
+                slots[j] = v
+            if profiler is not None:
+                profiler.record_step(step, t0, time.perf_counter_ns(), [slots[i] for i in step.ins],
+                                     [slots[j] for j in step.outs])
+            for f in step.frees:
+                slots[f] = None
+        self.memory.end_of_run()
+
+    def _wrap(self, e: Exception, slots: list, step: Step | None = None) -> Exception:
+        if isinstance(e, Terminated):
+            return e
+        if step is None:  # find the failing step: the first whose outputs are still unset
+            step = next((s for s in self.steps if any(slots[j] is None for j in s.outs)), None)
+        where = (f"{step.node.op_type} node {step.node.name!r} on {step.ep_name}" if step and step.node
+                 else (step.label if step else "a step"))
+        msg = f"Non-zero status code returned while running {where}: {type(e).__name__}: {e}"
+        if isinstance(e, OrtError):
+            cls = type(e)
+            try:
+                return cls(msg)
+            except Exception:
+                return Fail(msg)
+        if isinstance(e, MemoryError):
+            return RuntimeException(msg)
+        return EPFail(msg) if step and step.ep_name and step.ep_name != "CPUExecutionProvider" else Fail(msg)
+
+
+def _add_frees(steps: list[Step], keep: set[int], template: list) -> list[Step]:
+    """Release each slot after its last reader. Constant slots (initializers) and kept slots stay."""
+    constant = {i for i, v in enumerate(template) if v is not None}
+    last: dict[int, int] = {}
+    for k, s in enumerate(steps):
+        for i in s.ins:
+            last[i] = k
+        for o in s.outs:
+            last.setdefault(o, k)  # an output nobody reads dies right away
+    frees: list[list[int]] = [[] for _ in steps]
+    for slot_i, k in last.items():
+        if slot_i != 0 and slot_i not in keep and slot_i not in constant:
+            frees[k].append(slot_i)
+    return [Step(s.fn, s.ins, s.outs, tuple(sorted(set(f))), s.node, s.label, s.ep_name)
+            for s, f in zip(steps, frees)]
+
+
+def value_shape(v: Any) -> list | str:
+    if isinstance(v, np.ndarray):
+        return list(v.shape)
+    shape = getattr(v, "shape", None)
+    if shape is not None:
+        return list(shape)
+    if isinstance(v, list):
+        return f"seq[{len(v)}]"
+    return "none" if v is None else type(v).__name__

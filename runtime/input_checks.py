@@ -1,0 +1,74 @@
+"""Feed validation: names, dtypes, ranks and fixed dimensions, with errors that say what to send."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from onnxhal.hal import DeviceTensor, ValueInfo
+from onnxhal.hal.errors import InvalidArgument
+
+
+def _describe(dtype: Any, shape: Any) -> str:
+    dims = ",".join("?" if d is None else str(d) for d in shape) if shape is not None else "?"
+    return f"{dtype} [{dims}]"
+
+
+def _unwrap(value: Any) -> Any:
+    inner = getattr(value, "_value", None)  # OrtValue
+    return inner if inner is not None or type(value).__name__ == "OrtValue" else value
+
+
+def check_feeds(feed: Mapping[str, Any], infos: Mapping[str, ValueInfo], required: list[str]) -> dict[str, Any]:
+    if not isinstance(feed, Mapping):
+        raise InvalidArgument(f"input_feed must be a dict of input name -> numpy array, got {type(feed).__name__}")
+    out: dict[str, Any] = {}
+    for name, value in feed.items():
+        info = infos.get(name)
+        if info is None:
+            raise InvalidArgument(f"Invalid input name: {name!r}. The model's inputs are {list(infos)}.")
+        out[name] = _check_one(name, _unwrap(value), info)
+    missing = [n for n in required if n not in out]
+    if missing:
+        expect = ", ".join(f"{n!r} ({_describe(infos[n].dtype, infos[n].shape)})" for n in missing)
+        raise InvalidArgument(f"Required input(s) missing: {expect}. Add them to input_feed.")
+    return out
+
+
+def _check_one(name: str, value: Any, info: ValueInfo) -> Any:
+    if not info.is_tensor:
+        return value  # sequences, maps and optionals are passed through; kernels check them
+    if isinstance(value, DeviceTensor):
+        got_dtype, got_shape = value.dtype, value.shape
+    else:
+        if not isinstance(value, np.ndarray):
+            if isinstance(value, (list, tuple, int, float, bool, str, np.generic)):
+                raise InvalidArgument(
+                    f"input {name!r} expects a numpy array of {_describe(info.dtype, info.shape)}, got "
+                    f"{type(value).__name__}. Wrap it: np.asarray(value, dtype=np.{info.dtype}).")
+            raise InvalidArgument(f"input {name!r}: unsupported value of type {type(value).__name__}; pass a numpy "
+                                  "array or an OrtValue")
+        got_dtype, got_shape = value.dtype, value.shape
+    want = info.dtype
+    if want is not None:
+        ok = got_dtype == want or (want == np.dtype(object) and got_dtype.kind in "UO")
+        if not ok:
+            raise InvalidArgument(
+                f"input {name!r} expects {_describe(want, info.shape)}, got {_describe(got_dtype, got_shape)}: "
+                f"wrong element type. Convert it with .astype(np.{want}).")
+        if want == np.dtype(object) and isinstance(value, np.ndarray) and got_dtype.kind == "U":
+            value = value.astype(object)
+    shape = info.shape
+    if shape is not None:
+        if len(shape) != len(got_shape):
+            raise InvalidArgument(
+                f"input {name!r} expects {_describe(want, shape)}, got {_describe(got_dtype, got_shape)}: "
+                f"rank {len(got_shape)} where the model wants rank {len(shape)}.")
+        for axis, (w, g) in enumerate(zip(shape, got_shape)):
+            if isinstance(w, int) and w != g:
+                raise InvalidArgument(
+                    f"input {name!r} expects {_describe(want, shape)}, got {_describe(got_dtype, got_shape)}: "
+                    f"dimension {axis} must be {w}.")
+    return value

@@ -1,0 +1,157 @@
+"""Loading a model: bytes, path or ModelProto in, a checked ``hal.Graph`` out.
+
+Checks what ORT checks at load time and reports it as a typed error naming the problem: unreadable
+files, bytes that are not a model, cycles, undefined inputs, duplicate outputs, opsets newer than
+the onnx package knows.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from onnxhal.hal import Graph, Node
+from onnxhal.hal.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
+from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
+
+
+@dataclass
+class LoadedModel:
+    proto: onnx.ModelProto
+    graph: Graph
+    opset: dict[str, int]
+    path: str | None
+
+
+def read_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        try:
+            proto = onnx.ModelProto()
+            proto.ParseFromString(data)
+        except (DecodeError, RuntimeError, ValueError) as e:
+            raise InvalidProtobuf(f"model bytes ({len(data)} bytes) are not a valid ONNX ModelProto: {e}. "
+                                  "Pass the bytes of an .onnx file, a path, or an onnx.ModelProto.") from e
+        if not proto.HasField("graph"):
+            raise InvalidProtobuf(f"model bytes ({len(data)} bytes) parse to a ModelProto with no graph: "
+                                  "they are not an ONNX model.")
+        return proto, None
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise NoSuchFile(f"model file {path!r} does not exist (or is not a file). Check the path.")
+        try:
+            proto = onnx.load(path, load_external_data=True)
+        except (DecodeError, RuntimeError, ValueError) as e:
+            raise InvalidProtobuf(f"model file {path!r} is not a valid ONNX model: {e}") from e
+        except FileNotFoundError as e:
+            raise NoSuchFile(f"model file {path!r}: external data not found: {e}") from e
+        if not proto.HasField("graph"):
+            raise InvalidProtobuf(f"model file {path!r} holds no graph: it is not an ONNX model.")
+        return proto, os.path.abspath(path)
+    raise InvalidArgument(f"InferenceSession expects a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+
+
+def load_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> LoadedModel:
+    proto, path = read_model(model)
+    opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
+    if not proto.opset_import:
+        opset = {"": 1 if proto.ir_version < 3 else onnx.defs.onnx_opset_version()}
+    known = onnx.defs.onnx_opset_version()
+    if opset.get("", 0) > known:
+        raise OrtNotImplemented(f"model uses ai.onnx opset {opset['']}, newer than the {known} this onnx "
+                                f"package ({onnx.__version__}) knows. Upgrade onnx or export at opset <= {known}.")
+    if proto.functions:
+        try:
+            proto = onnx.inliner.inline_local_functions(proto)
+        except Exception as e:
+            raise InvalidGraph(f"model-local functions could not be inlined: {e}") from e
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # inference is a help, not a requirement: ORT runs models it cannot infer
+        inferred = proto
+    graph = Graph.from_proto(inferred.graph, opset)
+    check_graph(graph, outer=set())
+    resolve_schemas(graph)
+    return LoadedModel(inferred, graph, opset, path)
+
+
+def check_graph(graph: Graph, outer: set[str]) -> None:
+    """Sort the nodes topologically (ORT accepts unsorted graphs) and reject cycles, undefined
+    inputs and values produced twice. Recurses into subgraphs with the names they may read."""
+    defined = set(outer) | set(graph.initializers) | set(graph.input_names) | {v.name for v in graph.overridable}
+    produced: dict[str, Node] = {}
+    for n in graph.nodes:
+        for o in n.outputs:
+            if not o:
+                continue
+            if o in produced:
+                raise InvalidGraph(f"graph {graph.name!r}: value {o!r} is produced by two nodes "
+                                   f"({produced[o].op_type} {produced[o].name!r} and {n.op_type} {n.name!r}).")
+            if o in graph.input_names or o in graph.initializers:
+                raise InvalidGraph(f"graph {graph.name!r}: node {n.op_type} {n.name!r} writes {o!r}, which is a "
+                                   "graph input or initializer.")
+            produced[o] = n
+    for n in graph.nodes:
+        for i in (*n.inputs, *n.implicit_inputs):
+            if i and i not in defined and i not in produced:
+                raise InvalidGraph(f"graph {graph.name!r}: node {n.op_type} {n.name!r} reads {i!r}, which no node, "
+                                   "graph input or initializer defines.")
+    graph.nodes = toposort(graph.nodes, graph.name)
+    graph._index()
+    for o in graph.outputs:
+        if o.name not in produced and o.name not in defined:
+            raise InvalidGraph(f"graph {graph.name!r}: output {o.name!r} is not produced by any node.")
+    scope = defined | set(produced)
+    for n in graph.nodes:
+        for sub in n.subgraph_list():
+            check_graph(sub, scope)
+
+
+def toposort(nodes: list[Node], graph_name: str = "") -> list[Node]:
+    """Kahn's algorithm, stable with respect to the given order. Raises InvalidGraph on a cycle."""
+    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    deps: list[set[int]] = []
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        d = {producer[x] for x in (*n.inputs, *n.implicit_inputs) if x in producer and producer[x] != i}
+        if any(producer.get(x) == i for x in n.inputs if x):
+            raise InvalidGraph(f"graph {graph_name!r}: node {n.op_type} {n.name!r} reads its own output (a cycle).")
+        deps.append(d)
+        for j in d:
+            users[j].append(i)
+    pending = [len(d) for d in deps]
+    import heapq
+
+    ready = [i for i, p in enumerate(pending) if p == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            pending[u] -= 1
+            if pending[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        stuck = [f"{nodes[i].op_type} {nodes[i].name!r}" for i in range(len(nodes)) if pending[i] > 0]
+        raise InvalidGraph(f"graph {graph_name!r} has a cycle through {len(stuck)} node(s): {', '.join(stuck[:8])}")
+    return [nodes[i] for i in order]
+
+
+def resolve_schemas(graph: Graph) -> None:
+    """Record each node's operator ``since_version`` (the schema in force at the model's opset)."""
+    for n in graph.nodes:
+        version = graph.opset_version(n.domain)
+        if n.domain in ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"):
+            try:
+                n.since_version = onnx.defs.get_schema(n.op_type, version, n.domain).since_version
+            except Exception:
+                n.since_version = 0  # unknown op: the CPU EP reports it when nobody claims it
+        for sub in n.subgraph_list():
+            resolve_schemas(sub)

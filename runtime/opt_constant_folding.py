@@ -1,0 +1,186 @@
+"""Basic cleanup passes: no-op elimination, constant folding, dead-node removal.
+
+Each pass takes one graph (main graph or subgraph), rewrites it in place and returns True when it
+changed something. Values read by subgraphs (implicit inputs) are never renamed, and overridable
+initializers (IR < 4 inputs with defaults) are never treated as constants.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnxhal.hal.graph import Graph, Node, ValueInfo
+from onnxhal.runtime.opt_rewrite import constant, graph_output_names, static_shape
+
+logger = logging.getLogger("onnxhal.optimizer")
+
+#: Ops whose result changes from run to run (or that need a subgraph): never folded.
+NOT_FOLDABLE = frozenset({
+    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
+    "Dropout", "If", "Loop", "Scan", "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement",
+})
+
+#: Folded outputs larger than this stay computed at run time (ORT does the same to bound memory).
+MAX_FOLDED_BYTES = 64 << 20
+
+
+def _rename_input(graph: Graph, old: str, new: str) -> bool:
+    """Make every reader of ``old`` read ``new``; False (and no change) if a subgraph reads ``old``."""
+    readers = graph.consumers(old)
+    if any(old in n.implicit_inputs for n in readers):
+        return False
+    for n in readers:
+        n.inputs = tuple(new if i == old else i for i in n.inputs)
+    return True
+
+
+def _bypass(graph: Graph, node: Node, source: str, result: str) -> bool:
+    """Remove a node that copies ``source`` to ``result``. Graph outputs keep their names: if
+    ``result`` is one, the producer of ``source`` is renamed instead, when that is safe."""
+    outputs = graph_output_names(graph)
+    if result not in outputs:
+        if not _rename_input(graph, result, source):
+            return False
+    else:
+        producer = graph.producer(source)
+        if (producer is None or source in outputs or len(graph.consumers(source)) != 1
+                or any(source in n.implicit_inputs for n in graph.consumers(source))):
+            return False
+        producer.outputs = tuple(result if o == source else o for o in producer.outputs)
+    graph.nodes.remove(node)
+    graph._index()
+    return True
+
+
+def _no_op_source(graph: Graph, node: Node) -> str | None:
+    """The input a node merely copies to its first output, or None if it computes something."""
+    if node.domain != "" or not node.inputs or not node.inputs[0]:
+        return None
+    op, x = node.op_type, node.inputs[0]
+    extra_outputs_used = any(o and (graph.consumers(o) or o in graph_output_names(graph)) for o in node.outputs[1:])
+    if op == "Identity":
+        return x
+    if op == "Dropout" and not extra_outputs_used:
+        training = node.inputs[2] if len(node.inputs) > 2 else ""
+        if not training:
+            return x
+        value = constant(graph, training)
+        return x if value is not None and not bool(value.reshape(-1)[0]) else None
+    if op == "Cast":
+        in_type = graph.value_info(x).elem_type
+        return x if in_type and in_type == node.attr("to") else None
+    return None
+
+
+def eliminate_no_ops(graph: Graph) -> bool:
+    """Remove Identity, inference-mode Dropout and Cast to the same type."""
+    changed = False
+    for node in list(graph.nodes):
+        source = _no_op_source(graph, node)
+        if source is not None and _bypass(graph, node, source, node.outputs[0]):
+            changed = True
+    return changed
+
+
+def remove_dead_nodes(graph: Graph) -> bool:
+    """Remove nodes none of whose outputs is read or is a graph output, then unused constants."""
+    outputs = graph_output_names(graph)
+    used = set(outputs)
+    kept: list[Node] = []
+    for node in reversed(graph.nodes):
+        if node.domain in ("", "ai.onnx.ml", "com.onnxhal") and not any(o in used for o in node.outputs if o):
+            continue
+        kept.append(node)
+        used.update(i for i in (*node.inputs, *node.implicit_inputs) if i)
+    changed = len(kept) != len(graph.nodes)
+    if changed:
+        graph.nodes = kept[::-1]
+    for name in [n for n in graph.initializers if n not in used and graph.is_constant_initializer(n)]:
+        del graph.initializers[name]
+        changed = True
+    if changed:
+        graph._index()
+    return changed
+
+
+def evaluate_node(graph: Graph, node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+    """Run one node on numpy inputs: with the CPU EP's kernel when there is one, else onnx.reference."""
+    try:
+        from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
+    except ImportError:  # CPU EP not built yet: the reference evaluator still gives exact results
+        create_cpu_kernel = None
+    if create_cpu_kernel is not None:
+        try:
+            return [np.asarray(v) for v in create_cpu_kernel(node, None, graph.opset).compute(list(inputs))]
+        except Exception as exc:  # fall back to the reference implementation below
+            logger.debug("CPU kernel could not fold %s (%s); trying onnx.reference", node.name, exc)
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {name: value for name, value in zip(node.inputs, inputs) if name}
+    graph_inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                    for name, v in feeds.items()]
+    model = helper.make_model(
+        helper.make_graph([node.to_proto()], "fold", graph_inputs,
+                          [helper.make_empty_tensor_value_info(o) for o in node.outputs if o]),
+        opset_imports=[helper.make_opsetid(d, v) for d, v in graph.opset.items()], ir_version=10)
+    return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+
+
+def _shape_of(graph: Graph, node: Node) -> np.ndarray | None:
+    """Shape/Size of a value whose shape is fully known from shape inference."""
+    shape = static_shape(graph, node.inputs[0])
+    if shape is None:
+        return None
+    if node.op_type == "Size":
+        return np.array(int(np.prod(shape)), dtype=np.int64)
+    start, end = node.attr("start", 0), node.attr("end", None)
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def _too_big(graph: Graph, node: Node) -> bool:
+    for o in node.outputs:
+        vi = graph.value_info(o)
+        if vi.has_static_shape and vi.dtype is not None and vi.dtype != object:
+            if int(np.prod(vi.shape)) * vi.dtype.itemsize > MAX_FOLDED_BYTES:
+                return True
+    return False
+
+
+def fold_constants(graph: Graph) -> bool:
+    """Replace nodes whose inputs are all constants (and Shape/Size of static shapes) by initializers."""
+    outputs = graph_output_names(graph)
+    changed = False
+    for node in list(graph.nodes):
+        if (node.domain != "" or node.op_type in NOT_FOLDABLE or node.subgraphs
+                or any(o in outputs for o in node.outputs) or _too_big(graph, node)):
+            continue
+        values: list[np.ndarray] | None
+        if node.op_type in ("Shape", "Size") and node.inputs[0] not in graph.initializers:
+            value = _shape_of(graph, node)
+            values = None if value is None else [value]
+        else:
+            inputs = [constant(graph, i) if i else None for i in node.inputs]
+            if any(i and v is None for i, v in zip(node.inputs, inputs)):
+                continue
+            if not node.inputs and node.op_type != "Constant":
+                continue
+            try:
+                values = evaluate_node(graph, node, inputs)
+            except Exception as exc:  # folding is an optimization: leave the node to run normally
+                logger.debug("cannot fold %s %r: %s", node.op_type, node.name, exc)
+                continue
+        if values is None or any(v.nbytes > MAX_FOLDED_BYTES for v in values):
+            continue
+        for name, value in zip(node.outputs, values):
+            if name:
+                graph.initializers[name] = value
+                dtype = onnx.TensorProto.STRING if value.dtype == object else helper.np_dtype_to_tensor_dtype(value.dtype)
+                graph._set_value_info(ValueInfo(name, helper.make_tensor_type_proto(dtype, value.shape)))
+        graph.nodes.remove(node)
+        graph._index()
+        changed = True
+    return changed

@@ -1,0 +1,277 @@
+"""Extended-level fusions into ``com.onnxhal`` operators (CPU kernels in cpu/kernels/fused.py).
+
+- ``fuse_layer_norm``: ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div[/Mul/Add] -> LayerNormalization
+  (the ONNX op at opset >= 17, else ``com.onnxhal`` LayerNormalization with the same contract).
+- ``fuse_gelu``: x * 0.5 * (1 + Erf(x / sqrt 2)) in its exporter orderings -> ``com.onnxhal`` Gelu.
+- ``fuse_matmul_bias``: MatMul(x, constant W) + Add(constant bias)[+ Relu/Gelu] -> FusedMatMul.
+- ``fuse_conv_activation``: Conv [+ Add(residual)] [+ activation] -> FusedConv(X, W, B, Z).
+- ``fuse_gemm_activation``: Gemm + activation -> FusedGemm.
+
+Fused ops carry ``activation`` (op name, "" for none) and ``activation_params`` (floats).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.opt_rewrite import (
+    FUSED_DOMAIN,
+    add_initializer,
+    constant,
+    make_node,
+    rank,
+    replace_nodes,
+    scalar_constant,
+    sole_consumer,
+    static_shape,
+)
+
+
+def _follower(graph: Graph, node: Node, op_types: tuple[str, ...]) -> Node | None:
+    """The sole consumer of ``node``'s output if it is a standard op of ``op_types``."""
+    nxt = sole_consumer(graph, node.outputs[0])
+    if nxt is None or nxt.op_type not in op_types or nxt.domain not in ("", FUSED_DOMAIN):
+        return None
+    return nxt
+
+
+def _other_input(node: Node, name: str) -> str | None:
+    """The input of a binary node that is not ``name`` (None if both are ``name``)."""
+    others = [i for i in node.inputs if i != name]
+    return others[0] if len(others) == 1 else None
+
+
+def activation_of(graph: Graph, node: Node) -> tuple[str, list[float]] | None:
+    """(activation, params) if ``node`` is an activation a fused kernel can apply, else None."""
+    op = node.op_type
+    if node.domain == FUSED_DOMAIN:
+        return ("Gelu", []) if op == "Gelu" else None
+    if node.domain != "":
+        return None
+    if op in ("Relu", "Sigmoid", "Tanh"):
+        return op, []
+    if op == "LeakyRelu":
+        return op, [node.attr("alpha", 0.01)]
+    if op == "HardSigmoid":
+        return op, [node.attr("alpha", 0.2), node.attr("beta", 0.5)]
+    if op == "Clip":
+        if len(node.inputs) > 1 or "min" not in node.attributes and "max" not in node.attributes:
+            bounds = []
+            for i, default in ((1, -math.inf), (2, math.inf)):
+                name = node.inputs[i] if len(node.inputs) > i else ""
+                value = scalar_constant(graph, name) if name else default
+                if value is None:
+                    return None
+                bounds.append(value)
+            return op, bounds
+        return op, [node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)]
+    return None
+
+
+def _activation_follower(graph: Graph, node: Node) -> tuple[Node, str, list[float]] | None:
+    nxt = sole_consumer(graph, node.outputs[0])
+    if nxt is None or nxt.inputs[0] != node.outputs[0]:
+        return None
+    act = activation_of(graph, nxt)
+    return (nxt, act[0], [float(p) for p in act[1]]) if act else None
+
+
+def fuse_conv_activation(graph: Graph) -> bool:
+    """Conv, then optionally Add of a same-shaped residual, then optionally an activation."""
+    changed = False
+    for conv in list(graph.nodes):
+        if conv.op_type != "Conv" or conv.domain != "":
+            continue
+        pattern, last, residual = [conv], conv, ""
+        add = _follower(graph, conv, ("Add",))
+        if add is not None and add.domain == "":
+            other = _other_input(add, conv.outputs[0])
+            out_shape = static_shape(graph, conv.outputs[0])
+            if other and out_shape is not None and static_shape(graph, other) == out_shape:
+                pattern.append(add)
+                last, residual = add, other
+        act = _activation_follower(graph, last)
+        if act is not None:
+            pattern.append(act[0])
+            last = act[0]
+        if len(pattern) == 1:
+            continue
+        inputs = list(conv.inputs) + [""] * (3 - len(conv.inputs))
+        if residual:
+            inputs.append(residual)
+        fused = make_node(graph, "FusedConv", inputs, [last.outputs[0]], name=f"{conv.name}_fused",
+                          domain=FUSED_DOMAIN, activation=act[1] if act else "",
+                          activation_params=act[2] if act else [])
+        fused.attribute_protos.update(conv.attribute_protos)
+        fused.attributes.update(conv.attributes)
+        replace_nodes(graph, pattern, [fused])
+        changed = True
+    return changed
+
+
+def fuse_gemm_activation(graph: Graph) -> bool:
+    """Gemm followed by an activation."""
+    changed = False
+    for gemm in list(graph.nodes):
+        if gemm.op_type != "Gemm" or gemm.domain != "":
+            continue
+        act = _activation_follower(graph, gemm)
+        if act is None:
+            continue
+        fused = make_node(graph, "FusedGemm", gemm.inputs, [act[0].outputs[0]], name=f"{gemm.name}_fused",
+                          domain=FUSED_DOMAIN, activation=act[1], activation_params=act[2])
+        fused.attribute_protos.update(gemm.attribute_protos)
+        fused.attributes.update(gemm.attributes)
+        replace_nodes(graph, [gemm, act[0]], [fused])
+        changed = True
+    return changed
+
+
+def fuse_matmul_bias(graph: Graph) -> bool:
+    """MatMul(x, constant 2-D W) + Add(constant [N] bias), then optionally Relu or Gelu."""
+    changed = False
+    for mm in list(graph.nodes):
+        if mm.op_type != "MatMul" or mm.domain != "":
+            continue
+        weights = constant(graph, mm.inputs[1])
+        add = _follower(graph, mm, ("Add",))
+        if weights is None or weights.ndim != 2 or weights.dtype.kind != "f" or add is None or add.domain:
+            continue
+        bias_name = _other_input(add, mm.outputs[0])
+        bias = constant(graph, bias_name) if bias_name else None
+        if bias is None or bias.dtype != weights.dtype or bias.shape not in ((weights.shape[1],), (1, weights.shape[1])):
+            continue
+        pattern, last, act = [mm, add], add, None
+        follower = _activation_follower(graph, add)
+        if follower is not None and follower[1] in ("Relu", "Gelu"):
+            act = follower
+            pattern.append(act[0])
+            last = act[0]
+        if bias.ndim != 1:
+            bias_name = add_initializer(graph, f"{bias_name}_1d", bias.reshape(-1))
+        fused = make_node(graph, "FusedMatMul", [mm.inputs[0], mm.inputs[1], bias_name], [last.outputs[0]],
+                          name=f"{mm.name}_fused", domain=FUSED_DOMAIN, activation=act[1] if act else "",
+                          activation_params=[])
+        replace_nodes(graph, pattern, [fused])
+        changed = True
+    return changed
+
+
+def _close(value: float | None, target: float, rtol: float = 1e-4) -> bool:
+    return value is not None and abs(value - target) <= rtol * abs(target)
+
+
+def fuse_gelu(graph: Graph) -> bool:
+    """Erf-based Gelu: Div(x, sqrt2) or Mul(x, 1/sqrt2) -> Erf -> Add 1 -> Mul x -> Mul 0.5,
+    or with the 0.5 applied to x first."""
+    changed = False
+    for erf in list(graph.nodes):
+        if erf.op_type != "Erf" or erf.domain != "":
+            continue
+        scale = graph.producer(erf.inputs[0])
+        if scale is None or scale.domain or sole_consumer(graph, scale.outputs[0]) is not erf:
+            continue
+        if scale.op_type == "Div" and _close(scalar_constant(graph, scale.inputs[1]), math.sqrt(2.0)):
+            x = scale.inputs[0]
+        elif scale.op_type == "Mul":
+            x = next((a for a, b in (scale.inputs, scale.inputs[::-1])
+                      if _close(scalar_constant(graph, b), 1 / math.sqrt(2.0))), None)
+        else:
+            continue
+        add = _follower(graph, erf, ("Add",))
+        if x is None or add is None or not _close(scalar_constant(graph, _other_input(add, erf.outputs[0]) or ""), 1.0):
+            continue
+        mul1 = _follower(graph, add, ("Mul",))
+        if mul1 is None:
+            continue
+        other = _other_input(mul1, add.outputs[0])
+        half = graph.producer(other) if other else None
+        if other == x:  # (x * (1 + erf)) * 0.5
+            mul2 = _follower(graph, mul1, ("Mul",))
+            if mul2 is None or not _close(scalar_constant(graph, _other_input(mul2, mul1.outputs[0]) or ""), 0.5):
+                continue
+            pattern = [scale, erf, add, mul1, mul2]
+        elif (half is not None and half.op_type == "Mul" and sole_consumer(graph, other) is mul1
+              and x in half.inputs and _close(scalar_constant(graph, _other_input(half, x) or ""), 0.5)):
+            pattern = [half, scale, erf, add, mul1]  # (x * 0.5) * (1 + erf)
+        else:
+            continue
+        gelu = make_node(graph, "Gelu", [x], [pattern[-1].outputs[0]],
+                         name=f"{erf.name}_gelu", domain=FUSED_DOMAIN)
+        replace_nodes(graph, pattern, [gelu])
+        changed = True
+    return changed
+
+
+def _reduce_mean_last_axis(graph: Graph, node: Node, x: str) -> bool:
+    """True if ``node`` is ReduceMean(x) over the last axis only, keeping dims."""
+    if node.op_type != "ReduceMean" or node.domain or node.inputs[0] != x or not node.attr("keepdims", 1):
+        return False
+    axes = node.attr("axes")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        value = constant(graph, node.inputs[1])
+        axes = None if value is None else value.reshape(-1).tolist()
+    r = rank(graph, x)
+    return axes is not None and len(axes) == 1 and (axes[0] == -1 or (r is not None and axes[0] == r - 1))
+
+
+def fuse_layer_norm(graph: Graph) -> bool:
+    """The decomposed LayerNormalization PyTorch exports, normalizing over the last axis."""
+    changed = False
+    for mean in list(graph.nodes):
+        if mean.op_type != "ReduceMean" or not _reduce_mean_last_axis(graph, mean, mean.inputs[0]):
+            continue
+        x = mean.inputs[0]
+        sub = _follower(graph, mean, ("Sub",))
+        if sub is None or sub.inputs != (x, mean.outputs[0]):
+            continue
+        readers = graph.consumers(sub.outputs[0])
+        if len(readers) != 2 or sub.outputs[0] in {v.name for v in graph.outputs}:
+            continue
+        square = next((n for n in readers if n.op_type in ("Pow", "Mul")), None)
+        div = next((n for n in readers if n.op_type == "Div"), None)
+        if square is None or div is None or div.inputs[0] != sub.outputs[0]:
+            continue
+        if square.op_type == "Pow" and not (square.inputs[0] == sub.outputs[0]
+                                            and scalar_constant(graph, square.inputs[1]) == 2.0):
+            continue
+        if square.op_type == "Mul" and square.inputs != (sub.outputs[0], sub.outputs[0]):
+            continue
+        var = _follower(graph, square, ("ReduceMean",))
+        if var is None or not _reduce_mean_last_axis(graph, var, square.outputs[0]):
+            continue
+        add_eps = _follower(graph, var, ("Add",))
+        eps = scalar_constant(graph, _other_input(add_eps, var.outputs[0]) or "") if add_eps else None
+        sqrt = _follower(graph, add_eps, ("Sqrt",)) if eps is not None else None
+        if sqrt is None or sole_consumer(graph, sqrt.outputs[0]) is not div or div.inputs[1] != sqrt.outputs[0]:
+            continue
+        pattern, last = [mean, sub, square, var, add_eps, sqrt, div], div
+        dim = (static_shape(graph, x) or (None,))[-1]
+        gamma = beta = ""
+        mul = _follower(graph, div, ("Mul",))
+        gamma_name = _other_input(mul, div.outputs[0]) if mul else None
+        gamma_value = constant(graph, gamma_name) if gamma_name else None
+        if gamma_value is not None and gamma_value.ndim == 1 and (dim is None or gamma_value.shape[0] == dim):
+            pattern.append(mul)
+            last, gamma, dim = mul, gamma_name, gamma_value.shape[0]
+            add = _follower(graph, mul, ("Add",))
+            beta_name = _other_input(add, mul.outputs[0]) if add else None
+            beta_value = constant(graph, beta_name) if beta_name else None
+            if beta_value is not None and beta_value.shape == gamma_value.shape:
+                pattern.append(add)
+                last, beta = add, beta_name
+        if not gamma:
+            if dim is None:
+                continue
+            dtype = graph.value_info(x).dtype or np.dtype(np.float32)
+            gamma = add_initializer(graph, f"{mean.name or x}_ln_scale", np.ones(dim, dtype=dtype))
+        standard = graph.opset_version("") >= 17
+        ln = make_node(graph, "LayerNormalization", [x, gamma] + ([beta] if beta else []), [last.outputs[0]],
+                       name=f"{mean.name}_layernorm", domain="" if standard else FUSED_DOMAIN,
+                       axis=-1, epsilon=float(eps))
+        replace_nodes(graph, pattern, [ln])
+        changed = True
+    return changed

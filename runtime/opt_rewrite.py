@@ -1,0 +1,135 @@
+"""Graph-editing primitives shared by the optimizer passes (``opt_*.py``).
+
+A pass finds a pattern of nodes, builds replacement nodes with ``make_node`` and swaps them in with
+``replace_nodes``. Every helper keeps the invariants the passes rely on: graph inputs and outputs
+keep their names, the node list stays topologically sorted (a replacement takes the place of the
+last node it replaces, after which all of the pattern's inputs exist), and producer/consumer maps
+are rebuilt after each edit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnxhal.hal.graph import Graph, Node
+
+#: Domain of the fused operators the optimizer introduces (kernels in cpu/kernels/fused.py).
+FUSED_DOMAIN = "com.onnxhal"
+
+
+def _empty_list(value: Any) -> bool:
+    """Empty lists have no ONNX attribute type: such attributes are left out (kernels default them)."""
+    return isinstance(value, (list, tuple)) and len(value) == 0
+
+
+def make_node(graph: Graph, op_type: str, inputs: Sequence[str], outputs: Sequence[str], name: str,
+              domain: str = "", **attrs: Any) -> Node:
+    """A new node for ``graph`` with ``attrs`` as ONNX attributes (None and [] are left out).
+
+    Registers the domain's opset on the graph (fused ops are version 1) and fills
+    ``since_version`` from the ONNX schema, as the runtime does for loaded nodes.
+    """
+    protos = [helper.make_attribute(k, v) for k, v in attrs.items() if v is not None and not _empty_list(v)]
+    node = Node(op_type, inputs, outputs, name=name, domain=domain, attribute_protos=protos, owner=graph)
+    if domain == FUSED_DOMAIN:
+        graph.opset.setdefault(FUSED_DOMAIN, 1)
+        node.since_version = 1
+    else:
+        try:
+            schema = onnx.defs.get_schema(op_type, graph.opset_version(domain) or onnx.defs.onnx_opset_version(),
+                                          domain)
+            node.since_version = schema.since_version
+        except Exception:  # unknown op or domain: the runtime resolves it later
+            node.since_version = 0
+    return node
+
+
+def constant(graph: Graph, name: str) -> np.ndarray | None:
+    """The value of ``name`` if it is a constant (non-overridable) initializer of ``graph``."""
+    if name and graph.is_constant_initializer(name):
+        return graph.initializers[name]
+    return None
+
+
+def graph_output_names(graph: Graph) -> set[str]:
+    return {v.name for v in graph.outputs}
+
+
+def sole_consumer(graph: Graph, name: str) -> Node | None:
+    """The one node reading ``name``, if exactly one node reads it and it is not a graph output
+    (so the value may disappear into a fusion)."""
+    if name in graph_output_names(graph):
+        return None
+    consumers = graph.consumers(name)
+    if len(consumers) != 1:
+        return None
+    node = consumers[0]
+    if name in node.implicit_inputs:  # read by a subgraph: keep it as a value of its own
+        return None
+    return node
+
+
+def unique_name(graph: Graph, base: str) -> str:
+    """A value name not used anywhere in ``graph`` (initializers, value infos, node outputs)."""
+    taken = graph.initializers.keys() | graph.value_infos.keys()
+    taken_outputs = {o for n in graph.nodes for o in n.outputs}
+    name, i = base, 0
+    while name in taken or name in taken_outputs:
+        i += 1
+        name = f"{base}_{i}"
+    return name
+
+
+def add_initializer(graph: Graph, base: str, value: np.ndarray) -> str:
+    """Store ``value`` as a new constant initializer named after ``base``; returns its name."""
+    name = unique_name(graph, base)
+    graph.initializers[name] = np.ascontiguousarray(value)
+    return name
+
+
+def replace_nodes(graph: Graph, old: Iterable[Node], new: Sequence[Node]) -> None:
+    """Remove ``old`` and insert ``new`` where the last of ``old`` stood (topological order)."""
+    old_ids = {id(n) for n in old}
+    position = max(i for i, n in enumerate(graph.nodes) if id(n) in old_ids)
+    kept_before = [n for n in graph.nodes[:position] if id(n) not in old_ids]
+    kept_after = [n for n in graph.nodes[position + 1:] if id(n) not in old_ids]
+    graph.nodes = [*kept_before, *new, *kept_after]
+    graph._index()
+
+
+def remove_unused_value_infos(graph: Graph) -> None:
+    """Forget type information of values no node, input, output or initializer names any more."""
+    live = {v.name for v in (*graph.inputs, *graph.outputs, *graph.overridable)} | set(graph.initializers)
+    for n in graph.nodes:
+        live.update(n.inputs)
+        live.update(n.outputs)
+    for name in [k for k in graph.value_infos if k not in live]:
+        del graph._value_infos[name]
+
+
+def static_shape(graph: Graph, name: str) -> tuple[int, ...] | None:
+    """Fully known shape of ``name`` (initializer or value info), or None."""
+    if name in graph.initializers:
+        return tuple(graph.initializers[name].shape)
+    vi = graph.value_info(name)
+    return vi.shape if vi.has_static_shape else None
+
+
+def rank(graph: Graph, name: str) -> int | None:
+    if name in graph.initializers:
+        return graph.initializers[name].ndim
+    shape = graph.value_info(name).shape
+    return None if shape is None else len(shape)
+
+
+def scalar_constant(graph: Graph, name: str) -> float | None:
+    """The value of a one-element constant, or None."""
+    value = constant(graph, name)
+    if value is None or value.size != 1 or value.dtype.kind not in "fiu":
+        return None
+    return float(value.reshape(-1)[0])

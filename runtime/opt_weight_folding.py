@@ -1,0 +1,133 @@
+"""Basic-level passes that fold constant arithmetic into a neighbour's weights.
+
+- Conv + BatchNormalization (inference) -> Conv with scaled weights and shifted bias.
+- Conv + Mul(per-channel constant) -> Conv with scaled weights and bias.
+- Conv + Add(per-channel constant) -> Conv with shifted bias.
+- MatMul(2-D A, constant 2-D B) + Add(constant bias broadcastable to [M, N]) -> Gemm.
+
+The folded arithmetic runs in float64 and is cast back to the weights' dtype, so results agree
+with the unfolded graph to float rounding. The fused node takes the second node's output name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.opt_rewrite import add_initializer, constant, make_node, rank, replace_nodes, sole_consumer
+
+
+def _conv_parts(graph: Graph, conv: Node) -> tuple[np.ndarray, np.ndarray] | None:
+    """(W, B) of a Conv with constant float weights (B zeros when absent), or None."""
+    if conv.op_type != "Conv" or conv.domain != "":
+        return None
+    w = constant(graph, conv.inputs[1]) if len(conv.inputs) > 1 else None
+    if w is None or w.dtype.kind != "f":
+        return None
+    b_name = conv.inputs[2] if len(conv.inputs) > 2 else ""
+    b = constant(graph, b_name) if b_name else np.zeros(w.shape[0], dtype=w.dtype)
+    if b is None:
+        return None
+    return w, b
+
+
+def _replace_conv(graph: Graph, conv: Node, follower: Node, w: np.ndarray, b: np.ndarray) -> None:
+    """Swap Conv + follower for one Conv with new weights ``w``/``b`` writing the follower's output."""
+    dtype = graph.initializers[conv.inputs[1]].dtype
+    w_name = add_initializer(graph, f"{conv.inputs[1]}_folded", w.astype(dtype))
+    b_name = add_initializer(graph, f"{conv.name or conv.outputs[0]}_bias_folded", b.astype(dtype))
+    new = make_node(graph, "Conv", [conv.inputs[0], w_name, b_name], [follower.outputs[0]],
+                    name=conv.name or follower.name)
+    new.attribute_protos = dict(conv.attribute_protos)
+    new.attributes = dict(conv.attributes)
+    new.since_version = conv.since_version or new.since_version
+    replace_nodes(graph, [conv, follower], [new])
+
+
+def _unused_extra_outputs(graph: Graph, node: Node) -> bool:
+    return all(not o or (not graph.consumers(o) and o not in {v.name for v in graph.outputs})
+               for o in node.outputs[1:])
+
+
+def fold_conv_batchnorm(graph: Graph) -> bool:
+    """Conv followed by an inference BatchNormalization with constant statistics."""
+    changed = False
+    for conv in list(graph.nodes):
+        parts = _conv_parts(graph, conv)
+        bn = sole_consumer(graph, conv.outputs[0]) if parts else None
+        if bn is None or bn.op_type != "BatchNormalization" or bn.inputs[0] != conv.outputs[0]:
+            continue
+        if bn.attr("training_mode", 0) or not _unused_extra_outputs(graph, bn):
+            continue
+        stats = [constant(graph, name) for name in bn.inputs[1:5]]
+        if len(stats) != 4 or any(s is None for s in stats):
+            continue
+        w, b = parts
+        scale, bias, mean, var = (s.astype(np.float64).reshape(-1) for s in stats)
+        factor = scale / np.sqrt(var + bn.attr("epsilon", 1e-5))
+        if factor.shape[0] != w.shape[0]:
+            continue
+        new_w = w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))
+        new_b = (b.astype(np.float64) - mean) * factor + bias
+        _replace_conv(graph, conv, bn, new_w, new_b)
+        changed = True
+    return changed
+
+
+def _per_channel(value: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:
+    """``value`` as a [channels] vector if it broadcasts along the channel axis (1) of an
+    [N, C, ...] tensor of rank ``out_rank`` and nowhere else; else None."""
+    if value.ndim > out_rank or value.dtype.kind != "f":
+        return None
+    shape = (1,) * (out_rank - value.ndim) + value.shape
+    if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(value.astype(np.float64).reshape(-1), (channels,))
+
+
+def fold_conv_mul_add(graph: Graph) -> bool:
+    """Conv followed by Mul or Add with a per-channel constant."""
+    changed = False
+    for conv in list(graph.nodes):
+        parts = _conv_parts(graph, conv)
+        follower = sole_consumer(graph, conv.outputs[0]) if parts else None
+        if follower is None or follower.op_type not in ("Mul", "Add") or follower.domain != "":
+            continue
+        other = [i for i in follower.inputs if i != conv.outputs[0]]
+        value = constant(graph, other[0]) if len(other) == 1 else None
+        w, b = parts
+        vec = _per_channel(value, w.shape[0], w.ndim) if value is not None else None
+        if vec is None:
+            continue
+        if follower.op_type == "Mul":
+            new_w = w.astype(np.float64) * vec.reshape((-1,) + (1,) * (w.ndim - 1))
+            new_b = b.astype(np.float64) * vec
+        else:
+            new_w, new_b = w, b.astype(np.float64) + vec
+        _replace_conv(graph, conv, follower, new_w, new_b)
+        changed = True
+    return changed
+
+
+def matmul_add_to_gemm(graph: Graph) -> bool:
+    """MatMul of a 2-D input and constant 2-D weights followed by a constant bias Add -> Gemm."""
+    changed = False
+    for mm in list(graph.nodes):
+        if mm.op_type != "MatMul" or mm.domain != "" or rank(graph, mm.inputs[0]) != 2:
+            continue
+        weights = constant(graph, mm.inputs[1])
+        add = sole_consumer(graph, mm.outputs[0])
+        if weights is None or weights.ndim != 2 or weights.dtype.kind != "f" or add is None:
+            continue
+        if add.op_type != "Add" or add.domain != "":
+            continue
+        other = [i for i in add.inputs if i != mm.outputs[0]]
+        bias = constant(graph, other[0]) if len(other) == 1 else None
+        n = weights.shape[1]
+        if bias is None or bias.dtype != weights.dtype or bias.shape not in ((n,), (1, n), (1,), ()):
+            continue
+        gemm = make_node(graph, "Gemm", [mm.inputs[0], mm.inputs[1], other[0]], [add.outputs[0]],
+                         name=mm.name or add.name)
+        replace_nodes(graph, [mm, add], [gemm])
+        changed = True
+    return changed

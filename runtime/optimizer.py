@@ -1,0 +1,85 @@
+"""Graph optimizer: ``optimize(graph, level)`` runs the passes of a level until nothing changes.
+
+Levels, as ORT's ``GraphOptimizationLevel``:
+
+- ``ORT_DISABLE_ALL``: nothing.
+- ``ORT_ENABLE_BASIC``: constant folding, dead-node removal, identity/no-op elimination
+  (Identity, inference Dropout, same-type Cast), Conv+BatchNormalization, Conv+Mul and Conv+Add
+  folding into the Conv's weights, MatMul+Add -> Gemm (2-D A, constant B and bias).
+  Recursive into subgraphs.
+- ``ORT_ENABLE_EXTENDED``, ``ORT_ENABLE_LAYOUT``, ``ORT_ENABLE_ALL``: also fusions into
+  ``com.onnxhal`` ops run by the CPU EP (kernels in ``providers/cpu/kernels/fused.py``):
+  Conv[+Add residual]+Relu/Clip/LeakyRelu/Sigmoid -> FusedConv, Gemm+activation -> FusedGemm,
+  MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, the decomposed LayerNormalization pattern ->
+  LayerNormalization, the Erf Gelu pattern -> Gelu. Main graph only.
+
+The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
+stay within float tolerance of the unoptimized graph. A pass that meets something it cannot handle
+leaves the nodes as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from onnxhal.hal.enums import GraphOptimizationLevel
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.graph import Graph
+from onnxhal.runtime import opt_constant_folding, opt_fusions, opt_weight_folding
+from onnxhal.runtime.opt_rewrite import remove_unused_value_infos
+
+logger = logging.getLogger("onnxhal.optimizer")
+
+#: A pass rewrites one graph in place and returns True if it changed anything.
+GraphPass = Callable[[Graph], bool]
+
+#: (name, minimum level, pass, recurse into subgraphs). Order matters: folding before fusions.
+PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool]] = [
+    ("eliminate_no_ops", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_constant_folding.eliminate_no_ops, True),
+    ("fold_constants", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_constant_folding.fold_constants, True),
+    ("remove_dead_nodes", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_constant_folding.remove_dead_nodes, True),
+    ("fold_conv_batchnorm", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_weight_folding.fold_conv_batchnorm, True),
+    ("fold_conv_mul_add", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_weight_folding.fold_conv_mul_add, True),
+    ("matmul_add_to_gemm", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_weight_folding.matmul_add_to_gemm, True),
+    ("fuse_layer_norm", GraphOptimizationLevel.ORT_ENABLE_EXTENDED, opt_fusions.fuse_layer_norm, False),
+    ("fuse_gelu", GraphOptimizationLevel.ORT_ENABLE_EXTENDED, opt_fusions.fuse_gelu, False),
+    ("fuse_matmul_bias", GraphOptimizationLevel.ORT_ENABLE_EXTENDED, opt_fusions.fuse_matmul_bias, False),
+    ("fuse_conv_activation", GraphOptimizationLevel.ORT_ENABLE_EXTENDED, opt_fusions.fuse_conv_activation, False),
+    ("fuse_gemm_activation", GraphOptimizationLevel.ORT_ENABLE_EXTENDED, opt_fusions.fuse_gemm_activation, False),
+]
+
+#: Rounds of the whole pass list before giving up on reaching a fixed point.
+MAX_ROUNDS = 4
+
+
+def optimize(graph: Graph, level: GraphOptimizationLevel | int) -> Graph:
+    """Optimize ``graph`` in place at ``level`` and return it (the same object)."""
+    try:
+        level = GraphOptimizationLevel(int(level))
+    except ValueError:
+        raise InvalidArgument(f"graph optimization level {level!r} is not one of "
+                              f"{[lv.name for lv in GraphOptimizationLevel]}") from None
+    if level == GraphOptimizationLevel.ORT_DISABLE_ALL:
+        return graph
+    passes = [(name, fn, recurse) for name, min_level, fn, recurse in PASSES if level >= min_level]
+    _run(graph, passes)
+    return graph
+
+
+def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool]]) -> None:
+    for node in graph.nodes:
+        for sub in node.subgraph_list():
+            _run(sub, [p for p in passes if p[2]])
+    if any(n.subgraphs for n in graph.nodes):
+        graph._index()  # subgraphs may now read other values of this scope
+    for _ in range(MAX_ROUNDS):
+        changed = False
+        for name, fn, _recurse in passes:
+            before = len(graph.nodes)
+            if fn(graph):
+                changed = True
+                logger.debug("pass %s on graph %r: %d -> %d nodes", name, graph.name, before, len(graph.nodes))
+        if not changed:
+            break
+    remove_unused_value_infos(graph)

@@ -1,0 +1,205 @@
+"""OrtValue and IOBinding: values that may live in device memory, and binding them to a session.
+
+A host OrtValue wraps a numpy array. A device OrtValue wraps a ``hal.DeviceTensor`` allocated from
+the environment's shared allocator for that memory (ORT's shared allocators, created on first use
+from the factory that declared the memory); copies go through the registered data transfers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxhal.hal import DeviceTensor, OrtMemoryInfo, SyncStream
+from onnxhal.hal.errors import Fail, InvalidArgument
+from onnxhal.hal.graph import elem_type_name
+from onnxhal.runtime.shared_memory import copy_values, device_memory_info, shared_allocator
+
+
+def _elem_type_of(dtype: np.dtype) -> int:
+    if dtype == np.dtype(object) or dtype.kind == "U":
+        return onnx.TensorProto.STRING
+    return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+class OrtValue:
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    # -- construction ------------------------------------------------------------------------
+    @staticmethod
+    def ortvalue_from_numpy(numpy_obj: np.ndarray, device_type: str = "cpu", device_id: int = 0,
+                            vendor_id: int = -1) -> OrtValue:
+        arr = np.asarray(numpy_obj)
+        if device_type.lower() == "cpu":
+            return OrtValue(arr)
+        info = device_memory_info(device_type, device_id, vendor_id)
+        value = OrtValue.ortvalue_from_shape_and_type(arr.shape, arr.dtype, memory_info=info)
+        value.update_inplace(arr)
+        return value
+
+    @staticmethod
+    def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any = np.float32, device_type: str = "cpu",
+                                     device_id: int = 0, vendor_id: int = -1,
+                                     memory_info: OrtMemoryInfo | None = None) -> OrtValue:
+        dtype = np.dtype(element_type) if not isinstance(element_type, int) else \
+            np.dtype(onnx.helper.tensor_dtype_to_np_dtype(element_type))
+        shape = tuple(int(d) for d in shape)
+        if memory_info is None and device_type.lower() != "cpu":
+            memory_info = device_memory_info(device_type, device_id, vendor_id)
+        if memory_info is None or memory_info.is_host:
+            return OrtValue(np.zeros(shape, dtype=dtype))
+        alloc = shared_allocator(memory_info)
+        return OrtValue(DeviceTensor.allocate(shape, dtype, alloc))
+
+    @staticmethod
+    def ortvalue_from_numpy_with_onnx_type(data: np.ndarray, onnx_element_type: int) -> OrtValue:
+        return OrtValue(np.asarray(data, dtype=onnx.helper.tensor_dtype_to_np_dtype(onnx_element_type)))
+
+    # -- reading -----------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        v = self._value
+        if isinstance(v, DeviceTensor):
+            out = np.empty(v.shape, dtype=v.dtype)
+            copy_values([v], [out], None)
+            return out
+        if isinstance(v, np.ndarray):
+            return v
+        raise InvalidArgument(f"numpy() is for tensors; this OrtValue holds a {type(v).__name__}")
+
+    def shape(self) -> list[int]:
+        return list(self._value.shape)
+
+    def data_type(self) -> str:
+        return f"tensor({elem_type_name(self.element_type())})" if self.is_tensor() else "seq"
+
+    def element_type(self) -> int:
+        return _elem_type_of(self._value.dtype)
+
+    def device_name(self) -> str:
+        v = self._value
+        if isinstance(v, DeviceTensor):
+            return v.memory_info.name.lower()
+        return "cpu"
+
+    def memory_info(self) -> OrtMemoryInfo | None:
+        v = self._value
+        return v.memory_info if isinstance(v, DeviceTensor) else None
+
+    def is_tensor(self) -> bool:
+        return isinstance(self._value, (np.ndarray, DeviceTensor))
+
+    def has_value(self) -> bool:
+        return self._value is not None
+
+    def update_inplace(self, np_arr: np.ndarray) -> None:
+        arr = np.ascontiguousarray(np_arr)
+        v = self._value
+        if isinstance(v, DeviceTensor):
+            if tuple(arr.shape) != v.shape or arr.dtype != v.dtype:
+                raise InvalidArgument(f"update_inplace: value is {v.dtype} {list(v.shape)}, got {arr.dtype} "
+                                      f"{list(arr.shape)}")
+            copy_values([arr], [v], None)
+        elif isinstance(v, np.ndarray):
+            if arr.shape != v.shape or arr.dtype != v.dtype:
+                raise InvalidArgument(f"update_inplace: value is {v.dtype} {list(v.shape)}, got {arr.dtype} "
+                                      f"{list(arr.shape)}")
+            np.copyto(v, arr)
+        else:
+            raise InvalidArgument("update_inplace is for tensors")
+
+    def __repr__(self) -> str:
+        return f"OrtValue({self._value!r})"
+
+
+def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: SyncStream | None = None) -> None:
+    """ORT's ``CopyTensors``: copy each ``src[i]`` into ``dst[i]`` with the registered data transfers."""
+    if not isinstance(src, (list, tuple)) or not isinstance(dst, (list, tuple)) or not src or len(src) != len(dst):
+        raise Fail("Invalid arguments provided to CopyTensors: give two non-empty lists of OrtValue of equal length.")
+    if stream is not None and not isinstance(stream, SyncStream):
+        raise TypeError(f"copy_tensors: stream must be an OrtSyncStream, got {type(stream).__name__}")
+    for s, d in zip(src, dst):
+        if not isinstance(s, OrtValue) or not isinstance(d, OrtValue):
+            raise Fail("Invalid arguments provided to CopyTensors: every element must be an OrtValue.")
+        if s.shape() != d.shape():
+            raise InvalidArgument(f"copy_tensors: source shape {s.shape()} differs from destination {d.shape()}")
+    copy_values([s._value for s in src], [d._value for d in dst], stream)
+
+
+class IOBinding:
+    """Binds inputs and outputs (host or device) to a session for ``run_with_iobinding``."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self._inputs: dict[str, Any] = {}
+        self._outputs: dict[str, Any] = {}  # name -> OrtValue (pre-bound) or memory info or None (host)
+        self._results: list[OrtValue] = []
+
+    def bind_cpu_input(self, name: str, arr_on_cpu: np.ndarray) -> None:
+        self._inputs[name] = np.asarray(arr_on_cpu)
+
+    def bind_input(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
+                   shape: Sequence[int] | None = None, buffer_ptr: Any = None) -> None:
+        raise InvalidArgument("bind_input with a raw buffer pointer is not supported in onnxhal; use "
+                              "bind_cpu_input or bind_ortvalue_input")
+
+    def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
+        self._inputs[name] = ortvalue._value
+
+    def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
+                    shape: Sequence[int] | None = None, buffer_ptr: Any = None) -> None:
+        if device_type.lower() == "cpu":
+            self._outputs[name] = None
+        else:
+            self._outputs[name] = device_memory_info(device_type, device_id, -1)
+
+    def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
+        self._outputs[name] = ortvalue
+
+    def clear_binding_inputs(self) -> None:
+        self._inputs.clear()
+
+    def clear_binding_outputs(self) -> None:
+        self._outputs.clear()
+        self._results = []
+
+    def synchronize_inputs(self) -> None:
+        pass  # copies of bound inputs complete before run_with_iobinding's kernels read them
+
+    def synchronize_outputs(self) -> None:
+        self._session.memory.synchronize()
+
+    def get_outputs(self) -> list[OrtValue]:
+        return list(self._results)
+
+    def copy_outputs_to_cpu(self) -> list:
+        return [r.numpy() if r.is_tensor() else r._value for r in self._results]
+
+    def _run(self, session: Any, run_options: Any) -> None:
+        names = [o.name for o in session.get_outputs()]
+        wanted = list(self._outputs) or names
+        for n in wanted:
+            if n not in names:
+                raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {names}.")
+        results = session.run(None, self._inputs, run_options) if not any(
+            v is not None for v in self._outputs.values()) else session._run_device_outputs(
+                self._inputs, self._outputs, run_options)
+        by_name = dict(zip(names, results))
+        out: list[OrtValue] = []
+        for n in wanted:
+            value = by_name[n]
+            bound = self._outputs.get(n)
+            if isinstance(bound, OrtValue):
+                if isinstance(bound._value, DeviceTensor) or isinstance(value, DeviceTensor):
+                    copy_values([value], [bound._value], None)
+                else:
+                    np.copyto(bound._value, value)
+                out.append(bound)
+            else:
+                out.append(OrtValue(value))
+        self._results = out

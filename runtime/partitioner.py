@@ -1,0 +1,205 @@
+"""Graph partitioning: each EP, in priority order, claims nodes through ``get_capability``.
+
+ORT's rules (onnxruntime/core/framework/graph_partitioner.cc): EPs are visited in order and each
+sees every graph, nested subgraphs first; ``add_single_node`` claims one unassigned node;
+``add_nodes_to_fuse`` must form one partition with no outside node on a path between two members,
+else the group is rejected (logged) and the EP gets none of it; a group touching a node another EP
+already owns is skipped, so the first EP wins. What is left goes to the CPU EP if it is in the list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+
+from onnxhal.hal import Ep, EpGraphSupportInfo, Graph, Node, NodeFusionOptions, ValueInfo
+from onnxhal.hal.errors import Fail
+from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
+from onnxhal.runtime.model_loader import toposort
+
+logger = logging.getLogger("onnxhal.partitioner")
+
+
+@dataclass
+class FusedGroup:
+    ep_name: str
+    owner: Graph
+    nodes: list[Node]
+    options: NodeFusionOptions
+    filtered: Graph | None = None
+    fused_node: Node | None = None
+
+
+@dataclass
+class AssignedSubgraph:
+    """One unit of assignment info: a fused group, or an EP's single nodes in one graph."""
+
+    ep_name: str
+    nodes: list[Node]
+
+
+@dataclass
+class PartitionResult:
+    groups: list[FusedGroup] = field(default_factory=list)
+    assigned: list[AssignedSubgraph] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # reasons, for `onnxhal partition` and logs
+
+
+def graphs_postorder(graph: Graph) -> list[Graph]:
+    """Nested subgraphs before the graph that holds them."""
+    out: list[Graph] = []
+    for n in graph.nodes:
+        for sub in n.subgraph_list():
+            out.extend(graphs_postorder(sub))
+    out.append(graph)
+    return out
+
+
+def _violates_convexity(graph: Graph, members: set[int]) -> list[Node]:
+    """Outside nodes on a path between two members (which would make the fused node a cycle)."""
+    by_id = {id(n): n for n in graph.nodes}
+    down: set[int] = set()
+    stack = [id(n) for n in graph.nodes if id(n) in members]
+    while stack:
+        nid = stack.pop()
+        for o in by_id[nid].outputs:
+            for c in graph.consumers(o) if o else ():
+                if id(c) not in down:
+                    down.add(id(c))
+                    stack.append(id(c))
+    up: set[int] = set()
+    stack = [id(n) for n in graph.nodes if id(n) in members]
+    while stack:
+        nid = stack.pop()
+        n = by_id[nid]
+        for i in (*n.inputs, *n.implicit_inputs):
+            p = graph.producer(i) if i else None
+            if p is not None and id(p) not in up:
+                up.add(id(p))
+                stack.append(id(p))
+    return [by_id[i] for i in (down & up) - members if i in by_id]
+
+
+def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvider") -> PartitionResult:
+    """Assign every node of ``graph`` and its subgraphs (sets ``node.ep_name``), collecting fused
+    groups. Raises Fail when nodes are left and the CPU EP is not in ``eps``, NotImplemented when
+    the CPU EP cannot run a node nobody else took."""
+    result = PartitionResult()
+    graphs = graphs_postorder(graph)
+    for g in graphs:
+        for n in g.nodes:
+            n.ep_name = ""
+    for ep in eps:
+        for g in graphs:
+            info = EpGraphSupportInfo(g)
+            try:
+                ep.get_capability(g, info)
+            except Exception as e:  # ORT: an EP whose GetCapability fails gets no nodes
+                logger.warning("%s.get_capability failed on graph %r: %s: %s; it gets no nodes there",
+                               ep.name, g.name, type(e).__name__, e)
+                result.rejected.append(f"{ep.name}: get_capability raised {type(e).__name__}: {e}")
+                continue
+            in_graph = {id(n) for n in g.nodes}
+            for nodes, options in info.fused_groups:
+                reason = _check_group(g, nodes, in_graph)
+                if reason:
+                    logger.info("%s: fused group of %d node(s) rejected: %s", ep.name, len(nodes), reason)
+                    result.rejected.append(f"{ep.name}: group of {len(nodes)} rejected: {reason}")
+                    continue
+                for n in nodes:
+                    n.ep_name = ep.name
+                result.groups.append(FusedGroup(ep.name, g, list(nodes), options))
+                result.assigned.append(AssignedSubgraph(ep.name, list(nodes)))
+            singles = [n for n in info.single_nodes if id(n) in in_graph and not n.ep_name]
+            for n in singles:
+                n.ep_name = ep.name
+            if singles:
+                result.assigned.append(AssignedSubgraph(ep.name, singles))
+    left = [(g, n) for g in graphs for n in g.nodes if not n.ep_name]
+    if left:
+        names = ", ".join(f"{n.op_type} {n.name!r}" for _, n in left[:10])
+        if not any(ep.name == cpu_ep_name for ep in eps):
+            raise Fail(f"This session contains graph nodes that are assigned to the default CPU EP, but fallback "
+                       f"to CPU EP has been explicitly disabled by the user ({len(left)} node(s): {names}). "
+                       "Enable fallback or add an EP that supports them.")
+        g, n = left[0]
+        raise OrtNotImplemented(
+            f"Could not find an implementation for {n.op_type}({g.opset_version(n.domain)}) node with name "
+            f"{n.name!r} (domain {n.domain or 'ai.onnx'!r}); {len(left)} node(s) unsupported: {names}.")
+    return result
+
+
+def _check_group(g: Graph, nodes: list[Node], in_graph: set[int]) -> str:
+    ids = {id(n) for n in nodes}
+    if len(ids) != len(nodes):
+        return "a node appears twice"
+    if any(id(n) not in in_graph for n in nodes):
+        return f"a node is not in graph {g.name!r}"
+    taken = [n for n in nodes if n.ep_name]
+    if taken:
+        return f"node {taken[0].name!r} already belongs to {taken[0].ep_name}"
+    between = _violates_convexity(g, ids)
+    if between:
+        return (f"not one partition: node(s) {', '.join(repr(n.name or n.op_type) for n in between[:5])} "
+                "outside the group lie on a path between its members")
+    return ""
+
+
+def build_filtered_graph(group: FusedGroup, index: int, model_hash: str) -> None:
+    """Make the filtered graph the EP compiles and the fused node that replaces the group."""
+    g, members = group.owner, group.nodes
+    ids = {id(n) for n in members}
+    produced = {o for n in members for o in n.outputs if o}
+    inputs: list[str] = []
+    consts: dict = {}
+    for n in members:
+        for i in (*n.inputs, *n.implicit_inputs):
+            if not i or i in produced or i in inputs or i in consts:
+                continue
+            if group.options.drop_constant_initializers and g.is_constant_initializer(i):
+                consts[i] = g.initializers[i]
+            else:
+                inputs.append(i)
+    graph_outputs = set(g.output_names)
+    outputs: list[str] = []
+    for n in members:
+        for o in n.outputs:
+            if o and (o in graph_outputs or any(id(c) not in ids for c in g.consumers(o))):
+                outputs.append(o)
+    ordered = [n for n in g.nodes if id(n) in ids]
+    vis = {name: g.value_info(name) for n in ordered for name in (*n.inputs, *n.outputs) if name}
+    const_inputs = {i: g.initializers[i] for i in inputs if g.is_constant_initializer(i)}
+    filtered = Graph(f"{group.ep_name}_{model_hash}_{index}", ordered,
+                     [vis.get(i) or g.value_info(i) for i in inputs],
+                     [vis.get(o) or ValueInfo(o) for o in outputs], {**consts, **const_inputs},
+                     vis, g.opset, parent=g)
+    # Constant inputs stay inputs (the runtime feeds them from device memory, placed once);
+    # they are also visible as initializers so an EP can read their values.
+    filtered.overridable = [vis.get(i) or g.value_info(i) for i in const_inputs]
+    group.filtered = filtered
+    fused = Node(filtered.name, inputs, outputs, name=f"{group.ep_name}_{filtered.name}_{index}",
+                 domain="com.onnxhal.fused")
+    fused.ep_name = group.ep_name
+    group.fused_node = fused
+
+
+def replace_with_fused(group: FusedGroup) -> None:
+    g = group.owner
+    ids = {id(n) for n in group.nodes}
+    g.nodes = toposort([n for n in g.nodes if id(n) not in ids] + [group.fused_node], g.name)
+    g._index()
+
+
+def restore_group(group: FusedGroup) -> None:
+    """Undo ``replace_with_fused`` (the EP's compile failed): the original nodes come back."""
+    g = group.owner
+    g.nodes = toposort([n for n in g.nodes if n is not group.fused_node] + group.nodes, g.name)
+    g._index()
+
+
+def model_hash(graph: Graph) -> str:
+    h = hashlib.sha1()
+    for n in graph.nodes[:256]:
+        h.update(f"{n.op_type}|{','.join(n.inputs)}|{','.join(n.outputs)};".encode())
+    return h.hexdigest()[:8]

@@ -1,0 +1,73 @@
+"""Profiling to a Chrome-trace JSON (open it in https://ui.perfetto.dev or chrome://tracing).
+
+Events follow onnxruntime's profile format: one complete event ("ph": "X") per node run with
+``op_name``, ``provider`` and input/output shapes in ``args``, plus session and run events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+
+def _type_shape(values: list) -> list[dict]:
+    out = []
+    for v in values:
+        if v is None:
+            out.append({})
+        elif isinstance(v, list):
+            out.append({"sequence": len(v)})
+        else:
+            dtype = getattr(v, "dtype", None)
+            shape = getattr(v, "shape", None)
+            out.append({str(np.dtype(dtype)) if dtype is not None else type(v).__name__:
+                        list(shape) if shape is not None else []})
+    return out
+
+
+class Profiler:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix or "onnxhal_profile"
+        self._events: list[dict] = []
+        self._lock = threading.Lock()
+        self._t0 = time.perf_counter_ns()
+        self._pid = os.getpid()
+        self.extra_args: dict[str, Any] = {}
+
+    def _us(self, ns: int) -> float:
+        return (ns - self._t0) / 1000.0
+
+    def event(self, name: str, cat: str, start_ns: int, end_ns: int, args: dict | None = None) -> None:
+        ev = {"cat": cat, "pid": self._pid, "tid": threading.get_ident() % 100000, "dur": (end_ns - start_ns) / 1000.0,
+              "ts": self._us(start_ns), "ph": "X", "name": name, "args": args or {}}
+        with self._lock:
+            self._events.append(ev)
+
+    def record_step(self, step: Any, start_ns: int, end_ns: int, inputs: list, outputs: list) -> None:
+        node = step.node
+        if node is not None:
+            args = {"op_name": node.op_type, "provider": step.ep_name,
+                    "input_type_shape": _type_shape(inputs), "output_type_shape": _type_shape(outputs)}
+            name = f"{node.name or node.op_type}_kernel_time"
+        else:
+            args = {"op_name": "MemcpyTransfer", "provider": "", "input_type_shape": _type_shape(inputs),
+                    "output_type_shape": _type_shape(outputs)}
+            name = step.label
+        hook = self.extra_args.get("step_hook")
+        if hook is not None:
+            args.update(hook(step, inputs, outputs))
+        self.event(name, "Node", start_ns, end_ns, args)
+
+    def end(self) -> str:
+        path = f"{self.prefix}_{datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        with self._lock:
+            events = list(self._events)
+        with open(path, "w") as f:
+            json.dump(events, f, indent=0)
+        return path

@@ -1,0 +1,65 @@
+"""The CPU EP: numpy kernels, the correctness oracle and the fallback for every other EP.
+
+Written as a plugin EP library like any third-party one (``create_ep_factories`` in this package's
+``__init__``); the environment registers it implicitly, first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from onnxhal.hal import (
+    Ep,
+    EpFactory,
+    EpGraphSupportInfo,
+    Graph,
+    Kernel,
+    KernelCreateContext,
+    Node,
+    OrtEpDevice,
+    OrtHardwareDevice,
+    OrtHardwareDeviceType,
+)
+
+CPU_EP_VERSION = "0.1.0"
+
+
+class CpuEp(Ep):
+    name = "CPUExecutionProvider"
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
+        from onnxhal.runtime.providers.cpu.kernel_factory import supports_node
+
+        for node in graph.nodes:
+            if supports_node(node, graph.opset_version(node.domain)):
+                support_info.add_single_node(node)
+
+    def create_kernel(self, node: Node, context: KernelCreateContext) -> Kernel:
+        from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
+
+        return create_cpu_kernel(node, context)
+
+
+class CpuEpFactory(EpFactory):
+    name = "CPUExecutionProvider"
+    vendor = "onnxhal"
+    vendor_id = 0
+    version = CPU_EP_VERSION
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+
+    def get_supported_devices(self, hardware_devices: Sequence[OrtHardwareDevice]) -> list[OrtEpDevice]:
+        for d in hardware_devices:
+            if d.type == OrtHardwareDeviceType.CPU and not d.is_virtual:
+                return [self.api.create_ep_device(self, d)]
+        return []
+
+    def create_ep(self, devices: Sequence[OrtHardwareDevice], ep_metadata: Sequence[Mapping[str, str]],
+                  session_options: Any, logger: logging.Logger) -> Ep:
+        return CpuEp(logger)

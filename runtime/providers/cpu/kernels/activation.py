@@ -1,0 +1,166 @@
+"""Activation kernels (Relu, Sigmoid, Erf, Gelu, LeakyRelu, ...), float32 kept float32."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+_ndarray = np.ndarray
+_asarray = np.asarray
+_math_erf = np.frompyfunc(math.erf, 1, 1)
+
+# Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7) for |x| >= 0.5; below it the Taylor
+# series to x**13 (error < 1e-9), which keeps the relative error small near zero.
+_AS_P = 0.3275911
+_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_TAYLOR = tuple(2.0 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(7))
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Vectorized erf: exact (math.erf) for float64, float32-accurate approximation otherwise."""
+    if x.dtype == np.float64:
+        return _math_erf(x).astype(np.float64)
+    dt = x.dtype
+    xf = x.astype(np.float32, copy=False)
+    a = np.abs(xf)
+    t = 1.0 / (1.0 + np.float32(_AS_P) * a)
+    poly = t * (_AS_A[0] + t * (_AS_A[1] + t * (_AS_A[2] + t * (_AS_A[3] + t * _AS_A[4]))))
+    big = np.copysign(1.0 - poly * np.exp(-a * a), xf)
+    z = xf * xf
+    small = _TAYLOR[6]
+    for c in _TAYLOR[5::-1]:
+        small = small * z + c
+    small = small * xf
+    r = np.where(a < 0.5, small, big).astype(dt, copy=False)
+    return r
+
+
+class _Act(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+
+@register("Relu", since=1)
+class Relu(_Act):
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        r = np.maximum(x, 0)
+        return [r if type(r) is _ndarray else _asarray(r, x.dtype)]
+
+
+@register("Sigmoid", since=1)
+class Sigmoid(_Act):
+    """sigmoid(x) = 0.5 * (1 + tanh(x / 2)): no overflow for large |x|."""
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        r = np.tanh(x * 0.5)
+        r += 1
+        r *= 0.5
+        return [r if type(r) is _ndarray else _asarray(r, x.dtype)]
+
+
+@register("Erf", since=9)
+class Erf(_Act):
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        if x.dtype.kind != "f":
+            return [erf(x.astype(np.float64)).astype(x.dtype)]
+        return [_asarray(erf(x))]
+
+
+@register("Gelu", since=20)
+class Gelu(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.tanh = node.attr("approximate", "none") == "tanh"
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        if self.tanh:
+            inner = np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x))
+        else:
+            inner = erf(x * (1.0 / math.sqrt(2.0)))
+        return [_asarray((0.5 * x * (1.0 + inner)).astype(x.dtype, copy=False))]
+
+
+@register("LeakyRelu", since=1)
+@register("LeakyRelu", since=6)
+class LeakyRelu(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.alpha = node.attr("alpha", 0.01)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        return [_asarray(np.where(x >= 0, x, x * x.dtype.type(self.alpha)))]
+
+
+@register("PRelu", since=1)
+class PRelu(_Act):
+    def compute(self, inputs: list) -> list:
+        x, slope = inputs
+        return [_asarray(np.where(x >= 0, x, x * slope).astype(x.dtype, copy=False))]
+
+
+@register("Elu", since=1)
+@register("Elu", since=6)
+class Elu(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.alpha = node.attr("alpha", 1.0)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        neg = (np.exp(np.minimum(x, 0)) - 1) * x.dtype.type(self.alpha)
+        return [_asarray(np.where(x > 0, x, neg))]
+
+
+@register("Selu", since=1)
+@register("Selu", since=6)
+class Selu(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.alpha = node.attr("alpha", 1.67326319217681884765625)
+        self.gamma = node.attr("gamma", 1.05070102214813232421875)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        t = x.dtype.type
+        neg = (np.exp(np.minimum(x, 0)) - 1) * t(self.alpha)
+        return [_asarray(np.where(x > 0, x, neg) * t(self.gamma))]
+
+
+@register("HardSigmoid", since=1)
+@register("HardSigmoid", since=6)
+class HardSigmoid(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.alpha = node.attr("alpha", 0.2)
+        self.beta = node.attr("beta", 0.5)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        t = x.dtype.type
+        return [_asarray(np.clip(x * t(self.alpha) + t(self.beta), t(0), t(1)))]
+
+
+@register("HardSwish", since=14)
+class HardSwish(_Act):
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        t = x.dtype.type
+        return [_asarray(x * np.clip(x * t(1 / 6) + t(0.5), t(0), t(1)))]
+
+
+@register("Softplus", since=1)
+class Softplus(_Act):
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        return [_asarray(np.logaddexp(x, x.dtype.type(0)))]
+
+
+@register("Softsign", since=1)
+class Softsign(_Act):
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        return [_asarray(x / (1 + np.abs(x)))]

@@ -1,0 +1,160 @@
+"""Control flow: If, Loop, Scan (opset 8 batched form and opset 9+ form).
+
+Subgraphs run through ``ctx.create_subgraph_runner(graph)`` (built once, in ``__init__``). Each
+runner is fed its formal inputs plus the outer-scope values it reads, which arrive after the
+node's explicit inputs, in ``node.implicit_inputs`` order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal import Graph, Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+
+class _SubgraphCall:
+    """A runner plus the positions of the outer-scope values its graph reads."""
+
+    def __init__(self, node: Node, graph: Graph, ctx: KernelCreateContext) -> None:
+        self.graph = graph
+        self.runner = ctx.create_subgraph_runner(graph)
+        self.input_names = graph.input_names
+        n_explicit = len(node.inputs)
+        reads = set(graph.outer_scope_reads())
+        self.outer = [(name, n_explicit + i) for i, name in enumerate(node.implicit_inputs) if name in reads]
+
+    def run(self, formal: list, inputs: list) -> list:
+        feeds = dict(zip(self.input_names, formal))
+        for name, i in self.outer:
+            feeds[name] = inputs[i]
+        return self.runner.run(feeds)
+
+
+def _empty_like_output(graph: Graph, index: int) -> np.ndarray:
+    """Zero-iteration scan output: shape (0, *element shape) from the body's output type."""
+    vi = graph.outputs[index]
+    dtype = vi.dtype or np.dtype(np.float32)
+    shape = vi.shape or ()
+    return np.zeros((0,) + tuple(d if isinstance(d, int) else 0 for d in shape), dtype=dtype)
+
+
+@register("If", since=1)
+class If(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.then_branch = _SubgraphCall(node, node.attr("then_branch"), ctx)
+        self.else_branch = _SubgraphCall(node, node.attr("else_branch"), ctx)
+
+    def compute(self, inputs: list) -> list:
+        branch = self.then_branch if bool(np.asarray(inputs[0]).reshape(-1)[0]) else self.else_branch
+        return list(branch.run([], inputs))
+
+
+@register("Loop", since=1)
+class Loop(Kernel):
+    """Loop: body(iter_num, cond, carried...) -> (cond, carried..., scan outputs...)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.body = _SubgraphCall(node, node.attr("body"), ctx)
+        self.n_carried = len(node.inputs) - 2
+        self.n_scan = len(self.body.graph.outputs) - 1 - self.n_carried
+
+    def compute(self, inputs: list) -> list:
+        max_trip = inputs[0]
+        cond = inputs[1]
+        n_explicit = 2 + self.n_carried
+        carried = list(inputs[2:n_explicit])
+        trips = int(max_trip.reshape(-1)[0]) if max_trip is not None else None
+        keep_going = bool(cond.reshape(-1)[0]) if cond is not None else True
+        scans: list[list] = [[] for _ in range(self.n_scan)]
+        i = 0
+        while keep_going and (trips is None or i < trips):
+            outs = self.body.run([np.array(i, dtype=np.int64), np.array(keep_going)] + carried, inputs)
+            if cond is not None:
+                keep_going = bool(np.asarray(outs[0]).reshape(-1)[0])
+            carried = list(outs[1:1 + self.n_carried])
+            for k in range(self.n_scan):
+                scans[k].append(outs[1 + self.n_carried + k])
+            i += 1
+        results = list(carried)
+        for k in range(self.n_scan):
+            if scans[k]:
+                results.append(np.stack(scans[k]))
+            else:
+                results.append(_empty_like_output(self.body.graph, 1 + self.n_carried + k))
+        return results
+
+
+def _scan_core(body: _SubgraphCall, inputs: list, states: list, scan_in: list, in_axes, in_dirs,
+               out_axes, out_dirs, n_scan_out: int) -> list:
+    """Runs the body over axis slices of ``scan_in``; returns final states + stacked outputs."""
+    seq_len = scan_in[0].shape[in_axes[0]] if scan_in else 0
+    collected: list[list] = [[] for _ in range(n_scan_out)]
+    n_state = len(states)
+    for t in range(seq_len):
+        slices = []
+        for x, ax, d in zip(scan_in, in_axes, in_dirs):
+            slices.append(np.take(x, seq_len - 1 - t if d else t, axis=ax))
+        outs = body.run(states + slices, inputs)
+        states = list(outs[:n_state])
+        for k in range(n_scan_out):
+            collected[k].append(outs[n_state + k])
+    results = list(states)
+    for k in range(n_scan_out):
+        items = collected[k][::-1] if out_dirs[k] else collected[k]
+        if items:
+            results.append(np.stack(items, axis=out_axes[k]))
+        else:
+            results.append(_empty_like_output(body.graph, n_state + k))
+    return results
+
+
+@register("Scan", since=9)
+class Scan(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.body = _SubgraphCall(node, node.attr("body"), ctx)
+        self.n_scan_in = node.attr("num_scan_inputs")
+        self.n_explicit = len(node.inputs)
+        self.n_state = self.n_explicit - self.n_scan_in
+        self.n_scan_out = len(self.body.graph.outputs) - self.n_state
+        self.in_axes = node.attr("scan_input_axes") or [0] * self.n_scan_in
+        self.in_dirs = node.attr("scan_input_directions") or [0] * self.n_scan_in
+        self.out_axes = node.attr("scan_output_axes") or [0] * self.n_scan_out
+        self.out_dirs = node.attr("scan_output_directions") or [0] * self.n_scan_out
+
+    def compute(self, inputs: list) -> list:
+        states = list(inputs[: self.n_state])
+        scan_in = list(inputs[self.n_state: self.n_explicit])
+        in_axes = [a + x.ndim if a < 0 else a for a, x in zip(self.in_axes, scan_in)]
+        out_axes = [a + 1 + self.body.graph.outputs[self.n_state + k].shape.__len__() if a < 0 and
+                    self.body.graph.outputs[self.n_state + k].shape is not None else a
+                    for k, a in enumerate(self.out_axes)]
+        return _scan_core(self.body, inputs, states, scan_in, in_axes, self.in_dirs, out_axes,
+                          self.out_dirs, self.n_scan_out)
+
+
+@register("Scan", since=8)
+class Scan8(Kernel):
+    """Opset 8 Scan: axis 0 is a batch axis, axis 1 the sequence; ``sequence_lens`` optional."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.body = _SubgraphCall(node, node.attr("body"), ctx)
+        self.n_scan_in = node.attr("num_scan_inputs")
+        self.n_explicit = len(node.inputs)
+        self.n_state = self.n_explicit - 1 - self.n_scan_in
+        self.n_scan_out = len(self.body.graph.outputs) - self.n_state
+        self.dirs = node.attr("directions") or [0] * self.n_scan_in
+
+    def compute(self, inputs: list) -> list:
+        lens = inputs[0]
+        states = list(inputs[1: 1 + self.n_state])
+        scan_in = list(inputs[1 + self.n_state: self.n_explicit])
+        batch = scan_in[0].shape[0] if scan_in else (states[0].shape[0] if states else 1)
+        per_batch = []
+        for b in range(batch):
+            seq = int(lens[b]) if lens is not None else scan_in[0].shape[1]
+            res = _scan_core(self.body, inputs, [s[b] for s in states], [x[b, :seq] for x in scan_in],
+                             [0] * self.n_scan_in, self.dirs, [0] * self.n_scan_out, [0] * self.n_scan_out,
+                             self.n_scan_out)
+            per_batch.append(res)
+        return [np.stack([r[k] for r in per_batch]) for k in range(self.n_state + self.n_scan_out)]

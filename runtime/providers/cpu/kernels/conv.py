@@ -1,0 +1,158 @@
+"""Conv (im2col over a strided window view + batched BLAS matmul; depthwise as a sum over kernel
+taps) and ConvTranspose (matmul then col2im as strided adds). N-d throughout."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+
+def resolve_pads(in_spatial, kernel, strides, dilations, pads, auto_pad: str) -> tuple[list, list]:
+    """(pads at start, pads at end) per spatial axis, from explicit pads or ``auto_pad``."""
+    n = len(in_spatial)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for i in range(n):
+            out = -(-in_spatial[i] // strides[i])
+            total = max((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_spatial[i], 0)
+            small, big = total // 2, total - total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else big)
+            end.append(big if auto_pad == "SAME_UPPER" else small)
+        return begin, end
+    if auto_pad == "VALID" or not pads:
+        return [0] * n, [0] * n
+    return list(pads[:n]), list(pads[n:])
+
+
+def window_view(xp: np.ndarray, kernel, strides, dilations, out_spatial) -> np.ndarray:
+    """View (N, C, *out, *kernel) of a padded input: no copy."""
+    nd = len(kernel)
+    sp = xp.strides[2:]
+    shape = xp.shape[:2] + tuple(out_spatial) + tuple(kernel)
+    strides = xp.strides[:2] + tuple(sp[i] * strides[i] for i in range(nd)) + tuple(
+        sp[i] * dilations[i] for i in range(nd))
+    return as_strided(xp, shape, strides, writeable=False)
+
+
+class ConvGeometry:
+    """Parsed Conv/Pool attributes; resolves pads and output sizes for an input shape."""
+
+    def __init__(self, node: Node, kernel_shape=None) -> None:
+        self.kernel_shape = node.attr("kernel_shape", kernel_shape)
+        self.strides = node.attr("strides")
+        self.dilations = node.attr("dilations")
+        self.pads = node.attr("pads")
+        self.auto_pad = node.attr("auto_pad", "NOTSET")
+
+    def resolve(self, spatial, kernel=None):
+        kernel = list(self.kernel_shape or kernel)
+        nd = len(kernel)
+        strides = self.strides or [1] * nd
+        dil = self.dilations or [1] * nd
+        pb, pe = resolve_pads(spatial, kernel, strides, dil, self.pads, self.auto_pad)
+        out = [(spatial[i] + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1)) // strides[i] + 1 for i in range(nd)]
+        return kernel, strides, dil, pb, pe, out
+
+
+def pad_spatial(x: np.ndarray, pb, pe, value=0) -> np.ndarray:
+    if not any(pb) and not any(pe):
+        return x
+    width = [(0, 0), (0, 0)] + list(zip(pb, pe))
+    return np.pad(x, width, mode="constant", constant_values=value)
+
+
+@register("Conv", since=1)
+class Conv(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.geo = ConvGeometry(node)
+        self.group = node.attr("group", 1)
+
+    def compute(self, inputs: list) -> list:
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) > 2 else None
+        n, c = x.shape[:2]
+        m = w.shape[0]
+        g = self.group
+        kernel, strides, dil, pb, pe, out = self.geo.resolve(x.shape[2:], w.shape[2:])
+        nd = len(kernel)
+        xp = pad_spatial(x, pb, pe)
+        win = window_view(xp, kernel, strides, dil, out)  # (N, C, *out, *kernel)
+        cg, mg = c // g, m // g
+        if cg == 1 and mg == 1 and g > 1:
+            y = self._depthwise(win, w, kernel, nd)
+        else:
+            kprod = int(np.prod(kernel))
+            oprod = int(np.prod(out))
+            win = win.reshape((n, g, cg) + tuple(out) + tuple(kernel))
+            perm = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
+            cols = win.transpose(perm).reshape(n, g, cg * kprod, oprod)  # im2col (copy)
+            y = np.matmul(w.reshape(g, mg, cg * kprod), cols).reshape((n, m) + tuple(out))
+        if b is not None:
+            y += b.reshape((1, m) + (1,) * nd)
+        return [y]
+
+    @staticmethod
+    def _depthwise(win: np.ndarray, w: np.ndarray, kernel, nd: int) -> np.ndarray:
+        """One multiply-add over the whole tensor per kernel tap."""
+        wk = w.reshape(w.shape[0], -1)
+        y = None
+        for t, idx in enumerate(np.ndindex(*kernel)):
+            term = win[(Ellipsis,) + idx] * wk[:, t].reshape((1, -1) + (1,) * nd)
+            if y is None:
+                y = term
+            else:
+                y += term
+        return y
+
+
+@register("ConvTranspose", since=1)
+class ConvTranspose(Kernel):
+    """Native for explicit pads; ``output_shape``/``auto_pad`` cases go to onnx.reference."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.group = node.attr("group", 1)
+        self.kernel_shape = node.attr("kernel_shape")
+        self.strides = node.attr("strides")
+        self.dilations = node.attr("dilations")
+        self.pads = node.attr("pads")
+        self.output_padding = node.attr("output_padding")
+        self.ref = None
+        if node.attr("output_shape") is not None or node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+
+            self.ref = ReferenceKernel(node, ctx, node.since_version or 11)
+
+    def compute(self, inputs: list) -> list:
+        if self.ref is not None:
+            return self.ref.compute(inputs)
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) > 2 else None
+        n, c = x.shape[:2]
+        ins = x.shape[2:]
+        nd = len(ins)
+        kernel = list(self.kernel_shape or w.shape[2:])
+        strides = self.strides or [1] * nd
+        dil = self.dilations or [1] * nd
+        pads = self.pads or [0] * (2 * nd)
+        opad = self.output_padding or [0] * nd
+        g = self.group
+        cg, mg = c // g, w.shape[1]
+        m = mg * g
+        kprod, iprod = int(np.prod(kernel)), int(np.prod(ins))
+        wt = w.reshape(g, cg, mg * kprod).transpose(0, 2, 1)
+        cols = np.matmul(wt, x.reshape(n, g, cg, iprod))  # (N, G, Mg*K, I)
+        cols = cols.reshape((n, m) + tuple(kernel) + tuple(ins))
+        full = [(ins[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 + opad[i] for i in range(nd)]
+        y = np.zeros((n, m) + tuple(full), dtype=cols.dtype)
+        for idx in np.ndindex(*kernel):
+            sl = tuple(slice(idx[i] * dil[i], idx[i] * dil[i] + (ins[i] - 1) * strides[i] + 1, strides[i])
+                       for i in range(nd))
+            y[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + idx]
+        crop = tuple(slice(pads[i], full[i] - pads[i + nd]) for i in range(nd))
+        y = y[(slice(None), slice(None)) + crop]
+        if b is not None:
+            y = y + b.reshape((1, m) + (1,) * nd)
+        return [np.ascontiguousarray(y)]

@@ -1,0 +1,225 @@
+"""Elementwise kernels: unary math, binary arithmetic with broadcasting, comparisons, logic.
+
+The hot path is one numpy call per node. ufuncs return a numpy scalar for 0-d inputs, so results
+go through ``_arr`` only where that can happen cheaply (one type check).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+_ndarray = np.ndarray
+_asarray = np.asarray
+
+
+def _arr(r):
+    return r if type(r) is _ndarray else _asarray(r)
+
+
+class UnaryUfunc(Kernel):
+    """``y = f(x)`` for a numpy ufunc ``f`` set on the subclass."""
+
+    fn = None
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        r = self.fn(inputs[0])
+        return [r if type(r) is _ndarray else _asarray(r)]
+
+
+class BinaryUfunc(Kernel):
+    """``z = f(x, y)`` with numpy broadcasting (ONNX multidirectional broadcasting)."""
+
+    fn = None
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        r = self.fn(inputs[0], inputs[1])
+        return [r if type(r) is _ndarray else _asarray(r)]
+
+
+def _unary(op: str, fn, *versions: int) -> None:
+    cls = type(op, (UnaryUfunc,), {"fn": fn, "__doc__": f"ONNX {op}."})
+    for v in versions or (1,):
+        register(op, since=v)(cls)
+
+
+def _binary(op: str, fn, *versions: int) -> None:
+    cls = type(op, (BinaryUfunc,), {"fn": fn, "__doc__": f"ONNX {op} (broadcasting)."})
+    for v in versions or (1,):
+        register(op, since=v)(cls)
+
+
+for _op, _fn in {"Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt,
+                 "Floor": np.floor, "Ceil": np.ceil, "Reciprocal": np.reciprocal, "Sin": np.sin,
+                 "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos, "Atan": np.arctan,
+                 "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh, "Acosh": np.arccosh,
+                 "Atanh": np.arctanh, "Sign": np.sign, "IsNaN": np.isnan, "Round": np.rint,
+                 "Not": np.logical_not, "BitwiseNot": np.invert, "Tanh": np.tanh}.items():
+    _unary(_op, _fn)
+
+for _op, _fn in {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "And": np.logical_and,
+                 "Or": np.logical_or, "Xor": np.logical_xor, "BitwiseAnd": np.bitwise_and,
+                 "BitwiseOr": np.bitwise_or, "BitwiseXor": np.bitwise_xor, "Less": np.less,
+                 "Greater": np.greater, "LessOrEqual": np.less_equal,
+                 "GreaterOrEqual": np.greater_equal}.items():
+    _binary(_op, _fn)
+
+
+@register("Equal", since=1)
+class Equal(Kernel):
+    """Equal; string tensors compare element-wise as Python objects."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        r = np.equal(inputs[0], inputs[1])
+        if type(r) is not _ndarray:
+            r = _asarray(r)
+        if r.dtype != np.bool_:
+            r = r.astype(np.bool_)
+        return [r]
+
+
+@register("Div", since=1)
+class Div(Kernel):
+    """Div; integer division truncates toward zero (C semantics, as ORT and onnx.reference)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        a, b = inputs
+        if a.dtype.kind in "iu":
+            q = np.floor_divide(a, b)
+            fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+            return [_arr(np.where(fix, q + 1, q).astype(a.dtype, copy=False))]
+        r = np.divide(a, b)
+        return [r if type(r) is _ndarray else _asarray(r)]
+
+
+@register("Pow", since=1)
+class Pow(Kernel):
+    """Pow; the result has the base's type even when the exponent's type differs."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        a, b = inputs
+        if a.dtype == b.dtype and a.dtype.kind == "f":
+            r = np.power(a, b)
+            return [r if type(r) is _ndarray else _asarray(r)]
+        if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+            return [_arr(np.power(a.astype(np.int64), b.astype(np.int64)).astype(a.dtype))]
+        return [_arr(np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype))]
+
+
+@register("Mod", since=10)
+class Mod(Kernel):
+    """Mod: ``fmod=1`` is C fmod (sign of the dividend), else Python mod (sign of the divisor)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.fn = np.fmod if node.attr("fmod", 0) else np.mod
+
+    def compute(self, inputs: list) -> list:
+        return [_arr(self.fn(inputs[0], inputs[1]))]
+
+
+@register("BitShift", since=11)
+class BitShift(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.fn = np.left_shift if node.attr("direction", "LEFT") == "LEFT" else np.right_shift
+
+    def compute(self, inputs: list) -> list:
+        a, b = inputs
+        return [_arr(self.fn(a, b.astype(a.dtype, copy=False)))]
+
+
+class _Variadic(Kernel):
+    fn = None
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        r = inputs[0]
+        for x in inputs[1:]:
+            r = self.fn(r, x)
+        return [_arr(r) if len(inputs) > 1 else r.copy()]
+
+
+for _op, _fn in {"Sum": np.add, "Max": np.maximum, "Min": np.minimum}.items():
+    register(_op, since=1)(type(_op, (_Variadic,), {"fn": _fn, "__doc__": f"ONNX {_op} (variadic)."}))
+
+
+@register("Mean", since=1)
+class Mean(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        r = inputs[0]
+        for x in inputs[1:]:
+            r = r + x
+        return [_arr((r / len(inputs)).astype(inputs[0].dtype, copy=False))]
+
+
+@register("Where", since=9)
+class Where(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        return [_arr(np.where(inputs[0], inputs[1], inputs[2]))]
+
+
+@register("Clip", since=1)
+@register("Clip", since=6)
+class ClipAttr(Kernel):
+    """Clip with ``min``/``max`` attributes (opset < 11)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.lo = node.attr("min", -3.4028234663852886e38)
+        self.hi = node.attr("max", 3.4028234663852886e38)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        return [_arr(np.minimum(np.maximum(x, x.dtype.type(self.lo)), x.dtype.type(self.hi)))]
+
+
+@register("Clip", since=11)
+class Clip(Kernel):
+    """Clip with optional ``min``/``max`` inputs (opset >= 11)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        lo = inputs[1] if len(inputs) > 1 else None
+        hi = inputs[2] if len(inputs) > 2 else None
+        if lo is not None:
+            x = np.maximum(x, lo)
+        if hi is not None:
+            x = np.minimum(x, hi)
+        return [_arr(x) if (lo is not None or hi is not None) else x.copy()]
+
+
+@register("Identity", since=1)
+class Identity(Kernel):
+    """Identity: values are immutable once produced, so the input is returned as is."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        return [inputs[0]]

@@ -1,0 +1,238 @@
+"""CPU kernels of the ``com.onnxhal`` ops the graph optimizer introduces (runtime/opt_fusions.py).
+
+- ``FusedConv(X, W, B?, Z?)``: Conv (the CPU EP's own Conv kernel), plus the residual Z, then the
+  activation, both applied in place on the Conv's fresh output.
+- ``FusedGemm(A, B, C?)``: Gemm then activation.
+- ``FusedMatMul(X, W, bias)``: X @ W + bias (X of any rank >= 2, W 2-D), then Relu or Gelu.
+- ``Gelu(X)``: x * Phi(x), erf-exact to float32 rounding.
+- ``LayerNormalization``: the ONNX contract, for models whose opset predates the ONNX op.
+
+``activation`` names the op ("" for none); ``activation_params`` holds its float attributes
+(LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta). Large elementwise work is split into
+cache-sized blocks shared by a small thread pool (numpy releases the GIL inside ufuncs).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnx
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+DOMAIN = "com.onnxhal"
+
+#: Elements per block of blocked elementwise work: fits in L2 with the temporaries.
+BLOCK = 1 << 15
+_pool: ThreadPoolExecutor | None = None
+_WORKERS = max(1, min(2, os.cpu_count() or 1))
+
+
+def _blocked(fn: Callable[[np.ndarray], None], y: np.ndarray) -> None:
+    """Apply the in-place ``fn`` to ``y`` block by block, on two threads when it is large."""
+    global _pool
+    flat = y.reshape(-1)
+    n = flat.size
+    if n <= 2 * BLOCK or _WORKERS == 1:
+        for s in range(0, n, BLOCK):
+            fn(flat[s:s + BLOCK])
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="onnxhal-fused")
+    step = -(-n // _WORKERS)
+
+    def part(start: int) -> None:
+        for s in range(start, min(start + step, n), BLOCK):
+            fn(flat[s:min(s + BLOCK, start + step, n)])
+
+    for f in [_pool.submit(part, s) for s in range(0, n, step)]:
+        f.result()
+
+
+# Abramowitz & Stegun 7.1.26: erf(a) = 1 - P(t) exp(-a^2), t = 1 / (1 + p a), |error| < 1.5e-7.
+_AS_P = 0.3275911
+_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def _gelu_inplace(y: np.ndarray) -> None:
+    """gelu(x) = relu(x) - 0.5 |x| P(t) exp(-x^2/2): one formula for both signs, absolute error
+    below 1e-7 |x| (the erf error times x/2)."""
+    a = np.abs(y)
+    a *= 1.0 / math.sqrt(2.0)
+    t = a * _AS_P
+    t += 1.0
+    np.reciprocal(t, out=t)
+    poly = t * _AS_A[4]
+    for c in _AS_A[3::-1]:
+        poly += c
+        poly *= t
+    np.square(a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a  # P(t) exp(-z^2)
+    np.abs(y, out=a)
+    a *= 0.5
+    poly *= a
+    np.maximum(y, 0, out=y)
+    y -= poly
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    y = np.array(x, dtype=x.dtype if x.dtype.kind == "f" else np.float32, copy=True)
+    _blocked(_gelu_inplace, y)
+    return y
+
+
+def _activation(name: str, params: list[float], node: Node) -> Callable[[np.ndarray], None] | None:
+    """In-place activation for a fused kernel, or None for no activation."""
+    if name == "":
+        return None
+    if name == "Relu":
+        return lambda y: np.maximum(y, 0, out=y)
+    if name == "Gelu":
+        return lambda y: _blocked(_gelu_inplace, y)
+    if name == "Tanh":
+        return lambda y: np.tanh(y, out=y)
+    if name == "Sigmoid":
+        def sigmoid(y: np.ndarray) -> None:  # 0.5 (1 + tanh(y / 2)) cannot overflow
+            y *= 0.5
+            np.tanh(y, out=y)
+            y += 1.0
+            y *= 0.5
+        return sigmoid
+    if name == "LeakyRelu":
+        alpha = params[0] if params else 0.01
+        return lambda y: np.multiply(y, alpha, out=y, where=y < 0)
+    if name == "Clip":
+        lo, hi = params
+        return lambda y: np.clip(y, lo, hi, out=y)
+    if name == "HardSigmoid":
+        alpha, beta = params
+
+        def hard_sigmoid(y: np.ndarray) -> None:
+            y *= alpha
+            y += beta
+            np.clip(y, 0.0, 1.0, out=y)
+        return hard_sigmoid
+    raise InvalidArgument(f"{node.op_type} node {node.name!r}: activation {name!r} is not supported; "
+                          "use one of Relu, Gelu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid")
+
+
+def _writable(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``y`` if the kernel may overwrite it (a fresh, writable array of ``dtype``), else a copy."""
+    if isinstance(y, np.ndarray) and y.dtype == dtype and y.flags.writeable and y.flags.c_contiguous:
+        return y
+    return np.array(y, dtype=dtype)
+
+
+class _FusedBase(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.act = _activation(node.attr("activation", ""), node.attr("activation_params", []), node)
+
+
+@register("FusedConv", since=1, domain=DOMAIN)
+class FusedConv(_FusedBase):
+    """Conv + optional residual Z + activation; the Conv itself is the CPU EP's Conv kernel."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
+
+        conv_attrs = [a for k, a in node.attribute_protos.items() if k not in ("activation", "activation_params")]
+        conv = Node("Conv", node.inputs[:3], node.outputs[:1], name=node.name, attribute_protos=conv_attrs)
+        conv.since_version = 11
+        self.conv = create_cpu_kernel(conv, ctx, 11)
+        self.has_residual = len(node.inputs) > 3 and bool(node.inputs[3])
+
+    def compute(self, inputs: list) -> list:
+        y = self.conv.compute(inputs[:3])[0]
+        y = _writable(y, inputs[0].dtype)
+        if self.has_residual:
+            y += inputs[3]
+        if self.act is not None:
+            self.act(y)
+        return [y]
+
+
+def _matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x @ w as one BLAS call: leading dims of x folded into rows."""
+    if x.ndim > 2:
+        return np.matmul(x.reshape(-1, x.shape[-1]), w).reshape(*x.shape[:-1], w.shape[1])
+    return np.matmul(x, w)
+
+
+@register("FusedMatMul", since=1, domain=DOMAIN)
+class FusedMatMul(_FusedBase):
+    def compute(self, inputs: list) -> list:
+        x, w, bias = inputs[0], inputs[1], inputs[2]
+        y = _matmul(x, w)
+        if bias is not None:
+            y += bias
+        if self.act is not None:
+            self.act(y)
+        return [y]
+
+
+@register("FusedGemm", since=1, domain=DOMAIN)
+class FusedGemm(_FusedBase):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self.alpha = node.attr("alpha", 1.0)
+        self.beta = node.attr("beta", 1.0)
+        self.trans_a = bool(node.attr("transA", 0))
+        self.trans_b = bool(node.attr("transB", 0))
+
+    def compute(self, inputs: list) -> list:
+        a, b = inputs[0], inputs[1]
+        c = inputs[2] if len(inputs) > 2 else None
+        y = np.matmul(a.T if self.trans_a else a, b.T if self.trans_b else b)
+        if self.alpha != 1.0:
+            y *= self.alpha
+        if c is not None and self.beta != 0.0:
+            y += c if self.beta == 1.0 else self.beta * c
+        if self.act is not None:
+            self.act(y)
+        return [y]
+
+
+@register("Gelu", since=1, domain=DOMAIN)
+class Gelu(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        return [gelu(inputs[0])]
+
+
+@register("LayerNormalization", since=1, domain=DOMAIN)
+class LayerNormalization(Kernel):
+    """ONNX LayerNormalization (opset 17 contract): normalize over axes [axis, rank)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", -1)
+        self.epsilon = node.attr("epsilon", 1e-5)
+        self.stash = onnx.helper.tensor_dtype_to_np_dtype(node.attr("stash_type", onnx.TensorProto.FLOAT))
+        self.n_outputs = len(node.outputs)
+
+    def compute(self, inputs: list) -> list:
+        x, scale = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        axis = self.axis if self.axis >= 0 else x.ndim + self.axis
+        axes = tuple(range(axis, x.ndim))
+        xs = x.astype(self.stash, copy=False)
+        mean = xs.mean(axis=axes, keepdims=True)
+        d = xs - mean
+        var = np.mean(np.square(d), axis=axes, keepdims=True)
+        inv_std = 1.0 / np.sqrt(var + self.epsilon)
+        d *= inv_std
+        y = d.astype(x.dtype, copy=False)
+        y *= scale
+        if bias is not None:
+            y += bias
+        return [y, mean, inv_std][: self.n_outputs]

@@ -1,0 +1,111 @@
+"""BatchNormalization (inference), LayerNormalization, Softmax, LogSoftmax.
+
+Training-mode BatchNormalization and non-float32 LayerNormalization go to onnx.reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+
+def _reference(node: Node, ctx: KernelCreateContext, default_version: int):
+    from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+
+    return ReferenceKernel(node, ctx, node.since_version or default_version)
+
+
+@register("BatchNormalization", since=1)
+class BatchNormalization(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.eps = node.attr("epsilon", 1e-5)
+        training = bool(node.attr("training_mode", 0)) or len([o for o in node.outputs if o]) > 1
+        legacy = node.attr("spatial", 1) == 0
+        self.ref = _reference(node, ctx, 15) if training or legacy else None
+
+    def compute(self, inputs: list) -> list:
+        if self.ref is not None:
+            return self.ref.compute(inputs)
+        x, scale, bias, mean, var = inputs[:5]
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        inv = scale / np.sqrt(var + var.dtype.type(self.eps))
+        shift = bias - mean * inv
+        y = x * inv.reshape(shape).astype(x.dtype, copy=False)
+        y += shift.reshape(shape).astype(x.dtype, copy=False)
+        return [y]
+
+
+@register("LayerNormalization", since=17)
+class LayerNormalization(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", -1)
+        self.eps = node.attr("epsilon", 1e-5)
+        self.n_out = len(node.outputs)
+        self.node, self.ctx = node, ctx
+        self._ref = None
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        if x.dtype != np.float32:
+            if self._ref is None:  # built once; a concurrent first build is harmless
+                self._ref = _reference(self.node, self.ctx, 17)
+            return self._ref.compute(inputs)
+        scale = inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        axis = self.axis + x.ndim if self.axis < 0 else self.axis
+        axes = tuple(range(axis, x.ndim))
+        mean = x.mean(axis=axes, keepdims=True)
+        d = x - mean
+        var = (d * d).mean(axis=axes, keepdims=True)
+        inv = 1.0 / np.sqrt(var + np.float32(self.eps))
+        y = d * inv
+        y *= scale
+        if bias is not None:
+            y += bias
+        outs = [y, mean, inv]
+        return outs[: self.n_out]
+
+
+class _SoftmaxBase(Kernel):
+    log = False
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", self.default_axis)
+
+    def _along(self, x: np.ndarray, axis: int) -> np.ndarray:
+        m = x.max(axis=axis, keepdims=True)
+        e = x - m
+        if self.log:
+            return e - np.log(np.exp(e).sum(axis=axis, keepdims=True))
+        np.exp(e, out=e)
+        e /= e.sum(axis=axis, keepdims=True)
+        return e
+
+
+class _Softmax13(_SoftmaxBase):
+    default_axis = -1
+
+    def compute(self, inputs: list) -> list:
+        return [self._along(inputs[0], self.axis)]
+
+
+class _SoftmaxCoerced(_SoftmaxBase):
+    """Opset < 13: the input is coerced to 2-D at ``axis`` and normalized over the second axis."""
+
+    default_axis = 1
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        if x.ndim == 0:
+            return [self._along(x.reshape(1, 1), 1).reshape(())]
+        axis = self.axis + x.ndim if self.axis < 0 else self.axis
+        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+        return [self._along(x.reshape(outer, -1), 1).reshape(x.shape)]
+
+
+register("Softmax", since=1)(type("Softmax", (_SoftmaxCoerced,), {}))
+register("Softmax", since=13)(type("Softmax", (_Softmax13,), {}))
+register("LogSoftmax", since=1)(type("LogSoftmax", (_SoftmaxCoerced,), {"log": True}))
+register("LogSoftmax", since=13)(type("LogSoftmax", (_Softmax13,), {"log": True}))

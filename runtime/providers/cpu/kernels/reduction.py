@@ -1,0 +1,115 @@
+"""Reductions (ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare) and ArgMax/ArgMin.
+
+``axes`` is an attribute before the opset where it became an input (13 for ReduceSum, 18 for the
+others). Reductions over an empty set follow onnx.reference (delegated to it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+_asarray = np.asarray
+
+
+def _sumsq(x, axis, keepdims):
+    return np.sum(x * x, axis=axis, keepdims=keepdims)
+
+
+def _l1(x, axis, keepdims):
+    return np.sum(np.abs(x), axis=axis, keepdims=keepdims)
+
+
+def _l2(x, axis, keepdims):
+    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
+
+
+def _logsum(x, axis, keepdims):
+    return np.log(np.sum(x, axis=axis, keepdims=keepdims))
+
+
+def _logsumexp(x, axis, keepdims):
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    r = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return r if keepdims else np.squeeze(r, axis=axis)
+
+
+_FUNCS = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max, "ReduceMin": np.min,
+          "ReduceProd": np.prod, "ReduceSumSquare": _sumsq, "ReduceL1": _l1, "ReduceL2": _l2,
+          "ReduceLogSum": _logsum, "ReduceLogSumExp": _logsumexp}
+_AXES_INPUT_SINCE = {"ReduceSum": 13}
+
+
+class Reduce(Kernel):
+    """One reduction; ``axes_from_input`` selects the opset signature."""
+
+    fn = None
+    axes_from_input = False
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.keepdims = bool(node.attr("keepdims", 1))
+        self.noop = bool(node.attr("noop_with_empty_axes", 0))
+        axes = node.attr("axes")
+        self.axes = tuple(axes) if axes else None
+        self.node = node
+        self.ctx = ctx
+        self._ref = None
+
+    def _reference(self):
+        if self._ref is None:  # built at most once; a race builds two equal objects, harmless
+            from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+
+            self._ref = ReferenceKernel(self.node, self.ctx, self.node.since_version or 18)
+        return self._ref
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        axes = self.axes
+        if self.axes_from_input:
+            a = inputs[1] if len(inputs) > 1 else None
+            axes = tuple(a.tolist()) if a is not None and a.size else None
+            if axes is None and self.noop:
+                return [x]
+        if x.size == 0 or x.dtype.kind not in "fiub":
+            return self._reference().compute(inputs)
+        r = self.fn(x, axis=axes, keepdims=self.keepdims)
+        if r.dtype != x.dtype:
+            r = r.astype(x.dtype)
+        return [r if type(r) is np.ndarray else _asarray(r)]
+
+
+for _op, _fn in _FUNCS.items():
+    _attr_cls = type(_op, (Reduce,), {"fn": staticmethod(_fn), "__doc__": f"ONNX {_op} (axes attribute)."})
+    register(_op, since=1)(_attr_cls)
+    _in_cls = type(_op, (Reduce,), {"fn": staticmethod(_fn), "axes_from_input": True,
+                                    "__doc__": f"ONNX {_op} (axes input)."})
+    register(_op, since=_AXES_INPUT_SINCE.get(_op, 18))(_in_cls)
+
+
+class _Arg(Kernel):
+    fn = None
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", 0)
+        self.keepdims = bool(node.attr("keepdims", 1))
+        self.last = bool(node.attr("select_last_index", 0))
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        axis = self.axis
+        if self.last:
+            n = x.shape[axis]
+            r = n - 1 - self.fn(np.flip(x, axis), axis=axis)
+        else:
+            r = self.fn(x, axis=axis)
+        r = np.asarray(r, dtype=np.int64)
+        if self.keepdims:
+            r = np.expand_dims(r, axis)
+        return [r]
+
+
+register("ArgMax", since=1)(type("ArgMax", (_Arg,), {"fn": staticmethod(np.argmax)}))
+register("ArgMin", since=1)(type("ArgMin", (_Arg,), {"fn": staticmethod(np.argmin)}))

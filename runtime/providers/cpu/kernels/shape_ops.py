@@ -1,0 +1,394 @@
+"""Shape and data-movement kernels: Reshape, Flatten, Transpose, Concat, Split, Slice, Gather,
+Squeeze/Unsqueeze, Expand, Shape, Size, Tile, Pad, Constant, ConstantOfShape, Range.
+
+Opset-dependent signatures (attributes that became inputs) are separate registrations. Views are
+returned where numpy gives them: produced values are never written in place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+_ndarray = np.ndarray
+_INT64 = np.int64
+
+
+class _NoAttr(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+
+def _reshape(x: np.ndarray, shape, allowzero: bool) -> np.ndarray:
+    shape = [int(s) for s in shape]
+    if not allowzero:
+        for i, s in enumerate(shape):
+            if s == 0:
+                shape[i] = x.shape[i]
+    return x.reshape(shape)
+
+
+@register("Reshape", since=1)
+class ReshapeAttr(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.shape = node.attr("shape", [])
+
+    def compute(self, inputs: list) -> list:
+        return [_reshape(inputs[0], self.shape, False)]
+
+
+@register("Reshape", since=5)
+class Reshape(Kernel):
+    host_inputs = frozenset({1})
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.allowzero = bool(node.attr("allowzero", 0))
+
+    def compute(self, inputs: list) -> list:
+        return [_reshape(inputs[0], inputs[1].tolist(), self.allowzero)]
+
+
+@register("Flatten", since=1)
+class Flatten(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", 1)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        axis = self.axis + x.ndim if self.axis < 0 else self.axis
+        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+        inner = int(np.prod(x.shape[axis:], dtype=np.int64))
+        return [x.reshape(outer, inner)]
+
+
+@register("Transpose", since=1)
+class Transpose(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        perm = node.attr("perm")
+        self.perm = tuple(perm) if perm is not None else None
+
+    def compute(self, inputs: list) -> list:
+        return [np.transpose(inputs[0], self.perm)]
+
+
+@register("Concat", since=1)
+class Concat(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", 1)
+
+    def compute(self, inputs: list) -> list:
+        return [np.concatenate(inputs, axis=self.axis)]
+
+
+def _split_points(dim: int, split) -> list[int]:
+    return np.cumsum(split)[:-1].tolist()
+
+
+@register("Split", since=1)
+class SplitAttr(Kernel):
+    """Split with a ``split`` attribute (opset < 13; opset 1 also accepts it as input 2)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", 0)
+        self.split = node.attr("split")
+        self.n = len(node.outputs)
+
+    def compute(self, inputs: list) -> list:
+        split = self.split
+        if split is None and len(inputs) > 1 and inputs[1] is not None:
+            split = inputs[1].tolist()
+        return _do_split(inputs[0], self.axis, split, self.n)
+
+
+def _do_split(x: np.ndarray, axis: int, split, n: int) -> list:
+    if split is None:
+        dim = x.shape[axis]
+        if dim % n == 0:
+            return list(np.split(x, n, axis=axis))
+        chunk = -(-dim // n)  # opset 18 num_outputs: ceil-sized chunks, the last smaller
+        split = [chunk] * (n - 1) + [dim - chunk * (n - 1)]
+    return list(np.split(x, _split_points(x.shape[axis], split), axis=axis))
+
+
+@register("Split", since=13)
+class Split(Kernel):
+    host_inputs = frozenset({1})
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", 0)
+        self.n = node.attr("num_outputs", len(node.outputs))
+
+    def compute(self, inputs: list) -> list:
+        split = inputs[1].tolist() if len(inputs) > 1 and inputs[1] is not None else None
+        return _do_split(inputs[0], self.axis, split, self.n)
+
+
+def _slice(x: np.ndarray, starts, ends, axes, steps) -> np.ndarray:
+    index = [slice(None)] * x.ndim
+    if axes is None:
+        axes = range(len(starts))
+    if steps is None:
+        steps = [1] * len(starts)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        s, e, a, st = int(s), int(e), int(a), int(st)
+        dim = x.shape[a]
+        if s < 0:
+            s += dim
+        if e < 0:
+            e += dim
+        if st > 0:
+            s = min(max(s, 0), dim)
+            e = min(max(e, 0), dim)
+        else:
+            s = min(max(s, 0), dim - 1)
+            e = min(max(e, -1), dim - 1)
+        index[a] = slice(s, e if e >= 0 else None, st)
+    return x[tuple(index)]
+
+
+@register("Slice", since=1)
+class SliceAttr(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.starts, self.ends = node.attr("starts"), node.attr("ends")
+        self.axes = node.attr("axes")
+
+    def compute(self, inputs: list) -> list:
+        return [_slice(inputs[0], self.starts, self.ends, self.axes, None)]
+
+
+@register("Slice", since=10)
+class Slice(_NoAttr):
+    host_inputs = frozenset({1, 2, 3, 4})
+
+    def compute(self, inputs: list) -> list:
+        n = len(inputs)
+        axes = inputs[3].tolist() if n > 3 and inputs[3] is not None else None
+        steps = inputs[4].tolist() if n > 4 and inputs[4] is not None else None
+        return [_slice(inputs[0], inputs[1].tolist(), inputs[2].tolist(), axes, steps)]
+
+
+@register("Gather", since=1)
+class Gather(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", 0)
+
+    def compute(self, inputs: list) -> list:
+        x, idx = inputs
+        return [np.asarray(np.take(x, idx, axis=self.axis))]
+
+
+@register("GatherElements", since=11)
+class GatherElements(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", 0)
+
+    def compute(self, inputs: list) -> list:
+        return [np.take_along_axis(inputs[0], inputs[1].astype(np.int64, copy=False), axis=self.axis)]
+
+
+def _axes_tuple(axes) -> tuple:
+    return tuple(int(a) for a in axes)
+
+
+@register("Unsqueeze", since=1)
+class UnsqueezeAttr(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axes = _axes_tuple(node.attr("axes", []))
+
+    def compute(self, inputs: list) -> list:
+        return [np.expand_dims(inputs[0], self.axes)]
+
+
+@register("Unsqueeze", since=13)
+class Unsqueeze(_NoAttr):
+    host_inputs = frozenset({1})
+
+    def compute(self, inputs: list) -> list:
+        return [np.expand_dims(inputs[0], _axes_tuple(inputs[1].tolist()))]
+
+
+def _squeeze(x: np.ndarray, axes) -> np.ndarray:
+    if axes is None:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=_axes_tuple(axes))
+
+
+@register("Squeeze", since=1)
+class SqueezeAttr(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axes = node.attr("axes")
+
+    def compute(self, inputs: list) -> list:
+        return [_squeeze(inputs[0], self.axes)]
+
+
+@register("Squeeze", since=13)
+class Squeeze(_NoAttr):
+    host_inputs = frozenset({1})
+
+    def compute(self, inputs: list) -> list:
+        axes = inputs[1].tolist() if len(inputs) > 1 and inputs[1] is not None else None
+        return [_squeeze(inputs[0], axes)]
+
+
+@register("Expand", since=8)
+class Expand(_NoAttr):
+    host_inputs = frozenset({1})
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        shape = np.broadcast_shapes(x.shape, tuple(int(s) for s in inputs[1].tolist()))
+        return [np.array(np.broadcast_to(x, shape))]
+
+
+@register("Shape", since=1)
+class Shape(Kernel):
+    host_outputs = frozenset({0})
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.start = node.attr("start", 0)
+        self.end = node.attr("end")
+
+    def compute(self, inputs: list) -> list:
+        return [np.array(inputs[0].shape[self.start:self.end], dtype=_INT64)]
+
+
+@register("Size", since=1)
+class Size(_NoAttr):
+    host_outputs = frozenset({0})
+
+    def compute(self, inputs: list) -> list:
+        return [np.array(inputs[0].size, dtype=_INT64)]
+
+
+@register("Tile", since=6)
+class Tile(_NoAttr):
+    host_inputs = frozenset({1})
+
+    def compute(self, inputs: list) -> list:
+        return [np.tile(inputs[0], inputs[1].tolist())]
+
+
+def _pad(x: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
+    nd = x.ndim
+    pads = [int(p) for p in pads]
+    if axes is None:
+        axes = list(range(nd))
+    else:
+        axes = [int(a) + nd if int(a) < 0 else int(a) for a in axes]
+    k = len(axes)
+    width = [[0, 0] for _ in range(nd)]
+    for i, a in enumerate(axes):
+        width[a] = [pads[i], pads[i + k]]
+    # Negative pads crop: apply them as a slice before padding.
+    crop = tuple(slice(max(-b, 0), x.shape[d] - max(-e, 0)) for d, (b, e) in enumerate(width))
+    if any(b < 0 or e < 0 for b, e in width):
+        x = x[crop]
+        width = [[max(b, 0), max(e, 0)] for b, e in width]
+    if mode == "constant":
+        if value is None:
+            value = 0
+        return np.pad(x, width, mode="constant", constant_values=value)
+    return np.pad(x, width, mode=mode)
+
+
+@register("Pad", since=1)
+@register("Pad", since=2)
+class PadAttr(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.pads = node.attr("pads", node.attr("paddings"))
+        self.mode = node.attr("mode", "constant")
+        self.value = node.attr("value", 0.0)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        return [_pad(x, self.pads, self.mode, x.dtype.type(self.value) if x.dtype != object else self.value)]
+
+
+@register("Pad", since=11)
+class Pad(Kernel):
+    host_inputs = frozenset({1, 2, 3})
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.mode = node.attr("mode", "constant")
+
+    def compute(self, inputs: list) -> list:
+        n = len(inputs)
+        value = inputs[2] if n > 2 and inputs[2] is not None and inputs[2].size else None
+        if value is not None:
+            value = value.reshape(-1)[0]
+        axes = inputs[3].tolist() if n > 3 and inputs[3] is not None else None
+        return [_pad(inputs[0], inputs[1].tolist(), self.mode, value, axes)]
+
+
+@register("Constant", since=1)
+class Constant(Kernel):
+    """The value is built once; every run returns the same (read-only) array."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        a = node.attributes
+        if "value" in a:
+            v = np.asarray(a["value"])
+        elif "value_float" in a:
+            v = np.array(a["value_float"], dtype=np.float32)
+        elif "value_floats" in a:
+            v = np.array(a["value_floats"], dtype=np.float32)
+        elif "value_int" in a:
+            v = np.array(a["value_int"], dtype=np.int64)
+        elif "value_ints" in a:
+            v = np.array(a["value_ints"], dtype=np.int64)
+        elif "value_string" in a:
+            v = np.array(a["value_string"], dtype=object)
+        elif "value_strings" in a:
+            v = np.array(a["value_strings"], dtype=object)
+        elif "sparse_value" in a:
+            from onnx.reference.ops.op_constant import Constant_12  # sparse tensor densification
+
+            v = Constant_12(node.to_proto(), {"log": None, "opsets": {"": 12}, "verbose": 0,
+                                              "new_ops": {}}).run()[0]
+            v = np.asarray(v)
+        else:
+            from onnxhal.hal.errors import InvalidArgument
+
+            raise InvalidArgument(f"Constant node {node.name!r} has no value attribute; set 'value'")
+        v.flags.writeable = False
+        self.value = v
+
+    def compute(self, inputs: list) -> list:
+        return [self.value]
+
+
+@register("ConstantOfShape", since=9)
+class ConstantOfShape(Kernel):
+    host_inputs = frozenset({0})
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        v = node.attr("value")
+        self.value = np.asarray(v).reshape(-1)[0] if v is not None else np.float32(0)
+        self.dtype = np.asarray(v).dtype if v is not None else np.dtype(np.float32)
+
+    def compute(self, inputs: list) -> list:
+        return [np.full(tuple(int(s) for s in inputs[0].tolist()), self.value, dtype=self.dtype)]
+
+
+@register("Range", since=11)
+class Range(_NoAttr):
+    def compute(self, inputs: list) -> list:
+        start, limit, delta = inputs
+        return [np.arange(start, limit, delta).astype(start.dtype, copy=False)]
+
+
+@register("Scatter", since=9)
+class Scatter(Kernel):
+    """Deprecated Scatter (opset 9-10): ScatterElements without reduction."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", 0)
+
+    def compute(self, inputs: list) -> list:
+        data, idx, upd = inputs
+        out = data.copy()
+        np.put_along_axis(out, idx.astype(np.int64, copy=False), upd, axis=self.axis)
+        return [out]

@@ -1,0 +1,184 @@
+"""Elementwise ops of the OpenCL EP and the generator of fused elementwise kernels.
+
+A chain (tree) of elementwise nodes becomes one kernel: every intermediate value is a C local, each
+external input is read once per output element with its own broadcasting, and only the chain's
+result is written. Attributes are baked into the source as literals; shapes travel in a small
+constant buffer, so one program serves every shape with the same expression and broadcast pattern.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from onnxhal.hal.graph import Node
+
+MAX_RANK = 6
+
+
+def _lit(x: float) -> str:
+    """A float literal C accepts (inf and nan included)."""
+    x = float(x)
+    if np.isnan(x):
+        return "NAN"
+    if np.isinf(x):
+        return "INFINITY" if x > 0 else "(-INFINITY)"
+    return f"{x!r}f" if "e" in repr(x) or "." in repr(x) else f"{x!r}.0f"
+
+
+def _erf(x: str) -> str:
+    # Abramowitz & Stegun 7.1.26 (abs error < 1.5e-7), with native_exp: erf() is a slow call on PoCL.
+    return f"onnxhal_erf({x})"
+
+
+ERF_HELPER = """
+inline float onnxhal_erf(float x) {
+  const float ax = fabs(x);
+  const float t = 1.0f / (1.0f + 0.3275911f * ax);
+  const float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t - 0.284496736f) * t
+                  + 0.254829592f) * t * native_exp(-ax * ax);
+  return copysign(y, x);
+}
+inline float onnxhal_tanh(float x) {
+  const float ax = fmin(fabs(x), 20.0f);
+  const float e = native_exp(-2.0f * ax);
+  return copysign((1.0f - e) / (1.0f + e), x);
+}
+"""
+
+
+def _gelu(n: Node, a: list[str], x: dict) -> str:
+    if n.attr("approximate", "none") == "tanh":
+        v = a[0]
+        return f"(0.5f * {v} * (1.0f + onnxhal_tanh(0.7978845608f * ({v} + 0.044715f * {v} * {v} * {v}))))"
+    return f"(0.5f * {a[0]} * (1.0f + onnxhal_erf({a[0]} * 0.70710678118f)))"
+
+
+def _clip(n: Node, a: list[str], x: dict) -> str:
+    lo, hi = x.get("min"), x.get("max")  # resolved from constant inputs or attributes in lowering
+    expr = a[0]
+    if lo is not None:
+        expr = f"fmax({expr}, {_lit(lo)})"
+    if hi is not None:
+        expr = f"fmin({expr}, {_lit(hi)})"
+    return expr
+
+
+def _variadic(op: str) -> Callable[[Node, list[str], dict], str]:
+    def build(n: Node, a: list[str], x: dict) -> str:
+        expr = a[0]
+        for v in a[1:]:
+            expr = f"{op}({expr}, {v})" if op in ("fmax", "fmin") else f"({expr} {op} {v})"
+        return f"({expr} / {_lit(len(a))})" if n.op_type == "Mean" else expr
+    return build
+
+
+#: op type -> C expression builder ``(node, argument expressions, params from lowering)``.
+ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
+    "Add": lambda n, a, x: f"({a[0]} + {a[1]})",
+    "Sub": lambda n, a, x: f"({a[0]} - {a[1]})",
+    "Mul": lambda n, a, x: f"({a[0]} * {a[1]})",
+    "Div": lambda n, a, x: f"({a[0]} / {a[1]})",
+    "Pow": lambda n, a, x: f"pow({a[0]}, {a[1]})",
+    "Max": _variadic("fmax"),
+    "Min": _variadic("fmin"),
+    "Sum": _variadic("+"),
+    "Mean": _variadic("+"),
+    "Neg": lambda n, a, x: f"(-{a[0]})",
+    "Abs": lambda n, a, x: f"fabs({a[0]})",
+    "Sqrt": lambda n, a, x: f"sqrt({a[0]})",
+    "Reciprocal": lambda n, a, x: f"(1.0f / {a[0]})",
+    "Exp": lambda n, a, x: f"native_exp({a[0]})",
+    "Log": lambda n, a, x: f"log({a[0]})",
+    "Floor": lambda n, a, x: f"floor({a[0]})",
+    "Ceil": lambda n, a, x: f"ceil({a[0]})",
+    "Relu": lambda n, a, x: f"fmax({a[0]}, 0.0f)",
+    "LeakyRelu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 0.01))} * {a[0]})",
+    "Elu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 1.0))} * (native_exp({a[0]}) - 1.0f))",
+    "Selu": lambda n, a, x: (f"({_lit(n.attr('gamma', 1.05070102214813232421875))} * ({a[0]} > 0.0f ? {a[0]} : "
+                          f"{_lit(n.attr('alpha', 1.67326319217681884765625))} * (native_exp({a[0]}) - 1.0f)))"),
+    "Sigmoid": lambda n, a, x: f"(1.0f / (1.0f + native_exp(-{a[0]})))",
+    "HardSigmoid": lambda n, a, x: (f"fmin(fmax({_lit(n.attr('alpha', 0.2))} * {a[0]} + "
+                                 f"{_lit(n.attr('beta', 0.5))}, 0.0f), 1.0f)"),
+    "HardSwish": lambda n, a, x: f"({a[0]} * fmin(fmax({a[0]} / 6.0f + 0.5f, 0.0f), 1.0f))",
+    "Softplus": lambda n, a, x: f"({a[0]} > 20.0f ? {a[0]} : log(1.0f + native_exp({a[0]})))",
+    "Softsign": lambda n, a, x: f"({a[0]} / (1.0f + fabs({a[0]})))",
+    "Tanh": lambda n, a, x: f"onnxhal_tanh({a[0]})",
+    "Erf": lambda n, a, x: _erf(a[0]),
+    "Gelu": _gelu,
+    "Clip": _clip,
+    "Identity": lambda n, a, x: a[0],
+    # Inference BatchNormalization: inputs rewritten in lowering to (x, scale, shift).
+    "BatchNormalization": lambda n, a, x: f"({a[0]} * {a[1]} + {a[2]})",
+}
+
+#: Ops with exactly this many float data inputs (others: variadic or checked in lowering).
+BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})
+VARIADIC_OPS = frozenset({"Max", "Min", "Sum", "Mean"})
+
+
+@dataclass(frozen=True)
+class FusedInput:
+    """How the fused kernel reads one external input: ``mode`` is "same" (index = gid), "scalar"
+    (index 0) or "bcast" (strides into the output's coordinates, 0 on broadcast dimensions)."""
+
+    mode: str
+    strides: tuple[int, ...] = ()
+
+
+def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> FusedInput:
+    """How an input of ``in_shape`` is read when broadcast to ``out_shape`` (numpy rules)."""
+    in_shape, out_shape = tuple(in_shape), tuple(out_shape)
+    if in_shape == out_shape:
+        return FusedInput("same")
+    if int(np.prod(in_shape, dtype=np.int64)) == 1:
+        return FusedInput("scalar")
+    padded = (1,) * (len(out_shape) - len(in_shape)) + in_shape
+    strides, acc = [], 1
+    for d in reversed(padded):
+        strides.append(0 if d == 1 else acc)
+        acc *= d
+    return FusedInput("bcast", tuple(reversed(strides)))
+
+
+@dataclass
+class FusedExpression:
+    """A fused elementwise kernel: ``source`` (kernel ``fused_elementwise``), ``inputs`` (how each
+    external input is read) and ``meta`` (int32 constant buffer: rank, out dims, bcast strides)."""
+
+    source: str
+    inputs: list[FusedInput]
+    meta: np.ndarray
+
+
+def generate_fused_kernel(statements: Sequence[tuple[str, str]], result: str, inputs: Sequence[FusedInput],
+                          out_shape: Sequence[int]) -> FusedExpression:
+    """Source for ``out[gid] = result`` after ``statements`` (``(local name, C expression)``), where
+    expressions read external input ``k`` as ``in{k}``."""
+    rank = len(out_shape)
+    bcast = [k for k, fi in enumerate(inputs) if fi.mode == "bcast"]
+    params = ", ".join(f"__global const float* restrict p{k}" for k in range(len(inputs)))
+    lines = [ERF_HELPER, "__kernel void fused_elementwise(__global float* restrict out"
+             + (", " + params if params else "") + ", __constant int* meta, const int total) {",
+             "  const int gid = get_global_id(0);", "  if (gid >= total) return;"]
+    if bcast:
+        lines.append("  int rem = gid;")
+        for k in bcast:
+            lines.append(f"  int i{k} = 0;")
+        for d in range(rank - 1, -1, -1):
+            lines.append(f"  {{ const int c = rem % meta[{1 + d}]; rem /= meta[{1 + d}];")
+            for j, k in enumerate(bcast):
+                lines.append(f"    i{k} += c * meta[{1 + rank + j * rank + d}];")
+            lines.append("  }")
+    for k, fi in enumerate(inputs):
+        index = "gid" if fi.mode == "same" else "0" if fi.mode == "scalar" else f"i{k}"
+        lines.append(f"  const float in{k} = p{k}[{index}];")
+    for name, expr in statements:
+        lines.append(f"  const float {name} = {expr};")
+    lines.append(f"  out[gid] = {result};")
+    lines.append("}")
+    meta = [rank, *out_shape]
+    for k in bcast:
+        meta.extend(inputs[k].strides)
+    return FusedExpression("\n".join(lines), list(inputs), np.array(meta or [0], dtype=np.int32))

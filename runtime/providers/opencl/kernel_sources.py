@@ -1,0 +1,291 @@
+"""OpenCL C sources of the OpenCL EP's fixed kernels, one program per op family.
+
+Shapes are kernel arguments, never baked into the source, so each family builds once per device
+(and once per machine, through the disk cache). Fused elementwise kernels are generated instead, in
+``elementwise_codegen``.
+
+PoCL notes that shaped this code: ``vload8``/``vstore8`` are out-of-line calls on PoCL (they clobber
+every vector register), so the GEMM loads packed panels through ``float8`` pointers; ``a * b + c``
+with ``-cl-mad-enable`` becomes an FMA instruction while ``fma()`` is a slow call; ``native_exp``
+is accurate to ~1e-7 relative here and much faster than ``exp``.
+"""
+
+from __future__ import annotations
+
+#: Rows of C computed by one GEMM work-item (register block RM x 16: 12 float8 accumulators).
+GEMM_RM = 6
+#: Columns of C computed by one GEMM work-item.
+GEMM_RN = 16
+
+
+def _gemm_source() -> str:
+    rm = GEMM_RM
+    decl = "\n".join(f"  float8 c{r}a = (float8)(0.0f), c{r}b = (float8)(0.0f);" for r in range(rm))
+    body = "\n".join(f"    {{ const float8 av = (float8)(ap[{r}]); c{r}a += av * b0; c{r}b += av * b1; }}"
+                     for r in range(rm))
+    store = "\n".join(f"  store_row(C, c{r}a, c{r}b, i0 + {r}, j0, M, N, bias, bias_mode, alpha, beta, post_op);"
+                      for r in range(rm))
+    return f"""
+#define RM {rm}
+// Packed panels: Ap[batch][M/RM][K][RM], Bp[batch][N/16][K][16], zero padded.
+__kernel void pack_a(__global float* Ap, __global const float* A, const int M, const int K, const int Mb,
+                     const int rs, const int cs, const int src_bstride, const int total) {{
+  const int g = get_global_id(0);
+  if (g >= total) return;
+  const int r = g % RM; int t = g / RM;
+  const int k = t % K; t /= K;
+  const int ib = t % Mb; const int b = t / Mb;
+  const int i = ib * RM + r;
+  Ap[g] = i < M ? A[b * src_bstride + i * rs + k * cs] : 0.0f;
+}}
+
+__kernel void pack_b(__global float* Bp, __global const float* B, const int N, const int K, const int Nb,
+                     const int rs, const int cs, const int src_bstride, const int total) {{
+  const int g = get_global_id(0);
+  if (g >= total) return;
+  const int c = g % 16; int t = g / 16;
+  const int k = t % K; t /= K;
+  const int jb = t % Nb; const int b = t / Nb;
+  const int j = jb * 16 + c;
+  Bp[g] = j < N ? B[b * src_bstride + k * rs + j * cs] : 0.0f;
+}}
+
+// bias_mode: 0 none, 1 per column, 2 per row, 3 full [M,N], 4 scalar. post_op: 0 none, 1 relu.
+inline float epilogue(float acc, int i, int j, int N, __global const float* bias, int bias_mode,
+                      float alpha, float beta, int post_op) {{
+  float v = alpha * acc;
+  if (bias_mode == 1) v += beta * bias[j];
+  else if (bias_mode == 2) v += beta * bias[i];
+  else if (bias_mode == 3) v += beta * bias[i * N + j];
+  else if (bias_mode == 4) v += beta * bias[0];
+  if (post_op == 1) v = fmax(v, 0.0f);
+  return v;
+}}
+
+inline void store_row(__global float* C, float8 a, float8 b, int i, int j0, int M, int N,
+                      __global const float* bias, int bias_mode, float alpha, float beta, int post_op) {{
+  if (i >= M) return;
+  float vals[16];
+  vals[0] = a.s0; vals[1] = a.s1; vals[2] = a.s2; vals[3] = a.s3;
+  vals[4] = a.s4; vals[5] = a.s5; vals[6] = a.s6; vals[7] = a.s7;
+  vals[8] = b.s0; vals[9] = b.s1; vals[10] = b.s2; vals[11] = b.s3;
+  vals[12] = b.s4; vals[13] = b.s5; vals[14] = b.s6; vals[15] = b.s7;
+  const int n = min(16, N - j0);
+  __global float* row = C + i * N + j0;
+  for (int c = 0; c < n; ++c)
+    row[c] = epilogue(vals[c], i, j0 + c, N, bias, bias_mode, alpha, beta, post_op);
+}}
+
+// C[b] = alpha * A[b % a_mod] @ B[b] + beta * bias. One work-item: RM rows x 16 columns.
+__kernel void gemm_packed(__global const float* Ap, __global const float* Bp, __global float* C,
+                          __global const float* bias, const int M, const int N, const int K,
+                          const int a_mod, const int c_bstride, const int bias_bstride,
+                          const int bias_mode, const float alpha, const float beta, const int post_op) {{
+  const int ib = get_global_id(0);
+  const int jb = get_global_id(1);
+  const int b = get_global_id(2);
+  const int Mb = (M + RM - 1) / RM, Nb = (N + 15) / 16;
+  const int i0 = ib * RM, j0 = jb * 16;
+  __global const float8* bp = (__global const float8*)(Bp + ((size_t)b * Nb + jb) * K * 16);
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  C += (size_t)b * c_bstride;
+  bias += (b % a_mod) * bias_bstride;
+{decl}
+  for (int k = 0; k < K; ++k) {{
+    const float8 b0 = bp[0];
+    const float8 b1 = bp[1];
+{body}
+    bp += 2; ap += RM;
+  }}
+{store}
+}}
+"""
+
+
+GEMM_SOURCE = _gemm_source()
+
+#: im2col straight into the packed B layout of ``gemm_packed``, and a direct convolution for
+#: depthwise and other thin groups (where a 6-row register block would be mostly padding).
+CONV_SOURCE = """
+// Bp[b][jb][k][c], b = n * G + g, k = (ci, kh, kw), column p = jb * 16 + c = (oh, ow).
+__kernel void im2col_packed(__global float* Bp, __global const float* X, const int Cin, const int H, const int W,
+                            const int Cg, const int KH, const int KW, const int OH, const int OW,
+                            const int sh, const int sw, const int ph, const int pw, const int dh, const int dw,
+                            const int G, const int Kdim, const int Nb, const int total) {
+  const int g0 = get_global_id(0);
+  if (g0 >= total) return;
+  const int c = g0 % 16; int t = g0 / 16;
+  const int k = t % Kdim; t /= Kdim;
+  const int jb = t % Nb; const int b = t / Nb;
+  const int p = jb * 16 + c;
+  float v = 0.0f;
+  if (p < OH * OW) {
+    const int oh = p / OW, ow = p % OW;
+    const int kw = k % KW, kh = (k / KW) % KH, ci = k / (KW * KH);
+    const int n = b / G, g = b % G;
+    const int y = oh * sh - ph + kh * dh, x = ow * sw - pw + kw * dw;
+    if (y >= 0 && y < H && x >= 0 && x < W)
+      v = X[(((size_t)n * Cin + g * Cg + ci) * H + y) * W + x];
+  }
+  Bp[g0] = v;
+}
+
+__kernel void conv_direct(__global float* Y, __global const float* X, __global const float* Wt,
+                          __global const float* bias, const int has_bias, const int Cin, const int H, const int W,
+                          const int Cout, const int Cg, const int Mg, const int KH, const int KW,
+                          const int OH, const int OW, const int sh, const int sw, const int ph, const int pw,
+                          const int dh, const int dw, const int total) {
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int ow = gid % OW; int t = gid / OW;
+  const int oh = t % OH; t /= OH;
+  const int co = t % Cout; const int n = t / Cout;
+  const int g = co / Mg;
+  float acc = has_bias ? bias[co] : 0.0f;
+  for (int ci = 0; ci < Cg; ++ci) {
+    __global const float* xp = X + ((size_t)n * Cin + g * Cg + ci) * H * W;
+    __global const float* wp = Wt + ((size_t)co * Cg + ci) * KH * KW;
+    for (int kh = 0; kh < KH; ++kh) {
+      const int y = oh * sh - ph + kh * dh;
+      if (y < 0 || y >= H) continue;
+      for (int kw = 0; kw < KW; ++kw) {
+        const int x = ow * sw - pw + kw * dw;
+        if (x >= 0 && x < W) acc += xp[y * W + x] * wp[kh * KW + kw];
+      }
+    }
+  }
+  Y[gid] = acc;
+}
+"""
+
+#: Max/Average pooling (2-D, NCHW; 1-D runs with H = 1). mode 0 max, 1 average.
+POOL_SOURCE = """
+__kernel void pool2d(__global float* Y, __global const float* X, const int H, const int W, const int OH,
+                     const int OW, const int KH, const int KW, const int sh, const int sw, const int ph,
+                     const int pw, const int dh, const int dw, const int mode, const int count_include_pad,
+                     const int hlim, const int wlim, const int total) {
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int ow = gid % OW; int t = gid / OW;
+  const int oh = t % OH; const int nc = t / OH;
+  __global const float* xp = X + (size_t)nc * H * W;
+  float acc = mode == 0 ? -INFINITY : 0.0f;
+  int count = 0;
+  for (int kh = 0; kh < KH; ++kh) {
+    const int y = oh * sh - ph + kh * dh;
+    for (int kw = 0; kw < KW; ++kw) {
+      const int x = ow * sw - pw + kw * dw;
+      const int inside = y >= 0 && y < H && x >= 0 && x < W;
+      if (inside) {
+        const float v = xp[y * W + x];
+        acc = mode == 0 ? fmax(acc, v) : acc + v;
+        ++count;
+      } else if (count_include_pad && y < hlim && x < wlim) {
+        ++count;  // a pad position inside the padded input (not beyond it, as ORT)
+      }
+    }
+  }
+  Y[gid] = mode == 0 ? acc : acc / (float)max(count, 1);
+}
+"""
+
+#: Row-wise kernels on an (outer, R, inner) view: reductions, Softmax/LogSoftmax, LayerNormalization.
+ROWWISE_SOURCE = """
+// mode: 0 sum, 1 mean, 2 max, 3 min, 4 prod, 5 sum of squares, 6 L2, 7 L1, 8 log-sum-exp, 9 log-sum
+__kernel void reduce_rows(__global float* Y, __global const float* X, const int R, const int inner,
+                          const int mode, const int total) {
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int i = gid % inner, o = gid / inner;
+  __global const float* xp = X + (size_t)o * R * inner + i;
+  float acc = (mode == 2) ? -INFINITY : (mode == 3) ? INFINITY : (mode == 4) ? 1.0f : 0.0f;
+  float m = -INFINITY;
+  if (mode == 8) for (int r = 0; r < R; ++r) m = fmax(m, xp[r * inner]);
+  for (int r = 0; r < R; ++r) {
+    const float v = xp[r * inner];
+    if (mode == 0 || mode == 1 || mode == 9) acc += v;
+    else if (mode == 2) acc = fmax(acc, v);
+    else if (mode == 3) acc = fmin(acc, v);
+    else if (mode == 4) acc *= v;
+    else if (mode == 5 || mode == 6) acc += v * v;
+    else if (mode == 7) acc += fabs(v);
+    else acc += native_exp(v - m);
+  }
+  if (mode == 1) acc /= (float)R;
+  else if (mode == 6) acc = sqrt(acc);
+  else if (mode == 8) acc = m + log(acc);
+  else if (mode == 9) acc = log(acc);
+  Y[gid] = acc;
+}
+
+__kernel void softmax_rows(__global float* Y, __global const float* X, const int R, const int inner,
+                           const int log_softmax, const int total) {
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int i = gid % inner, o = gid / inner;
+  const size_t base = (size_t)o * R * inner + i;
+  float m = -INFINITY;
+  for (int r = 0; r < R; ++r) m = fmax(m, X[base + r * inner]);
+  float s = 0.0f;
+  for (int r = 0; r < R; ++r) s += native_exp(X[base + r * inner] - m);
+  if (log_softmax) {
+    const float ls = log(s);
+    for (int r = 0; r < R; ++r) Y[base + r * inner] = X[base + r * inner] - m - ls;
+  } else {
+    const float inv = 1.0f / s;
+    for (int r = 0; r < R; ++r) Y[base + r * inner] = native_exp(X[base + r * inner] - m) * inv;
+  }
+}
+
+__kernel void layernorm_rows(__global float* Y, __global const float* X, __global const float* gamma,
+                             __global const float* beta, const int has_beta, const int R, const float eps,
+                             const int total) {
+  const int row = get_global_id(0);
+  if (row >= total) return;
+  __global const float* xp = X + (size_t)row * R;
+  __global float* yp = Y + (size_t)row * R;
+  float mean = 0.0f;
+  for (int r = 0; r < R; ++r) mean += xp[r];
+  mean /= (float)R;
+  float var = 0.0f;
+  for (int r = 0; r < R; ++r) { const float d = xp[r] - mean; var += d * d; }
+  const float inv = rsqrt(var / (float)R + eps);
+  for (int r = 0; r < R; ++r) {
+    const float v = (xp[r] - mean) * inv * gamma[r];
+    yp[r] = has_beta ? v + beta[r] : v;
+  }
+}
+"""
+
+#: Data movement: a strided copy over up to 6 dimensions (Transpose, Slice, Concat, Expand and
+#: copies of views) and Gather.
+MOVEMENT_SOURCE = """
+// meta: rank, dims[6], src_strides[6], dst_strides[6], src_offset, dst_offset (dims outer first).
+__kernel void strided_copy(__global float* dst, __global const float* src, __constant int* meta,
+                           const int total) {
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int rank = meta[0];
+  int rem = gid, s = meta[19], d = meta[20];
+  for (int k = rank - 1; k >= 0; --k) {
+    const int dim = meta[1 + k];
+    const int idx = rem % dim;
+    rem /= dim;
+    s += idx * meta[7 + k];
+    d += idx * meta[13 + k];
+  }
+  dst[d] = src[s];
+}
+
+// out[o][j][i] = data[o][idx[j]][i]; negative indices count from the end.
+__kernel void gather_rows(__global float* Y, __global const float* X, __global const long* idx,
+                          const int axis_dim, const int nidx, const int inner, const int total) {
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int i = gid % inner; int t = gid / inner;
+  const int j = t % nidx; const int o = t / nidx;
+  long k = idx[j];
+  if (k < 0) k += axis_dim;
+  Y[gid] = (k >= 0 && k < axis_dim) ? X[((size_t)o * axis_dim + k) * inner + i] : 0.0f;
+}
+"""

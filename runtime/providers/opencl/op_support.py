@@ -1,0 +1,224 @@
+"""Which nodes the OpenCL EP can run: dtype, shape and attribute constraints per op type.
+
+``unsupported_reason(node, lookup)`` returns None when the node is claimable, else a short reason
+(logged at debug level by ``get_capability``). Every tensor the node touches must have a static
+shape; data tensors must be float32; parameters that steer indexing (Reshape's shape, Slice's
+starts, reduction axes, Clip bounds, BatchNormalization statistics, Conv weights) must be constant
+initializers, because the kernels are specialised to them at compile time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.providers.opencl.elementwise_codegen import ELEMENTWISE_OPS
+
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+GEMM_OPS = frozenset({"Gemm", "MatMul", "Conv"})
+REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "ReduceProd": 4,
+              "ReduceSumSquare": 5, "ReduceL2": 6, "ReduceL1": 7, "ReduceLogSumExp": 8, "ReduceLogSum": 9}
+OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+                       "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Slice", "Gather",
+                       "Expand", *REDUCE_OPS})
+SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) | VIEW_OPS | OTHER_OPS
+MAX_RANK = 6
+F32 = np.dtype(np.float32)
+
+
+@dataclass
+class GraphLookup:
+    """Shapes, dtypes and constants of values, read from a graph (and remembered by the EP so a
+    filtered graph missing some of them can still be compiled)."""
+
+    graph: Graph
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, np.dtype]
+    constants: dict[str, np.ndarray]
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        if name in self.shapes:
+            return self.shapes[name]
+        if name in self.constants:
+            return tuple(self.constants[name].shape)
+        vi = self.graph.value_info(name)
+        if not vi.has_static_shape:
+            const = self.const(name)
+            return None if const is None else tuple(const.shape)
+        self.shapes[name] = tuple(int(d) for d in vi.shape)
+        return self.shapes[name]
+
+    def dtype(self, name: str) -> np.dtype | None:
+        if name in self.dtypes:
+            return self.dtypes[name]
+        const = self.const(name)
+        dt = const.dtype if const is not None else self.graph.value_info(name).dtype
+        if dt is not None:
+            self.dtypes[name] = np.dtype(dt)
+        return dt
+
+    def const(self, name: str) -> np.ndarray | None:
+        if name in self.constants:
+            return self.constants[name]
+        if name and self.graph.is_constant_initializer(name):
+            arr = np.asarray(self.graph.initializer(name))
+            self.constants[name] = arr
+            return arr
+        return None
+
+
+def _static_f32(lookup: GraphLookup, names) -> str | None:
+    for n in names:
+        if not n:
+            continue
+        shape = lookup.shape(n)
+        if shape is None:
+            return f"{n!r} has no static shape"
+        if len(shape) > MAX_RANK:
+            return f"{n!r} has rank {len(shape)} > {MAX_RANK}"
+        if lookup.dtype(n) != F32:
+            return f"{n!r} is {lookup.dtype(n)}, not float32"
+    return None
+
+
+def _need_const(lookup: GraphLookup, node: Node, index: int, what: str) -> str | None:
+    if len(node.inputs) > index and node.inputs[index] and lookup.const(node.inputs[index]) is None:
+        return f"{what} ({node.inputs[index]!r}) is not a constant initializer"
+    return None
+
+
+def _check_conv(node: Node, lookup: GraphLookup) -> str | None:
+    x = lookup.shape(node.inputs[0])
+    if len(x) not in (3, 4):
+        return f"Conv on rank {len(x)} input (only 1-D and 2-D)"
+    return _static_f32(lookup, node.inputs[:3]) or _need_const(lookup, node, 1, "Conv weight")
+
+
+def _check_pool(node: Node, lookup: GraphLookup) -> str | None:
+    if len([o for o in node.outputs if o]) > 1:
+        return "MaxPool Indices output"
+    if len(lookup.shape(node.inputs[0])) not in (3, 4):
+        return "pooling only on 1-D and 2-D inputs"
+    return None
+
+
+def _check_reduce(node: Node, lookup: GraphLookup) -> str | None:
+    if len(node.inputs) > 1 and node.inputs[1]:
+        if lookup.const(node.inputs[1]) is None:
+            return "reduction axes are not constant"
+    return None if _reduce_layout(node, lookup) is not None else "reduction axes are not contiguous"
+
+
+def reduce_axes(node: Node, lookup: GraphLookup) -> list[int] | None:
+    """Sorted non-negative reduction axes; [] means none (noop) and None means all."""
+    rank = len(lookup.shape(node.inputs[0]))
+    if len(node.inputs) > 1 and node.inputs[1]:
+        axes = [int(a) for a in lookup.const(node.inputs[1]).reshape(-1)]
+    else:
+        axes = node.attr("axes")
+    if not axes:
+        return [] if node.attr("noop_with_empty_axes", 0) else list(range(rank))
+    return sorted(a % rank if rank else 0 for a in axes)
+
+
+def _reduce_layout(node: Node, lookup: GraphLookup) -> tuple[int, int, int] | None:
+    """(outer, R, inner) when the reduced axes are contiguous once size-1 dimensions are ignored."""
+    shape = lookup.shape(node.inputs[0])
+    axes = reduce_axes(node, lookup)
+    if axes == []:
+        return None
+    kept = [(d, a in axes) for a, d in enumerate(shape) if d != 1]
+    idx = [i for i, (_, reduced) in enumerate(kept) if reduced]
+    if not idx:
+        return int(np.prod(shape, dtype=np.int64)), 1, 1
+    if idx != list(range(idx[0], idx[-1] + 1)):
+        return None
+
+    def prod(part) -> int:
+        return int(np.prod([d for d, _ in part], dtype=np.int64))
+    return prod(kept[:idx[0]]), prod(kept[idx[0]:idx[-1] + 1]), prod(kept[idx[-1] + 1:])
+
+
+reduce_layout = _reduce_layout
+
+
+def _check_gather(node: Node, lookup: GraphLookup) -> str | None:
+    idx = node.inputs[1]
+    if lookup.const(idx) is None and lookup.dtype(idx) != np.dtype(np.int64):
+        return "Gather indices must be int64 or constant"
+    if lookup.shape(idx) is None:
+        return "Gather indices have no static shape"
+    return _static_f32(lookup, [node.inputs[0], *node.outputs])
+
+
+def _check_layernorm(node: Node, lookup: GraphLookup) -> str | None:
+    if len([o for o in node.outputs if o]) > 1:
+        return "LayerNormalization Mean/InvStdDev outputs"
+    shape = lookup.shape(node.inputs[0])
+    axis = node.attr("axis", -1) % len(shape)
+    r = int(np.prod(shape[axis:], dtype=np.int64))
+    for i in node.inputs[1:]:
+        if i and int(np.prod(lookup.shape(i), dtype=np.int64)) != r:
+            return "LayerNormalization scale/bias not of the normalized size"
+    return None
+
+
+def _check_bn(node: Node, lookup: GraphLookup) -> str | None:
+    if node.attr("training_mode", 0) or len([o for o in node.outputs if o]) > 1:
+        return "BatchNormalization in training mode"
+    for i in range(1, 5):
+        if reason := _need_const(lookup, node, i, "BatchNormalization parameter"):
+            return reason
+    return None if len(lookup.shape(node.inputs[0])) >= 2 else "BatchNormalization on rank < 2"
+
+
+def _check_clip(node: Node, lookup: GraphLookup) -> str | None:
+    return _need_const(lookup, node, 1, "Clip min") or _need_const(lookup, node, 2, "Clip max")
+
+
+def _check_matmul(node: Node, lookup: GraphLookup) -> str | None:
+    a, b = lookup.shape(node.inputs[0]), lookup.shape(node.inputs[1])
+    if len(a) < 1 or len(b) < 1:
+        return "MatMul of scalars"
+    if len(a) == 1 or len(b) == 1:
+        return "MatMul with a 1-D operand"
+    if len(b) > 2 and len(a) > 2 and a[:-2] != b[:-2]:
+        return "MatMul with broadcast batch dimensions"
+    if len(b) > 2 and len(a) not in (2, len(b)):
+        return "MatMul with broadcast batch dimensions"
+    return None
+
+
+_CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
+    "Conv": _check_conv, "MaxPool": _check_pool, "AveragePool": _check_pool, "Gather": _check_gather,
+    "LayerNormalization": _check_layernorm, "BatchNormalization": _check_bn, "Clip": _check_clip,
+    "MatMul": _check_matmul,
+    "Reshape": lambda n, lk: _need_const(lk, n, 1, "Reshape shape"),
+    "Unsqueeze": lambda n, lk: _need_const(lk, n, 1, "Unsqueeze axes"),
+    "Squeeze": lambda n, lk: _need_const(lk, n, 1, "Squeeze axes"),
+    "Expand": lambda n, lk: _need_const(lk, n, 1, "Expand shape"),
+    "Slice": lambda n, lk: next((r for i in range(1, 5) if (r := _need_const(lk, n, i, "Slice parameter"))), None),
+    **{op: _check_reduce for op in REDUCE_OPS},
+}
+
+# Inputs that are parameters, not float data (index sets), per op.
+_PARAM_INPUTS = {"Reshape": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
+                 "Gather": {1}, "Clip": {1, 2}, **{op: {1} for op in REDUCE_OPS}}
+
+
+def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
+    """None if the OpenCL EP can run ``node``, else why not."""
+    if node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS:
+        return f"no OpenCL kernel for {node.domain or 'ai.onnx'}.{node.op_type}"
+    if node.subgraphs:
+        return "node has subgraphs"
+    params = _PARAM_INPUTS.get(node.op_type, set())
+    data = [n for i, n in enumerate(node.inputs) if i not in params]
+    if node.op_type == "Gather":
+        data = []
+    if reason := _static_f32(lookup, [*data, *(o for o in node.outputs if o)]):
+        return reason
+    check = _CHECKS.get(node.op_type)
+    return check(node, lookup) if check else None

@@ -1,0 +1,185 @@
+"""A compiled partition of the OpenCL EP: the launches of one fused node, and running them.
+
+``PartitionPlan`` is built once per fused node (``compile``): a list of kernel launches over named
+buffers (the partition's inputs, outputs, intermediates, workspaces and uploaded constants).
+``PartitionState`` (``create_state``) uploads the constants and runs one-off launches such as
+weight packing. ``run`` binds a run's DeviceTensors to the names, enqueues every launch on the
+stream's queue without waiting, and frees intermediates (OpenCL defers the real release until the
+queued kernels that use them are done).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyopencl as cl
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.tensor import DeviceTensor
+from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
+from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
+
+#: Work-group size of the 1-D kernels: fixed, so PoCL compiles each kernel for one local size only.
+LOCAL_1D = 64
+
+
+@dataclass(frozen=True)
+class Buf:
+    """A kernel argument that is a named buffer of the plan."""
+
+    name: str
+
+
+@dataclass
+class Launch:
+    source: str
+    kernel_name: str
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    args: list
+
+
+@dataclass
+class CopyStep:
+    """A byte copy between two named buffers (a view that must own its memory, e.g. an output)."""
+
+    dst: str
+    src: str
+    nbytes: int
+
+
+@dataclass
+class PartitionPlan:
+    """Everything ``compile`` decided about one fused node."""
+
+    input_names: list[str]
+    output_names: list[str]
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, np.dtype]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)  # uploaded once
+    prepacked: dict[str, int] = field(default_factory=dict)  # name -> bytes, filled by init_steps
+    init_steps: list[Launch] = field(default_factory=list)
+    temps: dict[str, int] = field(default_factory=dict)  # name -> bytes, per run
+    aliases: dict[str, str] = field(default_factory=dict)  # view value -> value it shares memory with
+    steps: list = field(default_factory=list)  # Launch | CopyStep
+    op_types: list[str] = field(default_factory=list)
+
+    def base(self, name: str) -> str:
+        while name in self.aliases:
+            name = self.aliases[name]
+        return name
+
+    def nbytes(self, name: str) -> int:
+        return int(np.prod(self.shapes[name], dtype=np.int64)) * self.dtypes[name].itemsize
+
+    def add_launch_1d(self, source: str, kernel: str, total: int, args: list, init: bool = False) -> None:
+        """A 1-D launch of ``total`` work-items (rounded up to ``LOCAL_1D``); the kernel's last argument is
+        ``total`` so it can skip the padding."""
+        if total <= 0:
+            return
+        padded = -(-total // LOCAL_1D) * LOCAL_1D
+        launch = Launch(source, kernel, (padded,), (LOCAL_1D,), [*args, np.int32(total)])
+        (self.init_steps if init else self.steps).append(launch)
+
+    @property
+    def launches_per_run(self) -> int:
+        return sum(1 for s in self.steps if isinstance(s, Launch)) + sum(1 for s in self.steps if isinstance(s, CopyStep))
+
+
+class _BoundLaunch:
+    """A launch with its kernel object; the lock makes set_args + enqueue atomic across threads."""
+
+    __slots__ = ("kernel", "global_size", "local_size", "args")
+
+    def __init__(self, device: OpenCLDeviceContext, launch: Launch) -> None:
+        self.kernel = device.kernel(launch.source, launch.kernel_name)
+        self.global_size = launch.global_size
+        self.local_size = launch.local_size
+        self.args = launch.args
+
+
+class PartitionState:
+    """Per-session state of one fused node: kernels, constant buffers, prepacked weights."""
+
+    def __init__(self, plan: PartitionPlan, device: OpenCLDeviceContext, allocator: OpenCLAllocator) -> None:
+        self.plan = plan
+        self.device = device
+        self.allocator = allocator
+        self.lock = threading.Lock()
+        self.launches = [_BoundLaunch(device, s) if isinstance(s, Launch) else s for s in plan.steps]
+        init = [_BoundLaunch(device, s) for s in plan.init_steps]
+        self.const_buffers: dict[str, cl.Buffer] = {}
+        mf = cl.mem_flags
+        for name, arr in plan.constants.items():
+            host = np.ascontiguousarray(arr)
+            if host.nbytes == 0:
+                host = np.zeros(1, host.dtype)
+            self.const_buffers[name] = cl.Buffer(device.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=host)
+        for name, nbytes in plan.prepacked.items():
+            self.const_buffers[name] = cl.Buffer(device.context, mf.READ_WRITE, max(nbytes, 4))
+        if init:
+            queue = device.queue
+            for b in init:
+                _enqueue(queue, b, self.const_buffers)
+            queue.finish()
+        self.runs = 0
+
+    def release(self) -> None:
+        for buf in self.const_buffers.values():
+            buf.release()
+        self.const_buffers.clear()
+
+    def run(self, inputs: list, queue: cl.CommandQueue) -> list[DeviceTensor]:
+        """Enqueue one run; returns the output tensors (their data is ready when ``queue`` gets there)."""
+        plan = self.plan
+        if len(inputs) != len(plan.input_names):
+            raise InvalidArgument(f"OpenCL fused node expects {len(plan.input_names)} inputs "
+                                  f"({plan.input_names}), got {len(inputs)}")
+        bufs: dict[str, cl.Buffer] = dict(self.const_buffers)
+        owned: list[cl.Buffer] = []
+        for name, t in zip(plan.input_names, inputs):
+            if not isinstance(t, DeviceTensor) or not isinstance(t.buffer, cl.Buffer):
+                raise InvalidArgument(f"OpenCL fused node input {name!r}: expected an OpenCL DeviceTensor, got "
+                                      f"{type(t).__name__}; the runtime must copy it to {self.allocator.info.name}")
+            if tuple(t.shape) != plan.shapes[name]:
+                raise InvalidArgument(f"OpenCL fused node input {name!r} expects float32 {list(plan.shapes[name])}, "
+                                      f"got {t.dtype}{list(t.shape)}")
+            if t.offset:  # kernels take bare pointers: move offset views to their own buffer
+                buf = self.allocator.alloc(t.nbytes)
+                owned.append(buf)
+                cl.enqueue_copy(queue, buf, t.buffer, byte_count=t.nbytes, src_offset=t.offset)
+                bufs[name] = buf
+            else:
+                bufs[name] = t.buffer
+        outputs = []
+        for name in plan.output_names:
+            buf = self.allocator.alloc(plan.nbytes(name))
+            bufs[name] = buf
+            outputs.append(DeviceTensor(plan.shapes[name], plan.dtypes[name], self.allocator.info, buf, 0,
+                                        self.allocator))
+        for name, nbytes in plan.temps.items():
+            buf = self.allocator.alloc(nbytes)
+            owned.append(buf)
+            bufs[name] = buf
+        for name in plan.aliases:
+            if name not in bufs:
+                bufs[name] = bufs[plan.base(name)]
+        with self.lock:
+            for step in self.launches:
+                if isinstance(step, CopyStep):
+                    if step.nbytes:
+                        cl.enqueue_copy(queue, bufs[step.dst], bufs[step.src], byte_count=step.nbytes)
+                else:
+                    _enqueue(queue, step, bufs)
+            self.runs += 1
+        for buf in owned:
+            self.allocator.free(buf)
+        return outputs
+
+
+def _enqueue(queue: cl.CommandQueue, launch: _BoundLaunch, bufs: dict[str, cl.Buffer]) -> None:
+    kernel = launch.kernel
+    for i, a in enumerate(launch.args):
+        kernel.set_arg(i, bufs[a.name] if isinstance(a, Buf) else a)
+    cl.enqueue_nd_range_kernel(queue, kernel, launch.global_size, launch.local_size)

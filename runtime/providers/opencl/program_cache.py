@@ -1,0 +1,183 @@
+"""OpenCL contexts and the program cache of the OpenCL EP.
+
+One ``OpenCLDeviceContext`` (a ``cl.Context`` and an in-order ``cl.CommandQueue``) exists per
+OpenCL device per process, shared by every session, allocator and stream on that device. Programs
+are built once per (source, build options): kept in a dict for the process and, as device
+binaries, on disk under ``$ONNXHAL_CACHE_DIR`` (default ``~/.cache/onnxhal/opencl``), keyed by
+platform, device name, driver version and a hash of source + options, so a second process loads the
+binary (~2 ms) instead of compiling (~0.4-0.9 s on PoCL).
+
+A build failure raises ``ProgramBuildError``; the EP turns it into "decline those nodes".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onnxhal.hal.errors import EPFail
+
+_CACHE_ENV = "ONNXHAL_CACHE_DIR"
+
+
+def cache_root() -> Path:
+    """Root of onnxhal's OpenCL caches: ``$ONNXHAL_CACHE_DIR`` or ``~/.cache/onnxhal/opencl``."""
+    env = os.environ.get(_CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "onnxhal" / "opencl"
+
+
+# PoCL compiles a kernel again for every new local size at first launch (~40 ms) and keeps those
+# objects in POCL_CACHE_DIR. It reads the variable once, when the platform is first opened, so set
+# it before pyopencl is imported; a user's own setting wins.
+os.environ.setdefault("POCL_CACHE_DIR", str(cache_root() / "pocl"))
+
+import pyopencl as cl  # noqa: E402  (after POCL_CACHE_DIR, on purpose)
+
+#: Options every program is built with: contract a*b+c into FMA instructions (fma() itself is a slow
+#: library call on PoCL) and let the compiler relax IEEE corner cases, as ORT's GPU EPs do.
+DEFAULT_BUILD_OPTIONS = "-cl-mad-enable -cl-fast-relaxed-math"
+
+
+class ProgramBuildError(EPFail):
+    """An OpenCL program failed to build; ``log`` holds the compiler output."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+@dataclass
+class BuildStats:
+    """How programs were obtained in this process (tests and benchmarks read it)."""
+
+    compiled: int = 0
+    loaded_from_disk: int = 0
+    memory_hits: int = 0
+    compile_seconds: float = 0.0
+    load_seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+
+class OpenCLDeviceContext:
+    """The process-wide context and in-order queue of one OpenCL device, with its program cache."""
+
+    def __init__(self, device: cl.Device) -> None:
+        self.device = device
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(self.context, device)
+        self._programs: dict[str, cl.Program] = {}
+        self._lock = threading.Lock()
+        self.stats = BuildStats()
+        platform = device.platform
+        self.device_key = "|".join((platform.name, platform.version, device.name, device.driver_version,
+                                    device.version))
+
+    @property
+    def name(self) -> str:
+        return self.device.name
+
+    def new_queue(self) -> cl.CommandQueue:
+        """A further in-order queue on this device (one per sync stream)."""
+        return cl.CommandQueue(self.context, self.device)
+
+    def _disk_path(self, digest: str) -> Path:
+        dev = hashlib.sha256(self.device_key.encode()).hexdigest()[:16]
+        return cache_root() / "programs" / dev / f"{digest}.bin"
+
+    def program(self, source: str, options: str = DEFAULT_BUILD_OPTIONS) -> cl.Program:
+        """The built program for ``source``: from memory, from the disk cache, or compiled."""
+        digest = hashlib.sha256(f"{options}\0{source}".encode()).hexdigest()
+        with self._lock:
+            prg = self._programs.get(digest)
+            if prg is not None:
+                self.stats.memory_hits += 1
+                return prg
+            prg = self._load(digest, options) or self._compile(source, options, digest)
+            self._programs[digest] = prg
+            return prg
+
+    def kernel(self, source: str, name: str, options: str = DEFAULT_BUILD_OPTIONS) -> cl.Kernel:
+        """A new kernel object (kernels hold arguments, so each user gets its own)."""
+        return cl.Kernel(self.program(source, options), name)
+
+    def _load(self, digest: str, options: str) -> cl.Program | None:
+        path = self._disk_path(digest)
+        if not path.is_file():
+            return None
+        start = time.perf_counter()
+        try:
+            prg = cl._cl._Program(self.context, [self.device], [path.read_bytes()])
+            prg._build(options=options.encode())
+        except (cl.Error, OSError):  # stale or corrupt binary: rebuild from source
+            return None
+        self.stats.loaded_from_disk += 1
+        self.stats.load_seconds += time.perf_counter() - start
+        return cl.Program(prg)
+
+    def _compile(self, source: str, options: str, digest: str) -> cl.Program:
+        start = time.perf_counter()
+        prg = cl._cl._Program(self.context, source)
+        try:
+            prg._build(options=options.encode())
+        except cl.Error as exc:
+            try:
+                log = prg.get_build_info(self.device, cl.program_build_info.LOG)
+            except cl.Error:
+                log = str(exc)
+            first = source.strip().splitlines()[0] if source.strip() else ""
+            self.stats.failures.append(digest)
+            raise ProgramBuildError(
+                f"OpenCL program ({first[:80]!r}...) failed to build on {self.device.name}: {log.strip()[:2000]}. "
+                "The nodes using it are left to another EP.", log) from exc
+        self.stats.compiled += 1
+        self.stats.compile_seconds += time.perf_counter() - start
+        self._store(digest, prg)
+        return cl.Program(prg)
+
+    def _store(self, digest: str, prg: cl._cl._Program) -> None:
+        path = self._disk_path(digest)
+        try:
+            binary = prg.get_info(cl.program_info.BINARIES)[0]
+            if not binary:
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Write then rename, so a concurrent process never reads half a binary.
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(binary)
+            os.replace(tmp, path)
+        except (OSError, cl.Error):
+            pass  # the cache is an optimisation: an unwritable disk only costs a rebuild next time
+
+
+_contexts: dict[int, OpenCLDeviceContext] = {}
+_contexts_lock = threading.Lock()
+
+
+def device_context(device: cl.Device) -> OpenCLDeviceContext:
+    """The one ``OpenCLDeviceContext`` of ``device`` in this process."""
+    key = device.int_ptr
+    with _contexts_lock:
+        ctx = _contexts.get(key)
+        if ctx is None:
+            ctx = _contexts[key] = OpenCLDeviceContext(device)
+        return ctx
+
+
+def opencl_device(platform_index: int, device_index: int) -> cl.Device:
+    """``pyopencl.get_platforms()[platform_index].get_devices()[device_index]``, with a clear error."""
+    from onnxhal.hal.errors import InvalidArgument
+
+    platforms = cl.get_platforms()
+    if not 0 <= platform_index < len(platforms):
+        raise InvalidArgument(f"OpenCL platform index {platform_index} out of range: {len(platforms)} platform(s)")
+    devices = platforms[platform_index].get_devices()
+    if not 0 <= device_index < len(devices):
+        raise InvalidArgument(f"OpenCL device index {device_index} out of range on platform "
+                              f"{platforms[platform_index].name!r}: {len(devices)} device(s)")
+    return devices[device_index]

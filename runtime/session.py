@@ -1,0 +1,371 @@
+"""InferenceSession: load, select EPs, optimize, partition, compile, plan; then run.
+
+Names and behaviour follow onnxruntime's Python ``InferenceSession``. Everything expensive happens
+in the constructor; ``run`` validates the feeds and walks the prebuilt plan. Many threads may call
+``run`` on one session at once; a failed run leaves the session usable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxhal.hal import Ep, GraphOptimizationLevel, Node
+from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
+from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
+from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
+from onnxhal.runtime.input_checks import check_feeds
+from onnxhal.runtime.memory_plan import MemoryContext
+from onnxhal.runtime.model_loader import load_model
+from onnxhal.runtime.partitioner import (
+    FusedGroup,
+    build_filtered_graph,
+    model_hash,
+    partition,
+    replace_with_fused,
+    restore_group,
+)
+from onnxhal.runtime.profiler import Profiler
+from onnxhal.runtime.provider_resolution import ProviderChoice, resolve_providers
+from onnxhal.runtime.session_options import RECORD_EP_GRAPH_ASSIGNMENT, RunOptions, SessionOptions
+
+logger = logging.getLogger("onnxhal.session")
+
+
+class NodeArg:
+    """An input or output of the model: ``name``, ``type`` (e.g. ``tensor(float)``), ``shape``
+    (ints, strs for symbolic dims, None for unknown ones)."""
+
+    def __init__(self, name: str, type: str, shape: list | None) -> None:
+        self.name, self.type, self.shape = name, type, shape
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
+
+
+@dataclass
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str]
+
+
+class OrtEpAssignedNode:
+    def __init__(self, node: Node) -> None:
+        self.name, self.domain, self.op_type = node.name, node.domain, node.op_type
+
+    def __repr__(self) -> str:
+        return f"OrtEpAssignedNode(name={self.name!r}, op_type={self.op_type!r})"
+
+
+class OrtEpAssignedSubgraph:
+    def __init__(self, ep_name: str, nodes: list[Node]) -> None:
+        self.ep_name = ep_name
+        self._nodes = [OrtEpAssignedNode(n) for n in nodes]
+
+    def get_nodes(self) -> list[OrtEpAssignedNode]:
+        return list(self._nodes)
+
+    def __repr__(self) -> str:
+        return f"OrtEpAssignedSubgraph(ep_name={self.ep_name!r}, {len(self._nodes)} nodes)"
+
+
+class _SessionCore:
+    """Everything built from one provider configuration; replaced whole on fallback/failover."""
+
+    def __init__(self, loaded: Any, so: SessionOptions, choices: list[ProviderChoice]) -> None:
+        env = get_environment()
+        self.choices = choices
+        self.eps: dict[str, Ep] = {}
+        self.released = False
+        self._infos: list[tuple[Any, Any]] = []
+        self.library_names = {c.library.name for c in choices}
+        env.acquire(self.library_names)
+        try:
+            self._build(loaded, so)
+        except BaseException:
+            self.release()
+            raise
+
+    def _build(self, loaded: Any, so: SessionOptions) -> None:
+        ep_logger = logging.getLogger("onnxhal.ep")
+        memory = MemoryContext()
+        for c in self.choices:
+            try:
+                ep = c.factory.create_ep([d.device for d in c.devices], [d.ep_metadata for d in c.devices], so, ep_logger)
+            except OrtError:
+                raise
+            except Exception as e:
+                raise Fail(f"{c.ep_name}: create_ep failed: {type(e).__name__}: {e}") from e
+            if not isinstance(ep, Ep):
+                raise Fail(f"{c.ep_name}: create_ep returned {type(ep).__name__}, not a hal.Ep")
+            if not ep.name:
+                ep.name = c.ep_name
+            self.eps[c.ep_name] = ep
+            memory.add_ep(c.ep_name, ep, c.factory, c.devices)
+        self.memory = memory
+        graph = loaded.graph
+        level = so.graph_optimization_level
+        if level != GraphOptimizationLevel.ORT_DISABLE_ALL:
+            from onnxhal.runtime.optimizer import optimize
+
+            graph = optimize(graph, GraphOptimizationLevel(level))
+        self.graph = graph
+        eps = [self.eps[c.ep_name] for c in self.choices]
+        result = partition(graph, eps)
+        self.partition = result
+        self._compile(result.groups)
+        builder = PlanBuilder(self.eps, {id(n): i for n, i in self._fused_infos.items()}, memory)
+        self.plan: ExecutionPlan = builder.build(graph)
+        self.kernels = builder.kernels
+
+    def _compile(self, groups: list[FusedGroup]) -> None:
+        self._fused_infos: dict[Node, tuple[Any, Any]] = {}
+        mh = model_hash(self.graph)
+        by_ep: dict[str, list[FusedGroup]] = {}
+        for k, g in enumerate(groups):
+            build_filtered_graph(g, k, mh)
+            by_ep.setdefault(g.ep_name, []).append(g)
+        for ep_name, gs in by_ep.items():
+            ep = self.eps[ep_name]
+            try:
+                infos = ep.compile([g.filtered for g in gs], [g.fused_node for g in gs])
+                if len(infos) != len(gs):
+                    raise Fail(f"compile returned {len(infos)} NodeComputeInfos for {len(gs)} fused nodes")
+                states = [info.create_state(g.fused_node) for info, g in zip(infos, gs)]
+            except Exception as e:
+                # A failed compile declines the nodes: they fall back to the CPU EP, never a wrong answer.
+                if CPU_EP_NAME not in self.eps:
+                    raise EPFail(f"{ep_name}: compile failed ({type(e).__name__}: {e}) and CPU fallback is "
+                                 "disabled") from e
+                logger.warning("%s: compile failed (%s: %s); its %d fused group(s) fall back to the CPU EP",
+                               ep_name, type(e).__name__, e, len(gs))
+                for g in gs:
+                    for n in g.nodes:
+                        n.ep_name = CPU_EP_NAME
+                    for a in self.partition.assigned:
+                        if a.nodes == g.nodes:
+                            a.ep_name = CPU_EP_NAME
+                continue
+            for g, info, state in zip(gs, infos, states):
+                replace_with_fused(g)
+                self._fused_infos[g.fused_node] = (info, state)
+                self._infos.append((info, state))
+        _ = restore_group  # kept for failover re-partitioning
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        for info, state in getattr(self, "_infos", []):
+            try:
+                info.release_state(state)
+            except Exception:
+                logger.exception("release_state failed")
+        for c in self.choices:
+            ep = self.eps.get(c.ep_name)
+            if ep is not None:
+                try:
+                    c.factory.release_ep(ep)
+                except Exception:
+                    logger.exception("%s: release_ep failed", c.ep_name)
+        get_environment().release(self.library_names)
+
+
+class InferenceSession:
+    def __init__(self, path_or_bytes: str | bytes | onnx.ModelProto, sess_options: SessionOptions | None = None,
+                 providers: Sequence[Any] | None = None, provider_options: Sequence[Mapping] | None = None,
+                 **kwargs: Any) -> None:
+        so = (sess_options or SessionOptions())._copy()
+        self._sess_options = so
+        self._enable_fallback = True
+        self._lock = threading.Lock()
+        self._loaded = load_model(path_or_bytes)
+        self._model_path = self._loaded.path
+        self._profiler = Profiler(so.profile_file_prefix) if so.enable_profiling else None
+        t0 = time.perf_counter_ns()
+        choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
+        self._core = _SessionCore(self._loaded, so, choices)
+        self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
+        if self._profiler is not None:
+            self._profiler.event("session_initialization", "Session", t0, time.perf_counter_ns())
+        proto_graph = self._loaded.graph
+        self._inputs = [NodeArg(v.name, v.type_string, list(v.shape) if v.shape is not None else None)
+                        for v in proto_graph.inputs]
+        self._overridable = [NodeArg(v.name, v.type_string, list(v.shape) if v.shape is not None else None)
+                             for v in proto_graph.overridable]
+        self._outputs = [NodeArg(v.name, v.type_string, list(v.shape) if v.shape is not None else None)
+                         for v in proto_graph.outputs]
+        self._input_infos = {v.name: v for v in (*proto_graph.inputs, *proto_graph.overridable)}
+        self._required_inputs = [v.name for v in proto_graph.inputs]
+
+    # -- metadata ---------------------------------------------------------------------------
+    def _model_metadata_dict(self) -> dict[str, str]:
+        p = self._loaded.proto
+        md = {"producer_name": p.producer_name, "producer_version": p.producer_version, "domain": p.domain,
+              "model_version": str(p.model_version if p.HasField("model_version") else 2**63 - 1),
+              "doc_string": p.doc_string, "graph_name": p.graph.name, "graph_description": p.graph.doc_string}
+        md.update({e.key: e.value for e in p.metadata_props})
+        return md
+
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return list(self._overridable)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        p = self._loaded.proto
+        return ModelMetadata(p.producer_name, p.graph.name, p.domain, p.doc_string, p.graph.doc_string,
+                             p.model_version, {e.key: e.value for e in p.metadata_props})
+
+    def get_providers(self) -> list[str]:
+        return [c.ep_name for c in self._core.choices]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return {c.ep_name: self._sess_options.provider_options_for(c.ep_name) for c in self._core.choices}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
+        if self._sess_options.config(RECORD_EP_GRAPH_ASSIGNMENT) != "1":
+            raise Fail(f"EP graph assignment info was not recorded: set the session config entry "
+                       f"{RECORD_EP_GRAPH_ASSIGNMENT!r} to '1' before creating the session.")
+        return [OrtEpAssignedSubgraph(a.ep_name, a.nodes) for a in self._core.partition.assigned]
+
+    def disable_fallback(self) -> None:
+        self._enable_fallback = False
+
+    def enable_fallback(self) -> None:
+        self._enable_fallback = True
+
+    # -- introspection used by the CLI, docs and tests ---------------------------------------
+    @property
+    def partition_summary(self) -> dict[str, int]:
+        """Nodes per EP in the main graph and its subgraphs (fused nodes counted by their members)."""
+        counts: dict[str, int] = {}
+        for a in self._core.partition.assigned:
+            counts[a.ep_name] = counts.get(a.ep_name, 0) + len(a.nodes)
+        return counts
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        return self._core.plan
+
+    @property
+    def memory(self) -> MemoryContext:
+        return self._core.memory
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: RunOptions | None = None) -> list:
+        core = self._core
+        fetch = self._fetch_indices(output_names)
+        feeds = check_feeds(input_feed, self._input_infos, self._required_inputs)
+        if run_options is not None and run_options.terminate:
+            raise Terminated("Exiting due to terminate flag being set to true: RunOptions.terminate is set. "
+                             "Clear it (run_options.terminate = False) to run.")
+        try:
+            outputs = self._run_core(core, feeds, run_options, fetch)
+        except EPFail as e:
+            if not self._enable_fallback or self.get_providers() == [CPU_EP_NAME]:
+                raise
+            logger.warning("EP Error: %s using %s. Falling back to ['CPUExecutionProvider'] and retrying.",
+                           e, self.get_providers())
+            self._set_providers_cpu()
+            self._enable_fallback = False  # fall back only once, as onnxruntime
+            outputs = self._run_core(self._core, feeds, run_options, fetch)
+        return [_to_host_output(v) for v in outputs]
+
+    def _run_device_outputs(self, feeds: Mapping[str, Any], bound: Mapping[str, Any],
+                            run_options: RunOptions | None) -> list:
+        """Run with some outputs left in device memory (IOBinding)."""
+        from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE
+
+        checked = check_feeds(feeds, self._input_infos, self._required_inputs)
+        devices = []
+        for o in self._outputs:
+            b = bound.get(o.name)
+            info = b if not hasattr(b, "_value") else getattr(b, "memory_info", lambda: None)()
+            devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
+        return self._run_core(self._core, checked, run_options, None, devices)
+
+    def _run_core(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
+                  output_devices: list | None = None) -> list:
+        eps = core.eps.values()
+        for ep in eps:
+            ep.on_run_start(run_options)
+        t0 = time.perf_counter_ns() if self._profiler is not None else 0
+        try:
+            return core.plan.run(feeds, run_options, self._profiler, fetch, output_devices)
+        finally:
+            for ep in eps:
+                ep.on_run_end(run_options, True)
+            if self._profiler is not None:
+                self._profiler.event("model_run", "Session", t0, time.perf_counter_ns())
+
+    def _set_providers_cpu(self) -> None:
+        so = self._sess_options
+        choices = resolve_providers(get_environment(), so, [CPU_EP_NAME], None, {})
+        with self._lock:
+            old = self._core
+            self._core = _SessionCore(self._loaded_fresh(), so, choices)
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
+        old.release()
+
+    def _loaded_fresh(self) -> Any:
+        # Partitioning rewrites the graph in place; start again from the model.
+        return load_model(self._loaded.proto)
+
+    def _fetch_indices(self, output_names: Sequence[str] | None) -> list[int] | None:
+        if output_names is None or len(output_names) == 0:
+            return None
+        names = [o.name for o in self._outputs]
+        idx = []
+        for n in output_names:
+            if n not in names:
+                raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {names}.")
+            idx.append(names.index(n))
+        return idx
+
+    def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
+        iobinding._run(self, run_options)
+
+    def io_binding(self) -> Any:
+        from onnxhal.runtime.ortvalue import IOBinding
+
+        return IOBinding(self)
+
+    def end_profiling(self) -> str:
+        if self._profiler is None:
+            return ""
+        return self._profiler.end()
+
+    def close(self) -> None:
+        """Release the EPs and the library references now (otherwise when garbage-collected)."""
+        self._finalizer()
+
+
+def _to_host_output(v: Any) -> Any:
+    if isinstance(v, np.ndarray) or v is None or isinstance(v, list):
+        return v
+    if hasattr(v, "numpy"):
+        return v.numpy()
+    return v

@@ -1,0 +1,150 @@
+"""SessionOptions and RunOptions, with onnxruntime's Python names and behaviour."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from onnxhal.hal import GraphOptimizationLevel, OrtEpDevice, OrtExecutionProviderDevicePolicy
+from onnxhal.hal.enums import ExecutionMode
+from onnxhal.hal.errors import InvalidArgument
+
+DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
+RECORD_EP_GRAPH_ASSIGNMENT = "session.record_ep_graph_assignment_info"
+EP_FAILOVER = "session.ep_failover"
+
+
+def provider_option_prefix(ep_name: str) -> str:
+    """ORT stores provider options as session config entries ``ep.<lowercase ep name>.<key>``."""
+    return f"ep.{ep_name.lower()}."
+
+
+@dataclass
+class ExplicitProvider:
+    """One ``add_provider_for_devices`` call: devices of one EP, in append order."""
+
+    devices: list[OrtEpDevice]
+    options: dict[str, str] = field(default_factory=dict)
+
+
+class SessionOptions:
+    def __init__(self) -> None:
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.enable_profiling = False
+        self.profile_file_prefix = "onnxhal_profile"
+        self.optimized_model_filepath = ""
+        self.enable_mem_pattern = True
+        self.enable_cpu_mem_arena = True
+        self._config: dict[str, str] = {}
+        self._explicit: list[ExplicitProvider] = []
+        self._policy: OrtExecutionProviderDevicePolicy | None = None
+        self._delegate: Callable | None = None
+
+    # -- config entries --------------------------------------------------------------------
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        if not isinstance(key, str) or not key:
+            raise InvalidArgument(f"session config key must be a non-empty string, got {key!r}")
+        self._config[key] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise InvalidArgument(f"session config entry {key!r} is not set")
+        return self._config[key]
+
+    def config_entries(self) -> dict[str, str]:
+        return dict(self._config)
+
+    def config(self, key: str, default: str = "") -> str:
+        return self._config.get(key, default)
+
+    # -- providers --------------------------------------------------------------------------
+    def add_provider_for_devices(self, ep_devices: Sequence[OrtEpDevice],
+                                 provider_options: Mapping[str, str] | None = None) -> None:
+        """ORT's ``SessionOptionsAppendExecutionProvider_V2``: devices of exactly one EP."""
+        if ep_devices is None or isinstance(ep_devices, (str, bytes)) or not hasattr(ep_devices, "__iter__"):
+            raise TypeError(f"add_provider_for_devices: ep_devices must be a list of OrtEpDevice, got {ep_devices!r}")
+        devices = list(ep_devices)
+        for d in devices:
+            if not isinstance(d, OrtEpDevice):
+                raise TypeError(f"add_provider_for_devices: {d!r} is not an OrtEpDevice (get them from "
+                                "onnxhal.get_ep_devices())")
+        if not devices:
+            raise InvalidArgument("Must provide one or more OrtEpDevice instances.")
+        names = {(d.ep_name, id(d.factory)) for d in devices}
+        if len(names) > 1:
+            raise InvalidArgument(
+                "All OrtEpDevice values in ep_devices must have the same execution provider. Got "
+                f"{sorted({d.ep_name for d in devices})}; call add_provider_for_devices once per EP.")
+        options = {str(k): str(v) for k, v in (provider_options or {}).items()}
+        # Options become config entries at once; the EP device's own ep_options are applied at
+        # session creation and the user's win (ORT's V2 order).
+        prefix = provider_option_prefix(devices[0].ep_name)
+        for k, v in options.items():
+            self._config[prefix + k] = v
+        self._explicit.append(ExplicitProvider(devices, options))
+
+    def set_provider_selection_policy(self, policy: OrtExecutionProviderDevicePolicy) -> None:
+        if not isinstance(policy, OrtExecutionProviderDevicePolicy):
+            raise TypeError(f"set_provider_selection_policy expects an OrtExecutionProviderDevicePolicy, got "
+                            f"{type(policy).__name__} {policy!r}")
+        self._policy = policy
+        self._delegate = None
+
+    def set_provider_selection_policy_delegate(self, delegate: Callable) -> None:
+        if not callable(delegate):
+            raise TypeError(f"set_provider_selection_policy_delegate expects a callable, got {delegate!r}")
+        self._delegate = delegate
+        self._policy = None
+
+    def has_providers(self) -> bool:
+        return bool(self._explicit) or self._policy is not None or self._delegate is not None
+
+    @property
+    def explicit_providers(self) -> list[ExplicitProvider]:
+        return list(self._explicit)
+
+    @property
+    def selection_policy(self) -> OrtExecutionProviderDevicePolicy | None:
+        return self._policy
+
+    @property
+    def selection_delegate(self) -> Callable | None:
+        return self._delegate
+
+    def provider_options_for(self, ep_name: str) -> dict[str, str]:
+        """The ``ep.<ep>.*`` entries without the prefix: what an EP reads in ``create_ep``."""
+        prefix = provider_option_prefix(ep_name)
+        return {k[len(prefix):]: v for k, v in self._config.items() if k.startswith(prefix)}
+
+    def _copy(self) -> SessionOptions:
+        other = SessionOptions.__new__(SessionOptions)
+        other.__dict__.update(self.__dict__)
+        other._config = dict(self._config)
+        other._explicit = list(self._explicit)
+        return other
+
+
+class RunOptions:
+    def __init__(self) -> None:
+        self.run_tag = ""
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.terminate = False
+        self.only_execute_path_to_fetches = False
+        self._config: dict[str, str] = {}
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        if not isinstance(key, str) or not key:
+            raise InvalidArgument(f"run config key must be a non-empty string, got {key!r}")
+        self._config[key] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise InvalidArgument(f"run config entry {key!r} is not set")
+        return self._config[key]

@@ -1,0 +1,47 @@
+"""Shared fixtures: registering test EP libraries and always unregistering them."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+import textwrap
+
+import pytest
+
+import onnxhal
+
+PLUGINS = os.path.join(os.path.dirname(__file__), "plugins")
+_counter = itertools.count()
+
+
+@pytest.fixture
+def register():
+    """``register(library, name=None) -> name``; unregistered after the test (sessions first)."""
+    names: list[str] = []
+
+    def _register(library: str, name: str | None = None) -> str:
+        name = name or f"test_lib_{next(_counter)}"
+        onnxhal.register_execution_provider_library(name, library)
+        names.append(name)
+        return name
+
+    yield _register
+    gc.collect()
+    for n in reversed(names):
+        try:
+            onnxhal.unregister_execution_provider_library(n)
+        except onnxhal.errors.InvalidArgument:
+            pass  # the test unregistered it itself
+
+
+@pytest.fixture
+def plugin_file(tmp_path):
+    """Write an EP library source to a .py file and return its path."""
+
+    def _write(source: str, name: str = "plugin") -> str:
+        path = tmp_path / f"{name}_{next(_counter)}.py"
+        path.write_text(textwrap.dedent(source))
+        return str(path)
+
+    return _write

@@ -152,6 +152,13 @@ class Environment:
             if lib.loaded_from_path:
                 sys.modules.pop(lib.module.__name__, None)
 
+    def _force_unregister(self, name: str) -> None:
+        """Test teardown only: drop a library even if sessions still reference it."""
+        with self._lock:
+            lib = self._libraries.pop(name, None)
+            if lib is not None:
+                _release_all(lib.module, lib.factories)
+
     def ep_devices(self) -> list[OrtEpDevice]:
         self._ensure_cpu()
         with self._lock:

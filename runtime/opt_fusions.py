@@ -80,14 +80,14 @@ def _activation_follower(graph: Graph, node: Node) -> tuple[Node, str, list[floa
 
 
 def fuse_conv_activation(graph: Graph) -> bool:
-    """Conv, then optionally Add of a same-shaped residual, then optionally an activation."""
+    """Conv, then optionally Add (or 2-input Sum) of a same-shaped residual, then optionally an activation."""
     changed = False
     for conv in list(graph.nodes):
         if conv.op_type != "Conv" or conv.domain != "":
             continue
         pattern, last, residual = [conv], conv, ""
-        add = _follower(graph, conv, ("Add",))
-        if add is not None and add.domain == "":
+        add = _follower(graph, conv, ("Add", "Sum"))
+        if add is not None and add.domain == "" and len(add.inputs) == 2:
             other = _other_input(add, conv.outputs[0])
             out_shape = static_shape(graph, conv.outputs[0])
             if other and out_shape is not None and static_shape(graph, other) == out_shape:

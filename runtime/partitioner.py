@@ -97,7 +97,7 @@ def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvi
                 ep.get_capability(g, info)
             except Exception as e:  # ORT: an EP whose GetCapability fails gets no nodes
                 logger.warning("%s.get_capability failed on graph %r: %s: %s; it gets no nodes there",
-                               ep.name, g.name, type(e).__name__, e)
+                               ep.name, g.name, type(e).__name__, str(e))
                 result.rejected.append(f"{ep.name}: get_capability raised {type(e).__name__}: {e}")
                 continue
             in_graph = {id(n) for n in g.nodes}

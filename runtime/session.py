@@ -150,8 +150,9 @@ class _SessionCore:
                 if CPU_EP_NAME not in self.eps:
                     raise EPFail(f"{ep_name}: compile failed ({type(e).__name__}: {e}) and CPU fallback is "
                                  "disabled") from e
+                # Log text, not the exception: its traceback would keep the session alive.
                 logger.warning("%s: compile failed (%s: %s); its %d fused group(s) fall back to the CPU EP",
-                               ep_name, type(e).__name__, e, len(gs))
+                               ep_name, type(e).__name__, str(e), len(gs))
                 for g in gs:
                     for n in g.nodes:
                         n.ep_name = CPU_EP_NAME

@@ -158,7 +158,7 @@ class OpenCLDataTransfer(DataTransfer):
         src_nbytes = s.nbytes
         if src_nbytes != d.nbytes:
             raise InvalidArgument(f"copy_tensors: pair {i}: source {getattr(s, 'dtype', '?')}{list(s.shape)} has "
-                                  f"{src_nbytes} bytes, destination {d.dtype}{list(d.shape)} has {d.nbytes}")
+                                  f"{src_nbytes} bytes, destination {d.dtype}{list(d.shape)} has {d.nbytes} bytes")
         if src_nbytes == 0:
             return
         if isinstance(s, np.ndarray) and isinstance(d, DeviceTensor):

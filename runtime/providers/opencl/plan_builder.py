@@ -9,7 +9,6 @@ lowers to launches of the fixed kernel families in ``kernel_sources``.
 from __future__ import annotations
 
 import numpy as np
-
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
@@ -73,12 +72,10 @@ class PlanBuilder:
 
     def data(self, name: str) -> str:
         """A buffer name for value ``name``: a fed input, an intermediate, or an uploaded constant."""
-        if name in self.plan.input_names or name in self.plan.constants or name in self.plan.shapes and \
-                name not in self.lookup.constants:
-            self.shape(name)
+        if name in self.plan.input_names or name in self.plan.constants:
             return name
         const = self.lookup.const(name)
-        if const is not None and name not in self.plan.input_names:
+        if const is not None and self.graph.producer(name) is None:
             arr = const.astype(np.float32) if const.dtype == np.float64 else const
             self.plan.constants[name] = np.ascontiguousarray(arr)
             self.plan.shapes[name] = tuple(const.shape)
@@ -111,7 +108,8 @@ class PlanBuilder:
         absorbed_relu: dict[int, Node] = {}
         skip: set[int] = set()
         for n in nodes:
-            if n.op_type in ("Gemm", "MatMul", "Conv"):
+            thin_conv = n.op_type == "Conv" and self.shape(n.inputs[1])[0] // int(n.attr("group", 1)) < 4
+            if n.op_type in ("Gemm", "MatMul", "Conv") and not thin_conv:
                 users = consumers.get(n.outputs[0], [])
                 if len(users) == 1 and users[0].op_type == "Relu" and n.outputs[0] not in outputs:
                     absorbed_relu[id(n)] = users[0]
@@ -351,9 +349,7 @@ class PlanBuilder:
         Cg, Mg = Cin // G, Cout // G
         bias = self.data(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
         geo = [I32(g[k]) for k in ("H", "W")]
-        if Mg < 4 or relu is not None and Mg < RM:  # thin groups (depthwise): direct convolution
-            if relu is not None:
-                raise OrtNotImplemented("direct Conv does not fuse Relu")
+        if Mg < 4:  # thin groups (depthwise): direct convolution; build() fuses no Relu here
             self.plan.add_launch_1d(ks.CONV_SOURCE, "conv_direct", _prod(ys), [
                 Buf(out), Buf(x), Buf(w), Buf(bias or w), I32(1 if bias else 0), I32(Cin), *geo, I32(Cout),
                 I32(Cg), I32(Mg), *(I32(g[k]) for k in ("KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw"))])

@@ -189,6 +189,8 @@ class GatherElements(Kernel):
 
 
 def _axes_tuple(axes) -> tuple:
+    if isinstance(axes, int):  # a 0-d axes tensor
+        return (axes,)
     return tuple(int(a) for a in axes)
 
 
@@ -376,8 +378,8 @@ class ConstantOfShape(Kernel):
 @register("Range", since=11)
 class Range(_NoAttr):
     def compute(self, inputs: list) -> list:
-        start, limit, delta = inputs
-        return [np.arange(start, limit, delta).astype(start.dtype, copy=False)]
+        start, limit, delta = (v.reshape(-1)[0] for v in inputs)
+        return [np.asarray(np.arange(start, limit, delta)).astype(inputs[0].dtype, copy=False)]
 
 
 @register("Scatter", since=9)

@@ -1,0 +1,191 @@
+"""Benchmark onnxhal against onnxruntime (CPU, 2 intra-op threads), side by side in one process.
+
+    python benchmarks/bench.py [--models mlp,cnn,encoder,chain,light] [--repeat 20] [--json out.json]
+
+For each model: build it (``models.py``), create both sessions, check the outputs agree (max abs
+difference, also relative to the largest output), warm up, then time ``repeat`` runs alternating
+onnxruntime and onnxhal, and report medians. ``light`` expands to every light model-zoo model;
+single light models are named ``light:resnet50`` etc. Materialized light models are cached in
+``$ONNXHAL_BENCH_CACHE`` (default ``~/.cache/onnxhal-bench``) because random weights for vgg19 take
+half a minute to build.
+
+Threads: both runtimes get 2 intra-op threads. numpy's BLAS (OpenBLAS) reads
+``OPENBLAS_NUM_THREADS`` when numpy is first imported, so this script sets it (and
+``OMP_NUM_THREADS``) to the ``--threads`` value before importing numpy unless already set;
+onnxhal's CPU kernels inherit the BLAS pool size from that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _threads_from_argv(argv: list[str]) -> str:
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return "2"
+
+
+if __name__ == "__main__":  # BLAS pools are sized at numpy import: set them first
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, _threads_from_argv(sys.argv))
+
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+#: Issue targets: max onnxhal/ORT time ratio per model (the chain is judged per node instead).
+TARGETS = {"mlp": 1.3, "encoder": 1.3, "cnn": 2.0}
+LIGHT_TARGET = 2.0
+CHAIN_US_PER_NODE = 3.0
+
+
+@dataclass
+class Result:
+    model: str
+    ort_ms: float
+    onnxhal_ms: float
+    ratio: float
+    target: str
+    met: bool
+    max_abs_diff: float
+    rel_diff: float
+    nodes: int
+    note: str = ""
+
+
+def build(name: str) -> onnx.ModelProto:
+    if name.startswith("light:"):
+        short = name.split(":", 1)[1]
+        cache = os.environ.get("ONNXHAL_BENCH_CACHE", os.path.expanduser("~/.cache/onnxhal-bench"))
+        path = os.path.join(cache, f"light_{short}_seed0.onnx")
+        if os.path.isfile(path):
+            return onnx.load(path)
+        model = models.light_model(short)
+        os.makedirs(cache, exist_ok=True)
+        onnx.save(model, path)
+        return model
+    return models.BUILDERS[name]()
+
+
+def expand(names: list[str]) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        if n == "light":
+            out.extend(f"light:{m}" for m in models.light_models())
+        elif n in models.light_models():
+            out.append(f"light:{n}")
+        else:
+            out.append(n)
+    return out
+
+
+def sessions(model: onnx.ModelProto, threads: int) -> tuple:
+    import onnxruntime as ort
+
+    import onnxhal
+
+    data = model.SerializeToString()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    ort_sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    hso = onnxhal.SessionOptions()
+    hso.intra_op_num_threads = threads
+    hal_sess = onnxhal.InferenceSession(data, hso, providers=["CPUExecutionProvider"])
+    return ort_sess, hal_sess
+
+
+def measure(name: str, repeat: int, warmup: int, threads: int, progress) -> Result:
+    model = build(name)
+    feeds = models.feeds(model)
+    ort_sess, hal_sess = sessions(model, threads)
+    ref = ort_sess.run(None, feeds)
+    got = hal_sess.run(None, feeds)
+    diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) for a, b in zip(ref, got))
+    scale = max(float(np.max(np.abs(np.asarray(a, np.float64)))) for a in ref) or 1.0
+    for _ in range(warmup):
+        ort_sess.run(None, feeds)
+        hal_sess.run(None, feeds)
+    t_ort, t_hal = [], []
+    for _ in range(repeat):  # alternate so both see the same machine load
+        t0 = time.perf_counter()
+        ort_sess.run(None, feeds)
+        t1 = time.perf_counter()
+        hal_sess.run(None, feeds)
+        t2 = time.perf_counter()
+        t_ort.append(t1 - t0)
+        t_hal.append(t2 - t1)
+        progress()
+    ort_ms, hal_ms = statistics.median(t_ort) * 1e3, statistics.median(t_hal) * 1e3
+    nodes = len(model.graph.node)
+    ratio = hal_ms / ort_ms
+    if name == "chain":
+        per_node = hal_ms * 1e3 / nodes
+        target, met = f"<= {CHAIN_US_PER_NODE} us/node", per_node <= CHAIN_US_PER_NODE
+        note = f"{per_node:.2f} us/node (ORT {ort_ms * 1e3 / nodes:.2f})"
+    else:
+        limit = TARGETS.get(name, LIGHT_TARGET)
+        target, met, note = f"<= {limit}", ratio <= limit, ""
+    return Result(name, ort_ms, hal_ms, ratio, target, met, diff, diff / scale, nodes, note)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="mlp,cnn,encoder,chain,light",
+                   help="comma-separated: mlp, cnn, encoder, chain, light (all light models), "
+                        "or a light model name such as resnet50")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per runtime (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed runs per runtime first (default 3)")
+    p.add_argument("--threads", type=int, default=2, help="intra-op threads for both runtimes (default 2)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-' for stdout)")
+    args = p.parse_args(argv)
+
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    names = expand([n.strip() for n in args.models.split(",") if n.strip()])
+    results: list[Result] = []
+    with Progress(console=console, transient=True) as prog:
+        task = prog.add_task("benchmark", total=len(names) * args.repeat)
+        for name in names:
+            prog.update(task, description=f"{name}")
+            try:
+                results.append(measure(name, args.repeat, args.warmup, args.threads,
+                                       lambda: prog.advance(task)))
+            except Exception as exc:  # one broken model must not hide the others' figures
+                console.print(f"[red]{name}: {type(exc).__name__}: {exc}")
+                results.append(Result(name, float("nan"), float("nan"), float("nan"), "", False,
+                                      float("nan"), float("nan"), 0, f"error: {type(exc).__name__}: {exc}"[:200]))
+    table = Table(title=f"onnxhal vs onnxruntime (CPU, {args.threads} threads, median of {args.repeat})")
+    for col in ("model", "ort ms", "onnxhal ms", "ratio", "target", "met", "max abs diff", "note"):
+        table.add_column(col, justify="left" if col in ("model", "target", "note") else "right")
+    for r in results:
+        table.add_row(r.model, f"{r.ort_ms:.2f}", f"{r.onnxhal_ms:.2f}", f"{r.ratio:.2f}", r.target,
+                      "yes" if r.met else "NO", f"{r.max_abs_diff:.2e}", r.note)
+    Console().print(table)
+    if args.json:
+        text = json.dumps([asdict(r) for r in results], indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text)
+    return 0 if all(r.met for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

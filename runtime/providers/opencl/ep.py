@@ -1,0 +1,193 @@
+"""``OpenCLEp``: claims the nodes the OpenCL kernels cover, fuses connected runs, compiles them.
+
+``get_capability`` claims supported nodes, groups them into fused partitions (a group is grown
+along producer->consumer edges only while no node outside it lies on a path between two members),
+and builds every group's programs right away: a group whose programs fail to build is retried node
+by node, and nodes that still fail are declined (logged) so another EP runs them. ``compile`` then
+finds every program in the in-process cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import pyopencl as cl
+from onnxhal.hal.ep import Ep, EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
+from onnxhal.hal.errors import OrtError
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
+from onnxhal.runtime.providers.opencl.op_support import VIEW_OPS, GraphLookup, unsupported_reason
+from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
+from onnxhal.runtime.providers.opencl.plan_builder import build_plan
+from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
+
+EP_NAME = "OpenCLExecutionProvider"
+
+
+class OpenCLNodeComputeInfo(NodeComputeInfo):
+    """Runs one compiled partition. ``compute`` enqueues on the context's stream and returns without
+    waiting; with no stream it waits, since the caller then expects finished data."""
+
+    def __init__(self, plan: PartitionPlan, device: OpenCLDeviceContext, allocator: OpenCLAllocator) -> None:
+        self.plan = plan
+        self.device = device
+        self.allocator = allocator
+
+    def create_state(self, fused_node: Node) -> PartitionState:
+        return PartitionState(self.plan, self.device, self.allocator)
+
+    def compute(self, state: PartitionState, context: KernelContext) -> list:
+        stream = context.stream
+        queue = stream.handle() if stream is not None else None
+        own_queue = not (isinstance(queue, cl.CommandQueue) and queue.context == self.device.context)
+        if own_queue:
+            queue = self.device.queue
+        outputs = state.run(list(context.inputs), queue)
+        if own_queue:
+            queue.finish()
+        for i, t in enumerate(outputs):
+            context.set_output(i, t)
+        return outputs
+
+    def release_state(self, state: PartitionState) -> None:
+        state.release()
+
+
+class OpenCLEp(Ep):
+    name = EP_NAME
+
+    def __init__(self, device: OpenCLDeviceContext, allocator: OpenCLAllocator, logger: logging.Logger) -> None:
+        self.device = device
+        self.allocator = allocator
+        self.logger = logger
+        # Shapes, dtypes and constants seen in get_capability, for compile's filtered graphs.
+        self._shapes: dict = {}
+        self._dtypes: dict = {}
+        self._constants: dict = {}
+        self.declined: dict[str, str] = {}  # node name/op -> reason (for logs and tests)
+
+    def _lookup(self, graph: Graph) -> GraphLookup:
+        return GraphLookup(graph, self._shapes, self._dtypes, self._constants)
+
+    # -- capability ------------------------------------------------------------------------
+    def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
+        lookup = self._lookup(graph)
+        claimed: list[Node] = []
+        for n in graph.nodes:
+            try:
+                reason = unsupported_reason(n, lookup)
+            except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+                reason = f"cannot inspect node: {exc}"
+            if reason is None:
+                claimed.append(n)
+            else:
+                self.declined[n.name or n.op_type] = reason
+                self.logger.debug("%s declines %s (%s): %s", EP_NAME, n.name, n.op_type, reason)
+        for group in fusion_groups(graph, claimed):
+            for part in self._buildable(graph, group, lookup):
+                if all(n.op_type in VIEW_OPS for n in part):
+                    continue  # a lone view computes nothing: not worth two copies
+                support_info.add_nodes_to_fuse(part, NodeFusionOptions(drop_constant_initializers=True))
+
+    def _buildable(self, graph: Graph, group: list[Node], lookup: GraphLookup) -> list[list[Node]]:
+        """``group`` if its programs build, else its nodes that build on their own."""
+        if self._try_build(graph, group, lookup):
+            return [group]
+        if len(group) == 1:
+            return []
+        return [[n] for n in group if self._try_build(graph, [n], lookup)]
+
+    def _try_build(self, graph: Graph, nodes: list[Node], lookup: GraphLookup) -> bool:
+        try:
+            plan = build_plan(filtered_graph(graph, nodes), lookup)
+            for step in (*plan.init_steps, *plan.steps):
+                if isinstance(step, Launch):
+                    self.device.program(step.source)
+            return True
+        except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
+            for n in nodes:
+                self.declined[n.name or n.op_type] = f"{type(exc).__name__}: {exc}"
+            self.logger.warning("%s declines %d node(s) (%s): %s", EP_NAME, len(nodes),
+                                ", ".join(sorted({n.op_type for n in nodes})), exc)
+            return False
+
+    # -- compile ---------------------------------------------------------------------------
+    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:
+        infos: list[NodeComputeInfo] = []
+        for graph in graphs:
+            plan = build_plan(graph, self._lookup(graph))
+            infos.append(OpenCLNodeComputeInfo(plan, self.device, self.allocator))
+        return infos
+
+
+def fusion_groups(graph: Graph, claimed: Sequence[Node]) -> list[list[Node]]:
+    """Connected groups of ``claimed`` nodes such that no node outside a group lies on a path between
+    two of its members (so each group can become one fused node without creating a cycle)."""
+    nodes = graph.nodes
+    index = {id(n): i for i, n in enumerate(nodes)}
+    preds: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        for name in (*n.inputs, *n.implicit_inputs):
+            p = graph.producer(name) if name else None
+            if p is not None and id(p) in index:
+                preds[i].append(index[id(p)])
+    anc = [0] * len(nodes)
+    for i in range(len(nodes)):
+        for p in preds[i]:
+            anc[i] |= anc[p] | (1 << p)
+    desc = [0] * len(nodes)
+    for i in range(len(nodes) - 1, -1, -1):
+        for p in preds[i]:
+            desc[p] |= desc[i] | (1 << i)
+    is_claimed = {index[id(n)] for n in claimed}
+    group_of = {i: i for i in is_claimed}
+    groups = {i: [1 << i, anc[i], desc[i], [i]] for i in is_claimed}
+
+    def find(i: int) -> int:
+        while group_of[i] != i:
+            group_of[i] = group_of[group_of[i]]
+            i = group_of[i]
+        return i
+
+    for c in sorted(is_claimed):
+        for p in preds[c]:
+            if p not in is_claimed:
+                continue
+            gp, gc = find(p), find(c)
+            if gp == gc:
+                continue
+            mp, ap, dp, lp = groups[gp]
+            mc, ac, dc, lc = groups[gc]
+            mask, a, d = mp | mc, ap | ac, dp | dc
+            if (a & d) & ~mask:
+                continue  # some outside node is both after and before the merged group
+            group_of[gc] = gp
+            groups[gp] = [mask, a, d, lp + lc]
+            del groups[gc]
+    return [[nodes[i] for i in sorted(g[3])] for g in sorted(groups.values(), key=lambda g: min(g[3]))]
+
+
+def filtered_graph(graph: Graph, nodes: Sequence[Node]) -> Graph:
+    """The graph of one fused group, as the runtime hands it to ``compile``: inputs are values the
+    group reads from outside (constant initializers excluded), outputs are values it produces that
+    anything outside reads or the graph outputs."""
+    members = {id(n) for n in nodes}
+    produced = {o for n in nodes for o in n.outputs if o}
+    graph_outputs = set(graph.output_names)
+    inputs: list[str] = []
+    inits = {}
+    for n in nodes:
+        for name in (*n.inputs, *n.implicit_inputs):
+            if not name or name in produced:
+                continue
+            if graph.is_constant_initializer(name):
+                inits[name] = graph.initializer(name)
+            elif name not in inputs:
+                inputs.append(name)
+    outputs = [o for n in nodes for o in n.outputs if o and (
+        o in graph_outputs or any(id(c) not in members for c in graph.consumers(o)))]
+    names = set(inputs) | produced | set(inits)
+    vis = {name: graph.value_info(name) for name in names}
+    return Graph(f"{EP_NAME}_group", list(nodes), [vis[i] for i in inputs], [vis[o] for o in outputs],
+                 initializers=inits, value_infos=vis, opset=graph.opset)

@@ -1,0 +1,123 @@
+"""A configurable toy EP library, written only against the public plugin contract.
+
+Two EP names (ToyA, ToyB), each offered on two virtual NPUs. Provider options choose what an
+instance claims: ``ops`` (comma list), ``mode`` ("fuse": one group per connected run, "group":
+all claimed nodes as a single group even if that is invalid, "single": add_single_node),
+``fail`` ("compile" or "capability"). Fused groups are compiled into a small numpy interpreter.
+"""
+
+import numpy as np
+
+from onnxhal import hal
+
+LOG: list = []  # (event, ep name, device id, details)
+
+_OPS = {"Add": np.add, "Mul": np.multiply, "Sub": np.subtract, "Relu": lambda x: np.maximum(x, 0)}
+
+
+class _Compute(hal.NodeComputeInfo):
+    def __init__(self, graph):
+        self.nodes = [(n.op_type, list(n.inputs), list(n.outputs)) for n in graph.nodes]
+        self.inputs = graph.input_names
+        self.outputs = graph.output_names
+        self.consts = dict(graph.initializers)
+
+    def create_state(self, fused_node):
+        return {"name": fused_node.name}
+
+    def compute(self, state, ctx):
+        env = dict(self.consts)
+        env.update(zip(self.inputs, ctx.inputs))
+        for op, ins, outs in self.nodes:
+            env[outs[0]] = _OPS[op](*[env[i] for i in ins]).astype(np.float32)
+        for k, o in enumerate(self.outputs):
+            ctx.set_output(k, env[o])
+
+
+class _Kernel(hal.Kernel):
+    def __init__(self, op):
+        self.fn = _OPS[op]
+
+    def compute(self, inputs):
+        return [self.fn(*inputs).astype(np.float32)]
+
+
+class ToyEp(hal.Ep):
+    def __init__(self, name, device, options):
+        self.name = name
+        self.device = device
+        self.ops = set(filter(None, options.get("ops", "Add,Mul").split(",")))
+        self.mode = options.get("mode", "fuse")
+        self.fail = options.get("fail", "")
+
+    def get_capability(self, graph, support_info):
+        LOG.append(("capability", self.name, self.device.device_id, graph.name))
+        if self.fail == "capability":
+            raise RuntimeError("capability probe failed")
+        mine = [n for n in graph.nodes if n.op_type in self.ops]
+        if self.mode == "single":
+            for n in mine:
+                support_info.add_single_node(n)
+        elif self.mode == "group":
+            if mine:
+                support_info.add_nodes_to_fuse(mine)
+        else:
+            for group in _connected_runs(graph, mine):
+                support_info.add_nodes_to_fuse(group, hal.NodeFusionOptions(drop_constant_initializers=True))
+
+    def compile(self, graphs, fused_nodes):
+        LOG.append(("compile", self.name, self.device.device_id,
+                    [(g.input_names, g.output_names, len(g.nodes)) for g in graphs]))
+        if self.fail == "compile":
+            raise RuntimeError("program build failed")
+        return [_Compute(g) for g in graphs]
+
+    def create_kernel(self, node, context):
+        return _Kernel(node.op_type)
+
+
+def _connected_runs(graph, nodes):
+    ids = {id(n) for n in nodes}
+    groups, seen = [], set()
+    for n in nodes:
+        if id(n) in seen:
+            continue
+        group, stack = [], [n]
+        seen.add(id(n))
+        while stack:
+            cur = stack.pop()
+            group.append(cur)
+            nbrs = [graph.producer(i) for i in cur.inputs if i] + [c for o in cur.outputs for c in graph.consumers(o)]
+            for m in nbrs:
+                if m is not None and id(m) in ids and id(m) not in seen:
+                    seen.add(id(m))
+                    stack.append(m)
+        groups.append(group)
+    return groups
+
+
+class ToyFactory(hal.EpFactory):
+    vendor = "Toy"
+    version = "1.0.0"
+
+    def __init__(self, api, name):
+        self.api = api
+        self.name = name
+        self.hw = [api.create_hardware_device(hal.OrtHardwareDeviceType.NPU, 0x7070, i, "Toy", {"index": str(i)})
+                   for i in (0, 1)]
+
+    def get_supported_devices(self, hardware_devices):
+        return [self.api.create_ep_device(self, hw) for hw in self.hw]
+
+    def create_ep(self, devices, ep_metadata, session_options, logger):
+        options = session_options.provider_options_for(self.name)
+        LOG.append(("create_ep", self.name, devices[0].device_id, dict(options)))
+        return ToyEp(self.name, devices[0], options)
+
+
+def create_ep_factories(registration_name, api, logger):
+    return [ToyFactory(api, "ToyA"), ToyFactory(api, "ToyB")]
+
+
+def release_ep_factory(factory):
+    pass

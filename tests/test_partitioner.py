@@ -1,0 +1,154 @@
+"""Partitioning across EPs with toy EPs written against the public plugin contract."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnxhal
+from onnxhal import errors
+from tests.conftest import PLUGINS
+from tests.models import add_mul_model, add_mul_reference, make, vi
+
+TOY = os.path.join(PLUGINS, "toy_fusing_ep.py")
+
+
+@pytest.fixture
+def toy(register):
+    register(TOY, "toy_fusing")
+    mod = [m for n, m in sys.modules.items() if n.startswith("onnxhal_ep_library_") and hasattr(m, "ToyFactory")][-1]
+    mod.LOG.clear()
+    return mod
+
+
+def _session(model, *eps, fallback=True, record=True, device_index=0):
+    so = onnxhal.SessionOptions()
+    if record:
+        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if not fallback:
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    for name, opts in eps:
+        devs = [d for d in onnxhal.get_ep_devices() if d.ep_name == name]
+        so.add_provider_for_devices([devs[device_index]], opts)
+    return onnxhal.InferenceSession(model, so)
+
+
+def _assignment(sess):
+    return [(s.ep_name, sorted(n.name for n in s.get_nodes())) for s in sess.get_provider_graph_assignment_info()]
+
+
+X = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+
+
+def test_fused_group_compiles_and_runs(toy):
+    sess = _session(add_mul_model(), ("ToyA", {"ops": "Add,Mul"}))
+    assert _assignment(sess) == [("ToyA", ["add1", "add2", "mul"])]
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+    (event,) = [e for e in toy.LOG if e[0] == "compile"]
+    (inputs, outputs, n), = event[3]
+    assert inputs == ["x"] and outputs == ["y"] and n == 3  # constants dropped into the EP
+
+
+def test_partial_claim_leaves_the_rest_to_cpu(toy):
+    sess = _session(add_mul_model(), ("ToyA", {"ops": "Mul"}))
+    assert _assignment(sess) == [("ToyA", ["mul"]), ("CPUExecutionProvider", ["add1", "add2"])]
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+
+
+def test_single_nodes_run_through_kernels(toy):
+    sess = _session(add_mul_model(), ("ToyA", {"ops": "Add", "mode": "single"}))
+    assert _assignment(sess) == [("ToyA", ["add1", "add2"]), ("CPUExecutionProvider", ["mul"])]
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+
+
+def _diamond():
+    """a = x + 1; r = Relu(a); y = a * r: claiming {Add, Mul} as one group is not one partition."""
+    one = helper.make_tensor("one", TensorProto.FLOAT, [3], [1, 1, 1])
+    nodes = [helper.make_node("Add", ["x", "one"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Mul", ["a", "r"], ["y"], name="mul")]
+    return make(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], [one])
+
+
+def test_group_with_an_outside_node_between_members_is_rejected(toy, caplog):
+    with caplog.at_level(logging.INFO, logger="onnxhal.partitioner"):
+        sess = _session(_diamond(), ("ToyA", {"ops": "Add,Mul", "mode": "group"}))
+    assert "not one partition" in caplog.text and "'relu'" in caplog.text
+    assert _assignment(sess) == [("CPUExecutionProvider", ["add", "mul", "relu"])]
+    a = X + 1
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], a * np.maximum(a, 0))
+
+
+def test_first_ep_wins(toy):
+    sess = _session(add_mul_model(), ("ToyA", {"ops": "Mul"}), ("ToyB", {"ops": "Add,Mul", "mode": "single"}))
+    assert sess.get_providers() == ["ToyA", "ToyB", "CPUExecutionProvider"]
+    assert _assignment(sess) == [("ToyA", ["mul"]), ("ToyB", ["add1", "add2"])]
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+
+
+def test_a_group_overlapping_another_eps_nodes_is_skipped(toy):
+    sess = _session(add_mul_model(), ("ToyA", {"ops": "Mul", "mode": "single"}), ("ToyB", {"ops": "Add,Mul", "mode": "group"}))
+    assert _assignment(sess) == [("ToyA", ["mul"]), ("CPUExecutionProvider", ["add1", "add2"])]
+
+
+def test_two_instances_of_one_ep_on_different_devices(toy):
+    s0 = _session(add_mul_model(), ("ToyA", {"ops": "Add,Mul"}), device_index=0)
+    s1 = _session(add_mul_model(), ("ToyA", {"ops": "Mul"}), device_index=1)
+    created = [(e[1], e[2]) for e in toy.LOG if e[0] == "create_ep"]
+    assert created == [("ToyA", 0), ("ToyA", 1)]
+    assert _assignment(s0) == [("ToyA", ["add1", "add2", "mul"])]
+    assert _assignment(s1) == [("ToyA", ["mul"]), ("CPUExecutionProvider", ["add1", "add2"])]
+    for s in (s0, s1):
+        np.testing.assert_allclose(s.run(None, {"x": X})[0], add_mul_reference(X))
+
+
+def test_disabled_fallback_with_nodes_left_names_them(toy):
+    with pytest.raises(errors.Fail, match=r"disabled by the user.*Add 'add1'"):
+        _session(add_mul_model(), ("ToyA", {"ops": "Mul"}), fallback=False)
+    sess = _session(add_mul_model(), ("ToyA", {"ops": "Add,Mul"}), fallback=False)
+    assert sess.get_providers() == ["ToyA"]
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+
+
+def test_compile_failure_falls_back_to_cpu(toy, caplog):
+    with caplog.at_level(logging.WARNING):
+        sess = _session(add_mul_model(), ("ToyA", {"ops": "Add,Mul", "fail": "compile"}))
+    assert "program build failed" in caplog.text
+    assert _assignment(sess) == [("CPUExecutionProvider", ["add1", "add2", "mul"])]
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+
+
+def test_failing_get_capability_gets_no_nodes(toy):
+    sess = _session(add_mul_model(), ("ToyA", {"fail": "capability"}))
+    assert _assignment(sess) == [("CPUExecutionProvider", ["add1", "add2", "mul"])]
+
+
+def _if_model():
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="then_add")], "then_branch", [],
+                               [vi("t", [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["e"], name="else_mul")], "else_branch", [],
+                               [vi("e", [2, 3])])
+    nodes = [helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)]
+    return make(nodes, [vi("c", [], TensorProto.BOOL), vi("x", [2, 3])], [vi("y", [2, 3])])
+
+
+def test_subgraphs_are_offered_nested_first(toy):
+    sess = _session(_if_model(), ("ToyA", {"ops": "Add,Mul", "mode": "single"}))
+    graphs = [e[3] for e in toy.LOG if e[0] == "capability"]
+    assert graphs[-1] == "g" and set(graphs[:-1]) == {"then_branch", "else_branch"}
+    # One assignment entry per EP per graph.
+    assert sorted(_assignment(sess)) == [("CPUExecutionProvider", ["if"]), ("ToyA", ["else_mul"]),
+                                         ("ToyA", ["then_add"])]
+    np.testing.assert_allclose(sess.run(None, {"c": np.array(True), "x": X})[0], X + X)
+    np.testing.assert_allclose(sess.run(None, {"c": np.array(False), "x": X})[0], X * X)
+
+
+def test_assignment_info_needs_the_config_entry(toy):
+    sess = _session(add_mul_model(), ("ToyA", {}), record=False)
+    with pytest.raises(errors.Fail, match="record_ep_graph_assignment_info"):
+        sess.get_provider_graph_assignment_info()

@@ -1,0 +1,201 @@
+"""InferenceSession behaviour: metadata, bad input (typed errors, session still usable), threads,
+profiling, IOBinding on the host, RunOptions.terminate."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxhal
+from onnxhal import errors
+from tests.models import add_mul_model, add_mul_reference, make, vi
+
+X = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+
+@pytest.fixture(scope="module")
+def sess():
+    return onnxhal.InferenceSession(add_mul_model())
+
+
+def _still_usable(s):
+    np.testing.assert_allclose(s.run(None, {"x": X})[0], add_mul_reference(X))
+
+
+def test_inputs_outputs_and_metadata():
+    model = add_mul_model()
+    model.producer_name = "p"
+    model.graph.doc_string = "gd"
+    onnx.helper.set_model_props(model, {"author": "me"})
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    s = onnxhal.InferenceSession(model.SerializeToString())
+    (i,) = s.get_inputs()
+    assert (i.name, i.type, i.shape) == ("x", "tensor(float)", ["batch", 3])
+    assert [o.name for o in s.get_outputs()] == ["y"]
+    md = s.get_modelmeta()
+    assert (md.producer_name, md.graph_name, md.graph_description, md.custom_metadata_map) == ("p", "g", "gd", {"author": "me"})
+    assert s.get_providers() == ["CPUExecutionProvider"]
+    assert s.get_provider_options() == {"CPUExecutionProvider": {}}
+    np.testing.assert_allclose(s.run(["y"], {"x": np.ones((5, 3), np.float32)})[0], add_mul_reference(np.ones((5, 3))))
+
+
+def test_model_from_a_path(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(add_mul_model(), path)
+    _still_usable(onnxhal.InferenceSession(str(path)))
+
+
+@pytest.mark.parametrize("model, error, words", [
+    (b"definitely not a model", errors.InvalidProtobuf, "not a valid ONNX"),
+    (b"", errors.InvalidProtobuf, "no graph"),
+    ("/no/such/model.onnx", errors.NoSuchFile, "does not exist"),
+    (42, errors.InvalidArgument, "path, bytes or onnx.ModelProto"),
+])
+def test_unloadable_models(model, error, words):
+    with pytest.raises(error, match=words):
+        onnxhal.InferenceSession(model)
+
+
+def test_invalid_graphs():
+    cycle = make([helper.make_node("Add", ["x", "b"], ["a"], name="n1"), helper.make_node("Relu", ["a"], ["b"], name="n2")],
+                 [vi("x", [2])], [vi("a", [2])])
+    with pytest.raises(errors.InvalidGraph, match="cycle"):
+        onnxhal.InferenceSession(cycle)
+    undefined = make([helper.make_node("Add", ["x", "ghost"], ["y"], name="adder")], [vi("x", [2])], [vi("y", [2])])
+    with pytest.raises(errors.InvalidGraph, match="'ghost'"):
+        onnxhal.InferenceSession(undefined)
+    twice = make([helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Relu", ["x"], ["y"], name="b")],
+                 [vi("x", [2])], [vi("y", [2])])
+    with pytest.raises(errors.InvalidGraph, match="produced by two nodes"):
+        onnxhal.InferenceSession(twice)
+
+
+def test_unsupported_operator_and_opset():
+    unknown = make([helper.make_node("FancyOp", ["x"], ["y"], name="fancy", domain="com.example")], [vi("x", [2])],
+                   [vi("y", [2])])
+    unknown.opset_import.append(helper.make_opsetid("com.example", 1))
+    with pytest.raises(errors.NotImplemented, match="FancyOp"):
+        onnxhal.InferenceSession(unknown)
+    future = add_mul_model()
+    future.opset_import[0].version = 999
+    with pytest.raises(errors.NotImplemented, match="opset 999"):
+        onnxhal.InferenceSession(future)
+
+
+@pytest.mark.parametrize("feed, words", [
+    ({}, r"Required input\(s\) missing: 'x' \(float32 \[2,3\]\)"),
+    ({"x": X, "z": X}, "Invalid input name: 'z'"),
+    ({"x": X.astype(np.float64)}, r"input 'x' expects float32 \[2,3\], got float64 \[2,3\]"),
+    ({"x": X.reshape(6)}, "rank 1 where the model wants rank 2"),
+    ({"x": np.zeros((2, 4), np.float32)}, "dimension 1 must be 3"),
+    ({"x": [[1.0, 2.0, 3.0]] * 2}, "expects a numpy array"),
+])
+def test_bad_feeds_are_typed_errors_and_the_session_stays_usable(sess, feed, words):
+    with pytest.raises(errors.InvalidArgument, match=words):
+        sess.run(None, feed)
+    _still_usable(sess)
+
+
+def test_unknown_output_name(sess):
+    with pytest.raises(errors.InvalidArgument, match="Invalid output name: 'nope'"):
+        sess.run(["nope"], {"x": X})
+    _still_usable(sess)
+
+
+def test_terminate(sess):
+    ro = onnxhal.RunOptions()
+    ro.terminate = True
+    with pytest.raises(errors.RuntimeException, match="terminate"):
+        sess.run(None, {"x": X}, ro)
+    ro.terminate = False
+    np.testing.assert_allclose(sess.run(None, {"x": X}, ro)[0], add_mul_reference(X))
+
+
+def test_a_kernel_failure_is_a_typed_error_naming_the_node_and_the_session_survives():
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshaper")]
+    m = make(nodes, [vi("x", ["n"]), vi("shape", [1], TensorProto.INT64)], [vi("y", None)])
+    s = onnxhal.InferenceSession(m)
+    with pytest.raises(errors.OrtError, match="reshaper"):
+        s.run(None, {"x": np.ones(4, np.float32), "shape": np.array([3], np.int64)})
+    np.testing.assert_allclose(s.run(None, {"x": np.ones(4, np.float32), "shape": np.array([4], np.int64)})[0],
+                               np.ones(4))
+
+
+def test_many_threads_share_one_session():
+    model = make([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+                  helper.make_node("Add", ["r", "x"], ["y"])],
+                 [vi("x", ["n", 32])], [vi("y", ["n", 32])],
+                 [onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32), "w")])
+    s = onnxhal.InferenceSession(model)
+    w = onnx.numpy_helper.to_array(model.graph.initializer[0])
+    errors_seen: list = []
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(50):
+            x = rng.standard_normal((int(rng.integers(1, 9)), 32)).astype(np.float32)
+            got = s.run(None, {"x": x})[0]
+            ref = np.maximum(x @ w, 0) + x
+            if not np.allclose(got, ref, rtol=1e-4, atol=1e-4):
+                errors_seen.append(seed)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors_seen == []
+
+
+def test_profiling_writes_a_chrome_trace(tmp_path):
+    so = onnxhal.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    s = onnxhal.InferenceSession(add_mul_model(), so, providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        s.run(None, {"x": X})
+    path = s.end_profiling()
+    assert os.path.dirname(path) == str(tmp_path)
+    events = json.load(open(path))
+    nodes = [e for e in events if e["cat"] == "Node"]
+    assert len(nodes) == 3 * 3
+    assert {e["args"]["op_name"] for e in nodes} == {"Add", "Mul"}
+    assert all(e["args"]["provider"] == "CPUExecutionProvider" and e["ph"] == "X" and e["dur"] >= 0 for e in nodes)
+    assert nodes[0]["args"]["output_type_shape"] == [{"float32": [2, 3]}]
+    assert sum(e["name"] == "model_run" for e in events) == 3
+
+
+def test_iobinding_on_the_host(sess):
+    b = sess.io_binding()
+    b.bind_cpu_input("x", X)
+    b.bind_output("y")
+    sess.run_with_iobinding(b)
+    np.testing.assert_allclose(b.copy_outputs_to_cpu()[0], add_mul_reference(X))
+    out = onnxhal.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32)
+    b.bind_ortvalue_output("y", out)
+    b.bind_ortvalue_input("x", onnxhal.OrtValue.ortvalue_from_numpy(X))
+    sess.run_with_iobinding(b)
+    np.testing.assert_allclose(out.numpy(), add_mul_reference(X))
+    assert out.device_name() == "cpu" and out.data_type() == "tensor(float)" and out.shape() == [2, 3]
+
+
+def test_ortvalue_feed(sess):
+    v = onnxhal.OrtValue.ortvalue_from_numpy(X)
+    np.testing.assert_allclose(sess.run(None, {"x": v})[0], add_mul_reference(X))
+
+
+def test_optimization_levels_agree():
+    x = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    outs = []
+    for level in onnxhal.GraphOptimizationLevel:
+        so = onnxhal.SessionOptions()
+        so.graph_optimization_level = level
+        outs.append(onnxhal.InferenceSession(add_mul_model(), so).run(None, {"x": x})[0])
+    for o in outs[1:]:
+        np.testing.assert_allclose(o, outs[0], rtol=1e-6)

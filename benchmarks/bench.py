@@ -100,6 +100,8 @@ def sessions(model: onnx.ModelProto, threads: int) -> tuple:
     data = model.SerializeToString()
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
+    if os.environ.get("BENCH_ORT_NO_SPIN"):
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     ort_sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     hso = onnxhal.SessionOptions()
     hso.intra_op_num_threads = threads

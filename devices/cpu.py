@@ -6,6 +6,7 @@ import logging
 from collections.abc import Mapping
 
 import psutil
+
 from onnxhal.devices.vendors import (
     CPU_VENDOR_UNKNOWN,
     X86_CPU_VENDORS,

@@ -67,7 +67,7 @@ def random_inputs(sess: onnxhal.InferenceSession, seed: int = 0) -> dict[str, np
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from onnxhal.cli_tables import print_partition, print_outputs
+    from onnxhal.cli_tables import print_outputs, print_partition
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
@@ -87,23 +87,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_partition(args: argparse.Namespace) -> int:
     from onnxhal.cli_tables import print_partition
+    from onnxhal.hal import Graph
     from onnxhal.partition_svg import partition_svg
-    from onnxhal.runtime.model_loader import load_model
+    from onnxhal.runtime.model_loader import toposort
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
     print_partition(sess)
     if args.svg:
-        graph = load_model(args.model).graph
-        assigned = {}
-        by_name = {}
-        for sub in sess.get_provider_graph_assignment_info():
-            for n in sub.get_nodes():
-                by_name[(n.name, n.op_type)] = sub.ep_name
-        for n in graph.nodes:
-            assigned[id(n)] = by_name.get((n.name, n.op_type), "folded by optimizer")
+        # Draw the nodes as the partitioner saw them (after the optimizer), coloured by EP.
+        nodes = sess.assigned_nodes()
+        graph = Graph("partition", toposort(nodes), [], [])
         with open(args.svg, "w") as f:
-            f.write(partition_svg(graph, assigned, f"{args.model}: {', '.join(sess.get_providers())}"))
+            f.write(partition_svg(graph, {id(n): n.ep_name for n in nodes},
+                                  f"{args.model}: {', '.join(sess.get_providers())}"))
         print(f"partition drawn to {args.svg}")
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -10,7 +11,8 @@ from rich.table import Table
 
 import onnxhal
 
-console = Console()
+# Piped output (CI logs, files) gets a wide console so device and EP names are never cut.
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 
 def print_devices(hw: Sequence[onnxhal.OrtHardwareDevice], eps: Sequence[onnxhal.OrtEpDevice]) -> None:
@@ -23,7 +25,7 @@ def print_devices(hw: Sequence[onnxhal.OrtHardwareDevice], eps: Sequence[onnxhal
     console.print(t)
     t = Table(title="EP devices")
     for c in ("#", "ep_name", "ep_vendor", "device", "memory", "ep_metadata", "ep_options"):
-        t.add_column(c)
+        t.add_column(c, no_wrap=c in ("ep_name", "ep_vendor"))
     for k, d in enumerate(eps):
         mems = [f"{m.name} ({m.device_type.name}, {m.device_mem_type.name}, vendor 0x{m.device_vendor_id:x})"
                 for m in d.memory_infos()] or ["host (CPU memory)"]

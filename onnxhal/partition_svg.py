@@ -48,10 +48,11 @@ def partition_svg(graph: Graph, ep_of_node: dict[int, str], title: str = "") -> 
             p = graph.producer(i) if i else None
             if p is not None:
                 x1, y1 = pos[id(p)]
+                # Edges that cross EPs are where transfers happen: drawn red and dashed.
                 cross = ep_of_node.get(id(p)) != ep_of_node.get(id(n))
+                style = 'stroke="#d62728" stroke-width="2" stroke-dasharray="4 2"' if cross else 'stroke="#999"'
                 parts.append(f'<line x1="{x1 + box_w / 2:.0f}" y1="{y1 + box_h:.0f}" x2="{x2 + box_w / 2:.0f}" '
-                             f'y2="{y2:.0f}" stroke="{"#d62728" if cross else "#999"}" '
-                             f'stroke-width="{2 if cross else 1}"{" stroke-dasharray=\"4 2\"" if cross else ""}/>')
+                             f'y2="{y2:.0f}" {style}/>')
     for n in graph.nodes:
         x, y = pos[id(n)]
         ep = ep_of_node.get(id(n), "?")

@@ -228,7 +228,7 @@ def fuse_layer_norm(graph: Graph) -> bool:
         sub = _follower(graph, mean, ("Sub",))
         if sub is None or sub.inputs != (x, mean.outputs[0]):
             continue
-        readers = graph.consumers(sub.outputs[0])
+        readers = list({id(n): n for n in graph.consumers(sub.outputs[0])}.values())  # Mul(d, d) reads twice
         if len(readers) != 2 or sub.outputs[0] in {v.name for v in graph.outputs}:
             continue
         square = next((n for n in readers if n.op_type in ("Pow", "Mul")), None)

@@ -14,7 +14,7 @@ from typing import Any
 
 from onnxhal.hal import EpFactory, OrtEpDevice
 from onnxhal.hal.errors import Fail, InvalidArgument
-from onnxhal.runtime.environment import CPU_EP_NAME, EpLibrary, Environment, is_default_cpu_ep
+from onnxhal.runtime.environment import CPU_EP_NAME, Environment, EpLibrary, is_default_cpu_ep
 from onnxhal.runtime.selection import fold_devices, remove_default_cpu, select_devices
 from onnxhal.runtime.session_options import DISABLE_CPU_EP_FALLBACK, SessionOptions, provider_option_prefix
 

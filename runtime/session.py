@@ -265,6 +265,10 @@ class InferenceSession:
             counts[a.ep_name] = counts.get(a.ep_name, 0) + len(a.nodes)
         return counts
 
+    def assigned_nodes(self) -> list[Node]:
+        """Every node as partitioned (after optimization, before fusion), with ``ep_name`` set."""
+        return [n for a in self._core.partition.assigned for n in a.nodes]
+
     @property
     def plan(self) -> ExecutionPlan:
         return self._core.plan

@@ -18,7 +18,6 @@ import onnx
 from onnx import helper
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
-from onnxhal.hal.errors import NotImplemented
 from onnxhal.runtime.providers.cpu.kernels.registry import lookup
 
 # Domains onnx.reference implements, with the loader for each.
@@ -94,14 +93,15 @@ class ReferenceKernel(Kernel):
     input types) are built on first use for each input type signature and cached.
     """
 
-    def __init__(self, node: Node, ctx: KernelCreateContext, version: int) -> None:
+    def __init__(self, node: Node, ctx: KernelCreateContext, version: int,
+                 opsets: Mapping[str, int] | None = None) -> None:
         self.node_proto = node.to_proto()
         self.domain, self.op_type, self.version = node.domain, node.op_type, version
         self.n_explicit = len(node.inputs)
         self.n_outputs = len(node.outputs)
         self._run_params = {
             "log": lambda pattern, *args: None,
-            "opsets": {node.domain: version, "": version} if node.domain else {"": version},
+            "opsets": _opsets_for(node, version, opsets),
             "verbose": 0,
             "new_ops": {},
             "existing_functions": {},
@@ -113,7 +113,7 @@ class ReferenceKernel(Kernel):
             cls = _load_reference_op(node.domain, node.op_type, version)
         except Exception as exc:  # noqa: BLE001
             if type(exc).__name__ != "RuntimeContextError":
-                raise NotImplemented(
+                raise NotImplementedError(
                     f"CPU EP has no kernel for op {node.op_type!r} (domain {node.domain or 'ai.onnx'!r}, "
                     f"opset {version}) and onnx.reference cannot load it: {exc}") from exc
             self.op = None
@@ -143,6 +143,14 @@ class ReferenceKernel(Kernel):
         return [_to_value(v) for v in res][: self.n_outputs]
 
 
+def _opsets_for(node: Node, version: int, opsets: Mapping[str, int] | None) -> dict[str, int]:
+    """Opsets a reference op sees (ops with subgraphs evaluate them with these)."""
+    out = dict(opsets) if isinstance(opsets, Mapping) else {}
+    out[node.domain] = version
+    out.setdefault("", onnx.defs.onnx_opset_version())
+    return out
+
+
 def _evaluator_cls() -> type:
     from onnx.reference import ReferenceEvaluator
 
@@ -166,10 +174,10 @@ def create_cpu_kernel(node: Node, ctx: KernelCreateContext, opset: int | Mapping
     if cls is not None:
         return cls(node, ctx)
     if node.domain not in _REFERENCE_DOMAINS:
-        raise NotImplemented(
+        raise NotImplementedError(
             f"CPU EP has no kernel for op {node.op_type!r} of domain {node.domain!r} (opset {version}); "
             "register a custom op library or an EP that supports it")
-    return ReferenceKernel(node, ctx, version)
+    return ReferenceKernel(node, ctx, version, opset if isinstance(opset, Mapping) else None)
 
 
 def supports_node(node: Node, opset: int | Mapping[str, int] | None = None) -> bool:

@@ -155,6 +155,8 @@ class OpenCLDataTransfer(DataTransfer):
 
     def _copy_one(self, i: int, s: object, d: object, stream: SyncStream | None,
                   blocking: set[cl.CommandQueue]) -> None:
+        if isinstance(s, np.generic):  # a numpy scalar is a 0-d host tensor
+            s = np.asarray(s)
         src_nbytes = s.nbytes
         if src_nbytes != d.nbytes:
             raise InvalidArgument(f"copy_tensors: pair {i}: source {getattr(s, 'dtype', '?')}{list(s.shape)} has "

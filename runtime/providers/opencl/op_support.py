@@ -39,33 +39,31 @@ class GraphLookup:
     constants: dict[str, np.ndarray]
 
     def shape(self, name: str) -> tuple[int, ...] | None:
-        if name in self.shapes:
-            return self.shapes[name]
-        if name in self.constants:
-            return tuple(self.constants[name].shape)
+        # The graph first: an EP instance may see several graphs reusing value names.
         vi = self.graph.value_info(name)
-        if not vi.has_static_shape:
-            const = self.const(name)
-            return None if const is None else tuple(const.shape)
-        self.shapes[name] = tuple(int(d) for d in vi.shape)
-        return self.shapes[name]
+        if vi.has_static_shape:
+            self.shapes[name] = tuple(int(d) for d in vi.shape)
+            return self.shapes[name]
+        const = self.const(name)
+        if const is not None:
+            return tuple(const.shape)
+        return self.shapes.get(name)
 
     def dtype(self, name: str) -> np.dtype | None:
-        if name in self.dtypes:
-            return self.dtypes[name]
         const = self.const(name)
         dt = const.dtype if const is not None else self.graph.value_info(name).dtype
         if dt is not None:
             self.dtypes[name] = np.dtype(dt)
-        return dt
+            return self.dtypes[name]
+        return self.dtypes.get(name)
 
     def const(self, name: str) -> np.ndarray | None:
-        if name in self.constants:
-            return self.constants[name]
         if name and self.graph.is_constant_initializer(name):
             arr = np.asarray(self.graph.initializer(name))
             self.constants[name] = arr
             return arr
+        if name and self.graph.producer(name) is None and name not in self.graph.input_names:
+            return self.constants.get(name)
         return None
 
 

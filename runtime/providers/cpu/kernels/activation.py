@@ -58,6 +58,9 @@ class Sigmoid(_Act):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if x.dtype.itemsize < 4:  # float16/bfloat16: onnx.reference's formula, in the input type
+            e = np.exp(x)
+            return [_asarray(np.where(x > 0, 1.0 / (1.0 + np.exp(-x)), e / (1.0 + e)).astype(x.dtype))]
         r = np.tanh(x * 0.5)
         r += 1
         r *= 0.5

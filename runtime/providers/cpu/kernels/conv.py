@@ -71,7 +71,11 @@ class Conv(Kernel):
         self.group = node.attr("group", 1)
 
     def compute(self, inputs: list) -> list:
-        x, w = inputs[0], inputs[1]
+        x = inputs[0]
+        if x.dtype.itemsize < 4 and x.dtype.kind != "i":  # float16/bfloat16: accumulate in float32
+            y = self.compute([None if v is None else v.astype(np.float32) for v in inputs])[0]
+            return [y.astype(x.dtype)]
+        w = inputs[1]
         b = inputs[2] if len(inputs) > 2 else None
         n, c = x.shape[:2]
         m = w.shape[0]

@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnx
-
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register

@@ -16,7 +16,10 @@ class MatMul(Kernel):
         pass
 
     def compute(self, inputs: list) -> list:
-        r = np.matmul(inputs[0], inputs[1])
+        a = inputs[0]
+        r = np.matmul(a, inputs[1])
+        if r.dtype != a.dtype:  # ml_dtypes (bfloat16) matmul returns float32
+            r = r.astype(a.dtype)
         return [r if type(r) is _ndarray else np.asarray(r)]
 
 
@@ -37,6 +40,8 @@ class Gemm(Kernel):
         if self.tb:
             b = b.T
         y = a @ b
+        if y.dtype != a.dtype:
+            y = y.astype(a.dtype)
         if y.dtype.kind != "f":  # integer Gemm: scale in float64, cast back
             c = inputs[2] if len(inputs) > 2 and inputs[2] is not None else 0
             return [np.asarray(self.alpha * y + self.beta * c).astype(y.dtype)]

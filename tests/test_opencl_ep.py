@@ -1,0 +1,198 @@
+"""The OpenCL EP at the hal contract: what get_capability claims and fuses, what it declines, and
+compile/compute on small hal.Graphs (after ONNX shape inference), on real OpenCL."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("pyopencl")
+import pyopencl as cl  # noqa: E402
+
+from onnxhal import hal  # noqa: E402
+from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
+from onnxhal.runtime.providers.opencl.ep import OpenCLEp, filtered_graph, fusion_groups  # noqa: E402
+from onnxhal.runtime.providers.opencl.program_cache import ProgramBuildError  # noqa: E402
+
+if not cl.get_platforms():
+    pytest.skip("no OpenCL platform on this machine", allow_module_level=True)
+
+HW = hal.OrtHardwareDevice(hal.OrtHardwareDeviceType.CPU, "AMD", 0x1022, 0, {"opencl_devices": "0:0"})
+RNG = np.random.default_rng(7)
+
+
+@pytest.fixture()
+def ocl():
+    factory = create_ep_factories("opencl", hal.EpApi(), logging.getLogger("test"))[0]
+    (ep_device,) = factory.get_supported_devices([HW])
+    ep = factory.create_ep([HW], [ep_device.ep_metadata], None, logging.getLogger("test"))
+    return factory, ep, ep_device.memory_info(hal.OrtDeviceMemoryType.DEFAULT)
+
+
+def make_graph(nodes, inputs, inits=None, outputs=("y",), opset=17) -> tuple[hal.Graph, onnx.ModelProto]:
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()]),
+        opset_imports=[helper.make_opsetid("", opset)])
+    model = onnx.shape_inference.infer_shapes(model)
+    return hal.Graph.from_proto(model.graph, {"": opset}), model
+
+
+def capability(ep, graph):
+    info = hal.EpGraphSupportInfo(graph)
+    ep.get_capability(graph, info)
+    assert not info.single_nodes
+    for _, opts in info.fused_groups:
+        assert opts.drop_constant_initializers
+    return [[n.name for n in g] for g, _ in info.fused_groups]
+
+
+def test_factory_identity(ocl):
+    factory, ep, _ = ocl
+    assert (factory.name, factory.vendor, factory.version) == ("OpenCLExecutionProvider", "onnxhal", "0.1.0")
+    assert factory.is_stream_aware() and isinstance(ep, OpenCLEp) and ep.name == factory.name
+
+
+def test_unsupported_node_splits_groups_without_a_path_through_it(ocl):
+    """a -> TopK(unclaimed) -> c and a -> c directly: a and c cannot share a group."""
+    _, ep, _ = ocl
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="a"),
+             helper.make_node("TopK", ["a", "k"], ["t", "ti"], name="topk", axis=1),
+             helper.make_node("Add", ["a", "t"], ["c"], name="c"),
+             helper.make_node("Sigmoid", ["c"], ["y"], name="d")]
+    graph, _ = make_graph(nodes, {"x": [2, 4]}, {"k": np.array([4], np.int64)})
+    groups = capability(ep, graph)
+    assert groups == [["a"], ["c", "d"]]
+    assert "topk" in ep.declined
+
+
+def test_dynamic_shapes_and_other_dtypes_are_declined(ocl):
+    _, ep, _ = ocl
+    graph, _ = make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], {"x": ["batch", 4]})
+    assert capability(ep, graph) == []
+    assert "static shape" in ep.declined["r"]
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="r64")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3])]), opset_imports=[helper.make_opsetid("", 17)])
+    g64 = hal.Graph.from_proto(onnx.shape_inference.infer_shapes(model).graph, {"": 17})
+    assert capability(ep, g64) == [] and "float64" in ep.declined["r64"]
+
+
+def test_lone_view_is_not_claimed(ocl):
+    _, ep, _ = ocl
+    graph, _ = make_graph([helper.make_node("Reshape", ["x", "s"], ["y"])], {"x": [2, 3]},
+                          {"s": np.array([3, 2], np.int64)})
+    assert capability(ep, graph) == []
+
+
+def test_fusion_groups_respect_convexity():
+    graph, _ = make_graph([helper.make_node("Relu", ["x"], ["a"], name="a"),
+                           helper.make_node("Neg", ["a"], ["b"], name="b"),
+                           helper.make_node("Add", ["a", "b"], ["y"], name="c")], {"x": [3]})
+    a, b, c = graph.nodes
+    assert [[n.name for n in g] for g in fusion_groups(graph, [a, c])] == [["a"], ["c"]]
+    assert [[n.name for n in g] for g in fusion_groups(graph, [a, b, c])] == [["a", "b", "c"]]
+
+
+def test_build_failure_declines_only_the_failing_nodes(ocl, monkeypatch):
+    """A compiler failure cannot be caused on purpose with valid kernels: a test double makes the
+    pooling program fail to build, and only the pooling node is declined."""
+    _, ep, _ = ocl
+    real = ep.device.program
+
+    def failing(source, *args):
+        if "pool2d" in source:
+            raise ProgramBuildError("injected build failure", "log")
+        return real(source, *args)
+
+    monkeypatch.setattr(ep.device, "program", failing)
+    graph, _ = make_graph([helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                           helper.make_node("MaxPool", ["a"], ["y"], name="pool", kernel_shape=[2, 2])],
+                          {"x": [1, 1, 4, 4]})
+    assert capability(ep, graph) == [["relu"]]
+    assert "injected" in ep.declined["pool"]
+
+
+def _run(factory, ep, mem, graph, feeds, stream):
+    info = hal.EpGraphSupportInfo(graph)
+    ep.get_capability(graph, info)
+    (group, _), = info.fused_groups
+    fg = filtered_graph(graph, group)
+    (cinfo,) = ep.compile([fg], [None])
+    state = cinfo.create_state(None)
+    return cinfo, state, fg
+
+
+def test_compile_compute_mlp_matches_reference_and_frees(ocl):
+    factory, ep, mem = ocl
+    w1, b1, w2 = (RNG.standard_normal(s).astype(np.float32) for s in ((16, 32), (32,), (32, 8)))
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["h2"]),
+             helper.make_node("Relu", ["h2"], ["h3"]), helper.make_node("MatMul", ["h3", "w2"], ["o"]),
+             helper.make_node("Softmax", ["o"], ["y"], axis=-1)]
+    graph, model = make_graph(nodes, {"x": [4, 16]}, {"w1": w1, "b1": b1, "w2": w2})
+    alloc, dt = factory.create_allocator(mem), factory.create_data_transfer()
+    for use_stream in (True, False):
+        stream = factory.create_sync_stream_for_device(mem.memory_device) if use_stream else None
+        cinfo, state, fg = _run(factory, ep, mem, graph, None, stream)
+        assert [v.name for v in fg.inputs] == ["x"] and state.plan.constants  # weights uploaded once
+        start = alloc.stats()["InUse"]
+        x = RNG.standard_normal((4, 16)).astype(np.float32)
+        xd = alloc.tensor(x.shape, np.float32)
+        dt.copy_tensors([x], [xd], [stream])
+        for _ in range(3):
+            (out,) = cinfo.compute(state, hal.KernelContext([xd], 1, stream))
+            assert out.memory_device == mem.memory_device and out.allocator is alloc
+            y = np.empty(out.shape, np.float32)
+            dt.copy_tensors([out], [y], [stream])
+            if stream is not None:
+                stream.finish()
+            alloc.free(out.buffer)
+        h = np.maximum(x @ w1 + b1, 0) @ w2
+        e = np.exp(h - h.max(-1, keepdims=True))
+        np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+        alloc.free(xd.buffer)
+        assert alloc.stats()["InUse"] == start
+        cinfo.release_state(state)
+
+
+def test_threads_running_one_compiled_partition_agree(ocl):
+    factory, ep, mem = ocl
+    w = RNG.standard_normal((8, 8)).astype(np.float32)
+    graph, _ = make_graph([helper.make_node("Gemm", ["x", "w"], ["g"]), helper.make_node("Tanh", ["g"], ["y"])],
+                          {"x": [5, 8]}, {"w": w})
+    cinfo, state, _ = _run(factory, ep, mem, graph, None, None)
+    alloc, dt = factory.create_allocator(mem), factory.create_data_transfer()
+    start = alloc.stats()["InUse"]
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        stream = factory.create_sync_stream_for_device(mem.memory_device)
+        for _ in range(20):
+            x = rng.standard_normal((5, 8)).astype(np.float32)
+            xd = alloc.tensor(x.shape, np.float32)
+            dt.copy_tensors([x], [xd], [stream])
+            (out,) = cinfo.compute(state, hal.KernelContext([xd], 1, stream))
+            y = np.empty(out.shape, np.float32)
+            dt.copy_tensors([out], [y], [stream])
+            stream.finish()
+            alloc.free(out.buffer)
+            alloc.free(xd.buffer)
+            if not np.allclose(y, np.tanh(x @ w), rtol=1e-4, atol=1e-5):
+                errors.append(f"thread {seed}")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert alloc.stats()["InUse"] == start
+    assert state.runs == 80

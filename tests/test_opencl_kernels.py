@@ -1,0 +1,254 @@
+"""Each OpenCL EP kernel against numpy (or onnx.reference, itself numpy), through the EP contract:
+get_capability -> compile -> create_state -> compute on the EP's stream. Tiny shapes: the cost is
+program builds, one per kernel family or fused expression, cached in memory and on disk."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import onnx.reference
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("pyopencl")
+import pyopencl as cl  # noqa: E402
+
+from onnxhal import hal  # noqa: E402
+from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
+from onnxhal.runtime.providers.opencl.ep import filtered_graph  # noqa: E402
+
+if not cl.get_platforms():
+    pytest.skip("no OpenCL platform on this machine", allow_module_level=True)
+
+HW = hal.OrtHardwareDevice(hal.OrtHardwareDeviceType.CPU, "AMD", 0x1022, 0, {"opencl_devices": "0:0"})
+RNG = np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="module")
+def ocl():
+    factory = create_ep_factories("opencl", hal.EpApi(), logging.getLogger("test"))[0]
+    (ep_device,) = factory.get_supported_devices([HW])
+    ep = factory.create_ep([HW], [ep_device.ep_metadata], None, logging.getLogger("test"))
+    mem = ep_device.memory_info(hal.OrtDeviceMemoryType.DEFAULT)
+    return factory, ep, mem
+
+
+def run_on_opencl(ocl, nodes, inputs: dict, initializers: dict | None = None, opset: int = 17,
+                  expect_groups: int = 1):
+    """Run a graph through the OpenCL EP; returns (outputs, reference outputs, plans)."""
+    factory, ep, mem = ocl
+    initializers = initializers or {}
+    model = helper.make_model(helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                     for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in nodes[-1].output],
+        [numpy_helper.from_array(v, k) for k, v in initializers.items()]),
+        opset_imports=[helper.make_opsetid("", opset)])
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    graph = hal.Graph.from_proto(model.graph, {"": opset})
+    info = hal.EpGraphSupportInfo(graph)
+    ep.get_capability(graph, info)
+    assert len(info.fused_groups) == expect_groups, ep.declined
+    assert sum(len(g) for g, _ in info.fused_groups) == len(nodes), ep.declined
+    groups = [g for g, _ in info.fused_groups]
+    fgs = [filtered_graph(graph, g) for g in groups]
+    (cinfo,) = ep.compile(fgs, [None] * len(fgs))
+    state = cinfo.create_state(None)
+    alloc, dt = factory.create_allocator(mem), factory.create_data_transfer()
+    stream = factory.create_sync_stream_for_device(mem.memory_device)
+    start = alloc.stats()["InUse"]
+    dev_inputs = []
+    for vi in fgs[0].inputs:
+        arr = inputs[vi.name]
+        t = alloc.tensor(arr.shape, arr.dtype)
+        dt.copy_tensors([arr], [t], [stream])
+        dev_inputs.append(t)
+    ctx = hal.KernelContext(dev_inputs, len(fgs[0].outputs), stream)
+    outs = cinfo.compute(state, ctx)
+    assert ctx.outputs == outs
+    host = [np.empty(o.shape, np.float32) for o in outs]
+    dt.copy_tensors(outs, host, [stream] * len(outs))
+    stream.finish()
+    for t in (*dev_inputs, *outs):
+        alloc.free(t.buffer)
+    cinfo.release_state(state)
+    assert alloc.stats()["InUse"] == start
+    ref = onnx.reference.ReferenceEvaluator(model).run(None, inputs)
+    return host, ref, state.plan
+
+
+def f32(*shape, scale=1.0):
+    return np.asarray(RNG.standard_normal(shape) * scale, dtype=np.float32)
+
+
+def check(ocl, nodes, inputs, inits=None, rtol=1e-4, atol=1e-4, **kw):
+    got, ref, plan = run_on_opencl(ocl, nodes, inputs, inits, **kw)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
+    return plan
+
+
+# -- GEMM family -------------------------------------------------------------------------------
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 5, 17), (13, 33, 40)])
+def test_matmul_2d_against_numpy(ocl, m, k, n):
+    a, b = f32(m, k), f32(k, n)
+    got, _, _ = run_on_opencl(ocl, [helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a, "b": b})
+    np.testing.assert_allclose(got[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_batched_and_constant_weight(ocl):
+    a, b = f32(2, 3, 5, 7), f32(2, 3, 7, 9)
+    got, _, _ = run_on_opencl(ocl, [helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a, "b": b})
+    np.testing.assert_allclose(got[0], a @ b, rtol=1e-4, atol=1e-4)
+    w = f32(7, 11)
+    got, _, plan = run_on_opencl(ocl, [helper.make_node("MatMul", ["a", "w"], ["y"])], {"a": a[0]}, {"w": w})
+    np.testing.assert_allclose(got[0], a[0] @ w, rtol=1e-4, atol=1e-4)
+    assert [s.kernel_name for s in plan.init_steps] == ["pack_b"]  # weights packed once, not per run
+
+
+@pytest.mark.parametrize("trans_a,trans_b,c_shape", [(0, 0, (9,)), (1, 1, (5, 9)), (0, 1, (5, 1)), (1, 0, ())])
+def test_gemm_transposes_and_bias(ocl, trans_a, trans_b, c_shape):
+    a = f32(*((6, 5) if trans_a else (5, 6)))
+    b = f32(*((9, 6) if trans_b else (6, 9)))
+    c = f32(*c_shape)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=trans_a, transB=trans_b, alpha=0.5, beta=2.0)
+    got, _, _ = run_on_opencl(ocl, [node], {"a": a, "b": b, "c": c})
+    expect = 0.5 * ((a.T if trans_a else a) @ (b.T if trans_b else b)) + 2.0 * c
+    np.testing.assert_allclose(got[0], expect, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_relu_folds_into_epilogue(ocl):
+    a, w = f32(4, 8), f32(8, 6)
+    plan = check(ocl, [helper.make_node("Gemm", ["a", "w"], ["g"]), helper.make_node("Relu", ["g"], ["y"])],
+                 {"a": a}, {"w": w})
+    assert [s.kernel_name for s in plan.steps] == ["pack_a", "gemm_packed"]
+
+
+@pytest.mark.parametrize("group,cout,kernel,stride,pads,dil", [
+    (1, 8, 3, 1, [1, 1, 1, 1], 1),
+    (2, 8, 3, 2, [0, 1, 1, 0], 1),
+    (4, 4, 3, 1, [1, 1, 1, 1], 2),   # depthwise: direct kernel
+    (1, 6, 1, 1, [0, 0, 0, 0], 1),
+])
+def test_conv2d(ocl, group, cout, kernel, stride, pads, dil):
+    x, w, b = f32(2, 4, 7, 6), f32(cout, 4 // group, kernel, kernel), f32(cout)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, strides=[stride] * 2, pads=pads,
+                            dilations=[dil] * 2)
+    check(ocl, [node], {"x": x}, {"w": w, "b": b})
+
+
+def test_conv1d_same_upper_with_relu(ocl):
+    x, w = f32(1, 3, 10), f32(6, 3, 4)
+    check(ocl, [helper.make_node("Conv", ["x", "w"], ["c"], auto_pad="SAME_UPPER"),
+                helper.make_node("Relu", ["c"], ["y"])], {"x": x}, {"w": w})
+
+
+# -- elementwise -------------------------------------------------------------------------------
+def test_binary_broadcasting_fuses_into_one_kernel(ocl):
+    x, y, z = f32(2, 3, 4), f32(3, 1), f32(1, 1, 4)
+    s = np.array(0.5, np.float32)
+    nodes = [helper.make_node("Add", ["x", "y"], ["a"]), helper.make_node("Mul", ["a", "z"], ["b"]),
+             helper.make_node("Sub", ["b", "s"], ["c"]), helper.make_node("Div", ["c", "x"], ["d"]),
+             helper.make_node("Max", ["d", "y"], ["e"])]
+    plan = check(ocl, nodes, {"x": x + 3.0, "y": y, "z": z}, {"s": s}, rtol=1e-3)
+    assert [s.kernel_name for s in plan.steps] == ["fused_elementwise"]
+
+
+def test_activations_fused_chain(ocl):
+    x = f32(3, 17, scale=3.0)
+    nodes = [helper.make_node("Sigmoid", ["x"], ["a"]), helper.make_node("Tanh", ["x"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Erf", ["c"], ["d"]),
+             helper.make_node("LeakyRelu", ["x"], ["e"], alpha=0.1), helper.make_node("Mul", ["d", "e"], ["f"]),
+             helper.make_node("Clip", ["f", "lo", "hi"], ["g"]), helper.make_node("Exp", ["g"], ["h"]),
+             helper.make_node("Abs", ["h"], ["i"]), helper.make_node("Sqrt", ["i"], ["j"]),
+             helper.make_node("Neg", ["j"], ["k"]), helper.make_node("Elu", ["k"], ["y"])]
+    plan = check(ocl, nodes, {"x": x}, {"lo": np.array(-1.5, np.float32), "hi": np.array(2.0, np.float32)},
+                 rtol=1e-3, atol=1e-5)
+    assert len(plan.steps) == 1
+
+
+def test_gelu_and_hard_activations(ocl):
+    x = f32(4, 9, scale=3.0)
+    nodes = [helper.make_node("Gelu", ["x"], ["a"]), helper.make_node("HardSigmoid", ["a"], ["b"]),
+             helper.make_node("HardSwish", ["b"], ["c"]), helper.make_node("Softplus", ["c"], ["d"]),
+             helper.make_node("Relu", ["d"], ["y"])]
+    check(ocl, nodes, {"x": x}, opset=20, rtol=1e-3)
+
+
+def test_batchnorm_then_relu(ocl):
+    x = f32(2, 3, 4, 5)
+    inits = {"s": f32(3), "b": f32(3), "m": f32(3), "v": np.abs(f32(3)) + 0.5}
+    plan = check(ocl, [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"], epsilon=1e-3),
+                       helper.make_node("Relu", ["n"], ["y"])], {"x": x}, inits)
+    assert len(plan.steps) == 1
+
+
+# -- pooling, normalisation, softmax, reductions -----------------------------------------------
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 1], count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+])
+def test_pooling(ocl, op, attrs):
+    check(ocl, [helper.make_node(op, ["x"], ["y"], **attrs)], {"x": f32(2, 3, 7, 7)})
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pooling(ocl, op):
+    check(ocl, [helper.make_node(op, ["x"], ["y"])], {"x": f32(2, 5, 4, 3)})
+
+
+@pytest.mark.parametrize("op,axis", [("Softmax", -1), ("Softmax", 1), ("LogSoftmax", -1)])
+def test_softmax(ocl, op, axis):
+    check(ocl, [helper.make_node(op, ["x"], ["y"], axis=axis)], {"x": f32(2, 5, 6, scale=3.0)}, rtol=1e-3)
+
+
+def test_layernorm(ocl):
+    x, g, b = f32(2, 3, 16), f32(16), f32(16)
+    check(ocl, [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], epsilon=1e-5)], {"x": x},
+          {"g": g, "b": b}, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("op,axes,keep", [("ReduceSum", [1], 1), ("ReduceMean", [2, 3], 0), ("ReduceMax", [-1], 1),
+                                          ("ReduceMin", [0], 0), ("ReduceSumSquare", None, 1),
+                                          ("ReduceL2", [1, 2], 1), ("ReduceLogSumExp", [3], 0)])
+def test_reductions(ocl, op, axes, keep):
+    x = f32(2, 3, 4, 5)
+    inputs, inits = ["x"], {}
+    if axes is not None:
+        inputs.append("axes")
+        inits["axes"] = np.array(axes, np.int64)
+    check(ocl, [helper.make_node(op, inputs, ["y"], keepdims=keep)], {"x": x}, inits, opset=18, rtol=1e-3)
+
+
+# -- data movement and views -------------------------------------------------------------------
+def test_transpose_concat_slice_gather(ocl):
+    x, y = f32(2, 3, 4), f32(2, 5, 4)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["t"], ["u"], perm=[0, 2, 1]),
+             helper.make_node("Concat", ["u", "y"], ["c"], axis=1),
+             helper.make_node("Slice", ["c", "st", "en", "ax", "sp"], ["s"]),
+             helper.make_node("Gather", ["s", "idx"], ["y_out"], axis=1)]
+    inits = {"st": np.array([7, 0], np.int64), "en": np.array([0, 4], np.int64), "ax": np.array([1, 2], np.int64),
+             "sp": np.array([-2, 2], np.int64), "idx": np.array([[0, -1], [1, 2]], np.int64)}
+    check(ocl, nodes, {"x": x, "y": y}, inits)
+
+
+def test_gather_with_runtime_indices_and_expand(ocl):
+    data, idx = f32(6, 4), np.array([5, 0, 2], np.int64)
+    nodes = [helper.make_node("Gather", ["d", "i"], ["g"], axis=0),
+             helper.make_node("Expand", ["g", "shape"], ["y"])]
+    check(ocl, nodes, {"d": data, "i": idx}, {"shape": np.array([2, 3, 4], np.int64)})
+
+
+def test_reshape_and_flatten_are_views(ocl):
+    x = f32(2, 3, 4)
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["a"]),
+             helper.make_node("Flatten", ["a"], ["f"], axis=1), helper.make_node("Unsqueeze", ["f", "ax"], ["u"]),
+             helper.make_node("Squeeze", ["u", "ax"], ["s"]), helper.make_node("Sigmoid", ["s"], ["y"])]
+    plan = check(ocl, nodes, {"x": x}, {"shape": np.array([4, 6], np.int64), "ax": np.array([0], np.int64)})
+    assert [s.kernel_name for s in plan.steps] == ["fused_elementwise", "fused_elementwise"]
+    assert plan.aliases  # the views share buffers, no kernel

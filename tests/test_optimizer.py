@@ -1,0 +1,293 @@
+"""Graph optimizer: each pass rewrites what it should, leaves what it must not, and keeps results.
+
+Basic-level graphs use only ONNX ops, so onnxruntime runs them (original vs optimized). Extended-level
+graphs hold com.onnxhal fused ops, so onnxhal's session runs them, compared with onnxruntime on the
+original model. Models are the benchmark builders at small sizes plus hand-made patterns.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxhal.hal import GraphOptimizationLevel as Level
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.model_loader import load_model
+from onnxhal.runtime.optimizer import optimize
+from onnxhal.runtime.providers.cpu.kernels.fused import gelu
+
+import onnxhal
+
+_spec = importlib.util.spec_from_file_location("onnxhal_bench_models",
+                                               Path(__file__).resolve().parents[1] / "benchmarks" / "models.py")
+bench_models = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_models)
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def optimized(model: onnx.ModelProto, level: Level) -> onnxhal.hal.Graph:
+    return optimize(load_model(model).graph, level)
+
+
+def export(graph: onnxhal.hal.Graph) -> onnx.ModelProto:
+    return helper.make_model(graph.to_proto(), ir_version=10,
+                             opset_imports=[helper.make_opsetid(d, v) for d, v in graph.opset.items()])
+
+
+def ops(graph: onnxhal.hal.Graph) -> Counter:
+    return Counter(n.op_type for n in graph.nodes)
+
+
+def assert_basic_keeps_results(model: onnx.ModelProto, feeds: dict, atol: float = 1e-4) -> onnxhal.hal.Graph:
+    graph = optimized(model, Level.ORT_ENABLE_BASIC)
+    assert graph.output_names == [o.name for o in model.graph.output]
+    assert graph.input_names == [i.name for i in model.graph.input if i.name not in
+                                 {t.name for t in model.graph.initializer}]
+    for want, got in zip(ort_run(model, feeds), ort_run(export(graph), feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol)
+    return graph
+
+
+def assert_session_matches_ort(model: onnx.ModelProto, feeds: dict, atol: float = 1e-4) -> None:
+    so = onnxhal.SessionOptions()
+    so.graph_optimization_level = Level.ORT_ENABLE_ALL
+    sess = onnxhal.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for want, got in zip(ort_run(model, feeds), sess.run(None, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol)
+
+
+def small_encoder() -> onnx.ModelProto:
+    return bench_models.encoder(seq=8, hidden=32, heads=4, ffn=64)
+
+
+def small_cnn() -> onnx.ModelProto:
+    return bench_models.cnn(image=32, classes=10)
+
+
+def model_of(nodes, inputs, outputs, inits=(), opset=17, ir_version=10) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def fvi(name: str, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+# -- levels ---------------------------------------------------------------------------------
+
+
+def test_disable_all_changes_nothing():
+    model = small_cnn()
+    graph = optimized(model, Level.ORT_DISABLE_ALL)
+    assert [n.op_type for n in graph.nodes] == [n.op_type for n in model.graph.node]
+
+
+def test_unknown_level_is_rejected():
+    with pytest.raises(InvalidArgument, match="optimization level"):
+        optimize(load_model(small_cnn()).graph, 7)
+
+
+# -- basic level: checked with onnxruntime ----------------------------------------------------
+
+
+def test_conv_batchnorm_folding_keeps_results():
+    model = small_cnn()
+    graph = assert_basic_keeps_results(model, bench_models.feeds(model))
+    assert ops(graph)["BatchNormalization"] == 0
+    assert ops(graph)["Conv"] == ops(load_model(model).graph)["Conv"]
+
+
+def test_conv_mul_add_folding_after_folding_unsqueeze():
+    """DenseNet's exported scale layers: Mul/Add by Unsqueeze'd per-channel constants."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Unsqueeze", ["s", "axes"], ["s3"]),
+        helper.make_node("Mul", ["c", "s3"], ["m"]),
+        helper.make_node("Unsqueeze", ["b", "axes"], ["b3"]),
+        helper.make_node("Add", ["b3", "m"], ["y"]),
+    ]
+    inits = [("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+             ("s", rng.uniform(0.5, 2, 4).astype(np.float32)), ("b", rng.standard_normal(4).astype(np.float32)),
+             ("axes", np.array([1, 2], np.int64))]
+    model = model_of(nodes, [fvi("x", [1, 3, 8, 8])], [fvi("y", [1, 4, 8, 8])], inits)
+    graph = assert_basic_keeps_results(model, {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)})
+    assert [n.op_type for n in graph.nodes] == ["Conv"]
+    assert graph.nodes[0].outputs == ("y",)
+
+
+def test_conv_add_with_spatial_constant_is_not_folded():
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "z"], ["y"])]
+    inits = [("w", rng.standard_normal((2, 3, 1, 1)).astype(np.float32)),
+             ("z", rng.standard_normal((1, 2, 4, 4)).astype(np.float32))]
+    model = model_of(nodes, [fvi("x", [1, 3, 4, 4])], [fvi("y", [1, 2, 4, 4])], inits)
+    graph = assert_basic_keeps_results(model, {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32)})
+    assert ops(graph) == Counter({"Conv": 1, "Add": 1})
+
+
+def test_matmul_add_becomes_gemm_only_for_2d_inputs():
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((6, 5)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    for shape, expected in (([3, 6], "Gemm"), ([2, 3, 6], "MatMul")):
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["y"])]
+        model = model_of(nodes, [fvi("x", shape)], [fvi("y", shape[:-1] + [5])], [("w", w), ("bias", bias)])
+        graph = assert_basic_keeps_results(model, {"x": rng.standard_normal(shape).astype(np.float32)})
+        assert graph.nodes[0].op_type == expected
+
+
+def test_constant_folding_and_dead_nodes():
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.float32([2.0]), "k")),
+        helper.make_node("Mul", ["k", "c"], ["kc"]),         # constant: folded
+        helper.make_node("Add", ["x", "kc"], ["y"]),
+        helper.make_node("Neg", ["x"], ["unused"]),          # dead: removed
+        helper.make_node("Shape", ["x"], ["shape"]),         # static shape: folded, then feeds nothing live
+    ]
+    model = model_of(nodes, [fvi("x", [4])], [fvi("y", [4])], [("c", np.float32([1, 2, 3, 4]))])
+    graph = assert_basic_keeps_results(model, {"x": rng.standard_normal(4).astype(np.float32)})
+    assert [n.op_type for n in graph.nodes] == ["Add"]
+    folded = graph.initializers[[i for i in graph.nodes[0].inputs if i != "x"][0]]
+    np.testing.assert_array_equal(folded, np.float32([2, 4, 6, 8]))
+    assert "c" not in graph.initializers  # no longer read
+
+
+def test_random_ops_and_overridable_initializers_are_not_folded():
+    nodes = [
+        helper.make_node("RandomNormal", [], ["r"], shape=[4], seed=1.0),
+        helper.make_node("Add", ["r", "c"], ["rc"]),
+        helper.make_node("Mul", ["d", "d"], ["dd"]),  # d is overridable (IR 3 input with a default)
+        helper.make_node("Add", ["rc", "dd"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [fvi("d", [4])], [fvi("y", [4])],
+                              [numpy_helper.from_array(np.float32([1, 2, 3, 4]), "c"),
+                               numpy_helper.from_array(np.float32([1, 1, 1, 1]), "d")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=3)
+    out = optimized(model, Level.ORT_ENABLE_ALL)
+    assert ops(out) == Counter({"RandomNormal": 1, "Add": 2, "Mul": 1})
+
+
+def test_identity_dropout_elimination_keeps_output_names():
+    rng = np.random.default_rng(4)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Identity", ["r"], ["i"]),
+        helper.make_node("Dropout", ["i"], ["d"]),
+        helper.make_node("Neg", ["d"], ["n"]),
+        helper.make_node("Identity", ["n"], ["y"]),  # graph output: producer renamed instead
+        helper.make_node("Identity", ["x"], ["x_copy"]),  # graph input to graph output: must stay
+    ]
+    model = model_of(nodes, [fvi("x", [5])], [fvi("y", [5]), fvi("x_copy", [5])])
+    graph = assert_basic_keeps_results(model, {"x": rng.standard_normal(5).astype(np.float32)})
+    assert [n.op_type for n in graph.nodes] == ["Relu", "Neg", "Identity"]
+    assert graph.nodes[1].outputs == ("y",)
+
+
+def test_subgraphs_are_optimized_and_keep_outer_reads():
+    rng = np.random.default_rng(5)
+    then_g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["t0"]), helper.make_node("Add", ["t0", "one"], ["t1"]),
+         helper.make_node("Mul", ["one", "two"], ["k"]), helper.make_node("Mul", ["t1", "k"], ["then_out"])],
+        "then", [], [fvi("then_out", [3])],
+        [numpy_helper.from_array(np.float32([1, 1, 1]), "one"), numpy_helper.from_array(np.float32([2, 2, 2]), "two")])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["else_out"])], "else", [], [fvi("else_out", [3])])
+    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
+    model = model_of(nodes, [fvi("x", [3]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                     [fvi("y", [3])])
+    for cond in (True, False):
+        graph = assert_basic_keeps_results(model, {"x": rng.standard_normal(3).astype(np.float32),
+                                                   "cond": np.array(cond)})
+    then_ops = [n.op_type for n in graph.nodes[0].subgraphs["then_branch"].nodes]
+    assert then_ops == ["Add", "Mul"]
+    assert graph.nodes[0].implicit_inputs == ("x",)
+
+
+# -- extended level: fused ops, run by onnxhal's session ----------------------------------------
+
+
+def test_encoder_fusions_keep_results():
+    model = small_encoder()
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    counts = ops(graph)
+    assert counts["LayerNormalization"] == 2
+    assert counts["FusedMatMul"] == 6  # Q, K, V, output projection, FFN in (with Gelu), FFN out
+    assert counts["Erf"] == counts["ReduceMean"] == counts["Pow"] == 0
+    assert any(n.attr("activation") == "Gelu" for n in graph.nodes if n.op_type == "FusedMatMul")
+    assert_session_matches_ort(model, bench_models.feeds(model))
+
+
+def test_cnn_fusions_keep_results():
+    model = small_cnn()
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    fused = [n for n in graph.nodes if n.op_type == "FusedConv"]
+    assert len(fused) == 17 and sum(len(n.inputs) == 4 for n in fused) == 8  # 8 residual Adds fused
+    assert all(n.attr("activation") == "Relu" for n in fused)
+    assert_session_matches_ort(model, bench_models.feeds(model))
+
+
+def test_mlp_gemm_relu_fusion_keeps_results():
+    model = bench_models.mlp(batch=4, sizes=(16, 32, 32, 8))
+    assert ops(optimized(model, Level.ORT_ENABLE_EXTENDED)) == Counter({"FusedGemm": 2, "Gemm": 1})
+    assert_session_matches_ort(model, bench_models.feeds(model))
+
+
+@pytest.mark.parametrize("variant", ["half_first", "mul_by_rsqrt2"])
+def test_gelu_variants_fuse(variant):
+    rng = np.random.default_rng(6)
+    if variant == "half_first":  # (x * 0.5) * (1 + erf(x / sqrt2))
+        nodes = [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Div", ["x", "s2"], ["d"]),
+                 helper.make_node("Erf", ["d"], ["e"]), helper.make_node("Add", ["one", "e"], ["a"]),
+                 helper.make_node("Mul", ["h", "a"], ["y"])]
+    else:  # x * (1 + erf(x * 1/sqrt2)) * 0.5
+        nodes = [helper.make_node("Mul", ["rs2", "x"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["a", "x"], ["m"]),
+                 helper.make_node("Mul", ["half", "m"], ["y"])]
+    inits = [("half", np.float32(0.5)), ("one", np.float32(1.0)), ("s2", np.float32(math.sqrt(2))),
+             ("rs2", np.float32(1 / math.sqrt(2)))]
+    model = model_of(nodes, [fvi("x", [64])], [fvi("y", [64])], inits)
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["Gelu"]
+    assert_session_matches_ort(model, {"x": (rng.standard_normal(64) * 3).astype(np.float32)})
+
+
+def test_layer_norm_with_opset18_axes_input_fuses():
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("ReduceMean", ["x", "ax"], ["m"]), helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Mul", ["d", "d"], ["p"]), helper.make_node("ReduceMean", ["p", "ax"], ["v"]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["d", "s"], ["y"])]
+    inits = [("ax", np.array([-1], np.int64)), ("eps", np.float32(1e-5))]
+    model = model_of(nodes, [fvi("x", [3, 16])], [fvi("y", [3, 16])], inits, opset=18)
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["LayerNormalization"]
+    assert_session_matches_ort(model, {"x": rng.standard_normal((3, 16)).astype(np.float32)})
+
+
+def test_layer_norm_pattern_with_exposed_intermediate_is_not_fused():
+    """If the centred value is also a graph output, fusing would lose it."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["d", "s"], ["y"])]
+    model = model_of(nodes, [fvi("x", [2, 8])], [fvi("y", [2, 8]), fvi("d", [2, 8])],
+                     [("two", np.float32(2)), ("eps", np.float32(1e-5))])
+    assert ops(optimized(model, Level.ORT_ENABLE_ALL))["LayerNormalization"] == 0
+
+
+def test_gelu_kernel_matches_exact_erf():
+    x = np.linspace(-12, 12, 200_001, dtype=np.float32)  # big enough for the threaded blocks
+    exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(np.float64)])
+    np.testing.assert_allclose(gelu(x), exact, rtol=0, atol=2e-6)

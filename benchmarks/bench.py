@@ -9,7 +9,9 @@ single light models are named ``light:resnet50`` etc. Materialized light models 
 ``$ONNXHAL_BENCH_CACHE`` (default ``~/.cache/onnxhal-bench``) because random weights for vgg19 take
 half a minute to build.
 
-Threads: both runtimes get 2 intra-op threads. numpy's BLAS (OpenBLAS) reads
+Threads: both runtimes get 2 intra-op threads. onnxruntime's pool threads spin after a run; in
+alternating runs they would take the cores from the following onnxhal run, so spinning is off
+(``session.intra_op.allow_spinning=0``) unless ``--ort-spin``. numpy's BLAS (OpenBLAS) reads
 ``OPENBLAS_NUM_THREADS`` when numpy is first imported, so this script sets it (and
 ``OMP_NUM_THREADS``) to the ``--threads`` value before importing numpy unless already set;
 onnxhal's CPU kernels inherit the BLAS pool size from that.
@@ -92,7 +94,7 @@ def expand(names: list[str]) -> list[str]:
     return out
 
 
-def sessions(model: onnx.ModelProto, threads: int) -> tuple:
+def sessions(model: onnx.ModelProto, threads: int, ort_spin: bool) -> tuple:
     import onnxruntime as ort
 
     import onnxhal
@@ -100,7 +102,7 @@ def sessions(model: onnx.ModelProto, threads: int) -> tuple:
     data = model.SerializeToString()
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
-    if os.environ.get("BENCH_ORT_NO_SPIN"):
+    if not ort_spin:  # spinning pool threads would steal the cores from the next (onnxhal) run
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     ort_sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     hso = onnxhal.SessionOptions()
@@ -109,10 +111,10 @@ def sessions(model: onnx.ModelProto, threads: int) -> tuple:
     return ort_sess, hal_sess
 
 
-def measure(name: str, repeat: int, warmup: int, threads: int, progress) -> Result:
+def measure(name: str, repeat: int, warmup: int, threads: int, ort_spin: bool, progress) -> Result:
     model = build(name)
     feeds = models.feeds(model)
-    ort_sess, hal_sess = sessions(model, threads)
+    ort_sess, hal_sess = sessions(model, threads, ort_spin)
     ref = ort_sess.run(None, feeds)
     got = hal_sess.run(None, feeds)
     diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) for a, b in zip(ref, got))
@@ -151,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=20, help="timed runs per runtime (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs per runtime first (default 3)")
     p.add_argument("--threads", type=int, default=2, help="intra-op threads for both runtimes (default 2)")
+    p.add_argument("--ort-spin", action="store_true",
+                   help="keep onnxruntime's intra-op thread spinning on (off by default: in alternating runs the "
+                        "spinning threads take the cores from the onnxhal run that follows)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-' for stdout)")
     args = p.parse_args(argv)
 
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             prog.update(task, description=f"{name}")
             try:
-                results.append(measure(name, args.repeat, args.warmup, args.threads,
+                results.append(measure(name, args.repeat, args.warmup, args.threads, args.ort_spin,
                                        lambda: prog.advance(task)))
             except Exception as exc:  # one broken model must not hide the others' figures
                 console.print(f"[red]{name}: {type(exc).__name__}: {exc}")

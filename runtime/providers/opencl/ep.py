@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 
 import pyopencl as cl
+
 from onnxhal.hal.ep import Ep, EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyopencl as cl
+
 from onnxhal.hal.ep import Ep, EpFactory
 from onnxhal.hal.ep_api import EpApi
 from onnxhal.hal.ep_device import OrtEpDevice

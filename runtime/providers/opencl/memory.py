@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyopencl as cl
+
 from onnxhal.hal.allocator import Allocator
 from onnxhal.hal.data_transfer import DataTransfer
 from onnxhal.hal.enums import (

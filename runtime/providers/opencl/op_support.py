@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import ELEMENTWISE_OPS
 

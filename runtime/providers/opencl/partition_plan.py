@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyopencl as cl
+
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator

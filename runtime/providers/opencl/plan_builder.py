@@ -9,6 +9,7 @@ lowers to launches of the fixed kernel families in ``kernel_sources``.
 from __future__ import annotations
 
 import numpy as np
+
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl import kernel_sources as ks

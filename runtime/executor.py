@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxhal.hal import Graph, KernelContext, KernelCreateContext, Node
+from onnxhal.hal import DeviceTensor, Graph, KernelContext, KernelCreateContext, Node
 from onnxhal.hal.errors import EPFail, Fail, OrtError, RuntimeException
 from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE, OrtMemoryDevice
 from onnxhal.runtime.memory_plan import MemoryContext
@@ -171,6 +171,8 @@ class ExecutionPlan:
         self._template = template
         self.steps = _add_frees(steps, set(self.output_slots) | set(self.feed_slots), template)
         self._run_steps = [(s.fn, s.ins, s.outs, s.frees) for s in self.steps]
+        self._read_slots = {i for s in self.steps for i in s.ins}
+        self._output_slot_set = set(self.output_slots)
         self.has_copies = any(s.node is None for s in self.steps) or any(self._feed_targets.values())
         self.num_slots = len(template)
 
@@ -183,8 +185,15 @@ class ExecutionPlan:
             i = self.feed_index.get(name)
             if i is None:
                 continue
-            slots[self.feed_slots[i]] = value
-            for dev, s in self._feed_targets.get(name, ()):
+            targets = self._feed_targets.get(name)
+            if not targets and not isinstance(value, DeviceTensor):
+                slots[self.feed_slots[i]] = value  # the common case: a host value read on the host
+                continue
+            # A feed goes to every memory device that reads it, copied only where it is not already.
+            host_slot = self.feed_slots[i]
+            if host_slot in self._read_slots or host_slot in self._output_slot_set:
+                slots[host_slot] = self.memory.transfer(value, HOST_MEMORY_DEVICE, None)
+            for dev, s in targets or ():
                 slots[s] = self.memory.transfer(value, dev, None)
         if profiler is not None or run_options is not None or self.memory.any_streams:
             self._run_checked(slots, run_options, profiler)

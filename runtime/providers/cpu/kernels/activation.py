@@ -101,10 +101,22 @@ class LeakyRelu(Kernel):
         return [_asarray(np.where(x >= 0, x, x * x.dtype.type(self.alpha)))]
 
 
-@register("PRelu", since=1)
+@register("PRelu", since=7)
 class PRelu(_Act):
     def compute(self, inputs: list) -> list:
         x, slope = inputs
+        return [_asarray(np.where(x >= 0, x, x * slope).astype(x.dtype, copy=False))]
+
+
+@register("PRelu", since=1)
+class PRelu1(_Act):
+    """Before opset 7 a 1-D slope of length C applies along the channel axis (axis 1), not the
+    last axis as numpy broadcasting would: PyTorch's exports rely on this."""
+
+    def compute(self, inputs: list) -> list:
+        x, slope = inputs
+        if slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1] and slope.shape[0] != 1:
+            slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
         return [_asarray(np.where(x >= 0, x, x * slope).astype(x.dtype, copy=False))]
 
 

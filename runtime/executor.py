@@ -242,14 +242,16 @@ class ExecutionPlan:
                  else (step.label if step else "a step"))
         msg = f"Non-zero status code returned while running {where}: {type(e).__name__}: {e}"
         if isinstance(e, OrtError):
-            cls = type(e)
             try:
-                return cls(msg)
+                err = type(e)(msg)
             except Exception:
-                return Fail(msg)
-        if isinstance(e, MemoryError):
-            return RuntimeException(msg)
-        return EPFail(msg) if step and step.ep_name and step.ep_name != "CPUExecutionProvider" else Fail(msg)
+                err = Fail(msg)
+        elif isinstance(e, MemoryError):
+            err = RuntimeException(msg)
+        else:
+            err = EPFail(msg) if step and step.ep_name and step.ep_name != "CPUExecutionProvider" else Fail(msg)
+        err.ep_name = step.ep_name if step else ""  # which EP failed: the session's failover reads it
+        return err
 
 
 def _add_frees(steps: list[Step], keep: set[int], template: list) -> list[Step]:

@@ -218,6 +218,11 @@ def _reduce_mean_last_axis(graph: Graph, node: Node, x: str) -> bool:
     return axes is not None and len(axes) == 1 and (axes[0] == -1 or (r is not None and axes[0] == r - 1))
 
 
+def fuse_layer_norm_standard(graph: Graph) -> bool:
+    """``fuse_layer_norm`` only where the result is the standard ONNX op (opset >= 17)."""
+    return fuse_layer_norm(graph) if graph.opset_version("") >= 17 else False
+
+
 def fuse_layer_norm(graph: Graph) -> bool:
     """The decomposed LayerNormalization PyTorch exports, normalizing over the last axis."""
     changed = False

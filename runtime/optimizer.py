@@ -11,7 +11,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   ``com.onnxhal`` ops run by the CPU EP (kernels in ``providers/cpu/kernels/fused.py``):
   Conv[+Add residual]+Relu/Clip/LeakyRelu/Sigmoid -> FusedConv, Gemm+activation -> FusedGemm,
   MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, the decomposed LayerNormalization pattern ->
-  LayerNormalization, the Erf Gelu pattern -> Gelu. Main graph only.
+  LayerNormalization, the Erf Gelu pattern -> Gelu. Main graph only. With
+  ``fuse_cpu_ops=False`` only the LayerNormalization fusion to the standard op (opset >= 17) runs.
 
 The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
 stay within float tolerance of the unoptimized graph. A pass that meets something it cannot handle
@@ -30,31 +31,40 @@ from onnxhal.runtime import opt_constant_folding, opt_fusions, opt_weight_foldin
 from onnxhal.runtime.opt_rewrite import remove_unused_value_infos
 
 logger = logging.getLogger("onnxhal.optimizer")
+_BASIC = GraphOptimizationLevel.ORT_ENABLE_BASIC
+_EXTENDED = GraphOptimizationLevel.ORT_ENABLE_EXTENDED
 
 #: A pass rewrites one graph in place and returns True if it changed anything.
 GraphPass = Callable[[Graph], bool]
 
-#: (name, minimum level, pass, recurse into subgraphs). Order matters: folding before fusions.
-PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool]] = [
-    ("eliminate_no_ops", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_constant_folding.eliminate_no_ops, True),
-    ("fold_constants", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_constant_folding.fold_constants, True),
-    ("remove_dead_nodes", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_constant_folding.remove_dead_nodes, True),
-    ("fold_conv_batchnorm", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_weight_folding.fold_conv_batchnorm, True),
-    ("fold_conv_mul_add", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_weight_folding.fold_conv_mul_add, True),
-    ("matmul_add_to_gemm", GraphOptimizationLevel.ORT_ENABLE_BASIC, opt_weight_folding.matmul_add_to_gemm, True),
-    ("fuse_layer_norm", GraphOptimizationLevel.ORT_ENABLE_EXTENDED, opt_fusions.fuse_layer_norm, False),
-    ("fuse_gelu", GraphOptimizationLevel.ORT_ENABLE_EXTENDED, opt_fusions.fuse_gelu, False),
-    ("fuse_matmul_bias", GraphOptimizationLevel.ORT_ENABLE_EXTENDED, opt_fusions.fuse_matmul_bias, False),
-    ("fuse_conv_activation", GraphOptimizationLevel.ORT_ENABLE_EXTENDED, opt_fusions.fuse_conv_activation, False),
-    ("fuse_gemm_activation", GraphOptimizationLevel.ORT_ENABLE_EXTENDED, opt_fusions.fuse_gemm_activation, False),
+#: (name, minimum level, pass, recurse into subgraphs, emits com.onnxhal ops). Order matters:
+#: folding before fusions, Gelu before FusedMatMul (which absorbs it).
+PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
+    ("eliminate_no_ops", _BASIC, opt_constant_folding.eliminate_no_ops, True, False),
+    ("fold_constants", _BASIC, opt_constant_folding.fold_constants, True, False),
+    ("remove_dead_nodes", _BASIC, opt_constant_folding.remove_dead_nodes, True, False),
+    ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
+    ("fold_conv_mul_add", _BASIC, opt_weight_folding.fold_conv_mul_add, True, False),
+    ("matmul_add_to_gemm", _BASIC, opt_weight_folding.matmul_add_to_gemm, True, False),
+    ("fuse_layer_norm", _EXTENDED, opt_fusions.fuse_layer_norm, False, False),
+    ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
+    ("fuse_matmul_bias", _EXTENDED, opt_fusions.fuse_matmul_bias, False, True),
+    ("fuse_conv_activation", _EXTENDED, opt_fusions.fuse_conv_activation, False, True),
+    ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
 ]
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4
 
 
-def optimize(graph: Graph, level: GraphOptimizationLevel | int) -> Graph:
-    """Optimize ``graph`` in place at ``level`` and return it (the same object)."""
+def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops: bool = True) -> Graph:
+    """Optimize ``graph`` in place at ``level`` and return it (the same object).
+
+    ``fuse_cpu_ops=False`` skips the fusions into ``com.onnxhal`` ops, which only the CPU EP runs:
+    pass it when another EP should be able to claim the Conv/Gemm/MatMul nodes (ORT likewise runs
+    such fusions only for the EPs that implement them). LayerNormalization fusion still runs at
+    opset >= 17, where it yields the standard ONNX op.
+    """
     try:
         level = GraphOptimizationLevel(int(level))
     except ValueError:
@@ -62,7 +72,11 @@ def optimize(graph: Graph, level: GraphOptimizationLevel | int) -> Graph:
                               f"{[lv.name for lv in GraphOptimizationLevel]}") from None
     if level == GraphOptimizationLevel.ORT_DISABLE_ALL:
         return graph
-    passes = [(name, fn, recurse) for name, min_level, fn, recurse in PASSES if level >= min_level]
+    passes = [(name, fn, recurse) for name, min_level, fn, recurse, cpu_only in PASSES
+              if level >= min_level and (fuse_cpu_ops or not cpu_only)]
+    if not fuse_cpu_ops:
+        passes = [(n, opt_fusions.fuse_layer_norm_standard if n == "fuse_layer_norm" else fn, r)
+                  for n, fn, r in passes]
     _run(graph, passes)
     return graph
 

@@ -115,6 +115,15 @@ def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[
     return choices
 
 
+def cpu_choice(env: Environment) -> ProviderChoice:
+    """The default CPU EP alone (fallback and failover target)."""
+    found = env.factory_for(CPU_EP_NAME)
+    if found is None:  # the environment registers it first, always
+        raise Fail("the default CPU EP is not registered")
+    devices = [d for d in env.ep_devices() if is_default_cpu_ep(d)]
+    return ProviderChoice(CPU_EP_NAME, found[0], found[1], devices[:1], {})
+
+
 def available(devices: Sequence[OrtEpDevice]) -> list[str]:
     names: list[str] = []
     for d in devices:

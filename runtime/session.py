@@ -34,8 +34,14 @@ from onnxhal.runtime.partitioner import (
     restore_group,
 )
 from onnxhal.runtime.profiler import Profiler
-from onnxhal.runtime.provider_resolution import ProviderChoice, resolve_providers
-from onnxhal.runtime.session_options import RECORD_EP_GRAPH_ASSIGNMENT, RunOptions, SessionOptions
+from onnxhal.runtime.provider_resolution import ProviderChoice, cpu_choice, resolve_providers
+from onnxhal.runtime.session_options import (
+    DISABLE_CPU_EP_FALLBACK,
+    EP_FAILOVER,
+    RECORD_EP_GRAPH_ASSIGNMENT,
+    RunOptions,
+    SessionOptions,
+)
 
 logger = logging.getLogger("onnxhal.session")
 
@@ -193,6 +199,7 @@ class InferenceSession:
         self._sess_options = so
         self._enable_fallback = True
         self._lock = threading.Lock()
+        self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
         self._loaded = load_model(path_or_bytes)
         self._model_path = self._loaded.path
         self._profiler = Profiler(so.profile_file_prefix) if so.enable_profiling else None
@@ -289,6 +296,10 @@ class InferenceSession:
         try:
             outputs = self._run_core(core, feeds, run_options, fetch)
         except EPFail as e:
+            failed = getattr(e, "ep_name", "")
+            if self._sess_options.config(EP_FAILOVER) == "1" and failed and failed != CPU_EP_NAME:
+                self._failover(core, failed, str(e))
+                return [_to_host_output(v) for v in self._run_core(self._core, feeds, run_options, fetch)]
             if not self._enable_fallback or self.get_providers() == [CPU_EP_NAME]:
                 raise
             logger.warning("EP Error: %s using %s. Falling back to ['CPUExecutionProvider'] and retrying.",
@@ -325,9 +336,28 @@ class InferenceSession:
             if self._profiler is not None:
                 self._profiler.event("model_run", "Session", t0, time.perf_counter_ns())
 
+    def _failover(self, core: _SessionCore, failed_ep: str, reason: str) -> None:
+        """``session.ep_failover`` = "1": re-partition onto the EPs that are left, for good."""
+        with self._lock:
+            if self._core is not core:
+                return  # another thread already failed over
+            choices = [c for c in core.choices if c.ep_name != failed_ep]
+            if not any(c.ep_name == CPU_EP_NAME for c in choices) and \
+                    self._sess_options.config(DISABLE_CPU_EP_FALLBACK) != "1":
+                choices.append(cpu_choice(get_environment()))
+            if not choices:
+                raise EPFail(f"{failed_ep} failed ({reason}) and no other EP is left to fail over to")
+            logger.warning("EP failover: %s failed (%s); re-partitioning onto %s", failed_ep, reason,
+                           [c.ep_name for c in choices])
+            self._core = _SessionCore(self._loaded_fresh(), self._sess_options, choices)
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
+            self.failovers.append((failed_ep, reason))
+        core.release()
+
     def _set_providers_cpu(self) -> None:
         so = self._sess_options
-        choices = resolve_providers(get_environment(), so, [CPU_EP_NAME], None, {})
+        choices = [cpu_choice(get_environment())]
         with self._lock:
             old = self._core
             self._core = _SessionCore(self._loaded_fresh(), so, choices)

@@ -246,6 +246,12 @@ def test_mlp_gemm_relu_fusion_keeps_results():
     assert_session_matches_ort(model, bench_models.feeds(model))
 
 
+def test_without_cpu_fusions_only_standard_ops_remain():
+    graph = optimize(load_model(small_encoder()).graph, Level.ORT_ENABLE_ALL, fuse_cpu_ops=False)
+    assert all(n.domain == "" for n in graph.nodes)
+    assert ops(graph)["LayerNormalization"] == 2 and ops(graph)["Erf"] == 1
+
+
 @pytest.mark.parametrize("variant", ["half_first", "mul_by_rsqrt2"])
 def test_gelu_variants_fuse(variant):
     rng = np.random.default_rng(6)

@@ -152,3 +152,64 @@ def test_assignment_info_needs_the_config_entry(toy):
     sess = _session(add_mul_model(), ("ToyA", {}), record=False)
     with pytest.raises(errors.Fail, match="record_ep_graph_assignment_info"):
         sess.get_provider_graph_assignment_info()
+
+
+# -- a device lost mid-session ---------------------------------------------------------------------------
+
+def _lossy(failover: bool):
+    so = onnxhal.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if failover:
+        so.add_session_config_entry("session.ep_failover", "1")
+    so.add_provider_for_devices([d for d in onnxhal.get_ep_devices() if d.ep_name == "ToyA"][:1],
+                                {"ops": "Add,Mul", "lose_after": "2"})
+    return onnxhal.InferenceSession(add_mul_model(), so)
+
+
+def test_ep_failover_repartitions_onto_the_remaining_eps(toy, caplog):
+    sess = _lossy(failover=True)
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+    assert sess.get_providers() == ["ToyA", "CPUExecutionProvider"]
+    with caplog.at_level(logging.WARNING):
+        np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))  # meets the lost device
+    assert "EP failover: ToyA failed" in caplog.text
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+    assert [f[0] for f in sess.failovers] == ["ToyA"]
+    for _ in range(3):  # later runs stay on what is left
+        np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+    assert _assignment(sess) == [("CPUExecutionProvider", ["add1", "add2", "mul"])]
+
+
+def test_lost_device_without_failover_is_a_typed_error_and_the_session_survives(toy):
+    sess = _lossy(failover=False)
+    sess.disable_fallback()
+    for _ in range(2):
+        sess.run(None, {"x": X})
+    for _ in range(2):  # the device stays lost: each run fails cleanly, nothing crashes or hangs
+        with pytest.raises(errors.EPFail, match="device lost"):
+            sess.run(None, {"x": X})
+    sess.enable_fallback()  # onnxruntime's behaviour: fall back to the CPU EP once, then stay
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_failover_from_many_threads_at_once(toy):
+    import threading
+
+    sess = _lossy(failover=True)
+    bad: list = []
+
+    def worker():
+        for _ in range(20):
+            try:
+                np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+            except Exception as e:  # noqa: BLE001 - collected and asserted below
+                bad.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == [] and sess.get_providers() == ["CPUExecutionProvider"] and len(sess.failovers) == 1

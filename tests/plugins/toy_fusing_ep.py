@@ -3,12 +3,15 @@
 Two EP names (ToyA, ToyB), each offered on two virtual NPUs. Provider options choose what an
 instance claims: ``ops`` (comma list), ``mode`` ("fuse": one group per connected run, "group":
 all claimed nodes as a single group even if that is invalid, "single": add_single_node),
-``fail`` ("compile" or "capability"). Fused groups are compiled into a small numpy interpreter.
+``fail`` ("compile" or "capability"), ``lose_after`` (N: the device is lost after N runs). Fused groups are compiled into a small numpy interpreter.
 """
+
+import threading
 
 import numpy as np
 
 from onnxhal import hal
+from onnxhal.errors import EPFail
 
 LOG: list = []  # (event, ep name, device id, details)
 
@@ -16,7 +19,8 @@ _OPS = {"Add": np.add, "Mul": np.multiply, "Sub": np.subtract, "Relu": lambda x:
 
 
 class _Compute(hal.NodeComputeInfo):
-    def __init__(self, graph):
+    def __init__(self, graph, ep=None):
+        self.ep = ep
         self.nodes = [(n.op_type, list(n.inputs), list(n.outputs)) for n in graph.nodes]
         self.inputs = graph.input_names
         self.outputs = graph.output_names
@@ -26,6 +30,11 @@ class _Compute(hal.NodeComputeInfo):
         return {"name": fused_node.name}
 
     def compute(self, state, ctx):
+        if self.ep is not None and self.ep.lose_after >= 0:
+            with self.ep.lock:
+                self.ep.runs += 1
+                if self.ep.runs > self.ep.lose_after:
+                    raise EPFail(f"{self.ep.name}: device lost after {self.ep.lose_after} runs")
         env = dict(self.consts)
         env.update(zip(self.inputs, ctx.inputs))
         for op, ins, outs in self.nodes:
@@ -49,6 +58,9 @@ class ToyEp(hal.Ep):
         self.ops = set(filter(None, options.get("ops", "Add,Mul").split(",")))
         self.mode = options.get("mode", "fuse")
         self.fail = options.get("fail", "")
+        self.lose_after = int(options.get("lose_after", "-1"))  # device lost after N runs
+        self.runs = 0
+        self.lock = threading.Lock()
 
     def get_capability(self, graph, support_info):
         LOG.append(("capability", self.name, self.device.device_id, graph.name))
@@ -70,7 +82,7 @@ class ToyEp(hal.Ep):
                     [(g.input_names, g.output_names, len(g.nodes)) for g in graphs]))
         if self.fail == "compile":
             raise RuntimeError("program build failed")
-        return [_Compute(g) for g in graphs]
+        return [_Compute(g, self) for g in graphs]
 
     def create_kernel(self, node, context):
         return _Kernel(node.op_type)

@@ -92,7 +92,7 @@ def _check_conv(node: Node, lookup: GraphLookup) -> str | None:
     x = lookup.shape(node.inputs[0])
     if len(x) not in (3, 4):
         return f"Conv on rank {len(x)} input (only 1-D and 2-D)"
-    return _static_f32(lookup, node.inputs[:3]) or _need_const(lookup, node, 1, "Conv weight")
+    return _static_f32(lookup, node.inputs[:3])
 
 
 def _check_pool(node: Node, lookup: GraphLookup) -> str | None:

@@ -1,0 +1,145 @@
+"""ONNX backend node conformance: every case of ``onnx.backend.test.case.node`` through an
+``InferenceSession`` on the CPU EP, compared as onnx's backend runner compares (same shape, same
+dtype, ``assert_allclose`` with the case's rtol/atol, exact for strings, sequences element-wise).
+
+Known failures are listed in ``EXPECTED_FAILURES`` with their reason; they are strict xfails, so a
+case that starts passing shows up. ``python tests/test_node_conformance.py`` prints the pass count.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import onnxhal
+
+_NONDETERMINISTIC = "random output: the expected values come from numpy's generator at export time"
+_CODEC = "needs a JPEG/JPEG 2000/WebP codec (Pillow is not a dependency)"
+
+EXPECTED_FAILURES: dict[str, str] = {
+    "test_bernoulli": _NONDETERMINISTIC,
+    "test_bernoulli_double": _NONDETERMINISTIC,
+    "test_bernoulli_seed": _NONDETERMINISTIC,
+    "test_bernoulli_expanded": _NONDETERMINISTIC,
+    "test_bernoulli_double_expanded": _NONDETERMINISTIC,
+    "test_bernoulli_seed_expanded": _NONDETERMINISTIC,
+    "test_image_decoder_decode_jpeg_rgb": _CODEC,
+    "test_image_decoder_decode_jpeg_grayscale": _CODEC,
+    "test_image_decoder_decode_jpeg_bgr": _CODEC,
+    "test_image_decoder_decode_jpeg2k_rgb": _CODEC,
+    "test_image_decoder_decode_webp_rgb": _CODEC,
+    "test_if_opt": "runtime constant folding (opt_constant_folding.evaluate_node) turns the folded "
+                   "SequenceConstruct output (a list) into a tensor with np.asarray",
+}
+
+
+def _collect():
+    with warnings.catch_warnings():  # the case generators warn about their own overflow tests
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        return collect_testcases()
+
+
+CASES = _collect()
+
+
+def _to_value(v):
+    """A case's stored input/output as the session's value representation."""
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, onnx.SequenceProto):
+        return numpy_helper.to_list(v)
+    if isinstance(v, onnx.OptionalProto):
+        return numpy_helper.to_optional(v)
+    if isinstance(v, list):
+        return [_to_value(x) for x in v]
+    if isinstance(v, np.generic):  # the backend runner stores these as 0-d tensors
+        return np.asarray(v)
+    return v
+
+
+def assert_similar(ref, out, rtol: float, atol: float) -> None:
+    """onnx.backend.test.runner's comparison, plus None for empty optionals."""
+    if isinstance(ref, (list, tuple)):
+        assert isinstance(out, (list, tuple)), f"expected a sequence, got {type(out).__name__}"
+        assert len(out) == len(ref), f"sequence length {len(out)} != {len(ref)}"
+        for r, o in zip(ref, out):
+            assert_similar(r, o, rtol, atol)
+        return
+    if ref is None:
+        assert out is None, f"expected an empty optional, got {type(out).__name__}"
+        return
+    assert isinstance(out, np.ndarray), f"expected an ndarray, got {type(out).__name__}"
+    np.testing.assert_array_equal(out.shape, ref.shape, err_msg="output has the wrong shape")
+    if ref.dtype == object:
+        np.testing.assert_array_equal(out, ref)
+        return
+    np.testing.assert_equal(out.dtype, ref.dtype)
+    if out.dtype.name == "bfloat16":
+        rtol = max(rtol, 2**-6)  # two bfloat16 ULPs, as the runner allows
+        out, ref = out.astype(np.float32), ref.astype(np.float32)
+    np.testing.assert_allclose(out, ref, rtol=rtol, atol=atol)
+
+
+def run_case(case) -> None:
+    """Build a session for the case's model and check every data set."""
+    sess = onnxhal.InferenceSession(case.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in case.model.graph.input]
+    for inputs, outputs in case.data_sets:
+        feeds = dict(zip(names, (_to_value(x) for x in inputs)))
+        got = sess.run(None, feeds)
+        expected = [_to_value(x) for x in outputs]
+        assert len(got) == len(expected), f"{len(got)} outputs, expected {len(expected)}"
+        for r, o in zip(expected, got):
+            assert_similar(r, o, case.rtol, case.atol)
+
+
+_RESULTS: dict[str, bool] = {}
+
+
+def _params():
+    for case in CASES:
+        marks = ()
+        if case.name in EXPECTED_FAILURES:
+            marks = (pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[case.name]),)
+        yield pytest.param(case, id=case.name, marks=marks)
+
+
+@pytest.mark.parametrize("case", _params())
+def test_node_case(case) -> None:
+    _RESULTS[case.name] = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # cases deliberately divide by zero etc.
+        run_case(case)
+    _RESULTS[case.name] = True
+
+
+def _passes(case) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            run_case(case)
+        return True
+    except Exception:  # noqa: BLE001 - any failure counts as a failed case
+        return False
+
+
+def test_conformance_summary() -> None:
+    """Pass count over all cases (reuses the per-case results of this run where there are some)."""
+    passed = sum(_RESULTS[c.name] if c.name in _RESULTS else _passes(c) for c in CASES)
+    print(f"\nnode conformance: {passed} / {len(CASES)} cases pass on the CPU EP")
+    assert passed >= len(CASES) - len(EXPECTED_FAILURES)
+
+
+if __name__ == "__main__":
+    failed = [c.name for c in CASES if not _passes(c)]
+    for name in failed:
+        print("FAIL", name, "-", EXPECTED_FAILURES.get(name, "unexpected"))
+    print(f"node conformance: {len(CASES) - len(failed)} / {len(CASES)} cases pass on the CPU EP")
+    sys.exit(1 if set(failed) - set(EXPECTED_FAILURES) else 0)

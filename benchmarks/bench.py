@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         table.add_row(r.model, f"{r.ort_ms:.2f}", f"{r.onnxhal_ms:.2f}", f"{r.ratio:.2f}", r.target,
                       "yes" if r.met else "NO", f"{r.max_abs_diff:.2e}", r.note)
-    Console().print(table)
+    Console(width=max(140, Console().width)).print(table)
     if args.json:
         text = json.dumps([asdict(r) for r in results], indent=2)
         if args.json == "-":

@@ -50,6 +50,16 @@ class Allocator:
             self._stats["InUse"] -= size
         self._free(buffer)
 
+    def release_if_owned(self, buffer: object) -> None:
+        """Free ``buffer`` unless it was freed already: what a tensor's finalizer calls, so an
+        explicit ``free`` before the tensor dies is fine too."""
+        with self._lock:
+            size = self._sizes.pop(id(buffer), None)
+            if size is None:
+                return
+            self._stats["InUse"] -= size
+        self._free(buffer)
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             return dict(self._stats)

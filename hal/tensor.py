@@ -37,7 +37,7 @@ class DeviceTensor:
         nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
         buffer = allocator.alloc(nbytes)
         t = cls(shape, dtype, allocator.info, buffer, 0, allocator)
-        weakref.finalize(t, allocator.free, buffer)
+        weakref.finalize(t, allocator.release_if_owned, buffer)
         return t
 
     def view(self, shape: tuple[int, ...]) -> DeviceTensor:

@@ -6,6 +6,8 @@
 - ``fuse_matmul_bias``: MatMul(x, constant W) + Add(constant bias)[+ Relu/Gelu] -> FusedMatMul.
 - ``fuse_conv_activation``: Conv [+ Add(residual)] [+ activation] -> FusedConv(X, W, B, Z).
 - ``fuse_gemm_activation``: Gemm + activation -> FusedGemm.
+- ``fuse_batchnorm_activation``: inference BatchNormalization [+ activation] ->
+  FusedBatchNormalization(X, multiplier, shift): the statistics precomputed into one affine.
 
 Fused ops carry ``activation`` (op name, "" for none) and ``activation_params`` (floats).
 """
@@ -28,6 +30,7 @@ from onnxhal.runtime.opt_rewrite import (
     sole_consumer,
     static_shape,
 )
+from onnxhal.runtime.opt_weight_folding import batchnorm_stats
 
 
 def _follower(graph: Graph, node: Node, op_types: tuple[str, ...]) -> Node | None:
@@ -126,6 +129,28 @@ def fuse_gemm_activation(graph: Graph) -> bool:
         fused.attribute_protos.update(gemm.attribute_protos)
         fused.attributes.update(gemm.attributes)
         replace_nodes(graph, [gemm, act[0]], [fused])
+        changed = True
+    return changed
+
+
+def fuse_batchnorm_activation(graph: Graph) -> bool:
+    """BatchNormalization with constant statistics, then optionally an activation."""
+    changed = False
+    for bn in list(graph.nodes):
+        stats = batchnorm_stats(graph, bn)
+        if stats is None:
+            continue
+        scale, bias, mean, var = (s.astype(np.float64).reshape(-1) for s in stats)
+        multiplier = scale / np.sqrt(var + bn.attr("epsilon", 1e-5))
+        dtype = stats[0].dtype
+        names = [add_initializer(graph, f"{bn.name or bn.outputs[0]}_multiplier", multiplier.astype(dtype)),
+                 add_initializer(graph, f"{bn.name or bn.outputs[0]}_shift", (bias - mean * multiplier).astype(dtype))]
+        act = _activation_follower(graph, bn)
+        pattern = [bn, act[0]] if act else [bn]
+        fused = make_node(graph, "FusedBatchNormalization", [bn.inputs[0], *names], [pattern[-1].outputs[0]],
+                          name=f"{bn.name}_fused", domain=FUSED_DOMAIN, activation=act[1] if act else "",
+                          activation_params=act[2] if act else [])
+        replace_nodes(graph, pattern, [fused])
         changed = True
     return changed
 

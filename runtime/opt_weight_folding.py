@@ -3,6 +3,7 @@
 - Conv + BatchNormalization (inference) -> Conv with scaled weights and shifted bias.
 - Conv + Mul(per-channel constant) -> Conv with scaled weights and bias.
 - Conv + Add(per-channel constant) -> Conv with shifted bias.
+- BatchNormalization + Mul/Add(per-channel constant) -> BatchNormalization with new scale/bias.
 - MatMul(2-D A, constant 2-D B) + Add(constant bias broadcastable to [M, N]) -> Gemm.
 
 The folded arithmetic runs in float64 and is cast back to the weights' dtype, so results agree
@@ -55,12 +56,8 @@ def fold_conv_batchnorm(graph: Graph) -> bool:
     for conv in list(graph.nodes):
         parts = _conv_parts(graph, conv)
         bn = sole_consumer(graph, conv.outputs[0]) if parts else None
-        if bn is None or bn.op_type != "BatchNormalization" or bn.inputs[0] != conv.outputs[0]:
-            continue
-        if bn.attr("training_mode", 0) or not _unused_extra_outputs(graph, bn):
-            continue
-        stats = [constant(graph, name) for name in bn.inputs[1:5]]
-        if len(stats) != 4 or any(s is None for s in stats):
+        stats = batchnorm_stats(graph, bn) if bn is not None and bn.inputs[0] == conv.outputs[0] else None
+        if stats is None:
             continue
         w, b = parts
         scale, bias, mean, var = (s.astype(np.float64).reshape(-1) for s in stats)
@@ -105,6 +102,50 @@ def fold_conv_mul_add(graph: Graph) -> bool:
         else:
             new_w, new_b = w, b.astype(np.float64) + vec
         _replace_conv(graph, conv, follower, new_w, new_b)
+        changed = True
+    return changed
+
+
+def batchnorm_stats(graph: Graph, bn: Node) -> list[np.ndarray] | None:
+    """[scale, bias, mean, var] of an inference BatchNormalization with constant statistics."""
+    if bn.op_type != "BatchNormalization" or bn.domain != "" or bn.attr("training_mode", 0):
+        return None
+    if not _unused_extra_outputs(graph, bn) or len(bn.inputs) != 5:
+        return None
+    stats = [constant(graph, name) for name in bn.inputs[1:5]]
+    return None if any(s is None or s.dtype.kind != "f" for s in stats) else stats
+
+
+def fold_batchnorm_mul_add(graph: Graph) -> bool:
+    """BatchNormalization followed by Mul or Add with a per-channel constant (DenseNet's exported
+    scale layers) -> BatchNormalization with new scale and bias."""
+    changed = False
+    for bn in list(graph.nodes):
+        stats = batchnorm_stats(graph, bn)
+        follower = sole_consumer(graph, bn.outputs[0]) if stats else None
+        if follower is None or follower.op_type not in ("Mul", "Add") or follower.domain != "":
+            continue
+        other = [i for i in follower.inputs if i != bn.outputs[0]]
+        value = constant(graph, other[0]) if len(other) == 1 else None
+        out_rank = rank(graph, bn.inputs[0])
+        channels = stats[0].reshape(-1).shape[0]
+        vec = _per_channel(value, channels, out_rank) if value is not None and out_rank else None
+        if vec is None:
+            continue
+        dtype = stats[0].dtype
+        scale, bias = stats[0].astype(np.float64).reshape(-1), stats[1].astype(np.float64).reshape(-1)
+        if follower.op_type == "Mul":
+            scale, bias = scale * vec, bias * vec
+        else:
+            bias = bias + vec
+        names = [add_initializer(graph, f"{bn.inputs[1]}_folded", scale.astype(dtype)),
+                 add_initializer(graph, f"{bn.inputs[2]}_folded", bias.astype(dtype))]
+        new = make_node(graph, "BatchNormalization", [bn.inputs[0], *names, *bn.inputs[3:5]], [follower.outputs[0]],
+                        name=bn.name or follower.name)
+        new.attribute_protos = dict(bn.attribute_protos)
+        new.attributes = dict(bn.attributes)
+        new.since_version = bn.since_version or new.since_version
+        replace_nodes(graph, [bn, follower], [new])
         changed = True
     return changed
 

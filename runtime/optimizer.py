@@ -5,12 +5,13 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 - ``ORT_DISABLE_ALL``: nothing.
 - ``ORT_ENABLE_BASIC``: constant folding, dead-node removal, identity/no-op elimination
   (Identity, inference Dropout, same-type Cast), Conv+BatchNormalization, Conv+Mul and Conv+Add
-  folding into the Conv's weights, MatMul+Add -> Gemm (2-D A, constant B and bias).
+  folding into the Conv's weights, BatchNormalization+Mul/Add folding into its scale and bias, MatMul+Add -> Gemm (2-D A, constant B and bias).
   Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED``, ``ORT_ENABLE_LAYOUT``, ``ORT_ENABLE_ALL``: also fusions into
   ``com.onnxhal`` ops run by the CPU EP (kernels in ``providers/cpu/kernels/fused.py``):
   Conv[+Add residual]+Relu/Clip/LeakyRelu/Sigmoid -> FusedConv, Gemm+activation -> FusedGemm,
-  MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, the decomposed LayerNormalization pattern ->
+  MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference BatchNormalization[+activation] ->
+  FusedBatchNormalization (a precomputed per-channel affine), the decomposed LayerNormalization pattern ->
   LayerNormalization, the Erf Gelu pattern -> Gelu. Main graph only. With
   ``fuse_cpu_ops=False`` only the LayerNormalization fusion to the standard op (opset >= 17) runs.
 
@@ -45,12 +46,14 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("remove_dead_nodes", _BASIC, opt_constant_folding.remove_dead_nodes, True, False),
     ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
     ("fold_conv_mul_add", _BASIC, opt_weight_folding.fold_conv_mul_add, True, False),
+    ("fold_batchnorm_mul_add", _BASIC, opt_weight_folding.fold_batchnorm_mul_add, True, False),
     ("matmul_add_to_gemm", _BASIC, opt_weight_folding.matmul_add_to_gemm, True, False),
     ("fuse_layer_norm", _EXTENDED, opt_fusions.fuse_layer_norm, False, False),
     ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
     ("fuse_matmul_bias", _EXTENDED, opt_fusions.fuse_matmul_bias, False, True),
     ("fuse_conv_activation", _EXTENDED, opt_fusions.fuse_conv_activation, False, True),
     ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
+    ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
 ]
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
@@ -72,28 +75,34 @@ def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops:
                               f"{[lv.name for lv in GraphOptimizationLevel]}") from None
     if level == GraphOptimizationLevel.ORT_DISABLE_ALL:
         return graph
-    passes = [(name, fn, recurse) for name, min_level, fn, recurse, cpu_only in PASSES
+    passes = [(name, fn, recurse, min_level) for name, min_level, fn, recurse, cpu_only in PASSES
               if level >= min_level and (fuse_cpu_ops or not cpu_only)]
     if not fuse_cpu_ops:
-        passes = [(n, opt_fusions.fuse_layer_norm_standard if n == "fuse_layer_norm" else fn, r)
-                  for n, fn, r in passes]
+        passes = [(n, opt_fusions.fuse_layer_norm_standard if n == "fuse_layer_norm" else fn, r, lv)
+                  for n, fn, r, lv in passes]
     _run(graph, passes)
     return graph
 
 
-def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool]]) -> None:
+def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]) -> None:
     for node in graph.nodes:
         for sub in node.subgraph_list():
             _run(sub, [p for p in passes if p[2]])
     if any(n.subgraphs for n in graph.nodes):
         graph._index()  # subgraphs may now read other values of this scope
+    # Each level reaches its fixed point before the next starts: fusions must see folded graphs.
+    for level in sorted({p[3] for p in passes}):
+        _run_to_fixed_point(graph, [p for p in passes if p[3] == level])
+    remove_unused_value_infos(graph)
+
+
+def _run_to_fixed_point(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]) -> None:
     for _ in range(MAX_ROUNDS):
         changed = False
-        for name, fn, _recurse in passes:
+        for name, fn, _recurse, _level in passes:
             before = len(graph.nodes)
             if fn(graph):
                 changed = True
                 logger.debug("pass %s on graph %r: %d -> %d nodes", name, graph.name, before, len(graph.nodes))
         if not changed:
             break
-    remove_unused_value_infos(graph)

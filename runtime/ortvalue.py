@@ -25,6 +25,12 @@ def _elem_type_of(dtype: np.dtype) -> int:
     return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
 
+def _is_host(device_type: str, vendor_id: int) -> bool:
+    """"cpu" with no vendor (-1) or the generic one (0) is host memory; "cpu" with a vendor id is a
+    device memory on the CPU (e.g. the OpenCL EP on PoCL), as ORT's OrtDevice distinguishes them."""
+    return device_type.lower() == "cpu" and vendor_id in (-1, 0, None)
+
+
 class OrtValue:
     __slots__ = ("_value",)
 
@@ -36,7 +42,7 @@ class OrtValue:
     def ortvalue_from_numpy(numpy_obj: np.ndarray, device_type: str = "cpu", device_id: int = 0,
                             vendor_id: int = -1) -> OrtValue:
         arr = np.asarray(numpy_obj)
-        if device_type.lower() == "cpu":
+        if _is_host(device_type, vendor_id):
             return OrtValue(arr)
         info = device_memory_info(device_type, device_id, vendor_id)
         value = OrtValue.ortvalue_from_shape_and_type(arr.shape, arr.dtype, memory_info=info)
@@ -50,7 +56,7 @@ class OrtValue:
         dtype = np.dtype(element_type) if not isinstance(element_type, int) else \
             np.dtype(onnx.helper.tensor_dtype_to_np_dtype(element_type))
         shape = tuple(int(d) for d in shape)
-        if memory_info is None and device_type.lower() != "cpu":
+        if memory_info is None and not _is_host(device_type, vendor_id):
             memory_info = device_memory_info(device_type, device_id, vendor_id)
         if memory_info is None or memory_info.is_host:
             return OrtValue(np.zeros(shape, dtype=dtype))
@@ -152,11 +158,13 @@ class IOBinding:
         self._inputs[name] = ortvalue._value
 
     def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
-                    shape: Sequence[int] | None = None, buffer_ptr: Any = None) -> None:
-        if device_type.lower() == "cpu":
+                    shape: Sequence[int] | None = None, buffer_ptr: Any = None, vendor_id: int = -1) -> None:
+        """Leave output ``name`` on a device: ``device_type`` is "cpu" (host), "gpu", "npu", or the
+        name of a declared memory ("opencl"); ``vendor_id`` picks among devices of one type."""
+        if _is_host(device_type, vendor_id):
             self._outputs[name] = None
         else:
-            self._outputs[name] = device_memory_info(device_type, device_id, -1)
+            self._outputs[name] = device_memory_info(device_type, device_id, vendor_id)
 
     def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
         self._outputs[name] = ortvalue

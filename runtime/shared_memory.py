@@ -23,7 +23,7 @@ _allocators: dict[OrtMemoryDevice, Allocator] = {}
 
 _DEVICE_TYPES = {"gpu": OrtMemoryInfoDeviceType.GPU, "cuda": OrtMemoryInfoDeviceType.GPU,
                  "dml": OrtMemoryInfoDeviceType.GPU, "npu": OrtMemoryInfoDeviceType.NPU,
-                 "fpga": OrtMemoryInfoDeviceType.FPGA}
+                 "fpga": OrtMemoryInfoDeviceType.FPGA, "cpu": OrtMemoryInfoDeviceType.CPU}
 
 
 def _declared_infos() -> list[tuple[OrtMemoryInfo, Any]]:

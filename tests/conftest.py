@@ -50,3 +50,15 @@ def plugin_file(tmp_path):
         return str(path)
 
     return _write
+
+
+@pytest.fixture(scope="session")
+def opencl_devices():
+    """The OpenCL EP's devices (PoCL here), registered once for the whole test session."""
+    env = get_environment()
+    if not any(d.ep_name == "OpenCLExecutionProvider" for d in env.ep_devices()):
+        onnxhal.register_execution_provider_library("opencl", "onnxhal.runtime.providers.opencl")
+    devices = [d for d in onnxhal.get_ep_devices() if d.ep_name == "OpenCLExecutionProvider"]
+    if not devices:
+        pytest.skip("no OpenCL device found (PoCL missing or broken ICD): the OpenCL EP has nothing to run on")
+    return devices

@@ -9,6 +9,7 @@ that number, so both a schema version and a model opset select the same kernel.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -50,9 +51,18 @@ def _load_reference_op(domain: str, op_type: str, version: int) -> Any:
         from onnx.reference.ops.experimental import load_op
     else:
         raise NotImplementedError(domain)
-    if domain == "":
-        return load_op(domain, op_type, version, evaluator_cls=ReferenceEvaluator)
-    return load_op(domain, op_type, version)
+    try:
+        if domain == "":
+            return load_op(domain, op_type, version, evaluator_cls=ReferenceEvaluator)
+        return load_op(domain, op_type, version)
+    except RuntimeError as exc:
+        # onnx.reference implements some ops only from a later version (DequantizeLinear 19,
+        # Dropout 7, RNN 7); the later signature accepts the older forms: use the oldest one.
+        found = re.search(r"and version \d+, found ([\d, ]+)", str(exc))
+        if not found:
+            raise
+        oldest = min(int(v) for v in found.group(1).split(",") if v.strip())
+        return load_op(domain, op_type, oldest, evaluator_cls=ReferenceEvaluator)
 
 
 def _reference_available(domain: str, op_type: str, version: int) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxhal.hal.graph import Node
+from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_HELPERS
 
 MAX_RANK = 6
 
@@ -33,20 +34,7 @@ def _erf(x: str) -> str:
     return f"onnxhal_erf({x})"
 
 
-ERF_HELPER = """
-inline float onnxhal_erf(float x) {
-  const float ax = fabs(x);
-  const float t = 1.0f / (1.0f + 0.3275911f * ax);
-  const float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t - 0.284496736f) * t
-                  + 0.254829592f) * t * native_exp(-ax * ax);
-  return copysign(y, x);
-}
-inline float onnxhal_tanh(float x) {
-  const float ax = fmin(fabs(x), 20.0f);
-  const float e = native_exp(-2.0f * ax);
-  return copysign((1.0f - e) / (1.0f + e), x);
-}
-"""
+ERF_HELPER = ACTIVATION_HELPERS
 
 
 def _gelu(n: Node, a: list[str], x: dict) -> str:

@@ -12,6 +12,41 @@ is accurate to ~1e-7 relative here and much faster than ``exp``.
 
 from __future__ import annotations
 
+#: Helpers shared by generated and fixed kernels: erf and tanh on native_exp (erf() and exp() are
+#: slow calls on PoCL), and the activations a GEMM/Conv epilogue can apply.
+ACTIVATION_HELPERS = """
+inline float onnxhal_erf(float x) {
+  // Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
+  const float ax = fabs(x);
+  const float t = 1.0f / (1.0f + 0.3275911f * ax);
+  const float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t - 0.284496736f) * t
+                  + 0.254829592f) * t * native_exp(-ax * ax);
+  return copysign(y, x);
+}
+inline float onnxhal_tanh(float x) {
+  const float ax = fmin(fabs(x), 20.0f);
+  const float e = native_exp(-2.0f * ax);
+  return copysign((1.0f - e) / (1.0f + e), x);
+}
+// act: 0 none, 1 Relu, 2 Sigmoid, 3 Tanh, 4 LeakyRelu(p0), 5 HardSigmoid(p0, p1), 6 Clip(p0, p1), 7 Gelu
+inline float apply_act(float v, int act, float p0, float p1) {
+  switch (act) {
+    case 1: return fmax(v, 0.0f);
+    case 2: return 1.0f / (1.0f + native_exp(-v));
+    case 3: return onnxhal_tanh(v);
+    case 4: return v >= 0.0f ? v : p0 * v;
+    case 5: return fmin(fmax(p0 * v + p1, 0.0f), 1.0f);
+    case 6: return fmin(fmax(v, p0), p1);
+    case 7: return 0.5f * v * (1.0f + onnxhal_erf(v * 0.70710678118f));
+    default: return v;
+  }
+}
+"""
+
+#: Activation name -> epilogue code of ``apply_act``.
+ACTIVATION_CODES = {"": 0, "Relu": 1, "Sigmoid": 2, "Tanh": 3, "LeakyRelu": 4, "HardSigmoid": 5, "Clip": 6,
+                    "Gelu": 7}
+
 #: Rows of C computed by one GEMM work-item (register block RM x 16: 12 float8 accumulators).
 GEMM_RM = 6
 #: Columns of C computed by one GEMM work-item.
@@ -23,47 +58,55 @@ def _gemm_source() -> str:
     decl = "\n".join(f"  float8 c{r}a = (float8)(0.0f), c{r}b = (float8)(0.0f);" for r in range(rm))
     body = "\n".join(f"    {{ const float8 av = (float8)(ap[{r}]); c{r}a += av * b0; c{r}b += av * b1; }}"
                      for r in range(rm))
-    store = "\n".join(f"  store_row(C, c{r}a, c{r}b, i0 + {r}, j0, M, N, bias, bias_mode, alpha, beta, post_op);"
+    store = "\n".join(f"  store_row(C, R, c{r}a, c{r}b, i0 + {r}, j0, M, N, bias, bias_mode, alpha, beta, act, p0, p1);"
                       for r in range(rm))
-    return f"""
+    return ACTIVATION_HELPERS + f"""
 #define RM {rm}
-// Packed panels: Ap[batch][M/RM][K][RM], Bp[batch][N/16][K][16], zero padded.
+// Packed panels: Ap[batch][M/RM][K][RM], Bp[batch][N/16][K][16], zero padded. One work-item packs
+// one k of one panel (RM or 16 values), so index arithmetic is paid once per panel row.
 __kernel void pack_a(__global float* Ap, __global const float* A, const int M, const int K, const int Mb,
                      const int rs, const int cs, const int src_bstride, const int total) {{
   const int g = get_global_id(0);
   if (g >= total) return;
-  const int r = g % RM; int t = g / RM;
-  const int k = t % K; t /= K;
+  const int k = g % K; const int t = g / K;
   const int ib = t % Mb; const int b = t / Mb;
-  const int i = ib * RM + r;
-  Ap[g] = i < M ? A[b * src_bstride + i * rs + k * cs] : 0.0f;
+  __global const float* src = A + (size_t)b * src_bstride + (size_t)k * cs;
+  __global float* dst = Ap + (size_t)g * RM;
+  for (int r = 0; r < RM; ++r) {{
+    const int i = ib * RM + r;
+    dst[r] = i < M ? src[(size_t)i * rs] : 0.0f;
+  }}
 }}
 
 __kernel void pack_b(__global float* Bp, __global const float* B, const int N, const int K, const int Nb,
                      const int rs, const int cs, const int src_bstride, const int total) {{
   const int g = get_global_id(0);
   if (g >= total) return;
-  const int c = g % 16; int t = g / 16;
-  const int k = t % K; t /= K;
+  const int k = g % K; const int t = g / K;
   const int jb = t % Nb; const int b = t / Nb;
-  const int j = jb * 16 + c;
-  Bp[g] = j < N ? B[b * src_bstride + k * rs + j * cs] : 0.0f;
+  __global const float* src = B + (size_t)b * src_bstride + (size_t)k * rs;
+  __global float* dst = Bp + (size_t)g * 16;
+  for (int c = 0; c < 16; ++c) {{
+    const int j = jb * 16 + c;
+    dst[c] = j < N ? src[(size_t)j * cs] : 0.0f;
+  }}
 }}
 
-// bias_mode: 0 none, 1 per column, 2 per row, 3 full [M,N], 4 scalar. post_op: 0 none, 1 relu.
+// bias_mode: 0 none, 1 per column, 2 per row, 3 full [M,N], 4 scalar. R: residual added (or NULL-like
+// when has_res is 0, passed as a negative act). act/p0/p1: see apply_act.
 inline float epilogue(float acc, int i, int j, int N, __global const float* bias, int bias_mode,
-                      float alpha, float beta, int post_op) {{
+                      float alpha, float beta) {{
   float v = alpha * acc;
   if (bias_mode == 1) v += beta * bias[j];
   else if (bias_mode == 2) v += beta * bias[i];
   else if (bias_mode == 3) v += beta * bias[i * N + j];
   else if (bias_mode == 4) v += beta * bias[0];
-  if (post_op == 1) v = fmax(v, 0.0f);
   return v;
 }}
 
-inline void store_row(__global float* C, float8 a, float8 b, int i, int j0, int M, int N,
-                      __global const float* bias, int bias_mode, float alpha, float beta, int post_op) {{
+inline void store_row(__global float* C, __global const float* R, float8 a, float8 b, int i, int j0, int M,
+                      int N, __global const float* bias, int bias_mode, float alpha, float beta, int act,
+                      float p0, float p1) {{
   if (i >= M) return;
   float vals[16];
   vals[0] = a.s0; vals[1] = a.s1; vals[2] = a.s2; vals[3] = a.s3;
@@ -72,15 +115,22 @@ inline void store_row(__global float* C, float8 a, float8 b, int i, int j0, int 
   vals[12] = b.s4; vals[13] = b.s5; vals[14] = b.s6; vals[15] = b.s7;
   const int n = min(16, N - j0);
   __global float* row = C + i * N + j0;
-  for (int c = 0; c < n; ++c)
-    row[c] = epilogue(vals[c], i, j0 + c, N, bias, bias_mode, alpha, beta, post_op);
+  const int has_res = act >= 16;
+  const int a_code = act & 15;
+  for (int c = 0; c < n; ++c) {{
+    float v = epilogue(vals[c], i, j0 + c, N, bias, bias_mode, alpha, beta);
+    if (has_res) v += R[i * N + j0 + c];
+    row[c] = apply_act(v, a_code, p0, p1);
+  }}
 }}
 
 // C[b] = alpha * A[b % a_mod] @ B[b] + beta * bias. One work-item: RM rows x 16 columns.
+// act: activation code, plus 16 when the residual R (same layout as C) is added before it.
 __kernel void gemm_packed(__global const float* Ap, __global const float* Bp, __global float* C,
-                          __global const float* bias, const int M, const int N, const int K,
-                          const int a_mod, const int c_bstride, const int bias_bstride,
-                          const int bias_mode, const float alpha, const float beta, const int post_op) {{
+                          __global const float* bias, __global const float* R, const int M, const int N,
+                          const int K, const int a_mod, const int c_bstride, const int bias_bstride,
+                          const int bias_mode, const float alpha, const float beta, const int act,
+                          const float p0, const float p1) {{
   const int ib = get_global_id(0);
   const int jb = get_global_id(1);
   const int b = get_global_id(2);
@@ -89,6 +139,7 @@ __kernel void gemm_packed(__global const float* Ap, __global const float* Bp, __
   __global const float8* bp = (__global const float8*)(Bp + ((size_t)b * Nb + jb) * K * 16);
   __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
   C += (size_t)b * c_bstride;
+  R += (size_t)b * c_bstride;
   bias += (b % a_mod) * bias_bstride;
 {decl}
   for (int k = 0; k < K; ++k) {{
@@ -106,32 +157,38 @@ GEMM_SOURCE = _gemm_source()
 
 #: im2col straight into the packed B layout of ``gemm_packed``, and a direct convolution for
 #: depthwise and other thin groups (where a 6-row register block would be mostly padding).
-CONV_SOURCE = """
-// Bp[b][jb][k][c], b = n * G + g, k = (ci, kh, kw), column p = jb * 16 + c = (oh, ow).
+CONV_SOURCE = ACTIVATION_HELPERS + """
+// Bp[b][jb][k][c], b = n * G + g, k = (ci, kh, kw), column p = jb * 16 + c = (oh, ow). One work-item
+// writes the 16 columns of one (b, jb, k).
 __kernel void im2col_packed(__global float* Bp, __global const float* X, const int Cin, const int H, const int W,
                             const int Cg, const int KH, const int KW, const int OH, const int OW,
                             const int sh, const int sw, const int ph, const int pw, const int dh, const int dw,
                             const int G, const int Kdim, const int Nb, const int total) {
   const int g0 = get_global_id(0);
   if (g0 >= total) return;
-  const int c = g0 % 16; int t = g0 / 16;
-  const int k = t % Kdim; t /= Kdim;
+  const int k = g0 % Kdim; const int t = g0 / Kdim;
   const int jb = t % Nb; const int b = t / Nb;
-  const int p = jb * 16 + c;
-  float v = 0.0f;
-  if (p < OH * OW) {
-    const int oh = p / OW, ow = p % OW;
-    const int kw = k % KW, kh = (k / KW) % KH, ci = k / (KW * KH);
-    const int n = b / G, g = b % G;
-    const int y = oh * sh - ph + kh * dh, x = ow * sw - pw + kw * dw;
-    if (y >= 0 && y < H && x >= 0 && x < W)
-      v = X[(((size_t)n * Cin + g * Cg + ci) * H + y) * W + x];
+  const int kw = k % KW, kh = (k / KW) % KH, ci = k / (KW * KH);
+  const int n = b / G, g = b % G;
+  __global const float* xp = X + ((size_t)n * Cin + g * Cg + ci) * H * W;
+  __global float* dst = Bp + (size_t)g0 * 16;
+  const int P = OH * OW;
+  int p = jb * 16;
+  int oh = p / OW, ow = p % OW;
+  for (int c = 0; c < 16; ++c, ++p) {
+    float v = 0.0f;
+    if (p < P) {
+      const int y = oh * sh - ph + kh * dh, x = ow * sw - pw + kw * dw;
+      if (y >= 0 && y < H && x >= 0 && x < W) v = xp[y * W + x];
+    }
+    dst[c] = v;
+    if (++ow == OW) { ow = 0; ++oh; }
   }
-  Bp[g0] = v;
 }
 
 __kernel void conv_direct(__global float* Y, __global const float* X, __global const float* Wt,
-                          __global const float* bias, const int has_bias, const int Cin, const int H, const int W,
+                          __global const float* bias, const int has_bias, __global const float* R,
+                          const int act, const float p0, const float p1, const int Cin, const int H, const int W,
                           const int Cout, const int Cg, const int Mg, const int KH, const int KW,
                           const int OH, const int OW, const int sh, const int sw, const int ph, const int pw,
                           const int dh, const int dw, const int total) {
@@ -154,7 +211,8 @@ __kernel void conv_direct(__global float* Y, __global const float* X, __global c
       }
     }
   }
-  Y[gid] = acc;
+  if (act >= 16) acc += R[gid];
+  Y[gid] = apply_act(acc, act & 15, p0, p1);
 }
 """
 

@@ -62,10 +62,8 @@ class OpenCLAllocator(Allocator):
         buffer.release()
 
     def tensor(self, shape: Sequence[int], dtype: np.dtype) -> DeviceTensor:
-        """A new DeviceTensor of this allocator; free it with ``allocator.free(tensor.buffer)``."""
-        dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return DeviceTensor(tuple(shape), dtype, self.info, self.alloc(nbytes), 0, self)
+        """A new DeviceTensor of this allocator, freed when the last reference to it goes."""
+        return DeviceTensor.allocate(tuple(shape), np.dtype(dtype), self)
 
 
 class OpenCLNotification(SyncNotification):

@@ -25,6 +25,11 @@ OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "Glob
                        "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Slice", "Gather",
                        "Expand", *REDUCE_OPS})
 SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) | VIEW_OPS | OTHER_OPS
+#: Ops of the runtime optimizer's domain (runtime/opt_fusions.py) with the same kernels.
+FUSED_DOMAIN = "com.onnxhal"
+FUSED_DOMAIN_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "LayerNormalization"})
+_EPILOGUE_CODES = {"": 0, "Relu": 1, "Sigmoid": 2, "Tanh": 3, "LeakyRelu": 4, "HardSigmoid": 5, "Clip": 6,
+                   "Gelu": 7}
 MAX_RANK = 6
 F32 = np.dtype(np.float32)
 
@@ -66,6 +71,52 @@ class GraphLookup:
         if name and self.graph.producer(name) is None and name not in self.graph.input_names:
             return self.constants.get(name)
         return None
+
+
+def activation_spec(node: Node, lookup: GraphLookup) -> tuple[int, float, float] | None:
+    """(epilogue code, p0, p1) when ``node`` is an activation a GEMM/Conv epilogue can apply."""
+    op = node.op_type
+    if node.domain not in ("", FUSED_DOMAIN) or (node.domain == FUSED_DOMAIN and op != "Gelu"):
+        return None
+    if op in ("Relu", "Sigmoid", "Tanh"):
+        return _EPILOGUE_CODES[op], 0.0, 0.0
+    if op == "LeakyRelu":
+        return 4, float(node.attr("alpha", 0.01)), 0.0
+    if op == "HardSigmoid":
+        return 5, float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))
+    if op == "Gelu" and node.attr("approximate", "none") == "none":
+        return 7, 0.0, 0.0
+    if op == "Clip":
+        bounds = [node.attr("min", -np.inf), node.attr("max", np.inf)]
+        for k, idx in enumerate((1, 2)):
+            if len(node.inputs) > idx and node.inputs[idx]:
+                const = lookup.const(node.inputs[idx])
+                if const is None:
+                    return None
+                bounds[k] = float(const.reshape(-1)[0])
+        return 6, float(bounds[0]), float(bounds[1])
+    return None
+
+
+def fused_activation_spec(node: Node) -> tuple[int, float, float]:
+    """(epilogue code, p0, p1) of a ``com.onnxhal`` Fused* node's ``activation`` attributes."""
+    act = node.attr("activation", "")
+    params = [float(p) for p in node.attr("activation_params", [])] + [0.0, 0.0]
+    if act not in _EPILOGUE_CODES:
+        raise ValueError(f"{node.op_type} activation {act!r} has no OpenCL epilogue")
+    if act == "Clip" and len(params) == 2:
+        params = [-np.inf, np.inf]
+    return _EPILOGUE_CODES[act], params[0], params[1]
+
+
+def _check_fused(node: Node, lookup: GraphLookup) -> str | None:
+    if node.attr("activation", "") not in _EPILOGUE_CODES:
+        return f"{node.op_type} activation {node.attr('activation')!r} has no OpenCL epilogue"
+    if node.op_type == "FusedConv":
+        return _check_conv(node, lookup)
+    if node.op_type == "FusedMatMul":
+        return _check_matmul(node, lookup)
+    return None
 
 
 def _static_f32(lookup: GraphLookup, names) -> str | None:
@@ -193,7 +244,7 @@ def _check_matmul(node: Node, lookup: GraphLookup) -> str | None:
 _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "Conv": _check_conv, "MaxPool": _check_pool, "AveragePool": _check_pool, "Gather": _check_gather,
     "LayerNormalization": _check_layernorm, "BatchNormalization": _check_bn, "Clip": _check_clip,
-    "MatMul": _check_matmul,
+    "MatMul": _check_matmul, "FusedConv": _check_fused, "FusedGemm": _check_fused, "FusedMatMul": _check_fused,
     "Reshape": lambda n, lk: _need_const(lk, n, 1, "Reshape shape"),
     "Unsqueeze": lambda n, lk: _need_const(lk, n, 1, "Unsqueeze axes"),
     "Squeeze": lambda n, lk: _need_const(lk, n, 1, "Squeeze axes"),
@@ -209,7 +260,10 @@ _PARAM_INPUTS = {"Reshape": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}
 
 def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
     """None if the OpenCL EP can run ``node``, else why not."""
-    if node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS:
+    if node.domain == FUSED_DOMAIN:
+        if node.op_type not in FUSED_DOMAIN_OPS:
+            return f"no OpenCL kernel for {node.domain}.{node.op_type}"
+    elif node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS:
         return f"no OpenCL kernel for {node.domain or 'ai.onnx'}.{node.op_type}"
     if node.subgraphs:
         return "node has subgraphs"

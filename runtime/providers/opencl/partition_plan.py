@@ -155,10 +155,10 @@ class PartitionState:
                 bufs[name] = t.buffer
         outputs = []
         for name in plan.output_names:
-            buf = self.allocator.alloc(plan.nbytes(name))
-            bufs[name] = buf
-            outputs.append(DeviceTensor(plan.shapes[name], plan.dtypes[name], self.allocator.info, buf, 0,
-                                        self.allocator))
+            # allocate(): the buffer returns to the allocator when the runtime drops the last reference.
+            out = DeviceTensor.allocate(plan.shapes[name], plan.dtypes[name], self.allocator)
+            bufs[name] = out.buffer
+            outputs.append(out)
         for name, nbytes in plan.temps.items():
             buf = self.allocator.alloc(nbytes)
             owned.append(buf)

@@ -1,12 +1,15 @@
 """Lowering of one fused partition (a filtered graph) to a ``PartitionPlan``.
 
-Order of decisions: view ops (Reshape, Flatten, Squeeze, Unsqueeze) become aliases; a Relu that is
-the only consumer of a Gemm/MatMul/Conv is folded into that kernel's epilogue; trees of elementwise
+Order of decisions: view ops (Reshape, Flatten, Squeeze, Unsqueeze) become aliases; an activation
+that is the only consumer of a Gemm/MatMul/Conv is folded into that kernel's epilogue (as are the
+activation and residual of the optimizer's ``com.onnxhal`` FusedConv/FusedGemm/FusedMatMul); trees of elementwise
 nodes whose intermediates have no other consumer become one generated kernel; every other node
 lowers to launches of the fixed kernel families in ``kernel_sources``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,11 +21,35 @@ from onnxhal.runtime.providers.opencl.elementwise_codegen import (
     broadcast_strides,
     generate_fused_kernel,
 )
-from onnxhal.runtime.providers.opencl.op_support import F32, REDUCE_OPS, VIEW_OPS, GraphLookup, reduce_layout
+from onnxhal.runtime.providers.opencl.op_support import (
+    F32,
+    REDUCE_OPS,
+    VIEW_OPS,
+    GraphLookup,
+    activation_spec,
+    fused_activation_spec,
+    reduce_layout,
+)
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, Launch, PartitionPlan
 
 RM, RN = ks.GEMM_RM, ks.GEMM_RN
 I32, F = np.int32, np.float32
+
+
+@dataclass
+class Epilogue:
+    """What a GEMM/Conv kernel does after the dot products: write ``out``, adding ``residual`` (a
+    value of the output's shape) and then activation ``act`` with parameters ``p0``, ``p1``."""
+
+    out: str
+    act: int = 0
+    p0: float = 0.0
+    p1: float = 0.0
+    residual: str | None = None
+
+    @property
+    def code(self) -> int:
+        return self.act + (16 if self.residual else 0)
 
 
 def _prod(shape) -> int:
@@ -106,15 +133,19 @@ class PlanBuilder:
                 if i:
                     consumers.setdefault(i, []).append(n)
         outputs = set(self.plan.output_names)
-        absorbed_relu: dict[int, Node] = {}
+        epilogues: dict[int, Epilogue] = {}
         skip: set[int] = set()
         for n in nodes:
-            thin_conv = n.op_type == "Conv" and self.shape(n.inputs[1])[0] // int(n.attr("group", 1)) < 4
-            if n.op_type in ("Gemm", "MatMul", "Conv") and not thin_conv:
-                users = consumers.get(n.outputs[0], [])
-                if len(users) == 1 and users[0].op_type == "Relu" and n.outputs[0] not in outputs:
-                    absorbed_relu[id(n)] = users[0]
+            if n.op_type not in ("Gemm", "MatMul", "Conv") or n.domain:
+                continue
+            epi = Epilogue(n.outputs[0])
+            users = consumers.get(n.outputs[0], [])
+            if len(users) == 1 and n.outputs[0] not in outputs and users[0].inputs[0] == n.outputs[0]:
+                spec = activation_spec(users[0], self.lookup)
+                if spec is not None:
+                    epi = Epilogue(users[0].outputs[0], *spec)
                     skip.add(id(users[0]))
+            epilogues[id(n)] = epi
         clusters = self._elementwise_clusters(nodes, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
@@ -125,8 +156,7 @@ class PlanBuilder:
                 if members:
                     self._lower_fused(members)
                 continue
-            relu = absorbed_relu.get(id(n))
-            self._lower(n, relu)
+            self._lower(n, epilogues.get(id(n)))
         return self.plan
 
     def _elementwise_clusters(self, nodes, consumers, outputs, skip) -> dict[int, list[Node]]:
@@ -210,7 +240,7 @@ class PlanBuilder:
                                 [Buf(self.output(out)), *(Buf(self.data(a)) for a in ext), Buf(meta)])
 
     # -- single nodes ----------------------------------------------------------------------
-    def _lower(self, n: Node, relu: Node | None) -> None:
+    def _lower(self, n: Node, epi: Epilogue | None) -> None:
         op = n.op_type
         if op in VIEW_OPS:
             return self._view(n.outputs[0], n.inputs[0])
@@ -221,8 +251,12 @@ class PlanBuilder:
             method = self._lower_reduce
         if method is None:
             raise OrtNotImplemented(f"OpenCL EP has no lowering for {op}")
-        if op in ("Gemm", "MatMul", "Conv"):
-            return method(n, relu)
+        if op in ("Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul", "FusedConv"):
+            if epi is None:  # the optimizer's fused ops carry their activation as attributes
+                epi = Epilogue(n.outputs[0], *fused_activation_spec(n))
+                if op == "FusedConv" and len(n.inputs) > 3 and n.inputs[3]:
+                    epi.residual = self.data(n.inputs[3])
+            return method(n, epi)
         return method(n)
 
     def _view(self, out: str, src: str) -> None:
@@ -244,39 +278,42 @@ class PlanBuilder:
     def _packed_a(self, src: str, M: int, K: int, rs: int, cs: int, batches: int, bstride: int) -> str:
         Mb = -(-M // RM)
         total = batches * Mb * K * RM
+        work = batches * Mb * K
         args = [np.int32(M), np.int32(K), np.int32(Mb), np.int32(rs), np.int32(cs), np.int32(bstride)]
         if src in self.plan.constants:  # weights: packed once, at create_state
             name = self._fresh("packed_a")
             self.plan.prepacked[name] = total * 4
-            self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_a", total, [Buf(name), Buf(src), *args], init=True)
+            self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_a", work, [Buf(name), Buf(src), *args], init=True)
             return name
         name = self.temp("packed_a", total * 4)
-        self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_a", total, [Buf(name), Buf(src), *args])
+        self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_a", work, [Buf(name), Buf(src), *args])
         return name
 
     def _packed_b(self, src: str, K: int, N: int, rs: int, cs: int, batches: int, bstride: int) -> str:
         Nb = -(-N // RN)
         total = batches * Nb * K * RN
+        work = batches * Nb * K
         args = [np.int32(N), np.int32(K), np.int32(Nb), np.int32(rs), np.int32(cs), np.int32(bstride)]
         if src in self.plan.constants:
             name = self._fresh("packed_b")
             self.plan.prepacked[name] = total * 4
-            self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_b", total, [Buf(name), Buf(src), *args], init=True)
+            self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_b", work, [Buf(name), Buf(src), *args], init=True)
             return name
         name = self.temp("packed_b", total * 4)
-        self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_b", total, [Buf(name), Buf(src), *args])
+        self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_b", work, [Buf(name), Buf(src), *args])
         return name
 
     def _gemm(self, ap: str, bp: str, out: str, M: int, N: int, K: int, batches: int, a_mod: int,
               c_bstride: int, bias: str | None, bias_mode: int, bias_bstride: int, alpha: float, beta: float,
-              relu: bool) -> None:
+              epi: Epilogue) -> None:
         Mb, Nb = -(-M // RM), -(-N // RN)
         bias_buf = Buf(bias) if bias else Buf(ap)  # any valid buffer when unused
         self.plan.steps.append(Launch(ks.GEMM_SOURCE, "gemm_packed", (Mb, Nb, batches), (1, 1, 1), [
-            Buf(ap), Buf(bp), Buf(out), bias_buf, I32(M), I32(N), I32(K), I32(a_mod), I32(c_bstride),
-            I32(bias_bstride), I32(bias_mode if bias else 0), F(alpha), F(beta), I32(1 if relu else 0)]))
+            Buf(ap), Buf(bp), Buf(out), bias_buf, Buf(epi.residual or ap), I32(M), I32(N), I32(K), I32(a_mod),
+            I32(c_bstride), I32(bias_bstride), I32(bias_mode if bias else 0), F(alpha), F(beta), I32(epi.code),
+            F(epi.p0), F(epi.p1)]))
 
-    def _lower_Gemm(self, n: Node, relu: Node | None) -> None:
+    def _lower_Gemm(self, n: Node, epi: Epilogue) -> None:
         a, b = self.data(n.inputs[0]), self.data(n.inputs[1])
         (a0, a1), (b0, b1) = self.shape(a), self.shape(b)
         ta, tb = n.attr("transA", 0), n.attr("transB", 0)
@@ -296,26 +333,31 @@ class PlanBuilder:
                 mode = 1
             else:
                 mode = 2
-        out = self.output(relu.outputs[0] if relu else n.outputs[0])
-        self._gemm(ap, bp, out, M, N, K, 1, 1, 0, bias, mode, 0, n.attr("alpha", 1.0), n.attr("beta", 1.0),
-                   relu is not None)
+        out = self.output(epi.out)
+        self._gemm(ap, bp, out, M, N, K, 1, 1, 0, bias, mode, 0, n.attr("alpha", 1.0), n.attr("beta", 1.0), epi)
 
-    def _lower_MatMul(self, n: Node, relu: Node | None) -> None:
+    _lower_FusedGemm = _lower_Gemm
+
+    def _lower_MatMul(self, n: Node, epi: Epilogue) -> None:
         a, b = self.data(n.inputs[0]), self.data(n.inputs[1])
         sa, sb = self.shape(a), self.shape(b)
         K, N = sb[-2], sb[-1]
-        out = self.output(relu.outputs[0] if relu else n.outputs[0])
+        out = self.output(epi.out)
+        bias = self.data(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None  # FusedMatMul
+        mode = 0 if bias is None else 4 if _prod(self.shape(bias)) == 1 else 1
         if len(sb) == 2:  # batch dims of A fold into M
             M = _prod(sa[:-1])
             ap = self._packed_a(a, M, K, K, 1, 1, 0)
             bp = self._packed_b(b, K, N, N, 1, 1, 0)
-            return self._gemm(ap, bp, out, M, N, K, 1, 1, 0, None, 0, 0, 1.0, 1.0, relu is not None)
+            return self._gemm(ap, bp, out, M, N, K, 1, 1, 0, bias, mode, 0, 1.0, 1.0, epi)
         batches = _prod(sb[:-2])
         M = sa[-2]
         a_batches = 1 if len(sa) == 2 else batches
         ap = self._packed_a(a, M, K, K, 1, a_batches, M * K)
         bp = self._packed_b(b, K, N, N, 1, batches, K * N)
-        self._gemm(ap, bp, out, M, N, K, batches, a_batches, M * N, None, 0, 0, 1.0, 1.0, relu is not None)
+        self._gemm(ap, bp, out, M, N, K, batches, a_batches, M * N, bias, mode, 0, 1.0, 1.0, epi)
+
+    _lower_FusedMatMul = _lower_MatMul
 
     def _conv_geometry(self, n: Node, x_shape, w_shape, y_shape) -> dict:
         spatial = len(x_shape) - 2
@@ -338,21 +380,21 @@ class PlanBuilder:
         return dict(H=x_shape[2], W=x_shape[3], KH=k[0], KW=k[1], OH=y_shape[2], OW=y_shape[3], sh=strides[0],
                     sw=strides[1], ph=pads[0], pw=pads[1], dh=dil[0], dw=dil[1], ph_end=pads[2], pw_end=pads[3])
 
-    def _lower_Conv(self, n: Node, relu: Node | None) -> None:
+    def _lower_Conv(self, n: Node, epi: Epilogue) -> None:
         x, w = self.data(n.inputs[0]), self.data(n.inputs[1])
         xs, ws = self.shape(x), self.shape(w)
-        y = relu.outputs[0] if relu else n.outputs[0]
         ys = self.shape(n.outputs[0])
-        out = self.output(y)
+        out = self.output(epi.out)
         g = self._conv_geometry(n, xs, ws, ys)
         G = int(n.attr("group", 1))
         Nimg, Cin, Cout = xs[0], xs[1], ws[0]
         Cg, Mg = Cin // G, Cout // G
         bias = self.data(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
         geo = [I32(g[k]) for k in ("H", "W")]
-        if Mg < 4:  # thin groups (depthwise): direct convolution; build() fuses no Relu here
+        if Mg < 4:  # thin groups (depthwise): direct convolution
             self.plan.add_launch_1d(ks.CONV_SOURCE, "conv_direct", _prod(ys), [
-                Buf(out), Buf(x), Buf(w), Buf(bias or w), I32(1 if bias else 0), I32(Cin), *geo, I32(Cout),
+                Buf(out), Buf(x), Buf(w), Buf(bias or w), I32(1 if bias else 0), Buf(epi.residual or w),
+                I32(epi.code), F(epi.p0), F(epi.p1), I32(Cin), *geo, I32(Cout),
                 I32(Cg), I32(Mg), *(I32(g[k]) for k in ("KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw"))])
             return
         Kdim = Cg * g["KH"] * g["KW"]
@@ -362,11 +404,13 @@ class PlanBuilder:
         batches = Nimg * G
         total = batches * Nb * Kdim * RN
         bp = self.temp("im2col", total * 4)
-        self.plan.add_launch_1d(ks.CONV_SOURCE, "im2col_packed", total, [
+        self.plan.add_launch_1d(ks.CONV_SOURCE, "im2col_packed", batches * Nb * Kdim, [
             Buf(bp), Buf(x), I32(Cin), *geo, I32(Cg),
             *(I32(g[k]) for k in ("KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw")),
             I32(G), I32(Kdim), I32(Nb)])
-        self._gemm(ap, bp, out, Mg, P, Kdim, batches, G, Mg * P, bias, 2, Mg, 1.0, 1.0, relu is not None)
+        self._gemm(ap, bp, out, Mg, P, Kdim, batches, G, Mg * P, bias, 2, Mg, 1.0, 1.0, epi)
+
+    _lower_FusedConv = _lower_Conv
 
     # Other families ------------------------------------------------------------------------
     def _pool(self, n: Node, mode: int) -> None:

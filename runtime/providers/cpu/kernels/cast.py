@@ -71,5 +71,5 @@ class CastLike(_CastBase):
         dtype = like.dtype
         if x.dtype == dtype:
             return [x]
-        to = TensorProto.STRING if dtype == object else helper.np_dtype_to_tensor_dtype(dtype)
+        to = TensorProto.STRING if dtype.kind == "O" else helper.np_dtype_to_tensor_dtype(dtype)
         return [self._cast(x, to, dtype)]

@@ -4,6 +4,8 @@
   activation, both applied in place on the Conv's fresh output.
 - ``FusedGemm(A, B, C?)``: Gemm then activation.
 - ``FusedMatMul(X, W, bias)``: X @ W + bias (X of any rank >= 2, W 2-D), then Relu or Gelu.
+- ``FusedBatchNormalization(X, multiplier, shift)``: X * multiplier + shift per channel (axis 1),
+  then activation: inference BatchNormalization with its statistics folded in by the optimizer.
 - ``Gelu(X)``: x * Phi(x), erf-exact to float32 rounding.
 - ``LayerNormalization``: the ONNX contract, for models whose opset predates the ONNX op.
 
@@ -21,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnx
+
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -195,6 +198,18 @@ class FusedGemm(_FusedBase):
             y *= self.alpha
         if c is not None and self.beta != 0.0:
             y += c if self.beta == 1.0 else self.beta * c
+        if self.act is not None:
+            self.act(y)
+        return [y]
+
+
+@register("FusedBatchNormalization", since=1, domain=DOMAIN)
+class FusedBatchNormalization(_FusedBase):
+    def compute(self, inputs: list) -> list:
+        x, multiplier, shift = inputs[0], inputs[1], inputs[2]
+        channel = (1, -1) + (1,) * (x.ndim - 2)
+        y = np.multiply(x, multiplier.reshape(channel), dtype=x.dtype)
+        y += shift.reshape(channel)
         if self.act is not None:
             self.act(y)
         return [y]

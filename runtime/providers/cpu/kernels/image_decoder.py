@@ -11,8 +11,8 @@ import zlib
 
 import numpy as np
 
-from onnxhal.hal import Kernel, KernelCreateContext, Node
-from onnxhal.hal.errors import InvalidArgument, NotImplemented
+from onnxhal.hal import Kernel, KernelCreateContext, Node, errors
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -33,7 +33,7 @@ def _png(data: bytes) -> np.ndarray:
             break
     channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[ctype]
     if depth != 8 or interlace:
-        raise NotImplemented(f"ImageDecoder: PNG with bit depth {depth}, interlace {interlace} is not "
+        raise errors.NotImplemented(f"ImageDecoder: PNG with bit depth {depth}, interlace {interlace} is not "
                              "supported (8-bit non-interlaced only); install Pillow")
     raw = np.frombuffer(zlib.decompress(b"".join(idat)), dtype=np.uint8).reshape(height, 1 + width * channels)
     bpp, stride = channels, width * channels
@@ -77,7 +77,7 @@ def _bmp(data: bytes) -> np.ndarray:
     width, height = struct.unpack("<ii", data[18:26])
     bpp, compression = struct.unpack("<HI", data[28:34])
     if bpp not in (24, 32) or compression not in (0, 3):
-        raise NotImplemented(f"ImageDecoder: BMP with {bpp} bits per pixel, compression {compression} is "
+        raise errors.NotImplemented(f"ImageDecoder: BMP with {bpp} bits per pixel, compression {compression} is "
                              "not supported (24/32-bit uncompressed only); install Pillow")
     rows, ch = abs(height), bpp // 8
     stride = (width * ch + 3) & ~3
@@ -128,7 +128,7 @@ def _tiff(data: bytes) -> np.ndarray:
     width, height = tags[256][0], tags[257][0]
     spp = tags.get(277, [1])[0]
     if tags.get(259, [1])[0] != 1 or tags.get(258, [8])[0] != 8 or tags.get(284, [1])[0] != 1:
-        raise NotImplemented("ImageDecoder: only uncompressed 8-bit chunky TIFF is supported; install Pillow")
+        raise errors.NotImplemented("ImageDecoder: only uncompressed 8-bit chunky TIFF is supported; install Pillow")
     strips = b"".join(data[o:o + c] for o, c in zip(tags[273], tags[279]))
     img = np.frombuffer(strips, dtype=np.uint8, count=width * height * spp).reshape(height, width, spp)
     return np.repeat(img, 3, axis=2) if spp == 1 else img[..., :3]
@@ -140,7 +140,7 @@ def _pillow(data: bytes, fmt: str) -> np.ndarray:
 
         import PIL.Image
     except ImportError:
-        raise NotImplemented(f"ImageDecoder: decoding {fmt} needs Pillow (pip install pillow); "
+        raise errors.NotImplemented(f"ImageDecoder: decoding {fmt} needs Pillow (pip install pillow); "
                              "PNG, BMP, PNM and uncompressed TIFF decode without it") from None
     return np.array(PIL.Image.open(io.BytesIO(data)).convert("RGB"))
 

@@ -91,3 +91,44 @@ class _GlobalPool(Kernel):
 
 register("GlobalAveragePool", since=1)(type("GlobalAveragePool", (_GlobalPool,), {"fn": staticmethod(np.mean)}))
 register("GlobalMaxPool", since=1)(type("GlobalMaxPool", (_GlobalPool,), {"fn": staticmethod(np.max)}))
+
+
+@register("GlobalLpPool", since=1)
+class GlobalLpPool(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.p = node.attr("p", 2)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        axes = tuple(range(2, x.ndim))
+        s = np.sum(np.abs(x) ** self.p, axis=axes, keepdims=True)
+        return [np.asarray(s ** (1.0 / self.p), dtype=x.dtype)]
+
+
+@register("MaxRoiPool", since=1)
+class MaxRoiPool(Kernel):
+    """ROI max pooling (Caffe's ROIPooling): rois are [batch, x1, y1, x2, y2] in input pixels
+    times ``spatial_scale``; each bin's max, 0 for an empty bin."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.ph, self.pw = node.attr("pooled_shape")
+        self.scale = node.attr("spatial_scale", 1.0)
+
+    def compute(self, inputs: list) -> list:
+        x, rois = inputs
+        _, c, h, w = x.shape
+        y = np.zeros((rois.shape[0], c, self.ph, self.pw), dtype=x.dtype)
+        for r, roi in enumerate(rois):
+            b = int(roi[0])
+            x1, y1, x2, y2 = (int(round(float(v) * self.scale)) for v in roi[1:5])
+            rh, rw = max(y2 - y1 + 1, 1), max(x2 - x1 + 1, 1)
+            bh, bw = rh / self.ph, rw / self.pw
+            for i in range(self.ph):
+                hs = min(max(int(np.floor(i * bh)) + y1, 0), h)
+                he = min(max(int(np.ceil((i + 1) * bh)) + y1, 0), h)
+                for j in range(self.pw):
+                    ws = min(max(int(np.floor(j * bw)) + x1, 0), w)
+                    we = min(max(int(np.ceil((j + 1) * bw)) + x1, 0), w)
+                    if he > hs and we > ws:
+                        y[r, :, i, j] = x[b, :, hs:he, ws:we].max(axis=(1, 2))
+        return [y]

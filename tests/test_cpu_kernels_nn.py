@@ -1,0 +1,177 @@
+"""CPU EP native NN kernels (Conv, ConvTranspose, pooling, normalization, Softmax, Gemm) against
+onnx.reference on random inputs, over the attribute forms the backend node cases leave out
+(grouped/depthwise/dilated/strided/N-d conv, auto_pad, count_include_pad...)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+from onnxhal.hal import Node
+from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel, create_cpu_kernel
+
+RNG = np.random.default_rng(1234)
+
+
+def make_node(op: str, n_inputs: int, opset: int, n_outputs: int = 1, domain: str = "", **attrs) -> Node:
+    """A hal.Node for ``op`` with inputs i0.., outputs y0.., its since_version resolved at ``opset``."""
+    proto = helper.make_node(op, [f"i{k}" if k is not None else "" for k in range(n_inputs)],
+                             [f"y{k}" for k in range(n_outputs)], domain=domain, **attrs)
+    node = Node.from_proto(proto)
+    node.since_version = onnx.defs.get_schema(op, opset, domain).since_version
+    return node
+
+
+def run_native(op: str, inputs: list, opset: int, n_outputs: int = 1, **attrs) -> list:
+    node = make_node(op, len(inputs), opset, n_outputs, **attrs)
+    kernel = create_cpu_kernel(node, None)
+    assert not isinstance(kernel, ReferenceKernel), f"{op} at opset {opset} has no native kernel"
+    return kernel.compute(list(inputs))
+
+
+def run_reference(op: str, inputs: list, opset: int, n_outputs: int = 1, **attrs) -> list:
+    names = [f"i{k}" for k in range(len(inputs))]
+    node = helper.make_node(op, names, [f"y{k}" for k in range(n_outputs)], **attrs)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for n, v in zip(names, inputs)],
+        [helper.make_empty_tensor_value_info(f"y{k}") for k in range(n_outputs)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))
+
+
+def check(op: str, inputs: list, opset: int, n_outputs: int = 1, rtol: float = 1e-5, atol: float = 1e-5,
+          **attrs) -> list:
+    """Native result == onnx.reference result, same dtype and shape; returns the native outputs."""
+    got = run_native(op, inputs, opset, n_outputs, **attrs)
+    want = run_reference(op, inputs, opset, n_outputs, **attrs)
+    for g, w in zip(got, want):
+        assert isinstance(g, np.ndarray)
+        assert g.dtype == w.dtype, f"{op}: dtype {g.dtype} != {w.dtype}"
+        assert g.shape == w.shape, f"{op}: shape {g.shape} != {w.shape}"
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return got
+
+
+def randn(*shape, dtype=np.float32) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((2, 3, 9, 9), (4, 3, 3, 3), {}),
+    ((1, 4, 10, 8), (6, 4, 3, 2), {"pads": [1, 0, 2, 1], "strides": [2, 1]}),
+    ((1, 4, 11, 11), (4, 2, 3, 3), {"group": 2, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    ((2, 6, 8, 8), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),  # depthwise
+    ((1, 4, 8, 8), (8, 1, 3, 3), {"group": 4, "strides": [2, 2]}),  # channel multiplier 2
+    ((1, 3, 7, 9), (5, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 3, 7, 9), (5, 3, 4, 4), {"auto_pad": "SAME_LOWER"}),
+    ((1, 3, 7, 9), (5, 3, 3, 3), {"auto_pad": "VALID", "strides": [1, 2]}),
+    ((2, 3, 15), (4, 3, 5), {"pads": [2, 1], "strides": [3]}),  # 1-D
+    ((1, 2, 5, 6, 7), (3, 2, 2, 3, 3), {"pads": [1, 0, 1, 0, 1, 1]}),  # 3-D
+])
+def test_conv_matches_reference(x_shape, w_shape, attrs):
+    x, w, b = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    check("Conv", [x, w], 11, **attrs)
+    (y,) = check("Conv", [x, w, b], 11, **attrs)
+    assert y.dtype == np.float32
+
+
+def test_conv_float16_accumulates_in_float32():
+    x, w = randn(1, 8, 6, 6), randn(4, 8, 3, 3)
+    (y16,) = run_native("Conv", [x.astype(np.float16), w.astype(np.float16)], 11)
+    (y32,) = run_native("Conv", [x.astype(np.float16).astype(np.float32), w.astype(np.float16).astype(np.float32)], 11)
+    assert y16.dtype == np.float16
+    np.testing.assert_allclose(y16.astype(np.float32), y32, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 3, 4, 4), (3, 2, 3, 3), {}),
+    ((2, 4, 3, 5), (4, 3, 3, 2), {"strides": [2, 3], "pads": [1, 0, 0, 1]}),
+    ((1, 4, 3, 3), (4, 1, 3, 3), {"group": 2, "strides": [2, 2], "output_padding": [1, 1]}),
+    ((1, 2, 4, 4), (2, 2, 2, 2), {"dilations": [2, 2]}),
+    ((1, 2, 5), (2, 3, 3), {"strides": [2]}),
+    ((1, 2, 3, 3), (2, 2, 3, 3), {"output_shape": [7, 7], "strides": [2, 2]}),  # via onnx.reference
+])
+def test_conv_transpose_matches_reference(x_shape, w_shape, attrs):
+    x, w = randn(*x_shape), randn(*w_shape)
+    b = randn(w_shape[1] * attrs.get("group", 1))
+    check("ConvTranspose", [x, w, b], 11, **attrs)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2]}),
+    ("MaxPool", {"kernel_shape": [3, 2], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "ceil_mode": 1, "strides": [2, 2]}),  # via onnx.reference
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 3], "strides": [2, 1], "auto_pad": "SAME_LOWER"}),
+    ("AveragePool", {"kernel_shape": [2, 2], "dilations": [2, 1]}),
+])
+def test_pooling_matches_reference(op, attrs):
+    check(op, [randn(2, 3, 9, 8)], 19, **attrs)
+
+
+def test_maxpool_integer_pads_with_dtype_minimum():
+    x = RNG.integers(-100, -50, (1, 1, 4, 4)).astype(np.int8)
+    (y,) = check("MaxPool", [x], 12, kernel_shape=[2, 2], pads=[1, 1, 1, 1])
+    assert y.dtype == np.int8 and y.max() < 0
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
+def test_global_pools(op):
+    (y,) = run_native(op, [randn(2, 3, 4, 5)], 11)
+    assert y.shape == (2, 3, 1, 1) and y.dtype == np.float32
+    if op != "GlobalLpPool":
+        check(op, [randn(2, 3, 4, 5)], 11)
+
+
+def test_batchnorm_inference_and_training_fallback():
+    x, s, b, m, v = randn(2, 3, 4, 4), randn(3), randn(3), randn(3), np.abs(randn(3)) + 0.1
+    (y,) = check("BatchNormalization", [x, s, b, m, v], 15, epsilon=1e-3)
+    assert y.dtype == np.float32
+    check("BatchNormalization", [x, s, b, m, v], 9)
+    check("BatchNormalization", [x, s, b, m, v], 15, n_outputs=3, training_mode=1, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+def test_layernorm(axis):
+    x, s, b = randn(2, 3, 5), randn(*((2, 3, 5)[axis:] if axis >= 0 else (5,))), None
+    scale = s
+    bias = randn(*scale.shape)
+    check("LayerNormalization", [x, scale, bias], 17, n_outputs=3, axis=axis, rtol=1e-4, atol=1e-5)
+    check("LayerNormalization", [x.astype(np.float64), scale.astype(np.float64)], 17, axis=axis)
+    assert b is None
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("opset,axis", [(11, 1), (11, -1), (11, 0), (13, 1), (13, -1), (13, 0)])
+def test_softmax_opset_semantics(op, opset, axis):
+    (y,) = check(op, [randn(2, 3, 4)], opset, axis=axis)
+    assert y.dtype == np.float32
+
+
+def test_softmax_large_values_are_stable():
+    (y,) = run_native("Softmax", [np.array([[1000.0, 1000.0, -1000.0]], dtype=np.float32)], 13)
+    np.testing.assert_allclose(y, [[0.5, 0.5, 0.0]], atol=1e-7)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"transA": 1}, {"transB": 1, "alpha": 0.5, "beta": 2.0}])
+def test_gemm(attrs):
+    a = randn(4, 3) if not attrs.get("transA") else randn(3, 4)
+    b = randn(3, 5) if not attrs.get("transB") else randn(5, 3)
+    (y,) = check("Gemm", [a, b, randn(5)], 13, **attrs)
+    assert y.dtype == np.float32
+    check("Gemm", [a, b], 13, **attrs)
+
+
+def test_matmul_shapes_and_zero_d_result():
+    check("MatMul", [randn(2, 3, 4), randn(4, 5)], 13)
+    check("MatMul", [randn(4), randn(2, 4, 3)], 13)
+    (y,) = run_native("MatMul", [randn(4), randn(4)], 13)
+    assert isinstance(y, np.ndarray) and y.shape == () and y.dtype == np.float32

@@ -1,0 +1,149 @@
+"""Values in device memory through the public API, on real OpenCL (PoCL): OrtValue, copy_tensors,
+sync streams, IOBinding with device tensors, the allocator after many runs, threads."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import onnxhal
+from onnxhal import errors
+from onnxhal.demo import demo_model
+
+DEFAULT = onnxhal.OrtDeviceMemoryType.DEFAULT
+
+
+@pytest.fixture(scope="module")
+def mem(opencl_devices):
+    return opencl_devices[0].memory_info(DEFAULT)
+
+
+@pytest.fixture(scope="module")
+def cl_session(opencl_devices):
+    so = onnxhal.SessionOptions()
+    so.add_provider_for_devices(opencl_devices[:1], {})
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    return onnxhal.InferenceSession(demo_model(), so)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    cpu = onnxhal.InferenceSession(demo_model(), providers=["CPUExecutionProvider"])
+    return lambda x: cpu.run(None, {"x": x})[0]
+
+
+def _x(seed=1):
+    return np.random.default_rng(seed).standard_normal((1, 3, 16, 16)).astype(np.float32)
+
+
+def test_device_memory_is_not_host_memory(mem):
+    assert mem is not None and not mem.is_host
+    assert mem.memory_device != onnxhal.hal.HOST_MEMORY_DEVICE
+
+
+def test_ortvalue_in_device_memory(mem):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    v = onnxhal.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32, memory_info=mem)
+    assert v.device_name() == "opencl" and v.shape() == [2, 3] and v.data_type() == "tensor(float)"
+    v.update_inplace(a)
+    np.testing.assert_array_equal(v.numpy(), a)
+    w = onnxhal.OrtValue.ortvalue_from_numpy(a * 2, "opencl", 0)
+    assert w.device_name() == "opencl"
+    np.testing.assert_array_equal(w.numpy(), a * 2)
+    # ORT's (device_type, device_id, vendor_id) addressing: "cpu" with the OpenCL memory's vendor id.
+    u = onnxhal.OrtValue.ortvalue_from_numpy(a + 1, "cpu", 0, mem.device_vendor_id)
+    assert u.device_name() == "opencl"
+    np.testing.assert_array_equal(u.numpy(), a + 1)
+    with pytest.raises(errors.InvalidArgument, match="update_inplace"):
+        v.update_inplace(np.zeros((3, 2), np.float32))
+    with pytest.raises(errors.InvalidArgument, match="no EP device declares memory"):
+        onnxhal.OrtValue.ortvalue_from_numpy(a, "npu", 5)
+
+
+def test_copy_tensors_every_direction(mem, opencl_devices):
+    a = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    host = onnxhal.OrtValue.ortvalue_from_numpy(a)
+    dev1 = onnxhal.OrtValue.ortvalue_from_shape_and_type(a.shape, np.float32, memory_info=mem)
+    dev2 = onnxhal.OrtValue.ortvalue_from_shape_and_type(a.shape, np.float32, memory_info=mem)
+    back = onnxhal.OrtValue.ortvalue_from_numpy(np.zeros_like(a))
+    onnxhal.copy_tensors([host], [dev1])                   # host -> device
+    onnxhal.copy_tensors([dev1], [dev2])                   # device -> device
+    stream = opencl_devices[0].create_sync_stream()
+    assert stream.get_handle() is not None
+    onnxhal.copy_tensors([dev2], [back], stream)           # device -> host, on a stream
+    np.testing.assert_array_equal(back.numpy(), a)
+
+
+def test_copy_tensors_errors(mem):
+    a = onnxhal.OrtValue.ortvalue_from_numpy(np.ones(3, np.float32))
+    with pytest.raises(errors.Fail, match="Invalid arguments provided to CopyTensors"):
+        onnxhal.copy_tensors([], [])
+    with pytest.raises(errors.Fail, match="not found"):
+        onnxhal.copy_tensors([a], [onnxhal.OrtValue.ortvalue_from_numpy(np.ones(3, np.float32))])
+    with pytest.raises(TypeError):
+        onnxhal.copy_tensors([a], [onnxhal.OrtValue.ortvalue_from_shape_and_type([3], np.float32, memory_info=mem)], 5)
+
+
+def test_sync_stream_needs_device_memory():
+    cpu = onnxhal.get_ep_devices()[0]
+    with pytest.raises(errors.Fail, match="does not use DEFAULT memory of a non-CPU device"):
+        cpu.create_sync_stream()
+
+
+def test_session_runs_on_opencl_and_matches_cpu(cl_session, reference):
+    assert cl_session.get_providers() == ["OpenCLExecutionProvider", "CPUExecutionProvider"]
+    counts = cl_session.partition_summary
+    assert counts.get("OpenCLExecutionProvider", 0) >= 4
+    x = _x()
+    np.testing.assert_allclose(cl_session.run(None, {"x": x})[0], reference(x), rtol=1e-3, atol=1e-6)
+
+
+def test_iobinding_keeps_inputs_and_outputs_on_the_device(cl_session, reference, mem):
+    x = _x(2)
+    xd = onnxhal.OrtValue.ortvalue_from_numpy(x, "opencl", 0)
+    b = cl_session.io_binding()
+    b.bind_ortvalue_input("x", xd)
+    b.bind_output("probs", "opencl", 0)
+    cl_session.run_with_iobinding(b)
+    (out,) = b.get_outputs()
+    assert out.device_name() == "opencl"
+    np.testing.assert_allclose(out.numpy(), reference(x), rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(b.copy_outputs_to_cpu()[0], reference(x), rtol=1e-3, atol=1e-6)
+    # A preallocated device output is filled in place.
+    pre = onnxhal.OrtValue.ortvalue_from_shape_and_type([1, 10], np.float32, memory_info=mem)
+    b.bind_ortvalue_output("probs", pre)
+    cl_session.run_with_iobinding(b)
+    np.testing.assert_allclose(pre.numpy(), reference(x), rtol=1e-3, atol=1e-6)
+
+
+def test_allocator_in_use_returns_to_its_start_after_1000_runs(cl_session, reference):
+    (alloc,) = [a for dev, a in cl_session.memory.allocators().items()]
+    x = _x(3)
+    cl_session.run(None, {"x": x})
+    before = alloc.stats()["InUse"]
+    for _ in range(1000):
+        cl_session.run(None, {"x": x})
+    stats = alloc.stats()
+    assert stats["InUse"] == before
+    assert stats["NumAllocs"] > 1000  # the runs did allocate on the device
+
+
+def test_four_threads_on_one_opencl_session_agree(cl_session, reference):
+    xs = [_x(10 + k) for k in range(4)]
+    refs = [reference(x) for x in xs]
+    bad: list = []
+
+    def worker(k):
+        for _ in range(25):
+            out = cl_session.run(None, {"x": xs[k]})[0]
+            if not np.allclose(out, refs[k], rtol=1e-3, atol=1e-6):
+                bad.append(k)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []

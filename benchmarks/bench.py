@@ -9,12 +9,15 @@ single light models are named ``light:resnet50`` etc. Materialized light models 
 ``$ONNXHAL_BENCH_CACHE`` (default ``~/.cache/onnxhal-bench``) because random weights for vgg19 take
 half a minute to build.
 
-Threads: both runtimes get 2 intra-op threads. onnxruntime's pool threads spin after a run; in
-alternating runs they would take the cores from the following onnxhal run, so spinning is off
-(``session.intra_op.allow_spinning=0``) unless ``--ort-spin``. numpy's BLAS (OpenBLAS) reads
-``OPENBLAS_NUM_THREADS`` when numpy is first imported, so this script sets it (and
-``OMP_NUM_THREADS``) to the ``--threads`` value before importing numpy unless already set;
-onnxhal's CPU kernels inherit the BLAS pool size from that.
+Threads: onnxruntime gets ``--threads`` (2) intra-op threads. onnxhal's heavy kernels (the
+com.onnxhal fused ops) split their products over ``--threads`` Python threads with numpy's BLAS
+pinned to one thread (``--blas-threads 1``, the default): OpenBLAS reads ``OPENBLAS_NUM_THREADS``
+when numpy is first imported, so this script sets it (and ``OMP_NUM_THREADS``,
+``ONNXHAL_FUSED_THREADS``) before importing numpy unless already set in the environment. On a
+busy machine OpenBLAS's own spinning threads slow down several-fold; ``--blas-threads 2`` measures
+that configuration instead. onnxruntime's pool threads spin after a run; in alternating runs they
+would take the cores from the following onnxhal run, so spinning is off
+(``session.intra_op.allow_spinning=0``) unless ``--ort-spin``.
 """
 
 from __future__ import annotations
@@ -24,18 +27,22 @@ import os
 import sys
 
 
-def _threads_from_argv(argv: list[str]) -> str:
+def _option(argv: list[str], name: str, default: str) -> str:
     for i, a in enumerate(argv):
-        if a == "--threads" and i + 1 < len(argv):
+        if a == name and i + 1 < len(argv):
             return argv[i + 1]
-        if a.startswith("--threads="):
+        if a.startswith(name + "="):
             return a.split("=", 1)[1]
-    return "2"
+    return default
 
 
-if __name__ == "__main__":  # BLAS pools are sized at numpy import: set them first
+if __name__ == "__main__":  # BLAS pools are sized when numpy is imported: set them first
+    _threads = _option(sys.argv, "--threads", "2")
+    _blas = _option(sys.argv, "--blas-threads", "1")
     for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(_var, _threads_from_argv(sys.argv))
+        os.environ.setdefault(_var, _blas)
+    if _blas == "1":  # the fused kernels take the cores themselves
+        os.environ.setdefault("ONNXHAL_FUSED_THREADS", _threads)
 
 import json  # noqa: E402
 import statistics  # noqa: E402
@@ -72,7 +79,7 @@ def build(name: str) -> onnx.ModelProto:
     if name.startswith("light:"):
         short = name.split(":", 1)[1]
         cache = os.environ.get("ONNXHAL_BENCH_CACHE", os.path.expanduser("~/.cache/onnxhal-bench"))
-        path = os.path.join(cache, f"light_{short}_seed0.onnx")
+        path = os.path.join(cache, f"light_{short}_seed0_v{models.LIGHT_WEIGHTS_VERSION}.onnx")
         if os.path.isfile(path):
             return onnx.load(path)
         model = models.light_model(short)
@@ -153,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=20, help="timed runs per runtime (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs per runtime first (default 3)")
     p.add_argument("--threads", type=int, default=2, help="intra-op threads for both runtimes (default 2)")
+    p.add_argument("--blas-threads", type=int, default=1,
+                   help="numpy BLAS threads for onnxhal (default 1: onnxhal's fused kernels then split their "
+                        "work over --threads threads themselves)")
     p.add_argument("--ort-spin", action="store_true",
                    help="keep onnxruntime's intra-op thread spinning on (off by default: in alternating runs the "
                         "spinning threads take the cores from the onnxhal run that follows)")

@@ -8,8 +8,9 @@
 - ``light_models()`` / ``light_model(name)``: the onnx package's ``light`` model zoo. Those files
   hold no weights: every weight is a ``ConstantOfShape`` of a constant (all 0.02, ...) fed by an
   IR-3 overridable shape input. ``light_model`` replaces each such node by a seeded random
-  initializer of that shape (He-scaled for Conv/Gemm weights, near-one scales and variances for
-  BatchNormalization), drops the initializers from the graph inputs and sets ir_version 10, so
+  initializer of that shape (He-scaled Conv weights, 1/sqrt(fan-in) Gemm weights, near-one
+  BatchNormalization scales and variances, 0.1-0.2 scales on the BatchNormalization closing a
+  residual branch so the logits stay moderate and the softmax outputs are not one-hot), drops the initializers from the graph inputs and sets ir_version 10, so
   both runtimes see real constant weights, as with a downloaded model.
 
 ``feeds(model)`` makes seeded random inputs for any of them.
@@ -180,6 +181,9 @@ def chain(n: int = 2000, size: int = 16, seed: int = 0) -> onnx.ModelProto:
                    [helper.make_tensor_value_info("output", TensorProto.FLOAT, [size])])
 
 
+#: Bumped whenever ``light_model``'s weights change, so cached copies are rebuilt.
+LIGHT_WEIGHTS_VERSION = 2
+
 LIGHT_NAMES = ("resnet50", "vgg19", "densenet121", "inception_v1", "inception_v2", "squeezenet", "shufflenet",
                "bvlc_alexnet", "zfnet512")
 
@@ -192,8 +196,9 @@ def light_models() -> dict[str, str]:
 
 
 def _weight_for(b: _Builder, node: onnx.NodeProto, shape: tuple[int, ...], fill: float,
-                readers: list[tuple[onnx.NodeProto, int]]) -> np.ndarray:
-    """Random weight for a ConstantOfShape output, scaled for the role its first reader gives it."""
+                readers: list[tuple[onnx.NodeProto, int]], residual_end: bool) -> np.ndarray:
+    """Random weight for a ConstantOfShape output, scaled for the role its first reader gives it.
+    ``residual_end``: the reader is a BatchNormalization whose output feeds a residual Sum/Add."""
     rng = b.rng
     reader, index = readers[0] if readers else (None, -1)
     op = reader.op_type if reader is not None else ""
@@ -202,7 +207,9 @@ def _weight_for(b: _Builder, node: onnx.NodeProto, shape: tuple[int, ...], fill:
     if op in ("Gemm", "MatMul") and index == 1:
         trans_b = any(a.name == "transB" and a.i for a in reader.attribute)
         fan_in = shape[-1] if trans_b else shape[0]
-        return rng.standard_normal(shape, np.float32) * np.float32(math.sqrt(2.0 / max(1, fan_in)))
+        return rng.standard_normal(shape, np.float32) * np.float32(math.sqrt(1.0 / max(1, fan_in)))
+    if op == "BatchNormalization" and index == 1 and residual_end:
+        return rng.uniform(0.1, 0.2, shape).astype(np.float32)  # keeps residual sums bounded
     if op == "BatchNormalization" and index in (1, 4):
         return rng.uniform(0.8, 1.2, shape).astype(np.float32)
     return (fill + rng.standard_normal(shape, np.float32) * np.float32(0.02)).astype(np.float32)
@@ -223,7 +230,13 @@ def light_model(name: str, seed: int = 0) -> onnx.ModelProto:
         if n.op_type == "ConstantOfShape" and n.input[0] in consts:
             shape = tuple(int(d) for d in consts[n.input[0]])
             value = next((numpy_helper.to_array(a.t) for a in n.attribute if a.name == "value"), np.zeros(1))
-            arr = _weight_for(b, n, shape, float(value.reshape(-1)[0]), readers.get(n.output[0], []))
+            first = readers.get(n.output[0], [])
+            next_ops = {r.op_type for r, _ in readers.get(first[0][0].output[0], [])} if first else set()
+            residual_end = bool(next_ops & {"Sum", "Add"})
+            classifier = "Softmax" in next_ops
+            arr = _weight_for(b, n, shape, float(value.reshape(-1)[0]), first, residual_end)
+            if classifier and first[0][1] == 1:  # small logits: softmax outputs that are not one-hot
+                arr *= np.float32(0.1)
             weights.append(numpy_helper.from_array(arr.astype(value.dtype), n.output[0]))
         else:
             kept.append(n)

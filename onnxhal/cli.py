@@ -82,6 +82,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_outputs([o.name for o in sess.get_outputs()], outs)
     if times:
         print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
+    if args.explain:
+        from onnxhal.cli_matrix import print_explain
+
+        print_explain(sess)
     return 0
 
 
@@ -128,9 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "run":
             r.add_argument("--inputs", help=".npz file of inputs (default: random)")
             r.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
+            r.add_argument("--explain", action="store_true",
+                           help="show simulated device time and energy (sessions on simulated devices)")
         else:
             r.add_argument("--svg", help="write the partition as an SVG picture")
         r.set_defaults(fn=fn)
+    from onnxhal.cli_matrix import add_matrix_parser
+
+    add_matrix_parser(sub)
     demo = sub.add_parser("demo", help="devices, a small model under PREFER_NPU, checked against the CPU EP")
     demo.set_defaults(fn=cmd_demo)
     return p

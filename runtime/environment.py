@@ -27,6 +27,9 @@ CPU_EP_NAME = "CPUExecutionProvider"
 CPU_EP_VENDOR = "onnxhal"
 CPU_LIBRARY_NAME = "CPUExecutionProvider"
 CPU_LIBRARY_MODULE = "onnxhal.runtime.providers.cpu"
+SIMULATE_ENV = "ONNXHAL_SIMULATE"
+SIMULATORS_LIBRARY_NAME = "simulators"
+SIMULATORS_LIBRARY_MODULE = "onnxhal.simulators"
 MAX_FACTORIES_PER_LIBRARY = 4
 MAX_DEVICES_PER_FACTORY = 8
 
@@ -94,6 +97,19 @@ class Environment:
                 if not self._cpu_registered:
                     self._cpu_registered = True
                     self._register(CPU_LIBRARY_NAME, CPU_LIBRARY_MODULE)
+                    self._register_simulators()
+
+    def _register_simulators(self) -> None:
+        """``ONNXHAL_SIMULATE=generic-npu,...``: register the simulated devices' library right after
+        the CPU EP. By module name: the runtime never imports ``onnxhal.simulators`` itself."""
+        if not os.environ.get(SIMULATE_ENV, "").strip():
+            return
+        try:
+            self._register(SIMULATORS_LIBRARY_NAME, SIMULATORS_LIBRARY_MODULE)
+        except Exception:
+            logger.exception("%s=%r: registering the simulated devices failed", SIMULATE_ENV,
+                             os.environ.get(SIMULATE_ENV))
+            raise
 
     def register_library(self, name: str, library: str | os.PathLike) -> None:
         self._ensure_cpu()

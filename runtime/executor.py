@@ -173,6 +173,7 @@ class ExecutionPlan:
         self._run_steps = [(s.fn, s.ins, s.outs, s.frees) for s in self.steps]
         self._read_slots = {i for s in self.steps for i in s.ins}
         self._output_slot_set = set(self.output_slots)
+        self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(self.steps, self.output_slots)
         self.has_copies = any(s.node is None for s in self.steps) or any(self._feed_targets.values())
         self.num_slots = len(template)
 
@@ -199,14 +200,11 @@ class ExecutionPlan:
             self._run_checked(slots, run_options, profiler)
         else:
             try:
-                for fn, ins, outs, frees in self._run_steps:
-                    res = fn([slots[i] for i in ins])
-                    for j, v in zip(outs, res):
-                        slots[j] = v
-                    for f in frees:
-                        slots[f] = None
+                results = self._fast(slots, self._fast_fns)
             except Exception as e:
-                raise self._wrap(e, slots) from e
+                raise self._wrap(e, slots, self._failed_step(e)) from e
+            for i, v in zip(self.output_slots, results):
+                slots[i] = v
         idx = range(len(self.output_slots)) if fetch is None else fetch
         if not self.device_outputs and output_devices is None:
             return [slots[self.output_slots[i]] for i in idx]
@@ -233,6 +231,16 @@ class ExecutionPlan:
                 slots[f] = None
         self.memory.end_of_run()
 
+    def _failed_step(self, e: BaseException) -> Step | None:
+        """The step whose line of the generated run function raised."""
+        tb = e.__traceback__
+        step = None
+        while tb is not None:
+            if tb.tb_frame.f_code is self._fast.__code__:
+                step = self._line_to_step.get(tb.tb_lineno)
+            tb = tb.tb_next
+        return self.steps[step] if step is not None else None
+
     def _wrap(self, e: Exception, slots: list, step: Step | None = None) -> Exception:
         if isinstance(e, Terminated):
             return e
@@ -252,6 +260,44 @@ class ExecutionPlan:
             err = EPFail(msg) if step and step.ep_name and step.ep_name != "CPUExecutionProvider" else Fail(msg)
         err.ep_name = step.ep_name if step else ""  # which EP failed: the session's failover reads it
         return err
+
+
+def _compile_straight_line(steps: list[Step], output_slots: list[int]) -> tuple[Callable, tuple, dict[int, int]]:
+    """Generate the plan as one Python function: a line per step, values in local variables.
+
+    This removes the interpreter overhead of a generic loop (indexing a list of steps, building
+    argument lists from index tuples, looping over outputs and frees), which dominates small
+    kernels: a chain of tiny elementwise nodes costs about half as much per node. The function
+    takes the initial slot list (feeds, constants) and returns the graph outputs.
+    """
+    read_first: set[int] = set()
+    written: set[int] = set()
+    for st in steps:
+        read_first.update(i for i in st.ins if i not in written)
+        written.update(st.outs)
+    read_first.update(i for i in output_slots if i not in written)
+    lines = ["def _run(slots, fns):"]
+    pre = sorted(read_first)
+    for k in range(0, len(pre), 64):  # load feeds and constants into locals
+        chunk = pre[k:k + 64]
+        lines.append("    " + ", ".join(f"s{i}" for i in chunk) + ", = " + ", ".join(f"slots[{i}]" for i in chunk) + ",")
+    lines.append("    " + ", ".join(f"f{k}" for k in range(len(steps))) + ", = fns" if steps else "    pass")
+    line_to_step: dict[int, int] = {}
+    for k, st in enumerate(steps):
+        args = "[" + ", ".join(f"s{i}" for i in st.ins) + "]"
+        line_to_step[len(lines) + 1] = k
+        if len(st.outs) == 1:
+            lines.append(f"    s{st.outs[0]} = f{k}({args})[0]")
+        else:
+            lines.append(f"    _r = f{k}({args})")
+            for j, o in enumerate(st.outs):
+                lines.append(f"    s{o} = _r[{j}] if len(_r) > {j} else None")
+        if st.frees:
+            lines.append("    " + ", ".join(f"s{f}" for f in st.frees) + " = " + ", ".join("None" for _ in st.frees))
+    lines.append("    return (" + "".join(f"s{i}, " for i in output_slots) + ")")
+    namespace: dict = {}
+    exec(compile("\n".join(lines), "<onnxhal plan>", "exec"), namespace)  # noqa: S102 - generated from the plan
+    return namespace["_run"], tuple(st.fn for st in steps), line_to_step
 
 
 def _add_frees(steps: list[Step], keep: set[int], template: list) -> list[Step]:

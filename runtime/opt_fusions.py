@@ -9,6 +9,11 @@
 - ``fuse_batchnorm_activation``: inference BatchNormalization [+ activation] ->
   FusedBatchNormalization(X, multiplier, shift): the statistics precomputed into one affine.
 
+At ORT_ENABLE_LAYOUT and above (ORT's level 3, where its CPU-only NCHWc transformer rewrites
+every Conv), ``adopt_fused_kernels`` also turns the remaining Conv, Gemm and MatMul-by-constant
+nodes into their fused forms without an epilogue, so every heavy product runs on the fused
+kernels' threads.
+
 Fused ops carry ``activation`` (op name, "" for none) and ``activation_params`` (floats).
 """
 
@@ -31,6 +36,11 @@ from onnxhal.runtime.opt_rewrite import (
     static_shape,
 )
 from onnxhal.runtime.opt_weight_folding import batchnorm_stats
+
+
+def _name(node: Node, suffix: str) -> str:
+    """Name of a node replacing ``node``: its name (or, if unnamed, its unique output) + suffix."""
+    return f"{node.name or node.outputs[0]}_{suffix}"
 
 
 def _follower(graph: Graph, node: Node, op_types: tuple[str, ...]) -> Node | None:
@@ -105,7 +115,7 @@ def fuse_conv_activation(graph: Graph) -> bool:
         inputs = list(conv.inputs) + [""] * (3 - len(conv.inputs))
         if residual:
             inputs.append(residual)
-        fused = make_node(graph, "FusedConv", inputs, [last.outputs[0]], name=f"{conv.name}_fused",
+        fused = make_node(graph, "FusedConv", inputs, [last.outputs[0]], name=_name(conv, "fused"),
                           domain=FUSED_DOMAIN, activation=act[1] if act else "",
                           activation_params=act[2] if act else [])
         fused.attribute_protos.update(conv.attribute_protos)
@@ -124,7 +134,7 @@ def fuse_gemm_activation(graph: Graph) -> bool:
         act = _activation_follower(graph, gemm)
         if act is None:
             continue
-        fused = make_node(graph, "FusedGemm", gemm.inputs, [act[0].outputs[0]], name=f"{gemm.name}_fused",
+        fused = make_node(graph, "FusedGemm", gemm.inputs, [act[0].outputs[0]], name=_name(gemm, "fused"),
                           domain=FUSED_DOMAIN, activation=act[1], activation_params=act[2])
         fused.attribute_protos.update(gemm.attribute_protos)
         fused.attributes.update(gemm.attributes)
@@ -148,7 +158,7 @@ def fuse_batchnorm_activation(graph: Graph) -> bool:
         act = _activation_follower(graph, bn)
         pattern = [bn, act[0]] if act else [bn]
         fused = make_node(graph, "FusedBatchNormalization", [bn.inputs[0], *names], [pattern[-1].outputs[0]],
-                          name=f"{bn.name}_fused", domain=FUSED_DOMAIN, activation=act[1] if act else "",
+                          name=_name(bn, "fused"), domain=FUSED_DOMAIN, activation=act[1] if act else "",
                           activation_params=act[2] if act else [])
         replace_nodes(graph, pattern, [fused])
         changed = True
@@ -178,7 +188,7 @@ def fuse_matmul_bias(graph: Graph) -> bool:
         if bias.ndim != 1:
             bias_name = add_initializer(graph, f"{bias_name}_1d", bias.reshape(-1))
         fused = make_node(graph, "FusedMatMul", [mm.inputs[0], mm.inputs[1], bias_name], [last.outputs[0]],
-                          name=f"{mm.name}_fused", domain=FUSED_DOMAIN, activation=act[1] if act else "",
+                          name=_name(mm, "fused"), domain=FUSED_DOMAIN, activation=act[1] if act else "",
                           activation_params=[])
         replace_nodes(graph, pattern, [fused])
         changed = True
@@ -225,7 +235,7 @@ def fuse_gelu(graph: Graph) -> bool:
         else:
             continue
         gelu = make_node(graph, "Gelu", [x], [pattern[-1].outputs[0]],
-                         name=f"{erf.name}_gelu", domain=FUSED_DOMAIN)
+                         name=_name(erf, "gelu"), domain=FUSED_DOMAIN)
         replace_nodes(graph, pattern, [gelu])
         changed = True
     return changed
@@ -300,8 +310,38 @@ def fuse_layer_norm(graph: Graph) -> bool:
             gamma = add_initializer(graph, f"{mean.name or x}_ln_scale", np.ones(dim, dtype=dtype))
         standard = graph.opset_version("") >= 17
         ln = make_node(graph, "LayerNormalization", [x, gamma] + ([beta] if beta else []), [last.outputs[0]],
-                       name=f"{mean.name}_layernorm", domain="" if standard else FUSED_DOMAIN,
+                       name=_name(mean, "layernorm"), domain="" if standard else FUSED_DOMAIN,
                        axis=-1, epsilon=float(eps))
         replace_nodes(graph, pattern, [ln])
+        changed = True
+    return changed
+
+
+def adopt_fused_kernels(graph: Graph) -> bool:
+    """Conv -> FusedConv, Gemm -> FusedGemm, MatMul(x, constant 2-D float W) -> FusedMatMul,
+    each with no activation."""
+    changed = False
+    for node in list(graph.nodes):
+        if node.domain != "":
+            continue
+        if node.op_type == "Conv":
+            inputs = list(node.inputs)
+            fused = make_node(graph, "FusedConv", inputs, node.outputs, name=_name(node, "fused"),
+                              domain=FUSED_DOMAIN, activation="")
+        elif node.op_type == "Gemm":
+            fused = make_node(graph, "FusedGemm", node.inputs, node.outputs, name=_name(node, "fused"),
+                              domain=FUSED_DOMAIN, activation="")
+        elif node.op_type == "MatMul":
+            w = constant(graph, node.inputs[1])
+            if w is None or w.ndim != 2 or w.dtype.kind != "f":
+                continue
+            fused = make_node(graph, "FusedMatMul", [*node.inputs, ""], node.outputs, name=_name(node, "fused"),
+                              domain=FUSED_DOMAIN, activation="")
+        else:
+            continue
+        if node.op_type != "MatMul":
+            fused.attribute_protos.update(node.attribute_protos)
+            fused.attributes.update(node.attributes)
+        replace_nodes(graph, [node], [fused])
         changed = True
     return changed

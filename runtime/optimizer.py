@@ -5,15 +5,20 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 - ``ORT_DISABLE_ALL``: nothing.
 - ``ORT_ENABLE_BASIC``: constant folding, dead-node removal, identity/no-op elimination
   (Identity, inference Dropout, same-type Cast), Conv+BatchNormalization, Conv+Mul and Conv+Add
-  folding into the Conv's weights, BatchNormalization+Mul/Add folding into its scale and bias, MatMul+Add -> Gemm (2-D A, constant B and bias).
-  Recursive into subgraphs.
-- ``ORT_ENABLE_EXTENDED``, ``ORT_ENABLE_LAYOUT``, ``ORT_ENABLE_ALL``: also fusions into
-  ``com.onnxhal`` ops run by the CPU EP (kernels in ``providers/cpu/kernels/fused.py``):
-  Conv[+Add residual]+Relu/Clip/LeakyRelu/Sigmoid -> FusedConv, Gemm+activation -> FusedGemm,
-  MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference BatchNormalization[+activation] ->
-  FusedBatchNormalization (a precomputed per-channel affine), the decomposed LayerNormalization pattern ->
-  LayerNormalization, the Erf Gelu pattern -> Gelu. Main graph only. With
-  ``fuse_cpu_ops=False`` only the LayerNormalization fusion to the standard op (opset >= 17) runs.
+  folding into the Conv's weights, BatchNormalization+Mul/Add folding into its scale and bias,
+  MatMul+Add -> Gemm (2-D A, constant B and bias). Recursive into subgraphs.
+- ``ORT_ENABLE_EXTENDED`` adds fusions into ``com.onnxhal`` ops run by the CPU EP (kernels in
+  ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
+  Gemm+activation -> FusedGemm, MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference
+  BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
+  the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu.
+  Main graph only.
+- ``ORT_ENABLE_LAYOUT`` and ``ORT_ENABLE_ALL`` add: remaining Conv, Gemm and MatMul-by-constant
+  nodes -> their fused forms with no epilogue (as ORT's level-3 NCHWc transformer takes every
+  Conv for its CPU kernels), so all heavy products run on the fused kernels' threads.
+
+``fuse_cpu_ops=False`` keeps every ``com.onnxhal`` rewrite out (only the LayerNormalization fusion
+to the standard op, at opset >= 17, stays): for sessions where other EPs should see plain ops.
 
 The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
 stay within float tolerance of the unoptimized graph. A pass that meets something it cannot handle
@@ -34,6 +39,7 @@ from onnxhal.runtime.opt_rewrite import remove_unused_value_infos
 logger = logging.getLogger("onnxhal.optimizer")
 _BASIC = GraphOptimizationLevel.ORT_ENABLE_BASIC
 _EXTENDED = GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+_LAYOUT = GraphOptimizationLevel.ORT_ENABLE_LAYOUT
 
 #: A pass rewrites one graph in place and returns True if it changed anything.
 GraphPass = Callable[[Graph], bool]
@@ -54,6 +60,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_conv_activation", _EXTENDED, opt_fusions.fuse_conv_activation, False, True),
     ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
     ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
+    ("adopt_fused_kernels", _LAYOUT, opt_fusions.adopt_fused_kernels, False, True),
 ]
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.

@@ -52,13 +52,23 @@ def plugin_file(tmp_path):
     return _write
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def opencl_devices():
-    """The OpenCL EP's devices (PoCL here), registered once for the whole test session."""
+    """The OpenCL EP's devices (PoCL here), registered for one test module and unregistered after
+    it, so other modules see only the EPs they register (policies depend on what is registered).
+    Programs stay cached in the process, so registering again is cheap."""
     env = get_environment()
+    registered = False
     if not any(d.ep_name == "OpenCLExecutionProvider" for d in env.ep_devices()):
-        onnxhal.register_execution_provider_library("opencl", "onnxhal.runtime.providers.opencl")
+        onnxhal.register_execution_provider_library("opencl_tests", "onnxhal.runtime.providers.opencl")
+        registered = True
     devices = [d for d in onnxhal.get_ep_devices() if d.ep_name == "OpenCLExecutionProvider"]
     if not devices:
         pytest.skip("no OpenCL device found (PoCL missing or broken ICD): the OpenCL EP has nothing to run on")
-    return devices
+    yield devices
+    if registered:
+        gc.collect()
+        try:
+            onnxhal.unregister_execution_provider_library("opencl_tests")
+        except onnxhal.errors.Fail:
+            env._force_unregister("opencl_tests")  # a failed test's traceback still holds a session

@@ -3,7 +3,7 @@
 dtype, ``assert_allclose`` with the case's rtol/atol, exact for strings, sequences element-wise).
 
 Known failures are listed in ``EXPECTED_FAILURES`` with their reason; they are strict xfails, so a
-case that starts passing shows up. ``python tests/test_node_conformance.py`` prints the pass count.
+case that starts passing shows up (except the random-output cases, which can match by chance). ``python tests/test_node_conformance.py`` prints the pass count.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from onnx import numpy_helper
 import onnxhal
 
 _NONDETERMINISTIC = "random output: the expected values come from numpy's generator at export time"
-_CODEC = "needs a JPEG/JPEG 2000/WebP codec (Pillow is not a dependency)"
+_CODEC = "needs a JPEG 2000 / WebP codec (Pillow is not a dependency)"
 
 EXPECTED_FAILURES: dict[str, str] = {
     "test_bernoulli": _NONDETERMINISTIC,
@@ -28,9 +28,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_bernoulli_expanded": _NONDETERMINISTIC,
     "test_bernoulli_double_expanded": _NONDETERMINISTIC,
     "test_bernoulli_seed_expanded": _NONDETERMINISTIC,
-    "test_image_decoder_decode_jpeg_rgb": _CODEC,
-    "test_image_decoder_decode_jpeg_grayscale": _CODEC,
-    "test_image_decoder_decode_jpeg_bgr": _CODEC,
     "test_image_decoder_decode_jpeg2k_rgb": _CODEC,
     "test_image_decoder_decode_webp_rgb": _CODEC,
     "test_if_opt": "runtime constant folding (opt_constant_folding.evaluate_node) turns the folded "
@@ -103,12 +100,16 @@ def run_case(case) -> None:
 _RESULTS: dict[str, bool] = {}
 
 
-def _params():
+def _params() -> list:
+    params = []
     for case in CASES:
         marks = ()
         if case.name in EXPECTED_FAILURES:
-            marks = (pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[case.name]),)
-        yield pytest.param(case, id=case.name, marks=marks)
+            # Random outputs can match the stored ones by chance (10 coin flips): not strict.
+            strict = EXPECTED_FAILURES[case.name] != _NONDETERMINISTIC
+            marks = (pytest.mark.xfail(strict=strict, reason=EXPECTED_FAILURES[case.name]),)
+        params.append(pytest.param(case, id=case.name, marks=marks))
+    return params
 
 
 @pytest.mark.parametrize("case", _params())

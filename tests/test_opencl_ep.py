@@ -120,7 +120,7 @@ def test_build_failure_declines_only_the_failing_nodes(ocl, monkeypatch):
     assert "injected" in ep.declined["pool"]
 
 
-def _run(factory, ep, mem, graph, feeds, stream):
+def _run(factory, ep, mem, graph):
     info = hal.EpGraphSupportInfo(graph)
     ep.get_capability(graph, info)
     (group, _), = info.fused_groups
@@ -140,8 +140,10 @@ def test_compile_compute_mlp_matches_reference_and_frees(ocl):
     alloc, dt = factory.create_allocator(mem), factory.create_data_transfer()
     for use_stream in (True, False):
         stream = factory.create_sync_stream_for_device(mem.memory_device) if use_stream else None
-        cinfo, state, fg = _run(factory, ep, mem, graph, None, stream)
+        cinfo, state, fg = _run(factory, ep, mem, graph)
         assert [v.name for v in fg.inputs] == ["x"] and state.plan.constants  # weights uploaded once
+        # packed weights stay on the device, the raw copies only packing read are released
+        assert "w1" not in state.const_buffers and "b1" in state.const_buffers
         start = alloc.stats()["InUse"]
         x = RNG.standard_normal((4, 16)).astype(np.float32)
         xd = alloc.tensor(x.shape, np.float32)
@@ -167,7 +169,7 @@ def test_threads_running_one_compiled_partition_agree(ocl):
     w = RNG.standard_normal((8, 8)).astype(np.float32)
     graph, _ = make_graph([helper.make_node("Gemm", ["x", "w"], ["g"]), helper.make_node("Tanh", ["g"], ["y"])],
                           {"x": [5, 8]}, {"w": w})
-    cinfo, state, _ = _run(factory, ep, mem, graph, None, None)
+    cinfo, state, _ = _run(factory, ep, mem, graph)
     alloc, dt = factory.create_allocator(mem), factory.create_data_transfer()
     start = alloc.stats()["InUse"]
     errors: list[str] = []
@@ -196,3 +198,25 @@ def test_threads_running_one_compiled_partition_agree(ocl):
     assert not errors
     assert alloc.stats()["InUse"] == start
     assert state.runs == 80
+
+
+def test_out_of_memory_in_compute_leaves_the_allocator_as_it_was(ocl):
+    from onnxhal.hal.errors import OutOfMemory
+    from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
+    from onnxhal.runtime.providers.opencl.partition_plan import PartitionState
+
+    factory, ep, mem = ocl
+    w = RNG.standard_normal((64, 64)).astype(np.float32)
+    graph, _ = make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Tanh", ["h"], ["t"]),
+                           helper.make_node("Transpose", ["t"], ["y"])], {"x": [64, 64]}, {"w": w})
+    cinfo, state, _ = _run(factory, ep, mem, graph)
+    small = OpenCLAllocator(ep.device, mem, limit=64 * 64 * 4 * 2 + 100)  # input + output, no room for temps
+    tight = PartitionState(state.plan, ep.device, small)
+    xd = small.tensor((64, 64), np.float32)
+    factory.create_data_transfer().copy_tensors([np.ones((64, 64), np.float32)], [xd])
+    before = small.stats()["InUse"]
+    with pytest.raises(OutOfMemory):
+        tight.run([xd], ep.device.queue)
+    assert small.stats()["InUse"] == before
+    tight.release()
+    cinfo.release_state(state)

@@ -123,7 +123,7 @@ def test_gemm_relu_folds_into_epilogue(ocl):
     a, w = f32(4, 8), f32(8, 6)
     plan = check(ocl, [helper.make_node("Gemm", ["a", "w"], ["g"]), helper.make_node("Relu", ["g"], ["y"])],
                  {"a": a}, {"w": w})
-    assert [s.kernel_name for s in plan.steps] == ["pack_a", "gemm_packed"]
+    assert [s.kernel_name for s in plan.steps] == ["gemm_rowmajor_a"]  # A read in place, Relu in the epilogue
 
 
 @pytest.mark.parametrize("group,cout,kernel,stride,pads,dil", [
@@ -252,3 +252,100 @@ def test_reshape_and_flatten_are_views(ocl):
     plan = check(ocl, nodes, {"x": x}, {"shape": np.array([4, 6], np.int64), "ax": np.array([0], np.int64)})
     assert [s.kernel_name for s in plan.steps] == ["fused_elementwise", "fused_elementwise"]
     assert plan.aliases  # the views share buffers, no kernel
+
+
+# -- epilogues and the runtime optimizer's com.onnxhal ops -------------------------------------
+def _conv_ref(x, w, b, **attrs):
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], "ref",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in (("x", x), ("w", w), ("b", b))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)])
+    return onnx.reference.ReferenceEvaluator(model).run(None, {"x": x, "w": w, "b": b})[0]
+
+
+def _run_fused_domain(ocl, node, inputs, inits, out_shape):
+    factory, ep, mem = ocl
+    model = helper.make_model(helper.make_graph(
+        [node], "t", [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.onnxhal", 1)])
+    graph = hal.Graph.from_proto(model.graph, {"": 17, "com.onnxhal": 1})
+    info = hal.EpGraphSupportInfo(graph)
+    ep.get_capability(graph, info)
+    assert len(info.fused_groups) == 1, ep.declined
+    fg = filtered_graph(graph, info.fused_groups[0][0])
+    (cinfo,) = ep.compile([fg], [None])
+    state = cinfo.create_state(None)
+    alloc, dt = factory.create_allocator(mem), factory.create_data_transfer()
+    dev = [alloc.tensor(inputs[v.name].shape, np.float32) for v in fg.inputs]
+    dt.copy_tensors([inputs[v.name] for v in fg.inputs], dev)
+    (out,) = cinfo.compute(state, hal.KernelContext(dev, 1, None))
+    y = np.empty(out.shape, np.float32)
+    dt.copy_tensors([out], [y])
+    for t in (*dev, out):
+        alloc.free(t.buffer)
+    return y, state.plan
+
+
+@pytest.mark.parametrize("cout,group", [(8, 1), (4, 4)])
+def test_fused_conv_residual_and_leaky_relu(ocl, cout, group):
+    x, w, b, z = f32(1, 4, 6, 6), f32(cout, 4 // group, 3, 3), f32(cout), f32(1, cout, 6, 6)
+    node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain="com.onnxhal", pads=[1, 1, 1, 1],
+                            group=group, activation="LeakyRelu", activation_params=[0.2])
+    y, plan = _run_fused_domain(ocl, node, {"x": x, "z": z}, {"w": w, "b": b}, [1, cout, 6, 6])
+    v = _conv_ref(x, w, b, pads=[1, 1, 1, 1], group=group) + z
+    np.testing.assert_allclose(y, np.where(v >= 0, v, 0.2 * v), rtol=1e-4, atol=1e-4)
+    assert "fused_elementwise" not in [s.kernel_name for s in plan.steps]
+
+
+def test_fused_gemm_and_fused_matmul_activations(ocl):
+    a, w, c = f32(5, 7), f32(9, 7), f32(9)
+    node = helper.make_node("FusedGemm", ["a", "w", "c"], ["y"], domain="com.onnxhal", transB=1,
+                            activation="HardSigmoid", activation_params=[0.3, 0.4])
+    y, _ = _run_fused_domain(ocl, node, {"a": a}, {"w": w, "c": c}, [5, 9])
+    np.testing.assert_allclose(y, np.clip(0.3 * (a @ w.T + c) + 0.4, 0, 1), rtol=1e-4, atol=1e-5)
+    x, w2, bias = f32(2, 3, 7), f32(7, 10), f32(10)
+    node = helper.make_node("FusedMatMul", ["x", "w", "bias"], ["y"], domain="com.onnxhal", activation="Gelu")
+    y, _ = _run_fused_domain(ocl, node, {"x": x}, {"w": w2, "bias": bias}, [2, 3, 10])
+    from math import erf
+    v = (x @ w2 + bias).astype(np.float64)
+    np.testing.assert_allclose(y, 0.5 * v * (1 + np.vectorize(erf)(v / np.sqrt(2))), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("act,attrs,inits", [("Sigmoid", {}, {}), ("Tanh", {}, {}),
+                                              ("Clip", {}, {"lo": np.array(-0.5, np.float32),
+                                                            "hi": np.array(0.5, np.float32)})])
+def test_matmul_activation_epilogue(ocl, act, attrs, inits):
+    a, w = f32(6, 5), f32(5, 4)
+    inputs = ["m", *inits]
+    plan = check(ocl, [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node(act, inputs, ["y"], **attrs)],
+                 {"a": a}, {"w": w, **inits}, rtol=1e-4, atol=1e-5)
+    assert [s.kernel_name for s in plan.steps] == ["gemm_rowmajor_a"]
+
+
+def test_lrn_against_numpy(ocl):
+    """numpy, not onnx.reference: its LRN loops over the batch axis instead of channels (wrong when N != C)."""
+    x = f32(2, 7, 3, 4, scale=4.0)
+    got, _, _ = run_on_opencl(ocl, [helper.make_node("LRN", ["x"], ["y"], size=4, alpha=1e-3, beta=0.75, bias=2.0)],
+                              {"x": x})
+    x64 = x.astype(np.float64)
+    sq = np.stack([(x64[:, max(0, c - 1):min(7, c + 3)] ** 2).sum(1) for c in range(7)], axis=1)
+    np.testing.assert_allclose(got[0], x64 / (2.0 + 1e-3 / 4 * sq) ** 0.75, rtol=1e-5)
+
+
+def test_fused_batchnorm_with_activation(ocl):
+    x, mult, shift = f32(2, 3, 4, 4), f32(3), f32(3)
+    node = helper.make_node("FusedBatchNormalization", ["x", "m", "s"], ["y"], domain="com.onnxhal",
+                            activation="Clip", activation_params=[-0.5, 0.7])
+    y, plan = _run_fused_domain(ocl, node, {"x": x}, {"m": mult, "s": shift}, [2, 3, 4, 4])
+    ref = np.clip(x * mult.reshape(1, 3, 1, 1) + shift.reshape(1, 3, 1, 1), -0.5, 0.7)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+    assert [s.kernel_name for s in plan.steps] == ["fused_elementwise"]
+
+
+@pytest.mark.parametrize("width,pads", [(37, [1, 1, 1, 1]), (16, [0, 0, 0, 0]), (33, [0, 2, 1, 0])])
+def test_conv_wide_rows_take_the_copy_path(ocl, width, pads):
+    """Rows of 16+ outputs: im2col copies whole 16-column panels; edges still take the checked path."""
+    x, w, b = f32(1, 3, 5, width), f32(6, 3, 3, 3), f32(6)
+    check(ocl, [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads)], {"x": x}, {"w": w, "b": b})

@@ -17,13 +17,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
 from onnxhal.hal import GraphOptimizationLevel as Level
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.model_loader import load_model
 from onnxhal.runtime.optimizer import optimize
+from onnxhal.runtime.providers.cpu.kernels import fused as fused_kernels
 from onnxhal.runtime.providers.cpu.kernels.fused import gelu
-
-import onnxhal
 
 _spec = importlib.util.spec_from_file_location("onnxhal_bench_models",
                                                Path(__file__).resolve().parents[1] / "benchmarks" / "models.py")
@@ -139,6 +140,22 @@ def test_conv_add_with_spatial_constant_is_not_folded():
     assert ops(graph) == Counter({"Conv": 1, "Add": 1})
 
 
+def test_batchnorm_mul_add_fold_then_fuse_with_relu():
+    """DenseNet's pre-activation: BatchNormalization, Mul and Add by per-channel constants, Relu."""
+    rng = np.random.default_rng(9)
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"], epsilon=1e-3),
+             helper.make_node("Mul", ["n", "k"], ["nk"]), helper.make_node("Add", ["nk", "c"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    inits = [("s", rng.uniform(0.5, 2, 6)), ("b", rng.standard_normal(6)), ("m", rng.standard_normal(6)),
+             ("v", rng.uniform(0.5, 2, 6)), ("k", rng.uniform(0.5, 2, (6, 1, 1))), ("c", rng.standard_normal((6, 1, 1)))]
+    inits = [(k, v.astype(np.float32)) for k, v in inits]
+    model = model_of(nodes, [fvi("x", [2, 6, 5, 5])], [fvi("y", [2, 6, 5, 5])], inits)
+    feeds = {"x": rng.standard_normal((2, 6, 5, 5)).astype(np.float32)}
+    assert [n.op_type for n in assert_basic_keeps_results(model, feeds).nodes] == ["BatchNormalization", "Relu"]
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedBatchNormalization"]
+    assert_session_matches_ort(model, feeds)
+
+
 def test_matmul_add_becomes_gemm_only_for_2d_inputs():
     rng = np.random.default_rng(2)
     w = rng.standard_normal((6, 5)).astype(np.float32)
@@ -233,10 +250,13 @@ def test_encoder_fusions_keep_results():
 
 def test_cnn_fusions_keep_results():
     model = small_cnn()
-    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    graph = optimized(model, Level.ORT_ENABLE_EXTENDED)
     fused = [n for n in graph.nodes if n.op_type == "FusedConv"]
     assert len(fused) == 17 and sum(len(n.inputs) == 4 for n in fused) == 8  # 8 residual Adds fused
     assert all(n.attr("activation") == "Relu" for n in fused)
+    assert ops(graph)["Conv"] == 3  # the downsample projections, followed by nothing to fuse
+    everything = ops(optimized(model, Level.ORT_ENABLE_ALL))  # all level: those run on FusedConv too
+    assert everything["FusedConv"] == 20 and everything["FusedGemm"] == 1 and everything["Conv"] == 0
     assert_session_matches_ort(model, bench_models.feeds(model))
 
 
@@ -291,6 +311,60 @@ def test_layer_norm_pattern_with_exposed_intermediate_is_not_fused():
     model = model_of(nodes, [fvi("x", [2, 8])], [fvi("y", [2, 8]), fvi("d", [2, 8])],
                      [("two", np.float32(2)), ("eps", np.float32(1e-5))])
     assert ops(optimized(model, Level.ORT_ENABLE_ALL))["LayerNormalization"] == 0
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [1, 1], "strides": [2, 2]},
+    {"kernel_shape": [3, 3], "pads": [0, 1, 2, 1], "dilations": [2, 2]},
+    {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 2},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 4, "strides": [2, 1]},  # 2 outputs per channel
+])
+@pytest.mark.parametrize("activation", ["Relu", "LeakyRelu", "Clip"])
+def test_fused_conv_kernel_matches_conv_then_activation(attrs, activation):
+    rng = np.random.default_rng(8)
+    act = {"Relu": helper.make_node("Relu", ["c"], ["y"]),
+           "LeakyRelu": helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.1),
+           "Clip": helper.make_node("Clip", ["c", "lo", "hi"], ["y"])}[activation]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs), act]
+    inits = [("w", rng.standard_normal((8, 4 // attrs.get("group", 1), *attrs["kernel_shape"])).astype(np.float32)),
+             ("b", rng.standard_normal(8).astype(np.float32)), ("lo", np.float32(-0.5)), ("hi", np.float32(0.7))]
+    model = model_of(nodes, [fvi("x", [2, 4, 11, 9])], [fvi("y", None)], inits)
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedConv"]
+    assert_session_matches_ort(model, {"x": rng.standard_normal((2, 4, 11, 9)).astype(np.float32)})
+
+
+def test_light_squeezenet_materialized_and_fused_end_to_end():
+    """The light model zoo file with its ConstantOfShape weights made random initializers."""
+    model = bench_models.light_model("squeezenet")
+    assert not any(n.op_type == "ConstantOfShape" for n in model.graph.node)
+    assert [i.name for i in model.graph.input] == ["data_0"]
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    assert ops(graph)["FusedConv"] == 26 and ops(graph)["Relu"] == 0
+    assert_session_matches_ort(model, bench_models.feeds(model), atol=1e-5)
+
+
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2]])
+def test_fused_depthwise_conv_with_residual(strides):
+    rng = np.random.default_rng(10)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=6, kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                              strides=strides),
+             helper.make_node("Add", ["c", "r"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    inits = [("w", rng.standard_normal((6, 1, 3, 3)).astype(np.float32)), ("b", rng.standard_normal(6).astype(np.float32))]
+    out = [2, 6, 9 // strides[0] + 1 if strides[0] == 2 else 9, 7 // strides[1] + 1 if strides[1] == 2 else 7]
+    model = model_of(nodes, [fvi("x", [2, 6, 9, 7]), fvi("r", out)], [fvi("y", out)], inits)
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedConv"]
+    assert_session_matches_ort(model, {"x": rng.standard_normal((2, 6, 9, 7)).astype(np.float32),
+                                       "r": rng.standard_normal(out).astype(np.float32)})
+
+
+@pytest.mark.parametrize("build", [small_cnn, small_encoder])
+def test_fused_kernels_split_over_threads_keep_results(build, monkeypatch):
+    """Force the fused kernels' thread split (two workers, even for tiny products)."""
+    monkeypatch.setattr(fused_kernels, "WORKERS", 2)
+    monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
+    model = build()
+    assert_session_matches_ort(model, bench_models.feeds(model))
 
 
 def test_gelu_kernel_matches_exact_erf():

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal import Kernel, KernelCreateContext, Node, errors
 from onnxhal.runtime.providers.cpu.kernels.registry import lookup
 
 # Domains onnx.reference implements, with the loader for each.
@@ -62,7 +62,9 @@ def _load_reference_op(domain: str, op_type: str, version: int) -> Any:
         if not found:
             raise
         oldest = min(int(v) for v in found.group(1).split(",") if v.strip())
-        return load_op(domain, op_type, oldest, evaluator_cls=ReferenceEvaluator)
+        if domain == "":
+            return load_op(domain, op_type, oldest, evaluator_cls=ReferenceEvaluator)
+        return load_op(domain, op_type, oldest)
 
 
 def _reference_available(domain: str, op_type: str, version: int) -> bool:
@@ -78,7 +80,10 @@ def _reference_available(domain: str, op_type: str, version: int) -> bool:
 
 def _to_value(v: Any) -> Any:
     """onnx.reference output -> the host value representation (ndarrays, lists, None)."""
-    if v is None or isinstance(v, np.ndarray):
+    if isinstance(v, np.ndarray):
+        # String tensors are object arrays of str here; onnx.reference may return '<U' arrays.
+        return v.astype(object) if v.dtype.kind == "U" else v
+    if v is None:
         return v
     if isinstance(v, (list, tuple)):
         return [_to_value(x) for x in v]
@@ -123,7 +128,7 @@ class ReferenceKernel(Kernel):
             cls = _load_reference_op(node.domain, node.op_type, version)
         except Exception as exc:  # noqa: BLE001
             if type(exc).__name__ != "RuntimeContextError":
-                raise NotImplementedError(
+                raise errors.NotImplemented(
                     f"CPU EP has no kernel for op {node.op_type!r} (domain {node.domain or 'ai.onnx'!r}, "
                     f"opset {version}) and onnx.reference cannot load it: {exc}") from exc
             self.op = None
@@ -184,7 +189,7 @@ def create_cpu_kernel(node: Node, ctx: KernelCreateContext, opset: int | Mapping
     if cls is not None:
         return cls(node, ctx)
     if node.domain not in _REFERENCE_DOMAINS:
-        raise NotImplementedError(
+        raise errors.NotImplemented(
             f"CPU EP has no kernel for op {node.op_type!r} of domain {node.domain!r} (opset {version}); "
             "register a custom op library or an EP that supports it")
     return ReferenceKernel(node, ctx, version, opset if isinstance(opset, Mapping) else None)

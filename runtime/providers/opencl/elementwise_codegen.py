@@ -100,6 +100,9 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Identity": lambda n, a, x: a[0],
     # Inference BatchNormalization: inputs rewritten in lowering to (x, scale, shift).
     "BatchNormalization": lambda n, a, x: f"({a[0]} * {a[1]} + {a[2]})",
+    # com.onnxhal FusedBatchNormalization(x, multiplier, shift) + activation (codes of apply_act).
+    "FusedBatchNormalization": lambda n, a, x: (f"apply_act({a[0]} * {a[1]} + {a[2]}, {x['act'][0]}, "
+                                                f"{_lit(x['act'][1])}, {_lit(x['act'][2])})"),
 }
 
 #: Ops with exactly this many float data inputs (others: variadic or checked in lowering).

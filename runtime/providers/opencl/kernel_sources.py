@@ -60,6 +60,9 @@ def _gemm_source() -> str:
                      for r in range(rm))
     store = "\n".join(f"  store_row(C, R, c{r}a, c{r}b, i0 + {r}, j0, M, N, bias, bias_mode, alpha, beta, act, p0, p1);"
                       for r in range(rm))
+    rows = "\n".join(f"  __global const float* a{r} = A + (size_t)min(i0 + {r}, M - 1) * K;" for r in range(rm))
+    row_body = "\n".join(f"    {{ const float8 av = (float8)(a{r}[k]); c{r}a += av * b0; c{r}b += av * b1; }}"
+                         for r in range(rm))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // Packed panels: Ap[batch][M/RM][K][RM], Bp[batch][N/16][K][16], zero padded. One work-item packs
@@ -150,6 +153,34 @@ __kernel void gemm_packed(__global const float* Ap, __global const float* Bp, __
   }}
 {store}
 }}
+
+// The same with A read in place (row-major [batch][M][K], batch stride a_bstride): no pack_a pass for
+// activations. Rows past M are clamped to row M-1 (computed, never stored).
+__kernel void gemm_rowmajor_a(__global const float* A, __global const float* Bp, __global float* C,
+                              __global const float* bias, __global const float* R, const int M, const int N,
+                              const int K, const int a_mod, const int c_bstride, const int bias_bstride,
+                              const int bias_mode, const float alpha, const float beta, const int act,
+                              const float p0, const float p1, const int a_bstride) {{
+  const int ib = get_global_id(0);
+  const int jb = get_global_id(1);
+  const int b = get_global_id(2);
+  const int Nb = (N + 15) / 16;
+  const int i0 = ib * RM, j0 = jb * 16;
+  __global const float8* bp = (__global const float8*)(Bp + ((size_t)b * Nb + jb) * K * 16);
+  A += (size_t)(b % a_mod) * a_bstride;
+  C += (size_t)b * c_bstride;
+  R += (size_t)b * c_bstride;
+  bias += (b % a_mod) * bias_bstride;
+{rows}
+{decl}
+  for (int k = 0; k < K; ++k) {{
+    const float8 b0 = bp[0];
+    const float8 b1 = bp[1];
+{row_body}
+    bp += 2;
+  }}
+{store}
+}}
 """
 
 
@@ -159,30 +190,42 @@ GEMM_SOURCE = _gemm_source()
 #: depthwise and other thin groups (where a 6-row register block would be mostly padding).
 CONV_SOURCE = ACTIVATION_HELPERS + """
 // Bp[b][jb][k][c], b = n * G + g, k = (ci, kh, kw), column p = jb * 16 + c = (oh, ow). One work-item
-// writes the 16 columns of one (b, jb, k).
+// handles one (b, k): it walks the output positions in order (reading input rows sequentially) and
+// fills column k of every panel; a panel inside one output row and the input is a plain copy.
 __kernel void im2col_packed(__global float* Bp, __global const float* X, const int Cin, const int H, const int W,
                             const int Cg, const int KH, const int KW, const int OH, const int OW,
                             const int sh, const int sw, const int ph, const int pw, const int dh, const int dw,
                             const int G, const int Kdim, const int Nb, const int total) {
   const int g0 = get_global_id(0);
   if (g0 >= total) return;
-  const int k = g0 % Kdim; const int t = g0 / Kdim;
-  const int jb = t % Nb; const int b = t / Nb;
+  const int k = g0 % Kdim; const int b = g0 / Kdim;
   const int kw = k % KW, kh = (k / KW) % KH, ci = k / (KW * KH);
   const int n = b / G, g = b % G;
   __global const float* xp = X + ((size_t)n * Cin + g * Cg + ci) * H * W;
-  __global float* dst = Bp + (size_t)g0 * 16;
+  __global float* dst = Bp + ((size_t)b * Nb * Kdim + k) * 16;
+  const size_t panel = (size_t)Kdim * 16;
   const int P = OH * OW;
-  int p = jb * 16;
-  int oh = p / OW, ow = p % OW;
-  for (int c = 0; c < 16; ++c, ++p) {
-    float v = 0.0f;
-    if (p < P) {
-      const int y = oh * sh - ph + kh * dh, x = ow * sw - pw + kw * dw;
-      if (y >= 0 && y < H && x >= 0 && x < W) v = xp[y * W + x];
+  int oh = 0, ow = 0;
+  for (int jb = 0; jb < Nb; ++jb, dst += panel) {
+    const int x0 = ow * sw - pw + kw * dw;
+    const int y0 = oh * sh - ph + kh * dh;
+    if (sw == 1 && ow + 16 <= OW && y0 >= 0 && y0 < H && x0 >= 0 && x0 + 16 <= W) {
+      // the 16 columns lie in one output row and inside the input: a straight 16-float copy
+      __global const float* src = xp + y0 * W + x0;
+      for (int c = 0; c < 16; ++c) dst[c] = src[c];
+      ow += 16;
+      if (ow == OW) { ow = 0; ++oh; }
+      continue;
     }
-    dst[c] = v;
-    if (++ow == OW) { ow = 0; ++oh; }
+    for (int c = 0; c < 16; ++c) {
+      float v = 0.0f;
+      if (jb * 16 + c < P) {
+        const int y = oh * sh - ph + kh * dh, x = ow * sw - pw + kw * dw;
+        if (y >= 0 && y < H && x >= 0 && x < W) v = xp[y * W + x];
+      }
+      dst[c] = v;  // columns past P are the last panel's zero padding
+      if (++ow == OW) { ow = 0; ++oh; }
+    }
   }
 }
 
@@ -245,6 +288,19 @@ __kernel void pool2d(__global float* Y, __global const float* X, const int H, co
   }
   Y[gid] = mode == 0 ? acc : acc / (float)max(count, 1);
 }
+
+// LRN across channels: y = x / (bias + alpha / size * sum of x^2 over the channel window)^beta
+__kernel void lrn(__global float* Y, __global const float* X, const int C, const int HW, const int size,
+                  const float alpha, const float beta, const float bias, const int total) {
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int hw = gid % HW; const int c = (gid / HW) % C; const int n = gid / (HW * C);
+  const int lo = max(0, c - (size - 1) / 2), hi = min(C - 1, c + size / 2);
+  __global const float* xp = X + (size_t)n * C * HW + hw;
+  float sq = 0.0f;
+  for (int i = lo; i <= hi; ++i) { const float v = xp[i * HW]; sq += v * v; }
+  Y[gid] = X[gid] / pow(bias + alpha / (float)size * sq, beta);
+}
 """
 
 #: Row-wise kernels on an (outer, R, inner) view: reductions, Softmax/LogSoftmax, LayerNormalization.
@@ -285,13 +341,14 @@ __kernel void softmax_rows(__global float* Y, __global const float* X, const int
   float m = -INFINITY;
   for (int r = 0; r < R; ++r) m = fmax(m, X[base + r * inner]);
   float s = 0.0f;
-  for (int r = 0; r < R; ++r) s += native_exp(X[base + r * inner] - m);
   if (log_softmax) {
+    for (int r = 0; r < R; ++r) s += native_exp(X[base + r * inner] - m);
     const float ls = log(s);
     for (int r = 0; r < R; ++r) Y[base + r * inner] = X[base + r * inner] - m - ls;
-  } else {
+  } else {  // exp once per element: keep it in Y, then scale
+    for (int r = 0; r < R; ++r) { const float e = native_exp(X[base + r * inner] - m); Y[base + r * inner] = e; s += e; }
     const float inv = 1.0f / s;
-    for (int r = 0; r < R; ++r) Y[base + r * inner] = native_exp(X[base + r * inner] - m) * inv;
+    for (int r = 0; r < R; ++r) Y[base + r * inner] *= inv;
   }
 }
 
@@ -319,20 +376,28 @@ __kernel void layernorm_rows(__global float* Y, __global const float* X, __globa
 #: copies of views) and Gather.
 MOVEMENT_SOURCE = """
 // meta: rank, dims[6], src_strides[6], dst_strides[6], src_offset, dst_offset (dims outer first).
+// One work-item copies up to 64 elements along the innermost dimension, so the index decoding
+// (a division per dimension) is paid once per run of elements, not per element.
 __kernel void strided_copy(__global float* dst, __global const float* src, __constant int* meta,
                            const int total) {
   const int gid = get_global_id(0);
   if (gid >= total) return;
   const int rank = meta[0];
-  int rem = gid, s = meta[19], d = meta[20];
-  for (int k = rank - 1; k >= 0; --k) {
+  const int last = rank > 0 ? meta[rank] : 1;
+  const int chunks = (last + 63) / 64;
+  int rem = gid / chunks;
+  const int j0 = (gid % chunks) * 64;
+  int s = meta[19], d = meta[20];
+  for (int k = rank - 2; k >= 0; --k) {
     const int dim = meta[1 + k];
     const int idx = rem % dim;
     rem /= dim;
     s += idx * meta[7 + k];
     d += idx * meta[13 + k];
   }
-  dst[d] = src[s];
+  const int ss = rank > 0 ? meta[6 + rank] : 0, ds = rank > 0 ? meta[12 + rank] : 0;
+  const int j1 = min(last, j0 + 64);
+  for (int j = j0; j < j1; ++j) dst[d + j * ds] = src[s + j * ss];
 }
 
 // out[o][j][i] = data[o][idx[j]][i]; negative indices count from the end.

@@ -23,11 +23,12 @@ REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "
               "ReduceSumSquare": 5, "ReduceL2": 6, "ReduceL1": 7, "ReduceLogSumExp": 8, "ReduceLogSum": 9}
 OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                        "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Slice", "Gather",
-                       "Expand", *REDUCE_OPS})
+                       "Expand", "LRN", *REDUCE_OPS})
 SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) | VIEW_OPS | OTHER_OPS
 #: Ops of the runtime optimizer's domain (runtime/opt_fusions.py) with the same kernels.
 FUSED_DOMAIN = "com.onnxhal"
-FUSED_DOMAIN_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "LayerNormalization"})
+FUSED_DOMAIN_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "LayerNormalization",
+                              "FusedBatchNormalization"})
 _EPILOGUE_CODES = {"": 0, "Relu": 1, "Sigmoid": 2, "Tanh": 3, "LeakyRelu": 4, "HardSigmoid": 5, "Clip": 6,
                    "Gelu": 7}
 MAX_RANK = 6
@@ -112,6 +113,10 @@ def fused_activation_spec(node: Node) -> tuple[int, float, float]:
 def _check_fused(node: Node, lookup: GraphLookup) -> str | None:
     if node.attr("activation", "") not in _EPILOGUE_CODES:
         return f"{node.op_type} activation {node.attr('activation')!r} has no OpenCL epilogue"
+    if node.op_type == "FusedBatchNormalization":
+        if len(lookup.shape(node.inputs[0])) < 2:
+            return "FusedBatchNormalization on rank < 2"
+        return _need_const(lookup, node, 1, "multiplier") or _need_const(lookup, node, 2, "shift")
     if node.op_type == "FusedConv":
         return _check_conv(node, lookup)
     if node.op_type == "FusedMatMul":
@@ -245,6 +250,8 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "Conv": _check_conv, "MaxPool": _check_pool, "AveragePool": _check_pool, "Gather": _check_gather,
     "LayerNormalization": _check_layernorm, "BatchNormalization": _check_bn, "Clip": _check_clip,
     "MatMul": _check_matmul, "FusedConv": _check_fused, "FusedGemm": _check_fused, "FusedMatMul": _check_fused,
+    "FusedBatchNormalization": _check_fused,
+    "LRN": lambda n, lk: None if len(lk.shape(n.inputs[0])) >= 3 else "LRN on rank < 3",
     "Reshape": lambda n, lk: _need_const(lk, n, 1, "Reshape shape"),
     "Unsqueeze": lambda n, lk: _need_const(lk, n, 1, "Unsqueeze axes"),
     "Squeeze": lambda n, lk: _need_const(lk, n, 1, "Squeeze axes"),
@@ -254,7 +261,7 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
 }
 
 # Inputs that are parameters, not float data (index sets), per op.
-_PARAM_INPUTS = {"Reshape": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
+_PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
                  "Gather": {1}, "Clip": {1, 2}, **{op: {1} for op in REDUCE_OPS}}
 
 

@@ -124,6 +124,12 @@ class PartitionState:
             for b in init:
                 _enqueue(queue, b, self.const_buffers)
             queue.finish()
+            # Raw weights read only by the one-off packing are not kept twice on the device.
+            used = {a.name for s in plan.steps if isinstance(s, Launch) for a in s.args if isinstance(a, Buf)}
+            used |= {n for s in plan.steps if isinstance(s, CopyStep) for n in (s.src, s.dst)}
+            used |= set(plan.aliases.values())
+            for name in [n for n in plan.constants if n not in used]:
+                self.const_buffers.pop(name).release()
         self.runs = 0
 
     def release(self) -> None:
@@ -154,15 +160,22 @@ class PartitionState:
             else:
                 bufs[name] = t.buffer
         outputs = []
-        for name in plan.output_names:
-            # allocate(): the buffer returns to the allocator when the runtime drops the last reference.
-            out = DeviceTensor.allocate(plan.shapes[name], plan.dtypes[name], self.allocator)
-            bufs[name] = out.buffer
-            outputs.append(out)
-        for name, nbytes in plan.temps.items():
-            buf = self.allocator.alloc(nbytes)
-            owned.append(buf)
-            bufs[name] = buf
+        try:
+            for name in plan.output_names:
+                # allocate(): the buffer returns to the allocator when the runtime drops the last reference.
+                out = DeviceTensor.allocate(plan.shapes[name], plan.dtypes[name], self.allocator)
+                bufs[name] = out.buffer
+                outputs.append(out)
+            for name, nbytes in plan.temps.items():
+                buf = self.allocator.alloc(nbytes)
+                owned.append(buf)
+                bufs[name] = buf
+        except BaseException:  # e.g. OutOfMemory: give back what this run took, the session stays usable
+            for buf in owned:
+                self.allocator.free(buf)
+            for out in outputs:
+                self.allocator.release_if_owned(out.buffer)
+            raise
         for name in plan.aliases:
             if name not in bufs:
                 bufs[name] = bufs[plan.base(name)]

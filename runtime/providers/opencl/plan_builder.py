@@ -204,6 +204,16 @@ class PlanBuilder:
                 self.plan.shapes[name] = self.plan.constants[name].shape
                 self.plan.dtypes[name] = F32
             return [x, s_name, b_name], {}
+        if n.op_type == "FusedBatchNormalization":
+            x = n.inputs[0]
+            tail = (1,) * (len(self.shape(x)) - 2)
+            names = []
+            for i in n.inputs[1:3]:
+                name = self.constant("fbn", self.lookup.const(i).astype(np.float32).reshape((-1, *tail)))
+                self.plan.shapes[name] = self.plan.constants[name].shape
+                self.plan.dtypes[name] = F32
+                names.append(name)
+            return [x, *names], {"act": fused_activation_spec(n)}
         if n.op_type == "Clip":
             extra = {"min": n.attr("min"), "max": n.attr("max")}
             for key, idx in (("min", 1), ("max", 2)):
@@ -272,7 +282,9 @@ class PlanBuilder:
         pad = 6 - rank
         meta = [rank, *dims, *([1] * pad), *src_strides, *([0] * pad), *dst_strides, *([0] * pad), src_off, dst_off]
         m = self.constant("copymeta", np.array(meta, dtype=np.int32))
-        self.plan.add_launch_1d(ks.MOVEMENT_SOURCE, "strided_copy", _prod(dims), [Buf(dst), Buf(src), Buf(m)])
+        last = dims[-1] if rank else 1
+        work = (_prod(dims) // last if last else 0) * -(-last // 64)  # rows x 64-element chunks
+        self.plan.add_launch_1d(ks.MOVEMENT_SOURCE, "strided_copy", work, [Buf(dst), Buf(src), Buf(m)])
 
     # GEMM family ---------------------------------------------------------------------------
     def _packed_a(self, src: str, M: int, K: int, rs: int, cs: int, batches: int, bstride: int) -> str:
@@ -305,13 +317,29 @@ class PlanBuilder:
 
     def _gemm(self, ap: str, bp: str, out: str, M: int, N: int, K: int, batches: int, a_mod: int,
               c_bstride: int, bias: str | None, bias_mode: int, bias_bstride: int, alpha: float, beta: float,
-              epi: Epilogue) -> None:
+              epi: Epilogue, a_rowmajor_bstride: int | None = None) -> None:
+        """C = GEMM of packed B with A: packed (``ap`` from ``_packed_a``) or, when
+        ``a_rowmajor_bstride`` is given, ``ap`` is the row-major A itself (batch stride as given)."""
+        if M == 0 or N == 0:
+            return  # an empty output: nothing to compute
         Mb, Nb = -(-M // RM), -(-N // RN)
         bias_buf = Buf(bias) if bias else Buf(ap)  # any valid buffer when unused
-        self.plan.steps.append(Launch(ks.GEMM_SOURCE, "gemm_packed", (Mb, Nb, batches), (1, 1, 1), [
-            Buf(ap), Buf(bp), Buf(out), bias_buf, Buf(epi.residual or ap), I32(M), I32(N), I32(K), I32(a_mod),
-            I32(c_bstride), I32(bias_bstride), I32(bias_mode if bias else 0), F(alpha), F(beta), I32(epi.code),
-            F(epi.p0), F(epi.p1)]))
+        args = [Buf(ap), Buf(bp), Buf(out), bias_buf, Buf(epi.residual or ap), I32(M), I32(N), I32(K), I32(a_mod),
+                I32(c_bstride), I32(bias_bstride), I32(bias_mode if bias else 0), F(alpha), F(beta), I32(epi.code),
+                F(epi.p0), F(epi.p1)]
+        kernel = "gemm_packed"
+        if a_rowmajor_bstride is not None:
+            kernel = "gemm_rowmajor_a"
+            args.append(I32(a_rowmajor_bstride))
+        self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (Mb, Nb, batches), (1, 1, 1), args))
+
+    def _a_operand(self, a: str, M: int, K: int, rs: int, cs: int, batches: int, bstride: int
+                   ) -> tuple[str, int | None]:
+        """(buffer, row-major batch stride or None): activations already row-major are read in place,
+        weights and transposed operands are packed."""
+        if a not in self.plan.constants and cs == 1 and rs == K:
+            return a, bstride
+        return self._packed_a(a, M, K, rs, cs, batches, bstride), None
 
     def _lower_Gemm(self, n: Node, epi: Epilogue) -> None:
         a, b = self.data(n.inputs[0]), self.data(n.inputs[1])
@@ -319,7 +347,7 @@ class PlanBuilder:
         ta, tb = n.attr("transA", 0), n.attr("transB", 0)
         M, K = (a1, a0) if ta else (a0, a1)
         N = b0 if tb else b1
-        ap = self._packed_a(a, M, K, 1 if ta else K, M if ta else 1, 1, 0)
+        ap, a_rm = self._a_operand(a, M, K, 1 if ta else K, M if ta else 1, 1, 0)
         bp = self._packed_b(b, K, N, 1 if tb else N, K if tb else 1, 1, 0)
         bias, mode = None, 0
         if len(n.inputs) > 2 and n.inputs[2]:
@@ -334,7 +362,7 @@ class PlanBuilder:
             else:
                 mode = 2
         out = self.output(epi.out)
-        self._gemm(ap, bp, out, M, N, K, 1, 1, 0, bias, mode, 0, n.attr("alpha", 1.0), n.attr("beta", 1.0), epi)
+        self._gemm(ap, bp, out, M, N, K, 1, 1, 0, bias, mode, 0, n.attr("alpha", 1.0), n.attr("beta", 1.0), epi, a_rm)
 
     _lower_FusedGemm = _lower_Gemm
 
@@ -347,15 +375,15 @@ class PlanBuilder:
         mode = 0 if bias is None else 4 if _prod(self.shape(bias)) == 1 else 1
         if len(sb) == 2:  # batch dims of A fold into M
             M = _prod(sa[:-1])
-            ap = self._packed_a(a, M, K, K, 1, 1, 0)
+            ap, a_rm = self._a_operand(a, M, K, K, 1, 1, 0)
             bp = self._packed_b(b, K, N, N, 1, 1, 0)
-            return self._gemm(ap, bp, out, M, N, K, 1, 1, 0, bias, mode, 0, 1.0, 1.0, epi)
+            return self._gemm(ap, bp, out, M, N, K, 1, 1, 0, bias, mode, 0, 1.0, 1.0, epi, a_rm)
         batches = _prod(sb[:-2])
         M = sa[-2]
         a_batches = 1 if len(sa) == 2 else batches
-        ap = self._packed_a(a, M, K, K, 1, a_batches, M * K)
+        ap, a_rm = self._a_operand(a, M, K, K, 1, a_batches, M * K)
         bp = self._packed_b(b, K, N, N, 1, batches, K * N)
-        self._gemm(ap, bp, out, M, N, K, batches, a_batches, M * N, bias, mode, 0, 1.0, 1.0, epi)
+        self._gemm(ap, bp, out, M, N, K, batches, a_batches, M * N, bias, mode, 0, 1.0, 1.0, epi, a_rm)
 
     _lower_FusedMatMul = _lower_MatMul
 
@@ -404,7 +432,7 @@ class PlanBuilder:
         batches = Nimg * G
         total = batches * Nb * Kdim * RN
         bp = self.temp("im2col", total * 4)
-        self.plan.add_launch_1d(ks.CONV_SOURCE, "im2col_packed", batches * Nb * Kdim, [
+        self.plan.add_launch_1d(ks.CONV_SOURCE, "im2col_packed", batches * Kdim, [
             Buf(bp), Buf(x), I32(Cin), *geo, I32(Cg),
             *(I32(g[k]) for k in ("KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw")),
             I32(G), I32(Kdim), I32(Nb)])
@@ -476,6 +504,14 @@ class PlanBuilder:
         self.plan.add_launch_1d(ks.ROWWISE_SOURCE, "layernorm_rows", _prod(xs[:axis]), [
             Buf(out), Buf(x), Buf(gamma), Buf(beta or gamma), I32(1 if beta else 0), I32(r),
             F(n.attr("epsilon", 1e-5))])
+
+    def _lower_LRN(self, n: Node) -> None:
+        x = self.data(n.inputs[0])
+        xs = self.shape(x)
+        out = self.output(n.outputs[0])
+        self.plan.add_launch_1d(ks.POOL_SOURCE, "lrn", _prod(xs), [
+            Buf(out), Buf(x), I32(xs[1]), I32(_prod(xs[2:])), I32(n.attr("size")), F(n.attr("alpha", 1e-4)),
+            F(n.attr("beta", 0.75)), F(n.attr("bias", 1.0))])
 
     def _lower_Transpose(self, n: Node) -> None:
         x = self.data(n.inputs[0])

@@ -11,13 +11,17 @@ from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _ndarray = np.ndarray
 _asarray = np.asarray
+_maximum = np.maximum
+# A typed zero per dtype: np.maximum with a Python 0 pays for weak-scalar promotion on every call.
+_ZEROS: dict = {}
 _math_erf = np.frompyfunc(math.erf, 1, 1)
 
-# Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7) for |x| >= 0.5; below it the Taylor
-# series to x**13 (error < 1e-9), which keeps the relative error small near zero.
+# Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7) for |x| >= 1; below it the Taylor series to
+# x**27 (truncation < 1e-12), which keeps the relative error small near zero. Evaluated in
+# float32 the result is within 2e-7 (about 3 float32 ULPs) of erf everywhere.
 _AS_P = 0.3275911
 _AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-_TAYLOR = tuple(2.0 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(7))
+_TAYLOR = tuple(2.0 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(14))
 
 
 def erf(x: np.ndarray) -> np.ndarray:
@@ -31,11 +35,11 @@ def erf(x: np.ndarray) -> np.ndarray:
     poly = t * (_AS_A[0] + t * (_AS_A[1] + t * (_AS_A[2] + t * (_AS_A[3] + t * _AS_A[4]))))
     big = np.copysign(1.0 - poly * np.exp(-a * a), xf)
     z = xf * xf
-    small = _TAYLOR[6]
-    for c in _TAYLOR[5::-1]:
+    small = _TAYLOR[-1]
+    for c in _TAYLOR[-2::-1]:
         small = small * z + c
     small = small * xf
-    r = np.where(a < 0.5, small, big).astype(dt, copy=False)
+    r = np.where(a < 1.0, small, big).astype(dt, copy=False)
     return r
 
 
@@ -48,8 +52,11 @@ class _Act(Kernel):
 class Relu(_Act):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
-        r = np.maximum(x, 0)
-        return [r if type(r) is _ndarray else _asarray(r, x.dtype)]
+        zero = _ZEROS.get(x.dtype)
+        if zero is None:
+            zero = _ZEROS.setdefault(x.dtype, x.dtype.type(0))
+        r = _maximum(x, zero)
+        return [r] if r.__class__ is _ndarray else [_asarray(r)]
 
 
 @register("Sigmoid", since=1)
@@ -62,9 +69,9 @@ class Sigmoid(_Act):
             e = np.exp(x)
             return [_asarray(np.where(x > 0, 1.0 / (1.0 + np.exp(-x)), e / (1.0 + e)).astype(x.dtype))]
         r = np.tanh(x * 0.5)
-        r += 1
         r *= 0.5
-        return [r if type(r) is _ndarray else _asarray(r, x.dtype)]
+        r += 0.5
+        return [r] if r.__class__ is _ndarray else [_asarray(r)]
 
 
 @register("Erf", since=9)

@@ -92,7 +92,7 @@ class Conv(Kernel):
             oprod = int(np.prod(out))
             win = win.reshape((n, g, cg) + tuple(out) + tuple(kernel))
             perm = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
-            cols = win.transpose(perm).reshape(n, g, cg * kprod, oprod)  # im2col (copy)
+            cols = np.ascontiguousarray(win.transpose(perm)).reshape(n, g, cg * kprod, oprod)  # im2col
             y = np.matmul(w.reshape(g, mg, cg * kprod), cols).reshape((n, m) + tuple(out))
         if b is not None:
             y += b.reshape((1, m) + (1,) * nd)
@@ -114,7 +114,10 @@ class Conv(Kernel):
 
 @register("ConvTranspose", since=1)
 class ConvTranspose(Kernel):
-    """Native for explicit pads; ``output_shape``/``auto_pad`` cases go to onnx.reference."""
+    """Batched matmul then col2im as one strided add per kernel tap. ``output_shape`` and
+    ``auto_pad`` follow onnx.reference (which the backend cases are generated with): SAME pads
+    split the total padding (SAME_UPPER: floor half at the start), otherwise the pads (or zeros)
+    give the start and ``output_shape`` the length, zero-extended past the computed output."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.group = node.attr("group", 1)
@@ -123,15 +126,27 @@ class ConvTranspose(Kernel):
         self.dilations = node.attr("dilations")
         self.pads = node.attr("pads")
         self.output_padding = node.attr("output_padding")
-        self.ref = None
-        if node.attr("output_shape") is not None or node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-            from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+        self.output_shape = node.attr("output_shape")
+        self.auto_pad = node.attr("auto_pad", "NOTSET")
 
-            self.ref = ReferenceKernel(node, ctx, node.since_version or 11)
+    def _placement(self, ins, kernel, strides, dil, opad, full):
+        """Per spatial axis: (start in the full col2im output, output length)."""
+        nd = len(ins)
+        out_shape = list(self.output_shape[-nd:]) if self.output_shape else None
+        if self.pads is None and self.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            if out_shape is None:
+                out_shape = [ins[i] * strides[i] for i in range(nd)]
+            starts = []
+            for i in range(nd):
+                total = strides[i] * (ins[i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - out_shape[i]
+                starts.append(total // 2 if self.auto_pad == "SAME_UPPER" else total - total // 2)
+            return starts, out_shape
+        pads = self.pads or [0] * (2 * nd)
+        if out_shape is None:
+            out_shape = [full[i] - pads[i] - pads[i + nd] for i in range(nd)]
+        return list(pads[:nd]), out_shape
 
     def compute(self, inputs: list) -> list:
-        if self.ref is not None:
-            return self.ref.compute(inputs)
         x, w = inputs[0], inputs[1]
         b = inputs[2] if len(inputs) > 2 else None
         n, c = x.shape[:2]
@@ -140,8 +155,7 @@ class ConvTranspose(Kernel):
         kernel = list(self.kernel_shape or w.shape[2:])
         strides = self.strides or [1] * nd
         dil = self.dilations or [1] * nd
-        pads = self.pads or [0] * (2 * nd)
-        opad = self.output_padding or [0] * nd
+        opad = (self.output_padding or [0] * nd)[-nd:]
         g = self.group
         cg, mg = c // g, w.shape[1]
         m = mg * g
@@ -155,7 +169,12 @@ class ConvTranspose(Kernel):
             sl = tuple(slice(idx[i] * dil[i], idx[i] * dil[i] + (ins[i] - 1) * strides[i] + 1, strides[i])
                        for i in range(nd))
             y[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + idx]
-        crop = tuple(slice(pads[i], full[i] - pads[i + nd]) for i in range(nd))
+        starts, lengths = self._placement(ins, kernel, strides, dil, opad, full)
+        before = [max(0, -s) for s in starts]
+        after = [max(0, s + ln - f) for s, ln, f in zip(starts, lengths, full)]
+        if any(before) or any(after):  # the requested window reaches past the computed output
+            y = np.pad(y, [(0, 0), (0, 0)] + list(zip(before, after)))
+        crop = tuple(slice(s + bf, s + bf + ln) for s, bf, ln in zip(starts, before, lengths))
         y = y[(slice(None), slice(None)) + crop]
         if b is not None:
             y = y + b.reshape((1, m) + (1,) * nd)

@@ -20,16 +20,17 @@ def _arr(r):
 
 
 class UnaryUfunc(Kernel):
-    """``y = f(x)`` for a numpy ufunc ``f`` set on the subclass."""
+    """``y = f(x)`` for a numpy ufunc ``f`` set on the subclass (copied to the instance, whose
+    attribute lookup is the cheaper one on the hot path)."""
 
     fn = None
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
+        self.fn = type(self).fn
 
     def compute(self, inputs: list) -> list:
         r = self.fn(inputs[0])
-        return [r if type(r) is _ndarray else _asarray(r)]
+        return [r] if r.__class__ is _ndarray else [_asarray(r)]
 
 
 class BinaryUfunc(Kernel):
@@ -38,11 +39,11 @@ class BinaryUfunc(Kernel):
     fn = None
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
+        self.fn = type(self).fn
 
     def compute(self, inputs: list) -> list:
-        r = self.fn(inputs[0], inputs[1])
-        return [r if type(r) is _ndarray else _asarray(r)]
+        r = self.fn(*inputs)
+        return [r] if r.__class__ is _ndarray else [_asarray(r)]
 
 
 def _unary(op: str, fn, *versions: int) -> None:

@@ -1,23 +1,30 @@
 """CPU kernels of the ``com.onnxhal`` ops the graph optimizer introduces (runtime/opt_fusions.py).
 
-- ``FusedConv(X, W, B?, Z?)``: Conv (the CPU EP's own Conv kernel), plus the residual Z, then the
-  activation, both applied in place on the Conv's fresh output.
+- ``FusedConv(X, W, B?, Z?)``: in fused_conv.py.
 - ``FusedGemm(A, B, C?)``: Gemm then activation.
-- ``FusedMatMul(X, W, bias)``: X @ W + bias (X of any rank >= 2, W 2-D), then Relu or Gelu.
+- ``FusedMatMul(X, W, bias?)``: X @ W + bias (X of any rank >= 2, W 2-D), then Relu or Gelu.
 - ``FusedBatchNormalization(X, multiplier, shift)``: X * multiplier + shift per channel (axis 1),
   then activation: inference BatchNormalization with its statistics folded in by the optimizer.
 - ``Gelu(X)``: x * Phi(x), erf-exact to float32 rounding.
 - ``LayerNormalization``: the ONNX contract, for models whose opset predates the ONNX op.
 
 ``activation`` names the op ("" for none); ``activation_params`` holds its float attributes
-(LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta). Large elementwise work is split into
-cache-sized blocks shared by a small thread pool (numpy releases the GIL inside ufuncs).
+(LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta).
+
+Threads: large products and elementwise work can be split between ``WORKERS`` threads of one
+shared pool (numpy releases the GIL in BLAS calls and ufuncs), each block getting its epilogue
+(bias, residual, activation) while in cache. ``ONNXHAL_FUSED_THREADS`` sets the count. Unset, the
+kernels split work only when numpy's BLAS was pinned to one thread (``OPENBLAS_NUM_THREADS=1``):
+then these threads own the cores, which also avoids OpenBLAS's spinning threads, which slow down
+sharply on a busy machine; otherwise BLAS's own threads parallelize and the kernels stay serial,
+so the two never oversubscribe the cores.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -32,29 +39,54 @@ DOMAIN = "com.onnxhal"
 
 #: Elements per block of blocked elementwise work: fits in L2 with the temporaries.
 BLOCK = 1 << 15
+#: Work (multiply-adds or elements) below which splitting costs more than it saves.
+PARALLEL_MIN_WORK = 1 << 18
+def _default_workers() -> int:
+    if os.environ.get("ONNXHAL_FUSED_THREADS"):
+        return max(1, int(os.environ["ONNXHAL_FUSED_THREADS"]))
+    if os.environ.get("OPENBLAS_NUM_THREADS") == "1" or os.environ.get("OMP_NUM_THREADS") == "1":
+        return max(1, min(4, os.cpu_count() or 1))
+    return 1
+
+
+WORKERS = _default_workers()
 _pool: ThreadPoolExecutor | None = None
-_WORKERS = max(1, min(2, os.cpu_count() or 1))
+_pool_lock = threading.Lock()
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="onnxhal-fused")
+    return _pool
+
+
+def parallel_ranges(total: int, fn: Callable[[int, int], None], work: int) -> None:
+    """Call ``fn(start, stop)`` over ``[0, total)`` split in ``WORKERS`` parts (inline when ``work``
+    is small or there is one worker). The caller's thread takes the last part."""
+    parts = min(WORKERS, total)
+    if parts <= 1 or work < PARALLEL_MIN_WORK or threading.current_thread().name.startswith("onnxhal-fused"):
+        fn(0, total)
+        return
+    bounds = [total * i // parts for i in range(parts + 1)]
+    futures = [_get_pool().submit(fn, bounds[i], bounds[i + 1]) for i in range(parts - 1)]
+    fn(bounds[-2], bounds[-1])
+    for f in futures:
+        f.result()
 
 
 def _blocked(fn: Callable[[np.ndarray], None], y: np.ndarray) -> None:
-    """Apply the in-place ``fn`` to ``y`` block by block, on two threads when it is large."""
-    global _pool
+    """Apply the in-place elementwise ``fn`` to ``y`` in cache-sized blocks, split between workers."""
     flat = y.reshape(-1)
     n = flat.size
-    if n <= 2 * BLOCK or _WORKERS == 1:
-        for s in range(0, n, BLOCK):
-            fn(flat[s:s + BLOCK])
-        return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="onnxhal-fused")
-    step = -(-n // _WORKERS)
 
-    def part(start: int) -> None:
-        for s in range(start, min(start + step, n), BLOCK):
-            fn(flat[s:min(s + BLOCK, start + step, n)])
+    def run(start: int, stop: int) -> None:
+        for s in range(start, stop, BLOCK):
+            fn(flat[s:min(s + BLOCK, stop)])
 
-    for f in [_pool.submit(part, s) for s in range(0, n, step)]:
-        f.result()
+    parallel_ranges(n, run, work=n * 16)
 
 
 # Abramowitz & Stegun 7.1.26: erf(a) = 1 - P(t) exp(-a^2), t = 1 / (1 + p a), |error| < 1.5e-7.
@@ -126,63 +158,49 @@ def _activation(name: str, params: list[float], node: Node) -> Callable[[np.ndar
                           "use one of Relu, Gelu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid")
 
 
-def _writable(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def writable(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``y`` if the kernel may overwrite it (a fresh, writable array of ``dtype``), else a copy."""
     if isinstance(y, np.ndarray) and y.dtype == dtype and y.flags.writeable and y.flags.c_contiguous:
         return y
     return np.array(y, dtype=dtype)
 
 
-class _FusedBase(Kernel):
+class FusedBase(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.act = _activation(node.attr("activation", ""), node.attr("activation_params", []), node)
 
 
-@register("FusedConv", since=1, domain=DOMAIN)
-class FusedConv(_FusedBase):
-    """Conv + optional residual Z + activation; the Conv itself is the CPU EP's Conv kernel."""
+def _rows_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None,
+                  act: Callable[[np.ndarray], None] | None) -> np.ndarray:
+    """act(a @ b + bias) for 2-D a, b, the rows of ``a`` split between workers."""
+    y = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
 
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        super().__init__(node, ctx)
-        from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
+    def rows(r0: int, r1: int) -> None:
+        out = y[r0:r1]
+        np.matmul(a[r0:r1], b, out=out)
+        if bias is not None:
+            out += bias if bias.ndim < 2 or bias.shape[0] == 1 else bias[r0:r1]
+        if act is not None:
+            act(out)
 
-        conv_attrs = [a for k, a in node.attribute_protos.items() if k not in ("activation", "activation_params")]
-        conv = Node("Conv", node.inputs[:3], node.outputs[:1], name=node.name, attribute_protos=conv_attrs)
-        conv.since_version = 11
-        self.conv = create_cpu_kernel(conv, ctx, 11)
-        self.has_residual = len(node.inputs) > 3 and bool(node.inputs[3])
-
-    def compute(self, inputs: list) -> list:
-        y = self.conv.compute(inputs[:3])[0]
-        y = _writable(y, inputs[0].dtype)
-        if self.has_residual:
-            y += inputs[3]
-        if self.act is not None:
-            self.act(y)
-        return [y]
-
-
-def _matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """x @ w as one BLAS call: leading dims of x folded into rows."""
-    if x.ndim > 2:
-        return np.matmul(x.reshape(-1, x.shape[-1]), w).reshape(*x.shape[:-1], w.shape[1])
-    return np.matmul(x, w)
+    parallel_ranges(a.shape[0], rows, work=a.shape[0] * a.shape[1] * b.shape[1])
+    return y
 
 
 @register("FusedMatMul", since=1, domain=DOMAIN)
-class FusedMatMul(_FusedBase):
+class FusedMatMul(FusedBase):
+    """X @ W + bias then activation; X's leading dimensions are folded into rows."""
+
     def compute(self, inputs: list) -> list:
-        x, w, bias = inputs[0], inputs[1], inputs[2]
-        y = _matmul(x, w)
-        if bias is not None:
-            y += bias
-        if self.act is not None:
-            self.act(y)
-        return [y]
+        x, w = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        x2 = x.reshape(-1, x.shape[-1])
+        y = _rows_product(x2, w, bias, self.act)
+        return [y.reshape(*x.shape[:-1], w.shape[1])]
 
 
 @register("FusedGemm", since=1, domain=DOMAIN)
-class FusedGemm(_FusedBase):
+class FusedGemm(FusedBase):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
         self.alpha = node.attr("alpha", 1.0)
@@ -193,7 +211,11 @@ class FusedGemm(_FusedBase):
     def compute(self, inputs: list) -> list:
         a, b = inputs[0], inputs[1]
         c = inputs[2] if len(inputs) > 2 else None
-        y = np.matmul(a.T if self.trans_a else a, b.T if self.trans_b else b)
+        a = a.T if self.trans_a else a
+        b = b.T if self.trans_b else b
+        if self.alpha == 1.0 and (c is None or self.beta == 1.0):
+            return [_rows_product(a, b, c, self.act)]
+        y = np.matmul(a, b)
         if self.alpha != 1.0:
             y *= self.alpha
         if c is not None and self.beta != 0.0:
@@ -204,7 +226,7 @@ class FusedGemm(_FusedBase):
 
 
 @register("FusedBatchNormalization", since=1, domain=DOMAIN)
-class FusedBatchNormalization(_FusedBase):
+class FusedBatchNormalization(FusedBase):
     def compute(self, inputs: list) -> list:
         x, multiplier, shift = inputs[0], inputs[1], inputs[2]
         channel = (1, -1) + (1,) * (x.ndim - 2)

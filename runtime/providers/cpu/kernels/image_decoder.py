@@ -1,7 +1,8 @@
-"""ImageDecoder (opset 20) for the formats a few lines of numpy + zlib can decode exactly: PNG
-(8-bit, non-interlaced), BMP (24/32-bit uncompressed), PNM (P2/P3/P5/P6) and TIFF (uncompressed,
-8-bit, chunky). JPEG, JPEG 2000 and WebP need a real codec: they use Pillow when it is installed
-(it is not a dependency) and otherwise raise NotImplemented naming the format.
+"""ImageDecoder (opset 20) for the formats numpy + zlib can decode exactly: PNG (8-bit,
+non-interlaced), BMP (24/32-bit uncompressed), PNM (P2/P3/P5/P6), TIFF (uncompressed, 8-bit,
+chunky) and baseline JPEG (``jpeg_baseline``, bit-exact with libjpeg's defaults). Progressive
+JPEG, JPEG 2000 and WebP need a real codec: they use Pillow when it is installed (it is not a
+dependency) and otherwise raise NotImplemented naming the format.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node, errors
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.jpeg_baseline import decode_baseline_jpeg
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -141,7 +143,7 @@ def _pillow(data: bytes, fmt: str) -> np.ndarray:
         import PIL.Image
     except ImportError:
         raise errors.NotImplemented(f"ImageDecoder: decoding {fmt} needs Pillow (pip install pillow); "
-                             "PNG, BMP, PNM and uncompressed TIFF decode without it") from None
+                             "PNG, BMP, PNM, uncompressed TIFF and baseline JPEG decode without it") from None
     return np.array(PIL.Image.open(io.BytesIO(data)).convert("RGB"))
 
 
@@ -156,7 +158,11 @@ def decode_image_rgb(data: bytes) -> np.ndarray:
     if data[:4] in (b"II*\x00", b"MM\x00*"):
         return _tiff(data)
     if data[:2] == b"\xff\xd8":
-        return _pillow(data, "JPEG")
+        try:
+            img = decode_baseline_jpeg(data)
+        except NotImplementedError:  # progressive / arithmetic / unusual sampling
+            return _pillow(data, "this JPEG (not baseline)")
+        return np.repeat(img, 3, axis=2) if img.shape[2] == 1 else img
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return _pillow(data, "WebP")
     if data[4:8] == b"jP  " or data[:4] == b"\xff\x4f\xff\x51":

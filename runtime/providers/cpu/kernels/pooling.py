@@ -1,6 +1,7 @@
 """Pooling: MaxPool and AveragePool as one vectorized max/add per kernel tap over strided slices
-of the padded input; GlobalAveragePool/GlobalMaxPool as reductions. ``ceil_mode``, MaxPool's
-Indices output and other rare forms are delegated to onnx.reference."""
+of the padded input (``ceil_mode`` as extra end padding that never counts, MaxPool's Indices by
+tracking the winning tap); GlobalAveragePool/GlobalMaxPool as reductions. Column-major Indices
+(``storage_order=1``) are delegated to onnx.reference."""
 
 from __future__ import annotations
 
@@ -19,34 +20,74 @@ def _tap_slices(idx, dil, strides, out):
 class _Pool(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.geo = ConvGeometry(node)
-        self.ref = None
-        if self._needs_reference(node):
-            from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+        self.ceil = bool(node.attr("ceil_mode", 0)) and node.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID")
 
-            self.ref = ReferenceKernel(node, ctx, node.since_version or 19)
-
-    def _needs_reference(self, node: Node) -> bool:
-        return bool(node.attr("ceil_mode", 0))
+    def geometry(self, spatial):
+        """kernel, strides, dilations, pads begin, pads end (incl. ceil_mode's extra), output size,
+        and the explicit pads end (what counts as padding for count_include_pad)."""
+        kernel, strides, dil, pb, pe, out = self.geo.resolve(spatial)
+        pe_explicit = list(pe)
+        if self.ceil:
+            pe = list(pe)
+            for i in range(len(kernel)):
+                span = (kernel[i] - 1) * dil[i] + 1
+                o = -(-(spatial[i] + pb[i] + pe[i] - span) // strides[i]) + 1
+                if (o - 1) * strides[i] >= spatial[i] + pb[i]:  # the last window must start inside
+                    o -= 1
+                out[i] = o
+                pe[i] += max(0, (o - 1) * strides[i] + span - (spatial[i] + pb[i] + pe[i]))
+        return kernel, strides, dil, pb, pe, out, pe_explicit
 
 
 @register("MaxPool", since=1)
 class MaxPool(_Pool):
-    def _needs_reference(self, node: Node) -> bool:
-        return bool(node.attr("ceil_mode", 0)) or len([o for o in node.outputs if o]) > 1 or bool(
-            node.attr("storage_order", 0))
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self.with_indices = len(node.outputs) > 1 and bool(node.outputs[1])
+        self.ref = None
+        if self.with_indices and node.attr("storage_order", 0):
+            from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+
+            self.ref = ReferenceKernel(node, ctx, node.since_version or 12)
 
     def compute(self, inputs: list) -> list:
         if self.ref is not None:
             return self.ref.compute(inputs)
         x = inputs[0]
-        kernel, strides, dil, pb, pe, out = self.geo.resolve(x.shape[2:])
+        kernel, strides, dil, pb, pe, out, _ = self.geometry(x.shape[2:])
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         xp = pad_spatial(x, pb, pe, low)
+        if self.with_indices:
+            return list(self._with_indices(x, xp, kernel, strides, dil, pb, out))
         y = None
         for idx in np.ndindex(*kernel):
             v = xp[_tap_slices(idx, dil, strides, out)]
             y = v.copy() if y is None else np.maximum(y, v, out=y)
         return [y]
+
+    @staticmethod
+    def _with_indices(x, xp, kernel, strides, dil, pb, out):
+        """Max and the row-major flat index (into the whole input) of its first occurrence."""
+        nd = len(kernel)
+        spatial = x.shape[2:]
+        base = (np.arange(x.shape[0] * x.shape[1], dtype=np.int64) * int(np.prod(spatial))).reshape(
+            (x.shape[0], x.shape[1]) + (1,) * nd)
+        y = idx_best = None
+        for tap in np.ndindex(*kernel):
+            v = xp[_tap_slices(tap, dil, strides, out)]
+            flat = np.zeros((1, 1) + tuple(out), dtype=np.int64)
+            for i in range(nd):
+                coord = np.arange(out[i], dtype=np.int64) * strides[i] + tap[i] * dil[i] - pb[i]
+                shape = [1, 1] + [1] * nd
+                shape[2 + i] = out[i]
+                flat = flat * spatial[i] + coord.reshape(shape)
+            if y is None:
+                y, idx_best = v.copy(), np.broadcast_to(flat + base, v.shape).copy()
+            else:
+                better = v > y
+                y = np.where(better, v, y)
+                idx_best = np.where(better, flat + base, idx_best)
+        return y, idx_best
 
 
 @register("AveragePool", since=1)
@@ -56,20 +97,24 @@ class AveragePool(_Pool):
         self.include_pad = bool(node.attr("count_include_pad", 0))
 
     def compute(self, inputs: list) -> list:
-        if self.ref is not None:
-            return self.ref.compute(inputs)
         x = inputs[0]
-        kernel, strides, dil, pb, pe, out = self.geo.resolve(x.shape[2:])
+        kernel, strides, dil, pb, pe, out, pe_explicit = self.geometry(x.shape[2:])
         xp = pad_spatial(x, pb, pe, 0)
         y = None
         for idx in np.ndindex(*kernel):
             v = xp[_tap_slices(idx, dil, strides, out)]
             y = v.astype(x.dtype, copy=True) if y is None else np.add(y, v, out=y)
         padded = any(pb) or any(pe)
-        if self.include_pad or not padded:
+        if not padded:
             y /= x.dtype.type(int(np.prod(kernel)))
             return [y]
-        ones = pad_spatial(np.ones((1, 1) + x.shape[2:], dtype=x.dtype), pb, pe, 0)
+        # Divisor: the taps that land on counted positions (the input, plus the explicit pads
+        # with count_include_pad); ceil_mode's extra end padding never counts.
+        if self.include_pad:
+            counted = np.ones((1, 1) + tuple(s + b + e for s, b, e in zip(x.shape[2:], pb, pe_explicit)), x.dtype)
+            ones = pad_spatial(counted, [0] * len(pb), [e - ee for e, ee in zip(pe, pe_explicit)], 0)
+        else:
+            ones = pad_spatial(np.ones((1, 1) + x.shape[2:], dtype=x.dtype), pb, pe, 0)
         cnt = None
         for idx in np.ndindex(*kernel):
             v = ones[_tap_slices(idx, dil, strides, out)]

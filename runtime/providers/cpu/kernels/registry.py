@@ -8,6 +8,7 @@ all once, lazily.
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
 import threading
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from onnxhal.hal import Kernel
 
 _REGISTRY: dict[tuple[str, str], list[tuple[int, type[Kernel]]]] = {}
 _loaded = False
+_logger = logging.getLogger(__name__)
 _load_lock = threading.Lock()
 
 
@@ -40,7 +42,11 @@ def _load_all() -> None:
 
         for mod in pkgutil.iter_modules(pkg.__path__):
             if mod.name != "registry":
-                importlib.import_module(f"{pkg.__name__}.{mod.name}")
+                try:
+                    importlib.import_module(f"{pkg.__name__}.{mod.name}")
+                except Exception:  # one broken kernel module must not take down the whole CPU EP
+                    _logger.exception("CPU kernel module %r failed to import; its ops fall back to "
+                                      "onnx.reference", mod.name)
         _loaded = True
 
 

@@ -1,0 +1,181 @@
+"""``onnxhal matrix MODEL``: the model on every EP device, checked against the CPU EP; and the
+simulated-cost explanation of ``onnxhal run --explain``.
+
+The matrix registers the simulated devices of ``--profiles`` (default: those already registered
+through ``ONNXHAL_SIMULATE``, else generic-npu,generic-gpu), runs the model once on the CPU EP as the
+reference and once on every other EP device (with the CPU EP as fallback for what the device does
+not take), and prints, per device: EP, device, nodes on the device, nodes on the CPU, transfers,
+the largest absolute error, simulated device time and energy. The exit code is 1 when any device's
+result is beyond its profile's tolerance (``|out - ref| <= atol + rtol * |ref|``) or a device fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.progress import Progress
+from rich.table import Table
+
+import onnxhal
+from onnxhal.hal.errors import OrtError
+
+#: Tolerance for EP devices that have no simulator profile (e.g. the OpenCL EP).
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-4
+
+
+@dataclass
+class MatrixRow:
+    ep: str
+    device: str
+    nodes_on_device: int = 0
+    nodes_on_cpu: int = 0
+    transfers: int = 0
+    max_error: float = float("nan")
+    sim_ms: float | None = None
+    sim_mj: float | None = None
+    ok: bool = False
+    error: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def device_label(d: onnxhal.OrtEpDevice) -> str:
+    return d.device.metadata.get("simulator_profile") or f"{d.device.type.name} {d.device.vendor}"
+
+
+def ensure_simulators(profiles: str | None) -> None:
+    """Register the simulated devices of ``profiles`` (replacing any), or the default ones if none are."""
+    from onnxhal.simulators import register_simulators, simulated_library_names
+
+    if profiles:
+        from onnxhal.simulators.testing import _unregister
+
+        for name in simulated_library_names():
+            _unregister(name)
+        register_simulators(profiles)
+    elif not simulated_library_names():
+        register_simulators(None)
+
+
+def _session(model: str | bytes, device: onnxhal.OrtEpDevice | None) -> onnxhal.InferenceSession:
+    so = onnxhal.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if device is None:
+        return onnxhal.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    so.add_provider_for_devices([device])
+    return onnxhal.InferenceSession(model, so)
+
+
+def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref: list) -> MatrixRow:
+    """One row: the model on ``device`` against the reference outputs ``ref``."""
+    from onnxhal.simulators.cost import virtual_eps
+
+    row = MatrixRow(device.ep_name, device_label(device))
+    try:
+        sess = _session(model, device)
+        sess.disable_fallback()  # a failing device must show as failing, not as a CPU result
+        outs = sess.run(None, feeds)
+    except OrtError as e:
+        row.error = f"{type(e).__name__}: {e}"
+        return row
+    summary = sess.partition_summary
+    row.nodes_on_device = summary.get(device.ep_name, 0)
+    row.nodes_on_cpu = summary.get("CPUExecutionProvider", 0)
+    sims = virtual_eps(sess)
+    ep = sims.get(device.ep_name)
+    rtol, atol = (ep.profile.rtol, ep.profile.atol) if ep is not None else (DEFAULT_RTOL, DEFAULT_ATOL)
+    if ep is not None:
+        run = ep.meter.last_run
+        row.transfers = run.transfers
+        row.sim_ms = run.device_seconds * 1e3
+        row.sim_mj = run.energy_joules * 1e3
+    else:
+        row.transfers = sum(1 for s in sess.plan.steps if s.node is None)
+    row.ok = True
+    errors = []
+    for o, r in zip(outs, ref):
+        o, r = np.asarray(o, np.float64), np.asarray(r, np.float64)
+        if o.shape != r.shape:
+            row.ok, row.error = False, f"output shape {list(o.shape)} != reference {list(r.shape)}"
+            continue
+        if o.size:
+            errors.append(float(np.max(np.abs(o - r))))
+            if not np.all(np.abs(o - r) <= atol + rtol * np.abs(r)):
+                row.ok = False
+                row.error = row.error or f"beyond tolerance (rtol {rtol:g}, atol {atol:g})"
+    row.max_error = max(errors) if errors else 0.0
+    return row
+
+
+def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = True) -> list[MatrixRow]:
+    """Rows for every EP device other than the CPU EP's (the reference)."""
+    from onnxhal.cli import random_inputs
+    from onnxhal.runtime.environment import is_default_cpu_ep
+
+    ref_sess = _session(model, None)
+    feeds = feeds if feeds is not None else random_inputs(ref_sess)
+    ref = ref_sess.run(None, feeds)
+    devices = [d for d in onnxhal.get_ep_devices() if not is_default_cpu_ep(d)]
+    rows = []
+    with Progress(transient=True, disable=not show_progress) as progress:
+        task = progress.add_task("devices", total=len(devices))
+        for d in devices:
+            progress.update(task, description=f"{d.ep_name} on {device_label(d)}")
+            rows.append(run_device(model, d, feeds, ref))
+            progress.advance(task)
+    return rows
+
+
+def print_matrix(rows: list[MatrixRow], title: str) -> None:
+    from onnxhal.cli_tables import console
+
+    t = Table(title=title)
+    for c in ("EP", "device", "nodes on device", "nodes on CPU", "transfers", "max error", "sim ms", "sim mJ",
+              "result"):
+        t.add_column(c, justify="right" if c not in ("EP", "device", "result") else "left")
+    for r in rows:
+        t.add_row(r.ep, r.device, str(r.nodes_on_device), str(r.nodes_on_cpu), str(r.transfers),
+                  f"{r.max_error:.3g}", "-" if r.sim_ms is None else f"{r.sim_ms:.3f}",
+                  "-" if r.sim_mj is None else f"{r.sim_mj:.3f}", "ok" if r.ok else f"FAIL {r.error}"[:200])
+    console.print(t)
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    ensure_simulators(args.profiles)
+    feeds = dict(np.load(args.inputs)) if args.inputs else None
+    rows = matrix(args.model, feeds, show_progress=not args.no_progress)
+    print_matrix(rows, f"{args.model} on every EP device vs the CPU EP")
+    return 0 if rows and all(r.ok for r in rows) else 1
+
+
+def add_matrix_parser(sub: Any) -> None:
+    m = sub.add_parser("matrix", help="run a model on every EP device (simulated ones included) against the CPU EP")
+    m.add_argument("model")
+    m.add_argument("--profiles", help="simulated devices: comma-separated profile names or TOML paths "
+                                      "(default: $ONNXHAL_SIMULATE, else generic-npu,generic-gpu)")
+    m.add_argument("--inputs", help=".npz file of inputs (default: random)")
+    m.add_argument("--no-progress", action="store_true", help="no progress bar")
+    m.set_defaults(fn=cmd_matrix)
+
+
+def print_explain(sess: onnxhal.InferenceSession) -> None:
+    """``onnxhal run --explain``: per simulated EP, the nodes it ran and the last run's simulated cost."""
+    from onnxhal.cli_tables import console
+    from onnxhal.simulators.cost import explain_rows
+
+    rows = explain_rows(sess)
+    if not rows:
+        console.print("explain: this session uses no simulated device (set ONNXHAL_SIMULATE and pick one with "
+                      "--policy or --ep)")
+        return
+    t = Table(title="Simulated device cost of the last run")
+    for c in ("EP", "device", "nodes", "partitions", "kernels", "kernel ms", "transfers", "transfer KiB",
+              "transfer ms", "device ms", "energy mJ"):
+        t.add_column(c, justify="left" if c in ("EP", "device") else "right")
+    for r in rows:
+        t.add_row(r["ep"], r["device"], f"{r['nodes_on_device']}/{r['nodes_total']}", str(r["partitions"]),
+                  str(r["kernels"]), f"{r['kernel_ms']:.3f}", str(r["transfers"]), f"{r['transfer_bytes'] / 1024:.1f}",
+                  f"{r['transfer_ms']:.3f}", f"{r['device_ms']:.3f}", f"{r['energy_mj']:.3f}")
+    console.print(t)

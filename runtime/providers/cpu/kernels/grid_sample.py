@@ -1,0 +1,105 @@
+"""GridSample (opset 16, N-d from 20): nearest and (bi/multi)linear sampling vectorized over the
+whole grid, with zeros/border/reflection padding and both align_corners conventions, following
+onnx.reference's rules (which loop per output element: minutes on a feature map). Cubic goes to
+onnx.reference."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+_MODES = {"bilinear": "linear", "bicubic": "cubic"}
+
+
+def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Reflect by the nearer border until inside [lo, hi] (onnx.reference's _gs_reflect)."""
+    rng = hi - lo
+    if rng <= 0:
+        return np.full_like(x, lo)
+    below, above = x < lo, x > hi
+    d = np.where(below, lo - x, np.where(above, x - hi, 0.0))
+    n = np.trunc(d / rng)
+    r = d - n * rng
+    even = (n % 2) == 0
+    from_low = np.where(even, lo + r, hi - r)
+    from_high = np.where(even, hi - r, lo + r)
+    return np.where(below, from_low, np.where(above, from_high, x))
+
+
+@register("GridSample", since=16)
+class GridSample(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        mode = node.attr("mode", "linear" if node.since_version >= 20 else "bilinear")
+        self.mode = _MODES.get(mode, mode)
+        self.padding = node.attr("padding_mode", "zeros")
+        self.align = bool(node.attr("align_corners", 0))
+        self.ref = None
+        if self.mode == "cubic":
+            from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+
+            self.ref = ReferenceKernel(node, ctx, node.since_version or 20)
+
+    def _index(self, i: np.ndarray, d: int, lo: float, hi: float):
+        """Integer positions -> (clamped index, in-bounds mask) under the padding mode."""
+        if self.padding == "zeros":
+            return np.clip(i, 0, d - 1), (i >= 0) & (i < d)
+        if self.padding == "border":
+            return np.clip(i, 0, d - 1), None
+        return np.clip(_reflect(i.astype(np.float64), lo, hi).astype(np.int64), 0, d - 1), None
+
+    def compute(self, inputs: list) -> list:
+        if self.ref is not None:
+            return self.ref.compute(inputs)
+        x, grid = inputs[0], inputs[1]
+        dims = x.shape[2:]
+        nd = len(dims)
+        n_idx = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
+        coords, bounds = [], []
+        for i, d in enumerate(dims):
+            g = grid[..., nd - 1 - i].astype(np.float64)  # grid holds (x, y, ...): reversed axes
+            c = (g + 1) / 2.0 * (d - 1) if self.align else ((g + 1) * d - 1) / 2.0
+            c = c.astype(np.float32).astype(np.float64)
+            lo, hi = (0.0, d - 1.0) if self.align else (-0.5, d - 0.5)
+            if self.mode == "nearest":
+                c = np.rint(c)
+            if self.padding == "border":
+                c = np.where((c < lo) | (c > hi), np.clip(c, 0, d - 1), c)
+            elif self.padding == "reflection":
+                c = _reflect(c, lo, hi)
+            coords.append(c)
+            bounds.append((lo, hi))
+        if self.mode == "nearest":
+            idx, valid = [], None
+            for c, d, (lo, hi) in zip(coords, dims, bounds):
+                k, ok = self._index(np.trunc(c).astype(np.int64), d, lo, hi)
+                idx.append(k)
+                valid = ok if valid is None else (valid if ok is None else valid & ok)
+            y = self._gather(x, n_idx, idx)
+            if valid is not None:
+                y = y * valid[..., None]
+            return [np.moveaxis(y, -1, 1).astype(x.dtype, copy=False)]
+        floors = [np.floor(c) for c in coords]
+        fracs = [c - f for c, f in zip(coords, floors)]
+        y = 0.0
+        for corner in itertools.product((0, 1), repeat=nd):
+            w = 1.0
+            idx, valid = [], None
+            for i, bit in enumerate(corner):
+                w = w * (fracs[i] if bit else 1.0 - fracs[i])
+                k, ok = self._index(floors[i].astype(np.int64) + bit, dims[i], *bounds[i])
+                idx.append(k)
+                valid = ok if valid is None else (valid if ok is None else valid & ok)
+            if valid is not None:
+                w = w * valid
+            y = y + self._gather(x, n_idx, idx) * w[..., None].astype(np.float32 if x.dtype != np.float64 else x.dtype)
+        return [np.ascontiguousarray(np.moveaxis(y, -1, 1)).astype(x.dtype, copy=False)]
+
+    @staticmethod
+    def _gather(x: np.ndarray, n_idx: np.ndarray, idx: list) -> np.ndarray:
+        """x[n, :, i0, i1, ...] for every grid position -> (N, *grid_out, C)."""
+        xc = np.moveaxis(x, 1, -1)  # (N, *dims, C)
+        return xc[(n_idx, *idx)]

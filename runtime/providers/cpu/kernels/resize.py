@@ -1,0 +1,100 @@
+"""Resize (opset 11+): nearest and linear modes natively, one axis at a time (gather per axis, a
+lerp for linear), in the input's float type. Coordinates come from onnx.reference's
+``_compute_x_ori`` so every coordinate transformation mode maps exactly as the spec's reference.
+Cubic, antialias, tf_crop_and_resize, keep_aspect_ratio_policy and linear on integer tensors are
+delegated to onnx.reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+
+def _source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
+    from onnx.reference.ops.op_resize import _compute_x_ori
+
+    y = np.arange(out_len, dtype=np.float64)
+    if mode == "tf_half_pixel_for_nn":  # in the spec, not in onnx.reference
+        return (y + 0.5) / scale
+    x, _ = _compute_x_ori(mode, y, scale, in_len, scale * in_len, out_len, None)
+    return np.asarray(x, dtype=np.float64)
+
+
+def _nearest_index(x: np.ndarray, nearest_mode: str, in_len: int) -> np.ndarray:
+    lo = np.floor(x)
+    frac = x - lo
+    if nearest_mode == "round_prefer_ceil":
+        idx = np.where(frac < 0.5, lo, lo + 1)
+    elif nearest_mode == "floor":
+        idx = lo
+    elif nearest_mode == "ceil":
+        idx = np.ceil(x)
+    else:  # round_prefer_floor (the default)
+        idx = np.where(frac <= 0.5, lo, lo + 1)
+    idx = np.where(frac == 0, x, idx)
+    return np.clip(idx, 0, in_len - 1).astype(np.intp)
+
+
+@register("Resize", since=11)
+class Resize(Kernel):
+    host_inputs = frozenset({1, 2, 3})
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.mode = node.attr("mode", "nearest")
+        self.coord_mode = node.attr("coordinate_transformation_mode", "half_pixel")
+        self.nearest_mode = node.attr("nearest_mode", "round_prefer_floor")
+        self.axes = node.attr("axes")
+        native = (self.mode in ("nearest", "linear") and not node.attr("antialias", 0)
+                  and self.coord_mode != "tf_crop_and_resize"
+                  and node.attr("keep_aspect_ratio_policy", "stretch") == "stretch")
+        self.ref = None
+        self.node, self.ctx = node, ctx
+        if not native:
+            self.ref = self._reference()
+
+    def _reference(self):
+        from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+
+        return ReferenceKernel(self.node, self.ctx, self.node.since_version or 19)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        if self.ref is not None:
+            return self.ref.compute(inputs)
+        if self.mode == "linear" and x.dtype.kind != "f":
+            return self._reference().compute(inputs)  # integer rounding/saturation: reference
+        n = len(inputs)
+        scales = inputs[2] if n > 2 and inputs[2] is not None and inputs[2].size else None
+        sizes = inputs[3] if n > 3 and inputs[3] is not None and inputs[3].size else None
+        rank = x.ndim
+        axes = [a + rank if a < 0 else a for a in self.axes] if self.axes else list(range(rank))
+        scale_list = [1.0] * rank
+        out_shape = list(x.shape)
+        for i, a in enumerate(axes):
+            if sizes is not None:
+                out_shape[a] = int(sizes[i])
+                scale_list[a] = out_shape[a] / x.shape[a]
+            else:
+                scale_list[a] = float(scales[i])
+                out_shape[a] = int(scale_list[a] * x.shape[a])
+        y = x
+        for a in axes:
+            in_len, out_len = x.shape[a], out_shape[a]
+            if out_len == in_len and scale_list[a] == 1.0:
+                continue
+            coords = _source_coords(self.coord_mode, out_len, in_len, scale_list[a])
+            if self.mode == "nearest":
+                y = np.take(y, _nearest_index(coords, self.nearest_mode, in_len), axis=a)
+                continue
+            lo = np.floor(coords)
+            w = (coords - lo).astype(x.dtype)
+            i0 = np.clip(lo, 0, in_len - 1).astype(np.intp)
+            i1 = np.clip(lo + 1, 0, in_len - 1).astype(np.intp)
+            shape = [1] * rank
+            shape[a] = out_len
+            w = w.reshape(shape)
+            y0 = np.take(y, i0, axis=a)
+            y = y0 + (np.take(y, i1, axis=a) - y0) * w
+        return [np.ascontiguousarray(y)]

@@ -1,0 +1,300 @@
+"""``VirtualEp``: the OpenCL EP, obeying a hardware profile, with faults and a cost model.
+
+``get_capability`` claims a node only when the OpenCL kernels can run it *and* the profile allows
+it (op type, dtypes, rank, static shapes); everything else falls to the next EP, so a real model
+gets the partial partition real hardware of that class would give it. ``compile`` builds the
+OpenCL plans, rounds weights to fp16 on fp16 devices, and prices every partition with the cost
+model; compute runs through ``VirtualNodeComputeInfo`` (faults, fp16 storage, metering).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from onnxhal.hal.allocator import Allocator
+from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
+from onnxhal.hal.errors import OrtError, OutOfMemory
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.hal.memory_info import OrtMemoryInfo
+from onnxhal.runtime.providers.opencl.ep import OpenCLEp, OpenCLNodeComputeInfo, fusion_groups
+from onnxhal.runtime.providers.opencl.op_support import VIEW_OPS, GraphLookup, unsupported_reason
+from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
+from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
+from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
+from onnxhal.simulators.faults import FaultState
+from onnxhal.simulators.fp16 import HalfRounder, round_constants
+from onnxhal.simulators.profiles import Profile
+
+# Inputs of these ops that are parameters (shapes, axes, indices), not data the device computes on.
+_PARAM_INPUTS = {"Reshape": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
+                 "Gather": {1}, "Clip": {1, 2}, "ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1},
+                 "ReduceMin": {1}, "ReduceProd": {1}, "ReduceSumSquare": {1}, "ReduceL1": {1}, "ReduceL2": {1},
+                 "ReduceLogSum": {1}, "ReduceLogSumExp": {1}}
+_F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
+EP_VERSION = "0.1.0"
+
+
+def profile_reason(profile: Profile, node: Node, graph: Graph) -> str | None:
+    """None if ``profile``'s device may run ``node``, else why not (beyond what OpenCL can run)."""
+    op = node.op_type
+    if not profile.supports_op(op):
+        return f"{profile.name} has no {op}"
+    extra = []
+    if op.startswith("Fused") and node.attr("activation", ""):
+        extra.append(node.attr("activation"))
+    if op == "FusedConv" and len(node.inputs) > 3 and node.inputs[3]:
+        extra.append("Add")  # the residual
+    for part in extra:
+        if part not in profile.ops:
+            return f"{profile.name} has no {part} (fused into {op})"
+    params = _PARAM_INPUTS.get(op, set())
+    for k, name in enumerate((*node.inputs, *node.outputs)):
+        if not name or (k < len(node.inputs) and k in params):
+            continue
+        if graph.is_constant_initializer(name):
+            dtype = np.asarray(graph.initializer(name)).dtype
+            shape: Any = np.asarray(graph.initializer(name)).shape
+        else:
+            vi = graph.value_info(name)
+            dtype = np.dtype(vi.dtype) if vi.dtype is not None else None
+            shape = tuple(vi.shape) if vi.shape is not None else None
+            if profile.static_shapes_only and not vi.has_static_shape:
+                return f"{profile.name} runs static shapes only; {name!r} has shape {shape}"
+        if shape is not None and len(shape) > profile.max_rank:
+            return f"{profile.name} handles rank <= {profile.max_rank}; {name!r} has rank {len(shape)}"
+        if dtype == _F32:
+            if profile.float32_as == "none":
+                return f"{profile.name} does not compute float32 ({name!r})"
+        elif dtype == _F16:
+            if "float16" not in profile.dtypes:
+                return f"{profile.name} does not compute float16 ({name!r})"
+        elif dtype is not None and np.issubdtype(dtype, np.integer):
+            want = {1: "int8", 2: "int16"}.get(dtype.itemsize, "int32")
+            if want not in profile.dtypes and not (np.issubdtype(dtype, np.unsignedinteger) and "uint8" in profile.dtypes):
+                return f"{profile.name} does not compute {dtype} ({name!r})"
+    return None
+
+
+def compatibility_string(ep_name: str, profile: Profile, opencl_device_key: str) -> str:
+    """What a saved partition needs of a device: EP, blob format, profile, device ids, fp16 storage,
+    and the OpenCL device it was built on."""
+    opencl = hashlib.sha256(opencl_device_key.encode()).hexdigest()[:12]
+    return (f"{ep_name};version={EP_VERSION};format={BLOB_FORMAT};profile={profile.name};"
+            f"device={profile.vendor_id:x}:{profile.device_id:x};fp16={int(profile.compute_dtype == 'float16')};"
+            f"opencl={opencl}")
+
+
+class _State:
+    """The OpenCL partition's state and the device-memory charge of its weights."""
+
+    __slots__ = ("inner", "charge")
+
+    def __init__(self, inner: Any, charge: object | None) -> None:
+        self.inner = inner
+        self.charge = charge
+
+
+class VirtualNodeComputeInfo(NodeComputeInfo):
+    """One compiled partition on a simulated device: the OpenCL partition, plus injected faults,
+    fp16 storage and the cost meter."""
+
+    def __init__(self, inner: Any, ep: VirtualEp, cost: PartitionCost) -> None:
+        self.inner = inner
+        self.ep = ep
+        self.cost = cost
+
+    def create_state(self, fused_node: Node) -> Any:
+        # The partition's weights live on the device too: they count against its capacity.
+        charge = self.ep.device_memory.charge(self.weight_bytes) if self.weight_bytes else None
+        try:
+            return _State(self.inner.create_state(fused_node), charge)
+        except BaseException:
+            if charge is not None:
+                self.ep.device_memory.free(charge)
+            raise
+
+    def release_state(self, state: Any) -> None:
+        try:
+            self.inner.release_state(state.inner)
+        finally:
+            if state.charge is not None:
+                self.ep.device_memory.free(state.charge)
+                state.charge = None
+
+    @property
+    def weight_bytes(self) -> int:
+        plan = getattr(self.inner, "plan", None)
+        if plan is None:
+            return 0
+        return (sum(int(np.asarray(a).nbytes) for a in plan.constants.values())
+                + sum(int(n) for n in plan.prepacked.values()))
+
+    def compute(self, state: Any, context: KernelContext) -> list:
+        ep = self.ep
+        ep.faults.before_compute()
+        start = time.perf_counter()
+        ctx = context
+        queue = self._queue(context)
+        if ep.rounder is not None:
+            inputs = [ep.rounder.rounded_copy(t, ep.allocator, queue) if getattr(t, "dtype", None) == _F32 else t
+                      for t in context.inputs]
+            ctx = KernelContext(inputs, context.num_outputs, context.stream, context.run_options)
+        outputs = self.inner.compute(state.inner, ctx)
+        outputs = ctx.outputs if outputs is None else outputs
+        if ep.rounder is not None:
+            for t in outputs:
+                if getattr(t, "dtype", None) == _F32:
+                    ep.rounder.round_in_place(t, ep.allocator, queue)
+            if queue is ep.device.queue:
+                queue.finish()
+        for i, t in enumerate(outputs):
+            context.set_output(i, t)
+        ep.meter.add_partition(self.cost)
+        slowdown = ep.meter.slowdown
+        if slowdown > 1.0:  # the device really is that much slower: wait for it, then idle
+            queue.finish()
+            busy = time.perf_counter() - start
+            time.sleep((slowdown - 1.0) * busy)
+            ep.meter.add_wall(busy, time.perf_counter() - start - busy)
+        return outputs
+
+    def _queue(self, context: KernelContext) -> cl.CommandQueue:
+        stream = context.stream
+        queue = stream.handle() if stream is not None else None
+        if isinstance(queue, cl.CommandQueue) and queue.context == self.ep.device.context:
+            return queue
+        return self.ep.device.queue
+
+
+class VirtualEp(OpenCLEp):
+    """One session's EP on a simulated device (``name`` is the factory's EP name)."""
+
+    def __init__(self, name: str, device: OpenCLDeviceContext, allocator: Allocator, memory_info: OrtMemoryInfo,
+                 profile: Profile, faults: FaultState, logger: logging.Logger, device_memory: Any = None) -> None:
+        super().__init__(device, allocator, logger)
+        # The device's own allocator (``allocator`` may be a per-session fault-injecting wrapper).
+        self.device_memory = device_memory if device_memory is not None else allocator
+        self.name = name
+        self.memory_info = memory_info
+        self.profile = profile
+        self.faults = faults
+        self.meter = Meter(profile, faults.faults.slowdown)
+        self.rounder = HalfRounder(device) if profile.compute_dtype == "float16" else None
+        self.partition_costs: dict[str, PartitionCost] = {}  # fused node name -> cost
+        self.partition_infos: dict[str, VirtualNodeComputeInfo] = {}  # fused node name -> compiled partition
+        self.contexts_loaded = 0  # partitions taken from EPContext nodes instead of planned
+
+    # -- capability ------------------------------------------------------------------------
+    def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
+        # OpenCLEp.get_capability with the profile's rules checked first (no hook for it there).
+        lookup = self._lookup(graph)
+        claimed: list[Node] = []
+        for n in graph.nodes:
+            if is_ep_context(n):  # a partition compiled earlier (ModelCompiler): take it whole, if ours
+                reason = self._context_reason(n)
+                if reason is None:
+                    support_info.add_nodes_to_fuse([n], NodeFusionOptions(drop_constant_initializers=True))
+                else:
+                    self.declined[n.name or n.op_type] = reason
+                continue
+            try:
+                reason = profile_reason(self.profile, n, graph) or unsupported_reason(n, lookup)
+            except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+                reason = f"cannot inspect node: {exc}"
+            if reason is None:
+                claimed.append(n)
+            else:
+                self.declined[n.name or n.op_type] = reason
+                self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
+        for group in fusion_groups(graph, claimed):
+            for part in self._buildable(graph, group, lookup):
+                if all(n.op_type in VIEW_OPS for n in part):
+                    continue  # a lone view computes nothing: not worth two copies
+                support_info.add_nodes_to_fuse(part, NodeFusionOptions(drop_constant_initializers=True))
+
+    # -- compile ---------------------------------------------------------------------------
+    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:
+        self.faults.check_compile()
+        fresh = [k for k, g in enumerate(graphs) if not (len(g.nodes) == 1 and is_ep_context(g.nodes[0]))]
+        planned = dict(zip(fresh, super().compile([graphs[k] for k in fresh], [fused_nodes[k] for k in fresh])))
+        out: list[VirtualNodeComputeInfo] = []
+        for k, (graph, node) in enumerate(zip(graphs, fused_nodes)):
+            if k in planned:
+                info = planned[k]
+                if self.rounder is not None and hasattr(info, "plan"):
+                    round_constants(info.plan.constants)
+                lookup = self._lookup(graph)
+                cost = partition_cost(graph, self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name))
+            else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
+                plan, cost, _ = decode_partition(context_blob(graph.nodes[0]))
+                info = OpenCLNodeComputeInfo(plan, self.device, self.allocator)
+                self.contexts_loaded += 1
+            self.partition_costs[node.name] = cost
+            vinfo = VirtualNodeComputeInfo(info, self, cost)
+            self.partition_infos[node.name] = vinfo
+            out.append(vinfo)
+        # All or nothing: weights that do not fit fail the compile, so the runtime gives every
+        # partition of this EP to the CPU EP before any state holds device memory.
+        weights = sum(i.weight_bytes for i in out)
+        free = self.device_memory.free_bytes() if hasattr(self.device_memory, "free_bytes") else weights
+        if weights > free:
+            raise OutOfMemory(f"{self.name}: the model's weights on {self.profile.name} need {weights} bytes but only "
+                              f"{free} of its {self.profile.capacity_bytes}-byte memory are free; its nodes go to the "
+                              "next EP")
+        return out
+
+    # -- EPContext ---------------------------------------------------------------------------
+    def compatibility_info(self) -> str:
+        return compatibility_string(self.name, self.profile, self.device.device_key)
+
+    def get_compiled_model_compatibility_info(self, graph: Graph) -> str:
+        return self.compatibility_info()
+
+    def export_context(self, fused_node_name: str) -> bytes | None:
+        """The EPContext blob of a partition this EP compiled (None if it has none)."""
+        info = self.partition_infos.get(fused_node_name)
+        plan = getattr(info.inner, "plan", None) if info is not None else None
+        if plan is None:
+            return None
+        try:
+            return encode_partition(plan, info.cost, self.compatibility_info())
+        except TypeError as exc:  # a plan value the blob cannot hold: keep the nodes instead
+            self.logger.warning("%s: partition %s cannot be saved as EPContext: %s", self.name, fused_node_name, exc)
+            return None
+
+    def _context_reason(self, node: Node) -> str | None:
+        source = node.attr("source", "")
+        if source != self.name:
+            return f"EPContext node for {source!r}, not {self.name}"
+        saved, mine = node.attr("notes", ""), self.compatibility_info()
+        if saved != mine:
+            return (f"EPContext node {node.name!r} was compiled for [{saved}], this device is [{mine}]: compile the "
+                    "model again for this device")
+        return None
+
+    # -- runs, memory ----------------------------------------------------------------------
+    def on_run_start(self, run_options: Any) -> None:
+        self.faults.on_run_start()
+        self.meter.begin_run()
+
+    def on_run_end(self, run_options: Any, sync_stream: bool) -> None:
+        self.meter.end_run()
+
+    def create_allocator(self, memory_info: OrtMemoryInfo, options: Any = None) -> Allocator | None:
+        if memory_info.memory_device == self.memory_info.memory_device:
+            return self.allocator
+        return None
+
+
+def _safe_shape(lookup: GraphLookup, name: str) -> tuple[int, ...] | None:
+    try:
+        return lookup.shape(name)
+    except (OrtError, KeyError, ValueError):
+        return None

@@ -1,0 +1,267 @@
+"""``VirtualEpFactory``: one simulated device per profile, run by the OpenCL EP on PoCL.
+
+Each profile becomes a virtual hardware device made with ``api.create_hardware_device`` (so it is
+marked ``is_virtual`` = "1"; its metadata carries the profile's figures) and one EP device on it.
+The EP device's DEFAULT memory is ``OrtMemoryInfo.create_v2(<"VirtualNpu(name)">, NPU|GPU,
+<profile vendor_id>, <profile device_id>, DEFAULT, ...)``: distinct per profile and from host
+memory, so the runtime really copies values in and out (the bytes live in PoCL buffers). The device
+allocator enforces the profile's memory capacity. The NPU and GPU factories share one table of
+simulated devices, so their data transfers can also copy between a simulated NPU and GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyopencl as cl
+
+from onnxhal.hal.data_transfer import DataTransfer
+from onnxhal.hal.enums import (
+    OrtAllocatorType,
+    OrtCompiledModelCompatibility,
+    OrtDeviceMemoryType,
+    OrtHardwareDeviceType,
+    OrtMemoryInfoDeviceType,
+)
+from onnxhal.hal.ep import Ep
+from onnxhal.hal.ep_api import EpApi
+from onnxhal.hal.ep_device import OrtEpDevice
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.hardware_device import OrtHardwareDevice
+from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
+from onnxhal.hal.sync_stream import SyncStream
+from onnxhal.runtime.providers.opencl.factory import OpenCLEpFactory, opencl_pairs
+from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator, OpenCLDataTransfer, OpenCLSyncStream
+from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext, device_context
+from onnxhal.simulators import GPU_EP_NAME, NPU_EP_NAME
+from onnxhal.simulators.cost import Meter
+from onnxhal.simulators.ep import VirtualEp, compatibility_string
+from onnxhal.simulators.faults import FaultInjectingAllocator, FaultState, faults_with_options
+from onnxhal.simulators.profiles import Profile
+
+EP_NAMES = {OrtHardwareDeviceType.NPU: NPU_EP_NAME, OrtHardwareDeviceType.GPU: GPU_EP_NAME}
+_MEMORY_TYPES = {OrtHardwareDeviceType.NPU: OrtMemoryInfoDeviceType.NPU,
+                 OrtHardwareDeviceType.GPU: OrtMemoryInfoDeviceType.GPU}
+
+
+@dataclass
+class SimulatedDevice:
+    profile: Profile
+    cl_device: cl.Device
+    info: OrtMemoryInfo
+    meter: Meter  # transfers nobody else claims (a data transfer used outside a session)
+
+
+class _Charge:
+    """Stands for bytes that live in buffers the OpenCL partition made itself (its weights)."""
+
+    __slots__ = ()
+
+
+class SimulatedDeviceAllocator(OpenCLAllocator):
+    """A simulated device's memory: ``cl.Buffer``s, capped at the profile's capacity. ``charge``
+    counts bytes held outside this allocator (a partition's uploaded weights) against the same cap."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._charging = threading.local()
+
+    def charge(self, nbytes: int) -> object:
+        """Count ``nbytes`` as in use (``OutOfMemory`` past the capacity); give the token to ``free``."""
+        self._charging.on = True
+        try:
+            return self.reserve(nbytes)
+        finally:
+            self._charging.on = False
+
+    def free_bytes(self) -> int:
+        s = self.stats()
+        return s["Limit"] - s["InUse"] if s["Limit"] else 2**63
+
+    def _alloc(self, size: int) -> object:
+        if getattr(self._charging, "on", False):
+            return _Charge()
+        return super()._alloc(size)
+
+    def _free(self, buffer: object) -> None:
+        if not isinstance(buffer, _Charge):
+            super()._free(buffer)
+
+
+class DeviceTable:
+    """Simulated devices of one library registration, by memory device (shared by its factories)."""
+
+    def __init__(self) -> None:
+        self.devices: dict[OrtMemoryDevice, SimulatedDevice] = {}
+
+
+def memory_info_for(profile: Profile) -> OrtMemoryInfo:
+    prefix = "VirtualNpu" if profile.type == OrtHardwareDeviceType.NPU else "VirtualGpu"
+    return OrtMemoryInfo.create_v2(f"{prefix}({profile.name})", _MEMORY_TYPES[profile.type], profile.vendor_id,
+                                   profile.device_id, OrtDeviceMemoryType.DEFAULT, 0,
+                                   OrtAllocatorType.ORT_DEVICE_ALLOCATOR)
+
+
+def find_opencl_device(hardware_devices: Sequence[OrtHardwareDevice]) -> tuple[cl.Device, str] | None:
+    """The OpenCL device simulated devices run on: the first one discovery recorded on a
+    hardware device (PoCL's CPU device here), with its "p:d" index."""
+    for hw in hardware_devices:
+        try:
+            pairs = opencl_pairs(hw)
+        except InvalidArgument:
+            continue
+        for p, d in pairs:
+            try:
+                return cl.get_platforms()[p].get_devices()[d], f"{p}:{d}"
+            except (IndexError, cl.Error):
+                continue
+    return None
+
+
+class VirtualDataTransfer(OpenCLDataTransfer):
+    """OpenCL copies that also charge the simulated host-link time to a meter: the session's EP
+    meter for its own device, else the device's own meter."""
+
+    def __init__(self, table: DeviceTable, own: OrtMemoryDevice | None, own_meter: Meter | None) -> None:
+        super().__init__({m: device_context(s.cl_device) for m, s in table.devices.items()})
+        self.table = table
+        self.own = own
+        self.own_meter = own_meter
+
+    def can_copy(self, src_memory_device: OrtMemoryDevice, dst_memory_device: OrtMemoryDevice) -> bool:
+        if self.own is not None and self.own not in (src_memory_device, dst_memory_device):
+            return False  # another session EP's transfer carries that device's copies (and its costs)
+        return super().can_copy(src_memory_device, dst_memory_device)
+
+    def copy_tensors(self, src: Sequence[object], dst: Sequence[object],
+                     streams: Sequence[SyncStream | None] | None = None) -> None:
+        super().copy_tensors(src, dst, streams)
+        for s, d in zip(src, dst):
+            nbytes = int(getattr(s, "nbytes", 0))
+            for t in (s, d):
+                dev = getattr(getattr(t, "memory_info", None), "memory_device", None)
+                sim = self.table.devices.get(dev)
+                if sim is not None:
+                    (self.own_meter if dev == self.own and self.own_meter else sim.meter).add_transfer(nbytes)
+
+
+class VirtualEpFactory(OpenCLEpFactory):
+    """The factory of ``VirtualNpuExecutionProvider`` or ``VirtualGpuExecutionProvider``."""
+
+    vendor = "onnxhal"
+    version = "0.1.0"
+
+    def __init__(self, api: EpApi, logger: logging.Logger | None, hardware_type: OrtHardwareDeviceType,
+                 profiles: Sequence[Profile], table: DeviceTable) -> None:
+        super().__init__(api, logger or logging.getLogger("onnxhal.simulators"))
+        self.name = EP_NAMES[hardware_type]
+        self.hardware_type = hardware_type
+        self.profiles = [p for p in profiles if p.type == hardware_type]
+        self.table = table
+        self._by_profile: dict[str, OrtMemoryDevice] = {}
+        self._tls = threading.local()  # the EP just created on this thread, for its data transfer
+        self._sim_allocators: dict[OrtMemoryDevice, SimulatedDeviceAllocator] = {}
+        self._sim_lock = threading.Lock()
+
+    def get_supported_devices(self, hardware_devices: Sequence[OrtHardwareDevice]) -> list[OrtEpDevice]:
+        if not self.profiles:
+            return []
+        found = find_opencl_device(hardware_devices)
+        if found is None:
+            self.logger.warning("%s: no OpenCL device was discovered (is PoCL installed?); simulated devices %s "
+                                "are not available", self.name, [p.name for p in self.profiles])
+            return []
+        cl_dev, index = found
+        ep_devices = []
+        for profile in self.profiles:
+            hw = self.api.create_hardware_device(profile.type, profile.vendor_id, profile.device_id, profile.vendor,
+                                                 profile.hardware_metadata())
+            info = memory_info_for(profile)
+            mem = info.memory_device
+            self._by_profile[profile.name] = mem
+            self.table.devices[mem] = SimulatedDevice(profile, cl_dev, info, Meter(profile))
+            metadata = {"version": self.version, "simulator_profile": profile.name, "opencl_device": cl_dev.name,
+                        "opencl_index": index}
+            ep_device = self.api.create_ep_device(self, hw, metadata, {})
+            self.api.ep_device_add_allocator_info(ep_device, info)
+            ep_devices.append(ep_device)
+        return ep_devices
+
+    # Device state is kept here, not in OpenCLEpFactory's attributes, so the two can evolve apart.
+    def _device(self, memory_device: OrtMemoryDevice) -> SimulatedDevice:
+        sim = self.table.devices.get(memory_device)
+        if sim is None or sim.profile.type != self.hardware_type:
+            raise InvalidArgument(f"{self.name}: memory device {memory_device} is not one of this factory's simulated "
+                                  "devices; call get_supported_devices first")
+        return sim
+
+    def device_context(self, memory_device: OrtMemoryDevice) -> OpenCLDeviceContext:
+        return device_context(self._device(memory_device).cl_device)
+
+    def allocator(self, memory_device: OrtMemoryDevice, limit: int = 0) -> SimulatedDeviceAllocator:
+        """The device's shared allocator, capped at the profile's memory capacity."""
+        with self._sim_lock:
+            alloc = self._sim_allocators.get(memory_device)
+            if alloc is None:
+                sim = self._device(memory_device)
+                capacity = sim.profile.capacity_bytes
+                limit = min(limit, capacity) if limit else capacity
+                alloc = SimulatedDeviceAllocator(self.device_context(memory_device), sim.info, limit)
+                self._sim_allocators[memory_device] = alloc
+            return alloc
+
+    def is_stream_aware(self) -> bool:
+        return True
+
+    def create_sync_stream_for_device(self, memory_device: OrtMemoryDevice,
+                                      options: Mapping[str, str] | None = None) -> OpenCLSyncStream:
+        return OpenCLSyncStream(self.device_context(memory_device))
+
+    def create_ep(self, devices: Sequence[OrtHardwareDevice], ep_metadata: Sequence[Mapping[str, str]],
+                  session_options: Any, logger: logging.Logger) -> Ep:
+        mem = next((self._by_profile[md["simulator_profile"]] for md in ep_metadata
+                    if md.get("simulator_profile") in self._by_profile), None)
+        if mem is None:
+            raise InvalidArgument(f"{self.name}.create_ep: no simulated device in ep_metadata {list(ep_metadata)}; "
+                                  "create the session from this factory's EP devices")
+        sim = self.table.devices[mem]
+        options = session_options.provider_options_for(self.name) if session_options is not None else {}
+        faults = faults_with_options(sim.profile.faults, options)
+        allocator = self.allocator(mem)
+        if faults.alloc_fail_after_bytes >= 0:
+            allocator = FaultInjectingAllocator(allocator, faults.alloc_fail_after_bytes, sim.profile.name)
+        ep = VirtualEp(self.name, self.device_context(mem), allocator, sim.info, sim.profile,
+                       FaultState(faults, self.name, sim.profile.name), logger or self.logger, self.allocator(mem))
+        self._tls.last = (mem, ep.meter)
+        return ep
+
+    def validate_compiled_model_compatibility_info(self, devices: Sequence[OrtHardwareDevice],
+                                                   info: str) -> OrtCompiledModelCompatibility:
+        """OPTIMAL when ``info`` (an EPContext model's ``ep_compatibility_info.<EP>``) is what this EP
+        writes for one of ``devices``, UNSUPPORTED otherwise (another profile, OpenCL device or version)."""
+        for hw in devices:
+            mem = self._by_profile.get(hw.metadata.get("simulator_profile", ""))
+            if mem is None:
+                continue
+            sim = self.table.devices[mem]
+            if info == compatibility_string(self.name, sim.profile, self.device_context(mem).device_key):
+                return OrtCompiledModelCompatibility.OPTIMAL
+        return OrtCompiledModelCompatibility.UNSUPPORTED
+
+    def create_data_transfer(self) -> VirtualDataTransfer:
+        mem, meter = getattr(self._tls, "last", (None, None))
+        self._tls.last = (None, None)
+        return VirtualDataTransfer(self.table, mem, meter)
+
+    def create_allocator(self, memory_info: OrtMemoryInfo, options: Mapping[str, str] | None = None
+                         ) -> OpenCLAllocator | None:
+        return self.allocator(memory_info.memory_device)
+
+
+def data_transfer_for_table(table: DeviceTable) -> DataTransfer:
+    """A transfer between host memory and every simulated device of ``table`` (tests, tools)."""
+    return VirtualDataTransfer(table, None, None)

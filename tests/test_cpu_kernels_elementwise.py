@@ -1,0 +1,186 @@
+"""CPU EP elementwise, activation and Cast kernels: the semantics that bite (integer division,
+Mod, Pow types, Clip by opset, Erf accuracy, string/bfloat16/float8 casts), ndarray results for
+0-d inputs and no float32 -> float64 upcasts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+from tests.test_cpu_kernels_nn import RNG, check, randn, run_native, run_reference
+
+UNARY_FLOAT_OPS = ["Abs", "Neg", "Exp", "Log", "Sqrt", "Floor", "Ceil", "Reciprocal", "Sin", "Cos", "Tan",
+                   "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Atanh", "Sign", "Round", "Tanh", "Relu",
+                   "Sigmoid", "Erf", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softplus",
+                   "Softsign"]
+BINARY_OPS = ["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum"]
+
+
+@pytest.mark.parametrize("op", UNARY_FLOAT_OPS)
+def test_unary_float32_matches_reference_and_stays_float32(op):
+    x = (RNG.uniform(-0.9, 0.9, (3, 4))).astype(np.float32)
+    if op in ("Log", "Sqrt"):
+        x = np.abs(x) + 0.1
+    (y,) = check(op, [x], 20, rtol=1e-5, atol=1e-6)
+    assert y.dtype == np.float32
+
+
+@pytest.mark.parametrize("op", UNARY_FLOAT_OPS + ["Not", "IsNaN"])
+def test_unary_zero_d_input_gives_ndarray(op):
+    x = np.array(True) if op == "Not" else np.array(0.25, dtype=np.float32)
+    (y,) = run_native(op, [x], 20)
+    assert type(y) is np.ndarray and y.shape == ()
+
+
+@pytest.mark.parametrize("op", BINARY_OPS + ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"])
+def test_binary_broadcasting_and_zero_d(op):
+    a, b = np.abs(randn(2, 1, 4)) + 0.5, np.abs(randn(3, 1)) + 0.5
+    (y,) = check(op, [a, b], 14, rtol=1e-5, atol=1e-6)
+    assert y.shape == (2, 3, 4)
+    (z,) = run_native(op, [np.array(2.0, np.float32), np.array(3.0, np.float32)], 14)
+    assert type(z) is np.ndarray and z.shape == ()
+    if z.dtype != np.bool_:
+        assert z.dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int8])
+def test_integer_div_truncates_toward_zero(dtype):
+    a = np.array([7, -7, 7, -7, 6, 0], dtype=dtype)
+    b = np.array([2, 2, -2, -2, 3, 5], dtype=dtype)
+    (y,) = run_native("Div", [a, b], 14)
+    np.testing.assert_array_equal(y, np.array([3, -3, -3, 3, 2, 0], dtype=dtype))
+    assert y.dtype == dtype
+
+
+def test_mod_fmod_attribute():
+    a = np.array([-4, 7, 5, 4, -7, 8], dtype=np.int64)
+    b = np.array([2, -3, 8, -2, 3, 5], dtype=np.int64)
+    (python_mod,) = run_native("Mod", [a, b], 13)
+    np.testing.assert_array_equal(python_mod, [0, -2, 5, 0, 2, 3])
+    (c_mod,) = run_native("Mod", [a, b], 13, fmod=1)
+    np.testing.assert_array_equal(c_mod, [0, 1, 5, 0, -1, 3])
+    check("Mod", [randn(5), randn(5)], 13, fmod=1)
+
+
+def test_pow_result_has_base_type():
+    (y,) = check("Pow", [randn(4), np.array([2, 3, 1, 0], dtype=np.int64)], 15)
+    assert y.dtype == np.float32
+    (z,) = run_native("Pow", [np.array([2, 3], dtype=np.int64), np.array([2.0, 0.5], dtype=np.float32)], 15)
+    assert z.dtype == np.int64
+    np.testing.assert_array_equal(z, [4, 1])
+
+
+def test_clip_attribute_and_input_forms():
+    x = np.array([-3.0, -1.0, 0.5, 2.0, 9.0], dtype=np.float32)
+    (y6,) = run_native("Clip", [x], 6, min=-1.5, max=2.5)
+    np.testing.assert_array_equal(y6, [-1.5, -1.0, 0.5, 2.0, 2.5])
+    lo, hi = np.array(-1.5, np.float32), np.array(2.5, np.float32)
+    (y11,) = run_native("Clip", [x, lo, hi], 13)
+    np.testing.assert_array_equal(y11, y6)
+    (only_max,) = run_native("Clip", [x, None, hi], 13)
+    np.testing.assert_array_equal(only_max, [-3.0, -1.0, 0.5, 2.0, 2.5])
+    (none,) = run_native("Clip", [x], 13)
+    np.testing.assert_array_equal(none, x)
+    (i8,) = run_native("Clip", [np.array([-100, 5, 100], np.int8), np.array(-10, np.int8), None], 13)
+    np.testing.assert_array_equal(i8, [-10, 5, 100])
+    assert i8.dtype == np.int8
+
+
+def test_erf_accuracy_float32():
+    x = np.linspace(-6, 6, 20001).astype(np.float32)
+    (y,) = run_native("Erf", [x], 13)
+    exact = np.array([math.erf(float(v)) for v in x])
+    assert y.dtype == np.float32
+    assert np.max(np.abs(y - exact)) < 2e-7  # about 3 float32 ULPs
+    small = np.abs(x) < 1.0
+    nonzero = small & (x != 0)
+    assert np.max(np.abs(y[nonzero] - exact[nonzero]) / np.abs(exact[nonzero])) < 1e-6
+
+
+def test_erf_float64_is_exact():
+    x = np.linspace(-3, 3, 101)
+    (y,) = run_native("Erf", [x], 13)
+    np.testing.assert_array_equal(y, [math.erf(v) for v in x])
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu(approximate):
+    (y,) = check("Gelu", [randn(3, 7)], 20, approximate=approximate, rtol=1e-5, atol=1e-6)
+    assert y.dtype == np.float32
+
+
+def test_sigmoid_extreme_values_without_overflow():
+    x = np.array([-1000.0, -20.0, 0.0, 20.0, 1000.0], dtype=np.float32)
+    with np.errstate(all="raise"):
+        (y,) = run_native("Sigmoid", [x], 13)
+    np.testing.assert_allclose(y, [0.0, 2.0611537e-09, 0.5, 1.0, 1.0], atol=1e-7)
+
+
+def test_prelu_broadcasts_slope():
+    check("PRelu", [randn(2, 3, 4), randn(3, 1)], 16)
+
+
+def test_equal_on_strings():
+    a = np.array(["a", "b", "c"], dtype=object)
+    (y,) = run_native("Equal", [a, np.array(["a", "x", "c"], dtype=object)], 19)
+    np.testing.assert_array_equal(y, [True, False, True])
+    assert y.dtype == np.bool_
+
+
+def test_bitshift_and_bitwise():
+    a = np.array([16, 4, 1], dtype=np.uint32)
+    (left,) = run_native("BitShift", [a, np.array([1, 2, 3], np.uint32)], 11, direction="LEFT")
+    np.testing.assert_array_equal(left, [32, 16, 8])
+    (right,) = run_native("BitShift", [a, np.array([1, 2, 3], np.uint32)], 11, direction="RIGHT")
+    np.testing.assert_array_equal(right, [8, 1, 0])
+    check("BitwiseXor", [a, np.array([3, 3, 3], np.uint32)], 18)
+
+
+def test_where_and_variadic_sum():
+    c = RNG.random((3, 4)) > 0.5
+    check("Where", [c, randn(3, 4), randn(1, 4)], 16)
+    check("Sum", [randn(3, 4), randn(4), randn(3, 1)], 13)
+    (one,) = run_native("Sum", [randn(3)], 13)
+    assert one.shape == (3,)
+    # onnx.reference's Mean adds in place and cannot broadcast its first input: compare with numpy.
+    a, b, c = randn(3, 1), randn(4), randn(3, 4)
+    (mean,) = run_native("Mean", [a, b, c], 13)
+    np.testing.assert_allclose(mean, (a + b + c) / 3, rtol=1e-6)
+    assert mean.dtype == np.float32
+
+
+@pytest.mark.parametrize("to,dtype", [(TensorProto.FLOAT16, np.float32), (TensorProto.INT32, np.float32),
+                                      (TensorProto.BFLOAT16, np.float32), (TensorProto.FLOAT8E4M3FN, np.float32),
+                                      (TensorProto.FLOAT8E5M2, np.float16), (TensorProto.STRING, np.float32),
+                                      (TensorProto.INT4, np.float32), (TensorProto.DOUBLE, np.int64)])
+def test_cast_matches_reference(to, dtype):
+    x = (randn(12) * 3).astype(dtype)
+    if to != TensorProto.STRING:
+        check("Cast", [x], 21, to=to)
+        return
+    # String tensors are object arrays of str here (onnx.reference returns numpy '<U' arrays).
+    (y,) = run_native("Cast", [x], 21, to=to)
+    (want,) = run_reference("Cast", [x], 21, to=to)
+    assert y.dtype == object and all(type(v) is str for v in y)
+    assert y.tolist() == want.tolist()
+
+
+def test_cast_from_strings():
+    x = np.array(["1.5", "-2", "NaN", "INF", "-inf", "1e3"], dtype=object)
+    (y,) = run_native("Cast", [x], 21, to=TensorProto.FLOAT)
+    np.testing.assert_array_equal(y, np.array([1.5, -2, np.nan, np.inf, -np.inf, 1000], np.float32))
+    assert y.dtype == np.float32
+
+
+def test_cast_float8_saturation():
+    x = np.array([1000.0, -1000.0, 1.0], dtype=np.float32)
+    check("Cast", [x], 21, to=TensorProto.FLOAT8E4M3FN, saturate=1)
+    check("Cast", [x], 21, to=TensorProto.FLOAT8E4M3FN, saturate=0)
+
+
+def test_castlike_uses_target_type():
+    (y,) = run_native("CastLike", [randn(4), np.zeros(1, np.float16)], 19)
+    assert y.dtype == np.float16

@@ -1,0 +1,163 @@
+"""CPU EP shape and reduction kernels across the opsets where attributes became inputs (Split,
+Squeeze/Unsqueeze, Reduce*, Pad, Slice, Clip...), against onnx.reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+from tests.test_cpu_kernels_nn import RNG, check, randn, run_native, run_reference
+
+I64 = np.int64
+
+
+def ints(*v) -> np.ndarray:
+    return np.array(v, dtype=I64)
+
+
+def test_split_forms_by_opset():
+    x = randn(7, 4)
+    a, b = run_native("Split", [x], 11, n_outputs=2, axis=0, split=[3, 4])
+    assert a.shape == (3, 4) and b.shape == (4, 4)
+    check("Split", [x, ints(2, 5)], 13, n_outputs=2, axis=0)
+    parts = check("Split", [x], 18, n_outputs=3, axis=0, num_outputs=3)  # uneven: 3, 3, 1
+    assert [p.shape[0] for p in parts] == [3, 3, 1]
+    check("Split", [randn(2, 6)], 13, n_outputs=3, axis=1)
+
+
+def test_squeeze_unsqueeze_by_opset():
+    x = randn(1, 3, 1, 2)
+    check("Squeeze", [x], 11, axes=[0, -2])
+    check("Squeeze", [x, ints(0, -2)], 13)
+    check("Squeeze", [x], 13)
+    check("Unsqueeze", [randn(3, 2)], 11, axes=[0, -1])
+    check("Unsqueeze", [randn(3, 2), ints(0, 3)], 13)
+    (y,) = run_native("Unsqueeze", [randn(3), np.array(1, dtype=I64)], 13)  # 0-d axes tensor
+    assert y.shape == (3, 1)
+
+
+REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+              "ReduceLogSumExp", "ReduceSumSquare"]
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reductions_axes_attribute_and_input(op):
+    x = np.abs(randn(3, 4, 5)) + 0.1
+    check(op, [x], 11, axes=[1], keepdims=0, rtol=1e-5)
+    check(op, [x], 11, rtol=1e-5)
+    input_opset = 13 if op == "ReduceSum" else 18
+    (y,) = check(op, [x, ints(0, -1)], input_opset, rtol=1e-5)
+    assert y.shape == (1, 4, 1) and y.dtype == np.float32
+    (all_axes,) = check(op, [x], input_opset, keepdims=0, rtol=1e-5)
+    assert type(all_axes) is np.ndarray and all_axes.shape == ()
+    (same,) = run_native(op, [x, np.zeros(0, dtype=I64)], input_opset, noop_with_empty_axes=1)
+    np.testing.assert_array_equal(same, x)
+
+
+def test_reduce_log_sum_and_empty_set():
+    check("ReduceLogSum", [np.abs(randn(3, 4)) + 0.1, ints(1)], 18)
+    empty = np.zeros((2, 0, 3), dtype=np.float32)
+    (mx,) = check("ReduceMax", [empty, ints(1)], 18)
+    assert mx.shape == (2, 1, 3)
+    check("ReduceSum", [empty, ints(1)], 13, keepdims=0)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+def test_arg_reductions(op):
+    x = RNG.integers(0, 3, (4, 5)).astype(np.float32)  # ties: first or last index
+    check(op, [x], 13, axis=1)
+    check(op, [x], 13, axis=0, keepdims=0, select_last_index=1)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad_modes_and_opsets(mode):
+    x = randn(3, 4)
+    if mode != "wrap":
+        check("Pad", [x], 2, pads=[1, 2, 0, 1], mode=mode, value=1.5 if mode == "constant" else 0.0)
+    check("Pad", [x, ints(1, 2, 2, 1)], 19, mode=mode)
+    check("Pad", [x, ints(2, 1), None, ints(-1)], 19, mode=mode)
+
+
+def test_pad_negative_crops_and_constant_value():
+    # onnx.reference rejects negative pads; the spec says they remove elements.
+    x = randn(4, 5)
+    (y,) = run_native("Pad", [x, ints(-1, 2, 0, -2), np.array(3.0, np.float32)], 13)
+    want = np.pad(x[1:, :3], [(0, 0), (2, 0)], constant_values=3.0)
+    np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([1, 0], [3, 10], [0, 1], [1, 2]),
+    ([-1], [-100], [1], [-1]),  # reverse to the very start
+    ([10], [-10], [0], [-2]),
+    ([0], [2**62], [-1], None),
+    ([2, -3], [0, -1], None, [-1, 1]),
+])
+def test_slice_clamping_and_negative_steps(starts, ends, axes, steps):
+    x = randn(5, 6)
+    inputs = [x, ints(*starts), ints(*ends)]
+    if axes is not None or steps is not None:
+        inputs.append(ints(*(axes if axes is not None else range(len(starts)))))
+    if steps is not None:
+        inputs.append(ints(*steps))
+    check("Slice", inputs, 13)
+
+
+def test_slice_attribute_form():
+    check("Slice", [randn(5, 6)], 9, starts=[1, -4], ends=[4, 100], axes=[0, 1])
+
+
+def test_gather_negative_indices_and_elements():
+    x = randn(5, 3)
+    check("Gather", [x, ints(-1, 0, -5)], 13, axis=0)
+    check("Gather", [x, np.array(-1, dtype=I64)], 13, axis=1)
+    check("GatherElements", [x, np.array([[0, -1, 2], [-5, 1, 0]], dtype=I64)], 13, axis=0)
+
+
+def test_reshape_zero_and_allowzero():
+    x = randn(2, 3, 4)
+    check("Reshape", [x, ints(0, -1)], 13)
+    check("Reshape", [x, ints(4, 0, 2)], 14)
+    (y,) = run_native("Reshape", [np.zeros((0, 3), np.float32), ints(3, 0)], 14, allowzero=1)
+    assert y.shape == (3, 0)
+    (legacy,) = run_native("Reshape", [x], 4, shape=[0, -1])  # opset < 5: shape attribute
+    assert legacy.shape == (2, 12)
+
+
+def test_misc_shape_ops():
+    x = randn(2, 3, 4)
+    check("Flatten", [x], 13, axis=-1)
+    check("Flatten", [x], 13, axis=0)
+    check("Transpose", [x], 13, perm=[2, 0, 1])
+    check("Transpose", [x], 13)
+    check("Concat", [x, x], 13, axis=-2)
+    check("Expand", [randn(3, 1), ints(2, 1, 4)], 13)
+    check("Tile", [x, ints(1, 2, 3)], 13)
+    (shape,) = check("Shape", [x], 15, start=1, end=-1)
+    np.testing.assert_array_equal(shape, [3])
+    (size,) = check("Size", [x], 13)
+    assert size.shape == () and size.dtype == I64
+    check("Range", [np.array(1.0, np.float32), np.array(2.0, np.float32), np.array(0.3, np.float32)], 13)
+    check("Range", [np.array(10, np.int32), np.array(2, np.int32), np.array(-3, np.int32)], 13)
+    check("ConstantOfShape", [ints(2, 3)], 20)
+    (filled,) = run_native("ConstantOfShape", [ints(2)], 20, value=numpy_helper.from_array(np.array([7], np.int32)))
+    assert filled.dtype == np.int32 and filled.tolist() == [7, 7]
+
+
+def test_constant_forms():
+    (a,) = run_native("Constant", [], 13, value_floats=[1.0, 2.0])
+    assert a.dtype == np.float32
+    (b,) = run_native("Constant", [], 13, value_int=3)
+    assert b.dtype == I64 and b.shape == ()
+    (c,) = run_native("Constant", [], 13, value_strings=["a", "b"])
+    assert c.tolist() == ["a", "b"]
+
+
+def test_scatter_deprecated_op():
+    data = np.zeros((3, 3), np.float32)
+    idx = np.array([[1, 0, 2], [0, 2, 1]], dtype=I64)
+    upd = randn(2, 3)
+    (y,) = run_native("Scatter", [data, idx, upd], 9, axis=0)
+    (want,) = run_reference("ScatterElements", [data, idx, upd], 11, axis=0)
+    np.testing.assert_array_equal(y, want)

@@ -1,0 +1,112 @@
+"""EPContext round trip: ModelCompiler saves the simulated EPs' compiled partitions in the model; a
+session on that file takes them without planning, gives the same results, and the compatibility
+info is checked on load."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+from onnxhal.hal import GraphOptimizationLevel, OrtCompiledModelCompatibility
+from onnxhal.hal.errors import Fail, NotImplemented
+from onnxhal.simulators.ep_context import ModelCompiler, OrtCompileApiFlags, decode_partition
+from onnxhal.simulators.testing import simulated_devices
+
+pytest.importorskip("pyopencl")
+
+RNG = np.random.default_rng(9)
+W1 = RNG.standard_normal((16, 32)).astype(np.float32)
+W2 = RNG.standard_normal((32, 8)).astype(np.float32)
+X = RNG.standard_normal((4, 16)).astype(np.float32)
+
+
+def model_bytes() -> bytes:
+    """MatMul -> Relu -> Erf -> MatMul: generic-npu has no Erf, so it gets two partitions."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+         helper.make_node("Erf", ["r"], ["e"], name="erf"), helper.make_node("MatMul", ["e", "w2"], ["y"], name="mm2")],
+        "ctx", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(W1, "w1"), numpy_helper.from_array(W2, "w2")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def sims():
+    with simulated_devices("generic-npu,generic-gpu") as devices:
+        if not devices:
+            pytest.skip("no OpenCL device: simulated devices run on PoCL")
+        yield {d.ep_name: d for d in devices}
+
+
+def options(device, **config) -> onnxhal.SessionOptions:
+    so = onnxhal.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    for k, v in config.items():
+        so.add_session_config_entry(k, v)
+    if device is not None:
+        so.add_provider_for_devices([device])
+    return so
+
+
+def test_compile_to_file_and_run_without_planning(sims, tmp_path):
+    npu = sims["VirtualNpuExecutionProvider"]
+    path = tmp_path / "ctx.onnx"
+    ModelCompiler(options(npu), model_bytes()).compile_to_file(path)
+    saved = onnx.load(path)
+    ops = [(n.op_type, n.domain) for n in saved.graph.node]
+    assert ops == [("EPContext", "com.microsoft"), ("Erf", ""), ("EPContext", "com.microsoft")]
+    assert not saved.graph.initializer  # the weights live in the EPContext blobs
+    meta = {p.key: p.value for p in saved.metadata_props}
+    info = meta["ep_compatibility_info.VirtualNpuExecutionProvider"]
+    assert "profile=generic-npu" in info and "fp16=1" in info
+    ctx_node = saved.graph.node[0]
+    attrs = {a.name: a for a in ctx_node.attribute}
+    assert attrs["source"].s == b"VirtualNpuExecutionProvider" and attrs["embed_mode"].i == 1
+    plan, cost, compat = decode_partition(attrs["ep_cache_context"].s)
+    assert compat == info and plan.input_names == ["x"] and cost.work > 0
+
+    loaded = onnxhal.InferenceSession(str(path), options(npu))
+    ep = loaded._core.eps["VirtualNpuExecutionProvider"]
+    assert ep.contexts_loaded == 2 and loaded.partition_summary == {"VirtualNpuExecutionProvider": 2,
+                                                                    "CPUExecutionProvider": 1}
+    so = options(npu)
+    so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL  # what the compiler used
+    direct = onnxhal.InferenceSession(model_bytes(), so)
+    np.testing.assert_array_equal(loaded.run(None, {"x": X})[0], direct.run(None, {"x": X})[0])
+    assert ep.meter.last_run.kernel_seconds == pytest.approx(
+        direct._core.eps["VirtualNpuExecutionProvider"].meter.last_run.kernel_seconds)  # the cost came along
+    assert npu.factory.validate_compiled_model_compatibility_info([npu.device], info) == \
+        OrtCompiledModelCompatibility.OPTIMAL
+
+
+def test_a_context_for_another_device_is_not_taken(sims, tmp_path):
+    npu, gpu = sims["VirtualNpuExecutionProvider"], sims["VirtualGpuExecutionProvider"]
+    data = ModelCompiler(options(npu), model_bytes()).compile_to_bytes()
+    info = {p.key: p.value for p in onnx.load_from_string(data).metadata_props}[
+        "ep_compatibility_info.VirtualNpuExecutionProvider"]
+    with pytest.raises(NotImplemented, match="EPContext"):
+        onnxhal.InferenceSession(data, options(gpu))  # nobody can run the NPU's partitions
+    assert gpu.factory.validate_compiled_model_compatibility_info([gpu.device], info) == \
+        OrtCompiledModelCompatibility.UNSUPPORTED
+    with simulated_devices("mobile-npu") as (other_npu,):  # same EP, another profile
+        with pytest.raises(NotImplemented):
+            onnxhal.InferenceSession(data, options(other_npu))
+        assert other_npu.factory.validate_compiled_model_compatibility_info([other_npu.device], info) == \
+            OrtCompiledModelCompatibility.UNSUPPORTED
+
+
+def test_compiler_flags(sims, tmp_path):
+    with pytest.raises(Fail, match="Unable to compile any nodes"):
+        ModelCompiler(options(None), model_bytes(), flags=OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED).compile_to_bytes()
+    path = tmp_path / "exists.onnx"
+    path.write_bytes(b"keep me")
+    with pytest.raises(Fail, match="already exists"):
+        ModelCompiler(options(sims["VirtualGpuExecutionProvider"]), model_bytes(),
+                      flags=OrtCompileApiFlags.ERROR_IF_OUTPUT_FILE_EXISTS).compile_to_file(path)
+    assert path.read_bytes() == b"keep me"
+    with pytest.raises(Fail, match="embed_compiled_data_into_model"):
+        ModelCompiler(options(None), model_bytes(), embed_compiled_data_into_model=False)

@@ -1,0 +1,72 @@
+"""``onnxhal matrix`` (every EP device against the CPU EP) and ``onnxhal run --explain``."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxhal.cli import main
+from onnxhal.cli_matrix import matrix
+from onnxhal.simulators import simulated_library_names
+from onnxhal.simulators.profiles import PROFILE_DIR
+from onnxhal.simulators.testing import _unregister, simulated_devices
+
+pytest.importorskip("pyopencl")
+
+
+@pytest.fixture
+def model_path(tmp_path):
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((24, 12)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Erf", ["h"], ["e"], name="erf"),
+         helper.make_node("Relu", ["e"], ["y"], name="relu")],
+        "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 12])], [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
+@pytest.fixture
+def isolated():
+    """Whatever the matrix registers is dropped afterwards; earlier simulated devices come back."""
+    with simulated_devices("generic-npu"):
+        try:
+            yield
+        finally:
+            for name in simulated_library_names():
+                _unregister(name)
+
+
+def test_matrix_table_and_exit_code(model_path, isolated, capsys):
+    assert main(["matrix", model_path, "--profiles", "generic-npu,generic-gpu", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "generic-npu" in out and "generic-gpu" in out and "FAIL" not in out
+    rows = {r.device: r for r in matrix(model_path, {"x": np.ones((4, 24), np.float32)}, show_progress=False)}
+    npu, gpu = rows["generic-npu"], rows["generic-gpu"]
+    assert (npu.nodes_on_device, npu.nodes_on_cpu) == (2, 1)  # generic-npu has no Erf: the CPU runs it
+    assert (gpu.nodes_on_device, gpu.nodes_on_cpu) == (3, 0)
+    assert npu.transfers == 4 and gpu.transfers == 2  # the NPU's partition is split around the Erf
+    assert 0 < npu.max_error < 2e-2 and gpu.max_error < 1e-4 and npu.ok and gpu.ok
+    assert npu.sim_ms > 0 and gpu.sim_mj > npu.sim_mj
+
+
+def test_matrix_fails_beyond_the_profile_tolerance(model_path, isolated, tmp_path, capsys):
+    strict = tmp_path / "strict-npu.toml"
+    text = (PROFILE_DIR / "generic-npu.toml").read_text()
+    strict.write_text(text.replace('name = "generic-npu"', 'name = "strict-npu"')
+                      .replace("rtol = 2e-2", "rtol = 0.0").replace("atol = 2e-2", "atol = 1e-7"))
+    assert main(["matrix", model_path, "--profiles", str(strict), "--no-progress"]) == 1
+    assert "FAIL beyond tolerance" in capsys.readouterr().out
+
+
+def test_run_explain_shows_simulated_cost(model_path, capsys):
+    with simulated_devices("generic-gpu"):
+        assert main(["run", model_path, "--ep", "VirtualGpuExecutionProvider", "--repeat", "1", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "Simulated device cost" in out and "generic-gpu" in out and "3/3" in out
+    assert main(["run", model_path, "--repeat", "0", "--explain"]) == 0
+    assert "uses no simulated device" in capsys.readouterr().out

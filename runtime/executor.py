@@ -173,7 +173,8 @@ class ExecutionPlan:
         self._run_steps = [(s.fn, s.ins, s.outs, s.frees) for s in self.steps]
         self._read_slots = {i for s in self.steps for i in s.ins}
         self._output_slot_set = set(self.output_slots)
-        self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(self.steps, self.output_slots)
+        self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(self.steps, self.output_slots, False)
+        self._fast_checked, _, self._line_to_step_checked = _compile_straight_line(self.steps, self.output_slots, True)
         self.has_copies = any(s.node is None for s in self.steps) or any(self._feed_targets.values())
         self.num_slots = len(template)
 
@@ -196,13 +197,19 @@ class ExecutionPlan:
                 slots[host_slot] = self.memory.transfer(value, HOST_MEMORY_DEVICE, None)
             for dev, s in targets or ():
                 slots[s] = self.memory.transfer(value, dev, None)
-        if profiler is not None or run_options is not None or self.memory.any_streams:
+        if profiler is not None:
             self._run_checked(slots, run_options, profiler)
         else:
+            fast = self._fast if run_options is None else self._fast_checked
             try:
-                results = self._fast(slots, self._fast_fns)
+                results = fast(slots, self._fast_fns, run_options)
+            except Terminated:
+                raise
             except Exception as e:
-                raise self._wrap(e, slots, self._failed_step(e)) from e
+                raise self._wrap(e, slots, self._failed_step(e, fast)) from e
+            finally:
+                if self.memory.any_streams:
+                    self.memory.end_of_run()
             for i, v in zip(self.output_slots, results):
                 slots[i] = v
         idx = range(len(self.output_slots)) if fetch is None else fetch
@@ -231,13 +238,14 @@ class ExecutionPlan:
                 slots[f] = None
         self.memory.end_of_run()
 
-    def _failed_step(self, e: BaseException) -> Step | None:
+    def _failed_step(self, e: BaseException, fast: Callable) -> Step | None:
         """The step whose line of the generated run function raised."""
+        lines = self._line_to_step if fast is self._fast else self._line_to_step_checked
         tb = e.__traceback__
         step = None
         while tb is not None:
-            if tb.tb_frame.f_code is self._fast.__code__:
-                step = self._line_to_step.get(tb.tb_lineno)
+            if tb.tb_frame.f_code is fast.__code__:
+                step = lines.get(tb.tb_lineno)
             tb = tb.tb_next
         return self.steps[step] if step is not None else None
 
@@ -262,7 +270,12 @@ class ExecutionPlan:
         return err
 
 
-def _compile_straight_line(steps: list[Step], output_slots: list[int]) -> tuple[Callable, tuple, dict[int, int]]:
+_TERMINATED_MSG = ("Exiting due to terminate flag being set to true: RunOptions.terminate was set during this "
+                   "run. Clear it (run_options.terminate = False) to run again.")
+
+
+def _compile_straight_line(steps: list[Step], output_slots: list[int],
+                           check_terminate: bool) -> tuple[Callable, tuple, dict[int, int]]:
     """Generate the plan as one Python function: a line per step, values in local variables.
 
     This removes the interpreter overhead of a generic loop (indexing a list of steps, building
@@ -276,7 +289,7 @@ def _compile_straight_line(steps: list[Step], output_slots: list[int]) -> tuple[
         read_first.update(i for i in st.ins if i not in written)
         written.update(st.outs)
     read_first.update(i for i in output_slots if i not in written)
-    lines = ["def _run(slots, fns):"]
+    lines = ["def _run(slots, fns, ro):"]
     pre = sorted(read_first)
     for k in range(0, len(pre), 64):  # load feeds and constants into locals
         chunk = pre[k:k + 64]
@@ -285,6 +298,8 @@ def _compile_straight_line(steps: list[Step], output_slots: list[int]) -> tuple[
     line_to_step: dict[int, int] = {}
     for k, st in enumerate(steps):
         args = "[" + ", ".join(f"s{i}" for i in st.ins) + "]"
+        if check_terminate:  # as ORT: the flag is honoured between nodes
+            lines.append("    if ro.terminate: raise Terminated(MSG)")
         line_to_step[len(lines) + 1] = k
         if len(st.outs) == 1:
             lines.append(f"    s{st.outs[0]} = f{k}({args})[0]")
@@ -295,7 +310,7 @@ def _compile_straight_line(steps: list[Step], output_slots: list[int]) -> tuple[
         if st.frees:
             lines.append("    " + ", ".join(f"s{f}" for f in st.frees) + " = " + ", ".join("None" for _ in st.frees))
     lines.append("    return (" + "".join(f"s{i}, " for i in output_slots) + ")")
-    namespace: dict = {}
+    namespace: dict = {"Terminated": Terminated, "MSG": _TERMINATED_MSG}
     exec(compile("\n".join(lines), "<onnxhal plan>", "exec"), namespace)  # noqa: S102 - generated from the plan
     return namespace["_run"], tuple(st.fn for st in steps), line_to_step
 

@@ -301,3 +301,6 @@ def test_grid_sample_3d_and_opset16_names():
     (y16,) = run_native("GridSample", [x2, grid2], 16, mode="bilinear")
     (want,) = run_reference("GridSample", [x2, grid2], 20, mode="linear")
     np.testing.assert_allclose(y16, want, rtol=1e-5, atol=1e-6)
+    (c16,) = create_cpu_kernel(make_node("GridSample", 2, 16, mode="bicubic"), None).compute([x2, grid2])
+    (c20,) = run_reference("GridSample", [x2, grid2], 20, mode="cubic")
+    np.testing.assert_allclose(c16, c20, rtol=1e-5, atol=1e-6)

@@ -199,3 +199,28 @@ def test_optimization_levels_agree():
         outs.append(onnxhal.InferenceSession(add_mul_model(), so).run(None, {"x": x})[0])
     for o in outs[1:]:
         np.testing.assert_allclose(o, outs[0], rtol=1e-6)
+
+
+def test_terminate_set_during_a_run_stops_between_nodes():
+    class FlipsAfter(onnxhal.RunOptions):
+        """Stands in for another thread setting terminate mid-run (a timing we cannot force)."""
+
+        def __init__(self, reads: int) -> None:
+            super().__init__()
+            self._reads = reads
+
+        @property
+        def terminate(self) -> bool:
+            self._reads -= 1
+            return self._reads < 0
+
+        @terminate.setter
+        def terminate(self, value: bool) -> None:
+            pass
+
+    chain = make([helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"relu{i}") for i in range(50)],
+                 [vi("t0", [4])], [vi("t50", [4])])
+    s = onnxhal.InferenceSession(chain)
+    with pytest.raises(errors.RuntimeException, match="terminate"):
+        s.run(None, {"t0": np.ones(4, np.float32)}, FlipsAfter(reads=10))
+    np.testing.assert_array_equal(s.run(None, {"t0": np.ones(4, np.float32)}, onnxhal.RunOptions())[0], np.ones(4))

@@ -39,9 +39,17 @@ class GridSample(Kernel):
         self.align = bool(node.attr("align_corners", 0))
         self.ref = None
         if self.mode == "cubic":
+            from onnx import helper
+
             from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
 
-            self.ref = ReferenceKernel(node, ctx, node.since_version or 20)
+            proto = node.to_proto()
+            for a in proto.attribute:  # onnx.reference knows only the opset-20 mode names
+                if a.name == "mode":
+                    a.CopyFrom(helper.make_attribute("mode", "cubic"))
+            ref_node = Node.from_proto(proto)
+            ref_node.since_version = node.since_version
+            self.ref = ReferenceKernel(ref_node, ctx, node.since_version or 20)
 
     def _index(self, i: np.ndarray, d: int, lo: float, hi: float):
         """Integer positions -> (clamped index, in-bounds mask) under the padding mode."""

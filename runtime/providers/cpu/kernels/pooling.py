@@ -123,6 +123,25 @@ class AveragePool(_Pool):
         return [y]
 
 
+@register("LpPool", since=1)
+class LpPool(_Pool):
+    """(sum over the window of |x|**p) ** (1/p); padding contributes zeros."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self.p = node.attr("p", 2)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        kernel, strides, dil, pb, pe, out, _ = self.geometry(x.shape[2:])
+        xp = pad_spatial(np.abs(x) ** x.dtype.type(self.p), pb, pe, 0)
+        y = None
+        for idx in np.ndindex(*kernel):
+            v = xp[_tap_slices(idx, dil, strides, out)]
+            y = v.copy() if y is None else np.add(y, v, out=y)
+        return [np.asarray(y ** x.dtype.type(1.0 / self.p), dtype=x.dtype)]
+
+
 class _GlobalPool(Kernel):
     fn = None
 

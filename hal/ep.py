@@ -170,6 +170,12 @@ class Ep:
     def get_compiled_model_compatibility_info(self, graph: Graph) -> str:
         return ""
 
+    def profiling_step_args(self, node: Node | None, ep_name: str, inputs: list, outputs: list) -> dict:
+        """Extra ``args`` for a step's event in the profiling trace (e.g. simulated device time).
+        Called, only when profiling is on, for the EP's own nodes and for every copy step
+        (``node`` None, ``ep_name`` ""); return {} for steps that are not yours."""
+        return {}
+
     def release(self) -> None:
         """Called when the session ends, after every NodeComputeInfo was released."""
 

@@ -2,50 +2,44 @@
 
 ``import onnxhal as ort`` offers onnxruntime's Python API for devices, EP libraries, sessions and
 values (see docs/sessions.md); ``onnxhal.hal`` holds the contracts EP authors implement.
+
+Names are imported on first use (PEP 562), so ``import onnxhal`` (and the pytest plugin, which
+every pytest run in the environment loads) costs almost nothing until the API is used.
 """
 
-from onnxhal import errors, hal
-from onnxhal.hal import (
-    ExecutionMode,
-    GraphOptimizationLevel,
-    OrtAllocatorType,
-    OrtCompiledModelCompatibility,
-    OrtDeviceMemoryType,
-    OrtEpDevice,
-    OrtExecutionProviderDevicePolicy,
-    OrtHardwareDevice,
-    OrtHardwareDeviceType,
-    OrtMemoryInfo,
-    OrtMemoryInfoDeviceType,
-    OrtMemType,
-    OrtSyncStream,
-)
-from onnxhal.runtime.environment import (
-    get_all_providers,
-    get_available_providers,
-    get_ep_devices,
-    get_hardware_devices,
-    register_execution_provider_library,
-    unregister_execution_provider_library,
-)
-from onnxhal.runtime.ortvalue import IOBinding, OrtValue, copy_tensors
-from onnxhal.runtime.session import (
-    InferenceSession,
-    ModelMetadata,
-    NodeArg,
-    OrtEpAssignedNode,
-    OrtEpAssignedSubgraph,
-)
-from onnxhal.runtime.session_options import RunOptions, SessionOptions
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "errors", "hal", "ExecutionMode", "GraphOptimizationLevel", "OrtAllocatorType", "OrtCompiledModelCompatibility",
-    "OrtDeviceMemoryType", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
-    "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSyncStream",
+_HAL = ("ExecutionMode", "GraphOptimizationLevel", "OrtAllocatorType", "OrtCompiledModelCompatibility",
+        "OrtDeviceMemoryType", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
+        "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSyncStream")
+_LAZY: dict[str, str] = {name: "onnxhal.hal" for name in _HAL}
+_LAZY.update({name: "onnxhal.runtime.environment" for name in (
     "get_all_providers", "get_available_providers", "get_ep_devices", "get_hardware_devices",
-    "register_execution_provider_library", "unregister_execution_provider_library", "IOBinding", "OrtValue",
-    "copy_tensors", "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph",
-    "RunOptions", "SessionOptions", "__version__",
-]
+    "register_execution_provider_library", "unregister_execution_provider_library")})
+_LAZY.update({name: "onnxhal.runtime.ortvalue" for name in ("IOBinding", "OrtValue", "copy_tensors")})
+_LAZY.update({name: "onnxhal.runtime.session" for name in (
+    "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph")})
+_LAZY.update({name: "onnxhal.runtime.session_options" for name in ("RunOptions", "SessionOptions")})
+_LAZY.update({"ModelCompiler": "onnxhal.simulators.ep_context", "OrtCompileApiFlags": "onnxhal.simulators.ep_context"})
+_SUBMODULES = ("errors", "hal")
+
+__all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"onnxhal.{name}")
+    raise AttributeError(f"module 'onnxhal' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

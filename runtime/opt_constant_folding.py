@@ -14,7 +14,7 @@ import onnx
 from onnx import helper
 
 from onnxhal.hal.graph import Graph, Node, ValueInfo
-from onnxhal.runtime.opt_rewrite import constant, graph_output_names, static_shape
+from onnxhal.runtime.opt_rewrite import constant, graph_output_names, live_nodes, static_shape
 
 logger = logging.getLogger("onnxhal.optimizer")
 
@@ -79,7 +79,7 @@ def _no_op_source(graph: Graph, node: Node) -> str | None:
 def eliminate_no_ops(graph: Graph) -> bool:
     """Remove Identity, inference-mode Dropout and Cast to the same type."""
     changed = False
-    for node in list(graph.nodes):
+    for node in live_nodes(graph):
         source = _no_op_source(graph, node)
         if source is not None and _bypass(graph, node, source, node.outputs[0]):
             changed = True
@@ -154,7 +154,7 @@ def fold_constants(graph: Graph) -> bool:
     """Replace nodes whose inputs are all constants (and Shape/Size of static shapes) by initializers."""
     outputs = graph_output_names(graph)
     changed = False
-    for node in list(graph.nodes):
+    for node in live_nodes(graph):
         if (node.domain != "" or node.op_type in NOT_FOLDABLE or node.subgraphs
                 or any(o in outputs for o in node.outputs) or _too_big(graph, node)):
             continue

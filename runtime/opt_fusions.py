@@ -28,6 +28,7 @@ from onnxhal.runtime.opt_rewrite import (
     FUSED_DOMAIN,
     add_initializer,
     constant,
+    live_nodes,
     make_node,
     rank,
     replace_nodes,
@@ -95,7 +96,7 @@ def _activation_follower(graph: Graph, node: Node) -> tuple[Node, str, list[floa
 def fuse_conv_activation(graph: Graph) -> bool:
     """Conv, then optionally Add (or 2-input Sum) of a same-shaped residual, then optionally an activation."""
     changed = False
-    for conv in list(graph.nodes):
+    for conv in live_nodes(graph):
         if conv.op_type != "Conv" or conv.domain != "":
             continue
         pattern, last, residual = [conv], conv, ""
@@ -128,7 +129,7 @@ def fuse_conv_activation(graph: Graph) -> bool:
 def fuse_gemm_activation(graph: Graph) -> bool:
     """Gemm followed by an activation."""
     changed = False
-    for gemm in list(graph.nodes):
+    for gemm in live_nodes(graph):
         if gemm.op_type != "Gemm" or gemm.domain != "":
             continue
         act = _activation_follower(graph, gemm)
@@ -146,7 +147,7 @@ def fuse_gemm_activation(graph: Graph) -> bool:
 def fuse_batchnorm_activation(graph: Graph) -> bool:
     """BatchNormalization with constant statistics, then optionally an activation."""
     changed = False
-    for bn in list(graph.nodes):
+    for bn in live_nodes(graph):
         stats = batchnorm_stats(graph, bn)
         if stats is None:
             continue
@@ -168,7 +169,7 @@ def fuse_batchnorm_activation(graph: Graph) -> bool:
 def fuse_matmul_bias(graph: Graph) -> bool:
     """MatMul(x, constant 2-D W) + Add(constant [N] bias), then optionally Relu or Gelu."""
     changed = False
-    for mm in list(graph.nodes):
+    for mm in live_nodes(graph):
         if mm.op_type != "MatMul" or mm.domain != "":
             continue
         weights = constant(graph, mm.inputs[1])
@@ -203,7 +204,7 @@ def fuse_gelu(graph: Graph) -> bool:
     """Erf-based Gelu: Div(x, sqrt2) or Mul(x, 1/sqrt2) -> Erf -> Add 1 -> Mul x -> Mul 0.5,
     or with the 0.5 applied to x first."""
     changed = False
-    for erf in list(graph.nodes):
+    for erf in live_nodes(graph):
         if erf.op_type != "Erf" or erf.domain != "":
             continue
         scale = graph.producer(erf.inputs[0])
@@ -261,7 +262,7 @@ def fuse_layer_norm_standard(graph: Graph) -> bool:
 def fuse_layer_norm(graph: Graph) -> bool:
     """The decomposed LayerNormalization PyTorch exports, normalizing over the last axis."""
     changed = False
-    for mean in list(graph.nodes):
+    for mean in live_nodes(graph):
         if mean.op_type != "ReduceMean" or not _reduce_mean_last_axis(graph, mean, mean.inputs[0]):
             continue
         x = mean.inputs[0]
@@ -321,7 +322,7 @@ def adopt_fused_kernels(graph: Graph) -> bool:
     """Conv -> FusedConv, Gemm -> FusedGemm, MatMul(x, constant 2-D float W) -> FusedMatMul,
     each with no activation."""
     changed = False
-    for node in list(graph.nodes):
+    for node in live_nodes(graph):
         if node.domain != "":
             continue
         if node.op_type == "Conv":

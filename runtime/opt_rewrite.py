@@ -9,7 +9,7 @@ are rebuilt after each edit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -90,6 +90,14 @@ def add_initializer(graph: Graph, base: str, value: np.ndarray) -> str:
     name = unique_name(graph, base)
     graph.initializers[name] = np.ascontiguousarray(value)
     return name
+
+
+def live_nodes(graph: Graph) -> Iterator[Node]:
+    """The graph's nodes, from a snapshot, skipping those a rewrite removed meanwhile (a node is
+    live while it still produces its first output), so passes can edit while iterating."""
+    for node in list(graph.nodes):
+        if not node.outputs or not node.outputs[0] or graph.producer(node.outputs[0]) is node:
+            yield node
 
 
 def replace_nodes(graph: Graph, old: Iterable[Node], new: Sequence[Node]) -> None:

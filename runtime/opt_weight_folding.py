@@ -15,7 +15,15 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal.graph import Graph, Node
-from onnxhal.runtime.opt_rewrite import add_initializer, constant, make_node, rank, replace_nodes, sole_consumer
+from onnxhal.runtime.opt_rewrite import (
+    add_initializer,
+    constant,
+    live_nodes,
+    make_node,
+    rank,
+    replace_nodes,
+    sole_consumer,
+)
 
 
 def _conv_parts(graph: Graph, conv: Node) -> tuple[np.ndarray, np.ndarray] | None:
@@ -53,7 +61,7 @@ def _unused_extra_outputs(graph: Graph, node: Node) -> bool:
 def fold_conv_batchnorm(graph: Graph) -> bool:
     """Conv followed by an inference BatchNormalization with constant statistics."""
     changed = False
-    for conv in list(graph.nodes):
+    for conv in live_nodes(graph):
         parts = _conv_parts(graph, conv)
         bn = sole_consumer(graph, conv.outputs[0]) if parts else None
         stats = batchnorm_stats(graph, bn) if bn is not None and bn.inputs[0] == conv.outputs[0] else None
@@ -85,7 +93,7 @@ def _per_channel(value: np.ndarray, channels: int, out_rank: int) -> np.ndarray 
 def fold_conv_mul_add(graph: Graph) -> bool:
     """Conv followed by Mul or Add with a per-channel constant."""
     changed = False
-    for conv in list(graph.nodes):
+    for conv in live_nodes(graph):
         parts = _conv_parts(graph, conv)
         follower = sole_consumer(graph, conv.outputs[0]) if parts else None
         if follower is None or follower.op_type not in ("Mul", "Add") or follower.domain != "":
@@ -120,7 +128,7 @@ def fold_batchnorm_mul_add(graph: Graph) -> bool:
     """BatchNormalization followed by Mul or Add with a per-channel constant (DenseNet's exported
     scale layers) -> BatchNormalization with new scale and bias."""
     changed = False
-    for bn in list(graph.nodes):
+    for bn in live_nodes(graph):
         stats = batchnorm_stats(graph, bn)
         follower = sole_consumer(graph, bn.outputs[0]) if stats else None
         if follower is None or follower.op_type not in ("Mul", "Add") or follower.domain != "":
@@ -153,7 +161,7 @@ def fold_batchnorm_mul_add(graph: Graph) -> bool:
 def matmul_add_to_gemm(graph: Graph) -> bool:
     """MatMul of a 2-D input and constant 2-D weights followed by a constant bias Add -> Gemm."""
     changed = False
-    for mm in list(graph.nodes):
+    for mm in live_nodes(graph):
         if mm.op_type != "MatMul" or mm.domain != "" or rank(graph, mm.inputs[0]) != 2:
             continue
         weights = constant(graph, mm.inputs[1])

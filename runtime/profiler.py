@@ -39,6 +39,7 @@ class Profiler:
         self._t0 = time.perf_counter_ns()
         self._pid = os.getpid()
         self.extra_args: dict[str, Any] = {}
+        self.ep_hooks: list = []  # bound Ep.profiling_step_args of the session's EPs that override it
 
     def _us(self, ns: int) -> float:
         return (ns - self._t0) / 1000.0
@@ -59,6 +60,9 @@ class Profiler:
             args = {"op_name": "MemcpyTransfer", "provider": "", "input_type_shape": _type_shape(inputs),
                     "output_type_shape": _type_shape(outputs)}
             name = step.label
+        for ep_hook in self.ep_hooks:  # EPs add their own figures (hal.Ep.profiling_step_args)
+            if node is None or ep_hook.__self__.name == step.ep_name:
+                args.update(ep_hook(node, step.ep_name, inputs, outputs))
         hook = self.extra_args.get("step_hook")
         if hook is not None:
             args.update(hook(step, inputs, outputs))

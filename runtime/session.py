@@ -150,7 +150,17 @@ class _SessionCore:
                 infos = ep.compile([g.filtered for g in gs], [g.fused_node for g in gs])
                 if len(infos) != len(gs):
                     raise Fail(f"compile returned {len(infos)} NodeComputeInfos for {len(gs)} fused nodes")
-                states = [info.create_state(g.fused_node) for info, g in zip(infos, gs)]
+                states: list = []
+                try:
+                    for info, g in zip(infos, gs):
+                        states.append(info.create_state(g.fused_node))
+                except Exception:
+                    for info, state in zip(infos, states):  # give back what was created before the failure
+                        try:
+                            info.release_state(state)
+                        except Exception:
+                            logger.exception("%s: release_state failed", ep_name)
+                    raise
             except Exception as e:
                 # A failed compile declines the nodes: they fall back to the CPU EP, never a wrong answer.
                 if CPU_EP_NAME not in self.eps:
@@ -191,6 +201,31 @@ class _SessionCore:
         get_environment().release(self.library_names)
 
 
+FAIL_ON_SUBOPTIMAL = "session.fail_on_suboptimal_compiled_model"
+
+
+def validate_compatibility_info(proto: onnx.ModelProto, choices: list[ProviderChoice], so: SessionOptions) -> None:
+    """ORT's session step 6: a compiled model's ``ep_compatibility_info.<EP>`` metadata is checked by
+    that EP's factory. UNSUPPORTED fails; PREFER_RECOMPILATION fails only with
+    ``session.fail_on_suboptimal_compiled_model`` = "1"."""
+    from onnxhal.hal import OrtCompiledModelCompatibility as C
+
+    props = {p.key: p.value for p in proto.metadata_props}
+    for c in choices:
+        info = props.get(f"ep_compatibility_info.{c.ep_name}")
+        if info is None:
+            continue
+        verdict = c.factory.validate_compiled_model_compatibility_info([d.device for d in c.devices], info)
+        if verdict == C.UNSUPPORTED:
+            raise Fail(f"{c.ep_name}: this compiled model is not compatible with the selected device(s) "
+                       f"(compatibility info {info!r}). Recompile it for this device, or load the original model.")
+        if verdict == C.PREFER_RECOMPILATION:
+            if so.config(FAIL_ON_SUBOPTIMAL) == "1":
+                raise Fail(f"{c.ep_name}: the compiled model is usable but suboptimal here (compatibility info "
+                           f"{info!r}) and {FAIL_ON_SUBOPTIMAL}=1. Recompile it for this device.")
+            logger.warning("%s: compiled model is suboptimal for this device; consider recompiling", c.ep_name)
+
+
 class InferenceSession:
     def __init__(self, path_or_bytes: str | bytes | onnx.ModelProto, sess_options: SessionOptions | None = None,
                  providers: Sequence[Any] | None = None, provider_options: Sequence[Mapping] | None = None,
@@ -205,8 +240,10 @@ class InferenceSession:
         self._profiler = Profiler(so.profile_file_prefix) if so.enable_profiling else None
         t0 = time.perf_counter_ns()
         choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
+        validate_compatibility_info(self._loaded.proto, choices, so)
         self._core = _SessionCore(self._loaded, so, choices)
         self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
+        self._attach_ep_profiling()
         if self._profiler is not None:
             self._profiler.event("session_initialization", "Session", t0, time.perf_counter_ns())
         proto_graph = self._loaded.graph
@@ -353,7 +390,13 @@ class InferenceSession:
             self._finalizer.detach()
             self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
             self.failovers.append((failed_ep, reason))
+            self._attach_ep_profiling()
         core.release()
+
+    def _attach_ep_profiling(self) -> None:
+        if self._profiler is not None:
+            self._profiler.ep_hooks = [ep.profiling_step_args for ep in self._core.eps.values()
+                                       if type(ep).profiling_step_args is not Ep.profiling_step_args]
 
     def _set_providers_cpu(self) -> None:
         so = self._sess_options
@@ -363,6 +406,7 @@ class InferenceSession:
             self._core = _SessionCore(self._loaded_fresh(), so, choices)
             self._finalizer.detach()
             self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
+            self._attach_ep_profiling()
         old.release()
 
     def _loaded_fresh(self) -> Any:

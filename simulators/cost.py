@@ -7,8 +7,8 @@ the bytes). Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) are free. A t
 and device costs ``host_link_latency + bytes / host_link_bandwidth``. Energy is ``active power x
 simulated busy time``. The slowdown fault multiplies device time.
 
-``Meter`` accumulates these per EP instance (session); ``attach_to_session`` puts per-step figures
-into the session's profiling trace; ``explain_rows`` summarises a session for ``onnxhal run
+``Meter`` accumulates these per EP instance (session); ``step_figures`` gives per-step figures for
+the session's profiling trace (via ``VirtualEp.profiling_step_args``); ``explain_rows`` summarises a session for ``onnxhal run
 --explain`` and ``onnxhal matrix``.
 """
 
@@ -196,36 +196,30 @@ def virtual_eps(session: Any) -> dict[str, Any]:
     return {name: ep for name, ep in session._core.eps.items() if isinstance(ep, VirtualEp)}
 
 
-def attach_to_session(session: Any) -> bool:
-    """Add simulated figures (``sim_device_us``, ``sim_energy_uj``, ``sim_device``) to every profiling
-    event of a node or copy on a simulated device. Needs ``enable_profiling``; returns whether it
-    attached."""
-    profiler = getattr(session, "_profiler", None)
-    eps = virtual_eps(session)
-    if profiler is None or not eps:
-        return False
-    by_device = {ep.memory_info.memory_device: ep for ep in eps.values()}
-
-    def step_hook(step: Any, inputs: list, outputs: list) -> dict:
-        if step.node is not None:
-            ep = eps.get(step.ep_name)
-            cost = ep.partition_costs.get(step.node.name) if ep is not None else None
-            if cost is None:
-                return {}
-            secs = cost.seconds * ep.meter.slowdown
+def step_figures(ep: Any, node: Node | None, inputs: list, outputs: list) -> dict:
+    """Simulated figures for one profiling event: a node of ``ep``, or a copy into or out of its
+    memory (``node`` None). What ``VirtualEp.profiling_step_args`` returns."""
+    if node is not None:
+        cost = ep.partition_costs.get(node.name)
+        if cost is None:
+            return {}
+        secs = cost.seconds * ep.meter.slowdown
+        return {"sim_device": ep.profile.name, "sim_device_us": round(secs * 1e6, 3),
+                "sim_energy_uj": round(secs * ep.profile.active_w * 1e6, 3), "sim_dtype": cost.dtype}
+    mine = ep.memory_info.memory_device
+    for v in (*outputs, *inputs):
+        if getattr(getattr(v, "memory_info", None), "memory_device", None) == mine:
+            secs = transfer_seconds(ep.profile, int(getattr(v, "nbytes", 0))) * ep.meter.slowdown
             return {"sim_device": ep.profile.name, "sim_device_us": round(secs * 1e6, 3),
-                    "sim_energy_uj": round(secs * ep.profile.active_w * 1e6, 3), "sim_dtype": cost.dtype}
-        for v in (*outputs, *inputs):
-            dev = getattr(getattr(v, "memory_info", None), "memory_device", None)
-            ep = by_device.get(dev)
-            if ep is not None:
-                secs = transfer_seconds(ep.profile, int(getattr(v, "nbytes", 0))) * ep.meter.slowdown
-                return {"sim_device": ep.profile.name, "sim_device_us": round(secs * 1e6, 3),
-                        "sim_energy_uj": round(secs * ep.profile.active_w * 1e6, 3)}
-        return {}
+                    "sim_energy_uj": round(secs * ep.profile.active_w * 1e6, 3)}
+    return {}
 
-    profiler.extra_args["step_hook"] = step_hook
-    return True
+
+def attach_to_session(session: Any) -> bool:
+    """Whether ``session``'s profiling trace carries simulated figures. The runtime asks every EP
+    for them (``hal.Ep.profiling_step_args``), so nothing needs attaching any more; kept so that
+    callers can check."""
+    return getattr(session, "_profiler", None) is not None and bool(virtual_eps(session))
 
 
 def explain_rows(session: Any) -> list[dict[str, Any]]:

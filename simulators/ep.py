@@ -280,6 +280,11 @@ class VirtualEp(OpenCLEp):
         return None
 
     # -- runs, memory ----------------------------------------------------------------------
+    def profiling_step_args(self, node: Node | None, ep_name: str, inputs: list, outputs: list) -> dict:
+        from onnxhal.simulators.cost import step_figures
+
+        return step_figures(self, node, inputs, outputs)
+
     def on_run_start(self, run_options: Any) -> None:
         self.faults.on_run_start()
         self.meter.begin_run()

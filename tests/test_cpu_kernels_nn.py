@@ -115,6 +115,8 @@ def test_conv_transpose_matches_reference(x_shape, w_shape, attrs):
     ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
     ("AveragePool", {"kernel_shape": [2, 3], "strides": [2, 1], "auto_pad": "SAME_LOWER"}),
     ("AveragePool", {"kernel_shape": [2, 2], "dilations": [2, 1]}),
+    ("LpPool", {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "strides": [2, 1], "p": 3}),
+    ("LpPool", {"kernel_shape": [2, 2], "auto_pad": "SAME_UPPER"}),
 ])
 def test_pooling_matches_reference(op, attrs):
     check(op, [randn(2, 3, 9, 8)], 19, **attrs)

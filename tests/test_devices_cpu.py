@@ -6,6 +6,7 @@ import logging
 
 import psutil
 import pytest
+
 from onnxhal.devices import discover_cpu_device, discover_hardware_devices
 from onnxhal.devices.cpu import cpu_vendor_from_cpuinfo, parse_first_core
 from onnxhal.hal.enums import OrtHardwareDeviceType

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+
 from onnxhal.devices import discover_hardware_devices, opencl_devices_of
 from onnxhal.devices.opencl import (
     OpenCLDeviceRecord,

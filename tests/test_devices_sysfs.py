@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from onnxhal.devices import discover_hardware_devices
 from onnxhal.devices.sysfs import discover_accel_npus, discover_drm_gpus, discover_sysfs_devices, discover_sysfs_gpus
 from onnxhal.hal.enums import OrtHardwareDeviceType

@@ -27,6 +27,8 @@ def partition_svg(graph: Graph, ep_of_node: dict[int, str], title: str = "") -> 
     colour = {e: (_CPU_COLOUR if e == "CPUExecutionProvider" else _PALETTE[k % len(_PALETTE)]) for k, e in enumerate(eps)}
     box_w, box_h, gap_x, gap_y = 130, 28, 16, 26
     width = max(len(v) for v in layers.values()) * (box_w + gap_x) + 40 if layers else 200
+    legend_w = 40 + sum(24 + 7 * len(e) for e in eps)
+    width = max(width, 40 + 8 * len(title), legend_w)  # room for the title and the legend
     height = len(layers) * (box_h + gap_y) + 90
     pos: dict[int, tuple[float, float]] = {}
     for d, nodes in layers.items():

@@ -112,6 +112,8 @@ class MemoryContext:
         src = memory_device_of(value)
         if src == dst or value is None:
             return value
+        if isinstance(value, np.generic):  # a numpy scalar from a kernel: a 0-d tensor
+            value = np.asarray(value)
         if not isinstance(value, (np.ndarray, DeviceTensor)):
             raise Fail(f"cannot copy a {type(value).__name__} value to {dst}: only tensors move between devices")
         if isinstance(value, np.ndarray) and not value.flags.c_contiguous:

@@ -14,7 +14,7 @@ import onnx
 from onnx import helper
 
 from onnxhal.hal.graph import Graph, Node, ValueInfo
-from onnxhal.runtime.opt_rewrite import constant, graph_output_names, live_nodes, static_shape
+from onnxhal.runtime.opt_rewrite import constant, graph_output_names, live_nodes, remove_node, static_shape
 
 logger = logging.getLogger("onnxhal.optimizer")
 
@@ -180,7 +180,6 @@ def fold_constants(graph: Graph) -> bool:
                 graph.initializers[name] = value
                 dtype = onnx.TensorProto.STRING if value.dtype == object else helper.np_dtype_to_tensor_dtype(value.dtype)
                 graph._set_value_info(ValueInfo(name, helper.make_tensor_type_proto(dtype, value.shape)))
-        graph.nodes.remove(node)
-        graph._index()
+        remove_node(graph, node)
         changed = True
     return changed

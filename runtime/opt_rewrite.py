@@ -76,10 +76,12 @@ def sole_consumer(graph: Graph, name: str) -> Node | None:
 
 def unique_name(graph: Graph, base: str) -> str:
     """A value name not used anywhere in ``graph`` (initializers, value infos, node outputs)."""
-    taken = graph.initializers.keys() | graph.value_infos.keys()
-    taken_outputs = {o for n in graph.nodes for o in n.outputs}
+    def taken(candidate: str) -> bool:
+        return (candidate in graph.initializers or candidate in graph.value_infos
+                or graph.producer(candidate) is not None or bool(graph.consumers(candidate)))
+
     name, i = base, 0
-    while name in taken or name in taken_outputs:
+    while taken(name):
         i += 1
         name = f"{base}_{i}"
     return name
@@ -100,14 +102,54 @@ def live_nodes(graph: Graph) -> Iterator[Node]:
             yield node
 
 
+def _unlink(graph: Graph, node: Node) -> None:
+    for o in node.outputs:
+        if o and graph._producer.get(o) is node:
+            del graph._producer[o]
+    for i in {*node.inputs, *node.implicit_inputs}:
+        readers = graph._consumers.get(i)
+        if readers:
+            readers[:] = [r for r in readers if r is not node]
+            if not readers:
+                del graph._consumers[i]
+
+
+def _link(graph: Graph, node: Node) -> None:
+    for o in node.outputs:
+        if o:
+            graph._producer[o] = node
+    for i in node.inputs:
+        if i:
+            graph._consumers.setdefault(i, []).append(node)
+
+
 def replace_nodes(graph: Graph, old: Iterable[Node], new: Sequence[Node]) -> None:
-    """Remove ``old`` and insert ``new`` where the last of ``old`` stood (topological order)."""
+    """Remove ``old`` and insert ``new`` where the last of ``old`` stood (topological order).
+
+    Producer/consumer maps are updated for just these nodes (a full ``_index`` per rewrite made
+    large graphs quadratic); nodes holding subgraphs fall back to the full rebuild."""
+    old = list(old)
     old_ids = {id(n) for n in old}
     position = max(i for i, n in enumerate(graph.nodes) if id(n) in old_ids)
     kept_before = [n for n in graph.nodes[:position] if id(n) not in old_ids]
     kept_after = [n for n in graph.nodes[position + 1:] if id(n) not in old_ids]
     graph.nodes = [*kept_before, *new, *kept_after]
-    graph._index()
+    if any(n.subgraphs for n in (*old, *new)):
+        graph._index()
+        return
+    for n in old:
+        _unlink(graph, n)
+    for n in new:
+        _link(graph, n)
+
+
+def remove_node(graph: Graph, node: Node) -> None:
+    """Drop ``node`` from the graph and from the producer/consumer maps."""
+    graph.nodes = [n for n in graph.nodes if n is not node]
+    if node.subgraphs:
+        graph._index()
+    else:
+        _unlink(graph, node)
 
 
 def remove_unused_value_infos(graph: Graph) -> None:

@@ -184,3 +184,15 @@ def test_cast_float8_saturation():
 def test_castlike_uses_target_type():
     (y,) = run_native("CastLike", [randn(4), np.zeros(1, np.float16)], 19)
     assert y.dtype == np.float16
+
+
+@pytest.mark.parametrize("op,fn", [("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", np.divide),
+                                   ("Pow", np.power), ("Greater", np.greater)])
+def test_opset6_broadcast_aligns_at_axis(op, fn):
+    # Before opset 7, broadcast=1 with axis=1 aligns B's dims with A's dims 1.. (not the trailing ones).
+    a = np.abs(randn(2, 3, 4, 5)) + 0.5
+    b = np.abs(randn(3, 4)) + 0.5
+    (y,) = run_native(op, [a, b], 6, broadcast=1, axis=1)
+    np.testing.assert_allclose(y, fn(a, b.reshape(3, 4, 1)), rtol=1e-6)
+    (z,) = run_native(op, [a, randn(5)], 6, broadcast=1)  # no axis: trailing alignment
+    assert z.shape == (2, 3, 4, 5)

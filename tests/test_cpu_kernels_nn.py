@@ -306,3 +306,44 @@ def test_grid_sample_3d_and_opset16_names():
     (c16,) = create_cpu_kernel(make_node("GridSample", 2, 16, mode="bicubic"), None).compute([x2, grid2])
     (c20,) = run_reference("GridSample", [x2, grid2], 20, mode="cubic")
     np.testing.assert_allclose(c16, c20, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attrs,with_mask", [
+    ({}, False),
+    ({"pads": [1, 1, 1, 1], "strides": [2, 1], "dilations": [1, 2]}, True),
+    ({"group": 2, "offset_group": 2, "pads": [1, 0, 0, 1]}, True),
+])
+def test_deform_conv_matches_reference(attrs, with_mask):
+    x = randn(1, 4, 5, 5)
+    w = randn(4, 4 // attrs.get("group", 1), 3, 3)
+    sh, sw = attrs.get("strides", [1, 1])
+    dh, dw = attrs.get("dilations", [1, 1])
+    p = attrs.get("pads", [0, 0, 0, 0])
+    oh = (5 + p[0] + p[2] - (2 * dh + 1)) // sh + 1
+    ow = (5 + p[1] + p[3] - (2 * dw + 1)) // sw + 1
+    og = attrs.get("offset_group", 1)
+    offset = (randn(1, og * 18, oh, ow) * 1.5).astype(np.float32)  # some samples fall outside
+    inputs = [x, w, offset, randn(4)]
+    if with_mask:
+        inputs.append(RNG.random((1, og * 9, oh, ow)).astype(np.float32))
+    check("DeformConv", inputs, 19, rtol=1e-4, atol=1e-5, **attrs)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("opset,coord", [(10, None), (16, "half_pixel"), (16, "output_half_pixel")])
+@pytest.mark.parametrize("ratio", [0, 2])
+def test_roi_align_matches_reference(mode, opset, coord, ratio):
+    x = randn(2, 3, 9, 11)
+    rois = np.array([[0.5, 1.0, 6.0, 7.5], [-2.0, -1.0, 3.0, 2.0], [4.0, 4.0, 4.2, 4.1],
+                     [2.0, 3.0, 14.0, 12.0]], dtype=np.float32)
+    attrs = {"mode": mode, "output_height": 3, "output_width": 2, "sampling_ratio": ratio, "spatial_scale": 0.9}
+    inputs = [x, rois, np.array([0, 1, 0, 1], np.int64)]
+    if coord:
+        attrs["coordinate_transformation_mode"] = coord
+        check("RoiAlign", inputs, opset, rtol=1e-5, atol=1e-5, **attrs)
+        return
+    # Opset 10 has no coordinate_transformation_mode: its behaviour is what opset 16 calls
+    # output_half_pixel (onnx.reference wrongly applies the opset-16 default, half_pixel).
+    (y,) = run_native("RoiAlign", inputs, 10, **attrs)
+    (want,) = run_reference("RoiAlign", inputs, 16, coordinate_transformation_mode="output_half_pixel", **attrs)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)

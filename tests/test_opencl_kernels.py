@@ -349,3 +349,54 @@ def test_conv_wide_rows_take_the_copy_path(ocl, width, pads):
     """Rows of 16+ outputs: im2col copies whole 16-column panels; edges still take the checked path."""
     x, w, b = f32(1, 3, 5, width), f32(6, 3, 3, 3), f32(6)
     check(ocl, [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads)], {"x": x}, {"w": w, "b": b})
+
+
+# -- Transposes folded into batched MatMuls (attention) ----------------------------------------
+@pytest.mark.parametrize("b", [1, 2])
+def test_attention_transposes_cost_no_copies(ocl, b):
+    """Heads split with Reshape+Transpose before Q@K^T and merged after probs@V: no strided copy when
+    the (batch, head) dims flatten to one stride (batch 1); with batch 2 the copies stay, still right."""
+    s, h, d = 5, 3, 4
+    q, k, v = f32(b, s, h * d), f32(b, s, h * d), f32(b, s, h * d)
+    shape = {"split": np.array([b, s, h, d], np.int64), "merge": np.array([b, s, h * d], np.int64)}
+    nodes = [helper.make_node("Reshape", ["q", "split"], ["q4"]), helper.make_node("Reshape", ["k", "split"], ["k4"]),
+             helper.make_node("Reshape", ["v", "split"], ["v4"]),
+             helper.make_node("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3]),
+             helper.make_node("MatMul", ["qh", "kt"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "vh"], ["ctx"]),
+             helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["ctx_t", "merge"], ["y"])]
+    plan = check(ocl, nodes, {"q": q, "k": k, "v": v}, shape, rtol=1e-4, atol=1e-5)
+    # no strided copy, and the last MatMul writes the merged output itself (no trailing copy either)
+    kernels = [getattr(s, "kernel_name", "copy") for s in plan.steps]
+    if b == 1:
+        assert kernels == ["pack_b", "gemm_rowmajor_a", "softmax_rows", "pack_b", "gemm_rowmajor_a"]
+    else:
+        assert kernels.count("strided_copy") == 4
+
+
+@pytest.mark.parametrize("a_shape,perm_a,b_shape,perm_b,folded", [
+    ((2, 3, 5, 4), [0, 1, 3, 2], (2, 3, 5, 6), [0, 1, 2, 3], 2),  # A^T per batch: packed through strides
+    ((1, 5, 3, 4), [0, 2, 1, 3], (1, 3, 6, 4), [0, 1, 3, 2], 2),  # A rows 12 apart read in place; B^T
+    ((2, 3, 5, 4), [1, 0, 2, 3], (2, 3, 4, 6), [1, 0, 2, 3], 0),  # batch dims swapped: not one stride
+])
+def test_transposed_matmul_operands(ocl, a_shape, perm_a, b_shape, perm_b, folded):
+    nodes = [helper.make_node("Transpose", ["a"], ["at"], perm=perm_a),
+             helper.make_node("Transpose", ["b"], ["bt"], perm=perm_b),
+             helper.make_node("MatMul", ["at", "bt"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    plan = check(ocl, nodes, {"a": f32(*a_shape), "b": f32(*b_shape)}, rtol=1e-4, atol=1e-5)
+    assert [s.kernel_name for s in plan.steps].count("strided_copy") == 2 - folded
+
+
+def test_transpose_also_read_elsewhere_is_materialized(ocl):
+    x = f32(2, 3, 4)
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["xt", "w"], ["m"]),
+             helper.make_node("Neg", ["xt"], ["n"]),
+             helper.make_node("MatMul", ["n", "w"], ["m2"]),
+             helper.make_node("Add", ["m", "m2"], ["y"])]
+    plan = check(ocl, nodes, {"x": x}, {"w": f32(2, 3, 5)})
+    assert "strided_copy" in [s.kernel_name for s in plan.steps]  # Neg needs the transposed values

@@ -96,6 +96,15 @@ def test_disable_all_changes_nothing():
     assert [n.op_type for n in graph.nodes] == [n.op_type for n in model.graph.node]
 
 
+@pytest.mark.parametrize("build", [small_cnn, small_encoder])
+def test_incremental_producer_consumer_maps_match_a_full_rebuild(build):
+    graph = optimized(build(), Level.ORT_ENABLE_ALL)
+    values = {v for n in graph.nodes for v in (*n.inputs, *n.outputs) if v}
+    seen = {v: (graph.producer(v), sorted(id(c) for c in graph.consumers(v))) for v in values}
+    graph._index()
+    assert seen == {v: (graph.producer(v), sorted(id(c) for c in graph.consumers(v))) for v in values}
+
+
 def test_unknown_level_is_rejected():
     with pytest.raises(InvalidArgument, match="optimization level"):
         optimize(load_model(small_cnn()).graph, 7)
@@ -344,6 +353,15 @@ def test_light_squeezenet_materialized_and_fused_end_to_end():
     assert_session_matches_ort(model, bench_models.feeds(model), atol=1e-5)
 
 
+def test_fused_conv_1d_runs_through_the_cpu_conv_kernel():
+    rng = np.random.default_rng(12)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    model = model_of(nodes, [fvi("x", [2, 3, 10])], [fvi("y", [2, 4, 10])],
+                     [("w", rng.standard_normal((4, 3, 3)).astype(np.float32))])
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedConv"]
+    assert_session_matches_ort(model, {"x": rng.standard_normal((2, 3, 10)).astype(np.float32)})
+
+
 @pytest.mark.parametrize("strides", [[1, 1], [2, 2]])
 def test_fused_depthwise_conv_with_residual(strides):
     rng = np.random.default_rng(10)
@@ -356,6 +374,27 @@ def test_fused_depthwise_conv_with_residual(strides):
     assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedConv"]
     assert_session_matches_ort(model, {"x": rng.standard_normal((2, 6, 9, 7)).astype(np.float32),
                                        "r": rng.standard_normal(out).astype(np.float32)})
+
+
+@pytest.mark.parametrize("m,n", [(3, 7), (9, 4)])  # split by columns / by rows
+@pytest.mark.parametrize("c_shape", ["n", "1n", "mn", "m1", "none"])
+@pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
+def test_fused_gemm_split_with_every_bias_shape(m, n, c_shape, trans, monkeypatch):
+    monkeypatch.setattr(fused_kernels, "WORKERS", 2)
+    monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
+    rng = np.random.default_rng(11)
+    a_shape, b_shape = ([5, m] if trans[0] else [m, 5]), ([n, 5] if trans[1] else [5, n])
+    shapes = {"n": [n], "1n": [1, n], "mn": [m, n], "m1": [m, 1], "none": None}
+    inits = [("b", rng.standard_normal(b_shape).astype(np.float32))]
+    inputs = ["a", "b"]
+    if shapes[c_shape] is not None:
+        inits.append(("c", rng.standard_normal(shapes[c_shape]).astype(np.float32)))
+        inputs.append("c")
+    nodes = [helper.make_node("Gemm", inputs, ["g"], transA=trans[0], transB=trans[1]),
+             helper.make_node("Relu", ["g"], ["y"])]
+    model = model_of(nodes, [fvi("a", a_shape)], [fvi("y", [m, n])], inits)
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedGemm"]
+    assert_session_matches_ort(model, {"a": rng.standard_normal(a_shape).astype(np.float32)})
 
 
 @pytest.mark.parametrize("build", [small_cnn, small_encoder])

@@ -91,7 +91,8 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "HardSigmoid": lambda n, a, x: (f"fmin(fmax({_lit(n.attr('alpha', 0.2))} * {a[0]} + "
                                  f"{_lit(n.attr('beta', 0.5))}, 0.0f), 1.0f)"),
     "HardSwish": lambda n, a, x: f"({a[0]} * fmin(fmax({a[0]} / 6.0f + 0.5f, 0.0f), 1.0f))",
-    "Softplus": lambda n, a, x: f"({a[0]} > 20.0f ? {a[0]} : log(1.0f + native_exp({a[0]})))",
+    # log1p: log(1 + e) rounds 1 + e to 1 for e below float32 epsilon and loses all precision.
+    "Softplus": lambda n, a, x: f"({a[0]} > 20.0f ? {a[0]} : log1p(native_exp({a[0]})))",
     "Softsign": lambda n, a, x: f"({a[0]} / (1.0f + fabs({a[0]})))",
     "Tanh": lambda n, a, x: f"onnxhal_tanh({a[0]})",
     "Erf": lambda n, a, x: _erf(a[0]),

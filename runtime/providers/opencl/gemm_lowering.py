@@ -51,10 +51,53 @@ def contiguous_strides(shape) -> list[int]:
     return list(reversed(out))
 
 
+def collapse_batch(dims, strides) -> int | None:
+    """The stride of the flattened index over ``dims`` when element (i0, i1, ...) sits at
+    flat_index * stride (size-1 dims ignored), else None. 0 when every dim has size 1."""
+    stride = expect = None
+    for d, s in reversed(list(zip(dims, strides))):
+        if d == 1:
+            continue
+        if stride is None:
+            stride = s
+        elif s != expect:
+            return None
+        expect = s * d
+    return stride or 0
+
+
+def transposed_view(in_shape, perm) -> tuple[tuple[int, ...], list[int]]:
+    """(dims, element strides) of Transpose(perm) of a contiguous tensor, read in place."""
+    st = contiguous_strides(in_shape)
+    return tuple(in_shape[p] for p in perm), [st[p] for p in perm]
+
+
+def transpose_output_strides(out_shape, perm) -> list[int]:
+    """Element strides, inside the contiguous Transpose(perm) output, of the Transpose's input dims:
+    where a producer must write so that the Transpose needs no copy."""
+    st = contiguous_strides(out_shape)
+    inverse = {p: k for k, p in enumerate(perm)}
+    return [st[inverse[d]] for d in range(len(perm))]
+
+
 class GemmLowering:
-    """GEMM-family lowering methods of ``PlanBuilder``."""
+    """GEMM-family lowering methods of ``PlanBuilder``.
+
+    ``operand_views`` maps a value to (buffer value, dims, strides) when it is read in place through
+    strides (a Transpose folded into the MatMul reading it); ``output_views`` maps id(MatMul) to
+    (value written, row stride, batch stride) when a Transpose of its result is folded into its stores.
+    """
 
     plan: PartitionPlan
+    operand_views: dict[str, tuple[str, tuple[int, ...], list[int]]]
+    output_views: dict[int, tuple[str, int, int]]
+
+    def _operand(self, name: str) -> tuple[str, tuple[int, ...], list[int]]:
+        if name in self.operand_views:
+            return self.operand_views[name]
+        buf = self.data(name)
+        shape = self.shape(buf)
+        return buf, shape, contiguous_strides(shape)
 
     def _packed_a(self, src: str, M: int, K: int, rs: int, cs: int, batches: int, bstride: int) -> str:
         Mb = -(-M // RM)
@@ -86,28 +129,31 @@ class GemmLowering:
 
     def _gemm(self, ap: str, bp: str, out: str, M: int, N: int, K: int, batches: int, a_mod: int,
               c_bstride: int, bias: str | None, bias_mode: int, bias_bstride: int, alpha: float, beta: float,
-              epi: Epilogue, a_rowmajor_bstride: int | None = None) -> None:
-        """C = GEMM of packed B with A: packed (``ap`` from ``_packed_a``) or, when
-        ``a_rowmajor_bstride`` is given, ``ap`` is the row-major A itself (batch stride as given)."""
+              epi: Epilogue, a_rowmajor: tuple[int, int] | None = None, ldc: int | None = None) -> None:
+        """C = GEMM of packed B with A: packed (``ap`` from ``_packed_a``) or, when ``a_rowmajor`` =
+        (batch stride, row stride) is given, ``ap`` is A itself read in place. C rows are ``ldc``
+        (default N) apart."""
         if M == 0 or N == 0:
             return  # an empty output: nothing to compute
         Mb, Nb = -(-M // RM), -(-N // RN)
         bias_buf = Buf(bias) if bias else Buf(ap)  # any valid buffer when unused
         args = [Buf(ap), Buf(bp), Buf(out), bias_buf, Buf(epi.residual or ap), I32(M), I32(N), I32(K), I32(a_mod),
                 I32(c_bstride), I32(bias_bstride), I32(bias_mode if bias else 0), F(alpha), F(beta), I32(epi.code),
-                F(epi.p0), F(epi.p1)]
+                F(epi.p0), F(epi.p1), I32(N if ldc is None else ldc)]
         kernel = "gemm_packed"
-        if a_rowmajor_bstride is not None:
+        if a_rowmajor is not None:
             kernel = "gemm_rowmajor_a"
-            args.append(I32(a_rowmajor_bstride))
-        self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (Mb, Nb, batches), (1, 1, 1), args))
+            args += [I32(a_rowmajor[0]), I32(a_rowmajor[1])]
+        jt = min(ks.GEMM_JT, Nb)
+        groups = -(-Nb // jt)
+        self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (groups * jt * Mb, batches), (1, 1), args))
 
     def _a_operand(self, a: str, M: int, K: int, rs: int, cs: int, batches: int, bstride: int
-                   ) -> tuple[str, int | None]:
-        """(buffer, row-major batch stride or None): activations already row-major are read in place,
-        weights and transposed operands are packed."""
-        if a not in self.plan.constants and cs == 1 and rs == K:
-            return a, bstride
+                   ) -> tuple[str, tuple[int, int] | None]:
+        """(buffer, (batch stride, row stride) or None): activations with unit column stride are read
+        in place, weights and other layouts are packed."""
+        if a not in self.plan.constants and cs == 1:
+            return a, (bstride, rs)
         return self._packed_a(a, M, K, rs, cs, batches, bstride), None
 
     def _lower_Gemm(self, n: Node, epi: Epilogue) -> None:
@@ -136,23 +182,31 @@ class GemmLowering:
     _lower_FusedGemm = _lower_Gemm
 
     def _lower_MatMul(self, n: Node, epi: Epilogue) -> None:
-        a, b = self.data(n.inputs[0]), self.data(n.inputs[1])
-        sa, sb = self.shape(a), self.shape(b)
+        a, sa, ast = self._operand(n.inputs[0])
+        b, sb, bst = self._operand(n.inputs[1])
         K, N = sb[-2], sb[-1]
-        out = self.output(epi.out)
         bias = self.data(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None  # FusedMatMul
         mode = 0 if bias is None else 4 if prod(self.shape(bias)) == 1 else 1
-        if len(sb) == 2:  # batch dims of A fold into M
+        if len(sb) == 2:  # batch dims of A fold into M (A is never a strided view here)
+            out = self.output(epi.out)
             M = prod(sa[:-1])
             ap, a_rm = self._a_operand(a, M, K, K, 1, 1, 0)
-            bp = self._packed_b(b, K, N, N, 1, 1, 0)
+            bp = self._packed_b(b, K, N, bst[0], bst[1], 1, 0)
             return self._gemm(ap, bp, out, M, N, K, 1, 1, 0, bias, mode, 0, 1.0, 1.0, epi, a_rm)
         batches = prod(sb[:-2])
         M = sa[-2]
         a_batches = 1 if len(sa) == 2 else batches
-        ap, a_rm = self._a_operand(a, M, K, K, 1, a_batches, M * K)
-        bp = self._packed_b(b, K, N, N, 1, batches, K * N)
-        self._gemm(ap, bp, out, M, N, K, batches, a_batches, M * N, bias, mode, 0, 1.0, 1.0, epi, a_rm)
+        a_bstride = collapse_batch(sa[:-2], ast[:-2]) if len(sa) > 2 else 0
+        ap, a_rm = self._a_operand(a, M, K, ast[-2], ast[-1], a_batches, a_bstride)
+        bp = self._packed_b(b, K, N, bst[-2], bst[-1], batches, collapse_batch(sb[:-2], bst[:-2]))
+        folded = self.output_views.get(id(n))
+        if folded is not None:  # the Transpose after this MatMul: write its output directly
+            target, ldc, c_bstride = folded
+            self._gemm(ap, bp, self.output(target), M, N, K, batches, a_batches, c_bstride, bias, mode, 0, 1.0,
+                       1.0, Epilogue(target), a_rm, ldc)
+            return
+        self._gemm(ap, bp, self.output(epi.out), M, N, K, batches, a_batches, M * N, bias, mode, 0, 1.0, 1.0, epi,
+                   a_rm)
 
     _lower_FusedMatMul = _lower_MatMul
 

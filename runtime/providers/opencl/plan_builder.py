@@ -20,7 +20,15 @@ from onnxhal.runtime.providers.opencl.elementwise_codegen import (
     broadcast_strides,
     generate_fused_kernel,
 )
-from onnxhal.runtime.providers.opencl.gemm_lowering import Epilogue, GemmLowering, contiguous_strides, prod
+from onnxhal.runtime.providers.opencl.gemm_lowering import (
+    Epilogue,
+    GemmLowering,
+    collapse_batch,
+    contiguous_strides,
+    prod,
+    transpose_output_strides,
+    transposed_view,
+)
 from onnxhal.runtime.providers.opencl.op_support import (
     F32,
     REDUCE_OPS,
@@ -44,6 +52,9 @@ class PlanBuilder(GemmLowering):
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
+        self.operand_views: dict = {}
+        self.output_views: dict = {}
+        self._consumers: dict[str, list[Node]] = {}
         self._counter = 0
         for name in inputs + outputs:
             self._record(name)
@@ -103,6 +114,7 @@ class PlanBuilder(GemmLowering):
             for i in n.inputs:
                 if i:
                     consumers.setdefault(i, []).append(n)
+        self._consumers = consumers
         outputs = set(self.plan.output_names)
         epilogues: dict[int, Epilogue] = {}
         skip: set[int] = set()
@@ -117,6 +129,7 @@ class PlanBuilder(GemmLowering):
                     epi = Epilogue(users[0].outputs[0], *spec)
                     skip.add(id(users[0]))
             epilogues[id(n)] = epi
+        self._fold_transposes(nodes, consumers, outputs, skip)
         clusters = self._elementwise_clusters(nodes, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
@@ -129,6 +142,42 @@ class PlanBuilder(GemmLowering):
                 continue
             self._lower(n, epilogues.get(id(n)))
         return self.plan
+
+    def _fold_transposes(self, nodes, consumers, outputs, skip: set[int]) -> None:
+        """Transposes next to batched MatMuls cost no copy: a Transpose read only by MatMuls becomes
+        strides of their operand (packing or in-place reads take any strides), and a Transpose that
+        is the only reader of a MatMul result becomes the MatMul's store pattern (as in attention:
+        heads split before Q@K^T and merged after probs@V)."""
+        self.operand_views, self.output_views = {}, {}
+
+        def batched(mm: Node) -> bool:
+            return (mm.op_type == "MatMul" and not mm.domain and len(self.shape(mm.inputs[1])) > 2
+                    and len(self.shape(mm.inputs[0])) > 2)
+
+        for n in nodes:
+            if n.op_type != "Transpose" or n.domain or id(n) in skip:
+                continue
+            x, y = n.inputs[0], n.outputs[0]
+            perm = list(n.attr("perm") or range(len(self.shape(x)))[::-1])
+            users = consumers.get(y, [])
+            if len(perm) < 3 or y in outputs or not users or not all(
+                    batched(u) and y in u.inputs[:2] for u in users):
+                producer = self.graph.producer(x)
+                if (len(perm) >= 3 and perm[-1] == len(perm) - 1 and producer is not None and batched(producer)
+                        and id(producer) not in self.output_views and x not in outputs
+                        and consumers.get(x, []) == [n]):
+                    zs = transpose_output_strides(self.shape(y), perm)
+                    c_bstride = collapse_batch(self.shape(x)[:-2], zs[:-2])
+                    if zs[-1] == 1 and c_bstride is not None:
+                        self.output_views[id(producer)] = (y, zs[-2], c_bstride)
+                        skip.add(id(n))
+                continue
+            dims, strides = transposed_view(self.shape(x), perm)
+            if collapse_batch(dims[:-2], strides[:-2]) is None:
+                continue
+            self.operand_views[y] = (self.data(x), dims, strides)
+            self.shape(y)
+            skip.add(id(n))
 
     def _elementwise_clusters(self, nodes, consumers, outputs, skip) -> dict[int, list[Node]]:
         """id(root node) -> member nodes in order; id(non-root member) -> [] (emitted with its root)."""
@@ -243,10 +292,14 @@ class PlanBuilder(GemmLowering):
     def _view(self, out: str, src: str) -> None:
         self.shape(out)
         src = self.data(src)
-        if out in self.plan.output_names or src in self.plan.constants and out in self.plan.output_names:
-            self.plan.steps.append(CopyStep(out, src, self.plan.nbytes(out)))
-        else:
+        if out not in self.plan.output_names:
             self.plan.aliases[out] = src
+        elif src in self.plan.temps and len(self._consumers.get(src, [])) == 1 and src not in self.plan.aliases:
+            # an intermediate only this view reads: its producer writes straight into the output
+            del self.plan.temps[src]
+            self.plan.aliases[src] = out
+        else:  # an output viewing an input, a constant or a shared value owns a copy
+            self.plan.steps.append(CopyStep(out, src, self.plan.nbytes(out)))
 
     def _strided_copy(self, dst: str, src: str, dims, src_strides, dst_strides, src_off=0, dst_off=0) -> None:
         rank = len(dims)

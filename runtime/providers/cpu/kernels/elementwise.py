@@ -52,12 +52,6 @@ def _unary(op: str, fn, *versions: int) -> None:
         register(op, since=v)(cls)
 
 
-def _binary(op: str, fn, *versions: int) -> None:
-    cls = type(op, (BinaryUfunc,), {"fn": fn, "__doc__": f"ONNX {op} (broadcasting)."})
-    for v in versions or (1,):
-        register(op, since=v)(cls)
-
-
 for _op, _fn in {"Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt,
                  "Floor": np.floor, "Ceil": np.ceil, "Reciprocal": np.reciprocal, "Sin": np.sin,
                  "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos, "Atan": np.arctan,
@@ -66,15 +60,22 @@ for _op, _fn in {"Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log
                  "Not": np.logical_not, "BitwiseNot": np.invert, "Tanh": np.tanh}.items():
     _unary(_op, _fn)
 
-for _op, _fn in {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "And": np.logical_and,
-                 "Or": np.logical_or, "Xor": np.logical_xor, "BitwiseAnd": np.bitwise_and,
-                 "BitwiseOr": np.bitwise_or, "BitwiseXor": np.bitwise_xor, "Less": np.less,
-                 "Greater": np.greater, "LessOrEqual": np.less_equal,
-                 "GreaterOrEqual": np.greater_equal}.items():
+def _binary(op: str, fn, since: int = 1) -> type[Kernel]:
+    cls = type(op, (BinaryUfunc,), {"fn": fn, "__doc__": f"ONNX {op} (broadcasting)."})
+    register(op, since=since)(cls)
+    return cls
+
+
+# Before opset 7 these took ``broadcast``/``axis`` attributes (LegacyBroadcast, at the end).
+_LEGACY_BINARY = {op: _binary(op, fn, since=7) for op, fn in {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "And": np.logical_and, "Or": np.logical_or,
+    "Xor": np.logical_xor, "Less": np.less, "Greater": np.greater}.items()}
+for _op, _fn in {"BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or, "BitwiseXor": np.bitwise_xor,
+                 "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal}.items():
     _binary(_op, _fn)
 
 
-@register("Equal", since=1)
+@register("Equal", since=7)
 class Equal(Kernel):
     """Equal; string tensors compare element-wise as Python objects."""
 
@@ -90,7 +91,7 @@ class Equal(Kernel):
         return [r]
 
 
-@register("Div", since=1)
+@register("Div", since=7)
 class Div(Kernel):
     """Div; integer division truncates toward zero (C semantics, as ORT and onnx.reference)."""
 
@@ -107,7 +108,7 @@ class Div(Kernel):
         return [r if type(r) is _ndarray else _asarray(r)]
 
 
-@register("Pow", since=1)
+@register("Pow", since=7)
 class Pow(Kernel):
     """Pow; the result has the base's type even when the exponent's type differs."""
 
@@ -224,3 +225,29 @@ class Identity(Kernel):
 
     def compute(self, inputs: list) -> list:
         return [inputs[0]]
+
+
+class LegacyBroadcast(Kernel):
+    """Opset < 7 binary ops: with ``broadcast=1`` the second input is aligned at ``axis`` of the
+    first (not at the trailing dimensions); the computation is the modern kernel's."""
+
+    modern: type[Kernel] = Kernel
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.inner = self.modern(node, ctx)
+        self.axis = node.attr("axis") if node.attr("broadcast", 0) else None
+
+    def compute(self, inputs: list) -> list:
+        a, b = inputs[0], inputs[1]
+        if self.axis is not None and b.ndim < a.ndim:
+            axis = self.axis + a.ndim if self.axis < 0 else self.axis
+            b = b.reshape(b.shape + (1,) * (a.ndim - axis - b.ndim))
+        return self.inner.compute([a, b])
+
+
+def _with_legacy_broadcast(op: str, modern: type[Kernel]) -> None:
+    register(op, since=1)(type(op, (LegacyBroadcast,), {"modern": modern, "__doc__": f"ONNX {op} (opset < 7)."}))
+
+
+for _cls in (Equal, Div, Pow, *_LEGACY_BINARY.values()):
+    _with_legacy_broadcast(_cls.__name__, _cls)

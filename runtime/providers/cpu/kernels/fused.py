@@ -168,22 +168,36 @@ def writable(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
 class FusedBase(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.act = _activation(node.attr("activation", ""), node.attr("activation_params", []), node)
+        self.act_contiguous = node.attr("activation", "") == "Gelu"  # blocked over flat memory
 
 
-def _rows_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None,
-                  act: Callable[[np.ndarray], None] | None) -> np.ndarray:
-    """act(a @ b + bias) for 2-D a, b, the rows of ``a`` split between workers."""
-    y = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
+def _split_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, act: Callable[[np.ndarray], None] | None,
+                   act_contiguous: bool) -> np.ndarray:
+    """act(a @ b + bias) for 2-D a, b. Workers split the longer side of the output: columns when
+    it is wider than tall (a small batch times wide weights keeps each GEMM efficient), else rows.
+    Bias and the activation are applied per block; an activation that needs contiguous memory
+    (``act_contiguous``) runs on the whole result instead when columns were split."""
+    m, n = a.shape[0], b.shape[1]
+    y = np.empty((m, n), dtype=np.result_type(a, b))
+    by_columns = n > m and WORKERS > 1
+    bias2 = None if bias is None else bias.reshape(1, -1) if bias.ndim < 2 else bias
+    block_act = None if by_columns and act_contiguous else act
 
-    def rows(r0: int, r1: int) -> None:
-        out = y[r0:r1]
-        np.matmul(a[r0:r1], b, out=out)
-        if bias is not None:
-            out += bias if bias.ndim < 2 or bias.shape[0] == 1 else bias[r0:r1]
-        if act is not None:
-            act(out)
+    def block(r0: int, r1: int, c0: int, c1: int) -> None:
+        out = y[r0:r1, c0:c1]
+        np.matmul(a[r0:r1], b[:, c0:c1], out=out)
+        if bias2 is not None:
+            out += bias2[slice(None) if bias2.shape[0] == 1 else slice(r0, r1),  # broadcast axes stay whole
+                         slice(None) if bias2.shape[1] == 1 else slice(c0, c1)]
+        if block_act is not None:
+            block_act(out)
 
-    parallel_ranges(a.shape[0], rows, work=a.shape[0] * a.shape[1] * b.shape[1])
+    if by_columns:
+        parallel_ranges(n, lambda c0, c1: block(0, m, c0, c1), work=m * a.shape[1] * n)
+        if act is not None and block_act is None:
+            act(y)
+    else:
+        parallel_ranges(m, lambda r0, r1: block(r0, r1, 0, n), work=m * a.shape[1] * n)
     return y
 
 
@@ -195,7 +209,7 @@ class FusedMatMul(FusedBase):
         x, w = inputs[0], inputs[1]
         bias = inputs[2] if len(inputs) > 2 else None
         x2 = x.reshape(-1, x.shape[-1])
-        y = _rows_product(x2, w, bias, self.act)
+        y = _split_product(x2, w, bias, self.act, self.act_contiguous)
         return [y.reshape(*x.shape[:-1], w.shape[1])]
 
 
@@ -214,7 +228,7 @@ class FusedGemm(FusedBase):
         a = a.T if self.trans_a else a
         b = b.T if self.trans_b else b
         if self.alpha == 1.0 and (c is None or self.beta == 1.0):
-            return [_rows_product(a, b, c, self.act)]
+            return [_split_product(a, b, c, self.act, self.act_contiguous)]
         y = np.matmul(a, b)
         if self.alpha != 1.0:
             y *= self.alpha

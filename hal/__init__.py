@@ -5,6 +5,7 @@ no I/O: everything here can be imported and subclassed anywhere.
 """
 
 from onnxhal.hal.allocator import STATS_KEYS, Allocator, CPUAllocator
+from onnxhal.hal.arena import NEXT_POWER_OF_TWO, SAME_AS_REQUESTED, ArenaAllocator
 from onnxhal.hal.data_transfer import DataTransfer
 from onnxhal.hal.enums import (
     ExecutionMode,
@@ -38,7 +39,7 @@ from onnxhal.hal.sync_stream import OrtSyncStream, SyncNotification, SyncStream
 from onnxhal.hal.tensor import DeviceTensor
 
 __all__ = [
-    "STATS_KEYS", "Allocator", "CPUAllocator", "DataTransfer", "ExecutionMode", "GraphOptimizationLevel",
+    "STATS_KEYS", "Allocator", "CPUAllocator", "ArenaAllocator", "NEXT_POWER_OF_TWO", "SAME_AS_REQUESTED", "DataTransfer", "ExecutionMode", "GraphOptimizationLevel",
     "OrtAllocatorType", "OrtCompiledModelCompatibility", "OrtDeviceEpIncompatibilityReason",
     "OrtDeviceMemoryType", "OrtEpDataLayout", "OrtExecutionProviderDevicePolicy", "OrtHardwareDeviceType",
     "OrtMemoryInfoDeviceType", "OrtMemType", "Ep", "EpFactory", "EpGraphSupportInfo", "Kernel",

@@ -16,10 +16,37 @@ from typing import Any
 
 import numpy as np
 
-from onnxhal.hal import Allocator, DataTransfer, DeviceTensor, Ep, EpFactory, OrtEpDevice, SyncStream
+from onnxhal.hal import (
+    NEXT_POWER_OF_TWO,
+    Allocator,
+    ArenaAllocator,
+    DataTransfer,
+    DeviceTensor,
+    Ep,
+    EpFactory,
+    OrtAllocatorType,
+    OrtEpDevice,
+    SyncStream,
+)
 from onnxhal.hal.enums import OrtDeviceMemoryType
-from onnxhal.hal.errors import Fail
+from onnxhal.hal.errors import Fail, InvalidArgument
 from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE, OrtMemoryDevice, OrtMemoryInfo
+
+
+def _maybe_arena(ep_name: str, alloc: Allocator, info: OrtMemoryInfo, options: dict[str, str]) -> Allocator:
+    strategy = options.get("arena_extend_strategy")
+    if strategy is None:
+        if info.allocator_type != OrtAllocatorType.ORT_ARENA_ALLOCATOR:
+            return alloc
+        strategy = NEXT_POWER_OF_TWO
+    if strategy.lower() == "none":
+        return alloc
+    try:
+        limit = int(options.get("arena_memory_limit", "0"))
+    except ValueError:
+        raise InvalidArgument(f"{ep_name}: provider option arena_memory_limit must be a byte count, got "
+                              f"{options['arena_memory_limit']!r}") from None
+    return ArenaAllocator(alloc, strategy, limit)
 
 
 def memory_device_of(value: Any) -> OrtMemoryDevice:
@@ -40,8 +67,12 @@ class MemoryContext:
         self._lock = threading.Lock()
         self.any_streams = False
 
-    def add_ep(self, ep_name: str, ep: Ep, factory: EpFactory, devices: list[OrtEpDevice]) -> None:
-        """Record an EP's memory device, allocator, data transfer and stream."""
+    def add_ep(self, ep_name: str, ep: Ep, factory: EpFactory, devices: list[OrtEpDevice],
+               options: dict[str, str] | None = None) -> None:
+        """Record an EP's memory device, allocator, data transfer and stream. ``options`` are the
+        EP's provider options: ``arena_extend_strategy`` (kNextPowerOfTwo, kSameAsRequested or
+        none) and ``arena_memory_limit`` (bytes) put an arena over the device allocator."""
+        options = options or {}
         info = devices[0].memory_info(OrtDeviceMemoryType.DEFAULT) if devices else None
         if info is None or info.is_host:
             self._ep_device[ep_name] = HOST_MEMORY_DEVICE
@@ -61,7 +92,7 @@ class MemoryContext:
                 if alloc is None:
                     raise Fail(f"{ep_name} declares device memory {info.name!r} but neither the EP nor its factory "
                                "creates an allocator for it")
-                self._allocators[dev] = alloc
+                self._allocators[dev] = _maybe_arena(ep_name, alloc, info, options)
             if dev not in self._streams:
                 stream = ep.create_sync_stream_for_device(dev)
                 if stream is None and factory.is_stream_aware():

@@ -120,7 +120,7 @@ class _SessionCore:
             if not ep.name:
                 ep.name = c.ep_name
             self.eps[c.ep_name] = ep
-            memory.add_ep(c.ep_name, ep, c.factory, c.devices)
+            memory.add_ep(c.ep_name, ep, c.factory, c.devices, so.provider_options_for(c.ep_name))
         self.memory = memory
         graph = loaded.graph
         level = so.graph_optimization_level

@@ -19,7 +19,7 @@ from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 #: Output elements per channel block of a depthwise convolution: the block and one temporary
 #: stay in L2 across the kernel taps.
-DEPTHWISE_BLOCK = 1 << 14
+DEPTHWISE_BLOCK = 1 << 16
 
 
 def _padding(node: Node, in_hw: tuple[int, int], k: tuple[int, int], s: tuple[int, int],
@@ -138,25 +138,48 @@ class FusedConv(FusedBase):
     @staticmethod
     def _depthwise(xp: np.ndarray, w: np.ndarray, y: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
                    dilations: tuple[int, int], epilogue) -> None:
-        """One multiply-add per kernel tap over cache-sized blocks of channels."""
+        """Depthwise conv as one multiply-add per kernel tap over long contiguous rows.
+
+        The padded input is split into stride phases (x[a::sh, b::sw], one copy when strided), each
+        flattened per channel; a tap then reads one contiguous shifted slice of its phase, so the
+        accumulator is computed on a grid as wide as a phase row and the extra columns dropped."""
         n, c, oh, ow = y.shape
         (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
-        block = max(1, DEPTHWISE_BLOCK // (oh * ow * n))
-        taps = [(i, j) for i in range(kh) for j in range(kw)]
+        hp, wp = xp.shape[2:]
+        hq, wq = -(-hp // sh), -(-wp // sw)
+        taps = []
+        phases: dict[tuple[int, int], np.ndarray] = {}
+        for i in range(kh):
+            for j in range(kw):
+                key = ((i * dh) % sh, (j * dw) % sw)
+                if key not in phases:
+                    if sh == sw == 1:
+                        phase = np.ascontiguousarray(xp)
+                    else:
+                        sub = xp[:, :, key[0]::sh, key[1]::sw]
+                        phase = np.zeros((n, c, hq, wq), dtype=xp.dtype)
+                        phase[:, :, :sub.shape[2], :sub.shape[3]] = sub
+                    phases[key] = phase.reshape(n, c, hq * wq)
+                taps.append((key, (i * dh // sh) * wq + (j * dw // sw), i, j))
+        length = (oh - 1) * wq + ow
+        acc = np.empty((n, c, oh * wq), dtype=y.dtype)
+        block = max(1, DEPTHWISE_BLOCK // (oh * wq * n))
 
         def channels(c0: int, c1: int) -> None:
             for cb in range(c0, c1, block):
                 ce = min(cb + block, c1)
-                yb = y[:, cb:ce]
-                tmp = np.empty_like(yb)
-                for t, (i, j) in enumerate(taps):
-                    view = xp[:, cb:ce, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
-                    weight = w[cb:ce, 0, i, j].reshape(1, -1, 1, 1)
+                a = acc[:, cb:ce, :length]
+                tmp = np.empty_like(a)
+                for t, (key, offset, i, j) in enumerate(taps):
+                    src = phases[key][:, cb:ce, offset:offset + length]
+                    weight = w[cb:ce, 0, i, j].reshape(1, -1, 1)
                     if t == 0:
-                        np.multiply(view, weight, out=yb)
+                        np.multiply(src, weight, out=a)
                     else:
-                        np.multiply(view, weight, out=tmp)
-                        yb += tmp
+                        np.multiply(src, weight, out=tmp)
+                        a += tmp
+                yb = y[:, cb:ce]
+                np.copyto(yb, acc[:, cb:ce].reshape(n, ce - cb, oh, wq)[..., :ow])
                 for b in range(n):
                     epilogue(yb[b].reshape(ce - cb, oh * ow), b, cb, ce)
 

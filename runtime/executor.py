@@ -216,8 +216,13 @@ class ExecutionPlan:
         if not self.device_outputs and output_devices is None:
             return [slots[self.output_slots[i]] for i in idx]
         transfer = self.memory.transfer
-        return [transfer(slots[self.output_slots[i]],
-                         output_devices[i] if output_devices is not None else HOST_MEMORY_DEVICE, None) for i in idx]
+        results = [transfer(slots[self.output_slots[i]],
+                            output_devices[i] if output_devices is not None else HOST_MEMORY_DEVICE, None) for i in idx]
+        if any(isinstance(r, DeviceTensor) for r in results):
+            # As ORT's Run: the outputs are complete when run() returns, also those left on a device
+            # (copies to the host already waited; device-resident ones need the streams drained).
+            self.memory.synchronize()
+        return results
 
     def _run_checked(self, slots: list, run_options: Any, profiler: Any) -> None:
         for step in self.steps:

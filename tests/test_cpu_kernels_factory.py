@@ -168,14 +168,15 @@ def test_loop_zero_trips_gives_empty_scan_output():
     assert squares.shape == (0, 2) and squares.dtype == np.float32
 
 
-def test_scan9_axes_and_directions():
+@pytest.mark.parametrize("out_axis", [1, -1])
+def test_scan9_axes_and_directions(out_axis):
     body = helper.make_graph(
         [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Identity", ["s_out"], ["y_t"])],
         "body",
         [helper.make_tensor_value_info("s_in", F, [2]), helper.make_tensor_value_info("x_t", F, [2])],
         [helper.make_tensor_value_info("s_out", F, [2]), helper.make_tensor_value_info("y_t", F, [2])])
     node = helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body, num_scan_inputs=1,
-                            scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[1])
+                            scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[out_axis])
     model = _model([node], [helper.make_tensor_value_info("s0", F, [2]), helper.make_tensor_value_info("xs", F, [2, 5])],
                    [helper.make_tensor_value_info("s_final", F, [2]), helper.make_tensor_value_info("ys", F, [2, 5])])
     # onnx.reference's Scan supports forward directions only: compare with the closed form.

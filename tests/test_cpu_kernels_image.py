@@ -107,3 +107,23 @@ def test_pixel_formats_through_the_kernel():
 def test_unknown_format_is_a_typed_error():
     with pytest.raises(errors.InvalidArgument, match="unrecognised image header"):
         decode_image_rgb(b"GIF89a....")
+
+
+@pytest.mark.parametrize("subsampling", [0, 1, 2])  # 4:4:4, 4:2:2, 4:2:0
+@pytest.mark.parametrize("extra", [{}, {"restart_marker_blocks": 2}])
+def test_baseline_jpeg_bit_exact_with_pillow(subsampling, extra):
+    """Pillow (libjpeg) is the oracle when installed; it is not a dependency."""
+    pil_image = pytest.importorskip("PIL.Image", reason="Pillow is not installed (optional oracle)")
+    import io
+
+    from onnxhal.runtime.providers.cpu.kernels.jpeg_baseline import decode_baseline_jpeg
+
+    img = RNG.integers(0, 256, (37, 45, 3)).astype(np.uint8)
+    buf = io.BytesIO()
+    pil_image.fromarray(img).save(buf, "JPEG", quality=85, subsampling=subsampling, **extra)
+    want = np.array(pil_image.open(io.BytesIO(buf.getvalue())).convert("RGB"))
+    np.testing.assert_array_equal(decode_baseline_jpeg(buf.getvalue()), want)
+    buf = io.BytesIO()
+    pil_image.fromarray(img[..., 0]).save(buf, "JPEG", quality=85)
+    gray = np.array(pil_image.open(io.BytesIO(buf.getvalue())))
+    np.testing.assert_array_equal(decode_baseline_jpeg(buf.getvalue())[..., 0], gray)

@@ -144,6 +144,8 @@ def test_compile_compute_mlp_matches_reference_and_frees(ocl):
         assert [v.name for v in fg.inputs] == ["x"] and state.plan.constants  # weights uploaded once
         # packed weights stay on the device, the raw copies only packing read are released
         assert "w1" not in state.const_buffers and "b1" in state.const_buffers
+        # GEMM with bias + Relu in its epilogue, GEMM, Softmax
+        assert state.plan.launches_per_run == 3
         start = alloc.stats()["InUse"]
         x = RNG.standard_normal((4, 16)).astype(np.float32)
         xd = alloc.tensor(x.shape, np.float32)

@@ -400,3 +400,15 @@ def test_transpose_also_read_elsewhere_is_materialized(ocl):
              helper.make_node("Add", ["m", "m2"], ["y"])]
     plan = check(ocl, nodes, {"x": x}, {"w": f32(2, 3, 5)})
     assert "strided_copy" in [s.kernel_name for s in plan.steps]  # Neg needs the transposed values
+
+
+@pytest.mark.parametrize("op,bias_shape,act", [("MatMul", (7,), "Relu"), ("MatMul", (1, 7), None),
+                                               ("Gemm", (7,), "Sigmoid")])
+def test_bias_add_folds_into_the_gemm_epilogue(ocl, op, bias_shape, act):
+    a, w, b = f32(5, 6), f32(6, 7), f32(*bias_shape)
+    nodes = [helper.make_node(op, ["a", "w"], ["m"], **({"beta": 0.5} if op == "Gemm" else {})),
+             helper.make_node("Add", ["bias", "m"], ["s"])]
+    if act:
+        nodes.append(helper.make_node(act, ["s"], ["y"]))
+    plan = check(ocl, nodes, {"a": a}, {"w": w, "bias": b}, rtol=1e-4, atol=1e-5)
+    assert [s.kernel_name for s in plan.steps] == ["gemm_rowmajor_a"]

@@ -62,4 +62,12 @@ class CpuEpFactory(EpFactory):
 
     def create_ep(self, devices: Sequence[OrtHardwareDevice], ep_metadata: Sequence[Mapping[str, str]],
                   session_options: Any, logger: logging.Logger) -> Ep:
+        # ORT sizes the CPU EP's thread pool from intra_op_num_threads; our heavy kernels run in
+        # numpy's BLAS, so the setting goes there (process-wide: OpenBLAS has one pool). 0 keeps
+        # the library's default.
+        threads = int(getattr(session_options, "intra_op_num_threads", 0) or 0)
+        if threads > 0:
+            from onnxhal.runtime.providers.cpu.kernels.blas_threads import set_blas_threads
+
+            set_blas_threads(threads)
         return CpuEp(logger)

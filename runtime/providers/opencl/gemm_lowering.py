@@ -23,14 +23,16 @@ I32, F = np.int32, np.float32
 
 @dataclass
 class Epilogue:
-    """What a GEMM/Conv kernel does after the dot products: write ``out``, adding ``residual`` (a
-    value of the output's shape) and then activation ``act`` with parameters ``p0``, ``p1``."""
+    """What a GEMM/Conv kernel does after the dot products: write ``out``, adding ``bias`` (a
+    per-column vector) and ``residual`` (a value of the output's shape), then activation ``act``
+    with parameters ``p0``, ``p1``."""
 
     out: str
     act: int = 0
     p0: float = 0.0
     p1: float = 0.0
     residual: str | None = None
+    bias: str | None = None  # a per-column bias folded from a following Add (MatMul/Gemm only)
 
     @property
     def code(self) -> int:
@@ -164,8 +166,10 @@ class GemmLowering:
         N = b0 if tb else b1
         ap, a_rm = self._a_operand(a, M, K, 1 if ta else K, M if ta else 1, 1, 0)
         bp = self._packed_b(b, K, N, 1 if tb else N, K if tb else 1, 1, 0)
-        bias, mode = None, 0
-        if len(n.inputs) > 2 and n.inputs[2]:
+        bias, mode, beta = None, 0, n.attr("beta", 1.0)
+        if epi.bias:  # a following Add folded in (this Gemm has no C): added as is
+            bias, mode, beta = self.data(epi.bias), 1, 1.0
+        elif len(n.inputs) > 2 and n.inputs[2]:
             bias = self.data(n.inputs[2])
             cs = self.shape(bias)
             if prod(cs) == 1:
@@ -177,7 +181,7 @@ class GemmLowering:
             else:
                 mode = 2
         out = self.output(epi.out)
-        self._gemm(ap, bp, out, M, N, K, 1, 1, 0, bias, mode, 0, n.attr("alpha", 1.0), n.attr("beta", 1.0), epi, a_rm)
+        self._gemm(ap, bp, out, M, N, K, 1, 1, 0, bias, mode, 0, n.attr("alpha", 1.0), beta, epi, a_rm)
 
     _lower_FusedGemm = _lower_Gemm
 
@@ -185,7 +189,8 @@ class GemmLowering:
         a, sa, ast = self._operand(n.inputs[0])
         b, sb, bst = self._operand(n.inputs[1])
         K, N = sb[-2], sb[-1]
-        bias = self.data(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None  # FusedMatMul
+        bias_name = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else epi.bias  # FusedMatMul's, or folded
+        bias = self.data(bias_name) if bias_name else None
         mode = 0 if bias is None else 4 if prod(self.shape(bias)) == 1 else 1
         if len(sb) == 2:  # batch dims of A fold into M (A is never a strided view here)
             out = self.output(epi.out)

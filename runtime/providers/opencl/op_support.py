@@ -3,8 +3,8 @@
 ``unsupported_reason(node, lookup)`` returns None when the node is claimable, else a short reason
 (logged at debug level by ``get_capability``). Every tensor the node touches must have a static
 shape; data tensors must be float32; parameters that steer indexing (Reshape's shape, Slice's
-starts, reduction axes, Clip bounds, BatchNormalization statistics, Conv weights) must be constant
-initializers, because the kernels are specialised to them at compile time.
+starts, reduction axes, Clip bounds, BatchNormalization statistics) must be constant initializers,
+because the plan is specialised to them at compile time.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import numpy as np
 
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import ELEMENTWISE_OPS
+from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_CODES
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
-GEMM_OPS = frozenset({"Gemm", "MatMul", "Conv"})
 REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "ReduceProd": 4,
               "ReduceSumSquare": 5, "ReduceL2": 6, "ReduceL1": 7, "ReduceLogSumExp": 8, "ReduceLogSum": 9}
 OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
@@ -29,8 +29,7 @@ SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) | VIEW_OPS | OTHER_OPS
 FUSED_DOMAIN = "com.onnxhal"
 FUSED_DOMAIN_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "LayerNormalization",
                               "FusedBatchNormalization"})
-_EPILOGUE_CODES = {"": 0, "Relu": 1, "Sigmoid": 2, "Tanh": 3, "LeakyRelu": 4, "HardSigmoid": 5, "Clip": 6,
-                   "Gelu": 7}
+_EPILOGUE_CODES = ACTIVATION_CODES
 MAX_RANK = 6
 F32 = np.dtype(np.float32)
 
@@ -163,7 +162,7 @@ def _check_reduce(node: Node, lookup: GraphLookup) -> str | None:
     if len(node.inputs) > 1 and node.inputs[1]:
         if lookup.const(node.inputs[1]) is None:
             return "reduction axes are not constant"
-    return None if _reduce_layout(node, lookup) is not None else "reduction axes are not contiguous"
+    return None if reduce_layout(node, lookup) is not None else "reduction axes are not contiguous"
 
 
 def reduce_axes(node: Node, lookup: GraphLookup) -> list[int] | None:
@@ -178,7 +177,7 @@ def reduce_axes(node: Node, lookup: GraphLookup) -> list[int] | None:
     return sorted(a % rank if rank else 0 for a in axes)
 
 
-def _reduce_layout(node: Node, lookup: GraphLookup) -> tuple[int, int, int] | None:
+def reduce_layout(node: Node, lookup: GraphLookup) -> tuple[int, int, int] | None:
     """(outer, R, inner) when the reduced axes are contiguous once size-1 dimensions are ignored."""
     shape = lookup.shape(node.inputs[0])
     axes = reduce_axes(node, lookup)
@@ -195,8 +194,6 @@ def _reduce_layout(node: Node, lookup: GraphLookup) -> tuple[int, int, int] | No
         return int(np.prod([d for d, _ in part], dtype=np.int64))
     return prod(kept[:idx[0]]), prod(kept[idx[0]:idx[-1] + 1]), prod(kept[idx[-1] + 1:])
 
-
-reduce_layout = _reduce_layout
 
 
 def _check_gather(node: Node, lookup: GraphLookup) -> str | None:

@@ -34,6 +34,9 @@ class Buf:
 
 @dataclass
 class Launch:
+    """One kernel launch: the kernel ``kernel_name`` of program ``source``, its NDRange and its
+    arguments (``Buf`` names resolved per run, numpy scalars as they are)."""
+
     source: str
     kernel_name: str
     global_size: tuple[int, ...]
@@ -85,7 +88,8 @@ class PartitionPlan:
 
     @property
     def launches_per_run(self) -> int:
-        return sum(1 for s in self.steps if isinstance(s, Launch)) + sum(1 for s in self.steps if isinstance(s, CopyStep))
+        """Commands one run enqueues (kernel launches and buffer copies)."""
+        return len(self.steps)
 
 
 class _BoundLaunch:

@@ -118,16 +118,27 @@ class PlanBuilder(GemmLowering):
         outputs = set(self.plan.output_names)
         epilogues: dict[int, Epilogue] = {}
         skip: set[int] = set()
+        def sole_user(value: str) -> Node | None:
+            users = consumers.get(value, [])
+            return users[0] if len(users) == 1 and value not in outputs else None
+
         for n in nodes:
             if n.op_type not in ("Gemm", "MatMul", "Conv") or n.domain:
                 continue
             epi = Epilogue(n.outputs[0])
-            users = consumers.get(n.outputs[0], [])
-            if len(users) == 1 and n.outputs[0] not in outputs and users[0].inputs[0] == n.outputs[0]:
-                spec = activation_spec(users[0], self.lookup)
+            last = n
+            bias = self._bias_follower(n, sole_user(n.outputs[0]))
+            if bias is not None:  # MatMul/Gemm + Add(constant row vector): the epilogue adds it
+                epi.bias, last = bias
+                epi.out = last.outputs[0]
+                skip.add(id(last))
+            user = sole_user(last.outputs[0])
+            if user is not None and user.inputs[0] == last.outputs[0]:
+                spec = activation_spec(user, self.lookup)
                 if spec is not None:
-                    epi = Epilogue(users[0].outputs[0], *spec)
-                    skip.add(id(users[0]))
+                    epi.act, epi.p0, epi.p1 = spec
+                    epi.out = user.outputs[0]
+                    skip.add(id(user))
             epilogues[id(n)] = epi
         self._fold_transposes(nodes, consumers, outputs, skip)
         clusters = self._elementwise_clusters(nodes, consumers, outputs, skip)
@@ -142,6 +153,24 @@ class PlanBuilder(GemmLowering):
                 continue
             self._lower(n, epilogues.get(id(n)))
         return self.plan
+
+    def _bias_follower(self, n: Node, user: Node | None) -> tuple[str, Node] | None:
+        """(bias value, the Add) when ``n`` is a MatMul with a 2-D right operand or a Gemm without C
+        and its only reader adds a constant [N] / [1, N] vector."""
+        if user is None or user.op_type != "Add" or user.domain or len(user.inputs) != 2:
+            return None
+        if n.op_type == "Gemm" and (len(n.inputs) > 2 and n.inputs[2]):
+            return None
+        if n.op_type not in ("Gemm", "MatMul") or n.op_type == "MatMul" and len(self.shape(n.inputs[1])) != 2:
+            return None
+        other = user.inputs[1] if user.inputs[0] == n.outputs[0] else user.inputs[0]
+        const = self.lookup.const(other)
+        out_shape = self.shape(n.outputs[0])
+        if (other == n.outputs[0] or const is None or const.dtype != np.float32
+                or tuple(const.shape) not in ((out_shape[-1],), (1, out_shape[-1]))
+                or self.shape(user.outputs[0]) != out_shape):
+            return None
+        return other, user
 
     def _fold_transposes(self, nodes, consumers, outputs, skip: set[int]) -> None:
         """Transposes next to batched MatMuls cost no copy: a Transpose read only by MatMuls becomes

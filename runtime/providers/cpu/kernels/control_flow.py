@@ -126,10 +126,8 @@ class Scan(Kernel):
         states = list(inputs[: self.n_state])
         scan_in = list(inputs[self.n_state: self.n_explicit])
         in_axes = [a + x.ndim if a < 0 else a for a, x in zip(self.in_axes, scan_in)]
-        out_axes = [a + 1 + self.body.graph.outputs[self.n_state + k].shape.__len__() if a < 0 and
-                    self.body.graph.outputs[self.n_state + k].shape is not None else a
-                    for k, a in enumerate(self.out_axes)]
-        return _scan_core(self.body, inputs, states, scan_in, in_axes, self.in_dirs, out_axes,
+        # A negative output axis counts from the end of the stacked output, as np.stack's does.
+        return _scan_core(self.body, inputs, states, scan_in, in_axes, self.in_dirs, self.out_axes,
                           self.out_dirs, self.n_scan_out)
 
 

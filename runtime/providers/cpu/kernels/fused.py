@@ -41,7 +41,11 @@ DOMAIN = "com.onnxhal"
 BLOCK = 1 << 15
 #: Work (multiply-adds or elements) below which splitting costs more than it saves.
 PARALLEL_MIN_WORK = 1 << 18
+
+
 def _default_workers() -> int:
+    """Threads for the fused kernels: ``ONNXHAL_FUSED_THREADS``, else up to 4 when BLAS is pinned
+    to one thread, else 1 (BLAS parallelizes)."""
     if os.environ.get("ONNXHAL_FUSED_THREADS"):
         return max(1, int(os.environ["ONNXHAL_FUSED_THREADS"]))
     if os.environ.get("OPENBLAS_NUM_THREADS") == "1" or os.environ.get("OMP_NUM_THREADS") == "1":

@@ -113,6 +113,10 @@ class Kernel:
 
     host_inputs: frozenset[int] = frozenset()
     host_outputs: frozenset[int] = frozenset()
+    #: Optional fast path for a kernel whose ``compute(inputs)`` is exactly ``[fn(*inputs)]`` with a
+    #: single array output (a numpy ufunc, typically): the executor then calls ``fn`` directly,
+    #: saving a Python call and two lists per node (numpy scalars are turned back into 0-d arrays).
+    inline_fn = None
 
     def compute(self, inputs: list) -> list:
         raise NotImplementedError

@@ -35,6 +35,7 @@ class Step:
     node: Node | None  # None for copy steps
     label: str
     ep_name: str
+    inline_fn: Callable | None = None  # Kernel.inline_fn: called with positional inputs
 
 
 class Terminated(RuntimeException):
@@ -68,6 +69,7 @@ class PlanBuilder:
         self.compute_infos = compute_infos  # id(fused node) -> (NodeComputeInfo, state)
         self.memory = memory
         self.kernels: list[Any] = []
+        self.inline: dict[int, Callable | None] = {}  # id(node) -> Kernel.inline_fn
 
     def build(self, graph: Graph, feed_names: Sequence[str] | None = None) -> ExecutionPlan:
         return ExecutionPlan(self, graph, list(feed_names if feed_names is not None else graph.input_names))
@@ -89,6 +91,7 @@ class PlanBuilder:
         ep = self.eps[node.ep_name]
         kernel = ep.create_kernel(node, _CreateContext(self))
         self.kernels.append(kernel)
+        self.inline[id(node)] = getattr(kernel, "inline_fn", None) if len(node.outputs) == 1 else None
         return kernel.compute, frozenset(getattr(kernel, "host_inputs", ())), frozenset(getattr(kernel, "host_outputs", ()))
 
 
@@ -154,7 +157,8 @@ class ExecutionPlan:
                 dev = HOST_MEMORY_DEVICE if k in host_out else ep_dev
                 home[o] = dev
                 outs.append(slot(o, dev))
-            steps.append(Step(fn, ins, tuple(outs), (), node, node.name or node.op_type, node.ep_name))
+            steps.append(Step(fn, ins, tuple(outs), (), node, node.name or node.op_type, node.ep_name,
+                              builder.inline.get(id(node))))
 
         # Outputs stay where they are produced; ``run`` moves them to where the caller wants them.
         self.output_names = graph.output_names
@@ -306,7 +310,11 @@ def _compile_straight_line(steps: list[Step], output_slots: list[int],
         if check_terminate:  # as ORT: the flag is honoured between nodes
             lines.append("    if ro.terminate: raise Terminated(MSG)")
         line_to_step[len(lines) + 1] = k
-        if len(st.outs) == 1:
+        if st.inline_fn is not None:
+            o = st.outs[0]
+            lines.append(f"    s{o} = f{k}({', '.join(f's{i}' for i in st.ins)})")
+            lines.append(f"    if s{o}.__class__ is not ndarray: s{o} = asarray(s{o})")
+        elif len(st.outs) == 1:
             lines.append(f"    s{st.outs[0]} = f{k}({args})[0]")
         else:
             lines.append(f"    _r = f{k}({args})")
@@ -315,9 +323,10 @@ def _compile_straight_line(steps: list[Step], output_slots: list[int],
         if st.frees:
             lines.append("    " + ", ".join(f"s{f}" for f in st.frees) + " = " + ", ".join("None" for _ in st.frees))
     lines.append("    return (" + "".join(f"s{i}, " for i in output_slots) + ")")
-    namespace: dict = {"Terminated": Terminated, "MSG": _TERMINATED_MSG}
+    namespace: dict = {"Terminated": Terminated, "MSG": _TERMINATED_MSG, "ndarray": np.ndarray,
+                       "asarray": np.asarray}
     exec(compile("\n".join(lines), "<onnxhal plan>", "exec"), namespace)  # noqa: S102 - generated from the plan
-    return namespace["_run"], tuple(st.fn for st in steps), line_to_step
+    return namespace["_run"], tuple(st.inline_fn or st.fn for st in steps), line_to_step
 
 
 def _add_frees(steps: list[Step], keep: set[int], template: list) -> list[Step]:
@@ -333,7 +342,7 @@ def _add_frees(steps: list[Step], keep: set[int], template: list) -> list[Step]:
     for slot_i, k in last.items():
         if slot_i != 0 and slot_i not in keep and slot_i not in constant:
             frees[k].append(slot_i)
-    return [Step(s.fn, s.ins, s.outs, tuple(sorted(set(f))), s.node, s.label, s.ep_name)
+    return [Step(s.fn, s.ins, s.outs, tuple(sorted(set(f))), s.node, s.label, s.ep_name, s.inline_fn)
             for s, f in zip(steps, frees)]
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.graph import Node
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionPlan
@@ -101,13 +102,19 @@ class GemmLowering:
         shape = self.shape(buf)
         return buf, shape, contiguous_strides(shape)
 
+    def _prepacked_name(self, stem: str, elements: int) -> str:
+        """A fresh name for a prepacked weight buffer (packed once, at create_state)."""
+        if elements >= 2**31 - 1:
+            raise OrtNotImplemented(f"OpenCL EP: a {elements}-element {stem} weight exceeds 32-bit indexing")
+        return self._fresh(stem)
+
     def _packed_a(self, src: str, M: int, K: int, rs: int, cs: int, batches: int, bstride: int) -> str:
         Mb = -(-M // RM)
         total = batches * Mb * K * RM
         work = batches * Mb * K
         args = [np.int32(M), np.int32(K), np.int32(Mb), np.int32(rs), np.int32(cs), np.int32(bstride)]
         if src in self.plan.constants:  # weights: packed once, at create_state
-            name = self._fresh("packed_a")
+            name = self._prepacked_name("packed_a", total)
             self.plan.prepacked[name] = total * 4
             self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_a", work, [Buf(name), Buf(src), *args], init=True)
             return name
@@ -121,7 +128,7 @@ class GemmLowering:
         work = batches * Nb * K
         args = [np.int32(N), np.int32(K), np.int32(Nb), np.int32(rs), np.int32(cs), np.int32(bstride)]
         if src in self.plan.constants:
-            name = self._fresh("packed_b")
+            name = self._prepacked_name("packed_b", total)
             self.plan.prepacked[name] = total * 4
             self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_b", work, [Buf(name), Buf(src), *args], init=True)
             return name

@@ -31,6 +31,8 @@ FUSED_DOMAIN_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "
                               "FusedBatchNormalization"})
 _EPILOGUE_CODES = ACTIVATION_CODES
 MAX_RANK = 6
+#: Kernels index with 32-bit ints.
+MAX_ELEMENTS = 2**31 - 1
 F32 = np.dtype(np.float32)
 
 
@@ -132,6 +134,8 @@ def _static_f32(lookup: GraphLookup, names) -> str | None:
             return f"{n!r} has no static shape"
         if len(shape) > MAX_RANK:
             return f"{n!r} has rank {len(shape)} > {MAX_RANK}"
+        if int(np.prod(shape, dtype=np.int64)) >= MAX_ELEMENTS:
+            return f"{n!r} has {int(np.prod(shape, dtype=np.int64))} elements; kernels index with 32-bit ints"
         if lookup.dtype(n) != F32:
             return f"{n!r} is {lookup.dtype(n)}, not float32"
     return None

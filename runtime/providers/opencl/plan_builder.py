@@ -31,6 +31,7 @@ from onnxhal.runtime.providers.opencl.gemm_lowering import (
 )
 from onnxhal.runtime.providers.opencl.op_support import (
     F32,
+    MAX_ELEMENTS,
     REDUCE_OPS,
     VIEW_OPS,
     GraphLookup,
@@ -102,6 +103,8 @@ class PlanBuilder(GemmLowering):
         return name
 
     def temp(self, stem: str, nbytes: int) -> str:
+        if nbytes // 4 >= MAX_ELEMENTS:  # e.g. an im2col workspace of a huge convolution
+            raise OrtNotImplemented(f"OpenCL EP: a {nbytes}-byte {stem} workspace exceeds 32-bit indexing")
         name = self._fresh(stem)
         self.plan.temps[name] = nbytes
         return name

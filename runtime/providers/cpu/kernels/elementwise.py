@@ -26,7 +26,7 @@ class UnaryUfunc(Kernel):
     fn = None
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.fn = type(self).fn
+        self.fn = self.inline_fn = type(self).fn
 
     def compute(self, inputs: list) -> list:
         r = self.fn(inputs[0])
@@ -39,7 +39,7 @@ class BinaryUfunc(Kernel):
     fn = None
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.fn = type(self).fn
+        self.fn = self.inline_fn = type(self).fn
 
     def compute(self, inputs: list) -> list:
         r = self.fn(*inputs)

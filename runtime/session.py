@@ -202,6 +202,17 @@ class _SessionCore:
 
 
 FAIL_ON_SUBOPTIMAL = "session.fail_on_suboptimal_compiled_model"
+_SEVERITY = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
+
+
+def apply_log_severity(level: int) -> None:
+    """ORT's severities (0 verbose, 1 info, 2 warning, 3 error, 4 fatal) on the ``onnxhal`` logger.
+    The default, 2, leaves the logger as the application configured it."""
+    if level not in _SEVERITY:
+        raise InvalidArgument(f"log_severity_level {level!r} is out of range: use 0 (verbose), 1 (info), "
+                              "2 (warning), 3 (error) or 4 (fatal)")
+    if level != 2:
+        logging.getLogger("onnxhal").setLevel(_SEVERITY[level])
 
 
 def validate_compatibility_info(proto: onnx.ModelProto, choices: list[ProviderChoice], so: SessionOptions) -> None:
@@ -232,6 +243,7 @@ class InferenceSession:
                  **kwargs: Any) -> None:
         so = (sess_options or SessionOptions())._copy()
         self._sess_options = so
+        apply_log_severity(so.log_severity_level)
         self._enable_fallback = True
         self._lock = threading.Lock()
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order

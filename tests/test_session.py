@@ -224,3 +224,19 @@ def test_terminate_set_during_a_run_stops_between_nodes():
     with pytest.raises(errors.RuntimeException, match="terminate"):
         s.run(None, {"t0": np.ones(4, np.float32)}, FlipsAfter(reads=10))
     np.testing.assert_array_equal(s.run(None, {"t0": np.ones(4, np.float32)}, onnxhal.RunOptions())[0], np.ones(4))
+
+
+def test_log_severity_level(caplog):
+    import logging
+
+    so = onnxhal.SessionOptions()
+    so.log_severity_level = 7
+    with pytest.raises(errors.InvalidArgument, match="log_severity_level 7"):
+        onnxhal.InferenceSession(add_mul_model(), so)
+    so.log_severity_level = 1
+    try:
+        with caplog.at_level(logging.NOTSET):
+            onnxhal.InferenceSession(add_mul_model(), so)
+        assert logging.getLogger("onnxhal").level == logging.INFO
+    finally:
+        logging.getLogger("onnxhal").setLevel(logging.NOTSET)

@@ -40,6 +40,11 @@ def register():
             get_environment()._force_unregister(n)
 
 
+def library_module(name: str):
+    """The module the registry loaded for the library registered as ``name``."""
+    return next(lib.module for lib in get_environment().libraries() if lib.name == name)
+
+
 @pytest.fixture
 def plugin_file(tmp_path):
     """Write an EP library source to a .py file and return its path."""

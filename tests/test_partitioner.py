@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ from onnx import TensorProto, helper
 
 import onnxhal
 from onnxhal import errors
-from tests.conftest import PLUGINS
+from tests.conftest import PLUGINS, library_module
 from tests.models import add_mul_model, add_mul_reference, make, vi
 
 TOY = os.path.join(PLUGINS, "toy_fusing_ep.py")
@@ -20,8 +19,7 @@ TOY = os.path.join(PLUGINS, "toy_fusing_ep.py")
 
 @pytest.fixture
 def toy(register):
-    register(TOY, "toy_fusing")
-    mod = [m for n, m in sys.modules.items() if n.startswith("onnxhal_ep_library_") and hasattr(m, "ToyFactory")][-1]
+    mod = library_module(register(TOY, "toy_fusing"))
     mod.LOG.clear()
     return mod
 

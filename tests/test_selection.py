@@ -10,7 +10,7 @@ import pytest
 import onnxhal
 from onnxhal import errors
 from onnxhal.runtime.selection import order_devices
-from tests.conftest import PLUGINS
+from tests.conftest import PLUGINS, library_module
 from tests.models import add_mul_model, add_mul_reference
 
 P = onnxhal.OrtExecutionProviderDevicePolicy
@@ -19,10 +19,7 @@ SEL = os.path.join(PLUGINS, "selection_eps.py")
 
 @pytest.fixture
 def four_eps(register):
-    register(SEL, "selection_eps")
-    import sys
-
-    mod = [m for n, m in sys.modules.items() if n.startswith("onnxhal_ep_library_") and hasattr(m, "ZNpuFactory")][-1]
+    mod = library_module(register(SEL, "selection_eps"))
     mod.CREATED.clear()
     return mod
 

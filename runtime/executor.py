@@ -174,13 +174,10 @@ class ExecutionPlan:
         self.feed_index = {n: i for i, n in enumerate(feed_names)}
         self._template = template
         self.steps = _add_frees(steps, set(self.output_slots) | set(self.feed_slots), template)
-        self._run_steps = [(s.fn, s.ins, s.outs, s.frees) for s in self.steps]
         self._read_slots = {i for s in self.steps for i in s.ins}
         self._output_slot_set = set(self.output_slots)
         self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(self.steps, self.output_slots, False)
         self._fast_checked, _, self._line_to_step_checked = _compile_straight_line(self.steps, self.output_slots, True)
-        self.has_copies = any(s.node is None for s in self.steps) or any(self._feed_targets.values())
-        self.num_slots = len(template)
 
     # -- running ----------------------------------------------------------------------------
     def run(self, feeds: dict[str, Any], run_options: Any = None, profiler: Any = None,
@@ -344,14 +341,3 @@ def _add_frees(steps: list[Step], keep: set[int], template: list) -> list[Step]:
             frees[k].append(slot_i)
     return [Step(s.fn, s.ins, s.outs, tuple(sorted(set(f))), s.node, s.label, s.ep_name, s.inline_fn)
             for s, f in zip(steps, frees)]
-
-
-def value_shape(v: Any) -> list | str:
-    if isinstance(v, np.ndarray):
-        return list(v.shape)
-    shape = getattr(v, "shape", None)
-    if shape is not None:
-        return list(shape)
-    if isinstance(v, list):
-        return f"seq[{len(v)}]"
-    return "none" if v is None else type(v).__name__

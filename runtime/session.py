@@ -31,7 +31,6 @@ from onnxhal.runtime.partitioner import (
     model_hash,
     partition,
     replace_with_fused,
-    restore_group,
 )
 from onnxhal.runtime.profiler import Profiler
 from onnxhal.runtime.provider_resolution import ProviderChoice, cpu_choice, resolve_providers
@@ -180,7 +179,6 @@ class _SessionCore:
                 replace_with_fused(g)
                 self._fused_infos[g.fused_node] = (info, state)
                 self._infos.append((info, state))
-        _ = restore_group  # kept for failover re-partitioning
 
     def release(self) -> None:
         if self.released:

@@ -133,6 +133,11 @@ class Ep:
     """One EP instance per session. Must set ``name`` (the factory's EP name)."""
 
     name: str = ""
+    #: True if ``get_capability`` can claim the fused ops onnxhal's optimizer creates in the
+    #: ``com.onnxhal`` domain (FusedConv, FusedGemm, FusedMatMul, FusedBatchNormalization, Gelu,
+    #: LayerNormalization). A session creates them only when every EP in it says so; otherwise this
+    #: EP sees the plain ONNX ops (as ORT applies such fusions only for EPs that implement them).
+    runs_onnxhal_fused_ops: bool = False
 
     def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
         """Claim nodes of ``graph`` (called for the main graph and every subgraph, nested first)."""

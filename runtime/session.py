@@ -126,7 +126,9 @@ class _SessionCore:
         if level != GraphOptimizationLevel.ORT_DISABLE_ALL:
             from onnxhal.runtime.optimizer import optimize
 
-            graph = optimize(graph, GraphOptimizationLevel(level))
+            # Fuse into com.onnxhal ops only if every EP of the session can claim them.
+            fuse = all(ep.runs_onnxhal_fused_ops for ep in self.eps.values())
+            graph = optimize(graph, GraphOptimizationLevel(level), fuse_cpu_ops=fuse)
         self.graph = graph
         eps = [self.eps[c.ep_name] for c in self.choices]
         result = partition(graph, eps)

@@ -288,14 +288,17 @@ def _run_fused_domain(ocl, node, inputs, inits, out_shape):
     return y, state.plan
 
 
-@pytest.mark.parametrize("cout,group", [(8, 1), (4, 4)])
-def test_fused_conv_residual_and_leaky_relu(ocl, cout, group):
+@pytest.mark.parametrize("cout,group,act", [(8, 1, "LeakyRelu"), (4, 4, "LeakyRelu"), (8, 1, "Relu"), (8, 1, "")])
+def test_fused_conv_residual_and_activation(ocl, cout, group, act):
+    """36 output columns: two full 16-column panels (vector epilogue for Relu/none) and a partial one."""
     x, w, b, z = f32(1, 4, 6, 6), f32(cout, 4 // group, 3, 3), f32(cout), f32(1, cout, 6, 6)
+    params = {"activation_params": [0.2]} if act == "LeakyRelu" else {}
     node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain="com.onnxhal", pads=[1, 1, 1, 1],
-                            group=group, activation="LeakyRelu", activation_params=[0.2])
+                            group=group, activation=act, **params)
     y, plan = _run_fused_domain(ocl, node, {"x": x, "z": z}, {"w": w, "b": b}, [1, cout, 6, 6])
     v = _conv_ref(x, w, b, pads=[1, 1, 1, 1], group=group) + z
-    np.testing.assert_allclose(y, np.where(v >= 0, v, 0.2 * v), rtol=1e-4, atol=1e-4)
+    expect = np.where(v >= 0, v, 0.2 * v) if act == "LeakyRelu" else np.maximum(v, 0) if act == "Relu" else v
+    np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
     assert "fused_elementwise" not in [s.kernel_name for s in plan.steps]
 
 
@@ -412,3 +415,14 @@ def test_bias_add_folds_into_the_gemm_epilogue(ocl, op, bias_shape, act):
         nodes.append(helper.make_node(act, ["s"], ["y"]))
     plan = check(ocl, nodes, {"a": a}, {"w": w, "bias": b}, rtol=1e-4, atol=1e-5)
     assert [s.kernel_name for s in plan.steps] == ["gemm_rowmajor_a"]
+
+
+@pytest.mark.parametrize("c_shape", [(37,), (5, 1), (1,), (5, 37)])
+def test_gemm_wide_epilogue_paths(ocl, c_shape):
+    """37 columns: two full 16-column panels take the vector epilogue (bias modes column, row, scalar;
+    the full-matrix C always takes the per-element path) and the last panel the per-element one."""
+    a, b, c = f32(5, 6), f32(6, 37), f32(*c_shape)
+    nodes = [helper.make_node("Gemm", ["a", "b", "c"], ["g"], alpha=0.5, beta=2.0),
+             helper.make_node("Relu", ["g"], ["y"])]
+    got, _, _ = run_on_opencl(ocl, nodes, {"a": a, "b": b, "c": c})
+    np.testing.assert_allclose(got[0], np.maximum(0.5 * (a @ b) + 2.0 * c, 0), rtol=1e-4, atol=1e-5)

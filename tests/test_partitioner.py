@@ -211,3 +211,18 @@ def test_failover_from_many_threads_at_once(toy):
     for t in threads:
         t.join()
     assert bad == [] and sess.get_providers() == ["CPUExecutionProvider"] and len(sess.failovers) == 1
+
+
+def test_optimizer_keeps_plain_ops_for_eps_that_cannot_run_fused_ones(toy):
+    """Conv -> Relu would become a com.onnxhal FusedConv, which ToyA cannot claim: with ToyA in the
+    session the fusion is not made, so ToyA still gets its Relu."""
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 1, 3, 3], rng.standard_normal(18).astype(np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    model = make(nodes, [vi("x", [1, 1, 4, 4])], [vi("y", [1, 2, 4, 4])], [w])
+    sess = _session(model, ("ToyA", {"ops": "Relu", "mode": "single"}))
+    assert sorted(_assignment(sess)) == [("CPUExecutionProvider", ["conv"]), ("ToyA", ["relu"])]
+    cpu_only = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_only.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)

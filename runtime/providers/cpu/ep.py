@@ -28,6 +28,7 @@ CPU_EP_VERSION = "0.1.0"
 
 class CpuEp(Ep):
     name = "CPUExecutionProvider"
+    runs_onnxhal_fused_ops = True
 
     def __init__(self, logger: logging.Logger) -> None:
         self._logger = logger

@@ -57,6 +57,7 @@ class OpenCLNodeComputeInfo(NodeComputeInfo):
 
 class OpenCLEp(Ep):
     name = EP_NAME
+    runs_onnxhal_fused_ops = True  # op_support.FUSED_DOMAIN_OPS
 
     def __init__(self, device: OpenCLDeviceContext, allocator: OpenCLAllocator, logger: logging.Logger) -> None:
         self.device = device

@@ -63,12 +63,16 @@ class CpuEpFactory(EpFactory):
 
     def create_ep(self, devices: Sequence[OrtHardwareDevice], ep_metadata: Sequence[Mapping[str, str]],
                   session_options: Any, logger: logging.Logger) -> Ep:
-        # ORT sizes the CPU EP's thread pool from intra_op_num_threads; our heavy kernels run in
-        # numpy's BLAS, so the setting goes there (process-wide: OpenBLAS has one pool). 0 keeps
-        # the library's default.
+        # ORT sizes the CPU EP's thread pool from intra_op_num_threads. Here the fused kernels
+        # (FusedConv/Gemm/MatMul: the heavy products after optimization) split their work over n
+        # threads and numpy's BLAS is pinned to one, so the two pools never oversubscribe the
+        # cores (OpenBLAS's spinning threads slow down several-fold on a busy machine). Both pools
+        # are process-wide. 0 keeps the defaults: BLAS threads, serial fused kernels.
         threads = int(getattr(session_options, "intra_op_num_threads", 0) or 0)
         if threads > 0:
             from onnxhal.runtime.providers.cpu.kernels.blas_threads import set_blas_threads
+            from onnxhal.runtime.providers.cpu.kernels.fused import set_workers
 
-            set_blas_threads(threads)
+            set_blas_threads(1)
+            set_workers(threads)
         return CpuEp(logger)

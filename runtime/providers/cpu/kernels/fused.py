@@ -67,6 +67,19 @@ def _get_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def set_workers(n: int) -> None:
+    """Resize the fused kernels' pool (the CPU EP maps ``intra_op_num_threads`` here). Work
+    already submitted to the old pool finishes there."""
+    global WORKERS, _pool
+    with _pool_lock:
+        n = max(1, int(n))
+        if n == WORKERS:
+            return
+        old, _pool, WORKERS = _pool, None, n
+    if old is not None:
+        old.shutdown(wait=False)
+
+
 def parallel_ranges(total: int, fn: Callable[[int, int], None], work: int) -> None:
     """Call ``fn(start, stop)`` over ``[0, total)`` split in ``WORKERS`` parts (inline when ``work``
     is small or there is one worker). The caller's thread takes the last part."""

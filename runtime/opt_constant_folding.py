@@ -115,7 +115,9 @@ def evaluate_node(graph: Graph, node: Node, inputs: list[np.ndarray | None]) -> 
         create_cpu_kernel = None
     if create_cpu_kernel is not None:
         try:
-            return [np.asarray(v) for v in create_cpu_kernel(node, None, graph.opset).compute(list(inputs))]
+            return [_tensor(v) for v in create_cpu_kernel(node, None, graph.opset).compute(list(inputs))]
+        except _NotATensor:
+            raise
         except Exception as exc:  # fall back to the reference implementation below
             logger.debug("CPU kernel could not fold %s (%s); trying onnx.reference", node.name, exc)
     from onnx.reference import ReferenceEvaluator
@@ -127,7 +129,21 @@ def evaluate_node(graph: Graph, node: Node, inputs: list[np.ndarray | None]) -> 
         helper.make_graph([node.to_proto()], "fold", graph_inputs,
                           [helper.make_empty_tensor_value_info(o) for o in node.outputs if o]),
         opset_imports=[helper.make_opsetid(d, v) for d, v in graph.opset.items()], ir_version=10)
-    return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+    return [_tensor(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+
+
+class _NotATensor(ValueError):
+    pass
+
+
+def _tensor(value: object) -> np.ndarray:
+    """A folded output must be a tensor: initializers hold nothing else. A sequence, map or empty
+    optional (SequenceConstruct, Optional, ...) cannot be folded, so the node stays."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    raise _NotATensor(f"output is a {type(value).__name__}, not a tensor")
 
 
 def _shape_of(graph: Graph, node: Node) -> np.ndarray | None:

@@ -30,8 +30,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_bernoulli_seed_expanded": _NONDETERMINISTIC,
     "test_image_decoder_decode_jpeg2k_rgb": _CODEC,
     "test_image_decoder_decode_webp_rgb": _CODEC,
-    "test_if_opt": "runtime constant folding (opt_constant_folding.evaluate_node) turns the folded "
-                   "SequenceConstruct output (a list) into a tensor with np.asarray",
 }
 
 

@@ -347,3 +347,26 @@ def test_roi_align_matches_reference(mode, opset, coord, ratio):
     (y,) = run_native("RoiAlign", inputs, 10, **attrs)
     (want,) = run_reference("RoiAlign", inputs, 16, coordinate_transformation_mode="output_half_pixel", **attrs)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, size", [((2, 7, 3, 3), 5), ((1, 64, 8, 8), 5), ((3, 4, 5), 3), ((1, 6, 2, 2), 2)])
+def test_lrn_follows_the_spec(shape, size):
+    """LRN sums squares across channels (onnx.reference's version does not, for every shape)."""
+    import math
+
+    from onnx import helper
+
+    import onnxhal
+
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=1e-2, beta=0.75, bias=1.0)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, shape)],
+                          [helper.make_tensor_value_info("y", 1, shape)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+    got = onnxhal.InferenceSession(m).run(None, {"x": x})[0]
+    c = shape[1]
+    sq = np.zeros_like(x)
+    for ch in range(c):
+        lo, hi = max(0, ch - (size - 1) // 2), min(c - 1, ch + math.ceil((size - 1) / 2))
+        sq[:, ch] = (x[:, lo:hi + 1] ** 2).sum(axis=1)
+    np.testing.assert_allclose(got, x / (1.0 + 1e-2 / size * sq) ** 0.75, rtol=1e-5, atol=1e-6)

@@ -109,3 +109,30 @@ register("Softmax", since=1)(type("Softmax", (_SoftmaxCoerced,), {}))
 register("Softmax", since=13)(type("Softmax", (_Softmax13,), {}))
 register("LogSoftmax", since=1)(type("LogSoftmax", (_SoftmaxCoerced,), {"log": True}))
 register("LogSoftmax", since=13)(type("LogSoftmax", (_Softmax13,), {"log": True}))
+
+
+@register("LRN", since=1)
+class LRN(Kernel):
+    """Local response normalization across channels, as the ONNX spec (and onnxruntime) define it:
+    square_sum[n, c] sums X[n, i]^2 for i in [c - floor((size-1)/2), c + ceil((size-1)/2)].
+    (onnx.reference's LRN does not follow this for every shape, so it is not used as the fallback.)"""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.size = int(node.attr("size"))
+        self.alpha = float(node.attr("alpha", 1e-4))
+        self.beta = float(node.attr("beta", 0.75))
+        self.bias = float(node.attr("bias", 1.0))
+        self.before = (self.size - 1) // 2
+        self.after = self.size - 1 - self.before
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        sq = np.square(x, dtype=np.float32 if x.dtype.itemsize < 4 else x.dtype)
+        # A running sum over channels: window sums from one cumulative sum along axis 1.
+        pad = [(0, 0)] * x.ndim
+        pad[1] = (self.before + 1, self.after)
+        cs = np.cumsum(np.pad(sq, pad), axis=1)
+        c = x.shape[1]
+        window = cs[:, self.size:self.size + c] - cs[:, 0:c]
+        scale = (self.bias + (self.alpha / self.size) * window) ** self.beta
+        return [(x / scale).astype(x.dtype, copy=False)]

@@ -23,6 +23,7 @@ from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
 from onnxhal.runtime.input_checks import check_feeds
+from onnxhal.runtime.layout_transform import transform_layout
 from onnxhal.runtime.memory_plan import MemoryContext
 from onnxhal.runtime.model_loader import load_model
 from onnxhal.runtime.partitioner import (
@@ -132,6 +133,9 @@ class _SessionCore:
         self.graph = graph
         eps = [self.eps[c.ep_name] for c in self.choices]
         result = partition(graph, eps)
+        # EPs that prefer NHWC get their layout-sensitive nodes converted, then claim again.
+        if transform_layout(graph, self.eps):
+            result = partition(graph, eps)
         self.partition = result
         self._compile(result.groups)
         builder = PlanBuilder(self.eps, {id(n): i for n, i in self._fused_infos.items()}, memory)

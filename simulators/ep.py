@@ -19,10 +19,12 @@ import numpy as np
 import pyopencl as cl
 
 from onnxhal.hal.allocator import Allocator
+from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
 from onnxhal.hal.errors import OrtError, OutOfMemory
-from onnxhal.hal.graph import Graph, Node
+from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryInfo
+from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE, NHWC_DOMAIN, nchw_twin, original_domain
 from onnxhal.runtime.providers.opencl.ep import OpenCLEp, OpenCLNodeComputeInfo, fusion_groups
 from onnxhal.runtime.providers.opencl.op_support import VIEW_OPS, GraphLookup, unsupported_reason
 from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
@@ -205,7 +207,8 @@ class VirtualEp(OpenCLEp):
                     self.declined[n.name or n.op_type] = reason
                 continue
             try:
-                reason = profile_reason(self.profile, n, graph) or unsupported_reason(n, lookup)
+                reason = profile_reason(self.profile, n, graph) or (
+                    self._nhwc_reason(n, graph) if n.domain == NHWC_DOMAIN else unsupported_reason(n, lookup))
             except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
                 reason = f"cannot inspect node: {exc}"
             if reason is None:
@@ -219,9 +222,50 @@ class VirtualEp(OpenCLEp):
                     continue  # a lone view computes nothing: not worth two copies
                 support_info.add_nodes_to_fuse(part, NodeFusionOptions(drop_constant_initializers=True))
 
+    # -- layout ----------------------------------------------------------------------------
+    def get_preferred_data_layout(self) -> OrtEpDataLayout:
+        """The profile's layout: the runtime converts this EP's Conv/pooling nodes to NHWC ops
+        (``com.ms.internal.nhwc``) with Transposes at the edges of NHWC regions."""
+        return OrtEpDataLayout.NHWC if self.profile.preferred_layout == "NHWC" else OrtEpDataLayout.NCHW
+
+    def _nhwc_reason(self, node: Node, graph: Graph) -> str | None:
+        """An NHWC node is claimable when its NCHW twin is (the PoCL kernels compute NCHW)."""
+        if (original_domain(node), node.op_type) not in LAYOUT_SENSITIVE:
+            return f"no NHWC form of {node.op_type}"
+        nodes, infos = nchw_twin(node, graph)
+        twin = _with_nodes(graph, nodes, infos)
+        lookup = self._lookup(twin)
+        for n in nodes:
+            reason = unsupported_reason(n, lookup)
+            if reason is not None:
+                return reason
+        return None
+
+    @staticmethod
+    def _to_nchw_kernels(graph: Graph) -> Graph:
+        """The partition with each NHWC node replaced by its NCHW twin: the device exchanges NHWC
+        tensors (what crosses the partition and flows between NHWC ops), and converts around each
+        layout-sensitive kernel on the device, since the PoCL kernels are NCHW."""
+        if not any(n.domain == NHWC_DOMAIN for n in graph.nodes):
+            return graph
+        nodes: list[Node] = []
+        infos: dict[str, ValueInfo] = {}
+        for n in graph.nodes:
+            if n.domain == NHWC_DOMAIN:
+                twin, extra = nchw_twin(n, graph)
+                nodes.extend(twin)
+                infos.update(extra)
+            else:
+                nodes.append(n)
+        return _with_nodes(graph, nodes, infos)
+
     # -- compile ---------------------------------------------------------------------------
     def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:
         self.faults.check_compile()
+        # Costs are those of the NHWC graph (what NHWC hardware runs); the PoCL kernels get the
+        # NCHW twins.
+        as_given = list(graphs)
+        graphs = [self._to_nchw_kernels(g) for g in graphs]
         fresh = [k for k, g in enumerate(graphs) if not (len(g.nodes) == 1 and is_ep_context(g.nodes[0]))]
         planned = dict(zip(fresh, super().compile([graphs[k] for k in fresh], [fused_nodes[k] for k in fresh])))
         out: list[VirtualNodeComputeInfo] = []
@@ -231,7 +275,7 @@ class VirtualEp(OpenCLEp):
                 if self.rounder is not None and hasattr(info, "plan"):
                     round_constants(info.plan.constants)
                 lookup = self._lookup(graph)
-                cost = partition_cost(graph, self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name))
+                cost = partition_cost(as_given[k], self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name))
             else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
                 plan, cost, _ = decode_partition(context_blob(graph.nodes[0]))
                 info = OpenCLNodeComputeInfo(plan, self.device, self.allocator)
@@ -296,6 +340,14 @@ class VirtualEp(OpenCLEp):
         if memory_info.memory_device == self.memory_info.memory_device:
             return self.allocator
         return None
+
+
+def _with_nodes(graph: Graph, nodes: list[Node], infos: dict[str, ValueInfo]) -> Graph:
+    """A copy of ``graph`` (same inputs, outputs, constants) holding ``nodes``."""
+    out = Graph(graph.name, nodes, list(graph.inputs), list(graph.outputs), dict(graph.initializers),
+                {**graph.value_infos, **infos}, graph.opset, parent=graph.parent)
+    out.overridable = list(graph.overridable)
+    return out
 
 
 def _safe_shape(lookup: GraphLookup, name: str) -> tuple[int, ...] | None:

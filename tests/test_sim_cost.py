@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -89,11 +90,16 @@ def test_the_profiling_trace_carries_simulated_time_and_energy(sims, tmp_path):
     assert not attach_to_session(session(sims["discrete-gpu"]))  # no profiler: nothing to attach to
 
 
-def test_an_nhwc_device_pays_layout_transposes_at_partition_boundaries(sims):
+def test_an_nhwc_device_pays_the_layout_transposes_the_runtime_inserts(sims):
+    """Conv -> Relu on an NHWC NPU becomes Transpose -> NHWC Conv -> Transpose (the runtime's
+    layout transformer); the two Transposes are costed like any data movement. An NCHW GPU runs
+    the Conv as it is."""
+    w = onnx.numpy_helper.from_array(np.ones((8, 8, 3, 3), np.float32) * 0.01, "w")
     graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "nchw",
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")], "nchw",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])], [w])
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     costs = {}
     for name in ("generic-npu", "discrete-gpu"):
@@ -101,6 +107,7 @@ def test_an_nhwc_device_pays_layout_transposes_at_partition_boundaries(sims):
         so.add_provider_for_devices([sims[name]])
         ep = next(iter(onnxhal.InferenceSession(data, so)._core.eps.values()))
         (costs[name],) = ep.partition_costs.values()
-    assert [k.op_type for k in costs["generic-npu"].kernels] == ["Relu", "LayoutTranspose", "LayoutTranspose"]
-    assert costs["generic-npu"].kernels[1].nbytes == 2 * 128 * 2  # read + write, fp16
-    assert [k.op_type for k in costs["discrete-gpu"].kernels] == ["Relu"]  # NCHW: nothing to convert
+    npu_ops = [k.op_type for k in costs["generic-npu"].kernels]
+    assert npu_ops.count("Transpose") == 2 and "FusedConv" in npu_ops
+    assert [k for k in costs["generic-npu"].kernels if k.op_type == "Transpose"][0].nbytes == 2 * 128 * 2  # fp16
+    assert "Transpose" not in [k.op_type for k in costs["discrete-gpu"].kernels]  # NCHW: nothing to convert

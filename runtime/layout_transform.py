@@ -1,0 +1,168 @@
+"""Layout transformation for EPs that prefer NHWC (ORT's layout transformer, simplified).
+
+After a first partitioning pass, every layout-sensitive node an NHWC EP took (Conv, FusedConv,
+pooling, LRN on 4-D tensors with static shapes) becomes the same op in the
+``com.ms.internal.nhwc`` domain (ORT's internal NHWC domain; weights keep their OIHW layout, as
+in ORT), reading and writing NHWC tensors, with Transpose nodes converting at its edges. Adjacent
+inverse Transposes then cancel, so a chain of NHWC ops exchanges NHWC tensors directly, and the
+graph is partitioned again so the EP can claim the new nodes. An EP opts out per op with
+``should_convert_data_layout_for_op`` returning 0 (> 0 forces, < 0 lets the runtime decide).
+"""
+
+from __future__ import annotations
+
+from onnx import helper
+
+from onnxhal.hal import Ep, Graph, Node, OrtEpDataLayout, ValueInfo
+from onnxhal.runtime.model_loader import toposort
+
+NHWC_DOMAIN = "com.ms.internal.nhwc"
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+
+#: (domain, op type) -> (indices of NCHW data inputs, indices of NCHW outputs)
+LAYOUT_SENSITIVE: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]] = {
+    ("", "Conv"): ((0,), (0,)),
+    ("com.onnxhal", "FusedConv"): ((0, 3), (0,)),
+    ("", "MaxPool"): ((0,), (0,)),
+    ("", "AveragePool"): ((0,), (0,)),
+    ("", "GlobalAveragePool"): ((0,), (0,)),
+    ("", "GlobalMaxPool"): ((0,), (0,)),
+    ("", "LRN"): ((0,), (0,)),
+}
+
+
+def original_domain(node: Node) -> str:
+    """The domain an NHWC node had before conversion."""
+    return "com.onnxhal" if node.op_type.startswith("Fused") else ""
+
+
+def _permute(shape: tuple, perm: tuple[int, ...]) -> tuple:
+    return tuple(shape[p] for p in perm)
+
+
+def _static4(graph: Graph, name: str) -> tuple | None:
+    vi = graph.value_info(name)
+    shape = vi.shape
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape):
+        return None
+    return shape
+
+
+def _set_vi(graph: Graph, name: str, elem_type: int, shape: tuple) -> None:
+    graph._set_value_info(ValueInfo(name, helper.make_tensor_type_proto(elem_type, shape)))
+
+
+def _wants(ep: Ep, node: Node) -> bool:
+    decision = ep.should_convert_data_layout_for_op(node.domain, node.op_type, OrtEpDataLayout.NHWC)
+    if decision == 0:
+        return False
+    if (node.domain, node.op_type) not in LAYOUT_SENSITIVE:
+        return False
+    if decision > 0:
+        return True
+    return not (node.op_type == "MaxPool" and len([o for o in node.outputs if o]) > 1)  # Indices stay NCHW
+
+
+def transform_layout(graph: Graph, eps: dict[str, Ep]) -> int:
+    """Convert the nodes of ``graph`` assigned to NHWC-preferring ``eps``; returns how many."""
+    nhwc_eps = {name for name, ep in eps.items() if ep.get_preferred_data_layout() == OrtEpDataLayout.NHWC}
+    if not nhwc_eps:
+        return 0
+    converted = 0
+    new_nodes: list[Node] = []
+    to_nhwc: dict[str, str] = {}  # NCHW value -> its NHWC copy (one Transpose per value)
+    for node in graph.nodes:
+        key = (node.domain, node.op_type)
+        if node.ep_name not in nhwc_eps or key not in LAYOUT_SENSITIVE or not _wants(eps[node.ep_name], node):
+            new_nodes.append(node)
+            continue
+        data_in, data_out = LAYOUT_SENSITIVE[key]
+        names = [node.inputs[i] for i in data_in if i < len(node.inputs) and node.inputs[i]] + \
+                [node.outputs[i] for i in data_out]
+        if any(_static4(graph, n) is None for n in names):
+            new_nodes.append(node)
+            continue
+        inputs = list(node.inputs)
+        for i in data_in:
+            if i >= len(inputs) or not inputs[i]:
+                continue
+            x = inputs[i]
+            if x not in to_nhwc:
+                t = f"{x}__nhwc"
+                _set_vi(graph, t, graph.value_info(x).elem_type, _permute(_static4(graph, x), TO_NHWC))
+                new_nodes.append(Node("Transpose", [x], [t], name=f"{t}__transpose",
+                                      attribute_protos=[helper.make_attribute("perm", list(TO_NHWC))]))
+                to_nhwc[x] = t
+            inputs[i] = to_nhwc[x]
+        outputs = list(node.outputs)
+        after: list[Node] = []
+        for i in data_out:
+            y = outputs[i]
+            t = f"{y}__nhwc"
+            _set_vi(graph, t, graph.value_info(y).elem_type, _permute(_static4(graph, y), TO_NHWC))
+            outputs[i] = t
+            to_nhwc[y] = t  # later NHWC consumers read the NHWC value directly
+            after.append(Node("Transpose", [t], [y], name=f"{y}__transpose",
+                              attribute_protos=[helper.make_attribute("perm", list(TO_NCHW))]))
+        nhwc = Node(node.op_type, inputs, outputs, name=node.name, domain=NHWC_DOMAIN,
+                    attribute_protos=list(node.attribute_protos.values()), doc_string=node.doc_string)
+        nhwc.since_version = node.since_version
+        new_nodes.append(nhwc)
+        new_nodes.extend(after)
+        converted += 1
+    if converted:
+        graph.nodes = _drop_unused_transposes(graph, new_nodes)
+        if NHWC_DOMAIN not in graph.opset:
+            graph.opset[NHWC_DOMAIN] = 1
+        graph.nodes = toposort(graph.nodes, graph.name)
+        graph._index()
+    return converted
+
+
+def _drop_unused_transposes(graph: Graph, nodes: list[Node]) -> list[Node]:
+    """Transposes back to NCHW that nothing reads any more (their NHWC value is read directly)."""
+    outputs = set(graph.output_names)
+    while True:
+        read = {i for n in nodes for i in (*n.inputs, *n.implicit_inputs) if i}
+        dead = [n for n in nodes if n.op_type == "Transpose" and n.name.endswith("__transpose")
+                and n.outputs[0] not in read and n.outputs[0] not in outputs]
+        if not dead:
+            return nodes
+        ids = {id(n) for n in dead}
+        nodes = [n for n in nodes if id(n) not in ids]
+
+
+def nchw_twin(node: Node, graph: Graph) -> tuple[list[Node], dict[str, ValueInfo]]:
+    """An NHWC node as NCHW nodes: Transpose in, the original op, Transpose out (for EPs and kernels
+    that compute NCHW internally). Returns the nodes and the value infos of the new values."""
+    data_in, data_out = LAYOUT_SENSITIVE[(original_domain(node), node.op_type)]
+    nodes: list[Node] = []
+    infos: dict[str, ValueInfo] = {}
+    inputs = list(node.inputs)
+    for i in data_in:
+        if i < len(inputs) and inputs[i]:
+            x = inputs[i]
+            t = f"{x}__nchw_{node.name}"
+            shape = _permute(graph.value_info(x).shape, TO_NCHW)
+            infos[t] = ValueInfo(t, helper.make_tensor_type_proto(graph.value_info(x).elem_type, shape))
+            nodes.append(Node("Transpose", [x], [t], name=f"{t}__transpose",
+                              attribute_protos=[helper.make_attribute("perm", list(TO_NCHW))]))
+            inputs[i] = t
+    outputs = list(node.outputs)
+    tails = []
+    for i in data_out:
+        y = outputs[i]
+        t = f"{y}__nchw"
+        shape = _permute(graph.value_info(y).shape, TO_NCHW)
+        infos[t] = ValueInfo(t, helper.make_tensor_type_proto(graph.value_info(y).elem_type, shape))
+        outputs[i] = t
+        tails.append(Node("Transpose", [t], [y], name=f"{t}__transpose",
+                          attribute_protos=[helper.make_attribute("perm", list(TO_NHWC))]))
+    op = Node(node.op_type, inputs, outputs, name=node.name, domain=original_domain(node),
+              attribute_protos=list(node.attribute_protos.values()))
+    op.since_version = node.since_version
+    return [*nodes, op, *tails], infos
+
+
+__all__ = ["NHWC_DOMAIN", "LAYOUT_SENSITIVE", "transform_layout", "nchw_twin", "original_domain"]

@@ -25,8 +25,8 @@ from onnxhal.hal.errors import OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE, NHWC_DOMAIN, nchw_twin, original_domain
-from onnxhal.runtime.providers.opencl.ep import OpenCLEp, OpenCLNodeComputeInfo, fusion_groups
-from onnxhal.runtime.providers.opencl.op_support import VIEW_OPS, GraphLookup, unsupported_reason
+from onnxhal.runtime.providers.opencl.ep import OpenCLEp, OpenCLNodeComputeInfo
+from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported_reason
 from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
 from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
@@ -195,32 +195,22 @@ class VirtualEp(OpenCLEp):
 
     # -- capability ------------------------------------------------------------------------
     def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
-        # OpenCLEp.get_capability with the profile's rules checked first (no hook for it there).
-        lookup = self._lookup(graph)
-        claimed: list[Node] = []
+        # Partitions compiled earlier (ModelCompiler's EPContext nodes) are taken whole, if ours;
+        # everything else goes through OpenCLEp.get_capability with the profile's limits added.
         for n in graph.nodes:
-            if is_ep_context(n):  # a partition compiled earlier (ModelCompiler): take it whole, if ours
+            if is_ep_context(n):
                 reason = self._context_reason(n)
                 if reason is None:
                     support_info.add_nodes_to_fuse([n], NodeFusionOptions(drop_constant_initializers=True))
                 else:
                     self.declined[n.name or n.op_type] = reason
-                continue
-            try:
-                reason = profile_reason(self.profile, n, graph) or (
-                    self._nhwc_reason(n, graph) if n.domain == NHWC_DOMAIN else unsupported_reason(n, lookup))
-            except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-                reason = f"cannot inspect node: {exc}"
-            if reason is None:
-                claimed.append(n)
-            else:
-                self.declined[n.name or n.op_type] = reason
-                self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
-        for group in fusion_groups(graph, claimed):
-            for part in self._buildable(graph, group, lookup):
-                if all(n.op_type in VIEW_OPS for n in part):
-                    continue  # a lone view computes nothing: not worth two copies
-                support_info.add_nodes_to_fuse(part, NodeFusionOptions(drop_constant_initializers=True))
+        super().get_capability(graph, support_info)
+
+    def node_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
+        if is_ep_context(node):
+            return ""  # handled in get_capability
+        return profile_reason(self.profile, node, graph) or (
+            self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else super().node_reason(node, graph, lookup))
 
     # -- layout ----------------------------------------------------------------------------
     def get_preferred_data_layout(self) -> OrtEpDataLayout:

@@ -78,19 +78,24 @@ class OpenCLEp(Ep):
         claimed: list[Node] = []
         for n in graph.nodes:
             try:
-                reason = unsupported_reason(n, lookup)
+                reason = self.node_reason(n, graph, lookup)
             except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
                 reason = f"cannot inspect node: {exc}"
             if reason is None:
                 claimed.append(n)
-            else:
+            elif reason:  # "" means "not mine, say nothing" (e.g. a node a subclass takes itself)
                 self.declined[n.name or n.op_type] = reason
-                self.logger.debug("%s declines %s (%s): %s", EP_NAME, n.name, n.op_type, reason)
+                self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
         for group in fusion_groups(graph, claimed):
             for part in self._buildable(graph, group, lookup):
                 if all(n.op_type in VIEW_OPS for n in part):
                     continue  # a lone view computes nothing: not worth two copies
                 support_info.add_nodes_to_fuse(part, NodeFusionOptions(drop_constant_initializers=True))
+
+    def node_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
+        """None if this EP takes ``node``, else why not: the hook subclasses (the simulated
+        devices) extend with their own limits."""
+        return unsupported_reason(node, lookup)
 
     def _buildable(self, graph: Graph, group: list[Node], lookup: GraphLookup) -> list[list[Node]]:
         """``group`` if its programs build, else its nodes that build on their own."""

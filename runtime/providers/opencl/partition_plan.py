@@ -157,7 +157,12 @@ class PartitionState:
                 raise InvalidArgument(f"OpenCL fused node input {name!r} expects float32 {list(plan.shapes[name])}, "
                                       f"got {t.dtype}{list(t.shape)}")
             if t.offset:  # kernels take bare pointers: move offset views to their own buffer
-                buf = self.allocator.alloc(t.nbytes)
+                try:
+                    buf = self.allocator.alloc(t.nbytes)
+                except BaseException:
+                    for b in owned:
+                        self.allocator.free(b)
+                    raise
                 owned.append(buf)
                 cl.enqueue_copy(queue, buf, t.buffer, byte_count=t.nbytes, src_offset=t.offset)
                 bufs[name] = buf
@@ -183,16 +188,18 @@ class PartitionState:
         for name in plan.aliases:
             if name not in bufs:
                 bufs[name] = bufs[plan.base(name)]
-        with self.lock:
-            for step in self.launches:
-                if isinstance(step, CopyStep):
-                    if step.nbytes:
-                        cl.enqueue_copy(queue, bufs[step.dst], bufs[step.src], byte_count=step.nbytes)
-                else:
-                    _enqueue(queue, step, bufs)
-            self.runs += 1
-        for buf in owned:
-            self.allocator.free(buf)
+        try:
+            with self.lock:
+                for step in self.launches:
+                    if isinstance(step, CopyStep):
+                        if step.nbytes:
+                            cl.enqueue_copy(queue, bufs[step.dst], bufs[step.src], byte_count=step.nbytes)
+                    else:
+                        _enqueue(queue, step, bufs)
+                self.runs += 1
+        finally:  # a failed enqueue must not leak this run's temporaries either
+            for buf in owned:
+                self.allocator.free(buf)
         return outputs
 
 

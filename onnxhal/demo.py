@@ -46,7 +46,10 @@ def run_demo() -> int:
     (probs,) = sess.run(None, {"x": x})
     (ref,) = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     err = float(np.max(np.abs(probs - ref)))
-    ok = err <= 1e-4 and abs(float(probs.sum()) - 1.0) < 1e-4
-    console.print(f"top class {int(probs.argmax())}, max |difference| vs CPU EP = {err:.2e}: "
+    # A simulated device may compute in fp16 (about 1e-3 relative); float32 devices must agree closely.
+    simulated = any(d.device.is_virtual for d in onnxhal.get_ep_devices() if d.ep_name in sess.get_providers())
+    tol = 2e-3 if simulated else 1e-4
+    ok = err <= tol and abs(float(probs.sum()) - 1.0) < tol
+    console.print(f"top class {int(probs.argmax())}, max |difference| vs CPU EP = {err:.2e} (tolerance {tol:g}): "
                   f"{'[green]OK[/green]' if ok else '[red]MISMATCH[/red]'}")
     return 0 if ok else 1

@@ -90,18 +90,27 @@ def _per_channel(value: np.ndarray, channels: int, out_rank: int) -> np.ndarray 
     return np.broadcast_to(value.astype(np.float64).reshape(-1), (channels,))
 
 
+def _per_channel_follower(graph: Graph, node: Node, channels: int, out_rank: int) -> tuple[Node | None, np.ndarray | None]:
+    """(follower, per-channel vector) when ``node``'s only consumer is a Mul or Add by a constant
+    with one value per channel (or one value), else (None, None)."""
+    follower = sole_consumer(graph, node.outputs[0])
+    if follower is None or follower.op_type not in ("Mul", "Add") or follower.domain != "":
+        return None, None
+    other = [i for i in follower.inputs if i != node.outputs[0]]
+    value = constant(graph, other[0]) if len(other) == 1 else None
+    vec = _per_channel(value, channels, out_rank) if value is not None else None
+    return (follower, vec) if vec is not None else (None, None)
+
+
 def fold_conv_mul_add(graph: Graph) -> bool:
     """Conv followed by Mul or Add with a per-channel constant."""
     changed = False
     for conv in live_nodes(graph):
         parts = _conv_parts(graph, conv)
-        follower = sole_consumer(graph, conv.outputs[0]) if parts else None
-        if follower is None or follower.op_type not in ("Mul", "Add") or follower.domain != "":
+        if parts is None:
             continue
-        other = [i for i in follower.inputs if i != conv.outputs[0]]
-        value = constant(graph, other[0]) if len(other) == 1 else None
         w, b = parts
-        vec = _per_channel(value, w.shape[0], w.ndim) if value is not None else None
+        follower, vec = _per_channel_follower(graph, conv, w.shape[0], w.ndim)
         if vec is None:
             continue
         if follower.op_type == "Mul":
@@ -130,14 +139,10 @@ def fold_batchnorm_mul_add(graph: Graph) -> bool:
     changed = False
     for bn in live_nodes(graph):
         stats = batchnorm_stats(graph, bn)
-        follower = sole_consumer(graph, bn.outputs[0]) if stats else None
-        if follower is None or follower.op_type not in ("Mul", "Add") or follower.domain != "":
+        out_rank = rank(graph, bn.inputs[0]) if stats else None
+        if not out_rank:
             continue
-        other = [i for i in follower.inputs if i != bn.outputs[0]]
-        value = constant(graph, other[0]) if len(other) == 1 else None
-        out_rank = rank(graph, bn.inputs[0])
-        channels = stats[0].reshape(-1).shape[0]
-        vec = _per_channel(value, channels, out_rank) if value is not None and out_rank else None
+        follower, vec = _per_channel_follower(graph, bn, stats[0].reshape(-1).shape[0], out_rank)
         if vec is None:
             continue
         dtype = stats[0].dtype

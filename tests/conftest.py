@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import os
@@ -38,6 +39,18 @@ def register():
             # A failed test's traceback keeps its sessions alive; drop the library anyway so the
             # failure does not cascade into every later test.
             get_environment()._force_unregister(n)
+
+
+@contextlib.contextmanager
+def simulated_or_skip(profiles: str, by: str = "ep_name"):
+    """The simulated devices of ``profiles`` for a block, keyed by EP name or (``by="profile"``) by
+    profile name; skips when there is no OpenCL device to run them on."""
+    from onnxhal.simulators.testing import simulated_devices
+
+    with simulated_devices(profiles) as devices:
+        if not devices:
+            pytest.skip("no OpenCL device: simulated devices run on PoCL")
+        yield {(d.device.metadata["simulator_profile"] if by == "profile" else d.ep_name): d for d in devices}
 
 
 def library_module(name: str):

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from onnxhal.simulators.cost import attach_to_session, explain_rows, transfer_seconds
-from onnxhal.simulators.testing import simulated_devices
+from tests.conftest import simulated_or_skip
 
 pytest.importorskip("pyopencl")
 
@@ -30,10 +30,8 @@ def model_bytes() -> bytes:
 
 @pytest.fixture(scope="module")
 def sims():
-    with simulated_devices("generic-npu,discrete-gpu") as devices:
-        if not devices:
-            pytest.skip("no OpenCL device: simulated devices run on PoCL")
-        yield {d.device.metadata["simulator_profile"]: d for d in devices}
+    with simulated_or_skip("generic-npu,discrete-gpu", by="profile") as devices:
+        yield devices
 
 
 def session(device, profiling=False, tmp_path=None):

@@ -20,6 +20,7 @@ import onnxhal
 from onnxhal.hal import OrtDeviceMemoryType, OrtHardwareDeviceType
 from onnxhal.hal.errors import OutOfMemory
 from onnxhal.simulators.testing import simulated_devices
+from tests.conftest import simulated_or_skip
 
 pytest.importorskip("pyopencl")
 
@@ -35,10 +36,8 @@ NPU, GPU = "VirtualNpuExecutionProvider", "VirtualGpuExecutionProvider"
 @pytest.fixture(scope="module")
 def sims():
     """generic-npu, generic-gpu, mobile-npu and integrated-gpu for the whole module."""
-    with simulated_devices("generic-npu,generic-gpu,mobile-npu,integrated-gpu") as devices:
-        if not devices:
-            pytest.skip("no OpenCL device: simulated devices run on PoCL")
-        yield {d.device.metadata["simulator_profile"]: d for d in devices}
+    with simulated_or_skip("generic-npu,generic-gpu,mobile-npu,integrated-gpu", by="profile") as devices:
+        yield devices
 
 
 def session_on(model, ep_device, options=None, **config) -> onnxhal.InferenceSession:

@@ -14,6 +14,7 @@ from onnxhal.hal import GraphOptimizationLevel, OrtCompiledModelCompatibility
 from onnxhal.hal.errors import Fail, NotImplemented
 from onnxhal.simulators.ep_context import ModelCompiler, OrtCompileApiFlags, decode_partition
 from onnxhal.simulators.testing import simulated_devices
+from tests.conftest import simulated_or_skip
 
 pytest.importorskip("pyopencl")
 
@@ -36,10 +37,8 @@ def model_bytes() -> bytes:
 
 @pytest.fixture(scope="module")
 def sims():
-    with simulated_devices("generic-npu,generic-gpu") as devices:
-        if not devices:
-            pytest.skip("no OpenCL device: simulated devices run on PoCL")
-        yield {d.ep_name: d for d in devices}
+    with simulated_or_skip("generic-npu,generic-gpu") as devices:
+        yield devices
 
 
 def options(device, **config) -> onnxhal.SessionOptions:

@@ -11,6 +11,7 @@ import onnxhal
 from onnxhal.hal.errors import EPFail, InvalidArgument, OutOfMemory
 from onnxhal.simulators.faults import DeviceLost, TransientDeviceError
 from onnxhal.simulators.testing import simulated_devices
+from tests.conftest import simulated_or_skip
 
 pytest.importorskip("pyopencl")
 
@@ -33,10 +34,8 @@ def model_bytes() -> bytes:
 
 @pytest.fixture(scope="module")
 def sims():
-    with simulated_devices("generic-npu,generic-gpu") as devices:
-        if not devices:
-            pytest.skip("no OpenCL device: simulated devices run on PoCL")
-        yield {d.ep_name: d for d in devices}
+    with simulated_or_skip("generic-npu,generic-gpu") as devices:
+        yield devices
 
 
 def session(device, options=None, fallback=True, **config) -> onnxhal.InferenceSession:

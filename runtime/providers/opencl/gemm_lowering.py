@@ -109,31 +109,27 @@ class GemmLowering:
         return self._fresh(stem)
 
     def _packed_a(self, src: str, M: int, K: int, rs: int, cs: int, batches: int, bstride: int) -> str:
-        Mb = -(-M // RM)
-        total = batches * Mb * K * RM
-        work = batches * Mb * K
-        args = [np.int32(M), np.int32(K), np.int32(Mb), np.int32(rs), np.int32(cs), np.int32(bstride)]
-        if src in self.plan.constants:  # weights: packed once, at create_state
-            name = self._prepacked_name("packed_a", total)
-            self.plan.prepacked[name] = total * 4
-            self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_a", work, [Buf(name), Buf(src), *args], init=True)
-            return name
-        name = self.temp("packed_a", total * 4)
-        self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_a", work, [Buf(name), Buf(src), *args])
-        return name
+        return self._packed("a", RM, src, M, K, rs, cs, batches, bstride)
 
     def _packed_b(self, src: str, K: int, N: int, rs: int, cs: int, batches: int, bstride: int) -> str:
-        Nb = -(-N // RN)
-        total = batches * Nb * K * RN
-        work = batches * Nb * K
-        args = [np.int32(N), np.int32(K), np.int32(Nb), np.int32(rs), np.int32(cs), np.int32(bstride)]
+        return self._packed("b", RN, src, N, K, rs, cs, batches, bstride)
+
+    def _packed(self, side: str, tile: int, src: str, rows: int, K: int, rs: int, cs: int, batches: int,
+                bstride: int) -> str:
+        """``src`` packed for the GEMM kernel (``pack_a``: M x K rows in RM tiles, ``pack_b``: N x K
+        columns in RN tiles). Constant weights are packed once, at create_state."""
+        blocks = -(-rows // tile)
+        total = batches * blocks * K * tile
+        work = batches * blocks * K
+        kernel = f"pack_{side}"
+        args = [np.int32(rows), np.int32(K), np.int32(blocks), np.int32(rs), np.int32(cs), np.int32(bstride)]
         if src in self.plan.constants:
-            name = self._prepacked_name("packed_b", total)
+            name = self._prepacked_name(f"packed_{side}", total)
             self.plan.prepacked[name] = total * 4
-            self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_b", work, [Buf(name), Buf(src), *args], init=True)
+            self.plan.add_launch_1d(ks.GEMM_SOURCE, kernel, work, [Buf(name), Buf(src), *args], init=True)
             return name
-        name = self.temp("packed_b", total * 4)
-        self.plan.add_launch_1d(ks.GEMM_SOURCE, "pack_b", work, [Buf(name), Buf(src), *args])
+        name = self.temp(f"packed_{side}", total * 4)
+        self.plan.add_launch_1d(ks.GEMM_SOURCE, kernel, work, [Buf(name), Buf(src), *args])
         return name
 
     def _gemm(self, ap: str, bp: str, out: str, M: int, N: int, K: int, batches: int, a_mod: int,

@@ -69,6 +69,19 @@ def _gemm_source() -> str:
     rows = "\n".join(f"  __global const float* a{r} = A + (size_t)min(i0 + {r}, M - 1) * lda;" for r in range(rm))
     row_body = "\n".join(f"    {{ const float8 av = (float8)(a{r}[k]); c{r}a += av * b0; c{r}b += av * b1; }}"
                          for r in range(rm))
+    # The tile walk both GEMM kernels share (interpolated as text, so its braces stay single).
+    walk = """  // Work-groups walk C in column groups of GEMM_JT panels: for each row block, JT consecutive
+  // work-groups reuse its A rows from cache while the group's B panels stay in L2 (2x less memory
+  // traffic than row-block order at N = 2048).
+  const int Mb = (M + RM - 1) / RM, Nb = (N + 15) / 16;
+  const int jt = min(GEMM_JT, Nb);
+  const int gid = get_global_id(0);
+  const int group = gid / (Mb * jt), within = gid % (Mb * jt);
+  const int ib = within / jt, jb = group * jt + within % jt;
+  if (jb >= Nb) return;
+  const int b = get_global_id(1);
+  const int i0 = ib * RM, j0 = jb * 16;
+  __global const float8* bp = (__global const float8*)(Bp + ((size_t)b * Nb + jb) * K * 16);"""
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 #define GEMM_JT {GEMM_JT}
@@ -164,18 +177,7 @@ __kernel void gemm_packed(__global const float* Ap, __global const float* Bp, __
                           const int K, const int a_mod, const int c_bstride, const int bias_bstride,
                           const int bias_mode, const float alpha, const float beta, const int act,
                           const float p0, const float p1, const int ldc) {{
-  // Work-groups walk C in column groups of GEMM_JT panels: for each row block, JT consecutive
-  // work-groups reuse its A rows from cache while the group's B panels stay in L2 (2x less memory
-  // traffic than row-block order at N = 2048).
-  const int Mb = (M + RM - 1) / RM, Nb = (N + 15) / 16;
-  const int jt = min(GEMM_JT, Nb);
-  const int gid = get_global_id(0);
-  const int group = gid / (Mb * jt), within = gid % (Mb * jt);
-  const int ib = within / jt, jb = group * jt + within % jt;
-  if (jb >= Nb) return;
-  const int b = get_global_id(1);
-  const int i0 = ib * RM, j0 = jb * 16;
-  __global const float8* bp = (__global const float8*)(Bp + ((size_t)b * Nb + jb) * K * 16);
+{walk}
   __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
   C += (size_t)b * c_bstride;
   R += (size_t)b * c_bstride;
@@ -198,18 +200,7 @@ __kernel void gemm_rowmajor_a(__global const float* A, __global const float* Bp,
                               const int bias_mode, const float alpha, const float beta, const int act,
                               const float p0, const float p1, const int ldc, const int a_bstride,
                               const int lda) {{
-  // Work-groups walk C in column groups of GEMM_JT panels: for each row block, JT consecutive
-  // work-groups reuse its A rows from cache while the group's B panels stay in L2 (2x less memory
-  // traffic than row-block order at N = 2048).
-  const int Mb = (M + RM - 1) / RM, Nb = (N + 15) / 16;
-  const int jt = min(GEMM_JT, Nb);
-  const int gid = get_global_id(0);
-  const int group = gid / (Mb * jt), within = gid % (Mb * jt);
-  const int ib = within / jt, jb = group * jt + within % jt;
-  if (jb >= Nb) return;
-  const int b = get_global_id(1);
-  const int i0 = ib * RM, j0 = jb * 16;
-  __global const float8* bp = (__global const float8*)(Bp + ((size_t)b * Nb + jb) * K * 16);
+{walk}
   A += (size_t)(b % a_mod) * a_bstride;
   C += (size_t)b * c_bstride;
   R += (size_t)b * c_bstride;

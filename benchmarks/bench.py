@@ -38,11 +38,12 @@ def _option(argv: list[str], name: str, default: str) -> str:
 
 if __name__ == "__main__":  # BLAS pools are sized when numpy is imported: set them first
     _threads = _option(sys.argv, "--threads", "2")
-    _blas = _option(sys.argv, "--blas-threads", "1")
+    _blas = _option(sys.argv, "--blas-threads", _threads)
     for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, _blas)
-    if _blas == "1":  # the fused kernels take the cores themselves
-        os.environ.setdefault("ONNXHAL_FUSED_THREADS", _threads)
+    # OpenBLAS's idle threads spin 2^N cycles before sleeping (default N=28, about 0.1 s here):
+    # in alternating runs they would take the cores from the onnxruntime run that follows.
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", _option(sys.argv, "--blas-timeout", "22"))
 
 import json  # noqa: E402
 import statistics  # noqa: E402

@@ -381,6 +381,7 @@ def test_fused_depthwise_conv_with_residual(strides):
 @pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
 def test_fused_gemm_split_with_every_bias_shape(m, n, c_shape, trans, monkeypatch):
     monkeypatch.setattr(fused_kernels, "WORKERS", 2)
+    monkeypatch.setattr(fused_kernels, "SPLIT_PRODUCTS", True)
     monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
     rng = np.random.default_rng(11)
     a_shape, b_shape = ([5, m] if trans[0] else [m, 5]), ([n, 5] if trans[1] else [5, n])
@@ -401,6 +402,7 @@ def test_fused_gemm_split_with_every_bias_shape(m, n, c_shape, trans, monkeypatc
 def test_fused_kernels_split_over_threads_keep_results(build, monkeypatch):
     """Force the fused kernels' thread split (two workers, even for tiny products)."""
     monkeypatch.setattr(fused_kernels, "WORKERS", 2)
+    monkeypatch.setattr(fused_kernels, "SPLIT_PRODUCTS", True)
     monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
     model = build()
     assert_session_matches_ort(model, bench_models.feeds(model))

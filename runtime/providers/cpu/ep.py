@@ -63,16 +63,17 @@ class CpuEpFactory(EpFactory):
 
     def create_ep(self, devices: Sequence[OrtHardwareDevice], ep_metadata: Sequence[Mapping[str, str]],
                   session_options: Any, logger: logging.Logger) -> Ep:
-        # ORT sizes the CPU EP's thread pool from intra_op_num_threads. Here the fused kernels
-        # (FusedConv/Gemm/MatMul: the heavy products after optimization) split their work over n
-        # threads and numpy's BLAS is pinned to one, so the two pools never oversubscribe the
-        # cores (OpenBLAS's spinning threads slow down several-fold on a busy machine). Both pools
-        # are process-wide. 0 keeps the defaults: BLAS threads, serial fused kernels.
+        # ORT sizes the CPU EP's thread pool from intra_op_num_threads. Here numpy's BLAS gets n
+        # threads for the products (its threads spin briefly between calls and take work in C,
+        # where waking a Python pool thread costs 0.1-0.2 ms on a VM), and the fused kernels' pool
+        # gets n threads for large elementwise and depthwise work. If the BLAS is not OpenBLAS
+        # (its threads cannot be set), the pool splits the products too. Both are process-wide.
+        # 0 keeps the defaults: BLAS's own threads, serial fused kernels.
         threads = int(getattr(session_options, "intra_op_num_threads", 0) or 0)
         if threads > 0:
             from onnxhal.runtime.providers.cpu.kernels.blas_threads import set_blas_threads
             from onnxhal.runtime.providers.cpu.kernels.fused import set_workers
 
-            set_blas_threads(1)
-            set_workers(threads)
+            blas = set_blas_threads(threads)
+            set_workers(threads, split_products=not blas)
         return CpuEp(logger)

@@ -39,8 +39,9 @@ DOMAIN = "com.onnxhal"
 
 #: Elements per block of blocked elementwise work: fits in L2 with the temporaries.
 BLOCK = 1 << 15
-#: Work (multiply-adds or elements) below which splitting costs more than it saves.
-PARALLEL_MIN_WORK = 1 << 18
+#: Work (multiply-adds or elements) below which splitting costs more than it saves: waking a pool
+#: thread takes 0.1-0.2 ms on a 2-vCPU VM, so a part must run for about a millisecond.
+PARALLEL_MIN_WORK = 1 << 21
 
 
 def _default_workers() -> int:
@@ -54,6 +55,11 @@ def _default_workers() -> int:
 
 
 WORKERS = _default_workers()
+#: Whether the products (FusedConv/Gemm/MatMul) are split between ``WORKERS`` here. Only when
+#: numpy's BLAS runs on one thread: BLAS's own threads hand work over in C while spinning, where a
+#: Python pool thread must be woken by the kernel (measured 0.1-0.2 ms per hand-off on a 2-vCPU
+#: VM, against about 2 ms for a whole ResNet 3x3 convolution).
+SPLIT_PRODUCTS = WORKERS > 1
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -67,12 +73,14 @@ def _get_pool() -> ThreadPoolExecutor:
     return _pool
 
 
-def set_workers(n: int) -> None:
-    """Resize the fused kernels' pool (the CPU EP maps ``intra_op_num_threads`` here). Work
-    already submitted to the old pool finishes there."""
-    global WORKERS, _pool
+def set_workers(n: int, split_products: bool) -> None:
+    """Resize the fused kernels' pool (the CPU EP maps ``intra_op_num_threads`` here) and say
+    whether products are split over it (see ``SPLIT_PRODUCTS``). Work already submitted to the
+    old pool finishes there."""
+    global WORKERS, SPLIT_PRODUCTS, _pool
     with _pool_lock:
         n = max(1, int(n))
+        SPLIT_PRODUCTS = split_products and n > 1
         if n == WORKERS:
             return
         old, _pool, WORKERS = _pool, None, n
@@ -80,11 +88,13 @@ def set_workers(n: int) -> None:
         old.shutdown(wait=False)
 
 
-def parallel_ranges(total: int, fn: Callable[[int, int], None], work: int) -> None:
-    """Call ``fn(start, stop)`` over ``[0, total)`` split in ``WORKERS`` parts (inline when ``work``
-    is small or there is one worker). The caller's thread takes the last part."""
+def parallel_ranges(total: int, fn: Callable[[int, int], None], work: int, product: bool = False) -> None:
+    """Call ``fn(start, stop)`` over ``[0, total)`` split in ``WORKERS`` parts, or inline when
+    ``work`` is below ``PARALLEL_MIN_WORK``, there is one worker, or ``fn`` is a BLAS ``product``
+    while BLAS threads itself (``SPLIT_PRODUCTS``). The caller's thread takes the last part."""
     parts = min(WORKERS, total)
-    if parts <= 1 or work < PARALLEL_MIN_WORK or threading.current_thread().name.startswith("onnxhal-fused"):
+    if (parts <= 1 or work < PARALLEL_MIN_WORK or (product and not SPLIT_PRODUCTS)
+            or threading.current_thread().name.startswith("onnxhal-fused")):
         fn(0, total)
         return
     bounds = [total * i // parts for i in range(parts + 1)]
@@ -196,7 +206,7 @@ def _split_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, act: C
     (``act_contiguous``) runs on the whole result instead when columns were split."""
     m, n = a.shape[0], b.shape[1]
     y = np.empty((m, n), dtype=np.result_type(a, b))
-    by_columns = n > m and WORKERS > 1
+    by_columns = n > m and WORKERS > 1 and SPLIT_PRODUCTS
     bias2 = None if bias is None else bias.reshape(1, -1) if bias.ndim < 2 else bias
     block_act = None if by_columns and act_contiguous else act
 
@@ -210,11 +220,11 @@ def _split_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, act: C
             block_act(out)
 
     if by_columns:
-        parallel_ranges(n, lambda c0, c1: block(0, m, c0, c1), work=m * a.shape[1] * n)
+        parallel_ranges(n, lambda c0, c1: block(0, m, c0, c1), work=m * a.shape[1] * n, product=True)
         if act is not None and block_act is None:
             act(y)
     else:
-        parallel_ranges(m, lambda r0, r1: block(r0, r1, 0, n), work=m * a.shape[1] * n)
+        parallel_ranges(m, lambda r0, r1: block(r0, r1, 0, n), work=m * a.shape[1] * n, product=True)
     return y
 
 

@@ -1,11 +1,12 @@
 """``com.onnxhal`` FusedConv: Conv + optional residual Z + activation, run as one im2col GEMM.
 
 2-D float convolutions run here: 1x1 convolutions read the input in place (no im2col), others
-copy the windows once (split over channels between the workers), then each worker multiplies its
-block of output channels (or its groups) and applies bias, residual and activation to that block
-while it is still in cache. Depthwise convolutions are one multiply-add per kernel tap over
-long contiguous rows (stride phases of the padded input, flattened per channel). Anything else (1-D/3-D, integer) runs through the CPU EP's Conv
-kernel, then the same epilogue.
+copy the windows once, then the product runs per block of output channels (or per group), split
+between the workers when BLAS is single-threaded, and bias, residual and activation are applied
+to each block while it is still in cache. Depthwise convolutions copy contiguous rows of the
+stride phases of the padded input tap-major and reduce them with one batched BLAS product
+(``depthwise_taps``). Anything else (1-D/3-D, integer) runs through the CPU
+EP's Conv kernel, then the same epilogue.
 """
 
 from __future__ import annotations
@@ -14,12 +15,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from onnxhal.hal import KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.conv import depthwise_taps
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, parallel_ranges, writable
 from onnxhal.runtime.providers.cpu.kernels.registry import register
-
-#: Accumulator elements per channel block of a depthwise convolution (measured: larger blocks cut
-#: the per-call overhead more than they lose in cache misses, up to about this size).
-DEPTHWISE_BLOCK = 1 << 18
 
 
 def _padding(node: Node, in_hw: tuple[int, int], k: tuple[int, int], s: tuple[int, int],
@@ -101,9 +99,11 @@ class FusedConv(FusedBase):
             if act is not None:
                 act(out)
 
-        if g == c == m and cg == 1:
-            self._depthwise(xp, w, y.reshape(n, m, oh, ow), (kh, kw), (sh, sw), (dh, dw), epilogue)
-            return y.reshape(n, m, oh, ow)
+        if g == c == m and cg == 1:  # depthwise: one BLAS product per channel over its taps
+            yd = depthwise_taps(xp, w, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
+            for i in range(n):
+                epilogue(yd[i].reshape(m, p), i, 0, m)
+            return yd
         k = cg * kh * kw
         if kh == kw == 1 and not padded:
             cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, c, p)
@@ -112,7 +112,7 @@ class FusedConv(FusedBase):
             win = as_strided(xp, (n, c, kh, kw, oh, ow),
                              (st[0], st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw), writeable=False)
             cols = np.empty((n, c, kh, kw, oh, ow), dtype=x.dtype)
-            parallel_ranges(c, lambda c0, c1: np.copyto(cols[:, c0:c1], win[:, c0:c1]), work=n * c * kh * kw * p)
+            np.copyto(cols, win)  # memory-bound: measured slower split over two threads
         cols = cols.reshape(n, g, k, p)  # channel-major im2col rows split evenly between groups
         w3 = w.reshape(g, mg, k)
         yg = y.reshape(n, g, mg, p)
@@ -123,7 +123,7 @@ class FusedConv(FusedBase):
                     np.matmul(w3[0, r0:r1], cols[i, 0], out=out)
                     epilogue(out, i, r0, r1)
 
-            parallel_ranges(m, rows, work=n * m * k * p)
+            parallel_ranges(m, rows, work=n * m * k * p, product=True)
         else:
             def groups(g0: int, g1: int) -> None:
                 for gi in range(g0, g1):
@@ -132,55 +132,5 @@ class FusedConv(FusedBase):
                         np.matmul(w3[gi], cols[i, gi], out=out)
                         epilogue(out, i, gi * mg, (gi + 1) * mg)
 
-            parallel_ranges(g, groups, work=n * m * k * p)
+            parallel_ranges(g, groups, work=n * m * k * p, product=True)
         return y.reshape(n, m, oh, ow)
-
-    @staticmethod
-    def _depthwise(xp: np.ndarray, w: np.ndarray, y: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
-                   dilations: tuple[int, int], epilogue) -> None:
-        """Depthwise conv as one multiply-add per kernel tap over long contiguous rows.
-
-        The padded input is split into stride phases (x[a::sh, b::sw], one copy when strided), each
-        flattened per channel; a tap then reads one contiguous shifted slice of its phase, so the
-        accumulator is computed on a grid as wide as a phase row and the extra columns dropped."""
-        n, c, oh, ow = y.shape
-        (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
-        hp, wp = xp.shape[2:]
-        hq, wq = -(-hp // sh), -(-wp // sw)
-        taps = []
-        phases: dict[tuple[int, int], np.ndarray] = {}
-        for i in range(kh):
-            for j in range(kw):
-                key = ((i * dh) % sh, (j * dw) % sw)
-                if key not in phases:
-                    if sh == sw == 1:
-                        phase = np.ascontiguousarray(xp)
-                    else:
-                        sub = xp[:, :, key[0]::sh, key[1]::sw]
-                        phase = np.zeros((n, c, hq, wq), dtype=xp.dtype)
-                        phase[:, :, :sub.shape[2], :sub.shape[3]] = sub
-                    phases[key] = phase.reshape(n, c, hq * wq)
-                taps.append((key, (i * dh // sh) * wq + (j * dw // sw), i, j))
-        length = (oh - 1) * wq + ow
-        acc = np.empty((n, c, oh * wq), dtype=y.dtype)
-        block = max(1, DEPTHWISE_BLOCK // (oh * wq * n))
-
-        def channels(c0: int, c1: int) -> None:
-            for cb in range(c0, c1, block):
-                ce = min(cb + block, c1)
-                a = acc[:, cb:ce, :length]
-                tmp = np.empty_like(a)
-                for t, (key, offset, i, j) in enumerate(taps):
-                    src = phases[key][:, cb:ce, offset:offset + length]
-                    weight = w[cb:ce, 0, i, j].reshape(1, -1, 1)
-                    if t == 0:
-                        np.multiply(src, weight, out=a)
-                    else:
-                        np.multiply(src, weight, out=tmp)
-                        a += tmp
-                yb = y[:, cb:ce]
-                np.copyto(yb, acc[:, cb:ce].reshape(n, ce - cb, oh, wq)[..., :ow])
-                for b in range(n):
-                    epilogue(yb[b].reshape(ce - cb, oh * ow), b, cb, ce)
-
-        parallel_ranges(c, channels, work=n * c * oh * ow * kh * kw)

@@ -8,8 +8,26 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
-from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial
+from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial, phase_taps, rows_to_output
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+
+def _reduce_taps_2d(xp: np.ndarray, out, kernel, strides, dil, op) -> np.ndarray:
+    """``op`` (np.maximum or np.add) over the kernel taps of a padded 4-D input, on contiguous
+    rows (``phase_taps``): an (N, C, *out) array."""
+    taps, wq = phase_taps(xp, tuple(out), tuple(kernel), tuple(strides), tuple(dil))
+    if len(taps) == 1:
+        return rows_to_output(taps[0], tuple(out), wq).copy()
+    acc = op(taps[0], taps[1])
+    for tap in taps[2:]:
+        op(acc, tap, out=acc)
+    return rows_to_output(acc, tuple(out), wq)
+
+
+def _whole_window(x: np.ndarray, kernel, strides, dil, pb, pe) -> bool:
+    """True when one unpadded window covers the whole spatial extent (a global pool)."""
+    return (not any(pb) and not any(pe) and all(d == 1 for d in dil)
+            and tuple(kernel) == tuple(x.shape[2:]))
 
 
 def _tap_slices(idx, dil, strides, out):
@@ -55,10 +73,14 @@ class MaxPool(_Pool):
             return self.ref.compute(inputs)
         x = inputs[0]
         kernel, strides, dil, pb, pe, out, _ = self.geometry(x.shape[2:])
+        if not self.with_indices and _whole_window(x, kernel, strides, dil, pb, pe):
+            return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         xp = pad_spatial(x, pb, pe, low)
         if self.with_indices:
             return list(self._with_indices(x, xp, kernel, strides, dil, pb, out))
+        if x.ndim == 4:
+            return [_reduce_taps_2d(xp, out, kernel, strides, dil, np.maximum)]
         y = None
         for idx in np.ndindex(*kernel):
             v = xp[_tap_slices(idx, dil, strides, out)]
@@ -95,21 +117,37 @@ class AveragePool(_Pool):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
         self.include_pad = bool(node.attr("count_include_pad", 0))
+        self._divisors: dict[tuple, np.ndarray] = {}  # per (spatial shape, dtype); kernels are shared by runs
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
         kernel, strides, dil, pb, pe, out, pe_explicit = self.geometry(x.shape[2:])
+        if _whole_window(x, kernel, strides, dil, pb, pe):
+            return [np.asarray(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
         xp = pad_spatial(x, pb, pe, 0)
-        y = None
-        for idx in np.ndindex(*kernel):
-            v = xp[_tap_slices(idx, dil, strides, out)]
-            y = v.astype(x.dtype, copy=True) if y is None else np.add(y, v, out=y)
+        if x.ndim == 4:
+            y = _reduce_taps_2d(xp, out, kernel, strides, dil, np.add)
+        else:
+            y = None
+            for idx in np.ndindex(*kernel):
+                v = xp[_tap_slices(idx, dil, strides, out)]
+                y = v.astype(x.dtype, copy=True) if y is None else np.add(y, v, out=y)
         padded = any(pb) or any(pe)
         if not padded:
             y /= x.dtype.type(int(np.prod(kernel)))
             return [y]
-        # Divisor: the taps that land on counted positions (the input, plus the explicit pads
-        # with count_include_pad); ceil_mode's extra end padding never counts.
+        key = (x.shape[2:], x.dtype)
+        cnt = self._divisors.get(key)
+        if cnt is None:
+            if len(self._divisors) > 64:  # many input shapes (dynamic axes): keep the cache bounded
+                self._divisors.clear()
+            cnt = self._divisors[key] = self._divisor(x, kernel, strides, dil, pb, pe, pe_explicit, out)
+        y /= cnt
+        return [y]
+
+    def _divisor(self, x, kernel, strides, dil, pb, pe, pe_explicit, out) -> np.ndarray:
+        """Per output position, the taps that land on counted positions (the input, plus the
+        explicit pads with count_include_pad); ceil_mode's extra end padding never counts."""
         if self.include_pad:
             counted = np.ones((1, 1) + tuple(s + b + e for s, b, e in zip(x.shape[2:], pb, pe_explicit)), x.dtype)
             ones = pad_spatial(counted, [0] * len(pb), [e - ee for e, ee in zip(pe, pe_explicit)], 0)
@@ -119,8 +157,7 @@ class AveragePool(_Pool):
         for idx in np.ndindex(*kernel):
             v = ones[_tap_slices(idx, dil, strides, out)]
             cnt = v.copy() if cnt is None else cnt + v
-        y /= cnt
-        return [y]
+        return cnt
 
 
 @register("LpPool", since=1)

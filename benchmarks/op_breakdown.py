@@ -1,0 +1,96 @@
+"""Where the time goes: per-operator totals of onnxhal and onnxruntime on one model, side by side.
+
+    python benchmarks/op_breakdown.py MODEL [--repeat 10] [--top 15] [--threads 2]
+
+MODEL is a ``bench.py`` name (mlp, cnn, encoder, chain, resnet50, shufflenet, ...). Both sessions
+run with profiling on, alternating; the Chrome traces (kept in ``--out``, default a temporary
+folder) are summed per op type and per node and averaged over the runs. Fused nodes are reported
+under the op type each runtime gave them (a Conv+Relu may be ``FusedConv`` on one side and ``Conv``
++ ``Relu`` on the other): compare the totals and the slowest nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+
+if __name__ == "__main__":  # as bench.py: numpy's BLAS configured before numpy is imported
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+import models  # noqa: E402
+
+
+def summarize(path: str) -> tuple[dict[str, float], dict[str, list]]:
+    """({op type: ms per run}, {node: [ms per run, op type, output shapes]}) of one trace."""
+    with open(path) as f:
+        events = json.load(f)
+    runs = max(1, sum(1 for e in events if e.get("name") == "model_run"))
+    per_op: dict[str, float] = collections.defaultdict(float)
+    per_node: dict[str, list] = {}
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        op = e["args"].get("op_name", "?")
+        ms = e["dur"] / 1e3 / runs
+        per_op[op] += ms
+        node = e["name"][: -len("_kernel_time")]
+        entry = per_node.setdefault(node, [0.0, op, json.dumps(e["args"].get("output_type_shape", []))])
+        entry[0] += ms
+    return dict(per_op), per_node
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model")
+    p.add_argument("--repeat", type=int, default=10, help="profiled runs per runtime (default 10)")
+    p.add_argument("--top", type=int, default=15, help="slowest onnxhal nodes to list (default 15)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default=None, help="folder for the two Chrome traces")
+    args = p.parse_args(argv)
+
+    import onnxruntime as ort
+
+    import onnxhal
+
+    name = bench.expand([args.model])[0]
+    model = bench.build(name)
+    feeds = models.feeds(model)
+    data = model.SerializeToString()
+    out = args.out or tempfile.mkdtemp(prefix="onnxhal-breakdown-")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(out, "ort")
+    hso = onnxhal.SessionOptions()
+    hso.intra_op_num_threads = args.threads
+    hso.enable_profiling = True
+    hso.profile_file_prefix = os.path.join(out, "onnxhal")
+    ort_sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    hal_sess = onnxhal.InferenceSession(data, hso, providers=["CPUExecutionProvider"])
+    warm = 3  # warm-up runs are profiled too; subtracting them would need per-run event grouping
+    for _ in range(warm + args.repeat):
+        ort_sess.run(None, feeds)
+        hal_sess.run(None, feeds)
+    (ort_ops, ort_nodes), (hal_ops, hal_nodes) = summarize(ort_sess.end_profiling()), summarize(hal_sess.end_profiling())
+    ops = sorted(set(ort_ops) | set(hal_ops), key=lambda o: -(hal_ops.get(o, 0.0) + ort_ops.get(o, 0.0)))
+    print(f"{name}: kernel time per op type, ms per run (traces in {out})")
+    print(f"{'op':28s} {'onnxhal':>9s} {'ort':>9s}")
+    for op in ops:
+        print(f"{op:28s} {hal_ops.get(op, 0.0):9.2f} {ort_ops.get(op, 0.0):9.2f}")
+    print(f"{'total':28s} {sum(hal_ops.values()):9.2f} {sum(ort_ops.values()):9.2f}")
+    print(f"\nslowest {args.top} onnxhal nodes: ms, ORT's node of the same name (nan: fused away or renamed)")
+    for node, (ms, op, shapes) in sorted(hal_nodes.items(), key=lambda kv: -kv[1][0])[: args.top]:
+        other = ort_nodes.get(node)
+        print(f"{ms:7.2f} {other[0] if other else float('nan'):7.2f}  {op:16s} {node[:36]:36s} {shapes[:70]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

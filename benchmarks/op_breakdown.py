@@ -4,7 +4,7 @@
 
 MODEL is a ``bench.py`` name (mlp, cnn, encoder, chain, resnet50, shufflenet, ...). Both sessions
 run with profiling on, alternating; the Chrome traces (kept in ``--out``, default a temporary
-folder) are summed per op type and per node and averaged over the runs. Fused nodes are reported
+folder) give each node's median time over the runs, summed per op type. Fused nodes are reported
 under the op type each runtime gave them (a Conv+Relu may be ``FusedConv`` on one side and ``Conv``
 + ``Relu`` on the other): compare the totals and the slowest nodes.
 """
@@ -15,6 +15,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import sys
 import tempfile
 
@@ -27,21 +28,23 @@ import models  # noqa: E402
 
 
 def summarize(path: str) -> tuple[dict[str, float], dict[str, list]]:
-    """({op type: ms per run}, {node: [ms per run, op type, output shapes]}) of one trace."""
+    """({op type: ms per run}, {node: [ms per run, op type, output shapes]}) of one trace: each
+    node's median over the runs (a shared 2-vCPU machine stalls single runs by tens of ms)."""
     with open(path) as f:
         events = json.load(f)
-    runs = max(1, sum(1 for e in events if e.get("name") == "model_run"))
-    per_op: dict[str, float] = collections.defaultdict(float)
+    durations: dict[str, list[float]] = collections.defaultdict(list)
     per_node: dict[str, list] = {}
     for e in events:
         if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
             continue
-        op = e["args"].get("op_name", "?")
-        ms = e["dur"] / 1e3 / runs
-        per_op[op] += ms
         node = e["name"][: -len("_kernel_time")]
-        entry = per_node.setdefault(node, [0.0, op, json.dumps(e["args"].get("output_type_shape", []))])
-        entry[0] += ms
+        durations[node].append(e["dur"] / 1e3)
+        per_node.setdefault(node, [0.0, e["args"].get("op_name", "?"),
+                                   json.dumps(e["args"].get("output_type_shape", []))])
+    per_op: dict[str, float] = collections.defaultdict(float)
+    for node, entry in per_node.items():
+        entry[0] = statistics.median(durations[node])
+        per_op[entry[1]] += entry[0]
     return dict(per_op), per_node
 
 
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         hal_sess.run(None, feeds)
     (ort_ops, ort_nodes), (hal_ops, hal_nodes) = summarize(ort_sess.end_profiling()), summarize(hal_sess.end_profiling())
     ops = sorted(set(ort_ops) | set(hal_ops), key=lambda o: -(hal_ops.get(o, 0.0) + ort_ops.get(o, 0.0)))
-    print(f"{name}: kernel time per op type, ms per run (traces in {out})")
+    print(f"{name}: kernel time per op type, sum of node medians in ms (traces in {out})")
     print(f"{'op':28s} {'onnxhal':>9s} {'ort':>9s}")
     for op in ops:
         print(f"{op:28s} {hal_ops.get(op, 0.0):9.2f} {ort_ops.get(op, 0.0):9.2f}")

@@ -67,6 +67,11 @@ def randn(*shape, dtype=np.float32) -> np.ndarray:
     ((1, 4, 10, 8), (6, 4, 3, 2), {"pads": [1, 0, 2, 1], "strides": [2, 1]}),
     ((1, 4, 11, 11), (4, 2, 3, 3), {"group": 2, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     ((2, 6, 8, 8), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),  # depthwise
+    # depthwise through the phase-grouped tap copy: strides, dilations, odd sizes, non-square kernels
+    ((1, 5, 11, 9), (5, 1, 3, 3), {"group": 5, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((2, 4, 12, 13), (4, 1, 5, 3), {"group": 4, "pads": [2, 1, 2, 1], "strides": [3, 2], "dilations": [2, 1]}),
+    ((1, 3, 10, 10), (3, 1, 3, 3), {"group": 3, "dilations": [2, 3], "strides": [2, 2], "pads": [0, 1, 2, 3]}),
+    ((1, 3, 6, 7), (3, 1, 1, 1), {"group": 3, "strides": [2, 2]}),
     ((1, 4, 8, 8), (8, 1, 3, 3), {"group": 4, "strides": [2, 2]}),  # channel multiplier 2
     ((1, 3, 7, 9), (5, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ((1, 3, 7, 9), (5, 3, 4, 4), {"auto_pad": "SAME_LOWER"}),
@@ -117,6 +122,9 @@ def test_conv_transpose_matches_reference(x_shape, w_shape, attrs):
     ("AveragePool", {"kernel_shape": [2, 2], "dilations": [2, 1]}),
     ("LpPool", {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "strides": [2, 1], "p": 3}),
     ("LpPool", {"kernel_shape": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ("MaxPool", {"kernel_shape": [9, 8]}),  # one window over the whole input: a global pool
+    ("AveragePool", {"kernel_shape": [9, 8], "strides": [3, 3]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [3, 2], "dilations": [2, 1], "pads": [2, 1, 0, 1]}),
 ])
 def test_pooling_matches_reference(op, attrs):
     check(op, [randn(2, 3, 9, 8)], 19, **attrs)

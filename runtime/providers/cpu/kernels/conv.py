@@ -67,9 +67,46 @@ def pad_spatial(x: np.ndarray, pb, pe, value=0) -> np.ndarray:
     return xp
 
 
-def phase_taps(xp: np.ndarray, out_hw: tuple[int, int], kernel: tuple[int, int], strides: tuple[int, int],
+def _phases(x: np.ndarray, pads: tuple[int, int, int, int], value, out_hw: tuple[int, int],
+            kernel: tuple[int, int], strides: tuple[int, int],
+            dilations: tuple[int, int]) -> tuple[dict, list[tuple[int, int, tuple[int, int], int]], int, int]:
+    """The stride phases of ``x`` (N, C, H, W) padded by ``pads`` (top, left, bottom, right) cells
+    of ``value`` that the kernel taps read, each flattened per channel to (N, C, hq * wq); the
+    taps as (i, j, phase key, offset); the row pitch ``wq``; and the row length
+    L = (oh - 1) * wq + ow every tap reads from its offset. Strided phases are filled straight
+    from ``x`` (no padded copy first)."""
+    n, c, h, w = x.shape
+    top, left, bottom, right = pads
+    oh, ow = out_hw
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    hq, wq = -(-(h + top + bottom) // sh), -(-(w + left + right) // sw)
+    phases: dict[tuple[int, int], np.ndarray] = {}
+    taps = []
+    for i in range(kh):
+        for j in range(kw):
+            key = ((i * dh) % sh, (j * dw) % sw)
+            if key not in phases:
+                if sh == sw == 1:
+                    phase = np.ascontiguousarray(pad_spatial(x, (top, left), (bottom, right), value))
+                else:  # phase cell (u, v) is padded-input cell (a + u sh, b + v sw)
+                    a, b = key
+                    u0, v0 = max(0, -(-(top - a) // sh)), max(0, -(-(left - b) // sw))
+                    u1, v1 = min(hq, (h - 1 + top - a) // sh + 1), min(wq, (w - 1 + left - b) // sw + 1)
+                    phase = np.full((n, c, hq, wq), value, dtype=x.dtype)
+                    if u1 > u0 and v1 > v0:
+                        r0, c0 = a + u0 * sh - top, b + v0 * sw - left
+                        phase[:, :, u0:u1, v0:v1] = x[:, :, r0:r0 + (u1 - u0 - 1) * sh + 1:sh,
+                                                      c0:c0 + (v1 - v0 - 1) * sw + 1:sw]
+                phases[key] = phase.reshape(n, c, hq * wq)
+            taps.append((i, j, key, (i * dh // sh) * wq + (j * dw // sw)))
+    return phases, taps, wq, (oh - 1) * wq + ow
+
+
+def phase_taps(x: np.ndarray, pads: tuple[int, int, int, int], value, out_hw: tuple[int, int],
+               kernel: tuple[int, int], strides: tuple[int, int],
                dilations: tuple[int, int]) -> tuple[list[np.ndarray], int]:
-    """The kernel taps of a 2-D window over the padded input ``xp`` (N, C, H, W) as contiguous rows:
+    """The kernel taps of a 2-D window over ``x`` (N, C, H, W) padded by ``pads`` (top, left,
+    bottom, right) cells of ``value``, as contiguous rows:
     ``(taps, wq)``, each tap an (N, C, L) view holding the tap's input for every output position at
     a row pitch of ``wq`` (output (r, q) at ``r * wq + q``; columns ``ow`` and beyond are scratch).
 
@@ -78,31 +115,8 @@ def phase_taps(xp: np.ndarray, out_hw: tuple[int, int], kernel: tuple[int, int],
     1), each flattened per channel, where every tap is one contiguous shifted slice, so each
     per-tap pass runs over long unit-stride rows. Phase cells past the input are never read by an
     output column below ``ow``."""
-    n, c = xp.shape[:2]
-    oh, ow = out_hw
-    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
-    hp, wp = xp.shape[2:]
-    hq, wq = -(-hp // sh), -(-wp // sw)
-    length = (oh - 1) * wq + ow
-    phases: dict[tuple[int, int], np.ndarray] = {}
-    taps = []
-    for i in range(kh):
-        for j in range(kw):
-            key = ((i * dh) % sh, (j * dw) % sw)
-            phase = phases.get(key)
-            if phase is None:
-                if sh == sw == 1:
-                    phase = xp if xp.flags.c_contiguous else np.ascontiguousarray(xp)
-                else:
-                    sub = xp[:, :, key[0]::sh, key[1]::sw]
-                    phase = np.empty((n, c, hq, wq), dtype=xp.dtype)
-                    phase[:, :, :sub.shape[2], :sub.shape[3]] = sub
-                    phase[:, :, sub.shape[2]:] = 0  # scratch only, but never uninitialized
-                    phase[:, :, :, sub.shape[3]:] = 0
-                phase = phases[key] = phase.reshape(n, c, hq * wq)
-            offset = (i * dh // sh) * wq + (j * dw // sw)
-            taps.append(phase[:, :, offset:offset + length])
-    return taps, wq
+    phases, taps, wq, length = _phases(x, pads, value, out_hw, kernel, strides, dilations)
+    return [phases[key][:, :, off:off + length] for _, _, key, off in taps], wq
 
 
 def rows_to_output(acc: np.ndarray, out_hw: tuple[int, int], wq: int) -> np.ndarray:
@@ -117,24 +131,43 @@ def rows_to_output(acc: np.ndarray, out_hw: tuple[int, int], wq: int) -> np.ndar
     return out
 
 
-def depthwise_taps(xp: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], kernel: tuple[int, int],
-                   strides: tuple[int, int], dilations: tuple[int, int]) -> np.ndarray:
-    """Depthwise 2-D convolution of the padded input ``xp`` (N, C, H, W) with ``w`` (C, 1, kh, kw),
-    no bias: a contiguous (N, C, oh, ow) array.
+def depthwise_taps(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
+                   kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int]) -> np.ndarray:
+    """Depthwise 2-D convolution of ``x`` (N, C, H, W), zero-padded by ``pads`` (top, left, bottom,
+    right), with ``w`` (C, 1, kh, kw), no bias: a contiguous (N, C, oh, ow) array.
 
     numpy has no fused multiply-add, so a loop over taps costs two full passes per tap. Instead the
-    ``phase_taps`` rows are copied tap-major into (N, C, taps, L) and one batched matmul
+    tap rows (``phase_taps``) are copied tap-major into (N, C, taps, L) and one batched matmul
     (1 x taps) @ (taps x L) per channel does the multiply-adds in BLAS: measured 3-4x faster than
-    the tap loop on ShuffleNet's layers."""
-    n, c = xp.shape[:2]
+    the tap loop on ShuffleNet's layers. The taps reading one phase form a grid (rows i with
+    i * dh = a mod sh, columns likewise) at evenly spaced offsets, so each phase is copied with one
+    strided view, and the weights are permuted to that tap order."""
+    n, c = x.shape[:2]
     kh, kw = kernel
-    taps, wq = phase_taps(xp, out_hw, kernel, strides, dilations)
-    length = taps[0].shape[2]
-    cols = np.empty((n, c, kh * kw, length), dtype=xp.dtype)
-    for t, tap in enumerate(taps):
-        np.copyto(cols[:, :, t], tap)
-    acc = np.empty((n, c, 1, length), dtype=xp.dtype)
-    np.matmul(w.reshape(c, 1, kh * kw), cols, out=acc)
+    phases, taps, wq, length = _phases(x, pads, 0, out_hw, kernel, strides, dilations)
+    grids: dict[tuple[int, int], dict[tuple[int, int], int]] = {}
+    for i, j, key, off in taps:
+        grids.setdefault(key, {})[i, j] = off
+    cols = np.empty((n, c, kh * kw, length), dtype=x.dtype)
+    order: list[int] = []
+    for key, grid in grids.items():
+        rows, columns = sorted({i for i, _ in grid}), sorted({j for _, j in grid})
+        nu, nv = len(rows), len(columns)
+        off0 = grid[rows[0], columns[0]]
+        du = grid[rows[1], columns[0]] - off0 if nu > 1 else 0
+        dv = grid[rows[0], columns[1]] - off0 if nv > 1 else 0
+        phase = phases[key]
+        assert off0 + (nu - 1) * du + (nv - 1) * dv + length <= phase.shape[2]  # reads stay in the phase
+        st = phase.strides
+        view = as_strided(phase[:, :, off0:], (n, c, nu, nv, length), (st[0], st[1], du * st[2], dv * st[2], st[2]),
+                          writeable=False)
+        np.copyto(cols[:, :, len(order):len(order) + nu * nv].reshape(n, c, nu, nv, length), view)
+        order.extend(i * kw + j for i in rows for j in columns)
+    wk = w.reshape(c, kh * kw)
+    if order != sorted(order):
+        wk = wk[:, order]
+    acc = np.empty((n, c, 1, length), dtype=x.dtype)
+    np.matmul(wk.reshape(c, 1, kh * kw), cols, out=acc)
     return rows_to_output(acc.reshape(n, c, length), out_hw, wq)
 
 
@@ -156,14 +189,14 @@ class Conv(Kernel):
         g = self.group
         kernel, strides, dil, pb, pe, out = self.geo.resolve(x.shape[2:], w.shape[2:])
         nd = len(kernel)
-        xp = pad_spatial(x, pb, pe)
-        win = window_view(xp, kernel, strides, dil, out)  # (N, C, *out, *kernel)
         cg, mg = c // g, m // g
         if cg == 1 and mg == 1 and g > 1 and nd == 2:
-            y = depthwise_taps(xp, w, tuple(out), tuple(kernel), tuple(strides), tuple(dil))
+            y = depthwise_taps(x, w, (pb[0], pb[1], pe[0], pe[1]), tuple(out), tuple(kernel), tuple(strides),
+                               tuple(dil))
         elif cg == 1 and mg == 1 and g > 1:
-            y = self._depthwise(win, w, kernel, nd)
+            y = self._depthwise(window_view(pad_spatial(x, pb, pe), kernel, strides, dil, out), w, kernel, nd)
         else:
+            win = window_view(pad_spatial(x, pb, pe), kernel, strides, dil, out)  # (N, C, *out, *kernel)
             kprod = int(np.prod(kernel))
             oprod = int(np.prod(out))
             win = win.reshape((n, g, cg) + tuple(out) + tuple(kernel))

@@ -81,12 +81,6 @@ class FusedConv(FusedBase):
         oh = (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1
         ow = (wd + left + right - ((kw - 1) * dw + 1)) // sw + 1
         p = oh * ow
-        padded = bool(top or left or bottom or right)
-        xp = x
-        if padded:
-            xp = np.zeros((n, c, h + top + bottom, wd + left + right), dtype=x.dtype)
-            xp[:, :, top:top + h, left:left + wd] = x
-        y = np.empty((n, m, p), dtype=x.dtype)
         bias = b.reshape(m, 1) if b is not None else None
         res = z.reshape(n, m, p) if z is not None else None
         act = self.act
@@ -100,10 +94,16 @@ class FusedConv(FusedBase):
                 act(out)
 
         if g == c == m and cg == 1:  # depthwise: one BLAS product per channel over its taps
-            yd = depthwise_taps(xp, w, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
+            yd = depthwise_taps(x, w, (top, left, bottom, right), (oh, ow), (kh, kw), (sh, sw), (dh, dw))
             for i in range(n):
                 epilogue(yd[i].reshape(m, p), i, 0, m)
             return yd
+        padded = bool(top or left or bottom or right)
+        xp = x
+        if padded:
+            xp = np.zeros((n, c, h + top + bottom, wd + left + right), dtype=x.dtype)
+            xp[:, :, top:top + h, left:left + wd] = x
+        y = np.empty((n, m, p), dtype=x.dtype)
         k = cg * kh * kw
         if kh == kw == 1 and not padded:
             cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, c, p)

@@ -12,10 +12,11 @@ from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
-def _reduce_taps_2d(xp: np.ndarray, out, kernel, strides, dil, op) -> np.ndarray:
-    """``op`` (np.maximum or np.add) over the kernel taps of a padded 4-D input, on contiguous
-    rows (``phase_taps``): an (N, C, *out) array."""
-    taps, wq = phase_taps(xp, tuple(out), tuple(kernel), tuple(strides), tuple(dil))
+def _reduce_taps_2d(x: np.ndarray, pb, pe, value, out, kernel, strides, dil, op) -> np.ndarray:
+    """``op`` (np.maximum or np.add) over the kernel taps of a 4-D input padded with ``value``, on
+    contiguous rows (``phase_taps``): an (N, C, *out) array."""
+    taps, wq = phase_taps(x, (pb[0], pb[1], pe[0], pe[1]), value, tuple(out), tuple(kernel), tuple(strides),
+                          tuple(dil))
     if len(taps) == 1:
         return rows_to_output(taps[0], tuple(out), wq).copy()
     acc = op(taps[0], taps[1])
@@ -76,11 +77,11 @@ class MaxPool(_Pool):
         if not self.with_indices and _whole_window(x, kernel, strides, dil, pb, pe):
             return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        if x.ndim == 4 and not self.with_indices:
+            return [_reduce_taps_2d(x, pb, pe, low, out, kernel, strides, dil, np.maximum)]
         xp = pad_spatial(x, pb, pe, low)
         if self.with_indices:
             return list(self._with_indices(x, xp, kernel, strides, dil, pb, out))
-        if x.ndim == 4:
-            return [_reduce_taps_2d(xp, out, kernel, strides, dil, np.maximum)]
         y = None
         for idx in np.ndindex(*kernel):
             v = xp[_tap_slices(idx, dil, strides, out)]
@@ -124,10 +125,10 @@ class AveragePool(_Pool):
         kernel, strides, dil, pb, pe, out, pe_explicit = self.geometry(x.shape[2:])
         if _whole_window(x, kernel, strides, dil, pb, pe):
             return [np.asarray(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
-        xp = pad_spatial(x, pb, pe, 0)
         if x.ndim == 4:
-            y = _reduce_taps_2d(xp, out, kernel, strides, dil, np.add)
+            y = _reduce_taps_2d(x, pb, pe, 0, out, kernel, strides, dil, np.add)
         else:
+            xp = pad_spatial(x, pb, pe, 0)
             y = None
             for idx in np.ndindex(*kernel):
                 v = xp[_tap_slices(idx, dil, strides, out)]

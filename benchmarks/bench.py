@@ -9,14 +9,14 @@ single light models are named ``light:resnet50`` etc. Materialized light models 
 ``$ONNXHAL_BENCH_CACHE`` (default ``~/.cache/onnxhal-bench``) because random weights for vgg19 take
 half a minute to build.
 
-Threads: onnxruntime gets ``--threads`` (2) intra-op threads. onnxhal's heavy kernels (the
-com.onnxhal fused ops) split their products over ``--threads`` Python threads with numpy's BLAS
-pinned to one thread (``--blas-threads 1``, the default): OpenBLAS reads ``OPENBLAS_NUM_THREADS``
-when numpy is first imported, so this script sets it (and ``OMP_NUM_THREADS``,
-``ONNXHAL_FUSED_THREADS``) before importing numpy unless already set in the environment. On a
-busy machine OpenBLAS's own spinning threads slow down several-fold; ``--blas-threads 2`` measures
-that configuration instead. onnxruntime's pool threads spin after a run; in alternating runs they
-would take the cores from the following onnxhal run, so spinning is off
+Threads: both runtimes get ``--threads`` (2) intra-op threads. onnxhal's session maps that to
+numpy's BLAS (OpenBLAS, whose threads take work in C while spinning: handing work to a Python
+pool thread costs 0.1-0.2 ms per wake-up on this 2-vCPU VM) and to the fused kernels' pool for
+large elementwise work. OpenBLAS reads ``OPENBLAS_NUM_THREADS`` and ``OPENBLAS_THREAD_TIMEOUT``
+when numpy is first imported, so this script sets them before importing numpy unless already set.
+Its idle threads spin for 2^N cycles (N = 28 by default, about 0.1 s here), which in alternating
+runs would take the cores from the onnxruntime run that follows; ``--blas-timeout`` (22, about
+2 ms) bounds that. For the same reason onnxruntime's spinning is off
 (``session.intra_op.allow_spinning=0``) unless ``--ort-spin``.
 """
 
@@ -38,9 +38,8 @@ def _option(argv: list[str], name: str, default: str) -> str:
 
 if __name__ == "__main__":  # BLAS pools are sized when numpy is imported: set them first
     _threads = _option(sys.argv, "--threads", "2")
-    _blas = _option(sys.argv, "--blas-threads", _threads)
     for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(_var, _blas)
+        os.environ.setdefault(_var, _threads)
     # OpenBLAS's idle threads spin 2^N cycles before sleeping (default N=28, about 0.1 s here):
     # in alternating runs they would take the cores from the onnxruntime run that follows.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", _option(sys.argv, "--blas-timeout", "22"))
@@ -161,9 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=20, help="timed runs per runtime (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs per runtime first (default 3)")
     p.add_argument("--threads", type=int, default=2, help="intra-op threads for both runtimes (default 2)")
-    p.add_argument("--blas-threads", type=int, default=1,
-                   help="numpy BLAS threads for onnxhal (default 1: onnxhal's fused kernels then split their "
-                        "work over --threads threads themselves)")
+    p.add_argument("--blas-timeout", type=int, default=22,
+                   help="OPENBLAS_THREAD_TIMEOUT: idle BLAS threads spin 2^N cycles before sleeping (default 22)")
     p.add_argument("--ort-spin", action="store_true",
                    help="keep onnxruntime's intra-op thread spinning on (off by default: in alternating runs the "
                         "spinning threads take the cores from the onnxhal run that follows)")

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     feeds = models.feeds(model)
     data = model.SerializeToString()
     out = args.out or tempfile.mkdtemp(prefix="onnxhal-breakdown-")
+    os.makedirs(out, exist_ok=True)
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")

@@ -125,12 +125,10 @@ class FusedConv(FusedBase):
 
             parallel_ranges(m, rows, work=n * m * k * p, product=True)
         else:
-            def groups(g0: int, g1: int) -> None:
-                for gi in range(g0, g1):
-                    for i in range(n):
-                        out = yg[i, gi]
-                        np.matmul(w3[gi], cols[i, gi], out=out)
-                        epilogue(out, i, gi * mg, (gi + 1) * mg)
+            def groups(g0: int, g1: int) -> None:  # one batched product and one epilogue per image
+                np.matmul(w3[g0:g1], cols[:, g0:g1], out=yg[:, g0:g1])
+                for i in range(n):
+                    epilogue(yg[i, g0:g1].reshape((g1 - g0) * mg, p), i, g0 * mg, g1 * mg)
 
             parallel_ranges(g, groups, work=n * m * k * p, product=True)
         return y.reshape(n, m, oh, ow)

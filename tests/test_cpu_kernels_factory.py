@@ -5,7 +5,6 @@ per-call cost of the hot elementwise kernels."""
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import onnx
@@ -213,20 +212,30 @@ def test_kernels_are_thread_safe():
     assert errors_seen == []
 
 
-@pytest.mark.parametrize("op", ["Add", "Mul", "Relu", "Tanh"])
-def test_elementwise_kernel_call_cost(op):
-    """A tiny elementwise compute is one numpy call: a few microseconds at most, even on a busy CI
-    machine (measured ~1-2.5 us; the bound leaves room for noise)."""
+@pytest.mark.parametrize("op,inline", [("Add", True), ("Mul", True), ("Tanh", True), ("Relu", False)])
+def test_elementwise_kernel_is_one_numpy_call(op, inline):
+    """A tiny elementwise compute is numpy calls with no Python function under it, and the ufunc
+    kernels offer their call as ``inline_fn`` so the generated run plan calls numpy directly (the
+    chain benchmark's per-node cost rests on this; measured there, not in a timed test)."""
+    import sys
+
     n_in = 2 if op in ("Add", "Mul") else 1
     kernel = create_cpu_kernel(make_node(op, n_in, 14), None)
     inputs = [randn(4), randn(4)][:n_in]
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(2000):
-            kernel.compute(inputs)
-        best = min(best, (time.perf_counter() - t0) / 2000)
-    assert best < 10e-6, f"{op} kernel call costs {best * 1e6:.1f} us"
+    if inline:
+        np.testing.assert_array_equal(kernel.inline_fn(*inputs), kernel.compute(inputs)[0])
+    python_calls: list[str] = []
+
+    def profiler(frame, event, arg):
+        if event == "call":
+            python_calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profiler)
+    try:
+        kernel.compute(inputs)
+    finally:
+        sys.setprofile(None)
+    assert python_calls == ["compute"], python_calls
 
 
 def test_blas_thread_control_roundtrip():

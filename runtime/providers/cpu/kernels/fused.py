@@ -11,13 +11,14 @@
 ``activation`` names the op ("" for none); ``activation_params`` holds its float attributes
 (LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta).
 
-Threads: large products and elementwise work can be split between ``WORKERS`` threads of one
-shared pool (numpy releases the GIL in BLAS calls and ufuncs), each block getting its epilogue
-(bias, residual, activation) while in cache. ``ONNXHAL_FUSED_THREADS`` sets the count. Unset, the
-kernels split work only when numpy's BLAS was pinned to one thread (``OPENBLAS_NUM_THREADS=1``):
-then these threads own the cores, which also avoids OpenBLAS's spinning threads, which slow down
-sharply on a busy machine; otherwise BLAS's own threads parallelize and the kernels stay serial,
-so the two never oversubscribe the cores.
+Threads: work can be split between ``WORKERS`` threads of one shared pool (numpy releases the GIL
+in BLAS calls and ufuncs), each block getting its epilogue (bias, residual, activation) while in
+cache. Waking a pool thread costs 0.1-0.2 ms on a small VM, so only work above
+``PARALLEL_MIN_WORK`` is split, and products are split only when numpy's BLAS runs on one thread
+(``SPLIT_PRODUCTS``); otherwise BLAS's own threads, which spin between calls and take work in C,
+parallelize them. ``ONNXHAL_FUSED_THREADS`` sets the pool size; unset, it is up to 4 when BLAS
+was pinned to one thread (``OPENBLAS_NUM_THREADS=1``), else 1. The CPU EP resizes both from
+``intra_op_num_threads``.
 """
 
 from __future__ import annotations

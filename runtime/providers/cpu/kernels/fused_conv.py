@@ -15,25 +15,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from onnxhal.hal import KernelCreateContext, Node
-from onnxhal.runtime.providers.cpu.kernels.conv import depthwise_taps
+from onnxhal.runtime.providers.cpu.kernels.conv import depthwise_taps, pad_spatial, resolve_pads
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, parallel_ranges, writable
 from onnxhal.runtime.providers.cpu.kernels.registry import register
-
-
-def _padding(node: Node, in_hw: tuple[int, int], k: tuple[int, int], s: tuple[int, int],
-             d: tuple[int, int]) -> tuple[int, int, int, int]:
-    """(top, left, bottom, right) from ``pads`` or ``auto_pad``."""
-    auto = node.attr("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        out = []
-        for i in range(2):
-            o = -(-in_hw[i] // s[i])
-            total = max((o - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_hw[i], 0)
-            small, big = total // 2, total - total // 2
-            out.append((small, big) if auto == "SAME_UPPER" else (big, small))
-        return out[0][0], out[1][0], out[0][1], out[1][1]
-    pads = node.attr("pads") if auto != "VALID" else None
-    return tuple(pads) if pads else (0, 0, 0, 0)
 
 
 @register("FusedConv", since=1, domain=DOMAIN)
@@ -43,11 +27,12 @@ class FusedConv(FusedBase):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
-        self.node = node
         self.group = node.attr("group", 1)
         self.kernel_shape = node.attr("kernel_shape")
         self.strides = tuple(node.attr("strides") or (1, 1))
         self.dilations = tuple(node.attr("dilations") or (1, 1))
+        self.pads = node.attr("pads")
+        self.auto_pad = node.attr("auto_pad", "NOTSET")
         self.has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
         self.has_residual = len(node.inputs) > 3 and bool(node.inputs[3])
         self._fallback = None
@@ -77,7 +62,7 @@ class FusedConv(FusedBase):
         g = self.group
         mg = m // g
         (sh, sw), (dh, dw) = self.strides, self.dilations
-        top, left, bottom, right = _padding(self.node, (h, wd), (kh, kw), (sh, sw), (dh, dw))
+        (top, left), (bottom, right) = resolve_pads((h, wd), (kh, kw), (sh, sw), (dh, dw), self.pads, self.auto_pad)
         oh = (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1
         ow = (wd + left + right - ((kw - 1) * dw + 1)) // sw + 1
         p = oh * ow
@@ -99,10 +84,7 @@ class FusedConv(FusedBase):
                 epilogue(yd[i].reshape(m, p), i, 0, m)
             return yd
         padded = bool(top or left or bottom or right)
-        xp = x
-        if padded:
-            xp = np.zeros((n, c, h + top + bottom, wd + left + right), dtype=x.dtype)
-            xp[:, :, top:top + h, left:left + wd] = x
+        xp = pad_spatial(x, (top, left), (bottom, right))
         y = np.empty((n, m, p), dtype=x.dtype)
         k = cg * kh * kw
         if kh == kw == 1 and not padded:

@@ -89,7 +89,39 @@ def test_clip_attribute_and_input_forms():
     assert i8.dtype == np.int8
 
 
-def test_erf_accuracy_float32():
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32, np.int8])
+def test_relu_and_clip_on_large_arrays_match_numpy_clip(dtype):
+    # Large inputs clamp against a cached constant array (numpy's scalar form has no SIMD loop):
+    # the results, NaN included, must be those of the scalar form.
+    x = (RNG.standard_normal((3, 70, 50)) * 50).astype(dtype)
+    if x.dtype.kind == "f":
+        x.reshape(-1)[::97] = np.nan
+    (r,) = run_native("Relu", [x], 14)
+    np.testing.assert_array_equal(r, np.maximum(x, dtype(0)))
+    assert r.dtype == x.dtype
+    lo, hi = np.array(-7, dtype), np.array(9, dtype)
+    (c,) = run_native("Clip", [x, lo, hi], 13)
+    np.testing.assert_array_equal(c, np.minimum(np.maximum(x, lo), hi))
+    (c_max,) = run_native("Clip", [x, None, hi], 13)
+    np.testing.assert_array_equal(c_max, np.minimum(x, hi))
+    assert not np.shares_memory(c_max, x)
+
+
+def test_clamp_in_place_chunks_and_keeps_signed_zero(monkeypatch):
+    from onnxhal.runtime.providers.cpu.kernels import clamp
+
+    monkeypatch.setattr(clamp, "_CAP", 5000)  # force the chunked path on a test-sized array
+    x = RNG.standard_normal(12_345).astype(np.float32)
+    y = x.copy()
+    clamp.clamp_(y, -0.5, 0.25)
+    np.testing.assert_array_equal(y, np.clip(x, -0.5, 0.25))
+    neg = np.full(8192, -1.0, np.float32)
+    clamp.clamp_(neg, -0.0)
+    assert np.signbit(neg).all()  # -0.0 is its own constant, not the cached +0.0 one
+    assert not clamp.constant(0, np.float32, 10).flags.writeable
+
+
+
     x = np.linspace(-6, 6, 20001).astype(np.float32)
     (y,) = run_native("Erf", [x], 13)
     exact = np.array([math.erf(float(v)) for v in x])

@@ -130,6 +130,19 @@ def test_pooling_matches_reference(op, attrs):
     check(op, [randn(2, 3, 9, 8)], 19, **attrs)
 
 
+@pytest.mark.parametrize("op,shape,attrs", [
+    ("MaxPool", (2, 3, 11), {"kernel_shape": [4], "strides": [3], "pads": [2, 3]}),
+    ("AveragePool", (1, 2, 5, 6, 7), {"kernel_shape": [3, 2, 3], "strides": [2, 1, 2], "pads": [1, 0, 1, 1, 1, 2]}),
+    ("MaxPool", (1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "dilations": [2, 1, 2], "ceil_mode": 1, "strides": [2, 2, 2]}),
+    ("AveragePool", (1, 2, 4, 4), {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2], "count_include_pad": 1}),
+    ("MaxPool", (1, 2, 2, 3), {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2]}),
+])
+def test_pooling_nd_and_wide_pads_match_reference(op, shape, attrs):
+    # Pools reduce one axis at a time and skip taps that land in padding: 1-D and 3-D inputs,
+    # pads as wide as the input, windows mostly outside it.
+    check(op, [randn(*shape)], 19, **attrs)
+
+
 def test_conv_transpose_output_shape_smaller_than_computed_crops_the_end():
     # onnx.reference's col2im rejects this case; its zero-pads rule keeps the leading part.
     x, w = randn(1, 2, 4, 3), randn(2, 3, 3, 3)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.clamp import MIN_SIZE, clip
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _ndarray = np.ndarray
@@ -52,6 +53,8 @@ class _Act(Kernel):
 class Relu(_Act):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if x.size >= MIN_SIZE:
+            return [clip(x, 0)]
         zero = _ZEROS.get(x.dtype)
         if zero is None:
             zero = _ZEROS.setdefault(x.dtype, x.dtype.type(0))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.clamp import clip
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _ndarray = np.ndarray
@@ -195,7 +196,7 @@ class ClipAttr(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
-        return [_arr(np.minimum(np.maximum(x, x.dtype.type(self.lo)), x.dtype.type(self.hi)))]
+        return [clip(x, self.lo, self.hi)]
 
 
 @register("Clip", since=11)
@@ -209,11 +210,7 @@ class Clip(Kernel):
         x = inputs[0]
         lo = inputs[1] if len(inputs) > 1 else None
         hi = inputs[2] if len(inputs) > 2 else None
-        if lo is not None:
-            x = np.maximum(x, lo)
-        if hi is not None:
-            x = np.minimum(x, hi)
-        return [_arr(x) if (lo is not None or hi is not None) else x.copy()]
+        return [clip(x, None if lo is None else lo[()], None if hi is None else hi[()])]
 
 
 @register("Identity", since=1)

@@ -34,6 +34,7 @@ import onnx
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.clamp import clamp_
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 DOMAIN = "com.onnxhal"
@@ -141,7 +142,7 @@ def _gelu_inplace(y: np.ndarray) -> None:
     np.abs(y, out=a)
     a *= 0.5
     poly *= a
-    np.maximum(y, 0, out=y)
+    clamp_(y, 0)
     y -= poly
 
 
@@ -156,7 +157,7 @@ def _activation(name: str, params: list[float], node: Node) -> Callable[[np.ndar
     if name == "":
         return None
     if name == "Relu":
-        return lambda y: np.maximum(y, 0, out=y)
+        return lambda y: clamp_(y, 0)
     if name == "Gelu":
         return lambda y: _blocked(_gelu_inplace, y)
     if name == "Tanh":
@@ -173,14 +174,14 @@ def _activation(name: str, params: list[float], node: Node) -> Callable[[np.ndar
         return lambda y: np.multiply(y, alpha, out=y, where=y < 0)
     if name == "Clip":
         lo, hi = params
-        return lambda y: np.clip(y, lo, hi, out=y)
+        return lambda y: clamp_(y, lo, hi)
     if name == "HardSigmoid":
         alpha, beta = params
 
         def hard_sigmoid(y: np.ndarray) -> None:
             y *= alpha
             y += beta
-            np.clip(y, 0.0, 1.0, out=y)
+            clamp_(y, 0.0, 1.0)
         return hard_sigmoid
     raise InvalidArgument(f"{node.op_type} node {node.name!r}: activation {name!r} is not supported; "
                           "use one of Relu, Gelu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid")

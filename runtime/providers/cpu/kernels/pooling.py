@@ -1,5 +1,5 @@
-"""Pooling: MaxPool and AveragePool as one vectorized max/add per kernel tap over strided slices
-of the padded input (``ceil_mode`` as extra end padding that never counts, MaxPool's Indices by
+"""Pooling: MaxPool, AveragePool and LpPool as separable max/add passes, one spatial axis at a
+time, over strided slices of the input (``ceil_mode`` as extra end padding that never counts, MaxPool's Indices by
 tracking the winning tap); GlobalAveragePool/GlobalMaxPool as reductions. Column-major Indices
 (``storage_order=1``) are delegated to onnx.reference."""
 
@@ -8,21 +8,54 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
-from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial, phase_taps, rows_to_output
+from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
-def _reduce_taps_2d(x: np.ndarray, pb, pe, value, out, kernel, strides, dil, op) -> np.ndarray:
-    """``op`` (np.maximum or np.add) over the kernel taps of a 4-D input padded with ``value``, on
-    contiguous rows (``phase_taps``): an (N, C, *out) array."""
-    taps, wq = phase_taps(x, (pb[0], pb[1], pe[0], pe[1]), value, tuple(out), tuple(kernel), tuple(strides),
-                          tuple(dil))
-    if len(taps) == 1:
-        return rows_to_output(taps[0], tuple(out), wq).copy()
-    acc = op(taps[0], taps[1])
-    for tap in taps[2:]:
-        op(acc, tap, out=acc)
-    return rows_to_output(acc, tuple(out), wq)
+def _tap_range(k: int, n: int, out: int, stride: int, dil: int, pb: int) -> tuple[int, int]:
+    """The outputs [i0, i1) whose tap ``k`` lands inside an input axis of length ``n``: output i
+    reads input i*stride + k*dil - pb."""
+    off = k * dil - pb
+    i0 = max(0, -(off // stride)) if off < 0 else 0
+    i1 = min(out, (n - 1 - off) // stride + 1) if n - 1 - off >= 0 else 0
+    return i0, max(i0, i1)
+
+
+def _separable_reduce(x: np.ndarray, pb, out, kernel, strides, dil, op, identity) -> np.ndarray:
+    """``op`` (np.maximum or np.add) over each pooling window, one spatial axis at a time: a
+    window's max or sum is the max or sum over rows of per-row results, so a k x k window costs
+    2(k-1) whole-array passes instead of k*k - 1. The first axis goes first because its taps are
+    whole contiguous rows (SIMD) and it shrinks the array the strided second pass reads. Taps that
+    fall in the padding are left out rather than read from a padded copy, so no pass pads."""
+    y = x
+    for a in range(len(kernel)):
+        ax = 2 + a
+        n, o, s, d = y.shape[ax], out[a], strides[a], dil[a]
+        taps = [(k,) + _tap_range(k, n, o, s, d, pb[a]) for k in range(kernel[a])]
+        full = [t for t in taps if t[1] == 0 and t[2] == o]
+        part = [t for t in taps if t not in full and t[2] > t[1]]
+
+        def src(k, i0, i1, y=y, ax=ax, s=s, d=d, p=pb[a]):
+            r0 = i0 * s + k * d - p
+            idx = [slice(None)] * y.ndim
+            idx[ax] = slice(r0, r0 + (i1 - i0 - 1) * s + 1, s)
+            return y[tuple(idx)]
+
+        if len(full) >= 2:
+            acc = op(src(*full[0]), src(*full[1]))
+            rest = full[2:] + part
+        else:
+            shape = list(y.shape)
+            shape[ax] = o
+            acc = np.full(shape, identity, dtype=x.dtype)
+            rest = full + part
+        for k, i0, i1 in rest:
+            idx = [slice(None)] * y.ndim
+            idx[ax] = slice(i0, i1)
+            view = acc[tuple(idx)]
+            op(view, src(k, i0, i1), out=view)
+        y = acc
+    return y
 
 
 def _whole_window(x: np.ndarray, kernel, strides, dil, pb, pe) -> bool:
@@ -77,16 +110,10 @@ class MaxPool(_Pool):
         if not self.with_indices and _whole_window(x, kernel, strides, dil, pb, pe):
             return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        if x.ndim == 4 and not self.with_indices:
-            return [_reduce_taps_2d(x, pb, pe, low, out, kernel, strides, dil, np.maximum)]
+        if not self.with_indices:
+            return [_separable_reduce(x, pb, out, kernel, strides, dil, np.maximum, low)]
         xp = pad_spatial(x, pb, pe, low)
-        if self.with_indices:
-            return list(self._with_indices(x, xp, kernel, strides, dil, pb, out))
-        y = None
-        for idx in np.ndindex(*kernel):
-            v = xp[_tap_slices(idx, dil, strides, out)]
-            y = v.copy() if y is None else np.maximum(y, v, out=y)
-        return [y]
+        return list(self._with_indices(x, xp, kernel, strides, dil, pb, out))
 
     @staticmethod
     def _with_indices(x, xp, kernel, strides, dil, pb, out):
@@ -125,14 +152,7 @@ class AveragePool(_Pool):
         kernel, strides, dil, pb, pe, out, pe_explicit = self.geometry(x.shape[2:])
         if _whole_window(x, kernel, strides, dil, pb, pe):
             return [np.asarray(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
-        if x.ndim == 4:
-            y = _reduce_taps_2d(x, pb, pe, 0, out, kernel, strides, dil, np.add)
-        else:
-            xp = pad_spatial(x, pb, pe, 0)
-            y = None
-            for idx in np.ndindex(*kernel):
-                v = xp[_tap_slices(idx, dil, strides, out)]
-                y = v.astype(x.dtype, copy=True) if y is None else np.add(y, v, out=y)
+        y = _separable_reduce(x, pb, out, kernel, strides, dil, np.add, 0)
         padded = any(pb) or any(pe)
         if not padded:
             y /= x.dtype.type(int(np.prod(kernel)))
@@ -172,11 +192,7 @@ class LpPool(_Pool):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
         kernel, strides, dil, pb, pe, out, _ = self.geometry(x.shape[2:])
-        xp = pad_spatial(np.abs(x) ** x.dtype.type(self.p), pb, pe, 0)
-        y = None
-        for idx in np.ndindex(*kernel):
-            v = xp[_tap_slices(idx, dil, strides, out)]
-            y = v.copy() if y is None else np.add(y, v, out=y)
+        y = _separable_reduce(np.abs(x) ** x.dtype.type(self.p), pb, out, kernel, strides, dil, np.add, 0)
         return [np.asarray(y ** x.dtype.type(1.0 / self.p), dtype=x.dtype)]
 
 

@@ -53,7 +53,7 @@ def clip(x: np.ndarray, lo=None, hi=None) -> np.ndarray:
     if x.size < MIN_SIZE or not x.flags.c_contiguous or x.size > _CAP:
         y = x if lo is None else np.maximum(x, x.dtype.type(lo))
         y = y if hi is None else np.minimum(y, x.dtype.type(hi))
-        return np.array(y, dtype=x.dtype, copy=y is x)
+        return x.copy() if y is x else np.asarray(y, dtype=x.dtype)  # a 0-d input gives a numpy scalar
     out = np.empty_like(x)
     src = x
     for bound, fn in ((lo, np.maximum), (hi, np.minimum)):

@@ -156,11 +156,11 @@ def depthwise_taps(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     right), with ``w`` (C, 1, kh, kw), no bias: a contiguous (N, C, oh, ow) array.
 
     numpy has no fused multiply-add, so a loop over taps costs two full passes per tap. Instead the
-    tap rows (contiguous shifted slices of the stride phases, ``_phases``) are copied tap-major into (N, C, taps, L) and one batched matmul
-    (1 x taps) @ (taps x L) per channel does the multiply-adds in BLAS: measured 3-4x faster than
-    the tap loop on ShuffleNet's layers. The taps reading one phase form a grid (rows i with
-    i * dh = a mod sh, columns likewise) at evenly spaced offsets, so each phase is copied with one
-    strided view, and the weights are permuted to that tap order."""
+    tap rows (contiguous shifted slices of the stride phases, ``_phases``) are copied tap-major
+    into (N, C, taps, L) and one batched matmul (1 x taps) @ (taps x L) per channel does the
+    multiply-adds in BLAS: measured 3-4x faster than the tap loop on ShuffleNet's layers. Each
+    phase's taps are copied with one strided view (``_tap_grids``), and the weights are permuted to
+    that tap order."""
     n, c = x.shape[:2]
     kh, kw = kernel
     phases, taps, wq, length = _phases(x, pads, 0, out_hw, kernel, strides, dilations)

@@ -1,9 +1,11 @@
 """``com.onnxhal`` FusedConv: Conv + optional residual Z + activation, run as one im2col GEMM.
 
 2-D float convolutions run here: 1x1 convolutions read the input in place (no im2col), others
-copy the windows once, then the product runs per block of output channels (or per group), split
-between the workers when BLAS is single-threaded, and bias, residual and activation are applied
-to each block while it is still in cache. Depthwise convolutions copy contiguous rows of the
+copy the windows once (7x7/5x5 strided ones from the input's stride phases), then the product
+runs per block of output channels (or per group), split between the workers when BLAS is
+single-threaded, and bias, residual and activation are applied to each block while it is still
+in cache. A copied, ungrouped convolution carries its bias inside the product instead (a row of
+ones under the windows, a column [W | b]), which saves a pass over the output. Depthwise convolutions copy contiguous rows of the
 stride phases of the padded input tap-major and reduce them with one batched BLAS product
 (``depthwise_taps``). Anything else (1-D/3-D, integer) runs through the CPU
 EP's Conv kernel, then the same epilogue.

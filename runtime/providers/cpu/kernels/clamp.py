@@ -25,7 +25,7 @@ def constant(value, dtype: np.dtype, n: int) -> np.ndarray:
     buf = _constants.get(key)
     if buf is None or buf.size < n:
         size = min(_CAP, max(n, 1 << 16, 0 if buf is None else 2 * buf.size))
-        buf = np.zeros(size, dtype) if not scalar.tobytes().strip(b"\0") else np.full(size, scalar, dtype)
+        buf = np.zeros(size, dtype) if not key[1].strip(b"\0") else np.full(size, scalar, dtype)
         buf.flags.writeable = False
         _constants[key] = buf  # one reference swap: concurrent readers keep the array they hold
     return buf[:n]

@@ -94,12 +94,19 @@ class FusedConv(FusedBase):
         oh = (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1
         ow = (wd + left + right - ((kw - 1) * dw + 1)) // sw + 1
         p = oh * ow
-        bias = b.reshape(m, 1) if b is not None else None
+        pads = (top, left, bottom, right)
+        k = cg * kh * kw
+        copied = not (kh == kw == 1 and not any(pads))
+        # A copied, ungrouped convolution carries its bias in the product: a row of ones under
+        # the windows and a column [W | b], one pass over the output fewer (0.1-0.3 ms per
+        # ResNet layer).
+        folded = copied and g == 1 and b is not None and not (g == c == m and cg == 1)
+        bias = b.reshape(m, 1) if b is not None and not folded else None
         res = z.reshape(n, m, p) if z is not None else None
         act = self.act
 
-        def epilogue(out: np.ndarray, i: int, r0: int, r1: int, with_bias: bool = True) -> None:
-            if bias is not None and with_bias:
+        def epilogue(out: np.ndarray, i: int, r0: int, r1: int) -> None:
+            if bias is not None:
                 out += bias[r0:r1]
             if res is not None:
                 out += res[i, r0:r1]
@@ -107,36 +114,24 @@ class FusedConv(FusedBase):
                 act(out)
 
         if g == c == m and cg == 1:  # depthwise: one BLAS product per channel over its taps
-            yd = depthwise_taps(x, w, (top, left, bottom, right), (oh, ow), (kh, kw), (sh, sw), (dh, dw))
+            yd = depthwise_taps(x, w, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
             for i in range(n):
                 epilogue(yd[i].reshape(m, p), i, 0, m)
             return yd
-        pads = (top, left, bottom, right)
         y = np.empty((n, m, p), dtype=x.dtype)
-        k = cg * kh * kw
-        if kh == kw == 1 and not any(pads):
+        if not copied:
             cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, c, p)
-        elif g == 1 and bias is not None:
-            # The bias rides in the product as a row of ones under the windows and a column of W:
-            # one pass over the output fewer (0.1-0.3 ms on a ResNet layer).
-            cols1 = np.empty((n, k + 1, p), dtype=x.dtype)
-            cols1[:, k] = 1
-            _im2col(x, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), cols1[:, :k].reshape(n, c, kh, kw, oh, ow))
-            wb = self._weights_with_bias(w, b)
-
-            def rows_biased(r0: int, r1: int) -> None:
-                for i in range(n):
-                    out = y[i, r0:r1]
-                    np.matmul(wb[r0:r1], cols1[i], out=out)
-                    epilogue(out, i, r0, r1, with_bias=False)
-
-            parallel_ranges(m, rows_biased, work=n * m * k * p, product=True)
-            return y.reshape(n, m, oh, ow)
         else:
-            cols = np.empty((n, c, kh, kw, oh, ow), dtype=x.dtype)
-            _im2col(x, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), cols)
+            cols = np.empty((n, g * k + folded, p), dtype=x.dtype)
+            if folded:
+                cols[:, k] = 1
+            _im2col(x, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), cols[:, :g * k].reshape(n, c, kh, kw, oh, ow))
+        if folded:
+            k += 1
+            w3 = self._weights_with_bias(w, b).reshape(1, m, k)
+        else:
+            w3 = w.reshape(g, mg, k)
         cols = cols.reshape(n, g, k, p)  # channel-major im2col rows split evenly between groups
-        w3 = w.reshape(g, mg, k)
         yg = y.reshape(n, g, mg, p)
         if g == 1:
             def rows(r0: int, r1: int) -> None:

@@ -1,6 +1,6 @@
 """Pooling: MaxPool, AveragePool and LpPool as separable max/add passes, one spatial axis at a
-time, over strided slices of the input (``ceil_mode`` as extra end padding that never counts, MaxPool's Indices by
-tracking the winning tap); GlobalAveragePool/GlobalMaxPool as reductions. Column-major Indices
+time, over strided slices of the input (``ceil_mode`` as extra end padding that never counts);
+MaxPool's Indices by tracking the winning tap over a padded copy; GlobalAveragePool/GlobalMaxPool as reductions. Column-major Indices
 (``storage_order=1``) are delegated to onnx.reference."""
 
 from __future__ import annotations
@@ -29,30 +29,24 @@ def _separable_reduce(x: np.ndarray, pb, out, kernel, strides, dil, op, identity
     fall in the padding are left out rather than read from a padded copy, so no pass pads."""
     y = x
     for a in range(len(kernel)):
-        ax = 2 + a
-        n, o, s, d = y.shape[ax], out[a], strides[a], dil[a]
+        lead = (slice(None),) * (2 + a)  # index tuples along spatial axis a
+        n, o, s, d = y.shape[2 + a], out[a], strides[a], dil[a]
         taps = [(k,) + _tap_range(k, n, o, s, d, pb[a]) for k in range(kernel[a])]
         full = [t for t in taps if t[1] == 0 and t[2] == o]
         part = [t for t in taps if t not in full and t[2] > t[1]]
 
-        def src(k, i0, i1, y=y, ax=ax, s=s, d=d, p=pb[a]):
-            r0 = i0 * s + k * d - p
-            idx = [slice(None)] * y.ndim
-            idx[ax] = slice(r0, r0 + (i1 - i0 - 1) * s + 1, s)
-            return y[tuple(idx)]
+        def src(k, i0, i1, y=y, lead=lead, s=s, d=d, p=pb[a]):
+            r0 = i0 * s + k * d - p  # the input row of output i0's tap k
+            return y[lead + (slice(r0, r0 + (i1 - i0 - 1) * s + 1, s),)]
 
         if len(full) >= 2:
             acc = op(src(*full[0]), src(*full[1]))
             rest = full[2:] + part
         else:
-            shape = list(y.shape)
-            shape[ax] = o
-            acc = np.full(shape, identity, dtype=x.dtype)
+            acc = np.full(y.shape[:2 + a] + (o,) + y.shape[3 + a:], identity, dtype=x.dtype)
             rest = full + part
         for k, i0, i1 in rest:
-            idx = [slice(None)] * y.ndim
-            idx[ax] = slice(i0, i1)
-            view = acc[tuple(idx)]
+            view = acc[lead + (slice(i0, i1),)]
             op(view, src(k, i0, i1), out=view)
         y = acc
     return y

@@ -4,7 +4,9 @@
 
 For each model: build it (``models.py``), create both sessions, check the outputs agree (max abs
 difference, also relative to the largest output), warm up, then time ``repeat`` runs alternating
-onnxruntime and onnxhal, and report medians. ``light`` expands to every light model-zoo model;
+onnxruntime and onnxhal, and report medians. ``ratio`` is the ratio of the two medians (what the
+targets are judged on); ``pair ratio`` is the median of the per-pair ratios, with its quartiles,
+which a slow phase of the machine lasting several runs does not skew. ``light`` expands to every light model-zoo model;
 single light models are named ``light:resnet50`` etc. Materialized light models are cached in
 ``$ONNXHAL_BENCH_CACHE`` (default ``~/.cache/onnxhal-bench``) because random weights for vgg19 take
 half a minute to build.
@@ -73,6 +75,11 @@ class Result:
     rel_diff: float
     nodes: int
     note: str = ""
+    #: Median and quartiles of the per-pair ratios (each onnxhal run over the onnxruntime run just
+    #: before it): a machine slowdown lasting longer than a pair cancels out of these.
+    pair_ratio: float = float("nan")
+    pair_q1: float = float("nan")
+    pair_q3: float = float("nan")
 
 
 def build(name: str) -> onnx.ModelProto:
@@ -142,6 +149,7 @@ def measure(name: str, repeat: int, warmup: int, threads: int, ort_spin: bool, p
     ort_ms, hal_ms = statistics.median(t_ort) * 1e3, statistics.median(t_hal) * 1e3
     nodes = len(model.graph.node)
     ratio = hal_ms / ort_ms
+    q1, pair, q3 = statistics.quantiles([h / o for h, o in zip(t_hal, t_ort)], n=4) if repeat > 1 else (ratio,) * 3
     if name == "chain":
         per_node = hal_ms * 1e3 / nodes
         target, met = f"<= {CHAIN_US_PER_NODE} us/node", per_node <= CHAIN_US_PER_NODE
@@ -149,7 +157,7 @@ def measure(name: str, repeat: int, warmup: int, threads: int, ort_spin: bool, p
     else:
         limit = TARGETS.get(name, LIGHT_TARGET)
         target, met, note = f"<= {limit}", ratio <= limit, ""
-    return Result(name, ort_ms, hal_ms, ratio, target, met, diff, diff / scale, nodes, note)
+    return Result(name, ort_ms, hal_ms, ratio, target, met, diff, diff / scale, nodes, note, pair, q1, q3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,10 +195,11 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(Result(name, float("nan"), float("nan"), float("nan"), "", False,
                                       float("nan"), float("nan"), 0, f"error: {type(exc).__name__}: {exc}"[:200]))
     table = Table(title=f"onnxhal vs onnxruntime (CPU, {args.threads} threads, median of {args.repeat})")
-    for col in ("model", "ort ms", "onnxhal ms", "ratio", "target", "met", "max abs diff", "note"):
+    for col in ("model", "ort ms", "onnxhal ms", "ratio", "pair ratio (q1-q3)", "target", "met", "max abs diff", "note"):
         table.add_column(col, justify="left" if col in ("model", "target", "note") else "right")
     for r in results:
-        table.add_row(r.model, f"{r.ort_ms:.2f}", f"{r.onnxhal_ms:.2f}", f"{r.ratio:.2f}", r.target,
+        table.add_row(r.model, f"{r.ort_ms:.2f}", f"{r.onnxhal_ms:.2f}", f"{r.ratio:.2f}",
+                      f"{r.pair_ratio:.2f} ({r.pair_q1:.2f}-{r.pair_q3:.2f})", r.target,
                       "yes" if r.met else "NO", f"{r.max_abs_diff:.2e}", r.note)
     Console(width=max(140, Console().width)).print(table)
     if args.json:

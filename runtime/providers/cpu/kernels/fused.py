@@ -121,26 +121,27 @@ def _blocked(fn: Callable[[np.ndarray], None], y: np.ndarray) -> None:
 # Abramowitz & Stegun 7.1.26: erf(a) = 1 - P(t) exp(-a^2), t = 1 / (1 + p a), |error| < 1.5e-7.
 _AS_P = 0.3275911
 _AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+# The same with a = |x| / sqrt(2) and the 1/2 of gelu folded into the constants, so the kernel
+# reads |x| directly: 20 numpy calls per block instead of 23 (each is a pass over the block).
+_GELU_P = _AS_P / math.sqrt(2.0)
+_GELU_A = tuple(0.5 * c for c in _AS_A)
 
 
 def _gelu_inplace(y: np.ndarray) -> None:
     """gelu(x) = relu(x) - 0.5 |x| P(t) exp(-x^2/2): one formula for both signs, absolute error
     below 1e-7 |x| (the erf error times x/2)."""
     a = np.abs(y)
-    a *= 1.0 / math.sqrt(2.0)
-    t = a * _AS_P
+    t = a * _GELU_P
     t += 1.0
     np.reciprocal(t, out=t)
-    poly = t * _AS_A[4]
-    for c in _AS_A[3::-1]:
+    poly = t * _GELU_A[4]
+    for c in _GELU_A[3::-1]:
         poly += c
         poly *= t
-    np.square(a, out=a)
-    np.negative(a, out=a)
-    np.exp(a, out=a)
-    poly *= a  # P(t) exp(-z^2)
-    np.abs(y, out=a)
-    a *= 0.5
+    np.multiply(a, -0.5, out=t)  # t is free again: -x^2/2 into it
+    t *= a
+    np.exp(t, out=t)
+    poly *= t  # 0.5 P(t) exp(-x^2/2)
     poly *= a
     clamp_(y, 0)
     y -= poly

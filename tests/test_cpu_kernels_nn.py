@@ -178,6 +178,21 @@ def test_global_pools(op):
         check(op, [randn(2, 3, 4, 5)], 11)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 7), (1, 4, 56, 56), (2, 2, 3, 4, 5), (1, 3, 1, 1), (0, 3, 2, 2)])
+def test_global_average_pool_planes(shape, dtype):
+    # float32/64 planes are summed by a BLAS product: same means as numpy's float64 mean, NaN kept.
+    x = (RNG.standard_normal(shape) * 3 + 1).astype(dtype)
+    if x.size:
+        x.flat[x.size // 2] = np.nan
+    for op, extra in (("GlobalAveragePool", {}), ("AveragePool", {"kernel_shape": list(shape[2:])})):
+        (y,) = run_native(op, [x], 11, **extra)
+        want = x.astype(np.float64).mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+        assert y.shape == want.shape and y.dtype == dtype
+        tol = 1e-3 if dtype == np.float16 else 1e-6
+        np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
+
+
 def test_batchnorm_inference_and_training_fallback():
     x, s, b, m, v = randn(2, 3, 4, 4), randn(3), randn(3), randn(3), np.abs(randn(3)) + 0.1
     (y,) = check("BatchNormalization", [x, s, b, m, v], 15, epsilon=1e-3)

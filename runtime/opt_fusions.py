@@ -12,7 +12,10 @@
 At ORT_ENABLE_LAYOUT and above (ORT's level 3, where its CPU-only NCHWc transformer rewrites
 every Conv), ``adopt_fused_kernels`` also turns the remaining Conv, Gemm and MatMul-by-constant
 nodes into their fused forms without an epilogue, so every heavy product runs on the fused
-kernels' threads.
+kernels' threads, and ``fuse_channel_shuffle`` folds a ShuffleNet channel shuffle
+(Reshape (N, G, C/G, ...) -> Transpose(0, 2, 1, ...) -> Reshape (N, C, ...)) after a FusedConv
+into its ``channel_shuffle`` attribute: a grouped convolution writes its groups' outputs straight
+to their shuffled channels, so the shuffle's copy goes away.
 
 Fused ops carry ``activation`` (op name, "" for none) and ``activation_params`` (floats).
 """
@@ -344,5 +347,39 @@ def adopt_fused_kernels(graph: Graph) -> bool:
             fused.attribute_protos.update(node.attribute_protos)
             fused.attributes.update(node.attributes)
         replace_nodes(graph, [node], [fused])
+        changed = True
+    return changed
+
+
+def fuse_channel_shuffle(graph: Graph) -> bool:
+    """FusedConv (no residual) -> Reshape (N, G, C/G, *S) -> Transpose (0, 2, 1, ...) -> Reshape
+    (N, C, *S) becomes the FusedConv with ``channel_shuffle`` = G."""
+    changed = False
+    for conv in live_nodes(graph):
+        if (conv.op_type != "FusedConv" or conv.domain != FUSED_DOMAIN or conv.attr("channel_shuffle", 0)
+                or (len(conv.inputs) > 3 and conv.inputs[3])):
+            continue
+        shape = static_shape(graph, conv.outputs[0])
+        first = _follower(graph, conv, ("Reshape",))
+        if shape is None or len(shape) < 3 or first is None or first.domain != "" \
+                or first.inputs[0] != conv.outputs[0]:
+            continue
+        split = static_shape(graph, first.outputs[0])
+        if split is None or len(split) != len(shape) + 1 or split[0] != shape[0] or split[3:] != shape[2:] \
+                or split[1] < 2 or split[1] * split[2] != shape[1]:
+            continue
+        transpose = _follower(graph, first, ("Transpose",))
+        perm = [0, 2, 1] + list(range(3, len(split)))
+        if transpose is None or transpose.domain != "" or list(transpose.attr("perm") or []) != perm:
+            continue
+        last = _follower(graph, transpose, ("Reshape",))
+        if last is None or last.domain != "" or last.inputs[0] != transpose.outputs[0] \
+                or static_shape(graph, last.outputs[0]) != shape:
+            continue
+        fused = make_node(graph, "FusedConv", conv.inputs, [last.outputs[0]], name=_name(conv, "shuffled"),
+                          domain=FUSED_DOMAIN, channel_shuffle=int(split[1]))
+        fused.attribute_protos.update(conv.attribute_protos)
+        fused.attributes.update(conv.attributes)
+        replace_nodes(graph, [conv, first, transpose, last], [fused])
         changed = True
     return changed

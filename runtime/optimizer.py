@@ -15,10 +15,13 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   Main graph only.
 - ``ORT_ENABLE_LAYOUT`` and ``ORT_ENABLE_ALL`` add: remaining Conv, Gemm and MatMul-by-constant
   nodes -> their fused forms with no epilogue (as ORT's level-3 NCHWc transformer takes every
-  Conv for its CPU kernels), so all heavy products run on the fused kernels' threads.
+  Conv for its CPU kernels), so all heavy products run on the fused kernels' threads; a channel
+  shuffle after a FusedConv -> the FusedConv's ``channel_shuffle`` attribute.
 
 ``fuse_cpu_ops=False`` keeps every ``com.onnxhal`` rewrite out (only the LayerNormalization fusion
 to the standard op, at opset >= 17, stays): for sessions where other EPs should see plain ops.
+``cpu_ep_only=False`` keeps out the rewrites only the CPU EP's kernels run (``CPU_EP_PASSES``: the
+channel-shuffle fold, which the OpenCL EP's FusedConv lacks).
 
 The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
 stay within float tolerance of the unoptimized graph. A pass that meets something it cannot handle
@@ -61,19 +64,25 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
     ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
     ("adopt_fused_kernels", _LAYOUT, opt_fusions.adopt_fused_kernels, False, True),
+    ("fuse_channel_shuffle", _LAYOUT, opt_fusions.fuse_channel_shuffle, False, True),
 ]
+
+#: Passes whose result only the CPU EP runs: skipped unless every EP of the session is the CPU EP.
+CPU_EP_PASSES = frozenset({"fuse_channel_shuffle"})
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4
 
 
-def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops: bool = True) -> Graph:
+def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops: bool = True,
+             cpu_ep_only: bool = True) -> Graph:
     """Optimize ``graph`` in place at ``level`` and return it (the same object).
 
     ``fuse_cpu_ops=False`` skips the fusions into ``com.onnxhal`` ops, which only the CPU EP runs:
     pass it when another EP should be able to claim the Conv/Gemm/MatMul nodes (ORT likewise runs
     such fusions only for the EPs that implement them). LayerNormalization fusion still runs at
-    opset >= 17, where it yields the standard ONNX op.
+    opset >= 17, where it yields the standard ONNX op. ``cpu_ep_only=False`` (a session with an
+    EP besides the CPU EP) also skips ``CPU_EP_PASSES``.
     """
     try:
         level = GraphOptimizationLevel(int(level))
@@ -83,7 +92,8 @@ def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops:
     if level == GraphOptimizationLevel.ORT_DISABLE_ALL:
         return graph
     passes = [(name, fn, recurse, min_level) for name, min_level, fn, recurse, cpu_only in PASSES
-              if level >= min_level and (fuse_cpu_ops or not cpu_only)]
+              if level >= min_level and (fuse_cpu_ops or not cpu_only)
+              and (cpu_ep_only and fuse_cpu_ops or name not in CPU_EP_PASSES)]
     if not fuse_cpu_ops:
         passes = [(n, opt_fusions.fuse_layer_norm_standard if n == "fuse_layer_norm" else fn, r, lv)
                   for n, fn, r, lv in passes]

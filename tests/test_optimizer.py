@@ -414,3 +414,63 @@ def test_gelu_kernel_matches_exact_erf():
     x = np.linspace(-12, 12, 200_001, dtype=np.float32)  # big enough for the threaded blocks
     exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(np.float64)])
     np.testing.assert_allclose(gelu(x), exact, rtol=0, atol=2e-6)
+
+
+def shuffle_model(conv_attrs: dict, cin: int, cout: int, shuffle: int, perm=(0, 2, 1, 3, 4), bias: bool = True,
+                  activation: bool = True, batch: int = 2, extra_output: str = "") -> onnx.ModelProto:
+    """Conv [+ Relu] -> Reshape (N, G, C/G, H, W) -> Transpose -> Reshape (N, C, H, W) -> Sigmoid."""
+    rng = np.random.default_rng(21)
+    group = conv_attrs.get("group", 1)
+    kernel = conv_attrs.get("kernel_shape", [1, 1])
+    conv_out = "a" if activation else "c"
+    nodes = [helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["c"], **conv_attrs)]
+    if activation:
+        nodes.append(helper.make_node("Relu", ["c"], ["a"]))
+    nodes += [helper.make_node("Reshape", [conv_out, "split"], ["r"]),
+              helper.make_node("Transpose", ["r"], ["t"], perm=list(perm)),
+              helper.make_node("Reshape", ["t", "merge"], ["s"]),
+              helper.make_node("Sigmoid", ["s"], ["y"])]
+    inits = [("w", rng.standard_normal((cout, cin // group, *kernel)).astype(np.float32)),
+             ("split", np.array([0, shuffle, cout // shuffle, -1, 5], np.int64)),
+             ("merge", np.array([batch, cout, -1, 5], np.int64))]
+    if bias:
+        inits.append(("b", rng.standard_normal(cout).astype(np.float32)))
+    outputs = [fvi("y", None)] + ([fvi(extra_output, None)] if extra_output else [])
+    return model_of(nodes, [fvi("x", [batch, cin, 6, 5])], outputs, inits)
+
+
+@pytest.mark.parametrize("conv_attrs, cin, cout, shuffle, bias, activation", [
+    ({"group": 4}, 8, 12, 4, True, True),  # ShuffleNet's 1x1 group conv: written shuffled in place
+    ({"group": 4}, 8, 12, 4, False, False),
+    ({"group": 3, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, 6, 9, 3, True, True),  # im2col, in place
+    ({"group": 2}, 8, 12, 4, True, True),  # groups != shuffle: one copy
+    ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, 4, 8, 2, True, False),  # ungrouped: one copy
+    ({"group": 8, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, 8, 8, 4, True, True),  # depthwise: one copy
+])
+def test_channel_shuffle_folds_into_the_fused_conv(conv_attrs, cin, cout, shuffle, bias, activation):
+    model = shuffle_model(conv_attrs, cin, cout, shuffle, bias=bias, activation=activation,
+                          extra_output="s")  # the shuffled value may be a graph output: the fused node makes it
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    assert [n.op_type for n in graph.nodes] == ["FusedConv", "Sigmoid"]
+    assert graph.nodes[0].attr("channel_shuffle") == shuffle
+    x = np.random.default_rng(3).standard_normal((2, cin, 6, 5)).astype(np.float32)
+    assert_session_matches_ort(model, {"x": x}, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["other perm", "transposed value is a graph output"])
+def test_channel_shuffle_left_alone_when_it_is_not_the_pattern(case):
+    model = shuffle_model({"group": 4}, 8, 12, 4, perm=(0, 1, 2, 4, 3) if case == "other perm" else (0, 2, 1, 3, 4),
+                          extra_output="" if case == "other perm" else "t")
+    if case == "other perm":  # a (N, G, C/G, 5, H) result: the last Reshape keeps only the size
+        model.graph.node[4].input[1] = "merge"
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    assert ops(graph)["Transpose"] == 1 and not any(n.attr("channel_shuffle", 0) for n in graph.nodes)
+    assert_session_matches_ort(model, {"x": np.random.default_rng(4).standard_normal((2, 8, 6, 5)).astype(np.float32)})
+
+
+def test_channel_shuffle_fused_conv_is_declined_by_the_opencl_ep():
+    from onnxhal.runtime.providers.opencl import op_support
+
+    graph = optimized(shuffle_model({"group": 4}, 8, 12, 4), Level.ORT_ENABLE_ALL)
+    reason = op_support._check_fused(graph.nodes[0], None)
+    assert reason is not None and "channel_shuffle" in reason

@@ -119,6 +119,8 @@ def _check_fused(node: Node, lookup: GraphLookup) -> str | None:
             return "FusedBatchNormalization on rank < 2"
         return _need_const(lookup, node, 1, "multiplier") or _need_const(lookup, node, 2, "shift")
     if node.op_type == "FusedConv":
+        if node.attr("channel_shuffle", 0):
+            return "FusedConv with channel_shuffle has no OpenCL kernel (the CPU EP runs it)"
         return _check_conv(node, lookup)
     if node.op_type == "FusedMatMul":
         return _check_matmul(node, lookup)

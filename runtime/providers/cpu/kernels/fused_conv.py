@@ -5,7 +5,11 @@ copy the windows once (7x7/5x5 strided ones from the input's stride phases), the
 runs per block of output channels (or per group), split between the workers when BLAS is
 single-threaded, and bias, residual and activation are applied to each block while it is still
 in cache. A copied, ungrouped convolution carries its bias inside the product instead (a row of
-ones under the windows, a column [W | b]), which saves a pass over the output. Depthwise convolutions copy contiguous rows of the
+ones under the windows, a column [W | b]), which saves a pass over the output. With
+``channel_shuffle`` = G (the optimizer's fold of a following ShuffleNet shuffle), output channel
+g * C/G + j goes to channel j * G + g: a grouped convolution with G groups writes each group's
+product straight into its shuffled channels (BLAS takes the strided rows), anything else is
+shuffled by one copy. Depthwise convolutions copy contiguous rows of the
 stride phases of the padded input tap-major and reduce them with one batched BLAS product
 (``depthwise_taps``). Anything else (1-D/3-D, integer) runs through the CPU
 EP's Conv kernel, then the same epilogue.
@@ -56,7 +60,9 @@ class FusedConv(FusedBase):
         self._wb: tuple | None = None
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
 
-        conv_attrs = [a for k, a in node.attribute_protos.items() if k not in ("activation", "activation_params")]
+        self.shuffle = int(node.attr("channel_shuffle", 0))
+        conv_attrs = [a for k, a in node.attribute_protos.items()
+                      if k not in ("activation", "activation_params", "channel_shuffle")]
         conv = Node("Conv", node.inputs[:3], node.outputs[:1], name=node.name, attribute_protos=conv_attrs)
         conv.since_version = 11
         self._fallback = create_cpu_kernel(conv, ctx, 11)
@@ -81,8 +87,17 @@ class FusedConv(FusedBase):
                 y += z
             if self.act is not None:
                 self.act(y)
-            return [y]
-        return [self._conv2d(x, w, b, z)]
+            return [shuffle_channels(y, self.shuffle)]
+        y = self._conv2d(x, w, b, z)
+        if self.shuffle and not self._shuffles_in_place(w, z):
+            y = shuffle_channels(y, self.shuffle)
+        return [y]
+
+    def _shuffles_in_place(self, w: np.ndarray, z: np.ndarray | None) -> bool:
+        """Whether _conv2d writes the shuffled channels itself: a grouped, not depthwise,
+        convolution with as many groups as the shuffle and no residual."""
+        g = self.group
+        return g > 1 and self.shuffle == g and z is None and not (w.shape[0] == g and w.shape[1] == 1)
 
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
         n, c, h, wd = x.shape
@@ -119,6 +134,8 @@ class FusedConv(FusedBase):
                 epilogue(yd[i].reshape(m, p), i, 0, m)
             return yd
         y = np.empty((n, m, p), dtype=x.dtype)
+        if self.shuffle and self._shuffles_in_place(w, z):
+            return self._grouped_shuffled(x, w, b, y, pads, (oh, ow), copied)
         if not copied:
             cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, c, p)
         else:
@@ -149,3 +166,41 @@ class FusedConv(FusedBase):
 
             parallel_ranges(g, groups, work=n * m * k * p, product=True)
         return y.reshape(n, m, oh, ow)
+
+    def _grouped_shuffled(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, y: np.ndarray,
+                          pads: tuple[int, int, int, int], out_hw: tuple[int, int], copied: bool) -> np.ndarray:
+        """The grouped convolution with each group's (M/G, P) product written to rows j * G + g
+        of ``y`` (a strided view BLAS writes directly), then bias (in shuffled order) and the
+        activation over the whole contiguous output."""
+        n, c = x.shape[:2]
+        m, cg, kh, kw = w.shape
+        g = self.group
+        mg, k, p = m // g, cg * kh * kw, out_hw[0] * out_hw[1]
+        (sh, sw), (dh, dw) = self.strides, self.dilations
+        if not copied:
+            cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, g, k, p)
+        else:
+            cols = np.empty((n, c, kh, kw) + tuple(out_hw), dtype=x.dtype)
+            _im2col(x, pads, out_hw, (kh, kw), (sh, sw), (dh, dw), cols)
+            cols = cols.reshape(n, g, k, p)
+        yv = y.reshape(n, mg, g, p).transpose(0, 2, 1, 3)  # yv[:, gi, j] is channel j * G + gi
+        w3 = w.reshape(g, mg, k)
+
+        def groups(g0: int, g1: int) -> None:
+            np.matmul(w3[g0:g1], cols[:, g0:g1], out=yv[:, g0:g1])
+
+        parallel_ranges(g, groups, work=n * m * k * p, product=True)
+        if b is not None:
+            y += b.reshape(g, mg).T.reshape(1, m, 1)
+        if self.act is not None:
+            self.act(y)
+        return y.reshape((n, m) + tuple(out_hw))
+
+
+def shuffle_channels(y: np.ndarray, groups: int) -> np.ndarray:
+    """``y`` (N, C, ...) with channel g * C/G + j moved to j * G + g (ShuffleNet's shuffle);
+    ``y`` itself when ``groups`` is 0."""
+    if not groups:
+        return y
+    n, c = y.shape[:2]
+    return np.ascontiguousarray(y.reshape((n, groups, c // groups) + y.shape[2:]).swapaxes(1, 2)).reshape(y.shape)

@@ -145,7 +145,7 @@ class AveragePool(_Pool):
         x = inputs[0]
         kernel, strides, dil, pb, pe, out, pe_explicit = self.geometry(x.shape[2:])
         if _whole_window(x, kernel, strides, dil, pb, pe):
-            return [spatial_mean(x)]
+            return [np.asarray(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
         y = _separable_reduce(x, pb, out, kernel, strides, dil, np.add, 0)
         padded = any(pb) or any(pe)
         if not padded:
@@ -190,19 +190,6 @@ class LpPool(_Pool):
         return [np.asarray(y ** x.dtype.type(1.0 / self.p), dtype=x.dtype)]
 
 
-def spatial_mean(x: np.ndarray) -> np.ndarray:
-    """The mean of each (N, C) plane of ``x``, keeping the spatial axes as 1s. Float32/64 planes
-    are summed by one BLAS matrix-vector product: numpy's mean over trailing axes runs a short
-    reduction per plane (0.023 against 0.005 ms for 544 planes of 7x7)."""
-    axes = tuple(range(2, x.ndim))
-    size = int(np.prod(x.shape[2:]))
-    if x.dtype not in (np.float32, np.float64) or size < 2 or x.size == 0:
-        return np.asarray(x.mean(axis=axes, keepdims=True), dtype=x.dtype)
-    ones = np.full(size, 1.0 / size, dtype=x.dtype)
-    flat = np.ascontiguousarray(x).reshape(-1, size)
-    return (flat @ ones).reshape(x.shape[:2] + (1,) * len(axes))
-
-
 class _GlobalPool(Kernel):
     fn = None
 
@@ -214,15 +201,7 @@ class _GlobalPool(Kernel):
         return [np.asarray(self.fn(x, axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
 
 
-@register("GlobalAveragePool", since=1)
-class GlobalAveragePool(Kernel):
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
-
-    def compute(self, inputs: list) -> list:
-        return [spatial_mean(inputs[0])]
-
-
+register("GlobalAveragePool", since=1)(type("GlobalAveragePool", (_GlobalPool,), {"fn": staticmethod(np.mean)}))
 register("GlobalMaxPool", since=1)(type("GlobalMaxPool", (_GlobalPool,), {"fn": staticmethod(np.max)}))
 
 

@@ -6,8 +6,8 @@ For each model: build it (``models.py``), create both sessions, check the output
 difference, also relative to the largest output), warm up, then time ``repeat`` runs alternating
 onnxruntime and onnxhal, and report medians. ``ratio`` is the ratio of the two medians (what the
 targets are judged on); ``pair ratio`` is the median of the per-pair ratios, with its quartiles,
-which a slow phase of the machine lasting several runs does not skew. ``light`` expands to every light model-zoo model;
-single light models are named ``light:resnet50`` etc. Materialized light models are cached in
+which a slow phase of the machine lasting several runs does not skew. ``light`` expands to every
+light model-zoo model; single light models are named ``light:resnet50`` etc. Materialized light models are cached in
 ``$ONNXHAL_BENCH_CACHE`` (default ``~/.cache/onnxhal-bench``) because random weights for vgg19 take
 half a minute to build.
 

@@ -93,7 +93,7 @@ def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops:
         return graph
     passes = [(name, fn, recurse, min_level) for name, min_level, fn, recurse, cpu_only in PASSES
               if level >= min_level and (fuse_cpu_ops or not cpu_only)
-              and (cpu_ep_only and fuse_cpu_ops or name not in CPU_EP_PASSES)]
+              and (cpu_ep_only or name not in CPU_EP_PASSES)]
     if not fuse_cpu_ops:
         passes = [(n, opt_fusions.fuse_layer_norm_standard if n == "fuse_layer_norm" else fn, r, lv)
                   for n, fn, r, lv in passes]

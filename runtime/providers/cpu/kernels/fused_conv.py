@@ -134,8 +134,6 @@ class FusedConv(FusedBase):
                 epilogue(yd[i].reshape(m, p), i, 0, m)
             return yd
         y = np.empty((n, m, p), dtype=x.dtype)
-        if self.shuffle and self._shuffles_in_place(w, z):
-            return self._grouped_shuffled(x, w, b, y, pads, (oh, ow), copied)
         if not copied:
             cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, c, p)
         else:
@@ -149,7 +147,10 @@ class FusedConv(FusedBase):
         else:
             w3 = w.reshape(g, mg, k)
         cols = cols.reshape(n, g, k, p)  # channel-major im2col rows split evenly between groups
-        yg = y.reshape(n, g, mg, p)
+        # A shuffle written in place: group gi's row j is output channel j * G + gi, a strided
+        # view BLAS writes directly; its epilogue then runs once over the contiguous output.
+        shuffled = bool(self.shuffle) and self._shuffles_in_place(w, z)
+        yg = y.reshape(n, mg, g, p).transpose(0, 2, 1, 3) if shuffled else y.reshape(n, g, mg, p)
         if g == 1:
             def rows(r0: int, r1: int) -> None:
                 for i in range(n):
@@ -161,40 +162,17 @@ class FusedConv(FusedBase):
         else:
             def groups(g0: int, g1: int) -> None:  # one batched product and one epilogue per image
                 np.matmul(w3[g0:g1], cols[:, g0:g1], out=yg[:, g0:g1])
-                for i in range(n):
-                    epilogue(yg[i, g0:g1].reshape((g1 - g0) * mg, p), i, g0 * mg, g1 * mg)
+                if not shuffled:
+                    for i in range(n):
+                        epilogue(yg[i, g0:g1].reshape((g1 - g0) * mg, p), i, g0 * mg, g1 * mg)
 
             parallel_ranges(g, groups, work=n * m * k * p, product=True)
+            if shuffled:
+                if bias is not None:
+                    y += bias.reshape(g, mg).T.reshape(1, m, 1)
+                if act is not None:
+                    act(y)
         return y.reshape(n, m, oh, ow)
-
-    def _grouped_shuffled(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, y: np.ndarray,
-                          pads: tuple[int, int, int, int], out_hw: tuple[int, int], copied: bool) -> np.ndarray:
-        """The grouped convolution with each group's (M/G, P) product written to rows j * G + g
-        of ``y`` (a strided view BLAS writes directly), then bias (in shuffled order) and the
-        activation over the whole contiguous output."""
-        n, c = x.shape[:2]
-        m, cg, kh, kw = w.shape
-        g = self.group
-        mg, k, p = m // g, cg * kh * kw, out_hw[0] * out_hw[1]
-        (sh, sw), (dh, dw) = self.strides, self.dilations
-        if not copied:
-            cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, g, k, p)
-        else:
-            cols = np.empty((n, c, kh, kw) + tuple(out_hw), dtype=x.dtype)
-            _im2col(x, pads, out_hw, (kh, kw), (sh, sw), (dh, dw), cols)
-            cols = cols.reshape(n, g, k, p)
-        yv = y.reshape(n, mg, g, p).transpose(0, 2, 1, 3)  # yv[:, gi, j] is channel j * G + gi
-        w3 = w.reshape(g, mg, k)
-
-        def groups(g0: int, g1: int) -> None:
-            np.matmul(w3[g0:g1], cols[:, g0:g1], out=yv[:, g0:g1])
-
-        parallel_ranges(g, groups, work=n * m * k * p, product=True)
-        if b is not None:
-            y += b.reshape(g, mg).T.reshape(1, m, 1)
-        if self.act is not None:
-            self.act(y)
-        return y.reshape((n, m) + tuple(out_hw))
 
 
 def shuffle_channels(y: np.ndarray, groups: int) -> np.ndarray:

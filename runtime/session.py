@@ -129,7 +129,7 @@ class _SessionCore:
 
             # Fuse into com.onnxhal ops only if every EP of the session can claim them.
             fuse = all(ep.runs_onnxhal_fused_ops for ep in self.eps.values())
-            cpu_only = all(name == "CPUExecutionProvider" for name in self.eps)
+            cpu_only = all(name == CPU_EP_NAME for name in self.eps)
             graph = optimize(graph, GraphOptimizationLevel(level), fuse_cpu_ops=fuse, cpu_ep_only=cpu_only)
         self.graph = graph
         eps = [self.eps[c.ep_name] for c in self.choices]

@@ -88,16 +88,7 @@ class FusedConv(FusedBase):
             if self.act is not None:
                 self.act(y)
             return [shuffle_channels(y, self.shuffle)]
-        y = self._conv2d(x, w, b, z)
-        if self.shuffle and not self._shuffles_in_place(w, z):
-            y = shuffle_channels(y, self.shuffle)
-        return [y]
-
-    def _shuffles_in_place(self, w: np.ndarray, z: np.ndarray | None) -> bool:
-        """Whether _conv2d writes the shuffled channels itself: a grouped, not depthwise,
-        convolution with as many groups as the shuffle and no residual."""
-        g = self.group
-        return g > 1 and self.shuffle == g and z is None and not (w.shape[0] == g and w.shape[1] == 1)
+        return [self._conv2d(x, w, b, z)]
 
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
         n, c, h, wd = x.shape
@@ -132,7 +123,7 @@ class FusedConv(FusedBase):
             yd = depthwise_taps(x, w, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
             for i in range(n):
                 epilogue(yd[i].reshape(m, p), i, 0, m)
-            return yd
+            return shuffle_channels(yd, self.shuffle)
         y = np.empty((n, m, p), dtype=x.dtype)
         if not copied:
             cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, c, p)
@@ -147,9 +138,10 @@ class FusedConv(FusedBase):
         else:
             w3 = w.reshape(g, mg, k)
         cols = cols.reshape(n, g, k, p)  # channel-major im2col rows split evenly between groups
-        # A shuffle written in place: group gi's row j is output channel j * G + gi, a strided
-        # view BLAS writes directly; its epilogue then runs once over the contiguous output.
-        shuffled = bool(self.shuffle) and self._shuffles_in_place(w, z)
+        # A shuffle with as many groups as the convolution (and no residual) is written in place:
+        # group gi's row j is output channel j * G + gi, a strided view BLAS writes directly; the
+        # epilogue then runs once over the contiguous output. Other shuffles cost one copy.
+        shuffled = g > 1 and self.shuffle == g and z is None
         yg = y.reshape(n, mg, g, p).transpose(0, 2, 1, 3) if shuffled else y.reshape(n, g, mg, p)
         if g == 1:
             def rows(r0: int, r1: int) -> None:
@@ -172,7 +164,8 @@ class FusedConv(FusedBase):
                     y += bias.reshape(g, mg).T.reshape(1, m, 1)
                 if act is not None:
                     act(y)
-        return y.reshape(n, m, oh, ow)
+        y = y.reshape(n, m, oh, ow)
+        return y if shuffled else shuffle_channels(y, self.shuffle)
 
 
 def shuffle_channels(y: np.ndarray, groups: int) -> np.ndarray:

@@ -45,6 +45,19 @@ def run_reference(op: str, inputs: list, opset: int, n_outputs: int = 1, **attrs
     return ReferenceEvaluator(model).run(None, feeds)
 
 
+def run_onnxruntime(op: str, inputs: list, opset: int, n_outputs: int = 1, **attrs) -> list:
+    ort = pytest.importorskip("onnxruntime")
+    names = [f"i{k}" for k in range(len(inputs))]
+    graph = helper.make_graph(
+        [helper.make_node(op, names, [f"y{k}" for k in range(n_outputs)], **attrs)], "g",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for n, v in zip(names, inputs)],
+        [helper.make_empty_tensor_value_info(f"y{k}") for k in range(n_outputs)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, dict(zip(names, inputs)))
+
+
 def check(op: str, inputs: list, opset: int, n_outputs: int = 1, rtol: float = 1e-5, atol: float = 1e-5,
           **attrs) -> list:
     """Native result == onnx.reference result, same dtype and shape; returns the native outputs."""
@@ -72,6 +85,12 @@ def randn(*shape, dtype=np.float32) -> np.ndarray:
     ((2, 4, 12, 13), (4, 1, 5, 3), {"group": 4, "pads": [2, 1, 2, 1], "strides": [3, 2], "dilations": [2, 1]}),
     ((1, 3, 10, 10), (3, 1, 3, 3), {"group": 3, "dilations": [2, 3], "strides": [2, 2], "pads": [0, 1, 2, 3]}),
     ((1, 3, 6, 7), (3, 1, 1, 1), {"group": 3, "strides": [2, 2]}),
+    # unit-stride depthwise as wide as its input: whole planes between zero rows, row-end taps zeroed
+    ((2, 4, 7, 6), (4, 1, 3, 3), {"group": 4, "pads": [2, 2, 0, 0]}),
+    ((1, 3, 8, 9), (3, 1, 3, 3), {"group": 3, "dilations": [2, 2], "pads": [1, 3, 3, 1]}),
+    ((1, 2, 6, 5), (2, 1, 5, 5), {"group": 2, "pads": [2, 2, 2, 2]}),
+    ((1, 3, 5, 7), (3, 1, 4, 4), {"group": 3, "auto_pad": "SAME_UPPER"}),
+    ((1, 2, 4, 1), (2, 1, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # one column: both row ends
     ((1, 4, 8, 8), (8, 1, 3, 3), {"group": 4, "strides": [2, 2]}),  # channel multiplier 2
     ((1, 3, 7, 9), (5, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ((1, 3, 7, 9), (5, 3, 4, 4), {"auto_pad": "SAME_LOWER"}),
@@ -141,6 +160,42 @@ def test_pooling_nd_and_wide_pads_match_reference(op, shape, attrs):
     # Pools reduce one axis at a time and skip taps that land in padding: 1-D and 3-D inputs,
     # pads as wide as the input, windows mostly outside it.
     check(op, [randn(*shape)], 19, **attrs)
+
+
+@pytest.mark.parametrize("op,shape,attrs", [
+    ("MaxPool", (2, 3, 9, 8), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (1, 2, 6, 7), {"kernel_shape": [3, 2], "dilations": [2, 3], "pads": [2, 0, 1, 1]}),
+    ("AveragePool", (1, 3, 7, 7), {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}),
+    ("AveragePool", (1, 3, 7, 7), {"kernel_shape": [3, 1], "pads": [1, 0, 1, 0], "count_include_pad": 1}),
+    ("AveragePool", (2, 2, 5, 6), {"kernel_shape": [1, 1]}),
+    ("LpPool", (1, 2, 6, 5), {"kernel_shape": [2, 3], "pads": [0, 1, 1, 1], "p": 2}),
+    ("MaxPool", (2, 3, 13), {"kernel_shape": [4], "pads": [2, 1]}),
+    ("AveragePool", (1, 2, 4, 5, 6), {"kernel_shape": [2, 3, 3], "pads": [1, 1, 0, 0, 1, 2]}),
+    ("MaxPool", (1, 2, 5, 5), {"kernel_shape": [3, 3], "ceil_mode": 1, "pads": [0, 0, 1, 1]}),
+])
+def test_unit_stride_pools_match_onnxruntime(op, shape, attrs):
+    # Unit-stride pools take whole-array passes over the flattened padded input, whose windows
+    # run across row and plane ends where no output is sampled. (onnx.reference fails on the
+    # 1-D end pads and shifts ceil_mode windows: ORT is the oracle.)
+    x = randn(*shape)
+    before = x.copy()
+    (want,) = run_onnxruntime(op, [x], 19, **attrs)
+    (y,) = run_native(op, [x], 19, **attrs)
+    assert y.shape == want.shape and y.dtype == want.dtype
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(x, before)  # the 1x1 pool's sample view is x itself: copied
+    y += 1  # and the result is the caller's to write
+
+
+def test_maxpool_unit_stride_integer_and_nan():
+    x = RNG.integers(-128, 127, (1, 2, 6, 6)).astype(np.int8)
+    (y,) = run_native("MaxPool", [x], 12, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    (want,) = run_reference("MaxPool", [x.astype(np.float32)], 12, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    np.testing.assert_array_equal(y, want.astype(np.int8))
+    f = randn(1, 1, 5, 5)
+    f[0, 0, 2, 2] = np.nan
+    (y,) = run_native("MaxPool", [f], 12, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    assert np.isnan(y[0, 0, 1:4, 1:4]).all() and not np.isnan(y[0, 0, 0]).any()  # NaN spreads over its windows only
 
 
 def test_conv_transpose_output_shape_smaller_than_computed_crops_the_end():
@@ -304,18 +359,8 @@ def test_resize_delegated_forms():
 ])
 def test_pooling_ceil_mode_and_indices_match_onnxruntime(op, attrs, n_out):
     """onnx.reference shifts ceil_mode windows and is slow here; ORT is the oracle for these."""
-    ort = pytest.importorskip("onnxruntime")
-    from onnx import TensorProto
-
-    outs = ["y", "i"][:n_out]
-    graph = helper.make_graph(
-        [helper.make_node(op, ["x"], outs, **attrs)], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 10, 9])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("i", TensorProto.INT64, None)][:n_out])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
     x = randn(2, 3, 10, 9)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = run_onnxruntime(op, [x], 19, n_outputs=n_out, **attrs)
     got = run_native(op, [x], 19, n_outputs=n_out, **attrs)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype

@@ -11,8 +11,8 @@ g * C/G + j goes to channel j * G + g: a grouped convolution with G groups write
 product straight into its shuffled channels (BLAS takes the strided rows), anything else is
 shuffled by one copy. Depthwise convolutions copy contiguous rows of the
 stride phases of the padded input tap-major and reduce them with one batched BLAS product
-(``depthwise_taps``). Anything else (1-D/3-D, integer) runs through the CPU
-EP's Conv kernel, then the same epilogue.
+(``depthwise_rows``); the bias is added in the copy that cuts the outputs from those rows.
+Anything else (1-D/3-D, integer) runs through the CPU EP's Conv kernel, then the same epilogue.
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from onnxhal.hal import KernelCreateContext, Node
-from onnxhal.runtime.providers.cpu.kernels.conv import depthwise_taps, im2col_from_phases, pad_spatial, resolve_pads
+from onnxhal.runtime.providers.cpu.kernels.conv import (
+    depthwise_rows,
+    im2col_from_phases,
+    pad_spatial,
+    resolve_pads,
+    rows_view,
+)
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, parallel_ranges, writable
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -120,9 +126,22 @@ class FusedConv(FusedBase):
                 act(out)
 
         if g == c == m and cg == 1:  # depthwise: one BLAS product per channel over its taps
-            yd = depthwise_taps(x, w, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
-            for i in range(n):
-                epilogue(yd[i].reshape(m, p), i, 0, m)
+            acc, _, wq = depthwise_rows(x, w, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
+            if wq == ow:  # the rows are the outputs
+                yd = acc.reshape(n, m, oh, ow)
+                if b is not None:
+                    yd += b.reshape(1, m, 1, 1)
+            else:  # the bias is added in the copy that cuts the outputs from the pitched rows
+                yd = np.empty((n, m, oh, ow), dtype=x.dtype)
+                rows = rows_view(acc, (oh, ow), wq)
+                if b is not None:
+                    np.add(rows, b.reshape(1, m, 1, 1), out=yd)
+                else:
+                    np.copyto(yd, rows)
+            if z is not None:
+                yd += z
+            if act is not None:
+                act(yd)
             return shuffle_channels(yd, self.shuffle)
         y = np.empty((n, m, p), dtype=x.dtype)
         if not copied:

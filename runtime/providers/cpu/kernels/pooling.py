@@ -6,6 +6,7 @@ MaxPool's Indices by tracking the winning tap over a padded copy; GlobalAverageP
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial
@@ -50,6 +51,49 @@ def _separable_reduce(x: np.ndarray, pb, out, kernel, strides, dil, op, identity
             op(view, src(k, i0, i1), out=view)
         y = acc
     return y
+
+
+def _flat_reduce(x: np.ndarray, pb, pe, out, kernel, strides, dil, op, identity) -> np.ndarray | None:
+    """``op`` over each pooling window as whole-array passes over the flattened, padded input:
+    per spatial axis, k - 1 passes combine each element with its taps' elements at offsets of
+    d * (the axis' pitch), then one strided copy samples the window starts. The windows of
+    positions that are never sampled run across row or plane ends and are ignored. Every pass is
+    one contiguous stretch (SIMD, one inner loop) where the separable reduction's slices run one
+    inner loop per row. None when the padded input cannot hold the last window."""
+    nd = len(kernel)
+    dims = tuple(n + b + e for n, b, e in zip(x.shape[2:], pb, pe))
+    if x.size == 0 or any((o - 1) * s + (k - 1) * d >= n for o, s, k, d, n in zip(out, strides, kernel, dil, dims)):
+        return None
+    xp = np.ascontiguousarray(pad_spatial(x, pb, pe, identity))
+    pitch = [int(np.prod(dims[a + 1:])) for a in range(nd)]
+    f = xp.reshape(-1)
+    for a in range(nd):
+        step = dil[a] * pitch[a]
+        length = f.size - (kernel[a] - 1) * step
+        if kernel[a] == 1:
+            continue
+        acc = op(f[:length], f[step:step + length])
+        for t in range(2, kernel[a]):
+            op(acc, f[t * step:t * step + length], out=acc)
+        f = acc
+    item = f.itemsize
+    view = as_strided(f, (x.shape[0] * x.shape[1],) + tuple(out),
+                      (int(np.prod(dims)) * item,) + tuple(s * p * item for s, p in zip(strides, pitch)), writeable=False)
+    y = np.empty(x.shape[:2] + tuple(out), dtype=x.dtype)  # a copy even when the view is x itself (1x1)
+    np.copyto(y.reshape(view.shape), view)
+    return y
+
+
+def _window_reduce(x: np.ndarray, pb, pe, out, kernel, strides, dil, op, identity) -> np.ndarray:
+    """``op`` over each pooling window: the flat passes (``_flat_reduce``) for unit-stride pools,
+    where they are 0.54-0.88 of the separable reduction's time (3x3 at 192x28x28 to 832x7x7); the
+    separable one for strided pools, whose full-resolution flat passes move up to 1.5x the
+    memory (64x112x112 stride 2: 1.44 against 0.96 ms)."""
+    if all(s == 1 for s in strides):
+        y = _flat_reduce(x, pb, pe, out, kernel, strides, dil, op, identity)
+        if y is not None:
+            return y
+    return _separable_reduce(x, pb, out, kernel, strides, dil, op, identity)
 
 
 def _whole_window(x: np.ndarray, kernel, strides, dil, pb, pe) -> bool:
@@ -105,7 +149,7 @@ class MaxPool(_Pool):
             return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         if not self.with_indices:
-            return [_separable_reduce(x, pb, out, kernel, strides, dil, np.maximum, low)]
+            return [_window_reduce(x, pb, pe, out, kernel, strides, dil, np.maximum, low)]
         xp = pad_spatial(x, pb, pe, low)
         return list(self._with_indices(x, xp, kernel, strides, dil, pb, out))
 
@@ -146,7 +190,7 @@ class AveragePool(_Pool):
         kernel, strides, dil, pb, pe, out, pe_explicit = self.geometry(x.shape[2:])
         if _whole_window(x, kernel, strides, dil, pb, pe):
             return [np.asarray(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
-        y = _separable_reduce(x, pb, out, kernel, strides, dil, np.add, 0)
+        y = _window_reduce(x, pb, pe, out, kernel, strides, dil, np.add, 0)
         padded = any(pb) or any(pe)
         if not padded:
             y /= x.dtype.type(int(np.prod(kernel)))
@@ -186,7 +230,7 @@ class LpPool(_Pool):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
         kernel, strides, dil, pb, pe, out, _ = self.geometry(x.shape[2:])
-        y = _separable_reduce(np.abs(x) ** x.dtype.type(self.p), pb, out, kernel, strides, dil, np.add, 0)
+        y = _window_reduce(np.abs(x) ** x.dtype.type(self.p), pb, pe, out, kernel, strides, dil, np.add, 0)
         return [np.asarray(y ** x.dtype.type(1.0 / self.p), dtype=x.dtype)]
 
 

@@ -1,7 +1,8 @@
 """Pooling: MaxPool, AveragePool and LpPool as separable max/add passes, one spatial axis at a
-time, over strided slices of the input (``ceil_mode`` as extra end padding that never counts);
-MaxPool's Indices by tracking the winning tap over a padded copy; GlobalAveragePool/GlobalMaxPool as reductions. Column-major Indices
-(``storage_order=1``) are delegated to onnx.reference."""
+time: over strided slices of the input for strided pools, over the flattened padded input for
+unit-stride ones (``ceil_mode`` as extra end padding that never counts); MaxPool's Indices by
+tracking the winning tap over a padded copy; GlobalAveragePool/GlobalMaxPool as reductions.
+Column-major Indices (``storage_order=1``) are delegated to onnx.reference."""
 
 from __future__ import annotations
 

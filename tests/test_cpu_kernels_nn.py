@@ -32,7 +32,9 @@ def run_native(op: str, inputs: list, opset: int, n_outputs: int = 1, **attrs) -
     return kernel.compute(list(inputs))
 
 
-def run_reference(op: str, inputs: list, opset: int, n_outputs: int = 1, **attrs) -> list:
+def single_node_model(op: str, inputs: list, opset: int, n_outputs: int, ir_version: int | None = None,
+                      **attrs) -> tuple[onnx.ModelProto, dict]:
+    """A model of one ``op`` node over inputs i0.. (None: an omitted input) and its feeds."""
     names = [f"i{k}" if v is not None else "" for k, v in enumerate(inputs)]
     node = helper.make_node(op, names, [f"y{k}" for k in range(n_outputs)], **attrs)
     feeds = {n: v for n, v in zip(names, inputs) if n}
@@ -42,20 +44,21 @@ def run_reference(op: str, inputs: list, opset: int, n_outputs: int = 1, **attrs
          for n, v in feeds.items()],
         [helper.make_empty_tensor_value_info(f"y{k}") for k in range(n_outputs)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    if ir_version is not None:
+        model.ir_version = ir_version
+    return model, feeds
+
+
+def run_reference(op: str, inputs: list, opset: int, n_outputs: int = 1, **attrs) -> list:
+    model, feeds = single_node_model(op, inputs, opset, n_outputs, **attrs)
     return ReferenceEvaluator(model).run(None, feeds)
 
 
 def run_onnxruntime(op: str, inputs: list, opset: int, n_outputs: int = 1, **attrs) -> list:
     ort = pytest.importorskip("onnxruntime")
-    names = [f"i{k}" for k in range(len(inputs))]
-    graph = helper.make_graph(
-        [helper.make_node(op, names, [f"y{k}" for k in range(n_outputs)], **attrs)], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-         for n, v in zip(names, inputs)],
-        [helper.make_empty_tensor_value_info(f"y{k}") for k in range(n_outputs)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
+    model, feeds = single_node_model(op, inputs, opset, n_outputs, ir_version=9, **attrs)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, dict(zip(names, inputs)))
+    return session.run(None, feeds)
 
 
 def check(op: str, inputs: list, opset: int, n_outputs: int = 1, rtol: float = 1e-5, atol: float = 1e-5,

@@ -167,15 +167,16 @@ def depthwise_taps(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
                    kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int]) -> np.ndarray:
     """Depthwise 2-D convolution of ``x`` (N, C, H, W), zero-padded by ``pads`` (top, left, bottom,
     right), with ``w`` (C, 1, kh, kw), no bias: a contiguous (N, C, oh, ow) array."""
-    return rows_to_output(*depthwise_rows(x, w, pads, out_hw, kernel, strides, dilations))
+    acc, wq = depthwise_rows(x, w, pads, out_hw, kernel, strides, dilations)
+    return rows_to_output(acc, out_hw, wq)
 
 
 def depthwise_rows(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
                    kernel: tuple[int, int], strides: tuple[int, int],
-                   dilations: tuple[int, int]) -> tuple[np.ndarray, tuple[int, int], int]:
+                   dilations: tuple[int, int]) -> tuple[np.ndarray, int]:
     """``depthwise_taps`` before its outputs are cut from the rows: the row-pitched (N, C, L)
-    result, the output size and the row pitch (``rows_view``), so a caller that adds a bias
-    does it in the copy that cuts them.
+    result and its row pitch (``rows_view``), so a caller that adds a bias does it in the copy
+    that cuts them.
 
     numpy has no fused multiply-add, so a loop over taps costs two full passes per tap. Instead the
     tap rows (contiguous shifted slices of the stride phases, ``_phases``) are copied tap-major
@@ -186,7 +187,7 @@ def depthwise_rows(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     n, c, _, wd = x.shape
     kh, kw = kernel
     if strides == (1, 1) and pads[1] + pads[3] == (kw - 1) * dilations[1] and out_hw[1] == wd:
-        return _depthwise_same_width(x, w, pads, out_hw, kernel, dilations), out_hw, wd
+        return _depthwise_same_width(x, w, pads, out_hw, kernel, dilations), wd
     phases, taps, wq, length = _phases(x, pads, 0, out_hw, kernel, strides, dilations)
     cols = np.empty((n, c, kh * kw, length), dtype=x.dtype)
     order: list[int] = []
@@ -204,7 +205,7 @@ def depthwise_rows(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
         wk = wk[:, order]
     acc = np.empty((n, c, 1, length), dtype=x.dtype)
     np.matmul(wk.reshape(c, 1, kh * kw), cols, out=acc)
-    return acc.reshape(n, c, length), out_hw, wq
+    return acc.reshape(n, c, length), wq
 
 
 def _depthwise_same_width(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],

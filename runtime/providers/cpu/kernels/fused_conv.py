@@ -126,7 +126,7 @@ class FusedConv(FusedBase):
                 act(out)
 
         if g == c == m and cg == 1:  # depthwise: one BLAS product per channel over its taps
-            acc, _, wq = depthwise_rows(x, w, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
+            acc, wq = depthwise_rows(x, w, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
             if wq == ow:  # the rows are the outputs
                 yd = acc.reshape(n, m, oh, ow)
                 if b is not None:

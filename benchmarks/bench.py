@@ -6,7 +6,10 @@ For each model: build it (``models.py``), create both sessions, check the output
 difference, also relative to the largest output), warm up, then time ``repeat`` runs alternating
 onnxruntime and onnxhal, and report medians. ``ratio`` is the ratio of the two medians (what the
 targets are judged on); ``pair ratio`` is the median of the per-pair ratios, with its quartiles,
-which a slow phase of the machine lasting several runs does not skew. ``light`` expands to every
+which a slow phase of the machine lasting several runs does not skew. ``steal %`` is the share of
+the CPU time the hypervisor gave to other guests during the timed runs (/proc/stat): on a shared
+VM both runtimes slow down by a varying amount, and a row measured at a high steal share is the
+one to re-run before reading much into its ratio. ``light`` expands to every
 light model-zoo model; single light models are named ``light:resnet50`` etc. Materialized light models are cached in
 ``$ONNXHAL_BENCH_CACHE`` (default ``~/.cache/onnxhal-bench``) because random weights for vgg19 take
 half a minute to build.
@@ -80,6 +83,21 @@ class Result:
     pair_ratio: float = float("nan")
     pair_q1: float = float("nan")
     pair_q3: float = float("nan")
+    #: Share of the machine's CPU time the hypervisor gave to other guests during the timed runs
+    #: (/proc/stat "steal"; NaN where unavailable). Ratios measured at a high steal share are noisy.
+    steal_pct: float = float("nan")
+
+
+def cpu_steal_ticks() -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs from /proc/stat, or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is already
+    # counted in user/nice, so the total stops at steal.
+    return (fields[7], sum(fields[:8])) if len(fields) >= 8 else None
 
 
 def build(name: str) -> onnx.ModelProto:
@@ -137,6 +155,7 @@ def measure(name: str, repeat: int, warmup: int, threads: int, ort_spin: bool, p
         ort_sess.run(None, feeds)
         hal_sess.run(None, feeds)
     t_ort, t_hal = [], []
+    before = cpu_steal_ticks()
     for _ in range(repeat):  # alternate so both see the same machine load
         t0 = time.perf_counter()
         ort_sess.run(None, feeds)
@@ -146,6 +165,9 @@ def measure(name: str, repeat: int, warmup: int, threads: int, ort_spin: bool, p
         t_ort.append(t1 - t0)
         t_hal.append(t2 - t1)
         progress()
+    after = cpu_steal_ticks()
+    steal = (100.0 * (after[0] - before[0]) / max(1, after[1] - before[1])
+             if before is not None and after is not None else float("nan"))
     ort_ms, hal_ms = statistics.median(t_ort) * 1e3, statistics.median(t_hal) * 1e3
     nodes = len(model.graph.node)
     ratio = hal_ms / ort_ms
@@ -157,7 +179,7 @@ def measure(name: str, repeat: int, warmup: int, threads: int, ort_spin: bool, p
     else:
         limit = TARGETS.get(name, LIGHT_TARGET)
         target, met, note = f"<= {limit}", ratio <= limit, ""
-    return Result(name, ort_ms, hal_ms, ratio, target, met, diff, diff / scale, nodes, note, pair, q1, q3)
+    return Result(name, ort_ms, hal_ms, ratio, target, met, diff, diff / scale, nodes, note, pair, q1, q3, steal)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,12 +217,12 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(Result(name, float("nan"), float("nan"), float("nan"), "", False,
                                       float("nan"), float("nan"), 0, f"error: {type(exc).__name__}: {exc}"[:200]))
     table = Table(title=f"onnxhal vs onnxruntime (CPU, {args.threads} threads, median of {args.repeat})")
-    for col in ("model", "ort ms", "onnxhal ms", "ratio", "pair ratio (q1-q3)", "target", "met", "max abs diff", "note"):
+    for col in ("model", "ort ms", "onnxhal ms", "ratio", "pair ratio (q1-q3)", "target", "met", "max abs diff", "steal %", "note"):
         table.add_column(col, justify="left" if col in ("model", "target", "note") else "right")
     for r in results:
         table.add_row(r.model, f"{r.ort_ms:.2f}", f"{r.onnxhal_ms:.2f}", f"{r.ratio:.2f}",
                       f"{r.pair_ratio:.2f} ({r.pair_q1:.2f}-{r.pair_q3:.2f})", r.target,
-                      "yes" if r.met else "NO", f"{r.max_abs_diff:.2e}", r.note)
+                      "yes" if r.met else "NO", f"{r.max_abs_diff:.2e}", f"{r.steal_pct:.1f}", r.note)
     Console(width=max(140, Console().width)).print(table)
     if args.json:
         text = json.dumps([asdict(r) for r in results], indent=2)

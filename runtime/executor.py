@@ -198,21 +198,24 @@ class ExecutionPlan:
                 slots[host_slot] = self.memory.transfer(value, HOST_MEMORY_DEVICE, None)
             for dev, s in targets or ():
                 slots[s] = self.memory.transfer(value, dev, None)
-        if profiler is not None:
-            self._run_checked(slots, run_options, profiler)
-        else:
-            fast = self._fast if run_options is None else self._fast_checked
-            try:
-                results = fast(slots, self._fast_fns, run_options)
-            except Terminated:
-                raise
-            except Exception as e:
-                raise self._wrap(e, slots, self._failed_step(e, fast)) from e
-            finally:
-                if self.memory.any_streams:
-                    self.memory.end_of_run()
-            for i, v in zip(self.output_slots, results):
-                slots[i] = v
+        # NaN and inf from IEEE arithmetic (Sqrt or Log of a negative, 0/0, overflow) are results,
+        # as in onnxruntime, not numpy RuntimeWarnings from inside the runtime.
+        with np.errstate(all="ignore"):
+            if profiler is not None:
+                self._run_checked(slots, run_options, profiler)
+            else:
+                fast = self._fast if run_options is None else self._fast_checked
+                try:
+                    results = fast(slots, self._fast_fns, run_options)
+                except Terminated:
+                    raise
+                except Exception as e:
+                    raise self._wrap(e, slots, self._failed_step(e, fast)) from e
+                finally:
+                    if self.memory.any_streams:
+                        self.memory.end_of_run()
+                for i, v in zip(self.output_slots, results):
+                    slots[i] = v
         idx = range(len(self.output_slots)) if fetch is None else fetch
         if not self.device_outputs and output_devices is None:
             return [slots[self.output_slots[i]] for i in idx]

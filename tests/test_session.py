@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import warnings
 
 import numpy as np
 import onnx
@@ -240,3 +241,23 @@ def test_log_severity_level(caplog):
         assert logging.getLogger("onnxhal").level == logging.INFO
     finally:
         logging.getLogger("onnxhal").setLevel(logging.NOTSET)
+
+
+@pytest.mark.parametrize("profiling", [False, True])
+def test_ieee_specials_are_results_not_warnings(tmp_path, profiling):
+    """Sqrt and Log of negatives, 0/0 and overflow give NaN and inf as onnxruntime does, with no
+    numpy RuntimeWarning escaping the run (a caller running with warnings as errors must not fail)."""
+    nodes = [helper.make_node("Sqrt", ["x"], ["s"]), helper.make_node("Log", ["x"], ["l"]),
+             helper.make_node("Div", ["x", "x"], ["d"]), helper.make_node("Exp", ["x"], ["e"])]
+    model = make(nodes, [vi("x", [3])], [vi("s", [3]), vi("l", [3]), vi("d", [3]), vi("e", [3])])
+    opts = onnxhal.SessionOptions()
+    opts.enable_profiling = profiling
+    opts.profile_file_prefix = str(tmp_path / "p")
+    s = onnxhal.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    x = np.array([-1.0, 0.0, 100.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sq, lg, dv, ex = s.run(None, {"x": x})
+    assert np.isnan(sq[0]) and np.isnan(lg[0]) and lg[1] == -np.inf and np.isnan(dv[1])
+    assert ex[2] == np.inf and dv[2] == 1.0
+    assert np.seterr()["invalid"] == "warn"  # the caller's own numpy settings are untouched

@@ -180,13 +180,16 @@ def test_unit_stride_pools_match_onnxruntime(op, shape, attrs):
     # Unit-stride pools take whole-array passes over the flattened padded input, whose windows
     # run across row and plane ends where no output is sampled. (onnx.reference fails on the
     # 1-D end pads and shifts ceil_mode windows: ORT is the oracle.)
-    x = randn(*shape)
+    _assert_pool_matches_onnxruntime(op, randn(*shape), attrs)
+
+
+def _assert_pool_matches_onnxruntime(op, x, attrs):
     before = x.copy()
     (want,) = run_onnxruntime(op, [x], 19, **attrs)
     (y,) = run_native(op, [x], 19, **attrs)
     assert y.shape == want.shape and y.dtype == want.dtype
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(x, before)  # the 1x1 pool's sample view is x itself: copied
+    np.testing.assert_array_equal(x, before)  # a pool's view of x (the 1x1 pool's is x itself) is copied
     y += 1  # and the result is the caller's to write
 
 
@@ -203,19 +206,9 @@ def test_unit_stride_pools_match_onnxruntime(op, shape, attrs):
 def test_strided_pools_with_unpadded_rows_match_onnxruntime(op, shape, attrs):
     # Strided pools whose windows stay inside the rows reduce the rows with flat passes over the
     # whole input (rows near a plane's end mix two planes and must never be sampled).
-    x = randn(*shape)
-    before = x.copy()
-    (want,) = run_onnxruntime(op, [x], 19, **attrs)
-    (y,) = run_native(op, [x], 19, **attrs)
-    assert y.shape == want.shape and y.dtype == want.dtype
-    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(x, before)
-    y += 1  # a fresh, writable result
+    _assert_pool_matches_onnxruntime(op, randn(*shape), attrs)
     if op == "MaxPool" and len(shape) == 4:
-        q = RNG.integers(-128, 127, shape).astype(np.int8)
-        (yq,) = run_native(op, [q], 19, **attrs)
-        (wq,) = run_onnxruntime(op, [q], 19, **attrs)
-        np.testing.assert_array_equal(yq, wq)
+        _assert_pool_matches_onnxruntime(op, RNG.integers(-128, 127, shape).astype(np.int8), attrs)
 
 
 def test_maxpool_unit_stride_integer_and_nan():

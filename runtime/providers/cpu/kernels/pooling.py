@@ -1,6 +1,6 @@
 """Pooling: MaxPool, AveragePool and LpPool as separable max/add passes, one spatial axis at a
-time: over strided slices of the input for strided pools, over the flattened padded input for
-unit-stride ones (``ceil_mode`` as extra end padding that never counts); MaxPool's Indices by
+time: over strided slices of the input for strided pools (their unpadded first axis over the
+flattened input), over the flattened padded input for unit-stride ones (``ceil_mode`` as extra end padding that never counts); MaxPool's Indices by
 tracking the winning tap over a padded copy; GlobalAveragePool/GlobalMaxPool as reductions.
 Column-major Indices (``storage_order=1``) are delegated to onnx.reference."""
 
@@ -112,7 +112,8 @@ def _window_reduce(x: np.ndarray, pb, pe, out, kernel, strides, dil, op, identit
     """``op`` over each pooling window: the flat passes (``_flat_reduce``) for unit-stride pools,
     where they are 0.54-0.88 of the separable reduction's time (3x3 at 192x28x28 to 832x7x7); the
     separable one for strided pools, where the flat passes, all at full resolution, took 1.0-1.24x
-    its time (3x3 stride 2, 24x56x56 to 480x28x28, alternating runs)."""
+    its time (3x3 stride 2, 24x56x56 to 480x28x28, alternating runs), with its first axis as flat
+    passes (``_first_axis_flat``) when the windows need no padding along it."""
     if all(s == 1 for s in strides):
         y = _flat_reduce(x, pb, pe, out, kernel, strides, dil, op, identity)
         if y is not None:

@@ -425,6 +425,18 @@ def test_gelu_kernel_matches_exact_erf():
     assert special[3] == np.float32(3e38) and abs(special[4]) < 1e-30
 
 
+def test_gelu_polynomial_is_the_documented_fit():
+    # benchmarks/fit_gelu.py reproduces the kernel's constants (loosely: LAPACK builds differ in
+    # the last digits) and the fit's own error bound.
+    spec = importlib.util.spec_from_file_location("onnxhal_fit_gelu",
+                                                  Path(__file__).resolve().parents[1] / "benchmarks" / "fit_gelu.py")
+    fit_gelu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_gelu)
+    coef, err = fit_gelu.fit(7, 4)
+    np.testing.assert_allclose(coef, fused_kernels._GELU_Q, rtol=1e-4)
+    assert err < 5e-8
+
+
 def shuffle_model(conv_attrs: dict, cin: int, cout: int, shuffle: int, perm=(0, 2, 1, 3, 4), bias: bool = True,
                   activation: bool = True, batch: int = 2, extra_output: str = "") -> onnx.ModelProto:
     """Conv [+ Relu] -> Reshape (N, G, C/G, H, W) -> Transpose -> Reshape (N, C, H, W) -> Sigmoid."""

@@ -119,7 +119,7 @@ def _blocked(fn: Callable[[np.ndarray], None], y: np.ndarray) -> None:
 
 # gelu(x) = relu(x) - c(|x|) with c(a) = a/2 erfc(a / sqrt 2) for both signs, and c(a) = a / q(a)^16:
 # q is a degree-7 polynomial fitted to (2 / erfc(a / sqrt 2))^(1/16) on [0, 10] (weighted least
-# squares iterated towards the minimax error of c; docs/optimizer.md has the fit). In exact
+# squares iterated towards the minimax error of c: benchmarks/fit_gelu.py refits it). In exact
 # arithmetic |c - a / q^16| < 4e-8; in float32 the four squarings amplify rounding to 3.6e-7 at
 # most (A&S 7.1.26 with exp: 3.3e-7). No exp: numpy's float32 exp has no SIMD loop on AVX2 (1.7-2.1
 # ns per element, about 14 multiplies' worth), and this form is 23 passes against 20 plus an exp:

@@ -16,12 +16,14 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 - ``ORT_ENABLE_LAYOUT`` and ``ORT_ENABLE_ALL`` add: remaining Conv, Gemm and MatMul-by-constant
   nodes -> their fused forms with no epilogue (as ORT's level-3 NCHWc transformer takes every
   Conv for its CPU kernels), so all heavy products run on the fused kernels' threads; a channel
-  shuffle after a FusedConv -> the FusedConv's ``channel_shuffle`` attribute.
+  shuffle after a FusedConv -> the FusedConv's ``channel_shuffle`` attribute; FusedGemm weights
+  read transposed (transB = 1) -> stored transposed once.
 
 ``fuse_cpu_ops=False`` keeps every ``com.onnxhal`` rewrite out (only the LayerNormalization fusion
 to the standard op, at opset >= 17, stays): for sessions where other EPs should see plain ops.
 ``cpu_ep_only=False`` keeps out the rewrites only the CPU EP's kernels run (``CPU_EP_PASSES``: the
-channel-shuffle fold, which the OpenCL EP's FusedConv lacks).
+channel-shuffle fold, which the OpenCL EP's FusedConv lacks, and the Gemm weight transpose, measured
+only against numpy's BLAS).
 
 The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
 stay within float tolerance of the unoptimized graph. A pass that meets something it cannot handle
@@ -65,10 +67,11 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
     ("adopt_fused_kernels", _LAYOUT, opt_fusions.adopt_fused_kernels, False, True),
     ("fuse_channel_shuffle", _LAYOUT, opt_fusions.fuse_channel_shuffle, False, True),
+    ("pretranspose_gemm_weights", _LAYOUT, opt_weight_folding.pretranspose_gemm_weights, False, True),
 ]
 
 #: Passes whose result only the CPU EP runs: skipped unless every EP of the session is the CPU EP.
-CPU_EP_PASSES = frozenset({"fuse_channel_shuffle"})
+CPU_EP_PASSES = frozenset({"fuse_channel_shuffle", "pretranspose_gemm_weights"})
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4

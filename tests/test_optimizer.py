@@ -493,3 +493,48 @@ def test_channel_shuffle_fused_conv_is_declined_by_the_opencl_ep():
     graph = optimized(shuffle_model({"group": 4}, 8, 12, 4), Level.ORT_ENABLE_ALL)
     reason = op_support._check_fused(graph.nodes[0], None)
     assert reason is not None and "channel_shuffle" in reason
+
+
+# -- Gemm weights stored transposed ------------------------------------------------------------
+
+
+def gemm_model(rows, trans_a: int = 0, shared_b: bool = False, relu: bool = True) -> onnx.ModelProto:
+    """Gemm(A, B (N, K), C, transB=1) [+ Relu]; with ``shared_b`` a MatMul reads B too."""
+    rng = np.random.default_rng(31)
+    k, n = 6, 5
+    a_shape = [k, rows] if trans_a else [rows, k]
+    nodes = [helper.make_node("Gemm", ["a", "b", "c"], ["g"], transA=trans_a, transB=1, alpha=1.0, beta=1.0)]
+    nodes.append(helper.make_node("Relu", ["g"], ["y"]) if relu else helper.make_node("Identity", ["g"], ["y"]))
+    outputs = [fvi("y", None)]
+    if shared_b:
+        nodes.append(helper.make_node("MatMul", ["b", "k"], ["z"]))
+        outputs.append(fvi("z", None))
+    inits = [("b", rng.standard_normal((n, k)).astype(np.float32)), ("c", rng.standard_normal(n).astype(np.float32)),
+             ("k", rng.standard_normal((k, 3)).astype(np.float32))]
+    return model_of(nodes, [fvi("a", a_shape)], outputs, inits if shared_b else inits[:2])
+
+
+@pytest.mark.parametrize("rows, trans_a", [(4, 0), (4, 1), ("batch", 0)])
+def test_gemm_weights_are_stored_transposed_once(rows, trans_a):
+    model = gemm_model(rows, trans_a)
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    gemm = next(n for n in graph.nodes if n.op_type == "FusedGemm")
+    assert gemm.attr("transB") == 0
+    assert graph.initializers[gemm.inputs[1]].shape == (6, 5) and graph.initializers[gemm.inputs[1]].flags.c_contiguous
+    assert "b" not in graph.initializers  # replaced, not duplicated
+    a = np.random.default_rng(5).standard_normal((6, 4) if trans_a else (4, 6)).astype(np.float32)
+    assert_session_matches_ort(model, {"a": a}, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["one row", "weights read by another node"])
+def test_gemm_weights_keep_their_layout(case):
+    model = gemm_model(4, shared_b=True) if case == "weights read by another node" else gemm_model(1)
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    gemm = next(n for n in graph.nodes if n.op_type == "FusedGemm")
+    assert gemm.attr("transB") == 1 and gemm.inputs[1] == "b"
+
+
+def test_gemm_weights_keep_their_layout_beside_another_ep():
+    graph = optimize(load_model(gemm_model(4)).graph, Level.ORT_ENABLE_ALL, cpu_ep_only=False)
+    gemm = next(n for n in graph.nodes if n.op_type == "FusedGemm")
+    assert gemm.attr("transB") == 1

@@ -411,6 +411,22 @@ def test_fused_kernels_split_over_threads_keep_results(build, monkeypatch):
     assert_session_matches_ort(model, bench_models.feeds(model))
 
 
+def test_gelu_runs_inline_while_blas_threads_itself(monkeypatch):
+    # BLAS's idle threads spin on the other cores after each product: a pool thread beside them
+    # made the encoder's Gelu slower (docs/optimizer.md), so it is split only when BLAS is serial.
+    monkeypatch.setattr(fused_kernels, "WORKERS", 2)
+    monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(fused_kernels, "_get_pool", lambda: pytest.fail("the Gelu was handed to the pool"))
+    monkeypatch.setattr(fused_kernels, "SPLIT_PRODUCTS", False)
+    x = np.linspace(-5, 5, 200_000, dtype=np.float32)
+    inline = gelu(x)
+    monkeypatch.undo()
+    monkeypatch.setattr(fused_kernels, "WORKERS", 2)
+    monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(fused_kernels, "SPLIT_PRODUCTS", True)
+    np.testing.assert_array_equal(gelu(x), inline)  # the split computes the same values
+
+
 def test_gelu_kernel_matches_exact_erf():
     # The fused Gelu's c(a) = a / q(a)^16 form: its documented bound, past the clamp at 15, and
     # the special values, with no numpy warning (q^16 must not overflow).

@@ -15,7 +15,6 @@ with the unfolded graph to float rounding. The fused node takes the second node'
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper
 
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.opt_rewrite import (
@@ -208,23 +207,20 @@ def pretranspose_gemm_weights(graph: Graph) -> bool:
     for gemm in live_nodes(graph):
         if gemm.op_type != "FusedGemm" or gemm.domain != FUSED_DOMAIN or not gemm.attr("transB", 0):
             continue
-        weights = constant(graph, gemm.inputs[1])
+        b = gemm.inputs[1]
+        weights = constant(graph, b)
+        # B read by no other node (A included: a Gemm of a constant with itself keeps its layout)
         if weights is None or weights.ndim != 2 or weights.dtype.kind != "f" \
-                or sole_consumer(graph, gemm.inputs[1]) is not gemm or gemm.inputs[0] == gemm.inputs[1]:
+                or sole_consumer(graph, b) is not gemm or gemm.inputs[0] == b:
             continue
         shape = graph.value_info(gemm.inputs[0]).shape
         rows = shape[1 if gemm.attr("transA", 0) else 0] if shape is not None and len(shape) == 2 else None
         if isinstance(rows, int) and rows < PRETRANSPOSE_MIN_ROWS:
             continue
-        name = add_initializer(graph, gemm.inputs[1] + "_kn", weights.T)
+        name = add_initializer(graph, b + "_kn", weights.T)
         new = make_node(graph, "FusedGemm", [gemm.inputs[0], name, *gemm.inputs[2:]], gemm.outputs,
-                        name=gemm.name, domain=FUSED_DOMAIN)
-        new.attribute_protos.update(gemm.attribute_protos)
-        new.attributes.update(gemm.attributes)
-        new.attribute_protos["transB"] = helper.make_attribute("transB", 0)
-        new.attributes["transB"] = 0
-        old = gemm.inputs[1]
+                        name=gemm.name, domain=FUSED_DOMAIN, **{**gemm.attributes, "transB": 0})
         replace_nodes(graph, [gemm], [new])
-        del graph.initializers[old]  # its only reader is gone: the transposed copy replaces it
+        del graph.initializers[b]  # its only reader is gone: the transposed copy replaces it
         changed = True
     return changed

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from tests.test_cpu_kernels_nn import RNG, check, randn, run_native, run_reference
+from tests.test_cpu_kernels_nn import RNG, check, randn, run_native, run_reference, single_node_model
 
 UNARY_FLOAT_OPS = ["Abs", "Neg", "Exp", "Log", "Sqrt", "Floor", "Ceil", "Reciprocal", "Sin", "Cos", "Tan",
                    "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Atanh", "Sign", "Round", "Tanh", "Relu",
@@ -230,16 +230,12 @@ def test_opset6_broadcast_aligns_at_axis(op, fn):
     assert z.shape == (2, 3, 4, 5)
 
 
-def _bernoulli_session(**attrs):
-    from onnx import helper
-
+def _bernoulli(p: np.ndarray, **attrs) -> np.ndarray:
+    """Bernoulli over ``p`` in an onnxhal session (the op runs through onnx.reference)."""
     import onnxhal
 
-    graph = helper.make_graph([helper.make_node("Bernoulli", ["p"], ["y"], **attrs)], "g",
-                              [helper.make_tensor_value_info("p", TensorProto.FLOAT, [None])],
-                              [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
-    return onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    model, feeds = single_node_model("Bernoulli", [p], 15, 1, ir_version=8, **attrs)
+    return onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
 
 
 def test_bernoulli_draws_zeros_and_ones_at_the_given_rates():
@@ -248,18 +244,17 @@ def test_bernoulli_draws_zeros_and_ones_at_the_given_rates():
     # and p = 1 exact, each rate within 5 standard deviations over 20,000 draws.
     rates = np.array([0.0, 0.1, 0.5, 0.9, 1.0], np.float32)
     p = np.repeat(rates, 20_000)
-    y = _bernoulli_session(dtype=TensorProto.DOUBLE).run(None, {"p": p})[0]
+    y = _bernoulli(p, dtype=TensorProto.DOUBLE)
     assert y.dtype == np.float64 and y.shape == p.shape and set(np.unique(y)) <= {0.0, 1.0}
     means = y.reshape(len(rates), -1).mean(axis=1)
     assert means[0] == 0.0 and means[-1] == 1.0
     bound = 5 * np.sqrt(rates * (1 - rates) / 20_000)
     assert np.all(np.abs(means - rates) <= bound + 1e-12), (means, rates)
-    assert _bernoulli_session().run(None, {"p": p[:10]})[0].dtype == np.float32  # default: the input's type
+    assert _bernoulli(p[:10]).dtype == np.float32  # default: the input's type
 
 
 def test_bernoulli_seed_repeats_its_draws():
     p = np.full(1_000, 0.5, np.float32)
-    session = _bernoulli_session(seed=3.0)
-    first = session.run(None, {"p": p})[0]
-    assert np.array_equal(first, _bernoulli_session(seed=3.0).run(None, {"p": p})[0])
-    assert not np.array_equal(first, _bernoulli_session(seed=4.0).run(None, {"p": p})[0])
+    first = _bernoulli(p, seed=3.0)
+    assert np.array_equal(first, _bernoulli(p, seed=3.0))
+    assert not np.array_equal(first, _bernoulli(p, seed=4.0))

@@ -514,13 +514,13 @@ def test_channel_shuffle_fused_conv_is_declined_by_the_opencl_ep():
 # -- Gemm weights stored transposed ------------------------------------------------------------
 
 
-def gemm_model(rows, trans_a: int = 0, shared_b: bool = False, relu: bool = True) -> onnx.ModelProto:
-    """Gemm(A, B (N, K), C, transB=1) [+ Relu]; with ``shared_b`` a MatMul reads B too."""
+def gemm_model(rows, trans_a: int = 0, shared_b: bool = False) -> onnx.ModelProto:
+    """Gemm(A, B (N, K), C, transB=1) + Relu; with ``shared_b`` a MatMul reads B too."""
     rng = np.random.default_rng(31)
     k, n = 6, 5
     a_shape = [k, rows] if trans_a else [rows, k]
-    nodes = [helper.make_node("Gemm", ["a", "b", "c"], ["g"], transA=trans_a, transB=1, alpha=1.0, beta=1.0)]
-    nodes.append(helper.make_node("Relu", ["g"], ["y"]) if relu else helper.make_node("Identity", ["g"], ["y"]))
+    nodes = [helper.make_node("Gemm", ["a", "b", "c"], ["g"], transA=trans_a, transB=1, alpha=1.0, beta=1.0),
+             helper.make_node("Relu", ["g"], ["y"])]
     outputs = [fvi("y", None)]
     if shared_b:
         nodes.append(helper.make_node("MatMul", ["b", "k"], ["z"]))

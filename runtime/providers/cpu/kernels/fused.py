@@ -89,13 +89,17 @@ def set_workers(n: int, split_products: bool) -> None:
         old.shutdown(wait=False)
 
 
-def parallel_ranges(total: int, fn: Callable[[int, int], None], work: int, product: bool = False) -> None:
+def parallel_ranges(total: int, fn: Callable[[int, int], None], work: int) -> None:
     """Call ``fn(start, stop)`` over ``[0, total)`` split in ``WORKERS`` parts, or inline when
-    ``work`` is below ``PARALLEL_MIN_WORK``, there is one worker, or ``product`` is set (a BLAS
-    product, or work that follows one) while BLAS threads itself (``SPLIT_PRODUCTS`` false). The
-    caller's thread takes the last part."""
+    ``work`` is below ``PARALLEL_MIN_WORK``, there is one worker, or BLAS threads itself
+    (``SPLIT_PRODUCTS`` false). Its callers are BLAS products and the Gelu epilogue that follows
+    one: while BLAS threads itself, its threads take the products in C, and its idle threads spin
+    on the other cores for about 2 ms after each, so a pool thread would share a core with one (the
+    encoder's 128x3072 Gelu, alternating in the model: 1.49 ms inline against 1.69 split, and 1.33
+    against 2.52 with BLAS threads that stop spinning sooner, timeout 4). The caller's thread takes
+    the last part."""
     parts = min(WORKERS, total)
-    if (parts <= 1 or work < PARALLEL_MIN_WORK or (product and not SPLIT_PRODUCTS)
+    if (parts <= 1 or work < PARALLEL_MIN_WORK or not SPLIT_PRODUCTS
             or threading.current_thread().name.startswith("onnxhal-fused")):
         fn(0, total)
         return
@@ -115,11 +119,7 @@ def _blocked(fn: Callable[[np.ndarray], None], y: np.ndarray) -> None:
         for s in range(start, stop, BLOCK):
             fn(flat[s:min(s + BLOCK, stop)])
 
-    # Split only when BLAS is single-threaded: otherwise BLAS's idle threads spin on the other
-    # cores for about 2 ms after the product this epilogue follows, and a pool thread shares a core
-    # with one. The encoder's 128x3072 Gelu, alternating in the model: 1.49 ms inline against 1.69
-    # split, and 1.33 against 2.52 with BLAS threads that stop spinning sooner (timeout 4).
-    parallel_ranges(n, run, work=n * 16, product=True)
+    parallel_ranges(n, run, work=n * 16)
 
 
 # gelu(x) = relu(x) - c(|x|) with c(a) = a/2 erfc(a / sqrt 2) for both signs, and c(a) = a / q(a)^16:
@@ -229,11 +229,11 @@ def _split_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, act: C
             block_act(out)
 
     if by_columns:
-        parallel_ranges(n, lambda c0, c1: block(0, m, c0, c1), work=m * a.shape[1] * n, product=True)
+        parallel_ranges(n, lambda c0, c1: block(0, m, c0, c1), work=m * a.shape[1] * n)
         if act is not None and block_act is None:
             act(y)
     else:
-        parallel_ranges(m, lambda r0, r1: block(r0, r1, 0, n), work=m * a.shape[1] * n, product=True)
+        parallel_ranges(m, lambda r0, r1: block(r0, r1, 0, n), work=m * a.shape[1] * n)
     return y
 
 

@@ -169,7 +169,7 @@ class FusedConv(FusedBase):
                     np.matmul(w3[0, r0:r1], cols[i, 0], out=out)
                     epilogue(out, i, r0, r1)
 
-            parallel_ranges(m, rows, work=n * m * k * p, product=True)
+            parallel_ranges(m, rows, work=n * m * k * p)
         else:
             def groups(g0: int, g1: int) -> None:  # one batched product and one epilogue per image
                 np.matmul(w3[g0:g1], cols[:, g0:g1], out=yg[:, g0:g1])
@@ -177,7 +177,7 @@ class FusedConv(FusedBase):
                     for i in range(n):
                         epilogue(yg[i, g0:g1].reshape((g1 - g0) * mg, p), i, g0 * mg, g1 * mg)
 
-            parallel_ranges(g, groups, work=n * m * k * p, product=True)
+            parallel_ranges(g, groups, work=n * m * k * p)
             if shuffled:
                 if bias is not None:
                     y += bias.reshape(g, mg).T.reshape(1, m, 1)

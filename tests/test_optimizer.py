@@ -331,6 +331,10 @@ def test_layer_norm_pattern_with_exposed_intermediate_is_not_fused():
     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 4, "strides": [2, 1]},  # 2 outputs per channel
     {"kernel_shape": [7, 7], "pads": [3, 2, 3, 1], "strides": [2, 2]},  # im2col from stride phases
     {"kernel_shape": [5, 5], "pads": [2, 2, 1, 2], "strides": [2, 1], "dilations": [1, 2]},
+    # output as wide as the input: taps read as contiguous slices of the flattened planes
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "pads": [2, 0, 0, 4], "dilations": [1, 2]},
+    {"kernel_shape": [5, 5], "pads": [2, 3, 2, 1]},
 ])
 @pytest.mark.parametrize("activation", ["Relu", "LeakyRelu", "Clip"])
 def test_fused_conv_kernel_matches_conv_then_activation(attrs, activation):

@@ -1,7 +1,8 @@
 """``com.onnxhal`` FusedConv: Conv + optional residual Z + activation, run as one im2col GEMM.
 
 2-D float convolutions run here: 1x1 convolutions read the input in place (no im2col), others
-copy the windows once (7x7/5x5 strided ones from the input's stride phases), then the product
+copy the windows once (7x7/5x5 strided ones from the input's stride phases, unit-stride ones as
+wide as their input as contiguous slices of the flattened planes), then the product
 runs per block of output channels (or per group), split between the workers when BLAS is
 single-threaded, and bias, residual and activation are applied to each block while it is still
 in cache. A copied, ungrouped convolution carries its bias inside the product instead (a row of
@@ -27,6 +28,8 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     pad_spatial,
     resolve_pads,
     rows_view,
+    same_width,
+    same_width_taps,
 )
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, parallel_ranges, writable
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -38,6 +41,9 @@ def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, i
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, strides, dilations, out_hw
     if kh * kw >= 25 and (sh > 1 or sw > 1):  # e.g. a 7x7 stride-2 stem
         im2col_from_phases(x, pads, out_hw, kernel, strides, dilations, cols)
+        return
+    if same_width(pads, out_hw, kernel, strides, dilations, x.shape[3]):  # 3x3 with pads 1, ...
+        same_width_taps(x, pads, out_hw, kernel, dilations, cols.reshape(cols.shape[:4] + (oh * ow,)))
         return
     xp = pad_spatial(x, pads[:2], pads[2:])
     st = xp.strides

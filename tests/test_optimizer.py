@@ -383,6 +383,28 @@ def test_fused_depthwise_conv_with_residual(strides):
                                        "r": rng.standard_normal(out).astype(np.float32)})
 
 
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},  # ShuffleNet's and MobileNet's stride-2 layers
+    {"kernel_shape": [3, 3], "pads": [0, 0, 1, 1]},
+    {"kernel_shape": [3, 3], "auto_pad": "SAME_LOWER"},
+    {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]},
+    {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2], "dilations": [2, 2]},
+    {"kernel_shape": [2, 2]},
+    {"kernel_shape": [1, 1]},
+    {"kernel_shape": [3, 3]},  # output narrower than half the input: the padded-phase path
+])
+def test_fused_depthwise_stride2_over_even_input(attrs):
+    """Stride 2 over an even input with the output half as wide: taps read from flat phase planes."""
+    rng = np.random.default_rng(13)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=6, strides=[2, 2], **attrs),
+             helper.make_node("Relu", ["c"], ["y"])]
+    inits = [("w", rng.standard_normal((6, 1, *attrs["kernel_shape"])).astype(np.float32)),
+             ("b", rng.standard_normal(6).astype(np.float32))]
+    model = model_of(nodes, [fvi("x", [2, 6, 10, 8])], [fvi("y", None)], inits)
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedConv"]
+    assert_session_matches_ort(model, {"x": rng.standard_normal((2, 6, 10, 8)).astype(np.float32)})
+
+
 @pytest.mark.parametrize("m,n", [(3, 7), (9, 4)])  # split by columns / by rows
 @pytest.mark.parametrize("c_shape", ["n", "1n", "mn", "m1", "none"])
 @pytest.mark.parametrize("trans", [(0, 0), (1, 1)])

@@ -11,7 +11,8 @@ ones under the windows, a column [W | b]), which saves a pass over the output. W
 g * C/G + j goes to channel j * G + g: a grouped convolution with G groups writes each group's
 product straight into its shuffled channels (BLAS takes the strided rows), anything else is
 shuffled by one copy. Depthwise convolutions copy contiguous rows of the
-stride phases of the padded input tap-major and reduce them with one batched BLAS product
+stride phases of the padded input (flat planes without a border for unit stride or stride 2
+when the output keeps the width or halves it) tap-major and reduce them with one batched BLAS product
 (``depthwise_rows``); the bias is added in the copy that cuts the outputs from those rows.
 Anything else (1-D/3-D, integer) runs through the CPU EP's Conv kernel, then the same epilogue.
 """

@@ -405,6 +405,34 @@ def test_fused_depthwise_stride2_over_even_input(attrs):
     assert_session_matches_ort(model, {"x": rng.standard_normal((2, 6, 10, 8)).astype(np.float32)})
 
 
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},  # DenseNet's 128-to-32 layers
+    {"kernel_shape": [5, 5], "pads": [2, 3, 2, 1]},
+    {"kernel_shape": [3, 3], "pads": [0, 2, 2, 2], "dilations": [1, 2]},
+])
+@pytest.mark.parametrize("bias,residual", [(True, False), (False, True)])
+def test_fused_conv_with_fewer_outputs_than_inputs_adds_tap_products(attrs, bias, residual):
+    """Unit stride, output as wide as the input, at most half as many output channels as input
+    channels: one product of every tap's weights with the padded input, added at the taps' offsets."""
+    rng = np.random.default_rng(14)
+    conv_inputs = ["x", "w", "b"] if bias else ["x", "w"]
+    nodes = [helper.make_node("Conv", conv_inputs, ["c"], **attrs)]
+    if residual:
+        nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
+    nodes.append(helper.make_node("Relu", ["a" if residual else "c"], ["y"]))
+    inits = [("w", rng.standard_normal((3, 8, *attrs["kernel_shape"])).astype(np.float32))]
+    if bias:
+        inits.append(("b", rng.standard_normal(3).astype(np.float32)))
+    oh = 9 + attrs["pads"][0] + attrs["pads"][2] - (attrs["kernel_shape"][0] - 1) * attrs.get("dilations", [1, 1])[0]
+    inputs = [fvi("x", [2, 8, 9, 7])] + ([fvi("r", [2, 3, oh, 7])] if residual else [])
+    model = model_of(nodes, inputs, [fvi("y", None)], inits)
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedConv"]
+    feeds = {"x": rng.standard_normal((2, 8, 9, 7)).astype(np.float32)}
+    if residual:
+        feeds["r"] = rng.standard_normal((2, 3, oh, 7)).astype(np.float32)
+    assert_session_matches_ort(model, feeds)
+
+
 @pytest.mark.parametrize("m,n", [(3, 7), (9, 4)])  # split by columns / by rows
 @pytest.mark.parametrize("c_shape", ["n", "1n", "mn", "m1", "none"])
 @pytest.mark.parametrize("trans", [(0, 0), (1, 1)])

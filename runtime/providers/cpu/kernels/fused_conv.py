@@ -14,6 +14,9 @@ shuffled by one copy. Depthwise convolutions copy contiguous rows of the
 stride phases of the padded input (flat planes without a border for unit stride or stride 2
 when the output keeps the width or halves it) tap-major and reduce them with one batched BLAS product
 (``depthwise_rows``); the bias is added in the copy that cuts the outputs from those rows.
+A unit-stride convolution with at most half as many outputs as inputs (DenseNet's 3x3
+layers) skips im2col: one product of all taps' weights with the padded input, then the taps'
+products added at their offsets (``_tap_products``).
 Anything else (1-D/3-D, integer) runs through the CPU EP's Conv kernel, then the same epilogue.
 """
 
@@ -71,6 +74,7 @@ class FusedConv(FusedBase):
         self.has_residual = len(node.inputs) > 3 and bool(node.inputs[3])
         self._fallback = None
         self._wb: tuple | None = None
+        self._wt: tuple | None = None
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
 
         self.shuffle = int(node.attr("channel_shuffle", 0))
@@ -116,6 +120,9 @@ class FusedConv(FusedBase):
         pads = (top, left, bottom, right)
         k = cg * kh * kw
         copied = not (kh == kw == 1 and not any(pads))
+        if (g == 1 and kh * kw > 1 and 2 * m <= c
+                and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd)):
+            return shuffle_channels(self._tap_products(x, w, b, z, pads, (oh, ow)), self.shuffle)
         # A copied, ungrouped convolution carries its bias in the product: a row of ones under
         # the windows and a column [W | b], one pass over the output fewer (0.1-0.3 ms per
         # ResNet layer).
@@ -192,6 +199,53 @@ class FusedConv(FusedBase):
                     act(y)
         y = y.reshape(n, m, oh, ow)
         return y if shuffled else shuffle_channels(y, self.shuffle)
+
+    def _tap_weights(self, w: np.ndarray) -> np.ndarray:
+        """The weights tap-major, (kh * kw * M, C): rows t * M + o are tap t of output channel o;
+        kept while the same weight array comes back."""
+        cached = self._wt
+        if cached is not None and cached[0] is w:
+            return cached[1]
+        m, c, kh, kw = w.shape
+        wt = np.ascontiguousarray(w.transpose(2, 3, 0, 1)).reshape(kh * kw * m, c)
+        self._wt = (w, wt)  # one tuple swap, as _weights_with_bias
+        return wt
+
+    def _tap_products(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                      pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
+        """A unit-stride convolution with fewer output than input channels as one product per
+        image of all taps' weights with the padded input, (kh kw M, C) @ (C, Hp Wp), then the
+        taps' products added at their offsets (each a contiguous slice of the row-pitched
+        planes): the product writes kh kw M values per position where im2col writes kh kw C and
+        the product reads them again. DenseNet's 128-to-32 3x3 layers: 1.8 against 2.4 ms at
+        56x56."""
+        n, c, h, wd = x.shape
+        m, _, kh, kw = w.shape
+        (dh, dw), (oh, ow) = self.dilations, out_hw
+        xp = np.ascontiguousarray(pad_spatial(x, pads[:2], pads[2:]))
+        hp, wq = xp.shape[2:]
+        flat = xp.reshape(n, c, hp * wq)
+        length = (oh - 1) * wq + ow
+        wt = self._tap_weights(w)
+        zt = np.empty((kh * kw * m, hp * wq), dtype=x.dtype)
+        acc = np.empty((n, m, length), dtype=x.dtype)
+        offsets = [i * dh * wq + j * dw for i in range(kh) for j in range(kw)]
+        for i in range(n):
+            np.matmul(wt, flat[i], out=zt)
+            a = acc[i]
+            if b is not None:
+                np.add(zt[:m, :length], b.reshape(m, 1), out=a)
+            else:
+                np.copyto(a, zt[:m, :length])
+            for t in range(1, kh * kw):
+                a += zt[t * m:(t + 1) * m, offsets[t]:offsets[t] + length]
+        y = np.empty((n, m, oh, ow), dtype=x.dtype)
+        np.copyto(y, rows_view(acc, out_hw, wq))
+        if z is not None:
+            y += z
+        if self.act is not None:
+            self.act(y)
+        return y
 
 
 def shuffle_channels(y: np.ndarray, groups: int) -> np.ndarray:

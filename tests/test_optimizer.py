@@ -391,6 +391,7 @@ def test_fused_depthwise_conv_with_residual(strides):
     {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2], "dilations": [2, 2]},
     {"kernel_shape": [2, 2]},
     {"kernel_shape": [1, 1]},
+    {"kernel_shape": [3, 3], "pads": [3, 1, 2, 1]},  # more output rows than a phase has
     {"kernel_shape": [3, 3]},  # output narrower than half the input: the padded-phase path
 ])
 def test_fused_depthwise_stride2_over_even_input(attrs):

@@ -2,22 +2,22 @@
 
 2-D float convolutions run here: 1x1 convolutions read the input in place (no im2col), others
 copy the windows once (7x7/5x5 strided ones from the input's stride phases, unit-stride ones as
-wide as their input as contiguous slices of the flattened planes), then the product
-runs per block of output channels (or per group), split between the workers when BLAS is
+wide as their input as contiguous slices of the flattened planes), then the product runs per
+block of output channels (or per group), split between the workers when BLAS is
 single-threaded, and bias, residual and activation are applied to each block while it is still
 in cache. A copied, ungrouped convolution carries its bias inside the product instead (a row of
-ones under the windows, a column [W | b]), which saves a pass over the output. With
-``channel_shuffle`` = G (the optimizer's fold of a following ShuffleNet shuffle), output channel
-g * C/G + j goes to channel j * G + g: a grouped convolution with G groups writes each group's
-product straight into its shuffled channels (BLAS takes the strided rows), anything else is
-shuffled by one copy. Depthwise convolutions copy contiguous rows of the
-stride phases of the padded input (flat planes without a border for unit stride or stride 2
-when the output keeps the width or halves it) tap-major and reduce them with one batched BLAS product
-(``depthwise_rows``); the bias is added in the copy that cuts the outputs from those rows.
-A unit-stride convolution with at most half as many outputs as inputs (DenseNet's 3x3
+ones under the windows, a column [W | b]), which saves a pass over the output. A unit-stride
+convolution as wide as its input with at most half as many outputs as inputs (DenseNet's 3x3
 layers) skips im2col: one product of all taps' weights with the padded input, then the taps'
-products added at their offsets (``_tap_products``).
-Anything else (1-D/3-D, integer) runs through the CPU EP's Conv kernel, then the same epilogue.
+products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G (the
+optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to channel
+j * G + g: a grouped convolution with G groups writes each group's product straight into its
+shuffled channels (BLAS takes the strided rows), anything else is shuffled by one copy.
+Depthwise convolutions copy their taps as contiguous rows of the input's stride phases (flat
+planes without a border when the output keeps the input's width at unit stride or halves it at
+stride 2) tap-major and reduce them with one batched BLAS product (``depthwise_rows``); the bias
+is added in the copy that cuts the outputs from those rows, where there is one. Anything else
+(1-D/3-D, integer) runs through the CPU EP's Conv kernel, then the same epilogue.
 """
 
 from __future__ import annotations
@@ -213,18 +213,18 @@ class FusedConv(FusedBase):
 
     def _tap_products(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                       pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
-        """A unit-stride convolution with fewer output than input channels as one product per
+        """A ``same_width`` convolution with fewer output than input channels as one product per
         image of all taps' weights with the padded input, (kh kw M, C) @ (C, Hp Wp), then the
         taps' products added at their offsets (each a contiguous slice of the row-pitched
         planes): the product writes kh kw M values per position where im2col writes kh kw C and
         the product reads them again. DenseNet's 128-to-32 3x3 layers: 1.8 against 2.4 ms at
         56x56."""
-        n, c, h, wd = x.shape
+        n = x.shape[0]
         m, _, kh, kw = w.shape
         (dh, dw), (oh, ow) = self.dilations, out_hw
         xp = np.ascontiguousarray(pad_spatial(x, pads[:2], pads[2:]))
         hp, wq = xp.shape[2:]
-        flat = xp.reshape(n, c, hp * wq)
+        flat = xp.reshape(n, -1, hp * wq)
         length = (oh - 1) * wq + ow
         wt = self._tap_weights(w)
         zt = np.empty((kh * kw * m, hp * wq), dtype=x.dtype)

@@ -176,20 +176,24 @@ def depthwise_rows(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
                    dilations: tuple[int, int]) -> tuple[np.ndarray, int]:
     """``depthwise_taps`` before its outputs are cut from the rows: the row-pitched (N, C, L)
     result and its row pitch (``rows_view``), so a caller that adds a bias does it in the copy
-    that cuts them.
+    that cuts them. When the pitch is ow, the rows are the outputs.
 
     numpy has no fused multiply-add, so a loop over taps costs two full passes per tap. Instead the
-    tap rows (contiguous shifted slices of the stride phases, ``_phases``) are copied tap-major
-    into (N, C, taps, L) and one batched matmul (1 x taps) @ (taps x L) per channel does the
-    multiply-adds in BLAS: measured 3-4x faster than the tap loop on ShuffleNet's layers. Each
-    phase's taps are copied with one strided view (``_tap_grids``), and the weights are permuted to
-    that tap order."""
+    tap rows are copied tap-major into (N, C, taps, L) and one batched matmul (1 x taps) @
+    (taps x L) per channel does the multiply-adds in BLAS (``_reduce_taps``): measured 3-4x faster
+    than the tap loop on ShuffleNet's layers. The tap rows are contiguous slices of flat planes
+    without a border when the output keeps the input's width at unit stride (``same_width_taps``)
+    or halves it at stride 2 (``half_width_taps``), and otherwise of the padded stride phases
+    (``_phases``), each phase's taps copied with one strided view (``_tap_grids``) and the weights
+    permuted to that tap order."""
     n, c, _, wd = x.shape
     kh, kw = kernel
-    if same_width(pads, out_hw, kernel, strides, dilations, wd):
-        return _depthwise_same_width(x, w, pads, out_hw, kernel, dilations), wd
-    if half_width(x.shape, out_hw, strides):
-        return _depthwise_half_width(x, w, pads, out_hw, kernel, dilations), out_hw[1]
+    fill = (same_width_taps if same_width(pads, out_hw, kernel, strides, dilations, wd)
+            else half_width_taps if half_width(x.shape, out_hw, strides) else None)
+    if fill is not None:
+        cols = np.empty((n, c, kh, kw, out_hw[0] * out_hw[1]), dtype=x.dtype)
+        fill(x, pads, out_hw, kernel, dilations, cols)
+        return _reduce_taps(w.reshape(c, kh * kw), cols.reshape(n, c, kh * kw, -1)), out_hw[1]
     phases, taps, wq, length = _phases(x, pads, 0, out_hw, kernel, strides, dilations)
     cols = np.empty((n, c, kh * kw, length), dtype=x.dtype)
     order: list[int] = []
@@ -205,9 +209,22 @@ def depthwise_rows(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     wk = w.reshape(c, kh * kw)
     if order != sorted(order):
         wk = wk[:, order]
-    acc = np.empty((n, c, 1, length), dtype=x.dtype)
-    np.matmul(wk.reshape(c, 1, kh * kw), cols, out=acc)
-    return acc.reshape(n, c, length), wq
+    return _reduce_taps(wk, cols), wq
+
+
+def _reduce_taps(wk: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """(N, C, L): per channel, the weights ``wk`` (C, taps) times its tap rows ``cols`` (N, C,
+    taps, L), one batched BLAS product."""
+    n, c, taps, length = cols.shape
+    acc = np.empty((n, c, 1, length), dtype=cols.dtype)
+    np.matmul(wk.reshape(c, 1, taps), cols, out=acc)
+    return acc.reshape(n, c, length)
+
+
+def _wrapped(shift: int, width: int) -> tuple[int, ...]:
+    """The output columns s of a row of ``width`` whose tap column s + ``shift`` falls off the
+    row: in a flat plane those taps read the neighbouring row, so their copies are zeroed."""
+    return (*range(min(max(0, -shift), width)), *range(max(0, width - shift), width))
 
 
 def same_width(pads: tuple[int, int, int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
@@ -224,9 +241,9 @@ def same_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
     rows (+ ``left`` cells) of zeros and ``bottom`` rows (+ ``right``) of zeros, so with a row
     pitch of W every tap is a contiguous slice of oh * W cells (one long inner loop, where a
     window view's rows are W cells each), and the result needs no cutting from pitched rows. The
-    taps that would read across a row end (column < left - j * d, or >= W + left - j * d) are
-    zeroed in the copied rows instead. Against the padded-plane copy: 0.03 against 0.12 ms at
-    136x28x28 (depthwise), 0.53 against 1.04 ms at 128x56x56 with 3x3 taps."""
+    taps that would read across a row end are zeroed in the copied rows instead (``_wrapped``).
+    Against the padded-plane copy: 0.03 against 0.12 ms at 136x28x28 (depthwise), 0.53 against
+    1.04 ms at 128x56x56 with 3x3 taps."""
     n, c, h, wd = x.shape
     top, left, bottom, right = pads
     oh = out_hw[0]
@@ -241,67 +258,51 @@ def same_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
     np.copyto(cols, as_strided(flat, (n, c, kh, kw, oh * wd), (st[0], st[1], dh * wd * st[2], dw * st[2], st[2]),
                                writeable=False))
     for j in range(kw):
-        for col in (*range(max(0, left - j * dw)), *range(max(0, wd + left - j * dw), wd)):
+        for col in _wrapped(j * dw - left, wd):
             cols[:, :, :, j, col::wd] = 0
 
 
 def half_width(shape: tuple[int, ...], out_hw: tuple[int, int], strides: tuple[int, int]) -> bool:
-    """Whether a convolution's windows can be read by ``_depthwise_half_width``: stride 2 over an
+    """Whether a convolution's windows can be read by ``half_width_taps``: stride 2 over an
     input of even height and width, and the output half as wide (3x3 with pads 1, ...)."""
     return strides == (2, 2) and shape[2] % 2 == 0 and shape[3] % 2 == 0 and out_hw[1] == shape[3] // 2
 
 
-def _depthwise_half_width(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
-                          kernel: tuple[int, int], dilations: tuple[int, int]) -> np.ndarray:
-    """``depthwise_rows`` of a ``half_width`` convolution: the (N, C, oh * ow) outputs themselves.
+def half_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
+                    kernel: tuple[int, int], dilations: tuple[int, int], cols: np.ndarray) -> None:
+    """Fill ``cols`` (N, C, kh, kw, oh * ow) with the windows of a ``half_width`` convolution
+    over ``x`` (N, C, H, W) zero-padded by ``pads``.
 
     The four stride phases (input rows a::2, columns b::2) are copied into flat planes with a row
     pitch of ow = W / 2 and zeros before and after, in one copy. A tap then reads one phase at a
     fixed offset for every output, so it is one contiguous slice of oh * ow cells, as in
     ``same_width_taps``; the outputs whose column falls off the phase's row are zeroed in the
-    copied rows. Against the padded phases (rows of ow + 1 with a border, and the outputs cut
-    from the pitched rows): 0.46 against 0.62 ms at 112x56x56, 0.17 against 0.31 at 136x28x28."""
+    copied rows. Depthwise, against the padded phases (rows of ow + 1 with a border, and the
+    outputs cut from the pitched rows): 0.46 against 0.62 ms at 112x56x56, 0.17 against 0.31 at
+    136x28x28."""
     n, c, h, wd = x.shape
     top, left = pads[:2]
     oh, ow = out_hw
     kh, kw = kernel
     dh, dw = dilations
     plane, length = (h // 2) * ow, oh * ow
-    taps = []  # (phase 2a + b, offset in the phase plane, column shift)
+    taps = []  # (i, j, phase 2a + b, offset in the phase plane, column shift)
     for i in range(kh):
         a, du = (i * dh - top) % 2, (i * dh - top) // 2
         for j in range(kw):
             b, dv = (j * dw - left) % 2, (j * dw - left) // 2
-            taps.append((2 * a + b, du * ow + dv, dv))
-    head = max(0, -min(off for _, off, _ in taps))
-    tail = max(0, max(off for _, off, _ in taps) + length - plane)
+            taps.append((i, j, 2 * a + b, du * ow + dv, dv))
+    head = max(0, -min(t[3] for t in taps))
+    tail = max(0, max(t[3] for t in taps) + length - plane)
     flat = np.empty((n, c, 4, head + plane + tail), dtype=x.dtype)
     flat[..., :head] = 0
     flat[..., head + plane:] = 0
     np.copyto(flat[..., head:head + plane].reshape(n, c, 2, 2, h // 2, ow),
               x.reshape(n, c, h // 2, 2, ow, 2).transpose(0, 1, 3, 5, 2, 4))
-    cols = np.empty((n, c, kh * kw, length), dtype=x.dtype)
-    for t, (phase, off, dv) in enumerate(taps):
-        np.copyto(cols[:, :, t], flat[:, :, phase, head + off:head + off + length])
-        for col in (*range(min(-dv, ow)), *range(max(0, ow - dv), ow)):
-            cols[:, :, t, col::ow] = 0
-    acc = np.empty((n, c, 1, length), dtype=x.dtype)
-    np.matmul(w.reshape(c, 1, kh * kw), cols, out=acc)
-    return acc.reshape(n, c, length)
-
-
-def _depthwise_same_width(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
-                          kernel: tuple[int, int], dilations: tuple[int, int]) -> np.ndarray:
-    """``depthwise_rows`` of a ``same_width`` convolution: the (N, C, oh * W) outputs themselves,
-    from the taps of ``same_width_taps``."""
-    n, c = x.shape[:2]
-    kh, kw = kernel
-    length = out_hw[0] * x.shape[3]
-    cols = np.empty((n, c, kh, kw, length), dtype=x.dtype)
-    same_width_taps(x, pads, out_hw, kernel, dilations, cols)
-    acc = np.empty((n, c, 1, length), dtype=x.dtype)
-    np.matmul(w.reshape(c, 1, kh * kw), cols.reshape(n, c, kh * kw, length), out=acc)
-    return acc.reshape(n, c, length)
+    for i, j, phase, off, dv in taps:
+        np.copyto(cols[:, :, i, j], flat[:, :, phase, head + off:head + off + length])
+        for col in _wrapped(dv, ow):
+            cols[:, :, i, j, col::ow] = 0
 
 
 @register("Conv", since=1)

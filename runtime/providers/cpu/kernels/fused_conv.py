@@ -31,6 +31,7 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     im2col_from_phases,
     pad_spatial,
     resolve_pads,
+    rows_to_output,
     rows_view,
     same_width,
     same_width_taps,
@@ -239,8 +240,7 @@ class FusedConv(FusedBase):
                 np.copyto(a, zt[:m, :length])
             for t in range(1, kh * kw):
                 a += zt[t * m:(t + 1) * m, offsets[t]:offsets[t] + length]
-        y = np.empty((n, m, oh, ow), dtype=x.dtype)
-        np.copyto(y, rows_view(acc, out_hw, wq))
+        y = rows_to_output(acc, out_hw, wq)
         if z is not None:
             y += z
         if self.act is not None:

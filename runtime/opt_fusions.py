@@ -4,6 +4,8 @@
   (the ONNX op at opset >= 17, else ``com.onnxhal`` LayerNormalization with the same contract).
 - ``fuse_gelu``: x * 0.5 * (1 + Erf(x / sqrt 2)) in its exporter orderings -> ``com.onnxhal`` Gelu.
 - ``fuse_matmul_bias``: MatMul(x, constant W) + Add(constant bias)[+ Relu/Gelu] -> FusedMatMul.
+- ``push_relu_into_concat``: Relu(Concat(...)) -> Concat of the inputs, each already
+  non-negative or given a Relu of its own that its Conv then absorbs (ShuffleNet's stride-2 units).
 - ``fuse_conv_activation``: Conv [+ Add(residual)] [+ activation] -> FusedConv(X, W, B, Z).
 - ``fuse_gemm_activation``: Gemm + activation -> FusedGemm.
 - ``fuse_batchnorm_activation``: inference BatchNormalization [+ activation] ->
@@ -26,7 +28,7 @@ import math
 
 import numpy as np
 
-from onnxhal.hal.graph import Graph, Node
+from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.runtime.opt_rewrite import (
     FUSED_DOMAIN,
     add_initializer,
@@ -38,6 +40,7 @@ from onnxhal.runtime.opt_rewrite import (
     scalar_constant,
     sole_consumer,
     static_shape,
+    unique_name,
 )
 from onnxhal.runtime.opt_weight_folding import batchnorm_stats
 
@@ -94,6 +97,66 @@ def _activation_follower(graph: Graph, node: Node) -> tuple[Node, str, list[floa
         return None
     act = activation_of(graph, nxt)
     return (nxt, act[0], [float(p) for p in act[1]]) if act else None
+
+
+#: Ops whose first output is non-negative when all their data inputs are (pools take a max or a
+#: mean of input values; MaxPool's padding is never the whole window).
+_SIGN_KEEPING = {"MaxPool": 1, "AveragePool": 1, "GlobalMaxPool": 1, "GlobalAveragePool": 1, "Concat": None}
+
+
+def non_negative(graph: Graph, name: str, depth: int = 6) -> bool:
+    """Whether every element of value ``name`` is provably >= 0 (or NaN): the output of a Relu
+    (alone or as a fused activation), or of a max/mean pool or Concat of such values."""
+    node = graph.producer(name)
+    if node is None or depth == 0 or name != node.outputs[0]:
+        return False
+    if node.domain == "" and node.op_type == "Relu":
+        return True
+    if node.domain == FUSED_DOMAIN and node.attr("activation", "") == "Relu":
+        return True
+    if node.domain != "" or node.op_type not in _SIGN_KEEPING:
+        return False
+    data = node.inputs[:_SIGN_KEEPING[node.op_type]]
+    return bool(data) and all(non_negative(graph, i, depth - 1) for i in data)
+
+
+def push_relu_into_concat(graph: Graph) -> bool:
+    """Relu(Concat(x1, ..., xn)) -> Concat(x1', ..., xn'), where xi' is xi when it is already
+    non-negative (a Relu of it changes nothing) and Relu(xi) when xi comes from a Conv read only
+    by the Concat (``fuse_conv_activation`` then applies that Relu inside the Conv's epilogue).
+    Relu is elementwise, so it commutes with Concat; the rewrite saves the pass over the whole
+    concatenation (ShuffleNet's stride-2 units concatenate an AveragePool of a Relu output with
+    a Conv branch, then apply Relu). Left alone when some input is neither."""
+    changed = False
+    for relu in live_nodes(graph):
+        if relu.op_type != "Relu" or relu.domain != "":
+            continue
+        concat = graph.producer(relu.inputs[0])
+        if concat is None or concat.op_type != "Concat" or concat.domain != "" \
+                or sole_consumer(graph, concat.outputs[0]) is not relu:
+            continue
+        convs = []
+        for x in concat.inputs:
+            if non_negative(graph, x):
+                continue
+            conv = graph.producer(x)
+            if (conv is None or conv.op_type != "Conv" or conv.domain != ""
+                    or sole_consumer(graph, x) is not concat or concat.inputs.count(x) != 1):
+                break
+            convs.append(x)
+        else:
+            new_nodes, inputs = [], list(concat.inputs)
+            for x in convs:
+                y = unique_name(graph, f"{x}_relu")
+                if x in graph.value_infos:
+                    graph._set_value_info(ValueInfo(y, graph.value_infos[x].type_proto))
+                new_nodes.append(make_node(graph, "Relu", [x], [y], name=_name(relu, x)))
+                inputs[inputs.index(x)] = y
+            joined = make_node(graph, "Concat", inputs, relu.outputs, name=concat.name or relu.name,
+                               axis=concat.attr("axis"))
+            replace_nodes(graph, [concat, relu], [*new_nodes, joined])
+            changed = True
+    return changed
 
 
 def fuse_conv_activation(graph: Graph) -> bool:

@@ -4,6 +4,8 @@
 - Conv + Mul(per-channel constant) -> Conv with scaled weights and bias.
 - Conv + Add(per-channel constant) -> Conv with shifted bias.
 - BatchNormalization + Mul/Add(per-channel constant) -> BatchNormalization with new scale/bias.
+- Conv with a bias and no activation + a 1x1 Conv without padding -> the first Conv without its
+  bias, the second with that bias carried through its weights (``fold_conv_bias_forward``).
 - MatMul(2-D A, constant 2-D B) + Add(constant bias broadcastable to [M, N]) -> Gemm.
 - Layout level, CPU EP only: FusedGemm with transB = 1 and a constant B -> transB = 0 and B stored
   transposed (``pretranspose_gemm_weights``).
@@ -122,6 +124,49 @@ def fold_conv_mul_add(graph: Graph) -> bool:
         else:
             new_w, new_b = w, b.astype(np.float64) + vec
         _replace_conv(graph, conv, follower, new_w, new_b)
+        changed = True
+    return changed
+
+
+def _pointwise(conv: Node, w: np.ndarray) -> bool:
+    """Whether every output of ``conv`` reads exactly one input position: a 1x1 kernel without
+    padding (explicit zeros, VALID, or SAME, which pads a 1x1 kernel by nothing)."""
+    return (w.ndim >= 3 and all(k == 1 for k in w.shape[2:])
+            and (conv.attr("auto_pad", "NOTSET") != "NOTSET" or not any(conv.attr("pads") or [])))
+
+
+def fold_conv_bias_forward(graph: Graph) -> bool:
+    """Conv A with a constant bias b, read only by a pointwise (1x1, unpadded) Conv C with
+    constant weights W and bias c -> A without its bias, and C with bias c + W b (per group of C).
+    C is linear and reads A's outputs one position at a time, so A's per-channel shift becomes a
+    per-channel shift of C's outputs, exactly up to float rounding. ShuffleNet's depthwise layers
+    have no activation before their 1x1 convolution: each then skips its bias pass over the
+    output."""
+    changed = False
+    for a in live_nodes(graph):
+        parts = _conv_parts(graph, a)
+        if parts is None or len(a.inputs) < 3 or not a.inputs[2]:
+            continue
+        c = sole_consumer(graph, a.outputs[0])
+        c_parts = _conv_parts(graph, c) if c is not None and c.inputs[0] == a.outputs[0] else None
+        if c_parts is None or c.inputs[1] == a.outputs[0] or not _pointwise(c, c_parts[0]):
+            continue
+        (wa, ba), (wc, bc) = parts, c_parts
+        groups = c.attr("group", 1)
+        m, cin = wc.shape[0], wc.shape[1] * groups
+        if cin != wa.shape[0] or m % groups or wc.dtype != wa.dtype:
+            continue
+        wg = wc.astype(np.float64).reshape(groups, m // groups, cin // groups)
+        shift = np.matmul(wg, ba.astype(np.float64).reshape(groups, cin // groups, 1)).reshape(m)
+        new_a = make_node(graph, "Conv", a.inputs[:2], a.outputs, name=a.name)
+        new_a.attribute_protos, new_a.attributes = dict(a.attribute_protos), dict(a.attributes)
+        new_a.since_version = a.since_version or new_a.since_version
+        b_name = add_initializer(graph, f"{c.name or c.outputs[0]}_bias_folded",
+                                 (bc.astype(np.float64) + shift).astype(wc.dtype))
+        new_c = make_node(graph, "Conv", [c.inputs[0], c.inputs[1], b_name], c.outputs, name=c.name)
+        new_c.attribute_protos, new_c.attributes = dict(c.attribute_protos), dict(c.attributes)
+        new_c.since_version = c.since_version or new_c.since_version
+        replace_nodes(graph, [a, c], [new_a, new_c])
         changed = True
     return changed
 

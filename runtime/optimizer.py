@@ -5,7 +5,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 - ``ORT_DISABLE_ALL``: nothing.
 - ``ORT_ENABLE_BASIC``: constant folding, dead-node removal, identity/no-op elimination
   (Identity, inference Dropout, same-type Cast), Conv+BatchNormalization, Conv+Mul and Conv+Add
-  folding into the Conv's weights, BatchNormalization+Mul/Add folding into its scale and bias,
+  folding into the Conv's weights, a Conv's bias carried through a following 1x1 Conv when no
+  activation lies between, BatchNormalization+Mul/Add folding into its scale and bias,
   MatMul+Add -> Gemm (2-D A, constant B and bias). Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED`` adds fusions into ``com.onnxhal`` ops run by the CPU EP (kernels in
   ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
@@ -57,11 +58,13 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("remove_dead_nodes", _BASIC, opt_constant_folding.remove_dead_nodes, True, False),
     ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
     ("fold_conv_mul_add", _BASIC, opt_weight_folding.fold_conv_mul_add, True, False),
+    ("fold_conv_bias_forward", _BASIC, opt_weight_folding.fold_conv_bias_forward, True, False),
     ("fold_batchnorm_mul_add", _BASIC, opt_weight_folding.fold_batchnorm_mul_add, True, False),
     ("matmul_add_to_gemm", _BASIC, opt_weight_folding.matmul_add_to_gemm, True, False),
     ("fuse_layer_norm", _EXTENDED, opt_fusions.fuse_layer_norm, False, False),
     ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
     ("fuse_matmul_bias", _EXTENDED, opt_fusions.fuse_matmul_bias, False, True),
+    ("push_relu_into_concat", _EXTENDED, opt_fusions.push_relu_into_concat, False, False),
     ("fuse_conv_activation", _EXTENDED, opt_fusions.fuse_conv_activation, False, True),
     ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
     ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),

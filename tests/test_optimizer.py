@@ -150,6 +150,104 @@ def test_conv_add_with_spatial_constant_is_not_folded():
     assert ops(graph) == Counter({"Conv": 1, "Add": 1})
 
 
+def _linear_then_pointwise(a_attrs: dict, c_attrs: dict, c_kernel: int = 1, c_bias: bool = True,
+                           between: str | None = None, shared: bool = False, seed: int = 0):
+    """Conv A (6 -> 8 channels, with a bias) read by Conv C (8 -> 4, optionally with a bias),
+    optionally with an op ``between`` them or A's output also read by a second output."""
+    rng = np.random.default_rng(seed)
+    ga = a_attrs.get("group", 1)
+    gc = c_attrs.get("group", 1)
+    cin_a = 8 if ga == 8 else 6
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["a"], **a_attrs)]
+    mid = "a"
+    if between:
+        nodes.append(helper.make_node(between, ["a"], ["m"]))
+        mid = "m"
+    nodes.append(helper.make_node("Conv", [mid, "wc", "bc"] if c_bias else [mid, "wc"], ["y"], **c_attrs))
+    inits = [("wa", rng.standard_normal((8, cin_a // ga, 3, 3))), ("ba", rng.standard_normal(8)),
+             ("wc", rng.standard_normal((4, 8 // gc, c_kernel, c_kernel))), ("bc", rng.standard_normal(4))]
+    inits = [(k, v.astype(np.float32)) for k, v in inits if c_bias or k != "bc"]
+    outputs = [fvi("y", None)] + ([fvi("a", None)] if shared else [])
+    model = model_of(nodes, [fvi("x", [2, cin_a, 9, 9])], outputs, inits)
+    return model, {"x": rng.standard_normal((2, cin_a, 9, 9)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("a_attrs, c_attrs, c_bias", [
+    ({"pads": [1, 1, 1, 1]}, {}, True),
+    ({"pads": [1, 1, 1, 1], "group": 8}, {"group": 2}, True),  # ShuffleNet: depthwise, then grouped 1x1
+    ({"strides": [2, 2]}, {"group": 4}, False),
+    ({"pads": [0, 1, 2, 1]}, {"auto_pad": "VALID", "strides": [2, 2]}, True),
+    ({}, {"auto_pad": "SAME_UPPER"}, True),
+])
+def test_conv_bias_carried_through_a_pointwise_conv(a_attrs, c_attrs, c_bias):
+    model, feeds = _linear_then_pointwise(a_attrs, c_attrs, c_bias=c_bias)
+    graph = assert_basic_keeps_results(model, feeds)
+    a, c = graph.nodes
+    assert list(a.inputs) == ["x", "wa"]
+    assert len(c.inputs) == 3 and c.inputs[2]
+    assert_session_matches_ort(model, feeds)
+
+
+@pytest.mark.parametrize("case", ["relu between", "3x3 after", "padded 1x1 after", "bias read elsewhere"])
+def test_conv_bias_stays_where_it_cannot_be_carried(case):
+    kw = {"relu between": {"between": "Relu"}, "3x3 after": {"c_kernel": 3},
+          "padded 1x1 after": {"c_attrs": {"pads": [1, 1, 1, 1]}}, "bias read elsewhere": {"shared": True}}[case]
+    kw.setdefault("c_attrs", {})
+    model, feeds = _linear_then_pointwise({"pads": [1, 1, 1, 1]}, **kw)
+    graph = assert_basic_keeps_results(model, feeds)
+    assert list(graph.nodes[0].inputs) == ["x", "wa", "ba"]
+
+
+def _concat_relu(second: str, seed: int = 0):
+    """ShuffleNet's stride-2 unit: Relu(Concat(Conv branch, AveragePool of a Relu output)), with
+    the pool branch replaced by ``second`` ("pool", "maxpool of pool", "input" or "shared conv")."""
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r"]),
+             helper.make_node("Conv", ["r", "w1", "b1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1])]
+    outputs = [fvi("y", None)]
+    if second == "pool":
+        nodes.append(helper.make_node("AveragePool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                                      pads=[1, 1, 1, 1]))
+    elif second == "maxpool of pool":
+        nodes += [helper.make_node("MaxPool", ["r"], ["q"], kernel_shape=[2, 2], strides=[1, 1], pads=[1, 1, 0, 0]),
+                  helper.make_node("AveragePool", ["q"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                                   pads=[1, 1, 1, 1])]
+    elif second == "input":
+        nodes.append(helper.make_node("Identity", ["x2"], ["p"]))
+    else:  # a second Conv whose output is also a graph output
+        nodes.append(helper.make_node("Conv", ["r", "w1"], ["p"], strides=[2, 2], pads=[1, 1, 1, 1]))
+        outputs.append(fvi("p", None))
+    nodes += [helper.make_node("Concat", ["c1", "p"], ["cat"], axis=1), helper.make_node("Relu", ["cat"], ["y"])]
+    inits = [("w0", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+             ("w1", rng.standard_normal((4, 4, 3, 3)).astype(np.float32)),
+             ("b1", rng.standard_normal(4).astype(np.float32))]
+    model = model_of(nodes, [fvi("x", [1, 3, 8, 8]), fvi("x2", [1, 4, 4, 4])], outputs, inits)
+    feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
+             "x2": rng.standard_normal((1, 4, 4, 4)).astype(np.float32)}
+    return model, feeds
+
+
+@pytest.mark.parametrize("second", ["pool", "maxpool of pool"])
+def test_relu_after_concat_moves_into_its_inputs(second):
+    model, feeds = _concat_relu(second)
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    assert ops(graph)["Relu"] == 0
+    assert graph.producer("y").op_type == "Concat"
+    branch = graph.producer(graph.producer("y").inputs[0])
+    assert branch.op_type == "FusedConv" and branch.attr("activation") == "Relu"
+    assert_session_matches_ort(model, feeds)
+
+
+@pytest.mark.parametrize("second", ["input", "shared conv"])
+def test_relu_after_concat_stays_when_an_input_may_be_negative(second):
+    model, feeds = _concat_relu(second)
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    assert graph.producer("y").op_type == "Relu"
+    assert graph.producer(graph.producer("y").inputs[0]).op_type == "Concat"
+    assert_session_matches_ort(model, feeds)
+
+
 def test_batchnorm_mul_add_fold_then_fuse_with_relu():
     """DenseNet's pre-activation: BatchNormalization, Mul and Add by per-channel constants, Relu."""
     rng = np.random.default_rng(9)

@@ -211,6 +211,51 @@ def test_strided_pools_with_unpadded_rows_match_onnxruntime(op, shape, attrs):
         _assert_pool_matches_onnxruntime(op, RNG.integers(-128, 127, shape).astype(np.int8), attrs)
 
 
+@pytest.mark.parametrize("shape,attrs,path", [
+    ((1, 6, 14, 14), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, "whole"),  # ShuffleNet
+    ((2, 3, 28, 28), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, "two products"),
+    ((1, 2, 27, 30), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1,
+                      "count_include_pad": 1}, "two products"),
+    ((1, 2, 25, 25), {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [2, 1, 1, 0], "dilations": [2, 2]},
+     "two products"),
+    ((1, 3, 9, 9), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, "whole"),
+    ((1, 2, 30, 30), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "separable"),  # unit stride, large
+    ((1, 2, 28, 28), {"kernel_shape": [2, 2], "strides": [2, 2]}, "separable"),  # unpadded
+])
+def test_average_pool_as_matrix_products(shape, attrs, path):
+    # Per axis a matrix of 1 / count at each window's inputs: one product with the whole plane's
+    # matrix, or the columns' product for all rows and then the rows' per plane.
+    x = randn(*shape)
+    _assert_pool_matches_onnxruntime("AveragePool", x, attrs)
+    node = make_node("AveragePool", 1, 19, **attrs)
+    kernel = create_cpu_kernel(node, None)
+    kernel.compute([x])
+    products = next(iter(kernel._products.values()))
+    geometry = kernel.geometry(x.shape[2:])
+    padded = any(geometry[3]) or any(geometry[4])
+    taken = ("separable" if kernel._average_products(x, *geometry, padded) is None
+             else "whole" if products.whole is not None else "two products")
+    assert taken == path
+    np.testing.assert_allclose(kernel.compute([x.astype(np.float64)])[0], run_reference("AveragePool", [x], 19, **attrs)[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_average_pool_window_of_padding_alone_keeps_the_separable_result():
+    # A window over explicit padding only has no counted input (onnxruntime rejects such pads):
+    # the products are not built for it, and its average is NaN, as onnx.reference's.
+    attrs = {"kernel_shape": [2, 2], "pads": [2, 2, 0, 0], "strides": [2, 2]}
+    x = randn(1, 2, 6, 6)
+    node = make_node("AveragePool", 1, 19, **attrs)
+    kernel = create_cpu_kernel(node, None)
+    with np.errstate(invalid="ignore"):
+        (y,) = kernel.compute([x])
+    assert not next(iter(kernel._products.values())).ok
+    with np.errstate(invalid="ignore"):
+        (want,) = run_reference("AveragePool", [x], 19, **attrs)
+    assert np.isnan(y[0, 0, 0, 0])
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
 def test_maxpool_unit_stride_integer_and_nan():
     x = RNG.integers(-128, 127, (1, 2, 6, 6)).astype(np.int8)
     (y,) = run_native("MaxPool", [x], 12, kernel_shape=[3, 3], pads=[1, 1, 1, 1])

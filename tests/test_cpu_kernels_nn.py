@@ -256,6 +256,39 @@ def test_average_pool_window_of_padding_alone_keeps_the_separable_result():
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
+@pytest.mark.parametrize("op,shape,attrs", [
+    ("MaxPool", (2, 3, 12, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (1, 2, 13, 10), {"kernel_shape": [3, 2], "strides": [3, 2], "pads": [2, 0, 1, 1], "dilations": [2, 1]}),
+    ("MaxPool", (1, 2, 9, 9), {"kernel_shape": [1, 1], "strides": [2, 3]}),
+    ("MaxPool", (1, 2, 10, 7), {"kernel_shape": [4, 3], "strides": [2, 2], "pads": [2, 1, 2, 1], "ceil_mode": 1}),
+    ("MaxPool", (1, 4, 5, 6), {"kernel_shape": [3, 3], "strides": [4, 1], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", (1, 2, 40, 40), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("AveragePool", (2, 2, 33, 35), {"kernel_shape": [3, 2], "strides": [2, 3], "dilations": [2, 2]}),
+    ("LpPool", (1, 2, 11, 12), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 0, 1]}),
+])
+def test_strided_pools_with_partial_windows_match_onnxruntime(op, shape, attrs):
+    # Windows over the padding (either side, ceil_mode's end), dilated, wider strides than the
+    # kernel; a NaN in a plane's last element reaches only the windows that cover it.
+    x = randn(*shape)
+    if op == "LpPool":
+        np.testing.assert_allclose(run_native(op, [x], 18, **attrs)[0], run_reference(op, [x], 18, **attrs)[0],
+                                   rtol=1e-5, atol=1e-6)
+        return
+    _assert_pool_matches_onnxruntime(op, x, attrs)
+    if op == "MaxPool":
+        _assert_pool_matches_onnxruntime(op, RNG.integers(-128, 127, shape).astype(np.int8), attrs)
+        r, c = shape[2] - 1, shape[3] - 1  # plane 0's last element: only its own windows see it
+        x[0, 0, r, c] = np.nan
+        (y,) = run_native(op, [x], 19, **attrs)
+        node = create_cpu_kernel(make_node(op, 1, 19, **attrs), None)
+        kernel, strides, dil, pb, _, out, _ = node.geometry(shape[2:])
+        covers = [[any(i * strides[a] - pb[a] + t * dil[a] == (r, c)[a] for t in range(kernel[a])) for i in range(out[a])]
+                  for a in range(2)]
+        want = np.zeros(y.shape, bool)
+        want[0, 0] = np.outer(covers[0], covers[1])
+        np.testing.assert_array_equal(np.isnan(y), want)
+
+
 def test_maxpool_unit_stride_integer_and_nan():
     x = RNG.integers(-128, 127, (1, 2, 6, 6)).astype(np.int8)
     (y,) = run_native("MaxPool", [x], 12, kernel_shape=[3, 3], pads=[1, 1, 1, 1])

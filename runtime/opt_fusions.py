@@ -100,7 +100,7 @@ def _activation_follower(graph: Graph, node: Node) -> tuple[Node, str, list[floa
 
 
 #: Ops whose first output is non-negative when all their data inputs are (pools take a max or a
-#: mean of input values; MaxPool's padding is never the whole window).
+#: mean of input values; see ``non_negative`` for MaxPool's padding).
 _SIGN_KEEPING = {"MaxPool": 1, "AveragePool": 1, "GlobalMaxPool": 1, "GlobalAveragePool": 1, "Concat": None}
 
 
@@ -116,6 +116,11 @@ def non_negative(graph: Graph, name: str, depth: int = 6) -> bool:
         return True
     if node.domain != "" or node.op_type not in _SIGN_KEEPING:
         return False
+    if node.op_type == "MaxPool":  # a window of padding alone is -inf (onnxruntime rejects such pads)
+        kernel = list(node.attr("kernel_shape") or [])
+        pads = list(node.attr("pads") or [])
+        if not kernel or any(p >= kernel[i % len(kernel)] for i, p in enumerate(pads)):
+            return False
     data = node.inputs[:_SIGN_KEEPING[node.op_type]]
     return bool(data) and all(non_negative(graph, i, depth - 1) for i in data)
 

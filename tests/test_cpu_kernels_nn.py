@@ -280,8 +280,8 @@ def test_strided_pools_with_partial_windows_match_onnxruntime(op, shape, attrs):
         r, c = shape[2] - 1, shape[3] - 1  # plane 0's last element: only its own windows see it
         x[0, 0, r, c] = np.nan
         (y,) = run_native(op, [x], 19, **attrs)
-        node = create_cpu_kernel(make_node(op, 1, 19, **attrs), None)
-        kernel, strides, dil, pb, _, out, _ = node.geometry(shape[2:])
+        pool = create_cpu_kernel(make_node(op, 1, 19, **attrs), None)
+        kernel, strides, dil, pb, _, out, _ = pool.geometry(shape[2:])
         covers = [[any(i * strides[a] - pb[a] + t * dil[a] == (r, c)[a] for t in range(kernel[a])) for i in range(out[a])]
                   for a in range(2)]
         want = np.zeros(y.shape, bool)

@@ -152,8 +152,9 @@ def test_conv_add_with_spatial_constant_is_not_folded():
 
 def _linear_then_pointwise(a_attrs: dict, c_attrs: dict, c_kernel: int = 1, c_bias: bool = True,
                            between: str | None = None, shared: bool = False, seed: int = 0):
-    """Conv A (6 -> 8 channels, with a bias) read by Conv C (8 -> 4, optionally with a bias),
-    optionally with an op ``between`` them or A's output also read by a second output."""
+    """Conv A (to 8 channels, with a bias; depthwise when its group is 8) read by Conv C (8 -> 4,
+    optionally with a bias), optionally with an op ``between`` them or A's output also a graph
+    output."""
     rng = np.random.default_rng(seed)
     ga = a_attrs.get("group", 1)
     gc = c_attrs.get("group", 1)
@@ -200,7 +201,8 @@ def test_conv_bias_stays_where_it_cannot_be_carried(case):
 
 def _concat_relu(second: str, seed: int = 0):
     """ShuffleNet's stride-2 unit: Relu(Concat(Conv branch, AveragePool of a Relu output)), with
-    the pool branch replaced by ``second`` ("pool", "maxpool of pool", "input" or "shared conv")."""
+    the pool branch replaced by ``second`` ("pool", "maxpool of pool", "input", "maxpool with a
+    window of padding alone" or "shared conv")."""
     rng = np.random.default_rng(seed)
     nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c0"], ["r"]),

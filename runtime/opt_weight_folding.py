@@ -45,16 +45,21 @@ def _conv_parts(graph: Graph, conv: Node) -> tuple[np.ndarray, np.ndarray] | Non
     return w, b
 
 
+def _rewired(graph: Graph, node: Node, inputs: list[str], outputs: list[str], name: str) -> Node:
+    """A new node of ``node``'s op, attributes and opset version, reading ``inputs``."""
+    new = make_node(graph, node.op_type, inputs, outputs, name=name)
+    new.attribute_protos = dict(node.attribute_protos)
+    new.attributes = dict(node.attributes)
+    new.since_version = node.since_version or new.since_version
+    return new
+
+
 def _replace_conv(graph: Graph, conv: Node, follower: Node, w: np.ndarray, b: np.ndarray) -> None:
     """Swap Conv + follower for one Conv with new weights ``w``/``b`` writing the follower's output."""
     dtype = graph.initializers[conv.inputs[1]].dtype
     w_name = add_initializer(graph, f"{conv.inputs[1]}_folded", w.astype(dtype))
     b_name = add_initializer(graph, f"{conv.name or conv.outputs[0]}_bias_folded", b.astype(dtype))
-    new = make_node(graph, "Conv", [conv.inputs[0], w_name, b_name], [follower.outputs[0]],
-                    name=conv.name or follower.name)
-    new.attribute_protos = dict(conv.attribute_protos)
-    new.attributes = dict(conv.attributes)
-    new.since_version = conv.since_version or new.since_version
+    new = _rewired(graph, conv, [conv.inputs[0], w_name, b_name], [follower.outputs[0]], conv.name or follower.name)
     replace_nodes(graph, [conv, follower], [new])
 
 
@@ -158,15 +163,10 @@ def fold_conv_bias_forward(graph: Graph) -> bool:
             continue
         wg = wc.astype(np.float64).reshape(groups, m // groups, cin // groups)
         shift = np.matmul(wg, ba.astype(np.float64).reshape(groups, cin // groups, 1)).reshape(m)
-        new_a = make_node(graph, "Conv", a.inputs[:2], a.outputs, name=a.name)
-        new_a.attribute_protos, new_a.attributes = dict(a.attribute_protos), dict(a.attributes)
-        new_a.since_version = a.since_version or new_a.since_version
         b_name = add_initializer(graph, f"{c.name or c.outputs[0]}_bias_folded",
                                  (bc.astype(np.float64) + shift).astype(wc.dtype))
-        new_c = make_node(graph, "Conv", [c.inputs[0], c.inputs[1], b_name], c.outputs, name=c.name)
-        new_c.attribute_protos, new_c.attributes = dict(c.attribute_protos), dict(c.attributes)
-        new_c.since_version = c.since_version or new_c.since_version
-        replace_nodes(graph, [a, c], [new_a, new_c])
+        replace_nodes(graph, [a, c], [_rewired(graph, a, list(a.inputs[:2]), list(a.outputs), a.name),
+                                      _rewired(graph, c, [*c.inputs[:2], b_name], list(c.outputs), c.name)])
         changed = True
     return changed
 
@@ -201,11 +201,8 @@ def fold_batchnorm_mul_add(graph: Graph) -> bool:
             bias = bias + vec
         names = [add_initializer(graph, f"{bn.inputs[1]}_folded", scale.astype(dtype)),
                  add_initializer(graph, f"{bn.inputs[2]}_folded", bias.astype(dtype))]
-        new = make_node(graph, "BatchNormalization", [bn.inputs[0], *names, *bn.inputs[3:5]], [follower.outputs[0]],
-                        name=bn.name or follower.name)
-        new.attribute_protos = dict(bn.attribute_protos)
-        new.attributes = dict(bn.attributes)
-        new.since_version = bn.since_version or new.since_version
+        new = _rewired(graph, bn, [bn.inputs[0], *names, *bn.inputs[3:5]], [follower.outputs[0]],
+                       bn.name or follower.name)
         replace_nodes(graph, [bn, follower], [new])
         changed = True
     return changed

@@ -86,14 +86,19 @@ class FusedConv(FusedBase):
         self._fallback = create_cpu_kernel(conv, ctx, 11)
 
     def _weights_with_bias(self, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """[W | b] as (M, K + 1), kept while the same weight and bias arrays come back (they are
-        initializers, handed to every run as the same objects)."""
-        cached = self._wb
-        if cached is not None and cached[0] is w and cached[1] is b:
-            return cached[2]
-        wb = np.concatenate([w.reshape(w.shape[0], -1), b.reshape(-1, 1).astype(w.dtype)], axis=1)
-        self._wb = (w, b, wb)  # one tuple swap: concurrent runs see an old or a new entry, both valid
-        return wb
+        """[W | b] as (M, K + 1)."""
+        return self._derived("_wb", (w, b), lambda: np.concatenate(
+            [w.reshape(w.shape[0], -1), b.reshape(-1, 1).astype(w.dtype)], axis=1))
+
+    def _derived(self, slot: str, sources: tuple, build) -> np.ndarray:
+        """``build()``, kept in attribute ``slot`` while the same ``sources`` arrays come back (the
+        weights are initializers, handed to every run as the same objects)."""
+        cached = getattr(self, slot)
+        if cached is not None and all(a is b for a, b in zip(cached[0], sources)):
+            return cached[1]
+        value = build()
+        setattr(self, slot, (sources, value))  # one swap: concurrent runs see an old or a new entry, both valid
+        return value
 
     def compute(self, inputs: list) -> list:
         x, w = inputs[0], inputs[1]
@@ -202,15 +207,9 @@ class FusedConv(FusedBase):
         return y if shuffled else shuffle_channels(y, self.shuffle)
 
     def _tap_weights(self, w: np.ndarray) -> np.ndarray:
-        """The weights tap-major, (kh * kw * M, C): rows t * M + o are tap t of output channel o;
-        kept while the same weight array comes back."""
-        cached = self._wt
-        if cached is not None and cached[0] is w:
-            return cached[1]
+        """The weights tap-major, (kh * kw * M, C): rows t * M + o are tap t of output channel o."""
         m, c, kh, kw = w.shape
-        wt = np.ascontiguousarray(w.transpose(2, 3, 0, 1)).reshape(kh * kw * m, c)
-        self._wt = (w, wt)  # one tuple swap, as _weights_with_bias
-        return wt
+        return self._derived("_wt", (w,), lambda: np.ascontiguousarray(w.transpose(2, 3, 0, 1)).reshape(kh * kw * m, c))
 
     def _tap_products(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                       pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:

@@ -258,6 +258,18 @@ class _AverageProducts:
         return np.matmul(self.rows, t).reshape(n, c, *out)
 
 
+def _per_shape(cache: dict, x: np.ndarray, build):
+    """``cache``'s entry for ``x``'s spatial shape and dtype, built once; the cache is emptied past
+    64 shapes (dynamic axes), and kernels shared by concurrent runs see a whole entry or none."""
+    key = (x.shape[2:], x.dtype)
+    value = cache.get(key)
+    if value is None:
+        if len(cache) > 64:
+            cache.clear()
+        value = cache[key] = build()
+    return value
+
+
 @register("AveragePool", since=1)
 class AveragePool(_Pool):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
@@ -280,26 +292,15 @@ class AveragePool(_Pool):
         if not padded:
             y /= x.dtype.type(int(np.prod(kernel)))
             return [y]
-        key = (x.shape[2:], x.dtype)
-        cnt = self._divisors.get(key)
-        if cnt is None:
-            if len(self._divisors) > 64:  # many input shapes (dynamic axes): keep the cache bounded
-                self._divisors.clear()
-            cnt = self._divisors[key] = self._divisor(x, kernel, strides, dil, pb, pe, pe_explicit, out)
-        y /= cnt
+        y /= _per_shape(self._divisors, x, lambda: self._divisor(x, kernel, strides, dil, pb, pe, pe_explicit, out))
         return [y]
 
     def _average_products(self, x, kernel, strides, dil, pb, pe, pe_explicit, out, padded) -> _AverageProducts | None:
         """The products for this input shape, when they beat the separable passes: a whole-plane
         matrix, or a padded pool with every stride above 1 (its separable passes need a divisor
         pass after them; unpadded 2x2/2 pools stay separable, 0.15 against 0.21 ms at 256x28x28)."""
-        key = (x.shape[2:], x.dtype)
-        products = self._products.get(key)
-        if products is None:
-            if len(self._products) > 64:
-                self._products.clear()
-            products = self._products[key] = _AverageProducts(
-                x.shape[2:], kernel, strides, dil, pb, pe_explicit if self.include_pad else None, out, x.dtype)
+        products = _per_shape(self._products, x, lambda: _AverageProducts(
+            x.shape[2:], kernel, strides, dil, pb, pe_explicit if self.include_pad else None, out, x.dtype))
         if not products.ok or (products.whole is None and not (padded and min(strides) > 1)):
             return None
         return products

@@ -6,6 +6,8 @@
 - ``fuse_matmul_bias``: MatMul(x, constant W) + Add(constant bias)[+ Relu/Gelu] -> FusedMatMul.
 - ``push_relu_into_concat``: Relu(Concat(...)) -> Concat of the inputs, each already
   non-negative or given a Relu of its own that its Conv then absorbs (ShuffleNet's stride-2 units).
+- ``pull_relu_after_maxpool``: MaxPool(Relu(x)) -> Relu(MaxPool(x)), also through a Concat of
+  Relu outputs: the Relu runs over the pooled output and the Conv before drops its epilogue.
 - ``fuse_conv_activation``: Conv [+ Add(residual)] [+ activation] -> FusedConv(X, W, B, Z).
 - ``fuse_gemm_activation``: Gemm + activation -> FusedGemm.
 - ``fuse_batchnorm_activation``: inference BatchNormalization [+ activation] ->
@@ -104,6 +106,15 @@ def _activation_follower(graph: Graph, node: Node) -> tuple[Node, str, list[floa
 _SIGN_KEEPING = {"MaxPool": 1, "AveragePool": 1, "GlobalMaxPool": 1, "GlobalAveragePool": 1, "Concat": None}
 
 
+def _windows_hold_input(pool: Node) -> bool:
+    """Whether every window of a MaxPool covers at least one input element: its pads are below
+    its kernel on every axis. A window of padding alone gives -inf (onnxruntime rejects such
+    pads), which a Relu before the pool would not have turned into 0."""
+    kernel = list(pool.attr("kernel_shape") or [])
+    pads = list(pool.attr("pads") or [])
+    return bool(kernel) and all(p < kernel[i % len(kernel)] for i, p in enumerate(pads))
+
+
 def non_negative(graph: Graph, name: str, depth: int = 6) -> bool:
     """Whether every element of value ``name`` is provably >= 0 (or NaN): the output of a Relu
     (alone or as a fused activation), or of a max/mean pool or Concat of such values."""
@@ -116,11 +127,8 @@ def non_negative(graph: Graph, name: str, depth: int = 6) -> bool:
         return True
     if node.domain != "" or node.op_type not in _SIGN_KEEPING:
         return False
-    if node.op_type == "MaxPool":  # a window of padding alone is -inf (onnxruntime rejects such pads)
-        kernel = list(node.attr("kernel_shape") or [])
-        pads = list(node.attr("pads") or [])
-        if not kernel or any(p >= kernel[i % len(kernel)] for i, p in enumerate(pads)):
-            return False
+    if node.op_type == "MaxPool" and not _windows_hold_input(node):
+        return False
     data = node.inputs[:_SIGN_KEEPING[node.op_type]]
     return bool(data) and all(non_negative(graph, i, depth - 1) for i in data)
 
@@ -161,6 +169,61 @@ def push_relu_into_concat(graph: Graph) -> bool:
                                axis=concat.attr("axis"))
             replace_nodes(graph, [concat, relu], [*new_nodes, joined])
             changed = True
+    return changed
+
+
+def _relu_input(graph: Graph, name: str, reader: Node) -> str | None:
+    """The input of the Relu producing ``name`` when ``reader`` is its only reader, else None."""
+    relu = graph.producer(name)
+    if (relu is None or relu.op_type != "Relu" or relu.domain != "" or sole_consumer(graph, name) is not reader
+            or reader.inputs.count(name) != 1):
+        return None
+    return relu.inputs[0]
+
+
+def pull_relu_after_maxpool(graph: Graph) -> bool:
+    """MaxPool(Relu(x)) -> Relu(MaxPool(x)), and MaxPool(Concat(Relu(x1), ..., Relu(xn))) ->
+    Relu(MaxPool(Concat(x1, ..., xn))), for a strided MaxPool (no Indices output) whose windows
+    all hold an input element. Relu is monotonic, so it commutes with a window's max (NaN
+    propagates either way); after the pool it runs over the pooled output, a quarter of the
+    elements for 2x2 strides, and the Conv before the pool drops its Relu epilogue: the pass over
+    SqueezeNet's 64x111x111 stem output, over its fire3/fire5 expand outputs, and over the
+    ResNet/AlexNet/Inception stem outputs."""
+    changed = False
+    for pool in live_nodes(graph):
+        if (pool.op_type != "MaxPool" or pool.domain != "" or any(pool.outputs[1:]) or not _windows_hold_input(pool)
+                or all(s == 1 for s in (pool.attr("strides") or [1]))):
+            continue
+        x = pool.inputs[0]
+        src = graph.producer(x)
+        if src is None:
+            continue
+        removed: list[Node] = []
+        if src.op_type == "Relu" and src.domain == "" and _relu_input(graph, x, pool) is not None:
+            pooled_input, removed = src.inputs[0], [src]
+        elif src.op_type == "Concat" and src.domain == "" and sole_consumer(graph, x) is pool:
+            inner = [_relu_input(graph, i, src) for i in src.inputs]
+            if not inner or any(i is None for i in inner):
+                continue
+            pooled_input = unique_name(graph, f"{x}_pre_relu")
+            if x in graph.value_infos:
+                graph._set_value_info(ValueInfo(pooled_input, graph.value_infos[x].type_proto))
+            joined = make_node(graph, "Concat", inner, [pooled_input], name=src.name or x, axis=src.attr("axis"))
+            removed = [graph.producer(i) for i in src.inputs] + [src]
+        else:
+            continue
+        out = pool.outputs[0]
+        pooled = unique_name(graph, f"{out}_pre_relu")
+        if out in graph.value_infos:
+            graph._set_value_info(ValueInfo(pooled, graph.value_infos[out].type_proto))
+        new_pool = make_node(graph, "MaxPool", [pooled_input], [pooled], name=pool.name or out)
+        new_pool.attribute_protos.update(pool.attribute_protos)
+        new_pool.attributes.update(pool.attributes)
+        new_pool.since_version = pool.since_version
+        relu = make_node(graph, "Relu", [pooled], [out], name=_name(pool, "relu"))
+        new_nodes = ([joined] if src.op_type == "Concat" else []) + [new_pool, relu]
+        replace_nodes(graph, [*removed, pool], new_nodes)
+        changed = True
     return changed
 
 

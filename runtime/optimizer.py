@@ -12,7 +12,9 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
   Gemm+activation -> FusedGemm, MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference
   BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
-  the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu.
+  the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu;
+  Relu(Concat) -> Concat of Relus the Convs absorb; in CPU-only sessions MaxPool(Relu(x)) ->
+  Relu(MaxPool(x)) (also through a Concat of Relus), so the Relu runs over the pooled output.
   Main graph only.
 - ``ORT_ENABLE_LAYOUT`` and ``ORT_ENABLE_ALL`` add: remaining Conv, Gemm and MatMul-by-constant
   nodes -> their fused forms with no epilogue (as ORT's level-3 NCHWc transformer takes every
@@ -23,8 +25,9 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 ``fuse_cpu_ops=False`` keeps every ``com.onnxhal`` rewrite out (only the LayerNormalization fusion
 to the standard op, at opset >= 17, stays): for sessions where other EPs should see plain ops.
 ``cpu_ep_only=False`` keeps out the rewrites only the CPU EP's kernels run (``CPU_EP_PASSES``: the
-channel-shuffle fold, which the OpenCL EP's FusedConv lacks, and the Gemm weight transpose, measured
-only against numpy's BLAS).
+channel-shuffle fold, which the OpenCL EP's FusedConv lacks, the Gemm weight transpose, measured
+only against numpy's BLAS, and the Relu moved after a MaxPool, which would split an NHWC EP's
+chain of converted ops).
 
 The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
 stay within float tolerance of the unoptimized graph. A pass that meets something it cannot handle
@@ -65,6 +68,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
     ("fuse_matmul_bias", _EXTENDED, opt_fusions.fuse_matmul_bias, False, True),
     ("push_relu_into_concat", _EXTENDED, opt_fusions.push_relu_into_concat, False, False),
+    ("pull_relu_after_maxpool", _EXTENDED, opt_fusions.pull_relu_after_maxpool, False, False),
     ("fuse_conv_activation", _EXTENDED, opt_fusions.fuse_conv_activation, False, True),
     ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
     ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
@@ -74,7 +78,10 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 ]
 
 #: Passes whose result only the CPU EP runs: skipped unless every EP of the session is the CPU EP.
-CPU_EP_PASSES = frozenset({"fuse_channel_shuffle", "pretranspose_gemm_weights"})
+#: ``pull_relu_after_maxpool`` emits standard ops, but a Relu between a MaxPool and a Conv would
+#: keep the layout transformer's Transposes of an NHWC EP from cancelling (it converts
+#: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
+CPU_EP_PASSES = frozenset({"fuse_channel_shuffle", "pretranspose_gemm_weights", "pull_relu_after_maxpool"})
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4

@@ -258,6 +258,79 @@ def test_relu_after_concat_stays_when_an_input_may_be_negative(second):
     assert_session_matches_ort(model, feeds)
 
 
+def _relu_maxpool(case: str, seed: int = 0):
+    """Conv -> Relu -> MaxPool (SqueezeNet's and ResNet's stems) or Concat(Relu(Conv), Relu(Conv))
+    -> MaxPool (SqueezeNet's fire3/fire5), with the variations named by ``case``."""
+    rng = np.random.default_rng(seed)
+    pool = {"kernel_shape": [3, 3], "strides": [2, 2]}
+    if case == "padded":
+        pool["pads"] = [1, 1, 1, 1]
+    elif case == "ceil mode":
+        pool["ceil_mode"] = 1
+    elif case == "unit stride":
+        pool["strides"] = [1, 1]
+    elif case == "padding alone":
+        pool = {"kernel_shape": [1, 1], "strides": [3, 3], "pads": [2, 2, 0, 0]}
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1])]
+    inits = [("w0", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+             ("b0", rng.standard_normal(4).astype(np.float32))]
+    outputs = [fvi("y", None)]
+    if case.startswith("concat"):
+        nodes += [helper.make_node("Conv", ["x", "w1"], ["c1"]), helper.make_node("Relu", ["c0"], ["r0"]),
+                  helper.make_node("Relu" if case != "concat with a non-relu input" else "Sigmoid", ["c1"], ["r1"]),
+                  helper.make_node("Concat", ["r0", "r1"], ["r"], axis=1)]
+        inits.append(("w1", rng.standard_normal((2, 3, 1, 1)).astype(np.float32)))
+    else:
+        nodes.append(helper.make_node("Relu", ["c0"], ["r"]))
+    pool_outputs = ["y", "idx"] if case == "indices" else ["y"]
+    nodes.append(helper.make_node("MaxPool", ["r"], pool_outputs, **pool))
+    if case == "indices":
+        outputs.append(helper.make_tensor_value_info("idx", TensorProto.INT64, None))
+    if case == "relu read elsewhere":
+        outputs.append(fvi("r", None))
+    model = model_of(nodes, [fvi("x", [1, 3, 9, 11])], outputs, inits)
+    return model, {"x": rng.standard_normal((1, 3, 9, 11)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("case", ["plain", "padded", "ceil mode", "concat"])
+def test_relu_before_a_strided_maxpool_moves_after_it(case):
+    model, feeds = _relu_maxpool(case)
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    relu = graph.producer("y")
+    assert relu.op_type == "Relu" and graph.producer(relu.inputs[0]).op_type == "MaxPool"
+    assert ops(graph)["Relu"] == 1
+    assert all(n.attr("activation", "") == "" for n in graph.nodes if n.op_type == "FusedConv")
+    assert_session_matches_ort(model, feeds)
+    # NaN goes through either order alike: compare with the unoptimized graph
+    feeds["x"][0, 0, 2:4, 3] = np.nan
+    runs = []
+    for level in (Level.ORT_DISABLE_ALL, Level.ORT_ENABLE_ALL):
+        so = onnxhal.SessionOptions()
+        so.graph_optimization_level = level
+        runs.append(onnxhal.InferenceSession(model.SerializeToString(), so).run(None, feeds)[0])
+    assert np.isnan(runs[0]).any()
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-5)  # NaN where NaN, within rounding
+
+
+@pytest.mark.parametrize("case", ["unit stride", "padding alone", "indices", "relu read elsewhere",
+                                  "concat with a non-relu input"])
+def test_relu_before_a_maxpool_stays_when_moving_it_changes_or_saves_nothing(case):
+    model, feeds = _relu_maxpool(case)
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    pool = graph.producer("y")
+    assert pool.op_type == "MaxPool"
+    if case == "padding alone":  # onnxruntime rejects pads as wide as the kernel: compare unoptimized
+        runs = []
+        for level in (Level.ORT_DISABLE_ALL, Level.ORT_ENABLE_ALL):
+            so = onnxhal.SessionOptions()
+            so.graph_optimization_level = level
+            runs.append(onnxhal.InferenceSession(model.SerializeToString(), so).run(None, feeds)[0])
+        assert np.isneginf(runs[0]).any()  # the windows of padding alone
+        np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-5)
+        return
+    assert_session_matches_ort(model, feeds)
+
+
 def test_batchnorm_mul_add_fold_then_fuse_with_relu():
     """DenseNet's pre-activation: BatchNormalization, Mul and Add by per-channel constants, Relu."""
     rng = np.random.default_rng(9)
@@ -370,9 +443,11 @@ def test_cnn_fusions_keep_results():
     model = small_cnn()
     graph = optimized(model, Level.ORT_ENABLE_EXTENDED)
     fused = [n for n in graph.nodes if n.op_type == "FusedConv"]
-    assert len(fused) == 17 and sum(len(n.inputs) == 4 for n in fused) == 8  # 8 residual Adds fused
+    assert len(fused) == 16 and sum(len(n.inputs) == 4 for n in fused) == 8  # 8 residual Adds fused
     assert all(n.attr("activation") == "Relu" for n in fused)
-    assert ops(graph)["Conv"] == 3  # the downsample projections, followed by nothing to fuse
+    # the downsample projections, followed by nothing to fuse, and the stem, whose Relu now
+    # follows its MaxPool (pull_relu_after_maxpool)
+    assert ops(graph)["Conv"] == 4 and ops(graph)["Relu"] == 1
     everything = ops(optimized(model, Level.ORT_ENABLE_ALL))  # all level: those run on FusedConv too
     assert everything["FusedConv"] == 20 and everything["FusedGemm"] == 1 and everything["Conv"] == 0
     assert_session_matches_ort(model, bench_models.feeds(model))
@@ -464,7 +539,8 @@ def test_light_squeezenet_materialized_and_fused_end_to_end():
     assert not any(n.op_type == "ConstantOfShape" for n in model.graph.node)
     assert [i.name for i in model.graph.input] == ["data_0"]
     graph = optimized(model, Level.ORT_ENABLE_ALL)
-    assert ops(graph)["FusedConv"] == 26 and ops(graph)["Relu"] == 0
+    # each of the three MaxPools is followed by the Relu its input had (pull_relu_after_maxpool)
+    assert ops(graph)["FusedConv"] == 26 and ops(graph)["Relu"] == 3
     assert_session_matches_ort(model, bench_models.feeds(model), atol=1e-5)
 
 

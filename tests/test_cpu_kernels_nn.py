@@ -398,6 +398,43 @@ def test_softmax_large_values_are_stable():
     np.testing.assert_allclose(y, [[0.5, 0.5, 0.0]], atol=1e-7)
 
 
+def _softmax64(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("case", ["attention scores", "masked", "rows far below zero", "a row of -inf",
+                                  "a value of 60 or more", "a NaN"])
+def test_softmax_over_the_last_axis_of_large_inputs(case):
+    """The max-free path (float32, last axis, >= 4096 elements): every row as the float64
+    softmax, including rows it must redo with their own maxima and inputs it must leave to the
+    usual form."""
+    x = (randn(2, 4, 32, 64) * 4).astype(np.float32)
+    if case == "masked":
+        x[..., 40:] = -10000.0  # BERT's additive mask
+    elif case == "rows far below zero":
+        x[0, 1, 3] -= 500.0  # exp flushes the whole row: redone with its max
+        x[1, 2, 7] -= 80.0   # partly flushed
+    elif case == "a row of -inf":
+        x[1, 0, 5] = -np.inf
+    elif case == "a value of 60 or more":
+        x[0, 0, 0, 0] = 1000.0
+    elif case == "a NaN":
+        x[1, 3, 2, 9] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the -inf row's inf - inf, as numpy's own softmax
+        (y,) = run_native("Softmax", [x], 13)
+    want = _softmax64(x)
+    assert y.dtype == np.float32 and y.shape == x.shape
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-7)
+    if case == "attention scores":
+        (ref,) = run_onnxruntime("Softmax", [x], 13)
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("attrs", [{}, {"transA": 1}, {"transB": 1, "alpha": 0.5, "beta": 2.0}])
 def test_gemm(attrs):
     a = randn(4, 3) if not attrs.get("transA") else randn(3, 4)

@@ -23,7 +23,6 @@ is added in the copy that cuts the outputs from those rows, where there is one. 
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from onnxhal.hal import KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels.conv import (
@@ -35,6 +34,7 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     rows_view,
     same_width,
     same_width_taps,
+    strided_view,
 )
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, parallel_ranges, writable
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -53,8 +53,7 @@ def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, i
     xp = pad_spatial(x, pads[:2], pads[2:])
     st = xp.strides
     n, c = x.shape[:2]
-    win = as_strided(xp, (n, c, kh, kw, oh, ow), (st[0], st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw),
-                     writeable=False)
+    win = strided_view(xp, (n, c, kh, kw, oh, ow), (st[0], st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw))
     np.copyto(cols, win)  # memory-bound: measured slower split over two threads
 
 
@@ -76,6 +75,7 @@ class FusedConv(FusedBase):
         self._fallback = None
         self._wb: tuple | None = None
         self._wt: tuple | None = None
+        self._geometries: dict[tuple, tuple] = {}
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
 
         self.shuffle = int(node.attr("channel_shuffle", 0))
@@ -113,17 +113,33 @@ class FusedConv(FusedBase):
             return [shuffle_channels(y, self.shuffle)]
         return [self._conv2d(x, w, b, z)]
 
+    def _geometry(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int]:
+        """(pads (top, left, bottom, right), oh, ow) for these input and weight shapes, resolved
+        once per shape: a node sees one or a few shapes, and resolving costs microseconds that
+        ShuffleNet's 50 small convolutions pay on every run."""
+        key = (x_shape, w_shape)
+        geometry = self._geometries.get(key)
+        if geometry is None:
+            h, wd = x_shape[2:]
+            kh, kw = w_shape[2:]
+            (sh, sw), (dh, dw) = self.strides, self.dilations
+            (top, left), (bottom, right) = resolve_pads((h, wd), (kh, kw), (sh, sw), (dh, dw), self.pads,
+                                                        self.auto_pad)
+            geometry = ((top, left, bottom, right), (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1,
+                        (wd + left + right - ((kw - 1) * dw + 1)) // sw + 1)
+            if len(self._geometries) >= 64:  # shapes that keep changing: keep the cache bounded
+                self._geometries = {}
+            self._geometries[key] = geometry
+        return geometry
+
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
         n, c, h, wd = x.shape
         m, cg, kh, kw = w.shape
         g = self.group
         mg = m // g
         (sh, sw), (dh, dw) = self.strides, self.dilations
-        (top, left), (bottom, right) = resolve_pads((h, wd), (kh, kw), (sh, sw), (dh, dw), self.pads, self.auto_pad)
-        oh = (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1
-        ow = (wd + left + right - ((kw - 1) * dw + 1)) // sw + 1
+        pads, oh, ow = self._geometry(x.shape, w.shape)
         p = oh * ow
-        pads = (top, left, bottom, right)
         k = cg * kh * kw
         copied = not (kh == kw == 1 and not any(pads))
         if (g == 1 and kh * kw > 1 and 2 * m <= c

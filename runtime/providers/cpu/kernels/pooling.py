@@ -8,10 +8,9 @@ Column-major Indices (``storage_order=1``) are delegated to onnx.reference."""
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
-from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial
+from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial, strided_view
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -80,8 +79,8 @@ def _flat_reduce(x: np.ndarray, pb, pe, out, kernel, strides, dil, op, identity)
             op(acc, f[t * step:t * step + length], out=acc)
         f = acc
     item = f.itemsize
-    view = as_strided(f, (x.shape[0] * x.shape[1],) + tuple(out),
-                      (int(np.prod(dims)) * item,) + tuple(s * p * item for s, p in zip(strides, pitch)), writeable=False)
+    view = strided_view(f, (x.shape[0] * x.shape[1],) + tuple(out),
+                        (int(np.prod(dims)) * item,) + tuple(s * p * item for s, p in zip(strides, pitch)))
     y = np.empty(x.shape[:2] + tuple(out), dtype=x.dtype)  # a copy even when the view is x itself (1x1)
     np.copyto(y.reshape(view.shape), view)
     return y
@@ -105,8 +104,7 @@ def _first_axis_flat(x: np.ndarray, out, kernel, strides, dil, op) -> np.ndarray
         op(acc, f[t * step:t * step + length], out=acc)
     it = acc.itemsize
     inner = tuple(int(np.prod(x.shape[3 + i + 1:], dtype=np.int64)) * it for i in range(x.ndim - 3))
-    return as_strided(acc, (n, c, out[0]) + x.shape[3:], (c * h * pitch * it, h * pitch * it, s * pitch * it) + inner,
-                      writeable=False)
+    return strided_view(acc, (n, c, out[0]) + x.shape[3:], (c * h * pitch * it, h * pitch * it, s * pitch * it) + inner)
 
 
 def _window_reduce(x: np.ndarray, pb, pe, out, kernel, strides, dil, op, identity) -> np.ndarray:

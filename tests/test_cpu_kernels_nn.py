@@ -374,6 +374,24 @@ def test_layernorm(axis):
     check("LayerNormalization", [x.astype(np.float64), scale.astype(np.float64)], 17, axis=axis)
 
 
+@pytest.mark.parametrize("offset", [0.0, 100.0])
+def test_layer_normalization_over_the_last_axis_of_large_inputs(offset):
+    """The path whose row means are BLAS products (float32, last axis, >= 4096 elements), with
+    its mean and inverse deviation outputs, against float64. With rows around 100 float32 itself
+    leaves about 4e-5 (numpy's own mean as well: 3.6e-5 against 3.8e-5 here)."""
+    x = randn(2, 64, 96) + np.float32(offset)
+    scale, bias = randn(96), randn(96)
+    y, mean, inv_std = run_native("LayerNormalization", [x, scale, bias], 17, n_outputs=3, axis=-1)
+    x64 = x.astype(np.float64)
+    want_mean = x64.mean(axis=-1, keepdims=True)
+    d = x64 - want_mean
+    want_inv = 1.0 / np.sqrt((d * d).mean(axis=-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(inv_std, want_inv, rtol=1e-4)
+    np.testing.assert_allclose(y, d * want_inv * scale + bias, rtol=0, atol=1e-4 if offset else 2e-6)
+    assert y.dtype == mean.dtype == inv_std.dtype == np.float32
+
+
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("axis", [1, -1, 0])
 def test_softmax_opset13_along_axis(op, axis):

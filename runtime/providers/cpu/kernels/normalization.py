@@ -37,6 +37,17 @@ class BatchNormalization(Kernel):
         return [y]
 
 
+_averages: dict[int, np.ndarray] = {}
+
+
+def _averaging(n: int) -> np.ndarray:
+    """A float32 vector of n copies of 1/n (cached): ``rows @ _averaging(n)`` are the row means."""
+    v = _averages.get(n)
+    if v is None:
+        v = _averages.setdefault(n, np.full(n, 1.0 / n, dtype=np.float32))
+    return v
+
+
 @register("LayerNormalization", since=17)
 class LayerNormalization(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
@@ -56,9 +67,19 @@ class LayerNormalization(Kernel):
         bias = inputs[2] if len(inputs) > 2 else None
         axis = self.axis + x.ndim if self.axis < 0 else self.axis
         axes = tuple(range(axis, x.ndim))
-        mean = x.mean(axis=axes, keepdims=True)
-        d = x - mean
-        var = (d * d).mean(axis=axes, keepdims=True)
+        if axis == x.ndim - 1 and x.flags.c_contiguous and x.size >= 4096:
+            # Row means as one BLAS matrix-vector product with a vector of 1/n, where numpy's
+            # mean runs a reduction loop per row: BERT's 128x768, 0.12 against 0.18 ms.
+            n = x.shape[-1]
+            rows = x.reshape(-1, n)
+            average = _averaging(n)
+            mean = (rows @ average).reshape(x.shape[:-1] + (1,))
+            d = x - mean
+            var = (np.square(d).reshape(-1, n) @ average).reshape(mean.shape)
+        else:
+            mean = x.mean(axis=axes, keepdims=True)
+            d = x - mean
+            var = (d * d).mean(axis=axes, keepdims=True)
         inv = 1.0 / np.sqrt(var + np.float32(self.eps))
         y = d * inv
         y *= scale

@@ -31,8 +31,9 @@ def resolve_pads(in_spatial, kernel, strides, dilations, pads, auto_pad: str) ->
 
 def strided_view(a: np.ndarray, shape: tuple, strides: tuple, offset: int = 0) -> np.ndarray:
     """A read-only view of ``a`` with ``shape`` and byte ``strides``, starting ``offset`` elements
-    into a contiguous ``a``: ``as_strided`` without its per-call cost (1.3 against 5.1 us here,
-    paid several times per depthwise layer). numpy still checks the view stays inside ``a``."""
+    along ``a``'s last axis (its flat start, as ``a`` is contiguous in every caller's hot path):
+    ``as_strided`` without its per-call cost (1.3 against 5.1 us here, paid several times per
+    depthwise layer). numpy still checks the view stays inside ``a``."""
     if not a.flags.c_contiguous:
         return as_strided(a[(slice(None),) * (a.ndim - 1) + (slice(offset, None),)] if offset else a, shape,
                           strides, writeable=False)

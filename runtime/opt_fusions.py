@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from onnxhal.hal.graph import Graph, Node, ValueInfo
+from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.opt_rewrite import (
     FUSED_DOMAIN,
     add_initializer,
@@ -39,10 +39,11 @@ from onnxhal.runtime.opt_rewrite import (
     make_node,
     rank,
     replace_nodes,
+    rewired,
     scalar_constant,
     sole_consumer,
     static_shape,
-    unique_name,
+    value_like,
 )
 from onnxhal.runtime.opt_weight_folding import batchnorm_stats
 
@@ -160,9 +161,7 @@ def push_relu_into_concat(graph: Graph) -> bool:
         else:
             new_nodes, inputs = [], list(concat.inputs)
             for x in convs:
-                y = unique_name(graph, f"{x}_relu")
-                if x in graph.value_infos:
-                    graph._set_value_info(ValueInfo(y, graph.value_infos[x].type_proto))
+                y = value_like(graph, x, f"{x}_relu")
                 new_nodes.append(make_node(graph, "Relu", [x], [y], name=_name(relu, x)))
                 inputs[inputs.index(x)] = y
             joined = make_node(graph, "Concat", inputs, relu.outputs, name=concat.name or relu.name,
@@ -205,21 +204,14 @@ def pull_relu_after_maxpool(graph: Graph) -> bool:
             inner = [_relu_input(graph, i, src) for i in src.inputs]
             if not inner or any(i is None for i in inner):
                 continue
-            pooled_input = unique_name(graph, f"{x}_pre_relu")
-            if x in graph.value_infos:
-                graph._set_value_info(ValueInfo(pooled_input, graph.value_infos[x].type_proto))
+            pooled_input = value_like(graph, x, f"{x}_pre_relu")
             joined = make_node(graph, "Concat", inner, [pooled_input], name=src.name or x, axis=src.attr("axis"))
             removed = [graph.producer(i) for i in src.inputs] + [src]
         else:
             continue
         out = pool.outputs[0]
-        pooled = unique_name(graph, f"{out}_pre_relu")
-        if out in graph.value_infos:
-            graph._set_value_info(ValueInfo(pooled, graph.value_infos[out].type_proto))
-        new_pool = make_node(graph, "MaxPool", [pooled_input], [pooled], name=pool.name or out)
-        new_pool.attribute_protos.update(pool.attribute_protos)
-        new_pool.attributes.update(pool.attributes)
-        new_pool.since_version = pool.since_version
+        pooled = value_like(graph, out, f"{out}_pre_relu")
+        new_pool = rewired(graph, pool, [pooled_input], [pooled], pool.name or out)
         relu = make_node(graph, "Relu", [pooled], [out], name=_name(pool, "relu"))
         new_nodes = ([joined] if src.op_type == "Concat" else []) + [new_pool, relu]
         replace_nodes(graph, [*removed, pool], new_nodes)

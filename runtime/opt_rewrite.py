@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxhal.hal.graph import Graph, Node
+from onnxhal.hal.graph import Graph, Node, ValueInfo
 
 #: Domain of the fused operators the optimizer introduces (kernels in cpu/kernels/fused.py).
 FUSED_DOMAIN = "com.onnxhal"
@@ -47,6 +47,23 @@ def make_node(graph: Graph, op_type: str, inputs: Sequence[str], outputs: Sequen
         except Exception:  # unknown op or domain: the runtime resolves it later
             node.since_version = 0
     return node
+
+
+def rewired(graph: Graph, node: Node, inputs: Sequence[str], outputs: Sequence[str], name: str) -> Node:
+    """A new node of ``node``'s op, attributes and opset version, reading ``inputs``."""
+    new = make_node(graph, node.op_type, inputs, outputs, name=name, domain=node.domain)
+    new.attribute_protos = dict(node.attribute_protos)
+    new.attributes = dict(node.attributes)
+    new.since_version = node.since_version or new.since_version
+    return new
+
+
+def value_like(graph: Graph, like: str, base: str) -> str:
+    """A new value name from ``base``, given ``like``'s type and shape when the graph knows them."""
+    name = unique_name(graph, base)
+    if like in graph.value_infos:
+        graph._set_value_info(ValueInfo(name, graph.value_infos[like].type_proto))
+    return name
 
 
 def constant(graph: Graph, name: str) -> np.ndarray | None:

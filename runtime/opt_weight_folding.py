@@ -27,6 +27,7 @@ from onnxhal.runtime.opt_rewrite import (
     make_node,
     rank,
     replace_nodes,
+    rewired,
     sole_consumer,
 )
 
@@ -45,21 +46,12 @@ def _conv_parts(graph: Graph, conv: Node) -> tuple[np.ndarray, np.ndarray] | Non
     return w, b
 
 
-def _rewired(graph: Graph, node: Node, inputs: list[str], outputs: list[str], name: str) -> Node:
-    """A new node of ``node``'s op, attributes and opset version, reading ``inputs``."""
-    new = make_node(graph, node.op_type, inputs, outputs, name=name)
-    new.attribute_protos = dict(node.attribute_protos)
-    new.attributes = dict(node.attributes)
-    new.since_version = node.since_version or new.since_version
-    return new
-
-
 def _replace_conv(graph: Graph, conv: Node, follower: Node, w: np.ndarray, b: np.ndarray) -> None:
     """Swap Conv + follower for one Conv with new weights ``w``/``b`` writing the follower's output."""
     dtype = graph.initializers[conv.inputs[1]].dtype
     w_name = add_initializer(graph, f"{conv.inputs[1]}_folded", w.astype(dtype))
     b_name = add_initializer(graph, f"{conv.name or conv.outputs[0]}_bias_folded", b.astype(dtype))
-    new = _rewired(graph, conv, [conv.inputs[0], w_name, b_name], [follower.outputs[0]], conv.name or follower.name)
+    new = rewired(graph, conv, [conv.inputs[0], w_name, b_name], [follower.outputs[0]], conv.name or follower.name)
     replace_nodes(graph, [conv, follower], [new])
 
 
@@ -165,8 +157,8 @@ def fold_conv_bias_forward(graph: Graph) -> bool:
         shift = np.matmul(wg, ba.astype(np.float64).reshape(groups, cin // groups, 1)).reshape(m)
         b_name = add_initializer(graph, f"{c.name or c.outputs[0]}_bias_folded",
                                  (bc.astype(np.float64) + shift).astype(wc.dtype))
-        replace_nodes(graph, [a, c], [_rewired(graph, a, list(a.inputs[:2]), list(a.outputs), a.name),
-                                      _rewired(graph, c, [*c.inputs[:2], b_name], list(c.outputs), c.name)])
+        replace_nodes(graph, [a, c], [rewired(graph, a, list(a.inputs[:2]), list(a.outputs), a.name),
+                                      rewired(graph, c, [*c.inputs[:2], b_name], list(c.outputs), c.name)])
         changed = True
     return changed
 
@@ -201,7 +193,7 @@ def fold_batchnorm_mul_add(graph: Graph) -> bool:
             bias = bias + vec
         names = [add_initializer(graph, f"{bn.inputs[1]}_folded", scale.astype(dtype)),
                  add_initializer(graph, f"{bn.inputs[2]}_folded", bias.astype(dtype))]
-        new = _rewired(graph, bn, [bn.inputs[0], *names, *bn.inputs[3:5]], [follower.outputs[0]],
+        new = rewired(graph, bn, [bn.inputs[0], *names, *bn.inputs[3:5]], [follower.outputs[0]],
                        bn.name or follower.name)
         replace_nodes(graph, [bn, follower], [new])
         changed = True

@@ -29,6 +29,7 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     depthwise_rows,
     im2col_from_phases,
     pad_spatial,
+    per_shape,
     resolve_pads,
     rows_to_output,
     rows_view,
@@ -115,22 +116,17 @@ class FusedConv(FusedBase):
 
     def _geometry(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int]:
         """(pads (top, left, bottom, right), oh, ow) for these input and weight shapes, resolved
-        once per shape: a node sees one or a few shapes, and resolving costs microseconds that
-        ShuffleNet's 50 small convolutions pay on every run."""
-        key = (x_shape, w_shape)
-        geometry = self._geometries.get(key)
-        if geometry is None:
-            h, wd = x_shape[2:]
-            kh, kw = w_shape[2:]
-            (sh, sw), (dh, dw) = self.strides, self.dilations
-            (top, left), (bottom, right) = resolve_pads((h, wd), (kh, kw), (sh, sw), (dh, dw), self.pads,
-                                                        self.auto_pad)
-            geometry = ((top, left, bottom, right), (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1,
-                        (wd + left + right - ((kw - 1) * dw + 1)) // sw + 1)
-            if len(self._geometries) >= 64:  # shapes that keep changing: keep the cache bounded
-                self._geometries = {}
-            self._geometries[key] = geometry
-        return geometry
+        once per shape (``per_shape``): resolving costs microseconds that ShuffleNet's 49 small
+        convolutions would pay on every run."""
+        return per_shape(self._geometries, (x_shape, w_shape), lambda: self._resolve(x_shape, w_shape))
+
+    def _resolve(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int]:
+        h, wd = x_shape[2:]
+        kh, kw = w_shape[2:]
+        (sh, sw), (dh, dw) = self.strides, self.dilations
+        (top, left), (bottom, right) = resolve_pads((h, wd), (kh, kw), (sh, sw), (dh, dw), self.pads, self.auto_pad)
+        return ((top, left, bottom, right), (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1,
+                (wd + left + right - ((kw - 1) * dw + 1)) // sw + 1)
 
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
         n, c, h, wd = x.shape

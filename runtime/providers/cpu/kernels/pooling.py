@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
-from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial, strided_view
+from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial, per_shape, strided_view
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -256,18 +256,6 @@ class _AverageProducts:
         return np.matmul(self.rows, t).reshape(n, c, *out)
 
 
-def _per_shape(cache: dict, x: np.ndarray, build):
-    """``cache``'s entry for ``x``'s spatial shape and dtype, built once; the cache is emptied past
-    64 shapes (dynamic axes), and kernels shared by concurrent runs see a whole entry or none."""
-    key = (x.shape[2:], x.dtype)
-    value = cache.get(key)
-    if value is None:
-        if len(cache) > 64:
-            cache.clear()
-        value = cache[key] = build()
-    return value
-
-
 @register("AveragePool", since=1)
 class AveragePool(_Pool):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
@@ -290,14 +278,14 @@ class AveragePool(_Pool):
         if not padded:
             y /= x.dtype.type(int(np.prod(kernel)))
             return [y]
-        y /= _per_shape(self._divisors, x, lambda: self._divisor(x, kernel, strides, dil, pb, pe, pe_explicit, out))
+        y /= per_shape(self._divisors, (x.shape[2:], x.dtype), lambda: self._divisor(x, kernel, strides, dil, pb, pe, pe_explicit, out))
         return [y]
 
     def _average_products(self, x, kernel, strides, dil, pb, pe, pe_explicit, out, padded) -> _AverageProducts | None:
         """The products for this input shape, when they beat the separable passes: a whole-plane
         matrix, or a padded pool with every stride above 1 (its separable passes need a divisor
         pass after them; unpadded 2x2/2 pools stay separable, 0.15 against 0.21 ms at 256x28x28)."""
-        products = _per_shape(self._products, x, lambda: _AverageProducts(
+        products = per_shape(self._products, (x.shape[2:], x.dtype), lambda: _AverageProducts(
             x.shape[2:], kernel, strides, dil, pb, pe_explicit if self.include_pad else None, out, x.dtype))
         if not products.ok or (products.whole is None and not (padded and min(strides) > 1)):
             return None

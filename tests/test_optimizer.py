@@ -641,6 +641,26 @@ def test_fused_gemm_split_with_every_bias_shape(m, n, c_shape, trans, monkeypatc
     assert_session_matches_ort(model, {"a": rng.standard_normal(a_shape).astype(np.float32)})
 
 
+@pytest.mark.parametrize("group,cin,cout", [(1, 6, 10), (4, 8, 12), (3, 9, 3)])
+@pytest.mark.parametrize("split", [False, True])
+def test_pointwise_fused_conv_with_bias_residual_and_relu(group, cin, cout, split, monkeypatch):
+    """1x1 convolutions, grouped or not, with bias, a residual and Relu over a batch of two: the
+    pointwise path (one batched product, one epilogue) when BLAS threads itself, the per-group
+    split path otherwise; both as onnxruntime."""
+    monkeypatch.setattr(fused_kernels, "WORKERS", 2)
+    monkeypatch.setattr(fused_kernels, "SPLIT_PRODUCTS", split)
+    monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
+    rng = np.random.default_rng(17)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=group),
+             helper.make_node("Add", ["c", "r"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    inits = [("w", rng.standard_normal((cout, cin // group, 1, 1)).astype(np.float32)),
+             ("b", rng.standard_normal(cout).astype(np.float32))]
+    model = model_of(nodes, [fvi("x", [2, cin, 5, 7]), fvi("r", [2, cout, 5, 7])], [fvi("y", None)], inits)
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedConv"]
+    assert_session_matches_ort(model, {"x": rng.standard_normal((2, cin, 5, 7)).astype(np.float32),
+                                       "r": rng.standard_normal((2, cout, 5, 7)).astype(np.float32)})
+
+
 @pytest.mark.parametrize("build", [small_cnn, small_encoder])
 def test_fused_kernels_split_over_threads_keep_results(build, monkeypatch):
     """Force the fused kernels' thread split (two workers, even for tiny products)."""

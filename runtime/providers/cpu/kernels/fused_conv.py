@@ -1,18 +1,20 @@
 """``com.onnxhal`` FusedConv: Conv + optional residual Z + activation, run as one im2col GEMM.
 
-2-D float convolutions run here: 1x1 convolutions read the input in place (no im2col), others
-copy the windows once (7x7/5x5 strided ones from the input's stride phases, unit-stride ones as
-wide as their input as contiguous slices of the flattened planes), then the product runs per
-block of output channels (or per group), split between the workers when BLAS is
-single-threaded, and bias, residual and activation are applied to each block while it is still
-in cache. A copied, ungrouped convolution carries its bias inside the product instead (a row of
-ones under the windows, a column [W | b]), which saves a pass over the output. A unit-stride
-convolution as wide as its input with at most half as many outputs as inputs (DenseNet's 3x3
-layers) skips im2col: one product of all taps' weights with the padded input, then the taps'
-products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G (the
-optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to channel
-j * G + g: a grouped convolution with G groups writes each group's product straight into its
-shuffled channels (BLAS takes the strided rows), anything else is shuffled by one copy.
+2-D float convolutions run here, by a path chosen once per input shape (``_resolve``). 1x1
+convolutions with unit stride and no padding take the input in place as the product's right side
+(``_pointwise``: one batched product over the groups, one epilogue). Depthwise ones take their
+own path (below). Others copy the windows once (7x7/5x5 strided ones from the input's stride
+phases, unit-stride ones as wide as their input as contiguous slices of the flattened planes),
+then the product runs per block of output channels (or per group), split between the workers
+when BLAS is single-threaded, and bias, residual and activation are applied to each block while
+it is still in cache. A copied, ungrouped convolution carries its bias inside the product instead
+(a row of ones under the windows, a column [W | b]), which saves a pass over the output. A
+unit-stride convolution as wide as its input with at most half as many outputs as inputs
+(DenseNet's 3x3 layers) skips im2col: one product of all taps' weights with the padded input,
+then the taps' products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G
+(the optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to
+channel j * G + g: a grouped convolution with G groups writes each group's product straight into
+its shuffled channels (BLAS takes the strided rows), anything else is shuffled by one copy.
 Depthwise convolutions copy their taps as contiguous rows of the input's stride phases (flat
 planes without a border when the output keeps the input's width at unit stride or halves it at
 stride 2) tap-major and reduce them with one batched BLAS product (``depthwise_rows``); the bias
@@ -25,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels import fused as _fused
 from onnxhal.runtime.providers.cpu.kernels.conv import (
     depthwise_rows,
     im2col_from_phases,
@@ -76,6 +79,7 @@ class FusedConv(FusedBase):
         self._fallback = None
         self._wb: tuple | None = None
         self._wt: tuple | None = None
+        self._bs: tuple | None = None
         self._geometries: dict[tuple, tuple] = {}
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
 
@@ -114,37 +118,55 @@ class FusedConv(FusedBase):
             return [shuffle_channels(y, self.shuffle)]
         return [self._conv2d(x, w, b, z)]
 
-    def _geometry(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int]:
-        """(pads (top, left, bottom, right), oh, ow) for these input and weight shapes, resolved
-        once per shape (``per_shape``): resolving costs microseconds that ShuffleNet's 49 small
-        convolutions would pay on every run."""
+    def _geometry(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int, str]:
+        """(pads (top, left, bottom, right), oh, ow, path) for these input and weight shapes,
+        resolved once per shape (``per_shape``): resolving costs microseconds that ShuffleNet's 49
+        small convolutions would pay on every run. The path is the method that runs them."""
         return per_shape(self._geometries, (x_shape, w_shape), lambda: self._resolve(x_shape, w_shape))
 
-    def _resolve(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int]:
-        h, wd = x_shape[2:]
-        kh, kw = w_shape[2:]
+    def _resolve(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int, str]:
+        c, h, wd = x_shape[1:]
+        m, cg, kh, kw = w_shape
         (sh, sw), (dh, dw) = self.strides, self.dilations
         (top, left), (bottom, right) = resolve_pads((h, wd), (kh, kw), (sh, sw), (dh, dw), self.pads, self.auto_pad)
-        return ((top, left, bottom, right), (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1,
-                (wd + left + right - ((kw - 1) * dw + 1)) // sw + 1)
+        pads = (top, left, bottom, right)
+        oh = (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1
+        ow = (wd + left + right - ((kw - 1) * dw + 1)) // sw + 1
+        if self.group == 1 and kh * kw > 1 and 2 * m <= c and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd):
+            path = "taps"
+        elif self.group == c == m and cg == 1:
+            path = "depthwise"
+        elif kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1):
+            path = "pointwise"
+        else:
+            path = "general"
+        return pads, oh, ow, path
 
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
+        # The paths ShuffleNet, MobileNet and SqueezeNet run most are dispatched before anything
+        # else is set up: inside a model every Python step of a small convolution costs more than
+        # it does in a loop over one layer (the interpreter's data is out of cache after the
+        # previous layer's arrays), and the grouped 1x1 and depthwise paths take ShuffleNet's run
+        # to 0.95-0.97 of the time against the general path's closures and per-group epilogues.
+        pads, oh, ow, path = self._geometry(x.shape, w.shape)
+        if path == "depthwise":
+            return self._depthwise(x, w, b, z, pads, (oh, ow))
+        if path == "pointwise" and not _fused.SPLIT_PRODUCTS:
+            return self._pointwise(x, w, b, z, (oh, ow))
+        if path == "taps":
+            return shuffle_channels(self._tap_products(x, w, b, z, pads, (oh, ow)), self.shuffle)
         n, c, h, wd = x.shape
         m, cg, kh, kw = w.shape
         g = self.group
         mg = m // g
         (sh, sw), (dh, dw) = self.strides, self.dilations
-        pads, oh, ow = self._geometry(x.shape, w.shape)
         p = oh * ow
         k = cg * kh * kw
         copied = not (kh == kw == 1 and not any(pads))
-        if (g == 1 and kh * kw > 1 and 2 * m <= c
-                and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd)):
-            return shuffle_channels(self._tap_products(x, w, b, z, pads, (oh, ow)), self.shuffle)
         # A copied, ungrouped convolution carries its bias in the product: a row of ones under
         # the windows and a column [W | b], one pass over the output fewer (0.1-0.3 ms per
         # ResNet layer).
-        folded = copied and g == 1 and b is not None and not (g == c == m and cg == 1)
+        folded = copied and g == 1 and b is not None
         bias = b.reshape(m, 1) if b is not None and not folded else None
         res = z.reshape(n, m, p) if z is not None else None
         act = self.act
@@ -157,24 +179,6 @@ class FusedConv(FusedBase):
             if act is not None:
                 act(out)
 
-        if g == c == m and cg == 1:  # depthwise: one BLAS product per channel over its taps
-            acc, wq = depthwise_rows(x, w, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
-            if wq == ow:  # the rows are the outputs
-                yd = acc.reshape(n, m, oh, ow)
-                if b is not None:
-                    yd += b.reshape(1, m, 1, 1)
-            else:  # the bias is added in the copy that cuts the outputs from the pitched rows
-                yd = np.empty((n, m, oh, ow), dtype=x.dtype)
-                rows = rows_view(acc, (oh, ow), wq)
-                if b is not None:
-                    np.add(rows, b.reshape(1, m, 1, 1), out=yd)
-                else:
-                    np.copyto(yd, rows)
-            if z is not None:
-                yd += z
-            if act is not None:
-                act(yd)
-            return shuffle_channels(yd, self.shuffle)
         y = np.empty((n, m, p), dtype=x.dtype)
         if not copied:
             cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, c, p)
@@ -217,6 +221,57 @@ class FusedConv(FusedBase):
                     act(y)
         y = y.reshape(n, m, oh, ow)
         return y if shuffled else shuffle_channels(y, self.shuffle)
+
+    def _pointwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                   out_hw: tuple[int, int]) -> np.ndarray:
+        """A 1x1 convolution with unit stride and no padding, grouped or not: the input is the
+        product's right side as it is, one batched product over the groups, then bias, residual
+        and activation once over the whole output. A shuffle with as many groups as the
+        convolution (and no residual) is written in place: group gi's row j is output channel
+        j * G + gi, a strided view BLAS writes directly. Other shuffles cost one copy."""
+        n = x.shape[0]
+        m, k = w.shape[:2]
+        g = self.group
+        mg, p = m // g, out_hw[0] * out_hw[1]
+        cols = np.ascontiguousarray(x).reshape(n, g, k, p)
+        y = np.empty((n, m, p), dtype=x.dtype)
+        shuffled = g > 1 and self.shuffle == g and z is None
+        np.matmul(w.reshape(g, mg, k), cols,
+                  out=y.reshape(n, mg, g, p).transpose(0, 2, 1, 3) if shuffled else y.reshape(n, g, mg, p))
+        if b is not None:
+            y += (self._derived("_bs", (b,), lambda: b.reshape(g, mg).T.reshape(1, m, 1)) if shuffled
+                  else b.reshape(1, m, 1))
+        if z is not None:
+            y += z.reshape(n, m, p)
+        if self.act is not None:
+            self.act(y)
+        y = y.reshape((n, m) + out_hw)
+        return y if shuffled else shuffle_channels(y, self.shuffle)
+
+    def _depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                   pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
+        """A depthwise convolution: one BLAS product per channel over its taps
+        (``depthwise_rows``), the bias added in the copy that cuts the outputs from the pitched
+        rows where there is one, then residual and activation."""
+        n, m = x.shape[0], w.shape[0]
+        oh, ow = out_hw
+        acc, wq = depthwise_rows(x, w, pads, out_hw, tuple(w.shape[2:]), self.strides, self.dilations)
+        if wq == ow:  # the rows are the outputs
+            yd = acc.reshape(n, m, oh, ow)
+            if b is not None:
+                yd += b.reshape(1, m, 1, 1)
+        else:
+            yd = np.empty((n, m, oh, ow), dtype=x.dtype)
+            rows = rows_view(acc, out_hw, wq)
+            if b is not None:
+                np.add(rows, b.reshape(1, m, 1, 1), out=yd)
+            else:
+                np.copyto(yd, rows)
+        if z is not None:
+            yd += z
+        if self.act is not None:
+            self.act(yd)
+        return shuffle_channels(yd, self.shuffle)
 
     def _tap_weights(self, w: np.ndarray) -> np.ndarray:
         """The weights tap-major, (kh * kw * M, C): rows t * M + o are tap t of output channel o."""

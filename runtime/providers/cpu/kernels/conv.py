@@ -171,6 +171,14 @@ def _tap_grids(taps: list[tuple[int, int, tuple[int, int], int]]):
         yield key, rows, columns, off0, du, dv
 
 
+def _grid_slices(rows: list[int], columns: list[int]) -> tuple[slice, slice]:
+    """The kernel rows and columns of one ``_tap_grids`` grid as slices of an (N, C, kh, kw, ...)
+    window array, where its strided view is copied."""
+    ri = rows[1] - rows[0] if len(rows) > 1 else 1
+    ci = columns[1] - columns[0] if len(columns) > 1 else 1
+    return slice(rows[0], rows[-1] + 1, ri), slice(columns[0], columns[-1] + 1, ci)
+
+
 def im2col_from_phases(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
                        kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int],
                        cols: np.ndarray) -> None:
@@ -187,8 +195,7 @@ def im2col_from_phases(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: t
         st = phase.strides
         view = strided_view(phase, (n, c, nu, nv, oh, ow), (st[0], st[1], du * st[2], dv * st[2], wq * st[2], st[2]),
                             off0)
-        ri, ci = rows[1] - rows[0] if nu > 1 else 1, columns[1] - columns[0] if nv > 1 else 1
-        np.copyto(cols[:, :, rows[0]:rows[-1] + 1:ri, columns[0]:columns[-1] + 1:ci], view)
+        np.copyto(cols[(slice(None), slice(None)) + _grid_slices(rows, columns)], view)
 
 
 def depthwise_taps(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
@@ -284,9 +291,14 @@ def same_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
     flat[:, :, head:head + plane] = x.reshape(n, c, plane)
     st = flat.strides
     np.copyto(cols, strided_view(flat, (n, c, kh, kw, oh * wd), (st[0], st[1], dh * wd * st[2], dw * st[2], st[2])))
-    for j in range(kw):
-        for col in _wrapped(j * dw - left, wd):
-            cols[:, :, :, j, col::wd] = 0
+    for j, col in _same_width_wrapped(kw, dw, left, wd):
+        cols[:, :, :, j, col::wd] = 0
+
+
+@functools.lru_cache(maxsize=256)
+def _same_width_wrapped(kw: int, dw: int, left: int, width: int) -> tuple[tuple[int, int], ...]:
+    """``same_width_taps``' (kernel column, output column) pairs to zero, fixed per layer."""
+    return tuple((j, col) for j in range(kw) for col in _wrapped(j * dw - left, width))
 
 
 def half_width(shape: tuple[int, ...], out_hw: tuple[int, int], strides: tuple[int, int]) -> bool:
@@ -350,11 +362,9 @@ def half_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
               x.reshape(n, c, h // 2, 2, ow, 2).transpose(0, 1, 3, 5, 2, 4))
     st = flat.strides
     for phase, rows, columns, off0, du, dv in grids:
-        nu, nv = len(rows), len(columns)
-        ri, ci = rows[1] - rows[0] if nu > 1 else 1, columns[1] - columns[0] if nv > 1 else 1
-        view = strided_view(flat, (n, c, nu, nv, length), (st[0], st[1], du * st[3], dv * st[3], st[3]),
+        view = strided_view(flat, (n, c, len(rows), len(columns), length), (st[0], st[1], du * st[3], dv * st[3], st[3]),
                             phase * pitch + head + off0)
-        np.copyto(cols[:, :, rows[0]:rows[-1] + 1:ri, columns[0]:columns[-1] + 1:ci], view)
+        np.copyto(cols[(slice(None), slice(None)) + _grid_slices(rows, columns)], view)
     for rows, j, col in zeros:
         cols[:, :, rows, j, col::ow] = 0
 

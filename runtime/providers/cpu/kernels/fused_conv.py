@@ -216,7 +216,7 @@ class FusedConv(FusedBase):
             parallel_ranges(g, groups, work=n * m * k * p)
             if shuffled:
                 if bias is not None:
-                    y += bias.reshape(g, mg).T.reshape(1, m, 1)
+                    y += self._shuffled_bias(b)
                 if act is not None:
                     act(y)
         y = y.reshape(n, m, oh, ow)
@@ -239,14 +239,19 @@ class FusedConv(FusedBase):
         np.matmul(w.reshape(g, mg, k), cols,
                   out=y.reshape(n, mg, g, p).transpose(0, 2, 1, 3) if shuffled else y.reshape(n, g, mg, p))
         if b is not None:
-            y += (self._derived("_bs", (b,), lambda: b.reshape(g, mg).T.reshape(1, m, 1)) if shuffled
-                  else b.reshape(1, m, 1))
+            y += self._shuffled_bias(b) if shuffled else b.reshape(1, m, 1)
         if z is not None:
             y += z.reshape(n, m, p)
         if self.act is not None:
             self.act(y)
         y = y.reshape((n, m) + out_hw)
         return y if shuffled else shuffle_channels(y, self.shuffle)
+
+    def _shuffled_bias(self, b: np.ndarray) -> np.ndarray:
+        """The bias in the order of outputs written shuffled in place, (1, M, 1): channel j * G + g
+        takes group g's bias j."""
+        g = self.group
+        return self._derived("_bs", (b,), lambda: b.reshape(g, -1).T.reshape(1, -1, 1))
 
     def _depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                    pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:

@@ -592,6 +592,27 @@ def test_fused_depthwise_stride2_over_even_input(attrs):
 
 
 @pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},  # ShuffleNet's stem, ResNet's 3x3/2 layers
+    {"kernel_shape": [7, 7], "pads": [3, 3, 3, 3]},  # the 7x7/2 stems
+    {"kernel_shape": [3, 3], "pads": [0, 0, 1, 1], "group": 2},
+    {"kernel_shape": [5, 5], "pads": [2, 1, 3, 2], "dilations": [1, 1]},
+    {"kernel_shape": [3, 3], "pads": [3, 1, 2, 1]},  # more output rows than a phase has
+])
+def test_fused_conv_stride2_over_even_input_reads_flat_phase_planes(attrs):
+    """im2col of a stride-2 convolution whose output is half as wide as an even input comes from
+    the four stride phases as flat planes (``half_width_taps``), the bias folded into the product."""
+    rng = np.random.default_rng(14)
+    g = attrs.get("group", 1)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], **attrs),
+             helper.make_node("Relu", ["c"], ["y"])]
+    inits = [("w", rng.standard_normal((6, 4 // g, *attrs["kernel_shape"])).astype(np.float32)),
+             ("b", rng.standard_normal(6).astype(np.float32))]
+    model = model_of(nodes, [fvi("x", [2, 4, 10, 8])], [fvi("y", None)], inits)
+    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedConv"]
+    assert_session_matches_ort(model, {"x": rng.standard_normal((2, 4, 10, 8)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("attrs", [
     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},  # DenseNet's 128-to-32 layers
     {"kernel_shape": [5, 5], "pads": [2, 3, 2, 1]},
     {"kernel_shape": [3, 3], "pads": [0, 2, 2, 2], "dilations": [1, 2]},

@@ -13,8 +13,10 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   Gemm+activation -> FusedGemm, MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference
   BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
   the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu;
-  Relu(Concat) -> Concat of Relus the Convs absorb; in CPU-only sessions MaxPool(Relu(x)) ->
-  Relu(MaxPool(x)) (also through a Concat of Relus), so the Relu runs over the pooled output.
+  Relu(Concat) -> Concat of Relus the Convs absorb; MatMul(A, B) / scalar -> MatMul with the
+  factor folded into the constant weights A or B comes from (attention's 1 / sqrt(d)); in
+  CPU-only sessions MaxPool(Relu(x)) -> Relu(MaxPool(x)) (also through a Concat of Relus), so the
+  Relu runs over the pooled output.
   Main graph only.
 - ``ORT_ENABLE_LAYOUT`` and ``ORT_ENABLE_ALL`` add: remaining Conv, Gemm and MatMul-by-constant
   nodes -> their fused forms with no epilogue (as ORT's level-3 NCHWc transformer takes every
@@ -67,6 +69,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_layer_norm", _EXTENDED, opt_fusions.fuse_layer_norm, False, False),
     ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
     ("fuse_matmul_bias", _EXTENDED, opt_fusions.fuse_matmul_bias, False, True),
+    ("fold_matmul_scale", _EXTENDED, opt_weight_folding.fold_matmul_scale, False, False),
     ("push_relu_into_concat", _EXTENDED, opt_fusions.push_relu_into_concat, False, False),
     ("pull_relu_after_maxpool", _EXTENDED, opt_fusions.pull_relu_after_maxpool, False, False),
     ("fuse_conv_activation", _EXTENDED, opt_fusions.fuse_conv_activation, False, True),

@@ -484,6 +484,67 @@ def test_gelu_variants_fuse(variant):
     assert_session_matches_ort(model, {"x": (rng.standard_normal(64) * 3).astype(np.float32)})
 
 
+def _scaled_scores(case: str):
+    """Attention scores of 2 heads, Q K^T scaled by a constant, with Q (or K) projected by a
+    constant product; ``case`` picks the variant or a reason the factor must stay."""
+    rng = np.random.default_rng(15)
+    w = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    q_side = case != "mul on k side"
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q0"]), helper.make_node("Add", ["q0", "bq"], ["q1"]),
+             helper.make_node("Reshape", ["q1", "heads"], ["q2"]),
+             helper.make_node("Transpose", ["q2"], ["q"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["k_in", "heads"], ["k2"]),
+             helper.make_node("Transpose", ["k2"], ["k"], perm=[0, 2, 3, 1])]
+    if not q_side:  # K projected by a 2-D Gemm instead; Q a plain input
+        nodes = [helper.make_node("Gemm", ["x2", "wk", "bk"], ["k0"]),
+                 helper.make_node("Reshape", ["k0", "heads"], ["k2"]),
+                 helper.make_node("Transpose", ["k2"], ["k"], perm=[0, 2, 3, 1]),
+                 helper.make_node("Reshape", ["q_in", "heads"], ["q2"]),
+                 helper.make_node("Transpose", ["q2"], ["q"], perm=[0, 2, 1, 3])]
+    if case == "relu after the product":  # FusedMatMul with a Relu: the factor must not cross it
+        nodes[1:2] = [helper.make_node("Add", ["q0", "bq"], ["qa"]), helper.make_node("Relu", ["qa"], ["q1"])]
+    nodes.append(helper.make_node("MatMul", ["q", "k"], ["scores"]))
+    if case == "factor first":
+        nodes.append(helper.make_node("Div", ["s", "scores"], ["scaled"]))
+    elif case == "mul on k side":
+        nodes.append(helper.make_node("Mul", ["scores", "s"], ["scaled"]))
+    else:
+        nodes.append(helper.make_node("Div", ["scores", "s"], ["scaled"]))
+    nodes.append(helper.make_node("Softmax", ["scaled"], ["y"], axis=-1))
+    outputs = [fvi("y", [1, 2, 6, 6])] + ([fvi("q", [1, 2, 6, 4])] if case == "q read elsewhere" else [])
+    inits = [("heads", np.array([1, 6, 2, 4], np.int64)), ("s", np.float32(0.125 if not q_side else math.sqrt(8)))]
+    if q_side:
+        inputs = [fvi("x", [1, 6, 16]), fvi("k_in", [1, 6, 8])]
+        inits += [("wq", w(16, 8)), ("bq", w(8))]
+        feeds = {"x": w(1, 6, 16), "k_in": w(1, 6, 8)}
+    else:
+        inputs = [fvi("x2", [6, 16]), fvi("q_in", [1, 6, 8])]
+        inits += [("wk", w(16, 8)), ("bk", w(8))]
+        feeds = {"x2": w(6, 16), "q_in": w(1, 6, 8)}
+    return model_of(nodes, inputs, outputs, inits), feeds
+
+
+@pytest.mark.parametrize("case", ["div on q side", "mul on k side"])
+def test_attention_scale_folds_into_the_projection_weights(case):
+    model, feeds = _scaled_scores(case)
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    assert ops(graph)["Div"] == ops(graph)["Mul"] == 0
+    assert_session_matches_ort(model, feeds, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["factor first", "q read elsewhere", "relu after the product"])
+def test_attention_scale_stays_when_it_cannot_move(case):
+    model, feeds = _scaled_scores(case)
+    assert ops(optimized(model, Level.ORT_ENABLE_ALL))["Div"] == 1
+    assert_session_matches_ort(model, feeds, atol=1e-5)
+
+
+def test_encoder_scores_are_scaled_in_the_query_weights():
+    graph = optimized(small_encoder(), Level.ORT_ENABLE_ALL)
+    assert ops(graph)["Div"] == 0
+    assert_session_matches_ort(small_encoder(), bench_models.feeds(small_encoder()), atol=1e-5)
+
+
 def test_layer_norm_with_opset18_axes_input_fuses():
     rng = np.random.default_rng(7)
     nodes = [helper.make_node("ReduceMean", ["x", "ax"], ["m"]), helper.make_node("Sub", ["x", "m"], ["d"]),

@@ -539,6 +539,16 @@ def test_attention_scale_stays_when_it_cannot_move(case):
     assert_session_matches_ort(model, feeds, atol=1e-5)
 
 
+def test_scale_of_a_product_with_itself_stays():
+    rng = np.random.default_rng(16)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("MatMul", ["p", "p"], ["pp"]),
+             helper.make_node("Div", ["pp", "s"], ["y"])]
+    model = model_of(nodes, [fvi("x", [4, 4])], [fvi("y", [4, 4])],
+                     [("w", rng.standard_normal((4, 4)).astype(np.float32)), ("s", np.float32(4.0))])
+    assert ops(optimized(model, Level.ORT_ENABLE_ALL))["Div"] == 1
+    assert_session_matches_ort(model, {"x": rng.standard_normal((4, 4)).astype(np.float32)}, atol=1e-5)
+
+
 def test_encoder_scores_are_scaled_in_the_query_weights():
     graph = optimized(small_encoder(), Level.ORT_ENABLE_ALL)
     assert ops(graph)["Div"] == 0

@@ -488,7 +488,10 @@ def _scaled_scores(case: str):
     """Attention scores of 2 heads, Q K^T scaled by a constant, with Q (or K) projected by a
     constant product; ``case`` picks the variant or a reason the factor must stay."""
     rng = np.random.default_rng(15)
-    w = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+
+    def w(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
     q_side = case != "mul on k side"
     nodes = [helper.make_node("MatMul", ["x", "wq"], ["q0"]), helper.make_node("Add", ["q0", "bq"], ["q1"]),
              helper.make_node("Reshape", ["q1", "heads"], ["q2"]),

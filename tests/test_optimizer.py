@@ -655,14 +655,20 @@ def test_fused_depthwise_conv_with_residual(strides):
 ])
 def test_fused_depthwise_stride2_over_even_input(attrs):
     """Stride 2 over an even input with the output half as wide: taps read from flat phase planes."""
-    rng = np.random.default_rng(13)
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=6, strides=[2, 2], **attrs),
+    _assert_stride2_conv_relu_matches_ort({"group": 6, **attrs}, cin=6, seed=13)
+
+
+def _assert_stride2_conv_relu_matches_ort(attrs: dict, cin: int, seed: int) -> None:
+    """Conv (stride 2, 6 outputs, bias) + Relu over an even (2, cin, 10, 8) input: fused into one
+    FusedConv, and its results equal to onnxruntime's."""
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], **attrs),
              helper.make_node("Relu", ["c"], ["y"])]
-    inits = [("w", rng.standard_normal((6, 1, *attrs["kernel_shape"])).astype(np.float32)),
+    inits = [("w", rng.standard_normal((6, cin // attrs.get("group", 1), *attrs["kernel_shape"])).astype(np.float32)),
              ("b", rng.standard_normal(6).astype(np.float32))]
-    model = model_of(nodes, [fvi("x", [2, 6, 10, 8])], [fvi("y", None)], inits)
+    model = model_of(nodes, [fvi("x", [2, cin, 10, 8])], [fvi("y", None)], inits)
     assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedConv"]
-    assert_session_matches_ort(model, {"x": rng.standard_normal((2, 6, 10, 8)).astype(np.float32)})
+    assert_session_matches_ort(model, {"x": rng.standard_normal((2, cin, 10, 8)).astype(np.float32)})
 
 
 @pytest.mark.parametrize("attrs", [
@@ -675,15 +681,7 @@ def test_fused_depthwise_stride2_over_even_input(attrs):
 def test_fused_conv_stride2_over_even_input_reads_flat_phase_planes(attrs):
     """im2col of a stride-2 convolution whose output is half as wide as an even input comes from
     the four stride phases as flat planes (``half_width_taps``), the bias folded into the product."""
-    rng = np.random.default_rng(14)
-    g = attrs.get("group", 1)
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], **attrs),
-             helper.make_node("Relu", ["c"], ["y"])]
-    inits = [("w", rng.standard_normal((6, 4 // g, *attrs["kernel_shape"])).astype(np.float32)),
-             ("b", rng.standard_normal(6).astype(np.float32))]
-    model = model_of(nodes, [fvi("x", [2, 4, 10, 8])], [fvi("y", None)], inits)
-    assert [n.op_type for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["FusedConv"]
-    assert_session_matches_ort(model, {"x": rng.standard_normal((2, 4, 10, 8)).astype(np.float32)})
+    _assert_stride2_conv_relu_matches_ort(attrs, cin=4, seed=14)
 
 
 @pytest.mark.parametrize("attrs", [

@@ -223,8 +223,7 @@ def depthwise_rows(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     permuted to that tap order."""
     n, c, _, wd = x.shape
     kh, kw = kernel
-    fill = (same_width_taps if same_width(pads, out_hw, kernel, strides, dilations, wd)
-            else half_width_taps if half_width(x.shape, out_hw, strides) else None)
+    fill = flat_plane_filler(x.shape, pads, out_hw, kernel, strides, dilations)
     if fill is not None:
         cols = np.empty((n, c, kh, kw, out_hw[0] * out_hw[1]), dtype=x.dtype)
         fill(x, pads, out_hw, kernel, dilations, cols)
@@ -299,6 +298,19 @@ def same_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
 def _same_width_wrapped(kw: int, dw: int, left: int, width: int) -> tuple[tuple[int, int], ...]:
     """``same_width_taps``' (kernel column, output column) pairs to zero, fixed per layer."""
     return tuple((j, col) for j in range(kw) for col in _wrapped(j * dw - left, width))
+
+
+def flat_plane_filler(shape: tuple[int, ...], pads: tuple[int, int, int, int], out_hw: tuple[int, int],
+                      kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int]):
+    """The function that fills (N, C, kh, kw, oh * ow) windows from flat planes without a border
+    for a convolution of an input of ``shape``: ``same_width_taps`` at unit stride with the
+    output as wide as the input, ``half_width_taps`` at stride 2 with it half as wide, else None.
+    Both take (x, pads, out_hw, kernel, dilations, cols); the depthwise and im2col paths share it."""
+    if same_width(pads, out_hw, kernel, strides, dilations, shape[3]):
+        return same_width_taps
+    if half_width(shape, out_hw, strides):
+        return half_width_taps
+    return None
 
 
 def half_width(shape: tuple[int, ...], out_hw: tuple[int, int], strides: tuple[int, int]) -> bool:

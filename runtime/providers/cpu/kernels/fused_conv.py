@@ -31,8 +31,7 @@ from onnxhal.hal import KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels import fused as _fused
 from onnxhal.runtime.providers.cpu.kernels.conv import (
     depthwise_rows,
-    half_width,
-    half_width_taps,
+    flat_plane_filler,
     im2col_from_phases,
     pad_spatial,
     per_shape,
@@ -40,7 +39,6 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     rows_to_output,
     rows_view,
     same_width,
-    same_width_taps,
     strided_view,
 )
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, parallel_ranges, writable
@@ -51,17 +49,16 @@ def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, i
             strides: tuple[int, int], dilations: tuple[int, int], cols: np.ndarray) -> None:
     """Copy the windows of ``x`` zero-padded by ``pads`` into ``cols`` (N, C, kh, kw, oh, ow)."""
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, strides, dilations, out_hw
-    if half_width(x.shape, out_hw, strides):
-        # 3x3 and 7x7 stride-2 stems, ResNet's 3x3/2 layers: taps as contiguous rows of the flat
-        # phase planes, where the window view's rows step by 2 (alone, 3x3 at 64x56x56: 0.27-0.31
-        # against 0.44 ms; 7x7 at 3x224x224: 0.46-0.49 against 0.63-0.65 from padded phases)
-        half_width_taps(x, pads, out_hw, kernel, dilations, cols.reshape(cols.shape[:4] + (oh * ow,)))
+    # Unit-stride 3x3 with pads 1, ..., and stride-2 ones half as wide (3x3 and 7x7 stems,
+    # ResNet's 3x3/2 layers): taps as contiguous rows of flat planes, where the window view's rows
+    # step by the stride (alone, 3x3/2 at 64x56x56: 0.27-0.31 against 0.44 ms; 7x7/2 at
+    # 3x224x224: 0.46-0.49 against 0.63-0.65 from padded phases)
+    fill = flat_plane_filler(x.shape, pads, out_hw, kernel, strides, dilations)
+    if fill is not None:
+        fill(x, pads, out_hw, kernel, dilations, cols.reshape(cols.shape[:4] + (oh * ow,)))
         return
     if kh * kw >= 25 and (sh > 1 or sw > 1):  # e.g. a 7x7 stride-2 stem over an odd size
         im2col_from_phases(x, pads, out_hw, kernel, strides, dilations, cols)
-        return
-    if same_width(pads, out_hw, kernel, strides, dilations, x.shape[3]):  # 3x3 with pads 1, ...
-        same_width_taps(x, pads, out_hw, kernel, dilations, cols.reshape(cols.shape[:4] + (oh * ow,)))
         return
     xp = pad_spatial(x, pads[:2], pads[2:])
     st = xp.strides

@@ -257,8 +257,7 @@ def pretranspose_gemm_weights(graph: Graph) -> bool:
         name = add_initializer(graph, b + "_kn", weights.T)
         new = make_node(graph, "FusedGemm", [gemm.inputs[0], name, *gemm.inputs[2:]], gemm.outputs,
                         name=gemm.name, domain=FUSED_DOMAIN, **{**gemm.attributes, "transB": 0})
-        replace_nodes(graph, [gemm], [new])
-        del graph.initializers[b]  # its only reader is gone: the transposed copy replaces it
+        replace_nodes(graph, [gemm], [new])  # B, read by nothing now, goes in the optimizer's last sweep
         changed = True
     return changed
 
@@ -336,11 +335,8 @@ def fold_matmul_scale(graph: Graph) -> bool:
                 old = inputs[i]
                 w = graph.initializers[old]
                 inputs[i] = add_initializer(graph, f"{old}_scaled", (w.astype(np.float64) * factor).astype(w.dtype))
-        new_product = rewired(graph, product, inputs, product.outputs, product.name)
-        for old in product.inputs:
-            if old and old not in inputs and sole_consumer(graph, old) is product:
-                del graph.initializers[old]  # only the product read it: the scaled copy replaces it
-        replace_nodes(graph, [product], [new_product])
+        # the unscaled weights, if nothing else reads them, go in the optimizer's last sweep
+        replace_nodes(graph, [product], [rewired(graph, product, inputs, product.outputs, product.name)])
         replace_nodes(graph, [mm, follower], [rewired(graph, mm, mm.inputs, follower.outputs, mm.name)])
         changed = True
     return changed

@@ -126,6 +126,10 @@ def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizatio
     # Each level reaches its fixed point before the next starts: fusions must see folded graphs.
     for level in sorted({p[3] for p in passes}):
         _run_to_fixed_point(graph, [p for p in passes if p[3] == level])
+    # The dead-node pass runs at the basic level; the weights a later level's rewrite replaced
+    # (scaled, transposed) are dropped here, once, rather than by each pass.
+    if any(p[0] == "remove_dead_nodes" for p in passes):
+        opt_constant_folding.remove_dead_nodes(graph)
     remove_unused_value_infos(graph)
 
 

@@ -199,11 +199,9 @@ class FusedConv(FusedBase):
         else:
             w3 = w.reshape(g, mg, k)
         cols = cols.reshape(n, g, k, p)  # channel-major im2col rows split evenly between groups
-        # A shuffle with as many groups as the convolution (and no residual) is written in place:
-        # group gi's row j is output channel j * G + gi, a strided view BLAS writes directly; the
-        # epilogue then runs once over the contiguous output. Other shuffles cost one copy.
-        shuffled = g > 1 and self.shuffle == g and z is None
-        yg = y.reshape(n, mg, g, p).transpose(0, 2, 1, 3) if shuffled else y.reshape(n, g, mg, p)
+        # With the shuffle written in place (_group_outputs) the epilogue runs once, over the
+        # contiguous output.
+        shuffled, yg = self._group_outputs(y, z)
         if g == 1:
             def rows(r0: int, r1: int) -> None:
                 for i in range(n):
@@ -232,18 +230,15 @@ class FusedConv(FusedBase):
                    out_hw: tuple[int, int]) -> np.ndarray:
         """A 1x1 convolution with unit stride and no padding, grouped or not: the input is the
         product's right side as it is, one batched product over the groups, then bias, residual
-        and activation once over the whole output. A shuffle with as many groups as the
-        convolution (and no residual) is written in place: group gi's row j is output channel
-        j * G + gi, a strided view BLAS writes directly. Other shuffles cost one copy."""
+        and activation once over the whole output; the shuffle as ``_group_outputs`` says."""
         n = x.shape[0]
         m, k = w.shape[:2]
         g = self.group
         mg, p = m // g, out_hw[0] * out_hw[1]
         cols = np.ascontiguousarray(x).reshape(n, g, k, p)
         y = np.empty((n, m, p), dtype=x.dtype)
-        shuffled = g > 1 and self.shuffle == g and z is None
-        np.matmul(w.reshape(g, mg, k), cols,
-                  out=y.reshape(n, mg, g, p).transpose(0, 2, 1, 3) if shuffled else y.reshape(n, g, mg, p))
+        shuffled, yg = self._group_outputs(y, z)
+        np.matmul(w.reshape(g, mg, k), cols, out=yg)
         if b is not None:
             y += self._shuffled_bias(b) if shuffled else b.reshape(1, m, 1)
         if z is not None:
@@ -252,6 +247,16 @@ class FusedConv(FusedBase):
             self.act(y)
         y = y.reshape((n, m) + out_hw)
         return y if shuffled else shuffle_channels(y, self.shuffle)
+
+    def _group_outputs(self, y: np.ndarray, z: np.ndarray | None) -> tuple[bool, np.ndarray]:
+        """Whether the shuffle is written in place, and ``y`` (N, M, P) as the (N, G, M/G, P) group
+        outputs the products write: with a shuffle of as many groups as the convolution (and no
+        residual), group gi's row j is output channel j * G + gi, a strided view BLAS writes
+        directly; otherwise the groups' channels in order, and another shuffle costs one copy."""
+        n, m, p = y.shape
+        g = self.group
+        shuffled = g > 1 and self.shuffle == g and z is None
+        return shuffled, (y.reshape(n, m // g, g, p).transpose(0, 2, 1, 3) if shuffled else y.reshape(n, g, m // g, p))
 
     def _shuffled_bias(self, b: np.ndarray) -> np.ndarray:
         """The bias in the order of outputs written shuffled in place, (1, M, 1): channel j * G + g

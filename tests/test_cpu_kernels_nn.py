@@ -374,22 +374,58 @@ def test_layernorm(axis):
     check("LayerNormalization", [x.astype(np.float64), scale.astype(np.float64)], 17, axis=axis)
 
 
-@pytest.mark.parametrize("offset", [0.0, 100.0])
-def test_layer_normalization_over_the_last_axis_of_large_inputs(offset):
-    """The path whose row means are BLAS products (float32, last axis, >= 4096 elements), with
-    its mean and inverse deviation outputs, against float64. With rows around 100 float32 itself
-    leaves about 4e-5 (numpy's own mean as well: 3.6e-5 against 3.8e-5 here)."""
-    x = randn(2, 64, 96) + np.float32(offset)
-    scale, bias = randn(96), randn(96)
-    y, mean, inv_std = run_native("LayerNormalization", [x, scale, bias], 17, n_outputs=3, axis=-1)
+def _layer_norm64(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, axis: int, eps: float = 1e-5):
+    """LayerNormalization over axes [axis, rank) in float64: (y, mean, inv_std)."""
     x64 = x.astype(np.float64)
-    want_mean = x64.mean(axis=-1, keepdims=True)
-    d = x64 - want_mean
-    want_inv = 1.0 / np.sqrt((d * d).mean(axis=-1, keepdims=True) + 1e-5)
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    mean = x64.mean(axis=axes, keepdims=True)
+    d = x64 - mean
+    inv_std = 1.0 / np.sqrt((d * d).mean(axis=axes, keepdims=True) + eps)
+    return d * inv_std * scale.astype(np.float64) + bias.astype(np.float64), mean, inv_std
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+@pytest.mark.parametrize("offset", [0.0, 100.0])
+def test_layer_normalization_of_large_contiguous_inputs(offset, axis):
+    """The path whose means are BLAS row sums (contiguous float32 of >= 4096 elements, the
+    normalized axes as rows: the last one, or the last two), with its mean and inverse deviation
+    outputs, against float64. With values around 100 float32 itself leaves about 4e-5 (numpy's
+    own mean as well: 3.6e-5 against 3.8e-5 here)."""
+    x = randn(2, 64, 96) + np.float32(offset)
+    scale, bias = randn(*x.shape[axis:]), randn(*x.shape[axis:])
+    y, mean, inv_std = run_native("LayerNormalization", [x, scale, bias], 17, n_outputs=3, axis=axis)
+    want_y, want_mean, want_inv = _layer_norm64(x, scale, bias, axis)
+    assert mean.shape == inv_std.shape == want_mean.shape
     np.testing.assert_allclose(mean, want_mean, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(inv_std, want_inv, rtol=1e-4)
-    np.testing.assert_allclose(y, d * want_inv * scale + bias, rtol=0, atol=1e-4 if offset else 2e-6)
+    np.testing.assert_allclose(y, want_y, rtol=0, atol=1e-4 if offset else 2e-6)
     assert y.dtype == mean.dtype == inv_std.dtype == np.float32
+
+
+def _onnxhal_layer_norm(inputs: list, **attrs) -> list:
+    """The com.onnxhal LayerNormalization kernel (the optimizer's fusion below opset 17)."""
+    proto = helper.make_node("LayerNormalization", [f"i{k}" for k in range(len(inputs))], ["y", "mean", "inv"],
+                             domain="com.onnxhal", **attrs)
+    node = Node.from_proto(proto)
+    node.since_version = 1
+    return create_cpu_kernel(node, None).compute(list(inputs))
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 64, 96), -1), ((2, 64, 96), 1), ((2, 3, 5), -1)])
+@pytest.mark.parametrize("dtype,stash,tol", [(np.float32, onnx.TensorProto.FLOAT, 2e-6),
+                                             (np.float16, onnx.TensorProto.FLOAT, 2e-3),  # two float16 roundings
+                                             (np.float32, onnx.TensorProto.DOUBLE, 1e-6)])
+def test_onnxhal_layer_normalization_computes_in_its_stash_type(shape, axis, dtype, stash, tol):
+    """The fused op of models older than opset 17 takes any float input and computes in
+    ``stash_type``: Y in the input's type, Mean and InvStdDev in the stash type."""
+    x = randn(*shape).astype(dtype)
+    scale, bias = randn(*shape[axis:]).astype(dtype), randn(*shape[axis:]).astype(dtype)
+    y, mean, inv_std = _onnxhal_layer_norm([x, scale, bias], axis=axis, stash_type=stash)
+    want_y, want_mean, want_inv = _layer_norm64(x, scale, bias, axis)
+    assert y.dtype == dtype and mean.dtype == inv_std.dtype == helper.tensor_dtype_to_np_dtype(stash)
+    np.testing.assert_allclose(mean, want_mean, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(inv_std, want_inv, rtol=1e-5)
+    np.testing.assert_allclose(y, want_y, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])

@@ -34,6 +34,7 @@ import onnx
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.clamp import clamp_
+from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 DOMAIN = "com.onnxhal"
@@ -302,7 +303,8 @@ class Gelu(Kernel):
 
 @register("LayerNormalization", since=1, domain=DOMAIN)
 class LayerNormalization(Kernel):
-    """ONNX LayerNormalization (opset 17 contract): normalize over axes [axis, rank)."""
+    """ONNX LayerNormalization (opset 17 contract, ``normalization.layer_norm``) for models whose
+    opset predates the ONNX op, any float input type computed in ``stash_type``."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.axis = node.attr("axis", -1)
@@ -311,18 +313,5 @@ class LayerNormalization(Kernel):
         self.n_outputs = len(node.outputs)
 
     def compute(self, inputs: list) -> list:
-        x, scale = inputs[0], inputs[1]
         bias = inputs[2] if len(inputs) > 2 else None
-        axis = self.axis if self.axis >= 0 else x.ndim + self.axis
-        axes = tuple(range(axis, x.ndim))
-        xs = x.astype(self.stash, copy=False)
-        mean = xs.mean(axis=axes, keepdims=True)
-        d = xs - mean
-        var = np.mean(np.square(d), axis=axes, keepdims=True)
-        inv_std = 1.0 / np.sqrt(var + self.epsilon)
-        d *= inv_std
-        y = d.astype(x.dtype, copy=False)
-        y *= scale
-        if bias is not None:
-            y += bias
-        return [y, mean, inv_std][: self.n_outputs]
+        return list(layer_norm(inputs[0], inputs[1], bias, self.axis, self.epsilon, self.stash)[: self.n_outputs])

@@ -110,7 +110,7 @@ def test_relu_and_clip_on_large_arrays_match_numpy_clip(dtype):
 def test_clamp_in_place_chunks_and_keeps_signed_zero(monkeypatch):
     from onnxhal.runtime.providers.cpu.kernels import clamp
 
-    monkeypatch.setattr(clamp, "_CAP", 5000)  # force the chunked path on a test-sized array
+    monkeypatch.setattr(clamp, "CONSTANT_MAX", 5000)  # force the chunked path on a test-sized array
     x = RNG.standard_normal(12_345).astype(np.float32)
     y = x.copy()
     clamp.clamp_(y, -0.5, 0.25)

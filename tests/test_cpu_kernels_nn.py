@@ -402,6 +402,18 @@ def test_layer_normalization_of_large_contiguous_inputs(offset, axis):
     assert y.dtype == mean.dtype == inv_std.dtype == np.float32
 
 
+def test_layer_normalization_rows_longer_than_the_cached_ones_vector():
+    """Normalized axes of more than 2**22 elements (the longest cached constant array) still
+    normalize: their row sums do not come from the cached vector of ones."""
+    x = randn(2, 2, (1 << 21) + 8)
+    scale, bias = randn(*x.shape[1:]), randn(*x.shape[1:])
+    y, mean, inv_std = run_native("LayerNormalization", [x, scale, bias], 17, n_outputs=3, axis=1)
+    want_y, want_mean, want_inv = _layer_norm64(x, scale, bias, 1)
+    np.testing.assert_allclose(mean, want_mean, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(inv_std, want_inv, rtol=1e-4)
+    np.testing.assert_allclose(y, want_y, rtol=0, atol=1e-4)
+
+
 def _onnxhal_layer_norm(inputs: list, **attrs) -> list:
     """The com.onnxhal LayerNormalization kernel (the optimizer's fusion below opset 17)."""
     proto = helper.make_node("LayerNormalization", [f"i{k}" for k in range(len(inputs))], ["y", "mean", "inv"],

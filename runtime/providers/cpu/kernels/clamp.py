@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 MIN_SIZE = 1 << 12  # below this the scalar loop is cheaper than fetching the constant's view
-_CAP = 1 << 22  # elements per constant array (16 MiB of float32); larger inputs go in chunks
+CONSTANT_MAX = 1 << 22  # elements per constant array (16 MiB of float32); larger inputs go in chunks
 _constants: dict[tuple[str, bytes], np.ndarray] = {}
 
 
@@ -24,7 +24,7 @@ def constant(value, dtype: np.dtype, n: int) -> np.ndarray:
     key = (dtype.str, scalar.tobytes())  # by bytes: 0.0 and -0.0 are different constants
     buf = _constants.get(key)
     if buf is None or buf.size < n:
-        size = min(_CAP, max(n, 1 << 16, 0 if buf is None else 2 * buf.size))
+        size = min(CONSTANT_MAX, max(n, 1 << 16, 0 if buf is None else 2 * buf.size))
         buf = np.zeros(size, dtype) if not key[1].strip(b"\0") else np.full(size, scalar, dtype)
         buf.flags.writeable = False
         _constants[key] = buf  # one reference swap: concurrent readers keep the array they hold
@@ -40,8 +40,8 @@ def clamp_(y: np.ndarray, lo=None, hi=None) -> None:
             np.minimum(y, hi, out=y)
         return
     flat = y.reshape(-1)
-    for s in range(0, flat.size, _CAP):
-        part = flat[s:s + _CAP]
+    for s in range(0, flat.size, CONSTANT_MAX):
+        part = flat[s:s + CONSTANT_MAX]
         if lo is not None:
             np.maximum(part, constant(lo, y.dtype, part.size), out=part)
         if hi is not None:
@@ -50,7 +50,7 @@ def clamp_(y: np.ndarray, lo=None, hi=None) -> None:
 
 def clip(x: np.ndarray, lo=None, hi=None) -> np.ndarray:
     """``x`` clamped to [lo, hi] (either bound may be None) as a new array."""
-    if x.size < MIN_SIZE or not x.flags.c_contiguous or x.size > _CAP:
+    if x.size < MIN_SIZE or not x.flags.c_contiguous or x.size > CONSTANT_MAX:
         y = x if lo is None else np.maximum(x, x.dtype.type(lo))
         y = y if hi is None else np.minimum(y, x.dtype.type(hi))
         return x.copy() if y is x else np.asarray(y, dtype=x.dtype)  # a 0-d input gives a numpy scalar

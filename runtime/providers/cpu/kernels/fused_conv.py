@@ -3,25 +3,25 @@
 2-D float convolutions run here, by a path chosen once per input shape (``_resolve``). 1x1
 convolutions with unit stride and no padding take the input in place as the product's right side
 (``_pointwise``: one batched product over the groups, one epilogue), or, with a bias and fewer
-input than output channels, a copy of it under a row of ones per group, the bias in the product. Depthwise ones take their
-own path (below). Others copy the windows once (stride-2 ones half as wide as an even input
-from its four stride phases as flat planes, other 7x7/5x5 strided ones from the padded stride
-phases, unit-stride ones as wide as their input as contiguous slices of the flattened planes),
-then the product runs per block of output channels (or per group), split between the workers
-when BLAS is single-threaded, and bias, residual and activation are applied to each block while
-it is still in cache. A copied, ungrouped convolution carries its bias inside the product instead
-(a row of ones under the windows, a column [W | b]), which saves a pass over the output. A
-unit-stride convolution as wide as its input with at most half as many outputs as inputs
-(DenseNet's 3x3 layers) skips im2col: one product of all taps' weights with the padded input,
-then the taps' products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G
-(the optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to
-channel j * G + g: a grouped convolution with G groups writes each group's product straight into
-its shuffled channels (BLAS takes the strided rows), anything else is shuffled by one copy.
-Depthwise convolutions copy their taps as contiguous rows of the input's stride phases (flat
-planes without a border when the output keeps the input's width at unit stride or halves it at
-stride 2) tap-major and reduce them with one batched BLAS product (``depthwise_rows``); the bias
-is added in the copy that cuts the outputs from those rows, where there is one. Anything else
-(1-D/3-D, integer) runs through the CPU EP's Conv kernel, then the same epilogue.
+input than output channels, a copy of it under a row of ones per group, the bias in the product.
+Depthwise ones take their own path (below). Others copy the windows once (stride-2 ones half as
+wide as an even input from its four stride phases as flat planes, other 7x7/5x5 strided ones from
+the padded stride phases, unit-stride ones as wide as their input as contiguous slices of the
+flattened planes), then the product runs per block of output channels (or per group), split between
+the workers when BLAS is single-threaded, and bias, residual and activation are applied to each
+block while it is still in cache. A copied, ungrouped convolution carries its bias inside the
+product instead (a row of ones under the windows, a column [W | b]), which saves a pass over the
+output. A unit-stride convolution as wide as its input with at most half as many outputs as inputs
+(DenseNet's 3x3 layers) skips im2col: one product of all taps' weights with the padded input, then
+the taps' products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G (the
+optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to
+channel j * G + g: a grouped convolution with G groups writes each group's product straight into its shuffled
+channels (BLAS takes the strided rows), anything else is shuffled by one copy. Depthwise
+convolutions copy their taps as contiguous rows of the input's stride phases (flat planes without a
+border when the output keeps the input's width at unit stride or halves it at stride 2) tap-major
+and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy
+that cuts the outputs from those rows, where there is one. Anything else (1-D/3-D, integer) runs
+through the CPU EP's Conv kernel, then the same epilogue.
 """
 
 from __future__ import annotations
@@ -230,7 +230,8 @@ class FusedConv(FusedBase):
     def _pointwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                    out_hw: tuple[int, int]) -> np.ndarray:
         """A 1x1 convolution with unit stride and no padding, grouped or not: the input is the
-        product's right side as it is (or copied under a row of ones, see below), one batched
+        product's right side as it is (or, with a bias and fewer input than output channels,
+        copied under a row of ones per group and the bias in the product), one batched
         product over the groups, then bias, residual and activation once over the whole output;
         the shuffle as ``_group_outputs`` says."""
         n = x.shape[0]

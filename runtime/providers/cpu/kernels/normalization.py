@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
-from onnxhal.runtime.providers.cpu.kernels.clamp import constant
+from onnxhal.runtime.providers.cpu.kernels.clamp import CONSTANT_MAX, constant
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -43,7 +43,10 @@ class BatchNormalization(Kernel):
 
 def _row_sums(rows: np.ndarray) -> np.ndarray:
     """The sums of the rows of a 2-D float array as one BLAS matrix-vector product with a cached
-    vector of ones, where numpy's sum along the last axis runs one reduction loop per row."""
+    vector of ones, where numpy's sum along the last axis runs one reduction loop per row (rows
+    longer than the longest cached constant are few: numpy sums them)."""
+    if rows.shape[1] > CONSTANT_MAX:
+        return rows.sum(axis=1)
     return rows @ constant(1.0, rows.dtype, rows.shape[1])
 
 

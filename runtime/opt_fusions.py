@@ -197,15 +197,15 @@ def pull_relu_after_maxpool(graph: Graph) -> bool:
         src = graph.producer(x)
         if src is None:
             continue
-        removed: list[Node] = []
-        if src.op_type == "Relu" and src.domain == "" and _relu_input(graph, x, pool) is not None:
-            pooled_input, removed = src.inputs[0], [src]
+        pooled_input = _relu_input(graph, x, pool)
+        if pooled_input is not None:
+            removed, joined = [src], []
         elif src.op_type == "Concat" and src.domain == "" and sole_consumer(graph, x) is pool:
             inner = [_relu_input(graph, i, src) for i in src.inputs]
             if not inner or any(i is None for i in inner):
                 continue
             pooled_input = value_like(graph, x, f"{x}_pre_relu")
-            joined = make_node(graph, "Concat", inner, [pooled_input], name=src.name or x, axis=src.attr("axis"))
+            joined = [make_node(graph, "Concat", inner, [pooled_input], name=src.name or x, axis=src.attr("axis"))]
             removed = [graph.producer(i) for i in src.inputs] + [src]
         else:
             continue
@@ -213,8 +213,7 @@ def pull_relu_after_maxpool(graph: Graph) -> bool:
         pooled = value_like(graph, out, f"{out}_pre_relu")
         new_pool = rewired(graph, pool, [pooled_input], [pooled], pool.name or out)
         relu = make_node(graph, "Relu", [pooled], [out], name=_name(pool, "relu"))
-        new_nodes = ([joined] if src.op_type == "Concat" else []) + [new_pool, relu]
-        replace_nodes(graph, [*removed, pool], new_nodes)
+        replace_nodes(graph, [*removed, pool], [*joined, new_pool, relu])
         changed = True
     return changed
 

@@ -570,17 +570,24 @@ def test_layer_norm_with_opset18_axes_input_fuses():
     assert_session_matches_ort(model, {"x": rng.standard_normal((3, 16)).astype(np.float32)})
 
 
+def _decomposed_layer_norm(out: str) -> tuple[list, list]:
+    """The nodes and constants of LayerNormalization as PyTorch exports it before opset 17
+    (ReduceMean with an axes attribute, Pow by 2), from "x" to ``out``, without scale and bias."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["d", "s"], [out])]
+    return nodes, [("two", np.float32(2)), ("eps", np.float32(1e-5))]
+
+
 def test_layer_norm_below_opset17_fuses_to_the_onnxhal_op_and_matches_ort():
     """A model older than opset 17 (BERT exports at 11-14) gets the com.onnxhal op, which shares
     the ONNX op's kernel; 16x512 takes its BLAS row-sum path."""
     rng = np.random.default_rng(8)
-    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"]),
-             helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
-             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
-             helper.make_node("Div", ["d", "s"], ["n"]), helper.make_node("Mul", ["n", "gamma"], ["g"]),
-             helper.make_node("Add", ["g", "beta"], ["y"])]
-    inits = [("two", np.float32(2)), ("eps", np.float32(1e-5)),
-             ("gamma", rng.standard_normal(512).astype(np.float32)), ("beta", rng.standard_normal(512).astype(np.float32))]
+    nodes, inits = _decomposed_layer_norm("n")
+    nodes += [helper.make_node("Mul", ["n", "gamma"], ["g"]), helper.make_node("Add", ["g", "beta"], ["y"])]
+    inits += [("gamma", rng.standard_normal(512).astype(np.float32)),
+              ("beta", rng.standard_normal(512).astype(np.float32))]
     model = model_of(nodes, [fvi("x", [16, 512])], [fvi("y", [16, 512])], inits, opset=13)
     fused = optimized(model, Level.ORT_ENABLE_ALL).nodes
     assert [(n.op_type, n.domain) for n in fused] == [("LayerNormalization", "com.onnxhal")]
@@ -589,12 +596,8 @@ def test_layer_norm_below_opset17_fuses_to_the_onnxhal_op_and_matches_ort():
 
 def test_layer_norm_pattern_with_exposed_intermediate_is_not_fused():
     """If the centred value is also a graph output, fusing would lose it."""
-    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"]),
-             helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
-             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
-             helper.make_node("Div", ["d", "s"], ["y"])]
-    model = model_of(nodes, [fvi("x", [2, 8])], [fvi("y", [2, 8]), fvi("d", [2, 8])],
-                     [("two", np.float32(2)), ("eps", np.float32(1e-5))])
+    nodes, inits = _decomposed_layer_norm("y")
+    model = model_of(nodes, [fvi("x", [2, 8])], [fvi("y", [2, 8]), fvi("d", [2, 8])], inits)
     assert ops(optimized(model, Level.ORT_ENABLE_ALL))["LayerNormalization"] == 0
 
 

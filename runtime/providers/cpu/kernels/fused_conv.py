@@ -14,8 +14,8 @@ product instead (a row of ones under the windows, a column [W | b]), which saves
 output. A unit-stride convolution as wide as its input with at most half as many outputs as inputs
 (DenseNet's 3x3 layers) skips im2col: one product of all taps' weights with the padded input, then
 the taps' products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G (the
-optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to
-channel j * G + g: a grouped convolution with G groups writes each group's product straight into its shuffled
+optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to channel j *
+G + g: a grouped convolution with G groups writes each group's product straight into its shuffled
 channels (BLAS takes the strided rows), anything else is shuffled by one copy. Depthwise
 convolutions copy their taps as contiguous rows of the input's stride phases (flat planes without a
 border when the output keeps the input's width at unit stride or halves it at stride 2) tap-major
@@ -219,11 +219,8 @@ class FusedConv(FusedBase):
                         epilogue(yg[i, g0:g1].reshape((g1 - g0) * mg, p), i, g0 * mg, g1 * mg)
 
             parallel_ranges(g, groups, work=n * m * k * p)
-            if shuffled:
-                if bias is not None:
-                    y += self._shuffled_bias(b)
-                if act is not None:
-                    act(y)
+            if shuffled:  # no residual here (_group_outputs), and a grouped product folds no bias
+                self._finish(y, b, None, shuffled)
         y = y.reshape(n, m, oh, ow)
         return y if shuffled else shuffle_channels(y, self.shuffle)
 
@@ -253,12 +250,7 @@ class FusedConv(FusedBase):
             b = None
         else:
             np.matmul(w.reshape(g, mg, k), np.ascontiguousarray(x).reshape(n, g, k, p), out=yg)
-        if b is not None:
-            y += self._shuffled_bias(b) if shuffled else b.reshape(1, m, 1)
-        if z is not None:
-            y += z.reshape(n, m, p)
-        if self.act is not None:
-            self.act(y)
+        self._finish(y, b, z, shuffled)
         y = y.reshape((n, m) + out_hw)
         return y if shuffled else shuffle_channels(y, self.shuffle)
 
@@ -271,6 +263,16 @@ class FusedConv(FusedBase):
         g = self.group
         shuffled = g > 1 and self.shuffle == g and z is None
         return shuffled, (y.reshape(n, m // g, g, p).transpose(0, 2, 1, 3) if shuffled else y.reshape(n, g, m // g, p))
+
+    def _finish(self, y: np.ndarray, b: np.ndarray | None, z: np.ndarray | None, shuffled: bool) -> None:
+        """Bias (in the order ``_group_outputs`` wrote the channels), residual and activation over
+        the whole (N, M, ...) output ``y``, in place."""
+        if b is not None:
+            y += self._shuffled_bias(b) if shuffled else b.reshape(1, -1, 1)
+        if z is not None:
+            y += z.reshape(y.shape)
+        if self.act is not None:
+            self.act(y)
 
     def _shuffled_bias(self, b: np.ndarray) -> np.ndarray:
         """The bias in the order of outputs written shuffled in place, (1, M, 1): channel j * G + g
@@ -297,10 +299,7 @@ class FusedConv(FusedBase):
                 np.add(rows, b.reshape(1, m, 1, 1), out=yd)
             else:
                 np.copyto(yd, rows)
-        if z is not None:
-            yd += z
-        if self.act is not None:
-            self.act(yd)
+        self._finish(yd, None, z, False)
         return shuffle_channels(yd, self.shuffle)
 
     def _tap_weights(self, w: np.ndarray) -> np.ndarray:

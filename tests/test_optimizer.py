@@ -553,9 +553,9 @@ def test_scale_of_a_product_with_itself_stays():
 
 
 def test_encoder_scores_are_scaled_in_the_query_weights():
-    graph = optimized(small_encoder(), Level.ORT_ENABLE_ALL)
-    assert ops(graph)["Div"] == 0
-    assert_session_matches_ort(small_encoder(), bench_models.feeds(small_encoder()), atol=1e-5)
+    model = small_encoder()
+    assert ops(optimized(model, Level.ORT_ENABLE_ALL))["Div"] == 0
+    assert_session_matches_ort(model, bench_models.feeds(model), atol=1e-5)
 
 
 def test_layer_norm_with_opset18_axes_input_fuses():

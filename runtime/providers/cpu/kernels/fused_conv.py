@@ -268,17 +268,17 @@ class FusedConv(FusedBase):
         """Bias (in the order ``_group_outputs`` wrote the channels), residual and activation over
         the whole (N, M, ...) output ``y``, in place."""
         if b is not None:
-            y += self._shuffled_bias(b) if shuffled else b.reshape(1, -1, 1)
+            y += (self._shuffled_bias(b) if shuffled else b).reshape((1, -1) + (1,) * (y.ndim - 2))
         if z is not None:
             y += z.reshape(y.shape)
         if self.act is not None:
             self.act(y)
 
     def _shuffled_bias(self, b: np.ndarray) -> np.ndarray:
-        """The bias in the order of outputs written shuffled in place, (1, M, 1): channel j * G + g
+        """The bias in the order of outputs written shuffled in place, (M,): channel j * G + g
         takes group g's bias j."""
         g = self.group
-        return self._derived("_bs", (b,), lambda: b.reshape(g, -1).T.reshape(1, -1, 1))
+        return self._derived("_bs", (b,), lambda: b.reshape(g, -1).T.reshape(-1))
 
     def _depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                    pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
@@ -290,16 +290,15 @@ class FusedConv(FusedBase):
         acc, wq = depthwise_rows(x, w, pads, out_hw, tuple(w.shape[2:]), self.strides, self.dilations)
         if wq == ow:  # the rows are the outputs
             yd = acc.reshape(n, m, oh, ow)
-            if b is not None:
-                yd += b.reshape(1, m, 1, 1)
         else:
             yd = np.empty((n, m, oh, ow), dtype=x.dtype)
             rows = rows_view(acc, out_hw, wq)
             if b is not None:
                 np.add(rows, b.reshape(1, m, 1, 1), out=yd)
+                b = None
             else:
                 np.copyto(yd, rows)
-        self._finish(yd, None, z, False)
+        self._finish(yd, b, z, False)
         return shuffle_channels(yd, self.shuffle)
 
     def _tap_weights(self, w: np.ndarray) -> np.ndarray:

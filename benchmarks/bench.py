@@ -205,13 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     names = expand([n.strip() for n in args.models.split(",") if n.strip()])
     results: list[Result] = []
-    with Progress(console=console, transient=True) as prog:
+    # No auto-refresh: rich would redraw from its own thread ten times a second, and that thread
+    # takes the GIL from onnxhal's timed runs (onnxruntime's release it for the whole run), which
+    # biased the ratios; the bar is redrawn between timed pairs instead.
+    with Progress(console=console, transient=True, auto_refresh=False) as prog:
         task = prog.add_task("benchmark", total=len(names) * args.repeat)
         for name in names:
-            prog.update(task, description=f"{name}")
+            prog.update(task, description=f"{name}", refresh=True)
             try:
                 results.append(measure(name, args.repeat, args.warmup, args.threads, args.ort_spin,
-                                       lambda: prog.advance(task)))
+                                       lambda: (prog.advance(task), prog.refresh())))
             except Exception as exc:  # one broken model must not hide the others' figures
                 console.print(f"[red]{name}: {type(exc).__name__}: {exc}")
                 results.append(Result(name, float("nan"), float("nan"), float("nan"), "", False,

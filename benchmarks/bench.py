@@ -205,9 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     names = expand([n.strip() for n in args.models.split(",") if n.strip()])
     results: list[Result] = []
-    # No auto-refresh: rich would redraw from its own thread ten times a second, and that thread
-    # takes the GIL from onnxhal's timed runs (onnxruntime's release it for the whole run), which
-    # biased the ratios; the bar is redrawn between timed pairs instead.
+    # No auto-refresh: rich would redraw from its own thread ten times a second, taking the GIL
+    # during onnxhal's timed runs (onnxruntime's release it for the whole run). The bar is redrawn
+    # between timed pairs instead. The thread's effect measured within the noise (docs/optimizer.md,
+    # session 17); this keeps it out of the timings rather than fixing a measured bias.
     with Progress(console=console, transient=True, auto_refresh=False) as prog:
         task = prog.add_task("benchmark", total=len(names) * args.repeat)
         for name in names:

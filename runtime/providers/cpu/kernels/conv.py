@@ -103,37 +103,47 @@ def pad_spatial(x: np.ndarray, pb, pe, value=0) -> np.ndarray:
 
 def _phases(x: np.ndarray, pads: tuple[int, int, int, int], value, out_hw: tuple[int, int],
             kernel: tuple[int, int], strides: tuple[int, int],
-            dilations: tuple[int, int]) -> tuple[dict, list[tuple[int, int, tuple[int, int], int]], int, int]:
+            dilations: tuple[int, int]) -> tuple[dict, tuple, tuple[int, ...] | None, int, int]:
     """The stride phases of ``x`` (N, C, H, W) padded by ``pads`` (top, left, bottom, right) cells
     of ``value`` that the kernel taps read, each flattened per channel to (N, C, hq * wq); the
-    taps as (i, j, phase key, offset); the row pitch ``wq``; and the row length
-    L = (oh - 1) * wq + ow every tap reads from its offset. Strided phases are filled straight
-    from ``x`` (no padded copy first)."""
+    taps of each phase as grids and their order (``_phase_layout``); the row pitch ``wq``; and
+    the row length L = (oh - 1) * wq + ow every tap reads from its offset. Strided phases are
+    filled straight from ``x`` (no padded copy first)."""
     n, c, h, w = x.shape
     top, left, bottom, right = pads
     oh, ow = out_hw
-    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    sh, sw = strides
     hq, wq = -(-(h + top + bottom) // sh), -(-(w + left + right) // sw)
+    grids, order = _phase_layout(kernel, strides, dilations, wq)
     phases: dict[tuple[int, int], np.ndarray] = {}
-    taps = []
-    for i in range(kh):
-        for j in range(kw):
-            key = ((i * dh) % sh, (j * dw) % sw)
-            if key not in phases:
-                if sh == sw == 1:
-                    phase = np.ascontiguousarray(pad_spatial(x, (top, left), (bottom, right), value))
-                else:  # phase cell (u, v) is padded-input cell (a + u sh, b + v sw)
-                    a, b = key
-                    u0, v0 = max(0, -(-(top - a) // sh)), max(0, -(-(left - b) // sw))
-                    u1, v1 = min(hq, (h - 1 + top - a) // sh + 1), min(wq, (w - 1 + left - b) // sw + 1)
-                    phase = np.full((n, c, hq, wq), value, dtype=x.dtype)
-                    if u1 > u0 and v1 > v0:
-                        r0, c0 = a + u0 * sh - top, b + v0 * sw - left
-                        phase[:, :, u0:u1, v0:v1] = x[:, :, r0:r0 + (u1 - u0 - 1) * sh + 1:sh,
-                                                      c0:c0 + (v1 - v0 - 1) * sw + 1:sw]
-                phases[key] = phase.reshape(n, c, hq * wq)
-            taps.append((i, j, key, (i * dh // sh) * wq + (j * dw // sw)))
-    return phases, taps, wq, (oh - 1) * wq + ow
+    for key, *_ in grids:
+        if sh == sw == 1:
+            phase = np.ascontiguousarray(pad_spatial(x, (top, left), (bottom, right), value))
+        else:  # phase cell (u, v) is padded-input cell (a + u sh, b + v sw)
+            a, b = key
+            u0, v0 = max(0, -(-(top - a) // sh)), max(0, -(-(left - b) // sw))
+            u1, v1 = min(hq, (h - 1 + top - a) // sh + 1), min(wq, (w - 1 + left - b) // sw + 1)
+            phase = np.full((n, c, hq, wq), value, dtype=x.dtype)
+            if u1 > u0 and v1 > v0:
+                r0, c0 = a + u0 * sh - top, b + v0 * sw - left
+                phase[:, :, u0:u1, v0:v1] = x[:, :, r0:r0 + (u1 - u0 - 1) * sh + 1:sh,
+                                              c0:c0 + (v1 - v0 - 1) * sw + 1:sw]
+        phases[key] = phase.reshape(n, c, hq * wq)
+    return phases, grids, order, wq, (oh - 1) * wq + ow
+
+
+@functools.lru_cache(maxsize=256)
+def _phase_layout(kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int],
+                  wq: int) -> tuple[tuple, tuple[int, ...] | None]:
+    """``_phases``' taps, fixed per layer and so computed once: each stride phase's taps as one
+    ``_tap_grids`` grid, and the kernel-row-major tap index of each copied tap in grid order (None
+    when that is already 0, 1, 2, ...), by which a depthwise layer permutes its weights."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    taps = [(i, j, ((i * dh) % sh, (j * dw) % sw), (i * dh // sh) * wq + (j * dw // sw))
+            for i in range(kh) for j in range(kw)]
+    grids = tuple(_tap_grids(taps))
+    order = tuple(i * kw + j for _, rows, columns, *_ in grids for i in rows for j in columns)
+    return grids, (None if order == tuple(sorted(order)) else order)
 
 
 def rows_view(acc: np.ndarray, out_hw: tuple[int, int], wq: int) -> np.ndarray:
@@ -157,9 +167,10 @@ def rows_to_output(acc: np.ndarray, out_hw: tuple[int, int], wq: int) -> np.ndar
 
 def _tap_grids(taps: list[tuple[int, int, tuple[int, int], int]]):
     """Per stride phase, the taps reading it as a grid: (phase key, kernel rows, kernel columns,
-    offset of the first tap, offset step per grid row, per grid column). The taps of one phase
-    are the rows i with i * dh = a (mod sh) and the columns likewise, at evenly spaced offsets, so
-    one strided view covers them all."""
+    offset of the first tap, offset step per grid row, per grid column, index of the grid's taps
+    in an (N, C, kh, kw, ...) window array). The taps of one phase are the rows i with
+    i * dh = a (mod sh) and the columns likewise, at evenly spaced offsets, so one strided view
+    covers them all. Its callers cache the grids per layer."""
     grids: dict[tuple[int, int], dict[tuple[int, int], int]] = {}
     for i, j, key, off in taps:
         grids.setdefault(key, {})[i, j] = off
@@ -168,15 +179,10 @@ def _tap_grids(taps: list[tuple[int, int, tuple[int, int], int]]):
         off0 = grid[rows[0], columns[0]]
         du = grid[rows[1], columns[0]] - off0 if len(rows) > 1 else 0
         dv = grid[rows[0], columns[1]] - off0 if len(columns) > 1 else 0
-        yield key, rows, columns, off0, du, dv
-
-
-def _grid_slices(rows: list[int], columns: list[int]) -> tuple[slice, slice]:
-    """The kernel rows and columns of one ``_tap_grids`` grid as slices of an (N, C, kh, kw, ...)
-    window array, where its strided view is copied."""
-    ri = rows[1] - rows[0] if len(rows) > 1 else 1
-    ci = columns[1] - columns[0] if len(columns) > 1 else 1
-    return slice(rows[0], rows[-1] + 1, ri), slice(columns[0], columns[-1] + 1, ci)
+        ri = rows[1] - rows[0] if len(rows) > 1 else 1
+        ci = columns[1] - columns[0] if len(columns) > 1 else 1
+        window = (slice(None), slice(None), slice(rows[0], rows[-1] + 1, ri), slice(columns[0], columns[-1] + 1, ci))
+        yield key, rows, columns, off0, du, dv, window
 
 
 def im2col_from_phases(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
@@ -188,14 +194,13 @@ def im2col_from_phases(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: t
     kernels (7x7 stride 2: 0.72 against 1.15 ms); at 3x3 the phase copies cost more than they save."""
     n, c = x.shape[:2]
     oh, ow = out_hw
-    phases, taps, wq, _ = _phases(x, pads, 0, out_hw, kernel, strides, dilations)
-    for key, rows, columns, off0, du, dv in _tap_grids(taps):
-        nu, nv = len(rows), len(columns)
+    phases, grids, _, wq, _ = _phases(x, pads, 0, out_hw, kernel, strides, dilations)
+    for key, rows, columns, off0, du, dv, window in grids:
         phase = phases[key]
         st = phase.strides
-        view = strided_view(phase, (n, c, nu, nv, oh, ow), (st[0], st[1], du * st[2], dv * st[2], wq * st[2], st[2]),
-                            off0)
-        np.copyto(cols[(slice(None), slice(None)) + _grid_slices(rows, columns)], view)
+        view = strided_view(phase, (n, c, len(rows), len(columns), oh, ow),
+                            (st[0], st[1], du * st[2], dv * st[2], wq * st[2], st[2]), off0)
+        np.copyto(cols[window], view)
 
 
 def depthwise_taps(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
@@ -228,19 +233,19 @@ def depthwise_rows(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
         cols = np.empty((n, c, kh, kw, out_hw[0] * out_hw[1]), dtype=x.dtype)
         fill(x, pads, out_hw, kernel, dilations, cols)
         return _reduce_taps(w.reshape(c, kh * kw), cols.reshape(n, c, kh * kw, -1)), out_hw[1]
-    phases, taps, wq, length = _phases(x, pads, 0, out_hw, kernel, strides, dilations)
+    phases, grids, order, wq, length = _phases(x, pads, 0, out_hw, kernel, strides, dilations)
     cols = np.empty((n, c, kh * kw, length), dtype=x.dtype)
-    order: list[int] = []
-    for key, rows, columns, off0, du, dv in _tap_grids(taps):
+    t = 0  # the grids' taps go tap-major in grid order; ``order`` maps them back to the weights
+    for key, rows, columns, off0, du, dv, _ in grids:
         nu, nv = len(rows), len(columns)
         phase = phases[key]
         assert off0 + (nu - 1) * du + (nv - 1) * dv + length <= phase.shape[2]  # reads stay in the phase
         st = phase.strides
         view = strided_view(phase, (n, c, nu, nv, length), (st[0], st[1], du * st[2], dv * st[2], st[2]), off0)
-        np.copyto(cols[:, :, len(order):len(order) + nu * nv].reshape(n, c, nu, nv, length), view)
-        order.extend(i * kw + j for i in rows for j in columns)
+        np.copyto(cols[:, :, t:t + nu * nv].reshape(n, c, nu, nv, length), view)
+        t += nu * nv
     wk = w.reshape(c, kh * kw)
-    if order != sorted(order):
+    if order is not None:
         wk = wk[:, order]
     return _reduce_taps(wk, cols), wq
 
@@ -373,10 +378,10 @@ def half_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
     np.copyto(flat[..., head:head + plane].reshape(n, c, 2, 2, h // 2, ow),
               x.reshape(n, c, h // 2, 2, ow, 2).transpose(0, 1, 3, 5, 2, 4))
     st = flat.strides
-    for phase, rows, columns, off0, du, dv in grids:
+    for phase, rows, columns, off0, du, dv, window in grids:
         view = strided_view(flat, (n, c, len(rows), len(columns), length), (st[0], st[1], du * st[3], dv * st[3], st[3]),
                             phase * pitch + head + off0)
-        np.copyto(cols[(slice(None), slice(None)) + _grid_slices(rows, columns)], view)
+        np.copyto(cols[window], view)
     for rows, j, col in zeros:
         cols[:, :, rows, j, col::ow] = 0
 

@@ -18,6 +18,8 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, TypeProto, helper, numpy_helper
 
+from onnxhal.hal.errors import InvalidGraph
+
 # ORT's type strings for tensor element types.
 _ELEM_NAMES = {
     TensorProto.FLOAT: "float", TensorProto.UINT8: "uint8", TensorProto.INT8: "int8",
@@ -125,7 +127,7 @@ def parse_attribute(attr: AttributeProto, parent: Graph | None) -> Any:
     if t == AttributeProto.STRING:
         return attr.s.decode("utf-8", errors="surrogateescape")
     if t == AttributeProto.TENSOR:
-        return numpy_helper.to_array(attr.t)
+        return tensor_to_array(attr.t, f"attribute {attr.name!r}")
     if t == AttributeProto.GRAPH:
         return Graph.from_proto(attr.g, parent.opset if parent else {}, parent=parent)
     if t == AttributeProto.FLOATS:
@@ -135,7 +137,7 @@ def parse_attribute(attr: AttributeProto, parent: Graph | None) -> Any:
     if t == AttributeProto.STRINGS:
         return [s.decode("utf-8", errors="surrogateescape") for s in attr.strings]
     if t == AttributeProto.TENSORS:
-        return [numpy_helper.to_array(x) for x in attr.tensors]
+        return [tensor_to_array(x, f"attribute {attr.name!r}") for x in attr.tensors]
     if t == AttributeProto.GRAPHS:
         return [Graph.from_proto(g, parent.opset if parent else {}, parent=parent) for g in attr.graphs]
     return helper.get_attribute_value(attr)  # sparse tensors, type protos: kept as protos
@@ -237,7 +239,7 @@ class Graph:
         g.opset = dict(opset)
         g.initializers = {}
         for t in gp.initializer:
-            g.initializers[t.name] = numpy_helper.to_array(t)
+            g.initializers[t.name] = tensor_to_array(t, "initializer")
         for st in gp.sparse_initializer:
             g.initializers[st.values.name] = _sparse_to_dense(st)
         vi: dict[str, ValueInfo] = {}
@@ -378,9 +380,31 @@ class Graph:
         return f"Graph({self.name!r}, {len(self.nodes)} nodes)"
 
 
+def tensor_to_array(t: TensorProto, what: str) -> np.ndarray:
+    """``numpy_helper.to_array``, with a tensor that cannot be decoded (an unknown data type, data
+    that does not fill its dims) reported as the invalid graph it makes, naming the tensor."""
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as e:
+        size = len(t.raw_data) if t.HasField("raw_data") else "no raw"
+        raise InvalidGraph(f"{what} tensor {t.name!r} (data_type {t.data_type}, dims {list(t.dims)}, {size} bytes) "
+                           f"cannot be decoded: {type(e).__name__}: {e}. Re-export the model or fix the "
+                           "tensor's data_type, dims and data.") from e
+
+
 def _sparse_to_dense(st: onnx.SparseTensorProto) -> np.ndarray:
-    values = numpy_helper.to_array(st.values)
-    indices = numpy_helper.to_array(st.indices)
+    try:
+        return _sparse_values(st)
+    except InvalidGraph:
+        raise
+    except Exception as e:
+        raise InvalidGraph(f"sparse initializer {st.values.name!r} (dims {list(st.dims)}) cannot be expanded: "
+                           f"{type(e).__name__}: {e}. Check its indices against its dims.") from e
+
+
+def _sparse_values(st: onnx.SparseTensorProto) -> np.ndarray:
+    values = tensor_to_array(st.values, "sparse initializer")
+    indices = tensor_to_array(st.indices, "sparse initializer indices")
     dense = np.zeros(int(np.prod(st.dims)), dtype=values.dtype)
     if indices.ndim == 2:  # COO, one row per value
         flat = np.ravel_multi_index(tuple(indices.T), tuple(st.dims))

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from onnxhal.hal import DeviceTensor, Graph, KernelContext, KernelCreateContext, Node
-from onnxhal.hal.errors import EPFail, Fail, OrtError, RuntimeException
+from onnxhal.hal.errors import EPFail, Fail, InvalidGraph, OrtError, OutOfMemory, RuntimeException
 from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE, OrtMemoryDevice
 from onnxhal.runtime.memory_plan import MemoryContext
 
@@ -89,7 +89,15 @@ class PlanBuilder:
 
             return fused, frozenset(), frozenset()
         ep = self.eps[node.ep_name]
-        kernel = ep.create_kernel(node, _CreateContext(self))
+        try:
+            kernel = ep.create_kernel(node, _CreateContext(self))
+        except OrtError:
+            raise
+        except Exception as e:  # a kernel reading a malformed attribute or subgraph (Cast without 'to', ...)
+            raise InvalidGraph(f"{node.op_type} node {node.name!r} (domain {node.domain or 'ai.onnx'!r}, opset "
+                               f"{node.since_version}): {node.ep_name} cannot create its kernel: "
+                               f"{type(e).__name__}: {e}. Check its attributes and subgraphs against the ONNX "
+                               "operator spec.") from e
         self.kernels.append(kernel)
         self.inline[id(node)] = getattr(kernel, "inline_fn", None) if len(node.outputs) == 1 else None
         return kernel.compute, frozenset(getattr(kernel, "host_inputs", ())), frozenset(getattr(kernel, "host_outputs", ()))
@@ -271,8 +279,8 @@ class ExecutionPlan:
                 err = type(e)(msg)
             except Exception:
                 err = Fail(msg)
-        elif isinstance(e, MemoryError):
-            err = RuntimeException(msg)
+        elif isinstance(e, MemoryError):  # numpy could not allocate: OutOfMemory is also a MemoryError
+            err = OutOfMemory(f"{msg}. Reduce the input shapes or the batch size, or free memory.")
         else:
             err = EPFail(msg) if step and step.ep_name and step.ep_name != "CPUExecutionProvider" else Fail(msg)
         err.ep_name = step.ep_name if step else ""  # which EP failed: the session's failover reads it

@@ -26,8 +26,40 @@ class LoadedModel:
     path: str | None
 
 
+def _tensors(graph: onnx.GraphProto):
+    """Every TensorProto a graph holds: initializers, sparse initializers and attribute tensors,
+    subgraphs included."""
+    yield from graph.initializer
+    for st in graph.sparse_initializer:
+        yield st.values
+        yield st.indices
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _tensors(a.g)
+            for g in a.graphs:
+                yield from _tensors(g)
+
+
+def _no_external_data(proto: onnx.ModelProto, what: str) -> None:
+    """A model given as bytes or a ModelProto has no folder to find external data in: ORT refuses
+    it ("model_path must not be empty"), where reading the files from the current directory would
+    load whatever happens to be there."""
+    for t in _tensors(proto.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in t.external_data if e.key == "location"), "?")
+            raise InvalidArgument(
+                f"tensor {t.name!r} of the model given as {what} keeps its data in the external file {location!r}, "
+                "which is found relative to the model file's folder. Pass the model's path instead, or load it "
+                "with onnx.load(path) (which reads the external data) and pass that ModelProto.")
+
+
 def read_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
     if isinstance(model, onnx.ModelProto):
+        _no_external_data(model, "an onnx.ModelProto")
         return model, None
     if isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
@@ -40,6 +72,7 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> tuple[onnx
         if not proto.HasField("graph"):
             raise InvalidProtobuf(f"model bytes ({len(data)} bytes) parse to a ModelProto with no graph: "
                                   "they are not an ONNX model.")
+        _no_external_data(proto, "bytes")
         return proto, None
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
@@ -51,6 +84,12 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> tuple[onnx
             raise InvalidProtobuf(f"model file {path!r} is not a valid ONNX model: {e}") from e
         except FileNotFoundError as e:
             raise NoSuchFile(f"model file {path!r}: external data not found: {e}") from e
+        except onnx.checker.ValidationError as e:  # onnx checks each external data location before reading it
+            if "should be file inside" in str(e):
+                raise InvalidArgument(f"model file {path!r}: an external data location points outside the model's "
+                                      f"folder, which is refused: {e}") from e
+            raise NoSuchFile(f"model file {path!r}: external data not found: {e} Keep the data files "
+                             "next to the model, under the names its initializers give.") from e
         if not proto.HasField("graph"):
             raise InvalidProtobuf(f"model file {path!r} holds no graph: it is not an ONNX model.")
         return proto, os.path.abspath(path)
@@ -61,7 +100,10 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> LoadedMode
     proto, path = read_model(model)
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
     if not proto.opset_import:
-        opset = {"": 1 if proto.ir_version < 3 else onnx.defs.onnx_opset_version()}
+        if proto.ir_version >= 3:  # the spec requires it from IR version 3 on; ORT refuses such a model
+            raise InvalidGraph(f"the model (IR version {proto.ir_version}) has no opset_import, so its operators "
+                               "have no version. Add one, e.g. onnx.helper.make_opsetid('', 17).")
+        opset = {"": 1}
     known = onnx.defs.onnx_opset_version()
     if opset.get("", 0) > known:
         raise OrtNotImplemented(f"model uses ai.onnx opset {opset['']}, newer than the {known} this onnx "
@@ -144,6 +186,24 @@ def toposort(nodes: list[Node], graph_name: str = "") -> list[Node]:
     return [nodes[i] for i in order]
 
 
+def _has_schema(op_type: str, domain: str) -> bool:
+    try:
+        return onnx.defs.has(op_type, domain)
+    except Exception:  # a name onnx cannot take (not valid UTF-8): no such operator
+        return False
+
+
+def _predates(node: Node, version: int) -> str:
+    """The message for a standard operator used at an opset older than its first version (ORT:
+    "No Op registered for X with domain_version of N")."""
+    domain = node.domain or "ai.onnx"
+    first = min((s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                 if s.name == node.op_type and (s.domain or "ai.onnx") == domain), default=None)
+    return (f"{node.op_type} node {node.name!r}: no operator {node.op_type} is registered for domain {domain!r} at "
+            f"the model's opset {version}" + (f"; it exists from opset {first} on. Import {domain} opset >= "
+                                              f"{first} in the model's opset_import" if first else "") + ".")
+
+
 def resolve_schemas(graph: Graph) -> None:
     """Record each node's operator ``since_version`` (the schema in force at the model's opset)."""
     for n in graph.nodes:
@@ -152,6 +212,8 @@ def resolve_schemas(graph: Graph) -> None:
             try:
                 n.since_version = onnx.defs.get_schema(n.op_type, version, n.domain).since_version
             except Exception:
+                if _has_schema(n.op_type, n.domain):  # a standard op the model's opset predates
+                    raise InvalidGraph(_predates(n, version)) from None
                 n.since_version = 0  # unknown op: the CPU EP reports it when nobody claims it
         for sub in n.subgraph_list():
             resolve_schemas(sub)

@@ -126,7 +126,9 @@ def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvi
         g, n = left[0]
         raise OrtNotImplemented(
             f"Could not find an implementation for {n.op_type}({g.opset_version(n.domain)}) node with name "
-            f"{n.name!r} (domain {n.domain or 'ai.onnx'!r}); {len(left)} node(s) unsupported: {names}.")
+            f"{n.name!r} (domain {n.domain or 'ai.onnx'!r}); {len(left)} node(s) unsupported: {names}. "
+            "Add an EP whose library implements them (onnxhal.register_execution_provider_library), or export "
+            "the model without them.")
     return result
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from onnxhal.hal.errors import Fail, NoSuchFile
+
 
 def _type_shape(values: list) -> list[dict]:
     out = []
@@ -34,6 +36,10 @@ def _type_shape(values: list) -> list[dict]:
 class Profiler:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix or "onnxhal_profile"
+        folder = os.path.dirname(self.prefix)
+        if folder and not os.path.isdir(folder):  # found now, not after a long profiled run
+            raise NoSuchFile(f"SessionOptions.profile_file_prefix {self.prefix!r}: the folder {folder!r} does not "
+                             "exist. Create it or choose another prefix.")
         self._events: list[dict] = []
         self._lock = threading.Lock()
         self._t0 = time.perf_counter_ns()
@@ -72,6 +78,10 @@ class Profiler:
         path = f"{self.prefix}_{datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}.json"
         with self._lock:
             events = list(self._events)
-        with open(path, "w") as f:
-            json.dump(events, f, indent=0)
+        try:
+            with open(path, "w") as f:
+                json.dump(events, f, indent=0)
+        except OSError as e:
+            raise Fail(f"the profile could not be written to {path!r} (SessionOptions.profile_file_prefix "
+                       f"{self.prefix!r}): {e}") from e
         return path

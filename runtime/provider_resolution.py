@@ -16,7 +16,12 @@ from onnxhal.hal import EpFactory, OrtEpDevice
 from onnxhal.hal.errors import Fail, InvalidArgument
 from onnxhal.runtime.environment import CPU_EP_NAME, Environment, EpLibrary, is_default_cpu_ep
 from onnxhal.runtime.selection import fold_devices, remove_default_cpu, select_devices
-from onnxhal.runtime.session_options import DISABLE_CPU_EP_FALLBACK, SessionOptions, provider_option_prefix
+from onnxhal.runtime.session_options import (
+    DISABLE_CPU_EP_FALLBACK,
+    SessionOptions,
+    provider_option_prefix,
+    provider_options_dict,
+)
 
 logger = logging.getLogger("onnxhal.session")
 
@@ -47,7 +52,7 @@ def _normalize_legacy(providers: Sequence[Any], provider_options: Sequence[Mappi
         else:
             raise InvalidArgument(f"providers[{k}] = {p!r}: expected a provider name or a (name, options dict) tuple")
         if opts is not None:
-            o.update(opts[k] or {})
+            o.update(provider_options_dict(opts[k], f"provider_options[{k}] (for {name})"))
         out.append((name, {str(a): str(b) for a, b in o.items()}))
     return out
 

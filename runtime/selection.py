@@ -104,9 +104,13 @@ def select_devices(devices: Sequence[OrtEpDevice], policy: OrtExecutionProviderD
         if isinstance(result, OrtEpDevice) or not isinstance(result, (list, tuple)):
             raise Fail(f"EP selection delegate failed: Unable to cast the delegate's return value "
                        f"({type(result).__name__}) to a list of OrtEpDevice")
+        given = {id(d) for d in sorted_devices}
         for d in result:
             if not isinstance(d, OrtEpDevice):
                 raise Fail(f"EP selection delegate failed: Unable to cast {type(d).__name__} to OrtEpDevice")
+            if id(d) not in given:  # a device built or copied by the delegate has no factory-made EP behind it
+                raise Fail(f"EP selection delegate failed: it returned {d!r}, which is not one of the ep_devices it "
+                           "was given. Return devices from that list (the first argument).")
         if not result:
             raise Fail("EP selection delegate did not select anything.")
         if len(result) > MAX_DELEGATE_SELECTIONS:

@@ -41,6 +41,7 @@ from onnxhal.runtime.session_options import (
     RECORD_EP_GRAPH_ASSIGNMENT,
     RunOptions,
     SessionOptions,
+    check_session_options,
 )
 
 logger = logging.getLogger("onnxhal.session")
@@ -210,6 +211,12 @@ FAIL_ON_SUBOPTIMAL = "session.fail_on_suboptimal_compiled_model"
 _SEVERITY = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
 
 
+def _check_run_options(run_options: Any) -> None:
+    if run_options is not None and not isinstance(run_options, RunOptions):
+        raise InvalidArgument(f"run_options must be an onnxhal.RunOptions or None, got {type(run_options).__name__}; "
+                              "create one with onnxhal.RunOptions()")
+
+
 def apply_log_severity(level: int) -> None:
     """ORT's severities (0 verbose, 1 info, 2 warning, 3 error, 4 fatal) on the ``onnxhal`` logger.
     The default, 2, leaves the logger as the application configured it."""
@@ -246,8 +253,12 @@ class InferenceSession:
     def __init__(self, path_or_bytes: str | bytes | onnx.ModelProto, sess_options: SessionOptions | None = None,
                  providers: Sequence[Any] | None = None, provider_options: Sequence[Mapping] | None = None,
                  **kwargs: Any) -> None:
-        so = (sess_options or SessionOptions())._copy()
+        if sess_options is not None and not isinstance(sess_options, SessionOptions):
+            raise InvalidArgument(f"sess_options must be an onnxhal.SessionOptions, got {type(sess_options).__name__}; "
+                                  "create one with onnxhal.SessionOptions() and set its attributes")
+        so = (sess_options if sess_options is not None else SessionOptions())._copy()
         self._sess_options = so
+        check_session_options(so)
         apply_log_severity(so.log_severity_level)
         self._enable_fallback = True
         self._lock = threading.Lock()
@@ -342,6 +353,7 @@ class InferenceSession:
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list:
         core = self._core
+        _check_run_options(run_options)
         fetch = self._fetch_indices(output_names)
         feeds = check_feeds(input_feed, self._input_infos, self._required_inputs)
         if run_options is not None and run_options.terminate:
@@ -381,14 +393,15 @@ class InferenceSession:
         eps = core.eps.values()
         for ep in eps:
             ep.on_run_start(run_options)
-        t0 = time.perf_counter_ns() if self._profiler is not None else 0
+        profiler = self._profiler  # read once: end_profiling() on another thread may clear it
+        t0 = time.perf_counter_ns() if profiler is not None else 0
         try:
-            return core.plan.run(feeds, run_options, self._profiler, fetch, output_devices)
+            return core.plan.run(feeds, run_options, profiler, fetch, output_devices)
         finally:
             for ep in eps:
                 ep.on_run_end(run_options, True)
-            if self._profiler is not None:
-                self._profiler.event("model_run", "Session", t0, time.perf_counter_ns())
+            if profiler is not None:
+                profiler.event("model_run", "Session", t0, time.perf_counter_ns())
 
     def _failover(self, core: _SessionCore, failed_ep: str, reason: str) -> None:
         """``session.ep_failover`` = "1": re-partition onto the EPs that are left, for good."""
@@ -431,6 +444,9 @@ class InferenceSession:
         return load_model(self._loaded.proto)
 
     def _fetch_indices(self, output_names: Sequence[str] | None) -> list[int] | None:
+        if isinstance(output_names, (str, bytes)):  # iterating it would look up one name per character
+            raise InvalidArgument(f"output_names must be a list of output names, got the string {output_names!r}; "
+                                  f"use [{output_names!r}]")
         if output_names is None or len(output_names) == 0:
             return None
         names = [o.name for o in self._outputs]
@@ -442,6 +458,7 @@ class InferenceSession:
         return idx
 
     def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
+        _check_run_options(run_options)
         iobinding._run(self, run_options)
 
     def io_binding(self) -> Any:
@@ -450,9 +467,12 @@ class InferenceSession:
         return IOBinding(self)
 
     def end_profiling(self) -> str:
-        if self._profiler is None:
+        """Write the trace and stop profiling (as ORT: later runs are not recorded, and a second
+        call returns "")."""
+        profiler, self._profiler = self._profiler, None
+        if profiler is None:
             return ""
-        return self._profiler.end()
+        return profiler.end()
 
     def close(self) -> None:
         """Release the EPs and the library references now (otherwise when garbage-collected)."""

@@ -19,6 +19,36 @@ def provider_option_prefix(ep_name: str) -> str:
     return f"ep.{ep_name.lower()}."
 
 
+def provider_options_dict(options: Mapping | None, what: str) -> dict[str, str]:
+    """Provider options as ``{str: str}``; anything but a mapping is an InvalidArgument naming ``what``."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise InvalidArgument(f"{what}: provider options must be a dict of option name -> value, got "
+                              f"{type(options).__name__} {options!r}")
+    return {str(k): str(v) for k, v in options.items()}
+
+
+def check_session_options(so: SessionOptions) -> None:
+    """The numeric options a session reads, checked before anything is built (ORT's bindings
+    refuse wrong types at assignment; these attributes are plain Python ones)."""
+    try:
+        GraphOptimizationLevel(so.graph_optimization_level)
+    except (ValueError, TypeError):
+        raise InvalidArgument(f"SessionOptions.graph_optimization_level {so.graph_optimization_level!r} is not one of "
+                              + ", ".join(f"{lv.name} ({int(lv)})" for lv in GraphOptimizationLevel)) from None
+    try:
+        ExecutionMode(so.execution_mode)
+    except (ValueError, TypeError):
+        raise InvalidArgument(f"SessionOptions.execution_mode {so.execution_mode!r} is not one of "
+                              + ", ".join(f"{m.name} ({int(m)})" for m in ExecutionMode)) from None
+    for name in ("intra_op_num_threads", "inter_op_num_threads"):
+        value = getattr(so, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgument(f"SessionOptions.{name} {value!r} must be an int >= 0 (0: the default, one "
+                                  "thread per physical core)")
+
+
 @dataclass
 class ExplicitProvider:
     """One ``add_provider_for_devices`` call: devices of one EP, in append order."""
@@ -50,7 +80,10 @@ class SessionOptions:
     def add_session_config_entry(self, key: str, value: str) -> None:
         if not isinstance(key, str) or not key:
             raise InvalidArgument(f"session config key must be a non-empty string, got {key!r}")
-        self._config[key] = str(value)
+        if not isinstance(value, str):  # str(True) would be 'True', which no entry accepts
+            raise InvalidArgument(f"session config entry {key!r}: the value must be a string, got "
+                                  f"{type(value).__name__} {value!r}; pass e.g. '1' or '0'")
+        self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:
         if key not in self._config:
@@ -81,7 +114,7 @@ class SessionOptions:
             raise InvalidArgument(
                 "All OrtEpDevice values in ep_devices must have the same execution provider. Got "
                 f"{sorted({d.ep_name for d in devices})}; call add_provider_for_devices once per EP.")
-        options = {str(k): str(v) for k, v in (provider_options or {}).items()}
+        options = provider_options_dict(provider_options, f"add_provider_for_devices ({devices[0].ep_name})")
         # Options become config entries at once; the EP device's own ep_options are applied at
         # session creation and the user's win (ORT's V2 order).
         prefix = provider_option_prefix(devices[0].ep_name)
@@ -142,7 +175,10 @@ class RunOptions:
     def add_run_config_entry(self, key: str, value: str) -> None:
         if not isinstance(key, str) or not key:
             raise InvalidArgument(f"run config key must be a non-empty string, got {key!r}")
-        self._config[key] = str(value)
+        if not isinstance(value, str):
+            raise InvalidArgument(f"run config entry {key!r}: the value must be a string, got "
+                                  f"{type(value).__name__} {value!r}; pass e.g. '1' or '0'")
+        self._config[key] = value
 
     def get_run_config_entry(self, key: str) -> str:
         if key not in self._config:

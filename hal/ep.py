@@ -128,6 +128,12 @@ class KernelCreateContext:
     def create_subgraph_runner(self, graph: Graph) -> Any:  # -> runtime SubgraphRunner
         raise NotImplementedError
 
+    def is_constant_initializer(self, name: str) -> bool:
+        """Whether input ``name`` is a constant initializer of the node's graph: the same array,
+        never changed, on every run, so a kernel may keep what it derives from it. False when
+        unknown (a value fed by the caller may be changed in place between runs)."""
+        return False
+
 
 class Ep:
     """One EP instance per session. Must set ``name`` (the factory's EP name)."""

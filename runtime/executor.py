@@ -54,8 +54,12 @@ class SubgraphRunner:
 
 
 class _CreateContext(KernelCreateContext):
-    def __init__(self, builder: PlanBuilder) -> None:
+    def __init__(self, builder: PlanBuilder, graph: Graph) -> None:
         self._builder = builder
+        self._graph = graph
+
+    def is_constant_initializer(self, name: str) -> bool:
+        return bool(name) and self._graph.is_constant_initializer(name)
 
     def create_subgraph_runner(self, graph: Graph) -> SubgraphRunner:
         return SubgraphRunner(self._builder.build(graph, feed_names=graph.input_names + graph.outer_scope_reads()))
@@ -74,8 +78,8 @@ class PlanBuilder:
     def build(self, graph: Graph, feed_names: Sequence[str] | None = None) -> ExecutionPlan:
         return ExecutionPlan(self, graph, list(feed_names if feed_names is not None else graph.input_names))
 
-    def step_for(self, node: Node) -> tuple[StepFn, frozenset[int], frozenset[int]]:
-        """(callable, host input indices, host output indices) for a node."""
+    def step_for(self, node: Node, graph: Graph) -> tuple[StepFn, frozenset[int], frozenset[int]]:
+        """(callable, host input indices, host output indices) for a node of ``graph``."""
         info = self.compute_infos.get(id(node))
         if info is not None:
             cinfo, state = info
@@ -90,7 +94,7 @@ class PlanBuilder:
             return fused, frozenset(), frozenset()
         ep = self.eps[node.ep_name]
         try:
-            kernel = ep.create_kernel(node, _CreateContext(self))
+            kernel = ep.create_kernel(node, _CreateContext(self, graph))
         except OrtError:
             raise
         except Exception as e:  # a kernel reading a malformed attribute or subgraph (Cast without 'to', ...)
@@ -152,7 +156,7 @@ class ExecutionPlan:
             return s
 
         for node in graph.nodes:
-            fn, host_in, host_out = builder.step_for(node)
+            fn, host_in, host_out = builder.step_for(node, graph)
             ep_dev = memory.device_of_ep(node.ep_name)
             all_inputs = (*node.inputs, *node.implicit_inputs)
             ins = tuple(need(i, HOST_MEMORY_DEVICE if k in host_in else ep_dev) for k, i in enumerate(all_inputs))

@@ -76,6 +76,8 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> tuple[onnx
         return proto, None
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
+        if os.path.isdir(path):
+            raise NoSuchFile(f"model file {path!r} is a folder, not a file. Give the path of the .onnx file in it.")
         if not os.path.isfile(path):
             raise NoSuchFile(f"model file {path!r} does not exist (or is not a file). Check the path.")
         try:

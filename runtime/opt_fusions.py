@@ -109,10 +109,15 @@ _SIGN_KEEPING = {"MaxPool": 1, "AveragePool": 1, "GlobalMaxPool": 1, "GlobalAver
 
 def _windows_hold_input(pool: Node) -> bool:
     """Whether every window of a MaxPool covers at least one input element: its pads are below
-    its kernel on every axis. A window of padding alone gives -inf (onnxruntime rejects such
-    pads), which a Relu before the pool would not have turned into 0."""
+    its kernel on every axis, with no dilation (SAME pads stay below the kernel then too). A
+    window of padding alone gives -inf (onnxruntime rejects such pads), which a Relu before the
+    pool would not have turned into 0; a dilated window can skip every input element of a short
+    axis (rows -1 and 2 of a 2-row input), so dilated pools qualify only without padding."""
     kernel = list(pool.attr("kernel_shape") or [])
     pads = list(pool.attr("pads") or [])
+    auto_pad = pool.attr("auto_pad", "NOTSET")
+    if any(d != 1 for d in pool.attr("dilations") or []):
+        return bool(kernel) and not any(pads) and auto_pad in ("NOTSET", "VALID")
     return bool(kernel) and all(p < kernel[i % len(kernel)] for i, p in enumerate(pads))
 
 
@@ -305,6 +310,8 @@ def fuse_matmul_bias(graph: Graph) -> bool:
         bias = constant(graph, bias_name) if bias_name else None
         if bias is None or bias.dtype != weights.dtype or bias.shape not in ((weights.shape[1],), (1, weights.shape[1])):
             continue
+        if bias.ndim == 2 and (rank(graph, mm.inputs[0]) or 0) < 2:  # a (1, N) bias lifts a 1-D product to 2-D
+            continue
         pattern, last, act = [mm, add], add, None
         follower = _activation_follower(graph, add)
         if follower is not None and follower[1] in ("Relu", "Gelu"):
@@ -335,15 +342,15 @@ def fuse_gelu(graph: Graph) -> bool:
         scale = graph.producer(erf.inputs[0])
         if scale is None or scale.domain or sole_consumer(graph, scale.outputs[0]) is not erf:
             continue
-        if scale.op_type == "Div" and _close(scalar_constant(graph, scale.inputs[1]), math.sqrt(2.0)):
+        if scale.op_type == "Div" and _close(scalar_constant(graph, scale.inputs[1], scale.inputs[0]), math.sqrt(2.0)):
             x = scale.inputs[0]
         elif scale.op_type == "Mul":
             x = next((a for a, b in (scale.inputs, scale.inputs[::-1])
-                      if _close(scalar_constant(graph, b), 1 / math.sqrt(2.0))), None)
+                      if _close(scalar_constant(graph, b, a), 1 / math.sqrt(2.0))), None)
         else:
             continue
         add = _follower(graph, erf, ("Add",))
-        if x is None or add is None or not _close(scalar_constant(graph, _other_input(add, erf.outputs[0]) or ""), 1.0):
+        if x is None or add is None or not _close(scalar_constant(graph, _other_input(add, erf.outputs[0]) or "", x), 1.0):
             continue
         mul1 = _follower(graph, add, ("Mul",))
         if mul1 is None:
@@ -352,11 +359,11 @@ def fuse_gelu(graph: Graph) -> bool:
         half = graph.producer(other) if other else None
         if other == x:  # (x * (1 + erf)) * 0.5
             mul2 = _follower(graph, mul1, ("Mul",))
-            if mul2 is None or not _close(scalar_constant(graph, _other_input(mul2, mul1.outputs[0]) or ""), 0.5):
+            if mul2 is None or not _close(scalar_constant(graph, _other_input(mul2, mul1.outputs[0]) or "", x), 0.5):
                 continue
             pattern = [scale, erf, add, mul1, mul2]
         elif (half is not None and half.op_type == "Mul" and sole_consumer(graph, other) is mul1
-              and x in half.inputs and _close(scalar_constant(graph, _other_input(half, x) or ""), 0.5)):
+              and x in half.inputs and _close(scalar_constant(graph, _other_input(half, x) or "", x), 0.5)):
             pattern = [half, scale, erf, add, mul1]  # (x * 0.5) * (1 + erf)
         else:
             continue
@@ -402,7 +409,7 @@ def fuse_layer_norm(graph: Graph) -> bool:
         if square is None or div is None or div.inputs[0] != sub.outputs[0]:
             continue
         if square.op_type == "Pow" and not (square.inputs[0] == sub.outputs[0]
-                                            and scalar_constant(graph, square.inputs[1]) == 2.0):
+                                            and scalar_constant(graph, square.inputs[1], x) == 2.0):
             continue
         if square.op_type == "Mul" and square.inputs != (sub.outputs[0], sub.outputs[0]):
             continue
@@ -410,7 +417,7 @@ def fuse_layer_norm(graph: Graph) -> bool:
         if var is None or not _reduce_mean_last_axis(graph, var, square.outputs[0]):
             continue
         add_eps = _follower(graph, var, ("Add",))
-        eps = scalar_constant(graph, _other_input(add_eps, var.outputs[0]) or "") if add_eps else None
+        eps = scalar_constant(graph, _other_input(add_eps, var.outputs[0]) or "", x) if add_eps else None
         sqrt = _follower(graph, add_eps, ("Sqrt",)) if eps is not None else None
         if sqrt is None or sole_consumer(graph, sqrt.outputs[0]) is not div or div.inputs[1] != sqrt.outputs[0]:
             continue

@@ -117,7 +117,12 @@ def parallel_ranges(total: int, fn: Callable[[int, int], None], work: int) -> No
 
 def _blocked(fn: Callable[[np.ndarray], None], y: np.ndarray) -> None:
     """Apply the in-place elementwise ``fn`` to ``y`` in cache-sized blocks, split between workers."""
-    flat = y.reshape(-1)
+    if not y.flags.c_contiguous and not y.flags.f_contiguous:  # reshape(-1) would copy, and fn write the copy
+        dense = np.ascontiguousarray(y)
+        _blocked(fn, dense)
+        np.copyto(y, dense)
+        return
+    flat = y.reshape(-1, order="C" if y.flags.c_contiguous else "F")  # a view (a transposed input is F-ordered)
     n = flat.size
 
     def run(start: int, stop: int) -> None:

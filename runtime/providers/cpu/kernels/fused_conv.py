@@ -87,6 +87,11 @@ class FusedConv(FusedBase):
         self._wb: tuple | None = None
         self._wt: tuple | None = None
         self._bs: tuple | None = None
+        # What is derived from the weights and bias is kept only for constant initializers: a
+        # graph input may be the same array on every run with new values written into it.
+        w_const = ctx.is_constant_initializer(node.inputs[1])
+        b_const = not self.has_bias or ctx.is_constant_initializer(node.inputs[2])
+        self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const}
         self._geometries: dict[tuple, tuple] = {}
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
 
@@ -105,6 +110,8 @@ class FusedConv(FusedBase):
     def _derived(self, slot: str, sources: tuple, build) -> np.ndarray:
         """``build()``, kept in attribute ``slot`` while the same ``sources`` arrays come back (the
         weights are initializers, handed to every run as the same objects)."""
+        if not self._cacheable[slot]:
+            return build()
         cached = getattr(self, slot)
         if cached is not None and all(a is b for a, b in zip(cached[0], sources)):
             return cached[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -44,7 +45,7 @@ def check_session_options(so: SessionOptions) -> None:
                               + ", ".join(f"{m.name} ({int(m)})" for m in ExecutionMode)) from None
     for name in ("intra_op_num_threads", "inter_op_num_threads"):
         value = getattr(so, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:  # numpy ints too
             raise InvalidArgument(f"SessionOptions.{name} {value!r} must be an int >= 0 (0: the default, one "
                                   "thread per physical core)")
 

@@ -137,6 +137,12 @@ def test_out_of_range_session_options(attr, value, words):
         onnxhal.InferenceSession(add_mul_model(), so)
 
 
+def test_a_numpy_int_is_a_thread_count():
+    so = onnxhal.SessionOptions()
+    so.intra_op_num_threads = np.int64(2)
+    _still_usable(onnxhal.InferenceSession(add_mul_model(), so))
+
+
 @pytest.mark.parametrize("kwargs, words", [
     ({"sess_options": {}}, "sess_options must be an onnxhal.SessionOptions, got dict"),
     ({"providers": ["CPUExecutionProvider"], "provider_options": ["abc"]},

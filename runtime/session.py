@@ -468,11 +468,14 @@ class InferenceSession:
 
     def end_profiling(self) -> str:
         """Write the trace and stop profiling (as ORT: later runs are not recorded, and a second
-        call returns "")."""
-        profiler, self._profiler = self._profiler, None
+        call returns ""). If the file cannot be written, profiling goes on and the call may be
+        repeated."""
+        profiler = self._profiler
         if profiler is None:
             return ""
-        return profiler.end()
+        path = profiler.end()
+        self._profiler = None
+        return path
 
     def close(self) -> None:
         """Release the EPs and the library references now (otherwise when garbage-collected)."""

@@ -89,8 +89,9 @@ class FusedConv(FusedBase):
         self._bs: tuple | None = None
         # What is derived from the weights and bias is kept only for constant initializers: a
         # graph input may be the same array on every run with new values written into it.
-        w_const = ctx.is_constant_initializer(node.inputs[1])
-        b_const = not self.has_bias or ctx.is_constant_initializer(node.inputs[2])
+        constant = ctx.is_constant_initializer if ctx is not None else (lambda name: False)  # None: constant folding
+        w_const = constant(node.inputs[1])
+        b_const = not self.has_bias or constant(node.inputs[2])
         self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const}
         self._geometries: dict[tuple, tuple] = {}
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
@@ -108,8 +109,8 @@ class FusedConv(FusedBase):
             [w.reshape(w.shape[0], -1), b.reshape(-1, 1).astype(w.dtype)], axis=1))
 
     def _derived(self, slot: str, sources: tuple, build) -> np.ndarray:
-        """``build()``, kept in attribute ``slot`` while the same ``sources`` arrays come back (the
-        weights are initializers, handed to every run as the same objects)."""
+        """``build()``, kept in attribute ``slot`` while the same ``sources`` arrays come back, when
+        they are constant initializers (handed to every run as the same, unchanged objects)."""
         if not self._cacheable[slot]:
             return build()
         cached = getattr(self, slot)

@@ -76,9 +76,12 @@ class OpenCLEp(Ep):
     def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
         lookup = self._lookup(graph)
         claimed: list[Node] = []
+        untrusted = untrusted_shapes(graph, lookup)
         for n in graph.nodes:
             try:
                 reason = self.node_reason(n, graph, lookup)
+                if reason is None and any(v in untrusted for v in (*n.inputs, *n.outputs) if v):
+                    reason = "inferred shape disagrees with onnxruntime's pool output size (ceil_mode)"
             except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
                 reason = f"cannot inspect node: {exc}"
             if reason is None:
@@ -198,3 +201,45 @@ def filtered_graph(graph: Graph, nodes: Sequence[Node]) -> Graph:
     vis = {name: graph.value_info(name) for name in names}
     return Graph(f"{EP_NAME}_group", list(nodes), [vis[i] for i in inputs], [vis[o] for o in outputs],
                  initializers=inits, value_infos=vis, opset=graph.opset)
+
+
+def _ort_pool_dims(node: Node, xs: tuple) -> tuple:
+    """The output shape onnxruntime (and onnxhal's CPU EP) gives a pool over an input of shape
+    ``xs``: C++ truncating division, and with ceil_mode the last window dropped when it would
+    start in the right padding or past the input (onnx 1.23's shape inference keeps it)."""
+    # The CPU EP's geometry resolves pads (auto_pad included) as every pool kernel here does.
+    from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry
+
+    spatial = list(xs[2:])
+    kernel, strides, dil, pb, pe, out = ConvGeometry(node).resolve(spatial)
+    for i in range(len(kernel)):
+        numer = spatial[i] + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1)
+        out[i] = (numer // strides[i] if numer >= 0 else -((-numer) // strides[i])) + 1
+    if node.attr("ceil_mode", 0) and node.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID"):
+        for i in range(len(kernel)):
+            span = (kernel[i] - 1) * dil[i] + 1
+            o = -(-(spatial[i] + pb[i] + pe[i] - span) // strides[i]) + 1
+            if (o - 1) * strides[i] >= spatial[i] + pb[i]:
+                o -= 1
+            out[i] = o
+    return (*xs[:2], *out)
+
+
+def untrusted_shapes(graph: Graph, lookup) -> set[str]:
+    """Values whose inferred static shape is wrong: outputs of pools where onnx shape inference and
+    onnxruntime disagree, and everything computed from them. The EP sizes its buffers from
+    inferred shapes, so it declines nodes that read or write these."""
+    bad: set[str] = set()
+    for n in graph.nodes:
+        if any(i in bad for i in (*n.inputs, *n.implicit_inputs) if i):
+            bad.update(o for o in n.outputs if o)
+            continue
+        if n.op_type in ("MaxPool", "AveragePool") and not n.domain:
+            try:
+                xs, ys = lookup.shape(n.inputs[0]), lookup.shape(n.outputs[0])
+                wrong = xs is not None and ys is not None and tuple(ys) != _ort_pool_dims(n, tuple(xs))
+            except (OrtError, ValueError, TypeError, KeyError, IndexError):  # unresolvable: do not trust it
+                wrong = True
+            if wrong:
+                bad.update(o for o in n.outputs if o)
+    return bad

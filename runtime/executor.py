@@ -287,7 +287,9 @@ class ExecutionPlan:
             err = OutOfMemory(f"{msg}. Reduce the input shapes or the batch size, or free memory.")
         else:
             err = EPFail(msg) if step and step.ep_name and step.ep_name != "CPUExecutionProvider" else Fail(msg)
-        err.ep_name = step.ep_name if step else ""  # which EP failed: the session's failover reads it
+        # Which EP failed: the session's failover reads it. An error from inside a subgraph keeps
+        # the EP that raised it, not the EP of the If/Loop/Scan node around it.
+        err.ep_name = getattr(e, "ep_name", "") or (step.ep_name if step else "")
         return err
 
 

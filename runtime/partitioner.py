@@ -56,29 +56,32 @@ def graphs_postorder(graph: Graph) -> list[Graph]:
     return out
 
 
-def _violates_convexity(graph: Graph, members: set[int]) -> list[Node]:
-    """Outside nodes on a path between two members (which would make the fused node a cycle)."""
+def _violates_convexity(graph: Graph, members: set[int], fused: list[set[int]] = ()) -> list[Node]:
+    """Outside nodes on a path between two members (which would make the fused node a cycle).
+    ``fused`` are the groups of ``graph`` already accepted: each becomes one node, so reaching one
+    member of such a group reaches them all (two groups that each pass alone, one feeding the
+    other and that one feeding back, would otherwise both be fused into a cycle)."""
     by_id = {id(n): n for n in graph.nodes}
-    down: set[int] = set()
-    stack = [id(n) for n in graph.nodes if id(n) in members]
-    while stack:
-        nid = stack.pop()
-        for o in by_id[nid].outputs:
-            for c in graph.consumers(o) if o else ():
-                if id(c) not in down:
-                    down.add(id(c))
-                    stack.append(id(c))
-    up: set[int] = set()
-    stack = [id(n) for n in graph.nodes if id(n) in members]
-    while stack:
-        nid = stack.pop()
-        n = by_id[nid]
-        for i in (*n.inputs, *n.implicit_inputs):
-            p = graph.producer(i) if i else None
-            if p is not None and id(p) not in up:
-                up.add(id(p))
-                stack.append(id(p))
-    return [by_id[i] for i in (down & up) - members if i in by_id]
+    group_of = {nid: grp for grp in fused for nid in grp}
+
+    def reach(step) -> set[int]:
+        seen: set[int] = set()
+        stack = [id(n) for n in graph.nodes if id(n) in members]
+        while stack:
+            for nxt in step(by_id[stack.pop()]):
+                for nid in group_of.get(id(nxt), (id(nxt),)):
+                    if nid not in seen:
+                        seen.add(nid)
+                        stack.append(nid)
+        return seen
+
+    def consumers(n: Node):
+        return (c for o in n.outputs if o for c in graph.consumers(o))
+
+    def producers(n: Node):
+        return (p for i in (*n.inputs, *n.implicit_inputs) if i and (p := graph.producer(i)) is not None)
+
+    return [by_id[i] for i in (reach(consumers) & reach(producers)) - members if i in by_id]
 
 
 def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvider") -> PartitionResult:
@@ -87,6 +90,7 @@ def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvi
     the CPU EP cannot run a node nobody else took."""
     result = PartitionResult()
     graphs = graphs_postorder(graph)
+    fused: dict[int, list[set[int]]] = {}  # id(graph) -> the node ids of each group accepted there
     for g in graphs:
         for n in g.nodes:
             n.ep_name = ""
@@ -102,16 +106,18 @@ def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvi
                 continue
             in_graph = {id(n) for n in g.nodes}
             for nodes, options in info.fused_groups:
-                reason = _check_group(g, nodes, in_graph)
+                reason = _check_group(g, nodes, in_graph, fused.setdefault(id(g), []))
                 if reason:
                     logger.info("%s: fused group of %d node(s) rejected: %s", ep.name, len(nodes), reason)
                     result.rejected.append(f"{ep.name}: group of {len(nodes)} rejected: {reason}")
                     continue
                 for n in nodes:
                     n.ep_name = ep.name
+                fused[id(g)].append({id(n) for n in nodes})
                 result.groups.append(FusedGroup(ep.name, g, list(nodes), options))
                 result.assigned.append(AssignedSubgraph(ep.name, list(nodes)))
             singles = [n for n in info.single_nodes if id(n) in in_graph and not n.ep_name]
+            singles = list({id(n): n for n in singles}.values())  # a node claimed twice is assigned once
             for n in singles:
                 n.ep_name = ep.name
             if singles:
@@ -132,7 +138,7 @@ def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvi
     return result
 
 
-def _check_group(g: Graph, nodes: list[Node], in_graph: set[int]) -> str:
+def _check_group(g: Graph, nodes: list[Node], in_graph: set[int], fused: list[set[int]] = ()) -> str:
     ids = {id(n) for n in nodes}
     if len(ids) != len(nodes):
         return "a node appears twice"
@@ -141,10 +147,10 @@ def _check_group(g: Graph, nodes: list[Node], in_graph: set[int]) -> str:
     taken = [n for n in nodes if n.ep_name]
     if taken:
         return f"node {taken[0].name!r} already belongs to {taken[0].ep_name}"
-    between = _violates_convexity(g, ids)
+    between = _violates_convexity(g, ids, fused)
     if between:
         return (f"not one partition: node(s) {', '.join(repr(n.name or n.op_type) for n in between[:5])} "
-                "outside the group lie on a path between its members")
+                "outside the group (or in a group fused before it) lie on a path between its members")
     return ""
 
 

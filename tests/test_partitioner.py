@@ -226,3 +226,58 @@ def test_optimizer_keeps_plain_ops_for_eps_that_cannot_run_fused_ones(toy):
     cpu_only = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
     x = rng.standard_normal((1, 1, 4, 4)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_only.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+# -- found by a random partitioning test (10,000 seeds of random claims by toy EPs, session 18) ----
+def _crossed():
+    """Two groups that are each one partition but feed each other: {relu, sig} reads c from
+    {neg, abs}, which reads a from {relu, sig}. Fusing both would make a cycle."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"), helper.make_node("Mul", ["x", "x"], ["c"], name="neg"),
+             helper.make_node("Add", ["a", "c"], ["b"], name="abs"), helper.make_node("Relu", ["c"], ["d"], name="sig")]
+    return make(nodes, [vi("x", [2, 3])], [vi("b", [2, 3]), vi("d", [2, 3])])
+
+
+def _crossed_reference(x):
+    return [np.maximum(x, 0) + x * x, np.maximum(x * x, 0)]
+
+
+@pytest.mark.parametrize("eps", [
+    [("ToyA", {"mode": "script", "groups": "relu+sig;neg+abs"})],
+    [("ToyA", {"mode": "script", "groups": "relu+sig"}), ("ToyB", {"mode": "script", "groups": "neg+abs"})],
+])
+def test_a_group_that_would_close_a_cycle_with_a_fused_group_is_rejected(toy, caplog, eps):
+    with caplog.at_level(logging.INFO, logger="onnxhal.partitioner"):
+        sess = _session(_crossed(), *eps)  # built: no cycle
+    assert "or in a group fused before it" in caplog.text
+    assert _assignment(sess) == [("ToyA", ["relu", "sig"]), ("CPUExecutionProvider", ["abs", "neg"])]
+    for got, want in zip(sess.run(None, {"x": X}), _crossed_reference(X)):
+        np.testing.assert_allclose(got, want)
+
+
+def test_a_node_claimed_twice_is_assigned_once(toy):
+    sess = _session(add_mul_model(), ("ToyA", {"mode": "script", "singles": "add1,add1", "ops": "Add"}))
+    assert _assignment(sess) == [("ToyA", ["add1"]), ("CPUExecutionProvider", ["add2", "mul"])]
+    assert sess.partition_summary == {"ToyA": 1, "CPUExecutionProvider": 2}
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+
+
+def test_a_device_lost_inside_a_subgraph_fails_over_the_ep_that_lost_it(toy, caplog):
+    """The If runs on the CPU EP, its then-branch Add on ToyA, whose device is lost: failover
+    must remove ToyA (the error used to be blamed on the If's EP, so nothing failed over)."""
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="then_add")], "then", [],
+                               [vi("t", [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["e"], name="else_mul")], "else", [],
+                               [vi("e", [2, 3])])
+    model = make([helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
+                 [vi("c", [], TensorProto.BOOL), vi("x", [2, 3])], [vi("y", [2, 3])])
+    so = onnxhal.SessionOptions()
+    so.add_session_config_entry("session.ep_failover", "1")
+    so.add_provider_for_devices([d for d in onnxhal.get_ep_devices() if d.ep_name == "ToyA"][:1],
+                                {"ops": "Add", "lose_after": "1"})
+    sess = onnxhal.InferenceSession(model, so)
+    feeds = {"c": np.array(True), "x": X}
+    np.testing.assert_allclose(sess.run(None, feeds)[0], X + X)
+    with caplog.at_level(logging.WARNING):
+        np.testing.assert_allclose(sess.run(None, feeds)[0], X + X)  # meets the lost device
+    assert "EP failover: ToyA failed" in caplog.text
+    assert [f[0] for f in sess.failovers] == ["ToyA"] and sess.get_providers() == ["CPUExecutionProvider"]

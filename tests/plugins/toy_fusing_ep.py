@@ -2,7 +2,9 @@
 
 Two EP names (ToyA, ToyB), each offered on two virtual NPUs. Provider options choose what an
 instance claims: ``ops`` (comma list), ``mode`` ("fuse": one group per connected run, "group":
-all claimed nodes as a single group even if that is invalid, "single": add_single_node),
+all claimed nodes as a single group even if that is invalid, "single": add_single_node, "script":
+the groups named by ``groups``, node names joined by "+" and groups by ";", then the single nodes
+named by ``singles``, comma-separated, repeats kept),
 ``fail`` ("compile" or "capability"), ``lose_after`` (N: the device is lost after N runs). Fused groups are compiled into a small numpy interpreter.
 """
 
@@ -57,6 +59,7 @@ class ToyEp(hal.Ep):
         self.device = device
         self.ops = set(filter(None, options.get("ops", "Add,Mul").split(",")))
         self.mode = options.get("mode", "fuse")
+        self.script = (options.get("groups", ""), options.get("singles", ""))
         self.fail = options.get("fail", "")
         self.lose_after = int(options.get("lose_after", "-1"))  # device lost after N runs
         self.runs = 0
@@ -67,7 +70,15 @@ class ToyEp(hal.Ep):
         if self.fail == "capability":
             raise RuntimeError("capability probe failed")
         mine = [n for n in graph.nodes if n.op_type in self.ops]
-        if self.mode == "single":
+        if self.mode == "script":
+            by_name = {n.name: n for n in graph.nodes}
+            for group in filter(None, self.script[0].split(";")):
+                if all(name in by_name for name in group.split("+")):
+                    support_info.add_nodes_to_fuse([by_name[name] for name in group.split("+")])
+            for name in filter(None, self.script[1].split(",")):
+                if name in by_name:
+                    support_info.add_single_node(by_name[name])
+        elif self.mode == "single":
             for n in mine:
                 support_info.add_single_node(n)
         elif self.mode == "group":

@@ -31,6 +31,7 @@ from onnxhal.runtime.opt_rewrite import (
     rank,
     replace_nodes,
     rewired,
+    scalar_constant,
     sole_consumer,
 )
 
@@ -315,11 +316,9 @@ def fold_matmul_scale(graph: Graph) -> bool:
             continue  # s / (A B) is not a scaling
         other = [i for i in follower.inputs if i != mm.outputs[0]]
         value = constant(graph, other[0]) if len(other) == 1 else None
-        out_rank = rank(graph, mm.outputs[0])
-        if (value is None or value.size != 1 or value.dtype.kind != "f"
-                or value.ndim > (out_rank if out_rank is not None else 1)):
-            continue  # a factor of higher rank would broadcast the result up
-        s = float(value.reshape(-1)[0])
+        s = scalar_constant(graph, other[0], mm.outputs[0]) if value is not None and value.dtype.kind == "f" else None
+        if s is None:
+            continue  # not a float scalar, or one of higher rank, which would broadcast the result up
         factor = 1.0 / s if follower.op_type == "Div" else s
         if not np.isfinite(factor) or factor == 0.0:
             continue

@@ -90,3 +90,11 @@ def opencl_devices():
             onnxhal.unregister_execution_provider_library("opencl_tests")
         except onnxhal.errors.Fail:
             env._force_unregister("opencl_tests")  # a failed test's traceback still holds a session
+
+
+@pytest.fixture(scope="module")
+def add_mul_session():
+    """One session of ``tests.models.add_mul_model`` per test module."""
+    from tests.models import add_mul_model
+
+    return onnxhal.InferenceSession(add_mul_model())

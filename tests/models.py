@@ -28,3 +28,13 @@ def add_mul_model() -> onnx.ModelProto:
 
 def add_mul_reference(x: np.ndarray) -> np.ndarray:
     return ((x + 1) * 2) + x
+
+
+#: An input for ``add_mul_model``.
+ADD_MUL_X = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+
+def assert_add_mul_runs(sess) -> None:
+    """A session of ``add_mul_model`` gives the right answer on ``ADD_MUL_X`` (after a failed run,
+    nothing is left broken)."""
+    np.testing.assert_allclose(sess.run(None, {"x": ADD_MUL_X})[0], add_mul_reference(ADD_MUL_X))

@@ -605,21 +605,8 @@ class Builder:
                   self.block_maxpool, self.block_avgpool, self.block_shuffle, self.block_noop,
                   self.block_folded_weights, self.block_bn, self.block_transpose]
         weights = [6, 3, 3, 3, 3, 1, 2, 1, 1, 1, 1]
-        nblocks = self.ri(1, 5)
-        done = 0
-        tries = 0
-        while done < nblocks and tries < 30:
-            tries += 1
-            blk = self.choice(blocks, weights)
-            s = self.snapshot()
-            try:
-                x2 = blk(x)
-                if int(np.prod(self.shapes[x2])) > 3 * 16 * 24 * 24 or self.shapes[x2][1] > 16:
-                    raise GenFail("too big")
-                x = x2
-                done += 1
-            except GenFail:
-                self.restore(s)
+        x = self.chain(x, blocks, weights, self.ri(1, 5),
+                       lambda shape: int(np.prod(shape)) > 3 * 16 * 24 * 24 or shape[1] > 16)
         if self.p(0.35) and nd == 2:
             # classifier tail: GlobalAveragePool -> Flatten -> MLP
             g = self.node(self.choice(["GlobalAveragePool", "GlobalMaxPool"]), [x])
@@ -867,21 +854,26 @@ class Builder:
         blocks = [self.block_matmul_bias, self.block_gemm, self.block_misc, self.block_attention, self.block_scale_2d,
                   self.block_transpose]
         weights = [4, 2, 3, 3 if rank == 3 else 0, 2 if rank == 2 else 0, 1 if rank > 1 else 0]
-        nblocks = self.ri(1, 4)
-        done, tries = 0, 0
+        x = self.chain(x, blocks, weights, self.ri(1, 4), lambda shape: int(np.prod(shape)) > 4096)
+        self.outputs.append(x)  # after chain(): its restore() may replace self.outputs
+
+    def chain(self, x, blocks, weights, nblocks: int, too_big) -> str:
+        """Apply ``nblocks`` blocks drawn by ``weights`` to ``x`` (30 draws at most): a block that
+        raises GenFail, or whose result's shape is ``too_big``, is undone and does not count."""
+        done = tries = 0
         while done < nblocks and tries < 30:
             tries += 1
             blk = self.choice(blocks, weights)
             s = self.snapshot()
             try:
                 x2 = blk(x)
-                if int(np.prod(self.shapes[x2])) > 4096:
+                if too_big(self.shapes[x2]):
                     raise GenFail("too big")
                 x = x2
                 done += 1
             except GenFail:
                 self.restore(s)
-        self.outputs.append(x)
+        return x
 
 
 def build(seed: int, tiny: bool = False):

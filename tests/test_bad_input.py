@@ -15,18 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from onnxhal import errors
-from tests.models import add_mul_model, add_mul_reference, make, vi
+from tests.models import ADD_MUL_X, add_mul_model, assert_add_mul_runs, make, vi
 
-X = np.arange(6, dtype=np.float32).reshape(2, 3)
-
-
-@pytest.fixture(scope="module")
-def sess():
-    return onnxhal.InferenceSession(add_mul_model())
-
-
-def _still_usable(s):
-    np.testing.assert_allclose(s.run(None, {"x": X})[0], add_mul_reference(X))
+X = ADD_MUL_X
 
 
 # -- models --------------------------------------------------------------------------------------
@@ -140,7 +131,7 @@ def test_out_of_range_session_options(attr, value, words):
 def test_a_numpy_int_is_a_thread_count():
     so = onnxhal.SessionOptions()
     so.intra_op_num_threads = np.int64(2)
-    _still_usable(onnxhal.InferenceSession(add_mul_model(), so))
+    assert_add_mul_runs(onnxhal.InferenceSession(add_mul_model(), so))
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -170,16 +161,16 @@ def test_config_entry_values_must_be_strings():
 
 
 @pytest.mark.parametrize("run_options", [{"terminate": True}, "ro", onnxhal.SessionOptions()])
-def test_run_options_of_the_wrong_type(sess, run_options):
+def test_run_options_of_the_wrong_type(add_mul_session, run_options):
     with pytest.raises(errors.InvalidArgument, match="run_options must be an onnxhal.RunOptions"):
-        sess.run(None, {"x": X}, run_options)
-    _still_usable(sess)
+        add_mul_session.run(None, {"x": X}, run_options)
+    assert_add_mul_runs(add_mul_session)
 
 
-def test_output_names_as_a_string_is_refused_not_iterated(sess):
+def test_output_names_as_a_string_is_refused_not_iterated(add_mul_session):
     with pytest.raises(errors.InvalidArgument, match=r"got the string 'y'; use \['y'\]"):
-        sess.run("y", {"x": X})
-    _still_usable(sess)
+        add_mul_session.run("y", {"x": X})
+    assert_add_mul_runs(add_mul_session)
 
 
 def test_a_delegate_must_return_devices_it_was_given():

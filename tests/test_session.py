@@ -15,18 +15,9 @@ from onnx import TensorProto, helper
 
 import onnxhal
 from onnxhal import errors
-from tests.models import add_mul_model, add_mul_reference, make, vi
+from tests.models import ADD_MUL_X, add_mul_model, add_mul_reference, assert_add_mul_runs, make, vi
 
-X = np.arange(6, dtype=np.float32).reshape(2, 3)
-
-
-@pytest.fixture(scope="module")
-def sess():
-    return onnxhal.InferenceSession(add_mul_model())
-
-
-def _still_usable(s):
-    np.testing.assert_allclose(s.run(None, {"x": X})[0], add_mul_reference(X))
+X = ADD_MUL_X
 
 
 def test_inputs_outputs_and_metadata():
@@ -49,7 +40,7 @@ def test_inputs_outputs_and_metadata():
 def test_model_from_a_path(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(add_mul_model(), path)
-    _still_usable(onnxhal.InferenceSession(str(path)))
+    assert_add_mul_runs(onnxhal.InferenceSession(str(path)))
 
 
 @pytest.mark.parametrize("model, error, words", [
@@ -97,25 +88,25 @@ def test_unsupported_operator_and_opset():
     ({"x": np.zeros((2, 4), np.float32)}, "dimension 1 must be 3"),
     ({"x": [[1.0, 2.0, 3.0]] * 2}, "expects a numpy array"),
 ])
-def test_bad_feeds_are_typed_errors_and_the_session_stays_usable(sess, feed, words):
+def test_bad_feeds_are_typed_errors_and_the_session_stays_usable(add_mul_session, feed, words):
     with pytest.raises(errors.InvalidArgument, match=words):
-        sess.run(None, feed)
-    _still_usable(sess)
+        add_mul_session.run(None, feed)
+    assert_add_mul_runs(add_mul_session)
 
 
-def test_unknown_output_name(sess):
+def test_unknown_output_name(add_mul_session):
     with pytest.raises(errors.InvalidArgument, match="Invalid output name: 'nope'"):
-        sess.run(["nope"], {"x": X})
-    _still_usable(sess)
+        add_mul_session.run(["nope"], {"x": X})
+    assert_add_mul_runs(add_mul_session)
 
 
-def test_terminate(sess):
+def test_terminate(add_mul_session):
     ro = onnxhal.RunOptions()
     ro.terminate = True
     with pytest.raises(errors.RuntimeException, match="terminate"):
-        sess.run(None, {"x": X}, ro)
+        add_mul_session.run(None, {"x": X}, ro)
     ro.terminate = False
-    np.testing.assert_allclose(sess.run(None, {"x": X}, ro)[0], add_mul_reference(X))
+    np.testing.assert_allclose(add_mul_session.run(None, {"x": X}, ro)[0], add_mul_reference(X))
 
 
 def test_a_kernel_failure_is_a_typed_error_naming_the_node_and_the_session_survives():
@@ -172,23 +163,23 @@ def test_profiling_writes_a_chrome_trace(tmp_path):
     assert sum(e["name"] == "model_run" for e in events) == 3
 
 
-def test_iobinding_on_the_host(sess):
-    b = sess.io_binding()
+def test_iobinding_on_the_host(add_mul_session):
+    b = add_mul_session.io_binding()
     b.bind_cpu_input("x", X)
     b.bind_output("y")
-    sess.run_with_iobinding(b)
+    add_mul_session.run_with_iobinding(b)
     np.testing.assert_allclose(b.copy_outputs_to_cpu()[0], add_mul_reference(X))
     out = onnxhal.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32)
     b.bind_ortvalue_output("y", out)
     b.bind_ortvalue_input("x", onnxhal.OrtValue.ortvalue_from_numpy(X))
-    sess.run_with_iobinding(b)
+    add_mul_session.run_with_iobinding(b)
     np.testing.assert_allclose(out.numpy(), add_mul_reference(X))
     assert out.device_name() == "cpu" and out.data_type() == "tensor(float)" and out.shape() == [2, 3]
 
 
-def test_ortvalue_feed(sess):
+def test_ortvalue_feed(add_mul_session):
     v = onnxhal.OrtValue.ortvalue_from_numpy(X)
-    np.testing.assert_allclose(sess.run(None, {"x": v})[0], add_mul_reference(X))
+    np.testing.assert_allclose(add_mul_session.run(None, {"x": v})[0], add_mul_reference(X))
 
 
 def test_optimization_levels_agree():

@@ -204,24 +204,19 @@ def filtered_graph(graph: Graph, nodes: Sequence[Node]) -> Graph:
 
 
 def _ort_pool_dims(node: Node, xs: tuple) -> tuple:
-    """The output shape onnxruntime (and onnxhal's CPU EP) gives a pool over an input of shape
-    ``xs``: C++ truncating division, and with ceil_mode the last window dropped when it would
-    start in the right padding or past the input (onnx 1.23's shape inference keeps it)."""
-    # The CPU EP's geometry resolves pads (auto_pad included) as every pool kernel here does.
-    from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry
+    """The output shape onnxruntime gives a pool over an input of shape ``xs``: the CPU EP's
+    geometry (with ceil_mode, the last window dropped when it would start in the right padding
+    or past the input, which onnx 1.23's shape inference keeps), and C++ truncating division
+    where the padded input is shorter than the window."""
+    # The CPU EP's pool geometry, so that both EPs size pools in one way.
+    from onnxhal.runtime.providers.cpu.kernels.pooling import pool_geometry
 
-    spatial = list(xs[2:])
-    kernel, strides, dil, pb, pe, out = ConvGeometry(node).resolve(spatial)
-    for i in range(len(kernel)):
-        numer = spatial[i] + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1)
-        out[i] = (numer // strides[i] if numer >= 0 else -((-numer) // strides[i])) + 1
-    if node.attr("ceil_mode", 0) and node.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID"):
-        for i in range(len(kernel)):
-            span = (kernel[i] - 1) * dil[i] + 1
-            o = -(-(spatial[i] + pb[i] + pe[i] - span) // strides[i]) + 1
-            if (o - 1) * strides[i] >= spatial[i] + pb[i]:
-                o -= 1
-            out[i] = o
+    (kernel, strides, dil, pb, pe, out, _), ceil = pool_geometry(node, xs[2:])
+    if not ceil:
+        for i, n in enumerate(xs[2:]):
+            numer = n + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1)
+            if numer < 0:
+                out[i] = -((-numer) // strides[i]) + 1
     return (*xs[:2], *out)
 
 

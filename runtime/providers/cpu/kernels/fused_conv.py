@@ -89,7 +89,7 @@ class FusedConv(FusedBase):
         self._bs: tuple | None = None
         # What is derived from the weights and bias is kept only for constant initializers: a
         # graph input may be the same array on every run with new values written into it.
-        constant = ctx.is_constant_initializer if ctx is not None else (lambda name: False)  # None: constant folding
+        constant = getattr(ctx, "is_constant_initializer", lambda name: False)  # ctx None: constant folding
         w_const = constant(node.inputs[1])
         b_const = not self.has_bias or constant(node.inputs[2])
         self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const}

@@ -160,6 +160,13 @@ class _Pool(Kernel):
         return kernel, strides, dil, pb, pe, out, pe_explicit
 
 
+def pool_geometry(node: Node, spatial) -> tuple:
+    """``_Pool.geometry`` of a MaxPool/AveragePool/LpPool node over ``spatial`` dims, and whether
+    ceil_mode applies: how the CPU EP sizes the pool (for EPs that must agree with it)."""
+    pool = _Pool(node, None)
+    return pool.geometry(list(spatial)), pool.ceil
+
+
 @register("MaxPool", since=1)
 class MaxPool(_Pool):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:

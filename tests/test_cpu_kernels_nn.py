@@ -195,6 +195,34 @@ def _assert_pool_matches_onnxruntime(op, x, attrs):
     y += 1  # and the result is the caller's to write
 
 
+@pytest.mark.parametrize("shape,attrs", [
+    ((1, 2, 2, 2), {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "dilations": [3, 3]}),
+    ((2, 3, 4, 3), {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "dilations": [1, 4]}),
+    ((1, 2, 3), {"kernel_shape": [2], "pads": [1, 1], "dilations": [4]}),
+])
+def test_maxpool_window_of_padding_alone_gives_lowest_finite_like_onnxruntime(shape, attrs):
+    """A dilated window can hold padding alone (with onnxruntime's pads below the kernel, then
+    every window of the output does); onnxruntime gives it -FLT_MAX, where its running max
+    starts. The CPU EP gave -inf."""
+    x = randn(*shape)
+    _assert_pool_matches_onnxruntime("MaxPool", x, attrs)
+    (y,) = run_native("MaxPool", [x], 19, **attrs)
+    assert y.size and (y == np.finfo(np.float32).min).all()
+    (y16,) = run_native("MaxPool", [x.astype(np.float16)], 19, **attrs)
+    assert (y16 == np.finfo(np.float16).min).all()
+
+
+def test_maxpool_pads_wider_than_the_kernel_mix_padding_windows_and_input_windows():
+    """Pads at least the kernel's size (onnxruntime refuses them; the spec does not): windows of
+    padding alone give -FLT_MAX, the others their max, a real -inf included."""
+    x = np.array([[[1.0, -np.inf, 3.0]]], np.float32)
+    (y,) = run_native("MaxPool", [x], 19, kernel_shape=[2], pads=[3, 3])
+    low = np.finfo(np.float32).min
+    np.testing.assert_array_equal(y.ravel(), [low, low, 1.0, 1.0, 3.0, 3.0, low, low])
+    (y,) = run_native("MaxPool", [np.full((1, 1, 3), -np.inf, np.float32)], 19, kernel_shape=[2], pads=[3, 3])
+    np.testing.assert_array_equal(y.ravel(), [low, low] + [-np.inf] * 4 + [low, low])
+
+
 @pytest.mark.parametrize("op,shape,attrs", [
     ("MaxPool", (2, 3, 11, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
     ("MaxPool", (1, 4, 9, 10), {"kernel_shape": [3, 3], "strides": [2, 2]}),

@@ -114,3 +114,59 @@ def test_a_pool_whose_inferred_shape_is_wrong_goes_to_the_cpu(opencl, pool, ep):
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
     assert sess.partition_summary == {ep: 2}
+
+
+def _one_op_model(op: str, shape: list[int], consts: list[np.ndarray], **attrs) -> bytes:
+    inits = [numpy_helper.from_array(np.asarray(c), f"c{i}") for i, c in enumerate(consts)]
+    nodes = [helper.make_node(op, ["x"] + [i.name for i in inits], ["y"], **attrs)]
+    if op == "Gemm":  # Gemm + Relu: the Relu runs as the GEMM kernel's epilogue mask
+        nodes = [helper.make_node("Gemm", ["x", "c0"], ["g"]), helper.make_node("Relu", ["g"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+@pytest.mark.parametrize("op, shape, consts, attrs", [
+    ("Relu", [2, 16], [], {}),
+    ("Clip", [2, 16], [np.float32(-1), np.float32(1)], {}),
+    ("Max", [2, 16], [np.zeros((1, 16), np.float32)], {}),
+    ("Min", [2, 16], [np.zeros((1, 16), np.float32)], {}),
+    ("HardSigmoid", [2, 16], [], {}),
+    ("HardSwish", [2, 16], [], {}),
+    ("Tanh", [2, 16], [], {}),
+    ("ReduceMax", [2, 16], [], {"axes": [1]}),
+    ("ReduceMin", [2, 16], [], {"axes": [1]}),
+    ("ReduceLogSumExp", [2, 16], [], {"axes": [1]}),
+    ("MaxPool", [1, 2, 4, 4], [], {"kernel_shape": [2, 2]}),
+    ("Gemm", [2, 16], [np.eye(16, dtype=np.float32)], {}),
+])
+def test_nan_flows_through_as_on_the_cpu_ep(opencl, op, shape, consts, attrs):
+    """A NaN input gives NaN out of max, min, Relu, Clip, Tanh, max reductions and pools, as the
+    CPU EP and numpy give (and onnxruntime for the elementwise ops). OpenCL's fmax/fmin and
+    -cl-finite-math-only dropped it: Relu gave 0, Clip its bound, Tanh 1, ReduceMax inf."""
+    x = np.random.default_rng(1).uniform(-2, 2, shape).astype(np.float32)
+    x.reshape(-1)[[0, 5, 17]] = np.nan
+    x.reshape(-1)[[3, 9]] = [np.inf, -np.inf]
+    model = _one_op_model(op, shape, consts, **attrs)
+    cpu = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    sess = onnxhal.InferenceSession(model, providers=PROVIDERS)
+    got = sess.run(None, {"x": x})[0]
+    assert set(sess.partition_summary) == {"OpenCLExecutionProvider"}
+    assert np.isnan(cpu).any()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(cpu))
+    np.testing.assert_allclose(got, cpu, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_maxpool_window_of_padding_alone_gives_lowest_finite_like_onnxruntime(opencl):
+    """A dilated MaxPool window can hold padding alone (along W here: taps -1 and 3 of a 3-wide
+    row); the OpenCL kernel gives it -FLT_MAX, as onnxruntime and the CPU EP. It gave -inf."""
+    import onnxruntime as ort
+
+    model = _one_op_model("MaxPool", [1, 2, 4, 3], [], kernel_shape=[2, 2], pads=[1, 1, 1, 1], dilations=[1, 4])
+    x = np.random.default_rng(2).uniform(-2, 2, (1, 2, 4, 3)).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    sess = onnxhal.InferenceSession(model, providers=PROVIDERS)
+    got = sess.run(None, {"x": x})[0]
+    assert sess.partition_summary == {"OpenCLExecutionProvider": 1}
+    assert want.size and (want == np.finfo(np.float32).min).all()
+    np.testing.assert_array_equal(got, want)

@@ -48,9 +48,9 @@ def _clip(n: Node, a: list[str], x: dict) -> str:
     lo, hi = x.get("min"), x.get("max")  # resolved from constant inputs or attributes in lowering
     expr = a[0]
     if lo is not None:
-        expr = f"fmax({expr}, {_lit(lo)})"
+        expr = f"onnxhal_max({expr}, {_lit(lo)})"
     if hi is not None:
-        expr = f"fmin({expr}, {_lit(hi)})"
+        expr = f"onnxhal_min({expr}, {_lit(hi)})"
     return expr
 
 
@@ -58,7 +58,7 @@ def _variadic(op: str) -> Callable[[Node, list[str], dict], str]:
     def build(n: Node, a: list[str], x: dict) -> str:
         expr = a[0]
         for v in a[1:]:
-            expr = f"{op}({expr}, {v})" if op in ("fmax", "fmin") else f"({expr} {op} {v})"
+            expr = f"{op}({expr}, {v})" if op.startswith("onnxhal_") else f"({expr} {op} {v})"
         return f"({expr} / {_lit(len(a))})" if n.op_type == "Mean" else expr
     return build
 
@@ -70,8 +70,8 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Mul": lambda n, a, x: f"({a[0]} * {a[1]})",
     "Div": lambda n, a, x: f"({a[0]} / {a[1]})",
     "Pow": lambda n, a, x: f"pow({a[0]}, {a[1]})",
-    "Max": _variadic("fmax"),
-    "Min": _variadic("fmin"),
+    "Max": _variadic("onnxhal_max"),
+    "Min": _variadic("onnxhal_min"),
     "Sum": _variadic("+"),
     "Mean": _variadic("+"),
     "Neg": lambda n, a, x: f"(-{a[0]})",
@@ -82,15 +82,15 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Log": lambda n, a, x: f"log({a[0]})",
     "Floor": lambda n, a, x: f"floor({a[0]})",
     "Ceil": lambda n, a, x: f"ceil({a[0]})",
-    "Relu": lambda n, a, x: f"fmax({a[0]}, 0.0f)",
+    "Relu": lambda n, a, x: f"({a[0]} < 0.0f ? 0.0f : {a[0]})",  # NaN stays NaN (fmax drops it)
     "LeakyRelu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 0.01))} * {a[0]})",
     "Elu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 1.0))} * (native_exp({a[0]}) - 1.0f))",
     "Selu": lambda n, a, x: (f"({_lit(n.attr('gamma', 1.05070102214813232421875))} * ({a[0]} > 0.0f ? {a[0]} : "
                           f"{_lit(n.attr('alpha', 1.67326319217681884765625))} * (native_exp({a[0]}) - 1.0f)))"),
     "Sigmoid": lambda n, a, x: f"(1.0f / (1.0f + native_exp(-{a[0]})))",
-    "HardSigmoid": lambda n, a, x: (f"fmin(fmax({_lit(n.attr('alpha', 0.2))} * {a[0]} + "
-                                 f"{_lit(n.attr('beta', 0.5))}, 0.0f), 1.0f)"),
-    "HardSwish": lambda n, a, x: f"({a[0]} * fmin(fmax({a[0]} / 6.0f + 0.5f, 0.0f), 1.0f))",
+    "HardSigmoid": lambda n, a, x: (f"onnxhal_clamp({_lit(n.attr('alpha', 0.2))} * {a[0]} + "
+                                 f"{_lit(n.attr('beta', 0.5))}, 0.0f, 1.0f)"),
+    "HardSwish": lambda n, a, x: f"({a[0]} * onnxhal_clamp({a[0]} / 6.0f + 0.5f, 0.0f, 1.0f))",
     # log1p: log(1 + e) rounds 1 + e to 1 for e below float32 epsilon and loses all precision.
     "Softplus": lambda n, a, x: f"({a[0]} > 20.0f ? {a[0]} : log1p(native_exp({a[0]})))",
     "Softsign": lambda n, a, x: f"({a[0]} / (1.0f + fabs({a[0]})))",

@@ -15,6 +15,12 @@ from __future__ import annotations
 #: Helpers shared by generated and fixed kernels: erf and tanh on native_exp (erf() and exp() are
 #: slow calls on PoCL), and the activations a GEMM/Conv epilogue can apply.
 ACTIVATION_HELPERS = """
+// NaN-propagating max/min/clamp, as numpy, the CPU EP and onnxruntime's elementwise ops: OpenCL's
+// fmax/fmin return the other operand for a NaN (and are out-of-line calls on PoCL). `a != a` needs
+// the build without -cl-finite-math-only (program_cache.DEFAULT_BUILD_OPTIONS).
+inline float onnxhal_max(float a, float b) { return (a > b || a != a) ? a : b; }
+inline float onnxhal_min(float a, float b) { return (a < b || a != a) ? a : b; }
+inline float onnxhal_clamp(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
 inline float onnxhal_erf(float x) {
   // Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
   const float ax = fabs(x);
@@ -24,7 +30,7 @@ inline float onnxhal_erf(float x) {
   return copysign(y, x);
 }
 inline float onnxhal_tanh(float x) {
-  const float ax = fmin(fabs(x), 20.0f);
+  const float ax = fabs(x) > 20.0f ? 20.0f : fabs(x);  // NaN stays NaN
   if (ax < 0.25f) {  // (1-e)/(1+e) cancels near 0: use the odd series there (error < 1e-8 relative)
     const float x2 = x * x;
     return x * (1.0f + x2 * (-0.33333333f + x2 * (0.13333333f + x2 * (-0.05396825f + x2 * 0.02186949f))));
@@ -35,12 +41,12 @@ inline float onnxhal_tanh(float x) {
 // act: 0 none, 1 Relu, 2 Sigmoid, 3 Tanh, 4 LeakyRelu(p0), 5 HardSigmoid(p0, p1), 6 Clip(p0, p1), 7 Gelu
 inline float apply_act(float v, int act, float p0, float p1) {
   switch (act) {
-    case 1: return fmax(v, 0.0f);
+    case 1: return v < 0.0f ? 0.0f : v;
     case 2: return 1.0f / (1.0f + native_exp(-v));
     case 3: return onnxhal_tanh(v);
     case 4: return v >= 0.0f ? v : p0 * v;
-    case 5: return fmin(fmax(p0 * v + p1, 0.0f), 1.0f);
-    case 6: return fmin(fmax(v, p0), p1);
+    case 5: return onnxhal_clamp(p0 * v + p1, 0.0f, 1.0f);
+    case 6: return onnxhal_clamp(v, p0, p1);
     case 7: return 0.5f * v * (1.0f + onnxhal_erf(v * 0.70710678118f));
     default: return v;
   }
@@ -145,9 +151,9 @@ inline void store_row(__global float* C, __global const float* R, float8 a, floa
       va += vload8(0, res);
       vb += vload8(1, res);
     }}
-    if (a_code0 == 1) {{  // Relu as a mask: fmax is an out-of-line call on PoCL
-      va = as_float8(as_int8(va) & (va > (float8)(0.0f)));
-      vb = as_float8(as_int8(vb) & (vb > (float8)(0.0f)));
+    if (a_code0 == 1) {{  // Relu as a mask (fmax is an out-of-line call on PoCL); NaN is kept
+      va = as_float8(as_int8(va) & ~(va < (float8)(0.0f)));
+      vb = as_float8(as_int8(vb) & ~(vb < (float8)(0.0f)));
     }}
     __global float* out = C + (size_t)i * ldc + j0;
     vstore8(va, 0, out);
@@ -293,18 +299,18 @@ __kernel void conv_direct(__global float* Y, __global const float* X, __global c
 }
 """
 
-#: Max/Average pooling (2-D, NCHW; 1-D runs with H = 1). mode 0 max, 1 average.
+#: Average and max pooling, and LRN (2-D, NCHW; 1-D runs with H = 1).
 POOL_SOURCE = """
-__kernel void pool2d(__global float* Y, __global const float* X, const int H, const int W, const int OH,
-                     const int OW, const int KH, const int KW, const int sh, const int sw, const int ph,
-                     const int pw, const int dh, const int dw, const int mode, const int count_include_pad,
-                     const int hlim, const int wlim, const int total) {
+__kernel void avgpool2d(__global float* Y, __global const float* X, const int H, const int W, const int OH,
+                        const int OW, const int KH, const int KW, const int sh, const int sw, const int ph,
+                        const int pw, const int dh, const int dw, const int count_include_pad,
+                        const int hlim, const int wlim, const int total) {
   const int gid = get_global_id(0);
   if (gid >= total) return;
   const int ow = gid % OW; int t = gid / OW;
   const int oh = t % OH; const int nc = t / OH;
   __global const float* xp = X + (size_t)nc * H * W;
-  float acc = mode == 0 ? -INFINITY : 0.0f;
+  float acc = 0.0f;
   int count = 0;
   for (int kh = 0; kh < KH; ++kh) {
     const int y = oh * sh - ph + kh * dh;
@@ -312,19 +318,18 @@ __kernel void pool2d(__global float* Y, __global const float* X, const int H, co
       const int x = ow * sw - pw + kw * dw;
       const int inside = y >= 0 && y < H && x >= 0 && x < W;
       if (inside) {
-        const float v = xp[y * W + x];
-        acc = mode == 0 ? fmax(acc, v) : acc + v;
+        acc += xp[y * W + x];
         ++count;
       } else if (count_include_pad && y < hlim && x < wlim) {
         ++count;  // a pad position inside the padded input (not beyond it, as ORT)
       }
     }
   }
-  Y[gid] = mode == 0 ? acc : acc / (float)max(count, 1);
+  Y[gid] = acc / (float)max(count, 1);
 }
 
-// MaxPool without the average's bookkeeping: a compare-select (fmax is an out-of-line call on
-// PoCL), rows skipped whole when outside the input. 2-3x faster than pool2d's max mode.
+// MaxPool: a compare-select that keeps a NaN (fmax is an out-of-line call on PoCL and drops it),
+// rows skipped whole when outside the input (2-3x faster than a per-tap bounds test).
 __kernel void maxpool2d(__global float* Y, __global const float* X, const int H, const int W, const int OH,
                         const int OW, const int KH, const int KW, const int sh, const int sw, const int ph,
                         const int pw, const int dh, const int dw, const int total) {
@@ -335,16 +340,17 @@ __kernel void maxpool2d(__global float* Y, __global const float* X, const int H,
   __global const float* xp = X + (size_t)nc * H * W;
   const int y0 = oh * sh - ph, x0 = ow * sw - pw;
   float acc = -INFINITY;
+  int seen = 0;
   for (int kh = 0; kh < KH; ++kh) {
     const int y = y0 + kh * dh;
     if (y < 0 || y >= H) continue;
     __global const float* row = xp + y * W;
     for (int kw = 0; kw < KW; ++kw) {
       const int x = x0 + kw * dw;
-      if (x >= 0 && x < W) { const float v = row[x]; acc = v > acc ? v : acc; }
+      if (x >= 0 && x < W) { const float v = row[x]; acc = (v > acc || v != v) ? v : acc; seen = 1; }  // keeps a NaN
     }
   }
-  Y[gid] = acc;
+  Y[gid] = seen ? acc : -FLT_MAX;  // a window of padding alone: onnxruntime's lowest finite value
 }
 
 // LRN across channels: y = x / (bias + alpha / size * sum of x^2 over the channel window)^beta
@@ -372,12 +378,12 @@ __kernel void reduce_rows(__global float* Y, __global const float* X, const int 
   __global const float* xp = X + (size_t)o * R * inner + i;
   float acc = (mode == 2) ? -INFINITY : (mode == 3) ? INFINITY : (mode == 4) ? 1.0f : 0.0f;
   float m = -INFINITY;
-  if (mode == 8) for (int r = 0; r < R; ++r) { const float v = xp[r * inner]; m = v > m ? v : m; }
+  if (mode == 8) for (int r = 0; r < R; ++r) { const float v = xp[r * inner]; m = (v > m || v != v) ? v : m; }
   for (int r = 0; r < R; ++r) {
     const float v = xp[r * inner];
     if (mode == 0 || mode == 1 || mode == 9) acc += v;
-    else if (mode == 2) acc = v > acc ? v : acc;  // fmax/fmin are calls on PoCL
-    else if (mode == 3) acc = v < acc ? v : acc;
+    else if (mode == 2) acc = (v > acc || v != v) ? v : acc;  // fmax/fmin are calls on PoCL and drop NaN
+    else if (mode == 3) acc = (v < acc || v != v) ? v : acc;
     else if (mode == 4) acc *= v;
     else if (mode == 5 || mode == 6) acc += v * v;
     else if (mode == 7) acc += fabs(v);

@@ -344,16 +344,6 @@ class PlanBuilder(GemmLowering):
 
     # GEMM family ---------------------------------------------------------------------------
     # Other families ------------------------------------------------------------------------
-    def _pool(self, n: Node, mode: int) -> None:
-        x = self.data(n.inputs[0])
-        xs, ys = self.shape(x), self.shape(n.outputs[0])
-        k = list(n.attr("kernel_shape"))
-        g = self._conv_geometry(n, xs, (0, 0, *k), ys)
-        out = self.output(n.outputs[0])
-        self.plan.add_launch_1d(ks.POOL_SOURCE, "pool2d", prod(ys), [
-            Buf(out), Buf(x), *(I32(g[key]) for key in ("H", "W", "OH", "OW", "KH", "KW", "sh", "sw", "ph", "pw",
-                                                          "dh", "dw")),
-            I32(mode), I32(n.attr("count_include_pad", 0)), I32(g["H"] + g["ph_end"]), I32(g["W"] + g["pw_end"])])
 
     def _lower_MaxPool(self, n: Node) -> None:
         x = self.data(n.inputs[0])
@@ -365,7 +355,14 @@ class PlanBuilder(GemmLowering):
                                                           "dh", "dw"))])
 
     def _lower_AveragePool(self, n: Node) -> None:
-        self._pool(n, 1)
+        x = self.data(n.inputs[0])
+        xs, ys = self.shape(x), self.shape(n.outputs[0])
+        g = self._conv_geometry(n, xs, (0, 0, *n.attr("kernel_shape")), ys)
+        out = self.output(n.outputs[0])
+        self.plan.add_launch_1d(ks.POOL_SOURCE, "avgpool2d", prod(ys), [
+            Buf(out), Buf(x), *(I32(g[key]) for key in ("H", "W", "OH", "OW", "KH", "KW", "sh", "sw", "ph", "pw",
+                                                          "dh", "dw")),
+            I32(n.attr("count_include_pad", 0)), I32(g["H"] + g["ph_end"]), I32(g["W"] + g["pw_end"])])
 
     def _rows(self, kernel: str, n: Node, outer: int, r: int, inner: int, extra: list) -> None:
         x = self.data(n.inputs[0])

@@ -39,8 +39,10 @@ os.environ.setdefault("POCL_CACHE_DIR", str(cache_root() / "pocl"))
 import pyopencl as cl  # noqa: E402  (after POCL_CACHE_DIR, on purpose)
 
 #: Options every program is built with: contract a*b+c into FMA instructions (fma() itself is a slow
-#: library call on PoCL) and let the compiler relax IEEE corner cases, as ORT's GPU EPs do.
-DEFAULT_BUILD_OPTIONS = "-cl-mad-enable -cl-fast-relaxed-math"
+#: library call on PoCL) and let the compiler reassociate and relax precision, as ORT's GPU EPs do.
+#: Not -cl-fast-relaxed-math: its -cl-finite-math-only lets the compiler drop the `v != v` tests
+#: that keep NaN flowing through max, min, Relu and Clip (kernel_sources.ACTIVATION_HELPERS).
+DEFAULT_BUILD_OPTIONS = "-cl-mad-enable -cl-unsafe-math-optimizations"
 
 
 class ProgramBuildError(EPFail):

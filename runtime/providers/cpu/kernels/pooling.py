@@ -133,6 +133,23 @@ def _whole_window(x: np.ndarray, kernel, strides, dil, pb, pe) -> bool:
             and tuple(kernel) == tuple(x.shape[2:]))
 
 
+def padding_only_windows(spatial, kernel, strides, dil, pb, out) -> tuple | None:
+    """The output positions whose window holds padding alone, as an index over the spatial axes
+    (None when there are none). onnxruntime gives such a MaxPool window the lowest finite value
+    (-FLT_MAX), not -inf; they exist only with dilation or padding at least the kernel's size."""
+    if all(d == 1 and p < k for d, p, k in zip(dil, pb, kernel)) and all(
+            (o - 1) * s - p < n for o, s, p, n in zip(out, strides, pb, spatial)):
+        return None  # unit dilation, pads under the kernel, last window starting inside: none
+    empty = []
+    for n, k, s, d, p, o in zip(spatial, kernel, strides, dil, pb, out):
+        taps = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - p
+        empty.append(~((taps >= 0) & (taps < n)).any(axis=1))
+    mask = np.zeros(tuple(out), bool)
+    for a, e in enumerate(empty):
+        mask |= e.reshape([-1 if i == a else 1 for i in range(len(out))])
+    return np.nonzero(mask) if mask.any() else None
+
+
 def _tap_slices(idx, dil, strides, out):
     return (slice(None), slice(None)) + tuple(
         slice(idx[i] * dil[i], idx[i] * dil[i] + (out[i] - 1) * strides[i] + 1, strides[i]) for i in range(len(idx)))
@@ -187,9 +204,15 @@ class MaxPool(_Pool):
             return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         if not self.with_indices:
-            return [_window_reduce(x, pb, pe, out, kernel, strides, dil, np.maximum, low)]
-        xp = pad_spatial(x, pb, pe, low)
-        return list(self._with_indices(x, xp, kernel, strides, dil, pb, out))
+            ys = [_window_reduce(x, pb, pe, out, kernel, strides, dil, np.maximum, low)]
+        else:
+            xp = pad_spatial(x, pb, pe, low)
+            ys = list(self._with_indices(x, xp, kernel, strides, dil, pb, out))
+        empty = padding_only_windows(x.shape[2:], kernel, strides, dil, pb, out) if x.dtype.kind == "f" else None
+        if empty is not None:
+            ys[0] = np.array(ys[0])  # a view of the input (or read-only) in some paths
+            ys[0][(slice(None), slice(None)) + empty] = np.finfo(x.dtype).min
+        return ys
 
     @staticmethod
     def _with_indices(x, xp, kernel, strides, dil, pb, out):

@@ -8,6 +8,7 @@ the onnx package knows.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import onnx
@@ -115,14 +116,57 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> LoadedMode
             proto = onnx.inliner.inline_local_functions(proto)
         except Exception as e:
             raise InvalidGraph(f"model-local functions could not be inlined: {e}") from e
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-    except Exception:  # inference is a help, not a requirement: ORT runs models it cannot infer
-        inferred = proto
+    node_errors: list[str] = []
+    try:  # strict first: ORT runs each node's inference function at load and refuses what it rejects
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as e:
+        node_errors = inference_errors(str(e))
+        inferred = None
+    except Exception:
+        inferred = None
+    if inferred is None:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        except Exception:  # inference is a help, not a requirement: ORT runs models it cannot infer
+            inferred = proto
     graph = Graph.from_proto(inferred.graph, opset)
     check_graph(graph, outer=set())
     resolve_schemas(graph)
+    if node_errors:
+        raise InvalidGraph(f"the model is invalid: {node_errors[0]}"
+                           + (f" (and {len(node_errors) - 1} more: {'; '.join(node_errors[1:3])})" if node_errors[1:] else "")
+                           + ". ONNX's shape inference rejects the node, as onnxruntime does at load; fix its "
+                           "attributes or inputs.")
     return LoadedModel(inferred, graph, opset, path)
+
+
+_ERROR_LINE = re.compile(r"\(op_type:([^,)]+)(?:, node name: ([^)]*))?\): (\[\w+\] )?(.*)")
+#: Messages of strict inference that onnxruntime does not refuse a model for: a declared shape that
+#: disagrees with the inferred one (a warning in ORT), a node whose input type is unknown because
+#: an earlier node failed (a consequence, not a cause).
+_NOT_FATAL = ("existing shape differ", "existing elem type", "instead is null", "Inferred shape and existing")
+#: Ops whose nested errors come from their subgraphs (real); other ops' nested errors come from
+#: inferring their function body, which onnx 1.23 gets wrong for some (MeanVarianceNormalization).
+_SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap")
+
+
+def inference_errors(message: str) -> list[str]:
+    """The node errors of a strict ONNX shape-inference failure that onnxruntime also refuses a
+    model for, each as 'node OP 'NAME': message'."""
+    found = []
+    for line in message.splitlines():
+        m = _ERROR_LINE.search(line)
+        if not m:
+            continue
+        op, name, text = m.group(1), m.group(2) or "", m.group(4)
+        if text.startswith("Inference error(s):"):
+            if op in _SUBGRAPH_OPS:
+                found += [f"{e} (in a subgraph of {op} {repr(name) if name else '(unnamed)'})"
+                          for e in inference_errors(text)]
+            continue
+        if not any(k in text for k in _NOT_FATAL):
+            found.append(f"node {op} {repr(name) if name else '(unnamed)'}: {text.strip().rstrip('.')}")
+    return found
 
 
 def check_graph(graph: Graph, outer: set[str]) -> None:

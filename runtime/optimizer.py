@@ -118,6 +118,7 @@ def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops:
 
 
 def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]) -> None:
+    loaded = list(graph.nodes)  # kept alive, so their ids stay theirs
     for node in graph.nodes:
         for sub in node.subgraph_list():
             _run(sub, [p for p in passes if p[2]])
@@ -131,6 +132,26 @@ def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizatio
     if any(p[0] == "remove_dead_nodes" for p in passes):
         opt_constant_folding.remove_dead_nodes(graph)
     remove_unused_value_infos(graph)
+    _unique_new_node_names(graph, loaded)
+
+
+def _unique_new_node_names(graph: Graph, loaded: list) -> None:
+    """Give each node a rewrite made a name no other node of the graph has. Rewrites name a node
+    after the one it replaces (``conv_fused``, ``pool_relu``), and a node rewritten twice in one
+    way gave two nodes one name, which profiles and assignment info then cannot tell apart (two
+    Relus moved across one MaxPool in turn: two ``n_MaxPool_33_relu``). The model's own names are
+    left as they are, duplicates included, as onnxruntime leaves them."""
+    original = {id(n) for n in loaded}
+    taken = {n.name for n in graph.nodes if id(n) in original}
+    for n in graph.nodes:
+        if id(n) in original:
+            continue
+        name, i = n.name, 0
+        while name in taken:
+            i += 1
+            name = f"{n.name}_{i}"
+        n.name = name
+        taken.add(name)
 
 
 def _run_to_fixed_point(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]) -> None:

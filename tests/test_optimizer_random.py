@@ -39,7 +39,7 @@ def _mismatch(want: list, got: list) -> str | None:
         if w.shape != g.shape or w.dtype != g.dtype:
             return f"output {i}: {g.dtype}{list(g.shape)}, onnxruntime {w.dtype}{list(w.shape)}"
         wf, gf = w.astype(np.float64), g.astype(np.float64)
-        if w.dtype == np.float32:  # a MaxPool window of padding alone: -FLT_MAX there, -inf here
+        if w.dtype == np.float32:  # -FLT_MAX (onnxruntime's MaxPool of -inf values) and -inf alike
             lowest = float(np.finfo(np.float32).max)
             wf[wf <= -lowest] = -np.inf
             gf[gf <= -lowest] = -np.inf

@@ -154,12 +154,18 @@ def inference_errors(message: str) -> list[str]:
     """The node errors of a strict ONNX shape-inference failure that onnxruntime also refuses a
     model for, each as 'node OP 'NAME': message'."""
     found = []
-    for line in message.splitlines():
-        m = _ERROR_LINE.search(line)
+    lines = message.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _ERROR_LINE.search(lines[i])
+        i += 1
         if not m:
             continue
         op, name, text = m.group(1), m.group(2) or "", m.group(4)
-        if text.startswith("Inference error(s):"):
+        if text.startswith("Inference error(s):"):  # a nested list: its lines run to a blank one
+            while i < len(lines) and lines[i].strip():
+                text += "\n" + lines[i]
+                i += 1
             if op in _SUBGRAPH_OPS:
                 found += [f"{e} (in a subgraph of {op} {repr(name) if name else '(unnamed)'})"
                           for e in inference_errors(text)]

@@ -256,3 +256,23 @@ def test_out_of_memory_is_an_out_of_memory_error_and_the_session_survives():
     assert isinstance(info.value, MemoryError)
     np.testing.assert_allclose(s.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((3, 2), np.float32)})[0],
                                np.full((2, 2), 3.0))
+
+
+def test_inference_errors_keep_subgraph_errors_and_skip_function_bodies():
+    """onnx nests a node's inner errors as a list ending in a blank line: a subgraph's are real
+    (onnxruntime refuses them), a function body's are onnx's own (test_mvn), and an input of
+    unknown type is a consequence of an earlier error."""
+    from onnxhal.runtime.model_loader import inference_errors
+
+    message = ("[ShapeInferenceError] Inference error(s): (op_type:MeanVarianceNormalization): [ShapeInferenceError] "
+               "Inference error(s): (op_type:Constant): [ShapeInferenceError] one and only one attribute\n"
+               "(op_type:Mul): [TypeInferenceError] a second error in the body\n\n"
+               "(op_type:Loop, node name: loop): [ShapeInferenceError] Inference error(s): "
+               "(op_type:Transpose, node name: tr): [TypeInferenceError] repeated value: 0\n"
+               "(op_type:Concat): [ShapeInferenceError] axis must be in [-rank, rank-1].\n\n"
+               "(op_type:Softmax, node name: sm): [TypeInferenceError] Input 0 expected to have type but instead is null\n"
+               "(op_type:Flatten, node name: f): [ShapeInferenceError] Invalid value(7) for attribute 'axis'\n")
+    assert inference_errors(message) == [
+        "node Transpose 'tr': repeated value: 0 (in a subgraph of Loop 'loop')",
+        "node Concat (unnamed): axis must be in [-rank, rank-1] (in a subgraph of Loop 'loop')",
+        "node Flatten 'f': Invalid value(7) for attribute 'axis'"]

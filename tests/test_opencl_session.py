@@ -170,3 +170,23 @@ def test_maxpool_window_of_padding_alone_gives_lowest_finite_like_onnxruntime(op
     assert sess.partition_summary == {"OpenCLExecutionProvider": 1}
     assert want.size and (want == np.finfo(np.float32).min).all()
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("after_gemm", [False, True])
+def test_clip_with_min_above_max_gives_max_as_onnxruntime(opencl, after_gemm):
+    """Clip is min(max(x, lo), hi), so lo > hi gives hi everywhere (onnxruntime and the CPU EP).
+    The NaN-keeping clamp first gave lo below lo; random graphs 6468 and 6476 found it, in the
+    elementwise kernel and in the GEMM epilogue."""
+    bounds = [numpy_helper.from_array(np.float32(0.5), "lo"), numpy_helper.from_array(np.float32(-0.25), "hi")]
+    nodes = [helper.make_node("Clip", ["g" if after_gemm else "x", "lo", "hi"], ["y"])]
+    if after_gemm:
+        bounds.append(numpy_helper.from_array(np.eye(16, dtype=np.float32), "w"))
+        nodes.insert(0, helper.make_node("Gemm", ["x", "w"], ["g"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], bounds)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    x = np.random.default_rng(3).uniform(-2, 2, (4, 16)).astype(np.float32)
+    sess = onnxhal.InferenceSession(model, providers=PROVIDERS)
+    got = sess.run(None, {"x": x})[0]
+    assert set(sess.partition_summary) == {"OpenCLExecutionProvider"}
+    np.testing.assert_array_equal(got, np.full((4, 16), -0.25, np.float32))

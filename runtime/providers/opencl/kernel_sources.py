@@ -20,7 +20,8 @@ ACTIVATION_HELPERS = """
 // the build without -cl-finite-math-only (program_cache.DEFAULT_BUILD_OPTIONS).
 inline float onnxhal_max(float a, float b) { return (a > b || a != a) ? a : b; }
 inline float onnxhal_min(float a, float b) { return (a < b || a != a) ? a : b; }
-inline float onnxhal_clamp(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+// min(max(v, lo), hi) as ORT's Clip: hi wins when lo > hi
+inline float onnxhal_clamp(float v, float lo, float hi) { const float t = v < lo ? lo : v; return t > hi ? hi : t; }
 inline float onnxhal_erf(float x) {
   // Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
   const float ax = fabs(x);

@@ -116,14 +116,22 @@ def test_a_pool_whose_inferred_shape_is_wrong_goes_to_the_cpu(opencl, pool, ep):
     assert sess.partition_summary == {ep: 2}
 
 
-def _one_op_model(op: str, shape: list[int], consts: list[np.ndarray], **attrs) -> bytes:
-    inits = [numpy_helper.from_array(np.asarray(c), f"c{i}") for i, c in enumerate(consts)]
-    nodes = [helper.make_node(op, ["x"] + [i.name for i in inits], ["y"], **attrs)]
-    if op == "Gemm":  # Gemm + Relu: the Relu runs as the GEMM kernel's epilogue mask
-        nodes = [helper.make_node("Gemm", ["x", "c0"], ["g"]), helper.make_node("Relu", ["g"], ["y"])]
+def _x_to_y_model(nodes: list, shape: list[int], consts: dict[str, np.ndarray]) -> bytes:
+    """Input x of ``shape``, output y, opset 17, IR 8 (so onnxruntime 1.31 takes it too)."""
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def _one_op_model(op: str, shape: list[int], consts: list[np.ndarray], **attrs) -> bytes:
+    """x -> op(x, *consts) -> y; for "Gemm", Gemm then Relu, which runs as the GEMM kernel's
+    epilogue mask."""
+    names = {f"c{i}": c for i, c in enumerate(consts)}
+    if op == "Gemm":
+        return _x_to_y_model([helper.make_node("Gemm", ["x", "c0"], ["g"]), helper.make_node("Relu", ["g"], ["y"])],
+                             shape, names)
+    return _x_to_y_model([helper.make_node(op, ["x", *names], ["y"], **attrs)], shape, names)
 
 
 @pytest.mark.parametrize("op, shape, consts, attrs", [
@@ -175,18 +183,15 @@ def test_maxpool_window_of_padding_alone_gives_lowest_finite_like_onnxruntime(op
 @pytest.mark.parametrize("after_gemm", [False, True])
 def test_clip_with_min_above_max_gives_max_as_onnxruntime(opencl, after_gemm):
     """Clip is min(max(x, lo), hi), so lo > hi gives hi everywhere (onnxruntime and the CPU EP).
-    The NaN-keeping clamp first gave lo below lo; random graphs 6468 and 6476 found it, in the
-    elementwise kernel and in the GEMM epilogue."""
-    bounds = [numpy_helper.from_array(np.float32(0.5), "lo"), numpy_helper.from_array(np.float32(-0.25), "hi")]
+    The NaN-keeping clamp of the Conv/GEMM epilogue first gave lo to values below lo (random
+    graphs 6468 and 6476); the elementwise kernel's Clip is checked alongside."""
+    consts = {"lo": np.float32(0.5), "hi": np.float32(-0.25)}
     nodes = [helper.make_node("Clip", ["g" if after_gemm else "x", "lo", "hi"], ["y"])]
     if after_gemm:
-        bounds.append(numpy_helper.from_array(np.eye(16, dtype=np.float32), "w"))
+        consts["w"] = np.eye(16, dtype=np.float32)
         nodes.insert(0, helper.make_node("Gemm", ["x", "w"], ["g"]))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], bounds)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
     x = np.random.default_rng(3).uniform(-2, 2, (4, 16)).astype(np.float32)
-    sess = onnxhal.InferenceSession(model, providers=PROVIDERS)
+    sess = onnxhal.InferenceSession(_x_to_y_model(nodes, [4, 16], consts), providers=PROVIDERS)
     got = sess.run(None, {"x": x})[0]
     assert set(sess.partition_summary) == {"OpenCLExecutionProvider"}
     np.testing.assert_array_equal(got, np.full((4, 16), -0.25, np.float32))

@@ -30,19 +30,26 @@ def provider_options_dict(options: Mapping | None, what: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in options.items()}
 
 
+def _checked_entry(kind: str, key: str, value: str) -> str:
+    """A session or run config entry's value, once its key and value are checked to be strings."""
+    if not isinstance(key, str) or not key:
+        raise InvalidArgument(f"{kind} config key must be a non-empty string, got {key!r}")
+    if not isinstance(value, str):  # str(True) would be 'True', which no entry accepts
+        raise InvalidArgument(f"{kind} config entry {key!r}: the value must be a string, got "
+                              f"{type(value).__name__} {value!r}; pass e.g. '1' or '0'")
+    return value
+
+
 def check_session_options(so: SessionOptions) -> None:
     """The numeric options a session reads, checked before anything is built (ORT's bindings
     refuse wrong types at assignment; these attributes are plain Python ones)."""
-    try:
-        GraphOptimizationLevel(so.graph_optimization_level)
-    except (ValueError, TypeError):
-        raise InvalidArgument(f"SessionOptions.graph_optimization_level {so.graph_optimization_level!r} is not one of "
-                              + ", ".join(f"{lv.name} ({int(lv)})" for lv in GraphOptimizationLevel)) from None
-    try:
-        ExecutionMode(so.execution_mode)
-    except (ValueError, TypeError):
-        raise InvalidArgument(f"SessionOptions.execution_mode {so.execution_mode!r} is not one of "
-                              + ", ".join(f"{m.name} ({int(m)})" for m in ExecutionMode)) from None
+    for name, enum in (("graph_optimization_level", GraphOptimizationLevel), ("execution_mode", ExecutionMode)):
+        value = getattr(so, name)
+        try:
+            enum(value)
+        except (ValueError, TypeError):
+            raise InvalidArgument(f"SessionOptions.{name} {value!r} is not one of "
+                                  + ", ".join(f"{e.name} ({int(e)})" for e in enum)) from None
     for name in ("intra_op_num_threads", "inter_op_num_threads"):
         value = getattr(so, name)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:  # numpy ints too
@@ -79,12 +86,7 @@ class SessionOptions:
 
     # -- config entries --------------------------------------------------------------------
     def add_session_config_entry(self, key: str, value: str) -> None:
-        if not isinstance(key, str) or not key:
-            raise InvalidArgument(f"session config key must be a non-empty string, got {key!r}")
-        if not isinstance(value, str):  # str(True) would be 'True', which no entry accepts
-            raise InvalidArgument(f"session config entry {key!r}: the value must be a string, got "
-                                  f"{type(value).__name__} {value!r}; pass e.g. '1' or '0'")
-        self._config[key] = value
+        self._config[key] = _checked_entry("session", key, value)
 
     def get_session_config_entry(self, key: str) -> str:
         if key not in self._config:
@@ -174,12 +176,7 @@ class RunOptions:
         self._config: dict[str, str] = {}
 
     def add_run_config_entry(self, key: str, value: str) -> None:
-        if not isinstance(key, str) or not key:
-            raise InvalidArgument(f"run config key must be a non-empty string, got {key!r}")
-        if not isinstance(value, str):
-            raise InvalidArgument(f"run config entry {key!r}: the value must be a string, got "
-                                  f"{type(value).__name__} {value!r}; pass e.g. '1' or '0'")
-        self._config[key] = value
+        self._config[key] = _checked_entry("run", key, value)
 
     def get_run_config_entry(self, key: str) -> str:
         if key not in self._config:

@@ -345,24 +345,23 @@ class PlanBuilder(GemmLowering):
     # GEMM family ---------------------------------------------------------------------------
     # Other families ------------------------------------------------------------------------
 
-    def _lower_MaxPool(self, n: Node) -> None:
+    def _pool(self, n: Node, kernel: str, extra=lambda g: ()) -> None:
+        """One launch of POOL_SOURCE's ``kernel`` over ``n``'s output: the window geometry, then
+        the arguments ``extra`` derives from it."""
         x = self.data(n.inputs[0])
         xs, ys = self.shape(x), self.shape(n.outputs[0])
         g = self._conv_geometry(n, xs, (0, 0, *n.attr("kernel_shape")), ys)
         out = self.output(n.outputs[0])
-        self.plan.add_launch_1d(ks.POOL_SOURCE, "maxpool2d", prod(ys), [
-            Buf(out), Buf(x), *(I32(g[key]) for key in ("H", "W", "OH", "OW", "KH", "KW", "sh", "sw", "ph", "pw",
-                                                          "dh", "dw"))])
+        geometry = (I32(g[key]) for key in ("H", "W", "OH", "OW", "KH", "KW", "sh", "sw", "ph", "pw", "dh", "dw"))
+        self.plan.add_launch_1d(ks.POOL_SOURCE, kernel, prod(ys), [Buf(out), Buf(x), *geometry, *extra(g)])
+
+    def _lower_MaxPool(self, n: Node) -> None:
+        self._pool(n, "maxpool2d")
 
     def _lower_AveragePool(self, n: Node) -> None:
-        x = self.data(n.inputs[0])
-        xs, ys = self.shape(x), self.shape(n.outputs[0])
-        g = self._conv_geometry(n, xs, (0, 0, *n.attr("kernel_shape")), ys)
-        out = self.output(n.outputs[0])
-        self.plan.add_launch_1d(ks.POOL_SOURCE, "avgpool2d", prod(ys), [
-            Buf(out), Buf(x), *(I32(g[key]) for key in ("H", "W", "OH", "OW", "KH", "KW", "sh", "sw", "ph", "pw",
-                                                          "dh", "dw")),
-            I32(n.attr("count_include_pad", 0)), I32(g["H"] + g["ph_end"]), I32(g["W"] + g["pw_end"])])
+        # count_include_pad counts pad positions inside the padded input only (as ORT)
+        self._pool(n, "avgpool2d", lambda g: (I32(n.attr("count_include_pad", 0)), I32(g["H"] + g["ph_end"]),
+                                              I32(g["W"] + g["pw_end"])))
 
     def _rows(self, kernel: str, n: Node, outer: int, r: int, inner: int, extra: list) -> None:
         x = self.data(n.inputs[0])

@@ -9,6 +9,7 @@ from onnxhal.hal.arena import NEXT_POWER_OF_TWO, SAME_AS_REQUESTED, ArenaAllocat
 from onnxhal.hal.data_transfer import DataTransfer
 from onnxhal.hal.enums import (
     ExecutionMode,
+    ExecutionOrder,
     GraphOptimizationLevel,
     OrtAllocatorType,
     OrtCompiledModelCompatibility,
@@ -39,7 +40,8 @@ from onnxhal.hal.sync_stream import OrtSyncStream, SyncNotification, SyncStream
 from onnxhal.hal.tensor import DeviceTensor
 
 __all__ = [
-    "STATS_KEYS", "Allocator", "CPUAllocator", "ArenaAllocator", "NEXT_POWER_OF_TWO", "SAME_AS_REQUESTED", "DataTransfer", "ExecutionMode", "GraphOptimizationLevel",
+    "STATS_KEYS", "Allocator", "CPUAllocator", "ArenaAllocator", "NEXT_POWER_OF_TWO", "SAME_AS_REQUESTED", "DataTransfer", "ExecutionMode", "ExecutionOrder",
+    "GraphOptimizationLevel",
     "OrtAllocatorType", "OrtCompiledModelCompatibility", "OrtDeviceEpIncompatibilityReason",
     "OrtDeviceMemoryType", "OrtEpDataLayout", "OrtExecutionProviderDevicePolicy", "OrtHardwareDeviceType",
     "OrtMemoryInfoDeviceType", "OrtMemType", "Ep", "EpFactory", "EpGraphSupportInfo", "Kernel",

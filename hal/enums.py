@@ -92,3 +92,12 @@ class GraphOptimizationLevel(IntEnum):
 class ExecutionMode(IntEnum):
     ORT_SEQUENTIAL = 0
     ORT_PARALLEL = 1
+
+
+class ExecutionOrder(IntEnum):
+    """``SessionOptions.execution_order``, as onnxruntime's. onnxhal runs every order as DEFAULT
+    (the graph's topological order)."""
+
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2

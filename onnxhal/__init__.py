@@ -14,7 +14,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_HAL = ("ExecutionMode", "GraphOptimizationLevel", "OrtAllocatorType", "OrtCompiledModelCompatibility",
+_HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType", "OrtCompiledModelCompatibility",
         "OrtDeviceMemoryType", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
         "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSyncStream")
 _LAZY: dict[str, str] = {name: "onnxhal.hal" for name in _HAL}

@@ -30,7 +30,7 @@ from onnxhal.hal import (
 )
 from onnxhal.hal.enums import OrtDeviceMemoryType
 from onnxhal.hal.errors import Fail, InvalidArgument
-from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE, OrtMemoryDevice, OrtMemoryInfo
+from onnxhal.hal.memory_info import CPU_MEMORY_INFO, HOST_MEMORY_DEVICE, OrtMemoryDevice, OrtMemoryInfo
 
 
 def _maybe_arena(ep_name: str, alloc: Allocator, info: OrtMemoryInfo, options: dict[str, str]) -> Allocator:
@@ -109,6 +109,9 @@ class MemoryContext:
 
     def memory_info_of_ep(self, ep_name: str) -> OrtMemoryInfo | None:
         return self._ep_info.get(ep_name)
+
+    def memory_info_of_device(self, dev: OrtMemoryDevice) -> OrtMemoryInfo:
+        return CPU_MEMORY_INFO if dev.is_host else self._infos[dev]
 
     def stream_for_ep(self, ep_name: str) -> SyncStream | None:
         return self._streams.get(self.device_of_ep(ep_name))

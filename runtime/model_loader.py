@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import onnx
@@ -17,6 +18,7 @@ from google.protobuf.message import DecodeError
 from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
+from onnxhal.runtime.model_overrides import override_free_dimensions
 
 
 @dataclass
@@ -99,8 +101,13 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> tuple[onnx
     raise InvalidArgument(f"InferenceSession expects a path, bytes or onnx.ModelProto, got {type(model).__name__}")
 
 
-def load_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> LoadedModel:
+def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
+               free_dimensions: tuple[Mapping[str, int], Mapping[str, int]] | None = None) -> LoadedModel:
+    """``free_dimensions``: ({dim name: size}, {lower-case denotation: size}) to fix in the
+    main graph's inputs before shape inference (``model_overrides.override_free_dimensions``)."""
     proto, path = read_model(model)
+    if free_dimensions is not None:
+        proto = override_free_dimensions(proto, *free_dimensions)
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
     if not proto.opset_import:
         if proto.ir_version >= 3:  # the spec requires it from IR version 3 on; ORT refuses such a model

@@ -100,6 +100,24 @@ class OrtValue:
     def is_tensor(self) -> bool:
         return isinstance(self._value, (np.ndarray, DeviceTensor))
 
+    def is_tensor_sequence(self) -> bool:
+        return isinstance(self._value, list)
+
+    def tensor_size_in_bytes(self) -> int:
+        v = self._value
+        if not isinstance(v, (np.ndarray, DeviceTensor)):
+            raise InvalidArgument(f"tensor_size_in_bytes is for tensors; this OrtValue holds a {type(v).__name__}")
+        return int(v.nbytes)
+
+    def data_ptr(self) -> int:
+        """The address of a host tensor's first element. Device memory here is an EP's buffer
+        object, not an address: read it with ``numpy()`` or copy it with ``copy_tensors``."""
+        v = self._value
+        if isinstance(v, np.ndarray):
+            return int(v.ctypes.data)
+        raise InvalidArgument(f"data_ptr is for tensors in host memory; this OrtValue holds {self!r}. Use numpy() "
+                              "to read a device tensor.")
+
     def has_value(self) -> bool:
         return self._value is not None
 

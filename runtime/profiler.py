@@ -43,6 +43,7 @@ class Profiler:
         self._events: list[dict] = []
         self._lock = threading.Lock()
         self._t0 = time.perf_counter_ns()
+        self.start_time_ns = time.time_ns()  # onnxruntime's get_profiling_start_time_ns: since the epoch
         self._pid = os.getpid()
         self.extra_args: dict[str, Any] = {}
         self.ep_hooks: list = []  # bound Ep.profiling_step_args of the session's EPs that override it

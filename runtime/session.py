@@ -8,17 +8,19 @@ in the constructor; ``run`` validates the feeds and walks the prebuilt plan. Man
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import onnx
 
-from onnxhal.hal import Ep, GraphOptimizationLevel, Node
+from onnxhal.hal import CPU_MEMORY_INFO, Ep, GraphOptimizationLevel, Node, OrtEpDevice, OrtMemoryInfo
 from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
@@ -26,6 +28,7 @@ from onnxhal.runtime.input_checks import check_feeds
 from onnxhal.runtime.layout_transform import transform_layout
 from onnxhal.runtime.memory_plan import MemoryContext
 from onnxhal.runtime.model_loader import load_model
+from onnxhal.runtime.model_overrides import override_initializers
 from onnxhal.runtime.partitioner import (
     FusedGroup,
     build_filtered_graph,
@@ -208,6 +211,7 @@ class _SessionCore:
 
 
 FAIL_ON_SUBOPTIMAL = "session.fail_on_suboptimal_compiled_model"
+_callback_thread = threading.local()  # .active: a run_async callback is running on this thread
 _SEVERITY = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
 
 
@@ -263,9 +267,13 @@ class InferenceSession:
         self._enable_fallback = True
         self._lock = threading.Lock()
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
-        self._loaded = load_model(path_or_bytes)
+        self._loaded = load_model(path_or_bytes, so.free_dimension_overrides)
+        # Only the names the model has, so that a failover's reload does not warn again.
+        self._initializers = override_initializers(self._loaded.graph, so.initializer_overrides)
         self._model_path = self._loaded.path
         self._profiler = Profiler(so.profile_file_prefix) if so.enable_profiling else None
+        self._profiling_start_ns = self._profiler.start_time_ns if self._profiler is not None else 0
+        self._async_pool: ThreadPoolExecutor | None = None
         t0 = time.perf_counter_ns()
         choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
         validate_compatibility_info(self._loaded.proto, choices, so)
@@ -322,6 +330,44 @@ class InferenceSession:
                        f"{RECORD_EP_GRAPH_ASSIGNMENT!r} to '1' before creating the session.")
         return [OrtEpAssignedSubgraph(a.ep_name, a.nodes) for a in self._core.partition.assigned]
 
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling started, in ns since the epoch (to line up traces of several sessions); 0
+        without profiling."""
+        return self._profiling_start_ns
+
+    # -- where inputs and outputs live -------------------------------------------------------
+    def _first_readers(self) -> dict[str, str]:
+        """{model input: the EP of the first node (in run order) that reads it}."""
+        core = self._core
+        wanted = set(self._required_inputs)
+        first: dict[str, str] = {}
+        for node in core.plan.graph.nodes:
+            for name in (*node.inputs, *node.implicit_inputs):
+                if name in wanted and name not in first:
+                    first[name] = node.ep_name
+        return first
+
+    def get_input_memory_infos(self) -> list[OrtMemoryInfo]:
+        """Per model input, the memory the EP that reads it first works in (ORT's
+        ``SessionGetMemoryInfoForInputs``): a feed already there is not copied. Host memory for an
+        input no node reads."""
+        memory = self._core.memory
+        first = self._first_readers()
+        return [memory.memory_info_of_ep(first.get(i.name, CPU_EP_NAME)) or CPU_MEMORY_INFO for i in self._inputs]
+
+    def get_output_memory_infos(self) -> list[OrtMemoryInfo]:
+        """Per model output, the memory it is produced in (ORT's ``SessionGetMemoryInfoForOutputs``);
+        ``run`` copies it to the host, IOBinding can leave it there."""
+        memory = self._core.memory
+        return [memory.memory_info_of_device(d) for d in self._core.plan.output_homes]
+
+    def get_input_epdevices(self) -> list[OrtEpDevice | None]:
+        """Per model input, the EP device of the EP that reads it first (ORT's
+        ``SessionGetEpDeviceForInputs``); None for an input no node reads."""
+        first = self._first_readers()
+        devices = {c.ep_name: (c.devices[0] if c.devices else None) for c in self._core.choices}
+        return [devices.get(first[i.name]) if i.name in first else None for i in self._inputs]
+
     def disable_fallback(self) -> None:
         self._enable_fallback = False
 
@@ -375,6 +421,54 @@ class InferenceSession:
             outputs = self._run_core(self._core, feeds, run_options, fetch)
         return [_to_host_output(v) for v in outputs]
 
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
+                            run_options: RunOptions | None = None) -> list:
+        """``run`` with OrtValues in (host or device) and OrtValues out (on the host)."""
+        from onnxhal.runtime.ortvalue import OrtValue
+
+        if not isinstance(input_dict_ort_values, Mapping):
+            raise InvalidArgument("run_with_ort_values: inputs must be a dict of input name -> OrtValue, got "
+                                  f"{type(input_dict_ort_values).__name__}")
+        for name, value in input_dict_ort_values.items():
+            if not isinstance(value, OrtValue):
+                raise InvalidArgument(f"run_with_ort_values: input {name!r} is a {type(value).__name__}, not an "
+                                      "OrtValue. Wrap it with OrtValue.ortvalue_from_numpy(...), or call run().")
+        return [OrtValue(v) for v in self.run(output_names, input_dict_ort_values, run_options)]
+
+    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+                  callback: Any, user_data: Any, run_options: RunOptions | None = None) -> None:
+        """Run on a worker thread of the session and call ``callback(results, user_data, err)``
+        there: the outputs and "" on success, ``[]`` and the error's message on failure. Wrong
+        feeds and output names raise here, at the call; errors of the run itself (a kernel's, the
+        ``terminate`` flag) go to the callback. An exception the callback raises is logged."""
+        if not callable(callback):
+            raise TypeError(f"run_async: callback must be callable as callback(results, user_data, err), got "
+                            f"{callback!r}")
+        _check_run_options(run_options)
+        self._fetch_indices(output_names)
+        check_feeds(input_feed, self._input_infos, self._required_inputs)
+        with self._lock:
+            if self._async_pool is None:
+                threads = self._sess_options.intra_op_num_threads or os.cpu_count() or 1
+                self._async_pool = ThreadPoolExecutor(threads, thread_name_prefix="onnxhal-run-async")
+                weakref.finalize(self, self._async_pool.shutdown, wait=False)
+            pool = self._async_pool
+        pool.submit(self._run_and_call, output_names, dict(input_feed), callback, user_data, run_options)
+
+    def _run_and_call(self, output_names: Sequence[str] | None, feeds: dict, callback: Any, user_data: Any,
+                      run_options: RunOptions | None) -> None:
+        try:
+            results, err = self.run(output_names, feeds, run_options), ""
+        except Exception as e:
+            results, err = [], str(e)
+        _callback_thread.active = True
+        try:
+            callback(results, user_data, err)
+        except Exception:
+            logger.exception("run_async: the callback raised; the session is unaffected")
+        finally:
+            _callback_thread.active = False
+
     def _run_device_outputs(self, feeds: Mapping[str, Any], bound: Mapping[str, Any],
                             run_options: RunOptions | None) -> list:
         """Run with some outputs left in device memory (IOBinding)."""
@@ -416,12 +510,32 @@ class InferenceSession:
                 raise EPFail(f"{failed_ep} failed ({reason}) and no other EP is left to fail over to")
             logger.warning("EP failover: %s failed (%s); re-partitioning onto %s", failed_ep, reason,
                            [c.ep_name for c in choices])
-            self._core = _SessionCore(self._loaded_fresh(), self._sess_options, choices)
-            self._finalizer.detach()
-            self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
+            self._install(_SessionCore(self._loaded_fresh(), self._sess_options, choices))
             self.failovers.append((failed_ep, reason))
-            self._attach_ep_profiling()
         core.release()
+
+    def set_providers(self, providers: Sequence[Any] | None = None,
+                      provider_options: Sequence[Mapping] | None = None) -> None:
+        """Build the session again with ``providers`` (as the constructor takes them; None: the
+        session options' devices or policy, else the CPU EP). If that fails, the error is raised and
+        the session keeps its providers; onnxruntime is left without a session then."""
+        so = self._sess_options
+        choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
+        validate_compatibility_info(self._loaded.proto, choices, so)
+        core = _SessionCore(self._loaded_fresh(), so, choices)
+        with self._lock:
+            old = self._install(core)
+        old.release()
+
+    def _install(self, core: _SessionCore) -> _SessionCore:
+        """Make ``core`` the session's (the caller holds the lock); the old one is returned for the
+        caller to release."""
+        old = self._core
+        self._core = core
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _SessionCore.release, core)
+        self._attach_ep_profiling()
+        return old
 
     def _attach_ep_profiling(self) -> None:
         if self._profiler is not None:
@@ -432,16 +546,14 @@ class InferenceSession:
         so = self._sess_options
         choices = [cpu_choice(get_environment())]
         with self._lock:
-            old = self._core
-            self._core = _SessionCore(self._loaded_fresh(), so, choices)
-            self._finalizer.detach()
-            self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
-            self._attach_ep_profiling()
+            old = self._install(_SessionCore(self._loaded_fresh(), so, choices))
         old.release()
 
     def _loaded_fresh(self) -> Any:
         # Partitioning rewrites the graph in place; start again from the model.
-        return load_model(self._loaded.proto)
+        loaded = load_model(self._loaded.proto)
+        override_initializers(loaded.graph, self._initializers)
+        return loaded
 
     def _fetch_indices(self, output_names: Sequence[str] | None) -> list[int] | None:
         if isinstance(output_names, (str, bytes)):  # iterating it would look up one name per character
@@ -478,7 +590,11 @@ class InferenceSession:
         return path
 
     def close(self) -> None:
-        """Release the EPs and the library references now (otherwise when garbage-collected)."""
+        """Release the EPs and the library references now (otherwise when garbage-collected).
+        Callbacks of ``run_async`` calls still queued run first."""
+        if self._async_pool is not None:
+            # From a callback, the worker cannot wait for itself.
+            self._async_pool.shutdown(wait=not getattr(_callback_thread, "active", False))
         self._finalizer()
 
 

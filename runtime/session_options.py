@@ -5,9 +5,12 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from onnxhal.hal import GraphOptimizationLevel, OrtEpDevice, OrtExecutionProviderDevicePolicy
-from onnxhal.hal.enums import ExecutionMode
+from onnxhal.hal.enums import ExecutionMode, ExecutionOrder
 from onnxhal.hal.errors import InvalidArgument
 
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
@@ -43,7 +46,8 @@ def _checked_entry(kind: str, key: str, value: str) -> str:
 def check_session_options(so: SessionOptions) -> None:
     """The numeric options a session reads, checked before anything is built (ORT's bindings
     refuse wrong types at assignment; these attributes are plain Python ones)."""
-    for name, enum in (("graph_optimization_level", GraphOptimizationLevel), ("execution_mode", ExecutionMode)):
+    for name, enum in (("graph_optimization_level", GraphOptimizationLevel), ("execution_mode", ExecutionMode),
+                       ("execution_order", ExecutionOrder)):
         value = getattr(so, name)
         try:
             enum(value)
@@ -55,6 +59,19 @@ def check_session_options(so: SessionOptions) -> None:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:  # numpy ints too
             raise InvalidArgument(f"SessionOptions.{name} {value!r} must be an int >= 0 (0: the default, one "
                                   "thread per physical core)")
+
+
+def _dim_key(method: str, key: str) -> str:
+    if not isinstance(key, str) or not key:
+        raise InvalidArgument(f"{method}: the dimension name must be a non-empty string, got {key!r}")
+    return key
+
+
+def _dim_value(key: str, value: int) -> int:
+    # onnxruntime takes a negative value and reports the dimension as that number; refuse it.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise InvalidArgument(f"free dimension override {key!r}: the value must be an int >= 0, got {value!r}")
+    return int(value)
 
 
 @dataclass
@@ -78,8 +95,15 @@ class SessionOptions:
         self.profile_file_prefix = "onnxhal_profile"
         self.optimized_model_filepath = ""
         self.enable_mem_pattern = True
+        self.enable_mem_reuse = True
         self.enable_cpu_mem_arena = True
+        self.use_deterministic_compute = False  # every onnxhal kernel is deterministic already
+        self.use_per_session_threads = True
+        self.execution_order = ExecutionOrder.DEFAULT
         self._config: dict[str, str] = {}
+        self._dims_by_name: dict[str, int] = {}
+        self._dims_by_denotation: dict[str, int] = {}
+        self._initializers: dict[str, Any] = {}
         self._explicit: list[ExplicitProvider] = []
         self._policy: OrtExecutionProviderDevicePolicy | None = None
         self._delegate: Callable | None = None
@@ -98,6 +122,47 @@ class SessionOptions:
 
     def config(self, key: str, default: str = "") -> str:
         return self._config.get(key, default)
+
+    # -- model overrides --------------------------------------------------------------------
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the model inputs' symbolic dimension ``dim_name`` (case-sensitive) to ``dim_value``
+        at session creation: ``get_inputs`` shows the number and feeds must match it. The first
+        override of a name wins, as in onnxruntime."""
+        self._dims_by_name.setdefault(_dim_key("add_free_dimension_override_by_name", dim_name),
+                                      _dim_value(dim_name, dim_value))
+
+    def add_free_dimension_override_by_denotation(self, dim_denotation: str, dim_value: int) -> None:
+        """As ``add_free_dimension_override_by_name``, for free dimensions whose denotation (e.g.
+        ``DATA_BATCH``; compared case-insensitively, as onnxruntime) is ``dim_denotation``."""
+        key = _dim_key("add_free_dimension_override_by_denotation", dim_denotation).lower()
+        self._dims_by_denotation.setdefault(key, _dim_value(dim_denotation, dim_value))
+
+    @property
+    def free_dimension_overrides(self) -> tuple[dict[str, int], dict[str, int]]:
+        """({dim name: value}, {lower-case denotation: value})."""
+        return dict(self._dims_by_name), dict(self._dims_by_denotation)
+
+    def add_initializer(self, name: str, val: Any) -> None:
+        """Replace the model's initializer ``name`` with the host OrtValue ``val`` at session
+        creation, without a copy (keep the array unchanged while sessions use it). Its dtype and
+        shape must be the initializer's; a name the model lacks is ignored with a warning, so one
+        set of initializers can serve several models (onnxruntime ignores it silently)."""
+        from onnxhal.hal.tensor import DeviceTensor
+        from onnxhal.runtime.ortvalue import OrtValue
+
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"add_initializer: name must be a non-empty string, got {name!r}")
+        if not isinstance(val, OrtValue):
+            raise TypeError(f"add_initializer({name!r}): expected an OrtValue, got {type(val).__name__}; wrap the "
+                            "array with onnxhal.OrtValue.ortvalue_from_numpy(array)")
+        if isinstance(val._value, DeviceTensor) or not isinstance(val._value, np.ndarray):
+            raise InvalidArgument(f"add_initializer({name!r}): the OrtValue must be a tensor in host memory, got "
+                                  f"{val!r}; create it with OrtValue.ortvalue_from_numpy(array)")
+        self._initializers[name] = val
+
+    @property
+    def initializer_overrides(self) -> dict[str, np.ndarray]:
+        return {k: v._value for k, v in self._initializers.items()}
 
     # -- providers --------------------------------------------------------------------------
     def add_provider_for_devices(self, ep_devices: Sequence[OrtEpDevice],
@@ -163,6 +228,9 @@ class SessionOptions:
         other.__dict__.update(self.__dict__)
         other._config = dict(self._config)
         other._explicit = list(self._explicit)
+        other._dims_by_name = dict(self._dims_by_name)
+        other._dims_by_denotation = dict(self._dims_by_denotation)
+        other._initializers = dict(self._initializers)
         return other
 
 
@@ -173,6 +241,7 @@ class RunOptions:
         self.log_verbosity_level = 0
         self.terminate = False
         self.only_execute_path_to_fetches = False
+        self.logid = ""
         self._config: dict[str, str] = {}
 
     def add_run_config_entry(self, key: str, value: str) -> None:

@@ -19,11 +19,13 @@ _HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocat
         "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSyncStream")
 _LAZY: dict[str, str] = {name: "onnxhal.hal" for name in _HAL}
 _LAZY.update({name: "onnxhal.runtime.environment" for name in (
-    "get_all_providers", "get_available_providers", "get_ep_devices", "get_hardware_devices",
+    "get_all_providers", "get_available_providers", "get_device", "get_ep_devices", "get_hardware_devices",
+    "get_version_string",
     "register_execution_provider_library", "unregister_execution_provider_library")})
 _LAZY.update({name: "onnxhal.runtime.ortvalue" for name in ("IOBinding", "OrtValue", "copy_tensors")})
 _LAZY.update({name: "onnxhal.runtime.session" for name in (
-    "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph")})
+    "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph",
+    "set_default_logger_severity")})
 _LAZY.update({name: "onnxhal.runtime.session_options" for name in ("RunOptions", "SessionOptions")})
 _LAZY.update({"ModelCompiler": "onnxhal.simulators.ep_context", "OrtCompileApiFlags": "onnxhal.simulators.ep_context"})
 _SUBMODULES = ("errors", "hal")

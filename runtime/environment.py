@@ -335,6 +335,18 @@ def get_available_providers() -> list[str]:
     return names
 
 
+def get_device() -> str:
+    """What this build computes on, as onnxruntime's ``get_device()``: "CPU" (other devices come as
+    EP libraries, found with ``get_ep_devices()``)."""
+    return "CPU"
+
+
+def get_version_string() -> str:
+    from onnxhal import __version__
+
+    return __version__
+
+
 def get_all_providers() -> list[str]:
     """Every EP name of every registered library, whether or not it found a device."""
     names: list[str] = []

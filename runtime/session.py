@@ -231,6 +231,15 @@ def apply_log_severity(level: int) -> None:
         logging.getLogger("onnxhal").setLevel(_SEVERITY[level])
 
 
+def set_default_logger_severity(level: int) -> None:
+    """onnxruntime's process-wide log severity (0 verbose ... 4 fatal), set on the ``onnxhal``
+    logger; sessions' ``log_severity_level`` still applies on top."""
+    if isinstance(level, bool) or level not in _SEVERITY:
+        raise InvalidArgument(f"set_default_logger_severity({level!r}): use 0 (verbose), 1 (info), 2 (warning), "
+                              "3 (error) or 4 (fatal)")
+    logging.getLogger("onnxhal").setLevel(_SEVERITY[level])
+
+
 def validate_compatibility_info(proto: onnx.ModelProto, choices: list[ProviderChoice], so: SessionOptions) -> None:
     """ORT's session step 6: a compiled model's ``ep_compatibility_info.<EP>`` metadata is checked by
     that EP's factory. UNSUPPORTED fails; PREFER_RECOMPILATION fails only with

@@ -190,6 +190,18 @@ class SessionOptions:
             self._config[prefix + k] = v
         self._explicit.append(ExplicitProvider(devices, options))
 
+    def add_provider(self, provider_name: str, provider_options: Mapping[str, str] | None = None) -> None:
+        """ORT's append-by-name (``SessionOptionsAppendExecutionProvider``): the EP's first device,
+        as a provider name given to ``InferenceSession`` takes it, with ``provider_options``."""
+        from onnxhal.runtime.environment import get_available_providers, get_ep_devices
+
+        devices = [d for d in get_ep_devices() if d.ep_name == provider_name]
+        if not devices:
+            raise InvalidArgument(f"add_provider: execution provider {provider_name!r} is unknown or has no EP device "
+                                  f"here. Available providers: {get_available_providers()}. Register its library "
+                                  "with onnxhal.register_execution_provider_library(), or check the spelling.")
+        self.add_provider_for_devices(devices[:1], provider_options)
+
     def set_provider_selection_policy(self, policy: OrtExecutionProviderDevicePolicy) -> None:
         if not isinstance(policy, OrtExecutionProviderDevicePolicy):
             raise TypeError(f"set_provider_selection_policy expects an OrtExecutionProviderDevicePolicy, got "

@@ -337,3 +337,40 @@ def test_session_options_attributes_of_onnxruntime_are_there():
     so.execution_order = 5
     with pytest.raises(errors.InvalidArgument, match="execution_order 5 is not one of DEFAULT"):
         onnxhal.InferenceSession(add_mul_model().SerializeToString(), so)
+
+
+# -- add_provider and the module functions -----------------------------------------------------
+def test_add_provider_by_name_as_onnxruntime():
+    so, oso = onnxhal.SessionOptions(), ort.SessionOptions()
+    for o in (so, oso):
+        o.add_provider("CPUExecutionProvider", {"a": "1"})
+        assert o.has_providers()
+        assert o.get_session_config_entry("ep.cpuexecutionprovider.a") == "1"
+    s = onnxhal.InferenceSession(add_mul_model().SerializeToString(), so)
+    assert s.get_providers() == ["CPUExecutionProvider"]
+    assert_add_mul_runs(s)
+    with pytest.raises(errors.InvalidArgument, match="'FooExecutionProvider' is unknown.*Available providers"):
+        onnxhal.SessionOptions().add_provider("FooExecutionProvider", {})
+
+
+def test_add_provider_takes_a_registered_ep_library(opencl_devices):
+    from tests.test_opencl_session import small_cnn
+
+    so = onnxhal.SessionOptions()
+    so.add_provider("OpenCLExecutionProvider", {})
+    s = onnxhal.InferenceSession(small_cnn(), so)
+    assert s.get_providers() == ["OpenCLExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_module_functions_of_onnxruntime():
+    assert onnxhal.get_device() == ort.get_device() == "CPU"
+    assert onnxhal.get_version_string() == onnxhal.__version__
+    logger = logging.getLogger("onnxhal")
+    before = logger.level
+    try:
+        onnxhal.set_default_logger_severity(3)
+        assert logger.level == logging.ERROR
+        with pytest.raises(errors.InvalidArgument, match="use 0 \\(verbose\\)"):
+            onnxhal.set_default_logger_severity(7)
+    finally:
+        logger.setLevel(before)

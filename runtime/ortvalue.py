@@ -7,6 +7,7 @@ from the factory that declared the memory); copies go through the registered dat
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -155,6 +156,33 @@ def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: SyncS
     copy_values([s._value for s in src], [d._value for d in dst], stream)
 
 
+def _host_buffer(method: str, name: str, device_type: str, element_type: Any, shape: Sequence[int] | None,
+                 buffer_ptr: Any) -> np.ndarray:
+    """The host memory at ``buffer_ptr`` as a writable array of ``shape`` and ``element_type`` (a
+    numpy dtype or an ONNX element type), no copy."""
+    if buffer_ptr is None:
+        raise InvalidArgument(f"{method}({name!r}): give buffer_ptr (the address of the data), or use "
+                              "bind_cpu_input / bind_ortvalue_input")
+    if not _is_host(device_type, -1):
+        raise InvalidArgument(f"{method}({name!r}): buffer_ptr on device {device_type!r}: device memory here is an "
+                              "EP's buffer object, not an address. Allocate an OrtValue with "
+                              "OrtValue.ortvalue_from_shape_and_type(..., device_type) and bind it with "
+                              f"{method.replace('bind_', 'bind_ortvalue_')}")
+    if element_type is None or shape is None:
+        raise InvalidArgument(f"{method}({name!r}): a buffer_ptr needs element_type and shape")
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(element_type) if isinstance(element_type, int)
+                     else element_type)
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims) or not int(buffer_ptr):
+        raise InvalidArgument(f"{method}({name!r}): shape {list(dims)} and buffer_ptr {buffer_ptr!r} must be "
+                              "sizes >= 0 and a non-null address")
+    count = int(np.prod(dims, dtype=np.int64))
+    if dtype.kind in "OUS":
+        raise InvalidArgument(f"{method}({name!r}): a buffer_ptr needs a numeric element type, got {dtype}")
+    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(int(buffer_ptr))
+    return np.frombuffer(raw, dtype=dtype, count=count).reshape(dims)
+
+
 class IOBinding:
     """Binds inputs and outputs (host or device) to a session for ``run_with_iobinding``."""
 
@@ -169,8 +197,9 @@ class IOBinding:
 
     def bind_input(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
                    shape: Sequence[int] | None = None, buffer_ptr: Any = None) -> None:
-        raise InvalidArgument("bind_input with a raw buffer pointer is not supported in onnxhal; use "
-                              "bind_cpu_input or bind_ortvalue_input")
+        """Bind host memory at ``buffer_ptr`` (e.g. ``array.ctypes.data``) holding ``shape`` values of
+        ``element_type``, read in place; the memory must stay valid until the run, as in ORT."""
+        self._inputs[name] = _host_buffer("bind_input", name, device_type, element_type, shape, buffer_ptr)
 
     def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
         self._inputs[name] = ortvalue._value
@@ -178,8 +207,12 @@ class IOBinding:
     def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
                     shape: Sequence[int] | None = None, buffer_ptr: Any = None, vendor_id: int = -1) -> None:
         """Leave output ``name`` on a device: ``device_type`` is "cpu" (host), "gpu", "npu", or the
-        name of a declared memory ("opencl"); ``vendor_id`` picks among devices of one type."""
-        if _is_host(device_type, vendor_id):
+        name of a declared memory ("opencl"); ``vendor_id`` picks among devices of one type. With a
+        ``buffer_ptr`` (host memory only) the output is written there, as into a bound OrtValue."""
+        if buffer_ptr is not None:
+            self._outputs[name] = OrtValue(_host_buffer("bind_output", name, device_type, element_type, shape,
+                                                        buffer_ptr))
+        elif _is_host(device_type, vendor_id):
             self._outputs[name] = None
         else:
             self._outputs[name] = device_memory_info(device_type, device_id, vendor_id)

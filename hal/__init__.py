@@ -40,8 +40,8 @@ from onnxhal.hal.sync_stream import OrtSyncStream, SyncNotification, SyncStream
 from onnxhal.hal.tensor import DeviceTensor
 
 __all__ = [
-    "STATS_KEYS", "Allocator", "CPUAllocator", "ArenaAllocator", "NEXT_POWER_OF_TWO", "SAME_AS_REQUESTED", "DataTransfer", "ExecutionMode", "ExecutionOrder",
-    "GraphOptimizationLevel",
+    "STATS_KEYS", "Allocator", "CPUAllocator", "ArenaAllocator", "NEXT_POWER_OF_TWO", "SAME_AS_REQUESTED",
+    "DataTransfer", "ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel",
     "OrtAllocatorType", "OrtCompiledModelCompatibility", "OrtDeviceEpIncompatibilityReason",
     "OrtDeviceMemoryType", "OrtEpDataLayout", "OrtExecutionProviderDevicePolicy", "OrtHardwareDeviceType",
     "OrtMemoryInfoDeviceType", "OrtMemType", "Ep", "EpFactory", "EpGraphSupportInfo", "Kernel",

@@ -14,8 +14,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType", "OrtCompiledModelCompatibility",
-        "OrtDeviceMemoryType", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
+_HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType",
+        "OrtCompiledModelCompatibility", "OrtDeviceMemoryType", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
         "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSyncStream")
 _LAZY: dict[str, str] = {name: "onnxhal.hal" for name in _HAL}
 _LAZY.update({name: "onnxhal.runtime.environment" for name in (

@@ -172,13 +172,14 @@ def _host_buffer(method: str, name: str, device_type: str, element_type: Any, sh
         raise InvalidArgument(f"{method}({name!r}): a buffer_ptr needs element_type and shape")
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(element_type) if isinstance(element_type, int)
                      else element_type)
-    dims = tuple(int(d) for d in shape)
-    if any(d < 0 for d in dims) or not int(buffer_ptr):
-        raise InvalidArgument(f"{method}({name!r}): shape {list(dims)} and buffer_ptr {buffer_ptr!r} must be "
-                              "sizes >= 0 and a non-null address")
-    count = int(np.prod(dims, dtype=np.int64))
     if dtype.kind in "OUS":
         raise InvalidArgument(f"{method}({name!r}): a buffer_ptr needs a numeric element type, got {dtype}")
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims) or isinstance(buffer_ptr, bool) or not isinstance(buffer_ptr, (int, np.integer)) \
+            or buffer_ptr <= 0:
+        raise InvalidArgument(f"{method}({name!r}): shape {list(dims)} and buffer_ptr {buffer_ptr!r} must be "
+                              "sizes >= 0 and an address (an int, e.g. array.ctypes.data)")
+    count = int(np.prod(dims, dtype=np.int64))
     raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(int(buffer_ptr))
     return np.frombuffer(raw, dtype=dtype, count=count).reshape(dims)
 

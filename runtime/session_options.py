@@ -147,7 +147,6 @@ class SessionOptions:
         creation, without a copy (keep the array unchanged while sessions use it). Its dtype and
         shape must be the initializer's; a name the model lacks is ignored with a warning, so one
         set of initializers can serve several models (onnxruntime ignores it silently)."""
-        from onnxhal.hal.tensor import DeviceTensor
         from onnxhal.runtime.ortvalue import OrtValue
 
         if not isinstance(name, str) or not name:
@@ -155,7 +154,7 @@ class SessionOptions:
         if not isinstance(val, OrtValue):
             raise TypeError(f"add_initializer({name!r}): expected an OrtValue, got {type(val).__name__}; wrap the "
                             "array with onnxhal.OrtValue.ortvalue_from_numpy(array)")
-        if isinstance(val._value, DeviceTensor) or not isinstance(val._value, np.ndarray):
+        if not isinstance(val._value, np.ndarray):  # a device tensor, a sequence, None
             raise InvalidArgument(f"add_initializer({name!r}): the OrtValue must be a tensor in host memory, got "
                                   f"{val!r}; create it with OrtValue.ortvalue_from_numpy(array)")
         self._initializers[name] = val

@@ -401,3 +401,5 @@ def test_iobinding_pointer_errors(add_mul_session):
         b.bind_output("y", "gpu", 0, np.float32, [2, 3], x.ctypes.data)
     with pytest.raises(errors.InvalidArgument, match="give buffer_ptr"):
         b.bind_input("x", "cpu", 0, np.float32, [2, 3])
+    with pytest.raises(errors.InvalidArgument, match="an address"):
+        b.bind_input("x", "cpu", 0, np.float32, [2, 3], "0x1234")

@@ -28,6 +28,15 @@ class LoadedModel:
     opset: dict[str, int]
     path: str | None
 
+    def fresh(self) -> LoadedModel:
+        """The model with a new Graph, for a session rebuilt after partitioning rewrote this one
+        in place: from the proto already read, inlined and inferred, so the rebuild does not run
+        shape inference (strict, then maybe lenient) over the whole model again."""
+        graph = Graph.from_proto(self.proto.graph, self.opset)
+        check_graph(graph, outer=set())
+        resolve_schemas(graph)
+        return LoadedModel(self.proto, graph, self.opset, self.path)
+
 
 def _tensors(graph: onnx.GraphProto):
     """Every TensorProto a graph holds: initializers, sparse initializers and attribute tensors,

@@ -194,12 +194,13 @@ def rank(graph: Graph, name: str) -> int | None:
     return None if shape is None else len(shape)
 
 
-def scalar_constant(graph: Graph, name: str, like: str | None = None) -> float | None:
-    """The value of a one-element constant, or None. With ``like``, also None unless the constant's
-    rank is 0 or known to be at most ``like``'s: an operand of shape (1, 1, 1) broadcasts a value
-    of lower rank up to rank 3, which a fused op replacing the elementwise one would not."""
+def scalar_constant(graph: Graph, name: str, like: str | None = None, kinds: str = "fiu") -> float | None:
+    """The value of a one-element constant whose dtype kind is in ``kinds``, or None. With ``like``,
+    also None unless the constant's rank is 0 or known to be at most ``like``'s: an operand of shape
+    (1, 1, 1) broadcasts a value of lower rank up to rank 3, which a fused op replacing the
+    elementwise one would not."""
     value = constant(graph, name)
-    if value is None or value.size != 1 or value.dtype.kind not in "fiu":
+    if value is None or value.size != 1 or value.dtype.kind not in kinds:
         return None
     if like is not None and value.ndim:
         r = rank(graph, like)

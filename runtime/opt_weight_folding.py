@@ -315,8 +315,7 @@ def fold_matmul_scale(graph: Graph) -> bool:
         if follower.op_type == "Div" and follower.inputs[0] != mm.outputs[0]:
             continue  # s / (A B) is not a scaling
         other = [i for i in follower.inputs if i != mm.outputs[0]]
-        value = constant(graph, other[0]) if len(other) == 1 else None
-        s = scalar_constant(graph, other[0], mm.outputs[0]) if value is not None and value.dtype.kind == "f" else None
+        s = scalar_constant(graph, other[0], mm.outputs[0], kinds="f") if len(other) == 1 else None
         if s is None:
             continue  # not a float scalar, or one of higher rank, which would broadcast the result up
         factor = 1.0 / s if follower.op_type == "Div" else s

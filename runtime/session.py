@@ -560,7 +560,7 @@ class InferenceSession:
 
     def _loaded_fresh(self) -> Any:
         # Partitioning rewrites the graph in place; start again from the model.
-        loaded = load_model(self._loaded.proto)
+        loaded = self._loaded.fresh()
         override_initializers(loaded.graph, self._initializers)
         return loaded
 

@@ -26,6 +26,7 @@ from onnxhal.runtime.model_loader import load_model
 from onnxhal.runtime.optimizer import optimize
 from onnxhal.runtime.providers.cpu.kernels import fused as fused_kernels
 from onnxhal.runtime.providers.cpu.kernels.fused import gelu
+from tests.models import make, vi
 
 _spec = importlib.util.spec_from_file_location("onnxhal_bench_models",
                                                Path(__file__).resolve().parents[1] / "benchmarks" / "models.py")
@@ -948,9 +949,7 @@ def _c(name: str, value) -> onnx.TensorProto:
 
 
 def _model(nodes, inputs, inits=()) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              list(inits))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return make(nodes, inputs, [vi("y", None)], inits)
 
 
 def _erf_gelu(x: str) -> list:

@@ -12,16 +12,20 @@ is accurate to ~1e-7 relative here and much faster than ``exp``.
 
 from __future__ import annotations
 
-#: Helpers shared by generated and fixed kernels: erf and tanh on native_exp (erf() and exp() are
-#: slow calls on PoCL), and the activations a GEMM/Conv epilogue can apply.
-ACTIVATION_HELPERS = """
-// NaN-propagating max/min/clamp, as numpy, the CPU EP and onnxruntime's elementwise ops: OpenCL's
-// fmax/fmin return the other operand for a NaN (and are out-of-line calls on PoCL). `a != a` needs
-// the build without -cl-finite-math-only (program_cache.DEFAULT_BUILD_OPTIONS).
+#: NaN-propagating max/min/clamp, for every program that compares values.
+NAN_HELPERS = """
+// As numpy, the CPU EP and onnxruntime's elementwise ops: OpenCL's fmax/fmin return the other
+// operand for a NaN (and are out-of-line calls on PoCL). `a != a` needs the build without
+// -cl-finite-math-only (program_cache.DEFAULT_BUILD_OPTIONS).
 inline float onnxhal_max(float a, float b) { return (a > b || a != a) ? a : b; }
 inline float onnxhal_min(float a, float b) { return (a < b || a != a) ? a : b; }
 // min(max(v, lo), hi) as ORT's Clip: hi wins when lo > hi
 inline float onnxhal_clamp(float v, float lo, float hi) { const float t = v < lo ? lo : v; return t > hi ? hi : t; }
+"""
+
+#: Helpers shared by generated and fixed kernels: the NaN helpers, erf and tanh on native_exp
+#: (erf() and exp() are slow calls on PoCL), and the activations a GEMM/Conv epilogue can apply.
+ACTIVATION_HELPERS = NAN_HELPERS + """
 inline float onnxhal_erf(float x) {
   // Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
   const float ax = fabs(x);
@@ -301,7 +305,7 @@ __kernel void conv_direct(__global float* Y, __global const float* X, __global c
 """
 
 #: Average and max pooling, and LRN (2-D, NCHW; 1-D runs with H = 1).
-POOL_SOURCE = """
+POOL_SOURCE = NAN_HELPERS + """
 __kernel void avgpool2d(__global float* Y, __global const float* X, const int H, const int W, const int OH,
                         const int OW, const int KH, const int KW, const int sh, const int sw, const int ph,
                         const int pw, const int dh, const int dw, const int count_include_pad,
@@ -348,7 +352,7 @@ __kernel void maxpool2d(__global float* Y, __global const float* X, const int H,
     __global const float* row = xp + y * W;
     for (int kw = 0; kw < KW; ++kw) {
       const int x = x0 + kw * dw;
-      if (x >= 0 && x < W) { const float v = row[x]; acc = (v > acc || v != v) ? v : acc; seen = 1; }  // keeps a NaN
+      if (x >= 0 && x < W) { acc = onnxhal_max(row[x], acc); seen = 1; }  // keeps a NaN
     }
   }
   Y[gid] = seen ? acc : -FLT_MAX;  // a window of padding alone: onnxruntime's lowest finite value
@@ -369,7 +373,7 @@ __kernel void lrn(__global float* Y, __global const float* X, const int C, const
 """
 
 #: Row-wise kernels on an (outer, R, inner) view: reductions, Softmax/LogSoftmax, LayerNormalization.
-ROWWISE_SOURCE = """
+ROWWISE_SOURCE = NAN_HELPERS + """
 // mode: 0 sum, 1 mean, 2 max, 3 min, 4 prod, 5 sum of squares, 6 L2, 7 L1, 8 log-sum-exp, 9 log-sum
 __kernel void reduce_rows(__global float* Y, __global const float* X, const int R, const int inner,
                           const int mode, const int total) {
@@ -379,12 +383,12 @@ __kernel void reduce_rows(__global float* Y, __global const float* X, const int 
   __global const float* xp = X + (size_t)o * R * inner + i;
   float acc = (mode == 2) ? -INFINITY : (mode == 3) ? INFINITY : (mode == 4) ? 1.0f : 0.0f;
   float m = -INFINITY;
-  if (mode == 8) for (int r = 0; r < R; ++r) { const float v = xp[r * inner]; m = (v > m || v != v) ? v : m; }
+  if (mode == 8) for (int r = 0; r < R; ++r) m = onnxhal_max(xp[r * inner], m);
   for (int r = 0; r < R; ++r) {
     const float v = xp[r * inner];
     if (mode == 0 || mode == 1 || mode == 9) acc += v;
-    else if (mode == 2) acc = (v > acc || v != v) ? v : acc;  // fmax/fmin are calls on PoCL and drop NaN
-    else if (mode == 3) acc = (v < acc || v != v) ? v : acc;
+    else if (mode == 2) acc = onnxhal_max(v, acc);  // fmax/fmin are calls on PoCL and drop NaN
+    else if (mode == 3) acc = onnxhal_min(v, acc);
     else if (mode == 4) acc *= v;
     else if (mode == 5 || mode == 6) acc += v * v;
     else if (mode == 7) acc += fabs(v);

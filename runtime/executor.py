@@ -206,10 +206,15 @@ class ExecutionPlan:
                 continue
             # A feed goes to every memory device that reads it, copied only where it is not already.
             host_slot = self.feed_slots[i]
-            if host_slot in self._read_slots or host_slot in self._output_slot_set:
-                slots[host_slot] = self.memory.transfer(value, HOST_MEMORY_DEVICE, None)
-            for dev, s in targets or ():
-                slots[s] = self.memory.transfer(value, dev, None)
+            try:
+                if host_slot in self._read_slots or host_slot in self._output_slot_set:
+                    slots[host_slot] = self.memory.transfer(value, HOST_MEMORY_DEVICE, None)
+                for dev, s in targets or ():
+                    slots[s] = self.memory.transfer(value, dev, None)
+            except OrtError:
+                raise
+            except Exception as e:
+                raise _transfer_error(e, f"copying input {name!r} to the memory of the EPs that read it") from e
         # NaN and inf from IEEE arithmetic (Sqrt or Log of a negative, 0/0, overflow) are results,
         # as in onnxruntime, not numpy RuntimeWarnings from inside the runtime.
         with np.errstate(all="ignore"):
@@ -232,12 +237,18 @@ class ExecutionPlan:
         if not self.device_outputs and output_devices is None:
             return [slots[self.output_slots[i]] for i in idx]
         transfer = self.memory.transfer
-        results = [transfer(slots[self.output_slots[i]],
-                            output_devices[i] if output_devices is not None else HOST_MEMORY_DEVICE, None) for i in idx]
-        if any(isinstance(r, DeviceTensor) for r in results):
-            # As ORT's Run: the outputs are complete when run() returns, also those left on a device
-            # (copies to the host already waited; device-resident ones need the streams drained).
-            self.memory.synchronize()
+        try:
+            results = [transfer(slots[self.output_slots[i]],
+                                output_devices[i] if output_devices is not None else HOST_MEMORY_DEVICE, None)
+                       for i in idx]
+            if any(isinstance(r, DeviceTensor) for r in results):
+                # As ORT's Run: the outputs are complete when run() returns, also those left on a device
+                # (copies to the host already waited; device-resident ones need the streams drained).
+                self.memory.synchronize()
+        except OrtError:
+            raise
+        except Exception as e:
+            raise _transfer_error(e, "copying the outputs to the memory they are returned in") from e
         return results
 
     def _run_checked(self, slots: list, run_options: Any, profiler: Any) -> None:
@@ -358,3 +369,11 @@ def _add_frees(steps: list[Step], keep: set[int], template: list) -> list[Step]:
             frees[k].append(slot_i)
     return [Step(s.fn, s.ins, s.outs, tuple(sorted(set(f))), s.node, s.label, s.ep_name, s.inline_fn)
             for s, f in zip(steps, frees)]
+
+
+def _transfer_error(e: Exception, what: str) -> Exception:
+    """A failed copy between memories as a typed error (a kernel's errors are wrapped by ``_wrap``)."""
+    msg = f"{what} failed: {type(e).__name__}: {e}"
+    if isinstance(e, MemoryError):
+        return OutOfMemory(f"{msg}. Reduce the input shapes or the batch size, or free memory.")
+    return Fail(msg)

@@ -152,7 +152,13 @@ class ReferenceKernel(Kernel):
     def compute(self, inputs: list) -> list:
         explicit = inputs[: self.n_explicit]
         op = self.op if self.op is not None else self._op_for(explicit)
-        res = op.run(*explicit)
+        try:
+            res = op.run(*explicit)
+        except np.exceptions.AxisError as e:  # an attribute's axis beyond the input's rank (the model
+            # passed shape inference, which does not check every op's axes against the rank)
+            shapes = [list(a.shape) if isinstance(a, np.ndarray) else type(a).__name__ for a in explicit]
+            raise errors.InvalidArgument(f"{self.op_type} node {self.node_proto.name!r} on inputs of shapes {shapes}: "
+                                         f"{e}. Set the node's axes within the input's rank.") from e
         if not isinstance(res, (tuple, list)):
             res = (res,)
         return [_to_value(v) for v in res][: self.n_outputs]

@@ -220,13 +220,26 @@ def _ort_pool_dims(node: Node, xs: tuple) -> tuple:
     return (*xs[:2], *out)
 
 
+def _negative_dim(lookup, name: str) -> bool:
+    try:
+        shape = lookup.shape(name)
+    except (OrtError, ValueError, TypeError, KeyError, IndexError):
+        return False
+    return shape is not None and any(isinstance(d, int) and d < 0 for d in shape)
+
+
 def untrusted_shapes(graph: Graph, lookup) -> set[str]:
     """Values whose inferred static shape is wrong: outputs of pools where onnx shape inference and
-    onnxruntime disagree, and everything computed from them. The EP sizes its buffers from
+    onnxruntime disagree, negative sizes, and everything computed from them. The EP sizes its buffers from
     inferred shapes, so it declines nodes that read or write these."""
     bad: set[str] = set()
     for n in graph.nodes:
         if any(i in bad for i in (*n.inputs, *n.implicit_inputs) if i):
+            bad.update(o for o in n.outputs if o)
+            continue
+        if any(_negative_dim(lookup, o) for o in n.outputs if o):
+            # shape inference gave a negative size (a Conv kernel wider than its padded input): no
+            # buffer can hold it; the CPU EP runs the node and refuses it with the reason
             bad.update(o for o in n.outputs if o)
             continue
         if n.op_type in ("MaxPool", "AveragePool") and not n.domain:

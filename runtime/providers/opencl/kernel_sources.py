@@ -383,7 +383,10 @@ __kernel void reduce_rows(__global float* Y, __global const float* X, const int 
   __global const float* xp = X + (size_t)o * R * inner + i;
   float acc = (mode == 2) ? -INFINITY : (mode == 3) ? INFINITY : (mode == 4) ? 1.0f : 0.0f;
   float m = -INFINITY;
-  if (mode == 8) for (int r = 0; r < R; ++r) m = onnxhal_max(xp[r * inner], m);
+  if (mode == 8) {
+    for (int r = 0; r < R; ++r) m = onnxhal_max(xp[r * inner], m);
+    if (!isfinite(m)) m = 0.0f;  // shifting by an infinite max gives inf - inf = NaN; log(sum exp) is
+  }                              // then exact (-inf for a row of -inf), as the CPU EP
   for (int r = 0; r < R; ++r) {
     const float v = xp[r * inner];
     if (mode == 0 || mode == 1 || mode == 9) acc += v;

@@ -28,7 +28,7 @@ _TAYLOR = tuple(2.0 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 *
 def erf(x: np.ndarray) -> np.ndarray:
     """Vectorized erf: exact (math.erf) for float64, float32-accurate approximation otherwise."""
     if x.dtype == np.float64:
-        return _math_erf(x).astype(np.float64)
+        return np.asarray(_math_erf(x), dtype=np.float64)  # frompyfunc gives a bare float for a 0-d x
     dt = x.dtype
     xf = x.astype(np.float32, copy=False)
     a = np.abs(xf)

@@ -9,6 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -69,6 +70,7 @@ class ConvGeometry:
     """Parsed Conv/Pool attributes; resolves pads and output sizes for an input shape."""
 
     def __init__(self, node: Node, kernel_shape=None) -> None:
+        self.op = node.op_type
         self.kernel_shape = node.attr("kernel_shape", kernel_shape)
         self.strides = node.attr("strides")
         self.dilations = node.attr("dilations")
@@ -82,6 +84,13 @@ class ConvGeometry:
         dil = self.dilations or [1] * nd
         pb, pe = resolve_pads(spatial, kernel, strides, dil, self.pads, self.auto_pad)
         out = [(spatial[i] + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1)) // strides[i] + 1 for i in range(nd)]
+        if min(out, default=0) < 0:  # onnxruntime refuses it too; numpy's error would name no attribute
+            i = min(range(nd), key=lambda j: out[j])
+            raise InvalidArgument(
+                f"{self.op} computes a negative output size {out[i]} on spatial axis {i}: the kernel spans "
+                f"{(kernel[i] - 1) * dil[i] + 1} cells (kernel {kernel[i]}, dilation {dil[i]}), the padded input "
+                f"{spatial[i] + pb[i] + pe[i]} (input {spatial[i]}, pads {pb[i]} + {pe[i]}). Check kernel_shape, "
+                "pads, strides and dilations against the input's shape.")
         return kernel, strides, dil, pb, pe, out
 
 

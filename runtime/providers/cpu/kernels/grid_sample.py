@@ -1,7 +1,7 @@
 """GridSample (opset 16, N-d from 20): nearest and (bi/multi)linear sampling vectorized over the
 whole grid, with zeros/border/reflection padding and both align_corners conventions, following
-onnx.reference's rules (which loop per output element: minutes on a feature map). Cubic goes to
-onnx.reference."""
+onnx.reference's rules (which loop per output element: minutes on a feature map). 2-D cubic is
+PyTorch's and onnxruntime's (``GridSample._cubic``); cubic over other ranks goes to onnx.reference."""
 
 from __future__ import annotations
 
@@ -30,6 +30,17 @@ def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return np.where(below, from_low, np.where(above, from_high, x))
 
 
+def _cubic_weights(t: np.ndarray, a: float = -0.75) -> list:
+    """Cubic convolution weights of the taps at -1, 0, 1 and 2 for a fraction ``t`` in [0, 1)."""
+    def near(s):
+        return ((a + 2) * s - (a + 3)) * s * s + 1
+
+    def far(s):
+        return ((a * s - 5 * a) * s + 8 * a) * s - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
 @register("GridSample", since=16)
 class GridSample(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
@@ -38,18 +49,23 @@ class GridSample(Kernel):
         self.padding = node.attr("padding_mode", "zeros")
         self.align = bool(node.attr("align_corners", 0))
         self.ref = None
-        if self.mode == "cubic":
+        self.node, self.ctx = node, ctx
+
+    def _reference(self):
+        """onnx.reference's GridSample, for cubic over a rank other than 2 (built on first use)."""
+        if self.ref is None:
             from onnx import helper
 
             from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
 
-            proto = node.to_proto()
+            proto = self.node.to_proto()
             for a in proto.attribute:  # onnx.reference knows only the opset-20 mode names
                 if a.name == "mode":
                     a.CopyFrom(helper.make_attribute("mode", "cubic"))
             ref_node = Node.from_proto(proto)
-            ref_node.since_version = node.since_version
-            self.ref = ReferenceKernel(ref_node, ctx, node.since_version or 20)
+            ref_node.since_version = self.node.since_version
+            self.ref = ReferenceKernel(ref_node, self.ctx, self.node.since_version or 20)
+        return self.ref
 
     def _index(self, i: np.ndarray, d: int, lo: float, hi: float):
         """Integer positions -> (clamped index, in-bounds mask) under the padding mode."""
@@ -60,9 +76,9 @@ class GridSample(Kernel):
         return np.clip(_reflect(i.astype(np.float64), lo, hi).astype(np.int64), 0, d - 1), None
 
     def compute(self, inputs: list) -> list:
-        if self.ref is not None:
-            return self.ref.compute(inputs)
         x, grid = inputs[0], inputs[1]
+        if self.mode == "cubic":
+            return [self._cubic(x, grid)] if x.ndim == 4 else self._reference().compute(inputs)
         dims = x.shape[2:]
         nd = len(dims)
         n_idx = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
@@ -105,6 +121,34 @@ class GridSample(Kernel):
                 w = w * valid
             y = y + self._gather(x, n_idx, idx) * w[..., None].astype(np.float32 if x.dtype != np.float64 else x.dtype)
         return [np.ascontiguousarray(np.moveaxis(y, -1, 1)).astype(x.dtype, copy=False)]
+
+    def _cubic(self, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
+        """Bicubic (A = -0.75) over the 4x4 taps around each point, as PyTorch's grid_sample and
+        onnxruntime: the point itself is not moved by the padding mode; each tap is (clamped to
+        the border, reflected, or zero outside). onnx.reference moves the point first, which gives
+        other values near the border and divides by zero on a 1-pixel axis with align_corners."""
+        dims = x.shape[2:]
+        n_idx = np.arange(x.shape[0]).reshape(-1, 1, 1)
+        taps, weights = [], []
+        for i, d in enumerate(dims):
+            g = grid[..., 1 - i].astype(np.float64)
+            c = (g + 1) / 2.0 * (d - 1) if self.align else ((g + 1) * d - 1) / 2.0
+            c = c.astype(np.float32).astype(np.float64)
+            f = np.floor(c)
+            t = c - f
+            bounds = (0.0, d - 1.0) if self.align else (-0.5, d - 0.5)
+            taps.append([self._index(f.astype(np.int64) + k, d, *bounds) for k in (-1, 0, 1, 2)])
+            weights.append(_cubic_weights(t))
+        acc = np.float32 if x.dtype != np.float64 else np.float64
+        y = 0.0
+        for (iy, oky), wy in zip(taps[0], weights[0]):
+            for (ix, okx), wx in zip(taps[1], weights[1]):
+                w = wy * wx
+                ok = oky if okx is None else (okx if oky is None else oky & okx)
+                if ok is not None:
+                    w = w * ok
+                y = y + self._gather(x, n_idx, [iy, ix]) * w[..., None].astype(acc)
+        return np.ascontiguousarray(np.moveaxis(np.asarray(y), -1, 1)).astype(x.dtype, copy=False)
 
     @staticmethod
     def _gather(x: np.ndarray, n_idx: np.ndarray, idx: list) -> np.ndarray:

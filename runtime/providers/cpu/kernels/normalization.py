@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.clamp import CONSTANT_MAX, constant
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -33,12 +34,51 @@ class BatchNormalization(Kernel):
         if self.ref is not None:
             return self.ref.compute(inputs)
         x, scale, bias, mean, var = inputs[:5]
+        check_per_channel("BatchNormalization", x, zip(("scale", "B", "input_mean", "input_var"), inputs[1:5]))
         shape = (1, -1) + (1,) * (x.ndim - 2)
         inv = scale / np.sqrt(var + var.dtype.type(self.eps))
         shift = bias - mean * inv
         y = x * inv.reshape(shape).astype(x.dtype, copy=False)
         y += shift.reshape(shape).astype(x.dtype, copy=False)
         return [y]
+
+
+def check_per_channel(op: str, x: np.ndarray, params) -> None:
+    """Each (name, array) in ``params`` must hold one value per channel of ``x`` (axis 1): numpy
+    would broadcast a length-1 array over every channel, or fail with a message naming nothing."""
+    c = x.shape[1] if x.ndim > 1 else 1
+    for name, a in params:
+        if a is not None and a.shape != (c,):
+            raise InvalidArgument(f"{op}: input {name!r} has shape {list(a.shape)}, expected [{c}]: one value per "
+                                  f"channel of X {list(x.shape)}. Give it the channel count of the input.")
+
+
+@register("InstanceNormalization", since=1)
+class InstanceNormalization(Kernel):
+    """(x - mean) / sqrt(var + epsilon) * scale + B per sample and channel over the spatial axes;
+    float16 computed in float32 (as onnxruntime)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.eps = node.attr("epsilon", 1e-5)
+
+    def compute(self, inputs: list) -> list:
+        x, scale, bias = inputs[:3]
+        if x.ndim < 3:
+            raise InvalidArgument(f"InstanceNormalization: X has shape {list(x.shape)}; it needs (N, C, D1, ...), "
+                                  "at least one spatial axis.")
+        check_per_channel("InstanceNormalization", x, (("scale", scale), ("B", bias)))
+        work = np.promote_types(x.dtype, np.float32)
+        xs = x.astype(work, copy=False)
+        axes = tuple(range(2, x.ndim))
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        if x.size == 0:
+            return [np.empty_like(x)]
+        mean = xs.mean(axis=axes, keepdims=True)
+        d = xs - mean
+        var = np.square(d).mean(axis=axes, keepdims=True)
+        d *= (1.0 / np.sqrt(var + work.type(self.eps))) * scale.astype(work).reshape(shape)
+        d += bias.astype(work).reshape(shape)
+        return [d.astype(x.dtype, copy=False)]
 
 
 def _row_sums(rows: np.ndarray) -> np.ndarray:
@@ -92,7 +132,7 @@ def layer_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, axis: 
 
 @register("LayerNormalization", since=17)
 class LayerNormalization(Kernel):
-    """Float32 inputs through ``layer_norm``; other types through onnx.reference."""
+    """Float inputs through ``layer_norm``; bfloat16 through onnx.reference."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.axis = node.attr("axis", -1)
@@ -104,12 +144,16 @@ class LayerNormalization(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
-        if x.dtype != np.float32:
+        if x.dtype.kind != "f":
             if self._ref is None:  # built once; a concurrent first build is harmless
                 self._ref = _reference(self.node, self.ctx, 17)
             return self._ref.compute(inputs)
         bias = inputs[2] if len(inputs) > 2 else None
-        return list(layer_norm(x, inputs[1], bias, self.axis, self.eps, self.stash)[: self.n_out])
+        # float64 is normalized in float64 and float16 in float32 (the stash type); Mean and
+        # InvStdDev come out in the stash type whatever the input, as onnxruntime's
+        work = np.promote_types(x.dtype, self.stash)
+        y, mean, inv_std = layer_norm(x, inputs[1], bias, self.axis, self.eps, work)
+        return [y, mean.astype(self.stash, copy=False), inv_std.astype(self.stash, copy=False)][: self.n_out]
 
 
 #: Largest input the max-free Softmax takes: n * e^60 stays far below float32's 3.4e38.
@@ -153,6 +197,8 @@ class _SoftmaxBase(Kernel):
         self.axis = node.attr("axis", self.default_axis)
 
     def _along(self, x: np.ndarray, axis: int) -> np.ndarray:
+        if x.size == 0:  # numpy's max has no identity for an empty row
+            return x.copy()
         if (not self.log and x.dtype == np.float32 and x.ndim and axis in (-1, x.ndim - 1) and x.shape[-1] >= 8
                 and x.size >= 4096 and x.flags.c_contiguous):
             y = _softmax_last_axis(x)
@@ -181,6 +227,8 @@ class _SoftmaxCoerced(_SoftmaxBase):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if x.size == 0:
+            return [x.copy()]
         if x.ndim == 0:
             return [self._along(x.reshape(1, 1), 1).reshape(())]
         axis = self.axis + x.ndim if self.axis < 0 else self.axis

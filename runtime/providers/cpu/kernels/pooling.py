@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial, per_shape, strided_view
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -355,11 +356,24 @@ class _GlobalPool(Kernel):
     fn = None
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
+        self.op = node.op_type
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if _empty_windows(x, self.op):
+            return [np.empty(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)]
         return [np.asarray(self.fn(x, axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
+
+
+def _empty_windows(x: np.ndarray, op: str) -> bool:
+    """True when a global pool's output is empty (N or C is 0). A spatial size of 0 with
+    channels to pool has no value to take a max or mean of: refused, as onnxruntime does."""
+    if x.ndim > 2 and 0 in x.shape[2:]:
+        if x.shape[0] and x.shape[1]:
+            raise InvalidArgument(f"{op} over input shape {list(x.shape)}: a spatial dimension is 0, so every "
+                                  "window is empty. Only the batch or channel dimension may be 0.")
+        return True
+    return x.size == 0
 
 
 register("GlobalAveragePool", since=1)(type("GlobalAveragePool", (_GlobalPool,), {"fn": staticmethod(np.mean)}))
@@ -373,6 +387,8 @@ class GlobalLpPool(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if _empty_windows(x, "GlobalLpPool"):
+            return [np.empty(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)]
         axes = tuple(range(2, x.ndim))
         s = np.sum(np.abs(x) ** self.p, axis=axes, keepdims=True)
         return [np.asarray(s ** (1.0 / self.p), dtype=x.dtype)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _asarray = np.asarray
@@ -72,12 +73,16 @@ class Reduce(Kernel):
             a = inputs[1] if len(inputs) > 1 else None
             axes = tuple(a.tolist()) if a is not None and a.size else None
             if axes is None and self.noop:
-                return [x]
+                # No reduction, but the elementwise part stays (ReduceSumSquare gives x * x, ReduceL1
+                # |x|), as onnx.reference and onnxruntime compute it: numpy reduces over no axis.
+                axes = ()
         if x.size == 0 or x.dtype.kind not in "fiub":
             return self._reference().compute(inputs)
+        if x.dtype == np.float16:  # accumulate in float32, as onnxruntime: a float16 sum or product
+            x = x.astype(np.float32)  # overflows or loses its low terms long before the result does
         r = self.fn(x, axis=axes, keepdims=self.keepdims)
-        if r.dtype != x.dtype:
-            r = r.astype(x.dtype)
+        if r.dtype != inputs[0].dtype:
+            r = r.astype(inputs[0].dtype)
         return [r if type(r) is np.ndarray else _asarray(r)]
 
 
@@ -93,6 +98,7 @@ class _Arg(Kernel):
     fn = None
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.op = node.op_type
         self.axis = node.attr("axis", 0)
         self.keepdims = bool(node.attr("keepdims", 1))
         self.last = bool(node.attr("select_last_index", 0))
@@ -100,6 +106,13 @@ class _Arg(Kernel):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
         axis = self.axis
+        if x.ndim and x.shape[axis] == 0:
+            rest = x.shape[:axis % x.ndim] + ((1,) if self.keepdims else ()) + x.shape[axis % x.ndim + 1:]
+            if 0 in rest:  # no output element needs an index
+                return [np.empty(rest, np.int64)]
+            # onnxruntime refuses it too; numpy's message names no axis
+            raise InvalidArgument(f"{self.op} over axis {axis} of input shape {list(x.shape)}: the axis is empty, so "
+                                  "there is no index to return. Feed an input whose dimension on that axis is at least 1.")
         if self.last:
             n = x.shape[axis]
             r = n - 1 - self.fn(np.flip(x, axis), axis=axis)

@@ -1,0 +1,199 @@
+"""Random single-operator models (``tests/random_ops.py``) against onnxruntime.
+
+Each case runs in onnxruntime with its optimizer off and in onnxhal with its optimizer off and at
+ORT_ENABLE_ALL (where constant inputs fold). Both must agree: the same dtypes, shapes and values
+(float tolerance scaled to the output), or both refuse the case. onnxhal refusing a case
+onnxruntime runs is a failure; onnxruntime refusing one onnxhal runs is not (it has no kernel for
+some dtypes the spec allows). A refusal must be one of onnxhal's typed errors and must not carry a
+raw Python or numpy exception. Where onnxruntime's values differ but onnx.reference gives
+onnxhal's, the case counts as 'ort-differs' (docs/cpu-ep.md lists those divergences). The second
+test runs the cases with the OpenCL EP first. ``python -m tests.test_ops_random [seeds]
+[--opencl] [op ...]`` runs more seeds and prints the counts and every difference.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+import zlib
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+import onnxhal
+from onnxhal.hal import GraphOptimizationLevel as Level
+from onnxhal.hal.errors import OrtError
+from onnxhal.runtime.providers.opencl.op_support import SUPPORTED_OPS
+from tests.random_ops import all_generators, build
+
+SEEDS = 100  # per operator
+#: Exceptions that no refusal should carry: a clear refusal names the input and the remedy.
+_RAW = ("AttributeError", "TypeError", "IndexError", "KeyError", "ValueError", "ZeroDivisionError",
+        "UnboundLocalError", "NameError", "AssertionError", "OverflowError", "RecursionError")
+GENERATORS = all_generators()
+ort.set_default_logger_severity(3)  # RoiAlign's and old opsets' warnings, once per session
+
+
+def _tolerance(dtype) -> float:
+    # float64: onnxruntime computes some float64 ops with float32 constants (Gelu, Shrink: 1e-8)
+    return {np.dtype(np.float16): 4e-3, np.dtype(np.float32): 1e-4}.get(np.dtype(dtype), 3e-8)
+
+
+def _mismatch(want: list, got: list) -> str | None:
+    if len(want) != len(got):
+        return f"{len(got)} outputs, onnxruntime {len(want)}"
+    for i, (w, g) in enumerate(zip(want, got)):
+        w, g = np.asarray(w), np.asarray(g)
+        if w.shape != g.shape or w.dtype != g.dtype:
+            return f"output {i}: {g.dtype}{list(g.shape)}, onnxruntime {w.dtype}{list(w.shape)}"
+        if w.dtype.kind in "OUSb" or w.dtype.kind in "iu":
+            if not np.array_equal(w, g):
+                return f"output {i}: values differ at {np.argwhere(w != g)[:3].tolist()}"
+            continue
+        wf, gf = w.astype(np.float64), g.astype(np.float64)
+        if w.dtype == np.float32:  # onnxruntime's max pools give -FLT_MAX where the max is -inf
+            lowest = float(np.finfo(np.float32).max)
+            wf[wf <= -lowest] = -np.inf
+            gf[gf <= -lowest] = -np.inf
+        finite = np.isfinite(wf)
+        if not np.array_equal(finite, np.isfinite(gf)) or not np.array_equal(wf[~finite], gf[~finite], equal_nan=True):
+            return f"output {i}: inf/NaN at other positions"
+        if finite.any():
+            scale = max(1.0, float(np.abs(wf[finite]).max()))
+            diff = np.abs(wf[finite] - gf[finite])
+            if (diff > _tolerance(w.dtype) * (scale + np.abs(wf[finite]))).any():
+                return f"output {i}: max diff {diff.max():.3g} at scale {scale:.3g}"
+    return None
+
+
+OPENCL = ["OpenCLExecutionProvider", "CPUExecutionProvider"]
+OPENCL_SEEDS = 30
+#: Nodes the OpenCL EP ran per operator, over every case checked with it.
+OPENCL_NODES: dict[str, int] = {}
+
+
+def check(op: str, seed: int, opencl: bool = False) -> tuple[str, str | None]:
+    """('agree' | 'both-refuse' | 'ort-refuses' | 'ort-differs' | 'fail', detail). 'ort-differs':
+    onnxruntime's values differ from onnxhal's and onnx.reference's, which agree (onnxruntime's
+    documented divergences: Resize's tf_crop_and_resize extrapolation, float16 Sign of NaN, ...)."""
+    rng = np.random.default_rng([zlib.crc32(op.encode()), seed])
+    with np.errstate(all="ignore"):  # generators cast and clip random values freely
+        case = GENERATORS[op](rng)
+    try:
+        model, feeds = build(case)
+    except Exception as e:  # noqa: BLE001 - onnx's shape inference refuses the case: not ours to run
+        return "both-refuse", f"shape inference: {e}"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 4
+    try:
+        want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    except Exception as e:  # noqa: BLE001
+        want, ort_error = None, str(e).splitlines()[0][:200]
+    where = f"{case.describe()} [seed {seed}]"
+    runs = [(Level.ORT_DISABLE_ALL, None), (Level.ORT_ENABLE_ALL, None)]
+    if opencl:  # what the OpenCL EP claims, the rest on the CPU EP
+        runs = [(Level.ORT_DISABLE_ALL, OPENCL), (Level.ORT_ENABLE_ALL, OPENCL)]
+    for level, providers in runs:
+        hso = onnxhal.SessionOptions()
+        hso.graph_optimization_level = level
+        hso.log_severity_level = 4
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sess = onnxhal.InferenceSession(model, hso, providers=providers)
+                got = sess.run(None, {k: v.copy() for k, v in feeds.items()})
+                if providers:
+                    OPENCL_NODES[op] = OPENCL_NODES.get(op, 0) + sess.partition_summary.get(OPENCL[0], 0)
+        except OrtError as e:
+            raw = next((n for n in _RAW if f": {n}:" in str(e)), None)
+            if raw:  # a kernel's Python or numpy error, wrapped: a bug, or an input left unchecked
+                return "fail", f"{where} at {level.name}: a raw {raw} inside {type(e).__name__}: {str(e)[:300]}"
+            if want is None:
+                return "both-refuse", f"{where}: {type(e).__name__}: {str(e)[:200]}"
+            return "fail", f"{where} at {level.name}: onnxhal refuses ({type(e).__name__}: {str(e)[:300]})"
+        except Exception as e:  # noqa: BLE001 - an untyped error is a failure whatever onnxruntime does
+            return "fail", f"{where} at {level.name}: untyped {type(e).__name__}: {str(e)[:300]}"
+        if want is None:
+            return "ort-refuses", f"{where}: {ort_error}"
+        problem = _mismatch(want, got)
+        if problem:
+            # onnxruntime's own reading of the spec, where onnx.reference and (for the OpenCL EP)
+            # onnxhal's CPU EP give what onnxhal gave
+            if _mismatch(_reference(model, feeds), got) is None and (
+                    not providers or _mismatch(_onnxhal_cpu(model, feeds), got) is None):
+                return "ort-differs", f"{where}: {problem}"
+            return "fail", f"{where} at {level.name}: {problem}"
+    return "agree", None
+
+
+def _onnxhal_cpu(model: bytes, feeds: dict) -> list:
+    try:
+        return onnxhal.InferenceSession(model).run(None, {k: v.copy() for k, v in feeds.items()})
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def _reference(model: bytes, feeds: dict) -> list:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ReferenceEvaluator(onnx.load_from_string(model)).run(None, feeds)
+    except Exception:  # noqa: BLE001 - no third opinion
+        return []
+
+
+@pytest.mark.parametrize("op", sorted(GENERATORS))
+def test_random_cases_agree_with_onnxruntime(op):
+    results = [check(op, seed) for seed in range(SEEDS)]
+    failures = [d for kind, d in results if kind == "fail"]
+    assert not failures, "\n".join(failures)
+    # a generator whose cases onnxruntime always refuses tests nothing
+    assert any(kind == "agree" for kind, _ in results), f"{op}: no case ran on both runtimes"
+
+
+@pytest.mark.parametrize("op", sorted(set(GENERATORS) & SUPPORTED_OPS))
+def test_random_cases_on_opencl_agree_with_onnxruntime(op, opencl_devices):
+    """The same cases with the OpenCL EP first (PoCL): what it claims must match onnxruntime, and
+    what it declines must fall back to the CPU EP cleanly."""
+    results = [check(op, seed, opencl=True) for seed in range(OPENCL_SEEDS)]
+    failures = [d for kind, d in results if kind == "fail"]
+    assert not failures, "\n".join(failures)
+    assert OPENCL_NODES.get(op, 0) > 0, f"{op}: the OpenCL EP claimed no node in {OPENCL_SEEDS} cases"
+
+
+def main(argv: list[str]) -> int:
+    opencl = "--opencl" in argv
+    argv = [a for a in argv if a != "--opencl"]
+    if opencl:
+        onnxhal.register_execution_provider_library("opencl_tests", "onnxhal.runtime.providers.opencl")
+    seeds = int(argv[0]) if argv else 200
+    ops = argv[1:] or sorted(GENERATORS)
+    total: dict[str, int] = {}
+    failures, differs = [], []
+    for op in ops:
+        counts: dict[str, int] = {}
+        for seed in range(seeds):
+            kind, detail = check(op, seed, opencl)
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind == "fail":
+                failures.append(detail)
+            elif kind == "ort-differs":
+                differs.append(detail)
+        for k, v in counts.items():
+            total[k] = total.get(k, 0) + v
+        print(f"{op:24s} " + " ".join(f"{k}={v}" for k, v in sorted(counts.items())), flush=True)
+    print("total", total)
+    for f in differs:
+        print("ORT-DIFFERS", f)
+    for f in failures:
+        print("FAIL", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

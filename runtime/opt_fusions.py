@@ -83,7 +83,11 @@ def activation_of(graph: Graph, node: Node) -> tuple[str, list[float]] | None:
     if op == "Clip":
         if len(node.inputs) > 1 or "min" not in node.attributes and "max" not in node.attributes:
             bounds = []
-            for i, default in ((1, -math.inf), (2, math.inf)):
+            # an absent bound is the type's numeric_limits lowest() / max() (the spec's words), so
+            # an inf is clamped to the largest finite value, as the Clip kernel does
+            dtype = graph.value_info(node.inputs[0]).dtype
+            big = float(np.finfo(dtype).max) if dtype is not None and dtype.kind == "f" else math.inf
+            for i, default in ((1, -big), (2, big)):
                 name = node.inputs[i] if len(node.inputs) > i else ""
                 value = scalar_constant(graph, name) if name else default
                 if value is None:

@@ -666,3 +666,180 @@ def _group_norm(rng, op):
     x = array(rng, s, "float32", special=False)
     return OpCase(op, [x, array(rng, (c,), "float32", special=False), array(rng, (c,), "float32", special=False)],
                   {"num_groups": g, "epsilon": 1e-5}, opset=21, const=_const(rng, 3))
+
+
+@generator("Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")
+def _trig(rng, op):
+    lo, hi = {"Asin": (-1, 1), "Acos": (-1, 1), "Atanh": (-0.99, 0.99), "Acosh": (1, 5)}.get(op, (-3, 3))
+    return OpCase(op, [array(rng, shape(rng), pick(rng, ["float32", "float64"]), lo, hi)], opset=9)
+
+
+@generator("LpNormalization")
+def _lp_norm(rng, op):
+    s = shape(rng, rank=int(rng.integers(1, 4)), lo=1)
+    attrs = {"axis": int(rng.integers(-len(s), len(s))), "p": int(pick(rng, [1, 2]))}
+    return OpCase(op, [array(rng, s, pick(rng, ["float32", "float64"]), special=False)], attrs, opset=1)
+
+
+@generator("RNN", "GRU", "LSTM")
+def _recurrent(rng, op):
+    seq, batch, inp, hidden = (int(v) for v in rng.integers(1, 5, size=4))
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    direction = pick(rng, ["forward", "reverse", "bidirectional"])
+    nd = 2 if direction == "bidirectional" else 1
+    layout = int(rng.random() < 0.25)
+    x = array(rng, (batch, seq, inp) if layout else (seq, batch, inp), "float32", -1, 1, special=False)
+    w = array(rng, (nd, gates * hidden, inp), "float32", -0.5, 0.5, special=False)
+    r = array(rng, (nd, gates * hidden, hidden), "float32", -0.5, 0.5, special=False)
+    b = array(rng, (nd, 2 * gates * hidden), "float32", -0.5, 0.5, special=False) if rng.random() < 0.7 else None
+    lens = None
+    if rng.random() < 0.3:
+        lens = rng.integers(1, seq + 1, size=batch).astype(np.int32)
+    h0 = array(rng, (batch, nd, hidden) if layout else (nd, batch, hidden), "float32", -1, 1, special=False) \
+        if rng.random() < 0.5 else None
+    ins = [x, w, r, b, lens, h0]
+    if op == "LSTM" and rng.random() < 0.4:
+        ins.append(array(rng, (batch, nd, hidden) if layout else (nd, batch, hidden), "float32", -1, 1, special=False))
+        if rng.random() < 0.5:
+            ins.append(array(rng, (nd, 3 * hidden), "float32", -0.5, 0.5, special=False))  # peepholes
+    attrs = {"hidden_size": hidden, "direction": direction}
+    if layout:
+        attrs["layout"] = 1
+    if op == "GRU" and rng.random() < 0.5:
+        attrs["linear_before_reset"] = 1
+    if rng.random() < 0.2:
+        attrs["clip"] = 0.5
+    if rng.random() < 0.4:
+        names = ["Tanh", "Relu", "Sigmoid", "Affine", "LeakyRelu", "HardSigmoid", "ScaledTanh", "Softsign", "Elu"]
+        k = {"RNN": 1, "GRU": 2, "LSTM": 3}[op]
+        acts = attrs["activations"] = [pick(rng, names) for _ in range(k * nd)]
+        n_alpha = sum(a in ("Affine", "LeakyRelu", "HardSigmoid", "ScaledTanh", "Elu") for a in acts)
+        n_beta = sum(a in ("Affine", "HardSigmoid", "ScaledTanh") for a in acts)
+        # Affine and ScaledTanh left without a value: onnxruntime takes 0, the spec the ONNX
+        # operator's default (docs/cpu-ep.md); those cases always get every value
+        full = any(a in ("Affine", "ScaledTanh") for a in acts)
+        if n_alpha and (full or rng.random() < 0.5):
+            attrs["activation_alpha"] = [float(pick(rng, [0.5, 0.1, 1.5]))
+                                         for _ in range(n_alpha if full else int(rng.integers(1, n_alpha + 1)))]
+        if n_beta and (full or rng.random() < 0.5):
+            attrs["activation_beta"] = [float(pick(rng, [0.5, 0.2]))
+                                        for _ in range(n_beta if full else int(rng.integers(1, n_beta + 1)))]
+    n_out = int(rng.integers(1, 4 if op == "LSTM" else 3))
+    return OpCase(op, ins, attrs, opset=14, const={1, 2, 3} if rng.random() < 0.7 else set(), n_outputs=n_out)
+
+
+@generator("QLinearMatMul", "QLinearConv", "ConvInteger")
+def _qlinear(rng, op):
+    qt = pick(rng, ["uint8", "int8"])
+    wt = pick(rng, ["uint8", "int8"]) if op != "QLinearMatMul" else qt
+
+    def q(s, t):
+        return array(rng, s, t, -128, 255)
+
+    def sc():
+        return np.array(rng.uniform(0.01, 0.1), np.float32)
+
+    def zp(t):
+        return np.array(rng.integers(0, 20) if t == "uint8" else rng.integers(-10, 10), t)
+
+    if op == "QLinearMatMul":
+        m, k, n = (int(v) for v in rng.integers(1, 6, size=3))
+        batch = shape(rng, max_rank=1, hi=3)
+        ins = [q((*batch, m, k), qt), sc(), zp(qt), q((k, n), wt), sc(), zp(wt), sc(), zp(qt)]
+        return OpCase(op, ins, opset=10, const={i for i in range(1, 8) if rng.random() < 0.7})
+    c, m = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    k = tuple(int(v) for v in rng.integers(1, 4, size=2))
+    x = q((1, c, int(rng.integers(3, 7)), int(rng.integers(3, 7))), qt)
+    attrs = {}
+    if rng.random() < 0.5:
+        attrs["pads"] = [int(v) for v in rng.integers(0, 2, size=4)]
+    if rng.random() < 0.4:
+        attrs["strides"] = [int(v) for v in rng.integers(1, 3, size=2)]
+    w = q((m, c, *k), wt)
+    if op == "ConvInteger":
+        ins = [x, w, zp(qt) if rng.random() < 0.6 else None]
+        return OpCase(op, ins, attrs, opset=10, const={1, 2} if rng.random() < 0.7 else set())
+    bias = rng.integers(-500, 500, size=m).astype(np.int32) if rng.random() < 0.6 else None
+    ins = [x, sc(), zp(qt), w, sc(), zp(wt), sc(), zp(qt), bias]
+    return OpCase(op, ins, attrs, opset=10, const={i for i in range(1, 9) if rng.random() < 0.7})
+
+
+@generator("NonMaxSuppression")
+def _nms(rng, op):
+    b, c, n = int(rng.integers(1, 3)), int(rng.integers(1, 3)), int(rng.integers(1, 9))
+    xy = rng.uniform(0, 10, size=(b, n, 2))
+    wh = rng.uniform(1, 5, size=(b, n, 2))
+    center = int(rng.random() < 0.3)
+    boxes = np.concatenate([xy, wh], -1) if center else np.concatenate([xy, xy + wh], -1)
+    scores = rng.permutation(b * c * n).reshape(b, c, n) / (b * c * n)  # distinct: no ties to order
+    ins = [boxes.astype(np.float32), scores.astype(np.float32),
+           np.array([int(rng.integers(0, n + 2))], np.int64) if rng.random() < 0.8 else None,
+           np.array([float(rng.uniform(0.1, 0.8))], np.float32) if rng.random() < 0.8 else None,
+           np.array([float(rng.uniform(0.0, 0.5))], np.float32) if rng.random() < 0.5 else None]
+    return OpCase(op, ins, {"center_point_box": center} if center or rng.random() < 0.3 else {}, opset=11,
+                  const={2, 3, 4} if rng.random() < 0.7 else set())
+
+
+@generator("Det")
+def _det(rng, op):
+    n = int(rng.integers(1, 5))
+    batch = shape(rng, max_rank=2, lo=1, hi=3)
+    return OpCase(op, [array(rng, (*batch, n, n), pick(rng, ["float32", "float64"]), -2, 2, special=False)], opset=11)
+
+
+@generator("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss")
+def _losses(rng, op):
+    n, c = int(rng.integers(1, 5)), int(rng.integers(2, 5))
+    # no empty batch: the mean over no element is 0 in onnxruntime, NaN (0 / 0) by the spec's formula
+    extra = tuple(d or 1 for d in shape(rng, max_rank=2, lo=1, hi=3))
+    x = array(rng, (n, c, *extra), "float32", -3, 3, special=False)
+    labels = rng.integers(0, c, size=(n, *extra)).astype(np.int64)
+    attrs = {"reduction": pick(rng, ["mean", "sum", "none"])}
+    if rng.random() < 0.3:
+        attrs["ignore_index"] = int(rng.integers(0, c))
+        if labels.size:
+            labels.flat[0] = attrs["ignore_index"]
+    weights = array(rng, (c,), "float32", 0.1, 2, special=False) if rng.random() < 0.4 else None
+    n_out = 2 if op == "SoftmaxCrossEntropyLoss" and rng.random() < 0.4 else 1
+    return OpCase(op, [x, labels, weights], attrs, opset=13, const={2} if rng.random() < 0.5 else set(), n_outputs=n_out)
+
+
+@generator("Attention")
+def _attention(rng, op):
+    b, sq, skv, h, d = (int(v) for v in rng.integers(1, 4, size=5))
+    kv_heads = h if rng.random() < 0.6 else 1
+    dt = pick(rng, ["float32", "float32", "float16"])
+    if rng.random() < 0.5:  # 4-D (B, heads, S, D)
+        q, k, v = (b, h, sq, d), (b, kv_heads, skv, d), (b, kv_heads, skv, d)
+        attrs = {}
+    else:  # 3-D (B, S, heads * D)
+        q, k, v = (b, sq, h * d), (b, skv, kv_heads * d), (b, skv, kv_heads * d)
+        attrs = {"q_num_heads": h, "kv_num_heads": kv_heads}
+    ins = [array(rng, q, dt, -1, 1, special=False), array(rng, k, dt, -1, 1, special=False),
+           array(rng, v, dt, -1, 1, special=False)]
+    if rng.random() < 0.4:
+        ins.append(array(rng, (sq, skv), dt, -1, 1, special=False) if rng.random() < 0.5
+                   else np.asarray(rng.random((sq, skv)) < 0.8))
+    if rng.random() < 0.3:
+        attrs["is_causal"] = 1
+    if rng.random() < 0.3:
+        attrs["scale"] = float(pick(rng, [0.5, 0.125]))
+    if rng.random() < 0.2:
+        attrs["softcap"] = 2.0
+    return OpCase(op, ins, attrs, opset=23)
+
+
+@generator("DFT")
+def _dft(rng, op):
+    n = int(rng.integers(1, 9))
+    batch = int(rng.integers(1, 3))
+    complex_in = rng.random() < 0.4
+    x = array(rng, (batch, n, 2 if complex_in else 1), "float32", special=False)
+    attrs = {}
+    if rng.random() < 0.3:
+        attrs["inverse"] = 1
+    if not complex_in and rng.random() < 0.4 and not attrs.get("inverse"):
+        attrs["onesided"] = 1
+    length = np.array(int(rng.integers(1, 10)), np.int64) if rng.random() < 0.4 else None
+    axis = np.array(pick(rng, [1, -2]), np.int64) if rng.random() < 0.5 else None
+    return OpCase(op, [x, length, axis], attrs, opset=20, const={1, 2})

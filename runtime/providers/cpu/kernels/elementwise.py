@@ -210,7 +210,14 @@ class Clip(Kernel):
         x = inputs[0]
         lo = inputs[1] if len(inputs) > 1 else None
         hi = inputs[2] if len(inputs) > 2 else None
-        return [clip(x, None if lo is None else lo[()], None if hi is None else hi[()])]
+        lo, hi = None if lo is None else lo[()], None if hi is None else hi[()]
+        if x.dtype.kind == "f" and (lo is None or hi is None):
+            # An absent bound is numeric_limits<T>::lowest() / max() (the spec's words, and
+            # onnxruntime's): an inf input comes out as the largest finite value.
+            info = np.finfo(x.dtype)
+            lo = info.min if lo is None else lo
+            hi = info.max if hi is None else hi
+        return [clip(x, lo, hi)]
 
 
 @register("Identity", since=1)

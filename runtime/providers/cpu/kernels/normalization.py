@@ -81,6 +81,30 @@ class InstanceNormalization(Kernel):
         return [d.astype(x.dtype, copy=False)]
 
 
+@register("LpNormalization", since=1)
+class LpNormalization(Kernel):
+    """x / ||x||_p along ``axis`` (p = 1: the sum of |x|; p = 2: the Euclidean norm); a zero norm
+    gives 0, as onnxruntime. (onnx.reference's p = 1 divides by the plain sum: -1 came out 1.)"""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = node.attr("axis", -1)
+        self.p = node.attr("p", 2)
+        if self.p not in (1, 2):
+            raise InvalidArgument(f"LpNormalization node {node.name!r}: p = {self.p}; the spec allows 1 or 2.")
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        if self.p == 1:
+            norm = np.abs(x).sum(axis=self.axis, keepdims=True)
+        else:
+            norm = np.sqrt(np.square(x).sum(axis=self.axis, keepdims=True))
+        zero = norm == 0
+        y = x / np.where(zero, 1, norm).astype(x.dtype, copy=False)
+        if zero.any():
+            y = np.where(zero, x.dtype.type(0), y)
+        return [np.asarray(y, dtype=x.dtype)]
+
+
 def _row_sums(rows: np.ndarray) -> np.ndarray:
     """The sums of the rows of a 2-D float array as one BLAS matrix-vector product with a cached
     vector of ones, where numpy's sum along the last axis runs one reduction loop per row (rows

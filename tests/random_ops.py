@@ -843,3 +843,192 @@ def _dft(rng, op):
     length = np.array(int(rng.integers(1, 10)), np.int64) if rng.random() < 0.4 else None
     axis = np.array(pick(rng, [1, -2]), np.int64) if rng.random() < 0.5 else None
     return OpCase(op, [x, length, axis], attrs, opset=20, const={1, 2})
+
+
+@generator("Swish")
+def _swish(rng, op):
+    attrs = {"alpha": float(pick(rng, [0.5, 1.0, 1.702]))} if rng.random() < 0.6 else {}
+    return OpCase(op, [array(rng, shape(rng), pick(rng, ["float32", "float64", "float16"]))], attrs, opset=24)
+
+
+@generator("RotaryEmbedding")
+def _rotary(rng, op):
+    b, s, heads = (int(v) for v in rng.integers(1, 4, size=3))
+    d = 2 * int(rng.integers(1, 4))
+    rot = d if rng.random() < 0.6 else 2 * int(rng.integers(1, d // 2 + 1))
+    max_pos = s + int(rng.integers(0, 4))
+    attrs = {"interleaved": int(rng.integers(0, 2))}
+    if rot != d:
+        attrs["rotary_embedding_dim"] = rot
+    if rng.random() < 0.5:  # 4-D (B, heads, S, D)
+        x = array(rng, (b, heads, s, d), "float32", -1, 1, special=False)
+    else:  # 3-D (B, S, heads * D)
+        x = array(rng, (b, s, heads * d), "float32", -1, 1, special=False)
+        attrs["num_heads"] = heads
+    if rng.random() < 0.5:  # caches indexed by position_ids
+        cos = array(rng, (max_pos, rot // 2), "float32", -1, 1, special=False)
+        sin = array(rng, (max_pos, rot // 2), "float32", -1, 1, special=False)
+        pos = rng.integers(0, max_pos, size=(b, s)).astype(np.int64)
+        ins = [x, cos, sin, pos]
+    else:  # caches per batch and position
+        ins = [x, array(rng, (b, s, rot // 2), "float32", -1, 1, special=False),
+               array(rng, (b, s, rot // 2), "float32", -1, 1, special=False)]
+    return OpCase(op, ins, attrs, opset=23, const={1, 2} if rng.random() < 0.5 else set())
+
+
+@generator("AffineGrid")
+def _affine_grid(rng, op):
+    n = int(rng.integers(1, 3))
+    if rng.random() < 0.6:
+        size = np.array([n, int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 5))], np.int64)
+        theta = array(rng, (n, 2, 3), "float32", -1, 1, special=False)
+    else:
+        size = np.array([n, 1, *(int(v) for v in rng.integers(1, 4, size=3))], np.int64)
+        theta = array(rng, (n, 3, 4), "float32", -1, 1, special=False)
+    attrs = {"align_corners": 1} if rng.random() < 0.5 else {}
+    if attrs:  # a 1-pixel axis with align_corners: onnxruntime puts it at 1, onnx.reference at -1, PyTorch
+        size[2:] = np.maximum(size[2:], 2)  # and onnxhal at 0 (docs/cpu-ep.md)
+    return OpCase(op, [theta, size], attrs, opset=20, const={1})
+
+
+@generator("HannWindow", "HammingWindow", "BlackmanWindow")
+def _window(rng, op):
+    attrs = {"periodic": int(rng.integers(0, 2))} if rng.random() < 0.6 else {}
+    if rng.random() < 0.3:
+        attrs["output_datatype"] = pick(rng, [1, 11])
+    return OpCase(op, [np.array(int(rng.integers(1, 12)), pick(rng, [np.int64, np.int32]))], attrs, opset=17)
+
+
+@generator("CenterCropPad")
+def _center_crop_pad(rng, op):
+    s = shape(rng, rank=int(rng.integers(1, 4)), lo=1)
+    if rng.random() < 0.5:
+        axes = sorted(set(int(a) for a in rng.integers(-len(s), len(s), size=int(rng.integers(1, len(s) + 1)))))
+        axes = [a for i, a in enumerate(axes) if a % len(s) not in {b % len(s) for b in axes[:i]}]
+        target = np.array([int(rng.integers(1, 7)) for _ in axes], np.int64)
+        attrs = {"axes": axes}
+    else:
+        target = np.array([int(rng.integers(1, 7)) for _ in s], np.int64)
+        attrs = {}
+    return OpCase(op, [array(rng, s, pick(rng, ["float32", "int64"])), target], attrs, opset=18, const={1})
+
+
+@generator("Col2Im")
+def _col2im(rng, op):
+    img = [int(v) for v in rng.integers(3, 7, size=2)]
+    block = [int(v) for v in rng.integers(1, 3, size=2)]
+    attrs = {}
+    strides = [int(v) for v in rng.integers(1, 3, size=2)] if rng.random() < 0.5 else [1, 1]
+    dil = [int(v) for v in rng.integers(1, 3, size=2)] if rng.random() < 0.3 else [1, 1]
+    pads = [int(v) for v in rng.integers(0, 2, size=4)] if rng.random() < 0.4 else [0, 0, 0, 0]
+    for k, v, d in (("strides", strides, [1, 1]), ("dilations", dil, [1, 1]), ("pads", pads, [0, 0, 0, 0])):
+        if v != d:
+            attrs[k] = v
+    blocks = 1
+    for i in range(2):
+        blocks *= (img[i] + pads[i] + pads[i + 2] - (dil[i] * (block[i] - 1) + 1)) // strides[i] + 1
+    c = int(rng.integers(1, 3))
+    x = array(rng, (int(rng.integers(1, 3)), c * block[0] * block[1], max(blocks, 0)), "float32", special=False)
+    return OpCase(op, [x, np.array(img, np.int64), np.array(block, np.int64)], attrs, opset=18, const={1, 2})
+
+
+@generator("MaxUnpool")
+def _max_unpool(rng, op):
+    n, c, h, w = 1, int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    k = [2, 2]
+    extra = int(rng.random() < 0.3)  # an output_shape one row taller (MaxPool's input had an odd height)
+    out_h, out_w = h * 2, w * 2  # the indices are flat in the shape the attributes imply (the spec)
+    x = array(rng, (n, c, h, w), "float32", special=False)
+    # one index per window (as MaxPool's Indices, flat in the output): no place written twice
+    ii = rng.integers(0, 2, size=(n, c, h, w)) + 2 * np.arange(h)[:, None]
+    jj = rng.integers(0, 2, size=(n, c, h, w)) + 2 * np.arange(w)[None, :]
+    idx = ((np.arange(n)[:, None, None, None] * c + np.arange(c)[None, :, None, None]) * out_h + ii) * out_w + jj
+    ins = [x, idx.astype(np.int64)]
+    if extra:
+        ins.append(np.array([n, c, out_h + 1, out_w], np.int64))
+    return OpCase(op, ins, {"kernel_shape": k, "strides": [2, 2]}, opset=11, const={2} if len(ins) > 2 else set())
+
+
+@generator("Dropout")
+def _dropout(rng, op):
+    x = array(rng, shape(rng), pick(rng, ["float32", "float64"]))
+    ins = [x]
+    if rng.random() < 0.5:
+        ins.append(np.array(pick(rng, [0.0, 0.5]), np.float32))
+        if rng.random() < 0.5:
+            ins.append(np.array(False))  # training_mode off: the output is x, the mask all true
+    return OpCase(op, ins, opset=13, const={1, 2}, n_outputs=int(rng.integers(1, 3)))
+
+
+@generator("DeformConv")
+def _deform_conv(rng, op):
+    n, c, h, w = 1, int(rng.integers(1, 3)), int(rng.integers(3, 6)), int(rng.integers(3, 6))
+    m, k = int(rng.integers(1, 3)), [int(v) for v in rng.integers(1, 3, size=2)]
+    oh, ow = h - k[0] + 1, w - k[1] + 1
+    x = array(rng, (n, c, h, w), "float32", special=False)
+    wt = array(rng, (m, c, *k), "float32", -1, 1, special=False)
+    off = array(rng, (n, 2 * k[0] * k[1], oh, ow), "float32", -1.5, 1.5, special=False)
+    ins = [x, wt, off, array(rng, (m,), "float32", special=False) if rng.random() < 0.5 else None]
+    if rng.random() < 0.4:
+        ins.append(array(rng, (n, k[0] * k[1], oh, ow), "float32", 0, 1, special=False))
+    return OpCase(op, ins, {"kernel_shape": k}, opset=19, const={1} if rng.random() < 0.5 else set())
+
+
+@generator("MaxRoiPool")
+def _max_roi_pool(rng, op):
+    c, h, w = int(rng.integers(1, 3)), int(rng.integers(3, 8)), int(rng.integers(3, 8))
+    r = int(rng.integers(1, 4))
+    x1, y1 = rng.integers(0, w - 1, size=r), rng.integers(0, h - 1, size=r)
+    rois = np.stack([np.zeros(r), x1, y1, x1 + rng.integers(0, 3, size=r), y1 + rng.integers(0, 3, size=r)], 1)
+    attrs = {"pooled_shape": [int(v) for v in rng.integers(1, 3, size=2)]}
+    if rng.random() < 0.3:
+        attrs["spatial_scale"] = 0.5
+    return OpCase(op, [array(rng, (1, c, h, w), "float32", special=False), rois.astype(np.float32)], attrs, opset=1)
+
+
+@generator("STFT")
+def _stft(rng, op):
+    length = int(rng.integers(4, 17))
+    frame = int(rng.integers(2, length + 1))
+    step = int(rng.integers(1, frame + 1))
+    x = array(rng, (int(rng.integers(1, 3)), length, 1), "float32", special=False)
+    ins = [x, np.array(step, np.int64)]
+    if rng.random() < 0.5:
+        ins += [array(rng, (frame,), "float32", 0, 1, special=False), None]
+    else:
+        ins += [None, np.array(frame, np.int64)]
+    attrs = {"onesided": int(rng.integers(0, 2))} if rng.random() < 0.6 else {}
+    return OpCase(op, ins, attrs, opset=17, const={1, 2, 3})
+
+
+@generator("Upsample")
+def _upsample(rng, op):
+    s = (1, int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 5)))
+    scales = np.array([1, 1, float(pick(rng, [1, 2, 3])), float(pick(rng, [1, 2, 1.5]))], np.float32)
+    mode = pick(rng, ["nearest", "linear"])
+    return OpCase(op, [array(rng, s, "float32", special=False), scales], {"mode": mode}, opset=9, const={1})
+
+
+@generator("StringNormalizer", "RegexFullMatch", "StringConcat", "StringSplit")
+def _strings(rng, op):
+    words = ["Hello", "world", "ONNX", "hal", "a1b2", "", "  spaced ", "MiXeD", "stop", "x,y"]
+    s = shape(rng, rank=int(rng.integers(1, 3)), lo=1, max_rank=2)
+    x = np.array(rng.choice(words, size=s), dtype=object)
+    if op == "StringNormalizer":
+        x = x.reshape(-1) if rng.random() < 0.7 else x.reshape(1, -1)
+        attrs = {"case_change_action": pick(rng, ["NONE", "LOWER", "UPPER"])}
+        if rng.random() < 0.5:
+            attrs["stopwords"] = ["stop", "world"]
+            attrs["is_case_sensitive"] = int(rng.integers(0, 2))
+        return OpCase(op, [x], attrs, opset=10)
+    if op == "RegexFullMatch":
+        return OpCase(op, [x], {"pattern": pick(rng, [r"[a-z]+", r"\w+\d", r".*o.*", r"[A-Z]\w*"])}, opset=20)
+    if op == "StringConcat":
+        y = np.array(rng.choice(words, size=broadcast_partner(rng, s)), dtype=object)
+        return OpCase(op, [x, y], opset=20)
+    attrs = {}
+    if rng.random() < 0.6:
+        attrs["delimiter"] = pick(rng, [",", "o", "l"])
+    if rng.random() < 0.4:
+        attrs["maxsplit"] = int(rng.integers(1, 3))
+    return OpCase(op, [x], attrs, opset=20, n_outputs=2)

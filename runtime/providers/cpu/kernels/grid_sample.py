@@ -10,6 +10,7 @@ import itertools
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _MODES = {"bilinear": "linear", "bicubic": "cubic"}
@@ -155,3 +156,35 @@ class GridSample(Kernel):
         """x[n, :, i0, i1, ...] for every grid position -> (N, *grid_out, C)."""
         xc = np.moveaxis(x, 1, -1)  # (N, *dims, C)
         return xc[(n_idx, *idx)]
+
+
+def _base_coords(n: int, align: bool) -> np.ndarray:
+    """Normalized pixel positions along an axis of n pixels. With align_corners a 1-pixel axis is
+    at 0 (PyTorch's affine_grid and onnxruntime; onnx.reference puts it at -1)."""
+    if align:
+        return np.linspace(-1.0, 1.0, n) if n > 1 else np.zeros(n)
+    return (2.0 * np.arange(n) + 1.0) / n - 1.0
+
+
+@register("AffineGrid", since=20)
+class AffineGrid(Kernel):
+    """The sampling grid of an affine transform: (N, H, W, 2) from theta (N, 2, 3) and size
+    (N, C, H, W), or (N, D, H, W, 3) from (N, 3, 4) and (N, C, D, H, W)."""
+
+    host_inputs = frozenset({1})
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.align = bool(node.attr("align_corners", 0))
+
+    def compute(self, inputs: list) -> list:
+        theta, size = inputs[0], [int(v) for v in inputs[1]]
+        nd = len(size) - 2
+        if nd not in (2, 3) or theta.shape[1:] != (nd, nd + 1) or theta.shape[0] != size[0]:
+            raise InvalidArgument(f"AffineGrid: theta {list(theta.shape)} and size {size}; give theta (N, 2, 3) with "
+                                  "size (N, C, H, W), or (N, 3, 4) with (N, C, D, H, W).")
+        axes = [_base_coords(d, self.align) for d in size[2:]]  # D, H, W order
+        mesh = np.meshgrid(*axes, indexing="ij")
+        base = np.stack([*mesh[::-1], np.ones_like(mesh[0])], -1)  # (..., x, y[, z], 1)
+        wt = np.promote_types(theta.dtype, np.float32)
+        grid = base.reshape(-1, nd + 1).astype(wt) @ np.swapaxes(theta.astype(wt), 1, 2)
+        return [grid.reshape(size[0], *size[2:], nd).astype(theta.dtype, copy=False)]

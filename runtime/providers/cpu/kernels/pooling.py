@@ -7,6 +7,8 @@ Column-major Indices (``storage_order=1``) are delegated to onnx.reference."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -409,7 +411,9 @@ class MaxRoiPool(Kernel):
         y = np.zeros((rois.shape[0], c, self.ph, self.pw), dtype=x.dtype)
         for r, roi in enumerate(rois):
             b = int(roi[0])
-            x1, y1, x2, y2 = (int(round(float(v) * self.scale)) for v in roi[1:5])
+            # C's round (half away from zero), as Caffe and onnxruntime; Python's rounds half to even
+            x1, y1, x2, y2 = (int(math.copysign(math.floor(abs(float(v) * self.scale) + 0.5), float(v)))
+                              for v in roi[1:5])
             rh, rw = max(y2 - y1 + 1, 1), max(x2 - x1 + 1, 1)
             bh, bw = rh / self.ph, rw / self.pw
             for i in range(self.ph):
@@ -421,3 +425,44 @@ class MaxRoiPool(Kernel):
                     if he > hs and we > ws:
                         y[r, :, i, j] = x[b, :, hs:he, ws:we].max(axis=(1, 2))
         return [y]
+
+
+@register("MaxUnpool", since=9)
+class MaxUnpool(Kernel):
+    """Scatters X into zeros at its flat indices I (MaxPool's Indices) in the shape MaxPool's
+    attributes imply; a larger ``output_shape`` pads that result at the end of each axis. This is
+    the spec's backend case (`maxunpool_export_with_output_shape`) and onnx.reference; onnxruntime
+    reads the indices as flat in output_shape instead (docs/cpu-ep.md)."""
+
+    host_inputs = frozenset({1, 2})
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.kernel = node.attr("kernel_shape")
+        self.strides = node.attr("strides")
+        self.pads = node.attr("pads")
+
+    def compute(self, inputs: list) -> list:
+        x, idx = inputs[0], inputs[1]
+        nd = x.ndim - 2
+        strides = self.strides or [1] * nd
+        pads = self.pads or [0] * (2 * nd)
+        implied = x.shape[:2] + tuple((x.shape[2 + i] - 1) * strides[i] + self.kernel[i] - pads[i] - pads[i + nd]
+                                      for i in range(nd))
+        shape = tuple(int(v) for v in inputs[2]) if len(inputs) > 2 and inputs[2] is not None else implied
+        if len(shape) != x.ndim or any(o < m for o, m in zip(shape, implied)):
+            raise InvalidArgument(f"MaxUnpool: output_shape {list(shape)} is smaller than the unpooled shape "
+                                  f"{list(implied)} or of another rank; give at least that shape.")
+        if idx.shape != x.shape:
+            raise InvalidArgument(f"MaxUnpool: I has shape {list(idx.shape)}, X {list(x.shape)}; they must match.")
+        y = np.zeros(implied, dtype=x.dtype)
+        flat = idx.reshape(-1)
+        if flat.size and (flat.min() < 0 or flat.max() >= y.size):
+            bad = int(flat.max() if flat.max() >= y.size else flat.min())
+            raise InvalidArgument(f"MaxUnpool: index {bad} is outside the unpooled shape {list(implied)} ({y.size} "
+                                  "elements). I must hold flat indices, as MaxPool's Indices output.")
+        y.reshape(-1)[flat] = x.reshape(-1)
+        if shape == implied:
+            return [y]
+        out = np.zeros(shape, dtype=x.dtype)
+        out[tuple(slice(0, d) for d in implied)] = y
+        return [out]

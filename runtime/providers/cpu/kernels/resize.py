@@ -2,13 +2,14 @@
 lerp for linear), in the input's float type. Coordinates come from onnx.reference's
 ``_compute_x_ori`` so every coordinate transformation mode maps exactly as the spec's reference.
 Cubic, antialias, tf_crop_and_resize, keep_aspect_ratio_policy and linear on integer tensors are
-delegated to onnx.reference."""
+delegated to onnx.reference. Upsample (opsets 7 and 9) runs on the same native path."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -79,22 +80,57 @@ class Resize(Kernel):
             else:
                 scale_list[a] = float(scales[i])
                 out_shape[a] = int(scale_list[a] * x.shape[a])
-        y = x
-        for a in axes:
-            in_len, out_len = x.shape[a], out_shape[a]
-            if out_len == in_len and scale_list[a] == 1.0:
-                continue
-            coords = _source_coords(self.coord_mode, out_len, in_len, scale_list[a])
-            if self.mode == "nearest":
-                y = np.take(y, _nearest_index(coords, self.nearest_mode, in_len), axis=a)
-                continue
-            lo = np.floor(coords)
-            w = (coords - lo).astype(x.dtype)
-            i0 = np.clip(lo, 0, in_len - 1).astype(np.intp)
-            i1 = np.clip(lo + 1, 0, in_len - 1).astype(np.intp)
-            shape = [1] * rank
-            shape[a] = out_len
-            w = w.reshape(shape)
-            y0 = np.take(y, i0, axis=a)
-            y = y0 + (np.take(y, i1, axis=a) - y0) * w
-        return [np.ascontiguousarray(y)]
+        return [resize_axes(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.nearest_mode)]
+
+
+@register("Upsample", since=7)
+class Upsample(Kernel):
+    """Upsample (opsets 7 and 9, deprecated at 10): Resize with ``asymmetric`` coordinates and
+    ``floor`` nearest rounding, the output length floor(scale * length). onnx.reference implements
+    only integer nearest scales."""
+
+    host_inputs = frozenset({1})
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.mode = node.attr("mode", "nearest")
+        if self.mode not in ("nearest", "linear", "bilinear"):
+            raise InvalidArgument(f"Upsample node {node.name!r}: mode {self.mode!r}; use nearest or linear.")
+        self.mode = "linear" if self.mode == "bilinear" else self.mode
+        self.scales = node.attr("scales")
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        scales = [float(v) for v in (inputs[1] if len(inputs) > 1 and inputs[1] is not None else self.scales)]
+        if len(scales) != x.ndim or min(scales) < 1:
+            raise InvalidArgument(f"Upsample: scales {scales} for an input of rank {x.ndim}; give one scale >= 1 per "
+                                  "axis.")
+        out_shape = [int(np.floor(d * sc)) for d, sc in zip(x.shape, scales)]
+        if self.mode == "linear" and x.dtype.kind != "f":
+            y = resize_axes(x.astype(np.float64), list(range(x.ndim)), out_shape, scales, "linear", "asymmetric", "floor")
+            return [np.rint(y).astype(x.dtype)]
+        return [resize_axes(x, list(range(x.ndim)), out_shape, scales, self.mode, "asymmetric", "floor")]
+
+
+def resize_axes(x: np.ndarray, axes: list, out_shape: list, scale_list: list, mode: str, coord_mode: str,
+                nearest_mode: str) -> np.ndarray:
+    """Nearest or linear resize of ``x`` to ``out_shape``, one axis at a time."""
+    y = x
+    rank = x.ndim
+    for a in axes:
+        in_len, out_len = x.shape[a], out_shape[a]
+        if out_len == in_len and scale_list[a] == 1.0:
+            continue
+        coords = _source_coords(coord_mode, out_len, in_len, scale_list[a])
+        if mode == "nearest":
+            y = np.take(y, _nearest_index(coords, nearest_mode, in_len), axis=a)
+            continue
+        lo = np.floor(coords)
+        w = (coords - lo).astype(x.dtype)
+        i0 = np.clip(lo, 0, in_len - 1).astype(np.intp)
+        i1 = np.clip(lo + 1, 0, in_len - 1).astype(np.intp)
+        shape = [1] * rank
+        shape[a] = out_len
+        w = w.reshape(shape)
+        y0 = np.take(y, i0, axis=a)
+        y = y0 + (np.take(y, i1, axis=a) - y0) * w
+    return np.ascontiguousarray(y)

@@ -26,6 +26,7 @@ from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
 from onnxhal.runtime.input_checks import check_feeds
 from onnxhal.runtime.layout_transform import transform_layout
+from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, LEVELS, log_scope, set_process_level
 from onnxhal.runtime.memory_plan import MemoryContext
 from onnxhal.runtime.model_loader import load_model
 from onnxhal.runtime.model_overrides import override_initializers
@@ -212,7 +213,6 @@ class _SessionCore:
 
 FAIL_ON_SUBOPTIMAL = "session.fail_on_suboptimal_compiled_model"
 _callback_thread = threading.local()  # .active: a run_async callback is running on this thread
-_SEVERITY = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
 
 
 def _check_run_options(run_options: Any) -> None:
@@ -221,23 +221,20 @@ def _check_run_options(run_options: Any) -> None:
                               "create one with onnxhal.RunOptions()")
 
 
-def apply_log_severity(level: int) -> None:
-    """ORT's severities (0 verbose, 1 info, 2 warning, 3 error, 4 fatal) on the ``onnxhal`` logger.
-    The default, 2, leaves the logger as the application configured it."""
-    if level not in _SEVERITY:
-        raise InvalidArgument(f"log_severity_level {level!r} is out of range: use 0 (verbose), 1 (info), "
+def check_log_severity(level: int, what: str = "log_severity_level") -> None:
+    """ORT's severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal (see runtime/log_scope.py)."""
+    if isinstance(level, bool) or level not in LEVELS:
+        raise InvalidArgument(f"{what} {level!r} is out of range: use 0 (verbose), 1 (info), "
                               "2 (warning), 3 (error) or 4 (fatal)")
-    if level != 2:
-        logging.getLogger("onnxhal").setLevel(_SEVERITY[level])
 
 
 def set_default_logger_severity(level: int) -> None:
     """onnxruntime's process-wide log severity (0 verbose ... 4 fatal), set on the ``onnxhal``
     logger; sessions' ``log_severity_level`` still applies on top."""
-    if isinstance(level, bool) or level not in _SEVERITY:
+    if isinstance(level, bool) or level not in LEVELS:
         raise InvalidArgument(f"set_default_logger_severity({level!r}): use 0 (verbose), 1 (info), 2 (warning), "
                               "3 (error) or 4 (fatal)")
-    logging.getLogger("onnxhal").setLevel(_SEVERITY[level])
+    set_process_level(level)
 
 
 def validate_compatibility_info(proto: onnx.ModelProto, choices: list[ProviderChoice], so: SessionOptions) -> None:
@@ -270,9 +267,15 @@ class InferenceSession:
             raise InvalidArgument(f"sess_options must be an onnxhal.SessionOptions, got {type(sess_options).__name__}; "
                                   "create one with onnxhal.SessionOptions() and set its attributes")
         so = (sess_options if sess_options is not None else SessionOptions())._copy()
+        check_log_severity(so.log_severity_level)
+        self._log_severity = so.log_severity_level
+        with log_scope(so.log_severity_level):  # this session's records only (runtime/log_scope.py)
+            self._create(path_or_bytes, so, providers, provider_options)
+
+    def _create(self, path_or_bytes: str | bytes | onnx.ModelProto, so: SessionOptions,
+                providers: Sequence[Any] | None, provider_options: Sequence[Mapping] | None) -> None:
         self._sess_options = so
         check_session_options(so)
-        apply_log_severity(so.log_severity_level)
         self._enable_fallback = True
         self._lock = threading.Lock()
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
@@ -407,8 +410,19 @@ class InferenceSession:
     # -- running ----------------------------------------------------------------------------
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list:
-        core = self._core
         _check_run_options(run_options)
+        severity = self._log_severity
+        if run_options is not None and run_options.log_severity_level != DEFAULT_SEVERITY:
+            check_log_severity(run_options.log_severity_level, "RunOptions.log_severity_level")
+            severity = run_options.log_severity_level
+        if severity == DEFAULT_SEVERITY:
+            return self._run(output_names, input_feed, run_options)
+        with log_scope(severity):
+            return self._run(output_names, input_feed, run_options)
+
+    def _run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+             run_options: RunOptions | None) -> list:
+        core = self._core
         fetch = self._fetch_indices(output_names)
         feeds = check_feeds(input_feed, self._input_infos, self._required_inputs)
         if run_options is not None and run_options.terminate:

@@ -34,15 +34,20 @@ class OpCase:
     n_outputs: int = 1
 
     def describe(self) -> str:
-        ins = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}{'c' if i in self.const else ''}"
-                        for i, a in enumerate(self.inputs))
+        def one(i, a):
+            if a is None:
+                return "-"
+            if isinstance(a, list):
+                return "seq[" + ", ".join(f"{t.dtype}{list(t.shape)}" for t in a) + "]"
+            return f"{a.dtype}{list(a.shape)}{'c' if i in self.const else ''}"
+        ins = ", ".join(one(i, a) for i, a in enumerate(self.inputs))
         return f"{self.op}-{self.opset}({ins}) {self.attrs}"
 
 
 def build(case: OpCase) -> tuple[bytes, dict]:
     """The case as a one-node model (serialized) and its feeds."""
     names, graph_inputs, inits, feeds = [], [], [], {}
-    present = [i for i, a in enumerate(case.inputs) if a is not None]
+    present = [i for i, a in enumerate(case.inputs) if a is not None and not isinstance(a, list)]
     const = set(case.const) - ({present[0]} if present and set(present) <= set(case.const) else set())
     for i, a in enumerate(case.inputs):
         if a is None:
@@ -50,6 +55,11 @@ def build(case: OpCase) -> tuple[bytes, dict]:
             continue
         name = f"in{i}"
         names.append(name)
+        if isinstance(a, list):  # a sequence of tensors, fed as a list
+            elem = helper.np_dtype_to_tensor_dtype(a[0].dtype if a else np.dtype(np.float32))
+            graph_inputs.append(helper.make_tensor_sequence_value_info(name, elem, None))
+            feeds[name] = a
+            continue
         if i in const:
             inits.append(onnx.numpy_helper.from_array(a, name))
         else:
@@ -1032,3 +1042,110 @@ def _strings(rng, op):
     if rng.random() < 0.4:
         attrs["maxsplit"] = int(rng.integers(1, 3))
     return OpCase(op, [x], attrs, opset=20, n_outputs=2)
+
+
+@generator("CumProd")
+def _cumprod(rng, op):
+    s = shape(rng, rank=int(rng.integers(1, 4)), lo=1)
+    x = array(rng, s, pick(rng, ["float32", "float64", "int32", "int64"]), -2, 2, special=False)
+    axis = np.array(int(rng.integers(-len(s), len(s))), pick(rng, [np.int64, np.int32]))
+    attrs = {k: 1 for k in ("exclusive", "reverse") if rng.random() < 0.4}
+    return OpCase(op, [x, axis], attrs, opset=26, const={1} if rng.random() < 0.5 else set())
+
+
+@generator("BitCast")
+def _bitcast(rng, op):
+    src = pick(rng, ["float32", "int32", "uint32", "float16", "int16", "uint8", "int8", "float64", "int64"])
+    same = [t for t in ["float32", "int32", "uint32", "float16", "int16", "uint8", "int8", "float64", "int64",
+                        "uint16", "uint64"] if np.dtype(t).itemsize == np.dtype(src).itemsize]
+    dst = pick(rng, same)
+    x = array(rng, shape(rng), src, -100, 100, special=False)
+    return OpCase(op, [x], {"to": helper.np_dtype_to_tensor_dtype(np.dtype(dst))}, opset=26)
+
+
+@generator("TensorScatter")
+def _tensor_scatter(rng, op):
+    b, s, h, d = (int(v) for v in rng.integers(1, 4, size=4))
+    max_len = s + int(rng.integers(1, 5))
+    past = array(rng, (b, h, max_len, d), "float32", special=False)
+    seq = int(rng.integers(1, max_len + 1))
+    upd = array(rng, (b, h, seq, d), "float32", special=False)
+    mode = pick(rng, ["linear", "circular"])
+    hi = max_len - seq if mode == "linear" else max_len - 1
+    idx = rng.integers(0, hi + 1, size=b).astype(np.int64) if rng.random() < 0.7 else None
+    attrs = {"mode": mode} if mode != "linear" or rng.random() < 0.5 else {}
+    if rng.random() < 0.3:
+        attrs["axis"] = -2
+    return OpCase(op, [past, upd, idx], attrs, opset=24)
+
+
+@generator("MelWeightMatrix")
+def _mel(rng, op):
+    bins, dft = int(rng.integers(1, 9)), int(pick(rng, [8, 16, 32]))
+    rate = int(pick(rng, [8000, 16000]))
+    lo = float(rng.uniform(0, 500))
+    hi = float(rng.uniform(lo + 500, rate / 2))
+    ins = [np.array(bins, np.int64), np.array(dft, np.int64), np.array(rate, np.int64),
+           np.array(lo, np.float32), np.array(hi, np.float32)]
+    return OpCase(op, ins, {"output_datatype": 1} if rng.random() < 0.5 else {}, opset=17)
+
+
+@generator("TfIdfVectorizer")
+def _tfidf(rng, op):
+    pool = [2, 3, 5, 7, 2, 3, 5, 7, 8, 9]  # unigrams then bigrams, one entry per ngram element
+    attrs = {"max_gram_length": int(rng.integers(1, 3)), "min_gram_length": 1, "max_skip_count": int(rng.integers(0, 3)),
+             "mode": pick(rng, ["TF", "IDF", "TFIDF"]), "ngram_counts": [0, 4], "ngram_indexes": list(range(7)),
+             "pool_int64s": pool}
+    if attrs["mode"] != "TF" or rng.random() < 0.3:
+        attrs["weights"] = [float(w) for w in rng.uniform(0.5, 2, size=7)]
+    s = (int(rng.integers(1, 4)), int(rng.integers(1, 9))) if rng.random() < 0.5 else (int(rng.integers(1, 9)),)
+    x = rng.choice([2, 3, 5, 7, 8, 9, 11], size=s).astype(pick(rng, [np.int64, np.int32]))
+    return OpCase(op, [x], attrs, opset=9)
+
+
+def _sequence(rng, n=None, same_shape=True):
+    dtype = pick(rng, ["float32", "int64", "float64"])
+    base = shape(rng, rank=int(rng.integers(1, 3)), lo=1)
+    n = int(rng.integers(1, 4)) if n is None else n
+    return [array(rng, base if same_shape else tuple(int(d) for d in rng.integers(1, 4, size=len(base))), dtype)
+            for _ in range(n)]
+
+
+@generator("SequenceAt", "SequenceLength", "SequenceErase", "SequenceInsert", "ConcatFromSequence",
+           "SplitToSequence", "SequenceConstruct")
+def _sequences(rng, op):
+    if op == "SplitToSequence":
+        s = shape(rng, rank=int(rng.integers(1, 4)), lo=1)
+        x = array(rng, s, pick(rng, ["float32", "int64"]))
+        axis = int(rng.integers(-len(s), len(s)))
+        attrs = {"axis": axis}
+        n = s[axis]
+        if rng.random() < 0.5:
+            attrs["keepdims"] = int(rng.integers(0, 2))
+            return OpCase(op, [x], attrs, opset=11)
+        if rng.random() < 0.5 and n:
+            return OpCase(op, [x, np.array(int(rng.integers(1, n + 1)), np.int64)], attrs, opset=11, const={1})
+        parts = rng.multinomial(n, [0.5, 0.5]).astype(np.int64) if n else np.zeros(0, np.int64)
+        return OpCase(op, [x, parts], attrs, opset=11, const={1})
+    if op == "SequenceConstruct":
+        return OpCase(op, _sequence(rng), opset=11)
+    seq = _sequence(rng)
+    n = len(seq)
+    if op == "SequenceAt":
+        return OpCase(op, [seq, np.array(int(rng.integers(-n, n)), pick(rng, [np.int64, np.int32]))], opset=11,
+                      const={1})
+    if op == "SequenceLength":
+        return OpCase(op, [seq], opset=11)
+    if op == "SequenceErase":
+        pos = np.array(int(rng.integers(-n, n)), np.int64) if rng.random() < 0.7 else None
+        return OpCase(op, [seq, pos], opset=11, const={1})
+    if op == "SequenceInsert":
+        t = array(rng, seq[0].shape, seq[0].dtype)
+        pos = np.array(int(rng.integers(-n, n + 1)), np.int64) if rng.random() < 0.7 else None
+        return OpCase(op, [seq, t, pos], opset=11, const={2})
+    axis = int(rng.integers(-seq[0].ndim, seq[0].ndim))
+    attrs = {"axis": axis}
+    if rng.random() < 0.4:
+        attrs["new_axis"] = 1
+        attrs["axis"] = int(rng.integers(-seq[0].ndim - 1, seq[0].ndim + 1))
+    return OpCase(op, [seq], attrs, opset=11)

@@ -46,6 +46,13 @@ def _mismatch(want: list, got: list) -> str | None:
     if len(want) != len(got):
         return f"{len(got)} outputs, onnxruntime {len(want)}"
     for i, (w, g) in enumerate(zip(want, got)):
+        if isinstance(w, list) or isinstance(g, list):  # sequence outputs: element by element
+            if not (isinstance(w, list) and isinstance(g, list)):
+                return f"output {i}: {type(g).__name__}, onnxruntime {type(w).__name__}"
+            problem = _mismatch(w, g)
+            if problem:
+                return f"output {i} (a sequence): {problem}"
+            continue
         w, g = np.asarray(w), np.asarray(g)
         if w.shape != g.shape or w.dtype != g.dtype:
             return f"output {i}: {g.dtype}{list(g.shape)}, onnxruntime {w.dtype}{list(w.shape)}"
@@ -129,7 +136,7 @@ def check(op: str, seed: int, opencl: bool = False) -> tuple[str, str | None]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 sess = onnxhal.InferenceSession(model, hso, providers=providers)
-                got = sess.run(None, {k: v.copy() for k, v in feeds.items()})
+                got = sess.run(None, {k: _copy(v) for k, v in feeds.items()})
                 if providers:
                     OPENCL_NODES[op] = OPENCL_NODES.get(op, 0) + sess.partition_summary.get(OPENCL[0], 0)
         except OrtError as e:
@@ -155,9 +162,13 @@ def check(op: str, seed: int, opencl: bool = False) -> tuple[str, str | None]:
     return "agree", None
 
 
+def _copy(v):
+    return [t.copy() for t in v] if isinstance(v, list) else v.copy()
+
+
 def _onnxhal_cpu(model: bytes, feeds: dict) -> list:
     try:
-        return onnxhal.InferenceSession(model).run(None, {k: v.copy() for k, v in feeds.items()})
+        return onnxhal.InferenceSession(model).run(None, {k: _copy(v) for k, v in feeds.items()})
     except Exception:  # noqa: BLE001
         return []
 

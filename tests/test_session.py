@@ -219,19 +219,51 @@ def test_terminate_set_during_a_run_stops_between_nodes():
 
 
 def test_log_severity_level(caplog):
+    """A session's log_severity_level applies to that session's records only, as onnxruntime's
+    per-session logger: a session created at 4 (fatal) must not silence the warnings of sessions
+    created after it (it used to set the level of the whole onnxhal logger), and 0 (verbose) lets a
+    session's INFO records through without letting other sessions' through."""
     import logging
 
     so = onnxhal.SessionOptions()
     so.log_severity_level = 7
     with pytest.raises(errors.InvalidArgument, match="log_severity_level 7"):
         onnxhal.InferenceSession(add_mul_model(), so)
-    so.log_severity_level = 1
+
+    # one + two folds at ORT_ENABLE_ALL: the optimizer logs that pass at DEBUG
+    folding = make([helper.make_node("Add", ["one", "two"], ["c"]), helper.make_node("Mul", ["x", "c"], ["y"])],
+                   [vi("x", [3])], [vi("y", [3])],
+                   [onnx.numpy_helper.from_array(np.ones(3, np.float32), n) for n in ("one", "two")])
+
+    def options(severity: int) -> onnxhal.SessionOptions:
+        o = onnxhal.SessionOptions()
+        o.log_severity_level = severity
+        # an initializer the model lacks: the session logs a warning while it is created
+        o.add_initializer("absent", onnxhal.OrtValue.ortvalue_from_numpy(np.zeros(1, np.float32)))
+        return o
+
+    root = logging.getLogger("onnxhal")
+    before = root.level
     try:
-        with caplog.at_level(logging.NOTSET):
-            onnxhal.InferenceSession(add_mul_model(), so)
-        assert logging.getLogger("onnxhal").level == logging.INFO
+        with caplog.at_level(logging.WARNING, logger="onnxhal"):  # the application's level: WARNING
+            caplog.handler.setLevel(logging.NOTSET)  # the capture itself keeps whatever reaches it
+            onnxhal.InferenceSession(add_mul_model(), options(4))
+            assert "absent" not in caplog.text
+            onnxhal.InferenceSession(add_mul_model(), options(2))
+            assert "add_initializer('absent')" in caplog.text
+            caplog.clear()
+            onnxhal.InferenceSession(folding, options(2))
+            assert not [r for r in caplog.records if r.levelno < logging.WARNING]
+            onnxhal.InferenceSession(folding, options(0))
+            assert "absent" in caplog.text
+            assert any(r.levelno == logging.DEBUG and "pass" in r.getMessage() for r in caplog.records)
+            caplog.clear()
+            onnxhal.InferenceSession(folding, options(2))
+            logging.getLogger("onnxhal.session").info("outside any session")
+            assert not [r for r in caplog.records if r.levelno < logging.WARNING], \
+                "a verbose session let other records below WARNING through"
     finally:
-        logging.getLogger("onnxhal").setLevel(logging.NOTSET)
+        root.setLevel(before)
 
 
 @pytest.mark.parametrize("profiling", [False, True])

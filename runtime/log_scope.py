@@ -1,0 +1,78 @@
+"""Per-session and per-run log severity (onnxruntime's ``SessionOptions.log_severity_level`` and
+``RunOptions.log_severity_level``: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal).
+
+onnxruntime gives each session its own logger. onnxhal logs through the ``onnxhal`` logger tree,
+which the application configures. A session's severity applies only to records logged while that
+session is being created or run, in that thread (a ``ContextVar``): a filter on the ``onnxhal``
+loggers drops the records below it. Before, the level was set on the ``onnxhal`` logger itself,
+so one session created with severity 4 silenced every other session's warnings for the rest of
+the process.
+
+Severities 0 and 1 ask for records below WARNING. A filter never sees those unless the logger's
+level lets them through, so the ``onnxhal`` logger is lowered. Records logged outside such a
+session are then still held to the level the application had set.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
+DEFAULT_SEVERITY = 2
+
+_current: ContextVar[int | None] = ContextVar("onnxhal_log_level", default=None)
+#: The ``onnxhal`` logger's level before a verbose session lowered it: the bar for other records.
+_baseline: int | None = None
+
+
+class _ScopeFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        level = _current.get()
+        if level is None:
+            level = _baseline
+        return level is None or record.levelno >= level
+
+
+_FILTER = _ScopeFilter()
+
+
+def _install() -> None:
+    """The filter on ``onnxhal`` and on every ``onnxhal.*`` logger created so far (a logger's
+    filters do not apply to its children's records)."""
+    loggers = [logging.getLogger("onnxhal")] + [
+        lg for name, lg in list(logging.Logger.manager.loggerDict.items())
+        if name.startswith("onnxhal.") and isinstance(lg, logging.Logger)]
+    for lg in loggers:
+        if _FILTER not in lg.filters:
+            lg.addFilter(_FILTER)
+
+
+@contextmanager
+def log_scope(severity: int) -> Iterator[None]:
+    """Records logged inside the block are kept only at ``severity`` or above."""
+    global _baseline
+    if severity == DEFAULT_SEVERITY:
+        yield
+        return
+    level = LEVELS[severity]
+    _install()
+    root = logging.getLogger("onnxhal")
+    if level < root.getEffectiveLevel():
+        if _baseline is None:
+            _baseline = root.getEffectiveLevel()
+        root.setLevel(level)
+    token = _current.set(level)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def set_process_level(severity: int) -> None:
+    """onnxruntime's ``set_default_logger_severity``: the ``onnxhal`` logger's own level."""
+    global _baseline
+    _baseline = None
+    logging.getLogger("onnxhal").setLevel(LEVELS[severity])

@@ -88,7 +88,12 @@ class KernelContext:
 class NodeComputeInfo:
     """Returned by ``Ep.compile`` for one fused node. ``create_state`` runs once when the session is
     created, ``compute`` on every run (possibly from many threads at once, so it must not mutate
-    the state), ``release_state`` when the session ends."""
+    the state), ``release_state`` when the session ends.
+
+    ``host_inputs`` names fused-node input indices the runtime hands over in host memory (ORT's
+    OrtMemTypeCPUInput), e.g. indices the EP must check before it uploads them."""
+
+    host_inputs: frozenset[int] = frozenset()
 
     def create_state(self, fused_node: Node) -> Any:
         return None

@@ -91,7 +91,7 @@ class PlanBuilder:
                 out = _c.compute(_s, ctx)
                 return ctx.outputs if out is None else out
 
-            return fused, frozenset(), frozenset()
+            return fused, frozenset(getattr(cinfo, "host_inputs", ())), frozenset()
         ep = self.eps[node.ep_name]
         try:
             kernel = ep.create_kernel(node, _CreateContext(self, graph))

@@ -163,3 +163,87 @@ def test_scatter_deprecated_op():
     (y,) = run_native("Scatter", [data, idx, upd], 9, axis=0)
     (want,) = run_reference("ScatterElements", [data, idx, upd], 11, axis=0)
     np.testing.assert_array_equal(y, want)
+
+
+def test_pad_negative_pad_reaching_past_a_positive_one():
+    # Output length is d + begin + end (the spec's shape inference, onnxruntime): axis 1 below is
+    # 1 - 2 + 2 = 1 and holds only the constant; the old crop-then-pad gave 2.
+    x = np.arange(1, 9, dtype=np.int64).reshape(2, 1, 4)
+    (y,) = run_native("Pad", [x, ints(-1, 0, 2, 1, 0, 1)], 18)
+    assert y.shape == (2, 1, 7)
+    np.testing.assert_array_equal(y[0, 0, 2:6], x[1, 0])  # output index j holds input j - begin
+    assert not y[1].any() and not y[0, 0, :2].any()
+    (z,) = run_native("Pad", [x, ints(0, -2, 0, 0, 2, 0)], 18)
+    assert z.shape == (2, 1, 4) and not z.any()
+
+
+@pytest.mark.parametrize("pads,mode,match", [
+    (ints(-2, -1), "constant", "negative size"),
+    (ints(1, 0, 0, -3), "edge", r"pads \[0, -3\] leaves axis 1 \(length 3\) nothing to extend"),
+    (ints(0, 3, 0, 0), "reflect", "each must be less than the length"),
+])
+def test_pad_refusals_are_typed(pads, mode, match):
+    from onnxhal.hal.errors import InvalidArgument
+
+    x = randn(3, 3) if len(pads) == 4 else randn(2)
+    with pytest.raises(InvalidArgument, match=match):
+        run_native("Pad", [x, pads], 19, mode=mode)
+
+
+def test_gather_elements_output_has_the_indices_shape():
+    # Other axes of the data may be longer than the indices'; numpy's take_along_axis broadcast them.
+    x = np.arange(8, dtype=np.int64).reshape(1, 2, 4)
+    (y,) = run_native("GatherElements", [x, np.array([[[3]]], np.int32)], 13, axis=2)
+    assert y.tolist() == [[[3]]]
+    (z,) = run_native("GatherElements", [randn(5, 3), np.array([[4, -5], [0, 1]], I64)], 13, axis=0)
+    assert z.shape == (2, 2)
+
+
+@pytest.mark.parametrize("op,inputs,attrs,match", [
+    ("Gather", [randn(5, 3), ints(0, 5)], {"axis": 0}, r"index 5 is out of range for axis 0 of length 5"),
+    ("Gather", [randn(5, 3), ints(-4)], {"axis": 1}, r"index -4 is out of range for axis 1 of length 3"),
+    ("GatherElements", [randn(2, 2), np.array([[0, 2], [1, 0]], I64)], {"axis": 1}, r"index 2 is out of range"),
+    ("ScatterND", [randn(3), np.array([[3]], I64), randn(1)], {}, r"index 3 at \[0, 0\] is out of range"),
+    ("ScatterElements", [randn(3), ints(-4), randn(1)], {}, r"index -4 at \[0\] is out of range"),
+    ("Reshape", [randn(2, 3), ints(4, -1)], {}, r"cannot reshape \[2, 3\] \(6 elements\) to \[4, -1\]"),
+    ("Reshape", [randn(6), ints(2, 0)], {}, r"0 \(copy the input's dimension\) at position 1"),
+])
+def test_index_and_shape_errors_name_the_value(op, inputs, attrs, match):
+    from onnxhal.hal.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=match):
+        run_native(op, inputs, 18 if op.startswith("Scatter") else 13, **attrs)
+
+
+@pytest.mark.parametrize("op", ["ScatterND", "ScatterElements"])
+def test_scatter_max_min_nan_and_duplicates_as_onnxruntime(op):
+    # onnxruntime's std::max(data, update): a NaN update propagates, a NaN in the data is replaced
+    # (values measured with onnxruntime 1.32; tests/test_ops_random.py compares more at random).
+    nan = np.nan
+    x = np.array([nan, 1.0, nan, 2.0], np.float32)
+    upd = np.array([5.0, nan, nan, -1.0], np.float32)
+    idx = ints(0, 1, 2, 3)
+    idx = idx.reshape(4, 1) if op == "ScatterND" else idx
+    (mx,) = run_native(op, [x, idx, upd], 18, reduction="max")
+    np.testing.assert_array_equal(mx, [5.0, nan, nan, 2.0])
+    (mn,) = run_native(op, [x, idx, upd], 18, reduction="min")
+    np.testing.assert_array_equal(mn, [5.0, nan, nan, -1.0])
+    dup = ints(1, 1, 1)
+    dup = dup.reshape(3, 1) if op == "ScatterND" else dup
+    three = np.array([1.0, 2.0, 3.0], np.float32)
+    (added,) = run_native(op, [np.zeros(3, np.float32), dup, three], 18, reduction="add")
+    assert added.tolist() == [0.0, 6.0, 0.0]  # every duplicate reduced in, not the last one only
+    (last,) = run_native(op, [np.zeros(3, np.float32), dup, three], 18)
+    assert last.tolist() == [0.0, 3.0, 0.0]
+
+
+def test_unique_flattens_and_keeps_first_occurrence_order():
+    x = np.array([[2, 1], [2, 3]], np.int8)  # int8: onnx.reference refused it
+    y, first, inverse, counts = run_native("Unique", [x], 11, n_outputs=4, sorted=0)
+    assert (y.tolist(), first.tolist(), inverse.tolist(), counts.tolist()) == ([2, 1, 3], [0, 1, 3], [0, 1, 0, 2], [2, 1, 1])
+    y, first, inverse, counts = run_native("Unique", [x], 11, n_outputs=4, sorted=1)
+    assert (y.tolist(), first.tolist(), inverse.tolist(), counts.tolist()) == ([1, 2, 3], [1, 0, 3], [1, 0, 1, 2], [1, 2, 1])
+    (empty, *_) = run_native("Unique", [np.zeros((0, 4), np.float32)], 11, n_outputs=4)
+    assert empty.shape == (0,)  # flattened, as onnxruntime
+    rows, _, inv, _ = run_native("Unique", [np.array([[1, 2], [0, 5], [1, 2]], np.int64)], 11, n_outputs=4, axis=0)
+    assert rows.tolist() == [[0, 5], [1, 2]] and inv.tolist() == [1, 0, 1]

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 pytest.importorskip("pyopencl")
 import pyopencl as cl  # noqa: E402
 
+import onnxhal  # noqa: E402
 from onnxhal import hal  # noqa: E402
 from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
 from onnxhal.runtime.providers.opencl.ep import filtered_graph  # noqa: E402
@@ -60,8 +61,11 @@ def run_on_opencl(ocl, nodes, inputs: dict, initializers: dict | None = None, op
     stream = factory.create_sync_stream_for_device(mem.memory_device)
     start = alloc.stats()["InUse"]
     dev_inputs = []
-    for vi in fgs[0].inputs:
+    for i, vi in enumerate(fgs[0].inputs):
         arr = inputs[vi.name]
+        if i in cinfo.host_inputs:  # the EP asked for this input in host memory (runtime Gather indices)
+            dev_inputs.append(arr)
+            continue
         t = alloc.tensor(arr.shape, arr.dtype)
         dt.copy_tensors([arr], [t], [stream])
         dev_inputs.append(t)
@@ -72,7 +76,8 @@ def run_on_opencl(ocl, nodes, inputs: dict, initializers: dict | None = None, op
     dt.copy_tensors(outs, host, [stream] * len(outs))
     stream.finish()
     for t in (*dev_inputs, *outs):
-        alloc.free(t.buffer)
+        if not isinstance(t, np.ndarray):  # host inputs are the caller's
+            alloc.free(t.buffer)
     cinfo.release_state(state)
     assert alloc.stats()["InUse"] == start
     ref = onnx.reference.ReferenceEvaluator(model).run(None, inputs)
@@ -242,6 +247,21 @@ def test_gather_with_runtime_indices_and_expand(ocl):
     nodes = [helper.make_node("Gather", ["d", "i"], ["g"], axis=0),
              helper.make_node("Expand", ["g", "shape"], ["y"])]
     check(ocl, nodes, {"d": data, "i": idx}, {"shape": np.array([2, 3, 4], np.int64)})
+
+
+def test_gather_runtime_index_out_of_range_is_an_error_and_the_session_stays_usable(opencl_devices):
+    """The kernel cannot raise, so the EP takes runtime indices in host memory and checks them
+    (it used to write zeros for an out-of-range index: a silent wrong output)."""
+    nodes = [helper.make_node("Gather", ["d", "i"], ["g"], axis=0), helper.make_node("Relu", ["g"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("d", TensorProto.FLOAT, [6, 4]), helper.make_tensor_value_info("i", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])]), opset_imports=[helper.make_opsetid("", 13)])
+    sess = onnxhal.InferenceSession(model.SerializeToString(), providers=["OpenCLExecutionProvider", "CPUExecutionProvider"])
+    assert sess.partition_summary == {"OpenCLExecutionProvider": 2}
+    d = np.arange(24, dtype=np.float32).reshape(6, 4)
+    with pytest.raises(hal.errors.InvalidArgument, match=r"index 6 in 'i' is out of range for an axis of length 6"):
+        sess.run(None, {"d": d, "i": np.array([5, 6, 2])})
+    np.testing.assert_array_equal(sess.run(None, {"d": d, "i": np.array([5, -6, 2])})[0], d[[5, 0, 2]])
 
 
 def test_reshape_and_flatten_are_views(ocl):

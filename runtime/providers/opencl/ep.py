@@ -34,6 +34,7 @@ class OpenCLNodeComputeInfo(NodeComputeInfo):
         self.plan = plan
         self.device = device
         self.allocator = allocator
+        self.host_inputs = frozenset(i for i, n in enumerate(plan.input_names) if n in plan.host_indices)
 
     def create_state(self, fused_node: Node) -> PartitionState:
         return PartitionState(self.plan, self.device, self.allocator)

@@ -208,6 +208,11 @@ def _check_gather(node: Node, lookup: GraphLookup) -> str | None:
         return "Gather indices must be int64 or constant"
     if lookup.shape(idx) is None:
         return "Gather indices have no static shape"
+    const, xs = lookup.const(idx), lookup.shape(node.inputs[0])
+    if const is not None and xs and const.size:
+        n = xs[node.attr("axis", 0) % len(xs)]
+        if const.min() < -n or const.max() >= n:  # the CPU EP's kernel reports it
+            return f"Gather indices out of range for an axis of length {n}"
     return _static_f32(lookup, [node.inputs[0], *node.outputs])
 
 

@@ -68,6 +68,9 @@ class PartitionPlan:
     aliases: dict[str, str] = field(default_factory=dict)  # view value -> value it shares memory with
     steps: list = field(default_factory=list)  # Launch | CopyStep
     op_types: list[str] = field(default_factory=list)
+    #: Inputs that are Gather indices fed at run time -> the gathered axis length. They come in host
+    #: memory, are range-checked (the kernel cannot raise) and uploaded by ``PartitionState.run``.
+    host_indices: dict[str, int] = field(default_factory=dict)
 
     def base(self, name: str) -> str:
         while name in self.aliases:
@@ -141,6 +144,20 @@ class PartitionState:
             buf.release()
         self.const_buffers.clear()
 
+    def _upload_indices(self, name: str, t, queue: cl.CommandQueue, owned: list) -> cl.Buffer:
+        """Gather indices fed at run time, in host memory: out-of-range ones are an error (onnxruntime's),
+        not a silent zero from the kernel."""
+        idx = np.asarray(t, dtype=np.int64)
+        if idx.shape != self.plan.shapes[name]:
+            raise InvalidArgument(f"OpenCL fused node input {name!r} expects int64 {list(self.plan.shapes[name])}, "
+                                  f"got {list(idx.shape)}")
+        _check_indices(name, idx, self.plan.host_indices[name])
+        buf = self.allocator.alloc(max(idx.nbytes, 8))
+        owned.append(buf)
+        if idx.nbytes:  # blocking: the host array may go away once run() returns
+            cl.enqueue_copy(queue, buf, np.ascontiguousarray(idx.reshape(-1)), is_blocking=True)
+        return buf
+
     def run(self, inputs: list, queue: cl.CommandQueue) -> list[DeviceTensor]:
         """Enqueue one run; returns the output tensors (their data is ready when ``queue`` gets there)."""
         plan = self.plan
@@ -149,25 +166,28 @@ class PartitionState:
                                   f"({plan.input_names}), got {len(inputs)}")
         bufs: dict[str, cl.Buffer] = dict(self.const_buffers)
         owned: list[cl.Buffer] = []
-        for name, t in zip(plan.input_names, inputs):
-            if not isinstance(t, DeviceTensor) or not isinstance(t.buffer, cl.Buffer):
-                raise InvalidArgument(f"OpenCL fused node input {name!r}: expected an OpenCL DeviceTensor, got "
-                                      f"{type(t).__name__}; the runtime must copy it to {self.allocator.info.name}")
-            if tuple(t.shape) != plan.shapes[name]:
-                raise InvalidArgument(f"OpenCL fused node input {name!r} expects float32 {list(plan.shapes[name])}, "
-                                      f"got {t.dtype}{list(t.shape)}")
-            if t.offset:  # kernels take bare pointers: move offset views to their own buffer
-                try:
+        try:
+            for name, t in zip(plan.input_names, inputs):
+                if name in plan.host_indices:
+                    bufs[name] = self._upload_indices(name, t, queue, owned)
+                    continue
+                if not isinstance(t, DeviceTensor) or not isinstance(t.buffer, cl.Buffer):
+                    raise InvalidArgument(f"OpenCL fused node input {name!r}: expected an OpenCL DeviceTensor, got "
+                                          f"{type(t).__name__}; the runtime must copy it to {self.allocator.info.name}")
+                if tuple(t.shape) != plan.shapes[name]:
+                    raise InvalidArgument(f"OpenCL fused node input {name!r} expects float32 {list(plan.shapes[name])}, "
+                                          f"got {t.dtype}{list(t.shape)}")
+                if t.offset:  # kernels take bare pointers: move offset views to their own buffer
                     buf = self.allocator.alloc(t.nbytes)
-                except BaseException:
-                    for b in owned:
-                        self.allocator.free(b)
-                    raise
-                owned.append(buf)
-                cl.enqueue_copy(queue, buf, t.buffer, byte_count=t.nbytes, src_offset=t.offset)
-                bufs[name] = buf
-            else:
-                bufs[name] = t.buffer
+                    owned.append(buf)
+                    cl.enqueue_copy(queue, buf, t.buffer, byte_count=t.nbytes, src_offset=t.offset)
+                    bufs[name] = buf
+                else:
+                    bufs[name] = t.buffer
+        except BaseException:  # a bad input or OutOfMemory: give back what this run took so far
+            for b in owned:
+                self.allocator.free(b)
+            raise
         outputs = []
         try:
             for name in plan.output_names:
@@ -201,6 +221,13 @@ class PartitionState:
             for buf in owned:
                 self.allocator.free(buf)
         return outputs
+
+
+def _check_indices(name: str, idx: np.ndarray, n: int) -> None:
+    if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
+        bad = idx[(idx < -n) | (idx >= n)].reshape(-1)[0]
+        raise InvalidArgument(f"Gather: index {int(bad)} in {name!r} is out of range for an axis of length {n}; "
+                              f"indices must lie in [{-n}, {n - 1}].")
 
 
 def _enqueue(queue: cl.CommandQueue, launch: _BoundLaunch, bufs: dict[str, cl.Buffer]) -> None:

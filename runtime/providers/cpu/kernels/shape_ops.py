@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _ndarray = np.ndarray
@@ -22,12 +23,21 @@ class _NoAttr(Kernel):
 
 
 def _reshape(x: np.ndarray, shape, allowzero: bool) -> np.ndarray:
-    shape = [int(s) for s in shape]
+    asked = [int(s) for s in shape]
+    shape = list(asked)
     if not allowzero:
         for i, s in enumerate(shape):
             if s == 0:
+                if i >= x.ndim:
+                    raise InvalidArgument(f"Reshape: shape {asked} has 0 (copy the input's dimension) at position {i}, "
+                                          f"but the input {list(x.shape)} has rank {x.ndim}; give the size itself.")
                 shape[i] = x.shape[i]
-    return x.reshape(shape)
+    try:
+        return x.reshape(shape)
+    except ValueError:  # numpy checks the sizes; say it in ONNX's terms
+        raise InvalidArgument(f"Reshape: cannot reshape {list(x.shape)} ({x.size} elements) to {asked}"
+                              f"{'' if allowzero else f' (resolved {shape})'}; the sizes must match, with at most "
+                              f"one -1 and no -1 beside a 0-sized dimension.") from None
 
 
 @register("Reshape", since=1)
@@ -176,7 +186,16 @@ class Gather(Kernel):
 
     def compute(self, inputs: list) -> list:
         x, idx = inputs
+        _check_indices("Gather", idx, x.shape[self.axis] if -x.ndim <= self.axis < x.ndim else 0, self.axis)
         return [np.asarray(np.take(x, idx, axis=self.axis))]
+
+
+def _check_indices(op: str, idx: np.ndarray, n: int, axis: int) -> None:
+    """Indices must lie in [-n, n): numpy would wrap some and raise a bare IndexError on others."""
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        bad = idx[(idx < -n) | (idx >= n)].reshape(-1)[0]
+        raise InvalidArgument(f"{op}: index {int(bad)} is out of range for axis {axis} of length {n}; "
+                              f"indices must lie in [{-n}, {n - 1}].")
 
 
 @register("GatherElements", since=11)
@@ -185,7 +204,18 @@ class GatherElements(Kernel):
         self.axis = node.attr("axis", 0)
 
     def compute(self, inputs: list) -> list:
-        return [np.take_along_axis(inputs[0], inputs[1].astype(np.int64, copy=False), axis=self.axis)]
+        x, idx = inputs
+        if x.ndim != idx.ndim or not -x.ndim <= self.axis < x.ndim:
+            raise InvalidArgument(f"GatherElements: data {list(x.shape)} and indices {list(idx.shape)} must have one "
+                                  f"rank, and axis {self.axis} must lie in it.")
+        axis = self.axis % x.ndim
+        # The output has the indices' shape: other axes of the data may be longer (read a prefix).
+        if any(i > d for k, (i, d) in enumerate(zip(idx.shape, x.shape)) if k != axis):
+            raise InvalidArgument(f"GatherElements: indices {list(idx.shape)} are longer than data {list(x.shape)} "
+                                  f"on an axis other than {axis}.")
+        _check_indices("GatherElements", idx, x.shape[axis], axis)
+        x = x[tuple(slice(None) if k == axis else slice(0, i) for k, i in enumerate(idx.shape))]
+        return [np.take_along_axis(x, idx.astype(np.int64, copy=False), axis=axis)]
 
 
 def _axes_tuple(axes) -> tuple:
@@ -281,18 +311,40 @@ def _pad(x: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
     else:
         axes = [int(a) + nd if int(a) < 0 else int(a) for a in axes]
     k = len(axes)
+    if len(pads) != 2 * k or any(not 0 <= a < nd for a in axes):
+        raise InvalidArgument(f"Pad: {len(pads)} pads for axes {axes} of a rank-{nd} input; give two per axis "
+                              f"(all begins, then all ends).")
     width = [[0, 0] for _ in range(nd)]
     for i, a in enumerate(axes):
         width[a] = [pads[i], pads[i + k]]
-    # Negative pads crop: apply them as a slice before padding.
-    crop = tuple(slice(max(-b, 0), x.shape[d] - max(-e, 0)) for d, (b, e) in enumerate(width))
-    if any(b < 0 or e < 0 for b, e in width):
-        x = x[crop]
-        width = [[max(b, 0), max(e, 0)] for b, e in width]
+    out = [d + b + e for d, (b, e) in zip(x.shape, width)]
+    if min(out, default=0) < 0:
+        raise InvalidArgument(f"Pad: pads {pads} crop the input {list(x.shape)} to a negative size {out}.")
     if mode == "constant":
-        if value is None:
-            value = 0
-        return np.pad(x, width, mode="constant", constant_values=value)
+        value = 0 if value is None else value
+        if all(b >= 0 and e >= 0 for b, e in width):
+            return np.pad(x, width, mode="constant", constant_values=value)
+        # Output index j holds input index j - begin (the spec's shape, d + begin + end, also when a
+        # negative pad on one side reaches past a positive one on the other): copy the overlap.
+        y = np.full(out, value, dtype=x.dtype)
+        src = tuple(slice(max(0, -b), min(d, d + e)) for d, (b, e) in zip(x.shape, width))
+        if all(s.start < s.stop for s in src):
+            y[tuple(slice(s.start + b, s.stop + b) for s, (b, _) in zip(src, width))] = x[src]
+        return y
+    # Edge, reflect and wrap extend what is left after the negative pads crop; as in onnxruntime,
+    # cropping an axis to nothing is an error in these modes, and so is extending an empty one.
+    for a, (d, (b, e)) in enumerate(zip(x.shape, width)):
+        left = d - max(-b, 0) - max(-e, 0)
+        if (left <= 0 and (b < 0 or e < 0)) or (d == 0 and (b > 0 or e > 0)):
+            raise InvalidArgument(f"Pad: mode {mode!r} with pads {[b, e]} leaves axis {a} (length {d}) nothing to "
+                                  f"extend; use mode 'constant' or smaller negative pads.")
+    if any(b < 0 or e < 0 for b, e in width):
+        x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for d, (b, e) in zip(x.shape, width))]
+        width = [[max(b, 0), max(e, 0)] for b, e in width]
+    for d, (b, e), a in zip(x.shape, width, range(nd)):
+        if mode == "reflect" and (b or e) and max(b, e) >= d:  # numpy would reflect again; onnxruntime refuses
+            raise InvalidArgument(f"Pad: reflect pads {[b, e]} on axis {a} of length {d} (after negative pads); "
+                                  f"each must be less than the length.")
     return np.pad(x, width, mode=mode)
 
 
@@ -320,6 +372,9 @@ class Pad(Kernel):
         n = len(inputs)
         value = inputs[2] if n > 2 and inputs[2] is not None and inputs[2].size else None
         if value is not None:
+            if value.size != 1:
+                raise InvalidArgument(f"Pad: constant_value has {value.size} elements {list(value.shape)}; give a "
+                                      f"scalar (axes are input 3).")
             value = value.reshape(-1)[0]
         axes = inputs[3].tolist() if n > 3 and inputs[3] is not None else None
         return [_pad(inputs[0], inputs[1].tolist(), self.mode, value, axes)]
@@ -380,17 +435,3 @@ class Range(_NoAttr):
     def compute(self, inputs: list) -> list:
         start, limit, delta = (v.reshape(-1)[0] for v in inputs)
         return [np.asarray(np.arange(start, limit, delta)).astype(inputs[0].dtype, copy=False)]
-
-
-@register("Scatter", since=9)
-class Scatter(Kernel):
-    """Deprecated Scatter (opset 9-10): ScatterElements without reduction."""
-
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.axis = node.attr("axis", 0)
-
-    def compute(self, inputs: list) -> list:
-        data, idx, upd = inputs
-        out = data.copy()
-        np.put_along_axis(out, idx.astype(np.int64, copy=False), upd, axis=self.axis)
-        return [out]

@@ -1,0 +1,105 @@
+"""ScatterElements, ScatterND and the deprecated Scatter: a copy of the data with updates written
+(or reduced) at the given indices.
+
+Updates apply in order, as onnxruntime does: with duplicate indices the last write wins
+(``none``) or every update is reduced in (``add``/``mul``/``max``/``min``). ``max``/``min`` follow
+onnxruntime's ``std::max(data, update)`` order, which a NaN makes visible: a NaN update propagates,
+a NaN already in the data is replaced. onnx.reference's versions used ``np.maximum``, which keeps
+the data's NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _normalize(op: str, idx: np.ndarray, dims) -> np.ndarray:
+    """Indices made non-negative; ``dims`` broadcasts against ``idx`` (one length per index column)."""
+    idx = idx.astype(np.int64, copy=False)
+    n = np.asarray(dims, dtype=np.int64)
+    if idx.size and ((idx < -n) | (idx >= n)).any():
+        bad = np.argwhere((idx < -n) | (idx >= n))[0]
+        length = int(np.broadcast_to(n, idx.shape)[tuple(bad)])
+        raise InvalidArgument(f"{op}: index {int(idx[tuple(bad)])} at {bad.tolist()} is out of range for an axis of "
+                              f"length {length}; indices must lie in [-{length}, {length - 1}].")
+    return np.where(idx < 0, idx + n, idx)
+
+
+def _apply(out: np.ndarray, where: tuple, upd: np.ndarray, reduction: str) -> None:
+    """Write or reduce ``upd`` into ``out[where]``, update by update in order."""
+    if reduction == "none":
+        out[where] = upd  # numpy assigns in order: the last duplicate wins
+    elif reduction == "add":
+        np.add.at(out, where, upd)
+    elif reduction == "mul":
+        np.multiply.at(out, where, upd)
+    elif out.dtype.kind != "f" or not (np.isnan(upd).any() or np.isnan(out[where]).any()):
+        (np.maximum if reduction == "max" else np.minimum).at(out, where, upd)
+    else:  # onnxruntime's std::max(data, update) / std::min(data, update), one element at a time
+        cells = np.arange(out.size).reshape(out.shape)[where].reshape(-1)
+        view = out.reshape(-1)
+        for cell, u in zip(cells.tolist(), upd.reshape(-1)):
+            d = view[cell]
+            if not (u < d if reduction == "max" else d < u):
+                view[cell] = u
+
+
+def _reduction(node: Node) -> str:
+    reduction = node.attr("reduction", "none")
+    if reduction not in _REDUCTIONS:
+        raise InvalidArgument(f"{node.op_type} node {node.name!r}: reduction {reduction!r}; the spec allows "
+                              f"{', '.join(_REDUCTIONS)}.")
+    return reduction
+
+
+@register("Scatter", since=9)
+@register("ScatterElements", since=11)
+class ScatterElements(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.op = node.op_type
+        self.axis = node.attr("axis", 0)
+        self.reduction = _reduction(node)
+
+    def compute(self, inputs: list) -> list:
+        data, idx, upd = inputs
+        if not (data.ndim == idx.ndim and idx.shape == upd.shape and -data.ndim <= self.axis < max(data.ndim, 1)):
+            raise InvalidArgument(f"{self.op}: data {list(data.shape)}, indices {list(idx.shape)} and updates "
+                                  f"{list(upd.shape)} with axis {self.axis}: indices and updates need one shape, of "
+                                  f"the data's rank, and the axis must lie in it.")
+        axis = self.axis % data.ndim
+        if any(i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
+            raise InvalidArgument(f"{self.op}: indices {list(idx.shape)} are longer than data {list(data.shape)} on an "
+                                  f"axis other than {axis}.")
+        out = data.copy()
+        if idx.size:
+            where = list(np.indices(idx.shape, sparse=True))
+            where[axis] = _normalize(self.op, idx, data.shape[axis])
+            _apply(out, tuple(where), upd.astype(out.dtype, copy=False), self.reduction)
+        return [out]
+
+
+@register("ScatterND", since=11)
+class ScatterND(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.reduction = _reduction(node)
+
+    def compute(self, inputs: list) -> list:
+        data, idx, upd = inputs
+        k = idx.shape[-1] if idx.ndim else -1
+        if idx.ndim < 1 or not 1 <= k <= data.ndim or upd.shape != idx.shape[:-1] + data.shape[k:]:
+            raise InvalidArgument(f"ScatterND: data {list(data.shape)}, indices {list(idx.shape)}, updates "
+                                  f"{list(upd.shape)}: the indices' last dimension k must lie in [1, rank(data)] "
+                                  f"and updates must be indices.shape[:-1] + data.shape[k:].")
+        out = data.copy()
+        rows = idx.reshape(-1, k)
+        if rows.shape[0]:
+            rows = _normalize("ScatterND", rows, data.shape[:k])
+            _apply(out, tuple(rows.T), upd.reshape((rows.shape[0],) + data.shape[k:]).astype(out.dtype, copy=False),
+                   self.reduction)
+        return [out]

@@ -9,7 +9,8 @@ shapes; these reach the native kernels' other paths (broadcast forms, negative a
 empty tensors, integer dtypes), where a fast path can go wrong without any fixed case noticing.
 
 Generators live in ``GENERATORS`` (numeric operators, this file) and in
-``tests/random_ops_shape.py`` (shape and indexing operators); ``all_generators()`` merges them.
+``tests/random_ops_shape.py`` (shape and indexing operators) and ``tests/random_ops_control.py`` (If, Loop,
+Scan: random bodies reading the outer scope); ``all_generators()`` merges them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class OpCase:
     opset: int = 17
     const: set = field(default_factory=set)  # indices of inputs stored as initializers
     n_outputs: int = 1
+    #: Graph inputs the node does not take but its subgraphs read from the outer scope (fed).
+    outer: dict = field(default_factory=dict)
 
     def describe(self) -> str:
         def one(i, a):
@@ -41,7 +44,10 @@ class OpCase:
                 return "seq[" + ", ".join(f"{t.dtype}{list(t.shape)}" for t in a) + "]"
             return f"{a.dtype}{list(a.shape)}{'c' if i in self.const else ''}"
         ins = ", ".join(one(i, a) for i, a in enumerate(self.inputs))
-        return f"{self.op}-{self.opset}({ins}) {self.attrs}"
+        outer = "".join(f" {k}={v.dtype}{list(v.shape)}" for k, v in self.outer.items())
+        attrs = {k: (f"<graph {len(v.node)} nodes: {', '.join(n.op_type for n in v.node)}>"
+                     if isinstance(v, onnx.GraphProto) else v) for k, v in self.attrs.items()}
+        return f"{self.op}-{self.opset}({ins}){outer} {attrs}"
 
 
 def build(case: OpCase) -> tuple[bytes, dict]:
@@ -66,6 +72,9 @@ def build(case: OpCase) -> tuple[bytes, dict]:
             elem = helper.np_dtype_to_tensor_dtype(a.dtype)
             graph_inputs.append(helper.make_tensor_value_info(name, elem, list(a.shape)))
             feeds[name] = a
+    for name, a in case.outer.items():
+        graph_inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)))
+        feeds[name] = a
     while names and names[-1] == "":
         names.pop()
     outs = [f"out{k}" for k in range(case.n_outputs)]
@@ -132,9 +141,10 @@ def generator(*ops: str):
 
 
 def all_generators() -> dict[str, Callable]:
+    from tests.random_ops_control import GENERATORS as CONTROL
     from tests.random_ops_shape import GENERATORS as SHAPE
 
-    return {**GENERATORS, **SHAPE}
+    return {**GENERATORS, **SHAPE, **CONTROL}
 
 
 # ---------------------------------------------------------------------------------- numeric

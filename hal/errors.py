@@ -56,6 +56,12 @@ class RuntimeException(OrtError, RuntimeError):
     code = "RUNTIME_EXCEPTION"
 
 
+class ModelLoadCanceled(OrtError, RuntimeError):
+    """Session creation stopped by ``SessionOptions.set_load_cancellation_flag(True)``."""
+
+    code = "MODEL_LOAD_CANCELED"
+
+
 class OutOfMemory(RuntimeException, MemoryError):
     """A device allocator could not satisfy a request (ORT reports this as RUNTIME_EXCEPTION)."""
 
@@ -63,4 +69,5 @@ class OutOfMemory(RuntimeException, MemoryError):
 __all__ = [
     "OrtError", "Fail", "InvalidArgument", "NoSuchFile", "NoModel", "InvalidProtobuf",
     "InvalidGraph", "ModelLoaded", "NotImplemented", "EPFail", "RuntimeException", "OutOfMemory",
+    "ModelLoadCanceled",
 ]

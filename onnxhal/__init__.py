@@ -27,6 +27,7 @@ _LAZY.update({name: "onnxhal.runtime.session" for name in (
     "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph",
     "set_default_logger_severity")})
 _LAZY.update({name: "onnxhal.runtime.session_options" for name in ("RunOptions", "SessionOptions")})
+_LAZY["set_seed"] = "onnxhal.runtime.providers.cpu.kernels.random_ops"
 _LAZY.update({"ModelCompiler": "onnxhal.simulators.ep_context", "OrtCompileApiFlags": "onnxhal.simulators.ep_context"})
 _SUBMODULES = ("errors", "hal")
 

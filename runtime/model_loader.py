@@ -12,7 +12,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
+import onnx.numpy_helper
 from google.protobuf.message import DecodeError
 
 from onnxhal.hal import Graph, Node
@@ -56,6 +58,42 @@ def _tensors(graph: onnx.GraphProto):
                 yield from _tensors(g)
 
 
+def _inject_external_data(proto: onnx.ModelProto, initializers: Mapping[str, np.ndarray],
+                          files: Mapping[str, memoryview], what: str) -> None:
+    """``SessionOptions.add_external_initializers`` and ``..._from_files_in_memory``: named main-graph
+    initializers take the given arrays, and tensors stored in an in-memory file read their bytes
+    from it; both stop being external, so nothing is read from disk for them."""
+    by_name = {t.name: t for t in proto.graph.initializer}
+    for name, arr in initializers.items():
+        t = by_name.get(name)
+        if t is None:
+            raise InvalidArgument(f"add_external_initializers: {what} has no initializer {name!r} in its main graph; "
+                                  f"give the names of its initializers.")
+        new = onnx.numpy_helper.from_array(np.asarray(arr), name)
+        if new.data_type != t.data_type or list(new.dims) != list(t.dims):
+            want = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+            raise InvalidArgument(f"add_external_initializers({name!r}): {arr.dtype}{list(arr.shape)} given, the "
+                                  f"model's initializer is {want}{list(t.dims)}; give that dtype and shape.")
+        t.CopyFrom(new)
+    if not files:
+        return
+    for t in _tensors(proto.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        buf = files.get(info.get("location", ""))
+        if buf is None:
+            continue
+        offset = int(info.get("offset", 0))
+        length = int(info["length"]) if "length" in info else buf.nbytes - offset
+        if offset < 0 or length < 0 or offset + length > buf.nbytes:
+            raise InvalidArgument(f"tensor {t.name!r} reads bytes [{offset}, {offset + length}) of in-memory file "
+                                  f"{info['location']!r}, which has {buf.nbytes}; give the whole file's contents.")
+        t.raw_data = bytes(buf[offset:offset + length])
+        del t.external_data[:]
+        t.data_location = onnx.TensorProto.DEFAULT
+
+
 def _no_external_data(proto: onnx.ModelProto, what: str) -> None:
     """A model given as bytes or a ModelProto has no folder to find external data in: ORT refuses
     it ("model_path must not be empty"), where reading the files from the current directory would
@@ -65,12 +103,23 @@ def _no_external_data(proto: onnx.ModelProto, what: str) -> None:
             location = next((e.value for e in t.external_data if e.key == "location"), "?")
             raise InvalidArgument(
                 f"tensor {t.name!r} of the model given as {what} keeps its data in the external file {location!r}, "
-                "which is found relative to the model file's folder. Pass the model's path instead, or load it "
-                "with onnx.load(path) (which reads the external data) and pass that ModelProto.")
+                "which is found relative to the model file's folder. Pass the model's path instead, load it "
+                "with onnx.load(path) (which reads the external data) and pass that ModelProto, or give the data "
+                "with SessionOptions.add_external_initializers(_from_files_in_memory).")
 
 
-def read_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
+def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
+               external: tuple[Mapping[str, np.ndarray], Mapping[str, memoryview]] = ({}, {}),
+               ) -> tuple[onnx.ModelProto, str | None]:
+    """The model as a ModelProto (and its absolute path, if it came from a file). ``external``:
+    initializers and external-data files given in memory (``SessionOptions.external_data``)."""
+    initializers, files = external
     if isinstance(model, onnx.ModelProto):
+        if initializers or files:  # the caller's proto stays as it was
+            copy = onnx.ModelProto()
+            copy.CopyFrom(model)
+            model = copy
+            _inject_external_data(model, initializers, files, "the onnx.ModelProto")
         _no_external_data(model, "an onnx.ModelProto")
         return model, None
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -84,6 +133,7 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> tuple[onnx
         if not proto.HasField("graph"):
             raise InvalidProtobuf(f"model bytes ({len(data)} bytes) parse to a ModelProto with no graph: "
                                   "they are not an ONNX model.")
+        _inject_external_data(proto, initializers, files, "the model bytes")
         _no_external_data(proto, "bytes")
         return proto, None
     if isinstance(model, (str, os.PathLike)):
@@ -93,7 +143,14 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> tuple[onnx
         if not os.path.isfile(path):
             raise NoSuchFile(f"model file {path!r} does not exist (or is not a file). Check the path.")
         try:
-            proto = onnx.load(path, load_external_data=True)
+            if initializers or files:  # what memory provides is not read from disk
+                proto = onnx.load(path, load_external_data=False)
+                _inject_external_data(proto, initializers, files, f"model file {path!r}")
+                onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
+            else:
+                proto = onnx.load(path, load_external_data=True)
+        except InvalidArgument:
+            raise
         except (DecodeError, RuntimeError, ValueError) as e:
             raise InvalidProtobuf(f"model file {path!r} is not a valid ONNX model: {e}") from e
         except FileNotFoundError as e:
@@ -111,10 +168,12 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto) -> tuple[onnx
 
 
 def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
-               free_dimensions: tuple[Mapping[str, int], Mapping[str, int]] | None = None) -> LoadedModel:
+               free_dimensions: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
+               external: tuple[Mapping[str, np.ndarray], Mapping[str, memoryview]] = ({}, {})) -> LoadedModel:
     """``free_dimensions``: ({dim name: size}, {lower-case denotation: size}) to fix in the
-    main graph's inputs before shape inference (``model_overrides.override_free_dimensions``)."""
-    proto, path = read_model(model)
+    main graph's inputs before shape inference (``model_overrides.override_free_dimensions``).
+    ``external``: as ``read_model``."""
+    proto, path = read_model(model, external)
     if free_dimensions is not None:
         proto = override_free_dimensions(proto, *free_dimensions)
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}

@@ -237,6 +237,10 @@ class IOBinding:
     def get_outputs(self) -> list[OrtValue]:
         return list(self._results)
 
+    def get_outputs_as_ortvaluevector(self) -> list[OrtValue]:
+        """onnxruntime returns its C++ vector of OrtValues here; a list serves the same uses."""
+        return list(self._results)
+
     def copy_outputs_to_cpu(self) -> list:
         return [r.numpy() if r.is_tensor() else r._value for r in self._results]
 

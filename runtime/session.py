@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from onnxhal.hal import CPU_MEMORY_INFO, Ep, GraphOptimizationLevel, Node, OrtEpDevice, OrtMemoryInfo
-from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
+from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, ModelLoadCanceled, OrtError
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
 from onnxhal.runtime.input_checks import check_feeds
@@ -215,6 +215,13 @@ FAIL_ON_SUBOPTIMAL = "session.fail_on_suboptimal_compiled_model"
 _callback_thread = threading.local()  # .active: a run_async callback is running on this thread
 
 
+def _check_canceled(so: SessionOptions) -> None:
+    if so.load_canceled:
+        raise ModelLoadCanceled("Session initialization canceled due to user request "
+                                "(SessionOptions.set_load_cancellation_flag(True)); clear the flag to create sessions "
+                                "with these options again.")
+
+
 def _check_run_options(run_options: Any) -> None:
     if run_options is not None and not isinstance(run_options, RunOptions):
         raise InvalidArgument(f"run_options must be an onnxhal.RunOptions or None, got {type(run_options).__name__}; "
@@ -279,7 +286,9 @@ class InferenceSession:
         self._enable_fallback = True
         self._lock = threading.Lock()
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
-        self._loaded = load_model(path_or_bytes, so.free_dimension_overrides)
+        _check_canceled(so)
+        self._loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data)
+        _check_canceled(so)
         # Only the names the model has, so that a failover's reload does not warn again.
         self._initializers = override_initializers(self._loaded.graph, so.initializer_overrides)
         self._model_path = self._loaded.path
@@ -289,8 +298,12 @@ class InferenceSession:
         t0 = time.perf_counter_ns()
         choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
         validate_compatibility_info(self._loaded.proto, choices, so)
+        _check_canceled(so)
         self._core = _SessionCore(self._loaded, so, choices)
         self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
+        if so.load_canceled:
+            self._finalizer()  # the EPs' states and device memory go back now, not at garbage collection
+            _check_canceled(so)
         self._attach_ep_profiling()
         if self._profiler is not None:
             self._profiler.event("session_initialization", "Session", t0, time.perf_counter_ns())

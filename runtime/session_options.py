@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,10 @@ class SessionOptions:
         self._dims_by_name: dict[str, int] = {}
         self._dims_by_denotation: dict[str, int] = {}
         self._initializers: dict[str, Any] = {}
+        self._external_initializers: dict[str, np.ndarray] = {}
+        self._external_files: dict[str, memoryview] = {}
+        # Shared with the copy a session keeps, so another thread can cancel a creation under way.
+        self._cancel = threading.Event()
         self._explicit: list[ExplicitProvider] = []
         self._policy: OrtExecutionProviderDevicePolicy | None = None
         self._delegate: Callable | None = None
@@ -162,6 +167,69 @@ class SessionOptions:
     @property
     def initializer_overrides(self) -> dict[str, np.ndarray]:
         return {k: v._value for k, v in self._initializers.items()}
+
+    def add_external_initializers(self, names: Sequence[str], ortvalues: Sequence[Any]) -> None:
+        """Initializers from memory, for a model whose data is stored outside it (onnxruntime's
+        ``AddExternalInitializers``): each named initializer of the main graph takes the value's
+        data at session creation, whether the model keeps it in an external file (which is then
+        not read, and need not exist) or inline. A name the model lacks, or another dtype or shape,
+        fails session creation with ``InvalidArgument``. The data is copied at session creation."""
+        from onnxhal.runtime.ortvalue import OrtValue
+
+        names, values = _paired("add_external_initializers", names, ortvalues)
+        arrays = {}
+        for name, val in zip(names, values):
+            if not isinstance(name, str) or not name:
+                raise InvalidArgument(f"add_external_initializers: names must be non-empty strings, got {name!r}")
+            if not isinstance(val, OrtValue) or not isinstance(val._value, np.ndarray):
+                raise InvalidArgument(f"add_external_initializers({name!r}): expected an OrtValue holding a host "
+                                      f"tensor, got {val!r}; wrap the array with OrtValue.ortvalue_from_numpy(array)")
+            arrays[name] = val._value
+        self._external_initializers.update(arrays)
+
+    def add_external_initializers_from_files_in_memory(self, names: Sequence[str], buffers: Sequence[Any],
+                                                       lengths: Sequence[int]) -> None:
+        """The contents of a model's external data files, from memory (onnxruntime's
+        ``AddExternalInitializersFromFilesInMemory``): a tensor whose external ``location`` is one of
+        ``names`` reads its ``offset``/``length`` from that buffer instead of the file. Keep the
+        buffers unchanged until session creation ends; the data is copied then."""
+        names, buffers = _paired("add_external_initializers_from_files_in_memory", names, buffers)
+        lengths = list(lengths)
+        if len(lengths) != len(names):
+            raise InvalidArgument(f"add_external_initializers_from_files_in_memory: {len(names)} names and buffers "
+                                  f"but {len(lengths)} lengths; give one length per buffer")
+        files = {}
+        for name, buf, n in zip(names, buffers, lengths):
+            if not isinstance(name, str) or not name:
+                raise InvalidArgument(f"add_external_initializers_from_files_in_memory: file names must be non-empty "
+                                      f"strings, got {name!r}")
+            try:
+                view = memoryview(buf).cast("B")
+            except TypeError as e:
+                raise InvalidArgument(f"add_external_initializers_from_files_in_memory({name!r}): the buffer must "
+                                      f"support the buffer protocol (bytes, bytearray, a uint8 array): {e}") from None
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= int(n) <= view.nbytes:
+                raise InvalidArgument(f"add_external_initializers_from_files_in_memory({name!r}): length {n!r} for a "
+                                      f"buffer of {view.nbytes} bytes; give 0 <= length <= the buffer's size")
+            files[name] = view[:int(n)]
+        self._external_files.update(files)
+
+    @property
+    def external_data(self) -> tuple[dict[str, np.ndarray], dict[str, memoryview]]:
+        """({initializer name: array}, {external file name: its bytes}) for the model loader."""
+        return dict(self._external_initializers), dict(self._external_files)
+
+    def set_load_cancellation_flag(self, value: bool) -> None:
+        """Ask a session creation using these options (running in another thread) to stop: it
+        raises ``ModelLoadCanceled`` at its next stage and releases what it built. ``False``
+        clears the request."""
+        if not isinstance(value, (bool, np.bool_)):
+            raise InvalidArgument(f"set_load_cancellation_flag: expected a bool, got {value!r}")
+        (self._cancel.set if value else self._cancel.clear)()
+
+    @property
+    def load_canceled(self) -> bool:
+        return self._cancel.is_set()
 
     # -- providers --------------------------------------------------------------------------
     def add_provider_for_devices(self, ep_devices: Sequence[OrtEpDevice],
@@ -242,7 +310,18 @@ class SessionOptions:
         other._dims_by_name = dict(self._dims_by_name)
         other._dims_by_denotation = dict(self._dims_by_denotation)
         other._initializers = dict(self._initializers)
+        other._external_initializers = dict(self._external_initializers)
+        other._external_files = dict(self._external_files)
         return other
+
+
+def _paired(what: str, names: Sequence[str], values: Sequence[Any]) -> tuple[list, list]:
+    if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+        raise InvalidArgument(f"{what}: names must be a list of strings, got {names!r}")
+    names, values = list(names), list(values)
+    if len(names) != len(values):
+        raise InvalidArgument(f"{what}: {len(names)} names and {len(values)} values; give one value per name")
+    return names, values
 
 
 class RunOptions:

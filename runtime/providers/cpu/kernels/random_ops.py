@@ -1,13 +1,115 @@
-"""Dropout (inference: identity) and Multinomial. The other random generators (RandomNormal,
-RandomUniform, Bernoulli, ...) use onnx.reference: they have no reproducible expected values."""
+"""Dropout (inference: identity) and the random generators: RandomNormal, RandomUniform, their
+``*Like`` forms, Bernoulli and Multinomial.
+
+As in onnxruntime, each node draws from its own generator, created with the kernel and advancing
+from run to run: seeded by the node's ``seed`` attribute, else by the seed ``set_seed`` gave (every
+such node then starts from the same seed, as in onnxruntime), else by fresh OS entropy. The values
+are numpy's (PCG64), not onnxruntime's: a seed reproduces onnxhal's own runs, not onnxruntime's.
+"""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 from onnx import helper
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+_GLOBAL_SEED: list[int | None] = [None]
+
+
+def set_seed(seed: int) -> None:
+    """onnxruntime's ``set_seed``: the seed of random nodes without a ``seed`` attribute in
+    sessions created afterwards."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise InvalidArgument(f"set_seed: expected an int, got {seed!r}")
+    _GLOBAL_SEED[0] = int(seed)
+
+
+class _Random(Kernel):
+    """A generator per node; a lock, since many threads may run the session at once."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        seed = node.attr("seed")
+        if seed is not None:  # a float attribute: onnxruntime takes its integer part
+            seed = int(seed)
+        elif _GLOBAL_SEED[0] is not None:
+            seed = _GLOBAL_SEED[0]
+        self.rng = np.random.default_rng(None if seed is None else abs(seed))
+        self.lock = threading.Lock()
+        self.op = node.op_type
+
+    def _dtype(self, node: Node, default) -> np.dtype:
+        code = node.attr("dtype")
+        dtype = np.dtype(default) if code is None else np.dtype(helper.tensor_dtype_to_np_dtype(code))
+        if dtype.kind != "f":
+            raise InvalidArgument(f"{node.op_type} node {node.name!r}: dtype {dtype}; the spec allows float16, "
+                                  f"float32 and float64.")
+        return dtype
+
+
+class _Distribution(_Random):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self.normal = node.op_type.startswith("RandomNormal")
+        if self.normal:
+            self.a, self.b = float(node.attr("mean", 0.0)), float(node.attr("scale", 1.0))
+        else:
+            self.a, self.b = float(node.attr("low", 0.0)), float(node.attr("high", 1.0))
+
+    def _draw(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        with self.lock:
+            if self.normal:
+                values = self.rng.normal(self.a, self.b, size=shape)
+            else:
+                values = self.rng.uniform(self.a, self.b, size=shape)
+        return values.astype(dtype)
+
+
+@register("RandomNormal", since=1)
+@register("RandomUniform", since=1)
+class RandomDistribution(_Distribution):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        shape = node.attr("shape")
+        if shape is None:
+            raise InvalidArgument(f"{node.op_type} node {node.name!r} has no 'shape' attribute; the spec requires it.")
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = self._dtype(node, np.float32)
+
+    def compute(self, inputs: list) -> list:
+        return [self._draw(self.shape, self.dtype)]
+
+
+@register("RandomNormalLike", since=1)
+@register("RandomUniformLike", since=1)
+class RandomDistributionLike(_Distribution):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self.node = node
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        return [self._draw(x.shape, self._dtype(self.node, x.dtype if x.dtype.kind == "f" else np.float32))]
+
+
+@register("Bernoulli", since=15)
+class Bernoulli(_Random):
+    """1 with probability x, else 0, in ``dtype`` (default: the input's)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        code = node.attr("dtype")
+        self.dtype = None if code is None else np.dtype(helper.tensor_dtype_to_np_dtype(code))
+
+    def compute(self, inputs: list) -> list:
+        p = inputs[0]
+        with self.lock:
+            u = self.rng.random(p.shape)
+        return [(u < p).astype(self.dtype or p.dtype)]
 
 
 @register("Dropout", since=1)
@@ -37,21 +139,20 @@ class Dropout(Kernel):
 
 
 @register("Multinomial", since=7)
-class Multinomial(Kernel):
+class Multinomial(_Random):
     """Samples ``sample_size`` class indices per batch row from unnormalized log-probabilities."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
         self.sample_size = node.attr("sample_size", 1)
         self.dtype = np.dtype(helper.tensor_dtype_to_np_dtype(node.attr("dtype", 6)))
-        seed = node.attr("seed")
-        self.seed = None if seed is None else int(seed)
 
     def compute(self, inputs: list) -> list:
         logits = inputs[0].astype(np.float64)
-        rng = np.random.default_rng(self.seed)
         p = np.exp(logits - logits.max(axis=1, keepdims=True))
         p /= p.sum(axis=1, keepdims=True)
         cdf = np.cumsum(p, axis=1)
-        u = rng.random((logits.shape[0], self.sample_size))
+        with self.lock:
+            u = self.rng.random((logits.shape[0], self.sample_size))
         idx = np.minimum((u[:, :, None] > cdf[:, None, :]).sum(axis=2), logits.shape[1] - 1)
         return [idx.astype(self.dtype)]

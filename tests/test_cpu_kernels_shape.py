@@ -205,6 +205,8 @@ def test_gather_elements_output_has_the_indices_shape():
     ("GatherElements", [randn(2, 2), np.array([[0, 2], [1, 0]], I64)], {"axis": 1}, r"index 2 is out of range"),
     ("ScatterND", [randn(3), np.array([[3]], I64), randn(1)], {}, r"index 3 at \[0, 0\] is out of range"),
     ("ScatterElements", [randn(3), ints(-4), randn(1)], {}, r"index -4 at \[0\] is out of range"),
+    ("ScatterElements", [np.array(1.0, np.float32), np.array(0, I64), np.array(2.0, np.float32)], {},
+     r"of the data's rank, and the axis must lie in it"),
     ("Reshape", [randn(2, 3), ints(4, -1)], {}, r"cannot reshape \[2, 3\] \(6 elements\) to \[4, -1\]"),
     ("Reshape", [randn(6), ints(2, 0)], {}, r"0 \(copy the input's dimension\) at position 1"),
 ])

@@ -478,7 +478,8 @@ class PlanBuilder(GemmLowering):
         else:
             idx = self.data(idx_name)
             nidx = prod(self.shape(idx))
-            self.plan.host_indices[idx_name] = int(xs[axis])
+            # Indices read by two Gathers must fit the shorter axis.
+            self.plan.host_indices[idx_name] = min(int(xs[axis]), self.plan.host_indices.get(idx_name, xs[axis]))
         out = self.output(n.outputs[0])
         self.plan.add_launch_1d(ks.MOVEMENT_SOURCE, "gather_rows", prod(self.shape(out)), [
             Buf(out), Buf(x), Buf(idx), I32(xs[axis]), I32(nidx), I32(prod(xs[axis + 1:]))])

@@ -40,7 +40,6 @@ class _Random(Kernel):
             seed = _GLOBAL_SEED[0]
         self.rng = np.random.default_rng(None if seed is None else abs(seed))
         self.lock = threading.Lock()
-        self.op = node.op_type
 
     def _dtype(self, node: Node, default) -> np.dtype:
         code = node.attr("dtype")
@@ -93,7 +92,7 @@ class RandomDistributionLike(_Distribution):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
-        return [self._draw(x.shape, self._dtype(self.node, x.dtype if x.dtype.kind == "f" else np.float32))]
+        return [self._draw(x.shape, self._dtype(self.node, x.dtype))]  # no dtype: the input's, which must be float
 
 
 @register("Bernoulli", since=15)

@@ -68,7 +68,7 @@ class ScatterElements(Kernel):
 
     def compute(self, inputs: list) -> list:
         data, idx, upd = inputs
-        if not (data.ndim == idx.ndim and idx.shape == upd.shape and -data.ndim <= self.axis < max(data.ndim, 1)):
+        if not (data.ndim == idx.ndim >= 1 and idx.shape == upd.shape and -data.ndim <= self.axis < data.ndim):
             raise InvalidArgument(f"{self.op}: data {list(data.shape)}, indices {list(idx.shape)} and updates "
                                   f"{list(upd.shape)} with axis {self.axis}: indices and updates need one shape, of "
                                   f"the data's rank, and the axis must lie in it.")

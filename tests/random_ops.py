@@ -35,11 +35,16 @@ class OpCase:
     n_outputs: int = 1
     #: Graph inputs the node does not take but its subgraphs read from the outer scope (fed).
     outer: dict = field(default_factory=dict)
+    #: Nodes run before the operator's, reading ``outer``; an input given as a string names one
+    #: of their outputs (values no graph input can carry, such as optionals).
+    prelude: list = field(default_factory=list)
 
     def describe(self) -> str:
         def one(i, a):
             if a is None:
                 return "-"
+            if isinstance(a, str):
+                return next(f"{n.op_type}({', '.join(n.input)})" for n in self.prelude if a in n.output)
             if isinstance(a, list):
                 return "seq[" + ", ".join(f"{t.dtype}{list(t.shape)}" for t in a) + "]"
             return f"{a.dtype}{list(a.shape)}{'c' if i in self.const else ''}"
@@ -53,11 +58,14 @@ class OpCase:
 def build(case: OpCase) -> tuple[bytes, dict]:
     """The case as a one-node model (serialized) and its feeds."""
     names, graph_inputs, inits, feeds = [], [], [], {}
-    present = [i for i, a in enumerate(case.inputs) if a is not None and not isinstance(a, list)]
+    present = [i for i, a in enumerate(case.inputs) if a is not None and not isinstance(a, (list, str))]
     const = set(case.const) - ({present[0]} if present and set(present) <= set(case.const) else set())
     for i, a in enumerate(case.inputs):
         if a is None:
             names.append("")
+            continue
+        if isinstance(a, str):  # a prelude node's output
+            names.append(a)
             continue
         name = f"in{i}"
         names.append(name)
@@ -79,7 +87,7 @@ def build(case: OpCase) -> tuple[bytes, dict]:
         names.pop()
     outs = [f"out{k}" for k in range(case.n_outputs)]
     node = helper.make_node(case.op, names, outs, **case.attrs)
-    graph = helper.make_graph([node], "op", graph_inputs, [helper.make_empty_tensor_value_info(o) for o in outs],
+    graph = helper.make_graph([*case.prelude, node], "op", graph_inputs, [helper.make_empty_tensor_value_info(o) for o in outs],
                               initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)], ir_version=IR_VERSION)
     model = onnx.shape_inference.infer_shapes(model)

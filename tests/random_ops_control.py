@@ -1,6 +1,7 @@
 """Random control-flow cases for ``tests/test_ops_random.py`` (see random_ops.py): If, Loop and Scan
 with small random bodies that read values of the outer scope (``OpCase.outer``), loop-carried and
-scan outputs, early exits, zero trip counts, and Scan's axes and directions.
+scan outputs, early exits, zero trip counts, and Scan's axes and directions; and the optional
+operators, their optional inputs made by an ``Optional`` node before them (``OpCase.prelude``).
 """
 
 from __future__ import annotations
@@ -141,3 +142,24 @@ def _scan(rng, op):
     if rng.random() < 0.4:
         attrs["scan_output_directions"] = [int(rng.integers(0, 2))]
     return OpCase(op, [state0, *xs], attrs, opset=opset, n_outputs=2)
+
+
+@generator("Optional", "OptionalHasElement", "OptionalGetElement")
+def _optional(rng, op):
+    dtype = pick(rng, DTYPES)
+    x = array(rng, shape(rng, max_rank=3), dtype, -3, 3, special=False)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    if op == "Optional":  # an optional output is not a graph output onnxruntime returns: read it back
+        return OpCase("OptionalGetElement", ["opt"], opset=18, outer={"x": x},
+                      prelude=[helper.make_node("Optional", ["x"], ["opt"])])
+    form = pick(rng, ["full", "full", "empty", "plain", "omitted"])
+    if form == "plain":  # opset 18 takes a plain tensor too
+        return OpCase(op, [x], opset=18)
+    if form == "omitted" and op == "OptionalHasElement":  # no input at all: false
+        return OpCase(op, [], opset=18)
+    if form == "empty":
+        kind = helper.make_tensor_type_proto(elem, None)
+        prelude = [helper.make_node("Optional", [], ["opt"], type=kind)]
+        return OpCase(op, ["opt"], opset=18, prelude=prelude)  # OptionalGetElement: both must refuse
+    return OpCase(op, ["opt"], opset=pick(rng, [15, 18]), outer={"x": x},
+                  prelude=[helper.make_node("Optional", ["x"], ["opt"])])

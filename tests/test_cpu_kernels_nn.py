@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from onnxhal.hal import Node
@@ -688,3 +688,38 @@ def test_lrn_follows_the_spec(shape, size):
         lo, hi = max(0, ch - (size - 1) // 2), min(c - 1, ch + math.ceil((size - 1) / 2))
         sq[:, ch] = (x[:, lo:hi + 1] ** 2).sum(axis=1)
     np.testing.assert_allclose(got, x / (1.0 + 1e-2 / size * sq) ** 0.75, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,shape,attrs", [
+    ("MaxPool", (1, 2, 2, 5), {"kernel_shape": [4, 2], "pads": [1, 0, 0, 0], "strides": [3, 1]}),
+    ("AveragePool", (1, 2, 2, 5), {"kernel_shape": [4, 2], "pads": [1, 0, 0, 0], "strides": [3, 1]}),
+    ("AveragePool", (1, 2, 2, 5), {"kernel_shape": [4, 2], "pads": [1, 0, 0, 0], "strides": [3, 1],
+                                   "count_include_pad": 1}),
+    ("MaxPool", (1, 1, 1, 4), {"kernel_shape": [4, 1], "pads": [0, 0, 2, 0], "strides": [3, 1]}),
+    ("MaxPool", (1, 1, 2, 2), {"kernel_shape": [6, 1], "strides": [3, 1]}),  # no output row
+])
+def test_pool_window_past_the_padded_input_as_onnx_shape_inference(op, shape, attrs):
+    # The output size is (padded - span) / stride + 1 with C's division (toward zero), as ONNX's
+    # shape inference and onnxruntime: a window reaching past the padded end by less than a stride
+    # still gives one row, over the cells it covers (the excess never counts). numpy's floor
+    # division gave no row (and refused the last case), contradicting the model's inferred shape.
+    _assert_pool_matches_onnxruntime(op, randn(*shape), attrs)
+
+
+def test_conv_kernel_longer_than_the_padded_input_is_refused_like_onnxruntime():
+    from onnxhal.hal.errors import InvalidArgument
+
+    x, w = randn(1, 1, 2, 3), randn(1, 1, 4, 1)
+    with pytest.raises(InvalidArgument, match=r"the kernel spans 4 cells on spatial axis 0 .* padded input's 3"):
+        run_native("Conv", [x, w], 19, pads=[1, 0, 0, 0], strides=[3, 1])
+    # the same Conv + Relu fused by the optimizer (FusedConv has its own geometry)
+    import onnxhal
+    from tests.models import make, vi
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 0, 0, 0], strides=[3, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = make(nodes, [vi("x", [1, 1, 2, 3])], [vi("y", None)], [numpy_helper.from_array(w, "w")])
+    sess = onnxhal.InferenceSession(model.SerializeToString())
+    assert [n.op_type for n in sess.assigned_nodes()] == ["FusedConv"]
+    with pytest.raises(InvalidArgument, match="the kernel spans 4 cells"):
+        sess.run(None, {"x": x})

@@ -153,6 +153,15 @@ def _check_conv(node: Node, lookup: GraphLookup) -> str | None:
     x = lookup.shape(node.inputs[0])
     if len(x) not in (3, 4):
         return f"Conv on rank {len(x)} input (only 1-D and 2-D)"
+    w = lookup.shape(node.inputs[1])
+    if w is not None and node.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID"):
+        nd = len(x) - 2
+        pads = node.attr("pads") if node.attr("auto_pad", "NOTSET") == "NOTSET" else None
+        pads = list(pads or [0] * (2 * nd))
+        dil = list(node.attr("dilations") or [1] * nd)
+        for i in range(nd):  # the CPU EP refuses a kernel longer than its padded input, as onnxruntime
+            if x[2 + i] + pads[i] + pads[i + nd] < (w[2 + i] - 1) * dil[i] + 1:
+                return "the kernel is longer than the padded input (the CPU EP reports it)"
     return _static_f32(lookup, node.inputs[:3])
 
 

@@ -77,20 +77,27 @@ class ConvGeometry:
         self.pads = node.attr("pads")
         self.auto_pad = node.attr("auto_pad", "NOTSET")
 
-    def resolve(self, spatial, kernel=None):
+    def resolve(self, spatial, kernel=None, pool: bool = False):
+        """(kernel, strides, dilations, pads begin, pads end, output size). The output size is ONNX's
+        shape-inference formula, (padded - span) / stride + 1 with C's division, which rounds toward
+        zero: a pool whose window reaches past the padded input by less than a stride still has one
+        output (onnx and onnxruntime; its window is clipped, see ``_Pool.geometry``). A Conv whose
+        kernel is longer than its padded input is refused, as onnxruntime does."""
         kernel = list(self.kernel_shape or kernel)
         nd = len(kernel)
         strides = self.strides or [1] * nd
         dil = self.dilations or [1] * nd
         pb, pe = resolve_pads(spatial, kernel, strides, dil, self.pads, self.auto_pad)
-        out = [(spatial[i] + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1)) // strides[i] + 1 for i in range(nd)]
-        if min(out, default=0) < 0:  # onnxruntime refuses it too; numpy's error would name no attribute
-            i = min(range(nd), key=lambda j: out[j])
+        spare = [spatial[i] + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1) for i in range(nd)]
+        out = [(n // s if n >= 0 else -(-n // s)) + 1 for n, s in zip(spare, strides)]
+        bad = [i for i in range(nd) if out[i] < 0 or (not pool and spare[i] < 0)]
+        if bad:  # onnxruntime refuses it too; numpy's error would name no attribute
+            i = bad[0]
             raise InvalidArgument(
-                f"{self.op} computes a negative output size {out[i]} on spatial axis {i}: the kernel spans "
-                f"{(kernel[i] - 1) * dil[i] + 1} cells (kernel {kernel[i]}, dilation {dil[i]}), the padded input "
-                f"{spatial[i] + pb[i] + pe[i]} (input {spatial[i]}, pads {pb[i]} + {pe[i]}). Check kernel_shape, "
-                "pads, strides and dilations against the input's shape.")
+                f"{self.op}: the kernel spans {(kernel[i] - 1) * dil[i] + 1} cells on spatial axis {i} (kernel "
+                f"{kernel[i]}, dilation {dil[i]}), more than the padded input's {spatial[i] + pb[i] + pe[i]} (input "
+                f"{spatial[i]}, pads {pb[i]} + {pe[i]})" + (f", giving a negative output size {out[i]}" if pool else "")
+                + ". Check kernel_shape, pads, strides and dilations against the input's shape.")
         return kernel, strides, dil, pb, pe, out
 
 

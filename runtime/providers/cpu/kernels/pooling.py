@@ -166,9 +166,12 @@ class _Pool(Kernel):
     def geometry(self, spatial):
         """kernel, strides, dilations, pads begin, pads end (incl. ceil_mode's extra), output size,
         and the explicit pads end (what counts as padding for count_include_pad)."""
-        kernel, strides, dil, pb, pe, out = self.geo.resolve(spatial)
+        kernel, strides, dil, pb, pe, out = self.geo.resolve(spatial, pool=True)
         pe_explicit = list(pe)
-        if self.ceil:
+        if not self.ceil:  # a single window reaching past the padded end: the rest is padding that never counts
+            pe = [e + max(0, (k - 1) * d + 1 - (n + b + e)) if o == 1 else e
+                  for n, k, d, b, e, o in zip(spatial, kernel, dil, pb, pe, out)]
+        else:
             pe = list(pe)
             for i in range(len(kernel)):
                 span = (kernel[i] - 1) * dil[i] + 1

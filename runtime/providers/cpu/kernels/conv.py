@@ -80,9 +80,10 @@ class ConvGeometry:
     def resolve(self, spatial, kernel=None, pool: bool = False):
         """(kernel, strides, dilations, pads begin, pads end, output size). The output size is ONNX's
         shape-inference formula, (padded - span) / stride + 1 with C's division, which rounds toward
-        zero: a pool whose window reaches past the padded input by less than a stride still has one
-        output (onnx and onnxruntime; its window is clipped, see ``_Pool.geometry``). A Conv whose
-        kernel is longer than its padded input is refused, as onnxruntime does."""
+        zero (also for ``auto_pad`` VALID): a pool whose window reaches past the padded input by less
+        than a stride still has one output (onnx and onnxruntime; its window is clipped, see
+        ``_Pool.geometry``). A Conv whose kernel is longer than its padded input is refused, as
+        onnxruntime does."""
         kernel = list(self.kernel_shape or kernel)
         nd = len(kernel)
         strides = self.strides or [1] * nd

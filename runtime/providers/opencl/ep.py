@@ -207,17 +207,12 @@ def filtered_graph(graph: Graph, nodes: Sequence[Node]) -> Graph:
 def _ort_pool_dims(node: Node, xs: tuple) -> tuple:
     """The output shape onnxruntime gives a pool over an input of shape ``xs``: the CPU EP's
     geometry (with ceil_mode, the last window dropped when it would start in the right padding
-    or past the input, which onnx 1.23's shape inference keeps), and C++ truncating division
-    where the padded input is shorter than the window."""
+    or past the input, which onnx 1.23's shape inference keeps; C's truncating division where
+    the padded input is shorter than the window)."""
     # The CPU EP's pool geometry, so that both EPs size pools in one way.
     from onnxhal.runtime.providers.cpu.kernels.pooling import pool_geometry
 
-    (kernel, strides, dil, pb, pe, out, _), ceil = pool_geometry(node, xs[2:])
-    if not ceil:
-        for i, n in enumerate(xs[2:]):
-            numer = n + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1)
-            if numer < 0:
-                out[i] = -((-numer) // strides[i]) + 1
+    (_, _, _, _, _, out, _), _ = pool_geometry(node, xs[2:])
     return (*xs[:2], *out)
 
 

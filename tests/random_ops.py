@@ -137,15 +137,19 @@ def strided(rng, a: np.ndarray) -> np.ndarray:
 FLOATS = ["float32", "float32", "float32", "float64", "float16"]
 NUMERIC = FLOATS + ["int32", "int64", "int8", "uint8"]
 
+def registrar(table: dict[str, Callable]) -> Callable:
+    """A ``@generator("Op", ...)`` decorator that files a generator under each op name in ``table``."""
+    def generator(*ops: str):
+        def wrap(fn):
+            for op in ops:
+                table[op] = (lambda rng, _op=op: fn(rng, _op))
+            return fn
+        return wrap
+    return generator
+
+
 GENERATORS: dict[str, Callable] = {}
-
-
-def generator(*ops: str):
-    def wrap(fn):
-        for op in ops:
-            GENERATORS[op] = (lambda rng, _op=op: fn(rng, _op))
-        return fn
-    return wrap
+generator = registrar(GENERATORS)
 
 
 def all_generators() -> dict[str, Callable]:

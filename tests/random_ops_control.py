@@ -12,18 +12,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from tests.random_ops import OpCase, array, pick, shape
+from tests.random_ops import OpCase, array, pick, registrar, shape
 
 GENERATORS: dict[str, Callable] = {}
 DTYPES = ["float32", "float32", "float64", "int64", "int32"]
 
-
-def generator(*ops: str):
-    def wrap(fn):
-        for op in ops:
-            GENERATORS[op] = (lambda rng, _op=op: fn(rng, _op))
-        return fn
-    return wrap
+generator = registrar(GENERATORS)
 
 
 def _vi(name: str, dtype, shape=None) -> onnx.ValueInfoProto:

@@ -12,19 +12,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tests.random_ops import OpCase, array, pick, shape, strided
+from tests.random_ops import OpCase, array, pick, registrar, shape, strided
 
 GENERATORS: dict[str, Callable] = {}
 ANY = ["float32", "float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool"]
 I64_MAX, I64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
-
-def generator(*ops: str):
-    def wrap(fn):
-        for op in ops:
-            GENERATORS[op] = (lambda rng, _op=op: fn(rng, _op))
-        return fn
-    return wrap
+generator = registrar(GENERATORS)
 
 
 def _data(rng, s, dtypes=ANY) -> np.ndarray:

@@ -27,6 +27,7 @@ import onnxhal
 from onnxhal.hal import GraphOptimizationLevel as Level
 from onnxhal.hal.errors import OrtError
 from onnxhal.runtime.providers.opencl.op_support import SUPPORTED_OPS, VIEW_OPS
+from tests.compare import float_difference
 from tests.random_ops import all_generators, build
 
 SEEDS = 100  # per operator
@@ -60,19 +61,9 @@ def _mismatch(want: list, got: list) -> str | None:
             if not np.array_equal(w, g):
                 return f"output {i}: values differ at {np.argwhere(w != g)[:3].tolist()}"
             continue
-        wf, gf = w.astype(np.float64), g.astype(np.float64)
-        if w.dtype == np.float32:  # onnxruntime's max pools give -FLT_MAX where the max is -inf
-            lowest = float(np.finfo(np.float32).max)
-            wf[wf <= -lowest] = -np.inf
-            gf[gf <= -lowest] = -np.inf
-        finite = np.isfinite(wf)
-        if not np.array_equal(finite, np.isfinite(gf)) or not np.array_equal(wf[~finite], gf[~finite], equal_nan=True):
-            return f"output {i}: inf/NaN at other positions"
-        if finite.any():
-            scale = max(1.0, float(np.abs(wf[finite]).max()))
-            diff = np.abs(wf[finite] - gf[finite])
-            if (diff > _tolerance(w.dtype) * (scale + np.abs(wf[finite]))).any():
-                return f"output {i}: max diff {diff.max():.3g} at scale {scale:.3g}"
+        problem = float_difference(w, g, _tolerance(w.dtype))
+        if problem:
+            return f"output {i}: {problem}"
     return None
 
 

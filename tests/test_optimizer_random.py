@@ -17,6 +17,7 @@ import pytest
 
 import onnxhal
 from onnxhal.hal import GraphOptimizationLevel as Level
+from tests.compare import float_difference
 from tests.random_graphs import build
 
 SEEDS_PER_CHUNK = 40
@@ -40,19 +41,9 @@ def _mismatch(want: list, got: list) -> str | None:
         w, g = np.asarray(w), np.asarray(g)
         if w.shape != g.shape or w.dtype != g.dtype:
             return f"output {i}: {g.dtype}{list(g.shape)}, onnxruntime {w.dtype}{list(w.shape)}"
-        wf, gf = w.astype(np.float64), g.astype(np.float64)
-        if w.dtype == np.float32:  # -FLT_MAX (onnxruntime's MaxPool of -inf values) and -inf alike
-            lowest = float(np.finfo(np.float32).max)
-            wf[wf <= -lowest] = -np.inf
-            gf[gf <= -lowest] = -np.inf
-        finite = np.isfinite(wf)
-        if not np.array_equal(finite, np.isfinite(gf)) or not np.array_equal(wf[~finite], gf[~finite], equal_nan=True):
-            return f"output {i}: inf/NaN at other positions"
-        if finite.any():
-            scale = max(1.0, float(np.abs(wf[finite]).max()))
-            diff = np.abs(wf[finite] - gf[finite])
-            if (diff > TOL * (scale + np.abs(wf[finite]))).any():
-                return f"output {i}: max diff {diff.max():.3g} at scale {scale:.3g}"
+        problem = float_difference(w, g, TOL)
+        if problem:
+            return f"output {i}: {problem}"
     return None
 
 

@@ -723,3 +723,54 @@ def test_conv_kernel_longer_than_the_padded_input_is_refused_like_onnxruntime():
     assert [n.op_type for n in sess.assigned_nodes()] == ["FusedConv"]
     with pytest.raises(InvalidArgument, match="the kernel spans 4 cells"):
         sess.run(None, {"x": x})
+
+
+@pytest.mark.parametrize("mode,attrs", [
+    ("cubic", {}), ("cubic", {"exclude_outside": 1}), ("cubic", {"cubic_coeff_a": -0.5}),
+    ("cubic", {"coordinate_transformation_mode": "align_corners"}),
+    ("cubic", {"coordinate_transformation_mode": "asymmetric"}),
+    ("linear", {"coordinate_transformation_mode": "pytorch_half_pixel"}),
+    ("cubic", {"coordinate_transformation_mode": "pytorch_half_pixel"}),
+    ("nearest", {"coordinate_transformation_mode": "pytorch_half_pixel", "nearest_mode": "ceil"}),
+])
+@pytest.mark.parametrize("sizes", [(1, 2, 7, 3), (1, 2, 1, 9), (1, 2, 2, 1)])
+def test_resize_cubic_and_pytorch_half_pixel_match_onnxruntime(mode, attrs, sizes):
+    # Cubic is native now (four taps per axis, Keys' kernel, edge-clamped or excluded taps). An
+    # output length of 1 under pytorch_half_pixel samples 0, by the integer length, as the spec,
+    # PyTorch and onnxruntime; onnx.reference took scale * length and sampled -0.5 (other values).
+    x = randn(1, 2, 4, 5)
+    inputs = [x, None, None, np.array(sizes, np.int64)]
+    if mode == "linear" and attrs.get("coordinate_transformation_mode") == "align_corners":
+        return
+    (want,) = run_onnxruntime("Resize", inputs, 19, mode=mode, **attrs)
+    (got,) = run_native("Resize", inputs, 19, mode=mode, **attrs)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+def test_resize_keep_aspect_ratio_policy_is_native_and_matches_onnxruntime(policy):
+    x = randn(1, 1, 4, 6)
+    inputs = [x, None, None, np.array([3, 7], np.int64)]
+    attrs = {"mode": "linear", "axes": [2, 3], "keep_aspect_ratio_policy": policy}
+    (want,) = run_onnxruntime("Resize", inputs, 19, **attrs)
+    (got,) = run_native("Resize", inputs, 19, **attrs)
+    assert got.shape == want.shape == ((1, 1, 3, 5) if policy == "not_larger" else (1, 1, 5, 7))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pow_of_negative_infinity_and_negative_zero_as_c_pow():
+    # numpy gives NaN for (-inf) ** 0.5 and -0 for (-0) ** 0.5 (its square-root path); C's pow,
+    # which onnxruntime calls, gives +inf and +0 (and +0 for a negative non-integer power of -inf).
+    x = np.array([-np.inf, -np.inf, -0.0, 4.0, -4.0], np.float32)
+    cases = [(0.5, [np.inf, np.inf, 0.0, 2.0, np.nan]), (-0.5, [0.0, 0.0, np.inf, 0.5, np.nan]),
+             (3.0, [-np.inf, -np.inf, -0.0, 64.0, -64.0])]
+    for e, want in cases:
+        want = np.array(want, np.float32)
+        with np.errstate(invalid="ignore", divide="ignore"):  # (-4) ** 0.5 is NaN in both
+            (y,) = run_native("Pow", [x, np.array(e, np.float32)], 15)
+        np.testing.assert_array_equal(y, want)
+        num = ~np.isnan(y)
+        np.testing.assert_array_equal(np.signbit(y[num]), np.signbit(want[num]))
+        (ort_y,) = run_onnxruntime("Pow", [x, np.array(e, np.float32)], 15)
+        np.testing.assert_array_equal(y, ort_y)

@@ -119,11 +119,30 @@ class Pow(Kernel):
     def compute(self, inputs: list) -> list:
         a, b = inputs
         if a.dtype == b.dtype and a.dtype.kind == "f":
-            r = np.power(a, b)
+            r = _c_pow_of_neg_inf(a, b, np.power(a, b))
             return [r if type(r) is _ndarray else _asarray(r)]
         if a.dtype.kind in "iu" and b.dtype.kind in "iu":
             return [_arr(np.power(a.astype(np.int64), b.astype(np.int64)).astype(a.dtype))]
-        return [_arr(np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype))]
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        return [_arr(_c_pow_of_neg_inf(a64, b64, np.power(a64, b64)).astype(a.dtype))]
+
+
+def _c_pow_of_neg_inf(a: np.ndarray, b: np.ndarray, r):
+    """numpy's power gives NaN for -inf to a non-integer power, where C's pow (onnxruntime's, and
+    IEEE 754's) gives +inf for a positive one and +0 for a negative one; and for an exponent of
+    0.5 it takes the square root, which keeps -0 where pow gives +0. Only a result holding NaN
+    is looked at again; -0 + 0 is +0 and changes nothing else."""
+    if b.size == 1 and b.reshape(-1)[0] == 0.5:
+        r = np.add(r, 0.0, out=r) if type(r) is _ndarray else r + 0.0
+    nan = np.isnan(r)
+    if not nan.any():
+        return r
+    base, exp = np.broadcast_arrays(a, b)
+    fix = nan & np.isneginf(base) & np.isfinite(exp) & (np.floor(exp) != exp)
+    if fix.any():
+        r = np.array(r, copy=True)
+        r[fix] = np.where(exp[fix] > 0, np.inf, 0.0)
+    return r
 
 
 @register("Mod", since=10)

@@ -1,8 +1,11 @@
-"""Resize (opset 11+): nearest and linear modes natively, one axis at a time (gather per axis, a
-lerp for linear), in the input's float type. Coordinates come from onnx.reference's
-``_compute_x_ori`` so every coordinate transformation mode maps exactly as the spec's reference.
-Cubic, antialias, tf_crop_and_resize, keep_aspect_ratio_policy and linear on integer tensors are
-delegated to onnx.reference. Upsample (opsets 7 and 9) runs on the same native path."""
+"""Resize (opset 11+): nearest, linear and cubic modes natively, one axis at a time (a gather per
+axis, a lerp for linear, four weighted taps for cubic), in the input's float type. Coordinates
+come from onnx.reference's ``_compute_x_ori`` so the coordinate transformation modes map as the
+spec's reference, except ``pytorch_half_pixel`` at an output length of 1, which samples 0 by the
+integer output length, as the spec, PyTorch and onnxruntime (onnx.reference takes scale * length
+and samples -0.5). Antialias, tf_crop_and_resize and linear or cubic on integer tensors are
+delegated to onnx.reference. Upsample (opsets 7 and 9) runs on the same
+native path."""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.nda
     y = np.arange(out_len, dtype=np.float64)
     if mode == "tf_half_pixel_for_nn":  # in the spec, not in onnx.reference
         return (y + 0.5) / scale
+    if mode == "pytorch_half_pixel":  # the spec: length_resized > 1 ? ... : 0, by the integer length
+        return (y + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
     x, _ = _compute_x_ori(mode, y, scale, in_len, scale * in_len, out_len, None)
     return np.asarray(x, dtype=np.float64)
 
@@ -47,9 +52,12 @@ class Resize(Kernel):
         self.coord_mode = node.attr("coordinate_transformation_mode", "half_pixel")
         self.nearest_mode = node.attr("nearest_mode", "round_prefer_floor")
         self.axes = node.attr("axes")
-        native = (self.mode in ("nearest", "linear") and not node.attr("antialias", 0)
+        self.cubic_a = float(node.attr("cubic_coeff_a", -0.75))
+        self.exclude_outside = bool(node.attr("exclude_outside", 0))
+        self.policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        native = (self.mode in ("nearest", "linear", "cubic") and not node.attr("antialias", 0)
                   and self.coord_mode != "tf_crop_and_resize"
-                  and node.attr("keep_aspect_ratio_policy", "stretch") == "stretch")
+                  and self.policy in ("stretch", "not_larger", "not_smaller"))
         self.ref = None
         self.node, self.ctx = node, ctx
         if not native:
@@ -64,7 +72,7 @@ class Resize(Kernel):
         x = inputs[0]
         if self.ref is not None:
             return self.ref.compute(inputs)
-        if self.mode == "linear" and x.dtype.kind != "f":
+        if self.mode != "nearest" and x.dtype.kind != "f":
             return self._reference().compute(inputs)  # integer rounding/saturation: reference
         n = len(inputs)
         scales = inputs[2] if n > 2 and inputs[2] is not None and inputs[2].size else None
@@ -73,6 +81,16 @@ class Resize(Kernel):
         axes = [a + rank if a < 0 else a for a in self.axes] if self.axes else list(range(rank))
         scale_list = [1.0] * rank
         out_shape = list(x.shape)
+        if sizes is not None and self.policy != "stretch":
+            # one scale for every resized axis, the largest that fits (not_larger) or the smallest
+            # that covers (not_smaller) the sizes; lengths rounded half up, as the spec
+            ratios = [int(sizes[i]) / x.shape[a] for i, a in enumerate(axes)]
+            common = min(ratios) if self.policy == "not_larger" else max(ratios)
+            for a in axes:
+                scale_list[a] = common
+                out_shape[a] = int(np.floor(common * x.shape[a] + 0.5))
+            return [resize_axes(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.nearest_mode,
+                                self.cubic_a, self.exclude_outside)]
         for i, a in enumerate(axes):
             if sizes is not None:
                 out_shape[a] = int(sizes[i])
@@ -80,7 +98,8 @@ class Resize(Kernel):
             else:
                 scale_list[a] = float(scales[i])
                 out_shape[a] = int(scale_list[a] * x.shape[a])
-        return [resize_axes(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.nearest_mode)]
+        return [resize_axes(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.nearest_mode,
+                            self.cubic_a, self.exclude_outside)]
 
 
 @register("Upsample", since=7)
@@ -111,9 +130,26 @@ class Upsample(Kernel):
         return [resize_axes(x, list(range(x.ndim)), out_shape, scales, self.mode, "asymmetric", "floor")]
 
 
+def _cubic_taps(coords: np.ndarray, in_len: int, a: float, exclude_outside: bool) -> tuple[list, np.ndarray]:
+    """Keys' cubic convolution (coefficient ``a``) at ``coords``: the four tap indices (clamped to
+    the edge) and their weights, shape (4, out_len); with ``exclude_outside`` the taps outside the
+    input weigh 0 and the rest are renormalized, as the spec and onnxruntime."""
+    lo = np.floor(coords)
+    t = coords - lo
+    dist = np.stack([1 + t, t, 1 - t, 2 - t])
+    near = (((a + 2) * dist - (a + 3)) * dist * dist) + 1
+    far = ((a * dist - 5 * a) * dist + 8 * a) * dist - 4 * a
+    w = np.where(dist <= 1, near, far)
+    taps = lo[None, :] + np.arange(-1, 3)[:, None]
+    if exclude_outside:
+        w = np.where((taps < 0) | (taps > in_len - 1), 0.0, w)
+        w = w / w.sum(axis=0, keepdims=True)
+    return [np.clip(k, 0, in_len - 1).astype(np.intp) for k in taps], w
+
+
 def resize_axes(x: np.ndarray, axes: list, out_shape: list, scale_list: list, mode: str, coord_mode: str,
-                nearest_mode: str) -> np.ndarray:
-    """Nearest or linear resize of ``x`` to ``out_shape``, one axis at a time."""
+                nearest_mode: str, cubic_a: float = -0.75, exclude_outside: bool = False) -> np.ndarray:
+    """Nearest, linear or cubic resize of ``x`` to ``out_shape``, one axis at a time."""
     y = x
     rank = x.ndim
     for a in axes:
@@ -124,12 +160,19 @@ def resize_axes(x: np.ndarray, axes: list, out_shape: list, scale_list: list, mo
         if mode == "nearest":
             y = np.take(y, _nearest_index(coords, nearest_mode, in_len), axis=a)
             continue
+        shape = [1] * rank
+        shape[a] = out_len
+        if mode == "cubic":
+            taps, weights = _cubic_taps(coords, in_len, cubic_a, exclude_outside)
+            acc = np.take(y, taps[0], axis=a) * weights[0].astype(x.dtype).reshape(shape)
+            for k in range(1, 4):
+                acc += np.take(y, taps[k], axis=a) * weights[k].astype(x.dtype).reshape(shape)
+            y = acc
+            continue
         lo = np.floor(coords)
         w = (coords - lo).astype(x.dtype)
         i0 = np.clip(lo, 0, in_len - 1).astype(np.intp)
         i1 = np.clip(lo + 1, 0, in_len - 1).astype(np.intp)
-        shape = [1] * rank
-        shape[a] = out_len
         w = w.reshape(shape)
         y0 = np.take(y, i0, axis=a)
         y = y0 + (np.take(y, i1, axis=a) - y0) * w

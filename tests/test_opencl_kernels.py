@@ -446,3 +446,22 @@ def test_gemm_wide_epilogue_paths(ocl, c_shape):
              helper.make_node("Relu", ["g"], ["y"])]
     got, _, _ = run_on_opencl(ocl, nodes, {"a": a, "b": b, "c": c})
     np.testing.assert_allclose(got[0], np.maximum(0.5 * (a @ b) + 2.0 * c, 0), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("starts,ends,steps,length", [([-3], [-4], [-2], 1), ([-9], [-20], [-1], 5), ([7], [-9], [-3], 5)])
+def test_backward_slice_starting_before_the_axis_reads_from_0(opencl_devices, starts, ends, steps, length):
+    """ONNX clamps a backward slice's start into [0, dim - 1]; Python's slice.indices, which the
+    OpenCL lowering used, gave -1 there and the copy read before the buffer (0 came out where
+    onnxruntime and the CPU EP give x[0])."""
+    nodes = [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k)
+             for k, v in (("st", starts), ("en", ends), ("ax", [0]), ("sp", steps))]
+    model = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [length])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits),
+                              opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    x = np.arange(1, length + 1, dtype=np.float32)
+    sess = onnxhal.InferenceSession(model, providers=["OpenCLExecutionProvider", "CPUExecutionProvider"])
+    assert sess.partition_summary == {"OpenCLExecutionProvider": 2}
+    want = onnxhal.InferenceSession(model).run(None, {"x": x})[0]
+    assert want.size and want[0] == x[min(max(starts[0] + length if starts[0] < 0 else starts[0], 0), length - 1)]
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)

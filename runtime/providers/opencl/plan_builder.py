@@ -453,15 +453,19 @@ class PlanBuilder(GemmLowering):
             if len(n.inputs) > idx and n.inputs[idx]:
                 return [int(v) for v in self.lookup.const(n.inputs[idx]).reshape(-1)]
             return n.attr(attr)
-        starts, ends = param(1, "starts"), param(2, "ends")
+        starts = param(1, "starts")  # the ends are in the inferred output shape
         axes = param(3, "axes") or list(range(len(starts)))
         steps = param(4, "steps") or [1] * len(starts)
         st = contiguous_strides(xs)
         src_st, off = list(st), 0
-        for s, e, a, step in zip(starts, ends, axes, steps):
+        for s, a, step in zip(starts, axes, steps):
             a %= rank
-            begin = range(*slice(s, e, step).indices(xs[a])).start
-            off += begin * st[a]
+            # ONNX's start: clamped into [0, dim] (or [0, dim - 1] stepping back). Python's
+            # slice.indices differs when a backward slice starts before 0: it gives -1 (an empty
+            # range), where ONNX starts at 0 and the inferred shape holds one element.
+            begin = s + xs[a] if s < 0 else s
+            begin = min(max(begin, 0), xs[a] if step > 0 else xs[a] - 1)
+            off += max(begin, 0) * st[a]
             src_st[a] = st[a] * step
         ys = self.shape(n.outputs[0])
         self._strided_copy(self.output(n.outputs[0]), x, ys, src_st, contiguous_strides(ys), off, 0)

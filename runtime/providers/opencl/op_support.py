@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import ELEMENTWISE_OPS
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_CODES
@@ -154,14 +155,13 @@ def _check_conv(node: Node, lookup: GraphLookup) -> str | None:
     if len(x) not in (3, 4):
         return f"Conv on rank {len(x)} input (only 1-D and 2-D)"
     w = lookup.shape(node.inputs[1])
-    if w is not None and node.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID"):
-        nd = len(x) - 2
-        pads = node.attr("pads") if node.attr("auto_pad", "NOTSET") == "NOTSET" else None
-        pads = list(pads or [0] * (2 * nd))
-        dil = list(node.attr("dilations") or [1] * nd)
-        for i in range(nd):  # the CPU EP refuses a kernel longer than its padded input, as onnxruntime
-            if x[2 + i] + pads[i] + pads[i + nd] < (w[2 + i] - 1) * dil[i] + 1:
-                return "the kernel is longer than the padded input (the CPU EP reports it)"
+    if w is not None:  # the CPU EP's geometry refuses a kernel longer than its padded input, as onnxruntime
+        from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry
+
+        try:
+            ConvGeometry(node).resolve(x[2:], w[2:])
+        except OrtError:
+            return "the kernel is longer than the padded input (the CPU EP reports it)"
     return _static_f32(lookup, node.inputs[:3])
 
 
@@ -220,7 +220,9 @@ def _check_gather(node: Node, lookup: GraphLookup) -> str | None:
     const, xs = lookup.const(idx), lookup.shape(node.inputs[0])
     if const is not None and xs and const.size:
         n = xs[node.attr("axis", 0) % len(xs)]
-        if const.min() < -n or const.max() >= n:  # the CPU EP's kernel reports it
+        from onnxhal.runtime.providers.cpu.kernels.shape_ops import first_out_of_range
+
+        if first_out_of_range(const, n) is not None:  # the CPU EP's kernel reports it
             return f"Gather indices out of range for an axis of length {n}"
     return _static_f32(lookup, [node.inputs[0], *node.outputs])
 

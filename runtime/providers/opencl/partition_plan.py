@@ -18,6 +18,7 @@ import pyopencl as cl
 
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.tensor import DeviceTensor
+from onnxhal.runtime.providers.cpu.kernels.shape_ops import first_out_of_range
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
 from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
 
@@ -224,9 +225,9 @@ class PartitionState:
 
 
 def _check_indices(name: str, idx: np.ndarray, n: int) -> None:
-    if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
-        bad = idx[(idx < -n) | (idx >= n)].reshape(-1)[0]
-        raise InvalidArgument(f"Gather: index {int(bad)} in {name!r} is out of range for an axis of length {n}; "
+    bad = first_out_of_range(idx, n)
+    if bad is not None:
+        raise InvalidArgument(f"Gather: index {bad} in {name!r} is out of range for an axis of length {n}; "
                               f"indices must lie in [{-n}, {n - 1}].")
 
 

@@ -89,17 +89,24 @@ class ConvGeometry:
         strides = self.strides or [1] * nd
         dil = self.dilations or [1] * nd
         pb, pe = resolve_pads(spatial, kernel, strides, dil, self.pads, self.auto_pad)
-        spare = [spatial[i] + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1) for i in range(nd)]
-        out = [(n // s if n >= 0 else -(-n // s)) + 1 for n, s in zip(spare, strides)]
-        bad = [i for i in range(nd) if out[i] < 0 or (not pool and spare[i] < 0)]
-        if bad:  # onnxruntime refuses it too; numpy's error would name no attribute
-            i = bad[0]
-            raise InvalidArgument(
-                f"{self.op}: the kernel spans {(kernel[i] - 1) * dil[i] + 1} cells on spatial axis {i} (kernel "
-                f"{kernel[i]}, dilation {dil[i]}), more than the padded input's {spatial[i] + pb[i] + pe[i]} (input "
-                f"{spatial[i]}, pads {pb[i]} + {pe[i]})" + (f", giving a negative output size {out[i]}" if pool else "")
-                + ". Check kernel_shape, pads, strides and dilations against the input's shape.")
-        return kernel, strides, dil, pb, pe, out
+        return kernel, strides, dil, pb, pe, output_sizes(self.op, spatial, kernel, strides, dil, pb, pe, pool)
+
+
+def output_sizes(op: str, spatial, kernel, strides, dil, pb, pe, pool: bool = False) -> list[int]:
+    """ONNX's output size per spatial axis (see ``ConvGeometry.resolve``); ``InvalidArgument`` where
+    onnxruntime refuses the node (numpy's error would name no attribute)."""
+    nd = len(kernel)
+    spare = [spatial[i] + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1) for i in range(nd)]
+    out = [(n // s if n >= 0 else -(-n // s)) + 1 for n, s in zip(spare, strides)]
+    bad = [i for i in range(nd) if out[i] < 0 or (not pool and spare[i] < 0)]
+    if bad:
+        i = bad[0]
+        raise InvalidArgument(
+            f"{op}: the kernel spans {(kernel[i] - 1) * dil[i] + 1} cells on spatial axis {i} (kernel "
+            f"{kernel[i]}, dilation {dil[i]}), more than the padded input's {spatial[i] + pb[i] + pe[i]} (input "
+            f"{spatial[i]}, pads {pb[i]} + {pe[i]})" + (f", giving a negative output size {out[i]}" if pool else "")
+            + ". Check kernel_shape, pads, strides and dilations against the input's shape.")
+    return out
 
 
 def pad_spatial(x: np.ndarray, pb, pe, value=0) -> np.ndarray:

@@ -130,10 +130,15 @@ class Pow(Kernel):
 def _c_pow_of_neg_inf(a: np.ndarray, b: np.ndarray, r):
     """numpy's power gives NaN for -inf to a non-integer power, where C's pow (onnxruntime's, and
     IEEE 754's) gives +inf for a positive one and +0 for a negative one; and for an exponent of
-    0.5 it takes the square root, which keeps -0 where pow gives +0. Only a result holding NaN
-    is looked at again; -0 + 0 is +0 and changes nothing else."""
-    if b.size == 1 and b.reshape(-1)[0] == 0.5:
-        r = np.add(r, 0.0, out=r) if type(r) is _ndarray else r + 0.0
+    0.5 it takes the square root, which keeps -0 where pow gives +0. An integer scalar exponent
+    (x ** 2) needs neither fix; otherwise only a result holding NaN is looked at again, and -0 + 0
+    is +0 and changes nothing else."""
+    if b.size == 1:
+        e = b.reshape(-1)[0]
+        if e == np.floor(e):
+            return r
+        if e == 0.5:
+            r = np.add(r, 0.0, out=r) if type(r) is _ndarray else r + 0.0
     nan = np.isnan(r)
     if not nan.any():
         return r

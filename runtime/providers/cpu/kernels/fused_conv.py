@@ -29,12 +29,12 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import KernelCreateContext, Node
-from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels import fused as _fused
 from onnxhal.runtime.providers.cpu.kernels.conv import (
     depthwise_rows,
     flat_plane_filler,
     im2col_from_phases,
+    output_sizes,
     pad_spatial,
     per_shape,
     resolve_pads,
@@ -146,13 +146,7 @@ class FusedConv(FusedBase):
         (sh, sw), (dh, dw) = self.strides, self.dilations
         (top, left), (bottom, right) = resolve_pads((h, wd), (kh, kw), (sh, sw), (dh, dw), self.pads, self.auto_pad)
         pads = (top, left, bottom, right)
-        for axis, (n, k, d, b, e) in enumerate(((h, kh, dh, top, bottom), (wd, kw, dw, left, right))):
-            if n + b + e < (k - 1) * d + 1:  # as Conv (ConvGeometry.resolve) and onnxruntime
-                raise InvalidArgument(f"Conv (fused): the kernel spans {(k - 1) * d + 1} cells on spatial axis {axis} "
-                                      f"(kernel {k}, dilation {d}), more than the padded input's {n + b + e} (input "
-                                      f"{n}, pads {b} + {e}). Check kernel_shape, pads, strides and dilations.")
-        oh = (h + top + bottom - ((kh - 1) * dh + 1)) // sh + 1
-        ow = (wd + left + right - ((kw - 1) * dw + 1)) // sw + 1
+        oh, ow = output_sizes("FusedConv", (h, wd), (kh, kw), (sh, sw), (dh, dw), (top, left), (bottom, right))
         if self.group == 1 and kh * kw > 1 and 2 * m <= c and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd):
             path = "taps"
         elif self.group == c == m and cg == 1:

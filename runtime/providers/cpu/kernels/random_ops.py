@@ -89,10 +89,11 @@ class RandomDistributionLike(_Distribution):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
         self.node = node
+        self.dtype = self._dtype(node, np.float32) if node.attr("dtype") is not None else None
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0]
-        return [self._draw(x.shape, self._dtype(self.node, x.dtype))]  # no dtype: the input's, which must be float
+        x = inputs[0]  # no dtype attribute: the input's, which must be float
+        return [self._draw(x.shape, self.dtype or self._dtype(self.node, x.dtype))]
 
 
 @register("Bernoulli", since=15)

@@ -89,15 +89,14 @@ class Resize(Kernel):
             for a in axes:
                 scale_list[a] = common
                 out_shape[a] = int(np.floor(common * x.shape[a] + 0.5))
-            return [resize_axes(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.nearest_mode,
-                                self.cubic_a, self.exclude_outside)]
-        for i, a in enumerate(axes):
-            if sizes is not None:
-                out_shape[a] = int(sizes[i])
-                scale_list[a] = out_shape[a] / x.shape[a]
-            else:
-                scale_list[a] = float(scales[i])
-                out_shape[a] = int(scale_list[a] * x.shape[a])
+        else:
+            for i, a in enumerate(axes):
+                if sizes is not None:
+                    out_shape[a] = int(sizes[i])
+                    scale_list[a] = out_shape[a] / x.shape[a]
+                else:
+                    scale_list[a] = float(scales[i])
+                    out_shape[a] = int(scale_list[a] * x.shape[a])
         return [resize_axes(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.nearest_mode,
                             self.cubic_a, self.exclude_outside)]
 

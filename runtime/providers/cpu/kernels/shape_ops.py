@@ -190,11 +190,18 @@ class Gather(Kernel):
         return [np.asarray(np.take(x, idx, axis=self.axis))]
 
 
+def first_out_of_range(idx: np.ndarray, n: int) -> int | None:
+    """The first index outside [-n, n), or None (one min/max pass when all are in range)."""
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        return int(idx[(idx < -n) | (idx >= n)].reshape(-1)[0])
+    return None
+
+
 def _check_indices(op: str, idx: np.ndarray, n: int, axis: int) -> None:
     """Indices must lie in [-n, n): numpy would wrap some and raise a bare IndexError on others."""
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        bad = idx[(idx < -n) | (idx >= n)].reshape(-1)[0]
-        raise InvalidArgument(f"{op}: index {int(bad)} is out of range for axis {axis} of length {n}; "
+    bad = first_out_of_range(idx, n)
+    if bad is not None:
+        raise InvalidArgument(f"{op}: index {bad} is out of range for axis {axis} of length {n}; "
                               f"indices must lie in [{-n}, {n - 1}].")
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from onnxhal.hal.enums import OrtHardwareDeviceType
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 
-_JOINED_KEYS = ("opencl_devices",)  # comma-separated lists: a merged device lists every entry
+_JOINED_KEYS = ("opencl_devices", "opencl_unusable")  # comma-separated lists: a merged device lists every entry
 _TYPE_ORDER = {OrtHardwareDeviceType.CPU: 0, OrtHardwareDeviceType.GPU: 1, OrtHardwareDeviceType.NPU: 2}
 
 

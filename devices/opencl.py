@@ -22,6 +22,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from onnxhal.devices.opencl_env import OPENCL_SWITCH_ENV, opencl_disabled
+from onnxhal.devices.opencl_probe import ProbeVerdict, probe_device
 from onnxhal.devices.vendors import opencl_vendor_id, pci_vendor_name
 from onnxhal.hal.enums import OrtHardwareDeviceType
 from onnxhal.hal.errors import Fail, InvalidArgument
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("onnxhal.devices")
 
 OPENCL_DEVICES_KEY = "opencl_devices"
+#: Devices OpenCL lists but that failed the probe (devices/opencl_probe.py): same "p:d" form.
+OPENCL_UNUSABLE_KEY = "opencl_unusable"
+#: "usable" or "failed probe: <first line of the build log>", for the first OpenCL device of an entry.
+OPENCL_PROBE_KEY = "opencl_probe"
 
 # OpenCL constants (CL/cl.h, CL/cl_ext.h) that pyopencl does not name.
 _CL_DEVICE_TYPE_CPU = 1 << 1
@@ -59,6 +65,7 @@ class OpenCLDeviceRecord:
     global_mem_size: int
     max_compute_units: int
     pci_bus_id: str  # "dddd:bb:dd.f", or "" when the driver does not say
+    probe: ProbeVerdict = ProbeVerdict(True)  # can it build and run a kernel (opencl_probe.py)
 
     @property
     def hardware_type(self) -> OrtHardwareDeviceType | None:
@@ -138,7 +145,11 @@ def enumerate_opencl_devices() -> list[OpenCLDeviceRecord]:
     """Every OpenCL device of every platform, in (platform, device) order.
 
     A missing pyopencl or ICD loader, or ``get_platforms()`` raising, gives [] and a warning; a
-    platform or device whose queries raise is left out with a warning, the others are kept."""
+    platform or device whose queries raise is left out with a warning, the others are kept. Each
+    record carries its probe verdict. ``ONNXHAL_OPENCL=off`` gives [] without loading any driver."""
+    if opencl_disabled():
+        logger.debug("OpenCL device discovery skipped: %s=off", OPENCL_SWITCH_ENV)
+        return []
     try:
         import pyopencl as cl
     except Exception as exc:  # noqa: BLE001 - ImportError, or OSError from a broken libOpenCL
@@ -167,7 +178,7 @@ def enumerate_opencl_devices() -> list[OpenCLDeviceRecord]:
                     reported_vendor_id=int(device.vendor_id), device_type=int(device.type),
                     driver_version=device.driver_version.strip(), version=device.version.strip(),
                     global_mem_size=int(device.global_mem_size), max_compute_units=int(device.max_compute_units),
-                    pci_bus_id=read_pci_bus_id(device, extensions)))
+                    pci_bus_id=read_pci_bus_id(device, extensions), probe=probe_device(device)))
             except Exception as exc:  # noqa: BLE001
                 logger.warning("OpenCL device %d:%d skipped: querying it failed (%s)", platform_index, device_index, exc)
     return records
@@ -181,8 +192,10 @@ def hardware_device_from_record(record: OpenCLDeviceRecord) -> OrtHardwareDevice
         logger.debug("OpenCL device %r has type bits 0x%x: not a CPU, GPU or accelerator; ignored",
                      record.device_name, record.device_type)
         return None
+    index = f"{record.platform_index}:{record.device_index}"
     metadata = {
-        OPENCL_DEVICES_KEY: f"{record.platform_index}:{record.device_index}",
+        (OPENCL_DEVICES_KEY if record.probe.usable else OPENCL_UNUSABLE_KEY): index,
+        OPENCL_PROBE_KEY: record.probe.state,
         "opencl_platform": record.platform_name,
         "opencl_device": record.device_name,
         "opencl_driver_version": record.driver_version,
@@ -202,9 +215,12 @@ def hardware_device_from_record(record: OpenCLDeviceRecord) -> OrtHardwareDevice
 
 
 def discover_opencl_devices() -> list[OrtHardwareDevice]:
-    """Hardware devices (GPU, NPU, and CPU entries) for every OpenCL device found."""
+    """Hardware devices (GPU, NPU, and CPU entries) for every OpenCL device found: those that pass
+    the probe first, so that where several drivers show one device (Debian's PoCL and the bundled
+    one, both on the CPU) the merged device's OpenCL metadata describes a usable one."""
     devices = []
-    for record in enumerate_opencl_devices():
+    records = enumerate_opencl_devices()
+    for record in sorted(records, key=lambda r: not r.probe.usable):
         device = hardware_device_from_record(record)
         if device is not None:
             devices.append(device)

@@ -12,6 +12,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from onnxhal.devices.opencl_env import prepare_opencl_environment
+
+# Before any onnxhal module imports pyopencl: drivers read these variables once (devices/opencl_env.py).
+prepare_opencl_environment()
+
 __version__ = "0.1.0"
 
 _HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType",

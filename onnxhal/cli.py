@@ -23,15 +23,17 @@ def _policy(name: str) -> onnxhal.OrtExecutionProviderDevicePolicy:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from onnxhal.cli_tables import print_devices
+    from onnxhal.cli_tables import opencl_report, print_devices, print_opencl
 
     hw = onnxhal.get_hardware_devices()
     eps = onnxhal.get_ep_devices()
+    opencl = opencl_report()
     if args.json:
         print(json.dumps({"hardware_devices": [d.to_dict() for d in hw],
-                          "ep_devices": [d.to_dict() for d in eps]}, indent=2))
+                          "ep_devices": [d.to_dict() for d in eps], "opencl": opencl}, indent=2))
         return 0
     print_devices(hw, eps)
+    print_opencl(opencl)
     return 0
 
 
@@ -79,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sess.run(None, feeds)
         times.append((time.perf_counter() - t0) * 1000)
     print_partition(sess)
-    print_outputs([o.name for o in sess.get_outputs()], outs)
+    print_outputs([o.name for o in sess.get_outputs()], outs, sess)
     if times:
         print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
     if args.explain:

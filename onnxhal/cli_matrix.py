@@ -38,6 +38,7 @@ class MatrixRow:
     sim_mj: float | None = None
     ok: bool = False
     error: str = ""
+    declined: str = ""  # why the device ran no node of the model (then ``ok`` only says the CPU result matched)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -93,6 +94,8 @@ def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref
         row.sim_mj = run.energy_joules * 1e3
     else:
         row.transfers = sum(1 for s in sess.plan.steps if s.node is None)
+    if row.nodes_on_device == 0:
+        row.declined = declined_reasons(sess, device.ep_name)
     row.ok = True
     errors = []
     for o, r in zip(outs, ref):
@@ -100,6 +103,12 @@ def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref
         if o.shape != r.shape:
             row.ok, row.error = False, f"output shape {list(o.shape)} != reference {list(r.shape)}"
             continue
+        bad = int(np.sum(~np.isfinite(o) & np.isfinite(r)))
+        if bad:
+            row.ok = False
+            cause = (f"; likely cause: values beyond 65504 overflow float16 on {ep.profile.name}"
+                     if ep is not None and ep.profile.compute_dtype == "float16" else "")
+            row.error = row.error or f"{bad} NaN/inf value(s) where the CPU EP's are finite{cause}"
         if o.size:
             errors.append(float(np.max(np.abs(o - r))))
             if not np.all(np.abs(o - r) <= atol + rtol * np.abs(r)):
@@ -107,6 +116,28 @@ def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref
                 row.error = row.error or f"beyond tolerance (rtol {rtol:g}, atol {atol:g})"
     row.max_error = max(errors) if errors else 0.0
     return row
+
+
+def declined_reasons(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3) -> str:
+    """Why ``ep_name`` took no node: its most frequent reasons, with counts."""
+    ep = sess._core.eps.get(ep_name)
+    reasons = list(getattr(ep, "declined", {}).values())
+    if not reasons:
+        return "it claimed no node of the model"
+    counts: dict[str, int] = {}
+    for r in reasons:
+        counts[r] = counts.get(r, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:most]
+    more = len(counts) - len(top)
+    return "; ".join(f"{n} x {r}" for r, n in top) + (f"; {more} other reason(s)" if more > 0 else "")
+
+
+def row_result(r: MatrixRow) -> str:
+    if not r.ok:
+        return f"FAIL {r.error}"[:200]
+    if r.declined:
+        return f"declined (0 nodes): {r.declined}"[:200]
+    return "ok"
 
 
 def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = True) -> list[MatrixRow]:
@@ -138,8 +169,15 @@ def print_matrix(rows: list[MatrixRow], title: str) -> None:
     for r in rows:
         t.add_row(r.ep, r.device, str(r.nodes_on_device), str(r.nodes_on_cpu), str(r.transfers),
                   f"{r.max_error:.3g}", "-" if r.sim_ms is None else f"{r.sim_ms:.3f}",
-                  "-" if r.sim_mj is None else f"{r.sim_mj:.3f}", "ok" if r.ok else f"FAIL {r.error}"[:200])
+                  "-" if r.sim_mj is None else f"{r.sim_mj:.3f}", row_result(r))
     console.print(t)
+    for r in rows:  # the table cuts long messages; the whole of each is worth reading
+        if not r.ok and len(f"FAIL {r.error}") > 60:
+            console.print(f"{r.ep} on {r.device}: FAIL {r.error}", soft_wrap=True)
+    idle = [f"{r.ep} on {r.device}" for r in rows if r.ok and r.declined]
+    if idle:
+        console.print(f"{len(idle)} device(s) ran no node of this model: {', '.join(idle)} (their result is the "
+                      "CPU EP's)", soft_wrap=True)
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:

@@ -1,4 +1,8 @@
-"""``onnxhal demo``: the devices, a small model under PREFER_NPU, checked against the CPU EP."""
+"""``onnxhal demo``: the devices, a small model under PREFER_NPU, checked against the CPU EP.
+
+Unless the user already set ``ONNXHAL_SIMULATE`` (or registered simulated devices), the demo
+simulates a generic NPU and GPU itself, so it shows what onnxhal is for on any machine, and says
+which backend ran them (OpenCL, or the host when no OpenCL device passed the probe)."""
 
 from __future__ import annotations
 
@@ -33,7 +37,25 @@ def demo_model() -> onnx.ModelProto:
                              producer_name="onnxhal-demo")
 
 
+def backend_line(sess: onnxhal.InferenceSession) -> str:
+    """Which backend ran each simulated device of the session, and why the host where it did."""
+    parts = []
+    for d in onnxhal.get_ep_devices():
+        if d.ep_name in sess.get_providers() and d.device.is_virtual:
+            md = d.ep_metadata
+            where = (f"OpenCL ({md.get('opencl_device', '?')})" if md.get("backend") == "opencl"
+                     else f"the host backend ({md.get('backend_reason', '')})")
+            parts.append(f"{d.ep_name} (profile {md.get('simulator_profile', '')}) ran on {where}")
+    return "; ".join(parts)
+
+
 def run_demo() -> int:
+    from onnxhal.simulators import ENV_VAR, register_simulators, simulated_library_names
+
+    onnxhal.get_ep_devices()  # registers ONNXHAL_SIMULATE's devices, if set
+    if not simulated_library_names():
+        register_simulators("generic-npu,generic-gpu")
+        console.print(f"simulating generic-npu and generic-gpu ({ENV_VAR} is not set; set it to choose profiles)")
     print_devices(onnxhal.get_hardware_devices(), onnxhal.get_ep_devices())
     model = demo_model()
     x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
@@ -43,6 +65,9 @@ def run_demo() -> int:
     sess = onnxhal.InferenceSession(model, so)
     console.print(f"PREFER_NPU selected providers: {sess.get_providers()}")
     print_partition(sess)
+    line = backend_line(sess)
+    if line:
+        console.print(line, soft_wrap=True)
     (probs,) = sess.run(None, {"x": x})
     (ref,) = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     err = float(np.max(np.abs(probs - ref)))

@@ -21,7 +21,7 @@ import pyopencl as cl
 from onnxhal.hal.allocator import Allocator
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
-from onnxhal.hal.errors import OrtError, OutOfMemory
+from onnxhal.hal.errors import InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE, NHWC_DOMAIN, nchw_twin, original_domain
@@ -132,6 +132,9 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
 
     @property
     def weight_bytes(self) -> int:
+        own = getattr(self.inner, "weight_bytes", None)  # the host backend's partitions count their own
+        if own is not None:
+            return int(own)
         plan = getattr(self.inner, "plan", None)
         if plan is None:
             return 0
@@ -142,43 +145,27 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
         ep = self.ep
         ep.faults.before_compute()
         start = time.perf_counter()
-        ctx = context
-        queue = self._queue(context)
-        if ep.rounder is not None:
-            inputs = [ep.rounder.rounded_copy(t, ep.allocator, queue) if getattr(t, "dtype", None) == _F32 else t
-                      for t in context.inputs]
-            ctx = KernelContext(inputs, context.num_outputs, context.stream, context.run_options)
-        outputs = self.inner.compute(state.inner, ctx)
-        outputs = ctx.outputs if outputs is None else outputs
-        if ep.rounder is not None:
-            for t in outputs:
-                if getattr(t, "dtype", None) == _F32:
-                    ep.rounder.round_in_place(t, ep.allocator, queue)
-            if queue is ep.device.queue:
-                queue.finish()
+        outputs = ep.compute_partition(self.inner, state.inner, context)
         for i, t in enumerate(outputs):
             context.set_output(i, t)
         ep.meter.add_partition(self.cost)
         slowdown = ep.meter.slowdown
         if slowdown > 1.0:  # the device really is that much slower: wait for it, then idle
-            queue.finish()
+            ep.finish(context)
             busy = time.perf_counter() - start
             time.sleep((slowdown - 1.0) * busy)
             ep.meter.add_wall(busy, time.perf_counter() - start - busy)
         return outputs
 
-    def _queue(self, context: KernelContext) -> cl.CommandQueue:
-        stream = context.stream
-        queue = stream.handle() if stream is not None else None
-        if isinstance(queue, cl.CommandQueue) and queue.context == self.ep.device.context:
-            return queue
-        return self.ep.device.queue
 
 
 class VirtualEp(OpenCLEp):
-    """One session's EP on a simulated device (``name`` is the factory's EP name)."""
+    """One session's EP on a simulated device (``name`` is the factory's EP name), on the OpenCL
+    backend; ``HostVirtualEp`` below is the same device on the host backend."""
 
-    def __init__(self, name: str, device: OpenCLDeviceContext, allocator: Allocator, memory_info: OrtMemoryInfo,
+    backend = "opencl"
+
+    def __init__(self, name: str, device: OpenCLDeviceContext | None, allocator: Allocator, memory_info: OrtMemoryInfo,
                  profile: Profile, faults: FaultState, logger: logging.Logger, device_memory: Any = None) -> None:
         super().__init__(device, allocator, logger)
         # The device's own allocator (``allocator`` may be a per-session fault-injecting wrapper).
@@ -188,7 +175,7 @@ class VirtualEp(OpenCLEp):
         self.profile = profile
         self.faults = faults
         self.meter = Meter(profile, faults.faults.slowdown)
-        self.rounder = HalfRounder(device) if profile.compute_dtype == "float16" else None
+        self.rounder = HalfRounder(device) if device is not None and profile.compute_dtype == "float16" else None
         self.partition_costs: dict[str, PartitionCost] = {}  # fused node name -> cost
         self.partition_infos: dict[str, VirtualNodeComputeInfo] = {}  # fused node name -> compiled partition
         self.contexts_loaded = 0  # partitions taken from EPContext nodes instead of planned
@@ -211,6 +198,55 @@ class VirtualEp(OpenCLEp):
             return ""  # handled in get_capability
         return profile_reason(self.profile, node, graph) or (
             self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else super().node_reason(node, graph, lookup))
+
+    # -- backend hooks -----------------------------------------------------------------------
+    def compute_partition(self, inner: Any, state: Any, context: KernelContext) -> list:
+        """Run one compiled partition: on the device's queue, with fp16 storage where the profile
+        computes in fp16 (inputs rounded into copies, outputs rounded in place)."""
+        ctx = context
+        queue = self._queue(context)
+        if self.rounder is not None:
+            inputs = [self.rounder.rounded_copy(t, self.allocator, queue) if getattr(t, "dtype", None) == _F32 else t
+                      for t in context.inputs]
+            ctx = KernelContext(inputs, context.num_outputs, context.stream, context.run_options)
+        outputs = inner.compute(state, ctx)
+        outputs = ctx.outputs if outputs is None else outputs
+        if self.rounder is not None:
+            for t in outputs:
+                if getattr(t, "dtype", None) == _F32:
+                    self.rounder.round_in_place(t, self.allocator, queue)
+            if queue is self.device.queue:
+                queue.finish()
+        return outputs
+
+    def finish(self, context: KernelContext) -> None:
+        """Wait until the partition's queued work is done."""
+        self._queue(context).finish()
+
+    def _queue(self, context: KernelContext) -> cl.CommandQueue:
+        stream = context.stream
+        queue = stream.handle() if stream is not None else None
+        if isinstance(queue, cl.CommandQueue) and queue.context == self.device.context:
+            return queue
+        return self.device.queue
+
+    def plan_partitions(self, graphs: list[Graph], fused_nodes: list[Node]) -> list[NodeComputeInfo]:
+        """The backend's compiled partitions (weights rounded to fp16 where the profile says)."""
+        infos = OpenCLEp.compile(self, graphs, fused_nodes)
+        if self.rounder is not None:
+            for info in infos:
+                if hasattr(info, "plan"):
+                    round_constants(info.plan.constants)
+        return infos
+
+    def partition_from_context(self, plan: Any) -> NodeComputeInfo:
+        """A compiled partition from an EPContext blob's plan."""
+        return OpenCLNodeComputeInfo(plan, self.device, self.allocator)
+
+    @property
+    def backend_key(self) -> str:
+        """What a saved partition must match besides the profile: the OpenCL device it was built on."""
+        return self.device.device_key
 
     # -- layout ----------------------------------------------------------------------------
     def get_preferred_data_layout(self) -> OrtEpDataLayout:
@@ -257,18 +293,16 @@ class VirtualEp(OpenCLEp):
         as_given = list(graphs)
         graphs = [self._to_nchw_kernels(g) for g in graphs]
         fresh = [k for k, g in enumerate(graphs) if not (len(g.nodes) == 1 and is_ep_context(g.nodes[0]))]
-        planned = dict(zip(fresh, super().compile([graphs[k] for k in fresh], [fused_nodes[k] for k in fresh])))
+        planned = dict(zip(fresh, self.plan_partitions([graphs[k] for k in fresh], [fused_nodes[k] for k in fresh])))
         out: list[VirtualNodeComputeInfo] = []
         for k, (graph, node) in enumerate(zip(graphs, fused_nodes)):
             if k in planned:
                 info = planned[k]
-                if self.rounder is not None and hasattr(info, "plan"):
-                    round_constants(info.plan.constants)
                 lookup = self._lookup(graph)
                 cost = partition_cost(as_given[k], self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name))
             else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
                 plan, cost, _ = decode_partition(context_blob(graph.nodes[0]))
-                info = OpenCLNodeComputeInfo(plan, self.device, self.allocator)
+                info = self.partition_from_context(plan)
                 self.contexts_loaded += 1
             self.partition_costs[node.name] = cost
             vinfo = VirtualNodeComputeInfo(info, self, cost)
@@ -286,7 +320,7 @@ class VirtualEp(OpenCLEp):
 
     # -- EPContext ---------------------------------------------------------------------------
     def compatibility_info(self) -> str:
-        return compatibility_string(self.name, self.profile, self.device.device_key)
+        return compatibility_string(self.name, self.profile, self.backend_key)
 
     def get_compiled_model_compatibility_info(self, graph: Graph) -> str:
         return self.compatibility_info()
@@ -345,3 +379,44 @@ def _safe_shape(lookup: GraphLookup, name: str) -> tuple[int, ...] | None:
         return lookup.shape(name)
     except (OrtError, KeyError, ValueError):
         return None
+
+
+class HostVirtualEp(VirtualEp):
+    """A simulated device's EP on the host backend (``simulators/host_backend.py``): the same
+    capability, memory, fp16, faults and cost as ``VirtualEp``, its partitions run by the CPU EP's
+    kernels because no OpenCL device passed the probe."""
+
+    backend = "host"
+
+    def __init__(self, name: str, allocator: Allocator, memory_info: OrtMemoryInfo, profile: Profile,
+                 faults: FaultState, logger: logging.Logger, device_memory: Any = None) -> None:
+        super().__init__(name, None, allocator, memory_info, profile, faults, logger, device_memory)
+
+    def compute_partition(self, inner: Any, state: Any, context: KernelContext) -> list:
+        return inner.compute(state, context)  # fp16 storage is the partition's own (HostNodeComputeInfo)
+
+    def finish(self, context: KernelContext) -> None:
+        pass  # host partitions are complete when compute returns
+
+    def plan_partitions(self, graphs: list[Graph], fused_nodes: list[Node]) -> list[NodeComputeInfo]:
+        from onnxhal.simulators.host_backend import HostNodeComputeInfo, rounded_weights
+
+        half = self.profile.compute_dtype == "float16"
+        return [HostNodeComputeInfo(rounded_weights(g) if half else g, self.name, self.allocator, half, self.logger)
+                for g in graphs]
+
+    def partition_from_context(self, plan: Any) -> NodeComputeInfo:
+        from onnxhal.simulators.host_backend import HostNodeComputeInfo, HostPartitionPlan
+
+        if not isinstance(plan, HostPartitionPlan):
+            raise InvalidGraph(f"{self.name}: EPContext blob holds an OpenCL plan, this device runs on the host "
+                               "backend; compile the model again for this device")
+        # The saved weights were rounded when they were saved.
+        return HostNodeComputeInfo(plan.to_graph(), self.name, self.allocator,
+                                   self.profile.compute_dtype == "float16", self.logger)
+
+    @property
+    def backend_key(self) -> str:
+        from onnxhal.simulators.host_backend import HOST_COMPAT_KEY
+
+        return HOST_COMPAT_KEY

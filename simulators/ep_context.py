@@ -42,13 +42,17 @@ class OrtCompileApiFlags(IntFlag):
 
 # -- partition plan <-> bytes --------------------------------------------------------------------
 def _plan_classes() -> dict[str, type]:
-    """The dataclasses a blob may hold: the OpenCL partition plan's and the cost model's."""
+    """The dataclasses a blob may hold: the OpenCL partition plan's, the host backend's and the cost
+    model's."""
     from onnxhal.runtime.providers.opencl import partition_plan
     from onnxhal.simulators import cost
 
     classes = {name: obj for name, obj in vars(partition_plan).items()
                if isinstance(obj, type) and dataclasses.is_dataclass(obj)}
-    classes.update({"PartitionCost": cost.PartitionCost, "KernelCost": cost.KernelCost})
+    from onnxhal.simulators.host_backend import HostPartitionPlan
+
+    classes.update({"PartitionCost": cost.PartitionCost, "KernelCost": cost.KernelCost,
+                    "HostPartitionPlan": HostPartitionPlan})
     return classes
 
 

@@ -1,4 +1,5 @@
-"""``VirtualEpFactory``: one simulated device per profile, run by the OpenCL EP on PoCL.
+"""``VirtualEpFactory``: one simulated device per profile, run by the OpenCL EP on PoCL, or on the
+host backend (the CPU EP's kernels) when no OpenCL device passed discovery's probe.
 
 Each profile becomes a virtual hardware device made with ``api.create_hardware_device`` (so it is
 marked ``is_virtual`` = "1"; its metadata carries the profile's figures) and one EP device on it.
@@ -7,6 +8,11 @@ The EP device's DEFAULT memory is ``OrtMemoryInfo.create_v2(<"VirtualNpu(name)">
 memory, so the runtime really copies values in and out (the bytes live in PoCL buffers). The device
 allocator enforces the profile's memory capacity. The NPU and GPU factories share one table of
 simulated devices, so their data transfers can also copy between a simulated NPU and GPU.
+
+The backend is chosen per registration, in ``get_supported_devices``: the first usable OpenCL
+device discovery recorded (``opencl_devices`` holds only devices that passed the probe), else the
+host (``simulators/host_backend.py``), with one warning per process saying why. Hardware and EP
+device metadata ``backend`` say which.
 """
 
 from __future__ import annotations
@@ -39,9 +45,19 @@ from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator, OpenCLDataT
 from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext, device_context
 from onnxhal.simulators import GPU_EP_NAME, NPU_EP_NAME
 from onnxhal.simulators.cost import Meter
-from onnxhal.simulators.ep import VirtualEp, compatibility_string
+from onnxhal.simulators.device_memory import ChargingMixin, meter_transfers
+from onnxhal.simulators.ep import HostVirtualEp, VirtualEp, compatibility_string
 from onnxhal.simulators.faults import FaultInjectingAllocator, FaultState, faults_with_options
+from onnxhal.simulators.host_backend import (
+    BACKEND_HOST,
+    BACKEND_OPENCL,
+    HOST_COMPAT_KEY,
+    HostDataTransfer,
+    HostDeviceAllocator,
+)
 from onnxhal.simulators.profiles import Profile
+
+logger = logging.getLogger("onnxhal.simulators")
 
 EP_NAMES = {OrtHardwareDeviceType.NPU: NPU_EP_NAME, OrtHardwareDeviceType.GPU: GPU_EP_NAME}
 _MEMORY_TYPES = {OrtHardwareDeviceType.NPU: OrtMemoryInfoDeviceType.NPU,
@@ -51,53 +67,54 @@ _MEMORY_TYPES = {OrtHardwareDeviceType.NPU: OrtMemoryInfoDeviceType.NPU,
 @dataclass
 class SimulatedDevice:
     profile: Profile
-    cl_device: cl.Device
+    cl_device: cl.Device | None  # None on the host backend
     info: OrtMemoryInfo
     meter: Meter  # transfers nobody else claims (a data transfer used outside a session)
 
 
-class _Charge:
-    """Stands for bytes that live in buffers the OpenCL partition made itself (its weights)."""
-
-    __slots__ = ()
-
-
-class SimulatedDeviceAllocator(OpenCLAllocator):
-    """A simulated device's memory: ``cl.Buffer``s, capped at the profile's capacity. ``charge``
-    counts bytes held outside this allocator (a partition's uploaded weights) against the same cap."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._charging = threading.local()
-
-    def charge(self, nbytes: int) -> object:
-        """Count ``nbytes`` as in use (``OutOfMemory`` past the capacity); give the token to ``free``."""
-        self._charging.on = True
-        try:
-            return self.reserve(nbytes)
-        finally:
-            self._charging.on = False
-
-    def free_bytes(self) -> int:
-        s = self.stats()
-        return s["Limit"] - s["InUse"] if s["Limit"] else 2**63
-
-    def _alloc(self, size: int) -> object:
-        if getattr(self._charging, "on", False):
-            return _Charge()
-        return super()._alloc(size)
-
-    def _free(self, buffer: object) -> None:
-        if not isinstance(buffer, _Charge):
-            super()._free(buffer)
+class SimulatedDeviceAllocator(ChargingMixin, OpenCLAllocator):
+    """A simulated device's memory on the OpenCL backend: ``cl.Buffer``s, capped at the profile's
+    capacity; ``charge`` counts a partition's uploaded weights against the same cap."""
 
 
 class DeviceTable:
-    """Simulated devices of one library registration, by memory device (shared by its factories)."""
+    """Simulated devices of one library registration, by memory device (shared by its factories),
+    and the backend they run on (``"opencl"`` or ``"host"``, set by the first ``get_supported_devices``)."""
 
     def __init__(self) -> None:
         self.devices: dict[OrtMemoryDevice, SimulatedDevice] = {}
+        self.backend = ""
+        self.backend_reason = ""  # why the host backend, when it is
 
+
+_host_warned = False
+_host_warned_lock = threading.Lock()
+
+
+def no_opencl_reason(hardware_devices: Sequence[OrtHardwareDevice]) -> str:
+    """Why no OpenCL device can run simulated devices, from discovery's metadata."""
+    from onnxhal.devices.opencl_env import OPENCL_SWITCH_ENV, opencl_disabled
+
+    if opencl_disabled():
+        return f"{OPENCL_SWITCH_ENV}=off"
+    failed = [f"{hw.metadata.get('opencl_device', '?')} ({hw.metadata.get('opencl_platform', '?')}): "
+              f"{hw.metadata.get('opencl_probe', 'failed probe')}"
+              for hw in hardware_devices if hw.metadata.get("opencl_unusable")]
+    if failed:
+        return "no OpenCL device passed the probe: " + "; ".join(failed)
+    return "no OpenCL device was found (no driver installed)"
+
+
+def _warn_host_backend(reason: str) -> None:
+    global _host_warned
+    with _host_warned_lock:
+        if _host_warned:
+            return
+        _host_warned = True
+    logger.warning("simulated devices run on the host backend (the CPU EP's kernels, fp16 emulated with numpy): "
+                   "%s. Placement, memory, fp16, faults and costs follow the profiles as on OpenCL. For a "
+                   "working OpenCL CPU driver see docs/opencl.md ('apt-get install pocl-opencl-icd' on "
+                   "Debian/Ubuntu, or pip install onnxhal[intel-opencl]).", reason)
 
 def memory_info_for(profile: Profile) -> OrtMemoryInfo:
     prefix = "VirtualNpu" if profile.type == OrtHardwareDeviceType.NPU else "VirtualGpu"
@@ -140,13 +157,7 @@ class VirtualDataTransfer(OpenCLDataTransfer):
     def copy_tensors(self, src: Sequence[object], dst: Sequence[object],
                      streams: Sequence[SyncStream | None] | None = None) -> None:
         super().copy_tensors(src, dst, streams)
-        for s, d in zip(src, dst):
-            nbytes = int(getattr(s, "nbytes", 0))
-            for t in (s, d):
-                dev = getattr(getattr(t, "memory_info", None), "memory_device", None)
-                sim = self.table.devices.get(dev)
-                if sim is not None:
-                    (self.own_meter if dev == self.own and self.own_meter else sim.meter).add_transfer(nbytes)
+        meter_transfers(self.table, self.own, self.own_meter, list(src), list(dst))
 
 
 class VirtualEpFactory(OpenCLEpFactory):
@@ -164,28 +175,35 @@ class VirtualEpFactory(OpenCLEpFactory):
         self.table = table
         self._by_profile: dict[str, OrtMemoryDevice] = {}
         self._tls = threading.local()  # the EP just created on this thread, for its data transfer
-        self._sim_allocators: dict[OrtMemoryDevice, SimulatedDeviceAllocator] = {}
+        self._sim_allocators: dict[OrtMemoryDevice, SimulatedDeviceAllocator | HostDeviceAllocator] = {}
         self._sim_lock = threading.Lock()
 
     def get_supported_devices(self, hardware_devices: Sequence[OrtHardwareDevice]) -> list[OrtEpDevice]:
         if not self.profiles:
             return []
         found = find_opencl_device(hardware_devices)
-        if found is None:
-            self.logger.warning("%s: no OpenCL device was discovered (is PoCL installed?); simulated devices %s "
-                                "are not available", self.name, [p.name for p in self.profiles])
-            return []
-        cl_dev, index = found
+        cl_dev, index = found if found is not None else (None, "")
+        if not self.table.backend:
+            self.table.backend = BACKEND_OPENCL if cl_dev is not None else BACKEND_HOST
+            if cl_dev is None:
+                self.table.backend_reason = no_opencl_reason(hardware_devices)
+        if self.table.backend == BACKEND_HOST:
+            cl_dev, index = None, ""
+            _warn_host_backend(self.table.backend_reason)
         ep_devices = []
         for profile in self.profiles:
+            hw_metadata = {**profile.hardware_metadata(), "backend": self.table.backend}
             hw = self.api.create_hardware_device(profile.type, profile.vendor_id, profile.device_id, profile.vendor,
-                                                 profile.hardware_metadata())
+                                                 hw_metadata)
             info = memory_info_for(profile)
             mem = info.memory_device
             self._by_profile[profile.name] = mem
             self.table.devices[mem] = SimulatedDevice(profile, cl_dev, info, Meter(profile))
-            metadata = {"version": self.version, "simulator_profile": profile.name, "opencl_device": cl_dev.name,
-                        "opencl_index": index}
+            metadata = {"version": self.version, "simulator_profile": profile.name, "backend": self.table.backend}
+            if cl_dev is not None:
+                metadata.update({"opencl_device": cl_dev.name, "opencl_index": index})
+            else:
+                metadata["backend_reason"] = self.table.backend_reason
             ep_device = self.api.create_ep_device(self, hw, metadata, {})
             self.api.ep_device_add_allocator_info(ep_device, info)
             ep_devices.append(ep_device)
@@ -199,10 +217,19 @@ class VirtualEpFactory(OpenCLEpFactory):
                                   "devices; call get_supported_devices first")
         return sim
 
-    def device_context(self, memory_device: OrtMemoryDevice) -> OpenCLDeviceContext:
-        return device_context(self._device(memory_device).cl_device)
+    @property
+    def on_host(self) -> bool:
+        return self.table.backend == BACKEND_HOST
 
-    def allocator(self, memory_device: OrtMemoryDevice, limit: int = 0) -> SimulatedDeviceAllocator:
+    def device_context(self, memory_device: OrtMemoryDevice) -> OpenCLDeviceContext:
+        sim = self._device(memory_device)
+        if sim.cl_device is None:
+            raise InvalidArgument(f"{self.name}: simulated device {sim.profile.name!r} runs on the host backend "
+                                  f"({self.table.backend_reason}); it has no OpenCL context")
+        return device_context(sim.cl_device)
+
+    def allocator(self, memory_device: OrtMemoryDevice, limit: int = 0
+                  ) -> SimulatedDeviceAllocator | HostDeviceAllocator:
         """The device's shared allocator, capped at the profile's memory capacity."""
         with self._sim_lock:
             alloc = self._sim_allocators.get(memory_device)
@@ -210,16 +237,19 @@ class VirtualEpFactory(OpenCLEpFactory):
                 sim = self._device(memory_device)
                 capacity = sim.profile.capacity_bytes
                 limit = min(limit, capacity) if limit else capacity
-                alloc = SimulatedDeviceAllocator(self.device_context(memory_device), sim.info, limit)
+                if self.on_host:
+                    alloc = HostDeviceAllocator(sim.info, limit)
+                else:
+                    alloc = SimulatedDeviceAllocator(self.device_context(memory_device), sim.info, limit)
                 self._sim_allocators[memory_device] = alloc
             return alloc
 
     def is_stream_aware(self) -> bool:
-        return True
+        return not self.on_host  # the host backend finishes each partition before compute returns
 
     def create_sync_stream_for_device(self, memory_device: OrtMemoryDevice,
-                                      options: Mapping[str, str] | None = None) -> OpenCLSyncStream:
-        return OpenCLSyncStream(self.device_context(memory_device))
+                                      options: Mapping[str, str] | None = None) -> OpenCLSyncStream | None:
+        return None if self.on_host else OpenCLSyncStream(self.device_context(memory_device))
 
     def create_ep(self, devices: Sequence[OrtHardwareDevice], ep_metadata: Sequence[Mapping[str, str]],
                   session_options: Any, logger: logging.Logger) -> Ep:
@@ -234,8 +264,13 @@ class VirtualEpFactory(OpenCLEpFactory):
         allocator = self.allocator(mem)
         if faults.alloc_fail_after_bytes >= 0:
             allocator = FaultInjectingAllocator(allocator, faults.alloc_fail_after_bytes, sim.profile.name)
-        ep = VirtualEp(self.name, self.device_context(mem), allocator, sim.info, sim.profile,
-                       FaultState(faults, self.name, sim.profile.name), logger or self.logger, self.allocator(mem))
+        fault_state = FaultState(faults, self.name, sim.profile.name)
+        if self.on_host:
+            ep: VirtualEp = HostVirtualEp(self.name, allocator, sim.info, sim.profile, fault_state,
+                                          logger or self.logger, self.allocator(mem))
+        else:
+            ep = VirtualEp(self.name, self.device_context(mem), allocator, sim.info, sim.profile, fault_state,
+                           logger or self.logger, self.allocator(mem))
         self._tls.last = (mem, ep.meter)
         return ep
 
@@ -248,13 +283,16 @@ class VirtualEpFactory(OpenCLEpFactory):
             if mem is None:
                 continue
             sim = self.table.devices[mem]
-            if info == compatibility_string(self.name, sim.profile, self.device_context(mem).device_key):
+            key = HOST_COMPAT_KEY if self.on_host else self.device_context(mem).device_key
+            if info == compatibility_string(self.name, sim.profile, key):
                 return OrtCompiledModelCompatibility.OPTIMAL
         return OrtCompiledModelCompatibility.UNSUPPORTED
 
-    def create_data_transfer(self) -> VirtualDataTransfer:
+    def create_data_transfer(self) -> VirtualDataTransfer | HostDataTransfer:
         mem, meter = getattr(self._tls, "last", (None, None))
         self._tls.last = (None, None)
+        if self.on_host:
+            return HostDataTransfer(self.table, mem, meter)
         return VirtualDataTransfer(self.table, mem, meter)
 
     def create_allocator(self, memory_info: OrtMemoryInfo, options: Mapping[str, str] | None = None
@@ -264,4 +302,6 @@ class VirtualEpFactory(OpenCLEpFactory):
 
 def data_transfer_for_table(table: DeviceTable) -> DataTransfer:
     """A transfer between host memory and every simulated device of ``table`` (tests, tools)."""
+    if table.backend == BACKEND_HOST:
+        return HostDataTransfer(table, None, None)
     return VirtualDataTransfer(table, None, None)

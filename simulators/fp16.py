@@ -38,7 +38,8 @@ def round_constants(constants: dict[str, np.ndarray]) -> None:
     """Round float32 weights to float16 in place (in the dict), as an fp16 device stores them."""
     for name, arr in list(constants.items()):
         if isinstance(arr, np.ndarray) and arr.dtype == F32:
-            constants[name] = arr.astype(np.float16).astype(np.float32)
+            with np.errstate(over="ignore"):  # beyond 65504 is inf in fp16, as on the device
+                constants[name] = arr.astype(np.float16).astype(np.float32)
 
 
 class HalfRounder:

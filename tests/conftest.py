@@ -44,12 +44,11 @@ def register():
 @contextlib.contextmanager
 def simulated_or_skip(profiles: str, by: str = "ep_name"):
     """The simulated devices of ``profiles`` for a block, keyed by EP name or (``by="profile"``) by
-    profile name; skips when there is no OpenCL device to run them on."""
+    profile name. They run on OpenCL or, with no usable OpenCL device, on the host backend."""
     from onnxhal.simulators.testing import simulated_devices
 
     with simulated_devices(profiles) as devices:
-        if not devices:
-            pytest.skip("no OpenCL device: simulated devices run on PoCL")
+        assert devices, f"simulated devices of {profiles!r} did not appear (they need no OpenCL device)"
         yield {(d.device.metadata["simulator_profile"] if by == "profile" else d.ep_name): d for d in devices}
 
 
@@ -75,14 +74,18 @@ def opencl_devices():
     """The OpenCL EP's devices (PoCL here), registered for one test module and unregistered after
     it, so other modules see only the EPs they register (policies depend on what is registered).
     Programs stay cached in the process, so registering again is cheap."""
+    from tests.opencl_support import opencl_verdict
+
+    index, reason = opencl_verdict()
+    if index is None:  # before registering: a skip here must leave nothing registered behind
+        pytest.skip(f"needs a working OpenCL device: {reason}")
     env = get_environment()
     registered = False
     if not any(d.ep_name == "OpenCLExecutionProvider" for d in env.ep_devices()):
         onnxhal.register_execution_provider_library("opencl_tests", "onnxhal.runtime.providers.opencl")
         registered = True
     devices = [d for d in onnxhal.get_ep_devices() if d.ep_name == "OpenCLExecutionProvider"]
-    if not devices:
-        pytest.skip("no OpenCL device found (PoCL missing or broken ICD): the OpenCL EP has nothing to run on")
+    assert devices, f"OpenCL device {index} passed the probe but the OpenCL EP offers no EP device for it"
     yield devices
     if registered:
         gc.collect()

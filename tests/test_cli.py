@@ -18,7 +18,7 @@ from tests.models import add_mul_model
 def test_devices_json_matches_the_api(capsys):
     assert main(["devices", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"hardware_devices", "ep_devices"}
+    assert set(data) == {"hardware_devices", "ep_devices", "opencl"}
     hw = data["hardware_devices"]
     assert hw[0]["type"] == "CPU"
     assert set(hw[0]) == {"type", "vendor", "vendor_id", "device_id", "metadata"}
@@ -34,6 +34,25 @@ def test_devices_tables(capsys):
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
     assert "Hardware devices" in out and "EP devices" in out and "CPUExecutionProvider" in out
+
+
+def test_devices_show_each_opencl_device_state_and_the_remedy(capsys):
+    from onnxhal.devices.opencl import enumerate_opencl_devices
+
+    assert main(["devices", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["opencl"]
+    records = enumerate_opencl_devices()
+    assert [d["index"] for d in report["devices"]] == [f"{r.platform_index}:{r.device_index}" for r in records]
+    for d, r in zip(report["devices"], records):
+        assert d["state"] == ("usable" if r.probe.usable else "failed probe") and d["reason"] == r.probe.reason
+    assert report["usable"] == any(r.probe.usable for r in records)
+    assert bool(report["remedy"]) == (not report["usable"])
+    assert main(["devices"]) == 0
+    out = capsys.readouterr().out
+    for r in records:
+        assert r.device_name in out and ("usable" if r.probe.usable else r.probe.reason[:30]) in out
+    if not report["usable"]:
+        assert "Optional: without one, the simulated devices run on the host backend" in out.replace("\n", " ")
 
 
 def test_run_prints_partition_outputs_and_latency(tmp_path, capsys):

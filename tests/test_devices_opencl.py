@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from onnxhal.devices.opencl import (
     parse_opencl_devices,
     read_pci_bus_id,
 )
+from onnxhal.devices.opencl_probe import ProbeVerdict
 from onnxhal.devices.vendors import opencl_vendor_id
 from onnxhal.hal.enums import OrtHardwareDeviceType
 from onnxhal.hal.errors import Fail, InvalidArgument
@@ -44,20 +46,29 @@ def test_pocl_cpu_device_lands_on_cpu_metadata(tmp_path) -> None:
     pairs = _real_cpu_pairs()
     if not pairs:
         pytest.skip("no OpenCL CPU device (PoCL) on this machine")
+    records = {f"{r.platform_index}:{r.device_index}": r for r in enumerate_opencl_devices()}
+    usable = [p for p in pairs if records[p].probe.usable]
+    unusable = [p for p in pairs if not records[p].probe.usable]
     devices = discover_hardware_devices(sysfs_root=str(tmp_path))
     assert [d.type for d in devices] == [CPU]  # no extra hardware device for PoCL
     cpu = devices[0]
-    assert cpu.metadata["opencl_devices"] == ",".join(pairs)
-    platform_index, device_index = map(int, pairs[0].split(":"))
+    # Usable devices and those that failed the probe are listed apart; the rest of the OpenCL
+    # metadata describes the first usable one (the one the OpenCL EP and the simulators use).
+    assert cpu.metadata.get("opencl_devices", "") == ",".join(usable)
+    assert cpu.metadata.get("opencl_unusable", "") == ",".join(unusable)
+    first = (usable or unusable)[0]
+    platform_index, device_index = map(int, first.split(":"))
     platform = cl.get_platforms()[platform_index]
     device = platform.get_devices()[device_index]
     assert cpu.metadata["opencl_platform"] == platform.name
     assert cpu.metadata["opencl_device"] == device.name.strip()
     assert cpu.metadata["opencl_driver_version"] == device.driver_version.strip()
     assert cpu.metadata["opencl_version"] == device.version.strip()
+    assert cpu.metadata["opencl_probe"] == records[first].probe.state
     assert "compute_units" not in cpu.metadata  # PoCL's sizes are not recorded on the CPU device
-    assert opencl_devices_of(cpu)[0] == device
-    assert len(opencl_devices_of(cpu)) == len(pairs)
+    assert len(opencl_devices_of(cpu)) == len(usable)
+    if usable:
+        assert opencl_devices_of(cpu)[0] == device
 
 
 def test_pocl_vendor_id_is_not_trusted() -> None:
@@ -88,9 +99,15 @@ def test_two_pocl_devices_in_a_subprocess() -> None:
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     *devices, resolved = json.loads(out.stdout.strip().splitlines()[-1])
-    assert [t for t, _ in devices] == ["CPU"]
-    assert devices[0][1]["opencl_devices"] == "0:0,0:1"
-    assert resolved == 2
+    assert [t for t, _ in devices] == ["CPU"]  # one physical CPU, however many drivers show it
+    metadata = devices[0][1]
+    usable = [p for p in metadata.get("opencl_devices", "").split(",") if p]
+    unusable = [p for p in metadata.get("opencl_unusable", "").split(",") if p]
+    pocl = [i for i, p in enumerate(cl.get_platforms()) if "Portable Computing Language" in p.name]
+    # Each PoCL platform (Debian's, the bundled one) shows two devices; every one is either usable
+    # or recorded as failing its probe, never lost, and the index pairs are real.
+    assert sorted(usable + unusable) == sorted(f"{p}:{d}" for p in pocl for d in (0, 1))
+    assert resolved == len(usable)
 
 
 def test_broken_get_platforms_gives_no_opencl_devices(monkeypatch, caplog, tmp_path) -> None:
@@ -159,7 +176,20 @@ def test_gpu_record_becomes_gpu_hardware_device() -> None:
         "opencl_devices": "1:2", "opencl_platform": "NVIDIA CUDA", "opencl_device": "NVIDIA GeForce RTX 4090",
         "opencl_driver_version": "550.54", "opencl_version": "OpenCL 3.0 CUDA",
         "memory_bytes": "25386352640", "compute_units": "128", "pci_bus_id": "0000:01:00.0",
+        "opencl_probe": "usable",
     }
+
+
+def test_record_that_failed_its_probe_is_listed_apart() -> None:
+    """A device the driver lists but cannot compile for stays visible (discovery, ``onnxhal devices``)
+    with the probe's reason, and is not in ``opencl_devices``, which every OpenCL user reads."""
+    record = dataclasses.replace(_record(int(cl.device_type.GPU)),
+                                 probe=ProbeVerdict(False, "error: unknown target CPU 'generic'"))
+    hw = hardware_device_from_record(record)
+    assert "opencl_devices" not in hw.metadata
+    assert hw.metadata["opencl_unusable"] == "1:2"
+    assert hw.metadata["opencl_probe"] == "failed probe: error: unknown target CPU 'generic'"
+    assert opencl_devices_of(hw) == []
 
 
 @pytest.mark.parametrize("type_bits, expected", [

@@ -15,6 +15,7 @@ from onnxhal import hal
 from onnxhal.errors import OutOfMemory
 from onnxhal.simulators.testing import simulated_devices
 from tests.models import make, vi
+from tests.opencl_support import opencl_verdict
 
 SUBJECTS = ["cpu", "opencl", "virtual-npu", "virtual-gpu"]
 
@@ -26,24 +27,39 @@ SKIPS = {
 }
 
 
+HOST_BACKEND_SKIPS = {
+    "stream": "a simulated device on the host backend (no usable OpenCL device) finishes each partition in "
+              "compute: it is not stream aware",
+    "notification": "a simulated device on the host backend has no streams to notify across",
+}
+
+
 @pytest.fixture(scope="module")
-def subjects(opencl_devices):
-    """subject name -> its EP device. The simulated devices stay registered for the module."""
+def subjects(request):
+    """subject name -> its EP device, or the reason it is missing (the OpenCL probe's verdict). The
+    simulated devices stay registered for the module."""
     cpu = onnxhal.get_ep_devices()[0]
+    index, reason = opencl_verdict()
+    opencl = request.getfixturevalue("opencl_devices")[0] if index is not None else reason
     with simulated_devices("generic-npu,generic-gpu") as sims:
         by_type = {d.device.type: d for d in sims}
-        yield {"cpu": cpu, "opencl": opencl_devices[0], "virtual-npu": by_type[hal.OrtHardwareDeviceType.NPU],
+        yield {"cpu": cpu, "opencl": opencl, "virtual-npu": by_type[hal.OrtHardwareDeviceType.NPU],
                "virtual-gpu": by_type[hal.OrtHardwareDeviceType.GPU]}
 
 
 @pytest.fixture(params=SUBJECTS)
 def subject(request, subjects):
-    return request.param, subjects[request.param]
+    device = subjects[request.param]
+    if isinstance(device, str):
+        pytest.skip(f"needs a working OpenCL device: {device}")
+    return request.param, device
 
 
-def _skip_declared(name: str, test: str) -> None:
+def _skip_declared(name: str, test: str, device: onnxhal.OrtEpDevice | None = None) -> None:
     if (name, test) in SKIPS:
         pytest.skip(SKIPS[(name, test)])
+    if device is not None and device.ep_metadata.get("backend") == "host" and test in HOST_BACKEND_SKIPS:
+        pytest.skip(HOST_BACKEND_SKIPS[test])
 
 
 def _memory(device: onnxhal.OrtEpDevice) -> hal.OrtMemoryInfo | None:
@@ -143,7 +159,7 @@ def test_batched_transfer(subject):
 
 def test_stream_orders_copies_and_the_host_waits(subject):
     name, device = subject
-    _skip_declared(name, "stream")
+    _skip_declared(name, "stream", device)
     assert device.factory.is_stream_aware()
     stream = device.create_sync_stream()
     assert stream.get_handle() is not None
@@ -163,7 +179,7 @@ def test_stream_orders_copies_and_the_host_waits(subject):
 
 def test_notification_lets_another_stream_wait(subject):
     name, device = subject
-    _skip_declared(name, "notification")
+    _skip_declared(name, "notification", device)
     producer, consumer = device.create_sync_stream(), device.create_sync_stream()
     transfer = device.factory.create_data_transfer()
     a = np.random.default_rng(1).standard_normal(1 << 16).astype(np.float32)

@@ -13,17 +13,16 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("pyopencl")
-import pyopencl as cl  # noqa: E402
 
 import onnxhal  # noqa: E402
 from onnxhal import hal  # noqa: E402
 from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
 from onnxhal.runtime.providers.opencl.ep import filtered_graph  # noqa: E402
+from tests.opencl_support import require_opencl  # noqa: E402
 
-if not cl.get_platforms():
-    pytest.skip("no OpenCL platform on this machine", allow_module_level=True)
+OPENCL_INDEX = require_opencl(module_level=True)
 
-HW = hal.OrtHardwareDevice(hal.OrtHardwareDeviceType.CPU, "AMD", 0x1022, 0, {"opencl_devices": "0:0"})
+HW = hal.OrtHardwareDevice(hal.OrtHardwareDeviceType.CPU, "AMD", 0x1022, 0, {"opencl_devices": OPENCL_INDEX})
 RNG = np.random.default_rng(1234)
 
 

@@ -18,11 +18,11 @@ from onnxhal.hal.errors import InvalidArgument, OutOfMemory  # noqa: E402
 from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
 from onnxhal.runtime.providers.opencl.memory import OpenCLNotification, OpenCLSyncStream  # noqa: E402
 from onnxhal.runtime.providers.opencl.program_cache import ProgramBuildError  # noqa: E402
+from tests.opencl_support import require_opencl  # noqa: E402
 
-if not cl.get_platforms():
-    pytest.skip("no OpenCL platform on this machine", allow_module_level=True)
+OPENCL_INDEX = require_opencl(module_level=True)
 
-HW = hal.OrtHardwareDevice(hal.OrtHardwareDeviceType.CPU, "AMD", 0x1022, 0, {"opencl_devices": "0:0"})
+HW = hal.OrtHardwareDevice(hal.OrtHardwareDeviceType.CPU, "AMD", 0x1022, 0, {"opencl_devices": OPENCL_INDEX})
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def mem(ep_device):
 
 def test_ep_device_memory_is_not_host_memory(factory, ep_device, mem):
     assert ep_device.ep_name == "OpenCLExecutionProvider" and ep_device.ep_vendor == "onnxhal"
-    assert ep_device.ep_metadata["opencl_index"] == "0:0"
+    assert ep_device.ep_metadata["opencl_index"] == OPENCL_INDEX
     assert mem.name == "OpenCL" and mem.device_type == hal.OrtMemoryInfoDeviceType.CPU
     assert mem.device_vendor_id == 0x1022
     assert mem.memory_device != hal.HOST_MEMORY_DEVICE and not mem.is_host
@@ -56,7 +56,7 @@ def test_hardware_without_opencl_gets_no_ep_device(factory):
 
 
 def test_vendor_id_zero_hardware_gets_onnxhal_vendor_id(factory):
-    hw = hal.OrtHardwareDevice(hal.OrtHardwareDeviceType.CPU, "", 0, 0, {"opencl_devices": "0:0"})
+    hw = hal.OrtHardwareDevice(hal.OrtHardwareDeviceType.CPU, "", 0, 0, {"opencl_devices": OPENCL_INDEX})
     (dev,) = factory.get_supported_devices([hw])
     assert dev.memory_info(hal.OrtDeviceMemoryType.DEFAULT).device_vendor_id == 0x4F48
 
@@ -167,7 +167,7 @@ def test_program_cache_memory_disk_and_build_error(tmp_path):
 import os, time
 os.environ["ONNXHAL_CACHE_DIR"] = {str(tmp_path)!r}
 from onnxhal.runtime.providers.opencl.program_cache import device_context, opencl_device, ProgramBuildError
-ctx = device_context(opencl_device(0, 0))
+ctx = device_context(opencl_device({OPENCL_INDEX.split(":")[0]}, {OPENCL_INDEX.split(":")[1]}))
 src = "__kernel void k(__global float* x) {{ x[get_global_id(0)] *= 3.0f; }}"
 ctx.program(src); ctx.program(src)
 print(ctx.stats.compiled, ctx.stats.memory_hits, ctx.stats.loaded_from_disk)

@@ -10,12 +10,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("pyopencl")
-import pyopencl as cl  # noqa: E402
 
 import onnxhal  # noqa: E402
+from tests.opencl_support import require_opencl  # noqa: E402
 
-if not cl.get_platforms():
-    pytest.skip("no OpenCL platform on this machine", allow_module_level=True)
+OPENCL_INDEX = require_opencl(module_level=True)
 
 PROVIDERS = ["OpenCLExecutionProvider", "CPUExecutionProvider"]
 

@@ -70,3 +70,39 @@ def test_run_explain_shows_simulated_cost(model_path, capsys):
     assert "Simulated device cost" in out and "generic-gpu" in out and "3/3" in out
     assert main(["run", model_path, "--repeat", "0", "--explain"]) == 0
     assert "uses no simulated device" in capsys.readouterr().out
+
+
+def _one_node_model(tmp_path, node: onnx.NodeProto, inits: list | None = None) -> str:
+    graph = helper.make_graph([node], "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 24])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 24])], inits or [])
+    path = tmp_path / f"{node.op_type}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
+def test_matrix_says_declined_for_a_device_that_ran_nothing(tmp_path, isolated, capsys):
+    path = _one_node_model(tmp_path, helper.make_node("Erf", ["x"], ["y"], name="erf"))
+    assert main(["matrix", path, "--profiles", "generic-npu,generic-gpu", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    rows = {r.device: r for r in matrix(path, {"x": np.ones((4, 24), np.float32)}, show_progress=False)}
+    npu = rows["generic-npu"]
+    assert npu.nodes_on_device == 0 and npu.declined == "1 x generic-npu has no Erf"
+    assert "declined (0 nodes): 1 x generic-npu has no Erf" in out
+    assert "1 device(s) ran no node of this model" in out
+    assert rows["generic-gpu"].nodes_on_device == 1 and not rows["generic-gpu"].declined
+
+
+def test_fp16_overflow_is_flagged_with_its_likely_cause(tmp_path, isolated, capsys):
+    scale = numpy_helper.from_array(np.array(1e5, np.float32), "s")
+    path = _one_node_model(tmp_path, helper.make_node("Mul", ["x", "s"], ["y"], name="mul"), [scale])
+    np.savez(tmp_path / "in.npz", x=np.ones((4, 24), np.float32))
+    assert main(["matrix", path, "--profiles", "generic-npu", "--inputs", str(tmp_path / "in.npz"),
+                 "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "96 NaN/inf value(s) where the CPU EP's are finite" in out
+    assert "values beyond 65504 overflow float16 on generic-npu" in out
+    with simulated_devices("generic-npu"):
+        assert main(["run", path, "--policy", "PREFER_NPU", "--inputs", str(tmp_path / "in.npz"),
+                     "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "output 'y' holds 0 NaN and 96 inf value(s) of 96" in out and "overflow float16 on generic-npu" in out

@@ -60,7 +60,7 @@ class OpenCLEp(Ep):
     name = EP_NAME
     runs_onnxhal_fused_ops = True  # op_support.FUSED_DOMAIN_OPS
 
-    def __init__(self, device: OpenCLDeviceContext, allocator: OpenCLAllocator, logger: logging.Logger) -> None:
+    def __init__(self, device: OpenCLDeviceContext | None, allocator: OpenCLAllocator, logger: logging.Logger) -> None:
         self.device = device
         self.allocator = allocator
         self.logger = logger
@@ -112,9 +112,12 @@ class OpenCLEp(Ep):
     def _try_build(self, graph: Graph, nodes: list[Node], lookup: GraphLookup) -> bool:
         try:
             plan = build_plan(filtered_graph(graph, nodes), lookup)
-            for step in (*plan.init_steps, *plan.steps):
-                if isinstance(step, Launch):
-                    self.device.program(step.source)
+            # A subclass with no OpenCL device (the simulators' host backend) plans only, so that
+            # it takes exactly the nodes it would take with a device.
+            if self.device is not None:
+                for step in (*plan.init_steps, *plan.steps):
+                    if isinstance(step, Launch):
+                        self.device.program(step.source)
             return True
         except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
             for n in nodes:

@@ -1,8 +1,8 @@
 """``OpenCLEpFactory``: one EP device per OpenCL device found by discovery.
 
-A hardware device carries its OpenCL devices in metadata ``opencl_devices``: comma-separated
-``"<platform_index>:<device_index>"`` pairs into ``pyopencl.get_platforms()`` /
-``platform.get_devices()``. Each becomes an EP device whose DEFAULT memory is that OpenCL device's
+A hardware device carries its usable OpenCL devices (those that passed discovery's probe) in
+metadata ``opencl_devices``: comma-separated ``"<platform_index>:<device_index>"`` pairs into
+``pyopencl.get_platforms()`` / ``platform.get_devices()``. The first becomes an EP device whose DEFAULT memory is that OpenCL device's
 memory (see ``memory.opencl_memory_info``). Contexts are created on first use.
 """
 
@@ -75,7 +75,10 @@ class OpenCLEpFactory(EpFactory):
             except (InvalidArgument, cl.Error) as exc:
                 self.logger.warning("%s skips %r: %s", EP_NAME, hw, exc)
                 continue
-            for p, d in pairs:
+            # One EP device per hardware device, on the first OpenCL device that passed the probe
+            # (discovery lists only those in opencl_devices): a CPU seen by Debian's PoCL and the
+            # bundled one, or a GPU seen by two drivers, is still one device.
+            for p, d in pairs[:1]:
                 if len(ep_devices) >= MAX_EP_DEVICES:
                     break
                 try:

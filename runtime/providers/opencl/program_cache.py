@@ -7,7 +7,8 @@ binaries, on disk under ``$ONNXHAL_CACHE_DIR`` (default ``~/.cache/onnxhal/openc
 platform, device name, driver version and a hash of source + options, so a second process loads the
 binary (~2 ms) instead of compiling (~0.4-0.9 s on PoCL).
 
-A build failure raises ``ProgramBuildError``; the EP turns it into "decline those nodes".
+A build failure raises ``ProgramBuildError``; the EP's ``get_capability`` turns it into "decline those
+nodes" (and says so); anywhere else it is an error like any other.
 """
 
 from __future__ import annotations
@@ -20,23 +21,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onnxhal.devices.opencl_env import cache_root, prepare_opencl_environment
 from onnxhal.hal.errors import EPFail
 
-_CACHE_ENV = "ONNXHAL_CACHE_DIR"
-
-
-def cache_root() -> Path:
-    """Root of onnxhal's OpenCL caches: ``$ONNXHAL_CACHE_DIR`` or ``~/.cache/onnxhal/opencl``."""
-    env = os.environ.get(_CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "onnxhal" / "opencl"
-
-
 # PoCL compiles a kernel again for every new local size at first launch (~40 ms) and keeps those
-# objects in POCL_CACHE_DIR. It reads the variable once, when the platform is first opened, so set
-# it before pyopencl is imported; a user's own setting wins.
-os.environ.setdefault("POCL_CACHE_DIR", str(cache_root() / "pocl"))
+# objects in POCL_CACHE_DIR, which it reads once: set before pyopencl is first used (a no-op when
+# onnxhal/__init__ did it already; a user's own setting wins).
+prepare_opencl_environment()
 
-import pyopencl as cl  # noqa: E402  (after POCL_CACHE_DIR, on purpose)
+import pyopencl as cl  # noqa: E402  (after the environment, on purpose)
 
 #: Options every program is built with: contract a*b+c into FMA instructions (fma() itself is a slow
 #: library call on PoCL) and let the compiler reassociate and relax precision, as ORT's GPU EPs do.
@@ -134,8 +127,8 @@ class OpenCLDeviceContext:
             first = source.strip().splitlines()[0] if source.strip() else ""
             self.stats.failures.append(digest)
             raise ProgramBuildError(
-                f"OpenCL program ({first[:80]!r}...) failed to build on {self.device.name}: {log.strip()[:2000]}. "
-                "The nodes using it are left to another EP.", log) from exc
+                f"OpenCL program ({first[:80]!r}...) failed to build on {self.device.name}: {log.strip()[:2000]}",
+                log) from exc
         self.stats.compiled += 1
         self.stats.compile_seconds += time.perf_counter() - start
         self._store(digest, prg)

@@ -1,0 +1,193 @@
+"""The host backend of the simulated devices: their partitions run on the CPU EP's kernels.
+
+Used when no OpenCL device passes discovery's probe (a CPU newer than the driver's LLVM, no driver,
+or ``ONNXHAL_OPENCL=off``): a simulated device must not depend on a driver. Everything a user can
+observe of the device stays as on the OpenCL backend:
+
+- placement: the same ``get_capability`` (profile limits and the OpenCL EP's kernel coverage), only
+  no program is built, so the same nodes land on the device;
+- memory: a memory device of its own (``VirtualNpu(<profile>)``), buffers counted against the
+  profile's capacity, weights charged too; values are really copied in and out (numpy copies);
+- fp16: float32 values entering and leaving a partition and its weights are rounded through
+  numpy's float16, as the OpenCL backend stores them with ``vstore_half_rte``; inside a partition
+  float32, as an NPU's wide accumulators;
+- faults, failover, the cost model and EPContext (the blob then holds the partition's ONNX graph,
+  and its compatibility string says ``backend=host``, so it never loads on the OpenCL backend).
+
+No streams: the host runs each partition to completion before ``compute`` returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxhal.hal.allocator import Allocator
+from onnxhal.hal.data_transfer import DataTransfer
+from onnxhal.hal.ep import KernelContext, NodeComputeInfo
+from onnxhal.hal.errors import EPFail, InvalidArgument
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.hal.memory_info import OrtMemoryDevice
+from onnxhal.hal.sync_stream import SyncStream
+from onnxhal.hal.tensor import DeviceTensor
+from onnxhal.simulators.device_memory import ChargingMixin, meter_transfers
+
+BACKEND_HOST = "host"
+BACKEND_OPENCL = "opencl"
+#: Stands for the OpenCL device key in the compatibility string of a host-backend partition.
+HOST_COMPAT_KEY = "backend=host"
+_F32 = np.dtype(np.float32)
+
+
+class HostDeviceAllocator(ChargingMixin, Allocator):
+    """A simulated device's memory on the host backend: numpy byte buffers, capped at the profile's
+    capacity, labelled with the device's memory info (so the runtime copies values in and out)."""
+
+    def _alloc(self, size: int) -> object:
+        return np.empty(max(int(size), 1), dtype=np.uint8)
+
+    def tensor(self, shape: Sequence[int], dtype: np.dtype) -> DeviceTensor:
+        return DeviceTensor.allocate(tuple(shape), np.dtype(dtype), self)
+
+
+def host_view(t: Any) -> np.ndarray:
+    """A numpy view of a host-backend device tensor (no copy); host arrays pass through."""
+    if not isinstance(t, DeviceTensor):
+        return np.asarray(t)
+    if not isinstance(t.buffer, np.ndarray):
+        raise InvalidArgument(f"{t!r} is not in a host-backend simulated device's memory")
+    if t.dtype == object:
+        raise InvalidArgument(f"{t!r}: a simulated device holds numeric tensors only")
+    raw = t.buffer[t.offset:t.offset + t.nbytes]
+    return raw.view(t.dtype).reshape(t.shape)
+
+
+def _round_half(a: np.ndarray) -> np.ndarray:
+    """float32 rounded through fp16 storage (round to nearest even, as ``vstore_half_rte``)."""
+    if a.dtype != _F32:
+        return a
+    with np.errstate(over="ignore"):  # beyond 65504 is inf in fp16, as on the device
+        return a.astype(np.float16).astype(np.float32)
+
+
+class HostDataTransfer(DataTransfer):
+    """Copies between host memory and the host-backend simulated devices of ``table`` (and between
+    two of them), charging the simulated host link like the OpenCL backend's transfer."""
+
+    def __init__(self, table: Any, own: OrtMemoryDevice | None, own_meter: Any) -> None:
+        self.table = table
+        self.own = own
+        self.own_meter = own_meter
+
+    def can_copy(self, src_memory_device: OrtMemoryDevice, dst_memory_device: OrtMemoryDevice) -> bool:
+        if self.own is not None and self.own not in (src_memory_device, dst_memory_device):
+            return False  # another session EP's transfer carries that device's copies (and its costs)
+        src_ok = src_memory_device.is_host or src_memory_device in self.table.devices
+        dst_ok = dst_memory_device.is_host or dst_memory_device in self.table.devices
+        return src_ok and dst_ok and not (src_memory_device.is_host and dst_memory_device.is_host)
+
+    def copy_tensors(self, src: Sequence[object], dst: Sequence[object],
+                     streams: Sequence[SyncStream | None] | None = None) -> None:
+        if len(src) != len(dst):
+            raise InvalidArgument(f"copy_tensors: {len(src)} sources but {len(dst)} destinations")
+        for i, (s, d) in enumerate(zip(src, dst)):
+            s_arr = host_view(s) if isinstance(s, DeviceTensor) else np.asarray(s)
+            if s_arr.nbytes != d.nbytes:
+                raise InvalidArgument(f"copy_tensors: pair {i}: source {s_arr.dtype}{list(s_arr.shape)} has "
+                                      f"{s_arr.nbytes} bytes, destination {d.dtype}{list(d.shape)} has {d.nbytes}")
+            if isinstance(d, DeviceTensor):
+                target = host_view(d)
+            else:
+                if not (d.flags.c_contiguous and d.flags.writeable):
+                    raise InvalidArgument(f"copy_tensors: pair {i}: host destination must be a writable "
+                                          "C-contiguous array; allocate it with numpy.empty")
+                target = d
+            if s_arr.nbytes:
+                target.reshape(-1).view(np.uint8)[:] = np.ascontiguousarray(s_arr).reshape(-1).view(np.uint8)
+        meter_transfers(self.table, self.own, self.own_meter, list(src), list(dst))
+
+
+@dataclass
+class HostPartitionPlan:
+    """What an EPContext blob holds for a host-backend partition: its ONNX graph (weights already
+    rounded where the profile stores fp16) and the opsets it was written for."""
+
+    graph: np.ndarray  # serialized onnx.GraphProto as uint8
+    opset: dict
+    input_names: list
+
+    @classmethod
+    def of(cls, graph: Graph) -> HostPartitionPlan:
+        data = graph.to_proto().SerializeToString()
+        return cls(np.frombuffer(data, dtype=np.uint8).copy(), dict(graph.opset), list(graph.input_names))
+
+    def to_graph(self) -> Graph:
+        return Graph.from_proto(onnx.GraphProto.FromString(self.graph.tobytes()), self.opset)
+
+
+def rounded_weights(graph: Graph) -> Graph:
+    """``graph`` with its float32 constant initializers rounded through fp16 (a new Graph)."""
+    if not any(np.asarray(a).dtype == _F32 for a in graph.initializers.values()):
+        return graph
+    out = Graph(graph.name, list(graph.nodes), list(graph.inputs), list(graph.outputs),
+                {k: _round_half(np.asarray(v)) for k, v in graph.initializers.items()},
+                dict(graph.value_infos), graph.opset, parent=graph.parent)
+    out.overridable = list(graph.overridable)
+    return out
+
+
+class HostNodeComputeInfo(NodeComputeInfo):
+    """One partition of a simulated device run by the CPU EP's kernels (an execution plan of its
+    own, built once: plans hold no per-run state, so many threads may run it at once)."""
+
+    def __init__(self, graph: Graph, ep_name: str, allocator: Allocator, half: bool,
+                 logger: logging.Logger) -> None:
+        from onnxhal.runtime.executor import PlanBuilder
+        from onnxhal.runtime.memory_plan import MemoryContext
+        from onnxhal.runtime.providers.cpu.ep import CpuEp
+
+        self.graph = graph
+        self.allocator = allocator
+        self.half = half
+        self.plan = HostPartitionPlan.of(graph)
+        cpu = CpuEp(logger)
+        # Every node of the partition (and of its subgraphs) runs on the CPU EP's kernels; with no
+        # EP registered in this MemoryContext every value lives in host memory.
+        builder = PlanBuilder({ep_name: cpu, "CPUExecutionProvider": cpu, "": cpu}, {}, MemoryContext())
+        self._exec = builder.build(graph)
+        self.host_inputs: frozenset[int] = frozenset()
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(int(np.asarray(a).nbytes) for a in self.graph.initializers.values())
+
+    def create_state(self, fused_node: Node) -> object:
+        return self
+
+    def compute(self, state: Any, context: KernelContext) -> list:
+        feeds = {}
+        for name, t in zip(self.graph.input_names, context.inputs):
+            a = host_view(t) if isinstance(t, DeviceTensor) else t
+            feeds[name] = _round_half(a) if self.half and isinstance(a, np.ndarray) else a
+        results = self._exec.run(feeds, context.run_options)
+        outputs = []
+        for k, r in enumerate(results):
+            a = np.ascontiguousarray(np.asarray(r))
+            if a.dtype == object:
+                raise EPFail(f"partition output {self.graph.output_names[k]!r} is not a numeric tensor; "
+                             "a simulated device holds numeric tensors only")
+            if self.half:
+                a = _round_half(a)
+            t = DeviceTensor.allocate(a.shape, a.dtype, self.allocator)
+            if a.nbytes:
+                host_view(t).reshape(-1).view(np.uint8)[:] = a.reshape(-1).view(np.uint8)
+            outputs.append(t)
+        return outputs
+
+    def release_state(self, state: Any) -> None:
+        pass

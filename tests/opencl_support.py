@@ -1,0 +1,38 @@
+"""Which OpenCL device the OpenCL tests run on, or why they skip: the probe's verdict.
+
+Tests that need a real OpenCL device call ``require_opencl()``; it returns the ``"p:d"`` index of
+the first device that passed discovery's probe (devices/opencl_probe.py), or skips with the
+reason every device failed (e.g. ``error: unknown target CPU 'generic'``), so a skip always says why.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from onnxhal.devices.opencl import enumerate_opencl_devices
+from onnxhal.devices.opencl_env import OPENCL_SWITCH_ENV, opencl_disabled
+
+
+@functools.lru_cache(maxsize=1)
+def opencl_verdict() -> tuple[str | None, str]:
+    """(index of the first usable OpenCL device or None, why none is usable)."""
+    if opencl_disabled():
+        return None, f"{OPENCL_SWITCH_ENV}=off: OpenCL is switched off"
+    records = enumerate_opencl_devices()
+    for r in records:
+        if r.probe.usable:
+            return f"{r.platform_index}:{r.device_index}", ""
+    if not records:
+        return None, "no OpenCL device found (no driver installed or the ICD loader fails)"
+    failed = "; ".join(f"{r.device_name} ({r.platform_name} {r.driver_version}): {r.probe.reason}" for r in records)
+    return None, f"no OpenCL device passed the probe: {failed}"
+
+
+def require_opencl(module_level: bool = False) -> str:
+    """The ``"p:d"`` index of a usable OpenCL device, else skip with the probe's verdict."""
+    index, reason = opencl_verdict()
+    if index is None:
+        pytest.skip(f"needs a working OpenCL device: {reason}", allow_module_level=module_level)
+    return index

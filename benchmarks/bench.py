@@ -1,6 +1,12 @@
 """Benchmark onnxhal against onnxruntime (CPU, 2 intra-op threads), side by side in one process.
 
     python benchmarks/bench.py [--models mlp,cnn,encoder,chain,light] [--repeat 20] [--json out.json]
+                               [--ep cpu|opencl] [--load N]
+
+``--ep opencl`` runs onnxhal's side on the OpenCL EP (CPU EP fallback) on the first OpenCL device
+that passes the probe, and names that driver in the table's title; its targets are 3x onnxruntime's
+CPU time. ``--load N`` runs N busy processes during the whole measurement (a competing load, as on
+a shared CI machine).
 
 For each model: build it (``models.py``), create both sessions, check the outputs agree (max abs
 difference, also relative to the largest output), warm up, then time ``repeat`` runs alternating
@@ -126,7 +132,51 @@ def expand(names: list[str]) -> list[str]:
     return out
 
 
-def sessions(model: onnx.ModelProto, threads: int, ort_spin: bool) -> tuple:
+OPENCL_TARGET = 3.0
+#: onnxhal's providers: the CPU EP alone, or the OpenCL EP first (``--ep opencl``).
+PROVIDERS = {"cpu": ["CPUExecutionProvider"], "opencl": ["OpenCLExecutionProvider", "CPUExecutionProvider"]}
+
+
+def opencl_driver() -> str:
+    """Register the OpenCL EP and name the device and driver it runs on (raises if there is none)."""
+    import onnxhal
+    from onnxhal.devices.opencl import enumerate_opencl_devices
+
+    onnxhal.register_execution_provider_library("opencl", "onnxhal.runtime.providers.opencl")
+    devices = [d for d in onnxhal.get_ep_devices() if d.ep_name == "OpenCLExecutionProvider"]
+    if not devices:
+        verdicts = "; ".join(f"{r.device_name}: {r.probe.state}" for r in enumerate_opencl_devices())
+        raise SystemExit(f"--ep opencl: no OpenCL device passed the probe ({verdicts or 'none listed'})")
+    md = devices[0].ep_metadata
+    return f"{md['opencl_platform']} {md['opencl_driver']} on {md['opencl_device']}"
+
+
+def _busy(stop) -> None:
+    x = 0
+    while not stop.is_set():
+        for _ in range(100_000):
+            x += 1
+
+
+def start_load(n: int) -> tuple:
+    """``n`` processes spinning on a core each, until ``stop_load``."""
+    import multiprocessing as mp
+
+    stop = mp.Event()
+    procs = [mp.Process(target=_busy, args=(stop,), daemon=True) for _ in range(n)]
+    for proc in procs:
+        proc.start()
+    return stop, procs
+
+
+def stop_load(load: tuple) -> None:
+    stop, procs = load
+    stop.set()
+    for proc in procs:
+        proc.join(5)
+
+
+def sessions(model: onnx.ModelProto, threads: int, ort_spin: bool, ep: str = "cpu") -> tuple:
     import onnxruntime as ort
 
     import onnxhal
@@ -139,14 +189,14 @@ def sessions(model: onnx.ModelProto, threads: int, ort_spin: bool) -> tuple:
     ort_sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     hso = onnxhal.SessionOptions()
     hso.intra_op_num_threads = threads
-    hal_sess = onnxhal.InferenceSession(data, hso, providers=["CPUExecutionProvider"])
+    hal_sess = onnxhal.InferenceSession(data, hso, providers=PROVIDERS[ep])
     return ort_sess, hal_sess
 
 
-def measure(name: str, repeat: int, warmup: int, threads: int, ort_spin: bool, progress) -> Result:
+def measure(name: str, repeat: int, warmup: int, threads: int, ort_spin: bool, progress, ep: str = "cpu") -> Result:
     model = build(name)
     feeds = models.feeds(model)
-    ort_sess, hal_sess = sessions(model, threads, ort_spin)
+    ort_sess, hal_sess = sessions(model, threads, ort_spin, ep)
     ref = ort_sess.run(None, feeds)
     got = hal_sess.run(None, feeds)
     diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) for a, b in zip(ref, got))
@@ -177,8 +227,11 @@ def measure(name: str, repeat: int, warmup: int, threads: int, ort_spin: bool, p
         target, met = f"<= {CHAIN_US_PER_NODE} us/node", per_node <= CHAIN_US_PER_NODE
         note = f"{per_node:.2f} us/node (ORT {ort_ms * 1e3 / nodes:.2f})"
     else:
-        limit = TARGETS.get(name, LIGHT_TARGET)
+        limit = OPENCL_TARGET if ep == "opencl" else TARGETS.get(name, LIGHT_TARGET)
         target, met, note = f"<= {limit}", ratio <= limit, ""
+        if ep == "opencl":
+            on_device = hal_sess.partition_summary.get("OpenCLExecutionProvider", 0)
+            note = f"{on_device}/{sum(hal_sess.partition_summary.values())} nodes on OpenCL"
     return Result(name, ort_ms, hal_ms, ratio, target, met, diff, diff / scale, nodes, note, pair, q1, q3, steal)
 
 
@@ -196,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep onnxruntime's intra-op thread spinning on (off by default: in alternating runs the "
                         "spinning threads take the cores from the onnxhal run that follows)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-' for stdout)")
+    p.add_argument("--ep", choices=sorted(PROVIDERS), default="cpu",
+                   help="onnxhal's EP: the CPU EP (default) or the OpenCL EP with CPU fallback")
+    p.add_argument("--load", type=int, default=0, metavar="N", help="N busy processes competing for the cores")
     args = p.parse_args(argv)
+    driver = opencl_driver() if args.ep == "opencl" else "CPU EP"
 
     from rich.console import Console
     from rich.progress import Progress
@@ -209,18 +266,23 @@ def main(argv: list[str] | None = None) -> int:
     # during onnxhal's timed runs (onnxruntime's release it for the whole run). The bar is redrawn
     # between timed pairs instead. The thread's effect measured within the noise (docs/optimizer.md,
     # session 17); this keeps it out of the timings rather than fixing a measured bias.
+    load = start_load(args.load) if args.load else None
     with Progress(console=console, transient=True, auto_refresh=False) as prog:
         task = prog.add_task("benchmark", total=len(names) * args.repeat)
         for name in names:
             prog.update(task, description=f"{name}", refresh=True)
             try:
                 results.append(measure(name, args.repeat, args.warmup, args.threads, args.ort_spin,
-                                       lambda: (prog.advance(task), prog.refresh())))
+                                       lambda: (prog.advance(task), prog.refresh()), args.ep))
             except Exception as exc:  # one broken model must not hide the others' figures
                 console.print(f"[red]{name}: {type(exc).__name__}: {exc}")
                 results.append(Result(name, float("nan"), float("nan"), float("nan"), "", False,
                                       float("nan"), float("nan"), 0, f"error: {type(exc).__name__}: {exc}"[:200]))
-    table = Table(title=f"onnxhal vs onnxruntime (CPU, {args.threads} threads, median of {args.repeat})")
+    if load is not None:
+        stop_load(load)
+    loaded = f", {args.load} busy processes" if args.load else ""
+    table = Table(title=f"onnxhal ({driver}) vs onnxruntime (CPU), {args.threads} threads, median of {args.repeat}"
+                        f"{loaded}")
     for col in ("model", "ort ms", "onnxhal ms", "ratio", "pair ratio (q1-q3)", "target", "met", "max abs diff", "steal %", "note"):
         table.add_column(col, justify="left" if col in ("model", "target", "note") else "right")
     for r in results:

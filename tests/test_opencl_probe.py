@@ -19,7 +19,7 @@ OFF = {"ONNXHAL_OPENCL": "off"}
 
 
 def _python(code: str, env: dict | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if k not in ("ONNXHAL_SIMULATE", "ONNXHAL_OPENCL")}
+    full = {k: v for k, v in os.environ.items() if k not in ("ONNXHAL_SIMULATE", "ONNXHAL_OPENCL", "OCL_ICD_VENDORS")}
     full.update(env or {})
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=timeout)
 

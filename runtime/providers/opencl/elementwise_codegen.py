@@ -78,21 +78,21 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Abs": lambda n, a, x: f"fabs({a[0]})",
     "Sqrt": lambda n, a, x: f"sqrt({a[0]})",
     "Reciprocal": lambda n, a, x: f"(1.0f / {a[0]})",
-    "Exp": lambda n, a, x: f"native_exp({a[0]})",
+    "Exp": lambda n, a, x: f"ONNXHAL_EXP({a[0]})",
     "Log": lambda n, a, x: f"log({a[0]})",
     "Floor": lambda n, a, x: f"floor({a[0]})",
     "Ceil": lambda n, a, x: f"ceil({a[0]})",
     "Relu": lambda n, a, x: f"({a[0]} < 0.0f ? 0.0f : {a[0]})",  # NaN stays NaN (fmax drops it)
     "LeakyRelu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 0.01))} * {a[0]})",
-    "Elu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 1.0))} * (native_exp({a[0]}) - 1.0f))",
+    "Elu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 1.0))} * (ONNXHAL_EXP({a[0]}) - 1.0f))",
     "Selu": lambda n, a, x: (f"({_lit(n.attr('gamma', 1.05070102214813232421875))} * ({a[0]} > 0.0f ? {a[0]} : "
-                          f"{_lit(n.attr('alpha', 1.67326319217681884765625))} * (native_exp({a[0]}) - 1.0f)))"),
-    "Sigmoid": lambda n, a, x: f"(1.0f / (1.0f + native_exp(-{a[0]})))",
+                          f"{_lit(n.attr('alpha', 1.67326319217681884765625))} * (ONNXHAL_EXP({a[0]}) - 1.0f)))"),
+    "Sigmoid": lambda n, a, x: f"(1.0f / (1.0f + ONNXHAL_EXP(-{a[0]})))",
     "HardSigmoid": lambda n, a, x: (f"onnxhal_clamp({_lit(n.attr('alpha', 0.2))} * {a[0]} + "
                                  f"{_lit(n.attr('beta', 0.5))}, 0.0f, 1.0f)"),
     "HardSwish": lambda n, a, x: f"({a[0]} * onnxhal_clamp({a[0]} / 6.0f + 0.5f, 0.0f, 1.0f))",
     # log1p: log(1 + e) rounds 1 + e to 1 for e below float32 epsilon and loses all precision.
-    "Softplus": lambda n, a, x: f"({a[0]} > 20.0f ? {a[0]} : log1p(native_exp({a[0]})))",
+    "Softplus": lambda n, a, x: f"({a[0]} > 20.0f ? {a[0]} : log1p(ONNXHAL_EXP({a[0]})))",
     "Softsign": lambda n, a, x: f"({a[0]} / (1.0f + fabs({a[0]})))",
     "Tanh": lambda n, a, x: f"onnxhal_tanh({a[0]})",
     "Erf": lambda n, a, x: _erf(a[0]),

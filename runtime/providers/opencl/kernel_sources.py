@@ -31,7 +31,7 @@ inline float onnxhal_erf(float x) {
   const float ax = fabs(x);
   const float t = 1.0f / (1.0f + 0.3275911f * ax);
   const float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t - 0.284496736f) * t
-                  + 0.254829592f) * t * native_exp(-ax * ax);
+                  + 0.254829592f) * t * ONNXHAL_EXP(-ax * ax);
   return copysign(y, x);
 }
 inline float onnxhal_tanh(float x) {
@@ -40,14 +40,14 @@ inline float onnxhal_tanh(float x) {
     const float x2 = x * x;
     return x * (1.0f + x2 * (-0.33333333f + x2 * (0.13333333f + x2 * (-0.05396825f + x2 * 0.02186949f))));
   }
-  const float e = native_exp(-2.0f * ax);
+  const float e = ONNXHAL_EXP(-2.0f * ax);
   return copysign((1.0f - e) / (1.0f + e), x);
 }
 // act: 0 none, 1 Relu, 2 Sigmoid, 3 Tanh, 4 LeakyRelu(p0), 5 HardSigmoid(p0, p1), 6 Clip(p0, p1), 7 Gelu
 inline float apply_act(float v, int act, float p0, float p1) {
   switch (act) {
     case 1: return v < 0.0f ? 0.0f : v;
-    case 2: return 1.0f / (1.0f + native_exp(-v));
+    case 2: return 1.0f / (1.0f + ONNXHAL_EXP(-v));
     case 3: return onnxhal_tanh(v);
     case 4: return v >= 0.0f ? v : p0 * v;
     case 5: return onnxhal_clamp(p0 * v + p1, 0.0f, 1.0f);
@@ -395,7 +395,7 @@ __kernel void reduce_rows(__global float* Y, __global const float* X, const int 
     else if (mode == 4) acc *= v;
     else if (mode == 5 || mode == 6) acc += v * v;
     else if (mode == 7) acc += fabs(v);
-    else acc += native_exp(v - m);
+    else acc += ONNXHAL_EXP(v - m);
   }
   if (mode == 1) acc /= (float)R;
   else if (mode == 6) acc = sqrt(acc);
@@ -414,11 +414,11 @@ __kernel void softmax_rows(__global float* Y, __global const float* X, const int
   for (int r = 0; r < R; ++r) { const float v = X[base + r * inner]; m = v > m ? v : m; }  // fmax is a call
   float s = 0.0f;
   if (log_softmax) {
-    for (int r = 0; r < R; ++r) s += native_exp(X[base + r * inner] - m);
+    for (int r = 0; r < R; ++r) s += ONNXHAL_EXP(X[base + r * inner] - m);
     const float ls = log(s);
     for (int r = 0; r < R; ++r) Y[base + r * inner] = X[base + r * inner] - m - ls;
   } else {  // exp once per element: keep it in Y, then scale
-    for (int r = 0; r < R; ++r) { const float e = native_exp(X[base + r * inner] - m); Y[base + r * inner] = e; s += e; }
+    for (int r = 0; r < R; ++r) { const float e = ONNXHAL_EXP(X[base + r * inner] - m); Y[base + r * inner] = e; s += e; }
     const float inv = 1.0f / s;
     for (int r = 0; r < R; ++r) Y[base + r * inner] *= inv;
   }

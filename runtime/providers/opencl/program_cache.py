@@ -37,6 +37,17 @@ import pyopencl as cl  # noqa: E402  (after the environment, on purpose)
 #: that keep NaN flowing through max, min, Relu and Clip (kernel_sources.ACTIVATION_HELPERS).
 DEFAULT_BUILD_OPTIONS = "-cl-mad-enable -cl-unsafe-math-optimizations"
 
+#: Kernels call ``ONNXHAL_EXP``: ``native_exp`` where the device's is accurate (PoCL: ~1e-7 relative,
+#: and its ``exp()`` is a slow call), else ``exp`` (Intel's CPU runtime: native_exp errs by ~2e-4,
+#: which shows in Sigmoid, Tanh and GELU). Each device context measures which, once.
+EXP_SOURCE = r"""
+__kernel void onnxhal_exp_check(__global const float* x, __global float* y) {
+    int i = get_global_id(0);
+    y[i] = native_exp(x[i]);
+}
+"""
+NATIVE_EXP_RTOL = 2e-6
+
 
 class ProgramBuildError(EPFail):
     """An OpenCL program failed to build; ``log`` holds the compiler output."""
@@ -71,6 +82,32 @@ class OpenCLDeviceContext:
         platform = device.platform
         self.device_key = "|".join((platform.name, platform.version, device.name, device.driver_version,
                                     device.version))
+        self._exp_option: str | None = None
+        self._exp_lock = threading.Lock()
+
+    @property
+    def exp_option(self) -> str:
+        """``-DONNXHAL_EXP=native_exp`` if this device's native_exp is within ``NATIVE_EXP_RTOL`` of
+        exp over [-80, 80], else ``-DONNXHAL_EXP=exp`` (measured on first use)."""
+        with self._exp_lock:
+            if self._exp_option is None:
+                self._exp_option = self._measure_exp_option()
+        return self._exp_option
+
+    def _measure_exp_option(self) -> str:
+        import numpy as np
+
+        x = np.linspace(-80.0, 80.0, 4096, dtype=np.float32)
+        y = np.empty_like(x)
+        mf = cl.mem_flags
+        bx = cl.Buffer(self.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+        by = cl.Buffer(self.context, mf.WRITE_ONLY, y.nbytes)
+        prg = self._build_cached(EXP_SOURCE, DEFAULT_BUILD_OPTIONS)
+        prg.onnxhal_exp_check(self.queue, (x.size,), None, bx, by)
+        cl.enqueue_copy(self.queue, y, by, is_blocking=True)
+        want = np.exp(x.astype(np.float64))
+        err = float(np.max(np.abs(y - want) / want))
+        return f"-DONNXHAL_EXP={'native_exp' if err <= NATIVE_EXP_RTOL else 'exp'}"
 
     @property
     def name(self) -> str:
@@ -85,7 +122,11 @@ class OpenCLDeviceContext:
         return cache_root() / "programs" / dev / f"{digest}.bin"
 
     def program(self, source: str, options: str = DEFAULT_BUILD_OPTIONS) -> cl.Program:
-        """The built program for ``source``: from memory, from the disk cache, or compiled."""
+        """The built program for ``source``: from memory, from the disk cache, or compiled. Built with
+        ``options`` and this device's ``exp_option``."""
+        return self._build_cached(source, f"{options} {self.exp_option}")
+
+    def _build_cached(self, source: str, options: str) -> cl.Program:
         digest = hashlib.sha256(f"{options}\0{source}".encode()).hexdigest()
         with self._lock:
             prg = self._programs.get(digest)

@@ -38,12 +38,19 @@ class MatrixRow:
     sim_mj: float | None = None
     ok: bool = False
     error: str = ""
+    backend: str = ""  # opencl / host (simulated devices), the OpenCL device (OpenCL EP)
     declined: str = ""  # why the device ran no node of the model (then ``ok`` only says the CPU result matched)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def device_label(d: onnxhal.OrtEpDevice) -> str:
     return d.device.metadata.get("simulator_profile") or f"{d.device.type.name} {d.device.vendor}"
+
+
+def backend_label(d: onnxhal.OrtEpDevice) -> str:
+    """``opencl`` or ``host`` for a simulated device, the OpenCL device for the OpenCL EP, else ""."""
+    md = d.ep_metadata
+    return md.get("backend") or (md.get("opencl_device", "") and f"opencl {md['opencl_device']}")
 
 
 def ensure_simulators(profiles: str | None) -> None:
@@ -73,7 +80,7 @@ def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref
     """One row: the model on ``device`` against the reference outputs ``ref``."""
     from onnxhal.simulators.cost import virtual_eps
 
-    row = MatrixRow(device.ep_name, device_label(device))
+    row = MatrixRow(device.ep_name, device_label(device), backend=backend_label(device))
     try:
         sess = _session(model, device)
         sess.disable_fallback()  # a failing device must show as failing, not as a CPU result
@@ -163,11 +170,11 @@ def print_matrix(rows: list[MatrixRow], title: str) -> None:
     from onnxhal.cli_tables import console
 
     t = Table(title=title)
-    for c in ("EP", "device", "nodes on device", "nodes on CPU", "transfers", "max error", "sim ms", "sim mJ",
-              "result"):
-        t.add_column(c, justify="right" if c not in ("EP", "device", "result") else "left")
+    for c in ("EP", "device", "backend", "nodes on device", "nodes on CPU", "transfers", "max error", "sim ms",
+              "sim mJ", "result"):
+        t.add_column(c, justify="right" if c not in ("EP", "device", "backend", "result") else "left")
     for r in rows:
-        t.add_row(r.ep, r.device, str(r.nodes_on_device), str(r.nodes_on_cpu), str(r.transfers),
+        t.add_row(r.ep, r.device, r.backend, str(r.nodes_on_device), str(r.nodes_on_cpu), str(r.transfers),
                   f"{r.max_error:.3g}", "-" if r.sim_ms is None else f"{r.sim_ms:.3f}",
                   "-" if r.sim_mj is None else f"{r.sim_mj:.3f}", row_result(r))
     console.print(t)

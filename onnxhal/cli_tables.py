@@ -49,6 +49,12 @@ def print_partition(sess: onnxhal.InferenceSession) -> None:
             ops[n.op_type] = ops.get(n.op_type, 0) + 1
         t.add_row(ep, str(len(nodes)), ", ".join(f"{o}x{c}" for o, c in sorted(ops.items(), key=lambda x: -x[1])[:8]))
     console.print(t)
+    from onnxhal.simulators import describe_backend
+
+    for d in onnxhal.get_ep_devices():  # which backend runs the session's simulated devices
+        line = describe_backend(d) if d.ep_name in sess.get_providers() else ""
+        if line:
+            console.print(f"{line}", soft_wrap=True, markup=False)
 
 
 def fp16_devices(sess: onnxhal.InferenceSession | None) -> list[str]:

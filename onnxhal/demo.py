@@ -37,18 +37,6 @@ def demo_model() -> onnx.ModelProto:
                              producer_name="onnxhal-demo")
 
 
-def backend_line(sess: onnxhal.InferenceSession) -> str:
-    """Which backend ran each simulated device of the session, and why the host where it did."""
-    parts = []
-    for d in onnxhal.get_ep_devices():
-        if d.ep_name in sess.get_providers() and d.device.is_virtual:
-            md = d.ep_metadata
-            where = (f"OpenCL ({md.get('opencl_device', '?')})" if md.get("backend") == "opencl"
-                     else f"the host backend ({md.get('backend_reason', '')})")
-            parts.append(f"{d.ep_name} (profile {md.get('simulator_profile', '')}) ran on {where}")
-    return "; ".join(parts)
-
-
 def run_demo() -> int:
     from onnxhal.simulators import ENV_VAR, register_simulators, simulated_library_names
 
@@ -64,10 +52,7 @@ def run_demo() -> int:
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     sess = onnxhal.InferenceSession(model, so)
     console.print(f"PREFER_NPU selected providers: {sess.get_providers()}")
-    print_partition(sess)
-    line = backend_line(sess)
-    if line:
-        console.print(line, soft_wrap=True)
+    print_partition(sess)  # with the backend that ran each simulated device
     (probs,) = sess.run(None, {"x": x})
     (ref,) = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     err = float(np.max(np.abs(probs - ref)))

@@ -80,5 +80,16 @@ def simulated_library_names() -> list[str]:
     return [lib.name for lib in get_environment().libraries() if any(f.name in EP_NAMES for f in lib.factories)]
 
 
-__all__ = ["create_ep_factories", "release_ep_factory", "register_simulators", "simulated_library_names",
+def describe_backend(device: Any) -> str:
+    """``"<EP> (<profile>) on OpenCL (<device>)"`` or ``"... on the host backend (<why>)"`` for a
+    simulated EP device; "" for any other device."""
+    md = device.ep_metadata
+    if device.ep_name not in EP_NAMES or "backend" not in md:
+        return ""
+    where = (f"OpenCL ({md.get('opencl_device', '?')})" if md["backend"] == "opencl"
+             else f"the host backend ({md.get('backend_reason', '')})")
+    return f"{device.ep_name} ({md.get('simulator_profile', '')}) on {where}"
+
+
+__all__ = ["describe_backend", "create_ep_factories", "release_ep_factory", "register_simulators", "simulated_library_names",
            "requested_profiles", "NPU_EP_NAME", "GPU_EP_NAME", "EP_NAMES", "ENV_VAR"]

@@ -102,7 +102,7 @@ def no_opencl_reason(hardware_devices: Sequence[OrtHardwareDevice]) -> str:
               for hw in hardware_devices if hw.metadata.get("opencl_unusable")]
     if failed:
         return "no OpenCL device passed the probe: " + "; ".join(failed)
-    return "no OpenCL device was found (no driver installed)"
+    return "no OpenCL device found (no driver installed)"
 
 
 def _warn_host_backend(reason: str) -> None:

@@ -41,6 +41,20 @@ def pytest_configure(config: pytest.Config) -> None:
         register_simulators(profiles)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Where the simulated devices run (OpenCL or the host backend, and why), when there are any."""
+    import os
+
+    from onnxhal.simulators import ENV_VAR
+
+    if not (config.getoption("onnxhal_simulate", default=None) or os.environ.get(ENV_VAR)):
+        return []
+    import onnxhal
+    from onnxhal.simulators import describe_backend
+
+    return [f"onnxhal: {line}" for line in map(describe_backend, onnxhal.get_ep_devices()) if line]
+
+
 def device_id(d: Any) -> str:
     """Test id of an EP device: ``<type>-<profile or EP name>``."""
     return f"{d.device.type.name.lower()}-{d.device.metadata.get('simulator_profile') or d.ep_name}"

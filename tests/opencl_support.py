@@ -25,7 +25,7 @@ def opencl_verdict() -> tuple[str | None, str]:
         if r.probe.usable:
             return f"{r.platform_index}:{r.device_index}", ""
     if not records:
-        return None, "no OpenCL device found (no driver installed or the ICD loader fails)"
+        return None, "no OpenCL device found (no driver installed)"
     failed = "; ".join(f"{r.device_name} ({r.platform_name} {r.driver_version}): {r.probe.reason}" for r in records)
     return None, f"no OpenCL device passed the probe: {failed}"
 

@@ -73,6 +73,12 @@ def test_downstream_tests_run_once_per_device(tmp_path):
         assert test_id in out.stdout, out.stdout
     assert "test_a_project_fixture_of_the_same_name_wins PASSED" in out.stdout  # not parametrized
     assert "5 passed" in out.stdout
+    # The header says where the simulated devices run, as the probe decided.
+    from tests.opencl_support import opencl_verdict
+
+    index, reason = opencl_verdict()
+    where = "on OpenCL (" if index is not None else f"on the host backend ({reason.split(':')[0]}"
+    assert f"onnxhal: VirtualNpuExecutionProvider (generic-npu) {where}" in out.stdout, out.stdout
 
 
 def test_without_the_option_only_the_cpu_is_there(tmp_path):

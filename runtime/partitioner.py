@@ -46,13 +46,42 @@ class PartitionResult:
     rejected: list[str] = field(default_factory=list)  # reasons, for `onnxhal partition` and logs
 
 
+#: Ops whose CPU kernels run their subgraphs through the runtime (``create_subgraph_runner``), so
+#: the subgraphs' nodes may go to any EP. Other ops with subgraphs (SequenceMap, FlexAttention, ...)
+#: hand theirs to onnx.reference as plain ONNX: a fused node in there could not run.
+RUNTIME_SUBGRAPH_OPS = frozenset({("", "If"), ("", "Loop"), ("", "Scan")})
+
+
+def _runs_subgraphs(node: Node) -> bool:
+    return (node.domain if node.domain != "ai.onnx" else "", node.op_type) in RUNTIME_SUBGRAPH_OPS
+
+
 def graphs_postorder(graph: Graph) -> list[Graph]:
-    """Nested subgraphs before the graph that holds them."""
+    """Nested subgraphs the runtime runs (of If, Loop, Scan) before the graph that holds them."""
     out: list[Graph] = []
     for n in graph.nodes:
-        for sub in n.subgraph_list():
-            out.extend(graphs_postorder(sub))
+        if _runs_subgraphs(n):
+            for sub in n.subgraph_list():
+                out.extend(graphs_postorder(sub))
     out.append(graph)
+    return out
+
+
+def _cpu_only_subgraph_nodes(graphs: list[Graph]) -> list[Node]:
+    """Nodes of subgraphs the CPU EP's kernels hand to onnx.reference whole (every level)."""
+    out: list[Node] = []
+
+    def walk(g: Graph) -> None:
+        for n in g.nodes:
+            out.append(n)
+            for sub in n.subgraph_list():
+                walk(sub)
+
+    for g in graphs:
+        for n in g.nodes:
+            if not _runs_subgraphs(n):
+                for sub in n.subgraph_list():
+                    walk(sub)
     return out
 
 
@@ -94,6 +123,8 @@ def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvi
     for g in graphs:
         for n in g.nodes:
             n.ep_name = ""
+    for n in _cpu_only_subgraph_nodes(graphs):
+        n.ep_name = cpu_ep_name
     for ep in eps:
         for g in graphs:
             info = EpGraphSupportInfo(g)

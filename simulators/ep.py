@@ -237,6 +237,8 @@ class VirtualEp(OpenCLEp):
             for info in infos:
                 if hasattr(info, "plan"):
                     round_constants(info.plan.constants)
+                else:  # a partition with symbolic dims: each shape's plan, when it is made
+                    info.prepare_plan = lambda plan: round_constants(plan.constants)
         return infos
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
@@ -351,7 +353,7 @@ class VirtualEp(OpenCLEp):
     def profiling_step_args(self, node: Node | None, ep_name: str, inputs: list, outputs: list) -> dict:
         from onnxhal.simulators.cost import step_figures
 
-        return step_figures(self, node, inputs, outputs)
+        return {**super().profiling_step_args(node, ep_name, inputs, outputs), **step_figures(self, node, inputs, outputs)}
 
     def on_run_start(self, run_options: Any) -> None:
         self.faults.on_run_start()
@@ -402,7 +404,7 @@ class HostVirtualEp(VirtualEp):
         from onnxhal.simulators.host_backend import HostNodeComputeInfo, rounded_weights
 
         half = self.profile.compute_dtype == "float16"
-        return [HostNodeComputeInfo(rounded_weights(g) if half else g, self.name, self.allocator, half, self.logger)
+        return [HostNodeComputeInfo(rounded_weights(g) if half else g, self.allocator, half, self.logger)
                 for g in graphs]
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
@@ -412,7 +414,7 @@ class HostVirtualEp(VirtualEp):
             raise InvalidGraph(f"{self.name}: EPContext blob holds an OpenCL plan, this device runs on the host "
                                "backend; compile the model again for this device")
         # The saved weights were rounded when they were saved.
-        return HostNodeComputeInfo(plan.to_graph(), self.name, self.allocator,
+        return HostNodeComputeInfo(plan.to_graph(), self.allocator,
                                    self.profile.compute_dtype == "float16", self.logger)
 
     @property

@@ -145,21 +145,15 @@ class HostNodeComputeInfo(NodeComputeInfo):
     """One partition of a simulated device run by the CPU EP's kernels (an execution plan of its
     own, built once: plans hold no per-run state, so many threads may run it at once)."""
 
-    def __init__(self, graph: Graph, ep_name: str, allocator: Allocator, half: bool,
+    def __init__(self, graph: Graph, allocator: Allocator, half: bool,
                  logger: logging.Logger) -> None:
-        from onnxhal.runtime.executor import PlanBuilder
-        from onnxhal.runtime.memory_plan import MemoryContext
-        from onnxhal.runtime.providers.cpu.ep import CpuEp
+        from onnxhal.runtime.providers.cpu.graph_plan import cpu_graph_plan
 
         self.graph = graph
         self.allocator = allocator
         self.half = half
         self.plan = HostPartitionPlan.of(graph)
-        cpu = CpuEp(logger)
-        # Every node of the partition (and of its subgraphs) runs on the CPU EP's kernels; with no
-        # EP registered in this MemoryContext every value lives in host memory.
-        builder = PlanBuilder({ep_name: cpu, "CPUExecutionProvider": cpu, "": cpu}, {}, MemoryContext())
-        self._exec = builder.build(graph)
+        self._exec = cpu_graph_plan(graph, logger=logger)
         self.host_inputs: frozenset[int] = frozenset()
 
     @property

@@ -71,11 +71,17 @@ def test_unsupported_node_splits_groups_without_a_path_through_it(ocl):
     assert "topk" in ep.declined
 
 
-def test_dynamic_shapes_and_other_dtypes_are_declined(ocl):
+def test_dynamic_shapes_are_claimed_and_other_dtypes_declined(ocl):
     _, ep, _ = ocl
+    # Symbolic dims: claimed on the node's structure, specialised per shape at run time
+    # (tests/test_opencl_dynamic.py); an unknown rank is not claimable.
     graph, _ = make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], {"x": ["batch", 4]})
-    assert capability(ep, graph) == []
-    assert "static shape" in ep.declined["r"]
+    assert capability(ep, graph) == [["r"]]
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="ru")], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)])
+    unranked = hal.Graph.from_proto(model.graph, {"": 17})
+    assert capability(ep, unranked) == [] and "rank" in ep.declined["ru"]
     model = helper.make_model(helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"], name="r64")], "g",
         [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])],

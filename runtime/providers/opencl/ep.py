@@ -17,6 +17,7 @@ import pyopencl as cl
 from onnxhal.hal.ep import Ep, EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, is_dynamic
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
 from onnxhal.runtime.providers.opencl.op_support import VIEW_OPS, GraphLookup, unsupported_reason
 from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
@@ -69,13 +70,15 @@ class OpenCLEp(Ep):
         self._dtypes: dict = {}
         self._constants: dict = {}
         self.declined: dict[str, str] = {}  # node name/op -> reason (for logs and tests)
+        self._dynamic: dict[str, DynamicNodeComputeInfo] = {}  # fused node name -> per-shape partition
 
-    def _lookup(self, graph: Graph) -> GraphLookup:
-        return GraphLookup(graph, self._shapes, self._dtypes, self._constants)
+    def _lookup(self, graph: Graph, allow_dynamic: bool = False) -> GraphLookup:
+        return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic)
 
     # -- capability ------------------------------------------------------------------------
     def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
-        lookup = self._lookup(graph)
+        # Symbolic dimensions are claimable: such partitions are specialised per shape at run time.
+        lookup = self._lookup(graph, allow_dynamic=True)
         claimed: list[Node] = []
         untrusted = untrusted_shapes(graph, lookup)
         for n in graph.nodes:
@@ -110,8 +113,11 @@ class OpenCLEp(Ep):
         return [[n] for n in group if self._try_build(graph, [n], lookup)]
 
     def _try_build(self, graph: Graph, nodes: list[Node], lookup: GraphLookup) -> bool:
+        part = filtered_graph(graph, nodes)
+        if is_dynamic(part):
+            return True  # planned per concrete shape at run time (host fallback if that fails)
         try:
-            plan = build_plan(filtered_graph(graph, nodes), lookup)
+            plan = build_plan(part, self._lookup(graph))
             # A subclass with no OpenCL device (the simulators' host backend) plans only, so that
             # it takes exactly the nodes it would take with a device.
             if self.device is not None:
@@ -130,9 +136,20 @@ class OpenCLEp(Ep):
     def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:
         infos: list[NodeComputeInfo] = []
         for graph in graphs:
+            if is_dynamic(graph):
+                infos.append(DynamicNodeComputeInfo(graph, self.device, self.allocator, self.logger))
+                continue
             plan = build_plan(graph, self._lookup(graph))
             infos.append(OpenCLNodeComputeInfo(plan, self.device, self.allocator))
+        self._dynamic.update((n.name, i) for n, i in zip(fused_nodes, infos) if isinstance(i, DynamicNodeComputeInfo))
         return infos
+
+    def profiling_step_args(self, node: Node | None, ep_name: str, inputs: list, outputs: list) -> dict:
+        """For a partition with symbolic dimensions: its shape-specialisation cache figures."""
+        info = self._dynamic.get(node.name) if node is not None else None
+        if info is None:
+            return {}
+        return info.stats.as_args(len(info._cache))
 
 
 def fusion_groups(graph: Graph, claimed: Sequence[Node]) -> list[list[Node]]:

@@ -1,10 +1,18 @@
 """Which nodes the OpenCL EP can run: dtype, shape and attribute constraints per op type.
 
 ``unsupported_reason(node, lookup)`` returns None when the node is claimable, else a short reason
-(logged at debug level by ``get_capability``). Every tensor the node touches must have a static
-shape; data tensors must be float32; parameters that steer indexing (Reshape's shape, Slice's
-starts, reduction axes, Clip bounds, BatchNormalization statistics) must be constant initializers,
-because the plan is specialised to them at compile time.
+(logged at debug level by ``get_capability``). Data tensors must be float32 of known rank;
+parameters that steer indexing (Reshape's shape, Slice's starts, reduction axes, Clip bounds,
+BatchNormalization statistics) must be constant initializers, because a plan is specialised to
+them.
+
+Shapes: with ``lookup.allow_dynamic`` (the EP's ``get_capability``), a tensor may have symbolic
+dimensions (``batch``, ``sequence``): the node is claimed on its structure (op, dtype, rank, static
+dims where a check needs them) and its partition is specialised per concrete input signature at run
+time (``dynamic_partition.py``), where the same checks run again on concrete shapes. A parameter of
+such a node may then also come from outside the partition at run time (a Reshape shape computed by
+a Shape/Gather/Concat chain the CPU EP runs): it arrives in host memory and its value becomes part
+of the signature. Without ``allow_dynamic`` (a plan being built) every shape must be static.
 """
 
 from __future__ import annotations
@@ -46,6 +54,18 @@ class GraphLookup:
     shapes: dict[str, tuple[int, ...]]
     dtypes: dict[str, np.dtype]
     constants: dict[str, np.ndarray]
+    allow_dynamic: bool = False
+
+    def dims(self, name: str) -> tuple | None:
+        """The static shape, or with ``allow_dynamic`` the dims with symbols (str) or None where not
+        fixed; None when even the rank is unknown."""
+        static = self.shape(name)
+        if static is not None or not self.allow_dynamic:
+            return static
+        return self.graph.value_info(name).shape
+
+    def is_dynamic(self, name: str) -> bool:
+        return bool(name) and self.shape(name) is None and self.dims(name) is not None
 
     def shape(self, name: str) -> tuple[int, ...] | None:
         # The graph first: an EP instance may see several graphs reusing value names.
@@ -116,7 +136,7 @@ def _check_fused(node: Node, lookup: GraphLookup) -> str | None:
     if node.attr("activation", "") not in _EPILOGUE_CODES:
         return f"{node.op_type} activation {node.attr('activation')!r} has no OpenCL epilogue"
     if node.op_type == "FusedBatchNormalization":
-        if len(lookup.shape(node.inputs[0])) < 2:
+        if _rank(lookup, node.inputs[0]) < 2:
             return "FusedBatchNormalization on rank < 2"
         return _need_const(lookup, node, 1, "multiplier") or _need_const(lookup, node, 2, "shift")
     if node.op_type == "FusedConv":
@@ -132,12 +152,12 @@ def _static_f32(lookup: GraphLookup, names) -> str | None:
     for n in names:
         if not n:
             continue
-        shape = lookup.shape(n)
+        shape = lookup.dims(n)
         if shape is None:
-            return f"{n!r} has no static shape"
+            return f"{n!r} has no static shape" if not lookup.allow_dynamic else f"{n!r} has no known rank"
         if len(shape) > MAX_RANK:
             return f"{n!r} has rank {len(shape)} > {MAX_RANK}"
-        if int(np.prod(shape, dtype=np.int64)) >= MAX_ELEMENTS:
+        if all(isinstance(d, int) for d in shape) and int(np.prod(shape, dtype=np.int64)) >= MAX_ELEMENTS:
             return f"{n!r} has {int(np.prod(shape, dtype=np.int64))} elements; kernels index with 32-bit ints"
         if lookup.dtype(n) != F32:
             return f"{n!r} is {lookup.dtype(n)}, not float32"
@@ -146,16 +166,37 @@ def _static_f32(lookup: GraphLookup, names) -> str | None:
 
 def _need_const(lookup: GraphLookup, node: Node, index: int, what: str) -> str | None:
     if len(node.inputs) > index and node.inputs[index] and lookup.const(node.inputs[index]) is None:
+        if runtime_param_ok(node, lookup, index):
+            return None
         return f"{what} ({node.inputs[index]!r}) is not a constant initializer"
     return None
 
 
+def runtime_param_ok(node: Node, lookup: GraphLookup, index: int) -> bool:
+    """A parameter fed at run time is fine for a node with symbolic dimensions: its partition is
+    specialised per signature, the parameter's value included (it must be a small int64 or float
+    tensor of static shape, made outside the partition)."""
+    if not lookup.allow_dynamic or not any(lookup.is_dynamic(v) for v in (*node.inputs, *node.outputs) if v):
+        return False
+    name = node.inputs[index]
+    shape = lookup.shape(name)
+    return (shape is not None and int(np.prod(shape, dtype=np.int64)) <= 64
+            and lookup.dtype(name) in (np.dtype(np.int64), np.dtype(np.int32), F32))
+
+
+def _rank(lookup: GraphLookup, name: str) -> int:
+    dims = lookup.dims(name)
+    if dims is None:
+        raise ValueError(f"{name!r} has no known rank")
+    return len(dims)
+
+
 def _check_conv(node: Node, lookup: GraphLookup) -> str | None:
-    x = lookup.shape(node.inputs[0])
-    if len(x) not in (3, 4):
-        return f"Conv on rank {len(x)} input (only 1-D and 2-D)"
+    x = lookup.dims(node.inputs[0])
+    if x is None or len(x) not in (3, 4):
+        return f"Conv on rank {None if x is None else len(x)} input (only 1-D and 2-D)"
     w = lookup.shape(node.inputs[1])
-    if w is not None:  # the CPU EP's geometry refuses a kernel longer than its padded input, as onnxruntime
+    if w is not None and all(isinstance(d, int) for d in x[2:]):  # the CPU EP's geometry refuses a kernel longer than its padded input, as onnxruntime
         from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry
 
         try:
@@ -168,7 +209,7 @@ def _check_conv(node: Node, lookup: GraphLookup) -> str | None:
 def _check_pool(node: Node, lookup: GraphLookup) -> str | None:
     if len([o for o in node.outputs if o]) > 1:
         return "MaxPool Indices output"
-    if len(lookup.shape(node.inputs[0])) not in (3, 4):
+    if _rank(lookup, node.inputs[0]) not in (3, 4):
         return "pooling only on 1-D and 2-D inputs"
     return None
 
@@ -182,7 +223,7 @@ def _check_reduce(node: Node, lookup: GraphLookup) -> str | None:
 
 def reduce_axes(node: Node, lookup: GraphLookup) -> list[int] | None:
     """Sorted non-negative reduction axes; [] means none (noop) and None means all."""
-    rank = len(lookup.shape(node.inputs[0]))
+    rank = _rank(lookup, node.inputs[0])
     if len(node.inputs) > 1 and node.inputs[1]:
         axes = [int(a) for a in lookup.const(node.inputs[1]).reshape(-1)]
     else:
@@ -193,11 +234,16 @@ def reduce_axes(node: Node, lookup: GraphLookup) -> list[int] | None:
 
 
 def reduce_layout(node: Node, lookup: GraphLookup) -> tuple[int, int, int] | None:
-    """(outer, R, inner) when the reduced axes are contiguous once size-1 dimensions are ignored."""
-    shape = lookup.shape(node.inputs[0])
+    """(outer, R, inner) when the reduced axes are contiguous once size-1 dimensions are ignored
+    (with symbolic dimensions, taken as not 1: the layout then only says "contiguous", sizes are 0)."""
+    shape = lookup.dims(node.inputs[0])
     axes = reduce_axes(node, lookup)
     if axes == []:
         return None
+    if not all(isinstance(d, int) for d in shape):
+        kept_axes = [a for a, d in enumerate(shape) if d != 1]
+        idx = [i for i, a in enumerate(kept_axes) if a in axes]
+        return (0, 0, 0) if not idx or idx == list(range(idx[0], idx[-1] + 1)) else None
     kept = [(d, a in axes) for a, d in enumerate(shape) if d != 1]
     idx = [i for i, (_, reduced) in enumerate(kept) if reduced]
     if not idx:
@@ -215,10 +261,10 @@ def _check_gather(node: Node, lookup: GraphLookup) -> str | None:
     idx = node.inputs[1]
     if lookup.const(idx) is None and lookup.dtype(idx) != np.dtype(np.int64):
         return "Gather indices must be int64 or constant"
-    if lookup.shape(idx) is None:
+    if lookup.dims(idx) is None:
         return "Gather indices have no static shape"
-    const, xs = lookup.const(idx), lookup.shape(node.inputs[0])
-    if const is not None and xs and const.size:
+    const, xs = lookup.const(idx), lookup.dims(node.inputs[0])
+    if const is not None and xs and const.size and isinstance(xs[node.attr("axis", 0) % len(xs)], int):
         n = xs[node.attr("axis", 0) % len(xs)]
         from onnxhal.runtime.providers.cpu.kernels.shape_ops import first_out_of_range
 
@@ -230,8 +276,10 @@ def _check_gather(node: Node, lookup: GraphLookup) -> str | None:
 def _check_layernorm(node: Node, lookup: GraphLookup) -> str | None:
     if len([o for o in node.outputs if o]) > 1:
         return "LayerNormalization Mean/InvStdDev outputs"
-    shape = lookup.shape(node.inputs[0])
+    shape = lookup.dims(node.inputs[0])
     axis = node.attr("axis", -1) % len(shape)
+    if not all(isinstance(d, int) for d in shape[axis:]):
+        return "LayerNormalization over symbolic dimensions"
     r = int(np.prod(shape[axis:], dtype=np.int64))
     for i in node.inputs[1:]:
         if i and int(np.prod(lookup.shape(i), dtype=np.int64)) != r:
@@ -245,7 +293,7 @@ def _check_bn(node: Node, lookup: GraphLookup) -> str | None:
     for i in range(1, 5):
         if reason := _need_const(lookup, node, i, "BatchNormalization parameter"):
             return reason
-    return None if len(lookup.shape(node.inputs[0])) >= 2 else "BatchNormalization on rank < 2"
+    return None if _rank(lookup, node.inputs[0]) >= 2 else "BatchNormalization on rank < 2"
 
 
 def _check_clip(node: Node, lookup: GraphLookup) -> str | None:
@@ -253,12 +301,14 @@ def _check_clip(node: Node, lookup: GraphLookup) -> str | None:
 
 
 def _check_matmul(node: Node, lookup: GraphLookup) -> str | None:
-    a, b = lookup.shape(node.inputs[0]), lookup.shape(node.inputs[1])
+    a, b = lookup.dims(node.inputs[0]), lookup.dims(node.inputs[1])
     if len(a) < 1 or len(b) < 1:
         return "MatMul of scalars"
     if len(a) == 1 or len(b) == 1:
         return "MatMul with a 1-D operand"
-    if len(b) > 2 and len(a) > 2 and a[:-2] != b[:-2]:
+    symbolic = not all(isinstance(d, int) for d in (*a[:-2], *b[:-2]))
+    if len(b) > 2 and len(a) > 2 and a[:-2] != b[:-2] and not (symbolic and len(a) == len(b)):
+        # (symbolic batch dims of equal rank are checked again on each concrete shape)
         return "MatMul with broadcast batch dimensions"
     if len(b) > 2 and len(a) not in (2, len(b)):
         return "MatMul with broadcast batch dimensions"
@@ -270,7 +320,7 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "LayerNormalization": _check_layernorm, "BatchNormalization": _check_bn, "Clip": _check_clip,
     "MatMul": _check_matmul, "FusedConv": _check_fused, "FusedGemm": _check_fused, "FusedMatMul": _check_fused,
     "FusedBatchNormalization": _check_fused,
-    "LRN": lambda n, lk: None if len(lk.shape(n.inputs[0])) >= 3 else "LRN on rank < 3",
+    "LRN": lambda n, lk: None if _rank(lk, n.inputs[0]) >= 3 else "LRN on rank < 3",
     "Reshape": lambda n, lk: _need_const(lk, n, 1, "Reshape shape"),
     "Unsqueeze": lambda n, lk: _need_const(lk, n, 1, "Unsqueeze axes"),
     "Squeeze": lambda n, lk: _need_const(lk, n, 1, "Squeeze axes"),

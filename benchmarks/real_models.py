@@ -1,0 +1,143 @@
+"""The real-model corpus (tests/real_models: torch.onnx.export of Hugging Face architectures, both
+exporters, dynamic batch and sequence axes) on onnxhal's EPs against onnxruntime's CPU EP, side by
+side in one process.
+
+    python benchmarks/real_models.py [--ep cpu,opencl] [--repeat 20] [--load N] [--models bert_ts,...]
+
+Per model and EP: nodes on the EP (dynamic model, and the same model with its dims fixed by
+``add_free_dimension_override_by_name``), the first run of each of the two stored input signatures
+(for the OpenCL EP it specialises and builds that shape), then ``repeat`` alternating runs of
+signature ``a`` and the ratio of the medians (onnxhal / onnxruntime), and the largest difference
+from onnxruntime's stored outputs. The geometric mean of the ratios closes each EP's table.
+``--load N`` runs N busy processes the whole time (a shared CI machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(os.path.dirname(HERE), "tests", "real_models")
+PROVIDERS = {"cpu": ["CPUExecutionProvider"], "opencl": ["OpenCLExecutionProvider", "CPUExecutionProvider"]}
+
+
+def signatures(path: str) -> dict[str, tuple[dict[str, np.ndarray], np.ndarray]]:
+    data = np.load(path[:-5] + ".npz")
+    sigs: dict[str, dict[str, np.ndarray]] = {}
+    for key in data.files:
+        sig, name = key.split(".", 1)
+        sigs.setdefault(sig, {})[name] = data[key]
+    return {s: ({k: v for k, v in d.items() if k != "__output"}, d["__output"]) for s, d in sigs.items()}
+
+
+def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:
+    import onnxruntime as ort
+
+    import onnxhal
+
+    sigs = signatures(path)
+    feeds, _ = sigs["a"]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    hso = onnxhal.SessionOptions()
+    hso.intra_op_num_threads = threads
+    hal = onnxhal.InferenceSession(path, hso, providers=PROVIDERS[ep])
+    fixed = onnxhal.SessionOptions()
+    first = next(iter(feeds.values()))
+    fixed.add_free_dimension_override_by_name("batch", first.shape[0])
+    if first.ndim == 2:
+        fixed.add_free_dimension_override_by_name("sequence", first.shape[1])
+    static = onnxhal.InferenceSession(path, fixed, providers=PROVIDERS[ep])
+    firsts, err = [], 0.0
+    for s in ("a", "b"):
+        f, want = sigs[s]
+        t = time.perf_counter()
+        got = hal.run(None, f)[0]
+        firsts.append((time.perf_counter() - t) * 1e3)
+        err = max(err, float(np.max(np.abs(np.asarray(got, np.float64) - want))))
+    for _ in range(3):
+        ref.run(None, feeds)
+        hal.run(None, feeds)
+    t_ort, t_hal = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        ref.run(None, feeds)
+        t1 = time.perf_counter()
+        hal.run(None, feeds)
+        t_hal.append(time.perf_counter() - t1)
+        t_ort.append(t1 - t0)
+    name = PROVIDERS[ep][0]
+    return {"model": os.path.basename(path)[:-5], "ort_ms": statistics.median(t_ort) * 1e3,
+            "hal_ms": statistics.median(t_hal) * 1e3,
+            "ratio": statistics.median(t_hal) / statistics.median(t_ort),
+            "nodes": f"{hal.partition_summary.get(name, 0)}/{sum(hal.partition_summary.values())}",
+            "static_nodes": f"{static.partition_summary.get(name, 0)}/{sum(static.partition_summary.values())}",
+            "first_ms": "/".join(f"{v:.0f}" for v in firsts), "max_diff": err}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ep", default="cpu,opencl", help="comma-separated: cpu, opencl")
+    p.add_argument("--models", default="", help="comma-separated corpus names (default: all)")
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--load", type=int, default=0, metavar="N", help="N busy processes competing for the cores")
+    args = p.parse_args(argv)
+    sys.path.insert(0, HERE)
+    from bench import opencl_driver, start_load, stop_load
+    from rich.console import Console
+    from rich.table import Table
+
+    paths = sorted(glob.glob(os.path.join(CORPUS, "*.onnx")))
+    if args.models:
+        wanted = set(args.models.split(","))
+        paths = [p for p in paths if os.path.basename(p)[:-5] in wanted]
+    load = start_load(args.load) if args.load else None
+    tables = []
+    try:
+        for ep in args.ep.split(","):
+            driver = opencl_driver() if ep == "opencl" else "CPU EP"
+            rows = []
+            for path in paths:
+                try:
+                    rows.append(run_model(path, ep, args.repeat, args.threads))
+                except Exception as exc:  # noqa: BLE001 - one model failing must not hide the others
+                    rows.append({"model": os.path.basename(path)[:-5], "error": f"{type(exc).__name__}: {exc}"[:160]})
+            tables.append((ep, driver, rows))
+    finally:
+        if load is not None:
+            stop_load(load)
+    console = Console(width=160)
+    for ep, driver, rows in tables:
+        loaded = f", {args.load} busy processes" if args.load else ""
+        t = Table(title=f"corpus on onnxhal {ep} ({driver}) vs onnxruntime CPU, {args.threads} threads{loaded}")
+        for c in ("model", "nodes on EP (dynamic)", "(dims fixed)", "first runs ms a/b", "ort ms", "onnxhal ms",
+                  "ratio", "max diff"):
+            t.add_column(c, justify="left" if c == "model" else "right")
+        ratios = []
+        for r in rows:
+            if "error" in r:
+                t.add_row(r["model"], r["error"], "", "", "", "", "", "")
+                continue
+            ratios.append(r["ratio"])
+            t.add_row(r["model"], r["nodes"], r["static_nodes"], r["first_ms"], f"{r['ort_ms']:.2f}",
+                      f"{r['hal_ms']:.2f}", f"{r['ratio']:.2f}", f"{r['max_diff']:.1e}")
+        console.print(t)
+        if ratios:
+            console.print(f"geometric mean ratio ({ep}): {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f} "
+                          f"over {len(ratios)} models")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

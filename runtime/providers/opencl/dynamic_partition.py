@@ -1,0 +1,242 @@
+"""Partitions with symbolic dimensions: specialised per concrete input signature at run time.
+
+The OpenCL lowering sizes every buffer and launch from static shapes. A partition whose values have
+symbolic dimensions (``batch``, ``sequence``, as exporters write them) is therefore compiled into a
+``DynamicNodeComputeInfo``: on a run whose signature (input shapes and dtypes, and the values of
+parameters fed at run time, such as a Reshape shape computed by the CPU EP) it has not seen, it
+
+1. runs the partition once on the host with the CPU EP's kernels, which gives every intermediate
+   value's concrete shape (no shape inference to trust) and the parameters' values,
+2. writes a static copy of the partition (parameters as constants), checks every node again on
+   the concrete shapes (``op_support``), and builds its plan and programs (programs are cached by
+   source, so a new shape mostly reuses built kernels),
+3. keeps it in a bounded LRU cache (``MAX_SIGNATURES``), as onnxruntime's GPU EPs keep per-shape
+   state; a signature whose plan cannot be built (a check that fails only for those shapes) runs on
+   the host for as long as it stays cached, with the reason recorded.
+
+Hits, misses, evictions, host runs and build seconds are in ``stats`` and in the profiling trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+from onnx import helper
+
+from onnxhal.hal.ep import KernelContext, NodeComputeInfo
+from onnxhal.hal.errors import OrtError
+from onnxhal.hal.graph import Graph, Node, ValueInfo
+from onnxhal.hal.tensor import DeviceTensor
+from onnxhal.runtime.providers.cpu.graph_plan import cpu_graph_plan
+from onnxhal.runtime.providers.opencl.op_support import _PARAM_INPUTS, GraphLookup, unsupported_reason
+from onnxhal.runtime.providers.opencl.partition_plan import PartitionState
+from onnxhal.runtime.providers.opencl.plan_builder import build_plan
+
+MAX_SIGNATURES = 8
+
+
+def is_dynamic(graph: Graph) -> bool:
+    """Whether any value of the partition lacks a static shape."""
+    names = {*graph.input_names, *graph.output_names, *(o for n in graph.nodes for o in n.outputs if o)}
+    return any(not graph.value_info(name).has_static_shape for name in names)
+
+
+def runtime_params(graph: Graph) -> list[int]:
+    """Indices of the partition's inputs that are parameters (shapes, axes, bounds) or Gather
+    indices: they come in host memory and their values are part of the signature."""
+    params: set[str] = set()
+    for n in graph.nodes:
+        for k in _PARAM_INPUTS.get(n.op_type, ()):
+            if k < len(n.inputs) and n.inputs[k]:
+                params.add(n.inputs[k])
+    return [i for i, name in enumerate(graph.input_names) if name in params]
+
+
+@dataclass
+class SpecializationStats:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    host_runs: int = 0
+    build_seconds: float = 0.0
+    host_reasons: dict[str, str] = field(default_factory=dict)  # signature text -> why it runs on the host
+
+    def as_args(self, cached: int) -> dict:
+        return {"shape_cache_hits": self.hits, "shape_cache_misses": self.misses,
+                "shape_cache_evictions": self.evictions, "shape_signatures_cached": cached,
+                "shape_host_runs": self.host_runs, "shape_build_ms": round(self.build_seconds * 1e3, 3)}
+
+
+@dataclass
+class _Entry:
+    state: PartitionState | None  # None: this signature runs on the host
+    feeds: list[int]  # which of the partition's inputs the plan takes, in its order
+    reason: str = ""
+
+
+class DynamicNodeComputeInfo(NodeComputeInfo):
+    """A partition with symbolic dimensions on one OpenCL device (see the module docstring)."""
+
+    def __init__(self, graph: Graph, device: Any, allocator: Any, logger: logging.Logger,
+                 max_signatures: int = MAX_SIGNATURES) -> None:
+        self.graph = graph
+        self.device = device
+        self.allocator = allocator
+        self.logger = logger
+        self.max_signatures = max_signatures
+        self.params = runtime_params(graph)
+        self.host_inputs = frozenset(self.params)
+        self.stats = SpecializationStats()
+        #: Called on each shape's plan before its state is made (a simulated fp16 device rounds weights).
+        self.prepare_plan: Callable[[Any], None] | None = None
+        self._cache: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+        self._host_plan = cpu_graph_plan(graph, logger=logger)
+        every = [o for n in graph.nodes for o in n.outputs if o]
+        self._shapes_plan = cpu_graph_plan(graph, list(dict.fromkeys(every)), logger)
+
+    @property
+    def weight_bytes(self) -> int:
+        """The partition's constant weights (what a simulated device charges against its capacity)."""
+        return sum(int(np.asarray(a).nbytes) for a in self.graph.initializers.values())
+
+    # -- NodeComputeInfo -------------------------------------------------------------------------
+    def create_state(self, fused_node: Node) -> DynamicNodeComputeInfo:
+        return self
+
+    def release_state(self, state: Any) -> None:
+        with self._lock:
+            entries = list(self._cache.values())
+            self._cache.clear()
+        for e in entries:
+            if e.state is not None:
+                e.state.release()
+
+    def compute(self, state: Any, context: KernelContext) -> list:
+        stream = context.stream
+        queue = stream.handle() if stream is not None else None
+        own_queue = not (isinstance(queue, cl.CommandQueue) and queue.context == self.device.context)
+        if own_queue:
+            queue = self.device.queue
+        inputs = list(context.inputs)
+        entry = self._entry(inputs, queue)
+        if entry.state is None:
+            with self._lock:
+                self.stats.host_runs += 1
+            outputs = self._run_on_host(inputs, queue)
+        else:
+            outputs = entry.state.run([inputs[i] for i in entry.feeds], queue)
+        if own_queue:
+            queue.finish()
+        for i, t in enumerate(outputs):
+            context.set_output(i, t)
+        return outputs
+
+    # -- signatures ------------------------------------------------------------------------------
+    def signature(self, inputs: Sequence[Any]) -> tuple:
+        sig: list = [(tuple(getattr(t, "shape", ())), str(getattr(t, "dtype", ""))) for t in inputs]
+        for i in self.params:
+            sig.append(np.ascontiguousarray(np.asarray(inputs[i])).tobytes())
+        return tuple(sig)
+
+    def _entry(self, inputs: list, queue: cl.CommandQueue) -> _Entry:
+        sig = self.signature(inputs)
+        with self._lock:
+            entry = self._cache.get(sig)
+            if entry is not None:
+                self._cache.move_to_end(sig)
+                self.stats.hits += 1
+                return entry
+            self.stats.misses += 1
+        start = time.perf_counter()
+        entry = self._specialize(inputs, queue)
+        evicted = []
+        with self._lock:
+            self.stats.build_seconds += time.perf_counter() - start
+            if entry.reason:
+                self.stats.host_reasons[_describe(sig)] = entry.reason
+            self._cache[sig] = entry
+            while len(self._cache) > self.max_signatures:
+                evicted.append(self._cache.popitem(last=False)[1])
+                self.stats.evictions += 1
+        for e in evicted:
+            if e.state is not None:
+                e.state.release()
+        return entry
+
+    def _specialize(self, inputs: list, queue: cl.CommandQueue) -> _Entry:
+        host = [_to_host(t, queue) for t in inputs]
+        values = self._shapes_plan.run(dict(zip(self.graph.input_names, host)))
+        every = self._shapes_plan.graph.output_names
+        concrete = self._static_copy(host, dict(zip(every, values)))
+        lookup = GraphLookup(concrete, {}, {}, {})
+        for n in concrete.nodes:
+            try:
+                reason = unsupported_reason(n, lookup)
+            except (OrtError, ValueError, TypeError, KeyError, IndexError) as exc:
+                reason = f"cannot inspect {n.op_type}: {exc}"
+            if reason:
+                return self._on_host(f"{n.op_type} {n.name!r}: {reason}")
+        try:
+            plan = build_plan(concrete, lookup)
+            if self.prepare_plan is not None:
+                self.prepare_plan(plan)
+            state = PartitionState(plan, self.device, self.allocator)
+        except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
+            return self._on_host(f"{type(exc).__name__}: {exc}")
+        order = {name: i for i, name in enumerate(self.graph.input_names)}
+        return _Entry(state, [order[name] for name in plan.input_names])
+
+    def _on_host(self, reason: str) -> _Entry:
+        self.logger.info("OpenCL partition %s runs a shape signature on the host: %s", self.graph.name, reason)
+        return _Entry(None, [], reason)
+
+    def _static_copy(self, host_inputs: list, values: dict[str, Any]) -> Graph:
+        """The partition with every value's concrete shape and the run-time parameters as constants."""
+        g = self.graph
+        params = {g.input_names[i]: np.asarray(host_inputs[i]) for i in self.params}
+        known = {name: np.asarray(v) for name, v in zip(g.input_names, host_inputs)}
+        known.update((k, np.asarray(v)) for k, v in values.items())
+
+        def info(name: str) -> ValueInfo:
+            a = known[name]
+            return ValueInfo(name, helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
+
+        infos = {name: info(name) for name in known}
+        inputs = [infos[n] for n in g.input_names if n not in params]
+        out = Graph(g.name, list(g.nodes), inputs, [infos[n] for n in g.output_names],
+                    {**g.initializers, **params}, infos, g.opset, parent=g.parent)
+        return out
+
+    def _run_on_host(self, inputs: list, queue: cl.CommandQueue) -> list[DeviceTensor]:
+        host = [_to_host(t, queue) for t in inputs]
+        results = self._host_plan.run(dict(zip(self.graph.input_names, host)))
+        outputs = []
+        for r in results:
+            a = np.ascontiguousarray(np.asarray(r))
+            t = DeviceTensor.allocate(a.shape, a.dtype, self.allocator)
+            if a.nbytes:
+                cl.enqueue_copy(queue, t.buffer, a, is_blocking=True)
+            outputs.append(t)
+        return outputs
+
+
+def _describe(sig: tuple) -> str:
+    return ", ".join(f"{list(s[0])}" for s in sig if isinstance(s, tuple))
+
+
+def _to_host(t: Any, queue: cl.CommandQueue) -> np.ndarray:
+    if not isinstance(t, DeviceTensor):
+        return np.asarray(t)
+    out = np.empty(t.shape, t.dtype)
+    if out.nbytes:
+        cl.enqueue_copy(queue, out, t.buffer, src_offset=t.offset, is_blocking=True)
+    return out

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,7 +33,7 @@ from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
 from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
 from onnxhal.simulators.faults import FaultState
-from onnxhal.simulators.fp16 import HalfRounder, round_constants
+from onnxhal.simulators.fp16 import FP32_PRODUCERS, HalfRounder, round_constants
 from onnxhal.simulators.profiles import Profile
 
 # Inputs of these ops that are parameters (shapes, axes, indices), not data the device computes on.
@@ -93,6 +95,26 @@ def compatibility_string(ep_name: str, profile: Profile, opencl_device_key: str)
             f"opencl={opencl}")
 
 
+@dataclass(frozen=True)
+class Fp16Edges:
+    """A partition's float32 inputs and outputs with their names, and which stay float32 on an fp16
+    device (reduction results: statistics a real NPU compiler keeps in float32)."""
+
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+    keep_inputs: frozenset[int] = frozenset()
+    keep_outputs: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, graph: Graph, fp32_values: set[str]) -> Fp16Edges:
+        return cls(tuple(graph.input_names), tuple(graph.output_names),
+                   frozenset(i for i, n in enumerate(graph.input_names) if n in fp32_values),
+                   frozenset(i for i, n in enumerate(graph.output_names) if n in fp32_values))
+
+    def name(self, names: tuple[str, ...], i: int) -> str:
+        return names[i] if i < len(names) else f"#{i}"
+
+
 class _State:
     """The OpenCL partition's state and the device-memory charge of its weights."""
 
@@ -107,10 +129,11 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
     """One compiled partition on a simulated device: the OpenCL partition, plus injected faults,
     fp16 storage and the cost meter."""
 
-    def __init__(self, inner: Any, ep: VirtualEp, cost: PartitionCost) -> None:
+    def __init__(self, inner: Any, ep: VirtualEp, cost: PartitionCost, fp16: Fp16Edges | None = None) -> None:
         self.inner = inner
         self.ep = ep
         self.cost = cost
+        self.fp16 = fp16 or Fp16Edges()
 
     def create_state(self, fused_node: Node) -> Any:
         # The partition's weights live on the device too: they count against its capacity.
@@ -145,7 +168,7 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
         ep = self.ep
         ep.faults.before_compute()
         start = time.perf_counter()
-        outputs = ep.compute_partition(self.inner, state.inner, context)
+        outputs = ep.compute_partition(self.inner, state.inner, context, self.fp16)
         for i, t in enumerate(outputs):
             context.set_output(i, t)
         ep.meter.add_partition(self.cost)
@@ -179,11 +202,16 @@ class VirtualEp(OpenCLEp):
         self.partition_costs: dict[str, PartitionCost] = {}  # fused node name -> cost
         self.partition_infos: dict[str, VirtualNodeComputeInfo] = {}  # fused node name -> compiled partition
         self.contexts_loaded = 0  # partitions taken from EPContext nodes instead of planned
+        self._fp32_values: set[str] = set()  # reduction results: kept float32 on an fp16 device
+        self.fp16_overflows: set[str] = set()  # values reported as overflowing fp16 storage
+        self._overflow_lock = threading.Lock()
 
     # -- capability ------------------------------------------------------------------------
     def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
         # Partitions compiled earlier (ModelCompiler's EPContext nodes) are taken whole, if ours;
         # everything else goes through OpenCLEp.get_capability with the profile's limits added.
+        self._fp32_values.update(o for n in graph.nodes if not n.domain and n.op_type in FP32_PRODUCERS
+                                 for o in n.outputs if o)
         for n in graph.nodes:
             if is_ep_context(n):
                 reason = self._context_reason(n)
@@ -200,24 +228,36 @@ class VirtualEp(OpenCLEp):
             self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else super().node_reason(node, graph, lookup))
 
     # -- backend hooks -----------------------------------------------------------------------
-    def compute_partition(self, inner: Any, state: Any, context: KernelContext) -> list:
+    def compute_partition(self, inner: Any, state: Any, context: KernelContext, edges: Fp16Edges) -> list:
         """Run one compiled partition: on the device's queue, with fp16 storage where the profile
-        computes in fp16 (inputs rounded into copies, outputs rounded in place)."""
+        computes in fp16 (inputs rounded into copies, outputs rounded in place; reduction results
+        kept float32, ``edges``)."""
         ctx = context
         queue = self._queue(context)
         if self.rounder is not None:
-            inputs = [self.rounder.rounded_copy(t, self.allocator, queue) if getattr(t, "dtype", None) == _F32 else t
-                      for t in context.inputs]
+            inputs = [self.rounder.rounded_copy(t, self.allocator, queue, edges.name(edges.input_names, i))
+                      if getattr(t, "dtype", None) == _F32 and i not in edges.keep_inputs else t
+                      for i, t in enumerate(context.inputs)]
             ctx = KernelContext(inputs, context.num_outputs, context.stream, context.run_options)
         outputs = inner.compute(state, ctx)
         outputs = ctx.outputs if outputs is None else outputs
         if self.rounder is not None:
-            for t in outputs:
-                if getattr(t, "dtype", None) == _F32:
-                    self.rounder.round_in_place(t, self.allocator, queue)
+            for i, t in enumerate(outputs):
+                if getattr(t, "dtype", None) == _F32 and i not in edges.keep_outputs:
+                    self.rounder.round_in_place(t, self.allocator, queue, edges.name(edges.output_names, i))
             if queue is self.device.queue:
                 queue.finish()
         return outputs
+
+    def report_fp16_overflow(self, name: str) -> None:
+        """Log once per value that fp16 storage turned finite values into inf."""
+        with self._overflow_lock:
+            if name in self.fp16_overflows:
+                return
+            self.fp16_overflows.add(name)
+        self.logger.warning("%s: %r exceeds float16's range (65504) on %s, which stores float32 values as fp16: it "
+                            "became inf and the results are wrong. Keep the node that makes it on the CPU EP, or "
+                            "use a profile with float32_as = \"float32\".", self.name, name, self.profile.name)
 
     def finish(self, context: KernelContext) -> None:
         """Wait until the partition's queued work is done."""
@@ -236,10 +276,14 @@ class VirtualEp(OpenCLEp):
         if self.rounder is not None:
             for info in infos:
                 if hasattr(info, "plan"):
-                    round_constants(info.plan.constants)
+                    self._round_weights(info.plan)
                 else:  # a partition with symbolic dims: each shape's plan, when it is made
-                    info.prepare_plan = lambda plan: round_constants(plan.constants)
+                    info.prepare_plan = self._round_weights
         return infos
+
+    def _round_weights(self, plan: Any) -> None:
+        for name in round_constants(plan.constants):
+            self.report_fp16_overflow(name)
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
         """A compiled partition from an EPContext blob's plan."""
@@ -307,7 +351,10 @@ class VirtualEp(OpenCLEp):
                 info = self.partition_from_context(plan)
                 self.contexts_loaded += 1
             self.partition_costs[node.name] = cost
-            vinfo = VirtualNodeComputeInfo(info, self, cost)
+            edges = Fp16Edges.of(as_given[k], self._fp32_values) if k in planned else Fp16Edges()
+            if hasattr(info, "fp16_edges"):
+                info.fp16_edges = edges
+            vinfo = VirtualNodeComputeInfo(info, self, cost, edges)
             self.partition_infos[node.name] = vinfo
             out.append(vinfo)
         # All or nothing: weights that do not fit fail the compile, so the runtime gives every
@@ -361,6 +408,10 @@ class VirtualEp(OpenCLEp):
 
     def on_run_end(self, run_options: Any, sync_stream: bool) -> None:
         self.meter.end_run()
+        if self.rounder is not None:
+            name = self.rounder.overflowed(self.device.queue)
+            if name is not None:
+                self.report_fp16_overflow(name)
 
     def create_allocator(self, memory_info: OrtMemoryInfo, options: Any = None) -> Allocator | None:
         if memory_info.memory_device == self.memory_info.memory_device:
@@ -394,8 +445,11 @@ class HostVirtualEp(VirtualEp):
                  faults: FaultState, logger: logging.Logger, device_memory: Any = None) -> None:
         super().__init__(name, None, allocator, memory_info, profile, faults, logger, device_memory)
 
-    def compute_partition(self, inner: Any, state: Any, context: KernelContext) -> list:
+    def compute_partition(self, inner: Any, state: Any, context: KernelContext, edges: Fp16Edges) -> list:
         return inner.compute(state, context)  # fp16 storage is the partition's own (HostNodeComputeInfo)
+
+    def on_run_end(self, run_options: Any, sync_stream: bool) -> None:
+        self.meter.end_run()
 
     def finish(self, context: KernelContext) -> None:
         pass  # host partitions are complete when compute returns
@@ -404,7 +458,8 @@ class HostVirtualEp(VirtualEp):
         from onnxhal.simulators.host_backend import HostNodeComputeInfo, rounded_weights
 
         half = self.profile.compute_dtype == "float16"
-        return [HostNodeComputeInfo(rounded_weights(g) if half else g, self.allocator, half, self.logger)
+        return [HostNodeComputeInfo(rounded_weights(g, self.report_fp16_overflow) if half else g, self.allocator, half,
+                                    self.logger, self.report_fp16_overflow)
                 for g in graphs]
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
@@ -415,7 +470,7 @@ class HostVirtualEp(VirtualEp):
                                "backend; compile the model again for this device")
         # The saved weights were rounded when they were saved.
         return HostNodeComputeInfo(plan.to_graph(), self.allocator,
-                                   self.profile.compute_dtype == "float16", self.logger)
+                                   self.profile.compute_dtype == "float16", self.logger, self.report_fp16_overflow)
 
     @property
     def backend_key(self) -> str:

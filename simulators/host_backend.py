@@ -20,7 +20,7 @@ No streams: the host runs each partition to completion before ``compute`` return
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from onnxhal.hal.memory_info import OrtMemoryDevice
 from onnxhal.hal.sync_stream import SyncStream
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.simulators.device_memory import ChargingMixin, meter_transfers
+from onnxhal.simulators.fp16 import overflows
 
 BACKEND_HOST = "host"
 BACKEND_OPENCL = "opencl"
@@ -130,10 +131,14 @@ class HostPartitionPlan:
         return Graph.from_proto(onnx.GraphProto.FromString(self.graph.tobytes()), self.opset)
 
 
-def rounded_weights(graph: Graph) -> Graph:
-    """``graph`` with its float32 constant initializers rounded through fp16 (a new Graph)."""
+def rounded_weights(graph: Graph, on_overflow: Callable[[str], None] | None = None) -> Graph:
+    """``graph`` with its float32 constant initializers rounded through fp16 (a new Graph); names of
+    weights fp16 cannot hold go to ``on_overflow``."""
     if not any(np.asarray(a).dtype == _F32 for a in graph.initializers.values()):
         return graph
+    for name, a in graph.initializers.items():
+        if on_overflow is not None and overflows(np.asarray(a)):
+            on_overflow(name)
     out = Graph(graph.name, list(graph.nodes), list(graph.inputs), list(graph.outputs),
                 {k: _round_half(np.asarray(v)) for k, v in graph.initializers.items()},
                 dict(graph.value_infos), graph.opset, parent=graph.parent)
@@ -146,12 +151,14 @@ class HostNodeComputeInfo(NodeComputeInfo):
     own, built once: plans hold no per-run state, so many threads may run it at once)."""
 
     def __init__(self, graph: Graph, allocator: Allocator, half: bool,
-                 logger: logging.Logger) -> None:
+                 logger: logging.Logger, on_overflow: Callable[[str], None] | None = None) -> None:
         from onnxhal.runtime.providers.cpu.graph_plan import cpu_graph_plan
 
         self.graph = graph
         self.allocator = allocator
         self.half = half
+        self.on_overflow = on_overflow
+        self.fp16_edges: Any = None  # simulators.ep.Fp16Edges: which inputs/outputs stay float32
         self.plan = HostPartitionPlan.of(graph)
         self._exec = cpu_graph_plan(graph, logger=logger)
         self.host_inputs: frozenset[int] = frozenset()
@@ -164,10 +171,12 @@ class HostNodeComputeInfo(NodeComputeInfo):
         return self
 
     def compute(self, state: Any, context: KernelContext) -> list:
+        keep_in = self.fp16_edges.keep_inputs if self.fp16_edges is not None else frozenset()
+        keep_out = self.fp16_edges.keep_outputs if self.fp16_edges is not None else frozenset()
         feeds = {}
-        for name, t in zip(self.graph.input_names, context.inputs):
+        for i, (name, t) in enumerate(zip(self.graph.input_names, context.inputs)):
             a = host_view(t) if isinstance(t, DeviceTensor) else t
-            feeds[name] = _round_half(a) if self.half and isinstance(a, np.ndarray) else a
+            feeds[name] = self._stored(name, a) if self.half and isinstance(a, np.ndarray) and i not in keep_in else a
         results = self._exec.run(feeds, context.run_options)
         outputs = []
         for k, r in enumerate(results):
@@ -175,8 +184,8 @@ class HostNodeComputeInfo(NodeComputeInfo):
             if a.dtype == object:
                 raise EPFail(f"partition output {self.graph.output_names[k]!r} is not a numeric tensor; "
                              "a simulated device holds numeric tensors only")
-            if self.half:
-                a = _round_half(a)
+            if self.half and k not in keep_out:
+                a = self._stored(self.graph.output_names[k], a)
             t = DeviceTensor.allocate(a.shape, a.dtype, self.allocator)
             if a.nbytes:
                 host_view(t).reshape(-1).view(np.uint8)[:] = a.reshape(-1).view(np.uint8)
@@ -185,3 +194,9 @@ class HostNodeComputeInfo(NodeComputeInfo):
 
     def release_state(self, state: Any) -> None:
         pass
+
+    def _stored(self, name: str, a: np.ndarray) -> np.ndarray:
+        """``a`` as fp16 storage gives it back, reporting a finite value that becomes inf."""
+        if self.on_overflow is not None and overflows(a):
+            self.on_overflow(name)
+        return _round_half(a)

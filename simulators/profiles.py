@@ -39,7 +39,8 @@ TYPES = {"npu": OrtHardwareDeviceType.NPU, "gpu": OrtHardwareDeviceType.GPU}
 #: Ops the runtime optimizer creates (domain com.onnxhal) and the ONNX ops a device must support
 #: to run them: a profile lists standard ONNX op types only.
 FUSED_OP_PARTS = {"FusedConv": ("Conv",), "FusedGemm": ("Gemm",), "FusedMatMul": ("MatMul", "Add"),
-                  "Gelu": ("Erf",), "LayerNormalization": ("LayerNormalization",)}
+                  "Gelu": ("Erf",), "LayerNormalization": ("LayerNormalization",),
+                  "FusedBatchNormalization": ("BatchNormalization",)}
 
 
 class ProfileError(InvalidArgument):

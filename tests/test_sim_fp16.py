@@ -1,0 +1,160 @@
+"""fp16 that holds on the simulated NPUs: every op an fp16 profile claims agrees with the CPU EP on
+realistic values; reduction results (statistics) stay float32 as an NPU compiler keeps them; a value
+fp16 storage overflows is reported, once. Runs on whichever backend the devices have (OpenCL, or
+the host)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+from tests.conftest import simulated_or_skip
+
+RNG = np.random.default_rng(11)
+
+
+def _x(*shape, scale=1.0, positive=False):
+    a = RNG.standard_normal(shape).astype(np.float32) * scale
+    return np.abs(a) + 0.25 if positive else a
+
+
+def _case(op: str):
+    """(node, inputs {name: array}, initializers {name: array}, extra attrs) for a single-op model."""
+    x = _x(2, 8, 6, 6)
+    m = _x(4, 16)
+    cases = {
+        "Conv": ({"x": x}, {"w": _x(8, 8, 3, 3, scale=0.2), "b": _x(8, scale=0.1)}, {"pads": [1, 1, 1, 1]}),
+        "Gemm": ({"a": m}, {"b": _x(16, 12, scale=0.3), "c": _x(12, scale=0.1)}, {}),
+        "MatMul": ({"a": m}, {"b": _x(16, 12, scale=0.3)}, {}),
+        "Add": ({"a": m, "b": _x(4, 16)}, {}, {}), "Sub": ({"a": m, "b": _x(4, 16)}, {}, {}),
+        "Mul": ({"a": m, "b": _x(4, 16)}, {}, {}), "Div": ({"a": m, "b": _x(4, 16, positive=True)}, {}, {}),
+        "Pow": ({"a": _x(4, 16, positive=True)}, {"b": np.array(2.0, np.float32)}, {}),
+        "Sqrt": ({"a": _x(4, 16, positive=True)}, {}, {}),
+        "Clip": ({"a": m}, {"lo": np.array(-0.5, np.float32), "hi": np.array(0.5, np.float32)}, {}),
+        "LeakyRelu": ({"a": m}, {}, {"alpha": 0.1}), "HardSigmoid": ({"a": m}, {}, {}),
+        "HardSwish": ({"a": m}, {}, {}), "Relu": ({"a": m}, {}, {}), "Sigmoid": ({"a": m}, {}, {}),
+        "Tanh": ({"a": m}, {}, {}), "Softmax": ({"a": m * 3}, {}, {"axis": -1}),
+        "MaxPool": ({"x": x}, {}, {"kernel_shape": [2, 2], "strides": [2, 2]}),
+        "AveragePool": ({"x": x}, {}, {"kernel_shape": [2, 2], "strides": [2, 2]}),
+        "GlobalAveragePool": ({"x": x}, {}, {}),
+        "BatchNormalization": ({"x": x}, {"s": _x(8, positive=True), "bb": _x(8), "mu": _x(8, scale=0.1),
+                                          "var": _x(8, positive=True)}, {}),
+        "LayerNormalization": ({"a": m * 4 + 2}, {"g": _x(16, positive=True), "be": _x(16, scale=0.1)}, {"axis": -1}),
+        "ReduceMean": ({"a": m}, {}, {"axes": [-1], "keepdims": 1}),  # opset 17: axes is an attribute
+        "Transpose": ({"a": m}, {}, {"perm": [1, 0]}),
+        "Concat": ({"a": m, "b": _x(4, 16)}, {}, {"axis": 1}),
+        "Reshape": ({"a": m}, {"s": np.array([8, 8], np.int64)}, {}),
+        "Flatten": ({"x": x}, {}, {"axis": 1}),
+        "Unsqueeze": ({"a": m}, {"axes": np.array([0], np.int64)}, {}),
+        "Squeeze": ({"a": _x(4, 1, 16)}, {"axes": np.array([1], np.int64)}, {}),
+    }
+    inputs, inits, attrs = cases[op]
+    return helper.make_node(op, [*inputs, *inits], ["y"], **attrs), inputs, inits
+
+
+FP16_OPS = ["Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "Div", "Flatten", "Gemm",
+            "GlobalAveragePool", "HardSigmoid", "HardSwish", "LayerNormalization", "LeakyRelu", "MatMul", "MaxPool",
+            "Mul", "Pow", "ReduceMean", "Relu", "Reshape", "Sigmoid", "Softmax", "Sqrt", "Squeeze", "Sub", "Tanh",
+            "Transpose", "Unsqueeze"]
+FP16_PROFILES = "generic-npu,mobile-npu"
+NHWC_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool"}
+
+
+def ep_layout(device) -> str:
+    return device.device.metadata.get("preferred_layout", "NCHW")
+
+
+def _model(node, inputs: dict, inits: dict) -> bytes:
+    graph = helper.make_graph([node], node.op_type,
+                              [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return onnx.shape_inference.infer_shapes(model).SerializeToString()
+
+
+def _session(device, model: bytes) -> onnxhal.InferenceSession:
+    so = onnxhal.SessionOptions()
+    so.add_provider_for_devices([device])
+    return onnxhal.InferenceSession(model, so)
+
+
+def test_the_op_list_covers_every_fp16_profile_op():
+    from onnxhal.simulators.profiles import parse_profile_list
+
+    profiles = parse_profile_list(FP16_PROFILES)
+    assert all(p.compute_dtype == "float16" for p in profiles)
+    claimed = {op for p in profiles for op in p.ops}
+    assert claimed <= set(FP16_OPS), sorted(claimed - set(FP16_OPS))
+
+
+@pytest.mark.parametrize("op", FP16_OPS)
+def test_each_op_an_fp16_profile_claims_agrees_with_the_cpu_ep(op):
+    from onnxhal.simulators.profiles import parse_profile_list
+
+    node, inputs, inits = _case(op)
+    model = _model(node, inputs, inits)
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    ops = {p.name: set(p.ops) for p in parse_profile_list(FP16_PROFILES)}
+    with simulated_or_skip(FP16_PROFILES, by="profile") as sims:
+        for name, device in sims.items():
+            if op not in ops[name]:
+                continue
+            sess = _session(device, model)
+            on_device = sess.partition_summary.get(device.ep_name, 0)
+            # A lone view computes nothing: never worth a partition of its own.
+            if op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):
+                assert on_device == 0, (op, name)
+            else:  # NHWC profiles add the two Transposes at the edges of the NHWC region
+                assert on_device == (3 if ep_layout(device) == "NHWC" and op in NHWC_OPS else 1), (op, name)
+            ep = sess._core.eps[device.ep_name]
+            got = sess.run(None, inputs)[0]
+            np.testing.assert_allclose(got, want, rtol=ep.profile.rtol, atol=ep.profile.atol, err_msg=f"{op} on {name}")
+
+
+def _rms_normalize() -> bytes:
+    """y = x / sqrt(ReduceSum(x * x)): the sum of squares of realistic activations passes 65504,
+    and ReduceSum is not on generic-npu, so it reaches the NPU from the CPU EP (Magika v3.3's
+    LayerNorm_1 reaches 1.3e5 the same way)."""
+    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"]),
+             helper.make_node("ReduceSum", ["sq", "axes"], ["ss"], keepdims=1),
+             helper.make_node("Sqrt", ["ss"], ["norm"]),
+             helper.make_node("Div", ["x", "norm"], ["y"])]
+    graph = helper.make_graph(nodes, "rms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 512])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 512])],
+                              [numpy_helper.from_array(np.array([-1], np.int64), "axes")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_reduction_results_stay_float32_on_an_fp16_npu():
+    model = _rms_normalize()
+    x = _x(4, 512, scale=16.0)
+    assert float(np.max(np.sum(x * x, axis=-1))) > 65504  # the statistic fp16 cannot hold
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with simulated_or_skip("generic-npu") as sims:
+        sess = _session(sims["VirtualNpuExecutionProvider"], model)
+        assert sess.partition_summary == {"VirtualNpuExecutionProvider": 3, "CPUExecutionProvider": 1}
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-3)  # not zeros: sqrt(inf) was
+        assert not sess._core.eps["VirtualNpuExecutionProvider"].fp16_overflows
+
+
+def test_an_fp16_overflow_is_reported_once(caplog):
+    scale = numpy_helper.from_array(np.array(1e5, np.float32), "s")
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 8])], [scale])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with simulated_or_skip("generic-npu") as sims, caplog.at_level(logging.WARNING):
+        sess = _session(sims["VirtualNpuExecutionProvider"], model)
+        x = np.ones((4, 8), np.float32)
+        for _ in range(3):
+            z = sess.run(None, {"x": x})[0]
+        assert np.isinf(z).all()  # what fp16 storage really gives
+    reports = [r.getMessage() for r in caplog.records if "exceeds float16's range" in r.getMessage()]
+    assert len(reports) == 1 and "generic-npu" in reports[0], reports

@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     from onnxhal.cli_matrix import add_matrix_parser
 
     add_matrix_parser(sub)
+    from onnxhal.cli_fix_shapes import add_fix_shapes_parser
+
+    add_fix_shapes_parser(sub)
     demo = sub.add_parser("demo", help="devices, a small model under PREFER_NPU, checked against the CPU EP")
     demo.set_defaults(fn=cmd_demo)
     return p

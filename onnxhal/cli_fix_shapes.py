@@ -1,0 +1,194 @@
+"""``onnxhal fix-shapes MODEL --dim batch=1 --dim sequence=128 -o OUT``: a copy of a model with its
+symbolic dimensions fixed, for NPUs that run static shapes only (as onnxruntime's
+``python -m onnxruntime.tools.make_dynamic_shape_fixed``).
+
+Every ``dim_param`` named by ``--dim`` (or whose denotation ``--denotation`` names) becomes that
+size wherever the main graph declares it (inputs, outputs, value_info); shape inference then fills
+in the rest. Dimensions still symbolic afterwards are listed: a static-only profile declines the
+nodes that touch them. The same at session creation, without a new file:
+``SessionOptions.add_free_dimension_override_by_name``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import onnx
+
+from onnxhal.hal.errors import InvalidArgument
+
+
+def _pairs(items: list[str] | None, flag: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value.strip().isdigit() or int(value) < 1:
+            raise InvalidArgument(f"{flag} {item!r}: write NAME=SIZE with a size of at least 1, e.g. {flag} batch=1")
+        out[name.strip()] = int(value)
+    return out
+
+
+def fix_shapes(model: onnx.ModelProto, by_name: dict[str, int], by_denotation: dict[str, int]) -> onnx.ModelProto:
+    """A copy of ``model`` with those dimensions fixed and shapes inferred again."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    denotations = {k.lower(): v for k, v in by_denotation.items()}
+    g = out.graph
+    for vi in (*g.input, *g.output, *g.value_info):
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value"):
+                continue
+            value = by_name.get(dim.dim_param) if dim.dim_param else None
+            if value is None and dim.denotation:
+                value = denotations.get(dim.denotation.lower())
+            if value is not None:
+                dim.dim_value = value  # clears dim_param (a oneof)
+    # Intermediate shapes derived from the fixed ones are inferred again (stale symbolic ones dropped).
+    del g.value_info[:]
+    out = onnx.shape_inference.infer_shapes(out, data_prop=True)
+    _fill_from_a_run(out)
+    return out
+
+
+#: Inputs (positions) whose values set an op's output shape; ``None``: all of them.
+SHAPE_PARAMS: dict[str, set[int] | None] = {
+    "Reshape": {1}, "Expand": {1}, "Tile": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1}, "Resize": {1, 2, 3},
+    "Upsample": {1}, "OneHot": {1}, "TopK": {1}, "Range": {0, 1, 2}, "ConstantOfShape": {0}, "Split": {1},
+    "Squeeze": {1}, "Unsqueeze": {1}, "NonZero": None, "Unique": None, "Compress": None,
+    "NonMaxSuppression": None, "Loop": None, "If": None, "Scan": None, "StringSplit": None}
+
+
+def _fill_from_a_run(model: onnx.ModelProto) -> None:
+    """Shapes onnx's inference leaves symbolic (its data propagation stops at Slice, Expand, ...)
+    taken from one CPU EP run on placeholder inputs of the fixed sizes, for the values whose shapes
+    depend only on the inputs' shapes: a value is skipped when an op upstream takes a shape
+    parameter computed from the inputs' values (placeholders say nothing about those)."""
+    import numpy as np
+
+    from onnxhal.hal.graph import Graph, elem_type_to_dtype
+    from onnxhal.runtime.providers.cpu.graph_plan import cpu_graph_plan
+
+    g = model.graph
+    initializers = {t.name for t in g.initializer}
+    feeds = {}
+    for vi in g.input:
+        if vi.name in initializers:
+            continue
+        shape = _shape(vi)
+        if any(not isinstance(d, int) for d in shape):
+            return  # an input is still symbolic: nothing to run
+        feeds[vi.name] = np.zeros(shape, elem_type_to_dtype(vi.type.tensor_type.elem_type))
+    from_values = set(feeds)  # values computed from the inputs' values (not only their shapes)
+    unreliable: set[str] = set()  # values whose shape a placeholder run cannot tell
+    for n in g.node:
+        params = SHAPE_PARAMS.get(n.op_type, set())
+        uses = [i for k, i in enumerate(n.input) if i and (params is None or k in params)]
+        if any(i in unreliable for i in n.input) or any(i in from_values for i in uses):
+            unreliable.update(n.output)
+        if n.op_type not in ("Shape", "Size") and any(i in from_values for i in n.input):
+            from_values.update(n.output)
+    tainted = unreliable
+    wanted = [o for n in g.node for o in n.output if o and o not in tainted]
+    opset = {o.domain: o.version for o in model.opset_import}
+    try:
+        values = cpu_graph_plan(Graph.from_proto(g, opset), wanted).run(feeds)
+    except Exception:  # noqa: BLE001 - placeholder zeros may be invalid input: keep onnx's shapes
+        return
+    known = {vi.name: vi for vi in g.value_info}
+    for name, value in zip(wanted, values):
+        a = np.asarray(value)
+        if a.dtype == object:
+            continue
+        vi = known.get(name)
+        if vi is None:
+            vi = g.value_info.add()
+            vi.name = name
+        elif all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim) and vi.type.tensor_type.HasField("shape"):
+            continue
+        vi.type.CopyFrom(onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
+
+
+def symbolic_dims(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """Values of the main graph (inputs, outputs, inferred values) with dimensions still not fixed."""
+    out: dict[str, list[str]] = {}
+    g = model.graph
+    for vi in (*g.input, *g.output, *g.value_info):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            free = [d.dim_param or "?" for d in vi.type.tensor_type.shape.dim if not d.HasField("dim_value")]
+            if free:
+                out[vi.name] = free
+    return out
+
+
+def _load(path: str) -> onnx.ModelProto:
+    from onnxhal.hal.errors import InvalidProtobuf, NoSuchFile
+
+    try:
+        return onnx.load(path)
+    except FileNotFoundError as exc:
+        raise NoSuchFile(f"fix-shapes: no model at {path!r}") from exc
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and onnx's own errors alike
+        raise InvalidProtobuf(f"fix-shapes: {path!r} is not an ONNX model: {exc}") from exc
+
+
+def _shape(vi: onnx.ValueInfoProto) -> list:
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in vi.type.tensor_type.shape.dim]
+
+
+def cmd_fix_shapes(args: argparse.Namespace) -> int:
+    from onnxhal.cli_tables import console
+
+    by_name, by_denotation = _pairs(args.dim, "--dim"), _pairs(args.denotation, "--denotation")
+    if not by_name and not by_denotation:
+        raise InvalidArgument("fix-shapes: give at least one --dim NAME=SIZE (or --denotation NAME=SIZE); "
+                              "the model's symbolic dimensions are listed by 'onnxhal fix-shapes MODEL --list'")
+    model = _load(args.model)
+    known = {d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
+    unknown = sorted(set(by_name) - known)
+    if unknown:
+        raise InvalidArgument(f"fix-shapes: {args.model} has no input dimension named {', '.join(unknown)}; "
+                              f"its symbolic input dimensions are {sorted(known) or 'none'}")
+    fixed = fix_shapes(model, by_name, by_denotation)
+    onnx.save(fixed, args.output)
+    for vi in fixed.graph.input:
+        console.print(f"input {vi.name}: {_shape(vi)}")
+    for vi in fixed.graph.output:
+        console.print(f"output {vi.name}: {_shape(vi)}")
+    left = symbolic_dims(fixed)
+    if left:
+        console.print(f"{len(left)} value(s) keep symbolic dimensions (a static-only profile declines their nodes), "
+                      f"e.g. {', '.join(f'{k} {v}' for k, v in list(left.items())[:3])}", soft_wrap=True)
+    else:
+        console.print("every value of the main graph has a static shape")
+    console.print(f"written to {args.output}")
+    return 0
+
+
+def cmd_list_dims(args: argparse.Namespace) -> int:
+    from onnxhal.cli_tables import console
+
+    model = _load(args.model)
+    for vi in model.graph.input:
+        console.print(f"input {vi.name}: {_shape(vi)}")
+    return 0
+
+
+def add_fix_shapes_parser(sub: Any) -> None:
+    p = sub.add_parser("fix-shapes", help="write a copy of a model with its symbolic dimensions fixed "
+                                          "(for static-shape NPU profiles)")
+    p.add_argument("model")
+    p.add_argument("--dim", action="append", metavar="NAME=SIZE", help="fix dimension NAME (repeatable)")
+    p.add_argument("--denotation", action="append", metavar="DENOTATION=SIZE",
+                   help="fix dimensions with this denotation, e.g. DATA_BATCH=1 (repeatable)")
+    p.add_argument("-o", "--output", help="the fixed model's path")
+    p.add_argument("--list", action="store_true", help="list the inputs' dimensions and exit")
+    p.set_defaults(fn=lambda a: cmd_list_dims(a) if a.list else _with_output(a))
+
+
+def _with_output(args: argparse.Namespace) -> int:
+    if not args.output:
+        raise InvalidArgument("fix-shapes: give -o OUT, the path of the fixed model")
+    return cmd_fix_shapes(args)

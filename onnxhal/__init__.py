@@ -14,8 +14,9 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType",
-        "OrtCompiledModelCompatibility", "OrtDeviceMemoryType", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
+_HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType", "OrtArenaCfg",
+        "OrtCompiledModelCompatibility", "OrtDevice", "OrtDeviceEpIncompatibilityReason", "OrtDeviceMemoryType",
+        "OrtDeviceVendorId", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
         "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSyncStream")
 _LAZY: dict[str, str] = {name: "onnxhal.hal" for name in _HAL}
 _LAZY.update({name: "onnxhal.runtime.environment" for name in (
@@ -23,6 +24,9 @@ _LAZY.update({name: "onnxhal.runtime.environment" for name in (
     "get_version_string",
     "register_execution_provider_library", "unregister_execution_provider_library")})
 _LAZY.update({name: "onnxhal.runtime.ortvalue" for name in ("IOBinding", "OrtValue", "copy_tensors")})
+_LAZY["OrtValueVector"] = "onnxhal.runtime.ortvalue_vector"
+_LAZY.update({name: "onnxhal.runtime.env_allocators" for name in (
+    "create_and_register_allocator", "create_and_register_allocator_v2")})
 _LAZY.update({name: "onnxhal.runtime.session" for name in (
     "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph",
     "set_default_logger_severity")})

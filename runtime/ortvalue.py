@@ -17,6 +17,7 @@ import onnx
 from onnxhal.hal import DeviceTensor, OrtMemoryInfo, SyncStream
 from onnxhal.hal.errors import Fail, InvalidArgument
 from onnxhal.hal.graph import elem_type_name
+from onnxhal.runtime.dlpack import dlpack_device, from_dlpack, to_dlpack
 from onnxhal.runtime.shared_memory import copy_values, device_memory_info, shared_allocator
 
 
@@ -138,8 +139,75 @@ class OrtValue:
         else:
             raise InvalidArgument("update_inplace is for tensors")
 
+    # -- numpy and DLPack interchange (host tensors share memory, no copy) ----------------------
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """``numpy.asarray(ortvalue)``: the host array itself (a device tensor is copied out), as
+        onnxruntime's ``__array__``: cast only for another ``dtype``, copied when ``copy`` is True."""
+        arr = self.numpy()
+        if copy is not None:
+            return np.array(arr, dtype=dtype, copy=copy)
+        return arr if dtype is None else np.asarray(arr, dtype=dtype)
+
+    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+        """A DLPack capsule sharing this host tensor's memory (``numpy.from_dlpack(v)``,
+        ``torch.from_dlpack(v)``); the OrtValue must outlive the consumer's tensor."""
+        return to_dlpack(self._value, stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack_device(self._value)
+
+    def to_dlpack(self) -> Any:
+        """The capsule of ``__dlpack__`` (onnxruntime's C ``OrtValue.to_dlpack``)."""
+        return to_dlpack(self._value)
+
+    @classmethod
+    def from_dlpack(cls, data: Any, /) -> OrtValue:
+        """An OrtValue sharing the memory of a host tensor that implements DLPack (a numpy array, a
+        CPU torch tensor) or of a DLPack capsule. No copy: changes show on both sides."""
+        return cls(from_dlpack(data))
+
+    # -- onnxruntime's wrapper keeps its C object in ``_ortvalue``; code that reaches for it
+    # (OrtValueVector.push_back(v._ortvalue)) gets the one object there is here.
+    @property
+    def _ortvalue(self) -> OrtValue:
+        return self
+
+    def _get_c_value(self) -> OrtValue:
+        return self
+
     def __repr__(self) -> str:
         return f"OrtValue({self._value!r})"
+
+
+def session_ortvalue(memory: Any, shape: Sequence[int], element_type: Any, device_type: str, device_id: int = 0,
+                     vendor_id: int = -1) -> OrtValue:
+    """``InferenceSession.create_ortvalue_from_shape_and_type``: a tensor allocated by the allocator
+    ``memory`` (a session's MemoryContext) has for that device; host memory for "cpu"."""
+    from onnxhal.hal.ort_device import OrtDevice
+
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(element_type) if isinstance(element_type, int)
+                     else element_type)
+    if dtype.kind in "OUSV":
+        raise Fail(f"Creation of OrtValues is currently only supported for numeric tensor types, got {dtype}")
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise Fail(f"create_ortvalue_from_shape_and_type: shape {list(dims)}: Tensor shape.Size() must be >= 0")
+    try:
+        dev = OrtDevice.make(device_type, device_id, vendor_id).memory_device
+    except InvalidArgument as unsupported:
+        # onnxhal also takes a declared memory's name ("opencl"), as ortvalue_from_numpy does
+        try:
+            dev = device_memory_info(device_type, device_id, vendor_id).memory_device
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{unsupported}; nor is it a declared memory: {e}") from None
+    if dev.is_host:
+        return OrtValue(np.zeros(dims, dtype=dtype))
+    alloc = memory.allocator(dev)
+    if alloc is None:
+        raise Fail(f"No session allocator found for {dev} (device_type={device_type!r}, device_id={device_id}, "
+                   f"vendor_id={vendor_id}): no EP of this session uses that memory. Use a device of "
+                   "get_input_memory_infos(), or OrtValue.ortvalue_from_shape_and_type for a shared allocator.")
+    return OrtValue(DeviceTensor.allocate(dims, dtype, alloc))
 
 
 def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: SyncStream | None = None) -> None:

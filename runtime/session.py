@@ -112,7 +112,7 @@ class _SessionCore:
 
     def _build(self, loaded: Any, so: SessionOptions) -> None:
         ep_logger = logging.getLogger("onnxhal.ep")
-        memory = MemoryContext()
+        memory = MemoryContext(so.config("session.use_env_allocators") == "1")
         for c in self.choices:
             try:
                 ep = c.factory.create_ep([d.device for d in c.devices], [d.ep_metadata for d in c.devices], so, ep_logger)
@@ -604,6 +604,22 @@ class InferenceSession:
                 raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {names}.")
             idx.append(names.index(n))
         return idx
+
+    def run_with_ortvaluevector(self, run_options: RunOptions | None, feed_names: Sequence[str], feeds: Sequence[Any],
+                                fetch_names: Sequence[str], fetches: list, fetch_devices: Sequence[Any]) -> None:
+        """Run with a list (or ``OrtValueVector``) of OrtValues; the outputs are appended to
+        ``fetches``, or written into the OrtValues it holds, and left on ``fetch_devices``."""
+        from onnxhal.runtime.ortvalue_vector import run_with_ortvaluevector
+
+        run_with_ortvaluevector(self, run_options, feed_names, feeds, fetch_names, fetches, fetch_devices)
+
+    def create_ortvalue_from_shape_and_type(self, shape: Sequence[int], element_type: Any, device_type: str,
+                                            device_id: int = 0, vendor_id: int = -1) -> Any:
+        """A tensor allocated by this session's allocator for the device (``OrtDevice.make``'s names,
+        or a declared memory's such as "opencl"); host memory for "cpu"."""
+        from onnxhal.runtime.ortvalue import session_ortvalue
+
+        return session_ortvalue(self._core.memory, shape, element_type, device_type, device_id, vendor_id)
 
     def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
         _check_run_options(run_options)

@@ -237,8 +237,12 @@ class EpFactory:
 
     def validate_compiled_model_compatibility_info(self, devices: Sequence[OrtHardwareDevice],
                                                    info: str) -> OrtCompiledModelCompatibility:
-        return OrtCompiledModelCompatibility.NOT_APPLICABLE
+        """What ``info`` (a compiled model's ``ep_compatibility_info.<EP>``, written by
+        ``Ep.get_compiled_model_compatibility_info``) means on ``devices``. Called at session creation
+        and by ``get_model_compatibility_for_ep_devices``."""
+        return OrtCompiledModelCompatibility.EP_NOT_APPLICABLE
 
-    def get_hardware_device_incompatibility_details(self, device: OrtHardwareDevice) -> tuple[int, str]:
-        """(reasons bitmask, notes); (0, "") means compatible."""
+    def get_hardware_device_incompatibility_details(self, device: OrtHardwareDevice) -> tuple:
+        """(reasons bitmask of ``OrtDeviceEpIncompatibilityReason``, notes) or (bitmask, notes,
+        error code); (0, "") means compatible. Called by ``get_hardware_device_ep_incompatibility_details``."""
         return 0, ""

@@ -14,7 +14,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType", "OrtArenaCfg",
+_HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags",
         "OrtCompiledModelCompatibility", "OrtDevice", "OrtDeviceEpIncompatibilityReason", "OrtDeviceMemoryType",
         "OrtDeviceVendorId", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
         "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSyncStream")
@@ -24,6 +24,9 @@ _LAZY.update({name: "onnxhal.runtime.environment" for name in (
     "get_version_string",
     "register_execution_provider_library", "unregister_execution_provider_library")})
 _LAZY.update({name: "onnxhal.runtime.ortvalue" for name in ("IOBinding", "OrtValue", "copy_tensors")})
+_LAZY.update({name: "onnxhal.runtime.compatibility" for name in (
+    "get_compatibility_info_from_model", "get_compatibility_info_from_model_bytes",
+    "get_hardware_device_ep_incompatibility_details", "get_model_compatibility_for_ep_devices")})
 _LAZY["OrtValueVector"] = "onnxhal.runtime.ortvalue_vector"
 _LAZY.update({name: "onnxhal.runtime.env_allocators" for name in (
     "create_and_register_allocator", "create_and_register_allocator_v2")})
@@ -32,7 +35,7 @@ _LAZY.update({name: "onnxhal.runtime.session" for name in (
     "set_default_logger_severity")})
 _LAZY.update({name: "onnxhal.runtime.session_options" for name in ("RunOptions", "SessionOptions")})
 _LAZY["set_seed"] = "onnxhal.runtime.providers.cpu.kernels.random_ops"
-_LAZY.update({"ModelCompiler": "onnxhal.simulators.ep_context", "OrtCompileApiFlags": "onnxhal.simulators.ep_context"})
+_LAZY["ModelCompiler"] = "onnxhal.simulators.ep_context"
 _SUBMODULES = ("errors", "hal")
 
 __all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])

@@ -246,7 +246,7 @@ def set_default_logger_severity(level: int) -> None:
 
 def validate_compatibility_info(proto: onnx.ModelProto, choices: list[ProviderChoice], so: SessionOptions) -> None:
     """ORT's session step 6: a compiled model's ``ep_compatibility_info.<EP>`` metadata is checked by
-    that EP's factory. UNSUPPORTED fails; PREFER_RECOMPILATION fails only with
+    that EP's factory. EP_UNSUPPORTED fails; EP_SUPPORTED_PREFER_RECOMPILATION fails only with
     ``session.fail_on_suboptimal_compiled_model`` = "1"."""
     from onnxhal.hal import OrtCompiledModelCompatibility as C
 
@@ -256,10 +256,10 @@ def validate_compatibility_info(proto: onnx.ModelProto, choices: list[ProviderCh
         if info is None:
             continue
         verdict = c.factory.validate_compiled_model_compatibility_info([d.device for d in c.devices], info)
-        if verdict == C.UNSUPPORTED:
+        if verdict == C.EP_UNSUPPORTED:
             raise Fail(f"{c.ep_name}: this compiled model is not compatible with the selected device(s) "
                        f"(compatibility info {info!r}). Recompile it for this device, or load the original model.")
-        if verdict == C.PREFER_RECOMPILATION:
+        if verdict == C.EP_SUPPORTED_PREFER_RECOMPILATION:
             if so.config(FAIL_ON_SUBOPTIMAL) == "1":
                 raise Fail(f"{c.ep_name}: the compiled model is usable but suboptimal here (compatibility info "
                            f"{info!r}) and {FAIL_ON_SUBOPTIMAL}=1. Recompile it for this device.")

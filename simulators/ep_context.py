@@ -21,23 +21,17 @@ import io
 import json
 import os
 import zipfile
-from enum import IntFlag
 from typing import Any
 
 import numpy as np
 
+from onnxhal.hal.enums import OrtCompileApiFlags
 from onnxhal.hal.errors import Fail, InvalidGraph
 
 EP_CONTEXT_OP = "EPContext"
 EP_CONTEXT_DOMAIN = "com.microsoft"
 COMPAT_KEY_PREFIX = "ep_compatibility_info."
 BLOB_FORMAT = "onnxhal-opencl-plan/1"
-
-
-class OrtCompileApiFlags(IntFlag):
-    NONE = 0
-    ERROR_IF_NO_NODES_COMPILED = 1
-    ERROR_IF_OUTPUT_FILE_EXISTS = 2
 
 
 # -- partition plan <-> bytes --------------------------------------------------------------------

@@ -35,7 +35,8 @@ _LAZY.update({name: "onnxhal.runtime.session" for name in (
     "set_default_logger_severity")})
 _LAZY.update({name: "onnxhal.runtime.session_options" for name in ("RunOptions", "SessionOptions")})
 _LAZY["set_seed"] = "onnxhal.runtime.providers.cpu.kernels.random_ops"
-_LAZY["ModelCompiler"] = "onnxhal.simulators.ep_context"
+_LAZY.update({name: "onnxhal.runtime.model_compiler" for name in ("ModelCompiler", "OrtExternalInitializerInfo")})
+_LAZY.update({name: "onnxhal.runtime.ep_context_model" for name in ("OrtEpContextData", "OrtEpContextDataBuffer")})
 _SUBMODULES = ("errors", "hal")
 
 __all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])

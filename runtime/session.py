@@ -287,7 +287,7 @@ class InferenceSession:
         self._lock = threading.Lock()
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
         _check_canceled(so)
-        self._loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data)
+        self._loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data, so.ep_context_read)
         _check_canceled(so)
         # Only the names the model has, so that a failover's reload does not warn again.
         self._initializers = override_initializers(self._loaded.graph, so.initializer_overrides)

@@ -112,6 +112,7 @@ class SessionOptions:
         self._explicit: list[ExplicitProvider] = []
         self._policy: OrtExecutionProviderDevicePolicy | None = None
         self._delegate: Callable | None = None
+        self._ep_context_read: tuple[Callable, int] | None = None
 
     # -- config entries --------------------------------------------------------------------
     def add_session_config_entry(self, key: str, value: str) -> None:
@@ -127,6 +128,26 @@ class SessionOptions:
 
     def config(self, key: str, default: str = "") -> str:
         return self._config.get(key, default)
+
+    # -- EPContext data kept outside a compiled model ---------------------------------------
+    def set_ep_context_data_read_func(self, read_func: Callable, max_data_size: int) -> None:
+        """``read_func(name, buffer)`` supplies the data an EPContext node of a compiled model names
+        (``embed_mode`` 0; what a ``ModelCompiler`` write callback received) when a session loads it:
+        ``buffer.allocate(size)`` once, at most ``max_data_size``, then ``buffer.write(data, offset)``."""
+        if not callable(read_func):
+            raise TypeError(f"set_ep_context_data_read_func: read_func must be callable as read_func(name, buffer), "
+                            f"got {read_func!r}")
+        if isinstance(max_data_size, bool) or not isinstance(max_data_size, int) or max_data_size < 0:
+            raise InvalidArgument(f"set_ep_context_data_read_func: max_data_size must be a byte count >= 0, got "
+                                  f"{max_data_size!r}")
+        self._ep_context_read = (read_func, max_data_size)
+
+    def clear_ep_context_data_read_func(self) -> None:
+        self._ep_context_read = None
+
+    @property
+    def ep_context_read(self) -> tuple[Callable, int] | None:
+        return self._ep_context_read
 
     # -- model overrides --------------------------------------------------------------------
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:

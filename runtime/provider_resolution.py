@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from onnxhal.hal import EpFactory, OrtEpDevice
-from onnxhal.hal.errors import Fail, InvalidArgument
+from onnxhal.hal.errors import Fail, InvalidArgument, RuntimeInvalidArgument
 from onnxhal.runtime.environment import CPU_EP_NAME, Environment, EpLibrary, is_default_cpu_ep
 from onnxhal.runtime.selection import fold_devices, remove_default_cpu, select_devices
 from onnxhal.runtime.session_options import (
@@ -82,8 +82,10 @@ def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[
             devs = [d for d in devices if d.ep_name == name]
             if not devs:
                 known = env.factory_for(name) is not None
-                raise InvalidArgument(
-                    f"execution provider {name!r} " + ("has no EP device on this machine" if known else "is unknown")
+                # a RuntimeError in onnxruntime's set_providers ("Unknown Provider Type: ..."); ours is both
+                raise RuntimeInvalidArgument(
+                    f"Unknown Provider Type: {name}: execution provider {name!r} "
+                    + ("has no EP device on this machine" if known else "is unknown")
                     + f". Available providers: {available(devices)}. Register its library with "
                     "onnxhal.register_execution_provider_library(), or check the spelling.")
             for k, v in opts.items():

@@ -351,8 +351,9 @@ class InferenceSession:
 
     def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
         if self._sess_options.config(RECORD_EP_GRAPH_ASSIGNMENT) != "1":
-            raise Fail(f"EP graph assignment info was not recorded: set the session config entry "
-                       f"{RECORD_EP_GRAPH_ASSIGNMENT!r} to '1' before creating the session.")
+            raise Fail(f"Session configuration entry '{RECORD_EP_GRAPH_ASSIGNMENT}' must be set to \"1\" to retrieve "
+                       "EP graph assignment information. Set it with add_session_config_entry before creating the "
+                       "session.")
         return [OrtEpAssignedSubgraph(a.ep_name, a.nodes) for a in self._core.partition.assigned]
 
     def get_profiling_start_time_ns(self) -> int:

@@ -12,7 +12,7 @@ import numpy as np
 
 from onnxhal.hal import GraphOptimizationLevel, OrtEpDevice, OrtExecutionProviderDevicePolicy
 from onnxhal.hal.enums import ExecutionMode, ExecutionOrder
-from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.errors import InvalidArgument, RuntimeInvalidArgument
 
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
 RECORD_EP_GRAPH_ASSIGNMENT = "session.record_ep_graph_assignment_info"
@@ -120,7 +120,9 @@ class SessionOptions:
 
     def get_session_config_entry(self, key: str) -> str:
         if key not in self._config:
-            raise InvalidArgument(f"session config entry {key!r} is not set")
+            # onnxruntime's words (a RuntimeError there), and the remedy
+            raise RuntimeInvalidArgument(f"SessionOptions does not have configuration with key: {key}. Set it "
+                                         "with add_session_config_entry first.")
         return self._config[key]
 
     def config_entries(self) -> dict[str, str]:
@@ -360,5 +362,6 @@ class RunOptions:
 
     def get_run_config_entry(self, key: str) -> str:
         if key not in self._config:
-            raise InvalidArgument(f"run config entry {key!r} is not set")
+            raise RuntimeInvalidArgument(f"RunOptions does not have configuration with key: {key}. Set it with "
+                                         "add_run_config_entry first.")
         return self._config[key]

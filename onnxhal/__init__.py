@@ -37,7 +37,10 @@ _LAZY.update({name: "onnxhal.runtime.session_options" for name in ("RunOptions",
 _LAZY["set_seed"] = "onnxhal.runtime.providers.cpu.kernels.random_ops"
 _LAZY.update({name: "onnxhal.runtime.model_compiler" for name in ("ModelCompiler", "OrtExternalInitializerInfo")})
 _LAZY.update({name: "onnxhal.runtime.ep_context_model" for name in ("OrtEpContextData", "OrtEpContextDataBuffer")})
-_SUBMODULES = ("errors", "hal")
+_LAZY.update({name: "onnxhal.runtime.process_settings" for name in (
+    "disable_telemetry_events", "enable_telemetry_events", "get_build_info", "has_collective_ops",
+    "set_default_logger_callback", "set_default_logger_verbosity", "set_global_thread_pool_sizes")})
+_SUBMODULES = ("capi", "errors", "hal")
 
 __all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])
 

@@ -17,13 +17,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import onnx
-from onnx import external_data_helper, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from onnxhal.hal import GraphOptimizationLevel, OrtCompileApiFlags
 from onnxhal.hal.errors import Fail, InvalidArgument
 from onnxhal.runtime.ep_context_model import EP_CONTEXT_DOMAIN, EP_CONTEXT_OP, OrtEpContextData
+from onnxhal.runtime.optimized_model import make_external, write_external_initializers
 
 COMPAT_KEY_PREFIX = "ep_compatibility_info."
 
@@ -256,39 +256,28 @@ class ModelCompiler:
         return name, 0
 
     def _place_initializers(self, gp: onnx.GraphProto, output_path: str | None) -> None:
-        """Move initializers out of the model as ``external_initializers_file_path`` or
-        ``get_initializer_location_func`` says (string tensors always stay inline)."""
-        if not self.external_path and self.get_initializer_location_func is None:
+        """Move initializers out of the model as ``external_initializers_file_path`` (those larger
+        than the threshold) or ``get_initializer_location_func`` says (strings always stay inline)."""
+        if self.external_path:
+            folder = os.path.dirname(os.path.abspath(output_path)) if output_path else os.getcwd()
+            write_external_initializers(gp, os.path.join(folder, self.external_path), self.external_path,
+                                        lambda size: size > self.external_threshold)
+        if self.get_initializer_location_func is None:
             return
         from onnxhal.runtime.ortvalue import OrtValue
 
         sources = self._input_external_infos()
-        out = None
-        offset = 0
-        try:
-            for tensor in gp.initializer:
-                if tensor.data_type == onnx.TensorProto.STRING:
-                    continue
-                arr = numpy_helper.to_array(tensor)
-                data = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
-                if self.get_initializer_location_func is not None:
-                    where = self.get_initializer_location_func(tensor.name, OrtValue(arr), sources.get(tensor.name))
-                    if where is None:
-                        continue
-                    if not isinstance(where, OrtExternalInitializerInfo):
-                        raise InvalidArgument(f"get_initializer_location_func returned {where!r} for {tensor.name!r}: "
-                                              "return None (keep it in the model) or an OrtExternalInitializerInfo")
-                    _make_external(tensor, where.filepath, where.file_offset, where.byte_size)
-                elif len(data) > self.external_threshold:
-                    if out is None:
-                        folder = os.path.dirname(os.path.abspath(output_path)) if output_path else os.getcwd()
-                        out = open(os.path.join(folder, self.external_path), "wb")  # noqa: SIM115 - closed below
-                    out.write(data)
-                    _make_external(tensor, self.external_path, offset, len(data))
-                    offset += len(data)
-        finally:
-            if out is not None:
-                out.close()
+        for tensor in gp.initializer:
+            if tensor.data_type == onnx.TensorProto.STRING:
+                continue
+            arr = numpy_helper.to_array(tensor)
+            where = self.get_initializer_location_func(tensor.name, OrtValue(arr), sources.get(tensor.name))
+            if where is None:
+                continue
+            if not isinstance(where, OrtExternalInitializerInfo):
+                raise InvalidArgument(f"get_initializer_location_func returned {where!r} for {tensor.name!r}: return "
+                                      "None (keep it in the model) or an OrtExternalInitializerInfo")
+            make_external(tensor, where.filepath, where.file_offset, where.byte_size)
 
     def _input_external_infos(self) -> dict[str, OrtExternalInitializerInfo]:
         """The external-data locations the input model's initializers had, as the callback's third
@@ -303,11 +292,3 @@ class ModelCompiler:
                 out[t.name] = OrtExternalInitializerInfo(kv.get("location", ""), int(kv.get("offset", 0)),
                                                          int(kv.get("length", 0)))
         return out
-
-
-def _make_external(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
-    external_data_helper.set_external_data(tensor, location, offset, length)
-    tensor.data_location = onnx.TensorProto.EXTERNAL
-    tensor.ClearField("raw_data")
-    for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
-        tensor.ClearField(field)

@@ -76,12 +76,14 @@ class Profiler:
         self.event(name, "Node", start_ns, end_ns, args)
 
     def end(self) -> str:
-        path = f"{self.prefix}_{datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        now = datetime.now()
+        path = f"{self.prefix}_{now.strftime('%Y-%m-%d_%H-%M-%S')}_{now.microsecond // 1000:03d}.json"
         with self._lock:
             events = list(self._events)
         try:
             with open(path, "w") as f:
-                json.dump(events, f, indent=0)
+                # one event per line, as onnxruntime writes its profiles (tools grep them by line)
+                f.write("[\n" + ",\n".join(json.dumps(e) for e in events) + "\n]\n")
         except OSError as e:
             raise Fail(f"the profile could not be written to {path!r} (SessionOptions.profile_file_prefix "
                        f"{self.prefix!r}): {e}") from e

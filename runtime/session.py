@@ -28,8 +28,10 @@ from onnxhal.runtime.input_checks import check_feeds
 from onnxhal.runtime.layout_transform import transform_layout
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, LEVELS, log_scope, set_process_level
 from onnxhal.runtime.memory_plan import MemoryContext
+from onnxhal.runtime.model_config import apply_model_config, load_config_from_model_enabled
 from onnxhal.runtime.model_loader import load_model
 from onnxhal.runtime.model_overrides import override_initializers
+from onnxhal.runtime.optimized_model import save_optimized_model
 from onnxhal.runtime.partitioner import (
     FusedGroup,
     build_filtered_graph,
@@ -37,6 +39,7 @@ from onnxhal.runtime.partitioner import (
     partition,
     replace_with_fused,
 )
+from onnxhal.runtime.process_settings import global_thread_pool_sizes
 from onnxhal.runtime.profiler import Profiler
 from onnxhal.runtime.provider_resolution import ProviderChoice, cpu_choice, resolve_providers
 from onnxhal.runtime.session_options import (
@@ -143,6 +146,9 @@ class _SessionCore:
         if transform_layout(graph, self.eps):
             result = partition(graph, eps)
         self.partition = result
+        if so.optimized_model_filepath:
+            save_optimized_model(graph, loaded.proto, os.fspath(so.optimized_model_filepath), so.config,
+                                 has_compiled_nodes=bool(result.groups))
         self._compile(result.groups)
         builder = PlanBuilder(self.eps, {id(n): i for n, i in self._fused_infos.items()}, memory)
         self.plan: ExecutionPlan = builder.build(graph)
@@ -288,6 +294,12 @@ class InferenceSession:
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
         _check_canceled(so)
         self._loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data, so.ep_context_read)
+        pools = global_thread_pool_sizes()
+        if pools is not None and not so.use_per_session_threads and not so.intra_op_num_threads:
+            so.intra_op_num_threads = pools[0]  # the global pool's size, as onnxruntime's shared pool
+        if load_config_from_model_enabled():
+            apply_model_config(self._loaded.proto, so)  # the model's ort_config wins, as in onnxruntime
+            check_session_options(so)
         _check_canceled(so)
         # Only the names the model has, so that a failover's reload does not warn again.
         self._initializers = override_initializers(self._loaded.graph, so.initializer_overrides)
@@ -605,6 +617,25 @@ class InferenceSession:
                 raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {names}.")
             idx.append(names.index(n))
         return idx
+
+    def set_ep_dynamic_options(self, options: Mapping[str, str]) -> None:
+        """Pass ``options`` (str to str) to every EP of the session (``Ep.set_dynamic_options``),
+        e.g. ``{"ep.dynamic.workload_type": "Efficient"}``; an EP ignores keys it does not know."""
+        if not isinstance(options, Mapping):
+            raise TypeError(f"set_ep_dynamic_options: options must be a dict of str to str, got "
+                            f"{type(options).__name__}")
+        if not options:
+            raise Fail("set_ep_dynamic_options: No options were provided. Give at least one key, e.g. "
+                       "{'ep.dynamic.workload_type': 'Efficient'}.")
+        # onnxruntime converts keys and values to strings
+        opts = {str(k): str(v) for k, v in options.items()}
+        for name, ep in self._core.eps.items():
+            try:
+                ep.set_dynamic_options(dict(opts))
+            except OrtError:
+                raise
+            except Exception as e:
+                raise Fail(f"{name}: set_dynamic_options({opts}) failed: {type(e).__name__}: {e}") from e
 
     def run_with_ortvaluevector(self, run_options: RunOptions | None, feed_names: Sequence[str], feeds: Sequence[Any],
                                 fetch_names: Sequence[str], fetches: list, fetch_devices: Sequence[Any]) -> None:

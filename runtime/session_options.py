@@ -281,8 +281,9 @@ class SessionOptions:
         self._explicit.append(ExplicitProvider(devices, options))
 
     def add_provider(self, provider_name: str, provider_options: Mapping[str, str] | None = None) -> None:
-        """ORT's append-by-name (``SessionOptionsAppendExecutionProvider``): the EP's first device,
-        as a provider name given to ``InferenceSession`` takes it, with ``provider_options``."""
+        """ORT's append-by-name (``SessionOptionsAppendExecutionProvider``): the EP's device that the
+        ``device_id`` option names (its ordinal among the EP's devices), else its first, as a provider
+        name given to ``InferenceSession`` takes it, with ``provider_options``."""
         from onnxhal.runtime.environment import get_available_providers, get_ep_devices
 
         devices = [d for d in get_ep_devices() if d.ep_name == provider_name]
@@ -290,7 +291,10 @@ class SessionOptions:
             raise InvalidArgument(f"add_provider: execution provider {provider_name!r} is unknown or has no EP device "
                                   f"here. Available providers: {get_available_providers()}. Register its library "
                                   "with onnxhal.register_execution_provider_library(), or check the spelling.")
-        self.add_provider_for_devices(devices[:1], provider_options)
+        from onnxhal.runtime.provider_resolution import device_by_id
+
+        options = provider_options_dict(provider_options, f"add_provider({provider_name!r})")
+        self.add_provider_for_devices([device_by_id(provider_name, devices, options)], provider_options)
 
     def set_provider_selection_policy(self, policy: OrtExecutionProviderDevicePolicy) -> None:
         if not isinstance(policy, OrtExecutionProviderDevicePolicy):

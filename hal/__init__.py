@@ -18,6 +18,7 @@ from onnxhal.hal.enums import (
     OrtDeviceMemoryType,
     OrtEpDataLayout,
     OrtExecutionProviderDevicePolicy,
+    OrtGraphCaptureNodeAssignmentPolicy,
     OrtHardwareDeviceType,
     OrtMemoryInfoDeviceType,
     OrtMemType,
@@ -34,6 +35,7 @@ from onnxhal.hal.ep import (
 )
 from onnxhal.hal.ep_api import EpApi
 from onnxhal.hal.ep_device import OrtEpDevice
+from onnxhal.hal.ep_profiler import EpProfiler
 from onnxhal.hal.graph import Graph, Node, ValueInfo, elem_type_to_dtype, type_proto_to_string
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import CPU_MEMORY_INFO, HOST_MEMORY_DEVICE, OrtMemoryDevice, OrtMemoryInfo
@@ -47,7 +49,7 @@ __all__ = [
     "DataTransfer", "ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel",
     "OrtAllocatorType", "OrtCompileApiFlags", "OrtCompiledModelCompatibility", "OrtDeviceEpIncompatibilityReason",
     "OrtDeviceMemoryType", "OrtEpDataLayout", "OrtExecutionProviderDevicePolicy", "OrtHardwareDeviceType",
-    "OrtMemoryInfoDeviceType", "OrtMemType", "Ep", "EpFactory", "EpGraphSupportInfo", "Kernel",
+    "OrtMemoryInfoDeviceType", "OrtMemType", "OrtGraphCaptureNodeAssignmentPolicy", "EpProfiler", "Ep", "EpFactory", "EpGraphSupportInfo", "Kernel",
     "KernelContext", "KernelCreateContext", "NodeComputeInfo", "NodeFusionOptions", "EpApi", "OrtEpDevice",
     "Graph", "Node", "ValueInfo", "elem_type_to_dtype", "type_proto_to_string", "OrtHardwareDevice",
     "CPU_MEMORY_INFO", "HOST_MEMORY_DEVICE", "OrtMemoryDevice", "OrtMemoryInfo", "OrtSyncStream",

@@ -71,6 +71,13 @@ class OrtEpDataLayout(OrtEnum):
     NHWC = 1
 
 
+class OrtGraphCaptureNodeAssignmentPolicy(OrtEnum):
+    """Which nodes a graph-capturing EP needs to own (``Ep.get_graph_capture_node_assignment_policy``)."""
+
+    ALL_NODES_ON_EP = 0
+    ALLOW_CPU_FOR_SHAPES = 1  # CPU nodes are allowed where they only compute shapes (int64 values)
+
+
 class OrtDeviceEpIncompatibilityReason(OrtEnum):
     NONE = 0
     DRIVER_INCOMPATIBLE = 1

@@ -79,11 +79,19 @@ class MemoryContext:
         EP's provider options: ``arena_extend_strategy`` (kNextPowerOfTwo, kSameAsRequested or
         none) and ``arena_memory_limit`` (bytes) put an arena over the device allocator."""
         options = options or {}
-        info = devices[0].memory_info(OrtDeviceMemoryType.DEFAULT) if devices else None
+        chosen = ep.get_default_memory_device()
+        if chosen is not None:  # the EP names its memory (onnxruntime's OrtEp::GetDefaultMemoryDevice)
+            info = next((m for d in devices for m in d.memory_infos() if m.memory_device == chosen), None)
+            if info is None and not chosen.is_host:
+                declared = sorted({str(m.memory_device) for d in devices for m in d.memory_infos()})
+                raise Fail(f"{ep_name}.get_default_memory_device() returned {chosen}, which its EP devices do not "
+                           f"declare (they declare {declared or 'none'}); add it with ep_device_add_allocator_info")
+        else:
+            info = devices[0].memory_info(OrtDeviceMemoryType.DEFAULT) if devices else None
         if info is None or info.is_host:
             self._ep_device[ep_name] = HOST_MEMORY_DEVICE
         else:
-            for d in devices[1:]:
+            for d in devices[1:] if chosen is None else ():
                 other = d.memory_info(OrtDeviceMemoryType.DEFAULT)
                 if other is None or other.memory_device != info.memory_device:
                     raise Fail(f"{ep_name}: the selected EP devices declare different DEFAULT memory "

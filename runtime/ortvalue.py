@@ -297,10 +297,15 @@ class IOBinding:
         self._results = []
 
     def synchronize_inputs(self) -> None:
-        pass  # copies of bound inputs complete before run_with_iobinding's kernels read them
+        # copies of bound inputs complete before run_with_iobinding's kernels read them; the EPs'
+        # own queued work is waited for as onnxruntime does here (Ep.sync)
+        for ep in self._session._core.eps.values():
+            ep.sync()
 
     def synchronize_outputs(self) -> None:
         self._session.memory.synchronize()
+        for ep in self._session._core.eps.values():
+            ep.sync()
 
     def get_outputs(self) -> list[OrtValue]:
         return list(self._results)
@@ -318,7 +323,15 @@ class IOBinding:
         for n in wanted:
             if n not in names:
                 raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {names}.")
-        results = session.run(None, self._inputs, run_options) if not any(
+        if session._replay(run_options):
+            # the EP replayed its captured graph into the buffers bound when it captured
+            unbound = [n for n in wanted if not isinstance(self._outputs.get(n), OrtValue)]
+            if unbound:
+                raise InvalidArgument(f"graph replay writes the outputs bound at capture, but {unbound} are not bound "
+                                      "to OrtValues: bind them with bind_ortvalue_output before capturing")
+            self._results = [self._outputs[n] for n in wanted]
+            return
+        results = session._run_logged(None, self._inputs, run_options) if not any(
             v is not None for v in self._outputs.values()) else session._run_device_outputs(
                 self._inputs, self._outputs, run_options)
         by_name = dict(zip(names, results))

@@ -24,6 +24,7 @@ from onnxhal.hal import CPU_MEMORY_INFO, Ep, GraphOptimizationLevel, Node, OrtEp
 from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, ModelLoadCanceled, OrtError
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
+from onnxhal.runtime.graph_capture import GRAPH_ID_KEY, MAX_CAPTURE_RUNS, SKIP, capturing_ep, graph_annotation_id
 from onnxhal.runtime.input_checks import check_feeds
 from onnxhal.runtime.layout_transform import transform_layout
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, LEVELS, log_scope, set_process_level
@@ -52,6 +53,7 @@ from onnxhal.runtime.session_options import (
 )
 
 logger = logging.getLogger("onnxhal.session")
+DISABLE_SYNC_KEY = "disable_synchronize_execution_providers"  # run config: skip Ep.sync at the run's end
 
 
 class NodeArg:
@@ -109,6 +111,12 @@ class _SessionCore:
         env.acquire(self.library_names)
         try:
             self._build(loaded, so)
+            # onnxruntime serializes runs under a session lock when an EP cannot run concurrently
+            self.run_lock = (threading.Lock() if any(not ep.is_concurrent_run_supported()
+                                                     for ep in self.eps.values()) else None)
+            self.capture_ep = capturing_ep(self.eps, self.partition.assigned, CPU_EP_NAME, self.graph)
+            for ep in self.eps.values():
+                ep.on_session_initialization_end()
         except BaseException:
             self.release()
             raise
@@ -437,6 +445,12 @@ class InferenceSession:
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list:
         _check_run_options(run_options)
+        self._check_graph_capture_run_api(run_options)
+        return self._run_logged(output_names, input_feed, run_options)
+
+    def _run_logged(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+                    run_options: RunOptions | None) -> list:
+        """``run`` under the session's or the run's log severity."""
         severity = self._log_severity
         if run_options is not None and run_options.log_severity_level != DEFAULT_SEVERITY:
             check_log_severity(run_options.log_severity_level, "RunOptions.log_severity_level")
@@ -533,18 +547,71 @@ class InferenceSession:
 
     def _run_core(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
                   output_devices: list | None = None) -> list:
+        if core.run_lock is None:
+            return self._run_capturing(core, feeds, run_options, fetch, output_devices)
+        with core.run_lock:
+            return self._run_capturing(core, feeds, run_options, fetch, output_devices)
+
+    def _run_capturing(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None,
+                       fetch: list[int] | None, output_devices: list | None) -> list:
+        """A run; with a graph-capturing EP, repeated until the EP has captured the run's graph."""
+        outputs = self._run_once(core, feeds, run_options, fetch, output_devices)
+        ep = core.capture_ep
+        gid = graph_annotation_id(run_options) if ep is not None else SKIP
+        runs = 1
+        while gid != SKIP and not ep.is_graph_captured(gid):
+            if runs == MAX_CAPTURE_RUNS:
+                logger.warning("%s: graph %d not captured after %d runs; running without capture", ep.name, gid, runs)
+                break
+            logger.info("Start another run for necessary memory allocation or graph capture.")
+            outputs = self._run_once(core, feeds, run_options, fetch, output_devices)
+            runs += 1
+        return outputs
+
+    def _run_once(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
+                  output_devices: list | None) -> list:
         eps = core.eps.values()
         for ep in eps:
             ep.on_run_start(run_options)
         profiler = self._profiler  # read once: end_profiling() on another thread may clear it
         t0 = time.perf_counter_ns() if profiler is not None else 0
         try:
-            return core.plan.run(feeds, run_options, profiler, fetch, output_devices)
+            outputs = core.plan.run(feeds, run_options, profiler, fetch, output_devices)
+            if run_options is None or run_options._config.get(DISABLE_SYNC_KEY) != "1":
+                for ep in eps:
+                    ep.sync()
+            return outputs
         finally:
             for ep in eps:
                 ep.on_run_end(run_options, True)
             if profiler is not None:
                 profiler.event("model_run", "Session", t0, time.perf_counter_ns())
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """Have the graph-capturing EP forget the capture of ``graph_annotation_id``; a no-op without
+        one, as onnxruntime."""
+        ep = self._core.capture_ep
+        if ep is not None:
+            ep.release_captured_graph(int(graph_annotation_id))
+
+    def _replay(self, run_options: RunOptions | None) -> bool:
+        """Replay the run's captured graph, if it is captured (for ``run_with_iobinding``)."""
+        ep = self._core.capture_ep
+        if ep is None:
+            return False
+        gid = graph_annotation_id(run_options)
+        if gid == SKIP or not ep.is_graph_captured(gid):
+            return False
+        logger.info("Replaying the captured %s graph %d", ep.name, gid)
+        ep.replay_graph(gid)
+        return True
+
+    def _check_graph_capture_run_api(self, run_options: RunOptions | None) -> None:
+        if self._core.capture_ep is not None and graph_annotation_id(run_options) != SKIP:
+            raise InvalidArgument(
+                f"{self._core.capture_ep.name} captures the graph: graph capture requires fixed device OrtValues and "
+                f"run_with_iobinding. Set the '{GRAPH_ID_KEY}' run option to {SKIP} to opt a single run out of "
+                "capture.")
 
     def _failover(self, core: _SessionCore, failed_ep: str, reason: str) -> None:
         """``session.ep_failover`` = "1": re-partition onto the EPs that are left, for good."""
@@ -590,6 +657,7 @@ class InferenceSession:
         if self._profiler is not None:
             self._profiler.ep_hooks = [ep.profiling_step_args for ep in self._core.eps.values()
                                        if type(ep).profiling_step_args is not Ep.profiling_step_args]
+            self._profiler.attach_ep_profilers(self._core.eps.values())
 
     def _set_providers_cpu(self) -> None:
         so = self._sess_options

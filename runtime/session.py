@@ -705,6 +705,23 @@ class InferenceSession:
             except Exception as e:
                 raise Fail(f"{name}: set_dynamic_options({opts}) failed: {type(e).__name__}: {e}") from e
 
+    def get_tuning_results(self) -> list[dict]:
+        """onnxruntime's TunableOp results: none, since no onnxhal EP tunes its kernels."""
+        return []
+
+    def set_tuning_results(self, results: list, *, error_on_invalid: bool = False) -> None:
+        """Checked as onnxruntime checks them; every entry is invalid here (no EP supports TunableOp):
+        a warning, or with ``error_on_invalid`` a ``Fail``."""
+        if not isinstance(results, list):
+            raise TypeError(f"set_tuning_results: results must be a list of dicts, got {type(results).__name__}")
+        for i, entry in enumerate(results):
+            ep, _, _ = entry["ep"], entry["results"], entry["validators"]  # KeyError, as onnxruntime
+            message = (f"Invalid TuningResults (index={i}). {ep} does not support TunableOp: no onnxhal EP tunes "
+                       "its kernels, so tuning results have nothing to apply to.")
+            if error_on_invalid:
+                raise Fail(message)
+            logger.warning("%s", message)
+
     def run_with_ortvaluevector(self, run_options: RunOptions | None, feed_names: Sequence[str], feeds: Sequence[Any],
                                 fetch_names: Sequence[str], fetches: list, fetch_devices: Sequence[Any]) -> None:
         """Run with a list (or ``OrtValueVector``) of OrtValues; the outputs are appended to

@@ -260,3 +260,21 @@ def test_profile_has_one_event_per_line_as_onnxruntime(lib, tmp_path):
     assert events == json.load(open(path)) and {"name", "ph", "ts", "dur", "cat"} <= set(events[0])
     stem = os.path.basename(path)
     assert stem.startswith("prof_") and stem.count("_") == 3  # prefix_date_time_milliseconds.json
+
+
+# -- tuning results (onnxruntime's TunableOp) --------------------------------------------------------
+def test_tuning_results_as_onnxruntime(caplog):
+    for lib in (onnxhal, ort):
+        s = session(lib, mlp().SerializeToString())
+        assert s.get_tuning_results() == []
+        s.set_tuning_results([])
+        entry = [{"ep": "CPUExecutionProvider", "results": {}, "validators": {}}]
+        s.set_tuning_results(entry)  # a warning
+        with pytest.raises(RuntimeError, match=r"Invalid TuningResults \(index=0\). CPUExecutionProvider does not "
+                                               "support TunableOp"):
+            s.set_tuning_results(entry, error_on_invalid=True)
+        with pytest.raises(KeyError, match="results"):
+            s.set_tuning_results([{"ep": "X"}])
+        with pytest.raises(TypeError):
+            s.set_tuning_results("bad")
+    assert "does not support TunableOp" in caplog.text

@@ -22,6 +22,7 @@ from onnxhal.hal.enums import (
     OrtHardwareDeviceType,
     OrtMemoryInfoDeviceType,
     OrtMemType,
+    OrtSparseFormat,
 )
 from onnxhal.hal.ep import (
     Ep,
@@ -49,7 +50,7 @@ __all__ = [
     "DataTransfer", "ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel",
     "OrtAllocatorType", "OrtCompileApiFlags", "OrtCompiledModelCompatibility", "OrtDeviceEpIncompatibilityReason",
     "OrtDeviceMemoryType", "OrtEpDataLayout", "OrtExecutionProviderDevicePolicy", "OrtHardwareDeviceType",
-    "OrtMemoryInfoDeviceType", "OrtMemType", "OrtGraphCaptureNodeAssignmentPolicy", "EpProfiler", "Ep", "EpFactory", "EpGraphSupportInfo", "Kernel",
+    "OrtMemoryInfoDeviceType", "OrtMemType", "OrtGraphCaptureNodeAssignmentPolicy", "OrtSparseFormat", "EpProfiler", "Ep", "EpFactory", "EpGraphSupportInfo", "Kernel",
     "KernelContext", "KernelCreateContext", "NodeComputeInfo", "NodeFusionOptions", "EpApi", "OrtEpDevice",
     "Graph", "Node", "ValueInfo", "elem_type_to_dtype", "type_proto_to_string", "OrtHardwareDevice",
     "CPU_MEMORY_INFO", "HOST_MEMORY_DEVICE", "OrtMemoryDevice", "OrtMemoryInfo", "OrtSyncStream",

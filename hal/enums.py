@@ -71,6 +71,13 @@ class OrtEpDataLayout(OrtEnum):
     NHWC = 1
 
 
+class OrtSparseFormat(OrtEnum):
+    ORT_SPARSE_UNDEFINED = 0
+    ORT_SPARSE_COO = 1
+    ORT_SPARSE_CSRC = 2
+    ORT_SPARSE_BLOCK_SPARSE = 4
+
+
 class OrtGraphCaptureNodeAssignmentPolicy(OrtEnum):
     """Which nodes a graph-capturing EP needs to own (``Ep.get_graph_capture_node_assignment_policy``)."""
 

@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 _HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags",
         "OrtCompiledModelCompatibility", "OrtDevice", "OrtDeviceEpIncompatibilityReason", "OrtDeviceMemoryType",
         "OrtDeviceVendorId", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
-        "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSyncStream")
+        "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSparseFormat", "OrtSyncStream")
 _LAZY: dict[str, str] = {name: "onnxhal.hal" for name in _HAL}
 _LAZY.update({name: "onnxhal.runtime.environment" for name in (
     "get_all_providers", "get_available_providers", "get_device", "get_ep_devices", "get_hardware_devices",
@@ -28,6 +28,7 @@ _LAZY.update({name: "onnxhal.runtime.compatibility" for name in (
     "get_compatibility_info_from_model", "get_compatibility_info_from_model_bytes",
     "get_hardware_device_ep_incompatibility_details", "get_model_compatibility_for_ep_devices")})
 _LAZY["OrtValueVector"] = "onnxhal.runtime.ortvalue_vector"
+_LAZY["SparseTensor"] = "onnxhal.runtime.sparse_tensor"
 _LAZY.update({name: "onnxhal.runtime.env_allocators" for name in (
     "create_and_register_allocator", "create_and_register_allocator_v2")})
 _LAZY.update({name: "onnxhal.runtime.session" for name in (

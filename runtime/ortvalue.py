@@ -15,10 +15,11 @@ import numpy as np
 import onnx
 
 from onnxhal.hal import DeviceTensor, OrtMemoryInfo, SyncStream
-from onnxhal.hal.errors import Fail, InvalidArgument
+from onnxhal.hal.errors import Fail, InvalidArgument, RuntimeInvalidArgument
 from onnxhal.hal.graph import elem_type_name
 from onnxhal.runtime.dlpack import dlpack_device, from_dlpack, to_dlpack
 from onnxhal.runtime.shared_memory import copy_values, device_memory_info, shared_allocator
+from onnxhal.runtime.sparse_tensor import SparseTensor
 
 
 def _elem_type_of(dtype: np.dtype) -> int:
@@ -78,16 +79,39 @@ class OrtValue:
             return out
         if isinstance(v, np.ndarray):
             return v
-        raise InvalidArgument(f"numpy() is for tensors; this OrtValue holds a {type(v).__name__}")
+        # a RuntimeError too, as onnxruntime's ("Only OrtValues that are Tensors are currently supported")
+        raise RuntimeInvalidArgument(f"numpy() is for tensors; this OrtValue holds a {type(v).__name__}"
+                                     + (": use as_sparse_tensor()" if isinstance(v, SparseTensor) else ""))
 
     def shape(self) -> list[int]:
-        return list(self._value.shape)
+        v = self._value
+        return v.dense_shape() if isinstance(v, SparseTensor) else list(v.shape)
 
     def data_type(self) -> str:
+        if isinstance(self._value, SparseTensor):
+            return self._value.data_type()
         return f"tensor({elem_type_name(self.element_type())})" if self.is_tensor() else "seq"
 
     def element_type(self) -> int:
+        if isinstance(self._value, SparseTensor):
+            return self._value.element_type()
         return _elem_type_of(self._value.dtype)
+
+    # -- sparse tensors -------------------------------------------------------------------------
+    @classmethod
+    def ort_value_from_sparse_tensor(cls, sparse_tensor: SparseTensor) -> OrtValue:
+        if not isinstance(sparse_tensor, SparseTensor):
+            raise TypeError(f"ort_value_from_sparse_tensor expects a SparseTensor, got {type(sparse_tensor).__name__}")
+        return cls(sparse_tensor)
+
+    def is_sparse_tensor(self) -> bool:
+        return isinstance(self._value, SparseTensor)
+
+    def as_sparse_tensor(self) -> SparseTensor:
+        if not isinstance(self._value, SparseTensor):
+            raise RuntimeInvalidArgument(f"This OrtValue does not contain SparseTensor: it holds "
+                                         f"{self.data_type()}; make one with OrtValue.ort_value_from_sparse_tensor")
+        return self._value
 
     def device_name(self) -> str:
         v = self._value

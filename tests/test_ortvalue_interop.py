@@ -384,3 +384,73 @@ def test_session_ortvalue_in_device_memory_comes_from_the_sessions_allocator(ope
     assert alloc.stats()["NumAllocs"] == before + 1
     v.update_inplace(np.eye(2, dtype=np.float32))
     np.testing.assert_array_equal(np.asarray(v), np.eye(2))
+
+
+# -- SparseTensor and OrtSparseFormat --------------------------------------------------------------
+VALUES = np.array([1.0, 2.0, 3.0], np.float32)
+
+
+def test_sparse_format_members_are_onnxruntimes():
+    assert [(m.name, int(m), str(m)) for m in onnxhal.OrtSparseFormat] == \
+        [(k, int(v), str(v)) for k, v in C.OrtSparseFormat.__members__.items()]
+
+
+@pytest.mark.parametrize("indices", [np.array([1, 5, 7], np.int64), np.array([[0, 1], [1, 1], [1, 3]], np.int64)],
+                         ids=["flat", "coordinates"])
+def test_coo_sparse_tensor_as_onnxruntime(indices):
+    ours = onnxhal.SparseTensor.sparse_coo_from_numpy([2, 4], VALUES, indices, onnxhal.OrtDevice.make("cpu", 0))
+    theirs = ort.SparseTensor.sparse_coo_from_numpy([2, 4], VALUES, indices, ort.OrtDevice.make("cpu", 0))
+    assert str(ours.format()) == str(theirs.format()) and ours.dense_shape() == theirs.dense_shape() == [2, 4]
+    assert ours.data_type() == theirs.data_type() == "sparse_tensor(float)"
+    assert ours.device_name() == theirs.device_name() == "cpu"
+    np.testing.assert_array_equal(ours.values(), theirs.values())
+    np.testing.assert_array_equal(ours.as_coo_view().indices(), theirs.as_coo_view().indices())
+    assert np.shares_memory(ours.values(), VALUES) and np.shares_memory(theirs.values(), VALUES)  # no copy
+    np.testing.assert_array_equal(ours.to_dense(), [[0, 1, 0, 0], [0, 2, 0, 3]])
+    for st in (ours, theirs):
+        with pytest.raises(RuntimeError, match="does not contain"):
+            st.as_csrc_view()
+    hal_value, ref_value = (onnxhal.OrtValue.ort_value_from_sparse_tensor(ours),
+                            ort.OrtValue.ort_value_from_sparse_tensor(theirs))
+    for v in (hal_value, ref_value):
+        assert v.is_sparse_tensor() and not v.is_tensor() and v.data_type() == "sparse_tensor(float)"
+        assert v.shape() == [2, 4] and v.element_type() == TensorProto.FLOAT
+        with pytest.raises(RuntimeError):
+            v.numpy()
+    np.testing.assert_array_equal(hal_value.as_sparse_tensor().values(), ref_value.as_sparse_tensor().values())
+    for lib in (onnxhal, ort):
+        with pytest.raises(RuntimeError, match="does not contain SparseTensor"):
+            lib.OrtValue.ortvalue_from_numpy(VALUES).as_sparse_tensor()
+
+
+def test_csr_sparse_tensor_as_onnxruntime():
+    args = ([2, 4], VALUES, np.array([1, 1, 3], np.int64), np.array([0, 1, 3], np.int64))
+    ours = onnxhal.SparseTensor.sparse_csr_from_numpy(*args, onnxhal.OrtDevice.make("cpu", 0))
+    theirs = ort.SparseTensor.sparse_csr_from_numpy(*args, ort.OrtDevice.make("cpu", 0))
+    assert str(ours.format()) == str(theirs.format()) == "OrtSparseFormat.ORT_SPARSE_CSRC"
+    np.testing.assert_array_equal(ours.as_csrc_view().inner(), theirs.as_csrc_view().inner())
+    np.testing.assert_array_equal(ours.as_csrc_view().outer(), theirs.as_csrc_view().outer())
+    np.testing.assert_array_equal(ours.to_dense(), [[0, 1, 0, 0], [0, 2, 0, 3]])
+    for st in (ours, theirs):
+        with pytest.raises(RuntimeError, match="does not contain"):
+            st.as_coo_view()
+
+
+@pytest.mark.parametrize("make_, args, message", [
+    ("coo", ([2, 4], VALUES, np.array([1, 5], np.int64)), "Index size: 2 must be equal to or twice the values size: 3"),
+    ("coo", ([2, 4], VALUES, np.array([[0, 1], [1, 1]], np.int64)), "Index size: 4 must be equal to or twice"),
+    ("csr", ([2, 4], VALUES, np.array([0, 1, 3], np.int64), np.array([0, 1], np.int64)),
+     "Outer index count must be rows \\+ 1 or zero. Got: 2 rows: 2"),
+    ("csr", ([2, 4, 1], VALUES, np.array([1, 1, 3], np.int64), np.array([0, 1, 3], np.int64)),
+     "dense shape must 2-D. Got: 3"),
+    ("csr", ([2, 4], VALUES, np.array([1, 1], np.int64), np.array([0, 1, 3], np.int64)),
+     "Expecting inner index size: 2 the same as values size: 3"),
+])
+def test_sparse_tensor_errors_as_onnxruntime(make_, args, message):
+    for lib in (onnxhal, ort):
+        fn = lib.SparseTensor.sparse_coo_from_numpy if make_ == "coo" else lib.SparseTensor.sparse_csr_from_numpy
+        with pytest.raises(RuntimeError, match=message):
+            fn(*args, lib.OrtDevice.make("cpu", 0))
+    for lib in (onnxhal, ort):
+        with pytest.raises(RuntimeError, match="Unsupported OrtDevice type"):
+            lib.SparseTensor.sparse_coo_from_numpy([2, 4], VALUES, np.array([1, 5, 7]), lib.OrtDevice.make("cuda", 0))

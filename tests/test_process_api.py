@@ -25,8 +25,6 @@ DECLINED = {
     "ModelPackageContext": "model packages",
     "ModelPackageOptions": "model packages",
     "ModelPackageWriteMode": "model packages",
-    "OrtSparseFormat": "sparse tensors: not implemented",
-    "SparseTensor": "sparse tensors: not implemented",
     "SessionIOBinding": "onnxruntime's C binding object behind IOBinding; onnxhal's IOBinding has no C layer",
     "contextlib": "a module onnxruntime imports, not API",
     "cuda_version": "package metadata of onnxruntime's CUDA builds",

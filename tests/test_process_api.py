@@ -44,6 +44,48 @@ def test_every_onnxruntime_name_is_offered_or_declined():
     assert not [n for n in DECLINED if hasattr(onnxhal, n)]  # a declined name that exists is no longer declined
 
 
+DECLINED_MEMBERS = {
+    "RunOptions.add_active_adapter": "LoRA adapters, as LoraAdapter",
+    "SessionOptions.register_custom_ops_library": "loads compiled custom-op libraries, which Python cannot run",
+}
+
+
+def _public(obj) -> set[str]:
+    return {n for n in dir(obj) if not n.startswith("_") or n in ("__array__", "__dlpack__", "__dlpack_device__")}
+
+
+def test_every_member_of_the_shared_classes_is_offered_or_declined():
+    """Members of each class both packages have, looked up on the class or on an instance (for
+    attributes set in __init__); enum members carry name and value."""
+    import enum
+    import inspect
+
+    import numpy as np
+    from onnxruntime.capi import _pybind_state as C
+
+    from tests.models import add_mul_model
+
+    so = onnxhal.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    sess = onnxhal.InferenceSession(add_mul_model(), so)
+    sub = sess.get_provider_graph_assignment_info()[0]
+    samples = {"SessionOptions": so, "RunOptions": onnxhal.RunOptions(), "NodeArg": sess.get_inputs()[0],
+               "ModelMetadata": sess.get_modelmeta(), "OrtEpAssignedSubgraph": sub,
+               "OrtEpAssignedNode": sub.get_nodes()[0], "InferenceSession": sess,
+               "OrtValue": onnxhal.OrtValue.ortvalue_from_numpy(np.zeros(2, np.float32)), "IOBinding": sess.io_binding()}
+    missing = []
+    for name in sorted(_public(ort)):
+        theirs, ours = getattr(ort, name, None) or getattr(C, name, None), getattr(onnxhal, name, None)
+        if not inspect.isclass(theirs) or not inspect.isclass(ours):
+            continue
+        instance = samples.get(name) or (next(iter(ours)) if issubclass(ours, enum.Enum) else None)
+        for member in sorted(_public(theirs) - {"_pybind11_conduit_v1_"}):
+            if not (hasattr(ours, member) or (instance is not None and hasattr(instance, member))):
+                missing.append(f"{name}.{member}")
+    assert sorted(set(missing) - set(DECLINED_MEMBERS)) == []
+    assert sorted(set(DECLINED_MEMBERS) - set(missing)) == []  # a declined member that exists is no longer declined
+
+
 def test_build_info_telemetry_and_collective_ops():
     assert ort.get_build_info().startswith("ORT Build Info:")
     assert onnxhal.get_build_info().startswith("onnxhal Build Info: version=")

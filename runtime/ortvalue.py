@@ -339,7 +339,9 @@ class IOBinding:
         return list(self._results)
 
     def copy_outputs_to_cpu(self) -> list:
-        return [r.numpy() if r.is_tensor() else r._value for r in self._results]
+        """Copies, as onnxruntime's: changing them leaves the bound outputs as they are."""
+        return [(r.numpy().copy() if isinstance(r._value, np.ndarray) else r.numpy()) if r.is_tensor() else r._value
+                for r in self._results]
 
     def _run(self, session: Any, run_options: Any) -> None:
         names = [o.name for o in session.get_outputs()]

@@ -474,7 +474,8 @@ class InferenceSession:
             failed = getattr(e, "ep_name", "")
             if self._sess_options.config(EP_FAILOVER) == "1" and failed and failed != CPU_EP_NAME:
                 self._failover(core, failed, str(e))
-                return [_to_host_output(v) for v in self._run_core(self._core, feeds, run_options, fetch)]
+                return _owned([_to_host_output(v) for v in self._run_core(self._core, feeds, run_options, fetch)],
+                              feeds)
             if not self._enable_fallback or self.get_providers() == [CPU_EP_NAME]:
                 raise
             logger.warning("EP Error: %s using %s. Falling back to ['CPUExecutionProvider'] and retrying.",
@@ -482,7 +483,7 @@ class InferenceSession:
             self._set_providers_cpu()
             self._enable_fallback = False  # fall back only once, as onnxruntime
             outputs = self._run_core(self._core, feeds, run_options, fetch)
-        return [_to_host_output(v) for v in outputs]
+        return _owned([_to_host_output(v) for v in outputs], feeds)
 
     def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
                             run_options: RunOptions | None = None) -> list:
@@ -543,7 +544,7 @@ class InferenceSession:
             b = bound.get(o.name)
             info = b if not hasattr(b, "_value") else getattr(b, "memory_info", lambda: None)()
             devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
-        return self._run_core(self._core, checked, run_options, None, devices)
+        return _owned(self._run_core(self._core, checked, run_options, None, devices), checked)
 
     def _run_core(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
                   output_devices: list | None = None) -> list:
@@ -765,6 +766,18 @@ class InferenceSession:
             # From a callback, the worker cannot wait for itself.
             self._async_pool.shutdown(wait=not getattr(_callback_thread, "active", False))
         self._finalizer()
+
+
+def _owned(outputs: list, feeds: Mapping[str, Any]) -> list:
+    """The outputs as onnxruntime hands them over: arrays of the caller's own. A model constant
+    passed through (read-only here, where kernels share the session's weights) or a view of a feed
+    (Identity, Reshape of an input) is copied; everything else is returned as computed, no copy."""
+    fed = [f for f in feeds.values() if isinstance(f, np.ndarray)]
+    out = list(outputs)
+    for i, v in enumerate(out):
+        if isinstance(v, np.ndarray) and (not v.flags.writeable or any(np.may_share_memory(v, f) for f in fed)):
+            out[i] = v.copy()
+    return out
 
 
 def _to_host_output(v: Any) -> Any:

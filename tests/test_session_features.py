@@ -278,3 +278,36 @@ def test_tuning_results_as_onnxruntime(caplog):
         with pytest.raises(TypeError):
             s.set_tuning_results("bad")
     assert "does not support TunableOp" in caplog.text
+
+
+# -- outputs are the caller's own arrays -------------------------------------------------------------
+def passthrough(kind: str) -> bytes:
+    if kind == "constant":  # y = Identity(w): a model constant passed through
+        nodes, inits = [helper.make_node("Identity", ["w"], ["y"])], [numpy_helper.from_array(np.ones(3, np.float32), "w")]
+    elif kind == "input":
+        nodes, inits = [helper.make_node("Identity", ["x"], ["y"])], []
+    else:  # a view of the input
+        nodes = [helper.make_node("Reshape", ["x", "s"], ["y"])]
+        inits = [numpy_helper.from_array(np.array([3, 1], np.int64), "s")]
+    return make(nodes, [vi("x", [3])], [vi("y", None)], inits).SerializeToString()
+
+
+@pytest.mark.parametrize("kind", ["constant", "input", "reshape"])
+@pytest.mark.parametrize("lib", LIBS)
+def test_outputs_are_writable_and_never_alias_the_feeds_as_onnxruntime(lib, kind):
+    s = session(lib, passthrough(kind))
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    y = s.run(None, {"x": x})[0]
+    assert y.flags.writeable and not np.shares_memory(y, x)
+    y[...] = 7
+    again = s.run(None, {"x": x})[0]
+    assert (again == 7).sum() == 0 and (x == 7).sum() == 0  # neither the model nor the feed changed
+    binding = s.io_binding()
+    binding.bind_cpu_input("x", x)
+    binding.bind_output("y")
+    s.run_with_iobinding(binding)
+    out = binding.get_outputs()[0]
+    assert not np.shares_memory(out.numpy(), x)
+    copied = binding.copy_outputs_to_cpu()[0]
+    copied[...] = 9
+    assert not (out.numpy() == 9).any()  # copy_outputs_to_cpu hands over copies

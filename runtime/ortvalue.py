@@ -8,6 +8,7 @@ from the factory that declared the memory); copies go through the registered dat
 from __future__ import annotations
 
 import ctypes
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +60,9 @@ class OrtValue:
         dtype = np.dtype(element_type) if not isinstance(element_type, int) else \
             np.dtype(onnx.helper.tensor_dtype_to_np_dtype(element_type))
         shape = tuple(int(d) for d in shape)
+        if memory_info is not None and (device_type != "cpu" or device_id != 0 or vendor_id != -1):
+            warnings.warn("device_type, device_id, and vendor_id are ignored when memory_info is provided.",
+                          stacklevel=2)
         if memory_info is None and not _is_host(device_type, vendor_id):
             memory_info = device_memory_info(device_type, device_id, vendor_id)
         if memory_info is None or memory_info.is_host:
@@ -147,21 +151,33 @@ class OrtValue:
     def has_value(self) -> bool:
         return self._value is not None
 
-    def update_inplace(self, np_arr: np.ndarray) -> None:
-        arr = np.ascontiguousarray(np_arr)
+    def update_inplace(self, data: np.ndarray | OrtValue) -> None:
+        """Copy ``data`` (a numpy array, or another OrtValue: device to device where a data transfer
+        can) into this tensor's memory, which keeps its address. The shape and dtype must match
+        (onnxruntime checks only the byte count: it takes another shape of the same size, and
+        reinterprets the bytes of another dtype)."""
         v = self._value
-        if isinstance(v, DeviceTensor):
-            if tuple(arr.shape) != v.shape or arr.dtype != v.dtype:
-                raise InvalidArgument(f"update_inplace: value is {v.dtype} {list(v.shape)}, got {arr.dtype} "
-                                      f"{list(arr.shape)}")
-            copy_values([arr], [v], None)
-        elif isinstance(v, np.ndarray):
-            if arr.shape != v.shape or arr.dtype != v.dtype:
-                raise InvalidArgument(f"update_inplace: value is {v.dtype} {list(v.shape)}, got {arr.dtype} "
-                                      f"{list(arr.shape)}")
-            np.copyto(v, arr)
+        if isinstance(data, OrtValue):
+            src = data._value
+        elif isinstance(data, np.ndarray):
+            src = np.ascontiguousarray(data)
         else:
-            raise InvalidArgument("update_inplace is for tensors")
+            raise TypeError(f"data must be a numpy.ndarray or an OrtValue, got {type(data).__name__}")
+        if not isinstance(v, (np.ndarray, DeviceTensor)) or not isinstance(src, (np.ndarray, DeviceTensor)):
+            raise InvalidArgument(f"update_inplace is for tensors; this OrtValue holds {type(v).__name__}, the data "
+                                  f"{type(src).__name__}")
+        if tuple(src.shape) != tuple(v.shape):
+            # a RuntimeError as onnxruntime's; onnxruntime checks only the element count
+            raise RuntimeInvalidArgument(
+                f"update_inplace: The input size of numpy arrays does not match the size of the OrtValue: the value "
+                f"is {v.dtype} {list(v.shape)}, the data {src.dtype} {list(src.shape)}; reshape the data first")
+        if np.dtype(src.dtype) != np.dtype(v.dtype):
+            raise InvalidArgument(f"update_inplace: the value is {v.dtype} {list(v.shape)}, the data {src.dtype}: "
+                                  f"convert it first (.astype(np.{v.dtype}))")
+        if isinstance(v, DeviceTensor) or isinstance(src, DeviceTensor):
+            copy_values([src], [v], None)
+        else:
+            np.copyto(v, src)
 
     # -- numpy and DLPack interchange (host tensors share memory, no copy) ----------------------
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:

@@ -454,3 +454,31 @@ def test_sparse_tensor_errors_as_onnxruntime(make_, args, message):
     for lib in (onnxhal, ort):
         with pytest.raises(RuntimeError, match="Unsupported OrtDevice type"):
             lib.SparseTensor.sparse_coo_from_numpy([2, 4], VALUES, np.array([1, 5, 7]), lib.OrtDevice.make("cuda", 0))
+
+
+def test_update_inplace_from_another_ortvalue_as_onnxruntime():
+    for lib in (onnxhal, ort):
+        dst = lib.OrtValue.ortvalue_from_numpy(np.zeros(3, np.float32))
+        address = dst.data_ptr()
+        dst.update_inplace(lib.OrtValue.ortvalue_from_numpy(np.arange(3, dtype=np.float32)))
+        assert dst.numpy().tolist() == [0, 1, 2] and dst.data_ptr() == address
+        with pytest.raises(TypeError, match="data must be a numpy.ndarray or an OrtValue"):
+            dst.update_inplace([1, 2, 3])
+        with pytest.raises(RuntimeError, match="The input size of numpy arrays does not match the size of the OrtValue"):
+            dst.update_inplace(np.zeros(4, np.float32))
+
+
+def test_update_inplace_between_device_and_host_values(opencl_devices):
+    mem = opencl_devices[0].memory_info(DEFAULT)
+    device = onnxhal.OrtValue.ortvalue_from_shape_and_type([3], np.float32, memory_info=mem)
+    device.update_inplace(onnxhal.OrtValue.ortvalue_from_numpy(np.arange(3, dtype=np.float32)))
+    host = onnxhal.OrtValue.ortvalue_from_numpy(np.zeros(3, np.float32))
+    host.update_inplace(device)
+    assert host.numpy().tolist() == [0, 1, 2]
+
+
+def test_memory_info_makes_the_device_arguments_ignored_with_a_warning(opencl_devices):
+    mem = opencl_devices[0].memory_info(DEFAULT)
+    with pytest.warns(UserWarning, match="device_type, device_id, and vendor_id are ignored when memory_info is provided"):
+        v = onnxhal.OrtValue.ortvalue_from_shape_and_type([2], np.float32, "cuda", memory_info=mem)
+    assert v.device_name() == mem.name.lower()

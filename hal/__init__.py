@@ -6,6 +6,7 @@ no I/O: everything here can be imported and subclassed anywhere.
 
 from onnxhal.hal.allocator import STATS_KEYS, Allocator, CPUAllocator
 from onnxhal.hal.arena import NEXT_POWER_OF_TWO, SAME_AS_REQUESTED, ArenaAllocator, OrtArenaCfg
+from onnxhal.hal.custom_op import CustomOp, CustomOpDomain
 from onnxhal.hal.data_transfer import DataTransfer
 from onnxhal.hal.enums import (
     ExecutionMode,
@@ -47,7 +48,7 @@ from onnxhal.hal.tensor import DeviceTensor
 __all__ = [
     "STATS_KEYS", "Allocator", "CPUAllocator", "ArenaAllocator", "NEXT_POWER_OF_TWO", "SAME_AS_REQUESTED",
     "OrtArenaCfg", "OrtDevice", "OrtDeviceVendorId",
-    "DataTransfer", "ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel",
+    "CustomOp", "CustomOpDomain", "DataTransfer", "ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel",
     "OrtAllocatorType", "OrtCompileApiFlags", "OrtCompiledModelCompatibility", "OrtDeviceEpIncompatibilityReason",
     "OrtDeviceMemoryType", "OrtEpDataLayout", "OrtExecutionProviderDevicePolicy", "OrtHardwareDeviceType",
     "OrtMemoryInfoDeviceType", "OrtMemType", "OrtGraphCaptureNodeAssignmentPolicy", "OrtSparseFormat", "EpProfiler", "Ep", "EpFactory", "EpGraphSupportInfo", "Kernel",

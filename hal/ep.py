@@ -19,6 +19,7 @@ from onnxhal.hal.graph import Graph, Node
 
 if TYPE_CHECKING:
     from onnxhal.hal.allocator import Allocator
+    from onnxhal.hal.custom_op import CustomOpDomain
     from onnxhal.hal.data_transfer import DataTransfer
     from onnxhal.hal.ep_device import OrtEpDevice
     from onnxhal.hal.hardware_device import OrtHardwareDevice
@@ -291,6 +292,11 @@ class EpFactory:
         ``Ep.get_compiled_model_compatibility_info``) means on ``devices``. Called at session creation
         and by ``get_model_compatibility_for_ep_devices``."""
         return OrtCompiledModelCompatibility.EP_NOT_APPLICABLE
+
+    def get_custom_op_domains(self) -> Sequence[CustomOpDomain]:
+        """Custom operators this library brings (``hal.CustomOpDomain``); a session that uses this
+        factory's EP, or selects EPs by policy, can run them."""
+        return []
 
     def get_hardware_device_incompatibility_details(self, device: OrtHardwareDevice) -> tuple:
         """(reasons bitmask of ``OrtDeviceEpIncompatibilityReason``, notes) or (bitmask, notes,

@@ -22,6 +22,7 @@ import onnx
 
 from onnxhal.hal import CPU_MEMORY_INFO, Ep, GraphOptimizationLevel, Node, OrtEpDevice, OrtMemoryInfo
 from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, ModelLoadCanceled, OrtError
+from onnxhal.runtime.custom_ops import custom_ops, session_factories
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
 from onnxhal.runtime.graph_capture import GRAPH_ID_KEY, MAX_CAPTURE_RUNS, SKIP, capturing_ep, graph_annotation_id
@@ -318,6 +319,7 @@ class InferenceSession:
         t0 = time.perf_counter_ns()
         choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
         validate_compatibility_info(self._loaded.proto, choices, so)
+        _set_custom_ops(so, choices, providers)
         _check_canceled(so)
         self._core = _SessionCore(self._loaded, so, choices)
         self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
@@ -639,6 +641,7 @@ class InferenceSession:
         so = self._sess_options
         choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
         validate_compatibility_info(self._loaded.proto, choices, so)
+        _set_custom_ops(so, choices, providers)
         core = _SessionCore(self._loaded_fresh(), so, choices)
         with self._lock:
             old = self._install(core)
@@ -766,6 +769,14 @@ class InferenceSession:
             # From a callback, the worker cannot wait for itself.
             self._async_pool.shutdown(wait=not getattr(_callback_thread, "active", False))
         self._finalizer()
+
+
+def _set_custom_ops(so: SessionOptions, choices: list[ProviderChoice], providers: Sequence[Any] | None) -> None:
+    """The custom ops the session's EP libraries bring: those of the chosen EPs' factories, or of
+    every registered factory when a policy or delegate selected the EPs (onnxruntime's rule)."""
+    auto = providers is None and not so.explicit_providers and (
+        so.selection_policy is not None or so.selection_delegate is not None)
+    so.custom_ops = custom_ops(session_factories(get_environment(), [c.factory for c in choices], auto))
 
 
 def _owned(outputs: list, feeds: Mapping[str, Any]) -> list:

@@ -113,6 +113,8 @@ class SessionOptions:
         self._policy: OrtExecutionProviderDevicePolicy | None = None
         self._delegate: Callable | None = None
         self._ep_context_read: tuple[Callable, int] | None = None
+        #: (domain, op type) -> hal.CustomOp from the session's EP libraries (set by the session)
+        self.custom_ops: dict = {}
 
     # -- config entries --------------------------------------------------------------------
     def add_session_config_entry(self, key: str, value: str) -> None:

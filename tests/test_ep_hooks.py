@@ -318,3 +318,91 @@ def test_cpu_nodes_that_compute_shapes_are_allowed_by_the_shapes_policy(hook, po
     so = onnxhal.SessionOptions()
     s = onnxhal.InferenceSession(model, so, providers=[("HookExecutionProvider", {"capture": "1", "policy": policy})])
     assert (s._core.capture_ep is not None) == captures
+
+
+# -- custom-op domains from a factory --------------------------------------------------------------
+CUSTOM_EP = '''
+import numpy as np
+
+from onnxhal import hal
+
+CREATED = []
+
+
+class _Triple(hal.Kernel):
+    def compute(self, inputs):
+        return [inputs[0] * 3]
+
+
+class Triple(hal.CustomOp):
+    op_type = "Triple"  # no execution_provider: the CPU EP runs it, as onnxruntime's default
+
+    def create_kernel(self, node):
+        CREATED.append(node.name)
+        return _Triple()
+
+
+class CustomEp(hal.Ep):
+    name = "CustomOpsExecutionProvider"
+
+
+class CustomFactory(hal.EpFactory):
+    name = "CustomOpsExecutionProvider"; vendor = "Custom"; version = "1.0.0"
+
+    def __init__(self, api):
+        self.api = api
+
+    def get_supported_devices(self, hardware_devices):
+        return [self.api.create_ep_device(self, d) for d in hardware_devices if d.type == hal.OrtHardwareDeviceType.CPU]
+
+    def create_ep(self, devices, ep_metadata, session_options, logger):
+        return CustomEp()
+
+    def get_custom_op_domains(self):
+        return [hal.CustomOpDomain("com.example", [Triple()])]
+
+
+def create_ep_factories(registration_name, api, logger):
+    return [CustomFactory(api)]
+
+
+def release_ep_factory(factory):
+    pass
+'''
+
+
+def triple_model() -> bytes:
+    node = helper.make_node("Triple", ["x"], ["y"], name="triple", domain="com.example")
+    model = make([node], [vi("x", [1, 3])], [vi("y", [1, 3])])
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    return model.SerializeToString()
+
+
+@pytest.fixture
+def custom(register, plugin_file):
+    mod = library_module(register(plugin_file(CUSTOM_EP, "custom_ep")))
+    mod.CREATED.clear()
+    return mod
+
+
+def test_a_factorys_custom_ops_run_in_sessions_that_use_its_ep(custom):
+    s = onnxhal.InferenceSession(triple_model(), providers=["CustomOpsExecutionProvider"])
+    np.testing.assert_array_equal(s.run(None, {"x": X})[0], X * 3)
+    assert custom.CREATED == ["triple"]
+    so = onnxhal.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices([d for d in onnxhal.get_ep_devices() if d.ep_name == "CustomOpsExecutionProvider"])
+    s = onnxhal.InferenceSession(triple_model(), so)
+    assert [(a.ep_name, [n.op_type for n in a.get_nodes()]) for a in s.get_provider_graph_assignment_info()] == \
+        [("CPUExecutionProvider", ["Triple"])]
+
+
+def test_a_policy_session_gets_every_factorys_custom_ops(custom):
+    so = onnxhal.SessionOptions()
+    so.set_provider_selection_policy(onnxhal.OrtExecutionProviderDevicePolicy.PREFER_CPU)
+    np.testing.assert_array_equal(onnxhal.InferenceSession(triple_model(), so).run(None, {"x": X})[0], X * 3)
+
+
+def test_without_the_library_in_the_session_the_op_has_no_kernel(custom):
+    with pytest.raises(errors.NotImplemented, match="Triple"):
+        onnxhal.InferenceSession(triple_model())

@@ -14,6 +14,7 @@ for necessary memory allocation or graph capture"); a run of a captured graph is
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -70,3 +71,40 @@ def _computes_shapes(node: Any, graph: Any) -> bool:
         return True
     infos = [graph.value_infos.get(o) for o in node.outputs if o]
     return bool(infos) and all(i is not None and i.dtype == np.dtype(np.int64) for i in infos)
+
+
+def run_until_captured(ep: Ep | None, run_options: Any, run_once: Callable[[], list]) -> list:
+    """``run_once()``, repeated while ``ep`` (the session's capturing EP) has not captured the run's
+    graph: onnxruntime's "another run for necessary memory allocation or graph capture"."""
+    outputs = run_once()
+    gid = graph_annotation_id(run_options) if ep is not None else SKIP
+    runs = 1
+    while gid != SKIP and not ep.is_graph_captured(gid):
+        if runs == MAX_CAPTURE_RUNS:
+            logger.warning("%s: graph %d not captured after %d runs; running without capture", ep.name, gid, runs)
+            break
+        logger.info("Start another run for necessary memory allocation or graph capture.")
+        outputs = run_once()
+        runs += 1
+    return outputs
+
+
+def replay_if_captured(ep: Ep | None, run_options: Any) -> bool:
+    """Replay the run's graph if ``ep`` captured it; False when the run must execute."""
+    if ep is None:
+        return False
+    gid = graph_annotation_id(run_options)
+    if gid == SKIP or not ep.is_graph_captured(gid):
+        return False
+    logger.info("Replaying the captured %s graph %d", ep.name, gid)
+    ep.replay_graph(gid)
+    return True
+
+
+def check_run_api(ep: Ep | None, run_options: Any) -> None:
+    """``run`` (not ``run_with_iobinding``) with a capturing EP: refused unless the run opts out, as
+    onnxruntime's Python API refuses it."""
+    if ep is not None and graph_annotation_id(run_options) != SKIP:
+        raise InvalidArgument(
+            f"{ep.name} captures the graph: graph capture requires fixed device OrtValues and run_with_iobinding. Set "
+            f"the '{GRAPH_ID_KEY}' run option to {SKIP} to opt a single run out of capture.")

@@ -25,7 +25,7 @@ from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, ModelLoadCanceled,
 from onnxhal.runtime.custom_ops import custom_ops, session_factories
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
-from onnxhal.runtime.graph_capture import GRAPH_ID_KEY, MAX_CAPTURE_RUNS, SKIP, capturing_ep, graph_annotation_id
+from onnxhal.runtime.graph_capture import capturing_ep, check_run_api, replay_if_captured, run_until_captured
 from onnxhal.runtime.input_checks import check_feeds
 from onnxhal.runtime.layout_transform import transform_layout
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, LEVELS, log_scope, set_process_level
@@ -558,18 +558,8 @@ class InferenceSession:
     def _run_capturing(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None,
                        fetch: list[int] | None, output_devices: list | None) -> list:
         """A run; with a graph-capturing EP, repeated until the EP has captured the run's graph."""
-        outputs = self._run_once(core, feeds, run_options, fetch, output_devices)
-        ep = core.capture_ep
-        gid = graph_annotation_id(run_options) if ep is not None else SKIP
-        runs = 1
-        while gid != SKIP and not ep.is_graph_captured(gid):
-            if runs == MAX_CAPTURE_RUNS:
-                logger.warning("%s: graph %d not captured after %d runs; running without capture", ep.name, gid, runs)
-                break
-            logger.info("Start another run for necessary memory allocation or graph capture.")
-            outputs = self._run_once(core, feeds, run_options, fetch, output_devices)
-            runs += 1
-        return outputs
+        return run_until_captured(core.capture_ep, run_options,
+                                  lambda: self._run_once(core, feeds, run_options, fetch, output_devices))
 
     def _run_once(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
                   output_devices: list | None) -> list:
@@ -599,22 +589,10 @@ class InferenceSession:
 
     def _replay(self, run_options: RunOptions | None) -> bool:
         """Replay the run's captured graph, if it is captured (for ``run_with_iobinding``)."""
-        ep = self._core.capture_ep
-        if ep is None:
-            return False
-        gid = graph_annotation_id(run_options)
-        if gid == SKIP or not ep.is_graph_captured(gid):
-            return False
-        logger.info("Replaying the captured %s graph %d", ep.name, gid)
-        ep.replay_graph(gid)
-        return True
+        return replay_if_captured(self._core.capture_ep, run_options)
 
     def _check_graph_capture_run_api(self, run_options: RunOptions | None) -> None:
-        if self._core.capture_ep is not None and graph_annotation_id(run_options) != SKIP:
-            raise InvalidArgument(
-                f"{self._core.capture_ep.name} captures the graph: graph capture requires fixed device OrtValues and "
-                f"run_with_iobinding. Set the '{GRAPH_ID_KEY}' run option to {SKIP} to opt a single run out of "
-                "capture.")
+        check_run_api(self._core.capture_ep, run_options)
 
     def _failover(self, core: _SessionCore, failed_ep: str, reason: str) -> None:
         """``session.ep_failover`` = "1": re-partition onto the EPs that are left, for good."""

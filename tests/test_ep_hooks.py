@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -219,12 +218,11 @@ def test_concurrent_runs_overlap_when_the_ep_allows_them(hook):
         s.run(None, {"x": X})
 
     threads = [threading.Thread(target=run) for _ in range(4)]
-    t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert hook.ACTIVE["max"] > 1 and time.perf_counter() - t0 < 0.19  # 4 x 50 ms would take 0.2 s serialized
+    assert hook.ACTIVE["max"] > 1  # two runs were inside the EP's kernel at once (each stays there 50 ms)
 
 
 def test_the_eps_profiler_events_join_the_trace(hook, tmp_path):

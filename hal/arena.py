@@ -18,7 +18,7 @@ and the request retried once before ``OutOfMemory``.
 from __future__ import annotations
 
 from onnxhal.hal.allocator import Allocator
-from onnxhal.hal.errors import InvalidArgument, OutOfMemory
+from onnxhal.hal.errors import Fail, InvalidArgument, OutOfMemory
 
 NEXT_POWER_OF_TWO = "kNextPowerOfTwo"
 SAME_AS_REQUESTED = "kSameAsRequested"
@@ -128,3 +128,59 @@ class ArenaAllocator(Allocator):
     def pooled_bytes(self) -> int:
         with self._lock:
             return sum(c * len(b) for c, b in self._pools.items())
+
+
+_ARENA_CFG_KEYS = ("max_mem", "arena_extend_strategy", "initial_chunk_size_bytes", "max_dead_bytes_per_chunk",
+                   "initial_growth_chunk_size_bytes", "max_power_of_two_extend_bytes")
+# onnxruntime's ArenaExtendStrategy numbers; -1 is "the default" (kNextPowerOfTwo).
+_STRATEGY_OF_NUMBER = {-1: NEXT_POWER_OF_TWO, 0: NEXT_POWER_OF_TWO, 1: SAME_AS_REQUESTED}
+
+
+class OrtArenaCfg:
+    """onnxruntime's arena configuration: ``OrtArenaCfg(max_mem, arena_extend_strategy,
+    initial_chunk_size_bytes, max_dead_bytes_per_chunk)`` or ``OrtArenaCfg({key: int})`` with any of
+    those keys and ``initial_growth_chunk_size_bytes``, ``max_power_of_two_extend_bytes``. -1 means
+    "the default"; ``max_mem`` 0 means no limit.
+
+    ``ArenaAllocator`` uses ``max_mem`` (its limit) and ``arena_extend_strategy`` (0
+    kNextPowerOfTwo, 1 kSameAsRequested); the chunk sizes tune ORT's BFC arena, which splits chunks,
+    and are kept but not used here (this arena never splits a device buffer).
+    """
+
+    __slots__ = _ARENA_CFG_KEYS
+
+    def __init__(self, *args: object) -> None:
+        values = dict.fromkeys(_ARENA_CFG_KEYS, -1)
+        values["max_mem"] = 0
+        if len(args) == 1 and isinstance(args[0], dict):
+            for key, value in args[0].items():
+                if key not in _ARENA_CFG_KEYS:
+                    # onnxruntime's words, plus the keys it would take
+                    raise Fail(f"Invalid OrtArenaCfg option: {key}. Valid options: {list(_ARENA_CFG_KEYS)}")
+                values[key] = value
+        elif len(args) == 4:
+            values.update(zip(_ARENA_CFG_KEYS[:4], args))
+        else:
+            raise TypeError("OrtArenaCfg(max_mem, arena_extend_strategy, initial_chunk_size_bytes, "
+                            f"max_dead_bytes_per_chunk) or OrtArenaCfg(dict): got {len(args)} arguments")
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def __setattr__(self, key: str, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgument(f"OrtArenaCfg.{key} must be an int, got {value!r}")
+        if key == "max_mem" and value < 0:
+            raise InvalidArgument(f"OrtArenaCfg.max_mem is a byte count (0: no limit), got {value}")
+        object.__setattr__(self, key, int(value))
+
+    @property
+    def strategy(self) -> str:
+        """``arena_extend_strategy`` as ``ArenaAllocator``'s strategy name."""
+        name = _STRATEGY_OF_NUMBER.get(self.arena_extend_strategy)
+        if name is None:
+            raise InvalidArgument(f"OrtArenaCfg.arena_extend_strategy {self.arena_extend_strategy} is not -1 "
+                                  "(default), 0 (kNextPowerOfTwo) or 1 (kSameAsRequested)")
+        return name
+
+    def __repr__(self) -> str:
+        return "OrtArenaCfg(" + ", ".join(f"{k}={getattr(self, k)}" for k in _ARENA_CFG_KEYS) + ")"

@@ -12,12 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from onnxhal.hal.enums import OrtCompiledModelCompatibility, OrtEpDataLayout
+from onnxhal.hal.enums import OrtCompiledModelCompatibility, OrtEpDataLayout, OrtGraphCaptureNodeAssignmentPolicy
+from onnxhal.hal.ep_profiler import EpProfiler
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph, Node
 
 if TYPE_CHECKING:
     from onnxhal.hal.allocator import Allocator
+    from onnxhal.hal.custom_op import CustomOpDomain
     from onnxhal.hal.data_transfer import DataTransfer
     from onnxhal.hal.ep_device import OrtEpDevice
     from onnxhal.hal.hardware_device import OrtHardwareDevice
@@ -196,6 +198,55 @@ class Ep:
         (``node`` None, ``ep_name`` ""); return {} for steps that are not yours."""
         return {}
 
+    # -- members onnxruntime added in 1.24 and later; each default is what onnxruntime assumes
+    # when an EP leaves the member NULL ------------------------------------------------------------
+    def is_concurrent_run_supported(self) -> bool:
+        """False makes the session run one ``run`` at a time (onnxruntime then takes a session lock)."""
+        return True
+
+    def sync(self) -> None:
+        """Wait until the EP's queued device work is done. Called at the end of every run (unless
+        the run config entry ``disable_synchronize_execution_providers`` is "1") and by
+        ``IOBinding.synchronize_inputs/outputs``."""
+
+    def create_profiler(self) -> EpProfiler | None:
+        """An ``EpProfiler`` whose events go into the session's trace; called once per session that
+        profiles. None: the EP adds none (``profiling_step_args`` still applies)."""
+        return None
+
+    def on_session_initialization_end(self) -> None:
+        """Called once the session is built (partitioned, compiled, memory planned), before any run."""
+
+    def get_default_memory_device(self) -> OrtMemoryDevice | None:
+        """The memory device the EP's values live in, one of those its EP devices declared; None:
+        the DEFAULT memory of its EP devices (host memory if they declared none)."""
+        return None
+
+    def get_available_resource(self) -> int | None:
+        """Bytes of device memory still free for this session's partitions (onnxruntime's
+        ``GetAvailableResource``, for resource-aware partitioning); None: not known."""
+        return None
+
+    # Graph capture (CUDA graphs, WebGPU): the EP records the run and replays it.
+    def is_graph_capture_enabled(self) -> bool:
+        return False
+
+    def is_graph_captured(self, graph_annotation_id: int) -> bool:
+        """Whether the runs annotated ``graph_annotation_id`` (run config ``gpu_graph_id``) are
+        captured; the session replays instead of running then."""
+        return False
+
+    def replay_graph(self, graph_annotation_id: int) -> None:
+        """Run the captured graph again, on the inputs and outputs bound when it was captured."""
+        raise NotImplementedError(f"{self.name} says its graph {graph_annotation_id} is captured but does not "
+                                  "implement replay_graph()")
+
+    def get_graph_capture_node_assignment_policy(self) -> OrtGraphCaptureNodeAssignmentPolicy:
+        return OrtGraphCaptureNodeAssignmentPolicy.ALL_NODES_ON_EP
+
+    def release_captured_graph(self, graph_annotation_id: int) -> None:
+        """Forget the capture of ``graph_annotation_id`` (``InferenceSession.release_captured_graph``)."""
+
     def release(self) -> None:
         """Called when the session ends, after every NodeComputeInfo was released."""
 
@@ -237,8 +288,17 @@ class EpFactory:
 
     def validate_compiled_model_compatibility_info(self, devices: Sequence[OrtHardwareDevice],
                                                    info: str) -> OrtCompiledModelCompatibility:
-        return OrtCompiledModelCompatibility.NOT_APPLICABLE
+        """What ``info`` (a compiled model's ``ep_compatibility_info.<EP>``, written by
+        ``Ep.get_compiled_model_compatibility_info``) means on ``devices``. Called at session creation
+        and by ``get_model_compatibility_for_ep_devices``."""
+        return OrtCompiledModelCompatibility.EP_NOT_APPLICABLE
 
-    def get_hardware_device_incompatibility_details(self, device: OrtHardwareDevice) -> tuple[int, str]:
-        """(reasons bitmask, notes); (0, "") means compatible."""
+    def get_custom_op_domains(self) -> Sequence[CustomOpDomain]:
+        """Custom operators this library brings (``hal.CustomOpDomain``); a session that uses this
+        factory's EP, or selects EPs by policy, can run them."""
+        return []
+
+    def get_hardware_device_incompatibility_details(self, device: OrtHardwareDevice) -> tuple:
+        """(reasons bitmask of ``OrtDeviceEpIncompatibilityReason``, notes) or (bitmask, notes,
+        error code); (0, "") means compatible. Called by ``get_hardware_device_ep_incompatibility_details``."""
         return 0, ""

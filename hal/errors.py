@@ -24,6 +24,11 @@ class InvalidArgument(OrtError, ValueError):
     code = "INVALID_ARGUMENT"
 
 
+class RuntimeInvalidArgument(InvalidArgument, RuntimeError):
+    """An invalid argument that onnxruntime reports as a plain ``RuntimeError`` (an unknown config
+    key, an unknown provider in ``set_providers``): code that catches either still catches it."""
+
+
 class NoSuchFile(OrtError, FileNotFoundError):
     code = "NO_SUCHFILE"
 
@@ -67,7 +72,7 @@ class OutOfMemory(RuntimeException, MemoryError):
 
 
 __all__ = [
-    "OrtError", "Fail", "InvalidArgument", "NoSuchFile", "NoModel", "InvalidProtobuf",
+    "OrtError", "Fail", "InvalidArgument", "RuntimeInvalidArgument", "NoSuchFile", "NoModel", "InvalidProtobuf",
     "InvalidGraph", "ModelLoaded", "NotImplemented", "EPFail", "RuntimeException", "OutOfMemory",
     "ModelLoadCanceled",
 ]

@@ -39,16 +39,20 @@ class OrtMemoryDevice:
                 f"(vendor 0x{self.vendor_id:x})")
 
 
-# Names ORT's OrtMemoryInfo(name, ...) constructor accepts, with the device they describe.
+_DEFAULT, _HOST_ACCESSIBLE = OrtDeviceMemoryType.DEFAULT, OrtDeviceMemoryType.HOST_ACCESSIBLE
+# Names ORT's OrtMemoryInfo(name, ...) constructor accepts, with the device they describe. Pinned
+# memory is the GPU's HOST_ACCESSIBLE memory (onnxruntime 1.23 on: OrtDevice(GPU, HOST_ACCESSIBLE,
+# NVIDIA)), so a copy between it and the CUDA device is a device-to-device one. onnxruntime 1.32
+# refuses "CpuPinned", "Dml" and "OpenVINO_CPU"; earlier versions took them, and so does onnxhal.
 _LEGACY_NAMES = {
-    "Cpu": (OrtMemoryInfoDeviceType.CPU, 0),
-    "CpuPinned": (OrtMemoryInfoDeviceType.CPU, 0),
-    "Cuda": (OrtMemoryInfoDeviceType.GPU, 0x10DE),
-    "CudaPinned": (OrtMemoryInfoDeviceType.CPU, 0x10DE),
-    "Dml": (OrtMemoryInfoDeviceType.GPU, 0x1414),
-    "OpenVINO_CPU": (OrtMemoryInfoDeviceType.CPU, 0x8086),
-    "OpenVINO_GPU": (OrtMemoryInfoDeviceType.GPU, 0x8086),
-    "WebGPU_Buffer": (OrtMemoryInfoDeviceType.GPU, 0),
+    "Cpu": (OrtMemoryInfoDeviceType.CPU, 0, _DEFAULT),
+    "CpuPinned": (OrtMemoryInfoDeviceType.CPU, 0, _DEFAULT),
+    "Cuda": (OrtMemoryInfoDeviceType.GPU, 0x10DE, _DEFAULT),
+    "CudaPinned": (OrtMemoryInfoDeviceType.GPU, 0x10DE, _HOST_ACCESSIBLE),
+    "Dml": (OrtMemoryInfoDeviceType.GPU, 0x1414, _DEFAULT),
+    "OpenVINO_CPU": (OrtMemoryInfoDeviceType.CPU, 0x8086, _DEFAULT),
+    "OpenVINO_GPU": (OrtMemoryInfoDeviceType.GPU, 0x8086, _DEFAULT),
+    "WebGPU_Buffer": (OrtMemoryInfoDeviceType.GPU, 0, _DEFAULT),
 }
 
 
@@ -68,8 +72,8 @@ class OrtMemoryInfo:
             raise InvalidArgument(
                 f"OrtMemoryInfo name {name!r}: Specified device is not supported. "
                 f"Try CreateMemoryInfo_V2 (OrtMemoryInfo.create_v2); known names: {sorted(_LEGACY_NAMES)}")
-        dev_type, vendor = _LEGACY_NAMES[name]
-        self._init(name, dev_type, vendor, id, OrtDeviceMemoryType.DEFAULT, 0,
+        dev_type, vendor, device_mem_type = _LEGACY_NAMES[name]
+        self._init(name, dev_type, vendor, id, device_mem_type, 0,
                    OrtAllocatorType(alloc_type), OrtMemType(mem_type))
 
     def _init(self, name, dev_type, vendor_id, device_id, device_mem_type, alignment, alloc_type,

@@ -19,22 +19,34 @@ prepare_opencl_environment()
 
 __version__ = "0.1.0"
 
-_HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType",
-        "OrtCompiledModelCompatibility", "OrtDeviceMemoryType", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
-        "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSyncStream")
+_HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags",
+        "OrtCompiledModelCompatibility", "OrtDevice", "OrtDeviceEpIncompatibilityReason", "OrtDeviceMemoryType",
+        "OrtDeviceVendorId", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
+        "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSparseFormat", "OrtSyncStream")
 _LAZY: dict[str, str] = {name: "onnxhal.hal" for name in _HAL}
 _LAZY.update({name: "onnxhal.runtime.environment" for name in (
     "get_all_providers", "get_available_providers", "get_device", "get_ep_devices", "get_hardware_devices",
     "get_version_string",
     "register_execution_provider_library", "unregister_execution_provider_library")})
 _LAZY.update({name: "onnxhal.runtime.ortvalue" for name in ("IOBinding", "OrtValue", "copy_tensors")})
+_LAZY.update({name: "onnxhal.runtime.compatibility" for name in (
+    "get_compatibility_info_from_model", "get_compatibility_info_from_model_bytes",
+    "get_hardware_device_ep_incompatibility_details", "get_model_compatibility_for_ep_devices")})
+_LAZY["OrtValueVector"] = "onnxhal.runtime.ortvalue_vector"
+_LAZY["SparseTensor"] = "onnxhal.runtime.sparse_tensor"
+_LAZY.update({name: "onnxhal.runtime.env_allocators" for name in (
+    "create_and_register_allocator", "create_and_register_allocator_v2")})
 _LAZY.update({name: "onnxhal.runtime.session" for name in (
     "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph",
     "set_default_logger_severity")})
 _LAZY.update({name: "onnxhal.runtime.session_options" for name in ("RunOptions", "SessionOptions")})
 _LAZY["set_seed"] = "onnxhal.runtime.providers.cpu.kernels.random_ops"
-_LAZY.update({"ModelCompiler": "onnxhal.simulators.ep_context", "OrtCompileApiFlags": "onnxhal.simulators.ep_context"})
-_SUBMODULES = ("errors", "hal")
+_LAZY.update({name: "onnxhal.runtime.model_compiler" for name in ("ModelCompiler", "OrtExternalInitializerInfo")})
+_LAZY.update({name: "onnxhal.runtime.ep_context_model" for name in ("OrtEpContextData", "OrtEpContextDataBuffer")})
+_LAZY.update({name: "onnxhal.runtime.process_settings" for name in (
+    "disable_telemetry_events", "enable_telemetry_events", "get_build_info", "has_collective_ops",
+    "set_default_logger_callback", "set_default_logger_verbosity", "set_global_thread_pool_sizes")})
+_SUBMODULES = ("capi", "errors", "hal")
 
 __all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])
 

@@ -37,9 +37,36 @@ def check_feeds(feed: Mapping[str, Any], infos: Mapping[str, ValueInfo], require
     return out
 
 
+def _decode(name: str, item: Any) -> Any:
+    if isinstance(item, (bytes, np.bytes_, np.void)):
+        try:
+            return bytes(item).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidArgument(f"input {name!r}: a string element is not UTF-8 ({e}); ONNX strings are UTF-8 text. "
+                                  "Decode it yourself, or pass str values.") from None
+    return item
+
+
+def _as_strings(name: str, value: Any) -> Any:
+    """A string input given as onnxruntime takes it: a (nested) list of str or bytes, or a bytes
+    (``S``) or void (``V``) array, as an object array of str. Bytes are decoded as UTF-8 (onnxruntime
+    turns a list's bytes into their repr, "b'a'", and reads an ``S`` array's elements past their end)."""
+    if isinstance(value, list):
+        arr = np.empty(np.shape(np.array(value, dtype=object)), dtype=object)
+        flat = np.array(value, dtype=object).reshape(-1)
+        arr.reshape(-1)[:] = [_decode(name, v) for v in flat]
+        return arr
+    if isinstance(value, np.ndarray) and value.dtype.kind in "SV":
+        return np.vectorize(lambda v: _decode(name, v), otypes=[object])(value) if value.size else \
+            np.empty(value.shape, dtype=object)
+    return value
+
+
 def _check_one(name: str, value: Any, info: ValueInfo) -> Any:
     if not info.is_tensor:
         return value  # sequences, maps and optionals are passed through; kernels check them
+    if info.dtype == np.dtype(object):
+        value = _as_strings(name, value)
     if isinstance(value, DeviceTensor):
         got_dtype, got_shape = value.dtype, value.shape
     else:
@@ -47,7 +74,8 @@ def _check_one(name: str, value: Any, info: ValueInfo) -> Any:
             if isinstance(value, (list, tuple, int, float, bool, str, np.generic)):
                 raise InvalidArgument(
                     f"input {name!r} expects a numpy array of {_describe(info.dtype, info.shape)}, got "
-                    f"{type(value).__name__}. Wrap it: np.asarray(value, dtype=np.{info.dtype}).")
+                    f"{type(value).__name__}. Wrap it: np.asarray(value, dtype="
+                    f"{'object' if info.dtype == np.dtype(object) else 'np.' + str(info.dtype)}).")
             raise InvalidArgument(f"input {name!r}: unsupported value of type {type(value).__name__}; pass a numpy "
                                   "array or an OrtValue")
         got_dtype, got_shape = value.dtype, value.shape

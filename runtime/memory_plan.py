@@ -31,6 +31,7 @@ from onnxhal.hal import (
 from onnxhal.hal.enums import OrtDeviceMemoryType
 from onnxhal.hal.errors import Fail, InvalidArgument
 from onnxhal.hal.memory_info import CPU_MEMORY_INFO, HOST_MEMORY_DEVICE, OrtMemoryDevice, OrtMemoryInfo
+from onnxhal.runtime.shared_memory import registered_allocator
 
 
 def _maybe_arena(ep_name: str, alloc: Allocator, info: OrtMemoryInfo, options: dict[str, str]) -> Allocator:
@@ -56,7 +57,12 @@ def memory_device_of(value: Any) -> OrtMemoryDevice:
 
 
 class MemoryContext:
-    def __init__(self) -> None:
+    """``use_env_allocators``: take the allocator the application registered with
+    ``create_and_register_allocator(_v2)`` for a device, where there is one, instead of the EP's
+    (onnxruntime's ``session.use_env_allocators``)."""
+
+    def __init__(self, use_env_allocators: bool = False) -> None:
+        self._use_env_allocators = use_env_allocators
         self._ep_device: dict[str, OrtMemoryDevice] = {}
         self._ep_info: dict[str, OrtMemoryInfo] = {}
         self._infos: dict[OrtMemoryDevice, OrtMemoryInfo] = {}
@@ -73,11 +79,19 @@ class MemoryContext:
         EP's provider options: ``arena_extend_strategy`` (kNextPowerOfTwo, kSameAsRequested or
         none) and ``arena_memory_limit`` (bytes) put an arena over the device allocator."""
         options = options or {}
-        info = devices[0].memory_info(OrtDeviceMemoryType.DEFAULT) if devices else None
+        chosen = ep.get_default_memory_device()
+        if chosen is not None:  # the EP names its memory (onnxruntime's OrtEp::GetDefaultMemoryDevice)
+            info = next((m for d in devices for m in d.memory_infos() if m.memory_device == chosen), None)
+            if info is None and not chosen.is_host:
+                declared = sorted({str(m.memory_device) for d in devices for m in d.memory_infos()})
+                raise Fail(f"{ep_name}.get_default_memory_device() returned {chosen}, which its EP devices do not "
+                           f"declare (they declare {declared or 'none'}); add it with ep_device_add_allocator_info")
+        else:
+            info = devices[0].memory_info(OrtDeviceMemoryType.DEFAULT) if devices else None
         if info is None or info.is_host:
             self._ep_device[ep_name] = HOST_MEMORY_DEVICE
         else:
-            for d in devices[1:]:
+            for d in devices[1:] if chosen is None else ():
                 other = d.memory_info(OrtDeviceMemoryType.DEFAULT)
                 if other is None or other.memory_device != info.memory_device:
                     raise Fail(f"{ep_name}: the selected EP devices declare different DEFAULT memory "
@@ -87,6 +101,9 @@ class MemoryContext:
             self._ep_device[ep_name] = dev
             self._ep_info[ep_name] = info
             self._infos[dev] = info
+            env_alloc = registered_allocator(dev) if self._use_env_allocators else None
+            if env_alloc is not None:
+                self._allocators[dev] = env_alloc
             if dev not in self._allocators:
                 alloc = ep.create_allocator(info) or factory.create_allocator(info)
                 if alloc is None:

@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
+from onnxhal.runtime.ep_context_model import ReadFunc, resolve_external_contexts
 from onnxhal.runtime.model_overrides import override_free_dimensions
 
 
@@ -169,11 +170,14 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
 
 def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
                free_dimensions: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
-               external: tuple[Mapping[str, np.ndarray], Mapping[str, memoryview]] = ({}, {})) -> LoadedModel:
+               external: tuple[Mapping[str, np.ndarray], Mapping[str, memoryview]] = ({}, {}),
+               ep_context_read: tuple[ReadFunc, int] | None = None) -> LoadedModel:
     """``free_dimensions``: ({dim name: size}, {lower-case denotation: size}) to fix in the
     main graph's inputs before shape inference (``model_overrides.override_free_dimensions``).
-    ``external``: as ``read_model``."""
+    ``external``: as ``read_model``. ``ep_context_read``: where EPContext nodes that keep their
+    data outside the model find it (``ep_context_model.resolve_external_contexts``)."""
     proto, path = read_model(model, external)
+    proto = resolve_external_contexts(proto, path, ep_context_read)
     if free_dimensions is not None:
         proto = override_free_dimensions(proto, *free_dimensions)
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}

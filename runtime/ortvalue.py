@@ -8,6 +8,7 @@ from the factory that declared the memory); copies go through the registered dat
 from __future__ import annotations
 
 import ctypes
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,9 +16,11 @@ import numpy as np
 import onnx
 
 from onnxhal.hal import DeviceTensor, OrtMemoryInfo, SyncStream
-from onnxhal.hal.errors import Fail, InvalidArgument
+from onnxhal.hal.errors import Fail, InvalidArgument, RuntimeInvalidArgument
 from onnxhal.hal.graph import elem_type_name
+from onnxhal.runtime.dlpack import dlpack_device, from_dlpack, to_dlpack
 from onnxhal.runtime.shared_memory import copy_values, device_memory_info, shared_allocator
+from onnxhal.runtime.sparse_tensor import SparseTensor
 
 
 def _elem_type_of(dtype: np.dtype) -> int:
@@ -57,6 +60,9 @@ class OrtValue:
         dtype = np.dtype(element_type) if not isinstance(element_type, int) else \
             np.dtype(onnx.helper.tensor_dtype_to_np_dtype(element_type))
         shape = tuple(int(d) for d in shape)
+        if memory_info is not None and (device_type != "cpu" or device_id != 0 or vendor_id != -1):
+            warnings.warn("device_type, device_id, and vendor_id are ignored when memory_info is provided.",
+                          stacklevel=2)
         if memory_info is None and not _is_host(device_type, vendor_id):
             memory_info = device_memory_info(device_type, device_id, vendor_id)
         if memory_info is None or memory_info.is_host:
@@ -77,16 +83,39 @@ class OrtValue:
             return out
         if isinstance(v, np.ndarray):
             return v
-        raise InvalidArgument(f"numpy() is for tensors; this OrtValue holds a {type(v).__name__}")
+        # a RuntimeError too, as onnxruntime's ("Only OrtValues that are Tensors are currently supported")
+        raise RuntimeInvalidArgument(f"numpy() is for tensors; this OrtValue holds a {type(v).__name__}"
+                                     + (": use as_sparse_tensor()" if isinstance(v, SparseTensor) else ""))
 
     def shape(self) -> list[int]:
-        return list(self._value.shape)
+        v = self._value
+        return v.dense_shape() if isinstance(v, SparseTensor) else list(v.shape)
 
     def data_type(self) -> str:
+        if isinstance(self._value, SparseTensor):
+            return self._value.data_type()
         return f"tensor({elem_type_name(self.element_type())})" if self.is_tensor() else "seq"
 
     def element_type(self) -> int:
+        if isinstance(self._value, SparseTensor):
+            return self._value.element_type()
         return _elem_type_of(self._value.dtype)
+
+    # -- sparse tensors -------------------------------------------------------------------------
+    @classmethod
+    def ort_value_from_sparse_tensor(cls, sparse_tensor: SparseTensor) -> OrtValue:
+        if not isinstance(sparse_tensor, SparseTensor):
+            raise TypeError(f"ort_value_from_sparse_tensor expects a SparseTensor, got {type(sparse_tensor).__name__}")
+        return cls(sparse_tensor)
+
+    def is_sparse_tensor(self) -> bool:
+        return isinstance(self._value, SparseTensor)
+
+    def as_sparse_tensor(self) -> SparseTensor:
+        if not isinstance(self._value, SparseTensor):
+            raise RuntimeInvalidArgument(f"This OrtValue does not contain SparseTensor: it holds "
+                                         f"{self.data_type()}; make one with OrtValue.ort_value_from_sparse_tensor")
+        return self._value
 
     def device_name(self) -> str:
         v = self._value
@@ -122,24 +151,103 @@ class OrtValue:
     def has_value(self) -> bool:
         return self._value is not None
 
-    def update_inplace(self, np_arr: np.ndarray) -> None:
-        arr = np.ascontiguousarray(np_arr)
+    def update_inplace(self, data: np.ndarray | OrtValue) -> None:
+        """Copy ``data`` (a numpy array, or another OrtValue: device to device where a data transfer
+        can) into this tensor's memory, which keeps its address. The shape and dtype must match
+        (onnxruntime checks only the byte count: it takes another shape of the same size, and
+        reinterprets the bytes of another dtype)."""
         v = self._value
-        if isinstance(v, DeviceTensor):
-            if tuple(arr.shape) != v.shape or arr.dtype != v.dtype:
-                raise InvalidArgument(f"update_inplace: value is {v.dtype} {list(v.shape)}, got {arr.dtype} "
-                                      f"{list(arr.shape)}")
-            copy_values([arr], [v], None)
-        elif isinstance(v, np.ndarray):
-            if arr.shape != v.shape or arr.dtype != v.dtype:
-                raise InvalidArgument(f"update_inplace: value is {v.dtype} {list(v.shape)}, got {arr.dtype} "
-                                      f"{list(arr.shape)}")
-            np.copyto(v, arr)
+        if isinstance(data, OrtValue):
+            src = data._value
+        elif isinstance(data, np.ndarray):
+            src = np.ascontiguousarray(data)
         else:
-            raise InvalidArgument("update_inplace is for tensors")
+            raise TypeError(f"data must be a numpy.ndarray or an OrtValue, got {type(data).__name__}")
+        if not isinstance(v, (np.ndarray, DeviceTensor)) or not isinstance(src, (np.ndarray, DeviceTensor)):
+            raise InvalidArgument(f"update_inplace is for tensors; this OrtValue holds {type(v).__name__}, the data "
+                                  f"{type(src).__name__}")
+        if tuple(src.shape) != tuple(v.shape):
+            # a RuntimeError as onnxruntime's; onnxruntime checks only the element count
+            raise RuntimeInvalidArgument(
+                f"update_inplace: The input size of numpy arrays does not match the size of the OrtValue: the value "
+                f"is {v.dtype} {list(v.shape)}, the data {src.dtype} {list(src.shape)}; reshape the data first")
+        if np.dtype(src.dtype) != np.dtype(v.dtype):
+            raise InvalidArgument(f"update_inplace: the value is {v.dtype} {list(v.shape)}, the data {src.dtype}: "
+                                  f"convert it first (.astype(np.{v.dtype}))")
+        if isinstance(v, DeviceTensor) or isinstance(src, DeviceTensor):
+            copy_values([src], [v], None)
+        else:
+            np.copyto(v, src)
+
+    # -- numpy and DLPack interchange (host tensors share memory, no copy) ----------------------
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """``numpy.asarray(ortvalue)``: the host array itself (a device tensor is copied out), as
+        onnxruntime's ``__array__``: cast only for another ``dtype``, copied when ``copy`` is True."""
+        arr = self.numpy()
+        if copy is not None:
+            return np.array(arr, dtype=dtype, copy=copy)
+        return arr if dtype is None else np.asarray(arr, dtype=dtype)
+
+    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+        """A DLPack capsule sharing this host tensor's memory (``numpy.from_dlpack(v)``,
+        ``torch.from_dlpack(v)``); the OrtValue must outlive the consumer's tensor."""
+        return to_dlpack(self._value, stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack_device(self._value)
+
+    def to_dlpack(self) -> Any:
+        """The capsule of ``__dlpack__`` (onnxruntime's C ``OrtValue.to_dlpack``)."""
+        return to_dlpack(self._value)
+
+    @classmethod
+    def from_dlpack(cls, data: Any, /) -> OrtValue:
+        """An OrtValue sharing the memory of a host tensor that implements DLPack (a numpy array, a
+        CPU torch tensor) or of a DLPack capsule. No copy: changes show on both sides."""
+        return cls(from_dlpack(data))
+
+    # -- onnxruntime's wrapper keeps its C object in ``_ortvalue``; code that reaches for it
+    # (OrtValueVector.push_back(v._ortvalue)) gets the one object there is here.
+    @property
+    def _ortvalue(self) -> OrtValue:
+        return self
+
+    def _get_c_value(self) -> OrtValue:
+        return self
 
     def __repr__(self) -> str:
         return f"OrtValue({self._value!r})"
+
+
+def session_ortvalue(memory: Any, shape: Sequence[int], element_type: Any, device_type: str, device_id: int = 0,
+                     vendor_id: int = -1) -> OrtValue:
+    """``InferenceSession.create_ortvalue_from_shape_and_type``: a tensor allocated by the allocator
+    ``memory`` (a session's MemoryContext) has for that device; host memory for "cpu"."""
+    from onnxhal.hal.ort_device import OrtDevice
+
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(element_type) if isinstance(element_type, int)
+                     else element_type)
+    if dtype.kind in "OUSV":
+        raise Fail(f"Creation of OrtValues is currently only supported for numeric tensor types, got {dtype}")
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise Fail(f"create_ortvalue_from_shape_and_type: shape {list(dims)}: Tensor shape.Size() must be >= 0")
+    try:
+        dev = OrtDevice.make(device_type, device_id, vendor_id).memory_device
+    except InvalidArgument as unsupported:
+        # onnxhal also takes a declared memory's name ("opencl"), as ortvalue_from_numpy does
+        try:
+            dev = device_memory_info(device_type, device_id, vendor_id).memory_device
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{unsupported}; nor is it a declared memory: {e}") from None
+    if dev.is_host:
+        return OrtValue(np.zeros(dims, dtype=dtype))
+    alloc = memory.allocator(dev)
+    if alloc is None:
+        raise Fail(f"No session allocator found for {dev} (device_type={device_type!r}, device_id={device_id}, "
+                   f"vendor_id={vendor_id}): no EP of this session uses that memory. Use a device of "
+                   "get_input_memory_infos(), or OrtValue.ortvalue_from_shape_and_type for a shared allocator.")
+    return OrtValue(DeviceTensor.allocate(dims, dtype, alloc))
 
 
 def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: SyncStream | None = None) -> None:
@@ -229,10 +337,15 @@ class IOBinding:
         self._results = []
 
     def synchronize_inputs(self) -> None:
-        pass  # copies of bound inputs complete before run_with_iobinding's kernels read them
+        # copies of bound inputs complete before run_with_iobinding's kernels read them; the EPs'
+        # own queued work is waited for as onnxruntime does here (Ep.sync)
+        for ep in self._session._core.eps.values():
+            ep.sync()
 
     def synchronize_outputs(self) -> None:
         self._session.memory.synchronize()
+        for ep in self._session._core.eps.values():
+            ep.sync()
 
     def get_outputs(self) -> list[OrtValue]:
         return list(self._results)
@@ -242,7 +355,9 @@ class IOBinding:
         return list(self._results)
 
     def copy_outputs_to_cpu(self) -> list:
-        return [r.numpy() if r.is_tensor() else r._value for r in self._results]
+        """Copies, as onnxruntime's: changing them leaves the bound outputs as they are."""
+        return [(r.numpy().copy() if isinstance(r._value, np.ndarray) else r.numpy()) if r.is_tensor() else r._value
+                for r in self._results]
 
     def _run(self, session: Any, run_options: Any) -> None:
         names = [o.name for o in session.get_outputs()]
@@ -250,7 +365,15 @@ class IOBinding:
         for n in wanted:
             if n not in names:
                 raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {names}.")
-        results = session.run(None, self._inputs, run_options) if not any(
+        if session._replay(run_options):
+            # the EP replayed its captured graph into the buffers bound when it captured
+            unbound = [n for n in wanted if not isinstance(self._outputs.get(n), OrtValue)]
+            if unbound:
+                raise InvalidArgument(f"graph replay writes the outputs bound at capture, but {unbound} are not bound "
+                                      "to OrtValues: bind them with bind_ortvalue_output before capturing")
+            self._results = [self._outputs[n] for n in wanted]
+            return
+        results = session._run_logged(None, self._inputs, run_options) if not any(
             v is not None for v in self._outputs.values()) else session._run_device_outputs(
                 self._inputs, self._outputs, run_options)
         by_name = dict(zip(names, results))

@@ -151,8 +151,8 @@ def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvi
             singles = list({id(n): n for n in singles}.values())  # a node claimed twice is assigned once
             for n in singles:
                 n.ep_name = ep.name
-            if singles:
-                result.assigned.append(AssignedSubgraph(ep.name, singles))
+                # one subgraph per single node, as onnxruntime reports a kernel-based EP's nodes
+                result.assigned.append(AssignedSubgraph(ep.name, [n]))
     left = [(g, n) for g in graphs for n in g.nodes if not n.ep_name]
     if left:
         names = ", ".join(f"{n.op_type} {n.name!r}" for _, n in left[:10])

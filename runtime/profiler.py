@@ -47,6 +47,18 @@ class Profiler:
         self._pid = os.getpid()
         self.extra_args: dict[str, Any] = {}
         self.ep_hooks: list = []  # bound Ep.profiling_step_args of the session's EPs that override it
+        self._ep_profilers: dict[int, tuple[str, Any]] = {}  # id(ep) -> (EP name, its EpProfiler)
+
+    def attach_ep_profilers(self, eps: Any) -> None:
+        """Ask each EP for an ``EpProfiler`` (``Ep.create_profiler``, once per EP) and start it; their
+        events join the trace in ``end``."""
+        for ep in eps:
+            if id(ep) in self._ep_profilers:
+                continue
+            profiler = ep.create_profiler()
+            self._ep_profilers[id(ep)] = (ep.name, profiler)
+            if profiler is not None:
+                profiler.start_profiling(self._t0)
 
     def _us(self, ns: int) -> float:
         return (ns - self._t0) / 1000.0
@@ -76,12 +88,22 @@ class Profiler:
         self.event(name, "Node", start_ns, end_ns, args)
 
     def end(self) -> str:
-        path = f"{self.prefix}_{datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        now = datetime.now()
+        path = f"{self.prefix}_{now.strftime('%Y-%m-%d_%H-%M-%S')}_{now.microsecond // 1000:03d}.json"
         with self._lock:
             events = list(self._events)
+        for ep_name, profiler in self._ep_profilers.values():
+            if profiler is None:
+                continue
+            for e in profiler.end_profiling():
+                if not isinstance(e, dict) or not {"name", "ts", "dur"} <= set(e):
+                    raise Fail(f"{ep_name}: its EpProfiler.end_profiling() returned {e!r}; each event must be a "
+                               "dict with name, ts and dur (microseconds since start_profiling)")
+                events.append({"cat": "Node", "pid": self._pid, "tid": 0, "ph": "X", "args": {}, **e})
         try:
             with open(path, "w") as f:
-                json.dump(events, f, indent=0)
+                # one event per line, as onnxruntime writes its profiles (tools grep them by line)
+                f.write("[\n" + ",\n".join(json.dumps(e) for e in events) + "\n]\n")
         except OSError as e:
             raise Fail(f"the profile could not be written to {path!r} (SessionOptions.profile_file_prefix "
                        f"{self.prefix!r}): {e}") from e

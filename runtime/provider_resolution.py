@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from onnxhal.hal import EpFactory, OrtEpDevice
-from onnxhal.hal.errors import Fail, InvalidArgument
+from onnxhal.hal.errors import Fail, InvalidArgument, RuntimeInvalidArgument
 from onnxhal.runtime.environment import CPU_EP_NAME, Environment, EpLibrary, is_default_cpu_ep
 from onnxhal.runtime.selection import fold_devices, remove_default_cpu, select_devices
 from onnxhal.runtime.session_options import (
@@ -82,13 +82,15 @@ def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[
             devs = [d for d in devices if d.ep_name == name]
             if not devs:
                 known = env.factory_for(name) is not None
-                raise InvalidArgument(
-                    f"execution provider {name!r} " + ("has no EP device on this machine" if known else "is unknown")
+                # a RuntimeError in onnxruntime's set_providers ("Unknown Provider Type: ..."); ours is both
+                raise RuntimeInvalidArgument(
+                    f"Unknown Provider Type: {name}: execution provider {name!r} "
+                    + ("has no EP device on this machine" if known else "is unknown")
                     + f". Available providers: {available(devices)}. Register its library with "
                     "onnxhal.register_execution_provider_library(), or check the spelling.")
             for k, v in opts.items():
                 so._config[provider_option_prefix(name) + k] = v
-            add(name, devs[:1], opts)
+            add(name, [device_by_id(name, devs, opts)], opts)
     elif so.explicit_providers:
         for ex in so.explicit_providers:
             if fallback_disabled and any(is_default_cpu_ep(d) for d in ex.devices):
@@ -118,6 +120,23 @@ def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[
     if not choices:
         raise Fail("No execution providers selected: CPU fallback is disabled and no other EP was given.")
     return choices
+
+
+def device_by_id(ep_name: str, devices: Sequence[OrtEpDevice], options: Mapping[str, str]) -> OrtEpDevice:
+    """Which of an EP's devices a session given the EP by name uses: the ``device_id`` provider
+    option's (the ordinal among that EP's devices, as CUDA's device_id counts GPUs; onnxruntime 1.26
+    on), else the first."""
+    value = options.get("device_id")
+    if value is None:
+        return devices[0]
+    try:
+        index = int(value)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{ep_name}: provider option device_id must be an integer, got {value!r}") from None
+    if not 0 <= index < len(devices):
+        raise InvalidArgument(f"{ep_name}: provider option device_id={index}, but the EP has {len(devices)} device(s) "
+                              f"here (0..{len(devices) - 1}): {[d.device for d in devices]}")
+    return devices[index]
 
 
 def cpu_choice(env: Environment) -> ProviderChoice:

@@ -22,14 +22,18 @@ import onnx
 
 from onnxhal.hal import CPU_MEMORY_INFO, Ep, GraphOptimizationLevel, Node, OrtEpDevice, OrtMemoryInfo
 from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, ModelLoadCanceled, OrtError
+from onnxhal.runtime.custom_ops import custom_ops, session_factories
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
+from onnxhal.runtime.graph_capture import capturing_ep, check_run_api, replay_if_captured, run_until_captured
 from onnxhal.runtime.input_checks import check_feeds
 from onnxhal.runtime.layout_transform import transform_layout
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, LEVELS, log_scope, set_process_level
 from onnxhal.runtime.memory_plan import MemoryContext
+from onnxhal.runtime.model_config import apply_model_config, load_config_from_model_enabled
 from onnxhal.runtime.model_loader import load_model
 from onnxhal.runtime.model_overrides import override_initializers
+from onnxhal.runtime.optimized_model import save_optimized_model
 from onnxhal.runtime.partitioner import (
     FusedGroup,
     build_filtered_graph,
@@ -37,6 +41,7 @@ from onnxhal.runtime.partitioner import (
     partition,
     replace_with_fused,
 )
+from onnxhal.runtime.process_settings import global_thread_pool_sizes
 from onnxhal.runtime.profiler import Profiler
 from onnxhal.runtime.provider_resolution import ProviderChoice, cpu_choice, resolve_providers
 from onnxhal.runtime.session_options import (
@@ -49,6 +54,7 @@ from onnxhal.runtime.session_options import (
 )
 
 logger = logging.getLogger("onnxhal.session")
+DISABLE_SYNC_KEY = "disable_synchronize_execution_providers"  # run config: skip Ep.sync at the run's end
 
 
 class NodeArg:
@@ -106,13 +112,19 @@ class _SessionCore:
         env.acquire(self.library_names)
         try:
             self._build(loaded, so)
+            # onnxruntime serializes runs under a session lock when an EP cannot run concurrently
+            self.run_lock = (threading.Lock() if any(not ep.is_concurrent_run_supported()
+                                                     for ep in self.eps.values()) else None)
+            self.capture_ep = capturing_ep(self.eps, self.partition.assigned, CPU_EP_NAME, self.graph)
+            for ep in self.eps.values():
+                ep.on_session_initialization_end()
         except BaseException:
             self.release()
             raise
 
     def _build(self, loaded: Any, so: SessionOptions) -> None:
         ep_logger = logging.getLogger("onnxhal.ep")
-        memory = MemoryContext()
+        memory = MemoryContext(so.config("session.use_env_allocators") == "1")
         for c in self.choices:
             try:
                 ep = c.factory.create_ep([d.device for d in c.devices], [d.ep_metadata for d in c.devices], so, ep_logger)
@@ -143,6 +155,9 @@ class _SessionCore:
         if transform_layout(graph, self.eps):
             result = partition(graph, eps)
         self.partition = result
+        if so.optimized_model_filepath:
+            save_optimized_model(graph, loaded.proto, os.fspath(so.optimized_model_filepath), so.config,
+                                 has_compiled_nodes=bool(result.groups))
         self._compile(result.groups)
         builder = PlanBuilder(self.eps, {id(n): i for n, i in self._fused_infos.items()}, memory)
         self.plan: ExecutionPlan = builder.build(graph)
@@ -246,7 +261,7 @@ def set_default_logger_severity(level: int) -> None:
 
 def validate_compatibility_info(proto: onnx.ModelProto, choices: list[ProviderChoice], so: SessionOptions) -> None:
     """ORT's session step 6: a compiled model's ``ep_compatibility_info.<EP>`` metadata is checked by
-    that EP's factory. UNSUPPORTED fails; PREFER_RECOMPILATION fails only with
+    that EP's factory. EP_UNSUPPORTED fails; EP_SUPPORTED_PREFER_RECOMPILATION fails only with
     ``session.fail_on_suboptimal_compiled_model`` = "1"."""
     from onnxhal.hal import OrtCompiledModelCompatibility as C
 
@@ -256,10 +271,10 @@ def validate_compatibility_info(proto: onnx.ModelProto, choices: list[ProviderCh
         if info is None:
             continue
         verdict = c.factory.validate_compiled_model_compatibility_info([d.device for d in c.devices], info)
-        if verdict == C.UNSUPPORTED:
+        if verdict == C.EP_UNSUPPORTED:
             raise Fail(f"{c.ep_name}: this compiled model is not compatible with the selected device(s) "
                        f"(compatibility info {info!r}). Recompile it for this device, or load the original model.")
-        if verdict == C.PREFER_RECOMPILATION:
+        if verdict == C.EP_SUPPORTED_PREFER_RECOMPILATION:
             if so.config(FAIL_ON_SUBOPTIMAL) == "1":
                 raise Fail(f"{c.ep_name}: the compiled model is usable but suboptimal here (compatibility info "
                            f"{info!r}) and {FAIL_ON_SUBOPTIMAL}=1. Recompile it for this device.")
@@ -287,7 +302,13 @@ class InferenceSession:
         self._lock = threading.Lock()
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
         _check_canceled(so)
-        self._loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data)
+        self._loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data, so.ep_context_read)
+        pools = global_thread_pool_sizes()
+        if pools is not None and not so.use_per_session_threads and not so.intra_op_num_threads:
+            so.intra_op_num_threads = pools[0]  # the global pool's size, as onnxruntime's shared pool
+        if load_config_from_model_enabled():
+            apply_model_config(self._loaded.proto, so)  # the model's ort_config wins, as in onnxruntime
+            check_session_options(so)
         _check_canceled(so)
         # Only the names the model has, so that a failover's reload does not warn again.
         self._initializers = override_initializers(self._loaded.graph, so.initializer_overrides)
@@ -298,6 +319,7 @@ class InferenceSession:
         t0 = time.perf_counter_ns()
         choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
         validate_compatibility_info(self._loaded.proto, choices, so)
+        _set_custom_ops(so, choices, providers)
         _check_canceled(so)
         self._core = _SessionCore(self._loaded, so, choices)
         self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
@@ -351,8 +373,9 @@ class InferenceSession:
 
     def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
         if self._sess_options.config(RECORD_EP_GRAPH_ASSIGNMENT) != "1":
-            raise Fail(f"EP graph assignment info was not recorded: set the session config entry "
-                       f"{RECORD_EP_GRAPH_ASSIGNMENT!r} to '1' before creating the session.")
+            raise Fail(f"Session configuration entry '{RECORD_EP_GRAPH_ASSIGNMENT}' must be set to \"1\" to retrieve "
+                       "EP graph assignment information. Set it with add_session_config_entry before creating the "
+                       "session.")
         return [OrtEpAssignedSubgraph(a.ep_name, a.nodes) for a in self._core.partition.assigned]
 
     def get_profiling_start_time_ns(self) -> int:
@@ -424,6 +447,12 @@ class InferenceSession:
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list:
         _check_run_options(run_options)
+        self._check_graph_capture_run_api(run_options)
+        return self._run_logged(output_names, input_feed, run_options)
+
+    def _run_logged(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+                    run_options: RunOptions | None) -> list:
+        """``run`` under the session's or the run's log severity."""
         severity = self._log_severity
         if run_options is not None and run_options.log_severity_level != DEFAULT_SEVERITY:
             check_log_severity(run_options.log_severity_level, "RunOptions.log_severity_level")
@@ -447,7 +476,8 @@ class InferenceSession:
             failed = getattr(e, "ep_name", "")
             if self._sess_options.config(EP_FAILOVER) == "1" and failed and failed != CPU_EP_NAME:
                 self._failover(core, failed, str(e))
-                return [_to_host_output(v) for v in self._run_core(self._core, feeds, run_options, fetch)]
+                return _owned([_to_host_output(v) for v in self._run_core(self._core, feeds, run_options, fetch)],
+                              feeds)
             if not self._enable_fallback or self.get_providers() == [CPU_EP_NAME]:
                 raise
             logger.warning("EP Error: %s using %s. Falling back to ['CPUExecutionProvider'] and retrying.",
@@ -455,7 +485,7 @@ class InferenceSession:
             self._set_providers_cpu()
             self._enable_fallback = False  # fall back only once, as onnxruntime
             outputs = self._run_core(self._core, feeds, run_options, fetch)
-        return [_to_host_output(v) for v in outputs]
+        return _owned([_to_host_output(v) for v in outputs], feeds)
 
     def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
                             run_options: RunOptions | None = None) -> list:
@@ -516,22 +546,53 @@ class InferenceSession:
             b = bound.get(o.name)
             info = b if not hasattr(b, "_value") else getattr(b, "memory_info", lambda: None)()
             devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
-        return self._run_core(self._core, checked, run_options, None, devices)
+        return _owned(self._run_core(self._core, checked, run_options, None, devices), checked)
 
     def _run_core(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
                   output_devices: list | None = None) -> list:
+        if core.run_lock is None:
+            return self._run_capturing(core, feeds, run_options, fetch, output_devices)
+        with core.run_lock:
+            return self._run_capturing(core, feeds, run_options, fetch, output_devices)
+
+    def _run_capturing(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None,
+                       fetch: list[int] | None, output_devices: list | None) -> list:
+        """A run; with a graph-capturing EP, repeated until the EP has captured the run's graph."""
+        return run_until_captured(core.capture_ep, run_options,
+                                  lambda: self._run_once(core, feeds, run_options, fetch, output_devices))
+
+    def _run_once(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
+                  output_devices: list | None) -> list:
         eps = core.eps.values()
         for ep in eps:
             ep.on_run_start(run_options)
         profiler = self._profiler  # read once: end_profiling() on another thread may clear it
         t0 = time.perf_counter_ns() if profiler is not None else 0
         try:
-            return core.plan.run(feeds, run_options, profiler, fetch, output_devices)
+            outputs = core.plan.run(feeds, run_options, profiler, fetch, output_devices)
+            if run_options is None or run_options._config.get(DISABLE_SYNC_KEY) != "1":
+                for ep in eps:
+                    ep.sync()
+            return outputs
         finally:
             for ep in eps:
                 ep.on_run_end(run_options, True)
             if profiler is not None:
                 profiler.event("model_run", "Session", t0, time.perf_counter_ns())
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """Have the graph-capturing EP forget the capture of ``graph_annotation_id``; a no-op without
+        one, as onnxruntime."""
+        ep = self._core.capture_ep
+        if ep is not None:
+            ep.release_captured_graph(int(graph_annotation_id))
+
+    def _replay(self, run_options: RunOptions | None) -> bool:
+        """Replay the run's captured graph, if it is captured (for ``run_with_iobinding``)."""
+        return replay_if_captured(self._core.capture_ep, run_options)
+
+    def _check_graph_capture_run_api(self, run_options: RunOptions | None) -> None:
+        check_run_api(self._core.capture_ep, run_options)
 
     def _failover(self, core: _SessionCore, failed_ep: str, reason: str) -> None:
         """``session.ep_failover`` = "1": re-partition onto the EPs that are left, for good."""
@@ -558,6 +619,7 @@ class InferenceSession:
         so = self._sess_options
         choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
         validate_compatibility_info(self._loaded.proto, choices, so)
+        _set_custom_ops(so, choices, providers)
         core = _SessionCore(self._loaded_fresh(), so, choices)
         with self._lock:
             old = self._install(core)
@@ -577,6 +639,7 @@ class InferenceSession:
         if self._profiler is not None:
             self._profiler.ep_hooks = [ep.profiling_step_args for ep in self._core.eps.values()
                                        if type(ep).profiling_step_args is not Ep.profiling_step_args]
+            self._profiler.attach_ep_profilers(self._core.eps.values())
 
     def _set_providers_cpu(self) -> None:
         so = self._sess_options
@@ -605,6 +668,58 @@ class InferenceSession:
             idx.append(names.index(n))
         return idx
 
+    def set_ep_dynamic_options(self, options: Mapping[str, str]) -> None:
+        """Pass ``options`` (str to str) to every EP of the session (``Ep.set_dynamic_options``),
+        e.g. ``{"ep.dynamic.workload_type": "Efficient"}``; an EP ignores keys it does not know."""
+        if not isinstance(options, Mapping):
+            raise TypeError(f"set_ep_dynamic_options: options must be a dict of str to str, got "
+                            f"{type(options).__name__}")
+        if not options:
+            raise Fail("set_ep_dynamic_options: No options were provided. Give at least one key, e.g. "
+                       "{'ep.dynamic.workload_type': 'Efficient'}.")
+        # onnxruntime converts keys and values to strings
+        opts = {str(k): str(v) for k, v in options.items()}
+        for name, ep in self._core.eps.items():
+            try:
+                ep.set_dynamic_options(dict(opts))
+            except OrtError:
+                raise
+            except Exception as e:
+                raise Fail(f"{name}: set_dynamic_options({opts}) failed: {type(e).__name__}: {e}") from e
+
+    def get_tuning_results(self) -> list[dict]:
+        """onnxruntime's TunableOp results: none, since no onnxhal EP tunes its kernels."""
+        return []
+
+    def set_tuning_results(self, results: list, *, error_on_invalid: bool = False) -> None:
+        """Checked as onnxruntime checks them; every entry is invalid here (no EP supports TunableOp):
+        a warning, or with ``error_on_invalid`` a ``Fail``."""
+        if not isinstance(results, list):
+            raise TypeError(f"set_tuning_results: results must be a list of dicts, got {type(results).__name__}")
+        for i, entry in enumerate(results):
+            ep, _, _ = entry["ep"], entry["results"], entry["validators"]  # KeyError, as onnxruntime
+            message = (f"Invalid TuningResults (index={i}). {ep} does not support TunableOp: no onnxhal EP tunes "
+                       "its kernels, so tuning results have nothing to apply to.")
+            if error_on_invalid:
+                raise Fail(message)
+            logger.warning("%s", message)
+
+    def run_with_ortvaluevector(self, run_options: RunOptions | None, feed_names: Sequence[str], feeds: Sequence[Any],
+                                fetch_names: Sequence[str], fetches: list, fetch_devices: Sequence[Any]) -> None:
+        """Run with a list (or ``OrtValueVector``) of OrtValues; the outputs are appended to
+        ``fetches``, or written into the OrtValues it holds, and left on ``fetch_devices``."""
+        from onnxhal.runtime.ortvalue_vector import run_with_ortvaluevector
+
+        run_with_ortvaluevector(self, run_options, feed_names, feeds, fetch_names, fetches, fetch_devices)
+
+    def create_ortvalue_from_shape_and_type(self, shape: Sequence[int], element_type: Any, device_type: str,
+                                            device_id: int = 0, vendor_id: int = -1) -> Any:
+        """A tensor allocated by this session's allocator for the device (``OrtDevice.make``'s names,
+        or a declared memory's such as "opencl"); host memory for "cpu"."""
+        from onnxhal.runtime.ortvalue import session_ortvalue
+
+        return session_ortvalue(self._core.memory, shape, element_type, device_type, device_id, vendor_id)
+
     def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
         _check_run_options(run_options)
         iobinding._run(self, run_options)
@@ -632,6 +747,26 @@ class InferenceSession:
             # From a callback, the worker cannot wait for itself.
             self._async_pool.shutdown(wait=not getattr(_callback_thread, "active", False))
         self._finalizer()
+
+
+def _set_custom_ops(so: SessionOptions, choices: list[ProviderChoice], providers: Sequence[Any] | None) -> None:
+    """The custom ops the session's EP libraries bring: those of the chosen EPs' factories, or of
+    every registered factory when a policy or delegate selected the EPs (onnxruntime's rule)."""
+    auto = providers is None and not so.explicit_providers and (
+        so.selection_policy is not None or so.selection_delegate is not None)
+    so.custom_ops = custom_ops(session_factories(get_environment(), [c.factory for c in choices], auto))
+
+
+def _owned(outputs: list, feeds: Mapping[str, Any]) -> list:
+    """The outputs as onnxruntime hands them over: arrays of the caller's own. A model constant
+    passed through (read-only here, where kernels share the session's weights) or a view of a feed
+    (Identity, Reshape of an input) is copied; everything else is returned as computed, no copy."""
+    fed = [f for f in feeds.values() if isinstance(f, np.ndarray)]
+    out = list(outputs)
+    for i, v in enumerate(out):
+        if isinstance(v, np.ndarray) and (not v.flags.writeable or any(np.may_share_memory(v, f) for f in fed)):
+            out[i] = v.copy()
+    return out
 
 
 def _to_host_output(v: Any) -> Any:

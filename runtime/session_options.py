@@ -12,7 +12,7 @@ import numpy as np
 
 from onnxhal.hal import GraphOptimizationLevel, OrtEpDevice, OrtExecutionProviderDevicePolicy
 from onnxhal.hal.enums import ExecutionMode, ExecutionOrder
-from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.errors import InvalidArgument, RuntimeInvalidArgument
 
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
 RECORD_EP_GRAPH_ASSIGNMENT = "session.record_ep_graph_assignment_info"
@@ -112,6 +112,9 @@ class SessionOptions:
         self._explicit: list[ExplicitProvider] = []
         self._policy: OrtExecutionProviderDevicePolicy | None = None
         self._delegate: Callable | None = None
+        self._ep_context_read: tuple[Callable, int] | None = None
+        #: (domain, op type) -> hal.CustomOp from the session's EP libraries (set by the session)
+        self.custom_ops: dict = {}
 
     # -- config entries --------------------------------------------------------------------
     def add_session_config_entry(self, key: str, value: str) -> None:
@@ -119,7 +122,9 @@ class SessionOptions:
 
     def get_session_config_entry(self, key: str) -> str:
         if key not in self._config:
-            raise InvalidArgument(f"session config entry {key!r} is not set")
+            # onnxruntime's words (a RuntimeError there), and the remedy
+            raise RuntimeInvalidArgument(f"SessionOptions does not have configuration with key: {key}. Set it "
+                                         "with add_session_config_entry first.")
         return self._config[key]
 
     def config_entries(self) -> dict[str, str]:
@@ -127,6 +132,26 @@ class SessionOptions:
 
     def config(self, key: str, default: str = "") -> str:
         return self._config.get(key, default)
+
+    # -- EPContext data kept outside a compiled model ---------------------------------------
+    def set_ep_context_data_read_func(self, read_func: Callable, max_data_size: int) -> None:
+        """``read_func(name, buffer)`` supplies the data an EPContext node of a compiled model names
+        (``embed_mode`` 0; what a ``ModelCompiler`` write callback received) when a session loads it:
+        ``buffer.allocate(size)`` once, at most ``max_data_size``, then ``buffer.write(data, offset)``."""
+        if not callable(read_func):
+            raise TypeError(f"set_ep_context_data_read_func: read_func must be callable as read_func(name, buffer), "
+                            f"got {read_func!r}")
+        if isinstance(max_data_size, bool) or not isinstance(max_data_size, int) or max_data_size < 0:
+            raise InvalidArgument(f"set_ep_context_data_read_func: max_data_size must be a byte count >= 0, got "
+                                  f"{max_data_size!r}")
+        self._ep_context_read = (read_func, max_data_size)
+
+    def clear_ep_context_data_read_func(self) -> None:
+        self._ep_context_read = None
+
+    @property
+    def ep_context_read(self) -> tuple[Callable, int] | None:
+        return self._ep_context_read
 
     # -- model overrides --------------------------------------------------------------------
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
@@ -258,8 +283,9 @@ class SessionOptions:
         self._explicit.append(ExplicitProvider(devices, options))
 
     def add_provider(self, provider_name: str, provider_options: Mapping[str, str] | None = None) -> None:
-        """ORT's append-by-name (``SessionOptionsAppendExecutionProvider``): the EP's first device,
-        as a provider name given to ``InferenceSession`` takes it, with ``provider_options``."""
+        """ORT's append-by-name (``SessionOptionsAppendExecutionProvider``): the EP's device that the
+        ``device_id`` option names (its ordinal among the EP's devices), else its first, as a provider
+        name given to ``InferenceSession`` takes it, with ``provider_options``."""
         from onnxhal.runtime.environment import get_available_providers, get_ep_devices
 
         devices = [d for d in get_ep_devices() if d.ep_name == provider_name]
@@ -267,7 +293,10 @@ class SessionOptions:
             raise InvalidArgument(f"add_provider: execution provider {provider_name!r} is unknown or has no EP device "
                                   f"here. Available providers: {get_available_providers()}. Register its library "
                                   "with onnxhal.register_execution_provider_library(), or check the spelling.")
-        self.add_provider_for_devices(devices[:1], provider_options)
+        from onnxhal.runtime.provider_resolution import device_by_id
+
+        options = provider_options_dict(provider_options, f"add_provider({provider_name!r})")
+        self.add_provider_for_devices([device_by_id(provider_name, devices, options)], provider_options)
 
     def set_provider_selection_policy(self, policy: OrtExecutionProviderDevicePolicy) -> None:
         if not isinstance(policy, OrtExecutionProviderDevicePolicy):
@@ -339,5 +368,6 @@ class RunOptions:
 
     def get_run_config_entry(self, key: str) -> str:
         if key not in self._config:
-            raise InvalidArgument(f"run config entry {key!r} is not set")
+            raise RuntimeInvalidArgument(f"RunOptions does not have configuration with key: {key}. Set it with "
+                                         "add_run_config_entry first.")
         return self._config[key]

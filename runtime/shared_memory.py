@@ -20,6 +20,7 @@ from onnxhal.runtime.environment import get_environment
 
 _lock = threading.Lock()
 _allocators: dict[OrtMemoryDevice, Allocator] = {}
+_registered: set[OrtMemoryDevice] = set()  # devices whose allocator the application registered
 
 _DEVICE_TYPES = {"gpu": OrtMemoryInfoDeviceType.GPU, "cuda": OrtMemoryInfoDeviceType.GPU,
                  "dml": OrtMemoryInfoDeviceType.GPU, "npu": OrtMemoryInfoDeviceType.NPU,
@@ -51,6 +52,29 @@ def device_memory_info(device_type: str, device_id: int = 0, vendor_id: int = -1
     raise InvalidArgument(f"no EP device declares memory for device_type={device_type!r}, device_id={device_id}, "
                           f"vendor_id={vendor_id}. Declared device memories: {known or 'none'}; register the EP "
                           "library of that device first.")
+
+
+def register_shared_allocator(dev: OrtMemoryDevice, allocator: Allocator) -> None:
+    """Make ``allocator`` the environment's allocator for ``dev`` (replacing any), as onnxruntime's
+    ``create_and_register_allocator``: OrtValues made outside sessions, and sessions with
+    ``session.use_env_allocators`` = "1", allocate from it."""
+    with _lock:
+        _allocators[dev] = allocator
+        _registered.add(dev)
+
+
+def unregister_shared_allocator(dev: OrtMemoryDevice) -> None:
+    """Forget the allocator registered for ``dev``; the declaring factory makes a new one on next use."""
+    with _lock:
+        if dev in _registered:
+            _registered.discard(dev)
+            _allocators.pop(dev, None)
+
+
+def registered_allocator(dev: OrtMemoryDevice) -> Allocator | None:
+    """The allocator an application registered for ``dev``, or None."""
+    with _lock:
+        return _allocators.get(dev) if dev in _registered else None
 
 
 def shared_allocator(info: OrtMemoryInfo) -> Allocator:

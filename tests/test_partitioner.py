@@ -37,6 +37,8 @@ def _session(model, *eps, fallback=True, record=True, device_index=0):
 
 
 def _assignment(sess):
+    """(EP, node names) per assigned subgraph: a fused group is one, every node an EP takes singly
+    (the CPU EP's, a kernel EP's) is one of its own, as onnxruntime reports them."""
     return [(s.ep_name, sorted(n.name for n in s.get_nodes())) for s in sess.get_provider_graph_assignment_info()]
 
 
@@ -54,13 +56,13 @@ def test_fused_group_compiles_and_runs(toy):
 
 def test_partial_claim_leaves_the_rest_to_cpu(toy):
     sess = _session(add_mul_model(), ("ToyA", {"ops": "Mul"}))
-    assert _assignment(sess) == [("ToyA", ["mul"]), ("CPUExecutionProvider", ["add1", "add2"])]
+    assert _assignment(sess) == [("ToyA", ["mul"]), ("CPUExecutionProvider", ["add1"]), ("CPUExecutionProvider", ["add2"])]
     np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
 
 
 def test_single_nodes_run_through_kernels(toy):
     sess = _session(add_mul_model(), ("ToyA", {"ops": "Add", "mode": "single"}))
-    assert _assignment(sess) == [("ToyA", ["add1", "add2"]), ("CPUExecutionProvider", ["mul"])]
+    assert _assignment(sess) == [("ToyA", ["add1"]), ("ToyA", ["add2"]), ("CPUExecutionProvider", ["mul"])]
     np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
 
 
@@ -77,7 +79,7 @@ def test_group_with_an_outside_node_between_members_is_rejected(toy, caplog):
     with caplog.at_level(logging.INFO, logger="onnxhal.partitioner"):
         sess = _session(_diamond(), ("ToyA", {"ops": "Add,Mul", "mode": "group"}))
     assert "not one partition" in caplog.text and "'relu'" in caplog.text
-    assert _assignment(sess) == [("CPUExecutionProvider", ["add", "mul", "relu"])]
+    assert _assignment(sess) == [("CPUExecutionProvider", ["add"]), ("CPUExecutionProvider", ["relu"]), ("CPUExecutionProvider", ["mul"])]
     a = X + 1
     np.testing.assert_allclose(sess.run(None, {"x": X})[0], a * np.maximum(a, 0))
 
@@ -85,13 +87,13 @@ def test_group_with_an_outside_node_between_members_is_rejected(toy, caplog):
 def test_first_ep_wins(toy):
     sess = _session(add_mul_model(), ("ToyA", {"ops": "Mul"}), ("ToyB", {"ops": "Add,Mul", "mode": "single"}))
     assert sess.get_providers() == ["ToyA", "ToyB", "CPUExecutionProvider"]
-    assert _assignment(sess) == [("ToyA", ["mul"]), ("ToyB", ["add1", "add2"])]
+    assert _assignment(sess) == [("ToyA", ["mul"]), ("ToyB", ["add1"]), ("ToyB", ["add2"])]
     np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
 
 
 def test_a_group_overlapping_another_eps_nodes_is_skipped(toy):
     sess = _session(add_mul_model(), ("ToyA", {"ops": "Mul", "mode": "single"}), ("ToyB", {"ops": "Add,Mul", "mode": "group"}))
-    assert _assignment(sess) == [("ToyA", ["mul"]), ("CPUExecutionProvider", ["add1", "add2"])]
+    assert _assignment(sess) == [("ToyA", ["mul"]), ("CPUExecutionProvider", ["add1"]), ("CPUExecutionProvider", ["add2"])]
 
 
 def test_two_instances_of_one_ep_on_different_devices(toy):
@@ -100,7 +102,7 @@ def test_two_instances_of_one_ep_on_different_devices(toy):
     created = [(e[1], e[2]) for e in toy.LOG if e[0] == "create_ep"]
     assert created == [("ToyA", 0), ("ToyA", 1)]
     assert _assignment(s0) == [("ToyA", ["add1", "add2", "mul"])]
-    assert _assignment(s1) == [("ToyA", ["mul"]), ("CPUExecutionProvider", ["add1", "add2"])]
+    assert _assignment(s1) == [("ToyA", ["mul"]), ("CPUExecutionProvider", ["add1"]), ("CPUExecutionProvider", ["add2"])]
     for s in (s0, s1):
         np.testing.assert_allclose(s.run(None, {"x": X})[0], add_mul_reference(X))
 
@@ -123,7 +125,7 @@ def test_compile_failure_falls_back_to_cpu(toy, caplog):
 
 def test_failing_get_capability_gets_no_nodes(toy):
     sess = _session(add_mul_model(), ("ToyA", {"fail": "capability"}))
-    assert _assignment(sess) == [("CPUExecutionProvider", ["add1", "add2", "mul"])]
+    assert _assignment(sess) == [("CPUExecutionProvider", ["add1"]), ("CPUExecutionProvider", ["mul"]), ("CPUExecutionProvider", ["add2"])]
 
 
 def _if_model():
@@ -176,7 +178,7 @@ def test_ep_failover_repartitions_onto_the_remaining_eps(toy, caplog):
     assert [f[0] for f in sess.failovers] == ["ToyA"]
     for _ in range(3):  # later runs stay on what is left
         np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
-    assert _assignment(sess) == [("CPUExecutionProvider", ["add1", "add2", "mul"])]
+    assert _assignment(sess) == [("CPUExecutionProvider", ["add1"]), ("CPUExecutionProvider", ["mul"]), ("CPUExecutionProvider", ["add2"])]
 
 
 def test_lost_device_without_failover_is_a_typed_error_and_the_session_survives(toy):
@@ -249,14 +251,14 @@ def test_a_group_that_would_close_a_cycle_with_a_fused_group_is_rejected(toy, ca
     with caplog.at_level(logging.INFO, logger="onnxhal.partitioner"):
         sess = _session(_crossed(), *eps)  # built: no cycle
     assert "or in a group fused before it" in caplog.text
-    assert _assignment(sess) == [("ToyA", ["relu", "sig"]), ("CPUExecutionProvider", ["abs", "neg"])]
+    assert _assignment(sess) == [("ToyA", ["relu", "sig"]), ("CPUExecutionProvider", ["neg"]), ("CPUExecutionProvider", ["abs"])]
     for got, want in zip(sess.run(None, {"x": X}), _crossed_reference(X)):
         np.testing.assert_allclose(got, want)
 
 
 def test_a_node_claimed_twice_is_assigned_once(toy):
     sess = _session(add_mul_model(), ("ToyA", {"mode": "script", "singles": "add1,add1", "ops": "Add"}))
-    assert _assignment(sess) == [("ToyA", ["add1"]), ("CPUExecutionProvider", ["add2", "mul"])]
+    assert _assignment(sess) == [("ToyA", ["add1"]), ("CPUExecutionProvider", ["mul"]), ("CPUExecutionProvider", ["add2"])]
     assert sess.partition_summary == {"ToyA": 1, "CPUExecutionProvider": 2}
     np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
 

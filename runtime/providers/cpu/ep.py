@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from onnxhal.hal import (
+    CustomOp,
     Ep,
     EpFactory,
     EpGraphSupportInfo,
@@ -30,19 +31,25 @@ class CpuEp(Ep):
     name = "CPUExecutionProvider"
     runs_onnxhal_fused_ops = True
 
-    def __init__(self, logger: logging.Logger) -> None:
+    def __init__(self, logger: logging.Logger, custom_ops: Mapping[tuple[str, str], CustomOp] | None = None) -> None:
         self._logger = logger
+        # the custom ops EP libraries bring for the CPU EP (no execution_provider, as onnxruntime's default)
+        self._custom = {k: op for k, op in (custom_ops or {}).items()
+                        if op.execution_provider in (None, "", self.name)}
 
     def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
         from onnxhal.runtime.providers.cpu.kernel_factory import supports_node
 
         for node in graph.nodes:
-            if supports_node(node, graph.opset_version(node.domain)):
+            if (node.domain, node.op_type) in self._custom or supports_node(node, graph.opset_version(node.domain)):
                 support_info.add_single_node(node)
 
     def create_kernel(self, node: Node, context: KernelCreateContext) -> Kernel:
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
 
+        custom = self._custom.get((node.domain, node.op_type))
+        if custom is not None:
+            return custom.create_kernel(node)
         return create_cpu_kernel(node, context)
 
 
@@ -76,4 +83,4 @@ class CpuEpFactory(EpFactory):
 
             blas = set_blas_threads(threads)
             set_workers(threads, split_products=not blas)
-        return CpuEp(logger)
+        return CpuEp(logger, getattr(session_options, "custom_ops", None))

@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ep", default="cpu,opencl", help="comma-separated: cpu, opencl")
     p.add_argument("--models", default="", help="comma-separated corpus names (default: all)")
+    p.add_argument("--corpus", default=CORPUS, help="folder of .onnx/.npz pairs (default: tests/real_models; "
+                                                    "make_corpus.py --size medium --out DIR makes bigger ones)")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--load", type=int, default=0, metavar="N", help="N busy processes competing for the cores")
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    paths = sorted(glob.glob(os.path.join(CORPUS, "*.onnx")))
+    paths = sorted(glob.glob(os.path.join(args.corpus, "*.onnx")))
     if args.models:
         wanted = set(args.models.split(","))
         paths = [p for p in paths if os.path.basename(p)[:-5] in wanted]

@@ -100,8 +100,8 @@ class OrtCompiledModelCompatibility(OrtEnum):
     EP_SUPPORTED_OPTIMAL = 1
     EP_SUPPORTED_PREFER_RECOMPILATION = 2
     EP_UNSUPPORTED = 3
-    # onnxhal's earlier names, kept as aliases for EP libraries written against them (the simulated
-    # devices' factory returns OPTIMAL and UNSUPPORTED); iteration and str() show only the above.
+    # onnxhal's earlier names, kept as aliases for EP libraries written against them; iteration and
+    # str() show only the above.
     NOT_APPLICABLE = 0
     OPTIMAL = 1
     PREFER_RECOMPILATION = 2

@@ -120,6 +120,9 @@ class Kernel:
 
     host_inputs: frozenset[int] = frozenset()
     host_outputs: frozenset[int] = frozenset()
+    #: Inputs the kernel reads only the ``shape`` (or ``size``) of: the runtime hands a value over
+    #: wherever it lives, a device tensor included, without copying it (Shape, Size).
+    metadata_inputs: frozenset[int] = frozenset()
     #: Optional fast path for a kernel whose ``compute(inputs)`` is exactly ``[fn(*inputs)]`` with a
     #: single array output (a numpy ufunc, typically): the executor then calls ``fn`` directly,
     #: saving a Python call and two lists per node (numpy scalars are turned back into 0-d arrays).

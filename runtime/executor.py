@@ -74,6 +74,9 @@ class PlanBuilder:
         self.memory = memory
         self.kernels: list[Any] = []
         self.inline: dict[int, Callable | None] = {}  # id(node) -> Kernel.inline_fn
+        #: id(node) -> inputs the kernel reads only the shape of (Kernel.metadata_inputs): a value in
+        #: device memory reaches it as it is, with no copy to the host (Shape, Size).
+        self.metadata_inputs: dict[int, frozenset[int]] = {}
 
     def build(self, graph: Graph, feed_names: Sequence[str] | None = None) -> ExecutionPlan:
         return ExecutionPlan(self, graph, list(feed_names if feed_names is not None else graph.input_names))
@@ -104,6 +107,7 @@ class PlanBuilder:
                                "operator spec.") from e
         self.kernels.append(kernel)
         self.inline[id(node)] = getattr(kernel, "inline_fn", None) if len(node.outputs) == 1 else None
+        self.metadata_inputs[id(node)] = frozenset(getattr(kernel, "metadata_inputs", ()))
         return kernel.compute, frozenset(getattr(kernel, "host_inputs", ())), frozenset(getattr(kernel, "host_outputs", ()))
 
 
@@ -159,7 +163,9 @@ class ExecutionPlan:
             fn, host_in, host_out = builder.step_for(node, graph)
             ep_dev = memory.device_of_ep(node.ep_name)
             all_inputs = (*node.inputs, *node.implicit_inputs)
-            ins = tuple(need(i, HOST_MEMORY_DEVICE if k in host_in else ep_dev) for k, i in enumerate(all_inputs))
+            meta_in = builder.metadata_inputs.get(id(node), frozenset())
+            ins = tuple(need(i, home.get(i, ep_dev) if k in meta_in else HOST_MEMORY_DEVICE if k in host_in else ep_dev)
+                        for k, i in enumerate(all_inputs))
             outs = []
             for k, o in enumerate(node.outputs):
                 if not o:

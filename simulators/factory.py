@@ -285,8 +285,8 @@ class VirtualEpFactory(OpenCLEpFactory):
             sim = self.table.devices[mem]
             key = HOST_COMPAT_KEY if self.on_host else self.device_context(mem).device_key
             if info == compatibility_string(self.name, sim.profile, key):
-                return OrtCompiledModelCompatibility.OPTIMAL
-        return OrtCompiledModelCompatibility.UNSUPPORTED
+                return OrtCompiledModelCompatibility.EP_SUPPORTED_OPTIMAL
+        return OrtCompiledModelCompatibility.EP_UNSUPPORTED
 
     def create_data_transfer(self) -> VirtualDataTransfer | HostDataTransfer:
         mem, meter = getattr(self._tls, "last", (None, None))

@@ -79,7 +79,7 @@ def test_compile_to_file_and_run_without_planning(sims, tmp_path):
     assert ep.meter.last_run.kernel_seconds == pytest.approx(
         direct._core.eps["VirtualNpuExecutionProvider"].meter.last_run.kernel_seconds)  # the cost came along
     assert npu.factory.validate_compiled_model_compatibility_info([npu.device], info) == \
-        OrtCompiledModelCompatibility.OPTIMAL
+        OrtCompiledModelCompatibility.EP_SUPPORTED_OPTIMAL
 
 
 def test_a_context_for_another_device_is_not_taken(sims, tmp_path):
@@ -90,13 +90,13 @@ def test_a_context_for_another_device_is_not_taken(sims, tmp_path):
     with pytest.raises(NotImplemented, match="EPContext"):
         onnxhal.InferenceSession(data, options(gpu))  # nobody can run the NPU's partitions
     assert gpu.factory.validate_compiled_model_compatibility_info([gpu.device], info) == \
-        OrtCompiledModelCompatibility.UNSUPPORTED
+        OrtCompiledModelCompatibility.EP_UNSUPPORTED
     with simulated_devices("mobile-npu") as (other_npu,):  # same EP, another profile
         # ORT's load-time check: the factory rules the compatibility info UNSUPPORTED.
         with pytest.raises(Fail, match="not compatible"):
             onnxhal.InferenceSession(data, options(other_npu))
         assert other_npu.factory.validate_compiled_model_compatibility_info([other_npu.device], info) == \
-            OrtCompiledModelCompatibility.UNSUPPORTED
+            OrtCompiledModelCompatibility.EP_UNSUPPORTED
 
 
 def test_compiler_flags(sims, tmp_path):

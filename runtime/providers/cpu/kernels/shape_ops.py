@@ -285,6 +285,8 @@ class Expand(_NoAttr):
 @register("Shape", since=1)
 class Shape(Kernel):
     host_outputs = frozenset({0})
+    #: Only the input's shape is read: the runtime hands over a device tensor as it is, no copy.
+    metadata_inputs = frozenset({0})
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.start = node.attr("start", 0)
@@ -297,6 +299,7 @@ class Shape(Kernel):
 @register("Size", since=1)
 class Size(_NoAttr):
     host_outputs = frozenset({0})
+    metadata_inputs = frozenset({0})  # as Shape: no copy of a device tensor
 
     def compute(self, inputs: list) -> list:
         return [np.array(inputs[0].size, dtype=_INT64)]

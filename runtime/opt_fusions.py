@@ -3,6 +3,7 @@
 - ``fuse_layer_norm``: ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div[/Mul/Add] -> LayerNormalization
   (the ONNX op at opset >= 17, else ``com.onnxhal`` LayerNormalization with the same contract).
 - ``fuse_gelu``: x * 0.5 * (1 + Erf(x / sqrt 2)) in its exporter orderings -> ``com.onnxhal`` Gelu.
+- ``fuse_replace_nan``: Where(IsNaN(x), c, x) -> ``com.onnxhal`` ReplaceNaN (after exported attention).
 - ``fuse_matmul_bias``: MatMul(x, constant W) + Add(constant bias)[+ Relu/Gelu] -> FusedMatMul.
 - ``push_relu_into_concat``: Relu(Concat(...)) -> Concat of the inputs, each already
   non-negative or given a Relu of its own that its Conv then absorbs (ShuffleNet's stride-2 units).
@@ -514,5 +515,29 @@ def fuse_channel_shuffle(graph: Graph) -> bool:
         fused.attribute_protos.update(conv.attribute_protos)
         fused.attributes.update(conv.attributes)
         replace_nodes(graph, [conv, first, transpose, last], [fused])
+        changed = True
+    return changed
+
+
+def fuse_replace_nan(graph: Graph) -> bool:
+    """Where(IsNaN(x), c, x) with a scalar constant c -> ``com.onnxhal`` ReplaceNaN(x, value=c).
+    PyTorch's scaled-dot-product attention exports it after every Softmax (a fully masked row's
+    NaNs become 0): one elementwise op a device EP can run next to the Softmax, instead of a bool
+    tensor and a Where that leave the attention scores to the host."""
+    changed = False
+    for where in live_nodes(graph):
+        if where.op_type != "Where" or where.domain != "" or len(where.inputs) != 3:
+            continue
+        isnan = graph.producer(where.inputs[0])
+        if isnan is None or isnan.op_type != "IsNaN" or isnan.domain or isnan.inputs[0] != where.inputs[2]:
+            continue
+        x = where.inputs[2]
+        value = scalar_constant(graph, where.inputs[1], x, kinds="f")
+        if value is None or static_shape(graph, where.inputs[1]) not in ((), (1,)):
+            continue
+        keep_isnan = sole_consumer(graph, isnan.outputs[0]) is not where
+        node = make_node(graph, "ReplaceNaN", [x], [where.outputs[0]], name=_name(where, "replace_nan"),
+                         domain=FUSED_DOMAIN, value=float(value))
+        replace_nodes(graph, [where] if keep_isnan else [isnan, where], [node])
         changed = True
     return changed

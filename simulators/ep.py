@@ -37,7 +37,7 @@ from onnxhal.simulators.fp16 import FP32_PRODUCERS, HalfRounder, round_constants
 from onnxhal.simulators.profiles import Profile
 
 # Inputs of these ops that are parameters (shapes, axes, indices), not data the device computes on.
-_PARAM_INPUTS = {"Reshape": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
+_PARAM_INPUTS = {"Reshape": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
                  "Gather": {1}, "Clip": {1, 2}, "ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1},
                  "ReduceMin": {1}, "ReduceProd": {1}, "ReduceSumSquare": {1}, "ReduceL1": {1}, "ReduceL2": {1},
                  "ReduceLogSum": {1}, "ReduceLogSumExp": {1}}

@@ -40,7 +40,7 @@ TYPES = {"npu": OrtHardwareDeviceType.NPU, "gpu": OrtHardwareDeviceType.GPU}
 #: to run them: a profile lists standard ONNX op types only.
 FUSED_OP_PARTS = {"FusedConv": ("Conv",), "FusedGemm": ("Gemm",), "FusedMatMul": ("MatMul", "Add"),
                   "Gelu": ("Erf",), "LayerNormalization": ("LayerNormalization",),
-                  "FusedBatchNormalization": ("BatchNormalization",)}
+                  "FusedBatchNormalization": ("BatchNormalization",), "ReplaceNaN": ("IsNaN", "Where")}
 
 
 class ProfileError(InvalidArgument):

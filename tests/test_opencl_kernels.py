@@ -464,3 +464,33 @@ def test_backward_slice_starting_before_the_axis_reads_from_0(opencl_devices, st
     want = onnxhal.InferenceSession(model).run(None, {"x": x})[0]
     assert want.size and want[0] == x[min(max(starts[0] + length if starts[0] < 0 else starts[0], 0), length - 1)]
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+@pytest.mark.parametrize("exponent", [1.0, 2.0, 3.0, 4.0, -1.0, 0.5])
+def test_pow_with_a_constant_exponent_matches_numpy_on_special_values(ocl, exponent):
+    """Small integer exponents are computed as products (pow() is a slow call on PoCL): exact on NaN,
+    inf, -0 and negatives too; other exponents still call pow(). The reference is the CPU EP, which
+    follows C's pow (and onnxruntime) where numpy differs: pow(-inf, 0.5) = +inf, pow(-0, 0.5) = +0."""
+    x = np.array([[np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -2.0, 3.25, -0.5, 7.0, 1e-3, -1e4]], np.float32)
+    e = np.array(exponent, np.float32)
+    got, _, plan = run_on_opencl(ocl, [helper.make_node("Pow", ["x", "e"], ["y"])], {"x": x}, {"e": e})
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Pow", ["x", "e"], ["y"])], "p", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)], [numpy_helper.from_array(e, "e")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    want = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got[0], want, rtol=1e-6, equal_nan=True)
+    real = ~np.isnan(want)  # -0 and +0 kept apart (a NaN's sign means nothing)
+    np.testing.assert_array_equal(np.signbit(got[0])[real], np.signbit(want)[real])
+
+
+@pytest.mark.parametrize("split, axis", [([2, 3, 1], 1), (None, 0), ([1, 1, 4], -1)])
+def test_split_into_contiguous_runs(ocl, split, axis):
+    x = f32(6, 6, 6)
+    n_out = 3
+    inits = {"s": np.array(split, np.int64)} if split else {}
+    node = helper.make_node("Split", ["x", "s"] if split else ["x"], [f"y{i}" for i in range(n_out)], axis=axis)
+    got, ref, _ = run_on_opencl(ocl, [node], {"x": x}, inits)
+    assert len(got) == n_out
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)

@@ -194,3 +194,31 @@ def test_clip_with_min_above_max_gives_max_as_onnxruntime(opencl, after_gemm):
     got = sess.run(None, {"x": x})[0]
     assert set(sess.partition_summary) == {"OpenCLExecutionProvider"}
     np.testing.assert_array_equal(got, np.full((4, 16), -0.25, np.float32))
+
+
+def test_exported_attention_softmax_nan_guard_stays_on_the_device(opencl):
+    """Where(IsNaN(softmax), 0, softmax), as PyTorch exports scaled-dot-product attention, becomes
+    com.onnxhal ReplaceNaN: the scores never leave the device; a fully masked row is NaN -> 0."""
+    nodes = [helper.make_node("Add", ["scores", "mask"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"]),
+             helper.make_node("Where", ["nan", "zero", "p"], ["p0"]),
+             helper.make_node("MatMul", ["p0", "v"], ["y"])]
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, 4, 4]),
+                                              helper.make_tensor_value_info("mask", TensorProto.FLOAT, [2, 1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 3])],
+                              [numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+                               numpy_helper.from_array(np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32),
+                                                       "v")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    scores = np.random.default_rng(1).standard_normal((2, 4, 4)).astype(np.float32)
+    mask = np.zeros((2, 1, 4), np.float32)
+    mask[1] = -np.inf  # the second batch fully masked: softmax gives NaN, the guard 0
+    sess = onnxhal.InferenceSession(model, providers=PROVIDERS)
+    assert sess.partition_summary == {"OpenCLExecutionProvider": 4}  # Add, Softmax, ReplaceNaN, MatMul
+    assert "ReplaceNaN" in {n.op_type for n in sess.assigned_nodes()}
+    y = sess.run(None, {"scores": scores, "mask": mask})[0]
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(
+        None, {"scores": scores, "mask": mask})[0]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    assert np.all(y[1] == 0) and np.isfinite(y).all()

@@ -63,13 +63,26 @@ def _variadic(op: str) -> Callable[[Node, list[str], dict], str]:
     return build
 
 
+#: Constant exponents computed as products: pow() is a slow library call on PoCL (GPT-2's
+#: tanh-Gelu cubes every activation: 110 of 150 ms of its kernels went there), and these are exact
+#: for every input, NaN, inf and -0 included (pow(-0, 0.5) is +0 but sqrt(-0) is -0: not here).
+POW_AS_PRODUCT = {1.0: "({a})", 2.0: "({a} * {a})", 3.0: "({a} * {a} * {a})", 4.0: "(({a} * {a}) * ({a} * {a}))",
+                  -1.0: "(1.0f / {a})"}
+
+
+def _pow(a: list[str], x: dict) -> str:
+    if "exponent" in x:
+        return POW_AS_PRODUCT[x["exponent"]].format(a=a[0])
+    return f"pow({a[0]}, {a[1]})"
+
+
 #: op type -> C expression builder ``(node, argument expressions, params from lowering)``.
 ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Add": lambda n, a, x: f"({a[0]} + {a[1]})",
     "Sub": lambda n, a, x: f"({a[0]} - {a[1]})",
     "Mul": lambda n, a, x: f"({a[0]} * {a[1]})",
     "Div": lambda n, a, x: f"({a[0]} / {a[1]})",
-    "Pow": lambda n, a, x: f"pow({a[0]}, {a[1]})",
+    "Pow": lambda n, a, x: _pow(a, x),
     "Max": _variadic("onnxhal_max"),
     "Min": _variadic("onnxhal_min"),
     "Sum": _variadic("+"),
@@ -97,6 +110,8 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Tanh": lambda n, a, x: f"onnxhal_tanh({a[0]})",
     "Erf": lambda n, a, x: _erf(a[0]),
     "Gelu": _gelu,
+    # com.onnxhal ReplaceNaN: a NaN (v != v, kept by the build options) becomes the constant.
+    "ReplaceNaN": lambda n, a, x: f"({a[0]} != {a[0]} ? {_lit(n.attr('value', 0.0))} : {a[0]})",
     "Clip": _clip,
     "Identity": lambda n, a, x: a[0],
     # Inference BatchNormalization: inputs rewritten in lowering to (x, scale, shift).

@@ -31,13 +31,13 @@ VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "ReduceProd": 4,
               "ReduceSumSquare": 5, "ReduceL2": 6, "ReduceL1": 7, "ReduceLogSumExp": 8, "ReduceLogSum": 9}
 OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-                       "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Slice", "Gather",
+                       "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Split", "Slice", "Gather",
                        "Expand", "LRN", *REDUCE_OPS})
 SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) | VIEW_OPS | OTHER_OPS
 #: Ops of the runtime optimizer's domain (runtime/opt_fusions.py) with the same kernels.
 FUSED_DOMAIN = "com.onnxhal"
 FUSED_DOMAIN_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "LayerNormalization",
-                              "FusedBatchNormalization"})
+                              "FusedBatchNormalization", "ReplaceNaN"})
 _EPILOGUE_CODES = ACTIVATION_CODES
 MAX_RANK = 6
 #: Kernels index with 32-bit ints.
@@ -322,6 +322,8 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "FusedBatchNormalization": _check_fused,
     "LRN": lambda n, lk: None if _rank(lk, n.inputs[0]) >= 3 else "LRN on rank < 3",
     "Reshape": lambda n, lk: _need_const(lk, n, 1, "Reshape shape"),
+    "Split": lambda n, lk: ("Split with an unnamed output" if not all(n.outputs) else
+                            _need_const(lk, n, 1, "Split sizes")),
     "Unsqueeze": lambda n, lk: _need_const(lk, n, 1, "Unsqueeze axes"),
     "Squeeze": lambda n, lk: _need_const(lk, n, 1, "Squeeze axes"),
     "Expand": lambda n, lk: _need_const(lk, n, 1, "Expand shape"),
@@ -330,7 +332,7 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
 }
 
 # Inputs that are parameters, not float data (index sets), per op.
-_PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
+_PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
                  "Gather": {1}, "Clip": {1, 2}, **{op: {1} for op in REDUCE_OPS}}
 
 

@@ -17,6 +17,7 @@ from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
 from onnxhal.runtime.providers.opencl.elementwise_codegen import (
     ELEMENTWISE_OPS,
+    POW_AS_PRODUCT,
     broadcast_strides,
     generate_fused_kernel,
 )
@@ -266,6 +267,10 @@ class PlanBuilder(GemmLowering):
                 self.plan.dtypes[name] = F32
                 names.append(name)
             return [x, *names], {"act": fused_activation_spec(n)}
+        if n.op_type == "Pow" and len(n.inputs) > 1:
+            e = self.lookup.const(n.inputs[1])
+            if e is not None and e.size == 1 and float(e.reshape(-1)[0]) in POW_AS_PRODUCT:
+                return [n.inputs[0]], {"exponent": float(e.reshape(-1)[0])}
         if n.op_type == "Clip":
             extra = {"min": n.attr("min"), "max": n.attr("max")}
             for key, idx in (("min", 1), ("max", 2)):
@@ -443,6 +448,21 @@ class PlanBuilder(GemmLowering):
             xs = self.shape(self.data(i))
             self._strided_copy(out, self.data(i), xs, contiguous_strides(xs), ost, 0, offset * ost[axis])
             offset += xs[axis]
+
+    def _lower_Split(self, n: Node) -> None:
+        """Each output a contiguous run along the axis: its size is its inferred (static) shape's,
+        whether the sizes came from the ``split`` input, ``num_outputs`` or an even split."""
+        x = self.data(n.inputs[0])
+        xs = self.shape(x)
+        axis = n.attr("axis", 0) % len(xs)
+        st = contiguous_strides(xs)
+        offset = 0
+        for o in n.outputs:
+            if not o:
+                continue
+            ys = self.shape(o)
+            self._strided_copy(self.output(o), x, ys, st, contiguous_strides(ys), offset * st[axis], 0)
+            offset += ys[axis]
 
     def _lower_Slice(self, n: Node) -> None:
         x = self.data(n.inputs[0])

@@ -320,3 +320,15 @@ class LayerNormalization(Kernel):
     def compute(self, inputs: list) -> list:
         bias = inputs[2] if len(inputs) > 2 else None
         return list(layer_norm(inputs[0], inputs[1], bias, self.axis, self.epsilon, self.stash)[: self.n_outputs])
+
+
+@register("ReplaceNaN", since=1, domain=DOMAIN)
+class ReplaceNaN(Kernel):
+    """Where(IsNaN(x), value, x) in one pass (runtime/opt_fusions.fuse_replace_nan)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.value = float(node.attr("value", 0.0))
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        return [np.where(np.isnan(x), np.asarray(self.value, x.dtype), x)]

@@ -12,6 +12,7 @@ result is beyond its profile's tolerance (``|out - ref| <= atol + rtol * |ref|``
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +126,10 @@ def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref
     return row
 
 
+_QUOTED = re.compile(r"'[^']*'")
+_SHAPE = re.compile(r"\s*(\([^()]*\)|\[[^\]]*\])")
+
+
 def declined_reasons(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3) -> str:
     """Why ``ep_name`` took no node: its most frequent reasons, with counts."""
     ep = sess._core.eps.get(ep_name)
@@ -133,7 +138,9 @@ def declined_reasons(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3
         return "it claimed no node of the model"
     counts: dict[str, int] = {}
     for r in reasons:
-        counts[r] = counts.get(r, 0) + 1
+        # The same reason about different values counts as one: "'x' has shape ('batch', 8)" -> "a value ..."
+        kind = _SHAPE.sub("", _QUOTED.sub("a value", r)).strip()
+        counts[kind] = counts.get(kind, 0) + 1
     top = sorted(counts.items(), key=lambda kv: -kv[1])[:most]
     more = len(counts) - len(top)
     return "; ".join(f"{n} x {r}" for r, n in top) + (f"; {more} other reason(s)" if more > 0 else "")

@@ -106,3 +106,21 @@ def test_fp16_overflow_is_flagged_with_its_likely_cause(tmp_path, isolated, caps
                      "--repeat", "0"]) == 0
     out = capsys.readouterr().out
     assert "output 'y' holds 0 NaN and 96 inf value(s) of 96" in out and "overflow float16 on generic-npu" in out
+
+
+def test_declined_reasons_are_counted_by_kind_not_by_value(isolated):
+    import os
+
+    from onnxhal.cli_matrix import ensure_simulators
+
+    bert = os.path.join(os.path.dirname(__file__), "real_models", "bert_ts.onnx")
+    ensure_simulators("generic-npu")
+    feeds = {"input_ids": np.ones((1, 8), np.int64), "attention_mask": np.ones((1, 8), np.int64)}
+    (row,) = [r for r in matrix(bert, feeds, show_progress=False) if r.device == "generic-npu"]
+    # A dynamic export on a static-only NPU: the reason that matters comes first, counted once for
+    # all the values it names.
+    assert row.nodes_on_device == 0
+    assert row.declined.split("; ")[0].endswith("x generic-npu runs static shapes only") or \
+        "x generic-npu runs static shapes only; a value has shape" in row.declined, row.declined
+    first_count = int(row.declined.split(" x ")[0])
+    assert first_count > 40, row.declined

@@ -14,13 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnx.inliner  # `import onnx` does not import it: without this line model-local functions fail in a fresh process
 import onnx.numpy_helper
 from google.protobuf.message import DecodeError
 
 from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
+from onnxhal.runtime import guarded_inference
 from onnxhal.runtime.model_overrides import override_free_dimensions
+from onnxhal.runtime.node_checks import check_nodes
 
 
 @dataclass
@@ -186,24 +189,17 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
     if opset.get("", 0) > known:
         raise OrtNotImplemented(f"model uses ai.onnx opset {opset['']}, newer than the {known} this onnx "
                                 f"package ({onnx.__version__}) knows. Upgrade onnx or export at opset <= {known}.")
+    check_nodes(proto, opset)  # before any C++ of onnx's reads the nodes: it trusts what it is given
     if proto.functions:
         try:
             proto = onnx.inliner.inline_local_functions(proto)
         except Exception as e:
             raise InvalidGraph(f"model-local functions could not be inlined: {e}") from e
-    node_errors: list[str] = []
-    try:  # strict first: ORT runs each node's inference function at load and refuses what it rejects
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=True, data_prop=True)
-    except onnx.shape_inference.InferenceError as e:
-        node_errors = inference_errors(str(e))
-        inferred = None
-    except Exception:
-        inferred = None
+    # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
+    inferred, data_prop, strict_error = guarded_inference.infer(proto)
+    node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:
-        try:
-            inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-        except Exception:  # inference is a help, not a requirement: ORT runs models it cannot infer
-            inferred = proto
+        inferred = guarded_inference.infer_lenient(proto, data_prop)
     graph = Graph.from_proto(inferred.graph, opset)
     check_graph(graph, outer=set())
     resolve_schemas(graph)

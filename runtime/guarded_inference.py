@@ -1,0 +1,128 @@
+"""ONNX shape inference, called only on what it can take.
+
+onnx's C++ inference cannot be interrupted and has no bounds checks in places, so the loader
+(``model_loader.load_model``) calls it through ``infer`` here, after ``node_checks.check_nodes``:
+
+- a first pass without data propagation, on a copy where every LayerNormalization with a
+  non-negative ``axis`` has only its first output (its inference reads ``axis`` dimensions of the
+  input for the Mean output without checking the rank: ``axis=2**31`` is SIGSEGV). What it finds
+  gives the ranks and dimensions the checks below need;
+- ``check_ranks``: LayerNormalization's ``axis`` within its input's rank, Conv's ``kernel_shape``
+  equal to its weight's spatial shape (onnxruntime refuses both; onnxhal ran them, the first
+  returning zeros, the second ignoring the attribute);
+- the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
+  propagation runs only where no 1-D value is longer than ``DATA_PROP_MAX_LENGTH``: its cost is
+  linear in such a length (0.9 s at 10 million, for ever at 2**40, holding the GIL), and a shape
+  tensor, the only thing it computes, is never that long. Where a LayerNormalization's input rank is
+  unknown after the first pass, data propagation is off too, so that the real pass does not learn a
+  rank the first one could not check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx
+
+from onnxhal.hal.errors import InvalidGraph
+from onnxhal.runtime.node_checks import node_label, walk_graphs
+
+#: Longest 1-D value (elements) for which shape inference propagates data.
+DATA_PROP_MAX_LENGTH = 1 << 16
+
+
+def _shapes(proto: onnx.ModelProto) -> dict[str, list[int | None] | None]:
+    """value name -> dims (None where symbolic or unknown; None for an unknown rank), over every
+    graph of the model."""
+    found: dict[str, list[int | None] | None] = {}
+    for g, _ in walk_graphs(proto.graph):
+        for t in g.initializer:
+            found[t.name] = list(t.dims)
+        for v in (*g.input, *g.value_info, *g.output):
+            tt = v.type.tensor_type
+            if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
+                found.setdefault(v.name, None)
+                continue
+            found[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    return found
+
+
+def _layer_norms(proto: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, str]]:
+    for g, where in walk_graphs(proto.graph):
+        for n in g.node:
+            if n.op_type == "LayerNormalization" and n.domain in ("", "ai.onnx"):
+                yield n, where
+
+
+def _axis(node: onnx.NodeProto, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == "axis"), default)
+
+
+def _unsafe_layer_norm(node: onnx.NodeProto) -> bool:
+    return len(node.output) > 1 and _axis(node, -1) >= 0
+
+
+def _probe_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with each unsafe LayerNormalization cut to its first output."""
+    if not any(_unsafe_layer_norm(n) for n, _ in _layer_norms(proto)):
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for n, _ in _layer_norms(copy):
+        if _unsafe_layer_norm(n):
+            del n.output[1:]
+    return copy
+
+
+def check_ranks(proto: onnx.ModelProto, shapes: dict[str, list[int | None] | None]) -> None:
+    """Attribute values that must fit an input's rank or shape, where inference found it."""
+    for g, where in walk_graphs(proto.graph):
+        for n in g.node:
+            if n.domain not in ("", "ai.onnx") or not n.input:
+                continue
+            if n.op_type == "LayerNormalization":
+                dims = shapes.get(n.input[0])
+                axis = _axis(n, -1)
+                if dims is not None and not -len(dims) <= axis < len(dims):
+                    raise InvalidGraph(f"{node_label(n)}{where}: axis={axis} but its input {n.input[0]!r} has rank "
+                                       f"{len(dims)}; axis must be in [{-len(dims)}, {len(dims) - 1}].")
+            elif n.op_type == "Conv" and len(n.input) > 1:
+                ks = next((list(a.ints) for a in n.attribute if a.name == "kernel_shape"), None)
+                w = shapes.get(n.input[1])
+                if ks is None or w is None or len(w) < 2 or None in w[2:]:
+                    continue
+                if ks != w[2:]:
+                    raise InvalidGraph(f"{node_label(n)}{where}: kernel_shape={ks} but its weight {n.input[1]!r} "
+                                       f"has shape {w}, whose spatial dimensions are {w[2:]}; make kernel_shape "
+                                       "equal to them, or leave it out.")
+
+
+def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
+    """Run the guarded passes. Returns (the strictly inferred model or None, whether data was
+    propagated, the strict failure's message or "")."""
+    probe = _probe_copy(proto)
+    try:
+        first = onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=False)
+    except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
+        first = probe
+    shapes = _shapes(first)
+    check_ranks(first, shapes)
+    long_1d = any(d is not None and len(d) == 1 and (d[0] or 0) > DATA_PROP_MAX_LENGTH for d in shapes.values())
+    unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None
+                     for n, _ in _layer_norms(proto) if n.input)
+    data_prop = not (long_1d or unknown_ln)
+    try:
+        return (onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=True, data_prop=data_prop),
+                data_prop, "")
+    except onnx.shape_inference.InferenceError as e:
+        return None, data_prop, str(e)
+    except Exception:
+        return None, data_prop, ""
+
+
+def infer_lenient(proto: onnx.ModelProto, data_prop: bool) -> onnx.ModelProto:
+    """The lenient pass, after a strict one failed (with the same data propagation)."""
+    try:
+        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=data_prop)
+    except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
+        return proto

@@ -24,6 +24,7 @@ from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.runtime import guarded_inference
 from onnxhal.runtime.model_overrides import override_free_dimensions
 from onnxhal.runtime.node_checks import check_nodes
+from onnxhal.runtime.proto_strings import check_strings
 
 
 @dataclass
@@ -118,6 +119,7 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
     initializers and external-data files given in memory (``SessionOptions.external_data``)."""
     initializers, files = external
     if isinstance(model, onnx.ModelProto):
+        check_strings(model, "the onnx.ModelProto")
         if initializers or files:  # the caller's proto stays as it was
             copy = onnx.ModelProto()
             copy.CopyFrom(model)
@@ -136,6 +138,7 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
         if not proto.HasField("graph"):
             raise InvalidProtobuf(f"model bytes ({len(data)} bytes) parse to a ModelProto with no graph: "
                                   "they are not an ONNX model.")
+        check_strings(proto, f"model bytes ({len(data)} bytes)")
         _inject_external_data(proto, initializers, files, "the model bytes")
         _no_external_data(proto, "bytes")
         return proto, None
@@ -146,13 +149,11 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
         if not os.path.isfile(path):
             raise NoSuchFile(f"model file {path!r} does not exist (or is not a file). Check the path.")
         try:
-            if initializers or files:  # what memory provides is not read from disk
-                proto = onnx.load(path, load_external_data=False)
-                _inject_external_data(proto, initializers, files, f"model file {path!r}")
-                onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
-            else:
-                proto = onnx.load(path, load_external_data=True)
-        except InvalidArgument:
+            proto = onnx.load(path, load_external_data=False)
+            check_strings(proto, f"model file {path!r}")  # external-data locations are among them
+            _inject_external_data(proto, initializers, files, f"model file {path!r}")  # not read from disk
+            onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
+        except (InvalidArgument, InvalidProtobuf):
             raise
         except (DecodeError, RuntimeError, ValueError) as e:
             raise InvalidProtobuf(f"model file {path!r} is not a valid ONNX model: {e}") from e

@@ -383,6 +383,9 @@ class Graph:
 def tensor_to_array(t: TensorProto, what: str) -> np.ndarray:
     """``numpy_helper.to_array``, with a tensor that cannot be decoded (an unknown data type, data
     that does not fill its dims) reported as the invalid graph it makes, naming the tensor."""
+    if any(d < 0 for d in t.dims):  # numpy would read -1 as "whatever is left" and decode it anyway
+        raise InvalidGraph(f"{what} tensor {t.name!r} has dims {list(t.dims)}: a dimension cannot be negative. "
+                           "Re-export the model or fix the tensor's dims.")
     try:
         return numpy_helper.to_array(t)
     except Exception as e:

@@ -112,7 +112,7 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
                      for n, _ in _layer_norms(proto) if n.input)
     data_prop = not (long_1d or unknown_ln)
     try:
-        return (onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=True, data_prop=data_prop),
+        return (onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=data_prop),
                 data_prop, "")
     except onnx.shape_inference.InferenceError as e:
         return None, data_prop, str(e)

@@ -22,6 +22,8 @@ from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.runtime import guarded_inference
+from onnxhal.runtime.declaration_checks import check_declarations, check_ir_version
+from onnxhal.runtime.external_data import load_external_data, tensors
 from onnxhal.runtime.model_overrides import override_free_dimensions
 from onnxhal.runtime.node_checks import check_nodes
 from onnxhal.runtime.proto_strings import check_strings
@@ -44,24 +46,6 @@ class LoadedModel:
         return LoadedModel(self.proto, graph, self.opset, self.path)
 
 
-def _tensors(graph: onnx.GraphProto):
-    """Every TensorProto a graph holds: initializers, sparse initializers and attribute tensors,
-    subgraphs included."""
-    yield from graph.initializer
-    for st in graph.sparse_initializer:
-        yield st.values
-        yield st.indices
-    for node in graph.node:
-        for a in node.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            if a.HasField("g"):
-                yield from _tensors(a.g)
-            for g in a.graphs:
-                yield from _tensors(g)
-
-
 def _inject_external_data(proto: onnx.ModelProto, initializers: Mapping[str, np.ndarray],
                           files: Mapping[str, memoryview], what: str) -> None:
     """``SessionOptions.add_external_initializers`` and ``..._from_files_in_memory``: named main-graph
@@ -81,7 +65,7 @@ def _inject_external_data(proto: onnx.ModelProto, initializers: Mapping[str, np.
         t.CopyFrom(new)
     if not files:
         return
-    for t in _tensors(proto.graph):
+    for t in tensors(proto.graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}
@@ -102,7 +86,7 @@ def _no_external_data(proto: onnx.ModelProto, what: str) -> None:
     """A model given as bytes or a ModelProto has no folder to find external data in: ORT refuses
     it ("model_path must not be empty"), where reading the files from the current directory would
     load whatever happens to be there."""
-    for t in _tensors(proto.graph):
+    for t in tensors(proto.graph):
         if t.data_location == onnx.TensorProto.EXTERNAL:
             location = next((e.value for e in t.external_data if e.key == "location"), "?")
             raise InvalidArgument(
@@ -152,19 +136,13 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
             proto = onnx.load(path, load_external_data=False)
             check_strings(proto, f"model file {path!r}")  # external-data locations are among them
             _inject_external_data(proto, initializers, files, f"model file {path!r}")  # not read from disk
-            onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
-        except (InvalidArgument, InvalidProtobuf):
+            load_external_data(proto, os.path.dirname(os.path.abspath(path)), f"model file {path!r}")
+        except (InvalidArgument, InvalidProtobuf, NoSuchFile):
             raise
         except (DecodeError, RuntimeError, ValueError) as e:
             raise InvalidProtobuf(f"model file {path!r} is not a valid ONNX model: {e}") from e
-        except FileNotFoundError as e:
-            raise NoSuchFile(f"model file {path!r}: external data not found: {e}") from e
-        except onnx.checker.ValidationError as e:  # onnx checks each external data location before reading it
-            if "should be file inside" in str(e):
-                raise InvalidArgument(f"model file {path!r}: an external data location points outside the model's "
-                                      f"folder, which is refused: {e}") from e
-            raise NoSuchFile(f"model file {path!r}: external data not found: {e} Keep the data files "
-                             "next to the model, under the names its initializers give.") from e
+        except OSError as e:  # the model or a data file cannot be read (permissions, a folder, ...)
+            raise NoSuchFile(f"model file {path!r}: {e}") from e
         if not proto.HasField("graph"):
             raise InvalidProtobuf(f"model file {path!r} holds no graph: it is not an ONNX model.")
         return proto, os.path.abspath(path)
@@ -190,6 +168,8 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
     if opset.get("", 0) > known:
         raise OrtNotImplemented(f"model uses ai.onnx opset {opset['']}, newer than the {known} this onnx "
                                 f"package ({onnx.__version__}) knows. Upgrade onnx or export at opset <= {known}.")
+    check_ir_version(proto)
+    check_declarations(proto)
     check_nodes(proto, opset)  # before any C++ of onnx's reads the nodes: it trusts what it is given
     if proto.functions:
         try:

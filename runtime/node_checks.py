@@ -222,6 +222,11 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
     for f in proto.functions:
         f_opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in f.opset_import}
         for g, w in walk_graphs(onnx.GraphProto(node=f.node), f" (in function {f.domain}:{f.name})"):
+            listed = {o.domain for o in f.opset_import}  # as written: onnxruntime does not equate "ai.onnx" with ""
+            for n in g.node:
+                if n.domain not in listed:
+                    raise InvalidGraph(f"{node_label(n)}{w} is in domain {n.domain!r}, which the function's "
+                                       "opset_import does not list; add the domain and its version to it.")
             _check_graph_nodes(g, w, f_opset)
     for g, w in walk_graphs(proto.graph):
         _check_graph_nodes(g, w, opset)

@@ -578,19 +578,32 @@ def campaign(seed: int, count: int, with_ort: bool = True, hang_seconds: float =
     return results
 
 
+#: Words of a message that is about onnxhal's code rather than the user's model: a typed error that
+#: wraps an internal exception.
+INTERNAL_WORDS = ("AttributeError", "TypeError:", "IndexError", "KeyError", "'NoneType'", "UnboundLocalError",
+                  "NameError", "object has no attribute", "not subscriptable", "not iterable")
+
+
+def ort_refused(r: Outcome) -> bool:
+    return r.onnxruntime is not None and r.onnxruntime[1] in ("typed", "untyped")
+
+
 def summary(results: list[Outcome]) -> dict[str, int]:
     """The campaign's figures."""
     ours = [r.onnxhal[1] for r in results]
-    ort_refused = [r for r in results if r.onnxruntime is not None and r.onnxruntime[1] != "ok"]
     return {
         "mutants": len(results),
         "ran to completion": ours.count("ok"),
         "typed errors": ours.count("typed"),
+        "typed errors whose message names an internal exception": sum(
+            r.onnxhal[1] == "typed" and any(w in r.onnxhal[3] for w in INTERNAL_WORDS) for r in results),
         "untyped errors": ours.count("untyped"),
-        "crashes": sum(k == "crash" for k in ours),
+        "crashes": ours.count("crash"),
         "hangs": ours.count("hang"),
-        "onnxruntime refused (or crashed/hung)": len(ort_refused),
-        "accepted here where onnxruntime refuses": sum(r.onnxhal[1] == "ok" for r in ort_refused),
+        "onnxruntime refused": sum(ort_refused(r) for r in results),
+        "onnxruntime crashed or hung": sum(r.onnxruntime is not None and r.onnxruntime[1] in ("crash", "hang")
+                                           for r in results),
+        "accepted here where onnxruntime refuses": sum(r.onnxhal[1] == "ok" and ort_refused(r) for r in results),
     }
 
 

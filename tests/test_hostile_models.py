@@ -7,10 +7,12 @@ onnxruntime, which refuses the same models (at load, or at their first run)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from onnxhal import errors
@@ -26,10 +28,12 @@ def _feeds(sess) -> dict:
             for i in sess.get_inputs()}
 
 
-def ort_refuses(model: onnx.ModelProto) -> bool:
-    """Whether onnxruntime refuses the model, at load or at a first run on inputs of ones."""
+def ort_refuses(model: onnx.ModelProto | str) -> bool:
+    """Whether onnxruntime refuses the model (or the model file), at load or at a first run on inputs
+    of ones."""
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(model if isinstance(model, str) else model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
         sess.run(None, _feeds(sess))
     except Exception:
         return True
@@ -175,3 +179,163 @@ def test_valid_layer_norm_einsum_and_conv_still_run():
         np.testing.assert_allclose(onnxhal.InferenceSession(hm.einsum(eq)).run(None, {"a": a, "b": b})[0], a @ b)
     y = onnxhal.InferenceSession(_conv([3, 3])).run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})[0]
     np.testing.assert_allclose(y, np.full((1, 4, 6, 6), 27, np.float32))
+
+
+# -- what onnxruntime refuses about declarations, types and functions ---------------------------------
+def _without_ir_version() -> onnx.ModelProto:
+    m = _relu()
+    m.ClearField("ir_version")
+    return m
+
+
+def _ir_version(v: int) -> onnx.ModelProto:
+    m = _relu()
+    m.ir_version = v
+    return m
+
+
+def _input_declared_twice() -> onnx.ModelProto:
+    m = _relu()
+    m.graph.input.append(m.graph.input[0])
+    return m
+
+
+def _input_of_elem_type(t: int) -> onnx.ModelProto:
+    m = _relu()
+    m.graph.input[0].type.tensor_type.elem_type = t
+    return m
+
+
+def _function_node_outside_its_opsets() -> onnx.ModelProto:
+    m = hm.local_function()
+    m.functions[0].node[0].domain = "com.elsewhere"
+    return m
+
+
+def _initializer_with_negative_dims() -> onnx.ModelProto:
+    idx = numpy_helper.from_array(np.array([0, 1, 0], np.int64), "idx")
+    idx.dims[0] = -1
+    return make([helper.make_node("Gather", ["x", "idx"], ["y"], name="g")], [vi("x", [2, 3])], [vi("y", None)], [idx])
+
+
+DECLARATIONS = {
+    "no IR version": (_without_ir_version, errors.Fail, "has no IR version"),
+    "an IR version newer than onnx's": (lambda: _ir_version(onnx.IR_VERSION + 1), errors.Fail,
+                                        f"IR version {onnx.IR_VERSION + 1} is newer than"),
+    "an input declared twice": (_input_declared_twice, errors.InvalidGraph, "declares input 'x' twice"),
+    "an element type ONNX does not define": (lambda: _input_of_elem_type(40), errors.InvalidArgument,
+                                             "value 'x' declares element type 40"),
+    "an input type the operator does not take": (lambda: _input_of_elem_type(TensorProto.BOOL),
+                                                 errors.InvalidGraph, "Relu 'r'.*unsupported type: tensor.bool."),
+    "a function node outside the function's opsets": (_function_node_outside_its_opsets, errors.InvalidGraph,
+                                                      "in domain 'com.elsewhere', which the function's opset_import"),
+    "an initializer with a negative dimension": (_initializer_with_negative_dims, errors.InvalidGraph,
+                                                 r"tensor 'idx' has dims \[-1\]: a dimension cannot be negative"),
+}
+
+
+@pytest.mark.parametrize("case", DECLARATIONS)
+def test_declarations_onnxruntime_refuses_are_refused_at_load(case):
+    """Before, each of these loaded and ran (the negative dimension read as numpy's -1)."""
+    build, error, words = DECLARATIONS[case]
+    with pytest.raises(error, match=words):
+        onnxhal.InferenceSession(build())
+    assert ort_refuses(build())
+
+
+def test_a_graph_without_outputs_is_refused_at_run_as_onnxruntime_does():
+    m = _relu()
+    del m.graph.output[:]
+    sess = onnxhal.InferenceSession(m)
+    with pytest.raises(errors.InvalidArgument, match="At least one output should be requested"):
+        sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    assert ort_refuses(m)
+
+
+def test_string_inputs_are_converted_with_str_as_onnxruntime_does():
+    m = make([helper.make_node("Identity", ["x"], ["y"])], [vi("x", [4], TensorProto.STRING)],
+             [vi("y", [4], TensorProto.STRING)])
+    x = np.array([1, 2.5, None, "s"], object)
+    ours = onnxhal.InferenceSession(m).run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert ours.tolist() == theirs.tolist() == ["1", "2.5", "None", "s"]
+
+
+def test_the_gemm_folding_pass_skips_a_matmul_with_one_input():
+    """It raised a bare IndexError (the loader now refuses such a model before the optimizer runs)."""
+    from onnxhal.hal import Graph
+    from onnxhal.runtime.opt_weight_folding import matmul_add_to_gemm
+
+    m = make([helper.make_node("MatMul", ["x"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+             [vi("x", [2, 3])], [vi("y", None)], [numpy_helper.from_array(np.ones(3, np.float32), "b")])
+    assert matmul_add_to_gemm(Graph.from_proto(m.graph, {"": 17})) is False
+
+
+# -- external data ----------------------------------------------------------------------------------
+def _external(tmp_path, location: str | bytes, offset: int | None = None, length: int | None = None) -> str:
+    """A model whose initializer w (6 floats) is read from ``location``, with weights.bin (24 bytes)
+    in its folder; written as raw bytes, so that ``location`` may be any bytes."""
+    (tmp_path / "weights.bin").write_bytes(np.arange(6, dtype=np.float32).tobytes())
+    m = make([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", [6])], [vi("y", [6])])
+    t = m.graph.initializer.add()
+    t.name, t.data_type, t.data_location = "w", TensorProto.FLOAT, TensorProto.EXTERNAL
+    t.dims.append(6)
+    raw = location if isinstance(location, bytes) else location.encode()
+    entries = [("location", "L" * len(raw))] + [(k, str(v)) for k, v in (("offset", offset), ("length", length))
+                                                 if v is not None]
+    for k, v in entries:
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    path = tmp_path / "model.onnx"
+    path.write_bytes(m.SerializeToString().replace(b"L" * len(raw), raw, 1))
+    return str(path)
+
+
+def test_a_symbolic_link_inside_the_models_folder_is_followed_as_onnxruntime_does(tmp_path):
+    """onnx's loader refused every link, which onnxhal reported as NoSuchFile."""
+    os.symlink("weights.bin", tmp_path / "link.bin")
+    path = _external(tmp_path, "link.bin")
+    x = np.ones(6, np.float32)
+    np.testing.assert_array_equal(onnxhal.InferenceSession(path).run(None, {"x": x})[0], np.arange(6) + 1)
+    assert not ort_refuses(path)
+
+
+@pytest.mark.parametrize("location, error, words", [
+    ("outside.bin", errors.InvalidArgument, "points outside the model's folder"),  # a link leading out
+    ("missing/../weights.bin", errors.NoSuchFile, "external data not found"),
+    (b"\xffweights.bin", errors.InvalidProtobuf, r"external_data\[0\].value is not valid UTF-8"),
+    ("weights.bin\0", errors.InvalidProtobuf, "which is not a file name"),
+])
+def test_hostile_external_data_locations_are_refused_typed(tmp_path, location, error, words):
+    """A link leading out of the folder is refused as '../' is; the non-UTF-8 location was a bare
+    TypeError from onnx's C++."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.bin").write_bytes(b"\0" * 24)
+    model_folder = tmp_path / "model"
+    model_folder.mkdir()
+    os.symlink(outside / "secret.bin", model_folder / "outside.bin")
+    with pytest.raises(error, match=words):
+        onnxhal.InferenceSession(_external(model_folder, location))
+
+
+@pytest.mark.parametrize("offset, length, error, words", [
+    (0, 2**40, errors.InvalidArgument, r"reads bytes \[0, 1099511627776\) of 'weights.bin', which has 24"),
+    (-4, 24, errors.InvalidProtobuf, "external data offset '-4'; it must be an integer >= 0"),
+])
+def test_external_data_ranges_outside_the_file_are_refused_before_reading(tmp_path, offset, length, error, words):
+    with pytest.raises(error, match=words):
+        onnxhal.InferenceSession(_external(tmp_path, "weights.bin", offset, length))
+
+
+def test_a_loop_trip_count_that_is_not_a_scalar_is_refused_at_run_as_onnxruntime_does():
+    """Before, the Loop ran max_trip.reshape(-1)[0] iterations of a [2] tensor."""
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Neg", ["v"], ["v2"])],
+                             "body", [vi("i", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL), vi("v", [2])],
+                             [vi("c2", [], TensorProto.BOOL), vi("v2", [2])])
+    loop = helper.make_node("Loop", ["n", "", "x"], ["y"], name="loop", body=body)
+    m = make([loop], [vi("n", [2], TensorProto.INT64), vi("x", [2])], [vi("y", None)])
+    sess = onnxhal.InferenceSession(m)
+    with pytest.raises(errors.Fail, match=r"'Loop' input 'M' should be a scalar tensor. Got shape \[2\]"):
+        sess.run(None, {"n": np.array([1, 2], np.int64), "x": np.ones(2, np.float32)})
+    assert ort_refuses(m)

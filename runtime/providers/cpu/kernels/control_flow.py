@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Graph, Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import Fail
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -64,6 +65,9 @@ class Loop(Kernel):
         cond = inputs[1]
         n_explicit = 2 + self.n_carried
         carried = list(inputs[2:n_explicit])
+        for name, value in (("M", max_trip), ("cond", cond)):
+            if value is not None and np.size(value) != 1:  # as onnxruntime: not the first of many
+                raise Fail(f"'Loop' input {name!r} should be a scalar tensor. Got shape {list(np.shape(value))}.")
         trips = int(max_trip.reshape(-1)[0]) if max_trip is not None else None
         keep_going = bool(cond.reshape(-1)[0]) if cond is not None else True
         scans: list[list] = [[] for _ in range(self.n_scan)]

@@ -380,9 +380,15 @@ class Graph:
         return f"Graph({self.name!r}, {len(self.nodes)} nodes)"
 
 
+_DATA_TYPES = frozenset(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
+
+
 def tensor_to_array(t: TensorProto, what: str) -> np.ndarray:
     """``numpy_helper.to_array``, with a tensor that cannot be decoded (an unknown data type, data
     that does not fill its dims) reported as the invalid graph it makes, naming the tensor."""
+    if t.data_type not in _DATA_TYPES:
+        raise InvalidGraph(f"{what} tensor {t.name!r} has data_type {t.data_type}, which is not an ONNX tensor "
+                           "element type (onnx.TensorProto.DataType). Re-export the model or fix the tensor.")
     if any(d < 0 for d in t.dims):  # numpy would read -1 as "whatever is left" and decode it anyway
         raise InvalidGraph(f"{what} tensor {t.name!r} has dims {list(t.dims)}: a dimension cannot be negative. "
                            "Re-export the model or fix the tensor's dims.")

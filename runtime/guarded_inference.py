@@ -7,15 +7,18 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
   non-negative ``axis`` has only its first output (its inference reads ``axis`` dimensions of the
   input for the Mean output without checking the rank: ``axis=2**31`` is SIGSEGV). What it finds
   gives the ranks and dimensions the checks below need;
-- ``check_ranks``: LayerNormalization's ``axis`` within its input's rank, Conv's ``kernel_shape``
-  equal to its weight's spatial shape (onnxruntime refuses both; onnxhal ran them, the first
-  returning zeros, the second ignoring the attribute);
+- an unsafe LayerNormalization's ``axis`` checked against the rank that pass found;
 - the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
   propagation runs only where no 1-D value is longer than ``DATA_PROP_MAX_LENGTH``: its cost is
   linear in such a length (0.9 s at 10 million, for ever at 2**40, holding the GIL), and a shape
   tensor, the only thing it computes, is never that long. Where a LayerNormalization's input rank is
   unknown after the first pass, data propagation is off too, so that the real pass does not learn a
   rank the first one could not check.
+
+``check_ranks``, run by the loader on the inferred model once strict inference's own errors are
+reported, refuses an ``axis`` beyond its input's rank (LayerNormalization, Split, ...) and a Conv
+``kernel_shape`` other than its weight's spatial shape, as onnxruntime does (onnxhal ran them, the
+first returning zeros, the second ignoring the attribute).
 """
 
 from __future__ import annotations
@@ -74,18 +77,32 @@ def _probe_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def check_ranks(proto: onnx.ModelProto, shapes: dict[str, list[int | None] | None]) -> None:
-    """Attribute values that must fit an input's rank or shape, where inference found it."""
+#: Operators whose ``axis`` attribute indexes the axes of their first input: op -> how far past the
+#: last axis it may point (Flatten's axis r puts every axis in the first dimension).
+AXIS_OPS = {"Split": 0, "Concat": 0, "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0, "Flatten": 1, "Gather": 0,
+            "GatherElements": 0, "ScatterElements": 0, "ArgMax": 0, "ArgMin": 0, "LayerNormalization": 0,
+            "TopK": 0, "LpNormalization": 0, "Compress": 0}
+
+
+def check_ranks(proto: onnx.ModelProto) -> None:
+    """Attribute values that must fit an input's rank or shape, where inference found it (``proto``
+    is the inferred model). onnx's inference checks some (not LayerNormalization's axis beyond the
+    rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each."""
+    shapes = _shapes(proto)
     for g, where in walk_graphs(proto.graph):
         for n in g.node:
             if n.domain not in ("", "ai.onnx") or not n.input:
                 continue
-            if n.op_type == "LayerNormalization":
+            if n.op_type in AXIS_OPS and any(a.name == "axis" and a.type == onnx.AttributeProto.INT
+                                             for a in n.attribute):
                 dims = shapes.get(n.input[0])
-                axis = _axis(n, -1)
-                if dims is not None and not -len(dims) <= axis < len(dims):
+                axis = _axis(n, 0)
+                r = len(dims) if dims is not None else None
+                if r is not None and not -r <= axis < r + AXIS_OPS[n.op_type]:
                     raise InvalidGraph(f"{node_label(n)}{where}: axis={axis} but its input {n.input[0]!r} has rank "
-                                       f"{len(dims)}; axis must be in [{-len(dims)}, {len(dims) - 1}].")
+                                       f"{r}; axis must be in [{-r}, {r - 1 + AXIS_OPS[n.op_type]}].")
+            elif n.op_type == "LayerNormalization":  # no axis attribute: -1, always in range
+                continue
             elif n.op_type == "Conv" and len(n.input) > 1:
                 ks = next((list(a.ints) for a in n.attribute if a.name == "kernel_shape"), None)
                 w = shapes.get(n.input[1])
@@ -106,7 +123,11 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
     except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
         first = probe
     shapes = _shapes(first)
-    check_ranks(first, shapes)
+    for n, where in _layer_norms(proto):  # before the real pass, which would read past the rank
+        dims = shapes.get(n.input[0]) if n.input else None
+        if _unsafe_layer_norm(n) and dims is not None and _axis(n, -1) >= len(dims):
+            raise InvalidGraph(f"{node_label(n)}{where}: axis={_axis(n, -1)} but its input {n.input[0]!r} has rank "
+                               f"{len(dims)}; axis must be in [{-len(dims)}, {len(dims) - 1}].")
     long_1d = any(d is not None and len(d) == 1 and (d[0] or 0) > DATA_PROP_MAX_LENGTH for d in shapes.values())
     unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None
                      for n, _ in _layer_norms(proto) if n.input)

@@ -25,7 +25,7 @@ from onnxhal.runtime import guarded_inference
 from onnxhal.runtime.declaration_checks import check_declarations, check_ir_version
 from onnxhal.runtime.external_data import load_external_data, tensors
 from onnxhal.runtime.model_overrides import override_free_dimensions
-from onnxhal.runtime.node_checks import check_nodes
+from onnxhal.runtime.node_checks import check_after_inference, check_nodes
 from onnxhal.runtime.proto_strings import check_strings
 
 
@@ -189,6 +189,8 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
                            + (f" (and {len(node_errors) - 1} more: {'; '.join(node_errors[1:3])})" if node_errors[1:] else "")
                            + ". ONNX's shape inference rejects the node, as onnxruntime does at load; fix its "
                            "attributes or inputs.")
+    guarded_inference.check_ranks(inferred)
+    check_after_inference(inferred, opset)
     return LoadedModel(inferred, graph, opset, path)
 
 

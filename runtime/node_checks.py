@@ -101,6 +101,11 @@ def check_against_schema(node: onnx.NodeProto, schema: onnx.defs.OpSchema, where
                            f"{_count_text(schema.min_output, schema.max_output)}: "
                            f"{', '.join(o.name for o in schema.outputs)}.")
     single = onnx.defs.OpSchema.FormalParameterOption.Single
+    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+    if formals_variadic_empty(node, schema, variadic):
+        k = next(k for k, name in enumerate(node.input) if not name and k >= len(schema.inputs) - 1)
+        raise InvalidGraph(f"{op}: input {k} is one of its variadic inputs ({schema.inputs[-1].name}) and its name is "
+                           "empty; variadic inputs cannot be omitted (onnxruntime crashes on some).")
     for kind, names, formals in (("input", node.input, schema.inputs), ("output", node.output, schema.outputs)):
         for k, name in enumerate(names):
             if k >= len(formals):
@@ -119,6 +124,31 @@ def check_against_schema(node: onnx.NodeProto, schema: onnx.defs.OpSchema, where
         if not a.ref_attr_name and a.type != int(formal.type):
             raise InvalidGraph(f"{op}: attribute {a.name!r} is {_TYPE_NAME.get(a.type, a.type)}, "
                                f"{schema.name} expects {_TYPE_NAME.get(int(formal.type), formal.type)}.")
+
+
+def formals_variadic_empty(node: onnx.NodeProto, schema: onnx.defs.OpSchema, variadic: object) -> bool:
+    """Whether an input given to the schema's variadic last parameter has an empty name."""
+    if not schema.inputs or schema.inputs[-1].option != variadic:
+        return False
+    return any(not name for name in node.input[len(schema.inputs) - 1:])
+
+
+def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
+    """Each node has the attributes its schema requires (onnxruntime: "Required attribute 'axis'
+    is missing") and names element types ONNX defines. Run after shape inference, whose own
+    messages for some (Cast's 'to') are kept."""
+    for g, where in walk_graphs(proto.graph):
+        for node in g.node:
+            if node.domain in ("", "ai.onnx"):
+                _check_dtype_attributes(node, where)
+            schema = _schema(node, opset)
+            if schema is None:
+                continue
+            given = {a.name for a in node.attribute}
+            missing = [name for name, a in schema.attributes.items() if a.required and name not in given]
+            if missing:
+                raise InvalidGraph(f"{node_label(node)}{where}: required attribute {missing[0]!r} of "
+                                   f"{schema.name}-{schema.since_version} is missing; give it.")
 
 
 # -- values onnx's C++ cannot take ----------------------------------------------------------------
@@ -195,6 +225,18 @@ def _check_body_signature(node: onnx.NodeProto, where: str, schema: onnx.defs.Op
                                f"and {len(node.output)} output(s) it must take {n_in} and give {n_out}.")
 
 
+#: Attributes that name a tensor element type.
+_DTYPE_ATTRIBUTES = ("to", "dtype", "output_dtype")
+_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+
+
+def _check_dtype_attributes(node: onnx.NodeProto, where: str) -> None:
+    for a in node.attribute:
+        if a.name in _DTYPE_ATTRIBUTES and a.type == _A.INT and a.i not in _ELEM_TYPES:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} is {a.i}, which is not an ONNX tensor "
+                               "element type; give one of onnx.TensorProto.DataType (e.g. 1 for FLOAT).")
+
+
 _VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, onnx.defs.OpSchema | None], None]] = {
     "Einsum": _check_einsum, "GatherND": _check_gathernd, "Split": _check_split,
     "If": _check_body_signature, "Loop": _check_body_signature, "Scan": _check_body_signature,
@@ -228,8 +270,16 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
                     raise InvalidGraph(f"{node_label(n)}{w} is in domain {n.domain!r}, which the function's "
                                        "opset_import does not list; add the domain and its version to it.")
             _check_graph_nodes(g, w, f_opset)
+    local = {(f.domain, f.name): f for f in proto.functions}
     for g, w in walk_graphs(proto.graph):
         _check_graph_nodes(g, w, opset)
+        for n in g.node:
+            f = local.get((n.domain, n.op_type))
+            if f is not None and (len(n.input) > len(f.input) or len(n.output) > len(f.output)
+                                  or any(not name for name in n.input)):
+                raise InvalidGraph(f"{node_label(n)}{w} calls function {f.domain}:{f.name} with inputs {list(n.input)} "
+                                   f"and outputs {list(n.output)}; it takes {list(f.input)} and gives {list(f.output)}, "
+                                   "each input named.")
 
 
 def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int]) -> None:

@@ -154,7 +154,39 @@ REFUSED = {
     "Conv kernel_shape other than W's": (lambda: _conv([2, 2]),
                                          r"Conv node 'n': kernel_shape=\[2, 2\] but its weight 'w' has shape \[4, 3, 3, 3\]"),
     "Einsum repeating an output letter": (lambda: hm.einsum("bij,bjk->bikk"), "repeats a letter in its output term"),
+    "Einsum with an empty variadic input": (lambda: _with_empty_input(hm.einsum("bij,bjk->bik")),
+                                            "Einsum node 'es' .*input 1 is one of its variadic inputs"),
+    # Listed before its producer, so that shape inference, which reads nodes in order, does not see it.
+    "Concat without its required axis": (lambda: make([helper.make_node("Concat", ["t", "t"], ["y"], name="cat"),
+                                                       helper.make_node("Relu", ["x"], ["t"])],
+                                                      [vi("x", [2, 3])], [vi("y", None)]),
+                                         "Concat node 'cat': required attribute 'axis' of Concat-13 is missing"),
+    "Split axis far beyond the rank": (lambda: _split_axis(-2**62),
+                                       r"Split node 'sp': axis=-4611686018427387904 but its input 'x' has rank 2"),
+    "Cast to an element type beyond 32 bits": (lambda: _cast_to(2**40),
+                                               "Cast node 'c': attribute 'to' is 1099511627776, which is not an ONNX"),
+    "a local function called with an empty input": (lambda: _with_empty_input(hm.local_function(), 0),
+                                                     "calls function local:twice with inputs"),
 }
+
+
+#: Cases onnxruntime 1.32 does not refuse but crashes on (SIGSEGV, measured): not asked here.
+ORT_CRASHES = {"Einsum with an empty variadic input"}
+
+
+def _with_empty_input(m: onnx.ModelProto, k: int = 1) -> onnx.ModelProto:
+    m.graph.node[0].input[k] = ""
+    return m
+
+
+def _split_axis(axis: int) -> onnx.ModelProto:
+    m = hm.split(2, 2)
+    next(a for a in m.graph.node[0].attribute if a.name == "axis").i = axis
+    return m
+
+
+def _cast_to(to: int) -> onnx.ModelProto:
+    return make([helper.make_node("Cast", ["x"], ["y"], name="c", to=to)], [vi("x", [2, 3])], [vi("y", None)])
 
 
 @pytest.mark.parametrize("case", REFUSED)
@@ -166,7 +198,8 @@ def test_models_onnxruntime_refuses_are_refused_at_load_naming_the_node(case):
     build, words = REFUSED[case]
     with pytest.raises(errors.InvalidGraph, match=words):
         onnxhal.InferenceSession(build())
-    assert ort_refuses(build())
+    if case not in ORT_CRASHES:
+        assert ort_refuses(build())
 
 
 def test_valid_layer_norm_einsum_and_conv_still_run():
@@ -218,6 +251,13 @@ def _initializer_with_negative_dims() -> onnx.ModelProto:
     return make([helper.make_node("Gather", ["x", "idx"], ["y"], name="g")], [vi("x", [2, 3])], [vi("y", None)], [idx])
 
 
+def _initializer_of_type(data_type: int) -> onnx.ModelProto:
+    m = _initializer_with_negative_dims()
+    m.graph.initializer[0].dims[0] = 3
+    m.graph.initializer[0].data_type = data_type
+    return m
+
+
 DECLARATIONS = {
     "no IR version": (_without_ir_version, errors.Fail, "has no IR version"),
     "an IR version newer than onnx's": (lambda: _ir_version(onnx.IR_VERSION + 1), errors.Fail,
@@ -229,6 +269,8 @@ DECLARATIONS = {
                                                  errors.InvalidGraph, "Relu 'r'.*unsupported type: tensor.bool."),
     "a function node outside the function's opsets": (_function_node_outside_its_opsets, errors.InvalidGraph,
                                                       "in domain 'com.elsewhere', which the function's opset_import"),
+    "an initializer of an undefined data type": (lambda: _initializer_of_type(40), errors.InvalidGraph,
+                                                 "tensor 'idx' has data_type 40, which is not an ONNX tensor"),
     "an initializer with a negative dimension": (_initializer_with_negative_dims, errors.InvalidGraph,
                                                  r"tensor 'idx' has dims \[-1\]: a dimension cannot be negative"),
 }

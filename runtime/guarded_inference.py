@@ -15,10 +15,12 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
   unknown after the first pass, data propagation is off too, so that the real pass does not learn a
   rank the first one could not check.
 
-``check_ranks``, run by the loader on the inferred model once strict inference's own errors are
+``check_inferred``, run by the loader on the inferred model once strict inference's own errors are
 reported, refuses an ``axis`` beyond its input's rank (LayerNormalization, Split, ...) and a Conv
 ``kernel_shape`` other than its weight's spatial shape, as onnxruntime does (onnxhal ran them, the
-first returning zeros, the second ignoring the attribute).
+first returning zeros, the second ignoring the attribute), and a Loop or Scan input whose element
+type is not the one its body declares (the body's kernels met it at run: "unsupported operand
+type(s) for +: 'float' and 'str'").
 """
 
 from __future__ import annotations
@@ -84,11 +86,12 @@ AXIS_OPS = {"Split": 0, "Concat": 0, "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0
             "TopK": 0, "LpNormalization": 0, "Compress": 0}
 
 
-def check_ranks(proto: onnx.ModelProto) -> None:
+def check_inferred(proto: onnx.ModelProto) -> None:
     """Attribute values that must fit an input's rank or shape, where inference found it (``proto``
     is the inferred model). onnx's inference checks some (not LayerNormalization's axis beyond the
     rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each."""
     shapes = _shapes(proto)
+    _check_body_input_types(proto)
     for g, where in walk_graphs(proto.graph):
         for n in g.node:
             if n.domain not in ("", "ai.onnx") or not n.input:
@@ -112,6 +115,42 @@ def check_ranks(proto: onnx.ModelProto) -> None:
                     raise InvalidGraph(f"{node_label(n)}{where}: kernel_shape={ks} but its weight {n.input[1]!r} "
                                        f"has shape {w}, whose spatial dimensions are {w[2:]}; make kernel_shape "
                                        "equal to them, or leave it out.")
+
+
+def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for g, _ in walk_graphs(proto.graph):
+        for t in g.initializer:
+            found[t.name] = t.data_type
+        for v in (*g.input, *g.value_info, *g.output):
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+                found[v.name] = v.type.tensor_type.elem_type
+    return found
+
+
+def _check_body_input_types(proto: onnx.ModelProto) -> None:
+    types = _elem_types(proto)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    for g, where in walk_graphs(proto.graph):
+        for n in g.node:
+            if n.domain not in ("", "ai.onnx") or n.op_type not in ("Loop", "Scan"):
+                continue
+            body = next((a.g for a in n.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
+            if body is None:
+                continue
+            # Loop: (M, cond, carried...) -> body (iteration, cond, carried...); Scan 9+: inputs in order;
+            # Scan 8: (sequence_lens, inputs...) -> body (inputs...).
+            if n.op_type == "Loop":
+                pairs = list(zip(n.input, body.input))[2:]
+            else:
+                pairs = list(zip(n.input[1:] if opset < 9 else n.input, body.input))
+            for outer, inner in pairs:
+                want = inner.type.tensor_type.elem_type if inner.type.HasField("tensor_type") else 0
+                got = types.get(outer, 0)
+                if outer and want and got and want != got:
+                    raise InvalidGraph(
+                        f"{node_label(n)}{where}: input {outer!r} is {onnx.TensorProto.DataType.Name(got)} but its body "
+                        f"takes it as {inner.name!r}, {onnx.TensorProto.DataType.Name(want)}; make the types agree.")
 
 
 def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:

@@ -189,7 +189,7 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
                            + (f" (and {len(node_errors) - 1} more: {'; '.join(node_errors[1:3])})" if node_errors[1:] else "")
                            + ". ONNX's shape inference rejects the node, as onnxruntime does at load; fix its "
                            "attributes or inputs.")
-    guarded_inference.check_ranks(inferred)
+    guarded_inference.check_inferred(inferred)
     check_after_inference(inferred, opset)
     return LoadedModel(inferred, graph, opset, path)
 

@@ -198,6 +198,13 @@ def _check_split(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | 
                            "output(s); num_outputs is the number of outputs.")
 
 
+def _check_gemm(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+    for name in ("transA", "transB"):
+        v = _int_attr(node, name)
+        if v is not None and v not in (0, 1):  # onnx's inference reads 32 bits of it, onnxruntime's kernel 64
+            raise InvalidGraph(f"{node_label(node)}{where}: {name}={v}; it is a flag, 0 or 1.")
+
+
 def _graph_attr(node: onnx.NodeProto, name: str) -> onnx.GraphProto | None:
     return next((a.g for a in node.attribute if a.name == name and a.type == _A.GRAPH), None)
 
@@ -238,7 +245,7 @@ def _check_dtype_attributes(node: onnx.NodeProto, where: str) -> None:
 
 
 _VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, onnx.defs.OpSchema | None], None]] = {
-    "Einsum": _check_einsum, "GatherND": _check_gathernd, "Split": _check_split,
+    "Einsum": _check_einsum, "GatherND": _check_gathernd, "Split": _check_split, "Gemm": _check_gemm,
     "If": _check_body_signature, "Loop": _check_body_signature, "Scan": _check_body_signature,
 }
 
@@ -270,12 +277,13 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
                     raise InvalidGraph(f"{node_label(n)}{w} is in domain {n.domain!r}, which the function's "
                                        "opset_import does not list; add the domain and its version to it.")
             _check_graph_nodes(g, w, f_opset)
+        _check_function_body(f)
     local = {(f.domain, f.name): f for f in proto.functions}
     for g, w in walk_graphs(proto.graph):
         _check_graph_nodes(g, w, opset)
         for n in g.node:
             f = local.get((n.domain, n.op_type))
-            if f is not None and (len(n.input) > len(f.input) or len(n.output) > len(f.output)
+            if f is not None and (len(n.input) != len(f.input) or len(n.output) > len(f.output)
                                   or any(not name for name in n.input)):
                 raise InvalidGraph(f"{node_label(n)}{w} calls function {f.domain}:{f.name} with inputs {list(n.input)} "
                                    f"and outputs {list(n.output)}; it takes {list(f.input)} and gives {list(f.output)}, "
@@ -320,3 +328,22 @@ def _check_no_recursion(proto: onnx.ModelProto) -> None:
 
     for key in local:
         visit(key, [])
+
+
+def _check_function_body(f: onnx.FunctionProto) -> None:
+    """A function's nodes read only its inputs and what earlier nodes wrote, and its outputs are
+    written (onnxruntime refuses the model otherwise, even if nothing calls the function)."""
+    where = f"function {f.domain}:{f.name}"
+    if any(not name for name in (*f.input, *f.output)):
+        raise InvalidGraph(f"{where} has an input or output without a name (inputs {list(f.input)}, outputs "
+                           f"{list(f.output)}); name each.")
+    known = set(f.input)
+    for n in f.node:
+        for name in n.input:
+            if name and name not in known:
+                raise InvalidGraph(f"{node_label(n)} (in {where}) reads {name!r}, which is neither an input of the "
+                                   "function nor written by a node before it.")
+        known.update(o for o in n.output if o)
+    missing = [o for o in f.output if o not in known]
+    if missing:
+        raise InvalidGraph(f"{where} declares output(s) {missing} that none of its nodes writes.")

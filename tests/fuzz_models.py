@@ -465,19 +465,30 @@ def _feeds_for(proto_bytes: bytes) -> dict[str, np.ndarray]:
     return feeds
 
 
+#: Seconds after which a mutant's run is told to terminate (RunOptions.terminate).
+RUN_SECONDS = 5.0
+
+
 def _outcome(runtime, model, feeds) -> list[str]:
     """[phase, kind, class, message]: phase load/run/done; kind typed/untyped/ok."""
     from onnxhal.errors import OrtError
 
     typed = OrtError if runtime.__name__ == "onnxhal" else Exception
     phase = "load"
+    run_options = runtime.RunOptions()
+    # A valid model may loop for ever (Loop without a trip count or condition): the run must stop
+    # when told to, within a bounded time, as onnxruntime's does.
+    stop = threading.Timer(RUN_SECONDS, lambda: setattr(run_options, "terminate", True))
     try:
         sess = runtime.InferenceSession(model, providers=["CPUExecutionProvider"])
         phase = "run"
-        sess.run(None, feeds)
+        stop.start()
+        sess.run(None, feeds, run_options)
         return ["done", "ok", "", ""]
     except Exception as e:  # the point: what escapes, and whether it is typed
         return [phase, "typed" if isinstance(e, typed) else "untyped", type(e).__name__, str(e)[:300]]
+    finally:
+        stop.cancel()
 
 
 def _worker(seed: int, start: int, count: int, with_ort: bool, external_folder: str | None) -> None:
@@ -597,6 +608,8 @@ def summary(results: list[Outcome]) -> dict[str, int]:
         "typed errors": ours.count("typed"),
         "typed errors whose message names an internal exception": sum(
             r.onnxhal[1] == "typed" and any(w in r.onnxhal[3] for w in INTERNAL_WORDS) for r in results),
+        "runs stopped by RunOptions.terminate": sum(r.onnxhal[3].startswith("Exiting due to terminate")
+                                                    for r in results),
         "untyped errors": ours.count("untyped"),
         "crashes": ours.count("crash"),
         "hangs": ours.count("hang"),

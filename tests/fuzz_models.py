@@ -373,11 +373,26 @@ def m_node_order(m, r):
     m.graph.node.extend(nodes)
 
 
+def m_symbolic_dims(m, r):
+    """Every declared input dimension made symbolic: the feeds (2 wherever a dimension is symbolic)
+    then meet the kernels with shapes the model did not plan for."""
+    for v in m.graph.input:
+        for d in v.type.tensor_type.shape.dim:
+            d.dim_param = r.choice(["n", "m", "batch"])
+
+
+def m_swap_inputs(m, r):
+    n = r.choice([n for n in _nodes(m) if len(n.input) > 1] or _nodes(m))
+    if len(n.input) > 1:
+        i, j = r.sample(range(len(n.input)), 2)
+        n.input[i], n.input[j] = n.input[j], n.input[i]
+
+
 MUTATIONS: dict[str, Callable] = {f.__name__[2:]: f for f in (
     m_truncate, m_byte_flips, m_unknown_op, m_unknown_domain, m_undefined_input, m_duplicate_output, m_cycle,
     m_self_loop, m_attribute_type, m_extra_attribute, m_duplicate_attribute, m_drop_attribute,
     m_int_attribute_values, m_string_attribute_values, m_dims, m_elem_type, m_initializer, m_opset, m_ir_version,
-    m_node_arity, m_graph_io, m_subgraph, m_function, m_node_order)}
+    m_node_arity, m_graph_io, m_subgraph, m_function, m_node_order, m_symbolic_dims, m_swap_inputs)}
 
 
 def mutant(seed: int, index: int) -> tuple[str, str, bytes]:

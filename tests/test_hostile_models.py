@@ -429,3 +429,16 @@ def test_functions_flags_and_subgraph_inputs_onnxruntime_refuses_are_refused_at_
     with pytest.raises(errors.InvalidGraph, match=words):
         onnxhal.InferenceSession(build())
     assert ort_refuses(build())
+
+
+def test_a_body_input_of_another_shape_than_declared_is_refused_at_run_as_onnxruntime_does():
+    """A Scan whose body declares rows of 3 fed rows of 2: before, it ran and returned rows of 2."""
+    body = helper.make_graph([helper.make_node("Add", ["s", "r"], ["s2"])], "body", [vi("s", [3]), vi("r", [3])],
+                             [vi("s2", [3])])
+    node = helper.make_node("Scan", ["s0", "xs"], ["sf"], name="scan", body=body, num_scan_inputs=1)
+    m = make([node], [vi("s0", ["n"]), vi("xs", [4, "n"])], [vi("sf", None)])
+    feeds = {"s0": np.zeros(2, np.float32), "xs": np.ones((4, 2), np.float32)}
+    with pytest.raises(errors.Fail, match=r"Scan node 'scan': its body's input 's' is declared \[3\] but is given "
+                                          r"shape \[2\]"):
+        onnxhal.InferenceSession(m).run(None, feeds)
+    assert ort_refuses(m)  # fed rows of 1

@@ -24,8 +24,20 @@ class _SubgraphCall:
         n_explicit = len(node.inputs)
         reads = set(graph.outer_scope_reads())
         self.outer = [(name, n_explicit + i) for i, name in enumerate(node.implicit_inputs) if name in reads]
+        # The body's inputs whose shape it declares: checked at each call, as onnxruntime checks them
+        # (a Scan fed rows of 2 into a body declared for 3 ran before and returned rows of 2).
+        self.declared = [(k, v.name, tuple(v.shape)) for k, v in enumerate(graph.inputs)
+                         if v.shape is not None and v.is_tensor]
+        self.label = f"{node.op_type} node {node.name!r}"
 
     def run(self, formal: list, inputs: list) -> list:
+        for k, name, dims in self.declared:
+            if k < len(formal):
+                shape = np.shape(formal[k])
+                if len(shape) != len(dims) or any(isinstance(d, int) and d != g for d, g in zip(dims, shape)):
+                    raise Fail(f"{self.label}: its body's input {name!r} is declared "
+                               f"[{', '.join('?' if not isinstance(d, int) else str(d) for d in dims)}] but is given "
+                               f"shape {list(shape)}; make the body's declared shapes match what the node gives it.")
         feeds = dict(zip(self.input_names, formal))
         for name, i in self.outer:
             feeds[name] = inputs[i]

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
-from onnxhal.runtime import guarded_inference
+from onnxhal.runtime import declared_value_info, guarded_inference
 from onnxhal.runtime.declaration_checks import check_declarations, check_ir_version
 from onnxhal.runtime.external_data import load_external_data, tensors
 from onnxhal.runtime.model_overrides import override_free_dimensions
@@ -176,6 +176,7 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
             proto = onnx.inliner.inline_local_functions(proto)
         except Exception as e:
             raise InvalidGraph(f"model-local functions could not be inlined: {e}") from e
+    proto, declared_types = declared_value_info.set_aside(proto)
     # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
     inferred, data_prop, strict_error = guarded_inference.infer(proto)
     node_errors = inference_errors(strict_error) if strict_error else []
@@ -189,6 +190,7 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
                            + (f" (and {len(node_errors) - 1} more: {'; '.join(node_errors[1:3])})" if node_errors[1:] else "")
                            + ". ONNX's shape inference rejects the node, as onnxruntime does at load; fix its "
                            "attributes or inputs.")
+    declared_value_info.check_element_types(inferred, declared_types)
     guarded_inference.check_inferred(inferred)
     check_after_inference(inferred, opset)
     return LoadedModel(inferred, graph, opset, path)
@@ -198,7 +200,7 @@ _ERROR_LINE = re.compile(r"\(op_type:([^,)]+)(?:, node name: ([^)]*))?\): (\[\w+
 #: Messages of strict inference that onnxruntime does not refuse a model for: a declared shape that
 #: disagrees with the inferred one (a warning in ORT), a node whose input type is unknown because
 #: an earlier node failed (a consequence, not a cause).
-_NOT_FATAL = ("existing shape differ", "existing elem type", "instead is null", "Inferred shape and existing")
+_NOT_FATAL = ("existing shape differ", "instead is null", "Inferred shape and existing")
 #: Ops whose nested errors come from their subgraphs (real); other ops' nested errors come from
 #: inferring their function body, which onnx 1.23 gets wrong for some (MeanVarianceNormalization).
 _SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap")

@@ -380,13 +380,23 @@ class Graph:
         return f"Graph({self.name!r}, {len(self.nodes)} nodes)"
 
 
+_DATA_TYPES = frozenset(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
+
+
 def tensor_to_array(t: TensorProto, what: str) -> np.ndarray:
     """``numpy_helper.to_array``, with a tensor that cannot be decoded (an unknown data type, data
     that does not fill its dims) reported as the invalid graph it makes, naming the tensor."""
+    size = len(t.raw_data) if t.HasField("raw_data") else "no raw"
+    if t.data_type not in _DATA_TYPES:  # numpy_helper's KeyError would name nothing
+        raise InvalidGraph(f"{what} tensor {t.name!r} (data_type {t.data_type}, dims {list(t.dims)}, {size} bytes) "
+                           f"cannot be decoded: data_type {t.data_type} is not an ONNX tensor element type "
+                           "(onnx.TensorProto.DataType). Re-export the model or fix the tensor.")
+    if any(d < 0 for d in t.dims):  # numpy would read -1 as "whatever is left" and decode it anyway
+        raise InvalidGraph(f"{what} tensor {t.name!r} has dims {list(t.dims)}: a dimension cannot be negative. "
+                           "Re-export the model or fix the tensor's dims.")
     try:
         return numpy_helper.to_array(t)
     except Exception as e:
-        size = len(t.raw_data) if t.HasField("raw_data") else "no raw"
         raise InvalidGraph(f"{what} tensor {t.name!r} (data_type {t.data_type}, dims {list(t.dims)}, {size} bytes) "
                            f"cannot be decoded: {type(e).__name__}: {e}. Re-export the model or fix the "
                            "tensor's data_type, dims and data.") from e

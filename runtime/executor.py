@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,12 @@ class Terminated(RuntimeException):
     pass
 
 
+#: The RunOptions of the run in progress in this thread (or async context), for the subgraphs its
+#: If/Loop/Scan kernels run: kernels are called with their inputs only, and an endless Loop must
+#: still stop when ``RunOptions.terminate`` is set, as onnxruntime's does.
+_RUN_OPTIONS: ContextVar[Any] = ContextVar("onnxhal_run_options", default=None)
+
+
 class SubgraphRunner:
     """Runs a subgraph (If/Loop/Scan body): ``run(feeds) -> outputs`` in ``graph.outputs`` order."""
 
@@ -50,7 +57,10 @@ class SubgraphRunner:
         self.graph = plan.graph
 
     def run(self, feeds: dict[str, Any]) -> list:
-        return self.plan.run(feeds)
+        run_options = _RUN_OPTIONS.get()
+        if run_options is not None and run_options.terminate:  # checked at each iteration, even of an empty body
+            raise Terminated(_TERMINATED_MSG)
+        return self.plan.run(feeds, run_options)
 
 
 class _CreateContext(KernelCreateContext):
@@ -221,6 +231,15 @@ class ExecutionPlan:
                 raise
             except Exception as e:
                 raise _transfer_error(e, f"copying input {name!r} to the memory of the EPs that read it") from e
+        token = _RUN_OPTIONS.set(run_options) if run_options is not None else None
+        try:
+            self._execute(slots, run_options, profiler)
+        finally:
+            if token is not None:
+                _RUN_OPTIONS.reset(token)
+        return self._outputs(slots, fetch, output_devices)
+
+    def _execute(self, slots: list, run_options: Any, profiler: Any) -> None:
         # NaN and inf from IEEE arithmetic (Sqrt or Log of a negative, 0/0, overflow) are results,
         # as in onnxruntime, not numpy RuntimeWarnings from inside the runtime.
         with np.errstate(all="ignore"):
@@ -239,6 +258,9 @@ class ExecutionPlan:
                         self.memory.end_of_run()
                 for i, v in zip(self.output_slots, results):
                     slots[i] = v
+
+    def _outputs(self, slots: list, fetch: Sequence[int] | None,
+                 output_devices: Sequence[OrtMemoryDevice] | None) -> list:
         idx = range(len(self.output_slots)) if fetch is None else fetch
         if not self.device_outputs and output_devices is None:
             return [slots[self.output_slots[i]] for i in idx]

@@ -74,8 +74,7 @@ def _check_one(name: str, value: Any, info: ValueInfo) -> Any:
             if isinstance(value, (list, tuple, int, float, bool, str, np.generic)):
                 raise InvalidArgument(
                     f"input {name!r} expects a numpy array of {_describe(info.dtype, info.shape)}, got "
-                    f"{type(value).__name__}. Wrap it: np.asarray(value, dtype="
-                    f"{'object' if info.dtype == np.dtype(object) else 'np.' + str(info.dtype)}).")
+                    f"{type(value).__name__}. Wrap it: np.asarray(value, dtype={_numpy_name(info.dtype)}).")
             raise InvalidArgument(f"input {name!r}: unsupported value of type {type(value).__name__}; pass a numpy "
                                   "array or an OrtValue")
         got_dtype, got_shape = value.dtype, value.shape
@@ -85,9 +84,9 @@ def _check_one(name: str, value: Any, info: ValueInfo) -> Any:
         if not ok:
             raise InvalidArgument(
                 f"input {name!r} expects {_describe(want, info.shape)}, got {_describe(got_dtype, got_shape)}: "
-                f"wrong element type. Convert it with .astype(np.{want}).")
-        if want == np.dtype(object) and isinstance(value, np.ndarray) and got_dtype.kind == "U":
-            value = value.astype(object)
+                f"wrong element type. Convert it with .astype({_numpy_name(want)}).")
+        if want == np.dtype(object) and isinstance(value, np.ndarray):
+            value = _as_strings(value)
     shape = info.shape
     if shape is not None:
         if len(shape) != len(got_shape):
@@ -100,3 +99,20 @@ def _check_one(name: str, value: Any, info: ValueInfo) -> Any:
                     f"input {name!r} expects {_describe(want, shape)}, got {_describe(got_dtype, got_shape)}: "
                     f"dimension {axis} must be {w}.")
     return value
+
+
+def _numpy_name(dtype: Any) -> str:
+    """How to write the dtype in numpy code (numpy 2 has no ``np.object``)."""
+    return "object" if dtype == np.dtype(object) else f"np.{dtype}"
+
+
+def _as_strings(value: np.ndarray) -> np.ndarray:
+    """A string input as an object array of str: numpy str arrays are converted, and in an object
+    array every element that is not a str becomes ``str(element)``, as onnxruntime converts them
+    (before, integers and None reached the kernels as they were)."""
+    if value.dtype.kind == "U":
+        return value.astype(object)
+    flat = value.ravel()
+    if all(type(x) is str for x in flat):
+        return value
+    return np.array([x if isinstance(x, str) else str(x) for x in flat], dtype=object).reshape(value.shape)

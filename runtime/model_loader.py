@@ -14,14 +14,20 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnx.inliner  # `import onnx` does not import it: without this line model-local functions fail in a fresh process
 import onnx.numpy_helper
 from google.protobuf.message import DecodeError
 
 from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
+from onnxhal.runtime import declared_value_info, guarded_inference
+from onnxhal.runtime.declaration_checks import check_declarations, check_ir_version
 from onnxhal.runtime.ep_context_model import ReadFunc, resolve_external_contexts
+from onnxhal.runtime.external_data import load_external_data, tensors
 from onnxhal.runtime.model_overrides import override_free_dimensions
+from onnxhal.runtime.node_checks import check_after_inference, check_nodes
+from onnxhal.runtime.proto_strings import check_strings
 
 
 @dataclass
@@ -39,24 +45,6 @@ class LoadedModel:
         check_graph(graph, outer=set())
         resolve_schemas(graph)
         return LoadedModel(self.proto, graph, self.opset, self.path)
-
-
-def _tensors(graph: onnx.GraphProto):
-    """Every TensorProto a graph holds: initializers, sparse initializers and attribute tensors,
-    subgraphs included."""
-    yield from graph.initializer
-    for st in graph.sparse_initializer:
-        yield st.values
-        yield st.indices
-    for node in graph.node:
-        for a in node.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            if a.HasField("g"):
-                yield from _tensors(a.g)
-            for g in a.graphs:
-                yield from _tensors(g)
 
 
 def _inject_external_data(proto: onnx.ModelProto, initializers: Mapping[str, np.ndarray],
@@ -78,7 +66,7 @@ def _inject_external_data(proto: onnx.ModelProto, initializers: Mapping[str, np.
         t.CopyFrom(new)
     if not files:
         return
-    for t in _tensors(proto.graph):
+    for t in tensors(proto.graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}
@@ -99,7 +87,7 @@ def _no_external_data(proto: onnx.ModelProto, what: str) -> None:
     """A model given as bytes or a ModelProto has no folder to find external data in: ORT refuses
     it ("model_path must not be empty"), where reading the files from the current directory would
     load whatever happens to be there."""
-    for t in _tensors(proto.graph):
+    for t in tensors(proto.graph):
         if t.data_location == onnx.TensorProto.EXTERNAL:
             location = next((e.value for e in t.external_data if e.key == "location"), "?")
             raise InvalidArgument(
@@ -116,6 +104,7 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
     initializers and external-data files given in memory (``SessionOptions.external_data``)."""
     initializers, files = external
     if isinstance(model, onnx.ModelProto):
+        check_strings(model, "the onnx.ModelProto")
         if initializers or files:  # the caller's proto stays as it was
             copy = onnx.ModelProto()
             copy.CopyFrom(model)
@@ -134,6 +123,7 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
         if not proto.HasField("graph"):
             raise InvalidProtobuf(f"model bytes ({len(data)} bytes) parse to a ModelProto with no graph: "
                                   "they are not an ONNX model.")
+        check_strings(proto, f"model bytes ({len(data)} bytes)")
         _inject_external_data(proto, initializers, files, "the model bytes")
         _no_external_data(proto, "bytes")
         return proto, None
@@ -144,24 +134,16 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
         if not os.path.isfile(path):
             raise NoSuchFile(f"model file {path!r} does not exist (or is not a file). Check the path.")
         try:
-            if initializers or files:  # what memory provides is not read from disk
-                proto = onnx.load(path, load_external_data=False)
-                _inject_external_data(proto, initializers, files, f"model file {path!r}")
-                onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
-            else:
-                proto = onnx.load(path, load_external_data=True)
-        except InvalidArgument:
+            proto = onnx.load(path, load_external_data=False)
+            check_strings(proto, f"model file {path!r}")  # external-data locations are among them
+            _inject_external_data(proto, initializers, files, f"model file {path!r}")  # not read from disk
+            load_external_data(proto, os.path.dirname(os.path.abspath(path)), f"model file {path!r}")
+        except (InvalidArgument, InvalidProtobuf, NoSuchFile):
             raise
         except (DecodeError, RuntimeError, ValueError) as e:
             raise InvalidProtobuf(f"model file {path!r} is not a valid ONNX model: {e}") from e
-        except FileNotFoundError as e:
-            raise NoSuchFile(f"model file {path!r}: external data not found: {e}") from e
-        except onnx.checker.ValidationError as e:  # onnx checks each external data location before reading it
-            if "should be file inside" in str(e):
-                raise InvalidArgument(f"model file {path!r}: an external data location points outside the model's "
-                                      f"folder, which is refused: {e}") from e
-            raise NoSuchFile(f"model file {path!r}: external data not found: {e} Keep the data files "
-                             "next to the model, under the names its initializers give.") from e
+        except OSError as e:  # the model or a data file cannot be read (permissions, a folder, ...)
+            raise NoSuchFile(f"model file {path!r}: {e}") from e
         if not proto.HasField("graph"):
             raise InvalidProtobuf(f"model file {path!r} holds no graph: it is not an ONNX model.")
         return proto, os.path.abspath(path)
@@ -190,24 +172,20 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
     if opset.get("", 0) > known:
         raise OrtNotImplemented(f"model uses ai.onnx opset {opset['']}, newer than the {known} this onnx "
                                 f"package ({onnx.__version__}) knows. Upgrade onnx or export at opset <= {known}.")
+    check_ir_version(proto)
+    check_declarations(proto)
+    check_nodes(proto, opset)  # before any C++ of onnx's reads the nodes: it trusts what it is given
     if proto.functions:
         try:
             proto = onnx.inliner.inline_local_functions(proto)
         except Exception as e:
             raise InvalidGraph(f"model-local functions could not be inlined: {e}") from e
-    node_errors: list[str] = []
-    try:  # strict first: ORT runs each node's inference function at load and refuses what it rejects
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=True, data_prop=True)
-    except onnx.shape_inference.InferenceError as e:
-        node_errors = inference_errors(str(e))
-        inferred = None
-    except Exception:
-        inferred = None
+    proto, declared_types = declared_value_info.set_aside(proto)
+    # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
+    inferred, data_prop, strict_error = guarded_inference.infer(proto)
+    node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:
-        try:
-            inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-        except Exception:  # inference is a help, not a requirement: ORT runs models it cannot infer
-            inferred = proto
+        inferred = guarded_inference.infer_lenient(proto, data_prop)
     graph = Graph.from_proto(inferred.graph, opset)
     check_graph(graph, outer=set())
     resolve_schemas(graph)
@@ -216,6 +194,9 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
                            + (f" (and {len(node_errors) - 1} more: {'; '.join(node_errors[1:3])})" if node_errors[1:] else "")
                            + ". ONNX's shape inference rejects the node, as onnxruntime does at load; fix its "
                            "attributes or inputs.")
+    declared_value_info.check_element_types(inferred, declared_types)
+    guarded_inference.check_inferred(inferred)
+    check_after_inference(inferred, opset)
     return LoadedModel(inferred, graph, opset, path)
 
 
@@ -223,7 +204,7 @@ _ERROR_LINE = re.compile(r"\(op_type:([^,)]+)(?:, node name: ([^)]*))?\): (\[\w+
 #: Messages of strict inference that onnxruntime does not refuse a model for: a declared shape that
 #: disagrees with the inferred one (a warning in ORT), a node whose input type is unknown because
 #: an earlier node failed (a consequence, not a cause).
-_NOT_FATAL = ("existing shape differ", "existing elem type", "instead is null", "Inferred shape and existing")
+_NOT_FATAL = ("existing shape differ", "instead is null", "Inferred shape and existing")
 #: Ops whose nested errors come from their subgraphs (real); other ops' nested errors come from
 #: inferring their function body, which onnx 1.23 gets wrong for some (MeanVarianceNormalization).
 _SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap")

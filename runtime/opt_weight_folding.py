@@ -208,7 +208,7 @@ def matmul_add_to_gemm(graph: Graph) -> bool:
     """MatMul of a 2-D input and constant 2-D weights followed by a constant bias Add -> Gemm."""
     changed = False
     for mm in live_nodes(graph):
-        if mm.op_type != "MatMul" or mm.domain != "" or rank(graph, mm.inputs[0]) != 2:
+        if mm.op_type != "MatMul" or mm.domain != "" or len(mm.inputs) != 2 or rank(graph, mm.inputs[0]) != 2:
             continue
         weights = constant(graph, mm.inputs[1])
         add = sole_consumer(graph, mm.outputs[0])

@@ -466,6 +466,9 @@ class InferenceSession:
              run_options: RunOptions | None) -> list:
         core = self._core
         fetch = self._fetch_indices(output_names)
+        if not self._outputs:  # as onnxruntime: a run computes outputs, and there are none to compute
+            raise InvalidArgument("At least one output should be requested: the model's graph declares no outputs. "
+                                  "Add the values you want to its graph outputs.")
         feeds = check_feeds(input_feed, self._input_infos, self._required_inputs)
         if run_options is not None and run_options.terminate:
             raise Terminated("Exiting due to terminate flag being set to true: RunOptions.terminate is set. "

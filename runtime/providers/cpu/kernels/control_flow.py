@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Graph, Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import Fail
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -23,8 +24,20 @@ class _SubgraphCall:
         n_explicit = len(node.inputs)
         reads = set(graph.outer_scope_reads())
         self.outer = [(name, n_explicit + i) for i, name in enumerate(node.implicit_inputs) if name in reads]
+        # The body's inputs whose shape it declares: checked at each call, as onnxruntime checks them
+        # (a Scan fed rows of 2 into a body declared for 3 ran before and returned rows of 2).
+        self.declared = [(k, v.name, tuple(v.shape)) for k, v in enumerate(graph.inputs)
+                         if v.shape is not None and v.is_tensor]
+        self.label = f"{node.op_type} node {node.name!r}"
 
     def run(self, formal: list, inputs: list) -> list:
+        for k, name, dims in self.declared:
+            if k < len(formal):
+                shape = np.shape(formal[k])
+                if len(shape) != len(dims) or any(isinstance(d, int) and d != g for d, g in zip(dims, shape)):
+                    raise Fail(f"{self.label}: its body's input {name!r} is declared "
+                               f"[{', '.join('?' if not isinstance(d, int) else str(d) for d in dims)}] but is given "
+                               f"shape {list(shape)}; make the body's declared shapes match what the node gives it.")
         feeds = dict(zip(self.input_names, formal))
         for name, i in self.outer:
             feeds[name] = inputs[i]
@@ -64,6 +77,9 @@ class Loop(Kernel):
         cond = inputs[1]
         n_explicit = 2 + self.n_carried
         carried = list(inputs[2:n_explicit])
+        for name, value in (("M", max_trip), ("cond", cond)):
+            if value is not None and np.size(value) != 1:  # as onnxruntime: not the first of many
+                raise Fail(f"'Loop' input {name!r} should be a scalar tensor. Got shape {list(np.shape(value))}.")
         trips = int(max_trip.reshape(-1)[0]) if max_trip is not None else None
         keep_going = bool(cond.reshape(-1)[0]) if cond is not None else True
         scans: list[list] = [[] for _ in range(self.n_scan)]

@@ -1,0 +1,57 @@
+"""A long fuzz campaign of model loading and running (tests/fuzz_models.py), onnxhal against
+onnxruntime: valid models mutated, each loaded and run by both in a child process.
+
+    python benchmarks/fuzz_campaign.py [--seed 34] [--mutants 6000] [--external 100] [--json out.json]
+
+Prints the figures docs/sessions.md records (mutants, typed and untyped errors, crashes, hangs,
+mutants run to completion where onnxruntime refuses, and those not on the documented list) and
+lists every crash, hang, untyped error and undocumented acceptance. The suite's
+tests/test_fuzz_models.py runs the same harness on 1,500 mutants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests import fuzz_models as fm  # noqa: E402 - after the path is set
+from tests.test_fuzz_models import _accepted  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=34)
+    parser.add_argument("--mutants", type=int, default=6000)
+    parser.add_argument("--external", type=int, default=100, help="external-data mutants (hostile locations)")
+    parser.add_argument("--no-ort", action="store_true", help="onnxhal only (no comparison)")
+    parser.add_argument("--json", help="write the figures and the findings to this file")
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    step = max(args.mutants // 20, 1)
+    results = fm.campaign(args.seed, args.mutants, with_ort=not args.no_ort,
+                          progress=lambda n: n % step == 0 and print(f"  {n} mutants", file=sys.stderr))
+    if args.external:
+        results += fm.campaign(args.seed, args.external, with_ort=not args.no_ort, external=True)
+    figures = fm.summary(results)
+    accepted = [r for r in results if r.onnxhal[1] == "ok" and fm.ort_refused(r)]
+    figures["of which documented (docs/sessions.md)"] = sum(_accepted(r) for r in accepted)
+    figures["seconds"] = round(time.perf_counter() - t0, 1)
+    findings = [r.__dict__ for r in results if r.onnxhal[1] in ("untyped", "crash", "hang")]
+    findings += [r.__dict__ for r in accepted if not _accepted(r)]
+    print(json.dumps(figures, indent=1))
+    for f in findings:
+        print(f"mutant {f['index']} ({f['seed_model']}, {f['mutation']}): onnxhal {f['onnxhal'][:3]}, "
+              f"onnxruntime {(f['onnxruntime'] or ['-'])[:4]}")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"figures": figures, "findings": findings}, out, indent=1)
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

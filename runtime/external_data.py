@@ -1,0 +1,85 @@
+"""Reading a model's external data from the files beside it.
+
+onnx's ``load_external_data_for_model`` refuses every symbolic link, even one to a file in the
+model's own folder (onnxruntime follows it), and lets a location that is not valid UTF-8 through as
+bytes, to fail in C++ with a TypeError. Here a location is followed as the operating system
+follows it and accepted where the file it reaches lies inside the model's folder, as onnxruntime's
+"External data path escapes model directory" check does; offsets and lengths are checked against
+the file before anything is read, so a length of 2**40 reads nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import onnx
+
+from onnxhal.hal.errors import InvalidArgument, InvalidProtobuf, NoSuchFile
+
+
+def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto a graph holds: initializers, sparse initializers and attribute tensors,
+    subgraphs included."""
+    yield from graph.initializer
+    for st in graph.sparse_initializer:
+        yield st.values
+        yield st.indices
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from tensors(a.g)
+            for g in a.graphs:
+                yield from tensors(g)
+
+
+def _number(info: dict[str, str], key: str, tensor: str, what: str) -> int | None:
+    if key not in info:
+        return None
+    try:
+        value = int(info[key])
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidProtobuf(f"{what}: tensor {tensor!r} gives external data {key} {info[key]!r}; it must be an "
+                              "integer >= 0.")
+    return value
+
+
+def load_external_data(proto: onnx.ModelProto, folder: str, what: str) -> None:
+    """Read each external tensor's bytes into it (it stops being external)."""
+    base = os.path.realpath(folder)
+    for t in tensors(proto.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        if not location or "\0" in location:
+            raise InvalidProtobuf(f"{what}: tensor {t.name!r} keeps its data externally at location {location!r}, "
+                                  "which is not a file name.")
+        path = os.path.join(base, location)
+        resolved = os.path.realpath(path)
+        if os.path.isabs(location) or os.path.commonpath([resolved, base]) != base:
+            raise InvalidArgument(f"{what}: the external data location {location!r} of tensor {t.name!r} points "
+                                  f"outside the model's folder (to {resolved!r}), which is refused. Keep the data "
+                                  "files in the model's folder.")
+        if not os.path.isfile(path):  # as the OS resolves it: 'missing/../w.bin' is not found
+            raise NoSuchFile(f"{what}: external data not found: tensor {t.name!r} reads {location!r}, which is not a "
+                             f"file in {base!r}. Keep the data files next to the model, under the names its "
+                             "initializers give.")
+        offset = _number(info, "offset", t.name, what) or 0
+        length = _number(info, "length", t.name, what)
+        size = os.path.getsize(path)
+        if length is None:
+            length = max(size - offset, 0)
+        if offset + length > size:
+            raise InvalidArgument(f"{what}: tensor {t.name!r} reads bytes [{offset}, {offset + length}) of "
+                                  f"{location!r}, which has {size}; the data file does not match the model.")
+        with open(path, "rb") as f:
+            f.seek(offset)
+            t.raw_data = f.read(length)
+        del t.external_data[:]
+        t.data_location = onnx.TensorProto.DEFAULT

@@ -1,0 +1,188 @@
+"""ONNX shape inference, called only on what it can take.
+
+onnx's C++ inference cannot be interrupted and has no bounds checks in places, so the loader
+(``model_loader.load_model``) calls it through ``infer`` here, after ``node_checks.check_nodes``:
+
+- a first pass without data propagation, on a copy where every LayerNormalization with a
+  non-negative ``axis`` has only its first output (its inference reads ``axis`` dimensions of the
+  input for the Mean output without checking the rank: ``axis=2**31`` is SIGSEGV). What it finds
+  gives the ranks and dimensions the checks below need;
+- an unsafe LayerNormalization's ``axis`` checked against the rank that pass found;
+- the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
+  propagation runs only where no 1-D value is longer than ``DATA_PROP_MAX_LENGTH``: its cost is
+  linear in such a length (0.9 s at 10 million, for ever at 2**40, holding the GIL), and a shape
+  tensor, the only thing it computes, is never that long. Where a LayerNormalization's input rank is
+  unknown after the first pass, data propagation is off too, so that the real pass does not learn a
+  rank the first one could not check.
+
+``check_inferred``, run by the loader on the inferred model once strict inference's own errors are
+reported, refuses an ``axis`` beyond its input's rank (LayerNormalization, Split, ...) and a Conv
+``kernel_shape`` other than its weight's spatial shape, as onnxruntime does (onnxhal ran them, the
+first returning zeros, the second ignoring the attribute), and a Loop or Scan input whose element
+type is not the one its body declares (the body's kernels met it at run: "unsupported operand
+type(s) for +: 'float' and 'str'").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx
+
+from onnxhal.hal.errors import InvalidGraph
+from onnxhal.runtime.node_checks import node_label, walk_graphs
+
+#: Longest 1-D value (elements) for which shape inference propagates data.
+DATA_PROP_MAX_LENGTH = 1 << 16
+
+
+def _shapes(proto: onnx.ModelProto) -> dict[str, list[int | None] | None]:
+    """value name -> dims (None where symbolic or unknown; None for an unknown rank), over every
+    graph of the model."""
+    found: dict[str, list[int | None] | None] = {}
+    for g, _ in walk_graphs(proto.graph):
+        for t in g.initializer:
+            found[t.name] = list(t.dims)
+        for v in (*g.input, *g.value_info, *g.output):
+            tt = v.type.tensor_type
+            if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
+                found.setdefault(v.name, None)
+                continue
+            found[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    return found
+
+
+def _layer_norms(proto: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, str]]:
+    for g, where in walk_graphs(proto.graph):
+        for n in g.node:
+            if n.op_type == "LayerNormalization" and n.domain in ("", "ai.onnx"):
+                yield n, where
+
+
+def _axis(node: onnx.NodeProto, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == "axis"), default)
+
+
+def _unsafe_layer_norm(node: onnx.NodeProto) -> bool:
+    return len(node.output) > 1 and _axis(node, -1) >= 0
+
+
+def _probe_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with each unsafe LayerNormalization cut to its first output."""
+    if not any(_unsafe_layer_norm(n) for n, _ in _layer_norms(proto)):
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for n, _ in _layer_norms(copy):
+        if _unsafe_layer_norm(n):
+            del n.output[1:]
+    return copy
+
+
+#: Operators whose ``axis`` attribute indexes the axes of their first input: op -> how far past the
+#: last axis it may point (Flatten's axis r puts every axis in the first dimension).
+AXIS_OPS = {"Split": 0, "Concat": 0, "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0, "Flatten": 1, "Gather": 0,
+            "GatherElements": 0, "ScatterElements": 0, "ArgMax": 0, "ArgMin": 0, "LayerNormalization": 0,
+            "TopK": 0, "LpNormalization": 0, "Compress": 0}
+
+
+def check_inferred(proto: onnx.ModelProto) -> None:
+    """Attribute values that must fit an input's rank or shape, where inference found it (``proto``
+    is the inferred model). onnx's inference checks some (not LayerNormalization's axis beyond the
+    rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each."""
+    shapes = _shapes(proto)
+    _check_body_input_types(proto)
+    for g, where in walk_graphs(proto.graph):
+        for n in g.node:
+            if n.domain not in ("", "ai.onnx") or not n.input:
+                continue
+            if n.op_type in AXIS_OPS and any(a.name == "axis" and a.type == onnx.AttributeProto.INT
+                                             for a in n.attribute):
+                dims = shapes.get(n.input[0])
+                axis = _axis(n, 0)
+                r = len(dims) if dims is not None else None
+                if r is not None and not -r <= axis < r + AXIS_OPS[n.op_type]:
+                    raise InvalidGraph(f"{node_label(n)}{where}: axis={axis} but its input {n.input[0]!r} has rank "
+                                       f"{r}; axis must be in [{-r}, {r - 1 + AXIS_OPS[n.op_type]}].")
+            elif n.op_type == "LayerNormalization":  # no axis attribute: -1, always in range
+                continue
+            elif n.op_type == "Conv" and len(n.input) > 1:
+                ks = next((list(a.ints) for a in n.attribute if a.name == "kernel_shape"), None)
+                w = shapes.get(n.input[1])
+                if ks is None or w is None or len(w) < 2 or None in w[2:]:
+                    continue
+                if ks != w[2:]:
+                    raise InvalidGraph(f"{node_label(n)}{where}: kernel_shape={ks} but its weight {n.input[1]!r} "
+                                       f"has shape {w}, whose spatial dimensions are {w[2:]}; make kernel_shape "
+                                       "equal to them, or leave it out.")
+
+
+def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for g, _ in walk_graphs(proto.graph):
+        for t in g.initializer:
+            found[t.name] = t.data_type
+        for v in (*g.input, *g.value_info, *g.output):
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+                found[v.name] = v.type.tensor_type.elem_type
+    return found
+
+
+def _check_body_input_types(proto: onnx.ModelProto) -> None:
+    types = _elem_types(proto)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    for g, where in walk_graphs(proto.graph):
+        for n in g.node:
+            if n.domain not in ("", "ai.onnx") or n.op_type not in ("Loop", "Scan"):
+                continue
+            body = next((a.g for a in n.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
+            if body is None:
+                continue
+            # Loop: (M, cond, carried...) -> body (iteration, cond, carried...); Scan 9+: inputs in order;
+            # Scan 8: (sequence_lens, inputs...) -> body (inputs...).
+            if n.op_type == "Loop":
+                pairs = list(zip(n.input, body.input))[2:]
+            else:
+                pairs = list(zip(n.input[1:] if opset < 9 else n.input, body.input))
+            for outer, inner in pairs:
+                want = inner.type.tensor_type.elem_type if inner.type.HasField("tensor_type") else 0
+                got = types.get(outer, 0)
+                if outer and want and got and want != got:
+                    raise InvalidGraph(
+                        f"{node_label(n)}{where}: input {outer!r} is {onnx.TensorProto.DataType.Name(got)} but its body "
+                        f"takes it as {inner.name!r}, {onnx.TensorProto.DataType.Name(want)}; make the types agree.")
+
+
+def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
+    """Run the guarded passes. Returns (the strictly inferred model or None, whether data was
+    propagated, the strict failure's message or "")."""
+    probe = _probe_copy(proto)
+    try:
+        first = onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=False)
+    except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
+        first = probe
+    shapes = _shapes(first)
+    for n, where in _layer_norms(proto):  # before the real pass, which would read past the rank
+        dims = shapes.get(n.input[0]) if n.input else None
+        if _unsafe_layer_norm(n) and dims is not None and _axis(n, -1) >= len(dims):
+            raise InvalidGraph(f"{node_label(n)}{where}: axis={_axis(n, -1)} but its input {n.input[0]!r} has rank "
+                               f"{len(dims)}; axis must be in [{-len(dims)}, {len(dims) - 1}].")
+    long_1d = any(d is not None and len(d) == 1 and (d[0] or 0) > DATA_PROP_MAX_LENGTH for d in shapes.values())
+    unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None
+                     for n, _ in _layer_norms(proto) if n.input)
+    data_prop = not (long_1d or unknown_ln)
+    try:
+        return (onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=data_prop),
+                data_prop, "")
+    except onnx.shape_inference.InferenceError as e:
+        return None, data_prop, str(e)
+    except Exception:
+        return None, data_prop, ""
+
+
+def infer_lenient(proto: onnx.ModelProto, data_prop: bool) -> onnx.ModelProto:
+    """The lenient pass, after a strict one failed (with the same data propagation)."""
+    try:
+        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=data_prop)
+    except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
+        return proto

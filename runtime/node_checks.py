@@ -1,0 +1,349 @@
+"""Checks of a model's nodes against their operator schemas, in Python, before any of onnx's C++
+code (the inliner, shape inference) reads the model.
+
+onnx's C++ shape inference trusts what it is given: LayerNormalization's with ``axis=2**31`` and
+its Mean output reads far outside a vector (SIGSEGV), GatherND's with a negative ``batch_dims``
+does the same, Split's with ``num_outputs`` other than the node's output count fails a C++ assertion
+(SIGABRT), and Einsum's loops forever, holding the GIL, on an equation with a character it does not
+expect. Nothing in Python can catch or interrupt those, so what they would choke on is refused here,
+typed, naming the node, the attribute, the value and what is allowed.
+
+The schema checks are those onnxruntime makes when it loads a model (onnx's ``OpSchema::Verify``):
+input and output counts, single inputs left empty, attributes given twice, unknown to the
+operator, of another type than its schema's or holding a value of another type than they declare.
+onnxruntime refuses each with INVALID_GRAPH ("This is an invalid model. In Node ...").
+
+Checks that need ranks (``check_ranks``) run on what a first, safe pass of shape inference found
+(``runtime/guarded_inference.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+
+import onnx
+from onnx import AttributeProto
+
+from onnxhal.hal.errors import InvalidGraph
+
+#: Domains whose operators have schemas in the onnx package.
+STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training")
+
+_A = AttributeProto
+#: The value field of each attribute type.
+_FIELD = {_A.FLOAT: "f", _A.INT: "i", _A.STRING: "s", _A.TENSOR: "t", _A.GRAPH: "g",
+          _A.SPARSE_TENSOR: "sparse_tensor", _A.TYPE_PROTO: "tp", _A.FLOATS: "floats", _A.INTS: "ints",
+          _A.STRINGS: "strings", _A.TENSORS: "tensors", _A.GRAPHS: "graphs",
+          _A.SPARSE_TENSORS: "sparse_tensors", _A.TYPE_PROTOS: "type_protos"}
+_SCALAR_FIELDS = ("f", "i", "s", "t", "g", "sparse_tensor", "tp")
+_TYPE_NAME = {v: k for k, v in _A.AttributeType.items()}
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """How messages name a node: its op type and name."""
+    return f"{node.op_type} node {node.name!r}" if node.name else f"{node.op_type} node (unnamed)"
+
+
+def _fields_set(a: AttributeProto) -> list[str]:
+    return ([f for f in _SCALAR_FIELDS if a.HasField(f)]
+            + [f for f in _FIELD.values() if f not in _SCALAR_FIELDS and len(getattr(a, f))])
+
+
+def check_attribute_encoding(node: onnx.NodeProto, where: str) -> None:
+    """Each attribute has a name, appears once, declares its type, and holds only a value of it."""
+    seen: set[str] = set()
+    for a in node.attribute:
+        if not a.name:
+            raise InvalidGraph(f"{node_label(node)}{where} has an attribute without a name; remove it.")
+        if a.name in seen:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} is given more than once; "
+                               "give it once.")
+        seen.add(a.name)
+        if a.ref_attr_name:  # a function body's reference to the caller's attribute: no value of its own
+            continue
+        if a.type not in _FIELD:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} declares no valid type "
+                               f"(type {a.type}); set its type to the one its value has.")
+        stray = [f for f in _fields_set(a) if f != _FIELD[a.type]]
+        if stray:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} is declared "
+                               f"{_TYPE_NAME[a.type]} but holds a value in field(s) {', '.join(stray)}; an "
+                               f"attribute holds one value, of the type it declares.")
+
+
+def _schema(node: onnx.NodeProto, opset: Mapping[str, int]) -> onnx.defs.OpSchema | None:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    if domain not in STANDARD_DOMAINS or domain not in opset:
+        return None
+    try:
+        return onnx.defs.get_schema(node.op_type, opset[domain], domain)
+    except Exception:  # unknown operator, or older than its first version: the loader reports those
+        return None
+
+
+def _count_text(lo: int, hi: int) -> str:
+    if lo == hi:
+        return f"exactly {lo}"
+    return f"{lo} or more" if hi >= 2**31 - 1 else f"{lo} to {hi}"
+
+
+def check_against_schema(node: onnx.NodeProto, schema: onnx.defs.OpSchema, where: str) -> None:
+    """onnx's ``OpSchema::Verify``, which onnxruntime runs on each node at load."""
+    op = f"{node_label(node)}{where} (schema {schema.name}-{schema.since_version})"
+    n_in, n_out = len(node.input), len(node.output)
+    if not schema.min_input <= n_in <= schema.max_input:
+        raise InvalidGraph(f"{op} has {n_in} input(s); {schema.name} takes "
+                           f"{_count_text(schema.min_input, schema.max_input)}: "
+                           f"{', '.join(i.name for i in schema.inputs)}.")
+    if not schema.min_output <= n_out <= schema.max_output:
+        raise InvalidGraph(f"{op} has {n_out} output(s); {schema.name} gives "
+                           f"{_count_text(schema.min_output, schema.max_output)}: "
+                           f"{', '.join(o.name for o in schema.outputs)}.")
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+    if formals_variadic_empty(node, schema, variadic):
+        k = next(k for k, name in enumerate(node.input) if not name and k >= len(schema.inputs) - 1)
+        raise InvalidGraph(f"{op}: input {k} is one of its variadic inputs ({schema.inputs[-1].name}) and its name is "
+                           "empty; variadic inputs cannot be omitted (onnxruntime crashes on some).")
+    for kind, names, formals in (("input", node.input, schema.inputs), ("output", node.output, schema.outputs)):
+        for k, name in enumerate(names):
+            if k >= len(formals):
+                break  # past a variadic last formal parameter (counts were checked above)
+            if not name and formals[k].option == single:
+                raise InvalidGraph(f"{op}: {kind} {k} ({formals[k].name}) is required but its name is empty; "
+                                   f"give the value it {'reads' if kind == 'input' else 'writes'}.")
+    for a in node.attribute:
+        if a.name.startswith("__"):  # onnx's internal symbols: not checked against the schema
+            continue
+        formal = schema.attributes.get(a.name)
+        if formal is None:
+            known = ", ".join(sorted(schema.attributes)) or "none"
+            raise InvalidGraph(f"{op}: attribute {a.name!r} is not an attribute of {schema.name} "
+                               f"(it has: {known}); remove it.")
+        if not a.ref_attr_name and a.type != int(formal.type):
+            raise InvalidGraph(f"{op}: attribute {a.name!r} is {_TYPE_NAME.get(a.type, a.type)}, "
+                               f"{schema.name} expects {_TYPE_NAME.get(int(formal.type), formal.type)}.")
+
+
+def formals_variadic_empty(node: onnx.NodeProto, schema: onnx.defs.OpSchema, variadic: object) -> bool:
+    """Whether an input given to the schema's variadic last parameter has an empty name."""
+    if not schema.inputs or schema.inputs[-1].option != variadic:
+        return False
+    return any(not name for name in node.input[len(schema.inputs) - 1:])
+
+
+def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
+    """Each node has the attributes its schema requires (onnxruntime: "Required attribute 'axis'
+    is missing") and names element types ONNX defines. Run after shape inference, whose own
+    messages for some (Cast's 'to') are kept."""
+    for g, where in walk_graphs(proto.graph):
+        for node in g.node:
+            if node.domain in ("", "ai.onnx"):
+                _check_dtype_attributes(node, where)
+            schema = _schema(node, opset)
+            if schema is None:
+                continue
+            given = {a.name for a in node.attribute}
+            missing = [name for name, a in schema.attributes.items() if a.required and name not in given]
+            if missing:
+                raise InvalidGraph(f"{node_label(node)}{where}: required attribute {missing[0]!r} of "
+                                   f"{schema.name}-{schema.since_version} is missing; give it.")
+
+
+# -- values onnx's C++ cannot take ----------------------------------------------------------------
+def _int_attr(node: onnx.NodeProto, name: str) -> int | None:
+    for a in node.attribute:
+        if a.name == name and a.type == _A.INT:
+            return a.i
+    return None
+
+
+#: An Einsum term: letters and spaces, with at most one ellipsis.
+_EINSUM_TERM = re.compile(r"^ *[A-Za-z ]*(\.\.\.)?[A-Za-z ]*$")
+
+
+def _check_einsum(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+    eq = next((a.s for a in node.attribute if a.name == "equation"), None)
+    if eq is None:
+        return
+    text = eq.decode("utf-8", "replace")
+    lhs, arrow, rhs = text.partition("->")
+    terms = lhs.split(",") + ([rhs] if arrow else [])
+    bad = next((t for t in terms if not _EINSUM_TERM.match(t)), None)
+    if bad is not None or "->" in rhs:
+        raise InvalidGraph(f"{node_label(node)}{where}: equation {text!r} is not an Einsum equation: each term "
+                           "holds letters (a-z, A-Z), spaces and at most one '...', terms are separated by ',' "
+                           "and at most one '->' leads to the output term (e.g. 'bij,bjk->bik').")
+    letters = [c for c in rhs if c.isalpha()]
+    if len(set(letters)) != len(letters):
+        raise InvalidGraph(f"{node_label(node)}{where}: equation {text!r} repeats a letter in its output term; "
+                           "each output letter appears once.")
+    if len(lhs.split(",")) != len(node.input):
+        raise InvalidGraph(f"{node_label(node)}{where}: equation {text!r} has {len(lhs.split(','))} input term(s) "
+                           f"for {len(node.input)} input(s); give one term per input.")
+
+
+def _check_gathernd(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+    b = _int_attr(node, "batch_dims")
+    if b is not None and b < 0:
+        raise InvalidGraph(f"{node_label(node)}{where}: batch_dims={b}; it counts leading batch axes, so it is "
+                           "0 or more (and less than the ranks of data and indices).")
+
+
+def _check_split(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+    n = _int_attr(node, "num_outputs")
+    if n is not None and n != len(node.output):
+        raise InvalidGraph(f"{node_label(node)}{where}: num_outputs={n} but the node has {len(node.output)} "
+                           "output(s); num_outputs is the number of outputs.")
+
+
+def _check_gemm(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+    for name in ("transA", "transB"):
+        v = _int_attr(node, name)
+        if v is not None and v not in (0, 1):  # onnx's inference reads 32 bits of it, onnxruntime's kernel 64
+            raise InvalidGraph(f"{node_label(node)}{where}: {name}={v}; it is a flag, 0 or 1.")
+
+
+def _graph_attr(node: onnx.NodeProto, name: str) -> onnx.GraphProto | None:
+    return next((a.g for a in node.attribute if a.name == name and a.type == _A.GRAPH), None)
+
+
+def _check_body_signature(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+    """The subgraph's inputs and outputs are as many as the node's make it take and give (onnxruntime:
+    "Subgraph in 'body' produces 0 outputs but Scan expects 2", at run; refused here at load)."""
+    op = node.op_type
+    if op == "If":
+        expect = {"then_branch": (0, len(node.output)), "else_branch": (0, len(node.output))}
+    elif op == "Loop":
+        expect = {"body": (len(node.input), len(node.output) + 1)}
+    elif op == "Scan" and len(node.input) >= 1:
+        scan8 = schema is not None and schema.since_version == 8  # its sequence_lens input is not the body's
+        expect = {"body": (len(node.input) - (1 if scan8 else 0), len(node.output))}
+    else:
+        return
+    for name, (n_in, n_out) in expect.items():
+        g = _graph_attr(node, name)
+        if g is None:
+            continue  # a missing subgraph is reported by shape inference ("does not contain a graph")
+        if len(g.input) != n_in or len(g.output) != n_out:
+            raise InvalidGraph(f"{node_label(node)}{where}: its {name!r} subgraph takes {len(g.input)} input(s) "
+                               f"and gives {len(g.output)} output(s); for this node's {len(node.input)} input(s) "
+                               f"and {len(node.output)} output(s) it must take {n_in} and give {n_out}.")
+
+
+#: Attributes that name a tensor element type.
+_DTYPE_ATTRIBUTES = ("to", "dtype", "output_dtype")
+_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+
+
+def _check_dtype_attributes(node: onnx.NodeProto, where: str) -> None:
+    for a in node.attribute:
+        if a.name in _DTYPE_ATTRIBUTES and a.type == _A.INT and a.i not in _ELEM_TYPES:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} is {a.i}, which is not an ONNX tensor "
+                               "element type; give one of onnx.TensorProto.DataType (e.g. 1 for FLOAT).")
+
+
+_VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, onnx.defs.OpSchema | None], None]] = {
+    "Einsum": _check_einsum, "GatherND": _check_gathernd, "Split": _check_split, "Gemm": _check_gemm,
+    "If": _check_body_signature, "Loop": _check_body_signature, "Scan": _check_body_signature,
+}
+
+
+# -- walking a model -------------------------------------------------------------------------------
+def walk_graphs(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.GraphProto, str]]:
+    """The graph and every subgraph in it, each with a phrase saying where it is."""
+    yield graph, where
+    for node in graph.node:
+        for a in node.attribute:
+            inner = f" (in subgraph {a.name!r} of {node_label(node)}{where})"
+            if a.type == _A.GRAPH:
+                yield from walk_graphs(a.g, inner)
+            elif a.type == _A.GRAPHS:
+                for g in a.graphs:
+                    yield from walk_graphs(g, inner)
+
+
+def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
+    """Every node of the model (subgraphs and model-local function bodies included) against its
+    schema and the values onnx's C++ cannot take. Raises InvalidGraph naming the first offender."""
+    _check_no_recursion(proto)
+    for f in proto.functions:
+        f_opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in f.opset_import}
+        for g, w in walk_graphs(onnx.GraphProto(node=f.node), f" (in function {f.domain}:{f.name})"):
+            listed = {o.domain for o in f.opset_import}  # as written: onnxruntime does not equate "ai.onnx" with ""
+            for n in g.node:
+                if n.domain not in listed:
+                    raise InvalidGraph(f"{node_label(n)}{w} is in domain {n.domain!r}, which the function's "
+                                       "opset_import does not list; add the domain and its version to it.")
+            _check_graph_nodes(g, w, f_opset)
+        _check_function_body(f)
+    local = {(f.domain, f.name): f for f in proto.functions}
+    for g, w in walk_graphs(proto.graph):
+        _check_graph_nodes(g, w, opset)
+        for n in g.node:
+            f = local.get((n.domain, n.op_type))
+            if f is not None and (len(n.input) != len(f.input) or len(n.output) > len(f.output)
+                                  or any(not name for name in n.input)):
+                raise InvalidGraph(f"{node_label(n)}{w} calls function {f.domain}:{f.name} with inputs {list(n.input)} "
+                                   f"and outputs {list(n.output)}; it takes {list(f.input)} and gives {list(f.output)}, "
+                                   "each input named.")
+
+
+def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int]) -> None:
+    for node in graph.node:
+        check_attribute_encoding(node, where)
+        schema = _schema(node, opset)
+        if schema is not None:
+            check_against_schema(node, schema, where)
+        if node.domain in ("", "ai.onnx"):
+            check = _VALUE_CHECKS.get(node.op_type)
+            if check is not None:
+                check(node, where, schema)
+
+
+def _check_no_recursion(proto: onnx.ModelProto) -> None:
+    """Model-local functions call each other without a cycle (onnx's inliner would recurse until the
+    C++ stack overflows), and no two share a name."""
+    local: dict[tuple[str, str], onnx.FunctionProto] = {}
+    for f in proto.functions:
+        key = (f.domain, f.name)
+        if key in local and not f.overload:
+            raise InvalidGraph(f"the model defines function {f.domain}:{f.name} twice; give each function a "
+                               "distinct (domain, name).")
+        local[key] = f
+    state: dict[tuple[str, str], int] = {}  # 1: on the current call path, 2: done
+
+    def visit(key: tuple[str, str], path: list[str]) -> None:
+        if state.get(key) == 2:
+            return
+        if state.get(key) == 1:
+            raise InvalidGraph(f"model-local functions call themselves: {' -> '.join(path + [':'.join(key)])}; "
+                               "a function cannot call itself, directly or through others.")
+        state[key] = 1
+        for n in local[key].node:
+            if (n.domain, n.op_type) in local:
+                visit((n.domain, n.op_type), path + [":".join(key)])
+        state[key] = 2
+
+    for key in local:
+        visit(key, [])
+
+
+def _check_function_body(f: onnx.FunctionProto) -> None:
+    """A function's nodes read only its inputs and what earlier nodes wrote, and its outputs are
+    written (onnxruntime refuses the model otherwise, even if nothing calls the function)."""
+    where = f"function {f.domain}:{f.name}"
+    if any(not name for name in (*f.input, *f.output)):
+        raise InvalidGraph(f"{where} has an input or output without a name (inputs {list(f.input)}, outputs "
+                           f"{list(f.output)}); name each.")
+    known = set(f.input)
+    for n in f.node:
+        for name in n.input:
+            if name and name not in known:
+                raise InvalidGraph(f"{node_label(n)} (in {where}) reads {name!r}, which is neither an input of the "
+                                   "function nor written by a node before it.")
+        known.update(o for o in n.output if o)
+    missing = [o for o in f.output if o not in known]
+    if missing:
+        raise InvalidGraph(f"{where} declares output(s) {missing} that none of its nodes writes.")

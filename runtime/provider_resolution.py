@@ -79,9 +79,14 @@ def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[
         for name, opts in _normalize_legacy(providers, provider_options):
             if not isinstance(name, str) or not name:
                 raise InvalidArgument(f"provider name must be a non-empty string, got {name!r}")
+            if env.register_builtin(name):  # a built-in EP is usable by name, as in onnxruntime
+                devices = env.ep_devices()
             devs = [d for d in devices if d.ep_name == name]
             if not devs:
                 known = env.factory_for(name) is not None
+                reason = env.no_device_reason(name) if known else ""
+                if reason:
+                    raise InvalidArgument(f"execution provider {name!r} has no EP device on this machine: {reason}")
                 raise InvalidArgument(
                     f"execution provider {name!r} " + ("has no EP device on this machine" if known else "is unknown")
                     + f". Available providers: {available(devices)}. Register its library with "

@@ -130,21 +130,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_partition(args: argparse.Namespace) -> int:
     from onnxhal.cli_tables import print_partition
-    from onnxhal.hal import Graph
-    from onnxhal.partition_svg import partition_svg
-    from onnxhal.runtime.model_loader import toposort
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
     print_partition(sess)
     if args.svg:
-        # Draw the nodes as the partitioner saw them (after the optimizer), coloured by EP.
-        nodes = sess.assigned_nodes()
-        graph = Graph("partition", toposort(nodes), [], [])
-        with open(args.svg, "w") as f:
-            f.write(partition_svg(graph, {id(n): n.ep_name for n in nodes},
-                                  f"{args.model}: {', '.join(sess.get_providers())}"))
-        print(f"partition drawn to {args.svg}")
+        from onnxhal.partition_svg import partition_svg, svg_to_png
+        from onnxhal.partition_view import session_view
+
+        # The nodes as the partitioner saw them (after the optimizer), one box per partition.
+        with open(args.svg, "w", encoding="utf-8") as f:
+            f.write(partition_svg(session_view(sess), f"{os.path.basename(args.model)}: "
+                                                      f"{', '.join(sess.get_providers())}"))
+        png = os.path.splitext(args.svg)[0] + ".png"
+        why = svg_to_png(args.svg, png)
+        print(f"partition drawn to {args.svg}" + (f" and {png}" if not why else f" (no PNG: {why})"))
     return 0
 
 
@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
             r.add_argument("--explain", action="store_true",
                            help="show simulated device time and energy (sessions on simulated devices)")
         else:
-            r.add_argument("--svg", help="write the partition as an SVG picture")
+            r.add_argument("--svg", metavar="OUT.svg",
+                           help="draw the partition to OUT.svg (and OUT.png where rsvg-convert or ImageMagick exists)")
         r.set_defaults(fn=fn)
     from onnxhal.cli_matrix import add_matrix_parser
 

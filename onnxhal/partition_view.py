@@ -48,6 +48,7 @@ class Transfer:
 @dataclass
 class PartitionView:
     graph: Graph
+    nodes: list[Node]  # every node, in topological order
     partitions: list[Partition]
     partition_of: dict[int, int]  # id(node) -> partition index
     transfers: list[Transfer]
@@ -160,7 +161,7 @@ def build_view(graph: Graph, groups: Sequence[Sequence[Node]]) -> PartitionView:
                     value_bytes(graph, v) is None for v in keep)
             if not keep:
                 del transfers[key]
-    return PartitionView(graph, partitions, partition_of, list(transfers.values()))
+    return PartitionView(graph, nodes, partitions, partition_of, list(transfers.values()))
 
 
 def session_view(sess: object) -> PartitionView:

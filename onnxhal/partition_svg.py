@@ -30,7 +30,7 @@ _PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#
 _CPU_COLOUR = "#8c8c8c"
 _TRANSFER = "#d62728"
 _SAME_MEMORY = "#9a9a9a"
-_BOX_W, _LINE_H, _HEAD_H, _GAP_X, _GAP_Y = 230, 14, 20, 60, 46
+_BOX_W, _LINE_H, _HEAD_H, _GAP_X, _GAP_Y = 200, 14, 20, 50, 42
 _MAX_LISTED = 8  # a partition of up to this many nodes lists them; a larger one lists its op types
 _ASPECT = 1.5  # wrap layers into columns aiming at about this width : height ...
 _MAX_HEIGHT = 1400  # ... once one column would be taller than this
@@ -133,19 +133,43 @@ def _clusters(view: PartitionView) -> tuple[list[_Cluster], dict[int, int]]:
 
 def _layout(clusters: list[_Cluster], edges: set[tuple[int, int]]) -> tuple[float, float]:
     """Place clusters in dependency layers, wrapped into columns; returns (width, height)."""
-    # Clusters are numbered by their first node's topological position. An EP's single nodes can make
-    # two clusters depend on each other (CPU -> NPU -> CPU again within one CPU cluster): layering
-    # follows the forward edges only, the others are still drawn.
-    depth = [0] * len(clusters)
+    # Layers by longest path over a topological order of the boxes (Kahn); should a cycle remain,
+    # its boxes follow in their numbering and the edges closing it are drawn upwards.
     incoming: dict[int, list[int]] = {}
+    outgoing: dict[int, list[int]] = {}
     for a, b in edges:
-        if a < b:
-            incoming.setdefault(b, []).append(a)
-    for b in range(len(clusters)):
-        depth[b] = max((depth[a] + 1 for a in incoming.get(b, [])), default=0)
+        incoming.setdefault(b, []).append(a)
+        outgoing.setdefault(a, []).append(b)
+    pending = {k: len(incoming.get(k, [])) for k in range(len(clusters))}
+    order: list[int] = []
+    ready = sorted(k for k, v in pending.items() if v == 0)
+    while len(order) < len(clusters):
+        if not ready:
+            ready = [min(k for k in pending if k not in set(order))]
+        k = ready.pop(0)
+        if k in order:
+            continue
+        order.append(k)
+        for b in outgoing.get(k, []):
+            pending[b] -= 1
+            if pending[b] == 0:
+                ready.append(b)
+        ready.sort()
+    depth = [0] * len(clusters)
+    placed: set[int] = set()
+    for b in order:
+        depth[b] = max((depth[a] + 1 for a in incoming.get(b, []) if a in placed), default=0)
+        placed.add(b)
     layers: list[list[int]] = [[] for _ in range(max(depth, default=0) + 1)]
     for k, d in enumerate(depth):
         layers[d].append(k)
+    # Fewer crossings: each layer ordered by the mean slot of what feeds it (the barycentre rule).
+    slot = {k: float(j) for j, k in enumerate(layers[0])}
+    for layer in layers[1:]:
+        mean = {b: sum(slot[a] for a in incoming.get(b, []) if a in slot) / max(1, len(incoming.get(b, [])))
+                for b in layer}
+        layer.sort(key=lambda b: mean[b])
+        slot.update({k: float(j) for j, k in enumerate(layer)})
     heights = [max(clusters[k].height for k in layer) + _GAP_Y for layer in layers]
     widths = [len(layer) * (_BOX_W + _GAP_X) for layer in layers]
 
@@ -215,10 +239,11 @@ def partition_svg(view: PartitionView, title: str = "") -> str:
              f'<text x="20" y="24" font-size="15" font-weight="bold">{escape(title)}</text>']
     parts.extend(_legend(view, colours, clusters, transfers))
     parts.append(f'<g transform="translate(0,{top})">')
-    for (a, b) in sorted(edges):
-        parts.append(_edge(clusters[a], clusters[b], transfers.get((a, b))))
+    drawn_edges = [_edge(clusters[a], clusters[b], transfers.get((a, b))) for a, b in sorted(edges)]
+    parts.extend(arrow for arrow, _ in drawn_edges)
     for c in clusters:
         parts.append(_box(c, colours.get(c.ep_name, "#cccccc")))
+    parts.extend(label for _, label in drawn_edges if label)
     parts.append("</g></svg>")
     return "\n".join(parts)
 
@@ -267,37 +292,48 @@ def _tint(colour: str, keep: float = 0.14) -> str:
     return "#" + "".join(f"{round(255 - (255 - v) * keep):02x}" for v in rgb)
 
 
-def _edge(a: _Cluster, b: _Cluster, transfer: tuple[int, int] | None) -> str:
+def _edge(a: _Cluster, b: _Cluster, transfer: tuple[int, int] | None) -> tuple[str, str]:
+    """(the arrow, its label or ""): labels are drawn after the boxes, so that none hides one."""
     x1, y1 = a.x + _BOX_W / 2, a.y + a.height
     x2, y2 = b.x + _BOX_W / 2, b.y
+    reach = _GAP_X * 0.45
+    side = ""  # "right"/"left": the arrow runs beside the boxes; its label goes outwards of it
     if b.column != a.column:  # b is in a later column: leave a's side, enter b's side
         x1, y1 = a.x + _BOX_W, a.y + a.height / 2
         x2, y2 = b.x, b.y + b.height / 2
         c1, c2 = (x1 + 80, y1), (x2 - 80, y2)
+    elif b.layer <= a.layer:
+        # Upwards (a cycle the layering could not avoid): beside the boxes, on the left.
+        x1, y1 = a.x, a.y + a.height / 2
+        x2, y2 = b.x, b.y + min(b.height / 2, 14)
+        left = min(x1, x2) - reach
+        c1, c2, side = (left, y1), (left, y2), "left"
     elif b.layer - a.layer > 1 and abs(a.x - b.x) < _BOX_W:
         # Skipping layers in one column (a residual connection): around the boxes in between, on the
         # right, rather than through them.
         x1, y1 = a.x + _BOX_W, a.y + a.height * 0.7
         x2, y2 = b.x + _BOX_W, b.y + min(b.height / 2, 14)
-        reach = _GAP_X * 0.45
-        c1, c2 = (x1 + reach, y1 + 10), (x2 + reach, y2 - 10)
+        right = max(x1, x2) + reach
+        c1, c2, side = (right, y1 + 10), (right, y2 - 10), "right"
     else:
         bend = max(20.0, (y2 - y1) / 2)
         c1, c2 = (x1, y1 + bend), (x2, y2 - bend)
     colour, marker = (_TRANSFER, "t") if transfer else (_SAME_MEMORY, "s")
     width = 2 if transfer else 1.2
-    out = (f'<path d="M{x1:.0f},{y1:.0f} C{c1[0]:.0f},{c1[1]:.0f} {c2[0]:.0f},{c2[1]:.0f} {x2:.0f},{y2:.0f}" '
-           f'fill="none" stroke="{colour}" stroke-width="{width}" marker-end="url(#{marker})"/>')
-    if transfer:
-        # The label sits on the curve's midpoint, on a white patch so that crossing lines stay legible.
-        mx = (x1 + 3 * c1[0] + 3 * c2[0] + x2) / 8
-        my = (y1 + 3 * c1[1] + 3 * c2[1] + y2) / 8
-        label = f"{transfer[0]} · {format_bytes(transfer[1])}"
-        w = 6.2 * len(label) + 8
-        out += (f'<rect x="{mx - w / 2:.0f}" y="{my - 8:.0f}" width="{w:.0f}" height="14" rx="3" fill="white" '
-                f'fill-opacity="0.9"/><text x="{mx:.0f}" y="{my + 3:.0f}" text-anchor="middle" fill="{_TRANSFER}" '
-                f'font-size="10">{escape(label)}</text>')
-    return out
+    arrow = (f'<path d="M{x1:.0f},{y1:.0f} C{c1[0]:.0f},{c1[1]:.0f} {c2[0]:.0f},{c2[1]:.0f} {x2:.0f},{y2:.0f}" '
+             f'fill="none" stroke="{colour}" stroke-width="{width}" marker-end="url(#{marker})"/>')
+    if not transfer:
+        return arrow, ""
+    # On the curve's midpoint (beside it for an arrow running along the boxes), on a white patch so
+    # that crossing lines stay legible.
+    mx = (x1 + 3 * c1[0] + 3 * c2[0] + x2) / 8
+    my = (y1 + 3 * c1[1] + 3 * c2[1] + y2) / 8
+    label = f"{transfer[0]} · {format_bytes(transfer[1])}"
+    w = 6.2 * len(label) + 8
+    left_x = {"right": mx + 2, "left": mx - 2 - w}.get(side, mx - w / 2)
+    return arrow, (f'<rect x="{left_x:.0f}" y="{my - 8:.0f}" width="{w:.0f}" height="14" rx="3" fill="white" '
+                   f'fill-opacity="0.9"/><text x="{left_x + w / 2:.0f}" y="{my + 3:.0f}" text-anchor="middle" '
+                   f'fill="{_TRANSFER}" font-size="10">{escape(label)}</text>')
 
 
 def svg_converter() -> list[str] | None:

@@ -89,16 +89,25 @@ def _same_memory(a: str, b: str) -> bool:
     return a == b or {a, b} <= {CPU_EP_NAME, HOST}
 
 
-def build_view(graph: Graph, groups: Sequence[Sequence[Node]]) -> PartitionView:
+def build_view(graph: Graph, groups: Sequence[Sequence[Node]], fused: Sequence[bool] | None = None) -> PartitionView:
     """The view of ``groups`` (what each EP claimed as one unit: a fused subgraph, or the single
-    nodes it took; each node with ``ep_name`` set) in ``graph`` (for shapes). A partition is a
-    connected part of a group: what an EP compiles together, or a run of its single nodes."""
+    nodes it took; each node with ``ep_name`` set) in ``graph`` (for shapes). ``fused[k]``: group k
+    is a fused subgraph (default: none is). A partition is a fused subgraph's connected part, or a
+    connected run of one EP's single nodes that no path through another EP's nodes leaves and
+    re-enters (so partitions never depend on each other in a cycle)."""
     from onnxhal.runtime.model_loader import toposort
 
     group_of = {id(n): k for k, g in enumerate(groups) for n in g}
+    is_fused = list(fused) if fused is not None else [False] * len(groups)
     nodes = toposort([n for g in groups for n in g])
     producer: dict[str, Node] = {o: n for n in nodes for o in n.outputs if o}
     parent: dict[int, int] = {id(n): id(n) for n in nodes}
+    # Level: how many changes of group the longest path to a node crosses. Single nodes join only
+    # at equal level, which keeps CPU -> NPU -> CPU apart as two CPU partitions.
+    level: dict[int, int] = {}
+    for n in nodes:
+        level[id(n)] = max((level[id(p)] + (group_of[id(p)] != group_of[id(n)])
+                            for p in (producer.get(i) for i in n.inputs if i) if p is not None), default=0)
 
     def find(k: int) -> int:
         while parent[k] != k:
@@ -109,7 +118,8 @@ def build_view(graph: Graph, groups: Sequence[Sequence[Node]]) -> PartitionView:
     for n in nodes:
         for i in n.inputs:
             p = producer.get(i) if i else None
-            if p is not None and group_of[id(p)] == group_of[id(n)]:
+            if p is not None and group_of[id(p)] == group_of[id(n)] and (
+                    is_fused[group_of[id(n)]] or level[id(p)] == level[id(n)]):
                 parent[find(id(p))] = find(id(n))
     partitions: list[Partition] = []
     index_of_root: dict[int, int] = {}
@@ -167,7 +177,10 @@ def build_view(graph: Graph, groups: Sequence[Sequence[Node]]) -> PartitionView:
 def session_view(sess: object) -> PartitionView:
     """The view of an ``InferenceSession``'s partition."""
     core = sess._core  # type: ignore[attr-defined]
-    return build_view(core.graph, [a.nodes for a in core.partition.assigned])
+    fused_sets = [{id(n) for n in g.nodes} for g in core.partition.groups]
+    assigned = core.partition.assigned
+    return build_view(core.graph, [a.nodes for a in assigned],
+                      [{id(n) for n in a.nodes} in fused_sets for a in assigned])
 
 
 def is_shape_only(node: Node, constant: set[str]) -> bool:

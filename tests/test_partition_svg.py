@@ -85,3 +85,22 @@ def test_cli_writes_a_png_beside_the_svg(tmp_path, capsys):
     assert main(["partition", str(path), "--svg", str(tmp_path / "p.svg")]) == 0
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"and {tmp_path / 'p.png'}" in capsys.readouterr().out
+
+
+def test_single_nodes_around_another_ep_make_two_partitions_not_a_cycle():
+    """CPU Erf -> NPU Relu -> CPU Max(erf, relu): the CPU EP's two single nodes touch directly, but one
+    partition of both would need the NPU's result in its middle. They are two partitions, in order."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Erf", ["x"], ["a"], name="erf"), helper.make_node("Relu", ["a"], ["b"], name="relu"),
+             helper.make_node("Max", ["a", "b"], ["y"], name="max")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    with simulated_devices("generic-npu"):
+        so = onnxhal.SessionOptions()
+        so.set_provider_selection_policy(onnxhal.OrtExecutionProviderDevicePolicy.PREFER_NPU)
+        view = session_view(onnxhal.InferenceSession(model.SerializeToString(), so))
+    assert [(p.ep_name, [n.op_type for n in p.nodes]) for p in view.partitions] == [
+        ("CPUExecutionProvider", ["Erf"]), ("VirtualNpuExecutionProvider", ["Relu"]), ("CPUExecutionProvider", ["Max"])]
+    assert all(t.src == "host" or t.dst == "host" or t.src < t.dst for t in view.transfers)

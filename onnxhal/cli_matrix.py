@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from rich import box
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -179,7 +180,7 @@ def print_matrix(rows: list[MatrixRow], title: str) -> None:
     t.add_column("result", no_wrap=True)
     for r in rows:
         where = f"{r.ep}\n{r.device}" + (f" ({r.backend})" if r.backend else "")
-        t.add_row(where, str(r.nodes_on_device), str(r.nodes_on_cpu), str(r.transfers),
+        t.add_row(escape(where), str(r.nodes_on_device), str(r.nodes_on_cpu), str(r.transfers),
                   f"{r.max_error:.3g}", "-" if r.sim_ms is None else f"{r.sim_ms:.3f}",
                   "-" if r.sim_mj is None else f"{r.sim_mj:.3f}",
                   "FAIL" if not r.ok else "declined" if r.declined else "ok")
@@ -190,7 +191,7 @@ def print_matrix(rows: list[MatrixRow], title: str) -> None:
     idle = [f"{r.ep} on {r.device}" for r in rows if r.ok and r.declined]
     if idle:
         console.print(f"{len(idle)} device(s) ran no node of this model: {', '.join(idle)} (their result is the "
-                      "CPU EP's)", soft_wrap=True)
+                      "CPU EP's)", soft_wrap=True, markup=False)
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import onnxhal
@@ -33,7 +34,7 @@ def print_devices(hw: Sequence[onnxhal.OrtHardwareDevice], eps: Sequence[onnxhal
         t.add_column(c, overflow="fold")  # fold, not cut: a path in the metadata stays whole
     for k, d in enumerate(hw):
         md = ", ".join(f"{a}={b}" for a, b in d.metadata.items())
-        t.add_row(str(k), d.type.name, d.vendor, f"0x{d.vendor_id:04x}", f"0x{d.device_id:04x}", md)
+        t.add_row(str(k), d.type.name, escape(d.vendor), f"0x{d.vendor_id:04x}", f"0x{d.device_id:04x}", escape(md))
     console.print(t)
     t = Table(title="EP devices")
     for c in ("#", "ep_name", "ep_vendor", "device", "memory", "ep_metadata", "ep_options"):
@@ -41,9 +42,9 @@ def print_devices(hw: Sequence[onnxhal.OrtHardwareDevice], eps: Sequence[onnxhal
     for k, d in enumerate(eps):
         mems = [f"{m.name} ({m.device_type.name}, {m.device_mem_type.name}, vendor 0x{m.device_vendor_id:x})"
                 for m in d.memory_infos()] or ["host (CPU memory)"]
-        t.add_row(str(k), d.ep_name, d.ep_vendor, f"{d.device.type.name} {d.device.vendor}", "\n".join(mems),
-                  "\n".join(f"{a}={b}" for a, b in d.ep_metadata.items()),
-                  "\n".join(f"{a}={b}" for a, b in d.ep_options.items()))
+        t.add_row(str(k), escape(d.ep_name), escape(d.ep_vendor), escape(f"{d.device.type.name} {d.device.vendor}"),
+                  escape("\n".join(mems)), escape("\n".join(f"{a}={b}" for a, b in d.ep_metadata.items())),
+                  escape("\n".join(f"{a}={b}" for a, b in d.ep_options.items())))
     console.print(t)
 
 
@@ -58,8 +59,8 @@ def print_ep_devices_brief(eps: Sequence[onnxhal.OrtEpDevice]) -> None:
         runs_on = (f"OpenCL ({ep_md.get('opencl_device', '?')})" if backend == "opencl"
                    else f"host backend ({ep_md.get('backend_reason', '')})" if backend == "host"
                    else f"OpenCL ({ep_md['opencl_device']})" if "opencl_device" in ep_md else "host")
-        t.add_row(str(k), d.ep_name, f"{d.device.type.name} {d.device.vendor}", md.get("simulator_profile", "-"),
-                  runs_on)
+        t.add_row(str(k), escape(d.ep_name), escape(f"{d.device.type.name} {d.device.vendor}"),
+                  escape(md.get("simulator_profile", "-")), escape(runs_on))
     console.print(t)
 
 
@@ -80,8 +81,8 @@ def print_partition(sess: onnxhal.InferenceSession) -> None:
             for n in p.nodes if p.ep_name == ep else ():
                 ops[n.op_type] = ops.get(n.op_type, 0) + 1
         top = sorted(ops.items(), key=lambda x: -x[1])
-        t.add_row(ep, str(count), str(parts[ep]), ", ".join(f"{o} x{c}" for o, c in top[:8])
-                  + (f", {len(top) - 8} more" if len(top) > 8 else ""))
+        t.add_row(escape(ep), str(count), str(parts[ep]), escape(", ".join(f"{o} x{c}" for o, c in top[:8])
+                  + (f", {len(top) - 8} more" if len(top) > 8 else "")))
     console.print(t)
     values, nbytes = view.transfer_totals()
     by_route: dict[tuple[str, str], list[int]] = {}
@@ -148,15 +149,15 @@ def print_outputs(names: Sequence[str], outs: Sequence, sess: onnxhal.InferenceS
     for n, o in zip(names, outs):
         if isinstance(o, np.ndarray) and o.dtype.kind in "fiub" and o.size:
             f = o.astype(np.float64)
-            t.add_row(n, str(o.dtype), str(list(o.shape)), f"{f.min():.4g}", f"{f.max():.4g}", f"{f.mean():.4g}")
+            t.add_row(escape(n), str(o.dtype), str(list(o.shape)), f"{f.min():.4g}", f"{f.max():.4g}", f"{f.mean():.4g}")
         else:
-            t.add_row(n, str(getattr(o, "dtype", type(o).__name__)), str(list(getattr(o, "shape", []))), "", "", "")
+            t.add_row(escape(n), str(getattr(o, "dtype", type(o).__name__)), str(list(getattr(o, "shape", []))), "", "", "")
         note = nonfinite_note(n, o, sess)
         if note:
             notes.append(note)
     console.print(t)
     for note in notes:
-        console.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/yellow] {escape(note)}", soft_wrap=True)
 
 
 def opencl_report() -> dict:
@@ -181,7 +182,7 @@ def print_opencl(report: dict) -> None:
         t.add_column(c, no_wrap=c in ("index", "device", "driver"), overflow="fold")
     for d in report["devices"]:
         state = "[green]usable[/green]" if d["state"] == "usable" else "[red]failed probe[/red] (below)"
-        t.add_row(d["index"], d["platform"], d["device"], d["driver_version"], state)
+        t.add_row(d["index"], escape(d["platform"]), escape(d["device"]), escape(d["driver_version"]), state)
     if report["devices"]:
         console.print(t)
         for d in report["devices"]:  # a compiler's message is read whole, not cut into a narrow column
@@ -192,4 +193,4 @@ def print_opencl(report: dict) -> None:
     else:
         console.print("OpenCL devices: none found")
     if report["remedy"]:
-        console.print(report["remedy"], soft_wrap=True)
+        console.print(report["remedy"], soft_wrap=True, markup=False)  # it names an extra: [intel-opencl]

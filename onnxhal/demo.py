@@ -81,6 +81,9 @@ def run_demo() -> int:
         console.print()
         console.rule(f"{title} ({len(model.graph.node)} nodes) under PREFER_NPU")
         console.print(f"PREFER_NPU selected providers: {sess.get_providers()}", markup=False)
+        if not any(d.device.type == onnxhal.OrtHardwareDeviceType.NPU for d in devices):
+            console.print(f"no NPU among the EP devices: PREFER_NPU takes the CPU EP, as onnxruntime does; "
+                          f"{ENV_VAR}=generic-npu,... simulates one", soft_wrap=True, markup=False)
         print_partition(sess)
         shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)

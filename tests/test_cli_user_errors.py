@@ -107,3 +107,17 @@ def test_device_metadata_prints_as_a_dict():
     assert repr(md) == repr(dict(md)) and md == dict(md)
     with pytest.raises(TypeError):
         md["x"] = "y"  # type: ignore[index]
+
+
+def test_text_with_brackets_prints_as_written(capsys):
+    """Rich reads [..] as markup: a remedy naming an extra, or an output named like an index, must
+    print as it is written, not lose its brackets."""
+    from onnxhal.cli_tables import print_opencl, print_outputs
+    from onnxhal.devices.opencl_remedy import opencl_remedy
+
+    remedy = opencl_remedy(release={"ID": "debian"}, machine="x86_64")
+    assert "[intel-opencl]" in remedy
+    print_opencl({"devices": [], "switch": "", "usable": False, "remedy": remedy})
+    print_outputs(["logits[0]"], [np.ones(2, np.float32)])
+    out = capsys.readouterr().out
+    assert "[intel-opencl]" in out.replace("\n", "") and "logits[0]" in out

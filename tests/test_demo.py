@@ -49,6 +49,13 @@ def test_demo_uses_the_profiles_the_user_set():
     assert "export ONNXHAL_SIMULATE=mobile-npu " in out.stdout
 
 
+def test_demo_says_why_prefer_npu_took_the_cpu_when_there_is_no_npu():
+    out = _demo({"ONNXHAL_SIMULATE": "generic-gpu"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("no NPU among the EP devices: PREFER_NPU takes the CPU EP") == 2
+    assert "export ONNXHAL_SIMULATE=generic-gpu " in out.stdout
+
+
 def test_ci_lines_name_the_variable_the_option_and_the_fixture():
     env, option, fixture = ci_lines("a,b")
     assert env.startswith("export ONNXHAL_SIMULATE=a,b ") and option.startswith("pytest --onnxhal-simulate=a,b ")

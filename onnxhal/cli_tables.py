@@ -90,7 +90,9 @@ def print_partition(sess: onnxhal.InferenceSession) -> None:
         route = by_route.setdefault((view.ep_of(tr.src), view.ep_of(tr.dst)), [0, 0])
         route[0] += len(tr.values)
         route[1] += tr.nbytes
-    console.print(f"transfers per run: {values} value(s), {format_bytes(nbytes)}" + (":" if by_route else ""),
+    unknown = view.unknown_sizes()
+    console.print(f"transfers per run: {values} value(s), {format_bytes(nbytes)}"
+                  + (f" (+{unknown} of a size known only at run time)" if unknown else "") + (":" if by_route else ""),
                   markup=False)
     for (a, b), (n, size) in by_route.items():
         console.print(f"  {a} -> {b}: {n} value(s), {format_bytes(size)}", soft_wrap=True, markup=False)

@@ -66,8 +66,12 @@ class PartitionView:
         return out
 
     def transfer_totals(self) -> tuple[int, int]:
-        """(values copied, bytes) over all transfers."""
+        """(values copied, bytes) over all transfers; bytes of values of unknown shape not included."""
         return sum(len(t.values) for t in self.transfers), sum(t.nbytes for t in self.transfers)
+
+    def unknown_sizes(self) -> int:
+        """Transferred values whose shape is not static (a dynamic axis): their bytes are not counted."""
+        return sum(t.unknown_sizes for t in self.transfers)
 
     def ep_of(self, end: int | str) -> str:
         return HOST if end == HOST else self.partitions[int(end)].ep_name
@@ -155,22 +159,13 @@ def build_view(graph: Graph, groups: Sequence[Sequence[Node]], fused: Sequence[b
             p = producer.get(i)
             if p is not None:
                 add(i, partition_of[id(p)], dst, p.ep_name, n.ep_name)
-            else:  # a graph input or an initializer: it starts on the host
+            elif graph.initializer(i) is None:  # a graph input: the caller's memory, copied every run
                 add(i, HOST, dst, HOST, n.ep_name)
+            # (initializers are placed on their device once, at session creation, not per run)
     for o in graph.output_names:
         p = producer.get(o)
         if p is not None:
             add(o, partition_of[id(p)], HOST, p.ep_name, HOST)
-    # Initializers are placed on their device once, at session creation, not per run: leave them out.
-    for key in list(transfers):
-        t = transfers[key]
-        if t.src == HOST:
-            keep = [v for v in t.values if graph.initializer(v) is None]
-            if len(keep) != len(t.values):
-                t.values, t.nbytes, t.unknown_sizes = keep, sum(value_bytes(graph, v) or 0 for v in keep), sum(
-                    value_bytes(graph, v) is None for v in keep)
-            if not keep:
-                del transfers[key]
     return PartitionView(graph, nodes, partitions, partition_of, list(transfers.values()))
 
 

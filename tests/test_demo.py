@@ -91,3 +91,26 @@ def test_the_transformer_block_splits_into_two_npu_partitions_around_the_cpu_gel
     out_of_cpu = [t for t in view.transfers if t.src == cpu.index]
     assert len(into_cpu) == 1 and len(out_of_cpu) == 1 and into_cpu[0].src != out_of_cpu[0].dst
     assert out_of_cpu[0].nbytes == 1 * 16 * 256 * 4  # the FFN's hidden activation, float32
+
+
+def test_a_transfer_of_dynamic_shape_is_counted_and_its_size_said_unknown():
+    """Two EPs split the demo model whose batch axis is symbolic: every copy is counted, the bytes of
+    those with a symbolic shape are left out and counted apart."""
+    import onnx
+
+    from onnxhal.demo_models import demo_model
+    from onnxhal.hal import Graph
+    from onnxhal.partition_view import build_view
+
+    model = demo_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    model = onnx.shape_inference.infer_shapes(model)
+    graph = Graph.from_proto(model.graph, {"": 17})
+    first, rest = graph.nodes[:1], graph.nodes[1:]
+    for n in first:
+        n.ep_name = "NpuExecutionProvider"
+    for n in rest:
+        n.ep_name = "GpuExecutionProvider"
+    view = build_view(graph, [first, rest])
+    # x host -> NPU and c NPU -> GPU are [batch, ...]; probs GPU -> host is declared [1, 10] float32.
+    assert view.transfer_totals() == (3, 40) and view.unknown_sizes() == 2

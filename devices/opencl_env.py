@@ -6,7 +6,7 @@ platform is first opened), so ``onnxhal/__init__`` calls ``prepare_opencl_enviro
 onnxhal module imports pyopencl:
 
 - ``POCL_CACHE_DIR`` under onnxhal's cache (PoCL keeps a compiled object per kernel and local size);
-- Intel's CPU OpenCL runtime from the package index (``pip install onnxhal[intel-opencl]``: packages
+- Intel's CPU OpenCL runtime from the package index (``pip install -e ".[intel-opencl]"`` in the clone: packages
   ``intel-opencl-rt`` and ``intel-cmplr-lib-rt``) becomes visible. Its wheel ships an ``.icd`` file
   naming a placeholder path, so the loader never finds it; we write one naming
   ``<sys.prefix>/lib/libintelocl.so`` in a vendors folder of our own, link the system's ``.icd``

@@ -39,7 +39,9 @@ def opencl_remedy(release: dict[str, str] | None = None, machine: str | None = N
         steps.append(f"'sudo apt-get install --no-install-recommends {DEBIAN_PACKAGE}' (PoCL built for this "
                      "distribution; it appears next to the bundled one with no setup)")
     if (machine or platform.machine()) in ("x86_64", "AMD64"):
-        steps.append(f"'pip install \"{INTEL_EXTRA}\"' (Intel's CPU OpenCL runtime, about 835 MB, Intel's licence)")
+        # onnxhal is installed from a clone (it is not on the package index): the extra is named there.
+        steps.append(f"'pip install -e \".[intel-opencl]\"' in the onnxhal clone (the {INTEL_EXTRA} extra: Intel's "
+                     "CPU OpenCL runtime, about 835 MB, Intel's licence)")
     if not steps:
         steps.append("install an OpenCL driver for this device (an ICD under /etc/OpenCL/vendors)")
     return ("For a working OpenCL CPU driver: " + "; or ".join(steps) + ". Optional: without one, the simulated "

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 
 from onnxhal.hal.enums import OrtHardwareDeviceType
+from onnxhal.hal.key_values import ReadOnlyKeyValues
 
 
 class OrtHardwareDevice:
@@ -17,12 +17,11 @@ class OrtHardwareDevice:
 
     def __init__(self, type: OrtHardwareDeviceType, vendor: str, vendor_id: int, device_id: int,
                  metadata: Mapping[str, str] | None = None) -> None:
-        md = {str(k): str(v) for k, v in (metadata or {}).items()}
         object.__setattr__(self, "_type", OrtHardwareDeviceType(type))
         object.__setattr__(self, "_vendor", str(vendor))
         object.__setattr__(self, "_vendor_id", int(vendor_id))
         object.__setattr__(self, "_device_id", int(device_id))
-        object.__setattr__(self, "_metadata", MappingProxyType(md))
+        object.__setattr__(self, "_metadata", ReadOnlyKeyValues(metadata))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("OrtHardwareDevice is immutable")

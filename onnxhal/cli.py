@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -20,6 +21,42 @@ def _policy(name: str) -> onnxhal.OrtExecutionProviderDevicePolicy:
     except KeyError:
         valid = ", ".join(p.name for p in onnxhal.OrtExecutionProviderDevicePolicy)
         raise argparse.ArgumentTypeError(f"unknown policy {name!r}; choose one of {valid}") from None
+
+
+def policy_names() -> list[str]:
+    return [p.name for p in onnxhal.OrtExecutionProviderDevicePolicy]
+
+
+def environment_help() -> str:
+    """The epilog of ``run``, ``partition`` and ``matrix --help``: policies, EP names, variables."""
+    from onnxhal.runtime.environment import BUILTIN_EP_LIBRARIES, CPU_EP_NAME
+    from onnxhal.simulators.profiles import shipped_profiles
+
+    return (f"policies (--policy, any case):\n  {', '.join(policy_names())}\n"
+            f"providers (--ep):\n  {CPU_EP_NAME}, {', '.join(BUILTIN_EP_LIBRARIES)} (built in);\n"
+            "  VirtualNpuExecutionProvider, VirtualGpuExecutionProvider (with ONNXHAL_SIMULATE)\n"
+            "environment:\n"
+            "  ONNXHAL_SIMULATE=generic-npu,generic-gpu\n"
+            "      simulated devices: comma-separated profile names or .toml paths;\n"
+            f"      shipped: {', '.join(shipped_profiles())}\n"
+            "  ONNXHAL_OPENCL=off\n"
+            "      no OpenCL: the simulated devices run on the host backend")
+
+
+def load_inputs(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file (``np.savez``), by input name."""
+    from onnxhal.hal.errors import InvalidArgument
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError) as e:  # np.load's message for a file that is no numpy archive
+        raise InvalidArgument(f"--inputs {path!r} is not an .npz archive of arrays ({e}); write one with "
+                              "numpy.savez(path, input_name=array, ...)") from None
+    if not hasattr(data, "files"):  # a single .npy array has no input names
+        raise InvalidArgument(f"--inputs {path!r} holds one array without a name; write an .npz with "
+                              "numpy.savez(path, input_name=array, ...)")
+    with data:
+        return {k: data[k] for k in data.files}
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -73,7 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
-    feeds = dict(np.load(args.inputs)) if args.inputs else random_inputs(sess)
+    feeds = load_inputs(args.inputs) if args.inputs else random_inputs(sess)
     outs = sess.run(None, feeds)
     times = []
     for _ in range(args.repeat):
@@ -93,21 +130,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_partition(args: argparse.Namespace) -> int:
     from onnxhal.cli_tables import print_partition
-    from onnxhal.hal import Graph
-    from onnxhal.partition_svg import partition_svg
-    from onnxhal.runtime.model_loader import toposort
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
     print_partition(sess)
     if args.svg:
-        # Draw the nodes as the partitioner saw them (after the optimizer), coloured by EP.
-        nodes = sess.assigned_nodes()
-        graph = Graph("partition", toposort(nodes), [], [])
-        with open(args.svg, "w") as f:
-            f.write(partition_svg(graph, {id(n): n.ep_name for n in nodes},
-                                  f"{args.model}: {', '.join(sess.get_providers())}"))
-        print(f"partition drawn to {args.svg}")
+        from onnxhal.partition_svg import partition_svg, svg_to_png
+        from onnxhal.partition_view import session_view
+
+        # The nodes as the partitioner saw them (after the optimizer), one box per partition.
+        with open(args.svg, "w", encoding="utf-8") as f:
+            f.write(partition_svg(session_view(sess), f"{os.path.basename(args.model)}: "
+                                                      f"{', '.join(sess.get_providers())}"))
+        png = os.path.splitext(args.svg)[0] + ".png"
+        why = svg_to_png(args.svg, png)
+        print(f"partition drawn to {args.svg}" + (f" and {png}" if not why else f" (no PNG: {why})"))
     return 0
 
 
@@ -126,18 +163,21 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(fn=cmd_devices)
     for name, fn, helptext in (("run", cmd_run, "run a model and show its partition, outputs and latency"),
                                ("partition", cmd_partition, "show (and draw) how a model is split across EPs")):
-        r = sub.add_parser(name, help=helptext)
+        r = sub.add_parser(name, help=helptext, description=helptext, epilog=environment_help(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         r.add_argument("model")
         g = r.add_mutually_exclusive_group()
         g.add_argument("--ep", action="append", metavar="NAME", help="provider, in priority order (repeatable)")
-        g.add_argument("--policy", type=_policy, help="selection policy, e.g. PREFER_NPU")
+        g.add_argument("--policy", type=_policy, metavar="POLICY",
+                       help=f"selection policy: {', '.join(policy_names())}")
         if name == "run":
             r.add_argument("--inputs", help=".npz file of inputs (default: random)")
             r.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
             r.add_argument("--explain", action="store_true",
                            help="show simulated device time and energy (sessions on simulated devices)")
         else:
-            r.add_argument("--svg", help="write the partition as an SVG picture")
+            r.add_argument("--svg", metavar="OUT.svg",
+                           help="draw the partition to OUT.svg (and OUT.png where rsvg-convert or ImageMagick exists)")
         r.set_defaults(fn=fn)
     from onnxhal.cli_matrix import add_matrix_parser
 
@@ -151,12 +191,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``onnxhal`` command. A user's mistake (a typed OrtError, a file that cannot be read) is one
+    line on stderr and exit status 2, never a traceback; a closed pipe (``| head``) ends quietly."""
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except OrtError as e:
         print(f"onnxhal: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+    except OSError as e:  # a model, inputs or output file that cannot be read or written
+        print(f"onnxhal: {e.strerror or e}: {e.filename!r}" if e.filename else f"onnxhal: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def quiet_broken_pipe() -> int:
+    """The reader of our stdout went away (``onnxhal devices --json | head``): send what is still
+    buffered to /dev/null, so that the interpreter's final flush does not print a second error, and
+    exit as a program killed by SIGPIPE would (128 + 13)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (an embedding host): nothing to redirect
+        pass
+    return 141
 
 
 if __name__ == "__main__":

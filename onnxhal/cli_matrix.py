@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from rich import box
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -148,9 +150,9 @@ def declined_reasons(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3
 
 def row_result(r: MatrixRow) -> str:
     if not r.ok:
-        return f"FAIL {r.error}"[:200]
+        return f"FAIL {r.error}"
     if r.declined:
-        return f"declined (0 nodes): {r.declined}"[:200]
+        return f"declined (0 nodes): {r.declined}"
     return "ok"
 
 
@@ -176,34 +178,45 @@ def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = 
 def print_matrix(rows: list[MatrixRow], title: str) -> None:
     from onnxhal.cli_tables import console
 
-    t = Table(title=title)
-    for c in ("EP", "device", "backend", "nodes on device", "nodes on CPU", "transfers", "max error", "sim ms",
-              "sim mJ", "result"):
-        t.add_column(c, justify="right" if c not in ("EP", "device", "backend", "result") else "left")
+    # EP, device and backend share a column, numbers never wrap and the box has no inner rules, so
+    # the table fits 100 columns; the reasons for FAIL and declined follow it, whole.
+    t = Table(title=title, box=box.SIMPLE_HEAD)
+    t.add_column("EP / device (backend)", no_wrap=True)
+    for c in ("nodes on\ndevice", "nodes on\nCPU", "trans-\nfers", "max\nerror", "sim\nms", "sim\nmJ"):
+        t.add_column(c, justify="right", no_wrap=True)
+    t.add_column("result", no_wrap=True)
     for r in rows:
-        t.add_row(r.ep, r.device, r.backend, str(r.nodes_on_device), str(r.nodes_on_cpu), str(r.transfers),
+        where = f"{r.ep}\n{r.device}" + (f" ({r.backend})" if r.backend else "")
+        t.add_row(escape(where), str(r.nodes_on_device), str(r.nodes_on_cpu), str(r.transfers),
                   f"{r.max_error:.3g}", "-" if r.sim_ms is None else f"{r.sim_ms:.3f}",
-                  "-" if r.sim_mj is None else f"{r.sim_mj:.3f}", row_result(r))
+                  "-" if r.sim_mj is None else f"{r.sim_mj:.3f}",
+                  "FAIL" if not r.ok else "declined" if r.declined else "ok")
     console.print(t)
-    for r in rows:  # the table cuts long messages; the whole of each is worth reading
-        if not r.ok and len(f"FAIL {r.error}") > 60:
-            console.print(f"{r.ep} on {r.device}: FAIL {r.error}", soft_wrap=True)
+    for r in rows:  # the whole of each reason is worth reading
+        if not r.ok or r.declined:
+            console.print(f"{r.ep} on {r.device}: {row_result(r)}", soft_wrap=True, markup=False)
     idle = [f"{r.ep} on {r.device}" for r in rows if r.ok and r.declined]
     if idle:
         console.print(f"{len(idle)} device(s) ran no node of this model: {', '.join(idle)} (their result is the "
-                      "CPU EP's)", soft_wrap=True)
+                      "CPU EP's)", soft_wrap=True, markup=False)
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     ensure_simulators(args.profiles)
-    feeds = dict(np.load(args.inputs)) if args.inputs else None
+    from onnxhal.cli import load_inputs
+
+    feeds = load_inputs(args.inputs) if args.inputs else None
     rows = matrix(args.model, feeds, show_progress=not args.no_progress)
     print_matrix(rows, f"{args.model} on every EP device vs the CPU EP")
     return 0 if rows and all(r.ok for r in rows) else 1
 
 
 def add_matrix_parser(sub: Any) -> None:
-    m = sub.add_parser("matrix", help="run a model on every EP device (simulated ones included) against the CPU EP")
+    from onnxhal.cli import environment_help
+
+    text = "run a model on every EP device (simulated ones included) against the CPU EP"
+    m = sub.add_parser("matrix", help=text, description=text, epilog=environment_help(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("model")
     m.add_argument("--profiles", help="simulated devices: comma-separated profile names or TOML paths "
                                       "(default: $ONNXHAL_SIMULATE, else generic-npu,generic-gpu)")

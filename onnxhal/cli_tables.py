@@ -2,59 +2,121 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import onnxhal
 
-# Piped output (CI logs, files) gets a wide console so device and EP names are never cut.
-console = Console(width=None if sys.stdout.isatty() else 200)
+#: Width of tables written to a pipe or a file (CI logs), where there is no terminal to measure.
+PIPED_WIDTH = 100
+
+
+def console_width() -> int | None:
+    """The terminal's width (None: rich measures it), else $COLUMNS, else ``PIPED_WIDTH``."""
+    if sys.stdout.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
+
+
+console = Console(width=console_width())
 
 
 def print_devices(hw: Sequence[onnxhal.OrtHardwareDevice], eps: Sequence[onnxhal.OrtEpDevice]) -> None:
     t = Table(title="Hardware devices")
     for c in ("#", "type", "vendor", "vendor_id", "device_id", "metadata"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold")  # fold, not cut: a path in the metadata stays whole
     for k, d in enumerate(hw):
         md = ", ".join(f"{a}={b}" for a, b in d.metadata.items())
-        t.add_row(str(k), d.type.name, d.vendor, f"0x{d.vendor_id:04x}", f"0x{d.device_id:04x}", md)
+        t.add_row(str(k), d.type.name, escape(d.vendor), f"0x{d.vendor_id:04x}", f"0x{d.device_id:04x}", escape(md))
     console.print(t)
     t = Table(title="EP devices")
     for c in ("#", "ep_name", "ep_vendor", "device", "memory", "ep_metadata", "ep_options"):
-        t.add_column(c, no_wrap=c in ("ep_name", "ep_vendor"))
+        t.add_column(c, no_wrap=c in ("ep_name", "ep_vendor"), overflow="fold")
     for k, d in enumerate(eps):
         mems = [f"{m.name} ({m.device_type.name}, {m.device_mem_type.name}, vendor 0x{m.device_vendor_id:x})"
                 for m in d.memory_infos()] or ["host (CPU memory)"]
-        t.add_row(str(k), d.ep_name, d.ep_vendor, f"{d.device.type.name} {d.device.vendor}", "\n".join(mems),
-                  "\n".join(f"{a}={b}" for a, b in d.ep_metadata.items()),
-                  "\n".join(f"{a}={b}" for a, b in d.ep_options.items()))
+        t.add_row(str(k), escape(d.ep_name), escape(d.ep_vendor), escape(f"{d.device.type.name} {d.device.vendor}"),
+                  escape("\n".join(mems)), escape("\n".join(f"{a}={b}" for a, b in d.ep_metadata.items())),
+                  escape("\n".join(f"{a}={b}" for a, b in d.ep_options.items())))
+    console.print(t)
+
+
+def print_ep_devices_brief(eps: Sequence[onnxhal.OrtEpDevice]) -> None:
+    """One line per EP device: EP, device, and for a simulated one its profile and backend."""
+    t = Table(title="EP devices")
+    for c in ("#", "EP", "device", "simulated as", "runs on"):
+        t.add_column(c, no_wrap=c in ("#", "EP"))
+    for k, d in enumerate(eps):
+        md, ep_md = d.device.metadata, d.ep_metadata
+        backend = ep_md.get("backend", "")
+        runs_on = (f"OpenCL ({ep_md.get('opencl_device', '?')})" if backend == "opencl"
+                   else f"host backend ({ep_md.get('backend_reason', '')})" if backend == "host"
+                   else f"OpenCL ({ep_md['opencl_device']})" if "opencl_device" in ep_md else "host")
+        t.add_row(str(k), escape(d.ep_name), escape(f"{d.device.type.name} {d.device.vendor}"),
+                  escape(md.get("simulator_profile", "-")), escape(runs_on))
     console.print(t)
 
 
 def print_partition(sess: onnxhal.InferenceSession) -> None:
+    """Nodes and partitions per EP, the transfers between them, and where simulated devices run."""
+    from onnxhal.partition_view import format_bytes, session_view
+
+    view = session_view(sess)
     t = Table(title=f"Partition ({', '.join(sess.get_providers())})")
-    t.add_column("EP")
+    t.add_column("EP", no_wrap=True)
     t.add_column("nodes", justify="right")
+    t.add_column("partitions", justify="right")
     t.add_column("op types")
-    per_ep: dict[str, list] = {}
-    for sub in sess.get_provider_graph_assignment_info():
-        per_ep.setdefault(sub.ep_name, []).extend(sub.get_nodes())
-    for ep, nodes in per_ep.items():
+    parts = view.partitions_per_ep()
+    for ep, count in view.nodes_per_ep().items():
         ops: dict[str, int] = {}
-        for n in nodes:
-            ops[n.op_type] = ops.get(n.op_type, 0) + 1
-        t.add_row(ep, str(len(nodes)), ", ".join(f"{o}x{c}" for o, c in sorted(ops.items(), key=lambda x: -x[1])[:8]))
+        for p in view.partitions:
+            for n in p.nodes if p.ep_name == ep else ():
+                ops[n.op_type] = ops.get(n.op_type, 0) + 1
+        top = sorted(ops.items(), key=lambda x: -x[1])
+        t.add_row(escape(ep), str(count), str(parts[ep]), escape(", ".join(f"{o} x{c}" for o, c in top[:8])
+                  + (f", {len(top) - 8} more" if len(top) > 8 else "")))
     console.print(t)
+    values, nbytes = view.transfer_totals()
+    by_route: dict[tuple[str, str], list[int]] = {}
+    for tr in view.transfers:
+        route = by_route.setdefault((view.ep_of(tr.src), view.ep_of(tr.dst)), [0, 0])
+        route[0] += len(tr.values)
+        route[1] += tr.nbytes
+    unknown = view.unknown_sizes()
+    console.print(f"transfers per run: {values} value(s), {format_bytes(nbytes)}"
+                  + (f" (+{unknown} of a size known only at run time)" if unknown else "") + (":" if by_route else ""),
+                  markup=False)
+    for (a, b), (n, size) in by_route.items():
+        console.print(f"  {a} -> {b}: {n} value(s), {format_bytes(size)}", soft_wrap=True, markup=False)
+    for ep_name in sess.get_providers():  # why an EP left nodes to the next one
+        reasons = declined_summary(sess, ep_name)
+        if reasons:
+            console.print(f"{ep_name} declined: {reasons}", soft_wrap=True, markup=False)
     from onnxhal.simulators import describe_backend
 
     for d in onnxhal.get_ep_devices():  # which backend runs the session's simulated devices
         line = describe_backend(d) if d.ep_name in sess.get_providers() else ""
         if line:
             console.print(f"{line}", soft_wrap=True, markup=False)
+
+
+def declined_summary(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3) -> str:
+    """The most frequent reasons ``ep_name`` gave for the nodes it did not take, with counts ("" if none)."""
+    reasons = list(getattr(sess._core.eps.get(ep_name), "declined", {}).values())
+    counts: dict[str, int] = {}
+    for r in reasons:
+        counts[r] = counts.get(r, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:most]
+    more = len(counts) - len(top)
+    return "; ".join(f"{n} x {r}" for r, n in top) + (f"; {more} other reason(s)" if more > 0 else "")
 
 
 def fp16_devices(sess: onnxhal.InferenceSession | None) -> list[str]:
@@ -89,15 +151,15 @@ def print_outputs(names: Sequence[str], outs: Sequence, sess: onnxhal.InferenceS
     for n, o in zip(names, outs):
         if isinstance(o, np.ndarray) and o.dtype.kind in "fiub" and o.size:
             f = o.astype(np.float64)
-            t.add_row(n, str(o.dtype), str(list(o.shape)), f"{f.min():.4g}", f"{f.max():.4g}", f"{f.mean():.4g}")
+            t.add_row(escape(n), str(o.dtype), str(list(o.shape)), f"{f.min():.4g}", f"{f.max():.4g}", f"{f.mean():.4g}")
         else:
-            t.add_row(n, str(getattr(o, "dtype", type(o).__name__)), str(list(getattr(o, "shape", []))), "", "", "")
+            t.add_row(escape(n), str(getattr(o, "dtype", type(o).__name__)), str(list(getattr(o, "shape", []))), "", "", "")
         note = nonfinite_note(n, o, sess)
         if note:
             notes.append(note)
     console.print(t)
     for note in notes:
-        console.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/yellow] {escape(note)}", soft_wrap=True)
 
 
 def opencl_report() -> dict:
@@ -118,15 +180,19 @@ def opencl_report() -> dict:
 def print_opencl(report: dict) -> None:
     t = Table(title="OpenCL devices")
     for c in ("index", "platform", "device", "driver", "state"):
-        t.add_column(c, no_wrap=c == "index")
+        # Names are searched for and copied: never broken; the platform wraps at spaces first.
+        t.add_column(c, no_wrap=c in ("index", "device", "driver"), overflow="fold")
     for d in report["devices"]:
-        state = "[green]usable[/green]" if d["state"] == "usable" else f"[red]failed probe[/red]: {d['reason']}"
-        t.add_row(d["index"], d["platform"], d["device"], d["driver_version"], state)
+        state = "[green]usable[/green]" if d["state"] == "usable" else "[red]failed probe[/red] (below)"
+        t.add_row(d["index"], escape(d["platform"]), escape(d["device"]), escape(d["driver_version"]), state)
     if report["devices"]:
         console.print(t)
+        for d in report["devices"]:  # a compiler's message is read whole, not cut into a narrow column
+            if d["state"] != "usable":
+                console.print(f"{d['index']} {d['device']}: failed probe: {d['reason']}", soft_wrap=True, markup=False)
     elif report["switch"]:
         console.print(f"OpenCL devices: none listed ({report['switch']})")
     else:
         console.print("OpenCL devices: none found")
     if report["remedy"]:
-        console.print(report["remedy"], soft_wrap=True)
+        console.print(report["remedy"], soft_wrap=True, markup=False)  # it names an extra: [intel-opencl]

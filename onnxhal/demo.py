@@ -1,65 +1,99 @@
-"""``onnxhal demo``: the devices, a small model under PREFER_NPU, checked against the CPU EP.
+"""``onnxhal demo``: what onnxhal is for, in a few seconds, on any machine.
 
 Unless the user already set ``ONNXHAL_SIMULATE`` (or registered simulated devices), the demo
-simulates a generic NPU and GPU itself, so it shows what onnxhal is for on any machine, and says
-which backend ran them (OpenCL, or the host when no OpenCL device passed the probe)."""
+simulates a generic NPU and GPU itself, lists the EP devices (and which backend runs the simulated
+ones: OpenCL, or the host when no OpenCL device passed the probe), runs a small CNN and a
+transformer block under PREFER_NPU, shows which nodes ran where and the transfers between devices,
+checks each result against the CPU EP within the simulated device's profile tolerance, and ends
+with the lines a user copies into their own CI.
+"""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
 
 import onnxhal
-from onnxhal.cli_tables import console, print_devices, print_partition
+from onnxhal.cli_tables import console, print_ep_devices_brief, print_partition
+from onnxhal.demo_models import demo_cnn, demo_model, demo_transformer_block
+
+__all__ = ["check_against_cpu", "ci_lines", "demo_model", "run_demo", "session_tolerance"]
+
+#: Allowed error against the CPU EP when the session uses no simulated device (float32 everywhere).
+FLOAT32_RTOL, FLOAT32_ATOL = 1e-4, 1e-4
 
 
-def demo_model() -> onnx.ModelProto:
-    """Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> Softmax, seeded weights."""
-    rng = np.random.default_rng(0)
-    inits = [
-        onnx.numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.2, "conv_w"),
-        onnx.numpy_helper.from_array(np.zeros(8, np.float32), "conv_b"),
-        onnx.numpy_helper.from_array(rng.standard_normal((8, 10)).astype(np.float32) * 0.3, "fc_w"),
-        onnx.numpy_helper.from_array(np.zeros(10, np.float32), "fc_b"),
-    ]
-    nodes = [
-        helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c"], ["r"], name="relu"),
-        helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
-        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
-        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["logits"], name="fc"),
-        helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=1),
-    ]
-    graph = helper.make_graph(nodes, "demo", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 10])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10,
-                             producer_name="onnxhal-demo")
+def session_tolerance(sess: onnxhal.InferenceSession) -> tuple[float, float, str]:
+    """(rtol, atol, where they come from): the loosest of the session's simulated profiles."""
+    from onnxhal.simulators.cost import virtual_eps
+
+    profiles = [ep.profile for ep in virtual_eps(sess).values()]
+    if not profiles:
+        return FLOAT32_RTOL, FLOAT32_ATOL, "float32"
+    loosest = max(profiles, key=lambda p: (p.rtol, p.atol))
+    return loosest.rtol, loosest.atol, f"profile {loosest.name}"
+
+
+def check_against_cpu(model: onnx.ModelProto, sess: onnxhal.InferenceSession, feeds: dict[str, np.ndarray]) -> bool:
+    """Run ``sess`` and the CPU EP on ``feeds``; print the largest error and the verdict."""
+    outs = sess.run(None, feeds)
+    refs = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    rtol, atol, source = session_tolerance(sess)
+    ok, worst = True, 0.0
+    for o, r in zip(outs, refs):
+        diff = np.abs(np.asarray(o, np.float64) - np.asarray(r, np.float64))
+        worst = max(worst, float(diff.max(initial=0.0)))
+        ok = ok and o.shape == r.shape and bool(np.all(diff <= atol + rtol * np.abs(r)))
+    verdict = "[green]OK[/green]" if ok else "[red]MISMATCH[/red]"
+    console.print(f"checked against the CPU EP: max |difference| {worst:.2e}, within rtol {rtol:g} + atol {atol:g} "
+                  f"({source}): {verdict}", soft_wrap=True)
+    return ok
+
+
+def ci_lines(profiles: str) -> list[str]:
+    """The three lines a user copies into CI: the variable, the pytest option, the fixture."""
+    lines = [(f"export ONNXHAL_SIMULATE={profiles}", "your application sees these devices, unchanged"),
+             (f"pytest --onnxhal-simulate={profiles}", "or choose them per pytest run"),
+             ("def test_model(ep_device, ep_session_options): ...", "the fixture: one run per EP device")]
+    width = max(len(code) for code, _ in lines)
+    return [f"{code.ljust(width)}  # {why}" for code, why in lines]
 
 
 def run_demo() -> int:
     from onnxhal.simulators import ENV_VAR, register_simulators, simulated_library_names
 
+    start = time.perf_counter()
     onnxhal.get_ep_devices()  # registers ONNXHAL_SIMULATE's devices, if set
     if not simulated_library_names():
         register_simulators("generic-npu,generic-gpu")
-        console.print(f"simulating generic-npu and generic-gpu ({ENV_VAR} is not set; set it to choose profiles)")
-    print_devices(onnxhal.get_hardware_devices(), onnxhal.get_ep_devices())
-    model = demo_model()
-    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
-    so = onnxhal.SessionOptions()
-    so.set_provider_selection_policy(onnxhal.OrtExecutionProviderDevicePolicy.PREFER_NPU)
-    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    sess = onnxhal.InferenceSession(model, so)
-    console.print(f"PREFER_NPU selected providers: {sess.get_providers()}")
-    print_partition(sess)  # with the backend that ran each simulated device
-    (probs,) = sess.run(None, {"x": x})
-    (ref,) = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    err = float(np.max(np.abs(probs - ref)))
-    # A simulated device may compute in fp16 (about 1e-3 relative); float32 devices must agree closely.
-    simulated = any(d.device.is_virtual for d in onnxhal.get_ep_devices() if d.ep_name in sess.get_providers())
-    tol = 2e-3 if simulated else 1e-4
-    ok = err <= tol and abs(float(probs.sum()) - 1.0) < tol
-    console.print(f"top class {int(probs.argmax())}, max |difference| vs CPU EP = {err:.2e} (tolerance {tol:g}): "
-                  f"{'[green]OK[/green]' if ok else '[red]MISMATCH[/red]'}")
+        console.print(f"{ENV_VAR} is not set: the demo simulates generic-npu and generic-gpu itself", soft_wrap=True)
+    devices = onnxhal.get_ep_devices()
+    print_ep_devices_brief(devices)
+    ok = True
+    for title, model, name in (("a small CNN", demo_cnn(), "image"),
+                               ("a transformer block", demo_transformer_block(), "hidden")):
+        so = onnxhal.SessionOptions()
+        so.set_provider_selection_policy(onnxhal.OrtExecutionProviderDevicePolicy.PREFER_NPU)
+        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        sess = onnxhal.InferenceSession(model, so)
+        console.print()
+        console.rule(f"{title} ({len(model.graph.node)} nodes) under PREFER_NPU")
+        console.print(f"PREFER_NPU selected providers: {sess.get_providers()}", markup=False)
+        if not any(d.device.type == onnxhal.OrtHardwareDeviceType.NPU for d in devices):
+            console.print(f"no NPU among the EP devices: PREFER_NPU takes the CPU EP, as onnxruntime does; "
+                          f"{ENV_VAR}=generic-npu,... simulates one", soft_wrap=True, markup=False)
+        print_partition(sess)
+        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        ok = check_against_cpu(model, sess, {name: x}) and ok
+    profiles = ",".join(d.device.metadata["simulator_profile"] for d in devices
+                        if "simulator_profile" in d.device.metadata) or "generic-npu,generic-gpu"
+    console.print()
+    console.rule("run your own tests on these devices")
+    for line in ci_lines(profiles):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    console.print(f"(demo took {time.perf_counter() - start:.1f} s; docs/ci-simulation.md walks through a CI job)",
+                  soft_wrap=True)
     return 0 if ok else 1

@@ -30,6 +30,13 @@ CPU_LIBRARY_MODULE = "onnxhal.runtime.providers.cpu"
 SIMULATE_ENV = "ONNXHAL_SIMULATE"
 SIMULATORS_LIBRARY_NAME = "simulators"
 SIMULATORS_LIBRARY_MODULE = "onnxhal.simulators"
+#: Built-in EP libraries besides the CPU EP, by the EP name they provide: (registration name,
+#: module). Registered on first use of that name (``providers=[name]``, ``onnxhal run --ep name``),
+#: as onnxruntime's built-in EPs need no registration; not at start-up, because registering the
+#: OpenCL EP loads the OpenCL drivers and probes every device.
+BUILTIN_EP_LIBRARIES: dict[str, tuple[str, str]] = {
+    "OpenCLExecutionProvider": ("OpenCLExecutionProvider", "onnxhal.runtime.providers.opencl"),
+}
 MAX_FACTORIES_PER_LIBRARY = 4
 MAX_DEVICES_PER_FACTORY = 8
 
@@ -47,6 +54,7 @@ class EpLibrary:
     ep_devices: list[OrtEpDevice]
     loaded_from_path: bool
     sessions: int = 0
+    on_first_use: bool = False  # a built-in library registered because its EP name was asked for
     api: EpApi = field(default_factory=EpApi)
 
 
@@ -102,13 +110,16 @@ class Environment:
     def _register_simulators(self) -> None:
         """``ONNXHAL_SIMULATE=generic-npu,...``: register the simulated devices' library right after
         the CPU EP. By module name: the runtime never imports ``onnxhal.simulators`` itself."""
-        if not os.environ.get(SIMULATE_ENV, "").strip():
+        value = os.environ.get(SIMULATE_ENV, "").strip()
+        if not value:
             return
         try:
             self._register(SIMULATORS_LIBRARY_NAME, SIMULATORS_LIBRARY_MODULE)
-        except Exception:
-            logger.exception("%s=%r: registering the simulated devices failed", SIMULATE_ENV,
-                             os.environ.get(SIMULATE_ENV))
+        except Fail as e:
+            # A user's typo (an unknown profile, a bad TOML key) is reported as what the user wrote,
+            # not as a failure inside the library that read it.
+            if isinstance(e.__cause__, InvalidArgument):
+                raise InvalidArgument(f"{SIMULATE_ENV}={value!r}: {e.__cause__}") from e.__cause__
             raise
 
     def register_library(self, name: str, library: str | os.PathLike) -> None:
@@ -128,6 +139,7 @@ class Environment:
         api = EpApi(self.config)
         try:
             factories = _create_factories(name, module, api)
+            self._drop_on_first_use(factories)
             taken = {d.ep_name: lib.name for lib in self._libraries.values() for d in lib.ep_devices}
             taken.update({f.name: lib.name for lib in self._libraries.values() for f in lib.factories})
             for f in factories:
@@ -148,6 +160,36 @@ class Environment:
             d.library_name = name
         self._libraries[name] = EpLibrary(name, module, path, factories, devices, from_path, api=api)
         logger.info("registered EP library %r (%s): %d EP device(s)", name, path, len(devices))
+
+    def register_builtin(self, ep_name: str) -> bool:
+        """Register the built-in library providing ``ep_name`` unless a library already provides it.
+        Returns whether one provides it now (False: ``ep_name`` is not a built-in EP)."""
+        entry = BUILTIN_EP_LIBRARIES.get(ep_name)
+        if entry is None:
+            return False
+        self._ensure_cpu()
+        with self._lock:
+            if self.factory_for(ep_name) is None:
+                name, module = entry
+                self._register(name, module)
+                self._libraries[name].on_first_use = True
+        return True
+
+    def no_device_reason(self, ep_name: str) -> str:
+        """Why the library providing ``ep_name`` offers no EP device ("" when it gives no reason):
+        its module's optional ``no_device_reason()`` (the OpenCL EP names the probe's verdict)."""
+        found = self.factory_for(ep_name)
+        reason = getattr(found[1].module, "no_device_reason", None) if found is not None else None
+        return str(reason()) if callable(reason) else ""
+
+    def _drop_on_first_use(self, factories: list[EpFactory]) -> None:
+        """An explicit registration of a built-in EP takes over from the registration its first use
+        by name made, if no session uses that one."""
+        names = {f.name for f in factories}
+        for lib in list(self._libraries.values()):
+            if lib.on_first_use and lib.sessions == 0 and names & {f.name for f in lib.factories}:
+                del self._libraries[lib.name]
+                _release_all(lib.module, lib.factories)
 
     def unregister_library(self, name: str) -> None:
         self._ensure_cpu()
@@ -348,12 +390,14 @@ def get_version_string() -> str:
 
 
 def get_all_providers() -> list[str]:
-    """Every EP name of every registered library, whether or not it found a device."""
+    """Every EP name of every registered library, whether or not it found a device, and the built-in
+    EPs registered on first use (as onnxruntime lists every EP it was built with)."""
     names: list[str] = []
     for lib in _ENV.libraries():
         for f in lib.factories:
             if f.name not in names:
                 names.append(f.name)
+    names.extend(n for n in BUILTIN_EP_LIBRARIES if n not in names)
     names.sort(key=lambda n: n == CPU_EP_NAME)
     return names
 

@@ -79,10 +79,16 @@ def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[
         for name, opts in _normalize_legacy(providers, provider_options):
             if not isinstance(name, str) or not name:
                 raise InvalidArgument(f"provider name must be a non-empty string, got {name!r}")
+            if env.register_builtin(name):  # a built-in EP is usable by name, as in onnxruntime
+                devices = env.ep_devices()
             devs = [d for d in devices if d.ep_name == name]
             if not devs:
                 known = env.factory_for(name) is not None
-                # a RuntimeError in onnxruntime's set_providers ("Unknown Provider Type: ..."); ours is both
+                reason = env.no_device_reason(name) if known else ""
+                if reason:
+                    # a RuntimeError in onnxruntime's set_providers ("Unknown Provider Type: ..."); ours is both
+                    raise RuntimeInvalidArgument(f"Unknown Provider Type: {name}: execution provider {name!r} has no "
+                                                 f"EP device on this machine: {reason}")
                 raise RuntimeInvalidArgument(
                     f"Unknown Provider Type: {name}: execution provider {name!r} "
                     + ("has no EP device on this machine" if known else "is unknown")

@@ -114,7 +114,7 @@ def _warn_host_backend(reason: str) -> None:
     logger.warning("simulated devices run on the host backend (the CPU EP's kernels, fp16 emulated with numpy): "
                    "%s. Placement, memory, fp16, faults and costs follow the profiles as on OpenCL. For a "
                    "working OpenCL CPU driver see docs/opencl.md ('apt-get install pocl-opencl-icd' on "
-                   "Debian/Ubuntu, or pip install onnxhal[intel-opencl]).", reason)
+                   "Debian/Ubuntu, or pip install -e '.[intel-opencl]' in the onnxhal clone).", reason)
 
 def memory_info_for(profile: Profile) -> OrtMemoryInfo:
     prefix = "VirtualNpu" if profile.type == OrtHardwareDeviceType.NPU else "VirtualGpu"

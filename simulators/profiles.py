@@ -44,11 +44,12 @@ FUSED_OP_PARTS = {"FusedConv": ("Conv",), "FusedGemm": ("Gemm",), "FusedMatMul":
 
 
 class ProfileError(InvalidArgument):
-    """A profile that cannot be used: ``path``, ``key`` (dotted) and ``reason`` say why."""
+    """A profile that cannot be used: ``path``, ``key`` (dotted; "" when the whole profile is at
+    fault: a missing file, an unknown name) and ``reason`` say why."""
 
     def __init__(self, path: str, key: str, reason: str) -> None:
         self.path, self.key, self.reason = path, key, reason
-        super().__init__(f"simulator profile {path}: key {key!r}: {reason}")
+        super().__init__(f"simulator profile {path!r}: " + (f"key {key!r}: " if key else "") + reason)
 
 
 @dataclass(frozen=True)
@@ -136,16 +137,16 @@ def resolve_profile_path(name_or_path: str) -> Path:
     """A shipped profile's file by name (``generic-npu``), or the given path."""
     text = str(name_or_path).strip()
     if not text:
-        raise ProfileError("<empty>", "-", "empty profile name")
+        raise ProfileError("", "", "empty profile name; give a shipped name or the path of a .toml file")
     if text.endswith(".toml") or os.sep in text or "/" in text:
         path = Path(text).expanduser()
         if not path.is_file():
-            raise ProfileError(str(path), "-", "no such file")
+            raise ProfileError(str(path), "", "no such file")
         return path
     path = PROFILE_DIR / f"{text}.toml"
     if not path.is_file():
-        raise ProfileError(text, "-", f"no shipped profile of that name (shipped: {', '.join(shipped_profiles())}); "
-                           "give a shipped name or the path of a .toml file")
+        raise ProfileError(text, "", f"no shipped profile of that name; choose one of {', '.join(shipped_profiles())}, "
+                           "or give the path of a .toml file")
     return path
 
 
@@ -157,7 +158,7 @@ def _toml_module(path: str) -> Any:
         try:
             import tomli as tomllib
         except ModuleNotFoundError:
-            raise ProfileError(path, "-", "reading TOML needs Python 3.11 (tomllib) or the tomli package") from None
+            raise ProfileError(path, "", "reading TOML needs Python 3.11 (tomllib) or the tomli package") from None
     return tomllib
 
 
@@ -172,9 +173,9 @@ def load_profile(name_or_path: str | os.PathLike) -> Profile:
     try:
         data = toml.loads(path.read_text())
     except toml.TOMLDecodeError as exc:
-        raise ProfileError(str(path), "-", f"not valid TOML: {exc}") from exc
+        raise ProfileError(str(path), "", f"not valid TOML: {exc}") from exc
     except OSError as exc:
-        raise ProfileError(str(path), "-", f"cannot read: {exc}") from exc
+        raise ProfileError(str(path), "", f"cannot read: {exc}") from exc
     return _Reader(str(path), data).profile()
 
 

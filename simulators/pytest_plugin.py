@@ -31,14 +31,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARKER}(*types): run an ep_device test only on EP devices of these "
                                        f"hardware types ({', '.join(DEVICE_TYPES)})")
+    import os
+
+    from onnxhal.simulators import ENV_VAR
+
     profiles = config.getoption("onnxhal_simulate", default=None)
     if profiles:
+        from onnxhal.hal.errors import OrtError
         from onnxhal.simulators import register_simulators, simulated_library_names
         from onnxhal.simulators.testing import _unregister
 
         for name in simulated_library_names():
             _unregister(name)
-        register_simulators(profiles)
+        try:
+            register_simulators(profiles)
+        except OrtError as e:  # a typo in the option: pytest's one-line usage error, not a traceback
+            raise pytest.UsageError(f"--onnxhal-simulate={profiles}: {e}") from None
+    elif os.environ.get(ENV_VAR, "").strip():
+        from onnxhal.simulators.profiles import ProfileError, parse_profile_list
+
+        try:  # read the profiles now, so a typo stops the run here rather than inside the first test
+            parse_profile_list(os.environ[ENV_VAR])
+        except ProfileError as e:
+            raise pytest.UsageError(f"{ENV_VAR}={os.environ[ENV_VAR]!r}: {e}") from None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

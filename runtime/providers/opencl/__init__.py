@@ -21,3 +21,22 @@ def create_ep_factories(registration_name: str, api: Any, logger: logging.Logger
 
 def release_ep_factory(factory: Any) -> None:
     """Nothing to release: contexts and program caches live for the process."""
+
+
+def no_device_reason() -> str:
+    """Why the OpenCL EP offers no device: the switch, no driver, or each device's probe verdict,
+    then the remedy; one line (the session's error when ``providers=["OpenCLExecutionProvider"]``)."""
+    from onnxhal.devices.opencl import enumerate_opencl_devices
+    from onnxhal.devices.opencl_env import OPENCL_SWITCH_ENV, opencl_disabled
+    from onnxhal.devices.opencl_remedy import opencl_remedy
+
+    if opencl_disabled():
+        return f"OpenCL is switched off ({OPENCL_SWITCH_ENV}=off); unset {OPENCL_SWITCH_ENV} to use OpenCL devices"
+    records = enumerate_opencl_devices()
+    if not records:
+        verdict = "no OpenCL device was found (no OpenCL driver is installed)"
+    else:
+        verdict = "no OpenCL device passed the probe (" + "; ".join(
+            f"{r.platform_index}:{r.device_index} {r.device_name}, {r.platform_name} {r.driver_version}: "
+            f"{r.probe.reason or 'usable'}" for r in records) + ")"
+    return f"{verdict}. {opencl_remedy()} 'onnxhal devices' shows each device's probe."

@@ -1,0 +1,118 @@
+"""The code blocks marked runnable in README.md and docs/*.md run as they are written.
+
+A marker is an HTML comment on the line before a fenced ``bash`` or ``python`` block:
+``<!-- runnable -->``, optionally followed by ``: `` and space-separated words: ``KEY=VALUE`` (an
+environment variable for this block), ``needs-opencl`` (skipped, with the probe's verdict, where no
+OpenCL device works), ``file=PATH`` (write the block to PATH instead of running it, for a later
+block to use). The blocks of one file run in order in one scratch folder that holds ``model.onnx``
+(``onnxhal.demo_models.demo_model()``), with the ``onnxhal`` command of this environment on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+import pytest
+
+from onnxhal.demo_models import demo_model
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_MARKER = re.compile(r"^<!-- runnable(?::\s*(?P<words>[^>]*?))?\s*-->\s*\n```(?P<lang>bash|python)\n(?P<code>.*?)^```",
+                     re.M | re.S)
+
+
+@dataclass
+class Snippet:
+    path: Path
+    line: int
+    lang: str
+    code: str
+    env: dict[str, str] = field(default_factory=dict)
+    needs_opencl: bool = False
+    file: str = ""
+
+
+def snippets(path: Path) -> list[Snippet]:
+    text = path.read_text()
+    out = []
+    for m in _MARKER.finditer(text):
+        s = Snippet(path, text.count("\n", 0, m.start("code")) + 1, m["lang"], m["code"])
+        for word in (m["words"] or "").split():
+            if word == "needs-opencl":
+                s.needs_opencl = True
+            elif word.startswith("file="):
+                s.file = word[len("file="):]
+            elif "=" in word:
+                key, value = word.split("=", 1)
+                s.env[key] = value
+            else:
+                raise ValueError(f"{path.name}:{s.line}: unknown runnable marker word {word!r}")
+        out.append(s)
+    return out
+
+
+def _run(s: Snippet, cwd: Path) -> None:
+    where = f"{s.path.relative_to(ROOT)}:{s.line}"
+    if s.file:
+        target = cwd / s.file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(s.code)
+        return
+    env = {k: v for k, v in os.environ.items() if k not in ("ONNXHAL_SIMULATE", "COLUMNS")}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.update(s.env)
+    cmd = ["bash", "-euo", "pipefail", "-c", s.code] if s.lang == "bash" else [sys.executable, "-c", s.code]
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"{where} ({s.lang}) failed:\n{s.code}\n--- stdout\n{out.stdout[-3000:]}\n" \
+                                f"--- stderr\n{out.stderr[-3000:]}"
+
+
+MARKED = [p for p in DOCS if snippets(p)]
+
+
+@pytest.mark.parametrize("path", MARKED, ids=[str(p.relative_to(ROOT)) for p in MARKED])
+def test_runnable_snippets_run(path, tmp_path):
+    onnx.save(demo_model(), tmp_path / "model.onnx")
+    skipped = []
+    for s in snippets(path):
+        if s.needs_opencl:
+            from tests.opencl_support import opencl_verdict
+
+            index, reason = opencl_verdict()
+            if index is None:
+                skipped.append(f"line {s.line}: {reason}")
+                continue
+        _run(s, tmp_path)
+    if skipped:
+        pytest.skip(f"needs a working OpenCL device: {'; '.join(skipped)}")
+
+
+def test_the_documents_mark_their_snippets():
+    """README, the CI guide, devices, memory, OpenCL and simulators pages each carry runnable blocks."""
+    names = {p.relative_to(ROOT).as_posix() for p in MARKED}
+    assert {"README.md", "docs/ci-simulation.md", "docs/devices.md", "docs/memory.md", "docs/opencl.md",
+            "docs/simulators.md"} <= names
+    assert sum(len(snippets(p)) for p in MARKED) >= 9
+
+
+def test_no_document_installs_a_package_that_is_not_on_the_index():
+    """onnxhal is installed from a clone, a local path or a built wheel, never by name."""
+    by_name = re.compile(r"pip install\s+(?:--?\S+\s+)*[\"']?onnxhal(?:\[[^\]]*\])?[\"']?(?=\s|$|`)")
+    bad = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in DOCS
+           for n, line in enumerate(p.read_text().splitlines(), 1) if by_name.search(line)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_readme_keeps_its_first_two_commands():
+    """CI runs them: they must stay as they are."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("```bash")
+    assert lines[start + 1].startswith("pip install -e . && onnxhal demo ")
+    assert lines[start + 2].startswith('pip install -e ".[test]" && pytest -q ')

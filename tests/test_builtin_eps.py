@@ -85,8 +85,9 @@ def test_cli_names_the_switch_when_opencl_is_off(tmp_path):
     out = _cli(["run", str(path), "--ep", OPENCL], {"ONNXHAL_OPENCL": "off"})
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.splitlines() == [
-        f"onnxhal: InvalidArgument: execution provider {OPENCL!r} has no EP device on this machine: OpenCL is "
-        "switched off (ONNXHAL_OPENCL=off); unset ONNXHAL_OPENCL to use OpenCL devices"]
+        f"onnxhal: RuntimeInvalidArgument: Unknown Provider Type: {OPENCL}: execution provider {OPENCL!r} has no "
+        "EP device on this machine: OpenCL is switched off (ONNXHAL_OPENCL=off); unset ONNXHAL_OPENCL to use OpenCL "
+        "devices"]
 
 
 def test_no_device_passing_the_probe_is_named_with_its_verdict_and_the_remedy(tmp_path):

@@ -49,7 +49,15 @@ def fix_shapes(model: onnx.ModelProto, by_name: dict[str, int], by_denotation: d
     # Intermediate shapes derived from the fixed ones are inferred again (stale symbolic ones dropped).
     del g.value_info[:]
     out = onnx.shape_inference.infer_shapes(out, data_prop=True)
-    _fill_from_a_run(out)
+    values = _placeholder_run(out)
+    if values:
+        # Shape and Size of values whose shapes are now known become constants, so that any loader
+        # (onnxruntime's, ours) infers the static shapes downstream itself: loaders recompute the
+        # shapes of standard operators' outputs and do not take value_info's word for them.
+        _fold_shape_nodes(out, values)
+        del out.graph.value_info[:]
+        out = onnx.shape_inference.infer_shapes(out, data_prop=True)
+        _fill_value_info(out, values)
     return out
 
 
@@ -61,11 +69,11 @@ SHAPE_PARAMS: dict[str, set[int] | None] = {
     "NonMaxSuppression": None, "Loop": None, "If": None, "Scan": None, "StringSplit": None}
 
 
-def _fill_from_a_run(model: onnx.ModelProto) -> None:
-    """Shapes onnx's inference leaves symbolic (its data propagation stops at Slice, Expand, ...)
-    taken from one CPU EP run on placeholder inputs of the fixed sizes, for the values whose shapes
-    depend only on the inputs' shapes: a value is skipped when an op upstream takes a shape
-    parameter computed from the inputs' values (placeholders say nothing about those)."""
+def _placeholder_run(model: onnx.ModelProto) -> dict:
+    """{value: array} from one CPU EP run on placeholder inputs (zeros) of the fixed sizes, for the
+    values whose shapes depend only on the inputs' shapes: a value is left out when an op upstream
+    takes a shape parameter computed from the inputs' values (placeholders say nothing about those).
+    {} when an input is still symbolic or the run fails."""
     import numpy as np
 
     from onnxhal.hal.graph import Graph, elem_type_to_dtype
@@ -79,7 +87,7 @@ def _fill_from_a_run(model: onnx.ModelProto) -> None:
             continue
         shape = _shape(vi)
         if any(not isinstance(d, int) for d in shape):
-            return  # an input is still symbolic: nothing to run
+            return {}
         feeds[vi.name] = np.zeros(shape, elem_type_to_dtype(vi.type.tensor_type.elem_type))
     from_values = set(feeds)  # values computed from the inputs' values (not only their shapes)
     unreliable: set[str] = set()  # values whose shape a placeholder run cannot tell
@@ -90,23 +98,41 @@ def _fill_from_a_run(model: onnx.ModelProto) -> None:
             unreliable.update(n.output)
         if n.op_type not in ("Shape", "Size") and any(i in from_values for i in n.input):
             from_values.update(n.output)
-    tainted = unreliable
-    wanted = [o for n in g.node for o in n.output if o and o not in tainted]
+    wanted = [o for n in g.node for o in n.output if o and o not in unreliable]
     opset = {o.domain: o.version for o in model.opset_import}
     try:
-        values = cpu_graph_plan(Graph.from_proto(g, opset), wanted).run(feeds)
+        results = cpu_graph_plan(Graph.from_proto(g, opset), wanted).run(feeds)
     except Exception:  # noqa: BLE001 - placeholder zeros may be invalid input: keep onnx's shapes
-        return
+        return {}
+    return {name: np.asarray(v) for name, v in zip(wanted, results) if np.asarray(v).dtype != object}
+
+
+def _fold_shape_nodes(model: onnx.ModelProto, values: dict) -> None:
+    g = model.graph
+    keep = []
+    for n in g.node:
+        if n.domain in ("", "ai.onnx") and n.op_type in ("Shape", "Size") and n.output[0] in values:
+            g.initializer.append(onnx.numpy_helper.from_array(values[n.output[0]], n.output[0]))
+        else:
+            keep.append(n)
+    del g.node[:]
+    g.node.extend(keep)
+
+
+def _fill_value_info(model: onnx.ModelProto, values: dict) -> None:
+    """Shapes onnx's inference still leaves symbolic, from the placeholder run (a hint for readers;
+    loaders recompute them)."""
+    g = model.graph
     known = {vi.name: vi for vi in g.value_info}
-    for name, value in zip(wanted, values):
-        a = np.asarray(value)
-        if a.dtype == object:
+    produced = {o for n in g.node for o in n.output}
+    for name, a in values.items():
+        if name not in produced:
             continue
         vi = known.get(name)
         if vi is None:
             vi = g.value_info.add()
             vi.name = name
-        elif all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim) and vi.type.tensor_type.HasField("shape"):
+        elif vi.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim):
             continue
         vi.type.CopyFrom(onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
 

@@ -86,7 +86,7 @@ def _check_one(name: str, value: Any, info: ValueInfo) -> Any:
                 f"input {name!r} expects {_describe(want, info.shape)}, got {_describe(got_dtype, got_shape)}: "
                 f"wrong element type. Convert it with .astype({_numpy_name(want)}).")
         if want == np.dtype(object) and isinstance(value, np.ndarray):
-            value = _as_strings(value)
+            value = _stringified(value)
     shape = info.shape
     if shape is not None:
         if len(shape) != len(got_shape):
@@ -106,7 +106,7 @@ def _numpy_name(dtype: Any) -> str:
     return "object" if dtype == np.dtype(object) else f"np.{dtype}"
 
 
-def _as_strings(value: np.ndarray) -> np.ndarray:
+def _stringified(value: np.ndarray) -> np.ndarray:
     """A string input as an object array of str: numpy str arrays are converted, and in an object
     array every element that is not a str becomes ``str(element)``, as onnxruntime converts them
     (before, integers and None reached the kernels as they were)."""

@@ -199,3 +199,36 @@ def fold_constants(graph: Graph) -> bool:
         remove_node(graph, node)
         changed = True
     return changed
+
+
+def refresh_shapes(graph: Graph) -> bool:
+    """Infer shapes again where folding made them knowable, and keep what became static.
+
+    onnx's inference at load stops where a shape flows through ops its data propagation does not
+    follow (Where, Equal on shape tensors, as Hugging Face exports write them), so with the inputs'
+    dims fixed (free-dimension overrides, ``onnxhal fix-shapes``) those values stay symbolic; once
+    ``fold_constants`` turned their shape chains into constants, another inference pass finds them.
+    A value's known shape is only ever made more static, never replaced by a less static one.
+    Main graphs of standard-domain nodes only (onnx cannot infer com.onnxhal ops); True when a
+    value gained a static shape (so folding may go further)."""
+    if graph.parent is not None or any(n.domain not in ("", "ai.onnx") for n in graph.nodes):
+        return False
+    names = [o for n in graph.nodes for o in n.outputs if o]
+    if all(graph.value_info(n).has_static_shape for n in names):
+        return False
+    model = helper.make_model(graph.to_proto(), opset_imports=[helper.make_opsetid(d, v)
+                                                               for d, v in graph.opset.items()])
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # inference is a help: the shapes stay as they were
+        return False
+    changed = False
+    for vi in inferred.graph.value_info:
+        new = ValueInfo(vi.name, vi.type)
+        old = graph.value_info(vi.name)
+        if (new.has_static_shape and not old.has_static_shape and new.dtype is not None
+                and (old.shape is None or len(old.shape) == len(new.shape))
+                and (old.dtype is None or old.dtype == new.dtype)):
+            graph._set_value_info(new)
+            changed = True
+    return changed

@@ -60,6 +60,7 @@ GraphPass = Callable[[Graph], bool]
 PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("eliminate_no_ops", _BASIC, opt_constant_folding.eliminate_no_ops, True, False),
     ("fold_constants", _BASIC, opt_constant_folding.fold_constants, True, False),
+    ("refresh_shapes", _BASIC, opt_constant_folding.refresh_shapes, False, False),
     ("remove_dead_nodes", _BASIC, opt_constant_folding.remove_dead_nodes, True, False),
     ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
     ("fold_conv_mul_add", _BASIC, opt_weight_folding.fold_conv_mul_add, True, False),

@@ -20,11 +20,14 @@ def _no_global_seed():
 
 
 def _model(op: str = "RandomNormal", **attrs):
+    # The output declared with the type the node gives (onnxruntime refuses a float declaration of a
+    # double output: "Type Error ... does not match expected type").
+    out = vi("y", None, attrs.get("dtype", TensorProto.FLOAT))
     if op.endswith("Like") or op == "Bernoulli":
         node = helper.make_node(op, ["x"], ["y"], **attrs)
-        return make([node], [vi("x", [200, 50])], [vi("y", None)], opset=15)
+        return make([node], [vi("x", [200, 50])], [out], opset=15)
     node = helper.make_node(op, [], ["y"], shape=[200, 50], **attrs)
-    return make([node], [], [vi("y", None)], opset=15)
+    return make([node], [], [out], opset=15)
 
 
 def _run(model, feeds=None):

@@ -81,7 +81,7 @@ def print_partition(sess: onnxhal.InferenceSession) -> None:
             for n in p.nodes if p.ep_name == ep else ():
                 ops[n.op_type] = ops.get(n.op_type, 0) + 1
         top = sorted(ops.items(), key=lambda x: -x[1])
-        t.add_row(escape(ep), str(count), str(parts[ep]), escape(", ".join(f"{o} x{c}" for o, c in top[:8])
+        t.add_row(escape(ep), str(count), str(parts[ep]), escape(", ".join(f"{o}×{c}" for o, c in top[:8])
                   + (f", {len(top) - 8} more" if len(top) > 8 else "")))
     console.print(t)
     values, nbytes = view.transfer_totals()

@@ -79,7 +79,7 @@ def run_demo() -> int:
         so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         sess = onnxhal.InferenceSession(model, so)
         console.print()
-        console.rule(f"{title} ({len(model.graph.node)} nodes) under PREFER_NPU")
+        console.rule(f"{title} ({len(model.graph.node)} nodes before the optimizer) under PREFER_NPU")
         console.print(f"PREFER_NPU selected providers: {sess.get_providers()}", markup=False)
         if not any(d.device.type == onnxhal.OrtHardwareDeviceType.NPU for d in devices):
             console.print(f"no NPU among the EP devices: PREFER_NPU takes the CPU EP, as onnxruntime does; "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxhal.hal import Graph, Node
+from onnxhal.hal.errors import InvalidGraph
 from onnxhal.runtime.environment import CPU_EP_NAME
 
 #: The host side of a graph input or output (the caller's memory).
@@ -103,7 +104,11 @@ def build_view(graph: Graph, groups: Sequence[Sequence[Node]], fused: Sequence[b
 
     group_of = {id(n): k for k, g in enumerate(groups) for n in g}
     is_fused = list(fused) if fused is not None else [False] * len(groups)
-    nodes = toposort([n for g in groups for n in g])
+    everything = [n for g in groups for n in g]
+    try:
+        nodes = toposort(everything)
+    except InvalidGraph:  # subgraph bodies (If branches) may reuse names: keep the partitioner's order
+        nodes = everything
     producer: dict[str, Node] = {o: n for n in nodes for o in n.outputs if o}
     parent: dict[int, int] = {id(n): id(n) for n in nodes}
     # Level: how many changes of group the longest path to a node crosses. Single nodes join only

@@ -14,7 +14,7 @@ from typing import Any
 
 from onnxhal.hal import EpFactory, OrtEpDevice
 from onnxhal.hal.errors import Fail, InvalidArgument, RuntimeInvalidArgument
-from onnxhal.runtime.environment import CPU_EP_NAME, Environment, EpLibrary, is_default_cpu_ep
+from onnxhal.runtime.environment import BUILTIN_EP_LIBRARIES, CPU_EP_NAME, Environment, EpLibrary, is_default_cpu_ep
 from onnxhal.runtime.selection import fold_devices, remove_default_cpu, select_devices
 from onnxhal.runtime.session_options import (
     DISABLE_CPU_EP_FALLBACK,
@@ -92,8 +92,10 @@ def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[
                 raise RuntimeInvalidArgument(
                     f"Unknown Provider Type: {name}: execution provider {name!r} "
                     + ("has no EP device on this machine" if known else "is unknown")
-                    + f". Available providers: {available(devices)}. Register its library with "
-                    "onnxhal.register_execution_provider_library(), or check the spelling.")
+                    + f". Available providers: {available(devices)}; built in, usable by name: "
+                    f"{sorted(BUILTIN_EP_LIBRARIES)}. Register a plugin EP's library with "
+                    "onnxhal.register_execution_provider_library() (the simulated NPU and GPU: ONNXHAL_SIMULATE), "
+                    "or check the spelling.")
             for k, v in opts.items():
                 so._config[provider_option_prefix(name) + k] = v
             add(name, [device_by_id(name, devs, opts)], opts)

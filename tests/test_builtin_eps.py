@@ -110,3 +110,11 @@ def test_no_device_passing_the_probe_is_named_with_its_verdict_and_the_remedy(tm
     assert out.returncode == 2 and len(errors) == 1 and "Traceback" not in out.stderr
     assert "has no EP device on this machine: no OpenCL device passed the probe (" in errors[0]
     assert "pthread" in errors[0] and "For a working OpenCL CPU driver" in errors[0]
+
+
+def test_an_unknown_name_lists_the_builtin_eps_and_how_to_get_the_simulated_ones():
+    with pytest.raises(onnxhal.errors.InvalidArgument) as info:
+        onnxhal.InferenceSession(add_mul_model(), providers=["OpenClExecutionProvider"])  # a typo
+    text = str(info.value)
+    assert "'OpenClExecutionProvider' is unknown" in text and "usable by name: ['OpenCLExecutionProvider']" in text
+    assert "ONNXHAL_SIMULATE" in text

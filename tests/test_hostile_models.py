@@ -523,3 +523,14 @@ def test_a_string_that_is_not_utf8_is_invalid_protobuf_naming_its_field(field, t
     assert patched != data
     with pytest.raises(errors.InvalidProtobuf, match=rf"field model\.{re.escape(field)} is not valid UTF-8"):
         onnxhal.InferenceSession(patched)
+
+
+@pytest.mark.parametrize("with_run_options", [False, True])
+def test_a_kernel_failure_names_the_inputs_the_node_was_given(with_run_options):
+    """The message of a failing kernel ends with what the node was given, so that it says something
+    about the model and the feeds, not only about our code."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["y"], name="mm")]
+    m = make(nodes, [vi("x", ["n", "k"]), vi("w", ["a", "b"])], [vi("y", None)])
+    feeds = {"x": np.ones((2, 3), np.float32), "w": np.ones((4, 5), np.float32)}
+    with pytest.raises(errors.Fail, match=r"MatMul node 'mm' .*Its inputs were 'r': float32\[2,3\], 'w': float32\[4,5\]$"):
+        onnxhal.InferenceSession(m).run(None, feeds, onnxhal.RunOptions() if with_run_options else None)

@@ -13,8 +13,11 @@ input and output counts, single inputs left empty, attributes given twice, unkno
 operator, of another type than its schema's or holding a value of another type than they declare.
 onnxruntime refuses each with INVALID_GRAPH ("This is an invalid model. In Node ...").
 
-Checks that need ranks (``check_ranks``) run on what a first, safe pass of shape inference found
-(``runtime/guarded_inference.py``).
+Also here: the domains a node may use (those the model imports), model-local functions (no
+recursion, bodies that read only what they define and write their outputs, calls with all their
+inputs), and ``check_after_inference``: required attributes and element-type attributes, checked
+after shape inference so that its own messages for those (Cast without 'to') are kept. Checks that
+need ranks run on what a first, safe pass of shape inference found (``runtime/guarded_inference.py``).
 """
 
 from __future__ import annotations

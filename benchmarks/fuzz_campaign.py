@@ -20,7 +20,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests import fuzz_models as fm  # noqa: E402 - after the path is set
-from tests.test_fuzz_models import _accepted  # noqa: E402
+from tests.test_fuzz_models import ACCEPTED, _accepted  # noqa: E402
 
 
 def main() -> int:
@@ -29,17 +29,21 @@ def main() -> int:
     parser.add_argument("--mutants", type=int, default=6000)
     parser.add_argument("--external", type=int, default=100, help="external-data mutants (hostile locations)")
     parser.add_argument("--no-ort", action="store_true", help="onnxhal only (no comparison)")
+    parser.add_argument("--hang-seconds", type=float, default=30.0, help="no answer for this long is a hang")
     parser.add_argument("--json", help="write the figures and the findings to this file")
     args = parser.parse_args()
     t0 = time.perf_counter()
     step = max(args.mutants // 20, 1)
-    results = fm.campaign(args.seed, args.mutants, with_ort=not args.no_ort,
+    results = fm.campaign(args.seed, args.mutants, with_ort=not args.no_ort, hang_seconds=args.hang_seconds,
                           progress=lambda n: n % step == 0 and print(f"  {n} mutants", file=sys.stderr))
     if args.external:
-        results += fm.campaign(args.seed, args.external, with_ort=not args.no_ort, external=True)
+        results += fm.campaign(args.seed, args.external, with_ort=not args.no_ort, hang_seconds=args.hang_seconds,
+                               external=True)
     figures = fm.summary(results)
     accepted = [r for r in results if r.onnxhal[1] == "ok" and fm.ort_refused(r)]
     figures["of which documented (docs/sessions.md)"] = sum(_accepted(r) for r in accepted)
+    for _, words in ACCEPTED:
+        figures[f"  accepted, onnxruntime said {words!r}"] = sum(words in r.onnxruntime[3] for r in accepted)
     figures["seconds"] = round(time.perf_counter() - t0, 1)
     findings = [r.__dict__ for r in results if r.onnxhal[1] in ("untyped", "crash", "hang")]
     findings += [r.__dict__ for r in accepted if not _accepted(r)]

@@ -25,7 +25,8 @@ def _standard_outputs(graph: onnx.GraphProto) -> set[str]:
 def set_aside(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
     """The model without the value_info entries of standard operators' outputs (a copy if there are
     any: the caller's ModelProto is not changed), and {name: declared element type} of those."""
-    if not any(v.name in _standard_outputs(g) for g, _ in walk_graphs(proto.graph) for v in g.value_info):
+    graphs = [g for g, _ in walk_graphs(proto.graph) if len(g.value_info)]
+    if not any(v.name in ours for g in graphs for ours in [_standard_outputs(g)] for v in g.value_info):
         return proto, {}
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)

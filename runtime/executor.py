@@ -252,7 +252,8 @@ class ExecutionPlan:
                 except Terminated:
                     raise
                 except Exception as e:
-                    raise self._wrap(e, slots, self._failed_step(e, fast)) from e
+                    step, values = self._failed_step(e, fast)
+                    raise self._wrap(e, slots, step, values) from e
                 finally:
                     if self.memory.any_streams:
                         self.memory.end_of_run()
@@ -288,7 +289,7 @@ class ExecutionPlan:
             try:
                 res = step.fn([slots[i] for i in step.ins])
             except Exception as e:
-                raise self._wrap(e, slots, step) from e
+                raise self._wrap(e, slots, step, [slots[i] for i in step.ins]) from e
             for j, v in zip(step.outs, res):
                 slots[j] = v
             if profiler is not None:
@@ -298,18 +299,23 @@ class ExecutionPlan:
                 slots[f] = None
         self.memory.end_of_run()
 
-    def _failed_step(self, e: BaseException, fast: Callable) -> Step | None:
-        """The step whose line of the generated run function raised."""
+    def _failed_step(self, e: BaseException, fast: Callable) -> tuple[Step | None, list | None]:
+        """The step whose line of the generated run function raised, and the values it was given
+        (the run function's locals: intermediate values live there, not in ``slots``)."""
         lines = self._line_to_step if fast is self._fast else self._line_to_step_checked
         tb = e.__traceback__
-        step = None
+        step = values = None
         while tb is not None:
             if tb.tb_frame.f_code is fast.__code__:
-                step = lines.get(tb.tb_lineno)
+                k = lines.get(tb.tb_lineno)
+                if k is not None:
+                    step = self.steps[k]
+                    local = tb.tb_frame.f_locals
+                    values = [local.get(f"s{i}") for i in step.ins]
             tb = tb.tb_next
-        return self.steps[step] if step is not None else None
+        return step, values
 
-    def _wrap(self, e: Exception, slots: list, step: Step | None = None) -> Exception:
+    def _wrap(self, e: Exception, slots: list, step: Step | None = None, values: list | None = None) -> Exception:
         if isinstance(e, Terminated):
             return e
         if step is None:  # find the failing step: the first whose outputs are still unset
@@ -317,6 +323,10 @@ class ExecutionPlan:
         where = (f"{step.node.op_type} node {step.node.name!r} on {step.ep_name}" if step and step.node
                  else (step.label if step else "a step"))
         msg = f"Non-zero status code returned while running {where}: {type(e).__name__}: {e}"
+        if step is not None and step.node is not None and values is not None and not isinstance(e, OrtError):
+            # What the node was given, so that the message is about the model, not only our code.
+            names = (*step.node.inputs, *step.node.implicit_inputs)
+            msg += ". Its inputs were " + ", ".join(f"{n or '(omitted)'!r}: {_describe(v)}" for n, v in zip(names, values))
         if isinstance(e, OrtError):
             try:
                 err = type(e)(msg)
@@ -330,6 +340,15 @@ class ExecutionPlan:
         # the EP that raised it, not the EP of the If/Loop/Scan node around it.
         err.ep_name = getattr(e, "ep_name", "") or (step.ep_name if step else "")
         return err
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "absent"
+    dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+    if dtype is not None and shape is not None:
+        return f"{dtype}[{','.join(str(d) for d in shape)}]"
+    return type(value).__name__ + (f" of {len(value)}" if isinstance(value, (list, tuple)) else "")
 
 
 _TERMINATED_MSG = ("Exiting due to terminate flag being set to true: RunOptions.terminate was set during this "

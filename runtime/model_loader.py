@@ -203,8 +203,10 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
 _ERROR_LINE = re.compile(r"\(op_type:([^,)]+)(?:, node name: ([^)]*))?\): (\[\w+\] )?(.*)")
 #: Messages of strict inference that onnxruntime does not refuse a model for: a declared shape that
 #: disagrees with the inferred one (a warning in ORT), a node whose input type is unknown because
-#: an earlier node failed (a consequence, not a cause).
-_NOT_FATAL = ("existing shape differ", "instead is null", "Inferred shape and existing")
+#: an earlier node failed (a consequence, not a cause). A declared graph output's element type that
+#: disagrees is refused by ORT but kept here on purpose (the computed type is returned; docs/sessions.md);
+#: a disagreeing value_info element type is refused by ``declared_value_info``.
+_NOT_FATAL = ("existing shape differ", "existing elem type", "instead is null", "Inferred shape and existing")
 #: Ops whose nested errors come from their subgraphs (real); other ops' nested errors come from
 #: inferring their function body, which onnx 1.23 gets wrong for some (MeanVarianceNormalization).
 _SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap")

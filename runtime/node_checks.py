@@ -13,12 +13,16 @@ input and output counts, single inputs left empty, attributes given twice, unkno
 operator, of another type than its schema's or holding a value of another type than they declare.
 onnxruntime refuses each with INVALID_GRAPH ("This is an invalid model. In Node ...").
 
-Checks that need ranks (``check_ranks``) run on what a first, safe pass of shape inference found
-(``runtime/guarded_inference.py``).
+Also here: the domains a node may use (those the model imports), model-local functions (no
+recursion, bodies that read only what they define and write their outputs, calls with all their
+inputs), and ``check_after_inference``: required attributes and element-type attributes, checked
+after shape inference so that its own messages for those (Cast without 'to') are kept. Checks that
+need ranks run on what a first, safe pass of shape inference found (``runtime/guarded_inference.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 
@@ -76,8 +80,13 @@ def _schema(node: onnx.NodeProto, opset: Mapping[str, int]) -> onnx.defs.OpSchem
     domain = "" if node.domain == "ai.onnx" else node.domain
     if domain not in STANDARD_DOMAINS or domain not in opset:
         return None
+    return _schema_at(node.op_type, opset[domain], domain)
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_at(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
     try:
-        return onnx.defs.get_schema(node.op_type, opset[domain], domain)
+        return onnx.defs.get_schema(op_type, version, domain)
     except Exception:  # unknown operator, or older than its first version: the loader reports those
         return None
 
@@ -198,6 +207,16 @@ def _check_split(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | 
                            "output(s); num_outputs is the number of outputs.")
 
 
+#: Attributes of convolutions and pools that count elements or steps: 1 or more each.
+_POSITIVE_INTS = ("strides", "dilations", "kernel_shape")
+
+
+def _check_window(node: onnx.NodeProto, where: str) -> None:
+    for a in node.attribute:
+        if a.name in _POSITIVE_INTS and a.type == _A.INTS and any(v < 1 for v in a.ints):
+            raise InvalidGraph(f"{node_label(node)}{where}: {a.name}={list(a.ints)}; each must be 1 or more.")
+
+
 def _check_gemm(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
     for name in ("transA", "transB"):
         v = _int_attr(node, name)
@@ -251,10 +270,16 @@ _VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, onnx.defs.OpSchema | Non
 
 
 # -- walking a model -------------------------------------------------------------------------------
+#: The standard operators that hold subgraphs (any other domain's may too).
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
 def walk_graphs(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.GraphProto, str]]:
     """The graph and every subgraph in it, each with a phrase saying where it is."""
     yield graph, where
     for node in graph.node:
+        if node.op_type not in _SUBGRAPH_OPS and node.domain in STANDARD_DOMAINS:
+            continue  # no standard operator but those holds a graph: their attributes need no reading
         for a in node.attribute:
             inner = f" (in subgraph {a.name!r} of {node_label(node)}{where})"
             if a.type == _A.GRAPH:
@@ -279,8 +304,9 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
             _check_graph_nodes(g, w, f_opset)
         _check_function_body(f)
     local = {(f.domain, f.name): f for f in proto.functions}
+    raw_imports = frozenset(o.domain for o in proto.opset_import)
     for g, w in walk_graphs(proto.graph):
-        _check_graph_nodes(g, w, opset)
+        _check_graph_nodes(g, w, opset, raw_imports)
         for n in g.node:
             f = local.get((n.domain, n.op_type))
             if f is not None and (len(n.input) != len(f.input) or len(n.output) > len(f.output)
@@ -290,13 +316,20 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
                                    "each input named.")
 
 
-def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int]) -> None:
+def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int],
+                       raw_imports: frozenset[str] = frozenset(("ai.onnx",))) -> None:
     for node in graph.node:
         check_attribute_encoding(node, where)
         schema = _schema(node, opset)
         if schema is not None:
             check_against_schema(node, schema, where)
+        # onnxruntime takes "ai.onnx" for "" in the main graph, not inside subgraphs.
+        spelled_out = node.domain == "ai.onnx" and bool(where) and "ai.onnx" not in raw_imports
+        if ("" if node.domain == "ai.onnx" else node.domain) not in opset or spelled_out:
+            raise InvalidGraph(f"{node_label(node)}{where} is in domain {node.domain!r}, which the model's "
+                               "opset_import does not list; add the domain and its version to it.")
         if node.domain in ("", "ai.onnx"):
+            _check_window(node, where)
             check = _VALUE_CHECKS.get(node.op_type)
             if check is not None:
                 check(node, where, schema)

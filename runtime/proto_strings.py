@@ -5,39 +5,92 @@ protobuf's Python API hands a proto2 ``string`` field that is not valid UTF-8 ov
 and onnx's as bytes and failed there with a bare TypeError ("startswith first arg must be bytes",
 "_open_external_data(): incompatible function arguments"). onnxruntime's Python API fails on them
 with a UnicodeDecodeError. Here they are refused, typed, naming the field.
+
+The common case, every string valid, is checked in bulk (``"".join`` of a message's strings raises
+TypeError at the first bytes, in C); only a message that fails is walked field by field, to name it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
+import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from onnxhal.hal.errors import InvalidProtobuf
 
-_STRING = FieldDescriptor.TYPE_STRING
-_MESSAGE = FieldDescriptor.TYPE_MESSAGE
+
+def _all_str(strings: Iterable) -> bool:
+    try:
+        "".join(strings)
+    except TypeError:
+        return False
+    return True
 
 
-def _first_bad(message: Message, path: str) -> tuple[str, bytes] | None:
+def _value_infos_ok(values: Iterable[onnx.ValueInfoProto]) -> bool:
+    return all(_all_str([v.name, v.doc_string, *(d.dim_param for d in v.type.tensor_type.shape.dim),
+                         v.type.denotation]) for v in values)
+
+
+def _graph_ok(g: onnx.GraphProto) -> bool:
+    if not _all_str([g.name, g.doc_string]):
+        return False
+    if not (_value_infos_ok(g.input) and _value_infos_ok(g.output) and _value_infos_ok(g.value_info)):
+        return False
+    for t in g.initializer:
+        if not _all_str([t.name, t.doc_string, *(e.key for e in t.external_data), *(e.value for e in t.external_data)]):
+            return False
+    return _nodes_ok(g.node) and all(_all_str([st.values.name, st.indices.name]) for st in g.sparse_initializer)
+
+
+def _nodes_ok(nodes: Iterable[onnx.NodeProto]) -> bool:
+    for n in nodes:
+        if not _all_str([n.op_type, n.domain, n.name, n.doc_string, *n.input, *n.output]):
+            return False
+        for a in n.attribute:
+            if not _all_str([a.name, a.ref_attr_name, a.doc_string]):
+                return False
+            if (a.HasField("g") and not _graph_ok(a.g)) or not all(_graph_ok(g) for g in a.graphs):
+                return False
+            if a.HasField("t") and not _all_str([a.t.name]):
+                return False
+    return True
+
+
+def _model_ok(m: onnx.ModelProto) -> bool:
+    if not _all_str([m.producer_name, m.producer_version, m.domain, m.doc_string,
+                     *(o.domain for o in m.opset_import), *(p.key for p in m.metadata_props),
+                     *(p.value for p in m.metadata_props)]):
+        return False
+    for f in m.functions:
+        if not _all_str([f.name, f.domain, f.doc_string, *f.input, *f.output, *f.attribute,
+                         *(o.domain for o in f.opset_import)]) or not _nodes_ok(f.node):
+            return False
+    return _graph_ok(m.graph)
+
+
+def _first_bad(message: Message, path: str) -> Iterator[tuple[str, bytes]]:
+    """Every string field of ``message`` that is bytes, with its path (the slow, naming walk)."""
     for field, value in message.ListFields():
+        if field.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE):
+            continue
         where = f"{path}.{field.name}"
         repeated = not isinstance(value, (str, bytes, Message))  # a repeated field is a container
-        if field.type == _STRING:
-            for k, v in enumerate(value if repeated else [value]):
-                if isinstance(v, bytes):
-                    return (f"{where}[{k}]" if repeated else where), v
-        elif field.type == _MESSAGE:
-            for k, v in enumerate(value if repeated else [value]):
-                found = _first_bad(v, f"{where}[{k}]" if repeated else where)
-                if found is not None:
-                    return found
-    return None
+        items = list(enumerate(value)) if repeated else [(None, value)]
+        for k, v in items:
+            at = where if k is None else f"{where}[{k}]"
+            if field.type == FieldDescriptor.TYPE_STRING and isinstance(v, bytes):
+                yield at, v
+            elif field.type == FieldDescriptor.TYPE_MESSAGE:
+                yield from _first_bad(v, at)
 
 
-def check_strings(proto: Message, what: str) -> None:
+def check_strings(proto: onnx.ModelProto, what: str) -> None:
     """Raise InvalidProtobuf naming the first string field of ``proto`` that is not valid UTF-8."""
-    found = _first_bad(proto, "model")
-    if found is not None:
-        where, raw = found
-        raise InvalidProtobuf(f"{what}: field {where} is not valid UTF-8 ({raw[:60]!r}); ONNX strings are UTF-8. "
-                              "The file is damaged or was not written by an ONNX exporter.")
+    if _model_ok(proto):
+        return
+    where, raw = next(_first_bad(proto, "model"), ("a string field", b""))
+    raise InvalidProtobuf(f"{what}: field {where} is not valid UTF-8 ({raw[:60]!r}); ONNX strings are UTF-8. "
+                          "The file is damaged or was not written by an ONNX exporter.")

@@ -8,6 +8,7 @@ onnxruntime, which refuses the same models (at load, or at their first run)."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import onnx
@@ -409,16 +410,53 @@ def _gemm_trans_b(v: int) -> onnx.ModelProto:
                 [vi("y", None)], [w])
 
 
+def _max_pool(**attrs) -> onnx.ModelProto:
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 2], **attrs)
+    return make([node], [vi("x", [1, 1, 4, 4])], [vi("y", None)])
+
+
+def _call_without_import() -> onnx.ModelProto:
+    m = hm.local_function()
+    m.functions[0].name = m.graph.node[0].op_type = "double"
+    del m.opset_import[1:]
+    return m
+
+
+def _gemm_ai_onnx_uint8() -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.ones((3, 4), np.uint8), "w")
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], name="gemm", domain="ai.onnx")
+    return make([node], [vi("x", [2, 3], TensorProto.UINT8)], [vi("y", None, TensorProto.UINT8)], [w])
+
+
+def _if_with_ai_onnx_branch() -> onnx.ModelProto:
+    m = _if_without_condition()
+    m.graph.node[0].input.append("c")
+    m.graph.input.append(vi("c", [], TensorProto.BOOL))
+    branch = next(a.g for a in m.graph.node[0].attribute if a.name == "else_branch")
+    branch.node[0].domain, branch.node[0].name = "ai.onnx", "neg"
+    return m
+
 MORE = {
     "a function that never writes its output": (_function_without_its_output,
                                                 r"function local:twice declares output\(s\) \['b'\] that none"),
     "a function called with too few inputs": (_function_called_with_too_few_inputs,
                                               r"calls function local:twice with inputs \[\]"),
-    "a Scan fed strings its body adds as floats": (_scan_fed_strings,  # strict inference sees it first now
-                                                   r"Scan 'scan': Inferred elem type differs from existing elem "
-                                                   r"type: \(8\) vs \(1\)"),
+    "a Scan fed strings its body adds as floats": (_scan_fed_strings,
+                                                   "Scan node 'scan': input 'xs' is STRING but its body takes it "
+                                                   "as 'r', FLOAT"),
     "a Gemm flag that is not 0 or 1": (lambda: _gemm_trans_b(2**62), "Gemm node 'gemm': transB=4611686018427387904"),
+    "a pool stride below 1": (lambda: _max_pool(strides=[-2**62, 2]),
+                              r"MaxPool node 'pool': strides=\[-4611686018427387904, 2\]; each must be 1 or more"),
+    "a node in a domain the model does not import": (_call_without_import,
+                                                     "double node 'call' is in domain 'local', which the model's "
+                                                     "opset_import does not list"),
+    "a subgraph node spelled in domain ai.onnx": (_if_with_ai_onnx_branch,
+                                                  "Neg node 'neg' .*in subgraph 'else_branch'.* is in domain 'ai.onnx'"),
+    # onnx's inference found no opset for "ai.onnx" and let the uint8 input through unchecked
+    "a node spelled in domain ai.onnx with an input type it does not take": (
+        _gemm_ai_onnx_uint8, "Gemm 'gemm': A typestr: T, has unsupported type: tensor.uint8."),
 }
+
 
 
 @pytest.mark.parametrize("case", MORE)
@@ -471,3 +509,28 @@ def test_a_stale_value_info_element_type_is_refused_as_onnxruntime_does():
                                           "computes it gives FLOAT"):
         onnxhal.InferenceSession(m)
     assert ort_refuses(m)
+
+
+@pytest.mark.parametrize("field, tag, placeholder", [
+    ("graph.node[0].op_type", b"\x22", b"Relu"), ("graph.node[0].name", b"\x1a", b"r"),
+    ("graph.node[0].input[0]", b"\x0a", b"x"),
+])
+def test_a_string_that_is_not_utf8_is_invalid_protobuf_naming_its_field(field, tag, placeholder):
+    """protobuf hands such a string over as bytes: before, a bare TypeError from our code or onnx's."""
+    data = _relu().SerializeToString()
+    raw = b"\xff" * len(placeholder)
+    patched = data.replace(tag + bytes([len(placeholder)]) + placeholder, tag + bytes([len(raw)]) + raw, 1)
+    assert patched != data
+    with pytest.raises(errors.InvalidProtobuf, match=rf"field model\.{re.escape(field)} is not valid UTF-8"):
+        onnxhal.InferenceSession(patched)
+
+
+@pytest.mark.parametrize("with_run_options", [False, True])
+def test_a_kernel_failure_names_the_inputs_the_node_was_given(with_run_options):
+    """The message of a failing kernel ends with what the node was given, so that it says something
+    about the model and the feeds, not only about our code."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["y"], name="mm")]
+    m = make(nodes, [vi("x", ["n", "k"]), vi("w", ["a", "b"])], [vi("y", None)])
+    feeds = {"x": np.ones((2, 3), np.float32), "w": np.ones((4, 5), np.float32)}
+    with pytest.raises(errors.Fail, match=r"MatMul node 'mm' .*Its inputs were 'r': float32\[2,3\], 'w': float32\[4,5\]$"):
+        onnxhal.InferenceSession(m).run(None, feeds, onnxhal.RunOptions() if with_run_options else None)

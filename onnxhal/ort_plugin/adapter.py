@@ -1,0 +1,407 @@
+"""Any onnxhal EP library presented to onnxruntime as OrtEpFactory / OrtEp / OrtNodeComputeInfo.
+
+One ``FactoryAdapter`` per ``hal.EpFactory``, one ``EpAdapter`` per ``hal.Ep`` (one per session),
+one ``ComputeAdapter`` per compiled partition. Each owns the ctypes struct onnxruntime holds (its
+function slots point at bridge.c's trampolines; ``dispatch.objects`` maps the struct's address back
+to the adapter) and every string it returns, so all stay alive until onnxruntime's Release call.
+
+Memory: onnxruntime sees these EPs as using host memory (no allocator info is declared), so it
+hands ``Compute`` host tensors. An EP with memory of its own (the simulated devices) gets its inputs
+copied into that memory with its factory's data transfer before ``compute`` and its outputs copied
+back after: the same copies onnxhal's runtime plans at partition edges, done inside the partition.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import logging
+import threading
+from ctypes import POINTER, Structure, c_bool, c_size_t, c_uint32, c_void_p
+from typing import Any
+
+import numpy as np
+
+from onnxhal.hal.enums import OrtDeviceMemoryType, OrtHardwareDeviceType
+from onnxhal.hal.ep import Ep, EpFactory, EpGraphSupportInfo, KernelContext, NodeComputeInfo
+from onnxhal.hal.ep_api import EpApi
+from onnxhal.hal.ep_device import OrtEpDevice
+from onnxhal.hal.errors import EPFail, InvalidArgument
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.hal.hardware_device import OrtHardwareDevice
+from onnxhal.hal.tensor import DeviceTensor
+from onnxhal.ort_plugin import dispatch as d
+from onnxhal.ort_plugin import tensors
+from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
+from onnxhal.ort_plugin.ort_api import API_VERSION, OrtApi
+
+logger = logging.getLogger("onnxhal.ort_plugin")
+
+#: onnxruntime's metadata key for a virtual hardware device (onnxhal's own is "is_virtual").
+ORT_VIRTUAL_KEY = "IsVirtual"
+ORT_OWNED_EP_METADATA = frozenset({"version", "library_path"})
+
+
+def _struct(name: str, slots: list[tuple[str, str | None]]) -> type[Structure]:
+    return type(name, (Structure,), {"_fields_": [("ort_version_supported", c_uint32)]
+                                     + [(field, c_void_p) for field, _ in slots], "slots": slots})
+
+
+# (struct member, bridge.c trampoline or None for "not implemented"), in onnxruntime's member order
+# for API version 23 (onnxruntime_ep_c_api.h): onnxruntime reads no member past that version.
+FactoryStruct = _struct("OrtEpFactory", [
+    ("GetName", "f_get_name"), ("GetVendor", "f_get_vendor"), ("GetSupportedDevices", "f_get_supported_devices"),
+    ("CreateEp", "f_create_ep"), ("ReleaseEp", "f_release_ep"), ("GetVendorId", "f_get_vendor_id"),
+    ("GetVersion", "f_get_version"), ("ValidateCompiledModelCompatibilityInfo", "f_validate_compat"),
+    ("CreateAllocator", "f_create_allocator"), ("ReleaseAllocator", "f_release_allocator"),
+    ("CreateDataTransfer", "f_create_data_transfer"), ("IsStreamAware", "f_is_stream_aware"),
+    ("CreateSyncStreamForDevice", "f_create_sync_stream")])
+EpStruct = _struct("OrtEp", [
+    ("GetName", "e_get_name"), ("GetCapability", "e_get_capability"), ("Compile", "e_compile"),
+    ("ReleaseNodeComputeInfos", "e_release_compute_infos"), ("GetPreferredDataLayout", None),
+    ("ShouldConvertDataLayoutForOp", None), ("SetDynamicOptions", "e_set_dynamic_options"),
+    ("OnRunStart", "e_on_run_start"), ("OnRunEnd", "e_on_run_end"), ("CreateAllocator", None),
+    ("CreateSyncStreamForDevice", None), ("GetCompiledModelCompatibilityInfo", None)])
+ComputeStruct = _struct("OrtNodeComputeInfo", [
+    ("CreateState", "c_create_state"), ("Compute", "c_compute"), ("ReleaseState", "c_release_state")])
+
+
+class FusionOptions(Structure):
+    _fields_ = [("ort_version_supported", c_uint32), ("drop_constant_initializers", c_bool)]
+
+
+def _fill(struct: Structure) -> Structure:
+    struct.ort_version_supported = API_VERSION
+    for field, tramp in struct.slots:
+        setattr(struct, field, d.trampoline(tramp) if tramp else None)
+    return struct
+
+
+def _out(address: int, value: int, ctype: Any = c_void_p) -> None:
+    ctypes.cast(address, POINTER(ctype))[0] = value
+
+
+def _words(address: int, count: int) -> list[int]:
+    if not count:
+        return []
+    arr = ctypes.cast(address, POINTER(c_void_p))
+    return [arr[i] or 0 for i in range(count)]
+
+
+class _Strings:
+    """Persistent C strings: onnxruntime may read a returned ``const char*`` after the call."""
+
+    def __init__(self) -> None:
+        self._keep: dict[str, ctypes.Array] = {}
+
+    def __call__(self, text: str) -> int:
+        buf = self._keep.get(text)
+        if buf is None:
+            buf = self._keep[text] = ctypes.create_string_buffer(text.encode())
+        return ctypes.addressof(buf)
+
+
+class BridgeEpApi(EpApi):
+    """The ``api`` an onnxhal EP library gets inside onnxruntime: as onnxhal's, and virtual devices
+    also carry onnxruntime's key ``IsVirtual``."""
+
+    def create_hardware_device(self, type: OrtHardwareDeviceType, vendor_id: int, device_id: int, vendor: str,
+                               metadata: Any = None) -> OrtHardwareDevice:
+        return super().create_hardware_device(type, vendor_id, device_id, vendor,
+                                              {**dict(metadata or {}), ORT_VIRTUAL_KEY: "1"})
+
+
+class SessionOptionsView:
+    """What a hal factory's ``create_ep`` reads of the session options: onnxruntime's config entries
+    (provider options arrive as ``ep.<lowercase ep name>.<key>``)."""
+
+    def __init__(self, entries: dict[str, str]) -> None:
+        self._entries = dict(entries)
+
+    def config_entries(self) -> dict[str, str]:
+        return dict(self._entries)
+
+    def get_session_config_entry(self, key: str) -> str:
+        return self._entries.get(key, "")
+
+    def config(self, key: str, default: str = "") -> str:
+        return self._entries.get(key, default)
+
+    def provider_options_for(self, ep_name: str) -> dict[str, str]:
+        prefix = f"ep.{ep_name.lower()}."
+        return {k[len(prefix):]: v for k, v in self._entries.items() if k.startswith(prefix)}
+
+
+class FactoryAdapter:
+    """A ``hal.EpFactory`` as an OrtEpFactory."""
+
+    def __init__(self, api: OrtApi, factory: EpFactory, module: Any, discovered: list[OrtHardwareDevice]) -> None:
+        self.api = api
+        self.factory = factory
+        self.module = module
+        self.discovered = discovered
+        self.strings = _Strings()
+        self.struct = _fill(FactoryStruct())
+        self.address = ctypes.addressof(self.struct)
+        self.ort_hw: dict[int, int] = {}  # id(hal hardware device) -> OrtHardwareDevice*
+        self.hal_by_ort_hw: dict[int, OrtEpDevice] = {}  # OrtHardwareDevice* -> the hal EP device on it
+        self.created_hw: list[int] = []  # virtual OrtHardwareDevices this factory made (released with it)
+        d.objects[self.address] = self
+
+    # -- devices ----------------------------------------------------------------------------
+    def _ort_device_for(self, hw: OrtHardwareDevice, ort_devices: list[int]) -> int | None:
+        if hw.metadata.get("is_virtual") == "1":
+            if not self.api.has_virtual_devices:
+                # onnxruntime < 1.24 has no virtual devices: offer the EP on its CPU device instead.
+                return next((p for p in ort_devices if self.api.ort["HardwareDevice_Type"](p) == 0), None)
+            known = self.ort_hw.get(id(hw))
+            if known is None:
+                md = self.api.make_pairs(dict(hw.metadata))
+                out = c_void_p()
+                try:
+                    self.api.ep_call("CreateHardwareDevice", int(hw.type), hw.vendor_id, hw.device_id,
+                                     hw.vendor.encode(), md, ctypes.byref(out))
+                finally:
+                    self.api.release_pairs(md)
+                known = self.ort_hw[id(hw)] = out.value
+                self.created_hw.append(known)
+            return known
+        for p in ort_devices:  # a real device: onnxruntime's own record of the same hardware
+            if self.api.ort["HardwareDevice_Type"](p) != int(hw.type):
+                continue
+            if hw.type == OrtHardwareDeviceType.CPU or (
+                    self.api.ort["HardwareDevice_VendorId"](p) == hw.vendor_id
+                    and self.api.ort["HardwareDevice_DeviceId"](p) == hw.device_id):
+                return p
+        return None
+
+    def get_supported_devices(self, args: Any) -> None:
+        ort_devices, n, out, max_out, num_out = _words(args[0], args[1]), args[1], args[2], args[3], args[4]
+        del n
+        ep_devices = self.factory.get_supported_devices(list(self.discovered))
+        made = 0
+        for dev in ep_devices:
+            if made >= max_out:
+                logger.warning("%s offers more than %d EP devices; onnxruntime takes %d", self.factory.name,
+                               max_out, max_out)
+                break
+            ort_hw = self._ort_device_for(dev.device, ort_devices)
+            if ort_hw is None:
+                logger.info("%s: hardware device %s %s is not one onnxruntime knows; not offered",
+                            self.factory.name, dev.device.type.name, dev.device.vendor)
+                continue
+            # onnxruntime adds "version" (from GetVersion) and "library_path" itself, and refuses them here.
+            md = self.api.make_pairs({k: v for k, v in dev.ep_metadata.items() if k not in ORT_OWNED_EP_METADATA})
+            opts = self.api.make_pairs(dev.ep_options)
+            ep_dev = c_void_p()
+            try:
+                self.api.ep_call("CreateEpDevice", self.address, ort_hw, md, opts, ctypes.byref(ep_dev))
+            finally:
+                self.api.release_pairs(md)
+                self.api.release_pairs(opts)
+            ctypes.cast(out, POINTER(c_void_p))[made] = ep_dev.value
+            self.hal_by_ort_hw[ort_hw] = dev
+            made += 1
+        _out(num_out, made, c_size_t)
+
+    def create_ep(self, args: Any) -> None:
+        n = args[2]
+        ort_devices, md_ptrs = _words(args[0], n), _words(args[1], n)
+        entries = c_void_p()
+        self.api.call("GetSessionOptionsConfigEntries", args[3], ctypes.byref(entries))
+        try:
+            config = self.api.read_pairs(entries.value)
+        finally:
+            self.api.release_pairs(entries.value)
+        ep_devices = [self.hal_by_ort_hw.get(p) for p in ort_devices]
+        if any(e is None for e in ep_devices):
+            raise InvalidArgument(f"{self.factory.name}: onnxruntime asked for an EP on a device this factory did "
+                                  "not offer")
+        metadata = [self.api.read_pairs(p) for p in md_ptrs]
+        ep = self.factory.create_ep([e.device for e in ep_devices], metadata, SessionOptionsView(config),
+                                    logging.getLogger(f"onnxhal.ep.{self.factory.name}"))
+        adapter = EpAdapter(self, ep, ep_devices)
+        _out(args[5], adapter.address)
+
+    def release_ep(self, args: Any) -> None:
+        adapter = d.objects.pop(args[0], None)
+        if adapter is not None:
+            adapter.release()
+
+    def release(self) -> None:
+        d.objects.pop(self.address, None)
+        release = getattr(self.module, "release_ep_factory", None)
+        try:
+            if callable(release):
+                release(self.factory)
+        finally:
+            if "ReleaseHardwareDevice" in self.api.ep:
+                for hw in self.created_hw:
+                    self.api.ep["ReleaseHardwareDevice"](hw)
+            self.created_hw.clear()
+
+
+class EpAdapter:
+    """One session's ``hal.Ep`` as an OrtEp."""
+
+    def __init__(self, factory: FactoryAdapter, ep: Ep, ep_devices: list[OrtEpDevice]) -> None:
+        self.factory = factory
+        self.api = factory.api
+        self.ep = ep
+        self.name = factory.strings(ep.name or factory.factory.name)
+        self.struct = _fill(EpStruct())
+        self.address = ctypes.addressof(self.struct)
+        self.compute_infos: dict[int, ComputeAdapter] = {}
+        self.memory = DeviceMemory.of(factory.factory, ep, ep_devices)
+        d.objects[self.address] = self
+
+    def get_capability(self, args: Any) -> None:
+        walk = GraphWalk(self.api, args[0])
+        support = EpGraphSupportInfo(walk.graph)
+        self.ep.get_capability(walk.graph, support)
+        # A single node runs through the EP's kernel: presented to onnxruntime as a group of one.
+        groups = [([n], None) for n in support.single_nodes] + list(support.fused_groups)
+        for nodes, options in groups:
+            ptrs = (c_void_p * len(nodes))(*[walk.ort_nodes[id(n)] for n in nodes])
+            fusion = FusionOptions(API_VERSION, bool(options and options.drop_constant_initializers))
+            self.api.ep_call("EpGraphSupportInfo_AddNodesToFuse", args[1], ptrs, len(nodes), ctypes.byref(fusion))
+
+    def compile(self, args: Any) -> None:
+        count = args[2]
+        graphs, fused = _words(args[0], count), _words(args[1], count)
+        fused_nodes = [fused_node_signature(self.api, p) for p in fused]
+        hal_graphs = [GraphWalk(self.api, g, list(f.inputs), list(f.outputs)).graph
+                      for g, f in zip(graphs, fused_nodes)]
+        singles = [self._single_node_compute(g) for g in hal_graphs]
+        to_compile = [i for i, s in enumerate(singles) if s is None]
+        compiled = self.ep.compile([hal_graphs[i] for i in to_compile], [fused_nodes[i] for i in to_compile]) \
+            if to_compile else []
+        if len(compiled) != len(to_compile):
+            raise InvalidArgument(f"{self.ep.name}.compile returned {len(compiled)} NodeComputeInfos for "
+                                  f"{len(to_compile)} graphs")
+        infos: list[NodeComputeInfo] = list(singles)  # type: ignore[arg-type]
+        for i, info in zip(to_compile, compiled):
+            infos[i] = info
+        out = ctypes.cast(args[3], POINTER(c_void_p))
+        for i, (info, node) in enumerate(zip(infos, fused_nodes)):
+            adapter = ComputeAdapter(self, info, node)
+            self.compute_infos[adapter.address] = adapter
+            out[i] = adapter.address
+
+    def _single_node_compute(self, graph: Graph) -> NodeComputeInfo | None:
+        """Groups of one node the EP claimed with ``add_single_node`` run through its kernel."""
+        # Not tracked per node yet: every EP the bridge hosts today compiles fused groups.
+        return None
+
+    def release_compute_infos(self, args: Any) -> None:
+        for p in _words(args[0], args[1]):
+            adapter = self.compute_infos.pop(p, None)
+            if adapter is not None:
+                d.objects.pop(adapter.address, None)
+
+    def set_dynamic_options(self, args: Any) -> None:
+        n = args[2]
+        keys, values = ctypes.cast(args[0], POINTER(ctypes.c_char_p)), ctypes.cast(args[1], POINTER(ctypes.c_char_p))
+        self.ep.set_dynamic_options({keys[i].decode(): values[i].decode() for i in range(n)})
+
+    def release(self) -> None:
+        for adapter in list(self.compute_infos.values()):
+            d.objects.pop(adapter.address, None)
+        self.compute_infos.clear()
+        self.factory.factory.release_ep(self.ep)
+
+
+class DeviceMemory:
+    """Where a hal EP keeps its values, and how to copy them there and back (None: host memory)."""
+
+    def __init__(self, allocator: Any, transfer: Any) -> None:
+        self.allocator = allocator
+        self.transfer = transfer
+
+    @classmethod
+    def of(cls, factory: EpFactory, ep: Ep, ep_devices: list[OrtEpDevice]) -> DeviceMemory | None:
+        info = next((e.memory_info(OrtDeviceMemoryType.DEFAULT) for e in ep_devices
+                     if e.memory_info(OrtDeviceMemoryType.DEFAULT) is not None), None)
+        if info is None or info.is_host:
+            return None
+        # The factory's data transfer is asked for right after create_ep, on the same thread: the
+        # simulators tie the transfer to the EP just created that way (hal's current contract).
+        transfer = factory.create_data_transfer()
+        allocator = ep.create_allocator(info) or factory.create_allocator(info)
+        if transfer is None or allocator is None:
+            raise InvalidArgument(f"{factory.name} declares device memory {info.name!r} but provides no "
+                                  f"{'data transfer' if transfer is None else 'allocator'} for it")
+        return cls(allocator, transfer)
+
+    def upload(self, arr: np.ndarray) -> DeviceTensor:
+        t = DeviceTensor.allocate(arr.shape, arr.dtype, self.allocator)
+        self.transfer.copy_tensors([arr], [t])
+        return t
+
+    def download(self, t: DeviceTensor) -> np.ndarray:
+        host = np.empty(t.shape, t.dtype)
+        self.transfer.copy_tensors([t], [host])
+        return host
+
+
+class ComputeAdapter:
+    """One compiled partition (a ``hal.NodeComputeInfo``) as an OrtNodeComputeInfo."""
+
+    _keys = itertools.count(1)
+
+    def __init__(self, ep: EpAdapter, info: NodeComputeInfo, fused_node: Node) -> None:
+        self.ep = ep
+        self.api = ep.api
+        self.info = info
+        self.fused_node = fused_node
+        self.host_inputs = frozenset(getattr(info, "host_inputs", ()))
+        self.struct = _fill(ComputeStruct())
+        self.address = ctypes.addressof(self.struct)
+        self.states: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        a = self.api.ort
+        self._get_count, self._get_input, self._get_output = (
+            a["KernelContext_GetInputCount"], a["KernelContext_GetInput"], a["KernelContext_GetOutput"])
+        d.objects[self.address] = self
+
+    def create_state(self, args: Any) -> None:
+        state = self.info.create_state(self.fused_node)
+        key = next(self._keys)
+        with self._lock:
+            self.states[key] = state
+        _out(args[1], key)
+
+    def release_state(self, args: Any) -> None:
+        with self._lock:
+            state = self.states.pop(args[0], None)
+        self.info.release_state(state)
+
+    def compute(self, args: Any) -> None:
+        state, kctx = self.states[args[0]], args[1]
+        api, memory = self.api, self.ep.memory
+        n = c_size_t()
+        api.check(self._get_count(kctx, ctypes.byref(n)), "KernelContext_GetInputCount")
+        inputs: list[Any] = []
+        value = c_void_p()
+        for i in range(n.value):
+            api.check(self._get_input(kctx, i, ctypes.byref(value)), "KernelContext_GetInput")
+            if not value.value:
+                inputs.append(None)  # an omitted optional input
+                continue
+            arr = tensors.view(api, value.value)
+            inputs.append(arr if memory is None or i in self.host_inputs else memory.upload(arr))
+        ctx = KernelContext(inputs, len(self.fused_node.outputs))
+        result = self.info.compute(state, ctx)
+        outputs = ctx.outputs if result is None else result
+        for i, out in enumerate(outputs):
+            if out is None:
+                continue
+            host = memory.download(out) if isinstance(out, DeviceTensor) else np.asarray(out)
+            dims = (ctypes.c_int64 * host.ndim)(*host.shape)
+            api.check(self._get_output(kctx, i, dims, host.ndim, ctypes.byref(value)), "KernelContext_GetOutput")
+            dst = tensors.view(api, value.value)
+            if dst.dtype != host.dtype:
+                raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
+                             f"{self.fused_node.name!r} is {host.dtype}, onnxruntime expects {dst.dtype}")
+            if host.size:
+                np.copyto(dst, host)

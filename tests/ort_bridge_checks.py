@@ -1,0 +1,251 @@
+"""Checks that load onnxhal's plugin EP library into real onnxruntime, one per subprocess.
+
+``tests/test_ort_plugin.py`` runs ``python -m tests.ort_bridge_checks NAME`` (a crash of the bridge
+then fails a test instead of killing pytest) and asserts on the JSON the check prints last.
+Profiles: generic-npu (fp16, NHWC, no Erf) and generic-gpu (fp32), as $ONNXHAL_SIMULATE would give.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import onnxruntime as ort  # noqa: E402
+
+import onnxhal.ort_plugin as plugin  # noqa: E402
+from tests.models import ADD_MUL_X, add_mul_model, add_mul_reference  # noqa: E402
+
+NPU, GPU = "VirtualNpuExecutionProvider", "VirtualGpuExecutionProvider"
+PROFILES = ["generic-npu", "generic-gpu"]
+
+
+def register(name: str = plugin.REGISTRATION_NAME) -> None:
+    plugin.configure(profiles=PROFILES)
+    ort.register_execution_provider_library(name, plugin.library_path())
+
+
+def device(ep_name: str):
+    return next(d for d in ort.get_ep_devices() if d.ep_name == ep_name)
+
+
+def session(model, policy=None, devices=None, options=None, optimize=True) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if policy is not None:
+        so.set_provider_selection_policy(policy)
+    if devices is not None:
+        so.add_provider_for_devices(devices, options or {})
+    return ort.InferenceSession(model.SerializeToString(), so)
+
+
+def assignment(sess) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for sub in sess.get_provider_graph_assignment_info():
+        out.setdefault(sub.ep_name, []).extend(n.name for n in sub.get_nodes())
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def add_mul_error(sess) -> float:
+    return float(np.abs(sess.run(None, {"x": ADD_MUL_X})[0] - add_mul_reference(ADD_MUL_X)).max())
+
+
+# -- checks ---------------------------------------------------------------------------------------
+def devices_and_policies() -> dict:
+    register()
+    P = ort.OrtExecutionProviderDevicePolicy
+    model = add_mul_model()
+    devices = [{"ep_name": d.ep_name, "ep_vendor": d.ep_vendor, "type": d.device.type.name,
+                "vendor": d.device.vendor, "vendor_id": d.device.vendor_id, "device_id": d.device.device_id,
+                "hw_metadata": dict(d.device.metadata), "ep_metadata": dict(d.ep_metadata)}
+               for d in ort.get_ep_devices()]
+    providers = {p: session(model, getattr(P, p)).get_providers()
+                 for p in ("PREFER_NPU", "PREFER_GPU", "MAX_PERFORMANCE", "PREFER_CPU")}
+    explicit = session(model, devices=[device(NPU)])
+    errors = {"explicit_npu": add_mul_error(explicit),
+              "prefer_gpu": add_mul_error(session(model, P.PREFER_GPU))}
+    # generic-npu runs static shapes only: with a symbolic batch every node stays on the CPU EP.
+    from onnx import helper
+
+    from tests.models import make, vi
+
+    dynamic = make([helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", ["N", 3])], [vi("y", ["N", 3])])
+    dynamic_assignment = assignment(session(dynamic, devices=[device(NPU)]))
+    return {"devices": devices, "providers": providers, "explicit": explicit.get_providers(),
+            "dynamic_assignment": dynamic_assignment,
+            "explicit_assignment": assignment(explicit), "errors": errors,
+            "ort_version": ort.__version__}
+
+
+def models_match_onnxhal() -> dict:
+    """The benchmark CNN, the encoder layer and a PyTorch export: partitions (optimizers off in both,
+    so both see the model's own nodes) and errors against onnxruntime's CPU EP."""
+    os.environ["ONNXHAL_SIMULATE"] = ",".join(PROFILES)
+    import onnx
+
+    import onnxhal
+    from benchmarks import models
+
+    register()
+    data = Path(onnx.__file__).parent / "backend/test/data/pytorch-converted/test_Conv2d_depthwise_padded"
+    exported = onnx.load(str(data / "model.onnx"))
+    cases = {"cnn": models.cnn(image=32, classes=10), "encoder": models.encoder(seq=16, hidden=64, heads=4, ffn=128),
+             "torch_conv2d_depthwise": exported}
+    result = {}
+    for name, model in cases.items():
+        feeds = models.feeds(model)
+        ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        for ep, policy in ((NPU, "PREFER_NPU"), (GPU, "PREFER_GPU")):
+            sess = session(model, getattr(ort.OrtExecutionProviderDevicePolicy, policy), optimize=False)
+            out = sess.run(None, feeds)
+            hso = onnxhal.SessionOptions()
+            hso.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL
+            hso.set_provider_selection_policy(getattr(onnxhal.OrtExecutionProviderDevicePolicy, policy))
+            hso.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+            own = onnxhal.InferenceSession(model.SerializeToString(), hso)
+            own_parts = assignment(own)
+            original = {n.name for n in model.graph.node}
+            # onnxhal's NHWC rewrite adds Transpose nodes of its own; compare the model's nodes.
+            own_parts = {k: [n for n in v if n in original] for k, v in own_parts.items()}
+            result[f"{name}/{ep}"] = {
+                "providers": sess.get_providers(), "bridge": assignment(sess),
+                "onnxhal": {k: v for k, v in own_parts.items() if v},
+                "err": max(float(np.abs(a - b).max()) for a, b in zip(out, ref)),
+                "scale": max(float(np.abs(b).max()) for b in ref),
+                "optimized_err": max(float(np.abs(a - b).max()) for a, b in
+                                     zip(session(model, getattr(ort.OrtExecutionProviderDevicePolicy, policy))
+                                         .run(None, feeds), ref))}
+    from onnxhal.simulators.profiles import load_profile
+
+    result["tolerance"] = {p: [load_profile(p).rtol, load_profile(p).atol] for p in PROFILES}
+    return result
+
+
+def errors_and_faults() -> dict:
+    register()
+    model = add_mul_model()
+    lost = session(model, devices=[device(NPU)], options={"fault_device_lost_after_runs": "1"})
+    lost.disable_fallback()  # onnxruntime's Python session would otherwise retry on the CPU EP
+    first = add_mul_error(lost)
+    try:
+        lost.run(None, {"x": ADD_MUL_X})
+        second = None
+    except Exception as e:  # onnxruntime's EPFail
+        second = f"{type(e).__name__}: {e}"
+    fresh = add_mul_error(session(model, devices=[device(NPU)]))
+    transient = session(model, devices=[device(GPU)],
+                        options={"fault_transient_error_rate": "1.0", "fault_seed": "3"})
+    transient.disable_fallback()
+    try:
+        transient.run(None, {"x": ADD_MUL_X})
+        transient_error = None
+    except Exception as e:
+        transient_error = f"{type(e).__name__}: {e}"
+    bad_option = None
+    try:
+        session(model, devices=[device(NPU)], options={"fault_no_such_thing": "1"})
+    except Exception as e:
+        bad_option = f"{type(e).__name__}: {e}"
+    return {"first_run_err": first, "second_run": second, "fresh_session_err": fresh,
+            "transient": transient_error, "bad_option": bad_option}
+
+
+def threads_and_lifecycle() -> dict:
+    register()
+    model = add_mul_model()
+    sess = session(model, devices=[device(GPU)])
+    errs: list[float] = []
+    failures: list[str] = []
+
+    def work(s) -> None:
+        try:
+            for _ in range(50):
+                errs.append(add_mul_error(s))
+        except Exception as e:
+            failures.append(repr(e))
+
+    workers = [threading.Thread(target=work, args=(sess,)) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    from onnxhal.ort_plugin import dispatch
+
+    objects_with_session = len(dispatch.objects)
+    del sess
+    objects_after = len(dispatch.objects)
+    ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
+    after_unregister = [d.ep_name for d in ort.get_ep_devices()]
+    register()  # again, under the same name
+    live = session(model, devices=[device(NPU)])
+    ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)  # while a session lives
+    live_err = add_mul_error(live)
+    del live
+    register()
+    kept_alive_at_exit.append(session(model, devices=[device(NPU)]))  # still alive when the process exits
+    return {"runs": len(errs), "max_err": max(errs), "failures": failures,
+            "objects_with_session": objects_with_session, "objects_after": objects_after,
+            "after_unregister": after_unregister, "run_after_live_unregister_err": live_err}
+
+
+kept_alive_at_exit: list = []
+
+
+def many_sessions() -> dict:
+    """200 sessions created, run and released: neither onnxhal's bridge objects nor the process grow."""
+    import gc
+
+    import psutil
+
+    register()
+    model = add_mul_model()
+    dev = device(NPU)
+    from onnxhal.ort_plugin import dispatch
+
+    def cycle(n: int) -> None:
+        for _ in range(n):
+            s = session(model, devices=[dev])
+            add_mul_error(s)
+            del s
+        gc.collect()
+
+    cycle(20)  # warm: caches, arenas, the first program builds
+    rss0, objects0 = psutil.Process().memory_info().rss, len(dispatch.objects)
+    cycle(200)
+    rss1, objects1 = psutil.Process().memory_info().rss, len(dispatch.objects)
+    return {"rss_growth_mib": (rss1 - rss0) / 2**20, "objects_before": objects0, "objects_after": objects1}
+
+
+def not_attached() -> dict:
+    """onnxruntime loads the library without onnxhal's Python side attached: a clear error."""
+    from onnxhal.ort_plugin.build import bridge_library
+
+    try:
+        ort.register_execution_provider_library("bare.virtual", str(bridge_library()))
+        return {"error": None}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def wrong_name() -> dict:
+    """Virtual devices need a registration name ending in '.virtual' (onnxruntime's rule)."""
+    plugin.configure(profiles=PROFILES)
+    try:
+        ort.register_execution_provider_library("onnxhal", plugin.library_path())
+        return {"error": None}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+if __name__ == "__main__":
+    result = globals()[sys.argv[1]]()
+    print(json.dumps(result))
+    sys.stdout.flush()

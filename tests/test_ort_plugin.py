@@ -1,0 +1,156 @@
+"""onnxhal's plugin EP library inside real onnxruntime (``onnxhal.ort_plugin``).
+
+Checks that load the library into onnxruntime run in a subprocess each (``tests/ort_bridge_checks.py``):
+a crash there fails the test instead of killing pytest, and every check also asserts a clean exit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+import onnxruntime  # noqa: E402
+
+from onnxhal.errors import Fail, InvalidArgument  # noqa: E402
+from onnxhal.ort_plugin import build, gen_api_table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+NPU, GPU = "VirtualNpuExecutionProvider", "VirtualGpuExecutionProvider"
+ORT_VERSION = tuple(int(x) for x in onnxruntime.__version__.split(".")[:2])
+needs_virtual = pytest.mark.skipif(ORT_VERSION < (1, 24), reason="virtual hardware devices need onnxruntime 1.24")
+
+
+def run_check(name: str, timeout: float = 240) -> dict:
+    done = subprocess.run([sys.executable, "-m", "tests.ort_bridge_checks", name], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, f"check {name} exited with {done.returncode}:\n{done.stderr[-4000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- in process: no onnxruntime load ---------------------------------------------------------------
+def test_api_table_is_generated_from_the_source_text(tmp_path):
+    sources = gen_api_table.HERE / "ort_source"
+    tables = {var: gen_api_table.parse_table((sources / f).read_text(), ns, struct)
+              for var, (f, ns, struct) in gen_api_table.SOURCES.items()}
+    assert tables["ORT_API"]["GetEpApi"] == (317, 22)
+    assert tables["ORT_API"]["CreateExternalInitializerInfo"] == (389, 23)
+    assert tables["ORT_API"]["RunOptionsSetSyncStream"] == (411, 24)
+    assert tables["EP_API"]["CreateHardwareDevice"] == (16, 24)
+    # The committed table is what the generator makes from the committed source text.
+    assert (gen_api_table.HERE / "api_table.py").read_text() == gen_api_table.render(tables)
+
+
+def test_api_table_generator_refuses_a_miscounted_source():
+    text = (gen_api_table.HERE / "ort_source" / "onnxruntime_c_api.cc.excerpt").read_text()
+    broken = text.replace("    &OrtApis::GetCompileApi,\n", "", 1)  # one slot lost before the 22 anchor
+    with pytest.raises(SystemExit, match="anchor GetEpApi is slot 317"):
+        gen_api_table.parse_table(broken, "OrtApis", "OrtApi")
+
+
+def test_no_compiler_names_the_remedy(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, gcc or clang
+    with pytest.raises(Fail, match="no C compiler was found.*apt-get install gcc.*pip install -e"):
+        build.compiled_library()
+
+
+@pytest.mark.skipif(build.compiler() is None, reason="no C compiler on this machine")
+def test_bridge_compiles_when_the_install_did_not(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    path = build.compiled_library()
+    assert path.is_file() and path.parent == tmp_path / "ort_bridge"
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True).stdout
+    assert " T CreateEpFactories" in symbols and " T ReleaseEpFactory" in symbols
+    assert build.compiled_library() == path  # cached by the source's hash
+
+
+def test_configure_checks_profiles_and_library():
+    import onnxhal.ort_plugin as plugin
+    from onnxhal.ort_plugin.library import SIMULATORS, config
+
+    with pytest.raises(InvalidArgument, match="no-such-profile"):
+        plugin.configure(profiles=["no-such-profile"])
+    with pytest.raises(InvalidArgument, match="module name or a .py path"):
+        plugin.configure(library="")
+    plugin.configure(profiles="generic-npu")
+    assert config.profiles == ["generic-npu"] and config.library == SIMULATORS
+    plugin.configure()
+    assert config.profiles == []
+
+
+# -- inside onnxruntime ----------------------------------------------------------------------------
+@needs_virtual
+def test_devices_policies_and_explicit_devices():
+    r = run_check("devices_and_policies")
+    devices = {d["ep_name"]: d for d in r["devices"]}
+    assert r["devices"][0]["ep_name"] == "CPUExecutionProvider"
+    npu, gpu = devices[NPU], devices[GPU]
+    assert (npu["type"], gpu["type"]) == ("NPU", "GPU")
+    assert npu["vendor"] == gpu["vendor"] == "onnxhal" and npu["ep_vendor"] == "onnxhal"
+    for d in (npu, gpu):
+        assert d["hw_metadata"]["IsVirtual"] == d["hw_metadata"]["is_virtual"] == "1"
+        assert d["ep_metadata"]["version"] == "0.1.0" and d["ep_metadata"]["backend"] in ("opencl", "host")
+    assert npu["hw_metadata"]["simulator_profile"] == "generic-npu" and gpu["hw_metadata"]["Discrete"] == "1"
+    assert r["providers"] == {"PREFER_NPU": [NPU, "CPUExecutionProvider"], "PREFER_GPU": [GPU, "CPUExecutionProvider"],
+                              "MAX_PERFORMANCE": [GPU, "CPUExecutionProvider"], "PREFER_CPU": ["CPUExecutionProvider"]}
+    assert r["explicit"] == [NPU, "CPUExecutionProvider"]
+    assert r["explicit_assignment"] == {NPU: ["add1", "add2", "mul"]}
+    assert r["errors"]["explicit_npu"] <= 2e-2 and r["errors"]["prefer_gpu"] <= 1e-5
+    assert r["dynamic_assignment"] == {"CPUExecutionProvider": ["relu"]}
+
+
+@needs_virtual
+def test_models_partition_as_onnxhal_and_stay_within_tolerance():
+    r = run_check("models_match_onnxhal")
+    tolerance = {NPU: r["tolerance"]["generic-npu"], GPU: r["tolerance"]["generic-gpu"]}
+    for name in ("cnn", "encoder", "torch_conv2d_depthwise"):
+        for ep in (NPU, GPU):
+            case = r[f"{name}/{ep}"]
+            assert case["providers"] == [ep, "CPUExecutionProvider"], name
+            assert case["bridge"] == case["onnxhal"], f"{name} on {ep}: onnxruntime and onnxhal partition differently"
+            rtol, atol = tolerance[ep]
+            for err in (case["err"], case["optimized_err"]):
+                assert err <= atol + rtol * case["scale"], f"{name} on {ep}: error {err}"
+    # The NPU profile has no Erf: the encoder's GELU stays on onnxruntime's CPU EP.
+    assert len(r[f"encoder/{NPU}"]["bridge"]["CPUExecutionProvider"]) == 1
+    assert "CPUExecutionProvider" not in r[f"encoder/{GPU}"]["bridge"]
+
+
+@needs_virtual
+def test_device_loss_and_errors_become_onnxruntime_errors():
+    r = run_check("errors_and_faults")
+    assert r["first_run_err"] <= 2e-2
+    assert r["second_run"].startswith("EPFail") and "simulated device 'generic-npu' was lost" in r["second_run"]
+    assert r["fresh_session_err"] <= 2e-2
+    assert r["transient"].startswith("RuntimeException") and "transient error on simulated device" in r["transient"]
+    assert r["bad_option"].startswith("InvalidArgument") and "fault_no_such_thing" in r["bad_option"]
+
+
+@needs_virtual
+def test_threads_unregister_and_exit_with_a_live_session():
+    r = run_check("threads_and_lifecycle")
+    assert r["failures"] == [] and r["runs"] == 200 and r["max_err"] <= 1e-5
+    assert r["objects_with_session"] - r["objects_after"] == 2  # the session's EP and its partition
+    assert r["after_unregister"] == ["CPUExecutionProvider"]
+    assert r["run_after_live_unregister_err"] <= 2e-2  # and the process exited cleanly (run_check)
+
+
+@needs_virtual
+def test_200_sessions_leave_no_growth():
+    r = run_check("many_sessions")
+    assert r["objects_after"] == r["objects_before"]
+    assert r["rss_growth_mib"] < 16
+
+
+@needs_virtual
+def test_loading_without_python_side_and_wrong_name_are_clear_errors():
+    bare = run_check("not_attached")["error"]
+    assert bare.startswith("Fail") and "onnxhal.ort_plugin.library_path()" in bare
+    wrong = run_check("wrong_name")["error"]
+    assert wrong.startswith("InvalidArgument") and "'onnxhal.virtual'" in wrong

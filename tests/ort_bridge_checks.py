@@ -224,6 +224,50 @@ def many_sessions() -> dict:
     return {"rss_growth_mib": (rss1 - rss0) / 2**20, "objects_before": objects0, "objects_after": objects1}
 
 
+def user_eps() -> dict:
+    """EP libraries written against onnxhal.hal, through the same adapter: the docs' chain EP (on the
+    CPU hardware device), the toy EP (virtual NPUs; single nodes, failures) and the OpenCL EP."""
+    import re
+
+    model = add_mul_model()
+    out: dict = {}
+    text = (Path(__file__).resolve().parent.parent / "docs" / "writing-an-ep.md").read_text()
+    chain = Path(os.environ.get("TMPDIR", "/tmp")) / f"chain_ep_{os.getpid()}.py"
+    chain.write_text(re.findall(r"```python\n(\"\"\"chain_ep.py.*?)```", text, re.S)[0])
+    try:
+        plugin.configure(library=str(chain))
+        ort.register_execution_provider_library("chain", plugin.library_path())
+    finally:
+        chain.unlink()
+    dev = device("ChainExecutionProvider")
+    sess = session(model, devices=[dev], options={"min_chain": "2"})
+    out["chain"] = {"hw_type": dev.device.type.name, "assignment": assignment(sess), "err": add_mul_error(sess),
+                    "ep_metadata": dict(dev.ep_metadata)}
+    plugin.configure(library=str(Path(__file__).resolve().parent / "plugins" / "toy_fusing_ep.py"))
+    ort.register_execution_provider_library("toy.virtual", plugin.library_path())
+    toy = device("ToyA")
+    for mode in ("single", "fuse"):
+        sess = session(model, devices=[toy], options={"mode": mode})
+        out[f"toy_{mode}"] = {"assignment": [sorted(n.name for n in s.get_nodes())
+                                             for s in sess.get_provider_graph_assignment_info()],
+                              "providers": sess.get_providers(), "err": add_mul_error(sess)}
+    sess = session(model, devices=[toy], options={"fail": "capability"})
+    out["toy_capability_fails"] = {"assignment": assignment(sess), "err": add_mul_error(sess)}
+    try:
+        session(model, devices=[toy], options={"fail": "compile"})
+        out["toy_compile_fails"] = None
+    except Exception as e:
+        out["toy_compile_fails"] = f"{type(e).__name__}: {e}"
+    from onnxhal.devices import discover_hardware_devices
+
+    if any(hw.metadata.get("opencl_devices") for hw in discover_hardware_devices()):
+        plugin.configure(library="onnxhal.runtime.providers.opencl")
+        ort.register_execution_provider_library("opencl", plugin.library_path())
+        sess = session(model, devices=[device("OpenCLExecutionProvider")])
+        out["opencl"] = {"assignment": assignment(sess), "err": add_mul_error(sess)}
+    return out
+
+
 def not_attached() -> dict:
     """onnxruntime loads the library without onnxhal's Python side attached: a clear error."""
     from onnxhal.ort_plugin.build import bridge_library

@@ -154,3 +154,20 @@ def test_loading_without_python_side_and_wrong_name_are_clear_errors():
     assert bare.startswith("Fail") and "onnxhal.ort_plugin.library_path()" in bare
     wrong = run_check("wrong_name")["error"]
     assert wrong.startswith("InvalidArgument") and "'onnxhal.virtual'" in wrong
+
+
+@needs_virtual
+def test_users_own_hal_eps_run_through_the_same_adapter():
+    r = run_check("user_eps")
+    chain = r["chain"]  # docs/writing-an-ep.md's EP, on onnxruntime's CPU hardware device
+    assert chain["hw_type"] == "CPU" and chain["ep_metadata"]["kind"] == "example"
+    assert chain["assignment"] == {"ChainExecutionProvider": ["add1", "add2", "mul"]} and chain["err"] == 0.0
+    # add_single_node: each node is a partition of its own, run by the EP's kernel.
+    assert r["toy_single"]["assignment"] == [["add1"], ["mul"], ["add2"]] and r["toy_single"]["err"] == 0.0
+    assert r["toy_fuse"]["assignment"] == [["add1", "add2", "mul"]] and r["toy_fuse"]["err"] == 0.0
+    # get_capability raising: onnxruntime logs it and gives the EP nothing.
+    assert r["toy_capability_fails"]["assignment"] == {"CPUExecutionProvider": ["add1", "add2", "mul"]}
+    # compile raising: onnxruntime fails the session with the EP's message (onnxhal's runtime falls back).
+    assert r["toy_compile_fails"].startswith("Fail") and "program build failed" in r["toy_compile_fails"]
+    if "opencl" in r:  # only where an OpenCL device passes the probe
+        assert r["opencl"] == {"assignment": {"OpenCLExecutionProvider": ["add1", "add2", "mul"]}, "err": 0.0}

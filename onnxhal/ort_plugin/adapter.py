@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 
 from onnxhal.hal.enums import OrtDeviceMemoryType, OrtHardwareDeviceType
-from onnxhal.hal.ep import Ep, EpFactory, EpGraphSupportInfo, KernelContext, NodeComputeInfo
+from onnxhal.hal.ep import (
+    Ep,
+    EpFactory,
+    EpGraphSupportInfo,
+    Kernel,
+    KernelContext,
+    KernelCreateContext,
+    NodeComputeInfo,
+)
 from onnxhal.hal.ep_api import EpApi
 from onnxhal.hal.ep_device import OrtEpDevice
 from onnxhal.hal.errors import EPFail, InvalidArgument
@@ -223,11 +231,6 @@ class FactoryAdapter:
         adapter = EpAdapter(self, ep, ep_devices)
         _out(args[5], adapter.address)
 
-    def release_ep(self, args: Any) -> None:
-        adapter = d.objects.pop(args[0], None)
-        if adapter is not None:
-            adapter.release()
-
     def release(self) -> None:
         d.objects.pop(self.address, None)
         release = getattr(self.module, "release_ep_factory", None)
@@ -252,6 +255,7 @@ class EpAdapter:
         self.struct = _fill(EpStruct())
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}
+        self.single_nodes: set[str] = set()  # names of nodes claimed with add_single_node
         self.memory = DeviceMemory.of(factory.factory, ep, ep_devices)
         d.objects[self.address] = self
 
@@ -261,6 +265,7 @@ class EpAdapter:
         self.ep.get_capability(walk.graph, support)
         # A single node runs through the EP's kernel: presented to onnxruntime as a group of one.
         groups = [([n], None) for n in support.single_nodes] + list(support.fused_groups)
+        self.single_nodes.update(n.name for n in support.single_nodes)
         for nodes, options in groups:
             ptrs = (c_void_p * len(nodes))(*[walk.ort_nodes[id(n)] for n in nodes])
             fusion = FusionOptions(API_VERSION, bool(options and options.drop_constant_initializers))
@@ -290,8 +295,10 @@ class EpAdapter:
 
     def _single_node_compute(self, graph: Graph) -> NodeComputeInfo | None:
         """Groups of one node the EP claimed with ``add_single_node`` run through its kernel."""
-        # Not tracked per node yet: every EP the bridge hosts today compiles fused groups.
-        return None
+        if len(graph.nodes) != 1 or graph.nodes[0].name not in self.single_nodes:
+            return None
+        node = graph.nodes[0]
+        return KernelComputeInfo(self.ep.create_kernel(node, _KernelCreateContext(graph)), node, graph)
 
     def release_compute_infos(self, args: Any) -> None:
         for p in _words(args[0], args[1]):
@@ -309,6 +316,32 @@ class EpAdapter:
             d.objects.pop(adapter.address, None)
         self.compute_infos.clear()
         self.factory.factory.release_ep(self.ep)
+
+
+class _KernelCreateContext(KernelCreateContext):
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def is_constant_initializer(self, name: str) -> bool:
+        return bool(name) and self.graph.is_constant_initializer(name)
+
+
+class KernelComputeInfo(NodeComputeInfo):
+    """A single node's kernel as a partition of one: onnxruntime feeds the fused node's inputs
+    (each value once, in first-use order); the kernel wants the node's own input list."""
+
+    def __init__(self, kernel: Kernel, node: Node, graph: Graph) -> None:
+        self.kernel = kernel
+        self.feed_names = graph.input_names
+        self.constants = dict(graph.initializers)
+        self.node_inputs = list(node.inputs)
+        self.host_inputs = frozenset(i for i, n in enumerate(self.feed_names)
+                                     if any(node.inputs[k] == n for k in kernel.host_inputs if k < len(node.inputs)))
+
+    def compute(self, state: Any, context: KernelContext) -> list:
+        env = dict(self.constants)
+        env.update(zip(self.feed_names, context.inputs))
+        return list(self.kernel.compute([env[n] if n else None for n in self.node_inputs]))
 
 
 class DeviceMemory:

@@ -85,6 +85,12 @@ def release_ep_factory(factory: FactoryAdapter | None, _: Any) -> None:
         factory.release()
 
 
+def release_ep(args: Any) -> None:
+    adapter = d.objects.pop(args[0], None)
+    if adapter is not None:
+        adapter.release()
+
+
 def _write_int(address: int, value: int) -> None:
     ctypes.cast(address, POINTER(c_int))[0] = value
 
@@ -98,7 +104,8 @@ d.HANDLERS.update({
     d.F_GET_VERSION: lambda f, a: f.strings(str(f.factory.version)),
     d.F_GET_SUPPORTED_DEVICES: FactoryAdapter.get_supported_devices,
     d.F_CREATE_EP: FactoryAdapter.create_ep,
-    d.F_RELEASE_EP: FactoryAdapter.release_ep,
+    # After an unregister the factory is gone from dispatch.objects, but its sessions still end here.
+    d.F_RELEASE_EP: lambda f, a: release_ep(a),
     # Compiled-model compatibility: NOT_APPLICABLE (0) until EPContext goes through the bridge.
     d.F_VALIDATE_COMPAT: lambda f, a: _write_int(a[3], 0),
     d.F_CREATE_ALLOCATOR: lambda f, a: None,  # no device memory is declared to onnxruntime (adapter.py)

@@ -12,6 +12,11 @@ For each model, in one process and alternating run by run, medians of:
 ``identity`` (a single Identity on a float32 [1, 16]) measures the per-call overhead of the bridge:
 ``ort + bridge`` minus ``ort cpu``. The simulated devices run on the host backend or OpenCL, as the
 machine allows (the table's title says which); both sides use the same profile.
+
+Threads as in bench.py: onnxruntime's sessions get ``--threads`` intra-op threads without spinning
+(spinning threads take the cores from the Python side that follows on a 2-core VM), onnxhal's
+session the same number (its BLAS threads), and OpenBLAS's idle threads stop spinning after
+2^22 cycles (``OPENBLAS_THREAD_TIMEOUT``, set before numpy is imported unless already set).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -63,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="simulated device profile (default generic-gpu: generic-npu does not run Identity)")
     p.add_argument("--models", default="identity,cnn,encoder")
     p.add_argument("--repeat", type=int, default=200, help="timed runs per side (default 200)")
+    p.add_argument("--threads", type=int, default=2, help="intra-op threads on every side (default 2)")
     args = p.parse_args(argv)
 
     os.environ["ONNXHAL_SIMULATE"] = args.profile
@@ -89,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         cso = ort.SessionOptions()
         so = ort.SessionOptions()
         hso = onnxhal.SessionOptions()
+        for o in (cso, so):
+            o.intra_op_num_threads = args.threads
+            o.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        hso.intra_op_num_threads = args.threads
         if keep:
             cso.graph_optimization_level = so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             hso.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL

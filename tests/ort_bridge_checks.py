@@ -149,11 +149,18 @@ def errors_and_faults() -> dict:
         transient_error = None
     except Exception as e:
         transient_error = f"{type(e).__name__}: {e}"
-    bad_option = None
+    # onnxruntime 1.32 raises the EP's InvalidArgument; 1.24's Python session prints it and falls back
+    # to the CPU EP alone.
+    import contextlib
+    import io
+
+    printed = io.StringIO()
     try:
-        session(model, devices=[device(NPU)], options={"fault_no_such_thing": "1"})
+        with contextlib.redirect_stdout(printed):
+            fallback = session(model, devices=[device(NPU)], options={"fault_no_such_thing": "1"})
+        bad_option = {"providers": fallback.get_providers(), "message": printed.getvalue()}
     except Exception as e:
-        bad_option = f"{type(e).__name__}: {e}"
+        bad_option = {"raised": type(e).__name__, "message": str(e)}
     return {"first_run_err": first, "second_run": second, "fresh_session_err": fresh,
             "transient": transient_error, "bad_option": bad_option}
 

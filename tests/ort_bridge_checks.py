@@ -89,6 +89,8 @@ def models_match_onnxhal() -> dict:
     """The benchmark CNN, the encoder layer and a PyTorch export: partitions (optimizers off in both,
     so both see the model's own nodes) and errors against onnxruntime's CPU EP."""
     os.environ["ONNXHAL_SIMULATE"] = ",".join(PROFILES)
+    import re
+
     import onnx
 
     import onnxhal
@@ -98,7 +100,8 @@ def models_match_onnxhal() -> dict:
     data = Path(onnx.__file__).parent / "backend/test/data/pytorch-converted/test_Conv2d_depthwise_padded"
     exported = onnx.load(str(data / "model.onnx"))
     cases = {"cnn": models.cnn(image=32, classes=10), "encoder": models.encoder(seq=16, hidden=64, heads=4, ffn=128),
-             "torch_conv2d_depthwise": exported}
+             "torch_conv2d_depthwise": exported,  # opset 6: onnxruntime cannot rewrite it to NHWC
+             "squeezenet": models.light_model("squeezenet")}  # onnx's light model zoo export, random weights
     result = {}
     for name, model in cases.items():
         feeds = models.feeds(model)
@@ -111,13 +114,20 @@ def models_match_onnxhal() -> dict:
             hso.set_provider_selection_policy(getattr(onnxhal.OrtExecutionProviderDevicePolicy, policy))
             hso.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
             own = onnxhal.InferenceSession(model.SerializeToString(), hso)
-            own_parts = assignment(own)
+            # Both NHWC rewrites add Transpose nodes of their own: compare the model's nodes.
             original = {n.name for n in model.graph.node}
-            # onnxhal's NHWC rewrite adds Transpose nodes of its own; compare the model's nodes.
-            own_parts = {k: [n for n in v if n in original] for k, v in own_parts.items()}
+
+            def model_nodes(parts: dict, keep=original) -> dict:
+                # onnxruntime names a node it rewrote to NHWC "<name>_token_<n>".
+                kept = {k: sorted(m for m in (re.sub(r"_token_\d+$", "", n) for n in v) if m in keep)
+                        for k, v in parts.items()}
+                return {k: v for k, v in kept.items() if v}
+
             result[f"{name}/{ep}"] = {
-                "providers": sess.get_providers(), "bridge": assignment(sess),
-                "onnxhal": {k: v for k, v in own_parts.items() if v},
+                "providers": sess.get_providers(), "bridge": model_nodes(assignment(sess)),
+                "onnxhal": model_nodes(assignment(own)),
+                "nhwc_nodes": sum(1 for s in sess.get_provider_graph_assignment_info() for n in s.get_nodes()
+                                  if n.domain == "com.ms.internal.nhwc"),
                 "err": max(float(np.abs(a - b).max()) for a, b in zip(out, ref)),
                 "scale": max(float(np.abs(b).max()) for b in ref),
                 "optimized_err": max(float(np.abs(a - b).max()) for a, b in

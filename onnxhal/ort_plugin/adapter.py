@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxhal.hal.enums import OrtDeviceMemoryType, OrtHardwareDeviceType
+from onnxhal.hal.enums import OrtDeviceMemoryType, OrtEpDataLayout, OrtHardwareDeviceType
 from onnxhal.hal.ep import (
     Ep,
     EpFactory,
@@ -42,6 +42,7 @@ from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin import tensors
 from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
 from onnxhal.ort_plugin.ort_api import API_VERSION, OrtApi
+from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE
 
 logger = logging.getLogger("onnxhal.ort_plugin")
 
@@ -66,8 +67,8 @@ FactoryStruct = _struct("OrtEpFactory", [
     ("CreateSyncStreamForDevice", "f_create_sync_stream")])
 EpStruct = _struct("OrtEp", [
     ("GetName", "e_get_name"), ("GetCapability", "e_get_capability"), ("Compile", "e_compile"),
-    ("ReleaseNodeComputeInfos", "e_release_compute_infos"), ("GetPreferredDataLayout", None),
-    ("ShouldConvertDataLayoutForOp", None), ("SetDynamicOptions", "e_set_dynamic_options"),
+    ("ReleaseNodeComputeInfos", "e_release_compute_infos"), ("GetPreferredDataLayout", "e_get_layout"),
+    ("ShouldConvertDataLayoutForOp", "e_should_convert"), ("SetDynamicOptions", "e_set_dynamic_options"),
     ("OnRunStart", "e_on_run_start"), ("OnRunEnd", "e_on_run_end"), ("CreateAllocator", None),
     ("CreateSyncStreamForDevice", None), ("GetCompiledModelCompatibilityInfo", None)])
 ComputeStruct = _struct("OrtNodeComputeInfo", [
@@ -299,6 +300,18 @@ class EpAdapter:
             return None
         node = graph.nodes[0]
         return KernelComputeInfo(self.ep.create_kernel(node, _KernelCreateContext(graph)), node, graph)
+
+    def layout_decision(self, domain: str, op_type: str, target: OrtEpDataLayout) -> int:
+        """ShouldConvertDataLayoutForOp: the EP's answer, with onnxhal's rule where it leaves the choice
+        to the runtime: only the ops onnxhal's own layout pass converts (Conv, pools, LRN) go NHWC, so
+        the EP sees inside onnxruntime the NHWC ops it claims in onnxhal. onnxruntime decides MaxPool
+        itself (its second output, Indices, stays NCHW)."""
+        decision = self.ep.should_convert_data_layout_for_op(domain, op_type, target)
+        if decision == 0 or (domain, op_type) not in LAYOUT_SENSITIVE:
+            return 0
+        if decision > 0:
+            return 1
+        return -1 if op_type == "MaxPool" else 1
 
     def release_compute_infos(self, args: Any) -> None:
         for p in _words(args[0], args[1]):

@@ -10,6 +10,7 @@ from ctypes import POINTER, c_int, c_size_t, c_void_p
 from dataclasses import dataclass, field
 from typing import Any
 
+from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin.adapter import BridgeEpApi, EpAdapter, FactoryAdapter, _out
@@ -118,6 +119,10 @@ d.HANDLERS.update({
     d.E_COMPILE: EpAdapter.compile,
     d.E_RELEASE_COMPUTE_INFOS: EpAdapter.release_compute_infos,
     d.E_SET_DYNAMIC_OPTIONS: EpAdapter.set_dynamic_options,
+    # onnxruntime's OrtEpDataLayout and hal's share values (NCHW 0, NHWC 1).
+    d.E_GET_LAYOUT: lambda e, a: _write_int(a[0], int(e.ep.get_preferred_data_layout())),
+    d.E_SHOULD_CONVERT: lambda e, a: _write_int(a[3], e.layout_decision(
+        ctypes.string_at(a[0]).decode(), ctypes.string_at(a[1]).decode(), OrtEpDataLayout(int(a[2])))),
     d.E_ON_RUN_START: lambda e, a: e.ep.on_run_start(None),
     d.E_ON_RUN_END: lambda e, a: e.ep.on_run_end(None, bool(a[1])),
     d.C_CREATE_STATE: lambda c, a: c.create_state(a),

@@ -194,7 +194,33 @@ def threads_and_lifecycle() -> dict:
         w.start()
     for w in workers:
         w.join()
+    # Two independent branches in parallel execution mode: onnxruntime's own inter-op threads call
+    # Compute (ctypes takes the GIL for them).
+    from onnx import helper
+
+    from tests.models import make, vi
+
+    branches = make([helper.make_node("Relu", ["x"], ["a"], name="left"), helper.make_node("Neg", ["x"], ["b"], name="right"),
+                     helper.make_node("Add", ["a", "b"], ["y"], name="join")], [vi("x", [2, 3])], [vi("y", [2, 3])])
+    so = ort.SessionOptions()
+    so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    so.inter_op_num_threads = 2
+    so.add_provider_for_devices([device(GPU)], {})
+    threads_seen: set = set()
     from onnxhal.ort_plugin import dispatch
+
+    compute = dispatch.HANDLERS[dispatch.C_COMPUTE]
+
+    def spy(target, args):
+        threads_seen.add(threading.get_ident())
+        return compute(target, args)
+
+    dispatch.HANDLERS[dispatch.C_COMPUTE] = spy
+    parallel = ort.InferenceSession(branches.SerializeToString(), so)
+    parallel_err = max(float(np.abs(parallel.run(None, {"x": ADD_MUL_X})[0] - (np.maximum(ADD_MUL_X, 0) - ADD_MUL_X)).max())
+                       for _ in range(20))
+    dispatch.HANDLERS[dispatch.C_COMPUTE] = compute
+    del parallel
 
     objects_with_session = len(dispatch.objects)
     del sess
@@ -208,7 +234,8 @@ def threads_and_lifecycle() -> dict:
     del live
     register()
     kept_alive_at_exit.append(session(model, devices=[device(NPU)]))  # still alive when the process exits
-    return {"runs": len(errs), "max_err": max(errs), "failures": failures,
+    return {"runs": len(errs), "max_err": max(errs), "failures": failures, "parallel_err": parallel_err,
+            "parallel_threads": len(threads_seen - {threading.main_thread().ident}),
             "objects_with_session": objects_with_session, "objects_after": objects_after,
             "after_unregister": after_unregister, "run_after_live_unregister_err": live_err}
 

@@ -63,7 +63,7 @@ def _dispatch(call: int, self_ptr: int | None, args: Any) -> int:
         result = handler(target, args)
         return int(result or 0)
     except BaseException as exc:  # noqa: BLE001 - nothing may cross the C ABI
-        where = f"onnxhal {_CALL_NAMES.get(call, call)}"
+        where = f"onnxhal {_CALL_NAMES.get(call, f'call {call}')}"
         if call in STATUS_CALLS and status_maker:
             try:
                 return status_maker[0](exc, where)
@@ -73,7 +73,18 @@ def _dispatch(call: int, self_ptr: int | None, args: Any) -> int:
         return 0
 
 
-_CALL_NAMES = {v: k for k, v in globals().items() if k.isupper() and isinstance(v, int) and "_" in k}
+#: What onnxruntime called, by the C API's names (for messages).
+_CALL_NAMES = {
+    CREATE_EP_FACTORIES: "CreateEpFactories", RELEASE_EP_FACTORY: "ReleaseEpFactory",
+    F_GET_SUPPORTED_DEVICES: "OrtEpFactory::GetSupportedDevices", F_CREATE_EP: "OrtEpFactory::CreateEp",
+    F_RELEASE_EP: "OrtEpFactory::ReleaseEp", F_VALIDATE_COMPAT: "OrtEpFactory::ValidateCompiledModelCompatibilityInfo",
+    E_GET_CAPABILITY: "OrtEp::GetCapability", E_COMPILE: "OrtEp::Compile",
+    E_RELEASE_COMPUTE_INFOS: "OrtEp::ReleaseNodeComputeInfos", E_GET_LAYOUT: "OrtEp::GetPreferredDataLayout",
+    E_SHOULD_CONVERT: "OrtEp::ShouldConvertDataLayoutForOp", E_SET_DYNAMIC_OPTIONS: "OrtEp::SetDynamicOptions",
+    E_ON_RUN_START: "OrtEp::OnRunStart", E_ON_RUN_END: "OrtEp::OnRunEnd",
+    C_CREATE_STATE: "OrtNodeComputeInfo::CreateState", C_COMPUTE: "OrtNodeComputeInfo::Compute",
+    C_RELEASE_STATE: "OrtNodeComputeInfo::ReleaseState",
+}
 
 
 def attach(path: Path) -> ctypes.CDLL:

@@ -312,6 +312,29 @@ def user_eps() -> dict:
     return out
 
 
+def ep_context() -> dict:
+    """onnxruntime's ModelCompiler on the simulated devices: EPContext nodes carrying onnxhal's
+    partition blobs, the compatibility string in the metadata, and a session that loads them."""
+    import onnx
+
+    register()
+    model = add_mul_model()
+    out = {}
+    for ep in (NPU, GPU):
+        so = ort.SessionOptions()
+        so.add_provider_for_devices([device(ep)], {})
+        compiled = ort.ModelCompiler(so, model.SerializeToString(), embed_compiled_data_into_model=True).compile_to_bytes()
+        proto = onnx.load_from_string(compiled)
+        sess = session(proto, devices=[device(ep)])
+        out[ep] = {"nodes": [(n.op_type, n.domain, n.name) for n in proto.graph.node],
+                   "source": [a.s.decode() for n in proto.graph.node for a in n.attribute if a.name == "source"],
+                   "metadata": {p.key: p.value for p in proto.metadata_props},
+                   "assignment": [(s.ep_name, [n.op_type for n in s.get_nodes()])
+                                  for s in sess.get_provider_graph_assignment_info()],
+                   "err": add_mul_error(sess)}
+    return out
+
+
 def not_attached() -> dict:
     """onnxruntime loads the library without onnxhal's Python side attached: a clear error."""
     from onnxhal.ort_plugin.build import bridge_library

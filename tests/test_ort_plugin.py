@@ -154,6 +154,19 @@ def test_threads_unregister_and_exit_with_a_live_session():
 
 
 @needs_virtual
+def test_compiled_models_carry_the_partitions_as_ep_context_nodes():
+    r = run_check("ep_context")
+    for ep in (NPU, GPU):
+        case = r[ep]
+        assert [(op, domain) for op, domain, _ in case["nodes"]] == [("EPContext", "com.microsoft")]
+        assert case["nodes"][0][2].startswith(ep)  # named as onnxruntime's fused node
+        assert case["source"] == [ep]
+        assert case["metadata"][f"ep_compatibility_info.{ep}"].startswith(f"{ep};version=0.1.0;")
+        assert case["assignment"] == [[ep, ["EPContext"]]]  # (JSON makes the pair a list)
+        assert case["err"] <= 2e-2
+
+
+@needs_virtual
 def test_200_sessions_leave_no_growth():
     r = run_check("many_sessions")
     assert r["objects_after"] == r["objects_before"]

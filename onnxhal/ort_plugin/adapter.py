@@ -40,6 +40,7 @@ from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin import tensors
+from onnxhal.ort_plugin.ep_context import context_enabled, context_node
 from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
 from onnxhal.ort_plugin.ort_api import API_VERSION, OrtApi
 from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE
@@ -70,7 +71,7 @@ EpStruct = _struct("OrtEp", [
     ("ReleaseNodeComputeInfos", "e_release_compute_infos"), ("GetPreferredDataLayout", "e_get_layout"),
     ("ShouldConvertDataLayoutForOp", "e_should_convert"), ("SetDynamicOptions", "e_set_dynamic_options"),
     ("OnRunStart", "e_on_run_start"), ("OnRunEnd", "e_on_run_end"), ("CreateAllocator", None),
-    ("CreateSyncStreamForDevice", None), ("GetCompiledModelCompatibilityInfo", None)])
+    ("CreateSyncStreamForDevice", None), ("GetCompiledModelCompatibilityInfo", "e_get_compat_info")])
 ComputeStruct = _struct("OrtNodeComputeInfo", [
     ("CreateState", "c_create_state"), ("Compute", "c_compute"), ("ReleaseState", "c_release_state")])
 
@@ -213,6 +214,12 @@ class FactoryAdapter:
             made += 1
         _out(num_out, made, c_size_t)
 
+    def validate_compatibility(self, args: Any) -> None:
+        """ValidateCompiledModelCompatibilityInfo: the hal factory's verdict for a compiled model."""
+        devices = [self.hal_by_ort_hw[p].device for p in _words(args[0], args[1]) if p in self.hal_by_ort_hw]
+        verdict = self.factory.validate_compiled_model_compatibility_info(devices, ctypes.string_at(args[2]).decode())
+        _out(args[3], int(verdict), ctypes.c_int)
+
     def create_ep(self, args: Any) -> None:
         n = args[2]
         ort_devices, md_ptrs = _words(args[0], n), _words(args[1], n)
@@ -229,7 +236,7 @@ class FactoryAdapter:
         metadata = [self.api.read_pairs(p) for p in md_ptrs]
         ep = self.factory.create_ep([e.device for e in ep_devices], metadata, SessionOptionsView(config),
                                     logging.getLogger(f"onnxhal.ep.{self.factory.name}"))
-        adapter = EpAdapter(self, ep, ep_devices)
+        adapter = EpAdapter(self, ep, ep_devices, context_enabled(config))
         _out(args[5], adapter.address)
 
     def release(self) -> None:
@@ -248,8 +255,10 @@ class FactoryAdapter:
 class EpAdapter:
     """One session's ``hal.Ep`` as an OrtEp."""
 
-    def __init__(self, factory: FactoryAdapter, ep: Ep, ep_devices: list[OrtEpDevice]) -> None:
+    def __init__(self, factory: FactoryAdapter, ep: Ep, ep_devices: list[OrtEpDevice],
+                 make_context_nodes: bool = False) -> None:
         self.factory = factory
+        self.make_context_nodes = make_context_nodes
         self.api = factory.api
         self.ep = ep
         self.name = factory.strings(ep.name or factory.factory.name)
@@ -293,6 +302,14 @@ class EpAdapter:
             adapter = ComputeAdapter(self, info, node)
             self.compute_infos[adapter.address] = adapter
             out[i] = adapter.address
+        if self.make_context_nodes and args[4]:
+            nodes = ctypes.cast(args[4], POINTER(c_void_p))
+            for i, (node, graph) in enumerate(zip(fused_nodes, hal_graphs)):
+                nodes[i] = context_node(self.api, self.ep, node, graph)
+
+    def compatibility_info(self, args: Any) -> int:
+        """GetCompiledModelCompatibilityInfo: written into a compiled model's metadata."""
+        return self.factory.strings(self.ep.get_compiled_model_compatibility_info(GraphWalk(self.api, args[0]).graph))
 
     def _single_node_compute(self, graph: Graph) -> NodeComputeInfo | None:
         """Groups of one node the EP claimed with ``add_single_node`` run through its kernel."""

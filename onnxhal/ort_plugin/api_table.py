@@ -439,3 +439,26 @@ EP_API: dict[str, tuple[int, int]] = {
     'CreateHardwareDevice': (16, 24),
     'ReleaseHardwareDevice': (17, 24),
 }
+
+MODEL_EDITOR_API: dict[str, tuple[int, int]] = {
+    'CreateTensorTypeInfo': (0, 21),
+    'CreateSparseTensorTypeInfo': (1, 21),
+    'CreateMapTypeInfo': (2, 21),
+    'CreateSequenceTypeInfo': (3, 21),
+    'CreateOptionalTypeInfo': (4, 21),
+    'CreateValueInfo': (5, 21),
+    'CreateNode': (6, 21),
+    'CreateGraph': (7, 21),
+    'SetGraphInputs': (8, 21),
+    'SetGraphOutputs': (9, 21),
+    'AddInitializerToGraph': (10, 21),
+    'AddNodeToGraph': (11, 21),
+    'CreateModel': (12, 21),
+    'AddGraphToModel': (13, 21),
+    'CreateSessionFromModel': (14, 21),
+    'CreateModelEditorSession': (15, 21),
+    'CreateModelEditorSessionFromArray': (16, 21),
+    'SessionGetOpsetForDomain': (17, 21),
+    'ApplyModelToModelEditorSession': (18, 21),
+    'FinalizeModelEditorSession': (19, 21),
+}

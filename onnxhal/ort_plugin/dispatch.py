@@ -79,6 +79,7 @@ _CALL_NAMES = {
     F_GET_SUPPORTED_DEVICES: "OrtEpFactory::GetSupportedDevices", F_CREATE_EP: "OrtEpFactory::CreateEp",
     F_RELEASE_EP: "OrtEpFactory::ReleaseEp", F_VALIDATE_COMPAT: "OrtEpFactory::ValidateCompiledModelCompatibilityInfo",
     E_GET_CAPABILITY: "OrtEp::GetCapability", E_COMPILE: "OrtEp::Compile",
+    E_GET_COMPAT_INFO: "OrtEp::GetCompiledModelCompatibilityInfo",
     E_RELEASE_COMPUTE_INFOS: "OrtEp::ReleaseNodeComputeInfos", E_GET_LAYOUT: "OrtEp::GetPreferredDataLayout",
     E_SHOULD_CONVERT: "OrtEp::ShouldConvertDataLayoutForOp", E_SET_DYNAMIC_OPTIONS: "OrtEp::SetDynamicOptions",
     E_ON_RUN_START: "OrtEp::OnRunStart", E_ON_RUN_END: "OrtEp::OnRunEnd",

@@ -16,7 +16,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCES = {"ORT_API": ("onnxruntime_c_api.cc.excerpt", "OrtApis", "OrtApi"),
-           "EP_API": ("ep_api.cc.excerpt", "OrtExecutionProviderApi", "OrtEpApi")}
+           "EP_API": ("ep_api.cc.excerpt", "OrtExecutionProviderApi", "OrtEpApi"),
+           "MODEL_EDITOR_API": ("model_editor_c_api.cc.excerpt", "OrtModelEditorAPI", "OrtModelEditorApi")}
+#: The version of entries a source lists before any "End of Version" marker appears in it.
+UNMARKED_VERSION = {"OrtModelEditorApi": 21}
 _ENTRY = r"^\s*&{ns}::(\w+),"
 _MARKER = re.compile(r"End of Version (\d+)")
 _ANCHOR = r"offsetof\({struct},\s*(\w+)\)\s*/\s*sizeof\(void\*\)\s*==\s*(\d+)"
@@ -38,8 +41,10 @@ def parse_table(text: str, namespace: str, struct: str) -> dict[str, tuple[int, 
         if mark:
             versions.extend([int(mark.group(1))] * pending)
             pending = 0
-    last = int(_MARKER.findall(text)[-1]) if _MARKER.search(text) else 0
-    versions.extend([last + 1] * pending)  # after the last marker: the version in development
+    if _MARKER.search(text):
+        versions.extend([int(_MARKER.findall(text)[-1]) + 1] * pending)  # after the last marker: in development
+    else:
+        versions.extend([UNMARKED_VERSION[struct]] * pending)
     if len(set(names)) != len(names):
         raise SystemExit(f"{struct}: duplicate entries in the source text")
     table = {n: (i, v) for i, (n, v) in enumerate(zip(names, versions))}
@@ -70,7 +75,7 @@ def main() -> int:
     tables = {var: parse_table((HERE / "ort_source" / file).read_text(), ns, struct)
               for var, (file, ns, struct) in SOURCES.items()}
     (HERE / "api_table.py").write_text(render(tables))
-    print(f"api_table.py: {len(tables['ORT_API'])} OrtApi and {len(tables['EP_API'])} OrtEpApi slots, anchors checked")
+    print("api_table.py: " + ", ".join(f"{len(t)} {SOURCES[v][2]} slots" for v, t in tables.items()) + ", anchors checked")
     return 0
 
 

@@ -22,6 +22,7 @@ from onnx import AttributeProto, helper, numpy_helper
 from onnxhal.hal.errors import InvalidGraph
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.ort_plugin import tensors
+from onnxhal.ort_plugin.ep_context import BLOB_ATTRIBUTE, decode_blob_attribute
 from onnxhal.ort_plugin.ort_api import OrtApi
 
 ONNX_TYPE_TENSOR = 1
@@ -110,7 +111,10 @@ class GraphWalk:
             return helper.make_attribute(name, [float(x) for x in np.frombuffer(raw, np.float32)],
                                          attr_type=AttributeProto.FLOATS)
         elif t == ATTR_STRING:
-            value = raw.rstrip(b"\0")
+            # Some onnxruntime versions count a terminating NUL in the size, others do not.
+            value = raw[:-1] if raw.endswith(b"\0") else raw
+            if name == BLOB_ATTRIBUTE:
+                value = decode_blob_attribute(value)
         elif t == ATTR_STRINGS:
             parts = raw.split(b"\0")
             return helper.make_attribute(name, parts[:-1] if parts and parts[-1] == b"" else parts,

@@ -107,8 +107,7 @@ d.HANDLERS.update({
     d.F_CREATE_EP: FactoryAdapter.create_ep,
     # After an unregister the factory is gone from dispatch.objects, but its sessions still end here.
     d.F_RELEASE_EP: lambda f, a: release_ep(a),
-    # Compiled-model compatibility: NOT_APPLICABLE (0) until EPContext goes through the bridge.
-    d.F_VALIDATE_COMPAT: lambda f, a: _write_int(a[3], 0),
+    d.F_VALIDATE_COMPAT: FactoryAdapter.validate_compatibility,
     d.F_CREATE_ALLOCATOR: lambda f, a: None,  # no device memory is declared to onnxruntime (adapter.py)
     d.F_RELEASE_ALLOCATOR: lambda f, a: None,
     d.F_CREATE_DATA_TRANSFER: lambda f, a: None,
@@ -123,6 +122,7 @@ d.HANDLERS.update({
     d.E_GET_LAYOUT: lambda e, a: _write_int(a[0], int(e.ep.get_preferred_data_layout())),
     d.E_SHOULD_CONVERT: lambda e, a: _write_int(a[3], e.layout_decision(
         ctypes.string_at(a[0]).decode(), ctypes.string_at(a[1]).decode(), OrtEpDataLayout(int(a[2])))),
+    d.E_GET_COMPAT_INFO: EpAdapter.compatibility_info,
     d.E_ON_RUN_START: lambda e, a: e.ep.on_run_start(None),
     d.E_ON_RUN_END: lambda e, a: e.ep.on_run_end(None, bool(a[1])),
     d.C_CREATE_STATE: lambda c, a: c.create_state(a),

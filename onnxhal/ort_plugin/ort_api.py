@@ -14,7 +14,7 @@ from ctypes import POINTER, c_bool, c_char_p, c_int, c_int64, c_size_t, c_uint32
 from typing import Any
 
 from onnxhal.hal import errors
-from onnxhal.ort_plugin.api_table import EP_API, ORT_API
+from onnxhal.ort_plugin.api_table import EP_API, MODEL_EDITOR_API, ORT_API
 
 #: The OrtApi version the bridge asks for: the plugin-EP graph API arrived in 23 (onnxruntime 1.23).
 API_VERSION = 23
@@ -94,6 +94,13 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "KernelContext_GetOutputCount": (_S, (P, POINTER(c_size_t))),
     "KernelContext_GetInput": (_S, (P, c_size_t, PP)),
     "KernelContext_GetOutput": (_S, (P, c_size_t, POINTER(c_int64), c_size_t, PP)),
+    "CreateOpAttr": (_S, (c_char_p, P, c_int, c_int, PP)),
+    "ReleaseOpAttr": (None, (P,)),
+    "GetModelEditorApi": (P, ()),
+}
+MODEL_EDITOR_SIGNATURES: dict[str, tuple[Any, tuple]] = {
+    "CreateNode": (_S, (c_char_p, c_char_p, c_char_p, POINTER(c_char_p), c_size_t, POINTER(c_char_p), c_size_t,
+                        PP, c_size_t, PP)),
 }
 EP_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "CreateEpDevice": (_S, (P, P, P, P, PP)),
@@ -139,6 +146,9 @@ class OrtApi:
         self.ort = self._bind(self._ort, ORT_API, ORT_SIGNATURES, "OrtApi")
         self._ep = ctypes.cast(self.ort["GetEpApi"](), POINTER(c_void_p))
         self.ep = self._bind(self._ep, EP_API, EP_SIGNATURES, "OrtEpApi")
+        editor = self.ort["GetModelEditorApi"]()
+        self.editor = self._bind(ctypes.cast(editor, POINTER(c_void_p)), MODEL_EDITOR_API, MODEL_EDITOR_SIGNATURES,
+                                 "OrtModelEditorApi") if editor else {}
         self._verify()
 
     @property

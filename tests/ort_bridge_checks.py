@@ -159,6 +159,18 @@ def errors_and_faults() -> dict:
         transient_error = None
     except Exception as e:
         transient_error = f"{type(e).__name__}: {e}"
+    # The device's memory: an allocation past the injected limit is onnxhal's OutOfMemory, which
+    # reaches onnxruntime as RUNTIME_EXCEPTION; the count restarts, so a later run works. A run
+    # allocates 24 bytes for the input and 24 for the output: runs 1 and 3 fit in 50, run 2 does not.
+    oom = session(model, devices=[device(GPU)], options={"fault_alloc_fail_after_bytes": "50"})
+    oom.disable_fallback()
+    before_oom = add_mul_error(oom)
+    try:
+        oom.run(None, {"x": ADD_MUL_X})
+        out_of_memory = None
+    except Exception as e:
+        out_of_memory = f"{type(e).__name__}: {e}"
+    after_oom = add_mul_error(oom)
     # onnxruntime 1.32 raises the EP's InvalidArgument; 1.24's Python session prints it and falls back
     # to the CPU EP alone.
     import contextlib
@@ -172,7 +184,8 @@ def errors_and_faults() -> dict:
     except Exception as e:
         bad_option = {"raised": type(e).__name__, "message": str(e)}
     return {"first_run_err": first, "second_run": second, "fresh_session_err": fresh,
-            "transient": transient_error, "bad_option": bad_option}
+            "transient": transient_error, "bad_option": bad_option, "out_of_memory": out_of_memory,
+            "out_of_memory_errs": [before_oom, after_oom]}
 
 
 def threads_and_lifecycle() -> dict:

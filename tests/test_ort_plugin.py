@@ -137,6 +137,9 @@ def test_device_loss_and_errors_become_onnxruntime_errors():
     assert r["second_run"].startswith("EPFail") and "simulated device 'generic-npu' was lost" in r["second_run"]
     assert r["fresh_session_err"] <= 2e-2
     assert r["transient"].startswith("RuntimeException") and "transient error on simulated device" in r["transient"]
+    oom = r["out_of_memory"]
+    assert oom.startswith("RuntimeException") and "OutOfMemory" in oom and "simulated device 'generic-gpu'" in oom
+    assert r["out_of_memory_errs"] == [0.0, 0.0]  # the runs before and after
     bad = r["bad_option"]
     assert "InvalidArgument: unknown provider option 'fault_no_such_thing'" in bad["message"]
     assert bad.get("raised") == "InvalidArgument" or bad.get("providers") == ["CPUExecutionProvider"]

@@ -154,7 +154,9 @@ class FactoryAdapter:
         self.struct = _fill(FactoryStruct())
         self.address = ctypes.addressof(self.struct)
         self.ort_hw: dict[int, int] = {}  # id(hal hardware device) -> OrtHardwareDevice*
-        self.hal_by_ort_hw: dict[int, OrtEpDevice] = {}  # OrtHardwareDevice* -> the hal EP device on it
+        # OrtHardwareDevice* -> the hal EP devices on it (several only where virtual devices fall back
+        # onto onnxruntime's CPU device, before onnxruntime 1.24)
+        self.hal_by_ort_hw: dict[int, list[OrtEpDevice]] = {}
         self.created_hw: list[int] = []  # virtual OrtHardwareDevices this factory made (released with it)
         d.objects[self.address] = self
 
@@ -186,8 +188,8 @@ class FactoryAdapter:
         return None
 
     def get_supported_devices(self, args: Any) -> None:
-        ort_devices, n, out, max_out, num_out = _words(args[0], args[1]), args[1], args[2], args[3], args[4]
-        del n
+        ort_devices, out, max_out, num_out = _words(args[0], args[1]), args[2], args[3], args[4]
+        self.hal_by_ort_hw.clear()
         ep_devices = self.factory.get_supported_devices(list(self.discovered))
         made = 0
         for dev in ep_devices:
@@ -210,13 +212,13 @@ class FactoryAdapter:
                 self.api.release_pairs(md)
                 self.api.release_pairs(opts)
             ctypes.cast(out, POINTER(c_void_p))[made] = ep_dev.value
-            self.hal_by_ort_hw[ort_hw] = dev
+            self.hal_by_ort_hw.setdefault(ort_hw, []).append(dev)
             made += 1
         _out(num_out, made, c_size_t)
 
     def validate_compatibility(self, args: Any) -> None:
         """ValidateCompiledModelCompatibilityInfo: the hal factory's verdict for a compiled model."""
-        devices = [self.hal_by_ort_hw[p].device for p in _words(args[0], args[1]) if p in self.hal_by_ort_hw]
+        devices = [d.device for p in _words(args[0], args[1]) for d in self.hal_by_ort_hw.get(p, [])]
         verdict = self.factory.validate_compiled_model_compatibility_info(devices, ctypes.string_at(args[2]).decode())
         _out(args[3], int(verdict), ctypes.c_int)
 
@@ -229,15 +231,20 @@ class FactoryAdapter:
             config = self.api.read_pairs(entries.value)
         finally:
             self.api.release_pairs(entries.value)
-        ep_devices = [self.hal_by_ort_hw.get(p) for p in ort_devices]
-        if any(e is None for e in ep_devices):
-            raise InvalidArgument(f"{self.factory.name}: onnxruntime asked for an EP on a device this factory did "
-                                  "not offer")
         metadata = [self.api.read_pairs(p) for p in md_ptrs]
+        ep_devices = [self._ep_device(p, md) for p, md in zip(ort_devices, metadata)]
         ep = self.factory.create_ep([e.device for e in ep_devices], metadata, SessionOptionsView(config),
                                     logging.getLogger(f"onnxhal.ep.{self.factory.name}"))
         adapter = EpAdapter(self, ep, ep_devices, context_enabled(config))
         _out(args[5], adapter.address)
+
+    def _ep_device(self, ort_hw: int, metadata: dict[str, str]) -> OrtEpDevice:
+        """The hal EP device onnxruntime chose: on that hardware device, with that EP metadata."""
+        for dev in self.hal_by_ort_hw.get(ort_hw, []):
+            if all(metadata.get(k) == v for k, v in dev.ep_metadata.items() if k not in ORT_OWNED_EP_METADATA):
+                return dev
+        raise InvalidArgument(f"{self.factory.name}: onnxruntime asked for an EP on a device this factory did not "
+                              f"offer (ep_metadata {metadata})")
 
     def release(self) -> None:
         d.objects.pop(self.address, None)

@@ -85,6 +85,20 @@ def devices_and_policies() -> dict:
             "ort_version": ort.__version__}
 
 
+def if_model():
+    """add -> If(then: Relu, else: Neg, both reading the outer 'a') -> mul."""
+    from onnx import TensorProto, helper
+
+    from tests.models import make, vi
+
+    then_g = helper.make_graph([helper.make_node("Relu", ["a"], ["t"], name="then_relu")], "then", [], [vi("t", [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["a"], ["e"], name="else_neg")], "else", [], [vi("e", [2, 3])])
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="add"),
+             helper.make_node("If", ["c"], ["y0"], then_branch=then_g, else_branch=else_g, name="if"),
+             helper.make_node("Mul", ["y0", "x"], ["y"], name="mul")]
+    return make(nodes, [vi("x", [2, 3]), vi("c", [], TensorProto.BOOL)], [vi("y", [2, 3])])
+
+
 def models_match_onnxhal() -> dict:
     """The benchmark CNN, the encoder layer and a PyTorch export: partitions (optimizers off in both,
     so both see the model's own nodes) and errors against onnxruntime's CPU EP."""
@@ -101,7 +115,8 @@ def models_match_onnxhal() -> dict:
     exported = onnx.load(str(data / "model.onnx"))
     cases = {"cnn": models.cnn(image=32, classes=10), "encoder": models.encoder(seq=16, hidden=64, heads=4, ffn=128),
              "torch_conv2d_depthwise": exported,  # opset 6: onnxruntime cannot rewrite it to NHWC
-             "squeezenet": models.light_model("squeezenet")}  # onnx's light model zoo export, random weights
+             "squeezenet": models.light_model("squeezenet"),  # onnx's light model zoo export, random weights
+             "control_flow": if_model()}  # onnxruntime asks about each branch of the If separately
     result = {}
     for name, model in cases.items():
         feeds = models.feeds(model)
@@ -116,6 +131,7 @@ def models_match_onnxhal() -> dict:
             own = onnxhal.InferenceSession(model.SerializeToString(), hso)
             # Both NHWC rewrites add Transpose nodes of their own: compare the model's nodes.
             original = {n.name for n in model.graph.node}
+            original |= {n.name for node in model.graph.node for a in node.attribute if a.g.node for n in a.g.node}
 
             def model_nodes(parts: dict, keep=original) -> dict:
                 # onnxruntime names a node it rewrote to NHWC "<name>_token_<n>".

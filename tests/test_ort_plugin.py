@@ -109,7 +109,7 @@ def test_devices_policies_and_explicit_devices():
 def test_models_partition_as_onnxhal_and_stay_within_tolerance():
     r = run_check("models_match_onnxhal")
     tolerance = {NPU: r["tolerance"]["generic-npu"], GPU: r["tolerance"]["generic-gpu"]}
-    for name in ("cnn", "encoder", "torch_conv2d_depthwise", "squeezenet"):
+    for name in ("cnn", "encoder", "torch_conv2d_depthwise", "squeezenet", "control_flow"):
         for ep in (NPU, GPU):
             case = r[f"{name}/{ep}"]
             assert case["providers"] == [ep, "CPUExecutionProvider"], name
@@ -128,6 +128,9 @@ def test_models_partition_as_onnxhal_and_stay_within_tolerance():
     # The NPU prefers NHWC: onnxruntime rewrote its Conv and pooling nodes (BatchNormalization stays NCHW).
     assert r[f"cnn/{NPU}"]["nhwc_nodes"] == 22 and r[f"squeezenet/{NPU}"]["nhwc_nodes"] == 30
     assert r[f"cnn/{GPU}"]["nhwc_nodes"] == 0
+    # Control flow: the If stays on the CPU EP, the nodes of its branches go to the devices.
+    assert r[f"control_flow/{GPU}"]["bridge"] == {GPU: ["add", "else_neg", "mul", "then_relu"],
+                                                  "CPUExecutionProvider": ["if"]}
 
 
 @needs_virtual

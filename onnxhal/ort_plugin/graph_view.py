@@ -6,8 +6,9 @@ initializers from ``hal.Graph``; here the same objects are built from onnxruntim
 ``compile`` run unchanged. Each hal ``Node`` is paired with the ``OrtNode*`` it came from, which is
 what onnxruntime wants back in ``EpGraphSupportInfo_AddNodesToFuse``.
 
-Not carried: subgraphs of control-flow nodes (If/Loop/Scan attributes of type GRAPH; onnxruntime
-asks about each subgraph separately), sparse initializers, string tensors.
+Not carried: the subgraph attributes of control-flow nodes (If/Loop/Scan attributes of type GRAPH:
+onnxruntime asks the EP about each subgraph separately, so the nodes inside them are offered, but an
+EP cannot claim the control-flow node itself), sparse initializers, string tensors.
 """
 
 from __future__ import annotations

@@ -176,9 +176,11 @@ def errors_and_faults() -> dict:
     except Exception as e:
         transient_error = f"{type(e).__name__}: {e}"
     # The device's memory: an allocation past the injected limit is onnxhal's OutOfMemory, which
-    # reaches onnxruntime as RUNTIME_EXCEPTION; the count restarts, so a later run works. A run
-    # allocates 24 bytes for the input and 24 for the output: runs 1 and 3 fit in 50, run 2 does not.
-    oom = session(model, devices=[device(GPU)], options={"fault_alloc_fail_after_bytes": "50"})
+    # reaches onnxruntime as RUNTIME_EXCEPTION; the count restarts, so a later run works. The
+    # partition allocates its 24-byte output on the session's (fault-injecting) allocator each run
+    # (onnxruntime's own tensors come from the device's shared allocator): runs 1 and 3 fit in 30, run
+    # 2 does not.
+    oom = session(model, devices=[device(GPU)], options={"fault_alloc_fail_after_bytes": "30"})
     oom.disable_fallback()
     before_oom = add_mul_error(oom)
     try:
@@ -207,6 +209,9 @@ def errors_and_faults() -> dict:
 def threads_and_lifecycle() -> dict:
     register()
     model = add_mul_model()
+    from onnxhal.ort_plugin import dispatch
+
+    objects_before = len(dispatch.objects)
     sess = session(model, devices=[device(GPU)])
     errs: list[float] = []
     failures: list[str] = []
@@ -236,8 +241,6 @@ def threads_and_lifecycle() -> dict:
     so.inter_op_num_threads = 2
     so.add_provider_for_devices([device(GPU)], {})
     threads_seen: set = set()
-    from onnxhal.ort_plugin import dispatch
-
     compute = dispatch.HANDLERS[dispatch.C_COMPUTE]
 
     def spy(target, args):
@@ -265,7 +268,8 @@ def threads_and_lifecycle() -> dict:
     kept_alive_at_exit.append(session(model, devices=[device(NPU)]))  # still alive when the process exits
     return {"runs": len(errs), "max_err": max(errs), "failures": failures, "parallel_err": parallel_err,
             "parallel_threads": len(threads_seen - {threading.main_thread().ident}),
-            "objects_with_session": objects_with_session, "objects_after": objects_after,
+            "objects_before": objects_before, "objects_with_session": objects_with_session,
+            "objects_after": objects_after,
             "after_unregister": after_unregister, "run_after_live_unregister_err": live_err}
 
 
@@ -361,6 +365,53 @@ def ep_context() -> dict:
                    "assignment": [(s.ep_name, [n.op_type for n in s.get_nodes()])
                                   for s in sess.get_provider_graph_assignment_info()],
                    "err": add_mul_error(sess)}
+    return out
+
+
+def device_memory() -> dict:
+    """The simulated devices' memory declared to onnxruntime: its OrtValues live there, its copies
+    go through the bridge's data transfer, IOBinding keeps inputs and outputs on the device."""
+    import collections
+
+    from onnxhal.ort_plugin import dispatch
+
+    register()
+    model = add_mul_model()
+    out: dict = {}
+    calls: collections.Counter = collections.Counter()
+    for call in (dispatch.D_COPY_TENSORS, dispatch.A_ALLOC, dispatch.C_COMPUTE):
+        def spy(target, args, _h=dispatch.HANDLERS[call], _c=call):
+            calls[dispatch._CALL_NAMES[_c]] += 1
+            return _h(target, args)
+
+        dispatch.HANDLERS[call] = spy
+    for ep in (NPU, GPU):
+        dev = device(ep)
+        info = dev.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+        host = ort.OrtValue.ortvalue_from_numpy(ADD_MUL_X)
+        x_dev = ort.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32, memory_info=info)
+        ort.copy_tensors([host], [x_dev], None)
+        y_dev = ort.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32, memory_info=info)
+        sess = session(model, devices=[dev])
+        binding = sess.io_binding()
+        binding.bind_ortvalue_input("x", x_dev)
+        binding.bind_ortvalue_output("y", y_dev)
+        calls.clear()
+        sess.run_with_iobinding(binding)
+        bound_calls = dict(calls)
+        y_host = ort.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32)
+        ort.copy_tensors([y_dev], [y_host], None)
+        calls.clear()
+        plain_err = add_mul_error(sess)
+        out[ep] = {"memory_info": info.name, "iobinding_err": float(np.abs(y_host.numpy() - add_mul_reference(ADD_MUL_X)).max()),
+                   "iobinding_calls": bound_calls, "plain_calls": dict(calls), "plain_err": plain_err}
+    ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
+    plugin.configure(profiles=PROFILES, device_memory=False)
+    ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+    calls.clear()
+    sess = session(model, devices=[device(NPU)])
+    out["host_only"] = {"memory_info": device(NPU).memory_info(ort.OrtDeviceMemoryType.DEFAULT) is not None,
+                        "err": add_mul_error(sess), "calls": dict(calls)}
     return out
 
 

@@ -42,12 +42,16 @@ def library_path() -> str:
     return os.fspath(path)
 
 
-def configure(profiles: Sequence[str] | str | None = None, library: str | os.PathLike | None = None) -> None:
+def configure(profiles: Sequence[str] | str | None = None, library: str | os.PathLike | None = None,
+              device_memory: bool = True) -> None:
     """Choose what the next ``register_execution_provider_library`` call presents to onnxruntime.
 
     ``profiles``: simulated devices (shipped profile names or .toml paths; default $ONNXHAL_SIMULATE,
     else generic-npu,generic-gpu). ``library``: another onnxhal EP library instead of the simulators
-    (a dotted module name or a .py path, as ``onnxhal.register_execution_provider_library`` takes)."""
+    (a dotted module name or a .py path, as ``onnxhal.register_execution_provider_library`` takes).
+    ``device_memory``: declare the EPs' own memory to onnxruntime (allocator, data transfer), so it
+    keeps their values there; False makes onnxruntime see host memory only and the bridge copy each
+    partition's inputs in and outputs out (see docs/onnxruntime-plugin.md)."""
     from onnxhal.ort_plugin.library import SIMULATORS, config
 
     if isinstance(profiles, str):
@@ -60,6 +64,7 @@ def configure(profiles: Sequence[str] | str | None = None, library: str | os.Pat
         raise InvalidArgument("configure(library=...): give a dotted module name or a .py path, got ''")
     config.profiles = [p.strip() for p in (profiles or [])]
     config.library = os.fspath(library) if library is not None else SIMULATORS
+    config.device_memory = bool(device_memory)
 
 
 __all__ = ["REGISTRATION_NAME", "configure", "library_path"]

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxhal.hal.enums import OrtDeviceMemoryType, OrtEpDataLayout, OrtHardwareDeviceType
+from onnxhal.hal.enums import OrtDeviceMemoryType, OrtEpDataLayout, OrtHardwareDeviceType, OrtMemoryInfoDeviceType
 from onnxhal.hal.ep import (
     Ep,
     EpFactory,
@@ -37,9 +37,17 @@ from onnxhal.hal.ep_device import OrtEpDevice
 from onnxhal.hal.errors import EPFail, InvalidArgument
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.hal.hardware_device import OrtHardwareDevice
+from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin import tensors
+from onnxhal.ort_plugin.device_memory import (
+    AllocatorAdapter,
+    DataTransferAdapter,
+    create_memory_info,
+    device_tensor,
+    memory_device_of,
+)
 from onnxhal.ort_plugin.ep_context import context_enabled, context_node
 from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
 from onnxhal.ort_plugin.ort_api import API_VERSION, OrtApi
@@ -145,7 +153,8 @@ class SessionOptionsView:
 class FactoryAdapter:
     """A ``hal.EpFactory`` as an OrtEpFactory."""
 
-    def __init__(self, api: OrtApi, factory: EpFactory, module: Any, discovered: list[OrtHardwareDevice]) -> None:
+    def __init__(self, api: OrtApi, factory: EpFactory, module: Any, discovered: list[OrtHardwareDevice],
+                 declare_memory: bool = True) -> None:
         self.api = api
         self.factory = factory
         self.module = module
@@ -158,6 +167,9 @@ class FactoryAdapter:
         # onto onnxruntime's CPU device, before onnxruntime 1.24)
         self.hal_by_ort_hw: dict[int, list[OrtEpDevice]] = {}
         self.created_hw: list[int] = []  # virtual OrtHardwareDevices this factory made (released with it)
+        # Device memory declared to onnxruntime: hal memory device -> (hal memory info, OrtMemoryInfo*)
+        self.memory_infos: dict[Any, tuple[OrtMemoryInfo, int]] = {}
+        self.declare_memory = declare_memory
         d.objects[self.address] = self
 
     # -- devices ----------------------------------------------------------------------------
@@ -213,8 +225,39 @@ class FactoryAdapter:
                 self.api.release_pairs(opts)
             ctypes.cast(out, POINTER(c_void_p))[made] = ep_dev.value
             self.hal_by_ort_hw.setdefault(ort_hw, []).append(dev)
+            info = dev.memory_info(OrtDeviceMemoryType.DEFAULT)
+            # Only memory onnxruntime treats as a device's: it reads CPU-type memory itself (the OpenCL
+            # EP on PoCL declares such), which the bridge's device addresses cannot serve.
+            if (self.declare_memory and info is not None and not info.is_host
+                    and info.device_type != OrtMemoryInfoDeviceType.CPU):
+                self.api.ep_call("EpDevice_AddAllocatorInfo", ep_dev.value, self._ort_memory_info(info))
             made += 1
         _out(num_out, made, c_size_t)
+
+    def _ort_memory_info(self, info: OrtMemoryInfo) -> int:
+        known = self.memory_infos.get(info.memory_device)
+        if known is None:
+            known = self.memory_infos[info.memory_device] = (info, create_memory_info(self.api, info))
+        return known[1]
+
+    def create_allocator(self, args: Any) -> None:
+        """CreateAllocator for one of the memory infos declared above (NULL: host memory)."""
+        if not args[0]:
+            return
+        device = memory_device_of(self.api, self.api.ep["MemoryInfo_GetMemoryDevice"](args[0]))
+        known = self.memory_infos.get(device)
+        if known is None:
+            return
+        allocator = self.factory.create_allocator(known[0], self.api.read_pairs(args[1]) if args[1] else None)
+        if allocator is not None:
+            _out(args[2], AllocatorAdapter(allocator, known[1]).address)
+
+    def create_data_transfer(self, args: Any) -> None:
+        if not self.memory_infos:
+            return  # no device memory declared: onnxruntime copies nothing for this EP
+        transfer = self.factory.create_data_transfer()
+        if transfer is not None:
+            _out(args[0], DataTransferAdapter(self.api, transfer).address)
 
     def validate_compatibility(self, args: Any) -> None:
         """ValidateCompiledModelCompatibilityInfo: the hal factory's verdict for a compiled model."""
@@ -257,6 +300,9 @@ class FactoryAdapter:
                 for hw in self.created_hw:
                     self.api.ep["ReleaseHardwareDevice"](hw)
             self.created_hw.clear()
+            for _, ort_info in self.memory_infos.values():
+                self.api.ort["ReleaseMemoryInfo"](ort_info)
+            self.memory_infos.clear()
 
 
 class EpAdapter:
@@ -458,6 +504,10 @@ class ComputeAdapter:
             if not value.value:
                 inputs.append(None)  # an omitted optional input
                 continue
+            on_device = device_tensor(value.value, api)  # onnxruntime already placed it in the EP's memory
+            if on_device is not None:
+                inputs.append(on_device)
+                continue
             arr = tensors.view(api, value.value)
             inputs.append(arr if memory is None or i in self.host_inputs else memory.upload(arr))
         ctx = KernelContext(inputs, len(self.fused_node.outputs))
@@ -466,9 +516,18 @@ class ComputeAdapter:
         for i, out in enumerate(outputs):
             if out is None:
                 continue
+            shape = tuple(out.shape)
+            dims = (ctypes.c_int64 * len(shape))(*shape)
+            api.check(self._get_output(kctx, i, dims, len(shape), ctypes.byref(value)), "KernelContext_GetOutput")
+            target = device_tensor(value.value, api)
+            if target is not None:  # onnxruntime keeps the output in the EP's memory
+                if target.dtype != np.dtype(out.dtype):
+                    raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
+                                 f"{self.fused_node.name!r} is {out.dtype}, onnxruntime expects {target.dtype}")
+                if target.nbytes:
+                    memory.transfer.copy_tensors([out if isinstance(out, DeviceTensor) else np.asarray(out)], [target])
+                continue
             host = memory.download(out) if isinstance(out, DeviceTensor) else np.asarray(out)
-            dims = (ctypes.c_int64 * host.ndim)(*host.shape)
-            api.check(self._get_output(kctx, i, dims, host.ndim, ctypes.byref(value)), "KernelContext_GetOutput")
             dst = tensors.view(api, value.value)
             if dst.dtype != host.dtype:
                 raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "

@@ -2,7 +2,7 @@
  *
  * onnxruntime loads this file's shared library with register_execution_provider_library and calls
  * CreateEpFactories / ReleaseEpFactory. Every call, and every call onnxruntime later makes through
- * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl structs that Python builds,
+ * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl / OrtAllocator structs that Python builds,
  * lands in one of the small trampolines below, which hands it to one Python dispatcher (a ctypes
  * callback: it takes the GIL on whatever thread onnxruntime calls from). No onnxruntime header is
  * needed: arguments travel as machine words and Python knows their types.
@@ -37,7 +37,7 @@ enum {
   E_GET_COMPAT_INFO,
   C_CREATE_STATE = 50, C_COMPUTE, C_RELEASE_STATE,
   D_RELEASE = 60, D_CAN_COPY, D_COPY_TENSORS,
-  A_ALLOC = 70, A_FREE, A_INFO,
+  A_ALLOC = 70, A_FREE, A_INFO, A_RESERVE,
 };
 
 static DispatchFn g_dispatch = NULL;
@@ -193,3 +193,4 @@ OrtStatus* d_copy_tensors(void* self, const void** src, void** dst, void** strea
 void* a_alloc(void* self, size_t size) { VALUE_CALL(void*, NULL, A_ALLOC, self, W(size)); }
 void a_free(void* self, void* p) { VOID_CALL(A_FREE, self, W(p)); }
 const void* a_info(const void* self) { VALUE_CALL(const void*, NULL, A_INFO, self, 0); }
+void* a_reserve(void* self, size_t size) { VALUE_CALL(void*, NULL, A_RESERVE, self, W(size)); }

@@ -33,7 +33,7 @@ CREATE_EP_FACTORIES, RELEASE_EP_FACTORY = 1, 2
  E_GET_COMPAT_INFO) = range(30, 42)
 C_CREATE_STATE, C_COMPUTE, C_RELEASE_STATE = 50, 51, 52
 D_RELEASE, D_CAN_COPY, D_COPY_TENSORS = 60, 61, 62
-A_ALLOC, A_FREE, A_INFO = 70, 71, 72
+A_ALLOC, A_FREE, A_INFO, A_RESERVE = 70, 71, 72, 73
 
 #: Calls whose C function returns OrtStatus*: errors become statuses.
 STATUS_CALLS = frozenset({
@@ -84,7 +84,10 @@ _CALL_NAMES = {
     E_SHOULD_CONVERT: "OrtEp::ShouldConvertDataLayoutForOp", E_SET_DYNAMIC_OPTIONS: "OrtEp::SetDynamicOptions",
     E_ON_RUN_START: "OrtEp::OnRunStart", E_ON_RUN_END: "OrtEp::OnRunEnd",
     C_CREATE_STATE: "OrtNodeComputeInfo::CreateState", C_COMPUTE: "OrtNodeComputeInfo::Compute",
-    C_RELEASE_STATE: "OrtNodeComputeInfo::ReleaseState",
+    C_RELEASE_STATE: "OrtNodeComputeInfo::ReleaseState", F_CREATE_ALLOCATOR: "OrtEpFactory::CreateAllocator",
+    F_CREATE_DATA_TRANSFER: "OrtEpFactory::CreateDataTransfer", D_CAN_COPY: "OrtDataTransferImpl::CanCopy",
+    D_COPY_TENSORS: "OrtDataTransferImpl::CopyTensors", A_ALLOC: "OrtAllocator::Alloc", A_FREE: "OrtAllocator::Free",
+    A_RESERVE: "OrtAllocator::Reserve",
 }
 
 

@@ -29,6 +29,7 @@ class BridgeConfig:
 
     library: str = SIMULATORS
     profiles: list[str] = field(default_factory=list)
+    device_memory: bool = True  # declare the EPs' device memory to onnxruntime (device_memory.py)
 
 
 config = BridgeConfig()
@@ -77,13 +78,19 @@ def create_ep_factories(_: Any, args: Any) -> None:
 
     discovered = discover_hardware_devices()
     for i, f in enumerate(factories):
-        out[i] = FactoryAdapter(api, f, module, discovered).address
+        out[i] = FactoryAdapter(api, f, module, discovered, config.device_memory).address
     _out(num_out, len(factories), c_size_t)
 
 
 def release_ep_factory(factory: FactoryAdapter | None, _: Any) -> None:
     if factory is not None:
         factory.release()
+
+
+def release_allocator(address: int) -> None:
+    adapter = d.objects.get(address)
+    if adapter is not None:
+        adapter.release()
 
 
 def release_ep(args: Any) -> None:
@@ -108,9 +115,9 @@ d.HANDLERS.update({
     # After an unregister the factory is gone from dispatch.objects, but its sessions still end here.
     d.F_RELEASE_EP: lambda f, a: release_ep(a),
     d.F_VALIDATE_COMPAT: FactoryAdapter.validate_compatibility,
-    d.F_CREATE_ALLOCATOR: lambda f, a: None,  # no device memory is declared to onnxruntime (adapter.py)
-    d.F_RELEASE_ALLOCATOR: lambda f, a: None,
-    d.F_CREATE_DATA_TRANSFER: lambda f, a: None,
+    d.F_CREATE_ALLOCATOR: FactoryAdapter.create_allocator,
+    d.F_RELEASE_ALLOCATOR: lambda f, a: release_allocator(a[0]),
+    d.F_CREATE_DATA_TRANSFER: FactoryAdapter.create_data_transfer,
     d.F_IS_STREAM_AWARE: lambda f, a: 0,
     d.F_CREATE_SYNC_STREAM: lambda f, a: None,
     d.E_GET_NAME: lambda e, a: e.name,

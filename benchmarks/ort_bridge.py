@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="identity,cnn,encoder")
     p.add_argument("--repeat", type=int, default=200, help="timed runs per side (default 200)")
     p.add_argument("--threads", type=int, default=2, help="intra-op threads on every side (default 2)")
+    p.add_argument("--host-memory", action="store_true",
+                   help="configure(device_memory=False): onnxruntime sees host memory, the bridge copies")
     args = p.parse_args(argv)
 
     os.environ["ONNXHAL_SIMULATE"] = args.profile
@@ -79,12 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     import onnxhal.ort_plugin as plugin
     from onnxhal.simulators import EP_NAMES
 
-    plugin.configure(profiles=[args.profile])
+    plugin.configure(profiles=[args.profile], device_memory=not args.host_memory)
     ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
     device = next(d for d in ort.get_ep_devices() if d.ep_name in EP_NAMES)
     hal_device = next(d for d in onnxhal.get_ep_devices() if d.ep_name in EP_NAMES)
     backend = device.ep_metadata.get("backend", "?")
-    print(f"onnxruntime {ort.__version__}, {device.ep_name} ({args.profile}) on the {backend} backend; "
+    memory = "host memory only" if args.host_memory else "device memory declared to onnxruntime"
+    print(f"onnxruntime {ort.__version__}, {device.ep_name} ({args.profile}) on the {backend} backend, {memory}; "
           f"medians of {args.repeat} runs, alternating; times in microseconds")
     print(f"{'model':10} {'ort cpu':>10} {'ort + bridge':>13} {'onnxhal':>10} {'bridge - cpu':>13} {'nodes on device':>16}")
     for name in args.models.split(","):

@@ -5,10 +5,11 @@ one ``ComputeAdapter`` per compiled partition. Each owns the ctypes struct onnxr
 function slots point at bridge.c's trampolines; ``dispatch.objects`` maps the struct's address back
 to the adapter) and every string it returns, so all stay alive until onnxruntime's Release call.
 
-Memory: onnxruntime sees these EPs as using host memory (no allocator info is declared), so it
-hands ``Compute`` host tensors. An EP with memory of its own (the simulated devices) gets its inputs
-copied into that memory with its factory's data transfer before ``compute`` and its outputs copied
-back after: the same copies onnxhal's runtime plans at partition edges, done inside the partition.
+Memory: an EP's own memory of a GPU/NPU/FPGA type is declared to onnxruntime (device_memory.py),
+which then hands ``Compute`` device tensors and copies values itself. Otherwise (CPU-type device
+memory, or ``configure(device_memory=False)``) onnxruntime sees host memory, and an EP with memory
+of its own gets its inputs copied into it with its data transfer before ``compute`` and its outputs
+copied back after: the copies onnxhal's runtime plans at partition edges, done inside the partition.
 """
 
 from __future__ import annotations
@@ -40,12 +41,11 @@ from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
-from onnxhal.ort_plugin import tensors
 from onnxhal.ort_plugin.device_memory import (
     AllocatorAdapter,
     DataTransferAdapter,
     create_memory_info,
-    device_tensor,
+    host_or_device,
     memory_device_of,
 )
 from onnxhal.ort_plugin.ep_context import context_enabled, context_node
@@ -504,12 +504,10 @@ class ComputeAdapter:
             if not value.value:
                 inputs.append(None)  # an omitted optional input
                 continue
-            on_device = device_tensor(value.value, api)  # onnxruntime already placed it in the EP's memory
-            if on_device is not None:
-                inputs.append(on_device)
-                continue
-            arr = tensors.view(api, value.value)
-            inputs.append(arr if memory is None or i in self.host_inputs else memory.upload(arr))
+            t = host_or_device(value.value, api)  # in the EP's memory if onnxruntime placed it there
+            if isinstance(t, np.ndarray) and memory is not None and i not in self.host_inputs:
+                t = memory.upload(t)
+            inputs.append(t)
         ctx = KernelContext(inputs, len(self.fused_node.outputs))
         result = self.info.compute(state, ctx)
         outputs = ctx.outputs if result is None else result
@@ -519,8 +517,8 @@ class ComputeAdapter:
             shape = tuple(out.shape)
             dims = (ctypes.c_int64 * len(shape))(*shape)
             api.check(self._get_output(kctx, i, dims, len(shape), ctypes.byref(value)), "KernelContext_GetOutput")
-            target = device_tensor(value.value, api)
-            if target is not None:  # onnxruntime keeps the output in the EP's memory
+            target = host_or_device(value.value, api)
+            if isinstance(target, DeviceTensor):  # onnxruntime keeps the output in the EP's memory
                 if target.dtype != np.dtype(out.dtype):
                     raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
                                  f"{self.fused_node.name!r} is {out.dtype}, onnxruntime expects {target.dtype}")
@@ -528,7 +526,7 @@ class ComputeAdapter:
                     memory.transfer.copy_tensors([out if isinstance(out, DeviceTensor) else np.asarray(out)], [target])
                 continue
             host = memory.download(out) if isinstance(out, DeviceTensor) else np.asarray(out)
-            dst = tensors.view(api, value.value)
+            dst = target
             if dst.dtype != host.dtype:
                 raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
                              f"{self.fused_node.name!r} is {host.dtype}, onnxruntime expects {dst.dtype}")

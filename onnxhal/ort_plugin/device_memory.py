@@ -113,22 +113,15 @@ def create_memory_info(api: OrtApi, info: OrtMemoryInfo) -> int:
     return out.value
 
 
-def device_tensor(value: int, api: OrtApi) -> DeviceTensor | None:
-    """The hal DeviceTensor an OrtValue in onnxhal device memory is, or None if it is elsewhere."""
-    data = c_void_p()
-    api.call("GetTensorMutableData", value, ctypes.byref(data))
-    found = address_space().find(data.value or 0)
-    if found is None:
-        return None
-    buffer, offset, info = found
-    dtype, shape = tensors.dtype_and_shape(api, value)
-    return DeviceTensor(shape, dtype, info, buffer, offset)
-
-
 def host_or_device(value: int, api: OrtApi) -> Any:
-    """An OrtValue as a DeviceTensor (device memory) or a numpy view (host memory)."""
-    t = device_tensor(value, api)
-    return t if t is not None else tensors.view(api, value)
+    """An OrtValue as a hal DeviceTensor over the same buffer (onnxhal device memory) or as a numpy
+    view of onnxruntime's buffer (host memory)."""
+    dtype, shape, address = tensors.describe(api, value)
+    found = address_space().find(address) if _space else None
+    if found is None:
+        return tensors.view_at(address, dtype, shape)
+    buffer, offset, info = found
+    return DeviceTensor(shape, dtype, info, buffer, offset)
 
 
 AllocatorStruct = type("OrtAllocator", (ctypes.Structure,), {"_fields_": [

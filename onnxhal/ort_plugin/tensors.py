@@ -23,8 +23,9 @@ def dtype_of(elem_type: int) -> np.dtype:
         raise InvalidArgument(f"tensor element type {elem_type} has no numpy dtype in onnxhal's bridge") from None
 
 
-def type_and_shape(api: OrtApi, info: int) -> tuple[int, list[int], list[str]]:
-    """(element type, dims with -1 for unknown, symbolic names or '') of an OrtTensorTypeAndShapeInfo."""
+def type_and_shape(api: OrtApi, info: int, symbolic: bool = True) -> tuple[int, list[int], list[str]]:
+    """(element type, dims with -1 for unknown, symbolic names or '') of an OrtTensorTypeAndShapeInfo
+    (a tensor's own shape has no symbolic names: ``symbolic=False`` skips reading them)."""
     elem, n = c_int(), c_size_t()
     api.call("GetTensorElementType", info, ctypes.byref(elem))
     api.call("GetDimensionsCount", info, ctypes.byref(n))
@@ -32,7 +33,8 @@ def type_and_shape(api: OrtApi, info: int) -> tuple[int, list[int], list[str]]:
     names = (ctypes.c_char_p * n.value)()
     if n.value:
         api.call("GetDimensions", info, dims, n.value)
-        api.call("GetSymbolicDimensions", info, names, n.value)
+        if symbolic:
+            api.call("GetSymbolicDimensions", info, names, n.value)
     return elem.value, list(dims), [(s or b"").decode() for s in names]
 
 
@@ -41,10 +43,18 @@ def dtype_and_shape(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...]]
     info = c_void_p()
     api.call("GetTensorTypeAndShape", value, ctypes.byref(info))
     try:
-        elem, dims, _ = type_and_shape(api, info.value)
+        elem, dims, _ = type_and_shape(api, info.value, symbolic=False)
     finally:
         api.ort["ReleaseTensorTypeAndShapeInfo"](info)
     return dtype_of(elem), tuple(dims)
+
+
+def describe(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...], int]:
+    """(dtype, shape, data address) of an OrtValue tensor."""
+    dtype, shape = dtype_and_shape(api, value)
+    data = c_void_p()
+    api.call("GetTensorMutableData", value, ctypes.byref(data))
+    return dtype, shape, data.value or 0
 
 
 def view(api: OrtApi, value: int) -> np.ndarray:
@@ -56,9 +66,16 @@ def view(api: OrtApi, value: int) -> np.ndarray:
 def view_of(api: OrtApi, value: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     data = c_void_p()
     api.call("GetTensorMutableData", value, ctypes.byref(data))
-    count = int(np.prod(shape, dtype=np.int64))
+    return view_at(data.value or 0, dtype, shape)
+
+
+def view_at(address: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A numpy view of host memory at ``address`` holding a ``dtype`` tensor of ``shape``."""
+    count = 1
+    for d in shape:
+        count *= d
     nbytes = count * dtype.itemsize
-    if nbytes == 0 or not data.value:
+    if nbytes == 0 or not address:
         return np.empty(shape, dtype)
-    buf = (ctypes.c_char * nbytes).from_address(data.value)
+    buf = (ctypes.c_char * nbytes).from_address(address)
     return np.frombuffer(buf, dtype=dtype).reshape(shape)

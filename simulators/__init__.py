@@ -41,11 +41,17 @@ def requested_profiles(registration_name: str) -> str:
 
 def create_ep_factories(registration_name: str, api: Any, logger: logging.Logger | None = None) -> list:
     """Two factories (NPU, GPU) sharing one table of simulated devices."""
+    return create_factories_for_profiles(requested_profiles(registration_name), api, logger)
+
+
+def create_factories_for_profiles(profiles_text: str | None, api: Any, logger: logging.Logger | None = None) -> list:
+    """The two factories for ``profiles_text`` (comma-separated names or TOML paths; None: as
+    ``requested_profiles``), for hosts other than onnxhal's runtime (the onnxruntime bridge)."""
     from onnxhal.hal.enums import OrtHardwareDeviceType
     from onnxhal.simulators.factory import DeviceTable, VirtualEpFactory
     from onnxhal.simulators.profiles import parse_profile_list
 
-    profiles = parse_profile_list(requested_profiles(registration_name))
+    profiles = parse_profile_list(profiles_text or os.environ.get(ENV_VAR, "").strip() or DEFAULT_PROFILES)
     table = DeviceTable()
     return [VirtualEpFactory(api, logger, OrtHardwareDeviceType.NPU, profiles, table),
             VirtualEpFactory(api, logger, OrtHardwareDeviceType.GPU, profiles, table)]
@@ -91,5 +97,5 @@ def describe_backend(device: Any) -> str:
     return f"{device.ep_name} ({md.get('simulator_profile', '')}) on {where}"
 
 
-__all__ = ["describe_backend", "create_ep_factories", "release_ep_factory", "register_simulators", "simulated_library_names",
+__all__ = ["describe_backend", "create_ep_factories", "create_factories_for_profiles", "release_ep_factory", "register_simulators", "simulated_library_names",
            "requested_profiles", "NPU_EP_NAME", "GPU_EP_NAME", "EP_NAMES", "ENV_VAR"]

@@ -1,0 +1,196 @@
+/* onnxhal's plugin EP library for onnxruntime: the C half of onnxhal.ort_plugin.
+ *
+ * onnxruntime loads this file's shared library with register_execution_provider_library and calls
+ * CreateEpFactories / ReleaseEpFactory. Every call, and every call onnxruntime later makes through
+ * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl / OrtAllocator structs that Python builds,
+ * lands in one of the small trampolines below, which hands it to one Python dispatcher (a ctypes
+ * callback: it takes the GIL on whatever thread onnxruntime calls from). No onnxruntime header is
+ * needed: arguments travel as machine words and Python knows their types.
+ *
+ * Python installs the dispatcher with onnxhal_bridge_attach() and switches it off at interpreter
+ * exit with onnxhal_bridge_detach(); from then on every call is refused here (an OrtStatus, or a
+ * neutral value for calls that return none), so onnxruntime tearing down after Python has gone
+ * never runs Python code.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct OrtStatus OrtStatus;
+typedef struct OrtApiBase {
+  const void* (*GetApi)(uint32_t version);
+  const char* (*GetVersionString)(void);
+} OrtApiBase;
+typedef OrtStatus* (*CreateStatusFn)(int code, const char* msg);
+typedef uintptr_t (*DispatchFn)(int call, void* self, uintptr_t* args);
+
+enum { ORT_FAIL = 1 };
+
+/* Call ids: the Python side (onnxhal/ort_plugin/calls.py) uses the same numbers. */
+enum {
+  CALL_CREATE_EP_FACTORIES = 1, CALL_RELEASE_EP_FACTORY = 2,
+  F_GET_NAME = 10, F_GET_VENDOR, F_GET_SUPPORTED_DEVICES, F_CREATE_EP, F_RELEASE_EP, F_GET_VENDOR_ID,
+  F_GET_VERSION, F_VALIDATE_COMPAT, F_CREATE_ALLOCATOR, F_RELEASE_ALLOCATOR, F_CREATE_DATA_TRANSFER,
+  F_IS_STREAM_AWARE, F_CREATE_SYNC_STREAM,
+  E_GET_NAME = 30, E_GET_CAPABILITY, E_COMPILE, E_RELEASE_COMPUTE_INFOS, E_GET_LAYOUT, E_SHOULD_CONVERT,
+  E_SET_DYNAMIC_OPTIONS, E_ON_RUN_START, E_ON_RUN_END, E_CREATE_ALLOCATOR, E_CREATE_SYNC_STREAM,
+  E_GET_COMPAT_INFO,
+  C_CREATE_STATE = 50, C_COMPUTE, C_RELEASE_STATE,
+  D_RELEASE = 60, D_CAN_COPY, D_COPY_TENSORS,
+  A_ALLOC = 70, A_FREE, A_INFO, A_RESERVE,
+};
+
+static DispatchFn g_dispatch = NULL;
+static volatile int g_alive = 0;
+static CreateStatusFn g_create_status = NULL;
+
+void onnxhal_bridge_attach(DispatchFn dispatch) {
+  g_dispatch = dispatch;
+  g_alive = 1;
+}
+
+void onnxhal_bridge_detach(void) { g_alive = 0; }
+
+int onnxhal_bridge_alive(void) { return g_alive && g_dispatch != NULL; }
+
+static OrtStatus* refused(void) {
+  if (g_create_status == NULL) return NULL; /* cannot happen after CreateEpFactories */
+  return g_create_status(ORT_FAIL,
+                         "onnxhal: the Python interpreter that runs this EP has shut down (or onnxhal.ort_plugin "
+                         "was not imported in this process); call onnxhal.ort_plugin.library_path() before "
+                         "registering the library, and end sessions before the interpreter exits");
+}
+
+#define W(x) ((uintptr_t)(x))
+#define STATUS_CALL(id, self, ...)                                     \
+  do {                                                                 \
+    uintptr_t a_[] = {0, __VA_ARGS__};                                 \
+    if (!onnxhal_bridge_alive()) return refused();                     \
+    return (OrtStatus*)g_dispatch((id), (void*)(self), a_ + 1);        \
+  } while (0)
+#define VALUE_CALL(type, fallback, id, self, ...)                      \
+  do {                                                                 \
+    uintptr_t a_[] = {0, __VA_ARGS__};                                 \
+    if (!onnxhal_bridge_alive()) return (fallback);                    \
+    return (type)g_dispatch((id), (void*)(self), a_ + 1);              \
+  } while (0)
+#define VOID_CALL(id, self, ...)                                       \
+  do {                                                                 \
+    uintptr_t a_[] = {0, __VA_ARGS__};                                 \
+    if (onnxhal_bridge_alive()) g_dispatch((id), (void*)(self), a_ + 1); \
+  } while (0)
+
+/* ---- library entry points ---------------------------------------------------------------- */
+OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBase* api_base, const void* logger,
+                             void** factories, size_t max_factories, size_t* num_factories) {
+  if (g_create_status == NULL && api_base != NULL) {
+    /* Slot 0 of every OrtApi version is CreateStatus; version 1 exists in every onnxruntime. */
+    const void* const* api = (const void* const*)api_base->GetApi(1);
+    if (api != NULL) g_create_status = (CreateStatusFn)api[0];
+  }
+  *num_factories = 0;
+  STATUS_CALL(CALL_CREATE_EP_FACTORIES, NULL, W(registered_name), W(api_base), W(logger), W(factories),
+              W(max_factories), W(num_factories));
+}
+
+OrtStatus* ReleaseEpFactory(void* factory) {
+  if (!onnxhal_bridge_alive()) return NULL; /* nothing to free on the C side */
+  return (OrtStatus*)g_dispatch(CALL_RELEASE_EP_FACTORY, factory, NULL);
+}
+
+/* ---- OrtEpFactory ------------------------------------------------------------------------ */
+const char* f_get_name(const void* self) { VALUE_CALL(const char*, "", F_GET_NAME, self, 0); }
+const char* f_get_vendor(const void* self) { VALUE_CALL(const char*, "", F_GET_VENDOR, self, 0); }
+OrtStatus* f_get_supported_devices(void* self, const void* const* devices, size_t num_devices, void** ep_devices,
+                                   size_t max_ep_devices, size_t* num_ep_devices) {
+  *num_ep_devices = 0;
+  STATUS_CALL(F_GET_SUPPORTED_DEVICES, self, W(devices), W(num_devices), W(ep_devices), W(max_ep_devices),
+              W(num_ep_devices));
+}
+OrtStatus* f_create_ep(void* self, const void* const* devices, const void* const* ep_metadata, size_t num_devices,
+                       const void* session_options, const void* logger, void** ep) {
+  *ep = NULL;
+  STATUS_CALL(F_CREATE_EP, self, W(devices), W(ep_metadata), W(num_devices), W(session_options), W(logger), W(ep));
+}
+void f_release_ep(void* self, void* ep) { VOID_CALL(F_RELEASE_EP, self, W(ep)); }
+uint32_t f_get_vendor_id(const void* self) { VALUE_CALL(uint32_t, 0, F_GET_VENDOR_ID, self, 0); }
+const char* f_get_version(const void* self) { VALUE_CALL(const char*, "0.0.0", F_GET_VERSION, self, 0); }
+OrtStatus* f_validate_compat(void* self, const void* const* devices, size_t num_devices, const char* info,
+                             int* compatibility) {
+  STATUS_CALL(F_VALIDATE_COMPAT, self, W(devices), W(num_devices), W(info), W(compatibility));
+}
+OrtStatus* f_create_allocator(void* self, const void* memory_info, const void* options, void** allocator) {
+  *allocator = NULL;
+  STATUS_CALL(F_CREATE_ALLOCATOR, self, W(memory_info), W(options), W(allocator));
+}
+void f_release_allocator(void* self, void* allocator) { VOID_CALL(F_RELEASE_ALLOCATOR, self, W(allocator)); }
+OrtStatus* f_create_data_transfer(void* self, void** data_transfer) {
+  *data_transfer = NULL;
+  STATUS_CALL(F_CREATE_DATA_TRANSFER, self, W(data_transfer));
+}
+bool f_is_stream_aware(const void* self) { VALUE_CALL(bool, false, F_IS_STREAM_AWARE, self, 0); }
+OrtStatus* f_create_sync_stream(void* self, const void* memory_device, const void* options, void** stream) {
+  *stream = NULL;
+  STATUS_CALL(F_CREATE_SYNC_STREAM, self, W(memory_device), W(options), W(stream));
+}
+
+/* ---- OrtEp -------------------------------------------------------------------------------- */
+const char* e_get_name(const void* self) { VALUE_CALL(const char*, "", E_GET_NAME, self, 0); }
+OrtStatus* e_get_capability(void* self, const void* graph, void* support_info) {
+  STATUS_CALL(E_GET_CAPABILITY, self, W(graph), W(support_info));
+}
+OrtStatus* e_compile(void* self, const void** graphs, const void** fused_nodes, size_t count, void** compute_infos,
+                     void** ep_context_nodes) {
+  STATUS_CALL(E_COMPILE, self, W(graphs), W(fused_nodes), W(count), W(compute_infos), W(ep_context_nodes));
+}
+void e_release_compute_infos(void* self, void** compute_infos, size_t count) {
+  VOID_CALL(E_RELEASE_COMPUTE_INFOS, self, W(compute_infos), W(count));
+}
+OrtStatus* e_get_layout(void* self, int* layout) { STATUS_CALL(E_GET_LAYOUT, self, W(layout)); }
+OrtStatus* e_should_convert(void* self, const char* domain, const char* op_type, int target_layout,
+                            int* should_convert) {
+  STATUS_CALL(E_SHOULD_CONVERT, self, W(domain), W(op_type), W((intptr_t)target_layout), W(should_convert));
+}
+OrtStatus* e_set_dynamic_options(void* self, const char* const* keys, const char* const* values, size_t count) {
+  STATUS_CALL(E_SET_DYNAMIC_OPTIONS, self, W(keys), W(values), W(count));
+}
+OrtStatus* e_on_run_start(void* self, const void* run_options) { STATUS_CALL(E_ON_RUN_START, self, W(run_options)); }
+OrtStatus* e_on_run_end(void* self, const void* run_options, bool sync_stream) {
+  STATUS_CALL(E_ON_RUN_END, self, W(run_options), W(sync_stream ? 1 : 0));
+}
+OrtStatus* e_create_allocator(void* self, const void* memory_info, void** allocator) {
+  *allocator = NULL;
+  STATUS_CALL(E_CREATE_ALLOCATOR, self, W(memory_info), W(allocator));
+}
+OrtStatus* e_create_sync_stream(void* self, const void* memory_device, void** stream) {
+  *stream = NULL;
+  STATUS_CALL(E_CREATE_SYNC_STREAM, self, W(memory_device), W(stream));
+}
+const char* e_get_compat_info(void* self, const void* graph) {
+  VALUE_CALL(const char*, "", E_GET_COMPAT_INFO, self, W(graph));
+}
+
+/* ---- OrtNodeComputeInfo ------------------------------------------------------------------- */
+OrtStatus* c_create_state(void* self, void* compute_context, void** state) {
+  *state = NULL;
+  STATUS_CALL(C_CREATE_STATE, self, W(compute_context), W(state));
+}
+OrtStatus* c_compute(void* self, void* state, void* kernel_context) {
+  STATUS_CALL(C_COMPUTE, self, W(state), W(kernel_context));
+}
+void c_release_state(void* self, void* state) { VOID_CALL(C_RELEASE_STATE, self, W(state)); }
+
+/* ---- OrtDataTransferImpl ------------------------------------------------------------------ */
+void d_release(void* self) { VOID_CALL(D_RELEASE, self, 0); }
+bool d_can_copy(const void* self, const void* src_device, const void* dst_device) {
+  VALUE_CALL(bool, false, D_CAN_COPY, self, W(src_device), W(dst_device));
+}
+OrtStatus* d_copy_tensors(void* self, const void** src, void** dst, void** streams, size_t count) {
+  STATUS_CALL(D_COPY_TENSORS, self, W(src), W(dst), W(streams), W(count));
+}
+
+/* ---- OrtAllocator ------------------------------------------------------------------------- */
+void* a_alloc(void* self, size_t size) { VALUE_CALL(void*, NULL, A_ALLOC, self, W(size)); }
+void a_free(void* self, void* p) { VOID_CALL(A_FREE, self, W(p)); }
+const void* a_info(const void* self) { VALUE_CALL(const void*, NULL, A_INFO, self, 0); }
+void* a_reserve(void* self, size_t size) { VALUE_CALL(void*, NULL, A_RESERVE, self, W(size)); }

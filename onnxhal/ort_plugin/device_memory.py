@@ -1,0 +1,207 @@
+"""A hal EP's device memory declared to onnxruntime: OrtMemoryInfo, OrtAllocator, OrtDataTransferImpl.
+
+With these onnxruntime keeps values in the simulated device's memory: it allocates the EP's
+tensors there, plans its own copies (through ``OrtDataTransferImpl::CopyTensors``, done by the hal
+factory's data transfer) and passes values between partitions of the same device without a trip
+through host memory.
+
+Device buffers are Python objects (numpy buffers on the host backend, ``cl.Buffer``s on OpenCL) that
+have no address onnxruntime could use, so each allocation gets one in ``AddressSpace``: a range of
+virtual addresses reserved with ``mmap(PROT_NONE)``, never backed by memory. onnxruntime only
+stores, offsets and compares device pointers (it never reads device memory itself); the bridge
+turns a pointer back into (buffer, offset) with a sorted lookup. Were anything to dereference one,
+it would fault at once rather than corrupt host memory.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import mmap
+import threading
+from ctypes import POINTER, c_size_t, c_uint32, c_void_p
+from typing import Any
+
+import numpy as np
+
+from onnxhal.hal.enums import OrtDeviceMemoryType, OrtMemoryInfoDeviceType
+from onnxhal.hal.errors import InvalidArgument, OutOfMemory
+from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
+from onnxhal.hal.tensor import DeviceTensor
+from onnxhal.ort_plugin import dispatch as d
+from onnxhal.ort_plugin import tensors
+from onnxhal.ort_plugin.ort_api import OrtApi
+
+_ALIGN = 256
+_RESERVE = 1 << 40  # 1 TiB of address space, no memory behind it
+
+
+class AddressSpace:
+    """Addresses for device buffers: a PROT_NONE reservation, handed out in aligned ranges and
+    reused by size once freed."""
+
+    def __init__(self, size: int = _RESERVE) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = c_void_p
+        libc.mmap.argtypes = [c_void_p, c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
+        base = libc.mmap(None, size, mmap.PROT_NONE if hasattr(mmap, "PROT_NONE") else 0, flags, -1, 0)
+        if base in (None, ctypes.c_void_p(-1).value):
+            raise OutOfMemory(f"cannot reserve {size >> 30} GiB of address space for device buffers "
+                              f"(errno {ctypes.get_errno()})")
+        self.base, self.end, self.next = base, base + size, base
+        self._free: dict[int, list[int]] = {}  # rounded size -> free start addresses
+        self._starts: list[int] = []  # sorted starts of live ranges
+        self._live: dict[int, tuple[int, Any, OrtMemoryInfo]] = {}  # start -> (size, buffer, hal memory info)
+        self._lock = threading.Lock()
+
+    def add(self, size: int, buffer: Any, info: OrtMemoryInfo) -> int:
+        rounded = max(_ALIGN, -(-int(size) // _ALIGN) * _ALIGN)
+        with self._lock:
+            spare = self._free.get(rounded)
+            if spare:
+                start = spare.pop()
+            else:
+                if self.next + rounded > self.end:
+                    raise OutOfMemory("onnxhal's device address space is exhausted")
+                start, self.next = self.next, self.next + rounded + _ALIGN  # a gap: no two ranges touch
+            bisect.insort(self._starts, start)
+            self._live[start] = (rounded, buffer, info)
+        return start
+
+    def remove(self, start: int) -> Any:
+        with self._lock:
+            size, buffer, _ = self._live.pop(start)
+            self._starts.pop(bisect.bisect_left(self._starts, start))
+            self._free.setdefault(size, []).append(start)
+        return buffer
+
+    def find(self, address: int) -> tuple[Any, int, OrtMemoryInfo] | None:
+        """(buffer, byte offset, memory info) of the live range holding ``address``, or None."""
+        with self._lock:
+            i = bisect.bisect_right(self._starts, address) - 1
+            if i < 0:
+                return None
+            start = self._starts[i]
+            size, buffer, info = self._live[start]
+        return (buffer, address - start, info) if address < start + size else None
+
+
+_space: list[AddressSpace] = []
+
+
+def address_space() -> AddressSpace:
+    if not _space:
+        _space.append(AddressSpace())
+    return _space[0]
+
+
+def memory_device_of(api: OrtApi, ort_memory_device: int) -> OrtMemoryDevice:
+    e = api.ep
+    return OrtMemoryDevice(device_type=OrtMemoryInfoDeviceType(e["MemoryDevice_GetDeviceType"](ort_memory_device)),
+                           memory_type=OrtDeviceMemoryType(e["MemoryDevice_GetMemoryType"](ort_memory_device)),
+                           vendor_id=int(e["MemoryDevice_GetVendorId"](ort_memory_device)),
+                           device_id=int(e["MemoryDevice_GetDeviceId"](ort_memory_device)))
+
+
+def create_memory_info(api: OrtApi, info: OrtMemoryInfo) -> int:
+    """onnxruntime's OrtMemoryInfo for a hal one (the caller keeps it alive: onnxruntime stores the
+    pointer in the EP device)."""
+    out = c_void_p()
+    api.call("CreateMemoryInfo_V2", info.name.encode(), int(info.device_type), info.device_vendor_id, info.device_id,
+             int(info.device_mem_type), int(info.alignment), int(info.allocator_type), ctypes.byref(out))
+    return out.value
+
+
+def host_or_device(value: int, api: OrtApi) -> Any:
+    """An OrtValue as a hal DeviceTensor over the same buffer (onnxhal device memory) or as a numpy
+    view of onnxruntime's buffer (host memory)."""
+    dtype, shape, address = tensors.describe(api, value)
+    found = address_space().find(address) if _space else None
+    if found is None:
+        return tensors.view_at(address, dtype, shape)
+    buffer, offset, info = found
+    return DeviceTensor(shape, dtype, info, buffer, offset)
+
+
+AllocatorStruct = type("OrtAllocator", (ctypes.Structure,), {"_fields_": [
+    ("version", c_uint32), ("Alloc", c_void_p), ("Free", c_void_p), ("Info", c_void_p), ("Reserve", c_void_p)]})
+DataTransferStruct = type("OrtDataTransferImpl", (ctypes.Structure,), {"_fields_": [
+    ("ort_version_supported", c_uint32), ("Release", c_void_p), ("CanCopy", c_void_p), ("CopyTensors", c_void_p)]})
+#: OrtAllocator's version: 18 is the first with Reserve, the last member filled here.
+ALLOCATOR_VERSION = 18
+
+
+class AllocatorAdapter:
+    """A hal allocator as an OrtAllocator whose pointers are addresses in ``AddressSpace``."""
+
+    def __init__(self, allocator: Any, ort_info: int) -> None:
+        self.allocator = allocator
+        self.ort_info = ort_info
+        self.struct = AllocatorStruct(ALLOCATOR_VERSION, d.trampoline("a_alloc"), d.trampoline("a_free"),
+                                      d.trampoline("a_info"), d.trampoline("a_reserve"))
+        self.address = ctypes.addressof(self.struct)
+        d.objects[self.address] = self
+
+    def alloc(self, size: int, reserve: bool = False) -> int:
+        buffer = self.allocator.reserve(size) if reserve else self.allocator.alloc(size)
+        return address_space().add(size, buffer, self.allocator.info)
+
+    def free(self, address: int) -> None:
+        if address:
+            self.allocator.free(address_space().remove(address))
+
+    def release(self) -> None:
+        d.objects.pop(self.address, None)
+
+
+class DataTransferAdapter:
+    """A hal DataTransfer as an OrtDataTransferImpl: onnxruntime's copies between host memory and
+    the device (and between devices the transfer knows)."""
+
+    def __init__(self, api: OrtApi, transfer: Any) -> None:
+        self.api = api
+        self.transfer = transfer
+        self.struct = DataTransferStruct(23, d.trampoline("d_release"), d.trampoline("d_can_copy"),
+                                         d.trampoline("d_copy_tensors"))
+        self.address = ctypes.addressof(self.struct)
+        d.objects[self.address] = self
+
+    def can_copy(self, args: Any) -> int:
+        src, dst = memory_device_of(self.api, args[0]), memory_device_of(self.api, args[1])
+        return int(bool(self.transfer.can_copy(_hal_side(src), _hal_side(dst))))
+
+    def copy_tensors(self, args: Any) -> None:
+        n = args[3]
+        srcs = ctypes.cast(args[0], POINTER(c_void_p))
+        dsts = ctypes.cast(args[1], POINTER(c_void_p))
+        src = [host_or_device(srcs[i], self.api) for i in range(n)]
+        dst = [host_or_device(dsts[i], self.api) for i in range(n)]
+        for i, (s, t) in enumerate(zip(src, dst)):
+            if not isinstance(s, DeviceTensor) and not isinstance(t, DeviceTensor):
+                raise InvalidArgument(f"copy {i}: neither side is in onnxhal device memory")
+            if isinstance(s, np.ndarray) and not s.flags.c_contiguous:
+                src[i] = np.ascontiguousarray(s)
+        self.transfer.copy_tensors(src, dst, None)
+
+    def release(self) -> None:
+        d.objects.pop(self.address, None)
+
+
+def _hal_side(device: OrtMemoryDevice) -> OrtMemoryDevice:
+    """onnxruntime's CPU memory (of any vendor id) is the host memory of hal's transfers."""
+    if device.device_type == OrtMemoryInfoDeviceType.CPU:
+        return OrtMemoryDevice(device_type=OrtMemoryInfoDeviceType.CPU, memory_type=OrtDeviceMemoryType.DEFAULT,
+                               vendor_id=0, device_id=0)
+    return device
+
+
+d.HANDLERS.update({
+    d.A_ALLOC: lambda a, args: a.alloc(args[0]),
+    d.A_RESERVE: lambda a, args: a.alloc(args[0], reserve=True),
+    d.A_FREE: lambda a, args: a.free(args[0]),
+    d.A_INFO: lambda a, args: a.ort_info,
+    d.D_RELEASE: lambda t, args: t.release() if t is not None else None,
+    d.D_CAN_COPY: lambda t, args: t.can_copy(args),
+    d.D_COPY_TENSORS: lambda t, args: t.copy_tensors(args),
+})

@@ -1,0 +1,117 @@
+"""The Python end of the bridge: one ctypes callback that every trampoline of bridge.c calls.
+
+``attach()`` loads the bridge library into this process (the same file onnxruntime will load, so
+both see one copy of its globals), installs the dispatcher and arranges for it to be switched off
+at interpreter exit: from then on bridge.c refuses calls instead of entering a dead interpreter.
+
+A call arrives as (call id, self pointer, argument words). ``self`` is the address of a struct
+Python built (an OrtEpFactory, OrtEp, ...), registered in ``objects``; the handler for the call id
+unpacks the words. No exception leaves ``_dispatch``: a call that returns an OrtStatus gets one
+carrying the error, any other call logs it and returns a neutral value.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import logging
+import threading
+from collections.abc import Callable
+from ctypes import POINTER, c_int, c_size_t, c_void_p
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("onnxhal.ort_plugin")
+
+# Call ids: the same numbers as the enum in bridge.c.
+CREATE_EP_FACTORIES, RELEASE_EP_FACTORY = 1, 2
+(F_GET_NAME, F_GET_VENDOR, F_GET_SUPPORTED_DEVICES, F_CREATE_EP, F_RELEASE_EP, F_GET_VENDOR_ID, F_GET_VERSION,
+ F_VALIDATE_COMPAT, F_CREATE_ALLOCATOR, F_RELEASE_ALLOCATOR, F_CREATE_DATA_TRANSFER, F_IS_STREAM_AWARE,
+ F_CREATE_SYNC_STREAM) = range(10, 23)
+(E_GET_NAME, E_GET_CAPABILITY, E_COMPILE, E_RELEASE_COMPUTE_INFOS, E_GET_LAYOUT, E_SHOULD_CONVERT,
+ E_SET_DYNAMIC_OPTIONS, E_ON_RUN_START, E_ON_RUN_END, E_CREATE_ALLOCATOR, E_CREATE_SYNC_STREAM,
+ E_GET_COMPAT_INFO) = range(30, 42)
+C_CREATE_STATE, C_COMPUTE, C_RELEASE_STATE = 50, 51, 52
+D_RELEASE, D_CAN_COPY, D_COPY_TENSORS = 60, 61, 62
+A_ALLOC, A_FREE, A_INFO, A_RESERVE = 70, 71, 72, 73
+
+#: Calls whose C function returns OrtStatus*: errors become statuses.
+STATUS_CALLS = frozenset({
+    CREATE_EP_FACTORIES, RELEASE_EP_FACTORY, F_GET_SUPPORTED_DEVICES, F_CREATE_EP, F_VALIDATE_COMPAT,
+    F_CREATE_ALLOCATOR, F_CREATE_DATA_TRANSFER, F_CREATE_SYNC_STREAM, E_GET_CAPABILITY, E_COMPILE, E_GET_LAYOUT,
+    E_SHOULD_CONVERT, E_SET_DYNAMIC_OPTIONS, E_ON_RUN_START, E_ON_RUN_END, E_CREATE_ALLOCATOR,
+    E_CREATE_SYNC_STREAM, C_CREATE_STATE, C_COMPUTE, D_COPY_TENSORS})
+
+Handler = Callable[[Any, Any], int | None]
+HANDLERS: dict[int, Handler] = {}
+#: Struct address -> the Python object behind it; kept here so nothing handed over is collected.
+objects: dict[int, Any] = {}
+#: Makes an OrtStatus from an exception; set once the OrtApi is bound (library.py).
+status_maker: list[Callable[[BaseException, str], int]] = []
+
+_DISPATCH_TYPE = ctypes.CFUNCTYPE(c_size_t, c_int, c_void_p, POINTER(c_size_t))
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_library_path: Path | None = None
+_callback: Any = None
+
+
+def _dispatch(call: int, self_ptr: int | None, args: Any) -> int:
+    try:
+        handler = HANDLERS[call]
+        target = objects.get(self_ptr or 0) if self_ptr else None
+        result = handler(target, args)
+        return int(result or 0)
+    except BaseException as exc:  # noqa: BLE001 - nothing may cross the C ABI
+        where = f"onnxhal {_CALL_NAMES.get(call, f'call {call}')}"
+        if call in STATUS_CALLS and status_maker:
+            try:
+                return status_maker[0](exc, where)
+            except BaseException:  # noqa: BLE001
+                pass
+        logger.error("%s failed: %s: %s", where, type(exc).__name__, exc, exc_info=exc)
+        return 0
+
+
+#: What onnxruntime called, by the C API's names (for messages).
+_CALL_NAMES = {
+    CREATE_EP_FACTORIES: "CreateEpFactories", RELEASE_EP_FACTORY: "ReleaseEpFactory",
+    F_GET_SUPPORTED_DEVICES: "OrtEpFactory::GetSupportedDevices", F_CREATE_EP: "OrtEpFactory::CreateEp",
+    F_RELEASE_EP: "OrtEpFactory::ReleaseEp", F_VALIDATE_COMPAT: "OrtEpFactory::ValidateCompiledModelCompatibilityInfo",
+    E_GET_CAPABILITY: "OrtEp::GetCapability", E_COMPILE: "OrtEp::Compile",
+    E_GET_COMPAT_INFO: "OrtEp::GetCompiledModelCompatibilityInfo",
+    E_RELEASE_COMPUTE_INFOS: "OrtEp::ReleaseNodeComputeInfos", E_GET_LAYOUT: "OrtEp::GetPreferredDataLayout",
+    E_SHOULD_CONVERT: "OrtEp::ShouldConvertDataLayoutForOp", E_SET_DYNAMIC_OPTIONS: "OrtEp::SetDynamicOptions",
+    E_ON_RUN_START: "OrtEp::OnRunStart", E_ON_RUN_END: "OrtEp::OnRunEnd",
+    C_CREATE_STATE: "OrtNodeComputeInfo::CreateState", C_COMPUTE: "OrtNodeComputeInfo::Compute",
+    C_RELEASE_STATE: "OrtNodeComputeInfo::ReleaseState", F_CREATE_ALLOCATOR: "OrtEpFactory::CreateAllocator",
+    F_CREATE_DATA_TRANSFER: "OrtEpFactory::CreateDataTransfer", D_CAN_COPY: "OrtDataTransferImpl::CanCopy",
+    D_COPY_TENSORS: "OrtDataTransferImpl::CopyTensors", A_ALLOC: "OrtAllocator::Alloc", A_FREE: "OrtAllocator::Free",
+    A_RESERVE: "OrtAllocator::Reserve",
+}
+
+
+def attach(path: Path) -> ctypes.CDLL:
+    """Load the bridge library at ``path`` and route its calls here (once per process)."""
+    global _library, _library_path, _callback
+    with _lock:
+        if _library is not None:
+            if path != _library_path:
+                raise RuntimeError(f"onnxhal's bridge is already loaded from {_library_path}; cannot switch to {path}")
+            return _library
+        lib = ctypes.CDLL(str(path))
+        lib.onnxhal_bridge_attach.argtypes = [_DISPATCH_TYPE]
+        lib.onnxhal_bridge_attach.restype = None
+        lib.onnxhal_bridge_detach.restype = None
+        _callback = _DISPATCH_TYPE(_dispatch)
+        lib.onnxhal_bridge_attach(_callback)
+        atexit.register(lib.onnxhal_bridge_detach)
+        _library, _library_path = lib, path
+        return lib
+
+
+def trampoline(name: str) -> int:
+    """Address of one of bridge.c's trampolines (what goes into a struct's function slots)."""
+    if _library is None:
+        raise RuntimeError("onnxhal's bridge library is not loaded; call onnxhal.ort_plugin.library_path() first")
+    return ctypes.cast(getattr(_library, name), c_void_p).value or 0

@@ -1,0 +1,81 @@
+"""onnxruntime tensors (OrtValue) as numpy arrays, without copying where that is safe."""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import c_int, c_int64, c_size_t, c_void_p
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.ort_plugin.ort_api import OrtApi
+
+
+def dtype_of(elem_type: int) -> np.dtype:
+    """numpy dtype of an ONNX / onnxruntime tensor element type (they share the numbering)."""
+    if elem_type == TensorProto.STRING:
+        raise InvalidArgument("string tensors cannot cross onnxhal's onnxruntime bridge; keep string ops on the "
+                              "CPU EP")
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:
+        raise InvalidArgument(f"tensor element type {elem_type} has no numpy dtype in onnxhal's bridge") from None
+
+
+def type_and_shape(api: OrtApi, info: int, symbolic: bool = True) -> tuple[int, list[int], list[str]]:
+    """(element type, dims with -1 for unknown, symbolic names or '') of an OrtTensorTypeAndShapeInfo
+    (a tensor's own shape has no symbolic names: ``symbolic=False`` skips reading them)."""
+    elem, n = c_int(), c_size_t()
+    api.call("GetTensorElementType", info, ctypes.byref(elem))
+    api.call("GetDimensionsCount", info, ctypes.byref(n))
+    dims = (c_int64 * n.value)()
+    names = (ctypes.c_char_p * n.value)()
+    if n.value:
+        api.call("GetDimensions", info, dims, n.value)
+        if symbolic:
+            api.call("GetSymbolicDimensions", info, names, n.value)
+    return elem.value, list(dims), [(s or b"").decode() for s in names]
+
+
+def dtype_and_shape(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...]]:
+    """numpy dtype and shape of an OrtValue tensor."""
+    info = c_void_p()
+    api.call("GetTensorTypeAndShape", value, ctypes.byref(info))
+    try:
+        elem, dims, _ = type_and_shape(api, info.value, symbolic=False)
+    finally:
+        api.ort["ReleaseTensorTypeAndShapeInfo"](info)
+    return dtype_of(elem), tuple(dims)
+
+
+def describe(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...], int]:
+    """(dtype, shape, data address) of an OrtValue tensor."""
+    dtype, shape = dtype_and_shape(api, value)
+    data = c_void_p()
+    api.call("GetTensorMutableData", value, ctypes.byref(data))
+    return dtype, shape, data.value or 0
+
+
+def view(api: OrtApi, value: int) -> np.ndarray:
+    """A numpy view of an OrtValue tensor in host memory (valid while onnxruntime keeps the value)."""
+    dtype, shape = dtype_and_shape(api, value)
+    return view_of(api, value, dtype, shape)
+
+
+def view_of(api: OrtApi, value: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    data = c_void_p()
+    api.call("GetTensorMutableData", value, ctypes.byref(data))
+    return view_at(data.value or 0, dtype, shape)
+
+
+def view_at(address: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A numpy view of host memory at ``address`` holding a ``dtype`` tensor of ``shape``."""
+    count = 1
+    for d in shape:
+        count *= d
+    nbytes = count * dtype.itemsize
+    if nbytes == 0 or not address:
+        return np.empty(shape, dtype)
+    buf = (ctypes.c_char * nbytes).from_address(address)
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)

@@ -1,0 +1,446 @@
+"""Checks that load onnxhal's plugin EP library into real onnxruntime, one per subprocess.
+
+``tests/test_ort_plugin.py`` runs ``python -m tests.ort_bridge_checks NAME`` (a crash of the bridge
+then fails a test instead of killing pytest) and asserts on the JSON the check prints last.
+Profiles: generic-npu (fp16, NHWC, no Erf) and generic-gpu (fp32), as $ONNXHAL_SIMULATE would give.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import onnxruntime as ort  # noqa: E402
+
+import onnxhal.ort_plugin as plugin  # noqa: E402
+from tests.models import ADD_MUL_X, add_mul_model, add_mul_reference  # noqa: E402
+
+NPU, GPU = "VirtualNpuExecutionProvider", "VirtualGpuExecutionProvider"
+PROFILES = ["generic-npu", "generic-gpu"]
+
+
+def register(name: str = plugin.REGISTRATION_NAME) -> None:
+    plugin.configure(profiles=PROFILES)
+    ort.register_execution_provider_library(name, plugin.library_path())
+
+
+def device(ep_name: str):
+    return next(d for d in ort.get_ep_devices() if d.ep_name == ep_name)
+
+
+def session(model, policy=None, devices=None, options=None, optimize=True) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if policy is not None:
+        so.set_provider_selection_policy(policy)
+    if devices is not None:
+        so.add_provider_for_devices(devices, options or {})
+    return ort.InferenceSession(model.SerializeToString(), so)
+
+
+def assignment(sess) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for sub in sess.get_provider_graph_assignment_info():
+        out.setdefault(sub.ep_name, []).extend(n.name for n in sub.get_nodes())
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def add_mul_error(sess) -> float:
+    return float(np.abs(sess.run(None, {"x": ADD_MUL_X})[0] - add_mul_reference(ADD_MUL_X)).max())
+
+
+# -- checks ---------------------------------------------------------------------------------------
+def devices_and_policies() -> dict:
+    register()
+    P = ort.OrtExecutionProviderDevicePolicy
+    model = add_mul_model()
+    devices = [{"ep_name": d.ep_name, "ep_vendor": d.ep_vendor, "type": d.device.type.name,
+                "vendor": d.device.vendor, "vendor_id": d.device.vendor_id, "device_id": d.device.device_id,
+                "hw_metadata": dict(d.device.metadata), "ep_metadata": dict(d.ep_metadata)}
+               for d in ort.get_ep_devices()]
+    providers = {p: session(model, getattr(P, p)).get_providers()
+                 for p in ("PREFER_NPU", "PREFER_GPU", "MAX_PERFORMANCE", "PREFER_CPU")}
+    explicit = session(model, devices=[device(NPU)])
+    errors = {"explicit_npu": add_mul_error(explicit),
+              "prefer_gpu": add_mul_error(session(model, P.PREFER_GPU))}
+    # generic-npu runs static shapes only: with a symbolic batch every node stays on the CPU EP.
+    from onnx import helper
+
+    from tests.models import make, vi
+
+    dynamic = make([helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", ["N", 3])], [vi("y", ["N", 3])])
+    dynamic_assignment = assignment(session(dynamic, devices=[device(NPU)]))
+    return {"devices": devices, "providers": providers, "explicit": explicit.get_providers(),
+            "dynamic_assignment": dynamic_assignment,
+            "explicit_assignment": assignment(explicit), "errors": errors,
+            "ort_version": ort.__version__}
+
+
+def if_model():
+    """add -> If(then: Relu, else: Neg, both reading the outer 'a') -> mul."""
+    from onnx import TensorProto, helper
+
+    from tests.models import make, vi
+
+    then_g = helper.make_graph([helper.make_node("Relu", ["a"], ["t"], name="then_relu")], "then", [], [vi("t", [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["a"], ["e"], name="else_neg")], "else", [], [vi("e", [2, 3])])
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="add"),
+             helper.make_node("If", ["c"], ["y0"], then_branch=then_g, else_branch=else_g, name="if"),
+             helper.make_node("Mul", ["y0", "x"], ["y"], name="mul")]
+    return make(nodes, [vi("x", [2, 3]), vi("c", [], TensorProto.BOOL)], [vi("y", [2, 3])])
+
+
+def models_match_onnxhal() -> dict:
+    """The benchmark CNN, the encoder layer and a PyTorch export: partitions (optimizers off in both,
+    so both see the model's own nodes) and errors against onnxruntime's CPU EP."""
+    os.environ["ONNXHAL_SIMULATE"] = ",".join(PROFILES)
+    import re
+
+    import onnx
+
+    import onnxhal
+    from benchmarks import models
+
+    register()
+    data = Path(onnx.__file__).parent / "backend/test/data/pytorch-converted/test_Conv2d_depthwise_padded"
+    exported = onnx.load(str(data / "model.onnx"))
+    cases = {"cnn": models.cnn(image=32, classes=10), "encoder": models.encoder(seq=16, hidden=64, heads=4, ffn=128),
+             "torch_conv2d_depthwise": exported,  # opset 6: onnxruntime cannot rewrite it to NHWC
+             "squeezenet": models.light_model("squeezenet"),  # onnx's light model zoo export, random weights
+             "control_flow": if_model()}  # onnxruntime asks about each branch of the If separately
+    result = {}
+    for name, model in cases.items():
+        feeds = models.feeds(model)
+        ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        for ep, policy in ((NPU, "PREFER_NPU"), (GPU, "PREFER_GPU")):
+            sess = session(model, getattr(ort.OrtExecutionProviderDevicePolicy, policy), optimize=False)
+            out = sess.run(None, feeds)
+            hso = onnxhal.SessionOptions()
+            hso.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL
+            hso.set_provider_selection_policy(getattr(onnxhal.OrtExecutionProviderDevicePolicy, policy))
+            hso.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+            own = onnxhal.InferenceSession(model.SerializeToString(), hso)
+            # Both NHWC rewrites add Transpose nodes of their own: compare the model's nodes.
+            original = {n.name for n in model.graph.node}
+            original |= {n.name for node in model.graph.node for a in node.attribute if a.g.node for n in a.g.node}
+
+            def model_nodes(parts: dict, keep=original) -> dict:
+                # onnxruntime names a node it rewrote to NHWC "<name>_token_<n>".
+                kept = {k: sorted(m for m in (re.sub(r"_token_\d+$", "", n) for n in v) if m in keep)
+                        for k, v in parts.items()}
+                return {k: v for k, v in kept.items() if v}
+
+            result[f"{name}/{ep}"] = {
+                "providers": sess.get_providers(), "bridge": model_nodes(assignment(sess)),
+                "onnxhal": model_nodes(assignment(own)),
+                "nhwc_nodes": sum(1 for s in sess.get_provider_graph_assignment_info() for n in s.get_nodes()
+                                  if n.domain == "com.ms.internal.nhwc"),
+                "err": max(float(np.abs(a - b).max()) for a, b in zip(out, ref)),
+                "scale": max(float(np.abs(b).max()) for b in ref),
+                "optimized_err": max(float(np.abs(a - b).max()) for a, b in
+                                     zip(session(model, getattr(ort.OrtExecutionProviderDevicePolicy, policy))
+                                         .run(None, feeds), ref))}
+    from onnxhal.simulators.profiles import load_profile
+
+    result["tolerance"] = {p: [load_profile(p).rtol, load_profile(p).atol] for p in PROFILES}
+    return result
+
+
+def errors_and_faults() -> dict:
+    register()
+    model = add_mul_model()
+    lost = session(model, devices=[device(NPU)], options={"fault_device_lost_after_runs": "1"})
+    lost.disable_fallback()  # onnxruntime's Python session would otherwise retry on the CPU EP
+    first = add_mul_error(lost)
+    try:
+        lost.run(None, {"x": ADD_MUL_X})
+        second = None
+    except Exception as e:  # onnxruntime's EPFail
+        second = f"{type(e).__name__}: {e}"
+    fresh = add_mul_error(session(model, devices=[device(NPU)]))
+    transient = session(model, devices=[device(GPU)],
+                        options={"fault_transient_error_rate": "1.0", "fault_seed": "3"})
+    transient.disable_fallback()
+    try:
+        transient.run(None, {"x": ADD_MUL_X})
+        transient_error = None
+    except Exception as e:
+        transient_error = f"{type(e).__name__}: {e}"
+    # The device's memory: an allocation past the injected limit is onnxhal's OutOfMemory, which
+    # reaches onnxruntime as RUNTIME_EXCEPTION; the count restarts, so a later run works. The
+    # partition allocates its 24-byte output on the session's (fault-injecting) allocator each run
+    # (onnxruntime's own tensors come from the device's shared allocator): runs 1 and 3 fit in 30, run
+    # 2 does not.
+    oom = session(model, devices=[device(GPU)], options={"fault_alloc_fail_after_bytes": "30"})
+    oom.disable_fallback()
+    before_oom = add_mul_error(oom)
+    try:
+        oom.run(None, {"x": ADD_MUL_X})
+        out_of_memory = None
+    except Exception as e:
+        out_of_memory = f"{type(e).__name__}: {e}"
+    after_oom = add_mul_error(oom)
+    # onnxruntime 1.32 raises the EP's InvalidArgument; 1.24's Python session prints it and falls back
+    # to the CPU EP alone.
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            fallback = session(model, devices=[device(NPU)], options={"fault_no_such_thing": "1"})
+        bad_option = {"providers": fallback.get_providers(), "message": printed.getvalue()}
+    except Exception as e:
+        bad_option = {"raised": type(e).__name__, "message": str(e)}
+    return {"first_run_err": first, "second_run": second, "fresh_session_err": fresh,
+            "transient": transient_error, "bad_option": bad_option, "out_of_memory": out_of_memory,
+            "out_of_memory_errs": [before_oom, after_oom]}
+
+
+def threads_and_lifecycle() -> dict:
+    register()
+    model = add_mul_model()
+    from onnxhal.ort_plugin import dispatch
+
+    objects_before = len(dispatch.objects)
+    sess = session(model, devices=[device(GPU)])
+    errs: list[float] = []
+    failures: list[str] = []
+
+    def work(s) -> None:
+        try:
+            for _ in range(50):
+                errs.append(add_mul_error(s))
+        except Exception as e:
+            failures.append(repr(e))
+
+    workers = [threading.Thread(target=work, args=(sess,)) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    # Two independent branches in parallel execution mode: onnxruntime's own inter-op threads call
+    # Compute (ctypes takes the GIL for them).
+    from onnx import helper
+
+    from tests.models import make, vi
+
+    branches = make([helper.make_node("Relu", ["x"], ["a"], name="left"), helper.make_node("Neg", ["x"], ["b"], name="right"),
+                     helper.make_node("Add", ["a", "b"], ["y"], name="join")], [vi("x", [2, 3])], [vi("y", [2, 3])])
+    so = ort.SessionOptions()
+    so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    so.inter_op_num_threads = 2
+    so.add_provider_for_devices([device(GPU)], {})
+    threads_seen: set = set()
+    compute = dispatch.HANDLERS[dispatch.C_COMPUTE]
+
+    def spy(target, args):
+        threads_seen.add(threading.get_ident())
+        return compute(target, args)
+
+    dispatch.HANDLERS[dispatch.C_COMPUTE] = spy
+    parallel = ort.InferenceSession(branches.SerializeToString(), so)
+    parallel_err = max(float(np.abs(parallel.run(None, {"x": ADD_MUL_X})[0] - (np.maximum(ADD_MUL_X, 0) - ADD_MUL_X)).max())
+                       for _ in range(20))
+    dispatch.HANDLERS[dispatch.C_COMPUTE] = compute
+    del parallel
+
+    objects_with_session = len(dispatch.objects)
+    del sess
+    objects_after = len(dispatch.objects)
+    ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
+    after_unregister = [d.ep_name for d in ort.get_ep_devices()]
+    register()  # again, under the same name
+    live = session(model, devices=[device(NPU)])
+    ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)  # while a session lives
+    live_err = add_mul_error(live)
+    del live
+    register()
+    kept_alive_at_exit.append(session(model, devices=[device(NPU)]))  # still alive when the process exits
+    return {"runs": len(errs), "max_err": max(errs), "failures": failures, "parallel_err": parallel_err,
+            "parallel_threads": len(threads_seen - {threading.main_thread().ident}),
+            "objects_before": objects_before, "objects_with_session": objects_with_session,
+            "objects_after": objects_after,
+            "after_unregister": after_unregister, "run_after_live_unregister_err": live_err}
+
+
+kept_alive_at_exit: list = []
+
+
+def many_sessions() -> dict:
+    """200 sessions created, run and released: neither onnxhal's bridge objects nor the process grow."""
+    import gc
+
+    import psutil
+
+    register()
+    model = add_mul_model()
+    dev = device(NPU)
+    from onnxhal.ort_plugin import dispatch
+
+    def cycle(n: int) -> None:
+        for _ in range(n):
+            s = session(model, devices=[dev])
+            add_mul_error(s)
+            del s
+        gc.collect()
+
+    cycle(20)  # warm: caches, arenas, the first program builds
+    rss0, objects0 = psutil.Process().memory_info().rss, len(dispatch.objects)
+    cycle(200)
+    rss1, objects1 = psutil.Process().memory_info().rss, len(dispatch.objects)
+    return {"rss_growth_mib": (rss1 - rss0) / 2**20, "objects_before": objects0, "objects_after": objects1}
+
+
+def user_eps() -> dict:
+    """EP libraries written against onnxhal.hal, through the same adapter: the docs' chain EP (on the
+    CPU hardware device), the toy EP (virtual NPUs; single nodes, failures) and the OpenCL EP."""
+    import re
+
+    model = add_mul_model()
+    out: dict = {}
+    text = (Path(__file__).resolve().parent.parent / "docs" / "writing-an-ep.md").read_text()
+    chain = Path(os.environ.get("TMPDIR", "/tmp")) / f"chain_ep_{os.getpid()}.py"
+    chain.write_text(re.findall(r"```python\n(\"\"\"chain_ep.py.*?)```", text, re.S)[0])
+    try:
+        plugin.configure(library=str(chain))
+        ort.register_execution_provider_library("chain", plugin.library_path())
+    finally:
+        chain.unlink()
+    dev = device("ChainExecutionProvider")
+    sess = session(model, devices=[dev], options={"min_chain": "2"})
+    out["chain"] = {"hw_type": dev.device.type.name, "assignment": assignment(sess), "err": add_mul_error(sess),
+                    "ep_metadata": dict(dev.ep_metadata)}
+    plugin.configure(library=str(Path(__file__).resolve().parent / "plugins" / "toy_fusing_ep.py"))
+    ort.register_execution_provider_library("toy.virtual", plugin.library_path())
+    toy = device("ToyA")
+    for mode in ("single", "fuse"):
+        sess = session(model, devices=[toy], options={"mode": mode})
+        out[f"toy_{mode}"] = {"assignment": [sorted(n.name for n in s.get_nodes())
+                                             for s in sess.get_provider_graph_assignment_info()],
+                              "providers": sess.get_providers(), "err": add_mul_error(sess)}
+    sess = session(model, devices=[toy], options={"fail": "capability"})
+    out["toy_capability_fails"] = {"assignment": assignment(sess), "err": add_mul_error(sess)}
+    try:
+        session(model, devices=[toy], options={"fail": "compile"})
+        out["toy_compile_fails"] = None
+    except Exception as e:
+        out["toy_compile_fails"] = f"{type(e).__name__}: {e}"
+    from onnxhal.devices import discover_hardware_devices
+
+    if any(hw.metadata.get("opencl_devices") for hw in discover_hardware_devices()):
+        plugin.configure(library="onnxhal.runtime.providers.opencl")
+        ort.register_execution_provider_library("opencl", plugin.library_path())
+        sess = session(model, devices=[device("OpenCLExecutionProvider")])
+        out["opencl"] = {"assignment": assignment(sess), "err": add_mul_error(sess)}
+    return out
+
+
+def ep_context() -> dict:
+    """onnxruntime's ModelCompiler on the simulated devices: EPContext nodes carrying onnxhal's
+    partition blobs, the compatibility string in the metadata, and a session that loads them."""
+    import onnx
+
+    register()
+    model = add_mul_model()
+    out = {}
+    for ep in (NPU, GPU):
+        so = ort.SessionOptions()
+        so.add_provider_for_devices([device(ep)], {})
+        compiled = ort.ModelCompiler(so, model.SerializeToString(), embed_compiled_data_into_model=True).compile_to_bytes()
+        proto = onnx.load_from_string(compiled)
+        sess = session(proto, devices=[device(ep)])
+        out[ep] = {"nodes": [(n.op_type, n.domain, n.name) for n in proto.graph.node],
+                   "source": [a.s.decode() for n in proto.graph.node for a in n.attribute if a.name == "source"],
+                   "metadata": {p.key: p.value for p in proto.metadata_props},
+                   "assignment": [(s.ep_name, [n.op_type for n in s.get_nodes()])
+                                  for s in sess.get_provider_graph_assignment_info()],
+                   "err": add_mul_error(sess)}
+    return out
+
+
+def device_memory() -> dict:
+    """The simulated devices' memory declared to onnxruntime: its OrtValues live there, its copies
+    go through the bridge's data transfer, IOBinding keeps inputs and outputs on the device."""
+    import collections
+
+    from onnxhal.ort_plugin import dispatch
+
+    register()
+    model = add_mul_model()
+    out: dict = {}
+    calls: collections.Counter = collections.Counter()
+    for call in (dispatch.D_COPY_TENSORS, dispatch.A_ALLOC, dispatch.C_COMPUTE):
+        def spy(target, args, _h=dispatch.HANDLERS[call], _c=call):
+            calls[dispatch._CALL_NAMES[_c]] += 1
+            return _h(target, args)
+
+        dispatch.HANDLERS[call] = spy
+    for ep in (NPU, GPU):
+        dev = device(ep)
+        info = dev.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+        sess = session(model, devices=[dev])
+        out[ep] = {"memory_info": info.name}
+        try:  # OrtValues in a plugin EP's memory: onnxruntime's Python API has memory_info= from 1.25 or so
+            x_dev = ort.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32, memory_info=info)
+        except TypeError:
+            x_dev = None
+        if x_dev is not None:
+            ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(ADD_MUL_X)], [x_dev], None)
+            y_dev = ort.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32, memory_info=info)
+            binding = sess.io_binding()
+            binding.bind_ortvalue_input("x", x_dev)
+            binding.bind_ortvalue_output("y", y_dev)
+            calls.clear()
+            sess.run_with_iobinding(binding)
+            out[ep]["iobinding_calls"] = dict(calls)
+            y_host = ort.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32)
+            ort.copy_tensors([y_dev], [y_host], None)
+            out[ep]["iobinding_err"] = float(np.abs(y_host.numpy() - add_mul_reference(ADD_MUL_X)).max())
+        calls.clear()
+        plain_err = add_mul_error(sess)
+        out[ep].update({"plain_calls": dict(calls), "plain_err": plain_err})
+    ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
+    plugin.configure(profiles=PROFILES, device_memory=False)
+    ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+    calls.clear()
+    sess = session(model, devices=[device(NPU)])
+    out["host_only"] = {"memory_info": device(NPU).memory_info(ort.OrtDeviceMemoryType.DEFAULT) is not None,
+                        "err": add_mul_error(sess), "calls": dict(calls)}
+    return out
+
+
+def not_attached() -> dict:
+    """onnxruntime loads the library without onnxhal's Python side attached: a clear error."""
+    from onnxhal.ort_plugin.build import bridge_library
+
+    try:
+        ort.register_execution_provider_library("bare.virtual", str(bridge_library()))
+        return {"error": None}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def wrong_name() -> dict:
+    """Virtual devices need a registration name ending in '.virtual' (onnxruntime's rule)."""
+    plugin.configure(profiles=PROFILES)
+    try:
+        ort.register_execution_provider_library("onnxhal", plugin.library_path())
+        return {"error": None}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+if __name__ == "__main__":
+    result = globals()[sys.argv[1]]()
+    print(json.dumps(result))
+    sys.stdout.flush()

@@ -1,0 +1,237 @@
+"""onnxhal's plugin EP library inside real onnxruntime (``onnxhal.ort_plugin``).
+
+Checks that load the library into onnxruntime run in a subprocess each (``tests/ort_bridge_checks.py``):
+a crash there fails the test instead of killing pytest, and every check also asserts a clean exit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+import onnxruntime  # noqa: E402
+
+from onnxhal.errors import Fail, InvalidArgument  # noqa: E402
+from onnxhal.ort_plugin import build, gen_api_table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+NPU, GPU = "VirtualNpuExecutionProvider", "VirtualGpuExecutionProvider"
+ORT_VERSION = tuple(int(x) for x in onnxruntime.__version__.split(".")[:2])
+needs_virtual = pytest.mark.skipif(ORT_VERSION < (1, 24), reason="virtual hardware devices need onnxruntime 1.24")
+
+
+def run_check(name: str, timeout: float = 240) -> dict:
+    done = subprocess.run([sys.executable, "-m", "tests.ort_bridge_checks", name], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, f"check {name} exited with {done.returncode}:\n{done.stderr[-4000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- in process: no onnxruntime load ---------------------------------------------------------------
+def test_api_table_is_generated_from_the_source_text(tmp_path):
+    sources = gen_api_table.HERE / "ort_source"
+    tables = {var: gen_api_table.parse_table((sources / f).read_text(), ns, struct)
+              for var, (f, ns, struct) in gen_api_table.SOURCES.items()}
+    assert tables["ORT_API"]["GetEpApi"] == (317, 22)
+    assert tables["ORT_API"]["CreateExternalInitializerInfo"] == (389, 23)
+    assert tables["ORT_API"]["RunOptionsSetSyncStream"] == (411, 24)
+    assert tables["EP_API"]["CreateHardwareDevice"] == (16, 24)
+    # The committed table is what the generator makes from the committed source text.
+    assert (gen_api_table.HERE / "api_table.py").read_text() == gen_api_table.render(tables)
+
+
+def test_api_table_generator_refuses_a_miscounted_source():
+    text = (gen_api_table.HERE / "ort_source" / "onnxruntime_c_api.cc.excerpt").read_text()
+    broken = text.replace("    &OrtApis::GetCompileApi,\n", "", 1)  # one slot lost before the 22 anchor
+    with pytest.raises(SystemExit, match="anchor GetEpApi is slot 317"):
+        gen_api_table.parse_table(broken, "OrtApis", "OrtApi")
+
+
+def test_no_compiler_names_the_remedy(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, gcc or clang
+    with pytest.raises(Fail, match="no C compiler was found.*apt-get install gcc.*pip install -e"):
+        build.compiled_library()
+
+
+@pytest.mark.skipif(build.compiler() is None, reason="no C compiler on this machine")
+def test_bridge_compiles_when_the_install_did_not(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    path = build.compiled_library()
+    assert path.is_file() and path.parent == tmp_path / "ort_bridge"
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True).stdout
+    assert " T CreateEpFactories" in symbols and " T ReleaseEpFactory" in symbols
+    assert build.compiled_library() == path  # cached by the source's hash
+
+
+def test_configure_checks_profiles_and_library():
+    import onnxhal.ort_plugin as plugin
+    from onnxhal.ort_plugin.library import SIMULATORS, config
+
+    with pytest.raises(InvalidArgument, match="no-such-profile"):
+        plugin.configure(profiles=["no-such-profile"])
+    with pytest.raises(InvalidArgument, match="module name or a .py path"):
+        plugin.configure(library="")
+    plugin.configure(profiles="generic-npu")
+    assert config.profiles == ["generic-npu"] and config.library == SIMULATORS
+    plugin.configure()
+    assert config.profiles == []
+
+
+# -- inside onnxruntime ----------------------------------------------------------------------------
+@needs_virtual
+def test_devices_policies_and_explicit_devices():
+    r = run_check("devices_and_policies")
+    devices = {d["ep_name"]: d for d in r["devices"]}
+    assert r["devices"][0]["ep_name"] == "CPUExecutionProvider"
+    npu, gpu = devices[NPU], devices[GPU]
+    assert (npu["type"], gpu["type"]) == ("NPU", "GPU")
+    assert npu["vendor"] == gpu["vendor"] == "onnxhal" and npu["ep_vendor"] == "onnxhal"
+    for d in (npu, gpu):
+        assert d["hw_metadata"]["IsVirtual"] == d["hw_metadata"]["is_virtual"] == "1"
+        assert d["ep_metadata"]["version"] == "0.1.0" and d["ep_metadata"]["backend"] in ("opencl", "host")
+    assert npu["hw_metadata"]["simulator_profile"] == "generic-npu" and gpu["hw_metadata"]["Discrete"] == "1"
+    assert r["providers"] == {"PREFER_NPU": [NPU, "CPUExecutionProvider"], "PREFER_GPU": [GPU, "CPUExecutionProvider"],
+                              "MAX_PERFORMANCE": [GPU, "CPUExecutionProvider"], "PREFER_CPU": ["CPUExecutionProvider"]}
+    assert r["explicit"] == [NPU, "CPUExecutionProvider"]
+    assert r["explicit_assignment"] == {NPU: ["add1", "add2", "mul"]}
+    assert r["errors"]["explicit_npu"] <= 2e-2 and r["errors"]["prefer_gpu"] <= 1e-5
+    assert r["dynamic_assignment"] == {"CPUExecutionProvider": ["relu"]}
+
+
+@needs_virtual
+def test_models_partition_as_onnxhal_and_stay_within_tolerance():
+    r = run_check("models_match_onnxhal")
+    tolerance = {NPU: r["tolerance"]["generic-npu"], GPU: r["tolerance"]["generic-gpu"]}
+    for name in ("cnn", "encoder", "torch_conv2d_depthwise", "squeezenet", "control_flow"):
+        for ep in (NPU, GPU):
+            case = r[f"{name}/{ep}"]
+            assert case["providers"] == [ep, "CPUExecutionProvider"], name
+            if (name, ep) == ("torch_conv2d_depthwise", NPU):
+                # An opset-6 model: onnxruntime does not use an NHWC EP on it at all (its layout
+                # rewrite needs opset 7); onnxhal's own session runs the Conv on the NPU.
+                assert case["bridge"] == {"CPUExecutionProvider": [""]} and case["onnxhal"] == {NPU: [""]}
+            else:
+                assert case["bridge"] == case["onnxhal"], f"{name} on {ep}: onnxruntime and onnxhal partition differently"
+            rtol, atol = tolerance[ep]
+            for err in (case["err"], case["optimized_err"]):
+                assert err <= atol + rtol * case["scale"], f"{name} on {ep}: error {err}"
+    # The NPU profile has no Erf: the encoder's GELU stays on onnxruntime's CPU EP.
+    assert len(r[f"encoder/{NPU}"]["bridge"]["CPUExecutionProvider"]) == 1
+    assert "CPUExecutionProvider" not in r[f"encoder/{GPU}"]["bridge"]
+    # The NPU prefers NHWC: onnxruntime rewrote its Conv and pooling nodes (BatchNormalization stays NCHW).
+    assert r[f"cnn/{NPU}"]["nhwc_nodes"] == 22 and r[f"squeezenet/{NPU}"]["nhwc_nodes"] == 30
+    assert r[f"cnn/{GPU}"]["nhwc_nodes"] == 0
+    # Control flow: the If stays on the CPU EP, the nodes of its branches go to the devices.
+    assert r[f"control_flow/{GPU}"]["bridge"] == {GPU: ["add", "else_neg", "mul", "then_relu"],
+                                                  "CPUExecutionProvider": ["if"]}
+
+
+@needs_virtual
+def test_device_loss_and_errors_become_onnxruntime_errors():
+    r = run_check("errors_and_faults")
+    assert r["first_run_err"] <= 2e-2
+    assert r["second_run"].startswith("EPFail") and "simulated device 'generic-npu' was lost" in r["second_run"]
+    assert r["fresh_session_err"] <= 2e-2
+    assert r["transient"].startswith("RuntimeException") and "transient error on simulated device" in r["transient"]
+    oom = r["out_of_memory"]
+    assert oom.startswith("RuntimeException") and "OutOfMemory" in oom and "simulated device 'generic-gpu'" in oom
+    assert r["out_of_memory_errs"] == [0.0, 0.0]  # the runs before and after
+    bad = r["bad_option"]
+    assert "InvalidArgument: unknown provider option 'fault_no_such_thing'" in bad["message"]
+    assert bad.get("raised") == "InvalidArgument" or bad.get("providers") == ["CPUExecutionProvider"]
+
+
+@needs_virtual
+def test_threads_unregister_and_exit_with_a_live_session():
+    r = run_check("threads_and_lifecycle")
+    assert r["failures"] == [] and r["runs"] == 200 and r["max_err"] <= 1e-5
+    # In parallel execution mode onnxruntime's own threads call Compute: the GIL is taken for them.
+    assert r["parallel_threads"] >= 1 and r["parallel_err"] == 0.0
+    # The session's EP, its partition, and its allocator and data transfer come and go with it.
+    assert r["objects_with_session"] > r["objects_before"] == r["objects_after"]
+    assert r["after_unregister"] == ["CPUExecutionProvider"]
+    assert r["run_after_live_unregister_err"] <= 2e-2  # and the process exited cleanly (run_check)
+
+
+@needs_virtual
+def test_compiled_models_carry_the_partitions_as_ep_context_nodes():
+    r = run_check("ep_context")
+    for ep in (NPU, GPU):
+        case = r[ep]
+        assert [(op, domain) for op, domain, _ in case["nodes"]] == [("EPContext", "com.microsoft")]
+        assert case["nodes"][0][2].startswith(ep)  # named as onnxruntime's fused node
+        assert case["source"] == [ep]
+        assert case["metadata"][f"ep_compatibility_info.{ep}"].startswith(f"{ep};version=0.1.0;")
+        assert case["assignment"] == [[ep, ["EPContext"]]]  # (JSON makes the pair a list)
+        assert case["err"] <= 2e-2
+
+
+@needs_virtual
+def test_device_memory_is_onnxruntimes_to_use():
+    r = run_check("device_memory")
+    for ep, name in ((NPU, "VirtualNpu(generic-npu)"), (GPU, "VirtualGpu(generic-gpu)")):
+        case = r[ep]
+        assert case["memory_info"] == name
+        # Inputs and outputs bound in device memory: one crossing per run, no copy, no allocation
+        # (where onnxruntime's Python API can make an OrtValue in a plugin EP's memory: not 1.24).
+        if ORT_VERSION >= (1, 32):
+            assert case["iobinding_err"] == 0.0 and case["iobinding_calls"] == {"OrtNodeComputeInfo::Compute": 1}
+        # Host feeds: onnxruntime allocates on the device and copies through the bridge's data transfer.
+        assert case["plain_err"] == 0.0
+        assert case["plain_calls"] == {"OrtAllocator::Alloc": 2, "OrtDataTransferImpl::CopyTensors": 2,
+                                       "OrtNodeComputeInfo::Compute": 1}
+    # configure(device_memory=False): onnxruntime sees host memory; the bridge copies inside compute.
+    assert r["host_only"] == {"memory_info": False, "err": 0.0, "calls": {"OrtNodeComputeInfo::Compute": 1}}
+
+
+@needs_virtual
+def test_200_sessions_leave_no_growth():
+    r = run_check("many_sessions")
+    assert r["objects_after"] == r["objects_before"]
+    assert r["rss_growth_mib"] < 16
+
+
+@needs_virtual
+def test_loading_without_python_side_and_wrong_name_are_clear_errors():
+    bare = run_check("not_attached")["error"]
+    assert bare.startswith("Fail") and "onnxhal.ort_plugin.library_path()" in bare
+    wrong = run_check("wrong_name")["error"]
+    assert wrong.startswith("InvalidArgument") and "'onnxhal.virtual'" in wrong
+
+
+@needs_virtual
+def test_users_own_hal_eps_run_through_the_same_adapter():
+    r = run_check("user_eps")
+    chain = r["chain"]  # docs/writing-an-ep.md's EP, on onnxruntime's CPU hardware device
+    assert chain["hw_type"] == "CPU" and chain["ep_metadata"]["kind"] == "example"
+    assert chain["assignment"] == {"ChainExecutionProvider": ["add1", "add2", "mul"]} and chain["err"] == 0.0
+    # add_single_node: each node is a partition of its own, run by the EP's kernel.
+    assert r["toy_single"]["assignment"] == [["add1"], ["mul"], ["add2"]] and r["toy_single"]["err"] == 0.0
+    assert r["toy_fuse"]["assignment"] == [["add1", "add2", "mul"]] and r["toy_fuse"]["err"] == 0.0
+    # get_capability raising: onnxruntime logs it and gives the EP nothing.
+    assert r["toy_capability_fails"]["assignment"] == {"CPUExecutionProvider": ["add1", "add2", "mul"]}
+    # compile raising: onnxruntime fails the session with the EP's message (onnxhal's runtime falls back).
+    assert r["toy_compile_fails"].startswith("Fail") and "program build failed" in r["toy_compile_fails"]
+    if "opencl" in r:  # only where an OpenCL device passes the probe
+        assert r["opencl"] == {"assignment": {"OpenCLExecutionProvider": ["add1", "add2", "mul"]}, "err": 0.0}
+
+
+@needs_virtual
+def test_docs_snippet_runs_as_written(tmp_path):
+    import re
+
+    text = (ROOT / "docs" / "onnxruntime-plugin.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    code += ("\nassert sess.get_providers() == ['VirtualNpuExecutionProvider', 'CPUExecutionProvider']\n"
+             "assert np.abs(sess.run(None, {'x': x})[0] - (np.maximum(x, 0) + x)).max() <= 2e-2\n")
+    (tmp_path / "snippet.py").write_text(code)
+    done = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "('VirtualNpuExecutionProvider', <OrtHardwareDeviceType.NPU" in done.stdout

@@ -86,7 +86,9 @@ AXIS_OPS = {"Split": 0, "Concat": 0, "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0
             "TopK": 0, "LpNormalization": 0, "Compress": 0}
 
 
-_CHECKED_OPS = frozenset({"Conv", "Loop", "Scan"})
+#: Recurrent operators: gates per hidden unit, the rows of W per hidden_size.
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_CHECKED_OPS = frozenset({"Conv", "Loop", "Scan", *_GATES})
 
 
 def check_inferred(proto: onnx.ModelProto) -> None:
@@ -109,6 +111,12 @@ def check_inferred(proto: onnx.ModelProto) -> None:
             if r is not None and not -r <= axis < r + AXIS_OPS[n.op_type]:
                 raise InvalidGraph(f"{node_label(n)}{where}: axis={axis} but its input {n.input[0]!r} has rank "
                                    f"{r}; axis must be in [{-r}, {r - 1 + AXIS_OPS[n.op_type]}].")
+        elif n.op_type in _GATES and len(n.input) > 1:
+            w = shapes.get(n.input[1])
+            h = next((a.i for a in n.attribute if a.name == "hidden_size"), None)
+            if w is not None and len(w) == 3 and h is not None and w[1] is not None and w[1] != _GATES[n.op_type] * h:
+                raise InvalidGraph(f"{node_label(n)}{where}: hidden_size={h} but its weight {n.input[1]!r} has shape "
+                                   f"{w}; W is [directions, {_GATES[n.op_type]} * hidden_size, input_size].")
         elif n.op_type == "Conv" and len(n.input) > 1:
             ks = next((list(a.ints) for a in n.attribute if a.name == "kernel_shape"), None)
             w = shapes.get(n.input[1])

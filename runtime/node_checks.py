@@ -217,6 +217,13 @@ def _check_window(node: onnx.NodeProto, where: str) -> None:
             raise InvalidGraph(f"{node_label(node)}{where}: {a.name}={list(a.ints)}; each must be 1 or more.")
 
 
+def _check_recurrent(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+    h = _int_attr(node, "hidden_size")
+    if h is None or h < 1:  # optional in the schema, but onnxruntime's kernels need it
+        raise InvalidGraph(f"{node_label(node)}{where}: hidden_size is {'missing' if h is None else h}; give the "
+                           "size of the hidden state, 1 or more (onnxruntime refuses the node without it).")
+
+
 def _check_gemm(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
     for name in ("transA", "transB"):
         v = _int_attr(node, name)
@@ -265,6 +272,7 @@ def _check_dtype_attributes(node: onnx.NodeProto, where: str) -> None:
 
 _VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, onnx.defs.OpSchema | None], None]] = {
     "Einsum": _check_einsum, "GatherND": _check_gathernd, "Split": _check_split, "Gemm": _check_gemm,
+    "RNN": _check_recurrent, "GRU": _check_recurrent, "LSTM": _check_recurrent,
     "If": _check_body_signature, "Loop": _check_body_signature, "Scan": _check_body_signature,
 }
 

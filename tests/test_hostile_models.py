@@ -436,6 +436,12 @@ def _if_with_ai_onnx_branch() -> onnx.ModelProto:
     branch.node[0].domain, branch.node[0].name = "ai.onnx", "neg"
     return m
 
+
+def _lstm(**attrs) -> onnx.ModelProto:
+    w = [numpy_helper.from_array(np.ones((1, 8, 2), np.float32), n) for n in "wr"]
+    return make([helper.make_node("LSTM", ["x", "w", "r"], ["y"], name="lstm", **attrs)], [vi("x", [3, 1, 2])],
+                [vi("y", None)], w)
+
 MORE = {
     "a function that never writes its output": (_function_without_its_output,
                                                 r"function local:twice declares output\(s\) \['b'\] that none"),
@@ -450,6 +456,9 @@ MORE = {
     "a node in a domain the model does not import": (_call_without_import,
                                                      "double node 'call' is in domain 'local', which the model's "
                                                      "opset_import does not list"),
+    "an LSTM without hidden_size": (_lstm, "LSTM node 'lstm': hidden_size is missing"),
+    "an LSTM whose hidden_size disagrees with W": (lambda: _lstm(hidden_size=3),
+                                                   r"hidden_size=3 but its weight 'w' has shape \[1, 8, 2\]"),
     "a subgraph node spelled in domain ai.onnx": (_if_with_ai_onnx_branch,
                                                   "Neg node 'neg' .*in subgraph 'else_branch'.* is in domain 'ai.onnx'"),
     # onnx's inference found no opset for "ai.onnx" and let the uint8 input through unchecked
@@ -534,3 +543,17 @@ def test_a_kernel_failure_names_the_inputs_the_node_was_given(with_run_options):
     feeds = {"x": np.ones((2, 3), np.float32), "w": np.ones((4, 5), np.float32)}
     with pytest.raises(errors.Fail, match=r"MatMul node 'mm' .*Its inputs were 'r': float32\[2,3\], 'w': float32\[4,5\]$"):
         onnxhal.InferenceSession(m).run(None, feeds, onnxhal.RunOptions() if with_run_options else None)
+
+
+@pytest.mark.parametrize("depth", [np.array(5, np.int64), np.array([5], np.int64), np.array(4.0, np.float32)])
+@pytest.mark.parametrize("axis", [-3, -1, 0, 2])
+def test_one_hot_takes_a_depth_of_one_element_in_any_rank_as_onnxruntime_does(depth, axis):
+    """Found by a fuzz seed model: onnx.reference's OneHot (the fallback before) failed on depth=[5]
+    with "only 0-dimensional arrays can be converted to Python scalars"."""
+    node = helper.make_node("OneHot", ["i", "d", "v"], ["y"], axis=axis)
+    m = make([node], [vi("i", [2, 3], TensorProto.INT64)], [vi("y", None)],
+             [numpy_helper.from_array(depth, "d"), numpy_helper.from_array(np.array([-1, 2], np.float32), "v")], opset=11)
+    i = np.array([[0, -1, 4], [7, -6, 2]], np.int64)  # in range, from the end, past both ends
+    ours = onnxhal.InferenceSession(m).run(None, {"i": i})[0]
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"i": i})[0]
+    np.testing.assert_array_equal(ours, theirs)

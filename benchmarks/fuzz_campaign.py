@@ -47,9 +47,11 @@ def main() -> int:
     figures["seconds"] = round(time.perf_counter() - t0, 1)
     findings = [r.__dict__ for r in results if r.onnxhal[1] in ("untyped", "crash", "hang")]
     findings += [r.__dict__ for r in accepted if not _accepted(r)]
+    findings += [r.__dict__ for r in results
+                 if r.onnxhal[1] == "typed" and any(w in r.onnxhal[3] for w in fm.INTERNAL_WORDS)]
     print(json.dumps(figures, indent=1))
     for f in findings:
-        print(f"mutant {f['index']} ({f['seed_model']}, {f['mutation']}): onnxhal {f['onnxhal'][:3]}, "
+        print(f"mutant {f['index']} ({f['seed_model']}, {f['mutation']}): onnxhal {f['onnxhal']}, "
               f"onnxruntime {(f['onnxruntime'] or ['-'])[:4]}")
     if args.json:
         with open(args.json, "w") as out:

@@ -117,6 +117,11 @@ def check_inferred(proto: onnx.ModelProto) -> None:
             if w is not None and len(w) == 3 and h is not None and w[1] is not None and w[1] != _GATES[n.op_type] * h:
                 raise InvalidGraph(f"{node_label(n)}{where}: hidden_size={h} but its weight {n.input[1]!r} has shape "
                                    f"{w}; W is [directions, {_GATES[n.op_type]} * hidden_size, input_size].")
+            r = shapes.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+            want = [w[0] if w else None, _GATES[n.op_type] * h if h else None, h]
+            if r is not None and (len(r) != 3 or any(a is not None and b is not None and a != b for a, b in zip(r, want))):
+                raise InvalidGraph(f"{node_label(n)}{where}: its recurrence weight {n.input[2]!r} has shape {r}; R is "
+                                   f"[directions, {_GATES[n.op_type]} * hidden_size, hidden_size] = {want}.")
         elif n.op_type == "Conv" and len(n.input) > 1:
             ks = next((list(a.ints) for a in n.attribute if a.name == "kernel_shape"), None)
             w = shapes.get(n.input[1])

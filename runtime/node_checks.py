@@ -212,9 +212,17 @@ _POSITIVE_INTS = ("strides", "dilations", "kernel_shape")
 
 
 def _check_window(node: onnx.NodeProto, where: str) -> None:
-    for a in node.attribute:
-        if a.name in _POSITIVE_INTS and a.type == _A.INTS and any(v < 1 for v in a.ints):
-            raise InvalidGraph(f"{node_label(node)}{where}: {a.name}={list(a.ints)}; each must be 1 or more.")
+    given = {a.name: list(a.ints) for a in node.attribute if a.type == _A.INTS}
+    for name in _POSITIVE_INTS:
+        if any(v < 1 for v in given.get(name, ())):
+            raise InvalidGraph(f"{node_label(node)}{where}: {name}={given[name]}; each must be 1 or more.")
+    kernel = given.get("kernel_shape")
+    if kernel is None:
+        return
+    for name, per_axis in (("strides", 1), ("dilations", 1), ("pads", 2)):
+        if name in given and len(given[name]) != per_axis * len(kernel):  # onnx checks it only where it infers
+            raise InvalidGraph(f"{node_label(node)}{where}: {name}={given[name]} for kernel_shape={kernel}; give "
+                               f"{per_axis * len(kernel)} values.")
 
 
 def _check_recurrent(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:

@@ -442,6 +442,13 @@ def _lstm(**attrs) -> onnx.ModelProto:
     return make([helper.make_node("LSTM", ["x", "w", "r"], ["y"], name="lstm", **attrs)], [vi("x", [3, 1, 2])],
                 [vi("y", None)], w)
 
+
+def _lstm_r_of_shape(shape: list[int]) -> onnx.ModelProto:
+    m = _lstm(hidden_size=2)
+    r = next(t for t in m.graph.initializer if t.name == "r")
+    r.CopyFrom(numpy_helper.from_array(np.ones(shape, np.float32), "r"))
+    return m
+
 MORE = {
     "a function that never writes its output": (_function_without_its_output,
                                                 r"function local:twice declares output\(s\) \['b'\] that none"),
@@ -457,6 +464,10 @@ MORE = {
                                                      "double node 'call' is in domain 'local', which the model's "
                                                      "opset_import does not list"),
     "an LSTM without hidden_size": (_lstm, "LSTM node 'lstm': hidden_size is missing"),
+    "an LSTM whose R is not [directions, 4 * hidden, hidden]": (
+        lambda: _lstm_r_of_shape([3, 1, 2]), r"recurrence weight 'r' has shape \[3, 1, 2\]; R is .* = \[1, 8, 2\]"),
+    "a pool with strides for another rank than its kernel": (
+        lambda: _max_pool(strides=[1, 1, 1]), r"MaxPool node 'pool': strides=\[1, 1, 1\] for kernel_shape=\[2, 2\]"),
     "an LSTM whose hidden_size disagrees with W": (lambda: _lstm(hidden_size=3),
                                                    r"hidden_size=3 but its weight 'w' has shape \[1, 8, 2\]"),
     "a subgraph node spelled in domain ai.onnx": (_if_with_ai_onnx_branch,
@@ -557,3 +568,25 @@ def test_one_hot_takes_a_depth_of_one_element_in_any_rank_as_onnxruntime_does(de
     ours = onnxhal.InferenceSession(m).run(None, {"i": i})[0]
     theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"i": i})[0]
     np.testing.assert_array_equal(ours, theirs)
+
+
+
+@pytest.mark.parametrize("build, feeds, error, words", [
+    # Found by the fuzzer with Resize's inputs swapped: "TypeError: only 0-dimensional arrays ..." before.
+    (lambda: make([helper.make_node("Resize", ["x", "", "s"], ["y"], name="rs")], [vi("x", [4]), vi("s", [1, 1, 2, 2])],
+                  [vi("y", None)], opset=13),
+     {"x": np.ones(4, np.float32), "s": np.ones((1, 1, 2, 2), np.float32)}, errors.InvalidArgument,
+     r"Resize node 'rs': scales has shape \[1, 1, 2, 2\]; it must be 1-D with one entry per resized axis"),
+    # An empty spatial input: ran before and returned an empty output.
+    (lambda: make([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="ct", strides=[2, 2])],
+                  [vi("x", [1, 1, 3, "n"])], [vi("y", None)],
+                  [numpy_helper.from_array(np.ones((1, 1, 2, 2), np.float32), "w")]),
+     {"x": np.ones((1, 1, 3, 0), np.float32)}, errors.InvalidArgument,
+     r"ConvTranspose node 'ct': input spatial shape \[3, 0\] gives output spatial shape \[6, 0\]"),
+])
+def test_run_time_shapes_onnxruntime_refuses_are_refused_naming_the_node(build, feeds, error, words):
+    m = build()
+    with pytest.raises(error, match=words):
+        onnxhal.InferenceSession(m).run(None, feeds)
+    with pytest.raises(Exception, match="INVALID_ARGUMENT|FAIL"):  # onnxruntime's refusal, at load or run
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)

@@ -184,17 +184,21 @@ def _elements(t: onnx.TensorProto) -> int:
 
 
 def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of the model whose large initializers keep their types and dims but no data, and whose
+    """A copy of the model whose large initializers keep their types and dims but no data, whose
     nodes and opset imports in domain "ai.onnx" say "" (onnx's inference finds no opset for
-    "ai.onnx" and infers nothing for such a node; onnxruntime takes both names as one)."""
+    "ai.onnx" and infers nothing for such a node; onnxruntime takes both names as one), and whose IR
+    version is at least 4, as onnxruntime type-checks such a model's nodes too."""
     graphs = [g for g, _ in walk_graphs(proto.graph)]
     big = any(_elements(t) > STUB_MIN_ELEMENTS for g in graphs for t in g.initializer)
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(
         n.domain == "ai.onnx" for g in graphs for n in g.node)
-    if not big and not spelled:
+    old_ir = proto.ir_version < 4
+    if not big and not spelled and not old_ir:
         return proto
     stub = onnx.ModelProto()
     stub.CopyFrom(proto)
+    if old_ir:  # below IR 4 onnx's inference reads no type from an initializer that is not also an input
+        stub.ir_version = 4
     for g, _ in walk_graphs(stub.graph):
         for t in g.initializer:
             if _elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL:

@@ -450,8 +450,13 @@ def _lstm_r_of_shape(shape: list[int]) -> onnx.ModelProto:
     return m
 
 
-def _ir_version_3(m: onnx.ModelProto) -> onnx.ModelProto:
-    """Below IR 4 onnx's inference did not type-check (found with a Pad whose inputs were swapped)."""
+def _pad_with_float_pads_ir3() -> onnx.ModelProto:
+    """Below IR 4 onnx's inference took no type from an initializer that is not a graph input, and
+    then did not check the other input's either (found with a Pad whose inputs were swapped: data an
+    int64 initializer, pads a float input; it ran to a TypeError inside the kernel)."""
+    data = numpy_helper.from_array(np.zeros(4, np.int64), "p")
+    m = make([helper.make_node("Pad", ["p", "x"], ["y"], name="pad")], [vi("x", [2])], [vi("y", None)], [data],
+             opset=13)
     m.ir_version = 3
     return m
 
@@ -469,8 +474,8 @@ MORE = {
     "a node in a domain the model does not import": (_call_without_import,
                                                      "double node 'call' is in domain 'local', which the model's "
                                                      "opset_import does not list"),
-    "an input type the operator does not take, at IR version 3": (
-        lambda: _ir_version_3(_input_of_elem_type(TensorProto.BOOL)), "Relu 'r'.*unsupported type: tensor.bool."),
+    "an initializer type the operator does not take, at IR version 3": (
+        _pad_with_float_pads_ir3, "Pad 'pad': .*pads.*int64"),
     "an LSTM without hidden_size": (_lstm, "LSTM node 'lstm': hidden_size is missing"),
     "an LSTM whose R is not [directions, 4 * hidden, hidden]": (
         lambda: _lstm_r_of_shape([3, 1, 2]), r"recurrence weight 'r' has shape \[3, 1, 2\]; R is .* = \[1, 8, 2\]"),

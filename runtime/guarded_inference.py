@@ -88,7 +88,10 @@ AXIS_OPS = {"Split": 0, "Concat": 0, "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0
 
 #: Recurrent operators: gates per hidden unit, the rows of W per hidden_size.
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
-_CHECKED_OPS = frozenset({"Conv", "Loop", "Scan", *_GATES})
+_CHECKED_OPS = frozenset({"Conv", "If", "Loop", "Scan", *_GATES})
+#: Control-flow inputs of a fixed element type: (op, input index) -> type.
+_CONTROL_TYPES = {("If", 0): onnx.TensorProto.BOOL, ("Loop", 0): onnx.TensorProto.INT64,
+                  ("Loop", 1): onnx.TensorProto.BOOL}
 
 
 def check_inferred(proto: onnx.ModelProto) -> None:
@@ -100,7 +103,7 @@ def check_inferred(proto: onnx.ModelProto) -> None:
     if not nodes:
         return
     shapes = _shapes(proto)
-    if any(n.op_type in ("Loop", "Scan") for n, _ in nodes):
+    if any(n.op_type in ("If", "Loop", "Scan") for n, _ in nodes):
         _check_body_input_types(proto)
     for n, where in nodes:
         if n.op_type in AXIS_OPS and any(a.name == "axis" and a.type == onnx.AttributeProto.INT
@@ -149,7 +152,16 @@ def _check_body_input_types(proto: onnx.ModelProto) -> None:
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     for g, where in walk_graphs(proto.graph):
         for n in g.node:
-            if n.domain not in ("", "ai.onnx") or n.op_type not in ("Loop", "Scan"):
+            if n.domain not in ("", "ai.onnx") or n.op_type not in ("If", "Loop", "Scan"):
+                continue
+            for k, name in enumerate(n.input):
+                want = _CONTROL_TYPES.get((n.op_type, k))
+                got = types.get(name, 0) if name else 0
+                if want and got and got != want:  # onnx's inference skips it when a body has errors of its own
+                    raise InvalidGraph(f"{node_label(n)}{where}: input {name!r} is "
+                                       f"{onnx.TensorProto.DataType.Name(got)}; {n.op_type} takes it as "
+                                       f"{onnx.TensorProto.DataType.Name(want)}.")
+            if n.op_type == "If":
                 continue
             body = next((a.g for a in n.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
             if body is None:

@@ -460,6 +460,17 @@ def _pad_with_float_pads_ir3() -> onnx.ModelProto:
     m.ir_version = 3
     return m
 
+
+def _if_on_int32() -> onnx.ModelProto:
+    """Found by the fuzzer: onnx's inference did not check the condition's type when a branch had an
+    error it then reported as not fatal (a declared element type), so the If ran on an int32."""
+    m = _if_with_ai_onnx_branch()
+    branch = next(a.g for a in m.graph.node[0].attribute if a.name == "else_branch")
+    branch.node[0].domain = ""
+    branch.output[0].type.tensor_type.elem_type = TensorProto.BFLOAT16
+    m.graph.input[1].type.tensor_type.elem_type = TensorProto.INT32
+    return m
+
 MORE = {
     "a function that never writes its output": (_function_without_its_output,
                                                 r"function local:twice declares output\(s\) \['b'\] that none"),
@@ -476,6 +487,8 @@ MORE = {
                                                      "opset_import does not list"),
     "an initializer type the operator does not take, at IR version 3": (
         _pad_with_float_pads_ir3, "Pad 'pad': .*pads.*int64"),
+    "an If whose condition is an int32 and whose branch has errors of its own": (
+        _if_on_int32, "If node 'n': input 'c' is INT32; If takes it as BOOL"),
     "an LSTM without hidden_size": (_lstm, "LSTM node 'lstm': hidden_size is missing"),
     "an LSTM whose R is not [directions, 4 * hidden, hidden]": (
         lambda: _lstm_r_of_shape([3, 1, 2]), r"recurrence weight 'r' has shape \[3, 1, 2\]; R is .* = \[1, 8, 2\]"),

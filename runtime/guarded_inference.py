@@ -83,7 +83,7 @@ def _probe_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
 #: last axis it may point (Flatten's axis r puts every axis in the first dimension).
 AXIS_OPS = {"Split": 0, "Concat": 0, "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0, "Flatten": 1, "Gather": 0,
             "GatherElements": 0, "ScatterElements": 0, "ArgMax": 0, "ArgMin": 0, "LayerNormalization": 0,
-            "TopK": 0, "LpNormalization": 0, "Compress": 0}
+            "TopK": 0, "LpNormalization": 0, "Compress": 0, "SplitToSequence": 0}
 
 
 #: Recurrent operators: gates per hidden unit, the rows of W per hidden_size.
@@ -134,6 +134,10 @@ def check_inferred(proto: onnx.ModelProto) -> None:
                 raise InvalidGraph(f"{node_label(n)}{where}: kernel_shape={ks} but its weight {n.input[1]!r} "
                                    f"has shape {w}, whose spatial dimensions are {w[2:]}; make kernel_shape "
                                    "equal to them, or leave it out.")
+
+
+def _int_attribute(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == name), default)
 
 
 def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
@@ -195,20 +199,61 @@ def _elements(t: onnx.TensorProto) -> int:
     return n
 
 
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The names a node reads: its inputs, and every input of the nodes of its subgraphs (a superset of
+    what they read from outside, enough to order the nodes)."""
+    names = {i for i in node.input if i}
+    for a in node.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for n in g.node:
+                names |= _reads(n)
+    return names
+
+
+def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
+    """The graph's nodes in an order where each comes after the nodes it reads from, or None if they
+    already are (or form a cycle, which the loader reports). onnx's inference reads the nodes in the
+    order given and infers nothing for a node whose inputs it has not met yet, so the checks it
+    makes were skipped for such a node (ReduceL2 axes beyond the rank ran); onnxruntime sorts first."""
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
+    deps = [{producer[r] for r in _reads(n) if r in producer and producer[r] != k} for k, n in enumerate(graph.node)]
+    if all(d < k for k, ds in enumerate(deps) for d in ds):
+        return None
+    order, done, pending = [], set(), list(range(len(deps)))
+    while pending:
+        ready = [k for k in pending if deps[k] <= done]
+        if not ready:
+            return None
+        order += ready
+        done.update(ready)
+        pending = [k for k in pending if k not in done]
+    return [graph.node[k] for k in order]
+
+
 def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of the model whose large initializers keep their types and dims but no data, whose
     nodes and opset imports in domain "ai.onnx" say "" (onnx's inference finds no opset for
     "ai.onnx" and infers nothing for such a node; onnxruntime takes both names as one), and whose IR
-    version is at least 4, as onnxruntime type-checks such a model's nodes too."""
+    version is at least 4, as onnxruntime type-checks such a model's nodes too, and whose nodes are
+    in topological order."""
     graphs = [g for g, _ in walk_graphs(proto.graph)]
     big = any(_elements(t) > STUB_MIN_ELEMENTS for g in graphs for t in g.initializer)
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(
         n.domain == "ai.onnx" for g in graphs for n in g.node)
     old_ir = proto.ir_version < 4
-    if not big and not spelled and not old_ir:
+    unsorted = any(_topological(g) is not None for g in graphs)
+    if not big and not spelled and not old_ir and not unsorted:
         return proto
     stub = onnx.ModelProto()
     stub.CopyFrom(proto)
+    for g, _ in walk_graphs(stub.graph):
+        order = _topological(g) if unsorted else None
+        if order is not None:
+            copies = [onnx.NodeProto() for _ in order]
+            for c, n in zip(copies, order):
+                c.CopyFrom(n)
+            del g.node[:]
+            g.node.extend(copies)
     if old_ir:  # below IR 4 onnx's inference reads no type from an initializer that is not also an input
         stub.ir_version = 4
     for g, _ in walk_graphs(stub.graph):
@@ -225,11 +270,32 @@ def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
     return stub
 
 
+def _graph_pairs(inferred: onnx.GraphProto, original: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto,
+                                                                                         onnx.GraphProto]]:
+    """Each graph of the inferred copy with its original, matched through the nodes' outputs (the
+    copy's nodes may be in another order)."""
+    yield inferred, original
+    by_outputs = {tuple(n.output): n for n in original.node}
+    for n in inferred.node:
+        twin = by_outputs.get(tuple(n.output))
+        if twin is None:
+            continue
+        attrs = {a.name: a for a in twin.attribute}
+        for a in n.attribute:
+            b = attrs.get(a.name)
+            if b is None:
+                continue
+            if a.type == onnx.AttributeProto.GRAPH and b.type == a.type:
+                yield from _graph_pairs(a.g, b.g)
+            for g_inf, g in zip(a.graphs, b.graphs):
+                yield from _graph_pairs(g_inf, g)
+
+
 def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto) -> onnx.ModelProto:
     """The inferred model with the initializers ``_weightless`` emptied given back their data."""
     if inferred is proto:
         return inferred
-    for (g_inf, _), (g, _) in zip(walk_graphs(inferred.graph), walk_graphs(proto.graph)):
+    for g_inf, g in _graph_pairs(inferred.graph, proto.graph):
         full = {t.name: t for t in g.initializer}
         for t in g_inf.initializer:
             if t.name in full and _elements(t) > STUB_MIN_ELEMENTS:

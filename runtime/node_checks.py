@@ -232,6 +232,21 @@ def _check_recurrent(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchem
                            "size of the hidden state, 1 or more (onnxruntime refuses the node without it).")
 
 
+#: Attributes onnxruntime's kernels take only from a short list: (op, attribute) -> allowed values.
+_ENUMS = {("Mod", "fmod"): (0, 1), ("NonMaxSuppression", "center_point_box"): (0, 1),
+          ("DepthToSpace", "mode"): (b"DCR", b"CRD")}
+
+
+def _check_enums(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+    for a in node.attribute:
+        allowed = _ENUMS.get((node.op_type, a.name))
+        value = a.i if a.type == _A.INT else a.s if a.type == _A.STRING else None
+        if allowed is not None and value not in allowed:
+            shown = [v.decode() if isinstance(v, bytes) else v for v in allowed]
+            given = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            raise InvalidGraph(f"{node_label(node)}{where}: {a.name}={given!r}; it must be one of {shown}.")
+
+
 def _check_gemm(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
     for name in ("transA", "transB"):
         v = _int_attr(node, name)
@@ -281,6 +296,7 @@ def _check_dtype_attributes(node: onnx.NodeProto, where: str) -> None:
 _VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, onnx.defs.OpSchema | None], None]] = {
     "Einsum": _check_einsum, "GatherND": _check_gathernd, "Split": _check_split, "Gemm": _check_gemm,
     "RNN": _check_recurrent, "GRU": _check_recurrent, "LSTM": _check_recurrent,
+    "Mod": _check_enums, "NonMaxSuppression": _check_enums, "DepthToSpace": _check_enums,
     "If": _check_body_signature, "Loop": _check_body_signature, "Scan": _check_body_signature,
 }
 

@@ -148,6 +148,34 @@ def _seeds() -> dict[str, Callable[[], onnx.ModelProto]]:
         [_vi("idx", [3], TensorProto.INT64)], [_vi("y", None)],
         [_i64("depth", [4]), numpy_helper.from_array(np.array([0, 1], np.float32), "values"), _i64("axis", 1),
          numpy_helper.from_array(np.array(0.5, np.float32), "half")])
+    seeds["space_trilu"] = lambda: _model(
+        [h("DepthToSpace", ["x"], ["d"], name="d2s", blocksize=2, mode="CRD"), h("Trilu", ["d", "k"], ["y"], name="trilu",
+                                                                                   upper=0)],
+        [_vi("x", [1, 4, 2, 3])], [_vi("y", None)], [_i64("k", 1)])
+    seeds["nonzero_unique"] = lambda: _model(
+        [h("NonZero", ["x"], ["nz"], name="nonzero"), h("Unique", ["nz"], ["u", "i", "inv", "c"], name="unique", sorted=1)],
+        [_vi("x", [3, 4])], [_vi("u", None, TensorProto.INT64), _vi("c", None, TensorProto.INT64)])
+    seeds["clip_mod"] = lambda: _model(
+        [h("Clip", ["x", "lo", "hi"], ["c"], name="clip"), h("Mod", ["c", "m"], ["y"], name="mod", fmod=1)],
+        [_vi("x", [2, 3])], [_vi("y", None)],
+        [numpy_helper.from_array(np.array(-0.5, np.float32), "lo"), numpy_helper.from_array(np.array(0.5, np.float32), "hi"),
+         numpy_helper.from_array(np.full(3, 0.3, np.float32), "m")])
+    seeds["sequence"] = lambda: _model(
+        [h("SplitToSequence", ["x"], ["seq"], name="split", axis=1),
+         h("SequenceAt", ["seq", "pos"], ["at"], name="at"),
+         h("ConcatFromSequence", ["seq"], ["cat"], name="cat", axis=0, new_axis=1),
+         h("Add", ["cat", "at"], ["y"], name="add")],
+        [_vi("x", [2, 3])], [_vi("y", None)], [_i64("pos", -1)])
+    seeds["reduce_norms"] = lambda: _model(
+        [h("ReduceL2", ["x", "axes"], ["l2"], name="l2", keepdims=1), h("ReduceLogSumExp", ["x", "axes"], ["lse"],
+                                                                         name="lse", keepdims=1),
+         h("Sub", ["lse", "l2"], ["y"], name="sub")],
+        [_vi("x", [2, 3, 4])], [_vi("y", None)], [_i64("axes", [1, -1])], opset=18)
+    seeds["nms"] = lambda: _model(
+        [h("NonMaxSuppression", ["boxes", "scores", "k", "iou", "th"], ["y"], name="nms", center_point_box=0)],
+        [_vi("boxes", [1, 4, 4]), _vi("scores", [1, 1, 4])], [_vi("y", None, TensorProto.INT64)],
+        [_i64("k", [3]), numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+         numpy_helper.from_array(np.array([0.0], np.float32), "th")])
     seeds["if"] = if_model
     seeds["loop"] = loop_model
     seeds["scan"] = scan_model

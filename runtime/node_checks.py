@@ -202,6 +202,9 @@ def _check_gathernd(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema
 
 def _check_split(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
     n = _int_attr(node, "num_outputs")
+    if n is not None and len(node.input) > 1 and node.input[1]:
+        raise InvalidGraph(f"{node_label(node)}{where}: it gives both num_outputs={n} and the input 'split' "
+                           f"({node.input[1]!r}); give one of them (the spec allows only one).")
     if n is not None and n != len(node.output):
         raise InvalidGraph(f"{node_label(node)}{where}: num_outputs={n} but the node has {len(node.output)} "
                            "output(s); num_outputs is the number of outputs.")

@@ -629,6 +629,13 @@ def _one(op: str, inputs: list[str], shapes: dict, **attrs) -> onnx.ModelProto:
                 [vi("y", None)], opset=13)
 
 
+
+def _split_with_both() -> onnx.ModelProto:
+    m = hm.split(2, 2)
+    m.graph.node[0].input.append("parts")
+    m.graph.initializer.append(numpy_helper.from_array(np.array([1, 1], np.int64), "parts"))
+    return m
+
 # Found by campaigns over seed models with these operators; before, each ran to completion (or to an
 # IndexError from inside the kernel) where onnxruntime refuses it.
 KERNEL_RULES = {
@@ -639,6 +646,8 @@ KERNEL_RULES = {
     "NonMaxSuppression center_point_box other than 0 or 1": (
         lambda: _one("NonMaxSuppression", ["b", "s"], {"b": [1, 4, 4], "s": [1, 1, 4]}, center_point_box=3),
         errors.InvalidGraph, "center_point_box=3; it must be one of"),
+    "Split given both num_outputs and the split input": (
+        lambda: _split_with_both(), errors.InvalidGraph, "Split node 'sp': it gives both num_outputs=2 and the input"),
     "SplitToSequence axis beyond the rank": (
         lambda: make([helper.make_node("SplitToSequence", ["x"], ["y"], name="n", axis=-2**62)], [vi("x", [2, 3])],
                      [helper.make_tensor_sequence_value_info("y", TensorProto.FLOAT, None)]), errors.InvalidGraph,

@@ -5,7 +5,7 @@ hostile external-data paths), each loaded and run by onnxhal and by onnxruntime 
 
 It asserts no crash, no hang, only OrtError from onnxhal, and that no mutant onnxruntime refuses
 runs to completion here, except for the kinds of difference docs/sessions.md lists (``ACCEPTED``).
-``ONNXHAL_FUZZ_MUTANTS`` sets how many mutants (default 5,000, about 25 s with onnxruntime);
+``ONNXHAL_FUZZ_MUTANTS`` sets how many mutants (default 5,000, 10-25 s with onnxruntime);
 ``benchmarks/fuzz_campaign.py`` runs the long campaigns."""
 
 from __future__ import annotations

@@ -83,10 +83,15 @@ def _probe_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
 #: last axis it may point (Flatten's axis r puts every axis in the first dimension).
 AXIS_OPS = {"Split": 0, "Concat": 0, "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0, "Flatten": 1, "Gather": 0,
             "GatherElements": 0, "ScatterElements": 0, "ArgMax": 0, "ArgMin": 0, "LayerNormalization": 0,
-            "TopK": 0, "LpNormalization": 0, "Compress": 0}
+            "TopK": 0, "LpNormalization": 0, "Compress": 0, "SplitToSequence": 0}
 
 
-_CHECKED_OPS = frozenset({"Conv", "Loop", "Scan"})
+#: Recurrent operators: gates per hidden unit, the rows of W per hidden_size.
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_CHECKED_OPS = frozenset({"Conv", "If", "Loop", "Scan", *_GATES})
+#: Control-flow inputs of a fixed element type: (op, input index) -> type.
+_CONTROL_TYPES = {("If", 0): onnx.TensorProto.BOOL, ("Loop", 0): onnx.TensorProto.INT64,
+                  ("Loop", 1): onnx.TensorProto.BOOL}
 
 
 def check_inferred(proto: onnx.ModelProto) -> None:
@@ -98,7 +103,7 @@ def check_inferred(proto: onnx.ModelProto) -> None:
     if not nodes:
         return
     shapes = _shapes(proto)
-    if any(n.op_type in ("Loop", "Scan") for n, _ in nodes):
+    if any(n.op_type in ("If", "Loop", "Scan") for n, _ in nodes):
         _check_body_input_types(proto)
     for n, where in nodes:
         if n.op_type in AXIS_OPS and any(a.name == "axis" and a.type == onnx.AttributeProto.INT
@@ -109,6 +114,17 @@ def check_inferred(proto: onnx.ModelProto) -> None:
             if r is not None and not -r <= axis < r + AXIS_OPS[n.op_type]:
                 raise InvalidGraph(f"{node_label(n)}{where}: axis={axis} but its input {n.input[0]!r} has rank "
                                    f"{r}; axis must be in [{-r}, {r - 1 + AXIS_OPS[n.op_type]}].")
+        elif n.op_type in _GATES and len(n.input) > 1:
+            w = shapes.get(n.input[1])
+            h = next((a.i for a in n.attribute if a.name == "hidden_size"), None)
+            if w is not None and len(w) == 3 and h is not None and w[1] is not None and w[1] != _GATES[n.op_type] * h:
+                raise InvalidGraph(f"{node_label(n)}{where}: hidden_size={h} but its weight {n.input[1]!r} has shape "
+                                   f"{w}; W is [directions, {_GATES[n.op_type]} * hidden_size, input_size].")
+            r = shapes.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+            want = [w[0] if w else None, _GATES[n.op_type] * h if h else None, h]
+            if r is not None and (len(r) != 3 or any(a is not None and b is not None and a != b for a, b in zip(r, want))):
+                raise InvalidGraph(f"{node_label(n)}{where}: its recurrence weight {n.input[2]!r} has shape {r}; R is "
+                                   f"[directions, {_GATES[n.op_type]} * hidden_size, hidden_size] = {want}.")
         elif n.op_type == "Conv" and len(n.input) > 1:
             ks = next((list(a.ints) for a in n.attribute if a.name == "kernel_shape"), None)
             w = shapes.get(n.input[1])
@@ -118,6 +134,10 @@ def check_inferred(proto: onnx.ModelProto) -> None:
                 raise InvalidGraph(f"{node_label(n)}{where}: kernel_shape={ks} but its weight {n.input[1]!r} "
                                    f"has shape {w}, whose spatial dimensions are {w[2:]}; make kernel_shape "
                                    "equal to them, or leave it out.")
+
+
+def _int_attribute(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == name), default)
 
 
 def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
@@ -136,7 +156,16 @@ def _check_body_input_types(proto: onnx.ModelProto) -> None:
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     for g, where in walk_graphs(proto.graph):
         for n in g.node:
-            if n.domain not in ("", "ai.onnx") or n.op_type not in ("Loop", "Scan"):
+            if n.domain not in ("", "ai.onnx") or n.op_type not in ("If", "Loop", "Scan"):
+                continue
+            for k, name in enumerate(n.input):
+                want = _CONTROL_TYPES.get((n.op_type, k))
+                got = types.get(name, 0) if name else 0
+                if want and got and got != want:  # onnx's inference skips it when a body has errors of its own
+                    raise InvalidGraph(f"{node_label(n)}{where}: input {name!r} is "
+                                       f"{onnx.TensorProto.DataType.Name(got)}; {n.op_type} takes it as "
+                                       f"{onnx.TensorProto.DataType.Name(want)}.")
+            if n.op_type == "If":
                 continue
             body = next((a.g for a in n.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
             if body is None:
@@ -170,18 +199,63 @@ def _elements(t: onnx.TensorProto) -> int:
     return n
 
 
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The names a node reads: its inputs, and every input of the nodes of its subgraphs (a superset of
+    what they read from outside, enough to order the nodes)."""
+    names = {i for i in node.input if i}
+    for a in node.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for n in g.node:
+                names |= _reads(n)
+    return names
+
+
+def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
+    """The graph's nodes in an order where each comes after the nodes it reads from, or None if they
+    already are (or form a cycle, which the loader reports). onnx's inference reads the nodes in the
+    order given and infers nothing for a node whose inputs it has not met yet, so the checks it
+    makes were skipped for such a node (ReduceL2 axes beyond the rank ran); onnxruntime sorts first."""
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
+    deps = [{producer[r] for r in _reads(n) if r in producer and producer[r] != k} for k, n in enumerate(graph.node)]
+    if all(d < k for k, ds in enumerate(deps) for d in ds):
+        return None
+    order, done, pending = [], set(), list(range(len(deps)))
+    while pending:
+        ready = [k for k in pending if deps[k] <= done]
+        if not ready:
+            return None
+        order += ready
+        done.update(ready)
+        pending = [k for k in pending if k not in done]
+    return [graph.node[k] for k in order]
+
+
 def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of the model whose large initializers keep their types and dims but no data, and whose
+    """A copy of the model whose large initializers keep their types and dims but no data, whose
     nodes and opset imports in domain "ai.onnx" say "" (onnx's inference finds no opset for
-    "ai.onnx" and infers nothing for such a node; onnxruntime takes both names as one)."""
+    "ai.onnx" and infers nothing for such a node; onnxruntime takes both names as one), and whose IR
+    version is at least 4, as onnxruntime type-checks such a model's nodes too, and whose nodes are
+    in topological order."""
     graphs = [g for g, _ in walk_graphs(proto.graph)]
     big = any(_elements(t) > STUB_MIN_ELEMENTS for g in graphs for t in g.initializer)
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(
         n.domain == "ai.onnx" for g in graphs for n in g.node)
-    if not big and not spelled:
+    old_ir = proto.ir_version < 4
+    unsorted = any(_topological(g) is not None for g in graphs)
+    if not big and not spelled and not old_ir and not unsorted:
         return proto
     stub = onnx.ModelProto()
     stub.CopyFrom(proto)
+    for g, _ in walk_graphs(stub.graph):
+        order = _topological(g) if unsorted else None
+        if order is not None:
+            copies = [onnx.NodeProto() for _ in order]
+            for c, n in zip(copies, order):
+                c.CopyFrom(n)
+            del g.node[:]
+            g.node.extend(copies)
+    if old_ir:  # below IR 4 onnx's inference reads no type from an initializer that is not also an input
+        stub.ir_version = 4
     for g, _ in walk_graphs(stub.graph):
         for t in g.initializer:
             if _elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL:
@@ -196,11 +270,32 @@ def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
     return stub
 
 
+def _graph_pairs(inferred: onnx.GraphProto, original: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto,
+                                                                                         onnx.GraphProto]]:
+    """Each graph of the inferred copy with its original, matched through the nodes' outputs (the
+    copy's nodes may be in another order)."""
+    yield inferred, original
+    by_outputs = {tuple(n.output): n for n in original.node}
+    for n in inferred.node:
+        twin = by_outputs.get(tuple(n.output))
+        if twin is None:
+            continue
+        attrs = {a.name: a for a in twin.attribute}
+        for a in n.attribute:
+            b = attrs.get(a.name)
+            if b is None:
+                continue
+            if a.type == onnx.AttributeProto.GRAPH and b.type == a.type:
+                yield from _graph_pairs(a.g, b.g)
+            for g_inf, g in zip(a.graphs, b.graphs):
+                yield from _graph_pairs(g_inf, g)
+
+
 def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto) -> onnx.ModelProto:
     """The inferred model with the initializers ``_weightless`` emptied given back their data."""
     if inferred is proto:
         return inferred
-    for (g_inf, _), (g, _) in zip(walk_graphs(inferred.graph), walk_graphs(proto.graph)):
+    for g_inf, g in _graph_pairs(inferred.graph, proto.graph):
         full = {t.name: t for t in g.initializer}
         for t in g_inf.initializer:
             if t.name in full and _elements(t) > STUB_MIN_ELEMENTS:

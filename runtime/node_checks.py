@@ -202,6 +202,9 @@ def _check_gathernd(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema
 
 def _check_split(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
     n = _int_attr(node, "num_outputs")
+    if n is not None and len(node.input) > 1 and node.input[1]:
+        raise InvalidGraph(f"{node_label(node)}{where}: it gives both num_outputs={n} and the input 'split' "
+                           f"({node.input[1]!r}); give one of them (the spec allows only one).")
     if n is not None and n != len(node.output):
         raise InvalidGraph(f"{node_label(node)}{where}: num_outputs={n} but the node has {len(node.output)} "
                            "output(s); num_outputs is the number of outputs.")
@@ -212,9 +215,39 @@ _POSITIVE_INTS = ("strides", "dilations", "kernel_shape")
 
 
 def _check_window(node: onnx.NodeProto, where: str) -> None:
+    given = {a.name: list(a.ints) for a in node.attribute if a.type == _A.INTS}
+    for name in _POSITIVE_INTS:
+        if any(v < 1 for v in given.get(name, ())):
+            raise InvalidGraph(f"{node_label(node)}{where}: {name}={given[name]}; each must be 1 or more.")
+    kernel = given.get("kernel_shape")
+    if kernel is None:
+        return
+    for name, per_axis in (("strides", 1), ("dilations", 1), ("pads", 2)):
+        if name in given and len(given[name]) != per_axis * len(kernel):  # onnx checks it only where it infers
+            raise InvalidGraph(f"{node_label(node)}{where}: {name}={given[name]} for kernel_shape={kernel}; give "
+                               f"{per_axis * len(kernel)} values.")
+
+
+def _check_recurrent(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+    h = _int_attr(node, "hidden_size")
+    if h is None or h < 1:  # optional in the schema, but onnxruntime's kernels need it
+        raise InvalidGraph(f"{node_label(node)}{where}: hidden_size is {'missing' if h is None else h}; give the "
+                           "size of the hidden state, 1 or more (onnxruntime refuses the node without it).")
+
+
+#: Attributes onnxruntime's kernels take only from a short list: (op, attribute) -> allowed values.
+_ENUMS = {("Mod", "fmod"): (0, 1), ("NonMaxSuppression", "center_point_box"): (0, 1),
+          ("DepthToSpace", "mode"): (b"DCR", b"CRD")}
+
+
+def _check_enums(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
     for a in node.attribute:
-        if a.name in _POSITIVE_INTS and a.type == _A.INTS and any(v < 1 for v in a.ints):
-            raise InvalidGraph(f"{node_label(node)}{where}: {a.name}={list(a.ints)}; each must be 1 or more.")
+        allowed = _ENUMS.get((node.op_type, a.name))
+        value = a.i if a.type == _A.INT else a.s if a.type == _A.STRING else None
+        if allowed is not None and value not in allowed:
+            shown = [v.decode() if isinstance(v, bytes) else v for v in allowed]
+            given = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            raise InvalidGraph(f"{node_label(node)}{where}: {a.name}={given!r}; it must be one of {shown}.")
 
 
 def _check_gemm(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
@@ -265,6 +298,8 @@ def _check_dtype_attributes(node: onnx.NodeProto, where: str) -> None:
 
 _VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, onnx.defs.OpSchema | None], None]] = {
     "Einsum": _check_einsum, "GatherND": _check_gathernd, "Split": _check_split, "Gemm": _check_gemm,
+    "RNN": _check_recurrent, "GRU": _check_recurrent, "LSTM": _check_recurrent,
+    "Mod": _check_enums, "NonMaxSuppression": _check_enums, "DepthToSpace": _check_enums,
     "If": _check_body_signature, "Loop": _check_body_signature, "Scan": _check_body_signature,
 }
 

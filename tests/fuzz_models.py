@@ -111,6 +111,71 @@ def _seeds() -> dict[str, Callable[[], onnx.ModelProto]]:
         return _model([h("double_relu", ["x"], ["y"], domain="local", name="call")], [_vi("x", [3])], [_vi("y", [3])],
                       functions=[fn])
 
+    seeds["pad_resize"] = lambda: _model(
+        [h("Pad", ["x", "pads"], ["p"], name="pad", mode="reflect"),
+         h("Resize", ["p", "", "scales"], ["y"], name="resize", mode="linear")],
+        [_vi("x", [1, 1, 3, 3])], [_vi("y", None)],
+        [_i64("pads", [0, 0, 1, 1, 0, 0, 1, 1]), numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    seeds["topk_argmax"] = lambda: _model(
+        [h("TopK", ["x", "k"], ["v", "i"], name="topk", axis=1), h("ArgMax", ["v"], ["y"], name="am", axis=0,
+                                                                      keepdims=1)],
+        [_vi("x", [3, 5])], [_vi("y", None, TensorProto.INT64), _vi("i", None, TensorProto.INT64)], [_i64("k", [2])])
+    seeds["scatter_gather_elements"] = lambda: _model(
+        [h("GatherElements", ["x", "idx"], ["g"], name="ge", axis=1),
+         h("ScatterElements", ["x", "idx", "g"], ["y"], name="se", axis=1)],
+        [_vi("x", [2, 3])], [_vi("y", None)], [_i64("idx", [[0, 2], [1, 0]])])
+    seeds["lstm"] = lambda: _model(
+        [h("LSTM", ["x", "w", "r", "b"], ["yall", "yh"], name="lstm", hidden_size=2)],
+        [_vi("x", [3, 1, 2])], [_vi("yall", None), _vi("yh", None)], [_f("w", 1, 8, 2), _f("r", 1, 8, 2), _f("b", 1, 16)])
+    seeds["quantize"] = lambda: _model(
+        [h("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"), h("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")],
+        [_vi("x", [2, 3])], [_vi("y", None)],
+        [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(3, np.uint8), "z")])
+    seeds["convtranspose_bn"] = lambda: _model(
+        [h("ConvTranspose", ["x", "w"], ["c"], name="ct", strides=[2, 2]),
+         h("BatchNormalization", ["c", "g", "b", "m", "v"], ["y"], name="bn")],
+        [_vi("x", [1, 2, 3, 3])], [_vi("y", None)],
+        [_f("w", 2, 3, 2, 2), _f("g", 3), _f("b", 3), _f("m", 3), numpy_helper.from_array(np.ones(3, np.float32), "v")])
+    seeds["expand_tile_range"] = lambda: _model(
+        [h("Range", ["start", "limit", "delta"], ["r"], name="range"), h("Expand", ["r", "shape"], ["e"], name="expand"),
+         h("Tile", ["e", "reps"], ["y"], name="tile")],
+        [], [_vi("y", None, TensorProto.INT64)],
+        [_i64("start", 0), _i64("limit", 4), _i64("delta", 1), _i64("shape", [2, 4]), _i64("reps", [1, 2])])
+    seeds["onehot_cumsum_where"] = lambda: _model(
+        [h("OneHot", ["idx", "depth", "values"], ["o"], name="onehot", axis=-1),
+         h("CumSum", ["o", "axis"], ["c"], name="cumsum"), h("Greater", ["c", "half"], ["m"], name="gt"),
+         h("Where", ["m", "c", "half"], ["y"], name="where")],
+        [_vi("idx", [3], TensorProto.INT64)], [_vi("y", None)],
+        [_i64("depth", [4]), numpy_helper.from_array(np.array([0, 1], np.float32), "values"), _i64("axis", 1),
+         numpy_helper.from_array(np.array(0.5, np.float32), "half")])
+    seeds["space_trilu"] = lambda: _model(
+        [h("DepthToSpace", ["x"], ["d"], name="d2s", blocksize=2, mode="CRD"), h("Trilu", ["d", "k"], ["y"], name="trilu",
+                                                                                   upper=0)],
+        [_vi("x", [1, 4, 2, 3])], [_vi("y", None)], [_i64("k", 1)])
+    seeds["nonzero_unique"] = lambda: _model(
+        [h("NonZero", ["x"], ["nz"], name="nonzero"), h("Unique", ["nz"], ["u", "i", "inv", "c"], name="unique", sorted=1)],
+        [_vi("x", [3, 4])], [_vi("u", None, TensorProto.INT64), _vi("c", None, TensorProto.INT64)])
+    seeds["clip_mod"] = lambda: _model(
+        [h("Clip", ["x", "lo", "hi"], ["c"], name="clip"), h("Mod", ["c", "m"], ["y"], name="mod", fmod=1)],
+        [_vi("x", [2, 3])], [_vi("y", None)],
+        [numpy_helper.from_array(np.array(-0.5, np.float32), "lo"), numpy_helper.from_array(np.array(0.5, np.float32), "hi"),
+         numpy_helper.from_array(np.full(3, 0.3, np.float32), "m")])
+    seeds["sequence"] = lambda: _model(
+        [h("SplitToSequence", ["x"], ["seq"], name="split", axis=1),
+         h("SequenceAt", ["seq", "pos"], ["at"], name="at"),
+         h("ConcatFromSequence", ["seq"], ["cat"], name="cat", axis=0, new_axis=1),
+         h("Add", ["cat", "at"], ["y"], name="add")],
+        [_vi("x", [2, 3])], [_vi("y", None)], [_i64("pos", -1)])
+    seeds["reduce_norms"] = lambda: _model(
+        [h("ReduceL2", ["x", "axes"], ["l2"], name="l2", keepdims=1), h("ReduceLogSumExp", ["x", "axes"], ["lse"],
+                                                                         name="lse", keepdims=1),
+         h("Sub", ["lse", "l2"], ["y"], name="sub")],
+        [_vi("x", [2, 3, 4])], [_vi("y", None)], [_i64("axes", [1, -1])], opset=18)
+    seeds["nms"] = lambda: _model(
+        [h("NonMaxSuppression", ["boxes", "scores", "k", "iou", "th"], ["y"], name="nms", center_point_box=0)],
+        [_vi("boxes", [1, 4, 4]), _vi("scores", [1, 1, 4])], [_vi("y", None, TensorProto.INT64)],
+        [_i64("k", [3]), numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+         numpy_helper.from_array(np.array([0.0], np.float32), "th")])
     seeds["if"] = if_model
     seeds["loop"] = loop_model
     seeds["scan"] = scan_model

@@ -5,7 +5,7 @@ hostile external-data paths), each loaded and run by onnxhal and by onnxruntime 
 
 It asserts no crash, no hang, only OrtError from onnxhal, and that no mutant onnxruntime refuses
 runs to completion here, except for the kinds of difference docs/sessions.md lists (``ACCEPTED``).
-``ONNXHAL_FUZZ_MUTANTS`` sets how many mutants (default 1,500, about 15 s with onnxruntime);
+``ONNXHAL_FUZZ_MUTANTS`` sets how many mutants (default 5,000, 10-25 s with onnxruntime);
 ``benchmarks/fuzz_campaign.py`` runs the long campaigns."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from tests import fuzz_models as fm
 
 pytest.importorskip("onnxruntime")
-COUNT = int(os.environ.get("ONNXHAL_FUZZ_MUTANTS", "1500"))
+COUNT = int(os.environ.get("ONNXHAL_FUZZ_MUTANTS", "5000"))
 
 #: Kinds of mutant onnxhal runs although onnxruntime refuses it, each on purpose and documented in
 #: docs/sessions.md ("Where onnxhal differs from ORT"): a mutation name and words of onnxruntime's
@@ -30,6 +30,8 @@ ACCEPTED = [
     ("", "Graph attribute inferencing failed"),    # the same, inside a subgraph
     ("", "Subgraph must have the shape set"),      # a Scan body output of unknown shape: ORT needs it, not we
     ("ir_version", "initializer_arg was false"),   # an unused initializer at IR < 4: an assertion inside ORT
+    ("", "has unknown shape"),                     # a Loop body input of unknown shape: ORT needs it, not we
+    ("", "CallModImpl"),                           # Mod fmod=0 on floats: the spec's (and onnx's tests'), not ORT's
 ]
 
 

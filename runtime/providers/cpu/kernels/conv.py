@@ -476,6 +476,7 @@ class ConvTranspose(Kernel):
         self.output_padding = node.attr("output_padding")
         self.output_shape = node.attr("output_shape")
         self.auto_pad = node.attr("auto_pad", "NOTSET")
+        self.name = node.name
 
     def _placement(self, ins, kernel, strides, dil, opad, full):
         """Per spatial axis: (start in the full col2im output, output length)."""
@@ -518,6 +519,9 @@ class ConvTranspose(Kernel):
                        for i in range(nd))
             y[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + idx]
         starts, lengths = self._placement(ins, kernel, strides, dil, opad, full)
+        if any(ln <= 0 for ln in lengths):  # as onnxruntime refuses it
+            raise InvalidArgument(f"ConvTranspose node {self.name!r}: input spatial shape {list(ins)} gives output "
+                                  f"spatial shape {lengths}; every output dimension must be 1 or more.")
         before = [max(0, -s) for s in starts]
         after = [max(0, s + ln - f) for s, ln, f in zip(starts, lengths, full)]
         if any(before) or any(after):  # the requested window reaches past the computed output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -25,6 +26,10 @@ class NonMaxSuppression(Kernel):
 
     def compute(self, inputs: list) -> list:
         boxes, scores = inputs[0], inputs[1]
+        if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 or scores.shape[0] != boxes.shape[0] \
+                or scores.shape[2] != boxes.shape[1]:  # as onnxruntime checks them
+            raise InvalidArgument(f"NonMaxSuppression: boxes {list(boxes.shape)} and scores {list(scores.shape)}; "
+                                  "boxes must be [batches, spatial, 4] and scores [batches, classes, spatial].")
         limit = int(_scalar(inputs, 2, 0))
         iou_max = float(_scalar(inputs, 3, 0.0))
         score_min = _scalar(inputs, 4, None)

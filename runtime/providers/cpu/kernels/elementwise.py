@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.clamp import clip
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -234,7 +235,10 @@ class Clip(Kernel):
         x = inputs[0]
         lo = inputs[1] if len(inputs) > 1 else None
         hi = inputs[2] if len(inputs) > 2 else None
-        lo, hi = None if lo is None else lo[()], None if hi is None else hi[()]
+        for name, v in (("min", lo), ("max", hi)):
+            if v is not None and np.size(v) != 1:  # as onnxruntime: not an elementwise bound
+                raise InvalidArgument(f"Clip: {name} has shape {list(np.shape(v))}; it must be a scalar (one element).")
+        lo, hi = None if lo is None else lo.reshape(())[()], None if hi is None else hi.reshape(())[()]
         if x.dtype.kind == "f" and (lo is None or hi is None):
             # An absent bound is numeric_limits<T>::lowest() / max() (the spec's words, and
             # onnxruntime's): an inf input comes out as the largest finite value.

@@ -79,6 +79,10 @@ class Resize(Kernel):
         sizes = inputs[3] if n > 3 and inputs[3] is not None and inputs[3].size else None
         rank = x.ndim
         axes = [a + rank if a < 0 else a for a in self.axes] if self.axes else list(range(rank))
+        for name, v in (("scales", scales), ("sizes", sizes)):
+            if v is not None and (v.ndim != 1 or v.shape[0] != len(axes)):  # as onnxruntime refuses it
+                raise InvalidArgument(f"Resize node {self.node.name!r}: {name} has shape {list(v.shape)}; it must be "
+                                      f"1-D with one entry per resized axis ({len(axes)} for an input of rank {rank}).")
         scale_list = [1.0] * rank
         out_shape = list(x.shape)
         if sizes is not None and self.policy != "stretch":

@@ -290,7 +290,11 @@ class FactoryAdapter:
                               f"offer (ep_metadata {metadata})")
 
     def release(self) -> None:
+        """ReleaseEpFactory. A session that outlives an unregister still ends through this factory
+        (ReleaseEp, then ReleaseAllocator for its allocators), so the struct is retired, not destroyed:
+        one small object per registration."""
         d.objects.pop(self.address, None)
+        d.retired[self.address] = self
         release = getattr(self.module, "release_ep_factory", None)
         try:
             if callable(release):

@@ -124,8 +124,11 @@ def host_or_device(value: int, api: OrtApi) -> Any:
     return DeviceTensor(shape, dtype, info, buffer, offset)
 
 
+# Every member onnxruntime's OrtAllocator has had, those past Reserve NULL (``version`` 18 says they
+# are absent; the NULLs are for a reader that tests the pointer instead).
 AllocatorStruct = type("OrtAllocator", (ctypes.Structure,), {"_fields_": [
-    ("version", c_uint32), ("Alloc", c_void_p), ("Free", c_void_p), ("Info", c_void_p), ("Reserve", c_void_p)]})
+    ("version", c_uint32), ("Alloc", c_void_p), ("Free", c_void_p), ("Info", c_void_p), ("Reserve", c_void_p),
+    ("GetStats", c_void_p), ("AllocOnStream", c_void_p), ("Shrink", c_void_p), ("_spare", c_void_p * 8)]})
 DataTransferStruct = type("OrtDataTransferImpl", (ctypes.Structure,), {"_fields_": [
     ("ort_version_supported", c_uint32), ("Release", c_void_p), ("CanCopy", c_void_p), ("CopyTensors", c_void_p)]})
 #: OrtAllocator's version: 18 is the first with Reserve, the last member filled here.
@@ -141,18 +144,31 @@ class AllocatorAdapter:
         self.struct = AllocatorStruct(ALLOCATOR_VERSION, d.trampoline("a_alloc"), d.trampoline("a_free"),
                                       d.trampoline("a_info"), d.trampoline("a_reserve"))
         self.address = ctypes.addressof(self.struct)
+        self.live: set[int] = set()  # addresses handed out and not freed yet
+        self._lock = threading.Lock()
         d.objects[self.address] = self
 
     def alloc(self, size: int, reserve: bool = False) -> int:
         buffer = self.allocator.reserve(size) if reserve else self.allocator.alloc(size)
-        return address_space().add(size, buffer, self.allocator.info)
+        address = address_space().add(size, buffer, self.allocator.info)
+        with self._lock:
+            self.live.add(address)
+        return address
 
     def free(self, address: int) -> None:
-        if address:
-            self.allocator.free(address_space().remove(address))
+        if not address:
+            return
+        self.allocator.free(address_space().remove(address))
+        with self._lock:
+            self.live.discard(address)
 
     def release(self) -> None:
+        """onnxruntime's ReleaseAllocator. onnxruntime may still call it afterwards (values freed by a
+        session that ends after its library was unregistered; onnxruntime 1.28 even allocates through
+        an allocator released at unregister once the library is registered again), so it is retired,
+        not destroyed: it keeps serving, at the cost of one small object per allocator made."""
         d.objects.pop(self.address, None)
+        d.retired[self.address] = self
 
 
 class DataTransferAdapter:
@@ -185,7 +201,9 @@ class DataTransferAdapter:
         self.transfer.copy_tensors(src, dst, None)
 
     def release(self) -> None:
+        """OrtDataTransferImpl::Release: retired, not destroyed, as AllocatorAdapter.release says."""
         d.objects.pop(self.address, None)
+        d.retired[self.address] = self
 
 
 def _hal_side(device: OrtMemoryDevice) -> OrtMemoryDevice:

@@ -46,6 +46,8 @@ Handler = Callable[[Any, Any], int | None]
 HANDLERS: dict[int, Handler] = {}
 #: Struct address -> the Python object behind it; kept here so nothing handed over is collected.
 objects: dict[int, Any] = {}
+#: Objects onnxruntime released but may still call (allocators, data transfers: device_memory.py).
+retired: dict[int, Any] = {}
 #: Makes an OrtStatus from an exception; set once the OrtApi is bound (library.py).
 status_maker: list[Callable[[BaseException, str], int]] = []
 
@@ -59,7 +61,7 @@ _callback: Any = None
 def _dispatch(call: int, self_ptr: int | None, args: Any) -> int:
     try:
         handler = HANDLERS[call]
-        target = objects.get(self_ptr or 0) if self_ptr else None
+        target = (objects.get(self_ptr) or retired.get(self_ptr)) if self_ptr else None
         result = handler(target, args)
         return int(result or 0)
     except BaseException as exc:  # noqa: BLE001 - nothing may cross the C ABI

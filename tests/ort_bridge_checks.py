@@ -295,10 +295,11 @@ def many_sessions() -> dict:
         gc.collect()
 
     cycle(20)  # warm: caches, arenas, the first program builds
-    rss0, objects0 = psutil.Process().memory_info().rss, len(dispatch.objects)
+    rss0, objects0, retired0 = psutil.Process().memory_info().rss, len(dispatch.objects), len(dispatch.retired)
     cycle(200)
-    rss1, objects1 = psutil.Process().memory_info().rss, len(dispatch.objects)
-    return {"rss_growth_mib": (rss1 - rss0) / 2**20, "objects_before": objects0, "objects_after": objects1}
+    rss1, objects1, retired1 = psutil.Process().memory_info().rss, len(dispatch.objects), len(dispatch.retired)
+    return {"rss_growth_mib": (rss1 - rss0) / 2**20, "objects_before": objects0, "objects_after": objects1,
+            "retired_growth": retired1 - retired0}
 
 
 def user_eps() -> dict:

@@ -291,8 +291,8 @@ class FactoryAdapter:
 
     def release(self) -> None:
         """ReleaseEpFactory. A session that outlives an unregister still ends through this factory
-        (ReleaseEp, then ReleaseAllocator for its allocators), so the struct is retired, not destroyed:
-        one small object per registration."""
+        (ReleaseEp, then ReleaseAllocator for its allocators; onnxruntime 1.28 crashed calling a freed
+        factory there), so the struct is retired, not destroyed: one small object per registration."""
         d.objects.pop(self.address, None)
         d.retired[self.address] = self
         release = getattr(self.module, "release_ep_factory", None)

@@ -145,6 +145,7 @@ class AllocatorAdapter:
                                       d.trampoline("a_info"), d.trampoline("a_reserve"))
         self.address = ctypes.addressof(self.struct)
         self.live: set[int] = set()  # addresses handed out and not freed yet
+        self.released = False
         self._lock = threading.Lock()
         d.objects[self.address] = self
 
@@ -161,14 +162,18 @@ class AllocatorAdapter:
         self.allocator.free(address_space().remove(address))
         with self._lock:
             self.live.discard(address)
+            done = self.released and not self.live
+        if done:
+            d.objects.pop(self.address, None)
 
     def release(self) -> None:
-        """onnxruntime's ReleaseAllocator. onnxruntime may still call it afterwards (values freed by a
-        session that ends after its library was unregistered; onnxruntime 1.28 even allocates through
-        an allocator released at unregister once the library is registered again), so it is retired,
-        not destroyed: it keeps serving, at the cost of one small object per allocator made."""
-        d.objects.pop(self.address, None)
-        d.retired[self.address] = self
+        """onnxruntime's ReleaseAllocator. Values it allocated may be freed later (a session that ends
+        after its library was unregistered): until the last is, the struct stays reachable."""
+        with self._lock:
+            self.released = True
+            done = not self.live
+        if done:
+            d.objects.pop(self.address, None)
 
 
 class DataTransferAdapter:
@@ -201,9 +206,7 @@ class DataTransferAdapter:
         self.transfer.copy_tensors(src, dst, None)
 
     def release(self) -> None:
-        """OrtDataTransferImpl::Release: retired, not destroyed, as AllocatorAdapter.release says."""
         d.objects.pop(self.address, None)
-        d.retired[self.address] = self
 
 
 def _hal_side(device: OrtMemoryDevice) -> OrtMemoryDevice:

@@ -46,7 +46,7 @@ Handler = Callable[[Any, Any], int | None]
 HANDLERS: dict[int, Handler] = {}
 #: Struct address -> the Python object behind it; kept here so nothing handed over is collected.
 objects: dict[int, Any] = {}
-#: Objects onnxruntime released but may still call (allocators, data transfers: device_memory.py).
+#: Objects onnxruntime released but may still call: factories (adapter.py, FactoryAdapter.release).
 retired: dict[int, Any] = {}
 #: Makes an OrtStatus from an exception; set once the OrtApi is bound (library.py).
 status_maker: list[Callable[[BaseException, str], int]] = []

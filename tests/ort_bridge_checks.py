@@ -68,7 +68,7 @@ def devices_and_policies() -> dict:
                 "hw_metadata": dict(d.device.metadata), "ep_metadata": dict(d.ep_metadata)}
                for d in ort.get_ep_devices()]
     providers = {p: session(model, getattr(P, p)).get_providers()
-                 for p in ("PREFER_NPU", "PREFER_GPU", "MAX_PERFORMANCE", "PREFER_CPU")}
+                 for p in ("PREFER_NPU", "PREFER_GPU", "MAX_PERFORMANCE", "MAX_EFFICIENCY", "MIN_OVERALL_POWER", "PREFER_CPU")}
     explicit = session(model, devices=[device(NPU)])
     errors = {"explicit_npu": add_mul_error(explicit),
               "prefer_gpu": add_mul_error(session(model, P.PREFER_GPU))}

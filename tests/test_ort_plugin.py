@@ -98,7 +98,9 @@ def test_devices_policies_and_explicit_devices():
         assert d["ep_metadata"]["version"] == "0.1.0" and d["ep_metadata"]["backend"] in ("opencl", "host")
     assert npu["hw_metadata"]["simulator_profile"] == "generic-npu" and gpu["hw_metadata"]["Discrete"] == "1"
     assert r["providers"] == {"PREFER_NPU": [NPU, "CPUExecutionProvider"], "PREFER_GPU": [GPU, "CPUExecutionProvider"],
-                              "MAX_PERFORMANCE": [GPU, "CPUExecutionProvider"], "PREFER_CPU": ["CPUExecutionProvider"]}
+                              "MAX_PERFORMANCE": [GPU, "CPUExecutionProvider"],
+                              "MAX_EFFICIENCY": [NPU, "CPUExecutionProvider"],
+                              "MIN_OVERALL_POWER": [NPU, "CPUExecutionProvider"], "PREFER_CPU": ["CPUExecutionProvider"]}
     assert r["explicit"] == [NPU, "CPUExecutionProvider"]
     assert r["explicit_assignment"] == {NPU: ["add1", "add2", "mul"]}
     assert r["errors"]["explicit_npu"] <= 2e-2 and r["errors"]["prefer_gpu"] <= 1e-5

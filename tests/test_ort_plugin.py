@@ -237,3 +237,16 @@ def test_docs_snippet_runs_as_written(tmp_path):
     done = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "('VirtualNpuExecutionProvider', <OrtHardwareDeviceType.NPU" in done.stdout
+
+
+def test_device_address_space_maps_pointers_back_to_buffers():
+    from onnxhal.ort_plugin.device_memory import AddressSpace
+
+    space = AddressSpace(sizes=(1 << 32,))
+    a = space.add(10, "a", None)
+    b = space.add(300, "b", None)
+    assert a % 256 == 0 and b % 256 == 0 and b > a
+    assert space.find(a + 5) == ("a", 5, None) and space.find(b + 299) == ("b", 299, None)
+    assert space.find(a + 256) is None and space.find(b + 512) is None and space.find(a - 1) is None  # gaps
+    assert space.remove(a) == "a" and space.find(a) is None
+    assert space.add(7, "c", None) == a  # a freed range of the same rounded size is reused

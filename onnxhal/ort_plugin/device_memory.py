@@ -33,22 +33,29 @@ from onnxhal.ort_plugin import tensors
 from onnxhal.ort_plugin.ort_api import OrtApi
 
 _ALIGN = 256
-_RESERVE = 1 << 40  # 1 TiB of address space, no memory behind it
+#: Address space to reserve, no memory behind it: the first size the system grants (a ``ulimit -v``
+#: may refuse 1 TiB).
+_RESERVE_SIZES = (1 << 40, 1 << 36, 1 << 32)
 
 
 class AddressSpace:
     """Addresses for device buffers: a PROT_NONE reservation, handed out in aligned ranges and
     reused by size once freed."""
 
-    def __init__(self, size: int = _RESERVE) -> None:
+    def __init__(self, sizes: tuple[int, ...] = _RESERVE_SIZES) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = c_void_p
         libc.mmap.argtypes = [c_void_p, c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
-        base = libc.mmap(None, size, mmap.PROT_NONE if hasattr(mmap, "PROT_NONE") else 0, flags, -1, 0)
-        if base in (None, ctypes.c_void_p(-1).value):
-            raise OutOfMemory(f"cannot reserve {size >> 30} GiB of address space for device buffers "
-                              f"(errno {ctypes.get_errno()})")
+        failed = ctypes.c_void_p(-1).value
+        base, size = None, 0
+        for size in sizes:
+            base = libc.mmap(None, size, getattr(mmap, "PROT_NONE", 0), flags, -1, 0)
+            if base not in (None, failed):
+                break
+        if base in (None, failed):
+            raise OutOfMemory(f"cannot reserve {size >> 30} GiB of address space for onnxhal's device buffers "
+                              f"(errno {ctypes.get_errno()}); raise 'ulimit -v', or configure(device_memory=False)")
         self.base, self.end, self.next = base, base + size, base
         self._free: dict[int, list[int]] = {}  # rounded size -> free start addresses
         self._starts: list[int] = []  # sorted starts of live ranges

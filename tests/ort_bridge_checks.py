@@ -276,6 +276,23 @@ def threads_and_lifecycle() -> dict:
 kept_alive_at_exit: list = []
 
 
+def costs() -> dict:
+    """The cost model's figures of sessions inside onnxruntime (plugin.simulated_costs())."""
+    from benchmarks import models
+
+    register()
+    model = models.cnn(image=32, classes=10)
+    feeds = models.feeds(model)
+    npu = session(model, devices=[device(NPU)])
+    for _ in range(3):
+        npu.run(None, feeds)
+    gpu = session(model, devices=[device(GPU)])
+    gpu.run(None, feeds)
+    with_sessions = plugin.simulated_costs()
+    del npu, gpu
+    return {"costs": with_sessions, "after": plugin.simulated_costs()}
+
+
 def many_sessions() -> dict:
     """200 sessions created, run and released: neither onnxhal's bridge objects nor the process grow."""
     import gc

@@ -250,3 +250,18 @@ def test_device_address_space_maps_pointers_back_to_buffers():
     assert space.find(a + 256) is None and space.find(b + 512) is None and space.find(a - 1) is None  # gaps
     assert space.remove(a) == "a" and space.find(a) is None
     assert space.add(7, "c", None) == a  # a freed range of the same rounded size is reused
+
+
+@needs_virtual
+def test_cost_model_figures_of_sessions_inside_onnxruntime():
+    r = run_check("costs")
+    npu, gpu = r["costs"]
+    assert (npu["ep"], npu["profile"], gpu["ep"], gpu["profile"]) == (NPU, "generic-npu", GPU, "generic-gpu")
+    assert npu["total"]["runs"] == 3 and npu["last_run"]["runs"] == 1 and gpu["total"]["runs"] == 1
+    assert npu["total"]["kernels"] == 3 * npu["last_run"]["kernels"] > 0
+    for c in (npu, gpu):
+        assert c["last_run"]["kernel_ms"] > 0 and c["last_run"]["energy_mj"] > 0
+    # 5 TOPS fp16 at 2 W against 8 TFLOPS fp32 at 100 W: the NPU is slower per run and uses less energy.
+    assert npu["last_run"]["kernel_ms"] > gpu["last_run"]["kernel_ms"]
+    assert npu["last_run"]["energy_mj"] < gpu["last_run"]["energy_mj"]
+    assert r["after"] == []  # the sessions ended

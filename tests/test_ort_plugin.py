@@ -265,3 +265,16 @@ def test_cost_model_figures_of_sessions_inside_onnxruntime():
     assert npu["last_run"]["kernel_ms"] > gpu["last_run"]["kernel_ms"]
     assert npu["last_run"]["energy_mj"] < gpu["last_run"]["energy_mj"]
     assert r["after"] == []  # the sessions ended
+
+
+def test_dispatcher_never_raises_and_never_returns_a_null_string(caplog):
+    import ctypes
+
+    import onnxhal.ort_plugin.library  # noqa: F401 - installs the handlers
+    from onnxhal.ort_plugin import dispatch
+
+    # No adapter behind the pointer: the handler fails inside the dispatcher, which logs it.
+    name = dispatch._dispatch(dispatch.E_GET_COMPAT_INFO, None, None)
+    assert name and ctypes.string_at(name) == b""  # onnxruntime reads the string: never NULL
+    assert dispatch._dispatch(dispatch.F_IS_STREAM_AWARE, None, None) == 0
+    assert "OrtEp::GetCompiledModelCompatibilityInfo failed" in caplog.text

@@ -261,6 +261,8 @@ def test_cost_model_figures_of_sessions_inside_onnxruntime():
     assert npu["total"]["kernels"] == 3 * npu["last_run"]["kernels"] > 0
     for c in (npu, gpu):
         assert c["last_run"]["kernel_ms"] > 0 and c["last_run"]["energy_mj"] > 0
+        # onnxruntime's copy of the 1x3x32x32 float input onto the device is the session's
+        assert c["last_run"]["transfer_bytes"] >= 3 * 32 * 32 * 4 and c["last_run"]["transfer_ms"] > 0
     # 5 TOPS fp16 at 2 W against 8 TFLOPS fp32 at 100 W: the NPU is slower per run and uses less energy.
     assert npu["last_run"]["kernel_ms"] > gpu["last_run"]["kernel_ms"]
     assert npu["last_run"]["energy_mj"] < gpu["last_run"]["energy_mj"]

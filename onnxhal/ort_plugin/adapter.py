@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 from ctypes import POINTER, c_size_t, c_void_p
 from typing import Any
 
@@ -104,6 +105,7 @@ class FactoryAdapter:
         # Device memory declared to onnxruntime: hal memory device -> (hal memory info, OrtMemoryInfo*)
         self.memory_infos: dict[Any, tuple[OrtMemoryInfo, int]] = {}
         self.declare_memory = declare_memory
+        self._just_created = threading.local()  # the EpAdapter create_ep made on this thread
         d.objects[self.address] = self
 
     # -- devices ----------------------------------------------------------------------------
@@ -189,7 +191,11 @@ class FactoryAdapter:
     def create_data_transfer(self, args: Any) -> None:
         if not self.memory_infos:
             return  # no device memory declared: onnxruntime copies nothing for this EP
-        transfer = self.factory.create_data_transfer()
+        # Asked right after CreateEp, on its thread, onnxruntime wants the session's transfer: the EP's
+        # own (which charges the session's cost meter); otherwise (at registration) the factory's.
+        ep = getattr(self._just_created, "ep", None)
+        self._just_created.ep = None
+        transfer = ep.memory.transfer if ep is not None and ep.memory is not None else self.factory.create_data_transfer()
         if transfer is not None:
             write_out(args[0], DataTransferAdapter(self.api, transfer).address)
 
@@ -213,6 +219,7 @@ class FactoryAdapter:
         ep = self.factory.create_ep([e.device for e in ep_devices], metadata, SessionOptionsView(config),
                                     logging.getLogger(f"onnxhal.ep.{self.factory.name}"))
         adapter = EpAdapter(self, ep, ep_devices, context_enabled(config))
+        self._just_created.ep = adapter
         write_out(args[5], adapter.address)
 
     def _ep_device(self, ort_hw: int, metadata: dict[str, str]) -> OrtEpDevice:

@@ -437,6 +437,14 @@ def device_memory() -> dict:
     return out
 
 
+def before_virtual_devices() -> dict:
+    """onnxruntime 1.23: no virtual devices, so the simulated EPs sit on its CPU hardware device."""
+    register()
+    devices = {d.ep_name: (d.device.type.name, d.ep_metadata.get("simulator_profile")) for d in ort.get_ep_devices()}
+    sess = session(add_mul_model(), devices=[device(NPU)])
+    return {"devices": devices, "providers": sess.get_providers(), "err": add_mul_error(sess)}
+
+
 def not_attached() -> dict:
     """onnxruntime loads the library without onnxhal's Python side attached: a clear error."""
     from onnxhal.ort_plugin.build import bridge_library

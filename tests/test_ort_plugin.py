@@ -85,6 +85,13 @@ def test_configure_checks_profiles_and_library():
 
 
 # -- inside onnxruntime ----------------------------------------------------------------------------
+@pytest.mark.skipif(ORT_VERSION >= (1, 24), reason="onnxruntime 1.24 has virtual devices; this is 1.23's fallback")
+def test_before_1_24_the_simulated_eps_sit_on_the_cpu_device():
+    r = run_check("before_virtual_devices")
+    assert r["devices"][NPU] == ["CPU", "generic-npu"] and r["devices"][GPU] == ["CPU", "generic-gpu"]
+    assert r["providers"] == [NPU, "CPUExecutionProvider"] and r["err"] <= 2e-2
+
+
 @needs_virtual
 def test_devices_policies_and_explicit_devices():
     r = run_check("devices_and_policies")

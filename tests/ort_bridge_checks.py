@@ -68,7 +68,7 @@ def devices_and_policies() -> dict:
                 "hw_metadata": dict(d.device.metadata), "ep_metadata": dict(d.ep_metadata)}
                for d in ort.get_ep_devices()]
     providers = {p: session(model, getattr(P, p)).get_providers()
-                 for p in ("PREFER_NPU", "PREFER_GPU", "MAX_PERFORMANCE", "PREFER_CPU")}
+                 for p in ("PREFER_NPU", "PREFER_GPU", "MAX_PERFORMANCE", "MAX_EFFICIENCY", "MIN_OVERALL_POWER", "PREFER_CPU")}
     explicit = session(model, devices=[device(NPU)])
     errors = {"explicit_npu": add_mul_error(explicit),
               "prefer_gpu": add_mul_error(session(model, P.PREFER_GPU))}
@@ -276,6 +276,23 @@ def threads_and_lifecycle() -> dict:
 kept_alive_at_exit: list = []
 
 
+def costs() -> dict:
+    """The cost model's figures of sessions inside onnxruntime (plugin.simulated_costs())."""
+    from benchmarks import models
+
+    register()
+    model = models.cnn(image=32, classes=10)
+    feeds = models.feeds(model)
+    npu = session(model, devices=[device(NPU)])
+    for _ in range(3):
+        npu.run(None, feeds)
+    gpu = session(model, devices=[device(GPU)])
+    gpu.run(None, feeds)
+    with_sessions = plugin.simulated_costs()
+    del npu, gpu
+    return {"costs": with_sessions, "after": plugin.simulated_costs()}
+
+
 def many_sessions() -> dict:
     """200 sessions created, run and released: neither onnxhal's bridge objects nor the process grow."""
     import gc
@@ -295,10 +312,11 @@ def many_sessions() -> dict:
         gc.collect()
 
     cycle(20)  # warm: caches, arenas, the first program builds
-    rss0, objects0 = psutil.Process().memory_info().rss, len(dispatch.objects)
+    rss0, objects0, retired0 = psutil.Process().memory_info().rss, len(dispatch.objects), len(dispatch.retired)
     cycle(200)
-    rss1, objects1 = psutil.Process().memory_info().rss, len(dispatch.objects)
-    return {"rss_growth_mib": (rss1 - rss0) / 2**20, "objects_before": objects0, "objects_after": objects1}
+    rss1, objects1, retired1 = psutil.Process().memory_info().rss, len(dispatch.objects), len(dispatch.retired)
+    return {"rss_growth_mib": (rss1 - rss0) / 2**20, "objects_before": objects0, "objects_after": objects1,
+            "retired_growth": retired1 - retired0}
 
 
 def user_eps() -> dict:
@@ -417,6 +435,14 @@ def device_memory() -> dict:
     out["host_only"] = {"memory_info": device(NPU).memory_info(ort.OrtDeviceMemoryType.DEFAULT) is not None,
                         "err": add_mul_error(sess), "calls": dict(calls)}
     return out
+
+
+def before_virtual_devices() -> dict:
+    """onnxruntime 1.23: no virtual devices, so the simulated EPs sit on its CPU hardware device."""
+    register()
+    devices = {d.ep_name: (d.device.type.name, d.ep_metadata.get("simulator_profile")) for d in ort.get_ep_devices()}
+    sess = session(add_mul_model(), devices=[device(NPU)])
+    return {"devices": devices, "providers": sess.get_providers(), "err": add_mul_error(sess)}
 
 
 def not_attached() -> dict:

@@ -85,6 +85,13 @@ def test_configure_checks_profiles_and_library():
 
 
 # -- inside onnxruntime ----------------------------------------------------------------------------
+@pytest.mark.skipif(ORT_VERSION >= (1, 24), reason="onnxruntime 1.24 has virtual devices; this is 1.23's fallback")
+def test_before_1_24_the_simulated_eps_sit_on_the_cpu_device():
+    r = run_check("before_virtual_devices")
+    assert r["devices"][NPU] == ["CPU", "generic-npu"] and r["devices"][GPU] == ["CPU", "generic-gpu"]
+    assert r["providers"] == [NPU, "CPUExecutionProvider"] and r["err"] <= 2e-2
+
+
 @needs_virtual
 def test_devices_policies_and_explicit_devices():
     r = run_check("devices_and_policies")
@@ -98,7 +105,9 @@ def test_devices_policies_and_explicit_devices():
         assert d["ep_metadata"]["version"] == "0.1.0" and d["ep_metadata"]["backend"] in ("opencl", "host")
     assert npu["hw_metadata"]["simulator_profile"] == "generic-npu" and gpu["hw_metadata"]["Discrete"] == "1"
     assert r["providers"] == {"PREFER_NPU": [NPU, "CPUExecutionProvider"], "PREFER_GPU": [GPU, "CPUExecutionProvider"],
-                              "MAX_PERFORMANCE": [GPU, "CPUExecutionProvider"], "PREFER_CPU": ["CPUExecutionProvider"]}
+                              "MAX_PERFORMANCE": [GPU, "CPUExecutionProvider"],
+                              "MAX_EFFICIENCY": [NPU, "CPUExecutionProvider"],
+                              "MIN_OVERALL_POWER": [NPU, "CPUExecutionProvider"], "PREFER_CPU": ["CPUExecutionProvider"]}
     assert r["explicit"] == [NPU, "CPUExecutionProvider"]
     assert r["explicit_assignment"] == {NPU: ["add1", "add2", "mul"]}
     assert r["errors"]["explicit_npu"] <= 2e-2 and r["errors"]["prefer_gpu"] <= 1e-5
@@ -194,7 +203,7 @@ def test_device_memory_is_onnxruntimes_to_use():
 @needs_virtual
 def test_200_sessions_leave_no_growth():
     r = run_check("many_sessions")
-    assert r["objects_after"] == r["objects_before"]
+    assert r["objects_after"] == r["objects_before"] and r["retired_growth"] == 0
     assert r["rss_growth_mib"] < 16
 
 
@@ -235,3 +244,46 @@ def test_docs_snippet_runs_as_written(tmp_path):
     done = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "('VirtualNpuExecutionProvider', <OrtHardwareDeviceType.NPU" in done.stdout
+
+
+def test_device_address_space_maps_pointers_back_to_buffers():
+    from onnxhal.ort_plugin.device_memory import AddressSpace
+
+    space = AddressSpace(sizes=(1 << 32,))
+    a = space.add(10, "a", None)
+    b = space.add(300, "b", None)
+    assert a % 256 == 0 and b % 256 == 0 and b > a
+    assert space.find(a + 5) == ("a", 5, None) and space.find(b + 299) == ("b", 299, None)
+    assert space.find(a + 256) is None and space.find(b + 512) is None and space.find(a - 1) is None  # gaps
+    assert space.remove(a) == "a" and space.find(a) is None
+    assert space.add(7, "c", None) == a  # a freed range of the same rounded size is reused
+
+
+@needs_virtual
+def test_cost_model_figures_of_sessions_inside_onnxruntime():
+    r = run_check("costs")
+    npu, gpu = r["costs"]
+    assert (npu["ep"], npu["profile"], gpu["ep"], gpu["profile"]) == (NPU, "generic-npu", GPU, "generic-gpu")
+    assert npu["total"]["runs"] == 3 and npu["last_run"]["runs"] == 1 and gpu["total"]["runs"] == 1
+    assert npu["total"]["kernels"] == 3 * npu["last_run"]["kernels"] > 0
+    for c in (npu, gpu):
+        assert c["last_run"]["kernel_ms"] > 0 and c["last_run"]["energy_mj"] > 0
+        # onnxruntime's copy of the 1x3x32x32 float input onto the device is the session's
+        assert c["last_run"]["transfer_bytes"] >= 3 * 32 * 32 * 4 and c["last_run"]["transfer_ms"] > 0
+    # 5 TOPS fp16 at 2 W against 8 TFLOPS fp32 at 100 W: the NPU is slower per run and uses less energy.
+    assert npu["last_run"]["kernel_ms"] > gpu["last_run"]["kernel_ms"]
+    assert npu["last_run"]["energy_mj"] < gpu["last_run"]["energy_mj"]
+    assert r["after"] == []  # the sessions ended
+
+
+def test_dispatcher_never_raises_and_never_returns_a_null_string(caplog):
+    import ctypes
+
+    import onnxhal.ort_plugin.library  # noqa: F401 - installs the handlers
+    from onnxhal.ort_plugin import dispatch
+
+    # No adapter behind the pointer: the handler fails inside the dispatcher, which logs it.
+    name = dispatch._dispatch(dispatch.E_GET_COMPAT_INFO, None, None)
+    assert name and ctypes.string_at(name) == b""  # onnxruntime reads the string: never NULL
+    assert dispatch._dispatch(dispatch.F_IS_STREAM_AWARE, None, None) == 0
+    assert "OrtEp::GetCompiledModelCompatibilityInfo failed" in caplog.text

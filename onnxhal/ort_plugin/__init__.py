@@ -67,4 +67,21 @@ def configure(profiles: Sequence[str] | str | None = None, library: str | os.Pat
     config.device_memory = bool(device_memory)
 
 
-__all__ = ["REGISTRATION_NAME", "configure", "library_path"]
+def simulated_costs() -> list[dict]:
+    """The cost model's figures of every live onnxruntime session EP on a simulated device, oldest
+    first: ``ep``, ``profile``, ``last_run`` and ``total`` (runs, simulated device/kernel/transfer
+    milliseconds, kernels, transfers, bytes, millijoules: docs/simulators.md). onnxruntime's profiler
+    does not carry them; this does."""
+    from onnxhal.ort_plugin.adapter import EpAdapter
+    from onnxhal.ort_plugin.dispatch import objects
+
+    out = []
+    for adapter in list(objects.values()):
+        meter = getattr(adapter.ep, "meter", None) if isinstance(adapter, EpAdapter) else None
+        if meter is not None:
+            out.append({"ep": adapter.ep.name, "profile": meter.profile.name,
+                        "last_run": meter.last_run.as_dict(), "total": meter.total.as_dict()})
+    return out
+
+
+__all__ = ["REGISTRATION_NAME", "configure", "library_path", "simulated_costs"]

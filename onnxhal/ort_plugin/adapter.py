@@ -1,56 +1,50 @@
 """Any onnxhal EP library presented to onnxruntime as OrtEpFactory / OrtEp / OrtNodeComputeInfo.
 
 One ``FactoryAdapter`` per ``hal.EpFactory``, one ``EpAdapter`` per ``hal.Ep`` (one per session),
-one ``ComputeAdapter`` per compiled partition. Each owns the ctypes struct onnxruntime holds (its
-function slots point at bridge.c's trampolines; ``dispatch.objects`` maps the struct's address back
-to the adapter) and every string it returns, so all stay alive until onnxruntime's Release call.
+one ``ComputeAdapter`` per compiled partition (compute.py). Each owns the ctypes struct onnxruntime
+holds (structs.py: its function slots point at bridge.c's trampolines; ``dispatch.objects`` maps the
+struct's address back to the adapter) and every string it returns, so all stay alive until
+onnxruntime's Release call.
 
 Memory: an EP's own memory of a GPU/NPU/FPGA type is declared to onnxruntime (device_memory.py),
 which then hands ``Compute`` device tensors and copies values itself. Otherwise (CPU-type device
-memory, or ``configure(device_memory=False)``) onnxruntime sees host memory, and an EP with memory
-of its own gets its inputs copied into it with its data transfer before ``compute`` and its outputs
-copied back after: the copies onnxhal's runtime plans at partition edges, done inside the partition.
+memory, or ``configure(device_memory=False)``) onnxruntime sees host memory and compute.py copies
+a partition's values into the EP's memory and back.
 """
 
 from __future__ import annotations
 
 import ctypes
-import itertools
 import logging
 import threading
-from ctypes import POINTER, Structure, c_bool, c_size_t, c_uint32, c_void_p
+from ctypes import POINTER, c_size_t, c_void_p
 from typing import Any
-
-import numpy as np
 
 from onnxhal.hal.enums import OrtDeviceMemoryType, OrtEpDataLayout, OrtHardwareDeviceType, OrtMemoryInfoDeviceType
 from onnxhal.hal.ep import (
     Ep,
     EpFactory,
     EpGraphSupportInfo,
-    Kernel,
-    KernelContext,
-    KernelCreateContext,
     NodeComputeInfo,
 )
 from onnxhal.hal.ep_api import EpApi
 from onnxhal.hal.ep_device import OrtEpDevice
-from onnxhal.hal.errors import EPFail, InvalidArgument
-from onnxhal.hal.graph import Graph, Node
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.graph import Graph
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryInfo
-from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
+from onnxhal.ort_plugin.compute import ComputeAdapter, DeviceMemory, GraphKernelCreateContext, KernelComputeInfo
 from onnxhal.ort_plugin.device_memory import (
     AllocatorAdapter,
     DataTransferAdapter,
     create_memory_info,
-    host_or_device,
     memory_device_of,
 )
 from onnxhal.ort_plugin.ep_context import context_enabled, context_node
 from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
 from onnxhal.ort_plugin.ort_api import API_VERSION, OrtApi
+from onnxhal.ort_plugin.structs import EpStruct, FactoryStruct, FusionOptions, Strings, fill, words, write_out
 from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE
 
 logger = logging.getLogger("onnxhal.ort_plugin")
@@ -58,65 +52,6 @@ logger = logging.getLogger("onnxhal.ort_plugin")
 #: onnxruntime's metadata key for a virtual hardware device (onnxhal's own is "is_virtual").
 ORT_VIRTUAL_KEY = "IsVirtual"
 ORT_OWNED_EP_METADATA = frozenset({"version", "library_path"})
-
-
-def _struct(name: str, slots: list[tuple[str, str | None]]) -> type[Structure]:
-    return type(name, (Structure,), {"_fields_": [("ort_version_supported", c_uint32)]
-                                     + [(field, c_void_p) for field, _ in slots], "slots": slots})
-
-
-# (struct member, bridge.c trampoline or None for "not implemented"), in onnxruntime's member order
-# for API version 23 (onnxruntime_ep_c_api.h): onnxruntime reads no member past that version.
-FactoryStruct = _struct("OrtEpFactory", [
-    ("GetName", "f_get_name"), ("GetVendor", "f_get_vendor"), ("GetSupportedDevices", "f_get_supported_devices"),
-    ("CreateEp", "f_create_ep"), ("ReleaseEp", "f_release_ep"), ("GetVendorId", "f_get_vendor_id"),
-    ("GetVersion", "f_get_version"), ("ValidateCompiledModelCompatibilityInfo", "f_validate_compat"),
-    ("CreateAllocator", "f_create_allocator"), ("ReleaseAllocator", "f_release_allocator"),
-    ("CreateDataTransfer", "f_create_data_transfer"), ("IsStreamAware", "f_is_stream_aware"),
-    ("CreateSyncStreamForDevice", "f_create_sync_stream")])
-EpStruct = _struct("OrtEp", [
-    ("GetName", "e_get_name"), ("GetCapability", "e_get_capability"), ("Compile", "e_compile"),
-    ("ReleaseNodeComputeInfos", "e_release_compute_infos"), ("GetPreferredDataLayout", "e_get_layout"),
-    ("ShouldConvertDataLayoutForOp", "e_should_convert"), ("SetDynamicOptions", "e_set_dynamic_options"),
-    ("OnRunStart", "e_on_run_start"), ("OnRunEnd", "e_on_run_end"), ("CreateAllocator", None),
-    ("CreateSyncStreamForDevice", None), ("GetCompiledModelCompatibilityInfo", "e_get_compat_info")])
-ComputeStruct = _struct("OrtNodeComputeInfo", [
-    ("CreateState", "c_create_state"), ("Compute", "c_compute"), ("ReleaseState", "c_release_state")])
-
-
-class FusionOptions(Structure):
-    _fields_ = [("ort_version_supported", c_uint32), ("drop_constant_initializers", c_bool)]
-
-
-def _fill(struct: Structure) -> Structure:
-    struct.ort_version_supported = API_VERSION
-    for field, tramp in struct.slots:
-        setattr(struct, field, d.trampoline(tramp) if tramp else None)
-    return struct
-
-
-def _out(address: int, value: int, ctype: Any = c_void_p) -> None:
-    ctypes.cast(address, POINTER(ctype))[0] = value
-
-
-def _words(address: int, count: int) -> list[int]:
-    if not count:
-        return []
-    arr = ctypes.cast(address, POINTER(c_void_p))
-    return [arr[i] or 0 for i in range(count)]
-
-
-class _Strings:
-    """Persistent C strings: onnxruntime may read a returned ``const char*`` after the call."""
-
-    def __init__(self) -> None:
-        self._keep: dict[str, ctypes.Array] = {}
-
-    def __call__(self, text: str) -> int:
-        buf = self._keep.get(text)
-        if buf is None:
-            buf = self._keep[text] = ctypes.create_string_buffer(text.encode())
-        return ctypes.addressof(buf)
 
 
 class BridgeEpApi(EpApi):
@@ -159,8 +94,8 @@ class FactoryAdapter:
         self.factory = factory
         self.module = module
         self.discovered = discovered
-        self.strings = _Strings()
-        self.struct = _fill(FactoryStruct())
+        self.strings = Strings()
+        self.struct = fill(FactoryStruct())
         self.address = ctypes.addressof(self.struct)
         self.ort_hw: dict[int, int] = {}  # id(hal hardware device) -> OrtHardwareDevice*
         # OrtHardwareDevice* -> the hal EP devices on it (several only where virtual devices fall back
@@ -170,6 +105,7 @@ class FactoryAdapter:
         # Device memory declared to onnxruntime: hal memory device -> (hal memory info, OrtMemoryInfo*)
         self.memory_infos: dict[Any, tuple[OrtMemoryInfo, int]] = {}
         self.declare_memory = declare_memory
+        self._just_created = threading.local()  # the EpAdapter create_ep made on this thread
         d.objects[self.address] = self
 
     # -- devices ----------------------------------------------------------------------------
@@ -200,7 +136,7 @@ class FactoryAdapter:
         return None
 
     def get_supported_devices(self, args: Any) -> None:
-        ort_devices, out, max_out, num_out = _words(args[0], args[1]), args[2], args[3], args[4]
+        ort_devices, out, max_out, num_out = words(args[0], args[1]), args[2], args[3], args[4]
         self.hal_by_ort_hw.clear()
         ep_devices = self.factory.get_supported_devices(list(self.discovered))
         made = 0
@@ -232,7 +168,7 @@ class FactoryAdapter:
                     and info.device_type != OrtMemoryInfoDeviceType.CPU):
                 self.api.ep_call("EpDevice_AddAllocatorInfo", ep_dev.value, self._ort_memory_info(info))
             made += 1
-        _out(num_out, made, c_size_t)
+        write_out(num_out, made, c_size_t)
 
     def _ort_memory_info(self, info: OrtMemoryInfo) -> int:
         known = self.memory_infos.get(info.memory_device)
@@ -250,24 +186,28 @@ class FactoryAdapter:
             return
         allocator = self.factory.create_allocator(known[0], self.api.read_pairs(args[1]) if args[1] else None)
         if allocator is not None:
-            _out(args[2], AllocatorAdapter(allocator, known[1]).address)
+            write_out(args[2], AllocatorAdapter(allocator, known[1]).address)
 
     def create_data_transfer(self, args: Any) -> None:
         if not self.memory_infos:
             return  # no device memory declared: onnxruntime copies nothing for this EP
-        transfer = self.factory.create_data_transfer()
+        # Asked right after CreateEp, on its thread, onnxruntime wants the session's transfer: the EP's
+        # own (which charges the session's cost meter); otherwise (at registration) the factory's.
+        ep = getattr(self._just_created, "ep", None)
+        self._just_created.ep = None
+        transfer = ep.memory.transfer if ep is not None and ep.memory is not None else self.factory.create_data_transfer()
         if transfer is not None:
-            _out(args[0], DataTransferAdapter(self.api, transfer).address)
+            write_out(args[0], DataTransferAdapter(self.api, transfer).address)
 
     def validate_compatibility(self, args: Any) -> None:
         """ValidateCompiledModelCompatibilityInfo: the hal factory's verdict for a compiled model."""
-        devices = [d.device for p in _words(args[0], args[1]) for d in self.hal_by_ort_hw.get(p, [])]
+        devices = [d.device for p in words(args[0], args[1]) for d in self.hal_by_ort_hw.get(p, [])]
         verdict = self.factory.validate_compiled_model_compatibility_info(devices, ctypes.string_at(args[2]).decode())
-        _out(args[3], int(verdict), ctypes.c_int)
+        write_out(args[3], int(verdict), ctypes.c_int)
 
     def create_ep(self, args: Any) -> None:
         n = args[2]
-        ort_devices, md_ptrs = _words(args[0], n), _words(args[1], n)
+        ort_devices, md_ptrs = words(args[0], n), words(args[1], n)
         entries = c_void_p()
         self.api.call("GetSessionOptionsConfigEntries", args[3], ctypes.byref(entries))
         try:
@@ -279,7 +219,8 @@ class FactoryAdapter:
         ep = self.factory.create_ep([e.device for e in ep_devices], metadata, SessionOptionsView(config),
                                     logging.getLogger(f"onnxhal.ep.{self.factory.name}"))
         adapter = EpAdapter(self, ep, ep_devices, context_enabled(config))
-        _out(args[5], adapter.address)
+        self._just_created.ep = adapter
+        write_out(args[5], adapter.address)
 
     def _ep_device(self, ort_hw: int, metadata: dict[str, str]) -> OrtEpDevice:
         """The hal EP device onnxruntime chose: on that hardware device, with that EP metadata."""
@@ -290,7 +231,11 @@ class FactoryAdapter:
                               f"offer (ep_metadata {metadata})")
 
     def release(self) -> None:
+        """ReleaseEpFactory. A session that outlives an unregister still ends through this factory
+        (ReleaseEp, then ReleaseAllocator for its allocators; onnxruntime 1.28 crashed calling a freed
+        factory there), so the struct is retired, not destroyed: one small object per registration."""
         d.objects.pop(self.address, None)
+        d.retired[self.address] = self
         release = getattr(self.module, "release_ep_factory", None)
         try:
             if callable(release):
@@ -315,7 +260,7 @@ class EpAdapter:
         self.api = factory.api
         self.ep = ep
         self.name = factory.strings(ep.name or factory.factory.name)
-        self.struct = _fill(EpStruct())
+        self.struct = fill(EpStruct())
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}
         self.single_nodes: set[str] = set()  # names of nodes claimed with add_single_node
@@ -336,7 +281,7 @@ class EpAdapter:
 
     def compile(self, args: Any) -> None:
         count = args[2]
-        graphs, fused = _words(args[0], count), _words(args[1], count)
+        graphs, fused = words(args[0], count), words(args[1], count)
         fused_nodes = [fused_node_signature(self.api, p) for p in fused]
         hal_graphs = [GraphWalk(self.api, g, list(f.inputs), list(f.outputs)).graph
                       for g, f in zip(graphs, fused_nodes)]
@@ -369,7 +314,7 @@ class EpAdapter:
         if len(graph.nodes) != 1 or graph.nodes[0].name not in self.single_nodes:
             return None
         node = graph.nodes[0]
-        return KernelComputeInfo(self.ep.create_kernel(node, _KernelCreateContext(graph)), node, graph)
+        return KernelComputeInfo(self.ep.create_kernel(node, GraphKernelCreateContext(graph)), node, graph)
 
     def layout_decision(self, domain: str, op_type: str, target: OrtEpDataLayout) -> int:
         """ShouldConvertDataLayoutForOp: the EP's answer, with onnxhal's rule where it leaves the choice
@@ -384,7 +329,7 @@ class EpAdapter:
         return -1 if op_type == "MaxPool" else 1
 
     def release_compute_infos(self, args: Any) -> None:
-        for p in _words(args[0], args[1]):
+        for p in words(args[0], args[1]):
             adapter = self.compute_infos.pop(p, None)
             if adapter is not None:
                 d.objects.pop(adapter.address, None)
@@ -401,134 +346,3 @@ class EpAdapter:
         self.factory.factory.release_ep(self.ep)
 
 
-class _KernelCreateContext(KernelCreateContext):
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
-
-    def is_constant_initializer(self, name: str) -> bool:
-        return bool(name) and self.graph.is_constant_initializer(name)
-
-
-class KernelComputeInfo(NodeComputeInfo):
-    """A single node's kernel as a partition of one: onnxruntime feeds the fused node's inputs
-    (each value once, in first-use order); the kernel wants the node's own input list."""
-
-    def __init__(self, kernel: Kernel, node: Node, graph: Graph) -> None:
-        self.kernel = kernel
-        self.feed_names = graph.input_names
-        self.constants = dict(graph.initializers)
-        self.node_inputs = list(node.inputs)
-        self.host_inputs = frozenset(i for i, n in enumerate(self.feed_names)
-                                     if any(node.inputs[k] == n for k in kernel.host_inputs if k < len(node.inputs)))
-
-    def compute(self, state: Any, context: KernelContext) -> list:
-        env = dict(self.constants)
-        env.update(zip(self.feed_names, context.inputs))
-        return list(self.kernel.compute([env[n] if n else None for n in self.node_inputs]))
-
-
-class DeviceMemory:
-    """Where a hal EP keeps its values, and how to copy them there and back (None: host memory)."""
-
-    def __init__(self, allocator: Any, transfer: Any) -> None:
-        self.allocator = allocator
-        self.transfer = transfer
-
-    @classmethod
-    def of(cls, factory: EpFactory, ep: Ep, ep_devices: list[OrtEpDevice]) -> DeviceMemory | None:
-        info = next((e.memory_info(OrtDeviceMemoryType.DEFAULT) for e in ep_devices
-                     if e.memory_info(OrtDeviceMemoryType.DEFAULT) is not None), None)
-        if info is None or info.is_host:
-            return None
-        # The factory's data transfer is asked for right after create_ep, on the same thread: the
-        # simulators tie the transfer to the EP just created that way (hal's current contract).
-        transfer = factory.create_data_transfer()
-        allocator = ep.create_allocator(info) or factory.create_allocator(info)
-        if transfer is None or allocator is None:
-            raise InvalidArgument(f"{factory.name} declares device memory {info.name!r} but provides no "
-                                  f"{'data transfer' if transfer is None else 'allocator'} for it")
-        return cls(allocator, transfer)
-
-    def upload(self, arr: np.ndarray) -> DeviceTensor:
-        t = DeviceTensor.allocate(arr.shape, arr.dtype, self.allocator)
-        self.transfer.copy_tensors([arr], [t])
-        return t
-
-    def download(self, t: DeviceTensor) -> np.ndarray:
-        host = np.empty(t.shape, t.dtype)
-        self.transfer.copy_tensors([t], [host])
-        return host
-
-
-class ComputeAdapter:
-    """One compiled partition (a ``hal.NodeComputeInfo``) as an OrtNodeComputeInfo."""
-
-    _keys = itertools.count(1)
-
-    def __init__(self, ep: EpAdapter, info: NodeComputeInfo, fused_node: Node) -> None:
-        self.ep = ep
-        self.api = ep.api
-        self.info = info
-        self.fused_node = fused_node
-        self.host_inputs = frozenset(getattr(info, "host_inputs", ()))
-        self.struct = _fill(ComputeStruct())
-        self.address = ctypes.addressof(self.struct)
-        self.states: dict[int, Any] = {}
-        self._lock = threading.Lock()
-        a = self.api.ort
-        self._get_count, self._get_input, self._get_output = (
-            a["KernelContext_GetInputCount"], a["KernelContext_GetInput"], a["KernelContext_GetOutput"])
-        d.objects[self.address] = self
-
-    def create_state(self, args: Any) -> None:
-        state = self.info.create_state(self.fused_node)
-        key = next(self._keys)
-        with self._lock:
-            self.states[key] = state
-        _out(args[1], key)
-
-    def release_state(self, args: Any) -> None:
-        with self._lock:
-            state = self.states.pop(args[0], None)
-        self.info.release_state(state)
-
-    def compute(self, args: Any) -> None:
-        state, kctx = self.states[args[0]], args[1]
-        api, memory = self.api, self.ep.memory
-        n = c_size_t()
-        api.check(self._get_count(kctx, ctypes.byref(n)), "KernelContext_GetInputCount")
-        inputs: list[Any] = []
-        value = c_void_p()
-        for i in range(n.value):
-            api.check(self._get_input(kctx, i, ctypes.byref(value)), "KernelContext_GetInput")
-            if not value.value:
-                inputs.append(None)  # an omitted optional input
-                continue
-            t = host_or_device(value.value, api)  # in the EP's memory if onnxruntime placed it there
-            if isinstance(t, np.ndarray) and memory is not None and i not in self.host_inputs:
-                t = memory.upload(t)
-            inputs.append(t)
-        ctx = KernelContext(inputs, len(self.fused_node.outputs))
-        result = self.info.compute(state, ctx)
-        outputs = ctx.outputs if result is None else result
-        for i, out in enumerate(outputs):
-            if out is None:
-                continue
-            shape = tuple(out.shape)
-            dims = (ctypes.c_int64 * len(shape))(*shape)
-            api.check(self._get_output(kctx, i, dims, len(shape), ctypes.byref(value)), "KernelContext_GetOutput")
-            target = host_or_device(value.value, api)
-            if isinstance(target, DeviceTensor):  # onnxruntime keeps the output in the EP's memory
-                if target.dtype != np.dtype(out.dtype):
-                    raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
-                                 f"{self.fused_node.name!r} is {out.dtype}, onnxruntime expects {target.dtype}")
-                if target.nbytes:
-                    memory.transfer.copy_tensors([out if isinstance(out, DeviceTensor) else np.asarray(out)], [target])
-                continue
-            host = memory.download(out) if isinstance(out, DeviceTensor) else np.asarray(out)
-            dst = target
-            if dst.dtype != host.dtype:
-                raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
-                             f"{self.fused_node.name!r} is {host.dtype}, onnxruntime expects {dst.dtype}")
-            if host.size:
-                np.copyto(dst, host)

@@ -33,22 +33,29 @@ from onnxhal.ort_plugin import tensors
 from onnxhal.ort_plugin.ort_api import OrtApi
 
 _ALIGN = 256
-_RESERVE = 1 << 40  # 1 TiB of address space, no memory behind it
+#: Address space to reserve, no memory behind it: the first size the system grants (a ``ulimit -v``
+#: may refuse 1 TiB).
+_RESERVE_SIZES = (1 << 40, 1 << 36, 1 << 32)
 
 
 class AddressSpace:
     """Addresses for device buffers: a PROT_NONE reservation, handed out in aligned ranges and
     reused by size once freed."""
 
-    def __init__(self, size: int = _RESERVE) -> None:
+    def __init__(self, sizes: tuple[int, ...] = _RESERVE_SIZES) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = c_void_p
         libc.mmap.argtypes = [c_void_p, c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
-        base = libc.mmap(None, size, mmap.PROT_NONE if hasattr(mmap, "PROT_NONE") else 0, flags, -1, 0)
-        if base in (None, ctypes.c_void_p(-1).value):
-            raise OutOfMemory(f"cannot reserve {size >> 30} GiB of address space for device buffers "
-                              f"(errno {ctypes.get_errno()})")
+        failed = ctypes.c_void_p(-1).value
+        base, size = None, 0
+        for size in sizes:
+            base = libc.mmap(None, size, getattr(mmap, "PROT_NONE", 0), flags, -1, 0)
+            if base not in (None, failed):
+                break
+        if base in (None, failed):
+            raise OutOfMemory(f"cannot reserve {size >> 30} GiB of address space for onnxhal's device buffers "
+                              f"(errno {ctypes.get_errno()}); raise 'ulimit -v', or configure(device_memory=False)")
         self.base, self.end, self.next = base, base + size, base
         self._free: dict[int, list[int]] = {}  # rounded size -> free start addresses
         self._starts: list[int] = []  # sorted starts of live ranges
@@ -124,8 +131,11 @@ def host_or_device(value: int, api: OrtApi) -> Any:
     return DeviceTensor(shape, dtype, info, buffer, offset)
 
 
+# Every member onnxruntime's OrtAllocator has had, those past Reserve NULL (``version`` 18 says they
+# are absent; the NULLs are for a reader that tests the pointer instead).
 AllocatorStruct = type("OrtAllocator", (ctypes.Structure,), {"_fields_": [
-    ("version", c_uint32), ("Alloc", c_void_p), ("Free", c_void_p), ("Info", c_void_p), ("Reserve", c_void_p)]})
+    ("version", c_uint32), ("Alloc", c_void_p), ("Free", c_void_p), ("Info", c_void_p), ("Reserve", c_void_p),
+    ("GetStats", c_void_p), ("AllocOnStream", c_void_p), ("Shrink", c_void_p), ("_spare", c_void_p * 8)]})
 DataTransferStruct = type("OrtDataTransferImpl", (ctypes.Structure,), {"_fields_": [
     ("ort_version_supported", c_uint32), ("Release", c_void_p), ("CanCopy", c_void_p), ("CopyTensors", c_void_p)]})
 #: OrtAllocator's version: 18 is the first with Reserve, the last member filled here.
@@ -141,18 +151,36 @@ class AllocatorAdapter:
         self.struct = AllocatorStruct(ALLOCATOR_VERSION, d.trampoline("a_alloc"), d.trampoline("a_free"),
                                       d.trampoline("a_info"), d.trampoline("a_reserve"))
         self.address = ctypes.addressof(self.struct)
+        self.live: set[int] = set()  # addresses handed out and not freed yet
+        self.released = False
+        self._lock = threading.Lock()
         d.objects[self.address] = self
 
     def alloc(self, size: int, reserve: bool = False) -> int:
         buffer = self.allocator.reserve(size) if reserve else self.allocator.alloc(size)
-        return address_space().add(size, buffer, self.allocator.info)
+        address = address_space().add(size, buffer, self.allocator.info)
+        with self._lock:
+            self.live.add(address)
+        return address
 
     def free(self, address: int) -> None:
-        if address:
-            self.allocator.free(address_space().remove(address))
+        if not address:
+            return
+        self.allocator.free(address_space().remove(address))
+        with self._lock:
+            self.live.discard(address)
+            done = self.released and not self.live
+        if done:
+            d.objects.pop(self.address, None)
 
     def release(self) -> None:
-        d.objects.pop(self.address, None)
+        """onnxruntime's ReleaseAllocator. Values it allocated may be freed later (a session that ends
+        after its library was unregistered): until the last is, the struct stays reachable."""
+        with self._lock:
+            self.released = True
+            done = not self.live
+        if done:
+            d.objects.pop(self.address, None)
 
 
 class DataTransferAdapter:

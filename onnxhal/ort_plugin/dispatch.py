@@ -42,10 +42,16 @@ STATUS_CALLS = frozenset({
     E_SHOULD_CONVERT, E_SET_DYNAMIC_OPTIONS, E_ON_RUN_START, E_ON_RUN_END, E_CREATE_ALLOCATOR,
     E_CREATE_SYNC_STREAM, C_CREATE_STATE, C_COMPUTE, D_COPY_TENSORS})
 
+#: Calls whose C function returns a string: on an error they get "" (onnxruntime reads it), not NULL.
+STRING_CALLS = frozenset({F_GET_NAME, F_GET_VENDOR, F_GET_VERSION, E_GET_NAME, E_GET_COMPAT_INFO})
+_EMPTY = ctypes.create_string_buffer(b"")
+
 Handler = Callable[[Any, Any], int | None]
 HANDLERS: dict[int, Handler] = {}
 #: Struct address -> the Python object behind it; kept here so nothing handed over is collected.
 objects: dict[int, Any] = {}
+#: Objects onnxruntime released but may still call: factories (adapter.py, FactoryAdapter.release).
+retired: dict[int, Any] = {}
 #: Makes an OrtStatus from an exception; set once the OrtApi is bound (library.py).
 status_maker: list[Callable[[BaseException, str], int]] = []
 
@@ -59,7 +65,7 @@ _callback: Any = None
 def _dispatch(call: int, self_ptr: int | None, args: Any) -> int:
     try:
         handler = HANDLERS[call]
-        target = objects.get(self_ptr or 0) if self_ptr else None
+        target = (objects.get(self_ptr) or retired.get(self_ptr)) if self_ptr else None
         result = handler(target, args)
         return int(result or 0)
     except BaseException as exc:  # noqa: BLE001 - nothing may cross the C ABI
@@ -70,7 +76,7 @@ def _dispatch(call: int, self_ptr: int | None, args: Any) -> int:
             except BaseException:  # noqa: BLE001
                 pass
         logger.error("%s failed: %s: %s", where, type(exc).__name__, exc, exc_info=exc)
-        return 0
+        return ctypes.addressof(_EMPTY) if call in STRING_CALLS else 0
 
 
 #: What onnxruntime called, by the C API's names (for messages).

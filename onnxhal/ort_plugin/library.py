@@ -4,6 +4,7 @@ from each call id to the adapter method that serves it."""
 from __future__ import annotations
 
 import ctypes
+import importlib
 import logging
 import threading
 from ctypes import POINTER, c_int, c_size_t, c_void_p
@@ -13,8 +14,9 @@ from typing import Any
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.ort_plugin import dispatch as d
-from onnxhal.ort_plugin.adapter import BridgeEpApi, EpAdapter, FactoryAdapter, _out
+from onnxhal.ort_plugin.adapter import BridgeEpApi, EpAdapter, FactoryAdapter
 from onnxhal.ort_plugin.ort_api import OrtApi
+from onnxhal.ort_plugin.structs import write_out
 
 logger = logging.getLogger("onnxhal.ort_plugin")
 
@@ -59,7 +61,7 @@ def _hal_factories(registration_name: str, api: OrtApi) -> tuple[Any, list]:
                 f"'{registration_name}{VIRTUAL_SUFFIX}'")
         from onnxhal.simulators import create_factories_for_profiles
 
-        module: Any = __import__(SIMULATORS, fromlist=["release_ep_factory"])
+        module: Any = importlib.import_module(SIMULATORS)
         return module, create_factories_for_profiles(",".join(config.profiles) or None, BridgeEpApi(),
                                                      logging.getLogger(f"onnxhal.ep.{registration_name}"))
     module, _, _ = _load_module(registration_name, config.library)
@@ -79,7 +81,7 @@ def create_ep_factories(_: Any, args: Any) -> None:
     discovered = discover_hardware_devices()
     for i, f in enumerate(factories):
         out[i] = FactoryAdapter(api, f, module, discovered, config.device_memory).address
-    _out(num_out, len(factories), c_size_t)
+    write_out(num_out, len(factories), c_size_t)
 
 
 def release_ep_factory(factory: FactoryAdapter | None, _: Any) -> None:

@@ -1,0 +1,166 @@
+"""Compute: a compiled partition (``hal.NodeComputeInfo``) run from onnxruntime's kernel context.
+
+``ComputeAdapter`` is the OrtNodeComputeInfo onnxruntime calls. Inputs arrive as onnxruntime
+tensors: in the EP's memory (declared to onnxruntime, device_memory.py) they become hal
+``DeviceTensor``s over the same buffer, in host memory numpy views of onnxruntime's buffer, copied
+into the EP's memory first when the EP has memory onnxruntime does not know (``DeviceMemory``).
+Outputs are copied into the tensors ``KernelContext_GetOutput`` allocates.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+from ctypes import c_size_t, c_void_p
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnxhal.hal.enums import OrtDeviceMemoryType
+from onnxhal.hal.ep import Ep, EpFactory, Kernel, KernelContext, KernelCreateContext, NodeComputeInfo
+from onnxhal.hal.ep_device import OrtEpDevice
+from onnxhal.hal.errors import EPFail, InvalidArgument
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.hal.tensor import DeviceTensor
+from onnxhal.ort_plugin import dispatch as d
+from onnxhal.ort_plugin.device_memory import host_or_device
+from onnxhal.ort_plugin.structs import ComputeStruct, fill, write_out
+
+if TYPE_CHECKING:
+    from onnxhal.ort_plugin.adapter import EpAdapter
+
+
+class GraphKernelCreateContext(KernelCreateContext):
+    """What ``Ep.create_kernel`` may ask about the partition graph of a single claimed node."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def is_constant_initializer(self, name: str) -> bool:
+        return bool(name) and self.graph.is_constant_initializer(name)
+
+
+class KernelComputeInfo(NodeComputeInfo):
+    """A single node's kernel as a partition of one: onnxruntime feeds the fused node's inputs
+    (each value once, in first-use order); the kernel wants the node's own input list."""
+
+    def __init__(self, kernel: Kernel, node: Node, graph: Graph) -> None:
+        self.kernel = kernel
+        self.feed_names = graph.input_names
+        self.constants = dict(graph.initializers)
+        self.node_inputs = list(node.inputs)
+        self.host_inputs = frozenset(i for i, n in enumerate(self.feed_names)
+                                     if any(node.inputs[k] == n for k in kernel.host_inputs if k < len(node.inputs)))
+
+    def compute(self, state: Any, context: KernelContext) -> list:
+        env = dict(self.constants)
+        env.update(zip(self.feed_names, context.inputs))
+        return list(self.kernel.compute([env[n] if n else None for n in self.node_inputs]))
+
+
+class DeviceMemory:
+    """Where a hal EP keeps its values, and how to copy them there and back (None: host memory)."""
+
+    def __init__(self, allocator: Any, transfer: Any) -> None:
+        self.allocator = allocator
+        self.transfer = transfer
+
+    @classmethod
+    def of(cls, factory: EpFactory, ep: Ep, ep_devices: list[OrtEpDevice]) -> DeviceMemory | None:
+        info = next((e.memory_info(OrtDeviceMemoryType.DEFAULT) for e in ep_devices
+                     if e.memory_info(OrtDeviceMemoryType.DEFAULT) is not None), None)
+        if info is None or info.is_host:
+            return None
+        # The factory's data transfer is asked for right after create_ep, on the same thread: the
+        # simulators tie the transfer to the EP just created that way (hal's current contract).
+        transfer = factory.create_data_transfer()
+        allocator = ep.create_allocator(info) or factory.create_allocator(info)
+        if transfer is None or allocator is None:
+            raise InvalidArgument(f"{factory.name} declares device memory {info.name!r} but provides no "
+                                  f"{'data transfer' if transfer is None else 'allocator'} for it")
+        return cls(allocator, transfer)
+
+    def upload(self, arr: np.ndarray) -> DeviceTensor:
+        t = DeviceTensor.allocate(arr.shape, arr.dtype, self.allocator)
+        self.transfer.copy_tensors([arr], [t])
+        return t
+
+    def download(self, t: DeviceTensor) -> np.ndarray:
+        host = np.empty(t.shape, t.dtype)
+        self.transfer.copy_tensors([t], [host])
+        return host
+
+
+class ComputeAdapter:
+    """One compiled partition (a ``hal.NodeComputeInfo``) as an OrtNodeComputeInfo."""
+
+    _keys = itertools.count(1)
+
+    def __init__(self, ep: EpAdapter, info: NodeComputeInfo, fused_node: Node) -> None:
+        self.ep = ep
+        self.api = ep.api
+        self.info = info
+        self.fused_node = fused_node
+        self.host_inputs = frozenset(getattr(info, "host_inputs", ()))
+        self.struct = fill(ComputeStruct())
+        self.address = ctypes.addressof(self.struct)
+        self.states: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        a = self.api.ort
+        self._get_count, self._get_input, self._get_output = (
+            a["KernelContext_GetInputCount"], a["KernelContext_GetInput"], a["KernelContext_GetOutput"])
+        d.objects[self.address] = self
+
+    def create_state(self, args: Any) -> None:
+        state = self.info.create_state(self.fused_node)
+        key = next(self._keys)
+        with self._lock:
+            self.states[key] = state
+        write_out(args[1], key)
+
+    def release_state(self, args: Any) -> None:
+        with self._lock:
+            state = self.states.pop(args[0], None)
+        self.info.release_state(state)
+
+    def compute(self, args: Any) -> None:
+        state, kctx = self.states[args[0]], args[1]
+        api, memory = self.api, self.ep.memory
+        n = c_size_t()
+        api.check(self._get_count(kctx, ctypes.byref(n)), "KernelContext_GetInputCount")
+        inputs: list[Any] = []
+        value = c_void_p()
+        for i in range(n.value):
+            api.check(self._get_input(kctx, i, ctypes.byref(value)), "KernelContext_GetInput")
+            if not value.value:
+                inputs.append(None)  # an omitted optional input
+                continue
+            t = host_or_device(value.value, api)  # in the EP's memory if onnxruntime placed it there
+            if isinstance(t, np.ndarray) and memory is not None and i not in self.host_inputs:
+                t = memory.upload(t)
+            inputs.append(t)
+        ctx = KernelContext(inputs, len(self.fused_node.outputs))
+        result = self.info.compute(state, ctx)
+        outputs = ctx.outputs if result is None else result
+        for i, out in enumerate(outputs):
+            if out is None:
+                continue
+            shape = tuple(out.shape)
+            dims = (ctypes.c_int64 * len(shape))(*shape)
+            api.check(self._get_output(kctx, i, dims, len(shape), ctypes.byref(value)), "KernelContext_GetOutput")
+            target = host_or_device(value.value, api)
+            if isinstance(target, DeviceTensor):  # onnxruntime keeps the output in the EP's memory
+                if target.dtype != np.dtype(out.dtype):
+                    raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
+                                 f"{self.fused_node.name!r} is {out.dtype}, onnxruntime expects {target.dtype}")
+                if target.nbytes:
+                    memory.transfer.copy_tensors([out if isinstance(out, DeviceTensor) else np.asarray(out)], [target])
+                continue
+            host = memory.download(out) if isinstance(out, DeviceTensor) else np.asarray(out)
+            dst = target
+            if dst.dtype != host.dtype:
+                raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
+                             f"{self.fused_node.name!r} is {host.dtype}, onnxruntime expects {dst.dtype}")
+            if host.size:
+                np.copyto(dst, host)

@@ -132,3 +132,15 @@ def test_every_profile_matches_or_names_its_reasons(profile):
                 scale = float(np.max(np.abs(want)))
                 err = float(np.max(np.abs(got - want)))
                 assert err <= ep.profile.atol * max(1.0, scale) + ep.profile.rtol * scale, (name, profile, err)
+
+
+def test_a_dim_value_of_minus_one_is_a_free_dimension():
+    """Some converters write dim_value -1 for a dynamic axis; onnxruntime takes it as free."""
+    import onnx
+
+    path, sigs = load("sk_linreg")
+    proto = onnx.load(path)
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -1
+    sess = onnxhal.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for sig, (feeds, want) in sigs.items():
+        check_outputs(sess.run(None, feeds), want, what=f"signature {sig}")

@@ -120,7 +120,6 @@ class _Wrap(torch.nn.Module):
 
 
 def export(name: str, out: str, dynamo: bool) -> str:
-    import onnxruntime as ort
 
     torch.manual_seed(0)
     model, names, kind = MODELS[name]()
@@ -192,8 +191,13 @@ def onnxruntime_tooling(out: str) -> list[str]:
     a ResNet after ``quantize_static`` in the QOperator format (QLinearConv, QLinearAdd ...) and a
     torch LSTM after ``quantize_dynamic`` (DynamicQuantizeLSTM): com.microsoft operators, as
     people run them."""
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,
-                                          quantize_static)
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
     from onnxruntime.transformers.optimizer import optimize_model
 
     made = []
@@ -260,8 +264,12 @@ def sklearn_models(out: str) -> list[str]:
     (onnxruntime's sequence of maps) and without it."""
     from skl2onnx import to_onnx
     from sklearn.datasets import make_classification, make_regression
-    from sklearn.ensemble import (GradientBoostingClassifier, GradientBoostingRegressor,
-                                  RandomForestClassifier, RandomForestRegressor)
+    from sklearn.ensemble import (
+        GradientBoostingClassifier,
+        GradientBoostingRegressor,
+        RandomForestClassifier,
+        RandomForestRegressor,
+    )
     from sklearn.linear_model import LinearRegression, LogisticRegression
     from sklearn.neighbors import KNeighborsClassifier
     from sklearn.pipeline import make_pipeline

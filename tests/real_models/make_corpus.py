@@ -75,7 +75,8 @@ def _whisper_encoder():
     from transformers import WhisperConfig, WhisperModel
 
     cfg = (WhisperConfig(num_mel_bins=80, d_model=256, encoder_layers=4, encoder_attention_heads=4,
-                         encoder_ffn_dim=1024, max_source_positions=1500, decoder_layers=1) if MEDIUM else
+                         encoder_ffn_dim=1024, max_source_positions=1500, decoder_layers=1, decoder_attention_heads=4,
+                         decoder_ffn_dim=1024) if MEDIUM else
            WhisperConfig(num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=4,
                          encoder_ffn_dim=64, max_source_positions=16, decoder_layers=1, decoder_attention_heads=4,
                          decoder_ffn_dim=64))
@@ -133,7 +134,7 @@ def export(name: str, out: str, dynamo: bool) -> str:
     wrapped = _Wrap(model, names)
     if dynamo:
         batch = torch.export.Dim("batch", min=1, max=64)
-        seq = torch.export.Dim("sequence", min=2, max=64)
+        seq = torch.export.Dim("sequence", min=2, max=512 if MEDIUM else 64)
         shapes = {"args": tuple({0: batch} if kind in ("image", "audio") else {0: batch, 1: seq} for _ in names)}
         prog = torch.onnx.export(wrapped, args, dynamo=True, input_names=list(names), output_names=["output"],
                                  dynamic_shapes=shapes, opset_version=18)

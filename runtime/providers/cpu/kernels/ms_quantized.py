@@ -177,3 +177,59 @@ class DynamicQuantizeLSTM(LSTM):
         # its own: quantize row by row, as that.
         scale, zp = self._per_direction(inputs[10], d), self._per_direction(inputs[11], d)
         return np.concatenate([quantized_product(h[i:i + 1], r.T, scale, zp) for i in range(h.shape[0])])
+
+
+def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
+    """int32 accumulations (held exactly in a float array) to y's codes as MLAS requantizes them:
+    float32 product with the combined scale, rounded half to even, plus the zero point, saturated."""
+    y = np.rint(acc.astype(np.float32) * scale) + _zero(zp, dtype).astype(np.float32)
+    info = np.iinfo(dtype)
+    return np.clip(y, info.min, info.max).astype(dtype)
+
+
+def _exact_dtype(k: int) -> type:
+    # k products of codes of at most 255 apart each: exact in float32 while below 2^24
+    return np.float32 if 65025 * k < (1 << 24) else np.float64
+
+
+@register("QLinearConv", since=10)
+class QLinearConv(Kernel):
+    """Conv of uint8/int8 codes: the float Conv kernel run on the codes less their zero points
+    (exact in float32 or float64, as the integer sums), the int32 bias added, and the result
+    requantized with x_scale * w_scale / y_scale per output channel."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        from onnxhal.runtime.providers.cpu.kernels.conv import Conv
+
+        self.conv = Conv(node, ctx)
+        self.name = node.name
+
+    def compute(self, inputs: list) -> list:
+        inputs = list(inputs) + [None] * (9 - len(inputs))
+        x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = inputs[:9]
+        m = w.shape[0]
+        k = int(np.prod(w.shape[1:]))
+        ft = _exact_dtype(k)
+        xf = x.astype(ft) - _zero(x_zp, x.dtype).astype(ft)
+        wzp = _zero(w_zp, w.dtype).astype(ft)
+        wf = w.astype(ft) - (wzp.reshape((-1,) + (1,) * (w.ndim - 1)) if wzp.ndim and wzp.size > 1 else wzp)
+        acc = self.conv.compute([xf, wf])[0]
+        if bias is not None:
+            acc = acc + bias.astype(ft).reshape((1, m) + (1,) * (acc.ndim - 2))
+        scale = (np.float32(x_s) * w_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
+        if scale.size > 1:
+            scale = scale.reshape((1, m) + (1,) * (acc.ndim - 2))
+        return [_requantize(acc, scale, y_zp, (y_zp.dtype if y_zp is not None else x.dtype))]
+
+
+@register("QLinearMatMul", since=10)
+class QLinearMatMul(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = inputs[:8]
+        ft = _exact_dtype(a.shape[-1])
+        acc = np.matmul(a.astype(ft) - _zero(a_zp, a.dtype).astype(ft), b.astype(ft) - _zero(b_zp, b.dtype).astype(ft))
+        scale = (np.float32(a_s) * b_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
+        return [_requantize(acc, scale, y_zp, y_zp.dtype)]

@@ -112,6 +112,17 @@ def dynamic_quantize(a: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
     return q.astype(np.uint8), scale, np.uint8(zp)
 
 
+def quantized_product_by_row(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
+    """``quantized_product`` of each row of a 2-D ``a`` on its own range, all rows at once."""
+    lo = np.minimum(a.min(axis=1, keepdims=True), np.float32(0))
+    hi = np.maximum(a.max(axis=1, keepdims=True), np.float32(0))
+    scale = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(255)).astype(np.float32)
+    zp = np.rint(np.clip(-lo / scale, 0, 255)).astype(np.float32)
+    q = np.clip(np.rint(a / scale) + zp, 0, 255)
+    acc = (q.astype(np.float64) - zp) @ (w.astype(np.float64) - _zero(w_zp, w.dtype).astype(np.float64))
+    return (acc.astype(np.float32) * (scale * w_scale.astype(np.float32))).astype(np.float32)
+
+
 def quantized_product(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
     """a (float) @ w (int8/uint8 [K, N]) with a quantized dynamically, accumulated exactly (the
     integer sums are below 2^24 for K up to 256 and so exact in float64 too), scaled per column."""
@@ -176,7 +187,7 @@ class DynamicQuantizeLSTM(LSTM):
         # its own range; with as many threads as rows (its default on small batches) each row has
         # its own: quantize row by row, as that.
         scale, zp = self._per_direction(inputs[10], d), self._per_direction(inputs[11], d)
-        return np.concatenate([quantized_product(h[i:i + 1], r.T, scale, zp) for i in range(h.shape[0])])
+        return quantized_product_by_row(h, r.T, scale, zp)
 
 
 def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:

@@ -1,11 +1,12 @@
 """Make the real-model corpus: small Hugging Face architectures exported by torch.onnx.export with
-dynamic batch and sequence axes, as exporters write them by default, plus their inputs and
-onnxruntime's outputs.
+dynamic batch and sequence axes, as exporters write them by default; the BERT and GPT-2 exports
+after onnxruntime's transformer optimizer and quantizers, a quantized ResNet and LSTM; skl2onnx
+models with and without ZipMap; plus their inputs and all of onnxruntime's outputs.
 
-Not run by the tests (torch and transformers are no test dependencies): run it by hand with
-``pip install torch==2.13.0 transformers`` in a separate environment, then commit the files:
+Not run by the tests (torch, transformers and skl2onnx are no test dependencies): run it by hand
+with ``pip install -e ".[corpus]"`` in a separate environment, then commit the files:
 
-    python tests/real_models/make_corpus.py [--out tests/real_models]
+    python tests/real_models/make_corpus.py [--out tests/real_models] [--models bert,...,ortools,sklearn]
 
 Weights are random (seeded), configurations tiny (a few hundred KB a model), so the corpus is about
 the exporters' graphs (op mix, dynamic axes, shape subgraphs), not about accuracy.

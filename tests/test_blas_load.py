@@ -36,6 +36,7 @@ def test_a_session_run_sets_blas_threads_from_the_load(monkeypatch):
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])
     model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"])], "g", [x], [y]),
                               opset_imports=[helper.make_opsetid("", 17)])
+    monkeypatch.setenv("ONNXHAL_LOAD_AWARE_THREADS", "1")  # the suite turns it off (conftest.py)
     so = onnxhal.SessionOptions()
     so.intra_op_num_threads = 2
     try:
@@ -45,5 +46,9 @@ def test_a_session_run_sets_blas_threads_from_the_load(monkeypatch):
         feed = {"x": np.eye(4, dtype=np.float32)}
         np.testing.assert_array_equal(sess.run(None, feed)[0], feed["x"])
         assert get_blas_threads() == 1
+        monkeypatch.setenv("ONNXHAL_LOAD_AWARE_THREADS", "0")  # the switch: the session's count stays
+        sess = onnxhal.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess.run(None, feed)
+        assert get_blas_threads() == 2
     finally:
         set_blas_threads(before)

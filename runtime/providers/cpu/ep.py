@@ -7,6 +7,7 @@ Written as a plugin EP library like any third-party one (``create_ep_factories``
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -97,5 +98,7 @@ class CpuEpFactory(EpFactory):
             blas = set_blas_threads(threads)
             set_workers(threads, split_products=not blas)
         requested = threads or default
-        governor = LoadAwareBlasThreads(requested) if requested and requested > 1 and get_blas_threads() else None
+        adapt = os.environ.get("ONNXHAL_LOAD_AWARE_THREADS", "1") != "0"
+        governor = (LoadAwareBlasThreads(requested) if adapt and requested and requested > 1 and get_blas_threads()
+                    else None)
         return CpuEp(logger, getattr(session_options, "custom_ops", None), governor)

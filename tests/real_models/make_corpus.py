@@ -319,6 +319,18 @@ def sklearn_models(out: str) -> list[str]:
     for name, model in regressors.items():
         model.fit(Xr[:150], yr[:150])
         convert(name, model, Xr)
+    # two classes: onnxruntime's binary rules (one score column; labels from its sign or 0.5)
+    yb = (y == 1).astype(np.int64)
+    binary = {
+        "sk_logreg_binary": LogisticRegression(max_iter=500),
+        "sk_forest_binary": RandomForestClassifier(n_estimators=10, max_depth=6, random_state=0),
+        "sk_gboost_binary": GradientBoostingClassifier(n_estimators=10, max_depth=3, random_state=0),
+        "sk_svc_binary": make_pipeline(StandardScaler(), SVC(probability=True, random_state=0)),
+    }
+    for name, model in binary.items():
+        model.fit(X[:150], yb[:150])
+        convert(name, model, X, options={id(model if "pipeline" not in type(model).__name__.lower()
+                                             else model.steps[-1][1]): {"zipmap": False}})
     return made
 
 

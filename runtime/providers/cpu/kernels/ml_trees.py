@@ -3,8 +3,9 @@ once, one numpy step per tree level (an index array [rows, trees] into the flatt
 leaves' weights are summed as rows of a dense [nodes, targets] matrix. Semantics as onnxruntime's
 (``tree_ensemble_aggregator.h``): node comparisons in float32, a NaN feature takes the true branch
 where ``nodes_missing_value_tracks_true`` says so, base values added after the aggregation, a class
-without any score ignored by the argmax. Two-class classifiers, whose scores and labels follow
-onnxruntime's special binary rules, and MIN/MAX aggregation keep onnx.reference's kernel."""
+without any score ignored by the argmax, two classes by onnxruntime's binary rules where there are
+no base values (forests, trees). MIN/MAX aggregation and the two-class boosting form (base values)
+keep onnx.reference's kernel."""
 
 from __future__ import annotations
 
@@ -165,7 +166,9 @@ class TreeEnsembleRegressor(Kernel):
 class TreeEnsembleClassifier(Kernel):
     def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
         labels = node.attr("classlabels_strings") or node.attr("classlabels_int64s") or []
-        if len(labels) <= 2:
+        # Two classes natively only without base values (forests and trees, checked against
+        # onnxruntime); boosting's form (base values, one class weighted) keeps onnx.reference.
+        if len(labels) < 2 or (len(labels) == 2 and (node.attr("base_values") or node.attr("base_values_as_tensor"))):
             return reference_kernel(node, ctx)
         return super().__new__(cls)
 
@@ -176,15 +179,69 @@ class TreeEnsembleClassifier(Kernel):
         k = len(self.labels)
         self.forest = _Forest(node, "class", k)
         base = _floats(node, "base_values")
+        self.raw_base = base if base is not None else np.zeros(0, np.float32)
         self.base = base if base is not None and base.size == k else None
         self.transform = post_transform_name(node)
+        weights = _floats(node, "class_weights")
+        self.binary_case = k == 2 and len(set(node.attr("class_ids"))) == 1
+        self.all_positive = bool((weights >= 0).all())
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
         scores, has = self.forest.scores(x)
+        if len(self.labels) == 2:
+            return self._two_classes(scores, has)
         if self.base is not None:
             scores = scores + self.base
             has = np.ones_like(has)
         # the first highest score among the classes that have one
         label = self.labels[np.argmax(np.where(has, scores, -np.inf), axis=1)]
         return [label, transform_scores(scores, self.transform)]
+
+    def _two_classes(self, scores: np.ndarray, has: np.ndarray) -> list:
+        """onnxruntime's rules for two classes (TreeAggregatorClassifier::FinalizeScores and
+        _set_score_binary), row by row in arrays: the scores' second column may be dropped (one
+        score), the label comes from the positive score's sign or 0.5, and one score is written as
+        two columns by the rule its label took."""
+        s0, s1 = scores[:, 0].copy(), scores[:, 1].copy()
+        h0, h1 = has[:, 0].copy(), has[:, 1].copy()
+        base = self.raw_base
+        if base.size == 2:
+            tied = h1.copy()
+            s1 = np.where(tied, base[1] + s0, s1 + base[1])
+            s0 = np.where(tied, -s1, s0 + base[0])
+            h1 = h1 | tied
+            one_score = np.zeros_like(h1)
+        else:
+            if base.size == 1:
+                s0 = s0 + base[0]
+            one_score = ~h1
+        pos = np.where(h1, s1, np.where(h0, s0, 0))
+        if self.binary_case:
+            threshold = 0.5 if self.all_positive else 0.0
+            label_index = (pos > threshold).astype(np.int64)
+            mode = "positive" if self.all_positive else "mixed"
+        else:
+            label_index = (pos > 0).astype(np.int64)  # onnxruntime's positive (1) and negative (0) labels
+            mode = "mixed" if base.size == 0 else "none"
+        if self.labels.dtype == object:
+            label = self.labels[label_index]
+        else:
+            label = np.where(label_index == 1, np.int64(1), np.int64(0)) if not self.binary_case else \
+                self.labels[label_index]
+        two = transform_scores(np.stack([s0, s1], axis=1), self.transform)
+        if one_score.any():
+            single = s0[:, None]
+            if self.transform == "PROBIT":
+                ones = np.concatenate([transform_scores(single, "PROBIT"), np.zeros_like(single)], axis=1)
+            elif mode == "positive":
+                ones = np.concatenate([1 - single, single], axis=1)
+            elif mode == "mixed" and self.transform == "LOGISTIC":
+                ones = np.concatenate([transform_scores(-single, "LOGISTIC"), transform_scores(single, "LOGISTIC")],
+                                      axis=1)
+            elif mode == "mixed":
+                ones = np.concatenate([-single, single], axis=1)
+            else:
+                ones = np.concatenate([single, np.zeros_like(single)], axis=1)
+            two = np.where(one_score[:, None], ones.astype(np.float32), two)
+        return [label, two.astype(np.float32)]

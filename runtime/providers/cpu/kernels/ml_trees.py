@@ -3,9 +3,8 @@ once, one numpy step per tree level (an index array [rows, trees] into the flatt
 leaves' weights are summed as rows of a dense [nodes, targets] matrix. Semantics as onnxruntime's
 (``tree_ensemble_aggregator.h``): node comparisons in float32, a NaN feature takes the true branch
 where ``nodes_missing_value_tracks_true`` says so, base values added after the aggregation, a class
-without any score ignored by the argmax, two classes by onnxruntime's binary rules where there are
-no base values (forests, trees). MIN/MAX aggregation and the two-class boosting form (base values)
-keep onnx.reference's kernel."""
+without any score ignored by the argmax, two classes by onnxruntime's binary rules. MIN/MAX
+aggregation keeps onnx.reference's kernel."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     as_float_rows,
+    logistic,
     post_transform_name,
     reference_kernel,
     transform_scores,
@@ -166,9 +166,7 @@ class TreeEnsembleRegressor(Kernel):
 class TreeEnsembleClassifier(Kernel):
     def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
         labels = node.attr("classlabels_strings") or node.attr("classlabels_int64s") or []
-        # Two classes natively only without base values (forests and trees, checked against
-        # onnxruntime); boosting's form (base values, one class weighted) keeps onnx.reference.
-        if len(labels) < 2 or (len(labels) == 2 and (node.attr("base_values") or node.attr("base_values_as_tensor"))):
+        if len(labels) < 2:
             return reference_kernel(node, ctx)
         return super().__new__(cls)
 
@@ -237,8 +235,7 @@ class TreeEnsembleClassifier(Kernel):
             elif mode == "positive":
                 ones = np.concatenate([1 - single, single], axis=1)
             elif mode == "mixed" and self.transform == "LOGISTIC":
-                ones = np.concatenate([transform_scores(-single, "LOGISTIC"), transform_scores(single, "LOGISTIC")],
-                                      axis=1)
+                ones = np.concatenate([logistic(-single), logistic(single)], axis=1)
             elif mode == "mixed":
                 ones = np.concatenate([-single, single], axis=1)
             else:

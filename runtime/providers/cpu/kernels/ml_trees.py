@@ -71,6 +71,7 @@ class _Forest:
                                           f"{int(ids[k])} points at missing node {exc.args[0][1]}.") from None
                 children.update((int(self.true_next[k]), int(self.false_next[k])))
         self.feature[self.mode == 6] = 0
+        self._children = np.stack([self.false_next, self.true_next], axis=1).reshape(-1)
         roots: dict[int, int] = {}
         for k in range(n):
             if k not in children:
@@ -111,12 +112,17 @@ class _Forest:
             self.has[k, j] = True
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
-        """[rows, trees] index of the leaf each row reaches in each tree."""
-        idx = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
+        """[rows, trees] index of the leaf each row reaches in each tree: per level one gather of
+        the nodes' features from the flat input, one comparison, one gather of the next node from
+        the [node, false/true] children table (few numpy calls: the rows are usually few)."""
+        n, width = x.shape
+        flat = np.ascontiguousarray(x).reshape(-1)
+        offsets = (np.arange(n, dtype=np.int64) * width)[:, None]
+        idx = np.broadcast_to(self.roots, (n, self.roots.size)).copy()
+        mode = self.uniform_mode
         for _ in range(self.depth):
-            v = np.take_along_axis(x, self.feature[idx], axis=1)
+            v = flat[offsets + self.feature[idx]]
             th = self.threshold[idx]
-            mode = self.uniform_mode
             if mode == 0:
                 go = v <= th
             elif mode == 1:
@@ -131,7 +137,7 @@ class _Forest:
                                [v <= th, v < th, v >= th, v > th, v == th, v != th], False)
             if self.any_missing:
                 go |= self.missing_true[idx] & np.isnan(v)
-            idx = np.where(go, self.true_next[idx], self.false_next[idx])
+            idx = self._children[2 * idx + go]
         return idx
 
     def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -198,9 +199,7 @@ def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype
     return np.clip(y, info.min, info.max).astype(dtype)
 
 
-def _exact_dtype(k: int) -> type:
-    # k products of codes of at most 255 apart each: exact in float32 while below 2^24
-    return np.float32 if 65025 * k < (1 << 24) else np.float64
+_exact_dtype = exact_float_dtype
 
 
 @register("QLinearConv", since=10)

@@ -2,7 +2,9 @@
 
     python benchmarks/op_breakdown.py MODEL [--repeat 10] [--top 15] [--threads 2]
 
-MODEL is a ``bench.py`` name (mlp, cnn, encoder, chain, resnet50, shufflenet, ...). Both sessions
+MODEL is a ``bench.py`` name (mlp, cnn, encoder, chain, resnet50, shufflenet, ...) or a corpus
+``.onnx`` file beside its ``.npz`` (tests/real_models, or make_corpus.py --size medium), run on its
+stored signature ``a``. Both sessions
 run with profiling on, alternating; the Chrome traces (kept in ``--out``, default a temporary
 folder) give each node's median time over the runs, summed per op type. Fused nodes are reported
 under the op type each runtime gave them (a Conv+Relu may be ``FusedConv`` on one side and ``Conv``
@@ -61,10 +63,18 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxhal
 
-    name = bench.expand([args.model])[0]
-    model = bench.build(name)
-    feeds = models.feeds(model)
-    data = model.SerializeToString()
+    if args.model.endswith(".onnx"):
+        from real_models import signatures
+
+        name = os.path.basename(args.model)[:-5]
+        feeds = signatures(args.model)["a"][0]
+        with open(args.model, "rb") as f:
+            data = f.read()
+    else:
+        name = bench.expand([args.model])[0]
+        model = bench.build(name)
+        feeds = models.feeds(model)
+        data = model.SerializeToString()
     out = args.out or tempfile.mkdtemp(prefix="onnxhal-breakdown-")
     os.makedirs(out, exist_ok=True)
     so = ort.SessionOptions()

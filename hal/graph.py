@@ -101,7 +101,9 @@ class ValueInfo:
         dims = []
         for d in self.type_proto.tensor_type.shape.dim:
             kind = d.WhichOneof("value")
-            dims.append(d.dim_value if kind == "dim_value" else d.dim_param if kind == "dim_param" else None)
+            # A negative dim_value (some converters write -1 for a dynamic axis) is free, as in onnxruntime.
+            dims.append((d.dim_value if d.dim_value >= 0 else None) if kind == "dim_value"
+                        else d.dim_param if kind == "dim_param" else None)
         return tuple(dims)
 
     @property

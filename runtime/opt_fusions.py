@@ -77,6 +77,8 @@ def activation_of(graph: Graph, node: Node) -> tuple[str, list[float]] | None:
         return None
     if op in ("Relu", "Sigmoid", "Tanh"):
         return op, []
+    if op == "Gelu" and node.attr("approximate", "none") == "none":  # opset 20's, as dynamo exports it
+        return "Gelu", []
     if op == "LeakyRelu":
         return op, [node.attr("alpha", 0.01)]
     if op == "HardSigmoid":
@@ -370,6 +372,11 @@ def fuse_gelu(graph: Graph) -> bool:
         elif (half is not None and half.op_type == "Mul" and sole_consumer(graph, other) is mul1
               and x in half.inputs and _close(scalar_constant(graph, _other_input(half, x) or "", x), 0.5)):
             pattern = [half, scale, erf, add, mul1]  # (x * 0.5) * (1 + erf)
+        elif other and _close(scalar_constant(graph, other, x), 0.5):  # x * (0.5 * (1 + erf)): the dynamo exporter's
+            mul2 = _follower(graph, mul1, ("Mul",))
+            if mul2 is None or _other_input(mul2, mul1.outputs[0]) != x:
+                continue
+            pattern = [scale, erf, add, mul1, mul2]
         else:
             continue
         gelu = make_node(graph, "Gelu", [x], [pattern[-1].outputs[0]],

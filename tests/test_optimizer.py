@@ -461,16 +461,34 @@ def test_mlp_gemm_relu_fusion_keeps_results():
     assert_session_matches_ort(model, bench_models.feeds(model))
 
 
+def test_opset_20_gelu_is_fused_into_the_matmul_before_it():
+    """The ONNX Gelu (opset 20, as exporters write it) is an activation the fused MatMul applies,
+    as the com.onnxhal Gelu the optimizer makes from the Erf form."""
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Gelu", ["a"], ["y"])]
+    model = model_of(nodes, [fvi("x", [8, 16])], [fvi("y", [8, 32])],
+                     [("w", rng.standard_normal((16, 32)).astype(np.float32)),
+                      ("b", rng.standard_normal(32).astype(np.float32))], opset=20)
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    assert [(n.op_type, n.attr("activation")) for n in graph.nodes] == [("FusedGemm", "Gelu")]  # 2-D: a Gemm
+    assert_session_matches_ort(model, {"x": rng.standard_normal((8, 16)).astype(np.float32)})
+
+
 def test_without_cpu_fusions_only_standard_ops_remain():
     graph = optimize(load_model(small_encoder()).graph, Level.ORT_ENABLE_ALL, fuse_cpu_ops=False)
     assert all(n.domain == "" for n in graph.nodes)
     assert ops(graph)["LayerNormalization"] == 2 and ops(graph)["Erf"] == 1
 
 
-@pytest.mark.parametrize("variant", ["half_first", "mul_by_rsqrt2"])
+@pytest.mark.parametrize("variant", ["half_first", "mul_by_rsqrt2", "dynamo"])
 def test_gelu_variants_fuse(variant):
     rng = np.random.default_rng(6)
-    if variant == "half_first":  # (x * 0.5) * (1 + erf(x / sqrt2))
+    if variant == "dynamo":  # x * (0.5 * (1 + erf(x / sqrt2))), torch.onnx.export(dynamo=True)'s order
+        nodes = [helper.make_node("Div", ["x", "s2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["half", "a"], ["h"]),
+                 helper.make_node("Mul", ["x", "h"], ["y"])]
+    elif variant == "half_first":  # (x * 0.5) * (1 + erf(x / sqrt2))
         nodes = [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Div", ["x", "s2"], ["d"]),
                  helper.make_node("Erf", ["d"], ["e"]), helper.make_node("Add", ["one", "e"], ["a"]),
                  helper.make_node("Mul", ["h", "a"], ["y"])]

@@ -1,11 +1,12 @@
 """Make the real-model corpus: small Hugging Face architectures exported by torch.onnx.export with
-dynamic batch and sequence axes, as exporters write them by default, plus their inputs and
-onnxruntime's outputs.
+dynamic batch and sequence axes, as exporters write them by default; the BERT and GPT-2 exports
+after onnxruntime's transformer optimizer and quantizers, a quantized ResNet and LSTM; skl2onnx
+models with and without ZipMap; plus their inputs and all of onnxruntime's outputs.
 
-Not run by the tests (torch and transformers are no test dependencies): run it by hand with
-``pip install torch==2.13.0 transformers`` in a separate environment, then commit the files:
+Not run by the tests (torch, transformers and skl2onnx are no test dependencies): run it by hand
+with ``pip install -e ".[corpus]"`` in a separate environment, then commit the files:
 
-    python tests/real_models/make_corpus.py [--out tests/real_models]
+    python tests/real_models/make_corpus.py [--out tests/real_models] [--models bert,...,ortools,sklearn]
 
 Weights are random (seeded), configurations tiny (a few hundred KB a model), so the corpus is about
 the exporters' graphs (op mix, dynamic axes, shape subgraphs), not about accuracy.
@@ -71,13 +72,44 @@ def _t5_encoder():
     return T5EncoderModel(cfg), ("input_ids", "attention_mask"), "ids"
 
 
-MODELS = {"bert": _bert, "gpt2": _gpt2, "vit": _vit, "resnet": _resnet, "t5_encoder": _t5_encoder}
+def _whisper_encoder():
+    from transformers import WhisperConfig, WhisperModel
+
+    cfg = (WhisperConfig(num_mel_bins=80, d_model=256, encoder_layers=4, encoder_attention_heads=4,
+                         encoder_ffn_dim=1024, max_source_positions=1500, decoder_layers=1, decoder_attention_heads=4,
+                         decoder_ffn_dim=1024) if MEDIUM else
+           WhisperConfig(num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=4,
+                         encoder_ffn_dim=64, max_source_positions=16, decoder_layers=1, decoder_attention_heads=4,
+                         decoder_ffn_dim=64))
+    return WhisperModel(cfg).get_encoder(), ("input_features",), "audio"
+
+
+def _mobilenet():
+    from transformers import MobileNetV2Config, MobileNetV2Model
+
+    cfg = (MobileNetV2Config(image_size=224) if MEDIUM else
+           MobileNetV2Config(image_size=32, depth_multiplier=0.1, num_channels=3, finegrained_output=False,
+                             min_depth=4))
+    model = MobileNetV2Model(cfg)
+    # Hugging Face's init (std 0.02) shrinks the activations 17 blocks deep to 1e-34: outputs that
+    # would compare equal whatever the kernels did. He init keeps them of order one.
+    for module in model.modules():
+        if isinstance(module, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+    return model, ("pixel_values",), "image"
+
+
+MODELS = {"bert": _bert, "gpt2": _gpt2, "vit": _vit, "resnet": _resnet, "t5_encoder": _t5_encoder,
+          "whisper_encoder": _whisper_encoder, "mobilenet": _mobilenet}
 
 
 def _inputs(kind: str, names: tuple, batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     if kind == "image":
         side = 224 if MEDIUM else 32
         return {names[0]: rng.standard_normal((batch, 3, side, side)).astype(np.float32)}
+    if kind == "audio":  # the encoder's input length is fixed: twice max_source_positions
+        mels, frames = (80, 3000) if MEDIUM else (16, 32)
+        return {names[0]: rng.standard_normal((batch, mels, frames)).astype(np.float32)}
     ids = rng.integers(0, 128, size=(batch, seq)).astype(np.int64)
     mask = np.ones((batch, seq), np.int64)
     mask[0, seq - 3:] = 0  # padding in the first row
@@ -96,7 +128,6 @@ class _Wrap(torch.nn.Module):
 
 
 def export(name: str, out: str, dynamo: bool) -> str:
-    import onnxruntime as ort
 
     torch.manual_seed(0)
     model, names, kind = MODELS[name]()
@@ -104,35 +135,211 @@ def export(name: str, out: str, dynamo: bool) -> str:
     rng = np.random.default_rng(0)
     feeds = _inputs(kind, names, 1 if MEDIUM else BATCH, 128 if MEDIUM else SEQ, rng)
     args = tuple(torch.from_numpy(feeds[n]) for n in names)
-    axes = {n: ({0: "batch"} if kind == "image" else {0: "batch", 1: "sequence"}) for n in names}
+    axes = {n: ({0: "batch"} if kind in ("image", "audio") else {0: "batch", 1: "sequence"}) for n in names}
     tag = "dynamo" if dynamo else "ts"
     path = os.path.join(out, f"{name}_{tag}.onnx")
     wrapped = _Wrap(model, names)
     if dynamo:
         batch = torch.export.Dim("batch", min=1, max=64)
-        seq = torch.export.Dim("sequence", min=2, max=64)
-        shapes = {"args": tuple({0: batch} if kind == "image" else {0: batch, 1: seq} for _ in names)}
+        seq = torch.export.Dim("sequence", min=2, max=512 if MEDIUM else 64)
+        shapes = {"args": tuple({0: batch} if kind in ("image", "audio") else {0: batch, 1: seq} for _ in names)}
         prog = torch.onnx.export(wrapped, args, dynamo=True, input_names=list(names), output_names=["output"],
                                  dynamic_shapes=shapes, opset_version=18)
         prog.save(path)
     else:
         torch.onnx.export(wrapped, args, path, dynamo=False, input_names=list(names), output_names=["output"],
                           dynamic_axes={**axes, "output": {0: "batch"}}, opset_version=17)
-    proto = onnx.load(path)
-    proto.ir_version = min(proto.ir_version, 10)  # onnxruntime 1.31-1.32 refuse IR 11+
-    onnx.save(proto, path)
+    _save(onnx.load(path), path)
     # Two signatures: the export shape and another one, so dynamic axes are really exercised.
     other = _inputs(kind, names, 1, (64 if MEDIUM else SEQ + 5), np.random.default_rng(1))
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    np.savez(path[:-5] + ".npz", **{f"a.{k}": v for k, v in feeds.items()}, **{f"b.{k}": v for k, v in other.items()},
-             **{"a.__output": sess.run(None, feeds)[0], "b.__output": sess.run(None, other)[0]})
+    save_outputs(path, {"a": feeds, "b": other})
     return path
+
+
+def save_outputs(path: str, sigs: dict[str, dict[str, np.ndarray]]) -> None:
+    """``path[:-5].npz``: each signature's feeds (``a.input_ids``) and onnxruntime's outputs:
+    ``a.__output`` (the first), ``a.__output.1`` ... A sequence of maps (ZipMap) is stored as the
+    matrix of its values, one row a map, with its keys in ``a.__keys.1``."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    out: dict[str, np.ndarray] = {}
+    for sig, feeds in sigs.items():
+        out.update({f"{sig}.{k}": v for k, v in feeds.items()})
+        for i, value in enumerate(sess.run(None, feeds)):
+            suffix = f".{i}" if i else ""
+            if isinstance(value, list):
+                keys = list(value[0])
+                out[f"{sig}.__output{suffix}"] = np.array([[m[k] for k in keys] for m in value], np.float32)
+                out[f"{sig}.__keys{suffix}"] = np.array(keys)
+            else:
+                out[f"{sig}.__output{suffix}"] = np.asarray(value)
+    np.savez(path[:-5] + ".npz", **out)
+
+
+def _save(proto: onnx.ModelProto, path: str) -> None:
+    proto.ir_version = min(proto.ir_version, 10)  # onnxruntime 1.31-1.32 refuse IR 11+
+    onnx.save(proto, path)
+
+
+def _stored_feeds(path: str) -> dict[str, dict[str, np.ndarray]]:
+    data = np.load(path[:-5] + ".npz")
+    sigs: dict[str, dict[str, np.ndarray]] = {}
+    for key in data.files:
+        sig, name = key.split(".", 1)
+        if not name.startswith("__"):
+            sigs.setdefault(sig, {})[name] = data[key]
+    return sigs
+
+
+def onnxruntime_tooling(out: str) -> list[str]:
+    """The legacy BERT and GPT-2 exports after onnxruntime's transformer optimizer (Attention,
+    SkipLayerNormalization, EmbedLayerNormalization, BiasGelu, FastGelu ...) and after
+    ``quantize_dynamic`` (MatMulInteger, DynamicQuantizeLinear; QAttention on the optimized BERT),
+    a ResNet after ``quantize_static`` in the QOperator format (QLinearConv, QLinearAdd ...) and a
+    torch LSTM after ``quantize_dynamic`` (DynamicQuantizeLSTM): com.microsoft operators, as
+    people run them."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    made = []
+    hidden = 256 if MEDIUM else 32
+    for name, kind in (("bert", "bert"), ("gpt2", "gpt2")):
+        base = os.path.join(out, f"{name}_ts.onnx")
+        feeds = _stored_feeds(base)
+        opt_path = os.path.join(out, f"{name}_ts_ortopt.onnx")
+        opt = optimize_model(base, model_type=kind, num_heads=4, hidden_size=hidden)
+        _save(opt.model, opt_path)
+        for src, dst in ((base, f"{name}_ts_qdyn.onnx"), (opt_path, f"{name}_ts_ortopt_qdyn.onnx")):
+            quantize_dynamic(src, os.path.join(out, dst), weight_type=QuantType.QInt8,
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+            _save(onnx.load(os.path.join(out, dst)), os.path.join(out, dst))
+            made.append(os.path.join(out, dst))
+        made.append(opt_path)
+        for path in made[-3:]:
+            save_outputs(path, feeds)
+
+    base = os.path.join(out, "resnet_ts.onnx")
+    feeds = _stored_feeds(base)
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter([feeds["a"], feeds["b"]])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    qpath = os.path.join(out, "resnet_ts_qstatic.onnx")
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = qpath[:-5] + ".pre.onnx"
+    quant_pre_process(base, pre)  # folds the exporter's Constant nodes into initializers the quantizer reads
+    quantize_static(pre, qpath, _Reader(), quant_format=QuantFormat.QOperator, weight_type=QuantType.QInt8)
+    os.remove(pre)
+    _save(onnx.load(qpath), qpath)
+    save_outputs(qpath, feeds)
+    made.append(qpath)
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(16, 32, num_layers=1, batch_first=False)
+    x = torch.randn(5, 2, 16)
+    lpath = os.path.join(out, "lstm_ts.onnx")
+    torch.onnx.export(lstm, (x,), lpath, dynamo=False, input_names=["x"], output_names=["output", "h", "c"],
+                      dynamic_axes={"x": {0: "sequence", 1: "batch"}, "output": {0: "sequence", 1: "batch"}},
+                      opset_version=17)
+    _save(onnx.load(lpath), lpath)
+    qlpath = os.path.join(out, "lstm_ts_qdyn.onnx")
+    quantize_dynamic(lpath, qlpath, weight_type=QuantType.QInt8)
+    _save(onnx.load(qlpath), qlpath)
+    rng = np.random.default_rng(0)
+    lfeeds = {"a": {"x": rng.standard_normal((5, 2, 16)).astype(np.float32)},
+              "b": {"x": rng.standard_normal((9, 1, 16)).astype(np.float32)}}
+    for path in (lpath, qlpath):
+        save_outputs(path, lfeeds)
+        made.append(path)
+    return made
+
+
+def sklearn_models(out: str) -> list[str]:
+    """skl2onnx conversions with a dynamic batch axis: trees, forests, boosting, SVMs, linear
+    models, k-NN, scalers and encoders in pipelines; classifiers with their default ZipMap
+    (onnxruntime's sequence of maps) and without it."""
+    from skl2onnx import to_onnx
+    from sklearn.datasets import make_classification, make_regression
+    from sklearn.ensemble import (
+        GradientBoostingClassifier,
+        GradientBoostingRegressor,
+        RandomForestClassifier,
+        RandomForestRegressor,
+    )
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import Binarizer, MinMaxScaler, Normalizer, StandardScaler
+    from sklearn.svm import SVC, SVR
+    from sklearn.tree import DecisionTreeClassifier
+
+    X, y = make_classification(n_samples=200, n_features=8, n_informative=5, n_classes=3, random_state=0)
+    Xr, yr = make_regression(n_samples=200, n_features=8, noise=0.1, random_state=0)
+    X, Xr = X.astype(np.float32), Xr.astype(np.float32)
+    classifiers = {
+        "sk_logreg": make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)),
+        "sk_tree": DecisionTreeClassifier(max_depth=5, random_state=0),
+        "sk_forest": RandomForestClassifier(n_estimators=10, max_depth=6, random_state=0),
+        "sk_gboost": GradientBoostingClassifier(n_estimators=10, max_depth=3, random_state=0),
+        "sk_svc": make_pipeline(StandardScaler(), SVC(probability=True, random_state=0)),
+        "sk_knn": make_pipeline(MinMaxScaler(), KNeighborsClassifier(n_neighbors=5)),
+        "sk_binarized": make_pipeline(Normalizer(), Binarizer(threshold=0.1), LogisticRegression(max_iter=500)),
+    }
+    regressors = {
+        "sk_forest_reg": RandomForestRegressor(n_estimators=10, max_depth=6, random_state=0),
+        "sk_gboost_reg": GradientBoostingRegressor(n_estimators=10, max_depth=3, random_state=0),
+        "sk_svr": make_pipeline(StandardScaler(), SVR()),
+        "sk_linreg": LinearRegression(),
+    }
+    made = []
+
+    def convert(name: str, model, data: np.ndarray, **kw) -> None:
+        path = os.path.join(out, f"{name}.onnx")
+        _save(to_onnx(model, data[:1], target_opset={"": 17, "ai.onnx.ml": 3}, **kw), path)
+        save_outputs(path, {"a": {"X": data[:16]}, "b": {"X": data[100:105]}})
+        made.append(path)
+
+    for name, model in classifiers.items():
+        model.fit(X[:150], y[:150])
+        convert(f"{name}_zipmap", model, X)
+        convert(name, model, X, options={id(model): {"zipmap": False}} if "pipeline" not in type(model).__name__.lower()
+                else {id(model.steps[-1][1]): {"zipmap": False}})
+    for name, model in regressors.items():
+        model.fit(Xr[:150], yr[:150])
+        convert(name, model, Xr)
+    # two classes: onnxruntime's binary rules (one score column; labels from its sign or 0.5)
+    yb = (y == 1).astype(np.int64)
+    binary = {
+        "sk_logreg_binary": LogisticRegression(max_iter=500),
+        "sk_forest_binary": RandomForestClassifier(n_estimators=10, max_depth=6, random_state=0),
+        "sk_gboost_binary": GradientBoostingClassifier(n_estimators=10, max_depth=3, random_state=0),
+        "sk_svc_binary": make_pipeline(StandardScaler(), SVC(probability=True, random_state=0)),
+    }
+    for name, model in binary.items():
+        model.fit(X[:150], yb[:150])
+        convert(name, model, X, options={id(model if "pipeline" not in type(model).__name__.lower()
+                                             else model.steps[-1][1]): {"zipmap": False}})
+    return made
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--models", default=",".join([*MODELS, "ortools", "sklearn"]),
+                   help="comma-separated; 'ortools' (needs bert and gpt2 exported first) and 'sklearn' make the "
+                        "onnxruntime-tooling and skl2onnx models")
     p.add_argument("--size", choices=("tiny", "medium"), default="tiny",
                    help="tiny (committed, for tests) or medium (for benchmarks; write it elsewhere with --out)")
     args = p.parse_args()
@@ -140,6 +347,10 @@ def main() -> None:
     MEDIUM = args.size == "medium"
     os.makedirs(args.out, exist_ok=True)
     for name in args.models.split(","):
+        if name in ("ortools", "sklearn"):
+            for path in (onnxruntime_tooling if name == "ortools" else sklearn_models)(args.out):
+                print(f"{path}: {os.path.getsize(path) // 1024} KiB")
+            continue
         for dynamo in (False, True):
             try:
                 path = export(name, args.out, dynamo)

@@ -7,6 +7,7 @@ Written as a plugin EP library like any third-party one (``create_ep_factories``
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,11 @@ from onnxhal.hal import (
     OrtHardwareDevice,
     OrtHardwareDeviceType,
 )
+from onnxhal.runtime.providers.cpu.kernels.blas_threads import (
+    LoadAwareBlasThreads,
+    get_blas_threads,
+    startup_blas_threads,
+)
 
 CPU_EP_VERSION = "0.1.0"
 
@@ -31,8 +37,10 @@ class CpuEp(Ep):
     name = "CPUExecutionProvider"
     runs_onnxhal_fused_ops = True
 
-    def __init__(self, logger: logging.Logger, custom_ops: Mapping[tuple[str, str], CustomOp] | None = None) -> None:
+    def __init__(self, logger: logging.Logger, custom_ops: Mapping[tuple[str, str], CustomOp] | None = None,
+                 blas_threads: LoadAwareBlasThreads | None = None) -> None:
         self._logger = logger
+        self._blas = blas_threads
         # the custom ops EP libraries bring for the CPU EP (no execution_provider, as onnxruntime's default)
         self._custom = {k: op for k, op in (custom_ops or {}).items()
                         if op.execution_provider in (None, "", self.name)}
@@ -43,6 +51,10 @@ class CpuEp(Ep):
         for node in graph.nodes:
             if (node.domain, node.op_type) in self._custom or supports_node(node, graph.opset_version(node.domain)):
                 support_info.add_single_node(node)
+
+    def on_run_start(self, run_options: Any) -> None:
+        if self._blas is not None:
+            self._blas.apply()
 
     def create_kernel(self, node: Node, context: KernelCreateContext) -> Kernel:
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
@@ -75,12 +87,18 @@ class CpuEpFactory(EpFactory):
         # where waking a Python pool thread costs 0.1-0.2 ms on a VM), and the fused kernels' pool
         # gets n threads for large elementwise and depthwise work. If the BLAS is not OpenBLAS
         # (its threads cannot be set), the pool splits the products too. Both are process-wide.
-        # 0 keeps the defaults: BLAS's own threads, serial fused kernels.
+        # 0 keeps the defaults: BLAS's own threads, serial fused kernels. Either way, each run takes
+        # fewer BLAS threads while other processes hold the cores (LoadAwareBlasThreads).
         threads = int(getattr(session_options, "intra_op_num_threads", 0) or 0)
+        default = startup_blas_threads()
         if threads > 0:
             from onnxhal.runtime.providers.cpu.kernels.blas_threads import set_blas_threads
             from onnxhal.runtime.providers.cpu.kernels.fused import set_workers
 
             blas = set_blas_threads(threads)
             set_workers(threads, split_products=not blas)
-        return CpuEp(logger, getattr(session_options, "custom_ops", None))
+        requested = threads or default
+        adapt = os.environ.get("ONNXHAL_LOAD_AWARE_THREADS", "1") != "0"
+        governor = (LoadAwareBlasThreads(requested) if adapt and requested and requested > 1 and get_blas_threads()
+                    else None)
+        return CpuEp(logger, getattr(session_options, "custom_ops", None), governor)

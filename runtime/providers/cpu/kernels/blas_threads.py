@@ -55,6 +55,13 @@ def get_blas_threads() -> int | None:
     return int(fn()) if fn is not None else None
 
 
+@functools.cache
+def startup_blas_threads() -> int | None:
+    """OpenBLAS's thread count before onnxhal first set it (the CPU EP calls this first): the
+    default a session with ``intra_op_num_threads`` 0 asks for."""
+    return get_blas_threads()
+
+
 def set_blas_threads(n: int) -> bool:
     """Set OpenBLAS's thread count (process-wide); False when OpenBLAS is not in use."""
     if n < 1:
@@ -64,5 +71,65 @@ def set_blas_threads(n: int) -> bool:
     fn = _symbol(_SETTERS)
     if fn is None:
         return False
+    startup_blas_threads()  # recorded before the first change
     fn(ctypes.c_int(int(n)))
     return True
+
+
+class LoadAwareBlasThreads:
+    """BLAS threads for each run: the session's count where that many cores are idle, fewer where
+    other processes hold them.
+
+    OpenBLAS splits a product into equal parts, one per thread, and waits for all of them. On a
+    machine whose cores are busy with other processes (a shared CI runner, ``pytest -n auto``) a
+    part whose thread is descheduled waits a scheduler slice (milliseconds) for its core, at every
+    product: medium BERT with 2 BLAS threads took 705 ms a run against 11 ms with one while the
+    2-core machine was loaded (onnxruntime 7 ms; its pool lets the calling thread take the parts
+    no worker has started). So before each run the runnable count of the machine
+    (``/proc/loadavg``) says how many cores others hold, and the count is held down for a second
+    after a peak (loads come and go faster than a run); this process's own threads (the caller
+    and BLAS's, which spin briefly after each product) are not counted as others. Read at most
+    every 50 ms; one read costs about 10 us."""
+
+    def __init__(self, requested: int, cores: int | None = None) -> None:
+        import os
+
+        self.requested = max(1, int(requested))
+        self.cores = cores or os.cpu_count() or 1
+        self._checked = -1.0
+        self._others = 0.0
+        self._others_at = -1.0
+        self.current = self.requested
+
+    @staticmethod
+    def _runnable() -> int | None:
+        try:
+            with open("/proc/loadavg", "rb") as f:
+                return int(f.read().split()[3].split(b"/")[0])
+        except (OSError, IndexError, ValueError):  # not Linux: keep the requested count
+            return None
+
+    def threads_now(self, now: float | None = None, runnable: int | None = None) -> int:
+        """The BLAS thread count for a run starting now (``now``/``runnable`` for tests)."""
+        import time
+
+        now = time.monotonic() if now is None else now
+        if self.requested == 1 or now - self._checked < 0.05:
+            return self.current
+        self._checked = now
+        runnable = self._runnable() if runnable is None else runnable
+        if runnable is None:
+            return self.current
+        others = max(0, runnable - self.requested)
+        if others >= self._others or now - self._others_at > 1.0:
+            self._others, self._others_at = others, now
+        idle = self.cores - self._others
+        self.current = self.requested if idle >= self.requested else max(1, idle)
+        return self.current
+
+    def apply(self) -> None:
+        """Set BLAS's threads for the run about to start (process-wide, as the pool is)."""
+        before = self.current
+        n = self.threads_now()
+        if n != before or n != get_blas_threads():
+            set_blas_threads(n)

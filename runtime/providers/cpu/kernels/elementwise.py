@@ -119,6 +119,15 @@ class Pow(Kernel):
 
     def compute(self, inputs: list) -> list:
         a, b = inputs
+        if b.size == 1 and a.dtype.kind == "f" and b.dtype.kind in "fiu" and b.ndim <= a.ndim:
+            # x ** 2 and x ** 3 (GPT-2's gelu) as products, as onnxruntime's Pow does: numpy's power
+            # with a float exponent calls C's pow per element, 46 ns each (6 ms for GPT-2's [128, 1024])
+            e = b.reshape(-1)[0]
+            if e == 2:
+                return [_arr(np.multiply(a, a))]
+            if e == 3:
+                sq = _arr(np.multiply(a, a))
+                return [_arr(np.multiply(sq, a, out=sq) if sq.ndim else sq * a)]
         if a.dtype == b.dtype and a.dtype.kind == "f":
             r = _c_pow_of_neg_inf(a, b, np.power(a, b))
             return [r if type(r) is _ndarray else _asarray(r)]

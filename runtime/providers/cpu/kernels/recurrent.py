@@ -113,7 +113,7 @@ class _Recurrent(Kernel):
         for d, direction in enumerate(self.directions):
             wb = b[d, : self.gates * h] if b is not None else 0
             rb = b[d, self.gates * h:] if b is not None else np.zeros(self.gates * h, dt)
-            xw = (x.reshape(-1, x.shape[2]) @ w[d].T).reshape(seq, batch, -1) + wb
+            xw = self._input_product(x.reshape(-1, x.shape[2]), w, d, inputs).reshape(seq, batch, -1) + wb
             st = [s[d] for s in states]
             order = steps if direction == "forward" else steps[::-1]
             for t in order:
@@ -127,6 +127,14 @@ class _Recurrent(Kernel):
         if self.layout:
             outs = [np.transpose(y, (2, 0, 1, 3))] + [np.swapaxes(o, 0, 1) for o in outs[1:]]
         return [np.ascontiguousarray(o, dtype=dt) for o in outs[: self.n_out]]
+
+    def _input_product(self, x: np.ndarray, w: np.ndarray, d: int, inputs: list) -> np.ndarray:
+        """Every time step's input times W of direction d (DynamicQuantizeLSTM quantizes it, with
+        the scales it finds in ``inputs``)."""
+        return x @ w[d].T
+
+    def _hidden_product(self, h: np.ndarray, r: np.ndarray, d: int, inputs: list) -> np.ndarray:
+        return h @ r.T
 
     def _initial_states(self, inputs, nd, batch, h, dt) -> list[np.ndarray]:
         h0 = inputs[5]
@@ -187,7 +195,7 @@ class LSTM(_Recurrent):
         f, g, act_h = self.acts[d]
         p = inputs[7]
         pi, po, pf = (p[d, :h], p[d, h:2 * h], p[d, 2 * h:]) if p is not None else (0, 0, 0)
-        pre = xw + hprev @ r.T + rb  # gates i, o, f, c
+        pre = xw + self._hidden_product(hprev, r, d, inputs) + rb  # gates i, o, f, c
         i = self._apply(f, pre[:, :h] + pi * cprev)
         fg = 1 - i if self.input_forget else self._apply(f, pre[:, 2 * h:3 * h] + pf * cprev)
         c = fg * cprev + i * self._apply(g, pre[:, 3 * h:])

@@ -1,0 +1,72 @@
+"""What the ai.onnx.ml kernels share, written as onnxruntime computes it (``ml_common.h``): the
+post transforms of scores, the SVM kernels, and the fallback to onnx.reference for the forms the
+native kernels leave to it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
+
+TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
+
+
+def post_transform_name(node: Node) -> str:
+    name = node.attr("post_transform", "NONE")
+    if name not in TRANSFORMS:
+        raise InvalidArgument(f"{node.op_type} node {node.name!r}: post_transform {name!r} is none of {TRANSFORMS}. "
+                              "Fix the attribute.")
+    return name
+
+
+def _erf_inv(x: np.ndarray) -> np.ndarray:
+    # onnxruntime's approximation (ErfInv in ml_common.h), not the exact inverse: PROBIT matches it.
+    sgn = np.where(x < 0, np.float32(-1), np.float32(1))
+    x = (1 - x) * (1 + x)
+    log = np.log(x)
+    v = np.float32(2 / (np.pi * 0.147)) + np.float32(0.5) * log
+    v2 = np.float32(1 / 0.147) * log
+    return sgn * np.sqrt(-v + np.sqrt(v * v - v2))
+
+
+def logistic(x: np.ndarray) -> np.ndarray:
+    v = 1 / (1 + np.exp(-np.abs(x)))
+    return np.where(x < 0, 1 - v, v).astype(np.float32)
+
+
+def transform_scores(scores: np.ndarray, name: str) -> np.ndarray:
+    """Rows of scores through the transform, as onnxruntime's ``write_scores`` with two or more
+    scores a row; a single score a row only takes PROBIT (onnxruntime leaves it otherwise)."""
+    scores = scores.astype(np.float32, copy=False)
+    if name == "PROBIT":
+        return (np.float32(np.sqrt(2)) * _erf_inv(2 * scores - 1)).astype(np.float32)
+    if scores.shape[1] < 2 or name == "NONE":
+        return scores
+    if name == "LOGISTIC":
+        return logistic(scores)
+    if name == "SOFTMAX":
+        e = np.exp(scores - scores.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    # SOFTMAX_ZERO: zeros stay zero (scaled by exp(-max)), the rest as softmax
+    top = scores.max(axis=1, keepdims=True)
+    nonzero = np.abs(scores) > np.float32(1e-7)
+    e = np.where(nonzero, np.exp(scores - top), scores * np.exp(-top))
+    total = np.where(nonzero, e, 0).sum(axis=1, keepdims=True)
+    return (e / total).astype(np.float32)
+
+
+def as_float_rows(x: np.ndarray, op: str) -> np.ndarray:
+    """The input as float32 rows [N, C], as onnxruntime casts it (a 1-D input is one row)."""
+    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
+        raise InvalidArgument(f"{op}: input must be a numeric tensor, got "
+                              f"{getattr(x, 'dtype', type(x).__name__)}. Cast it to float32.")
+    x = x.astype(np.float32, copy=False)
+    return x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+
+
+def reference_kernel(node: Node, ctx: KernelCreateContext) -> Kernel:
+    """onnx.reference's kernel for a form the native kernel does not cover."""
+    from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+
+    return ReferenceKernel(node, ctx, node.since_version or 1)

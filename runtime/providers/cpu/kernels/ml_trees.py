@@ -1,0 +1,250 @@
+"""TreeEnsembleClassifier and TreeEnsembleRegressor, vectorized: every row walks every tree at
+once, one numpy step per tree level (an index array [rows, trees] into the flattened nodes), and the
+leaves' weights are summed as rows of a dense [nodes, targets] matrix. Semantics as onnxruntime's
+(``tree_ensemble_aggregator.h``): node comparisons in float32, a NaN feature takes the true branch
+where ``nodes_missing_value_tracks_true`` says so, base values added after the aggregation, a class
+without any score ignored by the argmax, two classes by onnxruntime's binary rules. MIN/MAX
+aggregation keeps onnx.reference's kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.ml_common import (
+    as_float_rows,
+    logistic,
+    post_transform_name,
+    reference_kernel,
+    transform_scores,
+)
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+ML = "ai.onnx.ml"
+_MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5,
+          "LEAF": 6}
+
+
+def _floats(node: Node, name: str) -> np.ndarray | None:
+    v = node.attr(name)
+    if v is None:
+        v = node.attr(name + "_as_tensor")
+    return None if v is None else np.asarray(v, np.float32).reshape(-1)
+
+
+class _Forest:
+    """The trees of a node flattened: per node its feature, threshold, mode and the indices of its
+    two children (a leaf points at itself), the roots, and the depth to walk."""
+
+    def __init__(self, node: Node, prefix: str, n_out: int) -> None:
+        trees = np.asarray(node.attr("nodes_treeids"), np.int64)
+        ids = np.asarray(node.attr("nodes_nodeids"), np.int64)
+        self.feature = np.asarray(node.attr("nodes_featureids"), np.int64)
+        self.threshold = _floats(node, "nodes_values")
+        modes = node.attr("nodes_modes")
+        if self.threshold is None or modes is None or not (len(trees) == len(ids) == len(self.feature) == len(modes)
+                                                             == len(self.threshold)):
+            raise InvalidArgument(f"{node.op_type} node {node.name!r}: the nodes_* attributes must all be given "
+                                  "with one entry per tree node.")
+        try:
+            self.mode = np.array([_MODES[m] for m in modes], np.int8)
+        except KeyError as exc:
+            raise InvalidArgument(f"{node.op_type} node {node.name!r}: unknown node mode {exc.args[0]!r}; "
+                                  f"expected one of {sorted(_MODES)}.") from None
+        index = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(trees, ids))}
+        true_ids = node.attr("nodes_truenodeids")
+        false_ids = node.attr("nodes_falsenodeids")
+        missing = node.attr("nodes_missing_value_tracks_true") or [0] * len(ids)
+        self.missing_true = np.asarray(missing, bool)
+        n = len(ids)
+        self.true_next = np.arange(n)
+        self.false_next = np.arange(n)
+        children = set()
+        for k in range(n):
+            if self.mode[k] != 6:
+                try:
+                    self.true_next[k] = index[(int(trees[k]), int(true_ids[k]))]
+                    self.false_next[k] = index[(int(trees[k]), int(false_ids[k]))]
+                except KeyError as exc:
+                    raise InvalidArgument(f"{node.op_type} node {node.name!r}: tree {exc.args[0][0]} node "
+                                          f"{int(ids[k])} points at missing node {exc.args[0][1]}.") from None
+                children.update((int(self.true_next[k]), int(self.false_next[k])))
+        self.feature[self.mode == 6] = 0
+        self._children = np.stack([self.false_next, self.true_next], axis=1).reshape(-1)
+        roots: dict[int, int] = {}
+        for k in range(n):
+            if k not in children:
+                roots.setdefault(int(trees[k]), k)
+        self.roots = np.array([roots[t] for t in sorted(roots)], np.int64)
+        self.uniform_mode = int(self.mode[self.mode != 6][0]) if (self.mode != 6).any() and \
+            len(set(self.mode[self.mode != 6].tolist())) == 1 else -1
+        self.any_missing = bool(self.missing_true.any())
+        # depth: the longest root-to-leaf walk
+        depth = np.zeros(n, np.int64)
+        frontier = list(self.roots)
+        self.depth = 0
+        while frontier:
+            nxt = []
+            for k in frontier:
+                if self.mode[k] != 6:
+                    for c in (self.true_next[k], self.false_next[k]):
+                        depth[c] = depth[k] + 1
+                        nxt.append(int(c))
+            if nxt:
+                self.depth += 1
+            frontier = nxt
+            if self.depth > n:
+                raise InvalidArgument(f"{node.op_type} node {node.name!r}: the trees have a cycle.")
+        # leaf weights
+        leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64)
+        leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64)
+        targets = np.asarray(node.attr(f"{prefix}_ids"), np.int64)
+        weights = _floats(node, f"{prefix}_weights")
+        self.weights = np.zeros((n, n_out), np.float32)
+        self.has = np.zeros((n, n_out), bool)
+        for t, i, j, w in zip(leaf_trees, leaf_ids, targets, weights):
+            k = index.get((int(t), int(i)))
+            if k is None or not 0 <= j < n_out:
+                raise InvalidArgument(f"{node.op_type} node {node.name!r}: weight for tree {int(t)} node {int(i)} "
+                                      f"target {int(j)}: no such leaf or target (of {n_out}).")
+            self.weights[k, j] += w
+            self.has[k, j] = True
+
+    def leaves(self, x: np.ndarray) -> np.ndarray:
+        """[rows, trees] index of the leaf each row reaches in each tree: per level one gather of
+        the nodes' features from the flat input, one comparison, one gather of the next node from
+        the [node, false/true] children table (few numpy calls: the rows are usually few)."""
+        n, width = x.shape
+        flat = np.ascontiguousarray(x).reshape(-1)
+        offsets = (np.arange(n, dtype=np.int64) * width)[:, None]
+        idx = np.broadcast_to(self.roots, (n, self.roots.size)).copy()
+        mode = self.uniform_mode
+        for _ in range(self.depth):
+            v = flat[offsets + self.feature[idx]]
+            th = self.threshold[idx]
+            if mode == 0:
+                go = v <= th
+            elif mode == 1:
+                go = v < th
+            elif mode == 2:
+                go = v >= th
+            elif mode == 3:
+                go = v > th
+            else:
+                m = self.mode[idx]
+                go = np.select([m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
+                               [v <= th, v < th, v >= th, v > th, v == th, v != th], False)
+            if self.any_missing:
+                go |= self.missing_true[idx] & np.isnan(v)
+            idx = self._children[2 * idx + go]
+        return idx
+
+    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        leaves = self.leaves(x)
+        return self.weights[leaves].sum(axis=1), self.has[leaves].any(axis=1)
+
+
+@register("TreeEnsembleRegressor", since=1, domain=ML)
+class TreeEnsembleRegressor(Kernel):
+    def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
+        if node.attr("aggregate_function", "SUM") not in ("SUM", "AVERAGE"):
+            return reference_kernel(node, ctx)
+        return super().__new__(cls)
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.n_targets = int(node.attr("n_targets", 1))
+        self.forest = _Forest(node, "target", self.n_targets)
+        self.average = node.attr("aggregate_function", "SUM") == "AVERAGE"
+        base = _floats(node, "base_values")
+        self.base = base if base is not None and base.size == self.n_targets else np.zeros(self.n_targets, np.float32)
+        self.transform = post_transform_name(node)
+
+    def compute(self, inputs: list) -> list:
+        x = as_float_rows(inputs[0], "TreeEnsembleRegressor")
+        scores, _ = self.forest.scores(x)
+        if self.average:
+            scores = scores / np.float32(self.forest.roots.size)
+        return [transform_scores(scores + self.base, self.transform)]
+
+
+@register("TreeEnsembleClassifier", since=1, domain=ML)
+class TreeEnsembleClassifier(Kernel):
+    def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
+        labels = node.attr("classlabels_strings") or node.attr("classlabels_int64s") or []
+        if len(labels) < 2:
+            return reference_kernel(node, ctx)
+        return super().__new__(cls)
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        strings = node.attr("classlabels_strings")
+        self.labels = np.array(strings, dtype=object) if strings else \
+            np.asarray(node.attr("classlabels_int64s"), np.int64)
+        k = len(self.labels)
+        self.forest = _Forest(node, "class", k)
+        base = _floats(node, "base_values")
+        self.raw_base = base if base is not None else np.zeros(0, np.float32)
+        self.base = base if base is not None and base.size == k else None
+        self.transform = post_transform_name(node)
+        weights = _floats(node, "class_weights")
+        self.binary_case = k == 2 and len(set(node.attr("class_ids"))) == 1
+        self.all_positive = bool((weights >= 0).all())
+
+    def compute(self, inputs: list) -> list:
+        x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
+        scores, has = self.forest.scores(x)
+        if len(self.labels) == 2:
+            return self._two_classes(scores, has)
+        if self.base is not None:
+            scores = scores + self.base
+            has = np.ones_like(has)
+        # the first highest score among the classes that have one
+        label = self.labels[np.argmax(np.where(has, scores, -np.inf), axis=1)]
+        return [label, transform_scores(scores, self.transform)]
+
+    def _two_classes(self, scores: np.ndarray, has: np.ndarray) -> list:
+        """onnxruntime's rules for two classes (TreeAggregatorClassifier::FinalizeScores and
+        _set_score_binary), row by row in arrays: the scores' second column may be dropped (one
+        score), the label comes from the positive score's sign or 0.5, and one score is written as
+        two columns by the rule its label took."""
+        s0, s1 = scores[:, 0].copy(), scores[:, 1].copy()
+        h0, h1 = has[:, 0].copy(), has[:, 1].copy()
+        base = self.raw_base
+        if base.size == 2:
+            tied = h1.copy()
+            s1 = np.where(tied, base[1] + s0, s1 + base[1])
+            s0 = np.where(tied, -s1, s0 + base[0])
+            h1 = h1 | tied
+            one_score = np.zeros_like(h1)
+        else:
+            if base.size == 1:
+                s0 = s0 + base[0]
+            one_score = ~h1
+        pos = np.where(h1, s1, np.where(h0, s0, 0))
+        if self.binary_case:
+            threshold = 0.5 if self.all_positive else 0.0
+            label_index = (pos > threshold).astype(np.int64)
+            mode = "positive" if self.all_positive else "mixed"
+        else:
+            label_index = (pos > 0).astype(np.int64)  # onnxruntime's positive (1) and negative (0) labels
+            mode = "mixed" if base.size == 0 else "none"
+        if self.labels.dtype == object:
+            label = self.labels[label_index]
+        else:
+            label = np.where(label_index == 1, np.int64(1), np.int64(0)) if not self.binary_case else \
+                self.labels[label_index]
+        two = transform_scores(np.stack([s0, s1], axis=1), self.transform)
+        if one_score.any():
+            single = s0[:, None]
+            if self.transform == "PROBIT":
+                ones = np.concatenate([transform_scores(single, "PROBIT"), np.zeros_like(single)], axis=1)
+            elif mode == "positive":
+                ones = np.concatenate([1 - single, single], axis=1)
+            elif mode == "mixed" and self.transform == "LOGISTIC":
+                ones = np.concatenate([logistic(-single), logistic(single)], axis=1)
+            elif mode == "mixed":
+                ones = np.concatenate([-single, single], axis=1)
+            else:
+                ones = np.concatenate([single, np.zeros_like(single)], axis=1)
+            two = np.where(one_score[:, None], ones.astype(np.float32), two)
+        return [label, two.astype(np.float32)]

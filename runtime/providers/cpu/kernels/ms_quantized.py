@@ -1,0 +1,245 @@
+"""com.microsoft quantized operators that onnxruntime's quantizer (``quantize_dynamic``,
+``quantize_static`` in the QOperator format) writes, as its CPU kernels compute them:
+QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
+MatMulIntegerToFloat, DynamicQuantizeMatMul and DynamicQuantizeLSTM.
+
+Rounding is numpy's rint (half to even), as MLAS's float-to-int conversions; the element-wise ops
+use MLAS's form y = a * (a_scale / c_scale) + b * (b_scale / c_scale) + bias, so that results agree
+with onnxruntime to the last quantization step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
+from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+MS = "com.microsoft"
+
+
+def _zero(zp: np.ndarray | None, like: np.dtype) -> np.ndarray:
+    return np.zeros((), like) if zp is None else zp
+
+
+def _saturate(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(y), info.min, info.max).astype(dtype)
+
+
+def dequantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+    return (x.astype(np.int32) - _zero(zp, x.dtype).astype(np.int32)).astype(np.float32) * scale.astype(np.float32)
+
+
+def quantize(y: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
+    return _saturate(y / scale.astype(np.float32) + _zero(zp, dtype).astype(np.float32), dtype)
+
+
+class _QLinearBinary(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.name = node.name
+
+    def compute(self, inputs: list) -> list:
+        a, a_s, a_zp, b, b_s, b_zp, c_s = inputs[:7]
+        c_zp = inputs[7] if len(inputs) > 7 else None
+        if a.dtype != b.dtype or a.dtype not in (np.uint8, np.int8):
+            raise InvalidArgument(f"{type(self).__name__} node {self.name!r}: A and B must both be uint8 or int8, "
+                                  f"got {a.dtype} and {b.dtype}.")
+        return [self._combine(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp)]
+
+
+@register("QLinearAdd", since=1, domain=MS)
+class QLinearAdd(_QLinearBinary):
+    def _combine(self, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp):
+        f32 = np.float32
+        ra, rb = f32(a_s) / f32(c_s), f32(b_s) / f32(c_s)
+        bias = f32(_zero(c_zp, a.dtype)) - ra * f32(_zero(a_zp, a.dtype)) - rb * f32(_zero(b_zp, a.dtype))
+        return _saturate(a.astype(f32) * ra + b.astype(f32) * rb + bias, a.dtype)
+
+
+@register("QLinearMul", since=1, domain=MS)
+class QLinearMul(_QLinearBinary):
+    def _combine(self, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp):
+        y = dequantize(a, a_s, a_zp) * dequantize(b, b_s, b_zp)
+        return quantize(y, c_s, c_zp, a.dtype)
+
+
+class _QLinearUnary(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.alpha = np.float32(node.attr("alpha", 0.01))
+
+    def compute(self, inputs: list) -> list:
+        x, x_s, x_zp, y_s = inputs[:4]
+        y_zp = inputs[4] if len(inputs) > 4 else None
+        # onnxruntime builds a 256-entry table of f over the dequantized codes: the same values
+        return [quantize(self._fn(dequantize(x, x_s, x_zp)), y_s, y_zp, x.dtype)]
+
+
+@register("QLinearSigmoid", since=1, domain=MS)
+class QLinearSigmoid(_QLinearUnary):
+    def _fn(self, v):
+        return 1 / (1 + np.exp(-v))
+
+
+@register("QLinearLeakyRelu", since=1, domain=MS)
+class QLinearLeakyRelu(_QLinearUnary):
+    def _fn(self, v):
+        return np.where(v >= 0, v, v * self.alpha)
+
+
+@register("QLinearGlobalAveragePool", since=1, domain=MS)
+class QLinearGlobalAveragePool(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.channels_last = bool(node.attr("channels_last", 0))
+
+    def compute(self, inputs: list) -> list:
+        x, x_s, x_zp, y_s = inputs[:4]
+        y_zp = inputs[4] if len(inputs) > 4 else None
+        axes = tuple(range(1, x.ndim - 1)) if self.channels_last else tuple(range(2, x.ndim))
+        mean = dequantize(x, x_s, x_zp).mean(axis=axes, keepdims=True)
+        return [quantize(mean, y_s, y_zp, x.dtype)]
+
+
+def dynamic_quantize(a: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
+    """uint8 codes, scale and zero point of a float tensor, as onnxruntime's dynamic quantization
+    (range widened to hold 0; a zero range gives scale 1)."""
+    lo = np.float32(min(0.0, float(a.min()))) if a.size else np.float32(0)
+    hi = np.float32(max(0.0, float(a.max()))) if a.size else np.float32(0)
+    scale = np.float32(1.0) if hi == lo else (hi - lo) / np.float32(255)
+    zp = np.float32(np.rint(np.clip(-lo / scale, 0, 255)))
+    q = np.clip(np.rint(a / scale) + zp, 0, 255)
+    return q.astype(np.uint8), scale, np.uint8(zp)
+
+
+def quantized_product_by_row(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
+    """``quantized_product`` of each row of a 2-D ``a`` on its own range, all rows at once."""
+    lo = np.minimum(a.min(axis=1, keepdims=True), np.float32(0))
+    hi = np.maximum(a.max(axis=1, keepdims=True), np.float32(0))
+    scale = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(255)).astype(np.float32)
+    zp = np.rint(np.clip(-lo / scale, 0, 255)).astype(np.float32)
+    q = np.clip(np.rint(a / scale) + zp, 0, 255)
+    acc = (q.astype(np.float64) - zp) @ (w.astype(np.float64) - _zero(w_zp, w.dtype).astype(np.float64))
+    return (acc.astype(np.float32) * (scale * w_scale.astype(np.float32))).astype(np.float32)
+
+
+def quantized_product(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
+    """a (float) @ w (int8/uint8 [K, N]) with a quantized dynamically, accumulated exactly (the
+    integer sums are below 2^24 for K up to 256 and so exact in float64 too), scaled per column."""
+    q, scale, zp = dynamic_quantize(a)
+    acc = (q.astype(np.float64) - float(zp)) @ (w.astype(np.float64) - _zero(w_zp, w.dtype).astype(np.float64))
+    return (acc.astype(np.float32) * (scale * w_scale.astype(np.float32))).astype(np.float32)
+
+
+@register("MatMulIntegerToFloat", since=1, domain=MS)
+class MatMulIntegerToFloat(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        inputs = list(inputs) + [None] * (7 - len(inputs))
+        a, b, a_s, b_s, a_zp, b_zp, bias = inputs[:7]
+        acc = np.matmul(a.astype(np.int32) - _zero(a_zp, a.dtype).astype(np.int32),
+                        b.astype(np.int32) - _zero(b_zp, b.dtype).astype(np.int32))
+        y = acc.astype(np.float32) * (a_s.astype(np.float32) * b_s.astype(np.float32))
+        return [y if bias is None else y + bias]
+
+
+@register("DynamicQuantizeMatMul", since=1, domain=MS)
+class DynamicQuantizeMatMul(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        inputs = list(inputs) + [None] * (5 - len(inputs))
+        a, b, b_s, b_zp, bias = inputs[:5]
+        q, scale, zp = dynamic_quantize(a)
+        acc = np.matmul(q.astype(np.int32) - int(zp), b.astype(np.int32) - _zero(b_zp, b.dtype).astype(np.int32))
+        y = acc.astype(np.float32) * (scale * b_s.astype(np.float32))
+        return [y if bias is None else y + bias]
+
+
+@register("DynamicQuantizeLSTM", since=1, domain=MS)
+class DynamicQuantizeLSTM(LSTM):
+    """LSTM whose W [directions, input, 4*hidden] and R [directions, hidden, 4*hidden] are int8 or
+    uint8 with per-direction (or per-column) scales and zero points. As onnxruntime: all time steps'
+    inputs are quantized together (one range) for the input product, and each step's hidden state
+    row by row for the recurrent one."""
+
+    def compute(self, inputs: list) -> list:
+        args = list(inputs) + [None] * (12 - len(inputs))
+        # The LSTM kernel reads W and R as [directions, 4*hidden, K]: hand it views in that layout;
+        # the scales and zero points (inputs 8-11) reach the products through the inputs list.
+        args[1], args[2] = np.swapaxes(args[1], 1, 2), np.swapaxes(args[2], 1, 2)
+        return super().compute(args)
+
+    @staticmethod
+    def _per_direction(v: np.ndarray | None, d: int) -> np.ndarray | None:
+        if v is None or np.ndim(v) == 0:
+            return v
+        return v[d] if v.shape[0] > 1 or v.ndim > 1 else v[0]
+
+    def _input_product(self, x: np.ndarray, w: np.ndarray, d: int, inputs: list) -> np.ndarray:
+        return quantized_product(x, w[d].T, self._per_direction(inputs[8], d), self._per_direction(inputs[9], d))
+
+    def _hidden_product(self, h: np.ndarray, r: np.ndarray, d: int, inputs: list) -> np.ndarray:
+        # onnxruntime splits the batch's rows over its threads and quantizes each block of rows on
+        # its own range; with as many threads as rows (its default on small batches) each row has
+        # its own: quantize row by row, as that.
+        scale, zp = self._per_direction(inputs[10], d), self._per_direction(inputs[11], d)
+        return quantized_product_by_row(h, r.T, scale, zp)
+
+
+def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
+    """int32 accumulations (held exactly in a float array) to y's codes as MLAS requantizes them:
+    float32 product with the combined scale, rounded half to even, plus the zero point, saturated."""
+    y = np.rint(acc.astype(np.float32) * scale) + _zero(zp, dtype).astype(np.float32)
+    info = np.iinfo(dtype)
+    return np.clip(y, info.min, info.max).astype(dtype)
+
+
+_exact_dtype = exact_float_dtype
+
+
+@register("QLinearConv", since=10)
+class QLinearConv(Kernel):
+    """Conv of uint8/int8 codes: the float Conv kernel run on the codes less their zero points
+    (exact in float32 or float64, as the integer sums), the int32 bias added, and the result
+    requantized with x_scale * w_scale / y_scale per output channel."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        from onnxhal.runtime.providers.cpu.kernels.conv import Conv
+
+        self.conv = Conv(node, ctx)
+        self.name = node.name
+
+    def compute(self, inputs: list) -> list:
+        inputs = list(inputs) + [None] * (9 - len(inputs))
+        x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = inputs[:9]
+        m = w.shape[0]
+        k = int(np.prod(w.shape[1:]))
+        ft = _exact_dtype(k)
+        xf = x.astype(ft) - _zero(x_zp, x.dtype).astype(ft)
+        wzp = _zero(w_zp, w.dtype).astype(ft)
+        wf = w.astype(ft) - (wzp.reshape((-1,) + (1,) * (w.ndim - 1)) if wzp.ndim and wzp.size > 1 else wzp)
+        acc = self.conv.compute([xf, wf])[0]
+        if bias is not None:
+            acc = acc + bias.astype(ft).reshape((1, m) + (1,) * (acc.ndim - 2))
+        scale = (np.float32(x_s) * w_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
+        if scale.size > 1:
+            scale = scale.reshape((1, m) + (1,) * (acc.ndim - 2))
+        return [_requantize(acc, scale, y_zp, (y_zp.dtype if y_zp is not None else x.dtype))]
+
+
+@register("QLinearMatMul", since=10)
+class QLinearMatMul(Kernel):
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = inputs[:8]
+        ft = _exact_dtype(a.shape[-1])
+        acc = np.matmul(a.astype(ft) - _zero(a_zp, a.dtype).astype(ft), b.astype(ft) - _zero(b_zp, b.dtype).astype(ft))
+        scale = (np.float32(a_s) * b_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
+        return [_requantize(acc, scale, y_zp, y_zp.dtype)]

@@ -1,0 +1,54 @@
+"""The CPU EP's BLAS threads under a competing load (kernels/blas_threads.LoadAwareBlasThreads):
+OpenBLAS splits each product evenly over its threads and waits for the slowest, so on cores other
+processes hold a run with 2 threads took 60x longer than with one. The governor gives a run the
+session's thread count only where that many cores are idle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnxhal
+from onnxhal.runtime.providers.cpu.kernels.blas_threads import (
+    LoadAwareBlasThreads,
+    get_blas_threads,
+    set_blas_threads,
+)
+
+
+def test_threads_follow_the_idle_cores_and_hold_a_peak_for_a_second():
+    gov = LoadAwareBlasThreads(2, cores=2)
+    assert gov.threads_now(now=0.0, runnable=2) == 2  # only this process: its caller and one BLAS thread
+    assert gov.threads_now(now=1.0, runnable=4) == 1  # two other runnable processes: no idle core
+    assert gov.threads_now(now=1.02, runnable=1) == 1  # read at most every 50 ms
+    assert gov.threads_now(now=1.5, runnable=1) == 1  # the peak holds for a second
+    assert gov.threads_now(now=2.6, runnable=1) == 2  # then the cores are idle again
+    assert gov.threads_now(now=3.0, runnable=3) == 1  # one other process on two cores: one thread
+    assert LoadAwareBlasThreads(4, cores=8).threads_now(now=0.0, runnable=9) == 3  # 5 others: 3 idle cores
+
+
+def test_a_session_run_sets_blas_threads_from_the_load(monkeypatch):
+    before = get_blas_threads()
+    if before is None:
+        pytest.skip("numpy is not linked against OpenBLAS here")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])
+    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    monkeypatch.setenv("ONNXHAL_LOAD_AWARE_THREADS", "1")  # the suite turns it off (conftest.py)
+    so = onnxhal.SessionOptions()
+    so.intra_op_num_threads = 2
+    try:
+        sess = onnxhal.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        # every core held by others: the run gets one BLAS thread
+        monkeypatch.setattr(LoadAwareBlasThreads, "_runnable", staticmethod(lambda: 64))
+        feed = {"x": np.eye(4, dtype=np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feed)[0], feed["x"])
+        assert get_blas_threads() == 1
+        monkeypatch.setenv("ONNXHAL_LOAD_AWARE_THREADS", "0")  # the switch: the session's count stays
+        sess = onnxhal.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess.run(None, feed)
+        assert get_blas_threads() == 2
+    finally:
+        set_blas_threads(before)

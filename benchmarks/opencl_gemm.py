@@ -44,16 +44,14 @@ def main(sizes: list[int]) -> None:
     factory = create_ep_factories("opencl", hal.EpApi(), logging.getLogger("bench"))[0]
     # The first OpenCL device that passes discovery's probe (the bundled PoCL fails on CPUs newer than
     # its LLVM; Debian's PoCL or Intel's runtime then come first).
-    from onnxhal.devices.opencl import enumerate_opencl_devices
+    from onnxhal.devices.opencl import first_usable_opencl_device
 
-    usable = [r for r in enumerate_opencl_devices() if r.probe.usable]
-    if not usable:
-        raise SystemExit("no OpenCL device passed the probe: "
-                         + "; ".join(f"{r.device_name}: {r.probe.reason}" for r in enumerate_opencl_devices()))
-    r = usable[0]
-    print(f"OpenCL device {r.platform_index}:{r.device_index}: {r.platform_name} {r.driver_version}, {r.device_name}")
+    index, reason = first_usable_opencl_device()
+    if index is None:
+        raise SystemExit(reason)
+    print(f"OpenCL device {index}")
     hw = hal.OrtHardwareDevice(hal.OrtHardwareDeviceType.CPU, "cpu", 0x1022, 0,
-                               {"opencl_devices": f"{r.platform_index}:{r.device_index}"})
+                               {"opencl_devices": index})
     (ep_device,) = factory.get_supported_devices([hw])
     ep = factory.create_ep([hw], [ep_device.ep_metadata], None, logging.getLogger("bench"))
     mem = ep_device.memory_info(hal.OrtDeviceMemoryType.DEFAULT)

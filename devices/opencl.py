@@ -270,3 +270,18 @@ def opencl_devices_of(hw: OrtHardwareDevice) -> list[pyopencl.Device]:
                        f"(platform has {len(platform_devices)} devices); rediscover hardware devices")
         devices.append(platform_devices[device_index])
     return devices
+
+
+def first_usable_opencl_device() -> tuple[str | None, str]:
+    """(``"p:d"`` of the first OpenCL device that passed the probe, or None; why none did, "" when
+    one did). What tests skip with and ``.ci/run`` prints."""
+    if opencl_disabled():
+        return None, f"{OPENCL_SWITCH_ENV}=off: OpenCL is switched off"
+    records = enumerate_opencl_devices()
+    for r in records:
+        if r.probe.usable:
+            return f"{r.platform_index}:{r.device_index}", ""
+    if not records:
+        return None, "no OpenCL device found (no driver installed)"
+    failed = "; ".join(f"{r.device_name} ({r.platform_name} {r.driver_version}): {r.probe.reason}" for r in records)
+    return None, f"no OpenCL device passed the probe: {failed}"

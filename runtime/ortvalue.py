@@ -19,7 +19,7 @@ from onnxhal.hal import DeviceTensor, OrtMemoryInfo, SyncStream
 from onnxhal.hal.errors import Fail, InvalidArgument, RuntimeInvalidArgument
 from onnxhal.hal.graph import elem_type_name
 from onnxhal.runtime.dlpack import dlpack_device, from_dlpack, to_dlpack
-from onnxhal.runtime.shared_memory import copy_values, device_memory_info, shared_allocator
+from onnxhal.runtime.shared_memory import copy_value, copy_values, device_memory_info, shared_allocator
 from onnxhal.runtime.sparse_tensor import SparseTensor
 
 
@@ -174,10 +174,7 @@ class OrtValue:
         if np.dtype(src.dtype) != np.dtype(v.dtype):
             raise InvalidArgument(f"update_inplace: the value is {v.dtype} {list(v.shape)}, the data {src.dtype}: "
                                   f"convert it first (.astype(np.{v.dtype}))")
-        if isinstance(v, DeviceTensor) or isinstance(src, DeviceTensor):
-            copy_values([src], [v], None)
-        else:
-            np.copyto(v, src)
+        copy_value(src, v)
 
     # -- numpy and DLPack interchange (host tensors share memory, no copy) ----------------------
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:

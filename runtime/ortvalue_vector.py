@@ -17,7 +17,7 @@ from onnxhal.hal import DeviceTensor
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.ort_device import OrtDevice
 from onnxhal.runtime.ortvalue import OrtValue
-from onnxhal.runtime.shared_memory import copy_values
+from onnxhal.runtime.shared_memory import copy_value
 
 
 class OrtValueVector(list):
@@ -129,7 +129,4 @@ def _write_into(name: str, target: Any, result: Any) -> None:
     if np.dtype(src.dtype) != np.dtype(dst.dtype):
         raise InvalidArgument(f"run_with_ortvaluevector: output {name!r} is {src.dtype}, but the OrtValue given for "
                               f"it in fetches holds {dst.dtype}")
-    if isinstance(src, DeviceTensor) or isinstance(dst, DeviceTensor):
-        copy_values([src], [dst], None)
-    else:
-        np.copyto(dst, src)
+    copy_value(src, dst)

@@ -123,3 +123,12 @@ def copy_values(src: Sequence[Any], dst: Sequence[Any], stream: SyncStream | Non
         note = stream.create_notification()
         note.activate()
         note.wait_on_host()
+
+
+def copy_value(src: Any, dst: Any) -> None:
+    """One tensor into a preallocated one of the same shape and dtype, wherever either lives:
+    numpy's copy between host arrays, the registered data transfers otherwise."""
+    if isinstance(src, DeviceTensor) or isinstance(dst, DeviceTensor):
+        copy_values([src], [dst], None)
+    else:
+        np.copyto(dst, src)

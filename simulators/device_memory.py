@@ -44,6 +44,12 @@ class ChargingMixin:
             super()._free(buffer)
 
 
+def carried_elsewhere(own: OrtMemoryDevice | None, src: OrtMemoryDevice, dst: OrtMemoryDevice) -> bool:
+    """Whether a session EP's transfer for device ``own`` should leave the pair to another EP's
+    transfer (which carries that device's copies, and charges their costs to its own meter)."""
+    return own is not None and own not in (src, dst)
+
+
 def meter_transfers(table: Any, own: OrtMemoryDevice | None, own_meter: Any, src: list, dst: list) -> None:
     """Charge each copied tensor's bytes to the simulated link of every simulated device it touches:
     to the session EP's meter for its own device (``own``), else to the device's own meter."""

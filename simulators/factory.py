@@ -45,7 +45,7 @@ from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator, OpenCLDataT
 from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext, device_context
 from onnxhal.simulators import GPU_EP_NAME, NPU_EP_NAME
 from onnxhal.simulators.cost import Meter
-from onnxhal.simulators.device_memory import ChargingMixin, meter_transfers
+from onnxhal.simulators.device_memory import ChargingMixin, carried_elsewhere, meter_transfers
 from onnxhal.simulators.ep import HostVirtualEp, VirtualEp, compatibility_string
 from onnxhal.simulators.faults import FaultInjectingAllocator, FaultState, faults_with_options
 from onnxhal.simulators.host_backend import (
@@ -150,8 +150,8 @@ class VirtualDataTransfer(OpenCLDataTransfer):
         self.own_meter = own_meter
 
     def can_copy(self, src_memory_device: OrtMemoryDevice, dst_memory_device: OrtMemoryDevice) -> bool:
-        if self.own is not None and self.own not in (src_memory_device, dst_memory_device):
-            return False  # another session EP's transfer carries that device's copies (and its costs)
+        if carried_elsewhere(self.own, src_memory_device, dst_memory_device):
+            return False
         return super().can_copy(src_memory_device, dst_memory_device)
 
     def copy_tensors(self, src: Sequence[object], dst: Sequence[object],

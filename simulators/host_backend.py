@@ -35,7 +35,7 @@ from onnxhal.hal.graph import Graph, Node
 from onnxhal.hal.memory_info import OrtMemoryDevice
 from onnxhal.hal.sync_stream import SyncStream
 from onnxhal.hal.tensor import DeviceTensor
-from onnxhal.simulators.device_memory import ChargingMixin, meter_transfers
+from onnxhal.simulators.device_memory import ChargingMixin, carried_elsewhere, meter_transfers
 from onnxhal.simulators.fp16 import overflows
 
 BACKEND_HOST = "host"
@@ -68,6 +68,11 @@ def host_view(t: Any) -> np.ndarray:
     return raw.view(t.dtype).reshape(t.shape)
 
 
+def _copy_bytes(target: np.ndarray, source: np.ndarray) -> None:
+    """``source``'s bytes into the C-contiguous ``target`` of the same size (any dtype)."""
+    target.reshape(-1).view(np.uint8)[:] = np.ascontiguousarray(source).reshape(-1).view(np.uint8)
+
+
 def _round_half(a: np.ndarray) -> np.ndarray:
     """float32 rounded through fp16 storage (round to nearest even, as ``vstore_half_rte``)."""
     if a.dtype != _F32:
@@ -86,8 +91,8 @@ class HostDataTransfer(DataTransfer):
         self.own_meter = own_meter
 
     def can_copy(self, src_memory_device: OrtMemoryDevice, dst_memory_device: OrtMemoryDevice) -> bool:
-        if self.own is not None and self.own not in (src_memory_device, dst_memory_device):
-            return False  # another session EP's transfer carries that device's copies (and its costs)
+        if carried_elsewhere(self.own, src_memory_device, dst_memory_device):
+            return False
         src_ok = src_memory_device.is_host or src_memory_device in self.table.devices
         dst_ok = dst_memory_device.is_host or dst_memory_device in self.table.devices
         return src_ok and dst_ok and not (src_memory_device.is_host and dst_memory_device.is_host)
@@ -109,7 +114,7 @@ class HostDataTransfer(DataTransfer):
                                           "C-contiguous array; allocate it with numpy.empty")
                 target = d
             if s_arr.nbytes:
-                target.reshape(-1).view(np.uint8)[:] = np.ascontiguousarray(s_arr).reshape(-1).view(np.uint8)
+                _copy_bytes(target, s_arr)
         meter_transfers(self.table, self.own, self.own_meter, list(src), list(dst))
 
 
@@ -188,7 +193,7 @@ class HostNodeComputeInfo(NodeComputeInfo):
                 a = self._stored(self.graph.output_names[k], a)
             t = DeviceTensor.allocate(a.shape, a.dtype, self.allocator)
             if a.nbytes:
-                host_view(t).reshape(-1).view(np.uint8)[:] = a.reshape(-1).view(np.uint8)
+                _copy_bytes(host_view(t), a)
             outputs.append(t)
         return outputs
 

@@ -11,23 +11,13 @@ import functools
 
 import pytest
 
-from onnxhal.devices.opencl import enumerate_opencl_devices
-from onnxhal.devices.opencl_env import OPENCL_SWITCH_ENV, opencl_disabled
+from onnxhal.devices.opencl import first_usable_opencl_device
 
 
 @functools.lru_cache(maxsize=1)
 def opencl_verdict() -> tuple[str | None, str]:
-    """(index of the first usable OpenCL device or None, why none is usable)."""
-    if opencl_disabled():
-        return None, f"{OPENCL_SWITCH_ENV}=off: OpenCL is switched off"
-    records = enumerate_opencl_devices()
-    for r in records:
-        if r.probe.usable:
-            return f"{r.platform_index}:{r.device_index}", ""
-    if not records:
-        return None, "no OpenCL device found (no driver installed)"
-    failed = "; ".join(f"{r.device_name} ({r.platform_name} {r.driver_version}): {r.probe.reason}" for r in records)
-    return None, f"no OpenCL device passed the probe: {failed}"
+    """(index of the first usable OpenCL device or None, why none is usable), once per process."""
+    return first_usable_opencl_device()
 
 
 def require_opencl(module_level: bool = False) -> str:

@@ -99,9 +99,11 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         self.prepare_plan: Callable[[Any], None] | None = None
         self._cache: OrderedDict[tuple, _Entry] = OrderedDict()
         self._lock = threading.Lock()
-        self._host_plan = cpu_graph_plan(graph, logger=logger)
-        every = [o for n in graph.nodes for o in n.outputs if o]
-        self._shapes_plan = cpu_graph_plan(graph, list(dict.fromkeys(every)), logger)
+        # One host plan returning every value: its shapes specialise a signature, and its outputs
+        # are the partition's when a signature runs on the host.
+        every = list(dict.fromkeys(o for n in graph.nodes for o in n.outputs if o))
+        self._host_plan = cpu_graph_plan(graph, every, logger)
+        self._output_at = [every.index(o) for o in graph.output_names]
 
     @property
     def weight_bytes(self) -> int:
@@ -174,8 +176,8 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
 
     def _specialize(self, inputs: list, queue: cl.CommandQueue) -> _Entry:
         host = [_to_host(t, queue) for t in inputs]
-        values = self._shapes_plan.run(dict(zip(self.graph.input_names, host)))
-        every = self._shapes_plan.graph.output_names
+        values = self._host_plan.run(dict(zip(self.graph.input_names, host)))
+        every = self._host_plan.graph.output_names
         concrete = self._static_copy(host, dict(zip(every, values)))
         lookup = GraphLookup(concrete, {}, {}, {})
         for n in concrete.nodes:
@@ -218,7 +220,8 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
 
     def _run_on_host(self, inputs: list, queue: cl.CommandQueue) -> list[DeviceTensor]:
         host = [_to_host(t, queue) for t in inputs]
-        results = self._host_plan.run(dict(zip(self.graph.input_names, host)))
+        values = self._host_plan.run(dict(zip(self.graph.input_names, host)))
+        results = [values[k] for k in self._output_at]
         outputs = []
         for r in results:
             a = np.ascontiguousarray(np.asarray(r))

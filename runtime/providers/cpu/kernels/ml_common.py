@@ -11,6 +11,8 @@ from onnxhal.hal.errors import InvalidArgument
 
 TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
+ML = "ai.onnx.ml"  # the domain of the classic-ML operators
+
 
 def post_transform_name(node: Node) -> str:
     name = node.attr("post_transform", "NONE")

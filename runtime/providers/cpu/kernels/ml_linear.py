@@ -9,14 +9,13 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
+    ML,
     as_float_rows,
     post_transform_name,
     reference_kernel,
     transform_scores,
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
-
-ML = "ai.onnx.ml"
 
 
 def _labels(node: Node) -> np.ndarray | None:

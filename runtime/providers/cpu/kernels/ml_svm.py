@@ -11,6 +11,7 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
+    ML,
     as_float_rows,
     logistic,
     post_transform_name,
@@ -18,8 +19,6 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     transform_scores,
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
-
-ML = "ai.onnx.ml"
 
 
 class _SvmKernel:

@@ -13,6 +13,7 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
+    ML,
     as_float_rows,
     logistic,
     post_transform_name,
@@ -21,7 +22,6 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
-ML = "ai.onnx.ml"
 _MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5,
           "LEAF": 6}
 

@@ -83,8 +83,10 @@ def test_pocl_vendor_id_is_not_trusted() -> None:
 
 
 def test_pocl_has_no_pci_bus_id() -> None:
-    platforms = cl.get_platforms()
-    device = platforms[0].get_devices()[0]
+    pocl = [p for p in cl.get_platforms() if "Portable Computing Language" in p.name]
+    if not pocl:
+        pytest.skip("no PoCL platform on this machine")
+    device = pocl[0].get_devices()[0]
     # Even when asked for cl_khr_pci_bus_info, PoCL answers INVALID_VALUE: no bus id, no exception.
     assert read_pci_bus_id(device, "cl_khr_pci_bus_info") == ""
     assert read_pci_bus_id(device, device.extensions) == ""
@@ -100,8 +102,10 @@ def test_two_pocl_devices_in_a_subprocess() -> None:
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     *devices, pocl, resolved = json.loads(out.stdout.strip().splitlines()[-1])
-    assert [t for t, _ in devices] == ["CPU"]  # one physical CPU, however many drivers show it
-    metadata = devices[0][1]
+    # One physical CPU, however many drivers show it (a GPU driver may add its own device).
+    cpus = [metadata for t, metadata in devices if t == "CPU"]
+    assert len(cpus) == 1 and devices[0][0] == "CPU"
+    metadata = cpus[0]
     usable = [p for p in metadata.get("opencl_devices", "").split(",") if p]
     unusable = [p for p in metadata.get("opencl_unusable", "").split(",") if p]
     # Each PoCL platform (Debian's, the bundled one) shows two devices; every one is either usable

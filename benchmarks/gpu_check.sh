@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One prepared run on a machine with a real NVIDIA GPU (the lent device machine; never CI):
+# discovery through OpenCL and sysfs, the probe's verdict, the OpenCL EP's tests and benchmarks on
+# the GPU. Wheels it needs travel in .whl (pyopencl and its pure-Python needs; that machine reaches
+# no package index); onnx, numpy, psutil, rich, tqdm and onnxruntime are already there.
+# Writes logs under $OUT (or ./gpu-check-out) and prints a short summary last.
+set -uo pipefail
+OUT="${OUT:-$PWD/gpu-check-out}"; mkdir -p "$OUT"
+log() { echo "== $*"; }
+
+log "GPU and driver"
+nvidia-smi --query-gpu=name,pci.bus_id,pci.device_id,driver_version,memory.total --format=csv 2>&1
+log "PCI functions of vendor 0x10de in sysfs"
+for d in /sys/bus/pci/devices/*; do
+    [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue
+    echo "$(basename "$d") device=$(cat "$d/device") class=$(cat "$d/class") driver=$(basename "$(readlink "$d/driver" 2>/dev/null)" 2>/dev/null)"
+done
+ls /sys/bus/pci/devices 2>&1 | head -3
+
+log "OpenCL ICDs"
+ls -la /etc/OpenCL/vendors 2>&1
+lib="$(find /usr/local/nvidia /usr/lib /usr/lib64 /lib /usr/local/cuda* -name 'libnvidia-opencl.so*' 2>/dev/null | sort | head -1)"
+echo "libnvidia-opencl: ${lib:-none}"
+if [ ! -e /etc/OpenCL/vendors/nvidia.icd ] && [ -n "$lib" ]; then
+    mkdir -p /tmp/vendors && echo "$lib" >/tmp/vendors/nvidia.icd && export OCL_ICD_VENDORS=/tmp/vendors
+    echo "wrote /tmp/vendors/nvidia.icd -> $lib"
+fi
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# The package as pyproject.toml's package-dir maps it, without a build (this is a throw-away copy).
+for p in hal devices runtime simulators; do cp -r "$p" "onnxhal/$p"; done
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 ONNXHAL_CACHE_DIR=/tmp/onnxhal-cache
+python3 - <<'EOF'
+import pyopencl as cl
+for p in cl.get_platforms():
+    for d in p.get_devices():
+        print(f"{p.name} {p.version} | {d.name} | {d.version} | driver {d.driver_version} | CUs {d.max_compute_units} | fp16 {'cl_khr_fp16' in d.extensions}")
+EOF
+
+log "onnxhal devices"
+python3 -m onnxhal devices 2>&1 | tee "$OUT/devices.txt"
+python3 -m onnxhal devices --json >"$OUT/devices.json" 2>&1
+
+log "GEMM on the GPU against numpy"
+timeout 120 python3 benchmarks/opencl_gemm.py 1024 2048 4096 2>&1 | tee "$OUT/gemm.txt"
+
+log "models: OpenCL EP on the GPU against onnxruntime CPU (8 threads)"
+timeout 150 python3 benchmarks/bench.py --ep opencl --threads 8 --repeat 20 --models mlp,cnn,encoder 2>&1 | tee "$OUT/bench.txt"
+
+log "OpenCL test files on the GPU"
+timeout 240 python3 -m pytest -q -p no:cacheprovider -n 12 tests/test_opencl_probe.py tests/test_devices_opencl.py \
+    tests/test_opencl_ep.py tests/test_opencl_kernels.py tests/test_opencl_memory.py tests/test_opencl_session.py \
+    tests/test_opencl_dynamic.py tests/test_opencl_models.py tests/test_node_conformance_opencl.py \
+    >"$OUT/pytest.txt" 2>&1
+echo "pytest exit $?"; tail -25 "$OUT/pytest.txt"
+
+log "summary"
+grep -i -E "GF/s|gflop" "$OUT/gemm.txt" | tail -4
+tail -8 "$OUT/bench.txt"
+tail -3 "$OUT/pytest.txt"

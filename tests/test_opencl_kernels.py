@@ -373,6 +373,40 @@ def test_conv_wide_rows_take_the_copy_path(ocl, width, pads):
     check(ocl, [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads)], {"x": x}, {"w": w, "b": b})
 
 
+@pytest.mark.parametrize("n,cin,cout,group,hw,kernel,stride,pads,dil", [
+    (1, 5, 8, 1, (6, 16), 3, 1, [1, 1, 1, 1], 1),      # one full panel per row
+    (2, 4, 7, 1, (5, 28), 3, 1, [1, 1, 1, 1], 1),      # two panels, the second partly padding; batch 2
+    (1, 3, 6, 1, (9, 32), 7, 2, [3, 3, 3, 3], 1),      # a 7x7 stride-2 stem
+    (1, 8, 12, 2, (6, 30), 3, 1, [0, 2, 1, 0], 2),     # groups, asymmetric pads, dilation
+    (1, 4, 6, 1, (4, 32), 1, 2, [0, 0, 0, 0], 1),      # 1x1 stride 2 (a ResNet downsample)
+])
+def test_conv_implicit_gemm(ocl, n, cin, cout, group, hw, kernel, stride, pads, dil):
+    """Rows that fill 16-wide panels take conv_implicit (B read from the padded input, no im2col)."""
+    x, w, b = f32(n, cin, *hw), f32(cout, cin // group, kernel, kernel), f32(cout)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, strides=[stride] * 2, pads=pads,
+                            dilations=[dil] * 2)
+    plan = check(ocl, [node], {"x": x}, {"w": w, "b": b})
+    assert [s.kernel_name for s in plan.steps] == ["pad_planes", f"conv_implicit_s{stride}"]
+
+
+@pytest.mark.parametrize("act", ["Relu", "LeakyRelu"])
+def test_conv_implicit_with_residual_and_activation(ocl, act):
+    x, w, b, z = f32(1, 4, 5, 16), f32(8, 4, 3, 3), f32(8), f32(1, 8, 5, 16)
+    params = {"activation_params": [0.2]} if act == "LeakyRelu" else {}
+    node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain="com.onnxhal", pads=[1, 1, 1, 1],
+                            activation=act, **params)
+    y, plan = _run_fused_domain(ocl, node, {"x": x, "z": z}, {"w": w, "b": b}, [1, 8, 5, 16])
+    v = _conv_ref(x, w, b, pads=[1, 1, 1, 1]) + z
+    np.testing.assert_allclose(y, np.where(v >= 0, v, 0.2 * v if act == "LeakyRelu" else 0), rtol=1e-4, atol=1e-4)
+    assert [s.kernel_name for s in plan.steps] == ["pad_planes", "conv_implicit_s1"]
+
+
+def test_conv1d_implicit(ocl):
+    x, w = f32(2, 3, 32), f32(6, 3, 5)
+    plan = check(ocl, [helper.make_node("Conv", ["x", "w"], ["y"], pads=[2, 2])], {"x": x}, {"w": w})
+    assert "conv_implicit_s1" in [s.kernel_name for s in plan.steps]
+
+
 # -- Transposes folded into batched MatMuls (attention) ----------------------------------------
 @pytest.mark.parametrize("b", [1, 2])
 def test_attention_transposes_cost_no_copies(ocl, b):

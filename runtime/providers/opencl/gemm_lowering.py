@@ -3,7 +3,9 @@
 A mixin of ``PlanBuilder``: it uses the builder's ``plan``, ``data``, ``shape``, ``output`` and
 ``temp``. Operand B is always packed into 16-column panels (per run, or once at ``create_state``
 for constant weights); operand A is read in place when it is a row-major activation, else packed
-into 6-row panels. Conv is im2col (written straight into B's panel layout) + the same GEMM, batched
+into 6-row panels. Conv with constant weights and output rows that fill 16-wide panels is an
+implicit GEMM (``conv_implicit_s1``/``_s2``: B read from the zero-padded input, no im2col
+workspace); other Convs are im2col (written straight into B's panel layout) + the same GEMM, batched
 over images x groups; groups of fewer than 4 output channels (depthwise) use a direct kernel.
 """
 
@@ -256,6 +258,8 @@ class GemmLowering:
                 I32(epi.code), F(epi.p0), F(epi.p1), I32(Cin), *geo, I32(Cout),
                 I32(Cg), I32(Mg), *(I32(g[k]) for k in ("KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw"))])
             return
+        if self._conv_implicit(x, w, xs, ws, g, G, out, bias, epi):
+            return
         Kdim = Cg * g["KH"] * g["KW"]
         P = g["OH"] * g["OW"]
         ap = self._packed_a(w, Mg, Kdim, Kdim, 1, G, Mg * Kdim)
@@ -270,4 +274,40 @@ class GemmLowering:
         self._gemm(ap, bp, out, Mg, P, Kdim, batches, G, Mg * P, bias, 2, Mg, 1.0, 1.0, epi)
 
     _lower_FusedConv = _lower_Conv
+
+    def _conv_implicit(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
+                       epi: Epilogue) -> bool:
+        """Conv as ``conv_implicit_s1``/``_s2`` (GEMM reading the padded input in place) when it pays:
+        constant weights, horizontal stride 1 or 2, and output rows that fill 16-wide panels to at least
+        7/8 (a 7-wide row would waste more than im2col costs). Returns False to use im2col."""
+        sw, OW, OH = g["sw"], g["OW"], g["OH"]
+        npb = -(-OW // RN)
+        if w not in self.plan.constants or sw not in (1, 2) or 8 * OW < 7 * npb * RN:
+            return False
+        Nimg, Cin, Cout = xs[0], xs[1], ws[0]
+        Cg, Mg = Cin // G, Cout // G
+        KH, KW, dh, dw = g["KH"], g["KW"], g["dh"], g["dw"]
+        Hp = g["H"] + g["ph"] + g["ph_end"]
+        # Every lane of every panel reads inside its padded row: the last panel's lanes past OW read
+        # padding (computed, never stored); stride 2 loads 32 floats per panel.
+        Wp = max(g["W"] + g["pw"] + g["pw_end"], (npb * RN - 1) * sw + (KW - 1) * dw + 1 + (sw - 1))
+        Mb = -(-Mg // RM)
+        # Weights as A panels in (kh, kw, ci) order, packed here once: [G][Mb][K][RM].
+        wt = np.asarray(self.plan.constants[w], np.float32).reshape(G, Mg, Cg, KH, KW)
+        wt = wt.transpose(0, 1, 3, 4, 2).reshape(G, Mg, KH * KW * Cg)
+        wt = np.pad(wt, ((0, 0), (0, Mb * RM - Mg), (0, 0))).reshape(G, Mb, RM, -1).transpose(0, 1, 3, 2)
+        ap = self._prepacked_name("conv_a", wt.size)
+        self.plan.constants[ap] = np.ascontiguousarray(wt)
+        planes = Nimg * Cin
+        xp = self.temp("conv_pad", planes * Hp * Wp * 4)
+        self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [
+            Buf(xp), Buf(x), I32(g["H"]), I32(g["W"]), I32(Hp), I32(Wp), I32(g["ph"]), I32(g["pw"])])
+        Nb = OH * npb
+        jt = min(ks.GEMM_JT, Nb)
+        args = [Buf(ap), Buf(xp), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
+                I32(npb), I32(Cg), I32(KH), I32(KW), I32(g["sh"]), I32(dh), I32(dw), I32(Hp), I32(Wp), I32(G),
+                I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
+        self.plan.steps.append(Launch(ks.GEMM_SOURCE, f"conv_implicit_s{sw}", (-(-Nb // jt) * jt * Mb, Nimg * G),
+                                      (1, 1), args))
+        return True
 

@@ -93,6 +93,7 @@ def _gemm_source() -> str:
   const int b = get_global_id(1);
   const int i0 = ib * RM, j0 = jb * 16;
   __global const float8* bp = (__global const float8*)(Bp + ((size_t)b * Nb + jb) * K * 16);"""
+    conv = "\n".join(_conv_implicit_source(sw, decl, body, store) for sw in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 #define GEMM_JT {GEMM_JT}
@@ -226,6 +227,60 @@ __kernel void gemm_rowmajor_a(__global const float* A, __global const float* Bp,
   }}
 {store}
 }}
+{conv}
+"""
+
+
+def _conv_implicit_source(sw: int, decl: str, body: str, store: str) -> str:
+    """``conv_implicit_s{sw}``: a convolution as the GEMM above with B read straight from the
+    zero-padded input (no im2col workspace, 9x the input's bytes for a 3x3 kernel). One work-item
+    computes RM output channels x 16 positions of one output row (a row's last panel is partly
+    padding, computed and not stored). A holds the weights packed per (kh, kw, ci), so for each
+    kernel tap the input pointer walks the channels with a fixed stride and no bounds checks: the
+    padded input is wide enough for every lane (``gemm_lowering``). Stride 2 reads 32 floats and keeps
+    the even ones."""
+    if sw == 1:
+        load = "const float8 b0 = vload8(0, xp), b1 = vload8(1, xp);"
+    else:
+        load = "const float16 t0 = vload16(0, xp), t1 = vload16(1, xp); const float8 b0 = t0.even, b1 = t1.even;"
+    store = store.replace("store_row(C, R,", "store_row(Crow, Rrow,").replace(", j0, M, N, ldc,", ", ow0, M, OW, P,")
+    store = store.replace(", alpha, beta,", ", 1.0f, 1.0f,")
+    return f"""
+// Y[b] (b = image * G + group; M output channels per group, P = OH * OW) = A[b % a_mod] (*) Xp[b].
+// Xp: Cg channels of Hp x Wp per b. bias: per output channel (bias_mode 2 or 0); act as gemm_packed.
+__kernel void conv_implicit_s{sw}(__global const float* Ap, __global const float* Xp, __global float* C,
+                               __global const float* bias, __global const float* R, const int M,
+                               const int OH, const int OW, const int NPB, const int Cg, const int KH,
+                               const int KW, const int sh, const int dh, const int dw, const int Hp,
+                               const int Wp, const int a_mod, const int bias_mode, const int act,
+                               const float p0, const float p1) {{
+  const int K = Cg * KH * KW, P = OH * OW, HpWp = Hp * Wp;
+  const int Mb = (M + RM - 1) / RM, Nb = OH * NPB;
+  const int jt = min(GEMM_JT, Nb);
+  const int gid = get_global_id(0);
+  const int group = gid / (Mb * jt), within = gid % (Mb * jt);
+  const int ib = within / jt, jb = group * jt + within % jt;
+  if (jb >= Nb) return;
+  const int b = get_global_id(1);
+  const int i0 = ib * RM, oh = jb / NPB, ow0 = (jb % NPB) * 16;
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  __global const float* xb = Xp + (size_t)b * Cg * HpWp + (size_t)oh * sh * Wp + ow0 * {sw};
+  __global float* Crow = C + (size_t)b * M * P + oh * OW;
+  __global const float* Rrow = R + (size_t)b * M * P + oh * OW;
+  bias += (b % a_mod) * M;
+{decl}
+  for (int kh = 0; kh < KH; ++kh) {{
+    for (int kw = 0; kw < KW; ++kw) {{
+      __global const float* xp = xb + kh * dh * Wp + kw * dw;
+      for (int ci = 0; ci < Cg; ++ci, xp += HpWp) {{
+        {load}
+{body}
+        ap += RM;
+      }}
+    }}
+  }}
+{store}
+}}
 """
 
 
@@ -272,6 +327,22 @@ __kernel void im2col_packed(__global float* Bp, __global const float* X, const i
       if (++ow == OW) { ow = 0; ++oh; }
     }
   }
+}
+
+// Xp[plane][Hp][Wp] = X[plane][H][W] placed at (ph, pw), zeros around it: the input of conv_implicit.
+// One work-item writes one padded row.
+__kernel void pad_planes(__global float* Xp, __global const float* X, const int H, const int W, const int Hp,
+                         const int Wp, const int ph, const int pw, const int total) {
+  const int g = get_global_id(0);
+  if (g >= total) return;
+  const int sy = g % Hp - ph;
+  __global float* dst = Xp + (size_t)g * Wp;
+  if (sy < 0 || sy >= H) {
+    for (int x = 0; x < Wp; ++x) dst[x] = 0.0f;
+    return;
+  }
+  __global const float* src = X + ((size_t)(g / Hp) * H + sy) * W - pw;
+  for (int x = 0; x < Wp; ++x) dst[x] = (x >= pw && x < pw + W) ? src[x] : 0.0f;
 }
 
 __kernel void conv_direct(__global float* Y, __global const float* X, __global const float* Wt,

@@ -36,8 +36,8 @@ from onnxhal.runtime.model_overrides import override_initializers
 from onnxhal.runtime.optimized_model import save_optimized_model
 from onnxhal.runtime.partitioner import (
     FusedGroup,
-    build_filtered_graph,
     model_hash,
+    name_fused_group,
     partition,
     replace_with_fused,
 )
@@ -168,7 +168,7 @@ class _SessionCore:
         mh = model_hash(self.graph)
         by_ep: dict[str, list[FusedGroup]] = {}
         for k, g in enumerate(groups):
-            build_filtered_graph(g, k, mh)
+            name_fused_group(g, k, mh)
             by_ep.setdefault(g.ep_name, []).append(g)
         for ep_name, gs in by_ep.items():
             ep = self.eps[ep_name]

@@ -180,8 +180,16 @@ class Ep:
     def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
         """Claim nodes of ``graph`` (called for the main graph and every subgraph, nested first)."""
 
-    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:
-        """Turn each filtered graph (one per fused group) into a NodeComputeInfo."""
+    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node],
+                ep_context_nodes: list[Node | None] | None = None) -> list[NodeComputeInfo]:
+        """Turn each filtered graph (one per fused group) into a NodeComputeInfo.
+
+        ``ep_context_nodes`` (onnxruntime's ``OrtEp::Compile`` output array of the same name) is None
+        unless the session generates an EPContext model (``ModelCompiler``; session config
+        ``ep.context_enable`` = "1"): then a list of ``len(graphs)`` Nones, where the EP may put, per
+        partition it can save, an EPContext node (``hal.ep_context.ep_context_node``); a partition
+        left None keeps its nodes in the compiled model. An EP that never saves partitions may leave
+        the parameter out of its signature: the runtime then passes it nothing."""
         if graphs:
             raise NotImplementedError(f"{self.name} claimed fused groups but does not implement compile()")
         return []

@@ -30,6 +30,7 @@ class FusedGroup:
     options: NodeFusionOptions
     filtered: Graph | None = None
     fused_node: Node | None = None
+    context_node: Node | None = None  # the EP's EPContext node, when the session generates a compiled model
 
 
 @dataclass

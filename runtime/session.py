@@ -15,13 +15,16 @@ import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import onnx
 
-from onnxhal.hal import CPU_MEMORY_INFO, Ep, GraphOptimizationLevel, Node, OrtEpDevice, OrtMemoryInfo
+from onnxhal.hal import CPU_MEMORY_INFO, Ep, Graph, GraphOptimizationLevel, Node, OrtEpDevice, OrtMemoryInfo
+from onnxhal.hal.ep_context import EP_CONTEXT_ENABLE
 from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, ModelLoadCanceled, OrtError
+from onnxhal.runtime.compile_partitions import compile_graphs
 from onnxhal.runtime.custom_ops import custom_ops, session_factories
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
@@ -158,13 +161,13 @@ class _SessionCore:
         if so.optimized_model_filepath:
             save_optimized_model(graph, loaded.proto, os.fspath(so.optimized_model_filepath), so.config,
                                  has_compiled_nodes=bool(result.groups))
-        self._compile(result.groups)
-        builder = PlanBuilder(self.eps, {id(n): i for n, i in self._fused_infos.items()}, memory)
+        self._compile(result.groups, so.config(EP_CONTEXT_ENABLE) == "1")
+        builder = PlanBuilder(self.eps, {id(n): i for n, i in self.fused_infos.items()}, memory)
         self.plan: ExecutionPlan = builder.build(graph)
         self.kernels = builder.kernels
 
-    def _compile(self, groups: list[FusedGroup]) -> None:
-        self._fused_infos: dict[Node, tuple[Any, Any]] = {}
+    def _compile(self, groups: list[FusedGroup], generate_context: bool) -> None:
+        self.fused_infos: dict[Node, tuple[Any, Any]] = {}
         mh = model_hash(self.graph)
         by_ep: dict[str, list[FusedGroup]] = {}
         for k, g in enumerate(groups):
@@ -173,9 +176,8 @@ class _SessionCore:
         for ep_name, gs in by_ep.items():
             ep = self.eps[ep_name]
             try:
-                infos = ep.compile([g.filtered for g in gs], [g.fused_node for g in gs])
-                if len(infos) != len(gs):
-                    raise Fail(f"compile returned {len(infos)} NodeComputeInfos for {len(gs)} fused nodes")
+                infos, contexts = compile_graphs(ep, [g.filtered for g in gs], [g.fused_node for g in gs],
+                                                 generate_context)
                 states: list = []
                 try:
                     for info, g in zip(infos, gs):
@@ -202,9 +204,10 @@ class _SessionCore:
                         if a.nodes == g.nodes:
                             a.ep_name = CPU_EP_NAME
                 continue
-            for g, info, state in zip(gs, infos, states):
+            for g, info, state, context in zip(gs, infos, states, contexts):
+                g.context_node = context
                 replace_with_fused(g)
-                self._fused_infos[g.fused_node] = (info, state)
+                self.fused_infos[g.fused_node] = (info, state)
                 self._infos.append((info, state))
 
     def release(self) -> None:
@@ -438,6 +441,28 @@ class InferenceSession:
     @property
     def plan(self) -> ExecutionPlan:
         return self._core.plan
+
+    @property
+    def eps(self) -> Mapping[str, Ep]:
+        """The session's EPs by name, in priority order (a read-only view)."""
+        return MappingProxyType(self._core.eps)
+
+    @property
+    def graph(self) -> Graph:
+        """The main graph as compiled: optimized, partitioned, each compiled group a fused node."""
+        return self._core.graph
+
+    @property
+    def fused_groups(self) -> list[FusedGroup]:
+        """The fused groups compiled (a group whose EP failed to compile it runs on the CPU EP and is
+        not listed), each with its filtered graph, fused node and, when the session generates an
+        EPContext model (``ep.context_enable``), the EP's EPContext node."""
+        return [g for g in self._core.partition.groups if g.fused_node in self._core.fused_infos]
+
+    @property
+    def model_proto(self) -> onnx.ModelProto:
+        """The model as loaded (before optimization); do not change it."""
+        return self._loaded.proto
 
     @property
     def memory(self) -> MemoryContext:

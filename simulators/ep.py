@@ -23,6 +23,7 @@ import pyopencl as cl
 from onnxhal.hal.allocator import Allocator
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
+from onnxhal.hal.ep_context import ep_context_node
 from onnxhal.hal.errors import InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryInfo
@@ -332,7 +333,8 @@ class VirtualEp(OpenCLEp):
         return _with_nodes(graph, nodes, infos)
 
     # -- compile ---------------------------------------------------------------------------
-    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:
+    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node],
+                ep_context_nodes: list[Node | None] | None = None) -> list[NodeComputeInfo]:
         self.faults.check_compile()
         # Costs are those of the NHWC graph (what NHWC hardware runs); the PoCL kernels get the
         # NCHW twins.
@@ -365,6 +367,12 @@ class VirtualEp(OpenCLEp):
             raise OutOfMemory(f"{self.name}: the model's weights on {self.profile.name} need {weights} bytes but only "
                               f"{free} of its {self.profile.capacity_bytes}-byte memory are free; its nodes go to the "
                               "next EP")
+        if ep_context_nodes is not None:
+            for k, node in enumerate(fused_nodes):
+                blob = self._context_data(node.name)
+                if blob is not None:
+                    ep_context_nodes[k] = ep_context_node(node, blob, self.name, self.profile.name,
+                                                          self.compatibility_info())
         return out
 
     # -- EPContext ---------------------------------------------------------------------------
@@ -374,7 +382,7 @@ class VirtualEp(OpenCLEp):
     def get_compiled_model_compatibility_info(self, graph: Graph) -> str:
         return self.compatibility_info()
 
-    def export_context(self, fused_node_name: str) -> bytes | None:
+    def _context_data(self, fused_node_name: str) -> bytes | None:
         """The EPContext blob of a partition this EP compiled (None if it has none)."""
         info = self.partition_infos.get(fused_node_name)
         plan = getattr(info.inner, "plan", None) if info is not None else None

@@ -9,8 +9,9 @@ A session on that file hands each EPContext node to the EP named in its ``source
 which rebuilds the partition from the blob instead of planning it again, after checking the
 compatibility string against its own device. This module holds the simulated EPs' blob format.
 
-An EP takes part by having ``export_context(fused_node_name) -> bytes | None`` and by claiming and
-compiling EPContext nodes; the simulated EPs do (their blob is the OpenCL partition plan: kernel
+An EP takes part through the hal contract: ``Ep.compile`` fills ``ep_context_nodes`` when the
+session generates a compiled model, and its ``get_capability``/``compile`` claim and rebuild
+EPContext nodes later; the simulated EPs do (their blob is the OpenCL partition plan: kernel
 sources, launches, shapes, constants, and the partition's cost). The blob is a zip of JSON and
 ``.npy`` arrays: loading it runs no pickle and no code.
 """
@@ -145,4 +146,4 @@ def decode_partition(blob: bytes) -> tuple[Any, Any, str]:
 
 def core_model_proto(sess: Any) -> Any:
     """The ModelProto the session loaded (for opsets, IR version and metadata)."""
-    return sess._loaded.proto
+    return sess.model_proto

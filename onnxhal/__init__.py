@@ -37,8 +37,8 @@ _LAZY["SparseTensor"] = "onnxhal.runtime.sparse_tensor"
 _LAZY.update({name: "onnxhal.runtime.env_allocators" for name in (
     "create_and_register_allocator", "create_and_register_allocator_v2")})
 _LAZY.update({name: "onnxhal.runtime.session" for name in (
-    "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph",
-    "set_default_logger_severity")})
+    "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph")})
+_LAZY["set_default_logger_severity"] = "onnxhal.runtime.log_scope"
 _LAZY.update({name: "onnxhal.runtime.session_options" for name in ("RunOptions", "SessionOptions")})
 _LAZY["set_seed"] = "onnxhal.runtime.providers.cpu.kernels.random_ops"
 _LAZY.update({name: "onnxhal.runtime.model_compiler" for name in ("ModelCompiler", "OrtExternalInitializerInfo")})

@@ -24,10 +24,9 @@ from onnxhal.hal import GraphOptimizationLevel, OrtCompileApiFlags
 from onnxhal.hal.ep_context import EP_CONTEXT_DOMAIN, EP_CONTEXT_ENABLE, EP_CONTEXT_OP, context_blob
 from onnxhal.hal.errors import Fail, InvalidArgument
 from onnxhal.hal.graph import Node
+from onnxhal.runtime.compatibility import COMPAT_KEY_PREFIX
 from onnxhal.runtime.ep_context_model import OrtEpContextData
 from onnxhal.runtime.optimized_model import make_external, write_external_initializers
-
-COMPAT_KEY_PREFIX = "ep_compatibility_info."
 
 
 class OrtExternalInitializerInfo:

@@ -28,6 +28,7 @@ import numpy as np
 
 from onnxhal.hal.enums import OrtCompileApiFlags
 from onnxhal.hal.errors import InvalidGraph
+from onnxhal.runtime.compatibility import COMPAT_KEY_PREFIX
 from onnxhal.runtime.ep_context_model import EP_CONTEXT_DOMAIN, EP_CONTEXT_OP, context_blob, is_ep_context
 from onnxhal.runtime.model_compiler import ModelCompiler
 
@@ -37,7 +38,6 @@ __all__ = ["BLOB_FORMAT", "COMPAT_KEY_PREFIX", "EP_CONTEXT_DOMAIN", "EP_CONTEXT_
            "OrtCompileApiFlags", "context_blob", "core_model_proto", "decode_partition", "encode_partition",
            "is_ep_context"]
 
-COMPAT_KEY_PREFIX = "ep_compatibility_info."
 BLOB_FORMAT = "onnxhal-opencl-plan/1"
 
 

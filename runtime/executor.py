@@ -20,7 +20,7 @@ import numpy as np
 from onnxhal.hal import DeviceTensor, Graph, KernelContext, KernelCreateContext, Node
 from onnxhal.hal.errors import EPFail, Fail, InvalidGraph, OrtError, OutOfMemory, RuntimeException
 from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE, OrtMemoryDevice
-from onnxhal.runtime.memory_plan import MemoryContext
+from onnxhal.runtime.memory_context import MemoryContext
 
 logger = logging.getLogger("onnxhal.executor")
 

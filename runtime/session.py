@@ -29,7 +29,7 @@ from onnxhal.runtime.executor import ExecutionPlan, Terminated
 from onnxhal.runtime.graph_capture import check_run_api, replay_if_captured, run_until_captured
 from onnxhal.runtime.input_checks import check_feeds
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, check_log_severity, log_scope
-from onnxhal.runtime.memory_plan import MemoryContext
+from onnxhal.runtime.memory_context import MemoryContext
 from onnxhal.runtime.model_overrides import override_initializers
 from onnxhal.runtime.partitioner import FusedGroup
 from onnxhal.runtime.profiler import Profiler

@@ -27,7 +27,7 @@ from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder
 from onnxhal.runtime.graph_capture import capturing_ep
 from onnxhal.runtime.layout_transform import transform_layout
-from onnxhal.runtime.memory_plan import MemoryContext
+from onnxhal.runtime.memory_context import MemoryContext
 from onnxhal.runtime.model_config import apply_model_config, load_config_from_model_enabled
 from onnxhal.runtime.model_loader import LoadedModel, load_model
 from onnxhal.runtime.model_overrides import override_initializers

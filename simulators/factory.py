@@ -40,9 +40,9 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.sync_stream import SyncStream
+from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext, device_context
 from onnxhal.runtime.providers.opencl.factory import OpenCLEpFactory, opencl_pairs
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator, OpenCLDataTransfer, OpenCLSyncStream
-from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext, device_context
 from onnxhal.simulators import GPU_EP_NAME, NPU_EP_NAME
 from onnxhal.simulators.cost import Meter
 from onnxhal.simulators.device_memory import ChargingMixin, carried_elsewhere, meter_transfers

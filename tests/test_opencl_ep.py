@@ -16,8 +16,8 @@ pytest.importorskip("pyopencl")
 from onnxhal import hal  # noqa: E402
 from onnxhal.hal.fused_groups import convex_groups  # noqa: E402
 from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
+from onnxhal.runtime.providers.opencl.device_context import ProgramBuildError  # noqa: E402
 from onnxhal.runtime.providers.opencl.ep import OpenCLEp  # noqa: E402
-from onnxhal.runtime.providers.opencl.program_cache import ProgramBuildError  # noqa: E402
 from tests.opencl_support import require_opencl  # noqa: E402
 
 OPENCL_INDEX = require_opencl(module_level=True)

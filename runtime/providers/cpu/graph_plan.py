@@ -16,7 +16,7 @@ def cpu_graph_plan(graph: Graph, outputs: Sequence[str] | None = None, logger: l
     subgraphs run on the CPU EP; every value lives in host memory. Plans hold no per-run state, so
     many threads may run one at once."""
     from onnxhal.runtime.executor import PlanBuilder
-    from onnxhal.runtime.memory_plan import MemoryContext
+    from onnxhal.runtime.memory_context import MemoryContext
     from onnxhal.runtime.providers.cpu.ep import CpuEp
 
     if outputs is not None:

@@ -18,12 +18,12 @@ import pyopencl as cl
 from onnxhal.hal.ep import Ep, EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, is_dynamic
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
 from onnxhal.runtime.providers.opencl.op_support import VIEW_OPS, GraphLookup, unsupported_reason
 from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
 from onnxhal.runtime.providers.opencl.plan_builder import build_plan
-from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
 
 EP_NAME = "OpenCLExecutionProvider"
 #: The EP keeps its own copies of constant weights (uploaded once per partition state).

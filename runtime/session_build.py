@@ -24,7 +24,7 @@ from onnxhal.runtime.compatibility import validate_compatibility_info
 from onnxhal.runtime.compile_partitions import compile_groups
 from onnxhal.runtime.custom_ops import custom_ops, session_factories
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
-from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder
+from onnxhal.runtime.executor import ExecutionPlan, ExecutionPlanBuilder
 from onnxhal.runtime.graph_capture import capturing_ep
 from onnxhal.runtime.layout_transform import transform_layout
 from onnxhal.runtime.memory_context import MemoryContext
@@ -139,7 +139,7 @@ def plan(graph: Graph, eps: Mapping[str, Ep], compiled: Mapping[Node, tuple[Any,
          memory: MemoryContext) -> tuple[ExecutionPlan, dict]:
     """The run plan: a kernel per single node (``Ep.create_kernel``), compute infos for fused nodes,
     copies where values cross memory devices, memory reuse."""
-    builder = PlanBuilder(eps, {id(n): i for n, i in compiled.items()}, memory)
+    builder = ExecutionPlanBuilder(eps, {id(n): i for n, i in compiled.items()}, memory)
     return builder.build(graph), builder.kernels
 
 

@@ -125,7 +125,7 @@ def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizatio
         for sub in node.subgraph_list():
             _run(sub, [p for p in passes if p[2]])
     if any(n.subgraphs for n in graph.nodes):
-        graph._index()  # subgraphs may now read other values of this scope
+        graph.reindex()  # subgraphs may now read other values of this scope
     # Each level reaches its fixed point before the next starts: fusions must see folded graphs.
     for level in sorted({p[3] for p in passes}):
         _run_to_fixed_point(graph, [p for p in passes if p[3] == level])

@@ -175,14 +175,14 @@ def replace_with_fused(group: FusedGroup) -> None:
     g = group.owner
     ids = {id(n) for n in group.nodes}
     g.nodes = toposort([n for n in g.nodes if id(n) not in ids] + [group.fused_node], g.name)
-    g._index()
+    g.reindex()
 
 
 def restore_group(group: FusedGroup) -> None:
     """Undo ``replace_with_fused`` (the EP's compile failed): the original nodes come back."""
     g = group.owner
     g.nodes = toposort([n for n in g.nodes if n is not group.fused_node] + group.nodes, g.name)
-    g._index()
+    g.reindex()
 
 
 def model_hash(graph: Graph) -> str:

@@ -222,6 +222,11 @@ class Ep:
         """None: use the factory's stream (if stream aware), else run inline."""
         return None
 
+    def create_data_transfer(self) -> DataTransfer | None:
+        """The session's copies into and out of this EP's memory, when they need the EP (e.g. to
+        charge a session's meter); None: the factory's ``create_data_transfer``."""
+        return None
+
     def get_compiled_model_compatibility_info(self, graph: Graph) -> str:
         return ""
 

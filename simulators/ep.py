@@ -21,6 +21,7 @@ import numpy as np
 import pyopencl as cl
 
 from onnxhal.hal.allocator import Allocator
+from onnxhal.hal.data_transfer import DataTransfer
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
 from onnxhal.hal.ep_context import ep_context_node
@@ -203,6 +204,7 @@ class VirtualEp(OpenCLEp):
         self.partition_costs: dict[str, PartitionCost] = {}  # fused node name -> cost
         self.partition_infos: dict[str, VirtualNodeComputeInfo] = {}  # fused node name -> compiled partition
         self.contexts_loaded = 0  # partitions taken from EPContext nodes instead of planned
+        self.data_transfer: DataTransfer | None = None  # set by the factory: copies charged to this EP's meter
         self._fp32_values: set[str] = set()  # reduction results: kept float32 on an fp16 device
         self.fp16_overflows: set[str] = set()  # values reported as overflowing fp16 storage
         self._overflow_lock = threading.Lock()
@@ -420,6 +422,9 @@ class VirtualEp(OpenCLEp):
             name = self.rounder.overflowed(self.device.queue)
             if name is not None:
                 self.report_fp16_overflow(name)
+
+    def create_data_transfer(self) -> DataTransfer | None:
+        return self.data_transfer
 
     def create_allocator(self, memory_info: OrtMemoryInfo, options: Any = None) -> Allocator | None:
         if memory_info.memory_device == self.memory_info.memory_device:

@@ -18,6 +18,7 @@ import pyopencl as cl
 from onnxhal.hal.ep import Ep, EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.providers.op_geometry import pool_geometry
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, is_dynamic
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
@@ -165,9 +166,6 @@ def _ort_pool_dims(node: Node, xs: tuple) -> tuple:
     geometry (with ceil_mode, the last window dropped when it would start in the right padding
     or past the input, which onnx 1.23's shape inference keeps; C's truncating division where
     the padded input is shorter than the window)."""
-    # The CPU EP's pool geometry, so that both EPs size pools in one way.
-    from onnxhal.runtime.providers.cpu.kernels.pooling import pool_geometry
-
     (_, _, _, _, _, out, _), _ = pool_geometry(node, xs[2:])
     return (*xs[:2], *out)
 

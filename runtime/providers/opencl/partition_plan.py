@@ -18,7 +18,7 @@ import pyopencl as cl
 
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.tensor import DeviceTensor
-from onnxhal.runtime.providers.cpu.kernels.shape_ops import first_out_of_range
+from onnxhal.runtime.providers.op_geometry import first_out_of_range
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
 

@@ -17,7 +17,7 @@ from onnxhal.devices.opencl_env import prepare_opencl_environment
 # Before any onnxhal module imports pyopencl: drivers read these variables once (devices/opencl_env.py).
 prepare_opencl_environment()
 
-__version__ = "0.1.0"
+# The version is pyproject.toml's, read from the installed distribution on first use (get_version_string).
 
 _HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags",
         "OrtCompiledModelCompatibility", "OrtDevice", "OrtDeviceEpIncompatibilityReason", "OrtDeviceMemoryType",
@@ -52,6 +52,11 @@ __all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from onnxhal.runtime.environment import get_version_string
+
+        value = globals()["__version__"] = get_version_string()
+        return value
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value  # later lookups skip this function

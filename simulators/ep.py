@@ -30,6 +30,7 @@ from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE, NHWC_DOMAIN, nchw_twin, original_domain
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
+from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, DynamicPartitionPlan
 from onnxhal.runtime.providers.opencl.ep import OpenCLEp, OpenCLNodeComputeInfo
 from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported_reason
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
@@ -290,6 +291,11 @@ class VirtualEp(OpenCLEp):
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
         """A compiled partition from an EPContext blob's plan."""
+        if isinstance(plan, DynamicPartitionPlan):  # specialised per signature again, weights rounded then
+            info = plan.compute_info(self.device, self.allocator, self.logger)
+            if self.rounder is not None:
+                info.prepare_plan = self._round_weights
+            return info
         return OpenCLNodeComputeInfo(plan, self.device, self.allocator)
 
     @property
@@ -353,6 +359,8 @@ class VirtualEp(OpenCLEp):
             else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
                 plan, cost, _ = decode_partition(context_blob(graph.nodes[0]))
                 info = self.partition_from_context(plan)
+                if isinstance(info, DynamicNodeComputeInfo):
+                    self._dynamic[node.name] = info  # its specialisation figures in profiling traces
                 self.contexts_loaded += 1
             self.partition_costs[node.name] = cost
             edges = Fp16Edges.of(as_given[k], self._fp32_values) if k in planned else Fp16Edges()
@@ -387,7 +395,11 @@ class VirtualEp(OpenCLEp):
     def _context_data(self, fused_node_name: str) -> bytes | None:
         """The EPContext blob of a partition this EP compiled (None if it has none)."""
         info = self.partition_infos.get(fused_node_name)
-        plan = getattr(info.inner, "plan", None) if info is not None else None
+        if info is None:
+            return None
+        plan = getattr(info.inner, "plan", None)
+        if plan is None and isinstance(info.inner, DynamicNodeComputeInfo):  # symbolic dims: its graph
+            plan = DynamicPartitionPlan.of(info.inner)
         if plan is None:
             return None
         try:

@@ -43,17 +43,18 @@ BLOB_FORMAT = "onnxhal-opencl-plan/1"
 
 # -- partition plan <-> bytes --------------------------------------------------------------------
 def _plan_classes() -> dict[str, type]:
-    """The dataclasses a blob may hold: the OpenCL partition plan's, the host backend's and the cost
-    model's."""
+    """The dataclasses a blob may hold: the OpenCL partition plan's (static, or a partition with
+    symbolic dimensions), the host backend's and the cost model's."""
     from onnxhal.runtime.providers.opencl import partition_plan
     from onnxhal.simulators import cost
 
     classes = {name: obj for name, obj in vars(partition_plan).items()
                if isinstance(obj, type) and dataclasses.is_dataclass(obj)}
+    from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicPartitionPlan
     from onnxhal.simulators.host_backend import HostPartitionPlan
 
     classes.update({"PartitionCost": cost.PartitionCost, "KernelCost": cost.KernelCost,
-                    "HostPartitionPlan": HostPartitionPlan})
+                    "HostPartitionPlan": HostPartitionPlan, "DynamicPartitionPlan": DynamicPartitionPlan})
     return classes
 
 

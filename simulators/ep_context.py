@@ -32,8 +32,8 @@ from onnxhal.runtime.compatibility import COMPAT_KEY_PREFIX
 from onnxhal.runtime.ep_context_model import EP_CONTEXT_DOMAIN, EP_CONTEXT_OP, context_blob, is_ep_context
 from onnxhal.runtime.model_compiler import ModelCompiler
 
-# ModelCompiler and the EPContext node helpers moved to the runtime (they are onnxruntime's, not the
-# simulators'); the names stay importable from here for EP libraries and tests written against them.
+# ModelCompiler and the EPContext node helpers are the runtime's and hal's (onnxruntime's, not the
+# simulators'); importable from here too for EP libraries and tests written against this module.
 __all__ = ["BLOB_FORMAT", "COMPAT_KEY_PREFIX", "EP_CONTEXT_DOMAIN", "EP_CONTEXT_OP", "ModelCompiler",
            "OrtCompileApiFlags", "context_blob", "core_model_proto", "decode_partition", "encode_partition",
            "is_ep_context"]

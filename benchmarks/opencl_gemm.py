@@ -18,7 +18,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxhal import hal
 from onnxhal.runtime.providers.opencl import create_ep_factories
-from onnxhal.runtime.providers.opencl.ep import filtered_graph
 
 
 def build(factory, ep, n: int, constant_b: bool, b: np.ndarray):
@@ -33,7 +32,7 @@ def build(factory, ep, n: int, constant_b: bool, b: np.ndarray):
     graph = hal.Graph.from_proto(onnx.shape_inference.infer_shapes(model).graph, {"": 17})
     info = hal.EpGraphSupportInfo(graph)
     ep.get_capability(graph, info)
-    fg = filtered_graph(graph, info.fused_groups[0][0])
+    fg = info.filtered_graph(*info.fused_groups[0])
     (cinfo,) = ep.compile([fg], [None])
     t = time.perf_counter()
     state = cinfo.create_state(None)

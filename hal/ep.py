@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from onnxhal.hal.enums import OrtCompiledModelCompatibility, OrtEpDataLayout, OrtGraphCaptureNodeAssignmentPolicy
 from onnxhal.hal.ep_profiler import EpProfiler
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.fused_groups import convex_groups, filtered_graph, group_key
 from onnxhal.hal.graph import Graph, Node
 
 if TYPE_CHECKING:
@@ -36,12 +37,33 @@ class NodeFusionOptions:
 
 
 class EpGraphSupportInfo:
-    """Filled by ``Ep.get_capability``: which nodes the EP takes, one by one or fused in groups."""
+    """Filled by ``Ep.get_capability``: which nodes the EP takes, one by one or fused in groups.
+
+    It also offers the runtime's fusion rules (``hal/fused_groups.py``): ``convex_groups`` splits
+    the nodes an EP supports into groups the runtime will accept, and ``filtered_graph`` is the
+    graph ``Ep.compile`` will receive for a group, the same object, so an EP may plan a group while
+    claiming it and keep that plan for ``compile``."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.single_nodes: list[Node] = []
         self.fused_groups: list[tuple[list[Node], NodeFusionOptions]] = []
+        self._filtered: dict[tuple, Graph] = {}
+
+    def convex_groups(self, nodes: Sequence[Node]) -> list[list[Node]]:
+        """``nodes`` (of this graph) merged along producer->consumer edges into the largest groups
+        ``add_nodes_to_fuse`` accepts: no node outside a group lies on a path between two members."""
+        return convex_groups(self.graph, nodes)
+
+    def filtered_graph(self, nodes: Sequence[Node], fusion_options: NodeFusionOptions | None = None) -> Graph:
+        """The graph ``Ep.compile`` receives if ``nodes`` are claimed with ``fusion_options``: the
+        values the group reads from outside as inputs, those read outside it as outputs. Asked
+        twice, the same object."""
+        key = group_key(nodes, fusion_options)
+        graph = self._filtered.get(key)
+        if graph is None:
+            graph = self._filtered[key] = filtered_graph(self.graph, list(nodes), key[1])
+        return graph
 
     def add_single_node(self, node: Node) -> None:
         """Claim one node; it will run through ``Ep.create_kernel``."""
@@ -158,8 +180,16 @@ class Ep:
     def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
         """Claim nodes of ``graph`` (called for the main graph and every subgraph, nested first)."""
 
-    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:
-        """Turn each filtered graph (one per fused group) into a NodeComputeInfo."""
+    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node],
+                ep_context_nodes: list[Node | None] | None = None) -> list[NodeComputeInfo]:
+        """Turn each filtered graph (one per fused group) into a NodeComputeInfo.
+
+        ``ep_context_nodes`` (onnxruntime's ``OrtEp::Compile`` output array of the same name) is None
+        unless the session generates an EPContext model (``ModelCompiler``; session config
+        ``ep.context_enable`` = "1"): then a list of ``len(graphs)`` Nones, where the EP may put, per
+        partition it can save, an EPContext node (``hal.ep_context.ep_context_node``); a partition
+        left None keeps its nodes in the compiled model. An EP that never saves partitions may leave
+        the parameter out of its signature: the runtime then passes it nothing."""
         if graphs:
             raise NotImplementedError(f"{self.name} claimed fused groups but does not implement compile()")
         return []
@@ -190,6 +220,11 @@ class Ep:
 
     def create_sync_stream_for_device(self, memory_device: OrtMemoryDevice) -> SyncStream | None:
         """None: use the factory's stream (if stream aware), else run inline."""
+        return None
+
+    def create_data_transfer(self) -> DataTransfer | None:
+        """The session's copies into and out of this EP's memory, when they need the EP (e.g. to
+        charge a session's meter); None: the factory's ``create_data_transfer``."""
         return None
 
     def get_compiled_model_compatibility_info(self, graph: Graph) -> str:

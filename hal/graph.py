@@ -1,8 +1,11 @@
 """The graph an EP sees: graphs, nodes and value infos (ORT's OrtGraph / OrtNode / OrtValueInfo).
 
 EPs treat these objects as read-only: ``get_capability`` reads them and ``compile`` receives
-filtered graphs built from them. The runtime builds them from an ``onnx.ModelProto``, rewrites
-them in its optimizer (the underscore methods) and freezes them before partitioning.
+filtered graphs built from them. The runtime builds them from an ``onnx.ModelProto`` and rewrites
+them in place: the optimizer and the layout pass change nodes and value infos, the partitioner
+records each node's EP in ``Node.ep_name`` and replaces each compiled group by its fused node. A
+rewrite goes through the methods under "runtime-only mutation" and ends with ``reindex()`` (or keeps
+the index current node by node with ``index_node``/``unindex_node``).
 
 Producers and consumers are per graph, not per value, so a node can appear both in the whole graph
 and in a filtered graph that holds a fused partition.
@@ -231,7 +234,7 @@ class Graph:
         self.opset: dict[str, int] = dict(opset or {})
         self.parent = parent
         self.parent_node: Node | None = None
-        self._index()
+        self.reindex()
 
     # -- building ---------------------------------------------------------------------------
     @classmethod
@@ -261,11 +264,11 @@ class Graph:
         for n in g.nodes:
             for sub in n.subgraph_list():
                 sub.parent_node = n
-        g._index()
+        g.reindex()
         return g
 
-    def _index(self) -> None:
-        """Rebuild producer/consumer maps and implicit inputs. Call after any rewrite."""
+    def reindex(self) -> None:
+        """Rebuild producer/consumer maps and implicit inputs. Call after any rewrite of ``nodes``."""
         if not hasattr(self, "overridable"):
             self.overridable = []
         self._producer: dict[str, Node] = {}
@@ -355,8 +358,34 @@ class Graph:
         return None
 
     # -- runtime-only mutation --------------------------------------------------------------
-    def _set_value_info(self, vi: ValueInfo) -> None:
+    def set_value_info(self, vi: ValueInfo) -> None:
         self._value_infos[vi.name] = vi
+
+    def remove_value_info(self, name: str) -> None:
+        self._value_infos.pop(name, None)
+
+    def unindex_node(self, node: Node) -> None:
+        """Drop ``node`` (being removed from ``nodes``) from the producer/consumer maps, without a
+        full ``reindex`` (a rebuild per rewrite makes large graphs quadratic). Not for nodes with
+        subgraphs: their implicit inputs need ``reindex``."""
+        for o in node.outputs:
+            if o and self._producer.get(o) is node:
+                del self._producer[o]
+        for i in {*node.inputs, *node.implicit_inputs}:
+            readers = self._consumers.get(i)
+            if readers:
+                readers[:] = [r for r in readers if r is not node]
+                if not readers:
+                    del self._consumers[i]
+
+    def index_node(self, node: Node) -> None:
+        """Add ``node`` (just put in ``nodes``) to the producer/consumer maps; as ``unindex_node``."""
+        for o in node.outputs:
+            if o:
+                self._producer[o] = node
+        for i in node.inputs:
+            if i:
+                self._consumers.setdefault(i, []).append(node)
 
     # -- writing ----------------------------------------------------------------------------
     def to_proto(self) -> onnx.GraphProto:

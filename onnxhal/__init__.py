@@ -17,7 +17,7 @@ from onnxhal.devices.opencl_env import prepare_opencl_environment
 # Before any onnxhal module imports pyopencl: drivers read these variables once (devices/opencl_env.py).
 prepare_opencl_environment()
 
-__version__ = "0.1.0"
+# The version is pyproject.toml's, read from the installed distribution on first use (get_version_string).
 
 _HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags",
         "OrtCompiledModelCompatibility", "OrtDevice", "OrtDeviceEpIncompatibilityReason", "OrtDeviceMemoryType",
@@ -37,8 +37,8 @@ _LAZY["SparseTensor"] = "onnxhal.runtime.sparse_tensor"
 _LAZY.update({name: "onnxhal.runtime.env_allocators" for name in (
     "create_and_register_allocator", "create_and_register_allocator_v2")})
 _LAZY.update({name: "onnxhal.runtime.session" for name in (
-    "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph",
-    "set_default_logger_severity")})
+    "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph")})
+_LAZY["set_default_logger_severity"] = "onnxhal.runtime.log_scope"
 _LAZY.update({name: "onnxhal.runtime.session_options" for name in ("RunOptions", "SessionOptions")})
 _LAZY["set_seed"] = "onnxhal.runtime.providers.cpu.kernels.random_ops"
 _LAZY.update({name: "onnxhal.runtime.model_compiler" for name in ("ModelCompiler", "OrtExternalInitializerInfo")})
@@ -52,6 +52,11 @@ __all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from onnxhal.runtime.environment import get_version_string
+
+        value = globals()["__version__"] = get_version_string()
+        return value
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value  # later lookups skip this function

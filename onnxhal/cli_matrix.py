@@ -134,7 +134,7 @@ _SHAPE = re.compile(r"\s*(\([^()]*\)|\[[^\]]*\])")
 
 def declined_reasons(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3) -> str:
     """Why ``ep_name`` took no node: its most frequent reasons, with counts."""
-    ep = sess._core.eps.get(ep_name)
+    ep = sess.eps.get(ep_name)
     reasons = list(getattr(ep, "declined", {}).values())
     if not reasons:
         return "it claimed no node of the model"

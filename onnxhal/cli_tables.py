@@ -110,7 +110,7 @@ def print_partition(sess: onnxhal.InferenceSession) -> None:
 
 def declined_summary(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3) -> str:
     """The most frequent reasons ``ep_name`` gave for the nodes it did not take, with counts ("" if none)."""
-    reasons = list(getattr(sess._core.eps.get(ep_name), "declined", {}).values())
+    reasons = list(getattr(sess.eps.get(ep_name), "declined", {}).values())
     counts: dict[str, int] = {}
     for r in reasons:
         counts[r] = counts.get(r, 0) + 1

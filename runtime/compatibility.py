@@ -4,20 +4,27 @@ onnxruntime's application side of ``OrtEpFactory::ValidateCompiledModelCompatibi
 ``GetHardwareDeviceIncompatibilityDetails`` (``onnxruntime.capi._pybind_state``): read the
 ``ep_compatibility_info.<EP>`` string a compiler wrote into a model's metadata, ask the EP's factory
 what it makes of it for some EP devices, and ask a factory why a hardware device will not do.
-The same factory hook decides at session creation (``session.validate_compatibility_info``).
+The same factory hook decides at session creation (``validate_compatibility_info``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
 from onnxhal.hal import OrtCompiledModelCompatibility, OrtEpDevice, OrtHardwareDevice
 from onnxhal.hal.errors import Fail, InvalidArgument
 from onnxhal.runtime.environment import get_environment
+
+if TYPE_CHECKING:
+    from onnxhal.runtime.provider_resolution import ProviderChoice
+    from onnxhal.runtime.session_options import SessionOptions
+
+logger = logging.getLogger("onnxhal.session")
 
 COMPAT_KEY_PREFIX = "ep_compatibility_info."
 
@@ -109,3 +116,27 @@ def get_hardware_device_ep_incompatibility_details(ep_name: str, hardware_device
     bitmask, notes = int(details[0]), details[1]
     return {"reasons_bitmask": bitmask, "notes": notes or None,
             "error_code": int(details[2]) if len(details) == 3 else 0}
+
+
+FAIL_ON_SUBOPTIMAL = "session.fail_on_suboptimal_compiled_model"
+
+
+def validate_compatibility_info(proto: onnx.ModelProto, choices: list[ProviderChoice], so: SessionOptions) -> None:
+    """ORT's session step 6: a compiled model's ``ep_compatibility_info.<EP>`` metadata is checked by
+    that EP's factory. EP_UNSUPPORTED fails; EP_SUPPORTED_PREFER_RECOMPILATION fails only with
+    ``session.fail_on_suboptimal_compiled_model`` = "1"."""
+    c_ = OrtCompiledModelCompatibility
+    props = {p.key: p.value for p in proto.metadata_props}
+    for c in choices:
+        info = props.get(COMPAT_KEY_PREFIX + c.ep_name)
+        if info is None:
+            continue
+        verdict = c.factory.validate_compiled_model_compatibility_info([d.device for d in c.devices], info)
+        if verdict == c_.EP_UNSUPPORTED:
+            raise Fail(f"{c.ep_name}: this compiled model is not compatible with the selected device(s) "
+                       f"(compatibility info {info!r}). Recompile it for this device, or load the original model.")
+        if verdict == c_.EP_SUPPORTED_PREFER_RECOMPILATION:
+            if so.config(FAIL_ON_SUBOPTIMAL) == "1":
+                raise Fail(f"{c.ep_name}: the compiled model is usable but suboptimal here (compatibility info "
+                           f"{info!r}) and {FAIL_ON_SUBOPTIMAL}=1. Recompile it for this device.")
+            logger.warning("%s: compiled model is suboptimal for this device; consider recompiling", c.ep_name)

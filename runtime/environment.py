@@ -384,9 +384,10 @@ def get_device() -> str:
 
 
 def get_version_string() -> str:
-    from onnxhal import __version__
+    """onnxhal's version: the installed distribution's (pyproject.toml), as ``onnxhal.__version__``."""
+    from importlib.metadata import version
 
-    return __version__
+    return version("onnxhal")
 
 
 def get_all_providers() -> list[str]:

@@ -17,24 +17,11 @@ from typing import Any
 import onnx
 from onnx import helper
 
+from onnxhal.hal.ep_context import EP_CONTEXT_DOMAIN, EP_CONTEXT_OP, context_blob, is_ep_context
 from onnxhal.hal.errors import Fail, InvalidArgument, InvalidGraph, NoSuchFile
 
-EP_CONTEXT_OP = "EPContext"
-EP_CONTEXT_DOMAIN = "com.microsoft"
-
-
-def is_ep_context(node: Any) -> bool:
-    """``node`` (a hal Node or a NodeProto) is an EPContext node."""
-    return node.op_type == EP_CONTEXT_OP and node.domain == EP_CONTEXT_DOMAIN
-
-
-def context_blob(node: Any) -> bytes:
-    """The raw ``ep_cache_context`` bytes of an EPContext node (a hal Node)."""
-    proto = node.attribute_protos.get("ep_cache_context")
-    if proto is None:
-        raise InvalidGraph(f"EPContext node {node.name!r} has no ep_cache_context attribute")
-    return bytes(proto.s)
-
+__all__ = ["EP_CONTEXT_DOMAIN", "EP_CONTEXT_OP", "OrtEpContextData", "OrtEpContextDataBuffer", "context_blob",
+           "is_ep_context", "resolve_external_contexts"]
 
 class OrtEpContextData:
     """A read-only view of one EP's context data, handed to a ``ModelCompiler`` write callback

@@ -20,7 +20,7 @@ import numpy as np
 from onnxhal.hal import DeviceTensor, Graph, KernelContext, KernelCreateContext, Node
 from onnxhal.hal.errors import EPFail, Fail, InvalidGraph, OrtError, OutOfMemory, RuntimeException
 from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE, OrtMemoryDevice
-from onnxhal.runtime.memory_plan import MemoryContext
+from onnxhal.runtime.memory_context import MemoryContext
 
 logger = logging.getLogger("onnxhal.executor")
 
@@ -64,7 +64,7 @@ class SubgraphRunner:
 
 
 class _CreateContext(KernelCreateContext):
-    def __init__(self, builder: PlanBuilder, graph: Graph) -> None:
+    def __init__(self, builder: ExecutionPlanBuilder, graph: Graph) -> None:
         self._builder = builder
         self._graph = graph
 
@@ -75,7 +75,7 @@ class _CreateContext(KernelCreateContext):
         return SubgraphRunner(self._builder.build(graph, feed_names=graph.input_names + graph.outer_scope_reads()))
 
 
-class PlanBuilder:
+class ExecutionPlanBuilder:
     """Creates kernels and plans for a partitioned graph and its subgraphs."""
 
     def __init__(self, eps: dict[str, Any], compute_infos: dict[int, tuple[Any, Any]], memory: MemoryContext) -> None:
@@ -122,7 +122,7 @@ class PlanBuilder:
 
 
 class ExecutionPlan:
-    def __init__(self, builder: PlanBuilder, graph: Graph, feed_names: list[str]) -> None:
+    def __init__(self, builder: ExecutionPlanBuilder, graph: Graph, feed_names: list[str]) -> None:
         self.graph = graph
         memory = builder.memory
         self.memory = memory

@@ -50,7 +50,7 @@ def _static4(graph: Graph, name: str) -> tuple | None:
 
 
 def _set_vi(graph: Graph, name: str, elem_type: int, shape: tuple) -> None:
-    graph._set_value_info(ValueInfo(name, helper.make_tensor_type_proto(elem_type, shape)))
+    graph.set_value_info(ValueInfo(name, helper.make_tensor_type_proto(elem_type, shape)))
 
 
 def _wants(ep: Ep, node: Node) -> bool:
@@ -116,7 +116,7 @@ def transform_layout(graph: Graph, eps: dict[str, Ep]) -> int:
         if NHWC_DOMAIN not in graph.opset:
             graph.opset[NHWC_DOMAIN] = 1
         graph.nodes = toposort(graph.nodes, graph.name)
-        graph._index()
+        graph.reindex()
     return converted
 
 

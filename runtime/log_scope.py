@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from onnxhal.hal.errors import InvalidArgument
+
 LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
 DEFAULT_SEVERITY = 2
 
@@ -76,3 +78,19 @@ def set_process_level(severity: int) -> None:
     global _baseline
     _baseline = None
     logging.getLogger("onnxhal").setLevel(LEVELS[severity])
+
+
+def check_log_severity(level: int, what: str = "log_severity_level") -> None:
+    """ORT's severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal (see runtime/log_scope.py)."""
+    if isinstance(level, bool) or level not in LEVELS:
+        raise InvalidArgument(f"{what} {level!r} is out of range: use 0 (verbose), 1 (info), "
+                              "2 (warning), 3 (error) or 4 (fatal)")
+
+
+def set_default_logger_severity(level: int) -> None:
+    """onnxruntime's process-wide log severity (0 verbose ... 4 fatal), set on the ``onnxhal``
+    logger; sessions' ``log_severity_level`` still applies on top."""
+    if isinstance(level, bool) or level not in LEVELS:
+        raise InvalidArgument(f"set_default_logger_severity({level!r}): use 0 (verbose), 1 (info), 2 (warning), "
+                              "3 (error) or 4 (fatal)")
+    set_process_level(level)

@@ -1,8 +1,8 @@
 """ModelCompiler: compile a model for the selected EPs once, save it, and load it later without compiling.
 
-onnxruntime's ``ModelCompiler`` (compile API): a session is created with the given options; each
-partition whose EP can export it (``Ep.export_context(fused_node_name) -> bytes | None``) is
-replaced by an EPContext node, the EP's compatibility string goes into the model metadata
+onnxruntime's ``ModelCompiler`` (compile API): a session is created with the given options and
+``ep.context_enable`` = "1"; each partition for which the EP's ``compile`` returned an EPContext node
+(``hal.Ep.compile``'s ``ep_context_nodes``, as ``OrtEp::Compile``) is replaced by that node, the EP's compatibility string goes into the model metadata
 (``ep_compatibility_info.<EP>``), and the model is written to a file, bytes or a stream. The EP's
 data is embedded in the node (``embed_compiled_data_into_model=True``) or, as onnxruntime's
 default, kept beside the model: a ``<model>_<EP>_<n>.bin`` file, or handed to
@@ -21,11 +21,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnxhal.hal import GraphOptimizationLevel, OrtCompileApiFlags
+from onnxhal.hal.ep_context import EP_CONTEXT_DOMAIN, EP_CONTEXT_ENABLE, EP_CONTEXT_OP, context_blob
 from onnxhal.hal.errors import Fail, InvalidArgument
-from onnxhal.runtime.ep_context_model import EP_CONTEXT_DOMAIN, EP_CONTEXT_OP, OrtEpContextData
+from onnxhal.hal.graph import Node
+from onnxhal.runtime.compatibility import COMPAT_KEY_PREFIX
+from onnxhal.runtime.ep_context_model import OrtEpContextData
 from onnxhal.runtime.optimized_model import make_external, write_external_initializers
-
-COMPAT_KEY_PREFIX = "ep_compatibility_info."
 
 
 class OrtExternalInitializerInfo:
@@ -164,53 +165,45 @@ class ModelCompiler:
             raise InvalidArgument(f'Input model path does not exist: "{self._input_path}"')
         so = self.sess_options._copy() if self.sess_options is not None else SessionOptions()
         so.graph_optimization_level = self.graph_optimization_level
+        so.add_session_config_entry(EP_CONTEXT_ENABLE, "1")  # each EP's compile returns its EPContext nodes
         return InferenceSession(self._input_path or self.model, so)
 
     def _compile(self, output_path: str | None) -> bytes:
-        from onnxhal.hal.graph import Node
-        from onnxhal.runtime.partitioner import restore_group
+        from onnxhal.hal.graph import Graph
+        from onnxhal.runtime.model_loader import toposort
 
         sess = self._session()
         try:
-            core = sess._core
-            graph = core.graph
+            graph = sess.graph
+            nodes = list(graph.nodes)
             compat: dict[str, str] = {}
-            exported: list[tuple[int, Any, Any, bytes]] = []  # (index, group, ep, blob)
-            for k, group in enumerate(core.partition.groups):
-                if group.owner is not graph or group.fused_node not in graph.nodes:
-                    continue  # subgraph partitions, or groups whose compile failed
-                ep = core.eps[group.ep_name]
-                export = getattr(ep, "export_context", None)
-                blob = export(group.fused_node.name) if export is not None else None
-                if blob is None:
-                    restore_group(group)
-                else:
-                    exported.append((k, group, ep, blob))
+            exported: dict[int, Node] = {}  # id(fused node) -> the EPContext node replacing it
+            for k, group in enumerate(sess.fused_groups):
+                if group.owner is not graph:
+                    continue  # partitions inside subgraphs stay as they are
+                if group.context_node is None:  # the EP cannot save it: its nodes stay in the model
+                    nodes = toposort([n for n in nodes if n is not group.fused_node] + group.nodes, graph.name)
+                    continue
+                name = f"EPContext_{k}_{group.ep_name}"
+                blob = context_blob(group.context_node)
+                context, embed_mode = self._place_context(name, group.ep_name, blob, output_path)
+                exported[id(group.fused_node)] = _placed(group.context_node, name, context, embed_mode)
+                compat[group.ep_name] = sess.eps[group.ep_name].get_compiled_model_compatibility_info(graph)
             if not exported and self.flags & OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED:
                 raise Fail("Unable to compile any nodes. Check that the session EPs support compilation and can "
                            "execute at least one subgraph in the model.")
-            for k, group, ep, blob in exported:
-                fused = group.fused_node
-                name = f"EPContext_{k}_{group.ep_name}"
-                info = ep.get_compiled_model_compatibility_info(graph)
-                context, embed_mode = self._place_context(name, group.ep_name, blob, output_path)
-                attrs = {"main_context": 1, "embed_mode": embed_mode, "ep_cache_context": context,
-                         "source": group.ep_name, "partition_name": fused.name,
-                         "hardware_architecture": getattr(getattr(ep, "profile", None), "name", ""), "notes": info}
-                node = Node(EP_CONTEXT_OP, list(fused.inputs), list(fused.outputs), name=name,
-                            domain=EP_CONTEXT_DOMAIN,
-                            attribute_protos=[helper.make_attribute(a, v) for a, v in attrs.items()])
-                graph.nodes = [node if n is fused else n for n in graph.nodes]
-                compat[group.ep_name] = info
-            graph._index()
-            used = {i for n in graph.nodes for i in (*n.inputs, *n.implicit_inputs) if i}
-            graph.initializers = {k: v for k, v in graph.initializers.items() if k in used}
-            proto = sess._loaded.proto
-            gp = graph.to_proto()
+            nodes = [exported.get(id(n), n) for n in nodes]
+            used = {i for n in nodes for i in (*n.inputs, *n.implicit_inputs) if i}
+            out = Graph(graph.name, nodes, graph.inputs, graph.outputs,
+                        {k: v for k, v in graph.initializers.items() if k in used}, graph.value_infos, graph.opset,
+                        doc_string=graph.doc_string)
+            out.overridable = list(graph.overridable)
+            proto = sess.model_proto
+            gp = out.to_proto()
             self._place_initializers(gp, output_path)
             opsets = {o.domain: o.version for o in proto.opset_import}
             opsets.setdefault(EP_CONTEXT_DOMAIN, 1)
-            for n in graph.nodes:
+            for n in nodes:
                 opsets.setdefault(n.domain, 1)
             model = helper.make_model(gp, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
                                       ir_version=proto.ir_version, producer_name="onnxhal.ModelCompiler")
@@ -292,3 +285,14 @@ class ModelCompiler:
                 out[t.name] = OrtExternalInitializerInfo(kv.get("location", ""), int(kv.get("offset", 0)),
                                                          int(kv.get("length", 0)))
         return out
+
+
+def _placed(node: Node, name: str, context: bytes | str, embed_mode: int) -> Node:
+    """The EP's EPContext ``node`` as written into the model: named ``name``, its data embedded or
+    named (``_place_context``); the EP's other attributes as it set them."""
+    attrs = [a for key, a in node.attribute_protos.items() if key not in ("ep_cache_context", "embed_mode")]
+    attrs += [helper.make_attribute("embed_mode", embed_mode), helper.make_attribute("ep_cache_context", context)]
+    order = list(node.attribute_protos)
+    attrs.sort(key=lambda a: order.index(a.name) if a.name in order else len(order))
+    return Node(EP_CONTEXT_OP, list(node.inputs), list(node.outputs), name=name, domain=EP_CONTEXT_DOMAIN,
+                attribute_protos=attrs)

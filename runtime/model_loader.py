@@ -259,7 +259,7 @@ def check_graph(graph: Graph, outer: set[str]) -> None:
                 raise InvalidGraph(f"graph {graph.name!r}: node {n.op_type} {n.name!r} reads {i!r}, which no node, "
                                    "graph input or initializer defines.")
     graph.nodes = toposort(graph.nodes, graph.name)
-    graph._index()
+    graph.reindex()
     for o in graph.outputs:
         if o.name not in produced and o.name not in defined:
             raise InvalidGraph(f"graph {graph.name!r}: output {o.name!r} is not produced by any node.")

@@ -62,7 +62,7 @@ def value_like(graph: Graph, like: str, base: str) -> str:
     """A new value name from ``base``, given ``like``'s type and shape when the graph knows them."""
     name = unique_name(graph, base)
     if like in graph.value_infos:
-        graph._set_value_info(ValueInfo(name, graph.value_infos[like].type_proto))
+        graph.set_value_info(ValueInfo(name, graph.value_infos[like].type_proto))
     return name
 
 
@@ -119,32 +119,11 @@ def live_nodes(graph: Graph) -> Iterator[Node]:
             yield node
 
 
-def _unlink(graph: Graph, node: Node) -> None:
-    for o in node.outputs:
-        if o and graph._producer.get(o) is node:
-            del graph._producer[o]
-    for i in {*node.inputs, *node.implicit_inputs}:
-        readers = graph._consumers.get(i)
-        if readers:
-            readers[:] = [r for r in readers if r is not node]
-            if not readers:
-                del graph._consumers[i]
-
-
-def _link(graph: Graph, node: Node) -> None:
-    for o in node.outputs:
-        if o:
-            graph._producer[o] = node
-    for i in node.inputs:
-        if i:
-            graph._consumers.setdefault(i, []).append(node)
-
-
 def replace_nodes(graph: Graph, old: Iterable[Node], new: Sequence[Node]) -> None:
     """Remove ``old`` and insert ``new`` where the last of ``old`` stood (topological order).
 
-    Producer/consumer maps are updated for just these nodes (a full ``_index`` per rewrite made
-    large graphs quadratic); nodes holding subgraphs fall back to the full rebuild."""
+    Producer/consumer maps are updated for just these nodes (``Graph.index_node``); nodes holding
+    subgraphs fall back to the full rebuild."""
     old = list(old)
     old_ids = {id(n) for n in old}
     position = max(i for i, n in enumerate(graph.nodes) if id(n) in old_ids)
@@ -152,21 +131,21 @@ def replace_nodes(graph: Graph, old: Iterable[Node], new: Sequence[Node]) -> Non
     kept_after = [n for n in graph.nodes[position + 1:] if id(n) not in old_ids]
     graph.nodes = [*kept_before, *new, *kept_after]
     if any(n.subgraphs for n in (*old, *new)):
-        graph._index()
+        graph.reindex()
         return
     for n in old:
-        _unlink(graph, n)
+        graph.unindex_node(n)
     for n in new:
-        _link(graph, n)
+        graph.index_node(n)
 
 
 def remove_node(graph: Graph, node: Node) -> None:
     """Drop ``node`` from the graph and from the producer/consumer maps."""
     graph.nodes = [n for n in graph.nodes if n is not node]
     if node.subgraphs:
-        graph._index()
+        graph.reindex()
     else:
-        _unlink(graph, node)
+        graph.unindex_node(node)
 
 
 def remove_unused_value_infos(graph: Graph) -> None:
@@ -176,7 +155,7 @@ def remove_unused_value_infos(graph: Graph) -> None:
         live.update(n.inputs)
         live.update(n.outputs)
     for name in [k for k in graph.value_infos if k not in live]:
-        del graph._value_infos[name]
+        graph.remove_value_info(name)
 
 
 def static_shape(graph: Graph, name: str) -> tuple[int, ...] | None:

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from onnxhal.hal.enums import GraphOptimizationLevel
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph
-from onnxhal.runtime import opt_constant_folding, opt_fusions, opt_weight_folding
+from onnxhal.runtime import opt_cleanup, opt_fusions, opt_weight_folding
 from onnxhal.runtime.opt_rewrite import remove_unused_value_infos
 
 logger = logging.getLogger("onnxhal.optimizer")
@@ -58,10 +58,10 @@ GraphPass = Callable[[Graph], bool]
 #: (name, minimum level, pass, recurse into subgraphs, emits com.onnxhal ops). Order matters:
 #: folding before fusions, Gelu before FusedMatMul (which absorbs it).
 PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
-    ("eliminate_no_ops", _BASIC, opt_constant_folding.eliminate_no_ops, True, False),
-    ("fold_constants", _BASIC, opt_constant_folding.fold_constants, True, False),
-    ("refresh_shapes", _BASIC, opt_constant_folding.refresh_shapes, False, False),
-    ("remove_dead_nodes", _BASIC, opt_constant_folding.remove_dead_nodes, True, False),
+    ("eliminate_no_ops", _BASIC, opt_cleanup.eliminate_no_ops, True, False),
+    ("fold_constants", _BASIC, opt_cleanup.fold_constants, True, False),
+    ("refresh_shapes", _BASIC, opt_cleanup.refresh_shapes, False, False),
+    ("remove_dead_nodes", _BASIC, opt_cleanup.remove_dead_nodes, True, False),
     ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
     ("fold_conv_mul_add", _BASIC, opt_weight_folding.fold_conv_mul_add, True, False),
     ("fold_conv_bias_forward", _BASIC, opt_weight_folding.fold_conv_bias_forward, True, False),
@@ -125,14 +125,14 @@ def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizatio
         for sub in node.subgraph_list():
             _run(sub, [p for p in passes if p[2]])
     if any(n.subgraphs for n in graph.nodes):
-        graph._index()  # subgraphs may now read other values of this scope
+        graph.reindex()  # subgraphs may now read other values of this scope
     # Each level reaches its fixed point before the next starts: fusions must see folded graphs.
     for level in sorted({p[3] for p in passes}):
         _run_to_fixed_point(graph, [p for p in passes if p[3] == level])
     # The dead-node pass runs at the basic level; the weights a later level's rewrite replaced
     # (scaled, transposed) are dropped here, once, rather than by each pass.
     if any(p[0] == "remove_dead_nodes" for p in passes):
-        opt_constant_folding.remove_dead_nodes(graph)
+        opt_cleanup.remove_dead_nodes(graph)
     remove_unused_value_infos(graph)
     _unique_new_node_names(graph, loaded)
 

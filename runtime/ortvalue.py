@@ -336,12 +336,12 @@ class IOBinding:
     def synchronize_inputs(self) -> None:
         # copies of bound inputs complete before run_with_iobinding's kernels read them; the EPs'
         # own queued work is waited for as onnxruntime does here (Ep.sync)
-        for ep in self._session._core.eps.values():
+        for ep in self._session.eps.values():
             ep.sync()
 
     def synchronize_outputs(self) -> None:
         self._session.memory.synchronize()
-        for ep in self._session._core.eps.values():
+        for ep in self._session.eps.values():
             ep.sync()
 
     def get_outputs(self) -> list[OrtValue]:

@@ -13,9 +13,10 @@ import hashlib
 import logging
 from dataclasses import dataclass, field
 
-from onnxhal.hal import Ep, EpGraphSupportInfo, Graph, Node, NodeFusionOptions, ValueInfo
+from onnxhal.hal import Ep, EpGraphSupportInfo, Graph, Node, NodeFusionOptions
 from onnxhal.hal.errors import Fail
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
+from onnxhal.hal.fused_groups import outside_nodes_between
 from onnxhal.runtime.model_loader import toposort
 
 logger = logging.getLogger("onnxhal.partitioner")
@@ -29,6 +30,7 @@ class FusedGroup:
     options: NodeFusionOptions
     filtered: Graph | None = None
     fused_node: Node | None = None
+    context_node: Node | None = None  # the EP's EPContext node, when the session generates a compiled model
 
 
 @dataclass
@@ -85,34 +87,6 @@ def _cpu_only_subgraph_nodes(graphs: list[Graph]) -> list[Node]:
     return out
 
 
-def _violates_convexity(graph: Graph, members: set[int], fused: list[set[int]] = ()) -> list[Node]:
-    """Outside nodes on a path between two members (which would make the fused node a cycle).
-    ``fused`` are the groups of ``graph`` already accepted: each becomes one node, so reaching one
-    member of such a group reaches them all (two groups that each pass alone, one feeding the
-    other and that one feeding back, would otherwise both be fused into a cycle)."""
-    by_id = {id(n): n for n in graph.nodes}
-    group_of = {nid: grp for grp in fused for nid in grp}
-
-    def reach(step) -> set[int]:
-        seen: set[int] = set()
-        stack = [id(n) for n in graph.nodes if id(n) in members]
-        while stack:
-            for nxt in step(by_id[stack.pop()]):
-                for nid in group_of.get(id(nxt), (id(nxt),)):
-                    if nid not in seen:
-                        seen.add(nid)
-                        stack.append(nid)
-        return seen
-
-    def consumers(n: Node):
-        return (c for o in n.outputs if o for c in graph.consumers(o))
-
-    def producers(n: Node):
-        return (p for i in (*n.inputs, *n.implicit_inputs) if i and (p := graph.producer(i)) is not None)
-
-    return [by_id[i] for i in (reach(consumers) & reach(producers)) - members if i in by_id]
-
-
 def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvider") -> PartitionResult:
     """Assign every node of ``graph`` and its subgraphs (sets ``node.ep_name``), collecting fused
     groups. Raises Fail when nodes are left and the CPU EP is not in ``eps``, NotImplemented when
@@ -145,7 +119,8 @@ def partition(graph: Graph, eps: list[Ep], cpu_ep_name: str = "CPUExecutionProvi
                 for n in nodes:
                     n.ep_name = ep.name
                 fused[id(g)].append({id(n) for n in nodes})
-                result.groups.append(FusedGroup(ep.name, g, list(nodes), options))
+                # the graph the EP saw when it asked for it (EpGraphSupportInfo.filtered_graph)
+                result.groups.append(FusedGroup(ep.name, g, list(nodes), options, info.filtered_graph(nodes, options)))
                 result.assigned.append(AssignedSubgraph(ep.name, list(nodes)))
             singles = [n for n in info.single_nodes if id(n) in in_graph and not n.ep_name]
             singles = list({id(n): n for n in singles}.values())  # a node claimed twice is assigned once
@@ -178,47 +153,20 @@ def _check_group(g: Graph, nodes: list[Node], in_graph: set[int], fused: list[se
     taken = [n for n in nodes if n.ep_name]
     if taken:
         return f"node {taken[0].name!r} already belongs to {taken[0].ep_name}"
-    between = _violates_convexity(g, ids, fused)
+    between = outside_nodes_between(g, ids, fused)
     if between:
         return (f"not one partition: node(s) {', '.join(repr(n.name or n.op_type) for n in between[:5])} "
                 "outside the group (or in a group fused before it) lie on a path between its members")
     return ""
 
 
-def build_filtered_graph(group: FusedGroup, index: int, model_hash: str) -> None:
-    """Make the filtered graph the EP compiles and the fused node that replaces the group."""
-    g, members = group.owner, group.nodes
-    ids = {id(n) for n in members}
-    produced = {o for n in members for o in n.outputs if o}
-    inputs: list[str] = []
-    consts: dict = {}
-    for n in members:
-        for i in (*n.inputs, *n.implicit_inputs):
-            if not i or i in produced or i in inputs or i in consts:
-                continue
-            if group.options.drop_constant_initializers and g.is_constant_initializer(i):
-                consts[i] = g.initializers[i]
-            else:
-                inputs.append(i)
-    graph_outputs = set(g.output_names)
-    outputs: list[str] = []
-    for n in members:
-        for o in n.outputs:
-            if o and (o in graph_outputs or any(id(c) not in ids for c in g.consumers(o))):
-                outputs.append(o)
-    ordered = [n for n in g.nodes if id(n) in ids]
-    vis = {name: g.value_info(name) for n in ordered for name in (*n.inputs, *n.outputs) if name}
-    const_inputs = {i: g.initializers[i] for i in inputs if g.is_constant_initializer(i)}
-    filtered = Graph(f"{group.ep_name}_{model_hash}_{index}", ordered,
-                     [vis.get(i) or g.value_info(i) for i in inputs],
-                     [vis.get(o) or ValueInfo(o) for o in outputs], {**consts, **const_inputs},
-                     vis, g.opset, parent=g)
-    # Constant inputs stay inputs (the runtime feeds them from device memory, placed once);
-    # they are also visible as initializers so an EP can read their values.
-    filtered.overridable = [vis.get(i) or g.value_info(i) for i in const_inputs]
-    group.filtered = filtered
-    fused = Node(filtered.name, inputs, outputs, name=f"{group.ep_name}_{filtered.name}_{index}",
-                 domain="com.onnxhal.fused")
+def name_fused_group(group: FusedGroup, index: int, model_hash: str) -> None:
+    """Name the group's filtered graph (built when it was claimed) and make the fused node that
+    replaces the group: its inputs and outputs are the filtered graph's."""
+    filtered = group.filtered
+    filtered.name = f"{group.ep_name}_{model_hash}_{index}"
+    fused = Node(filtered.name, filtered.input_names, filtered.output_names,
+                 name=f"{group.ep_name}_{filtered.name}_{index}", domain="com.onnxhal.fused")
     fused.ep_name = group.ep_name
     group.fused_node = fused
 
@@ -227,14 +175,14 @@ def replace_with_fused(group: FusedGroup) -> None:
     g = group.owner
     ids = {id(n) for n in group.nodes}
     g.nodes = toposort([n for n in g.nodes if id(n) not in ids] + [group.fused_node], g.name)
-    g._index()
+    g.reindex()
 
 
 def restore_group(group: FusedGroup) -> None:
     """Undo ``replace_with_fused`` (the EP's compile failed): the original nodes come back."""
     g = group.owner
     g.nodes = toposort([n for n in g.nodes if n is not group.fused_node] + group.nodes, g.name)
-    g._index()
+    g.reindex()
 
 
 def model_hash(graph: Graph) -> str:

@@ -29,9 +29,9 @@ def get_build_info() -> str:
     import numpy
     import onnx
 
-    from onnxhal import __version__
+    from onnxhal.runtime.environment import get_version_string
 
-    return (f"onnxhal Build Info: version={__version__}, python={platform.python_version()}, "
+    return (f"onnxhal Build Info: version={get_version_string()}, python={platform.python_version()}, "
             f"numpy={numpy.__version__}, onnx={onnx.__version__}, build type=Release")
 
 

@@ -1,7 +1,8 @@
 """InferenceSession: load, select EPs, optimize, partition, compile, plan; then run.
 
 Names and behaviour follow onnxruntime's Python ``InferenceSession``. Everything expensive happens
-in the constructor; ``run`` validates the feeds and walks the prebuilt plan. Many threads may call
+in the constructor, as the stages of ``runtime/session_build.py``; what happens when an EP fails is
+``runtime/recovery.py``'s. ``run`` validates the feeds and walks the prebuilt plan. Many threads may call
 ``run`` on one session at once; a failed run leaves the session usable.
 """
 
@@ -15,38 +16,26 @@ import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import onnx
 
-from onnxhal.hal import CPU_MEMORY_INFO, Ep, GraphOptimizationLevel, Node, OrtEpDevice, OrtMemoryInfo
-from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, ModelLoadCanceled, OrtError
-from onnxhal.runtime.custom_ops import custom_ops, session_factories
-from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
-from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
-from onnxhal.runtime.graph_capture import capturing_ep, check_run_api, replay_if_captured, run_until_captured
+from onnxhal.hal import CPU_MEMORY_INFO, Ep, Graph, Node, OrtEpDevice, OrtMemoryInfo
+from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
+from onnxhal.runtime.environment import CPU_EP_NAME
+from onnxhal.runtime.executor import ExecutionPlan, Terminated
+from onnxhal.runtime.graph_capture import check_run_api, replay_if_captured, run_until_captured
 from onnxhal.runtime.input_checks import check_feeds
-from onnxhal.runtime.layout_transform import transform_layout
-from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, LEVELS, log_scope, set_process_level
-from onnxhal.runtime.memory_plan import MemoryContext
-from onnxhal.runtime.model_config import apply_model_config, load_config_from_model_enabled
-from onnxhal.runtime.model_loader import load_model
+from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, check_log_severity, log_scope
+from onnxhal.runtime.memory_context import MemoryContext
 from onnxhal.runtime.model_overrides import override_initializers
-from onnxhal.runtime.optimized_model import save_optimized_model
-from onnxhal.runtime.partitioner import (
-    FusedGroup,
-    build_filtered_graph,
-    model_hash,
-    partition,
-    replace_with_fused,
-)
-from onnxhal.runtime.process_settings import global_thread_pool_sizes
+from onnxhal.runtime.partitioner import FusedGroup
 from onnxhal.runtime.profiler import Profiler
-from onnxhal.runtime.provider_resolution import ProviderChoice, cpu_choice, resolve_providers
+from onnxhal.runtime.recovery import RecoveryPolicy
+from onnxhal.runtime.session_build import SessionCore, check_canceled, load, select
 from onnxhal.runtime.session_options import (
-    DISABLE_CPU_EP_FALLBACK,
-    EP_FAILOVER,
     RECORD_EP_GRAPH_ASSIGNMENT,
     RunOptions,
     SessionOptions,
@@ -99,186 +88,13 @@ class OrtEpAssignedSubgraph:
         return f"OrtEpAssignedSubgraph(ep_name={self.ep_name!r}, {len(self._nodes)} nodes)"
 
 
-class _SessionCore:
-    """Everything built from one provider configuration; replaced whole on fallback/failover."""
-
-    def __init__(self, loaded: Any, so: SessionOptions, choices: list[ProviderChoice]) -> None:
-        env = get_environment()
-        self.choices = choices
-        self.eps: dict[str, Ep] = {}
-        self.released = False
-        self._infos: list[tuple[Any, Any]] = []
-        self.library_names = {c.library.name for c in choices}
-        env.acquire(self.library_names)
-        try:
-            self._build(loaded, so)
-            # onnxruntime serializes runs under a session lock when an EP cannot run concurrently
-            self.run_lock = (threading.Lock() if any(not ep.is_concurrent_run_supported()
-                                                     for ep in self.eps.values()) else None)
-            self.capture_ep = capturing_ep(self.eps, self.partition.assigned, CPU_EP_NAME, self.graph)
-            for ep in self.eps.values():
-                ep.on_session_initialization_end()
-        except BaseException:
-            self.release()
-            raise
-
-    def _build(self, loaded: Any, so: SessionOptions) -> None:
-        ep_logger = logging.getLogger("onnxhal.ep")
-        memory = MemoryContext(so.config("session.use_env_allocators") == "1")
-        for c in self.choices:
-            try:
-                ep = c.factory.create_ep([d.device for d in c.devices], [d.ep_metadata for d in c.devices], so, ep_logger)
-            except OrtError:
-                raise
-            except Exception as e:
-                raise Fail(f"{c.ep_name}: create_ep failed: {type(e).__name__}: {e}") from e
-            if not isinstance(ep, Ep):
-                raise Fail(f"{c.ep_name}: create_ep returned {type(ep).__name__}, not a hal.Ep")
-            if not ep.name:
-                ep.name = c.ep_name
-            self.eps[c.ep_name] = ep
-            memory.add_ep(c.ep_name, ep, c.factory, c.devices, so.provider_options_for(c.ep_name))
-        self.memory = memory
-        graph = loaded.graph
-        level = so.graph_optimization_level
-        if level != GraphOptimizationLevel.ORT_DISABLE_ALL:
-            from onnxhal.runtime.optimizer import optimize
-
-            # Fuse into com.onnxhal ops only if every EP of the session can claim them.
-            fuse = all(ep.runs_onnxhal_fused_ops for ep in self.eps.values())
-            cpu_only = all(name == CPU_EP_NAME for name in self.eps)
-            graph = optimize(graph, GraphOptimizationLevel(level), fuse_cpu_ops=fuse, cpu_ep_only=cpu_only)
-        self.graph = graph
-        eps = [self.eps[c.ep_name] for c in self.choices]
-        result = partition(graph, eps)
-        # EPs that prefer NHWC get their layout-sensitive nodes converted, then claim again.
-        if transform_layout(graph, self.eps):
-            result = partition(graph, eps)
-        self.partition = result
-        if so.optimized_model_filepath:
-            save_optimized_model(graph, loaded.proto, os.fspath(so.optimized_model_filepath), so.config,
-                                 has_compiled_nodes=bool(result.groups))
-        self._compile(result.groups)
-        builder = PlanBuilder(self.eps, {id(n): i for n, i in self._fused_infos.items()}, memory)
-        self.plan: ExecutionPlan = builder.build(graph)
-        self.kernels = builder.kernels
-
-    def _compile(self, groups: list[FusedGroup]) -> None:
-        self._fused_infos: dict[Node, tuple[Any, Any]] = {}
-        mh = model_hash(self.graph)
-        by_ep: dict[str, list[FusedGroup]] = {}
-        for k, g in enumerate(groups):
-            build_filtered_graph(g, k, mh)
-            by_ep.setdefault(g.ep_name, []).append(g)
-        for ep_name, gs in by_ep.items():
-            ep = self.eps[ep_name]
-            try:
-                infos = ep.compile([g.filtered for g in gs], [g.fused_node for g in gs])
-                if len(infos) != len(gs):
-                    raise Fail(f"compile returned {len(infos)} NodeComputeInfos for {len(gs)} fused nodes")
-                states: list = []
-                try:
-                    for info, g in zip(infos, gs):
-                        states.append(info.create_state(g.fused_node))
-                except Exception:
-                    for info, state in zip(infos, states):  # give back what was created before the failure
-                        try:
-                            info.release_state(state)
-                        except Exception:
-                            logger.exception("%s: release_state failed", ep_name)
-                    raise
-            except Exception as e:
-                # A failed compile declines the nodes: they fall back to the CPU EP, never a wrong answer.
-                if CPU_EP_NAME not in self.eps:
-                    raise EPFail(f"{ep_name}: compile failed ({type(e).__name__}: {e}) and CPU fallback is "
-                                 "disabled") from e
-                # Log text, not the exception: its traceback would keep the session alive.
-                logger.warning("%s: compile failed (%s: %s); its %d fused group(s) fall back to the CPU EP",
-                               ep_name, type(e).__name__, str(e), len(gs))
-                for g in gs:
-                    for n in g.nodes:
-                        n.ep_name = CPU_EP_NAME
-                    for a in self.partition.assigned:
-                        if a.nodes == g.nodes:
-                            a.ep_name = CPU_EP_NAME
-                continue
-            for g, info, state in zip(gs, infos, states):
-                replace_with_fused(g)
-                self._fused_infos[g.fused_node] = (info, state)
-                self._infos.append((info, state))
-
-    def release(self) -> None:
-        if self.released:
-            return
-        self.released = True
-        for info, state in getattr(self, "_infos", []):
-            try:
-                info.release_state(state)
-            except Exception:
-                logger.exception("release_state failed")
-        for c in self.choices:
-            ep = self.eps.get(c.ep_name)
-            if ep is not None:
-                try:
-                    c.factory.release_ep(ep)
-                except Exception:
-                    logger.exception("%s: release_ep failed", c.ep_name)
-        get_environment().release(self.library_names)
-
-
-FAIL_ON_SUBOPTIMAL = "session.fail_on_suboptimal_compiled_model"
 _callback_thread = threading.local()  # .active: a run_async callback is running on this thread
-
-
-def _check_canceled(so: SessionOptions) -> None:
-    if so.load_canceled:
-        raise ModelLoadCanceled("Session initialization canceled due to user request "
-                                "(SessionOptions.set_load_cancellation_flag(True)); clear the flag to create sessions "
-                                "with these options again.")
 
 
 def _check_run_options(run_options: Any) -> None:
     if run_options is not None and not isinstance(run_options, RunOptions):
         raise InvalidArgument(f"run_options must be an onnxhal.RunOptions or None, got {type(run_options).__name__}; "
                               "create one with onnxhal.RunOptions()")
-
-
-def check_log_severity(level: int, what: str = "log_severity_level") -> None:
-    """ORT's severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal (see runtime/log_scope.py)."""
-    if isinstance(level, bool) or level not in LEVELS:
-        raise InvalidArgument(f"{what} {level!r} is out of range: use 0 (verbose), 1 (info), "
-                              "2 (warning), 3 (error) or 4 (fatal)")
-
-
-def set_default_logger_severity(level: int) -> None:
-    """onnxruntime's process-wide log severity (0 verbose ... 4 fatal), set on the ``onnxhal``
-    logger; sessions' ``log_severity_level`` still applies on top."""
-    if isinstance(level, bool) or level not in LEVELS:
-        raise InvalidArgument(f"set_default_logger_severity({level!r}): use 0 (verbose), 1 (info), 2 (warning), "
-                              "3 (error) or 4 (fatal)")
-    set_process_level(level)
-
-
-def validate_compatibility_info(proto: onnx.ModelProto, choices: list[ProviderChoice], so: SessionOptions) -> None:
-    """ORT's session step 6: a compiled model's ``ep_compatibility_info.<EP>`` metadata is checked by
-    that EP's factory. EP_UNSUPPORTED fails; EP_SUPPORTED_PREFER_RECOMPILATION fails only with
-    ``session.fail_on_suboptimal_compiled_model`` = "1"."""
-    from onnxhal.hal import OrtCompiledModelCompatibility as C
-
-    props = {p.key: p.value for p in proto.metadata_props}
-    for c in choices:
-        info = props.get(f"ep_compatibility_info.{c.ep_name}")
-        if info is None:
-            continue
-        verdict = c.factory.validate_compiled_model_compatibility_info([d.device for d in c.devices], info)
-        if verdict == C.EP_UNSUPPORTED:
-            raise Fail(f"{c.ep_name}: this compiled model is not compatible with the selected device(s) "
-                       f"(compatibility info {info!r}). Recompile it for this device, or load the original model.")
-        if verdict == C.EP_SUPPORTED_PREFER_RECOMPILATION:
-            if so.config(FAIL_ON_SUBOPTIMAL) == "1":
-                raise Fail(f"{c.ep_name}: the compiled model is usable but suboptimal here (compatibility info "
-                           f"{info!r}) and {FAIL_ON_SUBOPTIMAL}=1. Recompile it for this device.")
-            logger.warning("%s: compiled model is suboptimal for this device; consider recompiling", c.ep_name)
 
 
 class InferenceSession:
@@ -298,34 +114,22 @@ class InferenceSession:
                 providers: Sequence[Any] | None, provider_options: Sequence[Mapping] | None) -> None:
         self._sess_options = so
         check_session_options(so)
-        self._enable_fallback = True
+        self._recovery = RecoveryPolicy(so)
         self._lock = threading.Lock()
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
-        _check_canceled(so)
-        self._loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data, so.ep_context_read)
-        pools = global_thread_pool_sizes()
-        if pools is not None and not so.use_per_session_threads and not so.intra_op_num_threads:
-            so.intra_op_num_threads = pools[0]  # the global pool's size, as onnxruntime's shared pool
-        if load_config_from_model_enabled():
-            apply_model_config(self._loaded.proto, so)  # the model's ort_config wins, as in onnxruntime
-            check_session_options(so)
-        _check_canceled(so)
-        # Only the names the model has, so that a failover's reload does not warn again.
-        self._initializers = override_initializers(self._loaded.graph, so.initializer_overrides)
+        self._loaded, self._initializers = load(path_or_bytes, so)
         self._model_path = self._loaded.path
         self._profiler = Profiler(so.profile_file_prefix) if so.enable_profiling else None
         self._profiling_start_ns = self._profiler.start_time_ns if self._profiler is not None else 0
         self._async_pool: ThreadPoolExecutor | None = None
         t0 = time.perf_counter_ns()
-        choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
-        validate_compatibility_info(self._loaded.proto, choices, so)
-        _set_custom_ops(so, choices, providers)
-        _check_canceled(so)
-        self._core = _SessionCore(self._loaded, so, choices)
-        self._finalizer = weakref.finalize(self, _SessionCore.release, self._core)
+        choices = select(self._loaded.proto, so, providers, provider_options)
+        check_canceled(so)
+        self._core = SessionCore(self._loaded, so, choices, self._recovery)
+        self._finalizer = weakref.finalize(self, SessionCore.release, self._core)
         if so.load_canceled:
             self._finalizer()  # the EPs' states and device memory go back now, not at garbage collection
-            _check_canceled(so)
+            check_canceled(so)
         self._attach_ep_profiling()
         if self._profiler is not None:
             self._profiler.event("session_initialization", "Session", t0, time.perf_counter_ns())
@@ -340,14 +144,6 @@ class InferenceSession:
         self._required_inputs = [v.name for v in proto_graph.inputs]
 
     # -- metadata ---------------------------------------------------------------------------
-    def _model_metadata_dict(self) -> dict[str, str]:
-        p = self._loaded.proto
-        md = {"producer_name": p.producer_name, "producer_version": p.producer_version, "domain": p.domain,
-              "model_version": str(p.model_version if p.HasField("model_version") else 2**63 - 1),
-              "doc_string": p.doc_string, "graph_name": p.graph.name, "graph_description": p.graph.doc_string}
-        md.update({e.key: e.value for e in p.metadata_props})
-        return md
-
     def get_inputs(self) -> list[NodeArg]:
         return list(self._inputs)
 
@@ -417,10 +213,10 @@ class InferenceSession:
         return [devices.get(first[i.name]) if i.name in first else None for i in self._inputs]
 
     def disable_fallback(self) -> None:
-        self._enable_fallback = False
+        self._recovery.fallback_enabled = False
 
     def enable_fallback(self) -> None:
-        self._enable_fallback = True
+        self._recovery.fallback_enabled = True
 
     # -- introspection used by the CLI, docs and tests ---------------------------------------
     @property
@@ -438,6 +234,28 @@ class InferenceSession:
     @property
     def plan(self) -> ExecutionPlan:
         return self._core.plan
+
+    @property
+    def eps(self) -> Mapping[str, Ep]:
+        """The session's EPs by name, in priority order (a read-only view)."""
+        return MappingProxyType(self._core.eps)
+
+    @property
+    def graph(self) -> Graph:
+        """The main graph as compiled: optimized, partitioned, each compiled group a fused node."""
+        return self._core.graph
+
+    @property
+    def fused_groups(self) -> list[FusedGroup]:
+        """The fused groups compiled (a group whose EP failed to compile it runs on the CPU EP and is
+        not listed), each with its filtered graph, fused node and, when the session generates an
+        EPContext model (``ep.context_enable``), the EP's EPContext node."""
+        return [g for g in self._core.partition.groups if g.fused_node in self._core.fused_infos]
+
+    @property
+    def model_proto(self) -> onnx.ModelProto:
+        """The model as loaded (before optimization); do not change it."""
+        return self._loaded.proto
 
     @property
     def memory(self) -> MemoryContext:
@@ -476,18 +294,7 @@ class InferenceSession:
         try:
             outputs = self._run_core(core, feeds, run_options, fetch)
         except EPFail as e:
-            failed = getattr(e, "ep_name", "")
-            if self._sess_options.config(EP_FAILOVER) == "1" and failed and failed != CPU_EP_NAME:
-                self._failover(core, failed, str(e))
-                return _owned([_to_host_output(v) for v in self._run_core(self._core, feeds, run_options, fetch)],
-                              feeds)
-            if not self._enable_fallback or self.get_providers() == [CPU_EP_NAME]:
-                raise
-            logger.warning("EP Error: %s using %s. Falling back to ['CPUExecutionProvider'] and retrying.",
-                           e, self.get_providers())
-            self._set_providers_cpu()
-            self._enable_fallback = False  # fall back only once, as onnxruntime
-            outputs = self._run_core(self._core, feeds, run_options, fetch)
+            outputs = self._run_core(self._recover(core, e), feeds, run_options, fetch)
         return _owned([_to_host_output(v) for v in outputs], feeds)
 
     def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
@@ -551,20 +358,20 @@ class InferenceSession:
             devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
         return _owned(self._run_core(self._core, checked, run_options, None, devices), checked)
 
-    def _run_core(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
+    def _run_core(self, core: SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
                   output_devices: list | None = None) -> list:
         if core.run_lock is None:
             return self._run_capturing(core, feeds, run_options, fetch, output_devices)
         with core.run_lock:
             return self._run_capturing(core, feeds, run_options, fetch, output_devices)
 
-    def _run_capturing(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None,
+    def _run_capturing(self, core: SessionCore, feeds: dict, run_options: RunOptions | None,
                        fetch: list[int] | None, output_devices: list | None) -> list:
         """A run; with a graph-capturing EP, repeated until the EP has captured the run's graph."""
         return run_until_captured(core.capture_ep, run_options,
                                   lambda: self._run_once(core, feeds, run_options, fetch, output_devices))
 
-    def _run_once(self, core: _SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
+    def _run_once(self, core: SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
                   output_devices: list | None) -> list:
         eps = core.eps.values()
         for ep in eps:
@@ -597,22 +404,18 @@ class InferenceSession:
     def _check_graph_capture_run_api(self, run_options: RunOptions | None) -> None:
         check_run_api(self._core.capture_ep, run_options)
 
-    def _failover(self, core: _SessionCore, failed_ep: str, reason: str) -> None:
-        """``session.ep_failover`` = "1": re-partition onto the EPs that are left, for good."""
+    def _recover(self, core: SessionCore, error: EPFail) -> SessionCore:
+        """After ``error`` in a run on ``core``: the core to run again on, built on the EPs the
+        recovery policy picks (runtime/recovery.py); raises when there is none."""
         with self._lock:
             if self._core is not core:
-                return  # another thread already failed over
-            choices = [c for c in core.choices if c.ep_name != failed_ep]
-            if not any(c.ep_name == CPU_EP_NAME for c in choices) and \
-                    self._sess_options.config(DISABLE_CPU_EP_FALLBACK) != "1":
-                choices.append(cpu_choice(get_environment()))
-            if not choices:
-                raise EPFail(f"{failed_ep} failed ({reason}) and no other EP is left to fail over to")
-            logger.warning("EP failover: %s failed (%s); re-partitioning onto %s", failed_ep, reason,
-                           [c.ep_name for c in choices])
-            self._install(_SessionCore(self._loaded_fresh(), self._sess_options, choices))
-            self.failovers.append((failed_ep, reason))
+                return self._core  # another thread already recovered
+            choices, failed = self._recovery.after_run_failure(error, core.choices)
+            self._install(SessionCore(self._loaded_fresh(), self._sess_options, choices, self._recovery))
+            if failed:
+                self.failovers.append((failed, str(error)))
         core.release()
+        return self._core
 
     def set_providers(self, providers: Sequence[Any] | None = None,
                       provider_options: Sequence[Mapping] | None = None) -> None:
@@ -620,21 +423,19 @@ class InferenceSession:
         session options' devices or policy, else the CPU EP). If that fails, the error is raised and
         the session keeps its providers; onnxruntime is left without a session then."""
         so = self._sess_options
-        choices = resolve_providers(get_environment(), so, providers, provider_options, self._model_metadata_dict())
-        validate_compatibility_info(self._loaded.proto, choices, so)
-        _set_custom_ops(so, choices, providers)
-        core = _SessionCore(self._loaded_fresh(), so, choices)
+        choices = select(self._loaded.proto, so, providers, provider_options)
+        core = SessionCore(self._loaded_fresh(), so, choices, self._recovery)
         with self._lock:
             old = self._install(core)
         old.release()
 
-    def _install(self, core: _SessionCore) -> _SessionCore:
+    def _install(self, core: SessionCore) -> SessionCore:
         """Make ``core`` the session's (the caller holds the lock); the old one is returned for the
         caller to release."""
         old = self._core
         self._core = core
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _SessionCore.release, core)
+        self._finalizer = weakref.finalize(self, SessionCore.release, core)
         self._attach_ep_profiling()
         return old
 
@@ -643,13 +444,6 @@ class InferenceSession:
             self._profiler.ep_hooks = [ep.profiling_step_args for ep in self._core.eps.values()
                                        if type(ep).profiling_step_args is not Ep.profiling_step_args]
             self._profiler.attach_ep_profilers(self._core.eps.values())
-
-    def _set_providers_cpu(self) -> None:
-        so = self._sess_options
-        choices = [cpu_choice(get_environment())]
-        with self._lock:
-            old = self._install(_SessionCore(self._loaded_fresh(), so, choices))
-        old.release()
 
     def _loaded_fresh(self) -> Any:
         # Partitioning rewrites the graph in place; start again from the model.
@@ -750,14 +544,6 @@ class InferenceSession:
             # From a callback, the worker cannot wait for itself.
             self._async_pool.shutdown(wait=not getattr(_callback_thread, "active", False))
         self._finalizer()
-
-
-def _set_custom_ops(so: SessionOptions, choices: list[ProviderChoice], providers: Sequence[Any] | None) -> None:
-    """The custom ops the session's EP libraries bring: those of the chosen EPs' factories, or of
-    every registered factory when a policy or delegate selected the EPs (onnxruntime's rule)."""
-    auto = providers is None and not so.explicit_providers and (
-        so.selection_policy is not None or so.selection_delegate is not None)
-    so.custom_ops = custom_ops(session_factories(get_environment(), [c.factory for c in choices], auto))
 
 
 def _owned(outputs: list, feeds: Mapping[str, Any]) -> list:

@@ -187,7 +187,7 @@ def virtual_eps(session: Any) -> dict[str, Any]:
     """The session's simulated EPs by name (empty when it uses none)."""
     from onnxhal.simulators.ep import VirtualEp
 
-    return {name: ep for name, ep in session._core.eps.items() if isinstance(ep, VirtualEp)}
+    return {name: ep for name, ep in session.eps.items() if isinstance(ep, VirtualEp)}
 
 
 def step_figures(ep: Any, node: Node | None, inputs: list, outputs: list) -> dict:

@@ -21,15 +21,18 @@ import numpy as np
 import pyopencl as cl
 
 from onnxhal.hal.allocator import Allocator
+from onnxhal.hal.data_transfer import DataTransfer
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
+from onnxhal.hal.ep_context import ep_context_node
 from onnxhal.hal.errors import InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE, NHWC_DOMAIN, nchw_twin, original_domain
+from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
+from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, DynamicPartitionPlan
 from onnxhal.runtime.providers.opencl.ep import OpenCLEp, OpenCLNodeComputeInfo
 from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported_reason
-from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
 from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
 from onnxhal.simulators.faults import FaultState
@@ -202,6 +205,7 @@ class VirtualEp(OpenCLEp):
         self.partition_costs: dict[str, PartitionCost] = {}  # fused node name -> cost
         self.partition_infos: dict[str, VirtualNodeComputeInfo] = {}  # fused node name -> compiled partition
         self.contexts_loaded = 0  # partitions taken from EPContext nodes instead of planned
+        self.data_transfer: DataTransfer | None = None  # set by the factory: copies charged to this EP's meter
         self._fp32_values: set[str] = set()  # reduction results: kept float32 on an fp16 device
         self.fp16_overflows: set[str] = set()  # values reported as overflowing fp16 storage
         self._overflow_lock = threading.Lock()
@@ -287,6 +291,11 @@ class VirtualEp(OpenCLEp):
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
         """A compiled partition from an EPContext blob's plan."""
+        if isinstance(plan, DynamicPartitionPlan):  # specialised per signature again, weights rounded then
+            info = plan.compute_info(self.device, self.allocator, self.logger)
+            if self.rounder is not None:
+                info.prepare_plan = self._round_weights
+            return info
         return OpenCLNodeComputeInfo(plan, self.device, self.allocator)
 
     @property
@@ -332,7 +341,8 @@ class VirtualEp(OpenCLEp):
         return _with_nodes(graph, nodes, infos)
 
     # -- compile ---------------------------------------------------------------------------
-    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:
+    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node],
+                ep_context_nodes: list[Node | None] | None = None) -> list[NodeComputeInfo]:
         self.faults.check_compile()
         # Costs are those of the NHWC graph (what NHWC hardware runs); the PoCL kernels get the
         # NCHW twins.
@@ -349,6 +359,8 @@ class VirtualEp(OpenCLEp):
             else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
                 plan, cost, _ = decode_partition(context_blob(graph.nodes[0]))
                 info = self.partition_from_context(plan)
+                if isinstance(info, DynamicNodeComputeInfo):
+                    self._dynamic[node.name] = info  # its specialisation figures in profiling traces
                 self.contexts_loaded += 1
             self.partition_costs[node.name] = cost
             edges = Fp16Edges.of(as_given[k], self._fp32_values) if k in planned else Fp16Edges()
@@ -365,6 +377,12 @@ class VirtualEp(OpenCLEp):
             raise OutOfMemory(f"{self.name}: the model's weights on {self.profile.name} need {weights} bytes but only "
                               f"{free} of its {self.profile.capacity_bytes}-byte memory are free; its nodes go to the "
                               "next EP")
+        if ep_context_nodes is not None:
+            for k, node in enumerate(fused_nodes):
+                blob = self._context_data(node.name)
+                if blob is not None:
+                    ep_context_nodes[k] = ep_context_node(node, blob, self.name, self.profile.name,
+                                                          self.compatibility_info())
         return out
 
     # -- EPContext ---------------------------------------------------------------------------
@@ -374,10 +392,14 @@ class VirtualEp(OpenCLEp):
     def get_compiled_model_compatibility_info(self, graph: Graph) -> str:
         return self.compatibility_info()
 
-    def export_context(self, fused_node_name: str) -> bytes | None:
+    def _context_data(self, fused_node_name: str) -> bytes | None:
         """The EPContext blob of a partition this EP compiled (None if it has none)."""
         info = self.partition_infos.get(fused_node_name)
-        plan = getattr(info.inner, "plan", None) if info is not None else None
+        if info is None:
+            return None
+        plan = getattr(info.inner, "plan", None)
+        if plan is None and isinstance(info.inner, DynamicNodeComputeInfo):  # symbolic dims: its graph
+            plan = DynamicPartitionPlan.of(info.inner)
         if plan is None:
             return None
         try:
@@ -412,6 +434,9 @@ class VirtualEp(OpenCLEp):
             name = self.rounder.overflowed(self.device.queue)
             if name is not None:
                 self.report_fp16_overflow(name)
+
+    def create_data_transfer(self) -> DataTransfer | None:
+        return self.data_transfer
 
     def create_allocator(self, memory_info: OrtMemoryInfo, options: Any = None) -> Allocator | None:
         if memory_info.memory_device == self.memory_info.memory_device:

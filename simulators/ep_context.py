@@ -9,8 +9,9 @@ A session on that file hands each EPContext node to the EP named in its ``source
 which rebuilds the partition from the blob instead of planning it again, after checking the
 compatibility string against its own device. This module holds the simulated EPs' blob format.
 
-An EP takes part by having ``export_context(fused_node_name) -> bytes | None`` and by claiming and
-compiling EPContext nodes; the simulated EPs do (their blob is the OpenCL partition plan: kernel
+An EP takes part through the hal contract: ``Ep.compile`` fills ``ep_context_nodes`` when the
+session generates a compiled model, and its ``get_capability``/``compile`` claim and rebuild
+EPContext nodes later; the simulated EPs do (their blob is the OpenCL partition plan: kernel
 sources, launches, shapes, constants, and the partition's cost). The blob is a zip of JSON and
 ``.npy`` arrays: loading it runs no pickle and no code.
 """
@@ -27,32 +28,33 @@ import numpy as np
 
 from onnxhal.hal.enums import OrtCompileApiFlags
 from onnxhal.hal.errors import InvalidGraph
+from onnxhal.runtime.compatibility import COMPAT_KEY_PREFIX
 from onnxhal.runtime.ep_context_model import EP_CONTEXT_DOMAIN, EP_CONTEXT_OP, context_blob, is_ep_context
 from onnxhal.runtime.model_compiler import ModelCompiler
 
-# ModelCompiler and the EPContext node helpers moved to the runtime (they are onnxruntime's, not the
-# simulators'); the names stay importable from here for EP libraries and tests written against them.
+# ModelCompiler and the EPContext node helpers are the runtime's and hal's (onnxruntime's, not the
+# simulators'); importable from here too for EP libraries and tests written against this module.
 __all__ = ["BLOB_FORMAT", "COMPAT_KEY_PREFIX", "EP_CONTEXT_DOMAIN", "EP_CONTEXT_OP", "ModelCompiler",
            "OrtCompileApiFlags", "context_blob", "core_model_proto", "decode_partition", "encode_partition",
            "is_ep_context"]
 
-COMPAT_KEY_PREFIX = "ep_compatibility_info."
 BLOB_FORMAT = "onnxhal-opencl-plan/1"
 
 
 # -- partition plan <-> bytes --------------------------------------------------------------------
 def _plan_classes() -> dict[str, type]:
-    """The dataclasses a blob may hold: the OpenCL partition plan's, the host backend's and the cost
-    model's."""
+    """The dataclasses a blob may hold: the OpenCL partition plan's (static, or a partition with
+    symbolic dimensions), the host backend's and the cost model's."""
     from onnxhal.runtime.providers.opencl import partition_plan
     from onnxhal.simulators import cost
 
     classes = {name: obj for name, obj in vars(partition_plan).items()
                if isinstance(obj, type) and dataclasses.is_dataclass(obj)}
+    from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicPartitionPlan
     from onnxhal.simulators.host_backend import HostPartitionPlan
 
     classes.update({"PartitionCost": cost.PartitionCost, "KernelCost": cost.KernelCost,
-                    "HostPartitionPlan": HostPartitionPlan})
+                    "HostPartitionPlan": HostPartitionPlan, "DynamicPartitionPlan": DynamicPartitionPlan})
     return classes
 
 
@@ -145,4 +147,4 @@ def decode_partition(blob: bytes) -> tuple[Any, Any, str]:
 
 def core_model_proto(sess: Any) -> Any:
     """The ModelProto the session loaded (for opsets, IR version and metadata)."""
-    return sess._loaded.proto
+    return sess.model_proto

@@ -40,9 +40,9 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.sync_stream import SyncStream
+from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext, device_context
 from onnxhal.runtime.providers.opencl.factory import OpenCLEpFactory, opencl_pairs
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator, OpenCLDataTransfer, OpenCLSyncStream
-from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext, device_context
 from onnxhal.simulators import GPU_EP_NAME, NPU_EP_NAME
 from onnxhal.simulators.cost import Meter
 from onnxhal.simulators.device_memory import ChargingMixin, carried_elsewhere, meter_transfers
@@ -174,7 +174,6 @@ class VirtualEpFactory(OpenCLEpFactory):
         self.profiles = [p for p in profiles if p.type == hardware_type]
         self.table = table
         self._by_profile: dict[str, OrtMemoryDevice] = {}
-        self._tls = threading.local()  # the EP just created on this thread, for its data transfer
         self._sim_allocators: dict[OrtMemoryDevice, SimulatedDeviceAllocator | HostDeviceAllocator] = {}
         self._sim_lock = threading.Lock()
 
@@ -271,7 +270,8 @@ class VirtualEpFactory(OpenCLEpFactory):
         else:
             ep = VirtualEp(self.name, self.device_context(mem), allocator, sim.info, sim.profile, fault_state,
                            logger or self.logger, self.allocator(mem))
-        self._tls.last = (mem, ep.meter)
+        # The session's copies into and out of this device charge this EP's meter.
+        ep.data_transfer = self._data_transfer(mem, ep.meter)
         return ep
 
     def validate_compiled_model_compatibility_info(self, devices: Sequence[OrtHardwareDevice],
@@ -289,11 +289,14 @@ class VirtualEpFactory(OpenCLEpFactory):
         return OrtCompiledModelCompatibility.EP_UNSUPPORTED
 
     def create_data_transfer(self) -> VirtualDataTransfer | HostDataTransfer:
-        mem, meter = getattr(self._tls, "last", (None, None))
-        self._tls.last = (None, None)
+        """Copies between host memory and the simulated devices, charged to each device's own meter
+        (a session's EP has its own transfer, ``VirtualEp.create_data_transfer``)."""
+        return self._data_transfer(None, None)
+
+    def _data_transfer(self, own: OrtMemoryDevice | None, meter: Meter | None) -> VirtualDataTransfer | HostDataTransfer:
         if self.on_host:
-            return HostDataTransfer(self.table, mem, meter)
-        return VirtualDataTransfer(self.table, mem, meter)
+            return HostDataTransfer(self.table, own, meter)
+        return VirtualDataTransfer(self.table, own, meter)
 
     def create_allocator(self, memory_info: OrtMemoryInfo, options: Mapping[str, str] | None = None
                          ) -> OpenCLAllocator | None:

@@ -22,7 +22,7 @@ import pyopencl as cl
 
 from onnxhal.hal.allocator import Allocator
 from onnxhal.hal.tensor import DeviceTensor
-from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
+from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 
 #: Ops whose float32 results an NPU compiler keeps in float32 (accumulators, statistics).
 FP32_PRODUCERS = frozenset({"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL2", "ReduceL1", "ReduceLogSum",

@@ -64,10 +64,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
     if not (config.getoption("onnxhal_simulate", default=None) or os.environ.get(ENV_VAR)):
         return []
-    import onnxhal
+    from onnxhal.runtime.environment import get_ep_devices
     from onnxhal.simulators import describe_backend
 
-    return [f"onnxhal: {line}" for line in map(describe_backend, onnxhal.get_ep_devices()) if line]
+    return [f"onnxhal: {line}" for line in map(describe_backend, get_ep_devices()) if line]
 
 
 def device_id(d: Any) -> str:
@@ -82,9 +82,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     defs = getattr(metafunc, "_arg2fixturedefs", {}).get("ep_device")
     if defs and getattr(defs[-1].func, "__module__", "") != __name__:
         return
-    import onnxhal
+    from onnxhal.runtime.environment import get_ep_devices
 
-    devices = onnxhal.get_ep_devices()
+    devices = get_ep_devices()
     marker = metafunc.definition.get_closest_marker(MARKER)
     if marker is not None:
         wanted = {str(t).lower() for t in marker.args}
@@ -105,8 +105,8 @@ def ep_device(request: pytest.FixtureRequest) -> Any:
 @pytest.fixture
 def ep_session_options(ep_device: Any) -> Any:
     """``onnxhal.SessionOptions`` that put the session on ``ep_device`` (with the CPU EP as fallback)."""
-    import onnxhal
+    from onnxhal.runtime.session_options import SessionOptions
 
-    so = onnxhal.SessionOptions()
+    so = SessionOptions()
     so.add_provider_for_devices([ep_device])
     return so

@@ -266,3 +266,100 @@ def test_write_and_read_callbacks_carry_the_data(npu):
     compiler.clear_ep_context_data_write_func()
     with pytest.raises(errors.InvalidArgument, match="set_ep_context_data_write_func"):
         compiler.compile_to_bytes()
+
+
+# -- EPContext nodes through the hal contract ------------------------------------------------------
+SAVING_EP = '''
+import numpy as np
+from onnxhal import hal
+from onnxhal.hal.ep_context import ep_context_node
+
+
+class _Add(hal.NodeComputeInfo):
+    def __init__(self, graph):
+        self.consts = dict(graph.initializers)
+        self.inputs = graph.input_names
+        self.nodes = [(list(n.inputs), n.outputs[0]) for n in graph.nodes]
+
+    def compute(self, state, ctx):
+        env = dict(self.consts)
+        env.update(zip(self.inputs, ctx.inputs))
+        for ins, out in self.nodes:
+            env[out] = env[ins[0]] + env[ins[1]]
+        return [env[out]]
+
+
+class SavingEp(hal.Ep):
+    name = "SavingExecutionProvider"
+
+    def get_capability(self, graph, support_info):
+        adds = [n for n in graph.nodes if n.op_type == "Add"]
+        for group in support_info.convex_groups(adds):
+            support_info.add_nodes_to_fuse(group)
+
+    def compile(self, graphs, fused_nodes, ep_context_nodes=None):
+        if ep_context_nodes is not None:
+            for k, (g, node) in enumerate(zip(graphs, fused_nodes)):
+                blob = ";".join(n.op_type for n in g.nodes).encode()
+                ep_context_nodes[k] = ep_context_node(node, blob, self.name, "toy-arch", "saving/1")
+        return [_Add(g) for g in graphs]
+
+
+class SavingFactory(hal.EpFactory):
+    name = "SavingExecutionProvider"
+    vendor = "Toy"
+
+    def __init__(self, api):
+        self.api = api
+        self.hw = api.create_hardware_device(hal.OrtHardwareDeviceType.NPU, 0x7071, 0, "Toy", {})
+
+    def get_supported_devices(self, hardware_devices):
+        return [self.api.create_ep_device(self, self.hw)]
+
+    def create_ep(self, devices, ep_metadata, session_options, logger):
+        return SavingEp()
+
+
+def create_ep_factories(registration_name, api, logger):
+    return [SavingFactory(api)]
+
+
+def release_ep_factory(factory):
+    pass
+'''
+
+
+def _add_add_model() -> onnx.ModelProto:
+    g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["a"], name="add1"),
+                           helper.make_node("Relu", ["a"], ["r"], name="relu"),
+                           helper.make_node("Add", ["r", "x"], ["y"], name="add2")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 20])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 20])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_an_eps_compile_returns_the_epcontext_nodes_the_compiled_model_holds(register, plugin_file):
+    register(plugin_file(SAVING_EP, "saving_ep"))
+    so = onnxhal.SessionOptions()
+    so.add_provider_for_devices([d for d in onnxhal.get_ep_devices() if d.ep_name == "SavingExecutionProvider"], {})
+    model = onnx.load_from_string(onnxhal.ModelCompiler(so, _add_add_model(), embed_compiled_data_into_model=True)
+                                  .compile_to_bytes())
+    contexts = [n for n in model.graph.node if n.op_type == "EPContext"]
+    assert [n.op_type for n in model.graph.node] == ["EPContext", "Relu", "EPContext"]
+    attrs = [{a.name: helper.get_attribute_value(a) for a in n.attribute} for n in contexts]
+    assert [a["ep_cache_context"] for a in attrs] == [b"Add", b"Add"]
+    assert {(a["source"], a["hardware_architecture"], a["notes"], a["embed_mode"]) for a in attrs} == {
+        (b"SavingExecutionProvider", b"toy-arch", b"saving/1", 1)}
+
+
+def test_an_ep_without_the_ep_context_nodes_parameter_keeps_its_nodes(register):
+    from tests.conftest import PLUGINS
+
+    register(os.path.join(PLUGINS, "toy_fusing_ep.py"), "toy_fusing")
+    so = onnxhal.SessionOptions()
+    so.add_provider_for_devices([next(d for d in onnxhal.get_ep_devices() if d.ep_name == "ToyA")], {"ops": "Add"})
+    model = onnx.load_from_string(onnxhal.ModelCompiler(so, _add_add_model()).compile_to_bytes())
+    assert [n.op_type for n in model.graph.node] == ["Add", "Relu", "Add"]
+    with pytest.raises(errors.Fail, match="Unable to compile any nodes"):
+        onnxhal.ModelCompiler(so, _add_add_model(), flags=onnxhal.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
+                              ).compile_to_bytes()

@@ -14,9 +14,10 @@ from onnx import TensorProto, helper, numpy_helper
 pytest.importorskip("pyopencl")
 
 from onnxhal import hal  # noqa: E402
+from onnxhal.hal.fused_groups import convex_groups  # noqa: E402
 from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
-from onnxhal.runtime.providers.opencl.ep import OpenCLEp, filtered_graph, fusion_groups  # noqa: E402
-from onnxhal.runtime.providers.opencl.program_cache import ProgramBuildError  # noqa: E402
+from onnxhal.runtime.providers.opencl.device_context import ProgramBuildError  # noqa: E402
+from onnxhal.runtime.providers.opencl.ep import OpenCLEp  # noqa: E402
 from tests.opencl_support import require_opencl  # noqa: E402
 
 OPENCL_INDEX = require_opencl(module_level=True)
@@ -102,8 +103,8 @@ def test_fusion_groups_respect_convexity():
                            helper.make_node("Neg", ["a"], ["b"], name="b"),
                            helper.make_node("Add", ["a", "b"], ["y"], name="c")], {"x": [3]})
     a, b, c = graph.nodes
-    assert [[n.name for n in g] for g in fusion_groups(graph, [a, c])] == [["a"], ["c"]]
-    assert [[n.name for n in g] for g in fusion_groups(graph, [a, b, c])] == [["a", "b", "c"]]
+    assert [[n.name for n in g] for g in convex_groups(graph, [a, c])] == [["a"], ["c"]]
+    assert [[n.name for n in g] for g in convex_groups(graph, [a, b, c])] == [["a", "b", "c"]]
 
 
 def test_build_failure_declines_only_the_failing_nodes(ocl, monkeypatch):
@@ -128,8 +129,8 @@ def test_build_failure_declines_only_the_failing_nodes(ocl, monkeypatch):
 def _run(factory, ep, mem, graph):
     info = hal.EpGraphSupportInfo(graph)
     ep.get_capability(graph, info)
-    (group, _), = info.fused_groups
-    fg = filtered_graph(graph, group)
+    (group, options), = info.fused_groups
+    fg = info.filtered_graph(group, options)
     (cinfo,) = ep.compile([fg], [None])
     state = cinfo.create_state(None)
     return cinfo, state, fg

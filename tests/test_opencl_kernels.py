@@ -17,7 +17,6 @@ pytest.importorskip("pyopencl")
 import onnxhal  # noqa: E402
 from onnxhal import hal  # noqa: E402
 from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
-from onnxhal.runtime.providers.opencl.ep import filtered_graph  # noqa: E402
 from tests.opencl_support import require_opencl  # noqa: E402
 
 OPENCL_INDEX = require_opencl(module_level=True)
@@ -52,8 +51,7 @@ def run_on_opencl(ocl, nodes, inputs: dict, initializers: dict | None = None, op
     ep.get_capability(graph, info)
     assert len(info.fused_groups) == expect_groups, ep.declined
     assert sum(len(g) for g, _ in info.fused_groups) == len(nodes), ep.declined
-    groups = [g for g, _ in info.fused_groups]
-    fgs = [filtered_graph(graph, g) for g in groups]
+    fgs = [info.filtered_graph(g, options) for g, options in info.fused_groups]
     (cinfo,) = ep.compile(fgs, [None] * len(fgs))
     state = cinfo.create_state(None)
     alloc, dt = factory.create_allocator(mem), factory.create_data_transfer()
@@ -293,7 +291,7 @@ def _run_fused_domain(ocl, node, inputs, inits, out_shape):
     info = hal.EpGraphSupportInfo(graph)
     ep.get_capability(graph, info)
     assert len(info.fused_groups) == 1, ep.declined
-    fg = filtered_graph(graph, info.fused_groups[0][0])
+    fg = info.filtered_graph(*info.fused_groups[0])
     (cinfo,) = ep.compile([fg], [None])
     state = cinfo.create_state(None)
     alloc, dt = factory.create_allocator(mem), factory.create_data_transfer()

@@ -16,8 +16,8 @@ import pyopencl as cl  # noqa: E402
 from onnxhal import hal  # noqa: E402
 from onnxhal.hal.errors import InvalidArgument, OutOfMemory  # noqa: E402
 from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
+from onnxhal.runtime.providers.opencl.device_context import ProgramBuildError  # noqa: E402
 from onnxhal.runtime.providers.opencl.memory import OpenCLNotification, OpenCLSyncStream  # noqa: E402
-from onnxhal.runtime.providers.opencl.program_cache import ProgramBuildError  # noqa: E402
 from tests.opencl_support import require_opencl  # noqa: E402
 
 OPENCL_INDEX = require_opencl(module_level=True)
@@ -166,7 +166,7 @@ def test_program_cache_memory_disk_and_build_error(tmp_path):
     code = f"""
 import os, time
 os.environ["ONNXHAL_CACHE_DIR"] = {str(tmp_path)!r}
-from onnxhal.runtime.providers.opencl.program_cache import device_context, opencl_device, ProgramBuildError
+from onnxhal.runtime.providers.opencl.device_context import device_context, opencl_device, ProgramBuildError
 ctx = device_context(opencl_device({OPENCL_INDEX.split(":")[0]}, {OPENCL_INDEX.split(":")[1]}))
 src = "__kernel void k(__global float* x) {{ x[get_global_id(0)] *= 3.0f; }}"
 ctx.program(src); ctx.program(src)
@@ -178,7 +178,7 @@ except ProgramBuildError as e:
 """
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
-    # Two programs: the device's native_exp accuracy check (program_cache.exp_option) and src.
+    # Two programs: the device's native_exp accuracy check (device_context.exp_option) and src.
     assert first.stdout.split("\n")[0] == "2 1 0"
     assert "BUILD_ERROR True" in first.stdout
     assert list((tmp_path / "programs").rglob("*.bin"))

@@ -222,3 +222,25 @@ def test_exported_attention_softmax_nan_guard_stays_on_the_device(opencl):
         None, {"scores": scores, "mask": mask})[0]
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
     assert np.all(y[1] == 0) and np.isfinite(y).all()
+
+
+def test_each_partition_is_lowered_once(opencl, monkeypatch):
+    """The plan made while claiming a group (on the filtered graph the runtime later compiles) is the
+    one compile uses: one lowering per partition, not one per get_capability and one per compile."""
+    from onnxhal.runtime.providers.opencl import ep as opencl_ep
+
+    lowered: list[str] = []
+    real = opencl_ep.build_plan
+
+    def counting(graph, lookup):
+        lowered.append(graph.name)
+        return real(graph, lookup)
+
+    monkeypatch.setattr(opencl_ep, "build_plan", counting)
+    model = small_cnn()
+    sess = onnxhal.InferenceSession(model, providers=PROVIDERS)
+    fused = [n for n in sess.plan.graph.nodes if n.ep_name == "OpenCLExecutionProvider"]
+    assert fused and len(lowered) == len(fused)
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    cpu = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)

@@ -103,7 +103,7 @@ def test_incremental_producer_consumer_maps_match_a_full_rebuild(build):
     graph = optimized(build(), Level.ORT_ENABLE_ALL)
     values = {v for n in graph.nodes for v in (*n.inputs, *n.outputs) if v}
     seen = {v: (graph.producer(v), sorted(id(c) for c in graph.consumers(v))) for v in values}
-    graph._index()
+    graph.reindex()
     assert seen == {v: (graph.producer(v), sorted(id(c) for c in graph.consumers(v))) for v in values}
 
 

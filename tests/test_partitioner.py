@@ -215,6 +215,31 @@ def test_failover_from_many_threads_at_once(toy):
     assert bad == [] and sess.get_providers() == ["CPUExecutionProvider"] and len(sess.failovers) == 1
 
 
+def test_fallback_from_many_threads_at_once_falls_back_once(toy, caplog):
+    """One recovery policy for failover and fallback: threads that meet the lost device together
+    rebuild the session once, on the CPU EP, and every run answers."""
+    import threading
+
+    sess = _lossy(failover=False)
+    bad: list = []
+
+    def worker():
+        for _ in range(20):
+            try:
+                np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+            except Exception as e:  # noqa: BLE001 - collected and asserted below
+                bad.append(e)
+
+    with caplog.at_level(logging.WARNING):
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert bad == [] and sess.get_providers() == ["CPUExecutionProvider"] and sess.failovers == []
+    assert caplog.text.count("Falling back to ['CPUExecutionProvider']") == 1
+
+
 def test_optimizer_keeps_plain_ops_for_eps_that_cannot_run_fused_ones(toy):
     """Conv -> Relu would become a com.onnxhal FusedConv, which ToyA cannot claim: with ToyA in the
     session the fusion is not made, so ToyA still gets its Relu."""

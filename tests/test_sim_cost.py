@@ -109,3 +109,16 @@ def test_an_nhwc_device_pays_the_layout_transposes_the_runtime_inserts(sims):
     assert npu_ops.count("Transpose") == 2 and "FusedConv" in npu_ops
     assert [k for k in costs["generic-npu"].kernels if k.op_type == "Transpose"][0].nbytes == 2 * 128 * 2  # fp16
     assert "Transpose" not in [k.op_type for k in costs["discrete-gpu"].kernels]  # NCHW: nothing to convert
+
+
+def test_a_sessions_copies_charge_its_ep_whatever_the_factory_was_asked_in_between(sims):
+    """The session's data transfer is its EP's (Ep.create_data_transfer), not whatever the factory's
+    create_data_transfer hands out next on the thread: asking the factory first changes nothing."""
+    device = sims["generic-npu"]
+    device.factory.create_data_transfer()  # a factory-wide transfer, as copy_tensors uses
+    sess = session(device)
+    ep = next(iter(sess.eps.values()))
+    device.factory.create_data_transfer()
+    sess.run(None, {"x": np.ones((M, K), np.float32)})
+    assert ep.create_data_transfer().own_meter is ep.meter
+    assert ep.meter.last_run.transfers >= 2  # the input's upload and the output's download

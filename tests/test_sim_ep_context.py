@@ -108,3 +108,41 @@ def test_compiler_flags(sims, tmp_path):
         ModelCompiler(options(sims["VirtualGpuExecutionProvider"]), model_bytes(),
                       flags=OrtCompileApiFlags.ERROR_IF_OUTPUT_FILE_EXISTS).compile_to_file(path)
     assert path.read_bytes() == b"keep me"
+
+
+def dynamic_model_bytes() -> bytes:
+    """MatMul -> Relu -> MatMul over a symbolic batch: one partition with symbolic dimensions."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+         helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")],
+        "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        [numpy_helper.from_array(W1, "w1"), numpy_helper.from_array(W2, "w2")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_partition_with_symbolic_dimensions_is_saved_and_specialised_again_on_load(sims, tmp_path):
+    from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, DynamicPartitionPlan
+
+    gpu = sims["VirtualGpuExecutionProvider"]
+    if gpu.ep_metadata.get("backend") != "opencl":
+        pytest.skip("partitions with symbolic dimensions are specialised per shape only on the OpenCL backend; the "
+                    f"host backend (here: {gpu.ep_metadata.get('backend_reason')}) saves every partition as its graph")
+    path = tmp_path / "dyn_ctx.onnx"
+    ModelCompiler(options(gpu), dynamic_model_bytes(), embed_compiled_data_into_model=True).compile_to_file(path)
+    saved = onnx.load(path)
+    assert [n.op_type for n in saved.graph.node] == ["EPContext"] and not saved.graph.initializer
+    plan, _, _ = decode_partition({a.name: a for a in saved.graph.node[0].attribute}["ep_cache_context"].s)
+    assert isinstance(plan, DynamicPartitionPlan)
+
+    loaded = onnxhal.InferenceSession(str(path), options(gpu))
+    ep = loaded.eps["VirtualGpuExecutionProvider"]
+    assert ep.contexts_loaded == 1 and loaded.partition_summary == {"VirtualGpuExecutionProvider": 1}
+    (info,) = [i for i in ep._dynamic.values() if isinstance(i, DynamicNodeComputeInfo)]
+    so = options(gpu)
+    so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL  # what the compiler used
+    direct = onnxhal.InferenceSession(dynamic_model_bytes(), so)
+    for batch in (4, 2, 4):
+        x = RNG.standard_normal((batch, 16)).astype(np.float32)
+        np.testing.assert_array_equal(loaded.run(None, {"x": x})[0], direct.run(None, {"x": x})[0])
+    assert (info.stats.misses, info.stats.hits, info.stats.host_runs) == (2, 1, 0)  # one specialisation per batch

@@ -45,6 +45,7 @@ from onnxhal.ort_plugin.ep_context import context_enabled, context_node
 from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
 from onnxhal.ort_plugin.ort_api import API_VERSION, OrtApi
 from onnxhal.ort_plugin.structs import EpStruct, FactoryStruct, FusionOptions, Strings, fill, words, write_out
+from onnxhal.runtime.compile_partitions import compile_graphs
 from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE
 
 logger = logging.getLogger("onnxhal.ort_plugin")
@@ -287,14 +288,13 @@ class EpAdapter:
                       for g, f in zip(graphs, fused_nodes)]
         singles = [self._single_node_compute(g) for g in hal_graphs]
         to_compile = [i for i, s in enumerate(singles) if s is None]
-        compiled = self.ep.compile([hal_graphs[i] for i in to_compile], [fused_nodes[i] for i in to_compile]) \
-            if to_compile else []
-        if len(compiled) != len(to_compile):
-            raise InvalidArgument(f"{self.ep.name}.compile returned {len(compiled)} NodeComputeInfos for "
-                                  f"{len(to_compile)} graphs")
+        compiled, contexts = compile_graphs(self.ep, [hal_graphs[i] for i in to_compile],
+                                            [fused_nodes[i] for i in to_compile], self.make_context_nodes) \
+            if to_compile else ([], [])
         infos: list[NodeComputeInfo] = list(singles)  # type: ignore[arg-type]
-        for i, info in zip(to_compile, compiled):
-            infos[i] = info
+        context_nodes: list = [None] * count
+        for i, info, context in zip(to_compile, compiled, contexts):
+            infos[i], context_nodes[i] = info, context
         out = ctypes.cast(args[3], POINTER(c_void_p))
         for i, (info, node) in enumerate(zip(infos, fused_nodes)):
             adapter = ComputeAdapter(self, info, node)
@@ -302,8 +302,8 @@ class EpAdapter:
             out[i] = adapter.address
         if self.make_context_nodes and args[4]:
             nodes = ctypes.cast(args[4], POINTER(c_void_p))
-            for i, (node, graph) in enumerate(zip(fused_nodes, hal_graphs)):
-                nodes[i] = context_node(self.api, self.ep, node, graph)
+            for i, context in enumerate(context_nodes):
+                nodes[i] = context_node(self.api, context) if context is not None else None
 
     def compatibility_info(self, args: Any) -> int:
         """GetCompiledModelCompatibilityInfo: written into a compiled model's metadata."""

@@ -72,9 +72,9 @@ class DeviceMemory:
                      if e.memory_info(OrtDeviceMemoryType.DEFAULT) is not None), None)
         if info is None or info.is_host:
             return None
-        # The factory's data transfer is asked for right after create_ep, on the same thread: the
-        # simulators tie the transfer to the EP just created that way (hal's current contract).
-        transfer = factory.create_data_transfer()
+        transfer = ep.create_data_transfer()  # the EP's own (it may meter the session's copies), else the factory's
+        if transfer is None:
+            transfer = factory.create_data_transfer()
         allocator = ep.create_allocator(info) or factory.create_allocator(info)
         if transfer is None or allocator is None:
             raise InvalidArgument(f"{factory.name} declares device memory {info.name!r} but provides no "

@@ -1,16 +1,16 @@
-"""EPContext nodes for onnxruntime's compiled models, made from an onnxhal EP's exported partitions.
+"""EPContext nodes for onnxruntime's compiled models, made from an onnxhal EP's own.
 
 When onnxruntime compiles a model (``ModelCompiler``, or the session option ``ep.context_enable``),
 ``OrtEp::Compile`` may return one EPContext node per partition; onnxruntime writes them into the
-compiled model in place of the partition's nodes. The hal contract exports a partition with the
-EP's ``export_context(fused_node_name)`` (today ``simulators/ep.py``'s ``VirtualEp``; issue 32 moves
-it into ``hal.Ep``): this module is the only place the bridge calls it.
+compiled model in place of the partition's nodes. An onnxhal EP returns them as hal Nodes through
+``hal.Ep.compile``'s ``ep_context_nodes`` (``hal/ep_context.py``); this module turns each into an
+OrtNode with the model editor API.
 
-The node carries the attributes onnxhal's own ModelCompiler writes (``main_context``, ``embed_mode``,
-``ep_cache_context``, ``source``, ``partition_name``, ``hardware_architecture``, ``notes``), with one
-difference: onnxruntime's ``CreateOpAttr`` takes a string attribute as a NUL-terminated C string,
-so the binary blob travels as text, ``onnxhal-base64:`` + base64. ``decode_blob_attribute`` turns it
-back into bytes when the bridge reads such a node (graph_view.py), so the EP sees its own blob.
+The node keeps the EP's attributes (``main_context``, ``embed_mode``, ``ep_cache_context``, ``source``,
+``partition_name``, ``hardware_architecture``, ``notes``), with one difference: onnxruntime's
+``CreateOpAttr`` takes a string attribute as a NUL-terminated C string, so the binary blob travels
+as text, ``onnxhal-base64:`` + base64. ``decode_blob_attribute`` turns it back into bytes when the
+bridge reads such a node (graph_view.py), so the EP sees its own blob.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import ctypes
 from ctypes import c_char_p, c_int64, c_void_p
 from typing import Any
 
-from onnxhal.hal.graph import Graph, Node
+import onnx
+
+from onnxhal.hal.ep_context import EP_CONTEXT_DOMAIN, EP_CONTEXT_ENABLE, EP_CONTEXT_OP
+from onnxhal.hal.graph import Node
 from onnxhal.ort_plugin.ort_api import OrtApi
 
-EP_CONTEXT_OP = "EPContext"
-EP_CONTEXT_DOMAIN = "com.microsoft"
 BLOB_ATTRIBUTE = "ep_cache_context"
 BLOB_PREFIX = b"onnxhal-base64:"
 _INT, _STRING = 1, 5  # OrtOpAttrType
@@ -39,23 +40,22 @@ def decode_blob_attribute(value: bytes) -> bytes:
 
 def context_enabled(config: dict[str, str]) -> bool:
     """Whether the session compiles a model: onnxruntime's session option ``ep.context_enable``."""
-    return config.get("ep.context_enable", "0") == "1"
+    return config.get(EP_CONTEXT_ENABLE, "0") == "1"
 
 
-def context_node(api: OrtApi, ep: Any, fused_node: Node, graph: Graph) -> int | None:
-    """An OrtNode* EPContext node for ``fused_node``, named as it (onnxruntime matches the two by name and
-    takes ownership), or None when the
-    EP exports no blob for it (onnxruntime then keeps the partition's original nodes)."""
-    export = getattr(ep, "export_context", None)
-    blob = export(fused_node.name) if export is not None else None
-    if blob is None or "CreateNode" not in api.editor:
+def context_node(api: OrtApi, node: Node) -> int | None:
+    """An OrtNode* for the EP's EPContext ``node`` (named as its fused node: onnxruntime matches the
+    two by name and takes ownership); None when onnxruntime's model editor API cannot create nodes."""
+    if "CreateNode" not in api.editor:
         return None
-    profile = getattr(ep, "profile", None)
-    attrs: list[tuple[str, int | bytes]] = [
-        ("main_context", 1), ("embed_mode", 1), (BLOB_ATTRIBUTE, BLOB_PREFIX + base64.b64encode(blob)),
-        ("source", ep.name.encode()), ("partition_name", fused_node.name.encode()),
-        ("hardware_architecture", getattr(profile, "name", "").encode()),
-        ("notes", ep.get_compiled_model_compatibility_info(graph).encode())]
+    attrs: list[tuple[str, int | bytes]] = []
+    for name, proto in node.attribute_protos.items():
+        if proto.type == onnx.AttributeProto.INT:
+            attrs.append((name, int(proto.i)))
+        elif name == BLOB_ATTRIBUTE:
+            attrs.append((name, BLOB_PREFIX + base64.b64encode(proto.s)))
+        else:
+            attrs.append((name, bytes(proto.s)))
     made: list[int] = []
     attr_array: Any = None
     try:
@@ -68,14 +68,14 @@ def context_node(api: OrtApi, ep: Any, fused_node: Node, graph: Graph) -> int | 
                 text = ctypes.create_string_buffer(value)
                 api.call("CreateOpAttr", name.encode(), text, len(value), _STRING, ctypes.byref(out))
             made.append(out.value)
-        ins = (c_char_p * len(fused_node.inputs))(*[n.encode() for n in fused_node.inputs])
-        outs = (c_char_p * len(fused_node.outputs))(*[n.encode() for n in fused_node.outputs])
+        ins = (c_char_p * len(node.inputs))(*[n.encode() for n in node.inputs])
+        outs = (c_char_p * len(node.outputs))(*[n.encode() for n in node.outputs])
         attr_array = (c_void_p * len(made))(*made)
-        node = c_void_p()
+        made_node = c_void_p()
         api.check(api.editor["CreateNode"](EP_CONTEXT_OP.encode(), EP_CONTEXT_DOMAIN.encode(),
-                                           fused_node.name.encode(), ins, len(ins), outs, len(outs),
-                                           attr_array, len(made), ctypes.byref(node)), "CreateNode")
-        return node.value
+                                           node.name.encode(), ins, len(ins), outs, len(outs),
+                                           attr_array, len(made), ctypes.byref(made_node)), "CreateNode")
+        return made_node.value
     finally:
         # CreateNode takes the attributes over (and NULLs their slots); release only what it did not take.
         left = [a for a in attr_array if a] if attr_array is not None else made

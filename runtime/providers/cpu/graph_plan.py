@@ -15,8 +15,8 @@ def cpu_graph_plan(graph: Graph, outputs: Sequence[str] | None = None, logger: l
     ``outputs`` (default: the graph's outputs). Every node, whichever EP it was assigned to, and its
     subgraphs run on the CPU EP; every value lives in host memory. Plans hold no per-run state, so
     many threads may run one at once."""
-    from onnxhal.runtime.executor import PlanBuilder
-    from onnxhal.runtime.memory_plan import MemoryContext
+    from onnxhal.runtime.executor import ExecutionPlanBuilder
+    from onnxhal.runtime.memory_context import MemoryContext
     from onnxhal.runtime.providers.cpu.ep import CpuEp
 
     if outputs is not None:
@@ -26,4 +26,4 @@ def cpu_graph_plan(graph: Graph, outputs: Sequence[str] | None = None, logger: l
     eps = {n.ep_name: cpu for n in graph.nodes}
     eps.update({"CPUExecutionProvider": cpu, "": cpu})
     # No EP is registered in this MemoryContext: every EP name maps to host memory.
-    return PlanBuilder(eps, {}, MemoryContext()).build(graph)
+    return ExecutionPlanBuilder(eps, {}, MemoryContext()).build(graph)

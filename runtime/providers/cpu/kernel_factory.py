@@ -9,6 +9,7 @@ that number, so both a schema version and a model opset select the same kernel.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Mapping
@@ -35,8 +36,11 @@ def node_opset(node: Node, opset: int | Mapping[str, int] | None = None) -> int:
     return int(opset or 0)
 
 
+@functools.cache
 def _load_reference_op(domain: str, op_type: str, version: int) -> Any:
-    """onnx.reference implementation class (or function-body factory) for an op, or raise."""
+    """onnx.reference implementation class (or function-body factory) for an op, or raise. Loaded
+    once per process (a function-bodied op builds a ReferenceEvaluator): ``supports_node`` in
+    ``get_capability`` and ``ReferenceKernel`` in ``create_kernel`` share it."""
     from onnx.reference import ReferenceEvaluator
 
     if domain == "":
@@ -67,6 +71,7 @@ def _load_reference_op(domain: str, op_type: str, version: int) -> Any:
         return load_op(domain, op_type, oldest)
 
 
+@functools.cache
 def _reference_available(domain: str, op_type: str, version: int) -> bool:
     if domain not in _REFERENCE_DOMAINS:
         return False

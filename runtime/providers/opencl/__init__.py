@@ -2,7 +2,7 @@
 
 Register with ``register_execution_provider_library("opencl", "onnxhal.runtime.providers.opencl")``;
 the registry calls ``create_ep_factories`` and, at unregistration, ``release_ep_factory``. The
-implementation lives in ``factory``, ``ep``, ``memory``, ``program_cache``, ``plan_builder`` and
+implementation lives in ``factory``, ``ep``, ``memory``, ``device_context``, ``plan_builder`` and
 the kernel modules; they are imported on first use so importing onnxhal costs nothing.
 """
 

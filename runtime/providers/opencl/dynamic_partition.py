@@ -15,6 +15,8 @@ parameters fed at run time, such as a Reshape shape computed by the CPU EP) it h
    the host for as long as it stays cached, with the reason recorded.
 
 Hits, misses, evictions, host runs and build seconds are in ``stats`` and in the profiling trace.
+An EP that saves compiled partitions (EPContext) saves such a partition as a ``DynamicPartitionPlan``:
+its graph, from which the specialisations are made again.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx
 import pyopencl as cl
 from onnx import helper
 
@@ -80,6 +83,26 @@ class _Entry:
     state: PartitionState | None  # None: this signature runs on the host
     feeds: list[int]  # which of the partition's inputs the plan takes, in its order
     reason: str = ""
+
+
+@dataclass
+class DynamicPartitionPlan:
+    """What a saved (EPContext) partition with symbolic dimensions holds: its graph as ONNX (weights
+    as compiled), its opsets and the signature cache's size. Loading it gives a
+    ``DynamicNodeComputeInfo`` that specialises each signature again, as the first compile did."""
+
+    graph: np.ndarray  # serialized onnx.GraphProto as uint8
+    opset: dict
+    max_signatures: int
+
+    @classmethod
+    def of(cls, info: DynamicNodeComputeInfo) -> DynamicPartitionPlan:
+        data = info.graph.to_proto().SerializeToString()
+        return cls(np.frombuffer(data, dtype=np.uint8).copy(), dict(info.graph.opset), info.max_signatures)
+
+    def compute_info(self, device: Any, allocator: Any, logger: logging.Logger) -> DynamicNodeComputeInfo:
+        graph = Graph.from_proto(onnx.GraphProto.FromString(self.graph.tobytes()), self.opset)
+        return DynamicNodeComputeInfo(graph, device, allocator, logger, int(self.max_signatures))
 
 
 class DynamicNodeComputeInfo(NodeComputeInfo):

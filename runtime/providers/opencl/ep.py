@@ -1,15 +1,16 @@
 """``OpenCLEp``: claims the nodes the OpenCL kernels cover, fuses connected runs, compiles them.
 
-``get_capability`` claims supported nodes, groups them into fused partitions (a group is grown
-along producer->consumer edges only while no node outside it lies on a path between two members),
-and builds every group's programs right away: a group whose programs fail to build is retried node
-by node, and nodes that still fail are declined (logged) so another EP runs them. ``compile`` then
-finds every program in the in-process cache.
+``get_capability`` claims supported nodes, asks the runtime to group them into fused partitions
+(``EpGraphSupportInfo.convex_groups``) and plans every group's filtered graph right away (the graph
+``compile`` will receive: ``EpGraphSupportInfo.filtered_graph``), building its programs: a group whose
+programs fail to build is retried node by node, and nodes that still fail are declined (logged) so
+another EP runs them. ``compile`` then takes the plan made while claiming; each group is lowered once.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 
 import pyopencl as cl
@@ -17,14 +18,17 @@ import pyopencl as cl
 from onnxhal.hal.ep import Ep, EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.providers.op_geometry import pool_geometry
+from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, is_dynamic
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
 from onnxhal.runtime.providers.opencl.op_support import VIEW_OPS, GraphLookup, unsupported_reason
 from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
 from onnxhal.runtime.providers.opencl.plan_builder import build_plan
-from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
 
 EP_NAME = "OpenCLExecutionProvider"
+#: The EP keeps its own copies of constant weights (uploaded once per partition state).
+FUSION_OPTIONS = NodeFusionOptions(drop_constant_initializers=True)
 
 
 class OpenCLNodeComputeInfo(NodeComputeInfo):
@@ -71,6 +75,8 @@ class OpenCLEp(Ep):
         self._constants: dict = {}
         self.declined: dict[str, str] = {}  # node name/op -> reason (for logs and tests)
         self._dynamic: dict[str, DynamicNodeComputeInfo] = {}  # fused node name -> per-shape partition
+        # Plans made in get_capability, by the filtered graph compile will receive (gone with it).
+        self._planned: weakref.WeakKeyDictionary[Graph, PartitionPlan] = weakref.WeakKeyDictionary()
 
     def _lookup(self, graph: Graph, allow_dynamic: bool = False) -> GraphLookup:
         return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic)
@@ -93,37 +99,38 @@ class OpenCLEp(Ep):
             elif reason:  # "" means "not mine, say nothing" (e.g. a node a subclass takes itself)
                 self.declined[n.name or n.op_type] = reason
                 self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
-        for group in fusion_groups(graph, claimed):
-            for part in self._buildable(graph, group, lookup):
+        for group in support_info.convex_groups(claimed):
+            for part in self._buildable(support_info, group):
                 if all(n.op_type in VIEW_OPS for n in part):
                     continue  # a lone view computes nothing: not worth two copies
-                support_info.add_nodes_to_fuse(part, NodeFusionOptions(drop_constant_initializers=True))
+                support_info.add_nodes_to_fuse(part, FUSION_OPTIONS)
 
     def node_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
         """None if this EP takes ``node``, else why not: the hook subclasses (the simulated
         devices) extend with their own limits."""
         return unsupported_reason(node, lookup)
 
-    def _buildable(self, graph: Graph, group: list[Node], lookup: GraphLookup) -> list[list[Node]]:
+    def _buildable(self, support_info: EpGraphSupportInfo, group: list[Node]) -> list[list[Node]]:
         """``group`` if its programs build, else its nodes that build on their own."""
-        if self._try_build(graph, group, lookup):
+        if self._try_build(support_info, group):
             return [group]
         if len(group) == 1:
             return []
-        return [[n] for n in group if self._try_build(graph, [n], lookup)]
+        return [[n] for n in group if self._try_build(support_info, [n])]
 
-    def _try_build(self, graph: Graph, nodes: list[Node], lookup: GraphLookup) -> bool:
-        part = filtered_graph(graph, nodes)
+    def _try_build(self, support_info: EpGraphSupportInfo, nodes: list[Node]) -> bool:
+        part = support_info.filtered_graph(nodes, FUSION_OPTIONS)
         if is_dynamic(part):
             return True  # planned per concrete shape at run time (host fallback if that fails)
         try:
-            plan = build_plan(part, self._lookup(graph))
+            plan = build_plan(part, self._lookup(part))
             # A subclass with no OpenCL device (the simulators' host backend) plans only, so that
             # it takes exactly the nodes it would take with a device.
             if self.device is not None:
                 for step in (*plan.init_steps, *plan.steps):
                     if isinstance(step, Launch):
                         self.device.program(step.source)
+            self._planned[part] = plan
             return True
         except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
             for n in nodes:
@@ -139,7 +146,9 @@ class OpenCLEp(Ep):
             if is_dynamic(graph):
                 infos.append(DynamicNodeComputeInfo(graph, self.device, self.allocator, self.logger))
                 continue
-            plan = build_plan(graph, self._lookup(graph))
+            plan = self._planned.pop(graph, None)
+            if plan is None:  # a graph get_capability did not see (a subclass rewrote it)
+                plan = build_plan(graph, self._lookup(graph))
             infos.append(OpenCLNodeComputeInfo(plan, self.device, self.allocator))
         self._dynamic.update((n.name, i) for n, i in zip(fused_nodes, infos) if isinstance(i, DynamicNodeComputeInfo))
         return infos
@@ -152,86 +161,11 @@ class OpenCLEp(Ep):
         return info.stats.as_args(len(info._cache))
 
 
-def fusion_groups(graph: Graph, claimed: Sequence[Node]) -> list[list[Node]]:
-    """Connected groups of ``claimed`` nodes such that no node outside a group lies on a path between
-    two of its members (so each group can become one fused node without creating a cycle)."""
-    nodes = graph.nodes
-    index = {id(n): i for i, n in enumerate(nodes)}
-    preds: list[list[int]] = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        for name in (*n.inputs, *n.implicit_inputs):
-            p = graph.producer(name) if name else None
-            if p is not None and id(p) in index:
-                preds[i].append(index[id(p)])
-    anc = [0] * len(nodes)
-    for i in range(len(nodes)):
-        for p in preds[i]:
-            anc[i] |= anc[p] | (1 << p)
-    desc = [0] * len(nodes)
-    for i in range(len(nodes) - 1, -1, -1):
-        for p in preds[i]:
-            desc[p] |= desc[i] | (1 << i)
-    is_claimed = {index[id(n)] for n in claimed}
-    group_of = {i: i for i in is_claimed}
-    groups = {i: [1 << i, anc[i], desc[i], [i]] for i in is_claimed}
-
-    def find(i: int) -> int:
-        while group_of[i] != i:
-            group_of[i] = group_of[group_of[i]]
-            i = group_of[i]
-        return i
-
-    for c in sorted(is_claimed):
-        for p in preds[c]:
-            if p not in is_claimed:
-                continue
-            gp, gc = find(p), find(c)
-            if gp == gc:
-                continue
-            mp, ap, dp, lp = groups[gp]
-            mc, ac, dc, lc = groups[gc]
-            mask, a, d = mp | mc, ap | ac, dp | dc
-            if (a & d) & ~mask:
-                continue  # some outside node is both after and before the merged group
-            group_of[gc] = gp
-            groups[gp] = [mask, a, d, lp + lc]
-            del groups[gc]
-    return [[nodes[i] for i in sorted(g[3])] for g in sorted(groups.values(), key=lambda g: min(g[3]))]
-
-
-def filtered_graph(graph: Graph, nodes: Sequence[Node]) -> Graph:
-    """The graph of one fused group, as the runtime hands it to ``compile``: inputs are values the
-    group reads from outside (constant initializers excluded), outputs are values it produces that
-    anything outside reads or the graph outputs."""
-    members = {id(n) for n in nodes}
-    produced = {o for n in nodes for o in n.outputs if o}
-    graph_outputs = set(graph.output_names)
-    inputs: list[str] = []
-    inits = {}
-    for n in nodes:
-        for name in (*n.inputs, *n.implicit_inputs):
-            if not name or name in produced:
-                continue
-            if graph.is_constant_initializer(name):
-                inits[name] = graph.initializer(name)
-            elif name not in inputs:
-                inputs.append(name)
-    outputs = [o for n in nodes for o in n.outputs if o and (
-        o in graph_outputs or any(id(c) not in members for c in graph.consumers(o)))]
-    names = set(inputs) | produced | set(inits)
-    vis = {name: graph.value_info(name) for name in names}
-    return Graph(f"{EP_NAME}_group", list(nodes), [vis[i] for i in inputs], [vis[o] for o in outputs],
-                 initializers=inits, value_infos=vis, opset=graph.opset)
-
-
 def _ort_pool_dims(node: Node, xs: tuple) -> tuple:
     """The output shape onnxruntime gives a pool over an input of shape ``xs``: the CPU EP's
     geometry (with ceil_mode, the last window dropped when it would start in the right padding
     or past the input, which onnx 1.23's shape inference keeps; C's truncating division where
     the padded input is shorter than the window)."""
-    # The CPU EP's pool geometry, so that both EPs size pools in one way.
-    from onnxhal.runtime.providers.cpu.kernels.pooling import pool_geometry
-
     (_, _, _, _, _, out, _), _ = pool_geometry(node, xs[2:])
     return (*xs[:2], *out)
 

@@ -20,6 +20,7 @@ from onnxhal.hal.ep_device import OrtEpDevice
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
+from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext, device_context
 from onnxhal.runtime.providers.opencl.ep import EP_NAME, OpenCLEp
 from onnxhal.runtime.providers.opencl.memory import (
     OpenCLAllocator,
@@ -27,7 +28,6 @@ from onnxhal.runtime.providers.opencl.memory import (
     OpenCLSyncStream,
     opencl_memory_info,
 )
-from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext, device_context
 
 MAX_EP_DEVICES = 8
 

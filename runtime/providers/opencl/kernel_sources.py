@@ -16,7 +16,7 @@ from __future__ import annotations
 NAN_HELPERS = """
 // As numpy, the CPU EP and onnxruntime's elementwise ops: OpenCL's fmax/fmin return the other
 // operand for a NaN (and are out-of-line calls on PoCL). `a != a` needs the build without
-// -cl-finite-math-only (program_cache.DEFAULT_BUILD_OPTIONS).
+// -cl-finite-math-only (device_context.DEFAULT_BUILD_OPTIONS).
 inline float onnxhal_max(float a, float b) { return (a > b || a != a) ? a : b; }
 inline float onnxhal_min(float a, float b) { return (a < b || a != a) ? a : b; }
 // min(max(v, lo), hi) as ORT's Clip: hi wins when lo > hi

@@ -27,7 +27,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.sync_stream import SyncNotification, SyncStream
 from onnxhal.hal.tensor import DeviceTensor
-from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
+from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 
 #: Vendor id of OpenCL device memory when the hardware device reports none ("OH", onnxhal).
 ONNXHAL_OPENCL_VENDOR_ID = 0x4F48

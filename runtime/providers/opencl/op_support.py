@@ -197,7 +197,7 @@ def _check_conv(node: Node, lookup: GraphLookup) -> str | None:
         return f"Conv on rank {None if x is None else len(x)} input (only 1-D and 2-D)"
     w = lookup.shape(node.inputs[1])
     if w is not None and all(isinstance(d, int) for d in x[2:]):  # the CPU EP's geometry refuses a kernel longer than its padded input, as onnxruntime
-        from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry
+        from onnxhal.runtime.providers.op_geometry import ConvGeometry
 
         try:
             ConvGeometry(node).resolve(x[2:], w[2:])
@@ -266,7 +266,7 @@ def _check_gather(node: Node, lookup: GraphLookup) -> str | None:
     const, xs = lookup.const(idx), lookup.dims(node.inputs[0])
     if const is not None and xs and const.size and isinstance(xs[node.attr("axis", 0) % len(xs)], int):
         n = xs[node.attr("axis", 0) % len(xs)]
-        from onnxhal.runtime.providers.cpu.kernels.shape_ops import first_out_of_range
+        from onnxhal.runtime.providers.op_geometry import first_out_of_range
 
         if first_out_of_range(const, n) is not None:  # the CPU EP's kernel reports it
             return f"Gather indices out of range for an axis of length {n}"

@@ -18,9 +18,9 @@ import pyopencl as cl
 
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.tensor import DeviceTensor
-from onnxhal.runtime.providers.cpu.kernels.shape_ops import first_out_of_range
+from onnxhal.runtime.providers.op_geometry import first_out_of_range
+from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
-from onnxhal.runtime.providers.opencl.program_cache import OpenCLDeviceContext
 
 #: Work-group size of the 1-D kernels: fixed, so PoCL compiles each kernel for one local size only.
 LOCAL_1D = 64

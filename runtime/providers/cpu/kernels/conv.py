@@ -11,23 +11,7 @@ from numpy.lib.stride_tricks import as_strided
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
-
-
-def resolve_pads(in_spatial, kernel, strides, dilations, pads, auto_pad: str) -> tuple[list, list]:
-    """(pads at start, pads at end) per spatial axis, from explicit pads or ``auto_pad``."""
-    n = len(in_spatial)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begin, end = [], []
-        for i in range(n):
-            out = -(-in_spatial[i] // strides[i])
-            total = max((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_spatial[i], 0)
-            small, big = total // 2, total - total // 2
-            begin.append(small if auto_pad == "SAME_UPPER" else big)
-            end.append(big if auto_pad == "SAME_UPPER" else small)
-        return begin, end
-    if auto_pad == "VALID" or not pads:
-        return [0] * n, [0] * n
-    return list(pads[:n]), list(pads[n:])
+from onnxhal.runtime.providers.op_geometry import ConvGeometry
 
 
 def strided_view(a: np.ndarray, shape: tuple, strides: tuple, offset: int = 0) -> np.ndarray:
@@ -64,49 +48,6 @@ def window_view(xp: np.ndarray, kernel, strides, dilations, out_spatial) -> np.n
     strides = xp.strides[:2] + tuple(sp[i] * strides[i] for i in range(nd)) + tuple(
         sp[i] * dilations[i] for i in range(nd))
     return strided_view(xp, shape, strides)
-
-
-class ConvGeometry:
-    """Parsed Conv/Pool attributes; resolves pads and output sizes for an input shape."""
-
-    def __init__(self, node: Node, kernel_shape=None) -> None:
-        self.op = node.op_type
-        self.kernel_shape = node.attr("kernel_shape", kernel_shape)
-        self.strides = node.attr("strides")
-        self.dilations = node.attr("dilations")
-        self.pads = node.attr("pads")
-        self.auto_pad = node.attr("auto_pad", "NOTSET")
-
-    def resolve(self, spatial, kernel=None, pool: bool = False):
-        """(kernel, strides, dilations, pads begin, pads end, output size). The output size is ONNX's
-        shape-inference formula, (padded - span) / stride + 1 with C's division, which rounds toward
-        zero (also for ``auto_pad`` VALID): a pool whose window reaches past the padded input by less
-        than a stride still has one output (onnx and onnxruntime; its window is clipped, see
-        ``_Pool.geometry``). A Conv whose kernel is longer than its padded input is refused, as
-        onnxruntime does."""
-        kernel = list(self.kernel_shape or kernel)
-        nd = len(kernel)
-        strides = self.strides or [1] * nd
-        dil = self.dilations or [1] * nd
-        pb, pe = resolve_pads(spatial, kernel, strides, dil, self.pads, self.auto_pad)
-        return kernel, strides, dil, pb, pe, output_sizes(self.op, spatial, kernel, strides, dil, pb, pe, pool)
-
-
-def output_sizes(op: str, spatial, kernel, strides, dil, pb, pe, pool: bool = False) -> list[int]:
-    """ONNX's output size per spatial axis (see ``ConvGeometry.resolve``); ``InvalidArgument`` where
-    onnxruntime refuses the node (numpy's error would name no attribute)."""
-    nd = len(kernel)
-    spare = [spatial[i] + pb[i] + pe[i] - ((kernel[i] - 1) * dil[i] + 1) for i in range(nd)]
-    out = [(n // s if n >= 0 else -(-n // s)) + 1 for n, s in zip(spare, strides)]
-    bad = [i for i in range(nd) if out[i] < 0 or (not pool and spare[i] < 0)]
-    if bad:
-        i = bad[0]
-        raise InvalidArgument(
-            f"{op}: the kernel spans {(kernel[i] - 1) * dil[i] + 1} cells on spatial axis {i} (kernel "
-            f"{kernel[i]}, dilation {dil[i]}), more than the padded input's {spatial[i] + pb[i] + pe[i]} (input "
-            f"{spatial[i]}, pads {pb[i]} + {pe[i]})" + (f", giving a negative output size {out[i]}" if pool else "")
-            + ". Check kernel_shape, pads, strides and dilations against the input's shape.")
-    return out
 
 
 def pad_spatial(x: np.ndarray, pb, pe, value=0) -> np.ndarray:

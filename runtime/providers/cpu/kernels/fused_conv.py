@@ -34,10 +34,8 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     depthwise_rows,
     flat_plane_filler,
     im2col_from_phases,
-    output_sizes,
     pad_spatial,
     per_shape,
-    resolve_pads,
     rows_to_output,
     rows_view,
     same_width,
@@ -45,6 +43,7 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
 )
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, parallel_ranges, writable
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.op_geometry import output_sizes, resolve_pads
 
 
 def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int], kernel: tuple[int, int],

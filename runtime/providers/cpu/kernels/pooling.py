@@ -13,8 +13,9 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.runtime.providers.cpu.kernels.conv import ConvGeometry, pad_spatial, per_shape, strided_view
+from onnxhal.runtime.providers.cpu.kernels.conv import pad_spatial, per_shape, strided_view
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.op_geometry import PoolGeometry
 
 
 def _tap_range(k: int, n: int, out: int, stride: int, dil: int, pb: int) -> tuple[int, int]:
@@ -160,34 +161,12 @@ def _tap_slices(idx, dil, strides, out):
 
 class _Pool(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.geo = ConvGeometry(node)
-        self.ceil = bool(node.attr("ceil_mode", 0)) and node.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+        self.geo = PoolGeometry(node)
+        self.ceil = self.geo.ceil
 
     def geometry(self, spatial):
-        """kernel, strides, dilations, pads begin, pads end (incl. ceil_mode's extra), output size,
-        and the explicit pads end (what counts as padding for count_include_pad)."""
-        kernel, strides, dil, pb, pe, out = self.geo.resolve(spatial, pool=True)
-        pe_explicit = list(pe)
-        if not self.ceil:  # a single window reaching past the padded end: the rest is padding that never counts
-            pe = [e + max(0, (k - 1) * d + 1 - (n + b + e)) if o == 1 else e
-                  for n, k, d, b, e, o in zip(spatial, kernel, dil, pb, pe, out)]
-        else:
-            pe = list(pe)
-            for i in range(len(kernel)):
-                span = (kernel[i] - 1) * dil[i] + 1
-                o = -(-(spatial[i] + pb[i] + pe[i] - span) // strides[i]) + 1
-                if (o - 1) * strides[i] >= spatial[i] + pb[i]:  # the last window must start inside
-                    o -= 1
-                out[i] = o
-                pe[i] += max(0, (o - 1) * strides[i] + span - (spatial[i] + pb[i] + pe[i]))
-        return kernel, strides, dil, pb, pe, out, pe_explicit
-
-
-def pool_geometry(node: Node, spatial) -> tuple:
-    """``_Pool.geometry`` of a MaxPool/AveragePool/LpPool node over ``spatial`` dims, and whether
-    ceil_mode applies: how the CPU EP sizes the pool (for EPs that must agree with it)."""
-    pool = _Pool(node, None)
-    return pool.geometry(list(spatial)), pool.ceil
+        """``PoolGeometry.geometry``: what every EP sizes this pool by."""
+        return self.geo.geometry(spatial)
 
 
 @register("MaxPool", since=1)

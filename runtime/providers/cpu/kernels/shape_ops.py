@@ -12,6 +12,7 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.op_geometry import first_out_of_range
 
 _ndarray = np.ndarray
 _INT64 = np.int64
@@ -188,13 +189,6 @@ class Gather(Kernel):
         x, idx = inputs
         _check_indices("Gather", idx, x.shape[self.axis] if -x.ndim <= self.axis < x.ndim else 0, self.axis)
         return [np.asarray(np.take(x, idx, axis=self.axis))]
-
-
-def first_out_of_range(idx: np.ndarray, n: int) -> int | None:
-    """The first index outside [-n, n), or None (one min/max pass when all are in range)."""
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        return int(idx[(idx < -n) | (idx >= n)].reshape(-1)[0])
-    return None
 
 
 def _check_indices(op: str, idx: np.ndarray, n: int, axis: int) -> None:

@@ -52,7 +52,7 @@ def _bypass(graph: Graph, node: Node, source: str, result: str) -> bool:
             return False
         producer.outputs = tuple(result if o == source else o for o in producer.outputs)
     graph.nodes.remove(node)
-    graph._index()
+    graph.reindex()
     return True
 
 
@@ -103,7 +103,7 @@ def remove_dead_nodes(graph: Graph) -> bool:
         del graph.initializers[name]
         changed = True
     if changed:
-        graph._index()
+        graph.reindex()
     return changed
 
 
@@ -195,7 +195,7 @@ def fold_constants(graph: Graph) -> bool:
             if name:
                 graph.initializers[name] = value
                 dtype = onnx.TensorProto.STRING if value.dtype == object else helper.np_dtype_to_tensor_dtype(value.dtype)
-                graph._set_value_info(ValueInfo(name, helper.make_tensor_type_proto(dtype, value.shape)))
+                graph.set_value_info(ValueInfo(name, helper.make_tensor_type_proto(dtype, value.shape)))
         remove_node(graph, node)
         changed = True
     return changed
@@ -229,6 +229,6 @@ def refresh_shapes(graph: Graph) -> bool:
         if (new.has_static_shape and not old.has_static_shape and new.dtype is not None
                 and (old.shape is None or len(old.shape) == len(new.shape))
                 and (old.dtype is None or old.dtype == new.dtype)):
-            graph._set_value_info(new)
+            graph.set_value_info(new)
             changed = True
     return changed

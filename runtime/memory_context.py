@@ -117,7 +117,9 @@ class MemoryContext:
                 if stream is not None:
                     self._streams[dev] = stream
                     self.any_streams = True
-        transfer = factory.create_data_transfer()
+        transfer = ep.create_data_transfer()
+        if transfer is None:
+            transfer = factory.create_data_transfer()
         if transfer is not None:
             self._transfers.append(transfer)
 

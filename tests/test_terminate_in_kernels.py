@@ -5,17 +5,20 @@ terminated run is many times longer: a run that ignores the flag completes and f
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import onnxhal
 from onnxhal.hal.run_control import Terminated
 from tests.conftest import simulated_or_skip
+from tests.hostile_models import ROOT
 from tests.models import make, vi
 from tests.opencl_support import require_opencl
 
@@ -143,3 +146,18 @@ def test_terminate_cuts_a_simulated_devices_slowdown_short():
         t0 = time.perf_counter()
         np.testing.assert_allclose(slow.run(None, {"x": x}, onnxhal.RunOptions())[0], x, rtol=1e-6, atol=1e-6)
         assert time.perf_counter() - t0 > 5 * t_plain
+
+
+@pytest.mark.parametrize("name", ["sk_forest", "sk_gboost_reg"])
+def test_tree_ensembles_give_the_same_results_in_row_chunks(monkeypatch, name):
+    """Rows are walked in chunks (so that a level's work, between two terminate checks, is bounded):
+    chunks of one row give what one chunk of every row gives."""
+    from onnxhal.runtime.providers.cpu.kernels import ml_trees
+
+    sess = onnxhal.InferenceSession(os.path.join(ROOT, "tests", "real_models", f"{name}.onnx"))
+    x = np.random.default_rng(4).standard_normal((300, 8)).astype(np.float32)
+    whole = sess.run(None, {"X": x})
+    monkeypatch.setattr(ml_trees, "_CHUNK", 1)
+    chunked = sess.run(None, {"X": x})
+    for a, b in zip(whole, chunked):
+        np.testing.assert_array_equal(a, b)

@@ -382,17 +382,23 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
 def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int],
                        raw_imports: frozenset[str] = frozenset(("ai.onnx",))) -> None:
     for node in graph.node:
-        check_attribute_encoding(node, where)
-        schema = _schema(node, opset)
+        has_attributes = len(node.attribute) > 0
+        if has_attributes:
+            check_attribute_encoding(node, where)
+        raw_domain = node.domain
+        domain = "" if raw_domain == "ai.onnx" else raw_domain
+        schema = schema_spec(node.op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
+            domain in opset else None  # as _schema
         if schema is not None:
             check_against_schema(node, schema, where)
         # onnxruntime takes "ai.onnx" for "" in the main graph, not inside subgraphs.
-        spelled_out = node.domain == "ai.onnx" and bool(where) and "ai.onnx" not in raw_imports
-        if ("" if node.domain == "ai.onnx" else node.domain) not in opset or spelled_out:
-            raise InvalidGraph(f"{node_label(node)}{where} is in domain {node.domain!r}, which the model's "
+        spelled_out = raw_domain == "ai.onnx" and bool(where) and "ai.onnx" not in raw_imports
+        if domain not in opset or spelled_out:
+            raise InvalidGraph(f"{node_label(node)}{where} is in domain {raw_domain!r}, which the model's "
                                "opset_import does not list; add the domain and its version to it.")
-        if node.domain in ("", "ai.onnx"):
-            _check_window(node, where)
+        if not domain:
+            if has_attributes:
+                _check_window(node, where)
             check = _VALUE_CHECKS.get(node.op_type)
             if check is not None:
                 check(node, where, schema)

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 import onnxhal
 from onnxhal.hal.run_control import Terminated
-from tests.conftest import simulated_or_skip
+from tests.conftest import PLUGINS, library_module, simulated_or_skip
 from tests.hostile_models import ROOT
 from tests.models import make, vi
 from tests.opencl_support import require_opencl
@@ -163,3 +163,25 @@ def test_tree_ensembles_give_the_same_results_in_row_chunks(monkeypatch, name):
     chunked = sess.run(None, {"X": x})
     for a, b in zip(whole, chunked):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_fused_nodes_compute_gets_the_runs_run_options(register, monkeypatch):
+    """A plugin EP's NodeComputeInfo sees the run's RunOptions (KernelContext.run_options), so that a
+    long compute can read the terminate flag; None for a run given no RunOptions."""
+    module = library_module(register(os.path.join(PLUGINS, "toy_fusing_ep.py"), "toy_terminate"))
+    seen = []
+    compute = module._Compute.compute
+
+    def recording(self, state, ctx):
+        seen.append(ctx.run_options)
+        return compute(self, state, ctx)
+
+    monkeypatch.setattr(module._Compute, "compute", recording)
+    model = make([helper.make_node("Add", ["x", "x"], ["a"], name="add"), helper.make_node("Mul", ["a", "a"], ["y"])],
+                 [vi("x", [3])], [vi("y", [3])])
+    sess = onnxhal.InferenceSession(model, providers=[("ToyA", {"ops": "Add,Mul"})])
+    x = np.arange(3, dtype=np.float32)
+    ro = onnxhal.RunOptions()
+    np.testing.assert_array_equal(sess.run(None, {"x": x}, ro)[0], (2 * x) ** 2)
+    sess.run(None, {"x": x})
+    assert seen == [ro, None]

@@ -27,12 +27,6 @@ class Terminated(RuntimeException):
     """A run stopped because its ``RunOptions.terminate`` was set."""
 
 
-def terminate_requested() -> bool:
-    """Whether the run in progress in this context was asked to stop."""
-    ro = RUN_OPTIONS.get()
-    return ro is not None and bool(ro.terminate)
-
-
 def check_terminate() -> None:
     """Raise ``Terminated`` if the run in progress was asked to stop; call once per outer iteration."""
     ro = RUN_OPTIONS.get()

@@ -49,7 +49,10 @@ def check_declarations(proto: onnx.ModelProto) -> None:
         for v in (*g.input, *g.output, *g.value_info):
             if not v.HasField("type"):
                 continue
-            for t in _elem_types(v.type):
+            tp = v.type
+            if tp.HasField("tensor_type") and tp.tensor_type.elem_type in _ELEM_TYPES:
+                continue  # the common case, without the generator
+            for t in _elem_types(tp):
                 if t not in _ELEM_TYPES and not (t == TensorProto.UNDEFINED and v in g.value_info):
                     raise InvalidArgument(f"graph {g.name!r}{where}: value {v.name!r} declares element type {t}, "
                                           "which is not an ONNX tensor element type (onnx.TensorProto.DataType).")

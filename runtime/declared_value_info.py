@@ -22,24 +22,28 @@ def _standard_outputs(graph: onnx.GraphProto) -> set[str]:
     return {o for n in graph.node if n.domain in STANDARD_DOMAINS for o in n.output if o}
 
 
-def set_aside(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """The model without the value_info entries of standard operators' outputs (a copy if there are
-    any: the caller's ModelProto is not changed), and {name: declared element type} of those."""
-    graphs = [g for g, _ in walk_graphs(proto.graph) if len(g.value_info)]
-    if not any(v.name in ours for g in graphs for ours in [_standard_outputs(g)] for v in g.value_info):
+def set_aside(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """The model without the value_info entries of standard operators' outputs, and {name: declared
+    element type} of those. ``proto`` is changed in place if ``owned`` (the loader parsed it), else
+    copied: the caller's ModelProto is not changed."""
+    outputs = [_standard_outputs(g) if len(g.value_info) else set() for g, _ in walk_graphs(proto.graph)]
+    if not any(v.name in ours for (g, _), ours in zip(walk_graphs(proto.graph), outputs) for v in g.value_info):
         return proto, {}
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
+    if not owned:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        proto = copy
     declared: dict[str, int] = {}
-    for g, _ in walk_graphs(copy.graph):
-        ours = _standard_outputs(g)
+    for (g, _), ours in zip(walk_graphs(proto.graph), outputs):  # a copy walks in the same order
+        if not len(g.value_info):
+            continue
         keep = [v for v in g.value_info if v.name not in ours]
         for v in g.value_info:
             if v.name in ours and v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
                 declared[v.name] = v.type.tensor_type.elem_type
         del g.value_info[:]
         g.value_info.extend(keep)
-    return copy, declared
+    return proto, declared
 
 
 def check_element_types(inferred: onnx.ModelProto, declared: dict[str, int]) -> None:

@@ -11,15 +11,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from onnxhal.hal import DeviceTensor, Graph, KernelContext, KernelCreateContext, Node
-from onnxhal.hal.errors import EPFail, Fail, InvalidGraph, OrtError, OutOfMemory, RuntimeException
+from onnxhal.hal.errors import EPFail, Fail, InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE, OrtMemoryDevice
+from onnxhal.hal.run_control import RUN_OPTIONS as _RUN_OPTIONS
+from onnxhal.hal.run_control import TERMINATED_MSG as _TERMINATED_MSG
+from onnxhal.hal.run_control import Terminated
 from onnxhal.runtime.memory_context import MemoryContext
 
 logger = logging.getLogger("onnxhal.executor")
@@ -37,16 +39,6 @@ class Step:
     label: str
     ep_name: str
     inline_fn: Callable | None = None  # Kernel.inline_fn: called with positional inputs
-
-
-class Terminated(RuntimeException):
-    pass
-
-
-#: The RunOptions of the run in progress in this thread (or async context), for the subgraphs its
-#: If/Loop/Scan kernels run: kernels are called with their inputs only, and an endless Loop must
-#: still stop when ``RunOptions.terminate`` is set, as onnxruntime's does.
-_RUN_OPTIONS: ContextVar[Any] = ContextVar("onnxhal_run_options", default=None)
 
 
 class SubgraphRunner:
@@ -99,8 +91,10 @@ class ExecutionPlanBuilder:
             nout = len(node.outputs)
             stream = self.memory.stream_for_ep(node.ep_name)
 
-            def fused(inputs: list, _c=cinfo, _s=state, _n=nout, _st=stream) -> list:
-                ctx = KernelContext(inputs, _n, _st)
+            def fused(inputs: list, _c=cinfo, _s=state, _n=nout, _st=stream, _ro=_RUN_OPTIONS) -> list:
+                # The run's RunOptions reach the EP (KernelContext.run_options): its terminate flag
+                # is read between launches and by a partition's own plan.
+                ctx = KernelContext(inputs, _n, _st, _ro.get())
                 out = _c.compute(_s, ctx)
                 return ctx.outputs if out is None else out
 
@@ -349,10 +343,6 @@ def _describe(value: Any) -> str:
     if dtype is not None and shape is not None:
         return f"{dtype}[{','.join(str(d) for d in shape)}]"
     return type(value).__name__ + (f" of {len(value)}" if isinstance(value, (list, tuple)) else "")
-
-
-_TERMINATED_MSG = ("Exiting due to terminate flag being set to true: RunOptions.terminate was set during this "
-                   "run. Clear it (run_options.terminate = False) to run again.")
 
 
 def _compile_straight_line(steps: list[Step], output_slots: list[int],

@@ -52,6 +52,22 @@ def _shapes(proto: onnx.ModelProto) -> dict[str, list[int | None] | None]:
     return found
 
 
+def _probe_facts(proto: onnx.ModelProto, wanted: set[str]) -> tuple[bool, dict[str, list[int | None] | None]]:
+    """(whether some 1-D value is longer than DATA_PROP_MAX_LENGTH, ``_shapes`` of the ``wanted``
+    names): one pass that builds no dims list for the values nobody asked about."""
+    long_1d = False
+    for g, _ in walk_graphs(proto.graph):
+        for t in g.initializer:
+            if len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX_LENGTH:
+                long_1d = True
+        for values in (g.input, g.value_info, g.output):
+            for v in values:
+                dims = v.type.tensor_type.shape.dim
+                if len(dims) == 1 and dims[0].dim_value > DATA_PROP_MAX_LENGTH:
+                    long_1d = True
+    return long_1d, ({k: v for k, v in _shapes(proto).items() if k in wanted} if wanted else {})
+
+
 def _layer_norms(proto: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, str]]:
     for g, where in walk_graphs(proto.graph):
         for n in g.node:
@@ -210,15 +226,26 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
+def _in_order(graph: onnx.GraphProto, producer: dict[str, int]) -> bool:
+    """Whether no node reads a value a later node writes (the common case, checked in one pass)."""
+    get = producer.get
+    for k, n in enumerate(graph.node):
+        for r in (_reads(n) if n.attribute else n.input):
+            p = get(r)
+            if p is not None and p > k:
+                return False
+    return True
+
+
 def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
     """The graph's nodes in an order where each comes after the nodes it reads from, or None if they
     already are (or form a cycle, which the loader reports). onnx's inference reads the nodes in the
     order given and infers nothing for a node whose inputs it has not met yet, so the checks it
     makes were skipped for such a node (ReduceL2 axes beyond the rank ran); onnxruntime sorts first."""
     producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
-    deps = [{producer[r] for r in _reads(n) if r in producer and producer[r] != k} for k, n in enumerate(graph.node)]
-    if all(d < k for k, ds in enumerate(deps) for d in ds):
+    if _in_order(graph, producer):
         return None
+    deps = [{producer[r] for r in _reads(n) if r in producer and producer[r] != k} for k, n in enumerate(graph.node)]
     order, done, pending = [], set(), list(range(len(deps)))
     while pending:
         ready = [k for k in pending if deps[k] <= done]
@@ -270,6 +297,13 @@ def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
     return stub
 
 
+def _stripped(stub: onnx.ModelProto) -> bool:
+    """Whether ``_weightless`` emptied an initializer of ``stub`` (it keeps the dims, drops the data)."""
+    return any(_elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL
+               and not any(len(getattr(t, f)) for f in _DATA_FIELDS)
+               for g, _ in walk_graphs(stub.graph) for t in g.initializer)
+
+
 def _graph_pairs(inferred: onnx.GraphProto, original: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto,
                                                                                          onnx.GraphProto]]:
     """Each graph of the inferred copy with its original, matched through the nodes' outputs (the
@@ -291,9 +325,10 @@ def _graph_pairs(inferred: onnx.GraphProto, original: onnx.GraphProto) -> Iterat
                 yield from _graph_pairs(g_inf, g)
 
 
-def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The inferred model with the initializers ``_weightless`` emptied given back their data."""
-    if inferred is proto:
+def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto, stub: onnx.ModelProto) -> onnx.ModelProto:
+    """The inferred model with the initializers ``_weightless`` emptied (in ``stub``) given back their
+    data."""
+    if inferred is proto or stub is proto or not _stripped(stub):
         return inferred
     for g_inf, g in _graph_pairs(inferred.graph, proto.graph):
         full = {t.name: t for t in g.initializer}
@@ -312,19 +347,18 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
         first = onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=False)
     except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
         first = probe
-    shapes = _shapes(first)
-    for n, where in _layer_norms(proto):  # before the real pass, which would read past the rank
+    norms = list(_layer_norms(proto))
+    long_1d, shapes = _probe_facts(first, {n.input[0] for n, _ in norms if n.input})
+    for n, where in norms:  # before the real pass, which would read past the rank
         dims = shapes.get(n.input[0]) if n.input else None
         if _unsafe_layer_norm(n) and dims is not None and _axis(n, -1) >= len(dims):
             raise InvalidGraph(f"{node_label(n)}{where}: axis={_axis(n, -1)} but its input {n.input[0]!r} has rank "
                                f"{len(dims)}; axis must be in [{-len(dims)}, {len(dims) - 1}].")
-    long_1d = any(d is not None and len(d) == 1 and (d[0] or 0) > DATA_PROP_MAX_LENGTH for d in shapes.values())
-    unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None
-                     for n, _ in _layer_norms(proto) if n.input)
+    unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None for n, _ in norms if n.input)
     data_prop = not (long_1d or unknown_ln)
     try:
         inferred = onnx.shape_inference.infer_shapes(stub, check_type=True, strict_mode=True, data_prop=data_prop)
-        return _with_weights(inferred, proto), data_prop, ""
+        return _with_weights(inferred, proto, stub), data_prop, ""
     except onnx.shape_inference.InferenceError as e:
         return None, data_prop, str(e)
     except Exception:
@@ -338,4 +372,4 @@ def infer_lenient(proto: onnx.ModelProto, data_prop: bool) -> onnx.ModelProto:
         inferred = onnx.shape_inference.infer_shapes(stub, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
         return proto
-    return _with_weights(inferred, proto)
+    return _with_weights(inferred, proto, stub)

@@ -26,7 +26,7 @@ from onnxhal.runtime.declaration_checks import check_declarations, check_ir_vers
 from onnxhal.runtime.ep_context_model import ReadFunc, resolve_external_contexts
 from onnxhal.runtime.external_data import load_external_data, tensors
 from onnxhal.runtime.model_overrides import override_free_dimensions
-from onnxhal.runtime.node_checks import check_after_inference, check_nodes
+from onnxhal.runtime.node_checks import STANDARD_DOMAINS, check_after_inference, check_nodes, schema_spec
 from onnxhal.runtime.proto_strings import check_strings
 
 
@@ -180,7 +180,8 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
             proto = onnx.inliner.inline_local_functions(proto)
         except Exception as e:
             raise InvalidGraph(f"model-local functions could not be inlined: {e}") from e
-    proto, declared_types = declared_value_info.set_aside(proto)
+    # A proto the loader parsed (or copied, inlined) is its own to change; the caller's is not.
+    proto, declared_types = declared_value_info.set_aside(proto, owned=proto is not model)
     # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
     inferred, data_prop, strict_error = guarded_inference.infer(proto)
     node_errors = inference_errors(strict_error) if strict_error else []
@@ -322,12 +323,13 @@ def resolve_schemas(graph: Graph) -> None:
     """Record each node's operator ``since_version`` (the schema in force at the model's opset)."""
     for n in graph.nodes:
         version = graph.opset_version(n.domain)
-        if n.domain in ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"):
-            try:
-                n.since_version = onnx.defs.get_schema(n.op_type, version, n.domain).since_version
-            except Exception:
-                if _has_schema(n.op_type, n.domain):  # a standard op the model's opset predates
-                    raise InvalidGraph(_predates(n, version)) from None
+        if n.domain in STANDARD_DOMAINS:
+            spec = schema_spec(n.op_type, version, n.domain)
+            if spec is not None:
+                n.since_version = spec.since_version
+            elif _has_schema(n.op_type, n.domain):  # a standard op the model's opset predates
+                raise InvalidGraph(_predates(n, version))
+            else:
                 n.since_version = 0  # unknown op: the CPU EP reports it when nobody claims it
         for sub in n.subgraph_list():
             resolve_schemas(sub)

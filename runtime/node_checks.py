@@ -76,18 +76,48 @@ def check_attribute_encoding(node: onnx.NodeProto, where: str) -> None:
                                f"attribute holds one value, of the type it declares.")
 
 
-def _schema(node: onnx.NodeProto, opset: Mapping[str, int]) -> onnx.defs.OpSchema | None:
+class SchemaSpec:
+    """What the checks read of one operator schema, read once per (op type, version, domain): the
+    pybind schema builds new lists and dicts at each property access (``schema.attributes`` alone
+    cost more than the rest of a node's checks)."""
+
+    __slots__ = ("name", "since_version", "min_input", "max_input", "min_output", "max_output", "inputs",
+                 "outputs", "input_names", "output_names", "variadic_last_input", "attributes", "required",
+                 "attribute_names")
+
+    def __init__(self, schema: onnx.defs.OpSchema) -> None:
+        single = onnx.defs.OpSchema.FormalParameterOption.Single
+        variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+        self.name, self.since_version = schema.name, schema.since_version
+        self.min_input, self.max_input = schema.min_input, schema.max_input
+        self.min_output, self.max_output = schema.min_output, schema.max_output
+        ins, outs = list(schema.inputs), list(schema.outputs)
+        #: per formal parameter: (name, whether it is Single, i.e. must be named when given)
+        self.inputs = tuple((f.name, f.option == single) for f in ins)
+        self.outputs = tuple((f.name, f.option == single) for f in outs)
+        self.input_names = ", ".join(f.name for f in ins)
+        self.output_names = ", ".join(f.name for f in outs)
+        self.variadic_last_input = bool(ins) and ins[-1].option == variadic
+        attrs = schema.attributes
+        self.attributes = {name: int(a.type) for name, a in attrs.items()}
+        self.required = tuple(name for name, a in attrs.items() if a.required)
+        self.attribute_names = ", ".join(sorted(attrs)) or "none"
+
+
+def _schema(node: onnx.NodeProto, opset: Mapping[str, int]) -> SchemaSpec | None:
     domain = "" if node.domain == "ai.onnx" else node.domain
     if domain not in STANDARD_DOMAINS or domain not in opset:
         return None
-    return _schema_at(node.op_type, opset[domain], domain)
+    return schema_spec(node.op_type, opset[domain], domain)
 
 
 @functools.lru_cache(maxsize=4096)
-def _schema_at(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
+def schema_spec(op_type: str, version: int, domain: str) -> SchemaSpec | None:
+    """The schema of ``op_type`` in force at opset ``version`` of ``domain``, or None (unknown
+    operator, or older than its first version: the loader reports those)."""
     try:
-        return onnx.defs.get_schema(op_type, version, domain)
-    except Exception:  # unknown operator, or older than its first version: the loader reports those
+        return SchemaSpec(onnx.defs.get_schema(op_type, version, domain))
+    except Exception:
         return None
 
 
@@ -97,49 +127,43 @@ def _count_text(lo: int, hi: int) -> str:
     return f"{lo} or more" if hi >= 2**31 - 1 else f"{lo} to {hi}"
 
 
-def check_against_schema(node: onnx.NodeProto, schema: onnx.defs.OpSchema, where: str) -> None:
+def check_against_schema(node: onnx.NodeProto, schema: SchemaSpec, where: str) -> None:
     """onnx's ``OpSchema::Verify``, which onnxruntime runs on each node at load."""
-    op = f"{node_label(node)}{where} (schema {schema.name}-{schema.since_version})"
     n_in, n_out = len(node.input), len(node.output)
     if not schema.min_input <= n_in <= schema.max_input:
-        raise InvalidGraph(f"{op} has {n_in} input(s); {schema.name} takes "
-                           f"{_count_text(schema.min_input, schema.max_input)}: "
-                           f"{', '.join(i.name for i in schema.inputs)}.")
+        raise InvalidGraph(f"{_op(node, schema, where)} has {n_in} input(s); {schema.name} takes "
+                           f"{_count_text(schema.min_input, schema.max_input)}: {schema.input_names}.")
     if not schema.min_output <= n_out <= schema.max_output:
-        raise InvalidGraph(f"{op} has {n_out} output(s); {schema.name} gives "
-                           f"{_count_text(schema.min_output, schema.max_output)}: "
-                           f"{', '.join(o.name for o in schema.outputs)}.")
-    single = onnx.defs.OpSchema.FormalParameterOption.Single
-    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
-    if formals_variadic_empty(node, schema, variadic):
+        raise InvalidGraph(f"{_op(node, schema, where)} has {n_out} output(s); {schema.name} gives "
+                           f"{_count_text(schema.min_output, schema.max_output)}: {schema.output_names}.")
+    if schema.variadic_last_input and not all(node.input[len(schema.inputs) - 1:]):
         k = next(k for k, name in enumerate(node.input) if not name and k >= len(schema.inputs) - 1)
-        raise InvalidGraph(f"{op}: input {k} is one of its variadic inputs ({schema.inputs[-1].name}) and its name is "
-                           "empty; variadic inputs cannot be omitted (onnxruntime crashes on some).")
+        raise InvalidGraph(f"{_op(node, schema, where)}: input {k} is one of its variadic inputs "
+                           f"({schema.inputs[-1][0]}) and its name is empty; variadic inputs cannot be omitted "
+                           "(onnxruntime crashes on some).")
     for kind, names, formals in (("input", node.input, schema.inputs), ("output", node.output, schema.outputs)):
+        if all(names):
+            continue
         for k, name in enumerate(names):
             if k >= len(formals):
                 break  # past a variadic last formal parameter (counts were checked above)
-            if not name and formals[k].option == single:
-                raise InvalidGraph(f"{op}: {kind} {k} ({formals[k].name}) is required but its name is empty; "
-                                   f"give the value it {'reads' if kind == 'input' else 'writes'}.")
+            if not name and formals[k][1]:
+                raise InvalidGraph(f"{_op(node, schema, where)}: {kind} {k} ({formals[k][0]}) is required but its "
+                                   f"name is empty; give the value it {'reads' if kind == 'input' else 'writes'}.")
     for a in node.attribute:
         if a.name.startswith("__"):  # onnx's internal symbols: not checked against the schema
             continue
         formal = schema.attributes.get(a.name)
         if formal is None:
-            known = ", ".join(sorted(schema.attributes)) or "none"
-            raise InvalidGraph(f"{op}: attribute {a.name!r} is not an attribute of {schema.name} "
-                               f"(it has: {known}); remove it.")
-        if not a.ref_attr_name and a.type != int(formal.type):
-            raise InvalidGraph(f"{op}: attribute {a.name!r} is {_TYPE_NAME.get(a.type, a.type)}, "
-                               f"{schema.name} expects {_TYPE_NAME.get(int(formal.type), formal.type)}.")
+            raise InvalidGraph(f"{_op(node, schema, where)}: attribute {a.name!r} is not an attribute of "
+                               f"{schema.name} (it has: {schema.attribute_names}); remove it.")
+        if a.type != formal and not a.ref_attr_name:
+            raise InvalidGraph(f"{_op(node, schema, where)}: attribute {a.name!r} is "
+                               f"{_TYPE_NAME.get(a.type, a.type)}, {schema.name} expects {_TYPE_NAME.get(formal, formal)}.")
 
 
-def formals_variadic_empty(node: onnx.NodeProto, schema: onnx.defs.OpSchema, variadic: object) -> bool:
-    """Whether an input given to the schema's variadic last parameter has an empty name."""
-    if not schema.inputs or schema.inputs[-1].option != variadic:
-        return False
-    return any(not name for name in node.input[len(schema.inputs) - 1:])
+def _op(node: onnx.NodeProto, schema: SchemaSpec, where: str) -> str:
+    return f"{node_label(node)}{where} (schema {schema.name}-{schema.since_version})"
 
 
 def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
@@ -153,8 +177,10 @@ def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int]) -> N
             schema = _schema(node, opset)
             if schema is None:
                 continue
+            if not schema.required:
+                continue
             given = {a.name for a in node.attribute}
-            missing = [name for name, a in schema.attributes.items() if a.required and name not in given]
+            missing = [name for name in schema.required if name not in given]
             if missing:
                 raise InvalidGraph(f"{node_label(node)}{where}: required attribute {missing[0]!r} of "
                                    f"{schema.name}-{schema.since_version} is missing; give it.")
@@ -172,7 +198,7 @@ def _int_attr(node: onnx.NodeProto, name: str) -> int | None:
 _EINSUM_TERM = re.compile(r"^ *[A-Za-z ]*(\.\.\.)?[A-Za-z ]*$")
 
 
-def _check_einsum(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+def _check_einsum(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
     eq = next((a.s for a in node.attribute if a.name == "equation"), None)
     if eq is None:
         return
@@ -193,14 +219,14 @@ def _check_einsum(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema |
                            f"for {len(node.input)} input(s); give one term per input.")
 
 
-def _check_gathernd(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+def _check_gathernd(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
     b = _int_attr(node, "batch_dims")
     if b is not None and b < 0:
         raise InvalidGraph(f"{node_label(node)}{where}: batch_dims={b}; it counts leading batch axes, so it is "
                            "0 or more (and less than the ranks of data and indices).")
 
 
-def _check_split(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+def _check_split(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
     n = _int_attr(node, "num_outputs")
     if n is not None and len(node.input) > 1 and node.input[1]:
         raise InvalidGraph(f"{node_label(node)}{where}: it gives both num_outputs={n} and the input 'split' "
@@ -215,6 +241,8 @@ _POSITIVE_INTS = ("strides", "dilations", "kernel_shape")
 
 
 def _check_window(node: onnx.NodeProto, where: str) -> None:
+    if not node.attribute:
+        return
     given = {a.name: list(a.ints) for a in node.attribute if a.type == _A.INTS}
     for name in _POSITIVE_INTS:
         if any(v < 1 for v in given.get(name, ())):
@@ -228,7 +256,7 @@ def _check_window(node: onnx.NodeProto, where: str) -> None:
                                f"{per_axis * len(kernel)} values.")
 
 
-def _check_recurrent(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+def _check_recurrent(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
     h = _int_attr(node, "hidden_size")
     if h is None or h < 1:  # optional in the schema, but onnxruntime's kernels need it
         raise InvalidGraph(f"{node_label(node)}{where}: hidden_size is {'missing' if h is None else h}; give the "
@@ -240,7 +268,7 @@ _ENUMS = {("Mod", "fmod"): (0, 1), ("NonMaxSuppression", "center_point_box"): (0
           ("DepthToSpace", "mode"): (b"DCR", b"CRD")}
 
 
-def _check_enums(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+def _check_enums(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
     for a in node.attribute:
         allowed = _ENUMS.get((node.op_type, a.name))
         value = a.i if a.type == _A.INT else a.s if a.type == _A.STRING else None
@@ -250,7 +278,7 @@ def _check_enums(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | 
             raise InvalidGraph(f"{node_label(node)}{where}: {a.name}={given!r}; it must be one of {shown}.")
 
 
-def _check_gemm(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+def _check_gemm(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
     for name in ("transA", "transB"):
         v = _int_attr(node, name)
         if v is not None and v not in (0, 1):  # onnx's inference reads 32 bits of it, onnxruntime's kernel 64
@@ -261,7 +289,7 @@ def _graph_attr(node: onnx.NodeProto, name: str) -> onnx.GraphProto | None:
     return next((a.g for a in node.attribute if a.name == name and a.type == _A.GRAPH), None)
 
 
-def _check_body_signature(node: onnx.NodeProto, where: str, schema: onnx.defs.OpSchema | None) -> None:
+def _check_body_signature(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
     """The subgraph's inputs and outputs are as many as the node's make it take and give (onnxruntime:
     "Subgraph in 'body' produces 0 outputs but Scan expects 2", at run; refused here at load)."""
     op = node.op_type
@@ -296,7 +324,7 @@ def _check_dtype_attributes(node: onnx.NodeProto, where: str) -> None:
                                "element type; give one of onnx.TensorProto.DataType (e.g. 1 for FLOAT).")
 
 
-_VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, onnx.defs.OpSchema | None], None]] = {
+_VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, SchemaSpec | None], None]] = {
     "Einsum": _check_einsum, "GatherND": _check_gathernd, "Split": _check_split, "Gemm": _check_gemm,
     "RNN": _check_recurrent, "GRU": _check_recurrent, "LSTM": _check_recurrent,
     "Mod": _check_enums, "NonMaxSuppression": _check_enums, "DepthToSpace": _check_enums,
@@ -354,17 +382,23 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
 def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int],
                        raw_imports: frozenset[str] = frozenset(("ai.onnx",))) -> None:
     for node in graph.node:
-        check_attribute_encoding(node, where)
-        schema = _schema(node, opset)
+        has_attributes = len(node.attribute) > 0
+        if has_attributes:
+            check_attribute_encoding(node, where)
+        raw_domain = node.domain
+        domain = "" if raw_domain == "ai.onnx" else raw_domain
+        schema = schema_spec(node.op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
+            domain in opset else None  # as _schema
         if schema is not None:
             check_against_schema(node, schema, where)
         # onnxruntime takes "ai.onnx" for "" in the main graph, not inside subgraphs.
-        spelled_out = node.domain == "ai.onnx" and bool(where) and "ai.onnx" not in raw_imports
-        if ("" if node.domain == "ai.onnx" else node.domain) not in opset or spelled_out:
-            raise InvalidGraph(f"{node_label(node)}{where} is in domain {node.domain!r}, which the model's "
+        spelled_out = raw_domain == "ai.onnx" and bool(where) and "ai.onnx" not in raw_imports
+        if domain not in opset or spelled_out:
+            raise InvalidGraph(f"{node_label(node)}{where} is in domain {raw_domain!r}, which the model's "
                                "opset_import does not list; add the domain and its version to it.")
-        if node.domain in ("", "ai.onnx"):
-            _check_window(node, where)
+        if not domain:
+            if has_attributes:
+                _check_window(node, where)
             check = _VALUE_CHECKS.get(node.op_type)
             if check is not None:
                 check(node, where, schema)

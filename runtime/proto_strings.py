@@ -30,8 +30,8 @@ def _all_str(strings: Iterable) -> bool:
 
 
 def _value_infos_ok(values: Iterable[onnx.ValueInfoProto]) -> bool:
-    return all(_all_str([v.name, v.doc_string, *(d.dim_param for d in v.type.tensor_type.shape.dim),
-                         v.type.denotation]) for v in values)
+    return _all_str(s for v in values for s in (v.name, v.doc_string, v.type.denotation,
+                                                 *(d.dim_param for d in v.type.tensor_type.shape.dim)))
 
 
 def _graph_ok(g: onnx.GraphProto) -> bool:
@@ -46,9 +46,9 @@ def _graph_ok(g: onnx.GraphProto) -> bool:
 
 
 def _nodes_ok(nodes: Iterable[onnx.NodeProto]) -> bool:
+    if not _all_str(s for n in nodes for s in (n.op_type, n.domain, n.name, n.doc_string, *n.input, *n.output)):
+        return False
     for n in nodes:
-        if not _all_str([n.op_type, n.domain, n.name, n.doc_string, *n.input, *n.output]):
-            return False
         for a in n.attribute:
             if not _all_str([a.name, a.ref_attr_name, a.doc_string]):
                 return False

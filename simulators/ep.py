@@ -28,6 +28,7 @@ from onnxhal.hal.ep_context import ep_context_node
 from onnxhal.hal.errors import InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryInfo
+from onnxhal.hal.run_control import sleep_unless_terminated
 from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE, NHWC_DOMAIN, nchw_twin, original_domain
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, DynamicPartitionPlan
@@ -179,7 +180,7 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
         if slowdown > 1.0:  # the device really is that much slower: wait for it, then idle
             ep.finish(context)
             busy = time.perf_counter() - start
-            time.sleep((slowdown - 1.0) * busy)
+            sleep_unless_terminated((slowdown - 1.0) * busy)  # a terminate request cuts the wait short
             ep.meter.add_wall(busy, time.perf_counter() - start - busy)
         return outputs
 

@@ -25,6 +25,8 @@ How each one surfaces:
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import threading
 from collections.abc import Mapping, Sequence
 
@@ -33,11 +35,12 @@ import numpy as np
 from onnxhal.hal.allocator import Allocator
 from onnxhal.hal.errors import EPFail, InvalidArgument, OutOfMemory, RuntimeException
 from onnxhal.hal.tensor import DeviceTensor
-from onnxhal.simulators.profiles import Faults
+from onnxhal.simulators.profiles import FAULT_RANGES, Faults
 
 OPTION_PREFIX = "fault_"
-_PARSERS = {"device_lost_after_runs": int, "alloc_fail_after_bytes": int, "compile_fail": "bool",
-            "transient_error_rate": float, "seed": int, "slowdown": float}
+_KINDS = {"device_lost_after_runs": int, "alloc_fail_after_bytes": int, "compile_fail": bool,
+          "transient_error_rate": float, "seed": int, "slowdown": float}
+_INT = re.compile(r"[+-]?[0-9]+")
 
 
 class TransientDeviceError(RuntimeException):
@@ -48,38 +51,65 @@ class DeviceLost(EPFail):
     """The simulated device is gone (``fault_device_lost_after_runs``): an ``EPFail``."""
 
 
-def _parse_bool(key: str, text: str) -> bool:
-    low = text.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off", ""):
-        return False
-    raise InvalidArgument(f"provider option {key}={text!r}: expected 1/0 or true/false")
+def allowed(field: str) -> str:
+    """What option ``fault_<field>`` accepts, in words."""
+    kind = _KINDS[field]
+    if kind is bool:
+        return "1/0 or true/false"
+    lo, hi = FAULT_RANGES[field]
+    if kind is int:
+        return f"an integer in [{lo}, {hi}]" + (" (-1: never)" if lo == -1 else "")
+    return f"a finite number in [{lo:g}, {hi:g}]"
+
+
+def _bad(key: str, text: str, field: str) -> InvalidArgument:
+    return InvalidArgument(f"provider option {key}={text!r}: expected {allowed(field)}. Fix or remove the option.")
+
+
+def _parse(key: str, field: str, text: str) -> bool | int | float:
+    kind = _KINDS[field]
+    value = text.strip()
+    if kind is bool:
+        low = value.lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off", ""):
+            return False
+        raise _bad(key, text, field)
+    if kind is int:
+        if not _INT.fullmatch(value):
+            raise _bad(key, text, field)
+        number: int | float = int(value)
+    else:
+        try:
+            number = float(value)
+        except ValueError:
+            raise _bad(key, text, field) from None
+        if not math.isfinite(number):
+            raise _bad(key, text, field)
+    lo, hi = FAULT_RANGES[field]
+    if not lo <= number <= hi:
+        raise _bad(key, text, field)
+    return number
 
 
 def faults_with_options(base: Faults, options: Mapping[str, str]) -> Faults:
-    """``base`` with every ``fault_*`` provider option applied; an unknown ``fault_`` key or a bad
-    value raises ``InvalidArgument``."""
+    """``base`` with every ``fault_*`` provider option applied. An unknown ``fault_`` key, a value of
+    the wrong kind or out of its range (``FAULT_RANGES``) raises ``InvalidArgument`` naming the
+    option, the value and what is allowed: at session creation, before any run."""
     changes = {}
     for key, text in options.items():
         if not key.startswith(OPTION_PREFIX):
             continue
         field = key[len(OPTION_PREFIX):]
-        kind = _PARSERS.get(field)
-        if kind is None:
+        if field not in _KINDS:
             raise InvalidArgument(f"unknown provider option {key!r}; fault options are "
-                                  f"{', '.join(OPTION_PREFIX + k for k in _PARSERS)}")
-        try:
-            value = _parse_bool(key, text) if kind == "bool" else kind(str(text).strip())
-        except ValueError as exc:
-            raise InvalidArgument(f"provider option {key}={text!r}: expected {getattr(kind, '__name__', kind)}") from exc
-        changes[field] = value
-    faults = dataclasses.replace(base, **changes)
-    if not 0.0 <= faults.transient_error_rate <= 1.0:
-        raise InvalidArgument(f"fault_transient_error_rate={faults.transient_error_rate}: must be in [0, 1]")
-    if faults.slowdown < 1.0:
-        raise InvalidArgument(f"fault_slowdown={faults.slowdown}: must be >= 1 (a device cannot be made faster)")
-    return faults
+                                  f"{', '.join(OPTION_PREFIX + k for k in _KINDS)}")
+        if not isinstance(text, str):  # options reach EPs as strings; a direct caller may pass anything
+            raise InvalidArgument(f"provider option {key}={text!r}: a {type(text).__name__}; provider option "
+                                  f"values are strings: give {allowed(field)} as a string")
+        changes[field] = _parse(key, field, text)
+    return dataclasses.replace(base, **changes)
 
 
 class FaultState:

@@ -23,6 +23,7 @@ Schema (``*`` = required)::
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +67,18 @@ class Faults:
     @property
     def any(self) -> bool:
         return self != Faults()
+
+
+#: The allowed range of each numeric fault, for a profile's [faults] table and ``fault_*`` provider
+#: options alike: -1 means "never" for the counts; a seed is numpy's non-negative 64-bit seed; the
+#: slowdown is finite (a device idles ``slowdown - 1`` times its busy time).
+FAULT_RANGES: dict[str, tuple[float, float]] = {
+    "device_lost_after_runs": (-1, 2**31 - 1),
+    "alloc_fail_after_bytes": (-1, 2**63 - 1),
+    "transient_error_rate": (0.0, 1.0),
+    "seed": (0, 2**63 - 1),
+    "slowdown": (1.0, 1e6),
+}
 
 
 @dataclass(frozen=True)
@@ -292,13 +305,14 @@ class _Reader:
 
     def _faults(self) -> Faults:
         g = self.get
+        r = FAULT_RANGES
         return Faults(
-            device_lost_after_runs=g("faults", "device_lost_after_runs", int, -1, check=_range(-1)),
-            alloc_fail_after_bytes=g("faults", "alloc_fail_after_bytes", int, -1, check=_range(-1)),
+            device_lost_after_runs=g("faults", "device_lost_after_runs", int, -1, check=_range(*r["device_lost_after_runs"])),
+            alloc_fail_after_bytes=g("faults", "alloc_fail_after_bytes", int, -1, check=_range(*r["alloc_fail_after_bytes"])),
             compile_fail=g("faults", "compile_fail", bool, False),
-            transient_error_rate=g("faults", "transient_error_rate", float, 0.0, check=_range(0.0, 1.0)),
-            seed=g("faults", "seed", int, 0),
-            slowdown=g("faults", "slowdown", float, 1.0, check=_range(1.0)))
+            transient_error_rate=g("faults", "transient_error_rate", float, 0.0, check=_range(*r["transient_error_rate"])),
+            seed=g("faults", "seed", int, 0, check=_range(*r["seed"])),
+            slowdown=g("faults", "slowdown", float, 1.0, check=_range(*r["slowdown"])))
 
     def _no_unknown_keys(self) -> None:
         for tname, t in self.data.items():
@@ -321,6 +335,8 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str | None]:
 
 def _range(lo: float | None = None, hi: float | None = None, strict: bool = False) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
+        if isinstance(v, float) and not math.isfinite(v):  # NaN compares false with every bound
+            return f"{v!r} must be a finite number"
         if lo is not None and (v <= lo if strict else v < lo):
             return f"{v!r} must be {'>' if strict else '>='} {lo}"
         if hi is not None and v > hi:

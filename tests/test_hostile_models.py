@@ -630,6 +630,16 @@ def _one(op: str, inputs: list[str], shapes: dict, **attrs) -> onnx.ModelProto:
 
 
 
+def _tile(repeats_shape: list) -> onnx.ModelProto:
+    return make([helper.make_node("Tile", ["x", "r"], ["y"], name="n")],
+                [vi("x", [2, 3]), vi("r", repeats_shape, TensorProto.INT64)], [vi("y", None)], opset=13)
+
+
+def test_tile_with_zero_repeats_runs_as_onnxruntime_does():
+    y = onnxhal.InferenceSession(_tile([2])).run(None, {"x": np.ones((2, 3), np.float32), "r": np.array([0, 2])})[0]
+    assert y.shape == (0, 6)
+
+
 def _split_with_both() -> onnx.ModelProto:
     m = hm.split(2, 2)
     m.graph.node[0].input.append("parts")
@@ -670,6 +680,17 @@ def test_attribute_values_onnxruntime_kernels_refuse_are_refused_at_load(case):
     (lambda: _one("NonMaxSuppression", ["b", "s"], {"b": [1, 4, 4], "s": [1, 1, 4, 1]}),
      {"b": np.zeros((1, 4, 4), np.float32), "s": np.zeros((1, 1, 4, 1), np.float32)},
      r"NonMaxSuppression: boxes \[1, 4, 4\] and scores \[1, 1, 4, 1\]"),
+    # Tile with a bad 'repeats' (found by fuzz seed 1010): a short one was broadcast by np.tile and
+    # ran, a long one added axes, a negative one or a 2-D one failed inside numpy (Fail).
+    (lambda: _tile([None]), {"x": np.ones((2, 3), np.float32), "r": np.array([2], np.int64)},
+     r"Tile node 'n': 'repeat' input tensor must have the same length as the 'input' tensor: 1 repeats for an "
+     r"input of rank 2"),
+    (lambda: _tile([None]), {"x": np.ones((2, 3), np.float32), "r": np.array([2, 2, 2], np.int64)},
+     r"must have the same length as the 'input' tensor: 3 repeats"),
+    (lambda: _tile([2]), {"x": np.ones((2, 3), np.float32), "r": np.array([-1, 2], np.int64)},
+     r"Tile node 'n': Tile repeat value must be non-negative, got: -1 in \[-1, 2\]"),
+    (lambda: _tile([1, 2]), {"x": np.ones((2, 3), np.float32), "r": np.array([[2, 2]], np.int64)},
+     r"Tile node 'n': 'repeat' input tensor must be 1 dimensional; got shape \[1, 2\]"),
 ])
 def test_run_time_inputs_onnxruntime_kernels_refuse_are_refused(build, feeds, words):
     m = build()

@@ -161,3 +161,56 @@ def test_faults_from_a_profile_and_bad_fault_options(sims, tmp_path):
         session(sims[GPU], {"fault_slowdown": "0.5"})
     with pytest.raises(InvalidArgument, match="unknown provider option 'fault_explode'"):
         session(sims[GPU], {"fault_explode": "1"})
+
+
+@pytest.mark.parametrize("option, value, allowed", [
+    ("fault_seed", "-1", "an integer in [0, 9223372036854775807]"),
+    ("fault_seed", "2.5", "an integer in [0, "),
+    ("fault_seed", str(2**64), "an integer in [0, "),
+    ("fault_slowdown", "nan", "a finite number in [1, 1e+06]"),
+    ("fault_slowdown", "inf", "a finite number in [1, 1e+06]"),
+    ("fault_slowdown", "-3", "a finite number in [1, 1e+06]"),
+    ("fault_slowdown", "0.5", "a finite number in [1, 1e+06]"),
+    ("fault_slowdown", "1e7", "a finite number in [1, 1e+06]"),
+    ("fault_slowdown", "fast", "a finite number in [1, 1e+06]"),
+    ("fault_device_lost_after_runs", "-2", "an integer in [-1, 2147483647] (-1: never)"),
+    ("fault_device_lost_after_runs", str(2**70), "an integer in [-1, 2147483647] (-1: never)"),
+    ("fault_device_lost_after_runs", "1_000", "an integer in [-1, "),
+    ("fault_device_lost_after_runs", "True", "an integer in [-1, "),
+    ("fault_alloc_fail_after_bytes", "-5", "an integer in [-1, 9223372036854775807] (-1: never)"),
+    ("fault_transient_error_rate", "1.5", "a finite number in [0, 1]"),
+    ("fault_transient_error_rate", "nan", "a finite number in [0, 1]"),
+    ("fault_compile_fail", "maybe", "1/0 or true/false"),
+    # Values that are not strings are converted with str(), as onnxruntime's provider options;
+    # none of these reads as a number.
+    ("fault_seed", None, "an integer in [0, "),
+    ("fault_slowdown", [2.0], "a finite number in [1, "),
+    ("fault_device_lost_after_runs", {"runs": 3}, "an integer in [-1, "),
+])
+def test_bad_fault_options_are_refused_at_session_creation_naming_option_value_and_range(sims, option, value, allowed):
+    with pytest.raises(InvalidArgument) as info:
+        session(sims[GPU], {option: value})
+    msg = str(info.value)
+    assert f"provider option {option}={str(value)!r}: expected {allowed}" in msg, msg
+
+
+def test_unknown_fault_option_is_refused_naming_the_known_ones(sims):
+    with pytest.raises(InvalidArgument, match=r"unknown provider option 'fault_slowness'; fault options are .*"
+                                              r"fault_slowdown"):
+        session(sims[GPU], {"fault_slowness": "2"})
+
+
+def test_fault_options_at_their_bounds_are_accepted(sims):
+    sess = session(sims[GPU], {"fault_seed": str(2**63 - 1), "fault_slowdown": "1.0", "fault_transient_error_rate": "0",
+                               "fault_device_lost_after_runs": "-1", "fault_alloc_fail_after_bytes": str(2**63 - 1)})
+    np.testing.assert_allclose(run(sess), EXPECTED, rtol=1e-4, atol=1e-4)
+    numeric = session(sims[GPU], {"fault_slowdown": 1, "fault_device_lost_after_runs": 5})  # str() as onnxruntime
+    np.testing.assert_allclose(run(numeric), EXPECTED, rtol=1e-4, atol=1e-4)
+
+
+def test_a_direct_caller_passing_a_non_string_value_is_refused():
+    from onnxhal.simulators.faults import faults_with_options
+    from onnxhal.simulators.profiles import Faults
+
+    with pytest.raises(InvalidArgument, match=r"fault_seed=3: a int; provider option values are strings"):
+        faults_with_options(Faults(), {"fault_seed": 3})

@@ -103,6 +103,14 @@ def test_fused_ops_count_as_supported_when_their_parts_are(tmp_path):
     (("idle_w = 0.1", "idle_w = 0.1\nturbo_w = 3"), "power.turbo_w", "unknown key"),
     (("[power]", "[powr]\nx = 1\n[power]"), "powr", "unknown table"),
     (('type = "npu"', 'type = "npu"\ndiscrete = true'), "device.discrete", "only a GPU can be discrete"),
+    (("active_w = 1", "active_w = 1\n[faults]\nslowdown = nan"), "faults.slowdown", "must be a finite number"),
+    (("active_w = 1", "active_w = 1\n[faults]\nslowdown = inf"), "faults.slowdown", "must be a finite number"),
+    (("active_w = 1", "active_w = 1\n[faults]\nslowdown = 0.5"), "faults.slowdown", "must be >= 1.0"),
+    (("active_w = 1", "active_w = 1\n[faults]\nseed = -1"), "faults.seed", "must be >= 0"),
+    (("active_w = 1", "active_w = 1\n[faults]\ndevice_lost_after_runs = -2"), "faults.device_lost_after_runs",
+     "must be >= -1"),
+    (("active_w = 1", "active_w = 1\n[faults]\ntransient_error_rate = nan"), "faults.transient_error_rate",
+     "must be a finite number"),
 ])
 def test_invalid_profiles_name_file_key_and_reason(tmp_path, change, key, reason):
     path = write(tmp_path, VALID.replace(*change))

@@ -8,7 +8,8 @@ platform, device name, driver version and a hash of source + options, so a secon
 binary (~2 ms) instead of compiling (~0.4-0.9 s on PoCL).
 
 A build failure raises ``ProgramBuildError``; the EP's ``get_capability`` turns it into "decline those
-nodes" (and says so); anywhere else it is an error like any other.
+nodes" (and says so); anywhere else it is an error like any other. A failure is remembered for the
+process, per (source, options), and raised again without calling the compiler.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class BuildStats:
     memory_hits: int = 0
     compile_seconds: float = 0.0
     load_seconds: float = 0.0
-    failures: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # digests, each once: a failed build is not retried
+    failure_hits: int = 0  # requests answered with a remembered build failure
 
 
 class OpenCLDeviceContext:
@@ -77,6 +79,9 @@ class OpenCLDeviceContext:
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context, device)
         self._programs: dict[str, cl.Program] = {}
+        # A build that failed fails again (same source, options and device): remembered, so that each
+        # session creation does not pay the compiler again for the partitions it will decline.
+        self._failed: dict[str, ProgramBuildError] = {}
         self._lock = threading.Lock()
         self.stats = BuildStats()
         platform = device.platform
@@ -141,6 +146,10 @@ class OpenCLDeviceContext:
             if prg is not None:
                 self.stats.memory_hits += 1
                 return prg
+            failed = self._failed.get(digest)
+            if failed is not None:
+                self.stats.failure_hits += 1
+                raise ProgramBuildError(str(failed), failed.log)
             prg = self._load(digest, options) or self._compile(source, options, digest)
             self._programs[digest] = prg
             return prg
@@ -175,9 +184,11 @@ class OpenCLDeviceContext:
                 log = str(exc)
             first = source.strip().splitlines()[0] if source.strip() else ""
             self.stats.failures.append(digest)
-            raise ProgramBuildError(
+            error = ProgramBuildError(
                 f"OpenCL program ({first[:80]!r}...) failed to build on {self.device.name}: {log.strip()[:2000]}",
-                log) from exc
+                log[:20000])
+            self._failed[digest] = error
+            raise error from exc
         self.stats.compiled += 1
         self.stats.compile_seconds += time.perf_counter() - start
         self._store(digest, prg)

@@ -37,6 +37,7 @@ from onnx import helper
 from onnxhal.hal.ep import KernelContext, NodeComputeInfo
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node, ValueInfo
+from onnxhal.hal.run_control import RUN_OPTIONS  # the host plan reads the terminate flag between nodes
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.runtime.providers.cpu.graph_plan import cpu_graph_plan
 from onnxhal.runtime.providers.opencl.op_support import _PARAM_INPUTS, GraphLookup, unsupported_reason
@@ -199,7 +200,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
 
     def _specialize(self, inputs: list, queue: cl.CommandQueue) -> _Entry:
         host = [_to_host(t, queue) for t in inputs]
-        values = self._host_plan.run(dict(zip(self.graph.input_names, host)))
+        values = self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
         every = self._host_plan.graph.output_names
         concrete = self._static_copy(host, dict(zip(every, values)))
         lookup = GraphLookup(concrete, {}, {}, {})
@@ -243,7 +244,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
 
     def _run_on_host(self, inputs: list, queue: cl.CommandQueue) -> list[DeviceTensor]:
         host = [_to_host(t, queue) for t in inputs]
-        values = self._host_plan.run(dict(zip(self.graph.input_names, host)))
+        values = self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
         results = [values[k] for k in self._output_at]
         outputs = []
         for r in results:

@@ -17,6 +17,7 @@ import numpy as np
 import pyopencl as cl
 
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import RUN_OPTIONS, check_terminate
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.runtime.providers.op_geometry import first_out_of_range
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
@@ -211,12 +212,11 @@ class PartitionState:
                 bufs[name] = bufs[plan.base(name)]
         try:
             with self.lock:
-                for step in self.launches:
-                    if isinstance(step, CopyStep):
-                        if step.nbytes:
-                            cl.enqueue_copy(queue, bufs[step.dst], bufs[step.src], byte_count=step.nbytes)
-                    else:
-                        _enqueue(queue, step, bufs)
+                if RUN_OPTIONS.get() is None:  # no RunOptions: nothing can ask this run to stop
+                    for step in self.launches:
+                        _enqueue_step(queue, step, bufs)
+                else:
+                    _enqueue_stoppable(queue, self.launches, bufs)
                 self.runs += 1
         finally:  # a failed enqueue must not leak this run's temporaries either
             for buf in owned:
@@ -229,6 +229,36 @@ def _check_indices(name: str, idx: np.ndarray, n: int) -> None:
     if bad is not None:
         raise InvalidArgument(f"Gather: index {bad} in {name!r} is out of range for an axis of length {n}; "
                               f"indices must lie in [{-n}, {n - 1}].")
+
+
+def _enqueue_step(queue: cl.CommandQueue, step: _BoundLaunch | CopyStep, bufs: dict[str, cl.Buffer]) -> None:
+    if isinstance(step, CopyStep):
+        if step.nbytes:
+            cl.enqueue_copy(queue, bufs[step.dst], bufs[step.src], byte_count=step.nbytes)
+    else:
+        _enqueue(queue, step, bufs)
+
+
+#: Launches a run given RunOptions may have queued ahead of the device: the work left after a
+#: terminate request is at most twice this many launches.
+IN_FLIGHT = 64
+
+
+def _enqueue_stoppable(queue: cl.CommandQueue, steps: list, bufs: dict[str, cl.Buffer]) -> None:
+    """Enqueue ``steps`` reading ``RunOptions.terminate`` before each, as onnxruntime between nodes.
+    Enqueueing is asynchronous, so the host also waits, every ``IN_FLIGHT`` launches, for a marker
+    placed ``IN_FLIGHT`` launches earlier: the device never lags by more than two batches, so a stop
+    request is honoured after a bounded amount of device work, not after the whole partition."""
+    pending = None
+    for k, step in enumerate(steps):
+        check_terminate()
+        if k and k % IN_FLIGHT == 0:
+            marker = cl.enqueue_marker(queue)
+            queue.flush()
+            if pending is not None:
+                pending.wait()
+            pending = marker
+        _enqueue_step(queue, step, bufs)
 
 
 def _enqueue(queue: cl.CommandQueue, launch: _BoundLaunch, bufs: dict[str, cl.Buffer]) -> None:

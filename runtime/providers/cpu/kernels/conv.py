@@ -10,6 +10,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.op_geometry import ConvGeometry
 
@@ -393,6 +394,7 @@ class Conv(Kernel):
         wk = w.reshape(w.shape[0], -1)
         y = None
         for t, idx in enumerate(np.ndindex(*kernel)):
+            check_terminate()  # one pass over the whole output per tap
             term = win[(Ellipsis,) + idx] * wk[:, t].reshape((1, -1) + (1,) * nd)
             if y is None:
                 y = term
@@ -456,6 +458,7 @@ class ConvTranspose(Kernel):
         full = [(ins[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 + opad[i] for i in range(nd)]
         y = np.zeros((n, m) + tuple(full), dtype=cols.dtype)
         for idx in np.ndindex(*kernel):
+            check_terminate()  # one strided add over the whole output per tap
             sl = tuple(slice(idx[i] * dil[i], idx[i] * dil[i] + (ins[i] - 1) * strides[i] + 1, strides[i])
                        for i in range(nd))
             y[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + idx]

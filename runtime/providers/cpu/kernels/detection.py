@@ -6,6 +6,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -49,7 +50,8 @@ class NonMaxSuppression(Kernel):
                     if score_min is not None:
                         order = order[s[order] > score_min]
                     kept: list[int] = []
-                    for i in order:
+                    for i in order:  # a few numpy calls per candidate: the flag read costs ~1% of one
+                        check_terminate()
                         if kept:
                             k = np.asarray(kept)
                             ih = np.minimum(y2[n, i], y2[n, k]) - np.maximum(y1[n, i], y1[n, k])

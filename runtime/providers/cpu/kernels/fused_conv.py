@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import KernelCreateContext, Node
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels import fused as _fused
 from onnxhal.runtime.providers.cpu.kernels.conv import (
     depthwise_rows,
@@ -333,6 +334,7 @@ class FusedConv(FusedBase):
         acc = np.empty((n, m, length), dtype=x.dtype)
         offsets = [i * dh * wq + j * dw for i in range(kh) for j in range(kw)]
         for i in range(n):
+            check_terminate()  # one image's product and tap sums per read
             np.matmul(wt, flat[i], out=zt)
             a = acc[i]
             if b is not None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node, errors
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.jpeg_baseline import decode_baseline_jpeg
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -42,6 +43,7 @@ def _png(data: bytes) -> np.ndarray:
     out = np.zeros((height, stride), dtype=np.int32)
     prev = np.zeros(stride, dtype=np.int32)
     for y in range(height):
+        check_terminate()  # a row's unfiltering (byte by byte for Average/Paeth) per read
         f, row = raw[y, 0], raw[y, 1:].astype(np.int32)
         if f == 1:  # Sub: running sum per channel
             row = np.cumsum(row.reshape(width, bpp), axis=0).reshape(-1) & 255

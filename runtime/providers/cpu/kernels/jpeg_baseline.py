@@ -9,6 +9,8 @@ import struct
 
 import numpy as np
 
+from onnxhal.hal.run_control import check_terminate
+
 _ZIGZAG = np.array([0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27,
                     20, 13, 6, 7, 14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
                     58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63])
@@ -199,6 +201,7 @@ def decode_baseline_jpeg(data: bytes) -> np.ndarray:
         for c in comps:
             c["pred"] = 0
         for _ in range(mcus_per_segment):
+            check_terminate()  # one MCU's Huffman decoding per read
             if m >= mcux * mcuy:
                 break
             my, mx = divmod(m, mcux)

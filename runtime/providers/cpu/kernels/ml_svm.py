@@ -10,6 +10,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
@@ -48,6 +49,7 @@ def _coupling(r: np.ndarray) -> np.ndarray:
     n, k, _ = r.shape
     q = np.zeros((n, k, k), np.float32)
     for i in range(k):
+        check_terminate()  # k classes: k * k pair updates over the rows in all
         for j in range(i):
             q[:, i, i] += r[:, j, i] * r[:, j, i]
             q[:, i, j] = q[:, j, i]
@@ -58,6 +60,7 @@ def _coupling(r: np.ndarray) -> np.ndarray:
     eps = np.float32(0.005 / k)
     active = np.ones(n, bool)
     for _ in range(100):
+        check_terminate()
         qp = np.einsum("nij,nj->ni", q, p).astype(np.float32)
         pqp = (p * qp).sum(axis=1)
         active &= np.abs(qp - pqp[:, None]).max(axis=1) >= eps
@@ -116,7 +119,8 @@ class SVMClassifier(Kernel):
         scores = np.empty((n, len(self.pairs)), np.float32)
         votes = np.zeros((n, self.k), np.int64)
         rows = np.arange(n)
-        for c, (i, j, si, sj) in enumerate(self.pairs):
+        for c, (i, j, si, sj) in enumerate(self.pairs):  # k * (k - 1) / 2 pairs of classes
+            check_terminate()
             s = (kern[:, si].astype(np.float64) @ self.coef[j - 1, si] + kern[:, sj].astype(np.float64) @
                  self.coef[i, sj] + self.rho[c])
             scores[:, c] = s

@@ -12,6 +12,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
@@ -24,6 +25,8 @@ from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5,
           "LEAF": 6}
+#: (row, tree) pairs walked at once: 2**18 keeps a level's gathers within a few ms.
+_CHUNK = 1 << 18
 
 
 def _floats(node: Node, name: str) -> np.ndarray | None:
@@ -121,6 +124,7 @@ class _Forest:
         idx = np.broadcast_to(self.roots, (n, self.roots.size)).copy()
         mode = self.uniform_mode
         for _ in range(self.depth):
+            check_terminate()  # one level of every tree for a chunk of rows: bounded work per read
             v = flat[offsets + self.feature[idx]]
             th = self.threshold[idx]
             if mode == 0:
@@ -141,6 +145,16 @@ class _Forest:
         return idx
 
     def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, the summed leaf weights and whether any leaf had one; rows in chunks of about
+        ``_CHUNK`` (row, tree) pairs, so that one level's work (and the terminate check between
+        levels) stays bounded and the [rows, trees, targets] gather does not grow with the batch."""
+        step = max(1, _CHUNK // max(1, self.roots.size))
+        if x.shape[0] <= step:
+            return self._scores(x)
+        parts = [self._scores(x[s:s + step]) for s in range(0, x.shape[0], step)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         leaves = self.leaves(x)
         return self.weights[leaves].sum(axis=1), self.has[leaves].any(axis=1)
 

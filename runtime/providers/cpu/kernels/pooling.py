@@ -13,6 +13,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.conv import pad_spatial, per_shape, strided_view
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.op_geometry import PoolGeometry
@@ -208,6 +209,7 @@ class MaxPool(_Pool):
             (x.shape[0], x.shape[1]) + (1,) * nd)
         y = idx_best = None
         for tap in np.ndindex(*kernel):
+            check_terminate()  # one pass over the whole output per tap
             v = xp[_tap_slices(tap, dil, strides, out)]
             flat = np.zeros((1, 1) + tuple(out), dtype=np.int64)
             for i in range(nd):
@@ -392,6 +394,7 @@ class MaxRoiPool(Kernel):
         _, c, h, w = x.shape
         y = np.zeros((rois.shape[0], c, self.ph, self.pw), dtype=x.dtype)
         for r, roi in enumerate(rois):
+            check_terminate()  # one ROI's bins per read
             b = int(roi[0])
             # C's round (half away from zero), as Caffe and onnxruntime; Python's rounds half to even
             x1, y1, x2, y2 = (int(math.copysign(math.floor(abs(float(v) * self.scale) + 0.5), float(v)))

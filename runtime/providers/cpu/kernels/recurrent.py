@@ -19,6 +19,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -117,6 +118,7 @@ class _Recurrent(Kernel):
             st = [s[d] for s in states]
             order = steps if direction == "forward" else steps[::-1]
             for t in order:
+                check_terminate()  # a long sequence must stop in bounded time when the run is terminated
                 live = (t < lens)[:, None]
                 new = self._step(xw[t], st, r[d], rb, d, inputs)
                 st = [np.where(live, n, o) for n, o in zip(new, st)]

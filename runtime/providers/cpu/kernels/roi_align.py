@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -47,6 +48,7 @@ class RoiAlign(Kernel):
         offset = np.float32(0.5 if self.half_pixel else 0.0)
         scale = np.float32(self.scale)
         for r in range(n_rois):
+            check_terminate()  # one ROI's gathers per read
             x1, y1, x2, y2 = (np.float32(v) * scale - offset for v in rois[r, :4])
             rw, rh = x2 - x1, y2 - y1
             if not self.half_pixel:  # malformed ROIs are forced to 1x1

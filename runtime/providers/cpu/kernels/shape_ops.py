@@ -303,8 +303,26 @@ class Size(_NoAttr):
 class Tile(_NoAttr):
     host_inputs = frozenset({1})
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.name = node.name
+
     def compute(self, inputs: list) -> list:
-        return [np.tile(inputs[0], inputs[1].tolist())]
+        x, repeats = inputs[0], np.asarray(inputs[1])
+        # onnxruntime's checks and words (Tile::Compute), so that a bad 'repeats' is refused, not run
+        # (a short one was broadcast by np.tile) or failed inside numpy.
+        where = f"Tile node {self.name!r}: "
+        if repeats.ndim != 1:
+            raise InvalidArgument(f"{where}'repeat' input tensor must be 1 dimensional; got shape "
+                                  f"{list(repeats.shape)}. Give one repeat count per axis of the input.")
+        if repeats.shape[0] != x.ndim:
+            raise InvalidArgument(f"{where}'repeat' input tensor must have the same length as the 'input' tensor: "
+                                  f"{repeats.shape[0]} repeats for an input of rank {x.ndim} {list(x.shape)}.")
+        if repeats.dtype != np.int64:
+            raise InvalidArgument(f"{where}'repeats' must be int64, got {repeats.dtype}.")
+        counts = repeats.tolist()
+        if any(r < 0 for r in counts):
+            raise InvalidArgument(f"{where}Tile repeat value must be non-negative, got: {min(counts)} in {counts}.")
+        return [np.tile(x, counts)]
 
 
 def _pad(x: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:

@@ -3,7 +3,7 @@ onnxruntime: valid models mutated, each loaded and run by both in a child proces
 
     python benchmarks/fuzz_campaign.py [--seed 34] [--mutants 6000] [--external 100] [--json out.json]
 
-Prints the figures docs/sessions.md records (mutants, typed and untyped errors, crashes, hangs,
+Prints the figures docs/hostile-models.md records (mutants, typed and untyped errors, crashes, hangs,
 mutants run to completion where onnxruntime refuses, and those not on the documented list) and
 lists every crash, hang, untyped error and undocumented acceptance. The suite's
 tests/test_fuzz_models.py runs the same harness on 5,000 mutants.
@@ -41,7 +41,7 @@ def main() -> int:
                                external=True)
     figures = fm.summary(results)
     accepted = [r for r in results if r.onnxhal[1] == "ok" and fm.ort_refused(r)]
-    figures["of which documented (docs/sessions.md)"] = sum(_accepted(r) for r in accepted)
+    figures["of which documented (docs/hostile-models.md)"] = sum(_accepted(r) for r in accepted)
     for _, words in ACCEPTED:
         figures[f"  accepted, onnxruntime said {words!r}"] = sum(words in r.onnxruntime[3] for r in accepted)
     figures["seconds"] = round(time.perf_counter() - t0, 1)

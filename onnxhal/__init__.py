@@ -1,7 +1,7 @@
 """onnxhal: ONNX Runtime's plugin execution-provider model in Python.
 
 ``import onnxhal as ort`` offers onnxruntime's Python API for devices, EP libraries, sessions and
-values (see docs/sessions.md); ``onnxhal.hal`` holds the contracts EP authors implement.
+values (see docs/sessions.md and docs/api-parity.md); ``onnxhal.hal`` holds the contracts EP authors implement.
 
 Names are imported on first use (PEP 562), so ``import onnxhal`` (and the pytest plugin, which
 every pytest run in the environment loads) costs almost nothing until the API is used.

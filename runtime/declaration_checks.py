@@ -1,9 +1,9 @@
 """Checks of what a model declares about its values (graph inputs, outputs, value_info,
 the IR version), as onnxruntime makes them when it loads a model.
 
-Before, onnxhal ran models onnxruntime refuses for these: an input declared twice ("Duplicate
-definition-site for (x)"), an element type ONNX does not define ("Invalid tensor data type 40"),
-a model without an IR version or with one newer than the onnx package knows.
+A model onnxruntime refuses for these must not run here either: an input declared twice
+("Duplicate definition-site for (x)"), an element type ONNX does not define ("Invalid tensor data
+type 40"), a model without an IR version or with one newer than the onnx package knows.
 """
 
 from __future__ import annotations

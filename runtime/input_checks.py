@@ -109,7 +109,7 @@ def _numpy_name(dtype: Any) -> str:
 def _stringified(value: np.ndarray) -> np.ndarray:
     """A string input as an object array of str: numpy str arrays are converted, and in an object
     array every element that is not a str becomes ``str(element)``, as onnxruntime converts them
-    (before, integers and None reached the kernels as they were)."""
+    (the string kernels expect str elements, never integers or None)."""
     if value.dtype.kind == "U":
         return value.astype(object)
     flat = value.ravel()

@@ -4,9 +4,9 @@
 onnxruntime gives each session its own logger. onnxhal logs through the ``onnxhal`` logger tree,
 which the application configures. A session's severity applies only to records logged while that
 session is being created or run, in that thread (a ``ContextVar``): a filter on the ``onnxhal``
-loggers drops the records below it. Before, the level was set on the ``onnxhal`` logger itself,
-so one session created with severity 4 silenced every other session's warnings for the rest of
-the process.
+loggers drops the records below it. The level is not set on the ``onnxhal`` logger itself,
+because then one session created with severity 4 would silence every other session's warnings for
+the rest of the process.
 
 Severities 0 and 1 ask for records below WARNING. A filter never sees those unless the logger's
 level lets them through, so the ``onnxhal`` logger is lowered. Records logged outside such a

@@ -59,8 +59,8 @@ def _one_node(op, attrs, n_inputs=1):
 ])
 def test_attributes_out_of_range_for_the_input_are_refused_at_load(op, attrs, n_inputs, words):
     """As onnxruntime does at load (it runs each node's shape inference and refuses what it
-    rejects). Before, these loaded and failed every run with numpy's error, and Softmax and
-    Flatten ran and returned an answer for an axis the input does not have."""
+    rejects). Loaded, they would fail every run with numpy's error, or (Softmax, Flatten) return
+    an answer for an axis the input does not have."""
     with pytest.raises(errors.InvalidGraph, match=f"node {op} 'bad': .*{words}.*fix its attributes"):
         onnxhal.InferenceSession(_one_node(op, attrs, n_inputs))
     assert_add_mul_runs(onnxhal.InferenceSession(add_mul_model()))

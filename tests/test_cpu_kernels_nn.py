@@ -418,7 +418,7 @@ def test_layer_normalization_of_large_contiguous_inputs(offset, axis):
     """The path whose means are BLAS row sums (contiguous float32 of >= 4096 elements, the
     normalized axes as rows: the last one, or the last two), with its mean and inverse deviation
     outputs, against float64. Rows whose mean outweighs their spread get the mean corrected: over
-    20 seeds, 2.2e-6 at 100 and 5e-6 at 1e4 (onnxruntime 1.5e-5 and 2e-3); before, 2e-4 at 100."""
+    20 seeds, 2.2e-6 at 100 and 5e-6 at 1e4 (onnxruntime 1.5e-5 and 2e-3); uncorrected, 2e-4 at 100."""
     x = randn(2, 64, 96) + np.float32(offset)
     scale, bias = randn(*x.shape[axis:]), randn(*x.shape[axis:])
     y, mean, inv_std = run_native("LayerNormalization", [x, scale, bias], 17, n_outputs=3, axis=axis)
@@ -735,9 +735,9 @@ def test_conv_kernel_longer_than_the_padded_input_is_refused_like_onnxruntime():
 ])
 @pytest.mark.parametrize("sizes", [(1, 2, 7, 3), (1, 2, 1, 9), (1, 2, 2, 1)])
 def test_resize_cubic_and_pytorch_half_pixel_match_onnxruntime(mode, attrs, sizes):
-    # Cubic is native now (four taps per axis, Keys' kernel, edge-clamped or excluded taps). An
+    # Cubic is native (four taps per axis, Keys' kernel, edge-clamped or excluded taps). An
     # output length of 1 under pytorch_half_pixel samples 0, by the integer length, as the spec,
-    # PyTorch and onnxruntime; onnx.reference took scale * length and sampled -0.5 (other values).
+    # PyTorch and onnxruntime; onnx.reference takes scale * length and samples -0.5 (other values).
     x = randn(1, 2, 4, 5)
     inputs = [x, None, None, np.array(sizes, np.int64)]
     if mode == "linear" and attrs.get("coordinate_transformation_mode") == "align_corners":

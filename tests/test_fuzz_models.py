@@ -4,7 +4,7 @@ huge and negative dims and axes, short raw data, opsets 0 and 999, bad subgraphs
 hostile external-data paths), each loaded and run by onnxhal and by onnxruntime in a child process.
 
 It asserts no crash, no hang, only OrtError from onnxhal, and that no mutant onnxruntime refuses
-runs to completion here, except for the kinds of difference docs/sessions.md lists (``ACCEPTED``).
+runs to completion here, except for the kinds of difference docs/hostile-models.md lists (``ACCEPTED``).
 ``ONNXHAL_FUZZ_MUTANTS`` sets how many mutants (default 5,000, 10-25 s with onnxruntime);
 ``benchmarks/fuzz_campaign.py`` runs the long campaigns."""
 
@@ -20,8 +20,8 @@ pytest.importorskip("onnxruntime")
 COUNT = int(os.environ.get("ONNXHAL_FUZZ_MUTANTS", "5000"))
 
 #: Kinds of mutant onnxhal runs although onnxruntime refuses it, each on purpose and documented in
-#: docs/sessions.md ("Where onnxhal differs from ORT"): a mutation name and words of onnxruntime's
-#: refusal.
+#: docs/hostile-models.md (the list after the campaign's table): a mutation name and words of
+#: onnxruntime's refusal.
 ACCEPTED = [
     ("", "does not match expected type"),          # a graph output declared with another dtype than computed
     ("", "Could not find an implementation"),      # old opsets: onnx.reference runs what ORT dropped

@@ -192,10 +192,10 @@ def _cast_to(to: int) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("case", REFUSED)
 def test_models_onnxruntime_refuses_are_refused_at_load_naming_the_node(case):
-    """Before, the first three to the seventh ran (unknown and duplicated attributes ignored, the
-    second perm used), MatMul raised a bare IndexError, and the last seven ran to a wrong answer:
-    LayerNormalization returned zeros, If ran its else branch, Scan returned [None, None], Conv
-    ignored kernel_shape."""
+    """Unchecked, the first three to the seventh would run (unknown and duplicated attributes
+    ignored, the second perm used), MatMul would raise a bare IndexError, and the last seven would
+    run to a wrong answer: LayerNormalization zeros, If its else branch, Scan [None, None], Conv
+    ignoring kernel_shape."""
     build, words = REFUSED[case]
     with pytest.raises(errors.InvalidGraph, match=words):
         onnxhal.InferenceSession(build())
@@ -279,7 +279,7 @@ DECLARATIONS = {
 
 @pytest.mark.parametrize("case", DECLARATIONS)
 def test_declarations_onnxruntime_refuses_are_refused_at_load(case):
-    """Before, each of these loaded and ran (the negative dimension read as numpy's -1)."""
+    """Unchecked, each of these would load and run (the negative dimension read as numpy's -1)."""
     build, error, words = DECLARATIONS[case]
     with pytest.raises(error, match=words):
         onnxhal.InferenceSession(build())
@@ -372,7 +372,7 @@ def test_external_data_ranges_outside_the_file_are_refused_before_reading(tmp_pa
 
 
 def test_a_loop_trip_count_that_is_not_a_scalar_is_refused_at_run_as_onnxruntime_does():
-    """Before, the Loop ran max_trip.reshape(-1)[0] iterations of a [2] tensor."""
+    """Unchecked, the Loop would run max_trip.reshape(-1)[0] iterations of a [2] tensor."""
     body = helper.make_graph([helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Neg", ["v"], ["v2"])],
                              "body", [vi("i", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL), vi("v", [2])],
                              [vi("c2", [], TensorProto.BOOL), vi("v2", [2])])
@@ -516,7 +516,7 @@ def test_functions_flags_and_subgraph_inputs_onnxruntime_refuses_are_refused_at_
 
 
 def test_a_body_input_of_another_shape_than_declared_is_refused_at_run_as_onnxruntime_does():
-    """A Scan whose body declares rows of 3 fed rows of 2: before, it ran and returned rows of 2."""
+    """A Scan whose body declares rows of 3 fed rows of 2: unchecked, it would return rows of 2."""
     body = helper.make_graph([helper.make_node("Add", ["s", "r"], ["s2"])], "body", [vi("s", [3]), vi("r", [3])],
                              [vi("s2", [3])])
     node = helper.make_node("Scan", ["s0", "xs"], ["sf"], name="scan", body=body, num_scan_inputs=1)
@@ -562,7 +562,7 @@ def test_a_stale_value_info_element_type_is_refused_as_onnxruntime_does():
     ("graph.node[0].input[0]", b"\x0a", b"x"),
 ])
 def test_a_string_that_is_not_utf8_is_invalid_protobuf_naming_its_field(field, tag, placeholder):
-    """protobuf hands such a string over as bytes: before, a bare TypeError from our code or onnx's."""
+    """protobuf hands such a string over as bytes: unchecked, a bare TypeError from our code or onnx's."""
     data = _relu().SerializeToString()
     raw = b"\xff" * len(placeholder)
     patched = data.replace(tag + bytes([len(placeholder)]) + placeholder, tag + bytes([len(raw)]) + raw, 1)
@@ -646,8 +646,8 @@ def _split_with_both() -> onnx.ModelProto:
     m.graph.initializer.append(numpy_helper.from_array(np.array([1, 1], np.int64), "parts"))
     return m
 
-# Found by campaigns over seed models with these operators; before, each ran to completion (or to an
-# IndexError from inside the kernel) where onnxruntime refuses it.
+# Found by campaigns over seed models with these operators; unchecked, each would run to completion
+# (or to an IndexError from inside the kernel) where onnxruntime refuses it.
 KERNEL_RULES = {
     "Mod fmod other than 0 or 1": (lambda: _mod(2), errors.InvalidGraph, "Mod node 'mod': fmod=2; it must be one of"),
     "DepthToSpace mode other than DCR/CRD": (

@@ -248,7 +248,7 @@ def test_gather_with_runtime_indices_and_expand(ocl):
 
 def test_gather_runtime_index_out_of_range_is_an_error_and_the_session_stays_usable(opencl_devices):
     """The kernel cannot raise, so the EP takes runtime indices in host memory and checks them
-    (it used to write zeros for an out-of-range index: a silent wrong output)."""
+    (a kernel would write zeros for an out-of-range index: a silent wrong output)."""
     nodes = [helper.make_node("Gather", ["d", "i"], ["g"], axis=0), helper.make_node("Relu", ["g"], ["y"])]
     model = helper.make_model(helper.make_graph(nodes, "g", [
         helper.make_tensor_value_info("d", TensorProto.FLOAT, [6, 4]), helper.make_tensor_value_info("i", TensorProto.INT64, [3])],

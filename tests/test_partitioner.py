@@ -290,7 +290,7 @@ def test_a_node_claimed_twice_is_assigned_once(toy):
 
 def test_a_device_lost_inside_a_subgraph_fails_over_the_ep_that_lost_it(toy, caplog):
     """The If runs on the CPU EP, its then-branch Add on ToyA, whose device is lost: failover
-    must remove ToyA (the error used to be blamed on the If's EP, so nothing failed over)."""
+    must remove ToyA (blamed on the If's EP, the error would make nothing fail over)."""
     then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="then_add")], "then", [],
                                [vi("t", [2, 3])])
     else_g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["e"], name="else_mul")], "else", [],

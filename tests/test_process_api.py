@@ -16,7 +16,7 @@ from onnxhal.runtime import process_settings
 
 ort = pytest.importorskip("onnxruntime")
 
-# onnxruntime names onnxhal does not offer, and why (docs/sessions.md has the full table).
+# onnxruntime names onnxhal does not offer, and why (docs/api-parity.md has the full table).
 DECLINED = {
     "AdapterFormat": "LoRA adapters: onnxruntime's own flatbuffers format, for its own kernels",
     "LoraAdapter": "LoRA adapters: as AdapterFormat",

@@ -221,7 +221,7 @@ def test_terminate_set_during_a_run_stops_between_nodes():
 def test_log_severity_level(caplog):
     """A session's log_severity_level applies to that session's records only, as onnxruntime's
     per-session logger: a session created at 4 (fatal) must not silence the warnings of sessions
-    created after it (it used to set the level of the whole onnxhal logger), and 0 (verbose) lets a
+    created after it (as setting the level of the whole onnxhal logger would), and 0 (verbose) lets a
     session's INFO records through without letting other sessions' through."""
     import logging
 

@@ -1,6 +1,6 @@
 """RunOptions.terminate stops a run inside Loop, Scan and If bodies, as onnxruntime's "Exiting due to
-terminate flag": before, the flag was only read between the main graph's nodes, so an endless Loop
-never returned. The runs are made in a child process, so that a regression fails the test (by its
+terminate flag": a flag read only between the main graph's nodes would leave an endless Loop
+running for ever. The runs are made in a child process, so that a regression fails the test (by its
 timeout) instead of spinning for ever in the test run."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ def __getattr__(name: str) -> Any:
         return getattr(onnxhal, name)
     except AttributeError:
         raise AttributeError(f"module 'onnxhal.capi._pybind_state' has no attribute {name!r}: onnxhal does not "
-                             "offer this onnxruntime name (see docs/sessions.md)") from None
+                             "offer this onnxruntime name (see docs/api-parity.md)") from None
 
 
 def __dir__() -> list[str]:

@@ -25,6 +25,8 @@ from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
 
 #: Work-group size of the 1-D kernels: fixed, so PoCL compiles each kernel for one local size only.
 LOCAL_1D = 64
+#: Work-group size of the GEMM-family kernels on a GPU (see ``_BoundLaunch``).
+GPU_LOCAL = 64
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,12 @@ class _BoundLaunch:
         self.kernel = device.kernel(launch.source, launch.kernel_name)
         self.global_size = launch.global_size
         self.local_size = launch.local_size
+        if launch.local_size == (1, 1) and device.device.type & cl.device_type.GPU:
+            # The GEMM-family kernels use one work-item per register block, work-groups of one on a
+            # CPU (PoCL compiles per local size). A GPU runs a work-group of one on one lane of a
+            # 32-wide unit: groups of GPU_LOCAL instead, the padding work-items return early.
+            g0 = -(-launch.global_size[0] // GPU_LOCAL) * GPU_LOCAL
+            self.global_size, self.local_size = (g0, *launch.global_size[1:]), (GPU_LOCAL, 1)
         self.args = launch.args
 
 

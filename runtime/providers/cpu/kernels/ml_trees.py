@@ -33,6 +33,11 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
     return None if v is None else np.asarray(v, np.float32).reshape(-1)
 
 
+#: Rows times tree nodes up to which ``_Forest.leaves`` builds a table of every node's test for
+#: every row (a few MB at most) rather than walking the trees level by level.
+_TABLE_ELEMENTS = 1 << 18
+
+
 class _Forest:
     """The trees of a node flattened: per node its feature, threshold, mode and the indices of its
     two children (a leaf points at itself), the roots, and the depth to walk."""
@@ -96,6 +101,8 @@ class _Forest:
             frontier = nxt
             if self.depth > n:
                 raise InvalidArgument(f"{node.op_type} node {node.name!r}: the trees have a cycle.")
+        #: rows -> (row offsets, true_next and false_next offset by row) for _leaves_by_table
+        self._offset_tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         # leaf weights
         leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64)
         leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64)
@@ -116,6 +123,8 @@ class _Forest:
         the nodes' features from the flat input, one comparison, one gather of the next node from
         the [node, false/true] children table (few numpy calls: the rows are usually few)."""
         n, width = x.shape
+        if n * self.mode.size <= _TABLE_ELEMENTS:
+            return self._leaves_by_table(x)
         flat = np.ascontiguousarray(x).reshape(-1)
         offsets = (np.arange(n, dtype=np.int64) * width)[:, None]
         idx = np.broadcast_to(self.roots, (n, self.roots.size)).copy()
@@ -139,6 +148,42 @@ class _Forest:
                 go |= self.missing_true[idx] & np.isnan(v)
             idx = self._children[2 * idx + go]
         return idx
+
+    def _leaves_by_table(self, x: np.ndarray) -> np.ndarray:
+        """``leaves`` for few rows times nodes: every node's test for every row at once, as a
+        [rows, nodes] table of the next node (rows offset into one flat table), then one gather per
+        level. The same comparisons as the level walk; a small model runs in a handful of numpy calls."""
+        n = x.shape[0]
+        nodes = self.mode.size
+        offset_tables = self._offset_tables.get(n)
+        if offset_tables is None:
+            offsets = np.arange(0, n * nodes, nodes, dtype=np.int64)[:, None]
+            offset_tables = (offsets, self.true_next + offsets, self.false_next + offsets)
+            if len(self._offset_tables) < 8:  # a few batch sizes; the tables are read-only
+                self._offset_tables[n] = offset_tables
+        offsets, true_next, false_next = offset_tables
+        v = x.take(self.feature, axis=1)
+        th = self.threshold
+        mode = self.uniform_mode
+        if mode == 0:
+            go = v <= th
+        elif mode == 1:
+            go = v < th
+        elif mode == 2:
+            go = v >= th
+        elif mode == 3:
+            go = v > th
+        else:
+            m = self.mode
+            go = np.select([m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
+                           [v <= th, v < th, v >= th, v > th, v == th, v != th], False)
+        if self.any_missing:
+            go |= self.missing_true & np.isnan(v)
+        table = np.where(go, true_next, false_next).reshape(-1)
+        idx = (self.roots + offsets).reshape(-1)
+        for _ in range(self.depth):
+            idx = table[idx]
+        return idx.reshape(n, self.roots.size) - offsets
 
     def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         leaves = self.leaves(x)

@@ -21,6 +21,7 @@ from onnxhal.hal import DeviceTensor, Graph, KernelContext, KernelCreateContext,
 from onnxhal.hal.errors import EPFail, Fail, InvalidGraph, OrtError, OutOfMemory, RuntimeException
 from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE, OrtMemoryDevice
 from onnxhal.runtime.memory_plan import MemoryContext
+from onnxhal.runtime.shape_memo import memo_steps
 
 logger = logging.getLogger("onnxhal.executor")
 
@@ -201,11 +202,16 @@ class ExecutionPlan:
         self.feed_slots = [slots[(n, HOST_MEMORY_DEVICE)] for n in feed_names]
         self.feed_index = {n: i for i, n in enumerate(feed_names)}
         self._template = template
-        self.steps = _add_frees(steps, set(self.output_slots) | set(self.feed_slots), template)
+        keep = set(self.output_slots) | set(self.feed_slots)
+        self.steps = _add_frees(steps, keep, template)
         self._read_slots = {i for s in self.steps for i in s.ins}
         self._output_slot_set = set(self.output_slots)
-        self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(self.steps, self.output_slots, False)
-        self._fast_checked, _, self._line_to_step_checked = _compile_straight_line(self.steps, self.output_slots, True)
+        # The generated run functions compute shape values once per input shape (runtime/shape_memo.py);
+        # the profiled run (``_run_checked``) runs every step.
+        memo = memo_steps(self.steps, template, self.output_slots, _CPU_EP, _memo_step)
+        fast_steps = self.steps if memo is None else _add_frees(memo, keep, template)
+        self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(fast_steps, self.output_slots, False)
+        self._fast_checked, _, self._line_to_step_checked = _compile_straight_line(fast_steps, self.output_slots, True)
 
     # -- running ----------------------------------------------------------------------------
     def run(self, feeds: dict[str, Any], run_options: Any = None, profiler: Any = None,
@@ -302,14 +308,16 @@ class ExecutionPlan:
     def _failed_step(self, e: BaseException, fast: Callable) -> tuple[Step | None, list | None]:
         """The step whose line of the generated run function raised, and the values it was given
         (the run function's locals: intermediate values live there, not in ``slots``)."""
+        failed = getattr(e, "onnxhal_failed_step", None)  # raised inside a shape memo
+        if failed is not None:
+            return failed
         lines = self._line_to_step if fast is self._fast else self._line_to_step_checked
         tb = e.__traceback__
         step = values = None
         while tb is not None:
             if tb.tb_frame.f_code is fast.__code__:
-                k = lines.get(tb.tb_lineno)
-                if k is not None:
-                    step = self.steps[k]
+                step = lines.get(tb.tb_lineno)
+                if step is not None:
                     local = tb.tb_frame.f_locals
                     values = [local.get(f"s{i}") for i in step.ins]
             tb = tb.tb_next
@@ -355,8 +363,15 @@ _TERMINATED_MSG = ("Exiting due to terminate flag being set to true: RunOptions.
                    "run. Clear it (run_options.terminate = False) to run again.")
 
 
+def _memo_step(memo: Callable, ins: tuple[int, ...], out: int) -> Step:
+    return Step(memo, ins, (out,), (), None, "shape values", _CPU_EP, memo)
+
+
+_CPU_EP = "CPUExecutionProvider"
+
+
 def _compile_straight_line(steps: list[Step], output_slots: list[int],
-                           check_terminate: bool) -> tuple[Callable, tuple, dict[int, int]]:
+                           check_terminate: bool) -> tuple[Callable, tuple, dict[int, Step]]:
     """Generate the plan as one Python function: a line per step, values in local variables.
 
     This removes the interpreter overhead of a generic loop (indexing a list of steps, building
@@ -376,12 +391,12 @@ def _compile_straight_line(steps: list[Step], output_slots: list[int],
         chunk = pre[k:k + 64]
         lines.append("    " + ", ".join(f"s{i}" for i in chunk) + ", = " + ", ".join(f"slots[{i}]" for i in chunk) + ",")
     lines.append("    " + ", ".join(f"f{k}" for k in range(len(steps))) + ", = fns" if steps else "    pass")
-    line_to_step: dict[int, int] = {}
+    line_to_step: dict[int, Step] = {}
     for k, st in enumerate(steps):
         args = "[" + ", ".join(f"s{i}" for i in st.ins) + "]"
         if check_terminate:  # as ORT: the flag is honoured between nodes
             lines.append("    if ro.terminate: raise Terminated(MSG)")
-        line_to_step[len(lines) + 1] = k
+        line_to_step[len(lines) + 1] = st
         if st.inline_fn is not None:
             o = st.outs[0]
             lines.append(f"    s{o} = f{k}({', '.join(f's{i}' for i in st.ins)})")

@@ -26,7 +26,7 @@ from onnxhal.runtime.custom_ops import custom_ops, session_factories
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, PlanBuilder, Terminated
 from onnxhal.runtime.graph_capture import capturing_ep, check_run_api, replay_if_captured, run_until_captured
-from onnxhal.runtime.input_checks import FeedChecker, check_feeds
+from onnxhal.runtime.input_checks import FeedChecker
 from onnxhal.runtime.layout_transform import transform_layout
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, LEVELS, log_scope, set_process_level
 from onnxhal.runtime.memory_plan import MemoryContext

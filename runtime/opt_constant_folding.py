@@ -38,10 +38,13 @@ def _rename_input(graph: Graph, old: str, new: str) -> bool:
     return True
 
 
-def _bypass(graph: Graph, node: Node, source: str, result: str) -> bool:
+def _bypass(graph: Graph, node: Node, source: str, result: str, order: dict[int, int] | None = None) -> bool:
     """Remove a node that copies ``source`` to ``result``. Graph outputs keep their names: if
-    ``result`` is one, the producer of ``source`` is renamed instead, when that is safe."""
+    ``result`` is one, the producer of ``source`` is renamed instead, when that is safe.
+    ``order`` (id of node -> position, for a graph without subgraphs whose producer/consumer maps
+    are in graph order) updates just the entries this changes; without it the maps are rebuilt."""
     outputs = graph_output_names(graph)
+    producer = None
     if result not in outputs:
         if not _rename_input(graph, result, source):
             return False
@@ -52,7 +55,31 @@ def _bypass(graph: Graph, node: Node, source: str, result: str) -> bool:
             return False
         producer.outputs = tuple(result if o == source else o for o in producer.outputs)
     graph.nodes.remove(node)
-    graph._index()
+    if order is None:
+        graph._index()
+        return True
+    # The entries a full _index would change, in graph order (a full _index per removed node made
+    # no-op elimination quadratic in the graph's size).
+    prod, cons = graph._producer, graph._consumers
+    for o in node.outputs:
+        if o and prod.get(o) is node:
+            del prod[o]
+    for i in {*node.inputs, *node.implicit_inputs}:
+        readers = cons.get(i)
+        if readers is not None:
+            readers[:] = [r for r in readers if r is not node]
+            if not readers:
+                del cons[i]
+    if producer is None:  # the readers of result read source now
+        moved = cons.pop(result, None)
+        if moved:
+            readers = cons.setdefault(source, [])
+            readers.extend(moved)
+            readers.sort(key=lambda n: order[id(n)])
+    else:  # source's producer writes result now
+        if prod.get(source) is producer:
+            del prod[source]
+        prod[result] = producer
     return True
 
 
@@ -79,9 +106,16 @@ def _no_op_source(graph: Graph, node: Node) -> str | None:
 def eliminate_no_ops(graph: Graph) -> bool:
     """Remove Identity, inference-mode Dropout and Cast to the same type."""
     changed = False
+    order = None
     for node in live_nodes(graph):
         source = _no_op_source(graph, node)
-        if source is not None and _bypass(graph, node, source, node.outputs[0]):
+        if source is None:
+            continue
+        if order is None and not any(n.subgraphs for n in graph.nodes):
+            # Maps in graph order, then kept so node by node (removing nodes keeps the order).
+            graph._index()
+            order = {id(n): k for k, n in enumerate(graph.nodes)}
+        if _bypass(graph, node, source, node.outputs[0], order):
             changed = True
     return changed
 
@@ -172,17 +206,19 @@ def fold_constants(graph: Graph) -> bool:
     changed = False
     for node in live_nodes(graph):
         if (node.domain != "" or node.op_type in NOT_FOLDABLE or node.subgraphs
-                or any(o in outputs for o in node.outputs) or _too_big(graph, node)):
+                or any(o in outputs for o in node.outputs)):
             continue
         values: list[np.ndarray] | None
         if node.op_type in ("Shape", "Size") and node.inputs[0] not in graph.initializers:
+            if _too_big(graph, node):
+                continue
             value = _shape_of(graph, node)
             values = None if value is None else [value]
         else:
             inputs = [constant(graph, i) if i else None for i in node.inputs]
             if any(i and v is None for i, v in zip(node.inputs, inputs)):
                 continue
-            if not node.inputs and node.op_type != "Constant":
+            if (not node.inputs and node.op_type != "Constant") or _too_big(graph, node):
                 continue
             try:
                 values = evaluate_node(graph, node, inputs)

@@ -14,7 +14,14 @@ import onnx
 from onnx import helper
 
 from onnxhal.hal.graph import Graph, Node, ValueInfo
-from onnxhal.runtime.opt_rewrite import constant, graph_output_names, live_nodes, remove_node, static_shape
+from onnxhal.runtime.opt_rewrite import (
+    constant,
+    graph_output_names,
+    live_nodes,
+    remove_nodes,
+    static_shape,
+    unlink_node,
+)
 
 logger = logging.getLogger("onnxhal.optimizer")
 
@@ -204,6 +211,7 @@ def fold_constants(graph: Graph) -> bool:
     """Replace nodes whose inputs are all constants (and Shape/Size of static shapes) by initializers."""
     outputs = graph_output_names(graph)
     changed = False
+    folded: list[Node] = []
     for node in live_nodes(graph):
         if (node.domain != "" or node.op_type in NOT_FOLDABLE or node.subgraphs
                 or any(o in outputs for o in node.outputs)):
@@ -232,8 +240,12 @@ def fold_constants(graph: Graph) -> bool:
                 graph.initializers[name] = value
                 dtype = onnx.TensorProto.STRING if value.dtype == object else helper.np_dtype_to_tensor_dtype(value.dtype)
                 graph._set_value_info(ValueInfo(name, helper.make_tensor_type_proto(dtype, value.shape)))
-        remove_node(graph, node)
+        # Unlinked now (later nodes see its outputs as constants); dropped from the node list at
+        # the end, in one pass (a list rebuild per folded node made folding quadratic).
+        unlink_node(graph, node)
+        folded.append(node)
         changed = True
+    remove_nodes(graph, folded)
     return changed
 
 

@@ -169,6 +169,25 @@ def remove_node(graph: Graph, node: Node) -> None:
         _unlink(graph, node)
 
 
+def unlink_node(graph: Graph, node: Node) -> None:
+    """Take a node without subgraphs out of the producer/consumer maps; it stays in
+    ``graph.nodes`` until ``remove_nodes``."""
+    _unlink(graph, node)
+
+
+def remove_nodes(graph: Graph, nodes: Sequence[Node]) -> None:
+    """``remove_node`` for many nodes: one pass over the graph's node list, not one per node."""
+    if not nodes:
+        return
+    gone = {id(n) for n in nodes}
+    graph.nodes = [n for n in graph.nodes if id(n) not in gone]
+    if any(n.subgraphs for n in nodes):
+        graph._index()
+        return
+    for n in nodes:
+        _unlink(graph, n)
+
+
 def remove_unused_value_infos(graph: Graph) -> None:
     """Forget type information of values no node, input, output or initializer names any more."""
     live = {v.name for v in (*graph.inputs, *graph.outputs, *graph.overridable)} | set(graph.initializers)

@@ -63,6 +63,20 @@ class SubgraphRunner:
             raise Terminated(_TERMINATED_MSG)
         return self.plan.run(feeds, run_options)
 
+    @property
+    def feed_names(self) -> list[str]:
+        """The names ``run_values`` takes its values for, in order."""
+        return self.plan.feed_names
+
+    def run_values(self, values: Sequence[Any]) -> list:
+        """``run`` with the feeds as values in ``feed_names`` order (None: not fed): a Loop or
+        Scan body runs once per iteration, and a dict per iteration costs more than the body's
+        small nodes."""
+        run_options = _RUN_OPTIONS.get()
+        if run_options is not None and run_options.terminate:
+            raise Terminated(_TERMINATED_MSG)
+        return self.plan.run_values(values, run_options)
+
 
 class _CreateContext(KernelCreateContext):
     def __init__(self, builder: PlanBuilder, graph: Graph) -> None:
@@ -200,6 +214,7 @@ class ExecutionPlan:
         self.output_homes = [home[o.name] for o in graph.outputs]
         self.device_outputs = any(not d.is_host for d in self.output_homes)
         self.feed_slots = [slots[(n, HOST_MEMORY_DEVICE)] for n in feed_names]
+        self._host_feeds_only = not any(self._feed_targets.values())
         self.feed_index = {n: i for i, n in enumerate(feed_names)}
         self._template = template
         keep = set(self.output_slots) | set(self.feed_slots)
@@ -245,6 +260,25 @@ class ExecutionPlan:
                 _RUN_OPTIONS.reset(token)
         return self._outputs(slots, fetch, output_devices)
 
+    def run_values(self, values: Sequence[Any], run_options: Any = None) -> list:
+        """``run`` with the feeds given as values in ``feed_names`` order (None: not fed), all
+        outputs on the host. For subgraphs, called by a kernel during a run: under that run's
+        numpy error state."""
+        if not self._host_feeds_only:
+            return self.run({n: v for n, v in zip(self.feed_names, values) if v is not None}, run_options)
+        slots = self._template.copy()
+        for i, v in zip(self.feed_slots, values):
+            if v.__class__ is not np.ndarray and isinstance(v, DeviceTensor):
+                return self.run({n: v for n, v in zip(self.feed_names, values) if v is not None}, run_options)
+            slots[i] = v
+        token = _RUN_OPTIONS.set(run_options) if run_options is not None else None
+        try:
+            self._execute_fast(slots, run_options)
+        finally:
+            if token is not None:
+                _RUN_OPTIONS.reset(token)
+        return self._outputs(slots, None, None)
+
     def _execute(self, slots: list, run_options: Any, profiler: Any) -> None:
         # NaN and inf from IEEE arithmetic (Sqrt or Log of a negative, 0/0, overflow) are results,
         # as in onnxruntime, not numpy RuntimeWarnings from inside the runtime.
@@ -252,19 +286,23 @@ class ExecutionPlan:
             if profiler is not None:
                 self._run_checked(slots, run_options, profiler)
             else:
-                fast = self._fast if run_options is None else self._fast_checked
-                try:
-                    results = fast(slots, self._fast_fns, run_options)
-                except Terminated:
-                    raise
-                except Exception as e:
-                    step, values = self._failed_step(e, fast)
-                    raise self._wrap(e, slots, step, values) from e
-                finally:
-                    if self.memory.any_streams:
-                        self.memory.end_of_run()
-                for i, v in zip(self.output_slots, results):
-                    slots[i] = v
+                self._execute_fast(slots, run_options)
+
+    def _execute_fast(self, slots: list, run_options: Any) -> None:
+        """The generated run function on ``slots``, under the caller's numpy error state."""
+        fast = self._fast if run_options is None else self._fast_checked
+        try:
+            results = fast(slots, self._fast_fns, run_options)
+        except Terminated:
+            raise
+        except Exception as e:
+            step, values = self._failed_step(e, fast)
+            raise self._wrap(e, slots, step, values) from e
+        finally:
+            if self.memory.any_streams:
+                self.memory.end_of_run()
+        for i, v in zip(self.output_slots, results):
+            slots[i] = v
 
     def _outputs(self, slots: list, fetch: Sequence[int] | None,
                  output_devices: Sequence[OrtMemoryDevice] | None) -> list:

@@ -106,6 +106,7 @@ class _Recurrent(Kernel):
             raise InvalidArgument(f"{self.op}: W's first dimension is {w.shape[0]}; direction needs {nd}.")
         dt = x.dtype
         lens = np.full(batch, seq, np.int64) if lens is None else lens.astype(np.int64)
+        all_live = bool((lens >= seq).all())
         states = self._initial_states(inputs, nd, batch, h, dt)
         y = np.zeros((seq, nd, batch, h), dt)
         finals: list[list[np.ndarray]] = [[] for _ in states]
@@ -117,8 +118,12 @@ class _Recurrent(Kernel):
             st = [s[d] for s in states]
             order = steps if direction == "forward" else steps[::-1]
             for t in order:
-                live = (t < lens)[:, None]
                 new = self._step(xw[t], st, r[d], rb, d, inputs)
+                if all_live:  # every sequence runs the whole length: no masking
+                    st = new
+                    y[t, d] = new[0]
+                    continue
+                live = (t < lens)[:, None]
                 st = [np.where(live, n, o) for n, o in zip(new, st)]
                 y[t, d] = np.where(live, new[0], 0)
             for f, s in zip(finals, st):

@@ -124,6 +124,8 @@ def eliminate_no_ops(graph: Graph) -> bool:
             order = {id(n): k for k, n in enumerate(graph.nodes)}
         if _bypass(graph, node, source, node.outputs[0], order):
             changed = True
+    if changed:
+        graph.__dict__.pop(_INFERRED_AT, None)
     return changed
 
 
@@ -246,7 +248,14 @@ def fold_constants(graph: Graph) -> bool:
         folded.append(node)
         changed = True
     remove_nodes(graph, folded)
+    if changed:
+        graph.__dict__.pop(_INFERRED_AT, None)
     return changed
+
+
+#: Graph attribute: (node count, initializer count) when ``refresh_shapes`` last ran inference on
+#: it, cleared by the passes here that change the graph (folding, no-op elimination).
+_INFERRED_AT = "_shapes_inferred_at"
 
 
 def refresh_shapes(graph: Graph) -> bool:
@@ -261,6 +270,13 @@ def refresh_shapes(graph: Graph) -> bool:
     value gained a static shape (so folding may go further)."""
     if graph.parent is not None or any(n.domain not in ("", "ai.onnx") for n in graph.nodes):
         return False
+    # Inference again on the graph it last ran on finds nothing new (its findings are applied):
+    # between rounds of the pass list, only when folding or no-op elimination (or another rewrite
+    # that changes the node or initializer count) has changed the graph. onnx's inference is most
+    # of a session's optimizer time on a 1,000-node export.
+    size = (len(graph.nodes), len(graph.initializers))
+    if graph.__dict__.get(_INFERRED_AT) == size:
+        return False
     names = [o for n in graph.nodes for o in n.outputs if o]
     if all(graph.value_info(n).has_static_shape for n in names):
         return False
@@ -270,6 +286,7 @@ def refresh_shapes(graph: Graph) -> bool:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception:  # inference is a help: the shapes stay as they were
         return False
+    setattr(graph, _INFERRED_AT, size)
     changed = False
     for vi in inferred.graph.value_info:
         new = ValueInfo(vi.name, vi.type)

@@ -8,6 +8,7 @@ initializers (IR < 4 inputs with defaults) are never treated as constants.
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import onnx
@@ -203,9 +204,12 @@ def _shape_of(graph: Graph, node: Node) -> np.ndarray | None:
 def _too_big(graph: Graph, node: Node) -> bool:
     for o in node.outputs:
         vi = graph.value_info(o)
-        if vi.has_static_shape and vi.dtype is not None and vi.dtype != object:
-            if int(np.prod(vi.shape)) * vi.dtype.itemsize > MAX_FOLDED_BYTES:
-                return True
+        shape = vi.shape  # parsed from the TypeProto at each read: read once
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            continue
+        dtype = vi.dtype
+        if dtype is not None and dtype.kind != "O" and math.prod(shape) * dtype.itemsize > MAX_FOLDED_BYTES:
+            return True
     return False
 
 

@@ -197,6 +197,10 @@ class _Forest:
         leaves = self.leaves(x)
         return self.weights[leaves].sum(axis=1), self.has[leaves].any(axis=1)
 
+    def sums(self, x: np.ndarray) -> np.ndarray:
+        """The first of ``scores``: the sum of the leaf weights per row and target."""
+        return self.weights[self.leaves(x)].sum(axis=1)
+
 
 @register("TreeEnsembleRegressor", since=1, domain=ML)
 class TreeEnsembleRegressor(Kernel):
@@ -215,7 +219,7 @@ class TreeEnsembleRegressor(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleRegressor")
-        scores, _ = self.forest.scores(x)
+        scores = self.forest.sums(x)
         if self.average:
             scores = scores / np.float32(self.forest.roots.size)
         return [transform_scores(scores + self.base, self.transform)]

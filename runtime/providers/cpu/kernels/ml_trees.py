@@ -249,12 +249,13 @@ class TreeEnsembleClassifier(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
+        if len(self.labels) != 2 and self.base is not None:
+            # with base values every class has a score: the first highest wins, no leaf flags needed
+            scores = self.forest.sums(x) + self.base
+            return [self.labels[np.argmax(scores, axis=1)], transform_scores(scores, self.transform)]
         scores, has = self.forest.scores(x)
         if len(self.labels) == 2:
             return self._two_classes(scores, has)
-        if self.base is not None:
-            scores = scores + self.base
-            has = np.ones_like(has)
         # the first highest score among the classes that have one
         label = self.labels[np.argmax(np.where(has, scores, -np.inf), axis=1)]
         return [label, transform_scores(scores, self.transform)]
@@ -290,7 +291,9 @@ class TreeEnsembleClassifier(Kernel):
         else:
             label = np.where(label_index == 1, np.int64(1), np.int64(0)) if not self.binary_case else \
                 self.labels[label_index]
-        two = transform_scores(np.stack([s0, s1], axis=1), self.transform)
+        # rows written from the single score take ``ones`` below: the pair's transform only for the others
+        every_one = one_score.size > 0 and bool(one_score.all())
+        two = None if every_one else transform_scores(np.stack([s0, s1], axis=1), self.transform)
         if one_score.any():
             single = s0[:, None]
             if self.transform == "PROBIT":
@@ -303,5 +306,5 @@ class TreeEnsembleClassifier(Kernel):
                 ones = np.concatenate([-single, single], axis=1)
             else:
                 ones = np.concatenate([single, np.zeros_like(single)], axis=1)
-            two = np.where(one_score[:, None], ones.astype(np.float32), two)
+            two = ones.astype(np.float32) if every_one else np.where(one_score[:, None], ones.astype(np.float32), two)
         return [label, two.astype(np.float32)]

@@ -199,11 +199,17 @@ class LSTM(_Recurrent):
         h = hprev.shape[1]
         f, g, act_h = self.acts[d]
         p = inputs[7]
-        pi, po, pf = (p[d, :h], p[d, h:2 * h], p[d, 2 * h:]) if p is not None else (0, 0, 0)
         pre = xw + self._hidden_product(hprev, r, d, inputs) + rb  # gates i, o, f, c
-        i = self._apply(f, pre[:, :h] + pi * cprev)
-        fg = 1 - i if self.input_forget else self._apply(f, pre[:, 2 * h:3 * h] + pf * cprev)
-        c = fg * cprev + i * self._apply(g, pre[:, 3 * h:])
-        o = self._apply(f, pre[:, h:2 * h] + po * c)
+        if p is None:  # no peepholes (what exporters write): the gates read their pre-activations alone
+            i = self._apply(f, pre[:, :h])
+            fg = 1 - i if self.input_forget else self._apply(f, pre[:, 2 * h:3 * h])
+            c = fg * cprev + i * self._apply(g, pre[:, 3 * h:])
+            o = self._apply(f, pre[:, h:2 * h])
+        else:
+            pi, po, pf = p[d, :h], p[d, h:2 * h], p[d, 2 * h:]
+            i = self._apply(f, pre[:, :h] + pi * cprev)
+            fg = 1 - i if self.input_forget else self._apply(f, pre[:, 2 * h:3 * h] + pf * cprev)
+            c = fg * cprev + i * self._apply(g, pre[:, 3 * h:])
+            o = self._apply(f, pre[:, h:2 * h] + po * c)
         # h(Ct) reads the cell state, not a gate's pre-activation: not clipped (onnxruntime neither)
         return [o * np.asarray(act_h[0](c, act_h[1], act_h[2]), dtype=c.dtype), c]

@@ -273,10 +273,14 @@ class ExecutionPlan:
             slots[i] = v
         token = _RUN_OPTIONS.set(run_options) if run_options is not None else None
         try:
-            self._execute_fast(slots, run_options)
+            results = self._execute_fast(slots, run_options)
         finally:
             if token is not None:
                 _RUN_OPTIONS.reset(token)
+        if not self.device_outputs:
+            return list(results)
+        for i, v in zip(self.output_slots, results):
+            slots[i] = v
         return self._outputs(slots, None, None)
 
     def _execute(self, slots: list, run_options: Any, profiler: Any) -> None:
@@ -286,10 +290,12 @@ class ExecutionPlan:
             if profiler is not None:
                 self._run_checked(slots, run_options, profiler)
             else:
-                self._execute_fast(slots, run_options)
+                for i, v in zip(self.output_slots, self._execute_fast(slots, run_options)):
+                    slots[i] = v
 
-    def _execute_fast(self, slots: list, run_options: Any) -> None:
-        """The generated run function on ``slots``, under the caller's numpy error state."""
+    def _execute_fast(self, slots: list, run_options: Any) -> tuple:
+        """The generated run function on ``slots``, under the caller's numpy error state: the
+        graph outputs, in ``output_slots`` order."""
         fast = self._fast if run_options is None else self._fast_checked
         try:
             results = fast(slots, self._fast_fns, run_options)
@@ -301,8 +307,7 @@ class ExecutionPlan:
         finally:
             if self.memory.any_streams:
                 self.memory.end_of_run()
-        for i, v in zip(self.output_slots, results):
-            slots[i] = v
+        return results
 
     def _outputs(self, slots: list, fetch: Sequence[int] | None,
                  output_devices: Sequence[OrtMemoryDevice] | None) -> list:

@@ -446,6 +446,8 @@ class InferenceSession:
     # -- running ----------------------------------------------------------------------------
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list:
+        if run_options is None and self._log_severity == DEFAULT_SEVERITY and self._core.capture_ep is None:
+            return self._run(output_names, input_feed, None)  # the common case: nothing to check or scope
         _check_run_options(run_options)
         self._check_graph_capture_run_api(run_options)
         return self._run_logged(output_names, input_feed, run_options)

@@ -195,11 +195,21 @@ class _Forest:
 
     def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         leaves = self.leaves(x)
-        return self.weights[leaves].sum(axis=1), self.has[leaves].any(axis=1)
+        return self._weight_sums(leaves), np.logical_or.reduce(self.has.take(leaves.T, axis=0), axis=0)
 
     def sums(self, x: np.ndarray) -> np.ndarray:
         """The first of ``scores``: the sum of the leaf weights per row and target."""
-        return self.weights[self.leaves(x)].sum(axis=1)
+        return self._weight_sums(self.leaves(x))
+
+    def _weight_sums(self, leaves: np.ndarray) -> np.ndarray:
+        """[rows, targets]: the weights of each row's leaves summed over the trees in tree order.
+        With more than one target, numpy sums [rows, trees, targets] over its trees one tree
+        after another; [trees, rows, targets] over its first axis adds the same terms in the same
+        order in a quarter of the time (16 rows, 30 trees: 10 against 3 us). One target's sum
+        over the trees is numpy's pairwise one, kept as it is."""
+        if self.weights.shape[1] > 1:
+            return np.add.reduce(self.weights.take(leaves.T, axis=0), axis=0)
+        return self.weights[leaves].sum(axis=1)
 
 
 @register("TreeEnsembleRegressor", since=1, domain=ML)

@@ -226,7 +226,10 @@ class ExecutionPlan:
         memo = memo_steps(self.steps, template, self.output_slots, _CPU_EP, _memo_step)
         fast_steps = self.steps if memo is None else _add_frees(memo, keep, template)
         self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(fast_steps, self.output_slots, False)
-        self._fast_checked, _, self._line_to_step_checked = _compile_straight_line(fast_steps, self.output_slots, True)
+        # The variant that checks RunOptions.terminate between steps is compiled at the first run
+        # given run options (compiling costs about as much as a small model's whole creation).
+        self._fast_steps = fast_steps
+        self._checked: tuple[Callable, dict[int, Step]] | None = None
 
     # -- running ----------------------------------------------------------------------------
     def run(self, feeds: dict[str, Any], run_options: Any = None, profiler: Any = None,
@@ -296,7 +299,7 @@ class ExecutionPlan:
     def _execute_fast(self, slots: list, run_options: Any) -> tuple:
         """The generated run function on ``slots``, under the caller's numpy error state: the
         graph outputs, in ``output_slots`` order."""
-        fast = self._fast if run_options is None else self._fast_checked
+        fast = self._fast if run_options is None else self._checked_run()[0]
         try:
             results = fast(slots, self._fast_fns, run_options)
         except Terminated:
@@ -348,13 +351,21 @@ class ExecutionPlan:
                 slots[f] = None
         self.memory.end_of_run()
 
+    def _checked_run(self) -> tuple[Callable, dict[int, Step]]:
+        """The generated run function that honours RunOptions.terminate, and its line map."""
+        checked = self._checked
+        if checked is None:  # two threads may both compile it: equal functions, either is kept
+            fn, _, lines = _compile_straight_line(self._fast_steps, self.output_slots, True)
+            checked = self._checked = (fn, lines)
+        return checked
+
     def _failed_step(self, e: BaseException, fast: Callable) -> tuple[Step | None, list | None]:
         """The step whose line of the generated run function raised, and the values it was given
         (the run function's locals: intermediate values live there, not in ``slots``)."""
         failed = getattr(e, "onnxhal_failed_step", None)  # raised inside a shape memo
         if failed is not None:
             return failed
-        lines = self._line_to_step if fast is self._fast else self._line_to_step_checked
+        lines = self._line_to_step if fast is self._fast else self._checked_run()[1]
         tb = e.__traceback__
         step = values = None
         while tb is not None:

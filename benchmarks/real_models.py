@@ -5,7 +5,8 @@ side in one process.
     python benchmarks/real_models.py [--ep cpu,opencl] [--repeat 20] [--load N] [--models bert_ts,...]
 
 Per model and EP: nodes on the EP (dynamic model, and the same model with its dims fixed by
-``add_free_dimension_override_by_name``), the first run of each of the two stored input signatures
+``add_free_dimension_override_by_name``), session creation plus first run (median of three fresh
+sessions of each runtime), the first run of each of the two stored input signatures
 (for the OpenCL EP it specialises and builds that shape), then ``repeat`` alternating runs of
 signature ``a`` and the ratio of the medians (onnxhal / onnxruntime), and the largest difference
 from onnxruntime's stored outputs. The geometric mean of the ratios closes each EP's table.
@@ -26,6 +27,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(os.path.dirname(HERE), "tests", "real_models")
+COLD_RUNS = 3
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "opencl": ["OpenCLExecutionProvider", "CPUExecutionProvider"]}
 
 
@@ -51,17 +53,22 @@ def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    # session creation plus the first run, each runtime's (what a CLI call or a test pays)
-    t = time.perf_counter()
-    ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    ref.run(None, feeds)
-    ort_cold = time.perf_counter() - t
+    # session creation plus the first run, each runtime's (what a CLI call or a test pays): the
+    # median of COLD_RUNS fresh sessions each, alternating (one sample of a few milliseconds is
+    # at the mercy of one descheduling on a shared machine)
     hso = onnxhal.SessionOptions()
     hso.intra_op_num_threads = threads
-    t = time.perf_counter()
-    hal = onnxhal.InferenceSession(path, hso, providers=PROVIDERS[ep])
-    hal.run(None, feeds)
-    hal_cold = time.perf_counter() - t
+    ort_colds, hal_colds = [], []
+    for _ in range(COLD_RUNS):
+        t = time.perf_counter()
+        ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        ref.run(None, feeds)
+        ort_colds.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        hal = onnxhal.InferenceSession(path, hso, providers=PROVIDERS[ep])
+        hal.run(None, feeds)
+        hal_colds.append(time.perf_counter() - t)
+    ort_cold, hal_cold = statistics.median(ort_colds), statistics.median(hal_colds)
     fixed = onnxhal.SessionOptions()
     first = next(iter(feeds.values()))
     fixed.add_free_dimension_override_by_name("batch", first.shape[0])

@@ -23,6 +23,7 @@ from onnxhal.hal.run_control import RUN_OPTIONS as _RUN_OPTIONS
 from onnxhal.hal.run_control import TERMINATED_MSG as _TERMINATED_MSG
 from onnxhal.hal.run_control import Terminated
 from onnxhal.runtime.memory_context import MemoryContext
+from onnxhal.runtime.shape_memo import memo_steps
 
 logger = logging.getLogger("onnxhal.executor")
 
@@ -53,6 +54,20 @@ class SubgraphRunner:
         if run_options is not None and run_options.terminate:  # checked at each iteration, even of an empty body
             raise Terminated(_TERMINATED_MSG)
         return self.plan.run(feeds, run_options)
+
+    @property
+    def feed_names(self) -> list[str]:
+        """The names ``run_values`` takes its values for, in order."""
+        return self.plan.feed_names
+
+    def run_values(self, values: Sequence[Any]) -> list:
+        """``run`` with the feeds as values in ``feed_names`` order (None: not fed): a Loop or
+        Scan body runs once per iteration, and a dict per iteration costs more than the body's
+        small nodes."""
+        run_options = _RUN_OPTIONS.get()
+        if run_options is not None and run_options.terminate:
+            raise Terminated(_TERMINATED_MSG)
+        return self.plan.run_values(values, run_options)
 
 
 class _CreateContext(KernelCreateContext):
@@ -193,13 +208,22 @@ class ExecutionPlan:
         self.output_homes = [home[o.name] for o in graph.outputs]
         self.device_outputs = any(not d.is_host for d in self.output_homes)
         self.feed_slots = [slots[(n, HOST_MEMORY_DEVICE)] for n in feed_names]
+        self._host_feeds_only = not any(self._feed_targets.values())
         self.feed_index = {n: i for i, n in enumerate(feed_names)}
         self._template = template
-        self.steps = _add_frees(steps, set(self.output_slots) | set(self.feed_slots), template)
+        keep = set(self.output_slots) | set(self.feed_slots)
+        self.steps = _add_frees(steps, keep, template)
         self._read_slots = {i for s in self.steps for i in s.ins}
         self._output_slot_set = set(self.output_slots)
-        self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(self.steps, self.output_slots, False)
-        self._fast_checked, _, self._line_to_step_checked = _compile_straight_line(self.steps, self.output_slots, True)
+        # The generated run functions compute shape values once per input shape (runtime/shape_memo.py);
+        # the profiled run (``_run_checked``) runs every step.
+        memo = memo_steps(self.steps, template, self.output_slots, _CPU_EP, _memo_step)
+        fast_steps = self.steps if memo is None else _add_frees(memo, keep, template)
+        self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(fast_steps, self.output_slots, False)
+        # The variant that checks RunOptions.terminate between steps is compiled at the first run
+        # given run options (compiling costs about as much as a small model's whole creation).
+        self._fast_steps = fast_steps
+        self._checked: tuple[Callable, dict[int, Step]] | None = None
 
     # -- running ----------------------------------------------------------------------------
     def run(self, feeds: dict[str, Any], run_options: Any = None, profiler: Any = None,
@@ -233,6 +257,29 @@ class ExecutionPlan:
                 _RUN_OPTIONS.reset(token)
         return self._outputs(slots, fetch, output_devices)
 
+    def run_values(self, values: Sequence[Any], run_options: Any = None) -> list:
+        """``run`` with the feeds given as values in ``feed_names`` order (None: not fed), all
+        outputs on the host. For subgraphs, called by a kernel during a run: under that run's
+        numpy error state."""
+        if not self._host_feeds_only:
+            return self.run({n: v for n, v in zip(self.feed_names, values) if v is not None}, run_options)
+        slots = self._template.copy()
+        for i, v in zip(self.feed_slots, values):
+            if v.__class__ is not np.ndarray and isinstance(v, DeviceTensor):
+                return self.run({n: v for n, v in zip(self.feed_names, values) if v is not None}, run_options)
+            slots[i] = v
+        token = _RUN_OPTIONS.set(run_options) if run_options is not None else None
+        try:
+            results = self._execute_fast(slots, run_options)
+        finally:
+            if token is not None:
+                _RUN_OPTIONS.reset(token)
+        if not self.device_outputs:
+            return list(results)
+        for i, v in zip(self.output_slots, results):
+            slots[i] = v
+        return self._outputs(slots, None, None)
+
     def _execute(self, slots: list, run_options: Any, profiler: Any) -> None:
         # NaN and inf from IEEE arithmetic (Sqrt or Log of a negative, 0/0, overflow) are results,
         # as in onnxruntime, not numpy RuntimeWarnings from inside the runtime.
@@ -240,19 +287,24 @@ class ExecutionPlan:
             if profiler is not None:
                 self._run_checked(slots, run_options, profiler)
             else:
-                fast = self._fast if run_options is None else self._fast_checked
-                try:
-                    results = fast(slots, self._fast_fns, run_options)
-                except Terminated:
-                    raise
-                except Exception as e:
-                    step, values = self._failed_step(e, fast)
-                    raise self._wrap(e, slots, step, values) from e
-                finally:
-                    if self.memory.any_streams:
-                        self.memory.end_of_run()
-                for i, v in zip(self.output_slots, results):
+                for i, v in zip(self.output_slots, self._execute_fast(slots, run_options)):
                     slots[i] = v
+
+    def _execute_fast(self, slots: list, run_options: Any) -> tuple:
+        """The generated run function on ``slots``, under the caller's numpy error state: the
+        graph outputs, in ``output_slots`` order."""
+        fast = self._fast if run_options is None else self._checked_run()[0]
+        try:
+            results = fast(slots, self._fast_fns, run_options)
+        except Terminated:
+            raise
+        except Exception as e:
+            step, values = self._failed_step(e, fast)
+            raise self._wrap(e, slots, step, values) from e
+        finally:
+            if self.memory.any_streams:
+                self.memory.end_of_run()
+        return results
 
     def _outputs(self, slots: list, fetch: Sequence[int] | None,
                  output_devices: Sequence[OrtMemoryDevice] | None) -> list:
@@ -293,17 +345,27 @@ class ExecutionPlan:
                 slots[f] = None
         self.memory.end_of_run()
 
+    def _checked_run(self) -> tuple[Callable, dict[int, Step]]:
+        """The generated run function that honours RunOptions.terminate, and its line map."""
+        checked = self._checked
+        if checked is None:  # two threads may both compile it: equal functions, either is kept
+            fn, _, lines = _compile_straight_line(self._fast_steps, self.output_slots, True)
+            checked = self._checked = (fn, lines)
+        return checked
+
     def _failed_step(self, e: BaseException, fast: Callable) -> tuple[Step | None, list | None]:
         """The step whose line of the generated run function raised, and the values it was given
         (the run function's locals: intermediate values live there, not in ``slots``)."""
-        lines = self._line_to_step if fast is self._fast else self._line_to_step_checked
+        failed = getattr(e, "onnxhal_failed_step", None)  # raised inside a shape memo
+        if failed is not None:
+            return failed
+        lines = self._line_to_step if fast is self._fast else self._checked_run()[1]
         tb = e.__traceback__
         step = values = None
         while tb is not None:
             if tb.tb_frame.f_code is fast.__code__:
-                k = lines.get(tb.tb_lineno)
-                if k is not None:
-                    step = self.steps[k]
+                step = lines.get(tb.tb_lineno)
+                if step is not None:
                     local = tb.tb_frame.f_locals
                     values = [local.get(f"s{i}") for i in step.ins]
             tb = tb.tb_next
@@ -345,8 +407,15 @@ def _describe(value: Any) -> str:
     return type(value).__name__ + (f" of {len(value)}" if isinstance(value, (list, tuple)) else "")
 
 
+def _memo_step(memo: Callable, ins: tuple[int, ...], out: int) -> Step:
+    return Step(memo, ins, (out,), (), None, "shape values", _CPU_EP, memo)
+
+
+_CPU_EP = "CPUExecutionProvider"
+
+
 def _compile_straight_line(steps: list[Step], output_slots: list[int],
-                           check_terminate: bool) -> tuple[Callable, tuple, dict[int, int]]:
+                           check_terminate: bool) -> tuple[Callable, tuple, dict[int, Step]]:
     """Generate the plan as one Python function: a line per step, values in local variables.
 
     This removes the interpreter overhead of a generic loop (indexing a list of steps, building
@@ -366,12 +435,12 @@ def _compile_straight_line(steps: list[Step], output_slots: list[int],
         chunk = pre[k:k + 64]
         lines.append("    " + ", ".join(f"s{i}" for i in chunk) + ", = " + ", ".join(f"slots[{i}]" for i in chunk) + ",")
     lines.append("    " + ", ".join(f"f{k}" for k in range(len(steps))) + ", = fns" if steps else "    pass")
-    line_to_step: dict[int, int] = {}
+    line_to_step: dict[int, Step] = {}
     for k, st in enumerate(steps):
         args = "[" + ", ".join(f"s{i}" for i in st.ins) + "]"
         if check_terminate:  # as ORT: the flag is honoured between nodes
             lines.append("    if ro.terminate: raise Terminated(MSG)")
-        line_to_step[len(lines) + 1] = k
+        line_to_step[len(lines) + 1] = st
         if st.inline_fn is not None:
             o = st.outs[0]
             lines.append(f"    s{o} = f{k}({', '.join(f's{i}' for i in st.ins)})")

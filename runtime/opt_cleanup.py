@@ -8,13 +8,21 @@ initializers (IR < 4 inputs with defaults) are never treated as constants.
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import onnx
 from onnx import helper
 
 from onnxhal.hal.graph import Graph, Node, ValueInfo
-from onnxhal.runtime.opt_rewrite import constant, graph_output_names, live_nodes, remove_node, static_shape
+from onnxhal.runtime.opt_rewrite import (
+    constant,
+    graph_output_names,
+    live_nodes,
+    remove_nodes,
+    static_shape,
+    unlink_node,
+)
 
 logger = logging.getLogger("onnxhal.optimizer")
 
@@ -38,10 +46,13 @@ def _rename_input(graph: Graph, old: str, new: str) -> bool:
     return True
 
 
-def _bypass(graph: Graph, node: Node, source: str, result: str) -> bool:
+def _bypass(graph: Graph, node: Node, source: str, result: str, order: dict[int, int] | None = None) -> bool:
     """Remove a node that copies ``source`` to ``result``. Graph outputs keep their names: if
-    ``result`` is one, the producer of ``source`` is renamed instead, when that is safe."""
+    ``result`` is one, the producer of ``source`` is renamed instead, when that is safe.
+    ``order`` (id of node -> position, for a graph without subgraphs whose producer/consumer maps
+    are in graph order) updates just the entries this changes; without it the maps are rebuilt."""
     outputs = graph_output_names(graph)
+    producer = None
     if result not in outputs:
         if not _rename_input(graph, result, source):
             return False
@@ -52,7 +63,31 @@ def _bypass(graph: Graph, node: Node, source: str, result: str) -> bool:
             return False
         producer.outputs = tuple(result if o == source else o for o in producer.outputs)
     graph.nodes.remove(node)
-    graph.reindex()
+    if order is None:
+        graph.reindex()
+        return True
+    # The entries a full reindex would change, in graph order (a full reindex per removed node made
+    # no-op elimination quadratic in the graph's size).
+    prod, cons = graph._producer, graph._consumers
+    for o in node.outputs:
+        if o and prod.get(o) is node:
+            del prod[o]
+    for i in {*node.inputs, *node.implicit_inputs}:
+        readers = cons.get(i)
+        if readers is not None:
+            readers[:] = [r for r in readers if r is not node]
+            if not readers:
+                del cons[i]
+    if producer is None:  # the readers of result read source now
+        moved = cons.pop(result, None)
+        if moved:
+            readers = cons.setdefault(source, [])
+            readers.extend(moved)
+            readers.sort(key=lambda n: order[id(n)])
+    else:  # source's producer writes result now
+        if prod.get(source) is producer:
+            del prod[source]
+        prod[result] = producer
     return True
 
 
@@ -79,10 +114,19 @@ def _no_op_source(graph: Graph, node: Node) -> str | None:
 def eliminate_no_ops(graph: Graph) -> bool:
     """Remove Identity, inference-mode Dropout and Cast to the same type."""
     changed = False
+    order = None
     for node in live_nodes(graph):
         source = _no_op_source(graph, node)
-        if source is not None and _bypass(graph, node, source, node.outputs[0]):
+        if source is None:
+            continue
+        if order is None and not any(n.subgraphs for n in graph.nodes):
+            # Maps in graph order, then kept so node by node (removing nodes keeps the order).
+            graph.reindex()
+            order = {id(n): k for k, n in enumerate(graph.nodes)}
+        if _bypass(graph, node, source, node.outputs[0], order):
             changed = True
+    if changed:
+        graph.__dict__.pop(_INFERRED_AT, None)
     return changed
 
 
@@ -160,9 +204,12 @@ def _shape_of(graph: Graph, node: Node) -> np.ndarray | None:
 def _too_big(graph: Graph, node: Node) -> bool:
     for o in node.outputs:
         vi = graph.value_info(o)
-        if vi.has_static_shape and vi.dtype is not None and vi.dtype != object:
-            if int(np.prod(vi.shape)) * vi.dtype.itemsize > MAX_FOLDED_BYTES:
-                return True
+        shape = vi.shape  # parsed from the TypeProto at each read: read once
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            continue
+        dtype = vi.dtype
+        if dtype is not None and dtype.kind != "O" and math.prod(shape) * dtype.itemsize > MAX_FOLDED_BYTES:
+            return True
     return False
 
 
@@ -170,19 +217,22 @@ def fold_constants(graph: Graph) -> bool:
     """Replace nodes whose inputs are all constants (and Shape/Size of static shapes) by initializers."""
     outputs = graph_output_names(graph)
     changed = False
+    folded: list[Node] = []
     for node in live_nodes(graph):
         if (node.domain != "" or node.op_type in NOT_FOLDABLE or node.subgraphs
-                or any(o in outputs for o in node.outputs) or _too_big(graph, node)):
+                or any(o in outputs for o in node.outputs)):
             continue
         values: list[np.ndarray] | None
         if node.op_type in ("Shape", "Size") and node.inputs[0] not in graph.initializers:
+            if _too_big(graph, node):
+                continue
             value = _shape_of(graph, node)
             values = None if value is None else [value]
         else:
             inputs = [constant(graph, i) if i else None for i in node.inputs]
             if any(i and v is None for i, v in zip(node.inputs, inputs)):
                 continue
-            if not node.inputs and node.op_type != "Constant":
+            if (not node.inputs and node.op_type != "Constant") or _too_big(graph, node):
                 continue
             try:
                 values = evaluate_node(graph, node, inputs)
@@ -196,9 +246,20 @@ def fold_constants(graph: Graph) -> bool:
                 graph.initializers[name] = value
                 dtype = onnx.TensorProto.STRING if value.dtype == object else helper.np_dtype_to_tensor_dtype(value.dtype)
                 graph.set_value_info(ValueInfo(name, helper.make_tensor_type_proto(dtype, value.shape)))
-        remove_node(graph, node)
+        # Unlinked now (later nodes see its outputs as constants); dropped from the node list at
+        # the end, in one pass (a list rebuild per folded node made folding quadratic).
+        unlink_node(graph, node)
+        folded.append(node)
         changed = True
+    remove_nodes(graph, folded)
+    if changed:
+        graph.__dict__.pop(_INFERRED_AT, None)
     return changed
+
+
+#: Graph attribute: (node count, initializer count) when ``refresh_shapes`` last ran inference on
+#: it, cleared by the passes here that change the graph (folding, no-op elimination).
+_INFERRED_AT = "_shapes_inferred_at"
 
 
 def refresh_shapes(graph: Graph) -> bool:
@@ -213,6 +274,13 @@ def refresh_shapes(graph: Graph) -> bool:
     value gained a static shape (so folding may go further)."""
     if graph.parent is not None or any(n.domain not in ("", "ai.onnx") for n in graph.nodes):
         return False
+    # Inference again on the graph it last ran on finds nothing new (its findings are applied):
+    # between rounds of the pass list, only when folding or no-op elimination (or another rewrite
+    # that changes the node or initializer count) has changed the graph. onnx's inference is most
+    # of a session's optimizer time on a 1,000-node export.
+    size = (len(graph.nodes), len(graph.initializers))
+    if graph.__dict__.get(_INFERRED_AT) == size:
+        return False
     names = [o for n in graph.nodes for o in n.outputs if o]
     if all(graph.value_info(n).has_static_shape for n in names):
         return False
@@ -222,6 +290,7 @@ def refresh_shapes(graph: Graph) -> bool:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception:  # inference is a help: the shapes stay as they were
         return False
+    setattr(graph, _INFERRED_AT, size)
     changed = False
     for vi in inferred.graph.value_info:
         new = ValueInfo(vi.name, vi.type)

@@ -148,6 +148,25 @@ def remove_node(graph: Graph, node: Node) -> None:
         graph.unindex_node(node)
 
 
+def unlink_node(graph: Graph, node: Node) -> None:
+    """Take a node without subgraphs out of the producer/consumer maps; it stays in
+    ``graph.nodes`` until ``remove_nodes``."""
+    graph.unindex_node(node)
+
+
+def remove_nodes(graph: Graph, nodes: Sequence[Node]) -> None:
+    """``remove_node`` for many nodes: one pass over the graph's node list, not one per node."""
+    if not nodes:
+        return
+    gone = {id(n) for n in nodes}
+    graph.nodes = [n for n in graph.nodes if id(n) not in gone]
+    if any(n.subgraphs for n in nodes):
+        graph.reindex()
+        return
+    for n in nodes:
+        graph.unindex_node(n)
+
+
 def remove_unused_value_infos(graph: Graph) -> None:
     """Forget type information of values no node, input, output or initializer names any more."""
     live = {v.name for v in (*graph.inputs, *graph.outputs, *graph.overridable)} | set(graph.initializers)

@@ -27,7 +27,7 @@ from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
 from onnxhal.runtime.environment import CPU_EP_NAME
 from onnxhal.runtime.executor import ExecutionPlan, Terminated
 from onnxhal.runtime.graph_capture import check_run_api, replay_if_captured, run_until_captured
-from onnxhal.runtime.input_checks import check_feeds
+from onnxhal.runtime.input_checks import FeedChecker
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, check_log_severity, log_scope
 from onnxhal.runtime.memory_context import MemoryContext
 from onnxhal.runtime.model_overrides import override_initializers
@@ -264,6 +264,8 @@ class InferenceSession:
     # -- running ----------------------------------------------------------------------------
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list:
+        if run_options is None and self._log_severity == DEFAULT_SEVERITY and self._core.capture_ep is None:
+            return self._run(output_names, input_feed, None)  # the common case: nothing to check or scope
         _check_run_options(run_options)
         self._check_graph_capture_run_api(run_options)
         return self._run_logged(output_names, input_feed, run_options)
@@ -287,7 +289,7 @@ class InferenceSession:
         if not self._outputs:  # as onnxruntime: a run computes outputs, and there are none to compute
             raise InvalidArgument("At least one output should be requested: the model's graph declares no outputs. "
                                   "Add the values you want to its graph outputs.")
-        feeds = check_feeds(input_feed, self._input_infos, self._required_inputs)
+        feeds = self._feed_checker().check(input_feed)
         if run_options is not None and run_options.terminate:
             raise Terminated("Exiting due to terminate flag being set to true: RunOptions.terminate is set. "
                              "Clear it (run_options.terminate = False) to run.")
@@ -322,7 +324,7 @@ class InferenceSession:
                             f"{callback!r}")
         _check_run_options(run_options)
         self._fetch_indices(output_names)
-        check_feeds(input_feed, self._input_infos, self._required_inputs)
+        self._feed_checker().check(input_feed)
         with self._lock:
             if self._async_pool is None:
                 threads = self._sess_options.intra_op_num_threads or os.cpu_count() or 1
@@ -350,7 +352,7 @@ class InferenceSession:
         """Run with some outputs left in device memory (IOBinding)."""
         from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE
 
-        checked = check_feeds(feeds, self._input_infos, self._required_inputs)
+        checked = self._feed_checker().check(feeds)
         devices = []
         for o in self._outputs:
             b = bound.get(o.name)
@@ -358,9 +360,18 @@ class InferenceSession:
             devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
         return _owned(self._run_core(self._core, checked, run_options, None, devices), checked)
 
+    def _feed_checker(self) -> FeedChecker:
+        """The session's feed checks, built at its first run from the model's inputs."""
+        checker = self.__dict__.get("_checker")
+        if checker is None or checker.infos is not self._input_infos or checker.required is not self._required_inputs:
+            checker = self._checker = FeedChecker(self._input_infos, self._required_inputs)
+        return checker
+
     def _run_core(self, core: SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
                   output_devices: list | None = None) -> list:
         if core.run_lock is None:
+            if core.capture_ep is None:
+                return self._run_once(core, feeds, run_options, fetch, output_devices)
             return self._run_capturing(core, feeds, run_options, fetch, output_devices)
         with core.run_lock:
             return self._run_capturing(core, feeds, run_options, fetch, output_devices)
@@ -373,19 +384,19 @@ class InferenceSession:
 
     def _run_once(self, core: SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
                   output_devices: list | None) -> list:
-        eps = core.eps.values()
-        for ep in eps:
+        hooks = core.__dict__.get("_run_hooks") or _run_hooks(core)
+        for ep in hooks.starts:
             ep.on_run_start(run_options)
         profiler = self._profiler  # read once: end_profiling() on another thread may clear it
         t0 = time.perf_counter_ns() if profiler is not None else 0
         try:
             outputs = core.plan.run(feeds, run_options, profiler, fetch, output_devices)
-            if run_options is None or run_options._config.get(DISABLE_SYNC_KEY) != "1":
-                for ep in eps:
+            if hooks.syncs and (run_options is None or run_options._config.get(DISABLE_SYNC_KEY) != "1"):
+                for ep in hooks.syncs:
                     ep.sync()
             return outputs
         finally:
-            for ep in eps:
+            for ep in hooks.ends:
                 ep.on_run_end(run_options, True)
             if profiler is not None:
                 profiler.event("model_run", "Session", t0, time.perf_counter_ns())
@@ -452,17 +463,27 @@ class InferenceSession:
         return loaded
 
     def _fetch_indices(self, output_names: Sequence[str] | None) -> list[int] | None:
+        if output_names is None:
+            return None
         if isinstance(output_names, (str, bytes)):  # iterating it would look up one name per character
             raise InvalidArgument(f"output_names must be a list of output names, got the string {output_names!r}; "
                                   f"use [{output_names!r}]")
-        if output_names is None or len(output_names) == 0:
+        if len(output_names) == 0:
             return None
-        names = [o.name for o in self._outputs]
+        outputs = self._outputs
+        index = self.__dict__.get("_output_index")
+        if index is None or index[0] is not outputs:
+            positions: dict[str, int] = {}
+            for i, o in enumerate(outputs):
+                positions.setdefault(o.name, i)
+            index = self._output_index = (outputs, positions)
+        positions = index[1]
         idx = []
         for n in output_names:
-            if n not in names:
-                raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {names}.")
-            idx.append(names.index(n))
+            i = positions.get(n) if isinstance(n, str) else None
+            if i is None:
+                raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {[o.name for o in outputs]}.")
+            idx.append(i)
         return idx
 
     def set_ep_dynamic_options(self, options: Mapping[str, str]) -> None:
@@ -550,12 +571,46 @@ def _owned(outputs: list, feeds: Mapping[str, Any]) -> list:
     """The outputs as onnxruntime hands them over: arrays of the caller's own. A model constant
     passed through (read-only here, where kernels share the session's weights) or a view of a feed
     (Identity, Reshape of an input) is copied; everything else is returned as computed, no copy."""
-    fed = [f for f in feeds.values() if isinstance(f, np.ndarray)]
+    fed = None
     out = list(outputs)
     for i, v in enumerate(out):
-        if isinstance(v, np.ndarray) and (not v.flags.writeable or any(np.may_share_memory(v, f) for f in fed)):
+        if not isinstance(v, np.ndarray):
+            continue
+        flags = v.flags
+        if not flags.writeable:
+            out[i] = v.copy()
+            continue
+        if fed is None:
+            fed = [f for f in feeds.values() if isinstance(f, np.ndarray)]
+        # An array that owns its memory and was made by the run shares it with no feed.
+        if flags.owndata and all(v is not f for f in fed):
+            continue
+        if any(np.may_share_memory(v, f) for f in fed):
             out[i] = v.copy()
     return out
+
+
+@dataclass(frozen=True)
+class _RunHooks:
+    """The EPs of a session core whose per-run hooks do something (the base ``Ep``'s are no-ops):
+    a run calls only these."""
+
+    starts: tuple
+    syncs: tuple
+    ends: tuple
+
+
+def _run_hooks(core: SessionCore) -> _RunHooks:
+    eps = list(core.eps.values())
+
+    def overriding(name: str) -> tuple:
+        base = getattr(Ep, name)
+        return tuple(ep for ep in eps
+                     if name in getattr(ep, "__dict__", ()) or getattr(type(ep), name, None) is not base)
+
+    hooks = _RunHooks(overriding("on_run_start"), overriding("sync"), overriding("on_run_end"))
+    core._run_hooks = hooks
+    return hooks
 
 
 def _to_host_output(v: Any) -> Any:

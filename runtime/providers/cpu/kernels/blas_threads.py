@@ -38,6 +38,7 @@ def _openblas() -> ctypes.CDLL | None:
     return None
 
 
+@functools.cache
 def _symbol(names: tuple[str, ...]):
     lib = _openblas()
     if lib is None:

@@ -26,22 +26,45 @@ class _SubgraphCall:
         self.outer = [(name, n_explicit + i) for i, name in enumerate(node.implicit_inputs) if name in reads]
         # The body's inputs whose shape it declares: checked at each call, as onnxruntime checks them
         # (a Scan fed rows of 2 into a body declared for 3 ran before and returned rows of 2).
-        self.declared = [(k, v.name, tuple(v.shape)) for k, v in enumerate(graph.inputs)
-                         if v.shape is not None and v.is_tensor]
+        self.declared = [(k, v.name, tuple(v.shape), tuple((a, d) for a, d in enumerate(v.shape) if isinstance(d, int)))
+                         for k, v in enumerate(graph.inputs) if v.shape is not None and v.is_tensor]
         self.label = f"{node.op_type} node {node.name!r}"
+        # Where each of the runner's feeds comes from, once: ("outer", index into the node's
+        # inputs) or ("formal", index into the body's formal inputs); the dict of names is built
+        # only for a runner without run_values.
+        self._run_values = getattr(self.runner, "run_values", None)
+        if self._run_values is not None:
+            outer = dict(self.outer)
+            formal_at = {}
+            for k, name in enumerate(self.input_names):
+                formal_at.setdefault(name, k)
+            self._sources = [(True, outer[n]) if n in outer else (False, formal_at.get(n, -1))
+                             for n in self.runner.feed_names]
 
     def run(self, formal: list, inputs: list) -> list:
-        for k, name, dims in self.declared:
-            if k < len(formal):
-                shape = np.shape(formal[k])
-                if len(shape) != len(dims) or any(isinstance(d, int) and d != g for d, g in zip(dims, shape)):
-                    raise Fail(f"{self.label}: its body's input {name!r} is declared "
-                               f"[{', '.join('?' if not isinstance(d, int) else str(d) for d in dims)}] but is given "
-                               f"shape {list(shape)}; make the body's declared shapes match what the node gives it.")
+        n = len(formal)
+        for k, name, dims, fixed in self.declared:
+            if k < n:
+                v = formal[k]
+                shape = v.shape if v.__class__ is np.ndarray else np.shape(v)
+                if len(shape) != len(dims):
+                    self._refuse(name, dims, shape)
+                for a, d in fixed:
+                    if shape[a] != d:
+                        self._refuse(name, dims, shape)
+        if self._run_values is not None:
+            return self._run_values([inputs[i] if is_outer else (formal[i] if 0 <= i < n else None)
+                                     for is_outer, i in self._sources])
         feeds = dict(zip(self.input_names, formal))
         for name, i in self.outer:
             feeds[name] = inputs[i]
         return self.runner.run(feeds)
+
+
+    def _refuse(self, name: str, dims: tuple, shape: tuple) -> None:
+        raise Fail(f"{self.label}: its body's input {name!r} is declared "
+                   f"[{', '.join('?' if not isinstance(d, int) else str(d) for d in dims)}] but is given "
+                   f"shape {list(shape)}; make the body's declared shapes match what the node gives it.")
 
 
 def _empty_like_output(graph: Graph, index: int) -> np.ndarray:
@@ -110,7 +133,7 @@ def _scan_core(body: _SubgraphCall, inputs: list, states: list, scan_in: list, i
     for t in range(seq_len):
         slices = []
         for x, ax, d in zip(scan_in, in_axes, in_dirs):
-            slices.append(np.take(x, seq_len - 1 - t if d else t, axis=ax))
+            slices.append(x.take(seq_len - 1 - t if d else t, axis=ax))
         outs = body.run(states + slices, inputs)
         states = list(outs[:n_state])
         for k in range(n_scan_out):

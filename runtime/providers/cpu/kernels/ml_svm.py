@@ -59,22 +59,30 @@ def _coupling(r: np.ndarray) -> np.ndarray:
     p = np.full((n, k), np.float32(1.0 / k), np.float32)
     eps = np.float32(0.005 / k)
     active = np.ones(n, bool)
+    diagonal = [q[:, i, i] for i in range(k)]
     for _ in range(100):
         check_terminate()
         qp = np.einsum("nij,nj->ni", q, p).astype(np.float32)
         pqp = (p * qp).sum(axis=1)
         active &= np.abs(qp - pqp[:, None]).max(axis=1) >= eps
-        if not active.any():
-            break
-        a = active
-        pa, qpa, qa, pqpa = p[a], qp[a], q[a], pqp[a]
+        if not active.all():
+            if not active.any():
+                break
+            a = active
+            pa, qpa, qa, pqpa = p[a], qp[a], q[a], pqp[a]
+            qd = [qa[:, i, i] for i in range(k)]
+        else:  # every row still iterates: work on the arrays themselves (pa updates p in place)
+            pa, qpa, qa, pqpa, qd = p, qp, q, pqp, diagonal
         for i in range(k):
-            diff = (-qpa[:, i] + pqpa) / qa[:, i, i]
+            diff = (-qpa[:, i] + pqpa) / qd[i]
             pa[:, i] += diff
-            pqpa = (pqpa + diff * (diff * qa[:, i, i] + 2 * qpa[:, i])) / (1 + diff) / (1 + diff)
-            qpa = (qpa + diff[:, None] * qa[:, i, :]) / (1 + diff)[:, None]
-            pa /= (1 + diff)[:, None]
-        p[a] = pa
+            grow = 1 + diff
+            pqpa = (pqpa + diff * (diff * qd[i] + 2 * qpa[:, i])) / grow / grow
+            column = grow[:, None]
+            qpa = (qpa + diff[:, None] * qa[:, i, :]) / column
+            pa /= column
+        if pa is not p:
+            p[a] = pa
     return p
 
 

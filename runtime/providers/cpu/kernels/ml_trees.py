@@ -36,6 +36,11 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
     return None if v is None else np.asarray(v, np.float32).reshape(-1)
 
 
+#: Rows times tree nodes up to which ``_Forest.leaves`` builds a table of every node's test for
+#: every row (a few MB at most) rather than walking the trees level by level.
+_TABLE_ELEMENTS = 1 << 18
+
+
 class _Forest:
     """The trees of a node flattened: per node its feature, threshold, mode and the indices of its
     two children (a leaf points at itself), the roots, and the depth to walk."""
@@ -55,70 +60,82 @@ class _Forest:
         except KeyError as exc:
             raise InvalidArgument(f"{node.op_type} node {node.name!r}: unknown node mode {exc.args[0]!r}; "
                                   f"expected one of {sorted(_MODES)}.") from None
-        index = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(trees, ids))}
+        # Built on Python ints (numpy scalars cost about 0.1 us per element access): 888 nodes in
+        # 0.5 ms rather than 5.
+        trees_l, ids_l, mode_l = trees.tolist(), ids.tolist(), self.mode.tolist()
+        index = {(t, i): k for k, (t, i) in enumerate(zip(trees_l, ids_l))}
         true_ids = node.attr("nodes_truenodeids")
         false_ids = node.attr("nodes_falsenodeids")
         missing = node.attr("nodes_missing_value_tracks_true") or [0] * len(ids)
         self.missing_true = np.asarray(missing, bool)
         n = len(ids)
-        self.true_next = np.arange(n)
-        self.false_next = np.arange(n)
+        true_next = list(range(n))
+        false_next = list(range(n))
         children = set()
         for k in range(n):
-            if self.mode[k] != 6:
+            if mode_l[k] != 6:
                 try:
-                    self.true_next[k] = index[(int(trees[k]), int(true_ids[k]))]
-                    self.false_next[k] = index[(int(trees[k]), int(false_ids[k]))]
+                    tk = index[(trees_l[k], int(true_ids[k]))]
+                    fk = index[(trees_l[k], int(false_ids[k]))]
                 except KeyError as exc:
                     raise InvalidArgument(f"{node.op_type} node {node.name!r}: tree {exc.args[0][0]} node "
-                                          f"{int(ids[k])} points at missing node {exc.args[0][1]}.") from None
-                children.update((int(self.true_next[k]), int(self.false_next[k])))
+                                          f"{ids_l[k]} points at missing node {exc.args[0][1]}.") from None
+                true_next[k], false_next[k] = tk, fk
+                children.add(tk)
+                children.add(fk)
+        self.true_next = np.array(true_next, dtype=np.int_)
+        self.false_next = np.array(false_next, dtype=np.int_)
         self.feature[self.mode == 6] = 0
         self._children = np.stack([self.false_next, self.true_next], axis=1).reshape(-1)
         roots: dict[int, int] = {}
         for k in range(n):
             if k not in children:
-                roots.setdefault(int(trees[k]), k)
+                roots.setdefault(trees_l[k], k)
         self.roots = np.array([roots[t] for t in sorted(roots)], np.int64)
         self.uniform_mode = int(self.mode[self.mode != 6][0]) if (self.mode != 6).any() and \
             len(set(self.mode[self.mode != 6].tolist())) == 1 else -1
         self.any_missing = bool(self.missing_true.any())
         # depth: the longest root-to-leaf walk
-        depth = np.zeros(n, np.int64)
-        frontier = list(self.roots)
+        frontier = self.roots.tolist()
         self.depth = 0
         while frontier:
             nxt = []
             for k in frontier:
-                if self.mode[k] != 6:
-                    for c in (self.true_next[k], self.false_next[k]):
-                        depth[c] = depth[k] + 1
-                        nxt.append(int(c))
+                if mode_l[k] != 6:
+                    nxt.append(true_next[k])
+                    nxt.append(false_next[k])
             if nxt:
                 self.depth += 1
             frontier = nxt
             if self.depth > n:
                 raise InvalidArgument(f"{node.op_type} node {node.name!r}: the trees have a cycle.")
-        # leaf weights
-        leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64)
-        leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64)
-        targets = np.asarray(node.attr(f"{prefix}_ids"), np.int64)
+        #: rows -> (row offsets, true_next and false_next offset by row) for _leaves_by_table
+        self._offset_tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # leaf weights, accumulated in the order given (np.add.at adds one entry after another)
+        leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64).tolist()
+        leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64).tolist()
+        targets = np.asarray(node.attr(f"{prefix}_ids"), np.int64).tolist()
         weights = _floats(node, f"{prefix}_weights")
         self.weights = np.zeros((n, n_out), np.float32)
         self.has = np.zeros((n, n_out), bool)
-        for t, i, j, w in zip(leaf_trees, leaf_ids, targets, weights):
-            k = index.get((int(t), int(i)))
+        rows, cols = [], []
+        for t, i, j, _ in zip(leaf_trees, leaf_ids, targets, weights):
+            k = index.get((t, i))
             if k is None or not 0 <= j < n_out:
-                raise InvalidArgument(f"{node.op_type} node {node.name!r}: weight for tree {int(t)} node {int(i)} "
-                                      f"target {int(j)}: no such leaf or target (of {n_out}).")
-            self.weights[k, j] += w
-            self.has[k, j] = True
+                raise InvalidArgument(f"{node.op_type} node {node.name!r}: weight for tree {t} node {i} "
+                                      f"target {j}: no such leaf or target (of {n_out}).")
+            rows.append(k)
+            cols.append(j)
+        np.add.at(self.weights, (rows, cols), weights[:len(rows)])
+        self.has[rows, cols] = True
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree: per level one gather of
         the nodes' features from the flat input, one comparison, one gather of the next node from
         the [node, false/true] children table (few numpy calls: the rows are usually few)."""
         n, width = x.shape
+        if n * self.mode.size <= _TABLE_ELEMENTS:
+            return self._leaves_by_table(x)
         flat = np.ascontiguousarray(x).reshape(-1)
         offsets = (np.arange(n, dtype=np.int64) * width)[:, None]
         idx = np.broadcast_to(self.roots, (n, self.roots.size)).copy()
@@ -144,6 +161,42 @@ class _Forest:
             idx = self._children[2 * idx + go]
         return idx
 
+    def _leaves_by_table(self, x: np.ndarray) -> np.ndarray:
+        """``leaves`` for few rows times nodes: every node's test for every row at once, as a
+        [rows, nodes] table of the next node (rows offset into one flat table), then one gather per
+        level. The same comparisons as the level walk; a small model runs in a handful of numpy calls."""
+        n = x.shape[0]
+        nodes = self.mode.size
+        offset_tables = self._offset_tables.get(n)
+        if offset_tables is None:
+            offsets = np.arange(0, n * nodes, nodes, dtype=np.int64)[:, None]
+            offset_tables = (offsets, self.true_next + offsets, self.false_next + offsets)
+            if len(self._offset_tables) < 8:  # a few batch sizes; the tables are read-only
+                self._offset_tables[n] = offset_tables
+        offsets, true_next, false_next = offset_tables
+        v = x.take(self.feature, axis=1)
+        th = self.threshold
+        mode = self.uniform_mode
+        if mode == 0:
+            go = v <= th
+        elif mode == 1:
+            go = v < th
+        elif mode == 2:
+            go = v >= th
+        elif mode == 3:
+            go = v > th
+        else:
+            m = self.mode
+            go = np.select([m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
+                           [v <= th, v < th, v >= th, v > th, v == th, v != th], False)
+        if self.any_missing:
+            go |= self.missing_true & np.isnan(v)
+        table = np.where(go, true_next, false_next).reshape(-1)
+        idx = (self.roots + offsets).reshape(-1)
+        for _ in range(self.depth):
+            idx = table[idx]
+        return idx.reshape(n, self.roots.size) - offsets
+
     def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per row, the summed leaf weights and whether any leaf had one; rows in chunks of about
         ``_CHUNK`` (row, tree) pairs, so that one level's work (and the terminate check between
@@ -156,7 +209,21 @@ class _Forest:
 
     def _scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         leaves = self.leaves(x)
-        return self.weights[leaves].sum(axis=1), self.has[leaves].any(axis=1)
+        return self._weight_sums(leaves), np.logical_or.reduce(self.has.take(leaves.T, axis=0), axis=0)
+
+    def sums(self, x: np.ndarray) -> np.ndarray:
+        """The first of ``scores``: the sum of the leaf weights per row and target."""
+        return self._weight_sums(self.leaves(x))
+
+    def _weight_sums(self, leaves: np.ndarray) -> np.ndarray:
+        """[rows, targets]: the weights of each row's leaves summed over the trees in tree order.
+        With more than one target, numpy sums [rows, trees, targets] over its trees one tree
+        after another; [trees, rows, targets] over its first axis adds the same terms in the same
+        order in a quarter of the time (16 rows, 30 trees: 10 against 3 us). One target's sum
+        over the trees is numpy's pairwise one, kept as it is."""
+        if self.weights.shape[1] > 1:
+            return np.add.reduce(self.weights.take(leaves.T, axis=0), axis=0)
+        return self.weights[leaves].sum(axis=1)
 
 
 @register("TreeEnsembleRegressor", since=1, domain=ML)
@@ -176,7 +243,7 @@ class TreeEnsembleRegressor(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleRegressor")
-        scores, _ = self.forest.scores(x)
+        scores = self.forest.sums(x)
         if self.average:
             scores = scores / np.float32(self.forest.roots.size)
         return [transform_scores(scores + self.base, self.transform)]
@@ -206,12 +273,13 @@ class TreeEnsembleClassifier(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
+        if len(self.labels) != 2 and self.base is not None:
+            # with base values every class has a score: the first highest wins, no leaf flags needed
+            scores = self.forest.sums(x) + self.base
+            return [self.labels[np.argmax(scores, axis=1)], transform_scores(scores, self.transform)]
         scores, has = self.forest.scores(x)
         if len(self.labels) == 2:
             return self._two_classes(scores, has)
-        if self.base is not None:
-            scores = scores + self.base
-            has = np.ones_like(has)
         # the first highest score among the classes that have one
         label = self.labels[np.argmax(np.where(has, scores, -np.inf), axis=1)]
         return [label, transform_scores(scores, self.transform)]
@@ -247,7 +315,9 @@ class TreeEnsembleClassifier(Kernel):
         else:
             label = np.where(label_index == 1, np.int64(1), np.int64(0)) if not self.binary_case else \
                 self.labels[label_index]
-        two = transform_scores(np.stack([s0, s1], axis=1), self.transform)
+        # rows written from the single score take ``ones`` below: the pair's transform only for the others
+        every_one = one_score.size > 0 and bool(one_score.all())
+        two = None if every_one else transform_scores(np.stack([s0, s1], axis=1), self.transform)
         if one_score.any():
             single = s0[:, None]
             if self.transform == "PROBIT":
@@ -260,5 +330,5 @@ class TreeEnsembleClassifier(Kernel):
                 ones = np.concatenate([-single, single], axis=1)
             else:
                 ones = np.concatenate([single, np.zeros_like(single)], axis=1)
-            two = np.where(one_score[:, None], ones.astype(np.float32), two)
+            two = ones.astype(np.float32) if every_one else np.where(one_score[:, None], ones.astype(np.float32), two)
         return [label, two.astype(np.float32)]

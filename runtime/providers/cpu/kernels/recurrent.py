@@ -107,6 +107,7 @@ class _Recurrent(Kernel):
             raise InvalidArgument(f"{self.op}: W's first dimension is {w.shape[0]}; direction needs {nd}.")
         dt = x.dtype
         lens = np.full(batch, seq, np.int64) if lens is None else lens.astype(np.int64)
+        all_live = bool((lens >= seq).all())
         states = self._initial_states(inputs, nd, batch, h, dt)
         y = np.zeros((seq, nd, batch, h), dt)
         finals: list[list[np.ndarray]] = [[] for _ in states]
@@ -119,8 +120,12 @@ class _Recurrent(Kernel):
             order = steps if direction == "forward" else steps[::-1]
             for t in order:
                 check_terminate()  # a long sequence must stop in bounded time when the run is terminated
-                live = (t < lens)[:, None]
                 new = self._step(xw[t], st, r[d], rb, d, inputs)
+                if all_live:  # every sequence runs the whole length: no masking
+                    st = new
+                    y[t, d] = new[0]
+                    continue
+                live = (t < lens)[:, None]
                 st = [np.where(live, n, o) for n, o in zip(new, st)]
                 y[t, d] = np.where(live, new[0], 0)
             for f, s in zip(finals, st):
@@ -196,11 +201,17 @@ class LSTM(_Recurrent):
         h = hprev.shape[1]
         f, g, act_h = self.acts[d]
         p = inputs[7]
-        pi, po, pf = (p[d, :h], p[d, h:2 * h], p[d, 2 * h:]) if p is not None else (0, 0, 0)
         pre = xw + self._hidden_product(hprev, r, d, inputs) + rb  # gates i, o, f, c
-        i = self._apply(f, pre[:, :h] + pi * cprev)
-        fg = 1 - i if self.input_forget else self._apply(f, pre[:, 2 * h:3 * h] + pf * cprev)
-        c = fg * cprev + i * self._apply(g, pre[:, 3 * h:])
-        o = self._apply(f, pre[:, h:2 * h] + po * c)
+        if p is None:  # no peepholes (what exporters write): the gates read their pre-activations alone
+            i = self._apply(f, pre[:, :h])
+            fg = 1 - i if self.input_forget else self._apply(f, pre[:, 2 * h:3 * h])
+            c = fg * cprev + i * self._apply(g, pre[:, 3 * h:])
+            o = self._apply(f, pre[:, h:2 * h])
+        else:
+            pi, po, pf = p[d, :h], p[d, h:2 * h], p[d, 2 * h:]
+            i = self._apply(f, pre[:, :h] + pi * cprev)
+            fg = 1 - i if self.input_forget else self._apply(f, pre[:, 2 * h:3 * h] + pf * cprev)
+            c = fg * cprev + i * self._apply(g, pre[:, 3 * h:])
+            o = self._apply(f, pre[:, h:2 * h] + po * c)
         # h(Ct) reads the cell state, not a gate's pre-activation: not clipped (onnxruntime neither)
         return [o * np.asarray(act_h[0](c, act_h[1], act_h[2]), dtype=c.dtype), c]

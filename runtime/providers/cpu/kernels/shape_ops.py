@@ -345,6 +345,13 @@ def _pad(x: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
     if mode == "constant":
         value = 0 if value is None else value
         if all(b >= 0 and e >= 0 for b, e in width):
+            if nd and x.dtype != object and ((type(value) is int and value == 0) or
+                                             (isinstance(value, np.generic) and value.dtype == x.dtype)):
+                # np.pad's general machinery costs about 20 us a call; a filled array and one
+                # copy into its middle give the same result (a value of x's own type: no casting).
+                y = np.full(out, value, dtype=x.dtype)
+                y[tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, width))] = x
+                return y
             return np.pad(x, width, mode="constant", constant_values=value)
         # Output index j holds input index j - begin (the spec's shape, d + begin + end, also when a
         # negative pad on one side reaches past a positive one on the other): copy the overlap.
@@ -370,6 +377,23 @@ def _pad(x: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
     return np.pad(x, width, mode=mode)
 
 
+def _constant_pad_geometry(shape: tuple, pads: list, axes: list | None) -> tuple[tuple, tuple] | None:
+    """(output shape, slice of the output the input fills) for a constant Pad whose pads are all
+    non-negative, or None where ``_pad`` must decide (negative pads, or pads it refuses)."""
+    nd = len(shape)
+    axes = list(range(nd)) if axes is None else [int(a) + nd if int(a) < 0 else int(a) for a in axes]
+    k = len(axes)
+    if len(pads) != 2 * k or any(not 0 <= a < nd for a in axes):
+        return None
+    width = [[0, 0] for _ in range(nd)]
+    for i, a in enumerate(axes):
+        width[a] = [int(pads[i]), int(pads[i + k])]
+    if any(b < 0 or e < 0 for b, e in width):
+        return None
+    out = tuple(d + b + e for d, (b, e) in zip(shape, width))
+    return out, tuple(slice(b, b + d) for d, (b, _) in zip(shape, width))
+
+
 @register("Pad", since=1)
 @register("Pad", since=2)
 class PadAttr(Kernel):
@@ -389,6 +413,9 @@ class Pad(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.mode = node.attr("mode", "constant")
+        #: (input shape, pads, axes) -> _constant_pad_geometry: a MobileNet export pads before each
+        #: convolution, the same few shapes at every run
+        self._geometries: dict[tuple, tuple[tuple, tuple] | None] = {}
 
     def compute(self, inputs: list) -> list:
         n = len(inputs)
@@ -399,7 +426,21 @@ class Pad(Kernel):
                                       f"scalar (axes are input 3).")
             value = value.reshape(-1)[0]
         axes = inputs[3].tolist() if n > 3 and inputs[3] is not None else None
-        return [_pad(inputs[0], inputs[1].tolist(), self.mode, value, axes)]
+        x, pads = inputs[0], inputs[1].tolist()
+        if (self.mode == "constant" and x.ndim and x.dtype != object
+                and (value is None or (isinstance(value, np.generic) and value.dtype == x.dtype))):
+            key = (x.shape, tuple(pads), None if axes is None else tuple(axes))
+            geometry = self._geometries.get(key, False)
+            if geometry is False:
+                geometry = _constant_pad_geometry(x.shape, pads, axes)
+                if len(self._geometries) < 64:
+                    self._geometries[key] = geometry
+            if geometry is not None:  # _pad's constant fast path, its checks done once per shape
+                out, inner = geometry
+                y = np.full(out, 0 if value is None else value, dtype=x.dtype)
+                y[inner] = x
+                return [y]
+        return [_pad(x, pads, self.mode, value, axes)]
 
 
 @register("Constant", since=1)

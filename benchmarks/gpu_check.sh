@@ -47,6 +47,11 @@ timeout 120 python3 benchmarks/opencl_gemm.py 1024 2048 4096 2>&1 | tee "$OUT/ge
 log "models: OpenCL EP on the GPU against onnxruntime CPU (8 threads)"
 timeout 150 python3 benchmarks/bench.py --ep opencl --threads 8 --repeat 20 --models mlp,cnn,encoder 2>&1 | tee "$OUT/bench.txt"
 
+if [ -d .gpucorpus ]; then
+    log "real exports (benchmark size) on the GPU against onnxruntime CPU (8 threads)"
+    timeout 150 python3 benchmarks/real_models.py --corpus .gpucorpus --ep opencl --threads 8 --repeat 10 2>&1 | tee "$OUT/real_models.txt"
+fi
+
 log "OpenCL test files on the GPU"
 timeout 240 python3 -m pytest -q -p no:cacheprovider -n 12 tests/test_opencl_probe.py tests/test_devices_opencl.py \
     tests/test_opencl_ep.py tests/test_opencl_kernels.py tests/test_opencl_memory.py tests/test_opencl_session.py \
@@ -57,4 +62,5 @@ echo "pytest exit $?"; tail -25 "$OUT/pytest.txt"
 log "summary"
 grep -i -E "GF/s|gflop" "$OUT/gemm.txt" | tail -4
 tail -8 "$OUT/bench.txt"
+[ -f "$OUT/real_models.txt" ] && tail -12 "$OUT/real_models.txt"
 tail -3 "$OUT/pytest.txt"

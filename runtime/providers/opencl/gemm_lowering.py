@@ -1,6 +1,6 @@
 """Lowering of the GEMM family (Gemm, MatMul, Conv and the optimizer's Fused* forms) to launches.
 
-A mixin of ``PlanBuilder``: it uses the builder's ``plan``, ``data``, ``shape``, ``output`` and
+A mixin of ``PartitionPlanBuilder``: it uses the builder's ``plan``, ``data``, ``shape``, ``output`` and
 ``temp``. Operand B is always packed into 16-column panels (per run, or once at ``create_state``
 for constant weights); operand A is read in place when it is a row-major activation, else packed
 into 6-row panels. Conv with constant weights and output rows that fill 16-wide panels is an
@@ -86,7 +86,7 @@ def transpose_output_strides(out_shape, perm) -> list[int]:
 
 
 class GemmLowering:
-    """GEMM-family lowering methods of ``PlanBuilder``.
+    """GEMM-family lowering methods of ``PartitionPlanBuilder``.
 
     ``operand_views`` maps a value to (buffer value, dims, strides) when it is read in place through
     strides (a Transpose folded into the MatMul reading it); ``output_views`` maps id(MatMul) to

@@ -45,7 +45,7 @@ from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, Parti
 I32, F = np.int32, np.float32
 
 
-class PlanBuilder(GemmLowering):
+class PartitionPlanBuilder(GemmLowering):
     """Builds the plan of one filtered graph. ``lookup`` gives shapes, dtypes and constants."""
 
     def __init__(self, graph: Graph, lookup: GraphLookup) -> None:
@@ -511,4 +511,4 @@ class PlanBuilder(GemmLowering):
 
 def build_plan(graph: Graph, lookup: GraphLookup) -> PartitionPlan:
     """The launches of one fused partition."""
-    return PlanBuilder(graph, lookup).build()
+    return PartitionPlanBuilder(graph, lookup).build()

@@ -384,10 +384,14 @@ def get_device() -> str:
 
 
 def get_version_string() -> str:
-    """onnxhal's version: the installed distribution's (pyproject.toml), as ``onnxhal.__version__``."""
-    from importlib.metadata import version
+    """onnxhal's version: the installed distribution's (pyproject.toml), as ``onnxhal.__version__``;
+    "unknown" for a source tree used without installing it (the CLI's tables and --version still work)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return version("onnxhal")
+    try:
+        return version("onnxhal")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def get_all_providers() -> list[str]:

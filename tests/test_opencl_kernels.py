@@ -333,6 +333,19 @@ def test_fused_gemm_and_fused_matmul_activations(ocl):
     np.testing.assert_allclose(y, 0.5 * v * (1 + np.vectorize(erf)(v / np.sqrt(2))), rtol=1e-4, atol=1e-5)
 
 
+def test_fused_matmul_gelu_vector_epilogue(ocl):
+    """Full 16-column panels take the float8 epilogue (onnxhal_gelu8); the last 4 columns the scalar
+    one: both match erf's GELU, and NaN stays NaN."""
+    from math import erf
+    x, w2, bias = f32(3, 5, 9, scale=3.0), f32(9, 36), f32(36)
+    x[0, 0, 0] = np.nan
+    node = helper.make_node("FusedMatMul", ["x", "w", "bias"], ["y"], domain="com.onnxhal", activation="Gelu")
+    y, plan = _run_fused_domain(ocl, node, {"x": x}, {"w": w2, "bias": bias}, [3, 5, 36])
+    v = (x @ w2 + bias).astype(np.float64)
+    np.testing.assert_allclose(y, 0.5 * v * (1 + np.vectorize(erf)(v / np.sqrt(2))), rtol=1e-4, atol=1e-5)
+    assert np.isnan(y[0, 0]).all() and not np.isnan(y[1:]).any()
+
+
 @pytest.mark.parametrize("act,attrs,inits", [("Sigmoid", {}, {}), ("Tanh", {}, {}),
                                               ("Clip", {}, {"lo": np.array(-0.5, np.float32),
                                                             "hi": np.array(0.5, np.float32)})])

@@ -43,6 +43,17 @@ inline float onnxhal_tanh(float x) {
   const float e = ONNXHAL_EXP(-2.0f * ax);
   return copysign((1.0f - e) / (1.0f + e), x);
 }
+// GELU (erf form, as apply_act's case 7) on 8 lanes at once: the GEMM epilogue's vector path. fabs
+// and copysign as bit masks (vector builtins can be out-of-line calls on PoCL).
+inline float8 onnxhal_gelu8(float8 v) {
+  const float8 x = v * 0.70710678118f;
+  const int8 sign = as_int8(x) & (int8)(0x80000000);
+  const float8 ax = as_float8(as_int8(x) & (int8)(0x7fffffff));
+  const float8 t = 1.0f / (1.0f + 0.3275911f * ax);
+  const float8 y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t - 0.284496736f) * t
+                   + 0.254829592f) * t * ONNXHAL_EXP(-ax * ax);
+  return 0.5f * v * (1.0f + as_float8(as_int8(y) | sign));
+}
 // act: 0 none, 1 Relu, 2 Sigmoid, 3 Tanh, 4 LeakyRelu(p0), 5 HardSigmoid(p0, p1), 6 Clip(p0, p1), 7 Gelu
 inline float apply_act(float v, int act, float p0, float p1) {
   switch (act) {
@@ -148,9 +159,9 @@ inline void store_row(__global float* C, __global const float* R, float8 a, floa
                       float p0, float p1) {{
   if (i >= M) return;
   const int a_code0 = act & 15;
-  if (j0 + 16 <= N && bias_mode != 3 && a_code0 <= 1) {{
-    // Common case (full 16 columns, row/column/scalar bias, residual or not, none or Relu): whole
-    // float8 vectors; the per-element path below costs more than the dot products for small K.
+  if (j0 + 16 <= N && bias_mode != 3 && (a_code0 <= 1 || a_code0 == 7)) {{
+    // Common case (full 16 columns, row/column/scalar bias, residual or not, none, Relu or Gelu):
+    // whole float8 vectors; the per-element path below costs more than the dot products for small K.
     float8 va = alpha * a, vb = alpha * b;
     if (bias_mode == 1) {{ va += beta * vload8(0, bias + j0); vb += beta * vload8(1, bias + j0); }}
     else if (bias_mode == 2) {{ const float t = beta * bias[i]; va += t; vb += t; }}
@@ -163,6 +174,9 @@ inline void store_row(__global float* C, __global const float* R, float8 a, floa
     if (a_code0 == 1) {{  // Relu as a mask (fmax is an out-of-line call on PoCL); NaN is kept
       va = as_float8(as_int8(va) & ~(va < (float8)(0.0f)));
       vb = as_float8(as_int8(vb) & ~(vb < (float8)(0.0f)));
+    }} else if (a_code0 == 7) {{
+      va = onnxhal_gelu8(va);
+      vb = onnxhal_gelu8(vb);
     }}
     __global float* out = C + (size_t)i * ldc + j0;
     vstore8(va, 0, out);

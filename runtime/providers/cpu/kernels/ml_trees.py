@@ -2,9 +2,9 @@
 once, one numpy step per tree level (an index array [rows, trees] into the flattened nodes), and the
 leaves' weights are summed as rows of a dense [nodes, targets] matrix. Semantics as onnxruntime's
 (``tree_ensemble_aggregator.h``): node comparisons in float32, a NaN feature takes the true branch
-where ``nodes_missing_value_tracks_true`` says so, base values added after the aggregation, a class
-without any score ignored by the argmax, two classes by onnxruntime's binary rules. MIN/MAX
-aggregation keeps onnx.reference's kernel."""
+where ``nodes_missing_value_tracks_true`` says so, base values added after the aggregation (SUM,
+AVERAGE, MIN, MAX), a class without any score ignored by the argmax, two classes by onnxruntime's
+binary rules; and the opset-5 TreeEnsemble on the same walk."""
 
 from __future__ import annotations
 
@@ -33,83 +33,38 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
     return None if v is None else np.asarray(v, np.float32).reshape(-1)
 
 
+LEAF, MEMBER = 6, 7
+
+
 class _Forest:
     """The trees of a node flattened: per node its feature, threshold, mode and the indices of its
-    two children (a leaf points at itself), the roots, and the depth to walk."""
+    two children (a leaf points at itself), the roots, the depth to walk, and per node a dense row
+    of its leaf weights over the outputs (``has`` says which outputs a leaf writes)."""
 
-    def __init__(self, node: Node, prefix: str, n_out: int) -> None:
-        trees = np.asarray(node.attr("nodes_treeids"), np.int64)
-        ids = np.asarray(node.attr("nodes_nodeids"), np.int64)
-        self.feature = np.asarray(node.attr("nodes_featureids"), np.int64)
-        self.threshold = _floats(node, "nodes_values")
-        modes = node.attr("nodes_modes")
-        if self.threshold is None or modes is None or not (len(trees) == len(ids) == len(self.feature) == len(modes)
-                                                             == len(self.threshold)):
-            raise InvalidArgument(f"{node.op_type} node {node.name!r}: the nodes_* attributes must all be given "
-                                  "with one entry per tree node.")
-        try:
-            self.mode = np.array([_MODES[m] for m in modes], np.int8)
-        except KeyError as exc:
-            raise InvalidArgument(f"{node.op_type} node {node.name!r}: unknown node mode {exc.args[0]!r}; "
-                                  f"expected one of {sorted(_MODES)}.") from None
-        index = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(trees, ids))}
-        true_ids = node.attr("nodes_truenodeids")
-        false_ids = node.attr("nodes_falsenodeids")
-        missing = node.attr("nodes_missing_value_tracks_true") or [0] * len(ids)
-        self.missing_true = np.asarray(missing, bool)
-        n = len(ids)
-        self.true_next = np.arange(n)
-        self.false_next = np.arange(n)
-        children = set()
-        for k in range(n):
-            if self.mode[k] != 6:
-                try:
-                    self.true_next[k] = index[(int(trees[k]), int(true_ids[k]))]
-                    self.false_next[k] = index[(int(trees[k]), int(false_ids[k]))]
-                except KeyError as exc:
-                    raise InvalidArgument(f"{node.op_type} node {node.name!r}: tree {exc.args[0][0]} node "
-                                          f"{int(ids[k])} points at missing node {exc.args[0][1]}.") from None
-                children.update((int(self.true_next[k]), int(self.false_next[k])))
-        self.feature[self.mode == 6] = 0
-        self._children = np.stack([self.false_next, self.true_next], axis=1).reshape(-1)
-        roots: dict[int, int] = {}
-        for k in range(n):
-            if k not in children:
-                roots.setdefault(int(trees[k]), k)
-        self.roots = np.array([roots[t] for t in sorted(roots)], np.int64)
-        self.uniform_mode = int(self.mode[self.mode != 6][0]) if (self.mode != 6).any() and \
-            len(set(self.mode[self.mode != 6].tolist())) == 1 else -1
-        self.any_missing = bool(self.missing_true.any())
-        # depth: the longest root-to-leaf walk
-        depth = np.zeros(n, np.int64)
-        frontier = list(self.roots)
+    def __init__(self, what: str, feature: np.ndarray, threshold: np.ndarray, mode: np.ndarray,
+                 true_next: np.ndarray, false_next: np.ndarray, missing_true: np.ndarray, roots: np.ndarray,
+                 weights: np.ndarray, has: np.ndarray, members: dict[int, np.ndarray] | None = None) -> None:
+        n = len(mode)
+        self.feature = np.where(mode == LEAF, 0, feature).astype(np.int64)
+        self.threshold, self.mode, self.roots = threshold, mode, roots
+        self.missing_true = missing_true
+        self.weights, self.has = weights, has
+        self.members = members or {}
+        self._children = np.stack([false_next, true_next], axis=1).reshape(-1)
+        inner = mode[mode != LEAF]
+        self.uniform_mode = int(inner[0]) if inner.size and (inner == inner[0]).all() and inner[0] != MEMBER else -1
+        self.any_missing = bool(missing_true.any())
+        # depth: the longest root-to-leaf walk (a walk longer than the node count is a cycle)
         self.depth = 0
-        while frontier:
-            nxt = []
-            for k in frontier:
-                if self.mode[k] != 6:
-                    for c in (self.true_next[k], self.false_next[k]):
-                        depth[c] = depth[k] + 1
-                        nxt.append(int(c))
-            if nxt:
-                self.depth += 1
-            frontier = nxt
+        frontier = np.unique(roots)
+        while frontier.size:
+            frontier = frontier[mode[frontier] != LEAF]
+            if not frontier.size:
+                break
+            self.depth += 1
             if self.depth > n:
-                raise InvalidArgument(f"{node.op_type} node {node.name!r}: the trees have a cycle.")
-        # leaf weights
-        leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64)
-        leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64)
-        targets = np.asarray(node.attr(f"{prefix}_ids"), np.int64)
-        weights = _floats(node, f"{prefix}_weights")
-        self.weights = np.zeros((n, n_out), np.float32)
-        self.has = np.zeros((n, n_out), bool)
-        for t, i, j, w in zip(leaf_trees, leaf_ids, targets, weights):
-            k = index.get((int(t), int(i)))
-            if k is None or not 0 <= j < n_out:
-                raise InvalidArgument(f"{node.op_type} node {node.name!r}: weight for tree {int(t)} node {int(i)} "
-                                      f"target {int(j)}: no such leaf or target (of {n_out}).")
-            self.weights[k, j] += w
-            self.has[k, j] = True
+                raise InvalidArgument(f"{what}: the trees have a cycle.")
+            frontier = np.unique(np.concatenate([true_next[frontier], false_next[frontier]]))
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree: per level one gather of
@@ -135,37 +90,195 @@ class _Forest:
                 m = self.mode[idx]
                 go = np.select([m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
                                [v <= th, v < th, v >= th, v > th, v == th, v != th], False)
+                for k, values in self.members.items():
+                    at = idx == k
+                    if at.any():
+                        # onnxruntime holds integer sets and tests the value cast to int (truncated)
+                        go[at] = np.isin(np.trunc(v[at]), values)
             if self.any_missing:
                 go |= self.missing_true[idx] & np.isnan(v)
             idx = self._children[2 * idx + go]
         return idx
 
-    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def aggregate(self, x: np.ndarray, how: str = "SUM") -> tuple[np.ndarray, np.ndarray]:
+        """The trees' leaf weights per row aggregated (SUM, AVERAGE, MIN, MAX: an output no tree
+        wrote is 0), and which outputs any tree wrote."""
         leaves = self.leaves(x)
-        return self.weights[leaves].sum(axis=1), self.has[leaves].any(axis=1)
+        has = self.has[leaves]
+        written = has.any(axis=1)
+        if how in ("SUM", "AVERAGE"):
+            scores = self.weights[leaves].sum(axis=1)
+            if how == "AVERAGE":
+                scores = scores / scores.dtype.type(self.roots.size)
+            return scores, written
+        w = self.weights[leaves]
+        fill = np.inf if how == "MIN" else -np.inf
+        pick = np.where(has, w, w.dtype.type(fill))
+        scores = pick.min(axis=1) if how == "MIN" else pick.max(axis=1)
+        return np.where(written, scores, 0).astype(w.dtype), written
+
+    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.aggregate(x, "SUM")
+
+
+def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
+    """A forest from the opset-1/3 attributes: nodes named by (tree id, node id), leaves among
+    the nodes, weights in ``{prefix}_treeids/_nodeids/_ids/_weights``."""
+    what = f"{node.op_type} node {node.name!r}"
+    trees = np.asarray(node.attr("nodes_treeids"), np.int64)
+    ids = np.asarray(node.attr("nodes_nodeids"), np.int64)
+    feature = np.asarray(node.attr("nodes_featureids"), np.int64)
+    threshold = _floats(node, "nodes_values")
+    modes = node.attr("nodes_modes")
+    if threshold is None or modes is None or not (len(trees) == len(ids) == len(feature) == len(modes)
+                                                  == len(threshold)):
+        raise InvalidArgument(f"{what}: the nodes_* attributes must all be given with one entry per tree node.")
+    try:
+        mode = np.array([_MODES[m] for m in modes], np.int8)
+    except KeyError as exc:
+        raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
+    index = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(trees, ids))}
+    true_ids = node.attr("nodes_truenodeids")
+    false_ids = node.attr("nodes_falsenodeids")
+    missing = node.attr("nodes_missing_value_tracks_true") or [0] * len(ids)
+    n = len(ids)
+    true_next = np.arange(n)
+    false_next = np.arange(n)
+    children = set()
+    for k in range(n):
+        if mode[k] != LEAF:
+            try:
+                true_next[k] = index[(int(trees[k]), int(true_ids[k]))]
+                false_next[k] = index[(int(trees[k]), int(false_ids[k]))]
+            except KeyError as exc:
+                raise InvalidArgument(f"{what}: tree {exc.args[0][0]} node {int(ids[k])} points at missing node "
+                                      f"{exc.args[0][1]}.") from None
+            children.update((int(true_next[k]), int(false_next[k])))
+    roots: dict[int, int] = {}
+    for k in range(n):
+        if k not in children:
+            roots.setdefault(int(trees[k]), k)
+    leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64)
+    leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64)
+    targets = np.asarray(node.attr(f"{prefix}_ids"), np.int64)
+    weights = _floats(node, f"{prefix}_weights")
+    dense = np.zeros((n, n_out), np.float32)
+    has = np.zeros((n, n_out), bool)
+    for t, i, j, w in zip(leaf_trees, leaf_ids, targets, weights):
+        k = index.get((int(t), int(i)))
+        if k is None or not 0 <= j < n_out:
+            raise InvalidArgument(f"{what}: weight for tree {int(t)} node {int(i)} target {int(j)}: no such leaf or "
+                                  f"target (of {n_out}).")
+        dense[k, j] += w
+        has[k, j] = True
+    return _Forest(what, feature, threshold, mode, true_next, false_next, np.asarray(missing, bool),
+                   np.array([roots[t] for t in sorted(roots)], np.int64), dense, has)
 
 
 @register("TreeEnsembleRegressor", since=1, domain=ML)
 class TreeEnsembleRegressor(Kernel):
-    def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
-        if node.attr("aggregate_function", "SUM") not in ("SUM", "AVERAGE"):
-            return reference_kernel(node, ctx)
-        return super().__new__(cls)
-
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.n_targets = int(node.attr("n_targets", 1))
-        self.forest = _Forest(node, "target", self.n_targets)
-        self.average = node.attr("aggregate_function", "SUM") == "AVERAGE"
+        self.forest = _legacy_forest(node, "target", self.n_targets)
+        self.how = node.attr("aggregate_function", "SUM")
+        if self.how not in ("SUM", "AVERAGE", "MIN", "MAX"):
+            raise InvalidArgument(f"TreeEnsembleRegressor node {node.name!r}: aggregate_function {self.how!r} is "
+                                  "none of SUM, AVERAGE, MIN, MAX.")
         base = _floats(node, "base_values")
         self.base = base if base is not None and base.size == self.n_targets else np.zeros(self.n_targets, np.float32)
         self.transform = post_transform_name(node)
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleRegressor")
-        scores, _ = self.forest.scores(x)
-        if self.average:
-            scores = scores / np.float32(self.forest.roots.size)
-        return [transform_scores(scores + self.base, self.transform)]
+        scores, written = self.forest.aggregate(x, self.how)
+        scores = scores + self.base
+        if self.n_targets > 1:  # onnxruntime writes 0 for a target no tree wrote, base value or not
+            scores = np.where(written, scores, np.float32(0))
+        return [transform_scores(scores, self.transform)]
+
+
+#: TreeEnsemble (opset 5) writes its enums as integers. onnxruntime reads post_transform as its own
+#: enum (1 LOGISTIC, 2 SOFTMAX), where the spec says 1 SOFTMAX, 2 LOGISTIC: onnxruntime's order here.
+_V5_AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
+_V5_TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
+
+
+@register("TreeEnsemble", since=5, domain=ML)
+class TreeEnsemble(Kernel):
+    """ai.onnx.ml opset 5: interior nodes indexed from tree_roots, leaves in their own arrays
+    (``nodes_trueleafs`` / ``nodes_falseleafs`` say which child is a leaf), set membership
+    (BRANCH_MEMBER, the sets in ``membership_values`` split by NaN), integer enums; the output has
+    the input's type."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        what = f"TreeEnsemble node {node.name!r}"
+        agg, post = int(node.attr("aggregate_function", 1)), int(node.attr("post_transform", 0))
+        if not 0 <= agg < 4 or not 0 <= post < 5:
+            raise InvalidArgument(f"{what}: aggregate_function {agg} / post_transform {post} out of range "
+                                  "(0-3 / 0-4).")
+        self.how, self.transform = _V5_AGGREGATES[agg], _V5_TRANSFORMS[post]
+        self.n_targets = int(node.attr("n_targets", 1))
+        splits = node.attr("nodes_splits")
+        modes = node.attr("nodes_modes")
+        feature = np.asarray(node.attr("nodes_featureids"), np.int64)
+        true_ids = np.asarray(node.attr("nodes_truenodeids"), np.int64)
+        false_ids = np.asarray(node.attr("nodes_falsenodeids"), np.int64)
+        n = feature.size
+        if splits is None or modes is None or not (np.size(splits) == np.size(modes) == n == true_ids.size
+                                                   == false_ids.size):
+            raise InvalidArgument(f"{what}: nodes_splits, nodes_modes, nodes_featureids, nodes_truenodeids and "
+                                  "nodes_falsenodeids must all be given with one entry per interior node.")
+        true_leaf = np.asarray(node.attr("nodes_trueleafs", [0] * n), bool)
+        false_leaf = np.asarray(node.attr("nodes_falseleafs", [0] * n), bool)
+        leaf_targets = np.asarray(node.attr("leaf_targetids"), np.int64)
+        leaf_weights = np.asarray(node.attr("leaf_weights")).reshape(-1)
+        n_leaves = leaf_targets.size
+        self.dtype = leaf_weights.dtype if leaf_weights.dtype.kind == "f" else np.dtype(np.float32)
+        splits = np.asarray(splits).reshape(-1)
+        if splits.dtype not in (np.float32, np.float64):
+            splits = splits.astype(np.float32)
+        threshold = np.concatenate([splits, np.zeros(n_leaves, splits.dtype)])
+        mode = np.concatenate([np.asarray(modes, np.int8).reshape(-1), np.full(n_leaves, LEAF, np.int8)])
+        mode[:n][mode[:n] == 6] = MEMBER
+        if (mode[:n] > MEMBER).any() or (mode[:n] < 0).any():
+            raise InvalidArgument(f"{what}: nodes_modes must be 0-6, got {sorted(set(mode[:n].tolist()))}.")
+        true_next = np.where(true_leaf, true_ids + n, true_ids)
+        false_next = np.where(false_leaf, false_ids + n, false_ids)
+        total = n + n_leaves
+        if ((true_next < 0) | (true_next >= total) | (false_next < 0) | (false_next >= total)).any():
+            raise InvalidArgument(f"{what}: a node points at a child outside the {n} nodes / {n_leaves} leaves.")
+        if ((leaf_targets < 0) | (leaf_targets >= self.n_targets)).any():
+            raise InvalidArgument(f"{what}: leaf_targetids must be in [0, {self.n_targets}).")
+        weights = np.zeros((total, self.n_targets), self.dtype)
+        has = np.zeros((total, self.n_targets), bool)
+        weights[n + np.arange(n_leaves), leaf_targets] = leaf_weights
+        has[n + np.arange(n_leaves), leaf_targets] = True
+        members: dict[int, np.ndarray] = {}
+        values = np.asarray(node.attr("membership_values", []) if node.attr("membership_values") is not None else [],
+                            np.float64).reshape(-1)
+        sets = np.split(values, np.nonzero(np.isnan(values))[0] + 1) if values.size else []
+        sets = [v[~np.isnan(v)] for v in sets]
+        for k, i in enumerate(np.nonzero(mode[:n] == MEMBER)[0]):
+            members[int(i)] = sets[k] if k < len(sets) else np.zeros(0)
+        missing = np.concatenate([np.asarray(node.attr("nodes_missing_value_tracks_true", [0] * n), bool),
+                                  np.zeros(n_leaves, bool)])
+        roots = np.asarray(node.attr("tree_roots"), np.int64)
+        self.forest = _Forest(what, np.concatenate([feature, np.zeros(n_leaves, np.int64)]), threshold, mode,
+                              np.concatenate([true_next, n + np.arange(n_leaves)]),
+                              np.concatenate([false_next, n + np.arange(n_leaves)]), missing, roots, weights, has,
+                              members)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
+            raise InvalidArgument(f"TreeEnsemble: X must be a float tensor, got {getattr(x, 'dtype', type(x))}.")
+        dtype = x.dtype
+        rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+        # comparisons in the splits' type (the model's T: float32 splits for float16 inputs)
+        scores, _ = self.forest.aggregate(rows.astype(self.forest.threshold.dtype, copy=False), self.how)
+        if self.transform != "NONE":
+            scores = transform_scores(scores, self.transform)
+        return [scores.astype(dtype, copy=False)]
 
 
 @register("TreeEnsembleClassifier", since=1, domain=ML)
@@ -181,7 +294,7 @@ class TreeEnsembleClassifier(Kernel):
         self.labels = np.array(strings, dtype=object) if strings else \
             np.asarray(node.attr("classlabels_int64s"), np.int64)
         k = len(self.labels)
-        self.forest = _Forest(node, "class", k)
+        self.forest = _legacy_forest(node, "class", k)
         base = _floats(node, "base_values")
         self.raw_base = base if base is not None else np.zeros(0, np.float32)
         self.base = base if base is not None and base.size == k else None

@@ -307,27 +307,25 @@ def test_svm_classifier(seed):
 # --- tree ensembles -------------------------------------------------------------------------------
 
 
+def _grow(rng: np.random.Generator, nodes: list[dict], feats: int, level: int, depth: int) -> int:
+    k = len(nodes)
+    nodes.append({"leaf": True})
+    if level == depth or (level > 0 and rng.random() < 0.3):
+        return k
+    nodes[k] = {"leaf": False, "feature": int(rng.integers(0, feats)), "value": float(np.float32(rng.standard_normal())),
+                "mode": str(rng.choice(["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT"])),
+                "missing": int(rng.integers(0, 2))}
+    nodes[k]["true"] = _grow(rng, nodes, feats, level + 1, depth)
+    nodes[k]["false"] = _grow(rng, nodes, feats, level + 1, depth)
+    return k
+
+
 def _random_trees(rng: np.random.Generator, n_trees: int, feats: int, depth: int) -> list[list[dict]]:
     """Trees as lists of nodes {feature, value, mode, true, false} (indices in the tree) or leaves."""
     trees = []
     for _ in range(n_trees):
         nodes: list[dict] = []
-
-        def grow(level: int) -> int:
-            k = len(nodes)
-            nodes.append({})
-            if level == depth or (level > 0 and rng.random() < 0.3):
-                nodes[k] = {"leaf": True}
-                return k
-            nodes[k] = {"leaf": False, "feature": int(rng.integers(0, feats)),
-                        "value": float(np.float32(rng.standard_normal())),
-                        "mode": str(rng.choice(["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT"])),
-                        "missing": int(rng.integers(0, 2))}
-            nodes[k]["true"] = grow(level + 1)
-            nodes[k]["false"] = grow(level + 1)
-            return k
-
-        grow(0)
+        _grow(rng, nodes, feats, 0, depth)
         trees.append(nodes)
     return trees
 

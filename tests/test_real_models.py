@@ -27,8 +27,9 @@ Expected = dict[int, tuple[np.ndarray, np.ndarray | None]]
 
 
 def load(name: str, corpus: str = CORPUS) -> tuple[str, dict[str, tuple[dict[str, np.ndarray], Expected]]]:
-    """The model's path and, per signature, its feeds and onnxruntime's outputs by index: the array,
-    and for a sequence of maps (ZipMap) the map keys, the array then holding one map per row."""
+    """The model's path and, per signature, its feeds (a map input rebuilt as a dict) and
+    onnxruntime's outputs by index: the array, and for a sequence of maps (ZipMap) the map keys,
+    the array then holding one map per row."""
     path = os.path.join(corpus, f"{name}.onnx")
     data = np.load(path[:-5] + ".npz")
     feeds: dict[str, dict[str, np.ndarray]] = {}
@@ -40,7 +41,11 @@ def load(name: str, corpus: str = CORPUS) -> tuple[str, dict[str, tuple[dict[str
         if arg.startswith("__output") or arg.startswith("__keys"):
             index = int(arg.split(".")[1]) if "." in arg else 0
             (outputs if arg.startswith("__output") else keys).setdefault(sig, {})[index] = data[key]
-        else:
+        elif arg.endswith(".__map_keys"):  # a map input (DictVectorizer): its keys, then its values
+            name = arg[:-len(".__map_keys")]
+            values = data[f"{sig}.{name}.__map_values"]
+            feeds[sig][name] = dict(zip(data[key].tolist(), values.tolist()))
+        elif not arg.endswith(".__map_values"):
             feeds[sig][arg] = data[key]
     return path, {s: (f, {i: (v, keys.get(s, {}).get(i)) for i, v in outputs[s].items()}) for s, f in feeds.items()}
 

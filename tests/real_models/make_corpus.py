@@ -165,7 +165,12 @@ def save_outputs(path: str, sigs: dict[str, dict[str, np.ndarray]]) -> None:
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     out: dict[str, np.ndarray] = {}
     for sig, feeds in sigs.items():
-        out.update({f"{sig}.{k}": v for k, v in feeds.items()})
+        for k, v in feeds.items():
+            if isinstance(v, dict):  # a map input (DictVectorizer): its keys and values
+                out[f"{sig}.{k}.__map_keys"] = np.array(list(v))
+                out[f"{sig}.{k}.__map_values"] = np.array(list(v.values()), np.float32)
+            else:
+                out[f"{sig}.{k}"] = v
         for i, value in enumerate(sess.run(None, feeds)):
             suffix = f".{i}" if i else ""
             if isinstance(value, list):
@@ -173,7 +178,9 @@ def save_outputs(path: str, sigs: dict[str, dict[str, np.ndarray]]) -> None:
                 out[f"{sig}.__output{suffix}"] = np.array([[m[k] for k in keys] for m in value], np.float32)
                 out[f"{sig}.__keys{suffix}"] = np.array(keys)
             else:
-                out[f"{sig}.__output{suffix}"] = np.asarray(value)
+                value = np.asarray(value)
+                # strings as a unicode array: np.load reads it without pickle
+                out[f"{sig}.__output{suffix}"] = value.astype(str) if value.dtype == object else value
     np.savez(path[:-5] + ".npz", **out)
 
 
@@ -187,7 +194,10 @@ def _stored_feeds(path: str) -> dict[str, dict[str, np.ndarray]]:
     sigs: dict[str, dict[str, np.ndarray]] = {}
     for key in data.files:
         sig, name = key.split(".", 1)
-        if not name.startswith("__"):
+        if name.endswith(".__map_keys"):
+            base = name[:-len(".__map_keys")]
+            sigs.setdefault(sig, {})[base] = dict(zip(data[key].tolist(), data[f"{sig}.{base}.__map_values"].tolist()))
+        elif not name.startswith("__") and not name.endswith(".__map_values"):
             sigs.setdefault(sig, {})[name] = data[key]
     return sigs
 
@@ -334,12 +344,81 @@ def sklearn_models(out: str) -> list[str]:
     return made
 
 
+def encoder_models(out: str) -> list[str]:
+    """skl2onnx pipelines whose preprocessing is ai.onnx.ml's encoders and mappers: OneHotEncoder
+    (strings, and KBinsDiscretizer's float bins), OrdinalEncoder (LabelEncoder +
+    ArrayFeatureExtractor), SimpleImputer (Imputer) on inputs with NaNs, DictVectorizer (a map
+    input, one map a run as onnxruntime takes it), string class labels, LinearSVC (LinearClassifier
+    without probabilities) and a two-class SVC without probabilities (SVMClassifier's binary form)."""
+    from skl2onnx import convert_sklearn, to_onnx
+    from skl2onnx.common.data_types import DictionaryType, FloatTensorType, StringTensorType
+    from sklearn.feature_extraction import DictVectorizer
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import KBinsDiscretizer, OneHotEncoder, OrdinalEncoder, StandardScaler
+    from sklearn.svm import SVC, LinearSVC
+
+    rng = np.random.default_rng(0)
+    n = 200
+    num = rng.standard_normal((n, 3)).astype(np.float32)
+    holes = num.copy()
+    holes[rng.random((n, 3)) < 0.15] = np.nan
+    cat = np.array([[f"c{v}" for v in row] for row in rng.integers(0, 4, (n, 2))])
+    cat_unseen = cat.copy()
+    cat_unseen[100:103, 0] = "c9"  # a category the encoder never saw
+    y = ((num[:, 0] + (cat[:, 0] == "c1") > 0.3).astype(np.int64) + (cat[:, 1] == "c2")).astype(np.int64)
+    opsets = {"": 17, "ai.onnx.ml": 3}
+    made = []
+
+    def save(name: str, proto: onnx.ModelProto, sigs: dict) -> None:
+        path = os.path.join(out, f"{name}.onnx")
+        _save(proto, path)
+        save_outputs(path, sigs)
+        made.append(path)
+
+    def rows(x: np.ndarray) -> dict:
+        return {"a": {"X": x[:16]}, "b": {"X": x[100:105]}}
+
+    onehot = make_pipeline(OneHotEncoder(handle_unknown="ignore"), LogisticRegression(max_iter=500)).fit(cat[:150], y[:150])
+    save("sk_onehot", convert_sklearn(onehot, initial_types=[("X", StringTensorType([None, 2]))], target_opset=opsets),
+         rows(cat_unseen))
+    ordinal = make_pipeline(OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1),
+                            LogisticRegression(max_iter=500)).fit(cat[:150], y[:150])
+    save("sk_ordinal", convert_sklearn(ordinal, initial_types=[("X", StringTensorType([None, 2]))], target_opset=opsets,
+                                       options={id(ordinal.steps[-1][1]): {"zipmap": False}}), rows(cat_unseen))
+    imputed = make_pipeline(SimpleImputer(), StandardScaler(), LogisticRegression(max_iter=500)).fit(holes[:150], y[:150])
+    save("sk_imputer", to_onnx(imputed, holes[:1], target_opset=opsets), rows(holes))
+    bins = make_pipeline(KBinsDiscretizer(n_bins=3, encode="onehot-dense", quantile_method="averaged_inverted_cdf"),
+                         LogisticRegression(max_iter=500)).fit(num[:150], y[:150])
+    save("sk_kbins", to_onnx(bins, num[:1], target_opset=opsets, options={id(bins.steps[-1][1]): {"zipmap": False}}),
+         rows(num))
+    labels = np.array(["no", "yes", "maybe"])[y]
+    strlabels = LogisticRegression(max_iter=500).fit(num[:150], labels[:150])
+    save("sk_logreg_strlabels", to_onnx(strlabels, num[:1], target_opset=opsets), rows(num))
+    linsvc = LinearSVC().fit(num[:150], y[:150])
+    save("sk_linsvc", to_onnx(linsvc, num[:1], target_opset=opsets), rows(num))
+    svc = SVC().fit(num[:150], (y[:150] > 0).astype(np.int64))
+    save("sk_svc_binary_noproba", to_onnx(svc, num[:1], target_opset=opsets, options={id(svc): {"zipmap": False}}),
+         rows(num))
+    dicts = [{"x": float(a), "y": float(b), ("z" if c > 0 else "w"): 1.0} for a, b, c in num]
+    vectorized = make_pipeline(DictVectorizer(sparse=False), LogisticRegression(max_iter=500)).fit(dicts[:150], y[:150])
+    proto = convert_sklearn(vectorized, initial_types=[("X", DictionaryType(StringTensorType([1]), FloatTensorType([1])))],
+                            target_opset=opsets)
+    save("sk_dictvec", proto, {"a": {"X": dicts[160]}, "b": {"X": {"x": 0.5, "w": 1.0, "unseen": 3.0}}})
+    return made
+
+
+GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out: sklearn_models(out),
+          "encoders": lambda out: encoder_models(out)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
-    p.add_argument("--models", default=",".join([*MODELS, "ortools", "sklearn"]),
-                   help="comma-separated; 'ortools' (needs bert and gpt2 exported first) and 'sklearn' make the "
-                        "onnxruntime-tooling and skl2onnx models")
+    p.add_argument("--models", default=",".join([*MODELS, *GROUPS]),
+                   help="comma-separated; 'ortools' (needs bert and gpt2 exported first), 'sklearn' and 'encoders' "
+                        "make the onnxruntime-tooling and skl2onnx models")
     p.add_argument("--size", choices=("tiny", "medium"), default="tiny",
                    help="tiny (committed, for tests) or medium (for benchmarks; write it elsewhere with --out)")
     args = p.parse_args()
@@ -347,8 +426,8 @@ def main() -> None:
     MEDIUM = args.size == "medium"
     os.makedirs(args.out, exist_ok=True)
     for name in args.models.split(","):
-        if name in ("ortools", "sklearn"):
-            for path in (onnxruntime_tooling if name == "ortools" else sklearn_models)(args.out):
+        if name in GROUPS:
+            for path in GROUPS[name](args.out):
                 print(f"{path}: {os.path.getsize(path) // 1024} KiB")
             continue
         for dynamo in (False, True):

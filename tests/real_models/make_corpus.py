@@ -37,6 +37,16 @@ def _bert():
     return BertModel(cfg), ("input_ids", "attention_mask"), "ids"
 
 
+def _bert_eager():
+    """BERT with token type ids and the eager attention: the graph onnxruntime's transformer
+    optimizer fuses into EmbedLayerNormalization and Attention (the SDPA export it does not)."""
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64, attn_implementation="eager")
+    return BertModel(cfg), ("input_ids", "attention_mask", "token_type_ids"), "ids"
+
+
 def _gpt2():
     from transformers import GPT2Config, GPT2Model
 
@@ -99,8 +109,10 @@ def _mobilenet():
     return model, ("pixel_values",), "image"
 
 
-MODELS = {"bert": _bert, "gpt2": _gpt2, "vit": _vit, "resnet": _resnet, "t5_encoder": _t5_encoder,
+MODELS = {"bert": _bert, "bert_eager": _bert_eager, "gpt2": _gpt2, "vit": _vit, "resnet": _resnet, "t5_encoder": _t5_encoder,
           "whisper_encoder": _whisper_encoder, "mobilenet": _mobilenet}
+#: Exported by the legacy exporter only (the dynamo form adds nothing the corpus lacks).
+LEGACY_ONLY = {"bert_eager"}
 
 
 def _inputs(kind: str, names: tuple, batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -113,7 +125,12 @@ def _inputs(kind: str, names: tuple, batch: int, seq: int, rng: np.random.Genera
     ids = rng.integers(0, 128, size=(batch, seq)).astype(np.int64)
     mask = np.ones((batch, seq), np.int64)
     mask[0, seq - 3:] = 0  # padding in the first row
-    return {"input_ids": ids, "attention_mask": mask}
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in names:
+        types = np.zeros((batch, seq), np.int64)
+        types[:, seq // 2:] = 1  # a second segment
+        feeds["token_type_ids"] = types
+    return feeds
 
 
 class _Wrap(torch.nn.Module):
@@ -220,20 +237,27 @@ def onnxruntime_tooling(out: str) -> list[str]:
 
     made = []
     hidden = 256 if MEDIUM else 32
-    for name, kind in (("bert", "bert"), ("gpt2", "gpt2")):
+    # bert_eager: Attention + EmbedLayerNormalization, then QAttention + QEmbedLayerNormalization
+    for name, kind, quantize_base in (("bert", "bert", True), ("gpt2", "gpt2", True), ("bert_eager", "bert", False)):
         base = os.path.join(out, f"{name}_ts.onnx")
+        if not os.path.exists(base):
+            continue
         feeds = _stored_feeds(base)
         opt_path = os.path.join(out, f"{name}_ts_ortopt.onnx")
         opt = optimize_model(base, model_type=kind, num_heads=4, hidden_size=hidden)
         _save(opt.model, opt_path)
-        for src, dst in ((base, f"{name}_ts_qdyn.onnx"), (opt_path, f"{name}_ts_ortopt_qdyn.onnx")):
+        pairs = [(opt_path, f"{name}_ts_ortopt_qdyn.onnx")]
+        if quantize_base:
+            pairs.insert(0, (base, f"{name}_ts_qdyn.onnx"))
+        new = [opt_path]
+        for src, dst in pairs:
             quantize_dynamic(src, os.path.join(out, dst), weight_type=QuantType.QInt8,
                              extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
             _save(onnx.load(os.path.join(out, dst)), os.path.join(out, dst))
-            made.append(os.path.join(out, dst))
-        made.append(opt_path)
-        for path in made[-3:]:
+            new.append(os.path.join(out, dst))
+        for path in new:
             save_outputs(path, feeds)
+        made += new
 
     base = os.path.join(out, "resnet_ts.onnx")
     feeds = _stored_feeds(base)
@@ -344,6 +368,120 @@ def sklearn_models(out: str) -> list[str]:
     return made
 
 
+class _Gpt2WithPast(torch.nn.Module):
+    """GPT-2 one decoding step: input_ids [B, S], attention_mask [B, P + S] and the keys and values
+    of the P earlier positions per layer [B, heads, P, head_size] in; the hidden states and the
+    present keys and values [B, heads, P + S, head_size] out (as use_cache=True returns them)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, past_key_0, past_value_0, past_key_1, past_value_1):
+        from transformers.cache_utils import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        cache.update(past_key_0, past_value_0, 0)
+        cache.update(past_key_1, past_value_1, 1)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True,
+                         return_dict=True)
+        layers = out.past_key_values.layers
+        return out.last_hidden_state, layers[0].keys, layers[0].values, layers[1].keys, layers[1].values
+
+
+class _Seq2Seq(torch.nn.Module):
+    """T5 encoder-decoder: input_ids, attention_mask and decoder_input_ids in, the decoder's last
+    hidden state out (the encoder's output reaches the decoder's cross-attention)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                          return_dict=True).last_hidden_state
+
+
+def _export_both(module: torch.nn.Module, args: tuple, names: list[str], outputs: list[str], axes: dict,
+                 out: str, stem: str) -> list[str]:
+    """``{stem}_ts.onnx`` (legacy, ``axes`` dynamic) and ``{stem}_dynamo.onnx`` (every axis named in
+    ``axes`` dynamic); an exporter that fails is reported and skipped."""
+    made = []
+    module.eval()  # the wrapper too: torch.export keeps a training-mode wrapper's Dropout nodes
+    for dynamo in (False, True):
+        path = os.path.join(out, f"{stem}_{'dynamo' if dynamo else 'ts'}.onnx")
+        try:
+            if dynamo:
+                dyn = torch.export.Dim.DYNAMIC
+                shapes = tuple({axis: dyn for axis in axes.get(n, {})} for n in names)
+                prog = torch.onnx.export(module, args, dynamo=True, input_names=names, output_names=outputs,
+                                         dynamic_shapes=shapes, opset_version=18)
+                prog.save(path)
+            else:
+                torch.onnx.export(module, args, path, dynamo=False, input_names=names, output_names=outputs,
+                                  dynamic_axes=axes, opset_version=17)
+            _save(onnx.load(path), path)
+            made.append(path)
+        except Exception as exc:  # noqa: BLE001 - one exporter failing must not stop the other
+            print(f"{stem} dynamo={dynamo}: {type(exc).__name__}: {str(exc)[:300]}")
+    return made
+
+
+def decoder_models(out: str) -> list[str]:
+    """Generation as applications run it: GPT-2 with past keys and values (use_cache=True, one
+    step of S new tokens after P cached ones; batch, sequence and past axes dynamic) and the T5
+    encoder-decoder (decoder_input_ids, cross-attention over the encoder's output), through both
+    exporters."""
+    from transformers import GPT2Config, GPT2Model, T5Config, T5Model
+
+    made = []
+    torch.manual_seed(0)
+    gpt2 = GPT2Model(GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=True)).eval()
+    rng = np.random.default_rng(0)
+
+    def step(batch: int, seq: int, past: int, r: np.random.Generator) -> dict[str, np.ndarray]:
+        feeds = {"input_ids": r.integers(0, 128, (batch, seq)).astype(np.int64),
+                 "attention_mask": np.ones((batch, past + seq), np.int64)}
+        if batch > 1:
+            feeds["attention_mask"][1, :2] = 0  # left padding in the second row
+        for i in range(2):
+            for kv in ("key", "value"):
+                feeds[f"past_{kv}_{i}"] = r.standard_normal((batch, 4, past, 8)).astype(np.float32)
+        return feeds
+
+    a, b = step(2, 3, 5, rng), step(1, 1, 9, np.random.default_rng(1))
+    names = list(a)
+    outputs = ["last_hidden_state"] + [f"present_{kv}_{i}" for i in range(2) for kv in ("key", "value")]
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
+            **{n: {0: "batch", 2: "past_sequence"} for n in names[2:]},
+            "last_hidden_state": {0: "batch", 1: "sequence"}, **{n: {0: "batch", 2: "total_sequence"} for n in outputs[1:]}}
+    for path in _export_both(_Gpt2WithPast(gpt2), tuple(torch.from_numpy(a[n]) for n in names), names, outputs, axes,
+                             out, "gpt2_past"):
+        save_outputs(path, {"a": a, "b": b})
+        made.append(path)
+
+    torch.manual_seed(0)
+    t5 = T5Model(T5Config(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                          num_heads=4, decoder_start_token_id=0)).eval()
+
+    def seq2seq(batch: int, seq: int, dec: int, r: np.random.Generator) -> dict[str, np.ndarray]:
+        mask = np.ones((batch, seq), np.int64)
+        mask[0, seq - 2:] = 0
+        return {"input_ids": r.integers(0, 128, (batch, seq)).astype(np.int64), "attention_mask": mask,
+                "decoder_input_ids": r.integers(0, 128, (batch, dec)).astype(np.int64)}
+
+    a, b = seq2seq(2, 10, 4, rng), seq2seq(1, 7, 6, np.random.default_rng(1))
+    names = list(a)
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
+            "decoder_input_ids": {0: "batch", 1: "decoder_sequence"},
+            "last_hidden_state": {0: "batch", 1: "decoder_sequence"}}
+    for path in _export_both(_Seq2Seq(t5), tuple(torch.from_numpy(a[n]) for n in names), names, ["last_hidden_state"],
+                             axes, out, "t5_seq2seq"):
+        save_outputs(path, {"a": a, "b": b})
+        made.append(path)
+    return made
+
+
 def encoder_models(out: str) -> list[str]:
     """skl2onnx pipelines whose preprocessing is ai.onnx.ml's encoders and mappers: OneHotEncoder
     (strings, and KBinsDiscretizer's float bins), OrdinalEncoder (LabelEncoder +
@@ -410,7 +548,7 @@ def encoder_models(out: str) -> list[str]:
 
 
 GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out: sklearn_models(out),
-          "encoders": lambda out: encoder_models(out)}
+          "encoders": lambda out: encoder_models(out), "decoders": lambda out: decoder_models(out)}
 
 
 def main() -> None:
@@ -431,6 +569,8 @@ def main() -> None:
                 print(f"{path}: {os.path.getsize(path) // 1024} KiB")
             continue
         for dynamo in (False, True):
+            if dynamo and name in LEGACY_ONLY:
+                continue
             try:
                 path = export(name, args.out, dynamo)
                 print(f"{path}: {os.path.getsize(path) // 1024} KiB")

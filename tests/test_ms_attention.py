@@ -1,0 +1,129 @@
+"""com.microsoft attention operators on the CPU EP against onnxruntime: seeded random one-node
+models of Attention (every mask form, past and present, causal, attention_bias, unequal Q/K/V
+widths, scale), QAttention, MultiHeadAttention (self- and cross-attention, bias, key padding,
+past), EmbedLayerNormalization and QEmbedLayerNormalization; outputs within 1e-4 relative."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import onnxhal
+
+MS = "com.microsoft"
+SEEDS = range(4)
+
+
+def _model(op: str, feeds: dict, n_out: int, **attrs) -> onnx.ModelProto:
+    names = [k if v is not None else "" for k, v in feeds.items()]
+    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], domain=MS, **attrs)
+    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), None)
+              for k, v in feeds.items() if v is not None]
+    outputs = [onnx.ValueInfoProto(name=f"y{i}") for i in range(n_out)]  # types inferred
+    graph = helper.make_graph([node], op.lower(), inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    model.ir_version = 10
+    return model
+
+
+def check(op: str, feeds: dict, n_out: int, what: str, **attrs) -> None:
+    model = _model(op, feeds, n_out, **attrs)
+    given = {k: v for k, v in feeds.items() if v is not None}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, given)
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, given)
+    assert len(got) == len(want), what
+    for i, (w, g) in enumerate(zip(want, got)):
+        g = np.asarray(g)
+        assert g.shape == w.shape and g.dtype == w.dtype, (what, i, g.dtype, g.shape, w.dtype, w.shape)
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{what} output {i}")
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=f"{what} output {i}")
+
+
+def _f(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _masks(rng: np.random.Generator, b: int, s: int, total: int) -> dict:
+    raw = (rng.random((b, total)) > 0.3).astype(np.int32)
+    raw[:, 0] = 1
+    return {"none": None, "end": rng.integers(1, total + 1, b).astype(np.int32),
+            "end_start": np.concatenate([rng.integers(total // 2 + 1, total + 1, b),
+                                         rng.integers(0, max(1, total // 2), b)]).astype(np.int32),
+            "raw": raw, "3d": np.broadcast_to(raw[:, None, :], (b, s, total)).copy()}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_attention(seed):
+    rng = np.random.default_rng(seed)
+    b, s, d, n = int(rng.integers(1, 4)), int(rng.integers(1, 7)), 16, 4
+    for past_len in (0, 3):
+        total = past_len + s
+        for mask_name, mask in _masks(rng, b, s, total).items():
+            for causal in (0, 1):
+                feeds = {"x": _f(rng, b, s, d), "w": _f(rng, d, 3 * d) * 0.3, "bias": _f(rng, 3 * d), "mask": mask}
+                n_out = 1
+                if past_len:
+                    feeds["past"] = _f(rng, 2, b, n, past_len, d // n)
+                    n_out = 2
+                check("Attention", feeds, n_out, f"Attention past={past_len} mask={mask_name} causal={causal} "
+                      f"seed {seed}", num_heads=n, unidirectional=causal)
+    # attention_bias, unequal Q/K/V widths, scale, a custom mask_filter_value
+    feeds = {"x": _f(rng, b, s, d), "w": _f(rng, d, 8 + 8 + 16) * 0.3, "bias": _f(rng, 32),
+             "mask": _masks(rng, b, s, s)["raw"], "past": None, "attention_bias": _f(rng, 1, n, s, s)}
+    check("Attention", feeds, 1, f"Attention attention_bias qkv_hidden_sizes seed {seed}", num_heads=n,
+          qkv_hidden_sizes=[8, 8, 16], scale=0.7, mask_filter_value=-500.0)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_qattention(seed):
+    rng = np.random.default_rng(seed)
+    b, s, d, n = int(rng.integers(1, 4)), int(rng.integers(1, 7)), 16, 4
+    feeds = {"x": rng.integers(0, 256, (b, s, d)).astype(np.uint8),
+             "w": rng.integers(-128, 128, (d, 3 * d)).astype(np.int8), "bias": _f(rng, 3 * d),
+             "x_scale": np.array(0.02, np.float32), "w_scale": np.array(0.01, np.float32),
+             "mask": rng.integers(1, s + 1, b).astype(np.int32), "x_zp": np.array(rng.integers(100, 150), np.uint8),
+             "w_zp": np.array(0, np.int8)}
+    check("QAttention", feeds, 1, f"QAttention seed {seed}", num_heads=n)
+    feeds["mask"] = None
+    check("QAttention", feeds, 1, f"QAttention causal seed {seed}", num_heads=n, unidirectional=1)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_multi_head_attention(seed):
+    rng = np.random.default_rng(seed)
+    b, s, d, n = int(rng.integers(1, 4)), int(rng.integers(1, 6)), 16, 4
+    for kv_len in (s, s + 3):  # self-attention, cross-attention
+        mask = (rng.random((b, kv_len)) > 0.3).astype(np.int32)
+        mask[:, 0] = 1
+        feeds = {"q": _f(rng, b, s, d), "k": _f(rng, b, kv_len, d), "v": _f(rng, b, kv_len, d), "bias": _f(rng, 3 * d),
+                 "mask": mask}
+        check("MultiHeadAttention", feeds, 1, f"MultiHeadAttention L={kv_len} seed {seed}", num_heads=n)
+    feeds = {"q": _f(rng, b, s, d), "k": _f(rng, b, s, d), "v": _f(rng, b, s, d), "bias": None, "mask": None,
+             "attention_bias": None, "past_k": _f(rng, b, n, 2, d // n), "past_v": _f(rng, b, n, 2, d // n)}
+    check("MultiHeadAttention", feeds, 3, f"MultiHeadAttention past seed {seed}", num_heads=n)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_embed_layer_normalization(seed):
+    rng = np.random.default_rng(seed)
+    b, s, h, vocab = int(rng.integers(1, 4)), int(rng.integers(1, 9)), 16, 30
+    mask = (rng.random((b, s)) > 0.3).astype(np.int32)
+    feeds = {"ids": rng.integers(0, vocab, (b, s)).astype(np.int32),
+             "seg": rng.integers(0, 2, (b, s)).astype(np.int32), "word": _f(rng, vocab, h), "pos": _f(rng, 16, h),
+             "segment": _f(rng, 2, h), "gamma": _f(rng, h), "beta": _f(rng, h), "mask": mask}
+    check("EmbedLayerNormalization", feeds, 3, f"EmbedLayerNormalization seed {seed}", epsilon=1e-5)
+    no_segment = dict(feeds, seg=None, segment=None, mask=None)
+    check("EmbedLayerNormalization", no_segment, 2, f"EmbedLayerNormalization no segment seed {seed}")
+    quant = {"ids": feeds["ids"], "seg": feeds["seg"]}
+    scales, zps = {}, {}
+    for name in ("word", "pos", "segment", "gamma", "beta"):
+        quant[name] = rng.integers(0, 256, feeds[name].shape).astype(np.uint8)
+        scales[name + "_s"] = np.array(rng.uniform(0.005, 0.02), np.float32)
+        zps[name + "_zp"] = np.array(rng.integers(110, 140), np.uint8)
+    quant["mask"] = mask
+    check("QEmbedLayerNormalization", {**quant, **scales, **zps}, 2, f"QEmbedLayerNormalization seed {seed}")

@@ -103,6 +103,9 @@ def test_multi_head_attention(seed):
         feeds = {"q": _f(rng, b, s, d), "k": _f(rng, b, kv_len, d), "v": _f(rng, b, kv_len, d), "bias": _f(rng, 3 * d),
                  "mask": mask}
         check("MultiHeadAttention", feeds, 1, f"MultiHeadAttention L={kv_len} seed {seed}", num_heads=n)
+    # keys and values already split into heads [B, N, L, H] (cross-attention reusing the encoder's)
+    feeds = {"q": _f(rng, b, s, d), "k": _f(rng, b, n, s + 2, d // n), "v": _f(rng, b, n, s + 2, d // n)}
+    check("MultiHeadAttention", feeds, 1, f"MultiHeadAttention BNSH keys seed {seed}", num_heads=n)
     feeds = {"q": _f(rng, b, s, d), "k": _f(rng, b, s, d), "v": _f(rng, b, s, d), "bias": None, "mask": None,
              "attention_bias": None, "past_k": _f(rng, b, n, 2, d // n), "past_v": _f(rng, b, n, 2, d // n)}
     check("MultiHeadAttention", feeds, 3, f"MultiHeadAttention past seed {seed}", num_heads=n)

@@ -20,7 +20,7 @@ SEEDS = range(4)
 def _model(op: str, feeds: dict, n_out: int, **attrs) -> onnx.ModelProto:
     names = [k if v is not None else "" for k, v in feeds.items()]
     node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], domain=MS, **attrs)
-    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), None)
+    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
               for k, v in feeds.items() if v is not None]
     outputs = [onnx.ValueInfoProto(name=f"y{i}") for i in range(n_out)]  # types inferred
     graph = helper.make_graph([node], op.lower(), inputs, outputs)

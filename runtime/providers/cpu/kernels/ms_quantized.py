@@ -243,3 +243,62 @@ class QLinearMatMul(Kernel):
         acc = np.matmul(a.astype(ft) - _zero(a_zp, a.dtype).astype(ft), b.astype(ft) - _zero(b_zp, b.dtype).astype(ft))
         scale = (np.float32(a_s) * b_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
         return [_requantize(acc, scale, y_zp, y_zp.dtype)]
+
+
+@register("MatMulNBits", since=1, domain=MS)
+class MatMulNBits(Kernel):
+    """A [..., K] @ W.T + bias, W [N, K] stored as ``bits``-bit codes (2, 4 or 8) in blocks of
+    ``block_size`` along K, low bits first, each block with its scale and zero point (packed
+    codes, or floats; 2^(bits-1) by default). The dequantized weights are built once for a constant
+    B (kept by the kernel), otherwise per run."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.what = f"MatMulNBits node {node.name!r}"
+        self.k, self.n = int(node.attr("K", 0)), int(node.attr("N", 0))
+        self.bits, self.block = int(node.attr("bits", 4)), int(node.attr("block_size", 0))
+        if self.bits not in (2, 4, 8) or self.block < 1 or self.k < 1 or self.n < 1:
+            raise InvalidArgument(f"{self.what}: bits {self.bits}, block_size {self.block}, K {self.k}, N {self.n}; "
+                                  "bits is 2, 4 or 8 and the others positive.")
+        self.blocks = -(-self.k // self.block)
+        names = list(node.inputs) + [""] * 6
+        self.constant = ctx is not None and all(not name or ctx.is_constant_initializer(name)
+                                                for name in (names[1], names[2], names[3]))
+        self._weights: np.ndarray | None = None
+
+    def _codes(self, packed: np.ndarray, count: int) -> np.ndarray:
+        """[rows, bytes] packed codes as [rows, count] values, low bits first."""
+        per = 8 // self.bits
+        shifts = (np.arange(per, dtype=np.uint8) * self.bits)
+        vals = (packed[..., None] >> shifts) & np.uint8((1 << self.bits) - 1)
+        return vals.reshape(packed.shape[0], -1)[:, :count]
+
+    def _dequantize(self, b: np.ndarray, scales: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+        n, blocks, bs = self.n, self.blocks, self.block
+        if b.size * 8 // self.bits < n * blocks * bs:
+            raise InvalidArgument(f"{self.what}: B of shape {list(b.shape)} holds fewer than N * blocks * block_size "
+                                  f"= {n * blocks * bs} {self.bits}-bit codes.")
+        q = self._codes(b.reshape(n, -1), blocks * bs).reshape(n, blocks, bs).astype(np.float32)
+        scale = scales.reshape(n, blocks).astype(np.float32)
+        if zp is None:
+            zero = np.full((n, blocks), float(1 << (self.bits - 1)), np.float32)
+        elif zp.dtype == np.uint8:
+            zero = self._codes(zp.reshape(n, -1), blocks).astype(np.float32)
+        else:
+            zero = zp.reshape(n, blocks).astype(np.float32)
+        w = (q - zero[:, :, None]) * scale[:, :, None]
+        return np.ascontiguousarray(w.reshape(n, blocks * bs)[:, : self.k].T)  # [K, N]
+
+    def compute(self, inputs: list) -> list:
+        args = list(inputs) + [None] * (6 - len(inputs))
+        a, b, scales, zp, g_idx, bias = args[:6]
+        if g_idx is not None:
+            raise InvalidArgument(f"{self.what}: g_idx (act-order) is not implemented by the CPU EP.")
+        if a.shape[-1] != self.k:
+            raise InvalidArgument(f"{self.what}: A of shape {list(a.shape)} for K = {self.k}; its last axis must be K.")
+        w = self._weights
+        if w is None:
+            w = self._dequantize(b, scales, zp).astype(a.dtype, copy=False)
+            if self.constant:
+                self._weights = w  # the same constant codes every run
+        y = np.matmul(a, w)
+        return [y if bias is None else y + bias]

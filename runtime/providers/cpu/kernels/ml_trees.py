@@ -93,8 +93,9 @@ class _Forest:
                 for k, values in self.members.items():
                     at = idx == k
                     if at.any():
-                        # onnxruntime holds integer sets and tests the value cast to int (truncated)
-                        go[at] = np.isin(np.trunc(v[at]), values)
+                        # exact membership, as the spec (onnxruntime takes integer sets only and
+                        # agrees on integer inputs)
+                        go[at] = np.isin(v[at], values)
             if self.any_missing:
                 go |= self.missing_true[idx] & np.isnan(v)
             idx = self._children[2 * idx + go]

@@ -36,7 +36,10 @@ def signatures(path: str) -> dict[str, tuple[dict[str, np.ndarray], np.ndarray]]
     sigs: dict[str, dict[str, np.ndarray]] = {}
     for key in data.files:
         sig, name = key.split(".", 1)
-        if name == "__output" or not name.startswith("__"):
+        if name.endswith(".__map_keys"):  # a map input (DictVectorizer), stored as keys and values
+            base = name[:-len(".__map_keys")]
+            sigs.setdefault(sig, {})[base] = dict(zip(data[key].tolist(), data[f"{sig}.{base}.__map_values"].tolist()))
+        elif name == "__output" or not (name.startswith("__") or name.endswith(".__map_values")):
             sigs.setdefault(sig, {})[name] = data[key]
     return {s: ({k: v for k, v in d.items() if k != "__output"}, d["__output"]) for s, d in sigs.items()}
 

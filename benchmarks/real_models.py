@@ -67,9 +67,10 @@ def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:
     hal_cold = time.perf_counter() - t
     fixed = onnxhal.SessionOptions()
     first = next(iter(feeds.values()))
-    fixed.add_free_dimension_override_by_name("batch", first.shape[0])
-    if first.ndim == 2:
-        fixed.add_free_dimension_override_by_name("sequence", first.shape[1])
+    if isinstance(first, np.ndarray):  # a map input (DictVectorizer) has no dims to fix
+        fixed.add_free_dimension_override_by_name("batch", first.shape[0])
+        if first.ndim == 2:
+            fixed.add_free_dimension_override_by_name("sequence", first.shape[1])
     static = onnxhal.InferenceSession(path, fixed, providers=PROVIDERS[ep])
     firsts, err = [], 0.0
     for s in ("a", "b"):

@@ -130,3 +130,20 @@ def test_embed_layer_normalization(seed):
         zps[name + "_zp"] = np.array(rng.integers(110, 140), np.uint8)
     quant["mask"] = mask
     check("QEmbedLayerNormalization", {**quant, **scales, **zps}, 2, f"QEmbedLayerNormalization seed {seed}")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rotary_embedding(seed):
+    rng = np.random.default_rng(seed)
+    b, s, n, h = int(rng.integers(1, 3)), int(rng.integers(1, 6)), 2, 8
+    for interleaved in (0, 1):
+        for rotary in (h, h // 2):
+            cos, sin = _f(rng, 16, rotary // 2), _f(rng, 16, rotary // 2)
+            pos = rng.integers(0, 16 - s, (b, s)).astype(np.int64)
+            feeds = {"x": _f(rng, b, s, n * h), "pos": pos, "cos": cos, "sin": sin}
+            attrs = {"num_heads": n, "rotary_embedding_dim": rotary} if rotary != h else {}
+            check("RotaryEmbedding", feeds, 1, f"RotaryEmbedding 3-D interleaved={interleaved} R={rotary} seed {seed}",
+                  interleaved=interleaved, **attrs)
+            feeds = {"x": _f(rng, b, n, s, h), "pos": np.array([3], np.int64), "cos": cos, "sin": sin}
+            check("RotaryEmbedding", feeds, 1, f"RotaryEmbedding 4-D interleaved={interleaved} R={rotary} seed {seed}",
+                  interleaved=interleaved, **attrs)

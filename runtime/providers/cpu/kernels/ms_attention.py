@@ -277,3 +277,69 @@ class QEmbedLayerNormalization(_EmbedBase):
             tables.append((q.astype(np.int32) - zero).astype(np.float32) * np.float32(np.asarray(scale).reshape(-1)[0]))
         word, position, segment, gamma, beta = tables
         return self._embed(ids, seg_ids, word, position, segment, gamma, beta, args[7], None)
+
+
+def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
+    """Rotary embedding of the first 2 * cos.shape[-1] features of x [..., H] (cos and sin
+    broadcast over x's leading axes), the rest unchanged: halves (x1, x2) -> (x1 cos - x2 sin,
+    x2 cos + x1 sin), or adjacent pairs when interleaved."""
+    half = cos.shape[-1]
+    out = x.copy()
+    if interleaved:
+        a, b = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+        out[..., 0:2 * half:2] = a * cos - b * sin
+        out[..., 1:2 * half:2] = b * cos + a * sin
+    else:
+        a, b = x[..., :half], x[..., half:2 * half]
+        out[..., :half] = a * cos - b * sin
+        out[..., half:2 * half] = b * cos + a * sin
+    return out
+
+
+def positions(position_ids: np.ndarray | None, batch: int, seq: int, start: np.ndarray | int = 0) -> np.ndarray:
+    """[B, S] positions: position_ids ([B, S], or one offset for all), else start + 0..S-1."""
+    if position_ids is None:
+        return np.asarray(start).reshape(-1, 1) + np.arange(seq)[None, :] + np.zeros((batch, 1), np.int64)
+    p = np.asarray(position_ids, np.int64)
+    if p.size == 1:
+        return p.reshape(1, 1) + np.arange(seq)[None, :] + np.zeros((batch, 1), np.int64)
+    return np.broadcast_to(p.reshape(-1, seq), (batch, seq))
+
+
+@register("RotaryEmbedding", since=1, domain=MS)
+class RotaryEmbedding(Kernel):
+    """input [B, S, N * H] or [B, N, S, H] rotated by cos_cache / sin_cache [max_position, R / 2]
+    at position_ids ([B, S], or one start offset); R = rotary_embedding_dim or 2 * the caches'
+    width; features past R unchanged."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.what = f"RotaryEmbedding node {node.name!r}"
+        self.interleaved = bool(node.attr("interleaved", 0))
+        self.heads = int(node.attr("num_heads", 0))
+        self.rotary_dim = int(node.attr("rotary_embedding_dim", 0))
+        if node.attr("is_packed_batching", 0):
+            raise InvalidArgument(f"{self.what}: is_packed_batching=1 is not implemented by the CPU EP.")
+
+    def compute(self, inputs: list) -> list:
+        x, pos_ids, cos_cache, sin_cache = inputs[:4]
+        half = cos_cache.shape[-1]
+        if x.ndim == 4:
+            b, n, s, h = x.shape
+            heads = x
+        elif x.ndim == 3:
+            b, s, hidden = x.shape
+            h = hidden // self.heads if self.heads else 2 * half
+            n = hidden // h
+            heads = x.reshape(b, s, n, h).transpose(0, 2, 1, 3)
+        else:
+            raise InvalidArgument(f"{self.what}: input of shape {list(x.shape)}; it must be [B, S, hidden] or "
+                                  "[B, N, S, head_size].")
+        pos = positions(pos_ids, b, s)
+        if pos.size and (pos.min() < 0 or pos.max() >= cos_cache.shape[0]):
+            raise InvalidArgument(f"{self.what}: position {int(pos.max())} is outside the {cos_cache.shape[0]} rows of "
+                                  "cos_cache; extend the caches.")
+        cos, sin = cos_cache[pos][:, None], sin_cache[pos][:, None]  # [B, 1, S, R/2]
+        out = rotate(heads, cos.astype(x.dtype), sin.astype(x.dtype), self.interleaved)
+        if x.ndim == 3:
+            out = out.transpose(0, 2, 1, 3).reshape(x.shape)
+        return [out]

@@ -147,3 +147,30 @@ def test_rotary_embedding(seed):
             feeds = {"x": _f(rng, b, n, s, h), "pos": np.array([3], np.int64), "cos": cos, "sin": sin}
             check("RotaryEmbedding", feeds, 1, f"RotaryEmbedding 4-D interleaved={interleaved} R={rotary} seed {seed}",
                   interleaved=interleaved, **attrs)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_group_query_attention(seed):
+    rng = np.random.default_rng(seed)
+    b, n, kvn, h = int(rng.integers(1, 3)), 4, 2, 16  # onnxruntime's rotary needs head_size % 16 == 0
+    for rotary in (0, 1):
+        cos, sin = (_f(rng, 32, h // 2), _f(rng, 32, h // 2)) if rotary else (None, None)
+        attrs = dict(num_heads=n, kv_num_heads=kvn, do_rotary=rotary, rotary_interleaved=int(seed % 2))
+        # first prompt: no past
+        s = int(rng.integers(1, 6))
+        feeds = {"q": _f(rng, b, s, n * h), "k": _f(rng, b, s, kvn * h), "v": _f(rng, b, s, kvn * h), "pk": None,
+                 "pv": None, "seqlens_k": np.full(b, s - 1, np.int32), "total": np.array([s], np.int32),
+                 "cos": cos, "sin": sin}
+        check("GroupQueryAttention", feeds, 3, f"GQA prompt rotary={rotary} seed {seed}", **attrs)
+        # generation: one or a few new tokens after P cached ones
+        p, s = int(rng.integers(1, 8)), int(rng.integers(1, 3)) if b == 1 else 1  # onnxruntime: several new
+        # tokens after a past only for one row
+        feeds = {"q": _f(rng, b, s, n * h), "k": _f(rng, b, s, kvn * h), "v": _f(rng, b, s, kvn * h),
+                 "pk": _f(rng, b, kvn, p, h), "pv": _f(rng, b, kvn, p, h),
+                 "seqlens_k": np.full(b, p + s - 1, np.int32), "total": np.array([p + s], np.int32),
+                 "cos": cos, "sin": sin}
+        check("GroupQueryAttention", feeds, 3, f"GQA generation P={p} S={s} rotary={rotary} seed {seed}", **attrs)
+        # packed QKV
+        packed = np.concatenate([feeds["q"], feeds["k"], feeds["v"]], axis=-1)
+        feeds = dict(feeds, q=packed, k=None, v=None)
+        check("GroupQueryAttention", feeds, 3, f"GQA packed rotary={rotary} seed {seed}", **attrs)

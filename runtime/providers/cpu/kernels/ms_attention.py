@@ -343,3 +343,74 @@ class RotaryEmbedding(Kernel):
         if x.ndim == 3:
             out = out.transpose(0, 2, 1, 3).reshape(x.shape)
         return [out]
+
+
+@register("GroupQueryAttention", since=1, domain=MS)
+class GroupQueryAttention(Kernel):
+    """Causal attention with num_heads query heads sharing kv_num_heads key/value heads, as
+    onnxruntime's CPU kernel: per batch row, seqlens_k + 1 keys in all, the first past_seqlen of
+    them from past_key/past_value [B, kv_heads, P, H] (none for the first prompt); present holds
+    past and new keys at their positions (max(P, total_sequence_length) long); query and key
+    rotated first with do_rotary (positions past_seqlen + s); packed QKV when key is omitted."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.what = f"GroupQueryAttention node {node.name!r}"
+        self.heads, self.kv_heads = int(node.attr("num_heads", 0)), int(node.attr("kv_num_heads", 0))
+        if self.heads <= 0 or self.kv_heads <= 0 or self.heads % self.kv_heads:
+            raise InvalidArgument(f"{self.what}: num_heads {self.heads} and kv_num_heads {self.kv_heads}; both "
+                                  "positive, num_heads a multiple of kv_num_heads.")
+        self.scale = float(node.attr("scale", 0.0))
+        self.rotary = bool(node.attr("do_rotary", 0))
+        self.interleaved = bool(node.attr("rotary_interleaved", 0))
+        unsupported = [a for a, default in (("local_window_size", -1), ("softcap", 0.0), ("smooth_softmax", 0),
+                                            ("qk_output", 0)) if node.attr(a, default) != default]
+        if unsupported:
+            raise InvalidArgument(f"{self.what}: {', '.join(unsupported)} not implemented by the CPU EP; export "
+                                  "without them.")
+        self.n_out = len(node.outputs)
+
+    def compute(self, inputs: list) -> list:
+        args = list(inputs) + [None] * (12 - len(inputs))
+        q, k, v, past_k, past_v, seqlens, total_len, cos_cache, sin_cache, pos_ids, attn_bias = args[:11]
+        n, kvn = self.heads, self.kv_heads
+        b, s, width = q.shape
+        if k is None:  # packed [B, S, (N + 2 kvN) * H]
+            h = width // (n + 2 * kvn)
+            q, k, v = np.split(q, [n * h, (n + kvn) * h], axis=-1)
+        h = q.shape[-1] // n
+        qh = q.reshape(b, s, n, h).transpose(0, 2, 1, 3)
+        kh = k.reshape(b, s, kvn, h).transpose(0, 2, 1, 3)
+        vh = v.reshape(b, s, kvn, h).transpose(0, 2, 1, 3)
+        total = np.asarray(seqlens, np.int64).reshape(-1) + 1
+        buffer = 0 if past_k is None else past_k.shape[2]
+        first_prompt = buffer == 0
+        past_len = np.zeros(b, np.int64) if first_prompt else total - s
+        present_len = max(buffer, int(np.asarray(total_len).reshape(-1)[0]))
+        if (past_len < 0).any() or (total > present_len).any():
+            raise InvalidArgument(f"{self.what}: seqlens_k {list(total - 1)} for {s} new tokens, a past of {buffer} and "
+                                  f"total_sequence_length {present_len}; each row's total must fit.")
+        if self.rotary:
+            pos = positions(pos_ids, b, s, past_len)
+            cos, sin = cos_cache[pos][:, None].astype(q.dtype), sin_cache[pos][:, None].astype(q.dtype)
+            qh = rotate(qh, cos, sin, self.interleaved)
+            kh = rotate(kh, cos, sin, self.interleaved)
+        pk = np.zeros((b, kvn, present_len, h), q.dtype)
+        pv = np.zeros((b, kvn, present_len, h), q.dtype)
+        out = np.empty((b, s, n * h), q.dtype)
+        scale = np.float32(self.scale or 1.0 / np.sqrt(h))
+        group = n // kvn
+        for i in range(b):
+            p, t = int(past_len[i]), int(total[i])
+            if p:
+                pk[i, :, :p], pv[i, :, :p] = past_k[i, :, :p], past_v[i, :, :p]
+            pk[i, :, p:p + s], pv[i, :, p:p + s] = kh[i], vh[i]
+            keys = np.repeat(pk[i, :, :t], group, axis=0)  # [N, T, H]
+            values = np.repeat(pv[i, :, :t], group, axis=0)
+            scores = np.matmul(qh[i], np.swapaxes(keys, -1, -2)) * scale  # [N, S, T]
+            if attn_bias is not None:
+                scores += attn_bias[i if attn_bias.shape[0] > 1 else 0][..., :t]
+            later = np.arange(t)[None, :] > (p + np.arange(s))[:, None]
+            scores[:, later] = -np.inf
+            probs = _softmax_last(scores)
+            out[i] = np.matmul(probs, values).transpose(1, 0, 2).reshape(s, n * h)
+        return [out, pk, pv][: self.n_out]

@@ -219,6 +219,52 @@ def _stored_feeds(path: str) -> dict[str, dict[str, np.ndarray]]:
     return sigs
 
 
+class _SmallCnn(torch.nn.Module):
+    """Two convolution branches concatenated, average pooling, a linear layer and a softmax: what
+    quantize_static turns into QLinearConcat, QLinearAveragePool, QGemm and QLinearSoftmax."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(3, 8, 1)
+        self.pool = torch.nn.AvgPool2d(2)
+        self.fc = torch.nn.Linear(16 * 8 * 8, 10)
+
+    def forward(self, x):
+        y = torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x))], dim=1)
+        return torch.softmax(self.fc(torch.flatten(self.pool(y), 1)), dim=-1)
+
+
+def _quantized_cnn(out: str, QuantFormat, QuantType, quantize_static, CalibrationDataReader) -> str:  # noqa: N803
+    """``cnn_ts_qstatic``: a small CNN exported by the legacy exporter, quantized statically in
+    the QOperator format."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    torch.manual_seed(0)
+    model = _SmallCnn().eval()
+    rng = np.random.default_rng(0)
+    sigs = {"a": {"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)},
+            "b": {"x": rng.standard_normal((3, 3, 16, 16)).astype(np.float32)}}
+    base = os.path.join(out, "cnn_ts.pre.onnx")
+    torch.onnx.export(model, (torch.from_numpy(sigs["a"]["x"]),), base, dynamo=False, input_names=["x"],
+                      output_names=["probs"], dynamic_axes={"x": {0: "batch"}, "probs": {0: "batch"}}, opset_version=17)
+    quant_pre_process(base, base)
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter([sigs["a"], sigs["b"]])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    path = os.path.join(out, "cnn_ts_qstatic.onnx")
+    quantize_static(base, path, _Reader(), quant_format=QuantFormat.QOperator, weight_type=QuantType.QInt8)
+    os.remove(base)
+    _save(onnx.load(path), path)
+    save_outputs(path, sigs)
+    return path
+
+
 def onnxruntime_tooling(out: str) -> list[str]:
     """The legacy BERT and GPT-2 exports after onnxruntime's transformer optimizer (Attention,
     SkipLayerNormalization, EmbedLayerNormalization, BiasGelu, FastGelu ...) and after
@@ -279,6 +325,8 @@ def onnxruntime_tooling(out: str) -> list[str]:
     _save(onnx.load(qpath), qpath)
     save_outputs(qpath, feeds)
     made.append(qpath)
+
+    made.append(_quantized_cnn(out, QuantFormat, QuantType, quantize_static, CalibrationDataReader))
 
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(16, 32, num_layers=1, batch_first=False)

@@ -5,6 +5,8 @@ past), EmbedLayerNormalization and QEmbedLayerNormalization; outputs within 1e-4
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -174,3 +176,22 @@ def test_group_query_attention(seed):
         packed = np.concatenate([feeds["q"], feeds["k"], feeds["v"]], axis=-1)
         feeds = dict(feeds, q=packed, k=None, v=None)
         check("GroupQueryAttention", feeds, 3, f"GQA packed rotary={rotary} seed {seed}", **attrs)
+
+
+#: docs/cpu-ep.md lists these com.microsoft ops as native on the CPU EP.
+NATIVE_MS_OPS = ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
+                 "BiasGelu", "Gelu", "FastGelu", "QuickGelu", "BiasAdd", "FusedMatMul", "Attention",
+                 "EmbedLayerNormalization", "MultiHeadAttention", "GroupQueryAttention", "RotaryEmbedding", "QAttention",
+                 "QEmbedLayerNormalization", "DynamicQuantizeLSTM", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
+                 "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool",
+                 "QLinearConcat", "QLinearAveragePool", "QLinearSoftmax", "QLinearWhere", "QGemm", "MatMulNBits"]
+
+
+def test_the_documented_com_microsoft_ops_have_native_kernels():
+    from onnxhal.runtime.providers.cpu.kernels.registry import lookup
+
+    missing = [op for op in NATIVE_MS_OPS if lookup(MS, op, 1) is None]
+    assert not missing, missing
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "cpu-ep.md")) as f:
+        doc = f.read()
+    assert all(op in doc for op in NATIVE_MS_OPS)

@@ -47,6 +47,17 @@ def _bert_eager():
     return BertModel(cfg), ("input_ids", "attention_mask", "token_type_ids"), "ids"
 
 
+def _whisper_eager():
+    """The Whisper encoder with the eager attention: onnxruntime's optimizer (model_type bart)
+    fuses it into Attention (without a mask, K without bias)."""
+    from transformers import WhisperConfig, WhisperModel
+
+    cfg = WhisperConfig(num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                        max_source_positions=16, decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=64,
+                        attn_implementation="eager")
+    return WhisperModel(cfg).get_encoder(), ("input_features",), "audio"
+
+
 def _gpt2():
     from transformers import GPT2Config, GPT2Model
 
@@ -109,10 +120,10 @@ def _mobilenet():
     return model, ("pixel_values",), "image"
 
 
-MODELS = {"bert": _bert, "bert_eager": _bert_eager, "gpt2": _gpt2, "vit": _vit, "resnet": _resnet, "t5_encoder": _t5_encoder,
+MODELS = {"bert": _bert, "bert_eager": _bert_eager, "whisper_eager": _whisper_eager, "gpt2": _gpt2, "vit": _vit, "resnet": _resnet, "t5_encoder": _t5_encoder,
           "whisper_encoder": _whisper_encoder, "mobilenet": _mobilenet}
 #: Exported by the legacy exporter only (the dynamo form adds nothing the corpus lacks).
-LEGACY_ONLY = {"bert_eager"}
+LEGACY_ONLY = {"bert_eager", "whisper_eager"}
 
 
 def _inputs(kind: str, names: tuple, batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -283,8 +294,10 @@ def onnxruntime_tooling(out: str) -> list[str]:
 
     made = []
     hidden = 256 if MEDIUM else 32
-    # bert_eager: Attention + EmbedLayerNormalization, then QAttention + QEmbedLayerNormalization
-    for name, kind, quantize_base in (("bert", "bert", True), ("gpt2", "gpt2", True), ("bert_eager", "bert", False)):
+    # bert_eager: Attention + EmbedLayerNormalization, then QAttention + QEmbedLayerNormalization;
+    # whisper_eager: Attention without a mask, then QAttention
+    for name, kind, quantize_base in (("bert", "bert", True), ("gpt2", "gpt2", True), ("bert_eager", "bert", False),
+                                      ("whisper_eager", "bart", False)):
         base = os.path.join(out, f"{name}_ts.onnx")
         if not os.path.exists(base):
             continue

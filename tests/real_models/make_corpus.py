@@ -1,12 +1,14 @@
 """Make the real-model corpus: small Hugging Face architectures exported by torch.onnx.export with
-dynamic batch and sequence axes, as exporters write them by default; the BERT and GPT-2 exports
-after onnxruntime's transformer optimizer and quantizers, a quantized ResNet and LSTM; skl2onnx
-models with and without ZipMap; plus their inputs and all of onnxruntime's outputs.
+dynamic batch and sequence axes, as exporters write them by default; GPT-2 with past keys and
+values and the T5 encoder-decoder (``decoders``); the BERT, GPT-2 and eager-attention BERT and
+Whisper exports after onnxruntime's transformer optimizer and quantizers, a quantized ResNet, CNN
+and LSTM (``ortools``); skl2onnx models with and without ZipMap (``sklearn``) and pipelines through
+ai.onnx.ml's encoders (``encoders``); plus their inputs and all of onnxruntime's outputs.
 
 Not run by the tests (torch, transformers and skl2onnx are no test dependencies): run it by hand
 with ``pip install -e ".[corpus]"`` in a separate environment, then commit the files:
 
-    python tests/real_models/make_corpus.py [--out tests/real_models] [--models bert,...,ortools,sklearn]
+    python tests/real_models/make_corpus.py [--out tests/real_models] [--models bert,...,ortools,sklearn,encoders,decoders]
 
 Weights are random (seeded), configurations tiny (a few hundred KB a model), so the corpus is about
 the exporters' graphs (op mix, dynamic axes, shape subgraphs), not about accuracy.
@@ -42,8 +44,10 @@ def _bert_eager():
     optimizer fuses into EmbedLayerNormalization and Attention (the SDPA export it does not)."""
     from transformers import BertConfig, BertModel
 
-    cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=64, attn_implementation="eager")
+    cfg = (BertConfig(vocab_size=1024, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                      intermediate_size=1024, max_position_embeddings=256, attn_implementation="eager") if MEDIUM else
+           BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=64, attn_implementation="eager"))
     return BertModel(cfg), ("input_ids", "attention_mask", "token_type_ids"), "ids"
 
 
@@ -616,8 +620,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
     p.add_argument("--models", default=",".join([*MODELS, *GROUPS]),
-                   help="comma-separated; 'ortools' (needs bert and gpt2 exported first), 'sklearn' and 'encoders' "
-                        "make the onnxruntime-tooling and skl2onnx models")
+                   help="comma-separated; 'ortools' (needs bert, gpt2, bert_eager, whisper_eager and resnet exported "
+                        "first), 'sklearn', 'encoders' and 'decoders' make the onnxruntime-tooling, skl2onnx and "
+                        "generation models")
     p.add_argument("--size", choices=("tiny", "medium"), default="tiny",
                    help="tiny (committed, for tests) or medium (for benchmarks; write it elsewhere with --out)")
     args = p.parse_args()

@@ -164,6 +164,10 @@ def test_group_query_attention(seed):
                  "pv": None, "seqlens_k": np.full(b, s - 1, np.int32), "total": np.array([s], np.int32),
                  "cos": cos, "sin": sin}
         check("GroupQueryAttention", feeds, 3, f"GQA prompt rotary={rotary} seed {seed}", **attrs)
+        # right-padded prompt: the second row shorter than the sequence
+        if b > 1 and s > 2:
+            feeds["seqlens_k"] = np.array([s - 1] + [s - 3] * (b - 1), np.int32)
+            check("GroupQueryAttention", feeds, 3, f"GQA padded prompt rotary={rotary} seed {seed}", **attrs)
         # generation: one or a few new tokens after P cached ones
         p, s = int(rng.integers(1, 8)), int(rng.integers(1, 3)) if b == 1 else 1  # onnxruntime: several new
         # tokens after a past only for one row

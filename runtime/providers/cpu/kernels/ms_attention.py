@@ -414,3 +414,73 @@ class GroupQueryAttention(Kernel):
             probs = _softmax_last(scores)
             out[i] = np.matmul(probs, values).transpose(1, 0, 2).reshape(s, n * h)
         return [out, pk, pv][: self.n_out]
+
+
+@register("DecoderMaskedMultiHeadAttention", since=1, domain=MS)
+class DecoderMaskedMultiHeadAttention(Kernel):
+    """One decoding step (sequence length 1). Self-attention: the step's key and value written
+    into the shared past buffer [B, N, max_sequence, H] at past_sequence_length (present is that
+    buffer), attention over the first past_sequence_length + 1 positions, earlier ones read from
+    the beam cache_indirection picks when beam_width > 1. Cross-attention (no past): key and value
+    are the encoder's, already in heads [B, N, L, H]. A 2-D key padding mask adds
+    mask_filter_value; attention_bias is added; the optional fourth output is the scaled QK."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.what = f"DecoderMaskedMultiHeadAttention node {node.name!r}"
+        self.heads = int(node.attr("num_heads", 0))
+        if self.heads <= 0:
+            raise InvalidArgument(f"{self.what}: num_heads must be a positive integer, got {self.heads}.")
+        self.fill = np.float32(node.attr("mask_filter_value", -10000.0))
+        self.scale = float(node.attr("scale", 0.0))
+        self.n_out = len(node.outputs)
+
+    def compute(self, inputs: list) -> list:
+        args = list(inputs) + [None] * (11 - len(inputs))
+        q, k, v, mask, attn_bias, past_k, past_v, past_len, beam_width, cache_indir, bias = args[:11]
+        b, s, width = q.shape
+        if s != 1:
+            raise InvalidArgument(f"{self.what}: query of sequence length {s}; this op decodes one token at a time.")
+        n = self.heads
+        if k is None or v is None:
+            raise InvalidArgument(f"{self.what}: packed QKV (no key and value inputs) is not implemented on the CPU "
+                                  "EP (nor by onnxruntime's CPU kernel); pass key and value.")
+        d = q.shape[-1]
+        h = d // n
+        if bias is not None:
+            q = q + bias[:d]
+            if k.ndim == 3:
+                k, v = k + bias[d:2 * d], v + bias[2 * d:]
+        qh = q.reshape(b, 1, n, h).transpose(0, 2, 1, 3)
+        scale = np.float32(self.scale or 1.0 / np.sqrt(h))
+        if past_k is None:  # cross-attention over the encoder's keys and values
+            keys, values = k, v
+            present = []
+        else:
+            p = int(np.asarray(past_len).reshape(-1)[0])
+            pk, pv = past_k.copy(), past_v.copy()
+            pk[:, :, p] = k.reshape(b, n, h)
+            pv[:, :, p] = v.reshape(b, n, h)
+            keys, values = pk[:, :, :p + 1], pv[:, :, :p + 1]
+            beams = 1 if beam_width is None else int(np.asarray(beam_width).reshape(-1)[0])
+            if beams > 1 and p:
+                if cache_indir is None:
+                    raise InvalidArgument(f"{self.what}: beam_width {beams} needs cache_indirection.")
+                # row r = batch * beams + beam reads position t < p from beam cache_indir[batch, beam, t]
+                src = (np.arange(b) // beams * beams)[:, None] + cache_indir.reshape(b, -1)[:, :p]
+                t = np.arange(p)[None, :]
+                keys = keys.copy()
+                values = values.copy()
+                keys[:, :, :p] = past_k[src, :, t].transpose(0, 2, 1, 3)
+                values[:, :, :p] = past_v[src, :, t].transpose(0, 2, 1, 3)
+            present = [pk, pv]
+        scores = np.matmul(qh, np.swapaxes(keys, -1, -2)) * scale  # [B, N, 1, T]
+        if mask is not None:
+            scores += np.where(mask[:, None, None, : scores.shape[-1]] > 0, np.float32(0), self.fill)
+        if attn_bias is not None:
+            scores += attn_bias[..., : scores.shape[-1]]
+        qk = scores.copy() if self.n_out > 3 else None
+        out = np.matmul(_softmax_last(scores), values).transpose(0, 2, 1, 3).reshape(b, 1, -1)
+        outs = [out] + (present if present else [None, None])
+        if self.n_out > 3:
+            outs.append(qk)
+        return outs[: self.n_out]

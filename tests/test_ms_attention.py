@@ -1,7 +1,8 @@
 """com.microsoft attention operators on the CPU EP against onnxruntime: seeded random one-node
 models of Attention (every mask form, past and present, causal, attention_bias, unequal Q/K/V
-widths, scale), QAttention, GroupQueryAttention, RotaryEmbedding, DecoderMaskedMultiHeadAttention, MultiHeadAttention (self- and cross-attention, bias, key padding,
-past), EmbedLayerNormalization and QEmbedLayerNormalization; outputs within 1e-4 relative."""
+widths, scale), QAttention, MultiHeadAttention (self- and cross-attention, bias, key padding,
+past), GroupQueryAttention, RotaryEmbedding, DecoderMaskedMultiHeadAttention,
+EmbedLayerNormalization and QEmbedLayerNormalization; outputs within 1e-4 relative."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """com.microsoft MatMulNBits (the weight-only quantized MatMul of onnxruntime's 4-bit quantizer)
-on the CPU EP against onnxruntime: 2-, 4- and 8-bit codes, K not a multiple of the block, packed
-or float zero points (not with 8 bits: onnxruntime refuses those) or none, bias, batched A."""
+and MatMulBnb4 (bitsandbytes' FP4 / NF4) on the CPU EP against onnxruntime: 2-, 4- and 8-bit
+codes, K not a multiple of the block, packed or float zero points (not with 8 bits: onnxruntime
+refuses those) or none, bias, batched A; both code books."""
 
 from __future__ import annotations
 
@@ -29,3 +30,17 @@ def test_matmul_nbits(seed, bits):
                  "bias": rng.standard_normal(n).astype(np.float32)}
         check("MatMulNBits", feeds, 1, f"MatMulNBits bits={bits} K={k} N={n} zp={label} seed {seed}", K=k, N=n,
               bits=bits, block_size=block)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("quant_type", [0, 1])
+def test_matmul_bnb4(seed, quant_type):
+    rng = np.random.default_rng(seed)
+    block = int(rng.choice([16, 32, 64]))
+    k, n = int(rng.integers(8, 70)), int(rng.integers(1, 9))
+    count = k * n
+    feeds = {"a": rng.standard_normal((2, 3, k)).astype(np.float32),
+             "b": rng.integers(0, 256, (count + 1) // 2).astype(np.uint8),
+             "absmax": rng.uniform(0.1, 2.0, -(-count // block)).astype(np.float32)}
+    check("MatMulBnb4", feeds, 1, f"MatMulBnb4 quant_type={quant_type} K={k} N={n} seed {seed}", K=k, N=n,
+          block_size=block, quant_type=quant_type)

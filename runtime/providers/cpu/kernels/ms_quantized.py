@@ -420,3 +420,50 @@ class QLinearSoftmax(Kernel):
         p = e / e.sum(axis=-1, keepdims=True)
         p = p.reshape(x.shape) if self.flatten else np.moveaxis(p, -1, axis)
         return [quantize(p.astype(np.float32), y_s, y_zp, x.dtype)]
+
+
+#: bitsandbytes' 4-bit code books (quant_type 0: FP4, 1: NF4).
+_BNB4_TABLES = (
+    np.array([0.0, 0.0052083333, 0.6666667, 1.0, 0.3333333, 0.5, 0.1666667, 0.25,
+              -0.0, -0.0052083333, -0.6666667, -1.0, -0.3333333, -0.5, -0.1666667, -0.25], np.float32),
+    np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+              -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+              0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+              0.7229568362236023, 1.0], np.float32),
+)
+
+
+@register("MatMulBnb4", since=1, domain=MS)
+class MatMulBnb4(Kernel):
+    """A [..., K] @ W.T, W [N, K] as bitsandbytes' 4-bit codes (two a byte, the first in the high
+    half) through the FP4 or NF4 code book, times each block's absmax."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.what = f"MatMulBnb4 node {node.name!r}"
+        self.k, self.n = int(node.attr("K", 0)), int(node.attr("N", 0))
+        self.block = int(node.attr("block_size", 0))
+        kind = int(node.attr("quant_type", 1))
+        if self.k < 1 or self.n < 1 or self.block < 1 or kind not in (0, 1):
+            raise InvalidArgument(f"{self.what}: K {self.k}, N {self.n}, block_size {self.block}, quant_type {kind}; "
+                                  "the first three positive, quant_type 0 (FP4) or 1 (NF4).")
+        self.table = _BNB4_TABLES[kind]
+        names = list(node.inputs) + ["", ""]
+        self.constant = ctx is not None and all(ctx.is_constant_initializer(x) for x in names[1:3] if x)
+        self._weights: np.ndarray | None = None
+
+    def compute(self, inputs: list) -> list:
+        a, b, absmax = inputs[:3]
+        if a.shape[-1] != self.k:
+            raise InvalidArgument(f"{self.what}: A of shape {list(a.shape)} for K = {self.k}; its last axis must be K.")
+        w = self._weights
+        if w is None:
+            count = self.k * self.n
+            if b.size * 2 < count or absmax.size * self.block < count:
+                raise InvalidArgument(f"{self.what}: B ({b.size} bytes) or absmax ({absmax.size} blocks) too small for "
+                                      f"N * K = {count} weights in blocks of {self.block}.")
+            codes = np.stack([b.reshape(-1) >> 4, b.reshape(-1) & 15], axis=1).reshape(-1)[:count]
+            scale = np.repeat(absmax.reshape(-1).astype(np.float32), self.block)[:count]
+            w = np.ascontiguousarray((self.table[codes] * scale).reshape(self.n, self.k).T).astype(a.dtype, copy=False)
+            if self.constant:
+                self._weights = w
+        return [np.matmul(a, w)]

@@ -392,6 +392,14 @@ def test_tree_ensemble_classifier(seed):
         model = _model("TreeEnsembleClassifier", [_t("X", F, None)], [_t("Y", I64, None), _t("Z", F, None)],
                        classlabels_int64s=list(range(k)), post_transform=transform, **attrs)
         check(model, {"X": _tree_input(rng, feats)}, f"TreeEnsembleClassifier {transform} seed {seed}")
+    # one class label: one score column, labels 1 / 0 by its sign
+    one = _legacy_tree_attrs(rng, trees, 1, "class")
+    for transform in ("NONE", "LOGISTIC"):
+        for base in (None, [0.25]):
+            extra = {"base_values": base} if base else {}
+            model = _model("TreeEnsembleClassifier", [_t("X", F, None)], [_t("Y", I64, None), _t("Z", F, None)],
+                           classlabels_int64s=[7], post_transform=transform, **one, **extra)
+            check(model, {"X": _tree_input(rng, feats)}, f"TreeEnsembleClassifier one label {transform} seed {seed}")
 
 
 def _v5_attrs(rng: np.random.Generator, trees: list, n_out: int, member_every: int) -> dict:

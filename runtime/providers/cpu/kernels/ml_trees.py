@@ -285,8 +285,8 @@ class TreeEnsemble(Kernel):
 @register("TreeEnsembleClassifier", since=1, domain=ML)
 class TreeEnsembleClassifier(Kernel):
     def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
-        labels = node.attr("classlabels_strings") or node.attr("classlabels_int64s") or []
-        if len(labels) < 2:
+        # one string label: onnxruntime's rule gives labels "1" / "0" it cannot name; onnx.reference's
+        if node.attr("classlabels_strings") and len(node.attr("classlabels_strings")) < 2:
             return reference_kernel(node, ctx)
         return super().__new__(cls)
 
@@ -307,6 +307,10 @@ class TreeEnsembleClassifier(Kernel):
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
         scores, has = self.forest.scores(x)
+        if len(self.labels) == 1:  # onnxruntime: one score, label 1 where it is positive (else 0)
+            s = scores[:, :1] + (self.raw_base[0] if self.raw_base.size else np.float32(0))
+            z = transform_scores(s, "PROBIT") if self.transform == "PROBIT" else s
+            return [np.where(s[:, 0] > 0, np.int64(1), np.int64(0)), z.astype(np.float32)]
         if len(self.labels) == 2:
             return self._two_classes(scores, has)
         if self.base is not None:

@@ -222,3 +222,22 @@ def test_decoder_masked_multi_head_attention(seed):
           past_present_share_buffer=1)
     cross = {"q": _f(rng, b, 1, d), "k": _f(rng, b, n, 6, h), "v": _f(rng, b, n, 6, h)}
     check("DecoderMaskedMultiHeadAttention", cross, 1, f"DMMHA cross seed {seed}", num_heads=n)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_group_query_attention_variants(seed):
+    """GroupQueryAttention's sliding window, softcap, smooth softmax and per-head sinks."""
+    rng = np.random.default_rng(seed)
+    b, n, kvn, h, p = 1, 4, 2, 16, int(rng.integers(3, 9))
+    feeds = {"q": _f(rng, b, 1, n * h) * 3, "k": _f(rng, b, 1, kvn * h), "v": _f(rng, b, 1, kvn * h),
+             "pk": _f(rng, b, kvn, p, h), "pv": _f(rng, b, kvn, p, h), "seqlens_k": np.full(b, p, np.int32),
+             "total": np.array([p + 1], np.int32)}
+    base = dict(num_heads=n, kv_num_heads=kvn)
+    check("GroupQueryAttention", feeds, 3, f"GQA window seed {seed}", local_window_size=2, **base)
+    check("GroupQueryAttention", feeds, 3, f"GQA softcap seed {seed}", softcap=1.5, **base)
+    check("GroupQueryAttention", feeds, 3, f"GQA smooth softmax seed {seed}", smooth_softmax=1, **base)
+    sinks = dict(feeds, cos=None, sin=None, position_ids=None, attention_bias=None, head_sink=_f(rng, n))
+    check("GroupQueryAttention", sinks, 3, f"GQA head sinks seed {seed}", **base)
+    prompt = {"q": _f(rng, b, 5, n * h), "k": _f(rng, b, 5, kvn * h), "v": _f(rng, b, 5, kvn * h), "pk": None,
+              "pv": None, "seqlens_k": np.full(b, 4, np.int32), "total": np.array([5], np.int32)}
+    check("GroupQueryAttention", prompt, 3, f"GQA prompt window seed {seed}", local_window_size=1, **base)

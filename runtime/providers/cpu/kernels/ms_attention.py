@@ -351,7 +351,8 @@ class GroupQueryAttention(Kernel):
     onnxruntime's CPU kernel: per batch row, seqlens_k + 1 keys in all, the first past_seqlen of
     them from past_key/past_value [B, kv_heads, P, H] (none for the first prompt); present holds
     past and new keys at their positions (max(P, total_sequence_length) long); query and key
-    rotated first with do_rotary (positions past_seqlen + s); packed QKV when key is omitted."""
+    rotated first with do_rotary (positions past_seqlen + s); packed QKV when key is omitted;
+    local_window_size, softcap, smooth_softmax and head_sink as onnxruntime."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.what = f"GroupQueryAttention node {node.name!r}"
@@ -362,16 +363,16 @@ class GroupQueryAttention(Kernel):
         self.scale = float(node.attr("scale", 0.0))
         self.rotary = bool(node.attr("do_rotary", 0))
         self.interleaved = bool(node.attr("rotary_interleaved", 0))
-        unsupported = [a for a, default in (("local_window_size", -1), ("softcap", 0.0), ("smooth_softmax", 0),
-                                            ("qk_output", 0)) if node.attr(a, default) != default]
-        if unsupported:
-            raise InvalidArgument(f"{self.what}: {', '.join(unsupported)} not implemented by the CPU EP; export "
-                                  "without them.")
+        self.window = int(node.attr("local_window_size", -1))
+        self.softcap = float(node.attr("softcap", 0.0))
+        self.smooth = bool(node.attr("smooth_softmax", 0))
+        if node.attr("qk_output", 0):
+            raise InvalidArgument(f"{self.what}: qk_output is not implemented by the CPU EP; export without it.")
         self.n_out = len(node.outputs)
 
     def compute(self, inputs: list) -> list:
         args = list(inputs) + [None] * (12 - len(inputs))
-        q, k, v, past_k, past_v, seqlens, total_len, cos_cache, sin_cache, pos_ids, attn_bias = args[:11]
+        q, k, v, past_k, past_v, seqlens, total_len, cos_cache, sin_cache, pos_ids, attn_bias, sink = args[:12]
         n, kvn = self.heads, self.kv_heads
         b, s, width = q.shape
         if k is None:  # packed [B, S, (N + 2 kvN) * H]
@@ -407,11 +408,23 @@ class GroupQueryAttention(Kernel):
             keys = np.repeat(pk[i, :, :t], group, axis=0)  # [N, T, H]
             values = np.repeat(pv[i, :, :t], group, axis=0)
             scores = np.matmul(qh[i], np.swapaxes(keys, -1, -2)) * scale  # [N, S, T]
+            if self.softcap > 0:
+                scores = np.float32(self.softcap) * np.tanh(scores / np.float32(self.softcap))
             if attn_bias is not None:
                 scores += attn_bias[i if attn_bias.shape[0] > 1 else 0][..., :t]
-            later = np.arange(t)[None, :] > (p + np.arange(s))[:, None]
-            scores[:, later] = -np.inf
-            probs = _softmax_last(scores)
+            query_at = (p + np.arange(s))[:, None]
+            hidden = np.arange(t)[None, :] > query_at
+            if self.window >= 0:  # a sliding window: the query and the local_window_size - 1 keys before it
+                hidden |= np.arange(t)[None, :] <= query_at - self.window
+            scores[:, hidden] = -np.inf
+            if self.smooth or sink is not None:  # softmax with one more logit: 0, or the head's sink
+                extra = (np.zeros((n, 1, 1), np.float32) if sink is None
+                         else np.asarray(sink, np.float32).reshape(n, 1, 1))
+                top = np.maximum(scores.max(axis=-1, keepdims=True), extra)
+                e = np.exp(scores - top)
+                probs = e / (e.sum(axis=-1, keepdims=True) + np.exp(extra - top))
+            else:
+                probs = _softmax_last(scores)
             out[i] = np.matmul(probs, values).transpose(1, 0, 2).reshape(s, n * h)
         return [out, pk, pv][: self.n_out]
 

@@ -1,7 +1,7 @@
 """com.microsoft attention operators on the CPU EP against onnxruntime: seeded random one-node
 models of Attention (every mask form, past and present, causal, attention_bias, unequal Q/K/V
 widths, scale), QAttention, MultiHeadAttention (self- and cross-attention, bias, key padding,
-past), GroupQueryAttention, RotaryEmbedding, DecoderMaskedMultiHeadAttention,
+past), GroupQueryAttention, RotaryEmbedding, DecoderMaskedMultiHeadAttention, SparseAttention,
 EmbedLayerNormalization and QEmbedLayerNormalization; outputs within 1e-4 relative."""
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ NATIVE_MS_OPS = ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "
                  "QEmbedLayerNormalization", "DynamicQuantizeLSTM", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
                  "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool",
                  "QLinearConcat", "QLinearAveragePool", "QLinearSoftmax", "QLinearWhere", "QGemm", "MatMulNBits",
-                 "DecoderMaskedMultiHeadAttention", "MatMulBnb4"]
+                 "DecoderMaskedMultiHeadAttention", "MatMulBnb4", "SparseAttention"]
 
 
 def test_the_documented_com_microsoft_ops_have_native_kernels():
@@ -241,3 +241,58 @@ def test_group_query_attention_variants(seed):
     prompt = {"q": _f(rng, b, 5, n * h), "k": _f(rng, b, 5, kvn * h), "v": _f(rng, b, 5, kvn * h), "pk": None,
               "pv": None, "seqlens_k": np.full(b, 4, np.int32), "total": np.array([5], np.int32)}
     check("GroupQueryAttention", prompt, 3, f"GQA prompt window seed {seed}", local_window_size=1, **base)
+
+
+def _block_layout(blocks: int, local: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR rows and columns of a lower-triangular block layout: the last ``local`` blocks of each
+    row and every ``stride``-th block before them."""
+    rows, cols = [0], []
+    for r in range(blocks):
+        picked = [c for c in range(r + 1) if r - c < local or c % stride == 0]
+        cols += picked
+        rows.append(len(cols))
+    return np.array(rows, np.int32), np.array(cols, np.int32)
+
+
+def check_shared_buffer(op: str, feeds: dict, what: str, **attrs) -> None:
+    """``check`` for ops that onnxruntime runs only with present written into past's buffer: its
+    run binds outputs 1 and 2 to the past_key / past_value arrays (inputs 3 and 4)."""
+    model = _model(op, feeds, 3, **attrs)
+    given = {k: np.ascontiguousarray(v) for k, v in feeds.items() if v is not None}
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, given)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    binding = sess.io_binding()
+    shared = {name: given[name].copy() for name in ("pk", "pv")}
+    for name, value in given.items():
+        value = shared.get(name, value)
+        binding.bind_cpu_input(name, value)
+    binding.bind_output("y0", "cpu")
+    for out, name in (("y1", "pk"), ("y2", "pv")):
+        binding.bind_output(out, "cpu", 0, np.float32, list(shared[name].shape), shared[name].ctypes.data)
+    sess.run_with_iobinding(binding)
+    want = [binding.copy_outputs_to_cpu()[0], shared["pk"], shared["pv"]]
+    for i, (w, g) in enumerate(zip(want, got)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{what} output {i}")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sparse_attention(seed):
+    rng = np.random.default_rng(seed)
+    b, n, kvn, h, block, max_cache = 1, 4, 2, 16, 4, 32
+    blocks = max_cache // block
+    dense_rows, dense_cols = _block_layout(blocks, blocks, 1)
+    sparse_rows, sparse_cols = _block_layout(blocks, 2, 3)
+    rows = np.stack([sparse_rows, dense_rows])
+    cols = np.zeros((2, max(len(sparse_cols), len(dense_cols))), np.int32)
+    cols[0, :len(sparse_cols)], cols[1, :len(dense_cols)] = sparse_cols, dense_cols
+    attrs = dict(num_heads=n, kv_num_heads=kvn, sparse_block_size=block)
+    s = int(rng.integers(12, 24))  # a prompt over several blocks
+    feeds = {"q": _f(rng, b, s, n * h), "k": _f(rng, b, s, kvn * h), "v": _f(rng, b, s, kvn * h),
+             "pk": np.zeros((b, kvn, max_cache, h), np.float32), "pv": np.zeros((b, kvn, max_cache, h), np.float32),
+             "rows": rows, "cols": cols, "total": np.array([s], np.int32), "key_totals": np.full(b, s, np.int32)}
+    check_shared_buffer("SparseAttention", feeds, f"SparseAttention prompt S={s} seed {seed}", **attrs)
+    p = s  # then one generated token after it
+    step = dict(feeds, q=_f(rng, b, 1, n * h), k=_f(rng, b, 1, kvn * h), v=_f(rng, b, 1, kvn * h),
+                pk=_f(rng, b, kvn, max_cache, h), pv=_f(rng, b, kvn, max_cache, h),
+                total=np.array([p + 1], np.int32), key_totals=np.full(b, p + 1, np.int32))
+    check_shared_buffer("SparseAttention", step, f"SparseAttention step P={p} seed {seed}", **attrs)

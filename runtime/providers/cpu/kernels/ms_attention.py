@@ -497,3 +497,71 @@ class DecoderMaskedMultiHeadAttention(Kernel):
         if self.n_out > 3:
             outs.append(qk)
         return outs[: self.n_out]
+
+
+@register("SparseAttention", since=1, domain=MS)
+class SparseAttention(Kernel):
+    """Grouped-query causal attention over a block-sparse layout (Phi-3 small), as onnxruntime's
+    CPU kernel: head n follows layout n % layouts, given in CSR form (block_row_indices,
+    block_col_indices) over blocks of sparse_block_size positions; a query at position q sees key t
+    when t <= q and t's block is in q's block row. Past and present share one buffer
+    [B, kv_heads, max_cache, H], this step's keys written at key_total_sequence_lengths - S (0 for a
+    prompt: total_sequence_length == S); optional rotary as GroupQueryAttention."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.what = f"SparseAttention node {node.name!r}"
+        self.heads, self.kv_heads = int(node.attr("num_heads", 0)), int(node.attr("kv_num_heads", 0))
+        self.block = int(node.attr("sparse_block_size", 0))
+        if self.heads <= 0 or self.kv_heads <= 0 or self.heads % self.kv_heads or self.block <= 0:
+            raise InvalidArgument(f"{self.what}: num_heads {self.heads}, kv_num_heads {self.kv_heads}, "
+                                  f"sparse_block_size {self.block}; all positive, num_heads a multiple of kv_num_heads.")
+        self.scale = float(node.attr("scale", 0.0))
+        self.rotary = bool(node.attr("do_rotary", 0))
+        self.interleaved = bool(node.attr("rotary_interleaved", 0))
+        self.n_out = len(node.outputs)
+
+    def compute(self, inputs: list) -> list:
+        args = list(inputs) + [None] * (11 - len(inputs))
+        q, k, v, past_k, past_v, rows, cols, total_len, key_totals, cos_cache, sin_cache = args[:11]
+        n, kvn = self.heads, self.kv_heads
+        b, s, width = q.shape
+        if k is None:  # packed [B, S, (N + 2 kvN) * H]
+            h = width // (n + 2 * kvn)
+            q, k, v = np.split(q, [n * h, (n + kvn) * h], axis=-1)
+        h = q.shape[-1] // n
+        qh = q.reshape(b, s, n, h).transpose(0, 2, 1, 3)
+        kh = k.reshape(b, s, kvn, h).transpose(0, 2, 1, 3)
+        vh = v.reshape(b, s, kvn, h).transpose(0, 2, 1, 3)
+        totals = np.asarray(key_totals, np.int64).reshape(-1)
+        prompt = int(np.asarray(total_len).reshape(-1)[0]) == s
+        past_len = np.zeros(b, np.int64) if prompt else totals - s
+        if self.rotary:
+            pos = positions(None, b, s, past_len)
+            cos, sin = cos_cache[pos][:, None].astype(q.dtype), sin_cache[pos][:, None].astype(q.dtype)
+            qh, kh = rotate(qh, cos, sin, self.interleaved), rotate(kh, cos, sin, self.interleaved)
+        pk, pv = past_k.copy(), past_v.copy()
+        rows, cols = np.asarray(rows), np.asarray(cols)
+        layouts = rows.shape[0]
+        # allowed[layout, query block, key block] from the CSR rows
+        blocks = rows.shape[1] - 1
+        allowed = np.zeros((layouts, blocks, blocks), bool)
+        for lay in range(layouts):
+            for r in range(blocks):
+                allowed[lay, r, cols[lay, rows[lay, r]:rows[lay, r + 1]]] = True
+        out = np.empty((b, s, n * h), q.dtype)
+        scale = np.float32(self.scale or 1.0 / np.sqrt(h))
+        group = n // kvn
+        for i in range(b):
+            p, t = int(past_len[i]), int(totals[i])
+            pk[i, :, p:p + s], pv[i, :, p:p + s] = kh[i], vh[i]
+            keys = np.repeat(pk[i, :, :t], group, axis=0)
+            values = np.repeat(pv[i, :, :t], group, axis=0)
+            scores = np.matmul(qh[i], np.swapaxes(keys, -1, -2)) * scale  # [N, S, T]
+            qpos = p + np.arange(s)
+            kpos = np.arange(t)
+            see = kpos[None, :] <= qpos[:, None]  # [S, T]
+            lay = np.arange(n) % layouts
+            sparse = allowed[lay][:, qpos // self.block][:, :, kpos // self.block]  # [N, S, T]
+            scores = np.where(see[None] & sparse, scores, -np.inf)
+            out[i] = np.matmul(_softmax_last(scores), values).transpose(1, 0, 2).reshape(s, n * h)
+        return [out, pk, pv][: self.n_out]

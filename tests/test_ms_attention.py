@@ -296,3 +296,8 @@ def test_sparse_attention(seed):
                 pk=_f(rng, b, kvn, max_cache, h), pv=_f(rng, b, kvn, max_cache, h),
                 total=np.array([p + 1], np.int32), key_totals=np.full(b, p + 1, np.int32))
     check_shared_buffer("SparseAttention", step, f"SparseAttention step P={p} seed {seed}", **attrs)
+    rotary = dict(step, cos=_f(rng, max_cache, h // 2), sin=_f(rng, max_cache, h // 2))
+    check_shared_buffer("SparseAttention", rotary, f"SparseAttention rotary seed {seed}", do_rotary=1,
+                        rotary_interleaved=int(seed % 2), **attrs)
+    packed = dict(step, q=np.concatenate([step["q"], step["k"], step["v"]], axis=-1), k=None, v=None)
+    check_shared_buffer("SparseAttention", packed, f"SparseAttention packed seed {seed}", **attrs)

@@ -190,7 +190,7 @@ NATIVE_MS_OPS = ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "
                  "QEmbedLayerNormalization", "DynamicQuantizeLSTM", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
                  "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool",
                  "QLinearConcat", "QLinearAveragePool", "QLinearSoftmax", "QLinearWhere", "QGemm", "MatMulNBits",
-                 "DecoderMaskedMultiHeadAttention", "MatMulBnb4", "SparseAttention"]
+                 "DecoderMaskedMultiHeadAttention", "MatMulBnb4", "SparseAttention", "FusedConv", "FusedGemm"]
 
 
 def test_the_documented_com_microsoft_ops_have_native_kernels():

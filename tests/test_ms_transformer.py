@@ -1,7 +1,8 @@
 """The com.microsoft ops of onnxruntime's transformer optimizer outside attention, on the CPU EP
 against onnxruntime: SkipLayerNormalization and SkipSimplifiedLayerNormalization (with and without
 beta and bias, the input + skip + bias output, a skip broadcast over the batch), BiasGelu, Gelu,
-FastGelu (with and without bias), QuickGelu, FusedMatMul (transposes, alpha, batches)."""
+FastGelu (with and without bias), QuickGelu, FusedMatMul (transposes, alpha, batches), and
+FusedConv / FusedGemm in models onnxruntime saved after its own fusions."""
 
 from __future__ import annotations
 
@@ -66,3 +67,53 @@ def test_gelus_and_fused_matmul(seed):
         a = _f(rng, 2, 5, 4) if ta else _f(rng, 2, 4, 5)
         b = _f(rng, 6, 5) if tb else _f(rng, 5, 6)
         run_both("FusedMatMul", {"a": a, "b": b}, ["y"], transA=ta, transB=tb, alpha=0.75)
+
+
+def _saved_by_onnxruntime(model: onnx.ModelProto, tmp_path, name: str) -> str:
+    """The model as onnxruntime saves it after its extended graph optimizations (com.microsoft
+    FusedConv / FusedGemm in place of Conv / Gemm + activation)."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / f"{name}.onnx")
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return so.optimized_model_filepath
+
+
+@pytest.mark.parametrize("act", ["Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid"])
+def test_fused_conv_and_gemm_from_onnxruntime_saved_models(act, tmp_path):
+    rng = np.random.default_rng(0)
+    attrs = {"LeakyRelu": {"alpha": 0.2}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4}}.get(act, {})
+    inits = [onnx.numpy_helper.from_array(_f(rng, 4, 3, 3, 3), "w"), onnx.numpy_helper.from_array(_f(rng, 4), "b"),
+             onnx.numpy_helper.from_array(_f(rng, 8, 6), "gw"), onnx.numpy_helper.from_array(_f(rng, 6), "gb")]
+    clip_in = []
+    if act == "Clip":
+        inits += [onnx.numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+                  onnx.numpy_helper.from_array(np.array(0.7, np.float32), "hi")]
+        clip_in = ["lo", "hi"]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node(act, ["c"] + clip_in, ["y"], **attrs),
+             helper.make_node("Gemm", ["g", "gw", "gb"], ["gm"]),
+             helper.make_node(act, ["gm"] + clip_in, ["z"], **attrs)]
+    graph = helper.make_graph(nodes, "fused", [helper.make_tensor_value_info("x", 1, [2, 3, 6, 6]),
+                                               helper.make_tensor_value_info("g", 1, [5, 8])],
+                              [helper.make_tensor_value_info(o, 1, None) for o in ("y", "z")],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = _saved_by_onnxruntime(model, tmp_path, act)
+    saved = onnx.load(path)
+    fused = {n.op_type for n in saved.graph.node if n.domain == MS}
+    feeds = {"x": _f(rng, 2, 3, 6, 6), "g": _f(rng, 5, 8)}
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert "FusedConv" in fused, fused
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{act} ({sorted(fused)})")
+
+
+def test_fused_conv_with_a_residual_input():
+    """FusedConv's fourth input Z (Conv + Add + activation), as onnxruntime's fusion writes it."""
+    rng = np.random.default_rng(1)
+    feeds = {"x": _f(rng, 2, 3, 6, 6), "w": _f(rng, 4, 3, 3, 3), "b": _f(rng, 4), "z": _f(rng, 2, 4, 6, 6)}
+    run_both("FusedConv", feeds, ["y"], activation="Relu", pads=[1, 1, 1, 1])
+    run_both("FusedConv", feeds, ["y"], activation="LeakyRelu", activation_params=[0.1], pads=[1, 1, 1, 1])

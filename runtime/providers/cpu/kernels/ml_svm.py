@@ -43,7 +43,8 @@ class _SvmKernel:
 
 def _coupling(r: np.ndarray) -> np.ndarray:
     """libsvm's multiclass_probability for every row at once: r [N, K, K] pairwise probabilities,
-    each row iterated until its own stopping rule holds (rows that stop are left alone)."""
+    each row iterated until its own stopping rule holds (a row that stops gets zero steps, so the
+    arrays are never gathered or scattered)."""
     n, k, _ = r.shape
     q = np.zeros((n, k, k), np.float32)
     for i in range(k):
@@ -55,22 +56,22 @@ def _coupling(r: np.ndarray) -> np.ndarray:
             q[:, i, j] = -r[:, j, i] * r[:, i, j]
     p = np.full((n, k), np.float32(1.0 / k), np.float32)
     eps = np.float32(0.005 / k)
+    diag = np.ascontiguousarray(np.diagonal(q, axis1=1, axis2=2))  # [N, K]
+    rows = [np.ascontiguousarray(q[:, i, :]) for i in range(k)]
     active = np.ones(n, bool)
     for _ in range(100):
-        qp = np.einsum("nij,nj->ni", q, p).astype(np.float32)
+        qp = np.matmul(q, p[:, :, None])[:, :, 0]
         pqp = (p * qp).sum(axis=1)
         active &= np.abs(qp - pqp[:, None]).max(axis=1) >= eps
         if not active.any():
             break
-        a = active
-        pa, qpa, qa, pqpa = p[a], qp[a], q[a], pqp[a]
         for i in range(k):
-            diff = (-qpa[:, i] + pqpa) / qa[:, i, i]
-            pa[:, i] += diff
-            pqpa = (pqpa + diff * (diff * qa[:, i, i] + 2 * qpa[:, i])) / (1 + diff) / (1 + diff)
-            qpa = (qpa + diff[:, None] * qa[:, i, :]) / (1 + diff)[:, None]
-            pa /= (1 + diff)[:, None]
-        p[a] = pa
+            diff = np.where(active, (pqp - qp[:, i]) / diag[:, i], np.float32(0))
+            p[:, i] += diff
+            step = 1 + diff
+            pqp = (pqp + diff * (diff * diag[:, i] + 2 * qp[:, i])) / step / step
+            qp = (qp + diff[:, None] * rows[i]) / step[:, None]
+            p /= step[:, None]
     return p
 
 

@@ -338,10 +338,17 @@ def onnxruntime_tooling(out: str) -> list[str]:
     pre = qpath[:-5] + ".pre.onnx"
     quant_pre_process(base, pre)  # folds the exporter's Constant nodes into initializers the quantizer reads
     quantize_static(pre, qpath, _Reader(), quant_format=QuantFormat.QOperator, weight_type=QuantType.QInt8)
-    os.remove(pre)
     _save(onnx.load(qpath), qpath)
     save_outputs(qpath, feeds)
     made.append(qpath)
+    # the QDQ format (quantize_static's default), weights per channel: QuantizeLinear / DequantizeLinear
+    # pairs around float ops
+    qdq = os.path.join(out, "resnet_ts_qdq.onnx")
+    quantize_static(pre, qdq, _Reader(), quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8)
+    os.remove(pre)
+    _save(onnx.load(qdq), qdq)
+    save_outputs(qdq, feeds)
+    made.append(qdq)
 
     made.append(_quantized_cnn(out, QuantFormat, QuantType, quantize_static, CalibrationDataReader))
 

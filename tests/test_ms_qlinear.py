@@ -1,7 +1,8 @@
 """The com.microsoft QOperator ops of onnxruntime's static quantizer that the corpus's ResNet does
 not use, on the CPU EP against onnxruntime: QLinearConcat (inputs on other scales, and on the
 output's), QLinearWhere, QLinearAveragePool (NCHW and channels_last), QGemm (float and quantized
-outputs, transposes, alpha, int32 bias, per-column weight scales)."""
+outputs, transposes, alpha, int32 bias, per-column weight scales), QLinearSoftmax, and the
+default domain's ConvInteger that quantize_dynamic writes for convolutions."""
 
 from __future__ import annotations
 
@@ -80,3 +81,17 @@ def test_qlinear_softmax(seed, dtype):
                  "ys": _s(1 / 256), "yz": np.array(-128 if dtype == np.int8 else 0, dtype)}
         check("QLinearSoftmax", feeds, 1, f"QLinearSoftmax opset={opset} axis={axis} {dtype.__name__} seed {seed}",
               axis=axis, opset=opset)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_conv_integer(seed):
+    """ConvInteger (default domain; quantize_dynamic writes it for Conv): 8-bit codes less their
+    zero points, int32 out, padded with the zero point."""
+    from tests.test_ms_transformer import run_both_default
+
+    rng = np.random.default_rng(seed)
+    for w_dtype in (np.uint8, np.int8):
+        feeds = {"x": _q(rng, (2, 3, 7, 6)), "w": _q(rng, (4, 3, 3, 3), w_dtype),
+                 "xz": np.array(rng.integers(100, 150), np.uint8),
+                 "wz": np.array(rng.integers(0, 20), w_dtype)}  # onnxruntime: per-tensor only
+        run_both_default("ConvInteger", feeds, pads=[1, 0, 1, 2], strides=[1, 2])

@@ -21,11 +21,16 @@ def _f(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def run_both(op: str, feeds: dict, outputs: list[str], **attrs) -> None:
+def run_both_default(op: str, feeds: dict, **attrs) -> None:
+    """``run_both`` for a default-domain op with one output."""
+    run_both(op, feeds, ["y"], domain="", **attrs)
+
+
+def run_both(op: str, feeds: dict, outputs: list[str], domain: str = MS, **attrs) -> None:
     """One node with ``outputs`` ("" for an omitted one), in onnxruntime and onnxhal; every named
-    output compared within 1e-4 relative."""
+    output compared within 1e-4 relative (integers exactly)."""
     names = [k if v is not None else "" for k, v in feeds.items()]
-    node = helper.make_node(op, names, outputs, domain=MS, **attrs)
+    node = helper.make_node(op, names, outputs, domain=domain, **attrs)
     given = {k: v for k, v in feeds.items() if v is not None}
     inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
               for k, v in given.items()]
@@ -36,7 +41,8 @@ def run_both(op: str, feeds: dict, outputs: list[str], **attrs) -> None:
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, given)
     got = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, given)
     for i, (w, g) in enumerate(zip(want, got)):
-        assert np.asarray(g).shape == w.shape, (op, attrs, i, np.asarray(g).shape, w.shape)
+        assert np.asarray(g).shape == w.shape and np.asarray(g).dtype == w.dtype, (op, attrs, i, np.asarray(g).shape,
+                                                                                  w.shape)
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{op} {attrs} output {i}")
 
 

@@ -467,3 +467,24 @@ class MatMulBnb4(Kernel):
             if self.constant:
                 self._weights = w
         return [np.matmul(a, w)]
+
+
+@register("ConvInteger", since=10)
+class ConvInteger(Kernel):
+    """Conv of 8-bit codes less their zero points (w's per output channel or one), int32 out: the
+    float Conv kernel on values it holds exactly (padding is the zero point, 0 after the
+    subtraction), as QLinearConv without the requantization."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        from onnxhal.runtime.providers.cpu.kernels.conv import Conv
+
+        self.conv = Conv(node, ctx)
+
+    def compute(self, inputs: list) -> list:
+        args = list(inputs) + [None] * (4 - len(inputs))
+        x, w, x_zp, w_zp = args[:4]
+        ft = _exact_dtype(int(np.prod(w.shape[1:])))
+        xf = x.astype(ft) - _zero(x_zp, x.dtype).astype(ft)
+        wzp = _zero(w_zp, w.dtype).astype(ft)
+        wf = w.astype(ft) - (wzp.reshape((-1,) + (1,) * (w.ndim - 1)) if wzp.ndim and wzp.size > 1 else wzp)
+        return [np.rint(self.conv.compute([xf, wf])[0]).astype(np.int32)]

@@ -38,7 +38,10 @@ def signatures(path: str) -> dict[str, tuple[dict[str, np.ndarray], np.ndarray]]
     sigs: dict[str, dict[str, np.ndarray]] = {}
     for key in data.files:
         sig, name = key.split(".", 1)
-        if name == "__output" or not name.startswith("__"):
+        if name.endswith(".__map_keys"):  # a map input (DictVectorizer), stored as keys and values
+            base = name[:-len(".__map_keys")]
+            sigs.setdefault(sig, {})[base] = dict(zip(data[key].tolist(), data[f"{sig}.{base}.__map_values"].tolist()))
+        elif name == "__output" or not (name.startswith("__") or name.endswith(".__map_values")):
             sigs.setdefault(sig, {})[name] = data[key]
     return {s: ({k: v for k, v in d.items() if k != "__output"}, d["__output"]) for s, d in sigs.items()}
 
@@ -71,9 +74,10 @@ def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:
     ort_cold, hal_cold = statistics.median(ort_colds), statistics.median(hal_colds)
     fixed = onnxhal.SessionOptions()
     first = next(iter(feeds.values()))
-    fixed.add_free_dimension_override_by_name("batch", first.shape[0])
-    if first.ndim == 2:
-        fixed.add_free_dimension_override_by_name("sequence", first.shape[1])
+    if isinstance(first, np.ndarray):  # a map input (DictVectorizer) has no dims to fix
+        fixed.add_free_dimension_override_by_name("batch", first.shape[0])
+        if first.ndim == 2:
+            fixed.add_free_dimension_override_by_name("sequence", first.shape[1])
     static = onnxhal.InferenceSession(path, fixed, providers=PROVIDERS[ep])
     firsts, err = [], 0.0
     for s in ("a", "b"):

@@ -1,12 +1,14 @@
 """Make the real-model corpus: small Hugging Face architectures exported by torch.onnx.export with
-dynamic batch and sequence axes, as exporters write them by default; the BERT and GPT-2 exports
-after onnxruntime's transformer optimizer and quantizers, a quantized ResNet and LSTM; skl2onnx
-models with and without ZipMap; plus their inputs and all of onnxruntime's outputs.
+dynamic batch and sequence axes, as exporters write them by default; GPT-2 with past keys and
+values and the T5 encoder-decoder (``decoders``); the BERT, GPT-2 and eager-attention BERT and
+Whisper exports after onnxruntime's transformer optimizer and quantizers, a quantized ResNet, CNN
+and LSTM (``ortools``); skl2onnx models with and without ZipMap (``sklearn``) and pipelines through
+ai.onnx.ml's encoders (``encoders``); plus their inputs and all of onnxruntime's outputs.
 
 Not run by the tests (torch, transformers and skl2onnx are no test dependencies): run it by hand
 with ``pip install -e ".[corpus]"`` in a separate environment, then commit the files:
 
-    python tests/real_models/make_corpus.py [--out tests/real_models] [--models bert,...,ortools,sklearn]
+    python tests/real_models/make_corpus.py [--out tests/real_models] [--models bert,...,ortools,sklearn,encoders,decoders]
 
 Weights are random (seeded), configurations tiny (a few hundred KB a model), so the corpus is about
 the exporters' graphs (op mix, dynamic axes, shape subgraphs), not about accuracy.
@@ -35,6 +37,29 @@ def _bert():
            BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=64, max_position_embeddings=64))
     return BertModel(cfg), ("input_ids", "attention_mask"), "ids"
+
+
+def _bert_eager():
+    """BERT with token type ids and the eager attention: the graph onnxruntime's transformer
+    optimizer fuses into EmbedLayerNormalization and Attention (the SDPA export it does not)."""
+    from transformers import BertConfig, BertModel
+
+    cfg = (BertConfig(vocab_size=1024, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                      intermediate_size=1024, max_position_embeddings=256, attn_implementation="eager") if MEDIUM else
+           BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=64, attn_implementation="eager"))
+    return BertModel(cfg), ("input_ids", "attention_mask", "token_type_ids"), "ids"
+
+
+def _whisper_eager():
+    """The Whisper encoder with the eager attention: onnxruntime's optimizer (model_type bart)
+    fuses it into Attention (without a mask, K without bias)."""
+    from transformers import WhisperConfig, WhisperModel
+
+    cfg = WhisperConfig(num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                        max_source_positions=16, decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=64,
+                        attn_implementation="eager")
+    return WhisperModel(cfg).get_encoder(), ("input_features",), "audio"
 
 
 def _gpt2():
@@ -99,8 +124,10 @@ def _mobilenet():
     return model, ("pixel_values",), "image"
 
 
-MODELS = {"bert": _bert, "gpt2": _gpt2, "vit": _vit, "resnet": _resnet, "t5_encoder": _t5_encoder,
+MODELS = {"bert": _bert, "bert_eager": _bert_eager, "whisper_eager": _whisper_eager, "gpt2": _gpt2, "vit": _vit, "resnet": _resnet, "t5_encoder": _t5_encoder,
           "whisper_encoder": _whisper_encoder, "mobilenet": _mobilenet}
+#: Exported by the legacy exporter only (the dynamo form adds nothing the corpus lacks).
+LEGACY_ONLY = {"bert_eager", "whisper_eager"}
 
 
 def _inputs(kind: str, names: tuple, batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -113,7 +140,12 @@ def _inputs(kind: str, names: tuple, batch: int, seq: int, rng: np.random.Genera
     ids = rng.integers(0, 128, size=(batch, seq)).astype(np.int64)
     mask = np.ones((batch, seq), np.int64)
     mask[0, seq - 3:] = 0  # padding in the first row
-    return {"input_ids": ids, "attention_mask": mask}
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in names:
+        types = np.zeros((batch, seq), np.int64)
+        types[:, seq // 2:] = 1  # a second segment
+        feeds["token_type_ids"] = types
+    return feeds
 
 
 class _Wrap(torch.nn.Module):
@@ -165,7 +197,12 @@ def save_outputs(path: str, sigs: dict[str, dict[str, np.ndarray]]) -> None:
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     out: dict[str, np.ndarray] = {}
     for sig, feeds in sigs.items():
-        out.update({f"{sig}.{k}": v for k, v in feeds.items()})
+        for k, v in feeds.items():
+            if isinstance(v, dict):  # a map input (DictVectorizer): its keys and values
+                out[f"{sig}.{k}.__map_keys"] = np.array(list(v))
+                out[f"{sig}.{k}.__map_values"] = np.array(list(v.values()), np.float32)
+            else:
+                out[f"{sig}.{k}"] = v
         for i, value in enumerate(sess.run(None, feeds)):
             suffix = f".{i}" if i else ""
             if isinstance(value, list):
@@ -173,7 +210,9 @@ def save_outputs(path: str, sigs: dict[str, dict[str, np.ndarray]]) -> None:
                 out[f"{sig}.__output{suffix}"] = np.array([[m[k] for k in keys] for m in value], np.float32)
                 out[f"{sig}.__keys{suffix}"] = np.array(keys)
             else:
-                out[f"{sig}.__output{suffix}"] = np.asarray(value)
+                value = np.asarray(value)
+                # strings as a unicode array: np.load reads it without pickle
+                out[f"{sig}.__output{suffix}"] = value.astype(str) if value.dtype == object else value
     np.savez(path[:-5] + ".npz", **out)
 
 
@@ -187,9 +226,58 @@ def _stored_feeds(path: str) -> dict[str, dict[str, np.ndarray]]:
     sigs: dict[str, dict[str, np.ndarray]] = {}
     for key in data.files:
         sig, name = key.split(".", 1)
-        if not name.startswith("__"):
+        if name.endswith(".__map_keys"):
+            base = name[:-len(".__map_keys")]
+            sigs.setdefault(sig, {})[base] = dict(zip(data[key].tolist(), data[f"{sig}.{base}.__map_values"].tolist()))
+        elif not name.startswith("__") and not name.endswith(".__map_values"):
             sigs.setdefault(sig, {})[name] = data[key]
     return sigs
+
+
+class _SmallCnn(torch.nn.Module):
+    """Two convolution branches concatenated, average pooling, a linear layer and a softmax: what
+    quantize_static turns into QLinearConcat, QLinearAveragePool, QGemm and QLinearSoftmax."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(3, 8, 1)
+        self.pool = torch.nn.AvgPool2d(2)
+        self.fc = torch.nn.Linear(16 * 8 * 8, 10)
+
+    def forward(self, x):
+        y = torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x))], dim=1)
+        return torch.softmax(self.fc(torch.flatten(self.pool(y), 1)), dim=-1)
+
+
+def _quantized_cnn(out: str, QuantFormat, QuantType, quantize_static, CalibrationDataReader) -> str:  # noqa: N803
+    """``cnn_ts_qstatic``: a small CNN exported by the legacy exporter, quantized statically in
+    the QOperator format."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    torch.manual_seed(0)
+    model = _SmallCnn().eval()
+    rng = np.random.default_rng(0)
+    sigs = {"a": {"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)},
+            "b": {"x": rng.standard_normal((3, 3, 16, 16)).astype(np.float32)}}
+    base = os.path.join(out, "cnn_ts.pre.onnx")
+    torch.onnx.export(model, (torch.from_numpy(sigs["a"]["x"]),), base, dynamo=False, input_names=["x"],
+                      output_names=["probs"], dynamic_axes={"x": {0: "batch"}, "probs": {0: "batch"}}, opset_version=17)
+    quant_pre_process(base, base)
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter([sigs["a"], sigs["b"]])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    path = os.path.join(out, "cnn_ts_qstatic.onnx")
+    quantize_static(base, path, _Reader(), quant_format=QuantFormat.QOperator, weight_type=QuantType.QInt8)
+    os.remove(base)
+    _save(onnx.load(path), path)
+    save_outputs(path, sigs)
+    return path
 
 
 def onnxruntime_tooling(out: str) -> list[str]:
@@ -210,20 +298,29 @@ def onnxruntime_tooling(out: str) -> list[str]:
 
     made = []
     hidden = 256 if MEDIUM else 32
-    for name, kind in (("bert", "bert"), ("gpt2", "gpt2")):
+    # bert_eager: Attention + EmbedLayerNormalization, then QAttention + QEmbedLayerNormalization;
+    # whisper_eager: Attention without a mask, then QAttention
+    for name, kind, quantize_base in (("bert", "bert", True), ("gpt2", "gpt2", True), ("bert_eager", "bert", False),
+                                      ("whisper_eager", "bart", False)):
         base = os.path.join(out, f"{name}_ts.onnx")
+        if not os.path.exists(base):
+            continue
         feeds = _stored_feeds(base)
         opt_path = os.path.join(out, f"{name}_ts_ortopt.onnx")
         opt = optimize_model(base, model_type=kind, num_heads=4, hidden_size=hidden)
         _save(opt.model, opt_path)
-        for src, dst in ((base, f"{name}_ts_qdyn.onnx"), (opt_path, f"{name}_ts_ortopt_qdyn.onnx")):
+        pairs = [(opt_path, f"{name}_ts_ortopt_qdyn.onnx")]
+        if quantize_base:
+            pairs.insert(0, (base, f"{name}_ts_qdyn.onnx"))
+        new = [opt_path]
+        for src, dst in pairs:
             quantize_dynamic(src, os.path.join(out, dst), weight_type=QuantType.QInt8,
                              extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
             _save(onnx.load(os.path.join(out, dst)), os.path.join(out, dst))
-            made.append(os.path.join(out, dst))
-        made.append(opt_path)
-        for path in made[-3:]:
+            new.append(os.path.join(out, dst))
+        for path in new:
             save_outputs(path, feeds)
+        made += new
 
     base = os.path.join(out, "resnet_ts.onnx")
     feeds = _stored_feeds(base)
@@ -241,10 +338,19 @@ def onnxruntime_tooling(out: str) -> list[str]:
     pre = qpath[:-5] + ".pre.onnx"
     quant_pre_process(base, pre)  # folds the exporter's Constant nodes into initializers the quantizer reads
     quantize_static(pre, qpath, _Reader(), quant_format=QuantFormat.QOperator, weight_type=QuantType.QInt8)
-    os.remove(pre)
     _save(onnx.load(qpath), qpath)
     save_outputs(qpath, feeds)
     made.append(qpath)
+    # the QDQ format (quantize_static's default), weights per channel: QuantizeLinear / DequantizeLinear
+    # pairs around float ops
+    qdq = os.path.join(out, "resnet_ts_qdq.onnx")
+    quantize_static(pre, qdq, _Reader(), quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8)
+    os.remove(pre)
+    _save(onnx.load(qdq), qdq)
+    save_outputs(qdq, feeds)
+    made.append(qdq)
+
+    made.append(_quantized_cnn(out, QuantFormat, QuantType, quantize_static, CalibrationDataReader))
 
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(16, 32, num_layers=1, batch_first=False)
@@ -334,12 +440,196 @@ def sklearn_models(out: str) -> list[str]:
     return made
 
 
+class _Gpt2WithPast(torch.nn.Module):
+    """GPT-2 one decoding step: input_ids [B, S], attention_mask [B, P + S] and the keys and values
+    of the P earlier positions per layer [B, heads, P, head_size] in; the hidden states and the
+    present keys and values [B, heads, P + S, head_size] out (as use_cache=True returns them)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, past_key_0, past_value_0, past_key_1, past_value_1):
+        from transformers.cache_utils import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        cache.update(past_key_0, past_value_0, 0)
+        cache.update(past_key_1, past_value_1, 1)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True,
+                         return_dict=True)
+        layers = out.past_key_values.layers
+        return out.last_hidden_state, layers[0].keys, layers[0].values, layers[1].keys, layers[1].values
+
+
+class _Seq2Seq(torch.nn.Module):
+    """T5 encoder-decoder: input_ids, attention_mask and decoder_input_ids in, the decoder's last
+    hidden state out (the encoder's output reaches the decoder's cross-attention)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                          return_dict=True).last_hidden_state
+
+
+def _export_both(module: torch.nn.Module, args: tuple, names: list[str], outputs: list[str], axes: dict,
+                 out: str, stem: str) -> list[str]:
+    """``{stem}_ts.onnx`` (legacy, ``axes`` dynamic) and ``{stem}_dynamo.onnx`` (every axis named in
+    ``axes`` dynamic); an exporter that fails is reported and skipped."""
+    made = []
+    module.eval()  # the wrapper too: torch.export keeps a training-mode wrapper's Dropout nodes
+    for dynamo in (False, True):
+        path = os.path.join(out, f"{stem}_{'dynamo' if dynamo else 'ts'}.onnx")
+        try:
+            if dynamo:
+                dyn = torch.export.Dim.DYNAMIC
+                shapes = tuple({axis: dyn for axis in axes.get(n, {})} for n in names)
+                prog = torch.onnx.export(module, args, dynamo=True, input_names=names, output_names=outputs,
+                                         dynamic_shapes=shapes, opset_version=18)
+                prog.save(path)
+            else:
+                torch.onnx.export(module, args, path, dynamo=False, input_names=names, output_names=outputs,
+                                  dynamic_axes=axes, opset_version=17)
+            _save(onnx.load(path), path)
+            made.append(path)
+        except Exception as exc:  # noqa: BLE001 - one exporter failing must not stop the other
+            print(f"{stem} dynamo={dynamo}: {type(exc).__name__}: {str(exc)[:300]}")
+    return made
+
+
+def decoder_models(out: str) -> list[str]:
+    """Generation as applications run it: GPT-2 with past keys and values (use_cache=True, one
+    step of S new tokens after P cached ones; batch, sequence and past axes dynamic) and the T5
+    encoder-decoder (decoder_input_ids, cross-attention over the encoder's output), through both
+    exporters."""
+    from transformers import GPT2Config, GPT2Model, T5Config, T5Model
+
+    made = []
+    torch.manual_seed(0)
+    gpt2 = GPT2Model(GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=True)).eval()
+    rng = np.random.default_rng(0)
+
+    def step(batch: int, seq: int, past: int, r: np.random.Generator) -> dict[str, np.ndarray]:
+        feeds = {"input_ids": r.integers(0, 128, (batch, seq)).astype(np.int64),
+                 "attention_mask": np.ones((batch, past + seq), np.int64)}
+        if batch > 1:
+            feeds["attention_mask"][1, :2] = 0  # left padding in the second row
+        for i in range(2):
+            for kv in ("key", "value"):
+                feeds[f"past_{kv}_{i}"] = r.standard_normal((batch, 4, past, 8)).astype(np.float32)
+        return feeds
+
+    a, b = step(2, 3, 5, rng), step(1, 1, 9, np.random.default_rng(1))
+    names = list(a)
+    outputs = ["last_hidden_state"] + [f"present_{kv}_{i}" for i in range(2) for kv in ("key", "value")]
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
+            **{n: {0: "batch", 2: "past_sequence"} for n in names[2:]},
+            "last_hidden_state": {0: "batch", 1: "sequence"}, **{n: {0: "batch", 2: "total_sequence"} for n in outputs[1:]}}
+    for path in _export_both(_Gpt2WithPast(gpt2), tuple(torch.from_numpy(a[n]) for n in names), names, outputs, axes,
+                             out, "gpt2_past"):
+        save_outputs(path, {"a": a, "b": b})
+        made.append(path)
+
+    torch.manual_seed(0)
+    t5 = T5Model(T5Config(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                          num_heads=4, decoder_start_token_id=0)).eval()
+
+    def seq2seq(batch: int, seq: int, dec: int, r: np.random.Generator) -> dict[str, np.ndarray]:
+        mask = np.ones((batch, seq), np.int64)
+        mask[0, seq - 2:] = 0
+        return {"input_ids": r.integers(0, 128, (batch, seq)).astype(np.int64), "attention_mask": mask,
+                "decoder_input_ids": r.integers(0, 128, (batch, dec)).astype(np.int64)}
+
+    a, b = seq2seq(2, 10, 4, rng), seq2seq(1, 7, 6, np.random.default_rng(1))
+    names = list(a)
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
+            "decoder_input_ids": {0: "batch", 1: "decoder_sequence"},
+            "last_hidden_state": {0: "batch", 1: "decoder_sequence"}}
+    for path in _export_both(_Seq2Seq(t5), tuple(torch.from_numpy(a[n]) for n in names), names, ["last_hidden_state"],
+                             axes, out, "t5_seq2seq"):
+        save_outputs(path, {"a": a, "b": b})
+        made.append(path)
+    return made
+
+
+def encoder_models(out: str) -> list[str]:
+    """skl2onnx pipelines whose preprocessing is ai.onnx.ml's encoders and mappers: OneHotEncoder
+    (strings, and KBinsDiscretizer's float bins), OrdinalEncoder (LabelEncoder +
+    ArrayFeatureExtractor), SimpleImputer (Imputer) on inputs with NaNs, DictVectorizer (a map
+    input, one map a run as onnxruntime takes it), string class labels, LinearSVC (LinearClassifier
+    without probabilities) and a two-class SVC without probabilities (SVMClassifier's binary form)."""
+    from skl2onnx import convert_sklearn, to_onnx
+    from skl2onnx.common.data_types import DictionaryType, FloatTensorType, StringTensorType
+    from sklearn.feature_extraction import DictVectorizer
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import KBinsDiscretizer, OneHotEncoder, OrdinalEncoder, StandardScaler
+    from sklearn.svm import SVC, LinearSVC
+
+    rng = np.random.default_rng(0)
+    n = 200
+    num = rng.standard_normal((n, 3)).astype(np.float32)
+    holes = num.copy()
+    holes[rng.random((n, 3)) < 0.15] = np.nan
+    cat = np.array([[f"c{v}" for v in row] for row in rng.integers(0, 4, (n, 2))])
+    cat_unseen = cat.copy()
+    cat_unseen[100:103, 0] = "c9"  # a category the encoder never saw
+    y = ((num[:, 0] + (cat[:, 0] == "c1") > 0.3).astype(np.int64) + (cat[:, 1] == "c2")).astype(np.int64)
+    opsets = {"": 17, "ai.onnx.ml": 3}
+    made = []
+
+    def save(name: str, proto: onnx.ModelProto, sigs: dict) -> None:
+        path = os.path.join(out, f"{name}.onnx")
+        _save(proto, path)
+        save_outputs(path, sigs)
+        made.append(path)
+
+    def rows(x: np.ndarray) -> dict:
+        return {"a": {"X": x[:16]}, "b": {"X": x[100:105]}}
+
+    onehot = make_pipeline(OneHotEncoder(handle_unknown="ignore"), LogisticRegression(max_iter=500)).fit(cat[:150], y[:150])
+    save("sk_onehot", convert_sklearn(onehot, initial_types=[("X", StringTensorType([None, 2]))], target_opset=opsets),
+         rows(cat_unseen))
+    ordinal = make_pipeline(OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1),
+                            LogisticRegression(max_iter=500)).fit(cat[:150], y[:150])
+    save("sk_ordinal", convert_sklearn(ordinal, initial_types=[("X", StringTensorType([None, 2]))], target_opset=opsets,
+                                       options={id(ordinal.steps[-1][1]): {"zipmap": False}}), rows(cat_unseen))
+    imputed = make_pipeline(SimpleImputer(), StandardScaler(), LogisticRegression(max_iter=500)).fit(holes[:150], y[:150])
+    save("sk_imputer", to_onnx(imputed, holes[:1], target_opset=opsets), rows(holes))
+    bins = make_pipeline(KBinsDiscretizer(n_bins=3, encode="onehot-dense", quantile_method="averaged_inverted_cdf"),
+                         LogisticRegression(max_iter=500)).fit(num[:150], y[:150])
+    save("sk_kbins", to_onnx(bins, num[:1], target_opset=opsets, options={id(bins.steps[-1][1]): {"zipmap": False}}),
+         rows(num))
+    labels = np.array(["no", "yes", "maybe"])[y]
+    strlabels = LogisticRegression(max_iter=500).fit(num[:150], labels[:150])
+    save("sk_logreg_strlabels", to_onnx(strlabels, num[:1], target_opset=opsets), rows(num))
+    linsvc = LinearSVC().fit(num[:150], y[:150])
+    save("sk_linsvc", to_onnx(linsvc, num[:1], target_opset=opsets), rows(num))
+    svc = SVC().fit(num[:150], (y[:150] > 0).astype(np.int64))
+    save("sk_svc_binary_noproba", to_onnx(svc, num[:1], target_opset=opsets, options={id(svc): {"zipmap": False}}),
+         rows(num))
+    dicts = [{"x": float(a), "y": float(b), ("z" if c > 0 else "w"): 1.0} for a, b, c in num]
+    vectorized = make_pipeline(DictVectorizer(sparse=False), LogisticRegression(max_iter=500)).fit(dicts[:150], y[:150])
+    proto = convert_sklearn(vectorized, initial_types=[("X", DictionaryType(StringTensorType([1]), FloatTensorType([1])))],
+                            target_opset=opsets)
+    save("sk_dictvec", proto, {"a": {"X": dicts[160]}, "b": {"X": {"x": 0.5, "w": 1.0, "unseen": 3.0}}})
+    return made
+
+
+GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out: sklearn_models(out),
+          "encoders": lambda out: encoder_models(out), "decoders": lambda out: decoder_models(out)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
-    p.add_argument("--models", default=",".join([*MODELS, "ortools", "sklearn"]),
-                   help="comma-separated; 'ortools' (needs bert and gpt2 exported first) and 'sklearn' make the "
-                        "onnxruntime-tooling and skl2onnx models")
+    p.add_argument("--models", default=",".join([*MODELS, *GROUPS]),
+                   help="comma-separated; 'ortools' (needs bert, gpt2, bert_eager, whisper_eager and resnet exported "
+                        "first), 'sklearn', 'encoders' and 'decoders' make the onnxruntime-tooling, skl2onnx and "
+                        "generation models")
     p.add_argument("--size", choices=("tiny", "medium"), default="tiny",
                    help="tiny (committed, for tests) or medium (for benchmarks; write it elsewhere with --out)")
     args = p.parse_args()
@@ -347,11 +637,13 @@ def main() -> None:
     MEDIUM = args.size == "medium"
     os.makedirs(args.out, exist_ok=True)
     for name in args.models.split(","):
-        if name in ("ortools", "sklearn"):
-            for path in (onnxruntime_tooling if name == "ortools" else sklearn_models)(args.out):
+        if name in GROUPS:
+            for path in GROUPS[name](args.out):
                 print(f"{path}: {os.path.getsize(path) // 1024} KiB")
             continue
         for dynamo in (False, True):
+            if dynamo and name in LEGACY_ONLY:
+                continue
             try:
                 path = export(name, args.out, dynamo)
                 print(f"{path}: {os.path.getsize(path) // 1024} KiB")

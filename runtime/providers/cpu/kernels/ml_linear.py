@@ -11,8 +11,8 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
+    logistic,
     post_transform_name,
-    reference_kernel,
     transform_scores,
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -27,28 +27,48 @@ def _labels(node: Node) -> np.ndarray | None:
 
 @register("LinearClassifier", since=1, domain=ML)
 class LinearClassifier(Kernel):
-    """Scores X @ coefficients.T + intercepts, the label of the first highest score. The binary
-    form (one row of coefficients) keeps onnx.reference's kernel."""
-
-    def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
-        labels = _labels(node)
-        if labels is None or len(node.attr("coefficients", [])) // max(1, len(labels)) * len(labels) != \
-                len(node.attr("coefficients", [])) or len(labels) <= 2:
-            return reference_kernel(node, ctx)
-        return super().__new__(cls)
+    """Scores X @ coefficients.T + intercepts (one score column per intercept), the label of the
+    first highest score. One score column with two labels is onnxruntime's binary form: the label
+    from the score's sign, the scores written as [1 - s, s] (s through the logistic for LOGISTIC;
+    no other transform but PROBIT, as onnxruntime 1.32 does)."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.labels = _labels(node)
-        n = len(self.labels)
-        self.coef = np.asarray(node.attr("coefficients"), np.float32).reshape(n, -1).T.copy()
-        self.intercepts = np.asarray(node.attr("intercepts", [0.0] * n), np.float32)
+        labels = _labels(node)
+        coef = np.asarray(node.attr("coefficients", []), np.float32)
+        intercepts = node.attr("intercepts")
+        n = len(intercepts) if intercepts else (len(labels) if labels is not None else 0)
+        if labels is None or n == 0 or coef.size % n:
+            raise InvalidArgument(f"LinearClassifier node {node.name!r}: {coef.size} coefficients for {n} classes "
+                                  f"and {0 if labels is None else len(labels)} labels; give class labels and one "
+                                  "row of coefficients per intercept.")
+        self.labels = labels
+        self.coef = coef.reshape(n, -1).T.copy()
+        self.intercepts = np.asarray(intercepts if intercepts else [0.0] * n, np.float32)
         self.transform = post_transform_name(node)
+        self.binary = n == 1
+        self.second_class = self.binary and len(labels) == 2
+        if self.binary:  # onnxruntime: the two labels, or 1 / 0 ("1" / "0") without two of them
+            text = labels.dtype == object
+            self.positive = labels[1] if len(labels) == 2 else ("1" if text else np.int64(1))
+            self.negative = labels[0] if len(labels) == 2 else ("0" if text else np.int64(0))
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "LinearClassifier")
-        scores = x @ self.coef + self.intercepts
-        label = self.labels[np.argmax(scores, axis=1)]
-        return [label, transform_scores(scores, self.transform)]
+        scores = (x @ self.coef + self.intercepts).astype(np.float32, copy=False)
+        if not self.binary:
+            return [self.labels[np.argmax(scores, axis=1)], transform_scores(scores, self.transform)]
+        s = scores[:, 0]
+        label = np.where(s > 0, self.positive, self.negative)
+        if self.labels.dtype != object:
+            label = label.astype(np.int64)
+        if self.transform == "PROBIT":
+            s = transform_scores(scores, "PROBIT")[:, 0]
+            out = np.stack([s, np.zeros_like(s)], axis=1) if self.second_class else s[:, None]
+        else:
+            if self.transform == "LOGISTIC":
+                s = logistic(s)
+            out = np.stack([1 - s, s], axis=1) if self.second_class else s[:, None]
+        return [label, out.astype(np.float32, copy=False)]
 
 
 @register("LinearRegressor", since=1, domain=ML)
@@ -96,6 +116,7 @@ class Normalizer(Kernel):
             d = np.abs(rows).sum(axis=1, keepdims=True)
         else:
             d = np.sqrt((rows * rows).sum(axis=1, keepdims=True))
+        d = np.where(d == 0, np.float32(1), d)  # onnxruntime leaves a row whose norm is 0 as it is
         return [(rows / d).reshape(x.shape).astype(np.float32, copy=False)]
 
 
@@ -106,6 +127,9 @@ class Binarizer(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if x.dtype.kind == "f" and np.isnan(x).any():
+            raise InvalidArgument(f"Binarizer: input element {int(np.argmax(np.isnan(x).reshape(-1)))} is NaN (as "
+                                  "onnxruntime, a NaN is refused); impute it first (Imputer).")
         return [(x > x.dtype.type(self.threshold)).astype(x.dtype)]
 
 

@@ -16,7 +16,6 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     as_float_rows,
     logistic,
     post_transform_name,
-    reference_kernel,
     transform_scores,
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -45,7 +44,8 @@ class _SvmKernel:
 
 def _coupling(r: np.ndarray) -> np.ndarray:
     """libsvm's multiclass_probability for every row at once: r [N, K, K] pairwise probabilities,
-    each row iterated until its own stopping rule holds (rows that stop are left alone)."""
+    each row iterated until its own stopping rule holds (a row that stops gets zero steps, so the
+    arrays are never gathered or scattered)."""
     n, k, _ = r.shape
     q = np.zeros((n, k, k), np.float32)
     for i in range(k):
@@ -88,33 +88,40 @@ def _coupling(r: np.ndarray) -> np.ndarray:
 
 @register("SVMClassifier", since=1, domain=ML)
 class SVMClassifier(Kernel):
-    """One-vs-one SVC with two or more classes and its probabilities; the linear (liblinear) form
-    and the two-class SVC without probabilities keep onnx.reference's kernel."""
-
-    def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
-        per_class = node.attr("vectors_per_class", [])
-        labels = node.attr("classlabels_strings") or node.attr("classlabels_ints") or []
-        if not per_class or sum(per_class) == 0 or (len(labels) <= 2 and not node.attr("prob_a")):
-            return reference_kernel(node, ctx)
-        return super().__new__(cls)
+    """SVC (one-vs-one over support vectors) with two or more classes, with or without Platt
+    probabilities, and the liblinear form (no support vectors: one row of coefficients per class,
+    rho[0] added), with onnxruntime's rules for two classes (``ChooseClass``)."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         strings = node.attr("classlabels_strings")
-        self.labels = np.array(strings, dtype=object) if strings else np.asarray(node.attr("classlabels_ints"), np.int64)
+        ints = node.attr("classlabels_ints")
+        if not strings and not ints:
+            raise InvalidArgument(f"SVMClassifier node {node.name!r}: one of classlabels_strings, classlabels_ints "
+                                  "is required.")
+        self.labels = np.array(strings, dtype=object) if strings else np.asarray(ints, np.int64)
         self.k = len(self.labels)
-        self.per_class = [int(v) for v in node.attr("vectors_per_class")]
-        if len(self.per_class) != self.k:
-            raise InvalidArgument(f"SVMClassifier node {node.name!r}: vectors_per_class has {len(self.per_class)} "
-                                  f"entries for {self.k} class labels.")
+        self.per_class = [int(v) for v in node.attr("vectors_per_class", [])]
         count = sum(self.per_class)
-        self.vectors = np.asarray(node.attr("support_vectors"), np.float32).reshape(count, -1)
-        self.vectors_sq = (self.vectors * self.vectors).sum(axis=1)
-        self.coef = np.asarray(node.attr("coefficients"), np.float32).reshape(self.k - 1, count)
+        coef = np.asarray(node.attr("coefficients"), np.float32)
         self.rho = np.asarray(node.attr("rho"), np.float32)
         self.prob_a = np.asarray(node.attr("prob_a", []), np.float32)
         self.prob_b = np.asarray(node.attr("prob_b", []), np.float32)
-        self.kernel = _SvmKernel(node)
         self.transform = post_transform_name(node)
+        self.all_positive = bool((coef >= 0).all())
+        self.linear = count == 0
+        if self.linear:  # liblinear: scores = X @ coefficients[class].T + rho[0]
+            if coef.size % self.k:
+                raise InvalidArgument(f"SVMClassifier node {node.name!r}: {coef.size} coefficients for {self.k} "
+                                      "classes; the linear form needs one row per class.")
+            self.coef = coef.reshape(self.k, -1).T.copy()
+            return
+        if len(self.per_class) != self.k:
+            raise InvalidArgument(f"SVMClassifier node {node.name!r}: vectors_per_class has {len(self.per_class)} "
+                                  f"entries for {self.k} class labels.")
+        self.vectors = np.asarray(node.attr("support_vectors"), np.float32).reshape(count, -1)
+        self.vectors_sq = (self.vectors * self.vectors).sum(axis=1)
+        self.coef = coef.reshape(self.k - 1, count)
+        self.kernel = _SvmKernel(node)
         starts = np.concatenate([[0], np.cumsum(self.per_class)]).astype(int)
         # Pair (i, j): class i's vectors with coefficient row j-1, class j's with row i.
         self.pairs = [(i, j, slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1]))
@@ -122,6 +129,8 @@ class SVMClassifier(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "SVMClassifier")
+        if self.linear:
+            return self._linear(x)
         kern = self.kernel(x, self.vectors, self.vectors_sq)
         n = x.shape[0]
         scores = np.empty((n, len(self.pairs)), np.float32)
@@ -140,10 +149,28 @@ class SVMClassifier(Kernel):
                 v = 1 - logistic(scores[:, c] * self.prob_a[c] + self.prob_b[c])
                 v = np.clip(v, np.float32(1e-7), np.float32(1 - 1e-7))
                 r[:, i, j], r[:, j, i] = v, 1 - v
-            out = _coupling(r)
-        else:
-            out = scores
-        return [label, transform_scores(out, self.transform)]
+            return [label, transform_scores(_coupling(r), self.transform)]
+        if self.k == 2:  # one pairwise score as two columns: [-s, s], or [1 - p, p] (p the logistic of s)
+            s = scores[:, 0]
+            if self.transform == "PROBIT":
+                return [label, np.stack([transform_scores(scores, "PROBIT")[:, 0], np.zeros_like(s)], axis=1)]
+            if self.transform == "LOGISTIC":
+                s = logistic(s)
+            first = -s if self.transform == "NONE" else 1 - s
+            return [label, np.stack([first, s], axis=1).astype(np.float32)]
+        return [label, transform_scores(scores, self.transform)]
+
+    def _linear(self, x: np.ndarray) -> list:
+        scores = (x @ self.coef + self.rho[0]).astype(np.float32)
+        top = np.argmax(scores, axis=1)
+        label = self.labels[top]
+        if self.k == 2 and not self.prob_a.size:  # onnxruntime's ChooseClass: one classifier, no probabilities
+            best = scores[np.arange(len(top)), top]
+            second = (best >= 0.5) if self.all_positive else (best > 0)
+            label = np.where(second, self.labels[1], label)
+            if self.labels.dtype != object:
+                label = label.astype(np.int64)
+        return [label, transform_scores(scores, self.transform)]
 
 
 @register("SVMRegressor", since=1, domain=ML)

@@ -2,9 +2,9 @@
 once, one numpy step per tree level (an index array [rows, trees] into the flattened nodes), and the
 leaves' weights are summed as rows of a dense [nodes, targets] matrix. Semantics as onnxruntime's
 (``tree_ensemble_aggregator.h``): node comparisons in float32, a NaN feature takes the true branch
-where ``nodes_missing_value_tracks_true`` says so, base values added after the aggregation, a class
-without any score ignored by the argmax, two classes by onnxruntime's binary rules. MIN/MAX
-aggregation keeps onnx.reference's kernel."""
+where ``nodes_missing_value_tracks_true`` says so, base values added after the aggregation (SUM,
+AVERAGE, MIN, MAX), a class without any score ignored by the argmax, two classes by onnxruntime's
+binary rules; and the opset-5 TreeEnsemble on the same walk."""
 
 from __future__ import annotations
 
@@ -25,8 +25,6 @@ from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5,
           "LEAF": 6}
-#: (row, tree) pairs walked at once: 2**18 keeps a level's gathers within a few ms.
-_CHUNK = 1 << 18
 
 
 def _floats(node: Node, name: str) -> np.ndarray | None:
@@ -36,106 +34,47 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
     return None if v is None else np.asarray(v, np.float32).reshape(-1)
 
 
-#: Rows times tree nodes up to which ``_Forest.leaves`` builds a table of every node's test for
-#: every row (a few MB at most) rather than walking the trees level by level.
-_TABLE_ELEMENTS = 1 << 18
+LEAF, MEMBER = 6, 7
+
+#: (row, tree) pairs walked between two reads of RunOptions.terminate (``aggregate``).
+_CHUNK = 1 << 18
 
 
 class _Forest:
     """The trees of a node flattened: per node its feature, threshold, mode and the indices of its
-    two children (a leaf points at itself), the roots, and the depth to walk."""
+    two children (a leaf points at itself), the roots, the depth to walk, and per node a dense row
+    of its leaf weights over the outputs (``has`` says which outputs a leaf writes)."""
 
-    def __init__(self, node: Node, prefix: str, n_out: int) -> None:
-        trees = np.asarray(node.attr("nodes_treeids"), np.int64)
-        ids = np.asarray(node.attr("nodes_nodeids"), np.int64)
-        self.feature = np.asarray(node.attr("nodes_featureids"), np.int64)
-        self.threshold = _floats(node, "nodes_values")
-        modes = node.attr("nodes_modes")
-        if self.threshold is None or modes is None or not (len(trees) == len(ids) == len(self.feature) == len(modes)
-                                                             == len(self.threshold)):
-            raise InvalidArgument(f"{node.op_type} node {node.name!r}: the nodes_* attributes must all be given "
-                                  "with one entry per tree node.")
-        try:
-            self.mode = np.array([_MODES[m] for m in modes], np.int8)
-        except KeyError as exc:
-            raise InvalidArgument(f"{node.op_type} node {node.name!r}: unknown node mode {exc.args[0]!r}; "
-                                  f"expected one of {sorted(_MODES)}.") from None
-        # Built on Python ints (numpy scalars cost about 0.1 us per element access): 888 nodes in
-        # 0.5 ms rather than 5.
-        trees_l, ids_l, mode_l = trees.tolist(), ids.tolist(), self.mode.tolist()
-        index = {(t, i): k for k, (t, i) in enumerate(zip(trees_l, ids_l))}
-        true_ids = node.attr("nodes_truenodeids")
-        false_ids = node.attr("nodes_falsenodeids")
-        missing = node.attr("nodes_missing_value_tracks_true") or [0] * len(ids)
-        self.missing_true = np.asarray(missing, bool)
-        n = len(ids)
-        true_next = list(range(n))
-        false_next = list(range(n))
-        children = set()
-        for k in range(n):
-            if mode_l[k] != 6:
-                try:
-                    tk = index[(trees_l[k], int(true_ids[k]))]
-                    fk = index[(trees_l[k], int(false_ids[k]))]
-                except KeyError as exc:
-                    raise InvalidArgument(f"{node.op_type} node {node.name!r}: tree {exc.args[0][0]} node "
-                                          f"{ids_l[k]} points at missing node {exc.args[0][1]}.") from None
-                true_next[k], false_next[k] = tk, fk
-                children.add(tk)
-                children.add(fk)
-        self.true_next = np.array(true_next, dtype=np.int_)
-        self.false_next = np.array(false_next, dtype=np.int_)
-        self.feature[self.mode == 6] = 0
-        self._children = np.stack([self.false_next, self.true_next], axis=1).reshape(-1)
-        roots: dict[int, int] = {}
-        for k in range(n):
-            if k not in children:
-                roots.setdefault(trees_l[k], k)
-        self.roots = np.array([roots[t] for t in sorted(roots)], np.int64)
-        self.uniform_mode = int(self.mode[self.mode != 6][0]) if (self.mode != 6).any() and \
-            len(set(self.mode[self.mode != 6].tolist())) == 1 else -1
-        self.any_missing = bool(self.missing_true.any())
-        # depth: the longest root-to-leaf walk
-        frontier = self.roots.tolist()
+    def __init__(self, what: str, feature: np.ndarray, threshold: np.ndarray, mode: np.ndarray,
+                 true_next: np.ndarray, false_next: np.ndarray, missing_true: np.ndarray, roots: np.ndarray,
+                 weights: np.ndarray, has: np.ndarray, members: dict[int, np.ndarray] | None = None) -> None:
+        n = len(mode)
+        self.feature = np.where(mode == LEAF, 0, feature).astype(np.int64)
+        self.threshold, self.mode, self.roots = threshold, mode, roots
+        self.missing_true = missing_true
+        self.weights, self.has = weights, has
+        self.members = members or {}
+        self._children = np.stack([false_next, true_next], axis=1).reshape(-1)
+        inner = mode[mode != LEAF]
+        self.uniform_mode = int(inner[0]) if inner.size and (inner == inner[0]).all() and inner[0] != MEMBER else -1
+        self.any_missing = bool(missing_true.any())
+        # depth: the longest root-to-leaf walk (a walk longer than the node count is a cycle)
         self.depth = 0
-        while frontier:
-            nxt = []
-            for k in frontier:
-                if mode_l[k] != 6:
-                    nxt.append(true_next[k])
-                    nxt.append(false_next[k])
-            if nxt:
-                self.depth += 1
-            frontier = nxt
+        frontier = np.unique(roots)
+        while frontier.size:
+            frontier = frontier[mode[frontier] != LEAF]
+            if not frontier.size:
+                break
+            self.depth += 1
             if self.depth > n:
-                raise InvalidArgument(f"{node.op_type} node {node.name!r}: the trees have a cycle.")
-        #: rows -> (row offsets, true_next and false_next offset by row) for _leaves_by_table
-        self._offset_tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        # leaf weights, accumulated in the order given (np.add.at adds one entry after another)
-        leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64).tolist()
-        leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64).tolist()
-        targets = np.asarray(node.attr(f"{prefix}_ids"), np.int64).tolist()
-        weights = _floats(node, f"{prefix}_weights")
-        self.weights = np.zeros((n, n_out), np.float32)
-        self.has = np.zeros((n, n_out), bool)
-        rows, cols = [], []
-        for t, i, j, _ in zip(leaf_trees, leaf_ids, targets, weights):
-            k = index.get((t, i))
-            if k is None or not 0 <= j < n_out:
-                raise InvalidArgument(f"{node.op_type} node {node.name!r}: weight for tree {t} node {i} "
-                                      f"target {j}: no such leaf or target (of {n_out}).")
-            rows.append(k)
-            cols.append(j)
-        np.add.at(self.weights, (rows, cols), weights[:len(rows)])
-        self.has[rows, cols] = True
+                raise InvalidArgument(f"{what}: the trees have a cycle.")
+            frontier = np.unique(np.concatenate([true_next[frontier], false_next[frontier]]))
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree: per level one gather of
         the nodes' features from the flat input, one comparison, one gather of the next node from
         the [node, false/true] children table (few numpy calls: the rows are usually few)."""
         n, width = x.shape
-        if n * self.mode.size <= _TABLE_ELEMENTS:
-            return self._leaves_by_table(x)
         flat = np.ascontiguousarray(x).reshape(-1)
         offsets = (np.arange(n, dtype=np.int64) * width)[:, None]
         idx = np.broadcast_to(self.roots, (n, self.roots.size)).copy()
@@ -156,104 +95,211 @@ class _Forest:
                 m = self.mode[idx]
                 go = np.select([m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
                                [v <= th, v < th, v >= th, v > th, v == th, v != th], False)
+                for k, values in self.members.items():
+                    at = idx == k
+                    if at.any():
+                        # exact membership, as the spec (onnxruntime takes integer sets only and
+                        # agrees on integer inputs)
+                        go[at] = np.isin(v[at], values)
             if self.any_missing:
                 go |= self.missing_true[idx] & np.isnan(v)
             idx = self._children[2 * idx + go]
         return idx
 
-    def _leaves_by_table(self, x: np.ndarray) -> np.ndarray:
-        """``leaves`` for few rows times nodes: every node's test for every row at once, as a
-        [rows, nodes] table of the next node (rows offset into one flat table), then one gather per
-        level. The same comparisons as the level walk; a small model runs in a handful of numpy calls."""
-        n = x.shape[0]
-        nodes = self.mode.size
-        offset_tables = self._offset_tables.get(n)
-        if offset_tables is None:
-            offsets = np.arange(0, n * nodes, nodes, dtype=np.int64)[:, None]
-            offset_tables = (offsets, self.true_next + offsets, self.false_next + offsets)
-            if len(self._offset_tables) < 8:  # a few batch sizes; the tables are read-only
-                self._offset_tables[n] = offset_tables
-        offsets, true_next, false_next = offset_tables
-        v = x.take(self.feature, axis=1)
-        th = self.threshold
-        mode = self.uniform_mode
-        if mode == 0:
-            go = v <= th
-        elif mode == 1:
-            go = v < th
-        elif mode == 2:
-            go = v >= th
-        elif mode == 3:
-            go = v > th
-        else:
-            m = self.mode
-            go = np.select([m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
-                           [v <= th, v < th, v >= th, v > th, v == th, v != th], False)
-        if self.any_missing:
-            go |= self.missing_true & np.isnan(v)
-        table = np.where(go, true_next, false_next).reshape(-1)
-        idx = (self.roots + offsets).reshape(-1)
-        for _ in range(self.depth):
-            idx = table[idx]
-        return idx.reshape(n, self.roots.size) - offsets
-
-    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row, the summed leaf weights and whether any leaf had one; rows in chunks of about
-        ``_CHUNK`` (row, tree) pairs, so that one level's work (and the terminate check between
-        levels) stays bounded and the [rows, trees, targets] gather does not grow with the batch."""
+    def aggregate(self, x: np.ndarray, how: str = "SUM") -> tuple[np.ndarray, np.ndarray]:
+        """The trees' leaf weights per row aggregated (SUM, AVERAGE, MIN, MAX: an output no tree
+        wrote is 0), and which outputs any tree wrote. Rows go in chunks of about ``_CHUNK`` (row,
+        tree) pairs, so that one level's work, between two terminate checks, is bounded."""
         step = max(1, _CHUNK // max(1, self.roots.size))
         if x.shape[0] <= step:
-            return self._scores(x)
-        parts = [self._scores(x[s:s + step]) for s in range(0, x.shape[0], step)]
+            return self._aggregate(x, how)
+        parts = [self._aggregate(x[i:i + step], how) for i in range(0, x.shape[0], step)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def _scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _aggregate(self, x: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
         leaves = self.leaves(x)
-        return self._weight_sums(leaves), np.logical_or.reduce(self.has.take(leaves.T, axis=0), axis=0)
+        has = self.has[leaves]
+        written = has.any(axis=1)
+        if how in ("SUM", "AVERAGE"):
+            scores = self.weights[leaves].sum(axis=1)
+            if how == "AVERAGE":
+                scores = scores / scores.dtype.type(self.roots.size)
+            return scores, written
+        w = self.weights[leaves]
+        fill = np.inf if how == "MIN" else -np.inf
+        pick = np.where(has, w, w.dtype.type(fill))
+        scores = pick.min(axis=1) if how == "MIN" else pick.max(axis=1)
+        return np.where(written, scores, 0).astype(w.dtype), written
 
-    def sums(self, x: np.ndarray) -> np.ndarray:
-        """The first of ``scores``: the sum of the leaf weights per row and target."""
-        return self._weight_sums(self.leaves(x))
+    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.aggregate(x, "SUM")
 
-    def _weight_sums(self, leaves: np.ndarray) -> np.ndarray:
-        """[rows, targets]: the weights of each row's leaves summed over the trees in tree order.
-        With more than one target, numpy sums [rows, trees, targets] over its trees one tree
-        after another; [trees, rows, targets] over its first axis adds the same terms in the same
-        order in a quarter of the time (16 rows, 30 trees: 10 against 3 us). One target's sum
-        over the trees is numpy's pairwise one, kept as it is."""
-        if self.weights.shape[1] > 1:
-            return np.add.reduce(self.weights.take(leaves.T, axis=0), axis=0)
-        return self.weights[leaves].sum(axis=1)
+
+def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
+    """A forest from the opset-1/3 attributes: nodes named by (tree id, node id), leaves among
+    the nodes, weights in ``{prefix}_treeids/_nodeids/_ids/_weights``."""
+    what = f"{node.op_type} node {node.name!r}"
+    trees = np.asarray(node.attr("nodes_treeids"), np.int64)
+    ids = np.asarray(node.attr("nodes_nodeids"), np.int64)
+    feature = np.asarray(node.attr("nodes_featureids"), np.int64)
+    threshold = _floats(node, "nodes_values")
+    modes = node.attr("nodes_modes")
+    if threshold is None or modes is None or not (len(trees) == len(ids) == len(feature) == len(modes)
+                                                  == len(threshold)):
+        raise InvalidArgument(f"{what}: the nodes_* attributes must all be given with one entry per tree node.")
+    try:
+        mode = np.array([_MODES[m] for m in modes], np.int8)
+    except KeyError as exc:
+        raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
+    index = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(trees, ids))}
+    true_ids = node.attr("nodes_truenodeids")
+    false_ids = node.attr("nodes_falsenodeids")
+    missing = node.attr("nodes_missing_value_tracks_true") or [0] * len(ids)
+    n = len(ids)
+    true_next = np.arange(n)
+    false_next = np.arange(n)
+    children = set()
+    for k in range(n):
+        if mode[k] != LEAF:
+            try:
+                true_next[k] = index[(int(trees[k]), int(true_ids[k]))]
+                false_next[k] = index[(int(trees[k]), int(false_ids[k]))]
+            except KeyError as exc:
+                raise InvalidArgument(f"{what}: tree {exc.args[0][0]} node {int(ids[k])} points at missing node "
+                                      f"{exc.args[0][1]}.") from None
+            children.update((int(true_next[k]), int(false_next[k])))
+    roots: dict[int, int] = {}
+    for k in range(n):
+        if k not in children:
+            roots.setdefault(int(trees[k]), k)
+    leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64)
+    leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64)
+    targets = np.asarray(node.attr(f"{prefix}_ids"), np.int64)
+    weights = _floats(node, f"{prefix}_weights")
+    dense = np.zeros((n, n_out), np.float32)
+    has = np.zeros((n, n_out), bool)
+    for t, i, j, w in zip(leaf_trees, leaf_ids, targets, weights):
+        k = index.get((int(t), int(i)))
+        if k is None or not 0 <= j < n_out:
+            raise InvalidArgument(f"{what}: weight for tree {int(t)} node {int(i)} target {int(j)}: no such leaf or "
+                                  f"target (of {n_out}).")
+        dense[k, j] += w
+        has[k, j] = True
+    return _Forest(what, feature, threshold, mode, true_next, false_next, np.asarray(missing, bool),
+                   np.array([roots[t] for t in sorted(roots)], np.int64), dense, has)
 
 
 @register("TreeEnsembleRegressor", since=1, domain=ML)
 class TreeEnsembleRegressor(Kernel):
-    def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
-        if node.attr("aggregate_function", "SUM") not in ("SUM", "AVERAGE"):
-            return reference_kernel(node, ctx)
-        return super().__new__(cls)
-
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.n_targets = int(node.attr("n_targets", 1))
-        self.forest = _Forest(node, "target", self.n_targets)
-        self.average = node.attr("aggregate_function", "SUM") == "AVERAGE"
+        self.forest = _legacy_forest(node, "target", self.n_targets)
+        self.how = node.attr("aggregate_function", "SUM")
+        if self.how not in ("SUM", "AVERAGE", "MIN", "MAX"):
+            raise InvalidArgument(f"TreeEnsembleRegressor node {node.name!r}: aggregate_function {self.how!r} is "
+                                  "none of SUM, AVERAGE, MIN, MAX.")
         base = _floats(node, "base_values")
         self.base = base if base is not None and base.size == self.n_targets else np.zeros(self.n_targets, np.float32)
         self.transform = post_transform_name(node)
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleRegressor")
-        scores = self.forest.sums(x)
-        if self.average:
-            scores = scores / np.float32(self.forest.roots.size)
-        return [transform_scores(scores + self.base, self.transform)]
+        scores, written = self.forest.aggregate(x, self.how)
+        scores = scores + self.base
+        if self.n_targets > 1:  # onnxruntime writes 0 for a target no tree wrote, base value or not
+            scores = np.where(written, scores, np.float32(0))
+        return [transform_scores(scores, self.transform)]
+
+
+#: TreeEnsemble (opset 5) writes its enums as integers. onnxruntime reads post_transform as its own
+#: enum (1 LOGISTIC, 2 SOFTMAX), where the spec says 1 SOFTMAX, 2 LOGISTIC: onnxruntime's order here.
+_V5_AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
+_V5_TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
+
+
+@register("TreeEnsemble", since=5, domain=ML)
+class TreeEnsemble(Kernel):
+    """ai.onnx.ml opset 5: interior nodes indexed from tree_roots, leaves in their own arrays
+    (``nodes_trueleafs`` / ``nodes_falseleafs`` say which child is a leaf), set membership
+    (BRANCH_MEMBER, the sets in ``membership_values`` split by NaN), integer enums; the output has
+    the input's type."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        what = f"TreeEnsemble node {node.name!r}"
+        agg, post = int(node.attr("aggregate_function", 1)), int(node.attr("post_transform", 0))
+        if not 0 <= agg < 4 or not 0 <= post < 5:
+            raise InvalidArgument(f"{what}: aggregate_function {agg} / post_transform {post} out of range "
+                                  "(0-3 / 0-4).")
+        self.how, self.transform = _V5_AGGREGATES[agg], _V5_TRANSFORMS[post]
+        self.n_targets = int(node.attr("n_targets", 1))
+        splits = node.attr("nodes_splits")
+        modes = node.attr("nodes_modes")
+        feature = np.asarray(node.attr("nodes_featureids"), np.int64)
+        true_ids = np.asarray(node.attr("nodes_truenodeids"), np.int64)
+        false_ids = np.asarray(node.attr("nodes_falsenodeids"), np.int64)
+        n = feature.size
+        if splits is None or modes is None or not (np.size(splits) == np.size(modes) == n == true_ids.size
+                                                   == false_ids.size):
+            raise InvalidArgument(f"{what}: nodes_splits, nodes_modes, nodes_featureids, nodes_truenodeids and "
+                                  "nodes_falsenodeids must all be given with one entry per interior node.")
+        true_leaf = np.asarray(node.attr("nodes_trueleafs", [0] * n), bool)
+        false_leaf = np.asarray(node.attr("nodes_falseleafs", [0] * n), bool)
+        leaf_targets = np.asarray(node.attr("leaf_targetids"), np.int64)
+        leaf_weights = np.asarray(node.attr("leaf_weights")).reshape(-1)
+        n_leaves = leaf_targets.size
+        self.dtype = leaf_weights.dtype if leaf_weights.dtype.kind == "f" else np.dtype(np.float32)
+        splits = np.asarray(splits).reshape(-1)
+        if splits.dtype not in (np.float32, np.float64):
+            splits = splits.astype(np.float32)
+        threshold = np.concatenate([splits, np.zeros(n_leaves, splits.dtype)])
+        mode = np.concatenate([np.asarray(modes, np.int8).reshape(-1), np.full(n_leaves, LEAF, np.int8)])
+        mode[:n][mode[:n] == 6] = MEMBER
+        if (mode[:n] > MEMBER).any() or (mode[:n] < 0).any():
+            raise InvalidArgument(f"{what}: nodes_modes must be 0-6, got {sorted(set(mode[:n].tolist()))}.")
+        true_next = np.where(true_leaf, true_ids + n, true_ids)
+        false_next = np.where(false_leaf, false_ids + n, false_ids)
+        total = n + n_leaves
+        if ((true_next < 0) | (true_next >= total) | (false_next < 0) | (false_next >= total)).any():
+            raise InvalidArgument(f"{what}: a node points at a child outside the {n} nodes / {n_leaves} leaves.")
+        if ((leaf_targets < 0) | (leaf_targets >= self.n_targets)).any():
+            raise InvalidArgument(f"{what}: leaf_targetids must be in [0, {self.n_targets}).")
+        weights = np.zeros((total, self.n_targets), self.dtype)
+        has = np.zeros((total, self.n_targets), bool)
+        weights[n + np.arange(n_leaves), leaf_targets] = leaf_weights
+        has[n + np.arange(n_leaves), leaf_targets] = True
+        members: dict[int, np.ndarray] = {}
+        values = np.asarray(node.attr("membership_values", []) if node.attr("membership_values") is not None else [],
+                            np.float64).reshape(-1)
+        sets = np.split(values, np.nonzero(np.isnan(values))[0] + 1) if values.size else []
+        sets = [v[~np.isnan(v)] for v in sets]
+        for k, i in enumerate(np.nonzero(mode[:n] == MEMBER)[0]):
+            members[int(i)] = sets[k] if k < len(sets) else np.zeros(0)
+        missing = np.concatenate([np.asarray(node.attr("nodes_missing_value_tracks_true", [0] * n), bool),
+                                  np.zeros(n_leaves, bool)])
+        roots = np.asarray(node.attr("tree_roots"), np.int64)
+        self.forest = _Forest(what, np.concatenate([feature, np.zeros(n_leaves, np.int64)]), threshold, mode,
+                              np.concatenate([true_next, n + np.arange(n_leaves)]),
+                              np.concatenate([false_next, n + np.arange(n_leaves)]), missing, roots, weights, has,
+                              members)
+
+    def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
+            raise InvalidArgument(f"TreeEnsemble: X must be a float tensor, got {getattr(x, 'dtype', type(x))}.")
+        dtype = x.dtype
+        rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+        # comparisons in the splits' type (the model's T: float32 splits for float16 inputs)
+        scores, _ = self.forest.aggregate(rows.astype(self.forest.threshold.dtype, copy=False), self.how)
+        if self.transform != "NONE":
+            scores = transform_scores(scores, self.transform)
+        return [scores.astype(dtype, copy=False)]
 
 
 @register("TreeEnsembleClassifier", since=1, domain=ML)
 class TreeEnsembleClassifier(Kernel):
     def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
-        labels = node.attr("classlabels_strings") or node.attr("classlabels_int64s") or []
-        if len(labels) < 2:
+        # one string label: onnxruntime's rule gives labels "1" / "0" it cannot name; onnx.reference's
+        if node.attr("classlabels_strings") and len(node.attr("classlabels_strings")) < 2:
             return reference_kernel(node, ctx)
         return super().__new__(cls)
 
@@ -262,7 +308,7 @@ class TreeEnsembleClassifier(Kernel):
         self.labels = np.array(strings, dtype=object) if strings else \
             np.asarray(node.attr("classlabels_int64s"), np.int64)
         k = len(self.labels)
-        self.forest = _Forest(node, "class", k)
+        self.forest = _legacy_forest(node, "class", k)
         base = _floats(node, "base_values")
         self.raw_base = base if base is not None else np.zeros(0, np.float32)
         self.base = base if base is not None and base.size == k else None
@@ -273,13 +319,16 @@ class TreeEnsembleClassifier(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
-        if len(self.labels) != 2 and self.base is not None:
-            # with base values every class has a score: the first highest wins, no leaf flags needed
-            scores = self.forest.sums(x) + self.base
-            return [self.labels[np.argmax(scores, axis=1)], transform_scores(scores, self.transform)]
         scores, has = self.forest.scores(x)
+        if len(self.labels) == 1:  # onnxruntime: one score, label 1 where it is positive (else 0)
+            s = scores[:, :1] + (self.raw_base[0] if self.raw_base.size else np.float32(0))
+            z = transform_scores(s, "PROBIT") if self.transform == "PROBIT" else s
+            return [np.where(s[:, 0] > 0, np.int64(1), np.int64(0)), z.astype(np.float32)]
         if len(self.labels) == 2:
             return self._two_classes(scores, has)
+        if self.base is not None:
+            scores = scores + self.base
+            has = np.ones_like(has)
         # the first highest score among the classes that have one
         label = self.labels[np.argmax(np.where(has, scores, -np.inf), axis=1)]
         return [label, transform_scores(scores, self.transform)]
@@ -315,9 +364,7 @@ class TreeEnsembleClassifier(Kernel):
         else:
             label = np.where(label_index == 1, np.int64(1), np.int64(0)) if not self.binary_case else \
                 self.labels[label_index]
-        # rows written from the single score take ``ones`` below: the pair's transform only for the others
-        every_one = one_score.size > 0 and bool(one_score.all())
-        two = None if every_one else transform_scores(np.stack([s0, s1], axis=1), self.transform)
+        two = transform_scores(np.stack([s0, s1], axis=1), self.transform)
         if one_score.any():
             single = s0[:, None]
             if self.transform == "PROBIT":
@@ -330,5 +377,5 @@ class TreeEnsembleClassifier(Kernel):
                 ones = np.concatenate([-single, single], axis=1)
             else:
                 ones = np.concatenate([single, np.zeros_like(single)], axis=1)
-            two = ones.astype(np.float32) if every_one else np.where(one_score[:, None], ones.astype(np.float32), two)
+            two = np.where(one_score[:, None], ones.astype(np.float32), two)
         return [label, two.astype(np.float32)]

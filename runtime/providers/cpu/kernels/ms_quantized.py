@@ -1,7 +1,9 @@
 """com.microsoft quantized operators that onnxruntime's quantizer (``quantize_dynamic``,
 ``quantize_static`` in the QOperator format) writes, as its CPU kernels compute them:
 QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
-MatMulIntegerToFloat, DynamicQuantizeMatMul and DynamicQuantizeLSTM.
+QLinearConcat, QLinearWhere, QLinearAveragePool, QLinearSoftmax, QGemm, MatMulIntegerToFloat,
+DynamicQuantizeMatMul and DynamicQuantizeLSTM; and the default domain's QLinearConv,
+QLinearMatMul and ConvInteger (the weight-only MatMuls are in ``ms_weight_quant.py``).
 
 Rounding is numpy's rint (half to even), as MLAS's float-to-int conversions; the element-wise ops
 use MLAS's form y = a * (a_scale / c_scale) + b * (b_scale / c_scale) + bias, so that results agree
@@ -243,3 +245,142 @@ class QLinearMatMul(Kernel):
         acc = np.matmul(a.astype(ft) - _zero(a_zp, a.dtype).astype(ft), b.astype(ft) - _zero(b_zp, b.dtype).astype(ft))
         scale = (np.float32(a_s) * b_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
         return [_requantize(acc, scale, y_zp, y_zp.dtype)]
+
+
+def _requant(x: np.ndarray, x_scale, x_zp, y_scale, y_zp, dtype: np.dtype) -> np.ndarray:
+    """Codes from one (scale, zero point) to another, as onnxruntime's lookup tables: dequantize
+    in float32, divide by the new scale, round half to even, add the new zero point, saturate."""
+    return quantize(dequantize(x, x_scale, x_zp), y_scale, y_zp, dtype)
+
+
+@register("QLinearConcat", since=1, domain=MS)
+class QLinearConcat(Kernel):
+    """Concat of quantized inputs (Y_scale, Y_zero_point, then X, X_scale, X_zero_point per input),
+    each requantized to Y's scale and zero point (copied where they are already Y's)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = int(node.attr("axis", 0))
+        self.name = node.name
+
+    def compute(self, inputs: list) -> list:
+        y_scale, y_zp = inputs[0], inputs[1]
+        rest = inputs[2:]
+        if len(rest) % 3 or not rest:
+            raise InvalidArgument(f"QLinearConcat node {self.name!r}: {len(rest)} inputs after Y_scale and "
+                                  "Y_zero_point; give (X, X_scale, X_zero_point) triples.")
+        dtype = y_zp.dtype
+        parts = []
+        for i in range(0, len(rest), 3):
+            x, s, z = rest[i:i + 3]
+            same = np.array_equal(s, y_scale) and np.array_equal(z, y_zp)
+            parts.append(x if same else _requant(x, s, z, y_scale, y_zp, dtype))
+        return [np.concatenate(parts, axis=self.axis)]
+
+
+@register("QLinearWhere", since=1, domain=MS)
+class QLinearWhere(Kernel):
+    """Where(condition, X, Y) with X and Y requantized to Z's scale and zero point."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        pass
+
+    def compute(self, inputs: list) -> list:
+        cond, x, xs, xz, y, ys, yz, zs, zz = inputs[:9]
+        dtype = zz.dtype
+        return [np.where(cond, _requant(x, xs, xz, zs, zz, dtype), _requant(y, ys, yz, zs, zz, dtype))]
+
+
+@register("QLinearAveragePool", since=1, domain=MS)
+class QLinearAveragePool(Kernel):
+    """AveragePool of the dequantized input (the float kernel, every attribute but channels_last),
+    quantized with Y's scale and zero point; channels_last=1 inputs are NHWC."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        from onnxhal.runtime.providers.cpu.kernels.pooling import AveragePool
+
+        self.channels_last = bool(node.attr("channels_last", 0))
+        self.pool = AveragePool(node, ctx)
+
+    def compute(self, inputs: list) -> list:
+        x, x_s, x_zp, y_s = inputs[:4]
+        y_zp = inputs[4] if len(inputs) > 4 else None
+        f = dequantize(x, x_s, x_zp)
+        if self.channels_last:
+            f = np.moveaxis(f, -1, 1)
+        y = self.pool.compute([f])[0]
+        if self.channels_last:
+            y = np.moveaxis(y, 1, -1)
+        return [quantize(y, y_s, y_zp, x.dtype)]
+
+
+@register("QGemm", since=1, domain=MS)
+class QGemm(Kernel):
+    """alpha * A' @ B' of quantized A and B (their integer product held exactly), plus the int32
+    bias C in alpha * A_scale * B_scale units; float32 out without y_scale, else requantized."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.alpha = np.float32(node.attr("alpha", 1.0))
+        self.ta, self.tb = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
+
+    def compute(self, inputs: list) -> list:
+        args = list(inputs) + [None] * (9 - len(inputs))
+        a, a_s, a_zp, b, b_s, b_zp, c, y_s, y_zp = args[:9]
+        if self.ta:
+            a = a.T
+        if self.tb:
+            b = b.T
+        ft = _exact_dtype(a.shape[-1])
+        bzp = _zero(b_zp, b.dtype).astype(ft)
+        if bzp.ndim and bzp.size > 1:  # per output column
+            bzp = bzp.reshape(1, -1)
+        acc = (a.astype(ft) - _zero(a_zp, a.dtype).astype(ft)) @ (b.astype(ft) - bzp)
+        scale = np.float32(a_s) * b_s.astype(np.float32).reshape(-1) * self.alpha
+        if c is not None:
+            acc = acc + c.astype(ft)  # C is in alpha * A_scale * B_scale units (zero point 0)
+        if y_s is None:
+            return [(acc.astype(np.float32) * scale).astype(np.float32)]
+        dtype = y_zp.dtype if y_zp is not None else a.dtype
+        return [_requantize(acc, (scale / np.float32(y_s)).astype(np.float32), y_zp, dtype)]
+
+
+@register("QLinearSoftmax", since=1, domain=MS)
+class QLinearSoftmax(Kernel):
+    """Softmax of the dequantized input along ``axis`` (flattened from the axis, as ONNX Softmax
+    before opset 13, when the ``opset`` attribute is below 13), quantized with Y's scale and zero
+    point."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = int(node.attr("axis", -1))
+        self.flatten = int(node.attr("opset", 13)) < 13
+
+    def compute(self, inputs: list) -> list:
+        x, x_s, x_zp, y_s = inputs[:4]
+        y_zp = inputs[4] if len(inputs) > 4 else None
+        f = dequantize(x, x_s, x_zp)
+        axis = self.axis + x.ndim if self.axis < 0 else self.axis
+        rows = f.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1) if self.flatten else np.moveaxis(f, axis, -1)
+        e = np.exp(rows - rows.max(axis=-1, keepdims=True))
+        p = e / e.sum(axis=-1, keepdims=True)
+        p = p.reshape(x.shape) if self.flatten else np.moveaxis(p, -1, axis)
+        return [quantize(p.astype(np.float32), y_s, y_zp, x.dtype)]
+
+
+@register("ConvInteger", since=10)
+class ConvInteger(Kernel):
+    """Conv of 8-bit codes less their zero points (w's per output channel or one), int32 out: the
+    float Conv kernel on values it holds exactly (padding is the zero point, 0 after the
+    subtraction), as QLinearConv without the requantization."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        from onnxhal.runtime.providers.cpu.kernels.conv import Conv
+
+        self.conv = Conv(node, ctx)
+
+    def compute(self, inputs: list) -> list:
+        args = list(inputs) + [None] * (4 - len(inputs))
+        x, w, x_zp, w_zp = args[:4]
+        ft = _exact_dtype(int(np.prod(w.shape[1:])))
+        xf = x.astype(ft) - _zero(x_zp, x.dtype).astype(ft)
+        wzp = _zero(w_zp, w.dtype).astype(ft)
+        wf = w.astype(ft) - (wzp.reshape((-1,) + (1,) * (w.ndim - 1)) if wzp.ndim and wzp.size > 1 else wzp)
+        return [np.rint(self.conv.compute([xf, wf])[0]).astype(np.int32)]

@@ -156,3 +156,72 @@ class FusedMatMul(Kernel):
             b = np.swapaxes(b, -1, -2)
         y = np.matmul(a, b)
         return [y if self.alpha == 1.0 else (y * y.dtype.type(self.alpha))]
+
+
+def _activation(node: Node, what: str, params: list[float]):
+    """The activation onnxruntime's FusedConv / FusedGemm apply, from its name and parameters."""
+    name = node.attr("activation", "")
+    p = [float(v) for v in params]
+
+    def need(count: int) -> list[float]:
+        if len(p) < count:
+            raise InvalidArgument(f"{what}: activation {name!r} needs {count} parameters, got {p}.")
+        return p
+
+    f32 = np.float32
+    if name in ("", "Identity"):
+        return None
+    if name == "Relu":
+        return lambda y: np.maximum(y, f32(0))
+    if name == "Sigmoid":
+        return lambda y: (1 / (1 + np.exp(-y))).astype(y.dtype, copy=False)
+    if name == "Tanh":
+        return np.tanh
+    if name == "LeakyRelu":
+        alpha = f32(need(1)[0])
+        return lambda y: np.where(y >= 0, y, y * alpha)
+    if name == "Clip":
+        lo, hi = (f32(v) for v in need(2)[:2])
+        return lambda y: np.clip(y, lo, hi)
+    if name == "HardSigmoid":
+        alpha, beta = (f32(v) for v in need(2)[:2])
+        return lambda y: np.clip(y * alpha + beta, f32(0), f32(1))
+    raise InvalidArgument(f"{what}: activation {name!r} is none of Relu, Sigmoid, Tanh, LeakyRelu, Clip, "
+                          "HardSigmoid.")
+
+
+@register("FusedConv", since=1, domain=MS)
+class FusedConv(Kernel):
+    """onnxruntime's Conv + activation (saved optimized models): Conv, then the optional residual
+    input Z added, then the activation (``activation``, ``activation_params``)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        from onnxhal.runtime.providers.cpu.kernels.conv import Conv
+
+        self.conv = Conv(node, ctx)
+        self.act = _activation(node, f"FusedConv node {node.name!r}", node.attr("activation_params", []))
+
+    def compute(self, inputs: list) -> list:
+        y = self.conv.compute(list(inputs[:3]))[0]
+        if len(inputs) > 3 and inputs[3] is not None:
+            y = y + inputs[3]
+        return [y if self.act is None else self.act(y)]
+
+
+@register("FusedGemm", since=1, domain=MS)
+class FusedGemm(Kernel):
+    """onnxruntime's Gemm + activation (saved optimized models); the activation's parameters in
+    activation_alpha / activation_beta."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        from onnxhal.runtime.providers.cpu.kernels.linalg import Gemm
+
+        self.gemm = Gemm(node, ctx)
+        name = node.attr("activation", "")
+        alpha, beta = node.attr("activation_alpha", 0.01 if name == "LeakyRelu" else 0.2), node.attr(
+            "activation_beta", 0.5)
+        self.act = _activation(node, f"FusedGemm node {node.name!r}", [alpha, beta])
+
+    def compute(self, inputs: list) -> list:
+        y = self.gemm.compute(inputs)[0]
+        return [y if self.act is None else self.act(y)]

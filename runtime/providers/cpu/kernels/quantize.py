@@ -1,6 +1,9 @@
-"""DynamicQuantizeLinear: float32 to uint8 with a scale and zero point computed from the data."""
+"""DynamicQuantizeLinear (float32 to uint8 with a scale and zero point computed from the data), and
+QuantizeLinear / DequantizeLinear in their common forms (the others through onnx.reference)."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -25,3 +28,83 @@ class DynamicQuantizeLinear(Kernel):
         zero = np.float32(np.rint(np.clip(-lo / scale, 0, 255)))
         y = np.clip(np.rint(x / scale) + zero, 0, 255).astype(np.uint8)
         return [y, np.array(scale, dtype=np.float32), np.array(zero, dtype=np.uint8)]
+
+
+class _LinearQuant(Kernel):
+    """What QuantizeLinear and DequantizeLinear share: the common forms natively (float32 scales,
+    per tensor or per axis, 8-bit codes; int32 codes for DequantizeLinear), every other form
+    (blocked quantization, float8/int4/int16 codes, float16 scales, output_dtype) through
+    onnx.reference's kernel."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.axis = int(node.attr("axis", 1))
+        self.plain = not node.attr("block_size", 0) and not node.attr("output_dtype", 0)
+        self._node, self._ctx = node, ctx
+        self._fallback: Kernel | None = None
+        self._lock = threading.Lock()
+
+    def _reference(self) -> Kernel:
+        """onnx.reference's kernel, built on the first run that needs it (most models never do)."""
+        with self._lock:
+            if self._fallback is None:
+                from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+
+                self._fallback = ReferenceKernel(self._node, self._ctx, self._node.since_version or 10)
+            return self._fallback
+
+    def _scale_shape(self, x: np.ndarray, scale: np.ndarray) -> tuple | None:
+        """How the scale broadcasts over x, or None for a form left to onnx.reference."""
+        if scale.ndim == 0 or scale.size == 1 and scale.ndim == 1 and x.ndim == 0:
+            return ()
+        if scale.ndim != 1 or x.ndim == 0:
+            return None
+        axis = self.axis + x.ndim if self.axis < 0 else self.axis
+        if not 0 <= axis < x.ndim or scale.shape[0] != x.shape[axis]:
+            return None
+        return tuple(-1 if i == axis else 1 for i in range(x.ndim))
+
+    def compute(self, inputs: list) -> list:
+        x, scale = inputs[0], inputs[1]
+        zp = inputs[2] if len(inputs) > 2 else None
+        shape = self._scale_shape(x, scale) if self.plain and scale.dtype == np.float32 else None
+        if shape is None or not self._native_types(x, zp) or (zp is not None and zp.shape != scale.shape):
+            return self._reference().compute(inputs)
+        s = scale.reshape(shape) if shape else scale
+        z = None if zp is None else (zp.reshape(shape) if shape else zp)
+        return [self._apply(x, s, z)]
+
+
+@register("DequantizeLinear", since=10)
+class DequantizeLinear(_LinearQuant):
+    """(x - zero_point) * scale in float32."""
+
+    @staticmethod
+    def _native_types(x: np.ndarray, zp: np.ndarray | None) -> bool:
+        if x.dtype == np.int32:
+            return zp is None or zp.dtype == np.int32
+        return x.dtype in (np.uint8, np.int8) and (zp is None or zp.dtype == x.dtype)
+
+    @staticmethod
+    def _apply(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+        if zp is None:
+            return (x.astype(np.float32) * scale).astype(np.float32, copy=False)
+        return ((x.astype(np.int32) - zp.astype(np.int32)).astype(np.float32) * scale).astype(np.float32, copy=False)
+
+
+@register("QuantizeLinear", since=10)
+class QuantizeLinear(_LinearQuant):
+    """saturate(round_half_to_even(x / scale) + zero_point) into the zero point's type (uint8
+    without one), x float32."""
+
+    @staticmethod
+    def _native_types(x: np.ndarray, zp: np.ndarray | None) -> bool:
+        return x.dtype == np.float32 and (zp is None or zp.dtype in (np.uint8, np.int8))
+
+    @staticmethod
+    def _apply(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+        dtype = np.dtype(np.uint8) if zp is None else zp.dtype
+        y = np.rint(x / scale)
+        if zp is not None:
+            y += zp.astype(np.float32)
+        info = np.iinfo(dtype)
+        return np.clip(y, info.min, info.max).astype(dtype)

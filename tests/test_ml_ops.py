@@ -1,0 +1,470 @@
+"""ai.onnx.ml operators on the CPU EP against onnxruntime: seeded random one-node models (random
+attributes, random inputs with unknown keys, NaNs, zero rows), every output compared: labels and
+strings exactly, floats within 1e-5 relative. Each case must run on a native kernel, not
+onnx.reference's."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxhal
+from onnxhal.hal import Node
+from onnxhal.hal.errors import OrtError
+from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel, create_cpu_kernel
+
+ML = "ai.onnx.ml"
+SEEDS = range(6)
+F, D, I64, I32, S = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.INT32, TensorProto.STRING
+
+
+def _model(op: str, inputs: list, outputs: list, ml_opset: int = 3, **attrs) -> onnx.ModelProto:
+    node = helper.make_node(op, [i.name for i in inputs], [o.name for o in outputs], domain=ML, **attrs)
+    graph = helper.make_graph([node], op.lower(), inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, ml_opset)])
+    model.ir_version = 10  # onnxruntime 1.32 refuses the IR onnx 1.23 writes
+    return model
+
+
+def _t(name: str, elem: int, shape: list | None = None) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _run_both(model: onnx.ModelProto, feeds: dict) -> tuple[list | Exception, list | Exception]:
+    data = model.SerializeToString()
+    try:
+        want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    except Exception as exc:  # noqa: BLE001 - a refusal is compared, not raised
+        want = exc
+    try:
+        got = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    except OrtError as exc:
+        got = exc
+    return want, got
+
+
+def _same(want, got, what: str) -> None:
+    assert len(got) == len(want), what
+    for i, (w, g) in enumerate(zip(want, got)):
+        w, g = np.asarray(w), np.asarray(g)
+        assert w.shape == g.shape, (what, i, w.shape, g.shape)
+        if w.dtype.kind in "OUS":
+            assert g.dtype.kind in "OUS", (what, i, g.dtype)
+            assert w.tolist() == g.tolist(), (what, i, w.tolist(), g.tolist())
+        elif w.dtype.kind == "f":
+            assert g.dtype == w.dtype, (what, i, g.dtype, w.dtype)
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{what} output {i}")
+        else:
+            assert g.dtype == w.dtype, (what, i, g.dtype, w.dtype)
+            np.testing.assert_array_equal(g, w, err_msg=f"{what} output {i}")
+
+
+def check(model: onnx.ModelProto, feeds: dict, what: str) -> None:
+    node = Node.from_proto(model.graph.node[0])
+    kernel = create_cpu_kernel(node, None, {ML: model.opset_import[1].version})
+    assert not isinstance(kernel, ReferenceKernel), f"{what}: no native kernel"
+    want, got = _run_both(model, feeds)
+    if isinstance(want, Exception) and "NOT_IMPLEMENTED" in str(want):
+        return  # onnxruntime has no kernel for this type (int32 OneHotEncoder ...): onnxhal may run it
+    if isinstance(want, Exception):  # onnxruntime refuses the values: onnxhal must refuse too, typed
+        assert isinstance(got, OrtError), (what, "onnxruntime refused", str(want)[:200], "onnxhal ran")
+        return
+    assert not isinstance(got, Exception), (what, str(got))
+    _same(want, got, what)
+
+
+def _words(rng: np.random.Generator, n: int, pool: int = 12) -> list[str]:
+    return [f"w{int(v)}" for v in rng.integers(0, pool, n)]
+
+
+# --- encoders and mappers -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_label_encoder(seed):
+    rng = np.random.default_rng(seed)
+    keys_s = sorted(set(_words(rng, 8)))
+    keys_i = np.unique(rng.integers(-5, 20, 8)).tolist()
+    keys_f = np.unique(rng.integers(-5, 20, 8)).astype(np.float32).tolist()
+    shape = [int(rng.integers(1, 4)), int(rng.integers(1, 6))]
+    x_s = np.array(_words(rng, int(np.prod(shape)), 16), dtype=object).reshape(shape)
+    x_i = rng.integers(-6, 22, shape).astype(np.int64)
+    x_f = rng.integers(-6, 22, shape).astype(np.float32)
+    x_f.reshape(-1)[0] = np.nan
+    vals_i = rng.integers(0, 100, 16).tolist()
+    vals_f = rng.standard_normal(16).astype(np.float32).tolist()
+    cases = [
+        ("s->i", x_s, S, I64, dict(keys_strings=keys_s, values_int64s=vals_i[:len(keys_s)], default_int64=-7)),
+        ("i->s", x_i, I64, S, dict(keys_int64s=keys_i, values_strings=_words(rng, len(keys_i)),
+                                   default_string="none")),
+        ("f->f", x_f, F, F, dict(keys_floats=keys_f, values_floats=vals_f[:len(keys_f)])),
+        ("s->s", x_s, S, S, dict(keys_strings=keys_s, values_strings=_words(rng, len(keys_s)))),
+        ("i->i", x_i, I64, I64, dict(keys_int64s=keys_i, values_int64s=vals_i[:len(keys_i)])),
+    ]
+    for name, x, tin, tout, attrs in cases:
+        model = _model("LabelEncoder", [_t("X", tin, None)], [_t("Y", tout, None)], ml_opset=2, **attrs)
+        check(model, {"X": x}, f"LabelEncoder v2 {name} seed {seed}")
+    # opset 4: keys and values as tensors, a default tensor
+    keys = helper.make_tensor("keys_tensor", I64, [len(keys_i)], keys_i)
+    values = helper.make_tensor("values_tensor", F, [len(keys_i)], vals_f[:len(keys_i)])
+    default = helper.make_tensor("default_tensor", F, [1], [4.5])
+    model = _model("LabelEncoder", [_t("X", I64, None)], [_t("Y", F, None)], ml_opset=4, keys_tensor=keys,
+                   values_tensor=values, default_tensor=default)
+    check(model, {"X": x_i}, f"LabelEncoder v4 seed {seed}")
+    # opset 1: strings to indices and back
+    model = _model("LabelEncoder", [_t("X", S, None)], [_t("Y", I64, None)], ml_opset=1, classes_strings=keys_s,
+                   default_int64=-3)
+    check(model, {"X": x_s}, f"LabelEncoder v1 s->i seed {seed}")
+    model = _model("LabelEncoder", [_t("X", I64, None)], [_t("Y", S, None)], ml_opset=1, classes_strings=keys_s,
+                   default_string="?")
+    check(model, {"X": x_i}, f"LabelEncoder v1 i->s seed {seed}")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_category_mapper(seed):
+    rng = np.random.default_rng(seed)
+    strings = sorted(set(_words(rng, 8)))
+    ints = rng.permutation(40)[:len(strings)].tolist()
+    attrs = dict(cats_strings=strings, cats_int64s=ints, default_int64=-5, default_string="unk")
+    x_s = np.array(_words(rng, 10, 16), dtype=object).reshape(2, 5)
+    x_i = rng.integers(0, 40, (3, 4)).astype(np.int64)
+    check(_model("CategoryMapper", [_t("X", S, None)], [_t("Y", I64, None)], **attrs), {"X": x_s},
+          f"CategoryMapper s->i seed {seed}")
+    check(_model("CategoryMapper", [_t("X", I64, None)], [_t("Y", S, None)], **attrs), {"X": x_i},
+          f"CategoryMapper i->s seed {seed}")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_one_hot_encoder(seed):
+    rng = np.random.default_rng(seed)
+    cats = np.unique(rng.integers(0, 12, 6)).tolist()
+    shape = [int(rng.integers(1, 4)), int(rng.integers(1, 4))]
+    for elem, dtype in ((I64, np.int64), (I32, np.int32), (F, np.float32), (D, np.float64)):
+        x = rng.integers(0, 12, shape).astype(dtype)
+        for zeros in (1, 0):
+            model = _model("OneHotEncoder", [_t("X", elem, None)], [_t("Y", F, None)], cats_int64s=cats, zeros=zeros)
+            check(model, {"X": x}, f"OneHotEncoder {dtype.__name__} zeros={zeros} seed {seed}")
+    words = sorted(set(_words(rng, 6)))
+    x = np.array(_words(rng, 6, 14), dtype=object).reshape(2, 3)
+    check(_model("OneHotEncoder", [_t("X", S, None)], [_t("Y", F, None)], cats_strings=words), {"X": x},
+          f"OneHotEncoder strings seed {seed}")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_imputer(seed):
+    rng = np.random.default_rng(seed)
+    cols = int(rng.integers(1, 6))
+    x = rng.standard_normal((4, cols)).astype(np.float32)
+    x[rng.random(x.shape) < 0.3] = np.nan
+    per_col = rng.standard_normal(cols).astype(np.float32).tolist()
+    for values in (per_col, [1.5]):
+        model = _model("Imputer", [_t("X", F, None)], [_t("Y", F, None)], imputed_value_floats=values,
+                       replaced_value_float=float("nan"))
+        check(model, {"X": x}, f"Imputer NaN {len(values)} seed {seed}")
+    xi = rng.integers(-2, 3, (3, cols)).astype(np.int64)
+    model = _model("Imputer", [_t("X", I64, None)], [_t("Y", I64, None)],
+                   imputed_value_int64s=rng.integers(10, 20, cols).tolist(), replaced_value_int64=0)
+    check(model, {"X": xi}, f"Imputer int64 seed {seed}")
+    model = _model("Imputer", [_t("X", F, None)], [_t("Y", F, None)], imputed_value_floats=per_col,
+                   replaced_value_float=0.0)
+    check(model, {"X": np.where(rng.random(x.shape) < 0.4, 0, x).astype(np.float32)}, f"Imputer zero seed {seed}")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_array_feature_extractor(seed):
+    rng = np.random.default_rng(seed)
+    for shape, elem, dtype in (([3, 7], F, np.float32), ([2, 3, 5], I64, np.int64), ([6], D, np.float64),
+                               ([2, 4], S, object)):
+        x = (np.array(_words(rng, int(np.prod(shape))), dtype=object).reshape(shape) if dtype is object
+             else (rng.standard_normal(shape) * 10).astype(dtype))
+        y = rng.integers(0, shape[-1], int(rng.integers(1, 5))).astype(np.int64)
+        model = _model("ArrayFeatureExtractor", [_t("X", elem, None), _t("Y", I64, None)], [_t("Z", elem, None)])
+        check(model, {"X": x, "Y": y}, f"ArrayFeatureExtractor {shape} seed {seed}")
+    model = _model("ArrayFeatureExtractor", [_t("X", F, None), _t("Y", I64, None)], [_t("Z", F, None)])
+    check(model, {"X": np.ones((2, 3), np.float32), "Y": np.array([3], np.int64)}, "ArrayFeatureExtractor out of range")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_feature_vectorizer(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4))
+    widths = [int(w) for w in rng.integers(1, 5, 3)]
+    dims = [max(1, w + int(d)) for w, d in zip(widths, rng.integers(-1, 2, 3))]
+    types = [(F, np.float32), (I64, np.int64), (D, np.float64)]
+    inputs = [_t(f"X{i}", types[i][0], None) for i in range(3)]
+    feeds = {f"X{i}": (rng.standard_normal((n, w)) * 5).astype(types[i][1]) for i, w in enumerate(widths)}
+    model = _model("FeatureVectorizer", inputs, [_t("Y", F, None)], inputdimensions=dims)
+    check(model, feeds, f"FeatureVectorizer {widths} -> {dims} seed {seed}")
+
+
+def test_dict_vectorizer_and_cast_map():
+    rng = np.random.default_rng(0)
+    vocab = _words(rng, 6, 6)
+    vocab = sorted(set(vocab))
+    m_type = helper.make_map_type_proto(S, helper.make_tensor_type_proto(F, None))
+    model = _model("DictVectorizer", [helper.make_value_info("X", m_type)], [_t("Y", F, None)],
+                   string_vocabulary=vocab)
+    check(model, {"X": {vocab[0]: 1.5, "zz": 2.0, vocab[-1]: -3.25}}, "DictVectorizer string->float")
+    m_type = helper.make_map_type_proto(I64, helper.make_tensor_type_proto(F, None))
+    model = _model("DictVectorizer", [helper.make_value_info("X", m_type)], [_t("Y", F, None)],
+                   int64_vocabulary=[3, 1, 7, 9])
+    check(model, {"X": {1: 0.5, 9: 2.0, 4: 8.0}}, "DictVectorizer int64->float")
+    m_type = helper.make_map_type_proto(I64, helper.make_tensor_type_proto(F, None))
+    for form, cast in (("DENSE", "TO_FLOAT"), ("SPARSE", "TO_FLOAT"), ("DENSE", "TO_INT64")):
+        out_type = F if cast == "TO_FLOAT" else I64
+        model = _model("CastMap", [helper.make_value_info("X", m_type)], [_t("Y", out_type, None)],
+                       cast_to=cast, map_form=form, max_map=6)
+        check(model, {"X": {4: 1.5, 1: 2.0, 2: -3.0}}, f"CastMap {form} {cast}")
+
+
+# --- row transforms -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_normalizer_binarizer_scaler(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    x[1] = 0  # a zero row
+    x[2] = -np.abs(x[2])  # a row whose max is negative
+    for norm in ("MAX", "L1", "L2"):
+        for elem, dtype in ((F, np.float32), (D, np.float64), (I64, np.int64)):
+            model = _model("Normalizer", [_t("X", elem, None)], [_t("Y", F, None)], norm=norm)
+            check(model, {"X": (x * 3).astype(dtype)}, f"Normalizer {norm} {dtype.__name__} seed {seed}")
+    xb = x.copy()
+    xb[0, 0] = np.nan
+    check(_model("Binarizer", [_t("X", F, None)], [_t("Y", F, None)], threshold=0.2), {"X": xb},
+          f"Binarizer seed {seed}")
+    for elem, dtype in ((F, np.float32), (D, np.float64), (I64, np.int64)):
+        model = _model("Scaler", [_t("X", elem, None)], [_t("Y", F, None)],
+                       offset=rng.standard_normal(5).tolist(), scale=rng.standard_normal(5).tolist())
+        check(model, {"X": (x * 4).astype(dtype)}, f"Scaler {dtype.__name__} seed {seed}")
+
+
+# --- linear models and SVMs -----------------------------------------------------------------------
+
+TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_linear_classifier(seed):
+    rng = np.random.default_rng(seed)
+    feats = 4
+    x = rng.standard_normal((5, feats)).astype(np.float32)
+    for classes in (1, 2, 3):
+        for labels in ("ints", "strings"):
+            label_list = list(range(10, 10 + max(2, classes)))
+            attrs = ({"classlabels_ints": label_list} if labels == "ints"
+                     else {"classlabels_strings": [f"c{v}" for v in label_list]})
+            for transform in TRANSFORMS:
+                model = _model("LinearClassifier", [_t("X", F, None)],
+                               [_t("Y", I64 if labels == "ints" else S, None), _t("Z", F, None)],
+                               coefficients=rng.standard_normal(classes * feats).tolist(),
+                               intercepts=rng.standard_normal(classes).tolist(), post_transform=transform, **attrs)
+                check(model, {"X": x}, f"LinearClassifier {classes} {labels} {transform} seed {seed}")
+
+
+def _svc_attrs(rng: np.random.Generator, k: int, feats: int, proba: bool, kernel: str) -> dict:
+    per_class = rng.integers(1, 4, k).tolist()
+    count = sum(per_class)
+    pairs = k * (k - 1) // 2
+    attrs = dict(vectors_per_class=per_class, support_vectors=rng.standard_normal(count * feats).tolist(),
+                 coefficients=rng.standard_normal((k - 1) * count).tolist(), rho=rng.standard_normal(pairs).tolist(),
+                 kernel_type=kernel, kernel_params=[0.3, 0.1, 2.0], classlabels_ints=list(range(k)))
+    if proba:
+        attrs.update(prob_a=(-np.abs(rng.standard_normal(pairs)) - 0.5).tolist(),
+                     prob_b=rng.standard_normal(pairs).tolist())
+    return attrs
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_svm_classifier(seed):
+    rng = np.random.default_rng(seed)
+    feats = 3
+    x = rng.standard_normal((6, feats)).astype(np.float32)
+    out = [_t("Y", I64, None), _t("Z", F, None)]
+    for k in (2, 3):
+        for proba in (False, True):
+            for kernel in ("RBF", "LINEAR", "POLY", "SIGMOID"):
+                for transform in ("NONE", "LOGISTIC"):
+                    model = _model("SVMClassifier", [_t("X", F, None)], out, post_transform=transform,
+                                   **_svc_attrs(rng, k, feats, proba, kernel))
+                    check(model, {"X": x}, f"SVMClassifier k={k} proba={proba} {kernel} {transform} seed {seed}")
+    for k in (2, 3):  # liblinear form: no support vectors
+        for transform in TRANSFORMS:
+            coef = rng.standard_normal(k * feats)
+            if seed % 2:
+                coef = np.abs(coef)  # all weights positive: onnxruntime's other two-class rule
+            model = _model("SVMClassifier", [_t("X", F, None)], out, coefficients=coef.tolist(), kernel_type="LINEAR",
+                           kernel_params=[0.0, 0.0, 1.0],
+                           rho=rng.standard_normal(1).tolist(), classlabels_ints=list(range(k)),
+                           post_transform=transform)
+            check(model, {"X": x}, f"SVMClassifier linear k={k} {transform} seed {seed}")
+
+
+# --- tree ensembles -------------------------------------------------------------------------------
+
+
+def _grow(rng: np.random.Generator, nodes: list[dict], feats: int, level: int, depth: int) -> int:
+    k = len(nodes)
+    nodes.append({"leaf": True})
+    if level == depth or (level > 0 and rng.random() < 0.3):
+        return k
+    nodes[k] = {"leaf": False, "feature": int(rng.integers(0, feats)), "value": float(np.float32(rng.standard_normal())),
+                "mode": str(rng.choice(["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT"])),
+                "missing": int(rng.integers(0, 2))}
+    nodes[k]["true"] = _grow(rng, nodes, feats, level + 1, depth)
+    nodes[k]["false"] = _grow(rng, nodes, feats, level + 1, depth)
+    return k
+
+
+def _random_trees(rng: np.random.Generator, n_trees: int, feats: int, depth: int) -> list[list[dict]]:
+    """Trees as lists of nodes {feature, value, mode, true, false} (indices in the tree) or leaves."""
+    trees = []
+    for _ in range(n_trees):
+        nodes: list[dict] = []
+        _grow(rng, nodes, feats, 0, depth)
+        trees.append(nodes)
+    return trees
+
+
+def _legacy_tree_attrs(rng: np.random.Generator, trees: list, n_out: int, prefix: str) -> dict:
+    a: dict[str, list] = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values",
+                                          "nodes_modes", "nodes_truenodeids", "nodes_falsenodeids",
+                                          "nodes_missing_value_tracks_true", f"{prefix}_treeids",
+                                          f"{prefix}_nodeids", f"{prefix}_ids", f"{prefix}_weights")}
+    for t, nodes in enumerate(trees):
+        for i, nd in enumerate(nodes):
+            a["nodes_treeids"].append(t)
+            a["nodes_nodeids"].append(i)
+            if nd["leaf"]:
+                a["nodes_featureids"].append(0)
+                a["nodes_values"].append(0.0)
+                a["nodes_modes"].append("LEAF")
+                a["nodes_truenodeids"].append(0)
+                a["nodes_falsenodeids"].append(0)
+                a["nodes_missing_value_tracks_true"].append(0)
+                for j in rng.choice(n_out, size=int(rng.integers(1, n_out + 1)), replace=False):
+                    a[f"{prefix}_treeids"].append(t)
+                    a[f"{prefix}_nodeids"].append(i)
+                    a[f"{prefix}_ids"].append(int(j))
+                    a[f"{prefix}_weights"].append(float(rng.standard_normal()))
+            else:
+                a["nodes_featureids"].append(nd["feature"])
+                a["nodes_values"].append(nd["value"])
+                a["nodes_modes"].append(nd["mode"])
+                a["nodes_truenodeids"].append(nd["true"])
+                a["nodes_falsenodeids"].append(nd["false"])
+                a["nodes_missing_value_tracks_true"].append(nd["missing"])
+    return a
+
+
+def _tree_input(rng: np.random.Generator, feats: int) -> np.ndarray:
+    x = rng.standard_normal((7, feats)).astype(np.float32)
+    x[0, 0] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tree_ensemble_regressor_aggregates(seed):
+    rng = np.random.default_rng(seed)
+    feats, n_out = 4, int(rng.integers(1, 4))
+    trees = _random_trees(rng, int(rng.integers(1, 5)), feats, int(rng.integers(1, 5)))
+    attrs = _legacy_tree_attrs(rng, trees, n_out, "target")
+    x = _tree_input(rng, feats)
+    for agg in ("SUM", "AVERAGE", "MIN", "MAX"):
+        for base in (None, rng.standard_normal(n_out).tolist()):
+            extra = {"base_values": base} if base else {}
+            model = _model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=n_out,
+                           aggregate_function=agg, **attrs, **extra)
+            check(model, {"X": x}, f"TreeEnsembleRegressor {agg} base={bool(base)} seed {seed}")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tree_ensemble_classifier(seed):
+    rng = np.random.default_rng(seed)
+    feats, k = 4, int(rng.integers(3, 5))
+    trees = _random_trees(rng, int(rng.integers(1, 5)), feats, int(rng.integers(1, 5)))
+    attrs = _legacy_tree_attrs(rng, trees, k, "class")
+    for transform in TRANSFORMS:
+        model = _model("TreeEnsembleClassifier", [_t("X", F, None)], [_t("Y", I64, None), _t("Z", F, None)],
+                       classlabels_int64s=list(range(k)), post_transform=transform, **attrs)
+        check(model, {"X": _tree_input(rng, feats)}, f"TreeEnsembleClassifier {transform} seed {seed}")
+    # one class label: one score column, labels 1 / 0 by its sign
+    one = _legacy_tree_attrs(rng, trees, 1, "class")
+    for transform in ("NONE", "LOGISTIC"):
+        for base in (None, [0.25]):
+            extra = {"base_values": base} if base else {}
+            model = _model("TreeEnsembleClassifier", [_t("X", F, None)], [_t("Y", I64, None), _t("Z", F, None)],
+                           classlabels_int64s=[7], post_transform=transform, **one, **extra)
+            check(model, {"X": _tree_input(rng, feats)}, f"TreeEnsembleClassifier one label {transform} seed {seed}")
+
+
+def _v5_attrs(rng: np.random.Generator, trees: list, n_out: int, member_every: int) -> dict:
+    """The opset-5 form of random trees: interior nodes numbered over all trees, leaves in their
+    own arrays, every ``member_every``-th interior node turned into a set-membership test."""
+    a: dict[str, list] = {k: [] for k in ("nodes_featureids", "nodes_splits", "nodes_modes", "nodes_truenodeids",
+                                          "nodes_falsenodeids", "nodes_trueleafs", "nodes_falseleafs",
+                                          "nodes_missing_value_tracks_true", "leaf_targetids", "leaf_weights",
+                                          "tree_roots", "membership_values")}
+    for nodes in trees:
+        interior = {i: None for i, nd in enumerate(nodes) if not nd["leaf"]}
+        leaves = {i: None for i, nd in enumerate(nodes) if nd["leaf"]}
+        if not interior:  # opset 5 has no single-leaf trees: give it one split
+            continue
+        base = len(a["nodes_featureids"])
+        for n, i in enumerate(interior):
+            interior[i] = base + n
+        for i in leaves:
+            leaves[i] = len(a["leaf_targetids"])
+            a["leaf_targetids"].append(int(rng.integers(0, n_out)))
+            a["leaf_weights"].append(float(rng.standard_normal()))
+        a["tree_roots"].append(interior[0])
+        for i in interior:
+            nd = nodes[i]
+            mode = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3}[nd["mode"]]
+            if member_every and len(a["nodes_modes"]) % member_every == 0:
+                mode = 6
+                # onnxruntime implements sets of integers only
+                a["membership_values"] += [float(v) for v in rng.integers(-3, 4, 3)] + [float("nan")]
+            a["nodes_featureids"].append(nd["feature"])
+            a["nodes_splits"].append(nd["value"])
+            a["nodes_modes"].append(mode)
+            a["nodes_missing_value_tracks_true"].append(nd["missing"])
+            for side in ("true", "false"):
+                child = nd[side]
+                is_leaf = nodes[child]["leaf"]
+                a[f"nodes_{side}nodeids"].append(leaves[child] if is_leaf else interior[child])
+                a[f"nodes_{side}leafs"].append(int(is_leaf))
+    return a
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tree_ensemble_opset5(seed):
+    rng = np.random.default_rng(seed)
+    feats, n_out = 3, int(rng.integers(1, 4))
+    trees = _random_trees(rng, int(rng.integers(1, 5)), feats, int(rng.integers(1, 4)))
+    for dtype, elem in ((np.float32, F), (np.float64, D)):
+        a = _v5_attrs(rng, trees, n_out, member_every=3 if seed % 2 else 0)
+        if not a["tree_roots"]:
+            continue
+        x = _tree_input(rng, feats).astype(dtype)
+        if seed % 2:  # onnxruntime tests set membership on integer inputs only (other values: no rule)
+            x = np.round(x * 2)
+        for agg in range(4):
+            for post in (0, 1, 2):
+                attrs = dict(a)
+                attrs["nodes_modes"] = helper.make_tensor("nodes_modes", TensorProto.UINT8, [len(a["nodes_modes"])],
+                                                          a["nodes_modes"])
+                attrs["nodes_splits"] = helper.make_tensor("nodes_splits", elem, [len(a["nodes_splits"])],
+                                                           a["nodes_splits"])
+                attrs["leaf_weights"] = helper.make_tensor("leaf_weights", elem, [len(a["leaf_weights"])],
+                                                           a["leaf_weights"])
+                members = attrs.pop("membership_values")
+                if members:
+                    attrs["membership_values"] = helper.make_tensor("membership_values", elem, [len(members)], members)
+                model = _model("TreeEnsemble", [_t("X", elem, None)], [_t("Y", elem, None)], ml_opset=5,
+                               n_targets=n_out, aggregate_function=agg, post_transform=post, **attrs)
+                check(model, {"X": x}, f"TreeEnsemble {dtype.__name__} agg={agg} post={post} seed {seed}")

@@ -387,6 +387,20 @@ class Graph:
             if i:
                 self._consumers.setdefault(i, []).append(node)
 
+    def index_rename(self, old: str, new: str, order: Mapping[int, int]) -> None:
+        """Record in the producer/consumer maps that value ``old`` is now called ``new`` on the nodes
+        (its producer writes ``new``, its readers read it), as ``unindex_node``, without a full
+        ``reindex``. ``order`` maps ``id(node)`` to its position in ``nodes``: the readers of both
+        names are kept in graph order, as ``reindex`` lists them."""
+        producer = self._producer.pop(old, None)
+        if producer is not None:
+            self._producer[new] = producer
+        moved = self._consumers.pop(old, None)
+        if moved:
+            readers = self._consumers.setdefault(new, [])
+            readers.extend(moved)
+            readers.sort(key=lambda n: order[id(n)])
+
     # -- writing ----------------------------------------------------------------------------
     def to_proto(self) -> onnx.GraphProto:
         inits = []

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import InvalidGraph
 from onnxhal.runtime.environment import CPU_EP_NAME
+
+if TYPE_CHECKING:
+    from onnxhal.runtime.session import InferenceSession
 
 #: The host side of a graph input or output (the caller's memory).
 HOST = "host"
@@ -174,12 +178,11 @@ def build_view(graph: Graph, groups: Sequence[Sequence[Node]], fused: Sequence[b
     return PartitionView(graph, nodes, partitions, partition_of, list(transfers.values()))
 
 
-def session_view(sess: object) -> PartitionView:
-    """The view of an ``InferenceSession``'s partition."""
-    core = sess._core  # type: ignore[attr-defined]
-    fused_sets = [{id(n) for n in g.nodes} for g in core.partition.groups]
-    assigned = core.partition.assigned
-    return build_view(core.graph, [a.nodes for a in assigned],
+def session_view(sess: InferenceSession) -> PartitionView:
+    """The view of an ``InferenceSession``'s partition (``sess.partition`` on ``sess.graph``)."""
+    fused_sets = [{id(n) for n in g.nodes} for g in sess.partition.groups]
+    assigned = sess.partition.assigned
+    return build_view(sess.graph, [a.nodes for a in assigned],
                       [{id(n) for n in a.nodes} in fused_sets for a in assigned])
 
 

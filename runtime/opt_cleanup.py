@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 
 import numpy as np
 import onnx
@@ -66,28 +67,13 @@ def _bypass(graph: Graph, node: Node, source: str, result: str, order: dict[int,
     if order is None:
         graph.reindex()
         return True
-    # The entries a full reindex would change, in graph order (a full reindex per removed node made
-    # no-op elimination quadratic in the graph's size).
-    prod, cons = graph._producer, graph._consumers
-    for o in node.outputs:
-        if o and prod.get(o) is node:
-            del prod[o]
-    for i in {*node.inputs, *node.implicit_inputs}:
-        readers = cons.get(i)
-        if readers is not None:
-            readers[:] = [r for r in readers if r is not node]
-            if not readers:
-                del cons[i]
+    # Just the entries a full reindex would change: a full reindex per removed node would make
+    # no-op elimination quadratic in the graph's size.
+    graph.unindex_node(node)
     if producer is None:  # the readers of result read source now
-        moved = cons.pop(result, None)
-        if moved:
-            readers = cons.setdefault(source, [])
-            readers.extend(moved)
-            readers.sort(key=lambda n: order[id(n)])
+        graph.index_rename(result, source, order)
     else:  # source's producer writes result now
-        if prod.get(source) is producer:
-            del prod[source]
-        prod[result] = producer
+        graph.index_rename(source, result, order)
     return True
 
 
@@ -126,7 +112,7 @@ def eliminate_no_ops(graph: Graph) -> bool:
         if _bypass(graph, node, source, node.outputs[0], order):
             changed = True
     if changed:
-        graph.__dict__.pop(_INFERRED_AT, None)
+        _inferred_at.pop(graph, None)
     return changed
 
 
@@ -253,13 +239,13 @@ def fold_constants(graph: Graph) -> bool:
         changed = True
     remove_nodes(graph, folded)
     if changed:
-        graph.__dict__.pop(_INFERRED_AT, None)
+        _inferred_at.pop(graph, None)
     return changed
 
 
-#: Graph attribute: (node count, initializer count) when ``refresh_shapes`` last ran inference on
-#: it, cleared by the passes here that change the graph (folding, no-op elimination).
-_INFERRED_AT = "_shapes_inferred_at"
+#: Per graph, (node count, initializer count) when ``refresh_shapes`` last ran inference on it,
+#: cleared by the passes here that change the graph (folding, no-op elimination).
+_inferred_at: weakref.WeakKeyDictionary[Graph, tuple[int, int]] = weakref.WeakKeyDictionary()
 
 
 def refresh_shapes(graph: Graph) -> bool:
@@ -279,7 +265,7 @@ def refresh_shapes(graph: Graph) -> bool:
     # that changes the node or initializer count) has changed the graph. onnx's inference is most
     # of a session's optimizer time on a 1,000-node export.
     size = (len(graph.nodes), len(graph.initializers))
-    if graph.__dict__.get(_INFERRED_AT) == size:
+    if _inferred_at.get(graph) == size:
         return False
     names = [o for n in graph.nodes for o in n.outputs if o]
     if all(graph.value_info(n).has_static_shape for n in names):
@@ -290,7 +276,7 @@ def refresh_shapes(graph: Graph) -> bool:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception:  # inference is a help: the shapes stay as they were
         return False
-    setattr(graph, _INFERRED_AT, size)
+    _inferred_at[graph] = size
     changed = False
     for vi in inferred.graph.value_info:
         new = ValueInfo(vi.name, vi.type)

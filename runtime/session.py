@@ -31,7 +31,7 @@ from onnxhal.runtime.input_checks import FeedChecker
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, check_log_severity, log_scope
 from onnxhal.runtime.memory_context import MemoryContext
 from onnxhal.runtime.model_overrides import override_initializers
-from onnxhal.runtime.partitioner import FusedGroup
+from onnxhal.runtime.partitioner import FusedGroup, PartitionResult
 from onnxhal.runtime.profiler import Profiler
 from onnxhal.runtime.recovery import RecoveryPolicy
 from onnxhal.runtime.session_build import SessionCore, check_canceled, load, select
@@ -244,6 +244,24 @@ class InferenceSession:
     def graph(self) -> Graph:
         """The main graph as compiled: optimized, partitioned, each compiled group a fused node."""
         return self._core.graph
+
+    @property
+    def ep_devices(self) -> dict[str, list[OrtEpDevice]]:
+        """The EP devices each EP was created for, by EP name, in priority order."""
+        return {c.ep_name: list(c.devices) for c in self._core.choices}
+
+    @property
+    def graph_capture_ep(self) -> Ep | None:
+        """The EP that captures the run and replays it (graph capture on and every node its own or
+        allowed by its policy), or None when runs are not captured."""
+        return self._core.capture_ep
+
+    @property
+    def partition(self) -> PartitionResult:
+        """The partition as made: every fused group an EP claimed (``fused_groups`` lists the ones
+        compiled), the assigned subgraphs in assignment order, and the reasons groups were rejected.
+        Read it; do not change it."""
+        return self._core.partition
 
     @property
     def fused_groups(self) -> list[FusedGroup]:

@@ -338,14 +338,20 @@ def user_eps() -> dict:
     sess = session(model, devices=[dev], options={"min_chain": "2"})
     out["chain"] = {"hw_type": dev.device.type.name, "assignment": assignment(sess), "err": add_mul_error(sess),
                     "ep_metadata": dict(dev.ep_metadata)}
-    plugin.configure(library=str(Path(__file__).resolve().parent / "plugins" / "toy_fusing_ep.py"))
+    toy_path = Path(__file__).resolve().parent / "plugins" / "toy_fusing_ep.py"
+    plugin.configure(library=str(toy_path))
     ort.register_execution_provider_library("toy.virtual", plugin.library_path())
+    # The library as the bridge loaded it (its LOG records what the EP did inside onnxruntime).
+    toy_module = next(m for m in list(sys.modules.values())
+                      if getattr(m, "__file__", None) and Path(m.__file__).resolve() == toy_path)
     toy = device("ToyA")
     for mode in ("single", "fuse"):
+        toy_module.LOG.clear()
         sess = session(model, devices=[toy], options={"mode": mode})
         out[f"toy_{mode}"] = {"assignment": [sorted(n.name for n in s.get_nodes())
                                              for s in sess.get_provider_graph_assignment_info()],
-                              "providers": sess.get_providers(), "err": add_mul_error(sess)}
+                              "providers": sess.get_providers(), "err": add_mul_error(sess),
+                              "trials_kept": [e[3] for e in toy_module.LOG if e[0] == "trials_kept"]}
     sess = session(model, devices=[toy], options={"fail": "capability"})
     out["toy_capability_fails"] = {"assignment": assignment(sess), "err": add_mul_error(sess)}
     try:

@@ -304,7 +304,7 @@ def test_graph_ids_are_captured_apart_and_minus_one_skips(hook):
 def test_capture_is_off_when_nodes_run_elsewhere(hook, caplog, policy, captures):
     # Mul runs on the CPU EP and computes floats, not shapes: neither policy allows it
     s = session({"capture": "1", "ops": "Relu", "policy": policy})
-    assert (s._core.capture_ep is not None) == captures and "graph capture is off: node 'mul'" in caplog.text
+    assert (s.graph_capture_ep is not None) == captures and "graph capture is off: node 'mul'" in caplog.text
     np.testing.assert_array_equal(s.run(None, {"x": X})[0], np.maximum(X, 0) * 2)  # run() is allowed then
 
 
@@ -315,7 +315,7 @@ def test_cpu_nodes_that_compute_shapes_are_allowed_by_the_shapes_policy(hook, po
                  [vi("x", [1, 3])], [vi("y", [1, 3]), vi("s", [2], 7)]).SerializeToString()
     so = onnxhal.SessionOptions()
     s = onnxhal.InferenceSession(model, so, providers=[("HookExecutionProvider", {"capture": "1", "policy": policy})])
-    assert (s._core.capture_ep is not None) == captures
+    assert (s.graph_capture_ep is not None) == captures
 
 
 # -- custom-op domains from a factory --------------------------------------------------------------

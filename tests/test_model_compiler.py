@@ -206,7 +206,7 @@ def test_not_embedded_data_goes_beside_the_model_and_loads_from_there(npu, tmp_p
         name = c["ep_cache_context"].decode()
         assert name.startswith("npu_ctx_VirtualNpuExecutionProvider_") and (tmp_path / name).stat().st_size > 0
     loaded = onnxhal.InferenceSession(str(out), options(npu))
-    assert loaded._core.eps["VirtualNpuExecutionProvider"].contexts_loaded == 2
+    assert loaded.eps["VirtualNpuExecutionProvider"].contexts_loaded == 2
     direct = options(npu)
     direct.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL
     np.testing.assert_array_equal(loaded.run(None, {"x": NPU_X})[0],
@@ -253,7 +253,7 @@ def test_write_and_read_callbacks_carry_the_data(npu):
     so = options(npu)
     so.set_ep_context_data_read_func(read, 1 << 24)
     loaded = onnxhal.InferenceSession(data, so)
-    assert sorted(asked) == sorted(store) and loaded._core.eps["VirtualNpuExecutionProvider"].contexts_loaded == 2
+    assert sorted(asked) == sorted(store) and loaded.eps["VirtualNpuExecutionProvider"].contexts_loaded == 2
     so.set_ep_context_data_read_func(read, 10)  # too small for the data
     with pytest.raises(errors.Fail, match="max_data_size 10"):
         onnxhal.InferenceSession(data, so)

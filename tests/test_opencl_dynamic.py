@@ -67,7 +67,7 @@ def _no_opt() -> onnxhal.SessionOptions:
 
 
 def _dynamic_infos(sess) -> list:
-    return list(sess._core.eps["OpenCLExecutionProvider"]._dynamic.values())
+    return list(sess.eps["OpenCLExecutionProvider"]._dynamic.values())
 
 
 def test_symbolic_batch_is_claimed_and_specialised_per_shape(opencl):
@@ -185,5 +185,5 @@ def test_simulated_gpu_takes_symbolic_shapes_and_the_static_npu_declines():
             assert sess.partition_summary.get(name, 0) == taken
             np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=2e-2, atol=2e-2)
             if not taken:
-                reasons = set(sess._core.eps[name].declined.values())
+                reasons = set(sess.eps[name].declined.values())
                 assert any("static shapes only" in r for r in reasons), reasons

@@ -107,6 +107,27 @@ def test_incremental_producer_consumer_maps_match_a_full_rebuild(build):
     assert seen == {v: (graph.producer(v), sorted(id(c) for c in graph.consumers(v))) for v in values}
 
 
+def test_no_op_elimination_keeps_the_maps_in_graph_order():
+    # The readers of a removed Identity's output join its source's readers: in graph order, as a
+    # full rebuild lists them (consumer lists compared unsorted).
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Neg", ["r"], ["a"], name="a"),
+        helper.make_node("Identity", ["r"], ["i"], name="copy"),
+        helper.make_node("Abs", ["i"], ["b"], name="b"),
+        helper.make_node("Exp", ["r"], ["c"], name="c"),
+        helper.make_node("Sum", ["a", "b", "c", "i"], ["s"], name="sum"),
+        helper.make_node("Identity", ["s"], ["y"], name="out"),  # graph output: Sum renamed instead
+    ]
+    graph = optimized(model_of(nodes, [fvi("x", [4])], [fvi("y", [4])]), Level.ORT_ENABLE_BASIC)
+    assert "Identity" not in [n.op_type for n in graph.nodes]
+    values = {v for n in graph.nodes for v in (*n.inputs, *n.outputs) if v}
+    seen = {v: (graph.producer(v), [n.name for n in graph.consumers(v)]) for v in values}
+    assert seen["r"][1] == ["a", "b", "c", "sum"] and seen["y"][0].name == "sum" and graph.producer("s") is None
+    graph.reindex()
+    assert seen == {v: (graph.producer(v), [n.name for n in graph.consumers(v)]) for v in values}
+
+
 def test_unknown_level_is_rejected():
     with pytest.raises(InvalidArgument, match="optimization level"):
         optimize(load_model(small_cnn()).graph, 7)

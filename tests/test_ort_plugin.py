@@ -224,6 +224,9 @@ def test_users_own_hal_eps_run_through_the_same_adapter():
     # add_single_node: each node is a partition of its own, run by the EP's kernel.
     assert r["toy_single"]["assignment"] == [["add1"], ["mul"], ["add2"]] and r["toy_single"]["err"] == 0.0
     assert r["toy_fuse"]["assignment"] == [["add1", "add2", "mul"]] and r["toy_fuse"]["err"] == 0.0
+    # Compile gets onnxruntime's own graph; the bridge matches it to the group claimed in
+    # get_capability, so the EP keeps what it built while claiming (the group is lowered once).
+    assert r["toy_fuse"]["trials_kept"] == [1]
     # get_capability raising: onnxruntime logs it and gives the EP nothing.
     assert r["toy_capability_fails"]["assignment"] == {"CPUExecutionProvider": ["add1", "add2", "mul"]}
     # compile raising: onnxruntime fails the session with the EP's message (onnxhal's runtime falls back).

@@ -54,6 +54,14 @@ def test_fused_group_compiles_and_runs(toy):
     assert inputs == ["x"] and outputs == ["y"] and n == 3  # constants dropped into the EP
 
 
+def test_compile_gets_the_graph_planned_while_claiming(toy):
+    # EpGraphSupportInfo.filtered_graph is the object compile receives: what the EP built from it in
+    # get_capability is kept (the toy counts the groups it did not build again).
+    sess = _session(add_mul_model(), ("ToyA", {"ops": "Add,Mul"}))
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
+    assert [e[3] for e in toy.LOG if e[0] == "trials_kept"] == [1]
+
+
 def test_partial_claim_leaves_the_rest_to_cpu(toy):
     sess = _session(add_mul_model(), ("ToyA", {"ops": "Mul"}))
     assert _assignment(sess) == [("ToyA", ["mul"]), ("CPUExecutionProvider", ["add1"]), ("CPUExecutionProvider", ["add2"])]

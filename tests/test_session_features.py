@@ -148,7 +148,7 @@ def test_set_ep_dynamic_options_as_onnxruntime(register):
     toy = library_module(register(os.path.join(PLUGINS, "toy_fusing_ep.py"), "toy_fusing"))
     seen = []
     sess = onnxhal.InferenceSession(mlp().SerializeToString(), providers=[("ToyA", {"ops": "Relu"})])
-    ep = sess._core.eps["ToyA"]
+    ep = sess.eps["ToyA"]
     ep.set_dynamic_options = seen.append  # the EP receives the options, as strings
     sess.set_ep_dynamic_options({"ep.dynamic.workload_type": "Efficient", "n": 3})
     assert seen == [{"ep.dynamic.workload_type": "Efficient", "n": "3"}] and toy is not None
@@ -204,7 +204,7 @@ def test_device_id_picks_the_eps_device(register, how):
             so = onnxhal.SessionOptions()
             so.add_provider("ToyA", options)
             sess = onnxhal.InferenceSession(mlp().SerializeToString(), so)
-        toy_devices = [c.devices for c in sess._core.choices if c.ep_name == "ToyA"]
+        toy_devices = [sess.ep_devices["ToyA"]]
         assert [d.device.device_id for d in toy_devices[0]] == [int(device_id)]
     assert [e[2] for e in toy.LOG if e[0] == "create_ep"] == [1, 0]
     with pytest.raises(errors.InvalidArgument, match="device_id=5, but the EP has 2 device"):

@@ -47,7 +47,7 @@ def session(device, profiling=False, tmp_path=None):
 def test_a_matmul_costs_what_the_formula_says(sims, name, itemsize):
     sess = session(sims[name])
     sess.run(None, {"x": np.ones((M, K), np.float32)})
-    ep = next(iter(sess._core.eps.values()))
+    ep = next(iter(sess.eps.values()))
     p = ep.profile
     dtype = "float16" if itemsize == 2 else "float32"
     work = 2.0 * M * N * K
@@ -79,7 +79,7 @@ def test_the_profiling_trace_carries_simulated_time_and_energy(sims, tmp_path):
     assert attach_to_session(sess)
     sess.run(None, {"x": np.ones((M, K), np.float32)})
     events = json.load(open(sess.end_profiling()))
-    ep = next(iter(sess._core.eps.values()))
+    ep = next(iter(sess.eps.values()))
     (cost,) = ep.partition_costs.values()
     nodes = [e for e in events if e["cat"] == "Node" and e["args"].get("provider") == "VirtualGpuExecutionProvider"]
     assert nodes and nodes[0]["args"]["sim_device"] == "discrete-gpu"
@@ -103,7 +103,7 @@ def test_an_nhwc_device_pays_the_layout_transposes_the_runtime_inserts(sims):
     for name in ("generic-npu", "discrete-gpu"):
         so = onnxhal.SessionOptions()
         so.add_provider_for_devices([sims[name]])
-        ep = next(iter(onnxhal.InferenceSession(data, so)._core.eps.values()))
+        ep = next(iter(onnxhal.InferenceSession(data, so).eps.values()))
         (costs[name],) = ep.partition_costs.values()
     npu_ops = [k.op_type for k in costs["generic-npu"].kernels]
     assert npu_ops.count("Transpose") == 2 and "FusedConv" in npu_ops

@@ -94,7 +94,7 @@ def test_policies_pick_the_simulated_devices(sims):
         so = onnxhal.SessionOptions()
         so.set_provider_selection_policy(policy)
         sess = onnxhal.InferenceSession(model.SerializeToString(), so)
-        picked[policy] = (sess.get_providers(), [ep.profile.name for ep in sess._core.eps.values()
+        picked[policy] = (sess.get_providers(), [ep.profile.name for ep in sess.eps.values()
                                                  if hasattr(ep, "profile")])
     # ORT's order: NPU first; among GPUs the discrete one (generic-gpu, not integrated-gpu).
     assert picked[P.PREFER_NPU] == ([NPU, "CPUExecutionProvider"], ["generic-npu"])
@@ -136,7 +136,7 @@ def test_benchmark_models_run_mostly_on_the_generic_devices(sims, builder):
         counts = sess.partition_summary
         assert counts.get(ep_name, 0) / sum(counts.values()) >= 0.6, (name, counts)
         out = sess.run(None, feeds)[0]
-        prof = sess._core.eps[ep_name].profile
+        prof = sess.eps[ep_name].profile
         np.testing.assert_allclose(out, ref, rtol=prof.rtol, atol=prof.atol * max(1.0, float(np.abs(ref).max())))
 
 
@@ -149,7 +149,7 @@ def test_profile_op_limits_give_partial_partitions_with_cpu_fallback(sims):
         sess = session_on(model, sims[name])
         on_cpu[name] = sorted(n.op_type for n in sess.assigned_nodes() if n.ep_name == "CPUExecutionProvider")
         np.testing.assert_allclose(sess.run(None, feeds)[0], ref, rtol=2e-2, atol=2e-2 * float(np.abs(ref).max()))
-        ep = sess._core.eps[sims[name].ep_name]
+        ep = sess.eps[sims[name].ep_name]
         for n in sess.assigned_nodes():
             if n.ep_name == "CPUExecutionProvider":
                 assert name in ep.declined[n.name]  # declined by the profile, which says why
@@ -165,14 +165,14 @@ def test_static_shapes_rank_and_dtype_limits(sims):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])]), opset_imports=[helper.make_opsetid("", 17)])
     sess = session_on(dyn, sims["generic-npu"])
     assert sess.partition_summary == {"CPUExecutionProvider": 1}
-    assert "static shapes only" in sess._core.eps[NPU].declined["relu"]
+    assert "static shapes only" in sess.eps[NPU].declined["relu"]
     rank5 = helper.make_model(helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")], "r5",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 2, 2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2, 2, 2])]), opset_imports=[helper.make_opsetid("", 17)])
     npu = session_on(rank5, sims["generic-npu"])
     assert npu.partition_summary == {"CPUExecutionProvider": 1}
-    assert "rank <= 4" in npu._core.eps[NPU].declined["relu"]
+    assert "rank <= 4" in npu.eps[NPU].declined["relu"]
     assert session_on(rank5, sims["generic-gpu"]).partition_summary == {GPU: 1}
 
 
@@ -196,7 +196,7 @@ def test_transfers_are_real_copies_to_device_memory(sims):
     sess = session_on(model, sims["generic-gpu"])
     x = np.ones((8, 32), np.float32)
     sess.run(None, {"x": x})
-    ep = sess._core.eps[GPU]
+    ep = sess.eps[GPU]
     alloc = sess.memory.allocator(ep.memory_info.memory_device)
     stats = alloc.stats()
     assert stats["NumAllocs"] >= 2 and stats["Limit"] == ep.profile.capacity_bytes
@@ -217,7 +217,7 @@ def test_memory_capacity_is_enforced_and_the_device_recovers(tmp_path, sims):
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 160])]), opset_imports=[helper.make_opsetid("", 17)])
         sess = session_on(big, dev)
         x = np.ones((64, 160), np.float32)  # 40 KiB in + 40 KiB out > 64 KiB
-        alloc = sess.memory.allocator(sess._core.eps[GPU].memory_info.memory_device)
+        alloc = sess.memory.allocator(sess.eps[GPU].memory_info.memory_device)
         idle = alloc.stats()["InUse"]  # the partition's constants, held while the session lives
         with pytest.raises(OutOfMemory, match="65536-byte limit"):
             sess.run(None, {"x": x})
@@ -275,7 +275,7 @@ def test_power_aware_delegate_goes_beyond_orts_device_order(sims):
         so = onnxhal.SessionOptions()
         so.set_provider_selection_policy_delegate(power_aware_delegate(policy))
         sess = onnxhal.InferenceSession(model.SerializeToString(), so)
-        picked[policy] = [ep.profile.name for ep in sess._core.eps.values() if hasattr(ep, "profile")]
+        picked[policy] = [ep.profile.name for ep in sess.eps.values() if hasattr(ep, "profile")]
         assert sess.get_providers()[-1] == "CPUExecutionProvider"
     assert picked[P.MIN_OVERALL_POWER] == ["generic-npu"]  # 2 W
     assert picked[P.MAX_EFFICIENCY] == ["mobile-npu"]  # 22.5 fp16 TOPS / 6 W beats 5 / 2 W

@@ -69,7 +69,7 @@ def test_compile_to_file_and_run_without_planning(sims, tmp_path):
     assert compat == info and plan.input_names == ["x"] and cost.work > 0
 
     loaded = onnxhal.InferenceSession(str(path), options(npu))
-    ep = loaded._core.eps["VirtualNpuExecutionProvider"]
+    ep = loaded.eps["VirtualNpuExecutionProvider"]
     assert ep.contexts_loaded == 2 and loaded.partition_summary == {"VirtualNpuExecutionProvider": 2,
                                                                     "CPUExecutionProvider": 1}
     so = options(npu)
@@ -77,7 +77,7 @@ def test_compile_to_file_and_run_without_planning(sims, tmp_path):
     direct = onnxhal.InferenceSession(model_bytes(), so)
     np.testing.assert_array_equal(loaded.run(None, {"x": X})[0], direct.run(None, {"x": X})[0])
     assert ep.meter.last_run.kernel_seconds == pytest.approx(
-        direct._core.eps["VirtualNpuExecutionProvider"].meter.last_run.kernel_seconds)  # the cost came along
+        direct.eps["VirtualNpuExecutionProvider"].meter.last_run.kernel_seconds)  # the cost came along
     assert npu.factory.validate_compiled_model_compatibility_info([npu.device], info) == \
         OrtCompiledModelCompatibility.EP_SUPPORTED_OPTIMAL
 

@@ -92,7 +92,7 @@ def test_failover_repartitions_onto_the_remaining_eps(sims):
 def test_alloc_failure_is_out_of_memory_and_the_session_recovers(sims):
     # One run allocates the feed (1 KiB), the output (512 B) and intermediates; allow a bit over one run.
     probe = session(sims[GPU])
-    shared = probe.memory.allocator(probe._core.eps[GPU].memory_info.memory_device)  # the device's, shared
+    shared = probe.memory.allocator(probe.eps[GPU].memory_info.memory_device)  # the device's, shared
     before = shared.stats()["TotalAllocated"]
     run(probe)
     per_run = shared.stats()["TotalAllocated"] - before
@@ -102,7 +102,7 @@ def test_alloc_failure_is_out_of_memory_and_the_session_recovers(sims):
         run(sess)
     np.testing.assert_allclose(run(sess), EXPECTED, rtol=1e-4, atol=1e-4)  # the count restarted
     assert sess.get_providers() == [GPU, CPU]  # OutOfMemory is not an EP failure: no fallback
-    assert sess._core.eps[GPU].allocator.injected == 1
+    assert sess.eps[GPU].allocator.injected == 1
 
 
 def test_compile_failure_gives_the_nodes_to_the_cpu_or_fails_creation(sims):
@@ -137,7 +137,7 @@ def test_slowdown_multiplies_device_time(sims):
     base = session(sims[GPU])
     slow = session(sims[GPU], {"fault_slowdown": "8"})
     run(base), run(slow)
-    b, s = base._core.eps[GPU].meter, slow._core.eps[GPU].meter
+    b, s = base.eps[GPU].meter, slow.eps[GPU].meter
     assert s.last_run.kernel_seconds == pytest.approx(8 * b.last_run.kernel_seconds)
     assert s.last_run.transfer_seconds == pytest.approx(8 * b.last_run.transfer_seconds)
     # ... and compute really takes 8x its wall-clock time (it waits for the device, then idles 7x that).

@@ -112,7 +112,7 @@ def test_each_op_an_fp16_profile_claims_agrees_with_the_cpu_ep(op):
                 assert on_device == 0, (op, name)
             else:  # NHWC profiles add the two Transposes at the edges of the NHWC region
                 assert on_device == (3 if ep_layout(device) == "NHWC" and op in NHWC_OPS else 1), (op, name)
-            ep = sess._core.eps[device.ep_name]
+            ep = sess.eps[device.ep_name]
             got = sess.run(None, inputs)[0]
             np.testing.assert_allclose(got, want, rtol=ep.profile.rtol, atol=ep.profile.atol, err_msg=f"{op} on {name}")
 
@@ -141,7 +141,7 @@ def test_reduction_results_stay_float32_on_an_fp16_npu():
         assert sess.partition_summary == {"VirtualNpuExecutionProvider": 3, "CPUExecutionProvider": 1}
         got = sess.run(None, {"x": x})[0]
         np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-3)  # not zeros: sqrt(inf) was
-        assert not sess._core.eps["VirtualNpuExecutionProvider"].fp16_overflows
+        assert not sess.eps["VirtualNpuExecutionProvider"].fp16_overflows
 
 
 def test_an_fp16_overflow_is_reported_once(caplog):

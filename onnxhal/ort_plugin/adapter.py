@@ -251,6 +251,16 @@ class FactoryAdapter:
             self.memory_infos.clear()
 
 
+def group_signature(graph: Graph) -> tuple:
+    """What makes two readings of one onnxruntime graph's fused group interchangeable for
+    ``Ep.compile``: each node's name, op, inputs and outputs in order (value names are unique in a
+    graph, so they pin the nodes down), the inputs and outputs in order with their types and
+    shapes, and the constant initializers' names."""
+    nodes = tuple((n.name, n.domain, n.op_type, n.inputs, n.outputs) for n in graph.nodes)
+    edges = tuple((v.name, v.elem_type, v.shape) for v in (*graph.inputs, *graph.outputs))
+    return nodes, len(graph.inputs), edges, tuple(sorted(graph.initializers))
+
+
 class EpAdapter:
     """One session's ``hal.Ep`` as an OrtEp."""
 
@@ -265,6 +275,10 @@ class EpAdapter:
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}
         self.single_nodes: set[str] = set()  # names of nodes claimed with add_single_node
+        # The filtered graph of each group get_capability claimed, by group_signature, until compile:
+        # onnxruntime hands Compile graphs of its own, and the EP's plan made while claiming is keyed
+        # by the filtered graph it planned (EpGraphSupportInfo.filtered_graph).
+        self.claimed_graphs: dict[tuple, Graph] = {}
         self.memory = DeviceMemory.of(factory.factory, ep, ep_devices)
         d.objects[self.address] = self
 
@@ -275,6 +289,9 @@ class EpAdapter:
         # A single node runs through the EP's kernel: presented to onnxruntime as a group of one.
         groups = [([n], None) for n in support.single_nodes] + list(support.fused_groups)
         self.single_nodes.update(n.name for n in support.single_nodes)
+        for nodes, options in support.fused_groups:
+            filtered = support.filtered_graph(nodes, options)
+            self.claimed_graphs[group_signature(filtered)] = filtered
         for nodes, options in groups:
             ptrs = (c_void_p * len(nodes))(*[walk.ort_nodes[id(n)] for n in nodes])
             fusion = FusionOptions(API_VERSION, bool(options and options.drop_constant_initializers))
@@ -284,8 +301,9 @@ class EpAdapter:
         count = args[2]
         graphs, fused = words(args[0], count), words(args[1], count)
         fused_nodes = [fused_node_signature(self.api, p) for p in fused]
-        hal_graphs = [GraphWalk(self.api, g, list(f.inputs), list(f.outputs)).graph
+        hal_graphs = [self._claimed(GraphWalk(self.api, g, list(f.inputs), list(f.outputs)).graph)
                       for g, f in zip(graphs, fused_nodes)]
+        self.claimed_graphs.clear()
         singles = [self._single_node_compute(g) for g in hal_graphs]
         to_compile = [i for i, s in enumerate(singles) if s is None]
         compiled, contexts = compile_graphs(self.ep, [hal_graphs[i] for i in to_compile],
@@ -304,6 +322,12 @@ class EpAdapter:
             nodes = ctypes.cast(args[4], POINTER(c_void_p))
             for i, context in enumerate(context_nodes):
                 nodes[i] = context_node(self.api, context) if context is not None else None
+
+    def _claimed(self, graph: Graph) -> Graph:
+        """The filtered graph get_capability made for the group onnxruntime compiles as ``graph``, if
+        it is the same group with the same inputs, outputs and constants (the EP then keeps the plan
+        it made while claiming); else ``graph``."""
+        return self.claimed_graphs.get(group_signature(graph), graph)
 
     def compatibility_info(self, args: Any) -> int:
         """GetCompiledModelCompatibilityInfo: written into a compiled model's metadata."""
@@ -343,6 +367,7 @@ class EpAdapter:
         for adapter in list(self.compute_infos.values()):
             d.objects.pop(adapter.address, None)
         self.compute_infos.clear()
+        self.claimed_graphs.clear()
         self.factory.factory.release_ep(self.ep)
 
 

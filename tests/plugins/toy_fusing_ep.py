@@ -6,9 +6,12 @@ all claimed nodes as a single group even if that is invalid, "single": add_singl
 the groups named by ``groups``, node names joined by "+" and groups by ";", then the single nodes
 named by ``singles``, comma-separated, repeats kept),
 ``fail`` ("compile" or "capability"), ``lose_after`` (N: the device is lost after N runs). Fused groups are compiled into a small numpy interpreter.
+In "fuse" mode each group is compiled while it is claimed, on the graph ``compile`` will receive
+(``filtered_graph``), and ``compile`` keeps that result: the "trials_kept" event counts them.
 """
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -64,6 +67,7 @@ class ToyEp(hal.Ep):
         self.lose_after = int(options.get("lose_after", "-1"))  # device lost after N runs
         self.runs = 0
         self.lock = threading.Lock()
+        self.trials = weakref.WeakKeyDictionary()  # filtered graph -> its _Compute, made while claiming
 
     def get_capability(self, graph, support_info):
         LOG.append(("capability", self.name, self.device.device_id, graph.name))
@@ -85,15 +89,20 @@ class ToyEp(hal.Ep):
             if mine:
                 support_info.add_nodes_to_fuse(mine)
         else:
+            options = hal.NodeFusionOptions(drop_constant_initializers=True)
             for group in _connected_runs(graph, mine):
-                support_info.add_nodes_to_fuse(group, hal.NodeFusionOptions(drop_constant_initializers=True))
+                part = support_info.filtered_graph(group, options)
+                self.trials[part] = _Compute(part, self)
+                support_info.add_nodes_to_fuse(group, options)
 
     def compile(self, graphs, fused_nodes):
         LOG.append(("compile", self.name, self.device.device_id,
                     [(g.input_names, g.output_names, len(g.nodes)) for g in graphs]))
         if self.fail == "compile":
             raise RuntimeError("program build failed")
-        return [_Compute(g, self) for g in graphs]
+        kept = [self.trials.pop(g, None) for g in graphs]
+        LOG.append(("trials_kept", self.name, self.device.device_id, sum(k is not None for k in kept)))
+        return [k if k is not None else _Compute(g, self) for k, g in zip(kept, graphs)]
 
     def create_kernel(self, node, context):
         return _Kernel(node.op_type)

@@ -88,9 +88,12 @@ class LoadAwareBlasThreads:
     2-core machine was loaded (onnxruntime 7 ms; its pool lets the calling thread take the parts
     no worker has started). So before each run the runnable count of the machine
     (``/proc/loadavg``) says how many cores others hold, and the count is held down for a second
-    after a peak (loads come and go faster than a run); this process's own threads (the caller
-    and BLAS's, which spin briefly after each product) are not counted as others. Read at most
-    every 50 ms; one read costs about 10 us."""
+    after a peak (loads come and go faster than a run); this process's own runnable threads (the
+    caller, BLAS's, which spin briefly after each product, and any other library's pool in the
+    process, such as onnxruntime's or an OpenCL driver's) are counted from ``/proc/self/task`` and
+    are not others: a process that alternates onnxhal and onnxruntime runs would otherwise see
+    onnxruntime's finishing workers as a competing load and halve its own BLAS threads. Read at
+    most every 50 ms; one read costs about 10 us plus about 3 us per thread of the process."""
 
     def __init__(self, requested: int, cores: int | None = None) -> None:
         import os
@@ -110,18 +113,47 @@ class LoadAwareBlasThreads:
         except (OSError, IndexError, ValueError):  # not Linux: keep the requested count
             return None
 
-    def threads_now(self, now: float | None = None, runnable: int | None = None) -> int:
-        """The BLAS thread count for a run starting now (``now``/``runnable`` for tests)."""
+    @staticmethod
+    def _own_runnable() -> int | None:
+        """Runnable threads of this process (state R in /proc/self/task/*/stat)."""
+        import os
+
+        try:
+            tids = os.listdir("/proc/self/task")
+        except OSError:
+            return None
+        count = 0
+        for tid in tids:
+            try:
+                with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:  # the thread ended meanwhile
+                continue
+            end = stat.rfind(b")")  # the command name may hold spaces and parentheses
+            if stat[end + 2:end + 3] == b"R":
+                count += 1
+        return count
+
+    def threads_now(self, now: float | None = None, runnable: int | None = None, own: int | None = None) -> int:
+        """The BLAS thread count for a run starting now (``now``/``runnable``/``own`` for tests; an
+        injected ``runnable`` without ``own`` counts the session's own threads as its request)."""
         import time
 
         now = time.monotonic() if now is None else now
         if self.requested == 1 or now - self._checked < 0.05:
             return self.current
         self._checked = now
-        runnable = self._runnable() if runnable is None else runnable
+        if runnable is None:
+            # Own threads read before and after the machine's count: one that went to sleep or
+            # woke in between is still counted as this process's, not as another's.
+            before = self._own_runnable()
+            runnable = self._runnable()
+            after = self._own_runnable()
+            if own is None and before is not None and after is not None:
+                own = max(before, after)
         if runnable is None:
             return self.current
-        others = max(0, runnable - self.requested)
+        others = max(0, runnable - (self.requested if own is None else max(1, own)))
         if others >= self._others or now - self._others_at > 1.0:
             self._others, self._others_at = others, now
         idle = self.cores - self._others

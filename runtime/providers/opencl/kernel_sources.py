@@ -83,6 +83,16 @@ GEMM_RN = 16
 GEMM_JT = 16
 
 
+#: Which register block (ib, jb) of which batch b a GEMM-family work-item computes, from Mb row
+#: blocks and Nb column panels (see ``_gemm_source``'s walk).
+_TILE_WALK = """  const int jt = min(GEMM_JT, Nb);
+  const int gid = get_global_id(0);
+  const int group = gid / (Mb * jt), within = gid % (Mb * jt);
+  const int ib = within / jt, jb = group * jt + within % jt;
+  if (jb >= Nb) return;
+  const int b = get_global_id(1);"""
+
+
 def _gemm_source() -> str:
     rm = GEMM_RM
     decl = "\n".join(f"  float16 c{r} = (float16)(0.0f);" for r in range(rm))
@@ -96,12 +106,7 @@ def _gemm_source() -> str:
   // work-groups reuse its A rows from cache while the group's B panels stay in L2 (2x less memory
   // traffic than row-block order at N = 2048).
   const int Mb = (M + RM - 1) / RM, Nb = (N + 15) / 16;
-  const int jt = min(GEMM_JT, Nb);
-  const int gid = get_global_id(0);
-  const int group = gid / (Mb * jt), within = gid % (Mb * jt);
-  const int ib = within / jt, jb = group * jt + within % jt;
-  if (jb >= Nb) return;
-  const int b = get_global_id(1);
+""" + _TILE_WALK + """
   const int i0 = ib * RM, j0 = jb * 16;
   __global const float16* bp = (__global const float16*)(Bp + ((size_t)b * Nb + jb) * K * 16);"""
     conv = "\n".join(_conv_implicit_source(sw, decl, body, store) for sw in (1, 2))
@@ -271,12 +276,7 @@ __kernel void conv_implicit_s{sw}(__global const float* Ap, __global const float
                                const float p0, const float p1) {{
   const int K = Cg * KH * KW, P = OH * OW, HpWp = Hp * Wp;
   const int Mb = (M + RM - 1) / RM, Nb = OH * NPB;
-  const int jt = min(GEMM_JT, Nb);
-  const int gid = get_global_id(0);
-  const int group = gid / (Mb * jt), within = gid % (Mb * jt);
-  const int ib = within / jt, jb = group * jt + within % jt;
-  if (jb >= Nb) return;
-  const int b = get_global_id(1);
+{_TILE_WALK}
   const int i0 = ib * RM, oh = jb / NPB, ow0 = (jb % NPB) * 16;
   __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
   __global const float* xb = Xp + (size_t)b * Cg * HpWp + (size_t)oh * sh * Wp + ow0 * {sw};

@@ -55,6 +55,32 @@ def attention_heads() -> bytes:
     return model.SerializeToString()
 
 
+def split_then_merge() -> bytes:
+    """MatMul -> Reshape to heads -> Reshape back -> Relu, each Reshape's target computed from the
+    Shape of its input (as a GPT-2 export's head merge): the first Reshape lands alone between two
+    shape chains, its own partition of one view."""
+    w = RNG.standard_normal((32, 32)).astype(np.float32) * 0.2
+    c = {"i0": np.array([0], np.int64), "i1": np.array([1], np.int64), "hd": np.array([4, 8], np.int64),
+         "d": np.array([32], np.int64)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["q"]),
+             helper.make_node("Shape", ["q"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["s", "i1"], ["t"], axis=0),
+             helper.make_node("Concat", ["b", "t", "hd"], ["shape4"], axis=0),
+             helper.make_node("Reshape", ["q", "shape4"], ["q4"]),
+             helper.make_node("Shape", ["q4"], ["s4"]),
+             helper.make_node("Gather", ["s4", "i0"], ["b4"], axis=0),
+             helper.make_node("Gather", ["s4", "i1"], ["t4"], axis=0),
+             helper.make_node("Concat", ["b4", "t4", "d"], ["shape3"], axis=0),
+             helper.make_node("Reshape", ["q4", "shape3"], ["q3"]),
+             helper.make_node("Relu", ["q3"], ["y"])]
+    graph = helper.make_graph(nodes, "merge", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 32])],
+                              [numpy_helper.from_array(w, "w"), *(numpy_helper.from_array(v, k) for k, v in c.items())])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    return model.SerializeToString()
+
+
 @pytest.fixture
 def opencl(register):
     register("onnxhal.runtime.providers.opencl", "opencl")
@@ -187,3 +213,21 @@ def test_simulated_gpu_takes_symbolic_shapes_and_the_static_npu_declines():
             if not taken:
                 reasons = set(sess.eps[name].declined.values())
                 assert any("static shapes only" in r for r in reasons), reasons
+
+
+def test_a_lone_view_between_device_partitions_stays_on_the_device(opencl):
+    """A view alone in its partition is left to the CPU EP where that saves nothing, but between two
+    OpenCL partitions it would send the value to the host and back: it is taken (a dynamic GPT-2
+    export's head-merge Reshape; with it, the dynamic export has as many nodes on OpenCL as the
+    same model with its dims fixed)."""
+    model = split_then_merge()
+    sess = onnxhal.InferenceSession(model, _no_opt(), providers=PROVIDERS)
+    cpu = onnxhal.InferenceSession(model, _no_opt(), providers=["CPUExecutionProvider"])
+    on = [(n.name or n.op_type, n.op_type, n.ep_name) for n in sess.assigned_nodes()]
+    assert sorted(ep for _, op, ep in on if op in ("MatMul", "Reshape", "Relu")) == ["OpenCLExecutionProvider"] * 4
+    for shape in ((2, 5), (1, 3)):
+        x = RNG.standard_normal((*shape, 32)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    copies = [s.label for s in sess.plan.steps if s.node is None]
+    assert not any(label.startswith(("copy q4 ", "copy q ")) for label in copies), copies
+

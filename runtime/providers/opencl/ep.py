@@ -99,9 +99,10 @@ class OpenCLEp(Ep):
             elif reason:  # "" means "not mine, say nothing" (e.g. a node a subclass takes itself)
                 self.declined[n.name or n.op_type] = reason
                 self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
+        taken = {id(n) for n in claimed}
         for group in support_info.convex_groups(claimed):
             for part in self._buildable(support_info, group):
-                if all(n.op_type in VIEW_OPS for n in part):
+                if all(n.op_type in VIEW_OPS for n in part) and not _between_claimed(graph, part, taken):
                     continue  # a lone view computes nothing: not worth two copies
                 support_info.add_nodes_to_fuse(part, FUSION_OPTIONS)
 
@@ -201,3 +202,16 @@ def untrusted_shapes(graph: Graph, lookup) -> set[str]:
             if wrong:
                 bad.update(o for o in n.outputs if o)
     return bad
+
+
+def _between_claimed(graph: Graph, part: list[Node], taken: set[int]) -> bool:
+    """Whether a group of views reads a value this EP produces and feeds one it consumes: then
+    taking it costs no copy (on the device a view is free), and leaving it to the CPU EP would copy
+    the value to the host and back. A Reshape whose target shape the CPU EP computes at run time
+    (an attention head merge in a dynamic export) ends up alone in such a group."""
+    inside = {id(n) for n in part}
+    sources = [graph.producer(n.inputs[0]) for n in part if n.inputs and n.inputs[0]]
+    fed = any(p is not None and id(p) in taken and id(p) not in inside for p in sources)
+    feeds = any(id(c) in taken and id(c) not in inside for n in part for o in n.outputs if o
+                for c in graph.consumers(o))
+    return fed and feeds

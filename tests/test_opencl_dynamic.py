@@ -93,7 +93,7 @@ def _no_opt() -> onnxhal.SessionOptions:
 
 
 def _dynamic_infos(sess) -> list:
-    return list(sess.eps["OpenCLExecutionProvider"]._dynamic.values())
+    return list(sess.eps["OpenCLExecutionProvider"].dynamic_partitions.values())
 
 
 def test_symbolic_batch_is_claimed_and_specialised_per_shape(opencl):

@@ -138,7 +138,7 @@ def test_a_partition_with_symbolic_dimensions_is_saved_and_specialised_again_on_
     loaded = onnxhal.InferenceSession(str(path), options(gpu))
     ep = loaded.eps["VirtualGpuExecutionProvider"]
     assert ep.contexts_loaded == 1 and loaded.partition_summary == {"VirtualGpuExecutionProvider": 1}
-    (info,) = [i for i in ep._dynamic.values() if isinstance(i, DynamicNodeComputeInfo)]
+    (info,) = [i for i in ep.dynamic_partitions.values() if isinstance(i, DynamicNodeComputeInfo)]
     so = options(gpu)
     so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL  # what the compiler used
     direct = onnxhal.InferenceSession(dynamic_model_bytes(), so)

@@ -154,6 +154,12 @@ class OpenCLEp(Ep):
         self._dynamic.update((n.name, i) for n, i in zip(fused_nodes, infos) if isinstance(i, DynamicNodeComputeInfo))
         return infos
 
+    @property
+    def dynamic_partitions(self) -> dict[str, DynamicNodeComputeInfo]:
+        """The partitions with symbolic dimensions, by fused node name: each one's shape cache and
+        its hit/miss/host-run figures (``stats``), as the profiling trace reports them."""
+        return dict(self._dynamic)
+
     def profiling_step_args(self, node: Node | None, ep_name: str, inputs: list, outputs: list) -> dict:
         """For a partition with symbolic dimensions: its shape-specialisation cache figures."""
         info = self._dynamic.get(node.name) if node is not None else None

@@ -9,13 +9,16 @@ because then one session created with severity 4 would silence every other sessi
 the rest of the process.
 
 Severities 0 and 1 ask for records below WARNING. A filter never sees those unless the logger's
-level lets them through, so the ``onnxhal`` logger is lowered. Records logged outside such a
-session are then still held to the level the application had set.
+level lets them through, so the ``onnxhal`` logger is lowered while such a scope is open. Records
+logged outside it meanwhile are still held to the level the application had set; when the last
+such scope closes, the logger gets that level back, so a verbose session leaves no mark on how the
+application's own logging settings apply afterwards.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -28,6 +31,10 @@ DEFAULT_SEVERITY = 2
 _current: ContextVar[int | None] = ContextVar("onnxhal_log_level", default=None)
 #: The ``onnxhal`` logger's level before a verbose session lowered it: the bar for other records.
 _baseline: int | None = None
+#: The ``onnxhal`` logger's own level (maybe NOTSET) to restore, and how many lowering scopes are open.
+_saved_level: int = logging.NOTSET
+_lowered = 0
+_lock = threading.Lock()
 
 
 class _ScopeFilter(logging.Filter):
@@ -55,29 +62,44 @@ def _install() -> None:
 @contextmanager
 def log_scope(severity: int) -> Iterator[None]:
     """Records logged inside the block are kept only at ``severity`` or above."""
-    global _baseline
+    global _baseline, _saved_level, _lowered
     if severity == DEFAULT_SEVERITY:
         yield
         return
     level = LEVELS[severity]
     _install()
     root = logging.getLogger("onnxhal")
-    if level < root.getEffectiveLevel():
-        if _baseline is None:
-            _baseline = root.getEffectiveLevel()
-        root.setLevel(level)
+    lowering = False
+    with _lock:
+        if level < root.getEffectiveLevel():
+            if _lowered == 0:
+                _baseline, _saved_level = root.getEffectiveLevel(), root.level
+            root.setLevel(level)
+        if _lowered or root.level == level and _baseline is not None:
+            _lowered += 1
+            lowering = True
     token = _current.set(level)
     try:
         yield
     finally:
         _current.reset(token)
+        if lowering:
+            with _lock:
+                _lowered -= 1
+                if _lowered == 0 and _baseline is not None:
+                    root.setLevel(_saved_level)
+                    _baseline = None
 
 
 def set_process_level(severity: int) -> None:
     """onnxruntime's ``set_default_logger_severity``: the ``onnxhal`` logger's own level."""
-    global _baseline
-    _baseline = None
-    logging.getLogger("onnxhal").setLevel(LEVELS[severity])
+    global _baseline, _saved_level
+    with _lock:
+        if _lowered:  # a verbose scope is open: the level it restores on closing is this one
+            _baseline, _saved_level = LEVELS[severity], LEVELS[severity]
+        else:
+            _baseline = None
+            logging.getLogger("onnxhal").setLevel(LEVELS[severity])
 
 
 def check_log_severity(level: int, what: str = "log_severity_level") -> None:

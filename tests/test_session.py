@@ -266,6 +266,28 @@ def test_log_severity_level(caplog):
         root.setLevel(before)
 
 
+def test_a_verbose_session_leaves_the_applications_logging_as_it_was(caplog):
+    """A session at severity 0 lowers the onnxhal logger only while it is created or run: afterwards
+    the logger's own level is the application's again, and an application that asks a child logger
+    for INFO gets those records (a lowered bar left behind used to drop them for the whole process)."""
+    import logging
+
+    root = logging.getLogger("onnxhal")
+    before = root.level
+    try:
+        root.setLevel(logging.WARNING)
+        so = onnxhal.SessionOptions()
+        so.log_severity_level = 0
+        sess = onnxhal.InferenceSession(add_mul_model(), so)
+        sess.run(None, {"x": ADD_MUL_X})
+        assert root.level == logging.WARNING
+        with caplog.at_level(logging.INFO, logger="onnxhal.partitioner"):
+            logging.getLogger("onnxhal.partitioner").info("asked for by the application")
+        assert "asked for by the application" in caplog.text
+    finally:
+        root.setLevel(before)
+
+
 @pytest.mark.parametrize("profiling", [False, True])
 def test_ieee_specials_are_results_not_warnings(tmp_path, profiling):
     """Sqrt and Log of negatives, 0/0 and overflow give NaN and inf as onnxruntime does, with no

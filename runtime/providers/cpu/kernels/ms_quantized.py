@@ -121,11 +121,13 @@ def quantized_product_by_row(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, 
     ``w_centered``: ``centered(w, w_zp)`` when the caller has it (the same weights every step)."""
     lo = np.minimum(a.min(axis=1, keepdims=True), np.float32(0))
     hi = np.maximum(a.max(axis=1, keepdims=True), np.float32(0))
-    scale = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(255)).astype(np.float32)
-    zp = np.rint(np.clip(-lo / scale, 0, 255)).astype(np.float32)
+    # (copy=False: these are float32 already for float32 rows, and this runs once per time step)
+    scale = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(255)).astype(np.float32, copy=False)
+    zp = np.rint(np.clip(-lo / scale, 0, 255)).astype(np.float32, copy=False)
     q = np.clip(np.rint(a / scale) + zp, 0, 255)
     acc = (q.astype(np.float64) - zp) @ (centered(w, w_zp) if w_centered is None else w_centered)
-    return (acc.astype(np.float32) * (scale * w_scale.astype(np.float32))).astype(np.float32)
+    return (acc.astype(np.float32) * (scale * w_scale.astype(np.float32, copy=False))).astype(np.float32,
+                                                                                                copy=False)
 
 
 def centered(w: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:

@@ -19,6 +19,11 @@ from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
+try:  # np.clip's own ufunc, without np.clip's Python layers (per LSTM time step they cost more than it)
+    from numpy._core.umath import clip as _clip
+except ImportError:  # numpy 1.26
+    from numpy.core.umath import clip as _clip
+
 MS = "com.microsoft"
 
 
@@ -123,8 +128,8 @@ def quantized_product_by_row(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, 
     hi = np.maximum(a.max(axis=1, keepdims=True), np.float32(0))
     # (copy=False: these are float32 already for float32 rows, and this runs once per time step)
     scale = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(255)).astype(np.float32, copy=False)
-    zp = np.rint(np.clip(-lo / scale, 0, 255)).astype(np.float32, copy=False)
-    q = np.clip(np.rint(a / scale) + zp, 0, 255)
+    zp = np.rint(_clip(-lo / scale, 0, 255)).astype(np.float32, copy=False)
+    q = _clip(np.rint(a / scale) + zp, 0, 255)
     acc = (q.astype(np.float64) - zp) @ (centered(w, w_zp) if w_centered is None else w_centered)
     return (acc.astype(np.float32) * (scale * w_scale.astype(np.float32, copy=False))).astype(np.float32,
                                                                                                 copy=False)

@@ -130,9 +130,10 @@ def quantized_product_by_row(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, 
     scale = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(255)).astype(np.float32, copy=False)
     zp = np.rint(_clip(-lo / scale, 0, 255)).astype(np.float32, copy=False)
     q = _clip(np.rint(a / scale) + zp, 0, 255)
-    acc = (q.astype(np.float64) - zp) @ (centered(w, w_zp) if w_centered is None else w_centered)
-    return (acc.astype(np.float32) * (scale * w_scale.astype(np.float32, copy=False))).astype(np.float32,
-                                                                                                copy=False)
+    # q - zp in float64 (exact: small integers), and acc rounded to float32 before the scaling, each
+    # as one ufunc call with its dtype
+    acc = np.subtract(q, zp, dtype=np.float64) @ (centered(w, w_zp) if w_centered is None else w_centered)
+    return np.multiply(acc, scale * w_scale.astype(np.float32, copy=False), dtype=np.float32)
 
 
 def centered(w: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
@@ -188,8 +189,9 @@ class DynamicQuantizeLSTM(LSTM):
         # The LSTM kernel reads W and R as [directions, 4*hidden, K]: hand it views in that layout;
         # the scales and zero points (inputs 8-11) reach the products through the inputs list.
         args[1], args[2] = np.swapaxes(args[1], 1, 2), np.swapaxes(args[2], 1, 2)
-        # R minus its zero point per direction, once for every step of this run (args[12]; a list
-        # of this call's own, so threads running the kernel at once share nothing)
+        # R's scale, zero point and R minus its zero point per direction, once for every step of
+        # this run (args[12]; a list of this call's own, so threads running the kernel at once
+        # share nothing)
         args[12:] = [[None] * args[2].shape[0]]
         return super().compute(args)
 
@@ -206,11 +208,12 @@ class DynamicQuantizeLSTM(LSTM):
         # onnxruntime splits the batch's rows over its threads and quantizes each block of rows on
         # its own range; with as many threads as rows (its default on small batches) each row has
         # its own: quantize row by row, as that.
-        scale, zp = self._per_direction(inputs[10], d), self._per_direction(inputs[11], d)
         prepared = inputs[12]
         if prepared[d] is None:
-            prepared[d] = centered(r.T, zp)
-        return quantized_product_by_row(h, r.T, scale, zp, prepared[d])
+            scale, zp = self._per_direction(inputs[10], d), self._per_direction(inputs[11], d)
+            prepared[d] = scale, zp, centered(r.T, zp)
+        scale, zp, weights = prepared[d]
+        return quantized_product_by_row(h, r.T, scale, zp, weights)
 
 
 def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:

@@ -121,6 +121,11 @@ class _Forest:
         if bits is not None and x.shape[0] * bits.columns <= _BITS_CELLS and x.shape[1] > bits.max_feature:
             check_terminate()
             leaves = bits.leaves(x)
+            if bits.written is not None and how in ("SUM", "AVERAGE"):  # the same outputs for every row
+                scores = self.weights[leaves].sum(axis=1)
+                if how == "AVERAGE":
+                    scores = scores / scores.dtype.type(self.roots.size)
+                return scores, np.broadcast_to(bits.written, scores.shape)
         else:
             leaves = self.leaves(x)
         has = self.has[leaves]
@@ -153,8 +158,14 @@ class _LeafBits:
     For forests whose trees have at most 64 leaves each, one comparison kind and no shared nodes."""
 
     def __init__(self, feature: np.ndarray, threshold: np.ndarray, missing: np.ndarray, mask_true: np.ndarray,
-                 mask_false: np.ndarray, starts: np.ndarray, leaf: np.ndarray, mode: int, any_missing: bool) -> None:
+                 mask_false: np.ndarray, starts: np.ndarray, leaf: np.ndarray, mode: int, any_missing: bool,
+                 written: np.ndarray | None) -> None:
         self.feature, self.threshold, self.missing = feature, threshold, missing
+        # which outputs some tree writes, where that does not depend on the row (each tree's leaves
+        # all write the same outputs, as sklearn's do): read-only, returned as a broadcast view
+        self.written = written
+        if written is not None:
+            written.flags.writeable = False
         self.mask_true, self.mask_false, self.starts, self.leaf = mask_true, mask_false, starts, leaf
         self.mode, self.any_missing = mode, any_missing
         self.columns = feature.size
@@ -173,6 +184,7 @@ class _LeafBits:
         starts: list[int] = []
         leaf = np.zeros((forest.roots.size, 65), np.int64)
         seen: set[int] = set()
+        written: np.ndarray | None = np.zeros(forest.has.shape[1], bool)
         for slot, root in enumerate(forest.roots.tolist()):
             starts.append(len(cols))
             leaves: list[int] = []
@@ -187,12 +199,17 @@ class _LeafBits:
                 m_true.append(full & ~(((1 << d) - 1) ^ ((1 << c) - 1)))
                 m_false.append(full & ~(((1 << b) - 1) ^ ((1 << a) - 1)))
             leaf[slot, 1:len(leaves) + 1] = leaves
+            has = forest.has[leaves]
+            if written is not None and (has == has[0]).all():
+                written |= has[0]
+            else:
+                written = None
         idx = np.asarray(cols, np.int64)
         real = np.maximum(idx, 0)
         return cls(np.where(idx >= 0, forest.feature[real], 0), forest.threshold[real],
                    np.where(idx >= 0, forest.missing_true[real], False), np.asarray(m_true, np.uint64),
                    np.asarray(m_false, np.uint64), np.asarray(starts, np.int64), leaf.reshape(-1),
-                   forest.uniform_mode, forest.any_missing)
+                   forest.uniform_mode, forest.any_missing, written)
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree (as ``_Forest.leaves``)."""

@@ -69,6 +69,8 @@ class _Forest:
                 raise InvalidArgument(f"{what}: the trees have a cycle.")
             frontier = np.unique(np.concatenate([true_next[frontier], false_next[frontier]]))
         self._bits = _LeafBits.build(self, true_next, false_next)
+        #: every output is written by some tree for every row (known when the leaves say so)
+        self.all_written = self._bits is not None and self._bits.written is not None and bool(self._bits.written.all())
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree: per level one gather of
@@ -125,7 +127,7 @@ class _Forest:
                 scores = self.weights[leaves].sum(axis=1)
                 if how == "AVERAGE":
                     scores = scores / scores.dtype.type(self.roots.size)
-                return scores, np.broadcast_to(bits.written, scores.shape)
+                return scores, bits.written_row.repeat(scores.shape[0], axis=0)
         else:
             leaves = self.leaves(x)
         has = self.has[leaves]
@@ -162,10 +164,9 @@ class _LeafBits:
                  written: np.ndarray | None) -> None:
         self.feature, self.threshold, self.missing = feature, threshold, missing
         # which outputs some tree writes, where that does not depend on the row (each tree's leaves
-        # all write the same outputs, as sklearn's do): read-only, returned as a broadcast view
+        # all write the same outputs, as sklearn's do): [1, outputs], repeated for the rows
         self.written = written
-        if written is not None:
-            written.flags.writeable = False
+        self.written_row = None if written is None else written[None, :]
         self.mask_true, self.mask_false, self.starts, self.leaf = mask_true, mask_false, starts, leaf
         self.mode, self.any_missing = mode, any_missing
         self.columns = feature.size
@@ -440,12 +441,16 @@ class TreeEnsembleClassifier(Kernel):
             return [np.where(s[:, 0] > 0, np.int64(1), np.int64(0)), z.astype(np.float32)]
         if len(self.labels) == 2:
             return self._two_classes(scores, has)
+        # the first highest score among the classes that have one (every class has one with base
+        # values, or where the trees write every class whatever the row)
         if self.base is not None:
             scores = scores + self.base
-            has = np.ones_like(has)
-        # the first highest score among the classes that have one
-        label = self.labels[np.argmax(np.where(has, scores, -np.inf), axis=1)]
-        return [label, transform_scores(scores, self.transform)]
+            top = np.argmax(scores, axis=1)
+        elif self.forest.all_written:
+            top = np.argmax(scores, axis=1)
+        else:
+            top = np.argmax(np.where(has, scores, -np.inf), axis=1)
+        return [self.labels[top], transform_scores(scores, self.transform)]
 
     def _two_classes(self, scores: np.ndarray, has: np.ndarray) -> list:
         """onnxruntime's rules for two classes (TreeAggregatorClassifier::FinalizeScores and

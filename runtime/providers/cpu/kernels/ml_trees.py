@@ -458,8 +458,14 @@ class TreeEnsembleClassifier(Kernel):
         score), the label comes from the positive score's sign or 0.5, and one score is written as
         two columns by the rule its label took."""
         s0, s1 = scores[:, 0], scores[:, 1]  # views: every step below makes a new array
-        h0, h1 = has[:, 0], has[:, 1]
         base = self.raw_base
+        if base.size == 0 and self.forest.all_written:
+            # both scores written in every row (sklearn's forests): the positive score is the second,
+            # its sign (or 0.5) gives the label, and the two columns are transformed as they are
+            label_index = (s1 > (0.5 if self.binary_case and self.all_positive else 0.0)).astype(np.int64)
+            label = self.labels[label_index] if self.labels.dtype == object or self.binary_case else label_index
+            return [label, transform_scores(scores, self.transform).astype(np.float32)]
+        h0, h1 = has[:, 0], has[:, 1]
         if base.size == 2:
             tied = h1.copy()
             s1 = np.where(tied, base[1] + s0, s1 + base[1])

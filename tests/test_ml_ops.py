@@ -402,6 +402,41 @@ def test_tree_ensemble_classifier(seed):
             check(model, {"X": _tree_input(rng, feats)}, f"TreeEnsembleClassifier one label {transform} seed {seed}")
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tree_ensemble_leaf_bits(seed):
+    """One comparison kind per forest, as exporters write them: the leaves are found by leaf
+    bitmasks (``_LeafBits``), which must agree with onnxruntime and, leaf for leaf, with the level
+    walk (NaN features with and without missing-value tracking, a one-leaf tree); a tree of more
+    than 64 leaves takes the walk."""
+    rng = np.random.default_rng(seed)
+    feats, n_out = 4, 3
+    for mode in ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT"):
+        trees = _random_trees(rng, int(rng.integers(1, 6)), feats, int(rng.integers(1, 6))) + [[{"leaf": True}]]
+        for nodes in trees:
+            for nd in nodes:
+                nd["mode"] = mode
+        attrs = _legacy_tree_attrs(rng, trees, n_out, "target")
+        model = _model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=n_out, **attrs)
+        x = rng.standard_normal((40, feats)).astype(np.float32)
+        x[rng.random(x.shape) < 0.15] = np.nan
+        x[:5] = np.float32(attrs["nodes_values"][0])  # on a threshold: the comparison kind decides
+        check(model, {"X": x}, f"TreeEnsembleRegressor {mode} seed {seed}")
+        forest = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3}).forest
+        assert forest._bits is not None, mode
+        np.testing.assert_array_equal(forest._bits.leaves(x), forest.leaves(x), err_msg=f"{mode} seed {seed}")
+    big = _random_trees(rng, 2, feats, 7)
+    while max(sum(nd["leaf"] for nd in t) for t in big) <= 64:  # a tree of 7 levels; make one with > 64 leaves
+        big = _random_trees(rng, 2, feats, 8)
+    for nodes in big:
+        for nd in nodes:
+            nd["mode"] = "BRANCH_LEQ"
+    attrs = _legacy_tree_attrs(rng, big, n_out, "target")
+    model = _model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=n_out, **attrs)
+    forest = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3}).forest
+    assert forest._bits is None
+    check(model, {"X": _tree_input(rng, feats)}, f"TreeEnsembleRegressor > 64 leaves seed {seed}")
+
+
 def _v5_attrs(rng: np.random.Generator, trees: list, n_out: int, member_every: int) -> dict:
     """The opset-5 form of random trees: interior nodes numbered over all trees, leaves in their
     own arrays, every ``member_every``-th interior node turned into a set-membership test."""

@@ -23,8 +23,12 @@ def _is_text(x: np.ndarray) -> bool:
 def _as_text(values) -> np.ndarray:
     """Strings (and bytes, as onnx decodes some string attributes) as an object array of str."""
     out = np.empty(len(values), dtype=object)
-    out[:] = [v.decode("utf-8", errors="surrogateescape") if isinstance(v, bytes) else str(v) for v in values]
+    out[:] = [_text(v) for v in values]
     return out
+
+
+def _text(v) -> str:
+    return v.decode("utf-8", errors="surrogateescape") if isinstance(v, bytes) else str(v)
 
 
 class Lookup:
@@ -56,18 +60,21 @@ class Lookup:
         if self.text_keys:
             if not _is_text(x):
                 raise InvalidArgument(f"input of type {x.dtype} for string keys; feed a string tensor.")
-            uniq, inverse = np.unique(_as_text(x.reshape(-1)), return_inverse=True)
+            # one dict lookup per element: cheaper than sorting the strings to look each up once
             default = self.default.item() if self.default.dtype != object else self.default.tolist()
-            mapped = np.array([self.table.get(u, default) for u in uniq.tolist()] or [default], dtype=dtype)
-            return mapped[inverse.reshape(-1)].reshape(x.shape) if x.size else np.empty(x.shape, dtype)
+            get = self.table.get
+            mapped = [get(v if v.__class__ is str else _text(v), default) for v in x.reshape(-1).tolist()]
+            out = np.empty(len(mapped), dtype)
+            out[:] = mapped
+            return out.reshape(x.shape)
         if _is_text(x):
             raise InvalidArgument(f"string input for numeric keys of type {self.keys.dtype}; feed a numeric tensor.")
         flat = x.reshape(-1).astype(self.keys.dtype, copy=False)
-        out = np.full(flat.shape, self.default, dtype=dtype)
         if self.keys.size:
             pos = np.minimum(np.searchsorted(self.keys, flat), self.keys.size - 1)
-            hit = self.keys[pos] == flat
-            out[hit] = self.sorted_values[pos[hit]]
+            out = np.where(self.keys[pos] == flat, self.sorted_values[pos], self.default)
+        else:
+            out = np.full(flat.shape, self.default, dtype=dtype)
         if self.nan_value is not None and flat.dtype.kind == "f":
             out[np.isnan(flat)] = self.nan_value
         return out.reshape(x.shape)
@@ -185,20 +192,21 @@ class OneHotEncoder(Kernel):
         self.lookup = Lookup(cats, np.arange(self.n, dtype=np.int64), -1, f"OneHotEncoder node {node.name!r}")
         self.zeros = bool(node.attr("zeros", 1))
         self.name = node.name
+        self.columns = np.arange(self.n, dtype=np.int64)
 
     def compute(self, inputs: list) -> list:
         x = np.asarray(inputs[0])
         if not _is_text(x):
-            x = x.astype(np.int64)
+            x = x.astype(np.int64, copy=False)
         index = self.lookup(x).reshape(-1)
-        missing = index < 0
-        if missing.any() and not self.zeros:
-            raise InvalidArgument(f"OneHotEncoder node {self.name!r}: input value "
-                                  f"{x.reshape(-1)[np.argmax(missing)]!r} is none of the categories and zeros=0; "
-                                  "set zeros=1 to encode unknown values as all zeros.")
-        out = np.zeros((index.size, self.n), np.float32)
-        rows = np.nonzero(~missing)[0]
-        out[rows, index[rows]] = 1
+        if not self.zeros:
+            missing = index < 0
+            if missing.any():
+                raise InvalidArgument(f"OneHotEncoder node {self.name!r}: input value "
+                                      f"{x.reshape(-1)[np.argmax(missing)]!r} is none of the categories and "
+                                      "zeros=0; set zeros=1 to encode unknown values as all zeros.")
+        # an unknown value (index -1) matches no column: a row of zeros
+        out = (index[:, None] == self.columns).astype(np.float32)
         return [out.reshape(x.shape + (self.n,))]
 
 
@@ -237,18 +245,29 @@ class ArrayFeatureExtractor(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.name = node.name
+        # (Y as given, its bytes, X's width, Y's indices checked for that width): Y is usually a
+        # constant, the same array every run; replaced whole (one assignment), so that threads
+        # read one consistent tuple
+        self._checked: tuple = (None, b"", -1, None)
 
     def compute(self, inputs: list) -> list:
-        x, y = np.asarray(inputs[0]), np.asarray(inputs[1]).reshape(-1)
+        x, given = np.asarray(inputs[0]), inputs[1]
         if x.ndim == 0:
             raise InvalidArgument(f"ArrayFeatureExtractor node {self.name!r}: X is a scalar; it needs at least one "
                                   "axis.")
         width = x.shape[-1]
-        bad = (y < 0) | (y >= width)
-        if bad.any():
-            raise InvalidArgument(f"ArrayFeatureExtractor node {self.name!r}: index {int(y[np.argmax(bad)])} is out "
-                                  f"of range for the last axis of X {list(x.shape)}; indices must be in [0, {width}).")
-        out = np.take(x, y.astype(np.intp), axis=-1)
+        seen, seen_bytes, seen_width, index = self._checked
+        if given is not seen or width != seen_width or given.tobytes() != seen_bytes:
+            y = np.asarray(given).reshape(-1)
+            bad = (y < 0) | (y >= width)
+            if bad.any():
+                raise InvalidArgument(f"ArrayFeatureExtractor node {self.name!r}: index {int(y[np.argmax(bad)])} is "
+                                      f"out of range for the last axis of X {list(x.shape)}; indices must be in "
+                                      f"[0, {width}).")
+            index = y.astype(np.intp)
+            if given.__class__ is np.ndarray:
+                self._checked = (given, given.tobytes(), width, index)
+        out = np.take(x, index, axis=-1)
         return [out.reshape(1, -1) if x.ndim == 1 else out]
 
 

@@ -47,22 +47,24 @@ def _coupling(r: np.ndarray) -> np.ndarray:
     each row iterated until its own stopping rule holds (a row that stops gets zero steps, so the
     arrays are never gathered or scattered)."""
     n, k, _ = r.shape
-    q = np.zeros((n, k, k), np.float32)
-    for i in range(k):
-        check_terminate()  # k classes: k * k pair updates over the rows in all
-        for j in range(i):
-            q[:, i, i] += r[:, j, i] * r[:, j, i]
-            q[:, i, j] = q[:, j, i]
-        for j in range(i + 1, k):
-            q[:, i, i] += r[:, j, i] * r[:, j, i]
-            q[:, i, j] = -r[:, j, i] * r[:, i, j]
+    check_terminate()
+    # q[i, j] = -r[j, i] * r[i, j] off the diagonal; q[i, i] the sum over j of r[j, i]^2 in j's order
+    # (r's diagonal is 0, and adding it changes nothing)
+    q = np.empty((n, k, k), np.float32)
+    np.multiply(r.transpose(0, 2, 1), r, out=q)
+    np.negative(q, out=q)
+    sq = r * r
+    d = sq[:, 0, :]
+    for j in range(1, k):
+        d = d + sq[:, j, :]
+    q.reshape(n, k * k)[:, ::k + 1] = d
     p = np.full((n, k), np.float32(1.0 / k), np.float32)
     eps = np.float32(0.005 / k)
     active = np.ones(n, bool)
     diagonal = [q[:, i, i] for i in range(k)]
     for _ in range(100):
         check_terminate()
-        qp = np.einsum("nij,nj->ni", q, p).astype(np.float32)
+        qp = np.einsum("nij,nj->ni", q, p)  # float32 in, float32 out
         pqp = (p * qp).sum(axis=1)
         active &= np.abs(qp - pqp[:, None]).max(axis=1) >= eps
         if not active.all():
@@ -74,7 +76,7 @@ def _coupling(r: np.ndarray) -> np.ndarray:
         else:  # every row still iterates: work on the arrays themselves (pa updates p in place)
             pa, qpa, qa, pqpa, qd = p, qp, q, pqp, diagonal
         for i in range(k):
-            diff = (-qpa[:, i] + pqpa) / qd[i]
+            diff = (pqpa - qpa[:, i]) / qd[i]  # b - a is b + (-a) in IEEE arithmetic
             pa[:, i] += diff
             grow = 1 + diff
             pqpa = (pqpa + diff * (diff * qd[i] + 2 * qpa[:, i])) / grow / grow
@@ -126,6 +128,15 @@ class SVMClassifier(Kernel):
         # Pair (i, j): class i's vectors with coefficient row j-1, class j's with row i.
         self.pairs = [(i, j, slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1]))
                       for i in range(self.k - 1) for j in range(i + 1, self.k)]
+        # per pair its two coefficient slices in float64 (as the float64 products promote them)
+        self.pair_coef = [(self.coef[j - 1, si].astype(np.float64), self.coef[i, sj].astype(np.float64))
+                          for i, j, si, sj in self.pairs]
+        self.pair_i = np.array([i for i, _, _, _ in self.pairs], np.int64)
+        self.pair_j = np.array([j for _, j, _, _ in self.pairs], np.int64)
+        self.vote_i = np.zeros((len(self.pairs), self.k), np.int64)
+        self.vote_j = np.zeros((len(self.pairs), self.k), np.int64)
+        self.vote_i[np.arange(len(self.pairs)), self.pair_i] = 1
+        self.vote_j[np.arange(len(self.pairs)), self.pair_j] = 1
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "SVMClassifier")
@@ -134,21 +145,22 @@ class SVMClassifier(Kernel):
         kern = self.kernel(x, self.vectors, self.vectors_sq)
         n = x.shape[0]
         scores = np.empty((n, len(self.pairs)), np.float32)
-        votes = np.zeros((n, self.k), np.int64)
-        rows = np.arange(n)
-        for c, (i, j, si, sj) in enumerate(self.pairs):  # k * (k - 1) / 2 pairs of classes
+        kern64 = kern.astype(np.float64)
+        for c, (_, _, si, sj) in enumerate(self.pairs):  # k * (k - 1) / 2 pairs of classes
             check_terminate()
-            s = (kern[:, si].astype(np.float64) @ self.coef[j - 1, si] + kern[:, sj].astype(np.float64) @
-                 self.coef[i, sj] + self.rho[c])
-            scores[:, c] = s
-            np.add.at(votes, (rows, np.where(s > 0, i, j)), 1)
+            a, b = self.pair_coef[c]
+            scores[:, c] = np.ascontiguousarray(kern64[:, si]) @ a + np.ascontiguousarray(kern64[:, sj]) @ b + \
+                self.rho[c]
+        # a pair's vote goes to i where its score is positive, else to j: count both with one product each
+        wins = scores > 0
+        votes = wins.astype(np.int64) @ self.vote_i + (~wins).astype(np.int64) @ self.vote_j
         label = self.labels[np.argmax(votes, axis=1)]
         if self.prob_a.size:
             r = np.zeros((n, self.k, self.k), np.float32)
-            for c, (i, j, _, _) in enumerate(self.pairs):
-                v = 1 - logistic(scores[:, c] * self.prob_a[c] + self.prob_b[c])
-                v = np.clip(v, np.float32(1e-7), np.float32(1 - 1e-7))
-                r[:, i, j], r[:, j, i] = v, 1 - v
+            v = 1 - logistic(scores * self.prob_a + self.prob_b)
+            v = np.clip(v, np.float32(1e-7), np.float32(1 - 1e-7))
+            r[:, self.pair_i, self.pair_j] = v
+            r[:, self.pair_j, self.pair_i] = 1 - v
             return [label, transform_scores(_coupling(r), self.transform)]
         if self.k == 2:  # one pairwise score as two columns: [-s, s], or [1 - p, p] (p the logistic of s)
             s = scores[:, 0]

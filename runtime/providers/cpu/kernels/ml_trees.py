@@ -16,7 +16,6 @@ from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
-    logistic,
     post_transform_name,
     reference_kernel,
     transform_scores,
@@ -69,6 +68,9 @@ class _Forest:
             if self.depth > n:
                 raise InvalidArgument(f"{what}: the trees have a cycle.")
             frontier = np.unique(np.concatenate([true_next[frontier], false_next[frontier]]))
+        self._bits = _LeafBits.build(self, true_next, false_next)
+        #: every output is written by some tree for every row (known when the leaves say so)
+        self.all_written = self._bits is not None and self._bits.written is not None and bool(self._bits.written.all())
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree: per level one gather of
@@ -117,7 +119,17 @@ class _Forest:
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def _aggregate(self, x: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
-        leaves = self.leaves(x)
+        bits = self._bits
+        if bits is not None and x.shape[0] * bits.columns <= _BITS_CELLS and x.shape[1] > bits.max_feature:
+            check_terminate()
+            leaves = bits.leaves(x)
+            if bits.written is not None and how in ("SUM", "AVERAGE"):  # the same outputs for every row
+                scores = self.weights[leaves].sum(axis=1)
+                if how == "AVERAGE":
+                    scores = scores / scores.dtype.type(self.roots.size)
+                return scores, bits.written_row.repeat(scores.shape[0], axis=0)
+        else:
+            leaves = self.leaves(x)
         has = self.has[leaves]
         written = has.any(axis=1)
         if how in ("SUM", "AVERAGE"):
@@ -133,6 +145,109 @@ class _Forest:
 
     def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.aggregate(x, "SUM")
+
+
+#: (row, interior node) cells above which a forest walks level by level instead of by leaf bits.
+_BITS_CELLS = 1 << 16
+
+
+class _LeafBits:
+    """The leaf each row reaches in each tree in a fixed number of numpy calls, whatever the depth
+    (the walk costs several per level, and a run of a few rows is all call overhead): every
+    interior node is compared at once, and each comparison keeps, in a 64-bit mask over its tree's
+    leaves, the leaves its outcome still allows; AND over a tree's nodes leaves exactly one bit set,
+    the leaf the walk reaches (a node off the row's path only clears leaves of its own subtree).
+    For forests whose trees have at most 64 leaves each, one comparison kind and no shared nodes."""
+
+    def __init__(self, feature: np.ndarray, threshold: np.ndarray, missing: np.ndarray, mask_true: np.ndarray,
+                 mask_false: np.ndarray, starts: np.ndarray, leaf: np.ndarray, mode: int, any_missing: bool,
+                 written: np.ndarray | None) -> None:
+        self.feature, self.threshold, self.missing = feature, threshold, missing
+        # which outputs some tree writes, where that does not depend on the row (each tree's leaves
+        # all write the same outputs, as sklearn's do): [1, outputs], repeated for the rows
+        self.written = written
+        self.written_row = None if written is None else written[None, :]
+        self.mask_true, self.mask_false, self.starts, self.leaf = mask_true, mask_false, starts, leaf
+        self.mode, self.any_missing = mode, any_missing
+        self.columns = feature.size
+        self.max_feature = int(feature.max())
+        # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
+        self.base = np.arange(starts.size, dtype=np.int64) * 65
+
+    @classmethod
+    def build(cls, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray) -> _LeafBits | None:
+        if not 0 <= forest.uniform_mode <= 3 or forest.roots.size == 0:
+            return None
+        mode, tnext, fnext = forest.mode.tolist(), true_next.tolist(), false_next.tolist()
+        cols: list[int] = []
+        m_true: list[int] = []
+        m_false: list[int] = []
+        starts: list[int] = []
+        leaf = np.zeros((forest.roots.size, 65), np.int64)
+        seen: set[int] = set()
+        written: np.ndarray | None = np.zeros(forest.has.shape[1], bool)
+        for slot, root in enumerate(forest.roots.tolist()):
+            starts.append(len(cols))
+            leaves: list[int] = []
+            inner: list[tuple[int, int, int, int, int]] = []  # node, true leaves [a, b), false leaves [c, d)
+            if _visit(root, mode, tnext, fnext, seen, leaves, inner) is None or len(leaves) > 64:
+                return None
+            full = (1 << len(leaves)) - 1
+            if not inner:  # a tree that is one leaf: a node whose outcomes both keep that leaf
+                inner.append((-1, 0, 0, 0, 0))
+            for k, a, b, c, d in inner:
+                cols.append(k)
+                m_true.append(full & ~(((1 << d) - 1) ^ ((1 << c) - 1)))
+                m_false.append(full & ~(((1 << b) - 1) ^ ((1 << a) - 1)))
+            leaf[slot, 1:len(leaves) + 1] = leaves
+            has = forest.has[leaves]
+            if written is not None and (has == has[0]).all():
+                written |= has[0]
+            else:
+                written = None
+        idx = np.asarray(cols, np.int64)
+        real = np.maximum(idx, 0)
+        return cls(np.where(idx >= 0, forest.feature[real], 0), forest.threshold[real],
+                   np.where(idx >= 0, forest.missing_true[real], False), np.asarray(m_true, np.uint64),
+                   np.asarray(m_false, np.uint64), np.asarray(starts, np.int64), leaf.reshape(-1),
+                   forest.uniform_mode, forest.any_missing, written)
+
+    def leaves(self, x: np.ndarray) -> np.ndarray:
+        """[rows, trees] index of the leaf each row reaches in each tree (as ``_Forest.leaves``)."""
+        v = x[:, self.feature]
+        th = self.threshold
+        mode = self.mode
+        if mode == 0:
+            go = v <= th
+        elif mode == 1:
+            go = v < th
+        elif mode == 2:
+            go = v >= th
+        else:
+            go = v > th
+        if self.any_missing:
+            go |= self.missing & np.isnan(v)
+        bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
+        return self.leaf[self.base + np.frexp(bits)[1]]
+
+
+def _visit(k: int, mode: list[int], tnext: list[int], fnext: list[int], seen: set[int], leaves: list[int],
+           inner: list[tuple[int, int, int, int, int]]) -> tuple[int, int] | None:
+    """Number the leaves under node ``k`` left to right (true branch first) into ``leaves``, list each
+    interior node with its true and false subtrees' leaf ranges into ``inner``, and return ``k``'s
+    leaf range; None for a node met twice (shared between trees) or over 64 leaves."""
+    if k in seen or len(leaves) > 64:
+        return None
+    seen.add(k)
+    if mode[k] == LEAF:
+        leaves.append(k)
+        return len(leaves) - 1, len(leaves)
+    t = _visit(tnext[k], mode, tnext, fnext, seen, leaves, inner)
+    f = _visit(fnext[k], mode, tnext, fnext, seen, leaves, inner) if t is not None else None
+    if f is None:
+        return None
+    inner.append((k, t[0], t[1], f[0], f[1]))
+    return t[0], f[1]
 
 
 def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
@@ -326,21 +441,31 @@ class TreeEnsembleClassifier(Kernel):
             return [np.where(s[:, 0] > 0, np.int64(1), np.int64(0)), z.astype(np.float32)]
         if len(self.labels) == 2:
             return self._two_classes(scores, has)
+        # the first highest score among the classes that have one (every class has one with base
+        # values, or where the trees write every class whatever the row)
         if self.base is not None:
             scores = scores + self.base
-            has = np.ones_like(has)
-        # the first highest score among the classes that have one
-        label = self.labels[np.argmax(np.where(has, scores, -np.inf), axis=1)]
-        return [label, transform_scores(scores, self.transform)]
+            top = np.argmax(scores, axis=1)
+        elif self.forest.all_written:
+            top = np.argmax(scores, axis=1)
+        else:
+            top = np.argmax(np.where(has, scores, -np.inf), axis=1)
+        return [self.labels[top], transform_scores(scores, self.transform)]
 
     def _two_classes(self, scores: np.ndarray, has: np.ndarray) -> list:
         """onnxruntime's rules for two classes (TreeAggregatorClassifier::FinalizeScores and
         _set_score_binary), row by row in arrays: the scores' second column may be dropped (one
         score), the label comes from the positive score's sign or 0.5, and one score is written as
         two columns by the rule its label took."""
-        s0, s1 = scores[:, 0].copy(), scores[:, 1].copy()
-        h0, h1 = has[:, 0].copy(), has[:, 1].copy()
+        s0, s1 = scores[:, 0], scores[:, 1]  # views: every step below makes a new array
         base = self.raw_base
+        if base.size == 0 and self.forest.all_written:
+            # both scores written in every row (sklearn's forests): the positive score is the second,
+            # its sign (or 0.5) gives the label, and the two columns are transformed as they are
+            label_index = (s1 > (0.5 if self.binary_case and self.all_positive else 0.0)).astype(np.int64)
+            label = self.labels[label_index] if self.labels.dtype == object or self.binary_case else label_index
+            return [label, transform_scores(scores, self.transform).astype(np.float32)]
+        h0, h1 = has[:, 0], has[:, 1]
         if base.size == 2:
             tied = h1.copy()
             s1 = np.where(tied, base[1] + s0, s1 + base[1])
@@ -364,18 +489,28 @@ class TreeEnsembleClassifier(Kernel):
         else:
             label = np.where(label_index == 1, np.int64(1), np.int64(0)) if not self.binary_case else \
                 self.labels[label_index]
+        if not one_score.any():
+            return [label, transform_scores(np.stack([s0, s1], axis=1), self.transform).astype(np.float32)]
+        single = s0[:, None]
+        if self.transform == "PROBIT":
+            ones = np.concatenate([transform_scores(single, "PROBIT"), np.zeros_like(single)], axis=1)
+        elif mode == "positive":
+            ones = np.concatenate([1 - single, single], axis=1)
+        elif mode == "mixed" and self.transform == "LOGISTIC":
+            ones = _logistic_pair(single)
+        elif mode == "mixed":
+            ones = np.concatenate([-single, single], axis=1)
+        else:
+            ones = np.concatenate([single, np.zeros_like(single)], axis=1)
+        ones = ones.astype(np.float32)
+        if one_score.all():  # every row has one score: the two-score transform is not needed
+            return [label, ones]
         two = transform_scores(np.stack([s0, s1], axis=1), self.transform)
-        if one_score.any():
-            single = s0[:, None]
-            if self.transform == "PROBIT":
-                ones = np.concatenate([transform_scores(single, "PROBIT"), np.zeros_like(single)], axis=1)
-            elif mode == "positive":
-                ones = np.concatenate([1 - single, single], axis=1)
-            elif mode == "mixed" and self.transform == "LOGISTIC":
-                ones = np.concatenate([logistic(-single), logistic(single)], axis=1)
-            elif mode == "mixed":
-                ones = np.concatenate([-single, single], axis=1)
-            else:
-                ones = np.concatenate([single, np.zeros_like(single)], axis=1)
-            two = np.where(one_score[:, None], ones.astype(np.float32), two)
-        return [label, two.astype(np.float32)]
+        return [label, np.where(one_score[:, None], ones, two).astype(np.float32)]
+
+
+def _logistic_pair(single: np.ndarray) -> np.ndarray:
+    """[logistic(-s), logistic(s)] for a column s, as two ``logistic`` calls give it, from one exp."""
+    v = 1 / (1 + np.exp(-np.abs(single)))
+    w = 1 - v
+    return np.concatenate([np.where(single > 0, w, v), np.where(single < 0, w, v)], axis=1).astype(np.float32)

@@ -19,6 +19,11 @@ from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
+try:  # np.clip's own ufunc, without np.clip's Python layers (per LSTM time step they cost more than it)
+    from numpy._core.umath import clip as _clip
+except ImportError:  # numpy 1.26
+    from numpy.core.umath import clip as _clip
+
 MS = "com.microsoft"
 
 
@@ -115,15 +120,25 @@ def dynamic_quantize(a: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
     return q.astype(np.uint8), scale, np.uint8(zp)
 
 
-def quantized_product_by_row(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
-    """``quantized_product`` of each row of a 2-D ``a`` on its own range, all rows at once."""
+def quantized_product_by_row(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None,
+                             w_centered: np.ndarray | None = None) -> np.ndarray:
+    """``quantized_product`` of each row of a 2-D ``a`` on its own range, all rows at once.
+    ``w_centered``: ``centered(w, w_zp)`` when the caller has it (the same weights every step)."""
     lo = np.minimum(a.min(axis=1, keepdims=True), np.float32(0))
     hi = np.maximum(a.max(axis=1, keepdims=True), np.float32(0))
-    scale = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(255)).astype(np.float32)
-    zp = np.rint(np.clip(-lo / scale, 0, 255)).astype(np.float32)
-    q = np.clip(np.rint(a / scale) + zp, 0, 255)
-    acc = (q.astype(np.float64) - zp) @ (w.astype(np.float64) - _zero(w_zp, w.dtype).astype(np.float64))
-    return (acc.astype(np.float32) * (scale * w_scale.astype(np.float32))).astype(np.float32)
+    # (copy=False: these are float32 already for float32 rows, and this runs once per time step)
+    scale = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(255)).astype(np.float32, copy=False)
+    zp = np.rint(_clip(-lo / scale, 0, 255)).astype(np.float32, copy=False)
+    q = _clip(np.rint(a / scale) + zp, 0, 255)
+    # q - zp in float64 (exact: small integers), and acc rounded to float32 before the scaling, each
+    # as one ufunc call with its dtype
+    acc = np.subtract(q, zp, dtype=np.float64) @ (centered(w, w_zp) if w_centered is None else w_centered)
+    return np.multiply(acc, scale * w_scale.astype(np.float32, copy=False), dtype=np.float32)
+
+
+def centered(w: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
+    """Integer weights minus their zero point, in float64 (exact: the products' right operand)."""
+    return w.astype(np.float64) - _zero(w_zp, w.dtype).astype(np.float64)
 
 
 def quantized_product(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
@@ -174,6 +189,10 @@ class DynamicQuantizeLSTM(LSTM):
         # The LSTM kernel reads W and R as [directions, 4*hidden, K]: hand it views in that layout;
         # the scales and zero points (inputs 8-11) reach the products through the inputs list.
         args[1], args[2] = np.swapaxes(args[1], 1, 2), np.swapaxes(args[2], 1, 2)
+        # R's scale, zero point and R minus its zero point per direction, once for every step of
+        # this run (args[12]; a list of this call's own, so threads running the kernel at once
+        # share nothing)
+        args[12:] = [[None] * args[2].shape[0]]
         return super().compute(args)
 
     @staticmethod
@@ -189,8 +208,12 @@ class DynamicQuantizeLSTM(LSTM):
         # onnxruntime splits the batch's rows over its threads and quantizes each block of rows on
         # its own range; with as many threads as rows (its default on small batches) each row has
         # its own: quantize row by row, as that.
-        scale, zp = self._per_direction(inputs[10], d), self._per_direction(inputs[11], d)
-        return quantized_product_by_row(h, r.T, scale, zp)
+        prepared = inputs[12]
+        if prepared[d] is None:
+            scale, zp = self._per_direction(inputs[10], d), self._per_direction(inputs[11], d)
+            prepared[d] = scale, zp, centered(r.T, zp)
+        scale, zp, weights = prepared[d]
+        return quantized_product_by_row(h, r.T, scale, zp, weights)
 
 
 def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:

@@ -203,10 +203,11 @@ class LSTM(_Recurrent):
         p = inputs[7]
         pre = xw + self._hidden_product(hprev, r, d, inputs) + rb  # gates i, o, f, c
         if p is None:  # no peepholes (what exporters write): the gates read their pre-activations alone
-            i = self._apply(f, pre[:, :h])
-            fg = 1 - i if self.input_forget else self._apply(f, pre[:, 2 * h:3 * h])
+            # i, o and f are adjacent and take the same activation, elementwise: one call for the three
+            gates = self._apply(f, pre[:, :3 * h])
+            i, o = gates[:, :h], gates[:, h:2 * h]
+            fg = 1 - i if self.input_forget else gates[:, 2 * h:]
             c = fg * cprev + i * self._apply(g, pre[:, 3 * h:])
-            o = self._apply(f, pre[:, h:2 * h])
         else:
             pi, po, pf = p[d, :h], p[d, h:2 * h], p[d, 2 * h:]
             i = self._apply(f, pre[:, :h] + pi * cprev)

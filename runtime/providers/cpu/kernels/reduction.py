@@ -119,6 +119,9 @@ class _Arg(Kernel):
         if self.last:
             n = x.shape[axis]
             r = n - 1 - self.fn(np.flip(x, axis), axis=axis)
+        elif x.ndim:
+            r = self.fn(x, axis=axis, keepdims=self.keepdims)
+            return [r if r.dtype == np.int64 else r.astype(np.int64)]
         else:
             r = self.fn(x, axis=axis)
         r = np.asarray(r, dtype=np.int64)

@@ -69,15 +69,15 @@ def log_scope(severity: int) -> Iterator[None]:
     level = LEVELS[severity]
     _install()
     root = logging.getLogger("onnxhal")
-    lowering = False
     with _lock:
-        if level < root.getEffectiveLevel():
+        effective = root.getEffectiveLevel()
+        lowering = _lowered > 0 or level < effective  # this scope holds the lowering open too
+        if lowering:
             if _lowered == 0:
-                _baseline, _saved_level = root.getEffectiveLevel(), root.level
-            root.setLevel(level)
-        if _lowered or root.level == level and _baseline is not None:
+                _baseline, _saved_level = effective, root.level
+            if level < effective:
+                root.setLevel(level)
             _lowered += 1
-            lowering = True
     token = _current.set(level)
     try:
         yield

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -210,6 +211,7 @@ class VirtualEp(OpenCLEp):
         self._fp32_values: set[str] = set()  # reduction results: kept float32 on an fp16 device
         self.fp16_overflows: set[str] = set()  # values reported as overflowing fp16 storage
         self._overflow_lock = threading.Lock()
+        self._kernel_graphs: weakref.WeakKeyDictionary[Graph, Graph] = weakref.WeakKeyDictionary()
 
     # -- capability ------------------------------------------------------------------------
     def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
@@ -323,13 +325,20 @@ class VirtualEp(OpenCLEp):
                 return reason
         return None
 
-    @staticmethod
-    def _to_nchw_kernels(graph: Graph) -> Graph:
+    def kernel_graph(self, graph: Graph) -> Graph:
         """The partition with each NHWC node replaced by its NCHW twin: the device exchanges NHWC
         tensors (what crosses the partition and flows between NHWC ops), and converts around each
-        layout-sensitive kernel on the device, since the PoCL kernels are NCHW."""
+        layout-sensitive kernel on the device, since the PoCL kernels are NCHW. One twin graph per
+        partition graph, so that compile finds the plan get_capability made."""
         if not any(n.domain == NHWC_DOMAIN for n in graph.nodes):
             return graph
+        twin = self._kernel_graphs.get(graph)
+        if twin is None:
+            twin = self._kernel_graphs[graph] = self._nchw_twins(graph)
+        return twin
+
+    @staticmethod
+    def _nchw_twins(graph: Graph) -> Graph:
         nodes: list[Node] = []
         infos: dict[str, ValueInfo] = {}
         for n in graph.nodes:
@@ -348,7 +357,7 @@ class VirtualEp(OpenCLEp):
         # Costs are those of the NHWC graph (what NHWC hardware runs); the PoCL kernels get the
         # NCHW twins.
         as_given = list(graphs)
-        graphs = [self._to_nchw_kernels(g) for g in graphs]
+        graphs = [self.kernel_graph(g) for g in graphs]
         fresh = [k for k, g in enumerate(graphs) if not (len(g.nodes) == 1 and is_ep_context(g.nodes[0]))]
         planned = dict(zip(fresh, self.plan_partitions([graphs[k] for k in fresh], [fused_nodes[k] for k in fresh])))
         out: list[VirtualNodeComputeInfo] = []

@@ -88,6 +88,11 @@ class OpenCLDeviceContext:
         self.device_key = "|".join((platform.name, platform.version, device.name, device.driver_version,
                                     device.version))
         self._exp_option: str | None = None
+        # OpenCL lets `/` err by 2.5 ulp by default, and NVIDIA's does: Div feeding Round
+        # (DynamicQuantizeLinear) gave 25 where ONNX says 26. PoCL divides exactly either way.
+        fp = device.single_fp_config
+        self.divide_option = (" -cl-fp32-correctly-rounded-divide-sqrt"
+                              if fp & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT else "")
         self._exp_lock = threading.Lock()
 
     @property
@@ -98,14 +103,6 @@ class OpenCLDeviceContext:
             if self._exp_option is None:
                 self._exp_option = self._measure_exp_option()
         return self._exp_option
-
-    @property
-    def divide_option(self) -> str:
-        """`` -cl-fp32-correctly-rounded-divide-sqrt`` where the device offers it. OpenCL lets ``/`` err
-        by 2.5 ulp by default, and NVIDIA's does: Div feeding Round (DynamicQuantizeLinear) then gave
-        25 where ONNX says 26. PoCL's division is correctly rounded either way."""
-        flags = self.device.single_fp_config
-        return " -cl-fp32-correctly-rounded-divide-sqrt" if flags & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT else ""
 
     def _measure_exp_option(self) -> str:
         import numpy as np

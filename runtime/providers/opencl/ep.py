@@ -119,10 +119,17 @@ class OpenCLEp(Ep):
             return []
         return [[n] for n in group if self._try_build(support_info, [n])]
 
+    def kernel_graph(self, graph: Graph) -> Graph:
+        """The graph this EP's kernels compute for a partition (the simulated NHWC devices: NCHW
+        twins of their NHWC nodes). Trial and compile lower the same object, so the plan made in
+        get_capability is the one compile uses."""
+        return graph
+
     def _try_build(self, support_info: EpGraphSupportInfo, nodes: list[Node]) -> bool:
         part = support_info.filtered_graph(nodes, FUSION_OPTIONS)
         if is_dynamic(part):
             return True  # planned per concrete shape at run time (host fallback if that fails)
+        part = self.kernel_graph(part)
         try:
             plan = build_plan(part, self._lookup(part))
             # A subclass with no OpenCL device (the simulators' host backend) plans only, so that

@@ -286,8 +286,6 @@ class GemmLowering:
             return False
         Nimg, Cin, Cout = xs[0], xs[1], ws[0]
         Cg, Mg = Cin // G, Cout // G
-        if Cg != ws[1]:  # not NCHW (an NHWC node's trial lowering in get_capability; compile gets its twin)
-            return False
         KH, KW, dh, dw = g["KH"], g["KW"], g["dh"], g["dw"]
         Hp = g["H"] + g["ph"] + g["ph_end"]
         # Every lane of every panel reads inside its padded row: the last panel's lanes past OW read

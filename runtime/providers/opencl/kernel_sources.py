@@ -26,13 +26,14 @@ inline float onnxhal_clamp(float v, float lo, float hi) { const float t = v < lo
 #: Helpers shared by generated and fixed kernels: the NaN helpers, erf and tanh on native_exp
 #: (erf() and exp() are slow calls on PoCL), and the activations a GEMM/Conv epilogue can apply.
 ACTIVATION_HELPERS = NAN_HELPERS + """
+// erf(|x|) by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), for a float or a float vector: ax = |x|,
+// t = 1 / (1 + 0.3275911 ax), computed by the caller in its own type.
+#define ONNXHAL_ERF_ABS(ax, t) (1.0f - (((((1.061405429f * (t) - 1.453152027f) * (t)) + 1.421413741f) * (t) \
+    - 0.284496736f) * (t) + 0.254829592f) * (t) * ONNXHAL_EXP(-(ax) * (ax)))
 inline float onnxhal_erf(float x) {
-  // Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
   const float ax = fabs(x);
   const float t = 1.0f / (1.0f + 0.3275911f * ax);
-  const float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t - 0.284496736f) * t
-                  + 0.254829592f) * t * ONNXHAL_EXP(-ax * ax);
-  return copysign(y, x);
+  return copysign(ONNXHAL_ERF_ABS(ax, t), x);
 }
 inline float onnxhal_tanh(float x) {
   const float ax = fabs(x) > 20.0f ? 20.0f : fabs(x);  // NaN stays NaN
@@ -50,8 +51,7 @@ inline float8 onnxhal_gelu8(float8 v) {
   const int8 sign = as_int8(x) & (int8)(0x80000000);
   const float8 ax = as_float8(as_int8(x) & (int8)(0x7fffffff));
   const float8 t = 1.0f / (1.0f + 0.3275911f * ax);
-  const float8 y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t - 0.284496736f) * t
-                   + 0.254829592f) * t * ONNXHAL_EXP(-ax * ax);
+  const float8 y = ONNXHAL_ERF_ABS(ax, t);
   return 0.5f * v * (1.0f + as_float8(as_int8(y) | sign));
 }
 // act: 0 none, 1 Relu, 2 Sigmoid, 3 Tanh, 4 LeakyRelu(p0), 5 HardSigmoid(p0, p1), 6 Clip(p0, p1), 7 Gelu

@@ -144,7 +144,15 @@ class PartitionState:
         init = [_BoundLaunch(device, s) for s in plan.init_steps]
         self.const_buffers: dict[str, cl.Buffer] = {}
         mf = cl.mem_flags
+        # What the runs read; a constant only the one-off packing reads is released after it, and
+        # one nothing reads (a weight the lowering repacked on the host) is never uploaded.
+        used = {a.name for s in plan.steps if isinstance(s, Launch) for a in s.args if isinstance(a, Buf)}
+        used |= {n for s in plan.steps if isinstance(s, CopyStep) for n in (s.src, s.dst)}
+        used |= set(plan.aliases.values())
+        init_used = {a.name for s in plan.init_steps for a in s.args if isinstance(a, Buf)}
         for name, arr in plan.constants.items():
+            if name not in used and name not in init_used:
+                continue
             host = np.ascontiguousarray(arr)
             if host.nbytes == 0:
                 host = np.zeros(1, host.dtype)
@@ -157,10 +165,7 @@ class PartitionState:
                 _enqueue(queue, b, self.const_buffers)
             queue.finish()
             # Raw weights read only by the one-off packing are not kept twice on the device.
-            used = {a.name for s in plan.steps if isinstance(s, Launch) for a in s.args if isinstance(a, Buf)}
-            used |= {n for s in plan.steps if isinstance(s, CopyStep) for n in (s.src, s.dst)}
-            used |= set(plan.aliases.values())
-            for name in [n for n in plan.constants if n not in used]:
+            for name in [n for n in self.const_buffers if n in plan.constants and n not in used]:
                 self.const_buffers.pop(name).release()
         for b in self.launches:
             if isinstance(b, _BoundLaunch):

@@ -35,6 +35,17 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
 
 LEAF, MEMBER = 6, 7
 
+def _compare(v: np.ndarray, th: np.ndarray, mode: int) -> np.ndarray:
+    """The branch test of one node mode for every element: BRANCH_LEQ, LT, GTE, GT (0-3)."""
+    if mode == 0:
+        return v <= th
+    if mode == 1:
+        return v < th
+    if mode == 2:
+        return v >= th
+    return v > th
+
+
 #: (row, tree) pairs walked between two reads of RunOptions.terminate (``aggregate``).
 _CHUNK = 1 << 18
 
@@ -85,14 +96,8 @@ class _Forest:
             check_terminate()  # one level of every tree for a chunk of rows: bounded work per read
             v = flat[offsets + self.feature[idx]]
             th = self.threshold[idx]
-            if mode == 0:
-                go = v <= th
-            elif mode == 1:
-                go = v < th
-            elif mode == 2:
-                go = v >= th
-            elif mode == 3:
-                go = v > th
+            if 0 <= mode <= 3:
+                go = _compare(v, th, mode)
             else:
                 m = self.mode[idx]
                 go = np.select([m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
@@ -216,15 +221,7 @@ class _LeafBits:
         """[rows, trees] index of the leaf each row reaches in each tree (as ``_Forest.leaves``)."""
         v = x[:, self.feature]
         th = self.threshold
-        mode = self.mode
-        if mode == 0:
-            go = v <= th
-        elif mode == 1:
-            go = v < th
-        elif mode == 2:
-            go = v >= th
-        else:
-            go = v > th
+        go = _compare(v, th, self.mode)
         if self.any_missing:
             go |= self.missing & np.isnan(v)
         bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)

@@ -108,14 +108,9 @@ class GroupQueryAttention(Kernel):
         args = list(inputs) + [None] * (12 - len(inputs))
         q, k, v, past_k, past_v, seqlens, total_len, cos_cache, sin_cache, pos_ids, attn_bias, sink = args[:12]
         n, kvn = self.heads, self.kv_heads
-        b, s, width = q.shape
-        if k is None:  # packed [B, S, (N + 2 kvN) * H]
-            h = width // (n + 2 * kvn)
-            q, k, v = np.split(q, [n * h, (n + kvn) * h], axis=-1)
-        h = q.shape[-1] // n
-        qh = q.reshape(b, s, n, h).transpose(0, 2, 1, 3)
-        kh = k.reshape(b, s, kvn, h).transpose(0, 2, 1, 3)
-        vh = v.reshape(b, s, kvn, h).transpose(0, 2, 1, 3)
+        b, s = q.shape[:2]
+        qh, kh, vh = _heads(q, k, v, n, kvn)
+        h = qh.shape[-1]
         total = np.asarray(seqlens, np.int64).reshape(-1) + 1
         buffer = 0 if past_k is None else past_k.shape[2]
         first_prompt = buffer == 0
@@ -258,14 +253,9 @@ class SparseAttention(Kernel):
         args = list(inputs) + [None] * (11 - len(inputs))
         q, k, v, past_k, past_v, rows, cols, total_len, key_totals, cos_cache, sin_cache = args[:11]
         n, kvn = self.heads, self.kv_heads
-        b, s, width = q.shape
-        if k is None:  # packed [B, S, (N + 2 kvN) * H]
-            h = width // (n + 2 * kvn)
-            q, k, v = np.split(q, [n * h, (n + kvn) * h], axis=-1)
-        h = q.shape[-1] // n
-        qh = q.reshape(b, s, n, h).transpose(0, 2, 1, 3)
-        kh = k.reshape(b, s, kvn, h).transpose(0, 2, 1, 3)
-        vh = v.reshape(b, s, kvn, h).transpose(0, 2, 1, 3)
+        b, s = q.shape[:2]
+        qh, kh, vh = _heads(q, k, v, n, kvn)
+        h = qh.shape[-1]
         totals = np.asarray(key_totals, np.int64).reshape(-1)
         prompt = int(np.asarray(total_len).reshape(-1)[0]) == s
         past_len = np.zeros(b, np.int64) if prompt else totals - s
@@ -299,3 +289,17 @@ class SparseAttention(Kernel):
             scores = np.where(see[None] & sparse, scores, -np.inf)
             out[i] = np.matmul(_softmax_last(scores), values).transpose(1, 0, 2).reshape(s, n * h)
         return [out, pk, pv][: self.n_out]
+
+
+def _heads(q: np.ndarray, k: np.ndarray | None, v: np.ndarray | None, n: int, kvn: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Query [B, N, S, H] and key/value [B, kvN, S, H] heads from [B, S, *] inputs, or from one packed
+    [B, S, (N + 2 kvN) * H] query when key and value are absent (GroupQueryAttention, SparseAttention)."""
+    b, s, width = q.shape
+    if k is None:
+        h = width // (n + 2 * kvn)
+        q, k, v = np.split(q, [n * h, (n + kvn) * h], axis=-1)
+    h = q.shape[-1] // n
+    return (q.reshape(b, s, n, h).transpose(0, 2, 1, 3), k.reshape(b, s, kvn, h).transpose(0, 2, 1, 3),
+            v.reshape(b, s, kvn, h).transpose(0, 2, 1, 3))
+

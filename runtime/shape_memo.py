@@ -72,8 +72,8 @@ class ShapeMemo:
         self._cache: dict[tuple, Any] = {}
 
     def __call__(self, *sources: Any) -> Any:
-        try:
-            key = tuple(s.shape for s in sources)
+        try:  # one source (the common case) keys by its shape alone: no generator per call
+            key = sources[0].shape if len(sources) == 1 else tuple([s.shape for s in sources])
         except AttributeError:  # not a tensor (a sequence, an omitted input): the kernels say what is wrong
             return self.evaluate(sources)
         value = self._cache.get(key)

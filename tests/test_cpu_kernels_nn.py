@@ -412,14 +412,16 @@ def _layer_norm64(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, axis: int,
     return d * inv_std * scale.astype(np.float64) + bias.astype(np.float64), mean, inv_std
 
 
+@pytest.mark.parametrize("shape", [(2, 64, 96), (2, 12, 32)])
 @pytest.mark.parametrize("axis", [-1, 1])
 @pytest.mark.parametrize("offset", [0.0, 100.0, 1e4])
-def test_layer_normalization_of_large_contiguous_inputs(offset, axis):
+def test_layer_normalization_of_large_contiguous_inputs(offset, axis, shape):
     """The path whose means are BLAS row sums (contiguous float32 of >= 4096 elements, the
     normalized axes as rows: the last one, or the last two), with its mean and inverse deviation
     outputs, against float64. Rows whose mean outweighs their spread get the mean corrected: over
-    20 seeds, 2.2e-6 at 100 and 5e-6 at 1e4 (onnxruntime 1.5e-5 and 2e-3); uncorrected, 2e-4 at 100."""
-    x = randn(2, 64, 96) + np.float32(offset)
+    20 seeds, 2.2e-6 at 100 and 5e-6 at 1e4 (onnxruntime 1.5e-5 and 2e-3); uncorrected, 2e-4 at 100.
+    Below 4096 elements (a tiny model's 24 rows of 32) the small path is held to the same bounds."""
+    x = randn(*shape) + np.float32(offset)
     scale, bias = randn(*x.shape[axis:]), randn(*x.shape[axis:])
     y, mean, inv_std = run_native("LayerNormalization", [x, scale, bias], 17, n_outputs=3, axis=axis)
     want_y, want_mean, want_inv = _layer_norm64(x, scale, bias, axis)
@@ -499,13 +501,14 @@ def _softmax64(x: np.ndarray) -> np.ndarray:
         return e / e.sum(axis=-1, keepdims=True)
 
 
+@pytest.mark.parametrize("shape", [(2, 4, 32, 64), (2, 4, 12, 12)])
 @pytest.mark.parametrize("case", ["attention scores", "masked", "rows far below zero", "a row of -inf",
                                   "a value of 60 or more", "a NaN"])
-def test_softmax_over_the_last_axis_of_large_inputs(case):
-    """The max-free path (float32, last axis, >= 4096 elements): every row as the float64
-    softmax, including rows it must redo with their own maxima and inputs it must leave to the
-    usual form."""
-    x = (randn(2, 4, 32, 64) * 4).astype(np.float32)
+def test_softmax_over_the_last_axis_of_large_inputs(case, shape):
+    """The max-free path (float32, last axis of 8 or more, any size: a tiny model's 96 rows of 12
+    too): every row as the float64 softmax, including rows it must redo with their own maxima and
+    inputs it must leave to the usual form."""
+    x = (randn(*shape) * 4).astype(np.float32)
     if case == "masked":
         x[..., 40:] = -10000.0  # BERT's additive mask
     elif case == "rows far below zero":

@@ -249,3 +249,47 @@ def test_unique_flattens_and_keeps_first_occurrence_order():
     assert empty.shape == (0,)  # flattened, as onnxruntime
     rows, _, inv, _ = run_native("Unique", [np.array([[1, 2], [0, 5], [1, 2]], np.int64)], 11, n_outputs=4, axis=0)
     assert rows.tolist() == [[0, 5], [1, 2]] and inv.tolist() == [1, 0, 1]
+
+
+def _kernel(op: str, n_inputs: int, opset: int, n_outputs: int = 1, **attrs):
+    from tests.test_cpu_kernels_nn import create_cpu_kernel, make_node
+
+    return create_cpu_kernel(make_node(op, n_inputs, opset, n_outputs, **attrs), None)
+
+
+def test_kernels_that_memoize_per_shape_follow_a_new_input_shape():
+    # Reshape, Expand and GatherElements keep what a shape resolves to; one kernel fed several
+    # shapes (a dynamic axis) must give each its own result.
+    shape = ints(0, -1)
+    shape.flags.writeable = False  # a model constant: the kernel keeps its resolution
+    reshape = _kernel("Reshape", 2, 14)
+    for dims in [(2, 3, 4), (5, 3, 4), (2, 3, 4), (1, 7)]:
+        x = randn(*dims)
+        (y,) = reshape.compute([x, shape])
+        assert y.shape == (dims[0], int(np.prod(dims[1:]))) and np.array_equal(y.reshape(-1), x.reshape(-1))
+    expand = _kernel("Expand", 2, 13)
+    for dims, target in [((3, 1), (2, 3, 4)), ((1, 4), (2, 3, 4)), ((3, 1), (3, 5)), ((3, 1), (2, 3, 4))]:
+        x = randn(*dims)
+        (y,) = expand.compute([x, ints(*target)])
+        assert np.array_equal(y, np.broadcast_to(x, np.broadcast_shapes(dims, target)))
+    gather = _kernel("GatherElements", 2, 13, axis=1)
+    rng = np.random.default_rng(3)
+    for dims, idx_dims in [((3, 5), (3, 2)), ((4, 5), (2, 7)), ((3, 5), (3, 2)), ((2, 3), (1, 1))]:
+        x = randn(*dims)
+        idx = rng.integers(-dims[1], dims[1], idx_dims)
+        (y,) = gather.compute([x, idx])
+        wrapped = np.where(idx < 0, idx + dims[1], idx)
+        assert np.array_equal(y, np.take_along_axis(x[: idx_dims[0]], wrapped, axis=1))
+    (strided,) = gather.compute([randn(4, 6)[:, ::2], np.array([[2, 0], [-1, 1]], I64)])  # not contiguous
+    assert strided.shape == (2, 2)
+
+
+def test_split_sizes_that_do_not_add_up_are_refused():
+    from onnxhal.hal.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=r"sizes \[2, 2\] must be non-negative and add up to the length 5"):
+        run_native("Split", [randn(5, 2), ints(2, 2)], 13, n_outputs=2, axis=0)
+    with pytest.raises(InvalidArgument, match=r"axis 2 is out of range"):
+        run_native("Split", [randn(4, 2)], 13, n_outputs=2, axis=2)
+    parts = check("Split", [randn(3, 4)], 13, n_outputs=2, axis=-1)
+    assert all(p.base is not None for p in parts)  # views of the input, as before

@@ -106,6 +106,7 @@ def pool_geometry(node: Node, spatial) -> tuple:
 
 def first_out_of_range(idx: np.ndarray, n: int) -> int | None:
     """The first index outside [-n, n), or None (one min/max pass when all are in range)."""
-    if idx.size and (idx.min() < -n or idx.max() >= n):
+    # ufunc.reduce over all elements: ndarray.min/max's Python wrappers cost as much again on small indices
+    if idx.size and (np.minimum.reduce(idx, axis=None) < -n or np.maximum.reduce(idx, axis=None) >= n):
         return int(idx[(idx < -n) | (idx >= n)].reshape(-1)[0])
     return None

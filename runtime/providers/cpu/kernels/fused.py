@@ -163,9 +163,16 @@ def _gelu_inplace(y: np.ndarray) -> None:
     y -= q
 
 
-def gelu(x: np.ndarray) -> np.ndarray:
-    y = np.array(x, dtype=x.dtype if x.dtype.kind == "f" else np.float32, copy=True)
-    _blocked(_gelu_inplace, y)
+def gelu(x: np.ndarray, fresh: bool = False) -> np.ndarray:
+    """gelu(x) as a new array; ``fresh``: x is the caller's own float array, computed in place."""
+    if fresh and x.dtype.kind == "f" and x.flags.writeable and x.flags.c_contiguous:
+        y = x
+    else:
+        y = np.array(x, dtype=x.dtype if x.dtype.kind == "f" else np.float32, copy=True)
+    if y.size <= BLOCK:  # one block: no blocking loop, no pool check
+        _gelu_inplace(y)
+    else:
+        _blocked(_gelu_inplace, y)
     return y
 
 
@@ -176,7 +183,7 @@ def _activation(name: str, params: list[float], node: Node) -> Callable[[np.ndar
     if name == "Relu":
         return lambda y: clamp_(y, 0)
     if name == "Gelu":
-        return lambda y: _blocked(_gelu_inplace, y)
+        return lambda y: _gelu_inplace(y) if y.size <= BLOCK and y.flags.c_contiguous else _blocked(_gelu_inplace, y)
     if name == "Tanh":
         return lambda y: np.tanh(y, out=y)
     if name == "Sigmoid":
@@ -224,6 +231,13 @@ def _split_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, act: C
     Bias and the activation are applied per block; an activation that needs contiguous memory
     (``act_contiguous``) runs on the whole result instead when columns were split."""
     m, n = a.shape[0], b.shape[1]
+    if m * a.shape[1] * n < PARALLEL_MIN_WORK:  # one block, inline: no closures or pool checks (a tiny model's 3 us)
+        y = np.matmul(a, b)
+        if bias is not None:
+            y += bias
+        if act is not None:
+            act(y)
+        return y
     y = np.empty((m, n), dtype=np.result_type(a, b))
     by_columns = n > m and WORKERS > 1 and SPLIT_PRODUCTS
     bias2 = None if bias is None else bias.reshape(1, -1) if bias.ndim < 2 else bias

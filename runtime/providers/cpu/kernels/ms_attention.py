@@ -10,15 +10,18 @@ where causal attention hides a later key), a softmax over the keys."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
-from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm
+from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm, softmax_last_axis
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 MS = "com.microsoft"
+_FLOAT32 = np.dtype(np.float32)
 
 
 def _opt(inputs: list, i: int):
@@ -56,18 +59,14 @@ def _mask_bias(mask: np.ndarray | None, batch: int, seq: int, total: int, past: 
     return add[:, None]
 
 
-def _softmax_last(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(axis=-1, keepdims=True)
-    np.exp(x, out=x)
-    x /= x.sum(axis=-1, keepdims=True)
-    return x
+_softmax_last = softmax_last_axis
 
 
 def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, add: np.ndarray | None,
            bias: np.ndarray | None) -> np.ndarray:
     """softmax(scale * q @ k^T + mask + bias) @ v over [B, N, S, H] heads; the context as
     [B, S, N * Hv]."""
-    scores = np.matmul(q, np.swapaxes(k, -1, -2))
+    scores = np.matmul(q, k.swapaxes(-1, -2))
     scores *= np.float32(scale)
     if add is not None:
         scores += add
@@ -98,6 +97,24 @@ class _AttentionBase(Kernel):
             raise InvalidArgument(f"{self.what}: do_rotary=1 is not implemented by the CPU EP; export without "
                                   "rotary fusion.")
         self.n_out = len(node.outputs)
+        self._masks: dict[tuple, np.ndarray] = {}
+
+    def _mask_bias(self, mask: np.ndarray | None, b: int, s: int, p: int) -> np.ndarray | None:
+        """``_mask_bias``, kept per mask value and shapes: a served model sees the same few masks
+        again and again, and building one costs as much as a small attention (5 us of 21)."""
+        if mask is None and not self.causal:
+            return None
+        small = mask is None or mask.size <= 4096
+        key = (b, s, p, None if mask is None else (mask.shape, mask.dtype.str, mask.tobytes())) if small else None
+        add = self._masks.get(key) if small else None
+        if add is None:
+            add = _mask_bias(mask, b, s, p + s, p, self.causal, self.fill, self.what)
+            if small:
+                add.flags.writeable = False  # added to the scores, never written
+                if len(self._masks) >= 16:
+                    self._masks.clear()
+                self._masks[key] = add
+        return add
 
     def _attention(self, qkv: np.ndarray, inputs: list) -> list:
         b, s, width = qkv.shape
@@ -105,7 +122,7 @@ class _AttentionBase(Kernel):
         if sum(sizes) != width or any(v % self.heads for v in sizes):
             raise InvalidArgument(f"{self.what}: Q/K/V widths {sizes} for a projection of width {width} and "
                                   f"{self.heads} heads; they must add up to it and divide by num_heads.")
-        q, k, v = np.split(qkv, [sizes[0], sizes[0] + sizes[1]], axis=-1)
+        q, k, v = qkv[..., :sizes[0]], qkv[..., sizes[0]:sizes[0] + sizes[1]], qkv[..., sizes[0] + sizes[1]:]
         n = self.heads
         q = q.reshape(b, s, n, -1).transpose(0, 2, 1, 3)
         k = k.reshape(b, s, n, -1).transpose(0, 2, 1, 3)
@@ -120,8 +137,8 @@ class _AttentionBase(Kernel):
             k = np.concatenate([past[0], k], axis=2)
             v = np.concatenate([past[1], v], axis=2)
         head = q.shape[-1]
-        scale = self.scale or 1.0 / np.sqrt(head)
-        add = _mask_bias(_opt(inputs, self.mask_input), b, s, p + s, p, self.causal, self.fill, self.what)
+        scale = self.scale or 1.0 / math.sqrt(head)
+        add = self._mask_bias(_opt(inputs, self.mask_input), b, s, p)
         out = attend(q, k, v, scale, add, _opt(inputs, self.bias_input))
         if self.n_out > 1:
             return [out, np.stack([k, v])]
@@ -140,10 +157,10 @@ class Attention(_AttentionBase):
         if x.ndim != 3 or w.ndim != 2 or w.shape[0] != x.shape[2]:
             raise InvalidArgument(f"{self.what}: input {list(x.shape)} and weights {list(w.shape)}; input must be "
                                   "[batch, sequence, hidden] and weights [hidden, Q + K + V].")
-        qkv = np.matmul(x, w)
+        qkv = np.matmul(x.reshape(-1, x.shape[2]), w)  # one 2-D product, not a batch of them
         if bias is not None:
             qkv += bias
-        return self._attention(qkv, inputs)
+        return self._attention(qkv.reshape(x.shape[0], x.shape[1], -1), inputs)
 
 
 @register("QAttention", since=1, domain=MS)
@@ -218,10 +235,10 @@ class MultiHeadAttention(Kernel):
 
 
 def _lookup(table: np.ndarray, ids: np.ndarray, name: str, what: str) -> np.ndarray:
-    if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
+    if ids.size and (np.minimum.reduce(ids, axis=None) < 0 or np.maximum.reduce(ids, axis=None) >= table.shape[0]):
         raise InvalidArgument(f"{what}: {name} holds {int(ids.max() if ids.max() >= table.shape[0] else ids.min())}, "
                               f"outside the {table.shape[0]} rows of its embedding table.")
-    return table[ids]
+    return np.take(table, ids, axis=0)
 
 
 class _EmbedBase(Kernel):
@@ -237,13 +254,17 @@ class _EmbedBase(Kernel):
             raise InvalidArgument(f"{self.what}: input_ids of shape {list(ids.shape)}; it must be [batch, sequence].")
         b, s = ids.shape
         total = _lookup(word, ids, "input_ids", self.what)
-        pos = np.broadcast_to(np.arange(s), (b, s)) if position_ids is None else np.broadcast_to(position_ids, (b, s))
-        total = total + _lookup(position, pos, "position_ids (or the sequence length)", self.what)
+        if position_ids is None and s <= position.shape[0]:
+            total = total + position[:s]  # rows 0..S-1 for every batch: a slice, no index array
+        else:
+            pos = np.broadcast_to(np.arange(s) if position_ids is None else position_ids, (b, s))
+            total = total + _lookup(position, pos, "position_ids (or the sequence length)", self.what)
         if segment is not None and segment_ids is not None:
-            total = total + _lookup(segment, segment_ids, "segment_ids", self.what)
+            total += _lookup(segment, segment_ids, "segment_ids", self.what)
         total = total.astype(np.float32, copy=False)
-        y = layer_norm(total, gamma, beta, -1, self.epsilon, np.dtype(np.float32))[0]
-        count = (np.zeros(b, np.int32) if mask is None else (np.asarray(mask) == 1).sum(axis=1).astype(np.int32))
+        y = layer_norm(total, gamma, beta, -1, self.epsilon, _FLOAT32)[0]
+        count = (np.zeros(b, np.int32) if mask is None
+                 else np.add.reduce(np.asarray(mask) == 1, axis=1, dtype=np.int32))
         return [y, count, total][: self.n_out]
 
 

@@ -52,10 +52,12 @@ class SkipLayerNormalization(Kernel):
         x, skip, gamma = inputs[0], inputs[1], inputs[2]
         beta = None if self.simplified or len(inputs) < 4 else inputs[3]
         bias = inputs[self.bias_index] if len(inputs) > self.bias_index else None
-        _check_hidden(self.op_name, self.name, x, gamma=gamma, beta=beta, bias=bias)
-        total = x + skip if skip.shape == x.shape or skip.ndim < x.ndim else np.add(x, skip)
+        h = x.shape[-1] if x.ndim else 1
+        if gamma.size != h or (beta is not None and beta.size != h) or (bias is not None and bias.size != h):
+            _check_hidden(self.op_name, self.name, x, gamma=gamma, beta=beta, bias=bias)
+        total = x + skip
         if bias is not None:
-            total = total + bias
+            total += bias  # total is this kernel's own array
         if self.simplified:
             y, inv = _rms_norm(total, gamma, self.epsilon)
             mean = np.zeros_like(inv)
@@ -95,8 +97,9 @@ class BiasGelu(Kernel):
         pass
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0] if len(inputs) < 2 or inputs[1] is None else inputs[0] + inputs[1]
-        return [gelu(x)]
+        if len(inputs) < 2 or inputs[1] is None:
+            return [gelu(inputs[0])]
+        return [gelu(inputs[0] + inputs[1], fresh=True)]
 
 
 @register("Gelu", since=1, domain=MS)

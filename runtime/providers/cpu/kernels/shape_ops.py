@@ -7,6 +7,9 @@ returned where numpy gives them: produced values are never written in place.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -56,9 +59,18 @@ class Reshape(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.allowzero = bool(node.attr("allowzero", 0))
+        self._last: tuple = (None, None, None)  # (read-only shape array, input shape, resolved shape)
 
     def compute(self, inputs: list) -> list:
-        return [_reshape(inputs[0], inputs[1].tolist(), self.allowzero)]
+        x, shape = inputs[0], inputs[1]
+        last_shape, last_in, last_out = self._last
+        # A model constant (read-only, the same array each run) resolves once per input shape
+        if shape is last_shape and x.shape == last_in:
+            return [x.reshape(last_out)]
+        y = _reshape(x, shape.tolist(), self.allowzero)
+        if not shape.flags.writeable:
+            self._last = (shape, x.shape, y.shape)
+        return [y]
 
 
 @register("Flatten", since=1)
@@ -69,9 +81,7 @@ class Flatten(Kernel):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
         axis = self.axis + x.ndim if self.axis < 0 else self.axis
-        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
-        inner = int(np.prod(x.shape[axis:], dtype=np.int64))
-        return [x.reshape(outer, inner)]
+        return [x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))]
 
 
 @register("Transpose", since=1)
@@ -93,8 +103,6 @@ class Concat(Kernel):
         return [np.concatenate(inputs, axis=self.axis)]
 
 
-def _split_points(dim: int, split) -> list[int]:
-    return np.cumsum(split)[:-1].tolist()
 
 
 @register("Split", since=1)
@@ -114,13 +122,20 @@ class SplitAttr(Kernel):
 
 
 def _do_split(x: np.ndarray, axis: int, split, n: int) -> list:
+    if not -x.ndim <= axis < x.ndim:
+        raise InvalidArgument(f"Split: axis {axis} is out of range for the input {list(x.shape)}; it must lie in "
+                              f"[{-x.ndim}, {x.ndim - 1}].")
+    axis %= x.ndim
+    dim = x.shape[axis]
     if split is None:
-        dim = x.shape[axis]
-        if dim % n == 0:
-            return list(np.split(x, n, axis=axis))
         chunk = -(-dim // n)  # opset 18 num_outputs: ceil-sized chunks, the last smaller
         split = [chunk] * (n - 1) + [dim - chunk * (n - 1)]
-    return list(np.split(x, _split_points(x.shape[axis], split), axis=axis))
+    elif sum(split) != dim or min(split, default=0) < 0:
+        raise InvalidArgument(f"Split: the sizes {list(split)} must be non-negative and add up to the length {dim} "
+                              f"of axis {axis} of the input {list(x.shape)}; give sizes that do.")
+    # Basic slices (views, as np.split gives) without np.split's Python-level bookkeeping
+    lead = (slice(None),) * axis
+    return [x[lead + (slice(e - s, e),)] for s, e in zip(split, itertools.accumulate(split))]
 
 
 @register("Split", since=13)
@@ -203,6 +218,7 @@ def _check_indices(op: str, idx: np.ndarray, n: int, axis: int) -> None:
 class GatherElements(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.axis = node.attr("axis", 0)
+        self._bases: dict[tuple, np.ndarray] = {}
 
     def compute(self, inputs: list) -> list:
         x, idx = inputs
@@ -215,8 +231,29 @@ class GatherElements(Kernel):
             raise InvalidArgument(f"GatherElements: indices {list(idx.shape)} are longer than data {list(x.shape)} "
                                   f"on an axis other than {axis}.")
         _check_indices("GatherElements", idx, x.shape[axis], axis)
-        x = x[tuple(slice(None) if k == axis else slice(0, i) for k, i in enumerate(idx.shape))]
-        return [np.take_along_axis(x, idx.astype(np.int64, copy=False), axis=axis)]
+        if not x.flags.c_contiguous or idx.size == 0:
+            x = x[tuple(slice(None) if k == axis else slice(0, i) for k, i in enumerate(idx.shape))]
+            return [np.take_along_axis(x, idx.astype(np.int64, copy=False), axis=axis)]
+        # One np.take on x's flat memory (take_along_axis builds an open mesh of aranges per call):
+        # the flat position of out[i] is base[i] + idx[i] * stride(axis), base memoized per shape.
+        key = (x.shape, idx.shape, axis)
+        base = self._bases.get(key)
+        if base is None:
+            strides = [math.prod(x.shape[k + 1:]) for k in range(x.ndim)]
+            base = np.zeros(idx.shape, np.int64)
+            for k, n in enumerate(idx.shape):
+                if k != axis:
+                    base += (np.arange(n, dtype=np.int64) * strides[k]).reshape((n,) + (1,) * (idx.ndim - k - 1))
+            base.flags.writeable = False
+            if len(self._bases) < 64:
+                self._bases[key] = base
+        n = x.shape[axis]
+        pos = idx.astype(np.int64)  # a copy: negative indices are wrapped in it
+        if np.minimum.reduce(pos, axis=None) < 0:
+            pos[pos < 0] += n
+        pos *= math.prod(x.shape[axis + 1:])
+        pos += base
+        return [np.take(x.reshape(-1), pos)]
 
 
 def _axes_tuple(axes) -> tuple:
@@ -270,10 +307,21 @@ class Squeeze(_NoAttr):
 class Expand(_NoAttr):
     host_inputs = frozenset({1})
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self._shapes: dict[tuple, tuple] = {}  # (input shape, asked shape) -> output shape
+
     def compute(self, inputs: list) -> list:
         x = inputs[0]
-        shape = np.broadcast_shapes(x.shape, tuple(int(s) for s in inputs[1].tolist()))
-        return [np.array(np.broadcast_to(x, shape))]
+        key = (x.shape, tuple(inputs[1].tolist()))
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = np.broadcast_shapes(x.shape, tuple(int(s) for s in key[1]))
+            if len(self._shapes) < 64:  # a few shapes per model; a stream of new ones is not kept
+                self._shapes[key] = shape
+        # one broadcasting copy (np.array(np.broadcast_to(...)) costs three times as much on small inputs)
+        y = np.empty(shape, x.dtype)
+        np.copyto(y, x)
+        return [y]
 
 
 @register("Shape", since=1)

@@ -22,6 +22,7 @@ from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE, OrtMemoryDevice
 from onnxhal.hal.run_control import RUN_OPTIONS as _RUN_OPTIONS
 from onnxhal.hal.run_control import TERMINATED_MSG as _TERMINATED_MSG
 from onnxhal.hal.run_control import Terminated
+from onnxhal.runtime.fp_errors import ignore_fp_errors, restore_fp_errors
 from onnxhal.runtime.memory_context import MemoryContext
 from onnxhal.runtime.shape_memo import memo_steps
 
@@ -281,14 +282,15 @@ class ExecutionPlan:
         return self._outputs(slots, None, None)
 
     def _execute(self, slots: list, run_options: Any, profiler: Any) -> None:
-        # NaN and inf from IEEE arithmetic (Sqrt or Log of a negative, 0/0, overflow) are results,
-        # as in onnxruntime, not numpy RuntimeWarnings from inside the runtime.
-        with np.errstate(all="ignore"):
+        token = ignore_fp_errors()  # NaN and inf are results, not warnings (runtime/fp_errors.py)
+        try:
             if profiler is not None:
                 self._run_checked(slots, run_options, profiler)
             else:
                 for i, v in zip(self.output_slots, self._execute_fast(slots, run_options)):
                     slots[i] = v
+        finally:
+            restore_fp_errors(token)
 
     def _execute_fast(self, slots: list, run_options: Any) -> tuple:
         """The generated run function on ``slots``, under the caller's numpy error state: the

@@ -315,7 +315,7 @@ class InferenceSession:
             outputs = self._run_core(core, feeds, run_options, fetch)
         except EPFail as e:
             outputs = self._run_core(self._recover(core, e), feeds, run_options, fetch)
-        return _owned([_to_host_output(v) for v in outputs], feeds)
+        return _owned([v if v.__class__ is np.ndarray else _to_host_output(v) for v in outputs], feeds)
 
     def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
                             run_options: RunOptions | None = None) -> list:
@@ -376,7 +376,7 @@ class InferenceSession:
             b = bound.get(o.name)
             info = b if not hasattr(b, "_value") else getattr(b, "memory_info", lambda: None)()
             devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
-        return _owned(self._run_core(self._core, checked, run_options, None, devices), checked)
+        return _owned(list(self._run_core(self._core, checked, run_options, None, devices)), checked)
 
     def _feed_checker(self) -> FeedChecker:
         """The session's feed checks, built at its first run from the model's inputs."""
@@ -403,6 +403,10 @@ class InferenceSession:
     def _run_once(self, core: SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
                   output_devices: list | None) -> list:
         hooks = core.__dict__.get("_run_hooks") or _run_hooks(core)
+        if hooks.plain and self._profiler is None:  # the CPU EP's case: no sync, nothing to end or time
+            for ep in hooks.starts:
+                ep.on_run_start(run_options)
+            return core.plan.run(feeds, run_options, None, fetch, output_devices)
         for ep in hooks.starts:
             ep.on_run_start(run_options)
         profiler = self._profiler  # read once: end_profiling() on another thread may clear it
@@ -588,24 +592,26 @@ class InferenceSession:
 def _owned(outputs: list, feeds: Mapping[str, Any]) -> list:
     """The outputs as onnxruntime hands them over: arrays of the caller's own. A model constant
     passed through (read-only here, where kernels share the session's weights) or a view of a feed
-    (Identity, Reshape of an input) is copied; everything else is returned as computed, no copy."""
+    (Identity, Reshape of an input) is copied; everything else is returned as computed, no copy.
+    ``outputs`` is the caller's fresh list, changed in place."""
     fed = None
-    out = list(outputs)
-    for i, v in enumerate(out):
-        if not isinstance(v, np.ndarray):
+    for i, v in enumerate(outputs):
+        if v.__class__ is not np.ndarray and not isinstance(v, np.ndarray):
             continue
-        flags = v.flags
-        if not flags.writeable:
-            out[i] = v.copy()
+        if not v.flags.writeable:
+            outputs[i] = v.copy()
             continue
         if fed is None:
             fed = [f for f in feeds.values() if isinstance(f, np.ndarray)]
-        # An array that owns its memory and was made by the run shares it with no feed.
-        if flags.owndata and all(v is not f for f in fed):
+        if v.base is None:  # owns its memory: shares it with no feed unless it is one
+            for f in fed:
+                if v is f:
+                    outputs[i] = v.copy()
+                    break
             continue
         if any(np.may_share_memory(v, f) for f in fed):
-            out[i] = v.copy()
-    return out
+            outputs[i] = v.copy()
+    return outputs
 
 
 @dataclass(frozen=True)
@@ -616,6 +622,7 @@ class _RunHooks:
     starts: tuple
     syncs: tuple
     ends: tuple
+    plain: bool  # no sync and no end hooks: a run is the start hooks and the plan's run
 
 
 def _run_hooks(core: SessionCore) -> _RunHooks:
@@ -626,7 +633,8 @@ def _run_hooks(core: SessionCore) -> _RunHooks:
         return tuple(ep for ep in eps
                      if name in getattr(ep, "__dict__", ()) or getattr(type(ep), name, None) is not base)
 
-    hooks = _RunHooks(overriding("on_run_start"), overriding("sync"), overriding("on_run_end"))
+    starts, syncs, ends = overriding("on_run_start"), overriding("sync"), overriding("on_run_end")
+    hooks = _RunHooks(starts, syncs, ends, not (syncs or ends))
     core._run_hooks = hooks
     return hooks
 

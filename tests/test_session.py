@@ -306,3 +306,9 @@ def test_ieee_specials_are_results_not_warnings(tmp_path, profiling):
     assert np.isnan(sq[0]) and np.isnan(lg[0]) and lg[1] == -np.inf and np.isnan(dv[1])
     assert ex[2] == np.inf and dv[2] == 1.0
     assert np.seterr()["invalid"] == "warn"  # the caller's own numpy settings are untouched
+    with np.errstate(all="raise"):  # a caller whose numpy raises: the run still gives the specials,
+        sq, lg, dv, ex = s.run(None, {"x": x})
+        assert np.isnan(sq[0]) and lg[1] == -np.inf
+        assert np.geterr() == {"divide": "raise", "over": "raise", "under": "raise", "invalid": "raise"}
+        with pytest.raises(FloatingPointError):  # and its own arithmetic raises again after it
+            np.sqrt(np.float32(-1.0))

@@ -24,7 +24,7 @@ from onnxhal.hal.run_control import TERMINATED_MSG as _TERMINATED_MSG
 from onnxhal.hal.run_control import Terminated
 from onnxhal.runtime.fp_errors import ignore_fp_errors, restore_fp_errors
 from onnxhal.runtime.memory_context import MemoryContext
-from onnxhal.runtime.shape_memo import memo_steps
+from onnxhal.runtime.shape_memo import ShapeMemo, memo_steps
 
 logger = logging.getLogger("onnxhal.executor")
 
@@ -438,12 +438,24 @@ def _compile_straight_line(steps: list[Step], output_slots: list[int],
         lines.append("    " + ", ".join(f"s{i}" for i in chunk) + ", = " + ", ".join(f"slots[{i}]" for i in chunk) + ",")
     lines.append("    " + ", ".join(f"f{k}" for k in range(len(steps))) + ", = fns" if steps else "    pass")
     line_to_step: dict[int, Step] = {}
+    memos: dict[str, dict] = {}
     for k, st in enumerate(steps):
         args = "[" + ", ".join(f"s{i}" for i in st.ins) + "]"
         if check_terminate:  # as ORT: the flag is honoured between nodes
             lines.append("    if ro.terminate: raise Terminated(MSG)")
         line_to_step[len(lines) + 1] = st
-        if st.inline_fn is not None:
+        if isinstance(st.inline_fn, ShapeMemo) and st.ins:
+            # The memo's cache read in line (a shape value costs a dict lookup, not a call);
+            # anything but an ndarray source goes through the memo, which says what is wrong.
+            o = st.outs[0]
+            memos[f"m{k}"] = st.inline_fn.cache
+            arrays = " and ".join(f"s{i}.__class__ is ndarray" for i in st.ins)
+            key = f"s{st.ins[0]}.shape" if len(st.ins) == 1 else "(" + "".join(f"s{i}.shape, " for i in st.ins) + ")"
+            lines.append(f"    s{o} = m{k}.get({key}) if {arrays} else None")
+            lines.append(f"    if s{o} is None:")
+            lines.append(f"        s{o} = f{k}({', '.join(f's{i}' for i in st.ins)})")
+            lines.append(f"        if s{o}.__class__ is not ndarray: s{o} = asarray(s{o})")
+        elif st.inline_fn is not None:
             o = st.outs[0]
             lines.append(f"    s{o} = f{k}({', '.join(f's{i}' for i in st.ins)})")
             lines.append(f"    if s{o}.__class__ is not ndarray: s{o} = asarray(s{o})")
@@ -457,7 +469,7 @@ def _compile_straight_line(steps: list[Step], output_slots: list[int],
             lines.append("    " + ", ".join(f"s{f}" for f in st.frees) + " = " + ", ".join("None" for _ in st.frees))
     lines.append("    return (" + "".join(f"s{i}, " for i in output_slots) + ")")
     namespace: dict = {"Terminated": Terminated, "MSG": _TERMINATED_MSG, "ndarray": np.ndarray,
-                       "asarray": np.asarray}
+                       "asarray": np.asarray, **memos}
     exec(compile("\n".join(lines), "<onnxhal plan>", "exec"), namespace)  # noqa: S102 - generated from the plan
     return namespace["_run"], tuple(st.inline_fn or st.fn for st in steps), line_to_step
 

@@ -62,28 +62,29 @@ def region_steps(steps: Sequence[Any], constant_slots: set[int], ep_name: str) -
 class ShapeMemo:
     """One region value from the tensors whose shapes it comes from: ``memo(*sources) -> value``."""
 
-    __slots__ = ("steps", "sources", "target", "constants", "_cache")
+    __slots__ = ("steps", "sources", "target", "constants", "cache")
 
     def __init__(self, steps: list[Any], sources: tuple[int, ...], target: int, constants: dict[int, Any]) -> None:
         self.steps = steps  # the region steps the value needs, in plan order
         self.sources = sources  # slots of the tensors the region's Shape/Size nodes read
         self.target = target
         self.constants = constants  # slot -> initializer the steps read
-        self._cache: dict[tuple, Any] = {}
+        #: sources' shapes (one source: its shape alone) -> value; the plan's generated code reads it
+        self.cache: dict[tuple, Any] = {}
 
     def __call__(self, *sources: Any) -> Any:
         try:  # one source (the common case) keys by its shape alone: no generator per call
             key = sources[0].shape if len(sources) == 1 else tuple([s.shape for s in sources])
         except AttributeError:  # not a tensor (a sequence, an omitted input): the kernels say what is wrong
             return self.evaluate(sources)
-        value = self._cache.get(key)
+        value = self.cache.get(key)
         if value is None:
             value = self.evaluate(sources)
             if isinstance(value, np.ndarray) and value.size <= MAX_CACHED_ELEMENTS:
                 value.flags.writeable = False  # shared by every later run with these shapes
-                if len(self._cache) >= MAX_SHAPES:
-                    self._cache.clear()
-                self._cache[key] = value
+                if len(self.cache) >= MAX_SHAPES:
+                    self.cache.clear()
+                self.cache[key] = value
         return value
 
     def evaluate(self, sources: Sequence[Any]) -> Any:

@@ -50,7 +50,7 @@ def test_shape_values_follow_the_input_shape_and_are_computed_once_per_shape():
     memos = _memos(s)
     assert memos, "the Shape -> Gather -> Unsqueeze -> Concat chain is not in a shape memo"
     # one entry per distinct input shape: the region's kernels ran three times, not eight
-    assert {len(m._cache) for m in memos} == {3}
+    assert {len(m.cache) for m in memos} == {3}
 
 
 def test_a_shape_value_returned_as_an_output_is_the_callers_to_change():

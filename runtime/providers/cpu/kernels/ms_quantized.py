@@ -16,7 +16,8 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
-from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM
+from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_uint8
+from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM, _Recurrent, gate_order, gate_scale
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 try:  # np.clip's own ufunc, without np.clip's Python layers (per LSTM time step they cost more than it)
@@ -25,6 +26,10 @@ except ImportError:  # numpy 1.26
     from numpy.core.umath import clip as _clip
 
 MS = "com.microsoft"
+_CODES = (np.dtype(np.int8), np.dtype(np.uint8))
+# 0-d arrays: the ufuncs' fastest operands
+_ZERO32, _F255, _F255N = np.array(0, np.float32), np.array(255, np.float32), np.array(-255, np.float32)
+_min, _max = np.minimum.reduce, np.maximum.reduce
 
 
 def _zero(zp: np.ndarray | None, like: np.dtype) -> np.ndarray:
@@ -111,13 +116,10 @@ class QLinearGlobalAveragePool(Kernel):
 
 def dynamic_quantize(a: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
     """uint8 codes, scale and zero point of a float tensor, as onnxruntime's dynamic quantization
-    (range widened to hold 0; a zero range gives scale 1)."""
-    lo = np.float32(min(0.0, float(a.min()))) if a.size else np.float32(0)
-    hi = np.float32(max(0.0, float(a.max()))) if a.size else np.float32(0)
-    scale = np.float32(1.0) if hi == lo else (hi - lo) / np.float32(255)
-    zp = np.float32(np.rint(np.clip(-lo / scale, 0, 255)))
-    q = np.clip(np.rint(a / scale) + zp, 0, 255)
-    return q.astype(np.uint8), scale, np.uint8(zp)
+    (``dynamic_quantize_uint8``: range widened to hold 0; a zero range gives scale 1)."""
+    a = np.asarray(a, np.float32)
+    q, scale, zp = dynamic_quantize_uint8(a.reshape(-1) if a.ndim == 0 else a)
+    return q.reshape(a.shape), scale, np.uint8(zp)
 
 
 def quantized_product_by_row(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None,
@@ -177,14 +179,22 @@ class DynamicQuantizeMatMul(Kernel):
         return [y if bias is None else y + bias]
 
 
+_TINY = np.array(np.finfo(np.float32).tiny, np.float32)
+
+
 @register("DynamicQuantizeLSTM", since=1, domain=MS)
 class DynamicQuantizeLSTM(LSTM):
     """LSTM whose W [directions, input, 4*hidden] and R [directions, hidden, 4*hidden] are int8 or
     uint8 with per-direction (or per-column) scales and zero points. As onnxruntime: all time steps'
     inputs are quantized together (one range) for the input product, and each step's hidden state
-    row by row for the recurrent one."""
+    row by row for the recurrent one.
 
-    def compute(self, inputs: list) -> list:
+    The common form runs LSTM's ``_run_default`` with the weights less their zero points, in gate
+    order, and the per-column multipliers (weight scale times ``gate_scale``) prepared once."""
+
+    weight_inputs = (1, 2, 3, 8, 9, 10, 11)
+
+    def _general(self, inputs: list) -> list:
         args = list(inputs) + [None] * (12 - len(inputs))
         # The LSTM kernel reads W and R as [directions, 4*hidden, K]: hand it views in that layout;
         # the scales and zero points (inputs 8-11) reach the products through the inputs list.
@@ -193,7 +203,7 @@ class DynamicQuantizeLSTM(LSTM):
         # this run (args[12]; a list of this call's own, so threads running the kernel at once
         # share nothing)
         args[12:] = [[None] * args[2].shape[0]]
-        return super().compute(args)
+        return _Recurrent.compute(self, args)
 
     @staticmethod
     def _per_direction(v: np.ndarray | None, d: int) -> np.ndarray | None:
@@ -214,6 +224,70 @@ class DynamicQuantizeLSTM(LSTM):
             prepared[d] = scale, zp, centered(r.T, zp)
         scale, zp, weights = prepared[d]
         return quantized_product_by_row(h, r.T, scale, zp, weights)
+
+    def _prepare(self, args: list, dt: np.dtype) -> list | None:
+        """Per direction (W less its zero point [input, 4*hidden], R less its zero point
+        [hidden, 4*hidden], bias column, (R's, its multipliers, R's float type), W's
+        multipliers), columns in ``gate_order``; None for a form the general loop takes."""
+        w, r, b = args[1], args[2], args[3]
+        nd = len(self.directions)
+        if (dt != np.float32 or w.ndim != 3 or r.ndim != 3 or w.dtype not in _CODES or r.dtype not in _CODES
+                or args[8] is None or args[10] is None):
+            return None
+        h = r.shape[1]
+        if w.shape[0] != nd or r.shape[0] != nd or w.shape[2] != 4 * h or r.shape[2] != 4 * h or (
+                self.hidden is not None and h != self.hidden) or (b is not None and (b.dtype != dt or b.shape != (nd, 8 * h))):
+            return None
+        order, scale = gate_order(h), gate_scale(h, np.float32)
+        fx, fh = exact_float_dtype(w.shape[1]), exact_float_dtype(h)
+        out = []
+        for d in range(nd):
+            w_scale, w_zp = self._per_direction(args[8], d), self._per_direction(args[9], d)
+            r_scale, r_zp = self._per_direction(args[10], d), self._per_direction(args[11], d)
+            wc = np.ascontiguousarray(np.subtract(w[d], _zero(w_zp, w.dtype), dtype=fx)[:, order])
+            rc = np.ascontiguousarray(np.subtract(r[d], _zero(r_zp, r.dtype), dtype=fh)[:, order])
+            w_mul = np.broadcast_to(np.asarray(w_scale, np.float32), (4 * h,))[order] * scale
+            r_mul = np.broadcast_to(np.asarray(r_scale, np.float32), (4 * h,))[order] * scale
+            bias = None if b is None else ((b[d, :4 * h] + b[d, 4 * h:])[order] * scale).reshape(-1, 1)
+            out.append((wc, rc, bias, (rc, r_mul, fh), w_mul))
+        return out
+
+    def _input_projection(self, x2: np.ndarray, weights: tuple) -> np.ndarray:
+        """Every step's input quantized on one range, times W less its zero point, exactly, then
+        scaled per column: [seq * batch, 4 * hidden] float32."""
+        q, scale, zp = dynamic_quantize_uint8(x2)
+        wc = weights[0]
+        acc = np.dot(np.subtract(q, zp, dtype=wc.dtype), wc)
+        return np.multiply(acc, scale * weights[4], dtype=np.float32)
+
+    def _hidden_quantized(self, hd: np.ndarray, rq: tuple) -> np.ndarray:
+        """The hidden state hd [hidden, batch] quantized batch row by row (onnxruntime's threads
+        quantize each block of batch rows on its own range; with as many threads as rows, its
+        default on small batches, each row has its own) times R: [batch, 4*hidden].
+
+        Rows [batch, hidden] (numpy reduces and broadcasts along a contiguous last axis fastest);
+        the ranges from one reduction of [h; -h]. With m = rint(lo / scale) = -zero_point, the
+        codes less their zero point are min(rint(h / scale), 255 + m): the lower clamp never binds
+        (h >= lo). An all-zero row (scale 1 in onnxruntime) takes the tiny scale instead; its
+        products are 0 either way."""
+        rc_t, r_mul, ft = rq
+        both = np.empty((2,) + hd.shape[::-1], np.float32)
+        h = both[0]
+        h[...] = hd.T
+        np.negative(h, out=both[1])
+        ends = _min(both, 2, None, None, True, _ZERO32)  # [2, batch, 1]: min(h, 0), -max(h, 0)
+        lo = ends[0]
+        scale = np.add(lo, ends[1])  # -(max - min), exactly
+        np.divide(scale, _F255N, out=scale)
+        np.maximum(scale, _TINY, out=scale)
+        top = np.divide(lo, scale)
+        np.rint(top, out=top)
+        np.add(top, _F255, out=top)
+        v = np.divide(h, scale)
+        np.rint(v, out=v)
+        np.minimum(v, top, out=v)
+        acc = np.dot(v if ft is np.float32 else v.astype(ft), rc_t)
+        return np.multiply(acc, np.multiply(scale, r_mul), dtype=np.float32)
 
 
 def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:

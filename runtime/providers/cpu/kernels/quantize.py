@@ -10,7 +10,6 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
-
 _F32 = np.float32
 _ZERO, _ONE, _F255 = _F32(0), _F32(1), _F32(255)
 _min, _max, _fmin, _fmax = np.minimum.reduce, np.maximum.reduce, np.fmin.reduce, np.fmax.reduce

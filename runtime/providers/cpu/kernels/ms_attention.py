@@ -57,23 +57,48 @@ def _mask_bias(mask: np.ndarray | None, batch: int, seq: int, total: int, past: 
 
 
 def _softmax_last(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(axis=-1, keepdims=True)
+    # (ufunc reductions: the array methods' Python layers cost more than these tiny reductions)
+    x = np.subtract(x, np.maximum.reduce(x, -1, keepdims=True))
     np.exp(x, out=x)
-    x /= x.sum(axis=-1, keepdims=True)
+    x /= np.add.reduce(x, -1, keepdims=True)
     return x
+
+
+#: A row whose exponentials, shifted by the whole tensor's maximum, sum below this has its own
+#: maximum more than 20 below that one: ``_softmax_rows`` redoes it shifted row by row.
+_SHIFT_FLOOR = np.float32(np.exp(-20.0))
+
+
+def _softmax_rows(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, in place. Any shift per row gives the same softmax; numpy's
+    reduction along a short last axis (the keys of a small model) costs 5 us, the tensor's own
+    maximum under 1 us, so the shift is that maximum wherever it keeps every row's largest
+    exponential above exp(-20) (relative rounding of the shifted values within 20 * 2^-24, and
+    no overflow: every shifted value is at most 0). Other rows (masked entirely, far below the
+    rest), and NaN or infinite scores, take the row-by-row maximum."""
+    top = np.maximum.reduce(x, None)
+    if not -3e38 < top < 3e38:  # NaN, or an infinite score
+        return _softmax_last(x)
+    y = np.subtract(x, top)
+    np.exp(y, out=y)
+    total = np.add.reduce(y, -1, keepdims=True)
+    if not np.minimum.reduce(total, None) >= _SHIFT_FLOOR:
+        return _softmax_last(x)
+    y /= total
+    return y
 
 
 def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, add: np.ndarray | None,
            bias: np.ndarray | None) -> np.ndarray:
     """softmax(scale * q @ k^T + mask + bias) @ v over [B, N, S, H] heads; the context as
     [B, S, N * Hv]."""
-    scores = np.matmul(q, np.swapaxes(k, -1, -2))
+    scores = np.matmul(q, k.swapaxes(-1, -2))
     scores *= np.float32(scale)
     if add is not None:
         scores += add
     if bias is not None:
         scores += bias
-    probs = _softmax_last(scores)
+    probs = _softmax_rows(scores)
     ctx = np.matmul(probs, v)
     b, n, s, h = ctx.shape
     return np.ascontiguousarray(ctx.transpose(0, 2, 1, 3)).reshape(b, s, n * h)
@@ -98,14 +123,41 @@ class _AttentionBase(Kernel):
             raise InvalidArgument(f"{self.what}: do_rotary=1 is not implemented by the CPU EP; export without "
                                   "rotary fusion.")
         self.n_out = len(node.outputs)
+        self._splits: dict[int, tuple[int, int]] = {}
+        self._masks: dict[tuple, np.ndarray | None] = {}
+
+    def _split_points(self, width: int) -> tuple[int, int]:
+        """Where Q ends and K ends in a projection of ``width`` columns (checked once per width)."""
+        points = self._splits.get(width)
+        if points is None:
+            sizes = self.sizes or [width // 3] * 3
+            if sum(sizes) != width or any(v % self.heads for v in sizes):
+                raise InvalidArgument(f"{self.what}: Q/K/V widths {sizes} for a projection of width {width} and "
+                                      f"{self.heads} heads; they must add up to it and divide by num_heads.")
+            points = self._splits[width] = (sizes[0], sizes[0] + sizes[1])
+        return points
+
+    def _mask(self, mask: np.ndarray | None, b: int, s: int, total: int, past: int) -> np.ndarray | None:
+        """``_mask_bias``, kept per mask value and shapes: a model hands every layer the same mask,
+        and every run of a batch usually the same one (the bias is read, never written)."""
+        if mask is None:
+            if not self.causal:
+                return None
+            key = (None, b, s, total, past)
+        else:
+            key = (mask.tobytes(), mask.shape, mask.dtype.char, b, s, total, past)
+        add = self._masks.get(key)
+        if add is None:
+            add = _mask_bias(mask, b, s, total, past, self.causal, self.fill, self.what)
+            if len(self._masks) >= 64:  # masks that change every run: keep few
+                self._masks.clear()
+            self._masks[key] = add
+        return add
 
     def _attention(self, qkv: np.ndarray, inputs: list) -> list:
         b, s, width = qkv.shape
-        sizes = self.sizes or [width // 3] * 3
-        if sum(sizes) != width or any(v % self.heads for v in sizes):
-            raise InvalidArgument(f"{self.what}: Q/K/V widths {sizes} for a projection of width {width} and "
-                                  f"{self.heads} heads; they must add up to it and divide by num_heads.")
-        q, k, v = np.split(qkv, [sizes[0], sizes[0] + sizes[1]], axis=-1)
+        end_q, end_k = self._split_points(width)
+        q, k, v = qkv[..., :end_q], qkv[..., end_q:end_k], qkv[..., end_k:]
         n = self.heads
         q = q.reshape(b, s, n, -1).transpose(0, 2, 1, 3)
         k = k.reshape(b, s, n, -1).transpose(0, 2, 1, 3)
@@ -121,7 +173,8 @@ class _AttentionBase(Kernel):
             v = np.concatenate([past[1], v], axis=2)
         head = q.shape[-1]
         scale = self.scale or 1.0 / np.sqrt(head)
-        add = _mask_bias(_opt(inputs, self.mask_input), b, s, p + s, p, self.causal, self.fill, self.what)
+        mask = _opt(inputs, self.mask_input)
+        add = self._mask(None if mask is None else np.asarray(mask), b, s, p + s, p)
         out = attend(q, k, v, scale, add, _opt(inputs, self.bias_input))
         if self.n_out > 1:
             return [out, np.stack([k, v])]
@@ -155,18 +208,34 @@ class QAttention(_AttentionBase):
     op = "QAttention"
     mask_input, past_input, bias_input = 5, 8, 99
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        names = list(node.inputs) + [""] * 8
+        self.constant_w = ctx is not None and bool(names[1]) and ctx.is_constant_initializer(names[1]) and (
+            not names[7] or ctx.is_constant_initializer(names[7]))
+        self._w: tuple | None = None  # (weights, their zero point, weights less it as float)
+
+    def _centered_weights(self, w: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
+        cached = self._w
+        if cached is not None and cached[0] is w and cached[1] is w_zp:
+            return cached[2]
+        ft = exact_float_dtype(w.shape[0])
+        wf = w.astype(ft) if w_zp is None else np.subtract(w, np.asarray(w_zp), dtype=ft)
+        if self.constant_w:
+            self._w = (w, w_zp, wf)  # one swap: a concurrent run sees the old entry or this one
+        return wf
+
     def compute(self, inputs: list) -> list:
         x, w, bias, x_scale, w_scale = inputs[:5]
         x_zp, w_zp = _opt(inputs, 6), _opt(inputs, 7)
         if x.ndim != 3 or w.ndim != 2 or w.shape[0] != x.shape[2]:
             raise InvalidArgument(f"{self.what}: input {list(x.shape)} and weights {list(w.shape)}; input must be "
                                   "[batch, sequence, hidden] and weights [hidden, Q + K + V].")
-        ft = exact_float_dtype(x.shape[2])
-        xf = x.astype(ft) - (ft(0) if x_zp is None else np.asarray(x_zp).astype(ft))
-        wzp = ft(0) if w_zp is None else np.asarray(w_zp).astype(ft)
-        acc = np.matmul(xf, w.astype(ft) - wzp)
-        scale = np.float32(np.asarray(x_scale).reshape(-1)[0]) * np.asarray(w_scale, np.float32)
-        qkv = acc.astype(np.float32) * scale
+        wf = self._centered_weights(w, w_zp)
+        xf = x.astype(wf.dtype) if x_zp is None else np.subtract(x, np.asarray(x_zp), dtype=wf.dtype)
+        acc = np.matmul(xf, wf)
+        scale = np.float32(x_scale.reshape(-1)[0] if x_scale.ndim else x_scale) * w_scale.astype(np.float32, copy=False)
+        qkv = np.multiply(acc, scale, dtype=np.float32)
         if bias is not None:
             qkv += bias
         return self._attention(qkv, inputs)
@@ -218,10 +287,16 @@ class MultiHeadAttention(Kernel):
 
 
 def _lookup(table: np.ndarray, ids: np.ndarray, name: str, what: str) -> np.ndarray:
-    if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
-        raise InvalidArgument(f"{what}: {name} holds {int(ids.max() if ids.max() >= table.shape[0] else ids.min())}, "
-                              f"outside the {table.shape[0]} rows of its embedding table.")
-    return table[ids]
+    """table's rows at ids, which must lie in [0, rows)."""
+    if ids.dtype == np.int32:
+        try:  # one call: read as uint32, a negative id is past 2^31 and out of range as well
+            return table.take(ids.view(np.uint32), 0)
+        except IndexError:
+            pass
+    elif not ids.size or (ids.min() >= 0 and ids.max() < table.shape[0]):
+        return table[ids]
+    bad = int(ids.max() if ids.max() >= table.shape[0] else ids.min())
+    raise InvalidArgument(f"{what}: {name} holds {bad}, outside the {table.shape[0]} rows of its embedding table.")
 
 
 class _EmbedBase(Kernel):
@@ -237,13 +312,19 @@ class _EmbedBase(Kernel):
             raise InvalidArgument(f"{self.what}: input_ids of shape {list(ids.shape)}; it must be [batch, sequence].")
         b, s = ids.shape
         total = _lookup(word, ids, "input_ids", self.what)
-        pos = np.broadcast_to(np.arange(s), (b, s)) if position_ids is None else np.broadcast_to(position_ids, (b, s))
-        total = total + _lookup(position, pos, "position_ids (or the sequence length)", self.what)
+        if position_ids is None:  # positions 0..S-1: the table's first S rows, for every batch row
+            if s > position.shape[0]:
+                raise InvalidArgument(f"{self.what}: position_ids (or the sequence length) holds {s - 1}, outside "
+                                      f"the {position.shape[0]} rows of its embedding table.")
+            total = total + position[:s]
+        else:
+            total = total + _lookup(position, np.broadcast_to(position_ids, (b, s)),
+                                    "position_ids (or the sequence length)", self.what)
         if segment is not None and segment_ids is not None:
             total = total + _lookup(segment, segment_ids, "segment_ids", self.what)
         total = total.astype(np.float32, copy=False)
         y = layer_norm(total, gamma, beta, -1, self.epsilon, np.dtype(np.float32))[0]
-        count = (np.zeros(b, np.int32) if mask is None else (np.asarray(mask) == 1).sum(axis=1).astype(np.int32))
+        count = (np.zeros(b, np.int32) if mask is None else np.add.reduce(np.asarray(mask) == 1, 1, dtype=np.int32))
         return [y, count, total][: self.n_out]
 
 
@@ -265,6 +346,14 @@ class QEmbedLayerNormalization(_EmbedBase):
 
     op = "QEmbedLayerNormalization"
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        names = list(node.inputs) + [""] * 18
+        #: per table: whether its codes, scale and zero point are all constant initializers
+        self.constant = [ctx is not None and all(not names[j] or ctx.is_constant_initializer(names[j])
+                                                 for j in (2 + i, 8 + i, 13 + i)) for i in range(5)]
+        self._tables: list[tuple | None] = [None] * 5  # per table: (codes, scale, zero point, floats)
+
     def compute(self, inputs: list) -> list:
         args = list(inputs) + [None] * (18 - len(inputs))
         ids, seg_ids = args[0], args[1]
@@ -274,7 +363,14 @@ class QEmbedLayerNormalization(_EmbedBase):
             if q is None:
                 tables.append(None)
                 continue
+            kept = self._tables[i]
+            if kept is not None and kept[0] is q and kept[1] is scale and kept[2] is zp:
+                tables.append(kept[3])
+                continue
             zero = np.int32(0) if zp is None else np.asarray(zp).astype(np.int32)
-            tables.append((q.astype(np.int32) - zero).astype(np.float32) * np.float32(np.asarray(scale).reshape(-1)[0]))
+            table = (q.astype(np.int32) - zero).astype(np.float32) * np.float32(np.asarray(scale).reshape(-1)[0])
+            if self.constant[i]:
+                self._tables[i] = (q, scale, zp, table)  # one item swap: a concurrent run sees either
+            tables.append(table)
         word, position, segment, gamma, beta = tables
         return self._embed(ids, seg_ids, word, position, segment, gamma, beta, args[7], None)

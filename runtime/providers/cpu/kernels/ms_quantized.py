@@ -11,6 +11,8 @@ with onnxruntime to the last quantization step."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -114,7 +116,7 @@ class QLinearGlobalAveragePool(Kernel):
         return [quantize(mean, y_s, y_zp, x.dtype)]
 
 
-def dynamic_quantize(a: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
+def dynamic_quantize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.uint8]:
     """uint8 codes, scale and zero point of a float tensor, as onnxruntime's dynamic quantization
     (``dynamic_quantize_uint8``: range widened to hold 0; a zero range gives scale 1)."""
     a = np.asarray(a, np.float32)
@@ -472,12 +474,26 @@ class ConvInteger(Kernel):
         from onnxhal.runtime.providers.cpu.kernels.conv import Conv
 
         self.conv = Conv(node, ctx)
+        names = list(node.inputs) + ["", "", ""]
+        self.constant_w = ctx is not None and bool(names[1]) and ctx.is_constant_initializer(names[1]) and (
+            not names[3] or ctx.is_constant_initializer(names[3]))
+        self._w: tuple | None = None  # (W, its zero point, W less it as float)
 
-    def compute(self, inputs: list) -> list:
-        args = list(inputs) + [None] * (4 - len(inputs))
-        x, w, x_zp, w_zp = args[:4]
-        ft = _exact_dtype(int(np.prod(w.shape[1:])))
-        xf = x.astype(ft) - _zero(x_zp, x.dtype).astype(ft)
+    def _centered_weights(self, w: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
+        kept = self._w
+        if kept is not None and kept[0] is w and kept[1] is w_zp:
+            return kept[2]
+        ft = _exact_dtype(math.prod(w.shape[1:]))
         wzp = _zero(w_zp, w.dtype).astype(ft)
         wf = w.astype(ft) - (wzp.reshape((-1,) + (1,) * (w.ndim - 1)) if wzp.ndim and wzp.size > 1 else wzp)
+        if self.constant_w:
+            self._w = (w, w_zp, wf)  # one swap: a concurrent run sees the old entry or this one
+        return wf
+
+    def compute(self, inputs: list) -> list:
+        n = len(inputs)
+        x, w = inputs[0], inputs[1]
+        x_zp = inputs[2] if n > 2 else None
+        wf = self._centered_weights(w, inputs[3] if n > 3 else None)
+        xf = x.astype(wf.dtype) if x_zp is None else np.subtract(x, x_zp, dtype=wf.dtype)
         return [np.rint(self.conv.compute([xf, wf])[0]).astype(np.int32)]

@@ -11,19 +11,20 @@ from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _F32 = np.float32
-_ZERO, _ONE, _F255 = _F32(0), _F32(1), _F32(255)
+_ZERO, _ONE, _F255 = np.array(0, _F32), _F32(1), _F32(255)  # (0-d arrays: the ufuncs' fastest operands)
 _min, _max, _fmin, _fmax = np.minimum.reduce, np.maximum.reduce, np.fmin.reduce, np.fmax.reduce
 _divide, _rint, _add, _fmaxu, _fminu = np.divide, np.rint, np.add, np.fmax, np.fmin
-_ZP = [_F32(z) for z in range(256)]  # the zero points as float32 scalars, made once
+_ZP = [np.array(z, _F32) for z in range(256)]  # the zero points as float32 operands, made once
 
 
-def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
+def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """uint8 codes, scale and zero point of a float32 tensor exactly as onnxruntime's
     ``GetQuantizationParameter`` and ``MlasQuantizeLinear`` compute them: the range widened to
     hold 0 with NaNs left out of it, scale (max - min) / 255 in float32 (1 for a zero range),
     zero point ``round_half_even(clamp(-min / scale, 0, 255))`` with a NaN zero point taken as 255
     (``std::min``'s order), codes ``round_half_even(clamp(x / scale, -zp, 255 - zp)) + zp`` and
-    NaN to code 0.
+    NaN to code 0. The scale comes back as a float32 0-d array (the op's output), the zero point
+    as an int.
 
     Fewest numpy calls for the tiny tensors of the corpus: two reductions, a division, a rint, an
     add and the cast; the clamp runs only when the scalar bounds say a code could leave [0, 255]
@@ -38,7 +39,8 @@ def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
     v = float(-lo / scale)
     v = v if v < 255.0 else 255.0  # std::min(qmax, v): a NaN gives qmax
     zp = round(v) if v > 0.0 else 0  # Python's round: half to even, as RoundHalfToEven
-    f = _divide(x, scale)
+    scale_out = np.array(scale, _F32)
+    f = _divide(x, scale_out)
     # rint(x / scale) + zp stays in [0, 255] when the range's own ends do (rint is monotonic);
     # the bounds first keep inf and NaN away from round()
     top, bottom = float(hi / scale), float(lo / scale)
@@ -47,7 +49,7 @@ def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
         _fminu(f, _F32(255 - zp), out=f)
     _rint(f, out=f)
     _add(f, _ZP[zp], out=f)
-    return f.astype(np.uint8), scale, zp
+    return f.astype(np.uint8), scale_out, zp
 
 
 @register("DynamicQuantizeLinear", since=11)
@@ -68,7 +70,7 @@ class DynamicQuantizeLinear(Kernel):
             y = y.reshape(())
         else:
             y, scale, zp = dynamic_quantize_uint8(x)
-        return [y, np.array(scale, np.float32), np.array(zp, np.uint8)]
+        return [y, scale, np.array(zp, np.uint8)]
 
 
 class _LinearQuant(Kernel):

@@ -15,8 +15,6 @@ mishandled ``sequence_lens``. Semantics as the spec and onnxruntime:
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -225,7 +223,7 @@ class LSTM(_Recurrent):
                              and all(tuple(a[0] for a in acts) == defaults for acts in self.acts))
         self.constant_weights = ctx is not None and all(
             not names[i] or ctx.is_constant_initializer(names[i]) for i in self.weight_inputs)
-        self._prepared: tuple | None = None  # (source arrays, per-direction weights)
+        self._prepared: tuple | None = None  # (input dtype, per-direction weights)
         self.reverse = [d == "reverse" for d in self.directions]
 
     def _initial_states(self, inputs, nd, batch, h, dt) -> list[np.ndarray]:
@@ -263,14 +261,13 @@ class LSTM(_Recurrent):
             lens = inputs[4] if n > 4 else None
             if (x.dtype in _FAST_TYPES and x.ndim == 3 and x.shape[0] and x.shape[1]
                     and (lens is None or bool((lens >= x.shape[1 if self.layout else 0]).all()))):
-                sources = [inputs[i] if i < n else None for i in self.weight_inputs]
-                prepared = self._prepared
-                if prepared is not None and all(map(operator.is_, prepared[0], sources)):
+                prepared = self._prepared  # kept only for constant initializers: the same arrays every run
+                if prepared is not None and prepared[0] == x.dtype:
                     weights = prepared[1]
                 else:
                     weights = self._prepare(list(inputs) + [None] * (12 - n), x.dtype)
                     if weights is not None and self.constant_weights:
-                        self._prepared = (sources, weights)  # one swap: a concurrent run sees either
+                        self._prepared = (x.dtype, weights)  # one swap: a concurrent run sees either
                 if weights is not None:
                     return self._run_default(x, inputs, weights)
         return self._general(inputs)

@@ -44,11 +44,22 @@ def _saturate(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def dequantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
-    return (x.astype(np.int32) - _zero(zp, x.dtype).astype(np.int32)).astype(np.float32) * scale.astype(np.float32)
+    """(x - zp) * scale in float32 (the difference in int32, then converted: exact)."""
+    d = x if zp is None else np.subtract(x, zp, dtype=np.int32)
+    return np.multiply(d, scale.astype(np.float32, copy=False), dtype=np.float32)
 
 
 def quantize(y: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
-    return _saturate(y / scale.astype(np.float32) + _zero(zp, dtype).astype(np.float32), dtype)
+    """saturate(round_half_even(y / scale + zp)) as dtype; one new array, the rest in place."""
+    f = np.divide(y, scale.astype(np.float32, copy=False))
+    if type(f) is not np.ndarray:  # 0-d operands give a numpy scalar
+        return _saturate(f + _zero(zp, dtype).astype(np.float32), dtype)
+    if zp is not None:
+        f += zp.astype(np.float32)
+    np.rint(f, out=f)
+    info = np.iinfo(dtype)
+    _clip(f, info.min, info.max, out=f)
+    return f.astype(dtype)
 
 
 class _QLinearBinary(Kernel):
@@ -397,14 +408,43 @@ def _requant(x: np.ndarray, x_scale, x_zp, y_scale, y_zp, dtype: np.dtype) -> np
     return quantize(dequantize(x, x_scale, x_zp), y_scale, y_zp, dtype)
 
 
+_CODES_IN_BIT_ORDER = np.arange(256, dtype=np.uint8)
+
+
+def requant_table(x_dtype: np.dtype, x_scale, x_zp, y_scale, y_zp, dtype: np.dtype) -> np.ndarray:
+    """``_requant`` of every 8-bit code of x_dtype, indexed by the code's bits (x.view(uint8)):
+    onnxruntime's own lookup table, one take per tensor instead of eight passes over it."""
+    return _requant(_CODES_IN_BIT_ORDER.view(x_dtype), x_scale, x_zp, y_scale, y_zp, dtype)
+
+
+def _one_value(v: np.ndarray | None) -> bool:
+    return v is None or v.size == 1
+
+
 @register("QLinearConcat", since=1, domain=MS)
 class QLinearConcat(Kernel):
     """Concat of quantized inputs (Y_scale, Y_zero_point, then X, X_scale, X_zero_point per input),
-    each requantized to Y's scale and zero point (copied where they are already Y's)."""
+    each requantized to Y's scale and zero point (copied where they are already Y's) through
+    ``requant_table``, kept per input while the four scales and zero points are constant."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.axis = int(node.attr("axis", 0))
         self.name = node.name
+        names = list(node.inputs)
+        constant = [ctx is not None and bool(n) and ctx.is_constant_initializer(n) for n in names]
+        #: per input: whether its scale and zero point and Y's are constant initializers
+        self.constant = [all(constant[j] for j in (0, 1, i + 1, i + 2)) if i + 2 < len(names) else False
+                         for i in range(2, len(names), 3)]
+        self._tables: dict[int, tuple] = {}
+
+    def _table(self, k: int, x: np.ndarray, s, z, y_scale, y_zp) -> np.ndarray:
+        kept = self._tables.get(k)
+        if kept is not None and kept[0] is s and kept[1] is z and kept[2] is y_scale and kept[3] is y_zp:
+            return kept[4]
+        table = requant_table(x.dtype, s, z, y_scale, y_zp, y_zp.dtype)
+        if k < len(self.constant) and self.constant[k]:
+            self._tables[k] = (s, z, y_scale, y_zp, table)
+        return table
 
     def compute(self, inputs: list) -> list:
         y_scale, y_zp = inputs[0], inputs[1]
@@ -414,8 +454,12 @@ class QLinearConcat(Kernel):
                                   "Y_zero_point; give (X, X_scale, X_zero_point) triples.")
         dtype = y_zp.dtype
         parts = []
-        for i in range(0, len(rest), 3):
+        for k, i in enumerate(range(0, len(rest), 3)):
             x, s, z = rest[i:i + 3]
+            if s.size == 1 == y_scale.size and _one_value(z) and y_zp.size == 1 and x.dtype.itemsize == 1:
+                same = s.item() == y_scale.item() and (0 if z is None else z.item()) == y_zp.item() and x.dtype == dtype
+                parts.append(x if same else self._table(k, x, s, z, y_scale, y_zp).take(x.view(np.uint8)))
+                continue
             same = np.array_equal(s, y_scale) and np.array_equal(z, y_zp)
             parts.append(x if same else _requant(x, s, z, y_scale, y_zp, dtype))
         return [np.concatenate(parts, axis=self.axis)]
@@ -465,24 +509,39 @@ class QGemm(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = np.float32(node.attr("alpha", 1.0))
         self.ta, self.tb = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
+        names = list(node.inputs) + [""] * 9
+        self.constant_b = ctx is not None and bool(names[3]) and ctx.is_constant_initializer(names[3]) and (
+            not names[5] or ctx.is_constant_initializer(names[5]))
+        self._b: tuple | None = None  # (B, its zero point, B' less it as float)
+
+    def _centered_b(self, b: np.ndarray, b_zp: np.ndarray | None) -> np.ndarray:
+        kept = self._b
+        if kept is not None and kept[0] is b and kept[1] is b_zp:
+            return kept[2]
+        bt = b.T if self.tb else b
+        ft = _exact_dtype(bt.shape[0])
+        bzp = _zero(b_zp, b.dtype).astype(ft)
+        if bzp.ndim and bzp.size > 1:  # per output column
+            bzp = bzp.reshape(1, -1)
+        bf = np.ascontiguousarray(bt.astype(ft) - bzp)
+        if self.constant_b:
+            self._b = (b, b_zp, bf)  # one swap: a concurrent run sees the old entry or this one
+        return bf
 
     def compute(self, inputs: list) -> list:
         args = list(inputs) + [None] * (9 - len(inputs))
         a, a_s, a_zp, b, b_s, b_zp, c, y_s, y_zp = args[:9]
         if self.ta:
             a = a.T
-        if self.tb:
-            b = b.T
-        ft = _exact_dtype(a.shape[-1])
-        bzp = _zero(b_zp, b.dtype).astype(ft)
-        if bzp.ndim and bzp.size > 1:  # per output column
-            bzp = bzp.reshape(1, -1)
-        acc = (a.astype(ft) - _zero(a_zp, a.dtype).astype(ft)) @ (b.astype(ft) - bzp)
+        bf = self._centered_b(b, b_zp)
+        ft = bf.dtype
+        af = a.astype(ft) if a_zp is None else np.subtract(a, a_zp, dtype=ft)
+        acc = np.matmul(af, bf)
         scale = np.float32(a_s) * b_s.astype(np.float32).reshape(-1) * self.alpha
         if c is not None:
-            acc = acc + c.astype(ft)  # C is in alpha * A_scale * B_scale units (zero point 0)
+            acc += c.astype(ft)  # C is in alpha * A_scale * B_scale units (zero point 0)
         if y_s is None:
-            return [(acc.astype(np.float32) * scale).astype(np.float32)]
+            return [np.multiply(acc, scale, dtype=np.float32)]
         dtype = y_zp.dtype if y_zp is not None else a.dtype
         return [_requantize(acc, (scale / np.float32(y_s)).astype(np.float32), y_zp, dtype)]
 
@@ -502,11 +561,16 @@ class QLinearSoftmax(Kernel):
         y_zp = inputs[4] if len(inputs) > 4 else None
         f = dequantize(x, x_s, x_zp)
         axis = self.axis + x.ndim if self.axis < 0 else self.axis
-        rows = f.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1) if self.flatten else np.moveaxis(f, axis, -1)
-        e = np.exp(rows - rows.max(axis=-1, keepdims=True))
-        p = e / e.sum(axis=-1, keepdims=True)
-        p = p.reshape(x.shape) if self.flatten else np.moveaxis(p, -1, axis)
-        return [quantize(p.astype(np.float32), y_s, y_zp, x.dtype)]
+        last = axis == x.ndim - 1
+        if self.flatten:
+            rows = f.reshape(math.prod(x.shape[:axis]), -1)
+        else:
+            rows = f if last else np.moveaxis(f, axis, -1)
+        e = np.subtract(rows, np.maximum.reduce(rows, -1, keepdims=True))
+        np.exp(e, out=e)
+        e /= np.add.reduce(e, -1, keepdims=True)
+        p = e.reshape(x.shape) if self.flatten else e if last else np.moveaxis(e, -1, axis)
+        return [quantize(p, y_s, y_zp, x.dtype)]
 
 
 @register("ConvInteger", since=10)

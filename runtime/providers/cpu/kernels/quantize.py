@@ -15,6 +15,11 @@ _ZERO, _ONE, _F255 = np.array(0, _F32), _F32(1), _F32(255)  # (0-d arrays: the u
 _min, _max, _fmin, _fmax = np.minimum.reduce, np.maximum.reduce, np.fmin.reduce, np.fmax.reduce
 _divide, _rint, _add, _fmaxu, _fminu = np.divide, np.rint, np.add, np.fmax, np.fmin
 _ZP = [np.array(z, _F32) for z in range(256)]  # the zero points as float32 operands, made once
+_BOUNDS = {np.dtype(t).char: (np.iinfo(t).min, np.iinfo(t).max) for t in (np.uint8, np.int8)}
+try:  # np.clip's own ufunc, without np.clip's Python layers
+    from numpy._core.umath import clip as _clip
+except ImportError:  # numpy 1.26
+    from numpy.core.umath import clip as _clip
 
 
 def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -129,9 +134,10 @@ class DequantizeLinear(_LinearQuant):
 
     @staticmethod
     def _apply(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
-        if zp is None:
-            return (x.astype(np.float32) * scale).astype(np.float32, copy=False)
-        return ((x.astype(np.int32) - zp.astype(np.int32)).astype(np.float32) * scale).astype(np.float32, copy=False)
+        # the difference in int32, converted to float32 in the product: exact, one pass each
+        d = x if zp is None else np.subtract(x, zp, dtype=np.int32)
+        y = np.multiply(d, scale, dtype=np.float32)
+        return y if type(y) is np.ndarray else np.asarray(y)
 
 
 @register("QuantizeLinear", since=10)
@@ -145,9 +151,14 @@ class QuantizeLinear(_LinearQuant):
 
     @staticmethod
     def _apply(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
-        dtype = np.dtype(np.uint8) if zp is None else zp.dtype
-        y = np.rint(x / scale)
-        if zp is not None:
-            y += zp.astype(np.float32)
-        info = np.iinfo(dtype)
-        return np.clip(y, info.min, info.max).astype(dtype)
+        y = np.divide(x, scale)
+        if type(y) is not np.ndarray:  # 0-d operands give a numpy scalar
+            y = np.asarray(y)
+        np.rint(y, out=y)
+        if zp is None:
+            _clip(y, 0, 255, out=y)
+            return y.astype(np.uint8)
+        y += zp.astype(np.float32)
+        low, high = _BOUNDS[zp.dtype.char]
+        _clip(y, low, high, out=y)
+        return y.astype(zp.dtype)

@@ -81,7 +81,13 @@ class QLinearAdd(_QLinearBinary):
         f32 = np.float32
         ra, rb = f32(a_s) / f32(c_s), f32(b_s) / f32(c_s)
         bias = f32(_zero(c_zp, a.dtype)) - ra * f32(_zero(a_zp, a.dtype)) - rb * f32(_zero(b_zp, a.dtype))
-        return _saturate(a.astype(f32) * ra + b.astype(f32) * rb + bias, a.dtype)
+        y = np.multiply(a, ra, dtype=f32)
+        y = np.add(y, np.multiply(b, rb, dtype=f32), out=y if a.shape == b.shape else None)
+        y += bias
+        np.rint(y, out=y)
+        info = np.iinfo(a.dtype)
+        _clip(y, info.min, info.max, out=y)
+        return y.astype(a.dtype)
 
 
 @register("QLinearMul", since=1, domain=MS)

@@ -32,6 +32,8 @@ _CODES = (np.dtype(np.int8), np.dtype(np.uint8))
 # 0-d arrays: the ufuncs' fastest operands
 _ZERO32, _F255, _F255N = np.array(0, np.float32), np.array(255, np.float32), np.array(-255, np.float32)
 _min, _max = np.minimum.reduce, np.maximum.reduce
+_empty, _negative, _add, _divide, _maximum, _minimum, _rint, _multiply, _dot = (
+    np.empty, np.negative, np.add, np.divide, np.maximum, np.minimum, np.rint, np.multiply, np.dot)
 
 
 def _zero(zp: np.ndarray | None, like: np.dtype) -> np.ndarray:
@@ -293,23 +295,26 @@ class DynamicQuantizeLSTM(LSTM):
         (h >= lo). An all-zero row (scale 1 in onnxruntime) takes the tiny scale instead; its
         products are 0 either way."""
         rc_t, r_mul, ft = rq
-        both = np.empty((2,) + hd.shape[::-1], np.float32)
+        # (positional out= and module-level names: a step makes 16 of these calls)
+        both = _empty((2,) + hd.shape[::-1], np.float32)
         h = both[0]
         h[...] = hd.T
-        np.negative(h, out=both[1])
+        _negative(h, both[1])
         ends = _min(both, 2, None, None, True, _ZERO32)  # [2, batch, 1]: min(h, 0), -max(h, 0)
         lo = ends[0]
-        scale = np.add(lo, ends[1])  # -(max - min), exactly
-        np.divide(scale, _F255N, out=scale)
-        np.maximum(scale, _TINY, out=scale)
-        top = np.divide(lo, scale)
-        np.rint(top, out=top)
-        np.add(top, _F255, out=top)
-        v = np.divide(h, scale)
-        np.rint(v, out=v)
-        np.minimum(v, top, out=v)
-        acc = np.dot(v if ft is np.float32 else v.astype(ft), rc_t)
-        return np.multiply(acc, np.multiply(scale, r_mul), dtype=np.float32)
+        scale = _add(lo, ends[1])  # -(max - min), exactly
+        _divide(scale, _F255N, scale)
+        _maximum(scale, _TINY, out=scale)
+        top = _divide(lo, scale)
+        _rint(top, top)
+        _add(top, _F255, top)
+        v = _divide(h, scale)
+        _rint(v, v)
+        _minimum(v, top, out=v)
+        acc = _dot(v if ft is np.float32 else v.astype(ft), rc_t)
+        if acc.dtype == np.float32:
+            return _multiply(acc, _multiply(scale, r_mul), acc)
+        return np.multiply(acc, _multiply(scale, r_mul), dtype=np.float32)
 
 
 def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:

@@ -52,8 +52,8 @@ def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     if not (clean and -256.0 < bottom and top < 256.0 and round(top) <= 255 - zp and round(bottom) >= -zp):
         _fmaxu(f, _F32(-zp), out=f)  # (fmax: a NaN becomes the lower bound, code 0)
         _fminu(f, _F32(255 - zp), out=f)
-    _rint(f, out=f)
-    _add(f, _ZP[zp], out=f)
+    _rint(f, f)  # (out= positionally: 50 ns less a call)
+    _add(f, _ZP[zp], f)
     return f.astype(np.uint8), scale_out, zp
 
 

@@ -343,19 +343,20 @@ class LSTM(_Recurrent):
             for t in (range(seq - 1, -1, -1) if self.reverse[d] else range(seq)):
                 if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
                     check_terminate()
+                # (out= given positionally: a keyword costs 50 ns a call)
                 if rq is None:
-                    dot(r, hd, out=g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
-                    g4 += xwt[t]
+                    dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
+                    add(g4, xwt[t], g4)
                 else:
-                    add(self._hidden_quantized(hd, rq).T, xwt[t], out=g4)
-                tanh(g4, out=g4)
-                multiply(s3, half, out=s3)  # sigmoid of i, f, o from tanh of their halves
-                add(s3, half, out=s3)
-                multiply(pair_a, pair_b, out=prod)
-                add(p0, p1, out=c)
-                tanh(c, out=th)
+                    add(self._hidden_quantized(hd, rq).T, xwt[t], g4)
+                tanh(g4, g4)
+                multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
+                add(s3, half, s3)
+                multiply(pair_a, pair_b, prod)
+                add(p0, p1, c)
+                tanh(c, th)
                 hd = yt[t, d]
-                multiply(o, th, out=hd)
+                multiply(o, th, hd)
             y_h[d] = hd.T
             y_c[d] = c.T
         if self.layout:  # [batch, seq, directions, hidden]

@@ -199,6 +199,7 @@ def gate_scale(h: int, dtype: np.dtype) -> np.ndarray:
 
 _DEFAULT_LSTM = ("sigmoid", "tanh", "tanh")
 _FAST_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_BLOCK = 4096  # time steps whose input projections ``_run_default`` lays out at once
 
 
 @register("LSTM", since=7)
@@ -260,7 +261,8 @@ class LSTM(_Recurrent):
             n = len(inputs)
             lens = inputs[4] if n > 4 else None
             if (x.dtype in _FAST_TYPES and x.ndim == 3 and x.shape[0] and x.shape[1]
-                    and (lens is None or bool((lens >= x.shape[1 if self.layout else 0]).all()))):
+                    and (lens is None or bool((lens >= x.shape[1 if self.layout else 0]).all()))
+                    and self._states_fit(inputs, n, x)):
                 prepared = self._prepared  # kept only for constant initializers: the same arrays every run
                 if prepared is not None and prepared[0] == x.dtype:
                     weights = prepared[1]
@@ -274,6 +276,17 @@ class LSTM(_Recurrent):
 
     def _general(self, inputs: list) -> list:
         return super().compute(inputs)
+
+    def _states_fit(self, inputs: list, n: int, x: np.ndarray) -> bool:
+        """Whether initial_h and initial_c (where given) are x's type and [directions, batch, ...]
+        ([batch, directions, ...] with layout 1); the general loop takes (or names) anything else."""
+        batch_axis = 0 if self.layout else 1
+        for i in (5, 6):
+            s = inputs[i] if n > i else None
+            if s is not None and (s.dtype != x.dtype or s.ndim != 3 or s.shape[batch_axis] != x.shape[batch_axis]
+                                  or s.shape[1 - batch_axis] != len(self.directions)):
+                return False
+        return True
 
     def _prepare(self, args: list, dt: np.dtype) -> list | None:
         """Per direction (W^T, R, bias column, None) in ``gate_order`` with ``gate_scale`` folded
@@ -326,11 +339,6 @@ class LSTM(_Recurrent):
             wd = weights[d]
             r, bias, rq = wd[1], wd[2], wd[3]
             xw = self._input_projection(x2, wd).reshape(seq, batch, h4).transpose(0, 2, 1)
-            xwt = np.empty((seq, h4, batch), dt)
-            if bias is None:
-                xwt[...] = xw
-            else:
-                add(xw, bias, out=xwt)
             # [i f o c | cell state] x batch: the gates' pre-activations, then their values, and the state
             g = np.empty((5 * h, batch), dt)
             g[h4:] = 0 if c0 is None else c0[d].T
@@ -340,23 +348,33 @@ class LSTM(_Recurrent):
             p0, p1 = prod[:h], prod[h:]
             th = np.empty((h, batch), dt)
             hd = np.zeros((h, batch), dt) if h0 is None else h0[d].T
-            for t in (range(seq - 1, -1, -1) if self.reverse[d] else range(seq)):
-                if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
-                    check_terminate()
-                # (out= given positionally: a keyword costs 50 ns a call)
-                if rq is None:
-                    dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
-                    add(g4, xwt[t], g4)
+            reverse = self.reverse[d]
+            # The projections transposed (with the bias) a block of steps at a time: a long
+            # sequence's copy would otherwise delay a terminate request (600,000 steps: 150 MB).
+            for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
+                b1 = min(seq, b0 + _BLOCK)
+                xwt = np.empty((b1 - b0, h4, batch), dt)
+                if bias is None:
+                    xwt[...] = xw[b0:b1]
                 else:
-                    add(self._hidden_quantized(hd, rq).T, xwt[t], g4)
-                tanh(g4, g4)
-                multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
-                add(s3, half, s3)
-                multiply(pair_a, pair_b, prod)
-                add(p0, p1, c)
-                tanh(c, th)
-                hd = yt[t, d]
-                multiply(o, th, hd)
+                    add(xw[b0:b1], bias, xwt)
+                for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
+                    if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                        check_terminate()
+                    # (out= given positionally: a keyword costs 50 ns a call)
+                    if rq is None:
+                        dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
+                        add(g4, xwt[t - b0], g4)
+                    else:
+                        add(self._hidden_quantized(hd, rq).T, xwt[t - b0], g4)
+                    tanh(g4, g4)
+                    multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
+                    add(s3, half, s3)
+                    multiply(pair_a, pair_b, prod)
+                    add(p0, p1, c)
+                    tanh(c, th)
+                    hd = yt[t, d]
+                    multiply(o, th, hd)
             y_h[d] = hd.T
             y_c[d] = c.T
         if self.layout:  # [batch, seq, directions, hidden]

@@ -364,9 +364,9 @@ class LSTM(_Recurrent):
                     # (out= given positionally: a keyword costs 50 ns a call)
                     if rq is None:
                         dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
-                        add(g4, xwt[t - b0], g4)
                     else:
-                        add(self._hidden_quantized(hd, rq).T, xwt[t - b0], g4)
+                        self._hidden_quantized(hd, rq, g4)
+                    add(g4, xwt[t - b0], g4)
                     tanh(g4, g4)
                     multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
                     add(s3, half, s3)
@@ -382,7 +382,7 @@ class LSTM(_Recurrent):
                     np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]
         return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h, y_c][: self.n_out]
 
-    def _hidden_quantized(self, hd: np.ndarray, rq: tuple) -> np.ndarray:
-        """R's product with hd [hidden, batch] as [batch, 4 * hidden], for weights that are not
-        float (DynamicQuantizeLSTM); ``rq`` is what ``_prepare`` made for it."""
+    def _hidden_quantized(self, hd: np.ndarray, rq: tuple, out: np.ndarray) -> None:
+        """R's product with hd [hidden, batch] into out [4 * hidden, batch], for weights that are
+        not float (DynamicQuantizeLSTM); ``rq`` is what ``_prepare`` made for it."""
         raise NotImplementedError

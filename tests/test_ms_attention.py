@@ -301,3 +301,43 @@ def test_sparse_attention(seed):
                         rotary_interleaved=int(seed % 2), **attrs)
     packed = dict(step, q=np.concatenate([step["q"], step["k"], step["v"]], axis=-1), k=None, v=None)
     check_shared_buffer("SparseAttention", packed, f"SparseAttention packed seed {seed}", **attrs)
+
+
+def test_embed_ids_outside_the_table_are_refused():
+    """input_ids below 0 or past the word table, and a sequence longer than the position table:
+    InvalidArgument naming the input, the value and the table's size."""
+    from onnxhal.hal.errors import InvalidArgument
+
+    rng = np.random.default_rng(0)
+    for ids, pos_rows, name, value in (([[0, -1]], 16, "input_ids", -1), ([[3, 30]], 16, "input_ids", 30),
+                                       ([[1, 2, 3]], 2, "position_ids", 2)):
+        feeds = {"ids": np.array(ids, np.int32), "seg": None, "word": _f(rng, 30, 8), "pos": _f(rng, pos_rows, 8),
+                 "segment": None, "gamma": _f(rng, 8), "beta": _f(rng, 8)}
+        model = _model("EmbedLayerNormalization", feeds, 2)
+        sess = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        with pytest.raises(InvalidArgument, match=f"{name}.* holds {value}, outside the"):
+            sess.run(None, {k: v for k, v in feeds.items() if v is not None})
+
+
+@pytest.mark.parametrize("keys", [7, 12])
+def test_attention_softmax_falls_back_row_by_row(keys):
+    """The attention softmax skips the row maxima where that is safe (normalization's max-free
+    form, 8 keys or more): rows masked entirely, rows far below the rest, NaN and infinite scores
+    agree with the row-by-row softmax (float64 reference) all the same."""
+    from onnxhal.runtime.providers.cpu.kernels.ms_attention import _softmax_last as _softmax_rows
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((2, 3, 5, keys)).astype(np.float32)
+    masked, far, lowest = base.copy(), base.copy(), base.copy()
+    masked[0, 1, 2] -= 10000  # a row masked entirely
+    far[1, 0, :, 0] += 60  # other rows 60 below this column's
+    lowest[0, 0, :, 4:] = np.finfo(np.float32).min  # causal-style fill
+    for x in (base, masked, far, lowest, base * 30):
+        w = np.exp(x.astype(np.float64) - x.max(axis=-1, keepdims=True))
+        np.testing.assert_allclose(_softmax_rows(x.copy()), w / w.sum(axis=-1, keepdims=True), rtol=2e-6, atol=1e-7)
+    special = base.copy()
+    special[0, 0, 0, 0], special[1, 1, 1, 1] = np.nan, np.inf
+    with np.errstate(invalid="ignore"):
+        got = _softmax_rows(special.copy())
+    assert np.isnan(got[0, 0, 0]).all() and np.isnan(got[1, 1, 1]).all()  # as the row-by-row softmax
+    assert np.isfinite(got[0, 0, 1:]).all() and np.isfinite(got[1, 2]).all()

@@ -7,8 +7,12 @@ default domain's ConvInteger that quantize_dynamic writes for convolutions."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+from onnx import helper, numpy_helper
 
+import onnxhal
 from tests.test_ms_attention import check
 
 
@@ -95,3 +99,60 @@ def test_conv_integer(seed):
                  "xz": np.array(rng.integers(100, 150), np.uint8),
                  "wz": np.array(rng.integers(0, 20), w_dtype)}  # onnxruntime: per-tensor only
         run_both_default("ConvInteger", feeds, pads=[1, 0, 1, 2], strides=[1, 2])
+
+
+def _with_initializers(op: str, feeds: dict, constant: set, n_out: int, **attrs) -> tuple[bytes, dict]:
+    """A one-node com.microsoft model whose inputs named in ``constant`` are initializers (as
+    onnxruntime requires of some weights), and the feeds of the others."""
+    names = [k if v is not None else "" for k, v in feeds.items()]
+    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], domain="com.microsoft", **attrs)
+    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for k, v in feeds.items() if v is not None and k not in constant]
+    inits = [numpy_helper.from_array(v, k) for k, v in feeds.items() if v is not None and k in constant]
+    graph = helper.make_graph([node], op.lower(), inputs, [onnx.ValueInfoProto(name=f"y{i}") for i in range(n_out)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    return model.SerializeToString(), {k: v for k, v in feeds.items() if v is not None and k not in constant}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_dynamic_quantize_lstm(seed):
+    """DynamicQuantizeLSTM (quantize_dynamic's LSTM): int8/uint8 W [dirs, input, 4H] and R
+    [dirs, H, 4H] with per-direction or per-column scales and zero points, every direction, with
+    and without bias and initial states, and sequence_lens (the general loop). Batches of 1 and 2
+    with onnxruntime on two threads: it quantizes each thread's block of hidden-state rows on its
+    own range, one row each here, as the kernel does for every batch."""
+    rng = np.random.default_rng(seed)
+    for direction in ("forward", "reverse", "bidirectional"):
+        nd = 2 if direction == "bidirectional" else 1
+        seq, batch, k, h = int(rng.integers(1, 6)), int(rng.integers(1, 3)), int(rng.integers(2, 9)), 4 * int(
+            rng.integers(1, 3))
+        w_dtype = np.int8 if seed % 2 else np.uint8
+        per_column = seed % 3 == 0
+        scale_shape = zp_shape = (nd, 4 * h) if per_column else (nd,)
+        zp_lo, zp_hi = (-5, 5) if w_dtype == np.int8 else (120, 136)
+        # onnxruntime takes one zero point for every direction and column, 0 for int8 columns
+        w_zp, r_zp = (np.full(zp_shape, 0 if per_column and w_dtype == np.int8 else rng.integers(zp_lo, zp_hi), w_dtype)
+                      for _ in range(2))
+        feeds = {"x": rng.standard_normal((seq, batch, k)).astype(np.float32),
+                 "w": _q(rng, (nd, k, 4 * h), w_dtype), "r": _q(rng, (nd, h, 4 * h), w_dtype),
+                 "b": (rng.standard_normal((nd, 8 * h)) * 0.5).astype(np.float32) if seed % 2 == 0 else None,
+                 "lens": rng.integers(1, seq + 1, batch).astype(np.int32) if seed == 5 else None,
+                 "h0": rng.standard_normal((nd, batch, h)).astype(np.float32) if seed >= 2 else None,
+                 "c0": rng.standard_normal((nd, batch, h)).astype(np.float32) if seed >= 3 else None,
+                 "p": None,
+                 "ws": rng.uniform(0.002, 0.01, scale_shape).astype(np.float32),
+                 "wz": w_zp, "rs": rng.uniform(0.002, 0.01, scale_shape).astype(np.float32), "rz": r_zp}
+        what = f"DynamicQuantizeLSTM {direction} per_column={per_column} {w_dtype.__name__} seed {seed}"
+        model, given = _with_initializers("DynamicQuantizeLSTM", feeds, {"w", "r", "b", "ws", "wz", "rs", "rz"}, 3,
+                                          hidden_size=h, direction=direction)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 2  # one hidden-state row per thread at batch 2, on any machine
+        want = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run(None, given)
+        sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+        for _ in range(2):  # the second run reads the weights the first prepared
+            got = sess.run(None, given)
+            for i, (w, g) in enumerate(zip(want, got)):
+                assert g.shape == w.shape and g.dtype == w.dtype, (what, i, g.shape, w.shape)
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{what} output {i}")

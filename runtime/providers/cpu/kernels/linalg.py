@@ -63,18 +63,37 @@ def exact_float_dtype(k: int) -> type:
 @register("MatMulInteger", since=10)
 class MatMulInteger(Kernel):
     """The integer product through BLAS in a float type that holds it exactly (numpy's integer
-    matmul has no BLAS: a medium BERT's quantized products took tens of ms)."""
+    matmul has no BLAS: a medium BERT's quantized products took tens of ms, and even a 24x32x32
+    one takes 20 us against 2 us). B less its zero point is converted once when both are constant
+    initializers; A less its zero point is one conversion per run."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
+        names = list(node.inputs) + ["", "", ""]
+        self.constant_b = ctx is not None and bool(names[1]) and ctx.is_constant_initializer(names[1]) and (
+            not names[3] or ctx.is_constant_initializer(names[3]))
+        self._b: tuple | None = None  # (B, B's zero point, B - zero point as float)
+
+    def _centered_b(self, b: np.ndarray, zb: np.ndarray | None) -> np.ndarray:
+        # exact for B's K, which A's last axis must match
+        ft = exact_float_dtype(b.shape[-2] if b.ndim >= 2 else b.shape[0] if b.ndim else 1)
+        bf = b.astype(ft) if zb is None else np.subtract(b, zb, dtype=ft)
+        if self.constant_b:
+            self._b = (b, zb, bf)  # one swap: a concurrent run sees the old entry or this one
+        return bf
 
     def compute(self, inputs: list) -> list:
-        ft = exact_float_dtype(inputs[0].shape[-1] if inputs[0].ndim else 1)
-        a = inputs[0].astype(ft)
-        b = inputs[1].astype(ft)
-        if len(inputs) > 2 and inputs[2] is not None:
-            za = inputs[2].astype(ft)
-            a = a - (za.reshape(-1, 1) if za.ndim == 1 and a.ndim >= 2 and za.size > 1 else za)
-        if len(inputs) > 3 and inputs[3] is not None:
-            b = b - inputs[3].astype(ft)
-        return [np.asarray(np.matmul(a, b)).astype(np.int32)]
+        a, b = inputs[0], inputs[1]
+        n = len(inputs)
+        zb = inputs[3] if n > 3 else None
+        cached = self._b
+        bf = cached[2] if cached is not None and cached[0] is b and cached[1] is zb else self._centered_b(b, zb)
+        ft = bf.dtype
+        za = inputs[2] if n > 2 else None
+        if za is None:
+            af = a.astype(ft)
+        elif za.ndim == 1 and a.ndim >= 2 and za.size > 1:  # per row of A
+            af = np.subtract(a, za.reshape(-1, 1), dtype=ft)
+        else:
+            af = np.subtract(a, za, dtype=ft)
+        y = np.matmul(af, bf)
+        return [y.astype(np.int32) if type(y) is _ndarray else np.asarray(y, np.int32)]

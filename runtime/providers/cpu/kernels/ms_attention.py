@@ -59,6 +59,8 @@ def _mask_bias(mask: np.ndarray | None, batch: int, seq: int, total: int, past: 
     return add[:, None]
 
 
+#: The attentions' probabilities: the Softmax kernel's max-free form where it applies
+#: (normalization.softmax_last_axis), rows it cannot take redone with their own maxima.
 _softmax_last = softmax_last_axis
 
 
@@ -97,32 +99,45 @@ class _AttentionBase(Kernel):
             raise InvalidArgument(f"{self.what}: do_rotary=1 is not implemented by the CPU EP; export without "
                                   "rotary fusion.")
         self.n_out = len(node.outputs)
-        self._masks: dict[tuple, np.ndarray] = {}
+        self._splits: dict[int, tuple[int, int]] = {}
+        self._masks: dict[tuple, np.ndarray | None] = {}
 
-    def _mask_bias(self, mask: np.ndarray | None, b: int, s: int, p: int) -> np.ndarray | None:
-        """``_mask_bias``, kept per mask value and shapes: a served model sees the same few masks
-        again and again, and building one costs as much as a small attention (5 us of 21)."""
-        if mask is None and not self.causal:
-            return None
-        small = mask is None or mask.size <= 4096
-        key = (b, s, p, None if mask is None else (mask.shape, mask.dtype.str, mask.tobytes())) if small else None
-        add = self._masks.get(key) if small else None
+    def _split_points(self, width: int) -> tuple[int, int]:
+        """Where Q ends and K ends in a projection of ``width`` columns (checked once per width)."""
+        points = self._splits.get(width)
+        if points is None:
+            sizes = self.sizes or [width // 3] * 3
+            if sum(sizes) != width or any(v % self.heads for v in sizes):
+                raise InvalidArgument(f"{self.what}: Q/K/V widths {sizes} for a projection of width {width} and "
+                                      f"{self.heads} heads; they must add up to it and divide by num_heads.")
+            points = self._splits[width] = (sizes[0], sizes[0] + sizes[1])
+        return points
+
+    def _mask(self, mask: np.ndarray | None, b: int, s: int, total: int, past: int) -> np.ndarray | None:
+        """``_mask_bias``, kept per mask value and shapes: a model hands every layer the same mask,
+        and every run of a batch usually the same one (the bias is read, never written)."""
+        if mask is None:
+            if not self.causal:
+                return None
+            key = (None, b, s, total, past)
+        elif mask.size > 4096:  # a large mask: building its bias costs less than keeping a copy as key
+            return _mask_bias(mask, b, s, total, past, self.causal, self.fill, self.what)
+        else:
+            key = (mask.tobytes(), mask.shape, mask.dtype.char, b, s, total, past)
+        add = self._masks.get(key)
         if add is None:
-            add = _mask_bias(mask, b, s, p + s, p, self.causal, self.fill, self.what)
-            if small:
+            add = _mask_bias(mask, b, s, total, past, self.causal, self.fill, self.what)
+            if add is not None:
                 add.flags.writeable = False  # added to the scores, never written
-                if len(self._masks) >= 16:
-                    self._masks.clear()
-                self._masks[key] = add
+            if len(self._masks) >= 64:  # masks that change every run: keep few
+                self._masks.clear()
+            self._masks[key] = add
         return add
 
     def _attention(self, qkv: np.ndarray, inputs: list) -> list:
         b, s, width = qkv.shape
-        sizes = self.sizes or [width // 3] * 3
-        if sum(sizes) != width or any(v % self.heads for v in sizes):
-            raise InvalidArgument(f"{self.what}: Q/K/V widths {sizes} for a projection of width {width} and "
-                                  f"{self.heads} heads; they must add up to it and divide by num_heads.")
-        q, k, v = qkv[..., :sizes[0]], qkv[..., sizes[0]:sizes[0] + sizes[1]], qkv[..., sizes[0] + sizes[1]:]
+        end_q, end_k = self._split_points(width)
+        q, k, v = qkv[..., :end_q], qkv[..., end_q:end_k], qkv[..., end_k:]
         n = self.heads
         q = q.reshape(b, s, n, -1).transpose(0, 2, 1, 3)
         k = k.reshape(b, s, n, -1).transpose(0, 2, 1, 3)
@@ -138,7 +153,8 @@ class _AttentionBase(Kernel):
             v = np.concatenate([past[1], v], axis=2)
         head = q.shape[-1]
         scale = self.scale or 1.0 / math.sqrt(head)
-        add = self._mask_bias(_opt(inputs, self.mask_input), b, s, p)
+        mask = _opt(inputs, self.mask_input)
+        add = self._mask(None if mask is None else np.asarray(mask), b, s, p + s, p)
         out = attend(q, k, v, scale, add, _opt(inputs, self.bias_input))
         if self.n_out > 1:
             return [out, np.stack([k, v])]
@@ -172,18 +188,34 @@ class QAttention(_AttentionBase):
     op = "QAttention"
     mask_input, past_input, bias_input = 5, 8, 99
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        names = list(node.inputs) + [""] * 8
+        self.constant_w = ctx is not None and bool(names[1]) and ctx.is_constant_initializer(names[1]) and (
+            not names[7] or ctx.is_constant_initializer(names[7]))
+        self._w: tuple | None = None  # (weights, their zero point, weights less it as float)
+
+    def _centered_weights(self, w: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
+        cached = self._w
+        if cached is not None and cached[0] is w and cached[1] is w_zp:
+            return cached[2]
+        ft = exact_float_dtype(w.shape[0])
+        wf = w.astype(ft) if w_zp is None else np.subtract(w, np.asarray(w_zp), dtype=ft)
+        if self.constant_w:
+            self._w = (w, w_zp, wf)  # one swap: a concurrent run sees the old entry or this one
+        return wf
+
     def compute(self, inputs: list) -> list:
         x, w, bias, x_scale, w_scale = inputs[:5]
         x_zp, w_zp = _opt(inputs, 6), _opt(inputs, 7)
         if x.ndim != 3 or w.ndim != 2 or w.shape[0] != x.shape[2]:
             raise InvalidArgument(f"{self.what}: input {list(x.shape)} and weights {list(w.shape)}; input must be "
                                   "[batch, sequence, hidden] and weights [hidden, Q + K + V].")
-        ft = exact_float_dtype(x.shape[2])
-        xf = x.astype(ft) - (ft(0) if x_zp is None else np.asarray(x_zp).astype(ft))
-        wzp = ft(0) if w_zp is None else np.asarray(w_zp).astype(ft)
-        acc = np.matmul(xf, w.astype(ft) - wzp)
-        scale = np.float32(np.asarray(x_scale).reshape(-1)[0]) * np.asarray(w_scale, np.float32)
-        qkv = acc.astype(np.float32) * scale
+        wf = self._centered_weights(w, w_zp)
+        xf = x.astype(wf.dtype) if x_zp is None else np.subtract(x, np.asarray(x_zp), dtype=wf.dtype)
+        acc = np.matmul(xf, wf)
+        scale = np.float32(x_scale.reshape(-1)[0] if x_scale.ndim else x_scale) * w_scale.astype(np.float32, copy=False)
+        qkv = np.multiply(acc, scale, dtype=np.float32)
         if bias is not None:
             qkv += bias
         return self._attention(qkv, inputs)
@@ -229,16 +261,22 @@ class MultiHeadAttention(Kernel):
                 v = np.concatenate([past_v, v], axis=2)
         total = k.shape[2]
         add = _mask_bias(mask, b, s, total, total - s, self.causal, self.fill, self.what)
-        scale = self.scale or 1.0 / np.sqrt(q.shape[-1])
+        scale = self.scale or 1.0 / math.sqrt(q.shape[-1])
         out = attend(q, k, v, scale, add, attn_bias)
         return [out, k, v][: self.n_out]
 
 
 def _lookup(table: np.ndarray, ids: np.ndarray, name: str, what: str) -> np.ndarray:
-    if ids.size and (np.minimum.reduce(ids, axis=None) < 0 or np.maximum.reduce(ids, axis=None) >= table.shape[0]):
-        raise InvalidArgument(f"{what}: {name} holds {int(ids.max() if ids.max() >= table.shape[0] else ids.min())}, "
-                              f"outside the {table.shape[0]} rows of its embedding table.")
-    return np.take(table, ids, axis=0)
+    """table's rows at ids, which must lie in [0, rows)."""
+    if ids.dtype == np.int32:
+        try:  # one call: read as uint32, a negative id is past 2^31 and out of range as well
+            return table.take(ids.view(np.uint32), 0)
+        except IndexError:
+            pass
+    elif not ids.size or (np.minimum.reduce(ids, None) >= 0 and np.maximum.reduce(ids, None) < table.shape[0]):
+        return table.take(ids, 0)
+    bad = int(ids.max() if ids.max() >= table.shape[0] else ids.min())
+    raise InvalidArgument(f"{what}: {name} holds {bad}, outside the {table.shape[0]} rows of its embedding table.")
 
 
 class _EmbedBase(Kernel):
@@ -254,17 +292,19 @@ class _EmbedBase(Kernel):
             raise InvalidArgument(f"{self.what}: input_ids of shape {list(ids.shape)}; it must be [batch, sequence].")
         b, s = ids.shape
         total = _lookup(word, ids, "input_ids", self.what)
-        if position_ids is None and s <= position.shape[0]:
-            total = total + position[:s]  # rows 0..S-1 for every batch: a slice, no index array
+        if position_ids is None:  # positions 0..S-1: the table's first S rows, for every batch row
+            if s > position.shape[0]:
+                raise InvalidArgument(f"{self.what}: position_ids (or the sequence length) holds {s - 1}, outside "
+                                      f"the {position.shape[0]} rows of its embedding table.")
+            total = total + position[:s]
         else:
-            pos = np.broadcast_to(np.arange(s) if position_ids is None else position_ids, (b, s))
-            total = total + _lookup(position, pos, "position_ids (or the sequence length)", self.what)
+            total = total + _lookup(position, np.broadcast_to(position_ids, (b, s)),
+                                    "position_ids (or the sequence length)", self.what)
         if segment is not None and segment_ids is not None:
             total += _lookup(segment, segment_ids, "segment_ids", self.what)
         total = total.astype(np.float32, copy=False)
         y = layer_norm(total, gamma, beta, -1, self.epsilon, _FLOAT32)[0]
-        count = (np.zeros(b, np.int32) if mask is None
-                 else np.add.reduce(np.asarray(mask) == 1, axis=1, dtype=np.int32))
+        count = (np.zeros(b, np.int32) if mask is None else np.add.reduce(np.asarray(mask) == 1, 1, dtype=np.int32))
         return [y, count, total][: self.n_out]
 
 
@@ -286,6 +326,14 @@ class QEmbedLayerNormalization(_EmbedBase):
 
     op = "QEmbedLayerNormalization"
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        names = list(node.inputs) + [""] * 18
+        #: per table: whether its codes, scale and zero point are all constant initializers
+        self.constant = [ctx is not None and all(not names[j] or ctx.is_constant_initializer(names[j])
+                                                 for j in (2 + i, 8 + i, 13 + i)) for i in range(5)]
+        self._tables: list[tuple | None] = [None] * 5  # per table: (codes, scale, zero point, floats)
+
     def compute(self, inputs: list) -> list:
         args = list(inputs) + [None] * (18 - len(inputs))
         ids, seg_ids = args[0], args[1]
@@ -295,7 +343,14 @@ class QEmbedLayerNormalization(_EmbedBase):
             if q is None:
                 tables.append(None)
                 continue
+            kept = self._tables[i]
+            if kept is not None and kept[0] is q and kept[1] is scale and kept[2] is zp:
+                tables.append(kept[3])
+                continue
             zero = np.int32(0) if zp is None else np.asarray(zp).astype(np.int32)
-            tables.append((q.astype(np.int32) - zero).astype(np.float32) * np.float32(np.asarray(scale).reshape(-1)[0]))
+            table = (q.astype(np.int32) - zero).astype(np.float32) * np.float32(np.asarray(scale).reshape(-1)[0])
+            if self.constant[i]:
+                self._tables[i] = (q, scale, zp, table)  # one item swap: a concurrent run sees either
+            tables.append(table)
         word, position, segment, gamma, beta = tables
         return self._embed(ids, seg_ids, word, position, segment, gamma, beta, args[7], None)

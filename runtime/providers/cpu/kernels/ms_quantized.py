@@ -11,12 +11,15 @@ with onnxruntime to the last quantization step."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
-from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM
+from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_uint8
+from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM, _Recurrent, gate_order, gate_scale
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 try:  # np.clip's own ufunc, without np.clip's Python layers (per LSTM time step they cost more than it)
@@ -25,6 +28,12 @@ except ImportError:  # numpy 1.26
     from numpy.core.umath import clip as _clip
 
 MS = "com.microsoft"
+_CODES = (np.dtype(np.int8), np.dtype(np.uint8))
+# 0-d arrays: the ufuncs' fastest operands
+_ZERO32, _F255, _F255N = np.array(0, np.float32), np.array(255, np.float32), np.array(-255, np.float32)
+_min, _max = np.minimum.reduce, np.maximum.reduce
+_empty, _negative, _add, _divide, _maximum, _minimum, _rint, _multiply, _dot = (
+    np.empty, np.negative, np.add, np.divide, np.maximum, np.minimum, np.rint, np.multiply, np.dot)
 
 
 def _zero(zp: np.ndarray | None, like: np.dtype) -> np.ndarray:
@@ -37,11 +46,22 @@ def _saturate(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def dequantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
-    return (x.astype(np.int32) - _zero(zp, x.dtype).astype(np.int32)).astype(np.float32) * scale.astype(np.float32)
+    """(x - zp) * scale in float32 (the difference in int32, then converted: exact)."""
+    d = x if zp is None else np.subtract(x, zp, dtype=np.int32)
+    return np.multiply(d, scale.astype(np.float32, copy=False), dtype=np.float32)
 
 
 def quantize(y: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
-    return _saturate(y / scale.astype(np.float32) + _zero(zp, dtype).astype(np.float32), dtype)
+    """saturate(round_half_even(y / scale + zp)) as dtype; one new array, the rest in place."""
+    f = np.divide(y, scale.astype(np.float32, copy=False))
+    if type(f) is not np.ndarray:  # 0-d operands give a numpy scalar
+        return _saturate(f + _zero(zp, dtype).astype(np.float32), dtype)
+    if zp is not None:
+        f += zp.astype(np.float32)
+    np.rint(f, out=f)
+    info = np.iinfo(dtype)
+    _clip(f, info.min, info.max, out=f)
+    return f.astype(dtype)
 
 
 class _QLinearBinary(Kernel):
@@ -63,7 +83,13 @@ class QLinearAdd(_QLinearBinary):
         f32 = np.float32
         ra, rb = f32(a_s) / f32(c_s), f32(b_s) / f32(c_s)
         bias = f32(_zero(c_zp, a.dtype)) - ra * f32(_zero(a_zp, a.dtype)) - rb * f32(_zero(b_zp, a.dtype))
-        return _saturate(a.astype(f32) * ra + b.astype(f32) * rb + bias, a.dtype)
+        y = np.multiply(a, ra, dtype=f32)
+        y = np.add(y, np.multiply(b, rb, dtype=f32), out=y if a.shape == b.shape else None)
+        y += bias
+        np.rint(y, out=y)
+        info = np.iinfo(a.dtype)
+        _clip(y, info.min, info.max, out=y)
+        return y.astype(a.dtype)
 
 
 @register("QLinearMul", since=1, domain=MS)
@@ -109,15 +135,12 @@ class QLinearGlobalAveragePool(Kernel):
         return [quantize(mean, y_s, y_zp, x.dtype)]
 
 
-def dynamic_quantize(a: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
+def dynamic_quantize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.uint8]:
     """uint8 codes, scale and zero point of a float tensor, as onnxruntime's dynamic quantization
-    (range widened to hold 0; a zero range gives scale 1)."""
-    lo = np.float32(min(0.0, float(a.min()))) if a.size else np.float32(0)
-    hi = np.float32(max(0.0, float(a.max()))) if a.size else np.float32(0)
-    scale = np.float32(1.0) if hi == lo else (hi - lo) / np.float32(255)
-    zp = np.float32(np.rint(np.clip(-lo / scale, 0, 255)))
-    q = np.clip(np.rint(a / scale) + zp, 0, 255)
-    return q.astype(np.uint8), scale, np.uint8(zp)
+    (``dynamic_quantize_uint8``: range widened to hold 0; a zero range gives scale 1)."""
+    a = np.asarray(a, np.float32)
+    q, scale, zp = dynamic_quantize_uint8(a.reshape(-1) if a.ndim == 0 else a)
+    return q.reshape(a.shape), scale, np.uint8(zp)
 
 
 def quantized_product_by_row(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None,
@@ -177,14 +200,22 @@ class DynamicQuantizeMatMul(Kernel):
         return [y if bias is None else y + bias]
 
 
+_TINY = np.array(np.finfo(np.float32).tiny, np.float32)
+
+
 @register("DynamicQuantizeLSTM", since=1, domain=MS)
 class DynamicQuantizeLSTM(LSTM):
     """LSTM whose W [directions, input, 4*hidden] and R [directions, hidden, 4*hidden] are int8 or
     uint8 with per-direction (or per-column) scales and zero points. As onnxruntime: all time steps'
     inputs are quantized together (one range) for the input product, and each step's hidden state
-    row by row for the recurrent one."""
+    row by row for the recurrent one.
 
-    def compute(self, inputs: list) -> list:
+    The common form runs LSTM's ``_run_default`` with the weights less their zero points, in gate
+    order, and the per-column multipliers (weight scale times ``gate_scale``) prepared once."""
+
+    weight_inputs = (1, 2, 3, 8, 9, 10, 11)
+
+    def _general(self, inputs: list) -> list:
         args = list(inputs) + [None] * (12 - len(inputs))
         # The LSTM kernel reads W and R as [directions, 4*hidden, K]: hand it views in that layout;
         # the scales and zero points (inputs 8-11) reach the products through the inputs list.
@@ -193,7 +224,7 @@ class DynamicQuantizeLSTM(LSTM):
         # this run (args[12]; a list of this call's own, so threads running the kernel at once
         # share nothing)
         args[12:] = [[None] * args[2].shape[0]]
-        return super().compute(args)
+        return _Recurrent.compute(self, args)
 
     @staticmethod
     def _per_direction(v: np.ndarray | None, d: int) -> np.ndarray | None:
@@ -215,45 +246,167 @@ class DynamicQuantizeLSTM(LSTM):
         scale, zp, weights = prepared[d]
         return quantized_product_by_row(h, r.T, scale, zp, weights)
 
+    def _prepare(self, args: list, dt: np.dtype) -> list | None:
+        """Per direction (W less its zero point [input, 4*hidden], R less its zero point
+        [4*hidden, hidden], bias column, (R's, its multipliers column, R's float type), W's
+        multipliers), gates in ``gate_order``; None for a form the general loop takes."""
+        w, r, b = args[1], args[2], args[3]
+        nd = len(self.directions)
+        if (dt != np.float32 or w.ndim != 3 or r.ndim != 3 or w.dtype not in _CODES or r.dtype not in _CODES
+                or args[8] is None or args[10] is None):
+            return None
+        h = r.shape[1]
+        if w.shape[0] != nd or r.shape[0] != nd or w.shape[2] != 4 * h or r.shape[2] != 4 * h or (
+                self.hidden is not None and h != self.hidden) or (b is not None and (b.dtype != dt or b.shape != (nd, 8 * h))):
+            return None
+        order, scale = gate_order(h), gate_scale(h, np.float32)
+        fx, fh = exact_float_dtype(w.shape[1]), exact_float_dtype(h)
+        out = []
+        for d in range(nd):
+            w_scale, w_zp = self._per_direction(args[8], d), self._per_direction(args[9], d)
+            r_scale, r_zp = self._per_direction(args[10], d), self._per_direction(args[11], d)
+            wc = np.ascontiguousarray(np.subtract(w[d], _zero(w_zp, w.dtype), dtype=fx)[:, order])
+            rc = np.ascontiguousarray(np.subtract(r[d], _zero(r_zp, r.dtype), dtype=fh)[:, order].T)
+            w_mul = np.broadcast_to(np.asarray(w_scale, np.float32), (4 * h,))[order] * scale
+            r_mul = (np.broadcast_to(np.asarray(r_scale, np.float32), (4 * h,))[order] * scale).reshape(-1, 1)
+            bias = None if b is None else ((b[d, :4 * h] + b[d, 4 * h:])[order] * scale).reshape(-1, 1)
+            out.append((wc, rc, bias, (rc, r_mul, fh), w_mul))
+        return out
+
+    def _input_projection(self, x2: np.ndarray, weights: tuple) -> np.ndarray:
+        """Every step's input quantized on one range, times W less its zero point, exactly, then
+        scaled per column: [seq * batch, 4 * hidden] float32."""
+        q, scale, zp = dynamic_quantize_uint8(x2)
+        wc = weights[0]
+        acc = np.dot(np.subtract(q, zp, dtype=wc.dtype), wc)
+        if acc.dtype == np.float32:
+            acc *= scale * weights[4]
+            return acc
+        return np.multiply(acc, scale * weights[4], dtype=np.float32)
+
+    def _hidden_quantized(self, hd: np.ndarray, rq: tuple, out: np.ndarray) -> None:
+        """The hidden state hd [hidden, batch] quantized batch row by row (onnxruntime's threads
+        quantize each block of batch rows on its own range; with as many threads as rows, its
+        default on small batches, each row has its own) times R, into out [4*hidden, batch].
+
+        Rows [batch, hidden] (numpy reduces and broadcasts along a contiguous last axis fastest);
+        the ranges from one reduction of [h; -h]. With m = rint(lo / scale) = -zero_point, the
+        codes less their zero point are min(rint(h / scale), 255 + m): the lower clamp never binds
+        (h >= lo). An all-zero row (scale 1 in onnxruntime) takes the tiny scale instead; its
+        products are 0 either way."""
+        rc, r_mul, ft = rq
+        # (positional out= and module-level names: a step makes 16 of these calls)
+        both = _empty((2,) + hd.shape[::-1], np.float32)
+        h = both[0]
+        h[...] = hd.T
+        _negative(h, both[1])
+        ends = _min(both, 2, None, None, True, _ZERO32)  # [2, batch, 1]: min(h, 0), -max(h, 0)
+        lo = ends[0]
+        scale = _add(lo, ends[1])  # -(max - min), exactly
+        _divide(scale, _F255N, scale)
+        _maximum(scale, _TINY, out=scale)
+        top = _divide(lo, scale)
+        _rint(top, top)
+        _add(top, _F255, top)
+        v = _divide(h, scale)
+        _rint(v, v)
+        _minimum(v, top, out=v)
+        # [4*hidden, batch] as the gates: R's rows times the codes, times the outer product of R's
+        # multipliers and the rows' scales (np.dot: one product each, exact, in half the time of
+        # the broadcast multiply)
+        multipliers = _dot(r_mul, scale.reshape(1, -1))
+        if ft is np.float32:
+            _dot(rc, v.T, out)
+            _multiply(out, multipliers, out)
+        else:
+            np.multiply(_dot(rc, v.T.astype(ft)), multipliers, out=out, dtype=np.float32)
+
 
 def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
     """int32 accumulations (held exactly in a float array) to y's codes as MLAS requantizes them:
     float32 product with the combined scale, rounded half to even, plus the zero point, saturated."""
-    y = np.rint(acc.astype(np.float32) * scale) + _zero(zp, dtype).astype(np.float32)
+    y = np.multiply(acc, scale, dtype=np.float32)
+    np.rint(y, out=y)
+    if zp is not None:
+        y += zp.astype(np.float32)
     info = np.iinfo(dtype)
-    return np.clip(y, info.min, info.max).astype(dtype)
+    _clip(y, info.min, info.max, out=y)
+    return y.astype(dtype)
 
 
 _exact_dtype = exact_float_dtype
 
 
+_CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+class _CodesConv:
+    """The convolution of 8-bit codes less their zero points (exact in float32 or float64, as the
+    integer sums) by the CPU EP's ``com.onnxhal`` FusedConv kernel, whose 2-D paths are faster than
+    the plain Conv's (the corpus's ResNet QLinearConv with the 7x7 stem over 2x3x32x32: 57 against
+    86 us);
+    the weights less their zero point are converted once while both are constant initializers."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext, x_input: int, w_input: int, w_zp_input: int) -> None:
+        from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
+        from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN
+
+        names = list(node.inputs) + [""] * 9
+        attrs = [a for k, a in node.attribute_protos.items() if k in _CONV_ATTRIBUTES]
+        conv = Node("FusedConv", [names[x_input], names[w_input]], node.outputs[:1], name=node.name, domain=DOMAIN,
+                    attribute_protos=attrs)
+        self.conv = create_cpu_kernel(conv, ctx, 1)
+        self.constant_w = ctx is not None and bool(names[w_input]) and ctx.is_constant_initializer(
+            names[w_input]) and (not names[w_zp_input] or ctx.is_constant_initializer(names[w_zp_input]))
+        self._w: tuple | None = None  # (W, its zero point, W less it as float)
+
+    def weights(self, w: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
+        kept = self._w
+        if kept is not None and kept[0] is w and kept[1] is w_zp:
+            return kept[2]
+        ft = _exact_dtype(math.prod(w.shape[1:]))
+        wzp = _zero(w_zp, w.dtype).astype(ft)
+        wf = w.astype(ft) - (wzp.reshape((-1,) + (1,) * (w.ndim - 1)) if wzp.ndim and wzp.size > 1 else wzp)
+        if self.constant_w:
+            self._w = (w, w_zp, wf)  # one swap: a concurrent run sees the old entry or this one
+        return wf
+
+    def __call__(self, x: np.ndarray, x_zp: np.ndarray | None, w: np.ndarray, w_zp: np.ndarray | None) -> np.ndarray:
+        wf = self.weights(w, w_zp)
+        xf = x.astype(wf.dtype) if x_zp is None else np.subtract(x, x_zp, dtype=wf.dtype)
+        return self.conv.compute([xf, wf])[0]
+
+
 @register("QLinearConv", since=10)
 class QLinearConv(Kernel):
-    """Conv of uint8/int8 codes: the float Conv kernel run on the codes less their zero points
-    (exact in float32 or float64, as the integer sums), the int32 bias added, and the result
-    requantized with x_scale * w_scale / y_scale per output channel."""
+    """Conv of uint8/int8 codes: ``_CodesConv`` on the codes less their zero points, the int32 bias
+    added, and the result requantized with x_scale * w_scale / y_scale per output channel (kept
+    while the scales are the same arrays)."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        from onnxhal.runtime.providers.cpu.kernels.conv import Conv
-
-        self.conv = Conv(node, ctx)
+        self.conv = _CodesConv(node, ctx, 0, 3, 5)
         self.name = node.name
+        names = list(node.inputs) + [""] * 9
+        self.constant_scales = ctx is not None and all(bool(names[i]) and ctx.is_constant_initializer(names[i])
+                                                       for i in (1, 4, 6))
+        self._scale: tuple | None = None  # (x, w and y scales, the combined scale)
 
     def compute(self, inputs: list) -> list:
         inputs = list(inputs) + [None] * (9 - len(inputs))
         x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = inputs[:9]
+        acc = self.conv(x, x_zp, w, w_zp)
         m = w.shape[0]
-        k = int(np.prod(w.shape[1:]))
-        ft = _exact_dtype(k)
-        xf = x.astype(ft) - _zero(x_zp, x.dtype).astype(ft)
-        wzp = _zero(w_zp, w.dtype).astype(ft)
-        wf = w.astype(ft) - (wzp.reshape((-1,) + (1,) * (w.ndim - 1)) if wzp.ndim and wzp.size > 1 else wzp)
-        acc = self.conv.compute([xf, wf])[0]
         if bias is not None:
-            acc = acc + bias.astype(ft).reshape((1, m) + (1,) * (acc.ndim - 2))
-        scale = (np.float32(x_s) * w_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
-        if scale.size > 1:
-            scale = scale.reshape((1, m) + (1,) * (acc.ndim - 2))
+            acc += bias.astype(acc.dtype).reshape((1, m) + (1,) * (acc.ndim - 2))
+        kept = self._scale
+        if kept is not None and kept[0] is x_s and kept[1] is w_s and kept[2] is y_s:
+            scale = kept[3]
+        else:
+            scale = (np.float32(x_s) * w_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
+            if scale.size > 1:
+                scale = scale.reshape((1, m) + (1,) * (acc.ndim - 2))
+            if self.constant_scales:
+                self._scale = (x_s, w_s, y_s, scale)  # one swap: a concurrent run sees either entry
         return [_requantize(acc, scale, y_zp, (y_zp.dtype if y_zp is not None else x.dtype))]
 
 
@@ -276,14 +429,43 @@ def _requant(x: np.ndarray, x_scale, x_zp, y_scale, y_zp, dtype: np.dtype) -> np
     return quantize(dequantize(x, x_scale, x_zp), y_scale, y_zp, dtype)
 
 
+_CODES_IN_BIT_ORDER = np.arange(256, dtype=np.uint8)
+
+
+def requant_table(x_dtype: np.dtype, x_scale, x_zp, y_scale, y_zp, dtype: np.dtype) -> np.ndarray:
+    """``_requant`` of every 8-bit code of x_dtype, indexed by the code's bits (x.view(uint8)):
+    onnxruntime's own lookup table, one take per tensor instead of eight passes over it."""
+    return _requant(_CODES_IN_BIT_ORDER.view(x_dtype), x_scale, x_zp, y_scale, y_zp, dtype)
+
+
+def _one_value(v: np.ndarray | None) -> bool:
+    return v is None or v.size == 1
+
+
 @register("QLinearConcat", since=1, domain=MS)
 class QLinearConcat(Kernel):
     """Concat of quantized inputs (Y_scale, Y_zero_point, then X, X_scale, X_zero_point per input),
-    each requantized to Y's scale and zero point (copied where they are already Y's)."""
+    each requantized to Y's scale and zero point (copied where they are already Y's) through
+    ``requant_table``, kept per input while the four scales and zero points are constant."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.axis = int(node.attr("axis", 0))
         self.name = node.name
+        names = list(node.inputs)
+        constant = [ctx is not None and bool(n) and ctx.is_constant_initializer(n) for n in names]
+        #: per input: whether its scale and zero point and Y's are constant initializers
+        self.constant = [all(constant[j] for j in (0, 1, i + 1, i + 2)) if i + 2 < len(names) else False
+                         for i in range(2, len(names), 3)]
+        self._tables: dict[int, tuple] = {}
+
+    def _table(self, k: int, x: np.ndarray, s, z, y_scale, y_zp) -> np.ndarray:
+        kept = self._tables.get(k)
+        if kept is not None and kept[0] is s and kept[1] is z and kept[2] is y_scale and kept[3] is y_zp:
+            return kept[4]
+        table = requant_table(x.dtype, s, z, y_scale, y_zp, y_zp.dtype)
+        if k < len(self.constant) and self.constant[k]:
+            self._tables[k] = (s, z, y_scale, y_zp, table)
+        return table
 
     def compute(self, inputs: list) -> list:
         y_scale, y_zp = inputs[0], inputs[1]
@@ -293,8 +475,12 @@ class QLinearConcat(Kernel):
                                   "Y_zero_point; give (X, X_scale, X_zero_point) triples.")
         dtype = y_zp.dtype
         parts = []
-        for i in range(0, len(rest), 3):
+        for k, i in enumerate(range(0, len(rest), 3)):
             x, s, z = rest[i:i + 3]
+            if s.size == 1 == y_scale.size and _one_value(z) and y_zp.size == 1 and x.dtype.itemsize == 1:
+                same = s.item() == y_scale.item() and (0 if z is None else z.item()) == y_zp.item() and x.dtype == dtype
+                parts.append(x if same else self._table(k, x, s, z, y_scale, y_zp).take(x.view(np.uint8)))
+                continue
             same = np.array_equal(s, y_scale) and np.array_equal(z, y_zp)
             parts.append(x if same else _requant(x, s, z, y_scale, y_zp, dtype))
         return [np.concatenate(parts, axis=self.axis)]
@@ -344,24 +530,39 @@ class QGemm(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = np.float32(node.attr("alpha", 1.0))
         self.ta, self.tb = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
+        names = list(node.inputs) + [""] * 9
+        self.constant_b = ctx is not None and bool(names[3]) and ctx.is_constant_initializer(names[3]) and (
+            not names[5] or ctx.is_constant_initializer(names[5]))
+        self._b: tuple | None = None  # (B, its zero point, B' less it as float)
+
+    def _centered_b(self, b: np.ndarray, b_zp: np.ndarray | None) -> np.ndarray:
+        kept = self._b
+        if kept is not None and kept[0] is b and kept[1] is b_zp:
+            return kept[2]
+        bt = b.T if self.tb else b
+        ft = _exact_dtype(bt.shape[0])
+        bzp = _zero(b_zp, b.dtype).astype(ft)
+        if bzp.ndim and bzp.size > 1:  # per output column
+            bzp = bzp.reshape(1, -1)
+        bf = np.ascontiguousarray(bt.astype(ft) - bzp)
+        if self.constant_b:
+            self._b = (b, b_zp, bf)  # one swap: a concurrent run sees the old entry or this one
+        return bf
 
     def compute(self, inputs: list) -> list:
         args = list(inputs) + [None] * (9 - len(inputs))
         a, a_s, a_zp, b, b_s, b_zp, c, y_s, y_zp = args[:9]
         if self.ta:
             a = a.T
-        if self.tb:
-            b = b.T
-        ft = _exact_dtype(a.shape[-1])
-        bzp = _zero(b_zp, b.dtype).astype(ft)
-        if bzp.ndim and bzp.size > 1:  # per output column
-            bzp = bzp.reshape(1, -1)
-        acc = (a.astype(ft) - _zero(a_zp, a.dtype).astype(ft)) @ (b.astype(ft) - bzp)
+        bf = self._centered_b(b, b_zp)
+        ft = bf.dtype
+        af = a.astype(ft) if a_zp is None else np.subtract(a, a_zp, dtype=ft)
+        acc = np.matmul(af, bf)
         scale = np.float32(a_s) * b_s.astype(np.float32).reshape(-1) * self.alpha
         if c is not None:
-            acc = acc + c.astype(ft)  # C is in alpha * A_scale * B_scale units (zero point 0)
+            acc += c.astype(ft)  # C is in alpha * A_scale * B_scale units (zero point 0)
         if y_s is None:
-            return [(acc.astype(np.float32) * scale).astype(np.float32)]
+            return [np.multiply(acc, scale, dtype=np.float32)]
         dtype = y_zp.dtype if y_zp is not None else a.dtype
         return [_requantize(acc, (scale / np.float32(y_s)).astype(np.float32), y_zp, dtype)]
 
@@ -381,29 +582,28 @@ class QLinearSoftmax(Kernel):
         y_zp = inputs[4] if len(inputs) > 4 else None
         f = dequantize(x, x_s, x_zp)
         axis = self.axis + x.ndim if self.axis < 0 else self.axis
-        rows = f.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1) if self.flatten else np.moveaxis(f, axis, -1)
-        e = np.exp(rows - rows.max(axis=-1, keepdims=True))
-        p = e / e.sum(axis=-1, keepdims=True)
-        p = p.reshape(x.shape) if self.flatten else np.moveaxis(p, -1, axis)
-        return [quantize(p.astype(np.float32), y_s, y_zp, x.dtype)]
+        last = axis == x.ndim - 1
+        if self.flatten:
+            rows = f.reshape(math.prod(x.shape[:axis]), -1)
+        else:
+            rows = f if last else np.moveaxis(f, axis, -1)
+        e = np.subtract(rows, np.maximum.reduce(rows, -1, keepdims=True))
+        np.exp(e, out=e)
+        e /= np.add.reduce(e, -1, keepdims=True)
+        p = e.reshape(x.shape) if self.flatten else e if last else np.moveaxis(e, -1, axis)
+        return [quantize(p, y_s, y_zp, x.dtype)]
 
 
 @register("ConvInteger", since=10)
 class ConvInteger(Kernel):
-    """Conv of 8-bit codes less their zero points (w's per output channel or one), int32 out: the
-    float Conv kernel on values it holds exactly (padding is the zero point, 0 after the
-    subtraction), as QLinearConv without the requantization."""
+    """Conv of 8-bit codes less their zero points (w's per output channel or one), int32 out:
+    ``_CodesConv`` (padding is the zero point, 0 after the subtraction), as QLinearConv without
+    the requantization."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        from onnxhal.runtime.providers.cpu.kernels.conv import Conv
-
-        self.conv = Conv(node, ctx)
+        self.conv = _CodesConv(node, ctx, 0, 1, 3)
 
     def compute(self, inputs: list) -> list:
-        args = list(inputs) + [None] * (4 - len(inputs))
-        x, w, x_zp, w_zp = args[:4]
-        ft = _exact_dtype(int(np.prod(w.shape[1:])))
-        xf = x.astype(ft) - _zero(x_zp, x.dtype).astype(ft)
-        wzp = _zero(w_zp, w.dtype).astype(ft)
-        wf = w.astype(ft) - (wzp.reshape((-1,) + (1,) * (w.ndim - 1)) if wzp.ndim and wzp.size > 1 else wzp)
-        return [np.rint(self.conv.compute([xf, wf])[0]).astype(np.int32)]
+        n = len(inputs)
+        acc = self.conv(inputs[0], inputs[2] if n > 2 else None, inputs[1], inputs[3] if n > 3 else None)
+        return [np.rint(acc).astype(np.int32)]

@@ -19,7 +19,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.hal.run_control import check_terminate
+from onnxhal.hal.run_control import RUN_OPTIONS, check_terminate
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -111,11 +111,15 @@ class _Recurrent(Kernel):
         states = self._initial_states(inputs, nd, batch, h, dt)
         y = np.zeros((seq, nd, batch, h), dt)
         finals: list[list[np.ndarray]] = [[] for _ in states]
-        steps = np.arange(seq)
+        # Steps at or past the longest sequence change nothing; onnxruntime leaves them out, and
+        # so out of the range DynamicQuantizeLSTM quantizes the inputs on.
+        live_seq = seq if all_live else min(seq, int(lens.max(initial=0)))
+        steps = np.arange(live_seq)
         for d, direction in enumerate(self.directions):
             wb = b[d, : self.gates * h] if b is not None else 0
             rb = b[d, self.gates * h:] if b is not None else np.zeros(self.gates * h, dt)
-            xw = self._input_product(x.reshape(-1, x.shape[2]), w, d, inputs).reshape(seq, batch, -1) + wb
+            xw = self._input_product(x[:live_seq].reshape(-1, x.shape[2]), w, d, inputs).reshape(
+                live_seq, batch, self.gates * h) + wb
             st = [s[d] for s in states]
             order = steps if direction == "forward" else steps[::-1]
             for t in order:
@@ -180,14 +184,48 @@ class GRU(_Recurrent):
         return [(1 - z) * hh + z * hprev]
 
 
+def gate_order(h: int) -> np.ndarray:
+    """Row indices that put ONNX's LSTM gates i, o, f, c in the order i, f, o, c: then i and f
+    sit next to c and the cell state (one product for both terms of the cell update)."""
+    return np.concatenate([np.arange(0, h), np.arange(2 * h, 3 * h), np.arange(h, 2 * h), np.arange(3 * h, 4 * h)])
+
+
+def gate_scale(h: int, dtype: np.dtype) -> np.ndarray:
+    """0.5 on the i, f and o gates (of ``gate_order``), 1 on c: with these folded into the weights,
+    sigmoid(x) = 0.5 + 0.5 * tanh(x / 2) takes the one tanh call of all four gates (exact: a
+    power of two)."""
+    return np.concatenate([np.full(3 * h, 0.5, dtype), np.ones(h, dtype)])
+
+
+_DEFAULT_LSTM = ("sigmoid", "tanh", "tanh")
+_FAST_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_BLOCK = 4096  # time steps whose input projections ``_run_default`` lays out at once
+
+
 @register("LSTM", since=7)
 class LSTM(_Recurrent):
+    """The common form (default activations, no clip, peepholes or input_forget, every sequence
+    the full length: what exporters write) runs ``_run_default``: per direction the gate weights
+    reordered and prepared once (kept while W, R and B are constant initializers), all time steps'
+    input projections and the bias in one product, and nine numpy calls per step into
+    preallocated buffers. Every other form runs the general ``_Recurrent`` loop."""
+
     gates = 4
     default_activations = ["Sigmoid", "Tanh", "Tanh"]
+    #: inputs the prepared weights derive from
+    weight_inputs: tuple[int, ...] = (1, 2, 3)
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
         self.input_forget = bool(node.attr("input_forget", 0))
+        names = list(node.inputs) + [""] * 12
+        defaults = tuple(_ACTIVATIONS[n][0] for n in _DEFAULT_LSTM)
+        self.default_form = (not self.input_forget and self.clip is None and not names[7]
+                             and all(tuple(a[0] for a in acts) == defaults for acts in self.acts))
+        self.constant_weights = ctx is not None and all(
+            not names[i] or ctx.is_constant_initializer(names[i]) for i in self.weight_inputs)
+        self._prepared: tuple | None = None  # (input dtype, per-direction weights)
+        self.reverse = [d == "reverse" for d in self.directions]
 
     def _initial_states(self, inputs, nd, batch, h, dt) -> list[np.ndarray]:
         states = super()._initial_states(inputs, nd, batch, h, dt)
@@ -216,3 +254,135 @@ class LSTM(_Recurrent):
             o = self._apply(f, pre[:, h:2 * h] + po * c)
         # h(Ct) reads the cell state, not a gate's pre-activation: not clipped (onnxruntime neither)
         return [o * np.asarray(act_h[0](c, act_h[1], act_h[2]), dtype=c.dtype), c]
+
+    def compute(self, inputs: list) -> list:
+        if self.default_form:
+            x = inputs[0]
+            n = len(inputs)
+            lens = inputs[4] if n > 4 else None
+            if (x.dtype in _FAST_TYPES and x.ndim == 3 and x.shape[0] and x.shape[1]
+                    and (lens is None or bool((lens >= x.shape[1 if self.layout else 0]).all()))
+                    and self._states_fit(inputs, n, x)):
+                prepared = self._prepared  # kept only for constant initializers: the same arrays every run
+                if prepared is not None and prepared[0] == x.dtype:
+                    weights = prepared[1]
+                else:
+                    weights = self._prepare(list(inputs) + [None] * (12 - n), x.dtype)
+                    if weights is not None and self.constant_weights:
+                        self._prepared = (x.dtype, weights)  # one swap: a concurrent run sees either
+                if weights is not None:
+                    return self._run_default(x, inputs, weights)
+        return self._general(inputs)
+
+    def _general(self, inputs: list) -> list:
+        return super().compute(inputs)
+
+    def _states_fit(self, inputs: list, n: int, x: np.ndarray) -> bool:
+        """Whether initial_h and initial_c (where given) are x's type and [directions, batch, ...]
+        ([batch, directions, ...] with layout 1); the general loop takes (or names) anything else."""
+        batch_axis = 0 if self.layout else 1
+        for i in (5, 6):
+            s = inputs[i] if n > i else None
+            if s is not None and (s.dtype != x.dtype or s.ndim != 3 or s.shape[batch_axis] != x.shape[batch_axis]
+                                  or s.shape[1 - batch_axis] != len(self.directions)):
+                return False
+        return True
+
+    def _prepare(self, args: list, dt: np.dtype) -> list | None:
+        """Per direction (W^T, R, bias column, None) in ``gate_order`` with ``gate_scale`` folded
+        in, or None where the run's types are not one float type (the general loop then promotes
+        them) or the shapes are wrong (the general loop names the problem)."""
+        w, r, b = args[1], args[2], args[3]
+        if w.dtype != dt or r.dtype != dt or (b is not None and b.dtype != dt) or w.ndim != 3 or r.ndim != 3:
+            return None
+        h = r.shape[2]
+        if w.shape[0] != len(self.directions) or w.shape[1] != 4 * h or r.shape[1] != 4 * h or (
+                self.hidden is not None and h != self.hidden) or (b is not None and b.shape != (w.shape[0], 8 * h)):
+            return None
+        order, scale = gate_order(h), gate_scale(h, dt)
+        out = []
+        for d in range(w.shape[0]):
+            bias = None if b is None else ((b[d, :4 * h] + b[d, 4 * h:])[order] * scale).reshape(-1, 1)
+            out.append((np.ascontiguousarray((w[d][order] * scale[:, None]).T),
+                        np.ascontiguousarray(r[d][order] * scale[:, None]), bias, None))
+        return out
+
+    def _input_projection(self, x2: np.ndarray, weights: tuple) -> np.ndarray:
+        """Every time step's input times W (x2: [seq * batch, input]) as [seq * batch, 4 * hidden]."""
+        return np.dot(x2, weights[0])
+
+    def _run_default(self, x: np.ndarray, args: list, weights: list) -> list:
+        """The recurrence on transposed states, [gates or hidden, batch]: each gate's block of rows
+        is one contiguous piece (numpy's strided 2-D loops cost twice the contiguous ones), so
+        every step is nine calls on contiguous arrays."""
+        if self.layout:
+            x = np.swapaxes(x, 0, 1)
+        seq, batch, k = x.shape
+        dt = x.dtype
+        h = weights[0][0].shape[1] // 4  # (W^T, or W less its zero point: [input, 4 * hidden])
+        h2, h3, h4 = 2 * h, 3 * h, 4 * h
+        nd = len(self.directions)
+        n = len(args)
+        h0 = args[5] if n > 5 else None
+        c0 = args[6] if n > 6 else None
+        if self.layout:
+            h0 = None if h0 is None else np.swapaxes(h0, 0, 1)
+            c0 = None if c0 is None else np.swapaxes(c0, 0, 1)
+        yt = np.empty((seq, nd, h, batch), dt)  # Y with each step's hidden state transposed
+        y_h = np.empty((nd, batch, h), dt)
+        y_c = np.empty((nd, batch, h), dt)
+        x2 = x.reshape(seq * batch, k)
+        run_options = RUN_OPTIONS.get()  # (its terminate flag is read every step, as check_terminate does)
+        dot, tanh, multiply, add = np.dot, np.tanh, np.multiply, np.add
+        half = np.array(0.5, dt)  # (a 0-d array operand is the ufuncs' fastest path)
+        for d in range(nd):
+            wd = weights[d]
+            r, bias, rq = wd[1], wd[2], wd[3]
+            xw = self._input_projection(x2, wd).reshape(seq, batch, h4).transpose(0, 2, 1)
+            # [i f o c | cell state] x batch: the gates' pre-activations, then their values, and the state
+            g = np.empty((5 * h, batch), dt)
+            g[h4:] = 0 if c0 is None else c0[d].T
+            g4, s3, o, c = g[:h4], g[:h3], g[h2:h3], g[h4:]
+            pair_a, pair_b = g[:h2], g[h3:]  # [i, f] times [c gate, state]
+            prod = np.empty((h2, batch), dt)
+            p0, p1 = prod[:h], prod[h:]
+            th = np.empty((h, batch), dt)
+            hd = np.zeros((h, batch), dt) if h0 is None else h0[d].T
+            reverse = self.reverse[d]
+            # The projections transposed (with the bias) a block of steps at a time: a long
+            # sequence's copy would otherwise delay a terminate request (600,000 steps: 150 MB).
+            for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
+                b1 = min(seq, b0 + _BLOCK)
+                xwt = np.empty((b1 - b0, h4, batch), dt)
+                if bias is None:
+                    xwt[...] = xw[b0:b1]
+                else:
+                    add(xw[b0:b1], bias, xwt)
+                for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
+                    if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                        check_terminate()
+                    # (out= given positionally: a keyword costs 50 ns a call)
+                    if rq is None:
+                        dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
+                    else:
+                        self._hidden_quantized(hd, rq, g4)
+                    add(g4, xwt[t - b0], g4)
+                    tanh(g4, g4)
+                    multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
+                    add(s3, half, s3)
+                    multiply(pair_a, pair_b, prod)
+                    add(p0, p1, c)
+                    tanh(c, th)
+                    hd = yt[t, d]
+                    multiply(o, th, hd)
+            y_h[d] = hd.T
+            y_c[d] = c.T
+        if self.layout:  # [batch, seq, directions, hidden]
+            return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)), np.ascontiguousarray(np.swapaxes(y_h, 0, 1)),
+                    np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]
+        return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h, y_c][: self.n_out]
+
+    def _hidden_quantized(self, hd: np.ndarray, rq: tuple, out: np.ndarray) -> None:
+        """R's product with hd [hidden, batch] into out [4 * hidden, batch], for weights that are
+        not float (DynamicQuantizeLSTM); ``rq`` is what ``_prepare`` made for it."""
+        raise NotImplementedError

@@ -15,6 +15,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
     logistic,
+    logistic_into,
     post_transform_name,
     transform_scores,
 )
@@ -105,18 +106,35 @@ def _coupling_two(v: np.ndarray) -> np.ndarray:
     b = 1 - a
     aa, bb = a * a, b * b
     d = 0.5 - a
-    active = np.ones(len(a), bool)
+    n = len(a)
+    active = np.ones(n, bool)
     eps = 0.005 / 2
     for _ in range(100):
         check_terminate()
-        np.logical_and(active, np.abs(d) * np.maximum(np.abs(b - d), np.abs(a + d)) >= eps, out=active)
-        if not np.count_nonzero(active):
+        err = np.abs(b - d)
+        np.maximum(err, np.abs(a + d), out=err)
+        err *= np.abs(d)
+        np.logical_and(active, err >= eps, out=active)
+        live = np.count_nonzero(active)
+        if not live:
             break
         dd = d * d
-        e = dd * b / (bb - b * d + dd)
+        e = dd * b
+        den = b * d
+        np.subtract(bb, den, out=den)
+        den += dd
+        e /= den  # class 0's step
         ee = e * e
-        e = -(ee * a) / (aa + a * e + ee)
-        d = np.where(active, e, d)
+        f = ee * a
+        den = a * e
+        den += aa
+        den += ee
+        f /= den
+        np.negative(f, out=f)  # class 1's step
+        if live == n:
+            d = f
+        else:
+            np.copyto(d, f, where=active)
     p = np.empty((len(a), 2), np.float32)
     p[:, 0] = a + d
     p[:, 1] = b - d
@@ -193,13 +211,19 @@ class SVMClassifier(Kernel):
         scores = np.matmul(kern.astype(np.float64), self.pair_coef)
         np.add(scores, self.rho64, out=scores)
         scores = scores.astype(np.float32)
-        votes = np.matmul(scores > 0, self.vote_swing)
-        np.add(votes, self.vote_base, out=votes)
-        label = self.labels[votes.argmax(axis=1)]
+        if self.k == 2:  # one pair: its vote goes to class 0 where its score is positive, else to class 1
+            label = self.labels[::-1].take(np.greater(scores[:, 0], 0).view(np.int8))
+        else:
+            votes = np.matmul(scores > 0, self.vote_swing)
+            np.add(votes, self.vote_base, out=votes)
+            label = self.labels[votes.argmax(axis=1)]
         if self.prob_a.size:
-            v = logistic(scores * self.prob_a + self.prob_b)  # r[i, j] = 1 - logistic, clipped
+            v = np.multiply(scores, self.prob_a)  # r[i, j] = 1 - logistic(a s + b), clipped
+            np.add(v, self.prob_b, out=v)
+            logistic_into(v)
             np.subtract(1, v, out=v)
-            np.clip(v, np.float32(1e-7), np.float32(1 - 1e-7), out=v)
+            np.maximum(v, np.float32(1e-7), out=v)
+            np.minimum(v, np.float32(1 - 1e-7), out=v)
             p = _coupling_two(v[:, 0]) if self.k == 2 else _coupling(v.T, self.pair_i, self.pair_j, self.k)
             return [label, transform_scores(p, self.transform)]
         if self.k == 2:  # one pairwise score as two columns: [-s, s], or [1 - p, p] (p the logistic of s)

@@ -183,17 +183,17 @@ class _LeafBits:
         self.mode, self.any_missing = mode, any_missing
         self.columns = feature.size
         self.max_feature = int(feature.max())
-        # The walk runs transposed, [node, row]: the per-node constants are columns, and the trees'
-        # masks take the narrowest unsigned type that holds a tree's leaves (less to select and AND).
-        self.threshold_col = threshold[:, None]
-        self.missing_col = missing[:, None]
+        # The trees' masks take the narrowest unsigned type that holds a tree's leaves (less to
+        # select and AND).
+        self.threshold, self.missing = threshold, missing
         most = int(np.bitwise_or.reduce(mask_true | mask_false)).bit_length() if mask_true.size else 0
         dtype = np.dtype(np.uint8 if most <= 8 else np.uint16 if most <= 16 else np.uint32 if most <= 32 else np.uint64)
-        self.true_col = mask_true.astype(dtype)[:, None]
-        self.false_col = mask_false.astype(dtype)[:, None]
+        self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
         # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
-        self.base_col = (np.arange(starts.size, dtype=np.int32) * 65)[:, None]
+        self.base = np.arange(starts.size, dtype=np.int32) * 65
         self.slot_weights: np.ndarray | None = None  # per (tree, slot) its leaf's weights: set by build
+        # per input shape, the flat index of each (row, node)'s feature: one gather of the flat input
+        self._gather: dict[tuple, np.ndarray] = {}
 
     @classmethod
     def build(cls, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray) -> _LeafBits | None:
@@ -241,14 +241,19 @@ class _LeafBits:
 
     def slots(self, x: np.ndarray) -> np.ndarray:
         """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
-        v = np.ascontiguousarray(x.T).take(self.feature, axis=0)
-        go = _compare(v, self.threshold_col, self.mode)
+        index = self._gather.get(x.shape)
+        if index is None:
+            index = (np.arange(x.shape[0], dtype=np.intp) * x.shape[1])[:, None] + self.feature
+            if len(self._gather) < 16:
+                self._gather[x.shape] = index
+        v = np.ascontiguousarray(x).reshape(-1).take(index)
+        go = _compare(v, self.threshold, self.mode)
         if self.any_missing:
-            go |= self.missing_col & np.isnan(v)
-        bits = np.bitwise_and.reduceat(np.where(go, self.true_col, self.false_col), self.starts, axis=0)
+            go |= self.missing & np.isnan(v)
+        bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
         slots = np.frexp(bits)[1]
-        slots += self.base_col
-        return slots
+        slots += self.base
+        return slots.T
 
 
 def _visit(k: int, mode: list[int], tnext: list[int], fnext: list[int], seen: set[int], leaves: list[int],

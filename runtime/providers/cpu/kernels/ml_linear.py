@@ -82,10 +82,14 @@ class LinearRegressor(Kernel):
         self.intercepts = np.asarray(node.attr("intercepts", [0.0] * targets), np.float32)
         self.transform = post_transform_name(node)
         self.post = score_transform(self.transform, targets)
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        scores = np.matmul(as_float_rows(inputs[0], "LinearRegressor"), self.coef)
-        return [self.post(np.add(scores, self.intercepts, out=scores))]
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        scores = np.matmul(as_float_rows(x, "LinearRegressor"), self.coef)
+        return self.post(np.add(scores, self.intercepts, out=scores))
 
 
 @register("Scaler", since=1, domain=ML)
@@ -94,9 +98,12 @@ class Scaler(Kernel):
         self.offset = np.asarray(node.attr("offset", [0.0]), np.float32)
         self.scale = np.asarray(node.attr("scale", [1.0]), np.float32)
         self.width = -1  # the last input width the attributes were checked for
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0]
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
         width = x.shape[-1] if x.ndim else 1
         if width != self.width:
             for name, v in (("offset", self.offset), ("scale", self.scale)):
@@ -105,7 +112,7 @@ class Scaler(Kernel):
                                           "columns; give one value or one per column.")
             self.width = width
         out = np.subtract(x.astype(np.float32, copy=False), self.offset)
-        return [np.multiply(out, self.scale, out=out)]
+        return np.multiply(out, self.scale, out=out)
 
 
 @register("Normalizer", since=1, domain=ML)
@@ -114,9 +121,13 @@ class Normalizer(Kernel):
         self.norm = node.attr("norm", "MAX")
         if self.norm not in ("MAX", "L1", "L2"):
             raise InvalidArgument(f"Normalizer node {node.name!r}: norm {self.norm!r} is none of MAX, L1, L2.")
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0].astype(np.float32, copy=False)
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.float32, copy=False)
         rows = x.reshape(1, -1) if x.ndim == 1 else x
         if self.norm == "MAX":
             d = np.maximum.reduce(rows, axis=1, keepdims=True)
@@ -128,21 +139,24 @@ class Normalizer(Kernel):
         # onnxruntime leaves a row whose norm is 0 as it is: divide it by 1 (d + 0 is d, NaN stays NaN)
         np.add(d, np.equal(d, 0), out=d)
         out = np.divide(rows, d)
-        return [out if x.ndim == 2 else out.reshape(x.shape)]
+        return out if x.ndim == 2 else out.reshape(x.shape)
 
 
 @register("Binarizer", since=1, domain=ML)
 class Binarizer(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.threshold = float(node.attr("threshold", 0.0))
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0]
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
         # any NaN makes the sum NaN (which inf - inf also gives: then the exact test decides)
         if x.dtype.kind == "f" and np.isnan(np.add.reduce(x, axis=None)) and np.isnan(x).any():
             raise InvalidArgument(f"Binarizer: input element {int(np.argmax(np.isnan(x).reshape(-1)))} is NaN (as "
                                   "onnxruntime, a NaN is refused); impute it first (Imputer).")
-        return [np.greater(x, x.dtype.type(self.threshold), out=np.empty(x.shape, x.dtype))]
+        return np.greater(x, x.dtype.type(self.threshold), out=np.empty(x.shape, x.dtype))
 
 
 @register("ZipMap", since=1, domain=ML)

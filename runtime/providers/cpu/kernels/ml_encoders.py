@@ -17,7 +17,6 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.ml_common import ML
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
-
 _MISSING = object()  # a lookup's marker for a key the table lacks
 
 

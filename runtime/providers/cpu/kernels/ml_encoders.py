@@ -378,6 +378,14 @@ class DictVectorizer(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if x.__class__ is dict and x:  # one map of Python floats over known keys: one scatter
+            values = list(x.values())
+            if set(map(type, values)) == {float}:
+                cols = list(map(self.index.get, x.keys()))
+                if None not in cols:
+                    out = np.zeros((1, self.n), np.float32)
+                    out[0, cols] = values
+                    return [out]
         maps = [x] if isinstance(x, dict) else x
         if not isinstance(maps, list) or not all(isinstance(m, dict) for m in maps):
             raise InvalidArgument(f"DictVectorizer node {self.name!r}: input must be a map (dict) or a sequence of "

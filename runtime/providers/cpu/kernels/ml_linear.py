@@ -137,7 +137,8 @@ class Normalizer(Kernel):
             d = np.multiply(rows, rows)
             d = np.sqrt(np.add.reduce(d, axis=1, keepdims=True))
         # onnxruntime leaves a row whose norm is 0 as it is: divide it by 1 (d + 0 is d, NaN stays NaN)
-        np.add(d, np.equal(d, 0), out=d)
+        if np.count_nonzero(d) != d.size:
+            np.add(d, np.equal(d, 0), out=d)
         out = np.divide(rows, d)
         return out if x.ndim == 2 else out.reshape(x.shape)
 

@@ -265,9 +265,13 @@ class SVMRegressor(Kernel):
         else:  # linear: the coefficients are the weights of the features
             self.vectors = None
             self.coef = coef
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = as_float_rows(inputs[0], "SVMRegressor")
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = as_float_rows(x, "SVMRegressor")
         if self.vectors is not None:
             s = self.kernel(x, self.vectors, self.vectors_sq).astype(np.float64) @ self.coef + self.rho
         else:
@@ -275,4 +279,4 @@ class SVMRegressor(Kernel):
         s = s.astype(np.float32).reshape(-1, 1)
         if self.one_class:
             s = np.where(s > 0, np.float32(1), np.float32(-1))
-        return [transform_scores(s, self.transform)]
+        return transform_scores(s, self.transform)

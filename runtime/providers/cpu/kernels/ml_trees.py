@@ -342,14 +342,18 @@ class TreeEnsembleRegressor(Kernel):
         self.base = base if base is not None and base.size == self.n_targets else np.zeros(self.n_targets, np.float32)
         self.transform = post_transform_name(node)
         self.post = score_transform(self.transform, self.n_targets)
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = as_float_rows(inputs[0], "TreeEnsembleRegressor")
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = as_float_rows(x, "TreeEnsembleRegressor")
         scores, written = self.forest.aggregate(x, self.how)
         scores = np.add(scores, self.base, out=scores)
         if self.n_targets > 1:  # onnxruntime writes 0 for a target no tree wrote, base value or not
             scores = np.where(written, scores, np.float32(0))
-        return [self.post(scores)]
+        return self.post(scores)
 
 
 #: TreeEnsemble (opset 5) writes its enums as integers. onnxruntime reads post_transform as its own

@@ -118,17 +118,18 @@ class _Forest:
             idx = self._children[2 * idx + go]
         return idx
 
-    def aggregate(self, x: np.ndarray, how: str = "SUM") -> tuple[np.ndarray, np.ndarray]:
+    def aggregate(self, x: np.ndarray, how: str = "SUM", written: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """The trees' leaf weights per row aggregated (SUM, AVERAGE, MIN, MAX: an output no tree
-        wrote is 0), and which outputs any tree wrote. Rows go in chunks of about ``_CHUNK`` (row,
+        wrote is 0), and which outputs any tree wrote ([rows, outputs]; with ``written`` False, where
+        that is the same for every row, one row of it). Rows go in chunks of about ``_CHUNK`` (row,
         tree) pairs, so that one level's work, between two terminate checks, is bounded."""
         step = self._chunk_rows
         if x.shape[0] <= step:
-            return self._aggregate(x, how)
-        parts = [self._aggregate(x[i:i + step], how) for i in range(0, x.shape[0], step)]
+            return self._aggregate(x, how, written)
+        parts = [self._aggregate(x[i:i + step], how, True) for i in range(0, x.shape[0], step)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def _aggregate(self, x: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
+    def _aggregate(self, x: np.ndarray, how: str, written: bool) -> tuple[np.ndarray, np.ndarray]:
         bits = self._bits
         if bits is not None and x.shape[0] * bits.columns <= _BITS_CELLS and x.shape[1] > bits.max_feature:
             check_terminate()
@@ -138,7 +139,8 @@ class _Forest:
                 scores = np.add.reduce(bits.slot_weights.take(slots, axis=0), axis=0)
                 if how == "AVERAGE":
                     scores = scores / scores.dtype.type(self.roots.size)
-                return scores, bits.written_row.repeat(scores.shape[0], axis=0)
+                # which outputs were written: asked for, else the one row (the same for every row)
+                return scores, bits.written_row.repeat(scores.shape[0], axis=0) if written else bits.written_row
             leaves = bits.leaf.take(slots.T)
         else:
             leaves = self.leaves(x)
@@ -349,7 +351,7 @@ class TreeEnsembleRegressor(Kernel):
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         x = as_float_rows(x, "TreeEnsembleRegressor")
-        scores, written = self.forest.aggregate(x, self.how)
+        scores, written = self.forest.aggregate(x, self.how, self.n_targets > 1)
         scores = np.add(scores, self.base, out=scores)
         if self.n_targets > 1:  # onnxruntime writes 0 for a target no tree wrote, base value or not
             scores = np.where(written, scores, np.float32(0))

@@ -49,6 +49,9 @@ class LinearClassifier(Kernel):
         self.binary = n == 1
         self.second_class = self.binary and len(labels) == 2
         self.post = score_transform(self.transform, n)
+        # labels 0..k-1 (int64): the label is the argmax itself (np.intp is int64 here)
+        self.labels_are_index = labels.dtype == np.int64 and np.dtype(np.intp) == np.int64 and \
+            np.array_equal(labels, np.arange(len(labels)))
         if self.binary:  # onnxruntime: the two labels, or 1 / 0 ("1" / "0") without two of them
             text = labels.dtype == object
             self.positive = labels[1] if len(labels) == 2 else ("1" if text else np.int64(1))
@@ -59,7 +62,8 @@ class LinearClassifier(Kernel):
         scores = np.matmul(x, self.coef)  # float32: x and the coefficients are
         np.add(scores, self.intercepts, out=scores)
         if not self.binary:
-            return [self.labels[scores.argmax(axis=1)], self.post(scores)]
+            top = scores.argmax(axis=1)
+            return [top if self.labels_are_index else self.labels[top], self.post(scores)]
         s = scores[:, 0]
         label = np.where(s > 0, self.positive, self.negative)
         if self.labels.dtype != object:

@@ -205,7 +205,7 @@ class _PairwiseDistanceBody:
         """[X, distances [T, N]]: the differences laid out [D, steps, N], so that the squares and
         the sum over D run on long contiguous rows (a [T, N, D] layout sums D-wide rows, one short
         loop each); in chunks of steps, so that the differences stay small."""
-        xt, ct = x.T, c.T
+        xt, ct = np.ascontiguousarray(x.T), np.ascontiguousarray(c.T)
         steps = max(1, _DISTANCE_CELLS // max(1, x.size))
         out = np.empty((c.shape[0], x.shape[0]), x.dtype)
         for t in range(0, c.shape[0], steps):

@@ -129,6 +129,19 @@ class _Forest:
         parts = [self._aggregate(x[i:i + step], how, True) for i in range(0, x.shape[0], step)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
+    def sums(self, x: np.ndarray, how: str) -> np.ndarray | None:
+        """``aggregate``'s scores for SUM or AVERAGE straight from the leaf bits, where the trees
+        write the same outputs for every row (``written_const``) and the rows are few (they then
+        fit one chunk); None where ``aggregate`` must decide."""
+        bits = self._bits
+        if bits is None or self.written_const is None or x.shape[0] * bits.columns > _BITS_CELLS or \
+                x.shape[1] <= bits.max_feature:
+            return None
+        check_terminate()
+        # [trees, rows, outputs] summed over the trees in tree order, as onnxruntime adds them
+        scores = np.add.reduce(bits.slot_weights.take(bits.slots(x), axis=0), axis=0)
+        return scores if how == "SUM" else scores / scores.dtype.type(self.roots.size)
+
     def _aggregate(self, x: np.ndarray, how: str, written: bool) -> tuple[np.ndarray, np.ndarray]:
         bits = self._bits
         if bits is not None and x.shape[0] * bits.columns <= _BITS_CELLS and x.shape[1] > bits.max_feature:
@@ -249,7 +262,7 @@ class _LeafBits:
             if len(self._gather) < 16:
                 self._gather[x.shape] = index
         v = np.ascontiguousarray(x).reshape(-1).take(index)
-        go = _compare(v, self.threshold, self.mode)
+        go = v <= self.threshold if self.mode == 0 else _compare(v, self.threshold, self.mode)
         if self.any_missing:
             go |= self.missing & np.isnan(v)
         bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
@@ -351,7 +364,11 @@ class TreeEnsembleRegressor(Kernel):
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         x = as_float_rows(x, "TreeEnsembleRegressor")
-        scores, written = self.forest.aggregate(x, self.how, self.n_targets > 1)
+        scores = self.forest.sums(x, self.how) if self.how in ("SUM", "AVERAGE") else None
+        if scores is None:
+            scores, written = self.forest.aggregate(x, self.how, self.n_targets > 1)
+        else:
+            written = self.forest.written_const[None, :]
         scores = np.add(scores, self.base, out=scores)
         if self.n_targets > 1:  # onnxruntime writes 0 for a target no tree wrote, base value or not
             scores = np.where(written, scores, np.float32(0))
@@ -467,7 +484,11 @@ class TreeEnsembleClassifier(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
-        scores, has = self.forest.scores(x)
+        scores = self.forest.sums(x, "SUM")
+        if scores is None:
+            scores, has = self.forest.scores(x)
+        else:
+            has = self.forest.written_const[None, :]  # the same for every row
         if len(self.labels) == 1:  # onnxruntime: one score, label 1 where it is positive (else 0)
             s = scores[:, :1] + (self.raw_base[0] if self.raw_base.size else np.float32(0))
             z = transform_scores(s, "PROBIT") if self.transform == "PROBIT" else s
@@ -554,12 +575,11 @@ class TreeEnsembleClassifier(Kernel):
             threshold = 0.5 if self.all_positive else 0.0
         else:
             threshold = 0.0
-        label_index = ((s1 if h1 else s0) > threshold) if h1 or h0 else np.zeros(len(scores), bool)
-        label_index = label_index.astype(np.int64)
+        positive = ((s1 if h1 else s0) > threshold) if h1 or h0 else np.zeros(len(scores), bool)
         if self.labels.dtype == object or self.binary_case:
-            label = self.labels[label_index]
+            label = self.labels.take(positive.view(np.int8))
         else:
-            label = label_index  # onnxruntime's positive (1) and negative (0) labels
+            label = positive.astype(np.int64)  # onnxruntime's positive (1) and negative (0) labels
         if not one_score:
             return [label, self.post(scores)]
         return [label, self._one_score_rows(s0[:, None], "positive" if self.binary_case and self.all_positive else

@@ -104,15 +104,18 @@ def _coupling_two(v: np.ndarray) -> np.ndarray:
     about 1e-7). v: [N] the pair's probabilities; returns p [N, 2] float32."""
     a = v.astype(np.float64)
     b = 1 - a
-    aa, bb = a * a, b * b
+    aa, bb, minus_a, a_half = a * a, b * b, -a, a - 0.5
     d = 0.5 - a
     n = len(a)
     active = np.ones(n, bool)
     eps = 0.005 / 2
     for _ in range(100):
         check_terminate()
-        err = np.abs(b - d)
-        np.maximum(err, np.abs(a + d), out=err)
+        # p0 = a + d and p1 = b - d stay in (0, 1) (both steps keep them positive, summing to 1):
+        # max(|p0|, |p1|) = 0.5 + |p0 - 0.5|
+        err = d + a_half
+        np.abs(err, out=err)
+        err += 0.5
         err *= np.abs(d)
         np.logical_and(active, err >= eps, out=active)
         live = np.count_nonzero(active)
@@ -125,12 +128,11 @@ def _coupling_two(v: np.ndarray) -> np.ndarray:
         den += dd
         e /= den  # class 0's step
         ee = e * e
-        f = ee * a
+        f = ee * minus_a
         den = a * e
         den += aa
         den += ee
-        f /= den
-        np.negative(f, out=f)  # class 1's step
+        f /= den  # class 1's step
         if live == n:
             d = f
         else:

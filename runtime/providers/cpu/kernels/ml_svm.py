@@ -52,8 +52,8 @@ def _coupling(v: np.ndarray, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> 
     class's values are one contiguous row: v [pairs, N] the pairwise probabilities r[i, j] of the
     pairs (i, j) (r[j, i] = 1 - v). libsvm updates Qp and pQp incrementally within an iteration;
     here they are recomputed from p before each class's step (the same values in exact
-    arithmetic; in float64, about 1e-7 from onnxruntime's float32 sums), three operations in place
-    of ten. Each row iterates until its own stopping rule holds; a row that stops gets zero steps
+    arithmetic; in float64, about 1e-7 from onnxruntime's float32 sums): two einsum calls in place
+    of ten array operations. Each row iterates until its own stopping rule holds; a row that stops gets zero steps
     from then on (a step of 0 leaves p exactly as it is), so rows are never gathered or
     scattered. Returns p [N, k] float32."""
     n = v.shape[1]

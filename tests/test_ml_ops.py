@@ -284,14 +284,19 @@ def test_svm_classifier(seed):
     rng = np.random.default_rng(seed)
     feats = 3
     x = rng.standard_normal((6, feats)).astype(np.float32)
+    # for the probabilities, rows enough (and spread enough) that the coupling's rows stop at
+    # different iterations; 2 classes take its closed form (raw scores of such rows differ from
+    # onnxruntime's float32 sums by more than the tolerance: they keep the 6 rows)
+    wide = (rng.standard_normal((24, feats)) * rng.uniform(0.2, 3.0, (24, 1))).astype(np.float32)
     out = [_t("Y", I64, None), _t("Z", F, None)]
-    for k in (2, 3):
+    for k in (2, 3, 5):
         for proba in (False, True):
             for kernel in ("RBF", "LINEAR", "POLY", "SIGMOID"):
                 for transform in ("NONE", "LOGISTIC"):
                     model = _model("SVMClassifier", [_t("X", F, None)], out, post_transform=transform,
                                    **_svc_attrs(rng, k, feats, proba, kernel))
-                    check(model, {"X": x}, f"SVMClassifier k={k} proba={proba} {kernel} {transform} seed {seed}")
+                    check(model, {"X": wide if proba else x},
+                          f"SVMClassifier k={k} proba={proba} {kernel} {transform} seed {seed}")
     for k in (2, 3):  # liblinear form: no support vectors
         for transform in TRANSFORMS:
             coef = rng.standard_normal(k * feats)
@@ -400,6 +405,52 @@ def test_tree_ensemble_classifier(seed):
             model = _model("TreeEnsembleClassifier", [_t("X", F, None)], [_t("Y", I64, None), _t("Z", F, None)],
                            classlabels_int64s=[7], post_transform=transform, **one, **extra)
             check(model, {"X": _tree_input(rng, feats)}, f"TreeEnsembleClassifier one label {transform} seed {seed}")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tree_ensemble_two_classes_written_alike(seed):
+    """Two classes where every leaf writes the same classes (sklearn's forests and boosters: only
+    class 1, or both): the kernel decides the per-row rules once for all rows. Bit for bit as the
+    per-row rules for every written set, base values, weight signs, labels and transforms; and as
+    onnxruntime where sklearn's exports are (class 1 without base values, or both classes)."""
+    rng = np.random.default_rng(seed)
+    feats = 4
+    trees = _random_trees(rng, int(rng.integers(1, 5)), feats, int(rng.integers(1, 5)))
+    for nodes in trees:
+        for nd in nodes:
+            nd["mode"] = "BRANCH_LEQ"  # one comparison kind: the leaf-bits walk
+    attrs = _legacy_tree_attrs(rng, trees, 1, "class")
+    n_leaves = len(attrs["class_ids"])
+    x = _tree_input(rng, feats)
+    for written in ([1], [0], [0, 1]):
+        a = dict(attrs)
+        a["class_treeids"] = [t for t in attrs["class_treeids"] for _ in written]
+        a["class_nodeids"] = [i for i in attrs["class_nodeids"] for _ in written]
+        a["class_ids"] = written * n_leaves
+        for positive in (True, False):
+            w = rng.standard_normal(len(a["class_ids"]))
+            a["class_weights"] = [float(v) for v in (np.abs(w) if positive else w)]
+            for base in (None, [0.25], [0.25, -0.5]):
+                extra = {"base_values": base} if base else {}
+                for labels in ({"classlabels_int64s": [3, 8]}, {"classlabels_strings": ["no", "yes"]}):
+                    out = I64 if "classlabels_int64s" in labels else S
+                    for transform in ("NONE", "LOGISTIC", "SOFTMAX", "PROBIT"):
+                        what = f"written {written} positive {positive} base {base} {labels} {transform} seed {seed}"
+                        model = _model("TreeEnsembleClassifier", [_t("X", F, None)],
+                                       [_t("Y", out, None), _t("Z", F, None)], post_transform=transform,
+                                       **labels, **a, **extra)
+                        node = Node.from_proto(model.graph.node[0])
+                        alike = create_cpu_kernel(node, None, {ML: 3})
+                        per_row = create_cpu_kernel(node, None, {ML: 3})
+                        assert alike.forest.written_const is not None, what
+                        per_row.forest.written_const = None
+                        with np.errstate(all="ignore"):
+                            got, want = alike.compute([x]), per_row.compute([x])
+                        assert got[0].tolist() == want[0].tolist(), what
+                        assert got[1].dtype == want[1].dtype and got[1].shape == want[1].shape, what
+                        np.testing.assert_array_equal(got[1], want[1], err_msg=what)
+                        if written == [0, 1] or (written == [1] and base is None):
+                            check(model, {"X": x}, what)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -41,6 +41,15 @@ class _SubgraphCall:
             self._sources = [(True, outer[n]) if n in outer else (False, formal_at.get(n, -1))
                              for n in self.runner.feed_names]
 
+    def check_shapes(self, formal: list) -> bool:
+        """Whether the formal inputs pass the declared-shape checks of ``run`` (no error raised)."""
+        for k, _, dims, fixed in self.declared:
+            if k < len(formal):
+                shape = formal[k].shape
+                if len(shape) != len(dims) or any(shape[a] != d for a, d in fixed):
+                    return False
+        return True
+
     def run(self, formal: list, inputs: list) -> list:
         n = len(formal)
         for k, name, dims, fixed in self.declared:
@@ -148,6 +157,64 @@ def _scan_core(body: _SubgraphCall, inputs: list, states: list, scan_in: list, i
     return results
 
 
+#: (scan step, row, column) cells a pairwise-distance Scan computes in one numpy pass.
+_DISTANCE_CELLS = 1 << 20
+
+
+class _PairwiseDistanceBody:
+    """A Scan body that is skl2onnx's pairwise distance (``onnx_cdist``: k-NN, Gaussian processes):
+    one state X [N, D] passed through unchanged, one scan input C [T, D], and per step the squared
+    Euclidean distances of X's rows to C[t] (``ReduceSumSquare(Sub(X, C[t]), axes=[1])``) as the scan
+    output. Run step by step it is one subgraph call per row of C; here it is the same subtraction,
+    squares and sums for all steps at once."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.ok = False
+        if len(graph.inputs) != 2 or len(graph.outputs) != 2 or graph.initializers:
+            return
+        state, step = graph.input_names
+        alias = {state: state, step: step}  # body value -> the body input or node it stands for
+        sub = reduce = None
+        for node in graph.nodes:
+            if node.domain or any(name not in alias and name != sub and name != reduce for name in node.inputs):
+                return
+            if node.op_type == "Identity":
+                alias[node.outputs[0]] = alias.get(node.inputs[0], node.inputs[0])
+                continue
+            inputs = [alias.get(name, name) for name in node.inputs]
+            if node.op_type == "Sub" and sub is None and sorted(inputs) == sorted((state, step)):
+                sub = node.outputs[0]
+                alias[sub] = sub
+            elif node.op_type == "ReduceSumSquare" and reduce is None and inputs == [sub] and \
+                    list(node.attr("axes") or []) in ([1], [-1]) and node.attr("keepdims", 1) == 0:
+                reduce = node.outputs[0]
+                alias[reduce] = reduce
+            else:
+                return
+        self.ok = reduce is not None and [alias.get(name) for name in graph.output_names] == [state, reduce]
+
+    @staticmethod
+    def applies(x: np.ndarray, c: np.ndarray) -> bool:
+        """Whether X and C have the forms the step-by-step run takes without an error: 2-D, the same
+        float type and width, at least one step."""
+        return x.__class__ is np.ndarray and c.__class__ is np.ndarray and x.ndim == 2 and c.ndim == 2 and \
+            x.shape[1] == c.shape[1] and x.dtype == c.dtype and x.dtype.kind == "f" and c.shape[0] > 0
+
+    @staticmethod
+    def run(x: np.ndarray, c: np.ndarray) -> list:
+        """[X, distances [T, N]]: the differences laid out [D, steps, N], so that the squares and
+        the sum over D run on long contiguous rows (a [T, N, D] layout sums D-wide rows, one short
+        loop each); in chunks of steps, so that the differences stay small."""
+        xt, ct = np.ascontiguousarray(x.T), np.ascontiguousarray(c.T)
+        steps = max(1, _DISTANCE_CELLS // max(1, x.size))
+        out = np.empty((c.shape[0], x.shape[0]), x.dtype)
+        for t in range(0, c.shape[0], steps):
+            diff = np.subtract(xt[:, None, :], ct[:, t:t + steps, None])
+            np.multiply(diff, diff, out=diff)
+            np.add.reduce(diff, axis=0, out=out[t:t + steps])
+        return [x, out]
+
+
 @register("Scan", since=9)
 class Scan(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
@@ -160,8 +227,17 @@ class Scan(Kernel):
         self.in_dirs = node.attr("scan_input_directions") or [0] * self.n_scan_in
         self.out_axes = node.attr("scan_output_axes") or [0] * self.n_scan_out
         self.out_dirs = node.attr("scan_output_directions") or [0] * self.n_scan_out
+        self.distance = None
+        if self.n_state == 1 and self.n_scan_in == 1 and self.n_scan_out == 1 and not any(self.in_dirs) and \
+                not any(self.out_dirs) and list(self.in_axes) == [0] and list(self.out_axes) == [0]:
+            body = _PairwiseDistanceBody(self.body.graph)
+            self.distance = body if body.ok else None
 
     def compute(self, inputs: list) -> list:
+        distance = self.distance
+        if distance is not None and distance.applies(inputs[0], inputs[1]) and \
+                self.body.check_shapes([inputs[0], inputs[1][0]]):
+            return distance.run(inputs[0], inputs[1])
         states = list(inputs[: self.n_state])
         scan_in = list(inputs[self.n_state: self.n_explicit])
         in_axes = [a + x.ndim if a < 0 else a for a, x in zip(self.in_axes, scan_in)]

@@ -58,8 +58,47 @@ def transform_scores(scores: np.ndarray, name: str) -> np.ndarray:
     return (e / total).astype(np.float32)
 
 
+def softmax_into(scores: np.ndarray) -> np.ndarray:
+    """SOFTMAX of the rows in place (the ufunc calls ``transform_scores`` makes, without its copies)."""
+    np.subtract(scores, np.maximum.reduce(scores, axis=1, keepdims=True), out=scores)
+    np.exp(scores, out=scores)
+    return np.divide(scores, np.add.reduce(scores, axis=1, keepdims=True), out=scores)
+
+
+def logistic_into(scores: np.ndarray) -> np.ndarray:
+    """``logistic`` in place: 1 / (1 + exp(-|x|)), and 1 minus that where x < 0."""
+    negative = scores < 0
+    np.copysign(scores, -1, out=scores)  # -|x|
+    np.exp(scores, out=scores)
+    np.add(scores, 1, out=scores)
+    np.divide(1, scores, out=scores)
+    return np.subtract(1, scores, out=scores, where=negative)
+
+
+def _unchanged(scores: np.ndarray) -> np.ndarray:
+    return scores
+
+
+def score_transform(name: str, columns: int):
+    """``transform_scores(scores, name)`` for float32 rows of ``columns`` scores, chosen once: the
+    common transforms work in place on the scores array (which the caller owns and no longer
+    needs), the others call ``transform_scores``."""
+    if name == "NONE" or (columns < 2 and name != "PROBIT"):
+        return _unchanged
+    if name == "SOFTMAX":
+        return softmax_into
+    if name == "LOGISTIC":
+        return logistic_into
+    return lambda scores: transform_scores(scores, name)
+
+
+_F32 = np.dtype(np.float32)
+
+
 def as_float_rows(x: np.ndarray, op: str) -> np.ndarray:
     """The input as float32 rows [N, C], as onnxruntime casts it (a 1-D input is one row)."""
+    if x.__class__ is np.ndarray and x.dtype == _F32 and x.ndim == 2:  # the usual feed, as it is
+        return x
     if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
         raise InvalidArgument(f"{op}: input must be a numeric tensor, got "
                               f"{getattr(x, 'dtype', type(x).__name__)}. Cast it to float32.")

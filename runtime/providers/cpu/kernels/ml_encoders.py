@@ -8,12 +8,16 @@ calls whatever its size."""
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.ml_common import ML
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+_MISSING = object()  # a lookup's marker for a key the table lacks
 
 
 def _is_text(x: np.ndarray) -> bool:
@@ -42,6 +46,7 @@ class Lookup:
         self.text_keys = _is_text(keys)
         self.values = values
         self.default = np.asarray(default, dtype=values.dtype if values.dtype != object else object)
+        self.default_value = self.default.item() if self.default.dtype != object else self.default.tolist()
         if self.text_keys:
             keys = _as_text(keys)
             self.table = {}
@@ -60,10 +65,17 @@ class Lookup:
         if self.text_keys:
             if not _is_text(x):
                 raise InvalidArgument(f"input of type {x.dtype} for string keys; feed a string tensor.")
-            # one dict lookup per element: cheaper than sorting the strings to look each up once
-            default = self.default.item() if self.default.dtype != object else self.default.tolist()
+            # one dict lookup per element (cheaper than sorting the strings to look each up once), in
+            # C through map; an element it misses (bytes, a non-str, an unknown key) sends the whole
+            # batch through the decoding lookup
+            flat = x.reshape(-1).tolist()
             get = self.table.get
-            mapped = [get(v if v.__class__ is str else _text(v), default) for v in x.reshape(-1).tolist()]
+            mapped = list(map(get, flat, repeat(_MISSING, len(flat))))
+            if _MISSING in mapped:
+                default = self.default_value
+                mapped = [get(v if v.__class__ is str else _text(v), default) for v in flat]
+            if dtype.kind != "O":
+                return np.array(mapped, dtype).reshape(x.shape)
             out = np.empty(len(mapped), dtype)
             out[:] = mapped
             return out.reshape(x.shape)
@@ -135,9 +147,13 @@ class LabelEncoder(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         keys, values, default = _label_encoder_arrays(node)
         self.lookup = Lookup(keys, values, default, f"LabelEncoder node {node.name!r}")
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        return [self.lookup(np.asarray(inputs[0]))]
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return self.lookup(np.asarray(x))
 
 
 @register("LabelEncoder", since=1, domain=ML)
@@ -193,21 +209,46 @@ class OneHotEncoder(Kernel):
         self.zeros = bool(node.attr("zeros", 1))
         self.name = node.name
         self.columns = np.arange(self.n, dtype=np.int64)
+        # distinct integer categories: the one-hot rows are the input compared with them directly
+        self.int_cats = cats if not strings and len(set(ints)) == len(ints) else None
+        # and distinct string categories, for a string input (numpy U or object): compared with them
+        # directly where every element equals one (else through the lookup, which decodes bytes)
+        text = cats.tolist() if strings else []
+        distinct = bool(strings) and len(set(text)) == len(text) and all(t and not t.endswith("\0") for t in text)
+        self.text_cats = {"U": np.array(text, dtype=str), "O": cats} if distinct else None
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = np.asarray(inputs[0])
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
         if not _is_text(x):
             x = x.astype(np.int64, copy=False)
+            if self.int_cats is not None:
+                out = np.equal(x[..., None], self.int_cats, out=np.empty(x.shape + (self.n,), np.float32))
+                if not self.zeros and np.count_nonzero(out) != x.size:
+                    index = self.lookup(x).reshape(-1)
+                    self._refuse(x, index < 0)
+                return out
+        cats = self.text_cats.get(x.dtype.kind) if self.text_cats is not None else None
+        if cats is not None:
+            out = np.equal(x[..., None], cats, out=np.empty(x.shape + (self.n,), np.float32))
+            if np.count_nonzero(out) == x.size:
+                return out
         index = self.lookup(x).reshape(-1)
         if not self.zeros:
             missing = index < 0
             if missing.any():
-                raise InvalidArgument(f"OneHotEncoder node {self.name!r}: input value "
-                                      f"{x.reshape(-1)[np.argmax(missing)]!r} is none of the categories and "
-                                      "zeros=0; set zeros=1 to encode unknown values as all zeros.")
+                self._refuse(x, missing)
         # an unknown value (index -1) matches no column: a row of zeros
-        out = (index[:, None] == self.columns).astype(np.float32)
-        return [out.reshape(x.shape + (self.n,))]
+        out = np.equal(index[:, None], self.columns, out=np.empty((index.size, self.n), np.float32))
+        return out.reshape(x.shape + (self.n,))
+
+    def _refuse(self, x: np.ndarray, missing: np.ndarray) -> None:
+        raise InvalidArgument(f"OneHotEncoder node {self.name!r}: input value "
+                              f"{x.reshape(-1)[np.argmax(missing)]!r} is none of the categories and "
+                              "zeros=0; set zeros=1 to encode unknown values as all zeros.")
 
 
 @register("Imputer", since=1, domain=ML)
@@ -224,19 +265,28 @@ class Imputer(Kernel):
         self.replaced = (np.float32(node.attr("replaced_value_float", 0.0)) if floats else
                          np.int64(node.attr("replaced_value_int64", 0)))
         self.name = node.name
+        self.width = -1  # the last input width the imputed values were checked for
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = np.asarray(inputs[0])
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
         if (x.dtype.kind == "f") != (self.imputed.dtype.kind == "f"):
             raise InvalidArgument(f"Imputer node {self.name!r}: input of type {x.dtype} with "
                                   f"{'float' if self.imputed.dtype.kind == 'f' else 'int64'} imputed values; "
                                   "feed a tensor of the imputed values' kind.")
         width = x.shape[-1] if x.ndim else 1
-        if self.imputed.size not in (1, width):
-            raise InvalidArgument(f"Imputer node {self.name!r}: {self.imputed.size} imputed values for an input of "
-                                  f"{width} columns ({list(x.shape)}); give one value or one per column.")
+        if width != self.width:
+            if self.imputed.size not in (1, width):
+                raise InvalidArgument(f"Imputer node {self.name!r}: {self.imputed.size} imputed values for an input "
+                                      f"of {width} columns ({list(x.shape)}); give one value or one per column.")
+            self.width = width
         hit = np.isnan(x) if x.dtype.kind == "f" and np.isnan(self.replaced) else x == self.replaced
-        return [np.where(hit, self.imputed.astype(x.dtype), x)]
+        out = np.array(x)  # a copy with the hits replaced
+        np.copyto(out, self.imputed if self.imputed.dtype == x.dtype else self.imputed.astype(x.dtype), where=hit)
+        return out
 
 
 @register("ArrayFeatureExtractor", since=1, domain=ML)
@@ -249,9 +299,13 @@ class ArrayFeatureExtractor(Kernel):
         # constant, the same array every run; replaced whole (one assignment), so that threads
         # read one consistent tuple
         self._checked: tuple = (None, b"", -1, None)
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x, given = np.asarray(inputs[0]), inputs[1]
+        return [self.apply(inputs[0], inputs[1])]
+
+    def apply(self, x: np.ndarray, given: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
         if x.ndim == 0:
             raise InvalidArgument(f"ArrayFeatureExtractor node {self.name!r}: X is a scalar; it needs at least one "
                                   "axis.")
@@ -267,8 +321,8 @@ class ArrayFeatureExtractor(Kernel):
             index = y.astype(np.intp)
             if given.__class__ is np.ndarray:
                 self._checked = (given, given.tobytes(), width, index)
-        out = np.take(x, index, axis=-1)
-        return [out.reshape(1, -1) if x.ndim == 1 else out]
+        out = x.take(index, axis=-1)
+        return out.reshape(1, -1) if x.ndim == 1 else out
 
 
 @register("FeatureVectorizer", since=1, domain=ML)
@@ -324,6 +378,14 @@ class DictVectorizer(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if x.__class__ is dict and x:  # one map of Python floats over known keys: one scatter
+            values = list(x.values())
+            if set(map(type, values)) == {float}:
+                cols = list(map(self.index.get, x.keys()))
+                if None not in cols:
+                    out = np.zeros((1, self.n), np.float32)
+                    out[0, cols] = values
+                    return [out]
         maps = [x] if isinstance(x, dict) else x
         if not isinstance(maps, list) or not all(isinstance(m, dict) for m in maps):
             raise InvalidArgument(f"DictVectorizer node {self.name!r}: input must be a map (dict) or a sequence of "

@@ -13,6 +13,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     as_float_rows,
     logistic,
     post_transform_name,
+    score_transform,
     transform_scores,
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -47,6 +48,10 @@ class LinearClassifier(Kernel):
         self.transform = post_transform_name(node)
         self.binary = n == 1
         self.second_class = self.binary and len(labels) == 2
+        self.post = score_transform(self.transform, n)
+        # labels 0..k-1 (int64): the label is the argmax itself (np.intp is int64 here)
+        self.labels_are_index = labels.dtype == np.int64 and np.dtype(np.intp) == np.int64 and \
+            np.array_equal(labels, np.arange(len(labels)))
         if self.binary:  # onnxruntime: the two labels, or 1 / 0 ("1" / "0") without two of them
             text = labels.dtype == object
             self.positive = labels[1] if len(labels) == 2 else ("1" if text else np.int64(1))
@@ -54,9 +59,11 @@ class LinearClassifier(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "LinearClassifier")
-        scores = (x @ self.coef + self.intercepts).astype(np.float32, copy=False)
+        scores = np.matmul(x, self.coef)  # float32: x and the coefficients are
+        np.add(scores, self.intercepts, out=scores)
         if not self.binary:
-            return [self.labels[np.argmax(scores, axis=1)], transform_scores(scores, self.transform)]
+            top = scores.argmax(axis=1)
+            return [top if self.labels_are_index else self.labels[top], self.post(scores)]
         s = scores[:, 0]
         label = np.where(s > 0, self.positive, self.negative)
         if self.labels.dtype != object:
@@ -78,10 +85,15 @@ class LinearRegressor(Kernel):
         self.coef = np.asarray(node.attr("coefficients"), np.float32).reshape(targets, -1).T.copy()
         self.intercepts = np.asarray(node.attr("intercepts", [0.0] * targets), np.float32)
         self.transform = post_transform_name(node)
+        self.post = score_transform(self.transform, targets)
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = as_float_rows(inputs[0], "LinearRegressor")
-        return [transform_scores(x @ self.coef + self.intercepts, self.transform)]
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        scores = np.matmul(as_float_rows(x, "LinearRegressor"), self.coef)
+        return self.post(np.add(scores, self.intercepts, out=scores))
 
 
 @register("Scaler", since=1, domain=ML)
@@ -89,15 +101,22 @@ class Scaler(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.offset = np.asarray(node.attr("offset", [0.0]), np.float32)
         self.scale = np.asarray(node.attr("scale", [1.0]), np.float32)
+        self.width = -1  # the last input width the attributes were checked for
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0]
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
         width = x.shape[-1] if x.ndim else 1
-        for name, v in (("offset", self.offset), ("scale", self.scale)):
-            if v.size not in (1, width):
-                raise InvalidArgument(f"Scaler: attribute {name!r} has {v.size} values for an input of {width} "
-                                      "columns; give one value or one per column.")
-        return [((x.astype(np.float32, copy=False) - self.offset) * self.scale).astype(np.float32, copy=False)]
+        if width != self.width:
+            for name, v in (("offset", self.offset), ("scale", self.scale)):
+                if v.size not in (1, width):
+                    raise InvalidArgument(f"Scaler: attribute {name!r} has {v.size} values for an input of {width} "
+                                          "columns; give one value or one per column.")
+            self.width = width
+        out = np.subtract(x.astype(np.float32, copy=False), self.offset)
+        return np.multiply(out, self.scale, out=out)
 
 
 @register("Normalizer", since=1, domain=ML)
@@ -106,31 +125,43 @@ class Normalizer(Kernel):
         self.norm = node.attr("norm", "MAX")
         if self.norm not in ("MAX", "L1", "L2"):
             raise InvalidArgument(f"Normalizer node {node.name!r}: norm {self.norm!r} is none of MAX, L1, L2.")
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0].astype(np.float32, copy=False)
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.float32, copy=False)
         rows = x.reshape(1, -1) if x.ndim == 1 else x
         if self.norm == "MAX":
-            d = rows.max(axis=1, keepdims=True)
+            d = np.maximum.reduce(rows, axis=1, keepdims=True)
         elif self.norm == "L1":
-            d = np.abs(rows).sum(axis=1, keepdims=True)
+            d = np.add.reduce(np.abs(rows), axis=1, keepdims=True)
         else:
-            d = np.sqrt((rows * rows).sum(axis=1, keepdims=True))
-        d = np.where(d == 0, np.float32(1), d)  # onnxruntime leaves a row whose norm is 0 as it is
-        return [(rows / d).reshape(x.shape).astype(np.float32, copy=False)]
+            d = np.multiply(rows, rows)
+            d = np.sqrt(np.add.reduce(d, axis=1, keepdims=True))
+        # onnxruntime leaves a row whose norm is 0 as it is: divide it by 1 (d + 0 is d, NaN stays NaN)
+        if np.count_nonzero(d) != d.size:
+            np.add(d, np.equal(d, 0), out=d)
+        out = np.divide(rows, d)
+        return out if x.ndim == 2 else out.reshape(x.shape)
 
 
 @register("Binarizer", since=1, domain=ML)
 class Binarizer(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.threshold = float(node.attr("threshold", 0.0))
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0]
-        if x.dtype.kind == "f" and np.isnan(x).any():
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        # any NaN makes the sum NaN (which inf - inf also gives: then the exact test decides)
+        if x.dtype.kind == "f" and np.isnan(np.add.reduce(x, axis=None)) and np.isnan(x).any():
             raise InvalidArgument(f"Binarizer: input element {int(np.argmax(np.isnan(x).reshape(-1)))} is NaN (as "
                                   "onnxruntime, a NaN is refused); impute it first (Imputer).")
-        return [(x > x.dtype.type(self.threshold)).astype(x.dtype)]
+        return np.greater(x, x.dtype.type(self.threshold), out=np.empty(x.shape, x.dtype))
 
 
 @register("ZipMap", since=1, domain=ML)
@@ -143,7 +174,8 @@ class ZipMap(Kernel):
         if bool(ints) == bool(strings):
             raise InvalidArgument(f"ZipMap node {node.name!r}: exactly one of classlabels_int64s and "
                                   "classlabels_strings must be given.")
-        self.keys = [int(k) for k in ints] if ints else list(strings)
+        self.keys = [int(k) for k in ints] if ints else [_text(k) for k in strings]
+        self.maps = _row_maps(self.keys)
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -151,5 +183,22 @@ class ZipMap(Kernel):
         if rows.ndim != 2 or rows.shape[1] != len(self.keys):
             raise InvalidArgument(f"ZipMap: input of shape {list(x.shape)} for {len(self.keys)} labels; it must "
                                   f"be [N, {len(self.keys)}].")
-        keys = self.keys
-        return [[dict(zip(keys, row)) for row in rows.astype(np.float64).tolist()]]
+        # tolist gives Python floats: a float32 widened to a double exactly, as astype(float64) would
+        return [self.maps(rows.tolist())]
+
+
+def _text(k) -> str:
+    return k.decode("utf-8", errors="surrogateescape") if isinstance(k, bytes) else str(k)
+
+
+def _row_maps(keys: list):
+    """A function from rows (lists of len(keys) floats) to one dict per row, in key order. For a
+    few keys a comprehension that builds each dict as a literal (about half the time of
+    dict(zip(keys, row)) a row); the keys are bound as default arguments, not in the source."""
+    if not 0 < len(keys) <= 32 or len(set(keys)) != len(keys):
+        return lambda rows: [dict(zip(keys, row)) for row in rows]
+    names = [f"v{i}" for i in range(len(keys))]
+    params = ", ".join(f"k{i}=k{i}" for i in range(len(keys)))
+    literal = ", ".join(f"k{i}: {v}" for i, v in enumerate(names))
+    source = f"lambda rows, {params}: [{{{literal}}} for {', '.join(names)}, in rows]"
+    return eval(source, {}, {f"k{i}": k for i, k in enumerate(keys)})  # noqa: S307 (source built above)

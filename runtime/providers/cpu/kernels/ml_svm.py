@@ -15,6 +15,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
     logistic,
+    logistic_into,
     post_transform_name,
     transform_scores,
 )
@@ -38,53 +39,107 @@ class _SvmKernel:
             return np.power(self.gamma * dot + self.coef0, self.degree).astype(np.float32)
         if self.kind == "SIGMOID":
             return np.tanh(self.gamma * dot + self.coef0)
-        sq = (x * x).sum(axis=1, keepdims=True) + vectors_sq[None, :] - 2 * dot
-        return np.exp(-self.gamma * np.maximum(sq, 0))
+        # (|x|^2 + |v|^2) - 2 x.v, clipped at 0, times -gamma, exp: in place on fresh arrays
+        sq = np.add(np.add.reduce(x * x, axis=1, keepdims=True), vectors_sq)
+        np.subtract(sq, np.multiply(dot, 2, out=dot), out=sq)
+        np.maximum(sq, 0, out=sq)
+        np.multiply(sq, -self.gamma, out=sq)
+        return np.exp(sq, out=sq)
 
 
-def _coupling(r: np.ndarray) -> np.ndarray:
-    """libsvm's multiclass_probability for every row at once: r [N, K, K] pairwise probabilities,
-    each row iterated until its own stopping rule holds (a row that stops gets zero steps, so the
-    arrays are never gathered or scattered)."""
-    n, k, _ = r.shape
+def _coupling(v: np.ndarray, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> np.ndarray:
+    """libsvm's multiclass_probability for every row at once, laid out [class, row] so that each
+    class's values are one contiguous row: v [pairs, N] the pairwise probabilities r[i, j] of the
+    pairs (i, j) (r[j, i] = 1 - v). libsvm updates Qp and pQp incrementally within an iteration;
+    here they are recomputed from p before each class's step (the same values in exact
+    arithmetic; in float64, about 1e-7 from onnxruntime's float32 sums): two einsum calls in place
+    of ten array operations. Each row iterates until its own stopping rule holds; a row that stops gets zero steps
+    from then on (a step of 0 leaves p exactly as it is), so rows are never gathered or
+    scattered. Returns p [N, k] float32."""
+    n = v.shape[1]
     check_terminate()
-    # q[i, j] = -r[j, i] * r[i, j] off the diagonal; q[i, i] the sum over j of r[j, i]^2 in j's order
-    # (r's diagonal is 0, and adding it changes nothing)
-    q = np.empty((n, k, k), np.float32)
-    np.multiply(r.transpose(0, 2, 1), r, out=q)
+    r = np.zeros((k, k, n), np.float64)
+    r[pair_i, pair_j] = v
+    r[pair_j, pair_i] = 1 - v
+    # q[i, j] = -r[j, i] * r[i, j] off the diagonal; q[i, i] the sum over j of r[j, i]^2
+    q = np.multiply(r.transpose(1, 0, 2), r)
     np.negative(q, out=q)
-    sq = r * r
-    d = sq[:, 0, :]
-    for j in range(1, k):
-        d = d + sq[:, j, :]
-    q.reshape(n, k * k)[:, ::k + 1] = d
-    p = np.full((n, k), np.float32(1.0 / k), np.float32)
-    eps = np.float32(0.005 / k)
+    diagonal = np.add.reduce(r * r, axis=0)
+    q.reshape(k * k, n)[::k + 1] = diagonal
+    # 1 / q[i, i] of the rows still iterating, 0 for the stopped ones
+    step = 1 / diagonal
+    p = np.full((k, n), 1.0 / k)
+    eps = 0.005 / k
     active = np.ones(n, bool)
-    diagonal = [q[:, i, i] for i in range(k)]
+    live = n
     for _ in range(100):
         check_terminate()
-        qp = np.einsum("nij,nj->ni", q, p)  # float32 in, float32 out
-        pqp = (p * qp).sum(axis=1)
-        active &= np.abs(qp - pqp[:, None]).max(axis=1) >= eps
-        if not active.all():
-            if not active.any():
+        qp = np.einsum("ijn,jn->in", q, p)
+        pqp = np.einsum("in,in->n", p, qp)
+        np.logical_and(active, np.maximum.reduce(np.abs(qp - pqp), axis=0) >= eps, out=active)
+        now = np.count_nonzero(active)
+        if now != live:
+            if not now:
                 break
-            a = active
-            pa, qpa, qa, pqpa = p[a], qp[a], q[a], pqp[a]
-            qd = [qa[:, i, i] for i in range(k)]
-        else:  # every row still iterates: work on the arrays themselves (pa updates p in place)
-            pa, qpa, qa, pqpa, qd = p, qp, q, pqp, diagonal
+            live = now
+            step *= active
         for i in range(k):
-            diff = (pqpa - qpa[:, i]) / qd[i]  # b - a is b + (-a) in IEEE arithmetic
-            pa[:, i] += diff
-            grow = 1 + diff
-            pqpa = (pqpa + diff * (diff * qd[i] + 2 * qpa[:, i])) / grow / grow
-            column = grow[:, None]
-            qpa = (qpa + diff[:, None] * qa[:, i, :]) / column
-            pa /= column
-        if pa is not p:
-            p[a] = pa
+            if i:
+                qp = np.einsum("ijn,jn->in", q, p)
+                pqp = np.einsum("in,in->n", p, qp)
+            diff = pqp - qp[i]
+            diff *= step[i]
+            p[i] += diff
+            diff += 1
+            p /= diff
+    return p.T.astype(np.float32)
+
+
+def _coupling_two(v: np.ndarray) -> np.ndarray:
+    """``_coupling`` for two classes, solved in closed form: with a = r[0, 1], b = 1 - a and
+    p = (a + d, b - d), Qp = (b d, -a d) and pQp = d^2, so the state is d alone; the stopping rule
+    is |d| max(|b - d|, |a + d|) < eps, the step for class 0 maps d to b d^2 / (b^2 - b d + d^2)
+    and the step for class 1 maps it to -a d^2 / (a^2 + a d + d^2). The same iterations as the
+    general loop, in float64 with a few operations a step (the float32 loop rounds differently, by
+    about 1e-7). v: [N] the pair's probabilities; returns p [N, 2] float32."""
+    a = v.astype(np.float64)
+    b = 1 - a
+    aa, bb, minus_a, a_half = a * a, b * b, -a, a - 0.5
+    d = 0.5 - a
+    n = len(a)
+    active = np.ones(n, bool)
+    eps = 0.005 / 2
+    for _ in range(100):
+        check_terminate()
+        # p0 = a + d and p1 = b - d stay in (0, 1) (both steps keep them positive, summing to 1):
+        # max(|p0|, |p1|) = 0.5 + |p0 - 0.5|
+        err = d + a_half
+        np.abs(err, out=err)
+        err += 0.5
+        err *= np.abs(d)
+        np.logical_and(active, err >= eps, out=active)
+        live = np.count_nonzero(active)
+        if not live:
+            break
+        dd = d * d
+        e = dd * b
+        den = b * d
+        np.subtract(bb, den, out=den)
+        den += dd
+        e /= den  # class 0's step
+        ee = e * e
+        f = ee * minus_a
+        den = a * e
+        den += aa
+        den += ee
+        f /= den  # class 1's step
+        if live == n:
+            d = f
+        else:
+            np.copyto(d, f, where=active)
+    p = np.empty((len(a), 2), np.float32)
+    p[:, 0] = a + d
+    p[:, 1] = b - d
     return p
 
 
@@ -128,40 +183,51 @@ class SVMClassifier(Kernel):
         # Pair (i, j): class i's vectors with coefficient row j-1, class j's with row i.
         self.pairs = [(i, j, slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1]))
                       for i in range(self.k - 1) for j in range(i + 1, self.k)]
-        # per pair its two coefficient slices in float64 (as the float64 products promote them)
-        self.pair_coef = [(self.coef[j - 1, si].astype(np.float64), self.coef[i, sj].astype(np.float64))
-                          for i, j, si, sj in self.pairs]
+        # the pairs' coefficients as one float64 matrix [vectors, pairs] (the float64 products
+        # promote them): column c holds pair c's two coefficient slices at its classes' vectors
+        self.pair_coef = np.zeros((count, len(self.pairs)), np.float64)
+        for c, (i, j, si, sj) in enumerate(self.pairs):
+            self.pair_coef[si, c] = self.coef[j - 1, si]
+            self.pair_coef[sj, c] = self.coef[i, sj]
+        if self.rho.size < len(self.pairs):
+            raise InvalidArgument(f"SVMClassifier node {node.name!r}: rho has {self.rho.size} values for "
+                                  f"{len(self.pairs)} pairs of classes; give one per pair.")
         self.pair_i = np.array([i for i, _, _, _ in self.pairs], np.int64)
         self.pair_j = np.array([j for _, j, _, _ in self.pairs], np.int64)
-        self.vote_i = np.zeros((len(self.pairs), self.k), np.int64)
-        self.vote_j = np.zeros((len(self.pairs), self.k), np.int64)
-        self.vote_i[np.arange(len(self.pairs)), self.pair_i] = 1
-        self.vote_j[np.arange(len(self.pairs)), self.pair_j] = 1
+        # votes = wins @ (vote_i - vote_j) + the votes every pair's j would get (small integers,
+        # exact in float32): a pair's vote goes to i where its score is positive, else to j
+        vote_i = np.zeros((len(self.pairs), self.k), np.float32)
+        vote_j = np.zeros((len(self.pairs), self.k), np.float32)
+        vote_i[np.arange(len(self.pairs)), self.pair_i] = 1
+        vote_j[np.arange(len(self.pairs)), self.pair_j] = 1
+        self.vote_swing = vote_i - vote_j
+        self.vote_base = vote_j.sum(axis=0)
+        self.rho64 = self.rho[:len(self.pairs)].astype(np.float64)
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "SVMClassifier")
         if self.linear:
             return self._linear(x)
         kern = self.kernel(x, self.vectors, self.vectors_sq)
-        n = x.shape[0]
-        scores = np.empty((n, len(self.pairs)), np.float32)
-        kern64 = kern.astype(np.float64)
-        for c, (_, _, si, sj) in enumerate(self.pairs):  # k * (k - 1) / 2 pairs of classes
-            check_terminate()
-            a, b = self.pair_coef[c]
-            scores[:, c] = np.ascontiguousarray(kern64[:, si]) @ a + np.ascontiguousarray(kern64[:, sj]) @ b + \
-                self.rho[c]
-        # a pair's vote goes to i where its score is positive, else to j: count both with one product each
-        wins = scores > 0
-        votes = wins.astype(np.int64) @ self.vote_i + (~wins).astype(np.int64) @ self.vote_j
-        label = self.labels[np.argmax(votes, axis=1)]
+        check_terminate()
+        scores = np.matmul(kern.astype(np.float64), self.pair_coef)
+        np.add(scores, self.rho64, out=scores)
+        scores = scores.astype(np.float32)
+        if self.k == 2:  # one pair: its vote goes to class 0 where its score is positive, else to class 1
+            label = self.labels[::-1].take(np.greater(scores[:, 0], 0).view(np.int8))
+        else:
+            votes = np.matmul(scores > 0, self.vote_swing)
+            np.add(votes, self.vote_base, out=votes)
+            label = self.labels[votes.argmax(axis=1)]
         if self.prob_a.size:
-            r = np.zeros((n, self.k, self.k), np.float32)
-            v = 1 - logistic(scores * self.prob_a + self.prob_b)
-            v = np.clip(v, np.float32(1e-7), np.float32(1 - 1e-7))
-            r[:, self.pair_i, self.pair_j] = v
-            r[:, self.pair_j, self.pair_i] = 1 - v
-            return [label, transform_scores(_coupling(r), self.transform)]
+            v = np.multiply(scores, self.prob_a)  # r[i, j] = 1 - logistic(a s + b), clipped
+            np.add(v, self.prob_b, out=v)
+            logistic_into(v)
+            np.subtract(1, v, out=v)
+            np.maximum(v, np.float32(1e-7), out=v)
+            np.minimum(v, np.float32(1 - 1e-7), out=v)
+            p = _coupling_two(v[:, 0]) if self.k == 2 else _coupling(v.T, self.pair_i, self.pair_j, self.k)
+            return [label, transform_scores(p, self.transform)]
         if self.k == 2:  # one pairwise score as two columns: [-s, s], or [1 - p, p] (p the logistic of s)
             s = scores[:, 0]
             if self.transform == "PROBIT":
@@ -201,9 +267,13 @@ class SVMRegressor(Kernel):
         else:  # linear: the coefficients are the weights of the features
             self.vectors = None
             self.coef = coef
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = as_float_rows(inputs[0], "SVMRegressor")
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = as_float_rows(x, "SVMRegressor")
         if self.vectors is not None:
             s = self.kernel(x, self.vectors, self.vectors_sq).astype(np.float64) @ self.coef + self.rho
         else:
@@ -211,4 +281,4 @@ class SVMRegressor(Kernel):
         s = s.astype(np.float32).reshape(-1, 1)
         if self.one_class:
             s = np.where(s > 0, np.float32(1), np.float32(-1))
-        return [transform_scores(s, self.transform)]
+        return transform_scores(s, self.transform)

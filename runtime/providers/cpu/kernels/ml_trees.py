@@ -16,8 +16,10 @@ from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
+    logistic_into,
     post_transform_name,
     reference_kernel,
+    score_transform,
     transform_scores,
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -80,6 +82,9 @@ class _Forest:
                 raise InvalidArgument(f"{what}: the trees have a cycle.")
             frontier = np.unique(np.concatenate([true_next[frontier], false_next[frontier]]))
         self._bits = _LeafBits.build(self, true_next, false_next)
+        #: which outputs the trees write, where that is the same for every row (else None)
+        self.written_const = None if self._bits is None else self._bits.written
+        self._chunk_rows = max(1, _CHUNK // max(1, roots.size))
         #: every output is written by some tree for every row (known when the leaves say so)
         self.all_written = self._bits is not None and self._bits.written is not None and bool(self._bits.written.all())
 
@@ -113,26 +118,43 @@ class _Forest:
             idx = self._children[2 * idx + go]
         return idx
 
-    def aggregate(self, x: np.ndarray, how: str = "SUM") -> tuple[np.ndarray, np.ndarray]:
+    def aggregate(self, x: np.ndarray, how: str = "SUM", written: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """The trees' leaf weights per row aggregated (SUM, AVERAGE, MIN, MAX: an output no tree
-        wrote is 0), and which outputs any tree wrote. Rows go in chunks of about ``_CHUNK`` (row,
+        wrote is 0), and which outputs any tree wrote ([rows, outputs]; with ``written`` False, where
+        that is the same for every row, one row of it). Rows go in chunks of about ``_CHUNK`` (row,
         tree) pairs, so that one level's work, between two terminate checks, is bounded."""
-        step = max(1, _CHUNK // max(1, self.roots.size))
+        step = self._chunk_rows
         if x.shape[0] <= step:
-            return self._aggregate(x, how)
-        parts = [self._aggregate(x[i:i + step], how) for i in range(0, x.shape[0], step)]
+            return self._aggregate(x, how, written)
+        parts = [self._aggregate(x[i:i + step], how, True) for i in range(0, x.shape[0], step)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def _aggregate(self, x: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
+    def sums(self, x: np.ndarray, how: str) -> np.ndarray | None:
+        """``aggregate``'s scores for SUM or AVERAGE straight from the leaf bits, where the trees
+        write the same outputs for every row (``written_const``) and the rows are few (they then
+        fit one chunk); None where ``aggregate`` must decide."""
+        bits = self._bits
+        if bits is None or self.written_const is None or x.shape[0] * bits.columns > _BITS_CELLS or \
+                x.shape[1] <= bits.max_feature:
+            return None
+        check_terminate()
+        # [trees, rows, outputs] summed over the trees in tree order, as onnxruntime adds them
+        scores = np.add.reduce(bits.slot_weights.take(bits.slots(x), axis=0), axis=0)
+        return scores if how == "SUM" else scores / scores.dtype.type(self.roots.size)
+
+    def _aggregate(self, x: np.ndarray, how: str, written: bool) -> tuple[np.ndarray, np.ndarray]:
         bits = self._bits
         if bits is not None and x.shape[0] * bits.columns <= _BITS_CELLS and x.shape[1] > bits.max_feature:
             check_terminate()
-            leaves = bits.leaves(x)
+            slots = bits.slots(x)
             if bits.written is not None and how in ("SUM", "AVERAGE"):  # the same outputs for every row
-                scores = self.weights[leaves].sum(axis=1)
+                # [trees, rows, outputs] summed over the trees in tree order, as onnxruntime adds them
+                scores = np.add.reduce(bits.slot_weights.take(slots, axis=0), axis=0)
                 if how == "AVERAGE":
                     scores = scores / scores.dtype.type(self.roots.size)
-                return scores, bits.written_row.repeat(scores.shape[0], axis=0)
+                # which outputs were written: asked for, else the one row (the same for every row)
+                return scores, bits.written_row.repeat(scores.shape[0], axis=0) if written else bits.written_row
+            leaves = bits.leaf.take(slots.T)
         else:
             leaves = self.leaves(x)
         has = self.has[leaves]
@@ -159,7 +181,7 @@ _BITS_CELLS = 1 << 16
 class _LeafBits:
     """The leaf each row reaches in each tree in a fixed number of numpy calls, whatever the depth
     (the walk costs several per level, and a run of a few rows is all call overhead): every
-    interior node is compared at once, and each comparison keeps, in a 64-bit mask over its tree's
+    interior node is compared at once, and each comparison keeps, in a bit mask over its tree's
     leaves, the leaves its outcome still allows; AND over a tree's nodes leaves exactly one bit set,
     the leaf the walk reaches (a node off the row's path only clears leaves of its own subtree).
     For forests whose trees have at most 64 leaves each, one comparison kind and no shared nodes."""
@@ -167,17 +189,26 @@ class _LeafBits:
     def __init__(self, feature: np.ndarray, threshold: np.ndarray, missing: np.ndarray, mask_true: np.ndarray,
                  mask_false: np.ndarray, starts: np.ndarray, leaf: np.ndarray, mode: int, any_missing: bool,
                  written: np.ndarray | None) -> None:
-        self.feature, self.threshold, self.missing = feature, threshold, missing
+        self.feature = feature
         # which outputs some tree writes, where that does not depend on the row (each tree's leaves
         # all write the same outputs, as sklearn's do): [1, outputs], repeated for the rows
         self.written = written
         self.written_row = None if written is None else written[None, :]
-        self.mask_true, self.mask_false, self.starts, self.leaf = mask_true, mask_false, starts, leaf
+        self.starts, self.leaf = starts, leaf
         self.mode, self.any_missing = mode, any_missing
         self.columns = feature.size
         self.max_feature = int(feature.max())
+        # The trees' masks take the narrowest unsigned type that holds a tree's leaves (less to
+        # select and AND).
+        self.threshold, self.missing = threshold, missing
+        most = int(np.bitwise_or.reduce(mask_true | mask_false)).bit_length() if mask_true.size else 0
+        dtype = np.dtype(np.uint8 if most <= 8 else np.uint16 if most <= 16 else np.uint32 if most <= 32 else np.uint64)
+        self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
         # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
-        self.base = np.arange(starts.size, dtype=np.int64) * 65
+        self.base = np.arange(starts.size, dtype=np.int32) * 65
+        self.slot_weights: np.ndarray | None = None  # per (tree, slot) its leaf's weights: set by build
+        # per input shape, the flat index of each (row, node)'s feature: one gather of the flat input
+        self._gather: dict[tuple, np.ndarray] = {}
 
     @classmethod
     def build(cls, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray) -> _LeafBits | None:
@@ -212,20 +243,32 @@ class _LeafBits:
                 written = None
         idx = np.asarray(cols, np.int64)
         real = np.maximum(idx, 0)
-        return cls(np.where(idx >= 0, forest.feature[real], 0), forest.threshold[real],
+        bits = cls(np.where(idx >= 0, forest.feature[real], 0), forest.threshold[real],
                    np.where(idx >= 0, forest.missing_true[real], False), np.asarray(m_true, np.uint64),
                    np.asarray(m_false, np.uint64), np.asarray(starts, np.int64), leaf.reshape(-1),
                    forest.uniform_mode, forest.any_missing, written)
+        bits.slot_weights = forest.weights[bits.leaf]
+        return bits
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree (as ``_Forest.leaves``)."""
-        v = x[:, self.feature]
-        th = self.threshold
-        go = _compare(v, th, self.mode)
+        return self.leaf.take(self.slots(x).T)
+
+    def slots(self, x: np.ndarray) -> np.ndarray:
+        """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
+        index = self._gather.get(x.shape)
+        if index is None:
+            index = (np.arange(x.shape[0], dtype=np.intp) * x.shape[1])[:, None] + self.feature
+            if len(self._gather) < 16:
+                self._gather[x.shape] = index
+        v = np.ascontiguousarray(x).reshape(-1).take(index)
+        go = v <= self.threshold if self.mode == 0 else _compare(v, self.threshold, self.mode)
         if self.any_missing:
             go |= self.missing & np.isnan(v)
         bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
-        return self.leaf[self.base + np.frexp(bits)[1]]
+        slots = np.frexp(bits)[1]
+        slots += self.base
+        return slots.T
 
 
 def _visit(k: int, mode: list[int], tnext: list[int], fnext: list[int], seen: set[int], leaves: list[int],
@@ -313,14 +356,23 @@ class TreeEnsembleRegressor(Kernel):
         base = _floats(node, "base_values")
         self.base = base if base is not None and base.size == self.n_targets else np.zeros(self.n_targets, np.float32)
         self.transform = post_transform_name(node)
+        self.post = score_transform(self.transform, self.n_targets)
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = as_float_rows(inputs[0], "TreeEnsembleRegressor")
-        scores, written = self.forest.aggregate(x, self.how)
-        scores = scores + self.base
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = as_float_rows(x, "TreeEnsembleRegressor")
+        scores = self.forest.sums(x, self.how) if self.how in ("SUM", "AVERAGE") else None
+        if scores is None:
+            scores, written = self.forest.aggregate(x, self.how, self.n_targets > 1)
+        else:
+            written = self.forest.written_const[None, :]
+        scores = np.add(scores, self.base, out=scores)
         if self.n_targets > 1:  # onnxruntime writes 0 for a target no tree wrote, base value or not
             scores = np.where(written, scores, np.float32(0))
-        return [transform_scores(scores, self.transform)]
+        return self.post(scores)
 
 
 #: TreeEnsemble (opset 5) writes its enums as integers. onnxruntime reads post_transform as its own
@@ -428,10 +480,15 @@ class TreeEnsembleClassifier(Kernel):
         weights = _floats(node, "class_weights")
         self.binary_case = k == 2 and len(set(node.attr("class_ids"))) == 1
         self.all_positive = bool((weights >= 0).all())
+        self.post = score_transform(self.transform, k)
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
-        scores, has = self.forest.scores(x)
+        scores = self.forest.sums(x, "SUM")
+        if scores is None:
+            scores, has = self.forest.scores(x)
+        else:
+            has = self.forest.written_const[None, :]  # the same for every row
         if len(self.labels) == 1:  # onnxruntime: one score, label 1 where it is positive (else 0)
             s = scores[:, :1] + (self.raw_base[0] if self.raw_base.size else np.float32(0))
             z = transform_scores(s, "PROBIT") if self.transform == "PROBIT" else s
@@ -441,19 +498,22 @@ class TreeEnsembleClassifier(Kernel):
         # the first highest score among the classes that have one (every class has one with base
         # values, or where the trees write every class whatever the row)
         if self.base is not None:
-            scores = scores + self.base
-            top = np.argmax(scores, axis=1)
+            np.add(scores, self.base, out=scores)
+            top = scores.argmax(axis=1)
         elif self.forest.all_written:
-            top = np.argmax(scores, axis=1)
+            top = scores.argmax(axis=1)
         else:
             top = np.argmax(np.where(has, scores, -np.inf), axis=1)
-        return [self.labels[top], transform_scores(scores, self.transform)]
+        return [self.labels[top], self.post(scores.astype(np.float32, copy=False))]
 
     def _two_classes(self, scores: np.ndarray, has: np.ndarray) -> list:
         """onnxruntime's rules for two classes (TreeAggregatorClassifier::FinalizeScores and
         _set_score_binary), row by row in arrays: the scores' second column may be dropped (one
         score), the label comes from the positive score's sign or 0.5, and one score is written as
         two columns by the rule its label took."""
+        written = self.forest.written_const
+        if written is not None and scores.dtype == np.float32:
+            return self._two_classes_constant(scores, bool(written[0]), bool(written[1]))
         s0, s1 = scores[:, 0], scores[:, 1]  # views: every step below makes a new array
         base = self.raw_base
         if base.size == 0 and self.forest.all_written:
@@ -488,22 +548,62 @@ class TreeEnsembleClassifier(Kernel):
                 self.labels[label_index]
         if not one_score.any():
             return [label, transform_scores(np.stack([s0, s1], axis=1), self.transform).astype(np.float32)]
-        single = s0[:, None]
+        ones = self._one_score_rows(s0[:, None], mode)
+        if one_score.all():  # every row has one score: the two-score transform is not needed
+            return [label, ones]
+        two = transform_scores(np.stack([s0, s1], axis=1), self.transform)
+        return [label, np.where(one_score[:, None], ones, two).astype(np.float32)]
+
+    def _two_classes_constant(self, scores: np.ndarray, h0: bool, h1: bool) -> list:
+        """``_two_classes`` where the trees write the same classes for every row (h0, h1): its
+        per-row choices are then one choice, made here once, with the scores (which this kernel
+        owns) updated in place."""
+        base = self.raw_base
+        s0, s1 = scores[:, 0], scores[:, 1]
+        if base.size == 2:
+            if h1:  # tied: s1 = base[1] + s0, then s0 = -s1
+                np.add(s0, base[1], out=s1)
+                np.negative(s1, out=s0)
+            else:
+                np.add(scores, base, out=scores)
+            one_score = False
+        else:
+            if base.size == 1:
+                np.add(s0, base[0], out=s0)
+            one_score = not h1
+        if self.binary_case:
+            threshold = 0.5 if self.all_positive else 0.0
+        else:
+            threshold = 0.0
+        positive = ((s1 if h1 else s0) > threshold) if h1 or h0 else np.zeros(len(scores), bool)
+        if self.labels.dtype == object or self.binary_case:
+            label = self.labels.take(positive.view(np.int8))
+        else:
+            label = positive.astype(np.int64)  # onnxruntime's positive (1) and negative (0) labels
+        if not one_score:
+            return [label, self.post(scores)]
+        return [label, self._one_score_rows(s0[:, None], "positive" if self.binary_case and self.all_positive else
+                                            "mixed" if self.binary_case or base.size == 0 else "none")]
+
+    def _one_score_rows(self, single: np.ndarray, mode: str) -> np.ndarray:
+        """Rows of one score written as two columns by the rule their label took."""
         if self.transform == "PROBIT":
             ones = np.concatenate([transform_scores(single, "PROBIT"), np.zeros_like(single)], axis=1)
         elif mode == "positive":
             ones = np.concatenate([1 - single, single], axis=1)
+        elif mode == "mixed" and self.transform == "LOGISTIC" and single.dtype == np.float32:
+            # [logistic(-s), logistic(s)]: the logistic of the columns [-s, s], in place
+            ones = np.empty((len(single), 2), np.float32)
+            np.negative(single, out=ones[:, :1])
+            ones[:, 1:] = single
+            return logistic_into(ones)
         elif mode == "mixed" and self.transform == "LOGISTIC":
             ones = _logistic_pair(single)
         elif mode == "mixed":
             ones = np.concatenate([-single, single], axis=1)
         else:
             ones = np.concatenate([single, np.zeros_like(single)], axis=1)
-        ones = ones.astype(np.float32)
-        if one_score.all():  # every row has one score: the two-score transform is not needed
-            return [label, ones]
-        two = transform_scores(np.stack([s0, s1], axis=1), self.transform)
-        return [label, np.where(one_score[:, None], ones, two).astype(np.float32)]
+        return ones.astype(np.float32, copy=False)
 
 
 def _logistic_pair(single: np.ndarray) -> np.ndarray:

@@ -27,6 +27,7 @@ through the CPU EP's Conv kernel, then the same epilogue.
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from onnxhal.hal import KernelCreateContext, Node
 from onnxhal.hal.run_control import check_terminate
@@ -163,6 +164,40 @@ class FusedConv(FusedBase):
         conv = Node("Conv", node.inputs[:3], node.outputs[:1], name=node.name, attribute_protos=conv_attrs)
         conv.since_version = 11
         self._fallback = create_cpu_kernel(conv, ctx, 11)
+        self._as_2d = self._twin_2d(node, ctx)
+        self._w4: tuple | None = None
+
+    @staticmethod
+    def _twin_2d(node: Node, ctx: KernelCreateContext) -> FusedConv | None:
+        """For a 1-D convolution (its attributes say so), the same convolution over (N, C, 1, L):
+        the 2-D paths (one gather and one product for Whisper's small Conv1d layers) take it where
+        the CPU EP's N-d Conv would copy a window view and then run the epilogue separately."""
+        one_d = {"kernel_shape": 1, "strides": 1, "dilations": 1, "pads": 2}
+        if not any(len(node.attr(k) or ()) == n for k, n in one_d.items()):
+            return None
+        if any(len(node.attr(k) or (0,) * n) != n for k, n in one_d.items()):
+            return None  # attributes of mixed ranks: the N-d kernel reports them
+        protos = {k: a for k, a in node.attribute_protos.items() if k not in one_d}
+        for k, lead in (("kernel_shape", [1]), ("strides", [1]), ("dilations", [1])):
+            if node.attr(k):
+                protos[k] = helper.make_attribute(k, lead + list(node.attr(k)))
+        if node.attr("pads"):
+            pb, pe = node.attr("pads")
+            protos["pads"] = helper.make_attribute("pads", [0, pb, 0, pe])
+        twin = Node("FusedConv", node.inputs, node.outputs, name=node.name, domain=DOMAIN,
+                    attribute_protos=list(protos.values()))
+        twin.since_version = 1
+        return FusedConv(twin, ctx)
+
+    def _weights_2d(self, w: np.ndarray) -> np.ndarray:
+        """``w`` (M, C/G, k) as (M, C/G, 1, k), the same view object while ``w`` is: the twin keeps
+        what it derives from the weights only for arrays that come back."""
+        cached = self._w4
+        if cached is not None and cached[0] is w:
+            return cached[1]
+        w4 = w[:, :, None, :]
+        self._w4 = (w, w4)
+        return w4
 
     def _weights_with_bias(self, w: np.ndarray, b: np.ndarray) -> np.ndarray:
         """[W | b] as (M, K + 1)."""
@@ -185,6 +220,9 @@ class FusedConv(FusedBase):
         x, w = inputs[0], inputs[1]
         b = inputs[2] if self.has_bias else None
         z = inputs[3] if self.has_residual else None
+        if x.ndim == 3 and self._as_2d is not None and x.dtype.kind == "f" and w.dtype == x.dtype and w.ndim == 3:
+            y = self._as_2d.compute([x[:, :, None, :], self._weights_2d(w), b, None if z is None else z[:, :, None, :]])
+            return [y[0][:, :, 0, :]]
         if x.ndim != 4 or x.dtype.kind != "f" or w.dtype != x.dtype:
             y = writable(self._fallback.compute(inputs[:3])[0], x.dtype)
             if z is not None:

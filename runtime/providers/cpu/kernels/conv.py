@@ -352,11 +352,13 @@ def half_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
         cols[:, :, rows, j, col::ow] = 0
 
 
-#: Largest number of gathered window elements (taps x outputs, all images) an ungrouped or a
-#: depthwise convolution takes the gather paths for (``gather_plan``). A take moves about 0.4 ns
-#: per element where the strided copies move less, but the gather paths make 4-5 numpy calls where
-#: the others make 10-20: ResNet's 3x3 layers at 8x8 (18k elements) 22 against 54 us, 4x4 15
-#: against 28; MobileNet's depthwise ones at 4x4 (7k) 11 against 16 us, at 8x8 (28k) 26 against 19.
+#: Largest number of gathered window elements (taps x outputs, all images) a convolution takes the
+#: gather paths for (``gather_plan``); unit-stride depthwise ones stop at DEPTHWISE_GATHER_MAX. A
+#: take moves about 0.4 ns per element where the strided copies move less, but the gather paths
+#: make 4-5 numpy calls where the others make 10-20. Alone, 2 images: ResNet's 3x3 layers at 8x8
+#: (18k elements) 20 against 25 us, at 4x4 15 against 24; MobileNet's depthwise 3x3 at 4x4 (7k)
+#: 11 against 16; at 8x8 (28k) 21 against 16 at unit stride but 21 against 26 at stride 2 from
+#: 16x16 (the half-width phase copies cost more).
 GATHER_MAX = 1 << 15
 DEPTHWISE_GATHER_MAX = 1 << 14
 
@@ -378,7 +380,7 @@ def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int],
     oh, ow = out_hw
     (sh, sw), (dh, dw) = strides, dilations
     taps, p = kh * kw, oh * ow
-    limit = DEPTHWISE_GATHER_MAX if depthwise else GATHER_MAX
+    limit = DEPTHWISE_GATHER_MAX if depthwise and strides == (1, 1) else GATHER_MAX
     if taps * n * c * p + (has_bias and n * c * p) > limit or not n * c * p:
         return None
     rows = np.arange(oh)[None, :] * sh + np.arange(kh)[:, None] * dh - pads[0]  # (kh, oh)

@@ -6,7 +6,8 @@ with two contiguous arrays through its SIMD loop. Measured here on 800k float32:
 shape; a broadcast (1, C, 1, 1) operand is not enough (0.29 ms). So large clamps read a cached
 read-only array of the constant. A zero constant comes from ``np.zeros`` (calloc), whose pages
 are never written and so map the kernel's shared zero page: reading it costs cache, not memory
-bandwidth. NaN propagates exactly as with the scalar form (it is the same ufunc)."""
+bandwidth. NaN propagates exactly as with the scalar form (it is the same ufunc). A float clamp
+with both bounds is numpy's clip ufunc instead, which has a SIMD loop for scalar bounds."""
 
 from __future__ import annotations
 

@@ -253,6 +253,11 @@ class FusedConv(FusedBase):
                 elif act is not None:
                     act(y)
                 return y.reshape(out)
+        elif path == "depthwise":
+            pads, out_hw = entry[0], entry[1:3]
+
+            def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+                return self._depthwise(x, w, bias, z, pads, out_hw)
         else:
             return
         if len(self._fast) > 64:

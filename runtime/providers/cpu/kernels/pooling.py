@@ -333,9 +333,13 @@ class AveragePool(_Pool):
         self.include_pad = bool(node.attr("count_include_pad", 0))
         self._divisors: dict[tuple, np.ndarray] = {}  # per (spatial shape, dtype); kernels are shared by runs
         self._products: dict[tuple, _AverageProducts] = {}  # likewise
+        self._by_shape: dict[tuple, tuple] = {}  # (input shape, dtype) -> (products, out): no geometry per run
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        found = self._by_shape.get((x.shape, x.dtype))  # the products path, resolved once per shape
+        if found is not None:
+            return [found[0](x, found[1])]
         kernel, strides, dil, pb, pe, out, pe_explicit = self.geometry(x.shape[2:])
         if _whole_window(x, kernel, strides, dil, pb, pe):
             return [np.asarray(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
@@ -343,6 +347,9 @@ class AveragePool(_Pool):
         if x.ndim == 4 and x.size and x.dtype in (np.float32, np.float64):
             products = self._average_products(x, kernel, strides, dil, pb, pe, pe_explicit, out, padded)
             if products is not None:
+                if len(self._by_shape) > 64:
+                    self._by_shape.clear()
+                self._by_shape[x.shape, x.dtype] = (products, tuple(out))
                 return [products(x, out)]
         y = _window_reduce(x, pb, pe, out, kernel, strides, dil, np.add, 0)
         if not padded:

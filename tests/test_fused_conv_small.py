@@ -73,6 +73,7 @@ CASES = [
     ((1, 5, 7, 6), (5, 1, 3, 2), {"group": 5, "pads": [2, 0, 1, 1], "strides": [2, 1], "dilations": [2, 1]}),
     ((2, 96, 1, 1), (96, 1, 3, 3), {"group": 96, "pads": [1, 1, 1, 1]}),  # every tap but the centre in padding
     ((1, 3, 5, 5), (3, 1, 5, 5), {"group": 3}),  # one output, no padding
+    ((2, 16, 2, 2), (16, 1, 3, 3), {"group": 16, "pads": [0, 0, 1, 1], "strides": [2, 2]}),  # 4 taps live
     # ungrouped: ResNet's 3x3, the stem, a 1x1 downsample, a ViT patch embedding, a SAME conv
     ((2, 16, 8, 8), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ((2, 3, 16, 16), (4, 3, 3, 3), {"pads": [0, 0, 1, 1], "strides": [2, 2]}),
@@ -80,6 +81,7 @@ CASES = [
     ((2, 3, 16, 16), (8, 3, 4, 4), {"strides": [4, 4]}),
     ((1, 4, 7, 9), (6, 4, 3, 3), {"auto_pad": "SAME_UPPER", "dilations": [1, 1], "strides": [2, 2]}),
     ((1, 4, 9, 7), (6, 4, 3, 2), {"pads": [1, 2, 0, 1], "dilations": [2, 3]}),
+    ((2, 8, 1, 1), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}),  # the centre taps alone read the input
     # 1-D (Whisper's Conv1d pair) through the 2-D twin
     ((2, 16, 32), (32, 16, 3), {"pads": [1, 1]}),
     ((2, 8, 15), (8, 8, 3), {"pads": [1, 2], "strides": [2], "dilations": [2]}),
@@ -109,7 +111,21 @@ def paths(sess) -> list[str]:
     return [v[3] for v in (kernel._as_2d or kernel)._geometries.values()]
 
 
-@pytest.mark.parametrize("x_shape,w_shape,attrs", [CASES[0], CASES[1], CASES[5], CASES[6], CASES[11]])
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [c for c in CASES if len(c[0]) == 4])
+def test_the_conv_kernel_gathers_small_layers_too(x_shape, w_shape, attrs):
+    """Unoptimized sessions (and QLinearConv's codes) run the Conv kernel, which shares the gather."""
+    model, _ = conv_model(x_shape, w_shape, attrs)
+    so = onnxhal.SessionOptions()
+    so.graph_optimization_level = Level.ORT_DISABLE_ALL
+    sess = onnxhal.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    kernel = next(s.fn.__self__ for s in sess._core.plan._line_to_step.values() if s.node.op_type == "Conv")
+    assert all(kernel._plans.values()), kernel._plans
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [CASES[0], CASES[1], CASES[6], CASES[7], CASES[12], CASES[13]])
 def test_an_infinite_input_next_to_the_padding_gives_what_onnxruntime_gives(x_shape, w_shape, attrs):
     """Padding reads an appended zero, so 0 * inf never enters a sum the padding is in."""
     model, _ = conv_model(x_shape, w_shape, attrs)
@@ -121,7 +137,7 @@ def test_an_infinite_input_next_to_the_padding_gives_what_onnxruntime_gives(x_sh
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("x_shape,w_shape,attrs", [CASES[0], CASES[5], CASES[11]])
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [CASES[0], CASES[6], CASES[13]])
 def test_layers_past_the_gather_limits_take_the_copy_paths_and_agree(monkeypatch, x_shape, w_shape, attrs):
     model, _ = conv_model(x_shape, w_shape, attrs, act="Relu")
     x = RNG.standard_normal(x_shape).astype(np.float32)
@@ -179,7 +195,7 @@ def test_a_residual_with_the_same_symbolic_shape_fuses(residual_dims, fused):
                                rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("x_shape,w_shape,attrs", [CASES[0], CASES[5], ((2, 16, 2, 2), (96, 16, 1, 1), {})])
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [CASES[0], CASES[6], ((2, 16, 2, 2), (96, 16, 1, 1), {})])
 def test_weights_fed_as_inputs_are_read_afresh_on_every_run(x_shape, w_shape, attrs):
     """What a small layer keeps between runs (its remembered run, derived weights) is kept only for
     constant initializers: weights fed as a graph input, new values in each run, give new results."""

@@ -365,11 +365,12 @@ DEPTHWISE_GATHER_MAX = 1 << 14
 
 def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
                  strides: tuple[int, int], dilations: tuple[int, int], depthwise: bool,
-                 has_bias: bool) -> tuple[np.ndarray, bool, tuple[int, int, int, int]] | None:
+                 has_bias: bool) -> tuple[np.ndarray, bool, tuple[int, int, int, int], np.ndarray | None] | None:
     """For a small ungrouped or depthwise 2-D convolution: the flat indices that gather all its
     windows from the input in one ``take``; whether they read the two cells (0, then 1) appended
     after the input (padding reads the 0, a bias the 1: it rides in the product as a weight
-    column); and the output shape. None past ``GATHER_MAX`` (``DEPTHWISE_GATHER_MAX``) elements.
+    column); the output shape; and the taps kept (``gathered_weights``; None: all). None past
+    ``GATHER_MAX`` (``DEPTHWISE_GATHER_MAX``) elements.
 
     Ungrouped: (N, C kh kw [+ 1], oh ow), the product's right side per image. Depthwise: (kh kw
     [+ 1], N, C, oh ow), tap-major, so weighting the taps is one multiply and summing them one
@@ -391,15 +392,33 @@ def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int],
     planes = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * (h * wd)  # (N, C) plane starts
     if depthwise:
         idx = np.where(inside.reshape(taps, 1, 1, p), at[:, None, None, :] + planes[None, :, :, None], zero)
-        if has_bias:
-            idx = np.concatenate([idx, np.full((1, n, c, p), zero + 1)])
     else:
         idx = np.where(inside.reshape(1, 1, taps, p), at[None, None] + planes[:, :, None, None], zero)
         idx = idx.reshape(n, c * taps, p)
-        if has_bias:
-            idx = np.concatenate([idx, np.full((n, 1, p), zero + 1)], axis=1)
-    appended = has_bias or not bool(inside.all())
-    return np.ascontiguousarray(idx, dtype=np.intp), appended, (n, w_shape[0], oh, ow)
+    # Taps (rows of the product) that read padding alone for every output are left out: a 1x1
+    # input under a 3x3 kernel padded by 1 keeps its centre tap, and needs no appended cells.
+    axis = 0 if depthwise else 1
+    live = np.moveaxis(idx != zero, axis, 0).reshape(idx.shape[axis], -1).any(axis=1)
+    keep = None
+    if live.any() and not live.all():
+        keep = np.flatnonzero(live)
+        idx = np.take(idx, keep, axis=axis)
+    if has_bias:
+        shape = list(idx.shape)
+        shape[axis] = 1
+        idx = np.concatenate([idx, np.full(shape, zero + 1)], axis=axis)
+    appended = has_bias or bool((idx == zero).any())
+    return np.ascontiguousarray(idx, dtype=np.intp), appended, (n, w_shape[0], oh, ow), keep
+
+
+def gathered_weights(w: np.ndarray, keep: np.ndarray | None, depthwise: bool) -> np.ndarray:
+    """The weights a ``gather_plan`` product or tap sum reads: (M, C kh kw) for an ungrouped
+    convolution, (kh kw, C) tap-major for a depthwise one, less the taps ``keep`` leaves out."""
+    wk = w.reshape(w.shape[0], -1)
+    if depthwise:
+        wk = wk.T
+        return wk if keep is None else wk[keep]
+    return wk if keep is None else wk[:, keep]
 
 
 #: The cells the gather paths append after the input: padding reads the 0, a bias the 1.
@@ -464,16 +483,17 @@ class Conv(Kernel):
         """A small convolution from its gathered windows: one product per image, or for a
         depthwise one a multiply by each tap's weights and a sum over the taps (QLinearConv's
         codes take this too)."""
-        idx, appended, out_shape, depthwise = plan
+        idx, appended, out_shape, keep, depthwise = plan
         flat = x.reshape(-1)
         if appended:
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
+        wk = gathered_weights(w, keep, depthwise)
         if depthwise:
             taps = flat.take(idx)
-            taps *= w.reshape(w.shape[0], -1).T.reshape(idx.shape[0], 1, -1, 1)
+            taps *= wk.reshape(idx.shape[0], 1, -1, 1)
             y = np.add.reduce(taps, axis=0)
         else:
-            y = np.matmul(w.reshape(w.shape[0], -1), flat.take(idx))
+            y = np.matmul(wk, flat.take(idx))
         y = y.reshape(out_shape)
         if b is not None:
             y += b.reshape(1, -1, 1, 1)

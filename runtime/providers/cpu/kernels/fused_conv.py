@@ -39,6 +39,7 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     depthwise_rows,
     flat_plane_filler,
     gather_plan,
+    gathered_weights,
     im2col_from_phases,
     pad_spatial,
     per_shape,
@@ -230,11 +231,11 @@ class FusedConv(FusedBase):
                     act(y)
                 return y.reshape(out)
         elif path in ("gather", "gather_depthwise"):
-            idx, appended, out = plan
+            idx, appended, out, keep = plan
             cells = APPENDED.astype(x.dtype) if appended else None
             depthwise = path == "gather_depthwise"
-            wk = (self._depthwise_taps(w, bias, idx.shape[3]) if depthwise
-                  else w.reshape(w.shape[0], -1) if bias is None else self._weights_with_bias(w, bias))
+            wk = (self._depthwise_taps(w, bias, idx.shape[3], keep) if depthwise
+                  else self._gathered_weights(w, bias, keep))
 
             def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
                 flat = x.reshape(-1)
@@ -392,12 +393,11 @@ class FusedConv(FusedBase):
                   plan: tuple) -> np.ndarray:
         """A small ungrouped convolution: its windows gathered by ``gather_plan``'s indices in one
         take, one product per image with [W | b], then residual and activation."""
-        idx, appended, out_shape = plan
+        idx, appended, out_shape, keep = plan
         flat = x.reshape(-1)
         if appended:
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
-        wk = w.reshape(w.shape[0], -1) if b is None else self._weights_with_bias(w, b)
-        y = np.matmul(wk, flat.take(idx))
+        y = np.matmul(self._gathered_weights(w, b, keep), flat.take(idx))
         if z is not None:
             y += z.reshape(y.shape)
         if self.act is not None:
@@ -405,18 +405,26 @@ class FusedConv(FusedBase):
         y = y.reshape(out_shape)
         return shuffle_channels(y, self.shuffle) if self.shuffle else y
 
-    def _depthwise_taps(self, w: np.ndarray, b: np.ndarray | None, p: int) -> np.ndarray:
-        """Each tap's weight (the bias last) per channel, repeated over ``p`` outputs: (taps [+ 1],
-        1, C, p), so weighting the gathered taps is one multiply with long inner loops."""
+    def _gathered_weights(self, w: np.ndarray, b: np.ndarray | None, keep: np.ndarray | None) -> np.ndarray:
+        """An ungrouped gathered product's left side: the kept taps' weights, [W | b] with a bias."""
+        if b is None:
+            return gathered_weights(w, keep, False)
+        wb = self._weights_with_bias(w, b)
+        return wb if keep is None else wb[:, np.append(keep, wb.shape[1] - 1)]
+
+    def _depthwise_taps(self, w: np.ndarray, b: np.ndarray | None, p: int, keep: np.ndarray | None) -> np.ndarray:
+        """Each kept tap's weight (the bias last) per channel, repeated over ``p`` outputs: (taps
+        [+ 1], 1, C, p), so weighting the gathered taps is one multiply with long inner loops."""
         cached = self._wd  # checked inline: this runs for every small depthwise layer
-        if cached is not None and cached[0] is w and cached[1] is b and cached[2].shape[3] == p:
+        if (cached is not None and cached[0] is w and cached[1] is b and cached[2].shape[3] == p
+                and cached[3] is keep):
             return cached[2]
-        wt = w.reshape(w.shape[0], -1).T
+        wt = gathered_weights(w, keep, True)
         if b is not None:
             wt = np.concatenate([wt, b.reshape(1, -1).astype(w.dtype)])
         value = np.ascontiguousarray(np.repeat(wt[:, None, :, None], p, axis=3))
         if self._cacheable["_wd"]:
-            self._wd = (w, b, value)  # one swap: concurrent runs see an old or a new entry, both valid
+            self._wd = (w, b, value, keep)  # one swap: concurrent runs see an old or a new entry, both valid
         return value
 
     def _gathered_depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
@@ -424,12 +432,12 @@ class FusedConv(FusedBase):
         """A small depthwise convolution: its taps (and the bias as one more) gathered tap-major by
         ``gather_plan``'s indices in one take, weighted in one multiply and summed in one
         reduction."""
-        idx, appended, out_shape = plan
+        idx, appended, out_shape, keep = plan
         flat = x.reshape(-1)
         if appended:
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
         taps = flat.take(idx)
-        taps *= self._depthwise_taps(w, b, idx.shape[3])
+        taps *= self._depthwise_taps(w, b, idx.shape[3], keep)
         y = np.add.reduce(taps, axis=0)
         if z is not None:
             y += z.reshape(y.shape)

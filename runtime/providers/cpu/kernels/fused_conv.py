@@ -119,6 +119,7 @@ class FusedConv(FusedBase):
         self._as_2d = self._twin_2d(node, ctx)
         self._w4: tuple | None = None
         self._fast: dict[tuple, tuple] = {}  # per input shape: (W, dtype, B, run), ``_remember``
+        self._slow: set[tuple] = set()  # input shapes whose path ``_remember`` does not keep
         params = node.attr("activation_params") or []
         self._clip_bounds = ((float(params[0]), float(params[1]))
                              if node.attr("activation", "") == "Clip" and len(params) == 2 else None)
@@ -192,7 +193,7 @@ class FusedConv(FusedBase):
                 self.act(y)
             return [shuffle_channels(y, self.shuffle)]
         y = self._conv2d(x, w, b, z)
-        if self._cacheable["_wb"] and not self.shuffle:
+        if self._cacheable["_wb"] and not self.shuffle and x.shape not in self._slow:
             self._remember(x, w, b)
         return [y]
 
@@ -260,6 +261,9 @@ class FusedConv(FusedBase):
             def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
                 return self._depthwise(x, w, bias, z, pads, out_hw)
         else:
+            if len(self._slow) > 64:
+                self._slow.clear()
+            self._slow.add(x.shape)  # a path that keeps its own steps: not looked at again
             return
         if len(self._fast) > 64:
             self._fast.clear()

@@ -20,8 +20,13 @@ channels (BLAS takes the strided rows), anything else is shuffled by one copy. D
 convolutions copy their taps as contiguous rows of the input's stride phases (flat planes without a
 border when the output keeps the input's width at unit stride or halves it at stride 2) tap-major
 and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy
-that cuts the outputs from those rows, where there is one. Anything else (1-D/3-D, integer) runs
-through the CPU EP's Conv kernel, then the same epilogue.
+that cuts the outputs from those rows, where there is one. Small ungrouped and depthwise ones
+(``conv.gather_plan``: up to 32k window elements) gather all their windows in one take instead,
+then one product, or one multiply and one sum over the taps. With constant weights, a small
+layer's path is remembered per input shape as one function with its derived weights bound in
+(``_remember``); a constant all-zero bias is left out. A 1-D convolution runs as its 2-D twin
+over (N, C, 1, L). Anything else (3-D, integer) runs through the CPU EP's Conv kernel, then the
+same epilogue.
 """
 
 from __future__ import annotations

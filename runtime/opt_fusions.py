@@ -230,6 +230,17 @@ def pull_relu_after_maxpool(graph: Graph) -> bool:
     return changed
 
 
+def _same_shape(graph: Graph, a: str, b: str) -> bool:
+    """Whether values ``a`` and ``b`` have one shape on every run: both fully static and equal, or
+    equal dim by dim where a symbolic dim is the same named one (a model's batch dim: ResNet's
+    residual Adds, exported with a dynamic batch)."""
+    if a in graph.initializers or b in graph.initializers:
+        sa, sb = static_shape(graph, a), static_shape(graph, b)
+        return sa is not None and sa == sb
+    sa, sb = graph.value_info(a).shape, graph.value_info(b).shape
+    return sa is not None and sa == sb and all(d is not None and d != "" for d in sa)
+
+
 def fuse_conv_activation(graph: Graph) -> bool:
     """Conv, then optionally Add (or 2-input Sum) of a same-shaped residual, then optionally an activation."""
     changed = False
@@ -240,8 +251,7 @@ def fuse_conv_activation(graph: Graph) -> bool:
         add = _follower(graph, conv, ("Add", "Sum"))
         if add is not None and add.domain == "" and len(add.inputs) == 2:
             other = _other_input(add, conv.outputs[0])
-            out_shape = static_shape(graph, conv.outputs[0])
-            if other and out_shape is not None and static_shape(graph, other) == out_shape:
+            if other and _same_shape(graph, conv.outputs[0], other):
                 pattern.append(add)
                 last, residual = add, other
         act = _activation_follower(graph, last)

@@ -4,7 +4,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 
 - ``ORT_DISABLE_ALL``: nothing.
 - ``ORT_ENABLE_BASIC``: constant folding, dead-node removal, identity/no-op elimination
-  (Identity, inference Dropout, same-type Cast), Conv+BatchNormalization, Conv+Mul and Conv+Add
+  (Identity, inference Dropout, same-type Cast), a zero constant-mode Pad of the spatial axes into
+  the Conv reading it (``opt_pad_fusion``), Conv+BatchNormalization, Conv+Mul and Conv+Add
   folding into the Conv's weights, a Conv's bias carried through a following 1x1 Conv when no
   activation lies between, BatchNormalization+Mul/Add folding into its scale and bias,
   MatMul+Add -> Gemm (2-D A, constant B and bias). Recursive into subgraphs.
@@ -44,7 +45,7 @@ from collections.abc import Callable
 from onnxhal.hal.enums import GraphOptimizationLevel
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph
-from onnxhal.runtime import opt_cleanup, opt_fusions, opt_weight_folding
+from onnxhal.runtime import opt_cleanup, opt_fusions, opt_pad_fusion, opt_weight_folding
 from onnxhal.runtime.opt_rewrite import remove_unused_value_infos
 
 logger = logging.getLogger("onnxhal.optimizer")
@@ -62,6 +63,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fold_constants", _BASIC, opt_cleanup.fold_constants, True, False),
     ("refresh_shapes", _BASIC, opt_cleanup.refresh_shapes, False, False),
     ("remove_dead_nodes", _BASIC, opt_cleanup.remove_dead_nodes, True, False),
+    ("fuse_pad_into_conv", _BASIC, opt_pad_fusion.fuse_pad_into_conv, True, False),
     ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
     ("fold_conv_mul_add", _BASIC, opt_weight_folding.fold_conv_mul_add, True, False),
     ("fold_conv_bias_forward", _BASIC, opt_weight_folding.fold_conv_bias_forward, True, False),

@@ -6,11 +6,17 @@ with two contiguous arrays through its SIMD loop. Measured here on 800k float32:
 shape; a broadcast (1, C, 1, 1) operand is not enough (0.29 ms). So large clamps read a cached
 read-only array of the constant. A zero constant comes from ``np.zeros`` (calloc), whose pages
 are never written and so map the kernel's shared zero page: reading it costs cache, not memory
-bandwidth. NaN propagates exactly as with the scalar form (it is the same ufunc)."""
+bandwidth. NaN propagates exactly as with the scalar form (it is the same ufunc). A float clamp
+with both bounds is numpy's clip ufunc instead, which has a SIMD loop for scalar bounds."""
 
 from __future__ import annotations
 
 import numpy as np
+
+try:
+    from numpy._core.umath import clip as clip_ufunc  # numpy 2
+except ImportError:  # numpy 1.x
+    from numpy.core.umath import clip as clip_ufunc
 
 MIN_SIZE = 1 << 12  # below this the scalar loop is cheaper than fetching the constant's view
 CONSTANT_MAX = 1 << 22  # elements per constant array (16 MiB of float32); larger inputs go in chunks
@@ -33,6 +39,11 @@ def constant(value, dtype: np.dtype, n: int) -> np.ndarray:
 
 def clamp_(y: np.ndarray, lo=None, hi=None) -> None:
     """``y`` clamped to [lo, hi] in place (either bound may be None)."""
+    if lo is not None and hi is not None and y.dtype.kind == "f":
+        # numpy's clip ufunc (the maximum-then-minimum of its docs, NaN included) runs one SIMD
+        # pass with scalar bounds: Relu6 on 4k float32 1.0 against 3.4 us, on 800k 59 against 103.
+        clip_ufunc(y, lo, hi, out=y)
+        return
     if y.size < MIN_SIZE or not y.flags.c_contiguous:
         if lo is not None:
             np.maximum(y, lo, out=y)

@@ -20,20 +20,31 @@ channels (BLAS takes the strided rows), anything else is shuffled by one copy. D
 convolutions copy their taps as contiguous rows of the input's stride phases (flat planes without a
 border when the output keeps the input's width at unit stride or halves it at stride 2) tap-major
 and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy
-that cuts the outputs from those rows, where there is one. Anything else (1-D/3-D, integer) runs
-through the CPU EP's Conv kernel, then the same epilogue.
+that cuts the outputs from those rows, where there is one. Small ungrouped and depthwise ones
+(``conv.gather_plan``: up to 32k window elements) gather all their windows in one take instead,
+then one product, or one multiply and one sum over the taps. With constant weights, a small
+layer's path is remembered per input shape as one function with its derived weights bound in
+(``_remember``); a constant all-zero bias is left out. A 1-D convolution runs as its 2-D twin
+over (N, C, 1, L). Anything else (3-D, integer) runs through the CPU EP's Conv kernel, then the
+same epilogue.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from onnxhal.hal import KernelCreateContext, Node
 from onnxhal.hal.run_control import check_terminate
+from onnxhal.runtime.providers.cpu.kernels import conv as _conv
 from onnxhal.runtime.providers.cpu.kernels import fused as _fused
+from onnxhal.runtime.providers.cpu.kernels.clamp import clip_ufunc
 from onnxhal.runtime.providers.cpu.kernels.conv import (
+    APPENDED,
     depthwise_rows,
     flat_plane_filler,
+    gather_plan,
+    gathered_weights,
     im2col_from_phases,
     pad_spatial,
     per_shape,
@@ -97,7 +108,10 @@ class FusedConv(FusedBase):
         constant = getattr(ctx, "is_constant_initializer", lambda name: False)  # ctx None: constant folding
         w_const = constant(node.inputs[1])
         b_const = not self.has_bias or constant(node.inputs[2])
-        self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const}
+        self._wd: tuple | None = None
+        self._bz: tuple | None = None
+        self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const, "_wd": w_const and b_const,
+                           "_bz": b_const}
         self._geometries: dict[tuple, tuple] = {}
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
 
@@ -107,6 +121,45 @@ class FusedConv(FusedBase):
         conv = Node("Conv", node.inputs[:3], node.outputs[:1], name=node.name, attribute_protos=conv_attrs)
         conv.since_version = 11
         self._fallback = create_cpu_kernel(conv, ctx, 11)
+        self._as_2d = self._twin_2d(node, ctx)
+        self._w4: tuple | None = None
+        self._fast: dict[tuple, tuple] = {}  # per input shape: (W, dtype, B, run), ``_remember``
+        self._slow: set[tuple] = set()  # input shapes whose path ``_remember`` does not keep
+        params = node.attr("activation_params") or []
+        self._clip_bounds = ((float(params[0]), float(params[1]))
+                             if node.attr("activation", "") == "Clip" and len(params) == 2 else None)
+
+    @staticmethod
+    def _twin_2d(node: Node, ctx: KernelCreateContext) -> FusedConv | None:
+        """For a 1-D convolution (its attributes say so), the same convolution over (N, C, 1, L):
+        the 2-D paths (one gather and one product for Whisper's small Conv1d layers) take it where
+        the CPU EP's N-d Conv would copy a window view and then run the epilogue separately."""
+        one_d = {"kernel_shape": 1, "strides": 1, "dilations": 1, "pads": 2}
+        if not any(len(node.attr(k) or ()) == n for k, n in one_d.items()):
+            return None
+        if any(len(node.attr(k) or (0,) * n) != n for k, n in one_d.items()):
+            return None  # attributes of mixed ranks: the N-d kernel reports them
+        protos = {k: a for k, a in node.attribute_protos.items() if k not in one_d}
+        for k, lead in (("kernel_shape", [1]), ("strides", [1]), ("dilations", [1])):
+            if node.attr(k):
+                protos[k] = helper.make_attribute(k, lead + list(node.attr(k)))
+        if node.attr("pads"):
+            pb, pe = node.attr("pads")
+            protos["pads"] = helper.make_attribute("pads", [0, pb, 0, pe])
+        twin = Node("FusedConv", node.inputs, node.outputs, name=node.name, domain=DOMAIN,
+                    attribute_protos=list(protos.values()))
+        twin.since_version = 1
+        return FusedConv(twin, ctx)
+
+    def _weights_2d(self, w: np.ndarray) -> np.ndarray:
+        """``w`` (M, C/G, k) as (M, C/G, 1, k), the same view object while ``w`` is: the twin keeps
+        what it derives from the weights only for arrays that come back."""
+        cached = self._w4
+        if cached is not None and cached[0] is w:
+            return cached[1]
+        w4 = w[:, :, None, :]
+        self._w4 = (w, w4)
+        return w4
 
     def _weights_with_bias(self, w: np.ndarray, b: np.ndarray) -> np.ndarray:
         """[W | b] as (M, K + 1)."""
@@ -126,9 +179,17 @@ class FusedConv(FusedBase):
         return value
 
     def compute(self, inputs: list) -> list:
-        x, w = inputs[0], inputs[1]
+        x = inputs[0]
+        fast = self._fast.get(x.shape)
+        if (fast is not None and inputs[1] is fast[0] and x.dtype is fast[1]
+                and (not self.has_bias or inputs[2] is fast[2])):
+            return [fast[3](x, inputs[3] if self.has_residual else None)]
+        w = inputs[1]
         b = inputs[2] if self.has_bias else None
         z = inputs[3] if self.has_residual else None
+        if x.ndim == 3 and self._as_2d is not None and x.dtype.kind == "f" and w.dtype == x.dtype and w.ndim == 3:
+            y = self._as_2d.compute([x[:, :, None, :], self._weights_2d(w), b, None if z is None else z[:, :, None, :]])
+            return [y[0][:, :, 0, :]]
         if x.ndim != 4 or x.dtype.kind != "f" or w.dtype != x.dtype:
             y = writable(self._fallback.compute(inputs[:3])[0], x.dtype)
             if z is not None:
@@ -136,15 +197,93 @@ class FusedConv(FusedBase):
             if self.act is not None:
                 self.act(y)
             return [shuffle_channels(y, self.shuffle)]
-        return [self._conv2d(x, w, b, z)]
+        y = self._conv2d(x, w, b, z)
+        if self._cacheable["_wb"] and not self.shuffle and x.shape not in self._slow:
+            self._remember(x, w, b)
+        return [y]
 
-    def _geometry(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int, str]:
+    def _remember(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> None:
+        """Keep, for ``x``'s shape, the run of a small layer's path as one function of (x, z) with
+        everything derived from the constant weights bound in it, when the path is one of the
+        small ones: ``compute`` then checks three identities and calls it. A MobileNet layer is
+        3-5 numpy calls, and the calls through ``_conv2d`` and the epilogue helpers were as many
+        microseconds again."""
+        bias = None if b is None or self._zero_bias(b) else b
+        entry = self._geometries.get((x.shape, w.shape, bias is not None))
+        if entry is None:
+            return
+        path, plan = entry[3], entry[4]
+        act = self.act
+        clip = self._clip_bounds if x.dtype.kind == "f" else None
+        if clip is not None:
+            act = None
+        lo, hi = clip or (None, None)
+        if path == "pointwise" and self.group == 1 and x.size * w.shape[0] < _fused.PARALLEL_MIN_WORK and (
+                bias is None or x.size < _conv.GATHER_MAX):
+            n, k = x.shape[:2]
+            m = w.shape[0]
+            w2, xs, out = w.reshape(m, k), (n, k, x.shape[2] * x.shape[3]), (n, m) + x.shape[2:]
+            b2 = None if bias is None else bias.reshape(m, 1)
+
+            def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+                y = np.matmul(w2, x.reshape(xs))
+                if b2 is not None:
+                    y += b2
+                if z is not None:
+                    y += z.reshape(y.shape)
+                if clip is not None:
+                    clip_ufunc(y, lo, hi, out=y)
+                elif act is not None:
+                    act(y)
+                return y.reshape(out)
+        elif path in ("gather", "gather_depthwise"):
+            idx, appended, out, keep = plan
+            cells = APPENDED.astype(x.dtype) if appended else None
+            depthwise = path == "gather_depthwise"
+            wk = (self._depthwise_taps(w, bias, idx.shape[3], keep) if depthwise
+                  else self._gathered_weights(w, bias, keep))
+
+            def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+                flat = x.reshape(-1)
+                if cells is not None:
+                    flat = np.concatenate((flat, cells))
+                if depthwise:
+                    y = flat.take(idx)
+                    y *= wk
+                    y = np.add.reduce(y, axis=0)
+                else:
+                    y = np.matmul(wk, flat.take(idx))
+                if z is not None:
+                    y += z.reshape(y.shape)
+                if clip is not None:
+                    clip_ufunc(y, lo, hi, out=y)
+                elif act is not None:
+                    act(y)
+                return y.reshape(out)
+        elif path == "depthwise":
+            pads, out_hw = entry[0], entry[1:3]
+
+            def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+                return self._depthwise(x, w, bias, z, pads, out_hw)
+        else:
+            if len(self._slow) > 64:
+                self._slow.clear()
+            self._slow.add(x.shape)  # a path that keeps its own steps: not looked at again
+            return
+        if len(self._fast) > 64:
+            self._fast.clear()
+        self._fast[x.shape] = (w, x.dtype, b, run)  # one entry swap: concurrent runs see a whole one
+
+    def _geometry(self, x_shape: tuple, w_shape: tuple,
+                  bias: bool) -> tuple[tuple[int, int, int, int], int, int, str, tuple | None]:
         """(pads (top, left, bottom, right), oh, ow, path) for these input and weight shapes,
         resolved once per shape (``per_shape``): resolving costs microseconds that ShuffleNet's 49
-        small convolutions would pay on every run. The path is the method that runs them."""
-        return per_shape(self._geometries, (x_shape, w_shape), lambda: self._resolve(x_shape, w_shape))
+        small convolutions would pay on every run. The path is the method that runs them, and the
+        plan the gather paths' indices (``gather_plan``)."""
+        return per_shape(self._geometries, (x_shape, w_shape, bias), lambda: self._resolve(x_shape, w_shape, bias))
 
-    def _resolve(self, x_shape: tuple, w_shape: tuple) -> tuple[tuple[int, int, int, int], int, int, str]:
+    def _resolve(self, x_shape: tuple, w_shape: tuple,
+                 bias: bool) -> tuple[tuple[int, int, int, int], int, int, str, tuple | None]:
         c, h, wd = x_shape[1:]
         m, cg, kh, kw = w_shape
         (sh, sw), (dh, dw) = self.strides, self.dilations
@@ -159,7 +298,12 @@ class FusedConv(FusedBase):
             path = "pointwise"
         else:
             path = "general"
-        return pads, oh, ow, path
+        plan = None
+        if path not in ("pointwise", "taps") and (self.group == 1 or path == "depthwise"):
+            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias)
+            if plan is not None:
+                path = "gather_depthwise" if path == "depthwise" else "gather"
+        return pads, oh, ow, path, plan
 
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
         # The paths ShuffleNet, MobileNet and SqueezeNet run most are dispatched before anything
@@ -167,10 +311,17 @@ class FusedConv(FusedBase):
         # it does in a loop over one layer (the interpreter's data is out of cache after the
         # previous layer's arrays). Against the general path's closures and per-group epilogues
         # ShuffleNet ran in 0.965 of the time (80 alternating pairs, CHANGELOG.md, session 12).
-        pads, oh, ow, path = self._geometry(x.shape, w.shape)
+        if b is not None and self._zero_bias(b):
+            b = None
+        entry = self._geometries.get((x.shape, w.shape, b is not None))  # ``_geometry``'s lookup, inline
+        pads, oh, ow, path, plan = entry if entry is not None else self._geometry(x.shape, w.shape, b is not None)
+        if path == "gather":
+            return self._gathered(x, w, b, z, plan)
+        if path == "gather_depthwise":
+            return self._gathered_depthwise(x, w, b, z, plan)
         if path == "depthwise":
             return self._depthwise(x, w, b, z, pads, (oh, ow))
-        if path == "pointwise" and not _fused.SPLIT_PRODUCTS:
+        if path == "pointwise" and (not _fused.SPLIT_PRODUCTS or x.size * w.shape[0] < _fused.PARALLEL_MIN_WORK):
             return self._pointwise(x, w, b, z, (oh, ow))
         if path == "taps":
             return shuffle_channels(self._tap_products(x, w, b, z, pads, (oh, ow)), self.shuffle)
@@ -236,6 +387,74 @@ class FusedConv(FusedBase):
         y = y.reshape(n, m, oh, ow)
         return y if shuffled else shuffle_channels(y, self.shuffle)
 
+    def _zero_bias(self, b: np.ndarray) -> bool:
+        """Whether a constant bias is all zeros (exports of folded BatchNormalization often carry
+        one): its pass over the output is then left out."""
+        cached = self._bz
+        if cached is not None and cached[0] is b:
+            return cached[1]
+        zero = not b.any()
+        if self._cacheable["_bz"]:
+            self._bz = (b, zero)
+        return zero
+
+    def _gathered(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                  plan: tuple) -> np.ndarray:
+        """A small ungrouped convolution: its windows gathered by ``gather_plan``'s indices in one
+        take, one product per image with [W | b], then residual and activation."""
+        idx, appended, out_shape, keep = plan
+        flat = x.reshape(-1)
+        if appended:
+            flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
+        y = np.matmul(self._gathered_weights(w, b, keep), flat.take(idx))
+        if z is not None:
+            y += z.reshape(y.shape)
+        if self.act is not None:
+            self.act(y)
+        y = y.reshape(out_shape)
+        return shuffle_channels(y, self.shuffle) if self.shuffle else y
+
+    def _gathered_weights(self, w: np.ndarray, b: np.ndarray | None, keep: np.ndarray | None) -> np.ndarray:
+        """An ungrouped gathered product's left side: the kept taps' weights, [W | b] with a bias."""
+        if b is None:
+            return gathered_weights(w, keep, False)
+        wb = self._weights_with_bias(w, b)
+        return wb if keep is None else wb[:, np.append(keep, wb.shape[1] - 1)]
+
+    def _depthwise_taps(self, w: np.ndarray, b: np.ndarray | None, p: int, keep: np.ndarray | None) -> np.ndarray:
+        """Each kept tap's weight (the bias last) per channel, repeated over ``p`` outputs: (taps
+        [+ 1], 1, C, p), so weighting the gathered taps is one multiply with long inner loops."""
+        cached = self._wd  # checked inline: this runs for every small depthwise layer
+        if (cached is not None and cached[0] is w and cached[1] is b and cached[2].shape[3] == p
+                and cached[3] is keep):
+            return cached[2]
+        wt = gathered_weights(w, keep, True)
+        if b is not None:
+            wt = np.concatenate([wt, b.reshape(1, -1).astype(w.dtype)])
+        value = np.ascontiguousarray(np.repeat(wt[:, None, :, None], p, axis=3))
+        if self._cacheable["_wd"]:
+            self._wd = (w, b, value, keep)  # one swap: concurrent runs see an old or a new entry, both valid
+        return value
+
+    def _gathered_depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                            plan: tuple) -> np.ndarray:
+        """A small depthwise convolution: its taps (and the bias as one more) gathered tap-major by
+        ``gather_plan``'s indices in one take, weighted in one multiply and summed in one
+        reduction."""
+        idx, appended, out_shape, keep = plan
+        flat = x.reshape(-1)
+        if appended:
+            flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
+        taps = flat.take(idx)
+        taps *= self._depthwise_taps(w, b, idx.shape[3], keep)
+        y = np.add.reduce(taps, axis=0)
+        if z is not None:
+            y += z.reshape(y.shape)
+        if self.act is not None:
+            self.act(y)
+        y = y.reshape(out_shape)
+        return shuffle_channels(y, self.shuffle) if self.shuffle else y
+
     def _pointwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                    out_hw: tuple[int, int]) -> np.ndarray:
         """A 1x1 convolution with unit stride and no padding, grouped or not: the input is the
@@ -247,6 +466,12 @@ class FusedConv(FusedBase):
         m, k = w.shape[:2]
         g = self.group
         mg, p = m // g, out_hw[0] * out_hw[1]
+        if g == 1 and (b is None or x.size < _conv.GATHER_MAX):
+            # Ungrouped, and the bias (if any) added in a pass: the fewest numpy calls, which is
+            # what a small layer's time is (MobileNet's 1x1 layers at 1x1 to 16x16).
+            y = np.matmul(w.reshape(m, k), x.reshape(n, k, p))
+            self._finish(y, b, z, False)
+            return shuffle_channels(y.reshape((n, m) + out_hw), self.shuffle)
         y = np.empty((n, m, p), dtype=x.dtype)
         shuffled, yg = self._group_outputs(y, z)
         if b is not None and g * k < m:

@@ -218,6 +218,17 @@ class FusedConv(FusedBase):
         if clip is not None:
             act = None
         lo, hi = clip or (None, None)
+
+        def finish(y: np.ndarray, z: np.ndarray | None, shape: tuple) -> np.ndarray:
+            """The epilogue on the product y: the residual, then Clip's bounds or the activation."""
+            if z is not None:
+                y += z.reshape(y.shape)
+            if clip is not None:
+                clip_ufunc(y, lo, hi, out=y)
+            elif act is not None:
+                act(y)
+            return y.reshape(shape)
+
         if path == "pointwise" and self.group == 1 and x.size * w.shape[0] < _fused.PARALLEL_MIN_WORK and (
                 bias is None or x.size < _conv.GATHER_MAX):
             n, k = x.shape[:2]
@@ -229,13 +240,7 @@ class FusedConv(FusedBase):
                 y = np.matmul(w2, x.reshape(xs))
                 if b2 is not None:
                     y += b2
-                if z is not None:
-                    y += z.reshape(y.shape)
-                if clip is not None:
-                    clip_ufunc(y, lo, hi, out=y)
-                elif act is not None:
-                    act(y)
-                return y.reshape(out)
+                return finish(y, z, out)
         elif path in ("gather", "gather_depthwise"):
             idx, appended, out, keep = plan
             cells = APPENDED.astype(x.dtype) if appended else None
@@ -253,13 +258,7 @@ class FusedConv(FusedBase):
                     y = np.add.reduce(y, axis=0)
                 else:
                     y = np.matmul(wk, flat.take(idx))
-                if z is not None:
-                    y += z.reshape(y.shape)
-                if clip is not None:
-                    clip_ufunc(y, lo, hi, out=y)
-                elif act is not None:
-                    act(y)
-                return y.reshape(out)
+                return finish(y, z, out)
         elif path == "depthwise":
             pads, out_hw = entry[0], entry[1:3]
 

@@ -408,11 +408,49 @@ def test_tree_ensemble_classifier(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def _walk(nodes: list[dict], row: np.ndarray) -> int:
+    """The leaf one row reaches in a tree of ``_random_trees`` (a NaN goes where ``missing`` says)."""
+    k = 0
+    while not nodes[k]["leaf"]:
+        nd = nodes[k]
+        v, th = row[nd["feature"]], np.float32(nd["value"])
+        go = bool(nd["missing"]) if np.isnan(v) else \
+            {"BRANCH_LEQ": v <= th, "BRANCH_LT": v < th, "BRANCH_GTE": v >= th, "BRANCH_GT": v > th}[nd["mode"]]
+        k = nd["true"] if go else nd["false"]
+    return k
+
+
+def _check_two_classes(model: onnx.ModelProto, x: np.ndarray, one_score: np.ndarray, what: str) -> None:
+    """``check`` for a two-class TreeEnsembleClassifier whose rows in ``one_score`` get one score:
+    where onnxruntime then writes a single value (PROBIT; or no label rule, ``add_second_class``
+    -1) its second column is uninitialised memory, so there only the first column is compared and
+    onnxhal's second column must be 0 (docs/ml-operators.md)."""
+    kernel = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3})
+    base = kernel.raw_base.size
+    single = one_score & (base != 2) & (kernel.transform == "PROBIT" or (not kernel.binary_case and base == 1))
+    if not single.any():
+        check(model, {"X": x}, what)
+        return
+    with np.errstate(all="ignore"):
+        want, got = _run_both(model, {"X": x})
+    assert not isinstance(want, Exception) and not isinstance(got, Exception), (what, want, got)
+    _same([want[0]], [got[0]], what)
+    w, g = np.asarray(want[1]), np.asarray(got[1])
+    assert g.dtype == w.dtype and g.shape == w.shape, (what, g.dtype, g.shape, w.shape)
+    keep = np.ones(w.shape, bool)
+    keep[single, 1] = False
+    np.testing.assert_allclose(g[keep], w[keep], rtol=1e-5, atol=1e-6, err_msg=what)
+    assert (g[single, 1] == 0).all(), what
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_tree_ensemble_two_classes_written_alike(seed):
-    """Two classes where every leaf writes the same classes (sklearn's forests and boosters: only
-    class 1, or both): the kernel decides the per-row rules once for all rows. Bit for bit as the
-    per-row rules for every written set, base values, weight signs, labels and transforms; and as
-    onnxruntime where sklearn's exports are (class 1 without base values, or both classes)."""
+    """Two classes where every leaf writes the same classes (only class 1, only class 0, or both;
+    sklearn writes the first and the last, LightGBM/XGBoost converters and hand-built models the
+    others): the kernel decides the per-row rules once for all rows. As onnxruntime for every
+    written set, base values (none, one, two), weight signs, labels and transforms (a class no
+    tree wrote reads 0 in the scores; one score under LOGISTIC is [logistic(-s), logistic(s)]);
+    and bit for bit as the per-row rules."""
     rng = np.random.default_rng(seed)
     feats = 4
     trees = _random_trees(rng, int(rng.integers(1, 5)), feats, int(rng.integers(1, 5)))
@@ -434,7 +472,7 @@ def test_tree_ensemble_two_classes_written_alike(seed):
                 extra = {"base_values": base} if base else {}
                 for labels in ({"classlabels_int64s": [3, 8]}, {"classlabels_strings": ["no", "yes"]}):
                     out = I64 if "classlabels_int64s" in labels else S
-                    for transform in ("NONE", "LOGISTIC", "SOFTMAX", "PROBIT"):
+                    for transform in TRANSFORMS + ("PROBIT",):
                         what = f"written {written} positive {positive} base {base} {labels} {transform} seed {seed}"
                         model = _model("TreeEnsembleClassifier", [_t("X", F, None)],
                                        [_t("Y", out, None), _t("Z", F, None)], post_transform=transform,
@@ -449,8 +487,43 @@ def test_tree_ensemble_two_classes_written_alike(seed):
                         assert got[0].tolist() == want[0].tolist(), what
                         assert got[1].dtype == want[1].dtype and got[1].shape == want[1].shape, what
                         np.testing.assert_array_equal(got[1], want[1], err_msg=what)
-                        if written == [0, 1] or (written == [1] and base is None):
-                            check(model, {"X": x}, what)
+                        _check_two_classes(model, x, np.full(len(x), 1 not in written), what)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tree_ensemble_two_classes_written_per_row(seed):
+    """Two classes where the leaves write different classes (only class 0 or both, only class 0 or
+    only class 1, only class 1 or both): the rows differ in which classes have a score, so the
+    per-row rules run; as onnxruntime for every base values, weight signs, labels and transforms."""
+    rng = np.random.default_rng(seed)
+    feats = 4
+    trees = _random_trees(rng, int(rng.integers(1, 4)), feats, int(rng.integers(2, 5)))
+    attrs = _legacy_tree_attrs(rng, trees, 1, "class")
+    n_leaves = len(attrs["class_ids"])
+    x = rng.standard_normal((60, feats)).astype(np.float32)  # rows enough to reach both kinds of leaves
+    x[rng.random(x.shape) < 0.1] = np.nan
+    for kinds in (([0], [0, 1]), ([0], [1]), ([1], [0, 1])):
+        per_leaf = [kinds[j % 2] for j in range(n_leaves)]
+        a = dict(attrs)
+        a["class_treeids"] = [t for t, wr in zip(attrs["class_treeids"], per_leaf) for _ in wr]
+        a["class_nodeids"] = [i for i, wr in zip(attrs["class_nodeids"], per_leaf) for _ in wr]
+        a["class_ids"] = [c for wr in per_leaf for c in wr]
+        # which rows reach a leaf writing class 1, from the nodes' own walk of each tree
+        leaf_of = {(t, i): 1 in wr for t, i, wr in zip(attrs["class_treeids"], attrs["class_nodeids"], per_leaf)}
+        one_score = ~np.array([any(leaf_of[(t, _walk(trees[t], row))] for t in range(len(trees))) for row in x])
+        for positive in (True, False):
+            w = rng.standard_normal(len(a["class_ids"]))
+            a["class_weights"] = [float(v) for v in (np.abs(w) if positive else w)]
+            for base in (None, [0.25], [0.25, -0.5]):
+                extra = {"base_values": base} if base else {}
+                for labels in ({"classlabels_int64s": [3, 8]}, {"classlabels_strings": ["no", "yes"]}):
+                    out = I64 if "classlabels_int64s" in labels else S
+                    for transform in TRANSFORMS + ("PROBIT",):
+                        what = f"leaves write {kinds} positive {positive} base {base} {labels} {transform} seed {seed}"
+                        model = _model("TreeEnsembleClassifier", [_t("X", F, None)],
+                                       [_t("Y", out, None), _t("Z", F, None)], post_transform=transform,
+                                       **labels, **a, **extra)
+                        _check_two_classes(model, x, one_score, what)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -546,12 +546,17 @@ class TreeEnsembleClassifier(Kernel):
         else:
             label = np.where(label_index == 1, np.int64(1), np.int64(0)) if not self.binary_case else \
                 self.labels[label_index]
-        if not one_score.any():
-            return [label, transform_scores(np.stack([s0, s1], axis=1), self.transform).astype(np.float32)]
-        ones = self._one_score_rows(s0[:, None], mode)
-        if one_score.all():  # every row has one score: the two-score transform is not needed
-            return [label, ones]
-        two = transform_scores(np.stack([s0, s1], axis=1), self.transform)
+        ones = None
+        if one_score.any():
+            ones = self._one_score_rows(s0[:, None], mode)
+            if one_score.all():  # every row has one score: the two-score transform is not needed
+                return [label, ones]
+        # two scores: a class no tree wrote counts 0 in the written scores, whatever base value its
+        # raw score took (onnxruntime's ScoreValue reads as 0 without has_score; the label above
+        # took the raw scores)
+        two = transform_scores(np.stack([np.where(h0, s0, 0), np.where(h1, s1, 0)], axis=1), self.transform)
+        if ones is None:
+            return [label, two.astype(np.float32)]
         return [label, np.where(one_score[:, None], ones, two).astype(np.float32)]
 
     def _two_classes_constant(self, scores: np.ndarray, h0: bool, h1: bool) -> list:
@@ -581,6 +586,10 @@ class TreeEnsembleClassifier(Kernel):
         else:
             label = positive.astype(np.int64)  # onnxruntime's positive (1) and negative (0) labels
         if not one_score:
+            if not h0:  # a class no tree wrote counts 0 in the written scores (as ``_two_classes``)
+                s0.fill(0)
+            if not h1:
+                s1.fill(0)
             return [label, self.post(scores)]
         return [label, self._one_score_rows(s0[:, None], "positive" if self.binary_case and self.all_positive else
                                             "mixed" if self.binary_case or base.size == 0 else "none")]
@@ -588,17 +597,19 @@ class TreeEnsembleClassifier(Kernel):
     def _one_score_rows(self, single: np.ndarray, mode: str) -> np.ndarray:
         """Rows of one score written as two columns by the rule their label took."""
         if self.transform == "PROBIT":
+            # onnxruntime writes the one probit and leaves the second column as the buffer held it
+            # (uninitialised memory): 0 here, a defined value in its place
             ones = np.concatenate([transform_scores(single, "PROBIT"), np.zeros_like(single)], axis=1)
-        elif mode == "positive":
-            ones = np.concatenate([1 - single, single], axis=1)
-        elif mode == "mixed" and self.transform == "LOGISTIC" and single.dtype == np.float32:
+        elif mode in ("positive", "mixed") and self.transform == "LOGISTIC" and single.dtype == np.float32:
             # [logistic(-s), logistic(s)]: the logistic of the columns [-s, s], in place
             ones = np.empty((len(single), 2), np.float32)
             np.negative(single, out=ones[:, :1])
             ones[:, 1:] = single
             return logistic_into(ones)
-        elif mode == "mixed" and self.transform == "LOGISTIC":
+        elif mode in ("positive", "mixed") and self.transform == "LOGISTIC":
             ones = _logistic_pair(single)
+        elif mode == "positive":
+            ones = np.concatenate([1 - single, single], axis=1)
         elif mode == "mixed":
             ones = np.concatenate([-single, single], axis=1)
         else:

@@ -116,6 +116,7 @@ class InferenceSession:
         check_session_options(so)
         self._recovery = RecoveryPolicy(so)
         self._lock = threading.Lock()
+        self._fast_run: tuple | None = None  # (core, function): _make_fast_run
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
         self._loaded, self._initializers = load(path_or_bytes, so)
         self._model_path = self._loaded.path
@@ -282,6 +283,9 @@ class InferenceSession:
     # -- running ----------------------------------------------------------------------------
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list:
+        fast = self._fast_run
+        if fast is not None and run_options is None and not output_names and fast[0] is self._core and fast[1]:
+            return fast[1](input_feed)  # every output, no options, the core it was made for (_make_fast_run)
         if run_options is None and self._log_severity == DEFAULT_SEVERITY and self._core.capture_ep is None:
             return self._run(output_names, input_feed, None)  # the common case: nothing to check or scope
         _check_run_options(run_options)
@@ -315,7 +319,34 @@ class InferenceSession:
             outputs = self._run_core(core, feeds, run_options, fetch)
         except EPFail as e:
             outputs = self._run_core(self._recover(core, e), feeds, run_options, fetch)
+        if self._fast_run is None and run_options is None:
+            self._fast_run = self._make_fast_run(core)
         return _owned([v if v.__class__ is np.ndarray else _to_host_output(v) for v in outputs], feeds)
+
+    def _make_fast_run(self, core: SessionCore) -> tuple:
+        """(core, run function) for ``run(None, feeds)`` on ``core`` without options, where nothing
+        but the feed checks, the EPs' start hooks and the plan's run has work to do: the session
+        logs at its default level, is not profiling, has outputs, and no EP syncs, ends runs or
+        captures graphs. (core, None) where something has."""
+        hooks = core.__dict__.get("_run_hooks") or _run_hooks(core)
+        if (self._log_severity != DEFAULT_SEVERITY or self._profiler is not None or not self._outputs
+                or core.capture_ep is not None or core.run_lock is not None or not hooks.plain):
+            return core, None
+        check = self._feed_checker().check
+        starts = hooks.starts
+        run_host = core.plan.run_host
+
+        def run(input_feed: Mapping[str, Any]) -> list:
+            feeds = check(input_feed)
+            for ep in starts:
+                ep.on_run_start(None)
+            try:
+                outputs = run_host(feeds)
+            except EPFail as e:
+                outputs = [_to_host_output(v) for v in self._run_core(self._recover(core, e), feeds, None, None)]
+            return _owned(outputs, feeds)
+
+        return core, run
 
     def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
                             run_options: RunOptions | None = None) -> list:
@@ -467,6 +498,7 @@ class InferenceSession:
         caller to release."""
         old = self._core
         self._core = core
+        self._fast_run = None  # made again for the new core at its first run
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, SessionCore.release, core)
         self._attach_ep_profiling()
@@ -578,6 +610,7 @@ class InferenceSession:
             return ""
         path = profiler.end()
         self._profiler = None
+        self._fast_run = None  # runs no longer profiled may take the fast path
         return path
 
     def close(self) -> None:

@@ -120,3 +120,29 @@ def test_output_names_are_checked_at_every_run():
     assert s.run(["n", "y"], {"x": x})[0] == 30
     with pytest.raises(errors.InvalidArgument, match="Invalid output name: 'q'"):
         s.run(["n", "q"], {"x": x})
+
+
+def test_every_way_to_call_run_gives_the_same_outputs(tmp_path):
+    """A session's plain run(None, feeds) skips what only options, output names, profiling or a
+    verbose log need; each of those routes, before and after profiling ends, gives the same
+    outputs, owned by the caller."""
+    opts = onnxhal.SessionOptions()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(tmp_path / "p")
+    s = onnxhal.InferenceSession(_flatten_model().SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 10
+    want = [np.maximum(x, 0).reshape(2, -1), np.array(30, np.int64)]
+    ro = onnxhal.RunOptions()
+    for stage in ("profiling", "after"):
+        results = [s.run(None, {"x": x}), s.run(None, {"x": x}), s.run(["y", "n"], {"x": x}),
+                   s.run(None, {"x": x}, ro), s.run([], {"x": x})]
+        for got in results:
+            assert [g.tolist() for g in got] == [w.tolist() for w in want], stage
+            assert all(g.flags.writeable and not np.shares_memory(g, x) for g in got)
+        if stage == "profiling":
+            assert s.end_profiling()
+    verbose = onnxhal.SessionOptions()
+    verbose.log_severity_level = 0
+    v = onnxhal.InferenceSession(_flatten_model().SerializeToString(), verbose, providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        assert [g.tolist() for g in v.run(None, {"x": x})] == [w.tolist() for w in want]

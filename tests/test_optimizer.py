@@ -854,6 +854,25 @@ def test_gelu_kernel_matches_exact_erf():
     assert special[3] == np.float32(3e38) and abs(special[4]) < 1e-30
 
 
+def test_small_gelus_take_the_table_to_the_same_bound():
+    # Up to 2048 float32 values: c(|x|) interpolated from a table (fused._gelu_table), every
+    # block of the range, the table's end at 6, and the special values, as the polynomial's bound.
+    for lo in range(-20, 20, 2):
+        x = np.linspace(lo, lo + 2, 2048, dtype=np.float32)
+        exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(np.float64)])
+        np.testing.assert_allclose(gelu(x), exact, rtol=0, atol=4e-7)
+    edge = np.array([6.0, -6.0, np.nextafter(6.0, 7.0), -np.nextafter(6.0, 7.0), 0.0, -0.0, 5.9995], np.float32)
+    exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in edge.astype(np.float64)])
+    np.testing.assert_allclose(gelu(edge), exact, rtol=0, atol=4e-7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        special = gelu(np.array([np.inf, -np.inf, np.nan, 3e38, -3e38], np.float32))
+    assert special[0] == np.inf and abs(special[1]) < 1e-30 and np.isnan(special[2])
+    assert special[3] == np.float32(3e38) and abs(special[4]) < 1e-30
+    strided = np.linspace(-4, 4, 64, dtype=np.float32).reshape(8, 8)[:, ::2]
+    np.testing.assert_array_equal(gelu(strided), gelu(np.ascontiguousarray(strided)))
+
+
 def test_gelu_polynomial_is_the_documented_fit():
     # benchmarks/fit_gelu.py reproduces the kernel's constants (loosely: LAPACK builds differ in
     # the last digits) and the fit's own error bound.

@@ -5,7 +5,7 @@
 - ``FusedMatMul(X, W, bias?)``: X @ W + bias (X of any rank >= 2, W 2-D), then Relu or Gelu.
 - ``FusedBatchNormalization(X, multiplier, shift)``: X * multiplier + shift per channel (axis 1),
   then activation: inference BatchNormalization with its statistics folded in by the optimizer.
-- ``Gelu(X)``: x * Phi(x) to 4e-7 absolute (``_gelu_inplace``: no exp).
+- ``Gelu(X)``: x * Phi(x) to 4e-7 absolute (``_gelu_inplace``: no exp; small arrays ``_gelu_table``).
 - ``LayerNormalization``: the ONNX contract, for models whose opset predates the ONNX op.
 
 ``activation`` names the op ("" for none); ``activation_params`` holds its float attributes
@@ -23,6 +23,7 @@ was pinned to one thread (``OPENBLAS_NUM_THREADS=1``), else 1. The CPU EP resize
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -163,16 +164,57 @@ def _gelu_inplace(y: np.ndarray) -> None:
     y -= q
 
 
+#: Small float32 arrays take c(|x|) from a table of c at steps of 1/1024 on [0, 6], linearly
+#: interpolated (c(6) = 6e-9: 0 past it): 11 numpy calls instead of 23, 8.1 against 10.9 us on 768
+#: values; from about 3000 values the table's gathers cost more than the polynomial. The
+#: interpolation error is at most h^2/8 max|c''| = 0.1 h^2 = 1e-7, 2.4e-7 in all on a dense scan
+#: of [-8, 8] (the polynomial: 3.6e-7). ``_GELU_TABLE``: (values, slopes), built at first use.
+_GELU_TABLE_MAX = 2048
+_GELU_STEPS = 1024
+_GELU_TABLE: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _gelu_table(y: np.ndarray) -> None:
+    """``_gelu_inplace`` for small float32 arrays, by the interpolated table."""
+    global _GELU_TABLE
+    table = _GELU_TABLE
+    if table is None:
+        grid = [i / _GELU_STEPS for i in range(6 * _GELU_STEPS + 1)]
+        values = np.array([a * 0.5 * math.erfc(a / math.sqrt(2.0)) for a in grid])
+        values[-1] = 0.0
+        slopes = np.zeros_like(values)
+        slopes[:-1] = np.diff(values)
+        slopes[-1] = 0.0  # past the table (and for inf and NaN, sent to its end): c = 0
+        table = _GELU_TABLE = (values, slopes)
+    t = np.multiply(np.abs(y), float(_GELU_STEPS), dtype=np.float64)
+    np.fmin(t, float(6 * _GELU_STEPS), out=t)  # fmin: a NaN becomes the end, relu keeps the NaN
+    i = t.astype(np.intp)
+    t -= i
+    c = table[0].take(i)
+    t *= table[1].take(i)
+    c += t
+    np.maximum(y, 0, out=y)
+    y -= c
+
+
+def gelu_inplace(y: np.ndarray) -> None:
+    """gelu on a float array in place: the table for small float32 arrays, else the polynomial,
+    in cache-sized blocks when large."""
+    if y.size <= _GELU_TABLE_MAX and y.dtype == np.float32:
+        _gelu_table(y)
+    elif y.size <= BLOCK and y.flags.c_contiguous:  # one block: no blocking loop, no pool check
+        _gelu_inplace(y)
+    else:
+        _blocked(_gelu_inplace, y)
+
+
 def gelu(x: np.ndarray, fresh: bool = False) -> np.ndarray:
     """gelu(x) as a new array; ``fresh``: x is the caller's own float array, computed in place."""
     if fresh and x.dtype.kind == "f" and x.flags.writeable and x.flags.c_contiguous:
         y = x
     else:
         y = np.array(x, dtype=x.dtype if x.dtype.kind == "f" else np.float32, copy=True)
-    if y.size <= BLOCK:  # one block: no blocking loop, no pool check
-        _gelu_inplace(y)
-    else:
-        _blocked(_gelu_inplace, y)
+    gelu_inplace(y)
     return y
 
 
@@ -183,7 +225,7 @@ def _activation(name: str, params: list[float], node: Node) -> Callable[[np.ndar
     if name == "Relu":
         return lambda y: clamp_(y, 0)
     if name == "Gelu":
-        return lambda y: _gelu_inplace(y) if y.size <= BLOCK and y.flags.c_contiguous else _blocked(_gelu_inplace, y)
+        return gelu_inplace
     if name == "Tanh":
         return lambda y: np.tanh(y, out=y)
     if name == "Sigmoid":

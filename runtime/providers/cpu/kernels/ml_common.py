@@ -8,6 +8,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.normalization import softmax_max_free
 
 TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
@@ -48,8 +49,7 @@ def transform_scores(scores: np.ndarray, name: str) -> np.ndarray:
     if name == "LOGISTIC":
         return logistic(scores)
     if name == "SOFTMAX":
-        e = np.exp(scores - scores.max(axis=1, keepdims=True))
-        return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+        return softmax_into(scores.copy())
     # SOFTMAX_ZERO: zeros stay zero (scaled by exp(-max)), the rest as softmax
     top = scores.max(axis=1, keepdims=True)
     nonzero = np.abs(scores) > np.float32(1e-7)
@@ -59,7 +59,13 @@ def transform_scores(scores: np.ndarray, name: str) -> np.ndarray:
 
 
 def softmax_into(scores: np.ndarray) -> np.ndarray:
-    """SOFTMAX of the rows in place (the ufunc calls ``transform_scores`` makes, without its copies)."""
+    """SOFTMAX of the rows, in place or (the max-free form, normalization.softmax_max_free, where
+    it applies: a few classes' rows reduced one loop a row cost 1.3 us a reduction) as a new array;
+    the caller owns ``scores`` and no longer needs them."""
+    if scores.size and scores.dtype == _F32 and scores.flags.c_contiguous:
+        y = softmax_max_free(scores)
+        if y is not None:
+            return y
     np.subtract(scores, np.maximum.reduce(scores, axis=1, keepdims=True), out=scores)
     np.exp(scores, out=scores)
     return np.divide(scores, np.add.reduce(scores, axis=1, keepdims=True), out=scores)

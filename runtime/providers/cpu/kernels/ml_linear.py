@@ -16,6 +16,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     score_transform,
     transform_scores,
 )
+from onnxhal.runtime.providers.cpu.kernels.normalization import row_sums
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -135,11 +136,10 @@ class Normalizer(Kernel):
         rows = x.reshape(1, -1) if x.ndim == 1 else x
         if self.norm == "MAX":
             d = np.maximum.reduce(rows, axis=1, keepdims=True)
-        elif self.norm == "L1":
-            d = np.add.reduce(np.abs(rows), axis=1, keepdims=True)
+        elif self.norm == "L1":  # row sums as BLAS products: add.reduce loops once a row
+            d = row_sums(np.abs(rows))[:, None]
         else:
-            d = np.multiply(rows, rows)
-            d = np.sqrt(np.add.reduce(d, axis=1, keepdims=True))
+            d = np.sqrt(row_sums(np.multiply(rows, rows)))[:, None]
         # onnxruntime leaves a row whose norm is 0 as it is: divide it by 1 (d + 0 is d, NaN stays NaN)
         if np.count_nonzero(d) != d.size:
             np.add(d, np.equal(d, 0), out=d)

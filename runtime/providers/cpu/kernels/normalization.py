@@ -105,7 +105,7 @@ class LpNormalization(Kernel):
         return [np.asarray(y, dtype=x.dtype)]
 
 
-def _row_sums(rows: np.ndarray) -> np.ndarray:
+def row_sums(rows: np.ndarray) -> np.ndarray:
     """The sums of the rows of a 2-D float array as one BLAS matrix-vector product with a cached
     vector of ones, where numpy's sum along the last axis runs one reduction loop per row (rows
     longer than the longest cached constant are few: numpy sums them)."""
@@ -138,7 +138,7 @@ def layer_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, axis: 
     ONNX op and the ``com.onnxhal`` op the optimizer fuses for models older than opset 17.
 
     Those axes of a C-contiguous input are rows of one length n, so on inputs of 4096 elements or
-    more the means come from BLAS row sums (``_row_sums``): BERT's 128x768, 0.12 against 0.18 ms
+    more the means come from BLAS row sums (``row_sums``): BERT's 128x768, 0.12 against 0.18 ms
     for numpy's mean, which runs one reduction loop per row."""
     axis = axis + x.ndim if axis < 0 else axis
     xs = x.astype(stash, copy=False)
@@ -148,14 +148,14 @@ def layer_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, axis: 
     if xs.flags.c_contiguous and xs.size >= 4096 and xs.dtype.char in "fd":
         n = math.prod(x.shape[axis:])
         scale_n = xs.dtype.type(1.0 / n)
-        mean = (_row_sums(xs.reshape(-1, n)) * scale_n).reshape(stat_shape)
+        mean = (row_sums(xs.reshape(-1, n)) * scale_n).reshape(stat_shape)
         d = xs - mean
-        var = (_row_sums(np.square(d).reshape(-1, n)) * scale_n).reshape(stat_shape)
+        var = (row_sums(np.square(d).reshape(-1, n)) * scale_n).reshape(stat_shape)
         if (np.square(mean) > var).any():  # |mean| > spread, without a square root per row
             # A row whose mean outweighs its spread loses digits in the BLAS sum (2e-4 after
             # normalizing 6,144 values near 100, onnxruntime 1.5e-5): correct it by the mean of
             # the differences, which that sum leaves exact enough (the two-pass corrected algorithm).
-            corr = (_row_sums(d.reshape(-1, n)) * scale_n).reshape(stat_shape)
+            corr = (row_sums(d.reshape(-1, n)) * scale_n).reshape(stat_shape)
             d -= corr
             mean += corr
             var -= corr * corr
@@ -240,14 +240,14 @@ _SOFTMAX_MAX_INPUT = 60.0
 _SOFTMAX_MIN_SUM = float(np.exp(-60.0))
 
 
-def _softmax_last_axis(x: np.ndarray) -> np.ndarray | None:
+def softmax_max_free(x: np.ndarray) -> np.ndarray | None:
     """Softmax over the last axis of a contiguous float32 array without subtracting row maxima,
     or None when the input has a value >= 60 (or a NaN) and the usual form must run.
 
     The row maxima only guard exp against overflow; with every input below 60 no exp or row sum
     can overflow, and softmax does not change when every row is shifted. Skipping them saves two
     passes whose numpy loops run once per row (the max reduction and the broadcast subtraction,
-    1536 rows of 128 in BERT's attention), and the row sums are BLAS's (``_row_sums``): 0.37
+    1536 rows of 128 in BERT's attention), and the row sums are BLAS's (``row_sums``): 0.37
     against 0.56 ms on 12x128x128, and on a tiny model's 96 rows of 12 about 4 against 9.5 us (the
     max reduction alone takes 4.7 us there). exp(x) is as exact as exp(x - max) (more so: x - max is itself
     rounded). Rows whose sum is below e^-60 (exp may have flushed their elements to zero), or not
@@ -257,7 +257,7 @@ def _softmax_last_axis(x: np.ndarray) -> np.ndarray | None:
     if not np.maximum.reduce(rows, axis=None) < _SOFTMAX_MAX_INPUT:  # also a NaN
         return None
     e = np.exp(rows)
-    sums = _row_sums(e)
+    sums = row_sums(e)
     if not np.minimum.reduce(sums) >= _SOFTMAX_MIN_SUM:  # also NaN (a NaN row) and -inf rows (sum 0)
         redo = ~(sums >= _SOFTMAX_MIN_SUM)
         bad = rows[redo]
@@ -269,10 +269,10 @@ def _softmax_last_axis(x: np.ndarray) -> np.ndarray | None:
 
 
 def softmax_last_axis(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis as a new array: max-free (``_softmax_last_axis``) where it
+    """Softmax over the last axis as a new array: max-free (``softmax_max_free``) where it
     applies, else with the row maxima subtracted. The attention kernels' probabilities."""
     if x.dtype == np.float32 and x.ndim and x.shape[-1] >= 8 and x.size and x.flags.c_contiguous:
-        y = _softmax_last_axis(x)
+        y = softmax_max_free(x)
         if y is not None:
             return y
     e = np.subtract(x, np.maximum.reduce(x, axis=-1, keepdims=True))
@@ -292,7 +292,7 @@ class _SoftmaxBase(Kernel):
             return x.copy()
         if (not self.log and x.dtype == np.float32 and x.ndim and axis in (-1, x.ndim - 1) and x.shape[-1] >= 8
                 and x.flags.c_contiguous):
-            y = _softmax_last_axis(x)
+            y = softmax_max_free(x)
             if y is not None:
                 return y
         # ufunc.reduce, not ndarray.max/sum: their Python wrappers cost 2 us a call, more than a

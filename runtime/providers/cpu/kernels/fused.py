@@ -375,7 +375,8 @@ class LayerNormalization(Kernel):
 
     def compute(self, inputs: list) -> list:
         bias = inputs[2] if len(inputs) > 2 else None
-        return list(layer_norm(inputs[0], inputs[1], bias, self.axis, self.epsilon, self.stash)[: self.n_outputs])
+        return list(layer_norm(inputs[0], inputs[1], bias, self.axis, self.epsilon, self.stash,
+                               self.n_outputs > 1)[: self.n_outputs])
 
 
 @register("ReplaceNaN", since=1, domain=DOMAIN)

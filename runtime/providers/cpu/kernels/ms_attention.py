@@ -303,7 +303,7 @@ class _EmbedBase(Kernel):
         if segment is not None and segment_ids is not None:
             total += _lookup(segment, segment_ids, "segment_ids", self.what)
         total = total.astype(np.float32, copy=False)
-        y = layer_norm(total, gamma, beta, -1, self.epsilon, _FLOAT32)[0]
+        y = layer_norm(total, gamma, beta, -1, self.epsilon, _FLOAT32, stats=False)[0]
         count = (np.zeros(b, np.int32) if mask is None else np.add.reduce(np.asarray(mask) == 1, 1, dtype=np.int32))
         return [y, count, total][: self.n_out]
 

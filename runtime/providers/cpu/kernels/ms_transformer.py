@@ -17,6 +17,7 @@ from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 MS = "com.microsoft"
+_FLOAT32 = np.dtype(np.float32)
 
 
 def _rms_norm(x: np.ndarray, gamma: np.ndarray, epsilon: float, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
@@ -62,7 +63,7 @@ class SkipLayerNormalization(Kernel):
             y, inv = _rms_norm(total, gamma, self.epsilon)
             mean = np.zeros_like(inv)
         else:
-            y, mean, inv = layer_norm(total, gamma, beta, -1, self.epsilon, np.dtype(np.float32))
+            y, mean, inv = layer_norm(total, gamma, beta, -1, self.epsilon, _FLOAT32, stats=self.n_out > 1)
         return [y, mean, inv, total][: self.n_out]
 
     op_name = "SkipLayerNormalization"

@@ -132,9 +132,10 @@ def _ones(n: int, dtype: np.dtype) -> np.ndarray:
 
 
 def layer_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, axis: int, epsilon: float,
-               stash: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               stash: np.dtype, stats: bool = True) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """ONNX LayerNormalization (the opset-17 contract) over axes [axis, rank): (Y, Mean,
-    InvStdDev), the statistics computed and returned in ``stash``'s dtype, Y in x's. Shared by the
+    InvStdDev), the statistics computed and returned in ``stash``'s dtype, Y in x's (``stats``
+    False: a caller that reads Y alone, the statistics may come back as None). Shared by the
     ONNX op and the ``com.onnxhal`` op the optimizer fuses for models older than opset 17.
 
     Those axes of a C-contiguous input are rows of one length n, so on inputs of 4096 elements or
@@ -144,7 +145,7 @@ def layer_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, axis: 
     xs = x.astype(stash, copy=False)
     stat_shape = x.shape[:axis] + (1,) * (x.ndim - axis)
     if xs.size < 4096 and xs.dtype.char in "fd" and xs.size:
-        return _layer_norm_small(x, xs, scale, bias, axis, epsilon, stat_shape)
+        return _layer_norm_small(x, xs, scale, bias, axis, epsilon, stat_shape, stats)
     if xs.flags.c_contiguous and xs.size >= 4096 and xs.dtype.char in "fd":
         n = math.prod(x.shape[axis:])
         scale_n = xs.dtype.type(1.0 / n)
@@ -174,7 +175,8 @@ def layer_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, axis: 
 
 
 def _layer_norm_small(x: np.ndarray, xs: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, axis: int,
-                      epsilon: float, stat_shape: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      epsilon: float, stat_shape: tuple,
+                      stats: bool) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """``layer_norm`` on fewer than 4096 elements: the statistics and the normalization in float64
     through BLAS products with a column of 1/n, the fewest numpy calls (a tiny model's 24 rows of
     32: 7.7 against 9.9 us for float32 reductions, 11.6 for numpy's mean), exact to 6e-7 whatever
@@ -197,6 +199,8 @@ def _layer_norm_small(x: np.ndarray, xs: np.ndarray, scale: np.ndarray, bias: np
     y *= scale
     if bias is not None:
         y += bias
+    if not stats:
+        return y, None, None
     stash = xs.dtype
     return y, mean.reshape(stat_shape).astype(stash, copy=False), inv_std.reshape(stat_shape).astype(stash, copy=False)
 
@@ -227,7 +231,7 @@ class LayerNormalization(Kernel):
         # float64 is normalized in float64 and float16 in float32 (the stash type); Mean and
         # InvStdDev come out in the stash type whatever the input, as onnxruntime's
         work = x.dtype if x.dtype == self.stash else np.promote_types(x.dtype, self.stash)
-        y, mean, inv_std = layer_norm(x, inputs[1], bias, self.axis, self.eps, work)
+        y, mean, inv_std = layer_norm(x, inputs[1], bias, self.axis, self.eps, work, self.n_out > 1)
         if self.n_out == 1:
             return [y]
         return [y, mean.astype(self.stash, copy=False), inv_std.astype(self.stash, copy=False)][: self.n_out]

@@ -465,29 +465,34 @@ def test_tree_ensemble_two_classes_written_alike(seed):
         a["class_treeids"] = [t for t in attrs["class_treeids"] for _ in written]
         a["class_nodeids"] = [i for i in attrs["class_nodeids"] for _ in written]
         a["class_ids"] = written * n_leaves
-        for positive in (True, False):
-            w = rng.standard_normal(len(a["class_ids"]))
-            a["class_weights"] = [float(v) for v in (np.abs(w) if positive else w)]
-            for base in (None, [0.25], [0.25, -0.5]):
-                extra = {"base_values": base} if base else {}
-                for labels in ({"classlabels_int64s": [3, 8]}, {"classlabels_strings": ["no", "yes"]}):
-                    out = I64 if "classlabels_int64s" in labels else S
-                    for transform in TRANSFORMS + ("PROBIT",):
-                        what = f"written {written} positive {positive} base {base} {labels} {transform} seed {seed}"
-                        model = _model("TreeEnsembleClassifier", [_t("X", F, None)],
-                                       [_t("Y", out, None), _t("Z", F, None)], post_transform=transform,
-                                       **labels, **a, **extra)
-                        node = Node.from_proto(model.graph.node[0])
-                        alike = create_cpu_kernel(node, None, {ML: 3})
-                        per_row = create_cpu_kernel(node, None, {ML: 3})
-                        assert alike.forest.written_const is not None, what
-                        per_row.forest.written_const = None
-                        with np.errstate(all="ignore"):
-                            got, want = alike.compute([x]), per_row.compute([x])
-                        assert got[0].tolist() == want[0].tolist(), what
-                        assert got[1].dtype == want[1].dtype and got[1].shape == want[1].shape, what
-                        np.testing.assert_array_equal(got[1], want[1], err_msg=what)
-                        _check_two_classes(model, x, np.full(len(x), 1 not in written), what)
+        for model, what in _two_class_models(rng, a, f"written {written} seed {seed}"):
+            node = Node.from_proto(model.graph.node[0])
+            alike = create_cpu_kernel(node, None, {ML: 3})
+            per_row = create_cpu_kernel(node, None, {ML: 3})
+            assert alike.forest.written_const is not None, what
+            per_row.forest.written_const = None
+            with np.errstate(all="ignore"):
+                got, want = alike.compute([x]), per_row.compute([x])
+            assert got[0].tolist() == want[0].tolist(), what
+            assert got[1].dtype == want[1].dtype and got[1].shape == want[1].shape, what
+            np.testing.assert_array_equal(got[1], want[1], err_msg=what)
+            _check_two_classes(model, x, np.full(len(x), 1 not in written), what)
+
+
+def _two_class_models(rng: np.random.Generator, attrs: dict, what: str):
+    """(model, description) of a two-class TreeEnsembleClassifier over ``attrs`` for each weight
+    sign, base values, label type and transform."""
+    for positive in (True, False):
+        w = rng.standard_normal(len(attrs["class_ids"]))
+        a = dict(attrs, class_weights=[float(v) for v in (np.abs(w) if positive else w)])
+        for base in (None, [0.25], [0.25, -0.5]):
+            extra = {"base_values": base} if base else {}
+            for labels in ({"classlabels_int64s": [3, 8]}, {"classlabels_strings": ["no", "yes"]}):
+                out = I64 if "classlabels_int64s" in labels else S
+                for transform in TRANSFORMS + ("PROBIT",):
+                    model = _model("TreeEnsembleClassifier", [_t("X", F, None)], [_t("Y", out, None), _t("Z", F, None)],
+                                   post_transform=transform, **labels, **a, **extra)
+                    yield model, f"{what} positive {positive} base {base} {labels} {transform}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -511,19 +516,8 @@ def test_tree_ensemble_two_classes_written_per_row(seed):
         # which rows reach a leaf writing class 1, from the nodes' own walk of each tree
         leaf_of = {(t, i): 1 in wr for t, i, wr in zip(attrs["class_treeids"], attrs["class_nodeids"], per_leaf)}
         one_score = ~np.array([any(leaf_of[(t, _walk(trees[t], row))] for t in range(len(trees))) for row in x])
-        for positive in (True, False):
-            w = rng.standard_normal(len(a["class_ids"]))
-            a["class_weights"] = [float(v) for v in (np.abs(w) if positive else w)]
-            for base in (None, [0.25], [0.25, -0.5]):
-                extra = {"base_values": base} if base else {}
-                for labels in ({"classlabels_int64s": [3, 8]}, {"classlabels_strings": ["no", "yes"]}):
-                    out = I64 if "classlabels_int64s" in labels else S
-                    for transform in TRANSFORMS + ("PROBIT",):
-                        what = f"leaves write {kinds} positive {positive} base {base} {labels} {transform} seed {seed}"
-                        model = _model("TreeEnsembleClassifier", [_t("X", F, None)],
-                                       [_t("Y", out, None), _t("Z", F, None)], post_transform=transform,
-                                       **labels, **a, **extra)
-                        _check_two_classes(model, x, one_score, what)
+        for model, what in _two_class_models(rng, a, f"leaves write {kinds} seed {seed}"):
+            _check_two_classes(model, x, one_score, what)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

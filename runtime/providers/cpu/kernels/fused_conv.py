@@ -406,6 +406,11 @@ class FusedConv(FusedBase):
         if appended:
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
         y = np.matmul(self._gathered_weights(w, b, keep), flat.take(idx))
+        return self._epilogue(y, z, out_shape)
+
+    def _epilogue(self, y: np.ndarray, z: np.ndarray | None, out_shape: tuple) -> np.ndarray:
+        """A gathered product's residual and activation, then its output shape (channels shuffled
+        where a ShuffleNet shuffle was fused)."""
         if z is not None:
             y += z.reshape(y.shape)
         if self.act is not None:
@@ -446,13 +451,7 @@ class FusedConv(FusedBase):
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
         taps = flat.take(idx)
         taps *= self._depthwise_taps(w, b, idx.shape[3], keep)
-        y = np.add.reduce(taps, axis=0)
-        if z is not None:
-            y += z.reshape(y.shape)
-        if self.act is not None:
-            self.act(y)
-        y = y.reshape(out_shape)
-        return shuffle_channels(y, self.shuffle) if self.shuffle else y
+        return self._epilogue(np.add.reduce(taps, axis=0), z, out_shape)
 
     def _pointwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                    out_hw: tuple[int, int]) -> np.ndarray:

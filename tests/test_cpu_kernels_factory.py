@@ -72,6 +72,23 @@ def test_every_default_domain_schema_version_is_supported():
     assert missing == []
 
 
+def test_the_documented_onnx_reference_operators_are_those_without_a_native_kernel():
+    # docs/cpu-ep-operators.md lists them with the reason; a new kernel (or a new onnx) must update it
+    import re
+    from pathlib import Path
+
+    from onnxhal.runtime.providers.cpu.kernels.registry import registered_ops
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cpu-ep-operators.md").read_text()
+    section = doc.split("## Default-domain operators on onnx.reference", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[2] for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    documented = {op.strip() for row in rows[1:] for op in row.split(",")}
+    native = {op for domain, op in registered_ops() if domain in ("", "ai.onnx")}
+    schemas = {s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain == "" and not s.deprecated}
+    assert documented == schemas - native
+    assert re.search(rf"These {len(documented)} operators", section)
+
+
 def test_old_versions_onnx_reference_lacks_use_its_oldest():
     # onnx.reference implements DequantizeLinear from opset 19 only; opset 10 is a subset.
     node = make_node("DequantizeLinear", 3, 10)

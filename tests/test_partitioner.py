@@ -202,48 +202,39 @@ def test_lost_device_without_failover_is_a_typed_error_and_the_session_survives(
     assert sess.get_providers() == ["CPUExecutionProvider"]
 
 
-def test_failover_from_many_threads_at_once(toy):
+def _runs_from_threads(sess, threads: int = 4, runs: int = 20) -> list:
+    """Each of ``threads`` threads runs ``sess`` ``runs`` times against the reference; the errors."""
     import threading
 
-    sess = _lossy(failover=True)
     bad: list = []
 
     def worker():
-        for _ in range(20):
+        for _ in range(runs):
             try:
                 np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
-            except Exception as e:  # noqa: BLE001 - collected and asserted below
+            except Exception as e:  # noqa: BLE001 - collected and asserted by the caller
                 bad.append(e)
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
         t.start()
-    for t in threads:
+    for t in pool:
         t.join()
+    return bad
+
+
+def test_failover_from_many_threads_at_once(toy):
+    sess = _lossy(failover=True)
+    bad = _runs_from_threads(sess)
     assert bad == [] and sess.get_providers() == ["CPUExecutionProvider"] and len(sess.failovers) == 1
 
 
 def test_fallback_from_many_threads_at_once_falls_back_once(toy, caplog):
     """One recovery policy for failover and fallback: threads that meet the lost device together
     rebuild the session once, on the CPU EP, and every run answers."""
-    import threading
-
     sess = _lossy(failover=False)
-    bad: list = []
-
-    def worker():
-        for _ in range(20):
-            try:
-                np.testing.assert_allclose(sess.run(None, {"x": X})[0], add_mul_reference(X))
-            except Exception as e:  # noqa: BLE001 - collected and asserted below
-                bad.append(e)
-
     with caplog.at_level(logging.WARNING):
-        threads = [threading.Thread(target=worker) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        bad = _runs_from_threads(sess)
     assert bad == [] and sess.get_providers() == ["CPUExecutionProvider"] and sess.failovers == []
     assert caplog.text.count("Falling back to ['CPUExecutionProvider']") == 1
 

@@ -23,8 +23,28 @@ CONSTANT_MAX = 1 << 22  # elements per constant array (16 MiB of float32); large
 _constants: dict[tuple[str, bytes], np.ndarray] = {}
 
 
+#: Views handed out for non-zero constants of up to ``SMALL_MAX`` elements, by (n, dtype, value):
+#: a small row-sum product (the tiny models' normalizations) costs less than the general lookup.
+#: Only Python numbers other than 0 and NaN: 0.0 and -0.0 are equal keys but different constants,
+#: NaN is no key at all, and a 0-d array is not hashable.
+_small: dict[tuple, np.ndarray] = {}
+SMALL_MAX = 4096
+
+
 def constant(value, dtype: np.dtype, n: int) -> np.ndarray:
     """A read-only contiguous 1-D array of ``n`` <= 2**22 copies of ``value`` as ``dtype``."""
+    small = n <= SMALL_MAX and value.__class__ in (float, int) and value and value == value
+    if small:
+        hit = _small.get((n, dtype, value))
+        if hit is not None:
+            return hit
+    view = _constant(value, dtype, n)
+    if small:
+        _small[(n, dtype, value)] = view  # bounded by the shapes and constants a process meets
+    return view
+
+
+def _constant(value, dtype: np.dtype, n: int) -> np.ndarray:
     dtype = np.dtype(dtype)
     scalar = np.array(value, dtype=dtype)
     key = (dtype.str, scalar.tobytes())  # by bytes: 0.0 and -0.0 are different constants

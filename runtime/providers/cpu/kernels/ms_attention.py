@@ -80,6 +80,42 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, add: np.nd
     return np.ascontiguousarray(ctx.transpose(0, 2, 1, 3)).reshape(b, s, n * h)
 
 
+class _MaskBiases:
+    """``_mask_bias`` kept per mask value and shapes, for one attention node: a model hands every
+    layer the same mask, and every run of a batch usually the same one (the bias is read, never
+    written)."""
+
+    def __init__(self, causal: bool, fill: float, what: str) -> None:
+        self.causal, self.fill, self.what = causal, fill, what
+        self._cache: dict[tuple, np.ndarray | None] = {}
+
+    def __call__(self, mask: np.ndarray | None, b: int, s: int, total: int, past: int) -> np.ndarray | None:
+        if mask is None:
+            if not self.causal:
+                return None
+            key = (None, b, s, total, past)
+        elif mask.size > 4096:  # a large mask: building its bias costs less than keeping a copy as key
+            return _mask_bias(mask, b, s, total, past, self.causal, self.fill, self.what)
+        else:
+            key = (mask.tobytes(), mask.shape, mask.dtype.char, b, s, total, past)
+        add = self._cache.get(key)
+        if add is None:
+            add = _mask_bias(mask, b, s, total, past, self.causal, self.fill, self.what)
+            if add is not None:
+                add.flags.writeable = False
+            if len(self._cache) >= 64:  # masks that change every run: keep few
+                self._cache.clear()
+            self._cache[key] = add
+        return add
+
+
+def _num_heads(node: Node, what: str) -> int:
+    heads = int(node.attr("num_heads", 0))
+    if heads <= 0:
+        raise InvalidArgument(f"{what}: num_heads must be a positive integer, got {heads}.")
+    return heads
+
+
 class _AttentionBase(Kernel):
     """What Attention and QAttention share: the heads, the Q/K/V split, past and present, masks."""
 
@@ -88,9 +124,7 @@ class _AttentionBase(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.what = f"{self.op} node {node.name!r}"
-        self.heads = int(node.attr("num_heads", 0))
-        if self.heads <= 0:
-            raise InvalidArgument(f"{self.what}: num_heads must be a positive integer, got {self.heads}.")
+        self.heads = _num_heads(node, self.what)
         self.causal = bool(node.attr("unidirectional", 0))
         self.sizes = [int(v) for v in node.attr("qkv_hidden_sizes", [])]
         self.fill = float(node.attr("mask_filter_value", -10000.0))
@@ -100,7 +134,7 @@ class _AttentionBase(Kernel):
                                   "rotary fusion.")
         self.n_out = len(node.outputs)
         self._splits: dict[int, tuple[int, int]] = {}
-        self._masks: dict[tuple, np.ndarray | None] = {}
+        self._mask = _MaskBiases(self.causal, self.fill, self.what)
 
     def _split_points(self, width: int) -> tuple[int, int]:
         """Where Q ends and K ends in a projection of ``width`` columns (checked once per width)."""
@@ -112,27 +146,6 @@ class _AttentionBase(Kernel):
                                       f"{self.heads} heads; they must add up to it and divide by num_heads.")
             points = self._splits[width] = (sizes[0], sizes[0] + sizes[1])
         return points
-
-    def _mask(self, mask: np.ndarray | None, b: int, s: int, total: int, past: int) -> np.ndarray | None:
-        """``_mask_bias``, kept per mask value and shapes: a model hands every layer the same mask,
-        and every run of a batch usually the same one (the bias is read, never written)."""
-        if mask is None:
-            if not self.causal:
-                return None
-            key = (None, b, s, total, past)
-        elif mask.size > 4096:  # a large mask: building its bias costs less than keeping a copy as key
-            return _mask_bias(mask, b, s, total, past, self.causal, self.fill, self.what)
-        else:
-            key = (mask.tobytes(), mask.shape, mask.dtype.char, b, s, total, past)
-        add = self._masks.get(key)
-        if add is None:
-            add = _mask_bias(mask, b, s, total, past, self.causal, self.fill, self.what)
-            if add is not None:
-                add.flags.writeable = False  # added to the scores, never written
-            if len(self._masks) >= 64:  # masks that change every run: keep few
-                self._masks.clear()
-            self._masks[key] = add
-        return add
 
     def _attention(self, qkv: np.ndarray, inputs: list) -> list:
         b, s, width = qkv.shape
@@ -230,13 +243,12 @@ class MultiHeadAttention(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.what = f"MultiHeadAttention node {node.name!r}"
-        self.heads = int(node.attr("num_heads", 0))
-        if self.heads <= 0:
-            raise InvalidArgument(f"{self.what}: num_heads must be a positive integer, got {self.heads}.")
+        self.heads = _num_heads(node, self.what)
         self.causal = bool(node.attr("unidirectional", 0))
         self.fill = float(node.attr("mask_filter_value", -10000.0))
         self.scale = float(node.attr("scale", 0.0))
         self.n_out = len(node.outputs)
+        self._mask = _MaskBiases(self.causal, self.fill, self.what)
 
     def compute(self, inputs: list) -> list:
         q, k, v = inputs[0], _opt(inputs, 1), _opt(inputs, 2)
@@ -260,7 +272,7 @@ class MultiHeadAttention(Kernel):
                 k = np.concatenate([past_k, k], axis=2)
                 v = np.concatenate([past_v, v], axis=2)
         total = k.shape[2]
-        add = _mask_bias(mask, b, s, total, total - s, self.causal, self.fill, self.what)
+        add = self._mask(None if mask is None else np.asarray(mask), b, s, total, total - s)
         scale = self.scale or 1.0 / math.sqrt(q.shape[-1])
         out = attend(q, k, v, scale, add, attn_bias)
         return [out, k, v][: self.n_out]

@@ -8,7 +8,8 @@ set -uo pipefail
 OUT="${OUT:-$PWD/gpu-check-out}"; mkdir -p "$OUT"
 log() { echo "== $*"; }
 
-log "GPU and driver"
+log "GPU, driver and host CPU"
+grep -m1 "model name" /proc/cpuinfo; nproc
 nvidia-smi --query-gpu=name,pci.bus_id,pci.device_id,driver_version,memory.total --format=csv 2>&1
 log "PCI functions of vendor 0x10de in sysfs"
 for d in /sys/bus/pci/devices/*; do
@@ -42,18 +43,22 @@ python3 -m onnxhal devices 2>&1 | tee "$OUT/devices.txt"
 python3 -m onnxhal devices --json >"$OUT/devices.json" 2>&1
 
 log "GEMM on the GPU against numpy"
-timeout 120 python3 benchmarks/opencl_gemm.py 1024 2048 4096 2>&1 | tee "$OUT/gemm.txt"
+timeout 60 python3 benchmarks/opencl_gemm.py 1024 2048 4096 2>&1 | tee "$OUT/gemm.txt"
 
 log "models: OpenCL EP on the GPU against onnxruntime CPU (8 threads)"
-timeout 150 python3 benchmarks/bench.py --ep opencl --threads 8 --repeat 20 --models mlp,cnn,encoder 2>&1 | tee "$OUT/bench.txt"
+timeout 90 python3 benchmarks/bench.py --ep opencl --threads 8 --repeat 20 --models mlp,cnn,encoder 2>&1 | tee "$OUT/bench.txt"
 
 if [ -d .gpucorpus ]; then
     log "real exports (benchmark size) on the GPU against onnxruntime CPU (8 threads)"
-    timeout 150 python3 benchmarks/real_models.py --corpus .gpucorpus --ep opencl --threads 8 --repeat 10 2>&1 | tee "$OUT/real_models.txt"
+    timeout 80 python3 benchmarks/real_models.py --corpus .gpucorpus --ep opencl --threads 8 --repeat 10 2>&1 | tee "$OUT/real_models.txt"
 fi
 
+log "the committed tiny corpus: OpenCL EP on the GPU, then the CPU EP on this host's CPU (2 threads each side)"
+timeout 60 python3 benchmarks/real_models.py --ep opencl --repeat 20 >"$OUT/tiny_opencl.txt" 2>&1
+timeout 90 python3 benchmarks/real_models.py --ep cpu --repeat 100 >"$OUT/tiny_cpu.txt" 2>&1
+
 log "OpenCL test files on the GPU"
-timeout 240 python3 -m pytest -q -p no:cacheprovider -n 12 tests/test_opencl_probe.py tests/test_devices_opencl.py \
+timeout 170 python3 -m pytest -q -p no:cacheprovider -n 12 tests/test_opencl_probe.py tests/test_devices_opencl.py \
     tests/test_opencl_ep.py tests/test_opencl_kernels.py tests/test_opencl_memory.py tests/test_opencl_session.py \
     tests/test_opencl_dynamic.py tests/test_opencl_models.py tests/test_node_conformance_opencl.py \
     >"$OUT/pytest.txt" 2>&1
@@ -64,3 +69,4 @@ grep -i -E "GF/s|gflop" "$OUT/gemm.txt" | tail -4
 tail -8 "$OUT/bench.txt"
 [ -f "$OUT/real_models.txt" ] && tail -12 "$OUT/real_models.txt"
 tail -3 "$OUT/pytest.txt"
+tail -2 "$OUT/tiny_opencl.txt"; tail -2 "$OUT/tiny_cpu.txt"

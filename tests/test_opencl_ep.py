@@ -98,6 +98,42 @@ def test_lone_view_is_not_claimed(ocl):
     assert capability(ep, graph) == []
 
 
+def _loop_bodies() -> onnx.ModelProto:
+    """x [3, 4] through a Scan over its rows (body: Sub, Sigmoid) and an If (then: Relu)."""
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Sub", ["row", "c_in"], ["d"], name="body_sub"),
+         helper.make_node("Sigmoid", ["d"], ["s"], name="body_sigmoid"),
+         helper.make_node("Identity", ["c_in"], ["c_out"], name="body_id")],
+        "scan_body", [helper.make_tensor_value_info("c_in", f, [4]), helper.make_tensor_value_info("row", f, [4])],
+        [helper.make_tensor_value_info("c_out", f, [4]), helper.make_tensor_value_info("s", f, [4])])
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="then_relu")], "then", [],
+                               [helper.make_tensor_value_info("t", f, [3, 4])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [],
+                               [helper.make_tensor_value_info("e", f, [3, 4])])
+    return helper.make_model(helper.make_graph(
+        [helper.make_node("Scan", ["c", "x"], ["c_final", "ys"], name="scan", body=body, num_scan_inputs=1),
+         helper.make_node("If", ["cond"], ["branch"], name="if", then_branch=then_g, else_branch=else_g),
+         helper.make_node("Add", ["ys", "branch"], ["y"], name="add")],
+        "g", [helper.make_tensor_value_info("c", f, [4]), helper.make_tensor_value_info("x", f, [3, 4]),
+              helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", f, [3, 4])]), opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_loop_body_stays_on_the_host_and_an_if_branch_does_not(ocl):
+    """A Scan or Loop runs on the host (nodes with subgraphs are not this EP's), so a body
+    partition would cross to the device and back at every iteration: the body is declined with
+    the reason; an If's branch runs once a run and is claimed."""
+    _, ep, _ = ocl
+    graph = hal.Graph.from_proto(_loop_bodies().graph, {"": 17})
+    scan, cond = graph.nodes[0], graph.nodes[1]
+    body = scan.subgraph_list()[0]
+    assert capability(ep, body) == []
+    assert "body of Scan node 'scan'" in ep.declined["body_sub"] and "every iteration" in ep.declined["body_sigmoid"]
+    (then_g,) = [g for g in cond.subgraph_list() if g.name == "then"]
+    assert capability(ep, then_g) == [["then_relu"]]
+
+
 def test_fusion_groups_respect_convexity():
     graph, _ = make_graph([helper.make_node("Relu", ["x"], ["a"], name="a"),
                            helper.make_node("Neg", ["a"], ["b"], name="b"),

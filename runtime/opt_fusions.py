@@ -345,6 +345,63 @@ def fuse_matmul_bias(graph: Graph) -> bool:
     return changed
 
 
+MS_DOMAIN = "com.microsoft"
+_FLOAT = 1  # TensorProto.FLOAT
+
+
+def _float_of_shape(graph: Graph, name: str, shapes: tuple[tuple[int, ...], ...]) -> bool:
+    return bool(name) and graph.value_info(name).elem_type == _FLOAT and static_shape(graph, name) in shapes
+
+
+def fuse_matmul_integer_to_float(graph: Graph) -> bool:
+    """MatMulInteger -> Cast(float) -> Mul(scale) [-> Add(constant [N] bias)] as onnxruntime's
+    quantizer writes each dynamically quantized MatMul -> com.microsoft MatMulIntegerToFloat (the
+    fusion onnxruntime makes for its CPU EP). The scale is split into the two factors of the Mul
+    that made it (a_scale * b_scale, the same float32 product the kernel forms), or taken as
+    a_scale with b_scale 1. A's zero point and the scale must be per tensor; the result is the
+    same float32 arithmetic in the same order: one kernel instead of four."""
+    changed = False
+    for mmi in live_nodes(graph):
+        if mmi.op_type != "MatMulInteger" or mmi.domain != "" or len(mmi.outputs) != 1:
+            continue
+        ins = list(mmi.inputs) + ["", ""]
+        a_zp, b_zp = ins[2], ins[3]
+        b_shape = static_shape(graph, ins[1])
+        if b_shape is None or len(b_shape) < 2 or (a_zp and static_shape(graph, a_zp) not in ((), (1,))):
+            continue
+        n = b_shape[-1]
+        per_tensor_or_column = ((), (1,), (n,))
+        cast = _follower(graph, mmi, ("Cast",))
+        if cast is None or cast.domain or cast.attr("to", 0) != _FLOAT:
+            continue
+        mul = _follower(graph, cast, ("Mul",))
+        scale = _other_input(mul, cast.outputs[0]) if mul is not None and not mul.domain else None
+        if scale is None or not _float_of_shape(graph, scale, per_tensor_or_column):
+            continue
+        pattern, last = [mmi, cast, mul], mul
+        maker = graph.producer(scale)
+        if (maker is not None and maker.op_type == "Mul" and not maker.domain and sole_consumer(graph, scale) is mul
+                and all(_float_of_shape(graph, f, per_tensor_or_column) for f in maker.inputs)):
+            a_scale, b_scale = maker.inputs
+            pattern.append(maker)
+        else:
+            a_scale, b_scale = scale, add_initializer(graph, f"{scale}_one", np.ones((), np.float32))
+        add = _follower(graph, mul, ("Add",))
+        bias = _other_input(add, mul.outputs[0]) if add is not None and not add.domain else None
+        bias_value = constant(graph, bias) if bias else None
+        if bias_value is not None and bias_value.dtype == np.float32 and bias_value.shape == (n,):
+            pattern.append(add)
+            last = add
+        else:
+            bias = ""
+        graph.opset.setdefault(MS_DOMAIN, 1)
+        fused = make_node(graph, "MatMulIntegerToFloat", [ins[0], ins[1], a_scale, b_scale, a_zp, b_zp, bias],
+                          [last.outputs[0]], name=_name(mmi, "to_float"), domain=MS_DOMAIN)
+        replace_nodes(graph, pattern, [fused])
+        changed = True
+    return changed
+
+
 def _close(value: float | None, target: float, rtol: float = 1e-4) -> bool:
     return value is not None and abs(value - target) <= rtol * abs(target)
 

@@ -13,6 +13,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
   Gemm+activation -> FusedGemm, MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference
   BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
+  MatMulInteger+Cast+Mul(scale)[+Add(bias)] -> com.microsoft MatMulIntegerToFloat (onnxruntime's
+  quantizer output; onnxruntime makes the same fusion for its CPU EP),
   the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu;
   Relu(Concat) -> Concat of Relus the Convs absorb; MatMul(A, B) / scalar -> MatMul with the
   factor folded into the constant weights A or B comes from (attention's 1 / sqrt(d)); in
@@ -73,6 +75,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
     ("fuse_replace_nan", _EXTENDED, opt_fusions.fuse_replace_nan, False, True),
     ("fuse_matmul_bias", _EXTENDED, opt_fusions.fuse_matmul_bias, False, True),
+    ("fuse_matmul_integer_to_float", _EXTENDED, opt_fusions.fuse_matmul_integer_to_float, False, True),
     ("fold_matmul_scale", _EXTENDED, opt_weight_folding.fold_matmul_scale, False, False),
     ("push_relu_into_concat", _EXTENDED, opt_fusions.push_relu_into_concat, False, False),
     ("pull_relu_after_maxpool", _EXTENDED, opt_fusions.pull_relu_after_maxpool, False, False),

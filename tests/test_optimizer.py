@@ -496,6 +496,43 @@ def test_opset_20_gelu_is_fused_into_the_matmul_before_it():
     assert_session_matches_ort(model, {"x": rng.standard_normal((8, 16)).astype(np.float32)})
 
 
+def _quantized_matmul(k: int, per_column: bool, bias: bool, expose_cast: bool = False) -> onnx.ModelProto:
+    """One MatMul as onnxruntime's quantize_dynamic writes it: DynamicQuantizeLinear of x [2, 5, k],
+    MatMulInteger with int8 weights, Cast, Mul by Mul(x_scale, w_scale) [, Add bias]."""
+    rng = np.random.default_rng(k)
+    n = 12
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["s"]),
+             helper.make_node("Mul", ["accf", "s"], ["m" if bias else "y"])]
+    if bias:
+        nodes.append(helper.make_node("Add", ["m", "b"], ["y"]))
+    inits = [("w", rng.integers(-128, 128, (k, n)).astype(np.int8)), ("wz", np.array(3, np.int8)),
+             ("ws", (rng.random(n if per_column else ()) * 0.01 + 1e-3).astype(np.float32)),
+             ("b", rng.standard_normal(n).astype(np.float32))]
+    outputs = [fvi("y", [2, 5, n])] + ([helper.make_tensor_value_info("accf", TensorProto.FLOAT, [2, 5, n])]
+                                       if expose_cast else [])
+    return model_of(nodes, [fvi("x", [2, 5, k])], outputs, inits if bias else inits[:3], opset=17)
+
+
+@pytest.mark.parametrize("k,per_column,bias", [(32, True, True), (32, False, False), (300, True, True)])
+def test_quantized_matmul_chain_fuses_to_matmul_integer_to_float_with_the_same_bits(k, per_column, bias):
+    """k 300: the exact product needs float64 (300 * 255^2 > 2^24)."""
+    model = _quantized_matmul(k, per_column, bias)
+    graph = optimized(model, Level.ORT_ENABLE_EXTENDED)
+    assert ops(graph) == Counter({"DynamicQuantizeLinear": 1, "MatMulIntegerToFloat": 1})
+    x = {"x": np.random.default_rng(1).standard_normal((2, 5, k)).astype(np.float32) * 3}
+    fused = _run_at(model, x, Level.ORT_ENABLE_ALL)
+    np.testing.assert_array_equal(fused, _run_at(model, x, Level.ORT_DISABLE_ALL))
+    np.testing.assert_allclose(fused, ort_run(model, x)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_quantized_matmul_chain_with_an_exposed_intermediate_is_not_fused():
+    graph = optimized(_quantized_matmul(32, True, True, expose_cast=True), Level.ORT_ENABLE_ALL)
+    assert ops(graph)["MatMulInteger"] == 1 and ops(graph)["MatMulIntegerToFloat"] == 0
+
+
 def test_without_cpu_fusions_only_standard_ops_remain():
     graph = optimize(load_model(small_encoder()).graph, Level.ORT_ENABLE_ALL, fuse_cpu_ops=False)
     assert all(n.domain == "" for n in graph.nodes)

@@ -67,10 +67,13 @@ class MatMulInteger(Kernel):
     one takes 20 us against 2 us). B less its zero point is converted once when both are constant
     initializers; A less its zero point is one conversion per run."""
 
+    b_zero_point_index = 3  # MatMulIntegerToFloat's is 5
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        names = list(node.inputs) + ["", "", ""]
+        names = list(node.inputs) + [""] * 7
+        zb = names[self.b_zero_point_index]
         self.constant_b = ctx is not None and bool(names[1]) and ctx.is_constant_initializer(names[1]) and (
-            not names[3] or ctx.is_constant_initializer(names[3]))
+            not zb or ctx.is_constant_initializer(zb))
         self._b: tuple | None = None  # (B, B's zero point, B - zero point as float)
 
     def _centered_b(self, b: np.ndarray, zb: np.ndarray | None) -> np.ndarray:
@@ -87,13 +90,21 @@ class MatMulInteger(Kernel):
         zb = inputs[3] if n > 3 else None
         cached = self._b
         bf = cached[2] if cached is not None and cached[0] is b and cached[1] is zb else self._centered_b(b, zb)
+        y = self._product(a, inputs[2] if n > 2 else None, bf)
+        return [y.astype(np.int32) if type(y) is _ndarray else np.asarray(y, np.int32)]
+
+    @staticmethod
+    def _product(a: np.ndarray, za: np.ndarray | None, bf: np.ndarray) -> np.ndarray:
+        """(A - za) @ bf in bf's float type (exact integers). A stack of matrices times one matrix
+        is one product of A's rows (numpy's matmul runs one BLAS call per matrix of the stack: a
+        tiny BERT's [2, 12, 32] by [32, 32], 2.9 against 1.1 us)."""
         ft = bf.dtype
-        za = inputs[2] if n > 2 else None
         if za is None:
             af = a.astype(ft)
         elif za.ndim == 1 and a.ndim >= 2 and za.size > 1:  # per row of A
-            af = np.subtract(a, za.reshape(-1, 1), dtype=ft)
+            return np.matmul(np.subtract(a, za.reshape(-1, 1), dtype=ft), bf)
         else:
             af = np.subtract(a, za, dtype=ft)
-        y = np.matmul(af, bf)
-        return [y.astype(np.int32) if type(y) is _ndarray else np.asarray(y, np.int32)]
+        if af.ndim > 2 and bf.ndim == 2:
+            return np.dot(af.reshape(-1, af.shape[-1]), bf).reshape(*af.shape[:-1], bf.shape[1])
+        return np.matmul(af, bf)

@@ -17,7 +17,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
+from onnxhal.runtime.providers.cpu.kernels.linalg import MatMulInteger, exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_uint8
 from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM, _Recurrent, gate_order, gate_scale
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -173,17 +173,31 @@ def quantized_product(a: np.ndarray, w: np.ndarray, w_scale: np.ndarray, w_zp: n
 
 
 @register("MatMulIntegerToFloat", since=1, domain=MS)
-class MatMulIntegerToFloat(Kernel):
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
+class MatMulIntegerToFloat(MatMulInteger):
+    """(A - a_zero_point) @ (B - b_zero_point) * (a_scale * b_scale) + bias: MatMulInteger's exact
+    float product (B less its zero point prepared once when constant), then the float32 steps of
+    the MatMulInteger -> Cast -> Mul [-> Add] chain it replaces (``opt_fusions``), in that order, so
+    the fused and the unfused graph give the same bits."""
+
+    b_zero_point_index = 5
 
     def compute(self, inputs: list) -> list:
-        inputs = list(inputs) + [None] * (7 - len(inputs))
-        a, b, a_s, b_s, a_zp, b_zp, bias = inputs[:7]
-        acc = np.matmul(a.astype(np.int32) - _zero(a_zp, a.dtype).astype(np.int32),
-                        b.astype(np.int32) - _zero(b_zp, b.dtype).astype(np.int32))
-        y = acc.astype(np.float32) * (a_s.astype(np.float32) * b_s.astype(np.float32))
-        return [y if bias is None else y + bias]
+        n = len(inputs)
+        a, b, a_s, b_s = inputs[0], inputs[1], inputs[2], inputs[3]
+        za = inputs[4] if n > 4 else None
+        zb = inputs[5] if n > 5 else None
+        bias = inputs[6] if n > 6 else None
+        if za is not None and za.size > 1:
+            raise InvalidArgument(f"MatMulIntegerToFloat: a_zero_point has {za.size} values; it must be one "
+                                  "(per-tensor quantization of A).")
+        cached = self._b
+        bf = cached[2] if cached is not None and cached[0] is b and cached[1] is zb else self._centered_b(b, zb)
+        acc = self._product(a, za, bf)
+        # float32 whatever the scales' type: onnxruntime's kernel takes float scales
+        y = np.multiply(acc, np.multiply(a_s, b_s, dtype=np.float32), dtype=np.float32)
+        if bias is not None:
+            y += bias
+        return [y]
 
 
 @register("DynamicQuantizeMatMul", since=1, domain=MS)

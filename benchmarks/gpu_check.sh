@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared run on a machine with a real NVIDIA GPU (the lent device machine; never CI):
 # discovery through OpenCL and sysfs, the probe's verdict, the OpenCL EP's tests and benchmarks on
-# the GPU. Wheels it needs travel in .whl (pyopencl and its pure-Python needs; that machine reaches
+# the GPU. Wheels it needs travel in .whl (pyopencl and its pure-Python needs, setuptools >= 77; that machine reaches
 # no package index); onnx, numpy, psutil, rich, tqdm and onnxruntime are already there.
 # Writes logs under $OUT (or ./gpu-check-out) and prints a short summary last.
 set -uo pipefail
@@ -28,6 +28,10 @@ if [ ! -e /etc/OpenCL/vendors/nvidia.icd ] && [ -n "$lib" ]; then
 fi
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# onnxhal itself, for the pytest plugin's entry point (the tests' subprocesses load it by name);
+# its build needs setuptools >= 77, which travels in .whl too
+PYTHONPATH=/tmp/site python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/site . \
+    || echo "onnxhal not installed: the pytest plugin's tests will fail"
 # The package as pyproject.toml's package-dir maps it, without a build (this is a throw-away copy).
 for p in hal devices runtime simulators; do cp -r "$p" "onnxhal/$p"; done
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 ONNXHAL_CACHE_DIR=/tmp/onnxhal-cache

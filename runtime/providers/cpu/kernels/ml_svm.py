@@ -15,7 +15,6 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
     logistic,
-    logistic_into,
     post_transform_name,
     transform_scores,
 )
@@ -26,82 +25,144 @@ try:  # einsum's C entry: np.einsum's Python layer costs half a microsecond of t
 except ImportError:  # numpy 1.x
     _einsum = np.einsum
 
+# 0-d constants: a ufunc converts a Python scalar operand anew on every call (~0.2 us each)
+_ONE = np.ones(())
+_F32_ZERO = np.zeros((), np.float32)
+_F32_ONE = np.ones((), np.float32)
+_F32_MINUS_ONE = np.array(-1, np.float32)
+_F32_LOW = np.array(1e-7, np.float32)  # libsvm's clip of the pairwise probabilities
+_F32_HIGH = np.array(1 - 1e-7, np.float32)
+
 
 class _SvmKernel:
-    def __init__(self, node: Node) -> None:
+    """The kernel of every row with every support vector, as one [N, vectors] float32 matrix."""
+
+    def __init__(self, node: Node, vectors: np.ndarray | None) -> None:
         self.kind = node.attr("kernel_type", "LINEAR")
         params = list(node.attr("kernel_params", [])) + [0.0, 0.0, 0.0]
         self.gamma, self.coef0, self.degree = np.float32(params[0]), np.float32(params[1]), np.float32(params[2])
         if self.kind not in ("LINEAR", "POLY", "RBF", "SIGMOID"):
             raise InvalidArgument(f"{node.op_type} node {node.name!r}: kernel_type {self.kind!r} is none of "
                                   "LINEAR, POLY, RBF, SIGMOID.")
+        if vectors is None:
+            return
+        self.vectors_t = vectors.T.copy()
+        # RBF as exp(2 gamma x.v - gamma |x|^2 - gamma |v|^2), the factors folded into the vectors and
+        # two constant columns: five numpy calls a run. The exponent is not clipped at 0: where x is
+        # a support vector it comes out within float32 rounding of 0 (of 4 gamma |x|^2 eps), the
+        # error every entry carries (the sum of squares of x - v, onnxruntime's form, has none)
+        gamma = self.gamma
+        self.scaled_t = (vectors.T * (2 * gamma)).astype(np.float32)
+        self.minus_gamma_col = np.full((vectors.shape[1], 1), -gamma, np.float32)
+        self.minus_gamma_sq = (-gamma * (vectors * vectors).sum(axis=1, dtype=np.float32)).astype(np.float32)
 
-    def __call__(self, x: np.ndarray, vectors: np.ndarray, vectors_sq: np.ndarray) -> np.ndarray:
-        dot = x @ vectors.T
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.kind == "RBF":
+            e = np.matmul(x, self.scaled_t)
+            np.add(e, _einsum("ij,ij,jk->ik", x, x, self.minus_gamma_col), out=e)
+            np.add(e, self.minus_gamma_sq, out=e)
+            return np.exp(e, out=e)
+        dot = x @ self.vectors_t
         if self.kind == "LINEAR":
             return dot
         if self.kind == "POLY":
             return np.power(self.gamma * dot + self.coef0, self.degree).astype(np.float32)
-        if self.kind == "SIGMOID":
-            return np.tanh(self.gamma * dot + self.coef0)
-        # (|x|^2 + |v|^2) - 2 x.v, clipped at 0, times -gamma, exp: in place on fresh arrays
-        sq = np.add(np.add.reduce(x * x, axis=1, keepdims=True), vectors_sq)
-        np.subtract(sq, np.multiply(dot, 2, out=dot), out=sq)
-        np.maximum(sq, 0, out=sq)
-        np.multiply(sq, -self.gamma, out=sq)
-        return np.exp(sq, out=sq)
+        return np.tanh(self.gamma * dot + self.coef0)
 
 
-def _coupling(v: np.ndarray, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> np.ndarray:
-    """libsvm's multiclass_probability for every row at once, laid out [class, row] so that each
-    class's values are one contiguous row: v [pairs, N] the pairwise probabilities r[i, j] of the
-    pairs (i, j) (r[j, i] = 1 - v). libsvm updates Qp and pQp incrementally within an iteration;
-    here they are recomputed from p before each class's step (the same values in exact
-    arithmetic; in float64, about 1e-7 from onnxruntime's float32 sums): two einsum calls in place
-    of ten array operations, and within an iteration only (Qp)_i and pQp for class i's step. Each row iterates until its own stopping rule holds; a row that stops gets zero steps
-    from then on (a step of 0 leaves p exactly as it is), so rows are never gathered or
-    scattered. Returns p [N, k] float32."""
-    n = v.shape[1]
-    check_terminate()
-    r = np.zeros((k, k, n), np.float64)
-    r[pair_i, pair_j] = v
-    r[pair_j, pair_i] = 1 - v
-    # q[i, j] = -r[j, i] * r[i, j] off the diagonal; q[i, i] the sum over j of r[j, i]^2
-    q = np.multiply(r.transpose(1, 0, 2), r)
-    np.negative(q, out=q)
-    diagonal = np.add.reduce(r * r, axis=0)
-    q.reshape(k * k, n)[::k + 1] = diagonal
-    # 1 / q[i, i] of the rows still iterating, 0 for the stopped ones
-    step = 1 / diagonal
-    p = np.full((k, n), 1.0 / k)
-    eps = 0.005 / k
-    active = np.ones(n, bool)
-    live = n
-    for _ in range(100):
+class _Coupling:
+    """libsvm's multiclass_probability for k >= 3 classes on every row at once, in float64 (onnxruntime
+    sums in float32: about 1e-7 apart). Each row runs libsvm's iterations until its own stopping rule
+    (max_t |(Qp)_t - pQp| < 0.005 / k, at most 100 iterations) holds: onnxruntime returns that
+    iterate, not the exact solution, so the iterations themselves are kept; only how each is computed
+    differs, with a numpy call costing about a microsecond on these small arrays:
+
+    - Q's entries are linear in the features (1, r_c, r_c^2) of the pairwise probabilities r_c, so
+      one matmul with a table built here gives every per-row matrix used below;
+    - with sum(p) = 1, pQp - (Qp)_t = p' N_t p where N_t[i, j] = Q[i, j] - Q[t, j]: one einsum gives
+      the stopping rule's k values at the start of an iteration, and class t's step is
+      p' M_t p with M_t = N_t / Q[t, t] (one einsum); at the uniform start both come from the table;
+    - within an iteration p is kept unnormalized (u, sum s): class t's step adds diff * s to u_t only,
+      and u is divided by s once per iteration, in place of libsvm's division of p per class;
+    - a row that stops has its N and M zeroed: its steps are 0 from then on, rows are never gathered.
+    """
+
+    def __init__(self, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> None:
+        pairs = len(pair_i)
+        feats = 2 * pairs + 1  # 1, r_c (c < pairs), r_c^2
+        q = np.zeros((k, k, feats))  # Q[a, b] as coefficients of the features
+        for c, (i, j) in enumerate(zip(pair_i.tolist(), pair_j.tolist())):
+            lin, sq = 1 + c, 1 + pairs + c
+            q[j, j, sq] += 1  # r[i, j]^2 = r_c^2
+            q[i, i, 0] += 1  # r[j, i]^2 = (1 - r_c)^2
+            q[i, i, lin] -= 2
+            q[i, i, sq] += 1
+            q[i, j, lin] = q[j, i, lin] = -1  # -r[j, i] r[i, j] = r_c^2 - r_c
+            q[i, j, sq] = q[j, i, sq] = 1
+        n_t = q[None, :, :, :] - q[:, None, :, :]  # [t, a, b]: Q[a, b] - Q[t, b]
+        start = np.zeros((k, feats))
+        start[:, 0] = 1.0 / k
+        # rows of the table: N (k^3), Q[t, t] (k), p' N_t p at p uniform (k), p uniform (k)
+        self.table = np.concatenate([n_t.reshape(k ** 3, feats), q[np.arange(k), np.arange(k)],
+                                     n_t.sum(axis=(1, 2)) / (k * k), start])
+        self.k, self.pairs, self.feats = k, pairs, feats
+        self.eps = np.array(0.005 / k)
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        """v [N, pairs] the clipped pairwise probabilities r[i, j] of the pairs (i, j); returns p [N, k]
+        float32."""
+        k, pairs = self.k, self.pairs
+        n = v.shape[0]
+        if not n:
+            return np.empty((0, k), np.float32)
         check_terminate()
-        qp = _einsum("ijn,jn->in", q, p)
-        pqp = _einsum("in,in->n", p, qp)
-        err = np.subtract(qp, pqp)
-        np.abs(err, out=err)
-        np.logical_and(active, np.maximum.reduce(err, axis=0) >= eps, out=active)
-        now = np.count_nonzero(active)
-        if now != live:
-            if not now:
-                break
-            live = now
-            step *= active
-        for i in range(k):
-            if i:  # class i's step needs (Qp)_i and pQp only, not the whole of Qp
-                diff = _einsum("jn,jn->n", q[i], p)
-                pqp = _einsum("in,ijn,jn->n", p, q, p)
-                np.subtract(pqp, diff, out=diff)
-            else:
-                diff = pqp - qp[0]
-            diff *= step[i]
-            p[i] += diff
-            diff += 1
-            p /= diff
-    return p.T.astype(np.float32)
+        feat = np.empty((self.feats, n))
+        feat[0] = 1
+        lin = feat[1:pairs + 1]
+        lin[...] = v.T
+        np.multiply(lin, lin, out=feat[pairs + 1:])
+        g = np.matmul(self.table, feat)
+        cube = k ** 3
+        n_t = g[:cube].reshape(k, k, k, n)
+        q_tt = g[cube:cube + k]
+        m = np.divide(g[:cube].reshape(k, k * k, n), q_tt.reshape(k, 1, n)).reshape(k, k, k, n)
+        m_t = list(m)
+        e = g[cube + k:cube + 2 * k]
+        u = g[cube + 2 * k:]
+        u_t = list(u)
+        q_00 = q_tt[0]
+        eps = self.eps
+        live = n
+        s = _ONE  # the sum of u after an iteration's steps
+        for iteration in range(100):
+            check_terminate()
+            if iteration:
+                np.divide(u, s, out=u)
+                e = _einsum("in,tijn,jn->tn", u, n_t, u)
+            step = np.divide(e[0], q_00)  # class 0's step, from the stopping rule's values
+            np.abs(e, out=e)
+            err = np.maximum(e[0], e[1])
+            for t in range(2, k):
+                np.maximum(err, e[t], out=err)
+            active = np.greater_equal(err, eps)
+            now = np.count_nonzero(active)
+            if now != live:
+                if not now:
+                    break
+                live = now
+                n_t *= active
+                m *= active
+                step *= active
+            u_t[0] += step
+            s = np.add(step, _ONE)
+            for t in range(1, k):
+                step = _einsum("in,ijn,jn->n", u, m_t[t], u)
+                step /= s
+                u_t[t] += step
+                s += step
+        else:
+            np.divide(u, s, out=u)
+        return u.T.astype(np.float32)
 
 
 def _coupling_two(v: np.ndarray) -> np.ndarray:
@@ -152,6 +213,23 @@ def _coupling_two(v: np.ndarray) -> np.ndarray:
     return p
 
 
+def _platt_pairs(scores: np.ndarray, prob_a: np.ndarray, prob_b: np.ndarray) -> np.ndarray:
+    """The pairwise probabilities r[i, j] = 1 - logistic(a s + b) clipped to [1e-7, 1 - 1e-7], in
+    place on the float32 scores, rounded as onnxruntime's ``sigmoid_probability`` rounds them: the
+    logistic of x < 0 as 1 - logistic(|x|)."""
+    np.multiply(scores, prob_a, out=scores)
+    np.add(scores, prob_b, out=scores)
+    negative = np.less(scores, _F32_ZERO)
+    np.copysign(scores, _F32_MINUS_ONE, out=scores)
+    np.exp(scores, out=scores)
+    np.add(scores, _F32_ONE, out=scores)
+    np.divide(_F32_ONE, scores, out=scores)  # logistic(|x|)
+    np.subtract(_F32_ONE, scores, out=scores)
+    np.subtract(_F32_ONE, scores, out=scores, where=negative)  # 1 - (1 - logistic(|x|)) where x < 0
+    np.maximum(scores, _F32_LOW, out=scores)
+    return np.minimum(scores, _F32_HIGH, out=scores)
+
+
 @register("SVMClassifier", since=1, domain=ML)
 class SVMClassifier(Kernel):
     """SVC (one-vs-one over support vectors) with two or more classes, with or without Platt
@@ -185,9 +263,8 @@ class SVMClassifier(Kernel):
             raise InvalidArgument(f"SVMClassifier node {node.name!r}: vectors_per_class has {len(self.per_class)} "
                                   f"entries for {self.k} class labels.")
         self.vectors = np.asarray(node.attr("support_vectors"), np.float32).reshape(count, -1)
-        self.vectors_sq = (self.vectors * self.vectors).sum(axis=1)
         self.coef = coef.reshape(self.k - 1, count)
-        self.kernel = _SvmKernel(node)
+        self.kernel = _SvmKernel(node, self.vectors)
         starts = np.concatenate([[0], np.cumsum(self.per_class)]).astype(int)
         # Pair (i, j): class i's vectors with coefficient row j-1, class j's with row i.
         self.pairs = [(i, j, slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1]))
@@ -212,30 +289,35 @@ class SVMClassifier(Kernel):
         self.vote_swing = vote_i - vote_j
         self.vote_base = vote_j.sum(axis=0)
         self.rho64 = self.rho[:len(self.pairs)].astype(np.float64)
+        # up to 8 pairs (4 classes), the label of each of the 2^pairs patterns of wins, found by the
+        # rule above: a row's label is one lookup of its wins as the bits of a byte
+        self.vote_bits = self.vote_labels = None
+        if 2 < self.k and len(self.pairs) <= 8:
+            self.vote_bits = (1 << np.arange(len(self.pairs))).astype(np.uint8)
+            wins = (np.arange(1 << len(self.pairs))[:, None] & self.vote_bits) > 0
+            self.vote_labels = self.labels[(wins @ self.vote_swing + self.vote_base).argmax(axis=1)]
+        self.coupling = _Coupling(self.pair_i, self.pair_j, self.k) if self.k > 2 else None
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "SVMClassifier")
         if self.linear:
             return self._linear(x)
-        kern = self.kernel(x, self.vectors, self.vectors_sq)
+        kern = self.kernel(x)
         check_terminate()
         scores = np.matmul(kern.astype(np.float64), self.pair_coef)
         np.add(scores, self.rho64, out=scores)
         scores = scores.astype(np.float32)
         if self.k == 2:  # one pair: its vote goes to class 0 where its score is positive, else to class 1
-            label = self.labels[::-1].take(np.greater(scores[:, 0], 0).view(np.int8))
+            label = self.labels[::-1].take(np.greater(scores[:, 0], _F32_ZERO).view(np.int8))
+        elif self.vote_labels is not None:
+            label = self.vote_labels[np.matmul(np.greater(scores, _F32_ZERO).view(np.uint8), self.vote_bits)]
         else:
             votes = np.matmul(scores > 0, self.vote_swing)
             np.add(votes, self.vote_base, out=votes)
             label = self.labels[votes.argmax(axis=1)]
         if self.prob_a.size:
-            v = np.multiply(scores, self.prob_a)  # r[i, j] = 1 - logistic(a s + b), clipped
-            np.add(v, self.prob_b, out=v)
-            logistic_into(v)
-            np.subtract(1, v, out=v)
-            np.maximum(v, np.float32(1e-7), out=v)
-            np.minimum(v, np.float32(1 - 1e-7), out=v)
-            p = _coupling_two(v[:, 0]) if self.k == 2 else _coupling(v.T, self.pair_i, self.pair_j, self.k)
+            v = _platt_pairs(scores, self.prob_a, self.prob_b)
+            p = _coupling_two(v[:, 0]) if self.k == 2 else self.coupling(v)
             return [label, transform_scores(p, self.transform)]
         if self.k == 2:  # one pairwise score as two columns: [-s, s], or [1 - p, p] (p the logistic of s)
             s = scores[:, 0]
@@ -268,14 +350,13 @@ class SVMRegressor(Kernel):
         self.rho = np.float32(node.attr("rho", [0.0])[0])
         self.one_class = bool(node.attr("one_class", 0))
         self.transform = post_transform_name(node)
-        self.kernel = _SvmKernel(node)
         if self.n_supports > 0:
             self.vectors = np.asarray(node.attr("support_vectors"), np.float32).reshape(self.n_supports, -1)
-            self.vectors_sq = (self.vectors * self.vectors).sum(axis=1)
             self.coef = coef.reshape(self.n_supports)
         else:  # linear: the coefficients are the weights of the features
             self.vectors = None
             self.coef = coef
+        self.kernel = _SvmKernel(node, self.vectors)
         self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
@@ -284,7 +365,7 @@ class SVMRegressor(Kernel):
     def apply(self, x: np.ndarray) -> np.ndarray:
         x = as_float_rows(x, "SVMRegressor")
         if self.vectors is not None:
-            s = self.kernel(x, self.vectors, self.vectors_sq).astype(np.float64) @ self.coef + self.rho
+            s = self.kernel(x).astype(np.float64) @ self.coef + self.rho
         else:
             s = x.astype(np.float64) @ self.coef + self.rho
         s = s.astype(np.float32).reshape(-1, 1)

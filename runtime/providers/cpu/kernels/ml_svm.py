@@ -84,7 +84,7 @@ class _Coupling:
       p' M_t p with M_t = N_t / Q[t, t] (one einsum); at the uniform start both come from the table;
     - within an iteration p is kept unnormalized (u, sum s): class t's step adds diff * s to u_t only,
       and u is divided by s once per iteration, in place of libsvm's division of p per class;
-    - a row that stops has its N and M zeroed: its steps are 0 from then on, rows are never gathered.
+    - a row that stops takes steps of 0 from then on: rows are never gathered or scattered.
     """
 
     def __init__(self, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> None:
@@ -132,7 +132,6 @@ class _Coupling:
         u_t = list(u)
         q_00 = q_tt[0]
         eps = self.eps
-        live = n
         s = _ONE  # the sum of u after an iteration's steps
         for iteration in range(100):
             check_terminate()
@@ -145,19 +144,20 @@ class _Coupling:
             for t in range(2, k):
                 np.maximum(err, e[t], out=err)
             active = np.greater_equal(err, eps)
-            now = np.count_nonzero(active)
-            if now != live:
-                if not now:
-                    break
-                live = now
-                n_t *= active
-                m *= active
+            live = np.count_nonzero(active)
+            if not live:
+                break
+            # a row that stopped keeps its p, so its rule keeps holding: only its steps are zeroed
+            partial = live < n
+            if partial:
                 step *= active
             u_t[0] += step
             s = np.add(step, _ONE)
             for t in range(1, k):
                 step = _einsum("in,ijn,jn->n", u, m_t[t], u)
                 step /= s
+                if partial:
+                    step *= active
                 u_t[t] += step
                 s += step
         else:

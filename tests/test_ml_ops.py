@@ -330,11 +330,11 @@ def _libsvm_coupling(r: np.ndarray) -> np.ndarray:
     return p
 
 
-@pytest.mark.parametrize("k", [3, 4, 6])
+@pytest.mark.parametrize("k", [2, 3, 4, 6])
 def test_svm_coupling_matches_libsvm_per_row(k):
     """The coupling on all rows at once against libsvm's loop run row by row: the rows stop after 0
     (uniform pairwise probabilities) to 4 iterations, so most iterations run with some rows stopped."""
-    from onnxhal.runtime.providers.cpu.kernels.ml_svm import _Coupling
+    from onnxhal.runtime.providers.cpu.kernels.ml_svm import _Coupling, _coupling_two
 
     rng = np.random.default_rng(k)
     pair_i, pair_j = np.triu_indices(k, 1)
@@ -342,14 +342,15 @@ def test_svm_coupling_matches_libsvm_per_row(k):
     v = rng.uniform(0, 1, (rows, len(pair_i))) ** rng.uniform(0.1, 8, (rows, 1))
     v[:3] = 0.5  # uniform: stops before any step
     v = np.clip(v, 1e-7, 1 - 1e-7).astype(np.float32)
-    got = _Coupling(pair_i, pair_j, k)(v)
+    coupling = (lambda v: _coupling_two(v[:, 0])) if k == 2 else _Coupling(pair_i, pair_j, k)
+    got = coupling(v)
     assert got.shape == (rows, k) and got.dtype == np.float32
     for n in range(rows):
         r = np.zeros((k, k))
         r[pair_i, pair_j] = v[n]
         r[pair_j, pair_i] = 1 - v[n].astype(np.float64)
         np.testing.assert_allclose(got[n], _libsvm_coupling(r), rtol=1e-6, atol=1e-7, err_msg=f"row {n}")
-    assert _Coupling(pair_i, pair_j, k)(v[:0]).shape == (0, k)
+    assert coupling(v[:0]).shape == (0, k)
 
 
 # --- tree ensembles -------------------------------------------------------------------------------

@@ -32,6 +32,9 @@ _F32_ONE = np.ones((), np.float32)
 _F32_MINUS_ONE = np.array(-1, np.float32)
 _F32_LOW = np.array(1e-7, np.float32)  # libsvm's clip of the pairwise probabilities
 _F32_HIGH = np.array(1 - 1e-7, np.float32)
+_HALF = np.array(0.5)
+_EPS_TWO = np.array(0.005 / 2)  # libsvm's stopping threshold for two classes
+_EPS_TWO_START = np.array(0.005)  # the same at p = (0.5, 0.5): |d| / 2 >= eps
 
 
 class _SvmKernel:
@@ -166,46 +169,48 @@ class _Coupling:
 
 
 def _coupling_two(v: np.ndarray) -> np.ndarray:
-    """``_coupling`` for two classes, solved in closed form: with a = r[0, 1], b = 1 - a and
+    """``_Coupling`` for two classes, solved in closed form: with a = r[0, 1], b = 1 - a and
     p = (a + d, b - d), Qp = (b d, -a d) and pQp = d^2, so the state is d alone; the stopping rule
     is |d| max(|b - d|, |a + d|) < eps, the step for class 0 maps d to b d^2 / (b^2 - b d + d^2)
     and the step for class 1 maps it to -a d^2 / (a^2 + a d + d^2). The same iterations as the
     general loop, in float64 with a few operations a step (the float32 loop rounds differently, by
     about 1e-7). v: [N] the pair's probabilities; returns p [N, 2] float32."""
     a = v.astype(np.float64)
-    b = 1 - a
-    aa, bb, minus_a, a_half = a * a, b * b, -a, a - 0.5
-    d = 0.5 - a
+    b = np.subtract(_ONE, a)
+    a_half = np.subtract(a, _HALF)
+    aa, bb, minus_a = np.multiply(a, a), np.multiply(b, b), np.negative(a)
+    d = np.negative(a_half)
     n = len(a)
-    active = np.ones(n, bool)
-    eps = 0.005 / 2
-    for _ in range(100):
+    for iteration in range(100):
         check_terminate()
         # p0 = a + d and p1 = b - d stay in (0, 1) (both steps keep them positive, summing to 1):
-        # max(|p0|, |p1|) = 0.5 + |p0 - 0.5|
-        err = d + a_half
-        np.abs(err, out=err)
-        err += 0.5
-        err *= np.abs(d)
-        np.logical_and(active, err >= eps, out=active)
+        # max(|p0|, |p1|) = 0.5 + |p0 - 0.5|; at the start (d = 0.5 - a) the rule is |a - 0.5| / 2
+        if iteration:
+            err = np.add(d, a_half)
+            np.abs(err, out=err)
+            err += _HALF
+            err *= np.abs(d)
+            active = np.greater_equal(err, _EPS_TWO)
+        else:
+            active = np.greater_equal(np.abs(a_half), _EPS_TWO_START)
         live = np.count_nonzero(active)
         if not live:
             break
-        dd = d * d
-        e = dd * b
-        den = b * d
-        np.subtract(bb, den, out=den)
-        den += dd
-        e /= den  # class 0's step
-        ee = e * e
-        f = ee * minus_a
-        den = a * e
+        dd = np.multiply(d, d)
+        e = np.multiply(dd, b)
+        den = np.subtract(d, b)
+        den *= d
+        den += bb
+        e /= den  # class 0's step: b d^2 / (b^2 - b d + d^2)
+        f = np.multiply(e, e)
+        den = np.add(e, a)
+        den *= e
         den += aa
-        den += ee
-        f /= den  # class 1's step
+        f *= minus_a
+        f /= den  # class 1's step: -a e^2 / (a^2 + a e + e^2)
         if live == n:
             d = f
-        else:
+        else:  # a row that stopped keeps its d, so its rule keeps holding
             np.copyto(d, f, where=active)
     p = np.empty((len(a), 2), np.float32)
     p[:, 0] = a + d

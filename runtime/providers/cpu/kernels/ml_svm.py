@@ -47,23 +47,29 @@ class _SvmKernel:
         if self.kind not in ("LINEAR", "POLY", "RBF", "SIGMOID"):
             raise InvalidArgument(f"{node.op_type} node {node.name!r}: kernel_type {self.kind!r} is none of "
                                   "LINEAR, POLY, RBF, SIGMOID.")
+        self.op = f"{node.op_type} node {node.name!r}"
         if vectors is None:
             return
         self.vectors_t = vectors.T.copy()
-        # RBF as exp(2 gamma x.v - gamma |x|^2 - gamma |v|^2), the factors folded into the vectors and
-        # two constant columns: five numpy calls a run. The exponent is not clipped at 0: where x is
-        # a support vector it comes out within float32 rounding of 0 (of 4 gamma |x|^2 eps), the
-        # error every entry carries (the sum of squares of x - v, onnxruntime's form, has none)
+        # RBF as exp([x, x*x, 1] @ [2 gamma v; -gamma; -gamma |v|^2]) = exp(-gamma |x - v|^2): one
+        # matmul on the row built from x. The exponent is not clipped at 0: where x is a support
+        # vector it comes out within float32 rounding of 0, the error every entry carries (the sum
+        # of squares of x - v, onnxruntime's form, has none)
         gamma = self.gamma
-        self.scaled_t = (vectors.T * (2 * gamma)).astype(np.float32)
-        self.minus_gamma_col = np.full((vectors.shape[1], 1), -gamma, np.float32)
-        self.minus_gamma_sq = (-gamma * (vectors * vectors).sum(axis=1, dtype=np.float32)).astype(np.float32)
+        self.rbf = np.concatenate([vectors.T * (2 * gamma), np.full(vectors.shape[::-1], -gamma),
+                                   -gamma * (vectors * vectors).sum(axis=1, dtype=np.float32)[None]]).astype(np.float32)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        f = self.vectors_t.shape[0]
+        if x.shape[1] != f:
+            raise InvalidArgument(f"{self.op}: input has {x.shape[1]} features, the support vectors {f}. "
+                                  "Feed rows of the features the model was trained on.")
         if self.kind == "RBF":
-            e = np.matmul(x, self.scaled_t)
-            np.add(e, _einsum("ij,ij,jk->ik", x, x, self.minus_gamma_col), out=e)
-            np.add(e, self.minus_gamma_sq, out=e)
+            row = np.empty((x.shape[0], 2 * f + 1), np.float32)
+            row[:, :f] = x
+            np.multiply(x, x, out=row[:, f:2 * f])
+            row[:, 2 * f] = 1
+            e = np.matmul(row, self.rbf)
             return np.exp(e, out=e)
         dot = x @ self.vectors_t
         if self.kind == "LINEAR":
@@ -220,17 +226,17 @@ def _coupling_two(v: np.ndarray) -> np.ndarray:
 
 def _platt_pairs(scores: np.ndarray, prob_a: np.ndarray, prob_b: np.ndarray) -> np.ndarray:
     """The pairwise probabilities r[i, j] = 1 - logistic(a s + b) clipped to [1e-7, 1 - 1e-7], in
-    place on the float32 scores, rounded as onnxruntime's ``sigmoid_probability`` rounds them: the
-    logistic of x < 0 as 1 - logistic(|x|)."""
+    place on the float32 scores, rounded as onnxruntime's ``sigmoid_probability`` rounds them: with
+    w = 1 / (1 + exp(-|x|)) in [0.5, 1], 1 - w where x >= 0, and where x < 0 its 1 - (1 - w), which
+    is w exactly (1 - w is exact for w in [0.5, 1], and so is 1 minus that)."""
     np.multiply(scores, prob_a, out=scores)
     np.add(scores, prob_b, out=scores)
-    negative = np.less(scores, _F32_ZERO)
+    upper = np.greater_equal(scores, _F32_ZERO)
     np.copysign(scores, _F32_MINUS_ONE, out=scores)
     np.exp(scores, out=scores)
     np.add(scores, _F32_ONE, out=scores)
-    np.divide(_F32_ONE, scores, out=scores)  # logistic(|x|)
-    np.subtract(_F32_ONE, scores, out=scores)
-    np.subtract(_F32_ONE, scores, out=scores, where=negative)  # 1 - (1 - logistic(|x|)) where x < 0
+    np.divide(_F32_ONE, scores, out=scores)
+    np.subtract(_F32_ONE, scores, out=scores, where=upper)
     np.maximum(scores, _F32_LOW, out=scores)
     return np.minimum(scores, _F32_HIGH, out=scores)
 

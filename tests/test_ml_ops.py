@@ -319,7 +319,11 @@ def _libsvm_coupling(r: np.ndarray) -> np.ndarray:
     for _ in range(100):
         qp = q @ p
         pqp = p @ qp
-        if np.abs(qp - pqp).max() < 0.005 / k:
+        max_error = 0.0
+        for error in np.abs(qp - pqp):
+            if error > max_error:  # as libsvm and onnxruntime: a NaN error is passed over
+                max_error = error
+        if max_error < 0.005 / k:
             break
         for t in range(k):
             diff = (pqp - qp[t]) / q[t, t]
@@ -341,6 +345,7 @@ def test_svm_coupling_matches_libsvm_per_row(k):
     rows = 300
     v = rng.uniform(0, 1, (rows, len(pair_i))) ** rng.uniform(0.1, 8, (rows, 1))
     v[:3] = 0.5  # uniform: stops before any step
+    v[3, 0] = np.nan  # (Platt of a NaN score) stops before any step: p = 1/k, as onnxruntime gives
     v = np.clip(v, 1e-7, 1 - 1e-7).astype(np.float32)
     coupling = (lambda v: _coupling_two(v[:, 0])) if k == 2 else _Coupling(pair_i, pair_j, k)
     got = coupling(v)
@@ -350,6 +355,8 @@ def test_svm_coupling_matches_libsvm_per_row(k):
         r[pair_i, pair_j] = v[n]
         r[pair_j, pair_i] = 1 - v[n].astype(np.float64)
         np.testing.assert_allclose(got[n], _libsvm_coupling(r), rtol=1e-6, atol=1e-7, err_msg=f"row {n}")
+    np.testing.assert_array_equal(got[3], np.float32(1 / k))
+    np.testing.assert_array_equal(coupling(v[3:4]), np.float32(1 / k)[None].repeat(k)[None])
     assert coupling(v[:0]).shape == (0, k)
 
 

@@ -29,6 +29,7 @@ except ImportError:  # numpy 1.x
 
 # 0-d constants: a ufunc converts a Python scalar operand anew on every call (~0.2 us each)
 _ONE = np.ones(())
+_ZERO = np.zeros(())
 _F32_ZERO = np.zeros((), np.float32)
 _F32_ONE = np.ones((), np.float32)
 _F32_MINUS_ONE = np.array(-1, np.float32)
@@ -154,21 +155,26 @@ class _Coupling:
             err = np.maximum(e[0], e[1])
             for t in range(2, k):
                 np.maximum(err, e[t], out=err)
-            active = np.greater_equal(err, eps)
+            active = np.greater_equal(err, eps)  # a NaN error stops the row, as libsvm's max does
             live = _count_nonzero(active)
             if not live:
+                if not iteration:  # p = 1/k (a row of NaNs has NaN in u, from the table)
+                    u.fill(1.0 / k)
                 break
             # a row that stopped keeps its p, so its rule keeps holding: only its steps are zeroed
             partial = live < n
             if partial:
-                step *= active
+                stopped = np.logical_not(active)
+                if not iteration:
+                    u[:, stopped] = 1.0 / k
+                np.copyto(step, _ZERO, where=stopped)
             u_t[0] += step
             s = np.add(step, _ONE)
             for t in range(1, k):
                 step = _einsum("in,ijn,jn->n", u, m_t[t], u)
                 step /= s
                 if partial:
-                    step *= active
+                    np.copyto(step, _ZERO, where=stopped)
                 u_t[t] += step
                 s += step
         else:
@@ -189,6 +195,7 @@ def _coupling_two(v: np.ndarray) -> np.ndarray:
     aa, bb, minus_a = np.multiply(a, a), np.multiply(b, b), np.negative(a)
     d = np.negative(a_half)
     n = len(a)
+    first_stop = None
     # libsvm allows 100 iterations; for r in [1e-7, 1 - 1e-7] (the clipped range) the rule holds
     # after two: |d| max(p) < 0.06 eps then, at most, on 4M values of r spread over the range and
     # its two ends (a smooth function of r), so the third check is not run
@@ -205,6 +212,8 @@ def _coupling_two(v: np.ndarray) -> np.ndarray:
         else:
             active = np.greater_equal(np.abs(a_half), _EPS_TWO_START)
         live = _count_nonzero(active)
+        if not iteration and live < n:  # these rows keep libsvm's start, p = (0.5, 0.5): NaN rows too
+            first_stop = np.logical_not(active)
         if not live:
             break
         dd = np.multiply(d, d)
@@ -226,6 +235,8 @@ def _coupling_two(v: np.ndarray) -> np.ndarray:
     p = np.empty((n, 2), np.float32)
     np.add(a, d, out=p[:, 0])
     np.subtract(b, d, out=p[:, 1])
+    if first_stop is not None:
+        p[first_stop] = 0.5
     return p
 
 

@@ -357,6 +357,9 @@ def test_svm_coupling_matches_libsvm_per_row(k):
         np.testing.assert_allclose(got[n], _libsvm_coupling(r), rtol=1e-6, atol=1e-7, err_msg=f"row {n}")
     np.testing.assert_array_equal(got[3], np.float32(1 / k))
     np.testing.assert_array_equal(coupling(v[3:4]), np.float32(1 / k)[None].repeat(k)[None])
+    if k > 2:  # large batches go a chunk of rows at a time: the same rows, the same result
+        coupling.chunk = 7
+        np.testing.assert_array_equal(coupling(v), got)
     assert coupling(v[:0]).shape == (0, k)
 
 

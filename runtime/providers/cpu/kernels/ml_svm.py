@@ -119,6 +119,7 @@ class _Coupling:
                                      n_t.sum(axis=(1, 2)) / (k * k), start])
         self.k, self.pairs, self.feats = k, pairs, feats
         self.eps = np.array(0.005 / k)
+        self.chunk = max(1, (1 << 21) // k ** 3)  # rows a call: N and M at most 16 MB each
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
         """v [N, pairs] the clipped pairwise probabilities r[i, j] of the pairs (i, j); returns p [N, k]
@@ -127,6 +128,8 @@ class _Coupling:
         n = v.shape[0]
         if not n:
             return np.empty((0, k), np.float32)
+        if n > self.chunk:  # N and M hold k^3 values a row: bounded by rows taken a chunk at a time
+            return np.concatenate([self(v[i:i + self.chunk]) for i in range(0, n, self.chunk)])
         check_terminate()
         feat = np.empty((self.feats, n))
         feat[0] = 1

@@ -334,7 +334,7 @@ def _libsvm_coupling(r: np.ndarray) -> np.ndarray:
     return p
 
 
-@pytest.mark.parametrize("k", [2, 3, 4, 6])
+@pytest.mark.parametrize("k", [2, 3, 4, 6, 9])
 def test_svm_coupling_matches_libsvm_per_row(k):
     """The coupling on all rows at once against libsvm's loop run row by row: the rows stop after 0
     (uniform pairwise probabilities) to 4 iterations, so most iterations run with some rows stopped."""

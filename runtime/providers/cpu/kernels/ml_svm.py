@@ -114,36 +114,51 @@ class _Coupling:
         n_t = q[None, :, :, :] - q[:, None, :, :]  # [t, a, b]: Q[a, b] - Q[t, b]
         start = np.zeros((k, feats))
         start[:, 0] = 1.0 / k
-        # rows of the table: N (k^3), Q[t, t] (k), p' N_t p at p uniform (k), p uniform (k)
-        self.table = np.concatenate([n_t.reshape(k ** 3, feats), q[np.arange(k), np.arange(k)],
-                                     n_t.sum(axis=(1, 2)) / (k * k), start])
+        # rows of the table: N (k^3), Q[t, t] (k), p' N_t p at p uniform (k), p uniform (k); it holds
+        # about k^5 values: above 6 classes N comes from Q, built from r pair by pair
+        self.table = None if k > 6 else np.concatenate([n_t.reshape(k ** 3, feats), q[np.arange(k), np.arange(k)],
+                                                        n_t.sum(axis=(1, 2)) / (k * k), start])
+        self.pair_i, self.pair_j = pair_i, pair_j
         self.k, self.pairs, self.feats = k, pairs, feats
         self.eps = np.array(0.005 / k)
         self.chunk = max(1, (1 << 21) // k ** 3)  # rows a call: N and M at most 16 MB each
 
+    def _start(self, v: np.ndarray) -> tuple:
+        """N [k, k, k, rows], Q[t, t] [k, rows], the rule's values at p uniform [k, rows] and p uniform
+        [k, rows], all fresh arrays or views of one."""
+        k, pairs, n = self.k, self.pairs, v.shape[0]
+        if self.table is not None:
+            feat = np.empty((self.feats, n))
+            feat[0] = 1
+            lin = feat[1:pairs + 1]
+            lin[...] = v.T
+            np.multiply(lin, lin, out=feat[pairs + 1:])
+            g = np.matmul(self.table, feat)
+            cube = k ** 3
+            return g[:cube].reshape(k, k, k, n), g[cube:cube + k], g[cube + k:cube + 2 * k], g[cube + 2 * k:]
+        r = np.zeros((k, k, n))
+        r[self.pair_i, self.pair_j] = v.T
+        r[self.pair_j, self.pair_i] = 1 - v.T.astype(np.float64)
+        q = np.multiply(r.transpose(1, 0, 2), r)  # -r[j, i] r[i, j] off the diagonal
+        np.negative(q, out=q)
+        q_tt = np.add.reduce(r * r, axis=0)  # sum over j of r[j, t]^2
+        q.reshape(k * k, n)[::k + 1] = q_tt
+        n_t = np.subtract(q[None], q[:, None])
+        return n_t, q_tt, np.add.reduce(n_t, axis=(1, 2)) / (k * k), np.full((k, n), 1.0 / k)
+
     def __call__(self, v: np.ndarray) -> np.ndarray:
         """v [N, pairs] the clipped pairwise probabilities r[i, j] of the pairs (i, j); returns p [N, k]
         float32."""
-        k, pairs = self.k, self.pairs
+        k = self.k
         n = v.shape[0]
         if not n:
             return np.empty((0, k), np.float32)
         if n > self.chunk:  # N and M hold k^3 values a row: bounded by rows taken a chunk at a time
             return np.concatenate([self(v[i:i + self.chunk]) for i in range(0, n, self.chunk)])
         check_terminate()
-        feat = np.empty((self.feats, n))
-        feat[0] = 1
-        lin = feat[1:pairs + 1]
-        lin[...] = v.T
-        np.multiply(lin, lin, out=feat[pairs + 1:])
-        g = np.matmul(self.table, feat)
-        cube = k ** 3
-        n_t = g[:cube].reshape(k, k, k, n)
-        q_tt = g[cube:cube + k]
-        m = np.divide(g[:cube].reshape(k, k * k, n), q_tt.reshape(k, 1, n)).reshape(k, k, k, n)
+        n_t, q_tt, e, u = self._start(v)
+        m = np.divide(n_t.reshape(k, k * k, n), q_tt.reshape(k, 1, n)).reshape(k, k, k, n)
         m_t = list(m)
-        e = g[cube + k:cube + 2 * k]
-        u = g[cube + 2 * k:]
         u_t = list(u)
         q_00 = q_tt[0]
         eps = self.eps

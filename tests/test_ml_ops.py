@@ -309,6 +309,60 @@ def test_svm_classifier(seed):
             check(model, {"X": x}, f"SVMClassifier linear k={k} {transform} seed {seed}")
 
 
+def _libsvm_coupling(r: np.ndarray) -> np.ndarray:
+    """libsvm's multiclass_probability (svm.cpp) for one row, transcribed: r [k, k] the pairwise
+    probabilities; Qp and pQp updated within an iteration as libsvm updates them."""
+    k = len(r)
+    q = -r.T * r
+    q[np.arange(k), np.arange(k)] = [sum(r[j, t] ** 2 for j in range(k) if j != t) for t in range(k)]
+    p = np.full(k, 1.0 / k)
+    for _ in range(100):
+        qp = q @ p
+        pqp = p @ qp
+        max_error = 0.0
+        for error in np.abs(qp - pqp):
+            if error > max_error:  # as libsvm and onnxruntime: a NaN error is passed over
+                max_error = error
+        if max_error < 0.005 / k:
+            break
+        for t in range(k):
+            diff = (pqp - qp[t]) / q[t, t]
+            p[t] += diff
+            pqp = (pqp + diff * (diff * q[t, t] + 2 * qp[t])) / (1 + diff) / (1 + diff)
+            qp = (qp + diff * q[t]) / (1 + diff)
+            p /= 1 + diff
+    return p
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 6, 9])
+def test_svm_coupling_matches_libsvm_per_row(k):
+    """The coupling on all rows at once against libsvm's loop run row by row: the rows stop after 0
+    (uniform pairwise probabilities) to 4 iterations, so most iterations run with some rows stopped."""
+    from onnxhal.runtime.providers.cpu.kernels.ml_svm import _Coupling, _coupling_two
+
+    rng = np.random.default_rng(k)
+    pair_i, pair_j = np.triu_indices(k, 1)
+    rows = 300
+    v = rng.uniform(0, 1, (rows, len(pair_i))) ** rng.uniform(0.1, 8, (rows, 1))
+    v[:3] = 0.5  # uniform: stops before any step
+    v[3, 0] = np.nan  # (Platt of a NaN score) stops before any step: p = 1/k, as onnxruntime gives
+    v = np.clip(v, 1e-7, 1 - 1e-7).astype(np.float32)
+    coupling = (lambda v: _coupling_two(v[:, 0])) if k == 2 else _Coupling(pair_i, pair_j, k)
+    got = coupling(v)
+    assert got.shape == (rows, k) and got.dtype == np.float32
+    for n in range(rows):
+        r = np.zeros((k, k))
+        r[pair_i, pair_j] = v[n]
+        r[pair_j, pair_i] = 1 - v[n].astype(np.float64)
+        np.testing.assert_allclose(got[n], _libsvm_coupling(r), rtol=1e-6, atol=1e-7, err_msg=f"row {n}")
+    np.testing.assert_array_equal(got[3], np.float32(1 / k))
+    np.testing.assert_array_equal(coupling(v[3:4]), np.float32(1 / k)[None].repeat(k)[None])
+    if k > 2:  # large batches go a chunk of rows at a time: the same rows, the same result
+        coupling.chunk = 7
+        np.testing.assert_array_equal(coupling(v), got)
+    assert coupling(v[:0]).shape == (0, k)
+
+
 # --- tree ensembles -------------------------------------------------------------------------------
 
 

@@ -15,141 +15,264 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
     logistic,
-    logistic_into,
     post_transform_name,
     transform_scores,
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
-try:  # einsum's C entry: np.einsum's Python layer costs half a microsecond of the coupling's 1-us calls
+try:  # the C entries: np.einsum's and np.count_nonzero's Python layers cost more than their work here
     from numpy._core._multiarray_umath import c_einsum as _einsum
+    from numpy._core._multiarray_umath import count_nonzero as _count_nonzero
 except ImportError:  # numpy 1.x
     _einsum = np.einsum
+    _count_nonzero = np.count_nonzero
+
+# 0-d constants: a ufunc converts a Python scalar operand anew on every call (~0.2 us each)
+_ONE = np.ones(())
+_ZERO = np.zeros(())
+_F32_ZERO = np.zeros((), np.float32)
+_F32_ONE = np.ones((), np.float32)
+_F32_MINUS_ONE = np.array(-1, np.float32)
+_F32_LOW = np.array(1e-7, np.float32)  # libsvm's clip of the pairwise probabilities
+_F32_HIGH = np.array(1 - 1e-7, np.float32)
+_HALF = np.array(0.5)
+_EPS_TWO = np.array(0.005 / 2)  # libsvm's stopping threshold for two classes
+_EPS_TWO_START = np.array(0.005)  # the same at p = (0.5, 0.5): |d| / 2 >= eps
 
 
 class _SvmKernel:
-    def __init__(self, node: Node) -> None:
+    """The kernel of every row with every support vector, as one [N, vectors] float32 matrix."""
+
+    def __init__(self, node: Node, vectors: np.ndarray | None) -> None:
         self.kind = node.attr("kernel_type", "LINEAR")
         params = list(node.attr("kernel_params", [])) + [0.0, 0.0, 0.0]
         self.gamma, self.coef0, self.degree = np.float32(params[0]), np.float32(params[1]), np.float32(params[2])
         if self.kind not in ("LINEAR", "POLY", "RBF", "SIGMOID"):
             raise InvalidArgument(f"{node.op_type} node {node.name!r}: kernel_type {self.kind!r} is none of "
                                   "LINEAR, POLY, RBF, SIGMOID.")
+        self.op = f"{node.op_type} node {node.name!r}"
+        if vectors is None:
+            return
+        self.vectors_t = vectors.T.copy()
+        # RBF as exp([x, x*x, 1] @ [2 gamma v; -gamma; -gamma |v|^2]) = exp(-gamma |x - v|^2): one
+        # matmul on the row built from x. The exponent is not clipped at 0: where x is a support
+        # vector it comes out within float32 rounding of 0, the error every entry carries (the sum
+        # of squares of x - v, onnxruntime's form, has none)
+        gamma = self.gamma
+        self.rbf = np.concatenate([vectors.T * (2 * gamma), np.full(vectors.shape[::-1], -gamma),
+                                   -gamma * (vectors * vectors).sum(axis=1, dtype=np.float32)[None]]).astype(np.float32)
 
-    def __call__(self, x: np.ndarray, vectors: np.ndarray, vectors_sq: np.ndarray) -> np.ndarray:
-        dot = x @ vectors.T
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        f = self.vectors_t.shape[0]
+        if x.shape[1] != f:
+            raise InvalidArgument(f"{self.op}: input has {x.shape[1]} features, the support vectors {f}. "
+                                  "Feed rows of the features the model was trained on.")
+        if self.kind == "RBF":
+            row = np.empty((x.shape[0], 2 * f + 1), np.float32)
+            row[:, :f] = x
+            np.multiply(x, x, out=row[:, f:2 * f])
+            row[:, 2 * f] = 1
+            e = np.matmul(row, self.rbf)
+            return np.exp(e, out=e)
+        dot = x @ self.vectors_t
         if self.kind == "LINEAR":
             return dot
         if self.kind == "POLY":
             return np.power(self.gamma * dot + self.coef0, self.degree).astype(np.float32)
-        if self.kind == "SIGMOID":
-            return np.tanh(self.gamma * dot + self.coef0)
-        # (|x|^2 + |v|^2) - 2 x.v, clipped at 0, times -gamma, exp: in place on fresh arrays
-        sq = np.add(np.add.reduce(x * x, axis=1, keepdims=True), vectors_sq)
-        np.subtract(sq, np.multiply(dot, 2, out=dot), out=sq)
-        np.maximum(sq, 0, out=sq)
-        np.multiply(sq, -self.gamma, out=sq)
-        return np.exp(sq, out=sq)
+        return np.tanh(self.gamma * dot + self.coef0)
 
 
-def _coupling(v: np.ndarray, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> np.ndarray:
-    """libsvm's multiclass_probability for every row at once, laid out [class, row] so that each
-    class's values are one contiguous row: v [pairs, N] the pairwise probabilities r[i, j] of the
-    pairs (i, j) (r[j, i] = 1 - v). libsvm updates Qp and pQp incrementally within an iteration;
-    here they are recomputed from p before each class's step (the same values in exact
-    arithmetic; in float64, about 1e-7 from onnxruntime's float32 sums): two einsum calls in place
-    of ten array operations, and within an iteration only (Qp)_i and pQp for class i's step. Each row iterates until its own stopping rule holds; a row that stops gets zero steps
-    from then on (a step of 0 leaves p exactly as it is), so rows are never gathered or
-    scattered. Returns p [N, k] float32."""
-    n = v.shape[1]
-    check_terminate()
-    r = np.zeros((k, k, n), np.float64)
-    r[pair_i, pair_j] = v
-    r[pair_j, pair_i] = 1 - v
-    # q[i, j] = -r[j, i] * r[i, j] off the diagonal; q[i, i] the sum over j of r[j, i]^2
-    q = np.multiply(r.transpose(1, 0, 2), r)
-    np.negative(q, out=q)
-    diagonal = np.add.reduce(r * r, axis=0)
-    q.reshape(k * k, n)[::k + 1] = diagonal
-    # 1 / q[i, i] of the rows still iterating, 0 for the stopped ones
-    step = 1 / diagonal
-    p = np.full((k, n), 1.0 / k)
-    eps = 0.005 / k
-    active = np.ones(n, bool)
-    live = n
-    for _ in range(100):
+class _Coupling:
+    """libsvm's multiclass_probability for k >= 3 classes on every row at once, in float64 (onnxruntime
+    sums in float32: about 1e-7 apart). Each row runs libsvm's iterations until its own stopping rule
+    (max_t |(Qp)_t - pQp| < 0.005 / k, at most 100 iterations) holds: onnxruntime returns that
+    iterate, not the exact solution, so the iterations themselves are kept; only how each is computed
+    differs, with a numpy call costing about a microsecond on these small arrays:
+
+    - Q's entries are linear in the features (1, r_c, r_c^2) of the pairwise probabilities r_c, so
+      one matmul with a table built here gives every per-row matrix used below;
+    - with sum(p) = 1, pQp - (Qp)_t = p' N_t p where N_t[i, j] = Q[i, j] - Q[t, j]: one einsum gives
+      the stopping rule's k values at the start of an iteration, and class t's step is
+      p' M_t p with M_t = N_t / Q[t, t] (one einsum); at the uniform start both come from the table;
+    - within an iteration p is kept unnormalized (u, sum s): class t's step adds diff * s to u_t only,
+      and u is divided by s once per iteration, in place of libsvm's division of p per class;
+    - a row that stops takes steps of 0 from then on: rows are never gathered or scattered.
+    """
+
+    def __init__(self, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> None:
+        pairs = len(pair_i)
+        feats = 2 * pairs + 1  # 1, r_c (c < pairs), r_c^2
+        q = np.zeros((k, k, feats))  # Q[a, b] as coefficients of the features
+        for c, (i, j) in enumerate(zip(pair_i.tolist(), pair_j.tolist())):
+            lin, sq = 1 + c, 1 + pairs + c
+            q[j, j, sq] += 1  # r[i, j]^2 = r_c^2
+            q[i, i, 0] += 1  # r[j, i]^2 = (1 - r_c)^2
+            q[i, i, lin] -= 2
+            q[i, i, sq] += 1
+            q[i, j, lin] = q[j, i, lin] = -1  # -r[j, i] r[i, j] = r_c^2 - r_c
+            q[i, j, sq] = q[j, i, sq] = 1
+        n_t = q[None, :, :, :] - q[:, None, :, :]  # [t, a, b]: Q[a, b] - Q[t, b]
+        start = np.zeros((k, feats))
+        start[:, 0] = 1.0 / k
+        # rows of the table: N (k^3), Q[t, t] (k), p' N_t p at p uniform (k), p uniform (k); it holds
+        # about k^5 values: above 6 classes N comes from Q, built from r pair by pair
+        self.table = None if k > 6 else np.concatenate([n_t.reshape(k ** 3, feats), q[np.arange(k), np.arange(k)],
+                                                        n_t.sum(axis=(1, 2)) / (k * k), start])
+        self.pair_i, self.pair_j = pair_i, pair_j
+        self.k, self.pairs, self.feats = k, pairs, feats
+        self.eps = np.array(0.005 / k)
+        self.chunk = max(1, (1 << 21) // k ** 3)  # rows a call: N and M at most 16 MB each
+
+    def _start(self, v: np.ndarray) -> tuple:
+        """N [k, k, k, rows], Q[t, t] [k, rows], the rule's values at p uniform [k, rows] and p uniform
+        [k, rows], all fresh arrays or views of one."""
+        k, pairs, n = self.k, self.pairs, v.shape[0]
+        if self.table is not None:
+            feat = np.empty((self.feats, n))
+            feat[0] = 1
+            lin = feat[1:pairs + 1]
+            lin[...] = v.T
+            np.multiply(lin, lin, out=feat[pairs + 1:])
+            g = np.matmul(self.table, feat)
+            cube = k ** 3
+            return g[:cube].reshape(k, k, k, n), g[cube:cube + k], g[cube + k:cube + 2 * k], g[cube + 2 * k:]
+        r = np.zeros((k, k, n))
+        r[self.pair_i, self.pair_j] = v.T
+        r[self.pair_j, self.pair_i] = 1 - v.T.astype(np.float64)
+        q = np.multiply(r.transpose(1, 0, 2), r)  # -r[j, i] r[i, j] off the diagonal
+        np.negative(q, out=q)
+        q_tt = np.add.reduce(r * r, axis=0)  # sum over j of r[j, t]^2
+        q.reshape(k * k, n)[::k + 1] = q_tt
+        n_t = np.subtract(q[None], q[:, None])
+        return n_t, q_tt, np.add.reduce(n_t, axis=(1, 2)) / (k * k), np.full((k, n), 1.0 / k)
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        """v [N, pairs] the clipped pairwise probabilities r[i, j] of the pairs (i, j); returns p [N, k]
+        float32."""
+        k = self.k
+        n = v.shape[0]
+        if not n:
+            return np.empty((0, k), np.float32)
+        if n > self.chunk:  # N and M hold k^3 values a row: bounded by rows taken a chunk at a time
+            return np.concatenate([self(v[i:i + self.chunk]) for i in range(0, n, self.chunk)])
         check_terminate()
-        qp = _einsum("ijn,jn->in", q, p)
-        pqp = _einsum("in,in->n", p, qp)
-        err = np.subtract(qp, pqp)
-        np.abs(err, out=err)
-        np.logical_and(active, np.maximum.reduce(err, axis=0) >= eps, out=active)
-        now = np.count_nonzero(active)
-        if now != live:
-            if not now:
+        n_t, q_tt, e, u = self._start(v)
+        m = np.divide(n_t.reshape(k, k * k, n), q_tt.reshape(k, 1, n)).reshape(k, k, k, n)
+        m_t = list(m)
+        u_t = list(u)
+        q_00 = q_tt[0]
+        eps = self.eps
+        s = _ONE  # the sum of u after an iteration's steps
+        for iteration in range(100):
+            check_terminate()
+            if iteration:
+                np.divide(u, s, out=u)
+                e = _einsum("in,tijn,jn->tn", u, n_t, u)
+            step = np.divide(e[0], q_00)  # class 0's step, from the stopping rule's values
+            np.abs(e, out=e)
+            err = np.maximum(e[0], e[1])
+            for t in range(2, k):
+                np.maximum(err, e[t], out=err)
+            active = np.greater_equal(err, eps)  # a NaN error stops the row, as libsvm's max does
+            live = _count_nonzero(active)
+            if not live:
+                if not iteration:  # p = 1/k (a row of NaNs has NaN in u, from the table)
+                    u.fill(1.0 / k)
                 break
-            live = now
-            step *= active
-        for i in range(k):
-            if i:  # class i's step needs (Qp)_i and pQp only, not the whole of Qp
-                diff = _einsum("jn,jn->n", q[i], p)
-                pqp = _einsum("in,ijn,jn->n", p, q, p)
-                np.subtract(pqp, diff, out=diff)
-            else:
-                diff = pqp - qp[0]
-            diff *= step[i]
-            p[i] += diff
-            diff += 1
-            p /= diff
-    return p.T.astype(np.float32)
+            # a row that stopped keeps its p, so its rule keeps holding: only its steps are zeroed
+            partial = live < n
+            if partial:
+                stopped = np.logical_not(active)
+                if not iteration:
+                    u[:, stopped] = 1.0 / k
+                np.copyto(step, _ZERO, where=stopped)
+            u_t[0] += step
+            s = np.add(step, _ONE)
+            for t in range(1, k):
+                step = _einsum("in,ijn,jn->n", u, m_t[t], u)
+                step /= s
+                if partial:
+                    np.copyto(step, _ZERO, where=stopped)
+                u_t[t] += step
+                s += step
+        else:
+            np.divide(u, s, out=u)
+        return u.T.astype(np.float32)
 
 
 def _coupling_two(v: np.ndarray) -> np.ndarray:
-    """``_coupling`` for two classes, solved in closed form: with a = r[0, 1], b = 1 - a and
+    """``_Coupling`` for two classes, solved in closed form: with a = r[0, 1], b = 1 - a and
     p = (a + d, b - d), Qp = (b d, -a d) and pQp = d^2, so the state is d alone; the stopping rule
     is |d| max(|b - d|, |a + d|) < eps, the step for class 0 maps d to b d^2 / (b^2 - b d + d^2)
     and the step for class 1 maps it to -a d^2 / (a^2 + a d + d^2). The same iterations as the
     general loop, in float64 with a few operations a step (the float32 loop rounds differently, by
     about 1e-7). v: [N] the pair's probabilities; returns p [N, 2] float32."""
     a = v.astype(np.float64)
-    b = 1 - a
-    aa, bb, minus_a, a_half = a * a, b * b, -a, a - 0.5
-    d = 0.5 - a
+    b = np.subtract(_ONE, a)
+    a_half = np.subtract(a, _HALF)
+    aa, bb, minus_a = np.multiply(a, a), np.multiply(b, b), np.negative(a)
+    d = np.negative(a_half)
     n = len(a)
-    active = np.ones(n, bool)
-    eps = 0.005 / 2
-    for _ in range(100):
+    first_stop = None
+    # libsvm allows 100 iterations; for r in [1e-7, 1 - 1e-7] (the clipped range) the rule holds
+    # after two: |d| max(p) < 0.06 eps then, at most, on 4M values of r spread over the range and
+    # its two ends (a smooth function of r), so the third check is not run
+    for iteration in range(2):
         check_terminate()
         # p0 = a + d and p1 = b - d stay in (0, 1) (both steps keep them positive, summing to 1):
-        # max(|p0|, |p1|) = 0.5 + |p0 - 0.5|
-        err = d + a_half
-        np.abs(err, out=err)
-        err += 0.5
-        err *= np.abs(d)
-        np.logical_and(active, err >= eps, out=active)
-        live = np.count_nonzero(active)
+        # max(|p0|, |p1|) = 0.5 + |p0 - 0.5|; at the start (d = 0.5 - a) the rule is |a - 0.5| / 2
+        if iteration:
+            err = np.add(d, a_half)
+            np.abs(err, out=err)
+            err += _HALF
+            err *= np.abs(d)
+            active = np.greater_equal(err, _EPS_TWO)
+        else:
+            active = np.greater_equal(np.abs(a_half), _EPS_TWO_START)
+        live = _count_nonzero(active)
+        if not iteration and live < n:  # these rows keep libsvm's start, p = (0.5, 0.5): NaN rows too
+            first_stop = np.logical_not(active)
         if not live:
             break
-        dd = d * d
-        e = dd * b
-        den = b * d
-        np.subtract(bb, den, out=den)
-        den += dd
-        e /= den  # class 0's step
-        ee = e * e
-        f = ee * minus_a
-        den = a * e
+        dd = np.multiply(d, d)
+        e = np.multiply(dd, b)
+        den = np.subtract(d, b)
+        den *= d
+        den += bb
+        e /= den  # class 0's step: b d^2 / (b^2 - b d + d^2)
+        f = np.multiply(e, e)
+        den = np.add(e, a)
+        den *= e
         den += aa
-        den += ee
-        f /= den  # class 1's step
+        f *= minus_a
+        f /= den  # class 1's step: -a e^2 / (a^2 + a e + e^2)
         if live == n:
             d = f
-        else:
+        else:  # a row that stopped keeps its d, so its rule keeps holding
             np.copyto(d, f, where=active)
-    p = np.empty((len(a), 2), np.float32)
-    p[:, 0] = a + d
-    p[:, 1] = b - d
+    p = np.empty((n, 2), np.float32)
+    np.add(a, d, out=p[:, 0])
+    np.subtract(b, d, out=p[:, 1])
+    if first_stop is not None:
+        p[first_stop] = 0.5
     return p
+
+
+def _platt_pairs(scores: np.ndarray, prob_a: np.ndarray, prob_b: np.ndarray) -> np.ndarray:
+    """The pairwise probabilities r[i, j] = 1 - logistic(a s + b) clipped to [1e-7, 1 - 1e-7], in
+    place on the float32 scores, rounded as onnxruntime's ``sigmoid_probability`` rounds them: with
+    w = 1 / (1 + exp(-|x|)) in [0.5, 1], 1 - w where x >= 0, and where x < 0 its 1 - (1 - w), which
+    is w exactly (1 - w is exact for w in [0.5, 1], and so is 1 minus that)."""
+    np.multiply(scores, prob_a, out=scores)
+    np.add(scores, prob_b, out=scores)
+    upper = np.greater_equal(scores, _F32_ZERO)
+    np.copysign(scores, _F32_MINUS_ONE, out=scores)
+    np.exp(scores, out=scores)
+    np.add(scores, _F32_ONE, out=scores)
+    np.divide(_F32_ONE, scores, out=scores)
+    np.subtract(_F32_ONE, scores, out=scores, where=upper)
+    np.maximum(scores, _F32_LOW, out=scores)
+    return np.minimum(scores, _F32_HIGH, out=scores)
 
 
 @register("SVMClassifier", since=1, domain=ML)
@@ -185,9 +308,8 @@ class SVMClassifier(Kernel):
             raise InvalidArgument(f"SVMClassifier node {node.name!r}: vectors_per_class has {len(self.per_class)} "
                                   f"entries for {self.k} class labels.")
         self.vectors = np.asarray(node.attr("support_vectors"), np.float32).reshape(count, -1)
-        self.vectors_sq = (self.vectors * self.vectors).sum(axis=1)
         self.coef = coef.reshape(self.k - 1, count)
-        self.kernel = _SvmKernel(node)
+        self.kernel = _SvmKernel(node, self.vectors)
         starts = np.concatenate([[0], np.cumsum(self.per_class)]).astype(int)
         # Pair (i, j): class i's vectors with coefficient row j-1, class j's with row i.
         self.pairs = [(i, j, slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1]))
@@ -212,30 +334,35 @@ class SVMClassifier(Kernel):
         self.vote_swing = vote_i - vote_j
         self.vote_base = vote_j.sum(axis=0)
         self.rho64 = self.rho[:len(self.pairs)].astype(np.float64)
+        # up to 8 pairs (4 classes), the label of each of the 2^pairs patterns of wins, found by the
+        # rule above: a row's label is one lookup of its wins as the bits of a byte
+        self.vote_bits = self.vote_labels = None
+        if 2 < self.k and len(self.pairs) <= 8:
+            self.vote_bits = (1 << np.arange(len(self.pairs))).astype(np.uint8)
+            wins = (np.arange(1 << len(self.pairs))[:, None] & self.vote_bits) > 0
+            self.vote_labels = self.labels[(wins @ self.vote_swing + self.vote_base).argmax(axis=1)]
+        self.coupling = _Coupling(self.pair_i, self.pair_j, self.k) if self.k > 2 else None
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "SVMClassifier")
         if self.linear:
             return self._linear(x)
-        kern = self.kernel(x, self.vectors, self.vectors_sq)
+        kern = self.kernel(x)
         check_terminate()
         scores = np.matmul(kern.astype(np.float64), self.pair_coef)
         np.add(scores, self.rho64, out=scores)
         scores = scores.astype(np.float32)
         if self.k == 2:  # one pair: its vote goes to class 0 where its score is positive, else to class 1
-            label = self.labels[::-1].take(np.greater(scores[:, 0], 0).view(np.int8))
+            label = self.labels[::-1].take(np.greater(scores[:, 0], _F32_ZERO).view(np.int8))
+        elif self.vote_labels is not None:
+            label = self.vote_labels[np.matmul(np.greater(scores, _F32_ZERO).view(np.uint8), self.vote_bits)]
         else:
             votes = np.matmul(scores > 0, self.vote_swing)
             np.add(votes, self.vote_base, out=votes)
             label = self.labels[votes.argmax(axis=1)]
         if self.prob_a.size:
-            v = np.multiply(scores, self.prob_a)  # r[i, j] = 1 - logistic(a s + b), clipped
-            np.add(v, self.prob_b, out=v)
-            logistic_into(v)
-            np.subtract(1, v, out=v)
-            np.maximum(v, np.float32(1e-7), out=v)
-            np.minimum(v, np.float32(1 - 1e-7), out=v)
-            p = _coupling_two(v[:, 0]) if self.k == 2 else _coupling(v.T, self.pair_i, self.pair_j, self.k)
+            v = _platt_pairs(scores, self.prob_a, self.prob_b)
+            p = _coupling_two(v[:, 0]) if self.k == 2 else self.coupling(v)
             return [label, transform_scores(p, self.transform)]
         if self.k == 2:  # one pairwise score as two columns: [-s, s], or [1 - p, p] (p the logistic of s)
             s = scores[:, 0]
@@ -268,14 +395,13 @@ class SVMRegressor(Kernel):
         self.rho = np.float32(node.attr("rho", [0.0])[0])
         self.one_class = bool(node.attr("one_class", 0))
         self.transform = post_transform_name(node)
-        self.kernel = _SvmKernel(node)
         if self.n_supports > 0:
             self.vectors = np.asarray(node.attr("support_vectors"), np.float32).reshape(self.n_supports, -1)
-            self.vectors_sq = (self.vectors * self.vectors).sum(axis=1)
             self.coef = coef.reshape(self.n_supports)
         else:  # linear: the coefficients are the weights of the features
             self.vectors = None
             self.coef = coef
+        self.kernel = _SvmKernel(node, self.vectors)
         self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
@@ -284,7 +410,7 @@ class SVMRegressor(Kernel):
     def apply(self, x: np.ndarray) -> np.ndarray:
         x = as_float_rows(x, "SVMRegressor")
         if self.vectors is not None:
-            s = self.kernel(x, self.vectors, self.vectors_sq).astype(np.float64) @ self.coef + self.rho
+            s = self.kernel(x).astype(np.float64) @ self.coef + self.rho
         else:
             s = x.astype(np.float64) @ self.coef + self.rho
         s = s.astype(np.float32).reshape(-1, 1)

@@ -26,6 +26,7 @@ from onnxhal.runtime.providers.cpu.kernels.registry import register
 # full-size copies of their per-column constants, 0-d arrays for their scalars, and take row sums
 # as a product with a k x k matrix of ones (each row's sum in each of its k columns: the division
 # by it needs no broadcast). Above SMALL elements the broadcast forms run: they cost no memory.
+FUSED_DOMAIN = "com.onnxhal"  # the optimizer's fused ops (FusedLinearClassifier)
 SMALL = 4096  # elements of an input that takes the small path
 _SQUARE_MAX = 32  # columns up to which row sums are a product with a square of ones
 _F32 = np.dtype(np.float32)
@@ -132,7 +133,12 @@ class LinearClassifier(Kernel):
             if self.transform == "LOGISTIC":
                 s = logistic(s)
             out = np.stack([1 - s, s], axis=1) if self.second_class else s[:, None]
-        return [label, out.astype(np.float32, copy=False)]
+        return [label, self.finish(out.astype(np.float32, copy=False))]
+
+    @staticmethod
+    def finish(scores: np.ndarray) -> np.ndarray:
+        """The binary form's scores as returned (FusedLinearClassifier normalizes them)."""
+        return scores
 
     def _softmax(self, scores: np.ndarray) -> np.ndarray:
         """SOFTMAX of a few rows in place, max-free (normalization.softmax_max_free) where every
@@ -312,3 +318,29 @@ def _row_maps(keys: list):
     literal = ", ".join(f"k{i}: {v}" for i, v in enumerate(names))
     source = f"lambda rows, {params}: [{{{literal}}} for {', '.join(names)}, in rows]"
     return eval(source, {}, {f"k{i}": k for i, k in enumerate(keys)})  # noqa: S307 (source built above)
+
+
+@register("FusedLinearClassifier", since=1, domain=FUSED_DOMAIN)
+class FusedLinearClassifier(LinearClassifier):
+    """LinearClassifier with its scores through Normalizer(``norm``): the optimizer's fusion of
+    the pair skl2onnx ends every linear classifier with (``opt_ml_fusions``). After the small
+    path's softmax (rows of non-negative scores summing to about 1: no zero row) the L1 norm is
+    the product with the square of ones and one division, the Normalizer's result to the bit."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        normalize = Normalizer(node, ctx).apply
+        post, small_post = self.post, self.small_post
+        self.post = lambda scores: normalize(post(scores))
+        self.finish = normalize
+        if self.small_post == self._softmax and normalize.__self__.l1:
+            self.small_post = self._softmax_l1
+        else:
+            self.small_post = lambda scores: normalize(small_post(scores))
+
+    def _softmax_l1(self, scores: np.ndarray) -> np.ndarray:
+        if np.count_nonzero(np.less(np.abs(scores), _SIXTY)) != scores.size:
+            return self.post(scores)
+        np.exp(scores, out=scores)
+        np.divide(scores, np.dot(scores, self.ones), out=scores)
+        return np.divide(scores, np.dot(scores, self.ones), out=scores)

@@ -73,6 +73,11 @@ class Lookup:
             # batch through the decoding lookup
             flat = x.reshape(-1).tolist()
             get = self.get
+            if self.numeric_values:  # straight into the array; a miss (the marker) fails the conversion
+                try:
+                    return np.fromiter(map(get, flat, repeat(_MISSING, len(flat))), dtype, len(flat)).reshape(x.shape)
+                except TypeError:
+                    pass
             mapped = list(map(get, flat, repeat(_MISSING, len(flat))))
             if _MISSING in mapped:
                 default = self.default_value

@@ -330,6 +330,9 @@ class ArrayFeatureExtractor(Kernel):
         # constant, the same array every run; replaced whole (one assignment), so that threads
         # read one consistent tuple
         self._checked: tuple = (None, b"", -1, None)
+        # a constant initializer Y is the same array, never changed, every run: its bytes need no
+        # comparing (0.15 us a run)
+        self.constant_y = ctx is not None and len(node.inputs) > 1 and ctx.is_constant_initializer(node.inputs[1])
         self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
@@ -342,7 +345,7 @@ class ArrayFeatureExtractor(Kernel):
                                   "axis.")
         width = x.shape[-1]
         seen, seen_bytes, seen_width, index = self._checked
-        if given is not seen or width != seen_width or given.tobytes() != seen_bytes:
+        if given is not seen or width != seen_width or (not self.constant_y and given.tobytes() != seen_bytes):
             y = np.asarray(given).reshape(-1)
             bad = (y < 0) | (y >= width)
             if bad.any():

@@ -13,7 +13,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
   Gemm+activation -> FusedGemm, MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference
   BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
-  the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu;
+  the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu,
+  LinearClassifier + Normalizer of its scores -> FusedLinearClassifier (``opt_ml_fusions``);
   Relu(Concat) -> Concat of Relus the Convs absorb; MatMul(A, B) / scalar -> MatMul with the
   factor folded into the constant weights A or B comes from (attention's 1 / sqrt(d)); in
   CPU-only sessions MaxPool(Relu(x)) -> Relu(MaxPool(x)) (also through a Concat of Relus), so the

@@ -217,8 +217,7 @@ class Normalizer(Kernel):
         if self.norm not in ("MAX", "L1", "L2"):
             raise InvalidArgument(f"Normalizer node {node.name!r}: norm {self.norm!r} is none of MAX, L1, L2.")
         self.l1 = self.norm == "L1"
-        # L1, L2: row widths -> a square of ones (the small path's row sums)
-        self.squares = {} if self.norm == "MAX" else {k: _ones_square(k, _F32) for k in range(1, _SQUARE_MAX + 1)}
+        self.squares: dict[int, np.ndarray] = {}  # L1, L2: row width -> a square of ones (small rows' sums)
         self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
@@ -228,6 +227,8 @@ class Normalizer(Kernel):
         x = x.astype(np.float32, copy=False)
         rows = x.reshape(1, -1) if x.ndim == 1 else x
         ones = self.squares.get(rows.shape[1]) if rows.size <= SMALL else None
+        if ones is None and rows.size <= SMALL and self.norm != "MAX" and 0 < rows.shape[1] <= _SQUARE_MAX:
+            ones = self.squares[rows.shape[1]] = _ones_square(rows.shape[1], _F32)
         if ones is not None:
             if self.l1:
                 d = np.dot(np.abs(rows), ones)

@@ -44,8 +44,9 @@ class FeedChecker:
     feeds are checked against the tuples built here. Plain numpy arrays whose dtype, rank and fixed
     dims match pass in a few comparisons (a string input's ``U`` or object array is then made an
     object array of str, as ``check_feeds`` makes it); anything else (a missing or unknown name, a
-    mismatch, bytes, lists, OrtValues, sequences) goes through ``check_feeds``, which accepts or
-    refuses it with the usual typed errors.
+    mismatch, bytes, lists, OrtValues) goes through ``check_feeds``, which accepts or refuses it with
+    the usual typed errors. A map or sequence input's dict or list is passed as given, as
+    ``check_feeds`` passes it (its kernels check it).
     """
 
     __slots__ = ("infos", "required", "_expect", "_required_set")
@@ -55,9 +56,10 @@ class FeedChecker:
         self.required = required
         self._required_set = frozenset(required)
         #: name -> (dtype, rank, ((axis, fixed dim), ...)) for the inputs the quick check covers
-        self._expect: dict[str, tuple[np.dtype, int, tuple[tuple[int, int], ...]]] = {}
+        self._expect: dict[str, tuple[np.dtype | None, int, tuple[tuple[int, int], ...]]] = {}
         for name, info in infos.items():
-            if not info.is_tensor:
+            if not info.is_tensor:  # a map or a sequence: check_feeds passes it through, to the kernels
+                self._expect[name] = _PASS
                 continue
             dtype, shape = info.dtype, info.shape
             if dtype is None or shape is None:
@@ -73,6 +75,8 @@ class FeedChecker:
         strings = None
         for name, value in feed.items():
             spec = expect.get(name)
+            if spec is _PASS and (value.__class__ is dict or value.__class__ is list):
+                continue
             if spec is None or value.__class__ is not np.ndarray:
                 return check_feeds(feed, self.infos, self.required)
             dtype, rank, fixed = spec
@@ -98,6 +102,7 @@ class FeedChecker:
         return out
 
 
+_PASS = (None, -1, ())  # FeedChecker: a non-tensor input, a dict or list passed as given
 _OBJECT = np.dtype(object)  # a ValueInfo's string dtype is this one object (numpy caches builtin dtypes)
 
 

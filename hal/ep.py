@@ -173,7 +173,7 @@ class Ep:
     name: str = ""
     #: True if ``get_capability`` can claim the fused ops onnxhal's optimizer creates in the
     #: ``com.onnxhal`` domain (FusedConv, FusedGemm, FusedMatMul, FusedBatchNormalization, Gelu,
-    #: LayerNormalization). A session creates them only when every EP in it says so; otherwise this
+    #: LayerNormalization, FusedLinearClassifier). A session creates them only when every EP in it says so; otherwise this
     #: EP sees the plain ONNX ops (as ORT applies such fusions only for EPs that implement them).
     runs_onnxhal_fused_ops: bool = False
 

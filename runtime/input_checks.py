@@ -41,10 +41,12 @@ class FeedChecker:
     """``check_feeds`` for one session, its per-input expectations read once from the model.
 
     Reading a ``ValueInfo``'s dtype and shape walks its TypeProto (about 2 us an input); a run's
-    feeds are checked against the tuples built here. Plain numpy arrays of a non-string input whose
-    dtype, rank and fixed dims match pass in a few comparisons; anything else (a missing or unknown
-    name, a mismatch, strings, OrtValues, sequences) goes through ``check_feeds``, which accepts or
-    refuses it with the usual typed errors.
+    feeds are checked against the tuples built here. Plain numpy arrays whose dtype, rank and fixed
+    dims match pass in a few comparisons (a string input's ``U`` or object array is then made an
+    object array of str, as ``check_feeds`` makes it); anything else (a missing or unknown name, a
+    mismatch, bytes, lists, OrtValues) goes through ``check_feeds``, which accepts or refuses it with
+    the usual typed errors. A map or sequence input's dict or list is passed as given, as
+    ``check_feeds`` passes it (its kernels check it).
     """
 
     __slots__ = ("infos", "required", "_expect", "_required_set")
@@ -54,13 +56,15 @@ class FeedChecker:
         self.required = required
         self._required_set = frozenset(required)
         #: name -> (dtype, rank, ((axis, fixed dim), ...)) for the inputs the quick check covers
-        self._expect: dict[str, tuple[np.dtype, int, tuple[tuple[int, int], ...]]] = {}
+        self._expect: dict[str, tuple[np.dtype | None, int, tuple[tuple[int, int], ...]]] = {}
         for name, info in infos.items():
-            if not info.is_tensor:
+            if not info.is_tensor:  # a map or a sequence: check_feeds passes it through, to the kernels
+                self._expect[name] = _PASS
                 continue
             dtype, shape = info.dtype, info.shape
-            if dtype is None or dtype == np.dtype(object) or shape is None:
+            if dtype is None or shape is None:
                 continue
+            dtype = _OBJECT if dtype == _OBJECT else dtype  # check() tests strings by identity
             self._expect[name] = (dtype, len(shape), tuple((a, d) for a, d in enumerate(shape) if isinstance(d, int)))
 
     def check(self, feed: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,12 +72,21 @@ class FeedChecker:
         if feed.__class__ is not dict:
             return check_feeds(feed, self.infos, self.required)
         expect = self._expect
+        strings = None
         for name, value in feed.items():
             spec = expect.get(name)
+            if spec is _PASS and (value.__class__ is dict or value.__class__ is list):
+                continue
             if spec is None or value.__class__ is not np.ndarray:
                 return check_feeds(feed, self.infos, self.required)
             dtype, rank, fixed = spec
-            if value.dtype != dtype or value.ndim != rank:
+            if value.ndim != rank:
+                return check_feeds(feed, self.infos, self.required)
+            if dtype is _OBJECT:  # a string input: str or object elements, made str below
+                if value.dtype.kind not in "UO":
+                    return check_feeds(feed, self.infos, self.required)
+                strings = [name] if strings is None else [*strings, name]
+            elif value.dtype != dtype:
                 return check_feeds(feed, self.infos, self.required)
             if fixed:
                 shape = value.shape
@@ -82,7 +95,15 @@ class FeedChecker:
                         return check_feeds(feed, self.infos, self.required)
         if not self._required_set.issubset(feed):
             return check_feeds(feed, self.infos, self.required)
-        return dict(feed)
+        out = dict(feed)
+        if strings is not None:
+            for name in strings:
+                out[name] = _stringified(out[name])
+        return out
+
+
+_PASS = (None, -1, ())  # FeedChecker: a non-tensor input, a dict or list passed as given
+_OBJECT = np.dtype(object)  # a ValueInfo's string dtype is this one object (numpy caches builtin dtypes)
 
 
 def _decode(name: str, item: Any) -> Any:

@@ -15,7 +15,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
   MatMulInteger+Cast+Mul(scale)[+Add(bias)] -> com.microsoft MatMulIntegerToFloat (onnxruntime's
   quantizer output; onnxruntime makes the same fusion for its CPU EP),
-  the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu;
+  the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu,
+  LinearClassifier + Normalizer of its scores -> FusedLinearClassifier (``opt_ml_fusions``);
   Relu(Concat) -> Concat of Relus the Convs absorb; MatMul(A, B) / scalar -> MatMul with the
   factor folded into the constant weights A or B comes from (attention's 1 / sqrt(d)); in
   CPU-only sessions MaxPool(Relu(x)) -> Relu(MaxPool(x)) (also through a Concat of Relus), so the
@@ -47,7 +48,7 @@ from collections.abc import Callable
 from onnxhal.hal.enums import GraphOptimizationLevel
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph
-from onnxhal.runtime import opt_cleanup, opt_fusions, opt_pad_fusion, opt_weight_folding
+from onnxhal.runtime import opt_cleanup, opt_fusions, opt_ml_fusions, opt_pad_fusion, opt_weight_folding
 from onnxhal.runtime.opt_rewrite import remove_unused_value_infos
 
 logger = logging.getLogger("onnxhal.optimizer")
@@ -82,6 +83,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_conv_activation", _EXTENDED, opt_fusions.fuse_conv_activation, False, True),
     ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
     ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
+    ("fuse_classifier_normalizer", _EXTENDED, opt_ml_fusions.fuse_classifier_normalizer, False, True),
     ("adopt_fused_kernels", _LAYOUT, opt_fusions.adopt_fused_kernels, False, True),
     ("fuse_channel_shuffle", _LAYOUT, opt_fusions.fuse_channel_shuffle, False, True),
     ("pretranspose_gemm_weights", _LAYOUT, opt_weight_folding.pretranspose_gemm_weights, False, True),

@@ -153,6 +153,18 @@ def test_one_hot_encoder(seed):
           f"OneHotEncoder strings seed {seed}")
 
 
+def test_one_hot_encoder_values_far_outside_the_categories():
+    # negative categories, and values whose distance to them wraps around int64's range
+    info = np.iinfo(np.int64)
+    x = np.array([[-3, 5, info.max], [info.min, -1, 0], [info.min + 1, info.max - 1, 2]], np.int64)
+    for cats in ([-3, 0, 2, 5], [2, -1], [info.max - 1, 7]):
+        model = _model("OneHotEncoder", [_t("X", I64, None)], [_t("Y", F, None)], cats_int64s=cats, zeros=1)
+        check(model, {"X": x}, f"OneHotEncoder cats {cats}")
+    strings = np.array([["a", b"b".decode(), "zz"], ["", "c", "a"]], dtype=object)
+    check(_model("OneHotEncoder", [_t("X", S, None)], [_t("Y", F, None)], cats_strings=["a", "b", "c"], zeros=0),
+          {"X": strings}, "OneHotEncoder strings zeros=0")
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_imputer(seed):
     rng = np.random.default_rng(seed)

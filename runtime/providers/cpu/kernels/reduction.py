@@ -118,6 +118,8 @@ class _Arg(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if x.__class__ is not np.ndarray:  # fn is an ndarray method
+            x = np.asarray(x)
         axis = self.axis
         if x.ndim and x.shape[axis] == 0:
             rest = x.shape[:axis % x.ndim] + ((1,) if self.keepdims else ()) + x.shape[axis % x.ndim + 1:]
@@ -140,5 +142,6 @@ class _Arg(Kernel):
         return [r]
 
 
-register("ArgMax", since=1)(type("ArgMax", (_Arg,), {"fn": staticmethod(np.argmax)}))
-register("ArgMin", since=1)(type("ArgMin", (_Arg,), {"fn": staticmethod(np.argmin)}))
+# ndarray's methods: np.argmax / np.argmin are Python wrappers of them (0.2 against 1 us on 16 rows)
+register("ArgMax", since=1)(type("ArgMax", (_Arg,), {"fn": staticmethod(np.ndarray.argmax)}))
+register("ArgMin", since=1)(type("ArgMin", (_Arg,), {"fn": staticmethod(np.ndarray.argmin)}))

@@ -60,6 +60,8 @@ class Reshape(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.allowzero = bool(node.attr("allowzero", 0))
         self._last: tuple = (None, None, None)  # (read-only shape array, input shape, resolved shape)
+        # a constant initializer is the same array, never changed, every run (it may be writeable)
+        self.constant_shape = ctx is not None and len(node.inputs) > 1 and ctx.is_constant_initializer(node.inputs[1])
 
     def compute(self, inputs: list) -> list:
         x, shape = inputs[0], inputs[1]
@@ -68,7 +70,7 @@ class Reshape(Kernel):
         if shape is last_shape and x.shape == last_in:
             return [x.reshape(last_out)]
         y = _reshape(x, shape.tolist(), self.allowzero)
-        if not shape.flags.writeable:
+        if self.constant_shape or not shape.flags.writeable:
             self._last = (shape, x.shape, y.shape)
         return [y]
 

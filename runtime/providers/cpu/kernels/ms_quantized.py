@@ -17,8 +17,9 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
-from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_uint8
+from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
 from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM, _Recurrent, gate_order, gate_scale
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -200,7 +201,8 @@ class DynamicQuantizeMatMul(Kernel):
         return [y if bias is None else y + bias]
 
 
-_TINY = np.array(np.finfo(np.float32).tiny, np.float32)
+_NEG_TAU = np.array(-(2.0 ** -100), np.float32)  # the ranges' reduction's initial (``_quantized_steps``)
+_HALF32 = np.array(0.5, np.float32)
 
 
 @register("DynamicQuantizeLSTM", since=1, domain=MS)
@@ -214,6 +216,10 @@ class DynamicQuantizeLSTM(LSTM):
     order, and the per-column multipliers (weight scale times ``gate_scale``) prepared once."""
 
     weight_inputs = (1, 2, 3, 8, 9, 10, 11)
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self._workspaces: dict[tuple, tuple] = {}  # (hidden, batch, float type) -> ``_step_workspace``
 
     def _general(self, inputs: list) -> list:
         args = list(inputs) + [None] * (12 - len(inputs))
@@ -248,7 +254,7 @@ class DynamicQuantizeLSTM(LSTM):
 
     def _prepare(self, args: list, dt: np.dtype) -> list | None:
         """Per direction (W less its zero point [input, 4*hidden], R less its zero point
-        [4*hidden, hidden], bias column, (R's, its multipliers column, R's float type), W's
+        [4*hidden, hidden], bias row, (R's, its multipliers column, R's float type), W's
         multipliers), gates in ``gate_order``; None for a form the general loop takes."""
         w, r, b = args[1], args[2], args[3]
         nd = len(self.directions)
@@ -269,57 +275,100 @@ class DynamicQuantizeLSTM(LSTM):
             rc = np.ascontiguousarray(np.subtract(r[d], _zero(r_zp, r.dtype), dtype=fh)[:, order].T)
             w_mul = np.broadcast_to(np.asarray(w_scale, np.float32), (4 * h,))[order] * scale
             r_mul = (np.broadcast_to(np.asarray(r_scale, np.float32), (4 * h,))[order] * scale).reshape(-1, 1)
-            bias = None if b is None else ((b[d, :4 * h] + b[d, 4 * h:])[order] * scale).reshape(-1, 1)
-            out.append((wc, rc, bias, (rc, r_mul, fh), w_mul))
+            bias = None if b is None else (b[d, :4 * h] + b[d, 4 * h:])[order] * scale
+            # the step's one outer product (see ``_quantized_steps``): [R's multipliers | 1 | 1] x the
+            # rows' scales and [0 | 0 | 1] x their minimums, as one [7 * hidden, 2] factor
+            spread = np.zeros((7 * h, 2), np.float32)
+            spread[:4 * h, 0] = r_mul[:, 0]
+            spread[4 * h:6 * h, 0] = 1
+            spread[6 * h:, 1] = 1
+            out.append((wc, rc, bias, (rc, spread, fh), w_mul))
         return out
 
     def _input_projection(self, x2: np.ndarray, weights: tuple) -> np.ndarray:
         """Every step's input quantized on one range, times W less its zero point, exactly, then
         scaled per column: [seq * batch, 4 * hidden] float32."""
-        q, scale, zp = dynamic_quantize_uint8(x2)
+        codes, scale, _ = dynamic_quantize_centered(x2)
         wc = weights[0]
-        acc = np.dot(np.subtract(q, zp, dtype=wc.dtype), wc)
+        acc = _dot(codes if wc.dtype == np.float32 else codes.astype(wc.dtype), wc)
         if acc.dtype == np.float32:
             acc *= scale * weights[4]
             return acc
         return np.multiply(acc, scale * weights[4], dtype=np.float32)
 
-    def _hidden_quantized(self, hd: np.ndarray, rq: tuple, out: np.ndarray) -> None:
-        """The hidden state hd [hidden, batch] quantized batch row by row (onnxruntime's threads
+    def _quantized_steps(self, rq: tuple, xwt: np.ndarray, b0: int, steps: range, g: np.ndarray, prod: np.ndarray,
+                         th: np.ndarray, hd: np.ndarray, yt: np.ndarray, d: int, run_options) -> np.ndarray:
+        """The recurrence with the hidden state quantized batch row by row (onnxruntime's threads
         quantize each block of batch rows on its own range; with as many threads as rows, its
-        default on small batches, each row has its own) times R, into out [4*hidden, batch].
+        default on small batches, each row has its own) before its product with R.
 
-        Rows [batch, hidden] (numpy reduces and broadcasts along a contiguous last axis fastest);
-        the ranges from one reduction of [h; -h]. With m = rint(lo / scale) = -zero_point, the
-        codes less their zero point are min(rint(h / scale), 255 + m): the lower clamp never binds
-        (h >= lo). An all-zero row (scale 1 in onnxruntime) takes the tiny scale instead; its
-        products are 0 either way."""
-        rc, r_mul, ft = rq
-        # (positional out= and module-level names: a step makes 16 of these calls)
-        both = _empty((2,) + hd.shape[::-1], np.float32)
-        h = both[0]
-        h[...] = hd.T
-        _negative(h, both[1])
-        ends = _min(both, 2, None, None, True, _ZERO32)  # [2, batch, 1]: min(h, 0), -max(h, 0)
-        lo = ends[0]
-        scale = _add(lo, ends[1])  # -(max - min), exactly
-        _divide(scale, _F255N, scale)
-        _maximum(scale, _TINY, out=scale)
-        top = _divide(lo, scale)
-        _rint(top, top)
-        _add(top, _F255, top)
-        v = _divide(h, scale)
-        _rint(v, v)
-        _minimum(v, top, out=v)
-        # [4*hidden, batch] as the gates: R's rows times the codes, times the outer product of R's
-        # multipliers and the rows' scales (np.dot: one product each, exact, in half the time of
-        # the broadcast multiply)
-        multipliers = _dot(r_mul, scale.reshape(1, -1))
-        if ft is np.float32:
-            _dot(rc, v.T, out)
-            _multiply(out, multipliers, out)
-        else:
-            np.multiply(_dot(rc, v.T.astype(ft)), multipliers, out=out, dtype=np.float32)
+        Twelve calls a step beyond the float loop's, each on a contiguous array (a broadcast
+        operand costs numpy three times a plain one):
+        - the rows' ends from one reduction of [h; -h] (batch rows along the last axis), its
+          initial -2^-100 in place of 0: an all-zero row then gets a tiny range instead of a
+          zero one (no division by zero; its codes are 0 either way), and any row whose range
+          exceeds 2^-75 gets exactly onnxruntime's range;
+        - scale (max - min) / 255 per row, then one outer product spreads R's multipliers times
+          the scales ([4 * hidden, batch]), the scales ([2 * hidden, batch]) and the minimums
+          ([hidden, batch]) over the columns the later calls read (a K=2 product: exact);
+        - [min; h] / scale in one division and rint: rint(min / scale) = -zero point, so
+          min(rint(h / scale), 255 - zero point) are the codes less their zero point, clamped
+          as onnxruntime; their product with R less its zero point is exact (integers), then
+          scaled per column and row."""
+        rc, spread, ft = rq
+        h, batch = hd.shape
+        h2, h3, h4 = 2 * h, 3 * h, 4 * h
+        g4, s3, o, c = g[:h4], g[:h3], g[h2:h3], g[h4:]
+        pair_a, pair_b = g[:h2], g[h3:]
+        p0, p1 = prod[:h], prod[h:]
+        # (the scratch arrays and their views, made once per shape: a run takes them out of the
+        # dict and puts them back, so runs at once on other threads make their own)
+        key = (h, batch, ft)
+        ws = self._workspaces.pop(key, None) or _step_workspace(h, batch, ft)
+        both, b0_, b1_, scale, lo, nhi, scale_lo, lo_nhi, spreads7, mult, scales, lo_hd, hslot, hslot_t, codes, top, v, acc = ws
+        if acc is None:
+            acc = g4
+        hslot[...] = hd
+        half = _HALF32
+        dot, add, multiply, tanh, divide, rint, minimum, negative, reduce = (
+            _dot, _add, _multiply, np.tanh, _divide, _rint, _minimum, _negative, _min)
+        for t in steps:
+            if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                check_terminate()
+            b0_[...] = hslot_t
+            negative(b0_, b1_)
+            reduce(both, 2, None, lo_nhi, False, _NEG_TAU)  # -> [min; -max]
+            add(lo, nhi, scale)
+            divide(scale, _F255N, scale)
+            dot(spread, scale_lo, spreads7)
+            divide(lo_hd, scales, codes)
+            rint(codes, codes)
+            add(top, _F255, top)
+            minimum(v, top, out=v)
+            dot(rc, v, acc)
+            multiply(acc, mult, g4)
+            add(g4, xwt[t - b0], g4)
+            tanh(g4, g4)
+            multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
+            add(s3, half, s3)
+            multiply(pair_a, pair_b, prod)
+            add(p0, p1, c)
+            tanh(c, th)
+            multiply(o, th, hslot)
+            yt[t, d] = hslot
+        self._workspaces[key] = ws
+        return yt[t, d]
+
+
+def _step_workspace(h: int, batch: int, ft: type) -> tuple:
+    """``DynamicQuantizeLSTM._quantized_steps``' scratch arrays and their views."""
+    both = _empty((2, batch, h), np.float32)  # [h; -h], batch rows
+    ends = _empty((3, batch), np.float32)  # [scale; min; -max]
+    spreads = _empty((8 * h, batch), np.float32)  # [multipliers; scale; scale; min | hidden state]
+    codes = _empty((2 * h, batch), ft)  # [rint(min / scale) + 255; codes less the zero point]
+    return (both, both[0], both[1], ends[0], ends[1], ends[2], ends[:2], ends[1:], spreads[:7 * h], spreads[:4 * h],
+            spreads[4 * h:6 * h], spreads[6 * h:], spreads[7 * h:], spreads[7 * h:].T, codes, codes[:h], codes[h:],
+            None if ft is np.float32 else _empty((4 * h, batch), ft))
 
 
 def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:

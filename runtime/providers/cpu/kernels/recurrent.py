@@ -289,7 +289,7 @@ class LSTM(_Recurrent):
         return True
 
     def _prepare(self, args: list, dt: np.dtype) -> list | None:
-        """Per direction (W^T, R, bias column, None) in ``gate_order`` with ``gate_scale`` folded
+        """Per direction (W^T, R, bias row, None) in ``gate_order`` with ``gate_scale`` folded
         in, or None where the run's types are not one float type (the general loop then promotes
         them) or the shapes are wrong (the general loop names the problem)."""
         w, r, b = args[1], args[2], args[3]
@@ -302,7 +302,7 @@ class LSTM(_Recurrent):
         order, scale = gate_order(h), gate_scale(h, dt)
         out = []
         for d in range(w.shape[0]):
-            bias = None if b is None else ((b[d, :4 * h] + b[d, 4 * h:])[order] * scale).reshape(-1, 1)
+            bias = None if b is None else (b[d, :4 * h] + b[d, 4 * h:])[order] * scale
             out.append((np.ascontiguousarray((w[d][order] * scale[:, None]).T),
                         np.ascontiguousarray(r[d][order] * scale[:, None]), bias, None))
         return out
@@ -338,7 +338,10 @@ class LSTM(_Recurrent):
         for d in range(nd):
             wd = weights[d]
             r, bias, rq = wd[1], wd[2], wd[3]
-            xw = self._input_projection(x2, wd).reshape(seq, batch, h4).transpose(0, 2, 1)
+            xw = self._input_projection(x2, wd)  # [seq * batch, 4 * hidden], this run's own
+            if bias is not None:
+                add(xw, bias, xw)  # (along rows: a third of the time the transposed copy's add takes)
+            xw = xw.reshape(seq, batch, h4).transpose(0, 2, 1)
             # [i f o c | cell state] x batch: the gates' pre-activations, then their values, and the state
             g = np.empty((5 * h, batch), dt)
             g[h4:] = 0 if c0 is None else c0[d].T
@@ -353,19 +356,20 @@ class LSTM(_Recurrent):
             # sequence's copy would otherwise delay a terminate request (600,000 steps: 150 MB).
             for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
                 b1 = min(seq, b0 + _BLOCK)
-                xwt = np.empty((b1 - b0, h4, batch), dt)
-                if bias is None:
-                    xwt[...] = xw[b0:b1]
+                if batch == 1:  # [steps, 4 * hidden, 1]: already contiguous
+                    xwt = xw[b0:b1]
                 else:
-                    add(xw[b0:b1], bias, xwt)
-                for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
+                    xwt = np.empty((b1 - b0, h4, batch), dt)
+                    xwt[...] = xw[b0:b1]
+                steps = range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)
+                if rq is not None:
+                    hd = self._quantized_steps(rq, xwt, b0, steps, g, prod, th, hd, yt, d, run_options)
+                    continue
+                for t in steps:
                     if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
                         check_terminate()
                     # (out= given positionally: a keyword costs 50 ns a call)
-                    if rq is None:
-                        dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
-                    else:
-                        self._hidden_quantized(hd, rq, g4)
+                    dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
                     add(g4, xwt[t - b0], g4)
                     tanh(g4, g4)
                     multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
@@ -382,7 +386,10 @@ class LSTM(_Recurrent):
                     np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]
         return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h, y_c][: self.n_out]
 
-    def _hidden_quantized(self, hd: np.ndarray, rq: tuple, out: np.ndarray) -> None:
-        """R's product with hd [hidden, batch] into out [4 * hidden, batch], for weights that are
-        not float (DynamicQuantizeLSTM); ``rq`` is what ``_prepare`` made for it."""
+    def _quantized_steps(self, rq: tuple, xwt: np.ndarray, b0: int, steps: range, g: np.ndarray, prod: np.ndarray,
+                         th: np.ndarray, hd: np.ndarray, yt: np.ndarray, d: int, run_options) -> np.ndarray:
+        """The time steps ``steps`` of direction d for weights that are not float
+        (DynamicQuantizeLSTM; ``rq`` is what its ``_prepare`` made): the same gate buffers as the
+        float loop (g: [i f o c | cell state] x batch, prod, th), xwt[t - b0] the input
+        projection of step t; writes yt[t, d] and returns the last hidden state [hidden, batch]."""
         raise NotImplementedError

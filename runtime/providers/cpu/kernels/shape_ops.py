@@ -541,9 +541,14 @@ class ConstantOfShape(Kernel):
         v = node.attr("value")
         self.value = np.asarray(v).reshape(-1)[0] if v is not None else np.float32(0)
         self.dtype = np.asarray(v).dtype if v is not None else np.dtype(np.float32)
+        # all bits zero (not -0.0): np.zeros, a C call, in place of np.full's Python layers
+        self.zeros = np.asarray(self.value, self.dtype).tobytes() == bytes(self.dtype.itemsize)
 
     def compute(self, inputs: list) -> list:
-        return [np.full(tuple(int(s) for s in inputs[0].tolist()), self.value, dtype=self.dtype)]
+        shape = tuple(inputs[0].tolist())  # (tolist: Python ints)
+        if self.zeros:
+            return [np.zeros(shape, self.dtype)]
+        return [np.full(shape, self.value, dtype=self.dtype)]
 
 
 @register("Range", since=11)

@@ -20,7 +20,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
-from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM, _Recurrent, gate_order, gate_scale
+from onnxhal.runtime.providers.cpu.kernels.recurrent import _BLOCK, LSTM, _Recurrent, gate_order, gate_scale
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 try:  # np.clip's own ufunc, without np.clip's Python layers (per LSTM time step they cost more than it)
@@ -254,8 +254,9 @@ class DynamicQuantizeLSTM(LSTM):
 
     def _prepare(self, args: list, dt: np.dtype) -> list | None:
         """Per direction (W less its zero point [input, 4*hidden], R less its zero point
-        [4*hidden, hidden], bias row, (R's, its multipliers column, R's float type), W's
-        multipliers), gates in ``gate_order``; None for a form the general loop takes."""
+        [4*hidden, hidden], bias row, (R's, the steps' outer-product factor, R's float type), W's
+        multipliers: per column, or W's one scale with ``gate_scale`` in W), gates in
+        ``gate_order``; None for a form the general loop takes."""
         w, r, b = args[1], args[2], args[3]
         nd = len(self.directions)
         if (dt != np.float32 or w.ndim != 3 or r.ndim != 3 or w.dtype not in _CODES or r.dtype not in _CODES
@@ -273,10 +274,14 @@ class DynamicQuantizeLSTM(LSTM):
             r_scale, r_zp = self._per_direction(args[10], d), self._per_direction(args[11], d)
             wc = np.ascontiguousarray(np.subtract(w[d], _zero(w_zp, w.dtype), dtype=fx)[:, order])
             rc = np.ascontiguousarray(np.subtract(r[d], _zero(r_zp, r.dtype), dtype=fh)[:, order].T)
-            w_mul = np.broadcast_to(np.asarray(w_scale, np.float32), (4 * h,))[order] * scale
+            if np.size(w_scale) == 1:  # one scale: gate_scale into W's columns (halves: exact), the scale a 0-d operand
+                wc = np.ascontiguousarray(wc * scale.astype(fx))
+                w_mul = np.asarray(w_scale, np.float32).reshape(())
+            else:
+                w_mul = np.broadcast_to(np.asarray(w_scale, np.float32), (4 * h,))[order] * scale
             r_mul = (np.broadcast_to(np.asarray(r_scale, np.float32), (4 * h,))[order] * scale).reshape(-1, 1)
             bias = None if b is None else (b[d, :4 * h] + b[d, 4 * h:])[order] * scale
-            # the step's one outer product (see ``_quantized_steps``): [R's multipliers | 1 | 1] x the
+            # the step's one outer product (see ``_quantized_direction``): [R's multipliers | 1 | 1] x the
             # rows' scales and [0 | 0 | 1] x their minimums, as one [7 * hidden, 2] factor
             spread = np.zeros((7 * h, 2), np.float32)
             spread[:4 * h, 0] = r_mul[:, 0]
@@ -292,12 +297,12 @@ class DynamicQuantizeLSTM(LSTM):
         wc = weights[0]
         acc = _dot(codes if wc.dtype == np.float32 else codes.astype(wc.dtype), wc)
         if acc.dtype == np.float32:
-            acc *= scale * weights[4]
+            _multiply(acc, scale * weights[4], acc)
             return acc
         return np.multiply(acc, scale * weights[4], dtype=np.float32)
 
-    def _quantized_steps(self, rq: tuple, xwt: np.ndarray, b0: int, steps: range, g: np.ndarray, prod: np.ndarray,
-                         th: np.ndarray, hd: np.ndarray, yt: np.ndarray, d: int, run_options) -> np.ndarray:
+    def _quantized_direction(self, rq: tuple, xw: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None,
+                             yt: np.ndarray, y_h: np.ndarray, y_c: np.ndarray, d: int, run_options) -> None:
         """The recurrence with the hidden state quantized batch row by row (onnxruntime's threads
         quantize each block of batch rows on its own range; with as many threads as rows, its
         default on small batches, each row has its own) before its product with R.
@@ -314,61 +319,72 @@ class DynamicQuantizeLSTM(LSTM):
         - [min; h] / scale in one division and rint: rint(min / scale) = -zero point, so
           min(rint(h / scale), 255 - zero point) are the codes less their zero point, clamped
           as onnxruntime; their product with R less its zero point is exact (integers), then
-          scaled per column and row."""
+          scaled per column and row.
+        The scratch arrays and their views are made once per shape: a run takes them out of the
+        dict and puts them back, so runs at once on other threads make their own."""
         rc, spread, ft = rq
-        h, batch = hd.shape
-        h2, h3, h4 = 2 * h, 3 * h, 4 * h
-        g4, s3, o, c = g[:h4], g[:h3], g[h2:h3], g[h4:]
-        pair_a, pair_b = g[:h2], g[h3:]
-        p0, p1 = prod[:h], prod[h:]
-        # (the scratch arrays and their views, made once per shape: a run takes them out of the
-        # dict and puts them back, so runs at once on other threads make their own)
+        seq, h4, batch = xw.shape
+        h = h4 // 4
         key = (h, batch, ft)
         ws = self._workspaces.pop(key, None) or _step_workspace(h, batch, ft)
-        both, b0_, b1_, scale, lo, nhi, scale_lo, lo_nhi, spreads7, mult, scales, lo_hd, hslot, hslot_t, codes, top, v, acc = ws
-        if acc is None:
-            acc = g4
-        hslot[...] = hd
+        (g4, s3, o, c, pair_a, pair_b, prod, p0, p1, th, both, h_rows, neg_rows, scale, lo, nhi, scale_lo, lo_nhi, spreads7,
+         mult, scales, lo_hd, hslot, hslot_t, codes, top, v, acc) = ws
+        c[...] = 0 if c0 is None else c0.T
+        hslot[...] = 0 if h0 is None else h0.T
         half = _HALF32
         dot, add, multiply, tanh, divide, rint, minimum, negative, reduce = (
             _dot, _add, _multiply, np.tanh, _divide, _rint, _minimum, _negative, _min)
-        for t in steps:
-            if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
-                check_terminate()
-            b0_[...] = hslot_t
-            negative(b0_, b1_)
-            reduce(both, 2, None, lo_nhi, False, _NEG_TAU)  # -> [min; -max]
-            add(lo, nhi, scale)
-            divide(scale, _F255N, scale)
-            dot(spread, scale_lo, spreads7)
-            divide(lo_hd, scales, codes)
-            rint(codes, codes)
-            add(top, _F255, top)
-            minimum(v, top, out=v)
-            dot(rc, v, acc)
-            multiply(acc, mult, g4)
-            add(g4, xwt[t - b0], g4)
-            tanh(g4, g4)
-            multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
-            add(s3, half, s3)
-            multiply(pair_a, pair_b, prod)
-            add(p0, p1, c)
-            tanh(c, th)
-            multiply(o, th, hslot)
-            yt[t, d] = hslot
+        reverse = self.reverse[d]
+        # the projections transposed a block of steps at a time (a long sequence's copy would
+        # otherwise delay a terminate request)
+        for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
+            b1 = min(seq, b0 + _BLOCK)
+            if batch == 1:  # [steps, 4 * hidden, 1]: already contiguous
+                xwt = xw[b0:b1]
+            else:
+                xwt = _empty((b1 - b0, h4, batch), np.float32)
+                xwt[...] = xw[b0:b1]
+            for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
+                if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                    check_terminate()
+                h_rows[...] = hslot_t
+                negative(h_rows, neg_rows)
+                reduce(both, 2, None, lo_nhi, False, _NEG_TAU)  # -> [min; -max]
+                add(lo, nhi, scale)
+                divide(scale, _F255N, scale)
+                dot(spread, scale_lo, spreads7)
+                divide(lo_hd, scales, codes)
+                rint(codes, codes)
+                add(top, _F255, top)
+                minimum(v, top, out=v)
+                dot(rc, v, acc)
+                multiply(acc, mult, g4)
+                add(g4, xwt[t - b0], g4)
+                tanh(g4, g4)
+                multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
+                add(s3, half, s3)
+                multiply(pair_a, pair_b, prod)
+                add(p0, p1, c)
+                tanh(c, th)
+                multiply(o, th, hslot)
+                yt[t, d] = hslot
+        y_h[d] = hslot_t
+        y_c[d] = c.T
         self._workspaces[key] = ws
-        return yt[t, d]
 
 
 def _step_workspace(h: int, batch: int, ft: type) -> tuple:
-    """``DynamicQuantizeLSTM._quantized_steps``' scratch arrays and their views."""
+    """``DynamicQuantizeLSTM._quantized_direction``'s scratch arrays and their views."""
+    g = _empty((5 * h, batch), np.float32)  # [i f o c | cell state]: the gates, then the state
+    prod = _empty((2 * h, batch), np.float32)  # [i, f] times [c gate, state]
     both = _empty((2, batch, h), np.float32)  # [h; -h], batch rows
     ends = _empty((3, batch), np.float32)  # [scale; min; -max]
     spreads = _empty((8 * h, batch), np.float32)  # [multipliers; scale; scale; min | hidden state]
     codes = _empty((2 * h, batch), ft)  # [rint(min / scale) + 255; codes less the zero point]
-    return (both, both[0], both[1], ends[0], ends[1], ends[2], ends[:2], ends[1:], spreads[:7 * h], spreads[:4 * h],
-            spreads[4 * h:6 * h], spreads[6 * h:], spreads[7 * h:], spreads[7 * h:].T, codes, codes[:h], codes[h:],
-            None if ft is np.float32 else _empty((4 * h, batch), ft))
+    return (g[:4 * h], g[:3 * h], g[2 * h:3 * h], g[4 * h:], g[:2 * h], g[3 * h:], prod, prod[:h], prod[h:],
+            _empty((h, batch), np.float32), both, both[0], both[1], ends[0], ends[1], ends[2], ends[:2], ends[1:],
+            spreads[:7 * h], spreads[:4 * h], spreads[4 * h:6 * h], spreads[6 * h:], spreads[7 * h:],
+            spreads[7 * h:].T, codes, codes[:h], codes[h:], g[:4 * h] if ft is np.float32 else _empty((4 * h, batch), ft))
 
 
 def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:

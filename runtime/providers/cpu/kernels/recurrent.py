@@ -342,6 +342,10 @@ class LSTM(_Recurrent):
             if bias is not None:
                 add(xw, bias, xw)  # (along rows: a third of the time the transposed copy's add takes)
             xw = xw.reshape(seq, batch, h4).transpose(0, 2, 1)
+            if rq is not None:
+                self._quantized_direction(rq, xw, None if h0 is None else h0[d], None if c0 is None else c0[d], yt,
+                                          y_h, y_c, d, run_options)
+                continue
             # [i f o c | cell state] x batch: the gates' pre-activations, then their values, and the state
             g = np.empty((5 * h, batch), dt)
             g[h4:] = 0 if c0 is None else c0[d].T
@@ -361,11 +365,7 @@ class LSTM(_Recurrent):
                 else:
                     xwt = np.empty((b1 - b0, h4, batch), dt)
                     xwt[...] = xw[b0:b1]
-                steps = range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)
-                if rq is not None:
-                    hd = self._quantized_steps(rq, xwt, b0, steps, g, prod, th, hd, yt, d, run_options)
-                    continue
-                for t in steps:
+                for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
                     if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
                         check_terminate()
                     # (out= given positionally: a keyword costs 50 ns a call)
@@ -386,10 +386,9 @@ class LSTM(_Recurrent):
                     np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]
         return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h, y_c][: self.n_out]
 
-    def _quantized_steps(self, rq: tuple, xwt: np.ndarray, b0: int, steps: range, g: np.ndarray, prod: np.ndarray,
-                         th: np.ndarray, hd: np.ndarray, yt: np.ndarray, d: int, run_options) -> np.ndarray:
-        """The time steps ``steps`` of direction d for weights that are not float
-        (DynamicQuantizeLSTM; ``rq`` is what its ``_prepare`` made): the same gate buffers as the
-        float loop (g: [i f o c | cell state] x batch, prod, th), xwt[t - b0] the input
-        projection of step t; writes yt[t, d] and returns the last hidden state [hidden, batch]."""
+    def _quantized_direction(self, rq: tuple, xw: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None,
+                             yt: np.ndarray, y_h: np.ndarray, y_c: np.ndarray, d: int, run_options) -> None:
+        """Direction d's recurrence for weights that are not float (DynamicQuantizeLSTM; ``rq`` is
+        what its ``_prepare`` made): xw [seq, 4 * hidden, batch] the input projections with the
+        bias, h0 and c0 [batch, hidden] or None; writes yt[:, d], y_h[d] and y_c[d]."""
         raise NotImplementedError

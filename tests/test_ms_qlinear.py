@@ -156,3 +156,38 @@ def test_dynamic_quantize_lstm(seed):
             for i, (w, g) in enumerate(zip(want, got)):
                 assert g.shape == w.shape and g.dtype == w.dtype, (what, i, g.shape, w.shape)
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{what} output {i}")
+
+
+@pytest.mark.parametrize("case", ["clamp", "zero_and_tiny_rows", "wide_hidden"])
+def test_dynamic_quantize_lstm_hidden_state_edges(case):
+    """The hidden state's row-by-row quantization where it is delicate, against onnxruntime:
+    a row whose codes reach 256 (max / scale and -min / scale both 127.5, rounded up: the clamp
+    to 255 changes one code); an all-zero row (onnxruntime's scale 1, the kernel's tiny range)
+    and a row of ~1e-30 values; and a hidden size of 260, whose products with R are summed in
+    float64 (8-bit products over 260 terms pass float32's 2^24)."""
+    rng = np.random.default_rng(7)
+    h = 260 if case == "wide_hidden" else 8
+    seq, batch, k = 3, 1 if case == "wide_hidden" else 2, 5  # (batch 1: one range, however onnxruntime splits)
+    h0 = rng.uniform(-0.9, 0.9, (1, batch, h)).astype(np.float32)
+    if case == "clamp":
+        edge = np.float32(127.5 * 2 ** -7)  # range 255 * 2^-7: scale exactly 2^-7
+        h0[0, 0, :2] = edge, -edge
+        scale = (edge - -edge) / np.float32(255)
+        assert np.rint(edge / scale) - np.rint(-edge / scale) == 256  # the clamp binds
+    elif case == "zero_and_tiny_rows":
+        h0[0, 0] = 0
+        h0[0, 1] = rng.uniform(-1e-30, 1e-30, h).astype(np.float32)
+    feeds = {"x": rng.standard_normal((seq, batch, k)).astype(np.float32),
+             "w": _q(rng, (1, k, 4 * h), np.int8), "r": _q(rng, (1, h, 4 * h), np.int8),
+             "b": (rng.standard_normal((1, 8 * h)) * 0.5).astype(np.float32), "lens": None, "h0": h0,
+             "c0": rng.standard_normal((1, batch, h)).astype(np.float32), "p": None,
+             "ws": np.full(1, 0.004, np.float32), "wz": np.zeros(1, np.int8),
+             "rs": np.full(1, 0.003 if h > 8 else 0.01, np.float32), "rz": np.zeros(1, np.int8)}
+    model, given = _with_initializers("DynamicQuantizeLSTM", feeds, {"w", "r", "b", "ws", "wz", "rs", "rz"}, 3,
+                                      hidden_size=h)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2  # one hidden-state row per thread at batch 2
+    want = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run(None, given)
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, given)
+    for i, (w, g) in enumerate(zip(want, got)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{case} output {i}")

@@ -20,7 +20,14 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
-from onnxhal.runtime.providers.cpu.kernels.recurrent import _BLOCK, LSTM, _Recurrent, gate_order, gate_scale
+from onnxhal.runtime.providers.cpu.kernels.recurrent import (
+    _BLOCK,
+    LSTM,
+    _Recurrent,
+    gate_order,
+    gate_scale,
+    gate_workspace,
+)
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 try:  # np.clip's own ufunc, without np.clip's Python layers (per LSTM time step they cost more than it)
@@ -217,10 +224,6 @@ class DynamicQuantizeLSTM(LSTM):
 
     weight_inputs = (1, 2, 3, 8, 9, 10, 11)
 
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        super().__init__(node, ctx)
-        self._workspaces: dict[tuple, tuple] = {}  # (hidden, batch, float type) -> ``_step_workspace``
-
     def _general(self, inputs: list) -> list:
         args = list(inputs) + [None] * (12 - len(inputs))
         # The LSTM kernel reads W and R as [directions, 4*hidden, K]: hand it views in that layout;
@@ -325,7 +328,7 @@ class DynamicQuantizeLSTM(LSTM):
         rc, spread, ft = rq
         seq, h4, batch = xw.shape
         h = h4 // 4
-        key = (h, batch, ft)
+        key = ("quantized", h, batch, ft)
         ws = self._workspaces.pop(key, None) or _step_workspace(h, batch, ft)
         (g4, s3, o, c, pair_a, pair_b, prod, p0, p1, th, both, h_rows, neg_rows, scale, lo, nhi, scale_lo, lo_nhi, spreads7,
          mult, scales, lo_hd, hslot, hslot_t, codes, top, v, acc) = ws
@@ -375,16 +378,14 @@ class DynamicQuantizeLSTM(LSTM):
 
 def _step_workspace(h: int, batch: int, ft: type) -> tuple:
     """``DynamicQuantizeLSTM._quantized_direction``'s scratch arrays and their views."""
-    g = _empty((5 * h, batch), np.float32)  # [i f o c | cell state]: the gates, then the state
-    prod = _empty((2 * h, batch), np.float32)  # [i, f] times [c gate, state]
+    gates = gate_workspace(h, batch, np.dtype(np.float32))
     both = _empty((2, batch, h), np.float32)  # [h; -h], batch rows
     ends = _empty((3, batch), np.float32)  # [scale; min; -max]
     spreads = _empty((8 * h, batch), np.float32)  # [multipliers; scale; scale; min | hidden state]
     codes = _empty((2 * h, batch), ft)  # [rint(min / scale) + 255; codes less the zero point]
-    return (g[:4 * h], g[:3 * h], g[2 * h:3 * h], g[4 * h:], g[:2 * h], g[3 * h:], prod, prod[:h], prod[h:],
-            _empty((h, batch), np.float32), both, both[0], both[1], ends[0], ends[1], ends[2], ends[:2], ends[1:],
+    return gates + (both, both[0], both[1], ends[0], ends[1], ends[2], ends[:2], ends[1:],
             spreads[:7 * h], spreads[:4 * h], spreads[4 * h:6 * h], spreads[6 * h:], spreads[7 * h:],
-            spreads[7 * h:].T, codes, codes[:h], codes[h:], g[:4 * h] if ft is np.float32 else _empty((4 * h, batch), ft))
+            spreads[7 * h:].T, codes, codes[:h], codes[h:], gates[0] if ft is np.float32 else _empty((4 * h, batch), ft))
 
 
 def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:

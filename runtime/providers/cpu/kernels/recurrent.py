@@ -197,6 +197,17 @@ def gate_scale(h: int, dtype: np.dtype) -> np.ndarray:
     return np.concatenate([np.full(3 * h, 0.5, dtype), np.ones(h, dtype)])
 
 
+def gate_workspace(h: int, batch: int, dt: np.dtype) -> tuple:
+    """An LSTM step's scratch arrays, [gates or hidden, batch], and their views: g4 (the gates
+    i, f, o, c of ``gate_order``), s3 (i, f, o), o, c (the cell state: g's rows after the gates),
+    pair_a ([i, f]), pair_b ([c gate, cell state]), prod (pair_a * pair_b) and its halves, th."""
+    g = np.empty((5 * h, batch), dt)
+    prod = np.empty((2 * h, batch), dt)
+    return (g[:4 * h], g[:3 * h], g[2 * h:3 * h], g[4 * h:], g[:2 * h], g[3 * h:], prod, prod[:h], prod[h:],
+            np.empty((h, batch), dt))
+
+
+_HALVES = {np.dtype(t): np.array(0.5, t) for t in (np.float32, np.float64)}
 _DEFAULT_LSTM = ("sigmoid", "tanh", "tanh")
 _FAST_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _BLOCK = 4096  # time steps whose input projections ``_run_default`` lays out at once
@@ -225,6 +236,7 @@ class LSTM(_Recurrent):
         self.constant_weights = ctx is not None and all(
             not names[i] or ctx.is_constant_initializer(names[i]) for i in self.weight_inputs)
         self._prepared: tuple | None = None  # (input dtype, per-direction weights)
+        self._workspaces: dict[tuple, tuple] = {}  # (hidden, batch, dtype) -> ``gate_workspace`` (and more)
         self.reverse = [d == "reverse" for d in self.directions]
 
     def _initial_states(self, inputs, nd, batch, h, dt) -> list[np.ndarray]:
@@ -320,7 +332,7 @@ class LSTM(_Recurrent):
         seq, batch, k = x.shape
         dt = x.dtype
         h = weights[0][0].shape[1] // 4  # (W^T, or W less its zero point: [input, 4 * hidden])
-        h2, h3, h4 = 2 * h, 3 * h, 4 * h
+        h4 = 4 * h
         nd = len(self.directions)
         n = len(args)
         h0 = args[5] if n > 5 else None
@@ -334,7 +346,7 @@ class LSTM(_Recurrent):
         x2 = x.reshape(seq * batch, k)
         run_options = RUN_OPTIONS.get()  # (its terminate flag is read every step, as check_terminate does)
         dot, tanh, multiply, add = np.dot, np.tanh, np.multiply, np.add
-        half = np.array(0.5, dt)  # (a 0-d array operand is the ufuncs' fastest path)
+        half = _HALVES[dt]  # (a 0-d array operand is the ufuncs' fastest path)
         for d in range(nd):
             wd = weights[d]
             r, bias, rq = wd[1], wd[2], wd[3]
@@ -346,14 +358,12 @@ class LSTM(_Recurrent):
                 self._quantized_direction(rq, xw, None if h0 is None else h0[d], None if c0 is None else c0[d], yt,
                                           y_h, y_c, d, run_options)
                 continue
-            # [i f o c | cell state] x batch: the gates' pre-activations, then their values, and the state
-            g = np.empty((5 * h, batch), dt)
-            g[h4:] = 0 if c0 is None else c0[d].T
-            g4, s3, o, c = g[:h4], g[:h3], g[h2:h3], g[h4:]
-            pair_a, pair_b = g[:h2], g[h3:]  # [i, f] times [c gate, state]
-            prod = np.empty((h2, batch), dt)
-            p0, p1 = prod[:h], prod[h:]
-            th = np.empty((h, batch), dt)
+            # (scratch arrays and their views made once per shape: a run takes them out of the dict
+            # and puts them back, so runs at once on other threads make their own)
+            key = (h, batch, dt)
+            ws = self._workspaces.pop(key, None) or gate_workspace(h, batch, dt)
+            g4, s3, o, c, pair_a, pair_b, prod, p0, p1, th = ws
+            c[...] = 0 if c0 is None else c0[d].T
             hd = np.zeros((h, batch), dt) if h0 is None else h0[d].T
             reverse = self.reverse[d]
             # The projections transposed (with the bias) a block of steps at a time: a long
@@ -381,6 +391,7 @@ class LSTM(_Recurrent):
                     multiply(o, th, hd)
             y_h[d] = hd.T
             y_c[d] = c.T
+            self._workspaces[key] = ws
         if self.layout:  # [batch, seq, directions, hidden]
             return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)), np.ascontiguousarray(np.swapaxes(y_h, 0, 1)),
                     np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]

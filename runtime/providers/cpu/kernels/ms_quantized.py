@@ -27,6 +27,7 @@ from onnxhal.runtime.providers.cpu.kernels.recurrent import (
     gate_order,
     gate_scale,
     gate_workspace,
+    transposed_steps,
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -326,7 +327,7 @@ class DynamicQuantizeLSTM(LSTM):
         The scratch arrays and their views are made once per shape: a run takes them out of the
         dict and puts them back, so runs at once on other threads make their own."""
         rc, spread, ft = rq
-        seq, h4, batch = xw.shape
+        seq, batch, h4 = xw.shape
         h = h4 // 4
         key = ("quantized", h, batch, ft)
         ws = self._workspaces.pop(key, None) or _step_workspace(h, batch, ft)
@@ -342,11 +343,7 @@ class DynamicQuantizeLSTM(LSTM):
         # otherwise delay a terminate request)
         for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
             b1 = min(seq, b0 + _BLOCK)
-            if batch == 1:  # [steps, 4 * hidden, 1]: already contiguous
-                xwt = xw[b0:b1]
-            else:
-                xwt = _empty((b1 - b0, h4, batch), np.float32)
-                xwt[...] = xw[b0:b1]
+            xwt = transposed_steps(xw, b0, b1)
             for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
                 if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
                     check_terminate()

@@ -197,6 +197,23 @@ def gate_scale(h: int, dtype: np.dtype) -> np.ndarray:
     return np.concatenate([np.full(3 * h, 0.5, dtype), np.ones(h, dtype)])
 
 
+def transposed_steps(xw: np.ndarray, b0: int, b1: int) -> np.ndarray:
+    """Steps b0 to b1 of the input projections xw [seq, batch, 4 * hidden] as a contiguous
+    [steps, 4 * hidden, batch]. A small batch is copied one batch row at a time: numpy copies
+    [steps, 4 * hidden] into a strided destination at full speed, where the whole transposed
+    copy iterates over the batch innermost (1.7 us against 0.6 for [5, 2, 128])."""
+    n, batch, h4 = b1 - b0, xw.shape[1], xw.shape[2]
+    if batch == 1:
+        return xw[b0:b1].reshape(n, h4, 1)
+    out = np.empty((n, h4, batch), xw.dtype)
+    if batch <= 4:
+        for b in range(batch):
+            out[:, :, b] = xw[b0:b1, b]
+    else:
+        out[...] = xw[b0:b1].transpose(0, 2, 1)
+    return out
+
+
 def gate_workspace(h: int, batch: int, dt: np.dtype) -> tuple:
     """An LSTM step's scratch arrays, [gates or hidden, batch], and their views: g4 (the gates
     i, f, o, c of ``gate_order``), s3 (i, f, o), o, c (the cell state: g's rows after the gates),
@@ -353,7 +370,7 @@ class LSTM(_Recurrent):
             xw = self._input_projection(x2, wd)  # [seq * batch, 4 * hidden], this run's own
             if bias is not None:
                 add(xw, bias, xw)  # (along rows: a third of the time the transposed copy's add takes)
-            xw = xw.reshape(seq, batch, h4).transpose(0, 2, 1)
+            xw = xw.reshape(seq, batch, h4)
             if rq is not None:
                 self._quantized_direction(rq, xw, None if h0 is None else h0[d], None if c0 is None else c0[d], yt,
                                           y_h, y_c, d, run_options)
@@ -370,11 +387,7 @@ class LSTM(_Recurrent):
             # sequence's copy would otherwise delay a terminate request (600,000 steps: 150 MB).
             for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
                 b1 = min(seq, b0 + _BLOCK)
-                if batch == 1:  # [steps, 4 * hidden, 1]: already contiguous
-                    xwt = xw[b0:b1]
-                else:
-                    xwt = np.empty((b1 - b0, h4, batch), dt)
-                    xwt[...] = xw[b0:b1]
+                xwt = transposed_steps(xw, b0, b1)
                 for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
                     if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
                         check_terminate()
@@ -400,6 +413,6 @@ class LSTM(_Recurrent):
     def _quantized_direction(self, rq: tuple, xw: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None,
                              yt: np.ndarray, y_h: np.ndarray, y_c: np.ndarray, d: int, run_options) -> None:
         """Direction d's recurrence for weights that are not float (DynamicQuantizeLSTM; ``rq`` is
-        what its ``_prepare`` made): xw [seq, 4 * hidden, batch] the input projections with the
+        what its ``_prepare`` made): xw [seq, batch, 4 * hidden] the input projections with the
         bias, h0 and c0 [batch, hidden] or None; writes yt[:, d], y_h[d] and y_c[d]."""
         raise NotImplementedError

@@ -285,12 +285,11 @@ class DynamicQuantizeLSTM(LSTM):
                 w_mul = np.broadcast_to(np.asarray(w_scale, np.float32), (4 * h,))[order] * scale
             r_mul = (np.broadcast_to(np.asarray(r_scale, np.float32), (4 * h,))[order] * scale).reshape(-1, 1)
             bias = None if b is None else (b[d, :4 * h] + b[d, 4 * h:])[order] * scale
-            # the step's one outer product (see ``_quantized_direction``): [R's multipliers | 1 | 1] x the
-            # rows' scales and [0 | 0 | 1] x their minimums, as one [7 * hidden, 2] factor
-            spread = np.zeros((7 * h, 2), np.float32)
-            spread[:4 * h, 0] = r_mul[:, 0]
-            spread[4 * h:6 * h, 0] = 1
-            spread[6 * h:, 1] = 1
+            # the step's one outer product with [min; -max] (see ``_quantized_direction``): R's
+            # multipliers / -255 (twice), [1, 1] and [1, 0] rows, as one [7 * hidden, 2] factor
+            spread = np.ones((7 * h, 2), np.float32)
+            spread[:4 * h] = r_mul / np.float32(-255)
+            spread[6 * h:, 1] = 0
             out.append((wc, rc, bias, (rc, spread, fh), w_mul))
         return out
 
@@ -311,15 +310,17 @@ class DynamicQuantizeLSTM(LSTM):
         quantize each block of batch rows on its own range; with as many threads as rows, its
         default on small batches, each row has its own) before its product with R.
 
-        Twelve calls a step beyond the float loop's, each on a contiguous array (a broadcast
+        Eleven calls a step beyond the float loop's, each on a contiguous array (a broadcast
         operand costs numpy three times a plain one):
         - the rows' ends from one reduction of [h; -h] (batch rows along the last axis), its
           initial -2^-100 in place of 0: an all-zero row then gets a tiny range instead of a
           zero one (no division by zero; its codes are 0 either way), and any row whose range
           exceeds 2^-75 gets exactly onnxruntime's range;
-        - scale (max - min) / 255 per row, then one outer product spreads R's multipliers times
-          the scales ([4 * hidden, batch]), the scales ([2 * hidden, batch]) and the minimums
-          ([hidden, batch]) over the columns the later calls read (a K=2 product: exact);
+        - one outer product of [min; -max] spreads over the columns the later calls read
+          [hidden, batch] blocks: min - max (twice, then / -255: the rows' scales, exactly as
+          onnxruntime), min, and R's multipliers times the scales ([4 * hidden, batch], as
+          (multiplier / -255) * (min - max): within a few ulps of onnxruntime's multiplier *
+          scale, which only scales the exact integer products);
         - [min; h] / scale in one division and rint: rint(min / scale) = -zero point, so
           min(rint(h / scale), 255 - zero point) are the codes less their zero point, clamped
           as onnxruntime; their product with R less its zero point is exact (integers), then
@@ -331,7 +332,7 @@ class DynamicQuantizeLSTM(LSTM):
         h = h4 // 4
         key = ("quantized", h, batch, ft)
         ws = self._workspaces.pop(key, None) or _step_workspace(h, batch, ft)
-        (g4, s3, o, c, pair_a, pair_b, prod, p0, p1, th, both, h_rows, neg_rows, scale, lo, nhi, scale_lo, lo_nhi, spreads7,
+        (g4, s3, o, c, pair_a, pair_b, prod, p0, p1, th, both, h_rows, neg_rows, lo_nhi, spreads7,
          mult, scales, lo_hd, hslot, hslot_t, codes, top, v, acc) = ws
         c[...] = 0 if c0 is None else c0.T
         hslot[...] = 0 if h0 is None else h0.T
@@ -350,9 +351,8 @@ class DynamicQuantizeLSTM(LSTM):
                 h_rows[...] = hslot_t
                 negative(h_rows, neg_rows)
                 reduce(both, 2, None, lo_nhi, False, _NEG_TAU)  # -> [min; -max]
-                add(lo, nhi, scale)
-                divide(scale, _F255N, scale)
-                dot(spread, scale_lo, spreads7)
+                dot(spread, lo_nhi, spreads7)
+                divide(scales, _F255N, scales)
                 divide(lo_hd, scales, codes)
                 rint(codes, codes)
                 add(top, _F255, top)
@@ -377,10 +377,9 @@ def _step_workspace(h: int, batch: int, ft: type) -> tuple:
     """``DynamicQuantizeLSTM._quantized_direction``'s scratch arrays and their views."""
     gates = gate_workspace(h, batch, np.dtype(np.float32))
     both = _empty((2, batch, h), np.float32)  # [h; -h], batch rows
-    ends = _empty((3, batch), np.float32)  # [scale; min; -max]
     spreads = _empty((8 * h, batch), np.float32)  # [multipliers; scale; scale; min | hidden state]
     codes = _empty((2 * h, batch), ft)  # [rint(min / scale) + 255; codes less the zero point]
-    return gates + (both, both[0], both[1], ends[0], ends[1], ends[2], ends[:2], ends[1:],
+    return gates + (both, both[0], both[1], _empty((2, batch), np.float32),
             spreads[:7 * h], spreads[:4 * h], spreads[4 * h:6 * h], spreads[6 * h:], spreads[7 * h:],
             spreads[7 * h:].T, codes, codes[:h], codes[h:], gates[0] if ft is np.float32 else _empty((4 * h, batch), ft))
 

@@ -340,6 +340,8 @@ class DynamicQuantizeLSTM(LSTM):
         dot, add, multiply, tanh, divide, rint, minimum, negative, reduce = (
             _dot, _add, _multiply, np.tanh, _divide, _rint, _minimum, _negative, _min)
         reverse = self.reverse[d]
+        # an all-zero initial state (exporters feed zeros) has codes 0: its R product is 0, exactly
+        zero_state = h0 is None or not np.count_nonzero(h0)
         # the projections transposed a block of steps at a time (a long sequence's copy would
         # otherwise delay a terminate request)
         for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
@@ -348,19 +350,23 @@ class DynamicQuantizeLSTM(LSTM):
             for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
                 if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
                     check_terminate()
-                h_rows[...] = hslot_t
-                negative(h_rows, neg_rows)
-                reduce(both, 2, None, lo_nhi, False, _NEG_TAU)  # -> [min; -max]
-                dot(spread, lo_nhi, spreads7)
-                divide(scales, _F255N, scales)
-                divide(lo_hd, scales, codes)
-                rint(codes, codes)
-                add(top, _F255, top)
-                minimum(v, top, out=v)
-                dot(rc, v, acc)
-                multiply(acc, mult, g4)
-                add(g4, xwt[t - b0], g4)
-                tanh(g4, g4)
+                if zero_state:
+                    zero_state = False
+                    tanh(xwt[t - b0], g4)
+                else:
+                    h_rows[...] = hslot_t
+                    negative(h_rows, neg_rows)
+                    reduce(both, 2, None, lo_nhi, False, _NEG_TAU)  # -> [min; -max]
+                    dot(spread, lo_nhi, spreads7)
+                    divide(scales, _F255N, scales)
+                    divide(lo_hd, scales, codes)
+                    rint(codes, codes)
+                    add(top, _F255, top)
+                    minimum(v, top, out=v)
+                    dot(rc, v, acc)
+                    multiply(acc, mult, g4)
+                    add(g4, xwt[t - b0], g4)
+                    tanh(g4, g4)
                 multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
                 add(s3, half, s3)
                 multiply(pair_a, pair_b, prod)

@@ -224,6 +224,7 @@ def gate_workspace(h: int, batch: int, dt: np.dtype) -> tuple:
             np.empty((h, batch), dt))
 
 
+_count_nonzero = np.count_nonzero
 _HALVES = {np.dtype(t): np.array(0.5, t) for t in (np.float32, np.float64)}
 _DEFAULT_LSTM = ("sigmoid", "tanh", "tanh")
 _FAST_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -318,7 +319,7 @@ class LSTM(_Recurrent):
         return True
 
     def _prepare(self, args: list, dt: np.dtype) -> list | None:
-        """Per direction (W^T, R, bias row, None) in ``gate_order`` with ``gate_scale`` folded
+        """Per direction (W^T, R, bias row, None, whether R is finite) in ``gate_order`` with ``gate_scale`` folded
         in, or None where the run's types are not one float type (the general loop then promotes
         them) or the shapes are wrong (the general loop names the problem)."""
         w, r, b = args[1], args[2], args[3]
@@ -333,7 +334,7 @@ class LSTM(_Recurrent):
         for d in range(w.shape[0]):
             bias = None if b is None else (b[d, :4 * h] + b[d, 4 * h:])[order] * scale
             out.append((np.ascontiguousarray((w[d][order] * scale[:, None]).T),
-                        np.ascontiguousarray(r[d][order] * scale[:, None]), bias, None))
+                        np.ascontiguousarray(r[d][order] * scale[:, None]), bias, None, bool(np.isfinite(r[d]).all())))
         return out
 
     def _input_projection(self, x2: np.ndarray, weights: tuple) -> np.ndarray:
@@ -382,6 +383,9 @@ class LSTM(_Recurrent):
             g4, s3, o, c, pair_a, pair_b, prod, p0, p1, th = ws
             c[...] = 0 if c0 is None else c0[d].T
             hd = np.zeros((h, batch), dt) if h0 is None else h0[d].T
+            # an all-zero initial state (exporters feed zeros): the first step's R product is 0,
+            # exactly while R is finite, and left out
+            zero_state = wd[4] and (h0 is None or not _count_nonzero(hd))
             reverse = self.reverse[d]
             # The projections transposed (with the bias) a block of steps at a time: a long
             # sequence's copy would otherwise delay a terminate request (600,000 steps: 150 MB).
@@ -392,9 +396,13 @@ class LSTM(_Recurrent):
                     if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
                         check_terminate()
                     # (out= given positionally: a keyword costs 50 ns a call)
-                    dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
-                    add(g4, xwt[t - b0], g4)
-                    tanh(g4, g4)
+                    if zero_state:
+                        zero_state = False
+                        tanh(xwt[t - b0], g4)
+                    else:
+                        dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
+                        add(g4, xwt[t - b0], g4)
+                        tanh(g4, g4)
                     multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
                     add(s3, half, s3)
                     multiply(pair_a, pair_b, prod)

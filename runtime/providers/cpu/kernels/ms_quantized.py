@@ -22,6 +22,7 @@ from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
 from onnxhal.runtime.providers.cpu.kernels.recurrent import (
     _BLOCK,
+    _WORKSPACES,
     LSTM,
     _Recurrent,
     gate_order,
@@ -376,7 +377,8 @@ class DynamicQuantizeLSTM(LSTM):
                 yt[t, d] = hslot
         y_h[d] = hslot_t
         y_c[d] = c.T
-        self._workspaces[key] = ws
+        if len(self._workspaces) < _WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
+            self._workspaces[key] = ws
 
 
 def _step_workspace(h: int, batch: int, ft: type) -> tuple:

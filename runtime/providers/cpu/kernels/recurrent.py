@@ -225,6 +225,7 @@ def gate_workspace(h: int, batch: int, dt: np.dtype) -> tuple:
 
 
 _count_nonzero = np.count_nonzero
+_WORKSPACES = 16  # scratch-array sets an LSTM kernel keeps (one per hidden size, batch and type)
 _HALVES = {np.dtype(t): np.array(0.5, t) for t in (np.float32, np.float64)}
 _DEFAULT_LSTM = ("sigmoid", "tanh", "tanh")
 _FAST_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -412,7 +413,8 @@ class LSTM(_Recurrent):
                     multiply(o, th, hd)
             y_h[d] = hd.T
             y_c[d] = c.T
-            self._workspaces[key] = ws
+            if len(self._workspaces) < _WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
+                self._workspaces[key] = ws
         if self.layout:  # [batch, seq, directions, hidden]
             return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)), np.ascontiguousarray(np.swapaxes(y_h, 0, 1)),
                     np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]

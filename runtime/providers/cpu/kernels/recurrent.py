@@ -320,9 +320,9 @@ class LSTM(_Recurrent):
         return True
 
     def _prepare(self, args: list, dt: np.dtype) -> list | None:
-        """Per direction (W^T, R, bias row, None, whether R is finite) in ``gate_order`` with ``gate_scale`` folded
-        in, or None where the run's types are not one float type (the general loop then promotes
-        them) or the shapes are wrong (the general loop names the problem)."""
+        """Per direction (W^T, R, bias row, None, whether R is finite) in ``gate_order`` with
+        ``gate_scale`` folded in, or None where the run's types are not one float type (the general
+        loop then promotes them) or the shapes are wrong (the general loop names the problem)."""
         w, r, b = args[1], args[2], args[3]
         if w.dtype != dt or r.dtype != dt or (b is not None and b.dtype != dt) or w.ndim != 3 or r.ndim != 3:
             return None
@@ -388,7 +388,7 @@ class LSTM(_Recurrent):
             # exactly while R is finite, and left out
             zero_state = wd[4] and (h0 is None or not _count_nonzero(hd))
             reverse = self.reverse[d]
-            # The projections transposed (with the bias) a block of steps at a time: a long
+            # The projections transposed a block of steps at a time: a long
             # sequence's copy would otherwise delay a terminate request (600,000 steps: 150 MB).
             for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
                 b1 = min(seq, b0 + _BLOCK)

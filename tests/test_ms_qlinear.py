@@ -156,3 +156,79 @@ def test_dynamic_quantize_lstm(seed):
             for i, (w, g) in enumerate(zip(want, got)):
                 assert g.shape == w.shape and g.dtype == w.dtype, (what, i, g.shape, w.shape)
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{what} output {i}")
+
+
+@pytest.mark.parametrize("case", ["clamp", "zero_and_tiny_rows", "wide_hidden"])
+def test_dynamic_quantize_lstm_hidden_state_edges(case):
+    """The hidden state's row-by-row quantization where it is delicate, against onnxruntime:
+    a row whose codes reach 256 (max / scale and -min / scale both 127.5, rounded up: the clamp
+    to 255 changes one code); an all-zero row (onnxruntime's scale 1, the kernel's tiny range)
+    and a row of ~1e-30 values; and a hidden size of 260, whose products with R are summed in
+    float64 (8-bit products over 260 terms pass float32's 2^24)."""
+    rng = np.random.default_rng(7)
+    h = 260 if case == "wide_hidden" else 8
+    seq, batch, k = 3, 1 if case == "wide_hidden" else 2, 5  # (batch 1: one range, however onnxruntime splits)
+    h0 = rng.uniform(-0.9, 0.9, (1, batch, h)).astype(np.float32)
+    if case == "clamp":
+        edge = np.float32(127.5 * 2 ** -7)  # range 255 * 2^-7: scale exactly 2^-7
+        h0[0, 0, :2] = edge, -edge
+        scale = (edge - -edge) / np.float32(255)
+        assert np.rint(edge / scale) - np.rint(-edge / scale) == 256  # the clamp binds
+    elif case == "zero_and_tiny_rows":
+        h0[0, 0] = 0
+        h0[0, 1] = rng.uniform(-1e-30, 1e-30, h).astype(np.float32)
+    feeds = {"x": rng.standard_normal((seq, batch, k)).astype(np.float32),
+             "w": _q(rng, (1, k, 4 * h), np.int8), "r": _q(rng, (1, h, 4 * h), np.int8),
+             "b": (rng.standard_normal((1, 8 * h)) * 0.5).astype(np.float32), "lens": None, "h0": h0,
+             "c0": rng.standard_normal((1, batch, h)).astype(np.float32), "p": None,
+             "ws": np.full(1, 0.004, np.float32), "wz": np.zeros(1, np.int8),
+             "rs": np.full(1, 0.003 if h > 8 else 0.01, np.float32), "rz": np.zeros(1, np.int8)}
+    model, given = _with_initializers("DynamicQuantizeLSTM", feeds, {"w", "r", "b", "ws", "wz", "rs", "rz"}, 3,
+                                      hidden_size=h)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2  # one hidden-state row per thread at batch 2
+    want = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run(None, given)
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, given)
+    for i, (w, g) in enumerate(zip(want, got)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{case} output {i}")
+
+
+@pytest.mark.parametrize("name", ["lstm_ts", "lstm_ts_qdyn"])
+def test_lstm_runs_at_once_on_threads(name):
+    """LSTM and DynamicQuantizeLSTM keep their scratch arrays per shape between runs: runs of one
+    session on four threads at once (different inputs, batches 2 and 3) give each its own result,
+    as the same runs one after another."""
+    import sys
+    import threading
+    from pathlib import Path
+
+    path = Path(__file__).parent / "real_models" / f"{name}.onnx"
+    sess = onnxhal.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal((5, 2 + i % 2, 16)).astype(np.float32) for i in range(8)]
+    want = [sess.run(None, {"x": x}) for x in inputs]
+    runs: list[int] = []
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            for _ in range(30):
+                for j in range(i, len(inputs), 4):
+                    for a, b in zip(sess.run(None, {"x": inputs[j]}), want[j]):
+                        np.testing.assert_array_equal(a, b)
+                    runs.append(j)
+        except BaseException as e:  # noqa: BLE001 (handed to the test's thread)
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside runs, not only between them
+    try:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]
+    assert len(runs) == 30 * len(inputs)

@@ -17,9 +17,19 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.linalg import MatMulInteger, exact_float_dtype
-from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_uint8
-from onnxhal.runtime.providers.cpu.kernels.recurrent import LSTM, _Recurrent, gate_order, gate_scale
+from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
+from onnxhal.runtime.providers.cpu.kernels.recurrent import (
+    _BLOCK,
+    _WORKSPACES,
+    LSTM,
+    _Recurrent,
+    gate_order,
+    gate_scale,
+    gate_workspace,
+    transposed_steps,
+)
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 try:  # np.clip's own ufunc, without np.clip's Python layers (per LSTM time step they cost more than it)
@@ -214,7 +224,8 @@ class DynamicQuantizeMatMul(Kernel):
         return [y if bias is None else y + bias]
 
 
-_TINY = np.array(np.finfo(np.float32).tiny, np.float32)
+_NEG_TAU = np.array(-(2.0 ** -100), np.float32)  # the ranges' reduction's initial (``_quantized_steps``)
+_HALF32 = np.array(0.5, np.float32)
 
 
 @register("DynamicQuantizeLSTM", since=1, domain=MS)
@@ -262,8 +273,9 @@ class DynamicQuantizeLSTM(LSTM):
 
     def _prepare(self, args: list, dt: np.dtype) -> list | None:
         """Per direction (W less its zero point [input, 4*hidden], R less its zero point
-        [4*hidden, hidden], bias column, (R's, its multipliers column, R's float type), W's
-        multipliers), gates in ``gate_order``; None for a form the general loop takes."""
+        [4*hidden, hidden], bias row, (R's, the steps' outer-product factor, R's float type), W's
+        multipliers: per column, or W's one scale with ``gate_scale`` in W), gates in
+        ``gate_order``; None for a form the general loop takes."""
         w, r, b = args[1], args[2], args[3]
         nd = len(self.directions)
         if (dt != np.float32 or w.ndim != 3 or r.ndim != 3 or w.dtype not in _CODES or r.dtype not in _CODES
@@ -281,59 +293,117 @@ class DynamicQuantizeLSTM(LSTM):
             r_scale, r_zp = self._per_direction(args[10], d), self._per_direction(args[11], d)
             wc = np.ascontiguousarray(np.subtract(w[d], _zero(w_zp, w.dtype), dtype=fx)[:, order])
             rc = np.ascontiguousarray(np.subtract(r[d], _zero(r_zp, r.dtype), dtype=fh)[:, order].T)
-            w_mul = np.broadcast_to(np.asarray(w_scale, np.float32), (4 * h,))[order] * scale
+            if np.size(w_scale) == 1:  # one scale: gate_scale into W's columns (halves: exact), the scale a 0-d operand
+                wc = np.ascontiguousarray(wc * scale.astype(fx))
+                w_mul = np.asarray(w_scale, np.float32).reshape(())
+            else:
+                w_mul = np.broadcast_to(np.asarray(w_scale, np.float32), (4 * h,))[order] * scale
             r_mul = (np.broadcast_to(np.asarray(r_scale, np.float32), (4 * h,))[order] * scale).reshape(-1, 1)
-            bias = None if b is None else ((b[d, :4 * h] + b[d, 4 * h:])[order] * scale).reshape(-1, 1)
-            out.append((wc, rc, bias, (rc, r_mul, fh), w_mul))
+            bias = None if b is None else (b[d, :4 * h] + b[d, 4 * h:])[order] * scale
+            # the step's one outer product with [min; -max] (see ``_quantized_direction``): R's
+            # multipliers / -255 (twice), [1, 1] and [1, 0] rows, as one [7 * hidden, 2] factor
+            spread = np.ones((7 * h, 2), np.float32)
+            spread[:4 * h] = r_mul / np.float32(-255)
+            spread[6 * h:, 1] = 0
+            out.append((wc, rc, bias, (rc, spread, fh), w_mul))
         return out
 
     def _input_projection(self, x2: np.ndarray, weights: tuple) -> np.ndarray:
         """Every step's input quantized on one range, times W less its zero point, exactly, then
         scaled per column: [seq * batch, 4 * hidden] float32."""
-        q, scale, zp = dynamic_quantize_uint8(x2)
+        codes, scale, _ = dynamic_quantize_centered(x2)
         wc = weights[0]
-        acc = np.dot(np.subtract(q, zp, dtype=wc.dtype), wc)
+        acc = _dot(codes if wc.dtype == np.float32 else codes.astype(wc.dtype), wc)
         if acc.dtype == np.float32:
-            acc *= scale * weights[4]
+            _multiply(acc, scale * weights[4], acc)
             return acc
         return np.multiply(acc, scale * weights[4], dtype=np.float32)
 
-    def _hidden_quantized(self, hd: np.ndarray, rq: tuple, out: np.ndarray) -> None:
-        """The hidden state hd [hidden, batch] quantized batch row by row (onnxruntime's threads
+    def _quantized_direction(self, rq: tuple, xw: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None,
+                             yt: np.ndarray, y_h: np.ndarray, y_c: np.ndarray, d: int, run_options) -> None:
+        """The recurrence with the hidden state quantized batch row by row (onnxruntime's threads
         quantize each block of batch rows on its own range; with as many threads as rows, its
-        default on small batches, each row has its own) times R, into out [4*hidden, batch].
+        default on small batches, each row has its own) before its product with R.
 
-        Rows [batch, hidden] (numpy reduces and broadcasts along a contiguous last axis fastest);
-        the ranges from one reduction of [h; -h]. With m = rint(lo / scale) = -zero_point, the
-        codes less their zero point are min(rint(h / scale), 255 + m): the lower clamp never binds
-        (h >= lo). An all-zero row (scale 1 in onnxruntime) takes the tiny scale instead; its
-        products are 0 either way."""
-        rc, r_mul, ft = rq
-        # (positional out= and module-level names: a step makes 16 of these calls)
-        both = _empty((2,) + hd.shape[::-1], np.float32)
-        h = both[0]
-        h[...] = hd.T
-        _negative(h, both[1])
-        ends = _min(both, 2, None, None, True, _ZERO32)  # [2, batch, 1]: min(h, 0), -max(h, 0)
-        lo = ends[0]
-        scale = _add(lo, ends[1])  # -(max - min), exactly
-        _divide(scale, _F255N, scale)
-        _maximum(scale, _TINY, out=scale)
-        top = _divide(lo, scale)
-        _rint(top, top)
-        _add(top, _F255, top)
-        v = _divide(h, scale)
-        _rint(v, v)
-        _minimum(v, top, out=v)
-        # [4*hidden, batch] as the gates: R's rows times the codes, times the outer product of R's
-        # multipliers and the rows' scales (np.dot: one product each, exact, in half the time of
-        # the broadcast multiply)
-        multipliers = _dot(r_mul, scale.reshape(1, -1))
-        if ft is np.float32:
-            _dot(rc, v.T, out)
-            _multiply(out, multipliers, out)
-        else:
-            np.multiply(_dot(rc, v.T.astype(ft)), multipliers, out=out, dtype=np.float32)
+        Eleven calls a step beyond the float loop's, each on a contiguous array (a broadcast
+        operand costs numpy three times a plain one):
+        - the rows' ends from one reduction of [h; -h] (batch rows along the last axis), its
+          initial -2^-100 in place of 0: an all-zero row then gets a tiny range instead of a
+          zero one (no division by zero; its codes are 0 either way), and any row whose range
+          exceeds 2^-75 gets exactly onnxruntime's range;
+        - one outer product of [min; -max] spreads over the columns the later calls read
+          [hidden, batch] blocks: min - max (twice, then / -255: the rows' scales, exactly as
+          onnxruntime), min, and R's multipliers times the scales ([4 * hidden, batch], as
+          (multiplier / -255) * (min - max): within a few ulps of onnxruntime's multiplier *
+          scale, which only scales the exact integer products);
+        - [min; h] / scale in one division and rint: rint(min / scale) = -zero point, so
+          min(rint(h / scale), 255 - zero point) are the codes less their zero point, clamped
+          as onnxruntime; their product with R less its zero point is exact (integers), then
+          scaled per column and row.
+        The scratch arrays and their views are made once per shape: a run takes them out of the
+        dict and puts them back, so runs at once on other threads make their own."""
+        rc, spread, ft = rq
+        seq, batch, h4 = xw.shape
+        h = h4 // 4
+        key = ("quantized", h, batch, ft)
+        ws = self._workspaces.pop(key, None) or _step_workspace(h, batch, ft)
+        (g4, s3, o, c, pair_a, pair_b, prod, p0, p1, th, both, h_rows, neg_rows, lo_nhi, spreads7,
+         mult, scales, lo_hd, hslot, hslot_t, codes, top, v, acc) = ws
+        c[...] = 0 if c0 is None else c0.T
+        hslot[...] = 0 if h0 is None else h0.T
+        half = _HALF32
+        dot, add, multiply, tanh, divide, rint, minimum, negative, reduce = (
+            _dot, _add, _multiply, np.tanh, _divide, _rint, _minimum, _negative, _min)
+        reverse = self.reverse[d]
+        # an all-zero initial state (exporters feed zeros) has codes 0: its R product is 0, exactly
+        zero_state = h0 is None or not np.count_nonzero(h0)
+        # the projections transposed a block of steps at a time (a long sequence's copy would
+        # otherwise delay a terminate request)
+        for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
+            b1 = min(seq, b0 + _BLOCK)
+            xwt = transposed_steps(xw, b0, b1)
+            for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
+                if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                    check_terminate()
+                if zero_state:
+                    zero_state = False
+                    tanh(xwt[t - b0], g4)
+                else:
+                    h_rows[...] = hslot_t
+                    negative(h_rows, neg_rows)
+                    reduce(both, 2, None, lo_nhi, False, _NEG_TAU)  # -> [min; -max]
+                    dot(spread, lo_nhi, spreads7)
+                    divide(scales, _F255N, scales)
+                    divide(lo_hd, scales, codes)
+                    rint(codes, codes)
+                    add(top, _F255, top)
+                    minimum(v, top, out=v)
+                    dot(rc, v, acc)
+                    multiply(acc, mult, g4)
+                    add(g4, xwt[t - b0], g4)
+                    tanh(g4, g4)
+                multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
+                add(s3, half, s3)
+                multiply(pair_a, pair_b, prod)
+                add(p0, p1, c)
+                tanh(c, th)
+                multiply(o, th, hslot)
+                yt[t, d] = hslot
+        y_h[d] = hslot_t
+        y_c[d] = c.T
+        if len(self._workspaces) < _WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
+            self._workspaces[key] = ws
+
+
+def _step_workspace(h: int, batch: int, ft: type) -> tuple:
+    """``DynamicQuantizeLSTM._quantized_direction``'s scratch arrays and their views."""
+    gates = gate_workspace(h, batch, np.dtype(np.float32))
+    both = _empty((2, batch, h), np.float32)  # [h; -h], batch rows
+    spreads = _empty((8 * h, batch), np.float32)  # [multipliers; scale; scale; min | hidden state]
+    codes = _empty((2 * h, batch), ft)  # [rint(min / scale) + 255; codes less the zero point]
+    return gates + (both, both[0], both[1], _empty((2, batch), np.float32),
+            spreads[:7 * h], spreads[:4 * h], spreads[4 * h:6 * h], spreads[6 * h:], spreads[7 * h:],
+            spreads[7 * h:].T, codes, codes[:h], codes[h:], gates[0] if ft is np.float32 else _empty((4 * h, batch), ft))
 
 
 def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:

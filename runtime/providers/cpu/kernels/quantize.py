@@ -23,7 +23,16 @@ except ImportError:  # numpy 1.26
 
 
 def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """uint8 codes, scale and zero point of a float32 tensor exactly as onnxruntime's
+    """uint8 codes, scale and zero point of a float32 tensor (``dynamic_quantize_centered``'s
+    codes plus the zero point)."""
+    f, scale, zp = dynamic_quantize_centered(x)
+    _add(f, _ZP[zp], f)
+    return f.astype(np.uint8), scale, zp
+
+
+def dynamic_quantize_centered(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """uint8 codes less their zero point (float32: what a product reads), scale and zero point
+    of a float32 tensor, scale and zero point of a float32 tensor exactly as onnxruntime's
     ``GetQuantizationParameter`` and ``MlasQuantizeLinear`` compute them: the range widened to
     hold 0 with NaNs left out of it, scale (max - min) / 255 in float32 (1 for a zero range),
     zero point ``round_half_even(clamp(-min / scale, 0, 255))`` with a NaN zero point taken as 255
@@ -31,8 +40,8 @@ def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     NaN to code 0. The scale comes back as a float32 0-d array (the op's output), the zero point
     as an int.
 
-    Fewest numpy calls for the tiny tensors of the corpus: two reductions, a division, a rint, an
-    add and the cast; the clamp runs only when the scalar bounds say a code could leave [0, 255]
+    Fewest numpy calls for the tiny tensors of the corpus: two reductions, a division and a rint;
+    the clamp runs only when the scalar bounds say a code could leave [0, 255]
     (ties rounded up at both ends, or inf and NaN)."""
     lo = _min(x, None, None, None, False, _ZERO)  # min(0, min(x)); NaN if x holds one
     hi = _max(x, None, None, None, False, _ZERO)
@@ -53,8 +62,7 @@ def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         _fmaxu(f, _F32(-zp), out=f)  # (fmax: a NaN becomes the lower bound, code 0)
         _fminu(f, _F32(255 - zp), out=f)
     _rint(f, f)  # (out= positionally: 50 ns less a call)
-    _add(f, _ZP[zp], f)
-    return f.astype(np.uint8), scale_out, zp
+    return f, scale_out, zp
 
 
 @register("DynamicQuantizeLinear", since=11)

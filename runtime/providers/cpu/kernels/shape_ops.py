@@ -302,12 +302,23 @@ class SqueezeAttr(Kernel):
 
 
 @register("Squeeze", since=13)
-class Squeeze(_NoAttr):
+class Squeeze(Kernel):
     host_inputs = frozenset({1})
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self._shapes: dict[tuple, tuple] = {}  # (input shape, axes) -> output shape
+
     def compute(self, inputs: list) -> list:
+        x = inputs[0]
         axes = inputs[1].tolist() if len(inputs) > 1 and inputs[1] is not None else None
-        return [_squeeze(inputs[0], axes)]
+        key = (x.shape, axes if axes is None or isinstance(axes, int) else tuple(axes))
+        shape = self._shapes.get(key)
+        if shape is not None:  # a reshape (a view) in place of np.squeeze's Python layers
+            return [x.reshape(shape)]
+        y = _squeeze(x, axes)  # (checks the axes: a bad one raises here, and is not kept)
+        if len(self._shapes) < 64:  # a few shapes per model; a stream of new ones is not kept
+            self._shapes[key] = y.shape
+        return [y]
 
 
 @register("Expand", since=8)
@@ -543,9 +554,14 @@ class ConstantOfShape(Kernel):
         v = node.attr("value")
         self.value = np.asarray(v).reshape(-1)[0] if v is not None else np.float32(0)
         self.dtype = np.asarray(v).dtype if v is not None else np.dtype(np.float32)
+        # all bits zero (not -0.0): np.zeros, a C call, in place of np.full's Python layers
+        self.zeros = np.asarray(self.value, self.dtype).tobytes() == bytes(self.dtype.itemsize)
 
     def compute(self, inputs: list) -> list:
-        return [np.full(tuple(int(s) for s in inputs[0].tolist()), self.value, dtype=self.dtype)]
+        shape = tuple(inputs[0].tolist())  # (tolist: Python ints)
+        if self.zeros:
+            return [np.zeros(shape, self.dtype)]
+        return [np.full(shape, self.value, dtype=self.dtype)]
 
 
 @register("Range", since=11)

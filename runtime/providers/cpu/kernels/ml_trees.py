@@ -48,6 +48,15 @@ def _compare(v: np.ndarray, th: np.ndarray, mode: int) -> np.ndarray:
     return v > th
 
 
+def _tree_sum(w: np.ndarray) -> np.ndarray:
+    """[trees, rows, outputs] weights summed over the trees in tree order, as onnxruntime adds
+    them: numpy's reduce adds a contiguous run of over 8 elements pairwise, which it is where
+    there is one output of one row."""
+    if w.shape[1] * w.shape[2] == 1:
+        return np.add.accumulate(w, axis=0)[-1]
+    return np.add.reduce(w, axis=0)
+
+
 #: (row, tree) pairs walked between two reads of RunOptions.terminate (``aggregate``).
 _CHUNK = 1 << 18
 
@@ -84,7 +93,6 @@ class _Forest:
         self._bits = _LeafBits.build(self, true_next, false_next)
         #: which outputs the trees write, where that is the same for every row (else None)
         self.written_const = None if self._bits is None else self._bits.written
-        self._chunk_rows = max(1, _CHUNK // max(1, roots.size))
         #: every output is written by some tree for every row (known when the leaves say so)
         self.all_written = self._bits is not None and self._bits.written is not None and bool(self._bits.written.all())
 
@@ -121,13 +129,24 @@ class _Forest:
     def aggregate(self, x: np.ndarray, how: str = "SUM", written: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """The trees' leaf weights per row aggregated (SUM, AVERAGE, MIN, MAX: an output no tree
         wrote is 0), and which outputs any tree wrote ([rows, outputs]; with ``written`` False, where
-        that is the same for every row, one row of it). Rows go in chunks of about ``_CHUNK`` (row,
-        tree) pairs, so that one level's work, between two terminate checks, is bounded."""
-        step = self._chunk_rows
+        that is the same for every row, one row of it). Rows go in chunks, so that the work between
+        two terminate checks is bounded: about ``_BITS_CELLS`` (row, node) cells by the leaf bits,
+        else about ``_CHUNK`` (row, tree) pairs a level of the walk."""
+        step = self._bits_rows(x)
+        if step is None:
+            step = max(1, _CHUNK // max(1, self.roots.size))
         if x.shape[0] <= step:
-            return self._aggregate(x, how, written)
-        parts = [self._aggregate(x[i:i + step], how, True) for i in range(0, x.shape[0], step)]
+            return self._aggregate(x, how, written, step)
+        parts = [self._aggregate(x[i:i + step], how, True, step) for i in range(0, x.shape[0], step)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _bits_rows(self, x: np.ndarray) -> int | None:
+        """How many rows of ``x`` go at once by the leaf bits; None where they do not apply (or
+        ``_BITS_CELLS`` is 0)."""
+        bits = self._bits
+        if bits is None or x.shape[1] <= bits.max_feature or not _BITS_CELLS:
+            return None
+        return max(1, _BITS_CELLS // bits.columns)
 
     def sums(self, x: np.ndarray, how: str) -> np.ndarray | None:
         """``aggregate``'s scores for SUM or AVERAGE straight from the leaf bits, where the trees
@@ -139,28 +158,27 @@ class _Forest:
             return None
         check_terminate()
         # [trees, rows, outputs] summed over the trees in tree order, as onnxruntime adds them
-        scores = np.add.reduce(bits.slot_weights.take(bits.slots(x), axis=0), axis=0)
+        scores = _tree_sum(bits.tree_weights(x))
         return scores if how == "SUM" else scores / scores.dtype.type(self.roots.size)
 
-    def _aggregate(self, x: np.ndarray, how: str, written: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _aggregate(self, x: np.ndarray, how: str, written: bool, step: int) -> tuple[np.ndarray, np.ndarray]:
         bits = self._bits
-        if bits is not None and x.shape[0] * bits.columns <= _BITS_CELLS and x.shape[1] > bits.max_feature:
+        if bits is not None and x.shape[0] <= step and x.shape[1] > bits.max_feature:
             check_terminate()
-            slots = bits.slots(x)
             if bits.written is not None and how in ("SUM", "AVERAGE"):  # the same outputs for every row
                 # [trees, rows, outputs] summed over the trees in tree order, as onnxruntime adds them
-                scores = np.add.reduce(bits.slot_weights.take(slots, axis=0), axis=0)
+                scores = _tree_sum(bits.tree_weights(x))
                 if how == "AVERAGE":
                     scores = scores / scores.dtype.type(self.roots.size)
                 # which outputs were written: asked for, else the one row (the same for every row)
                 return scores, bits.written_row.repeat(scores.shape[0], axis=0) if written else bits.written_row
-            leaves = bits.leaf.take(slots.T)
+            leaves = bits.leaves(x)
         else:
             leaves = self.leaves(x)
         has = self.has[leaves]
         written = has.any(axis=1)
         if how in ("SUM", "AVERAGE"):
-            scores = self.weights[leaves].sum(axis=1)
+            scores = _tree_sum(self.weights.take(leaves.T, axis=0))
             if how == "AVERAGE":
                 scores = scores / scores.dtype.type(self.roots.size)
             return scores, written
@@ -174,8 +192,16 @@ class _Forest:
         return self.aggregate(x, "SUM")
 
 
-#: (row, interior node) cells above which a forest walks level by level instead of by leaf bits.
+#: (row, interior node) cells of one chunk of rows by the leaf bits (0: the walk only).
 _BITS_CELLS = 1 << 16
+
+#: (row, node) cells up to which a forest of trees over 8 interior nodes selects each node's mask
+#: (one call) instead of reading its groups' masks from a table (three calls, less work per cell)
+_SELECT_CELLS = 1 << 12
+
+#: per byte value (row) its 8 bits, most significant first: the order np.packbits writes a group's
+#: 8 comparisons in
+_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(bool)
 
 
 class _LeafBits:
@@ -184,29 +210,52 @@ class _LeafBits:
     interior node is compared at once, and each comparison keeps, in a bit mask over its tree's
     leaves, the leaves its outcome still allows; AND over a tree's nodes leaves exactly one bit set,
     the leaf the walk reaches (a node off the row's path only clears leaves of its own subtree).
+    The AND of 8 nodes is read from a table: a tree's nodes go in groups of 8 (the last padded
+    with nodes that keep every leaf), np.packbits makes each group's comparisons a byte, and a
+    [group, byte] table holds the group's AND (a tree of at most 8 interior nodes, one group: its
+    leaf's slot and weights). Per element the table read is cheaper than selecting one of two masks
+    per node, and a group's byte is a quarter to an eighth of the cells the per-tree AND reduces.
     For forests whose trees have at most 64 leaves each, one comparison kind and no shared nodes."""
 
     def __init__(self, feature: np.ndarray, threshold: np.ndarray, missing: np.ndarray, mask_true: np.ndarray,
                  mask_false: np.ndarray, starts: np.ndarray, leaf: np.ndarray, mode: int, any_missing: bool,
-                 written: np.ndarray | None) -> None:
+                 written: np.ndarray | None, weights: np.ndarray) -> None:
         self.feature = feature
         # which outputs some tree writes, where that does not depend on the row (each tree's leaves
         # all write the same outputs, as sklearn's do): [1, outputs], repeated for the rows
         self.written = written
         self.written_row = None if written is None else written[None, :]
-        self.starts, self.leaf = starts, leaf
+        self.leaf = leaf
         self.mode, self.any_missing = mode, any_missing
         self.columns = feature.size
         self.max_feature = int(feature.max())
-        # The trees' masks take the narrowest unsigned type that holds a tree's leaves (less to
-        # select and AND).
         self.threshold, self.missing = threshold, missing
-        most = int(np.bitwise_or.reduce(mask_true | mask_false)).bit_length() if mask_true.size else 0
-        dtype = np.dtype(np.uint8 if most <= 8 else np.uint16 if most <= 16 else np.uint32 if most <= 32 else np.uint64)
-        self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
+        groups = feature.size // 8
+        trees = starts.size
+        #: per group the offset of its 256 entries in the tables, added to its byte
+        self.group_base = np.arange(groups, dtype=np.intp) * 256
+        # [group, byte]: the AND of the group's masks, each node's by its bit
+        table = np.full((groups, 256), np.iinfo(np.uint64).max, np.uint64)
+        for j in range(8):
+            table &= np.where(_BYTE_BITS[:, j], mask_true[j::8, None], mask_false[j::8, None])
+        #: one group a tree: per [group, byte] the slot (index into ``leaf``) its leaf has
+        self.single = groups == trees
         # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
-        self.base = np.arange(starts.size, dtype=np.int32) * 65
-        self.slot_weights: np.ndarray | None = None  # per (tree, slot) its leaf's weights: set by build
+        self.base = np.arange(trees, dtype=np.int32) * 65
+        if self.single:
+            self.group_slot = (np.frexp(table)[1] + self.base[:, None]).reshape(-1)
+            self.table = table[:0]
+            #: per [group, byte] its leaf's weights
+            self.group_weights = weights[leaf[self.group_slot]]
+        else:
+            # the narrowest unsigned type that holds a tree's leaves (less to gather and AND)
+            most = int(np.bitwise_or.reduce(table, axis=None)).bit_length()
+            dtype = np.dtype(np.uint16 if most <= 16 else np.uint32 if most <= 32 else np.uint64)
+            self.table = table.astype(dtype).reshape(-1)
+            self.group_starts = starts // 8
+            self.starts = starts
+            self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
+        self.slot_weights = weights[leaf]  # per (tree, slot) its leaf's weights
         # per input shape, the flat index of each (row, node)'s feature: one gather of the flat input
         self._gather: dict[tuple, np.ndarray] = {}
 
@@ -229,8 +278,9 @@ class _LeafBits:
             if _visit(root, mode, tnext, fnext, seen, leaves, inner) is None or len(leaves) > 64:
                 return None
             full = (1 << len(leaves)) - 1
-            if not inner:  # a tree that is one leaf: a node whose outcomes both keep that leaf
-                inner.append((-1, 0, 0, 0, 0))
+            # groups of 8 nodes, the last filled with nodes whose outcomes both keep every leaf (a
+            # tree that is one leaf: one group of them)
+            inner.extend([(-1, 0, 0, 0, 0)] * (-len(inner) % 8 or (8 if not inner else 0)))
             for k, a, b, c, d in inner:
                 cols.append(k)
                 m_true.append(full & ~(((1 << d) - 1) ^ ((1 << c) - 1)))
@@ -243,19 +293,17 @@ class _LeafBits:
                 written = None
         idx = np.asarray(cols, np.int64)
         real = np.maximum(idx, 0)
-        bits = cls(np.where(idx >= 0, forest.feature[real], 0), forest.threshold[real],
+        return cls(np.where(idx >= 0, forest.feature[real], 0), forest.threshold[real],
                    np.where(idx >= 0, forest.missing_true[real], False), np.asarray(m_true, np.uint64),
                    np.asarray(m_false, np.uint64), np.asarray(starts, np.int64), leaf.reshape(-1),
-                   forest.uniform_mode, forest.any_missing, written)
-        bits.slot_weights = forest.weights[bits.leaf]
-        return bits
+                   forest.uniform_mode, forest.any_missing, written, forest.weights)
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree (as ``_Forest.leaves``)."""
         return self.leaf.take(self.slots(x).T)
 
-    def slots(self, x: np.ndarray) -> np.ndarray:
-        """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
+    def _compared(self, x: np.ndarray) -> np.ndarray:
+        """[rows, columns] the outcome of every node's comparison (True: the true branch)."""
         index = self._gather.get(x.shape)
         if index is None:
             index = (np.arange(x.shape[0], dtype=np.intp) * x.shape[1])[:, None] + self.feature
@@ -265,10 +313,27 @@ class _LeafBits:
         go = v <= self.threshold if self.mode == 0 else _compare(v, self.threshold, self.mode)
         if self.any_missing:
             go |= self.missing & np.isnan(v)
-        bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
+        return go
+
+    def slots(self, x: np.ndarray) -> np.ndarray:
+        """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
+        go = self._compared(x)
+        if self.single:
+            return self.group_slot.take(np.add(np.packbits(go, axis=1), self.group_base).T)
+        if go.size <= _SELECT_CELLS:  # few cells: one select of each node's mask costs less than the table's 3 calls
+            bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
+        else:
+            masks = self.table.take(np.add(np.packbits(go, axis=1), self.group_base))
+            bits = np.bitwise_and.reduceat(masks, self.group_starts, axis=1)
         slots = np.frexp(bits)[1]
         slots += self.base
         return slots.T
+
+    def tree_weights(self, x: np.ndarray) -> np.ndarray:
+        """[trees, rows, outputs] the weights of the leaf each row reaches in each tree."""
+        if self.single:
+            return self.group_weights.take(np.add(np.packbits(self._compared(x), axis=1), self.group_base).T, axis=0)
+        return self.slot_weights.take(self.slots(x), axis=0)
 
 
 def _visit(k: int, mode: list[int], tnext: list[int], fnext: list[int], seen: set[int], leaves: list[int],

@@ -156,9 +156,8 @@ class _Forest:
         if bits is None or self.written_const is None or x.shape[0] * bits.columns > _BITS_CELLS or \
                 x.shape[1] <= bits.max_feature:
             return None
-        check_terminate()
-        # [trees, rows, outputs] summed over the trees in tree order, as onnxruntime adds them
-        scores = _tree_sum(bits.tree_weights(x))
+        # one chunk of rows: the executor reads the terminate flag around it
+        scores = bits.sums(x)
         return scores if how == "SUM" else scores / scores.dtype.type(self.roots.size)
 
     def _aggregate(self, x: np.ndarray, how: str, written: bool, step: int) -> tuple[np.ndarray, np.ndarray]:
@@ -197,7 +196,7 @@ _BITS_CELLS = 1 << 16
 
 #: (row, node) cells up to which a forest of trees over 8 interior nodes selects each node's mask
 #: (one call) instead of reading its groups' masks from a table (three calls, less work per cell)
-_SELECT_CELLS = 1 << 12
+_SELECT_CELLS = 1 << 11
 
 #: per byte value (row) its 8 bits, most significant first: the order np.packbits writes a group's
 #: 8 comparisons in
@@ -227,6 +226,7 @@ class _LeafBits:
         self.written_row = None if written is None else written[None, :]
         self.leaf = leaf
         self.mode, self.any_missing = mode, any_missing
+        self.plain = mode == 0 and not any_missing  # BRANCH_LEQ, no missing values: one comparison
         self.columns = feature.size
         self.max_feature = int(feature.max())
         self.threshold, self.missing = threshold, missing
@@ -309,17 +309,17 @@ class _LeafBits:
             index = (np.arange(x.shape[0], dtype=np.intp) * x.shape[1])[:, None] + self.feature
             if len(self._gather) < 16:
                 self._gather[x.shape] = index
-        v = np.ascontiguousarray(x).reshape(-1).take(index)
-        go = v <= self.threshold if self.mode == 0 else _compare(v, self.threshold, self.mode)
+        v = x.reshape(-1).take(index)
+        if self.plain:
+            return v <= self.threshold
+        go = _compare(v, self.threshold, self.mode)
         if self.any_missing:
             go |= self.missing & np.isnan(v)
         return go
 
-    def slots(self, x: np.ndarray) -> np.ndarray:
-        """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
-        go = self._compared(x)
-        if self.single:
-            return self.group_slot.take(np.add(np.packbits(go, axis=1), self.group_base).T)
+    def _slots(self, go: np.ndarray) -> np.ndarray:
+        """[rows, trees] slot of each row's leaf in each tree, from the comparisons (trees of more
+        than one group)."""
         if go.size <= _SELECT_CELLS:  # few cells: one select of each node's mask costs less than the table's 3 calls
             bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
         else:
@@ -327,13 +327,37 @@ class _LeafBits:
             bits = np.bitwise_and.reduceat(masks, self.group_starts, axis=1)
         slots = np.frexp(bits)[1]
         slots += self.base
-        return slots.T
+        return slots
+
+    def slots(self, x: np.ndarray) -> np.ndarray:
+        """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
+        go = self._compared(x)
+        if self.single:
+            return self.group_slot.take(np.add(np.packbits(go, axis=1), self.group_base).T)
+        return self._slots(go).T
+
+    def sums(self, x: np.ndarray) -> np.ndarray:
+        """[rows, outputs] the weights of each row's leaves summed over the trees in tree order, as
+        onnxruntime adds them (``_tree_sum``, written out: this is a few rows' whole run)."""
+        index = self._gather.get(x.shape)
+        if index is None or not self.plain:
+            go = self._compared(x)
+        else:
+            go = x.reshape(-1).take(index) <= self.threshold
+        if self.single:
+            w = self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
+        else:
+            w = self.slot_weights.take(self._slots(go).T, axis=0)
+        if w.shape[1] * w.shape[2] == 1:
+            return np.add.accumulate(w, axis=0)[-1]
+        return np.add.reduce(w, axis=0)
 
     def tree_weights(self, x: np.ndarray) -> np.ndarray:
         """[trees, rows, outputs] the weights of the leaf each row reaches in each tree."""
+        go = self._compared(x)
         if self.single:
-            return self.group_weights.take(np.add(np.packbits(self._compared(x), axis=1), self.group_base).T, axis=0)
-        return self.slot_weights.take(self.slots(x), axis=0)
+            return self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
+        return self.slot_weights.take(self._slots(go).T, axis=0)
 
 
 def _visit(k: int, mode: list[int], tnext: list[int], fnext: list[int], seen: set[int], leaves: list[int],
@@ -666,11 +690,8 @@ class TreeEnsembleClassifier(Kernel):
             # (uninitialised memory): 0 here, a defined value in its place
             ones = np.concatenate([transform_scores(single, "PROBIT"), np.zeros_like(single)], axis=1)
         elif mode in ("positive", "mixed") and self.transform == "LOGISTIC" and single.dtype == np.float32:
-            # [logistic(-s), logistic(s)]: the logistic of the columns [-s, s], in place
-            ones = np.empty((len(single), 2), np.float32)
-            np.negative(single, out=ones[:, :1])
-            ones[:, 1:] = single
-            return logistic_into(ones)
+            # [logistic(-s), logistic(s)]: the logistic of the columns [-s, s] (one exact product), in place
+            return logistic_into(np.multiply(single, _NEGATED_AND_AS_IS))
         elif mode in ("positive", "mixed") and self.transform == "LOGISTIC":
             ones = _logistic_pair(single)
         elif mode == "positive":
@@ -680,6 +701,10 @@ class TreeEnsembleClassifier(Kernel):
         else:
             ones = np.concatenate([single, np.zeros_like(single)], axis=1)
         return ones.astype(np.float32, copy=False)
+
+
+#: [[-1, 1]]: a column s times it is the columns [-s, s]
+_NEGATED_AND_AS_IS = np.array([[-1, 1]], np.float32)
 
 
 def _logistic_pair(single: np.ndarray) -> np.ndarray:

@@ -8,6 +8,8 @@ binary rules; and the opset-5 TreeEnsemble on the same walk."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -36,6 +38,11 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
 
 
 LEAF, MEMBER = 6, 7
+
+#: [[-1, 1]]: a column s times it is the columns [-s, s]
+_NEGATED_AND_AS_IS = np.array([[-1, 1]], np.float32)
+#: [[1, 0]]: added to the columns [-s, s], the columns [1 - s, s]
+_ONE_AND_ZERO = np.array([[1, 0]], np.float32)
 
 def _compare(v: np.ndarray, th: np.ndarray, mode: int) -> np.ndarray:
     """The branch test of one node mode for every element: BRANCH_LEQ, LT, GTE, GT (0-3)."""
@@ -148,11 +155,12 @@ class _Forest:
             return None
         return max(1, _BITS_CELLS // bits.columns)
 
-    def sums(self, x: np.ndarray, how: str) -> np.ndarray | None:
-        """``aggregate``'s scores for SUM or AVERAGE straight from the leaf bits, where the trees
-        write the same outputs for every row (``written_const``) and the rows are few (they then
-        fit one chunk); None where ``aggregate`` must decide."""
-        bits = self._bits
+    def sums(self, x: np.ndarray, how: str, leaf_bits: _LeafBits | None = None) -> np.ndarray | None:
+        """``aggregate``'s scores for SUM or AVERAGE straight from the leaf bits (``leaf_bits``: a
+        copy of them with other weights), where the trees write the same outputs for every row
+        (``written_const``) and the rows are few (they then fit one chunk); None where
+        ``aggregate`` must decide."""
+        bits = self._bits if leaf_bits is None else leaf_bits
         if bits is None or self.written_const is None or x.shape[0] * bits.columns > _BITS_CELLS or \
                 x.shape[1] <= bits.max_feature:
             return None
@@ -192,7 +200,10 @@ class _Forest:
 
 
 #: (row, interior node) cells of one chunk of rows by the leaf bits (0: the walk only).
-_BITS_CELLS = 1 << 16
+_BITS_CELLS = 1 << 18
+
+#: the largest gather index kept per input shape (8 bytes a cell; a larger one is made each run)
+_CACHED_CELLS = 1 << 16
 
 #: (row, node) cells up to which a forest of trees over 8 interior nodes selects each node's mask
 #: (one call) instead of reading its groups' masks from a table (three calls, less work per cell)
@@ -307,9 +318,9 @@ class _LeafBits:
         index = self._gather.get(x.shape)
         if index is None:
             index = (np.arange(x.shape[0], dtype=np.intp) * x.shape[1])[:, None] + self.feature
-            if len(self._gather) < 16:
+            if len(self._gather) < 16 and index.size <= _CACHED_CELLS:
                 self._gather[x.shape] = index
-        v = x.reshape(-1).take(index)
+        v = x.reshape(-1).take(index, mode="wrap")
         if self.plain:
             return v <= self.threshold
         go = _compare(v, self.threshold, self.mode)
@@ -343,7 +354,7 @@ class _LeafBits:
         if index is None or not self.plain:
             go = self._compared(x)
         else:
-            go = x.reshape(-1).take(index) <= self.threshold
+            go = x.reshape(-1).take(index, mode="wrap") <= self.threshold  # in range by construction: no check
         if self.single:
             w = self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
         else:
@@ -352,12 +363,27 @@ class _LeafBits:
             return np.add.accumulate(w, axis=0)[-1]
         return np.add.reduce(w, axis=0)
 
+    def signed_pair(self) -> _LeafBits:
+        """These leaf bits with weights [-w, w] where they were [w, 0] (two outputs, the second
+        written by no tree): their sums are [-s, s], the two columns a one-score two-class result
+        is made of (negation is exact, and a sum of negated weights is the negated sum)."""
+        pair = copy.copy(self)
+        pair.slot_weights = _negated_and_as_is(self.slot_weights)
+        if self.single:
+            pair.group_weights = _negated_and_as_is(self.group_weights)
+        return pair
+
     def tree_weights(self, x: np.ndarray) -> np.ndarray:
         """[trees, rows, outputs] the weights of the leaf each row reaches in each tree."""
         go = self._compared(x)
         if self.single:
             return self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
         return self.slot_weights.take(self._slots(go).T, axis=0)
+
+
+def _negated_and_as_is(w: np.ndarray) -> np.ndarray:
+    """[n, 2] rows [-w, w] of the first column of ``w``."""
+    return np.multiply(w[:, :1], _NEGATED_AND_AS_IS)
 
 
 def _visit(k: int, mode: list[int], tnext: list[int], fnext: list[int], seen: set[int], leaves: list[int],
@@ -570,9 +596,43 @@ class TreeEnsembleClassifier(Kernel):
         self.binary_case = k == 2 and len(set(node.attr("class_ids"))) == 1
         self.all_positive = bool((weights >= 0).all())
         self.post = score_transform(self.transform, k)
+        self._pair = self._signed_pair()
+
+    def _signed_pair(self) -> tuple | None:
+        """For two classes where the trees write the first class alone and one score makes the
+        result (``_two_classes_constant``'s one-score rows, "positive" or "mixed", no PROBIT): leaf
+        bits whose sums are [-s, s], with what turns them into the result in place (base values
+        [-b, b] added, the label's threshold, the transform); None elsewhere."""
+        bits, written = self.forest._bits, self.forest.written_const
+        if len(self.labels) != 2 or bits is None or written is None or not written[0] or written[1] or \
+                self.raw_base.size > 1 or self.transform == "PROBIT":
+            return None
+        if self.binary_case and self.all_positive:  # [1 - s, s]
+            post = logistic_into if self.transform == "LOGISTIC" else _one_minus_first
+        elif self.binary_case or self.raw_base.size == 0:  # [-s, s]
+            post = logistic_into if self.transform == "LOGISTIC" else None
+        else:
+            return None
+        base = self.raw_base[0] * _NEGATED_AND_AS_IS if self.raw_base.size else None
+        threshold = np.float32(0.5 if self.binary_case and self.all_positive else 0.0)
+        take = self.labels.dtype == object or self.binary_case  # else onnxruntime's labels 1 / 0
+        return bits.signed_pair(), base, threshold, take, post
+
+    def _two_pair(self, scores: np.ndarray) -> list:
+        """``_two_classes_constant``'s one-score result from the sums [-s, s] (``_signed_pair``)."""
+        _, base, threshold, take, post = self._pair
+        if base is not None:
+            np.add(scores, base, out=scores)
+        positive = scores[:, 1] > threshold
+        label = self.labels[positive.view(np.int8)] if take else positive.astype(np.int64)
+        return [label, scores if post is None else post(scores)]
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
+        if self._pair is not None:
+            scores = self.forest.sums(x, "SUM", self._pair[0])
+            if scores is not None:
+                return self._two_pair(scores)
         scores = self.forest.sums(x, "SUM")
         if scores is None:
             scores, has = self.forest.scores(x)
@@ -703,8 +763,9 @@ class TreeEnsembleClassifier(Kernel):
         return ones.astype(np.float32, copy=False)
 
 
-#: [[-1, 1]]: a column s times it is the columns [-s, s]
-_NEGATED_AND_AS_IS = np.array([[-1, 1]], np.float32)
+def _one_minus_first(pair: np.ndarray) -> np.ndarray:
+    """The columns [-s, s] made [1 - s, s], in place."""
+    return np.add(pair, _ONE_AND_ZERO, out=pair)
 
 
 def _logistic_pair(single: np.ndarray) -> np.ndarray:

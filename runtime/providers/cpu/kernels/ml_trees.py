@@ -596,7 +596,21 @@ class TreeEnsembleClassifier(Kernel):
         self.binary_case = k == 2 and len(set(node.attr("class_ids"))) == 1
         self.all_positive = bool((weights >= 0).all())
         self.post = score_transform(self.transform, k)
+        if self.transform == "SOFTMAX" and 2 < k <= 8 and self.forest.all_written and \
+                self._score_bound() < _SOFTMAX_BOUND:
+            self.post = _softmax_bounded
         self._pair = self._signed_pair()
+
+    def _score_bound(self) -> float:
+        """A bound on any row's |score|: per tree its largest |leaf weight|, summed, plus the base
+        values' largest (whatever the input: NaN features route like any value)."""
+        w = np.abs(self.forest.weights.astype(np.float64))
+        bits = self.forest._bits
+        if bits is not None:
+            per_tree = np.abs(bits.slot_weights.astype(np.float64)).reshape(-1, 65 * w.shape[1]).max(axis=1).sum()
+        else:
+            per_tree = self.forest.roots.size * (w.max() if w.size else 0.0)
+        return float(per_tree + (np.abs(self.base).max() if self.base is not None else 0.0))
 
     def _signed_pair(self) -> tuple | None:
         """For two classes where the trees write the first class alone and one score makes the
@@ -761,6 +775,18 @@ class TreeEnsembleClassifier(Kernel):
         else:
             ones = np.concatenate([single, np.zeros_like(single)], axis=1)
         return ones.astype(np.float32, copy=False)
+
+
+#: scores whose |values| stay under this have a softmax without softmax_into's guards: exp can
+#: neither overflow nor leave a row's sum near 0 (softmax_into checks for 60 per run)
+_SOFTMAX_BOUND = 50.0
+
+
+def _softmax_bounded(scores: np.ndarray) -> np.ndarray:
+    """``softmax_into`` (its form for up to 8 classes, the same operations) for scores known to be
+    bounded (``_SOFTMAX_BOUND``), in place."""
+    np.exp(scores, out=scores)
+    return np.divide(scores, np.add.reduce(scores, axis=1, keepdims=True), out=scores)
 
 
 def _one_minus_first(pair: np.ndarray) -> np.ndarray:

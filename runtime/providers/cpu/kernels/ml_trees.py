@@ -359,6 +359,8 @@ class _LeafBits:
             w = self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
         else:
             w = self.slot_weights.take(self._slots(go).T, axis=0)
+        if w.shape[0] == 1:  # one tree: its weights (a fresh array the caller may change)
+            return w[0]
         if w.shape[1] * w.shape[2] == 1:
             return np.add.accumulate(w, axis=0)[-1]
         return np.add.reduce(w, axis=0)

@@ -598,6 +598,8 @@ class TreeEnsembleClassifier(Kernel):
         self.binary_case = k == 2 and len(set(node.attr("class_ids"))) == 1
         self.all_positive = bool((weights >= 0).all())
         self.post = score_transform(self.transform, k)
+        #: int64 labels 0, 1, ..., k - 1: a class's index is its label
+        self.labels_are_indices = self.labels.dtype == np.int64 and self.labels.tolist() == list(range(k))
         if self.transform == "SOFTMAX" and 2 < k <= 8 and self.forest.all_written and \
                 self._score_bound() < _SOFTMAX_BOUND:
             self.post = _softmax_bounded
@@ -631,7 +633,8 @@ class TreeEnsembleClassifier(Kernel):
             return None
         base = self.raw_base[0] * _NEGATED_AND_AS_IS if self.raw_base.size else None
         threshold = np.float32(0.5 if self.binary_case and self.all_positive else 0.0)
-        take = self.labels.dtype == object or self.binary_case  # else onnxruntime's labels 1 / 0
+        # the labels by the positive score (else onnxruntime's 1 / 0, which labels [0, 1] also are)
+        take = (self.labels.dtype == object or self.binary_case) and not self.labels_are_indices
         return bits.signed_pair(), base, threshold, take, post
 
     def _two_pair(self, scores: np.ndarray) -> list:
@@ -669,7 +672,8 @@ class TreeEnsembleClassifier(Kernel):
             top = scores.argmax(axis=1)
         else:
             top = np.argmax(np.where(has, scores, -np.inf), axis=1)
-        return [self.labels[top], self.post(scores.astype(np.float32, copy=False))]
+        label = top.astype(np.int64, copy=False) if self.labels_are_indices else self.labels[top]
+        return [label, self.post(scores.astype(np.float32, copy=False))]
 
     def _two_classes(self, scores: np.ndarray, has: np.ndarray) -> list:
         """onnxruntime's rules for two classes (TreeAggregatorClassifier::FinalizeScores and

@@ -100,6 +100,11 @@ class _Forest:
         self._bits = _LeafBits.build(self, true_next, false_next)
         #: which outputs the trees write, where that is the same for every row (else None)
         self.written_const = None if self._bits is None else self._bits.written
+        # Past one chunk, per row the leaf bits cost about their columns (nodes) and the walk its
+        # trees x (depth + outputs): many nodes a tree over a shallow walk to few outputs (a
+        # forest regressor's) go by the walk (measured on sklearn forests of 10-300 trees, 1000 rows)
+        self._bits_per_row = self._bits is not None and \
+            self._bits.columns <= (5 + weights.shape[1]) * roots.size * max(1, self.depth)
         #: every output is written by some tree for every row (known when the leaves say so)
         self.all_written = self._bits is not None and self._bits.written is not None and bool(self._bits.written.all())
 
@@ -140,18 +145,20 @@ class _Forest:
         two terminate checks is bounded: about ``_BITS_CELLS`` (row, node) cells by the leaf bits,
         else about ``_CHUNK`` (row, tree) pairs a level of the walk."""
         step = self._bits_rows(x)
-        if step is None:
+        by_bits = step is not None
+        if not by_bits:
             step = max(1, _CHUNK // max(1, self.roots.size))
         if x.shape[0] <= step:
-            return self._aggregate(x, how, written, step)
-        parts = [self._aggregate(x[i:i + step], how, True, step) for i in range(0, x.shape[0], step)]
+            return self._aggregate(x, how, written, by_bits)
+        parts = [self._aggregate(x[i:i + step], how, True, by_bits) for i in range(0, x.shape[0], step)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def _bits_rows(self, x: np.ndarray) -> int | None:
         """How many rows of ``x`` go at once by the leaf bits; None where they do not apply (or
         ``_BITS_CELLS`` is 0)."""
         bits = self._bits
-        if bits is None or x.shape[1] <= bits.max_feature or not _BITS_CELLS:
+        if bits is None or x.shape[1] <= bits.max_feature or not _BITS_CELLS or \
+                (x.shape[0] * bits.columns > _BITS_CELLS and not self._bits_per_row):
             return None
         return max(1, _BITS_CELLS // bits.columns)
 
@@ -168,9 +175,9 @@ class _Forest:
         scores = bits.sums(x)
         return scores if how == "SUM" else scores / scores.dtype.type(self.roots.size)
 
-    def _aggregate(self, x: np.ndarray, how: str, written: bool, step: int) -> tuple[np.ndarray, np.ndarray]:
+    def _aggregate(self, x: np.ndarray, how: str, written: bool, by_bits: bool) -> tuple[np.ndarray, np.ndarray]:
         bits = self._bits
-        if bits is not None and x.shape[0] <= step and x.shape[1] > bits.max_feature:
+        if by_bits:
             check_terminate()
             if bits.written is not None and how in ("SUM", "AVERAGE"):  # the same outputs for every row
                 # [trees, rows, outputs] summed over the trees in tree order, as onnxruntime adds them
@@ -199,8 +206,9 @@ class _Forest:
         return self.aggregate(x, "SUM")
 
 
-#: (row, interior node) cells of one chunk of rows by the leaf bits (0: the walk only).
-_BITS_CELLS = 1 << 18
+#: (row, interior node) cells of one chunk of rows by the leaf bits (0: the walk only); inputs up to
+#: one chunk always go by the leaf bits (a few numpy calls against several per level).
+_BITS_CELLS = 1 << 16
 
 #: the largest gather index kept per input shape (8 bytes a cell; a larger one is made each run)
 _CACHED_CELLS = 1 << 16

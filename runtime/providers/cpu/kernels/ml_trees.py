@@ -217,6 +217,10 @@ _CACHED_CELLS = 1 << 16
 #: (one call) instead of reading its groups' masks from a table (three calls, less work per cell)
 _SELECT_CELLS = 1 << 11
 
+#: the most weights (bytes x outputs) a table of one-group trees' leaf weights holds (16 MB of
+#: float32: a boosted multi-class model of thousands of trees reads slots, then weights)
+_TABLE_WEIGHTS = 1 << 22
+
 #: per byte value (row) its 8 bits, most significant first: the order np.packbits writes a group's
 #: 8 comparisons in
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(bool)
@@ -264,8 +268,9 @@ class _LeafBits:
         if self.single:
             self.group_slot = (np.frexp(table)[1] + self.base[:, None]).reshape(-1)
             self.table = table[:0]
-            #: per [group, byte] its leaf's weights
-            self.group_weights = weights[leaf[self.group_slot]]
+            #: per [group, byte] its leaf's weights (None past _TABLE_WEIGHTS: then by group_slot)
+            self.group_weights = weights[leaf[self.group_slot]] if self.group_slot.size * weights.shape[1] <= \
+                _TABLE_WEIGHTS else None
         else:
             # the narrowest unsigned type that holds a tree's leaves (less to gather and AND)
             most = int(np.bitwise_or.reduce(table, axis=None)).bit_length()
@@ -274,6 +279,7 @@ class _LeafBits:
             self.group_starts = starts // 8
             self.starts = starts
             self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
+            self.group_weights = None
         self.slot_weights = weights[leaf]  # per (tree, slot) its leaf's weights
         # per input shape, the flat index of each (row, node)'s feature: one gather of the flat input
         self._gather: dict[tuple, np.ndarray] = {}
@@ -337,8 +343,9 @@ class _LeafBits:
         return go
 
     def _slots(self, go: np.ndarray) -> np.ndarray:
-        """[rows, trees] slot of each row's leaf in each tree, from the comparisons (trees of more
-        than one group)."""
+        """[rows, trees] slot of each row's leaf in each tree, from the comparisons."""
+        if self.single:
+            return self.group_slot.take(np.add(np.packbits(go, axis=1), self.group_base))
         if go.size <= _SELECT_CELLS:  # few cells: one select of each node's mask costs less than the table's 3 calls
             bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
         else:
@@ -350,10 +357,7 @@ class _LeafBits:
 
     def slots(self, x: np.ndarray) -> np.ndarray:
         """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
-        go = self._compared(x)
-        if self.single:
-            return self.group_slot.take(np.add(np.packbits(go, axis=1), self.group_base).T)
-        return self._slots(go).T
+        return self._slots(self._compared(x)).T
 
     def sums(self, x: np.ndarray) -> np.ndarray:
         """[rows, outputs] the weights of each row's leaves summed over the trees in tree order, as
@@ -363,7 +367,7 @@ class _LeafBits:
             go = self._compared(x)
         else:
             go = x.reshape(-1).take(index, mode="wrap") <= self.threshold  # in range by construction: no check
-        if self.single:
+        if self.group_weights is not None:
             w = self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
         else:
             w = self.slot_weights.take(self._slots(go).T, axis=0)
@@ -379,14 +383,14 @@ class _LeafBits:
         is made of (negation is exact, and a sum of negated weights is the negated sum)."""
         pair = copy.copy(self)
         pair.slot_weights = _negated_and_as_is(self.slot_weights)
-        if self.single:
+        if self.group_weights is not None:
             pair.group_weights = _negated_and_as_is(self.group_weights)
         return pair
 
     def tree_weights(self, x: np.ndarray) -> np.ndarray:
         """[trees, rows, outputs] the weights of the leaf each row reaches in each tree."""
         go = self._compared(x)
-        if self.single:
+        if self.group_weights is not None:
             return self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
         return self.slot_weights.take(self._slots(go).T, axis=0)
 

@@ -621,6 +621,40 @@ def test_tree_ensemble_leaf_bits(seed):
     check(model, {"X": _tree_input(rng, feats)}, f"TreeEnsembleRegressor > 64 leaves seed {seed}")
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tree_ensemble_leaf_bits_routes(seed, monkeypatch):
+    """The leaf bits' routes find the walk's leaves and sums: trees of at most 8 interior nodes
+    (one byte each: a table of leaf weights, or of leaf slots past ``_TABLE_WEIGHTS``), and larger
+    trees by each node's mask selected (few cells) or by 8 nodes' masks read from a table (many
+    cells); with NaN features, tracked and not, and row counts around the table's groups of 8."""
+    from onnxhal.runtime.providers.cpu.kernels import ml_trees
+
+    rng = np.random.default_rng(seed)
+    feats, n_out = 5, 2
+    for depth, single, table_weights in ((3, True, 1 << 22), (3, True, 0), (6, False, 1 << 22)):
+        trees = _random_trees(rng, int(rng.integers(2, 6)), feats, depth)
+        for nodes in trees:
+            for nd in nodes:
+                nd["mode"] = "BRANCH_LT"
+        model = _model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=n_out,
+                       **_legacy_tree_attrs(rng, trees, n_out, "target"))
+        monkeypatch.setattr(ml_trees, "_TABLE_WEIGHTS", table_weights)
+        forest = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3}).forest
+        bits = forest._bits
+        assert bits is not None and bits.single == single, (depth, seed)
+        assert (bits.group_weights is not None) == (single and table_weights > 0), (depth, seed)
+        for rows in (1, 8, 33):
+            x = rng.standard_normal((rows, feats)).astype(np.float32)
+            x[rng.random(x.shape) < 0.1] = np.nan
+            walk = forest.leaves(x)
+            for cells in (0, 1 << 30):
+                monkeypatch.setattr(ml_trees, "_SELECT_CELLS", cells)
+                what = f"depth {depth} weights table {table_weights} rows {rows} select cells {cells} seed {seed}"
+                np.testing.assert_array_equal(bits.leaves(x), walk, err_msg=what)
+                want = np.add.accumulate(forest.weights[walk], axis=1)[:, -1]  # in tree order
+                np.testing.assert_array_equal(bits.sums(x), want, err_msg=what)
+
+
 def _v5_attrs(rng: np.random.Generator, trees: list, n_out: int, member_every: int) -> dict:
     """The opset-5 form of random trees: interior nodes numbered over all trees, leaves in their
     own arrays, every ``member_every``-th interior node turned into a set-membership test."""

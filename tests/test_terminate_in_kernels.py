@@ -152,17 +152,21 @@ def test_terminate_cuts_a_simulated_devices_slowdown_short():
 
 @pytest.mark.parametrize("name", ["sk_forest", "sk_gboost_reg"])
 def test_tree_ensembles_give_the_same_results_in_row_chunks(monkeypatch, name):
-    """Rows are walked in chunks (so that a level's work, between two terminate checks, is bounded):
-    chunks of one row give what one chunk of every row gives."""
+    """Rows go in chunks (so that the work between two terminate checks is bounded), by the leaf
+    bits and by the level walk: chunks of one row give what one chunk of every row gives."""
     from onnxhal.runtime.providers.cpu.kernels import ml_trees
 
     sess = onnxhal.InferenceSession(os.path.join(ROOT, "tests", "real_models", f"{name}.onnx"))
     x = np.random.default_rng(4).standard_normal((300, 8)).astype(np.float32)
     whole = sess.run(None, {"X": x})
-    monkeypatch.setattr(ml_trees, "_CHUNK", 1)
+    monkeypatch.setattr(ml_trees, "_BITS_CELLS", 1)
     chunked = sess.run(None, {"X": x})
-    for a, b in zip(whole, chunked):
+    monkeypatch.setattr(ml_trees, "_CHUNK", 1)
+    monkeypatch.setattr(ml_trees, "_BITS_CELLS", 0)  # no leaf bits: the walk, a row at a time
+    walked = sess.run(None, {"X": x})
+    for a, b, c in zip(whole, chunked, walked):
         np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
 
 
 def test_a_fused_nodes_compute_gets_the_runs_run_options(register, monkeypatch):

@@ -8,6 +8,8 @@ binary rules; and the opset-5 TreeEnsemble on the same walk."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -37,6 +39,11 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
 
 LEAF, MEMBER = 6, 7
 
+#: [[-1, 1]]: a column s times it is the columns [-s, s]
+_NEGATED_AND_AS_IS = np.array([[-1, 1]], np.float32)
+#: [[1, 0]]: added to the columns [-s, s], the columns [1 - s, s]
+_ONE_AND_ZERO = np.array([[1, 0]], np.float32)
+
 def _compare(v: np.ndarray, th: np.ndarray, mode: int) -> np.ndarray:
     """The branch test of one node mode for every element: BRANCH_LEQ, LT, GTE, GT (0-3)."""
     if mode == 0:
@@ -46,6 +53,15 @@ def _compare(v: np.ndarray, th: np.ndarray, mode: int) -> np.ndarray:
     if mode == 2:
         return v >= th
     return v > th
+
+
+def _tree_sum(w: np.ndarray) -> np.ndarray:
+    """[trees, rows, outputs] weights summed over the trees in tree order, as onnxruntime adds
+    them: numpy's reduce adds a contiguous run of over 8 elements pairwise, which it is where
+    there is one output of one row."""
+    if w.shape[1] * w.shape[2] == 1:
+        return np.add.accumulate(w, axis=0)[-1]
+    return np.add.reduce(w, axis=0)
 
 
 #: (row, tree) pairs walked between two reads of RunOptions.terminate (``aggregate``).
@@ -84,7 +100,11 @@ class _Forest:
         self._bits = _LeafBits.build(self, true_next, false_next)
         #: which outputs the trees write, where that is the same for every row (else None)
         self.written_const = None if self._bits is None else self._bits.written
-        self._chunk_rows = max(1, _CHUNK // max(1, roots.size))
+        # Past one chunk, per row the leaf bits cost about their columns (nodes) and the walk its
+        # trees x (depth + outputs): many nodes a tree over a shallow walk to few outputs (a
+        # forest regressor's) go by the walk (measured on sklearn forests of 10-300 trees, 1000 rows)
+        self._bits_per_row = self._bits is not None and \
+            self._bits.columns <= (5 + weights.shape[1]) * roots.size * max(1, self.depth)
         #: every output is written by some tree for every row (known when the leaves say so)
         self.all_written = self._bits is not None and self._bits.written is not None and bool(self._bits.written.all())
 
@@ -121,46 +141,58 @@ class _Forest:
     def aggregate(self, x: np.ndarray, how: str = "SUM", written: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """The trees' leaf weights per row aggregated (SUM, AVERAGE, MIN, MAX: an output no tree
         wrote is 0), and which outputs any tree wrote ([rows, outputs]; with ``written`` False, where
-        that is the same for every row, one row of it). Rows go in chunks of about ``_CHUNK`` (row,
-        tree) pairs, so that one level's work, between two terminate checks, is bounded."""
-        step = self._chunk_rows
+        that is the same for every row, one row of it). Rows go in chunks, so that the work between
+        two terminate checks is bounded: about ``_BITS_CELLS`` (row, node) cells by the leaf bits,
+        else about ``_CHUNK`` (row, tree) pairs a level of the walk."""
+        step = self._bits_rows(x)
+        by_bits = step is not None
+        if not by_bits:
+            step = max(1, _CHUNK // max(1, self.roots.size))
         if x.shape[0] <= step:
-            return self._aggregate(x, how, written)
-        parts = [self._aggregate(x[i:i + step], how, True) for i in range(0, x.shape[0], step)]
+            return self._aggregate(x, how, written, by_bits)
+        parts = [self._aggregate(x[i:i + step], how, True, by_bits) for i in range(0, x.shape[0], step)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def sums(self, x: np.ndarray, how: str) -> np.ndarray | None:
-        """``aggregate``'s scores for SUM or AVERAGE straight from the leaf bits, where the trees
-        write the same outputs for every row (``written_const``) and the rows are few (they then
-        fit one chunk); None where ``aggregate`` must decide."""
+    def _bits_rows(self, x: np.ndarray) -> int | None:
+        """How many rows of ``x`` go at once by the leaf bits; None where they do not apply (or
+        ``_BITS_CELLS`` is 0)."""
         bits = self._bits
+        if bits is None or x.shape[1] <= bits.max_feature or not _BITS_CELLS or \
+                (x.shape[0] * bits.columns > _BITS_CELLS and not self._bits_per_row):
+            return None
+        return max(1, _BITS_CELLS // bits.columns)
+
+    def sums(self, x: np.ndarray, how: str, leaf_bits: _LeafBits | None = None) -> np.ndarray | None:
+        """``aggregate``'s scores for SUM or AVERAGE straight from the leaf bits (``leaf_bits``: a
+        copy of them with other weights), where the trees write the same outputs for every row
+        (``written_const``) and the rows are few (they then fit one chunk); None where
+        ``aggregate`` must decide."""
+        bits = self._bits if leaf_bits is None else leaf_bits
         if bits is None or self.written_const is None or x.shape[0] * bits.columns > _BITS_CELLS or \
                 x.shape[1] <= bits.max_feature:
             return None
-        check_terminate()
-        # [trees, rows, outputs] summed over the trees in tree order, as onnxruntime adds them
-        scores = np.add.reduce(bits.slot_weights.take(bits.slots(x), axis=0), axis=0)
+        # one chunk of rows: the executor reads the terminate flag around it
+        scores = bits.sums(x)
         return scores if how == "SUM" else scores / scores.dtype.type(self.roots.size)
 
-    def _aggregate(self, x: np.ndarray, how: str, written: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _aggregate(self, x: np.ndarray, how: str, written: bool, by_bits: bool) -> tuple[np.ndarray, np.ndarray]:
         bits = self._bits
-        if bits is not None and x.shape[0] * bits.columns <= _BITS_CELLS and x.shape[1] > bits.max_feature:
+        if by_bits:
             check_terminate()
-            slots = bits.slots(x)
             if bits.written is not None and how in ("SUM", "AVERAGE"):  # the same outputs for every row
                 # [trees, rows, outputs] summed over the trees in tree order, as onnxruntime adds them
-                scores = np.add.reduce(bits.slot_weights.take(slots, axis=0), axis=0)
+                scores = _tree_sum(bits.tree_weights(x))
                 if how == "AVERAGE":
                     scores = scores / scores.dtype.type(self.roots.size)
                 # which outputs were written: asked for, else the one row (the same for every row)
                 return scores, bits.written_row.repeat(scores.shape[0], axis=0) if written else bits.written_row
-            leaves = bits.leaf.take(slots.T)
+            leaves = bits.leaves(x)
         else:
             leaves = self.leaves(x)
         has = self.has[leaves]
         written = has.any(axis=1)
         if how in ("SUM", "AVERAGE"):
-            scores = self.weights[leaves].sum(axis=1)
+            scores = _tree_sum(self.weights.take(leaves.T, axis=0))
             if how == "AVERAGE":
                 scores = scores / scores.dtype.type(self.roots.size)
             return scores, written
@@ -174,8 +206,24 @@ class _Forest:
         return self.aggregate(x, "SUM")
 
 
-#: (row, interior node) cells above which a forest walks level by level instead of by leaf bits.
+#: (row, interior node) cells of one chunk of rows by the leaf bits (0: the walk only); inputs up to
+#: one chunk always go by the leaf bits (a few numpy calls against several per level).
 _BITS_CELLS = 1 << 16
+
+#: the largest gather index kept per input shape (8 bytes a cell; a larger one is made each run)
+_CACHED_CELLS = 1 << 16
+
+#: (row, node) cells up to which a forest of trees over 8 interior nodes selects each node's mask
+#: (one call) instead of reading its groups' masks from a table (three calls, less work per cell)
+_SELECT_CELLS = 1 << 11
+
+#: the most weights (bytes x outputs) a table of one-group trees' leaf weights holds (16 MB of
+#: float32: a boosted multi-class model of thousands of trees reads slots, then weights)
+_TABLE_WEIGHTS = 1 << 22
+
+#: per byte value (row) its 8 bits, most significant first: the order np.packbits writes a group's
+#: 8 comparisons in
+_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(bool)
 
 
 class _LeafBits:
@@ -184,29 +232,55 @@ class _LeafBits:
     interior node is compared at once, and each comparison keeps, in a bit mask over its tree's
     leaves, the leaves its outcome still allows; AND over a tree's nodes leaves exactly one bit set,
     the leaf the walk reaches (a node off the row's path only clears leaves of its own subtree).
+    The AND of 8 nodes is read from a table: a tree's nodes go in groups of 8 (the last padded
+    with nodes that keep every leaf), np.packbits makes each group's comparisons a byte, and a
+    [group, byte] table holds the group's AND (a tree of at most 8 interior nodes, one group: its
+    leaf's slot and weights). Per element the table read is cheaper than selecting one of two masks
+    per node, and a group's byte is a quarter to an eighth of the cells the per-tree AND reduces.
     For forests whose trees have at most 64 leaves each, one comparison kind and no shared nodes."""
 
     def __init__(self, feature: np.ndarray, threshold: np.ndarray, missing: np.ndarray, mask_true: np.ndarray,
                  mask_false: np.ndarray, starts: np.ndarray, leaf: np.ndarray, mode: int, any_missing: bool,
-                 written: np.ndarray | None) -> None:
+                 written: np.ndarray | None, weights: np.ndarray) -> None:
         self.feature = feature
         # which outputs some tree writes, where that does not depend on the row (each tree's leaves
         # all write the same outputs, as sklearn's do): [1, outputs], repeated for the rows
         self.written = written
         self.written_row = None if written is None else written[None, :]
-        self.starts, self.leaf = starts, leaf
+        self.leaf = leaf
         self.mode, self.any_missing = mode, any_missing
+        self.plain = mode == 0 and not any_missing  # BRANCH_LEQ, no missing values: one comparison
         self.columns = feature.size
         self.max_feature = int(feature.max())
-        # The trees' masks take the narrowest unsigned type that holds a tree's leaves (less to
-        # select and AND).
         self.threshold, self.missing = threshold, missing
-        most = int(np.bitwise_or.reduce(mask_true | mask_false)).bit_length() if mask_true.size else 0
-        dtype = np.dtype(np.uint8 if most <= 8 else np.uint16 if most <= 16 else np.uint32 if most <= 32 else np.uint64)
-        self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
+        groups = feature.size // 8
+        trees = starts.size
+        #: per group the offset of its 256 entries in the tables, added to its byte
+        self.group_base = np.arange(groups, dtype=np.intp) * 256
+        # [group, byte]: the AND of the group's masks, each node's by its bit
+        table = np.full((groups, 256), np.iinfo(np.uint64).max, np.uint64)
+        for j in range(8):
+            table &= np.where(_BYTE_BITS[:, j], mask_true[j::8, None], mask_false[j::8, None])
+        #: one group a tree: per [group, byte] the slot (index into ``leaf``) its leaf has
+        self.single = groups == trees
         # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
-        self.base = np.arange(starts.size, dtype=np.int32) * 65
-        self.slot_weights: np.ndarray | None = None  # per (tree, slot) its leaf's weights: set by build
+        self.base = np.arange(trees, dtype=np.int32) * 65
+        if self.single:
+            self.group_slot = (np.frexp(table)[1] + self.base[:, None]).reshape(-1)
+            self.table = table[:0]
+            #: per [group, byte] its leaf's weights (None past _TABLE_WEIGHTS: then by group_slot)
+            self.group_weights = weights[leaf[self.group_slot]] if self.group_slot.size * weights.shape[1] <= \
+                _TABLE_WEIGHTS else None
+        else:
+            # the narrowest unsigned type that holds a tree's leaves (less to gather and AND)
+            most = int(np.bitwise_or.reduce(table, axis=None)).bit_length()
+            dtype = np.dtype(np.uint16 if most <= 16 else np.uint32 if most <= 32 else np.uint64)
+            self.table = table.astype(dtype).reshape(-1)
+            self.group_starts = starts // 8
+            self.starts = starts
+            self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
+            self.group_weights = None
+        self.slot_weights = weights[leaf]  # per (tree, slot) its leaf's weights
         # per input shape, the flat index of each (row, node)'s feature: one gather of the flat input
         self._gather: dict[tuple, np.ndarray] = {}
 
@@ -229,8 +303,9 @@ class _LeafBits:
             if _visit(root, mode, tnext, fnext, seen, leaves, inner) is None or len(leaves) > 64:
                 return None
             full = (1 << len(leaves)) - 1
-            if not inner:  # a tree that is one leaf: a node whose outcomes both keep that leaf
-                inner.append((-1, 0, 0, 0, 0))
+            # groups of 8 nodes, the last filled with nodes whose outcomes both keep every leaf (a
+            # tree that is one leaf: one group of them)
+            inner.extend([(-1, 0, 0, 0, 0)] * (-len(inner) % 8 or (8 if not inner else 0)))
             for k, a, b, c, d in inner:
                 cols.append(k)
                 m_true.append(full & ~(((1 << d) - 1) ^ ((1 << c) - 1)))
@@ -243,32 +318,86 @@ class _LeafBits:
                 written = None
         idx = np.asarray(cols, np.int64)
         real = np.maximum(idx, 0)
-        bits = cls(np.where(idx >= 0, forest.feature[real], 0), forest.threshold[real],
+        return cls(np.where(idx >= 0, forest.feature[real], 0), forest.threshold[real],
                    np.where(idx >= 0, forest.missing_true[real], False), np.asarray(m_true, np.uint64),
                    np.asarray(m_false, np.uint64), np.asarray(starts, np.int64), leaf.reshape(-1),
-                   forest.uniform_mode, forest.any_missing, written)
-        bits.slot_weights = forest.weights[bits.leaf]
-        return bits
+                   forest.uniform_mode, forest.any_missing, written, forest.weights)
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree (as ``_Forest.leaves``)."""
         return self.leaf.take(self.slots(x).T)
 
-    def slots(self, x: np.ndarray) -> np.ndarray:
-        """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
+    def _compared(self, x: np.ndarray) -> np.ndarray:
+        """[rows, columns] the outcome of every node's comparison (True: the true branch)."""
         index = self._gather.get(x.shape)
         if index is None:
             index = (np.arange(x.shape[0], dtype=np.intp) * x.shape[1])[:, None] + self.feature
-            if len(self._gather) < 16:
+            if len(self._gather) < 16 and index.size <= _CACHED_CELLS:
                 self._gather[x.shape] = index
-        v = np.ascontiguousarray(x).reshape(-1).take(index)
-        go = v <= self.threshold if self.mode == 0 else _compare(v, self.threshold, self.mode)
+        v = x.reshape(-1).take(index, mode="wrap")
+        if self.plain:
+            return v <= self.threshold
+        go = _compare(v, self.threshold, self.mode)
         if self.any_missing:
             go |= self.missing & np.isnan(v)
-        bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
+        return go
+
+    def _slots(self, go: np.ndarray) -> np.ndarray:
+        """[rows, trees] slot of each row's leaf in each tree, from the comparisons."""
+        if self.single:
+            return self.group_slot.take(np.add(np.packbits(go, axis=1), self.group_base))
+        if go.size <= _SELECT_CELLS:  # few cells: one select of each node's mask costs less than the table's 3 calls
+            bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
+        else:
+            masks = self.table.take(np.add(np.packbits(go, axis=1), self.group_base))
+            bits = np.bitwise_and.reduceat(masks, self.group_starts, axis=1)
         slots = np.frexp(bits)[1]
         slots += self.base
-        return slots.T
+        return slots
+
+    def slots(self, x: np.ndarray) -> np.ndarray:
+        """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
+        return self._slots(self._compared(x)).T
+
+    def sums(self, x: np.ndarray) -> np.ndarray:
+        """[rows, outputs] the weights of each row's leaves summed over the trees in tree order, as
+        onnxruntime adds them (``_tree_sum``, written out: this is a few rows' whole run)."""
+        index = self._gather.get(x.shape)
+        if index is None or not self.plain:
+            go = self._compared(x)
+        else:
+            go = x.reshape(-1).take(index, mode="wrap") <= self.threshold  # in range by construction: no check
+        if self.group_weights is not None:
+            w = self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
+        else:
+            w = self.slot_weights.take(self._slots(go).T, axis=0)
+        if w.shape[0] == 1:  # one tree: its weights (a fresh array the caller may change)
+            return w[0]
+        if w.shape[1] * w.shape[2] == 1:
+            return np.add.accumulate(w, axis=0)[-1]
+        return np.add.reduce(w, axis=0)
+
+    def signed_pair(self) -> _LeafBits:
+        """These leaf bits with weights [-w, w] where they were [w, 0] (two outputs, the second
+        written by no tree): their sums are [-s, s], the two columns a one-score two-class result
+        is made of (negation is exact, and a sum of negated weights is the negated sum)."""
+        pair = copy.copy(self)
+        pair.slot_weights = _negated_and_as_is(self.slot_weights)
+        if self.group_weights is not None:
+            pair.group_weights = _negated_and_as_is(self.group_weights)
+        return pair
+
+    def tree_weights(self, x: np.ndarray) -> np.ndarray:
+        """[trees, rows, outputs] the weights of the leaf each row reaches in each tree."""
+        go = self._compared(x)
+        if self.group_weights is not None:
+            return self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
+        return self.slot_weights.take(self._slots(go).T, axis=0)
+
+
+def _negated_and_as_is(w: np.ndarray) -> np.ndarray:
+    """[n, 2] rows [-w, w] of the first column of ``w``."""
+    return np.multiply(w[:, :1], _NEGATED_AND_AS_IS)
 
 
 def _visit(k: int, mode: list[int], tnext: list[int], fnext: list[int], seen: set[int], leaves: list[int],
@@ -481,9 +610,60 @@ class TreeEnsembleClassifier(Kernel):
         self.binary_case = k == 2 and len(set(node.attr("class_ids"))) == 1
         self.all_positive = bool((weights >= 0).all())
         self.post = score_transform(self.transform, k)
+        #: int64 labels 0, 1, ..., k - 1: a class's index is its label
+        self.labels_are_indices = self.labels.dtype == np.int64 and self.labels.tolist() == list(range(k))
+        if self.transform == "SOFTMAX" and 2 < k <= 8 and self.forest.all_written and \
+                self._score_bound() < _SOFTMAX_BOUND:
+            self.post = _softmax_bounded
+        self._pair = self._signed_pair()
+
+    def _score_bound(self) -> float:
+        """A bound on any row's |score|: per tree its largest |leaf weight|, summed, plus the base
+        values' largest (whatever the input: NaN features route like any value)."""
+        w = np.abs(self.forest.weights.astype(np.float64))
+        bits = self.forest._bits
+        if bits is not None:
+            per_tree = np.abs(bits.slot_weights.astype(np.float64)).reshape(-1, 65 * w.shape[1]).max(axis=1).sum()
+        else:
+            per_tree = self.forest.roots.size * (w.max() if w.size else 0.0)
+        return float(per_tree + (np.abs(self.base).max() if self.base is not None else 0.0))
+
+    def _signed_pair(self) -> tuple | None:
+        """For two classes where the trees write the first class alone and one score makes the
+        result (``_two_classes_constant``'s one-score rows, "positive" or "mixed", no PROBIT): leaf
+        bits whose sums are [-s, s], with what turns them into the result in place (base values
+        [-b, b] added, the label's threshold, the transform); None elsewhere."""
+        bits, written = self.forest._bits, self.forest.written_const
+        if len(self.labels) != 2 or bits is None or written is None or not written[0] or written[1] or \
+                self.raw_base.size > 1 or self.transform == "PROBIT":
+            return None
+        if self.binary_case and self.all_positive:  # [1 - s, s]
+            post = logistic_into if self.transform == "LOGISTIC" else _one_minus_first
+        elif self.binary_case or self.raw_base.size == 0:  # [-s, s]
+            post = logistic_into if self.transform == "LOGISTIC" else None
+        else:
+            return None
+        base = self.raw_base[0] * _NEGATED_AND_AS_IS if self.raw_base.size else None
+        threshold = np.float32(0.5 if self.binary_case and self.all_positive else 0.0)
+        # the labels by the positive score (else onnxruntime's 1 / 0, which labels [0, 1] also are)
+        take = (self.labels.dtype == object or self.binary_case) and not self.labels_are_indices
+        return bits.signed_pair(), base, threshold, take, post
+
+    def _two_pair(self, scores: np.ndarray) -> list:
+        """``_two_classes_constant``'s one-score result from the sums [-s, s] (``_signed_pair``)."""
+        _, base, threshold, take, post = self._pair
+        if base is not None:
+            np.add(scores, base, out=scores)
+        positive = scores[:, 1] > threshold
+        label = self.labels[positive.view(np.int8)] if take else positive.astype(np.int64)
+        return [label, scores if post is None else post(scores)]
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
+        if self._pair is not None:
+            scores = self.forest.sums(x, "SUM", self._pair[0])
+            if scores is not None:
+                return self._two_pair(scores)
         scores = self.forest.sums(x, "SUM")
         if scores is None:
             scores, has = self.forest.scores(x)
@@ -504,7 +684,8 @@ class TreeEnsembleClassifier(Kernel):
             top = scores.argmax(axis=1)
         else:
             top = np.argmax(np.where(has, scores, -np.inf), axis=1)
-        return [self.labels[top], self.post(scores.astype(np.float32, copy=False))]
+        label = top.astype(np.int64, copy=False) if self.labels_are_indices else self.labels[top]
+        return [label, self.post(scores.astype(np.float32, copy=False))]
 
     def _two_classes(self, scores: np.ndarray, has: np.ndarray) -> list:
         """onnxruntime's rules for two classes (TreeAggregatorClassifier::FinalizeScores and
@@ -601,11 +782,8 @@ class TreeEnsembleClassifier(Kernel):
             # (uninitialised memory): 0 here, a defined value in its place
             ones = np.concatenate([transform_scores(single, "PROBIT"), np.zeros_like(single)], axis=1)
         elif mode in ("positive", "mixed") and self.transform == "LOGISTIC" and single.dtype == np.float32:
-            # [logistic(-s), logistic(s)]: the logistic of the columns [-s, s], in place
-            ones = np.empty((len(single), 2), np.float32)
-            np.negative(single, out=ones[:, :1])
-            ones[:, 1:] = single
-            return logistic_into(ones)
+            # [logistic(-s), logistic(s)]: the logistic of the columns [-s, s] (one exact product), in place
+            return logistic_into(np.multiply(single, _NEGATED_AND_AS_IS))
         elif mode in ("positive", "mixed") and self.transform == "LOGISTIC":
             ones = _logistic_pair(single)
         elif mode == "positive":
@@ -615,6 +793,23 @@ class TreeEnsembleClassifier(Kernel):
         else:
             ones = np.concatenate([single, np.zeros_like(single)], axis=1)
         return ones.astype(np.float32, copy=False)
+
+
+#: scores whose |values| stay under this have a softmax without softmax_into's guards: exp can
+#: neither overflow nor leave a row's sum near 0 (softmax_into checks for 60 per run)
+_SOFTMAX_BOUND = 50.0
+
+
+def _softmax_bounded(scores: np.ndarray) -> np.ndarray:
+    """``softmax_into`` (its form for up to 8 classes, the same operations) for scores known to be
+    bounded (``_SOFTMAX_BOUND``), in place."""
+    np.exp(scores, out=scores)
+    return np.divide(scores, np.add.reduce(scores, axis=1, keepdims=True), out=scores)
+
+
+def _one_minus_first(pair: np.ndarray) -> np.ndarray:
+    """The columns [-s, s] made [1 - s, s], in place."""
+    return np.add(pair, _ONE_AND_ZERO, out=pair)
 
 
 def _logistic_pair(single: np.ndarray) -> np.ndarray:

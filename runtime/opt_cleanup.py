@@ -16,6 +16,7 @@ import onnx
 from onnx import helper
 
 from onnxhal.hal.graph import Graph, Node, ValueInfo
+from onnxhal.runtime.guarded_inference import STUB_MIN_ELEMENTS
 from onnxhal.runtime.opt_rewrite import (
     constant,
     graph_output_names,
@@ -270,8 +271,8 @@ def refresh_shapes(graph: Graph) -> bool:
     names = [o for n in graph.nodes for o in n.outputs if o]
     if all(graph.value_info(n).has_static_shape for n in names):
         return False
-    model = helper.make_model(graph.to_proto(), opset_imports=[helper.make_opsetid(d, v)
-                                                               for d, v in graph.opset.items()])
+    model = helper.make_model(graph.to_proto(data_up_to=STUB_MIN_ELEMENTS),
+                              opset_imports=[helper.make_opsetid(d, v) for d, v in graph.opset.items()])
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception:  # inference is a help: the shapes stay as they were

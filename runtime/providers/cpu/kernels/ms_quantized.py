@@ -17,18 +17,16 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.linalg import MatMulInteger, exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
 from onnxhal.runtime.providers.cpu.kernels.recurrent import (
-    _BLOCK,
     _WORKSPACES,
     LSTM,
     _Recurrent,
     gate_order,
     gate_scale,
     gate_workspace,
-    transposed_steps,
+    projection_steps,
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -357,38 +355,31 @@ class DynamicQuantizeLSTM(LSTM):
         reverse = self.reverse[d]
         # an all-zero initial state (exporters feed zeros) has codes 0: its R product is 0, exactly
         zero_state = h0 is None or not np.count_nonzero(h0)
-        # the projections transposed a block of steps at a time (a long sequence's copy would
-        # otherwise delay a terminate request)
-        for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
-            b1 = min(seq, b0 + _BLOCK)
-            xwt = transposed_steps(xw, b0, b1)
-            for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
-                if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
-                    check_terminate()
-                if zero_state:
-                    zero_state = False
-                    tanh(xwt[t - b0], g4)
-                else:
-                    h_rows[...] = hslot_t
-                    negative(h_rows, neg_rows)
-                    reduce(both, 2, None, lo_nhi, False, _NEG_TAU)  # -> [min; -max]
-                    dot(spread, lo_nhi, spreads7)
-                    divide(scales, _F255N, scales)
-                    divide(lo_hd, scales, codes)
-                    rint(codes, codes)
-                    add(top, _F255, top)
-                    minimum(v, top, out=v)
-                    dot(rc, v, acc)
-                    multiply(acc, mult, g4)
-                    add(g4, xwt[t - b0], g4)
-                    tanh(g4, g4)
-                multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
-                add(s3, half, s3)
-                multiply(pair_a, pair_b, prod)
-                add(p0, p1, c)
-                tanh(c, th)
-                multiply(o, th, hslot)
-                yt[t, d] = hslot
+        for t, xt in projection_steps(xw, reverse, run_options):
+            if zero_state:
+                zero_state = False
+                tanh(xt, g4)
+            else:
+                h_rows[...] = hslot_t
+                negative(h_rows, neg_rows)
+                reduce(both, 2, None, lo_nhi, False, _NEG_TAU)  # -> [min; -max]
+                dot(spread, lo_nhi, spreads7)
+                divide(scales, _F255N, scales)
+                divide(lo_hd, scales, codes)
+                rint(codes, codes)
+                add(top, _F255, top)
+                minimum(v, top, out=v)
+                dot(rc, v, acc)
+                multiply(acc, mult, g4)
+                add(g4, xt, g4)
+                tanh(g4, g4)
+            multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
+            add(s3, half, s3)
+            multiply(pair_a, pair_b, prod)
+            add(p0, p1, c)
+            tanh(c, th)
+            multiply(o, th, hslot)
+            yt[t, d] = hslot
         y_h[d] = hslot_t
         y_c[d] = c.T
         if len(self._workspaces) < _WORKSPACES:  # a few shapes per model; a stream of new ones is not kept

@@ -15,6 +15,8 @@ mishandled ``sequence_lens``. Semantics as the spec and onnxruntime:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -195,6 +197,21 @@ def gate_scale(h: int, dtype: np.dtype) -> np.ndarray:
     sigmoid(x) = 0.5 + 0.5 * tanh(x / 2) takes the one tanh call of all four gates (exact: a
     power of two)."""
     return np.concatenate([np.full(3 * h, 0.5, dtype), np.ones(h, dtype)])
+
+
+def projection_steps(xw: np.ndarray, reverse: bool, run_options) -> Iterator[tuple[int, np.ndarray]]:
+    """(t, step t's input projection as [4 * hidden, batch]) in the direction's order, checking
+    ``RunOptions.terminate`` before each step. The projections are transposed a block of
+    ``_BLOCK`` steps at a time: a long sequence's whole copy would delay a terminate request
+    (600,000 steps: 150 MB)."""
+    seq = xw.shape[0]
+    for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
+        b1 = min(seq, b0 + _BLOCK)
+        xwt = transposed_steps(xw, b0, b1)
+        for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
+            if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                check_terminate()
+            yield t, xwt[t - b0]
 
 
 def transposed_steps(xw: np.ndarray, b0: int, b1: int) -> np.ndarray:
@@ -388,29 +405,22 @@ class LSTM(_Recurrent):
             # exactly while R is finite, and left out
             zero_state = wd[4] and (h0 is None or not _count_nonzero(hd))
             reverse = self.reverse[d]
-            # The projections transposed a block of steps at a time: a long
-            # sequence's copy would otherwise delay a terminate request (600,000 steps: 150 MB).
-            for b0 in (range((seq - 1) // _BLOCK * _BLOCK, -1, -_BLOCK) if reverse else range(0, seq, _BLOCK)):
-                b1 = min(seq, b0 + _BLOCK)
-                xwt = transposed_steps(xw, b0, b1)
-                for t in (range(b1 - 1, b0 - 1, -1) if reverse else range(b0, b1)):
-                    if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
-                        check_terminate()
-                    # (out= given positionally: a keyword costs 50 ns a call)
-                    if zero_state:
-                        zero_state = False
-                        tanh(xwt[t - b0], g4)
-                    else:
-                        dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
-                        add(g4, xwt[t - b0], g4)
-                        tanh(g4, g4)
-                    multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
-                    add(s3, half, s3)
-                    multiply(pair_a, pair_b, prod)
-                    add(p0, p1, c)
-                    tanh(c, th)
-                    hd = yt[t, d]
-                    multiply(o, th, hd)
+            for t, xt in projection_steps(xw, reverse, run_options):
+                # (out= given positionally: a keyword costs 50 ns a call)
+                if zero_state:
+                    zero_state = False
+                    tanh(xt, g4)
+                else:
+                    dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
+                    add(g4, xt, g4)
+                    tanh(g4, g4)
+                multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
+                add(s3, half, s3)
+                multiply(pair_a, pair_b, prod)
+                add(p0, p1, c)
+                tanh(c, th)
+                hd = yt[t, d]
+                multiply(o, th, hd)
             y_h[d] = hd.T
             y_c[d] = c.T
             if len(self._workspaces) < _WORKSPACES:  # a few shapes per model; a stream of new ones is not kept

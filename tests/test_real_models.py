@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -93,6 +94,35 @@ def test_cpu_ep_matches_onnxruntime_on_two_signatures(name):
     sess = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])
     for sig, (feeds, want) in sigs.items():
         check_outputs(sess.run(None, feeds), want, what=f"{name} signature {sig}")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_threads_running_one_session_get_onnxruntime_outputs(name):
+    """Four threads run one session at once, each alternating the two signatures (other batch and
+    sequence sizes), so the kernels' per-shape caches and scratch arrays are filled and read
+    concurrently: every result still matches onnxruntime's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path, sigs = load(name)
+    sess = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])
+    order = [sig for _ in range(3) for sig in sorted(sigs)]
+
+    def worker(shift: int) -> list[tuple[str, list]]:
+        mine = order[shift:] + order[:shift]
+        return [(sig, sess.run(None, sigs[sig][0])) for sig in mine]
+
+    # A run of a tiny model takes less than the interpreter's 5 ms switch interval: switch every
+    # few microseconds instead, so that the runs interleave.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(worker, range(4)))
+    finally:
+        sys.setswitchinterval(interval)
+    for runs in results:
+        for sig, got in runs:
+            check_outputs(got, sigs[sig][1], what=f"{name} signature {sig} on a thread")
 
 
 @pytest.fixture(scope="module")

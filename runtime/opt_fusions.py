@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from onnx import TensorProto
 
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.opt_rewrite import (
@@ -346,11 +347,10 @@ def fuse_matmul_bias(graph: Graph) -> bool:
 
 
 MS_DOMAIN = "com.microsoft"
-_FLOAT = 1  # TensorProto.FLOAT
 
 
 def _float_of_shape(graph: Graph, name: str, shapes: tuple[tuple[int, ...], ...]) -> bool:
-    return bool(name) and graph.value_info(name).elem_type == _FLOAT and static_shape(graph, name) in shapes
+    return bool(name) and graph.value_info(name).elem_type == TensorProto.FLOAT and static_shape(graph, name) in shapes
 
 
 def fuse_matmul_integer_to_float(graph: Graph) -> bool:
@@ -372,7 +372,7 @@ def fuse_matmul_integer_to_float(graph: Graph) -> bool:
         n = b_shape[-1]
         per_tensor_or_column = ((), (1,), (n,))
         cast = _follower(graph, mmi, ("Cast",))
-        if cast is None or cast.domain or cast.attr("to", 0) != _FLOAT:
+        if cast is None or cast.domain or cast.attr("to", 0) != TensorProto.FLOAT:
             continue
         mul = _follower(graph, cast, ("Mul",))
         scale = _other_input(mul, cast.outputs[0]) if mul is not None and not mul.domain else None

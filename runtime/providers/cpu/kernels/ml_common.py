@@ -8,7 +8,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.runtime.providers.cpu.kernels.normalization import _SOFTMAX_MAX_INPUT, _SOFTMAX_MIN_SUM, softmax_max_free
+from onnxhal.runtime.providers.cpu.kernels.normalization import SOFTMAX_MAX_INPUT, SOFTMAX_MIN_SUM, softmax_max_free
 
 TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
@@ -65,10 +65,10 @@ def softmax_into(scores: np.ndarray) -> np.ndarray:
     if scores.size and scores.dtype == _F32 and scores.flags.c_contiguous:
         if scores.shape[1] <= 8:
             # a few classes: softmax_max_free's steps in fewer calls (numpy adds under 9 elements in order)
-            if np.maximum.reduce(scores, axis=None) < _SOFTMAX_MAX_INPUT:  # also a NaN
+            if np.maximum.reduce(scores, axis=None) < SOFTMAX_MAX_INPUT:  # also a NaN
                 e = np.exp(scores)
                 sums = np.add.reduce(e, axis=1, keepdims=True)
-                if np.minimum.reduce(sums, axis=None) >= _SOFTMAX_MIN_SUM:
+                if np.minimum.reduce(sums, axis=None) >= SOFTMAX_MIN_SUM:
                     return np.divide(e, sums, out=e)
         else:
             y = softmax_max_free(scores)

@@ -8,6 +8,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.clamp import constant
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
@@ -31,17 +32,11 @@ SMALL = 4096  # elements of an input that takes the small path
 _SQUARE_MAX = 32  # columns up to which row sums are a product with a square of ones
 _F32 = np.dtype(np.float32)
 _ZERO, _ONE, _MINUS_ONE, _SIXTY = (np.array(v, np.float32) for v in (0.0, 1.0, -1.0, 60.0))
-_squares: dict = {}
 
 
 def _ones_square(k: int, dtype: np.dtype) -> np.ndarray:
-    key = (k, dtype)
-    j = _squares.get(key)
-    if j is None:
-        j = np.ones((k, k), dtype)
-        j.flags.writeable = False
-        _squares[key] = j  # bounded by the widths a process meets up to _SQUARE_MAX
-    return j
+    """A read-only k x k matrix of ones (``clamp.constant``'s cached row, viewed square)."""
+    return constant(1.0, dtype, k * k).reshape(k, k)
 
 
 class _Tiled:

@@ -361,21 +361,9 @@ class _LeafBits:
 
     def sums(self, x: np.ndarray) -> np.ndarray:
         """[rows, outputs] the weights of each row's leaves summed over the trees in tree order, as
-        onnxruntime adds them (``_tree_sum``, written out: this is a few rows' whole run)."""
-        index = self._gather.get(x.shape)
-        if index is None or not self.plain:
-            go = self._compared(x)
-        else:
-            go = x.reshape(-1).take(index, mode="wrap") <= self.threshold  # in range by construction: no check
-        if self.group_weights is not None:
-            w = self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
-        else:
-            w = self.slot_weights.take(self._slots(go).T, axis=0)
-        if w.shape[0] == 1:  # one tree: its weights (a fresh array the caller may change)
-            return w[0]
-        if w.shape[1] * w.shape[2] == 1:
-            return np.add.accumulate(w, axis=0)[-1]
-        return np.add.reduce(w, axis=0)
+        onnxruntime adds them (``_tree_sum``)."""
+        w = self.tree_weights(x)
+        return w[0] if w.shape[0] == 1 else _tree_sum(w)  # one tree: its weights, a fresh array
 
     def signed_pair(self) -> _LeafBits:
         """These leaf bits with weights [-w, w] where they were [w, 0] (two outputs, the second

@@ -217,10 +217,10 @@ class LayerNormalization(Kernel):
 
 
 #: Largest input the max-free Softmax takes: n * e^60 stays far below float32's 3.4e38.
-_SOFTMAX_MAX_INPUT = 60.0
+SOFTMAX_MAX_INPUT = 60.0
 #: Smallest row sum the max-free Softmax keeps (e^-60): a row whose sum is below it has its max
 #: under -60 - ln n, so exp may have flushed some of its elements, and it is redone the usual way.
-_SOFTMAX_MIN_SUM = float(np.exp(-60.0))
+SOFTMAX_MIN_SUM = float(np.exp(-60.0))
 
 
 def softmax_max_free(x: np.ndarray) -> np.ndarray | None:
@@ -237,12 +237,12 @@ def softmax_max_free(x: np.ndarray) -> np.ndarray | None:
     finite, are redone with their own maxima."""
     n = x.shape[-1]
     rows = x.reshape(-1, n)
-    if not np.maximum.reduce(rows, axis=None) < _SOFTMAX_MAX_INPUT:  # also a NaN
+    if not np.maximum.reduce(rows, axis=None) < SOFTMAX_MAX_INPUT:  # also a NaN
         return None
     e = np.exp(rows)
     sums = row_sums(e)
-    if not np.minimum.reduce(sums) >= _SOFTMAX_MIN_SUM:  # also NaN (a NaN row) and -inf rows (sum 0)
-        redo = ~(sums >= _SOFTMAX_MIN_SUM)
+    if not np.minimum.reduce(sums) >= SOFTMAX_MIN_SUM:  # also NaN (a NaN row) and -inf rows (sum 0)
+        redo = ~(sums >= SOFTMAX_MIN_SUM)
         bad = rows[redo]
         shifted = np.exp(bad - bad.max(axis=1, keepdims=True))
         e[redo] = shifted

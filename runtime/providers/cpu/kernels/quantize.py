@@ -32,7 +32,7 @@ def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 
 def dynamic_quantize_centered(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """uint8 codes less their zero point (float32: what a product reads), scale and zero point
-    of a float32 tensor, scale and zero point of a float32 tensor exactly as onnxruntime's
+    of a float32 tensor, exactly as onnxruntime's
     ``GetQuantizationParameter`` and ``MlasQuantizeLinear`` compute them: the range widened to
     hold 0 with NaNs left out of it, scale (max - min) / 255 in float32 (1 for a zero range),
     zero point ``round_half_even(clamp(-min / scale, 0, 255))`` with a NaN zero point taken as 255

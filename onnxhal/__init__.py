@@ -46,7 +46,7 @@ _LAZY.update({name: "onnxhal.runtime.ep_context_model" for name in ("OrtEpContex
 _LAZY.update({name: "onnxhal.runtime.process_settings" for name in (
     "disable_telemetry_events", "enable_telemetry_events", "get_build_info", "has_collective_ops",
     "set_default_logger_callback", "set_default_logger_verbosity", "set_global_thread_pool_sizes")})
-_SUBMODULES = ("capi", "errors", "hal")
+_SUBMODULES = ("backend", "capi", "errors", "hal")
 
 __all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])
 

@@ -246,7 +246,7 @@ class Graph:
         for t in gp.initializer:
             g.initializers[t.name] = tensor_to_array(t, "initializer")
         for st in gp.sparse_initializer:
-            g.initializers[st.values.name] = _sparse_to_dense(st)
+            g.initializers[st.values.name] = sparse_to_dense(st, "sparse initializer")
         vi: dict[str, ValueInfo] = {}
         for v in (*gp.value_info, *gp.input, *gp.output):
             vi[v.name] = ValueInfo(v.name, v.type if v.HasField("type") else None)
@@ -462,13 +462,15 @@ def tensor_to_array(t: TensorProto, what: str) -> np.ndarray:
                            "tensor's data_type, dims and data.") from e
 
 
-def _sparse_to_dense(st: onnx.SparseTensorProto) -> np.ndarray:
+def sparse_to_dense(st: onnx.SparseTensorProto, what: str = "sparse tensor") -> np.ndarray:
+    """A SparseTensorProto (COO: values with flat or per-dimension indices) as a dense array; bad
+    indices are ``InvalidGraph`` naming ``what`` and the tensor."""
     try:
         return _sparse_values(st)
     except InvalidGraph:
         raise
     except Exception as e:
-        raise InvalidGraph(f"sparse initializer {st.values.name!r} (dims {list(st.dims)}) cannot be expanded: "
+        raise InvalidGraph(f"{what} {st.values.name!r} (dims {list(st.dims)}) cannot be expanded: "
                            f"{type(e).__name__}: {e}. Check its indices against its dims.") from e
 
 

@@ -28,6 +28,7 @@ from onnxhal.runtime.external_data import load_external_data, tensors
 from onnxhal.runtime.model_overrides import override_free_dimensions
 from onnxhal.runtime.node_checks import STANDARD_DOMAINS, check_after_inference, check_nodes, schema_spec
 from onnxhal.runtime.proto_strings import check_strings
+from onnxhal.runtime.sparse_constants import sparse_constants_to_initializers
 
 
 @dataclass
@@ -181,6 +182,7 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
         except Exception as e:
             raise InvalidGraph(f"model-local functions could not be inlined: {e}") from e
     # A proto the loader parsed (or copied, inlined) is its own to change; the caller's is not.
+    proto = sparse_constants_to_initializers(proto, owned=proto is not model)
     proto, declared_types = declared_value_info.set_aside(proto, owned=proto is not model)
     # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
     inferred, data_prop, strict_error = guarded_inference.infer(proto)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxhal.hal import CPU_MEMORY_INFO, Ep, Graph, Node, OrtEpDevice, OrtMemoryInfo
+from onnxhal.hal import CPU_MEMORY_INFO, Ep, Graph, Node, OrtEpDevice, OrtMemoryInfo, ValueInfo
 from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
 from onnxhal.runtime.environment import CPU_EP_NAME
 from onnxhal.runtime.executor import ExecutionPlan, Terminated
@@ -41,6 +41,7 @@ from onnxhal.runtime.session_options import (
     SessionOptions,
     check_session_options,
 )
+from onnxhal.runtime.sparse_tensor import as_sparse
 
 logger = logging.getLogger("onnxhal.session")
 DISABLE_SYNC_KEY = "disable_synchronize_execution_providers"  # run config: skip Ep.sync at the run's end
@@ -48,13 +49,27 @@ DISABLE_SYNC_KEY = "disable_synchronize_execution_providers"  # run config: skip
 
 class NodeArg:
     """An input or output of the model: ``name``, ``type`` (e.g. ``tensor(float)``), ``shape``
-    (ints, strs for symbolic dims, None for unknown ones)."""
+    (ints, strs for symbolic dims, None for unknown ones; ``[]`` when the model gives no shape or
+    the value is not a tensor, as onnxruntime)."""
 
     def __init__(self, name: str, type: str, shape: list | None) -> None:
         self.name, self.type, self.shape = name, type, shape
 
     def __repr__(self) -> str:
         return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
+
+
+def node_arg(value: ValueInfo) -> NodeArg:
+    """A model value as onnxruntime's NodeArg shows it: a tensor's or a sparse tensor's dims, and
+    ``[]`` for no shape or a map/sequence/optional (onnxruntime's shape property is then empty,
+    never None)."""
+    shape = value.shape
+    tp = value.type_proto
+    if shape is None and tp is not None and tp.WhichOneof("value") == "sparse_tensor_type" \
+            and tp.sparse_tensor_type.HasField("shape"):
+        shape = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+                      for d in tp.sparse_tensor_type.shape.dim)
+    return NodeArg(value.name, value.type_string, list(shape) if shape is not None else [])
 
 
 @dataclass
@@ -135,12 +150,11 @@ class InferenceSession:
         if self._profiler is not None:
             self._profiler.event("session_initialization", "Session", t0, time.perf_counter_ns())
         proto_graph = self._loaded.graph
-        self._inputs = [NodeArg(v.name, v.type_string, list(v.shape) if v.shape is not None else None)
-                        for v in proto_graph.inputs]
-        self._overridable = [NodeArg(v.name, v.type_string, list(v.shape) if v.shape is not None else None)
-                             for v in proto_graph.overridable]
-        self._outputs = [NodeArg(v.name, v.type_string, list(v.shape) if v.shape is not None else None)
-                         for v in proto_graph.outputs]
+        self._inputs = [node_arg(v) for v in proto_graph.inputs]
+        self._overridable = [node_arg(v) for v in proto_graph.overridable]
+        self._outputs = [node_arg(v) for v in proto_graph.outputs]
+        # Outputs the model declares sparse: computed dense, handed over as SparseTensors, as onnxruntime.
+        self._sparse_outputs = {o.name for o in self._outputs if o.type.startswith("sparse_tensor(")}
         self._input_infos = {v.name: v for v in (*proto_graph.inputs, *proto_graph.overridable)}
         self._required_inputs = [v.name for v in proto_graph.inputs]
 
@@ -321,7 +335,11 @@ class InferenceSession:
             outputs = self._run_core(self._recover(core, e), feeds, run_options, fetch)
         if self._fast_run is None and run_options is None:
             self._fast_run = self._make_fast_run(core)
-        return _owned([v if v.__class__ is np.ndarray else _to_host_output(v) for v in outputs], feeds)
+        result = _owned([v if v.__class__ is np.ndarray else _to_host_output(v) for v in outputs], feeds)
+        if self._sparse_outputs:
+            names = [self._outputs[i].name for i in fetch] if fetch is not None else [o.name for o in self._outputs]
+            result = [as_sparse(v) if n in self._sparse_outputs else v for n, v in zip(names, result)]
+        return result
 
     def _make_fast_run(self, core: SessionCore) -> tuple:
         """(core, run function) for ``run(None, feeds)`` on ``core`` without options, where nothing
@@ -330,6 +348,7 @@ class InferenceSession:
         captures graphs. (core, None) where something has."""
         hooks = core.__dict__.get("_run_hooks") or _run_hooks(core)
         if (self._log_severity != DEFAULT_SEVERITY or self._profiler is not None or not self._outputs
+                or self._sparse_outputs
                 or core.capture_ep is not None or core.run_lock is not None or not hooks.plain):
             return core, None
         check = self._feed_checker().check

@@ -4,8 +4,9 @@ As onnxruntime's: made from numpy arrays without a copy (``sparse_coo_from_numpy
 ``sparse_csr_from_numpy``), read through format views (``as_coo_view().indices()``,
 ``as_csrc_view().inner()/.outer()``), wrapped in an OrtValue (``OrtValue.ort_value_from_sparse_tensor``).
 The index checks are onnxruntime's (counts and shapes; like onnxruntime, index values are not
-range-checked). No onnxhal kernel computes on sparse tensors: a model's sparse initializers are
-made dense at load, and ``to_dense()`` (onnxhal's) gives the dense array.
+range-checked). A model's sparse initializers are made dense at load; a sparse input reaches the
+kernels that take one (com.microsoft SparseToDenseMatMul) as this object, and ``to_dense()``
+(onnxhal's) gives the dense array.
 """
 
 from __future__ import annotations
@@ -116,6 +117,16 @@ class SparseTensor:
                        "format()")
         return SparseCsrView(*self._views)
 
+    # The names of the object onnxruntime's run returns for a sparse output (its C-level tensor).
+    def get_coo_data(self) -> SparseCooView:
+        return self.as_coo_view()
+
+    def get_csrc_data(self) -> SparseCsrView:
+        return self.as_csrc_view()
+
+    def get_blocksparse_data(self) -> SparseCooView:
+        return self.as_blocksparse_view()
+
     def as_blocksparse_view(self) -> SparseCooView:
         raise Fail(f"This sparse tensor does not contain BlockSparse format: it is {self._format} (onnxhal makes no "
                    "block-sparse tensors)")
@@ -159,3 +170,14 @@ class SparseTensor:
 
     def __repr__(self) -> str:
         return f"SparseTensor({self._format.name}, dense_shape={self._dense_shape}, nnz={self._values.size})"
+
+
+def as_sparse(value: Any) -> Any:
+    """A dense array as a COO SparseTensor of its nonzero entries (flat indices), for a graph output
+    the model declares sparse; a SparseTensor as it is."""
+    if isinstance(value, SparseTensor):
+        return value
+    dense = np.asarray(value)
+    flat = np.flatnonzero(dense)
+    return SparseTensor(OrtSparseFormat.ORT_SPARSE_COO, dense.shape, np.ascontiguousarray(dense.reshape(-1)[flat]),
+                        (flat.astype(np.int64),))

@@ -14,6 +14,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.graph import sparse_to_dense
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.op_geometry import first_out_of_range
 
@@ -530,11 +531,7 @@ class Constant(Kernel):
         elif "value_strings" in a:
             v = np.array(a["value_strings"], dtype=object)
         elif "sparse_value" in a:
-            from onnx.reference.ops.op_constant import Constant_12  # sparse tensor densification
-
-            v = Constant_12(node.to_proto(), {"log": None, "opsets": {"": 12}, "verbose": 0,
-                                              "new_ops": {}}).run()[0]
-            v = np.asarray(v)
+            v = sparse_to_dense(a["sparse_value"], f"Constant node {node.name!r}'s sparse_value")
         else:
             from onnxhal.hal.errors import InvalidArgument
 

@@ -32,8 +32,10 @@ def check_feeds(feed: Mapping[str, Any], infos: Mapping[str, ValueInfo], require
         out[name] = _check_one(name, _unwrap(value), info)
     missing = [n for n in required if n not in out]
     if missing:
+        # onnxruntime's wording first (tools match on it), then what each missing input expects.
         expect = ", ".join(f"{n!r} ({_describe(infos[n].dtype, infos[n].shape)})" for n in missing)
-        raise InvalidArgument(f"Required input(s) missing: {expect}. Add them to input_feed.")
+        raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(feed)}). "
+                              f"Add them to input_feed: {expect}.")
     return out
 
 
@@ -139,6 +141,8 @@ def _check_one(name: str, value: Any, info: ValueInfo) -> Any:
     if isinstance(value, DeviceTensor):
         got_dtype, got_shape = value.dtype, value.shape
     else:
+        if isinstance(value, list) and info.dtype is not None:
+            value = _from_list(name, value, info)
         if not isinstance(value, np.ndarray):
             if isinstance(value, (list, tuple, int, float, bool, str, np.generic)):
                 raise InvalidArgument(
@@ -168,6 +172,31 @@ def _check_one(name: str, value: Any, info: ValueInfo) -> Any:
                     f"input {name!r} expects {_describe(want, shape)}, got {_describe(got_dtype, got_shape)}: "
                     f"dimension {axis} must be {w}.")
     return value
+
+
+def _from_list(name: str, value: list, info: ValueInfo) -> np.ndarray:
+    """A (nested) list fed to a numeric tensor input, as onnxruntime takes it: an array of the input's
+    element type (a float list into an integer input truncates, as there). Ragged lists, strings and
+    values the type cannot hold are refused with onnxruntime's words and the remedy."""
+    want = info.dtype
+    if want == np.dtype(object):
+        return value  # string inputs: _as_strings made it already
+    try:
+        if any(isinstance(x, (str, bytes)) for x in _leaves(value)):
+            raise ValueError("the list holds strings")
+        return np.asarray(value, dtype=want)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise InvalidArgument(f"Could not create tensor from given input list for input {name!r} "
+                              f"({_describe(want, info.shape)}): {e}. Pass a rectangular list of numbers, or "
+                              f"np.asarray(value, dtype={_numpy_name(want)}).") from None
+
+
+def _leaves(value: list) -> Any:
+    for x in value:
+        if isinstance(x, list):
+            yield from _leaves(x)
+        else:
+            yield x
 
 
 def _numpy_name(dtype: Any) -> str:

@@ -102,6 +102,41 @@ def set_process_level(severity: int) -> None:
             logging.getLogger("onnxhal").setLevel(LEVELS[severity])
 
 
+class _StderrWhenUnconfigured(logging.Handler):
+    """onnxhal's records on stderr while the application has configured no logging, as onnxruntime
+    prints its own: Python's last-resort handler shows only WARNING and above, so without this a
+    verbose severity (``set_default_logger_severity(0)``, ``log_severity_level=0``) printed nothing.
+    Silent once any handler sits on the root logger or on the ``onnxhal`` tree (the application's
+    configuration, pytest's capture, ``set_default_logger_callback``), so nothing prints twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(asctime)s [%(levelname).1s:%(name)s] %(message)s"))
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        if logging.getLogger().handlers:
+            return False
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None:
+            if any(h is not self for h in logger.handlers):
+                return False
+            logger = logger.parent if logger.propagate else None
+        return super().handle(record)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        import sys
+
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # a closed stderr must not break a run
+            self.handleError(record)
+
+
+STDERR_FALLBACK = _StderrWhenUnconfigured()
+if not any(isinstance(h, _StderrWhenUnconfigured) for h in logging.getLogger("onnxhal").handlers):
+    logging.getLogger("onnxhal").addHandler(STDERR_FALLBACK)
+
+
 def check_log_severity(level: int, what: str = "log_severity_level") -> None:
     """ORT's severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal (see runtime/log_scope.py)."""
     if isinstance(level, bool) or level not in LEVELS:

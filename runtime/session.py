@@ -113,6 +113,16 @@ def _check_run_options(run_options: Any) -> None:
 
 
 class InferenceSession:
+    """A model loaded for running, as onnxruntime's ``InferenceSession``.
+
+    ``InferenceSession(model, sess_options=None, providers=None, provider_options=None)``: ``model``
+    is a path, the serialized bytes or an ``onnx.ModelProto``. The EPs come from ``providers``
+    (names, or (name, options) pairs), else from ``sess_options.add_provider_for_devices(...)``,
+    else from the selection policy (``sess_options.set_provider_selection_policy``); the CPU EP
+    runs what the others decline. ``run(None, {"x": array})`` returns every output as numpy
+    arrays. Many threads may call ``run`` on one session at once.
+    """
+
     def __init__(self, path_or_bytes: str | bytes | onnx.ModelProto, sess_options: SessionOptions | None = None,
                  providers: Sequence[Any] | None = None, provider_options: Sequence[Mapping] | None = None,
                  **kwargs: Any) -> None:
@@ -297,6 +307,10 @@ class InferenceSession:
     # -- running ----------------------------------------------------------------------------
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list:
+        """Compute the outputs named in ``output_names`` (None or [] for all, in the model's order)
+        from ``input_feed``, {input name: numpy array, OrtValue, or a (nested) list converted to the
+        input's element type}. Raises ``InvalidArgument`` for a missing, unknown or mistyped input,
+        and the EP's error (``EPFail``, ``Fail``, ...) when a node fails; the session stays usable."""
         fast = self._fast_run
         if fast is not None and run_options is None and not output_names and fast[0] is self._core and fast[1]:
             return fast[1](input_feed)  # every output, no options, the core it was made for (_make_fast_run)

@@ -185,3 +185,31 @@ def test_check_and_normalize_provider_args_as_onnxruntime(providers, options):
             except ValueError as e:
                 results.append(("ValueError", str(e), [str(x.message) for x in w]))
     assert results[0] == results[1]
+
+
+_VERBOSE_SESSION = """
+import logging, sys
+if sys.argv[1] == "configured":
+    logging.basicConfig(level=logging.DEBUG, format="APP %(name)s %(message)s")
+import onnxhal
+from tests.models import add_mul_model
+onnxhal.set_default_logger_severity(0)
+onnxhal.InferenceSession(add_mul_model().SerializeToString())
+"""
+
+
+@pytest.mark.parametrize("setup", ["unconfigured", "configured"])
+def test_verbose_records_reach_stderr_once_with_or_without_logging_setup(setup):
+    """As onnxruntime prints its log to stderr with no setup: severity 0 shows onnxhal's info records
+    on stderr where the application configured no logging, and only through the application's
+    handlers (once) where it did."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", _VERBOSE_SESSION, setup], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [x for x in done.stderr.splitlines() if "registered EP library 'CPUExecutionProvider'" in x]
+    assert len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith("APP onnxhal") if setup == "configured" else "[I:onnxhal]" in lines[0]

@@ -81,12 +81,14 @@ def test_unsupported_operator_and_opset():
 
 
 @pytest.mark.parametrize("feed, words", [
-    ({}, r"Required input\(s\) missing: 'x' \(float32 \[2,3\]\)"),
+    ({}, r"Required inputs \(\['x'\]\) are missing from input feed \(\[\]\)\. Add them to input_feed: 'x' \(float32 \[2,3\]\)"),
     ({"x": X, "z": X}, "Invalid input name: 'z'"),
     ({"x": X.astype(np.float64)}, r"input 'x' expects float32 \[2,3\], got float64 \[2,3\]"),
     ({"x": X.reshape(6)}, "rank 1 where the model wants rank 2"),
     ({"x": np.zeros((2, 4), np.float32)}, "dimension 1 must be 3"),
-    ({"x": [[1.0, 2.0, 3.0]] * 2}, "expects a numpy array"),
+    ({"x": [[1.0, 2.0, 3.0]] * 3}, "dimension 0 must be 2"),
+    ({"x": [[1.0, 2.0, 3.0], [1.0]]}, "Could not create tensor from given input list for input 'x'"),
+    ({"x": 3.0}, "expects a numpy array"),
 ])
 def test_bad_feeds_are_typed_errors_and_the_session_stays_usable(add_mul_session, feed, words):
     with pytest.raises(errors.InvalidArgument, match=words):

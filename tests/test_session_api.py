@@ -403,3 +403,39 @@ def test_iobinding_pointer_errors(add_mul_session):
         b.bind_input("x", "cpu", 0, np.float32, [2, 3])
     with pytest.raises(errors.InvalidArgument, match="an address"):
         b.bind_input("x", "cpu", 0, np.float32, [2, 3], "0x1234")
+
+
+@pytest.mark.parametrize("elem", [onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.DOUBLE])
+@pytest.mark.parametrize("value", [[1, 2], [[1.7, 2.0], [3.0, -4.5]], [True, False], []],
+                         ids=["ints", "floats", "bools", "empty"])
+def test_list_feeds_become_arrays_of_the_inputs_type_as_onnxruntime(elem, value):
+    node = onnx.helper.make_node("Identity", ["x"], ["y"])
+    graph = onnx.helper.make_graph([node], "identity", [onnx.helper.make_tensor_value_info("x", elem, None)],
+                                   [onnx.helper.make_tensor_value_info("y", elem, None)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    data = model.SerializeToString()
+    want = ort.InferenceSession(data).run(None, {"x": value})[0]
+    got = onnxhal.InferenceSession(data).run(None, {"x": value})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_ragged_lists_and_missing_inputs_are_refused_in_onnxruntimes_words():
+    data = add_mul_model().SerializeToString()
+    ref, sess = ort.InferenceSession(data), onnxhal.InferenceSession(data)
+    with pytest.raises(Exception) as ref_error:
+        ref.run(None, {"x": [[1.0, 2.0], [3.0]]})
+    with pytest.raises(errors.InvalidArgument) as error:
+        sess.run(None, {"x": [[1.0, 2.0], [3.0]]})
+    assert str(ref_error.value).split(": ")[-1].rstrip(".") in str(error.value)  # "Could not create tensor from given input list"
+    with pytest.raises(ValueError) as ref_error:
+        ref.run(None, {})
+    with pytest.raises(errors.InvalidArgument) as error:
+        sess.run(None, {})
+    assert str(error.value).startswith(str(ref_error.value))
+
+
+def test_help_shows_the_session_and_run_docstrings():
+    assert "model loaded for running" in onnxhal.InferenceSession.__doc__
+    assert "output_names" in onnxhal.InferenceSession.run.__doc__

@@ -67,6 +67,24 @@ class ModelLoadCanceled(OrtError, RuntimeError):
     code = "MODEL_LOAD_CANCELED"
 
 
+class EngineError(OrtError, RuntimeError):
+    code = "ENGINE_ERROR"
+
+
+class NotFound(OrtError, LookupError):
+    code = "NOT_FOUND"
+
+
+class ModelRequiresCompilation(OrtError, RuntimeError):
+    """A model whose EPContext nodes no EP here can run (onnxruntime's MODEL_REQUIRES_COMPILATION)."""
+
+    code = "MODEL_REQUIRES_COMPILATION"
+
+
+class DeviceReset(OrtError, RuntimeError):
+    code = "DEVICE_RESET"
+
+
 class OutOfMemory(RuntimeException, MemoryError):
     """A device allocator could not satisfy a request (ORT reports this as RUNTIME_EXCEPTION)."""
 
@@ -74,5 +92,5 @@ class OutOfMemory(RuntimeException, MemoryError):
 __all__ = [
     "OrtError", "Fail", "InvalidArgument", "RuntimeInvalidArgument", "NoSuchFile", "NoModel", "InvalidProtobuf",
     "InvalidGraph", "ModelLoaded", "NotImplemented", "EPFail", "RuntimeException", "OutOfMemory",
-    "ModelLoadCanceled",
+    "ModelLoadCanceled", "EngineError", "NotFound", "ModelRequiresCompilation", "DeviceReset",
 ]

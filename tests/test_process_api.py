@@ -213,3 +213,23 @@ def test_verbose_records_reach_stderr_once_with_or_without_logging_setup(setup):
     lines = [x for x in done.stderr.splitlines() if "registered EP library 'CPUExecutionProvider'" in x]
     assert len(lines) == 1, done.stderr[-2000:]
     assert lines[0].startswith("APP onnxhal") if setup == "configured" else "[I:onnxhal]" in lines[0]
+
+
+def test_capi_module_offers_onnxruntimes_error_classes_and_views():
+    """``from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument`` is how
+    applications catch onnxruntime's errors: the same import from onnxhal's capi gives onnxhal's."""
+    import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
+
+    import onnxhal.capi.onnxruntime_pybind11_state as state
+    from onnxhal import errors
+
+    error_names = [n for n in dir(ort_state) if isinstance(getattr(ort_state, n), type)
+                   and issubclass(getattr(ort_state, n), Exception)]
+    assert len(error_names) >= 15
+    for name in error_names:
+        assert getattr(state, name) is getattr(errors, name), name
+    assert {m: int(v) for m, v in state.ArenaExtendStrategy.__members__.items()} == \
+        {m: int(v) for m, v in ort_state.ArenaExtendStrategy.__members__.items()}
+    assert isinstance(state.get_default_session_options(), onnxhal.SessionOptions)
+    with pytest.raises(state.InvalidProtobuf):
+        onnxhal.InferenceSession(b"")

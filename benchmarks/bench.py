@@ -264,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     # No auto-refresh: rich would redraw from its own thread ten times a second, taking the GIL
     # during onnxhal's timed runs (onnxruntime's release it for the whole run). The bar is redrawn
-    # between timed pairs instead. The thread's effect measured within the noise (CHANGELOG.md,
-    # session 17); this keeps it out of the timings rather than fixing a measured bias.
+    # between timed pairs instead. The thread's effect measured within the noise; this keeps it
+    # out of the timings rather than fixing a measured bias.
     load = start_load(args.load) if args.load else None
     with Progress(console=console, transient=True, auto_refresh=False) as prog:
         task = prog.add_task("benchmark", total=len(names) * args.repeat)

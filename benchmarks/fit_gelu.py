@@ -6,7 +6,7 @@ gelu(x) = relu(x) - c(|x|) with c(a) = a/2 erfc(a / sqrt 2) = a / q(a)^(2^squari
 least squares of q against (2 / erfc(a / sqrt 2))^(1/2^squarings) on a in [0, 10], weighted by
 dc/dq and reweighted towards the minimax error of c (Lawson's iteration). Prints the
 coefficients, the error of c in exact arithmetic and the error of the float32 kernel against
-math.erf on [-20, 20] (see CHANGELOG.md, session 6).
+math.erf on [-20, 20].
 """
 
 from __future__ import annotations

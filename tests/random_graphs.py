@@ -5,7 +5,7 @@ stride, dilation and padding form) with BatchNormalization, constant Mul/Add, ac
 residuals, channel shuffles, pools and Concat; MLPs chain MatMul/Gemm with biases, scales, Gelu
 and LayerNorm patterns; some values are also graph outputs. Every graph is small (spatial <= 24,
 channels <= 16). ``tiny`` gives 2-4 pixel CNN inputs and mostly dilated pools, whose windows may
-hold padding only. Written for session 18's differential test (CHANGELOG.md), which found
+hold padding only. Written for a differential test, which found
 six bugs; ``tests/test_optimizer_random.py`` runs it against onnxruntime.
 """
 

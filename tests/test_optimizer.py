@@ -863,7 +863,7 @@ def test_fused_kernels_split_over_threads_keep_results(build, monkeypatch):
 
 def test_gelu_runs_inline_while_blas_threads_itself(monkeypatch):
     # BLAS's idle threads spin on the other cores after each product: a pool thread beside them
-    # made the encoder's Gelu slower (CHANGELOG.md, session 7), so it is split only when BLAS is serial.
+    # made the encoder's Gelu slower, so it is split only when BLAS is serial.
     monkeypatch.setattr(fused_kernels, "WORKERS", 2)
     monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
     monkeypatch.setattr(fused_kernels, "_get_pool", lambda: pytest.fail("the Gelu was handed to the pool"))

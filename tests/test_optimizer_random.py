@@ -4,8 +4,8 @@ Each seed's graph runs in onnxruntime with its optimizer off, and in onnxhal at 
 At ORT_ENABLE_ALL the session runs twice on the same input arrays, the first time with other
 values, so that a kernel keeping something derived from a graph input would show. Graphs that
 onnxruntime refuses are skipped (onnxhal may run them). 17,000 seeds of this generator found six
-bugs in session 18; the suite runs 480 of them (about 15 s here). 60 more run with the OpenCL EP
-first, whose fused partitions then span many nodes (1,900 seeds in session 22, 400 of them tiny:
+bugs; the suite runs 480 of them (about 15 s here). 60 more run with the OpenCL EP
+first, whose fused partitions then span many nodes (1,900 seeds, 400 of them tiny:
 no mismatch; 35,645 nodes ran on the OpenCL EP).
 """
 

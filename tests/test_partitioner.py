@@ -254,7 +254,7 @@ def test_optimizer_keeps_plain_ops_for_eps_that_cannot_run_fused_ones(toy):
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_only.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
-# -- found by a random partitioning test (10,000 seeds of random claims by toy EPs, session 18) ----
+# -- found by a random partitioning test (10,000 seeds of random claims by toy EPs) -----------
 def _crossed():
     """Two groups that are each one partition but feed each other: {relu, sig} reads c from
     {neg, abs}, which reads a from {relu, sig}. Fusing both would make a cycle."""

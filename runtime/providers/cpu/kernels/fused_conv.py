@@ -309,7 +309,7 @@ class FusedConv(FusedBase):
         # else is set up: inside a model every Python step of a small convolution costs more than
         # it does in a loop over one layer (the interpreter's data is out of cache after the
         # previous layer's arrays). Against the general path's closures and per-group epilogues
-        # ShuffleNet ran in 0.965 of the time (80 alternating pairs, CHANGELOG.md, session 12).
+        # ShuffleNet ran in 0.965 of the time (80 alternating pairs).
         if b is not None and self._zero_bias(b):
             b = None
         entry = self._geometries.get((x.shape, w.shape, b is not None))  # ``_geometry``'s lookup, inline

@@ -159,6 +159,12 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
                 state.charge = None
 
     @property
+    def host_inputs(self) -> frozenset[int]:  # type: ignore[override]
+        # The OpenCL partition's Gather indices and shape parameters: the runtime must hand them
+        # over in host memory, as it does to the OpenCL EP itself.
+        return frozenset(getattr(self.inner, "host_inputs", ()))
+
+    @property
     def weight_bytes(self) -> int:
         own = getattr(self.inner, "weight_bytes", None)  # the host backend's partitions count their own
         if own is not None:
@@ -243,7 +249,8 @@ class VirtualEp(OpenCLEp):
         queue = self._queue(context)
         if self.rounder is not None:
             inputs = [self.rounder.rounded_copy(t, self.allocator, queue, edges.name(edges.input_names, i))
-                      if getattr(t, "dtype", None) == _F32 and i not in edges.keep_inputs else t
+                      if getattr(t, "dtype", None) == _F32 and i not in edges.keep_inputs
+                      and i not in getattr(inner, "host_inputs", ()) else t
                       for i, t in enumerate(context.inputs)]
             ctx = KernelContext(inputs, context.num_outputs, context.stream, context.run_options)
         outputs = inner.compute(state, ctx)

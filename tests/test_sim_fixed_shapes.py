@@ -17,6 +17,7 @@ import onnxhal
 from tests.conftest import simulated_or_skip
 from tests.test_real_models import fixed_options, load
 
+GPU_PROFILES = ["generic-gpu", "integrated-gpu", "discrete-gpu"]
 TRANSFORMERS = ["bert_ts", "bert_dynamo", "bert_eager_ts", "gpt2_ts", "gpt2_dynamo", "gpt2_past_ts"]
 
 
@@ -40,13 +41,14 @@ def within_tolerance(got: np.ndarray, want: np.ndarray, profile) -> tuple[float,
     return float(np.max(np.abs(got - want))), profile.atol * max(1.0, scale) + profile.rtol * scale
 
 
+@pytest.mark.parametrize("profile", GPU_PROFILES)
 @pytest.mark.parametrize("name", TRANSFORMERS)
-def test_a_fixed_shape_transformer_runs_on_the_gpu_profile(name):
+def test_a_fixed_shape_transformer_runs_on_the_gpu_profiles(name, profile):
     path, sigs = load(name)
     feeds = sigs["a"][0]
     want = onnxruntime_outputs(path, feeds)
-    with simulated_or_skip("generic-gpu", by="profile") as sims:
-        device = sims["generic-gpu"]
+    with simulated_or_skip(profile, by="profile") as sims:
+        device = sims[profile]
         sess = device_session(path, fixed_options(feeds), device)
         assert sess.partition_summary.get(device.ep_name, 0) > 0, sess.eps[device.ep_name].declined
         got = sess.run(None, feeds)

@@ -405,11 +405,15 @@ class Graph:
     def to_proto(self, data_up_to: int | None = None) -> onnx.GraphProto:
         """The graph as a GraphProto. ``data_up_to``: initializers of more elements keep their type
         and dims but no data (a stub for onnx's shape inference, which reads the values of small
-        shape tensors only: serializing a medium BERT's 14 MB of weights for it took 9 ms a pass)."""
+        shape tensors only: serializing a medium BERT's 14 MB of weights for it took 9 ms a pass),
+        except 1-D int32/int64 ones, which its data propagation parses as shape data at any length
+        (a Gather on an index table) and rejects emptied."""
         inits = []
         for name, arr in self.initializers.items():
             arr = np.asarray(arr)
-            stub = _stub_tensor(name, arr) if data_up_to is not None and arr.size > data_up_to else None
+            shape_data = arr.ndim <= 1 and arr.dtype in (np.int32, np.int64)
+            stub = (_stub_tensor(name, arr) if data_up_to is not None and arr.size > data_up_to and not shape_data
+                    else None)
             inits.append(stub if stub is not None else numpy_helper.from_array(arr, name))
 
         def vip(v: ValueInfo) -> onnx.ValueInfoProto:

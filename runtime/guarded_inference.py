@@ -205,6 +205,10 @@ def _check_body_input_types(proto: onnx.ModelProto) -> None:
 #: types and dims only (it reads values of small, shape-like ones), and serializing the weights
 #: into onnx's C++ and parsing them back cost 88 of the 89 ms of a pass over a ResNet-like model.
 STUB_MIN_ELEMENTS = 64
+#: Except 1-D (or scalar) int32/int64 ones, of any length: onnx's data propagation parses them as
+#: shape data (a Gather on an index table feeding a Reshape: hummingbird's tree traversal, TF's G2P
+#: models) and rejects an emptied one ("Data size mismatch"), where onnxruntime loads the model.
+_DATA_PROP_TYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64})
 _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
 
 
@@ -213,6 +217,12 @@ def _elements(t: onnx.TensorProto) -> int:
     for d in t.dims:
         n *= max(d, 0)
     return n
+
+
+def _stubbed(t: onnx.TensorProto) -> bool:
+    """Whether ``_weightless`` leaves ``t`` without its data."""
+    return (_elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL
+            and not (t.data_type in _DATA_PROP_TYPES and len(t.dims) <= 1))
 
 
 def _reads(node: onnx.NodeProto) -> set[str]:
@@ -257,14 +267,15 @@ def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
     return [graph.node[k] for k in order]
 
 
-def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of the model whose large initializers keep their types and dims but no data, whose
+def _weightless(proto: onnx.ModelProto, strip: bool = True) -> onnx.ModelProto:
+    """A copy of the model whose large initializers keep their types and dims but no data (unless
+    not ``strip``; ``_stubbed`` says which), whose
     nodes and opset imports in domain "ai.onnx" say "" (onnx's inference finds no opset for
     "ai.onnx" and infers nothing for such a node; onnxruntime takes both names as one), and whose IR
     version is at least 4, as onnxruntime type-checks such a model's nodes too, and whose nodes are
     in topological order."""
     graphs = [g for g, _ in walk_graphs(proto.graph)]
-    big = any(_elements(t) > STUB_MIN_ELEMENTS for g in graphs for t in g.initializer)
+    big = strip and any(_stubbed(t) for g in graphs for t in g.initializer)
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(
         n.domain == "ai.onnx" for g in graphs for n in g.node)
     old_ir = proto.ir_version < 4
@@ -285,7 +296,7 @@ def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
         stub.ir_version = 4
     for g, _ in walk_graphs(stub.graph):
         for t in g.initializer:
-            if _elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL:
+            if strip and _stubbed(t):
                 for f in _DATA_FIELDS:
                     t.ClearField(f)
         for n in g.node:
@@ -299,8 +310,7 @@ def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 def _stripped(stub: onnx.ModelProto) -> bool:
     """Whether ``_weightless`` emptied an initializer of ``stub`` (it keeps the dims, drops the data)."""
-    return any(_elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL
-               and not any(len(getattr(t, f)) for f in _DATA_FIELDS)
+    return any(_stubbed(t) and not any(len(getattr(t, f)) for f in _DATA_FIELDS)
                for g, _ in walk_graphs(stub.graph) for t in g.initializer)
 
 
@@ -333,7 +343,7 @@ def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto, stub: onnx.
     for g_inf, g in _graph_pairs(inferred.graph, proto.graph):
         full = {t.name: t for t in g.initializer}
         for t in g_inf.initializer:
-            if t.name in full and _elements(t) > STUB_MIN_ELEMENTS:
+            if t.name in full and _stubbed(t):
                 t.CopyFrom(full[t.name])
     return inferred
 
@@ -359,6 +369,18 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
     try:
         inferred = onnx.shape_inference.infer_shapes(stub, check_type=True, strict_mode=True, data_prop=data_prop)
         return _with_weights(inferred, proto, stub), data_prop, ""
+    except onnx.shape_inference.InferenceError as e:
+        if not _stripped(stub):
+            return None, data_prop, str(e)
+    except Exception:
+        if not _stripped(stub):
+            return None, data_prop, ""
+    # The stub's missing data may be what failed (a value some inference function reads that
+    # _stubbed does not foresee): only the model with all its data may be refused.
+    full = _weightless(proto, strip=False)
+    try:
+        return onnx.shape_inference.infer_shapes(full, check_type=True, strict_mode=True, data_prop=data_prop), \
+            data_prop, ""
     except onnx.shape_inference.InferenceError as e:
         return None, data_prop, str(e)
     except Exception:

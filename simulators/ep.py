@@ -40,6 +40,7 @@ from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_part
 from onnxhal.simulators.faults import FaultState
 from onnxhal.simulators.fp16 import FP32_PRODUCERS, HalfRounder, round_constants
 from onnxhal.simulators.profiles import Profile
+from onnxhal.simulators.quantized import QuantizedValues, integer_reason
 
 # Inputs of these ops that are parameters (shapes, axes, indices), not data the device computes on.
 _PARAM_INPUTS = {"Reshape": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
@@ -111,7 +112,11 @@ class Fp16Edges:
     keep_outputs: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, graph: Graph, fp32_values: set[str]) -> Fp16Edges:
+    def of(cls, graph: Graph, fp32_values: set[str], int8: bool = False) -> Fp16Edges:
+        """``int8``: an int8 QDQ group (simulators/quantized.py), whose edges all stay float32."""
+        if int8:
+            return cls(tuple(graph.input_names), tuple(graph.output_names),
+                       frozenset(range(len(graph.input_names))), frozenset(range(len(graph.output_names))))
         return cls(tuple(graph.input_names), tuple(graph.output_names),
                    frozenset(i for i, n in enumerate(graph.input_names) if n in fp32_values),
                    frozenset(i for i, n in enumerate(graph.output_names) if n in fp32_values))
@@ -157,6 +162,12 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
             if state.charge is not None:
                 self.ep.device_memory.free(state.charge)
                 state.charge = None
+
+    @property
+    def host_inputs(self) -> frozenset[int]:  # type: ignore[override]
+        # The OpenCL partition's Gather indices and shape parameters: the runtime must hand them
+        # over in host memory, as it does to the OpenCL EP itself.
+        return frozenset(getattr(self.inner, "host_inputs", ()))
 
     @property
     def weight_bytes(self) -> int:
@@ -209,6 +220,7 @@ class VirtualEp(OpenCLEp):
         self.contexts_loaded = 0  # partitions taken from EPContext nodes instead of planned
         self.data_transfer: DataTransfer | None = None  # set by the factory: copies charged to this EP's meter
         self._fp32_values: set[str] = set()  # reduction results: kept float32 on an fp16 device
+        self.quantized_values = QuantizedValues()  # int8 QDQ groups and integer accumulators
         self.fp16_overflows: set[str] = set()  # values reported as overflowing fp16 storage
         self._overflow_lock = threading.Lock()
         self._kernel_graphs: weakref.WeakKeyDictionary[Graph, Graph] = weakref.WeakKeyDictionary()
@@ -219,6 +231,7 @@ class VirtualEp(OpenCLEp):
         # everything else goes through OpenCLEp.get_capability with the profile's limits added.
         self._fp32_values.update(o for n in graph.nodes if not n.domain and n.op_type in FP32_PRODUCERS
                                  for o in n.outputs if o)
+        self.quantized_values.add_graph(graph)
         for n in graph.nodes:
             if is_ep_context(n):
                 reason = self._context_reason(n)
@@ -231,7 +244,7 @@ class VirtualEp(OpenCLEp):
     def node_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
         if is_ep_context(node):
             return ""  # handled in get_capability
-        return profile_reason(self.profile, node, graph) or (
+        return profile_reason(self.profile, node, graph) or integer_reason(self.profile, node, self.quantized_values) or (
             self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else super().node_reason(node, graph, lookup))
 
     # -- backend hooks -----------------------------------------------------------------------
@@ -243,7 +256,8 @@ class VirtualEp(OpenCLEp):
         queue = self._queue(context)
         if self.rounder is not None:
             inputs = [self.rounder.rounded_copy(t, self.allocator, queue, edges.name(edges.input_names, i))
-                      if getattr(t, "dtype", None) == _F32 and i not in edges.keep_inputs else t
+                      if getattr(t, "dtype", None) == _F32 and i not in edges.keep_inputs
+                      and i not in getattr(inner, "host_inputs", ()) else t
                       for i, t in enumerate(context.inputs)]
             ctx = KernelContext(inputs, context.num_outputs, context.stream, context.run_options)
         outputs = inner.compute(state, ctx)
@@ -281,7 +295,9 @@ class VirtualEp(OpenCLEp):
         """The backend's compiled partitions (weights rounded to fp16 where the profile says)."""
         infos = OpenCLEp.compile(self, graphs, fused_nodes)
         if self.rounder is not None:
-            for info in infos:
+            for graph, info in zip(graphs, infos):
+                if self.quantized_values.int8_partition(graph):
+                    continue  # computed in int8: its dequantized weights are not fp16 values
                 if hasattr(info, "plan"):
                     self._round_weights(info.plan)
                 else:  # a partition with symbolic dims: each shape's plan, when it is made
@@ -373,7 +389,8 @@ class VirtualEp(OpenCLEp):
                     self._dynamic[node.name] = info  # its specialisation figures in profiling traces
                 self.contexts_loaded += 1
             self.partition_costs[node.name] = cost
-            edges = Fp16Edges.of(as_given[k], self._fp32_values) if k in planned else Fp16Edges()
+            edges = (Fp16Edges.of(as_given[k], self._fp32_values, self.quantized_values.int8_partition(as_given[k]))
+                     if k in planned else Fp16Edges())
             if hasattr(info, "fp16_edges"):
                 info.fp16_edges = edges
             vinfo = VirtualNodeComputeInfo(info, self, cost, edges)
@@ -492,10 +509,13 @@ class HostVirtualEp(VirtualEp):
     def plan_partitions(self, graphs: list[Graph], fused_nodes: list[Node]) -> list[NodeComputeInfo]:
         from onnxhal.simulators.host_backend import HostNodeComputeInfo, rounded_weights
 
-        half = self.profile.compute_dtype == "float16"
-        return [HostNodeComputeInfo(rounded_weights(g, self.report_fp16_overflow) if half else g, self.allocator, half,
-                                    self.logger, self.report_fp16_overflow)
-                for g in graphs]
+        fp16 = self.profile.compute_dtype == "float16"
+        infos: list[NodeComputeInfo] = []
+        for g in graphs:
+            half = fp16 and not self.quantized_values.int8_partition(g)  # an int8 QDQ group is not fp16
+            infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_fp16_overflow) if half else g,
+                                             self.allocator, half, self.logger, self.report_fp16_overflow))
+        return infos
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
         from onnxhal.simulators.host_backend import HostNodeComputeInfo, HostPartitionPlan

@@ -165,6 +165,7 @@ def test_every_profile_matches_or_names_its_reasons(profile):
             for so in (onnxhal.SessionOptions(), fixed_options(feeds)):  # dynamic, then dims fixed
                 so.add_provider_for_devices([device])
                 sess = onnxhal.InferenceSession(path, so)
+                sess.disable_fallback()  # a device that fails at run must not pass on the CPU EP's answer
                 ep = sess.eps[device.ep_name]
                 taken = sess.partition_summary.get(device.ep_name, 0)
                 if not taken:

@@ -180,6 +180,10 @@ class PartitionState:
     def _upload_indices(self, name: str, t, queue: cl.CommandQueue, owned: list) -> cl.Buffer:
         """Gather indices fed at run time, in host memory: out-of-range ones are an error (onnxruntime's),
         not a silent zero from the kernel."""
+        if isinstance(t, DeviceTensor):  # the fused node lists it in host_inputs: the runtime copies it
+            raise InvalidArgument(f"OpenCL fused node input {name!r} (Gather indices) must come in host memory, got a "
+                                  f"DeviceTensor on {t.memory_info.name}; the EP's "
+                                  "NodeComputeInfo must list it in host_inputs")
         idx = np.asarray(t, dtype=np.int64)
         if idx.shape != self.plan.shapes[name]:
             raise InvalidArgument(f"OpenCL fused node input {name!r} expects int64 {list(self.plan.shapes[name])}, "

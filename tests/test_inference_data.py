@@ -1,0 +1,76 @@
+"""ONNX shape inference at load sees the data it propagates: a Gather over a long int64 index table
+feeding a Reshape (hummingbird's tree traversal, TF-made G2P models) is read by onnx's data
+propagation, so the table must not be emptied in the weightless copy inference gets. onnxruntime
+loads and runs such a model; onnxhal must too, with the same result."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+from onnxhal.hal.graph import Graph
+from onnxhal.runtime import guarded_inference
+
+
+def table_model(length: int = 100) -> onnx.ModelProto:
+    """y = Reshape(x, Gather(table, [3, 5])): the table is 1-D int64 of ``length`` elements, beyond
+    the size up to which inference gets an initializer's data."""
+    table = np.arange(length, dtype=np.int64) % 7 + 1  # table[3] = 4, table[5] = 6
+    nodes = [helper.make_node("Gather", ["table", "idx"], ["dims"], axis=0),
+             helper.make_node("Reshape", ["x", "dims"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [24])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(table, "table"),
+                               numpy_helper.from_array(np.array([3, 5], np.int64), "idx")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10  # onnx 1.23 writes IR 14, which onnxruntime refuses
+    return model
+
+
+def test_a_gather_over_a_long_int64_table_loads_and_matches_onnxruntime():
+    model = table_model()
+    assert len(model.graph.initializer[0].int64_data) + len(model.graph.initializer[0].raw_data) > 0
+    assert model.graph.initializer[0].dims[0] > guarded_inference.STUB_MIN_ELEMENTS
+    x = np.arange(24, dtype=np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    sess = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"x": x})[0]
+    assert want.shape == (4, 6)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_inference_that_fails_on_the_stub_is_tried_with_all_the_data_before_refusing(monkeypatch):
+    """Were some other value read by inference emptied in the stub (every large initializer
+    emptied here), the model is inferred again with its data before it is refused."""
+    monkeypatch.setattr(guarded_inference, "_stubbed",
+                        lambda t: guarded_inference._elements(t) > guarded_inference.STUB_MIN_ELEMENTS)
+    inferred, _, error = guarded_inference.infer(table_model())
+    assert error == "" and inferred is not None
+    y = next(v for v in inferred.graph.output if v.name == "y")
+    assert [d.dim_value for d in y.type.tensor_type.shape.dim] == [4, 6]
+
+
+def test_a_model_inference_rejects_with_its_data_is_still_refused():
+    """The retry does not wave through what onnx rejects with every value at hand (an index beyond
+    the table, which onnx's data propagation checks)."""
+    model = table_model()
+    model.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.array([3, 500], np.int64), "idx"))
+    inferred, _, error = guarded_inference.infer(model)
+    assert inferred is None and error
+
+
+def test_the_optimizers_inference_stub_keeps_int64_tables():
+    """``Graph.to_proto(data_up_to=...)``, the stub the optimizer's shape refresh gives onnx, keeps
+    a 1-D int64 table's data, so data propagation through it succeeds."""
+    model = table_model()
+    graph = Graph.from_proto(model.graph, {"": 17})
+    proto = graph.to_proto(data_up_to=guarded_inference.STUB_MIN_ELEMENTS)
+    table = next(t for t in proto.initializer if t.name == "table")
+    np.testing.assert_array_equal(numpy_helper.to_array(table), numpy_helper.to_array(model.graph.initializer[0]))
+    stub = helper.make_model(proto, opset_imports=[helper.make_opsetid("", 17)])
+    inferred = onnx.shape_inference.infer_shapes(stub, strict_mode=True, data_prop=True)
+    y = next(v for v in inferred.graph.output if v.name == "y")
+    assert [d.dim_value for d in y.type.tensor_type.shape.dim] == [4, 6]

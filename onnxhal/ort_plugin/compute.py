@@ -137,8 +137,13 @@ class ComputeAdapter:
                 inputs.append(None)  # an omitted optional input
                 continue
             t = host_or_device(value.value, api)  # in the EP's memory if onnxruntime placed it there
-            if isinstance(t, np.ndarray) and memory is not None and i not in self.host_inputs:
-                t = memory.upload(t)
+            if memory is not None:
+                if isinstance(t, np.ndarray) and i not in self.host_inputs:
+                    t = memory.upload(t)
+                elif isinstance(t, DeviceTensor) and i in self.host_inputs:
+                    # onnxruntime placed it in the EP's memory, where every input of a compiled node
+                    # goes; the partition reads this one on the host (Gather indices it range-checks).
+                    t = memory.download(t)
             inputs.append(t)
         ctx = KernelContext(inputs, len(self.fused_node.outputs))
         result = self.info.compute(state, ctx)

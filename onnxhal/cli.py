@@ -14,6 +14,11 @@ import numpy as np
 import onnxhal
 from onnxhal.hal.errors import OrtError
 
+#: Exit status of ``run`` and ``matrix`` when a requested device did not run what it claimed (its
+#: compile failed, or a run fell back to the CPU EP); 1 is ``matrix``'s result beyond tolerance, 2 a
+#: user's mistake.
+DEVICE_FAILED = 3
+
 
 def _policy(name: str) -> onnxhal.OrtExecutionProviderDevicePolicy:
     try:
@@ -105,11 +110,27 @@ def random_inputs(sess: onnxhal.InferenceSession, seed: int = 0) -> dict[str, np
     return feeds
 
 
+def device_failures(sess: onnxhal.InferenceSession, requested: Sequence[str]) -> list[str]:
+    """One line per EP of ``requested`` (not the CPU EP) that did not run what it claimed: its
+    compile failed, or a run fell back or failed over to another EP (the session's ``ep_failures``)."""
+    from onnxhal.runtime.environment import CPU_EP_NAME
+
+    lines = []
+    for f in sess.ep_failures:
+        if f.ep_name in requested and f.ep_name != CPU_EP_NAME:
+            where = "its compile failed" if f.stage == "compile" else "it failed at run time"
+            lines.append(f"device failed: {f.ep_name} did not run what it claimed: {where} ({f.error}); "
+                         f"{', '.join(f.taken_over_by)} ran its nodes instead")
+    return lines
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from onnxhal.cli_tables import print_outputs, print_partition
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
+    # What was asked for: the --ep names, or the devices the policy chose (before any fallback).
+    requested = list(providers) if providers else sess.get_providers()
     feeds = load_inputs(args.inputs) if args.inputs else random_inputs(sess)
     outs = sess.run(None, feeds)
     times = []
@@ -121,11 +142,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_outputs([o.name for o in sess.get_outputs()], outs, sess)
     if times:
         print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
+    failures = device_failures(sess, requested)
     if args.explain:
         from onnxhal.cli_matrix import print_explain
 
-        print_explain(sess)
-    return 0
+        print_explain(sess, failures)
+    for line in failures:
+        print(f"onnxhal: {line}", file=sys.stderr)
+    return DEVICE_FAILED if failures else 0
 
 
 def cmd_partition(args: argparse.Namespace) -> int:

@@ -82,6 +82,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def _session_options(args: argparse.Namespace) -> tuple[onnxhal.SessionOptions, list[str] | None]:
     so = onnxhal.SessionOptions()
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    for name, size in dim_sizes(args).items():  # as onnxruntime_perf_test's -f NAME:SIZE
+        so.add_free_dimension_override_by_name(name, size)
     providers = None
     if getattr(args, "ep", None):
         providers = list(args.ep)
@@ -90,23 +92,46 @@ def _session_options(args: argparse.Namespace) -> tuple[onnxhal.SessionOptions, 
     return so, providers
 
 
-def random_inputs(sess: onnxhal.InferenceSession, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random feeds for every input; symbolic dimensions become 1."""
-    from onnxhal.hal.graph import elem_type_to_dtype  # noqa: F401 - dtype names below
+def random_inputs(sess: onnxhal.InferenceSession, seed: int = 0, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Random feeds for every input (``onnxhal/random_feeds.py``): integer inputs that index a table
+    stay within its rows; symbolic dimensions take ``dims``' sizes, else 1."""
+    from onnxhal.random_feeds import random_feeds
 
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for i in sess.get_inputs():
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in (i.shape or [])]
-        t = i.type[len("tensor("):-1] if i.type.startswith("tensor(") else "float"
-        dtype = {"float": np.float32, "double": np.float64, "float16": np.float16, "int64": np.int64,
-                 "int32": np.int32, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}.get(t, np.float32)
-        if dtype == np.bool_:
-            feeds[i.name] = rng.random(shape) > 0.5
-        elif np.issubdtype(dtype, np.integer):
-            feeds[i.name] = rng.integers(0, 4, size=shape).astype(dtype)
-        else:
-            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+    return random_feeds(sess.get_inputs(), sess.model_proto, dims, seed)[0]
+
+
+def dim_sizes(args: argparse.Namespace) -> dict[str, int]:
+    """``--dim NAME=SIZE`` options as {name: size} (checked against the model by ``check_dims``)."""
+    from onnxhal.cli_fix_shapes import dim_pairs
+
+    return dim_pairs(getattr(args, "dim", None), "--dim")
+
+
+def check_dims(dims: dict[str, int], model: str) -> None:
+    """Each ``--dim`` name must be a symbolic dimension of one of the model's inputs."""
+    if not dims or not isinstance(model, str):
+        return
+    import onnx
+
+    from onnxhal.random_feeds import check_dim_names
+
+    proto = onnx.load(model, load_external_data=False)
+    inputs = [argparse.Namespace(shape=[d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim])
+              for vi in proto.graph.input]
+    check_dim_names(dims, inputs, model)
+
+
+def feeds_for(sess: onnxhal.InferenceSession, args: argparse.Namespace, dims: dict[str, int]) -> dict[str, np.ndarray]:
+    """The feeds of ``run`` and ``matrix``: ``--inputs``, else random ones; printed either way."""
+    from onnxhal.cli_tables import print_feeds
+    from onnxhal.random_feeds import feed_row, random_feeds
+
+    if args.inputs:
+        feeds = load_inputs(args.inputs)
+        print_feeds([feed_row(k, v) for k, v in feeds.items()], f"from {args.inputs}", [])
+        return feeds
+    feeds, rows, defaulted = random_feeds(sess.get_inputs(), sess.model_proto, dims)
+    print_feeds(rows, "random, seed 0", defaulted)
     return feeds
 
 
@@ -129,9 +154,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
+    check_dims(dim_sizes(args), args.model)
     # What was asked for: the --ep names, or the devices the policy chose (before any fallback).
     requested = list(providers) if providers else sess.get_providers()
-    feeds = load_inputs(args.inputs) if args.inputs else random_inputs(sess)
+    feeds = feeds_for(sess, args, dim_sizes(args))
     outs = sess.run(None, feeds)
     times = []
     for _ in range(args.repeat):
@@ -194,8 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--ep", action="append", metavar="NAME", help="provider, in priority order (repeatable)")
         g.add_argument("--policy", type=_policy, metavar="POLICY",
                        help=f"selection policy: {', '.join(policy_names())}")
+        r.add_argument("--dim", action="append", metavar="NAME=SIZE",
+                       help="size of a symbolic input dimension, for the session and random inputs (repeatable; "
+                            "default 1)")
         if name == "run":
-            r.add_argument("--inputs", help=".npz file of inputs (default: random)")
+            r.add_argument("--inputs", help=".npz file of inputs (default: random; integer inputs that index a "
+                                            "table stay within its rows)")
             r.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
             r.add_argument("--explain", action="store_true",
                            help="show simulated device time and energy (sessions on simulated devices)")

@@ -79,22 +79,26 @@ def ensure_simulators(profiles: str | None) -> None:
         register_simulators(None)
 
 
-def _session(model: str | bytes, device: onnxhal.OrtEpDevice | None) -> onnxhal.InferenceSession:
+def _session(model: str | bytes, device: onnxhal.OrtEpDevice | None,
+             dims: dict[str, int] | None = None) -> onnxhal.InferenceSession:
     so = onnxhal.SessionOptions()
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    for name, size in (dims or {}).items():
+        so.add_free_dimension_override_by_name(name, size)
     if device is None:
         return onnxhal.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     so.add_provider_for_devices([device])
     return onnxhal.InferenceSession(model, so)
 
 
-def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref: list) -> MatrixRow:
+def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref: list,
+               dims: dict[str, int] | None = None) -> MatrixRow:
     """One row: the model on ``device`` against the reference outputs ``ref``."""
     from onnxhal.simulators.cost import virtual_eps
 
     row = MatrixRow(device.ep_name, device_label(device), backend=backend_label(device))
     try:
-        sess = _session(model, device)
+        sess = _session(model, device, dims)
         sess.disable_fallback()  # a failing device must show as failing, not as a CPU result
         outs = sess.run(None, feeds)
     except OrtError as e:
@@ -191,13 +195,20 @@ def row_result(r: MatrixRow) -> str:
     return verdict(r)
 
 
-def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = True) -> list[MatrixRow]:
-    """Rows for every EP device other than the CPU EP's (the reference)."""
+def reference_session(model: str | bytes, dims: dict[str, int] | None = None) -> onnxhal.InferenceSession:
+    """The CPU EP's session the matrix holds every device to."""
+    return _session(model, None, dims)
+
+
+def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = True,
+           dims: dict[str, int] | None = None) -> list[MatrixRow]:
+    """Rows for every EP device other than the CPU EP's (the reference); ``dims`` sizes symbolic
+    dimensions (free dimension overrides on every session, and the random feeds)."""
     from onnxhal.cli import random_inputs
     from onnxhal.runtime.environment import is_default_cpu_ep
 
-    ref_sess = _session(model, None)
-    feeds = feeds if feeds is not None else random_inputs(ref_sess)
+    ref_sess = reference_session(model, dims)
+    feeds = feeds if feeds is not None else random_inputs(ref_sess, dims=dims)
     ref = ref_sess.run(None, feeds)
     devices = [d for d in onnxhal.get_ep_devices() if not is_default_cpu_ep(d)]
     rows = []
@@ -205,7 +216,7 @@ def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = 
         task = progress.add_task("devices", total=len(devices))
         for d in devices:
             progress.update(task, description=f"{d.ep_name} on {device_label(d)}")
-            rows.append(run_device(model, d, feeds, ref))
+            rows.append(run_device(model, d, feeds, ref, dims))
             progress.advance(task)
     return rows
 
@@ -239,10 +250,13 @@ def print_matrix(rows: list[MatrixRow], title: str) -> None:
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     ensure_simulators(args.profiles)
-    from onnxhal.cli import DEVICE_FAILED, load_inputs
+    from onnxhal.cli import DEVICE_FAILED, check_dims, dim_sizes, feeds_for
 
-    feeds = load_inputs(args.inputs) if args.inputs else None
-    rows = matrix(args.model, feeds, show_progress=not args.no_progress)
+    dims = dim_sizes(args)
+    ref_sess = reference_session(args.model, dims)
+    check_dims(dims, args.model)
+    feeds = feeds_for(ref_sess, args, dims)
+    rows = matrix(args.model, feeds, show_progress=not args.no_progress, dims=dims)
     print_matrix(rows, f"{args.model} on every EP device vs the CPU EP")
     if any(r.failed for r in rows):
         return DEVICE_FAILED
@@ -258,7 +272,11 @@ def add_matrix_parser(sub: Any) -> None:
     m.add_argument("model")
     m.add_argument("--profiles", help="simulated devices: comma-separated profile names or TOML paths "
                                       "(default: $ONNXHAL_SIMULATE, else generic-npu,generic-gpu)")
-    m.add_argument("--inputs", help=".npz file of inputs (default: random)")
+    m.add_argument("--inputs", help=".npz file of inputs (default: random; integer inputs that index a table stay "
+                                    "within its rows)")
+    m.add_argument("--dim", action="append", metavar="NAME=SIZE",
+                   help="size of a symbolic input dimension, for every session and random inputs (repeatable; "
+                        "default 1)")
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
     m.set_defaults(fn=cmd_matrix)
 

@@ -119,6 +119,19 @@ def declined_summary(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3
     return "; ".join(f"{n} x {r}" for r, n in top) + (f"; {more} other reason(s)" if more > 0 else "")
 
 
+def print_feeds(rows: Sequence, source: str, defaulted: Sequence[str]) -> None:
+    """What the model was fed (``random_feeds.FeedRow``s): name, dtype, shape, value range, why."""
+    t = Table(title=f"Inputs ({source})")
+    for c in ("name", "dtype", "shape", "min", "max", "range from"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(escape(r.name), r.dtype, str(r.shape), f"{r.low:.4g}", f"{r.high:.4g}", escape(r.why))
+    console.print(t)
+    if defaulted:
+        console.print(f"symbolic dimension(s) set to 1: {', '.join(defaulted)} (choose sizes with --dim NAME=SIZE)",
+                      soft_wrap=True, markup=False)
+
+
 def fp16_devices(sess: onnxhal.InferenceSession | None) -> list[str]:
     """Profiles of the session's simulated devices that store float32 values as fp16."""
     if sess is None:

@@ -270,8 +270,8 @@ def test_matrix_feeds_respect_tables_and_dims(tmp_path, isolated, capsys):
     from tests.test_cli import _embedding_model
 
     path = _embedding_model(tmp_path)
-    assert main(["matrix", path, "--profiles", "generic-gpu", "--dim", "batch=2", "--dim", "sequence=3",
+    assert main(["matrix", path, "--profiles", "generic-npu", "--dim", "batch=2", "--dim", "sequence=3",
                  "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "Inputs (random, seed 0)" in out and "[2, 3]" in out and "indexes 'token_type_embeddings' (2 rows)" in out
-    assert "VirtualGpuExecutionProvider on generic-gpu: ok" in out
+    assert "VirtualNpuExecutionProvider on generic-npu: ok" in out

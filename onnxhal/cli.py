@@ -164,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         sess.run(None, feeds)
         times.append((time.perf_counter() - t0) * 1000)
-    print_partition(sess)
+    print_partition(sess, args.model)
     print_outputs([o.name for o in sess.get_outputs()], outs, sess)
     if times:
         print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
@@ -183,7 +183,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
-    print_partition(sess)
+    print_partition(sess, args.model)
     if args.svg:
         from onnxhal.partition_svg import partition_svg, svg_to_png
         from onnxhal.partition_view import session_view

@@ -14,7 +14,6 @@ raised, or its compile failed and the CPU EP ran what it had claimed.
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,7 +117,7 @@ def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref
     else:
         row.transfers = sum(1 for s in sess.plan.steps if s.node is None)
     if row.nodes_on_device == 0:
-        row.declined = declined_reasons(sess, device.ep_name)
+        row.declined = declined_reasons(sess, device.ep_name, model if isinstance(model, str) else "MODEL")
     names = [o.name for o in sess.get_outputs()]
     row.rtol, row.atol = rtol, atol
     row.fp16 = ep.profile.name if ep is not None and ep.profile.compute_dtype == "float16" else ""
@@ -164,34 +163,29 @@ def verdict(r: MatrixRow) -> str:
     if exact:
         parts.append(f"{len(exact)} integer/string output(s) equal")
     text = "ok: " + "; ".join(parts) if parts else "ok"
-    return text + (f"; declined (0 nodes): {r.declined}" if r.declined else "")
+    return text + (f"; {declined_text(r.declined)}" if r.declined else "")
 
 
-_QUOTED = re.compile(r"'[^']*'")
-_SHAPE = re.compile(r"\s*(\([^()]*\)|\[[^\]]*\])")
+def declined_reasons(sess: onnxhal.InferenceSession, ep_name: str, model: str = "MODEL") -> str:
+    """Why ``ep_name`` took no node: one line per kind of reason, with counts and the remedy."""
+    from onnxhal.decline_summary import decline_lines
+    from onnxhal.random_feeds import symbolic_input_dims
+
+    lines = decline_lines(getattr(sess.eps.get(ep_name), "declined", {}).values(), model,
+                          symbolic_input_dims(sess.get_inputs()))
+    return "\n".join(lines) or "it claimed no node of the model"
 
 
-def declined_reasons(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3) -> str:
-    """Why ``ep_name`` took no node: its most frequent reasons, with counts."""
-    ep = sess.eps.get(ep_name)
-    reasons = list(getattr(ep, "declined", {}).values())
-    if not reasons:
-        return "it claimed no node of the model"
-    counts: dict[str, int] = {}
-    for r in reasons:
-        # The same reason about different values counts as one: "'x' has shape ('batch', 8)" -> "a value ..."
-        kind = _SHAPE.sub("", _QUOTED.sub("a value", r)).strip()
-        counts[kind] = counts.get(kind, 0) + 1
-    top = sorted(counts.items(), key=lambda kv: -kv[1])[:most]
-    more = len(counts) - len(top)
-    return "; ".join(f"{n} x {r}" for r, n in top) + (f"; {more} other reason(s)" if more > 0 else "")
+def declined_text(declined: str) -> str:
+    """``declined (0 nodes): ...``: one reason inline, several one per line."""
+    return "declined (0 nodes): " + (declined if "\n" not in declined else "\n  " + declined.replace("\n", "\n  "))
 
 
 def row_result(r: MatrixRow) -> str:
     if not r.ok:
         return f"FAIL {r.error}"
     if r.declined:
-        return f"declined (0 nodes): {r.declined}"
+        return declined_text(r.declined)
     return verdict(r)
 
 

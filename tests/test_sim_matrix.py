@@ -87,8 +87,8 @@ def test_matrix_says_declined_for_a_device_that_ran_nothing(tmp_path, isolated, 
     out = capsys.readouterr().out
     rows = {r.device: r for r in matrix(path, {"x": np.ones((4, 24), np.float32)}, show_progress=False)}
     npu = rows["generic-npu"]
-    assert npu.nodes_on_device == 0 and npu.declined == "1 x generic-npu has no Erf"
-    assert "declined (0 nodes): 1 x generic-npu has no Erf" in out
+    assert npu.nodes_on_device == 0 and npu.declined == "operators generic-npu lacks: 1 node(s) (Erf×1); the next EP runs them"
+    assert "declined (0 nodes): operators generic-npu lacks: 1 node(s) (Erf×1)" in out
     assert "1 device(s) ran no node of this model" in out
     assert rows["generic-gpu"].nodes_on_device == 1 and not rows["generic-gpu"].declined
 
@@ -118,13 +118,34 @@ def test_declined_reasons_are_counted_by_kind_not_by_value(isolated):
     ensure_simulators("generic-npu")
     feeds = {"input_ids": np.ones((1, 8), np.int64), "attention_mask": np.ones((1, 8), np.int64)}
     (row,) = [r for r in matrix(bert, feeds, show_progress=False) if r.device == "generic-npu"]
-    # A dynamic export on a static-only NPU: the reason that matters comes first, counted once for
-    # all the values it names.
+    # A dynamic export on a static-only NPU: one line per kind of reason, the value names and shapes
+    # counted together, the dynamic shapes with their remedy.
     assert row.nodes_on_device == 0
-    assert row.declined.split("; ")[0].endswith("x generic-npu runs static shapes only") or \
-        "x generic-npu runs static shapes only; a value has shape" in row.declined, row.declined
-    first_count = int(row.declined.split(" x ")[0])
-    assert first_count > 40, row.declined
+    lines = row.declined.splitlines()
+    assert len(lines) == 3 and "other reason" not in row.declined, row.declined
+    dynamic = next(x for x in lines if x.startswith("dynamic shapes: "))
+    assert int(dynamic.split()[2]) > 40, row.declined
+    assert dynamic.endswith(f"fix them with `onnxhal fix-shapes {bert} --dim batch=N --dim sequence=N -o fixed.onnx`")
+    assert any(x.startswith("operators generic-npu lacks: ") and "Gather×19" in x for x in lines)
+    # The counts are the nodes the EP declined, each once.
+    sess_count = sum(int(x.split(": ", 1)[1].split()[0]) for x in lines)
+    assert sess_count == 170
+
+
+def test_partition_prints_one_line_per_kind_of_reason_with_the_remedy(capsys):
+    """The summary counted the static-shape reason once per value name ("102 other reason(s)") and
+    never pointed to fix-shapes."""
+    import os
+
+    bert = os.path.join(os.path.dirname(__file__), "real_models", "bert_ts.onnx")
+    with simulated_devices("generic-npu"):
+        assert main(["partition", bert, "--policy", "PREFER_NPU"]) == 0
+    out = capsys.readouterr().out
+    assert "other reason" not in out
+    block = out[out.index("VirtualNpuExecutionProvider declined 170 node(s):"):].splitlines()[1:4]
+    assert [x.split(":")[0].strip() for x in block] == ["dynamic shapes", "operators generic-npu lacks",
+                                                       "data types generic-npu does not compute"]
+    assert f"fix them with `onnxhal fix-shapes {bert} --dim batch=N --dim sequence=N -o fixed.onnx`" in block[0]
 
 
 def _faulty_gpu(tmp_path, fault: str) -> str:

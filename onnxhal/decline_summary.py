@@ -65,7 +65,7 @@ def decline_kinds(reasons: Iterable[str]) -> list[DeclineKind]:
                     k.dims.append(d)
         elif m := _NO_OP.match(r):
             k = get(f"operators {m['device']} lacks", "the next EP runs them")
-            op = m["op"] + (f" in {m['fused']}" if m["fused"] else "")
+            op = m["op"] + (f" (in {m['fused']})" if m["fused"] else "")
             k.parts[op] = k.parts.get(op, 0) + 1
         elif m := _DTYPE.match(r):
             k = get(f"data types {m['device']} does not compute", "the next EP runs them")

@@ -49,7 +49,7 @@ def check_against_cpu(model: onnx.ModelProto, sess: onnxhal.InferenceSession, fe
     scale = max((c.scale for c in checks), default=0.0)
     verdict = "[green]OK[/green]" if ok else "[red]MISMATCH[/red]"
     console.print(f"checked against the CPU EP: max |difference| {worst:.2e} {'<=' if ok else '>'} atol {atol:g} + rtol {rtol:g} x "
-                  f"max|CPU| {scale:.3g} (relative to the output's scale; {source}): {verdict}", soft_wrap=True)
+                  f"max|CPU| {scale:.3g}, relative to the output's scale ({source}): {verdict}", soft_wrap=True)
     return ok
 
 

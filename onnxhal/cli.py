@@ -45,7 +45,10 @@ def environment_help() -> str:
             "      simulated devices: comma-separated profile names or .toml paths;\n"
             f"      shipped: {', '.join(shipped_profiles())}\n"
             "  ONNXHAL_OPENCL=off\n"
-            "      no OpenCL: the simulated devices run on the host backend")
+            "      no OpenCL: the simulated devices run on the host backend\n"
+            "exit status:\n"
+            "  0 done; 1 (matrix) a device's result beyond its profile's tolerance; 2 a user's mistake;\n"
+            f"  {DEVICE_FAILED} a requested device failed (raised, or its compile failed and the CPU EP ran its nodes)")
 
 
 def load_inputs(path: str) -> dict[str, np.ndarray]:

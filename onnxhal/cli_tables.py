@@ -168,6 +168,12 @@ def print_outputs(names: Sequence[str], outs: Sequence, sess: onnxhal.InferenceS
         if isinstance(o, np.ndarray) and o.dtype.kind in "fiub" and o.size:
             f = o.astype(np.float64)
             t.add_row(escape(n), str(o.dtype), str(list(o.shape)), f"{f.min():.4g}", f"{f.max():.4g}", f"{f.mean():.4g}")
+        elif isinstance(o, list):  # a sequence: of maps (ZipMap) or of tensors; its values summarised
+            kind = "map" if o and all(isinstance(m, dict) for m in o) else "tensor"
+            values = [float(v) for m in o for v in np.ravel(list(m.values()) if kind == "map" else m)
+                      if np.asarray(v).dtype.kind in "fiub"]
+            stats = (f"{min(values):.4g}", f"{max(values):.4g}", f"{np.mean(values):.4g}") if values else ("", "", "")
+            t.add_row(escape(n), f"seq({kind})", f"[{len(o)}]", *stats)
         else:
             t.add_row(escape(n), str(getattr(o, "dtype", type(o).__name__)), str(list(getattr(o, "shape", []))), "", "", "")
         note = nonfinite_note(n, o, sess)

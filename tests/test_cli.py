@@ -143,3 +143,12 @@ def test_random_inputs_respect_tables_and_dims_and_are_printed(tmp_path, capsys)
     assert main(["run", path, "--dim", "seq=7"]) == 2
     (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("onnxhal:")]
     assert "--dim seq" in line and "batch, sequence" in line
+
+
+def test_run_summarises_a_sequence_of_maps(capsys):
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "real_models", "sk_logreg_zipmap.onnx")
+    assert main(["run", path, "--repeat", "0"]) == 0
+    row = next(x for x in capsys.readouterr().out.splitlines() if "output_probability" in x)
+    assert "seq(map)" in row and "[1]" in row  # was "list []"

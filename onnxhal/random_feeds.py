@@ -121,8 +121,13 @@ def random_feeds(sess_inputs: list, model: onnx.ModelProto | None, dims: Mapping
                 label = d if isinstance(d, str) else f"{i.name}[{len(shape) - 1}]"
                 if label not in defaulted:
                     defaulted.append(label)
-        t = i.type[len("tensor("):-1] if i.type.startswith("tensor(") else "float"
-        dtype = _DTYPES.get(t, np.float32)
+        t = i.type[len("tensor("):-1] if i.type.startswith("tensor(") else ""
+        dtype = _DTYPES.get(t)
+        if dtype is None:  # strings, maps, sequences: no random value means anything to the model
+            remedy = (f"give its values with --inputs FILE.npz (numpy.savez(FILE, {i.name}=array_of_str, ...))"
+                      if t == "string" else "an .npz holds tensors only: feed it from Python (InferenceSession.run)")
+            raise InvalidArgument(f"input {i.name!r} is {i.type}: random inputs are drawn for numeric and bool "
+                                  f"tensors only; {remedy}")
         why = ""
         if dtype == np.bool_:
             feeds[i.name] = rng.random(shape) > 0.5

@@ -152,3 +152,19 @@ def test_run_summarises_a_sequence_of_maps(capsys):
     assert main(["run", path, "--repeat", "0"]) == 0
     row = next(x for x in capsys.readouterr().out.splitlines() if "output_probability" in x)
     assert "seq(map)" in row and "[1]" in row  # was "list []"
+
+
+def test_random_inputs_are_not_invented_for_strings_or_maps(tmp_path, capsys):
+    """A string input got float32 noise (and a wrong-type error from the session)."""
+    import os
+
+    corpus = os.path.join(os.path.dirname(__file__), "real_models")
+    assert main(["run", os.path.join(corpus, "sk_onehot.onnx"), "--repeat", "0"]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("onnxhal:")]
+    assert "input 'X' is tensor(string): random inputs are drawn for numeric and bool tensors only" in line
+    assert "--inputs FILE.npz" in line
+    np.savez(tmp_path / "in.npz", X=np.array([["a", "b"]]))
+    assert main(["run", os.path.join(corpus, "sk_onehot.onnx"), "--inputs", str(tmp_path / "in.npz"),
+                 "--repeat", "0"]) == 0
+    assert main(["run", os.path.join(corpus, "sk_dictvec.onnx"), "--repeat", "0"]) == 2
+    assert "is map(string,tensor(float))" in capsys.readouterr().err

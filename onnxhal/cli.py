@@ -14,6 +14,11 @@ import numpy as np
 import onnxhal
 from onnxhal.hal.errors import OrtError
 
+#: Exit status of ``run`` and ``matrix`` when a requested device did not run what it claimed (its
+#: compile failed, or a run fell back to the CPU EP); 1 is ``matrix``'s result beyond tolerance, 2 a
+#: user's mistake.
+DEVICE_FAILED = 3
+
 
 def _policy(name: str) -> onnxhal.OrtExecutionProviderDevicePolicy:
     try:
@@ -40,7 +45,10 @@ def environment_help() -> str:
             "      simulated devices: comma-separated profile names or .toml paths;\n"
             f"      shipped: {', '.join(shipped_profiles())}\n"
             "  ONNXHAL_OPENCL=off\n"
-            "      no OpenCL: the simulated devices run on the host backend")
+            "      no OpenCL: the simulated devices run on the host backend\n"
+            "exit status:\n"
+            "  0 done; 1 (matrix) a device's result beyond its profile's tolerance; 2 a user's mistake;\n"
+            f"  {DEVICE_FAILED} a requested device failed (raised, or its compile failed and the CPU EP ran its nodes)")
 
 
 def load_inputs(path: str) -> dict[str, np.ndarray]:
@@ -77,6 +85,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def _session_options(args: argparse.Namespace) -> tuple[onnxhal.SessionOptions, list[str] | None]:
     so = onnxhal.SessionOptions()
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    for name, size in dim_sizes(args).items():  # as onnxruntime_perf_test's -f NAME:SIZE
+        so.add_free_dimension_override_by_name(name, size)
     providers = None
     if getattr(args, "ep", None):
         providers = list(args.ep)
@@ -85,24 +95,61 @@ def _session_options(args: argparse.Namespace) -> tuple[onnxhal.SessionOptions, 
     return so, providers
 
 
-def random_inputs(sess: onnxhal.InferenceSession, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random feeds for every input; symbolic dimensions become 1."""
-    from onnxhal.hal.graph import elem_type_to_dtype  # noqa: F401 - dtype names below
+def random_inputs(sess: onnxhal.InferenceSession, seed: int = 0, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Random feeds for every input (``onnxhal/random_feeds.py``): integer inputs that index a table
+    stay within its rows; symbolic dimensions take ``dims``' sizes, else 1."""
+    from onnxhal.random_feeds import random_feeds
 
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for i in sess.get_inputs():
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in (i.shape or [])]
-        t = i.type[len("tensor("):-1] if i.type.startswith("tensor(") else "float"
-        dtype = {"float": np.float32, "double": np.float64, "float16": np.float16, "int64": np.int64,
-                 "int32": np.int32, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}.get(t, np.float32)
-        if dtype == np.bool_:
-            feeds[i.name] = rng.random(shape) > 0.5
-        elif np.issubdtype(dtype, np.integer):
-            feeds[i.name] = rng.integers(0, 4, size=shape).astype(dtype)
-        else:
-            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+    return random_feeds(sess.get_inputs(), sess.model_proto, dims, seed)[0]
+
+
+def dim_sizes(args: argparse.Namespace) -> dict[str, int]:
+    """``--dim NAME=SIZE`` options as {name: size} (checked against the model by ``check_dims``)."""
+    from onnxhal.cli_fix_shapes import dim_pairs
+
+    return dim_pairs(getattr(args, "dim", None), "--dim")
+
+
+def check_dims(dims: dict[str, int], model: str) -> None:
+    """Each ``--dim`` name must be a symbolic dimension of one of the model's inputs."""
+    if not dims or not isinstance(model, str):
+        return
+    import onnx
+
+    from onnxhal.random_feeds import check_dim_names
+
+    proto = onnx.load(model, load_external_data=False)
+    inputs = [argparse.Namespace(shape=[d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim])
+              for vi in proto.graph.input]
+    check_dim_names(dims, inputs, model)
+
+
+def feeds_for(sess: onnxhal.InferenceSession, args: argparse.Namespace, dims: dict[str, int]) -> dict[str, np.ndarray]:
+    """The feeds of ``run`` and ``matrix``: ``--inputs``, else random ones; printed either way."""
+    from onnxhal.cli_tables import print_feeds
+    from onnxhal.random_feeds import feed_row, random_feeds
+
+    if args.inputs:
+        feeds = load_inputs(args.inputs)
+        print_feeds([feed_row(k, v) for k, v in feeds.items()], f"from {args.inputs}", [])
+        return feeds
+    feeds, rows, defaulted = random_feeds(sess.get_inputs(), sess.model_proto, dims)
+    print_feeds(rows, "random, seed 0", defaulted)
     return feeds
+
+
+def device_failures(sess: onnxhal.InferenceSession, requested: Sequence[str]) -> list[str]:
+    """One line per EP of ``requested`` (not the CPU EP) that did not run what it claimed: its
+    compile failed, or a run fell back or failed over to another EP (the session's ``ep_failures``)."""
+    from onnxhal.runtime.environment import CPU_EP_NAME
+
+    lines = []
+    for f in sess.ep_failures:
+        if f.ep_name in requested and f.ep_name != CPU_EP_NAME:
+            where = "its compile failed" if f.stage == "compile" else "it failed at run time"
+            lines.append(f"device failed: {f.ep_name} did not run what it claimed: {where} ({f.error}); "
+                         f"{', '.join(f.taken_over_by)} ran its nodes instead")
+    return lines
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -110,22 +157,28 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
-    feeds = load_inputs(args.inputs) if args.inputs else random_inputs(sess)
+    check_dims(dim_sizes(args), args.model)
+    # What was asked for: the --ep names, or the devices the policy chose (before any fallback).
+    requested = list(providers) if providers else sess.get_providers()
+    feeds = feeds_for(sess, args, dim_sizes(args))
     outs = sess.run(None, feeds)
     times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
         sess.run(None, feeds)
         times.append((time.perf_counter() - t0) * 1000)
-    print_partition(sess)
+    print_partition(sess, args.model)
     print_outputs([o.name for o in sess.get_outputs()], outs, sess)
     if times:
         print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
+    failures = device_failures(sess, requested)
     if args.explain:
         from onnxhal.cli_matrix import print_explain
 
-        print_explain(sess)
-    return 0
+        print_explain(sess, failures)
+    for line in failures:
+        print(f"onnxhal: {line}", file=sys.stderr)
+    return DEVICE_FAILED if failures else 0
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
@@ -133,7 +186,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
-    print_partition(sess)
+    print_partition(sess, args.model)
     if args.svg:
         from onnxhal.partition_svg import partition_svg, svg_to_png
         from onnxhal.partition_view import session_view
@@ -170,8 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--ep", action="append", metavar="NAME", help="provider, in priority order (repeatable)")
         g.add_argument("--policy", type=_policy, metavar="POLICY",
                        help=f"selection policy: {', '.join(policy_names())}")
+        r.add_argument("--dim", action="append", metavar="NAME=SIZE",
+                       help="size of a symbolic input dimension, for the session and random inputs (repeatable; "
+                            "default 1)")
         if name == "run":
-            r.add_argument("--inputs", help=".npz file of inputs (default: random)")
+            r.add_argument("--inputs", help=".npz file of inputs (default: random; integer inputs that index a "
+                                            "table stay within its rows)")
             r.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
             r.add_argument("--explain", action="store_true",
                            help="show simulated device time and energy (sessions on simulated devices)")

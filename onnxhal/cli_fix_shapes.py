@@ -19,7 +19,8 @@ import onnx
 from onnxhal.hal.errors import InvalidArgument
 
 
-def _pairs(items: list[str] | None, flag: str) -> dict[str, int]:
+def dim_pairs(items: list[str] | None, flag: str) -> dict[str, int]:
+    """``NAME=SIZE`` options (``--dim``, ``--denotation``) as {name: size}."""
     out: dict[str, int] = {}
     for item in items or []:
         name, sep, value = item.partition("=")
@@ -167,7 +168,7 @@ def _shape(vi: onnx.ValueInfoProto) -> list:
 def cmd_fix_shapes(args: argparse.Namespace) -> int:
     from onnxhal.cli_tables import console
 
-    by_name, by_denotation = _pairs(args.dim, "--dim"), _pairs(args.denotation, "--denotation")
+    by_name, by_denotation = dim_pairs(args.dim, "--dim"), dim_pairs(args.denotation, "--denotation")
     if not by_name and not by_denotation:
         raise InvalidArgument("fix-shapes: give at least one --dim NAME=SIZE (or --denotation NAME=SIZE); "
                               "the model's symbolic dimensions are listed by 'onnxhal fix-shapes MODEL --list'")

@@ -6,13 +6,15 @@ through ``ONNXHAL_SIMULATE``, else generic-npu,generic-gpu), runs the model once
 reference and once on every other EP device (with the CPU EP as fallback for what the device does
 not take), and prints, per device: EP, device, nodes on the device, nodes on the CPU, transfers,
 the largest absolute error, simulated device time and energy. The exit code is 1 when any device's
-result is beyond its profile's tolerance (``|out - ref| <= atol + rtol * |ref|``) or a device fails.
+result is beyond its profile's tolerance (``max|out - ref| <= atol + rtol * max|ref|`` per output, relative to
+the output's scale: see ``onnxhal/output_compare.py``), 3 (``cli.DEVICE_FAILED``) when a device failed: it
+raised, or its compile failed and the CPU EP ran what it had claimed.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,7 @@ from rich.table import Table
 
 import onnxhal
 from onnxhal.hal.errors import OrtError
+from onnxhal.output_compare import EXACT_RULE, SCALE_RULE, OutputCheck, compare_output
 
 #: Tolerance for EP devices that have no simulator profile (e.g. the OpenCL EP).
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-4
@@ -43,6 +46,11 @@ class MatrixRow:
     error: str = ""
     backend: str = ""  # opencl / host (simulated devices), the OpenCL device (OpenCL EP)
     declined: str = ""  # why the device ran no node of the model (then ``ok`` only says the CPU result matched)
+    checks: list[OutputCheck] = field(default_factory=list)  # one per output, in order
+    rtol: float = DEFAULT_RTOL
+    atol: float = DEFAULT_ATOL
+    fp16: str = ""  # the profile, when it stores float32 as fp16
+    failed: bool = False  # the device raised, or did not run what it claimed (not only a result off)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,26 +78,30 @@ def ensure_simulators(profiles: str | None) -> None:
         register_simulators(None)
 
 
-def _session(model: str | bytes, device: onnxhal.OrtEpDevice | None) -> onnxhal.InferenceSession:
+def _session(model: str | bytes, device: onnxhal.OrtEpDevice | None,
+             dims: dict[str, int] | None = None) -> onnxhal.InferenceSession:
     so = onnxhal.SessionOptions()
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    for name, size in (dims or {}).items():
+        so.add_free_dimension_override_by_name(name, size)
     if device is None:
         return onnxhal.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     so.add_provider_for_devices([device])
     return onnxhal.InferenceSession(model, so)
 
 
-def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref: list) -> MatrixRow:
+def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref: list,
+               dims: dict[str, int] | None = None) -> MatrixRow:
     """One row: the model on ``device`` against the reference outputs ``ref``."""
     from onnxhal.simulators.cost import virtual_eps
 
     row = MatrixRow(device.ep_name, device_label(device), backend=backend_label(device))
     try:
-        sess = _session(model, device)
+        sess = _session(model, device, dims)
         sess.disable_fallback()  # a failing device must show as failing, not as a CPU result
         outs = sess.run(None, feeds)
     except OrtError as e:
-        row.error = f"{type(e).__name__}: {e}"
+        row.failed, row.error = True, f"device failed: {type(e).__name__}: {e}"
         return row
     summary = sess.partition_summary
     row.nodes_on_device = summary.get(device.ep_name, 0)
@@ -105,64 +117,92 @@ def run_device(model: str | bytes, device: onnxhal.OrtEpDevice, feeds: dict, ref
     else:
         row.transfers = sum(1 for s in sess.plan.steps if s.node is None)
     if row.nodes_on_device == 0:
-        row.declined = declined_reasons(sess, device.ep_name)
-    row.ok = True
-    errors = []
-    for o, r in zip(outs, ref):
-        o, r = np.asarray(o, np.float64), np.asarray(r, np.float64)
-        if o.shape != r.shape:
-            row.ok, row.error = False, f"output shape {list(o.shape)} != reference {list(r.shape)}"
-            continue
-        bad = int(np.sum(~np.isfinite(o) & np.isfinite(r)))
-        if bad:
-            row.ok = False
-            cause = (f"; likely cause: values beyond 65504 overflow float16 on {ep.profile.name}"
-                     if ep is not None and ep.profile.compute_dtype == "float16" else "")
-            row.error = row.error or f"{bad} NaN/inf value(s) where the CPU EP's are finite{cause}"
-        if o.size:
-            errors.append(float(np.max(np.abs(o - r))))
-            if not np.all(np.abs(o - r) <= atol + rtol * np.abs(r)):
-                row.ok = False
-                row.error = row.error or f"beyond tolerance (rtol {rtol:g}, atol {atol:g})"
-    row.max_error = max(errors) if errors else 0.0
+        row.declined = declined_reasons(sess, device.ep_name, model if isinstance(model, str) else "MODEL")
+    names = [o.name for o in sess.get_outputs()]
+    row.rtol, row.atol = rtol, atol
+    row.fp16 = ep.profile.name if ep is not None and ep.profile.compute_dtype == "float16" else ""
+    row.checks = [compare_output(n, o, r, rtol, atol) for n, o, r in zip(names, outs, ref)]
+    row.max_error = max((c.max_error for c in row.checks if not np.isnan(c.max_error)), default=0.0)
+    bad = [c for c in row.checks if not c.ok]
+    row.ok = not bad
+    if bad:
+        row.error = bad[0].problem + fp16_cause(bad[0], row.fp16)
+    failures = [f for f in sess.ep_failures if f.ep_name == device.ep_name]
+    if failures:  # its compile failed and the CPU EP ran its nodes: the result is not the device's
+        f = failures[0]
+        row.ok, row.failed = False, True
+        row.error = (f"device failed: {device.ep_name} did not run what it claimed: its {f.stage} failed ({f.error}); "
+                     f"{', '.join(f.taken_over_by)} ran its nodes instead")
     return row
 
 
-_QUOTED = re.compile(r"'[^']*'")
-_SHAPE = re.compile(r"\s*(\([^()]*\)|\[[^\]]*\])")
+def fp16_cause(check: OutputCheck, profile: str) -> str:
+    """The likely cause of ``check``'s failure when ``profile`` stores float32 as fp16, else ""."""
+    if not profile or check.exact:
+        return ""
+    if check.nonfinite:
+        return f"; likely cause: values beyond 65504 overflow float16 on {profile}"
+    if check.problem.startswith("beyond tolerance"):
+        return (f"; likely cause: fp16 precision ({profile} stores float32 as fp16, about 3 significant digits; "
+                "a profile with float32_as = \"float32\" computes in float32)")
+    return ""
 
 
-def declined_reasons(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3) -> str:
-    """Why ``ep_name`` took no node: its most frequent reasons, with counts."""
-    ep = sess.eps.get(ep_name)
-    reasons = list(getattr(ep, "declined", {}).values())
-    if not reasons:
-        return "it claimed no node of the model"
-    counts: dict[str, int] = {}
-    for r in reasons:
-        # The same reason about different values counts as one: "'x' has shape ('batch', 8)" -> "a value ..."
-        kind = _SHAPE.sub("", _QUOTED.sub("a value", r)).strip()
-        counts[kind] = counts.get(kind, 0) + 1
-    top = sorted(counts.items(), key=lambda kv: -kv[1])[:most]
-    more = len(counts) - len(top)
-    return "; ".join(f"{n} x {r}" for r, n in top) + (f"; {more} other reason(s)" if more > 0 else "")
+def verdict(r: MatrixRow) -> str:
+    """The row's result with the rule it was judged by: "ok: ...", "FAIL ...", "declined ..."."""
+    if not r.ok:
+        return f"FAIL {r.error}"
+    floats = [c for c in r.checks if not c.exact and not np.isnan(c.bound)]
+    exact = [c for c in r.checks if c.exact]
+    parts = []
+    if floats:
+        c = max(floats, key=lambda c: c.max_error / c.bound if c.bound > 0 else c.max_error)
+        parts.append(f"max|diff| {c.max_error:.3g} <= atol {r.atol:g} + rtol {r.rtol:g} x max|CPU| {c.scale:.3g} = "
+                     f"{c.bound:.3g} (output {c.name!r}, relative to the output's scale"
+                     + (f"; {r.fp16} stores float32 as fp16" if r.fp16 else "") + ")")
+    if exact:
+        parts.append(f"{len(exact)} integer/string output(s) equal")
+    text = "ok: " + "; ".join(parts) if parts else "ok"
+    return text + (f"; {declined_text(r.declined)}" if r.declined else "")
+
+
+def declined_reasons(sess: onnxhal.InferenceSession, ep_name: str, model: str = "MODEL") -> str:
+    """Why ``ep_name`` took no node: one line per kind of reason, with counts and the remedy."""
+    from onnxhal.decline_summary import decline_lines
+    from onnxhal.random_feeds import symbolic_input_dims
+
+    lines = decline_lines(getattr(sess.eps.get(ep_name), "declined", {}).values(), model,
+                          symbolic_input_dims(sess.get_inputs()))
+    return "\n".join(lines) or "it claimed no node of the model"
+
+
+def declined_text(declined: str) -> str:
+    """``declined (0 nodes): ...``: one reason inline, several one per line."""
+    return "declined (0 nodes): " + (declined if "\n" not in declined else "\n  " + declined.replace("\n", "\n  "))
 
 
 def row_result(r: MatrixRow) -> str:
     if not r.ok:
         return f"FAIL {r.error}"
     if r.declined:
-        return f"declined (0 nodes): {r.declined}"
-    return "ok"
+        return declined_text(r.declined)
+    return verdict(r)
 
 
-def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = True) -> list[MatrixRow]:
-    """Rows for every EP device other than the CPU EP's (the reference)."""
+def reference_session(model: str | bytes, dims: dict[str, int] | None = None) -> onnxhal.InferenceSession:
+    """The CPU EP's session the matrix holds every device to."""
+    return _session(model, None, dims)
+
+
+def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = True,
+           dims: dict[str, int] | None = None) -> list[MatrixRow]:
+    """Rows for every EP device other than the CPU EP's (the reference); ``dims`` sizes symbolic
+    dimensions (free dimension overrides on every session, and the random feeds)."""
     from onnxhal.cli import random_inputs
     from onnxhal.runtime.environment import is_default_cpu_ep
 
-    ref_sess = _session(model, None)
-    feeds = feeds if feeds is not None else random_inputs(ref_sess)
+    ref_sess = reference_session(model, dims)
+    feeds = feeds if feeds is not None else random_inputs(ref_sess, dims=dims)
     ref = ref_sess.run(None, feeds)
     devices = [d for d in onnxhal.get_ep_devices() if not is_default_cpu_ep(d)]
     rows = []
@@ -170,7 +210,7 @@ def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = 
         task = progress.add_task("devices", total=len(devices))
         for d in devices:
             progress.update(task, description=f"{d.ep_name} on {device_label(d)}")
-            rows.append(run_device(model, d, feeds, ref))
+            rows.append(run_device(model, d, feeds, ref, dims))
             progress.advance(task)
     return rows
 
@@ -192,9 +232,10 @@ def print_matrix(rows: list[MatrixRow], title: str) -> None:
                   "-" if r.sim_mj is None else f"{r.sim_mj:.3f}",
                   "FAIL" if not r.ok else "declined" if r.declined else "ok")
     console.print(t)
-    for r in rows:  # the whole of each reason is worth reading
-        if not r.ok or r.declined:
-            console.print(f"{r.ep} on {r.device}: {row_result(r)}", soft_wrap=True, markup=False)
+    console.print(f"rule: {SCALE_RULE}, atol and rtol from each device's profile; {EXACT_RULE}", soft_wrap=True,
+                  markup=False)
+    for r in rows:  # the whole of each verdict is worth reading
+        console.print(f"{r.ep} on {r.device}: {row_result(r)}", soft_wrap=True, markup=False)
     idle = [f"{r.ep} on {r.device}" for r in rows if r.ok and r.declined]
     if idle:
         console.print(f"{len(idle)} device(s) ran no node of this model: {', '.join(idle)} (their result is the "
@@ -203,11 +244,16 @@ def print_matrix(rows: list[MatrixRow], title: str) -> None:
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     ensure_simulators(args.profiles)
-    from onnxhal.cli import load_inputs
+    from onnxhal.cli import DEVICE_FAILED, check_dims, dim_sizes, feeds_for
 
-    feeds = load_inputs(args.inputs) if args.inputs else None
-    rows = matrix(args.model, feeds, show_progress=not args.no_progress)
+    dims = dim_sizes(args)
+    ref_sess = reference_session(args.model, dims)
+    check_dims(dims, args.model)
+    feeds = feeds_for(ref_sess, args, dims)
+    rows = matrix(args.model, feeds, show_progress=not args.no_progress, dims=dims)
     print_matrix(rows, f"{args.model} on every EP device vs the CPU EP")
+    if any(r.failed for r in rows):
+        return DEVICE_FAILED
     return 0 if rows and all(r.ok for r in rows) else 1
 
 
@@ -220,17 +266,26 @@ def add_matrix_parser(sub: Any) -> None:
     m.add_argument("model")
     m.add_argument("--profiles", help="simulated devices: comma-separated profile names or TOML paths "
                                       "(default: $ONNXHAL_SIMULATE, else generic-npu,generic-gpu)")
-    m.add_argument("--inputs", help=".npz file of inputs (default: random)")
+    m.add_argument("--inputs", help=".npz file of inputs (default: random; integer inputs that index a table stay "
+                                    "within its rows)")
+    m.add_argument("--dim", action="append", metavar="NAME=SIZE",
+                   help="size of a symbolic input dimension, for every session and random inputs (repeatable; "
+                        "default 1)")
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
     m.set_defaults(fn=cmd_matrix)
 
 
-def print_explain(sess: onnxhal.InferenceSession) -> None:
-    """``onnxhal run --explain``: per simulated EP, the nodes it ran and the last run's simulated cost."""
+def print_explain(sess: onnxhal.InferenceSession, failures: Sequence[str] = ()) -> None:
+    """``onnxhal run --explain``: per simulated EP, the nodes it ran and the last run's simulated cost;
+    ``failures`` (``cli.device_failures``) say why a requested device has none."""
     from onnxhal.cli_tables import console
     from onnxhal.simulators.cost import explain_rows
 
     rows = explain_rows(sess)
+    if not rows and failures:
+        console.print("explain: no simulated cost to show: the requested device did not run the model (below)",
+                      soft_wrap=True, markup=False)
+        return
     if not rows:
         console.print("explain: this session uses no simulated device (set ONNXHAL_SIMULATE and pick one with "
                       "--policy or --ep)")
@@ -244,3 +299,6 @@ def print_explain(sess: onnxhal.InferenceSession) -> None:
                   str(r["kernels"]), f"{r['kernel_ms']:.3f}", str(r["transfers"]), f"{r['transfer_bytes'] / 1024:.1f}",
                   f"{r['transfer_ms']:.3f}", f"{r['device_ms']:.3f}", f"{r['energy_mj']:.3f}")
     console.print(t)
+    if failures:
+        console.print("explain: the requested device did not run all it claimed (below): the table counts what it "
+                      "ran", soft_wrap=True, markup=False)

@@ -64,8 +64,9 @@ def print_ep_devices_brief(eps: Sequence[onnxhal.OrtEpDevice]) -> None:
     console.print(t)
 
 
-def print_partition(sess: onnxhal.InferenceSession) -> None:
-    """Nodes and partitions per EP, the transfers between them, and where simulated devices run."""
+def print_partition(sess: onnxhal.InferenceSession, model: str = "MODEL") -> None:
+    """Nodes and partitions per EP, the transfers between them, why an EP declined nodes (with the
+    remedy, naming ``model``), and where simulated devices run."""
     from onnxhal.partition_view import format_bytes, session_view
 
     view = session_view(sess)
@@ -97,9 +98,12 @@ def print_partition(sess: onnxhal.InferenceSession) -> None:
     for (a, b), (n, size) in by_route.items():
         console.print(f"  {a} -> {b}: {n} value(s), {format_bytes(size)}", soft_wrap=True, markup=False)
     for ep_name in sess.get_providers():  # why an EP left nodes to the next one
-        reasons = declined_summary(sess, ep_name)
-        if reasons:
-            console.print(f"{ep_name} declined: {reasons}", soft_wrap=True, markup=False)
+        lines = declined_summary(sess, ep_name, model)
+        if lines:
+            count = len(getattr(sess.eps.get(ep_name), "declined", {}))
+            console.print(f"{ep_name} declined {count} node(s):", soft_wrap=True, markup=False)
+            for line in lines:
+                console.print(f"  {line}", soft_wrap=True, markup=False)
     from onnxhal.simulators import describe_backend
 
     for d in onnxhal.get_ep_devices():  # which backend runs the session's simulated devices
@@ -108,15 +112,27 @@ def print_partition(sess: onnxhal.InferenceSession) -> None:
             console.print(f"{line}", soft_wrap=True, markup=False)
 
 
-def declined_summary(sess: onnxhal.InferenceSession, ep_name: str, most: int = 3) -> str:
-    """The most frequent reasons ``ep_name`` gave for the nodes it did not take, with counts ("" if none)."""
-    reasons = list(getattr(sess.eps.get(ep_name), "declined", {}).values())
-    counts: dict[str, int] = {}
-    for r in reasons:
-        counts[r] = counts.get(r, 0) + 1
-    top = sorted(counts.items(), key=lambda kv: -kv[1])[:most]
-    more = len(counts) - len(top)
-    return "; ".join(f"{n} x {r}" for r, n in top) + (f"; {more} other reason(s)" if more > 0 else "")
+def declined_summary(sess: onnxhal.InferenceSession, ep_name: str, model: str = "MODEL") -> list[str]:
+    """Why ``ep_name`` did not take the nodes it left: one line per kind of reason, with its node
+    count and remedy (``onnxhal/decline_summary.py``); [] if it declined none."""
+    from onnxhal.decline_summary import decline_lines
+    from onnxhal.random_feeds import symbolic_input_dims
+
+    return decline_lines(getattr(sess.eps.get(ep_name), "declined", {}).values(), model,
+                         symbolic_input_dims(sess.get_inputs()))
+
+
+def print_feeds(rows: Sequence, source: str, defaulted: Sequence[str]) -> None:
+    """What the model was fed (``random_feeds.FeedRow``s): name, dtype, shape, value range, why."""
+    t = Table(title=f"Inputs ({source})")
+    for c in ("name", "dtype", "shape", "min", "max", "range from"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(escape(r.name), r.dtype, str(r.shape), f"{r.low:.4g}", f"{r.high:.4g}", escape(r.why))
+    console.print(t)
+    if defaulted:
+        console.print(f"symbolic dimension(s) set to 1: {', '.join(defaulted)} (choose sizes with --dim NAME=SIZE)",
+                      soft_wrap=True, markup=False)
 
 
 def fp16_devices(sess: onnxhal.InferenceSession | None) -> list[str]:
@@ -152,6 +168,12 @@ def print_outputs(names: Sequence[str], outs: Sequence, sess: onnxhal.InferenceS
         if isinstance(o, np.ndarray) and o.dtype.kind in "fiub" and o.size:
             f = o.astype(np.float64)
             t.add_row(escape(n), str(o.dtype), str(list(o.shape)), f"{f.min():.4g}", f"{f.max():.4g}", f"{f.mean():.4g}")
+        elif isinstance(o, list):  # a sequence: of maps (ZipMap) or of tensors; its values summarised
+            kind = "map" if o and all(isinstance(m, dict) for m in o) else "tensor"
+            values = [float(v) for m in o for v in np.ravel(list(m.values()) if kind == "map" else m)
+                      if np.asarray(v).dtype.kind in "fiub"]
+            stats = (f"{min(values):.4g}", f"{max(values):.4g}", f"{np.mean(values):.4g}") if values else ("", "", "")
+            t.add_row(escape(n), f"seq({kind})", f"[{len(o)}]", *stats)
         else:
             t.add_row(escape(n), str(getattr(o, "dtype", type(o).__name__)), str(list(getattr(o, "shape", []))), "", "", "")
         note = nonfinite_note(n, o, sess)

@@ -38,17 +38,18 @@ def session_tolerance(sess: onnxhal.InferenceSession) -> tuple[float, float, str
 
 def check_against_cpu(model: onnx.ModelProto, sess: onnxhal.InferenceSession, feeds: dict[str, np.ndarray]) -> bool:
     """Run ``sess`` and the CPU EP on ``feeds``; print the largest error and the verdict."""
+    from onnxhal.output_compare import compare_output
+
     outs = sess.run(None, feeds)
     refs = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     rtol, atol, source = session_tolerance(sess)
-    ok, worst = True, 0.0
-    for o, r in zip(outs, refs):
-        diff = np.abs(np.asarray(o, np.float64) - np.asarray(r, np.float64))
-        worst = max(worst, float(diff.max(initial=0.0)))
-        ok = ok and o.shape == r.shape and bool(np.all(diff <= atol + rtol * np.abs(r)))
+    checks = [compare_output(o.name, out, ref, rtol, atol) for o, out, ref in zip(sess.get_outputs(), outs, refs)]
+    ok = all(c.ok for c in checks)
+    worst = max((c.max_error for c in checks), default=0.0)
+    scale = max((c.scale for c in checks), default=0.0)
     verdict = "[green]OK[/green]" if ok else "[red]MISMATCH[/red]"
-    console.print(f"checked against the CPU EP: max |difference| {worst:.2e}, within rtol {rtol:g} + atol {atol:g} "
-                  f"({source}): {verdict}", soft_wrap=True)
+    console.print(f"checked against the CPU EP: max |difference| {worst:.2e} {'<=' if ok else '>'} atol {atol:g} + rtol {rtol:g} x "
+                  f"max|CPU| {scale:.3g}, relative to the output's scale ({source}): {verdict}", soft_wrap=True)
     return ok
 
 

@@ -69,6 +69,7 @@ class Environment:
         self._discovery_args: dict = {}
         self._libraries: dict[str, EpLibrary] = {}
         self._cpu_registered = False
+        self._env_simulators_done = False  # ONNXHAL_SIMULATE's devices registered (or none asked for)
         self.config: dict[str, str] = {}
 
     # -- hardware ---------------------------------------------------------------------------
@@ -100,12 +101,16 @@ class Environment:
 
     # -- libraries --------------------------------------------------------------------------
     def _ensure_cpu(self) -> None:
-        if not self._cpu_registered:
+        if not self._cpu_registered or not self._env_simulators_done:
             with self._lock:
                 if not self._cpu_registered:
                     self._cpu_registered = True
                     self._register(CPU_LIBRARY_NAME, CPU_LIBRARY_MODULE)
+                if not self._env_simulators_done:
+                    # Marked done only once it succeeded: a bad ONNXHAL_SIMULATE fails every call, not
+                    # only the first (the registry is left as it was, so trying again is safe).
                     self._register_simulators()
+                    self._env_simulators_done = True
 
     def _register_simulators(self) -> None:
         """``ONNXHAL_SIMULATE=generic-npu,...``: register the simulated devices' library right after
@@ -119,7 +124,8 @@ class Environment:
             # A user's typo (an unknown profile, a bad TOML key) is reported as what the user wrote,
             # not as a failure inside the library that read it.
             if isinstance(e.__cause__, InvalidArgument):
-                raise InvalidArgument(f"{SIMULATE_ENV}={value!r}: {e.__cause__}") from e.__cause__
+                raise InvalidArgument(f"{SIMULATE_ENV}={value!r}: {e.__cause__}; fix or unset {SIMULATE_ENV}") \
+                    from e.__cause__
             raise
 
     def register_library(self, name: str, library: str | os.PathLike) -> None:

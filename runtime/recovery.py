@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from onnxhal.hal.errors import EPFail
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
@@ -23,6 +24,18 @@ from onnxhal.runtime.session_options import DISABLE_CPU_EP_FALLBACK, EP_FAILOVER
 logger = logging.getLogger("onnxhal.session")
 
 
+@dataclass(frozen=True)
+class EpFailure:
+    """An EP failure the session recovered from: which EP, at which stage ("compile" or "run"),
+    the error, and the EPs that took its work over. A caller that asked for a device (a CLI run, a
+    device matrix) reads these to say the device failed instead of showing another EP's result."""
+
+    ep_name: str
+    stage: str
+    error: str
+    taken_over_by: tuple[str, ...]
+
+
 class RecoveryPolicy:
     """The session's recovery decisions (module docstring); ``fallback_enabled`` is what
     ``InferenceSession.enable_fallback``/``disable_fallback`` set."""
@@ -30,6 +43,7 @@ class RecoveryPolicy:
     def __init__(self, so: SessionOptions) -> None:
         self.so = so
         self.fallback_enabled = True
+        self.failures: list[EpFailure] = []  # in order; kept across the session's rebuilds
 
     def compile_failed(self, ep_name: str, error: BaseException, n_groups: int, eps: Sequence[str]) -> None:
         """Called when ``ep_name``'s compile failed: returns if its groups may go to the CPU EP
@@ -37,6 +51,7 @@ class RecoveryPolicy:
         if CPU_EP_NAME not in eps:
             raise EPFail(f"{ep_name}: compile failed ({type(error).__name__}: {error}) and CPU fallback is "
                          "disabled") from error
+        self.failures.append(EpFailure(ep_name, "compile", f"{type(error).__name__}: {error}", (CPU_EP_NAME,)))
         # Log text, not the exception: its traceback would keep the session alive.
         logger.warning("%s: compile failed (%s: %s); its %d fused group(s) fall back to the CPU EP",
                        ep_name, type(error).__name__, str(error), n_groups)
@@ -54,9 +69,14 @@ class RecoveryPolicy:
                 raise EPFail(f"{failed} failed ({error}) and no other EP is left to fail over to") from error
             logger.warning("EP failover: %s failed (%s); re-partitioning onto %s", failed, error,
                            [c.ep_name for c in left])
+            self.failures.append(EpFailure(failed, "run", f"{type(error).__name__}: {error}",
+                                           tuple(c.ep_name for c in left)))
             return left, failed
         if not self.fallback_enabled or names == [CPU_EP_NAME]:
             raise error
         logger.warning("EP Error: %s using %s. Falling back to ['CPUExecutionProvider'] and retrying.", error, names)
+        # The error names its EP where it knows it; else every EP but the CPU EP lost its nodes.
+        for name in [failed] if failed else [n for n in names if n != CPU_EP_NAME]:
+            self.failures.append(EpFailure(name, "run", f"{type(error).__name__}: {error}", (CPU_EP_NAME,)))
         self.fallback_enabled = False  # fall back only once, as onnxruntime
         return [cpu_choice(get_environment())], ""

@@ -33,7 +33,7 @@ from onnxhal.runtime.memory_context import MemoryContext
 from onnxhal.runtime.model_overrides import override_initializers
 from onnxhal.runtime.partitioner import FusedGroup, PartitionResult
 from onnxhal.runtime.profiler import Profiler
-from onnxhal.runtime.recovery import RecoveryPolicy
+from onnxhal.runtime.recovery import EpFailure, RecoveryPolicy
 from onnxhal.runtime.session_build import SessionCore, check_canceled, load, select
 from onnxhal.runtime.session_options import (
     RECORD_EP_GRAPH_ASSIGNMENT,
@@ -244,6 +244,13 @@ class InferenceSession:
         self._recovery.fallback_enabled = True
 
     # -- introspection used by the CLI, docs and tests ---------------------------------------
+    @property
+    def ep_failures(self) -> list[EpFailure]:
+        """The EP failures this session recovered from (a compile handed to the CPU EP, a run that
+        fell back or failed over), in order: a session that still answers may not have run where it
+        was asked to."""
+        return list(self._recovery.failures)
+
     @property
     def partition_summary(self) -> dict[str, int]:
         """Nodes per EP in the main graph and its subgraphs (fused nodes counted by their members)."""

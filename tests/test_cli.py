@@ -87,3 +87,84 @@ def test_demo_and_version_as_a_user_runs_them():
     assert "PREFER_NPU selected providers" in demo.stdout and "OK" in demo.stdout
     version = subprocess.run([sys.executable, "-m", "onnxhal", "--version"], capture_output=True, text=True)
     assert version.stdout.strip() == f"onnxhal {onnxhal.__version__}"
+
+
+def _embedding_model(tmp_path) -> str:
+    """BERT's inputs in small: token ids (through a Cast) into a 50-row table, token-type ids into a
+    2-row table, a mask that indexes nothing; every dimension symbolic."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    words = numpy_helper.from_array(rng.standard_normal((50, 4)).astype(np.float32), "word_embeddings")
+    types = numpy_helper.from_array(rng.standard_normal((2, 4)).astype(np.float32), "token_type_embeddings")
+    nodes = [helper.make_node("Cast", ["input_ids"], ["ids32"], to=TensorProto.INT32),
+             helper.make_node("Gather", ["word_embeddings", "ids32"], ["w"]),
+             helper.make_node("Gather", ["token_type_embeddings", "token_type_ids"], ["t"]),
+             helper.make_node("Add", ["w", "t"], ["e"]),
+             helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["m", "axis"], ["m3"]),
+             helper.make_node("Mul", ["e", "m3"], ["y"])]
+    ids = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+           for n in ("input_ids", "token_type_ids", "attention_mask")]
+    graph = helper.make_graph(nodes, "embed", ids,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", 4])],
+                              [words, types, numpy_helper.from_array(np.array([2], np.int64), "axis")])
+    path = tmp_path / "embed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), path)
+    return str(path)
+
+
+def test_random_inputs_respect_tables_and_dims_and_are_printed(tmp_path, capsys):
+    """Token-type ids were drawn from [0, 4) for a 2-row table (the run failed), every symbolic
+    dimension became 1, and nothing said what was fed."""
+    import onnxruntime
+
+    path = _embedding_model(tmp_path)
+    assert main(["run", path, "--repeat", "0", "--dim", "batch=3", "--dim", "sequence=7"]) == 0
+    out = capsys.readouterr().out
+    assert "Inputs (random, seed 0)" in out and "[3, 7]" in out and "[3, 7, 4]" in out
+    assert "indexes 'token_type_embeddings' (2 rows)" in out and "indexes 'word_embeddings' (50 rows)" in out
+    assert "set to 1" not in out
+    assert main(["run", path, "--repeat", "0"]) == 0
+    assert "symbolic dimension(s) set to 1: batch, sequence (choose sizes with --dim NAME=SIZE)" in \
+        capsys.readouterr().out.replace("\n", " ")
+    # The feeds stay in range, and onnxruntime takes them and agrees.
+    from onnxhal.random_feeds import index_tables, random_feeds
+
+    model = onnx.load(path)
+    assert {k: v.rows for k, v in index_tables(model).items()} == {"input_ids": 50, "token_type_ids": 2}
+    sess = onnxhal.InferenceSession(path)
+    feeds, rows, defaulted = random_feeds(sess.get_inputs(), model, {"batch": 16, "sequence": 32})
+    assert feeds["token_type_ids"].max() == 1 and feeds["input_ids"].max() >= 40 and feeds["input_ids"].max() < 50
+    assert defaulted == [] and [r.shape for r in rows] == [[16, 32]] * 3
+    ort = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(sess.run(None, feeds)[0], ort, rtol=1e-6, atol=1e-6)
+    # A size for a dimension the model does not have is a user's mistake, named with the ones it has.
+    assert main(["run", path, "--dim", "seq=7"]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("onnxhal:")]
+    assert "--dim seq" in line and "batch, sequence" in line
+
+
+def test_run_summarises_a_sequence_of_maps(capsys):
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "real_models", "sk_logreg_zipmap.onnx")
+    assert main(["run", path, "--repeat", "0"]) == 0
+    row = next(x for x in capsys.readouterr().out.splitlines() if "output_probability" in x)
+    assert "seq(map)" in row and "[1]" in row  # was "list []"
+
+
+def test_random_inputs_are_not_invented_for_strings_or_maps(tmp_path, capsys):
+    """A string input got float32 noise (and a wrong-type error from the session)."""
+    import os
+
+    corpus = os.path.join(os.path.dirname(__file__), "real_models")
+    assert main(["run", os.path.join(corpus, "sk_onehot.onnx"), "--repeat", "0"]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("onnxhal:")]
+    assert "input 'X' is tensor(string): random inputs are drawn for numeric and bool tensors only" in line
+    assert "--inputs FILE.npz" in line
+    np.savez(tmp_path / "in.npz", X=np.array([["a", "b"]]))
+    assert main(["run", os.path.join(corpus, "sk_onehot.onnx"), "--inputs", str(tmp_path / "in.npz"),
+                 "--repeat", "0"]) == 0
+    assert main(["run", os.path.join(corpus, "sk_dictvec.onnx"), "--repeat", "0"]) == 2
+    assert "is map(string,tensor(float))" in capsys.readouterr().err

@@ -122,3 +122,22 @@ def test_text_with_brackets_prints_as_written(capsys):
     print_outputs(["logits[0]"], [np.ones(2, np.float32)])
     out = capsys.readouterr().out
     assert "[intel-opencl]" in out.replace("\n", "") and "logits[0]" in out
+
+
+def test_unknown_profile_in_the_environment_fails_every_call_not_only_the_first():
+    """The first get_ep_devices() raised and later ones ran without the simulated devices, silently."""
+    code = ("from onnxhal.cli import main\n"
+            "import onnxhal\n"
+            "print('codes', main(['devices']), main(['run', 'tests/real_models/sk_linreg.onnx']), main(['devices', '--json']))\n"
+            "try:\n"
+            "    onnxhal.get_ep_devices()\n"
+            "except onnxhal.errors.InvalidArgument as e:\n"
+            "    print('api raised', type(e).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                         env=_env(ONNXHAL_SIMULATE="generic-npu,quantum-npu"), cwd=ROOT)
+    assert "codes 2 2 2" in out.stdout and "api raised InvalidArgument" in out.stdout, out.stdout + out.stderr
+    lines = [x for x in out.stderr.splitlines() if x.startswith("onnxhal:")]
+    assert len(lines) == 3
+    for line in lines:
+        assert "ONNXHAL_SIMULATE='generic-npu,quantum-npu'" in line and "'quantum-npu'" in line
+        assert ", ".join(shipped_profiles()) in line and "fix or unset ONNXHAL_SIMULATE" in line

@@ -34,7 +34,7 @@ def test_demo_simulates_an_npu_shows_the_fallback_and_ends_with_the_ci_lines():
     assert text.count("PREFER_NPU selected providers: ['VirtualNpuExecutionProvider', 'CPUExecutionProvider']") == 2
     # The transformer block's Gelu is not on the generic NPU: it falls back, and the transfers show it.
     assert "VirtualNpuExecutionProvider -> CPUExecutionProvider: 1 value(s)" in text
-    assert "VirtualNpuExecutionProvider declined: 1 x generic-npu has no Gelu" in text
+    assert "VirtualNpuExecutionProvider declined 1 node(s):\n  operators generic-npu lacks: 1 node(s) (Gelu " in text
     assert text.count("(profile generic-npu): OK") == 2 and "MISMATCH" not in text
     assert text.rstrip().splitlines()[-4:-1] == ci_lines("generic-npu,generic-gpu")
     tables = [line for line in text.splitlines() if line[:1] in "┏┃┡│└─" and line]
@@ -45,7 +45,7 @@ def test_demo_uses_the_profiles_the_user_set():
     out = _demo({"ONNXHAL_SIMULATE": "mobile-npu"})
     assert out.returncode == 0, out.stderr
     assert "demo simulates" not in out.stdout
-    assert "mobile-npu has no LayerNormalization" in out.stdout and "(profile mobile-npu): OK" in out.stdout
+    assert "operators mobile-npu lacks: 3 node(s) (LayerNormalization×2" in out.stdout and "(profile mobile-npu): OK" in out.stdout
     assert "export ONNXHAL_SIMULATE=mobile-npu " in out.stdout
 
 

@@ -78,6 +78,12 @@ class OrtMemoryInfo:
 
     def _init(self, name, dev_type, vendor_id, device_id, device_mem_type, alignment, alloc_type,
               mem_type) -> None:
+        # onnxruntime keeps a memory device's id as a 16-bit ordinal (OrtDevice::DeviceId is int16_t):
+        # a wider value is its "narrowing_error", also inside onnxruntime through the plugin bridge.
+        if not -32768 <= int(device_id) <= 32767:
+            raise InvalidArgument(f"OrtMemoryInfo {name!r}: device_id {int(device_id)} does not fit onnxruntime's "
+                                  "16-bit device ordinal (narrowing_error); pass the device's index (0 for the first "
+                                  "device of its kind), not a PCI device id")
         self.name = str(name)
         self.device_type = OrtMemoryInfoDeviceType(dev_type)
         self.device_vendor_id = int(vendor_id)

@@ -41,6 +41,22 @@ def _permute(shape: tuple, perm: tuple[int, ...]) -> tuple:
     return tuple(shape[p] for p in perm)
 
 
+def channels_first_perm(rank: int) -> tuple[int, ...]:
+    """The Transpose perm from channels-last to channels-first at ``rank`` (0, 3, 1, 2 at rank 4):
+    onnxruntime's layout transformer also converts 1-D and 3-D convolutions and pools (rank 3, 5)."""
+    return (0, rank - 1, *range(1, rank - 1))
+
+
+def channels_last_perm(rank: int) -> tuple[int, ...]:
+    """The Transpose perm from channels-first to channels-last at ``rank`` (0, 2, 3, 1 at rank 4)."""
+    return (0, *range(2, rank), 1)
+
+
+def _rank(graph: Graph, name: str) -> int:
+    shape = graph.value_info(name).shape
+    return len(shape) if shape is not None else 4
+
+
 def _static4(graph: Graph, name: str) -> tuple | None:
     vi = graph.value_info(name)
     shape = vi.shape
@@ -144,21 +160,25 @@ def nchw_twin(node: Node, graph: Graph) -> tuple[list[Node], dict[str, ValueInfo
         if i < len(inputs) and inputs[i]:
             x = inputs[i]
             t = f"{x}__nchw_{node.name}"
-            shape = _permute(graph.value_info(x).shape, TO_NCHW)
+            to_nchw = channels_first_perm(_rank(graph, x))
+            shape = graph.value_info(x).shape
+            shape = _permute(shape, to_nchw) if shape is not None else None
             infos[t] = ValueInfo(t, helper.make_tensor_type_proto(graph.value_info(x).elem_type, shape))
             nodes.append(Node("Transpose", [x], [t], name=f"{t}__transpose",
-                              attribute_protos=[helper.make_attribute("perm", list(TO_NCHW))]))
+                              attribute_protos=[helper.make_attribute("perm", list(to_nchw))]))
             inputs[i] = t
     outputs = list(node.outputs)
     tails = []
     for i in data_out:
         y = outputs[i]
         t = f"{y}__nchw"
-        shape = _permute(graph.value_info(y).shape, TO_NCHW)
+        rank = _rank(graph, y)
+        shape = graph.value_info(y).shape
+        shape = _permute(shape, channels_first_perm(rank)) if shape is not None else None
         infos[t] = ValueInfo(t, helper.make_tensor_type_proto(graph.value_info(y).elem_type, shape))
         outputs[i] = t
         tails.append(Node("Transpose", [t], [y], name=f"{t}__transpose",
-                          attribute_protos=[helper.make_attribute("perm", list(TO_NHWC))]))
+                          attribute_protos=[helper.make_attribute("perm", list(channels_last_perm(rank)))]))
     op = Node(node.op_type, inputs, outputs, name=node.name, domain=original_domain(node),
               attribute_protos=list(node.attribute_protos.values()))
     op.since_version = node.since_version

@@ -4,7 +4,7 @@ host backend (the CPU EP's kernels) when no OpenCL device passed discovery's pro
 Each profile becomes a virtual hardware device made with ``api.create_hardware_device`` (so it is
 marked ``is_virtual`` = "1"; its metadata carries the profile's figures) and one EP device on it.
 The EP device's DEFAULT memory is ``OrtMemoryInfo.create_v2(<"VirtualNpu(name)">, NPU|GPU,
-<profile vendor_id>, <profile device_id>, DEFAULT, ...)``: distinct per profile and from host
+<profile vendor_id>, <ordinal among the profiles of that type and vendor>, DEFAULT, ...)``: distinct per profile and from host
 memory, so the runtime really copies values in and out (the bytes live in PoCL buffers). The device
 allocator enforces the profile's memory capacity. The NPU and GPU factories share one table of
 simulated devices, so their data transfers can also copy between a simulated NPU and GPU.
@@ -116,11 +116,28 @@ def _warn_host_backend(reason: str) -> None:
                    "working OpenCL CPU driver see docs/opencl.md ('apt-get install pocl-opencl-icd' on "
                    "Debian/Ubuntu, or pip install -e '.[intel-opencl]' in the onnxhal clone).", reason)
 
+#: (type, vendor id, PCI device id) -> the device's ordinal among the simulated devices of its type and
+#: vendor, given once per process so a device keeps its memory identity across registrations.
+_ORDINALS: dict[tuple[OrtHardwareDeviceType, int, int], int] = {}
+_ordinals_lock = threading.Lock()
+
+
+def memory_ordinal(profile: Profile) -> int:
+    with _ordinals_lock:
+        key = (profile.type, profile.vendor_id, profile.device_id)
+        if key not in _ORDINALS:
+            _ORDINALS[key] = sum(1 for t, v, _ in _ORDINALS if (t, v) == key[:2])
+        return _ORDINALS[key]
+
+
 def memory_info_for(profile: Profile) -> OrtMemoryInfo:
+    """The profile's device memory. Its device id is the device's ordinal among the simulated
+    devices of its type and vendor, as onnxruntime numbers devices (a 16-bit index): the profile's
+    PCI device id (0x9A49 for integrated-gpu) does not fit, and onnxruntime refuses it."""
+    ordinal = memory_ordinal(profile)
     prefix = "VirtualNpu" if profile.type == OrtHardwareDeviceType.NPU else "VirtualGpu"
     return OrtMemoryInfo.create_v2(f"{prefix}({profile.name})", _MEMORY_TYPES[profile.type], profile.vendor_id,
-                                   profile.device_id, OrtDeviceMemoryType.DEFAULT, 0,
-                                   OrtAllocatorType.ORT_DEVICE_ALLOCATOR)
+                                   ordinal, OrtDeviceMemoryType.DEFAULT, 0, OrtAllocatorType.ORT_DEVICE_ALLOCATOR)
 
 
 def find_opencl_device(hardware_devices: Sequence[OrtHardwareDevice]) -> tuple[cl.Device, str] | None:

@@ -147,3 +147,20 @@ def test_four_threads_on_one_opencl_session_agree(cl_session, reference):
     for t in threads:
         t.join()
     assert bad == []
+
+
+def test_memory_info_device_ids_are_onnxruntimes_16_bit_ordinals():
+    """onnxruntime keeps a memory device's id in 16 bits and refuses a wider one (narrowing_error):
+    onnxhal refuses it the same way rather than make memory onnxruntime cannot describe."""
+    ort = pytest.importorskip("onnxruntime")
+    args = (onnxhal.OrtMemoryInfoDeviceType.GPU, 0x8086)
+    for device_id in (32767, -32768):
+        assert onnxhal.OrtMemoryInfo.create_v2("x", *args, device_id, onnxhal.OrtDeviceMemoryType.DEFAULT, 0,
+                                               onnxhal.OrtAllocatorType.ORT_DEVICE_ALLOCATOR).device_id == device_id
+    for device_id in (32768, 0x9A49, -32769):
+        with pytest.raises(RuntimeError, match="narrowing_error"):
+            ort.OrtMemoryInfo.create_v2("x", ort.OrtMemoryInfoDeviceType.GPU, 0x8086, device_id,
+                                        ort.OrtDeviceMemoryType.DEFAULT, 0, ort.OrtAllocatorType.ORT_DEVICE_ALLOCATOR)
+        with pytest.raises(onnxhal.errors.InvalidArgument, match="narrowing_error"):
+            onnxhal.OrtMemoryInfo.create_v2("x", *args, device_id, onnxhal.OrtDeviceMemoryType.DEFAULT, 0,
+                                            onnxhal.OrtAllocatorType.ORT_DEVICE_ALLOCATOR)

@@ -16,8 +16,10 @@ pytest.importorskip("onnxruntime")
 import onnxruntime  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-#: A CNN, a fixed-shape transformer's GPU path, dynamic and static quantization, a classifier with ZipMap.
-MODELS = ["resnet_ts", "gpt2_ts", "bert_ts", "bert_ts_qdyn", "cnn_ts_qstatic", "resnet_ts_qdq", "sk_logreg_zipmap"]
+#: A CNN, a 1-D conv net (NHWC on the NPU inside onnxruntime), fixed-shape transformers on the GPU,
+#: dynamic and static quantization, a classifier with ZipMap.
+MODELS = ["resnet_ts", "gpt2_ts", "bert_ts", "whisper_encoder_ts", "bert_ts_qdyn", "cnn_ts_qstatic", "resnet_ts_qdq",
+          "sk_logreg_zipmap"]
 RUNTIMES = "onnxhal,onnxruntime" if tuple(int(x) for x in onnxruntime.__version__.split(".")[:2]) >= (1, 24) \
     else "onnxhal"  # virtual devices inside onnxruntime need 1.24
 
@@ -25,7 +27,7 @@ RUNTIMES = "onnxhal,onnxruntime" if tuple(int(x) for x in onnxruntime.__version_
 def test_quick_sweep_has_no_failed_cell(tmp_path):
     out = tmp_path / "cells.json"
     done = subprocess.run([sys.executable, "benchmarks/device_sweep.py", "--models", ",".join(MODELS),
-                           "--profiles", "generic-npu,generic-gpu", "--runtimes", RUNTIMES, "--timeout", "120",
+                           "--profiles", "generic-npu,integrated-gpu", "--runtimes", RUNTIMES, "--timeout", "120",
                            "--json", str(out), "--junit", str(tmp_path / "sweep.xml")],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     cells = json.loads(out.read_text())

@@ -619,8 +619,110 @@ def encoder_models(out: str) -> list[str]:
     return made
 
 
+@torch.jit.script_if_tracing
+def _vad_resample(x: torch.Tensor, sr: torch.Tensor) -> torch.Tensor:
+    if bool(sr == 16000):  # exported as an If: 16 kHz audio is halved to the 8 kHz front end's rate
+        y = x[:, ::2]
+    else:
+        y = x * 1.0
+    return y
+
+
+@torch.jit.script_if_tracing
+def _vad_scan(feats: torch.Tensor, h: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor,
+              bias: torch.Tensor) -> torch.Tensor:
+    for t in range(feats.shape[2]):  # exported as a Loop over the frames
+        gates = torch.matmul(feats[:, :, t], w_ih.t()) + torch.matmul(h, w_hh.t()) + bias
+        z = torch.sigmoid(gates[:, :16])
+        n = torch.tanh(gates[:, 16:])
+        h = (1.0 - z) * n + z * h
+    return h
+
+
+class _StreamingVad(torch.nn.Module):
+    """A streaming voice-activity detector as shipped VAD models are written: the sampling rate
+    picks the resampling with ``if`` (an If node), a recurrent state comes in and goes out, and the
+    chunk's frames are scanned with a ``for`` loop (a Loop node)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.front = torch.nn.Conv1d(1, 16, 4, stride=2)
+        self.w_ih = torch.nn.Parameter(torch.randn(32, 16) * 0.3)
+        self.w_hh = torch.nn.Parameter(torch.randn(32, 16) * 0.3)
+        self.bias = torch.nn.Parameter(torch.randn(32) * 0.1)
+        self.out = torch.nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor, sr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        feats = torch.relu(self.front(_vad_resample(x, sr).unsqueeze(1)))
+        h = _vad_scan(feats, state, self.w_ih, self.w_hh, self.bias)
+        return torch.sigmoid(self.out(h)), h
+
+
+class _Crnn(torch.nn.Module):
+    """A text-line recognizer: a conv backbone over a 16-pixel-high line of any width, the width
+    as the sequence of a bidirectional LSTM, a per-step classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d((2, 1)))
+        self.rnn = torch.nn.LSTM(16 * 4, 24, bidirectional=True)
+        self.fc = torch.nn.Linear(48, 12)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        f = self.conv(image)                       # [B, 16, 4, W/2]
+        b, c, h, w = f.shape
+        seq = f.permute(3, 0, 1, 2).reshape(w, b, c * h)
+        out, _ = self.rnn(seq)
+        return torch.log_softmax(self.fc(out), dim=-1)
+
+
+def device_models(out: str) -> list[str]:
+    """Models of the classes the device paths got wrong: a streaming VAD with If and Loop bodies
+    (TorchScript, so the control flow is exported as such), a CRNN with a dynamic width, and the
+    CRNN dynamically quantized with its convolutions (DynamicQuantizeLinear + ConvInteger, as
+    onnxruntime's quantize_dynamic writes them)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    made = []
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    vad = _StreamingVad().eval()
+    path = os.path.join(out, "vad_if_loop_ts.onnx")
+    a = {"x": rng.standard_normal((2, 64)).astype(np.float32), "state": np.zeros((2, 16), np.float32),
+         "sr": np.array(16000, np.int64)}
+    b = {"x": rng.standard_normal((1, 48)).astype(np.float32), "state": rng.standard_normal((1, 16)).astype(np.float32),
+         "sr": np.array(8000, np.int64)}
+    torch.onnx.export(vad, tuple(torch.from_numpy(a[n]) for n in a), path, dynamo=False, input_names=list(a),
+                      output_names=["prob", "state_out"], opset_version=17,
+                      dynamic_axes={"x": {0: "batch", 1: "samples"}, "state": {0: "batch"}, "prob": {0: "batch"},
+                                    "state_out": {0: "batch"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, {"a": a, "b": b})
+    made.append(path)
+
+    crnn = _Crnn().eval()
+    path = os.path.join(out, "crnn_ts.onnx")
+    a = {"image": rng.standard_normal((2, 1, 16, 40)).astype(np.float32)}
+    b = {"image": rng.standard_normal((1, 1, 16, 64)).astype(np.float32)}
+    torch.onnx.export(crnn, (torch.from_numpy(a["image"]),), path, dynamo=False, input_names=["image"],
+                      output_names=["log_probs"], opset_version=17,
+                      dynamic_axes={"image": {0: "batch", 3: "width"}, "log_probs": {0: "steps", 1: "batch"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, {"a": a, "b": b})
+    made.append(path)
+    qpath = os.path.join(out, "crnn_ts_qdyn.onnx")
+    quantize_dynamic(path, qpath, weight_type=QuantType.QUInt8, op_types_to_quantize=["Conv", "MatMul", "LSTM"])
+    _save(onnx.load(qpath), qpath)
+    save_outputs(qpath, {"a": a, "b": b})
+    made.append(qpath)
+    return made
+
+
 GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out: sklearn_models(out),
-          "encoders": lambda out: encoder_models(out), "decoders": lambda out: decoder_models(out)}
+          "encoders": lambda out: encoder_models(out), "decoders": lambda out: decoder_models(out),
+          "devices": lambda out: device_models(out)}
 
 
 def main() -> None:

@@ -84,6 +84,7 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "GetDimensionsCount": (_S, (P, POINTER(c_size_t))),
     "GetDimensions": (_S, (P, POINTER(c_int64), c_size_t)),
     "GetSymbolicDimensions": (_S, (P, POINTER(c_char_p), c_size_t)),
+    "TensorTypeAndShape_HasShape": (c_bool, (P,)),
     "ValueInfo_GetInitializerValue": (_S, (P, PP)),
     "ValueInfo_IsConstantInitializer": (_S, (P, POINTER(c_bool))),
     "GetTensorTypeAndShape": (_S, (P, PP)),

@@ -38,6 +38,16 @@ def type_and_shape(api: OrtApi, info: int, symbolic: bool = True) -> tuple[int, 
     return elem.value, list(dims), [(s or b"").decode() for s in names]
 
 
+def has_shape(api: OrtApi, info: int, rank: int) -> bool:
+    """Whether an OrtTensorTypeAndShapeInfo carries a shape: onnxruntime reads a type declared with
+    no shape as rank 0 (onnxruntime_typeinfo.cc). ``TensorTypeAndShape_HasShape`` tells them apart
+    from onnxruntime 1.24; before it a rank of 0 is taken as unknown, never as a scalar."""
+    query = api.ort.get("TensorTypeAndShape_HasShape")
+    if query is not None:
+        return bool(query(info))
+    return rank > 0
+
+
 def dtype_and_shape(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...]]:
     """numpy dtype and shape of an OrtValue tensor."""
     info = c_void_p()

@@ -1,0 +1,138 @@
+"""Control-flow bodies, unshaped values and constants inside real onnxruntime through onnxhal's
+plugin library: small models run under PREFER_GPU and PREFER_NPU and compared with onnxruntime's
+CPU EP, one check per subprocess (``python -m tests.ort_bridge_control_flow NAME``, as
+``tests/ort_bridge_checks.py``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import onnxruntime as ort  # noqa: E402
+
+import onnxhal.ort_plugin as plugin  # noqa: E402
+from tests.models import make, vi  # noqa: E402
+
+PROFILES = ["generic-npu", "generic-gpu"]
+POLICIES = ("PREFER_GPU", "PREFER_NPU")
+X = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
+
+
+def constant(name: str, value) -> helper.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value)), name=f"{name}_node")
+
+
+# -- models ----------------------------------------------------------------------------------------
+def outer_initializer():
+    """An If whose branches read the main graph's initializer 'w', its value 'a' and a Constant of
+    their own; the condition is computed, so onnxruntime keeps the If."""
+    w = numpy_helper.from_array(np.linspace(-1, 1, 8).astype(np.float32).reshape(2, 4), "w")
+    zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
+    then_g = helper.make_graph([constant("tc", np.full((2, 4), 0.5, np.float32)),
+                                helper.make_node("Add", ["a", "tc"], ["t1"], name="then_add"),
+                                helper.make_node("Mul", ["t1", "w"], ["t"], name="then_mul")], "then", [], [vi("t", None)])
+    else_g = helper.make_graph([constant("ec", np.full((2, 4), 2.0, np.float32)),
+                                helper.make_node("Sub", ["a", "ec"], ["e1"], name="else_sub"),
+                                helper.make_node("Mul", ["e1", "w"], ["e"], name="else_mul")], "else", [], [vi("e", None)])
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="add"),
+             helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="greater"),
+             helper.make_node("If", ["c"], ["y0"], then_branch=then_g, else_branch=else_g, name="if"),
+             helper.make_node("Mul", ["y0", "x"], ["y"], name="mul")]
+    model = make(nodes, [vi("x", [2, 4])], [vi("y", [2, 4])], [w, zero])
+    return model, [{"x": X}, {"x": -X - 2}]
+
+
+def nested_constants():
+    """An If inside an If branch whose nodes read Constants of the enclosing branch (onnxruntime makes
+    them that branch's initializers), including a Reshape's shape."""
+    inner_then = helper.make_graph([helper.make_node("Mul", ["x", "k"], ["it1"], name="inner_then_mul"),
+                                    helper.make_node("Add", ["it1", "k"], ["it2"], name="inner_then_add"),
+                                    helper.make_node("Reshape", ["it2", "kshape"], ["it3"], name="inner_then_reshape"),
+                                    helper.make_node("Reshape", ["it3", "kback"], ["it"], name="inner_then_back")],
+                                   "inner_then", [], [vi("it", [2, 4])])
+    inner_else = helper.make_graph([helper.make_node("Sub", ["x", "k"], ["ie1"], name="inner_else_sub"),
+                                    helper.make_node("Mul", ["ie1", "k"], ["ie"], name="inner_else_mul")],
+                                   "inner_else", [], [vi("ie", [2, 4])])
+    outer_else = helper.make_graph([constant("k", np.full((2, 4), 1.5, np.float32)),
+                                    constant("kshape", np.array([4, 2], np.int64)),
+                                    constant("kback", np.array([2, 4], np.int64)),
+                                    helper.make_node("If", ["c2"], ["oe"], then_branch=inner_then,
+                                                     else_branch=inner_else, name="inner_if")],
+                                   "outer_else", [], [vi("oe", [2, 4])])
+    outer_then = helper.make_graph([helper.make_node("Neg", ["x"], ["ot1"], name="outer_then_neg"),
+                                    helper.make_node("Relu", ["ot1"], ["ot"], name="outer_then_relu")],
+                                   "outer_then", [], [vi("ot", [2, 4])])
+    nodes = [helper.make_node("If", ["c"], ["y0"], then_branch=outer_then, else_branch=outer_else, name="outer_if"),
+             helper.make_node("Add", ["y0", "x"], ["y"], name="add")]
+    model = make(nodes, [vi("x", [2, 4]), vi("c", [], TensorProto.BOOL), vi("c2", [], TensorProto.BOOL)],
+                 [vi("y", [2, 4])])
+    return model, [{"x": X, "c": np.array(c), "c2": np.array(c2)} for c, c2 in ((False, True), (False, False), (True, False))]
+
+
+def unshaped_values():
+    """A graph input and an If output declared with no shape (the branches disagree on the rank),
+    read by device nodes: their shape is unknown, not rank 0."""
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="then_relu")], "then", [], [vi("t", None)])
+    else_g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["e"], keepdims=0, name="else_sum")],
+                               "else", [], [vi("e", None)])
+    nodes = [helper.make_node("Neg", ["x"], ["n"], name="neg"),
+             helper.make_node("If", ["c"], ["y0"], then_branch=then_g, else_branch=else_g, name="if"),
+             helper.make_node("Add", ["y0", "n"], ["y"], name="add"),
+             helper.make_node("Relu", ["z"], ["r"], name="shaped_relu")]  # shaped: the device keeps it
+    model = make(nodes, [vi("x", None), vi("c", [], TensorProto.BOOL), vi("z", [2, 4])], [vi("y", None), vi("r", [2, 4])])
+    return model, [{"x": X, "c": np.array(c), "z": X} for c in (True, False)]
+
+
+# -- running ---------------------------------------------------------------------------------------
+def register() -> None:
+    plugin.configure(profiles=PROFILES)
+    ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+
+
+def run_case(model, feeds_list: list[dict]) -> dict:
+    """Each policy's session against onnxruntime's CPU EP: the largest error and the reference's
+    scale over all feeds, the nodes the simulated EP took, or the error that stopped it."""
+    blob = model.SerializeToString()
+    cpu = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    out: dict = {}
+    for policy in POLICIES:
+        so = ort.SessionOptions()
+        so.set_provider_selection_policy(getattr(ort.OrtExecutionProviderDevicePolicy, policy))
+        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        try:
+            sess = ort.InferenceSession(blob, so)
+            err = scale = 0.0
+            for feeds in feeds_list:
+                for a, b in zip(sess.run(None, feeds), cpu.run(None, feeds)):
+                    err = max(err, float(np.abs(a - b).max()))
+                    scale = max(scale, float(np.abs(b).max()))
+            device = sorted(n.name for s in sess.get_provider_graph_assignment_info()
+                            if s.ep_name != "CPUExecutionProvider" for n in s.get_nodes())
+            out[policy] = {"err": err, "scale": scale, "device_nodes": device, "error": None}
+        except Exception as e:  # onnxruntime's own error types
+            out[policy] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
+    return out
+
+
+def control_flow() -> dict:
+    register()
+    from onnxhal.simulators.profiles import load_profile
+
+    cases = {"outer_initializer": outer_initializer(), "nested_constants": nested_constants(),
+             "unshaped_values": unshaped_values()}
+    result = {name: run_case(model, feeds) for name, (model, feeds) in cases.items()}
+    result["tolerance"] = {p: [load_profile(p).rtol, load_profile(p).atol] for p in PROFILES}
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(globals()[sys.argv[1]]()))
+    sys.stdout.flush()

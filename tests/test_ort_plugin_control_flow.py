@@ -1,0 +1,55 @@
+"""Control flow, unshaped values and constants inside real onnxruntime through onnxhal's plugin
+library (``tests/ort_bridge_control_flow.py``; each check in a subprocess, as test_ort_plugin.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILE = {"PREFER_GPU": "generic-gpu", "PREFER_NPU": "generic-npu"}
+
+
+def run_check(name: str, timeout: float = 300) -> dict:
+    done = subprocess.run([sys.executable, "-m", "tests.ort_bridge_control_flow", name], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"check {name} exited with {done.returncode}:\n{done.stderr[-4000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def assert_matches(r: dict, case: str, device_nodes: set[str]) -> None:
+    """Every policy ran ``case`` within its profile's tolerance of onnxruntime's CPU EP, with at least
+    ``device_nodes`` on the simulated device."""
+    for policy, cell in r[case].items():
+        assert cell["error"] is None, f"{case} under {policy}: {cell['error']}\n{cell.get('trace', '')}"
+        rtol, atol = r["tolerance"][PROFILE[policy]]
+        assert cell["err"] <= atol + rtol * cell["scale"], (case, policy, cell)
+        assert device_nodes <= set(cell["device_nodes"]), (case, policy, cell["device_nodes"])
+
+
+@pytest.fixture(scope="module")
+def control_flow() -> dict:
+    return run_check("control_flow")
+
+
+def test_if_branches_read_initializers_of_the_enclosing_graph(control_flow):
+    # onnxruntime neither lists 'w' among a branch's initializers nor feeds it to the fused node.
+    assert_matches(control_flow, "outer_initializer", {"then_add", "then_mul", "else_sub", "else_mul"})
+
+
+def test_nested_if_reads_constants_of_the_enclosing_branch(control_flow):
+    assert_matches(control_flow, "nested_constants", {"inner_then_mul", "inner_else_sub", "inner_else_mul"})
+
+
+def test_a_value_declared_without_shape_is_unknown_not_a_scalar(control_flow):
+    # Its readers stay on the CPU EP (both profiles need known shapes); the shaped branch-free Relu
+    # still runs on the device.
+    assert_matches(control_flow, "unshaped_values", {"shaped_relu"})
+    for cell in control_flow["unshaped_values"].values():
+        assert not {"neg", "add", "then_relu", "else_sum"} & set(cell["device_nodes"])

@@ -91,6 +91,35 @@ def unshaped_values():
     return model, [{"x": X, "c": np.array(c), "z": X} for c in (True, False)]
 
 
+def string_constants():
+    """String constants in the main graph and in an If branch (a string initializer, a Constant node,
+    a Constant's tensor attribute read by the EP) beside float nodes the device should take."""
+    labels = numpy_helper.from_array(np.array([b"neg", b"pos"], dtype=object), "labels")
+    then_g = helper.make_graph([constant("tag_then", np.array([b"yes"], dtype=object)),
+                                helper.make_node("Identity", ["tag_then"], ["t"], name="then_identity")],
+                               "then", [], [vi("t", [1], TensorProto.STRING)])
+    else_g = helper.make_graph([constant("tag_else", np.array([b"no"], dtype=object)),
+                                helper.make_node("Identity", ["tag_else"], ["e"], name="else_identity")],
+                               "else", [], [vi("e", [1], TensorProto.STRING)])
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["y"], name="relu"),
+             helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0, name="max"),
+             helper.make_node("Cast", ["m"], ["mi"], to=TensorProto.INT64, name="cast"),
+             helper.make_node("Clip", ["mi", "lo", "hi"], ["idx0"], name="clip"),
+             helper.make_node("Reshape", ["idx0", "one_dim"], ["idx"], name="reshape"),
+             helper.make_node("Gather", ["labels", "idx"], ["label"], name="gather"),
+             constant("sep", np.array([b"|"], dtype=object)),
+             helper.make_node("Concat", ["label", "sep"], ["text0"], axis=0, name="concat"),
+             helper.make_node("Greater", ["m", "zero"], ["c"], name="greater"),
+             helper.make_node("If", ["c"], ["tag"], then_branch=then_g, else_branch=else_g, name="if"),
+             helper.make_node("Concat", ["text0", "tag"], ["text"], axis=0, name="concat_tag")]
+    inits = [labels, numpy_helper.from_array(np.array(0, np.int64), "lo"),
+             numpy_helper.from_array(np.array(1, np.int64), "hi"), numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.array([1], np.int64), "one_dim")]
+    model = make(nodes, [vi("x", [2, 4])], [vi("y", [2, 4]), vi("text", [3], TensorProto.STRING)], inits)
+    return model, [{"x": X}, {"x": -X - 5}]
+
+
 # -- running ---------------------------------------------------------------------------------------
 def register() -> None:
     plugin.configure(profiles=PROFILES)
@@ -112,6 +141,9 @@ def run_case(model, feeds_list: list[dict]) -> dict:
             err = scale = 0.0
             for feeds in feeds_list:
                 for a, b in zip(sess.run(None, feeds), cpu.run(None, feeds)):
+                    if b.dtype == object:  # strings: equal or not
+                        err = max(err, 0.0 if a.tolist() == b.tolist() else float("inf"))
+                        continue
                     err = max(err, float(np.abs(a - b).max()))
                     scale = max(scale, float(np.abs(b).max()))
             device = sorted(n.name for s in sess.get_provider_graph_assignment_info()
@@ -127,7 +159,7 @@ def control_flow() -> dict:
     from onnxhal.simulators.profiles import load_profile
 
     cases = {"outer_initializer": outer_initializer(), "nested_constants": nested_constants(),
-             "unshaped_values": unshaped_values()}
+             "unshaped_values": unshaped_values(), "string_constants": string_constants()}
     result = {name: run_case(model, feeds) for name, (model, feeds) in cases.items()}
     result["tolerance"] = {p: [load_profile(p).rtol, load_profile(p).atol] for p in PROFILES}
     return result

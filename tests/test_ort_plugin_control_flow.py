@@ -20,7 +20,9 @@ def run_check(name: str, timeout: float = 300) -> dict:
     done = subprocess.run([sys.executable, "-m", "tests.ort_bridge_control_flow", name], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"check {name} exited with {done.returncode}:\n{done.stderr[-4000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["stderr"] = done.stderr
+    return result
 
 
 def assert_matches(r: dict, case: str, device_nodes: set[str]) -> None:
@@ -53,3 +55,10 @@ def test_a_value_declared_without_shape_is_unknown_not_a_scalar(control_flow):
     assert_matches(control_flow, "unshaped_values", {"shaped_relu"})
     for cell in control_flow["unshaped_values"].values():
         assert not {"neg", "add", "then_relu", "else_sum"} & set(cell["device_nodes"])
+
+
+def test_string_constants_leave_the_rest_of_the_graph_to_the_device(control_flow):
+    # A string initializer, Constant nodes (main graph and If branches): read, never offered to a
+    # partition, and no GetCapability error; the float nodes beside them run on the device.
+    assert_matches(control_flow, "string_constants", {"add", "relu"})
+    assert "GetCapability" not in control_flow["stderr"], control_flow["stderr"][-2000:]

@@ -8,7 +8,8 @@ what onnxruntime wants back in ``EpGraphSupportInfo_AddNodesToFuse``.
 
 Not carried: the subgraph attributes of control-flow nodes (If/Loop/Scan attributes of type GRAPH:
 onnxruntime asks the EP about each subgraph separately, so the nodes inside them are offered, but an
-EP cannot claim the control-flow node itself), sparse initializers, string tensors.
+EP cannot claim the control-flow node itself), sparse initializers. String constants are read (as
+object arrays); string values never cross into a partition (tensors.dtype_of refuses them).
 
 A subgraph's hal graph holds, among its initializers, those of enclosing graphs that its nodes read.
 """
@@ -95,7 +96,7 @@ class GraphWalk:
             value = c_void_p()
             self.api.call("OpAttr_GetTensorAttributeAsOrtValue", attr, ctypes.byref(value))
             try:
-                arr = tensors.view(self.api, value.value).copy()
+                arr = tensors.copy_of(self.api, value.value)
             finally:
                 self.api.ort["ReleaseValue"](value)
             return helper.make_attribute(name, numpy_helper.from_array(arr))
@@ -163,7 +164,7 @@ class GraphWalk:
             return  # not an initializer, or one in external data onnxruntime has not loaded: the EP asks
         const = c_bool()
         self.api.call("ValueInfo_IsConstantInitializer", vi, ctypes.byref(const))
-        initializers[info.name] = tensors.view(self.api, value.value).copy()
+        initializers[info.name] = tensors.copy_of(self.api, value.value)
         if not const.value:
             overridable.append(info)
 

@@ -90,6 +90,8 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "GetTensorTypeAndShape": (_S, (P, PP)),
     "ReleaseTensorTypeAndShapeInfo": (None, (P,)),
     "GetTensorMutableData": (_S, (P, PP)),
+    "GetStringTensorDataLength": (_S, (P, POINTER(c_size_t))),
+    "GetStringTensorContent": (_S, (P, c_void_p, c_size_t, POINTER(c_size_t), c_size_t)),
     "ReleaseValue": (None, (P,)),
     "KernelContext_GetInputCount": (_S, (P, POINTER(c_size_t))),
     "KernelContext_GetOutputCount": (_S, (P, POINTER(c_size_t))),

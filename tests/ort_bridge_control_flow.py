@@ -6,6 +6,7 @@ CPU EP, one check per subprocess (``python -m tests.ort_bridge_control_flow NAME
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import traceback
 from pathlib import Path
@@ -120,13 +121,33 @@ def string_constants():
     return model, [{"x": X}, {"x": -X - 5}]
 
 
+def unshaped_layer_norm():
+    """A Transpose and a written-out layer normalisation (as torch exports it) on an input declared
+    with no shape: both the nodes as written and onnxruntime's fused LayerNormalization."""
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+             numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "gamma")]
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1], name="transpose"),
+             helper.make_node("ReduceMean", ["xt"], ["mean"], axes=[-1], name="mean"),
+             helper.make_node("Sub", ["xt", "mean"], ["d"], name="sub"),
+             helper.make_node("Pow", ["d", "two"], ["d2"], name="pow"),
+             helper.make_node("ReduceMean", ["d2"], ["var"], axes=[-1], name="var"),
+             helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+             helper.make_node("Sqrt", ["ve"], ["sd"], name="sqrt"),
+             helper.make_node("Div", ["d", "sd"], ["n"], name="div"),
+             helper.make_node("Mul", ["n", "gamma"], ["y0"], name="scale"),
+             helper.make_node("Add", ["y0", "gamma"], ["y"], name="shift")]
+    model = make(nodes, [vi("x", None)], [vi("y", None)], inits)
+    return model, [{"x": np.random.default_rng(0).standard_normal((2, 8, 4)).astype(np.float32)}]
+
+
 # -- running ---------------------------------------------------------------------------------------
 def register() -> None:
     plugin.configure(profiles=PROFILES)
     ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
 
 
-def run_case(model, feeds_list: list[dict]) -> dict:
+def run_case(model, feeds_list: list[dict], optimize: bool = True) -> dict:
     """Each policy's session against onnxruntime's CPU EP: the largest error and the reference's
     scale over all feeds, the nodes the simulated EP took, or the error that stopped it."""
     blob = model.SerializeToString()
@@ -136,6 +157,8 @@ def run_case(model, feeds_list: list[dict]) -> dict:
         so = ort.SessionOptions()
         so.set_provider_selection_policy(getattr(ort.OrtExecutionProviderDevicePolicy, policy))
         so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        if not optimize:
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
             sess = ort.InferenceSession(blob, so)
             err = scale = 0.0
@@ -154,13 +177,29 @@ def run_case(model, feeds_list: list[dict]) -> dict:
     return out
 
 
+class Records(logging.Handler):
+    """onnxhal's log records at WARNING and above, as text."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+
 def control_flow() -> dict:
+    records = Records()
+    logging.getLogger("onnxhal").addHandler(records)
     register()
     from onnxhal.simulators.profiles import load_profile
 
     cases = {"outer_initializer": outer_initializer(), "nested_constants": nested_constants(),
              "unshaped_values": unshaped_values(), "string_constants": string_constants()}
     result = {name: run_case(model, feeds) for name, (model, feeds) in cases.items()}
+    result["unshaped_layer_norm"] = run_case(*unshaped_layer_norm())
+    result["unshaped_layer_norm_as_written"] = run_case(*unshaped_layer_norm(), optimize=False)
+    result["log"] = records.lines
     result["tolerance"] = {p: [load_profile(p).rtol, load_profile(p).atol] for p in PROFILES}
     return result
 

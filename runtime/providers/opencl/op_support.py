@@ -17,15 +17,32 @@ of the signature. Without ``allow_dynamic`` (a plan being built) every shape mus
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import ELEMENTWISE_OPS
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_CODES
+
+#: What inspecting or lowering a node may raise. An OrtError is a limit of this EP (its message is
+#: the decline reason); anything else is a bug in onnxhal, reported by ``decline_reason``.
+INSPECTION_ERRORS = (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError)
+
+
+def decline_reason(exc: BaseException, logger: logging.Logger, what: str) -> str:
+    """The reason to record for declining what raised ``exc`` while ``what``: an OrtError's type and message;
+    any other exception is an internal error, never passed off as a limit of the device: logged as an
+    error with its traceback, and named as such in the reason."""
+    if isinstance(exc, OrtError):
+        return f"{type(exc).__name__}: {exc}"
+    logger.error("OpenCL EP: internal error while %s: %s: %s", what, type(exc).__name__, exc, exc_info=exc)
+    return f"internal error in onnxhal's OpenCL EP ({type(exc).__name__}: {exc}; traceback in the log)"
+
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "ReduceProd": 4,
@@ -126,7 +143,7 @@ def fused_activation_spec(node: Node) -> tuple[int, float, float]:
     act = node.attr("activation", "")
     params = [float(p) for p in node.attr("activation_params", [])] + [0.0, 0.0]
     if act not in _EPILOGUE_CODES:
-        raise ValueError(f"{node.op_type} activation {act!r} has no OpenCL epilogue")
+        raise OrtNotImplemented(f"{node.op_type} activation {act!r} has no OpenCL epilogue")
     if act == "Clip" and len(params) == 2:
         params = [-np.inf, np.inf]
     return _EPILOGUE_CODES[act], params[0], params[1]
@@ -187,7 +204,7 @@ def runtime_param_ok(node: Node, lookup: GraphLookup, index: int) -> bool:
 def _rank(lookup: GraphLookup, name: str) -> int:
     dims = lookup.dims(name)
     if dims is None:
-        raise ValueError(f"{name!r} has no known rank")
+        raise OrtNotImplemented(f"{name!r} has no known rank")
     return len(dims)
 
 

@@ -204,6 +204,52 @@ def control_flow() -> dict:
     return result
 
 
+def crossing_groups():
+    """Two groups each convex alone that feed each other: A = {a1, a2}, B = {b1, b2}, b1 reads a1
+    and a2 reads b2. Fusing both would make a cycle."""
+    nodes = [helper.make_node("Add", ["x", "x"], ["p"], name="a1"),
+             helper.make_node("Relu", ["x"], ["r"], name="b2"),
+             helper.make_node("Mul", ["p", "x"], ["q"], name="b1"),
+             helper.make_node("Add", ["r", "x"], ["s"], name="a2"),
+             helper.make_node("Sub", ["q", "s"], ["y"], name="join")]
+    return make(nodes, [vi("x", [2, 4])], [vi("y", [2, 4])]), {"x": X}
+
+
+def cyclic_claims() -> dict:
+    """The toy EP (tests/plugins) claims both crossing groups, inside onnxruntime and in onnxhal."""
+    import onnxhal
+
+    records = Records()
+    logging.getLogger("onnxhal").addHandler(records)
+    toy = str(Path(__file__).resolve().parent / "plugins" / "toy_fusing_ep.py")
+    options = {"mode": "script", "groups": "a1+a2;b1+b2"}
+    model, feeds = crossing_groups()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    plugin.configure(library=toy)
+    ort.register_execution_provider_library("toy.virtual", plugin.library_path())
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices([next(d for d in ort.get_ep_devices() if d.ep_name == "ToyA")], options)
+    out: dict = {}
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), so)
+        out["bridge"] = {"err": float(np.abs(sess.run(None, feeds)[0] - ref).max()),
+                         "groups": sorted(sorted(n.name for n in s.get_nodes()) for s in sess.get_provider_graph_assignment_info()
+                                          if s.ep_name == "ToyA"), "error": None}
+    except Exception as e:
+        out["bridge"] = {"error": f"{type(e).__name__}: {e}"}
+    onnxhal.register_execution_provider_library("toy", toy)
+    hso = onnxhal.SessionOptions()
+    hso.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    hso.add_provider_for_devices([next(d for d in onnxhal.get_ep_devices() if d.ep_name == "ToyA")], options)
+    own = onnxhal.InferenceSession(model, hso)
+    out["onnxhal"] = {"err": float(np.abs(own.run(None, feeds)[0] - ref).max()),
+                      "groups": sorted(sorted(n.name for n in s.get_nodes()) for s in own.get_provider_graph_assignment_info()
+                                       if s.ep_name == "ToyA")}
+    out["log"] = records.lines
+    return out
+
+
 if __name__ == "__main__":
     print(json.dumps(globals()[sys.argv[1]]()))
     sys.stdout.flush()

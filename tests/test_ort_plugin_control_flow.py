@@ -73,3 +73,13 @@ def test_unshaped_values_never_reach_a_lowering_as_scalars(control_flow):
     assert not [line for line in control_flow["log"] if "out of range" in line or "internal error" in line], \
         control_flow["log"]
     assert "GetCapability" not in control_flow["stderr"], control_flow["stderr"][-2000:]
+
+
+def test_groups_that_would_fuse_into_a_cycle_are_checked_together():
+    # Each group alone is convex; together they would make onnxruntime's graph cyclic ("the graph is
+    # not acyclic" failed the session). The later group is left to the CPU EP, as in onnxhal.
+    r = run_check("cyclic_claims")
+    assert r["bridge"]["error"] is None, r["bridge"]["error"]
+    assert r["bridge"]["err"] == 0.0 and r["onnxhal"]["err"] == 0.0
+    assert r["bridge"]["groups"] == r["onnxhal"]["groups"] == [["a1", "a2"]]
+    assert any("not claiming 'b1', 'b2'" in line for line in r["log"]), r["log"]

@@ -30,6 +30,7 @@ from onnxhal.hal.ep import (
 from onnxhal.hal.ep_api import EpApi
 from onnxhal.hal.ep_device import OrtEpDevice
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.fused_groups import outside_nodes_between
 from onnxhal.hal.graph import Graph
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryInfo
@@ -261,6 +262,28 @@ def group_signature(graph: Graph) -> tuple:
     return nodes, len(graph.inputs), edges, tuple(sorted(graph.initializers))
 
 
+def acyclic_claims(graph: Graph, groups: list[tuple[list, Any]], ep_name: str) -> list[tuple[list, Any]]:
+    """``groups`` (nodes, fusion options) that onnxruntime can fuse together: each fused group
+    becomes one node, so two groups that each pass alone but feed each other would make onnxruntime's
+    graph cyclic and fail the session ("the graph is not acyclic"). As onnxhal's partitioner
+    (``hal/fused_groups.py``), each group is checked against those accepted before it and a group
+    that closes a cycle is left to the other EPs, with a warning."""
+    accepted: list[tuple[list, Any]] = []
+    fused: list[set[int]] = []
+    for nodes, options in groups:
+        ids = {id(n) for n in nodes}
+        between = outside_nodes_between(graph, ids, fused)
+        if between:
+            logger.warning("%s: not claiming %s: node(s) %s outside the group (or in a group claimed before "
+                           "it) lie on a path between its members", ep_name,
+                           ", ".join(repr(n.name or n.op_type) for n in nodes[:5]),
+                           ", ".join(repr(n.name or n.op_type) for n in between[:5]))
+            continue
+        accepted.append((nodes, options))
+        fused.append(ids)
+    return accepted
+
+
 class EpAdapter:
     """One session's ``hal.Ep`` as an OrtEp."""
 
@@ -287,11 +310,13 @@ class EpAdapter:
         support = EpGraphSupportInfo(walk.graph)
         self.ep.get_capability(walk.graph, support)
         # A single node runs through the EP's kernel: presented to onnxruntime as a group of one.
-        groups = [([n], None) for n in support.single_nodes] + list(support.fused_groups)
-        self.single_nodes.update(n.name for n in support.single_nodes)
-        for nodes, options in support.fused_groups:
-            filtered = support.filtered_graph(nodes, options)
-            self.claimed_graphs[group_signature(filtered)] = filtered
+        groups = acyclic_claims(walk.graph, [([n], None) for n in support.single_nodes] + list(support.fused_groups),
+                                self.ep.name)
+        self.single_nodes.update(n.name for nodes, options in groups if options is None for n in nodes)
+        for nodes, options in groups:
+            if options is not None:
+                filtered = support.filtered_graph(nodes, options)
+                self.claimed_graphs[group_signature(filtered)] = filtered
         for nodes, options in groups:
             ptrs = (c_void_p * len(nodes))(*[walk.ort_nodes[id(n)] for n in nodes])
             fusion = FusionOptions(API_VERSION, bool(options and options.drop_constant_initializers))

@@ -204,6 +204,36 @@ def control_flow() -> dict:
     return result
 
 
+def explicit_devices() -> dict:
+    """The control-flow models on each simulated EP picked with add_provider_for_devices (onnxruntime
+    1.23 has no virtual devices, so no policy picks them there): claims in the main graph and in
+    subgraphs of one session."""
+    records = Records()
+    logging.getLogger("onnxhal").addHandler(records)
+    register()
+    out: dict = {"ort_version": ort.__version__}
+    for name, (model, feeds_list) in {"outer_initializer": outer_initializer(),
+                                      "nested_constants": nested_constants()}.items():
+        blob = model.SerializeToString()
+        cpu = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+        for ep in ("VirtualGpuExecutionProvider", "VirtualNpuExecutionProvider"):
+            so = ort.SessionOptions()
+            so.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == ep], {})
+            try:
+                sess = ort.InferenceSession(blob, so)
+                pairs = [(a, b) for f in feeds_list for a, b in zip(sess.run(None, f), cpu.run(None, f))]
+                out[f"{name}/{ep}"] = {"err": max(float(np.abs(a - b).max()) for a, b in pairs),
+                                       "scale": max(float(np.abs(b).max()) for _, b in pairs), "error": None}
+            except Exception as e:
+                out[f"{name}/{ep}"] = {"error": f"{type(e).__name__}: {e}"}
+    from onnxhal.simulators.profiles import load_profile
+
+    out["tolerance"] = {ep: [load_profile(p).rtol, load_profile(p).atol] for ep, p in
+                        (("VirtualGpuExecutionProvider", "generic-gpu"), ("VirtualNpuExecutionProvider", "generic-npu"))}
+    out["log"] = records.lines
+    return out
+
+
 def crossing_groups():
     """Two groups each convex alone that feed each other: A = {a1, a2}, B = {b1, b2}, b1 reads a1
     and a2 reads b2. Fusing both would make a cycle."""

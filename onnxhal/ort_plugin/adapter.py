@@ -298,6 +298,7 @@ class EpAdapter:
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}
         self.single_nodes: set[str] = set()  # names of nodes claimed with add_single_node
+        self.claiming_graph: tuple | None = None  # before onnxruntime 1.24: the one graph that gets claims
         # The filtered graph of each group get_capability claimed, by group_signature, until compile:
         # onnxruntime hands Compile graphs of its own, and the EP's plan made while claiming is keyed
         # by the filtered graph it planned (EpGraphSupportInfo.filtered_graph).
@@ -312,6 +313,20 @@ class EpAdapter:
         # A single node runs through the EP's kernel: presented to onnxruntime as a group of one.
         groups = acyclic_claims(walk.graph, [([n], None) for n in support.single_nodes] + list(support.fused_groups),
                                 self.ep.name)
+        if groups and not self.api.names_fused_groups_across_graphs:
+            # Claims in a second graph would reuse the first graph's kernel names
+            # (ort_api.DISTINCT_FUSED_NAMES_VERSION): the first graph that gets claims keeps the EP
+            # (onnxruntime asks about control-flow bodies before the graph holding them), by name and
+            # outputs, which onnxruntime's layout pass leaves as they are when it asks again.
+            key = (walk.graph.name, tuple(walk.graph.output_names))
+            if self.claiming_graph is None:
+                self.claiming_graph = key
+            elif key != self.claiming_graph:
+                logger.warning("%s: not claiming %d group(s) in graph %r: onnxruntime %s gives fused groups of two "
+                               "graphs one kernel name, and graph %r has claims (onnxruntime 1.24 and later takes "
+                               "both)", self.ep.name, len(groups), walk.graph.name, self.api.version_string,
+                               self.claiming_graph[0])
+                return
         self.single_nodes.update(n.name for nodes, options in groups if options is None for n in nodes)
         for nodes, options in groups:
             if options is not None:

@@ -234,6 +234,48 @@ def explicit_devices() -> dict:
     return out
 
 
+#: Conv nodes that load (shape inference lets them through) but that onnxruntime's CPU EP refuses at
+#: run time: (attributes, input shape, weight shape, bias length or None).
+INVALID_CONVS = {
+    "channels": ({}, (1, 4, 8, 8), (8, 3, 3, 3), None),
+    "group_channels": ({"group": 2}, (1, 4, 8, 8), (8, 3, 3, 3), None),
+    "group_outputs": ({"group": 2}, (1, 4, 8, 8), (3, 2, 3, 3), None),
+    "kernel_shape": ({"kernel_shape": [2, 2]}, (1, 4, 8, 8), (8, 4, 3, 3), None),
+    "bias": ({}, (1, 4, 8, 8), (8, 4, 3, 3), 5),
+}
+
+
+def invalid_convs() -> dict:
+    """Each invalid Conv on onnxruntime's CPU EP and under each policy: what the run raised (None if
+    it returned) and which EPs ran the node."""
+    register()
+    rng = np.random.default_rng(0)
+    out: dict = {}
+    for name, (attrs, xs, ws, bias) in INVALID_CONVS.items():
+        inits = [numpy_helper.from_array(rng.standard_normal(ws).astype(np.float32), "w")]
+        if bias is not None:
+            inits.append(numpy_helper.from_array(np.ones(bias, np.float32), "b"))
+        node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias is not None else []), ["y"], name="conv", **attrs)
+        blob = make([node], [vi("x", list(xs))], [vi("y", None)], inits).SerializeToString()
+        feeds = {"x": rng.standard_normal(xs).astype(np.float32)}
+        cells = {}
+        for policy in (None, *POLICIES):
+            so = ort.SessionOptions()
+            so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+            if policy is not None:
+                so.set_provider_selection_policy(getattr(ort.OrtExecutionProviderDevicePolicy, policy))
+            sess = ort.InferenceSession(blob, so, providers=None if policy else ["CPUExecutionProvider"])
+            try:
+                sess.run(None, feeds)
+                raised = None
+            except Exception as e:
+                raised = str(e)
+            cells[policy or "CPU"] = {"raised": raised,
+                                      "eps": sorted({s.ep_name for s in sess.get_provider_graph_assignment_info()})}
+        out[name] = cells
+    return out
+
+
 def crossing_groups():
     """Two groups each convex alone that feed each other: A = {a1, a2}, B = {b1, b2}, b1 reads a1
     and a2 reads b2. Fusing both would make a cycle."""

@@ -107,3 +107,17 @@ def test_claims_in_the_main_graph_and_in_subgraphs_of_one_session():
         assert cell["err"] <= atol + rtol * cell["scale"], (key, cell)
     one_graph = [line for line in r["log"] if "one kernel name" in line]
     assert bool(one_graph) == (ORT_VERSION < (1, 24)), one_graph
+
+
+@needs_virtual
+def test_the_devices_decline_conv_nodes_onnxruntime_refuses():
+    # Channels that do not match the weight and group, a kernel_shape that is not the weight's, a bias
+    # of the wrong length: the simulated devices computed an answer where onnxruntime fails.
+    r = run_check("invalid_convs")
+    r.pop("stderr")
+    assert len(r) == 5
+    for name, cells in r.items():
+        assert cells["CPU"]["raised"], (name, cells["CPU"])
+        for policy in ("PREFER_GPU", "PREFER_NPU"):
+            assert cells[policy]["eps"] == ["CPUExecutionProvider"], (name, policy, cells[policy])
+            assert cells[policy]["raised"], (name, policy)

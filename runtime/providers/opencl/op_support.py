@@ -208,11 +208,36 @@ def _rank(lookup: GraphLookup, name: str) -> int:
     return len(dims)
 
 
+def conv_shape_error(node: Node, x, w, bias) -> str | None:
+    """Why onnxruntime's CPU EP refuses a Conv over input dims ``x``, weight dims ``w`` and bias
+    dims ``bias`` (NCHW; None where unknown, symbolic dims skipped), or None. Its checks
+    (core/providers/cpu/nn/conv_attributes.h ValidateInputShape and ComputeKernelShape, conv.cc's
+    bias check) run at run time, after shape inference let the model load; a device that computed
+    such a node would answer where onnxruntime fails."""
+    group = node.attr("group", 1)
+    if w is None or x is None or len(w) < 2:
+        return None
+    c, m, kc = x[1] if len(x) > 1 else None, w[0], w[1]
+    if isinstance(c, int) and isinstance(kc, int) and c != kc * group:
+        return f"input channels {c} are not kernel channels {kc} x group {group} (onnxruntime refuses the node)"
+    if isinstance(m, int) and m % group:
+        return f"output channels {m} are not divisible by group {group} (onnxruntime refuses the node)"
+    kernel = node.attr("kernel_shape")
+    if kernel is not None and list(kernel) != list(w[2:]) and all(isinstance(d, int) for d in w[2:]):
+        return f"kernel_shape {list(kernel)} is not the weight's {list(w[2:])} (onnxruntime refuses the node)"
+    if bias is not None and (len(bias) != 1 or (isinstance(m, int) and isinstance(bias[0], int) and bias[0] != m)):
+        return f"bias of shape {list(bias)} is not [{m}] (onnxruntime refuses the node)"
+    return None
+
+
 def _check_conv(node: Node, lookup: GraphLookup) -> str | None:
     x = lookup.dims(node.inputs[0])
     if x is None or len(x) not in (3, 4):
         return f"Conv on rank {None if x is None else len(x)} input (only 1-D and 2-D)"
     w = lookup.shape(node.inputs[1])
+    bias = lookup.dims(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if (reason := conv_shape_error(node, x, None if w is None else list(w), bias)) is not None:
+        return reason
     if w is not None and all(isinstance(d, int) for d in x[2:]):  # the CPU EP's geometry refuses a kernel longer than its padded input, as onnxruntime
         from onnxhal.runtime.providers.op_geometry import ConvGeometry
 

@@ -322,6 +322,64 @@ def cyclic_claims() -> dict:
     return out
 
 
+def _long_running_session():
+    """A session whose run spends most of its time in the simulated GPU's Compute callbacks."""
+    n = 128
+    w = numpy_helper.from_array((np.eye(n) * 0.999).astype(np.float32), "w")
+    nodes, prev = [], "x"
+    for i in range(40):
+        nodes += [helper.make_node("MatMul", [prev, "w"], [f"m{i}"], name=f"matmul{i}"),
+                  helper.make_node("Sin" if i % 2 else "Cos", [f"m{i}"], [f"s{i}"], name=f"act{i}")]
+        prev = f"s{i}"
+    model = make(nodes, [vi("x", [n, n])], [vi(prev, [n, n])], [w])
+    register()
+    so = ort.SessionOptions()
+    so.set_provider_selection_policy(ort.OrtExecutionProviderDevicePolicy.PREFER_GPU)
+    return ort.InferenceSession(model.SerializeToString(), so), {"x": np.ones((n, n), np.float32)}
+
+
+def interrupted_runs() -> dict:
+    """Runs until SIGINT (the test sends it once "READY" is printed): the KeyboardInterrupt must
+    surface where ``run`` returns, as with onnxruntime alone."""
+    import signal
+    import time
+
+    sess, feeds = _long_running_session()
+    sess.run(None, feeds)
+    print("READY", flush=True)
+    start = time.time()
+    runs = 0
+    try:
+        while time.time() - start < 60:
+            sess.run(None, feeds)
+            runs += 1
+    except KeyboardInterrupt:
+        return {"raised": "KeyboardInterrupt", "runs": runs,
+                "handler_restored": signal.getsignal(signal.SIGINT) is signal.default_int_handler}
+    except Exception as e:
+        return {"raised": f"{type(e).__name__}: {e}", "runs": runs}
+    return {"raised": None, "runs": runs}
+
+
+def handler_after_failed_run() -> dict:
+    """A run that fails on the device leaves Python's SIGINT handler as it was."""
+    import signal
+
+    register()
+    model, feeds = outer_initializer()
+    so = ort.SessionOptions()
+    so.add_provider_for_devices([next(d for d in ort.get_ep_devices() if d.ep_name == "VirtualGpuExecutionProvider")],
+                                {"fault_transient_error_rate": "1.0", "fault_seed": "3"})
+    sess = ort.InferenceSession(model.SerializeToString(), so)
+    sess.disable_fallback()
+    try:
+        sess.run(None, feeds[0])
+        failed = None
+    except Exception as e:
+        failed = type(e).__name__
+    return {"failed": failed, "handler_restored": signal.getsignal(signal.SIGINT) is signal.default_int_handler}
+
+
 if __name__ == "__main__":
     print(json.dumps(globals()[sys.argv[1]]()))
     sys.stdout.flush()

@@ -121,3 +121,29 @@ def test_the_devices_decline_conv_nodes_onnxruntime_refuses():
         for policy in ("PREFER_GPU", "PREFER_NPU"):
             assert cells[policy]["eps"] == ["CPUExecutionProvider"], (name, policy, cells[policy])
             assert cells[policy]["raised"], (name, policy)
+
+
+@needs_virtual
+def test_ctrl_c_during_a_run_is_a_keyboard_interrupt_where_run_returns():
+    # It was onnxruntime's Fail: the KeyboardInterrupt aborted a Compute callback.
+    import signal
+    import time
+
+    child = subprocess.Popen([sys.executable, "-m", "tests.ort_bridge_control_flow", "interrupted_runs"], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "READY"
+        time.sleep(1.0)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err[-3000:]
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["raised"] == "KeyboardInterrupt" and r["handler_restored"], r
+
+
+@needs_virtual
+def test_a_failed_run_leaves_the_sigint_handler_as_it_was():
+    r = run_check("handler_after_failed_run")
+    assert r["failed"] and r["handler_restored"], r

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 pytest.importorskip("pyopencl")
 
 import onnxhal  # noqa: E402
+from onnxhal.hal.errors import NotImplemented as OrtNotImplemented  # noqa: E402
 from onnxhal.runtime.providers.opencl import dynamic_partition  # noqa: E402
 from tests.opencl_support import require_opencl  # noqa: E402
 
@@ -145,7 +146,7 @@ def test_a_shape_whose_plan_cannot_be_built_runs_on_the_host(opencl, monkeypatch
 
     def refuse_batch_3(graph, lookup):  # a test double: a lowering limit no real shape here reaches
         if lookup.shape(graph.input_names[0])[0] == 3:
-            raise ValueError("no kernel for batch 3")
+            raise OrtNotImplemented("no kernel for batch 3")
         return real(graph, lookup)
 
     monkeypatch.setattr(dynamic_partition, "build_plan", refuse_batch_3)
@@ -157,7 +158,7 @@ def test_a_shape_whose_plan_cannot_be_built_runs_on_the_host(opencl, monkeypatch
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
     (info,) = _dynamic_infos(sess)
     assert info.stats.host_runs == 2 and info.stats.misses == 2
-    assert list(info.stats.host_reasons.values()) == ["ValueError: no kernel for batch 3"]
+    assert list(info.stats.host_reasons.values()) == ["NotImplemented: no kernel for batch 3"]
 
 
 def test_profiling_trace_carries_the_shape_cache_figures(opencl, tmp_path):

@@ -264,3 +264,21 @@ def test_out_of_memory_in_compute_leaves_the_allocator_as_it_was(ocl):
     assert small.stats()["InUse"] == before
     tight.release()
     cinfo.release_state(state)
+
+
+def test_an_internal_error_is_logged_as_one_never_passed_off_as_a_decline_reason(ocl, caplog):
+    # A graph that declares a transposed value rank 0 (what onnxruntime's graph said of a value with
+    # no shape): lowering the Transpose fails inside onnxhal, which is a bug to report, not a limit
+    # of the device.
+    _, ep, _ = ocl
+    f32 = TensorProto.FLOAT
+    gp = helper.make_graph([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1], name="transpose"),
+                            helper.make_node("Relu", ["t"], ["y"], name="relu")], "g",
+                           [helper.make_tensor_value_info("x", f32, [])], [helper.make_tensor_value_info("y", f32, [2, 4, 8])],
+                           value_info=[helper.make_tensor_value_info("t", f32, [2, 4, 8])])
+    graph = hal.Graph.from_proto(gp, {"": 17})
+    with caplog.at_level(logging.WARNING, logger="test"):
+        assert capability(ep, graph) == [["relu"]]  # alone, it lowers
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors and errors[0].exc_info is not None and "internal error" in errors[0].getMessage()
+    assert ep.declined["transpose"].startswith("internal error in onnxhal's OpenCL EP (IndexError")

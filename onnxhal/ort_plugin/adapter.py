@@ -30,6 +30,7 @@ from onnxhal.hal.ep import (
 from onnxhal.hal.ep_api import EpApi
 from onnxhal.hal.ep_device import OrtEpDevice
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.fused_groups import outside_nodes_between
 from onnxhal.hal.graph import Graph
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryInfo
@@ -261,6 +262,28 @@ def group_signature(graph: Graph) -> tuple:
     return nodes, len(graph.inputs), edges, tuple(sorted(graph.initializers))
 
 
+def acyclic_claims(graph: Graph, groups: list[tuple[list, Any]], ep_name: str) -> list[tuple[list, Any]]:
+    """``groups`` (nodes, fusion options) that onnxruntime can fuse together: each fused group
+    becomes one node, so two groups that each pass alone but feed each other would make onnxruntime's
+    graph cyclic and fail the session ("the graph is not acyclic"). As onnxhal's partitioner
+    (``hal/fused_groups.py``), each group is checked against those accepted before it and a group
+    that closes a cycle is left to the other EPs, with a warning."""
+    accepted: list[tuple[list, Any]] = []
+    fused: list[set[int]] = []
+    for nodes, options in groups:
+        ids = {id(n) for n in nodes}
+        between = outside_nodes_between(graph, ids, fused)
+        if between:
+            logger.warning("%s: not claiming %s: node(s) %s outside the group (or in a group claimed before "
+                           "it) lie on a path between its members", ep_name,
+                           ", ".join(repr(n.name or n.op_type) for n in nodes[:5]),
+                           ", ".join(repr(n.name or n.op_type) for n in between[:5]))
+            continue
+        accepted.append((nodes, options))
+        fused.append(ids)
+    return accepted
+
+
 class EpAdapter:
     """One session's ``hal.Ep`` as an OrtEp."""
 
@@ -275,6 +298,7 @@ class EpAdapter:
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}
         self.single_nodes: set[str] = set()  # names of nodes claimed with add_single_node
+        self.claiming_graph: tuple | None = None  # before onnxruntime 1.24: the one graph that gets claims
         # The filtered graph of each group get_capability claimed, by group_signature, until compile:
         # onnxruntime hands Compile graphs of its own, and the EP's plan made while claiming is keyed
         # by the filtered graph it planned (EpGraphSupportInfo.filtered_graph).
@@ -287,11 +311,27 @@ class EpAdapter:
         support = EpGraphSupportInfo(walk.graph)
         self.ep.get_capability(walk.graph, support)
         # A single node runs through the EP's kernel: presented to onnxruntime as a group of one.
-        groups = [([n], None) for n in support.single_nodes] + list(support.fused_groups)
-        self.single_nodes.update(n.name for n in support.single_nodes)
-        for nodes, options in support.fused_groups:
-            filtered = support.filtered_graph(nodes, options)
-            self.claimed_graphs[group_signature(filtered)] = filtered
+        groups = acyclic_claims(walk.graph, [([n], None) for n in support.single_nodes] + list(support.fused_groups),
+                                self.ep.name)
+        if groups and not self.api.names_fused_groups_across_graphs:
+            # Claims in a second graph would reuse the first graph's kernel names
+            # (ort_api.DISTINCT_FUSED_NAMES_VERSION): the first graph that gets claims keeps the EP
+            # (onnxruntime asks about control-flow bodies before the graph holding them), by name and
+            # outputs, which onnxruntime's layout pass leaves as they are when it asks again.
+            key = (walk.graph.name, tuple(walk.graph.output_names))
+            if self.claiming_graph is None:
+                self.claiming_graph = key
+            elif key != self.claiming_graph:
+                logger.warning("%s: not claiming %d group(s) in graph %r: onnxruntime %s gives fused groups of two "
+                               "graphs one kernel name, and graph %r has claims (onnxruntime 1.24 and later takes "
+                               "both)", self.ep.name, len(groups), walk.graph.name, self.api.version_string,
+                               self.claiming_graph[0])
+                return
+        self.single_nodes.update(n.name for nodes, options in groups if options is None for n in nodes)
+        for nodes, options in groups:
+            if options is not None:
+                filtered = support.filtered_graph(nodes, options)
+                self.claimed_graphs[group_signature(filtered)] = filtered
         for nodes, options in groups:
             ptrs = (c_void_p * len(nodes))(*[walk.ort_nodes[id(n)] for n in nodes])
             fusion = FusionOptions(API_VERSION, bool(options and options.drop_constant_initializers))

@@ -43,6 +43,23 @@ enum {
 static DispatchFn g_dispatch = NULL;
 static volatile int g_alive = 0;
 static CreateStatusFn g_create_status = NULL;
+/* Ctrl-C pressed during a run is raised again when the run's last call (OnRunEnd) is back here,
+ * outside Python code, through PyErr_SetInterrupt, which needs no GIL (see interrupts.py). */
+typedef void (*InterruptFn)(void);
+static InterruptFn g_interrupt = NULL;
+static volatile int g_interrupt_pending = 0;
+
+void onnxhal_bridge_set_interrupt(InterruptFn fn) { g_interrupt = fn; }
+
+void onnxhal_bridge_interrupt_after_call(void) { g_interrupt_pending = 1; }
+
+static uintptr_t after_call(uintptr_t result) {
+  if (g_interrupt_pending) {
+    g_interrupt_pending = 0;
+    if (g_interrupt != NULL) g_interrupt();
+  }
+  return result;
+}
 
 void onnxhal_bridge_attach(DispatchFn dispatch) {
   g_dispatch = dispatch;
@@ -66,7 +83,7 @@ static OrtStatus* refused(void) {
   do {                                                                 \
     uintptr_t a_[] = {0, __VA_ARGS__};                                 \
     if (!onnxhal_bridge_alive()) return refused();                     \
-    return (OrtStatus*)g_dispatch((id), (void*)(self), a_ + 1);        \
+    return (OrtStatus*)after_call(g_dispatch((id), (void*)(self), a_ + 1)); \
   } while (0)
 #define VALUE_CALL(type, fallback, id, self, ...)                      \
   do {                                                                 \

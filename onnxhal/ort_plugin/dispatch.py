@@ -111,9 +111,19 @@ def attach(path: Path) -> ctypes.CDLL:
         lib.onnxhal_bridge_detach.restype = None
         _callback = _DISPATCH_TYPE(_dispatch)
         lib.onnxhal_bridge_attach(_callback)
+        lib.onnxhal_bridge_interrupt_after_call.argtypes, lib.onnxhal_bridge_interrupt_after_call.restype = [], None
+        lib.onnxhal_bridge_set_interrupt.argtypes, lib.onnxhal_bridge_set_interrupt.restype = [c_void_p], None
+        lib.onnxhal_bridge_set_interrupt(ctypes.cast(ctypes.pythonapi.PyErr_SetInterrupt, c_void_p))
         atexit.register(lib.onnxhal_bridge_detach)
         _library, _library_path = lib, path
         return lib
+
+
+def interrupt_after_call() -> None:
+    """Have bridge.c raise SIGINT's KeyboardInterrupt again once the current call is back in C
+    (interrupts.py)."""
+    if _library is not None:
+        _library.onnxhal_bridge_interrupt_after_call()
 
 
 def trampoline(name: str) -> int:

@@ -8,7 +8,10 @@ what onnxruntime wants back in ``EpGraphSupportInfo_AddNodesToFuse``.
 
 Not carried: the subgraph attributes of control-flow nodes (If/Loop/Scan attributes of type GRAPH:
 onnxruntime asks the EP about each subgraph separately, so the nodes inside them are offered, but an
-EP cannot claim the control-flow node itself), sparse initializers, string tensors.
+EP cannot claim the control-flow node itself), sparse initializers. String constants are read (as
+object arrays); string values never cross into a partition (tensors.dtype_of refuses them).
+
+A subgraph's hal graph holds, among its initializers, those of enclosing graphs that its nodes read.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class GraphWalk:
                  output_order: list[str] | None = None) -> None:
         self.api = api
         self._infos: dict[str, ValueInfo] = {}
+        self._handles: dict[str, int] = {}  # value name -> its OrtValueInfo*
         self.ort_nodes: dict[int, int] = {}
         self.graph = self._walk(ort_graph, input_order, output_order)
 
@@ -61,6 +65,7 @@ class GraphWalk:
         known = self._infos.get(name)
         if known is not None:
             return known
+        self._handles[name] = vi
         type_info = c_void_p()
         self.api.call("GetValueInfoTypeInfo", vi, ctypes.byref(type_info))
         tp = None
@@ -72,7 +77,9 @@ class GraphWalk:
                 self.api.call("CastTypeInfoToTensorInfo", type_info, ctypes.byref(tensor_info))
                 if tensor_info.value:
                     elem, dims, names = tensors.type_and_shape(self.api, tensor_info.value)
-                    shape = [d if d >= 0 else (s or None) for d, s in zip(dims, names)]
+                    # A value declared without a shape reads as rank 0: it is unknown, not a scalar.
+                    shape = ([d if d >= 0 else (s or None) for d, s in zip(dims, names)]
+                             if tensors.has_shape(self.api, tensor_info.value, len(dims)) else None)
                     tp = helper.make_tensor_type_proto(elem, shape)
         info = ValueInfo(name, tp)
         self._infos[name] = info
@@ -89,7 +96,7 @@ class GraphWalk:
             value = c_void_p()
             self.api.call("OpAttr_GetTensorAttributeAsOrtValue", attr, ctypes.byref(value))
             try:
-                arr = tensors.view(self.api, value.value).copy()
+                arr = tensors.copy_of(self.api, value.value)
             finally:
                 self.api.ort["ReleaseValue"](value)
             return helper.make_attribute(name, numpy_helper.from_array(arr))
@@ -147,21 +154,25 @@ class GraphWalk:
             self.api.call("Graph_GetOperatorSets", ort_graph, domains, versions, n.value)
         return {("" if d in (b"", b"ai.onnx") else d.decode()): int(v) for d, v in zip(domains, versions)}
 
+    def _read_initializer(self, vi: int, initializers: dict[str, np.ndarray], overridable: list[ValueInfo]) -> None:
+        """Add the value of OrtValueInfo ``vi`` to ``initializers`` if it is an initializer (of this
+        graph or an enclosing one); one a graph input may override also goes to ``overridable``."""
+        info = self.value_info(vi)
+        value = c_void_p()
+        self.api.call("ValueInfo_GetInitializerValue", vi, ctypes.byref(value))
+        if not value.value:
+            return  # not an initializer, or one in external data onnxruntime has not loaded: the EP asks
+        const = c_bool()
+        self.api.call("ValueInfo_IsConstantInitializer", vi, ctypes.byref(const))
+        initializers[info.name] = tensors.copy_of(self.api, value.value)
+        if not const.value:
+            overridable.append(info)
+
     def _walk(self, ort_graph: int, input_order: list[str] | None, output_order: list[str] | None) -> Graph:
         initializers: dict[str, np.ndarray] = {}
         overridable: list[ValueInfo] = []
         for vi in self._array("Graph_GetNumInitializers", "Graph_GetInitializers", ort_graph):
-            info = self.value_info(vi)
-            const = c_bool()
-            self.api.call("ValueInfo_IsConstantInitializer", vi, ctypes.byref(const))
-            value = c_void_p()
-            self.api.call("ValueInfo_GetInitializerValue", vi, ctypes.byref(value))
-            if not value.value:
-                continue  # an initializer in external data onnxruntime has not loaded: leave it to the EP to ask
-            arr = tensors.view(self.api, value.value).copy()
-            initializers[info.name] = arr
-            if not const.value:
-                overridable.append(info)
+            self._read_initializer(vi, initializers, overridable)
         inputs = [self.value_info(v) for v in self._array("Graph_GetNumInputs", "Graph_GetInputs", ort_graph)]
         inputs = [v for v in inputs if v.name not in initializers]
         outputs = [self.value_info(v) for v in self._array("Graph_GetNumOutputs", "Graph_GetOutputs", ort_graph)]
@@ -173,6 +184,12 @@ class GraphWalk:
         if output_order is not None:
             outputs = [self._infos.get(n) or ValueInfo(n) for n in output_order]
         nodes = [self._node(p) for p in self._array("Graph_GetNumNodes", "Graph_GetNodes", ort_graph)]
+        # A subgraph's nodes may read initializers of an enclosing graph: onnxruntime lists them
+        # neither as the graph's initializers nor as a fused node's inputs (they are constant), but
+        # gives their values through the reading node's OrtValueInfo (ep_api_types.cc, EpGraph::Create).
+        defined = {v.name for v in inputs} | set(initializers) | {o for n in nodes for o in n.outputs if o}
+        for name in dict.fromkeys(i for n in nodes for i in n.inputs if i and i not in defined):
+            self._read_initializer(self._handles[name], initializers, overridable)
         graph = Graph(self._string("Graph_GetName", ort_graph), nodes, inputs, outputs, initializers,
                       dict(self._infos), self._opsets(ort_graph))
         graph.overridable = overridable
@@ -182,5 +199,5 @@ class GraphWalk:
 def fused_node_signature(api: OrtApi, ort_node: int) -> Node:
     """The fused node onnxruntime made for a group: its name and input/output names, in order."""
     walk = GraphWalk.__new__(GraphWalk)
-    walk.api, walk._infos, walk.ort_nodes = api, {}, {}
+    walk.api, walk._infos, walk._handles, walk.ort_nodes = api, {}, {}, {}
     return walk._node(ort_node)

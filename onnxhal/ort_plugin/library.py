@@ -14,6 +14,7 @@ from typing import Any
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.ort_plugin import dispatch as d
+from onnxhal.ort_plugin import interrupts
 from onnxhal.ort_plugin.adapter import BridgeEpApi, EpAdapter, FactoryAdapter
 from onnxhal.ort_plugin.ort_api import OrtApi
 from onnxhal.ort_plugin.structs import write_out
@@ -105,6 +106,14 @@ def _write_int(address: int, value: int) -> None:
     ctypes.cast(address, POINTER(c_int))[0] = value
 
 
+def _on_run_end(ep: EpAdapter, args: Any) -> None:
+    try:
+        ep.ep.on_run_end(None, bool(args[1]))
+    finally:
+        if interrupts.run_ended():
+            d.interrupt_after_call()
+
+
 d.HANDLERS.update({
     d.CREATE_EP_FACTORIES: create_ep_factories,
     d.RELEASE_EP_FACTORY: release_ep_factory,
@@ -132,8 +141,8 @@ d.HANDLERS.update({
     d.E_SHOULD_CONVERT: lambda e, a: _write_int(a[3], e.layout_decision(
         ctypes.string_at(a[0]).decode(), ctypes.string_at(a[1]).decode(), OrtEpDataLayout(int(a[2])))),
     d.E_GET_COMPAT_INFO: EpAdapter.compatibility_info,
-    d.E_ON_RUN_START: lambda e, a: e.ep.on_run_start(None),
-    d.E_ON_RUN_END: lambda e, a: e.ep.on_run_end(None, bool(a[1])),
+    d.E_ON_RUN_START: lambda e, a: (interrupts.run_started(), e.ep.on_run_start(None))[1],
+    d.E_ON_RUN_END: _on_run_end,
     d.C_CREATE_STATE: lambda c, a: c.create_state(a),
     d.C_COMPUTE: lambda c, a: c.compute(a),
     d.C_RELEASE_STATE: lambda c, a: c.release_state(a),

@@ -20,6 +20,10 @@ from onnxhal.ort_plugin.api_table import EP_API, MODEL_EDITOR_API, ORT_API
 API_VERSION = 23
 #: Virtual hardware devices (OrtEpApi::CreateHardwareDevice) arrived in onnxruntime 1.24.
 VIRTUAL_DEVICES_VERSION = 24
+#: Before onnxruntime 1.24 each graph numbers its fused groups from 0, so groups claimed in two graphs
+#: of a session (the main graph and an If branch, or two branches) get one kernel name and session
+#: creation fails ("Failed to add kernel ... Conflicting with a registered kernel"; seen on 1.23.2).
+DISTINCT_FUSED_NAMES_VERSION = 24
 
 # OrtErrorCode values, and onnxhal's errors for them.
 ORT_OK, ORT_FAIL, ORT_INVALID_ARGUMENT, ORT_NO_SUCHFILE = 0, 1, 2, 3
@@ -84,11 +88,14 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "GetDimensionsCount": (_S, (P, POINTER(c_size_t))),
     "GetDimensions": (_S, (P, POINTER(c_int64), c_size_t)),
     "GetSymbolicDimensions": (_S, (P, POINTER(c_char_p), c_size_t)),
+    "TensorTypeAndShape_HasShape": (c_bool, (P,)),
     "ValueInfo_GetInitializerValue": (_S, (P, PP)),
     "ValueInfo_IsConstantInitializer": (_S, (P, POINTER(c_bool))),
     "GetTensorTypeAndShape": (_S, (P, PP)),
     "ReleaseTensorTypeAndShapeInfo": (None, (P,)),
     "GetTensorMutableData": (_S, (P, PP)),
+    "GetStringTensorDataLength": (_S, (P, POINTER(c_size_t))),
+    "GetStringTensorContent": (_S, (P, c_void_p, c_size_t, POINTER(c_size_t), c_size_t)),
     "ReleaseValue": (None, (P,)),
     "KernelContext_GetInputCount": (_S, (P, POINTER(c_size_t))),
     "KernelContext_GetOutputCount": (_S, (P, POINTER(c_size_t))),
@@ -159,6 +166,11 @@ class OrtApi:
         self.editor = self._bind(ctypes.cast(editor, POINTER(c_void_p)), MODEL_EDITOR_API, MODEL_EDITOR_SIGNATURES,
                                  "OrtModelEditorApi") if editor else {}
         self._verify()
+
+    @property
+    def names_fused_groups_across_graphs(self) -> bool:
+        """Whether fused groups claimed in different graphs of one session get distinct kernel names."""
+        return self.version >= (1, DISTINCT_FUSED_NAMES_VERSION)
 
     @property
     def has_virtual_devices(self) -> bool:

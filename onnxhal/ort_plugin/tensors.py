@@ -38,6 +38,16 @@ def type_and_shape(api: OrtApi, info: int, symbolic: bool = True) -> tuple[int, 
     return elem.value, list(dims), [(s or b"").decode() for s in names]
 
 
+def has_shape(api: OrtApi, info: int, rank: int) -> bool:
+    """Whether an OrtTensorTypeAndShapeInfo carries a shape: onnxruntime reads a type declared with
+    no shape as rank 0 (onnxruntime_typeinfo.cc). ``TensorTypeAndShape_HasShape`` tells them apart
+    from onnxruntime 1.24; before it a rank of 0 is taken as unknown, never as a scalar."""
+    query = api.ort.get("TensorTypeAndShape_HasShape")
+    if query is not None:
+        return bool(query(info))
+    return rank > 0
+
+
 def dtype_and_shape(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...]]:
     """numpy dtype and shape of an OrtValue tensor."""
     info = c_void_p()
@@ -47,6 +57,29 @@ def dtype_and_shape(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...]]
     finally:
         api.ort["ReleaseTensorTypeAndShapeInfo"](info)
     return dtype_of(elem), tuple(dims)
+
+
+def copy_of(api: OrtApi, value: int) -> np.ndarray:
+    """A host copy of an OrtValue tensor; string tensors (constants the graph view carries, never a
+    partition's input) as numpy object arrays of bytes, as ``onnx.numpy_helper`` reads them."""
+    info = c_void_p()
+    api.call("GetTensorTypeAndShape", value, ctypes.byref(info))
+    try:
+        elem, dims, _ = type_and_shape(api, info.value, symbolic=False)
+    finally:
+        api.ort["ReleaseTensorTypeAndShapeInfo"](info)
+    if elem != TensorProto.STRING:
+        return view_of(api, value, dtype_of(elem), tuple(dims)).copy()
+    count = int(np.prod(dims, dtype=np.int64))
+    total = c_size_t()
+    api.call("GetStringTensorDataLength", value, ctypes.byref(total))
+    data = ctypes.create_string_buffer(max(total.value, 1))
+    offsets = (c_size_t * max(count, 1))()
+    if count:
+        api.call("GetStringTensorContent", value, data, total.value, offsets, count)
+    raw = data.raw[:total.value]
+    ends = [*list(offsets)[1:count], total.value]
+    return np.array([raw[offsets[i]:ends[i]] for i in range(count)], dtype=object).reshape(dims)
 
 
 def describe(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...], int]:

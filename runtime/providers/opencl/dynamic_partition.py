@@ -35,12 +35,17 @@ import pyopencl as cl
 from onnx import helper
 
 from onnxhal.hal.ep import KernelContext, NodeComputeInfo
-from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.run_control import RUN_OPTIONS  # the host plan reads the terminate flag between nodes
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.runtime.providers.cpu.graph_plan import cpu_graph_plan
-from onnxhal.runtime.providers.opencl.op_support import _PARAM_INPUTS, GraphLookup, unsupported_reason
+from onnxhal.runtime.providers.opencl.op_support import (
+    _PARAM_INPUTS,
+    INSPECTION_ERRORS,
+    GraphLookup,
+    decline_reason,
+    unsupported_reason,
+)
 from onnxhal.runtime.providers.opencl.partition_plan import PartitionState
 from onnxhal.runtime.providers.opencl.plan_builder import build_plan
 
@@ -207,8 +212,8 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         for n in concrete.nodes:
             try:
                 reason = unsupported_reason(n, lookup)
-            except (OrtError, ValueError, TypeError, KeyError, IndexError) as exc:
-                reason = f"cannot inspect {n.op_type}: {exc}"
+            except INSPECTION_ERRORS as exc:
+                reason = f"cannot inspect {n.op_type}: {decline_reason(exc, self.logger, f'inspecting {n.op_type} {n.name!r}')}"
             if reason:
                 return self._on_host(f"{n.op_type} {n.name!r}: {reason}")
         try:
@@ -216,8 +221,8 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             if self.prepare_plan is not None:
                 self.prepare_plan(plan)
             state = PartitionState(plan, self.device, self.allocator)
-        except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
-            return self._on_host(f"{type(exc).__name__}: {exc}")
+        except INSPECTION_ERRORS as exc:
+            return self._on_host(decline_reason(exc, self.logger, f"lowering partition {self.graph.name!r}"))
         order = {name: i for i, name in enumerate(self.graph.input_names)}
         return _Entry(state, [order[name] for name in plan.input_names])
 

@@ -22,7 +22,13 @@ from onnxhal.runtime.providers.op_geometry import pool_geometry
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, is_dynamic
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
-from onnxhal.runtime.providers.opencl.op_support import VIEW_OPS, GraphLookup, unsupported_reason
+from onnxhal.runtime.providers.opencl.op_support import (
+    INSPECTION_ERRORS,
+    VIEW_OPS,
+    GraphLookup,
+    decline_reason,
+    unsupported_reason,
+)
 from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
 from onnxhal.runtime.providers.opencl.plan_builder import build_plan
 
@@ -115,8 +121,8 @@ class OpenCLEp(Ep):
                 reason = self.node_reason(n, graph, lookup)
                 if reason is None and any(v in untrusted for v in (*n.inputs, *n.outputs) if v):
                     reason = "inferred shape disagrees with onnxruntime's pool output size (ceil_mode)"
-            except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-                reason = f"cannot inspect node: {exc}"
+            except INSPECTION_ERRORS as exc:
+                reason = f"cannot inspect node: {decline_reason(exc, self.logger, f'inspecting {n.op_type} {n.name!r}')}"
             if reason is None:
                 claimed.append(n)
             elif reason:  # "" means "not mine, say nothing" (e.g. a node a subclass takes itself)
@@ -163,11 +169,12 @@ class OpenCLEp(Ep):
                         self.device.program(step.source)
             self._planned[part] = plan
             return True
-        except (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        except INSPECTION_ERRORS as exc:
+            ops = ", ".join(sorted({n.op_type for n in nodes}))
+            reason = decline_reason(exc, self.logger, f"lowering {len(nodes)} node(s) ({ops})")
             for n in nodes:
-                self.declined[n.name or n.op_type] = f"{type(exc).__name__}: {exc}"
-            self.logger.warning("%s declines %d node(s) (%s): %s", EP_NAME, len(nodes),
-                                ", ".join(sorted({n.op_type for n in nodes})), exc)
+                self.declined[n.name or n.op_type] = reason
+            self.logger.warning("%s declines %d node(s) (%s): %s", self.name, len(nodes), ops, reason)
             return False
 
     # -- compile ---------------------------------------------------------------------------

@@ -17,15 +17,32 @@ of the signature. Without ``allow_dynamic`` (a plan being built) every shape mus
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import ELEMENTWISE_OPS
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_CODES
+
+#: What inspecting or lowering a node may raise. An OrtError is a limit of this EP (its message is
+#: the decline reason); anything else is a bug in onnxhal, reported by ``decline_reason``.
+INSPECTION_ERRORS = (OrtError, ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError)
+
+
+def decline_reason(exc: BaseException, logger: logging.Logger, what: str) -> str:
+    """The reason to record for declining what raised ``exc`` while ``what``: an OrtError's type and message;
+    any other exception is an internal error, never passed off as a limit of the device: logged as an
+    error with its traceback, and named as such in the reason."""
+    if isinstance(exc, OrtError):
+        return f"{type(exc).__name__}: {exc}"
+    logger.error("OpenCL EP: internal error while %s: %s: %s", what, type(exc).__name__, exc, exc_info=exc)
+    return f"internal error in onnxhal's OpenCL EP ({type(exc).__name__}: {exc}; traceback in the log)"
+
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "ReduceProd": 4,
@@ -126,7 +143,7 @@ def fused_activation_spec(node: Node) -> tuple[int, float, float]:
     act = node.attr("activation", "")
     params = [float(p) for p in node.attr("activation_params", [])] + [0.0, 0.0]
     if act not in _EPILOGUE_CODES:
-        raise ValueError(f"{node.op_type} activation {act!r} has no OpenCL epilogue")
+        raise OrtNotImplemented(f"{node.op_type} activation {act!r} has no OpenCL epilogue")
     if act == "Clip" and len(params) == 2:
         params = [-np.inf, np.inf]
     return _EPILOGUE_CODES[act], params[0], params[1]
@@ -187,8 +204,30 @@ def runtime_param_ok(node: Node, lookup: GraphLookup, index: int) -> bool:
 def _rank(lookup: GraphLookup, name: str) -> int:
     dims = lookup.dims(name)
     if dims is None:
-        raise ValueError(f"{name!r} has no known rank")
+        raise OrtNotImplemented(f"{name!r} has no known rank")
     return len(dims)
+
+
+def conv_shape_error(node: Node, x, w, bias) -> str | None:
+    """Why onnxruntime's CPU EP refuses a Conv over input dims ``x``, weight dims ``w`` and bias
+    dims ``bias`` (NCHW; None where unknown, symbolic dims skipped), or None. Its checks
+    (core/providers/cpu/nn/conv_attributes.h ValidateInputShape and ComputeKernelShape, conv.cc's
+    bias check) run at run time, after shape inference let the model load; a device that computed
+    such a node would answer where onnxruntime fails."""
+    group = node.attr("group", 1)
+    if w is None or x is None or len(w) < 2:
+        return None
+    c, m, kc = x[1] if len(x) > 1 else None, w[0], w[1]
+    if isinstance(c, int) and isinstance(kc, int) and c != kc * group:
+        return f"input channels {c} are not kernel channels {kc} x group {group} (onnxruntime refuses the node)"
+    if isinstance(m, int) and m % group:
+        return f"output channels {m} are not divisible by group {group} (onnxruntime refuses the node)"
+    kernel = node.attr("kernel_shape")
+    if kernel is not None and list(kernel) != list(w[2:]) and all(isinstance(d, int) for d in w[2:]):
+        return f"kernel_shape {list(kernel)} is not the weight's {list(w[2:])} (onnxruntime refuses the node)"
+    if bias is not None and (len(bias) != 1 or (isinstance(m, int) and isinstance(bias[0], int) and bias[0] != m)):
+        return f"bias of shape {list(bias)} is not [{m}] (onnxruntime refuses the node)"
+    return None
 
 
 def _check_conv(node: Node, lookup: GraphLookup) -> str | None:
@@ -196,6 +235,9 @@ def _check_conv(node: Node, lookup: GraphLookup) -> str | None:
     if x is None or len(x) not in (3, 4):
         return f"Conv on rank {None if x is None else len(x)} input (only 1-D and 2-D)"
     w = lookup.shape(node.inputs[1])
+    bias = lookup.dims(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if (reason := conv_shape_error(node, x, None if w is None else list(w), bias)) is not None:
+        return reason
     if w is not None and all(isinstance(d, int) for d in x[2:]):  # the CPU EP's geometry refuses a kernel longer than its padded input, as onnxruntime
         from onnxhal.runtime.providers.op_geometry import ConvGeometry
 

@@ -206,6 +206,10 @@ def _check_body_input_types(proto: onnx.ModelProto) -> None:
 #: into onnx's C++ and parsing them back cost 88 of the 89 ms of a pass over a ResNet-like model.
 STUB_MIN_ELEMENTS = 64
 _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
+#: Data propagation parses every 0-D or 1-D int32/int64 initializer a node reads, whatever its
+#: length (onnx's DataPropagationContextImpl::getInputData), and fails on one left without data:
+#: hummingbird's tree tables (a Gather's data of 870 node indices) are such. They keep their data.
+_PROPAGATED_TYPES = (onnx.TensorProto.INT32, onnx.TensorProto.INT64)
 
 
 def _elements(t: onnx.TensorProto) -> int:
@@ -257,6 +261,12 @@ def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
     return [graph.node[k] for k in order]
 
 
+def _strippable(t: onnx.TensorProto) -> bool:
+    """Whether ``_weightless`` empties the initializer: a large one inference reads no value of."""
+    return (_elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL
+            and not (len(t.dims) <= 1 and t.data_type in _PROPAGATED_TYPES))
+
+
 def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of the model whose large initializers keep their types and dims but no data, whose
     nodes and opset imports in domain "ai.onnx" say "" (onnx's inference finds no opset for
@@ -264,7 +274,7 @@ def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
     version is at least 4, as onnxruntime type-checks such a model's nodes too, and whose nodes are
     in topological order."""
     graphs = [g for g, _ in walk_graphs(proto.graph)]
-    big = any(_elements(t) > STUB_MIN_ELEMENTS for g in graphs for t in g.initializer)
+    big = any(_strippable(t) for g in graphs for t in g.initializer)
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(
         n.domain == "ai.onnx" for g in graphs for n in g.node)
     old_ir = proto.ir_version < 4
@@ -285,7 +295,7 @@ def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
         stub.ir_version = 4
     for g, _ in walk_graphs(stub.graph):
         for t in g.initializer:
-            if _elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL:
+            if _strippable(t):
                 for f in _DATA_FIELDS:
                     t.ClearField(f)
         for n in g.node:
@@ -299,8 +309,7 @@ def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 def _stripped(stub: onnx.ModelProto) -> bool:
     """Whether ``_weightless`` emptied an initializer of ``stub`` (it keeps the dims, drops the data)."""
-    return any(_elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL
-               and not any(len(getattr(t, f)) for f in _DATA_FIELDS)
+    return any(_strippable(t) and not any(len(getattr(t, f)) for f in _DATA_FIELDS)
                for g, _ in walk_graphs(stub.graph) for t in g.initializer)
 
 
@@ -333,7 +342,7 @@ def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto, stub: onnx.
     for g_inf, g in _graph_pairs(inferred.graph, proto.graph):
         full = {t.name: t for t in g.initializer}
         for t in g_inf.initializer:
-            if t.name in full and _elements(t) > STUB_MIN_ELEMENTS:
+            if t.name in full and _strippable(t):
                 t.CopyFrom(full[t.name])
     return inferred
 

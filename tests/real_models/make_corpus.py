@@ -888,8 +888,9 @@ def paddle_models(out: str) -> list[str]:
 
 def ultralytics_models(out: str) -> list[str]:
     """ultralytics: ``yolov8_tiny``, a YOLOv8 detector built from the package's own yolov8.yaml
-    (untrained; no download), widths at a quarter of YOLOv8n's and four classes so that the file
-    stays small, exported by ``YOLO.export(format="onnx", dynamic=True)`` at 64x64."""
+    (untrained; no download) with four classes, narrower than YOLOv8n so that the file stays small
+    (YOLOv8n's widths at --size medium), exported by ``YOLO.export(format="onnx", dynamic=True)``
+    at 64x64 (320x320 at --size medium)."""
     import shutil
     import tempfile
 
@@ -901,22 +902,27 @@ def ultralytics_models(out: str) -> list[str]:
     with open(check_yaml("yolov8.yaml")) as f:
         cfg = yaml.safe_load(f)
     cfg["nc"] = 4
-    cfg["scales"] = {"n": [0.33, 0.25 if MEDIUM else 0.0625, 1024]}
-    tmp = tempfile.mkdtemp()
+    if not MEDIUM:  # 1/16 of YOLOv8n's widths (32 channels at most), 8 box-distribution bins, not 16
+        cfg["scales"] = {"n": [0.33, 0.0625, 512]}
+        cfg["reg_max"] = 8
+    tmp, here = tempfile.mkdtemp(), os.getcwd()
     try:
         yaml_path = os.path.join(tmp, "yolov8n.yaml")
         with open(yaml_path, "w") as f:
             yaml.safe_dump(cfg, f)
         torch.manual_seed(0)
+        os.chdir(tmp)  # the export lands in the working directory
         exported = YOLO(yaml_path).export(format="onnx", imgsz=side, dynamic=True, simplify=False, opset=17)
         path = os.path.join(out, "yolov8_tiny.onnx")
-        _save(onnx.load(exported), path)
+        _save(onnx.load(os.path.join(tmp, exported)), path)
     finally:
+        os.chdir(here)
         shutil.rmtree(tmp)
     rng = np.random.default_rng(0)
     name = onnx.load(path).graph.input[0].name
+    # height and width are dynamic too: the anchors are made from the input's shape
     save_outputs(path, {"a": {name: rng.random((2, 3, side, side)).astype(np.float32)},
-                        "b": {name: rng.random((1, 3, side, side)).astype(np.float32)}})
+                        "b": {name: rng.random((1, 3, side + 32, side - 32)).astype(np.float32)}})
     return [path]
 
 

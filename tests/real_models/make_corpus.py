@@ -870,20 +870,25 @@ def _paddle_lcnet(side: int):
 
 def paddle_models(out: str) -> list[str]:
     """paddle2onnx (``paddle.onnx.export``): ``paddle_lcnet``, a PP-LCNet-like classifier with a
-    PicoDet-like head (hard-swish, hard-sigmoid, depthwise convolutions, dynamic batch)."""
+    PicoDet-like head (depthwise convolutions, dynamic batch) at opset 13, where hard-swish is
+    HardSigmoid and Mul, and ``paddle_lcnet_opset16``, where it is one HardSwish."""
     import paddle
 
     side = 224 if MEDIUM else 64
     model = _paddle_lcnet(side)
-    prefix = os.path.join(out, "paddle_lcnet")
-    paddle.onnx.export(model, prefix, input_spec=[paddle.static.InputSpec([None, 3, side, side], "float32", "image")],
-                       opset_version=13)
-    path = prefix + ".onnx"
-    _save(onnx.load(path), path)
     rng = np.random.default_rng(0)
-    save_outputs(path, {"a": {"image": rng.standard_normal((2, 3, side, side)).astype(np.float32)},
-                        "b": {"image": rng.standard_normal((1, 3, side, side)).astype(np.float32)}})
-    return [path]
+    sigs = {"a": {"image": rng.standard_normal((2, 3, side, side)).astype(np.float32)},
+            "b": {"image": rng.standard_normal((1, 3, side, side)).astype(np.float32)}}
+    made = []
+    for opset, name in ((13, "paddle_lcnet"), (16, "paddle_lcnet_opset16")):
+        prefix = os.path.join(out, name)
+        paddle.onnx.export(model, prefix, opset_version=opset,
+                           input_spec=[paddle.static.InputSpec([None, 3, side, side], "float32", "image")])
+        path = prefix + ".onnx"
+        _save(onnx.load(path), path)
+        save_outputs(path, sigs)
+        made.append(path)
+    return made
 
 
 def ultralytics_models(out: str) -> list[str]:

@@ -208,7 +208,8 @@ STUB_MIN_ELEMENTS = 64
 _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
 #: Data propagation parses every 0-D or 1-D int32/int64 initializer a node reads, whatever its
 #: length (onnx's DataPropagationContextImpl::getInputData), and fails on one left without data:
-#: hummingbird's tree tables (a Gather's data of 870 node indices) are such. They keep their data.
+#: hummingbird's tree tables (a Gather's data of 870 node indices) are such. They keep their data
+#: (a longer one turns data propagation off).
 _PROPAGATED_TYPES = (onnx.TensorProto.INT32, onnx.TensorProto.INT64)
 
 
@@ -264,7 +265,7 @@ def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
 def _strippable(t: onnx.TensorProto) -> bool:
     """Whether ``_weightless`` empties the initializer: a large one inference reads no value of."""
     return (_elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL
-            and not (len(t.dims) <= 1 and t.data_type in _PROPAGATED_TYPES))
+            and not (len(t.dims) <= 1 and t.data_type in _PROPAGATED_TYPES and _elements(t) <= DATA_PROP_MAX_LENGTH))
 
 
 def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:

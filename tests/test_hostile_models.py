@@ -710,6 +710,19 @@ def test_shape_inference_sees_unsorted_nodes_in_order():
     assert ort_refuses(m)
 
 
+def test_a_long_index_table_read_by_data_propagation_loads_as_onnxruntime():
+    """A Gather over a 1-D int64 initializer of more than STUB_MIN_ELEMENTS values (hummingbird's
+    tree tables): data propagation reads it, so inference must get its data; onnxruntime loads and
+    runs the model."""
+    table = (np.arange(200, dtype=np.int64) * 7) % 13
+    nodes = [helper.make_node("Gather", ["table", "i"], ["y"], name="g")]
+    m = make(nodes, [vi("i", ["n"], TensorProto.INT64)], [vi("y", None, TensorProto.INT64)],
+             [numpy_helper.from_array(table, "table")])
+    feeds = {"i": np.array([0, 5, 199, 42], np.int64)}
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(onnxhal.InferenceSession(m).run(None, feeds)[0], want)
+
+
 @pytest.mark.parametrize("cond", [True, False])
 def test_subgraph_weights_survive_inference_on_an_unsorted_graph(cond):
     """Inference gets a copy without large weights and with nodes sorted; the weights are given back

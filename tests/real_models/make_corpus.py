@@ -6,7 +6,9 @@ and LSTM (``ortools``); skl2onnx models with and without ZipMap (``sklearn``) an
 ai.onnx.ml's encoders (``encoders``); other producers' models: onnxmltools' LightGBM and XGBoost
 (``onnxmltools``), CatBoost's exporter (``catboost``), hummingbird's tensor-op trees
 (``hummingbird``), tf2onnx from Keras and TFLite (``tf2onnx``), paddle2onnx (``paddle``) and an
-ultralytics YOLOv8 (``ultralytics``); plus their inputs and all of onnxruntime's outputs.
+ultralytics YOLOv8 (``ultralytics``); a streaming VAD with If and Loop bodies and a CRNN with a
+dynamic width, float and dynamically quantized (``devices``); plus their inputs and all of
+onnxruntime's outputs.
 
 Not run by the tests (torch, transformers, skl2onnx and the other producers are no test
 dependencies): run it by hand with ``pip install -e ".[corpus]"`` in a separate environment (one

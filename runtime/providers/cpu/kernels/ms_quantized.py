@@ -18,7 +18,11 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.linalg import MatMulInteger, exact_float_dtype
-from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
+from onnxhal.runtime.providers.cpu.kernels.quantize import (
+    dynamic_quantize_centered,
+    dynamic_quantize_uint8,
+    saturate_codes,
+)
 from onnxhal.runtime.providers.cpu.kernels.recurrent import (
     _WORKSPACES,
     LSTM,
@@ -49,8 +53,7 @@ def _zero(zp: np.ndarray | None, like: np.dtype) -> np.ndarray:
 
 
 def _saturate(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    info = np.iinfo(dtype)
-    return np.clip(np.rint(y), info.min, info.max).astype(dtype)
+    return saturate_codes(np.rint(np.asarray(y, np.float32)), dtype)
 
 
 def dequantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
@@ -67,9 +70,7 @@ def quantize(y: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.
     if zp is not None:
         f += zp.astype(np.float32)
     np.rint(f, out=f)
-    info = np.iinfo(dtype)
-    _clip(f, info.min, info.max, out=f)
-    return f.astype(dtype)
+    return saturate_codes(f, dtype)
 
 
 class _QLinearBinary(Kernel):
@@ -95,9 +96,7 @@ class QLinearAdd(_QLinearBinary):
         y = np.add(y, np.multiply(b, rb, dtype=f32), out=y if a.shape == b.shape else None)
         y += bias
         np.rint(y, out=y)
-        info = np.iinfo(a.dtype)
-        _clip(y, info.min, info.max, out=y)
-        return y.astype(a.dtype)
+        return saturate_codes(y, a.dtype)
 
 
 @register("QLinearMul", since=1, domain=MS)
@@ -404,9 +403,7 @@ def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype
     np.rint(y, out=y)
     if zp is not None:
         y += zp.astype(np.float32)
-    info = np.iinfo(dtype)
-    _clip(y, info.min, info.max, out=y)
-    return y.astype(dtype)
+    return saturate_codes(y, dtype)
 
 
 _exact_dtype = exact_float_dtype

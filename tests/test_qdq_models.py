@@ -5,7 +5,7 @@ code range, an infinite scale), and whole models quantized at test time.
 A BERT's additive attention mask holds -inf; calibration then gives its QuantizeLinear an infinite
 scale, and -inf / inf is NaN. onnxruntime's MLAS turns a NaN into the code type's minimum, so the
 mask survives as -inf through the DequantizeLinear; a NaN cast to int8 gives 0 instead, the mask
-is lost, and the outputs were 2-28% off (with the calibration data)."""
+is lost (the corpus BERT: 1.6% of its largest output off)."""
 
 from __future__ import annotations
 

@@ -557,6 +557,21 @@ def test_a_stale_value_info_element_type_is_refused_as_onnxruntime_does():
     assert ort_refuses(m)
 
 
+@pytest.mark.parametrize("value_info", [
+    [vi("y", [2, 3], TensorProto.FLOAT16)],  # onnxconverter-common's keep_io_types: a stale fp16 entry
+    [vi("y", [9, 9, 9], TensorProto.DOUBLE)],  # a stale type and shape
+])
+def test_a_value_info_entry_for_a_graph_output_is_ignored_as_onnxruntime_does(value_info):
+    """onnxruntime makes a graph output's value from the output's own declaration, and a value_info
+    entry of the same name finds it made: whatever the entry says, the model loads and runs."""
+    m = _matmul_add_with_value_info(value_info, [2, 4])
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ours = onnxhal.InferenceSession(m).run(None, {"x": x})[0]
+    assert ours.dtype == theirs.dtype == np.float32
+    np.testing.assert_array_equal(ours, theirs)
+
+
 @pytest.mark.parametrize("field, tag, placeholder", [
     ("graph.node[0].op_type", b"\x22", b"Relu"), ("graph.node[0].name", b"\x1a", b"r"),
     ("graph.node[0].input[0]", b"\x0a", b"x"),

@@ -48,7 +48,8 @@ DISABLE_SYNC_KEY = "disable_synchronize_execution_providers"  # run config: skip
 
 class NodeArg:
     """An input or output of the model: ``name``, ``type`` (e.g. ``tensor(float)``), ``shape``
-    (ints, strs for symbolic dims, None for unknown ones)."""
+    (ints, strs for symbolic dims, None for unknown ones; ``[]`` where no shape is known, a map,
+    a sequence or a tensor of unknown rank, as onnxruntime's NodeArg)."""
 
     def __init__(self, name: str, type: str, shape: list | None) -> None:
         self.name, self.type, self.shape = name, type, shape
@@ -135,11 +136,11 @@ class InferenceSession:
         if self._profiler is not None:
             self._profiler.event("session_initialization", "Session", t0, time.perf_counter_ns())
         proto_graph = self._loaded.graph
-        self._inputs = [NodeArg(v.name, v.type_string, list(v.shape) if v.shape is not None else None)
+        self._inputs = [NodeArg(v.name, v.type_string, list(v.shape or ()))
                         for v in proto_graph.inputs]
-        self._overridable = [NodeArg(v.name, v.type_string, list(v.shape) if v.shape is not None else None)
+        self._overridable = [NodeArg(v.name, v.type_string, list(v.shape or ()))
                              for v in proto_graph.overridable]
-        self._outputs = [NodeArg(v.name, v.type_string, list(v.shape) if v.shape is not None else None)
+        self._outputs = [NodeArg(v.name, v.type_string, list(v.shape or ()))
                          for v in proto_graph.outputs]
         self._input_infos = {v.name: v for v in (*proto_graph.inputs, *proto_graph.overridable)}
         self._required_inputs = [v.name for v in proto_graph.inputs]

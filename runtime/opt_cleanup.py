@@ -1,4 +1,4 @@
-"""Basic cleanup passes: no-op elimination, constant folding, dead-node removal.
+"""Basic cleanup passes: no-op elimination, CastLike as Cast, constant folding, dead-node removal.
 
 Each pass takes one graph (main graph or subgraph), rewrites it in place and returns True when it
 changed something. Values read by subgraphs (implicit inputs) are never renamed, and overridable
@@ -21,7 +21,9 @@ from onnxhal.runtime.opt_rewrite import (
     constant,
     graph_output_names,
     live_nodes,
+    make_node,
     remove_nodes,
+    replace_nodes,
     static_shape,
     unlink_node,
 )
@@ -114,6 +116,24 @@ def eliminate_no_ops(graph: Graph) -> bool:
             changed = True
     if changed:
         _inferred_at.pop(graph, None)
+    return changed
+
+
+def castlike_to_cast(graph: Graph) -> bool:
+    """CastLike whose target's element type is known -> Cast to that type (the target input no
+    longer read). onnxruntime inlines CastLike's function body the same way at load, so its
+    optimized models hold the Cast; ``saturate`` goes along from opset 19, where Cast has it."""
+    changed = False
+    for node in live_nodes(graph):
+        if node.op_type != "CastLike" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+            continue
+        to = graph.value_info(node.inputs[1]).elem_type
+        if not to:
+            continue
+        saturate = int(node.attr("saturate", 1)) if graph.opset_version("") >= 19 else None
+        cast = make_node(graph, "Cast", [node.inputs[0]], node.outputs[:1], name=node.name, to=to, saturate=saturate)
+        replace_nodes(graph, [node], [cast])
+        changed = True
     return changed
 
 

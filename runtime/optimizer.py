@@ -4,7 +4,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 
 - ``ORT_DISABLE_ALL``: nothing.
 - ``ORT_ENABLE_BASIC``: constant folding, dead-node removal, identity/no-op elimination
-  (Identity, inference Dropout, same-type Cast), a zero constant-mode Pad of the spatial axes into
+  (Identity, inference Dropout, same-type Cast), CastLike with a known target type -> Cast (as
+  onnxruntime's function inlining), a zero constant-mode Pad of the spatial axes into
   the Conv reading it (``opt_pad_fusion``), Conv+BatchNormalization, Conv+Mul and Conv+Add
   folding into the Conv's weights, a Conv's bias carried through a following 1x1 Conv when no
   activation lies between, BatchNormalization+Mul/Add folding into its scale and bias,
@@ -62,6 +63,7 @@ GraphPass = Callable[[Graph], bool]
 #: (name, minimum level, pass, recurse into subgraphs, emits com.onnxhal ops). Order matters:
 #: folding before fusions, Gelu before FusedMatMul (which absorbs it).
 PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
+    ("castlike_to_cast", _BASIC, opt_cleanup.castlike_to_cast, True, False),
     ("eliminate_no_ops", _BASIC, opt_cleanup.eliminate_no_ops, True, False),
     ("fold_constants", _BASIC, opt_cleanup.fold_constants, True, False),
     ("refresh_shapes", _BASIC, opt_cleanup.refresh_shapes, False, False),

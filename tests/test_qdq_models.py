@@ -120,15 +120,20 @@ def test_quantize_static_qdq_attention_matches_onnxruntime(tmp_path, per_channel
         assert err <= 1e-2, f"{level}: {err:.3g} of the output's largest value off onnxruntime"
 
 
-@pytest.mark.parametrize("per_channel", [False, True])
-def test_quantize_static_qdq_bert_matches_onnxruntime(tmp_path, per_channel):
-    """The corpus's BERT after onnxruntime's pre-processing (which folds the exporter's Constant
-    nodes into initializers, so that the MatMul weights get quantized too) and ``quantize_static``,
-    calibrated on its two stored signatures."""
+@pytest.mark.parametrize("name, fmt, per_channel", [
+    ("bert_ts", "QDQ", False), ("bert_ts", "QDQ", True), ("gpt2_ts", "QDQ", True),
+    ("gpt2_ts", "QOperator", False),  # QLinearSoftmax on the masked scores' infinite scale
+])
+def test_quantize_static_corpus_transformers_match_onnxruntime(tmp_path, name, fmt, per_channel):
+    """The corpus's BERT and GPT-2 after onnxruntime's pre-processing (which folds the exporter's
+    Constant nodes into initializers, so that the MatMul weights get quantized too) and
+    ``quantize_static``, calibrated on their two stored signatures; onnxruntime at the basic level,
+    where it runs the QDQ nodes as written (its extended level fuses them into integer kernels:
+    docs/cpu-ep.md)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    stored = np.load(REAL_MODELS / "bert_ts.npz")
+    stored = np.load(REAL_MODELS / f"{name}.npz")
     signatures = [{k.split(".", 1)[1]: stored[k] for k in stored.files if k.startswith(f"{sig}.") and "__" not in k}
                   for sig in ("a", "b")]
 
@@ -139,13 +144,14 @@ def test_quantize_static_qdq_bert_matches_onnxruntime(tmp_path, per_channel):
         def get_next(self):
             return next(self.items, None)
 
-    pre, dst = tmp_path / "bert_pre.onnx", tmp_path / "bert_qdq.onnx"
-    quant_pre_process(str(REAL_MODELS / "bert_ts.onnx"), str(pre), skip_symbolic_shape=True)
-    quantize_static(str(pre), str(dst), _Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+    pre, dst = tmp_path / "pre.onnx", tmp_path / "quantized.onnx"
+    quant_pre_process(str(REAL_MODELS / f"{name}.onnx"), str(pre), skip_symbolic_shape=True)
+    quantize_static(str(pre), str(dst), _Reader(), quant_format=getattr(QuantFormat, fmt), per_channel=per_channel,
                     weight_type=QuantType.QInt8)
     model = onnx.load(dst)
-    assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) > 50
+    model.ir_version = min(model.ir_version, 10)
+    assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) > 10
     for feeds in signatures:
-        (expected,), (got,) = _both(model, feeds)
+        (expected,), (got,) = _both(model, feeds, "ORT_ENABLE_BASIC")
         err = np.abs(got - expected).max() / np.abs(expected).max()
-        assert err <= 1e-2, f"{err:.3g} of the output's largest value off onnxruntime"
+        assert err <= 1e-6, f"{err:.3g} of the output's largest value off onnxruntime"

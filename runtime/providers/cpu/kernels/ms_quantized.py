@@ -643,15 +643,27 @@ class QGemm(Kernel):
 class QLinearSoftmax(Kernel):
     """Softmax of the dequantized input along ``axis`` (flattened from the axis, as ONNX Softmax
     before opset 13, when the ``opset`` attribute is below 13), quantized with Y's scale and zero
-    point."""
+    point.
+
+    X's scale must be positive, as onnxruntime checks at run. An infinite one (``quantize_static``
+    gives it to the scores an attention mask of -inf was added to) gives code 0 everywhere, as
+    onnxruntime 1.32 does (measured, int8 and uint8, whatever Y's scale and zero point: its
+    exp table for that scale holds NaN at the row maximum's entry and zeros elsewhere)."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.name = node.name
         self.axis = int(node.attr("axis", -1))
         self.flatten = int(node.attr("opset", 13)) < 13
 
     def compute(self, inputs: list) -> list:
         x, x_s, x_zp, y_s = inputs[:4]
         y_zp = inputs[4] if len(inputs) > 4 else None
+        scale = float(np.asarray(x_s).reshape(-1)[0])
+        if not scale > 0:
+            raise InvalidArgument(f"QLinearSoftmax node {self.name!r}: x_scale must be positive, got {scale:g}. "
+                                  "Fix the model's quantization parameters.")
+        if math.isinf(scale):
+            return [np.zeros(x.shape, x.dtype)]
         f = dequantize(x, x_s, x_zp)
         axis = self.axis + x.ndim if self.axis < 0 else self.axis
         last = axis == x.ndim - 1

@@ -1,7 +1,7 @@
 """com.microsoft quantized operators that onnxruntime's quantizer (``quantize_dynamic``,
 ``quantize_static`` in the QOperator format) writes, as its CPU kernels compute them:
 QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
-QLinearConcat, QLinearWhere, QLinearAveragePool, QLinearSoftmax, QGemm, MatMulIntegerToFloat,
+QLinearConcat, QLinearWhere, QLinearAveragePool, QGemm, MatMulIntegerToFloat,
 DynamicQuantizeMatMul and DynamicQuantizeLSTM; and the default domain's QLinearConv,
 QLinearMatMul and ConvInteger (the weight-only MatMuls are in ``ms_weight_quant.py``).
 
@@ -637,45 +637,6 @@ class QGemm(Kernel):
             return [np.multiply(acc, scale, dtype=np.float32)]
         dtype = y_zp.dtype if y_zp is not None else a.dtype
         return [_requantize(acc, (scale / np.float32(y_s)).astype(np.float32), y_zp, dtype)]
-
-
-@register("QLinearSoftmax", since=1, domain=MS)
-class QLinearSoftmax(Kernel):
-    """Softmax of the dequantized input along ``axis`` (flattened from the axis, as ONNX Softmax
-    before opset 13, when the ``opset`` attribute is below 13), quantized with Y's scale and zero
-    point.
-
-    X's scale must be positive, as onnxruntime checks at run. An infinite one (``quantize_static``
-    gives it to the scores an attention mask of -inf was added to) gives code 0 everywhere, as
-    onnxruntime 1.32 does (measured, int8 and uint8, whatever Y's scale and zero point: its
-    exp table for that scale holds NaN at the row maximum's entry and zeros elsewhere)."""
-
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.name = node.name
-        self.axis = int(node.attr("axis", -1))
-        self.flatten = int(node.attr("opset", 13)) < 13
-
-    def compute(self, inputs: list) -> list:
-        x, x_s, x_zp, y_s = inputs[:4]
-        y_zp = inputs[4] if len(inputs) > 4 else None
-        scale = float(np.asarray(x_s).reshape(-1)[0])
-        if not scale > 0:
-            raise InvalidArgument(f"QLinearSoftmax node {self.name!r}: x_scale must be positive, got {scale:g}. "
-                                  "Fix the model's quantization parameters.")
-        if math.isinf(scale):
-            return [np.zeros(x.shape, x.dtype)]
-        f = dequantize(x, x_s, x_zp)
-        axis = self.axis + x.ndim if self.axis < 0 else self.axis
-        last = axis == x.ndim - 1
-        if self.flatten:
-            rows = f.reshape(math.prod(x.shape[:axis]), -1)
-        else:
-            rows = f if last else np.moveaxis(f, axis, -1)
-        e = np.subtract(rows, np.maximum.reduce(rows, -1, keepdims=True))
-        np.exp(e, out=e)
-        e /= np.add.reduce(e, -1, keepdims=True)
-        p = e.reshape(x.shape) if self.flatten else e if last else np.moveaxis(e, -1, axis)
-        return [quantize(p, y_s, y_zp, x.dtype)]
 
 
 @register("ConvInteger", since=10)

@@ -17,6 +17,7 @@ from onnx import helper
 
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.runtime.guarded_inference import STUB_MIN_ELEMENTS
+from onnxhal.runtime.opt_qdq_fusions import keep_for_fusion
 from onnxhal.runtime.opt_rewrite import (
     constant,
     graph_output_names,
@@ -227,7 +228,7 @@ def fold_constants(graph: Graph) -> bool:
     folded: list[Node] = []
     for node in live_nodes(graph):
         if (node.domain != "" or node.op_type in NOT_FOLDABLE or node.subgraphs
-                or any(o in outputs for o in node.outputs)):
+                or any(o in outputs for o in node.outputs) or keep_for_fusion(graph, node)):
             continue
         values: list[np.ndarray] | None
         if node.op_type in ("Shape", "Size") and node.inputs[0] not in graph.initializers:

@@ -436,7 +436,7 @@ class Conv(Kernel):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
-        if half.applies(x, inputs[1]):
+        if x.dtype is half.F16 and half.applies(x, inputs[1]):
             return half.via_float32(self.compute, inputs, self.widen)
         if x.dtype.itemsize < 4 and x.dtype.kind != "i":  # float16/bfloat16: accumulate in float32
             y = self.compute([None if v is None else v.astype(np.float32) for v in inputs])[0]

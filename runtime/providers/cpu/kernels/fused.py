@@ -311,7 +311,7 @@ class FusedMatMul(FusedBase):
 
     def compute(self, inputs: list) -> list:
         x, w = inputs[0], inputs[1]
-        if half.applies(x, w):
+        if x.dtype is half.F16 and half.applies(x, w):
             return half.via_float32(self.compute, inputs, self.widen)
         bias = inputs[2] if len(inputs) > 2 else None
         x2 = x.reshape(-1, x.shape[-1])
@@ -330,7 +330,7 @@ class FusedGemm(FusedBase):
 
     def compute(self, inputs: list) -> list:
         a, b = inputs[0], inputs[1]
-        if half.applies(a, b):
+        if a.dtype is half.F16 and half.applies(a, b):
             return half.via_float32(self.compute, inputs, self.widen)
         c = inputs[2] if len(inputs) > 2 else None
         a = a.T if self.trans_a else a

@@ -181,7 +181,7 @@ class FusedConv(FusedBase):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
-        if half.applies(x, inputs[1]):
+        if x.dtype is half.F16 and half.applies(x, inputs[1]):
             return half.via_float32(self.compute, inputs, self.widen)
         fast = self._fast.get(x.shape)
         if (fast is not None and inputs[1] is fast[0] and x.dtype is fast[1]

@@ -18,7 +18,7 @@ class MatMul(Kernel):
 
     def compute(self, inputs: list) -> list:
         a = inputs[0]
-        if half.applies(a, inputs[1]):
+        if a.dtype is half.F16 and half.applies(a, inputs[1]):
             return half.via_float32(self.compute, inputs, self.widen)
         r = np.matmul(a, inputs[1])
         if r.dtype != a.dtype:  # ml_dtypes (bfloat16) matmul returns float32
@@ -39,7 +39,7 @@ class Gemm(Kernel):
 
     def compute(self, inputs: list) -> list:
         a, b = inputs[0], inputs[1]
-        if half.applies(a, b):
+        if a.dtype is half.F16 and half.applies(a, b):
             return half.via_float32(self.compute, inputs, self.widen)
         if self.ta:
             a = a.T

@@ -8,6 +8,12 @@ optimizer to fold a rank-3 MatMul into a Gemm that then failed at run. onnxrunti
 shapes and ignores stale ones, but refuses a stale element type ("Type Error: Type (tensor(double))
 of output arg (a) of node () does not match expected type (tensor(float))"): so does this.
 Entries for values of other domains' operators are kept, since nothing else says what those are.
+
+An entry for a graph output (or input) is ignored altogether, as onnxruntime: its graph builds each
+graph input's and output's value from their own declarations first, and a value_info entry of the
+same name finds that value made (``Graph::Graph`` in onnxruntime's ``core/graph/graph.cc``). So
+onnxconverter-common's fp16 models with ``keep_io_types`` (a stale FLOAT16 entry for the float
+output its final Cast computes) load, as in onnxruntime.
 """
 
 from __future__ import annotations
@@ -38,8 +44,10 @@ def set_aside(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelPr
         if not len(g.value_info):
             continue
         keep = [v for v in g.value_info if v.name not in ours]
+        io = {v.name for v in g.output} | {v.name for v in g.input}
         for v in g.value_info:
-            if v.name in ours and v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+            if v.name in ours and v.name not in io and v.type.HasField("tensor_type") and \
+                    v.type.tensor_type.elem_type:
                 declared[v.name] = v.type.tensor_type.elem_type
         del g.value_info[:]
         g.value_info.extend(keep)

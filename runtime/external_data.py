@@ -3,9 +3,12 @@
 onnx's ``load_external_data_for_model`` refuses every symbolic link, even one to a file in the
 model's own folder (onnxruntime follows it), and lets a location that is not valid UTF-8 through as
 bytes, to fail in C++ with a TypeError. Here a location is followed as the operating system
-follows it and accepted where the file it reaches lies inside the model's folder, as onnxruntime's
-"External data path escapes model directory" check does; offsets and lengths are checked against
-the file before anything is read, so a length of 2**40 reads nothing.
+follows it and accepted where onnxruntime 1.32's ``ValidateExternalDataPathFromDir`` accepts it
+(measured): an absolute location never; else the file it reaches must lie inside the model's
+folder or, where the model file is itself a symbolic link, inside the folder of the file it links
+to. The second is the Hugging Face cache: ``snapshots/<rev>/model.onnx`` and
+``snapshots/<rev>/model.onnx_data`` both link into ``blobs/``. Offsets and lengths are checked
+against the file before anything is read, so a length of 2**40 reads nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Iterator
 
 import onnx
 
-from onnxhal.hal.errors import InvalidArgument, InvalidProtobuf, NoSuchFile
+from onnxhal.hal.errors import Fail, InvalidArgument, InvalidProtobuf, NoSuchFile
 
 
 def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
@@ -49,9 +52,18 @@ def _number(info: dict[str, str], key: str, tensor: str, what: str) -> int | Non
     return value
 
 
-def load_external_data(proto: onnx.ModelProto, folder: str, what: str) -> None:
-    """Read each external tensor's bytes into it (it stops being external)."""
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder
+
+
+def load_external_data(proto: onnx.ModelProto, folder: str, what: str, model_path: str | None = None) -> None:
+    """Read each external tensor's bytes into it (it stops being external). ``folder`` is the
+    model file's folder, ``model_path`` the model file (where it is a link, the folder of its
+    target is allowed too)."""
     base = os.path.realpath(folder)
+    allowed = [base]
+    if model_path is not None and os.path.islink(model_path):
+        allowed.append(os.path.dirname(os.path.realpath(model_path)))
     for t in tensors(proto.graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
@@ -60,12 +72,16 @@ def load_external_data(proto: onnx.ModelProto, folder: str, what: str) -> None:
         if not location or "\0" in location:
             raise InvalidProtobuf(f"{what}: tensor {t.name!r} keeps its data externally at location {location!r}, "
                                   "which is not a file name.")
+        failed = f"{what}: External data path validation failed for initializer: {t.name}. Error:"
+        if os.path.isabs(location):
+            raise Fail(f"{failed} Absolute path not allowed for external data location ({location!r}). Give the "
+                       "location relative to the model's folder.")
         path = os.path.join(base, location)
         resolved = os.path.realpath(path)
-        if os.path.isabs(location) or os.path.commonpath([resolved, base]) != base:
-            raise InvalidArgument(f"{what}: the external data location {location!r} of tensor {t.name!r} points "
-                                  f"outside the model's folder (to {resolved!r}), which is refused. Keep the data "
-                                  "files in the model's folder.")
+        if not any(_inside(resolved, a) for a in allowed):
+            raise Fail(f"{failed} External data path escapes model directory. External data path: {location!r} "
+                       f"resolved path: {resolved!r} allowed directory: {allowed[-1]!r}. Keep the data files in "
+                       "the model's folder (or in the folder its model file links to).")
         if not os.path.isfile(path):  # as the OS resolves it: 'missing/../w.bin' is not found
             raise NoSuchFile(f"{what}: external data not found: tensor {t.name!r} reads {location!r}, which is not a "
                              f"file in {base!r}. Keep the data files next to the model, under the names its "

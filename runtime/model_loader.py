@@ -19,7 +19,7 @@ import onnx.numpy_helper
 from google.protobuf.message import DecodeError
 
 from onnxhal.hal import Graph, Node
-from onnxhal.hal.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
+from onnxhal.hal.errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.runtime import declared_value_info, guarded_inference
 from onnxhal.runtime.declaration_checks import check_declarations, check_ir_version
@@ -138,8 +138,8 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
             proto = onnx.load(path, load_external_data=False)
             check_strings(proto, f"model file {path!r}")  # external-data locations are among them
             _inject_external_data(proto, initializers, files, f"model file {path!r}")  # not read from disk
-            load_external_data(proto, os.path.dirname(os.path.abspath(path)), f"model file {path!r}")
-        except (InvalidArgument, InvalidProtobuf, NoSuchFile):
+            load_external_data(proto, os.path.dirname(os.path.abspath(path)), f"model file {path!r}", path)
+        except (Fail, InvalidArgument, InvalidProtobuf, NoSuchFile):
             raise
         except (DecodeError, RuntimeError, ValueError) as e:
             raise InvalidProtobuf(f"model file {path!r} is not a valid ONNX model: {e}") from e

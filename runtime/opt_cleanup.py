@@ -1,4 +1,4 @@
-"""Basic cleanup passes: no-op elimination, constant folding, dead-node removal.
+"""Basic cleanup passes: no-op elimination, CastLike as Cast, constant folding, dead-node removal.
 
 Each pass takes one graph (main graph or subgraph), rewrites it in place and returns True when it
 changed something. Values read by subgraphs (implicit inputs) are never renamed, and overridable
@@ -17,11 +17,14 @@ from onnx import helper
 
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.runtime.guarded_inference import STUB_MIN_ELEMENTS
+from onnxhal.runtime.opt_qdq_fusions import keep_for_fusion
 from onnxhal.runtime.opt_rewrite import (
     constant,
     graph_output_names,
     live_nodes,
+    make_node,
     remove_nodes,
+    replace_nodes,
     static_shape,
     unlink_node,
 )
@@ -117,6 +120,24 @@ def eliminate_no_ops(graph: Graph) -> bool:
     return changed
 
 
+def castlike_to_cast(graph: Graph) -> bool:
+    """CastLike whose target's element type is known -> Cast to that type (the target input no
+    longer read). onnxruntime inlines CastLike's function body the same way at load, so its
+    optimized models hold the Cast; ``saturate`` goes along from opset 19, where Cast has it."""
+    changed = False
+    for node in live_nodes(graph):
+        if node.op_type != "CastLike" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+            continue
+        to = graph.value_info(node.inputs[1]).elem_type
+        if not to:
+            continue
+        saturate = int(node.attr("saturate", 1)) if graph.opset_version("") >= 19 else None
+        cast = make_node(graph, "Cast", [node.inputs[0]], node.outputs[:1], name=node.name, to=to, saturate=saturate)
+        replace_nodes(graph, [node], [cast])
+        changed = True
+    return changed
+
+
 def remove_dead_nodes(graph: Graph) -> bool:
     """Remove nodes none of whose outputs is read or is a graph output, then unused constants."""
     outputs = graph_output_names(graph)
@@ -207,7 +228,7 @@ def fold_constants(graph: Graph) -> bool:
     folded: list[Node] = []
     for node in live_nodes(graph):
         if (node.domain != "" or node.op_type in NOT_FOLDABLE or node.subgraphs
-                or any(o in outputs for o in node.outputs)):
+                or any(o in outputs for o in node.outputs) or keep_for_fusion(graph, node)):
             continue
         values: list[np.ndarray] | None
         if node.op_type in ("Shape", "Size") and node.inputs[0] not in graph.initializers:

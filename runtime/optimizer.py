@@ -4,13 +4,16 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 
 - ``ORT_DISABLE_ALL``: nothing.
 - ``ORT_ENABLE_BASIC``: constant folding, dead-node removal, identity/no-op elimination
-  (Identity, inference Dropout, same-type Cast), a zero constant-mode Pad of the spatial axes into
+  (Identity, inference Dropout, same-type Cast), CastLike with a known target type -> Cast (as
+  onnxruntime's function inlining), a zero constant-mode Pad of the spatial axes into
   the Conv reading it (``opt_pad_fusion``), Conv+BatchNormalization, Conv+Mul and Conv+Add
   folding into the Conv's weights, a Conv's bias carried through a following 1x1 Conv when no
   activation lies between, BatchNormalization+Mul/Add folding into its scale and bias,
   MatMul+Add -> Gemm (2-D A, constant B and bias). Recursive into subgraphs.
-- ``ORT_ENABLE_EXTENDED`` adds fusions into ``com.onnxhal`` ops run by the CPU EP (kernels in
-  ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
+- ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /
+  Concat -> QuantizeLinear) -> QLinearMatMul and com.microsoft QLinearSoftmax / QLinearAdd /
+  QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), and fusions
+  into ``com.onnxhal`` ops run by the CPU EP (kernels in ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
   Gemm+activation -> FusedGemm, MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference
   BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
   MatMulInteger+Cast+Mul(scale)[+Add(bias)] -> com.microsoft MatMulIntegerToFloat (onnxruntime's
@@ -48,7 +51,14 @@ from collections.abc import Callable
 from onnxhal.hal.enums import GraphOptimizationLevel
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph
-from onnxhal.runtime import opt_cleanup, opt_fusions, opt_ml_fusions, opt_pad_fusion, opt_weight_folding
+from onnxhal.runtime import (
+    opt_cleanup,
+    opt_fusions,
+    opt_ml_fusions,
+    opt_pad_fusion,
+    opt_qdq_fusions,
+    opt_weight_folding,
+)
 from onnxhal.runtime.opt_rewrite import remove_unused_value_infos
 
 logger = logging.getLogger("onnxhal.optimizer")
@@ -62,6 +72,7 @@ GraphPass = Callable[[Graph], bool]
 #: (name, minimum level, pass, recurse into subgraphs, emits com.onnxhal ops). Order matters:
 #: folding before fusions, Gelu before FusedMatMul (which absorbs it).
 PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
+    ("castlike_to_cast", _BASIC, opt_cleanup.castlike_to_cast, True, False),
     ("eliminate_no_ops", _BASIC, opt_cleanup.eliminate_no_ops, True, False),
     ("fold_constants", _BASIC, opt_cleanup.fold_constants, True, False),
     ("refresh_shapes", _BASIC, opt_cleanup.refresh_shapes, False, False),
@@ -72,6 +83,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fold_conv_bias_forward", _BASIC, opt_weight_folding.fold_conv_bias_forward, True, False),
     ("fold_batchnorm_mul_add", _BASIC, opt_weight_folding.fold_batchnorm_mul_add, True, False),
     ("matmul_add_to_gemm", _BASIC, opt_weight_folding.matmul_add_to_gemm, True, False),
+    ("fuse_qdq_groups", _EXTENDED, opt_qdq_fusions.fuse_qdq_groups, False, True),
     ("fuse_layer_norm", _EXTENDED, opt_fusions.fuse_layer_norm, False, False),
     ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
     ("fuse_replace_nan", _EXTENDED, opt_fusions.fuse_replace_nan, False, True),

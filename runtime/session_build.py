@@ -19,7 +19,7 @@ import onnx
 
 from onnxhal.hal import Ep, Graph, GraphOptimizationLevel, Node
 from onnxhal.hal.ep_context import EP_CONTEXT_ENABLE
-from onnxhal.hal.errors import Fail, ModelLoadCanceled, OrtError
+from onnxhal.hal.errors import Fail, ModelLoadCanceled, OrtError, RuntimeException
 from onnxhal.runtime.compatibility import validate_compatibility_info
 from onnxhal.runtime.compile_partitions import compile_groups
 from onnxhal.runtime.custom_ops import custom_ops, session_factories
@@ -54,8 +54,13 @@ def load(path_or_bytes: str | bytes | onnx.ModelProto, so: SessionOptions) -> tu
     """The model, its config applied to ``so`` (thread pools, the model's ``ort_config``) and the
     session's initializer overrides applied: (loaded model, the overrides the model has)."""
     check_canceled(so)
-    loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data, so.ep_context_read)
     pools = global_thread_pool_sizes()
+    if pools is not None and so.use_per_session_threads:
+        # onnxruntime's words and type (a plain RuntimeError): its pybind session constructor checks this
+        raise RuntimeException("use_per_session_threads must be false when using a global thread pool: "
+                               "set_global_thread_pool_sizes was called, so set SessionOptions."
+                               "use_per_session_threads = False (it defaults to True).")
+    loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data, so.ep_context_read)
     if pools is not None and not so.use_per_session_threads and not so.intra_op_num_threads:
         so.intra_op_num_threads = pools[0]  # the global pool's size, as onnxruntime's shared pool
     if load_config_from_model_enabled():

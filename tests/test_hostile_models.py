@@ -344,7 +344,7 @@ def test_a_symbolic_link_inside_the_models_folder_is_followed_as_onnxruntime_doe
 
 
 @pytest.mark.parametrize("location, error, words", [
-    ("outside.bin", errors.InvalidArgument, "points outside the model's folder"),  # a link leading out
+    ("outside.bin", errors.Fail, "External data path escapes model directory"),  # a link leading out
     ("missing/../weights.bin", errors.NoSuchFile, "external data not found"),
     (b"\xffweights.bin", errors.InvalidProtobuf, r"external_data\[0\].value is not valid UTF-8"),
     ("weights.bin\0", errors.InvalidProtobuf, "which is not a file name"),
@@ -360,6 +360,56 @@ def test_hostile_external_data_locations_are_refused_typed(tmp_path, location, e
     os.symlink(outside / "secret.bin", model_folder / "outside.bin")
     with pytest.raises(error, match=words):
         onnxhal.InferenceSession(_external(model_folder, location))
+
+
+def _linked_layout(root, layout: str) -> str:
+    """A model (w read from ``model.onnx_data``, or from the location the layout names) in
+    ``root/snapshots/rev``, its files placed as ``layout`` says; the model file's path."""
+    blobs, rev, other = root / "blobs", root / "snapshots" / "rev", root / "other"
+    for d in (blobs, rev, other):
+        d.mkdir(parents=True)
+    data = np.arange(6, dtype=np.float32).tobytes()
+    location = {"dotdot_to_target": "../../blobs/data"}.get(layout, "model.onnx_data")
+    (blobs / "data").write_bytes(data)
+    if layout == "plain_model":  # only the data is a link out: onnxruntime refuses it
+        os.symlink("../../blobs/data", rev / "model.onnx_data")
+        return _external(rev, location)
+    if layout == "plain_data":  # the model links out, its data lies beside the link
+        (rev / "model.onnx_data").write_bytes(data)
+    elif layout != "dotdot_to_target":  # hub_cache: both link into blobs; model_elsewhere: the model into other
+        os.symlink("../../blobs/data", rev / "model.onnx_data")
+    target = other if layout == "model_elsewhere" else blobs
+    os.replace(_external(target, location), target / "model-blob")
+    os.symlink(os.path.relpath(target / "model-blob", rev), rev / "model.onnx")
+    return str(rev / "model.onnx")
+
+
+@pytest.mark.parametrize("layout, accepted", [
+    ("hub_cache", True),  # Hugging Face's cache: snapshots/<rev>/{model.onnx, model.onnx_data} -> ../../blobs/<hash>
+    ("plain_data", True),
+    ("dotdot_to_target", True),  # '..' out of the model's folder, into the folder its model file links to
+    ("plain_model", False),
+    ("model_elsewhere", False),  # the data's target is in neither folder
+])
+def test_external_data_through_links_is_read_where_onnxruntime_reads_it(tmp_path, layout, accepted):
+    """onnxruntime 1.32 checks the data file's real path against the model's folder and, where the
+    model file is a link, against its target's folder; so does the loader, with its wording."""
+    path = _linked_layout(tmp_path, layout)
+    assert ort_refuses(path) is not accepted
+    if accepted:
+        x = np.ones(6, np.float32)
+        np.testing.assert_array_equal(onnxhal.InferenceSession(path).run(None, {"x": x})[0], np.arange(6) + 1)
+    else:
+        with pytest.raises(errors.Fail, match="External data path validation failed for initializer: w. Error: "
+                                              "External data path escapes model directory"):
+            onnxhal.InferenceSession(path)
+
+
+def test_an_absolute_external_data_location_is_refused_as_onnxruntime_does(tmp_path):
+    path = _external(tmp_path, str(tmp_path / "weights.bin"))
+    assert ort_refuses(path)
+    with pytest.raises(errors.Fail, match="Absolute path not allowed for external data location"):
+        onnxhal.InferenceSession(path)
 
 
 @pytest.mark.parametrize("offset, length, error, words", [
@@ -555,6 +605,21 @@ def test_a_stale_value_info_element_type_is_refused_as_onnxruntime_does():
                                           "computes it gives FLOAT"):
         onnxhal.InferenceSession(m)
     assert ort_refuses(m)
+
+
+@pytest.mark.parametrize("value_info", [
+    [vi("y", [2, 3], TensorProto.FLOAT16)],  # onnxconverter-common's keep_io_types: a stale fp16 entry
+    [vi("y", [9, 9, 9], TensorProto.DOUBLE)],  # a stale type and shape
+])
+def test_a_value_info_entry_for_a_graph_output_is_ignored_as_onnxruntime_does(value_info):
+    """onnxruntime makes a graph output's value from the output's own declaration, and a value_info
+    entry of the same name finds it made: whatever the entry says, the model loads and runs."""
+    m = _matmul_add_with_value_info(value_info, [2, 4])
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ours = onnxhal.InferenceSession(m).run(None, {"x": x})[0]
+    assert ours.dtype == theirs.dtype == np.float32
+    np.testing.assert_array_equal(ours, theirs)
 
 
 @pytest.mark.parametrize("field, tag, placeholder", [

@@ -721,3 +721,53 @@ def test_tree_ensemble_opset5(seed):
                 model = _model("TreeEnsemble", [_t("X", elem, None)], [_t("Y", elem, None)], ml_opset=5,
                                n_targets=n_out, aggregate_function=agg, post_transform=post, **attrs)
                 check(model, {"X": x}, f"TreeEnsemble {dtype.__name__} agg={agg} post={post} seed {seed}")
+
+
+def _stump(op: str, values: dict, x_elem: int, ml_opset: int) -> onnx.ModelProto:
+    """One tree, one split of feature 0 by ``values`` (BRANCH_LEQ): leaf 1 (true) writes 1, leaf 2
+    (false) writes 2 (a regressor's target, a classifier's class 1 / 0)."""
+    common = dict(nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+                  nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_truenodeids=[1, 0, 0],
+                  nodes_falsenodeids=[2, 0, 0], **values)
+    if op == "TreeEnsembleRegressor":
+        return _model(op, [_t("X", x_elem, [None, 1])], [_t("Y", F, [None, 1])], ml_opset, n_targets=1,
+                      target_treeids=[0, 0], target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[1.0, 2.0],
+                      **common)
+    return _model(op, [_t("X", x_elem, [None, 1])], [_t("L", I64, [None]), _t("P", F, [None, 2])], ml_opset,
+                  class_treeids=[0, 0], class_nodeids=[1, 2], class_ids=[1, 0], class_weights=[1.0, 1.0],
+                  classlabels_int64s=[0, 1], **common)
+
+
+@pytest.mark.parametrize("op", ["TreeEnsembleRegressor", "TreeEnsembleClassifier"])
+def test_tree_ensemble_compares_in_the_thresholds_precision(op):
+    """A double X against double thresholds (``nodes_values_as_tensor``) and against float ones
+    widened, as onnxruntime compares them: rows that lie between a threshold and its float32
+    rounding (0.1 and float32(0.1); float32(0.1) and a value 2e-9 above it) go where the double
+    comparison says, not where their float32 roundings would."""
+    th = 0.1
+    f32 = float(np.float32(th))
+    x = np.array([[f32], [th], [f32 + 2e-9], [f32 - 2e-9], [np.nextafter(th, 1.0)]], np.float64)
+    as_tensor = {"nodes_values_as_tensor": helper.make_tensor("v", D, [3], [th, 0, 0])}
+    for values, opset in ((as_tensor, 3), ({"nodes_values": [th, 0, 0]}, 3), ({"nodes_values": [th, 0, 0]}, 1)):
+        model = _stump(op, values, D, opset)
+        want, got = _run_both(model, {"X": x})
+        assert not isinstance(want, Exception), want
+        assert not isinstance(got, Exception), got
+        _same(want, got, f"{op} {sorted(values)} opset {opset}")
+    # a float32 X against double thresholds: onnxruntime fails to load them, and so does onnxhal (typed)
+    check(_stump(op, as_tensor, F, 3), {"X": x.astype(np.float32)}, f"{op} float32 X, double thresholds")
+
+
+def test_tree_ensemble_opset5_double_splits_between_float32_roundings():
+    """TreeEnsemble (opset 5) on a double X with double splits: rows between a split and its
+    float32 rounding, against onnxruntime."""
+    th = 0.1
+    f32 = float(np.float32(th))
+    x = np.array([[f32], [th], [f32 + 2e-9], [np.nextafter(th, 1.0)]], np.float64)
+    attrs = dict(nodes_featureids=[0], nodes_modes=helper.make_tensor("m", TensorProto.UINT8, [1], [0]),
+                 nodes_splits=helper.make_tensor("s", D, [1], [th]), nodes_truenodeids=[0], nodes_falsenodeids=[1],
+                 nodes_trueleafs=[1], nodes_falseleafs=[1], leaf_targetids=[0, 0],
+                 leaf_weights=helper.make_tensor("w", D, [2], [1.0, 2.0]), tree_roots=[0])
+    model = _model("TreeEnsemble", [_t("X", D, [None, 1])], [_t("Y", D, [None, 1])], ml_opset=5, n_targets=1,
+                   aggregate_function=1, post_transform=0, **attrs)
+    check(model, {"X": x}, "TreeEnsemble double splits")

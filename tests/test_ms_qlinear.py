@@ -87,6 +87,52 @@ def test_qlinear_softmax(seed, dtype):
               axis=axis, opset=opset)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_qlinear_softmax_codes_as_onnxruntime_table_kernel(seed):
+    """onnxruntime computes QLinearSoftmax from a float32 table of exp over the codes, sums in
+    MLAS's lane order and scales by floor(1 / y_scale): with y_scale 1/255 (quantize_static's for a
+    uint8 softmax output) or any other, a float softmax of the dequantized values is one code off
+    here and there (a QDQ ViT run with onnxruntime's fusions: 13 of 1156 codes). Rows of lengths
+    around the 16-element blocks, int8 and uint8, Y zero points at and off the range's end."""
+    rng = np.random.default_rng(seed)
+    for dtype in (np.int8, np.uint8):
+        info = np.iinfo(dtype)
+        for d in (1, 7, 16, 17, 33, 50):
+            x = _q(rng, (3, d), dtype)
+            x[0] = np.clip(x[0], info.max - 12, info.max)  # a row of close codes
+            y_zero = int(rng.choice([info.min, 0 if dtype == np.uint8 else 5]))
+            for y_scale in (1 / 255, 1 / 256, float(rng.uniform(0.002, 0.05))):
+                feeds = {"x": x, "xs": _s(10 ** rng.uniform(-2.5, 0.3)), "xz": np.array(0, dtype), "ys": _s(y_scale),
+                         "yz": np.array(y_zero, dtype)}
+                check("QLinearSoftmax", feeds, 1, f"QLinearSoftmax {dtype.__name__} D={d} y_scale={y_scale:.5f} "
+                      f"y_zp={y_zero} seed {seed}", axis=-1, opset=13)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_softmax_with_an_infinite_or_non_positive_x_scale_as_onnxruntime(dtype):
+    """quantize_static gives the attention scores an infinite scale where a -inf mask was added to
+    them (a QOperator GPT-2 was 38% off): onnxruntime writes code 0 everywhere, whatever Y's scale
+    and zero point; a scale of 0, below 0 or NaN it refuses at run."""
+    rng = np.random.default_rng(0)
+    x = _q(rng, (3, 6), dtype)
+    x[1] = x[1, 0]  # a row of equal codes
+    for y_zero in ((-128, 5) if dtype == np.int8 else (0, 128)):
+        for y_scale in (1 / 256, 0.1):
+            feeds = {"x": x, "xs": _s(np.inf), "xz": np.array(0, dtype), "ys": _s(y_scale), "yz": np.array(y_zero, dtype)}
+            check("QLinearSoftmax", feeds, 1, f"QLinearSoftmax x_scale inf y_zp {y_zero}", axis=-1, opset=13)
+    for bad in (0.0, -1.0, np.nan):
+        feeds = {"x": x, "xs": _s(bad), "xz": np.array(0, dtype), "ys": _s(1 / 256), "yz": np.array(0, dtype)}
+        node = helper.make_node("QLinearSoftmax", list(feeds), ["y"], domain="com.microsoft", axis=-1, opset=13)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype),
+                                                                              v.shape) for k, v in feeds.items()],
+                                  [onnx.ValueInfoProto(name="y")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                                  ir_version=10).SerializeToString()
+        for lib in (ort, onnxhal):
+            with pytest.raises(Exception, match="x_scale must be positive"):
+                lib.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_conv_integer(seed):
     """ConvInteger (default domain; quantize_dynamic writes it for Conv): 8-bit codes less their

@@ -1155,3 +1155,34 @@ def test_nodes_a_rewrite_makes_get_names_of_their_own():
                                                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
                               opset_imports=[helper.make_opsetid("", 17)])
     assert [n.name for n in optimized(model, Level.ORT_ENABLE_ALL).nodes] == ["same", "same"]
+
+
+@pytest.mark.parametrize("opset", [15, 19])
+def test_castlike_is_written_as_cast_in_the_optimized_model_as_onnxruntime(tmp_path, opset):
+    """onnxruntime inlines CastLike into a Cast to the target's type (``saturate`` from opset 19)
+    and drops the target when nothing else reads it; the optimized model it writes holds that."""
+    g = helper.make_graph(
+        [helper.make_node("CastLike", ["x", "t"], ["c"], name="like_t"),
+         helper.make_node("CastLike", ["x", "y"], ["d"], name="like_y"),
+         helper.make_node("Add", ["c", "one"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("y", TensorProto.INT32, [2])],
+        [helper.make_tensor_value_info("z", TensorProto.DOUBLE, [2]), helper.make_tensor_value_info("d", TensorProto.INT32, [2])],
+        [numpy_helper.from_array(np.zeros(1, np.float64), "t"), numpy_helper.from_array(np.ones(1, np.float64), "one")])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10).SerializeToString()
+    feeds = {"x": np.array([1.5, -2.7], np.float32), "y": np.zeros(2, np.int32)}
+    written = {}
+    for lib in (ort, onnxhal):
+        so = lib.SessionOptions()
+        so.graph_optimization_level = lib.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = str(tmp_path / f"{lib.__name__}.onnx")
+        outputs = lib.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+        model = onnx.load(so.optimized_model_filepath)
+        nodes = sorted((n.op_type, tuple(n.input), tuple(sorted((a.name, helper.get_attribute_value(a))
+                                                                for a in n.attribute))) for n in model.graph.node)
+        written[lib.__name__] = nodes, sorted(i.name for i in model.graph.initializer), outputs
+    (ours, our_inits, our_out), (theirs, their_inits, their_out) = written["onnxhal"], written["onnxruntime"]
+    assert ours == theirs
+    assert {n[0] for n in ours} == {"Cast", "Add"}
+    assert our_inits == their_inits == ["one"]
+    for a, b in zip(our_out, their_out):
+        np.testing.assert_array_equal(a, b)

@@ -154,6 +154,36 @@ except Exception as e:  # onnxruntime's Fail is not a RuntimeError
         "Fail Global thread pools have already been created, cannot replace"
 
 
+def test_a_session_with_per_session_threads_after_global_pools_is_refused_as_onnxruntime():
+    # in a fresh process each: the global pools last for the process
+    script = """
+import numpy as np
+from onnx import TensorProto, helper
+import {lib} as m
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10).SerializeToString()
+m.set_global_thread_pool_sizes(2, 1)
+for per_session in (None, True, False):
+    so = m.SessionOptions()
+    if per_session is not None:
+        so.use_per_session_threads = per_session
+    try:
+        s = m.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        print("result", per_session, "runs", s.run(None, {{"x": np.ones(2, np.float32)}})[0].tolist())
+    except Exception as e:
+        print("result", per_session, isinstance(e, RuntimeError), "use_per_session_threads must be false when using a global "
+              "thread pool" in str(e))
+"""
+    out = {lib: [line for line in subprocess.run([sys.executable, "-c", script.format(lib=lib)], capture_output=True,
+                                                 text=True, timeout=120).stdout.splitlines()
+                 if line.startswith("result ")]  # (onnxruntime's Python layer prints its own retry notice)
+           for lib in ("onnxhal", "onnxruntime")}
+    assert out["onnxhal"] == out["onnxruntime"] == ["result None True True", "result True True True",
+                                                    "result False runs [1.0, 1.0]"]
+
+
 def test_capi_module_paths_give_onnxhals_objects():
     from onnxhal.capi import _pybind_state as C
     from onnxhal.capi import onnxruntime_pybind11_state as C11

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -439,3 +440,26 @@ def test_ragged_lists_and_missing_inputs_are_refused_in_onnxruntimes_words():
 def test_help_shows_the_session_and_run_docstrings():
     assert "model loaded for running" in onnxhal.InferenceSession.__doc__
     assert "output_names" in onnxhal.InferenceSession.run.__doc__
+
+
+def _node_args(sess) -> tuple[list, list]:
+    return ([(a.name, a.type, a.shape) for a in sess.get_inputs()],
+            [(a.name, a.type, a.shape) for a in sess.get_outputs()])
+
+
+def test_node_arg_shape_is_an_empty_list_where_none_is_known_as_onnxruntime():
+    """A map input (skl2onnx's DictVectorizer), a sequence output and tensors of unknown rank:
+    onnxruntime's NodeArg.shape is [] for each, not None."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("SequenceConstruct", ["x"], ["s"])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10).SerializeToString()
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert _node_args(onnxhal.InferenceSession(data)) == _node_args(theirs)
+    path = str(Path(__file__).parent / "real_models" / "sk_dictvec.onnx")
+    ours, theirs = onnxhal.InferenceSession(path), ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    assert _node_args(ours)[0] == _node_args(theirs)[0] == [("X", "map(string,tensor(float))", [])]
+    assert [a.shape for a in ours.get_outputs()][1:] == [a.shape for a in theirs.get_outputs()][1:] == [[]]

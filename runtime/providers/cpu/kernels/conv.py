@@ -11,6 +11,7 @@ from numpy.lib.stride_tricks import as_strided
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
+from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.op_geometry import ConvGeometry
 
@@ -431,9 +432,12 @@ class Conv(Kernel):
         self.geo = ConvGeometry(node)
         self.group = node.attr("group", 1)
         self._plans: dict[tuple, tuple | bool] = {}  # per (input, weight shapes); kernels are shared by runs
+        self.widen = half.WidenedInputs(node, ctx)
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if x.dtype is half.F16 and half.applies(x, inputs[1]):
+            return half.via_float32(self.compute, inputs, self.widen)
         if x.dtype.itemsize < 4 and x.dtype.kind != "i":  # float16/bfloat16: accumulate in float32
             y = self.compute([None if v is None else v.astype(np.float32) for v in inputs])[0]
             return [y.astype(x.dtype)]

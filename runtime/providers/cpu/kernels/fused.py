@@ -34,6 +34,7 @@ import onnx
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.clamp import clamp_
 from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -264,6 +265,7 @@ class FusedBase(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.act = _activation(node.attr("activation", ""), node.attr("activation_params", []), node)
         self.act_contiguous = node.attr("activation", "") == "Gelu"  # blocked over flat memory
+        self.widen = half.WidenedInputs(node, ctx)
 
 
 def _split_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, act: Callable[[np.ndarray], None] | None,
@@ -309,6 +311,8 @@ class FusedMatMul(FusedBase):
 
     def compute(self, inputs: list) -> list:
         x, w = inputs[0], inputs[1]
+        if x.dtype is half.F16 and half.applies(x, w):
+            return half.via_float32(self.compute, inputs, self.widen)
         bias = inputs[2] if len(inputs) > 2 else None
         x2 = x.reshape(-1, x.shape[-1])
         y = _split_product(x2, w, bias, self.act, self.act_contiguous)
@@ -326,6 +330,8 @@ class FusedGemm(FusedBase):
 
     def compute(self, inputs: list) -> list:
         a, b = inputs[0], inputs[1]
+        if a.dtype is half.F16 and half.applies(a, b):
+            return half.via_float32(self.compute, inputs, self.widen)
         c = inputs[2] if len(inputs) > 2 else None
         a = a.T if self.trans_a else a
         b = b.T if self.trans_b else b

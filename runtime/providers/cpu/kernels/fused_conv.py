@@ -38,6 +38,7 @@ from onnxhal.hal import KernelCreateContext, Node
 from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels import conv as _conv
 from onnxhal.runtime.providers.cpu.kernels import fused as _fused
+from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.clamp import clip_ufunc
 from onnxhal.runtime.providers.cpu.kernels.conv import (
     APPENDED,
@@ -180,6 +181,8 @@ class FusedConv(FusedBase):
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if x.dtype is half.F16 and half.applies(x, inputs[1]):
+            return half.via_float32(self.compute, inputs, self.widen)
         fast = self._fast.get(x.shape)
         if (fast is not None and inputs[1] is fast[0] and x.dtype is fast[1]
                 and (not self.has_bias or inputs[2] is fast[2])):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _ndarray = np.ndarray
@@ -13,10 +14,12 @@ _ndarray = np.ndarray
 @register("MatMul", since=1)
 class MatMul(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
+        self.widen = half.WidenedInputs(node, ctx)
 
     def compute(self, inputs: list) -> list:
         a = inputs[0]
+        if a.dtype is half.F16 and half.applies(a, inputs[1]):
+            return half.via_float32(self.compute, inputs, self.widen)
         r = np.matmul(a, inputs[1])
         if r.dtype != a.dtype:  # ml_dtypes (bfloat16) matmul returns float32
             r = r.astype(a.dtype)
@@ -32,9 +35,12 @@ class Gemm(Kernel):
         self.beta = node.attr("beta", 1.0)
         self.ta = bool(node.attr("transA", 0))
         self.tb = bool(node.attr("transB", 0))
+        self.widen = half.WidenedInputs(node, ctx)
 
     def compute(self, inputs: list) -> list:
         a, b = inputs[0], inputs[1]
+        if a.dtype is half.F16 and half.applies(a, b):
+            return half.via_float32(self.compute, inputs, self.widen)
         if self.ta:
             a = a.T
         if self.tb:

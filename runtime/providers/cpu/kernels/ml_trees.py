@@ -37,6 +37,32 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
     return None if v is None else np.asarray(v, np.float32).reshape(-1)
 
 
+def _thresholds(node: Node) -> np.ndarray | None:
+    """``nodes_values`` as float32, or ``nodes_values_as_tensor`` in its own precision (float64 for
+    a double tensor, which onnxruntime compares in double: ``TreeEnsembleCommon``'s ThresholdType)."""
+    v = node.attr("nodes_values")
+    if v is None:
+        v = node.attr("nodes_values_as_tensor")
+        if v is not None and np.asarray(v).dtype == np.float64:
+            return np.asarray(v, np.float64).reshape(-1)
+    return None if v is None else np.asarray(v, np.float32).reshape(-1)
+
+
+def _compared_rows(x: np.ndarray, threshold: np.ndarray, op: str) -> np.ndarray:
+    """The input as rows [N, C] in the comparisons' precision, as onnxruntime's legacy tree kernels:
+    a double input against its thresholds widened to double (exact), any other input in float32.
+    Double thresholds are read for a double input only: onnxruntime fails to load them for a
+    float32 or integer X, and so does this."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float64:
+        return x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+    if threshold.dtype == np.float64:
+        raise InvalidArgument(f"{op}: nodes_values_as_tensor is a double tensor but X is "
+                              f"{getattr(x, 'dtype', type(x).__name__)}; onnxruntime reads double thresholds "
+                              "for a double X only. Feed X as float64, or store the thresholds as float "
+                              "(nodes_values).")
+    return as_float_rows(x, op)
+
+
 LEAF, MEMBER = 6, 7
 
 #: [[-1, 1]]: a column s times it is the columns [-s, s]
@@ -414,7 +440,7 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     trees = np.asarray(node.attr("nodes_treeids"), np.int64)
     ids = np.asarray(node.attr("nodes_nodeids"), np.int64)
     feature = np.asarray(node.attr("nodes_featureids"), np.int64)
-    threshold = _floats(node, "nodes_values")
+    threshold = _thresholds(node)
     modes = node.attr("nodes_modes")
     if threshold is None or modes is None or not (len(trees) == len(ids) == len(feature) == len(modes)
                                                   == len(threshold)):
@@ -480,7 +506,7 @@ class TreeEnsembleRegressor(Kernel):
         return [self.apply(inputs[0])]
 
     def apply(self, x: np.ndarray) -> np.ndarray:
-        x = as_float_rows(x, "TreeEnsembleRegressor")
+        x = _compared_rows(x, self.forest.threshold, "TreeEnsembleRegressor")
         scores = self.forest.sums(x, self.how) if self.how in ("SUM", "AVERAGE") else None
         if scores is None:
             scores, written = self.forest.aggregate(x, self.how, self.n_targets > 1)
@@ -647,7 +673,7 @@ class TreeEnsembleClassifier(Kernel):
         return [label, scores if post is None else post(scores)]
 
     def compute(self, inputs: list) -> list:
-        x = as_float_rows(inputs[0], "TreeEnsembleClassifier")
+        x = _compared_rows(inputs[0], self.forest.threshold, "TreeEnsembleClassifier")
         if self._pair is not None:
             scores = self.forest.sums(x, "SUM", self._pair[0])
             if scores is not None:

@@ -1,7 +1,7 @@
 """com.microsoft quantized operators that onnxruntime's quantizer (``quantize_dynamic``,
 ``quantize_static`` in the QOperator format) writes, as its CPU kernels compute them:
 QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
-QLinearConcat, QLinearWhere, QLinearAveragePool, QLinearSoftmax, QGemm, MatMulIntegerToFloat,
+QLinearConcat, QLinearWhere, QLinearAveragePool, QGemm, MatMulIntegerToFloat,
 DynamicQuantizeMatMul and DynamicQuantizeLSTM; and the default domain's QLinearConv,
 QLinearMatMul and ConvInteger (the weight-only MatMuls are in ``ms_weight_quant.py``).
 
@@ -18,7 +18,11 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.linalg import MatMulInteger, exact_float_dtype
-from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
+from onnxhal.runtime.providers.cpu.kernels.quantize import (
+    dynamic_quantize_centered,
+    dynamic_quantize_uint8,
+    saturate_codes,
+)
 from onnxhal.runtime.providers.cpu.kernels.recurrent import (
     _WORKSPACES,
     LSTM,
@@ -49,8 +53,7 @@ def _zero(zp: np.ndarray | None, like: np.dtype) -> np.ndarray:
 
 
 def _saturate(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    info = np.iinfo(dtype)
-    return np.clip(np.rint(y), info.min, info.max).astype(dtype)
+    return saturate_codes(np.rint(np.asarray(y, np.float32)), dtype)
 
 
 def dequantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
@@ -67,9 +70,7 @@ def quantize(y: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.
     if zp is not None:
         f += zp.astype(np.float32)
     np.rint(f, out=f)
-    info = np.iinfo(dtype)
-    _clip(f, info.min, info.max, out=f)
-    return f.astype(dtype)
+    return saturate_codes(f, dtype)
 
 
 class _QLinearBinary(Kernel):
@@ -95,9 +96,7 @@ class QLinearAdd(_QLinearBinary):
         y = np.add(y, np.multiply(b, rb, dtype=f32), out=y if a.shape == b.shape else None)
         y += bias
         np.rint(y, out=y)
-        info = np.iinfo(a.dtype)
-        _clip(y, info.min, info.max, out=y)
-        return y.astype(a.dtype)
+        return saturate_codes(y, a.dtype)
 
 
 @register("QLinearMul", since=1, domain=MS)
@@ -404,9 +403,7 @@ def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype
     np.rint(y, out=y)
     if zp is not None:
         y += zp.astype(np.float32)
-    info = np.iinfo(dtype)
-    _clip(y, info.min, info.max, out=y)
-    return y.astype(dtype)
+    return saturate_codes(y, dtype)
 
 
 _exact_dtype = exact_float_dtype
@@ -640,33 +637,6 @@ class QGemm(Kernel):
             return [np.multiply(acc, scale, dtype=np.float32)]
         dtype = y_zp.dtype if y_zp is not None else a.dtype
         return [_requantize(acc, (scale / np.float32(y_s)).astype(np.float32), y_zp, dtype)]
-
-
-@register("QLinearSoftmax", since=1, domain=MS)
-class QLinearSoftmax(Kernel):
-    """Softmax of the dequantized input along ``axis`` (flattened from the axis, as ONNX Softmax
-    before opset 13, when the ``opset`` attribute is below 13), quantized with Y's scale and zero
-    point."""
-
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.axis = int(node.attr("axis", -1))
-        self.flatten = int(node.attr("opset", 13)) < 13
-
-    def compute(self, inputs: list) -> list:
-        x, x_s, x_zp, y_s = inputs[:4]
-        y_zp = inputs[4] if len(inputs) > 4 else None
-        f = dequantize(x, x_s, x_zp)
-        axis = self.axis + x.ndim if self.axis < 0 else self.axis
-        last = axis == x.ndim - 1
-        if self.flatten:
-            rows = f.reshape(math.prod(x.shape[:axis]), -1)
-        else:
-            rows = f if last else np.moveaxis(f, axis, -1)
-        e = np.subtract(rows, np.maximum.reduce(rows, -1, keepdims=True))
-        np.exp(e, out=e)
-        e /= np.add.reduce(e, -1, keepdims=True)
-        p = e.reshape(x.shape) if self.flatten else e if last else np.moveaxis(e, -1, axis)
-        return [quantize(p, y_s, y_zp, x.dtype)]
 
 
 @register("ConvInteger", since=10)

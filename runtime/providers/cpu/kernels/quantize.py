@@ -15,11 +15,8 @@ _ZERO, _ONE, _F255 = np.array(0, _F32), _F32(1), _F32(255)  # (0-d arrays: the u
 _min, _max, _fmin, _fmax = np.minimum.reduce, np.maximum.reduce, np.fmin.reduce, np.fmax.reduce
 _divide, _rint, _add, _fmaxu, _fminu = np.divide, np.rint, np.add, np.fmax, np.fmin
 _ZP = [np.array(z, _F32) for z in range(256)]  # the zero points as float32 operands, made once
-_BOUNDS = {np.dtype(t).char: (np.iinfo(t).min, np.iinfo(t).max) for t in (np.uint8, np.int8)}
-try:  # np.clip's own ufunc, without np.clip's Python layers
-    from numpy._core.umath import clip as _clip
-except ImportError:  # numpy 1.26
-    from numpy.core.umath import clip as _clip
+_CODES = (np.uint8, np.int8, np.uint16, np.int16)
+_BOUNDS = {np.dtype(t).char: (np.array(np.iinfo(t).min, _F32), np.array(np.iinfo(t).max, _F32)) for t in _CODES}
 
 
 def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -138,7 +135,7 @@ class DequantizeLinear(_LinearQuant):
     def _native_types(x: np.ndarray, zp: np.ndarray | None) -> bool:
         if x.dtype == np.int32:
             return zp is None or zp.dtype == np.int32
-        return x.dtype in (np.uint8, np.int8) and (zp is None or zp.dtype == x.dtype)
+        return x.dtype in _CODES and (zp is None or zp.dtype == x.dtype)
 
     @staticmethod
     def _apply(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
@@ -148,14 +145,25 @@ class DequantizeLinear(_LinearQuant):
         return y if type(y) is np.ndarray else np.asarray(y)
 
 
+def saturate_codes(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Rounded float32 codes (in place) clamped to dtype's range, as dtype. A NaN becomes the
+    type's minimum and an infinity its bound, as MLAS's quantize kernels, whose lower clamp
+    (SSE ``maxps``) returns the bound for a NaN (onnxruntime's
+    ``core/mlas/lib/quantize.cpp``); a plain clip would leave the NaN to the cast."""
+    low, high = _BOUNDS[np.dtype(dtype).char]
+    _fmaxu(y, low, out=y)
+    np.minimum(y, high, out=y)
+    return y.astype(dtype)
+
+
 @register("QuantizeLinear", since=10)
 class QuantizeLinear(_LinearQuant):
     """saturate(round_half_to_even(x / scale) + zero_point) into the zero point's type (uint8
-    without one), x float32."""
+    without one), x float32; a NaN gives the type's minimum (``saturate_codes``)."""
 
     @staticmethod
     def _native_types(x: np.ndarray, zp: np.ndarray | None) -> bool:
-        return x.dtype == np.float32 and (zp is None or zp.dtype in (np.uint8, np.int8))
+        return x.dtype == np.float32 and (zp is None or zp.dtype in _CODES)
 
     @staticmethod
     def _apply(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
@@ -164,9 +172,6 @@ class QuantizeLinear(_LinearQuant):
             y = np.asarray(y)
         np.rint(y, out=y)
         if zp is None:
-            _clip(y, 0, 255, out=y)
-            return y.astype(np.uint8)
+            return saturate_codes(y, np.uint8)
         y += zp.astype(np.float32)
-        low, high = _BOUNDS[zp.dtype.char]
-        _clip(y, low, high, out=y)
-        return y.astype(zp.dtype)
+        return saturate_codes(y, zp.dtype)

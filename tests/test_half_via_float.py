@@ -1,0 +1,94 @@
+"""The float16 fast path of the CPU EP's products (``kernels/half_via_float.py``): MatMul, Gemm,
+Conv and their fused forms on float16 inputs computed in float32, as onnxruntime's CPU EP computes
+them; against the plain float16 kernels and onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+from onnxhal.hal import KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
+
+H = TensorProto.FLOAT16
+
+
+def _model(kind: str, rng: np.random.Generator) -> tuple[bytes, dict]:
+    """A float16 graph of one kind of product (with what the optimizer fuses into it)."""
+    names = iter(f"w{i}" for i in range(9))
+
+    def w(*shape: int):
+        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(shape[-1] * 3)).astype(np.float16),
+                                       next(names))
+
+    if kind == "conv":  # Conv + bias + Relu, then a depthwise Conv: FusedConv at the extended level
+        inits = [w(16, 8, 3, 3), numpy_helper.from_array(rng.standard_normal(16).astype(np.float16), "b"),
+                 w(16, 1, 3, 3)]
+        nodes = [helper.make_node("Conv", ["x", inits[0].name, "b"], ["c"], pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["c"], ["r"]),
+                 helper.make_node("Conv", ["r", inits[2].name], ["y"], pads=[1, 1, 1, 1], group=16, strides=[2, 2])]
+        x = rng.standard_normal((2, 8, 12, 12)).astype(np.float16)
+    elif kind == "matmul":  # MatMul + Add bias, then a MatMul of two activations
+        inits = [w(24, 40), numpy_helper.from_array(rng.standard_normal(40).astype(np.float16), "b")]
+        nodes = [helper.make_node("MatMul", ["x", inits[0].name], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+                 helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 1]),
+                 helper.make_node("MatMul", ["a", "t"], ["y"])]
+        x = rng.standard_normal((2, 5, 24)).astype(np.float16)
+    else:  # Gemm with transB and alpha, then Gemm + Relu
+        inits = [w(32, 24), w(32, 16), numpy_helper.from_array(rng.standard_normal(16).astype(np.float16), "c")]
+        nodes = [helper.make_node("Gemm", ["x", inits[0].name], ["g"], transB=1, alpha=0.5),
+                 helper.make_node("Gemm", ["g", inits[1].name, "c"], ["p"]), helper.make_node("Relu", ["p"], ["y"])]
+        x = rng.standard_normal((6, 24)).astype(np.float16)
+    graph = helper.make_graph(nodes, kind, [helper.make_tensor_value_info("x", H, list(x.shape))],
+                              [helper.make_tensor_value_info("y", H, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return model.SerializeToString(), {"x": x}
+
+
+def _run(data: bytes, feeds: dict, level: str) -> np.ndarray:
+    so = onnxhal.SessionOptions()
+    so.graph_optimization_level = getattr(onnxhal.GraphOptimizationLevel, level)
+    return onnxhal.InferenceSession(data, so).run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("kind", ["conv", "matmul", "gemm"])
+@pytest.mark.parametrize("level", ["ORT_DISABLE_ALL", "ORT_ENABLE_ALL"])
+def test_float16_products_go_through_float32_and_match_the_plain_kernels(kind, level, monkeypatch):
+    data, feeds = _model(kind, np.random.default_rng(0))
+    calls = []
+    through = half.via_float32
+    monkeypatch.setattr(half, "via_float32", lambda *a: calls.append(1) or through(*a))
+    fast = _run(data, feeds, level)
+    assert calls, "the float16 products did not take the float32 path"
+    monkeypatch.setattr(half, "ENABLED", False)
+    plain = _run(data, feeds, level)
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert fast.dtype == plain.dtype == theirs.dtype == np.float16
+    scale = float(np.abs(theirs.astype(np.float32)).max())
+    # float16 rounding: a few units of its last place (2**-10) of the output's scale
+    for name, got in (("fast path", fast), ("plain kernel", plain)):
+        err = float(np.abs(got.astype(np.float32) - theirs.astype(np.float32)).max()) / scale
+        assert err < 4e-3, f"{kind} at {level}, {name}: {err:.2e} of the output's scale off onnxruntime"
+    err = float(np.abs(fast.astype(np.float32) - plain.astype(np.float32)).max()) / scale
+    assert err < 4e-3, f"{kind} at {level}: the fast path is {err:.2e} of the output's scale off the plain kernel"
+
+
+class _Constants(KernelCreateContext):
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def is_constant_initializer(self, name: str) -> bool:
+        return name in self.names
+
+
+def test_a_constant_weight_is_widened_once_and_a_feed_each_run():
+    widen = half.WidenedInputs(Node("MatMul", ["x", "w"], ["y"]), _Constants({"w"}))
+    x, w = np.ones((2, 3), np.float16), np.full((3, 4), 0.5, np.float16)
+    first, second = widen([x, w]), widen([x, w])
+    assert first[1] is second[1] and first[1].dtype == np.float32  # the weight: one copy
+    assert first[0] is not second[0] and first[0].dtype == np.float32  # the feed: widened each run
+    w2 = w.copy()
+    assert widen([x, w2])[1] is not first[1]  # another array under that name: widened again

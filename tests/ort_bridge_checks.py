@@ -392,6 +392,36 @@ def ep_context() -> dict:
     return out
 
 
+def ep_context_reordered() -> dict:
+    """A compiled multi-input, multi-output partition whose EPContext node lists its values in another
+    order (as another tool may write it), and one whose model no longer reads one output: onnxruntime
+    builds the fused node in that order, and the partition must take and return its values by name."""
+    import onnx
+
+    from tests.models import multi_output_model, multi_output_reordered
+
+    register()
+    model, feeds = multi_output_model()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    out = {}
+    for ep in (NPU, GPU):
+        so = ort.SessionOptions()
+        so.add_provider_for_devices([device(ep)], {})
+        compiled = onnx.load_from_string(ort.ModelCompiler(so, model.SerializeToString(),
+                                                           embed_compiled_data_into_model=True).compile_to_bytes())
+        for case, proto in multi_output_reordered(compiled).items():
+            sess = session(proto, devices=[device(ep)])
+            try:
+                got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+            except Exception as e:
+                out[f"{ep}/{case}"] = {"error": f"{type(e).__name__}: {e}"}
+                continue
+            out[f"{ep}/{case}"] = {
+                "assignment": [s.ep_name for s in sess.get_provider_graph_assignment_info()],
+                "err": max(float(np.abs(got[o.name] - r).max()) for o, r in zip(model.graph.output, ref) if o.name in got)}
+    return out
+
+
 def device_memory() -> dict:
     """The simulated devices' memory declared to onnxruntime: its OrtValues live there, its copies
     go through the bridge's data transfer, IOBinding keeps inputs and outputs on the device."""

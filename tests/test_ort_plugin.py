@@ -183,6 +183,17 @@ def test_compiled_models_carry_the_partitions_as_ep_context_nodes():
 
 
 @needs_virtual
+def test_compiled_partition_values_are_matched_by_name():
+    """An EPContext node listing its inputs and outputs in another order, or one whose middle output
+    nobody reads: onnxruntime's fused node follows that order, and the results still match its CPU EP."""
+    r = run_check("ep_context_reordered")
+    for ep, tol in ((NPU, 2e-2), (GPU, 1e-5)):
+        for case in ("reordered", "unread"):
+            assert r[f"{ep}/{case}"]["assignment"][0] == ep
+            assert r[f"{ep}/{case}"]["err"] <= tol, (ep, case, r[f"{ep}/{case}"])
+
+
+@needs_virtual
 def test_device_memory_is_onnxruntimes_to_use():
     r = run_check("device_memory")
     for ep, name in ((NPU, "VirtualNpu(generic-npu)"), (GPU, "VirtualGpu(generic-gpu)")):

@@ -422,6 +422,25 @@ def ep_context_reordered() -> dict:
     return out
 
 
+def loop_runtime_values() -> dict:
+    """onnx's own test_loop11: the Loop body's Slice takes starts/ends from the iteration counter, so
+    the simulated GPU's partition sees new values at every iteration; six runs of one session."""
+    from tests.onnx_cases import node_cases
+
+    register()
+    case = next(c for c in node_cases() if c.name == "test_loop11")
+    case.model.ir_version = min(case.model.ir_version, 10)
+    feeds, _ = case.data_sets[0]
+    model = case.model.SerializeToString()
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = session(case.model, devices=[device(GPU)])
+    runs = [max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(sess.run(None, feeds), ref))
+            for _ in range(6)]
+    on_gpu = sorted(n.op_type for s in sess.get_provider_graph_assignment_info() if s.ep_name == GPU
+                    for n in s.get_nodes())
+    return {"errors": runs, "on_gpu": on_gpu}
+
+
 def device_memory() -> dict:
     """The simulated devices' memory declared to onnxruntime: its OrtValues live there, its copies
     go through the bridge's data transfer, IOBinding keeps inputs and outputs on the device."""

@@ -194,6 +194,15 @@ def test_compiled_partition_values_are_matched_by_name():
 
 
 @needs_virtual
+def test_run_time_values_pick_the_plan_at_every_run():
+    """onnx's test_loop11 inside onnxruntime: the simulated GPU's Slice gets new starts/ends from the
+    Loop counter at every iteration (in its device memory), and six runs all match the CPU EP."""
+    r = run_check("loop_runtime_values")
+    assert "Slice" in r["on_gpu"], r
+    assert r["errors"] == [0.0] * 6, r
+
+
+@needs_virtual
 def test_device_memory_is_onnxruntimes_to_use():
     r = run_check("device_memory")
     for ep, name in ((NPU, "VirtualNpu(generic-npu)"), (GPU, "VirtualGpu(generic-gpu)")):

@@ -441,6 +441,50 @@ def loop_runtime_values() -> dict:
     return {"errors": runs, "on_gpu": on_gpu}
 
 
+def full_device_memory() -> dict:
+    """A simulated GPU with 3 MiB of memory: a 2 MiB OrtValue made while another holds 2 MiB gets no
+    memory (onnxruntime makes it with a NULL data pointer and raises nothing). Bound as an input after
+    the other is freed, and as the destination of a copy, it must fail as out of memory every time."""
+    import tempfile
+
+    from onnx import helper
+
+    from tests.models import make, vi
+
+    src = (Path(plugin.__file__).resolve().parents[2] / "simulators/profiles/generic-gpu.toml").read_text()
+    profile = Path(tempfile.mkdtemp()) / "small-gpu.toml"
+    profile.write_text(src.replace('name = "generic-gpu"', 'name = "small-gpu"')
+                       .replace("capacity_mib = 4096", "capacity_mib = 3"))
+    plugin.configure(profiles=[str(profile)])
+    ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+    dev = device(GPU)
+    info = dev.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+    n = 1 << 19  # 2 MiB of float32
+    model = make([helper.make_node("ReduceSum", ["x"], ["y"], name="sum", keepdims=1)], [vi("x", [n])], [vi("y", [1])])
+    sess = session(model, devices=[dev])
+    holder = ort.OrtValue.ortvalue_from_shape_and_type([n], np.float32, memory_info=info)
+    starved = ort.OrtValue.ortvalue_from_shape_and_type([n], np.float32, memory_info=info)
+    del holder
+
+    def outcome(fn) -> str:
+        try:
+            return f"value {fn()}"
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+
+    def bound_run():
+        binding = sess.io_binding()
+        binding.bind_ortvalue_input("x", starved)
+        binding.bind_output("y")
+        sess.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0].tolist()
+
+    ones = ort.OrtValue.ortvalue_from_numpy(np.ones(n, np.float32))
+    return {"bound_runs": [outcome(bound_run) for _ in range(3)],
+            "copies": [outcome(lambda: ort.copy_tensors([ones], [starved], None)) for _ in range(2)],
+            "plain_err": float(np.abs(sess.run(None, {"x": np.ones(n, np.float32)})[0] - n).max())}
+
+
 def device_memory() -> dict:
     """The simulated devices' memory declared to onnxruntime: its OrtValues live there, its copies
     go through the bridge's data transfer, IOBinding keeps inputs and outputs on the device."""

@@ -485,6 +485,33 @@ def full_device_memory() -> dict:
             "plain_err": float(np.abs(sess.run(None, {"x": np.ones(n, np.float32)})[0] - n).max())}
 
 
+def stale_handles() -> dict:
+    """``ep_device.memory_info()`` and ``ep_device.device`` used after the library is unregistered
+    (onnxruntime's Python objects point at what the library made): readable, an OrtValue there is an
+    error, and registering again and again reuses them (a fixed count) with sessions that work."""
+    from onnxhal.ort_plugin import kept_handles
+
+    register()
+    dev = device(GPU)
+    info, hw = dev.memory_info(ort.OrtDeviceMemoryType.DEFAULT), dev.device
+    ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
+    out: dict = {}
+    try:  # the SIGSEGV of onnxruntime 1.28 to 1.32, with the memory info freed
+        ort.OrtValue.ortvalue_from_shape_and_type([2], np.float32, memory_info=info)
+        out["value_error"] = None
+    except Exception as e:
+        out["value_error"] = f"{type(e).__name__}: {e}"
+    out.update({"name": info.name, "hw": [hw.vendor, hw.metadata.get("simulator_profile")]})
+    counts, errs = [], []
+    for _ in range(5):
+        register()
+        errs.append(add_mul_error(session(add_mul_model(), devices=[device(NPU)])))
+        ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
+        counts.append(kept_handles.counts())
+    out.update({"counts": counts, "errs": errs, "name_after": info.name})
+    return out
+
+
 def device_memory() -> dict:
     """The simulated devices' memory declared to onnxruntime: its OrtValues live there, its copies
     go through the bridge's data transfer, IOBinding keeps inputs and outputs on the device."""

@@ -219,6 +219,19 @@ def test_a_value_onnxruntime_could_not_allocate_is_out_of_memory_every_time():
 
 
 @needs_virtual
+def test_memory_info_and_device_outlive_the_unregister():
+    """An OrtMemoryInfo from ``ep_device.memory_info()`` (and the virtual hardware device) used after
+    ``unregister_execution_provider_library``: the bridge freed them there and the process crashed
+    (SIGSEGV) or read garbage; they stay, one per profile however often the library is registered."""
+    r = run_check("stale_handles")  # a crash fails here, on the exit status
+    assert r["name"] == r["name_after"] == "VirtualGpu(generic-gpu)"
+    assert r["hw"] == ["onnxhal", "generic-gpu"]
+    assert r["value_error"] is None or "No shared allocator" in r["value_error"], r["value_error"]
+    assert r["counts"] == [{"memory_infos": 2, "hardware_devices": 2}] * 5
+    assert max(r["errs"]) <= 2e-2
+
+
+@needs_virtual
 def test_device_memory_is_onnxruntimes_to_use():
     r = run_check("device_memory")
     for ep, name in ((NPU, "VirtualNpu(generic-npu)"), (GPU, "VirtualGpu(generic-gpu)")):

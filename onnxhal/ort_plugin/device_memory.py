@@ -111,15 +111,6 @@ def memory_device_of(api: OrtApi, ort_memory_device: int) -> OrtMemoryDevice:
                            device_id=int(e["MemoryDevice_GetDeviceId"](ort_memory_device)))
 
 
-def create_memory_info(api: OrtApi, info: OrtMemoryInfo) -> int:
-    """onnxruntime's OrtMemoryInfo for a hal one (the caller keeps it alive: onnxruntime stores the
-    pointer in the EP device)."""
-    out = c_void_p()
-    api.call("CreateMemoryInfo_V2", info.name.encode(), int(info.device_type), info.device_vendor_id, info.device_id,
-             int(info.device_mem_type), int(info.alignment), int(info.allocator_type), ctypes.byref(out))
-    return out.value
-
-
 def host_or_device(value: int, api: OrtApi, what: str = "a tensor") -> Any:
     """An OrtValue as a hal DeviceTensor over the same buffer (onnxhal device memory) or as a numpy
     view of onnxruntime's buffer (host memory). A non-empty tensor with no data (an allocation that

@@ -203,19 +203,22 @@ def test_run_time_values_pick_the_plan_at_every_run():
 
 
 @needs_virtual
-@pytest.mark.skipif(ORT_VERSION < (1, 25), reason="OrtValues in a plugin EP's memory need OrtValue(memory_info=)")
 def test_a_value_onnxruntime_could_not_allocate_is_out_of_memory_every_time():
     """A full simulated GPU (3 MiB profile): the OrtValue onnxruntime made without memory (NULL data)
     fails as OutOfMemory, naming the value and the remedy, on every run and copy; before, the bridge
     read it as an empty host array and the runs returned whatever that held."""
     r = run_check("full_device_memory")
+    for text in r["oversized_runs"]:
+        assert "OutOfMemory: the destination of copy 0 (float32 [1048576]" in text, text
+    assert r["plain_err"] == 0.0  # memory that fits still works
+    if "bound_runs" not in r:
+        pytest.skip("this onnxruntime's Python API cannot make an OrtValue in a plugin EP's memory")
     assert len(r["bound_runs"]) == 3 and len(r["copies"]) == 2
     for text in r["bound_runs"]:
         assert "OutOfMemory: input 0 ('x')" in text and "has no memory behind it" in text, text
         assert "capacity_mib" in text
     for text in r["copies"]:
         assert "OutOfMemory: the destination of copy 0 (float32 [524288]" in text, text
-    assert r["plain_err"] == 0.0  # memory that fits still works
 
 
 @needs_virtual

@@ -506,6 +506,8 @@ def stale_handles() -> dict:
     try:  # the SIGSEGV of onnxruntime 1.28 to 1.32, with the memory info freed
         ort.OrtValue.ortvalue_from_shape_and_type([2], np.float32, memory_info=info)
         out["value_error"] = None
+    except TypeError:  # no memory_info= in this onnxruntime's Python API (before 1.26 or so)
+        out["value_error"] = "unsupported"
     except Exception as e:
         out["value_error"] = f"{type(e).__name__}: {e}"
     out.update({"name": info.name, "hw": [hw.vendor, hw.metadata.get("simulator_profile")]})

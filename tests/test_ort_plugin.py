@@ -229,7 +229,7 @@ def test_memory_info_and_device_outlive_the_unregister():
     r = run_check("stale_handles")  # a crash fails here, on the exit status
     assert r["name"] == r["name_after"] == "VirtualGpu(generic-gpu)"
     assert r["hw"] == ["onnxhal", "generic-gpu"]
-    assert r["value_error"] is None or "No shared allocator" in r["value_error"], r["value_error"]
+    assert r["value_error"] == "unsupported" or "No shared allocator" in r["value_error"], r["value_error"]
     assert r["counts"] == [{"memory_infos": 2, "hardware_devices": 2}] * 5
     assert max(r["errs"]) <= 2e-2
 

@@ -58,6 +58,13 @@ def add_mul_error(sess) -> float:
     return float(np.abs(sess.run(None, {"x": ADD_MUL_X})[0] - add_mul_reference(ADD_MUL_X)).max())
 
 
+def providers_used(sess) -> list[str]:
+    """The EPs that got nodes, in onnxruntime's order (1.23 has no assignment info: its providers)."""
+    if not hasattr(sess, "get_provider_graph_assignment_info"):
+        return sess.get_providers()
+    return list(dict.fromkeys(s.ep_name for s in sess.get_provider_graph_assignment_info()))
+
+
 # -- checks ---------------------------------------------------------------------------------------
 def devices_and_policies() -> dict:
     register()
@@ -417,7 +424,7 @@ def ep_context_reordered() -> dict:
                 out[f"{ep}/{case}"] = {"error": f"{type(e).__name__}: {e}"}
                 continue
             out[f"{ep}/{case}"] = {
-                "assignment": [s.ep_name for s in sess.get_provider_graph_assignment_info()],
+                "assignment": providers_used(sess),
                 "err": max(float(np.abs(got[o.name] - r).max()) for o, r in zip(model.graph.output, ref) if o.name in got)}
     return out
 
@@ -436,6 +443,8 @@ def loop_runtime_values() -> dict:
     sess = session(case.model, devices=[device(GPU)])
     runs = [max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(sess.run(None, feeds), ref))
             for _ in range(6)]
+    if not hasattr(sess, "get_provider_graph_assignment_info"):  # onnxruntime 1.23
+        return {"errors": runs, "on_gpu": None}
     on_gpu = sorted(n.op_type for s in sess.get_provider_graph_assignment_info() if s.ep_name == GPU
                     for n in s.get_nodes())
     return {"errors": runs, "on_gpu": on_gpu}

@@ -12,6 +12,7 @@ A later session hands each EPContext node back to the EP named by its ``source``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from onnx import helper
@@ -47,3 +48,41 @@ def ep_context_node(fused_node: Node, blob: bytes, source: str, hardware_archite
              "partition_name": fused_node.name, "hardware_architecture": hardware_architecture, "notes": notes}
     return Node(EP_CONTEXT_OP, list(fused_node.inputs), list(fused_node.outputs), name=fused_node.name,
                 domain=EP_CONTEXT_DOMAIN, attribute_protos=[helper.make_attribute(k, v) for k, v in attrs.items()])
+
+
+@dataclass(frozen=True)
+class FusedOrder:
+    """Where a saved partition's values sit on the fused node it is loaded as: ``inputs[i]`` is the
+    fused-node input that is the partition's input i, ``outputs[j]`` the partition output that is
+    the fused node's output j; ``saved_outputs`` is how many outputs the partition makes."""
+
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    saved_outputs: int
+
+    def feeds(self, fused_inputs: list) -> list:
+        """The fused node's inputs in the partition's order."""
+        return [fused_inputs[i] for i in self.inputs]
+
+    def results(self, saved: list) -> list:
+        """The partition's outputs in the fused node's order."""
+        return [saved[k] for k in self.outputs]
+
+
+def fused_order(saved_inputs: list[str], saved_outputs: list[str], fused_node: Node) -> FusedOrder | None:
+    """How a partition saved with ``saved_inputs``/``saved_outputs`` meets the fused node it is loaded
+    as (``FusedOrder``), or None when both orders already agree.
+
+    The fused node of a reloaded EPContext node carries the same value names, but its order is the
+    runtime's: onnxruntime builds it from the graph it loaded (an EPContext node edited or written by
+    another tool, an output no longer read), so a partition must take and return values by name."""
+    fused_in, fused_out = list(fused_node.inputs), list(fused_node.outputs)
+    missing = [n for n in saved_inputs if n not in fused_in] + [n for n in fused_out if n not in saved_outputs]
+    if missing:
+        raise InvalidGraph(f"EPContext node {fused_node.name!r}: its compiled partition takes {saved_inputs} and "
+                           f"returns {saved_outputs}, the node has inputs {fused_in} and outputs {fused_out} "
+                           f"({missing} do not match); compile the model again")
+    if fused_in == list(saved_inputs) and fused_out == list(saved_outputs):
+        return None
+    return FusedOrder(tuple(fused_in.index(n) for n in saved_inputs), tuple(saved_outputs.index(n) for n in fused_out),
+                      len(saved_outputs))

@@ -25,7 +25,7 @@ from onnxhal.hal.allocator import Allocator
 from onnxhal.hal.data_transfer import DataTransfer
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
-from onnxhal.hal.ep_context import ep_context_node
+from onnxhal.hal.ep_context import FusedOrder, ep_context_node, fused_order
 from onnxhal.hal.errors import InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryInfo
@@ -125,6 +125,14 @@ class Fp16Edges:
         return names[i] if i < len(names) else f"#{i}"
 
 
+def _saved_names(info: Any) -> tuple[list[str], list[str]]:
+    """The input and output names a partition loaded from an EPContext blob takes and returns, in order."""
+    plan = getattr(info, "plan", None)
+    if hasattr(plan, "output_names"):  # an OpenCL plan
+        return list(plan.input_names), list(plan.output_names)
+    return list(info.graph.input_names), list(info.graph.output_names)  # host backend, symbolic dims
+
+
 class _State:
     """The OpenCL partition's state and the device-memory charge of its weights."""
 
@@ -139,11 +147,14 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
     """One compiled partition on a simulated device: the OpenCL partition, plus injected faults,
     fp16 storage and the cost meter."""
 
-    def __init__(self, inner: Any, ep: VirtualEp, cost: PartitionCost, fp16: Fp16Edges | None = None) -> None:
+    def __init__(self, inner: Any, ep: VirtualEp, cost: PartitionCost, fp16: Fp16Edges | None = None,
+                 order: FusedOrder | None = None) -> None:
         self.inner = inner
         self.ep = ep
         self.cost = cost
         self.fp16 = fp16 or Fp16Edges()
+        #: A partition loaded from an EPContext node whose fused node orders the values otherwise.
+        self.order = order
 
     def create_state(self, fused_node: Node) -> Any:
         # The partition's weights live on the device too: they count against its capacity.
@@ -184,7 +195,12 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
         ep = self.ep
         ep.faults.before_compute()
         start = time.perf_counter()
-        outputs = ep.compute_partition(self.inner, state.inner, context, self.fp16)
+        if self.order is None:
+            outputs = ep.compute_partition(self.inner, state.inner, context, self.fp16)
+        else:
+            inner = KernelContext(self.order.feeds(context.inputs), self.order.saved_outputs, context.stream,
+                                  context.run_options)
+            outputs = self.order.results(ep.compute_partition(self.inner, state.inner, inner, self.fp16))
         for i, t in enumerate(outputs):
             context.set_output(i, t)
         ep.meter.add_partition(self.cost)
@@ -385,6 +401,7 @@ class VirtualEp(OpenCLEp):
             else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
                 plan, cost, _ = decode_partition(context_blob(graph.nodes[0]))
                 info = self.partition_from_context(plan)
+                order = fused_order(*_saved_names(info), node)
                 if isinstance(info, DynamicNodeComputeInfo):
                     self._dynamic[node.name] = info  # its specialisation figures in profiling traces
                 self.contexts_loaded += 1
@@ -393,7 +410,7 @@ class VirtualEp(OpenCLEp):
                      if k in planned else Fp16Edges())
             if hasattr(info, "fp16_edges"):
                 info.fp16_edges = edges
-            vinfo = VirtualNodeComputeInfo(info, self, cost, edges)
+            vinfo = VirtualNodeComputeInfo(info, self, cost, edges, None if k in planned else order)
             self.partition_infos[node.name] = vinfo
             out.append(vinfo)
         # All or nothing: weights that do not fit fail the compile, so the runtime gives every

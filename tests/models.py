@@ -38,3 +38,38 @@ def assert_add_mul_runs(sess) -> None:
     """A session of ``add_mul_model`` gives the right answer on ``ADD_MUL_X`` (after a failed run,
     nothing is left broken)."""
     np.testing.assert_allclose(sess.run(None, {"x": ADD_MUL_X})[0], add_mul_reference(ADD_MUL_X))
+
+
+def multi_output_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """One partition with two inputs and three outputs (Sub, then Relu / Neg / Sigmoid), and feeds."""
+    nodes = [helper.make_node("Sub", ["x", "y"], ["a"], name="sub"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Neg", ["a"], ["n"], name="neg"),
+             helper.make_node("Sigmoid", ["a"], ["s"], name="sig")]
+    model = make(nodes, [vi("x", [2, 3]), vi("y", [2, 3])], [vi("r", [2, 3]), vi("n", [2, 3]), vi("s", [2, 3])])
+    rng = np.random.default_rng(5)
+    return model, {k: rng.standard_normal((2, 3)).astype(np.float32) for k in ("x", "y")}
+
+
+def multi_output_reordered(compiled: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
+    """``multi_output_model`` compiled (one EPContext node), changed two ways: "reordered" lists the
+    node's inputs and outputs in another order; "unread" also drops the graph output 'n', so the node's
+    middle output is read by nobody."""
+    out = {}
+    reordered = onnx.ModelProto()
+    reordered.CopyFrom(compiled)
+    n = next(n for n in reordered.graph.node if n.op_type == "EPContext")
+    ins, outs = list(n.input), list(n.output)
+    del n.input[:], n.output[:]
+    n.input.extend(ins[::-1])
+    n.output.extend(outs[2:] + outs[:2])
+    out["reordered"] = reordered
+    unread = onnx.ModelProto()
+    unread.CopyFrom(compiled)
+    dropped = [o for o in unread.graph.output if o.name == "n"]
+    kept = [o for o in unread.graph.output if o.name != "n"]
+    del unread.graph.output[:]
+    unread.graph.output.extend(kept)
+    unread.graph.value_info.extend(dropped)  # its type, which onnxruntime no longer learns from the outputs
+    out["unread"] = unread
+    return out

@@ -58,6 +58,13 @@ def add_mul_error(sess) -> float:
     return float(np.abs(sess.run(None, {"x": ADD_MUL_X})[0] - add_mul_reference(ADD_MUL_X)).max())
 
 
+def providers_used(sess) -> list[str]:
+    """The EPs that got nodes, in onnxruntime's order (1.23 has no assignment info: its providers)."""
+    if not hasattr(sess, "get_provider_graph_assignment_info"):
+        return sess.get_providers()
+    return list(dict.fromkeys(s.ep_name for s in sess.get_provider_graph_assignment_info()))
+
+
 # -- checks ---------------------------------------------------------------------------------------
 def devices_and_policies() -> dict:
     register()
@@ -389,6 +396,137 @@ def ep_context() -> dict:
                    "assignment": [(s.ep_name, [n.op_type for n in s.get_nodes()])
                                   for s in sess.get_provider_graph_assignment_info()],
                    "err": add_mul_error(sess)}
+    return out
+
+
+def ep_context_reordered() -> dict:
+    """A compiled multi-input, multi-output partition whose EPContext node lists its values in another
+    order (as another tool may write it), and one whose model no longer reads one output: onnxruntime
+    builds the fused node in that order, and the partition must take and return its values by name."""
+    import onnx
+
+    from tests.models import multi_output_model, multi_output_reordered
+
+    register()
+    model, feeds = multi_output_model()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    out = {}
+    for ep in (NPU, GPU):
+        so = ort.SessionOptions()
+        so.add_provider_for_devices([device(ep)], {})
+        compiled = onnx.load_from_string(ort.ModelCompiler(so, model.SerializeToString(),
+                                                           embed_compiled_data_into_model=True).compile_to_bytes())
+        for case, proto in multi_output_reordered(compiled).items():
+            sess = session(proto, devices=[device(ep)])
+            try:
+                got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+            except Exception as e:
+                out[f"{ep}/{case}"] = {"error": f"{type(e).__name__}: {e}"}
+                continue
+            out[f"{ep}/{case}"] = {
+                "assignment": providers_used(sess),
+                "err": max(float(np.abs(got[o.name] - r).max()) for o, r in zip(model.graph.output, ref) if o.name in got)}
+    return out
+
+
+def loop_runtime_values() -> dict:
+    """onnx's own test_loop11: the Loop body's Slice takes starts/ends from the iteration counter, so
+    the simulated GPU's partition sees new values at every iteration; six runs of one session."""
+    from tests.onnx_cases import node_cases
+
+    register()
+    case = next(c for c in node_cases() if c.name == "test_loop11")
+    case.model.ir_version = min(case.model.ir_version, 10)
+    feeds, _ = case.data_sets[0]
+    model = case.model.SerializeToString()
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = session(case.model, devices=[device(GPU)])
+    runs = [max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(sess.run(None, feeds), ref))
+            for _ in range(6)]
+    if not hasattr(sess, "get_provider_graph_assignment_info"):  # onnxruntime 1.23
+        return {"errors": runs, "on_gpu": None}
+    on_gpu = sorted(n.op_type for s in sess.get_provider_graph_assignment_info() if s.ep_name == GPU
+                    for n in s.get_nodes())
+    return {"errors": runs, "on_gpu": on_gpu}
+
+
+def full_device_memory() -> dict:
+    """A simulated GPU with 3 MiB of memory. A 4 MiB feed: onnxruntime copies it into a value it could
+    not allocate. A 2 MiB OrtValue made while another holds 2 MiB gets no memory (onnxruntime makes it
+    with a NULL data pointer and raises nothing); bound as an input after the other is freed, and as
+    the destination of a copy. Each must fail as out of memory, every time."""
+    import tempfile
+
+    from onnx import helper
+
+    from tests.models import make, vi
+
+    src = (Path(plugin.__file__).resolve().parents[2] / "simulators/profiles/generic-gpu.toml").read_text()
+    profile = Path(tempfile.mkdtemp()) / "small-gpu.toml"
+    profile.write_text(src.replace('name = "generic-gpu"', 'name = "small-gpu"')
+                       .replace("capacity_mib = 4096", "capacity_mib = 3"))
+    plugin.configure(profiles=[str(profile)])
+    ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+    dev = device(GPU)
+    info = dev.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+    n = 1 << 19  # 2 MiB of float32
+    model = make([helper.make_node("ReduceSum", ["x"], ["y"], name="sum", keepdims=1)], [vi("x", ["n"])], [vi("y", [1])])
+    sess = session(model, devices=[dev])
+
+    def outcome(fn) -> str:
+        try:
+            return f"value {fn()}"
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+
+    # A feed larger than the device: onnxruntime's copy of it goes to a value with no memory.
+    oversized = [outcome(lambda: sess.run(None, {"x": np.ones(2 * n, np.float32)})[0].tolist()) for _ in range(2)]
+    plain_err = float(np.abs(sess.run(None, {"x": np.ones(n, np.float32)})[0] - n).max())
+    try:  # OrtValues in a plugin EP's memory: onnxruntime's Python API has memory_info= from 1.26 or so
+        holder = ort.OrtValue.ortvalue_from_shape_and_type([n], np.float32, memory_info=info)
+    except TypeError:
+        return {"oversized_runs": oversized, "plain_err": plain_err}
+    starved = ort.OrtValue.ortvalue_from_shape_and_type([n], np.float32, memory_info=info)
+    del holder
+
+    def bound_run():
+        binding = sess.io_binding()
+        binding.bind_ortvalue_input("x", starved)
+        binding.bind_output("y")
+        sess.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0].tolist()
+
+    ones = ort.OrtValue.ortvalue_from_numpy(np.ones(n, np.float32))
+    return {"oversized_runs": oversized, "plain_err": plain_err, "bound_runs": [outcome(bound_run) for _ in range(3)],
+            "copies": [outcome(lambda: ort.copy_tensors([ones], [starved], None)) for _ in range(2)]}
+
+
+def stale_handles() -> dict:
+    """``ep_device.memory_info()`` and ``ep_device.device`` used after the library is unregistered
+    (onnxruntime's Python objects point at what the library made): readable, an OrtValue there is an
+    error, and registering again and again reuses them (a fixed count) with sessions that work."""
+    from onnxhal.ort_plugin import kept_handles
+
+    register()
+    dev = device(GPU)
+    info, hw = dev.memory_info(ort.OrtDeviceMemoryType.DEFAULT), dev.device
+    ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
+    out: dict = {}
+    try:  # the SIGSEGV of onnxruntime 1.28 to 1.32, with the memory info freed
+        ort.OrtValue.ortvalue_from_shape_and_type([2], np.float32, memory_info=info)
+        out["value_error"] = None
+    except TypeError:  # no memory_info= in this onnxruntime's Python API (before 1.26 or so)
+        out["value_error"] = "unsupported"
+    except Exception as e:
+        out["value_error"] = f"{type(e).__name__}: {e}"
+    out.update({"name": info.name, "hw": [hw.vendor, hw.metadata.get("simulator_profile")]})
+    counts, errs = [], []
+    for _ in range(5):
+        register()
+        errs.append(add_mul_error(session(add_mul_model(), devices=[device(NPU)])))
+        ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
+        counts.append(kept_handles.counts())
+    out.update({"counts": counts, "errs": errs, "name_after": info.name})
     return out
 
 

@@ -232,3 +232,34 @@ def test_a_lone_view_between_device_partitions_stays_on_the_device(opencl):
     copies = [s.label for s in sess.plan.steps if s.node is None]
     assert not any(label.startswith(("copy q4 ", "copy q ")) for label in copies), copies
 
+
+
+def test_run_time_slice_bounds_in_device_memory_are_read_at_every_run():
+    """Slice starts/ends fed at run time from device memory (IOBinding, updated in place between
+    runs): each run's values pick the plan, not the tensor object that holds them."""
+    from tests.conftest import simulated_or_skip
+    from tests.models import make, vi
+
+    nodes = [helper.make_node("Slice", ["x", "s", "e"], ["t"], name="slice"),
+             helper.make_node("Add", ["t", "t"], ["y"], name="add")]
+    model = make(nodes, [vi("x", [10]), vi("s", [1], TensorProto.INT64), vi("e", [1], TensorProto.INT64)],
+                 [vi("y", ["n"])]).SerializeToString()
+    x = np.arange(10, dtype=np.float32)
+    gpu = "VirtualGpuExecutionProvider"
+    with simulated_or_skip("generic-gpu") as sims:
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([sims[gpu]])
+        sess = onnxhal.InferenceSession(model, so)
+        assert sess.partition_summary == {gpu: 2}
+        info = sims[gpu].memory_info(onnxhal.OrtDeviceMemoryType.DEFAULT)
+        starts, ends = (onnxhal.OrtValue.ortvalue_from_shape_and_type([1], np.int64, memory_info=info) for _ in "se")
+        binding = sess.io_binding()
+        binding.bind_cpu_input("x", x)
+        binding.bind_ortvalue_input("s", starts)
+        binding.bind_ortvalue_input("e", ends)
+        binding.bind_output("y")
+        for k in range(6):
+            starts.update_inplace(np.array([k]))
+            ends.update_inplace(np.array([k + 1 + k % 2]))
+            sess.run_with_iobinding(binding)
+            np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], x[k:k + 1 + k % 2] * 2, err_msg=f"run {k}")

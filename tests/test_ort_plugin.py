@@ -182,6 +182,55 @@ def test_compiled_models_carry_the_partitions_as_ep_context_nodes():
         assert case["err"] <= 2e-2
 
 
+def test_compiled_partition_values_are_matched_by_name():
+    """An EPContext node listing its inputs and outputs in another order, or one whose middle output
+    nobody reads: onnxruntime's fused node follows that order, and the results still match its CPU EP."""
+    r = run_check("ep_context_reordered")
+    for ep, tol in ((NPU, 2e-2), (GPU, 1e-5)):
+        for case in ("reordered", "unread"):
+            assert r[f"{ep}/{case}"]["assignment"][0] == ep
+            assert r[f"{ep}/{case}"]["err"] <= tol, (ep, case, r[f"{ep}/{case}"])
+
+
+def test_run_time_values_pick_the_plan_at_every_run():
+    """onnx's test_loop11 inside onnxruntime: the simulated GPU's Slice gets new starts/ends from the
+    Loop counter at every iteration (in its device memory), and six runs all match the CPU EP."""
+    r = run_check("loop_runtime_values")
+    assert r["on_gpu"] is None or "Slice" in r["on_gpu"], r  # None: onnxruntime 1.23 does not say
+    assert r["errors"] == [0.0] * 6, r
+
+
+def test_a_value_onnxruntime_could_not_allocate_is_out_of_memory_every_time():
+    """A full simulated GPU (3 MiB profile): the OrtValue onnxruntime made without memory (NULL data)
+    fails as OutOfMemory, naming the value and the remedy, on every run and copy; before, the bridge
+    read it as an empty host array and the runs returned whatever that held."""
+    r = run_check("full_device_memory")
+    for text in r["oversized_runs"]:
+        assert "OutOfMemory: the destination of copy 0 (float32 [1048576]" in text, text
+    assert r["plain_err"] == 0.0  # memory that fits still works
+    if "bound_runs" not in r:
+        pytest.skip("this onnxruntime's Python API cannot make an OrtValue in a plugin EP's memory")
+    assert len(r["bound_runs"]) == 3 and len(r["copies"]) == 2
+    for text in r["bound_runs"]:
+        assert "OutOfMemory: input 0 ('x')" in text and "has no memory behind it" in text, text
+        assert "capacity_mib" in text
+    for text in r["copies"]:
+        assert "OutOfMemory: the destination of copy 0 (float32 [524288]" in text, text
+
+
+def test_memory_info_and_device_outlive_the_unregister():
+    """An OrtMemoryInfo from ``ep_device.memory_info()`` (and the virtual hardware device) used after
+    ``unregister_execution_provider_library``: the bridge freed them there and the process crashed
+    (SIGSEGV) or read garbage; they stay, one per profile however often the library is registered."""
+    r = run_check("stale_handles")  # a crash fails here, on the exit status
+    assert r["name"] == r["name_after"] == "VirtualGpu(generic-gpu)"
+    virtual = ORT_VERSION >= (1, 24)  # before, the simulated EPs sit on onnxruntime's CPU device
+    assert r["hw"][0] and (r["hw"] == ["onnxhal", "generic-gpu"] or not virtual)
+    assert r["value_error"] == "unsupported" or "No shared allocator" in r["value_error"], r["value_error"]
+    assert r["counts"] == [{"memory_infos": 2, "hardware_devices": 2 if virtual else 0}] * 5
+    assert max(r["errs"]) <= 2e-2
+
+
 @needs_virtual
 def test_device_memory_is_onnxruntimes_to_use():
     r = run_check("device_memory")

@@ -35,11 +35,11 @@ from onnxhal.hal.graph import Graph
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.ort_plugin import dispatch as d
+from onnxhal.ort_plugin import kept_handles
 from onnxhal.ort_plugin.compute import ComputeAdapter, DeviceMemory, GraphKernelCreateContext, KernelComputeInfo
 from onnxhal.ort_plugin.device_memory import (
     AllocatorAdapter,
     DataTransferAdapter,
-    create_memory_info,
     memory_device_of,
 )
 from onnxhal.ort_plugin.ep_context import context_enabled, context_node
@@ -99,11 +99,9 @@ class FactoryAdapter:
         self.strings = Strings()
         self.struct = fill(FactoryStruct())
         self.address = ctypes.addressof(self.struct)
-        self.ort_hw: dict[int, int] = {}  # id(hal hardware device) -> OrtHardwareDevice*
         # OrtHardwareDevice* -> the hal EP devices on it (several only where virtual devices fall back
         # onto onnxruntime's CPU device, before onnxruntime 1.24)
         self.hal_by_ort_hw: dict[int, list[OrtEpDevice]] = {}
-        self.created_hw: list[int] = []  # virtual OrtHardwareDevices this factory made (released with it)
         # Device memory declared to onnxruntime: hal memory device -> (hal memory info, OrtMemoryInfo*)
         self.memory_infos: dict[Any, tuple[OrtMemoryInfo, int]] = {}
         self.declare_memory = declare_memory
@@ -116,18 +114,7 @@ class FactoryAdapter:
             if not self.api.has_virtual_devices:
                 # onnxruntime < 1.24 has no virtual devices: offer the EP on its CPU device instead.
                 return next((p for p in ort_devices if self.api.ort["HardwareDevice_Type"](p) == 0), None)
-            known = self.ort_hw.get(id(hw))
-            if known is None:
-                md = self.api.make_pairs(dict(hw.metadata))
-                out = c_void_p()
-                try:
-                    self.api.ep_call("CreateHardwareDevice", int(hw.type), hw.vendor_id, hw.device_id,
-                                     hw.vendor.encode(), md, ctypes.byref(out))
-                finally:
-                    self.api.release_pairs(md)
-                known = self.ort_hw[id(hw)] = out.value
-                self.created_hw.append(known)
-            return known
+            return kept_handles.hardware_device(self.api, hw)
         for p in ort_devices:  # a real device: onnxruntime's own record of the same hardware
             if self.api.ort["HardwareDevice_Type"](p) != int(hw.type):
                 continue
@@ -175,7 +162,7 @@ class FactoryAdapter:
     def _ort_memory_info(self, info: OrtMemoryInfo) -> int:
         known = self.memory_infos.get(info.memory_device)
         if known is None:
-            known = self.memory_infos[info.memory_device] = (info, create_memory_info(self.api, info))
+            known = self.memory_infos[info.memory_device] = (info, kept_handles.memory_info(self.api, info))
         return known[1]
 
     def create_allocator(self, args: Any) -> None:
@@ -243,12 +230,8 @@ class FactoryAdapter:
             if callable(release):
                 release(self.factory)
         finally:
-            if "ReleaseHardwareDevice" in self.api.ep:
-                for hw in self.created_hw:
-                    self.api.ep["ReleaseHardwareDevice"](hw)
-            self.created_hw.clear()
-            for _, ort_info in self.memory_infos.values():
-                self.api.ort["ReleaseMemoryInfo"](ort_info)
+            # The OrtMemoryInfos and virtual OrtHardwareDevices stay: onnxruntime's Python objects may
+            # still point at them (kept_handles.py).
             self.memory_infos.clear()
 
 

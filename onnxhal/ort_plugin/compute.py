@@ -124,6 +124,10 @@ class ComputeAdapter:
             state = self.states.pop(args[0], None)
         self.info.release_state(state)
 
+    def _value_name(self, kind: str, i: int) -> str:
+        names = self.fused_node.inputs if kind == "input" else self.fused_node.outputs
+        return f"{kind} {i} ({names[i]!r}) of {self.fused_node.name!r}" if i < len(names) else f"{kind} {i}"
+
     def compute(self, args: Any) -> None:
         state, kctx = self.states[args[0]], args[1]
         api, memory = self.api, self.ep.memory
@@ -136,7 +140,7 @@ class ComputeAdapter:
             if not value.value:
                 inputs.append(None)  # an omitted optional input
                 continue
-            t = host_or_device(value.value, api)  # in the EP's memory if onnxruntime placed it there
+            t = host_or_device(value.value, api, self._value_name("input", i))  # in the EP's memory if placed there
             if memory is not None:
                 if isinstance(t, np.ndarray) and i not in self.host_inputs:
                     t = memory.upload(t)
@@ -154,7 +158,7 @@ class ComputeAdapter:
             shape = tuple(out.shape)
             dims = (ctypes.c_int64 * len(shape))(*shape)
             api.check(self._get_output(kctx, i, dims, len(shape), ctypes.byref(value)), "KernelContext_GetOutput")
-            target = host_or_device(value.value, api)
+            target = host_or_device(value.value, api, self._value_name("output", i))
             if isinstance(target, DeviceTensor):  # onnxruntime keeps the output in the EP's memory
                 if target.dtype != np.dtype(out.dtype):
                     raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "

@@ -111,22 +111,14 @@ def memory_device_of(api: OrtApi, ort_memory_device: int) -> OrtMemoryDevice:
                            device_id=int(e["MemoryDevice_GetDeviceId"](ort_memory_device)))
 
 
-def create_memory_info(api: OrtApi, info: OrtMemoryInfo) -> int:
-    """onnxruntime's OrtMemoryInfo for a hal one (the caller keeps it alive: onnxruntime stores the
-    pointer in the EP device)."""
-    out = c_void_p()
-    api.call("CreateMemoryInfo_V2", info.name.encode(), int(info.device_type), info.device_vendor_id, info.device_id,
-             int(info.device_mem_type), int(info.alignment), int(info.allocator_type), ctypes.byref(out))
-    return out.value
-
-
-def host_or_device(value: int, api: OrtApi) -> Any:
+def host_or_device(value: int, api: OrtApi, what: str = "a tensor") -> Any:
     """An OrtValue as a hal DeviceTensor over the same buffer (onnxhal device memory) or as a numpy
-    view of onnxruntime's buffer (host memory)."""
+    view of onnxruntime's buffer (host memory). A non-empty tensor with no data (an allocation that
+    failed) is ``OutOfMemory``, naming it as ``what``."""
     dtype, shape, address = tensors.describe(api, value)
-    found = address_space().find(address) if _space else None
+    found = address_space().find(address) if _space and address else None
     if found is None:
-        return tensors.view_at(address, dtype, shape)
+        return tensors.view_at(address, dtype, shape, what)
     buffer, offset, info = found
     return DeviceTensor(shape, dtype, info, buffer, offset)
 
@@ -203,8 +195,8 @@ class DataTransferAdapter:
         n = args[3]
         srcs = ctypes.cast(args[0], POINTER(c_void_p))
         dsts = ctypes.cast(args[1], POINTER(c_void_p))
-        src = [host_or_device(srcs[i], self.api) for i in range(n)]
-        dst = [host_or_device(dsts[i], self.api) for i in range(n)]
+        src = [host_or_device(srcs[i], self.api, f"the source of copy {i}") for i in range(n)]
+        dst = [host_or_device(dsts[i], self.api, f"the destination of copy {i}") for i in range(n)]
         for i, (s, t) in enumerate(zip(src, dst)):
             if not isinstance(s, DeviceTensor) and not isinstance(t, DeviceTensor):
                 raise InvalidArgument(f"copy {i}: neither side is in onnxhal device memory")

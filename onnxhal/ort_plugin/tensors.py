@@ -8,7 +8,7 @@ from ctypes import c_int, c_int64, c_size_t, c_void_p
 import numpy as np
 from onnx import TensorProto, helper
 
-from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.errors import InvalidArgument, OutOfMemory
 from onnxhal.ort_plugin.ort_api import OrtApi
 
 
@@ -102,13 +102,23 @@ def view_of(api: OrtApi, value: int, dtype: np.dtype, shape: tuple[int, ...]) ->
     return view_at(data.value or 0, dtype, shape)
 
 
-def view_at(address: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+def view_at(address: int, dtype: np.dtype, shape: tuple[int, ...], what: str = "a tensor") -> np.ndarray:
     """A numpy view of host memory at ``address`` holding a ``dtype`` tensor of ``shape``."""
     count = 1
     for d in shape:
         count *= d
     nbytes = count * dtype.itemsize
-    if nbytes == 0 or not address:
+    if nbytes == 0:
         return np.empty(shape, dtype)
+    if not address:
+        raise null_data(what, dtype, shape, nbytes)
     buf = (ctypes.c_char * nbytes).from_address(address)
     return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+def null_data(what: str, dtype: np.dtype, shape: tuple[int, ...], nbytes: int) -> OutOfMemory:
+    """The error for a non-empty tensor with no data: onnxruntime creates a value whose allocation
+    failed (its device memory is full) with a NULL data pointer instead of failing."""
+    return OutOfMemory(f"{what} ({dtype} {list(shape)}, {nbytes} bytes) has no memory behind it: onnxruntime could "
+                       "not allocate it (device memory full). Free device tensors or end sessions on that device, "
+                       "lower the batch size, or use a device (profile capacity_mib) with more memory")

@@ -172,14 +172,21 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         return outputs
 
     # -- signatures ------------------------------------------------------------------------------
-    def signature(self, inputs: Sequence[Any]) -> tuple:
+    def signature(self, inputs: Sequence[Any], queue: cl.CommandQueue | None = None) -> tuple:
+        """Input shapes and dtypes, and the parameters' values: read from device memory when they are
+        there, since a device tensor object says nothing of its contents (a bound input updated in
+        place, or a new tensor at a recycled address, is the same object or the same id)."""
         sig: list = [(tuple(getattr(t, "shape", ())), str(getattr(t, "dtype", ""))) for t in inputs]
         for i in self.params:
-            sig.append(np.ascontiguousarray(np.asarray(inputs[i])).tobytes())
+            value = np.ascontiguousarray(_to_host(inputs[i], queue if queue is not None else self.device.queue))
+            if value.dtype == object:
+                raise TypeError(f"partition {self.graph.name!r}: parameter input {self.graph.input_names[i]!r} is a "
+                                f"{type(inputs[i]).__name__}, not a tensor")
+            sig.append(value.dtype.str.encode() + b":" + value.tobytes())
         return tuple(sig)
 
     def _entry(self, inputs: list, queue: cl.CommandQueue) -> _Entry:
-        sig = self.signature(inputs)
+        sig = self.signature(inputs, queue)
         with self._lock:
             entry = self._cache.get(sig)
             if entry is not None:

@@ -29,8 +29,10 @@ import argparse
 import glob
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -225,6 +227,12 @@ def child(runtime: str, profile: str, corpus: Path) -> None:
 
 
 # -- the parent ---------------------------------------------------------------------------------------
+def _pump(stream: Any, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
 def run_group(runtime: str, profile: str, cells: list[tuple[str, str]], corpus: Path, timeout: int,
               on_cell: Any) -> list[dict]:
     """The cells of one (runtime, profile) in child processes, restarted after a crash."""
@@ -238,14 +246,29 @@ def run_group(runtime: str, profile: str, cells: list[tuple[str, str]], corpus: 
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write("".join(f"{m} {s} {timeout}\n" for m, s in pending))
         proc.stdin.close()
+        # The child's own alarm cannot interrupt a thread blocked in C (a lock after heap corruption,
+        # a driver call): a reader thread and a deadline here end such a cell from the outside.
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
         started: tuple[str, str] | None = None
-        for line in proc.stdout:
+        deadline = time.monotonic() + timeout + 30
+        hung = False
+        while True:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                hung = True
+                proc.kill()
+                break
+            if line is None:
+                break
             try:
                 msg = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a library printing to stdout
             if "start" in msg:
                 started = tuple(msg["start"])
+                deadline = time.monotonic() + timeout + 30
             elif "done" in msg:
                 model, shapes = msg.pop("done")
                 cell = {"runtime": runtime, "profile": profile, "model": model, "shapes": shapes, **msg}
@@ -254,10 +277,12 @@ def run_group(runtime: str, profile: str, cells: list[tuple[str, str]], corpus: 
                 pending.remove((model, shapes))
                 started = None
         code = proc.wait()
-        if started is not None:  # the child died inside this cell
+        if started is not None:  # the child died or hung inside this cell
             model, shapes = started
-            cell = {"runtime": runtime, "profile": profile, "model": model, "shapes": shapes, "status": "crash",
-                    "detail": f"the cell's process exited with {code}"}
+            cell = {"runtime": runtime, "profile": profile, "model": model, "shapes": shapes,
+                    "status": "timeout" if hung else "crash",
+                    "detail": f"no answer {timeout + 30} s after the cell started: the process was killed" if hung
+                    else f"the cell's process exited with {code}"}
             results.append(cell)
             on_cell(cell)
             pending.remove((model, shapes))

@@ -395,3 +395,24 @@ def infer_lenient(proto: onnx.ModelProto, data_prop: bool) -> onnx.ModelProto:
     except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
         return proto
     return _with_weights(inferred, proto, stub)
+
+
+def computed_output_shapes(proto: onnx.ModelProto, data_prop: bool) -> dict[str, list]:
+    """{main-graph output: the dims inference computes for it} with the outputs' declared shapes set
+    aside (a converter that writes the tracing batch into an output's declared shape: hummingbird's
+    ``[8, 3]`` for a 256-row run). Dims are ints, strs or None; outputs inference cannot shape are
+    left out."""
+    stub = _weightless(proto)
+    for out in stub.graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(stub, check_type=False, strict_mode=False, data_prop=data_prop)
+    except Exception:  # inference is a help, not a requirement
+        return {}
+    shapes = {}
+    for out in inferred.graph.output:
+        if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
+            shapes[out.name] = [d.dim_value if d.HasField("dim_value") else d.dim_param or None
+                                for d in out.type.tensor_type.shape.dim]
+    return shapes

@@ -7,6 +7,7 @@ the onnx package knows.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -29,6 +30,8 @@ from onnxhal.runtime.model_overrides import override_free_dimensions
 from onnxhal.runtime.node_checks import STANDARD_DOMAINS, check_after_inference, check_nodes, schema_spec
 from onnxhal.runtime.proto_strings import check_strings
 from onnxhal.runtime.sparse_constants import sparse_constants_to_initializers
+
+_logger = logging.getLogger("onnxhal.model_loader")
 
 
 @dataclass
@@ -189,6 +192,8 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
     node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:
         inferred = guarded_inference.infer_lenient(proto, data_prop)
+    if any(k in strict_error for k in _SHAPE_CONFLICTS):
+        _computed_output_shapes(inferred, proto, data_prop)
     graph = Graph.from_proto(inferred.graph, opset)
     check_graph(graph, outer=set())
     resolve_schemas(graph)
@@ -201,6 +206,34 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
     guarded_inference.check_inferred(inferred)
     check_after_inference(inferred, opset)
     return LoadedModel(inferred, graph, opset, path)
+
+
+_SHAPE_CONFLICTS = ("existing shape differ", "Inferred shape and existing")
+
+
+def _computed_output_shapes(inferred: onnx.ModelProto, proto: onnx.ModelProto, data_prop: bool) -> None:
+    """Graph outputs whose declared shape contradicts the computed one merge as onnxruntime merges
+    them ("Falling back to lenient merge", graph.cc MergeShapeInfo): a dim the two disagree on
+    becomes unknown, with a warning. onnxruntime allocates each output by the shape its kernel
+    computes; a plan made from the contradicted declaration (an EP's static buffers) would write
+    past its end."""
+    computed = guarded_inference.computed_output_shapes(proto, data_prop)
+    for out in inferred.graph.output:
+        dims = computed.get(out.name)
+        if dims is None or not out.type.HasField("tensor_type") or not out.type.tensor_type.HasField("shape"):
+            continue
+        declared = out.type.tensor_type.shape.dim
+        said = [d.dim_value if d.HasField("dim_value") else None for d in declared]
+        if len(said) == len(dims) and all(a is None or not isinstance(b, int) or a == b for a, b in zip(said, dims)):
+            continue
+        _logger.warning("output %r is declared %s but computes as %s; dims they disagree on are taken as unknown, "
+                        "as onnxruntime merges them (re-export the model to fix its declaration)", out.name, said, dims)
+        if len(said) != len(dims):
+            out.type.tensor_type.ClearField("shape")
+            continue
+        for d, b in zip(declared, dims):
+            if d.HasField("dim_value") and isinstance(b, int) and d.dim_value != b:
+                d.Clear()
 
 
 _ERROR_LINE = re.compile(r"\(op_type:([^,)]+)(?:, node name: ([^)]*))?\): (\[\w+\] )?(.*)")

@@ -38,7 +38,7 @@ from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
 from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
 from onnxhal.simulators.faults import FaultState
-from onnxhal.simulators.fp16 import FP32_PRODUCERS, HalfRounder, round_constants
+from onnxhal.simulators.fp16 import FP32_PRODUCERS, HalfRounder, decision_reason, round_constants
 from onnxhal.simulators.profiles import Profile
 from onnxhal.simulators.quantized import QuantizedValues, integer_reason
 
@@ -261,6 +261,7 @@ class VirtualEp(OpenCLEp):
         if is_ep_context(node):
             return ""  # handled in get_capability
         return profile_reason(self.profile, node, graph) or integer_reason(self.profile, node, self.quantized_values) or (
+            decision_reason(self.profile.compute_dtype, self.profile.name, node, graph)) or (
             self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else super().node_reason(node, graph, lookup))
 
     # -- backend hooks -----------------------------------------------------------------------

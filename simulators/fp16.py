@@ -16,8 +16,10 @@ reported: the store kernel raises a flag the EP reads after the run and logs onc
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
+import onnx
 import pyopencl as cl
 
 from onnxhal.hal.allocator import Allocator
@@ -126,3 +128,30 @@ class HalfRounder:
             self._launch(queue, self._load, n, half, t.buffer)
         finally:
             allocator.free(half)
+
+
+#: Ops that turn a float into a decision: fp16 rounding of their float input flips them.
+COMPARISONS = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal"})
+_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
+
+
+def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any) -> str | None:
+    """Why an fp16 device declines ``node``: a float32 value it computes is compared against a
+    threshold (tree models as tensors: hummingbird's GEMM strategy compares X @ W with each node's
+    threshold). fp16 rounds about 1e-3 relative, enough to move a value across its threshold, and a
+    flipped comparison changes the answer entirely (another leaf, another class), which no
+    tolerance covers. Else None."""
+    if compute_dtype != "float16":
+        return None
+    for name in node.outputs:
+        if not name:
+            continue
+        info = graph.value_info(name)
+        if info is None or info.elem_type not in _FLOATS:
+            continue
+        for consumer in graph.consumers(name):
+            if consumer.op_type in COMPARISONS and consumer.domain in ("", "ai.onnx"):
+                return (f"decision threshold on an fp16 device: {consumer.op_type} {consumer.name!r} compares "
+                        f"{name!r}, and fp16 rounding (about 1e-3 relative) moves values across the threshold; "
+                        f"{profile_name} cannot compute it in its precision")
+    return None

@@ -158,3 +158,32 @@ def test_an_fp16_overflow_is_reported_once(caplog):
         assert np.isinf(z).all()  # what fp16 storage really gives
     reports = [r.getMessage() for r in caplog.records if "exceeds float16's range" in r.getMessage()]
     assert len(reports) == 1 and "generic-npu" in reports[0], reports
+
+
+def test_values_compared_against_thresholds_stay_off_fp16_devices():
+    """A tree model as tensors (hummingbird's GEMM strategy): X @ W compared with each node's
+    threshold. fp16 rounding moves values across a threshold and the answer changes class; the fp16
+    NPU declines the product with that reason, the float32 GPU takes it, and both answer exactly as
+    the CPU EP."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((64, 8)).astype(np.float32)
+    x = rng.standard_normal((200, 8)).astype(np.float32)
+    thresholds = (x[:64] @ w.T).T.mean(axis=1, keepdims=True).astype(np.float32)  # near the values: ties likely
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "wt"], ["p"], name="product"),
+         helper.make_node("Transpose", ["p"], ["pt"], name="t", perm=[1, 0]),
+         helper.make_node("LessOrEqual", ["pt", "th"], ["le"], name="decide"),
+         helper.make_node("Cast", ["le"], ["y"], name="cast", to=TensorProto.INT32)],
+        "trees", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [200, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [64, 200])],
+        [numpy_helper.from_array(w.T.copy(), "wt"), numpy_helper.from_array(thresholds, "th")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with simulated_or_skip("generic-npu,generic-gpu") as sims:
+        for ep_name, declined in (("VirtualNpuExecutionProvider", True), ("VirtualGpuExecutionProvider", False)):
+            so = onnxhal.SessionOptions()
+            so.add_provider_for_devices([sims[ep_name]], {})
+            sess = onnxhal.InferenceSession(model, so)
+            reasons = " ".join(str(r) for r in sess.eps[ep_name].declined.values())
+            assert ("decision threshold on an fp16 device" in reasons) == declined, (ep_name, reasons)
+            np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)

@@ -51,9 +51,18 @@ def load(name: str, corpus: str = CORPUS) -> tuple[str, dict[str, tuple[dict[str
     return path, {s: (f, {i: (v, keys.get(s, {}).get(i)) for i, v in outputs[s].items()}) for s, f in feeds.items()}
 
 
-def check_outputs(got: list, want: Expected, rtol: float = 1e-4, atol: float = 1e-5, what: str = "") -> None:
-    """Every stored output against onnxhal's: floats within tolerance, labels exactly, a sequence of
-    maps (ZipMap) as a list of dicts with onnxruntime's keys in its order."""
+#: float16 models (onnxconverter-common, float32 inputs and outputs): onnxruntime computes some ops
+#: in float16 and others through float32, onnxhal its GEMMs and convolutions through float32, so
+#: roundings differ; within 1e-2 of the output's scale, as issue 49 asks of every precision variant
+#: (measured: 8e-4 to 1.5e-3).
+FP16_SCALE_TOLERANCE = 1e-2
+
+
+def check_outputs(got: list, want: Expected, rtol: float = 1e-4, atol: float = 1e-5, what: str = "",
+                  scale_tolerance: float | None = None) -> None:
+    """Every stored output against onnxhal's: floats within tolerance (element-wise, or with
+    ``scale_tolerance`` as max|got - want| <= scale_tolerance * max|want|), labels exactly, a
+    sequence of maps (ZipMap) as a list of dicts with onnxruntime's keys in its order."""
     assert len(got) >= len(want), (what, len(got), len(want))
     for i, (value, keys) in sorted(want.items()):
         if keys is not None:
@@ -63,9 +72,17 @@ def check_outputs(got: list, want: Expected, rtol: float = 1e-4, atol: float = 1
             np.testing.assert_allclose(matrix, value, rtol=rtol, atol=atol, err_msg=f"{what} output {i}")
         elif value.dtype.kind in "fc":
             assert np.asarray(got[i]).dtype == value.dtype, (what, i, np.asarray(got[i]).dtype, value.dtype)
+            if scale_tolerance is not None:
+                err, scale = float(np.max(np.abs(got[i] - value))), float(np.max(np.abs(value)))
+                assert err <= scale_tolerance * scale, f"{what} output {i}: {err:.3g} on a scale of {scale:.3g}"
+                continue
             np.testing.assert_allclose(got[i], value, rtol=rtol, atol=atol, err_msg=f"{what} output {i}")
         else:
             np.testing.assert_array_equal(np.asarray(got[i]).astype(value.dtype), value, err_msg=f"{what} output {i}")
+
+
+def _scale_tolerance(name: str) -> float | None:
+    return FP16_SCALE_TOLERANCE if name.endswith("_fp16") else None
 
 
 def fixed_options(feeds: dict[str, np.ndarray]) -> onnxhal.SessionOptions:
@@ -96,7 +113,7 @@ def test_cpu_ep_matches_onnxruntime_on_two_signatures(name):
     path, sigs = load(name)
     sess = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])
     for sig, (feeds, want) in sigs.items():
-        check_outputs(sess.run(None, feeds), want, what=f"{name} signature {sig}")
+        check_outputs(sess.run(None, feeds), want, what=f"{name} signature {sig}", scale_tolerance=_scale_tolerance(name))
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -125,7 +142,8 @@ def test_threads_running_one_session_get_onnxruntime_outputs(name):
         sys.setswitchinterval(interval)
     for runs in results:
         for sig, got in runs:
-            check_outputs(got, sigs[sig][1], what=f"{name} signature {sig} on a thread")
+            check_outputs(got, sigs[sig][1], what=f"{name} signature {sig} on a thread",
+                          scale_tolerance=_scale_tolerance(name))
 
 
 @pytest.fixture(scope="module")

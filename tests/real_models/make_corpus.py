@@ -7,7 +7,8 @@ ai.onnx.ml's encoders (``encoders``); other producers' models: onnxmltools' Ligh
 (``onnxmltools``), CatBoost's exporter (``catboost``), hummingbird's tensor-op trees
 (``hummingbird``), tf2onnx from Keras and TFLite (``tf2onnx``), paddle2onnx (``paddle``) and an
 ultralytics YOLOv8 (``ultralytics``); a streaming VAD with If and Loop bodies and a CRNN with a
-dynamic width, float and dynamically quantized (``devices``); plus their inputs and all of
+dynamic width, float and dynamically quantized (``devices``); static QDQ (per tensor and per
+channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); plus their inputs and all of
 onnxruntime's outputs.
 
 Not run by the tests (torch, transformers, skl2onnx and the other producers are no test
@@ -1034,9 +1035,49 @@ def ultralytics_models(out: str) -> list[str]:
     return [path]
 
 
+def precision_models(out: str) -> list[str]:
+    """The precision variants of a CNN, a transformer and a CRNN already in ``out``: ``quantize_static``
+    in the QDQ format per tensor (``_qdq_pt``) and per channel (``_qdq_pc``; the ResNet's is
+    ``resnet_ts_qdq`` of ``ortools``), calibrated on the model's stored signatures, and
+    onnxconverter-common's float16 conversion with float32 inputs and outputs (``_fp16``,
+    ``keep_io_types=True``), as people make them."""
+    from onnxconverter_common import float16
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    made = []
+    for name in ("resnet_ts", "bert_ts", "crnn_ts"):
+        base = os.path.join(out, f"{name}.onnx")
+        if not os.path.exists(base):
+            print(f"{name}: not in {out}; make it first")
+            continue
+        sigs = _stored_feeds(base)
+
+        class _Reader(CalibrationDataReader):
+            def __init__(self) -> None:
+                self.items = iter(list(sigs.values()))
+
+            def get_next(self):
+                return next(self.items, None)
+
+        for suffix, per_channel in (("_qdq_pt", False), ("_qdq_pc", True)):
+            if name == "resnet_ts" and per_channel:
+                continue  # resnet_ts_qdq
+            path = os.path.join(out, f"{name}{suffix}.onnx")
+            quantize_static(base, path, _Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+            _save(onnx.load(path), path)
+            save_outputs(path, sigs)
+            made.append(path)
+        path = os.path.join(out, f"{name}_fp16.onnx")
+        _save(float16.convert_float_to_float16(onnx.load(base), keep_io_types=True), path)
+        save_outputs(path, sigs)
+        made.append(path)
+    return made
+
+
 GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out: sklearn_models(out),
           "encoders": lambda out: encoder_models(out), "decoders": lambda out: decoder_models(out),
-          "devices": lambda out: device_models(out),
+          "devices": lambda out: device_models(out), "precision": lambda out: precision_models(out),
           # other producers: run each in an environment where its tool installs (see pyproject's corpus group)
           "onnxmltools": onnxmltools_models, "catboost": catboost_models, "hummingbird": hummingbird_models,
           "tf2onnx": tf2onnx_models, "paddle": paddle_models, "ultralytics": ultralytics_models}

@@ -1053,8 +1053,8 @@ def precision_models(out: str) -> list[str]:
         sigs = _stored_feeds(base)
 
         class _Reader(CalibrationDataReader):
-            def __init__(self) -> None:
-                self.items = iter(list(sigs.values()))
+            def __init__(self, signatures: dict) -> None:
+                self.items = iter(list(signatures.values()))
 
             def get_next(self):
                 return next(self.items, None)
@@ -1063,7 +1063,7 @@ def precision_models(out: str) -> list[str]:
             if name == "resnet_ts" and per_channel:
                 continue  # resnet_ts_qdq
             path = os.path.join(out, f"{name}{suffix}.onnx")
-            quantize_static(base, path, _Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+            quantize_static(base, path, _Reader(sigs), quant_format=QuantFormat.QDQ, per_channel=per_channel,
                             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
             _save(onnx.load(path), path)
             save_outputs(path, sigs)

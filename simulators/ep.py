@@ -39,6 +39,7 @@ from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
 from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
 from onnxhal.simulators.faults import FaultState
 from onnxhal.simulators.fp16 import FP32_PRODUCERS, HalfRounder, round_constants
+from onnxhal.simulators.profile_rules import rule_reason
 from onnxhal.simulators.profiles import Profile
 from onnxhal.simulators.quantized import QuantizedValues, integer_reason
 
@@ -51,11 +52,12 @@ _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
 EP_VERSION = "0.1.0"
 
 
-def profile_reason(profile: Profile, node: Node, graph: Graph) -> str | None:
-    """None if ``profile``'s device may run ``node``, else why not (beyond what OpenCL can run)."""
+def profile_reason(profile: Profile, node: Node, graph: Graph, quantized: QuantizedValues | None = None) -> str | None:
+    """None if ``profile``'s device may run ``node``, else why not (beyond what OpenCL can run):
+    its op list, its per-op rules (``profile_rules.py``), static shapes, rank and compute dtypes."""
     op = node.op_type
     if not profile.supports_op(op):
-        return f"{profile.name} has no {op}"
+        return f"{profile.name} has no {op}" + profile.cite("compute")
     extra = []
     if op.startswith("Fused") and node.attr("activation", ""):
         extra.append(node.attr("activation"))
@@ -63,8 +65,16 @@ def profile_reason(profile: Profile, node: Node, graph: Graph) -> str | None:
         extra.append("Add")  # the residual
     for part in extra:
         if part not in profile.ops:
-            return f"{profile.name} has no {part} (fused into {op})"
+            return f"{profile.name} has no {part} (fused into {op})" + profile.cite("compute")
+    rules = profile.rules_for(op)
+    for rule in rules:
+        reason = rule_reason(profile.name, rule, node, graph)
+        if reason is not None:
+            return reason
+    # An op rule may allow dynamic shapes on a static-shape device (or the reverse, checked above).
+    static_only = profile.static_shapes_only and not any(r.static_shapes is False for r in rules)
     params = _PARAM_INPUTS.get(op, set())
+    qdq_only = profile.int8_qdq_only and quantized is not None and quantized.in_qdq_group(node, graph)
     for k, name in enumerate((*node.inputs, *node.outputs)):
         if not name or (k < len(node.inputs) and k in params):
             continue
@@ -75,20 +85,23 @@ def profile_reason(profile: Profile, node: Node, graph: Graph) -> str | None:
             vi = graph.value_info(name)
             dtype = np.dtype(vi.dtype) if vi.dtype is not None else None
             shape = tuple(vi.shape) if vi.shape is not None else None
-            if profile.static_shapes_only and not vi.has_static_shape:
-                return f"{profile.name} runs static shapes only; {name!r} has shape {shape}"
+            if static_only and not vi.has_static_shape:
+                return f"{profile.name} runs static shapes only; {name!r} has shape {shape}" + profile.cite("compute")
         if shape is not None and len(shape) > profile.max_rank:
-            return f"{profile.name} handles rank <= {profile.max_rank}; {name!r} has rank {len(shape)}"
+            return (f"{profile.name} handles rank <= {profile.max_rank}; {name!r} has rank {len(shape)}"
+                    + profile.cite("compute"))
         if dtype == _F32:
-            if profile.float32_as == "none":
-                return f"{profile.name} does not compute float32 ({name!r})"
+            if profile.float32_as == "none" and not qdq_only:
+                what = ("computes float only inside int8 QDQ groups (DequantizeLinear -> op -> QuantizeLinear); "
+                        if profile.int8_qdq_only else "does not compute float32; ")
+                return f"{profile.name} {what}{node.op_type} computes on {name!r} in float32" + profile.cite("compute")
         elif dtype == _F16:
             if "float16" not in profile.dtypes:
-                return f"{profile.name} does not compute float16 ({name!r})"
+                return f"{profile.name} does not compute float16 ({name!r})" + profile.cite("compute")
         elif dtype is not None and np.issubdtype(dtype, np.integer):
             want = {1: "int8", 2: "int16"}.get(dtype.itemsize, "int32")
             if want not in profile.dtypes and not (np.issubdtype(dtype, np.unsignedinteger) and "uint8" in profile.dtypes):
-                return f"{profile.name} does not compute {dtype} ({name!r})"
+                return f"{profile.name} does not compute {dtype} ({name!r})" + profile.cite("compute")
     return None
 
 
@@ -244,8 +257,18 @@ class VirtualEp(OpenCLEp):
     def node_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
         if is_ep_context(node):
             return ""  # handled in get_capability
-        return profile_reason(self.profile, node, graph) or integer_reason(self.profile, node, self.quantized_values) or (
+        return profile_reason(self.profile, node, graph, self.quantized_values) or integer_reason(self.profile, node, self.quantized_values) or (
             self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else super().node_reason(node, graph, lookup))
+
+    def split_partition(self, graph: Graph, part: list[Node]) -> list[list[Node]]:
+        """``part`` in pieces of at most ``[partitions] max_nodes`` nodes: consecutive runs of its
+        nodes in graph (topological) order, each convex since the group is."""
+        limit = self.profile.max_partition_nodes
+        if not limit or len(part) <= limit:
+            return [part]
+        order = {id(n): i for i, n in enumerate(graph.nodes)}
+        nodes = sorted(part, key=lambda n: order.get(id(n), 0))
+        return [nodes[i:i + limit] for i in range(0, len(nodes), limit)]
 
     # -- backend hooks -----------------------------------------------------------------------
     def compute_partition(self, inner: Any, state: Any, context: KernelContext, edges: Fp16Edges) -> list:

@@ -19,6 +19,14 @@ Schema (``*`` = required)::
     [numerics]    rtol, atol (allowed error against the CPU EP)
     [faults]      device_lost_after_runs, alloc_fail_after_bytes, compile_fail, transient_error_rate,
                   seed, slowdown (see ``faults.py``)
+    [partitions]  max_nodes (most nodes one partition may hold; 0 = no limit)
+    [sources.ID]  url, version, read, note, estimate: where a rule was read (``profile_rules.py``)
+    [op.TYPE]     per-op rules, each naming its source (``profile_rules.py``)
+
+[compute] also takes ``float32_option`` (a provider option that picks ``float32_as``), and each of
+[device], [memory], [compute], [performance], [power], [numerics], [partitions] a ``source`` (a
+[sources.ID]) for its figures. With ``float32_as = "none"`` and int8 in ``dtypes``, the device
+computes float only inside int8 QDQ groups (``quantized.py``).
 """
 
 from __future__ import annotations
@@ -26,12 +34,21 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from onnxhal.hal.enums import OrtHardwareDeviceType
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.simulators.profile_rules import (
+    Float32Option,
+    OpRule,
+    Source,
+    parse_float32_option,
+    parse_op_rules,
+    parse_sources,
+    source_ref,
+)
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DTYPES = ("float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32")
@@ -109,6 +126,43 @@ class Profile:
     rtol: float
     atol: float
     faults: Faults = field(default_factory=Faults)
+    sources: Mapping[str, Source] = field(default_factory=dict)
+    #: op type -> its rules (several when they come from different sources)
+    op_rules: Mapping[str, tuple[OpRule, ...]] = field(default_factory=dict)
+    #: table name ([compute], [memory], ...) -> the source of its figures
+    table_sources: Mapping[str, Source] = field(default_factory=dict)
+    float32_option: Float32Option | None = None
+    max_partition_nodes: int = 0
+
+    @property
+    def int8_qdq_only(self) -> bool:
+        """Float is computed only inside int8 QDQ groups (float32 refused elsewhere)."""
+        return self.float32_as == "none" and bool({"int8", "uint8"} & self.dtypes)
+
+    def cite(self, table: str) -> str:
+        """`` (source ...)`` for the figures of ``table``, or "" when the profile names none."""
+        src = self.table_sources.get(table)
+        return f" (source {src.cite()})" if src is not None else ""
+
+    def rules_for(self, op_type: str) -> tuple[OpRule, ...]:
+        """The op rules that apply to a node of ``op_type`` (a fused op obeys the rules of the op
+        it was made from)."""
+        rules = self.op_rules.get(op_type, ())
+        parts = FUSED_OP_PARTS.get(op_type)
+        if parts and op_type.startswith("Fused"):
+            rules = rules + self.op_rules.get(parts[0], ())
+        return rules
+
+    def with_options(self, options: Mapping[str, str]) -> Profile:
+        """This profile under a session's provider options (``float32_option``)."""
+        opt = self.float32_option
+        if opt is None or opt.name not in options:
+            return self
+        value = str(options[opt.name])
+        if value not in opt.values:
+            raise ProfileError(self.path, "compute.float32_option", f"provider option {opt.name}={value!r} is not "
+                               f"one of {', '.join(sorted(opt.values))}")
+        return replace(self, float32_as=opt.values[value])
 
     @property
     def type_name(self) -> str:
@@ -282,6 +336,20 @@ class _Reader:
             rtol=g("numerics", "rtol", float, 1e-4, check=_range(0.0)),
             atol=g("numerics", "atol", float, 1e-4, check=_range(0.0)),
             faults=self._faults())
+        sources = parse_sources(self.data.get("sources"), self.fail)
+        self.used["sources"] = set(sources)
+        ops_known = _known_ops()
+        op_rules = parse_op_rules(self.data.get("op"), sources, ops_known, self.fail)
+        self.used["op"] = set(op_rules)
+        table_sources = {}
+        for tname in ("device", "memory", "compute", "performance", "power", "numerics", "partitions"):
+            ref = self.get(tname, "source", str, None) if tname in self.data else None
+            if ref is not None:
+                table_sources[tname] = source_ref(ref, sources, f"{tname}.source", self.fail)
+        prof = replace(prof, sources=sources, op_rules=op_rules, table_sources=table_sources,
+                       float32_option=parse_float32_option(self.get("compute", "float32_option", dict, None),
+                                                           dtypes, self.fail),
+                       max_partition_nodes=self.get("partitions", "max_nodes", int, 0, check=_range(0, 2**31 - 1)))
         if prof.float32_as not in ("none", *dtypes):
             raise self.fail("compute.float32_as", f"{prof.float32_as!r} is not one of compute.dtypes {dtypes}")
         if prof.active_w < prof.idle_w:

@@ -59,6 +59,16 @@ class QuantizedValues:
                 if src is not None and src.op_type in ACCUMULATING_OPS:
                     self.accumulators[n.outputs[0]] = src
 
+    def in_qdq_group(self, node: Node, graph: Graph) -> bool:
+        """Whether ``node`` computes an int8 QDQ group on its own: its float inputs are dequantized
+        values or constants (weights whose DequantizeLinear the optimizer folded), at least one
+        dequantized, and its float outputs are all requantized."""
+        ins = [n for n in node.inputs if n and _is_float(graph, n)]
+        outs = [n for n in node.outputs if n and _is_float(graph, n)]
+        return (any(n in self.dequantized for n in ins) and bool(outs)
+                and all(n in self.dequantized or graph.is_constant_initializer(n) for n in ins)
+                and all(n in self.requantized for n in outs))
+
     def int8_partition(self, graph: Graph) -> bool:
         """Whether the partition ``graph`` is an int8 QDQ group: float inputs all dequantized, float
         outputs all requantized, at least one of each."""
@@ -69,6 +79,8 @@ class QuantizedValues:
 
 
 def _is_float(graph: Graph, name: str) -> bool:
+    if graph.is_constant_initializer(name):
+        return np.asarray(graph.initializer(name)).dtype == _F32
     vi = graph.value_info(name)
     return vi.dtype is not None and np.dtype(vi.dtype) == _F32
 

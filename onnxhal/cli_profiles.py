@@ -1,0 +1,71 @@
+"""``onnxhal profiles list`` and ``onnxhal profiles show NAME``: the simulated devices' profiles,
+their rules and where each rule was read."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from onnxhal.simulators.profiles import Profile, load_profile, shipped_profiles
+
+
+def _compute_line(p: Profile) -> str:
+    f32 = {"none": "refused" + (" (int8 QDQ groups only)" if p.int8_qdq_only else ""),
+           "float16": "computed in fp16", "float32": "computed in fp32"}[p.float32_as]
+    return f"dtypes {', '.join(sorted(p.dtypes))}; float32 {f32}"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = [load_profile(n) for n in shipped_profiles()]
+    width = max(len(p.name) for p in rows)
+    for p in rows:
+        sourced = "sourced rules" if p.sources else "no sources"
+        print(f"{p.name:<{width}}  {p.type_name}  {len(p.ops):3d} ops  {sum(len(r) for r in p.op_rules.values()):3d} "
+              f"op rules  {sourced:<13}  {p.description}")
+    return 0
+
+
+def profile_text(p: Profile) -> str:
+    """The profile in words: device, limits with their sources, op list, op rules with theirs."""
+    lines = [f"{p.name}: {p.description or p.type_name}", f"  file: {p.path}",
+             f"  vendor: {p.vendor} ({p.vendor_id:#x}:{p.device_id:#x}), {p.type_name}" + p.cite("device")]
+    lines.append(f"  compute: {_compute_line(p)}" + p.cite("compute"))
+    if p.float32_option is not None:
+        choices = ", ".join(f"{k} -> {v}" for k, v in sorted(p.float32_option.values.items()))
+        lines.append(f"  provider option {p.float32_option.name}: float32 {choices}")
+    lines.append(f"  shapes: {'static only' if p.static_shapes_only else 'dynamic allowed'}; rank <= {p.max_rank}; "
+                 f"layout {p.preferred_layout}")
+    lines.append(f"  memory: {p.capacity_bytes / 2**20:g} MiB{' shared with the host' if p.host_shared else ''}"
+                 + p.cite("memory"))
+    if p.max_partition_nodes:
+        lines.append(f"  partitions: at most {p.max_partition_nodes} nodes each" + p.cite("partitions"))
+    peak = ", ".join(f"{k} {v:g}" for k, v in sorted(p.peak_tops.items()))
+    lines.append(f"  performance: peak TOPS {peak}; {p.memory_bandwidth_gbps:g} GB/s" + p.cite("performance"))
+    lines.append(f"  power: {p.idle_w:g} W idle, {p.active_w:g} W active" + p.cite("power"))
+    lines.append(f"  numerics: rtol {p.rtol:g}, atol {p.atol:g}" + p.cite("numerics"))
+    lines.append(f"  ops ({len(p.ops)}): {', '.join(sorted(p.ops))}")
+    if p.op_rules:
+        lines.append("  op rules:")
+        for op in sorted(p.op_rules):
+            for rule in p.op_rules[op]:
+                lines.append(f"    {op}  [{rule.source.id}]" + (f"  {rule.note}" if rule.note else ""))
+                lines += [f"      - {c}" for c in rule.lines()]
+    if p.sources:
+        lines.append("  sources:")
+        for s in p.sources.values():
+            lines.append(f"    {s.cite()}" + (f"  ({s.note})" if s.note and not s.estimate else ""))
+    return "\n".join(lines)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    print(profile_text(load_profile(args.name)))
+    return 0
+
+
+def add_profiles_parser(sub: Any) -> None:
+    p = sub.add_parser("profiles", help="list the simulated devices' profiles, or show one with its rules and sources")
+    ps = p.add_subparsers(dest="profiles_command", required=True)
+    ps.add_parser("list", help="the shipped profiles").set_defaults(fn=cmd_list)
+    show = ps.add_parser("show", help="one profile (a shipped name or a .toml path): rules and their sources")
+    show.add_argument("name")
+    show.set_defaults(fn=cmd_show)

@@ -9,6 +9,11 @@ from typing import Any
 from onnxhal.simulators.profiles import Profile, load_profile, shipped_profiles
 
 
+def _ref(p: Profile, table: str) -> str:
+    src = p.table_sources.get(table)
+    return f"  [{src.id}]" if src is not None else ""
+
+
 def _compute_line(p: Profile) -> str:
     f32 = {"none": "refused" + (" (int8 QDQ groups only)" if p.int8_qdq_only else ""),
            "float16": "computed in fp16", "float32": "computed in fp32"}[p.float32_as]
@@ -28,21 +33,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 def profile_text(p: Profile) -> str:
     """The profile in words: device, limits with their sources, op list, op rules with theirs."""
     lines = [f"{p.name}: {p.description or p.type_name}", f"  file: {p.path}",
-             f"  vendor: {p.vendor} ({p.vendor_id:#x}:{p.device_id:#x}), {p.type_name}" + p.cite("device")]
-    lines.append(f"  compute: {_compute_line(p)}" + p.cite("compute"))
+             f"  vendor: {p.vendor} ({p.vendor_id:#x}:{p.device_id:#x}), {p.type_name}" + _ref(p, "device")]
+    lines.append(f"  compute: {_compute_line(p)}" + _ref(p, "compute"))
     if p.float32_option is not None:
         choices = ", ".join(f"{k} -> {v}" for k, v in sorted(p.float32_option.values.items()))
         lines.append(f"  provider option {p.float32_option.name}: float32 {choices}")
     lines.append(f"  shapes: {'static only' if p.static_shapes_only else 'dynamic allowed'}; rank <= {p.max_rank}; "
                  f"layout {p.preferred_layout}")
     lines.append(f"  memory: {p.capacity_bytes / 2**20:g} MiB{' shared with the host' if p.host_shared else ''}"
-                 + p.cite("memory"))
+                 + _ref(p, "memory"))
     if p.max_partition_nodes:
-        lines.append(f"  partitions: at most {p.max_partition_nodes} nodes each" + p.cite("partitions"))
+        lines.append(f"  partitions: at most {p.max_partition_nodes} nodes each" + _ref(p, "partitions"))
     peak = ", ".join(f"{k} {v:g}" for k, v in sorted(p.peak_tops.items()))
-    lines.append(f"  performance: peak TOPS {peak}; {p.memory_bandwidth_gbps:g} GB/s" + p.cite("performance"))
-    lines.append(f"  power: {p.idle_w:g} W idle, {p.active_w:g} W active" + p.cite("power"))
-    lines.append(f"  numerics: rtol {p.rtol:g}, atol {p.atol:g}" + p.cite("numerics"))
+    lines.append(f"  performance: peak TOPS {peak}; {p.memory_bandwidth_gbps:g} GB/s" + _ref(p, "performance"))
+    lines.append(f"  power: {p.idle_w:g} W idle, {p.active_w:g} W active" + _ref(p, "power"))
+    lines.append(f"  numerics: rtol {p.rtol:g}, atol {p.atol:g}" + _ref(p, "numerics"))
     lines.append(f"  ops ({len(p.ops)}): {', '.join(sorted(p.ops))}")
     if p.op_rules:
         lines.append("  op rules:")

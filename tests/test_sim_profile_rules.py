@@ -315,7 +315,49 @@ def test_profiles_show_prints_rules_with_sources(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Conv  [doc]" in out and "- attribute group in [1]" in out
     assert "- inputs [1] must be constant initializers" in out
-    assert "compute: dtypes float16, float32, int32, int8; float32 computed in fp32 (source doc: " in out
+    assert "compute: dtypes float16, float32, int32, int8; float32 computed in fp32  [doc]" in out
     assert "doc: https://example.org/ep-operators.md @ commit 0123abcd, read 2026-12-06" in out
     assert main(["profiles", "list"]) == 0
     assert "generic-npu" in capsys.readouterr().out
+
+
+REAL_DEVICES = ["qualcomm-htp", "intel-npu", "intel-gpu", "apple-ane", "webnn-gpu"]
+
+
+def test_real_device_profiles_cite_a_source_for_every_rule_and_table():
+    from onnxhal.simulators.profiles import parse_profile_list, shipped_profiles
+
+    assert set(REAL_DEVICES) <= set(shipped_profiles())
+    parse_profile_list(",".join(shipped_profiles()))  # names and (vendor_id, device_id) pairs all distinct
+    for name in REAL_DEVICES:
+        p = load_profile(name)
+        assert set(p.table_sources) >= {"device", "memory", "compute", "performance", "power", "numerics"}, name
+        read = [s for s in p.sources.values() if not s.estimate]
+        assert read and all(s.read == "2026-12-06" and s.url.startswith("https://github.com/") for s in read), name
+        assert all(not r.source.estimate for rules in p.op_rules.values() for r in rules), name
+
+
+def test_qualcomm_htp_conv_rules_and_fp16_switch():
+    """QNN's Conv builder refuses auto_pad VALID; enable_htp_fp16_precision=0 computes in fp32."""
+    model = conv_model()
+    conv = model.graph.node[0]
+    del conv.attribute[:]
+    conv.attribute.extend([helper.make_attribute("auto_pad", "VALID")])
+    feeds = feeds_for(model)
+    with simulated_or_skip("qualcomm-htp", by="profile") as sims:
+        device = sims["qualcomm-htp"]
+        for options, claimed in (({}, 0), ({"enable_htp_fp16_precision": "0"}, 0)):
+            so = onnxhal.SessionOptions()
+            so.add_provider_for_devices([device], options)
+            sess = onnxhal.InferenceSession(model.SerializeToString(), so)
+            ep = sess.eps[device.ep_name]
+            assert sess.partition_summary.get(device.ep_name, 0) == claimed
+            (reason,) = ep.declined.values()
+            assert "rule for Conv: attribute auto_pad='VALID'" in reason and "conv_op_builder.cc" in reason
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([device], {"enable_htp_fp16_precision": "0"})
+        sess = onnxhal.InferenceSession(conv_model().SerializeToString(), so)
+        assert sess.eps[device.ep_name].profile.float32_as == "float32"
+        got = sess.run(None, feeds)[0]
+        want = ort.InferenceSession(conv_model().SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # fp32: no fp16 rounding

@@ -48,7 +48,7 @@ def profile_text(p: Profile) -> str:
     lines.append(f"  performance: peak TOPS {peak}; {p.memory_bandwidth_gbps:g} GB/s" + _ref(p, "performance"))
     lines.append(f"  power: {p.idle_w:g} W idle, {p.active_w:g} W active" + _ref(p, "power"))
     lines.append(f"  numerics: rtol {p.rtol:g}, atol {p.atol:g}" + _ref(p, "numerics"))
-    lines.append(f"  ops ({len(p.ops)}): {', '.join(sorted(p.ops))}")
+    lines.append(f"  ops ({len(p.ops)}): {', '.join(sorted(p.ops))}" + (_ref(p, "ops") or _ref(p, "compute")))
     if p.op_rules:
         lines.append("  op rules:")
         for op in sorted(p.op_rules):

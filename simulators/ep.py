@@ -57,7 +57,7 @@ def profile_reason(profile: Profile, node: Node, graph: Graph, quantized: Quanti
     its op list, its per-op rules (``profile_rules.py``), static shapes, rank and compute dtypes."""
     op = node.op_type
     if not profile.supports_op(op):
-        return f"{profile.name} has no {op}" + profile.cite("compute")
+        return f"{profile.name} has no {op}" + profile.cite("ops")
     extra = []
     if op.startswith("Fused") and node.attr("activation", ""):
         extra.append(node.attr("activation"))
@@ -65,7 +65,7 @@ def profile_reason(profile: Profile, node: Node, graph: Graph, quantized: Quanti
         extra.append("Add")  # the residual
     for part in extra:
         if part not in profile.ops:
-            return f"{profile.name} has no {part} (fused into {op})" + profile.cite("compute")
+            return f"{profile.name} has no {part} (fused into {op})" + profile.cite("ops")
     rules = profile.rules_for(op)
     for rule in rules:
         reason = rule_reason(profile.name, rule, node, graph)

@@ -23,7 +23,7 @@ Schema (``*`` = required)::
     [sources.ID]  url, version, read, note, estimate: where a rule was read (``profile_rules.py``)
     [op.TYPE]     per-op rules, each naming its source (``profile_rules.py``)
 
-[compute] also takes ``float32_option`` (a provider option that picks ``float32_as``), and each of
+[compute] also takes ``ops_source`` (the op list's source) and ``float32_option`` (a provider option that picks ``float32_as``), and each of
 [device], [memory], [compute], [performance], [power], [numerics], [partitions] a ``source`` (a
 [sources.ID]) for its figures. With ``float32_as = "none"`` and int8 in ``dtypes``, the device
 computes float only inside int8 QDQ groups (``quantized.py``).
@@ -140,8 +140,9 @@ class Profile:
         return self.float32_as == "none" and bool({"int8", "uint8"} & self.dtypes)
 
     def cite(self, table: str) -> str:
-        """`` (source ...)`` for the figures of ``table``, or "" when the profile names none."""
-        src = self.table_sources.get(table)
+        """`` (source ...)`` for the figures of ``table`` ("ops": the op list, else [compute]), or ""
+        when the profile names none."""
+        src = self.table_sources.get(table) or (self.table_sources.get("compute") if table == "ops" else None)
         return f" (source {src.cite()})" if src is not None else ""
 
     def rules_for(self, op_type: str) -> tuple[OpRule, ...]:
@@ -346,6 +347,9 @@ class _Reader:
             ref = self.get(tname, "source", str, None) if tname in self.data else None
             if ref is not None:
                 table_sources[tname] = source_ref(ref, sources, f"{tname}.source", self.fail)
+        ops_ref = self.get("compute", "ops_source", str, None)
+        if ops_ref is not None:  # the op list's source, when [compute]'s other figures have another
+            table_sources["ops"] = source_ref(ops_ref, sources, "compute.ops_source", self.fail)
         prof = replace(prof, sources=sources, op_rules=op_rules, table_sources=table_sources,
                        float32_option=parse_float32_option(self.get("compute", "float32_option", dict, None),
                                                            dtypes, self.fail),

@@ -361,3 +361,9 @@ def test_qualcomm_htp_conv_rules_and_fp16_switch():
         got = sess.run(None, feeds)[0]
         want = ort.InferenceSession(conv_model().SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # fp32: no fp16 rounding
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([device])
+        sess = onnxhal.InferenceSession(conv_model().SerializeToString(), so)
+        half = sess.run(None, feeds)[0]
+        err, scale = float(np.max(np.abs(half - want))), float(np.max(np.abs(want)))
+        assert 1e-4 * scale < err <= 2e-2 * scale  # the default, fp16: fp16 rounding, within the profile's rtol

@@ -367,3 +367,16 @@ def test_qualcomm_htp_conv_rules_and_fp16_switch():
         half = sess.run(None, feeds)[0]
         err, scale = float(np.max(np.abs(half - want))), float(np.max(np.abs(want)))
         assert 1e-4 * scale < err <= 2e-2 * scale  # the default, fp16: fp16 rounding, within the profile's rtol
+
+
+def test_decline_summary_groups_cited_reasons():
+    from onnxhal.decline_summary import decline_kinds
+
+    reasons = ["qualcomm-htp runs static shapes only; 'x' has shape ('batch', 3) (source qnn-doc: https://a @ c, read d)",
+               "qualcomm-htp has no Shape (source qnn-doc: https://a @ c, read d)",
+               "qualcomm-htp rule for Conv: attribute auto_pad='VALID', allowed: auto_pad in ['NOTSET'] "
+               "(source qnn-conv: https://b @ c, read d)"]
+    kinds = {k.kind: k for k in decline_kinds(reasons)}
+    assert kinds["dynamic shapes"].dims == ["batch"]
+    assert kinds["operators qualcomm-htp lacks"].parts == {"Shape": 1}
+    assert kinds["qualcomm-htp rule for Conv: attribute auto_pad (source qnn-conv)"].nodes == 1

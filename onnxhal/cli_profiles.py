@@ -42,8 +42,10 @@ def profile_text(p: Profile) -> str:
                  f"layout {p.preferred_layout}")
     lines.append(f"  memory: {p.capacity_bytes / 2**20:g} MiB{' shared with the host' if p.host_shared else ''}"
                  + _ref(p, "memory"))
-    if p.max_partition_nodes:
-        lines.append(f"  partitions: at most {p.max_partition_nodes} nodes each" + _ref(p, "partitions"))
+    limits = [f"at least {p.min_partition_nodes} nodes (unless the whole graph)"] if p.min_partition_nodes else []
+    limits += [f"at most {p.max_partition_nodes} nodes"] if p.max_partition_nodes else []
+    if limits:
+        lines.append(f"  partitions: {', '.join(limits)}" + _ref(p, "partitions"))
     peak = ", ".join(f"{k} {v:g}" for k, v in sorted(p.peak_tops.items()))
     lines.append(f"  performance: peak TOPS {peak}; {p.memory_bandwidth_gbps:g} GB/s" + _ref(p, "performance"))
     lines.append(f"  power: {p.idle_w:g} W idle, {p.active_w:g} W active" + _ref(p, "power"))

@@ -261,14 +261,21 @@ class VirtualEp(OpenCLEp):
             self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else super().node_reason(node, graph, lookup))
 
     def split_partition(self, graph: Graph, part: list[Node]) -> list[list[Node]]:
-        """``part`` in pieces of at most ``[partitions] max_nodes`` nodes: consecutive runs of its
-        nodes in graph (topological) order, each convex since the group is."""
-        limit = self.profile.max_partition_nodes
-        if not limit or len(part) <= limit:
+        """``part`` as the profile's ``[partitions]`` limits allow: declined when smaller than
+        ``min_nodes`` (unless it is the whole graph), else in pieces of at most ``max_nodes``:
+        consecutive runs of its nodes in graph (topological) order, each convex since the group is."""
+        low, high = self.profile.min_partition_nodes, self.profile.max_partition_nodes
+        if low and len(part) < low and len(part) < len(graph.nodes):
+            reason = (f"{self.profile.name} takes no partition of fewer than {low} nodes; this one has {len(part)}"
+                      + self.profile.cite("partitions"))
+            for n in part:
+                self.declined[n.name or n.op_type] = reason
+            return []
+        if not high or len(part) <= high:
             return [part]
         order = {id(n): i for i, n in enumerate(graph.nodes)}
         nodes = sorted(part, key=lambda n: order.get(id(n), 0))
-        return [nodes[i:i + limit] for i in range(0, len(nodes), limit)]
+        return [nodes[i:i + high] for i in range(0, len(nodes), high)]
 
     # -- backend hooks -----------------------------------------------------------------------
     def compute_partition(self, inner: Any, state: Any, context: KernelContext, edges: Fp16Edges) -> list:

@@ -19,7 +19,8 @@ Schema (``*`` = required)::
     [numerics]    rtol, atol (allowed error against the CPU EP)
     [faults]      device_lost_after_runs, alloc_fail_after_bytes, compile_fail, transient_error_rate,
                   seed, slowdown (see ``faults.py``)
-    [partitions]  max_nodes (most nodes one partition may hold; 0 = no limit)
+    [partitions]  max_nodes (most nodes one partition may hold; 0 = no limit), min_nodes (a smaller
+                  partition is declined unless it is the whole graph; 0 = no limit)
     [sources.ID]  url, version, read, note, estimate: where a rule was read (``profile_rules.py``)
     [op.TYPE]     per-op rules, each naming its source (``profile_rules.py``)
 
@@ -133,6 +134,7 @@ class Profile:
     table_sources: Mapping[str, Source] = field(default_factory=dict)
     float32_option: Float32Option | None = None
     max_partition_nodes: int = 0
+    min_partition_nodes: int = 0
 
     @property
     def int8_qdq_only(self) -> bool:
@@ -353,7 +355,8 @@ class _Reader:
         prof = replace(prof, sources=sources, op_rules=op_rules, table_sources=table_sources,
                        float32_option=parse_float32_option(self.get("compute", "float32_option", dict, None),
                                                            dtypes, self.fail),
-                       max_partition_nodes=self.get("partitions", "max_nodes", int, 0, check=_range(0, 2**31 - 1)))
+                       max_partition_nodes=self.get("partitions", "max_nodes", int, 0, check=_range(0, 2**31 - 1)),
+                       min_partition_nodes=self.get("partitions", "min_nodes", int, 0, check=_range(0, 2**31 - 1)))
         if prof.float32_as not in ("none", *dtypes):
             raise self.fail("compute.float32_as", f"{prof.float32_as!r} is not one of compute.dtypes {dtypes}")
         if prof.active_w < prof.idle_w:

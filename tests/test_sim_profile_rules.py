@@ -380,3 +380,32 @@ def test_decline_summary_groups_cited_reasons():
     assert kinds["dynamic shapes"].dims == ["batch"]
     assert kinds["operators qualcomm-htp lacks"].parts == {"Shape": 1}
     assert kinds["qualcomm-htp rule for Conv: attribute auto_pad (source qnn-conv)"].nodes == 1
+
+
+def test_partition_minimum(tmp_path):
+    """Relu -> Erf -> Relu -> Relu, Erf not on the device: a one-node and a two-node partition,
+    both under a three-node minimum; the whole graph would be taken at any size."""
+    names = ["Relu", "Erf", "Relu", "Relu"]
+    nodes = [helper.make_node(op, [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i, op in enumerate(names)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("v4", TensorProto.FLOAT, None)])
+    model = _model(g)
+    for extra, claimed in (("", 3), ('[partitions]\nmin_nodes = 3\nsource = "doc"\n', 0),
+                           ('[partitions]\nmin_nodes = 2\nsource = "doc"\n', 2)):
+        path = profile_file(tmp_path, extra)
+        with simulated_or_skip(path, by="profile") as sims:
+            so = onnxhal.SessionOptions()
+            so.add_provider_for_devices([sims["rules-npu"]])
+            sess = onnxhal.InferenceSession(model.SerializeToString(), so)
+            ep = sess.eps[sims["rules-npu"].ep_name]
+            assert sess.partition_summary.get(sims["rules-npu"].ep_name, 0) == claimed, (extra, ep.declined)
+            if extra:
+                assert any("takes no partition of fewer than" in r and "source doc: https://example.org" in r
+                           for r in ep.declined.values()), ep.declined
+    whole = _model(helper.make_graph(nodes[:1], "g", [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [4])],
+                                     [helper.make_tensor_value_info("v1", TensorProto.FLOAT, None)]))
+    with simulated_or_skip(profile_file(tmp_path, '[partitions]\nmin_nodes = 3\nsource = "doc"\n'), by="profile") as sims:
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([sims["rules-npu"]])
+        sess = onnxhal.InferenceSession(whole.SerializeToString(), so)
+        assert sess.partition_summary.get(sims["rules-npu"].ep_name, 0) == 1

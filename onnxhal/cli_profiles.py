@@ -16,7 +16,7 @@ def _ref(p: Profile, table: str) -> str:
 
 def _compute_line(p: Profile) -> str:
     f32 = {"none": "refused" + (" (int8 QDQ groups only)" if p.int8_qdq_only else ""),
-           "float16": "computed in fp16", "float32": "computed in fp32"}[p.float32_as]
+           "float16": "computed in fp16", "bfloat16": "computed in bf16", "float32": "computed in fp32"}[p.float32_as]
     return f"dtypes {', '.join(sorted(p.dtypes))}; float32 {f32}"
 
 
@@ -35,9 +35,9 @@ def profile_text(p: Profile) -> str:
     lines = [f"{p.name}: {p.description or p.type_name}", f"  file: {p.path}",
              f"  vendor: {p.vendor} ({p.vendor_id:#x}:{p.device_id:#x}), {p.type_name}" + _ref(p, "device")]
     lines.append(f"  compute: {_compute_line(p)}" + _ref(p, "compute"))
-    if p.float32_option is not None:
-        choices = ", ".join(f"{k} -> {v}" for k, v in sorted(p.float32_option.values.items()))
-        lines.append(f"  provider option {p.float32_option.name}: float32 {choices}")
+    for opt in p.float32_options:
+        choices = ", ".join(f"{k} -> {v}" for k, v in sorted(opt.values.items()))
+        lines.append(f"  provider option {opt.name}: float32 {choices}")
     lines.append(f"  shapes: {'static only' if p.static_shapes_only else 'dynamic allowed'}; rank <= {p.max_rank}; "
                  f"layout {p.preferred_layout}")
     lines.append(f"  memory: {p.capacity_bytes / 2**20:g} MiB{' shared with the host' if p.host_shared else ''}"

@@ -38,7 +38,7 @@ from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
 from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
 from onnxhal.simulators.faults import FaultState
-from onnxhal.simulators.fp16 import FP32_PRODUCERS, HalfRounder, round_constants
+from onnxhal.simulators.fp16 import FP32_PRODUCERS, STORAGE_DTYPES, HalfRounder, round_constants
 from onnxhal.simulators.profile_rules import rule_reason
 from onnxhal.simulators.profiles import Profile
 from onnxhal.simulators.quantized import QuantizedValues, integer_reason
@@ -111,6 +111,7 @@ def compatibility_string(ep_name: str, profile: Profile, opencl_device_key: str)
     opencl = hashlib.sha256(opencl_device_key.encode()).hexdigest()[:12]
     return (f"{ep_name};version={EP_VERSION};format={BLOB_FORMAT};profile={profile.name};"
             f"device={profile.vendor_id:x}:{profile.device_id:x};fp16={int(profile.compute_dtype == 'float16')};"
+            + ("bf16=1;" if profile.compute_dtype == "bfloat16" else "") +
             f"opencl={opencl}")
 
 
@@ -227,7 +228,8 @@ class VirtualEp(OpenCLEp):
         self.profile = profile
         self.faults = faults
         self.meter = Meter(profile, faults.faults.slowdown)
-        self.rounder = HalfRounder(device) if device is not None and profile.compute_dtype == "float16" else None
+        self.rounder = (HalfRounder(device, profile.compute_dtype)
+                        if device is not None and profile.compute_dtype in STORAGE_DTYPES else None)
         self.partition_costs: dict[str, PartitionCost] = {}  # fused node name -> cost
         self.partition_infos: dict[str, VirtualNodeComputeInfo] = {}  # fused node name -> compiled partition
         self.contexts_loaded = 0  # partitions taken from EPContext nodes instead of planned
@@ -306,9 +308,12 @@ class VirtualEp(OpenCLEp):
             if name in self.fp16_overflows:
                 return
             self.fp16_overflows.add(name)
-        self.logger.warning("%s: %r exceeds float16's range (65504) on %s, which stores float32 values as fp16: it "
+        storage = self.profile.compute_dtype
+        limit = "65504" if storage == "float16" else "about 3.39e38"
+        self.logger.warning("%s: %r exceeds %s's range (%s) on %s, which stores float32 values as %s: it "
                             "became inf and the results are wrong. Keep the node that makes it on the CPU EP, or "
-                            "use a profile with float32_as = \"float32\".", self.name, name, self.profile.name)
+                            "use a profile with float32_as = \"float32\".", self.name, name, storage, limit,
+                            self.profile.name, storage)
 
     def finish(self, context: KernelContext) -> None:
         """Wait until the partition's queued work is done."""
@@ -335,7 +340,7 @@ class VirtualEp(OpenCLEp):
         return infos
 
     def _round_weights(self, plan: Any) -> None:
-        for name in round_constants(plan.constants):
+        for name in round_constants(plan.constants, self.profile.compute_dtype):
             self.report_fp16_overflow(name)
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
@@ -539,12 +544,13 @@ class HostVirtualEp(VirtualEp):
     def plan_partitions(self, graphs: list[Graph], fused_nodes: list[Node]) -> list[NodeComputeInfo]:
         from onnxhal.simulators.host_backend import HostNodeComputeInfo, rounded_weights
 
-        fp16 = self.profile.compute_dtype == "float16"
+        storage = self.profile.compute_dtype
         infos: list[NodeComputeInfo] = []
         for g in graphs:
-            half = fp16 and not self.quantized_values.int8_partition(g)  # an int8 QDQ group is not fp16
-            infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_fp16_overflow) if half else g,
-                                             self.allocator, half, self.logger, self.report_fp16_overflow))
+            # an int8 QDQ group is computed in int8, not in the float storage format
+            half = storage in STORAGE_DTYPES and not self.quantized_values.int8_partition(g)
+            infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_fp16_overflow, storage) if half else g,
+                                             self.allocator, half, self.logger, self.report_fp16_overflow, storage))
         return infos
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
@@ -554,8 +560,8 @@ class HostVirtualEp(VirtualEp):
             raise InvalidGraph(f"{self.name}: EPContext blob holds an OpenCL plan, this device runs on the host "
                                "backend; compile the model again for this device")
         # The saved weights were rounded when they were saved.
-        return HostNodeComputeInfo(plan.to_graph(), self.allocator,
-                                   self.profile.compute_dtype == "float16", self.logger, self.report_fp16_overflow)
+        return HostNodeComputeInfo(plan.to_graph(), self.allocator, self.profile.compute_dtype in STORAGE_DTYPES,
+                                   self.logger, self.report_fp16_overflow, self.profile.compute_dtype)
 
     @property
     def backend_key(self) -> str:

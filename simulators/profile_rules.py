@@ -266,18 +266,24 @@ def _attributes(v: Any, key: str, fail: Fail) -> tuple[AttributeRule, ...]:
     return tuple(out)
 
 
-def parse_float32_option(v: Any, dtypes: list[str], fail: Fail) -> Float32Option | None:
+def parse_float32_option(v: Any, dtypes: list[str], fail: Fail) -> tuple[Float32Option, ...]:
+    """``{ name, values }`` or a list of them: provider options that pick ``float32_as``."""
     if v is None:
-        return None
-    key = "compute.float32_option"
-    if not isinstance(v, dict) or set(v) != {"name", "values"} or not isinstance(v["name"], str) \
-            or not isinstance(v["values"], dict) or not v["values"]:
-        raise fail(key, "must be { name = \"provider option\", values = { \"VALUE\" = \"float16\" | \"float32\" | "
-                        "\"none\", ... } }")
-    for val, as_ in v["values"].items():
-        if as_ not in ("none", *dtypes) or as_ not in ("float32", "float16", "none"):
-            raise fail(f"{key}.values.{val}", f"{as_!r} must be float32, float16 or none, and in compute.dtypes {dtypes}")
-    return Float32Option(v["name"], dict(v["values"]))
+        return ()
+    out = []
+    for k, t in enumerate(v if isinstance(v, list) else [v]):
+        key = "compute.float32_option" + (f"[{k}]" if isinstance(v, list) else "")
+        if not isinstance(t, dict) or set(t) != {"name", "values"} or not isinstance(t["name"], str) \
+                or not isinstance(t["values"], dict) or not t["values"]:
+            raise fail(key, "must be { name = \"provider option\", values = { \"VALUE\" = \"float16\" | \"bfloat16\" | "
+                            "\"float32\" | \"none\" | \"unchanged\", ... } }")
+        for val, as_ in t["values"].items():
+            if as_ != "unchanged" and (as_ not in ("float32", "float16", "bfloat16", "none")
+                                       or as_ not in ("none", *dtypes)):
+                raise fail(f"{key}.values.{val}", f"{as_!r} must be float32, float16, bfloat16, none or unchanged, "
+                                                  f"and a compute dtype ({dtypes})")
+        out.append(Float32Option(t["name"], dict(t["values"])))
+    return tuple(out)
 
 
 # -- checking a node ---------------------------------------------------------------------------------

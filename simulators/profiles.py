@@ -54,6 +54,8 @@ from onnxhal.simulators.profile_rules import (
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DTYPES = ("float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32")
 LAYOUTS = ("NCHW", "NHWC")
+#: How float32 tensors are computed: as they are, stored as fp16 or bf16, or refused ("none").
+FLOAT32_AS = ("float32", "float16", "bfloat16", "none")
 TYPES = {"npu": OrtHardwareDeviceType.NPU, "gpu": OrtHardwareDeviceType.GPU}
 #: Ops the runtime optimizer creates (domain com.onnxhal) and the ONNX ops a device must support
 #: to run them: a profile lists standard ONNX op types only.
@@ -132,7 +134,7 @@ class Profile:
     op_rules: Mapping[str, tuple[OpRule, ...]] = field(default_factory=dict)
     #: table name ([compute], [memory], ...) -> the source of its figures
     table_sources: Mapping[str, Source] = field(default_factory=dict)
-    float32_option: Float32Option | None = None
+    float32_options: tuple[Float32Option, ...] = ()
     max_partition_nodes: int = 0
     min_partition_nodes: int = 0
 
@@ -157,15 +159,19 @@ class Profile:
         return rules
 
     def with_options(self, options: Mapping[str, str]) -> Profile:
-        """This profile under a session's provider options (``float32_option``)."""
-        opt = self.float32_option
-        if opt is None or opt.name not in options:
-            return self
-        value = str(options[opt.name])
-        if value not in opt.values:
-            raise ProfileError(self.path, "compute.float32_option", f"provider option {opt.name}={value!r} is not "
-                               f"one of {', '.join(sorted(opt.values))}")
-        return replace(self, float32_as=opt.values[value])
+        """This profile under a session's provider options (``float32_option``: each option given
+        sets float32_as, in the profile's order; "unchanged" leaves it)."""
+        profile = self
+        for opt in self.float32_options:
+            if opt.name not in options:
+                continue
+            value = str(options[opt.name])
+            if value not in opt.values:
+                raise ProfileError(self.path, "compute.float32_option", f"provider option {opt.name}={value!r} is "
+                                   f"not one of {', '.join(sorted(opt.values))}")
+            if opt.values[value] != "unchanged":
+                profile = replace(profile, float32_as=opt.values[value])
+        return profile
 
     @property
     def type_name(self) -> str:
@@ -325,7 +331,7 @@ class _Reader:
             capacity_bytes=int(g("memory", "capacity_mib", float, check=pos) * 2**20),
             host_shared=g("memory", "host_shared", bool, False),
             ops=frozenset(ops), dtypes=frozenset(dtypes),
-            float32_as=g("compute", "float32_as", str, "float32", check=_choice(("float32", "float16", "none"))),
+            float32_as=g("compute", "float32_as", str, "float32", check=_choice(FLOAT32_AS)),
             static_shapes_only=g("compute", "static_shapes_only", bool, False),
             max_rank=g("compute", "max_rank", int, 6, check=_range(1, 8)),
             preferred_layout=g("compute", "preferred_layout", str, "NCHW", check=_choice(LAYOUTS)),
@@ -353,8 +359,8 @@ class _Reader:
         if ops_ref is not None:  # the op list's source, when [compute]'s other figures have another
             table_sources["ops"] = source_ref(ops_ref, sources, "compute.ops_source", self.fail)
         prof = replace(prof, sources=sources, op_rules=op_rules, table_sources=table_sources,
-                       float32_option=parse_float32_option(self.get("compute", "float32_option", dict, None),
-                                                           dtypes, self.fail),
+                       float32_options=parse_float32_option(self.get("compute", "float32_option", (dict, list), None),
+                                                            dtypes, self.fail),
                        max_partition_nodes=self.get("partitions", "max_nodes", int, 0, check=_range(0, 2**31 - 1)),
                        min_partition_nodes=self.get("partitions", "min_nodes", int, 0, check=_range(0, 2**31 - 1)))
         if prof.float32_as not in ("none", *dtypes):

@@ -367,6 +367,15 @@ def test_qualcomm_htp_conv_rules_and_fp16_switch():
         half = sess.run(None, feeds)[0]
         err, scale = float(np.max(np.abs(half - want))), float(np.max(np.abs(want)))
         assert 1e-4 * scale < err <= 2e-2 * scale  # the default, fp16: fp16 rounding, within the profile's rtol
+        from onnxhal.simulators.fp16 import round_bf16
+
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([device], {"htp_bf16_enable": "1"})
+        sess = onnxhal.InferenceSession(conv_model().SerializeToString(), so)
+        assert sess.eps[device.ep_name].profile.float32_as == "bfloat16"
+        bf16 = sess.run(None, feeds)[0]
+        np.testing.assert_array_equal(round_bf16(bf16), bf16)
+        assert err < float(np.max(np.abs(bf16 - want))) <= 2e-2 * scale  # bf16 has 3 bits fewer than fp16
 
 
 def test_decline_summary_groups_cited_reasons():
@@ -409,3 +418,46 @@ def test_partition_minimum(tmp_path):
         so.add_provider_for_devices([sims["rules-npu"]])
         sess = onnxhal.InferenceSession(whole.SerializeToString(), so)
         assert sess.partition_summary.get(sims["rules-npu"].ep_name, 0) == 1
+
+
+def test_bf16_compute_stores_float32_as_bf16():
+    """float32_as = "bfloat16": the partition's inputs, weights and outputs are bf16 values, and the
+    output is the onnxruntime convolution of the bf16-rounded input and weights, rounded to bf16."""
+    from onnxhal.simulators.fp16 import round_bf16
+
+    model = conv_model()
+    feeds = feeds_for(model)
+    ref_model = onnx.ModelProto()
+    ref_model.CopyFrom(model)
+    w = numpy_helper.to_array(model.graph.initializer[0])
+    ref_model.graph.initializer[0].CopyFrom(numpy_helper.from_array(round_bf16(w), "w"))
+    cpu = ort.InferenceSession(ref_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = round_bf16(cpu.run(None, {"x": round_bf16(feeds["x"])})[0])
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = profile_file(Path(d), f32="bfloat16", dtypes='["float32", "bfloat16", "int32"]',
+                            peak="{ float32 = 1.0, bfloat16 = 2.0, int32 = 1.0 }")
+        assert load_profile(path).compute_dtype == "bfloat16"
+        with simulated_or_skip(path, by="profile") as sims:
+            so = onnxhal.SessionOptions()
+            so.add_provider_for_devices([sims["rules-npu"]])
+            sess = onnxhal.InferenceSession(model.SerializeToString(), so)
+            assert sess.partition_summary[sims["rules-npu"].ep_name] == 1
+            got = sess.run(None, feeds)[0]
+    np.testing.assert_array_equal(round_bf16(got), got)  # bf16 values, not fp16 ones
+    scale = float(np.max(np.abs(want)))
+    assert float(np.max(np.abs(got - want))) <= 2**-8 * scale  # at most one bf16 step off (summation order)
+    exact = cpu.run(None, {"x": feeds["x"]})[0]
+    assert float(np.max(np.abs(got - exact))) > 1e-3 * scale  # bf16's 8 bits show against float32
+
+
+def test_round_bf16_rounds_to_nearest_even():
+    from onnxhal.simulators.fp16 import overflows, round_bf16
+
+    x = np.array([1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-9, -2.5, np.inf, 3.4e38, np.nan], np.float32)
+    got = round_bf16(x)
+    np.testing.assert_array_equal(got[:6], np.array([1.0, 1.0, 1 + 2**-6, 1.0, -2.5, np.inf], np.float32))
+    assert np.isinf(got[6]) and np.isnan(got[7])  # 3.4e38 is past bf16's largest finite value
+    assert overflows(x[6:7], "bfloat16") and not overflows(x[:5], "bfloat16")

@@ -142,12 +142,27 @@ def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: 
             taken = sess.partition_summary.get(device.ep_name, 0)
             total = sum(sess.partition_summary.values())
             ep = sess.eps.get(device.ep_name)
-            reasons = sorted({str(r) for r in getattr(ep, "declined", {}).values()})[:5]
+            declined = [str(r) for r in getattr(ep, "declined", {}).values()]
+            reasons = sorted(set(declined))[:5]
             got = sess.run(None, feeds)
     finally:
         logging.getLogger("onnxhal").removeHandler(handler)
     failed_compiles = [r for r in records if "compile" in r.lower() and "fail" in r.lower()]
-    return _verdict(got, want, profile.rtol, profile.atol, taken, total, reasons, failed_compiles)
+    return {**_verdict(got, want, profile.rtol, profile.atol, taken, total, reasons, failed_compiles),
+            "decline_kinds": _decline_kinds(declined)}
+
+
+def _decline_kinds(reasons: list[str]) -> dict[str, int]:
+    """Declined nodes counted by kind of reason: value names, numbers and the cited source left out,
+    so that one rule's declines add up across nodes and models."""
+    import re
+
+    kinds: dict[str, int] = {}
+    for r in reasons:
+        kind = r.split(" (source ")[0]  # the source is always the reason's last part
+        kind = re.sub(r"\d+", "N", re.sub(r"'[^']*'", "X", re.sub(r"\([^()]*\)", "", kind))).strip()
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
 
 
 def _cell_onnxruntime(profile_name: str, path: str, feeds: dict, want: list, fixed: bool, state: dict) -> dict:

@@ -242,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     from onnxhal.cli_fix_shapes import add_fix_shapes_parser
 
     add_fix_shapes_parser(sub)
+    from onnxhal.cli_profiles import add_profiles_parser
+
+    add_profiles_parser(sub)
     demo = sub.add_parser("demo", help="devices, a small model under PREFER_NPU, checked against the CPU EP")
     demo.set_defaults(fn=cmd_demo)
     return p

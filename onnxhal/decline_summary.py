@@ -9,7 +9,10 @@ value makes a reason of its own; here the reasons are grouped by what they say:
   symbolic input dimensions;
 - operators the profile lacks, data types it does not compute, ranks above its limit: the
   operators and types, with counts (the next EP, usually the CPU EP, runs those nodes);
-- anything else: the reason with value names and shapes taken out.
+- anything else (a profile's per-op rule, ...): the reason with value names and shapes taken out,
+  and the id of the rule's source.
+
+A sourced profile's reasons end in `` (source ID: URL ...)``; the grouping reads them without it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ _RANK = re.compile(r"^(?P<device>.+?) handles rank <= (?P<max>\d+); '.*' has ran
 _QUOTED = re.compile(r"'[^']*'")
 _SHAPE = re.compile(r"\s*(\([^()]*\)|\[[^\]]*\])")
 _DIM_NAME = re.compile(r"'([^']+)'")
+_RULE = re.compile(r"^(?P<rule>.+? rule for [\w.]+): (?P<what>attribute \w+|(?:input|output) \d+)")
+_SOURCE = re.compile(r" \(source ([^:\s]+)[:)]")  # a profile's citation, always the reason's last part
 
 
 @dataclass
@@ -57,7 +62,9 @@ def decline_kinds(reasons: Iterable[str]) -> list[DeclineKind]:
     def get(key: str, remedy: str = "") -> DeclineKind:
         return kinds.setdefault(key, DeclineKind(key, remedy=remedy))
 
-    for r in reasons:
+    for cited in reasons:
+        r, _, _ = cited.partition(" (source ")
+        source = _SOURCE.search(cited)
         if m := _STATIC.match(r):
             k = get("dynamic shapes")
             for d in _DIM_NAME.findall(m["shape"]):
@@ -72,8 +79,12 @@ def decline_kinds(reasons: Iterable[str]) -> list[DeclineKind]:
             k.parts[m["dtype"]] = k.parts.get(m["dtype"], 0) + 1
         elif m := _RANK.match(r):
             k = get(f"tensors above rank {m['max']} on {m['device']}", "the next EP runs them")
-        else:
-            k = get(_SHAPE.sub("", _QUOTED.sub("a value", r)).strip())
+        else:  # a per-op rule keeps the id of its source (``onnxhal profiles show`` prints it)
+            cite = f" (source {source[1]})" if source else ""
+            if m := _RULE.match(r):
+                k = get(f"{m['rule']}: {m['what']}{cite}", "the next EP runs them")
+            else:
+                k = get(_SHAPE.sub("", _QUOTED.sub("a value", r)).strip() + cite)
         k.nodes += 1
     return sorted(kinds.values(), key=lambda k: -k.nodes)
 

@@ -38,7 +38,8 @@ from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
 from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
 from onnxhal.simulators.faults import FaultState
-from onnxhal.simulators.fp16 import FP32_PRODUCERS, HalfRounder, decision_reason, round_constants
+from onnxhal.simulators.fp16 import FP32_PRODUCERS, STORAGE_DTYPES, HalfRounder, decision_reason, round_constants
+from onnxhal.simulators.profile_rules import rule_reason
 from onnxhal.simulators.profiles import Profile
 from onnxhal.simulators.quantized import QuantizedValues, integer_reason
 
@@ -51,11 +52,12 @@ _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
 EP_VERSION = "0.1.0"
 
 
-def profile_reason(profile: Profile, node: Node, graph: Graph) -> str | None:
-    """None if ``profile``'s device may run ``node``, else why not (beyond what OpenCL can run)."""
+def profile_reason(profile: Profile, node: Node, graph: Graph, quantized: QuantizedValues | None = None) -> str | None:
+    """None if ``profile``'s device may run ``node``, else why not (beyond what OpenCL can run):
+    its op list, its per-op rules (``profile_rules.py``), static shapes, rank and compute dtypes."""
     op = node.op_type
     if not profile.supports_op(op):
-        return f"{profile.name} has no {op}"
+        return f"{profile.name} has no {op}" + profile.cite("ops")
     extra = []
     if op.startswith("Fused") and node.attr("activation", ""):
         extra.append(node.attr("activation"))
@@ -63,8 +65,16 @@ def profile_reason(profile: Profile, node: Node, graph: Graph) -> str | None:
         extra.append("Add")  # the residual
     for part in extra:
         if part not in profile.ops:
-            return f"{profile.name} has no {part} (fused into {op})"
+            return f"{profile.name} has no {part} (fused into {op})" + profile.cite("ops")
+    rules = profile.rules_for(op)
+    for rule in rules:
+        reason = rule_reason(profile.name, rule, node, graph)
+        if reason is not None:
+            return reason
+    # An op rule may allow dynamic shapes on a static-shape device (or the reverse, checked above).
+    static_only = profile.static_shapes_only and not any(r.static_shapes is False for r in rules)
     params = _PARAM_INPUTS.get(op, set())
+    qdq_only = profile.int8_qdq_only and quantized is not None and quantized.in_qdq_group(node, graph)
     for k, name in enumerate((*node.inputs, *node.outputs)):
         if not name or (k < len(node.inputs) and k in params):
             continue
@@ -75,20 +85,23 @@ def profile_reason(profile: Profile, node: Node, graph: Graph) -> str | None:
             vi = graph.value_info(name)
             dtype = np.dtype(vi.dtype) if vi.dtype is not None else None
             shape = tuple(vi.shape) if vi.shape is not None else None
-            if profile.static_shapes_only and not vi.has_static_shape:
-                return f"{profile.name} runs static shapes only; {name!r} has shape {shape}"
+            if static_only and not vi.has_static_shape:
+                return f"{profile.name} runs static shapes only; {name!r} has shape {shape}" + profile.cite("compute")
         if shape is not None and len(shape) > profile.max_rank:
-            return f"{profile.name} handles rank <= {profile.max_rank}; {name!r} has rank {len(shape)}"
+            return (f"{profile.name} handles rank <= {profile.max_rank}; {name!r} has rank {len(shape)}"
+                    + profile.cite("compute"))
         if dtype == _F32:
-            if profile.float32_as == "none":
-                return f"{profile.name} does not compute float32 ({name!r})"
+            if profile.float32_as == "none" and not qdq_only:
+                what = ("computes float only inside int8 QDQ groups (DequantizeLinear -> op -> QuantizeLinear); "
+                        if profile.int8_qdq_only else "does not compute float32; ")
+                return f"{profile.name} {what}{node.op_type} computes on {name!r} in float32" + profile.cite("compute")
         elif dtype == _F16:
             if "float16" not in profile.dtypes:
-                return f"{profile.name} does not compute float16 ({name!r})"
+                return f"{profile.name} does not compute float16 ({name!r})" + profile.cite("compute")
         elif dtype is not None and np.issubdtype(dtype, np.integer):
             want = {1: "int8", 2: "int16"}.get(dtype.itemsize, "int32")
             if want not in profile.dtypes and not (np.issubdtype(dtype, np.unsignedinteger) and "uint8" in profile.dtypes):
-                return f"{profile.name} does not compute {dtype} ({name!r})"
+                return f"{profile.name} does not compute {dtype} ({name!r})" + profile.cite("compute")
     return None
 
 
@@ -98,6 +111,7 @@ def compatibility_string(ep_name: str, profile: Profile, opencl_device_key: str)
     opencl = hashlib.sha256(opencl_device_key.encode()).hexdigest()[:12]
     return (f"{ep_name};version={EP_VERSION};format={BLOB_FORMAT};profile={profile.name};"
             f"device={profile.vendor_id:x}:{profile.device_id:x};fp16={int(profile.compute_dtype == 'float16')};"
+            + ("bf16=1;" if profile.compute_dtype == "bfloat16" else "") +
             f"opencl={opencl}")
 
 
@@ -230,7 +244,8 @@ class VirtualEp(OpenCLEp):
         self.profile = profile
         self.faults = faults
         self.meter = Meter(profile, faults.faults.slowdown)
-        self.rounder = HalfRounder(device) if device is not None and profile.compute_dtype == "float16" else None
+        self.rounder = (HalfRounder(device, profile.compute_dtype)
+                        if device is not None and profile.compute_dtype in STORAGE_DTYPES else None)
         self.partition_costs: dict[str, PartitionCost] = {}  # fused node name -> cost
         self.partition_infos: dict[str, VirtualNodeComputeInfo] = {}  # fused node name -> compiled partition
         self.contexts_loaded = 0  # partitions taken from EPContext nodes instead of planned
@@ -260,9 +275,27 @@ class VirtualEp(OpenCLEp):
     def node_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
         if is_ep_context(node):
             return ""  # handled in get_capability
-        return profile_reason(self.profile, node, graph) or integer_reason(self.profile, node, self.quantized_values) or (
-            decision_reason(self.profile.compute_dtype, self.profile.name, node, graph)) or (
+        return profile_reason(self.profile, node, graph, self.quantized_values) or integer_reason(
+            self.profile, node, self.quantized_values) or decision_reason(
+            self.profile.compute_dtype, self.profile.name, node, graph) or (
             self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else super().node_reason(node, graph, lookup))
+
+    def split_partition(self, graph: Graph, part: list[Node]) -> list[list[Node]]:
+        """``part`` as the profile's ``[partitions]`` limits allow: declined when smaller than
+        ``min_nodes`` (unless it is the whole graph), else in pieces of at most ``max_nodes``:
+        consecutive runs of its nodes in graph (topological) order, each convex since the group is."""
+        low, high = self.profile.min_partition_nodes, self.profile.max_partition_nodes
+        if low and len(part) < low and len(part) < len(graph.nodes):
+            reason = (f"{self.profile.name} takes no partition of fewer than {low} nodes; this one has {len(part)}"
+                      + self.profile.cite("partitions"))
+            for n in part:
+                self.declined[n.name or n.op_type] = reason
+            return []
+        if not high or len(part) <= high:
+            return [part]
+        order = {id(n): i for i, n in enumerate(graph.nodes)}
+        nodes = sorted(part, key=lambda n: order.get(id(n), 0))
+        return [nodes[i:i + high] for i in range(0, len(nodes), high)]
 
     # -- backend hooks -----------------------------------------------------------------------
     def compute_partition(self, inner: Any, state: Any, context: KernelContext, edges: Fp16Edges) -> list:
@@ -293,9 +326,12 @@ class VirtualEp(OpenCLEp):
             if name in self.fp16_overflows:
                 return
             self.fp16_overflows.add(name)
-        self.logger.warning("%s: %r exceeds float16's range (65504) on %s, which stores float32 values as fp16: it "
+        storage = self.profile.compute_dtype
+        limit = "65504" if storage == "float16" else "about 3.39e38"
+        self.logger.warning("%s: %r exceeds %s's range (%s) on %s, which stores float32 values as %s: it "
                             "became inf and the results are wrong. Keep the node that makes it on the CPU EP, or "
-                            "use a profile with float32_as = \"float32\".", self.name, name, self.profile.name)
+                            "use a profile with float32_as = \"float32\".", self.name, name, storage, limit,
+                            self.profile.name, storage)
 
     def finish(self, context: KernelContext) -> None:
         """Wait until the partition's queued work is done."""
@@ -322,7 +358,7 @@ class VirtualEp(OpenCLEp):
         return infos
 
     def _round_weights(self, plan: Any) -> None:
-        for name in round_constants(plan.constants):
+        for name in round_constants(plan.constants, self.profile.compute_dtype):
             self.report_fp16_overflow(name)
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
@@ -527,12 +563,13 @@ class HostVirtualEp(VirtualEp):
     def plan_partitions(self, graphs: list[Graph], fused_nodes: list[Node]) -> list[NodeComputeInfo]:
         from onnxhal.simulators.host_backend import HostNodeComputeInfo, rounded_weights
 
-        fp16 = self.profile.compute_dtype == "float16"
+        storage = self.profile.compute_dtype
         infos: list[NodeComputeInfo] = []
         for g in graphs:
-            half = fp16 and not self.quantized_values.int8_partition(g)  # an int8 QDQ group is not fp16
-            infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_fp16_overflow) if half else g,
-                                             self.allocator, half, self.logger, self.report_fp16_overflow))
+            # an int8 QDQ group is computed in int8, not in the float storage format
+            half = storage in STORAGE_DTYPES and not self.quantized_values.int8_partition(g)
+            infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_fp16_overflow, storage) if half else g,
+                                             self.allocator, half, self.logger, self.report_fp16_overflow, storage))
         return infos
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
@@ -542,8 +579,8 @@ class HostVirtualEp(VirtualEp):
             raise InvalidGraph(f"{self.name}: EPContext blob holds an OpenCL plan, this device runs on the host "
                                "backend; compile the model again for this device")
         # The saved weights were rounded when they were saved.
-        return HostNodeComputeInfo(plan.to_graph(), self.allocator,
-                                   self.profile.compute_dtype == "float16", self.logger, self.report_fp16_overflow)
+        return HostNodeComputeInfo(plan.to_graph(), self.allocator, self.profile.compute_dtype in STORAGE_DTYPES,
+                                   self.logger, self.report_fp16_overflow, self.profile.compute_dtype)
 
     @property
     def backend_key(self) -> str:

@@ -277,15 +277,16 @@ class VirtualEpFactory(OpenCLEpFactory):
         sim = self.table.devices[mem]
         options = session_options.provider_options_for(self.name) if session_options is not None else {}
         faults = faults_with_options(sim.profile.faults, options)
+        profile = sim.profile.with_options(options)  # e.g. the QNN EP's fp16 switch
         allocator = self.allocator(mem)
         if faults.alloc_fail_after_bytes >= 0:
             allocator = FaultInjectingAllocator(allocator, faults.alloc_fail_after_bytes, sim.profile.name)
         fault_state = FaultState(faults, self.name, sim.profile.name)
         if self.on_host:
-            ep: VirtualEp = HostVirtualEp(self.name, allocator, sim.info, sim.profile, fault_state,
+            ep: VirtualEp = HostVirtualEp(self.name, allocator, sim.info, profile, fault_state,
                                           logger or self.logger, self.allocator(mem))
         else:
-            ep = VirtualEp(self.name, self.device_context(mem), allocator, sim.info, sim.profile, fault_state,
+            ep = VirtualEp(self.name, self.device_context(mem), allocator, sim.info, profile, fault_state,
                            logger or self.logger, self.allocator(mem))
         # The session's copies into and out of this device charge this EP's meter.
         ep.data_transfer = self._data_transfer(mem, ep.meter)

@@ -1,4 +1,4 @@
-"""fp16 storage on a simulated device, emulated on the float32 kernels of the OpenCL EP.
+"""fp16 (and bf16) storage on a simulated device, emulated on the float32 kernels of the OpenCL EP.
 
 A profile with ``float32_as = "float16"`` computes float32 models in half precision, as an NPU
 does. The OpenCL EP's kernels are float32 only, so the simulator reproduces fp16 *storage*: every
@@ -11,6 +11,9 @@ What a real NPU compiler keeps in float32 stays float32 here too: reduction resu
 of a LayerNorm written as ReduceSum/Sqrt/Div, a mean, a norm) entering or leaving a partition are
 not rounded (``FP32_PRODUCERS``). A value whose fp16 storage turns a finite float32 into inf is
 reported: the store kernel raises a flag the EP reads after the run and logs once per value.
+
+``float32_as = "bfloat16"`` stores the same values as bf16 instead (round to nearest even on the
+upper 16 bits of the float32 pattern): float32's range, 8 significant bits.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 FP32_PRODUCERS = frozenset({"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL2", "ReduceL1", "ReduceLogSum",
                             "ReduceLogSumExp", "ReduceProd"})
 FP16_MAX = 65504.0
+#: The storage formats emulated: float32_as values whose values are rounded at partition edges.
+STORAGE_DTYPES = ("float16", "bfloat16")
 
 ROUND_SOURCE = r"""
 // onnxhal simulator: fp16 storage of float32 values; flag[0] = value id where a finite value overflows.
@@ -46,36 +51,72 @@ __kernel void onnxhal_sim_load_half(__global const half* h, __global float* y, c
     int i = get_global_id(0);
     if (i < n) y[i] = vload_half(i, h);
 }
+__kernel void onnxhal_sim_store_bf16(__global const float* x, const int x_offset, __global ushort* h,
+                                     __global int* flag, const int value_id, const int n) {
+    int i = get_global_id(0);
+    if (i < n) {
+        const float v = x[x_offset + i];
+        const uint u = as_uint(v);
+        const ushort r = isnan(v) ? (ushort)((u >> 16) | 0x40u) : (ushort)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        h[i] = r;
+        if (isinf(as_float(((uint)r) << 16)) && !isinf(v)) flag[0] = value_id;
+    }
+}
+__kernel void onnxhal_sim_load_bf16(__global const ushort* h, __global float* y, const int n) {
+    int i = get_global_id(0);
+    if (i < n) y[i] = as_float(((uint)h[i]) << 16);
+}
 """
 LOCAL = 64
 F32 = np.dtype(np.float32)
 
 
-def overflows(a: np.ndarray) -> bool:
-    """Whether fp16 storage turns some finite value of ``a`` into inf."""
-    return a.dtype == F32 and a.size > 0 and bool(np.any(np.isfinite(a) & (np.abs(a) > FP16_MAX)))
+def round_bf16(a: np.ndarray) -> np.ndarray:
+    """float32 values as bf16 storage gives them back (round to nearest even; NaN stays NaN)."""
+    a = np.asarray(a, np.float32)
+    u = a.view(np.uint32)
+    rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)).view(np.float32)
+    return np.where(np.isnan(a), a, rounded)
 
 
-def round_constants(constants: dict[str, np.ndarray]) -> list[str]:
-    """Round float32 weights to float16 in place (in the dict), as an fp16 device stores them;
-    returns the names of those with finite values fp16 cannot hold (they became inf)."""
+def stored(a: np.ndarray, dtype: str = "float16") -> np.ndarray:
+    """float32 values as ``dtype`` storage gives them back (beyond the range: inf, as on the device)."""
+    if dtype == "bfloat16":
+        return round_bf16(a)
+    with np.errstate(over="ignore"):  # beyond 65504 is inf in fp16, as on the device
+        return np.asarray(a).astype(np.float16).astype(np.float32)
+
+
+def overflows(a: np.ndarray, dtype: str = "float16") -> bool:
+    """Whether ``dtype`` storage turns some finite value of ``a`` into inf."""
+    if a.dtype != F32 or a.size == 0:
+        return False
+    if dtype == "bfloat16":
+        return bool(np.any(np.isfinite(a) & np.isinf(round_bf16(a))))
+    return bool(np.any(np.isfinite(a) & (np.abs(a) > FP16_MAX)))
+
+
+def round_constants(constants: dict[str, np.ndarray], dtype: str = "float16") -> list[str]:
+    """Round float32 weights to ``dtype`` storage in place (in the dict), as such a device stores
+    them; returns the names of those with finite values it cannot hold (they became inf)."""
     overflowed = []
     for name, arr in list(constants.items()):
         if isinstance(arr, np.ndarray) and arr.dtype == F32:
-            if overflows(arr):
+            if overflows(arr, dtype):
                 overflowed.append(name)
-            with np.errstate(over="ignore"):  # beyond 65504 is inf in fp16, as on the device
-                constants[name] = arr.astype(np.float16).astype(np.float32)
+            constants[name] = stored(arr, dtype)
     return overflowed
 
 
 class HalfRounder:
-    """Enqueues fp16 store/load round trips on a device's queue."""
+    """Enqueues fp16 (or bf16, ``dtype``) store/load round trips on a device's queue."""
 
-    def __init__(self, device: OpenCLDeviceContext) -> None:
+    def __init__(self, device: OpenCLDeviceContext, dtype: str = "float16") -> None:
         self.device = device
-        self._store = device.kernel(ROUND_SOURCE, "onnxhal_sim_store_half")
-        self._load = device.kernel(ROUND_SOURCE, "onnxhal_sim_load_half")
+        self.dtype = dtype
+        suffix = "bf16" if dtype == "bfloat16" else "half"
+        self._store = device.kernel(ROUND_SOURCE, f"onnxhal_sim_store_{suffix}")
+        self._load = device.kernel(ROUND_SOURCE, f"onnxhal_sim_load_{suffix}")
         self._lock = threading.Lock()  # kernel objects hold their arguments: one launch at a time
         self._flag = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
                                hostbuf=np.zeros(1, np.int32))
@@ -136,12 +177,12 @@ _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
 
 
 def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any) -> str | None:
-    """Why an fp16 device declines ``node``: a float32 value it computes is compared against a
+    """Why an fp16 (or bf16) device declines ``node``: a float32 value it computes is compared against a
     threshold (tree models as tensors: hummingbird's GEMM strategy compares X @ W with each node's
     threshold). fp16 rounds about 1e-3 relative, enough to move a value across its threshold, and a
     flipped comparison changes the answer entirely (another leaf, another class), which no
     tolerance covers. Else None."""
-    if compute_dtype != "float16":
+    if compute_dtype not in ("float16", "bfloat16"):
         return None
     for name in node.outputs:
         if not name:
@@ -151,7 +192,8 @@ def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any
             continue
         for consumer in graph.consumers(name):
             if consumer.op_type in COMPARISONS and consumer.domain in ("", "ai.onnx"):
-                return (f"decision threshold on an fp16 device: {consumer.op_type} {consumer.name!r} compares "
-                        f"{name!r}, and fp16 rounding (about 1e-3 relative) moves values across the threshold; "
+                return (f"decision threshold on an {'fp16' if compute_dtype == 'float16' else 'bf16'} device: "
+                        f"{consumer.op_type} {consumer.name!r} compares {name!r}, and its rounding (1e-3 relative "
+                        "in fp16, 8e-3 in bf16) moves values across the threshold; "
                         f"{profile_name} cannot compute it in its precision")
     return None

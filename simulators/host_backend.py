@@ -36,7 +36,7 @@ from onnxhal.hal.memory_info import OrtMemoryDevice
 from onnxhal.hal.sync_stream import SyncStream
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.simulators.device_memory import ChargingMixin, carried_elsewhere, meter_transfers
-from onnxhal.simulators.fp16 import overflows
+from onnxhal.simulators.fp16 import overflows, stored
 
 BACKEND_HOST = "host"
 BACKEND_OPENCL = "opencl"
@@ -73,12 +73,10 @@ def _copy_bytes(target: np.ndarray, source: np.ndarray) -> None:
     target.reshape(-1).view(np.uint8)[:] = np.ascontiguousarray(source).reshape(-1).view(np.uint8)
 
 
-def _round_half(a: np.ndarray) -> np.ndarray:
-    """float32 rounded through fp16 storage (round to nearest even, as ``vstore_half_rte``)."""
-    if a.dtype != _F32:
-        return a
-    with np.errstate(over="ignore"):  # beyond 65504 is inf in fp16, as on the device
-        return a.astype(np.float16).astype(np.float32)
+def _round_half(a: np.ndarray, dtype: str = "float16") -> np.ndarray:
+    """float32 rounded through fp16 (or bf16) storage, round to nearest even as the OpenCL
+    backend's store kernels; other dtypes as they are."""
+    return stored(a, dtype) if a.dtype == _F32 else a
 
 
 class HostDataTransfer(DataTransfer):
@@ -136,16 +134,16 @@ class HostPartitionPlan:
         return Graph.from_proto(onnx.GraphProto.FromString(self.graph.tobytes()), self.opset)
 
 
-def rounded_weights(graph: Graph, on_overflow: Callable[[str], None] | None = None) -> Graph:
-    """``graph`` with its float32 constant initializers rounded through fp16 (a new Graph); names of
-    weights fp16 cannot hold go to ``on_overflow``."""
+def rounded_weights(graph: Graph, on_overflow: Callable[[str], None] | None = None, dtype: str = "float16") -> Graph:
+    """``graph`` with its float32 constant initializers rounded through fp16 (or bf16, ``dtype``)
+    storage (a new Graph); names of weights it cannot hold go to ``on_overflow``."""
     if not any(np.asarray(a).dtype == _F32 for a in graph.initializers.values()):
         return graph
     for name, a in graph.initializers.items():
-        if on_overflow is not None and overflows(np.asarray(a)):
+        if on_overflow is not None and overflows(np.asarray(a), dtype):
             on_overflow(name)
     out = Graph(graph.name, list(graph.nodes), list(graph.inputs), list(graph.outputs),
-                {k: _round_half(np.asarray(v)) for k, v in graph.initializers.items()},
+                {k: _round_half(np.asarray(v), dtype) for k, v in graph.initializers.items()},
                 dict(graph.value_infos), graph.opset, parent=graph.parent)
     out.overridable = list(graph.overridable)
     return out
@@ -156,12 +154,14 @@ class HostNodeComputeInfo(NodeComputeInfo):
     own, built once: plans hold no per-run state, so many threads may run it at once)."""
 
     def __init__(self, graph: Graph, allocator: Allocator, half: bool,
-                 logger: logging.Logger, on_overflow: Callable[[str], None] | None = None) -> None:
+                 logger: logging.Logger, on_overflow: Callable[[str], None] | None = None,
+                 storage: str = "float16") -> None:
         from onnxhal.runtime.providers.cpu.graph_plan import cpu_graph_plan
 
         self.graph = graph
         self.allocator = allocator
         self.half = half
+        self.storage = storage  # what ``half`` stores float32 values as: float16 or bfloat16
         self.on_overflow = on_overflow
         self.fp16_edges: Any = None  # simulators.ep.Fp16Edges: which inputs/outputs stay float32
         self.plan = HostPartitionPlan.of(graph)
@@ -201,7 +201,7 @@ class HostNodeComputeInfo(NodeComputeInfo):
         pass
 
     def _stored(self, name: str, a: np.ndarray) -> np.ndarray:
-        """``a`` as fp16 storage gives it back, reporting a finite value that becomes inf."""
-        if self.on_overflow is not None and overflows(a):
+        """``a`` as fp16 (bf16) storage gives it back, reporting a finite value that becomes inf."""
+        if self.on_overflow is not None and overflows(a, self.storage):
             self.on_overflow(name)
-        return _round_half(a)
+        return _round_half(a, self.storage)

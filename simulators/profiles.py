@@ -19,6 +19,15 @@ Schema (``*`` = required)::
     [numerics]    rtol, atol (allowed error against the CPU EP)
     [faults]      device_lost_after_runs, alloc_fail_after_bytes, compile_fail, transient_error_rate,
                   seed, slowdown (see ``faults.py``)
+    [partitions]  max_nodes (most nodes one partition may hold; 0 = no limit), min_nodes (a smaller
+                  partition is declined unless it is the whole graph; 0 = no limit)
+    [sources.ID]  url, version, read, note, estimate: where a rule was read (``profile_rules.py``)
+    [op.TYPE]     per-op rules, each naming its source (``profile_rules.py``)
+
+[compute] also takes ``ops_source`` (the op list's source) and ``float32_option`` (a provider option that picks ``float32_as``), and each of
+[device], [memory], [compute], [performance], [power], [numerics], [partitions] a ``source`` (a
+[sources.ID]) for its figures. With ``float32_as = "none"`` and int8 in ``dtypes``, the device
+computes float only inside int8 QDQ groups (``quantized.py``).
 """
 
 from __future__ import annotations
@@ -26,16 +35,27 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from onnxhal.hal.enums import OrtHardwareDeviceType
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.simulators.profile_rules import (
+    Float32Option,
+    OpRule,
+    Source,
+    parse_float32_option,
+    parse_op_rules,
+    parse_sources,
+    source_ref,
+)
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DTYPES = ("float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32")
 LAYOUTS = ("NCHW", "NHWC")
+#: How float32 tensors are computed: as they are, stored as fp16 or bf16, or refused ("none").
+FLOAT32_AS = ("float32", "float16", "bfloat16", "none")
 TYPES = {"npu": OrtHardwareDeviceType.NPU, "gpu": OrtHardwareDeviceType.GPU}
 #: Ops the runtime optimizer creates (domain com.onnxhal) and the ONNX ops a device must support
 #: to run them: a profile lists standard ONNX op types only.
@@ -109,6 +129,49 @@ class Profile:
     rtol: float
     atol: float
     faults: Faults = field(default_factory=Faults)
+    sources: Mapping[str, Source] = field(default_factory=dict)
+    #: op type -> its rules (several when they come from different sources)
+    op_rules: Mapping[str, tuple[OpRule, ...]] = field(default_factory=dict)
+    #: table name ([compute], [memory], ...) -> the source of its figures
+    table_sources: Mapping[str, Source] = field(default_factory=dict)
+    float32_options: tuple[Float32Option, ...] = ()
+    max_partition_nodes: int = 0
+    min_partition_nodes: int = 0
+
+    @property
+    def int8_qdq_only(self) -> bool:
+        """Float is computed only inside int8 QDQ groups (float32 refused elsewhere)."""
+        return self.float32_as == "none" and bool({"int8", "uint8"} & self.dtypes)
+
+    def cite(self, table: str) -> str:
+        """`` (source ...)`` for the figures of ``table`` ("ops": the op list, else [compute]), or ""
+        when the profile names none."""
+        src = self.table_sources.get(table) or (self.table_sources.get("compute") if table == "ops" else None)
+        return f" (source {src.cite()})" if src is not None else ""
+
+    def rules_for(self, op_type: str) -> tuple[OpRule, ...]:
+        """The op rules that apply to a node of ``op_type`` (a fused op obeys the rules of the op
+        it was made from)."""
+        rules = self.op_rules.get(op_type, ())
+        parts = FUSED_OP_PARTS.get(op_type)
+        if parts and op_type.startswith("Fused"):
+            rules = rules + self.op_rules.get(parts[0], ())
+        return rules
+
+    def with_options(self, options: Mapping[str, str]) -> Profile:
+        """This profile under a session's provider options (``float32_option``: each option given
+        sets float32_as, in the profile's order; "unchanged" leaves it)."""
+        profile = self
+        for opt in self.float32_options:
+            if opt.name not in options:
+                continue
+            value = str(options[opt.name])
+            if value not in opt.values:
+                raise ProfileError(self.path, "compute.float32_option", f"provider option {opt.name}={value!r} is "
+                                   f"not one of {', '.join(sorted(opt.values))}")
+            if opt.values[value] != "unchanged":
+                profile = replace(profile, float32_as=opt.values[value])
+        return profile
 
     @property
     def type_name(self) -> str:
@@ -268,7 +331,7 @@ class _Reader:
             capacity_bytes=int(g("memory", "capacity_mib", float, check=pos) * 2**20),
             host_shared=g("memory", "host_shared", bool, False),
             ops=frozenset(ops), dtypes=frozenset(dtypes),
-            float32_as=g("compute", "float32_as", str, "float32", check=_choice(("float32", "float16", "none"))),
+            float32_as=g("compute", "float32_as", str, "float32", check=_choice(FLOAT32_AS)),
             static_shapes_only=g("compute", "static_shapes_only", bool, False),
             max_rank=g("compute", "max_rank", int, 6, check=_range(1, 8)),
             preferred_layout=g("compute", "preferred_layout", str, "NCHW", check=_choice(LAYOUTS)),
@@ -282,6 +345,24 @@ class _Reader:
             rtol=g("numerics", "rtol", float, 1e-4, check=_range(0.0)),
             atol=g("numerics", "atol", float, 1e-4, check=_range(0.0)),
             faults=self._faults())
+        sources = parse_sources(self.data.get("sources"), self.fail)
+        self.used["sources"] = set(sources)
+        ops_known = _known_ops()
+        op_rules = parse_op_rules(self.data.get("op"), sources, ops_known, self.fail)
+        self.used["op"] = set(op_rules)
+        table_sources = {}
+        for tname in ("device", "memory", "compute", "performance", "power", "numerics", "partitions"):
+            ref = self.get(tname, "source", str, None) if tname in self.data else None
+            if ref is not None:
+                table_sources[tname] = source_ref(ref, sources, f"{tname}.source", self.fail)
+        ops_ref = self.get("compute", "ops_source", str, None)
+        if ops_ref is not None:  # the op list's source, when [compute]'s other figures have another
+            table_sources["ops"] = source_ref(ops_ref, sources, "compute.ops_source", self.fail)
+        prof = replace(prof, sources=sources, op_rules=op_rules, table_sources=table_sources,
+                       float32_options=parse_float32_option(self.get("compute", "float32_option", (dict, list), None),
+                                                            dtypes, self.fail),
+                       max_partition_nodes=self.get("partitions", "max_nodes", int, 0, check=_range(0, 2**31 - 1)),
+                       min_partition_nodes=self.get("partitions", "min_nodes", int, 0, check=_range(0, 2**31 - 1)))
         if prof.float32_as not in ("none", *dtypes):
             raise self.fail("compute.float32_as", f"{prof.float32_as!r} is not one of compute.dtypes {dtypes}")
         if prof.active_w < prof.idle_w:

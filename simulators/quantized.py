@@ -59,6 +59,16 @@ class QuantizedValues:
                 if src is not None and src.op_type in ACCUMULATING_OPS:
                     self.accumulators[n.outputs[0]] = src
 
+    def in_qdq_group(self, node: Node, graph: Graph) -> bool:
+        """Whether ``node`` computes an int8 QDQ group on its own: its float inputs are dequantized
+        values or constants (weights whose DequantizeLinear the optimizer folded), at least one
+        dequantized, and its float outputs are all requantized."""
+        ins = [n for n in node.inputs if n and _is_float(graph, n)]
+        outs = [n for n in node.outputs if n and _is_float(graph, n)]
+        return (any(n in self.dequantized for n in ins) and bool(outs)
+                and all(n in self.dequantized or graph.is_constant_initializer(n) for n in ins)
+                and all(n in self.requantized for n in outs))
+
     def int8_partition(self, graph: Graph) -> bool:
         """Whether the partition ``graph`` is an int8 QDQ group: float inputs all dequantized, float
         outputs all requantized, at least one of each."""
@@ -69,6 +79,8 @@ class QuantizedValues:
 
 
 def _is_float(graph: Graph, name: str) -> bool:
+    if graph.is_constant_initializer(name):
+        return np.asarray(graph.initializer(name)).dtype == _F32
     vi = graph.value_info(name)
     return vi.dtype is not None and np.dtype(vi.dtype) == _F32
 
@@ -77,20 +89,31 @@ def has_int8(profile: Profile) -> bool:
     return "int8" in profile.dtypes or "uint8" in profile.dtypes
 
 
+#: Largest integer each float storage format holds exactly (2^(significand bits)), and its range.
+_EXACT = {"float16": ("fp16", 2048, "65504"), "bfloat16": ("bf16", 256, "about 3.4e38")}
+
+
 def integer_reason(profile: Profile, node: Node, values: QuantizedValues) -> str | None:
-    """Why an fp16 device declines ``node`` for the quantized data it reads or writes, else None."""
-    if profile.compute_dtype != "float16":
+    """Why an fp16 (or bf16) device declines ``node`` for the quantized data it reads or writes,
+    else None."""
+    if profile.compute_dtype not in _EXACT:
         return None
+    short, exact, top = _EXACT[profile.compute_dtype]
     for name in node.inputs:
         src = values.accumulators.get(name) if name else None
         if src is not None:
-            return (f"integer op on an fp16 device: {node.op_type} reads {name!r}, the int32 accumulator of "
-                    f"{src.op_type} {src.name!r} cast to float; fp16 holds integers exactly only up to 2048 and "
-                    f"overflows at 65504, so {profile.name} cannot compute it in its precision")
+            return (f"integer op on {_a(short)} device: {node.op_type} reads {name!r}, the int32 accumulator of "
+                    f"{src.op_type} {src.name!r} cast to float; {short} holds integers exactly only up to {exact}"
+                    + (f" and overflows at {top}" if profile.compute_dtype == "float16" else "")
+                    + f", so {profile.name} cannot compute it in its precision")
     if not has_int8(profile):
         quantized = [n for n in node.inputs if n in values.dequantized] + [
             n for n in node.outputs if n in values.requantized]
         if quantized:
-            return (f"int8 QDQ group on an fp16 device without int8: {node.op_type} computes on {quantized[0]!r}, "
-                    f"which the model quantizes to 8 bits; {profile.name} would compute it in fp16")
+            return (f"int8 QDQ group on {_a(short)} device without int8: {node.op_type} computes on {quantized[0]!r}, "
+                    f"which the model quantizes to 8 bits; {profile.name} would compute it in {short}")
     return None
+
+
+def _a(short: str) -> str:
+    return ("an " if short.startswith("f") else "a ") + short

@@ -108,7 +108,7 @@ def test_simulator_suites_pass_with_opencl_switched_off() -> None:
     faults and failover, the cost model, EPContext, the pytest plugin."""
     modules = ["tests/test_sim_devices.py", "tests/test_sim_faults.py", "tests/test_sim_cost.py",
                "tests/test_sim_ep_context.py", "tests/test_sim_matrix.py", "tests/test_sim_pytest_plugin.py",
-               "tests/test_hal_conformance.py"]
+               "tests/test_hal_conformance.py", "tests/test_sim_profile_rules.py"]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k != "ONNXHAL_SIMULATE"}
     env.update(OFF)

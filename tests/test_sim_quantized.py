@@ -17,7 +17,7 @@ from onnxhal.simulators.testing import simulated_devices
 from tests.conftest import simulated_or_skip
 from tests.test_real_models import fixed_options, load
 
-FP16_PROFILES = ["generic-npu", "mobile-npu"]
+FP16_PROFILES = ["generic-npu", "mobile-npu", "qualcomm-htp", "intel-npu"]
 
 
 def onnxruntime_outputs(path: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -125,4 +125,20 @@ def test_an_fp16_device_without_int8_declines_qdq_groups(tmp_path):
         ep = sess.eps[device.ep_name]
         assert sess.partition_summary.get(device.ep_name, 0) == 0
         assert any(r.startswith("int8 QDQ group on an fp16 device without int8") for r in ep.declined.values())
+        np.testing.assert_allclose(got[0], want, rtol=0, atol=1e-5)
+
+
+def test_the_neural_engine_profile_declines_qdq_groups_it_would_compute_in_fp16():
+    """apple-ane computes in fp16 and lists no int8: onnxruntime's QDQ ResNet stays on the CPU EP,
+    each float node between DequantizeLinear and QuantizeLinear declined with that reason."""
+    path, sigs = load("resnet_ts_qdq")
+    feeds = sigs["a"][0]
+    want = onnxruntime_outputs(path, feeds)[0]
+    with simulated_or_skip("apple-ane", by="profile") as sims:
+        device = sims["apple-ane"]
+        sess, got = run_on(device, path, feeds)
+        ep = sess.eps[device.ep_name]
+        assert sess.partition_summary.get(device.ep_name, 0) == 0
+        reasons = [r for r in ep.declined.values() if r.startswith("int8 QDQ group on an fp16 device without int8")]
+        assert len(reasons) >= 5 and "apple-ane would compute it in fp16" in reasons[0], ep.declined
         np.testing.assert_allclose(got[0], want, rtol=0, atol=1e-5)

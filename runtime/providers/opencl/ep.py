@@ -133,12 +133,18 @@ class OpenCLEp(Ep):
             for part in self._buildable(support_info, group):
                 if all(n.op_type in VIEW_OPS for n in part) and not _between_claimed(graph, part, taken):
                     continue  # a lone view computes nothing: not worth two copies
-                support_info.add_nodes_to_fuse(part, FUSION_OPTIONS)
+                for piece in self.split_partition(graph, part):
+                    support_info.add_nodes_to_fuse(piece, FUSION_OPTIONS)
 
     def node_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
         """None if this EP takes ``node``, else why not: the hook subclasses (the simulated
         devices) extend with their own limits."""
         return unsupported_reason(node, lookup)
+
+    def split_partition(self, graph: Graph, part: list[Node]) -> list[list[Node]]:
+        """The partitions ``part`` is claimed as: itself here; the simulated devices split it where
+        their profile limits a partition's size."""
+        return [part]
 
     def _buildable(self, support_info: EpGraphSupportInfo, group: list[Node]) -> list[list[Node]]:
         """``group`` if its programs build, else its nodes that build on their own."""

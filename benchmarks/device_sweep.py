@@ -1,407 +1,42 @@
-"""The device sweep: every corpus model x every shipped profile x {onnxhal's session, real
-onnxruntime through the plugin library} x {as exported, dims fixed}.
+"""The device sweep over the committed corpus: every model of tests/real_models x every shipped
+profile x {onnxhal, onnxruntime via the plugin} x {as exported, dims fixed} (``onnxhal sweep`` does the
+work; docs/device-sweep.md has the rule, the verdicts and the latest figures).
 
     python benchmarks/device_sweep.py [--models a,b] [--profiles p,q] [--runtimes onnxhal,onnxruntime]
-                                      [--shard I/N] [--junit FILE] [--json FILE] [--timeout S]
-
-Each cell runs the model's first stored signature on the simulated device (the CPU EP taking what
-the device declines) and compares every output with onnxruntime's stored outputs, relative to the
-output's scale and within the profile's tolerance: max|got - want| <= atol * max(1, s) + rtol * s,
-s = max|want|; integer and string outputs must be equal. A cell ends as one of:
-
-- ``match``: the device ran nodes of the model and every output is within tolerance;
-- ``declined``: the device took no node, and said why (the reasons are in the cell's record);
-- ``mismatch``: an output beyond tolerance, with no decline: silently wrong (a failure);
-- ``error``: session creation or the run raised, or the device failed and the CPU EP took over
-  (a failure: the application asked for the device);
-- ``crash`` / ``timeout``: the cell's process died or ran past ``--timeout`` (failures).
-
-Cells run in one child process per (runtime, profile), each cell under its own time limit; a
-crash or a time-out restarts the child at the next cell, so one bad cell costs only itself. The
-table printed at the end counts cells, matches, declines, failures and device node counts; the exit
-code is 1 when any cell failed. ``--shard I/N`` runs every N-th (runtime, profile, model) group
-starting at I (0-based), for CI matrices; ``--junit`` writes one test case per cell.
+                                      [-j N] [--shard I/N] [--junit FILE] [--json FILE] [--report FILE.md]
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
-import json
-import os
-import queue
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "real_models"
-FAILED = ("mismatch", "error", "crash", "timeout")
-
-
-# -- inside a child: one (runtime, profile), cells read from stdin ------------------------------------
-def _load(model: str, corpus: Path) -> tuple[str, dict, list]:
-    """The model's path, its first signature's feeds (a map input rebuilt as a dict) and
-    onnxruntime's outputs by index (an array, or (array, keys) for a sequence of maps)."""
-    import numpy as np
-
-    path = corpus / f"{model}.onnx"
-    data = np.load(path.with_suffix(".npz"))
-    sig = sorted({k.split(".", 1)[0] for k in data.files})[0]
-    feeds: dict[str, Any] = {}
-    outputs: dict[int, Any] = {}
-    keys: dict[int, Any] = {}
-    for key in data.files:
-        s, arg = key.split(".", 1)
-        if s != sig:
-            continue
-        if arg.startswith("__output") or arg.startswith("__keys"):
-            index = int(arg.split(".")[1]) if "." in arg else 0
-            (outputs if arg.startswith("__output") else keys)[index] = data[key]
-        elif arg.endswith(".__map_keys"):
-            name = arg[:-len(".__map_keys")]
-            feeds[name] = dict(zip(data[key].tolist(), data[f"{sig}.{name}.__map_values"].tolist()))
-        elif not arg.endswith(".__map_values"):
-            feeds[arg] = data[key]
-    want = [(outputs[i], keys.get(i)) for i in sorted(outputs)]
-    return str(path), feeds, want
-
-
-def _symbolic_dims(path: str, feeds: dict) -> dict[str, int]:
-    """{dim name: size} of the model's symbolic input dims, the sizes read from the feeds."""
-    import onnx
-
-    model = onnx.load(path, load_external_data=False)
-    sizes: dict[str, int] = {}
-    for vi in model.graph.input:
-        value = feeds.get(vi.name)
-        if value is None or not vi.type.HasField("tensor_type") or not hasattr(value, "shape"):
-            continue
-        for axis, dim in enumerate(vi.type.tensor_type.shape.dim):
-            if dim.dim_param and axis < len(value.shape):
-                sizes[dim.dim_param] = int(value.shape[axis])
-    return sizes
-
-
-def compare(got: list, want: list, rtol: float, atol: float) -> tuple[bool, float, str]:
-    """(within tolerance, largest error relative to the output's scale, what differs)."""
-    import numpy as np
-
-    worst = 0.0
-    for i, (value, keys) in enumerate(want):
-        out = got[i]
-        if keys is not None:  # a sequence of maps (ZipMap): the values in the stored key order
-            try:
-                out = np.array([[m[k] for k in keys.tolist()] for m in out], np.float32)
-            except (TypeError, KeyError) as e:
-                return False, float("inf"), f"output {i}: not the sequence of maps onnxruntime gives ({e})"
-        out = np.asarray(out)
-        if out.shape != value.shape:
-            return False, float("inf"), f"output {i}: shape {list(out.shape)} where onnxruntime gives {list(value.shape)}"
-        if value.dtype.kind in "fc":
-            scale = float(np.max(np.abs(value))) if value.size else 0.0
-            err = float(np.max(np.abs(out.astype(np.float64) - value))) if value.size else 0.0
-            if not np.isfinite(err) or err > atol * max(1.0, scale) + rtol * scale:
-                return False, err / max(scale, 1e-30), f"output {i}: max error {err:.3g} on a scale of {scale:.3g}"
-            worst = max(worst, err / max(scale, 1e-30))
-        elif not np.array_equal(out.astype(value.dtype), value):
-            return False, float("inf"), f"output {i}: {int(np.sum(out.astype(value.dtype) != value))} element(s) differ"
-    return True, worst, ""
-
-
-def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: bool) -> dict:
-    import logging
-
-    import onnxhal
-    from onnxhal.simulators.profiles import load_profile
-    from onnxhal.simulators.testing import simulated_devices
-
-    profile = load_profile(profile_name)
-    records: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if record.levelno >= logging.WARNING:
-                records.append(record.getMessage())
-
-    handler = Keep()
-    logging.getLogger("onnxhal").addHandler(handler)
-    try:
-        with simulated_devices(profile_name) as devices:
-            device = devices[0]
-            so = onnxhal.SessionOptions()
-            so.add_provider_for_devices([device], {})
-            if fixed:
-                for name, size in _symbolic_dims(path, feeds).items():
-                    so.add_free_dimension_override_by_name(name, size)
-            sess = onnxhal.InferenceSession(path, so)
-            sess.disable_fallback()  # a device that fails at run must fail the cell
-            taken = sess.partition_summary.get(device.ep_name, 0)
-            total = sum(sess.partition_summary.values())
-            ep = sess.eps.get(device.ep_name)
-            declined = [str(r) for r in getattr(ep, "declined", {}).values()]
-            reasons = sorted(set(declined))[:5]
-            got = sess.run(None, feeds)
-    finally:
-        logging.getLogger("onnxhal").removeHandler(handler)
-    failed_compiles = [r for r in records if "compile" in r.lower() and "fail" in r.lower()]
-    return {**_verdict(got, want, profile.rtol, profile.atol, taken, total, reasons, failed_compiles),
-            "decline_kinds": _decline_kinds(declined)}
-
-
-def _decline_kinds(reasons: list[str]) -> dict[str, int]:
-    """Declined nodes counted by kind of reason: value names, numbers and the cited source left out,
-    so that one rule's declines add up across nodes and models."""
-    import re
-
-    kinds: dict[str, int] = {}
-    for r in reasons:
-        kind = r.split(" (source ")[0]  # the source is always the reason's last part
-        kind = re.sub(r"\d+", "N", re.sub(r"'[^']*'", "X", re.sub(r"\([^()]*\)", "", kind))).strip()
-        kinds[kind] = kinds.get(kind, 0) + 1
-    return kinds
-
-
-def _cell_onnxruntime(profile_name: str, path: str, feeds: dict, want: list, fixed: bool, state: dict) -> dict:
-    import onnxruntime as ort
-
-    import onnxhal.ort_plugin as plugin
-    from onnxhal.simulators.profiles import load_profile
-
-    if "registered" not in state:
-        plugin.configure(profiles=[profile_name])
-        ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
-        state["registered"] = True
-    profile = load_profile(profile_name)
-    devices = [d for d in ort.get_ep_devices() if d.ep_name != "CPUExecutionProvider"]
-    so = ort.SessionOptions()
-    so.add_provider_for_devices(devices[:1], {})
-    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    so.log_severity_level = 3
-    if fixed:
-        for name, size in _symbolic_dims(path, feeds).items():
-            so.add_free_dimension_override_by_name(name, size)
-    sess = ort.InferenceSession(path, so)
-    counts: dict[str, int] = {}
-    for sub in sess.get_provider_graph_assignment_info():
-        counts[sub.ep_name] = counts.get(sub.ep_name, 0) + len(sub.get_nodes())
-    taken = counts.get(devices[0].ep_name, 0)
-    got = sess.run(None, feeds)
-    reasons = [] if taken else ["onnxruntime's GetCapability got no node (the plugin logs why)"]
-    return _verdict(got, want, profile.rtol, profile.atol, taken, sum(counts.values()), reasons, [])
-
-
-def _verdict(got: list, want: list, rtol: float, atol: float, taken: int, total: int, reasons: list,
-             failed_compiles: list) -> dict:
-    ok, err, why = compare(got, want, rtol, atol)
-    record = {"device_nodes": taken, "nodes": total, "rel_error": err if err != float("inf") else None}
-    if failed_compiles:
-        return {**record, "status": "error", "detail": "device compile failed, the CPU EP took over: "
-                + failed_compiles[0][:300]}
-    if not ok:
-        return {**record, "status": "mismatch", "detail": why}
-    if taken == 0:
-        return {**record, "status": "declined", "detail": "; ".join(reasons) or "no reason given"}
-    return {**record, "status": "match", "detail": ""}
-
-
-def child(runtime: str, profile: str, corpus: Path) -> None:
-    """Reads cells ("model shapes" lines) from stdin; prints a "start" line before each and a JSON
-    record after, so the parent knows which cell a crash belongs to."""
-    import signal
-
-    state: dict = {}
-    for line in sys.stdin:
-        model, shapes, limit = line.split()
-        print(json.dumps({"start": [model, shapes]}), flush=True)
-
-        def expire(*_: Any) -> None:
-            raise TimeoutError
-
-        signal.signal(signal.SIGALRM, expire)
-        signal.alarm(int(limit))
-        t0 = time.perf_counter()
-        try:
-            path, feeds, want = _load(model, corpus)
-            fixed = shapes == "fixed"
-            if runtime == "onnxhal":
-                record = _cell_onnxhal(profile, path, feeds, want, fixed)
-            else:
-                record = _cell_onnxruntime(profile, path, feeds, want, fixed, state)
-        except TimeoutError:
-            record = {"status": "timeout", "detail": f"past {limit} s"}
-        except Exception as e:  # the cell's failure, recorded; the next cell still runs
-            record = {"status": "error", "detail": f"{type(e).__name__}: {str(e)[:400]}"}
-        finally:
-            signal.alarm(0)
-        record["seconds"] = round(time.perf_counter() - t0, 2)
-        print(json.dumps({"done": [model, shapes], **record}), flush=True)
-
-
-# -- the parent ---------------------------------------------------------------------------------------
-def _pump(stream: Any, lines: queue.Queue) -> None:
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
-
-
-def run_group(runtime: str, profile: str, cells: list[tuple[str, str]], corpus: Path, timeout: int,
-              on_cell: Any) -> list[dict]:
-    """The cells of one (runtime, profile) in child processes, restarted after a crash."""
-    results: list[dict] = []
-    pending = list(cells)
-    while pending:
-        env = dict(os.environ, ONNXHAL_SIMULATE="")
-        proc = subprocess.Popen([sys.executable, __file__, "--child", runtime, profile, "--corpus", str(corpus)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True, env=env, cwd=ROOT)
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write("".join(f"{m} {s} {timeout}\n" for m, s in pending))
-        proc.stdin.close()
-        # The child's own alarm cannot interrupt a thread blocked in C (a lock after heap corruption,
-        # a driver call): a reader thread and a deadline here end such a cell from the outside.
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-        started: tuple[str, str] | None = None
-        deadline = time.monotonic() + timeout + 30
-        hung = False
-        while True:
-            try:
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                hung = True
-                proc.kill()
-                break
-            if line is None:
-                break
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a library printing to stdout
-            if "start" in msg:
-                started = tuple(msg["start"])
-                deadline = time.monotonic() + timeout + 30
-            elif "done" in msg:
-                model, shapes = msg.pop("done")
-                cell = {"runtime": runtime, "profile": profile, "model": model, "shapes": shapes, **msg}
-                results.append(cell)
-                on_cell(cell)
-                pending.remove((model, shapes))
-                started = None
-        code = proc.wait()
-        if started is not None:  # the child died or hung inside this cell
-            model, shapes = started
-            cell = {"runtime": runtime, "profile": profile, "model": model, "shapes": shapes,
-                    "status": "timeout" if hung else "crash",
-                    "detail": f"no answer {timeout + 30} s after the cell started: the process was killed" if hung
-                    else f"the cell's process exited with {code}"}
-            results.append(cell)
-            on_cell(cell)
-            pending.remove((model, shapes))
-        elif pending and code != 0:
-            for model, shapes in pending:
-                cell = {"runtime": runtime, "profile": profile, "model": model, "shapes": shapes,
-                        "status": "crash", "detail": f"the process exited with {code} before the cell"}
-                results.append(cell)
-                on_cell(cell)
-            pending = []
-    return results
-
-
-def write_junit(results: list[dict], path: str) -> None:
-    from xml.sax.saxutils import escape, quoteattr
-
-    failures = sum(r["status"] in FAILED for r in results)
-    lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuite name="device_sweep" tests="{len(results)}" failures="{failures}">']
-    for r in results:
-        name = quoteattr(f"{r['model']}[{r['profile']}-{r['runtime']}-{r['shapes']}]")
-        lines.append(f'  <testcase classname="device_sweep" name={name} time="{r.get("seconds", 0)}">')
-        if r["status"] in FAILED:
-            lines.append(f'    <failure message={quoteattr(r["status"])}>{escape(r.get("detail", ""))}</failure>')
-        elif r["status"] == "declined":
-            lines.append(f'    <system-out>declined: {escape(r.get("detail", ""))}</system-out>')
-        lines.append("  </testcase>")
-    lines.append("</testsuite>")
-    Path(path).write_text("\n".join(lines) + "\n")
-
-
-def summary(results: list[dict]) -> list[tuple]:
-    """Rows (runtime, profile, cells, match, declined, failed, device nodes / nodes)."""
-    rows = []
-    for key in sorted({(r["runtime"], r["profile"]) for r in results}):
-        cells = [r for r in results if (r["runtime"], r["profile"]) == key]
-        rows.append((*key, len(cells), sum(r["status"] == "match" for r in cells),
-                     sum(r["status"] == "declined" for r in cells), sum(r["status"] in FAILED for r in cells),
-                     sum(r.get("device_nodes", 0) or 0 for r in cells), sum(r.get("nodes", 0) or 0 for r in cells)))
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(ROOT))
+    from onnxhal.errors import OrtError
+    from onnxhal.sweep import add_arguments, run
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--child", nargs=2, metavar=("RUNTIME", "PROFILE"), help=argparse.SUPPRESS)
+    add_arguments(p)
     p.add_argument("--corpus", default=str(CORPUS), help="folder of MODEL.onnx + MODEL.npz (default: the test corpus)")
-    p.add_argument("--models", default="", help="comma-separated model names (default: every model in the corpus)")
-    p.add_argument("--profiles", default="", help="comma-separated profiles (default: every shipped profile)")
-    p.add_argument("--runtimes", default="onnxhal,onnxruntime")
-    p.add_argument("--shapes", default="exported,fixed")
-    p.add_argument("--shard", default="0/1", help="I/N: this shard of the (runtime, profile, model) groups")
-    p.add_argument("--timeout", type=int, default=120, help="seconds one cell may take")
-    p.add_argument("--junit", default="", help="write JUnit XML here")
-    p.add_argument("--json", default="", help="write every cell's record here")
+    p.add_argument("--names", "--models", dest="names", default="",
+                   help="comma-separated model names in the corpus (default: every model with a MODEL.npz)")
     args = p.parse_args(argv)
     corpus = Path(args.corpus)
-    if args.child:
-        child(args.child[0], args.child[1], corpus)
-        return 0
-
-    from onnxhal.simulators.profiles import shipped_profiles
-
-    models = args.models.split(",") if args.models else sorted(
-        Path(x).stem for x in glob.glob(str(corpus / "*.onnx")) if Path(x).with_suffix(".npz").exists())
-    profiles = args.profiles.split(",") if args.profiles else shipped_profiles()
-    runtimes = args.runtimes.split(",")
-    shapes = args.shapes.split(",")
-    if not models:
-        print(f"device_sweep: no MODEL.onnx with a MODEL.npz in {corpus}; pass --corpus", file=sys.stderr)
+    names = [n for n in args.names.split(",") if n] or sorted(
+        x.stem for x in corpus.glob("*.onnx") if x.with_suffix(".npz").exists())
+    args.models = [str(corpus / f"{n}.onnx") for n in names]
+    try:
+        return run(args)
+    except OrtError as e:
+        print(f"device_sweep: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    index, count = (int(x) for x in args.shard.split("/"))
-    groups = [(rt, pr, m) for rt in runtimes for pr in profiles for m in models]
-    groups = groups[index::count]
-    total = len(groups) * len(shapes)
-    results: list[dict] = []
-    t0 = time.perf_counter()
-    done = [0]
-
-    def on_cell(cell: dict) -> None:
-        done[0] += 1
-        flag = "" if cell["status"] in ("match", "declined") else "  <-- " + cell.get("detail", "")[:160]
-        print(f"[{done[0]:>4}/{total}] {cell['runtime']:<11} {cell['profile']:<15} {cell['model']:<28} "
-              f"{cell['shapes']:<8} {cell['status']:<8} {cell.get('device_nodes', '')!s:>4}/{cell.get('nodes', '')!s:<4}"
-              f"{flag}", flush=True)
-
-    for runtime in runtimes:
-        for profile in profiles:
-            mine = [(m, s) for (rt, pr, m) in groups if (rt, pr) == (runtime, profile) for s in shapes]
-            if mine:
-                results.extend(run_group(runtime, profile, mine, corpus, args.timeout, on_cell))
-    print(f"\n{len(results)} cells in {time.perf_counter() - t0:.0f} s")
-    print(f"{'runtime':<12}{'profile':<16}{'cells':>6}{'match':>7}{'declined':>9}{'failed':>8}{'device nodes':>14}")
-    for runtime, profile, cells, match, declined, failed, dev, nodes in summary(results):
-        print(f"{runtime:<12}{profile:<16}{cells:>6}{match:>7}{declined:>9}{failed:>8}{dev:>8}/{nodes:<6}")
-    failed = [r for r in results if r["status"] in FAILED]
-    for r in failed:
-        print(f"FAILED {r['runtime']} {r['profile']} {r['model']} {r['shapes']}: {r['status']}: {r.get('detail', '')}")
-    if args.junit:
-        write_junit(results, args.junit)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())

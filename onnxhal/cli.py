@@ -207,6 +207,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from onnxhal.sweep import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="onnxhal", description="ONNX Runtime's plugin EP model in Python.")
     p.add_argument("--version", action="version", version=f"onnxhal {onnxhal.__version__}")
@@ -245,6 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
     from onnxhal.cli_profiles import add_profiles_parser
 
     add_profiles_parser(sub)
+    from onnxhal.sweep import add_arguments as add_sweep_arguments
+
+    sweep = sub.add_parser("sweep", help="models x simulated devices x {onnxhal, onnxruntime} x {exported, dims fixed}, "
+                                         "each cell in its own process",
+                           description="Run models on simulated devices in onnxhal's sessions and inside onnxruntime, "
+                                       "as exported and with dims fixed; every cell matches within the profile's "
+                                       "tolerance or declines with a reason. Exit 1 when a cell failed.")
+    add_sweep_arguments(sweep)
+    sweep.set_defaults(fn=cmd_sweep)
     demo = sub.add_parser("demo", help="devices, a small model under PREFER_NPU, checked against the CPU EP")
     demo.set_defaults(fn=cmd_demo)
     return p

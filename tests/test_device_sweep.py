@@ -42,3 +42,44 @@ def test_quick_sweep_has_no_failed_cell(tmp_path):
         if c["status"] == "declined":
             assert c["detail"], c  # a decline names its reason
     assert (tmp_path / "sweep.xml").read_text().count("<testcase") == len(cells)
+
+
+def _demo_model(tmp_path) -> Path:
+    import onnx
+
+    from onnxhal.demo_models import demo_model
+
+    path = tmp_path / "model.onnx"
+    onnx.save(demo_model(), path)
+    return path
+
+
+def test_onnxhal_sweep_runs_any_model_against_onnxruntime_and_writes_a_report(tmp_path):
+    """A model with no stored outputs: random inputs, onnxruntime's CPU EP as the judge, a report."""
+    model = _demo_model(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "onnxhal", "sweep", str(model), "--profiles", "generic-npu",
+                           "--runtimes", RUNTIMES, "-j", "2", "--json", str(tmp_path / "cells.json"),
+                           "--report", str(tmp_path / "report.md")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    cells = json.loads((tmp_path / "cells.json").read_text())
+    assert len(cells) == 2 * len(RUNTIMES.split(",")) and {c["status"] for c in cells} == {"match"}
+    report = (tmp_path / "report.md").read_text()
+    assert "## model" in report and "| onnxhal | generic-npu | fixed | match |" in report
+
+
+def test_a_failing_device_fails_its_cells_and_the_exit_code(tmp_path):
+    """A profile whose compiles fail: the CPU EP takes over, which the sweep counts as the device's
+    failure (the application asked for the device), and exits 1 naming the cells."""
+    from onnxhal.simulators.profiles import resolve_profile_path
+
+    text = resolve_profile_path("generic-gpu").read_text().replace('name = "generic-gpu"', 'name = "broken-gpu"')
+    profile = tmp_path / "broken-gpu.toml"
+    profile.write_text(text + "\n[faults]\ncompile_fail = true\n")
+    done = subprocess.run([sys.executable, "-m", "onnxhal", "sweep", str(_demo_model(tmp_path)), "--profiles",
+                           str(profile), "--runtimes", "onnxhal", "--json", str(tmp_path / "cells.json")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    cells = json.loads((tmp_path / "cells.json").read_text())
+    assert [c["status"] for c in cells] == ["error", "error"], cells
+    assert "cells failed" in done.stderr

@@ -129,7 +129,7 @@ class InferenceSession:
         if sess_options is not None and not isinstance(sess_options, SessionOptions):
             raise InvalidArgument(f"sess_options must be an onnxhal.SessionOptions, got {type(sess_options).__name__}; "
                                   "create one with onnxhal.SessionOptions() and set its attributes")
-        so = (sess_options if sess_options is not None else SessionOptions())._copy()
+        so = (sess_options if sess_options is not None else SessionOptions()).copy()
         check_log_severity(so.log_severity_level)
         self._log_severity = so.log_severity_level
         with log_scope(so.log_severity_level):  # this session's records only (runtime/log_scope.py)
@@ -484,7 +484,7 @@ class InferenceSession:
         t0 = time.perf_counter_ns() if profiler is not None else 0
         try:
             outputs = core.plan.run(feeds, run_options, profiler, fetch, output_devices)
-            if hooks.syncs and (run_options is None or run_options._config.get(DISABLE_SYNC_KEY) != "1"):
+            if hooks.syncs and (run_options is None or run_options.config(DISABLE_SYNC_KEY) != "1"):
                 for ep in hooks.syncs:
                     ep.sync()
             return outputs

@@ -24,9 +24,9 @@ from onnxhal.runtime.providers.cpu.kernels.quantize import (
     saturate_codes,
 )
 from onnxhal.runtime.providers.cpu.kernels.recurrent import (
-    _WORKSPACES,
     LSTM,
-    _Recurrent,
+    WORKSPACES,
+    RecurrentKernel,
     gate_order,
     gate_scale,
     gate_workspace,
@@ -246,7 +246,7 @@ class DynamicQuantizeLSTM(LSTM):
         # this run (args[12]; a list of this call's own, so threads running the kernel at once
         # share nothing)
         args[12:] = [[None] * args[2].shape[0]]
-        return _Recurrent.compute(self, args)
+        return RecurrentKernel.compute(self, args)
 
     @staticmethod
     def _per_direction(v: np.ndarray | None, d: int) -> np.ndarray | None:
@@ -381,7 +381,7 @@ class DynamicQuantizeLSTM(LSTM):
             yt[t, d] = hslot
         y_h[d] = hslot_t
         y_c[d] = c.T
-        if len(self._workspaces) < _WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
+        if len(self._workspaces) < WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
             self._workspaces[key] = ws
 
 

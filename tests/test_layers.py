@@ -68,24 +68,25 @@ def _private(name: str) -> bool:
 
 
 def _defined_here(tree: ast.Module) -> set[str]:
-    """The private names a module defines itself: functions, classes, assignments (to names or to
-    attributes of anything, e.g. ``self._x = ...``, ``other._x = ...`` where the class is local),
-    class-level names and slots."""
+    """The private attribute names a module defines itself: those it assigns on ``self``/``cls``,
+    the names in its class bodies (methods, class attributes) and its ``__slots__`` entries. A
+    module-level function or variable is not an attribute:
+    ``other._f`` with a module-level ``_f`` still reaches into ``other``."""
     names: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) \
-                and node.value.id in ("self", "cls"):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(item.name)
+                elif isinstance(item, ast.Assign):
+                    names.update(t.id for t in item.targets if isinstance(t, ast.Name))
+                    if any(isinstance(t, ast.Name) and t.id == "__slots__" for t in item.targets):
+                        names.update(c.value for c in ast.walk(item.value)
+                                     if isinstance(c, ast.Constant) and isinstance(c.value, str))
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(item.target.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _own(node.value):
             names.add(node.attr)
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names.add(node.target.id)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _private(node.value):
-            names.add(node.value)  # __slots__ entries, getattr(obj, "_x") on a local class
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
     return names
 
 

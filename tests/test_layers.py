@@ -138,17 +138,28 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+def _upward_imports(folder: Path, forbidden: tuple[str, ...]) -> list[str]:
+    bad = []
+    for path in sorted(folder.rglob("*.py")):
+        for line, module in _imports(path):
+            if any(module == f or module.startswith(f + ".") for f in forbidden):
+                bad.append(f"{path.name}:{line}: imports {module}")
+    return bad
+
+
 @pytest.mark.parametrize(("folder", "forbidden"), [
     ("hal", ("onnxhal.runtime", "onnxhal.simulators")),
     ("devices", ("onnxhal.runtime", "onnxhal.simulators")),
 ])
 def test_imports_point_down(folder: str, forbidden: tuple[str, ...]) -> None:
-    bad = []
-    for path in sorted((ROOT / folder).rglob("*.py")):
-        for line, module in _imports(path):
-            if any(module == f or module.startswith(f + ".") for f in forbidden):
-                bad.append(f"{path.relative_to(ROOT)}:{line}: imports {module}")
+    bad = _upward_imports(ROOT / folder, forbidden)
     assert not bad, f"{folder}/ imports a layer above it:\n" + "\n".join(bad)
+
+
+def test_an_upward_import_is_seen(tmp_path: Path) -> None:
+    """Also one inside a function (a lazy import is still a dependency)."""
+    (tmp_path / "m.py").write_text("def f():\n    from onnxhal.runtime.environment import get_environment\n")
+    assert _upward_imports(tmp_path, ("onnxhal.runtime",)) == ["m.py:2: imports onnxhal.runtime.environment"]
 
 
 def test_the_scanner_sees_a_crossing(tmp_path: Path) -> None:

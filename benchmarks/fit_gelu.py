@@ -1,4 +1,4 @@
-"""Refit the fused Gelu's polynomial (``_GELU_Q`` in runtime/providers/cpu/kernels/fused.py).
+"""Refit the fused Gelu's polynomial (``GELU_Q`` in runtime/providers/cpu/kernels/numerics.py).
 
     python benchmarks/fit_gelu.py [--degree 7] [--squarings 4]
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--squarings", type=int, default=4)
     args = p.parse_args(argv)
     coef, err = fit(args.degree, args.squarings)
-    print("_GELU_Q =", tuple(float(c) for c in coef))
+    print("GELU_Q =", tuple(float(c) for c in coef))
     print(f"error of c, exact arithmetic: {err:.2e}; float32 kernel on [-20, 20]: "
           f"{float32_error(coef, args.squarings):.2e}")
     return 0

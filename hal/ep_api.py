@@ -35,7 +35,7 @@ class EpApi:
     def ep_device_add_allocator_info(self, ep_device: OrtEpDevice, memory_info: OrtMemoryInfo) -> None:
         """ORT's ``EpDevice_AddAllocatorInfo``: declares the device's DEFAULT, HOST_ACCESSIBLE or
         read-only memory. Adding again replaces the slot."""
-        ep_device._add_allocator_info(memory_info)
+        ep_device.add_allocator_info(memory_info)
 
     def create_hardware_device(self, type: OrtHardwareDeviceType, vendor_id: int, device_id: int,
                                vendor: str, metadata: Mapping[str, str] | None = None) -> OrtHardwareDevice:

@@ -47,6 +47,11 @@ class OrtEpDevice:
     def ep_metadata(self) -> dict[str, str]:
         return dict(self._ep_metadata)
 
+    def add_ep_metadata(self, entries: Mapping[str, str]) -> None:
+        """Add or replace metadata entries. The EP library registry adds ``version`` and
+        ``library_path`` to every EP device it registers, as onnxruntime does."""
+        self._ep_metadata.update({str(k): str(v) for k, v in entries.items()})
+
     @property
     def ep_options(self) -> dict[str, str]:
         return dict(self._ep_options)
@@ -70,7 +75,8 @@ class OrtEpDevice:
     def memory_infos(self) -> list[OrtMemoryInfo]:
         return list(self._memory_infos.values())
 
-    def _add_allocator_info(self, info: OrtMemoryInfo) -> None:
+    def add_allocator_info(self, info: OrtMemoryInfo) -> None:
+        """Declare a memory this EP device allocates (``EpApi.ep_device_add_allocator_info``)."""
         alloc_type = info.allocator_type
         if alloc_type == OrtAllocatorType.ORT_ARENA_ALLOCATOR:
             alloc_type = OrtAllocatorType.ORT_DEVICE_ALLOCATOR

@@ -69,10 +69,10 @@ def ensure_simulators(profiles: str | None) -> None:
     from onnxhal.simulators import register_simulators, simulated_library_names
 
     if profiles:
-        from onnxhal.simulators.testing import _unregister
+        from onnxhal.simulators.testing import unregister_quietly
 
         for name in simulated_library_names():
-            _unregister(name)
+            unregister_quietly(name)
         register_simulators(profiles)
     elif not simulated_library_names():
         register_simulators(None)

@@ -140,11 +140,11 @@ class Environment:
             raise InvalidArgument(
                 f"EP library is already registered under {name!r} "
                 f"(from {self._libraries[name].library_path}). Unregister it first or choose another name.")
-        module, path, from_path = _load_module(name, library)
+        module, path, from_path = load_library_module(name, library)
         factories: list[EpFactory] = []
         api = EpApi(self.config)
         try:
-            factories = _create_factories(name, module, api)
+            factories = create_library_factories(name, module, api)
             self._drop_on_first_use(factories)
             taken = {d.ep_name: lib.name for lib in self._libraries.values() for d in lib.ep_devices}
             taken.update({f.name: lib.name for lib in self._libraries.values() for f in lib.factories})
@@ -216,7 +216,7 @@ class Environment:
             if lib.loaded_from_path:
                 sys.modules.pop(lib.module.__name__, None)
 
-    def _force_unregister(self, name: str) -> None:
+    def force_unregister(self, name: str) -> None:
         """Test teardown only: drop a library even if sessions still reference it."""
         with self._lock:
             lib = self._libraries.pop(name, None)
@@ -253,7 +253,11 @@ class Environment:
                     self._libraries[n].sessions = max(0, self._libraries[n].sessions - 1)
 
 
-def _load_module(name: str, library: str | os.PathLike) -> tuple[ModuleType, str, bool]:
+def load_library_module(name: str, library: str | os.PathLike) -> tuple[ModuleType, str, bool]:
+    """Import an EP library registered as ``name``: a dotted module name, or a ``.py`` path loaded
+    under a private module name. Returns (module, its file or name, whether it came from a path).
+    Raises ``NoSuchFile`` when there is no such module or file, ``Fail`` when importing it fails.
+    ``ort_plugin`` loads libraries for onnxruntime with it, so they load the same in both."""
     text = os.fspath(library) if isinstance(library, os.PathLike) else library
     if not isinstance(text, str) or not text:
         raise InvalidArgument(f"EP library {name!r}: library must be a dotted module name or a .py path, got {library!r}")
@@ -285,7 +289,10 @@ def _load_module(name: str, library: str | os.PathLike) -> tuple[ModuleType, str
     return module, getattr(module, "__file__", None) or text, False
 
 
-def _create_factories(name: str, module: ModuleType, api: EpApi) -> list[EpFactory]:
+def create_library_factories(name: str, module: ModuleType, api: EpApi) -> list[EpFactory]:
+    """Call an EP library module's ``create_ep_factories(name, api, logger)`` and check what it
+    returns: 1 to ``MAX_FACTORIES_PER_LIBRARY`` named ``hal.EpFactory`` instances (released
+    through the module's ``release_ep_factory`` when not). Raises ``Fail`` naming the library."""
     create = getattr(module, "create_ep_factories", None)
     if not callable(create):
         raise Fail(f"EP library {name!r} ({getattr(module, '__file__', module.__name__)}): Failed to get symbol "
@@ -334,8 +341,7 @@ def _supported_devices(lib_name: str, factory: EpFactory, hardware: list[OrtHard
             raise Fail(f"EP library {lib_name!r}: {factory.name}.get_supported_devices must return OrtEpDevices "
                        "made with api.create_ep_device(self, ...)")
         # ORT adds these two keys to every EP device's metadata.
-        d._ep_metadata["version"] = str(factory.version)
-        d._ep_metadata["library_path"] = path
+        d.add_ep_metadata({"version": str(factory.version), "library_path": path})
     return devices
 
 

@@ -47,7 +47,8 @@ class OrtEpContextData:
                                   "bytes")
         return bytes(self._data[offset:None if length is None else offset + length])
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Drop the data: the view is valid only during the write callback that received it."""
         self._data = None
 
 

@@ -32,7 +32,7 @@ def graph_annotation_id(run_options: Any) -> int:
     """The run's ``gpu_graph_id`` (0 when unset)."""
     if run_options is None:
         return 0
-    entry = run_options._config.get(GRAPH_ID_KEY, "")
+    entry = run_options.config(GRAPH_ID_KEY)
     if not entry:
         return 0
     try:

@@ -163,7 +163,7 @@ class ModelCompiler:
 
         if self._input_path is not None and not os.path.isfile(self._input_path):
             raise InvalidArgument(f'Input model path does not exist: "{self._input_path}"')
-        so = self.sess_options._copy() if self.sess_options is not None else SessionOptions()
+        so = self.sess_options.copy() if self.sess_options is not None else SessionOptions()
         so.graph_optimization_level = self.graph_optimization_level
         so.add_session_config_entry(EP_CONTEXT_ENABLE, "1")  # each EP's compile returns its EPContext nodes
         return InferenceSession(self._input_path or self.model, so)
@@ -233,7 +233,7 @@ class ModelCompiler:
             try:
                 self._write_func(name, data)
             finally:
-                data._release()  # the view is the callback's only
+                data.release()  # the view is the callback's only
             return name, 0
         directory = (self._binary_info[0] if self._binary_info is not None else
                      os.path.dirname(os.path.abspath(output_path)) if output_path is not None else None)

@@ -41,6 +41,12 @@ class OrtValue:
     def __init__(self, value: Any) -> None:
         self._value = value
 
+    @property
+    def contents(self) -> Any:
+        """What the value holds: a host ndarray, a ``DeviceTensor``, a sequence or map, a sparse
+        tensor, or None."""
+        return self._value
+
     # -- construction ------------------------------------------------------------------------
     @staticmethod
     def ortvalue_from_numpy(numpy_obj: np.ndarray, device_type: str = "cpu", device_id: int = 0,

@@ -121,8 +121,8 @@ def _write_into(name: str, target: Any, result: Any) -> None:
     if not isinstance(target, OrtValue) or not target.is_tensor():
         raise InvalidArgument(f"run_with_ortvaluevector: fetches entry for {name!r} is {target!r}, not a tensor "
                               "OrtValue to write into")
-    src = result._value if isinstance(result, OrtValue) else result
-    dst = target._value
+    src = result.contents if isinstance(result, OrtValue) else result
+    dst = target.contents
     if list(np.shape(src) if not isinstance(src, DeviceTensor) else src.shape) != target.shape():
         raise InvalidArgument(f"run_with_ortvaluevector: output {name!r} has shape {list(src.shape)}, but the "
                               f"OrtValue given for it in fetches has {target.shape()}")

@@ -19,7 +19,6 @@ from onnxhal.runtime.selection import fold_devices, remove_default_cpu, select_d
 from onnxhal.runtime.session_options import (
     DISABLE_CPU_EP_FALLBACK,
     SessionOptions,
-    provider_option_prefix,
     provider_options_dict,
 )
 
@@ -97,7 +96,7 @@ def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[
                     "onnxhal.register_execution_provider_library() (the simulated NPU and GPU: ONNXHAL_SIMULATE), "
                     "or check the spelling.")
             for k, v in opts.items():
-                so._config[provider_option_prefix(name) + k] = v
+                so.set_provider_option(name, k, v)
             add(name, [device_by_id(name, devs, opts)], opts)
     elif so.explicit_providers:
         for ex in so.explicit_providers:
@@ -116,10 +115,9 @@ def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[
             add(group[0].ep_name, group, {})
     # The device's ep_options are defaults: a key the user set wins.
     for c in choices:
-        prefix = provider_option_prefix(c.ep_name)
         for d in c.devices:
             for k, v in d.ep_options.items():
-                so._config.setdefault(prefix + k, v)
+                so.set_provider_option(c.ep_name, k, v, keep_existing=True)
     if not fallback_disabled and not any(c.ep_name == CPU_EP_NAME for c in choices):
         cpu = [d for d in devices if is_default_cpu_ep(d)]
         found = env.factory_for(CPU_EP_NAME)

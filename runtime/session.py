@@ -129,7 +129,7 @@ class InferenceSession:
         if sess_options is not None and not isinstance(sess_options, SessionOptions):
             raise InvalidArgument(f"sess_options must be an onnxhal.SessionOptions, got {type(sess_options).__name__}; "
                                   "create one with onnxhal.SessionOptions() and set its attributes")
-        so = (sess_options if sess_options is not None else SessionOptions())._copy()
+        so = (sess_options if sess_options is not None else SessionOptions()).copy()
         check_log_severity(so.log_severity_level)
         self._log_severity = so.log_severity_level
         with log_scope(so.log_severity_level):  # this session's records only (runtime/log_scope.py)
@@ -367,7 +367,7 @@ class InferenceSession:
         but the feed checks, the EPs' start hooks and the plan's run has work to do: the session
         logs at its default level, is not profiling, has outputs, and no EP syncs, ends runs or
         captures graphs. (core, None) where something has."""
-        hooks = core.__dict__.get("_run_hooks") or _run_hooks(core)
+        hooks = core.run_hooks
         if (self._log_severity != DEFAULT_SEVERITY or self._profiler is not None or not self._outputs
                 or self._sparse_outputs
                 or core.capture_ep is not None or core.run_lock is not None or not hooks.plain):
@@ -473,7 +473,7 @@ class InferenceSession:
 
     def _run_once(self, core: SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
                   output_devices: list | None) -> list:
-        hooks = core.__dict__.get("_run_hooks") or _run_hooks(core)
+        hooks = core.run_hooks
         if hooks.plain and self._profiler is None:  # the CPU EP's case: no sync, nothing to end or time
             for ep in hooks.starts:
                 ep.on_run_start(run_options)
@@ -484,7 +484,7 @@ class InferenceSession:
         t0 = time.perf_counter_ns() if profiler is not None else 0
         try:
             outputs = core.plan.run(feeds, run_options, profiler, fetch, output_devices)
-            if hooks.syncs and (run_options is None or run_options._config.get(DISABLE_SYNC_KEY) != "1"):
+            if hooks.syncs and (run_options is None or run_options.config(DISABLE_SYNC_KEY) != "1"):
                 for ep in hooks.syncs:
                     ep.sync()
             return outputs
@@ -685,31 +685,6 @@ def _owned(outputs: list, feeds: Mapping[str, Any]) -> list:
         if any(np.may_share_memory(v, f) for f in fed):
             outputs[i] = v.copy()
     return outputs
-
-
-@dataclass(frozen=True)
-class _RunHooks:
-    """The EPs of a session core whose per-run hooks do something (the base ``Ep``'s are no-ops):
-    a run calls only these."""
-
-    starts: tuple
-    syncs: tuple
-    ends: tuple
-    plain: bool  # no sync and no end hooks: a run is the start hooks and the plan's run
-
-
-def _run_hooks(core: SessionCore) -> _RunHooks:
-    eps = list(core.eps.values())
-
-    def overriding(name: str) -> tuple:
-        base = getattr(Ep, name)
-        return tuple(ep for ep in eps
-                     if name in getattr(ep, "__dict__", ()) or getattr(type(ep), name, None) is not base)
-
-    starts, syncs, ends = overriding("on_run_start"), overriding("sync"), overriding("on_run_end")
-    hooks = _RunHooks(starts, syncs, ends, not (syncs or ends))
-    core._run_hooks = hooks
-    return hooks
 
 
 def _to_host_output(v: Any) -> Any:

@@ -9,10 +9,12 @@ one choice of EPs and is replaced whole when the recovery policy (``runtime/reco
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import onnx
@@ -148,6 +150,17 @@ def plan(graph: Graph, eps: Mapping[str, Ep], compiled: Mapping[Node, tuple[Any,
     return builder.build(graph), builder.kernels
 
 
+@dataclass(frozen=True)
+class RunHooks:
+    """The EPs of a session core whose per-run hooks do something (the base ``Ep``'s are no-ops):
+    a run calls only these."""
+
+    starts: tuple
+    syncs: tuple
+    ends: tuple
+    plain: bool  # no sync and no end hooks: a run is the start hooks and the plan's run
+
+
 class SessionCore:
     """Everything built from one choice of EPs: the EPs, the graph as compiled, the partition, the
     compute infos and the plan. Replaced whole when the session changes EPs."""
@@ -179,6 +192,20 @@ class SessionCore:
         except BaseException:
             self.release()
             raise
+
+    @functools.cached_property
+    def run_hooks(self) -> RunHooks:
+        """The EPs whose ``on_run_start``, ``sync`` or ``on_run_end`` override the base ``Ep``'s,
+        found at the first run."""
+        eps = list(self.eps.values())
+
+        def overriding(name: str) -> tuple:
+            base = getattr(Ep, name)
+            return tuple(ep for ep in eps
+                         if name in getattr(ep, "__dict__", ()) or getattr(type(ep), name, None) is not base)
+
+        starts, syncs, ends = overriding("on_run_start"), overriding("sync"), overriding("on_run_end")
+        return RunHooks(starts, syncs, ends, not (syncs or ends))
 
     def release(self) -> None:
         if self.released:

@@ -184,14 +184,14 @@ class SessionOptions:
         if not isinstance(val, OrtValue):
             raise TypeError(f"add_initializer({name!r}): expected an OrtValue, got {type(val).__name__}; wrap the "
                             "array with onnxhal.OrtValue.ortvalue_from_numpy(array)")
-        if not isinstance(val._value, np.ndarray):  # a device tensor, a sequence, None
+        if not isinstance(val.contents, np.ndarray):  # a device tensor, a sequence, None
             raise InvalidArgument(f"add_initializer({name!r}): the OrtValue must be a tensor in host memory, got "
                                   f"{val!r}; create it with OrtValue.ortvalue_from_numpy(array)")
         self._initializers[name] = val
 
     @property
     def initializer_overrides(self) -> dict[str, np.ndarray]:
-        return {k: v._value for k, v in self._initializers.items()}
+        return {k: v.contents for k, v in self._initializers.items()}
 
     def add_external_initializers(self, names: Sequence[str], ortvalues: Sequence[Any]) -> None:
         """Initializers from memory, for a model whose data is stored outside it (onnxruntime's
@@ -206,10 +206,10 @@ class SessionOptions:
         for name, val in zip(names, values):
             if not isinstance(name, str) or not name:
                 raise InvalidArgument(f"add_external_initializers: names must be non-empty strings, got {name!r}")
-            if not isinstance(val, OrtValue) or not isinstance(val._value, np.ndarray):
+            if not isinstance(val, OrtValue) or not isinstance(val.contents, np.ndarray):
                 raise InvalidArgument(f"add_external_initializers({name!r}): expected an OrtValue holding a host "
                                       f"tensor, got {val!r}; wrap the array with OrtValue.ortvalue_from_numpy(array)")
-            arrays[name] = val._value
+            arrays[name] = val.contents
         self._external_initializers.update(arrays)
 
     def add_external_initializers_from_files_in_memory(self, names: Sequence[str], buffers: Sequence[Any],
@@ -326,12 +326,24 @@ class SessionOptions:
     def selection_delegate(self) -> Callable | None:
         return self._delegate
 
+    def set_provider_option(self, ep_name: str, key: str, value: str, *, keep_existing: bool = False) -> None:
+        """Set the ``ep.<ep_name>.<key>`` config entry an EP reads in ``create_ep``;
+        ``keep_existing``: only when the entry is not set yet (an EP device's own defaults, which
+        the user's options override)."""
+        entry = provider_option_prefix(ep_name) + key
+        if keep_existing:
+            self._config.setdefault(entry, value)
+        else:
+            self._config[entry] = value
+
     def provider_options_for(self, ep_name: str) -> dict[str, str]:
         """The ``ep.<ep>.*`` entries without the prefix: what an EP reads in ``create_ep``."""
         prefix = provider_option_prefix(ep_name)
         return {k[len(prefix):]: v for k, v in self._config.items() if k.startswith(prefix)}
 
-    def _copy(self) -> SessionOptions:
+    def copy(self) -> SessionOptions:
+        """An independent copy (config entries, providers and dimension overrides copied): a
+        session works on its own, so later changes to these options do not reach it."""
         other = SessionOptions.__new__(SessionOptions)
         other.__dict__.update(self.__dict__)
         other._config = dict(self._config)
@@ -371,3 +383,7 @@ class RunOptions:
             raise RuntimeInvalidArgument(f"RunOptions does not have configuration with key: {key}. Set it with "
                                          "add_run_config_entry first.")
         return self._config[key]
+
+    def config(self, key: str, default: str = "") -> str:
+        """A run config entry, or ``default`` when it is not set."""
+        return self._config.get(key, default)

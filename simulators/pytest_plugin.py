@@ -39,10 +39,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if profiles:
         from onnxhal.hal.errors import OrtError
         from onnxhal.simulators import register_simulators, simulated_library_names
-        from onnxhal.simulators.testing import _unregister
+        from onnxhal.simulators.testing import unregister_quietly
 
         for name in simulated_library_names():
-            _unregister(name)
+            unregister_quietly(name)
         try:
             register_simulators(profiles)
         except OrtError as e:  # a typo in the option: pytest's one-line usage error, not a traceback

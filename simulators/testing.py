@@ -27,7 +27,9 @@ def simulated_ep_devices() -> list[OrtEpDevice]:
     return [d for d in get_ep_devices() if d.ep_name in EP_NAMES]
 
 
-def _unregister(name: str) -> None:
+def unregister_quietly(name: str) -> None:
+    """Unregister the EP library ``name`` if it is registered, and drop it even when a session
+    that only garbage (or a failed test's traceback) holds still references it."""
     from onnxhal.runtime.environment import get_environment, unregister_execution_provider_library
 
     gc.collect()  # sessions that are only garbage still hold library references
@@ -38,7 +40,7 @@ def _unregister(name: str) -> None:
     except Fail:
         # A failed test's traceback can keep sessions alive: drop the library anyway so the failure
         # does not cascade into later tests.
-        get_environment()._force_unregister(name)
+        get_environment().force_unregister(name)
 
 
 @contextmanager
@@ -51,12 +53,12 @@ def simulated_devices(profiles: str | list[str]) -> Iterator[list[OrtEpDevice]]:
         lib = next(lib for lib in get_environment().libraries() if lib.name == name)
         paths = [p.path for f in lib.factories for p in getattr(f, "profiles", [])]
         previous.append((name, ",".join(paths)))
-        _unregister(name)
+        unregister_quietly(name)
     name = f"simulators_{next(_counter)}"
     register_simulators(profiles, name)
     try:
         yield simulated_ep_devices()
     finally:
-        _unregister(name)
+        unregister_quietly(name)
         for prev_name, paths in previous:
             register_simulators(paths or None, prev_name)

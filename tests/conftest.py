@@ -45,7 +45,7 @@ def register():
         except onnxhal.errors.Fail:
             # A failed test's traceback keeps its sessions alive; drop the library anyway so the
             # failure does not cascade into every later test.
-            get_environment()._force_unregister(n)
+            get_environment().force_unregister(n)
 
 
 @contextlib.contextmanager
@@ -99,7 +99,7 @@ def opencl_devices():
         try:
             onnxhal.unregister_execution_provider_library("opencl_tests")
         except onnxhal.errors.Fail:
-            env._force_unregister("opencl_tests")  # a failed test's traceback still holds a session
+            env.force_unregister("opencl_tests")  # a failed test's traceback still holds a session
 
 
 @pytest.fixture(scope="module")

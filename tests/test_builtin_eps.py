@@ -30,7 +30,7 @@ def on_first_use():
     env = get_environment()
     for lib in env.libraries():
         if lib.on_first_use:
-            env._force_unregister(lib.name)
+            env.force_unregister(lib.name)
 
 
 def _cli(args: list[str], env_update: dict[str, str]) -> subprocess.CompletedProcess:

@@ -321,10 +321,10 @@ def test_embed_ids_outside_the_table_are_refused():
 
 @pytest.mark.parametrize("keys", [7, 12])
 def test_attention_softmax_falls_back_row_by_row(keys):
-    """The attention softmax skips the row maxima where that is safe (normalization's max-free
+    """The attention softmax skips the row maxima where that is safe (numerics' max-free
     form, 8 keys or more): rows masked entirely, rows far below the rest, NaN and infinite scores
     agree with the row-by-row softmax (float64 reference) all the same."""
-    from onnxhal.runtime.providers.cpu.kernels.ms_attention import _softmax_last as _softmax_rows
+    from onnxhal.runtime.providers.cpu.kernels.numerics import softmax_last_axis as _softmax_rows
 
     rng = np.random.default_rng(0)
     base = rng.standard_normal((2, 3, 5, keys)).astype(np.float32)

@@ -25,6 +25,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.model_loader import load_model
 from onnxhal.runtime.optimizer import optimize
 from onnxhal.runtime.providers.cpu.kernels import fused as fused_kernels
+from onnxhal.runtime.providers.cpu.kernels import numerics
 from onnxhal.runtime.providers.cpu.kernels.fused import gelu
 from tests.models import make, vi
 
@@ -892,7 +893,7 @@ def test_gelu_kernel_matches_exact_erf():
 
 
 def test_small_gelus_take_the_table_to_the_same_bound():
-    # Up to 2048 float32 values: c(|x|) interpolated from a table (fused._gelu_table), every
+    # Up to 2048 float32 values: c(|x|) interpolated from a table (numerics.gelu_table_inplace), every
     # block of the range, the table's end at 6, and the special values, as the polynomial's bound.
     for lo in range(-20, 20, 2):
         x = np.linspace(lo, lo + 2, 2048, dtype=np.float32)
@@ -918,7 +919,7 @@ def test_gelu_polynomial_is_the_documented_fit():
     fit_gelu = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit_gelu)
     coef, err = fit_gelu.fit(7, 4)
-    np.testing.assert_allclose(coef, fused_kernels._GELU_Q, rtol=1e-4)
+    np.testing.assert_allclose(coef, numerics.GELU_Q, rtol=1e-4)
     assert err < 5e-8
 
 

@@ -12,7 +12,7 @@ from onnxhal.cli import main
 from onnxhal.cli_matrix import matrix
 from onnxhal.simulators import simulated_library_names
 from onnxhal.simulators.profiles import PROFILE_DIR
-from onnxhal.simulators.testing import _unregister, simulated_devices
+from onnxhal.simulators.testing import simulated_devices, unregister_quietly
 
 pytest.importorskip("pyopencl")
 
@@ -39,7 +39,7 @@ def isolated():
             yield
         finally:
             for name in simulated_library_names():
-                _unregister(name)
+                unregister_quietly(name)
 
 
 def test_matrix_table_and_exit_code(model_path, isolated, capsys):

@@ -52,7 +52,7 @@ def bound_api(api_base: int) -> OrtApi:
 
 def _hal_factories(registration_name: str, api: OrtApi) -> tuple[Any, list]:
     # The runtime's own loader, so a library behaves the same in onnxhal and in onnxruntime.
-    from onnxhal.runtime.environment import _create_factories, _load_module
+    from onnxhal.runtime.environment import create_library_factories, load_library_module
 
     if config.library == SIMULATORS:
         if api.has_virtual_devices and not registration_name.endswith(VIRTUAL_SUFFIX):
@@ -65,8 +65,8 @@ def _hal_factories(registration_name: str, api: OrtApi) -> tuple[Any, list]:
         module: Any = importlib.import_module(SIMULATORS)
         return module, create_factories_for_profiles(",".join(config.profiles) or None, BridgeEpApi(),
                                                      logging.getLogger(f"onnxhal.ep.{registration_name}"))
-    module, _, _ = _load_module(registration_name, config.library)
-    return module, _create_factories(registration_name, module, BridgeEpApi())
+    module, _, _ = load_library_module(registration_name, config.library)
+    return module, create_library_factories(registration_name, module, BridgeEpApi())
 
 
 def create_ep_factories(_: Any, args: Any) -> None:

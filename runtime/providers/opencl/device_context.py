@@ -161,16 +161,18 @@ class OpenCLDeviceContext:
             return None
         start = time.perf_counter()
         try:
-            prg = cl._cl._Program(self.context, [self.device], [path.read_bytes()])
-            prg._build(options=options.encode())
+            prg = cl.Program(self.context, [self.device], [path.read_bytes()]).build(options=options)
         except (cl.Error, OSError):  # stale or corrupt binary: rebuild from source
             return None
         self.stats.loaded_from_disk += 1
         self.stats.load_seconds += time.perf_counter() - start
-        return cl.Program(prg)
+        return prg
 
     def _compile(self, source: str, options: str, digest: str) -> cl.Program:
         start = time.perf_counter()
+        # pyopencl's private unbuilt program: its public Program(context, source).build() keeps a
+        # second on-disk cache of its own (keyed by source, next to ours by digest) and, on a
+        # failed build, writes the source to a temporary file; no public call builds without both.
         prg = cl._cl._Program(self.context, source)
         try:
             prg._build(options=options.encode())
@@ -188,10 +190,11 @@ class OpenCLDeviceContext:
             raise error from exc
         self.stats.compiled += 1
         self.stats.compile_seconds += time.perf_counter() - start
-        self._store(digest, prg)
-        return cl.Program(prg)
+        program = cl.Program(prg)
+        self._store(digest, program)
+        return program
 
-    def _store(self, digest: str, prg: cl._cl._Program) -> None:
+    def _store(self, digest: str, prg: cl.Program) -> None:
         path = self._disk_path(digest)
         try:
             binary = prg.get_info(cl.program_info.BINARIES)[0]

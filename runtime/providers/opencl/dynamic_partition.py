@@ -40,8 +40,8 @@ from onnxhal.hal.run_control import RUN_OPTIONS  # the host plan reads the termi
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.runtime.providers.cpu.graph_plan import cpu_graph_plan
 from onnxhal.runtime.providers.opencl.op_support import (
-    _PARAM_INPUTS,
     INSPECTION_ERRORS,
+    PARAM_INPUTS,
     GraphLookup,
     decline_reason,
     unsupported_reason,
@@ -63,7 +63,7 @@ def runtime_params(graph: Graph) -> list[int]:
     indices: they come in host memory and their values are part of the signature."""
     params: set[str] = set()
     for n in graph.nodes:
-        for k in _PARAM_INPUTS.get(n.op_type, ()):
+        for k in PARAM_INPUTS.get(n.op_type, ()):
             if k < len(n.inputs) and n.inputs[k]:
                 params.add(n.inputs[k])
     return [i for i, name in enumerate(graph.input_names) if name in params]
@@ -133,6 +133,11 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         every = list(dict.fromkeys(o for n in graph.nodes for o in n.outputs if o))
         self._host_plan = cpu_graph_plan(graph, every, logger)
         self._output_at = [every.index(o) for o in graph.output_names]
+
+    @property
+    def cached_signatures(self) -> int:
+        """How many shape signatures have a specialised plan in the cache now."""
+        return len(self._cache)
 
     @property
     def weight_bytes(self) -> int:

@@ -208,7 +208,7 @@ class OpenCLEp(Ep):
         info = self._dynamic.get(node.name) if node is not None else None
         if info is None:
             return {}
-        return info.stats.as_args(len(info._cache))
+        return info.stats.as_args(info.cached_signatures)
 
 
 def _ort_pool_dims(node: Node, xs: tuple) -> tuple:

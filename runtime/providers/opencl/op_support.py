@@ -374,7 +374,7 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
 }
 
 # Inputs that are parameters, not float data (index sets), per op.
-_PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
+PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
                  "Gather": {1}, "Clip": {1, 2}, **{op: {1} for op in REDUCE_OPS}}
 
 
@@ -387,7 +387,7 @@ def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
         return f"no OpenCL kernel for {node.domain or 'ai.onnx'}.{node.op_type}"
     if node.subgraphs:
         return "node has subgraphs"
-    params = _PARAM_INPUTS.get(node.op_type, set())
+    params = PARAM_INPUTS.get(node.op_type, set())
     data = [n for i, n in enumerate(node.inputs) if i not in params]
     if node.op_type == "Gather":
         data = []

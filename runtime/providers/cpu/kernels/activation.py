@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels.clamp import MIN_SIZE, clip
+from onnxhal.runtime.providers.cpu.kernels.numerics import erf, gelu, gelu_tanh
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _ndarray = np.ndarray
@@ -15,33 +14,6 @@ _asarray = np.asarray
 _maximum = np.maximum
 # A typed zero per dtype: np.maximum with a Python 0 pays for weak-scalar promotion on every call.
 _ZEROS: dict = {}
-_math_erf = np.frompyfunc(math.erf, 1, 1)
-
-# Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7) for |x| >= 1; below it the Taylor series to
-# x**27 (truncation < 1e-12), which keeps the relative error small near zero. Evaluated in
-# float32 the result is within 2e-7 (about 3 float32 ULPs) of erf everywhere.
-_AS_P = 0.3275911
-_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-_TAYLOR = tuple(2.0 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(14))
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """Vectorized erf: exact (math.erf) for float64, float32-accurate approximation otherwise."""
-    if x.dtype == np.float64:
-        return np.asarray(_math_erf(x), dtype=np.float64)  # frompyfunc gives a bare float for a 0-d x
-    dt = x.dtype
-    xf = x.astype(np.float32, copy=False)
-    a = np.abs(xf)
-    t = 1.0 / (1.0 + np.float32(_AS_P) * a)
-    poly = t * (_AS_A[0] + t * (_AS_A[1] + t * (_AS_A[2] + t * (_AS_A[3] + t * _AS_A[4]))))
-    big = np.copysign(1.0 - poly * np.exp(-a * a), xf)
-    z = xf * xf
-    small = _TAYLOR[-1]
-    for c in _TAYLOR[-2::-1]:
-        small = small * z + c
-    small = small * xf
-    r = np.where(a < 1.0, small, big).astype(dt, copy=False)
-    return r
 
 
 class _Act(Kernel):
@@ -92,12 +64,7 @@ class Gelu(Kernel):
         self.tanh = node.attr("approximate", "none") == "tanh"
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0]
-        if self.tanh:
-            inner = np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x))
-        else:
-            inner = erf(x * (1.0 / math.sqrt(2.0)))
-        return [_asarray((0.5 * x * (1.0 + inner)).astype(x.dtype, copy=False))]
+        return [gelu_tanh(inputs[0]) if self.tanh else gelu(inputs[0])]
 
 
 @register("LeakyRelu", since=1)

@@ -5,7 +5,8 @@
 - ``FusedMatMul(X, W, bias?)``: X @ W + bias (X of any rank >= 2, W 2-D), then Relu or Gelu.
 - ``FusedBatchNormalization(X, multiplier, shift)``: X * multiplier + shift per channel (axis 1),
   then activation: inference BatchNormalization with its statistics folded in by the optimizer.
-- ``Gelu(X)``: x * Phi(x) to 4e-7 absolute (``_gelu_inplace``: no exp; small arrays ``_gelu_table``).
+- ``Gelu(X)``: x * Phi(x) to 4e-7 absolute (numerics' registered fast paths ``gelu_polynomial_inplace``
+  and, for small arrays, ``gelu_table_inplace``).
 - ``LayerNormalization``: the ONNX contract, for models whose opset predates the ONNX op.
 
 ``activation`` names the op ("" for none); ``activation_params`` holds its float attributes
@@ -23,7 +24,6 @@ was pinned to one thread (``OPENBLAS_NUM_THREADS=1``), else 1. The CPU EP resize
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections.abc import Callable
@@ -37,6 +37,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.clamp import clamp_
 from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm
+from onnxhal.runtime.providers.cpu.kernels.numerics import GELU_TABLE_MAX, gelu_polynomial_inplace, gelu_table_inplace
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 DOMAIN = "com.onnxhal"
@@ -134,79 +135,15 @@ def _blocked(fn: Callable[[np.ndarray], None], y: np.ndarray) -> None:
     parallel_ranges(n, run, work=n * 16)
 
 
-# gelu(x) = relu(x) - c(|x|) with c(a) = a/2 erfc(a / sqrt 2) for both signs, and c(a) = a / q(a)^16:
-# q is a degree-7 polynomial fitted to (2 / erfc(a / sqrt 2))^(1/16) on [0, 10] (weighted least
-# squares iterated towards the minimax error of c: benchmarks/fit_gelu.py refits it). In exact
-# arithmetic |c - a / q^16| < 4e-8; in float32 the four squarings amplify rounding to 3.6e-7 at
-# most (A&S 7.1.26 with exp: 3.3e-7). No exp: numpy's float32 exp has no SIMD loop on AVX2 (1.7-2.1
-# ns per element, about 14 multiplies' worth), and this form is 23 passes against 20 plus an exp:
-# 1.0 against 1.7-1.8 ms on 128x3072.
-_GELU_Q = (1.0442735324878507, 0.05207936647734886, 0.022055102299206215, 0.0034721028666757922,
-           -1.5265737558401923e-05, 8.244375360123499e-05, -3.132870595234233e-06, 9.38215053439273e-07)
-#: |x| is clamped here: c(15) = 8e-50 is 0 in float32, q (increasing on [0, 15]) stays below
-#: 205 so q^16 does not overflow (it would from 15.5 on), and |x| = inf gives relu(x) instead of
-#: inf / inf = NaN.
-_GELU_FLAT = 15.0
-
-
-def _gelu_inplace(y: np.ndarray) -> None:
-    """gelu(x) = relu(x) - |x| / q(|x|)^16 in place, absolute error below 4e-7 (float32)."""
-    a = np.abs(y)
-    clamp_(a, None, _GELU_FLAT)
-    q = a * _GELU_Q[7]
-    for c in _GELU_Q[6:0:-1]:
-        q += c
-        q *= a
-    q += _GELU_Q[0]
-    for _ in range(4):  # q^16
-        np.multiply(q, q, out=q)
-    np.divide(a, q, out=q)
-    clamp_(y, 0)
-    y -= q
-
-
-#: Small float32 arrays take c(|x|) from a table of c at steps of 1/1024 on [0, 6], linearly
-#: interpolated (c(6) = 6e-9: 0 past it): 11 numpy calls instead of 23, 8.1 against 10.9 us on 768
-#: values; from about 3000 values the table's gathers cost more than the polynomial. The
-#: interpolation error is at most h^2/8 max|c''| = 0.1 h^2 = 1e-7, 2.4e-7 in all on a dense scan
-#: of [-8, 8] (the polynomial: 3.6e-7). ``_GELU_TABLE``: (values, slopes), built at first use.
-_GELU_TABLE_MAX = 2048
-_GELU_STEPS = 1024
-_GELU_TABLE: tuple[np.ndarray, np.ndarray] | None = None
-
-
-def _gelu_table(y: np.ndarray) -> None:
-    """``_gelu_inplace`` for small float32 arrays, by the interpolated table."""
-    global _GELU_TABLE
-    table = _GELU_TABLE
-    if table is None:
-        grid = [i / _GELU_STEPS for i in range(6 * _GELU_STEPS + 1)]
-        values = np.array([a * 0.5 * math.erfc(a / math.sqrt(2.0)) for a in grid])
-        values[-1] = 0.0
-        slopes = np.zeros_like(values)
-        slopes[:-1] = np.diff(values)
-        slopes[-1] = 0.0  # past the table (and for inf and NaN, sent to its end): c = 0
-        table = _GELU_TABLE = (values, slopes)
-    t = np.multiply(np.abs(y), float(_GELU_STEPS), dtype=np.float64)
-    np.fmin(t, float(6 * _GELU_STEPS), out=t)  # fmin: a NaN becomes the end, relu keeps the NaN
-    i = t.astype(np.intp)
-    t -= i
-    c = table[0].take(i)
-    t *= table[1].take(i)
-    c += t
-    np.maximum(y, 0, out=y)
-    y -= c
-
-
 def gelu_inplace(y: np.ndarray) -> None:
     """gelu on a float array in place: the table for small float32 arrays, else the polynomial,
     in cache-sized blocks when large."""
-    if y.size <= _GELU_TABLE_MAX and y.dtype == np.float32:
-        _gelu_table(y)
+    if y.size <= GELU_TABLE_MAX and y.dtype == np.float32:
+        gelu_table_inplace(y)
     elif y.size <= BLOCK and y.flags.c_contiguous:  # one block: no blocking loop, no pool check
-        _gelu_inplace(y)
+        gelu_polynomial_inplace(y)
     else:
-        _blocked(_gelu_inplace, y)
+        _blocked(gelu_polynomial_inplace, y)
 
 
 def gelu(x: np.ndarray, fresh: bool = False) -> np.ndarray:

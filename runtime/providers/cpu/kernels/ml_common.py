@@ -8,7 +8,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.runtime.providers.cpu.kernels.normalization import SOFTMAX_MAX_INPUT, SOFTMAX_MIN_SUM, softmax_max_free
+from onnxhal.runtime.providers.cpu.kernels.numerics import erf_inv_ort, softmax_rows_into
 
 TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
@@ -23,16 +23,6 @@ def post_transform_name(node: Node) -> str:
     return name
 
 
-def _erf_inv(x: np.ndarray) -> np.ndarray:
-    # onnxruntime's approximation (ErfInv in ml_common.h), not the exact inverse: PROBIT matches it.
-    sgn = np.where(x < 0, np.float32(-1), np.float32(1))
-    x = (1 - x) * (1 + x)
-    log = np.log(x)
-    v = np.float32(2 / (np.pi * 0.147)) + np.float32(0.5) * log
-    v2 = np.float32(1 / 0.147) * log
-    return sgn * np.sqrt(-v + np.sqrt(v * v - v2))
-
-
 def logistic(x: np.ndarray) -> np.ndarray:
     v = 1 / (1 + np.exp(-np.abs(x)))
     return np.where(x < 0, 1 - v, v).astype(np.float32)
@@ -43,40 +33,19 @@ def transform_scores(scores: np.ndarray, name: str) -> np.ndarray:
     scores a row; a single score a row only takes PROBIT (onnxruntime leaves it otherwise)."""
     scores = scores.astype(np.float32, copy=False)
     if name == "PROBIT":
-        return (np.float32(np.sqrt(2)) * _erf_inv(2 * scores - 1)).astype(np.float32)
+        return (np.float32(np.sqrt(2)) * erf_inv_ort(2 * scores - 1)).astype(np.float32)
     if scores.shape[1] < 2 or name == "NONE":
         return scores
     if name == "LOGISTIC":
         return logistic(scores)
     if name == "SOFTMAX":
-        return softmax_into(scores.copy())
+        return softmax_rows_into(scores.copy())
     # SOFTMAX_ZERO: zeros stay zero (scaled by exp(-max)), the rest as softmax
     top = scores.max(axis=1, keepdims=True)
     nonzero = np.abs(scores) > np.float32(1e-7)
     e = np.where(nonzero, np.exp(scores - top), scores * np.exp(-top))
     total = np.where(nonzero, e, 0).sum(axis=1, keepdims=True)
     return (e / total).astype(np.float32)
-
-
-def softmax_into(scores: np.ndarray) -> np.ndarray:
-    """SOFTMAX of the rows, in place or (the max-free form, normalization.softmax_max_free, where
-    it applies: a few classes' rows reduced one loop a row cost 1.3 us a reduction) as a new array;
-    the caller owns ``scores`` and no longer needs them."""
-    if scores.size and scores.dtype == _F32 and scores.flags.c_contiguous:
-        if scores.shape[1] <= 8:
-            # a few classes: softmax_max_free's steps in fewer calls (numpy adds under 9 elements in order)
-            if np.maximum.reduce(scores, axis=None) < SOFTMAX_MAX_INPUT:  # also a NaN
-                e = np.exp(scores)
-                sums = np.add.reduce(e, axis=1, keepdims=True)
-                if np.minimum.reduce(sums, axis=None) >= SOFTMAX_MIN_SUM:
-                    return np.divide(e, sums, out=e)
-        else:
-            y = softmax_max_free(scores)
-            if y is not None:
-                return y
-    np.subtract(scores, np.maximum.reduce(scores, axis=1, keepdims=True), out=scores)
-    np.exp(scores, out=scores)
-    return np.divide(scores, np.add.reduce(scores, axis=1, keepdims=True), out=scores)
 
 
 def logistic_into(scores: np.ndarray) -> np.ndarray:
@@ -100,7 +69,7 @@ def score_transform(name: str, columns: int):
     if name == "NONE" or (columns < 2 and name != "PROBIT"):
         return _unchanged
     if name == "SOFTMAX":
-        return softmax_into
+        return softmax_rows_into
     if name == "LOGISTIC":
         return logistic_into
     return lambda scores: transform_scores(scores, name)

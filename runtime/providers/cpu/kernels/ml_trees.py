@@ -24,6 +24,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     score_transform,
     transform_scores,
 )
+from onnxhal.runtime.providers.cpu.kernels.numerics import SOFTMAX_BOUND, softmax_bounded
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5,
@@ -627,8 +628,8 @@ class TreeEnsembleClassifier(Kernel):
         #: int64 labels 0, 1, ..., k - 1: a class's index is its label
         self.labels_are_indices = self.labels.dtype == np.int64 and self.labels.tolist() == list(range(k))
         if self.transform == "SOFTMAX" and 2 < k <= 8 and self.forest.all_written and \
-                self._score_bound() < _SOFTMAX_BOUND:
-            self.post = _softmax_bounded
+                self._score_bound() < SOFTMAX_BOUND:
+            self.post = softmax_bounded
         self._pair = self._signed_pair()
 
     def _score_bound(self) -> float:
@@ -807,18 +808,6 @@ class TreeEnsembleClassifier(Kernel):
         else:
             ones = np.concatenate([single, np.zeros_like(single)], axis=1)
         return ones.astype(np.float32, copy=False)
-
-
-#: scores whose |values| stay under this have a softmax without softmax_into's guards: exp can
-#: neither overflow nor leave a row's sum near 0 (softmax_into checks for 60 per run)
-_SOFTMAX_BOUND = 50.0
-
-
-def _softmax_bounded(scores: np.ndarray) -> np.ndarray:
-    """``softmax_into`` (its form for up to 8 classes, the same operations) for scores known to be
-    bounded (``_SOFTMAX_BOUND``), in place."""
-    np.exp(scores, out=scores)
-    return np.divide(scores, np.add.reduce(scores, axis=1, keepdims=True), out=scores)
 
 
 def _one_minus_first(pair: np.ndarray) -> np.ndarray:

@@ -17,7 +17,8 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.linalg import exact_float_dtype
-from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm, softmax_last_axis
+from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm
+from onnxhal.runtime.providers.cpu.kernels.numerics import softmax_last_axis
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 MS = "com.microsoft"
@@ -59,10 +60,6 @@ def _mask_bias(mask: np.ndarray | None, batch: int, seq: int, total: int, past: 
     return add[:, None]
 
 
-#: The attentions' probabilities: the Softmax kernel's max-free form where it applies
-#: (normalization.softmax_last_axis), rows it cannot take redone with their own maxima.
-_softmax_last = softmax_last_axis
-
 
 def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, add: np.ndarray | None,
            bias: np.ndarray | None) -> np.ndarray:
@@ -74,7 +71,7 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, add: np.nd
         scores += add
     if bias is not None:
         scores += bias
-    probs = _softmax_last(scores)
+    probs = softmax_last_axis(scores)
     ctx = np.matmul(probs, v)
     b, n, s, h = ctx.shape
     return np.ascontiguousarray(ctx.transpose(0, 2, 1, 3)).reshape(b, s, n * h)

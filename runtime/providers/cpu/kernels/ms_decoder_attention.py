@@ -9,7 +9,8 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.runtime.providers.cpu.kernels.ms_attention import MS, _softmax_last
+from onnxhal.runtime.providers.cpu.kernels.ms_attention import MS
+from onnxhal.runtime.providers.cpu.kernels.numerics import softmax_last_axis
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -153,7 +154,7 @@ class GroupQueryAttention(Kernel):
                 e = np.exp(scores - top)
                 probs = e / (e.sum(axis=-1, keepdims=True) + np.exp(extra - top))
             else:
-                probs = _softmax_last(scores)
+                probs = softmax_last_axis(scores)
             out[i] = np.matmul(probs, values).transpose(1, 0, 2).reshape(s, n * h)
         return [out, pk, pv][: self.n_out]
 
@@ -221,7 +222,7 @@ class DecoderMaskedMultiHeadAttention(Kernel):
         if attn_bias is not None:
             scores += attn_bias[..., : scores.shape[-1]]
         qk = scores.copy() if self.n_out > 3 else None
-        out = np.matmul(_softmax_last(scores), values).transpose(0, 2, 1, 3).reshape(b, 1, -1)
+        out = np.matmul(softmax_last_axis(scores), values).transpose(0, 2, 1, 3).reshape(b, 1, -1)
         outs = [out] + (present if present else [None, None])
         if self.n_out > 3:
             outs.append(qk)
@@ -287,7 +288,7 @@ class SparseAttention(Kernel):
             lay = np.arange(n) % layouts
             sparse = allowed[lay][:, qpos // self.block][:, :, kpos // self.block]  # [N, S, T]
             scores = np.where(see[None] & sparse, scores, -np.inf)
-            out[i] = np.matmul(_softmax_last(scores), values).transpose(1, 0, 2).reshape(s, n * h)
+            out[i] = np.matmul(softmax_last_axis(scores), values).transpose(1, 0, 2).reshape(s, n * h)
         return [out, pk, pv][: self.n_out]
 
 

@@ -18,15 +18,12 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.linalg import MatMulInteger, exact_float_dtype
-from onnxhal.runtime.providers.cpu.kernels.quantize import (
-    dynamic_quantize_centered,
-    dynamic_quantize_uint8,
-    saturate_codes,
-)
+from onnxhal.runtime.providers.cpu.kernels.numerics import round_to_codes, saturate_codes
+from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
 from onnxhal.runtime.providers.cpu.kernels.recurrent import (
-    _WORKSPACES,
     LSTM,
-    _Recurrent,
+    WORKSPACES,
+    RecurrentKernel,
     gate_order,
     gate_scale,
     gate_workspace,
@@ -69,8 +66,7 @@ def quantize(y: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.
         return _saturate(f + _zero(zp, dtype).astype(np.float32), dtype)
     if zp is not None:
         f += zp.astype(np.float32)
-    np.rint(f, out=f)
-    return saturate_codes(f, dtype)
+    return round_to_codes(f, dtype)
 
 
 class _QLinearBinary(Kernel):
@@ -95,8 +91,7 @@ class QLinearAdd(_QLinearBinary):
         y = np.multiply(a, ra, dtype=f32)
         y = np.add(y, np.multiply(b, rb, dtype=f32), out=y if a.shape == b.shape else None)
         y += bias
-        np.rint(y, out=y)
-        return saturate_codes(y, a.dtype)
+        return round_to_codes(y, a.dtype)
 
 
 @register("QLinearMul", since=1, domain=MS)
@@ -246,7 +241,7 @@ class DynamicQuantizeLSTM(LSTM):
         # this run (args[12]; a list of this call's own, so threads running the kernel at once
         # share nothing)
         args[12:] = [[None] * args[2].shape[0]]
-        return _Recurrent.compute(self, args)
+        return RecurrentKernel.compute(self, args)
 
     @staticmethod
     def _per_direction(v: np.ndarray | None, d: int) -> np.ndarray | None:
@@ -381,7 +376,7 @@ class DynamicQuantizeLSTM(LSTM):
             yt[t, d] = hslot
         y_h[d] = hslot_t
         y_c[d] = c.T
-        if len(self._workspaces) < _WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
+        if len(self._workspaces) < WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
             self._workspaces[key] = ws
 
 

@@ -12,7 +12,8 @@ import onnx
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.runtime.providers.cpu.kernels.clamp import CONSTANT_MAX, constant
+from onnxhal.runtime.providers.cpu.kernels.clamp import constant
+from onnxhal.runtime.providers.cpu.kernels.numerics import log_softmax, row_sums, softmax, softmax_max_free
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -103,16 +104,6 @@ class LpNormalization(Kernel):
         if zero.any():
             y = np.where(zero, x.dtype.type(0), y)
         return [np.asarray(y, dtype=x.dtype)]
-
-
-def row_sums(rows: np.ndarray) -> np.ndarray:
-    """The sums of the rows of a 2-D float array as one BLAS matrix-vector product with a cached
-    vector of ones, where numpy's sum along the last axis runs one reduction loop per row (rows
-    longer than the longest cached constant are few: numpy sums them)."""
-    n = rows.shape[1]
-    if n > CONSTANT_MAX:
-        return rows.sum(axis=1)
-    return np.dot(rows, constant(1.0, rows.dtype, n))
 
 
 def layer_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, axis: int, epsilon: float,
@@ -216,52 +207,7 @@ class LayerNormalization(Kernel):
         return [y, mean.astype(self.stash, copy=False), inv_std.astype(self.stash, copy=False)][: self.n_out]
 
 
-#: Largest input the max-free Softmax takes: n * e^60 stays far below float32's 3.4e38.
-SOFTMAX_MAX_INPUT = 60.0
-#: Smallest row sum the max-free Softmax keeps (e^-60): a row whose sum is below it has its max
-#: under -60 - ln n, so exp may have flushed some of its elements, and it is redone the usual way.
-SOFTMAX_MIN_SUM = float(np.exp(-60.0))
-
-
-def softmax_max_free(x: np.ndarray) -> np.ndarray | None:
-    """Softmax over the last axis of a contiguous float32 array without subtracting row maxima,
-    or None when the input has a value >= 60 (or a NaN) and the usual form must run.
-
-    The row maxima only guard exp against overflow; with every input below 60 no exp or row sum
-    can overflow, and softmax does not change when every row is shifted. Skipping them saves two
-    passes whose numpy loops run once per row (the max reduction and the broadcast subtraction,
-    1536 rows of 128 in BERT's attention), and the row sums are BLAS's (``row_sums``): 0.37
-    against 0.56 ms on 12x128x128, and on a tiny model's 96 rows of 12 about 4 against 9.5 us (the
-    max reduction alone takes 4.7 us there). exp(x) is as exact as exp(x - max) (more so: x - max is itself
-    rounded). Rows whose sum is below e^-60 (exp may have flushed their elements to zero), or not
-    finite, are redone with their own maxima."""
-    n = x.shape[-1]
-    rows = x.reshape(-1, n)
-    if not np.maximum.reduce(rows, axis=None) < SOFTMAX_MAX_INPUT:  # also a NaN
-        return None
-    e = np.exp(rows)
-    sums = row_sums(e)
-    if not np.minimum.reduce(sums) >= SOFTMAX_MIN_SUM:  # also NaN (a NaN row) and -inf rows (sum 0)
-        redo = ~(sums >= SOFTMAX_MIN_SUM)
-        bad = rows[redo]
-        shifted = np.exp(bad - bad.max(axis=1, keepdims=True))
-        e[redo] = shifted
-        sums[redo] = shifted.sum(axis=1)
-    e /= sums[:, None]
-    return e.reshape(x.shape)
-
-
-def softmax_last_axis(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis as a new array: max-free (``softmax_max_free``) where it
-    applies, else with the row maxima subtracted. The attention kernels' probabilities."""
-    if x.dtype == np.float32 and x.ndim and x.shape[-1] >= 8 and x.size and x.flags.c_contiguous:
-        y = softmax_max_free(x)
-        if y is not None:
-            return y
-    e = np.subtract(x, np.maximum.reduce(x, axis=-1, keepdims=True))
-    np.exp(e, out=e)
-    e /= np.add.reduce(e, axis=-1, keepdims=True)
-    return e
+_F32 = np.dtype(np.float32)
 
 
 class _SoftmaxBase(Kernel):
@@ -271,21 +217,14 @@ class _SoftmaxBase(Kernel):
         self.axis = node.attr("axis", self.default_axis)
 
     def _along(self, x: np.ndarray, axis: int) -> np.ndarray:
-        if x.size == 0:  # numpy's max has no identity for an empty row
-            return x.copy()
-        if (not self.log and x.dtype == np.float32 and x.ndim and axis in (-1, x.ndim - 1) and x.shape[-1] >= 8
-                and x.flags.c_contiguous):
+        if self.log:
+            return log_softmax(x, axis)
+        if x.dtype == _F32 and x.ndim and axis in (-1, x.ndim - 1) and x.shape[-1] >= 8 and x.flags.c_contiguous \
+                and x.size:
             y = softmax_max_free(x)
             if y is not None:
                 return y
-        # ufunc.reduce, not ndarray.max/sum: their Python wrappers cost 2 us a call, more than a
-        # small attention's whole row pass
-        e = np.subtract(x, np.maximum.reduce(x, axis=axis, keepdims=True))
-        if self.log:
-            return e - np.log(np.add.reduce(np.exp(e), axis=axis, keepdims=True))
-        np.exp(e, out=e)
-        e /= np.add.reduce(e, axis=axis, keepdims=True)
-        return e
+        return softmax(x, axis)
 
 
 class _Softmax13(_SoftmaxBase):

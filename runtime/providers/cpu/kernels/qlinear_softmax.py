@@ -28,14 +28,13 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.runtime.providers.cpu.kernels.quantize import saturate_codes
+from onnxhal.runtime.providers.cpu.kernels.numerics import mlas_lane_sums, round_to_codes
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _F32 = np.float32
 _FLT_MAX = np.float32(np.finfo(np.float32).max)
 _CODES = np.arange(256, dtype=np.float64)
 _SIGNED_SLOTS = (np.arange(256) - 128) & 255  # code i's table slot for int8 rows
-_LANES, _BLOCK = 8, 16
 
 
 def exp_table(x_scale: float, row_length: int, signed: bool) -> np.ndarray:
@@ -49,20 +48,6 @@ def exp_table(x_scale: float, row_length: int, signed: bool) -> np.ndarray:
     return table
 
 
-def _row_sums(t: np.ndarray) -> np.ndarray:
-    """[rows] float32 sums of [rows, D] table values in MLAS's order."""
-    rows, d = t.shape
-    vector = d // _BLOCK * _BLOCK
-    total = np.zeros(rows, _F32)
-    if vector < d:  # the tail, in order from 0
-        total = np.add.accumulate(t[:, vector:], axis=1)[:, -1]
-    if vector:
-        lanes = np.add.accumulate(t[:, :vector].reshape(rows, -1, _LANES), axis=1)[:, -1]
-        for j in range(_LANES):
-            total = total + lanes[:, j]
-    return total
-
-
 def qsoftmax_rows(x: np.ndarray, x_scale: float, y_scale: float, y_zero: int) -> np.ndarray:
     """QLinearSoftmax of [rows, D] int8/uint8 codes along the rows."""
     signed = x.dtype == np.int8
@@ -73,11 +58,10 @@ def qsoftmax_rows(x: np.ndarray, x_scale: float, y_scale: float, y_zero: int) ->
     else:
         index = x.astype(np.int32) + (255 - top)
     t = table[index]
-    factor = (_F32(1) / _row_sums(t)) * np.floor(_F32(1) / _F32(y_scale))
+    factor = (_F32(1) / mlas_lane_sums(t)) * np.floor(_F32(1) / _F32(y_scale))
     y = t * factor[:, None]
     y += _F32(y_zero)
-    np.rint(y, out=y)
-    return saturate_codes(y, x.dtype)
+    return round_to_codes(y, x.dtype)
 
 
 @register("QLinearSoftmax", since=1, domain="com.microsoft")

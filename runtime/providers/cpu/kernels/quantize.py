@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.numerics import saturate_codes
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _F32 = np.float32
@@ -16,7 +17,6 @@ _min, _max, _fmin, _fmax = np.minimum.reduce, np.maximum.reduce, np.fmin.reduce,
 _divide, _rint, _add, _fmaxu, _fminu = np.divide, np.rint, np.add, np.fmax, np.fmin
 _ZP = [np.array(z, _F32) for z in range(256)]  # the zero points as float32 operands, made once
 _CODES = (np.uint8, np.int8, np.uint16, np.int16)
-_BOUNDS = {np.dtype(t).char: (np.array(np.iinfo(t).min, _F32), np.array(np.iinfo(t).max, _F32)) for t in _CODES}
 
 
 def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -145,17 +145,6 @@ class DequantizeLinear(_LinearQuant):
         return y if type(y) is np.ndarray else np.asarray(y)
 
 
-def saturate_codes(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Rounded float32 codes (in place) clamped to dtype's range, as dtype. A NaN becomes the
-    type's minimum and an infinity its bound, as MLAS's quantize kernels, whose lower clamp
-    (SSE ``maxps``) returns the bound for a NaN (onnxruntime's
-    ``core/mlas/lib/quantize.cpp``); a plain clip would leave the NaN to the cast."""
-    low, high = _BOUNDS[np.dtype(dtype).char]
-    _fmaxu(y, low, out=y)
-    np.minimum(y, high, out=y)
-    return y.astype(dtype)
-
-
 @register("QuantizeLinear", since=10)
 class QuantizeLinear(_LinearQuant):
     """saturate(round_half_to_even(x / scale) + zero_point) into the zero point's type (uint8
@@ -170,7 +159,7 @@ class QuantizeLinear(_LinearQuant):
         y = np.divide(x, scale)
         if type(y) is not np.ndarray:  # 0-d operands give a numpy scalar
             y = np.asarray(y)
-        np.rint(y, out=y)
+        np.rint(y, out=y)  # round(x / scale) + zp: the zero point is added after rounding
         if zp is None:
             return saturate_codes(y, np.uint8)
         y += zp.astype(np.float32)

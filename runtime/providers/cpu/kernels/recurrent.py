@@ -71,7 +71,7 @@ def _activations(node: Node, defaults: list[str], directions: int) -> list[list]
     return [out[d * k:(d + 1) * k] for d in range(directions)]
 
 
-class _Recurrent(Kernel):
+class RecurrentKernel(Kernel):
     gates = 1
     default_activations = ["Tanh"]
 
@@ -157,13 +157,13 @@ class _Recurrent(Kernel):
 
 
 @register("RNN", since=7)
-class RNN(_Recurrent):
+class RNN(RecurrentKernel):
     def _step(self, xw, st, r, rb, d, inputs):
         return [self._apply(self.acts[d][0], xw + st[0] @ r.T + rb)]
 
 
 @register("GRU", since=7)
-class GRU(_Recurrent):
+class GRU(RecurrentKernel):
     gates = 3
     default_activations = ["Sigmoid", "Tanh"]
 
@@ -242,7 +242,7 @@ def gate_workspace(h: int, batch: int, dt: np.dtype) -> tuple:
 
 
 _count_nonzero = np.count_nonzero
-_WORKSPACES = 16  # scratch-array sets an LSTM kernel keeps (one per hidden size, batch and type)
+WORKSPACES = 16  # scratch-array sets an LSTM kernel keeps (one per hidden size, batch and type)
 _HALVES = {np.dtype(t): np.array(0.5, t) for t in (np.float32, np.float64)}
 _DEFAULT_LSTM = ("sigmoid", "tanh", "tanh")
 _FAST_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -250,12 +250,12 @@ _BLOCK = 4096  # time steps whose input projections ``_run_default`` lays out at
 
 
 @register("LSTM", since=7)
-class LSTM(_Recurrent):
+class LSTM(RecurrentKernel):
     """The common form (default activations, no clip, peepholes or input_forget, every sequence
     the full length: what exporters write) runs ``_run_default``: per direction the gate weights
     reordered and prepared once (kept while W, R and B are constant initializers), all time steps'
     input projections and the bias in one product, and nine numpy calls per step into
-    preallocated buffers. Every other form runs the general ``_Recurrent`` loop."""
+    preallocated buffers. Every other form runs the general ``RecurrentKernel`` loop."""
 
     gates = 4
     default_activations = ["Sigmoid", "Tanh", "Tanh"]
@@ -423,7 +423,7 @@ class LSTM(_Recurrent):
                 multiply(o, th, hd)
             y_h[d] = hd.T
             y_c[d] = c.T
-            if len(self._workspaces) < _WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
+            if len(self._workspaces) < WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
                 self._workspaces[key] = ws
         if self.layout:  # [batch, seq, directions, hidden]
             return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)), np.ascontiguousarray(np.swapaxes(y_h, 0, 1)),

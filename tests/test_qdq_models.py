@@ -183,3 +183,36 @@ def test_the_qdq_groups_fused_are_those_onnxruntime_fuses(tmp_path, name):
                                      if n.op_type.startswith("QLinear"))
     assert fused["onnxhal"] == fused["onnxruntime"]
     assert fused["onnxhal"], "nothing fused"
+
+
+@pytest.mark.parametrize("op", ["DequantizeLinear", "QuantizeLinear"])
+@pytest.mark.parametrize("scale_shape, zp_shape", [((1,), ()), ((), (1,)), ((1,), (1,))])
+def test_one_element_scales_and_zero_points_are_per_tensor_natively(op, scale_shape, zp_shape, monkeypatch):
+    """quantize_static writes a bias's scale as [1] and its zero point as a scalar: per tensor, as
+    onnxruntime reads it; the native kernel takes it (onnx.reference, 10-200x slower, is not built)
+    and agrees with onnx.reference."""
+    from onnx.reference import ReferenceEvaluator
+
+    from onnxhal.runtime.providers.cpu import kernel_factory
+
+    built = []
+    monkeypatch.setattr(kernel_factory.ReferenceKernel, "__init__",
+                        lambda self, *a, **k: built.append(a) or (_ for _ in ()).throw(AssertionError("reference")))
+    rng = np.random.default_rng(1)
+    if op == "DequantizeLinear":
+        x = rng.integers(-100, 100, (16,)).astype(np.int32)
+        zp_dtype, zp_type = np.int32, TensorProto.INT32
+    else:
+        x = rng.standard_normal(16).astype(np.float32) * 3
+        zp_dtype, zp_type = np.int8, TensorProto.INT8
+    scale = np.full(scale_shape, 0.05, np.float32)
+    zp = np.full(zp_shape, 3, zp_dtype)
+    node = helper.make_node(op, ["x", "s", "z"], ["y"])
+    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), [16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT if op == "DequantizeLinear" else zp_type, [16])],
+                              [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zp, "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])  # onnx.reference's lowest
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert not built
+    np.testing.assert_array_equal(got, want)

@@ -107,7 +107,7 @@ class _LinearQuant(Kernel):
 
     def _scale_shape(self, x: np.ndarray, scale: np.ndarray) -> tuple | None:
         """How the scale broadcasts over x, or None for a form left to onnx.reference."""
-        if scale.ndim == 0 or scale.size == 1 and scale.ndim == 1 and x.ndim == 0:
+        if scale.size == 1 and scale.ndim <= 1:  # a one-element 1-D scale is per tensor (onnxruntime's too)
             return ()
         if scale.ndim != 1 or x.ndim == 0:
             return None
@@ -120,10 +120,11 @@ class _LinearQuant(Kernel):
         x, scale = inputs[0], inputs[1]
         zp = inputs[2] if len(inputs) > 2 else None
         shape = self._scale_shape(x, scale) if self.plain and scale.dtype == np.float32 else None
-        if shape is None or not self._native_types(x, zp) or (zp is not None and zp.shape != scale.shape):
+        if shape is None or not self._native_types(x, zp) or (
+                zp is not None and zp.shape != scale.shape and not zp.size == scale.size == 1):
             return self._reference().compute(inputs)
-        s = scale.reshape(shape) if shape else scale
-        z = None if zp is None else (zp.reshape(shape) if shape else zp)
+        s = scale.reshape(shape)
+        z = None if zp is None else zp.reshape(shape)
         return [self._apply(x, s, z)]
 
 

@@ -1278,3 +1278,17 @@ def test_gated_epilogues_equal_the_plain_kernels(name, params):
     act(strided[:, 0])
     np.testing.assert_allclose(strided[:, 0], want, rtol=2e-6, atol=1e-30)
     np.testing.assert_array_equal(strided[:, 1], x)
+
+
+def test_replace_nodes_keeps_the_order_of_the_nodes_around_scattered_old_ones():
+    """Old nodes apart from each other (and one named twice): the new ones stand where the last
+    old one stood, every other node keeps its place."""
+    from onnxhal.hal.graph import Graph, Node
+    from onnxhal.runtime.opt_rewrite import replace_nodes
+
+    nodes = [Node("Relu", [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i in range(7)]
+    graph = Graph("g", nodes, inputs=[], outputs=[])
+    new = [Node("Tanh", ["v1"], ["t"], name="new0"), Node("Tanh", ["t"], ["v5"], name="new1")]
+    replace_nodes(graph, [nodes[4], nodes[1], nodes[4]], new)
+    assert [n.name for n in graph.nodes] == ["n0", "n2", "n3", "new0", "new1", "n5", "n6"]
+    assert graph.producer("v5") is new[1] and graph.producer("v2") is None

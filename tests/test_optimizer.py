@@ -1292,3 +1292,56 @@ def test_replace_nodes_keeps_the_order_of_the_nodes_around_scattered_old_ones():
     replace_nodes(graph, [nodes[4], nodes[1], nodes[4]], new)
     assert [n.name for n in graph.nodes] == ["n0", "n2", "n3", "new0", "new1", "n5", "n6"]
     assert graph.producer("v5") is new[1] and graph.producer("v2") is None
+
+
+def _count_inference(monkeypatch) -> list:
+    calls = []
+    real = onnx.shape_inference.infer_shapes
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counting)
+    return calls
+
+
+def test_shapes_are_not_inferred_again_when_folding_showed_inference_nothing_new(monkeypatch):
+    """A loaded graph whose folding only turns Constant nodes into initializers and bypasses an
+    Identity of a float weight: the loader's inference already saw all of it, and the optimizer
+    runs none of its own (it ran one to three, the largest part of its time on most models)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(
+                 rng.standard_normal((4, 3, 3, 3)).astype(np.float32))),
+             helper.make_node("Identity", ["w"], ["wi"]),
+             helper.make_node("Conv", ["x", "wi"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = model_of(nodes, [fvi("x", ["batch", 3, 8, 8])], [fvi("y", None)])
+    graph = load_model(model).graph
+    calls = _count_inference(monkeypatch)
+    optimize(graph, Level.ORT_ENABLE_ALL)
+    assert ops(graph)["Constant"] == 0 and ops(graph)["Identity"] == 0  # folded and bypassed
+    assert calls == []
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    assert_session_matches_ort(model, {"x": x})
+
+
+@pytest.mark.parametrize("hidden", ["Identity", "Where"])
+def test_a_shape_hidden_from_inference_at_load_is_found_after_folding(hidden):
+    """Reshape's target shape behind an Identity (which onnx's data propagation does not read
+    through) or a Where of constants (folded): inference at load leaves the output's dims unknown,
+    and the optimizer's inference after the bypass or the fold makes them static."""
+    target = np.array([2, 12], dtype=np.int64)
+    if hidden == "Identity":
+        nodes = [helper.make_node("Identity", ["shape"], ["t"])]
+        inits = [("shape", target)]
+    else:
+        nodes = [helper.make_node("Where", ["cond", "shape", "other"], ["t"])]
+        inits = [("cond", np.array([True, True])), ("shape", target), ("other", np.array([1, 1], dtype=np.int64))]
+    nodes.append(helper.make_node("Reshape", ["x", "t"], ["r"]))
+    nodes.append(helper.make_node("Relu", ["r"], ["y"]))
+    model = model_of(nodes, [fvi("x", [2, 3, 4])], [fvi("y", None)], inits)
+    graph = load_model(model).graph
+    assert not graph.value_info("r").has_static_shape
+    optimize(graph, Level.ORT_ENABLE_BASIC)
+    assert tuple(graph.value_info("r").shape) == (2, 12)

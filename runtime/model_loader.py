@@ -28,6 +28,7 @@ from onnxhal.runtime.ep_context_model import ReadFunc, resolve_external_contexts
 from onnxhal.runtime.external_data import load_external_data, tensors
 from onnxhal.runtime.model_overrides import override_free_dimensions
 from onnxhal.runtime.node_checks import STANDARD_DOMAINS, check_after_inference, check_nodes, schema_spec
+from onnxhal.runtime.opt_cleanup import shapes_settled
 from onnxhal.runtime.proto_strings import check_strings
 from onnxhal.runtime.sparse_constants import sparse_constants_to_initializers
 
@@ -189,12 +190,15 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
     proto, declared_types = declared_value_info.set_aside(proto, owned=proto is not model)
     # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
     inferred, data_prop, strict_error = guarded_inference.infer(proto)
+    inferred_strictly = inferred is not None
     node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:
         inferred = guarded_inference.infer_lenient(proto, data_prop)
     if any(k in strict_error for k in _SHAPE_CONFLICTS):
         _computed_output_shapes(inferred, proto, data_prop)
     graph = Graph.from_proto(inferred.graph, opset)
+    if inferred_strictly and data_prop:
+        shapes_settled(graph)  # the optimizer's refresh_shapes would repeat this very inference
     check_graph(graph, outer=set())
     resolve_schemas(graph)
     if node_errors:

@@ -10,6 +10,8 @@
 - ``pull_relu_after_maxpool``: MaxPool(Relu(x)) -> Relu(MaxPool(x)), also through a Concat of
   Relu outputs: the Relu runs over the pooled output and the Conv before drops its epilogue.
 - ``fuse_conv_activation``: Conv [+ Add(residual)] [+ activation] -> FusedConv(X, W, B, Z).
+- ``fuse_conv_gated_activation``: Conv or bare FusedConv + x * sigmoid(x) (SiLU), x *
+  HardSigmoid(x) or HardSwish(x) -> FusedConv with a ``Swish`` or ``HardSwish`` epilogue (CPU EP only).
 - ``fuse_gemm_activation``: Gemm + activation -> FusedGemm.
 - ``fuse_batchnorm_activation``: inference BatchNormalization [+ activation] ->
   FusedBatchNormalization(X, multiplier, shift): the statistics precomputed into one affine.
@@ -37,6 +39,7 @@ from onnxhal.runtime.opt_rewrite import (
     FUSED_DOMAIN,
     add_initializer,
     constant,
+    graph_output_names,
     live_nodes,
     make_node,
     rank,
@@ -270,6 +273,62 @@ def fuse_conv_activation(graph: Graph) -> bool:
         fused.attribute_protos.update(conv.attribute_protos)
         fused.attributes.update(conv.attributes)
         replace_nodes(graph, pattern, [fused])
+        changed = True
+    return changed
+
+
+def _gated_activation(graph: Graph, name: str) -> tuple[list[Node], str, list[float]] | None:
+    """The nodes computing x * f(x) from value ``name`` = x alone, with the fused activation they
+    make: Mul(x, Sigmoid(x)) -> Swish [1] (SiLU, YOLO's and EfficientNet's), Mul(x,
+    HardSigmoid(x)) -> HardSwish [alpha, beta] (paddle's hard-swish before opset 14), a HardSwish
+    node -> HardSwish [1/6, 1/2]. Either operand order of the Mul."""
+    if name in graph_output_names(graph):
+        return None
+    readers = graph.consumers(name)
+    if any(name in r.implicit_inputs or r.domain != "" for r in readers):
+        return None
+    if len(readers) == 1 and readers[0].op_type == "HardSwish":
+        return [readers[0]], "HardSwish", [1.0 / 6.0, 0.5]
+    if len(readers) != 2:
+        return None
+    gate = next((r for r in readers if r.op_type in ("Sigmoid", "HardSigmoid")), None)
+    mul = next((r for r in readers if r.op_type == "Mul"), None)
+    if gate is None or mul is None or gate.inputs[0] != name or sorted(mul.inputs) != sorted([name, gate.outputs[0]]):
+        return None
+    if sole_consumer(graph, gate.outputs[0]) is not mul:
+        return None
+    if gate.op_type == "Sigmoid":
+        return [gate, mul], "Swish", [1.0]
+    return [gate, mul], "HardSwish", [float(gate.attr("alpha", 0.2)), float(gate.attr("beta", 0.5))]
+
+
+def fuse_conv_gated_activation(graph: Graph) -> bool:
+    """A Conv, or a FusedConv without an activation or a channel shuffle, whose output x feeds
+    only x * sigmoid(x) or a hard-swish (``_gated_activation``): that activation becomes the
+    convolution's epilogue, where the separate nodes took two more passes and two more outputs
+    (onnxruntime runs these as one kernel too: MLAS's fused Conv activation, and its
+    QuickGelu fusion for x * sigmoid(alpha x))."""
+    changed = False
+    for conv in live_nodes(graph):
+        plain = conv.op_type == "Conv" and conv.domain == ""
+        bare = (conv.op_type == "FusedConv" and conv.domain == FUSED_DOMAIN and not conv.attr("activation", "")
+                and not conv.attr("channel_shuffle", 0))
+        if not (plain or bare):
+            continue
+        dtype = graph.value_info(conv.outputs[0]).dtype
+        if dtype is None or dtype.kind != "f":
+            continue
+        gated = _gated_activation(graph, conv.outputs[0])
+        if gated is None:
+            continue
+        nodes, act, params = gated
+        inputs = list(conv.inputs) + ([""] * (3 - len(conv.inputs)) if plain else [])
+        attrs = {k: a for k, a in conv.attribute_protos.items() if k not in ("activation", "activation_params")}
+        fused = make_node(graph, "FusedConv", inputs, [nodes[-1].outputs[0]], name=_name(conv, "fused"),
+                          domain=FUSED_DOMAIN, activation=act, activation_params=params)
+        fused.attribute_protos.update(attrs)
+        fused.attributes.update({k: v for k, v in conv.attributes.items() if k in attrs})
+        replace_nodes(graph, [conv, *nodes], [fused])
         changed = True
     return changed
 

@@ -14,8 +14,9 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   Concat -> QuantizeLinear) -> QLinearMatMul and com.microsoft QLinearSoftmax / QLinearAdd /
   QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), and fusions
   into ``com.onnxhal`` ops run by the CPU EP (kernels in ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
-  Gemm+activation -> FusedGemm, MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference
-  BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
+  Conv + x * Sigmoid(x) / x * HardSigmoid(x) / HardSwish(x) -> FusedConv with a Swish or
+  HardSwish epilogue (CPU-only sessions), Gemm+activation -> FusedGemm,
+  MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
   MatMulInteger+Cast+Mul(scale)[+Add(bias)] -> com.microsoft MatMulIntegerToFloat (onnxruntime's
   quantizer output; onnxruntime makes the same fusion for its CPU EP),
   the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu,
@@ -34,8 +35,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 ``fuse_cpu_ops=False`` keeps every ``com.onnxhal`` rewrite out (only the LayerNormalization fusion
 to the standard op, at opset >= 17, stays): for sessions where other EPs should see plain ops.
 ``cpu_ep_only=False`` keeps out the rewrites only the CPU EP's kernels run (``CPU_EP_PASSES``: the
-channel-shuffle fold, which the OpenCL EP's FusedConv lacks, the Gemm weight transpose, measured
-only against numpy's BLAS, and the Relu moved after a MaxPool, which would split an NHWC EP's
+channel-shuffle fold and the Swish / HardSwish Conv epilogues, which the OpenCL EP's FusedConv
+lacks, the Gemm weight transpose, measured only against numpy's BLAS, and the Relu moved after a MaxPool, which would split an NHWC EP's
 chain of converted ops).
 
 The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
@@ -93,6 +94,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("push_relu_into_concat", _EXTENDED, opt_fusions.push_relu_into_concat, False, False),
     ("pull_relu_after_maxpool", _EXTENDED, opt_fusions.pull_relu_after_maxpool, False, False),
     ("fuse_conv_activation", _EXTENDED, opt_fusions.fuse_conv_activation, False, True),
+    ("fuse_conv_gated_activation", _EXTENDED, opt_fusions.fuse_conv_gated_activation, False, True),
     ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
     ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
     ("fuse_classifier_normalizer", _EXTENDED, opt_ml_fusions.fuse_classifier_normalizer, False, True),
@@ -105,7 +107,8 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 #: ``pull_relu_after_maxpool`` emits standard ops, but a Relu between a MaxPool and a Conv would
 #: keep the layout transformer's Transposes of an NHWC EP from cancelling (it converts
 #: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
-CPU_EP_PASSES = frozenset({"fuse_channel_shuffle", "pretranspose_gemm_weights", "pull_relu_after_maxpool"})
+CPU_EP_PASSES = frozenset({"fuse_channel_shuffle", "fuse_conv_gated_activation", "pretranspose_gemm_weights",
+                           "pull_relu_after_maxpool"})
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4

@@ -1187,3 +1187,162 @@ def test_castlike_is_written_as_cast_in_the_optimized_model_as_onnxruntime(tmp_p
     assert our_inits == their_inits == ["one"]
     for a, b in zip(our_out, their_out):
         np.testing.assert_array_equal(a, b)
+
+
+def _conv_gated(gate: str, seed: int = 0, residual: bool = False, depthwise: bool = False):
+    """Conv (+ a residual Add) then x * gate(x): ``gate`` "sigmoid" (SiLU as YOLOv8 exports it),
+    "hardsigmoid" (paddle's hard-swish before opset 14, alpha 1/6), "hardswish" (one node, opset
+    14), "sigmoid of another" (a Mul of the Conv by another value's Sigmoid: no activation) or
+    "gate read twice" (the Sigmoid's output also a graph output)."""
+    rng = np.random.default_rng(seed)
+    c, m = (4, 4) if depthwise else (3, 5)
+    attrs = {"group": 4} if depthwise else {}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2], **attrs)]
+    src = "c"
+    if residual:
+        nodes.append(helper.make_node("Add", ["c", "r"], ["s"]))
+        src = "s"
+    outputs = [fvi("y", None)]
+    if gate == "hardswish":
+        nodes.append(helper.make_node("HardSwish", [src], ["y"]))
+    elif gate == "hardsigmoid":
+        nodes += [helper.make_node("HardSigmoid", [src], ["g"], alpha=1 / 6, beta=0.5),
+                  helper.make_node("Mul", ["g", src], ["y"])]
+    elif gate == "sigmoid of another":
+        nodes += [helper.make_node("Sigmoid", ["r"], ["g"]), helper.make_node("Mul", [src, "g"], ["y"])]
+    else:
+        nodes += [helper.make_node("Sigmoid", [src], ["g"]), helper.make_node("Mul", [src, "g"], ["y"])]
+        if gate == "gate read twice":
+            outputs.append(fvi("g", None))
+    inits = [("w", rng.standard_normal((m, 1 if depthwise else c, 3, 3)).astype(np.float32)),
+             ("b", rng.standard_normal(m).astype(np.float32))]
+    model = model_of(nodes, [fvi("x", [2, c, 9, 9]), fvi("r", [2, m, 5, 5])], outputs, inits)
+    # random values, and values past where sigmoid saturates in float32 (|x| 20 to 1e4), exact zeros
+    x = rng.standard_normal((2, c, 9, 9)).astype(np.float32)
+    x[1] *= rng.choice(np.float32([0, 20, 1e3, 1e4]), size=(c, 9, 9))
+    feeds = {"x": x, "r": rng.standard_normal((2, m, 5, 5)).astype(np.float32)}
+    return model, feeds
+
+
+@pytest.mark.parametrize("gate, act", [("sigmoid", "Swish"), ("hardsigmoid", "HardSwish"), ("hardswish", "HardSwish")])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_conv_with_a_gated_activation_fuses_into_one_conv(gate, act, residual, depthwise):
+    model, feeds = _conv_gated(gate, residual=residual, depthwise=depthwise)
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    assert [n.op_type for n in graph.nodes] == ["FusedConv"]
+    assert graph.nodes[0].attr("activation") == act
+    assert len(graph.nodes[0].inputs) == (4 if residual else 3)
+    assert_session_matches_ort(model, feeds)
+
+
+@pytest.mark.parametrize("gate", ["sigmoid of another", "gate read twice"])
+def test_conv_with_a_gate_of_another_value_keeps_its_mul(gate):
+    model, feeds = _conv_gated(gate)
+    graph = optimized(model, Level.ORT_ENABLE_ALL)
+    assert ops(graph)["Mul"] == 1 and ops(graph)["Sigmoid"] == 1
+    assert all(n.attr("activation", "") == "" for n in graph.nodes if n.op_type == "FusedConv")
+    assert_session_matches_ort(model, feeds)
+
+
+def test_gated_activation_fusion_is_left_out_for_other_eps():
+    """The OpenCL EP's FusedConv has no Swish or HardSwish epilogue: with another EP in the session
+    the Sigmoid and Mul stay for it to claim."""
+    model, _ = _conv_gated("sigmoid")
+    graph = optimize(load_model(model).graph, Level.ORT_ENABLE_ALL, cpu_ep_only=False)
+    assert ops(graph)["Sigmoid"] == 1 and ops(graph)["Mul"] == 1
+
+
+@pytest.mark.parametrize("name, params", [("Swish", [1.0]), ("Swish", [1.702]), ("HardSwish", [1 / 6, 0.5]),
+                                          ("HardSwish", [0.2, 0.5])])
+def test_gated_epilogues_equal_the_plain_kernels(name, params):
+    """The fused epilogue against the CPU EP's own Sigmoid / HardSigmoid and Mul kernels, on random
+    values, saturating ones, zeros, signed infinities and NaN, contiguous and strided."""
+    from onnxhal.hal import Node
+    from onnxhal.runtime.providers.cpu.kernels.activation import HardSigmoid, Sigmoid
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(1000) * 8, np.float32([0, -0.0, 1e-40, 30, -30, 90, -90, 1e30, -1e30,
+                                                                     np.inf, -np.inf, np.nan])]).astype(np.float32)
+    alpha = params[0]
+    if name == "Swish":
+        want = x * Sigmoid(Node("Sigmoid", ["x"], ["y"]), None).compute([x * np.float32(alpha)])[0]
+    else:
+        node = Node("HardSigmoid", ["x"], ["y"], attribute_protos=[helper.make_attribute("alpha", params[0]),
+                                                                    helper.make_attribute("beta", params[1])])
+        want = x * HardSigmoid(node, None).compute([x])[0]
+    act = fused_kernels._activation(name, params, Node("FusedConv", [], []))
+    got = x.copy()
+    act(got)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-30)
+    strided = np.repeat(x, 2).reshape(-1, 2)
+    act(strided[:, 0])
+    np.testing.assert_allclose(strided[:, 0], want, rtol=2e-6, atol=1e-30)
+    np.testing.assert_array_equal(strided[:, 1], x)
+
+
+def test_replace_nodes_keeps_the_order_of_the_nodes_around_scattered_old_ones():
+    """Old nodes apart from each other (and one named twice): the new ones stand where the last
+    old one stood, every other node keeps its place."""
+    from onnxhal.hal.graph import Graph, Node
+    from onnxhal.runtime.opt_rewrite import replace_nodes
+
+    nodes = [Node("Relu", [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i in range(7)]
+    graph = Graph("g", nodes, inputs=[], outputs=[])
+    new = [Node("Tanh", ["v1"], ["t"], name="new0"), Node("Tanh", ["t"], ["v5"], name="new1")]
+    replace_nodes(graph, [nodes[4], nodes[1], nodes[4]], new)
+    assert [n.name for n in graph.nodes] == ["n0", "n2", "n3", "new0", "new1", "n5", "n6"]
+    assert graph.producer("v5") is new[1] and graph.producer("v2") is None
+
+
+def _count_inference(monkeypatch) -> list:
+    calls = []
+    real = onnx.shape_inference.infer_shapes
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counting)
+    return calls
+
+
+def test_shapes_are_not_inferred_again_when_folding_showed_inference_nothing_new(monkeypatch):
+    """A loaded graph whose folding only turns Constant nodes into initializers and bypasses an
+    Identity of a float weight: the loader's inference already saw all of it, and the optimizer
+    runs none of its own (it ran one to three, the largest part of its time on most models)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(
+                 rng.standard_normal((4, 3, 3, 3)).astype(np.float32))),
+             helper.make_node("Identity", ["w"], ["wi"]),
+             helper.make_node("Conv", ["x", "wi"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = model_of(nodes, [fvi("x", ["batch", 3, 8, 8])], [fvi("y", None)])
+    graph = load_model(model).graph
+    calls = _count_inference(monkeypatch)
+    optimize(graph, Level.ORT_ENABLE_ALL)
+    assert ops(graph)["Constant"] == 0 and ops(graph)["Identity"] == 0  # folded and bypassed
+    assert calls == []
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    assert_session_matches_ort(model, {"x": x})
+
+
+@pytest.mark.parametrize("hidden", ["Identity", "Where"])
+def test_a_shape_hidden_from_inference_at_load_is_found_after_folding(hidden):
+    """Reshape's target shape behind an Identity (which onnx's data propagation does not read
+    through) or a Where of constants (folded): inference at load leaves the output's dims unknown,
+    and the optimizer's inference after the bypass or the fold makes them static."""
+    target = np.array([2, 12], dtype=np.int64)
+    if hidden == "Identity":
+        nodes = [helper.make_node("Identity", ["shape"], ["t"])]
+        inits = [("shape", target)]
+    else:
+        nodes = [helper.make_node("Where", ["cond", "shape", "other"], ["t"])]
+        inits = [("cond", np.array([True, True])), ("shape", target), ("other", np.array([1, 1], dtype=np.int64))]
+    nodes.append(helper.make_node("Reshape", ["x", "t"], ["r"]))
+    nodes.append(helper.make_node("Relu", ["r"], ["y"]))
+    model = model_of(nodes, [fvi("x", [2, 3, 4])], [fvi("y", None)], inits)
+    graph = load_model(model).graph
+    assert not graph.value_info("r").has_static_shape
+    optimize(graph, Level.ORT_ENABLE_BASIC)
+    assert tuple(graph.value_info("r").shape) == (2, 12)

@@ -10,7 +10,9 @@
 - ``LayerNormalization``: the ONNX contract, for models whose opset predates the ONNX op.
 
 ``activation`` names the op ("" for none); ``activation_params`` holds its float attributes
-(LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta).
+(LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta). Two gated activations, x * f(x), come
+from ``fuse_conv_gated_activation``: ``Swish`` (alpha: x * sigmoid(alpha x), SiLU at 1) and
+``HardSwish`` (alpha, beta: x * HardSigmoid(x)).
 
 Threads: work can be split between ``WORKERS`` threads of one shared pool (numpy releases the GIL
 in BLAS calls and ufuncs), each block getting its epilogue (bias, residual, activation) while in
@@ -187,8 +189,27 @@ def _activation(name: str, params: list[float], node: Node) -> Callable[[np.ndar
             y += beta
             clamp_(y, 0.0, 1.0)
         return hard_sigmoid
+    if name == "Swish":
+        (alpha,) = params
+
+        def swish(y: np.ndarray) -> None:  # the Sigmoid kernel's 0.5 (1 + tanh(a y / 2)): no overflow
+            t = np.multiply(y, 0.5 * alpha, dtype=y.dtype)
+            np.tanh(t, out=t)
+            t *= 0.5
+            t += 0.5
+            y *= t
+        return swish
+    if name == "HardSwish":
+        alpha, beta = params
+
+        def hard_swish(y: np.ndarray) -> None:
+            t = y * alpha
+            t += beta
+            clamp_(t, 0.0, 1.0)
+            y *= t
+        return hard_swish
     raise InvalidArgument(f"{node.op_type} node {node.name!r}: activation {name!r} is not supported; "
-                          "use one of Relu, Gelu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid")
+                          "use one of Relu, Gelu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid, Swish, HardSwish")
 
 
 def writable(y: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -339,3 +339,79 @@ def test_dispatcher_never_raises_and_never_returns_a_null_string(caplog):
     assert name and ctypes.string_at(name) == b""  # onnxruntime reads the string: never NULL
     assert dispatch._dispatch(dispatch.F_IS_STREAM_AWARE, None, None) == 0
     assert "OrtEp::GetCompiledModelCompatibilityInfo failed" in caplog.text
+
+
+# -- onnxruntime's API version: which OrtEp / OrtEpFactory members the bridge declares ------------------
+def test_structs_follow_the_member_table_and_fill_up_to_the_declared_version():
+    from onnxhal.ort_plugin import ep_struct_table, structs
+
+    plugin_path = onnxhal_plugin_library()
+    assert plugin_path
+    # Member k of the table sits at word k after ort_version_supported (padded to a word).
+    for struct, table in ((structs.EpStruct, ep_struct_table.ORT_EP), (structs.FactoryStruct, ep_struct_table.ORT_EP_FACTORY)):
+        for k, (member, _) in enumerate(table):
+            assert getattr(struct, member).offset == 8 + 8 * k, member
+    assert structs.EpStruct.OnSessionInitializationEnd.offset == 176
+    assert structs.negotiated_version(23) == 23
+    assert structs.negotiated_version(99) == ep_struct_table.NEWEST_VERSION
+    for version, expect_sync, expect_init_end in ((24, False, False), (25, True, False), (27, True, True)):
+        ep = structs.fill(structs.EpStruct(), version)
+        assert ep.ort_version_supported == version
+        assert bool(ep.Sync) == expect_sync and bool(ep.OnSessionInitializationEnd) == expect_init_end
+        assert ep.IsConcurrentRunSupported is None and ep.GetKernelRegistry is None
+    factory = structs.fill(structs.FactoryStruct(), 23)
+    assert factory.GetHardwareDeviceIncompatibilityDetails is None and factory.CreateSyncStreamForDevice
+    assert structs.fill(structs.FactoryStruct(), 24).GetHardwareDeviceIncompatibilityDetails
+
+
+def test_ep_api_table_agrees_with_the_source_text():
+    from onnxhal.ort_plugin import ep_struct_table
+
+    sources = gen_api_table.HERE / "ort_source"
+    from_source = gen_api_table.parse_table((sources / "ep_api.cc.excerpt").read_text(), "OrtExecutionProviderApi",
+                                            "OrtEpApi")
+    header = {name: (slot, since) for slot, (name, since) in enumerate(ep_struct_table.ORT_EP_API)}
+    assert all(header[name] == entry for name, entry in from_source.items())
+    # onnxruntime 1.31.1's GetEnvConfigEntries is slot 49 (docs: shared ort-ep-api.md, observed).
+    assert header["GetEnvConfigEntries"] == (49, 24)
+    assert header["DeviceEpIncompatibilityDetails_SetDetails"] == (44, 24)
+
+
+def onnxhal_plugin_library() -> str:
+    import onnxhal.ort_plugin as plugin
+
+    return plugin.library_path()
+
+
+def test_hal_hooks_reach_the_ep_on_every_onnxruntime_version():
+    from onnxhal.ort_plugin.ep_struct_table import NEWEST_VERSION
+
+    r = run_check("hooks")
+    api = ORT_VERSION[1]
+    assert r["declared_version"] == min(api, NEWEST_VERSION)
+    no, yes = r["concurrent_0"], r["concurrent_1"]
+    # Four threads, three runs each: an EP that cannot take concurrent runs gets one Compute at a
+    # time (without the bridge's lock: 4 in flight before 1.24, a deadlock in onnxruntime's own lock
+    # after); one that can overlaps.
+    assert no["in_flight_max"] == 1 and yes["in_flight_max"] > 1
+    assert no["runs"] == yes["runs"] == 12 and no["err"] == yes["err"] == 0.0
+    by_ort = r["by_ort"]
+    for s in (no, yes):
+        assert s["init_ends"] == 1 and s["init_end_before_first_run"]
+        if api >= 27:  # onnxruntime's OnSessionInitializationEnd: at session creation
+            assert s["log_after_init"][-1] == "on_session_initialization_end"
+        else:  # the bridge: at the first run
+            assert "on_session_initialization_end" not in s["log_after_init"]
+        if api >= 25:  # onnxruntime's Sync, from IOBinding's synchronize calls
+            assert s["binding_events"] == ["sync", "on_run_start", "on_run_end", "sync"]
+            assert s["syncs"] == 0
+        else:  # the bridge: at the end of each run
+            assert s["binding_events"] == ["on_run_start", "on_run_end", "sync"]
+            assert s["syncs"] == 12
+    assert by_ort.get("E_ON_SESSION_INITIALIZATION_END", 0) == (2 if api >= 27 else 0)
+    assert by_ort.get("E_SYNC", 0) == (4 if api >= 25 else 0)
+    if api >= 26:  # the Python query exists from 1.26
+        assert r["incompatibility"] == [{"reasons_bitmask": 0, "notes": None, "error_code": 0},
+                                        {"reasons_bitmask": 1, "notes": "driver 1.0 is too old; install 2.0",
+                                         "error_code": 7}]
+        assert by_ort["F_GET_INCOMPATIBILITY_DETAILS"] == 2

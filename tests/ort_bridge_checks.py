@@ -589,6 +589,80 @@ def before_virtual_devices() -> dict:
     return {"devices": devices, "providers": sess.get_providers(), "err": add_mul_error(sess)}
 
 
+def hooks() -> dict:
+    """The hal hooks of onnxruntime 1.24 and later (tests/plugins/hooks_ep.py): which ones onnxruntime
+    itself calls (counted at the bridge's dispatcher) and what the EP sees: concurrent runs on an EP
+    that cannot take them, sync, session-initialization end, hardware-incompatibility details."""
+    from onnxhal.ort_plugin import dispatch as d
+    from onnxhal.ort_plugin import library
+    from onnxhal.ort_plugin.structs import negotiated_version
+
+    by_ort: dict[str, int] = {}
+    for call in ("E_SYNC", "E_ON_SESSION_INITIALIZATION_END", "F_GET_INCOMPATIBILITY_DETAILS"):
+        handler = d.HANDLERS[getattr(d, call)]
+
+        def counted(target, args, call=call, handler=handler):
+            by_ort[call] = by_ort.get(call, 0) + 1
+            return handler(target, args)
+
+        d.HANDLERS[getattr(d, call)] = counted
+    path = Path(__file__).resolve().parent / "plugins" / "hooks_ep.py"
+    plugin.configure(library=str(path))
+    ort.register_execution_provider_library("hooks", plugin.library_path())
+    hooks_module = next(m for m in list(sys.modules.values())
+                        if getattr(m, "__file__", None) and Path(m.__file__).resolve() == path)
+    out: dict = {"declared_version": negotiated_version(library.bound_api(0).api_version)}
+    model = add_mul_model()
+    for concurrent in ("0", "1"):
+        hooks_module.LOG.clear()
+        hooks_module.STATE["in_flight_max"] = 0
+        sess = session(model, devices=[device("HooksExecutionProvider")], options={"concurrent": concurrent})
+        log_after_init = [e[0] for e in hooks_module.LOG]
+        errors: list[float] = []
+
+        def run(sess=sess, errors=errors) -> None:
+            for _ in range(3):
+                errors.append(add_mul_error(sess))
+
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        events = [e[0] for e in hooks_module.LOG]
+        # IOBinding's synchronize calls reach the EP's sync (onnxruntime's Sync member, API 25).
+        hooks_module.LOG.clear()
+        binding = sess.io_binding()
+        binding.bind_cpu_input("x", ADD_MUL_X)
+        binding.bind_output(sess.get_outputs()[0].name)
+        binding.synchronize_inputs()
+        sess.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        binding_events = [e[0] for e in hooks_module.LOG]
+        out[f"concurrent_{concurrent}"] = {
+            "binding_events": binding_events,
+            "in_flight_max": hooks_module.STATE["in_flight_max"], "err": max(errors), "runs": len(errors),
+            "log_after_init": log_after_init, "syncs": events.count("sync"),
+            "init_ends": events.count("on_session_initialization_end"),
+            "init_end_before_first_run": (events.index("on_session_initialization_end")
+                                          < events.index("on_run_start")) if "on_session_initialization_end" in events
+            else None,
+            "asked_concurrency": events.count("is_concurrent_run_supported")}
+        del sess
+    from onnxruntime.capi import onnxruntime_pybind11_state as C  # the query is not re-exported (1.26-1.32)
+
+    query = getattr(C, "get_hardware_device_ep_incompatibility_details", None)
+    if query is not None:
+        cpu = next(hw for hw in C.get_hardware_devices() if hw.type == C.OrtHardwareDeviceType.CPU)
+        compatible = query("HooksExecutionProvider", cpu)
+        hooks_module.INCOMPATIBLE.update(reasons=1, notes="driver 1.0 is too old; install 2.0", code=7)
+        incompatible = query("HooksExecutionProvider", cpu)
+        out["incompatibility"] = [{k: int(v) if k != "notes" else v for k, v in dict(r).items()}
+                                  for r in (compatible, incompatible)]
+    out["by_ort"] = by_ort
+    return out
+
+
 def not_attached() -> dict:
     """onnxruntime loads the library without onnxhal's Python side attached: a clear error."""
     from onnxhal.ort_plugin.build import bridge_library

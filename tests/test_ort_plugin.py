@@ -33,23 +33,68 @@ def run_check(name: str, timeout: float = 240) -> dict:
 
 
 # -- in process: no onnxruntime load ---------------------------------------------------------------
-def test_api_table_is_generated_from_the_source_text(tmp_path):
-    sources = gen_api_table.HERE / "ort_source"
-    tables = {var: gen_api_table.parse_table((sources / f).read_text(), ns, struct)
-              for var, (f, ns, struct) in gen_api_table.SOURCES.items()}
-    assert tables["ORT_API"]["GetEpApi"] == (317, 22)
-    assert tables["ORT_API"]["CreateExternalInitializerInfo"] == (389, 23)
-    assert tables["ORT_API"]["RunOptionsSetSyncStream"] == (411, 24)
-    assert tables["EP_API"]["CreateHardwareDevice"] == (16, 24)
-    # The committed table is what the generator makes from the committed source text.
-    assert (gen_api_table.HERE / "api_table.py").read_text() == gen_api_table.render(tables)
+def _fake_checkout(root: Path, ep_api_anchor: int = 1) -> Path:
+    """A tiny onnxruntime-shaped source tree: the files and the forms gen_api_table.py reads."""
+    session = root / "onnxruntime" / "core" / "session"
+    (session / "plugin_ep").mkdir(parents=True)
+    include = root / "include" / "onnxruntime" / "core" / "session"
+    include.mkdir(parents=True)
+    (session / "onnxruntime_c_api.cc").write_text(
+        "static constexpr OrtApi ort_api_1_to_3 = {\n    &OrtApis::First,\n    &OrtApis::Second,\n"
+        "    // End of Version 1 - DO NOT MODIFY ABOVE\n    &OrtApis::Third,\n};\n"
+        "static_assert(offsetof(OrtApi, Second) / sizeof(void*) == 1, \"v1\");\n")
+    (session / "plugin_ep" / "ep_api.cc").write_text(
+        "static constexpr OrtEpApi ort_ep_api = {\n    &OrtExecutionProviderApi::MakeThing,\n"
+        "    &OrtExecutionProviderApi::ReleaseThing,\n    // End of Version 2 - DO NOT MODIFY ABOVE\n"
+        "    &OrtExecutionProviderApi::Thing_Query,\n};\n"
+        f"static_assert(offsetof(OrtEpApi, ReleaseThing) / sizeof(void*) == {ep_api_anchor}, \"v2\");\n")
+    (session / "model_editor_c_api.cc").write_text(
+        "static constexpr OrtModelEditorApi ort_model_editor_api = {\n    &OrtModelEditorAPI::Edit,\n};\n"
+        "static_assert(offsetof(OrtModelEditorApi, Edit) / sizeof(void*) == 0, \"v21\");\n")
+    (include / "onnxruntime_c_api.h").write_text("#define ORT_API_VERSION 3\n")
+    (include / "onnxruntime_ep_c_api.h").write_text(
+        "struct OrtEpApi {\n  /** \\brief Makes.\n   * \\since Version 1.2.\n   */\n"
+        "  ORT_API2_STATUS(MakeThing, _In_ int x);\n\n  ORT_CLASS_RELEASE(Thing);\n\n"
+        "  /** \\since Version 1.3. */\n  ORT_API_T(int, Thing_Query, _In_ const OrtThing* t);\n};\n\n"
+        "struct OrtEp {\n  uint32_t ort_version_supported;\n\n  /** \\since Version 1.2. */\n"
+        "  ORT_API_T(const char*, GetName, _In_ const OrtEp* this_ptr);\n\n  /** \\since Version 1.3. */\n"
+        "  ORT_API2_STATUS(Sync, _In_ OrtEp* this_ptr);\n  ORT_API2_STATUS(Undocumented, _In_ OrtEp* this_ptr);\n};\n\n"
+        "struct OrtEpFactory {\n  uint32_t ort_version_supported;\n\n  /** \\since Version 1.2. */\n"
+        "  OrtStatus*(ORT_API_CALL* CreateEp)(_In_ OrtEpFactory* this_ptr, _Outptr_ OrtEp** ep);\n};\n")
+    return root
 
 
-def test_api_table_generator_refuses_a_miscounted_source():
-    text = (gen_api_table.HERE / "ort_source" / "onnxruntime_c_api.cc.excerpt").read_text()
-    broken = text.replace("    &OrtApis::GetCompileApi,\n", "", 1)  # one slot lost before the 22 anchor
-    with pytest.raises(SystemExit, match="anchor GetEpApi is slot 317"):
-        gen_api_table.parse_table(broken, "OrtApis", "OrtApi")
+def test_api_tables_are_generated_from_an_onnxruntime_checkout(tmp_path):
+    api_table, struct_table = gen_api_table.generate(_fake_checkout(tmp_path))
+    tables: dict = {}
+    exec(api_table, tables)
+    assert tables["ORT_API"] == {"First": (0, 1), "Second": (1, 1), "Third": (2, 2)}
+    assert tables["EP_API"] == {"MakeThing": (0, 2), "ReleaseThing": (1, 2), "Thing_Query": (2, 3)}
+    assert tables["MODEL_EDITOR_API"] == {"Edit": (0, 21)}
+    structs: dict = {}
+    exec(struct_table, structs)
+    assert structs["NEWEST_VERSION"] == 3
+    assert structs["ORT_EP"] == [("GetName", 2), ("Sync", 3), ("Undocumented", None)]
+    assert structs["ORT_EP_FACTORY"] == [("CreateEp", 2)]
+    assert structs["ORT_EP_API"] == [("MakeThing", 2), ("ReleaseThing", 2), ("Thing_Query", 3)]
+
+
+def test_api_table_generator_refuses_a_miscounted_source(tmp_path):
+    with pytest.raises(SystemExit, match="anchor ReleaseThing is slot 2 in onnxruntime, 1 by this count"):
+        gen_api_table.generate(_fake_checkout(tmp_path, ep_api_anchor=2))
+
+
+def test_committed_tables_agree_and_hold_the_slots_onnxruntime_was_seen_with():
+    from onnxhal.ort_plugin import api_table, ep_struct_table
+
+    assert api_table.ORT_API["GetEpApi"] == (317, 22)
+    assert api_table.ORT_API["CreateExternalInitializerInfo"] == (389, 23)
+    assert api_table.ORT_API["RunOptionsSetSyncStream"] == (411, 24)
+    header = {name: (slot, since) for slot, (name, since) in enumerate(ep_struct_table.ORT_EP_API)}
+    assert all(header[name] == entry for name, entry in api_table.EP_API.items())
+    # onnxruntime 1.31.1's GetEnvConfigEntries is slot 49 (observed).
+    assert header["GetEnvConfigEntries"] == (49, 24)
+    assert header["DeviceEpIncompatibilityDetails_SetDetails"] == (44, 24)
 
 
 def test_no_compiler_names_the_remedy(tmp_path, monkeypatch):
@@ -339,3 +384,84 @@ def test_dispatcher_never_raises_and_never_returns_a_null_string(caplog):
     assert name and ctypes.string_at(name) == b""  # onnxruntime reads the string: never NULL
     assert dispatch._dispatch(dispatch.F_IS_STREAM_AWARE, None, None) == 0
     assert "OrtEp::GetCompiledModelCompatibilityInfo failed" in caplog.text
+
+
+# -- onnxruntime's API version: which OrtEp / OrtEpFactory members the bridge declares ------------------
+def test_structs_follow_the_member_table_and_fill_up_to_the_declared_version():
+    from onnxhal.ort_plugin import ep_struct_table, structs
+
+    plugin_path = onnxhal_plugin_library()
+    assert plugin_path
+    # Member k of the table sits at word k after ort_version_supported (padded to a word).
+    for struct, table in ((structs.EpStruct, ep_struct_table.ORT_EP), (structs.FactoryStruct, ep_struct_table.ORT_EP_FACTORY)):
+        for k, (member, _) in enumerate(table):
+            assert getattr(struct, member).offset == 8 + 8 * k, member
+    assert structs.EpStruct.OnSessionInitializationEnd.offset == 176
+    assert structs.negotiated_version(23) == 23
+    assert structs.negotiated_version(99) == ep_struct_table.NEWEST_VERSION
+    for version, expect_sync, expect_init_end in ((24, False, False), (25, True, False), (27, True, True)):
+        ep = structs.fill(structs.EpStruct(), version)
+        assert ep.ort_version_supported == version
+        assert bool(ep.Sync) == expect_sync and bool(ep.OnSessionInitializationEnd) == expect_init_end
+        assert ep.IsConcurrentRunSupported is None and ep.GetKernelRegistry is None
+    factory = structs.fill(structs.FactoryStruct(), 23)
+    assert factory.GetHardwareDeviceIncompatibilityDetails is None and factory.CreateSyncStreamForDevice
+    assert structs.fill(structs.FactoryStruct(), 24).GetHardwareDeviceIncompatibilityDetails
+
+
+def onnxhal_plugin_library() -> str:
+    import onnxhal.ort_plugin as plugin
+
+    return plugin.library_path()
+
+
+def test_hal_hooks_reach_the_ep_on_every_onnxruntime_version():
+    from onnxhal.ort_plugin.ep_struct_table import NEWEST_VERSION
+
+    r = run_check("hooks")
+    api = ORT_VERSION[1]
+    assert r["declared_version"] == min(api, NEWEST_VERSION)
+    no, yes = r["concurrent_0"], r["concurrent_1"]
+    # Four threads, three runs each: an EP that cannot take concurrent runs gets one Compute at a
+    # time (without the bridge's lock: 4 in flight before 1.24, a deadlock in onnxruntime's own lock
+    # after); one that can overlaps.
+    assert no["in_flight_max"] == 1 and yes["in_flight_max"] > 1
+    assert no["runs"] == yes["runs"] == 12 and no["err"] == yes["err"] == 0.0
+    by_ort = r["by_ort"]
+    for s in (no, yes):
+        assert s["init_ends"] == 1 and s["init_end_before_first_run"]
+        if api >= 27:  # onnxruntime's OnSessionInitializationEnd: at session creation
+            assert s["log_after_init"][-1] == "on_session_initialization_end"
+        else:  # the bridge: at the first run
+            assert "on_session_initialization_end" not in s["log_after_init"]
+        if api >= 25:  # onnxruntime's Sync, from IOBinding's synchronize calls
+            assert s["binding_events"] == ["sync", "on_run_start", "on_run_end", "sync"]
+            assert s["syncs"] == 0
+        else:  # the bridge: at the end of each run
+            assert s["binding_events"] == ["on_run_start", "on_run_end", "sync"]
+            assert s["syncs"] == 12
+    assert by_ort.get("E_ON_SESSION_INITIALIZATION_END", 0) == (2 if api >= 27 else 0)
+    assert by_ort.get("E_SYNC", 0) == (4 if api >= 25 else 0)
+    if api >= 26:  # the Python query exists from 1.26
+        assert r["incompatibility"] == [{"reasons_bitmask": 0, "notes": None, "error_code": 0},
+                                        {"reasons_bitmask": 1, "notes": "driver 1.0 is too old; install 2.0",
+                                         "error_code": 7}]
+        assert by_ort["F_GET_INCOMPATIBILITY_DETAILS"] == 2
+
+
+def test_call_ids_of_bridge_c_and_dispatch_agree():
+    import re
+
+    from onnxhal.ort_plugin import build, dispatch
+
+    text = build.SOURCE.read_text()
+    body = re.search(r"enum \{\n  CALL_CREATE_EP_FACTORIES(.*?)\};", text, re.S).group(0)
+    ids: dict[str, int] = {}
+    value = -1
+    for name, explicit in re.findall(r"(\w+)(?: = (\d+))?[,\n]", body.split("{", 1)[1]):
+        value = int(explicit) if explicit else value + 1
+        ids[name] = value
+    ids["CREATE_EP_FACTORIES"], ids["RELEASE_EP_FACTORY"] = ids.pop("CALL_CREATE_EP_FACTORIES"), \
+        ids.pop("CALL_RELEASE_EP_FACTORY")
+    assert len(ids) == 40
+    assert {name: getattr(dispatch, name, None) for name in ids} == ids

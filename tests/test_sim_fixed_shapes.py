@@ -77,22 +77,11 @@ def test_a_fixed_shape_model_written_by_fix_shapes_runs_on_the_gpu_profile(tmp_p
         assert err <= bound, (err, bound)
 
 
-def test_a_statically_quantized_bert_with_fixed_dims_runs_on_the_gpu_profile(tmp_path):
+def test_a_statically_quantized_bert_with_fixed_dims_runs_on_the_gpu_profile():
     """quantize_static's QDQ BERT: its first partition takes ``input_ids`` (a Gather's indices)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-
-    path, sigs = load("bert_ts")
+    # quantize_static's QDQ form of bert_ts (per tensor, calibrated on its signatures), from the corpus
+    qdq, sigs = load("bert_ts_qdq_pt")
     feeds = sigs["a"][0]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.batches = iter([feeds])
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    qdq = str(tmp_path / "bert_qdq.onnx")
-    quantize_static(path, qdq, Reader(), quant_format=QuantFormat.QDQ)
     # The CPU EP's departure from onnxruntime on QDQ BERT is its own item (docs/cpu-ep.md); the
     # device must agree with the CPU EP it stands beside.
     cpu = onnxhal.InferenceSession(qdq, providers=["CPUExecutionProvider"]).run(None, feeds)

@@ -48,26 +48,27 @@ def has_shape(api: OrtApi, info: int, rank: int) -> bool:
     return rank > 0
 
 
-def dtype_and_shape(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...]]:
-    """numpy dtype and shape of an OrtValue tensor."""
+def _element_and_dims(api: OrtApi, value: int) -> tuple[int, list[int]]:
+    """ONNX element type and dims of an OrtValue tensor."""
     info = c_void_p()
     api.call("GetTensorTypeAndShape", value, ctypes.byref(info))
     try:
         elem, dims, _ = type_and_shape(api, info.value, symbolic=False)
     finally:
         api.ort["ReleaseTensorTypeAndShapeInfo"](info)
+    return elem, dims
+
+
+def dtype_and_shape(api: OrtApi, value: int) -> tuple[np.dtype, tuple[int, ...]]:
+    """numpy dtype and shape of an OrtValue tensor."""
+    elem, dims = _element_and_dims(api, value)
     return dtype_of(elem), tuple(dims)
 
 
 def copy_of(api: OrtApi, value: int) -> np.ndarray:
     """A host copy of an OrtValue tensor; string tensors (constants the graph view carries, never a
     partition's input) as numpy object arrays of bytes, as ``onnx.numpy_helper`` reads them."""
-    info = c_void_p()
-    api.call("GetTensorTypeAndShape", value, ctypes.byref(info))
-    try:
-        elem, dims, _ = type_and_shape(api, info.value, symbolic=False)
-    finally:
-        api.ort["ReleaseTensorTypeAndShapeInfo"](info)
+    elem, dims = _element_and_dims(api, value)
     if elem != TensorProto.STRING:
         return view_of(api, value, dtype_of(elem), tuple(dims)).copy()
     count = int(np.prod(dims, dtype=np.int64))

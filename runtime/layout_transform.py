@@ -186,3 +186,74 @@ def nchw_twin(node: Node, graph: Graph) -> tuple[list[Node], dict[str, ValueInfo
 
 
 __all__ = ["NHWC_DOMAIN", "LAYOUT_SENSITIVE", "transform_layout", "nchw_twin", "original_domain"]
+
+
+#: Ops that compute each element from the same element of their one data input, so a Transpose
+#: commutes with them (Clip's min/max are scalars).
+ELEMENTWISE_UNARY = frozenset({"Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
+                               "Clip", "Abs", "Neg", "Exp", "Log", "Sqrt", "Erf", "Softplus", "Identity", "Cast",
+                               "Gelu", "Mish", "Reciprocal", "Floor", "Ceil", "Round", "Sign"})
+
+
+def _perm(node: Node) -> tuple[int, ...] | None:
+    perm = node.attr("perm")
+    return tuple(int(p) for p in perm) if perm is not None else None
+
+
+def _inverse(p: tuple[int, ...], q: tuple[int, ...]) -> bool:
+    return len(p) == len(q) and all(q[p[i]] == i for i in range(len(p)))
+
+
+def cancel_transposes(nodes: list[Node], keep: set[str]) -> list[Node]:
+    """``nodes`` (in order) without the Transpose pairs that undo each other: T(p) then T(p^-1),
+    directly or around one elementwise unary op (Conv -> T -> Relu -> T -> MaxPool, as NCHW twins of
+    consecutive NHWC nodes leave them). A pair goes only where its values have no other reader and
+    none is in ``keep`` (the partition's outputs), so the graph computes the same values with two
+    fewer launches."""
+    nodes = list(nodes)
+    changed = True
+    while changed:
+        changed = False
+        producer = {o: n for n in nodes for o in n.outputs}
+        readers: dict[str, int] = {}
+        for n in nodes:
+            for i in n.inputs:
+                readers[i] = readers.get(i, 0) + 1
+
+        def only_reader(name: str, readers: dict[str, int] = readers) -> bool:
+            return readers.get(name, 0) == 1 and name not in keep
+
+        for second in nodes:
+            if second.op_type != "Transpose" or second.domain or _perm(second) is None:
+                continue
+            mid = producer.get(second.inputs[0])
+            if mid is None or not only_reader(second.inputs[0]):
+                continue
+            if mid.op_type == "Transpose" and not mid.domain and _perm(mid) is not None:
+                first, unary = mid, None
+            elif mid.op_type in ELEMENTWISE_UNARY and not mid.domain and mid.inputs:
+                first, unary = producer.get(mid.inputs[0]), mid
+                if first is None or first.op_type != "Transpose" or first.domain or _perm(first) is None \
+                        or not only_reader(mid.inputs[0]):
+                    continue
+            else:
+                continue
+            if not _inverse(_perm(first), _perm(second)):
+                continue
+            source = first.inputs[0]
+            if unary is None:
+                if second.outputs[0] in keep:
+                    continue  # a partition output keeps its name: leave the pair
+                rename = {second.outputs[0]: source}
+                nodes = [n for n in nodes if n is not first and n is not second]
+                nodes = [n if not any(i in rename for i in n.inputs) else Node(
+                    n.op_type, [rename.get(i, i) for i in n.inputs], n.outputs, name=n.name, domain=n.domain,
+                    attribute_protos=list(n.attribute_protos.values())) for n in nodes]
+            else:
+                moved = Node(unary.op_type, [source, *unary.inputs[1:]], [second.outputs[0]], name=unary.name,
+                             domain=unary.domain, attribute_protos=list(unary.attribute_protos.values()))
+                moved.since_version = unary.since_version
+                nodes = [moved if n is unary else n for n in nodes if n is not first and n is not second]
+            changed = True
+            break
+    return nodes

@@ -30,7 +30,13 @@ from onnxhal.hal.errors import InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.hal.run_control import sleep_unless_terminated
-from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE, NHWC_DOMAIN, nchw_twin, original_domain
+from onnxhal.runtime.layout_transform import (
+    LAYOUT_SENSITIVE,
+    NHWC_DOMAIN,
+    cancel_transposes,
+    nchw_twin,
+    original_domain,
+)
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, DynamicPartitionPlan
 from onnxhal.runtime.providers.opencl.ep import OpenCLEp, OpenCLNodeComputeInfo
@@ -417,6 +423,8 @@ class VirtualEp(OpenCLEp):
                 infos.update(extra)
             else:
                 nodes.append(n)
+        # Consecutive NHWC nodes leave Transpose pairs that undo each other between their twins.
+        nodes = cancel_transposes(nodes, set(graph.output_names))
         return _with_nodes(graph, nodes, infos)
 
     # -- compile ---------------------------------------------------------------------------

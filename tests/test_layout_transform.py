@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from benchmarks.models import cnn, feeds
@@ -59,3 +59,67 @@ def test_the_cpu_ep_runs_nhwc_ops_it_is_left_with():
     want = onnxhal.InferenceSession(nchw).run(None, {"x": x})[0]
     got = onnxhal.InferenceSession(nhwc).run(None, {"x": np.ascontiguousarray(x.transpose(0, 2, 3, 1))})[0]
     np.testing.assert_allclose(got, want.transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+
+
+def _conv_relu_pool_model():
+    rng = np.random.default_rng(7)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("MaxPool", ["r"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2])]
+    graph = helper.make_graph(nodes, "crp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_nchw_twins_of_consecutive_nhwc_nodes_cancel_their_inner_transposes():
+    """Conv -> Relu -> MaxPool on an NHWC device: each NHWC node's NCHW twin is Transpose, op,
+    Transpose; between two twins, T(to NHWC) -> Relu -> T(to NCHW) undo each other. Cancelled, the
+    partition runs Conv, Relu and MaxPool between one Transpose in and one out (9 launches -> 5)."""
+    from onnxhal.hal import Node
+    from onnxhal.runtime.layout_transform import cancel_transposes
+
+    def t(src, dst, perm):
+        return Node("Transpose", [src], [dst], name=f"t_{dst}", attribute_protos=[helper.make_attribute("perm", perm)])
+
+    nodes = [t("x", "x_nchw", [0, 3, 1, 2]), Node("Conv", ["x_nchw", "w"], ["c_nchw"], name="conv"),
+             t("c_nchw", "c", [0, 2, 3, 1]), Node("Relu", ["c"], ["r"], name="relu"),
+             t("r", "r_nchw", [0, 3, 1, 2]), Node("MaxPool", ["r_nchw"], ["p_nchw"], name="pool"),
+             t("p_nchw", "y", [0, 2, 3, 1])]
+    out = cancel_transposes(nodes, {"y"})
+    assert [n.op_type for n in out] == ["Transpose", "Conv", "Relu", "MaxPool", "Transpose"]
+    assert out[2].inputs[0] == "c_nchw" and out[3].inputs[0] == out[2].outputs[0]
+    # a value read elsewhere, or a partition output, keeps its Transposes
+    assert len(cancel_transposes(nodes, {"y", "r"})) == len(nodes)
+    assert len(cancel_transposes(nodes + [Node("Neg", ["c"], ["n"], name="other")], {"y", "n"})) == len(nodes) + 1
+    # perms that do not undo each other stay
+    odd = [t("a", "b", [0, 2, 3, 1]), Node("Relu", ["b"], ["c"]), t("c", "d", [0, 2, 3, 1])]
+    assert len(cancel_transposes(odd, {"d"})) == 3
+
+
+def test_an_nhwc_npu_runs_conv_relu_pool_as_the_cpu_ep_does(monkeypatch):
+    """... in 5 launches on OpenCL (the Conv, Relu and MaxPool, a Transpose in and out); 9 before the
+    inner pair cancelled. The host backend runs the same graph without launches."""
+    from onnxhal.runtime.providers.opencl import partition_plan
+    from tests.conftest import simulated_or_skip
+
+    launches: list[int] = []
+    build = partition_plan.PartitionState.__init__
+
+    def counting(self, *args, **kwargs):
+        build(self, *args, **kwargs)
+        launches.append(self.plan.launches_per_run)
+
+    monkeypatch.setattr(partition_plan.PartitionState, "__init__", counting)
+    model = _conv_relu_pool_model().SerializeToString()
+    x = np.random.default_rng(8).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with simulated_or_skip("generic-npu") as sims:
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([sims["VirtualNpuExecutionProvider"]], {})
+        sess = onnxhal.InferenceSession(model, so)
+        assert sess.partition_summary.get("VirtualNpuExecutionProvider", 0) >= 3
+        sess.disable_fallback()
+        got = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+    assert launches in ([], [5]), launches

@@ -490,15 +490,30 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     lock = threading.Lock()
 
+    # A bar on a terminal (failed cells printed above it as they come); a line per cell otherwise,
+    # so that a CI log shows how far the sweep got.
+    bar = None
+    if not args.quiet and sys.stdout.isatty():
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                       TimeElapsedColumn())
+        task = bar.add_task("", total=total)
+
     def on_cell(cell: dict) -> None:
         with lock:
             results.append(cell)
-            if args.quiet:
-                return
+            failed_now = sum(r["status"] in FAILED for r in results)
             flag = "" if cell["status"] in ("match", "declined") else "  <-- " + cell.get("detail", "")[:160]
-            print(f"[{len(results):>4}/{total}] {cell['runtime']:<11} {cell['profile']:<15} {cell['model']:<28} "
-                  f"{cell['shapes']:<8} {cell['status']:<8} "
-                  f"{cell.get('device_nodes', '')!s:>4}/{cell.get('nodes', '')!s:<4}{flag}", flush=True)
+            line = (f"[{len(results):>4}/{total}] {cell['runtime']:<11} {cell['profile']:<15} {cell['model']:<28} "
+                    f"{cell['shapes']:<8} {cell['status']:<8} "
+                    f"{cell.get('device_nodes', '')!s:>4}/{cell.get('nodes', '')!s:<4}{flag}")
+            if bar is not None:
+                bar.update(task, advance=1, description=f"{failed_now} failed" if failed_now else "")
+                if flag:
+                    bar.console.print(line, markup=False, highlight=False)
+            elif not args.quiet:
+                print(line, flush=True)
 
     work = []
     for runtime in runtimes:
@@ -506,8 +521,14 @@ def run(args: argparse.Namespace) -> int:
             mine = [(m, x) for (rt, pr, m) in groups if (rt, pr) == (runtime, profile) for x in shapes]
             if mine:
                 work.append((runtime, profile, mine))
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        list(pool.map(lambda w: run_group(w[0], w[1], w[2], args.timeout, on_cell, dims), work))
+    if bar is not None:
+        bar.start()
+    try:
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            list(pool.map(lambda w: run_group(w[0], w[1], w[2], args.timeout, on_cell, dims), work))
+    finally:
+        if bar is not None:
+            bar.stop()
     wall = time.perf_counter() - t0
     print(f"\n{len(results)} cells in {wall:.0f} s")
     print(f"{'runtime':<12}{'profile':<16}{'cells':>6}{'match':>7}{'declined':>9}{'failed':>8}{'device nodes':>14}")

@@ -25,7 +25,16 @@ def console_width() -> int | None:
     return int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
 
 
-console = Console(width=console_width())
+class CliConsole(Console):
+    """rich's Console, except that a closed pipe (``| head -1``) raises ``BrokenPipeError`` for
+    ``cli.main`` to end with 141, as every other command does; rich's own handler exits 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+console = CliConsole(width=console_width())
 
 
 def print_devices(hw: Sequence[onnxhal.OrtHardwareDevice], eps: Sequence[onnxhal.OrtEpDevice]) -> None:

@@ -124,18 +124,22 @@ def check_dims(dims: dict[str, int], model: str) -> None:
     check_dim_names(dims, inputs, model)
 
 
-def feeds_for(sess: onnxhal.InferenceSession, args: argparse.Namespace, dims: dict[str, int]) -> dict[str, np.ndarray]:
-    """The feeds of ``run`` and ``matrix``: ``--inputs``, else random ones; printed either way."""
-    from onnxhal.cli_tables import print_feeds
+def feeds_for(sess: onnxhal.InferenceSession, args: argparse.Namespace,
+              dims: dict[str, int]) -> tuple[dict[str, np.ndarray], dict]:
+    """The feeds of ``run`` and ``matrix``: ``--inputs``, else random ones; with what was fed
+    (``cli_tables.feeds_report``), printed unless ``--json``."""
+    from onnxhal.cli_tables import feeds_report, print_feeds
     from onnxhal.random_feeds import feed_row, random_feeds
 
     if args.inputs:
         feeds = load_inputs(args.inputs)
-        print_feeds([feed_row(k, v) for k, v in feeds.items()], f"from {args.inputs}", [])
-        return feeds
-    feeds, rows, defaulted = random_feeds(sess.get_inputs(), sess.model_proto, dims)
-    print_feeds(rows, "random, seed 0", defaulted)
-    return feeds
+        rows, source, defaulted = [feed_row(k, v) for k, v in feeds.items()], f"from {args.inputs}", []
+    else:
+        feeds, rows, defaulted = random_feeds(sess.get_inputs(), sess.model_proto, dims)
+        source = "random, seed 0"
+    if not getattr(args, "json", False):
+        print_feeds(rows, source, defaulted)
+    return feeds, feeds_report(rows, source, defaulted)
 
 
 def device_failures(sess: onnxhal.InferenceSession, requested: Sequence[str]) -> list[str]:
@@ -153,29 +157,40 @@ def device_failures(sess: onnxhal.InferenceSession, requested: Sequence[str]) ->
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from onnxhal.cli_tables import print_outputs, print_partition
+    from onnxhal.cli_tables import output_summary, partition_report, print_outputs, print_partition
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
     check_dims(dim_sizes(args), args.model)
     # What was asked for: the --ep names, or the devices the policy chose (before any fallback).
     requested = list(providers) if providers else sess.get_providers()
-    feeds = feeds_for(sess, args, dim_sizes(args))
+    feeds, fed = feeds_for(sess, args, dim_sizes(args))
     outs = sess.run(None, feeds)
     times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
         sess.run(None, feeds)
         times.append((time.perf_counter() - t0) * 1000)
-    print_partition(sess, args.model)
-    print_outputs([o.name for o in sess.get_outputs()], outs, sess)
-    if times:
-        print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
     failures = device_failures(sess, requested)
-    if args.explain:
-        from onnxhal.cli_matrix import print_explain
+    names = [o.name for o in sess.get_outputs()]
+    if args.json:
+        from onnxhal.simulators.cost import explain_rows
 
-        print_explain(sess, failures)
+        print(json.dumps({"model": args.model, "inputs": fed, "partition": partition_report(sess, args.model),
+                          "outputs": [output_summary(n, o) for n, o in zip(names, outs)],
+                          "latency_ms": {"runs": len(times), "median": float(np.median(times)) if times else None,
+                                         "min": min(times) if times else None, "all": times},
+                          "simulated_cost": explain_rows(sess) if args.explain else None,
+                          "device_failures": failures}, indent=2))
+    else:
+        print_partition(sess, args.model)
+        print_outputs(names, outs, sess)
+        if times:
+            print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
+        if args.explain:
+            from onnxhal.cli_matrix import print_explain
+
+            print_explain(sess, failures)
     for line in failures:
         print(f"onnxhal: {line}", file=sys.stderr)
     return DEVICE_FAILED if failures else 0
@@ -238,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
             r.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
             r.add_argument("--explain", action="store_true",
                            help="show simulated device time and energy (sessions on simulated devices)")
+            r.add_argument("--json", action="store_true",
+                           help="print one JSON object instead of the tables: model, inputs fed, partition, outputs "
+                                "(dtype, shape, min, max, mean), latency_ms, device_failures (and simulated_cost "
+                                "with --explain)")
         else:
             r.add_argument("--svg", metavar="OUT.svg",
                            help="draw the partition to OUT.svg (and OUT.png where rsvg-convert or ImageMagick exists)")

@@ -14,6 +14,7 @@ raised, or its compile failed and the CPU EP ran what it had claimed.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -215,6 +216,19 @@ def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = 
     return rows
 
 
+def row_report(r: MatrixRow) -> dict:
+    """One row as data (``matrix --json``): the table's figures, ``result`` (ok, FAIL, declined) and
+    the verdict as ``print_matrix`` words it."""
+    return {"ep": r.ep, "device": r.device, "backend": r.backend, "nodes_on_device": r.nodes_on_device,
+            "nodes_on_cpu": r.nodes_on_cpu, "transfers": r.transfers,
+            "max_error": None if np.isnan(r.max_error) else float(r.max_error), "sim_ms": r.sim_ms,
+            "sim_mj": r.sim_mj, "rtol": r.rtol, "atol": r.atol,
+            "result": "FAIL" if not r.ok else "declined" if r.declined else "ok", "failed": r.failed,
+            "verdict": row_result(r),
+            "outputs": [{"name": c.name, "ok": c.ok, "max_error": None if np.isnan(c.max_error) else float(c.max_error),
+                         "problem": c.problem} for c in r.checks]}
+
+
 def print_matrix(rows: list[MatrixRow], title: str) -> None:
     from onnxhal.cli_tables import console
 
@@ -249,9 +263,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     dims = dim_sizes(args)
     ref_sess = reference_session(args.model, dims)
     check_dims(dims, args.model)
-    feeds = feeds_for(ref_sess, args, dims)
-    rows = matrix(args.model, feeds, show_progress=not args.no_progress, dims=dims)
-    print_matrix(rows, f"{args.model} on every EP device vs the CPU EP")
+    feeds, fed = feeds_for(ref_sess, args, dims)
+    rows = matrix(args.model, feeds, show_progress=not (args.no_progress or args.json), dims=dims)
+    if args.json:
+        print(json.dumps({"model": args.model, "inputs": fed, "rule": f"{SCALE_RULE}; {EXACT_RULE}",
+                          "rows": [row_report(r) for r in rows]}, indent=2))
+    else:
+        print_matrix(rows, f"{args.model} on every EP device vs the CPU EP")
     if any(r.failed for r in rows):
         return DEVICE_FAILED
     return 0 if rows and all(r.ok for r in rows) else 1
@@ -272,6 +290,10 @@ def add_matrix_parser(sub: Any) -> None:
                    help="size of a symbolic input dimension, for every session and random inputs (repeatable; "
                         "default 1)")
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
+    m.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of the tables: model, inputs fed, rule, and a row per EP "
+                        "device with its nodes, transfers, max_error, sim_ms, sim_mj, result (ok, FAIL, declined) "
+                        "and verdict")
     m.set_defaults(fn=cmd_matrix)
 
 

@@ -46,3 +46,58 @@ def test_a_closed_pipe_exits_141_on_every_command(command, model):
         os.close(write)
     assert p.returncode == 141, p.stderr
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr
+
+
+def _onnxhal(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "onnxhal", *args], capture_output=True, text=True, timeout=240,
+                          env=_env(**env), cwd=ROOT)
+
+
+def test_run_json_reports_what_run_prints_and_matches_onnxruntime(model, tmp_path):
+    import json
+
+    import numpy as np
+    import onnxruntime
+
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    out = _onnxhal("run", model, "--inputs", str(tmp_path / "in.npz"), "--repeat", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)  # the whole of stdout is one JSON object: no table around it
+    assert report["inputs"]["inputs"] == [{"name": "x", "dtype": "float32", "shape": [1, 3, 16, 16],
+                                           "min": pytest.approx(float(x.min()), rel=1e-3),
+                                           "max": pytest.approx(float(x.max()), rel=1e-3),
+                                           "range_from": report["inputs"]["inputs"][0]["range_from"]}]
+    assert report["partition"]["providers"] == ["CPUExecutionProvider"]
+    assert sum(ep["nodes"] for ep in report["partition"]["eps"]) >= 1
+    assert report["latency_ms"]["runs"] == 3 and len(report["latency_ms"]["all"]) == 3
+    assert 0 < report["latency_ms"]["min"] <= report["latency_ms"]["median"]
+    proto = onnx.load(model)
+    proto.ir_version = 10
+    (ref,) = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (o,) = report["outputs"]
+    assert o["name"] == "probs" and o["dtype"] == "float32" and o["shape"] == list(ref.shape)
+    for key, value in (("min", ref.min()), ("max", ref.max()), ("mean", ref.mean())):
+        assert o[key] == pytest.approx(float(value), abs=1e-5), key
+    assert report["device_failures"] == []
+
+
+def test_matrix_json_has_a_row_with_its_verdict_per_device(model):
+    import json
+
+    out = _onnxhal("matrix", model, "--json", ONNXHAL_SIMULATE="generic-npu,generic-gpu")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["inputs"]["inputs"][0]["name"] == "x" and "rtol" in report["rule"]
+    rows = {r["device"]: r for r in report["rows"]}
+    assert {"generic-npu", "generic-gpu"} <= set(rows)
+    for r in rows.values():
+        assert r["result"] == "ok" and r["verdict"].startswith("ok: max|diff|") and not r["failed"]
+        assert r["nodes_on_device"] > 0 and r["sim_ms"] > 0
+        assert 0 <= r["max_error"] <= r["atol"] + r["rtol"]  # the demo model's output is a softmax: scale <= 1
+
+
+def test_help_documents_json():
+    for command in ("run", "matrix"):
+        out = _onnxhal(command, "--help")
+        assert "--json" in out.stdout and "JSON object" in " ".join(out.stdout.split()), command

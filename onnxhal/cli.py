@@ -156,6 +156,27 @@ def device_failures(sess: onnxhal.InferenceSession, requested: Sequence[str]) ->
     return lines
 
 
+def timed_runs(sess: onnxhal.InferenceSession, feeds: dict[str, np.ndarray], repeat: int,
+               show_progress: bool = True) -> list[float]:
+    """``repeat`` runs, each one's milliseconds; a progress bar on a terminal (none in a pipe or a
+    file, where it would only add lines), since the repeats of a large model take seconds."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from onnxhal.cli_tables import console
+
+    times: list[float] = []
+    columns = (TextColumn("timed runs"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True,
+                  disable=not (show_progress and console.is_terminal)) as progress:
+        task = progress.add_task("timed runs", total=repeat)
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            sess.run(None, feeds)
+            times.append((time.perf_counter() - t0) * 1000)
+            progress.advance(task)
+    return times
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from onnxhal.cli_tables import output_summary, partition_report, print_outputs, print_partition
 
@@ -166,11 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     requested = list(providers) if providers else sess.get_providers()
     feeds, fed = feeds_for(sess, args, dim_sizes(args))
     outs = sess.run(None, feeds)
-    times = []
-    for _ in range(args.repeat):
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        times.append((time.perf_counter() - t0) * 1000)
+    times = timed_runs(sess, feeds, args.repeat, show_progress=not args.json)
     failures = device_failures(sess, requested)
     names = [o.name for o in sess.get_outputs()]
     if args.json:
@@ -286,9 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``onnxhal`` command. A user's mistake (a typed OrtError, a file that cannot be read) is one
-    line on stderr and exit status 2, never a traceback; a closed pipe (``| head``) ends quietly."""
-    args = build_parser().parse_args(argv)
+    line on stderr and exit status 2, never a traceback; a closed pipe (``| head``) ends quietly with
+    141; Ctrl-C prints one line and exits 130."""
     try:
+        args = build_parser().parse_args(argv)
         return args.fn(args)
     except OrtError as e:
         print(f"onnxhal: {type(e).__name__}: {e}", file=sys.stderr)
@@ -298,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:  # a model, inputs or output file that cannot be read or written
         print(f"onnxhal: {e.strerror or e}: {e.filename!r}" if e.filename else f"onnxhal: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C: one line, and the status of a program that SIGINT ended (128 + 2)
+        print("onnxhal: interrupted", file=sys.stderr)
         return 130
 
 

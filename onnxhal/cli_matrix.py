@@ -207,7 +207,9 @@ def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = 
     ref = ref_sess.run(None, feeds)
     devices = [d for d in onnxhal.get_ep_devices() if not is_default_cpu_ep(d)]
     rows = []
-    with Progress(transient=True, disable=not show_progress) as progress:
+    from onnxhal.cli_tables import console
+
+    with Progress(console=console, transient=True, disable=not show_progress) as progress:
         task = progress.add_task("devices", total=len(devices))
         for d in devices:
             progress.update(task, description=f"{d.ep_name} on {device_label(d)}")

@@ -101,3 +101,85 @@ def test_help_documents_json():
     for command in ("run", "matrix"):
         out = _onnxhal(command, "--help")
         assert "--json" in out.stdout and "JSON object" in " ".join(out.stdout.split()), command
+
+
+@pytest.fixture(scope="module")
+def slow_model(tmp_path_factory) -> str:
+    """Eight 512x512 MatMuls: some 15 ms a run, so that 10000 repeats outlast any test."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((512, 512)) / 23).astype(np.float32), f"w{i}")
+             for i in range(8)]
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"y{i - 1}", f"w{i}"], [f"y{i}"]) for i in range(8)]
+    graph = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [512, 512])],
+                              [helper.make_tensor_value_info("y7", TensorProto.FLOAT, [512, 512])], inits)
+    path = tmp_path_factory.mktemp("slow") / "slow.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
+def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
+    import select
+    import time
+
+    seen, end = b"", time.monotonic() + timeout
+    while needle not in seen and time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+def test_run_shows_progress_on_a_terminal_and_ctrl_c_exits_130_with_one_line(slow_model):
+    import fcntl
+    import pty
+    import signal
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    p = subprocess.Popen([sys.executable, "-m", "onnxhal", "run", slow_model, "--repeat", "10000"], stdout=slave,
+                         stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
+    os.close(slave)
+    try:
+        seen = _read_until(master, b"timed runs", timeout=120)
+        assert b"timed runs" in seen, seen[-2000:]  # the repeats show their progress while they run
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        os.close(master)
+    assert p.returncode == 130
+    assert err.decode().splitlines() == ["onnxhal: interrupted"]
+
+
+def test_run_in_a_pipe_prints_no_progress_and_ctrl_c_exits_130(slow_model, model):
+    import signal
+    import time
+
+    out = _onnxhal("run", model, "--repeat", "3")
+    assert out.returncode == 0 and "timed runs" not in out.stdout and "latency over 3 runs" in out.stdout
+    # Unbuffered, the table of inputs shows as soon as it is printed: the repeats come next.
+    p = subprocess.Popen([sys.executable, "-m", "onnxhal", "run", slow_model, "--repeat", "10000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(PYTHONUNBUFFERED="1"), cwd=ROOT)
+    try:
+        seen = _read_until(p.stdout.fileno(), b"Inputs", timeout=120)
+        assert b"Inputs" in seen
+        time.sleep(1)
+        p.send_signal(signal.SIGINT)
+        stdout, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130 and err.decode().splitlines() == ["onnxhal: interrupted"], err
+    assert b"timed runs" not in seen + stdout

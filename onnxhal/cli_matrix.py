@@ -234,13 +234,14 @@ def row_report(r: MatrixRow) -> dict:
 def print_matrix(rows: list[MatrixRow], title: str) -> None:
     from onnxhal.cli_tables import console
 
-    # EP, device and backend share a column, numbers never wrap and the box has no inner rules, so
-    # the table fits 100 columns; the reasons for FAIL and declined follow it, whole.
-    t = Table(title=title, box=box.SIMPLE_HEAD)
-    t.add_column("EP / device (backend)", no_wrap=True)
-    for c in ("nodes on\ndevice", "nodes on\nCPU", "trans-\nfers", "max\nerror", "sim\nms", "sim\nmJ"):
-        t.add_column(c, justify="right", no_wrap=True)
-    t.add_column("result", no_wrap=True)
+    # EP, device and backend share a column, headers wrap at spaces and the padding is one space
+    # between columns, so that every figure fits whole in 80 columns; a long EP name folds onto a
+    # second line rather than being cut. The reasons for FAIL and declined follow the table, whole.
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    t.add_column("EP / device (backend)", overflow="fold", min_width=20)
+    for c in ("nodes\ndevice", "nodes\nCPU", "trans-\nfers", "max\nerror", "sim\nms", "sim\nmJ"):
+        t.add_column(c, justify="right", overflow="fold")
+    t.add_column("result", overflow="fold")
     for r in rows:
         where = f"{r.ep}\n{r.device}" + (f" ({r.backend})" if r.backend else "")
         t.add_row(escape(where), str(r.nodes_on_device), str(r.nodes_on_cpu), str(r.transfers),
@@ -314,14 +315,20 @@ def print_explain(sess: onnxhal.InferenceSession, failures: Sequence[str] = ()) 
         console.print("explain: this session uses no simulated device (set ONNXHAL_SIMULATE and pick one with "
                       "--policy or --ep)")
         return
+    # One column per simulated EP (a session has one or two), one row per figure: as many figures
+    # as there are fit any width, where a column per figure cut them at 80 columns.
     t = Table(title="Simulated device cost of the last run")
-    for c in ("EP", "device", "nodes", "partitions", "kernels", "kernel ms", "transfers", "transfer KiB",
-              "transfer ms", "device ms", "energy mJ"):
-        t.add_column(c, justify="left" if c in ("EP", "device") else "right")
+    t.add_column("", overflow="fold")
     for r in rows:
-        t.add_row(r["ep"], r["device"], f"{r['nodes_on_device']}/{r['nodes_total']}", str(r["partitions"]),
-                  str(r["kernels"]), f"{r['kernel_ms']:.3f}", str(r["transfers"]), f"{r['transfer_bytes'] / 1024:.1f}",
-                  f"{r['transfer_ms']:.3f}", f"{r['device_ms']:.3f}", f"{r['energy_mj']:.3f}")
+        t.add_column(escape(f"{r['ep']} ({r['device']})"), justify="right", overflow="fold")
+    figures = (("nodes", lambda r: f"{r['nodes_on_device']}/{r['nodes_total']}"),
+               ("partitions", lambda r: str(r["partitions"])), ("kernels", lambda r: str(r["kernels"])),
+               ("kernel ms", lambda r: f"{r['kernel_ms']:.3f}"), ("transfers", lambda r: str(r["transfers"])),
+               ("transfer KiB", lambda r: f"{r['transfer_bytes'] / 1024:.1f}"),
+               ("transfer ms", lambda r: f"{r['transfer_ms']:.3f}"), ("device ms", lambda r: f"{r['device_ms']:.3f}"),
+               ("energy mJ", lambda r: f"{r['energy_mj']:.3f}"))
+    for label, cell in figures:
+        t.add_row(label, *(cell(r) for r in rows))
     console.print(t)
     if failures:
         console.print("explain: the requested device did not run all it claimed (below): the table counts what it "

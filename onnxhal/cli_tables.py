@@ -61,7 +61,7 @@ def print_ep_devices_brief(eps: Sequence[onnxhal.OrtEpDevice]) -> None:
     """One line per EP device: EP, device, and for a simulated one its profile and backend."""
     t = Table(title="EP devices")
     for c in ("#", "EP", "device", "simulated as", "runs on"):
-        t.add_column(c, no_wrap=c in ("#", "EP"))
+        t.add_column(c, overflow="fold")  # fold, not cut: an EP name stays whole across lines
     for k, d in enumerate(eps):
         md, ep_md = d.device.metadata, d.ep_metadata
         backend = ep_md.get("backend", "")
@@ -113,10 +113,11 @@ def print_partition(sess: onnxhal.InferenceSession, model: str = "MODEL") -> Non
 
     report = partition_report(sess, model)
     t = Table(title=f"Partition ({', '.join(report['providers'])})")
-    t.add_column("EP", no_wrap=True)
-    t.add_column("nodes", justify="right")
-    t.add_column("partitions", justify="right")
-    t.add_column("op types")
+    # fold, not cut: a name or count too wide for its column goes on across lines
+    t.add_column("EP", overflow="fold")
+    t.add_column("nodes", justify="right", overflow="fold")
+    t.add_column("partitions", justify="right", overflow="fold")
+    t.add_column("op types", overflow="fold")
     for ep in report["eps"]:
         top = list(ep["op_types"].items())
         t.add_row(escape(ep["ep"]), str(ep["nodes"]), str(ep["partitions"]),
@@ -164,7 +165,7 @@ def print_feeds(rows: Sequence, source: str, defaulted: Sequence[str]) -> None:
     """What the model was fed (``random_feeds.FeedRow``s): name, dtype, shape, value range, why."""
     t = Table(title=f"Inputs ({source})")
     for c in ("name", "dtype", "shape", "min", "max", "range from"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold")  # fold, not cut: a long input name or figure stays whole
     for r in rows:
         t.add_row(escape(r.name), r.dtype, str(r.shape), f"{r.low:.4g}", f"{r.high:.4g}", escape(r.why))
     console.print(t)
@@ -218,7 +219,7 @@ def output_summary(name: str, out: object) -> dict:
 def print_outputs(names: Sequence[str], outs: Sequence, sess: onnxhal.InferenceSession | None = None) -> None:
     t = Table(title="Outputs")
     for c in ("name", "dtype", "shape", "min", "max", "mean"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold")  # fold, not cut: a long output name or figure stays whole
     notes = []
     for n, o in zip(names, outs):
         s = output_summary(n, o)

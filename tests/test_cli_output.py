@@ -183,3 +183,41 @@ def test_run_in_a_pipe_prints_no_progress_and_ctrl_c_exits_130(slow_model, model
             p.kill()
     assert p.returncode == 130 and err.decode().splitlines() == ["onnxhal: interrupted"], err
     assert b"timed runs" not in seen + stdout
+
+
+def test_tables_at_80_columns_cut_no_figure_or_name(model):
+    import json
+
+    env = {"COLUMNS": "80", "ONNXHAL_SIMULATE": "generic-npu,generic-gpu"}
+    matrix = _onnxhal("matrix", model, "--no-progress", **env)
+    run = _onnxhal("run", model, "--repeat", "1", "--explain", "--policy", "PREFER_NPU", **env)
+    others = [_onnxhal(*c, **env) for c in (("partition", model, "--policy", "PREFER_NPU"), ("devices",))]
+    for out in (matrix, run, *others):
+        assert out.returncode == 0, out.stderr
+        assert "…" not in out.stdout, out.stdout
+    # Every figure of the tables, as --json gives it, shows whole.
+    rows = json.loads(_onnxhal("matrix", model, "--json", **env).stdout)["rows"]
+    for r in rows:
+        for figure in (f"{r['max_error']:.3g}", f"{r['sim_ms']:.3f}", f"{r['sim_mj']:.3f}"):
+            assert figure in matrix.stdout, (figure, matrix.stdout)
+    (cost,) = json.loads(_onnxhal("run", model, "--repeat", "1", "--explain", "--policy", "PREFER_NPU", "--json",
+                                  **env).stdout)["simulated_cost"]
+    for figure in (f"{cost['kernel_ms']:.3f}", f"{cost['device_ms']:.3f}", f"{cost['energy_mj']:.3f}",
+                   f"{cost['transfer_bytes'] / 1024:.1f}"):
+        assert figure in run.stdout, (figure, run.stdout)
+
+
+def test_long_input_and_output_names_fold_at_80_columns(tmp_path):
+    from onnx import TensorProto, helper
+
+    name_in, name_out = "encoder_hidden_states_" + "x" * 60, "logits_of_the_decoder_" + "y" * 60
+    graph = helper.make_graph([helper.make_node("Relu", [name_in], [name_out])], "long",
+                              [helper.make_tensor_value_info(name_in, TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info(name_out, TensorProto.FLOAT, [2, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "long.onnx")
+    out = _onnxhal("run", str(tmp_path / "long.onnx"), "--repeat", "1", COLUMNS="80")
+    assert out.returncode == 0, out.stderr
+    assert "…" not in out.stdout
+    # A folded name reads whole from its column's lines, joined.
+    first_column = "".join(line.split("│")[1].strip() for line in out.stdout.splitlines() if line.startswith("│"))
+    assert name_in in first_column and name_out in first_column

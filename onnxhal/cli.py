@@ -124,18 +124,22 @@ def check_dims(dims: dict[str, int], model: str) -> None:
     check_dim_names(dims, inputs, model)
 
 
-def feeds_for(sess: onnxhal.InferenceSession, args: argparse.Namespace, dims: dict[str, int]) -> dict[str, np.ndarray]:
-    """The feeds of ``run`` and ``matrix``: ``--inputs``, else random ones; printed either way."""
-    from onnxhal.cli_tables import print_feeds
+def feeds_for(sess: onnxhal.InferenceSession, args: argparse.Namespace,
+              dims: dict[str, int]) -> tuple[dict[str, np.ndarray], dict]:
+    """The feeds of ``run`` and ``matrix``: ``--inputs``, else random ones; with what was fed
+    (``cli_tables.feeds_report``), printed unless ``--json``."""
+    from onnxhal.cli_tables import feeds_report, print_feeds
     from onnxhal.random_feeds import feed_row, random_feeds
 
     if args.inputs:
         feeds = load_inputs(args.inputs)
-        print_feeds([feed_row(k, v) for k, v in feeds.items()], f"from {args.inputs}", [])
-        return feeds
-    feeds, rows, defaulted = random_feeds(sess.get_inputs(), sess.model_proto, dims)
-    print_feeds(rows, "random, seed 0", defaulted)
-    return feeds
+        rows, source, defaulted = [feed_row(k, v) for k, v in feeds.items()], f"from {args.inputs}", []
+    else:
+        feeds, rows, defaulted = random_feeds(sess.get_inputs(), sess.model_proto, dims)
+        source = "random, seed 0"
+    if not getattr(args, "json", False):
+        print_feeds(rows, source, defaulted)
+    return feeds, feeds_report(rows, source, defaulted)
 
 
 def device_failures(sess: onnxhal.InferenceSession, requested: Sequence[str]) -> list[str]:
@@ -152,30 +156,58 @@ def device_failures(sess: onnxhal.InferenceSession, requested: Sequence[str]) ->
     return lines
 
 
+def timed_runs(sess: onnxhal.InferenceSession, feeds: dict[str, np.ndarray], repeat: int,
+               show_progress: bool = True) -> list[float]:
+    """``repeat`` runs, each one's milliseconds; a progress bar on a terminal (none in a pipe or a
+    file, where it would only add lines), since the repeats of a large model take seconds."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from onnxhal.cli_tables import console
+
+    times: list[float] = []
+    columns = (TextColumn("timed runs"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True,
+                  disable=not (show_progress and console.is_terminal)) as progress:
+        task = progress.add_task("timed runs", total=repeat)
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            sess.run(None, feeds)
+            times.append((time.perf_counter() - t0) * 1000)
+            progress.advance(task)
+    return times
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from onnxhal.cli_tables import print_outputs, print_partition
+    from onnxhal.cli_tables import output_summary, partition_report, print_outputs, print_partition
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
     check_dims(dim_sizes(args), args.model)
     # What was asked for: the --ep names, or the devices the policy chose (before any fallback).
     requested = list(providers) if providers else sess.get_providers()
-    feeds = feeds_for(sess, args, dim_sizes(args))
+    feeds, fed = feeds_for(sess, args, dim_sizes(args))
     outs = sess.run(None, feeds)
-    times = []
-    for _ in range(args.repeat):
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        times.append((time.perf_counter() - t0) * 1000)
-    print_partition(sess, args.model)
-    print_outputs([o.name for o in sess.get_outputs()], outs, sess)
-    if times:
-        print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
+    times = timed_runs(sess, feeds, args.repeat, show_progress=not args.json)
     failures = device_failures(sess, requested)
-    if args.explain:
-        from onnxhal.cli_matrix import print_explain
+    names = [o.name for o in sess.get_outputs()]
+    if args.json:
+        from onnxhal.simulators.cost import explain_rows
 
-        print_explain(sess, failures)
+        print(json.dumps({"model": args.model, "inputs": fed, "partition": partition_report(sess, args.model),
+                          "outputs": [output_summary(n, o) for n, o in zip(names, outs)],
+                          "latency_ms": {"runs": len(times), "median": float(np.median(times)) if times else None,
+                                         "min": min(times) if times else None, "all": times},
+                          "simulated_cost": explain_rows(sess) if args.explain else None,
+                          "device_failures": failures}, indent=2))
+    else:
+        print_partition(sess, args.model)
+        print_outputs(names, outs, sess)
+        if times:
+            print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
+        if args.explain:
+            from onnxhal.cli_matrix import print_explain
+
+            print_explain(sess, failures)
     for line in failures:
         print(f"onnxhal: {line}", file=sys.stderr)
     return DEVICE_FAILED if failures else 0
@@ -238,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
             r.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
             r.add_argument("--explain", action="store_true",
                            help="show simulated device time and energy (sessions on simulated devices)")
+            r.add_argument("--json", action="store_true",
+                           help="print one JSON object instead of the tables: model, inputs fed, partition, outputs "
+                                "(dtype, shape, min, max, mean), latency_ms, device_failures (and simulated_cost "
+                                "with --explain)")
         else:
             r.add_argument("--svg", metavar="OUT.svg",
                            help="draw the partition to OUT.svg (and OUT.png where rsvg-convert or ImageMagick exists)")
@@ -267,9 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``onnxhal`` command. A user's mistake (a typed OrtError, a file that cannot be read) is one
-    line on stderr and exit status 2, never a traceback; a closed pipe (``| head``) ends quietly."""
-    args = build_parser().parse_args(argv)
+    line on stderr and exit status 2, never a traceback; a closed pipe (``| head``) ends quietly with
+    141; Ctrl-C prints one line and exits 130."""
     try:
+        args = build_parser().parse_args(argv)
         return args.fn(args)
     except OrtError as e:
         print(f"onnxhal: {type(e).__name__}: {e}", file=sys.stderr)
@@ -279,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:  # a model, inputs or output file that cannot be read or written
         print(f"onnxhal: {e.strerror or e}: {e.filename!r}" if e.filename else f"onnxhal: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C: one line, and the status of a program that SIGINT ended (128 + 2)
+        print("onnxhal: interrupted", file=sys.stderr)
         return 130
 
 

@@ -14,6 +14,7 @@ raised, or its compile failed and the CPU EP ran what it had claimed.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,7 +207,9 @@ def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = 
     ref = ref_sess.run(None, feeds)
     devices = [d for d in onnxhal.get_ep_devices() if not is_default_cpu_ep(d)]
     rows = []
-    with Progress(transient=True, disable=not show_progress) as progress:
+    from onnxhal.cli_tables import console
+
+    with Progress(console=console, transient=True, disable=not show_progress) as progress:
         task = progress.add_task("devices", total=len(devices))
         for d in devices:
             progress.update(task, description=f"{d.ep_name} on {device_label(d)}")
@@ -215,16 +218,30 @@ def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = 
     return rows
 
 
+def row_report(r: MatrixRow) -> dict:
+    """One row as data (``matrix --json``): the table's figures, ``result`` (ok, FAIL, declined) and
+    the verdict as ``print_matrix`` words it."""
+    return {"ep": r.ep, "device": r.device, "backend": r.backend, "nodes_on_device": r.nodes_on_device,
+            "nodes_on_cpu": r.nodes_on_cpu, "transfers": r.transfers,
+            "max_error": None if np.isnan(r.max_error) else float(r.max_error), "sim_ms": r.sim_ms,
+            "sim_mj": r.sim_mj, "rtol": r.rtol, "atol": r.atol,
+            "result": "FAIL" if not r.ok else "declined" if r.declined else "ok", "failed": r.failed,
+            "verdict": row_result(r),
+            "outputs": [{"name": c.name, "ok": c.ok, "max_error": None if np.isnan(c.max_error) else float(c.max_error),
+                         "problem": c.problem} for c in r.checks]}
+
+
 def print_matrix(rows: list[MatrixRow], title: str) -> None:
     from onnxhal.cli_tables import console
 
-    # EP, device and backend share a column, numbers never wrap and the box has no inner rules, so
-    # the table fits 100 columns; the reasons for FAIL and declined follow it, whole.
-    t = Table(title=title, box=box.SIMPLE_HEAD)
-    t.add_column("EP / device (backend)", no_wrap=True)
-    for c in ("nodes on\ndevice", "nodes on\nCPU", "trans-\nfers", "max\nerror", "sim\nms", "sim\nmJ"):
-        t.add_column(c, justify="right", no_wrap=True)
-    t.add_column("result", no_wrap=True)
+    # EP, device and backend share a column, headers wrap at spaces and the padding is one space
+    # between columns, so that every figure fits whole in 80 columns; a long EP name folds onto a
+    # second line rather than being cut. The reasons for FAIL and declined follow the table, whole.
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    t.add_column("EP / device (backend)", overflow="fold", min_width=20)
+    for c in ("nodes\ndevice", "nodes\nCPU", "trans-\nfers", "max\nerror", "sim\nms", "sim\nmJ"):
+        t.add_column(c, justify="right", overflow="fold")
+    t.add_column("result", overflow="fold")
     for r in rows:
         where = f"{r.ep}\n{r.device}" + (f" ({r.backend})" if r.backend else "")
         t.add_row(escape(where), str(r.nodes_on_device), str(r.nodes_on_cpu), str(r.transfers),
@@ -249,9 +266,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     dims = dim_sizes(args)
     ref_sess = reference_session(args.model, dims)
     check_dims(dims, args.model)
-    feeds = feeds_for(ref_sess, args, dims)
-    rows = matrix(args.model, feeds, show_progress=not args.no_progress, dims=dims)
-    print_matrix(rows, f"{args.model} on every EP device vs the CPU EP")
+    feeds, fed = feeds_for(ref_sess, args, dims)
+    rows = matrix(args.model, feeds, show_progress=not (args.no_progress or args.json), dims=dims)
+    if args.json:
+        print(json.dumps({"model": args.model, "inputs": fed, "rule": f"{SCALE_RULE}; {EXACT_RULE}",
+                          "rows": [row_report(r) for r in rows]}, indent=2))
+    else:
+        print_matrix(rows, f"{args.model} on every EP device vs the CPU EP")
     if any(r.failed for r in rows):
         return DEVICE_FAILED
     return 0 if rows and all(r.ok for r in rows) else 1
@@ -272,6 +293,10 @@ def add_matrix_parser(sub: Any) -> None:
                    help="size of a symbolic input dimension, for every session and random inputs (repeatable; "
                         "default 1)")
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
+    m.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of the tables: model, inputs fed, rule, and a row per EP "
+                        "device with its nodes, transfers, max_error, sim_ms, sim_mj, result (ok, FAIL, declined) "
+                        "and verdict")
     m.set_defaults(fn=cmd_matrix)
 
 
@@ -290,14 +315,20 @@ def print_explain(sess: onnxhal.InferenceSession, failures: Sequence[str] = ()) 
         console.print("explain: this session uses no simulated device (set ONNXHAL_SIMULATE and pick one with "
                       "--policy or --ep)")
         return
+    # One column per simulated EP (a session has one or two), one row per figure: as many figures
+    # as there are fit any width, where a column per figure cut them at 80 columns.
     t = Table(title="Simulated device cost of the last run")
-    for c in ("EP", "device", "nodes", "partitions", "kernels", "kernel ms", "transfers", "transfer KiB",
-              "transfer ms", "device ms", "energy mJ"):
-        t.add_column(c, justify="left" if c in ("EP", "device") else "right")
+    t.add_column("", overflow="fold")
     for r in rows:
-        t.add_row(r["ep"], r["device"], f"{r['nodes_on_device']}/{r['nodes_total']}", str(r["partitions"]),
-                  str(r["kernels"]), f"{r['kernel_ms']:.3f}", str(r["transfers"]), f"{r['transfer_bytes'] / 1024:.1f}",
-                  f"{r['transfer_ms']:.3f}", f"{r['device_ms']:.3f}", f"{r['energy_mj']:.3f}")
+        t.add_column(escape(f"{r['ep']} ({r['device']})"), justify="right", overflow="fold")
+    figures = (("nodes", lambda r: f"{r['nodes_on_device']}/{r['nodes_total']}"),
+               ("partitions", lambda r: str(r["partitions"])), ("kernels", lambda r: str(r["kernels"])),
+               ("kernel ms", lambda r: f"{r['kernel_ms']:.3f}"), ("transfers", lambda r: str(r["transfers"])),
+               ("transfer KiB", lambda r: f"{r['transfer_bytes'] / 1024:.1f}"),
+               ("transfer ms", lambda r: f"{r['transfer_ms']:.3f}"), ("device ms", lambda r: f"{r['device_ms']:.3f}"),
+               ("energy mJ", lambda r: f"{r['energy_mj']:.3f}"))
+    for label, cell in figures:
+        t.add_row(label, *(cell(r) for r in rows))
     console.print(t)
     if failures:
         console.print("explain: the requested device did not run all it claimed (below): the table counts what it "

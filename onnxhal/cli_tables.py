@@ -25,7 +25,16 @@ def console_width() -> int | None:
     return int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
 
 
-console = Console(width=console_width())
+class CliConsole(Console):
+    """rich's Console, except that a closed pipe (``| head -1``) raises ``BrokenPipeError`` for
+    ``cli.main`` to end with 141, as every other command does; rich's own handler exits 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+console = CliConsole(width=console_width())
 
 
 def print_devices(hw: Sequence[onnxhal.OrtHardwareDevice], eps: Sequence[onnxhal.OrtEpDevice]) -> None:
@@ -52,7 +61,7 @@ def print_ep_devices_brief(eps: Sequence[onnxhal.OrtEpDevice]) -> None:
     """One line per EP device: EP, device, and for a simulated one its profile and backend."""
     t = Table(title="EP devices")
     for c in ("#", "EP", "device", "simulated as", "runs on"):
-        t.add_column(c, no_wrap=c in ("#", "EP"))
+        t.add_column(c, overflow="fold")  # fold, not cut: an EP name stays whole across lines
     for k, d in enumerate(eps):
         md, ep_md = d.device.metadata, d.ep_metadata
         backend = ep_md.get("backend", "")
@@ -64,46 +73,68 @@ def print_ep_devices_brief(eps: Sequence[onnxhal.OrtEpDevice]) -> None:
     console.print(t)
 
 
-def print_partition(sess: onnxhal.InferenceSession, model: str = "MODEL") -> None:
-    """Nodes and partitions per EP, the transfers between them, why an EP declined nodes (with the
-    remedy, naming ``model``), and where simulated devices run."""
-    from onnxhal.partition_view import format_bytes, session_view
+def partition_report(sess: onnxhal.InferenceSession, model: str = "MODEL") -> dict:
+    """What ``print_partition`` shows, as data (``run --json``): per EP its nodes, partitions and op
+    types; the transfers per run, by route; why each EP declined nodes."""
+    from onnxhal.partition_view import session_view
 
     view = session_view(sess)
-    t = Table(title=f"Partition ({', '.join(sess.get_providers())})")
-    t.add_column("EP", no_wrap=True)
-    t.add_column("nodes", justify="right")
-    t.add_column("partitions", justify="right")
-    t.add_column("op types")
     parts = view.partitions_per_ep()
+    eps = []
     for ep, count in view.nodes_per_ep().items():
         ops: dict[str, int] = {}
         for p in view.partitions:
             for n in p.nodes if p.ep_name == ep else ():
                 ops[n.op_type] = ops.get(n.op_type, 0) + 1
-        top = sorted(ops.items(), key=lambda x: -x[1])
-        t.add_row(escape(ep), str(count), str(parts[ep]), escape(", ".join(f"{o}×{c}" for o, c in top[:8])
-                  + (f", {len(top) - 8} more" if len(top) > 8 else "")))
-    console.print(t)
+        eps.append({"ep": ep, "nodes": count, "partitions": parts[ep],
+                    "op_types": dict(sorted(ops.items(), key=lambda x: -x[1]))})
     values, nbytes = view.transfer_totals()
     by_route: dict[tuple[str, str], list[int]] = {}
     for tr in view.transfers:
         route = by_route.setdefault((view.ep_of(tr.src), view.ep_of(tr.dst)), [0, 0])
         route[0] += len(tr.values)
         route[1] += tr.nbytes
-    unknown = view.unknown_sizes()
-    console.print(f"transfers per run: {values} value(s), {format_bytes(nbytes)}"
-                  + (f" (+{unknown} of a size known only at run time)" if unknown else "") + (":" if by_route else ""),
-                  markup=False)
-    for (a, b), (n, size) in by_route.items():
-        console.print(f"  {a} -> {b}: {n} value(s), {format_bytes(size)}", soft_wrap=True, markup=False)
-    for ep_name in sess.get_providers():  # why an EP left nodes to the next one
+    declined = {}
+    for ep_name in sess.get_providers():
         lines = declined_summary(sess, ep_name, model)
         if lines:
-            count = len(getattr(sess.eps.get(ep_name), "declined", {}))
-            console.print(f"{ep_name} declined {count} node(s):", soft_wrap=True, markup=False)
-            for line in lines:
-                console.print(f"  {line}", soft_wrap=True, markup=False)
+            declined[ep_name] = {"nodes": len(getattr(sess.eps.get(ep_name), "declined", {})), "reasons": lines}
+    return {"providers": sess.get_providers(), "eps": eps,
+            "transfers": {"values": values, "bytes": nbytes, "of_unknown_size": view.unknown_sizes(),
+                          "routes": [{"from": a, "to": b, "values": n, "bytes": size}
+                                     for (a, b), (n, size) in by_route.items()]},
+            "declined": declined}
+
+
+def print_partition(sess: onnxhal.InferenceSession, model: str = "MODEL") -> None:
+    """Nodes and partitions per EP, the transfers between them, why an EP declined nodes (with the
+    remedy, naming ``model``), and where simulated devices run."""
+    from onnxhal.partition_view import format_bytes
+
+    report = partition_report(sess, model)
+    t = Table(title=f"Partition ({', '.join(report['providers'])})")
+    # fold, not cut: a name or count too wide for its column goes on across lines
+    t.add_column("EP", overflow="fold")
+    t.add_column("nodes", justify="right", overflow="fold")
+    t.add_column("partitions", justify="right", overflow="fold")
+    t.add_column("op types", overflow="fold")
+    for ep in report["eps"]:
+        top = list(ep["op_types"].items())
+        t.add_row(escape(ep["ep"]), str(ep["nodes"]), str(ep["partitions"]),
+                  escape(", ".join(f"{o}×{c}" for o, c in top[:8]) + (f", {len(top) - 8} more" if len(top) > 8 else "")))
+    console.print(t)
+    tr = report["transfers"]
+    unknown = tr["of_unknown_size"]
+    console.print(f"transfers per run: {tr['values']} value(s), {format_bytes(tr['bytes'])}"
+                  + (f" (+{unknown} of a size known only at run time)" if unknown else "")
+                  + (":" if tr["routes"] else ""), markup=False)
+    for r in tr["routes"]:
+        console.print(f"  {r['from']} -> {r['to']}: {r['values']} value(s), {format_bytes(r['bytes'])}",
+                      soft_wrap=True, markup=False)
+    for ep_name, d in report["declined"].items():  # why an EP left nodes to the next one
+        console.print(f"{ep_name} declined {d['nodes']} node(s):", soft_wrap=True, markup=False)
+        for line in d["reasons"]:
+            console.print(f"  {line}", soft_wrap=True, markup=False)
     from onnxhal.simulators import describe_backend
 
     for d in onnxhal.get_ep_devices():  # which backend runs the session's simulated devices
@@ -122,11 +153,19 @@ def declined_summary(sess: onnxhal.InferenceSession, ep_name: str, model: str = 
                          symbolic_input_dims(sess.get_inputs()))
 
 
+def feeds_report(rows: Sequence, source: str, defaulted: Sequence[str]) -> dict:
+    """What ``print_feeds`` shows, as data (``--json``)."""
+    return {"source": source, "inputs": [{"name": r.name, "dtype": r.dtype, "shape": list(r.shape),
+                                          "min": float(r.low), "max": float(r.high), "range_from": r.why}
+                                         for r in rows],
+            "symbolic_dims_set_to_1": list(defaulted)}
+
+
 def print_feeds(rows: Sequence, source: str, defaulted: Sequence[str]) -> None:
     """What the model was fed (``random_feeds.FeedRow``s): name, dtype, shape, value range, why."""
     t = Table(title=f"Inputs ({source})")
     for c in ("name", "dtype", "shape", "min", "max", "range from"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold")  # fold, not cut: a long input name or figure stays whole
     for r in rows:
         t.add_row(escape(r.name), r.dtype, str(r.shape), f"{r.low:.4g}", f"{r.high:.4g}", escape(r.why))
     console.print(t)
@@ -159,23 +198,33 @@ def nonfinite_note(name: str, out: object, sess: onnxhal.InferenceSession | None
     return note
 
 
+def output_summary(name: str, out: object) -> dict:
+    """One output's dtype, shape and value range (min, max, mean; None where it holds no numbers)."""
+    stats: tuple = (None, None, None)
+    if isinstance(out, np.ndarray) and out.dtype.kind in "fiub" and out.size:
+        f = out.astype(np.float64)
+        dtype, shape, stats = str(out.dtype), list(out.shape), (float(f.min()), float(f.max()), float(f.mean()))
+    elif isinstance(out, list):  # a sequence: of maps (ZipMap) or of tensors; its values summarised
+        kind = "map" if out and all(isinstance(m, dict) for m in out) else "tensor"
+        values = [float(v) for m in out for v in np.ravel(list(m.values()) if kind == "map" else m)
+                  if np.asarray(v).dtype.kind in "fiub"]
+        dtype, shape = f"seq({kind})", [len(out)]
+        if values:
+            stats = (min(values), max(values), float(np.mean(values)))
+    else:
+        dtype, shape = str(getattr(out, "dtype", type(out).__name__)), list(getattr(out, "shape", []))
+    return {"name": name, "dtype": dtype, "shape": shape, "min": stats[0], "max": stats[1], "mean": stats[2]}
+
+
 def print_outputs(names: Sequence[str], outs: Sequence, sess: onnxhal.InferenceSession | None = None) -> None:
     t = Table(title="Outputs")
     for c in ("name", "dtype", "shape", "min", "max", "mean"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold")  # fold, not cut: a long output name or figure stays whole
     notes = []
     for n, o in zip(names, outs):
-        if isinstance(o, np.ndarray) and o.dtype.kind in "fiub" and o.size:
-            f = o.astype(np.float64)
-            t.add_row(escape(n), str(o.dtype), str(list(o.shape)), f"{f.min():.4g}", f"{f.max():.4g}", f"{f.mean():.4g}")
-        elif isinstance(o, list):  # a sequence: of maps (ZipMap) or of tensors; its values summarised
-            kind = "map" if o and all(isinstance(m, dict) for m in o) else "tensor"
-            values = [float(v) for m in o for v in np.ravel(list(m.values()) if kind == "map" else m)
-                      if np.asarray(v).dtype.kind in "fiub"]
-            stats = (f"{min(values):.4g}", f"{max(values):.4g}", f"{np.mean(values):.4g}") if values else ("", "", "")
-            t.add_row(escape(n), f"seq({kind})", f"[{len(o)}]", *stats)
-        else:
-            t.add_row(escape(n), str(getattr(o, "dtype", type(o).__name__)), str(list(getattr(o, "shape", []))), "", "", "")
+        s = output_summary(n, o)
+        shape = f"[{s['shape'][0]}]" if s["dtype"].startswith("seq(") else str(s["shape"])
+        t.add_row(escape(n), s["dtype"], shape, *("" if s[k] is None else f"{s[k]:.4g}" for k in ("min", "max", "mean")))
         note = nonfinite_note(n, o, sess)
         if note:
             notes.append(note)

@@ -116,3 +116,12 @@ def test_the_readme_keeps_its_first_two_commands():
     start = lines.index("```bash")
     assert lines[start + 1].startswith("pip install -e . && onnxhal demo ")
     assert lines[start + 2].startswith('pip install -e ".[test]" && pytest -q ')
+
+
+def test_the_readme_runs_fix_shapes_as_it_shows_it():
+    """The README's fix-shapes example runs as written, on a model it makes with a symbolic dimension."""
+    readme = ROOT / "README.md"
+    runnable = [s.code for s in snippets(readme) if s.lang == "bash"]
+    assert any("onnxhal fix-shapes" in code and "--dim batch=1" in code for code in runnable)
+    lines = [line for line in readme.read_text().splitlines() if "fix-shapes" in line and "--dim batch=" in line]
+    assert all("model.onnx" not in line for line in lines), lines  # model.onnx, the README's model, has none

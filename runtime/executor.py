@@ -8,10 +8,12 @@ Nothing mutable lives in the plan, so many threads can run one plan at once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
 import numpy as np
@@ -436,6 +438,17 @@ def _memo_step(memo: Callable, ins: tuple[int, ...], out: int) -> Step:
 
 
 _CPU_EP = "CPUExecutionProvider"
+#: Distinct plan sources whose code objects a process keeps (``compiled_plan``).
+PLAN_CODE_CACHE_SIZE = 128
+
+
+@functools.lru_cache(maxsize=PLAN_CODE_CACHE_SIZE)
+def compiled_plan(source: str) -> CodeType:
+    """The code object of a generated plan function, kept per process by its source: compiling
+    is a large part of building a plan, and every session of one model (several per process in
+    tests, one per worker, a failover's rebuild) generates the very same source. The source
+    names only slots and step indices; what they hold is bound per plan at ``exec``."""
+    return compile(source, "<onnxhal plan>", "exec")
 
 
 def _compile_straight_line(steps: list[Step], output_slots: list[int],
@@ -492,7 +505,7 @@ def _compile_straight_line(steps: list[Step], output_slots: list[int],
     lines.append("    return (" + "".join(f"s{i}, " for i in output_slots) + ")")
     namespace: dict = {"Terminated": Terminated, "MSG": _TERMINATED_MSG, "ndarray": np.ndarray,
                        "asarray": np.asarray, **memos}
-    exec(compile("\n".join(lines), "<onnxhal plan>", "exec"), namespace)  # noqa: S102 - generated from the plan
+    exec(compiled_plan("\n".join(lines)), namespace)  # noqa: S102 - generated from the plan
     return namespace["_run"], tuple(st.inline_fn or st.fn for st in steps), line_to_step
 
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import onnx
 
 from onnxhal.hal.errors import InvalidGraph
-from onnxhal.runtime.node_checks import node_label, walk_graphs
+from onnxhal.runtime.node_checks import STANDARD_DOMAINS, node_label, walk_graphs
 
 #: Longest 1-D value (elements) for which shape inference propagates data.
 DATA_PROP_MAX_LENGTH = 1 << 16
@@ -314,13 +314,22 @@ def _stripped(stub: onnx.ModelProto) -> bool:
                for g, _ in walk_graphs(stub.graph) for t in g.initializer)
 
 
+#: The standard operators that hold subgraphs.
+_GRAPH_HOLDERS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
 def _graph_pairs(inferred: onnx.GraphProto, original: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto,
                                                                                          onnx.GraphProto]]:
     """Each graph of the inferred copy with its original, matched through the nodes' outputs (the
     copy's nodes may be in another order)."""
     yield inferred, original
+    # Only a control-flow node or a node of another domain holds a graph (as ``walk_graphs``):
+    # the others' outputs and attributes need no reading.
+    holders = [n for n in inferred.node if n.op_type in _GRAPH_HOLDERS or n.domain not in STANDARD_DOMAINS]
+    if not holders:
+        return
     by_outputs = {tuple(n.output): n for n in original.node}
-    for n in inferred.node:
+    for n in holders:
         twin = by_outputs.get(tuple(n.output))
         if twin is None:
             continue

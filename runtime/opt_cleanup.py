@@ -105,7 +105,7 @@ def eliminate_no_ops(graph: Graph) -> bool:
     """Remove Identity, inference-mode Dropout and Cast to the same type."""
     changed = False
     order = None
-    for node in live_nodes(graph):
+    for node in live_nodes(graph, "Identity", "Dropout", "Cast"):
         source = _no_op_source(graph, node)
         if source is None:
             continue
@@ -127,7 +127,7 @@ def castlike_to_cast(graph: Graph) -> bool:
     longer read). onnxruntime inlines CastLike's function body the same way at load, so its
     optimized models hold the Cast; ``saturate`` goes along from opset 19, where Cast has it."""
     changed = False
-    for node in live_nodes(graph):
+    for node in live_nodes(graph, "CastLike"):
         if node.op_type != "CastLike" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
             continue
         to = graph.value_info(node.inputs[1]).elem_type

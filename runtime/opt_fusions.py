@@ -158,7 +158,7 @@ def push_relu_into_concat(graph: Graph) -> bool:
     concatenation (ShuffleNet's stride-2 units concatenate an AveragePool of a Relu output with
     a Conv branch, then apply Relu). Left alone when some input is neither."""
     changed = False
-    for relu in live_nodes(graph):
+    for relu in live_nodes(graph, "Relu"):
         if relu.op_type != "Relu" or relu.domain != "":
             continue
         concat = graph.producer(relu.inputs[0])
@@ -205,7 +205,7 @@ def pull_relu_after_maxpool(graph: Graph) -> bool:
     SqueezeNet's 64x111x111 stem output, over its fire3/fire5 expand outputs, and over the
     ResNet/AlexNet/Inception stem outputs."""
     changed = False
-    for pool in live_nodes(graph):
+    for pool in live_nodes(graph, "MaxPool"):
         if (pool.op_type != "MaxPool" or pool.domain != "" or any(pool.outputs[1:]) or not _windows_hold_input(pool)
                 or all(s == 1 for s in (pool.attr("strides") or [1]))):
             continue
@@ -248,7 +248,7 @@ def _same_shape(graph: Graph, a: str, b: str) -> bool:
 def fuse_conv_activation(graph: Graph) -> bool:
     """Conv, then optionally Add (or 2-input Sum) of a same-shaped residual, then optionally an activation."""
     changed = False
-    for conv in live_nodes(graph):
+    for conv in live_nodes(graph, "Conv"):
         if conv.op_type != "Conv" or conv.domain != "":
             continue
         pattern, last, residual = [conv], conv, ""
@@ -309,7 +309,7 @@ def fuse_conv_gated_activation(graph: Graph) -> bool:
     (onnxruntime runs these as one kernel too: MLAS's fused Conv activation, and its
     QuickGelu fusion for x * sigmoid(alpha x))."""
     changed = False
-    for conv in live_nodes(graph):
+    for conv in live_nodes(graph, "Conv", "FusedConv"):
         plain = conv.op_type == "Conv" and conv.domain == ""
         bare = (conv.op_type == "FusedConv" and conv.domain == FUSED_DOMAIN and not conv.attr("activation", "")
                 and not conv.attr("channel_shuffle", 0))
@@ -336,7 +336,7 @@ def fuse_conv_gated_activation(graph: Graph) -> bool:
 def fuse_gemm_activation(graph: Graph) -> bool:
     """Gemm followed by an activation."""
     changed = False
-    for gemm in live_nodes(graph):
+    for gemm in live_nodes(graph, "Gemm"):
         if gemm.op_type != "Gemm" or gemm.domain != "":
             continue
         act = _activation_follower(graph, gemm)
@@ -354,7 +354,7 @@ def fuse_gemm_activation(graph: Graph) -> bool:
 def fuse_batchnorm_activation(graph: Graph) -> bool:
     """BatchNormalization with constant statistics, then optionally an activation."""
     changed = False
-    for bn in live_nodes(graph):
+    for bn in live_nodes(graph, "BatchNormalization"):
         stats = batchnorm_stats(graph, bn)
         if stats is None:
             continue
@@ -376,7 +376,7 @@ def fuse_batchnorm_activation(graph: Graph) -> bool:
 def fuse_matmul_bias(graph: Graph) -> bool:
     """MatMul(x, constant 2-D W) + Add(constant [N] bias), then optionally Relu or Gelu."""
     changed = False
-    for mm in live_nodes(graph):
+    for mm in live_nodes(graph, "MatMul"):
         if mm.op_type != "MatMul" or mm.domain != "":
             continue
         weights = constant(graph, mm.inputs[1])
@@ -420,7 +420,7 @@ def fuse_matmul_integer_to_float(graph: Graph) -> bool:
     a_scale with b_scale 1. A's zero point and the scale must be per tensor; the result is the
     same float32 arithmetic in the same order: one kernel instead of four."""
     changed = False
-    for mmi in live_nodes(graph):
+    for mmi in live_nodes(graph, "MatMulInteger"):
         if mmi.op_type != "MatMulInteger" or mmi.domain != "" or len(mmi.outputs) != 1:
             continue
         ins = list(mmi.inputs) + ["", ""]
@@ -469,7 +469,7 @@ def fuse_gelu(graph: Graph) -> bool:
     """Erf-based Gelu: Div(x, sqrt2) or Mul(x, 1/sqrt2) -> Erf -> Add 1 -> Mul x -> Mul 0.5,
     or with the 0.5 applied to x first."""
     changed = False
-    for erf in live_nodes(graph):
+    for erf in live_nodes(graph, "Erf"):
         if erf.op_type != "Erf" or erf.domain != "":
             continue
         scale = graph.producer(erf.inputs[0])
@@ -532,7 +532,7 @@ def fuse_layer_norm_standard(graph: Graph) -> bool:
 def fuse_layer_norm(graph: Graph) -> bool:
     """The decomposed LayerNormalization PyTorch exports, normalizing over the last axis."""
     changed = False
-    for mean in live_nodes(graph):
+    for mean in live_nodes(graph, "ReduceMean"):
         if mean.op_type != "ReduceMean" or not _reduce_mean_last_axis(graph, mean, mean.inputs[0]):
             continue
         x = mean.inputs[0]
@@ -592,7 +592,7 @@ def adopt_fused_kernels(graph: Graph) -> bool:
     """Conv -> FusedConv, Gemm -> FusedGemm, MatMul(x, constant 2-D float W) -> FusedMatMul,
     each with no activation."""
     changed = False
-    for node in live_nodes(graph):
+    for node in live_nodes(graph, "Conv", "Gemm", "MatMul"):
         if node.domain != "":
             continue
         if node.op_type == "Conv":
@@ -622,7 +622,7 @@ def fuse_channel_shuffle(graph: Graph) -> bool:
     """FusedConv (no residual) -> Reshape (N, G, C/G, *S) -> Transpose (0, 2, 1, ...) -> Reshape
     (N, C, *S) becomes the FusedConv with ``channel_shuffle`` = G."""
     changed = False
-    for conv in live_nodes(graph):
+    for conv in live_nodes(graph, "FusedConv"):
         if (conv.op_type != "FusedConv" or conv.domain != FUSED_DOMAIN or conv.attr("channel_shuffle", 0)
                 or (len(conv.inputs) > 3 and conv.inputs[3])):
             continue
@@ -658,7 +658,7 @@ def fuse_replace_nan(graph: Graph) -> bool:
     NaNs become 0): one elementwise op a device EP can run next to the Softmax, instead of a bool
     tensor and a Where that leave the attention scores to the host."""
     changed = False
-    for where in live_nodes(graph):
+    for where in live_nodes(graph, "Where"):
         if where.op_type != "Where" or where.domain != "" or len(where.inputs) != 3:
             continue
         isnan = graph.producer(where.inputs[0])

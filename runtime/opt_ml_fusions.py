@@ -19,7 +19,7 @@ ML = "ai.onnx.ml"
 def fuse_classifier_normalizer(graph: Graph) -> bool:
     """LinearClassifier -> Normalizer of its scores (read by nothing else) as one node."""
     changed = False
-    for clf in live_nodes(graph):
+    for clf in live_nodes(graph, "LinearClassifier"):
         if clf.op_type != "LinearClassifier" or clf.domain != ML or len(clf.outputs) != 2 or not clf.outputs[1]:
             continue
         norm = sole_consumer(graph, clf.outputs[1])

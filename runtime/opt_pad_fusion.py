@@ -71,7 +71,7 @@ def _conv_pads(conv: Node, spatial: int) -> list[int] | None:
 def fuse_pad_into_conv(graph: Graph) -> bool:
     """Fold a zero-valued constant-mode Pad of the spatial axes into the Conv that alone reads it."""
     changed = False
-    for pad in live_nodes(graph):
+    for pad in live_nodes(graph, "Pad"):
         if pad.op_type != "Pad" or pad.domain != "" or not pad.inputs or not pad.inputs[0]:
             continue
         conv = sole_consumer(graph, pad.outputs[0])

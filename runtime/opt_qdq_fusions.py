@@ -163,7 +163,7 @@ def fuse_qdq_groups(graph: Graph) -> bool:
         return False
     _done.add(graph)
     changed = False
-    for node in live_nodes(graph):
+    for node in live_nodes(graph, *_FUSED):
         group = _group(graph, node)
         if group is None:
             continue

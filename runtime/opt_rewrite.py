@@ -111,11 +111,22 @@ def add_initializer(graph: Graph, base: str, value: np.ndarray) -> str:
     return name
 
 
-def live_nodes(graph: Graph) -> Iterator[Node]:
+def live_nodes(graph: Graph, *op_types: str) -> Iterator[Node]:
     """The graph's nodes, from a snapshot, skipping those a rewrite removed meanwhile (a node is
-    live while it still produces its first output), so passes can edit while iterating."""
-    for node in list(graph.nodes):
-        if not node.outputs or not node.outputs[0] or graph.producer(node.outputs[0]) is node:
+    live while it still produces its first output), so passes can edit while iterating.
+
+    ``op_types``, when given, keeps only nodes of those op types (any domain: the pass still checks
+    it). A pass looks for one or two op types; the optimizer runs some thirty passes, each up to
+    ``MAX_ROUNDS`` times, and visiting every node in Python for each was most of their cost."""
+    if op_types:
+        wanted = frozenset(op_types)
+        snapshot = [n for n in graph.nodes if n.op_type in wanted]
+    else:
+        snapshot = list(graph.nodes)
+    producer = graph.producer
+    for node in snapshot:
+        outputs = node.outputs
+        if not outputs or not outputs[0] or producer(outputs[0]) is node:
             yield node
 
 

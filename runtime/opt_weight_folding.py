@@ -67,7 +67,7 @@ def _unused_extra_outputs(graph: Graph, node: Node) -> bool:
 def fold_conv_batchnorm(graph: Graph) -> bool:
     """Conv followed by an inference BatchNormalization with constant statistics."""
     changed = False
-    for conv in live_nodes(graph):
+    for conv in live_nodes(graph, "Conv"):
         parts = _conv_parts(graph, conv)
         bn = sole_consumer(graph, conv.outputs[0]) if parts else None
         stats = batchnorm_stats(graph, bn) if bn is not None and bn.inputs[0] == conv.outputs[0] else None
@@ -111,7 +111,7 @@ def _per_channel_follower(graph: Graph, node: Node, channels: int, out_rank: int
 def fold_conv_mul_add(graph: Graph) -> bool:
     """Conv followed by Mul or Add with a per-channel constant."""
     changed = False
-    for conv in live_nodes(graph):
+    for conv in live_nodes(graph, "Conv"):
         parts = _conv_parts(graph, conv)
         if parts is None:
             continue
@@ -144,7 +144,7 @@ def fold_conv_bias_forward(graph: Graph) -> bool:
     have no activation before their 1x1 convolution: each then skips its bias pass over the
     output."""
     changed = False
-    for a in live_nodes(graph):
+    for a in live_nodes(graph, "Conv"):
         parts = _conv_parts(graph, a)
         if parts is None or len(a.inputs) < 3 or not a.inputs[2]:
             continue
@@ -181,7 +181,7 @@ def fold_batchnorm_mul_add(graph: Graph) -> bool:
     """BatchNormalization followed by Mul or Add with a per-channel constant (DenseNet's exported
     scale layers) -> BatchNormalization with new scale and bias."""
     changed = False
-    for bn in live_nodes(graph):
+    for bn in live_nodes(graph, "BatchNormalization"):
         stats = batchnorm_stats(graph, bn)
         out_rank = rank(graph, bn.inputs[0]) if stats else None
         if not out_rank:
@@ -207,7 +207,7 @@ def fold_batchnorm_mul_add(graph: Graph) -> bool:
 def matmul_add_to_gemm(graph: Graph) -> bool:
     """MatMul of a 2-D input and constant 2-D weights followed by a constant bias Add -> Gemm."""
     changed = False
-    for mm in live_nodes(graph):
+    for mm in live_nodes(graph, "MatMul"):
         if mm.op_type != "MatMul" or mm.domain != "" or len(mm.inputs) != 2 or rank(graph, mm.inputs[0]) != 2:
             continue
         weights = constant(graph, mm.inputs[1])
@@ -242,7 +242,7 @@ def pretranspose_gemm_weights(graph: Graph) -> bool:
     packs a (K, N) B faster than it reads an (N, K) one transposed. A whose row count is a static
     1 keeps its layout (see ``PRETRANSPOSE_MIN_ROWS``); a symbolic row count is taken as a batch."""
     changed = False
-    for gemm in live_nodes(graph):
+    for gemm in live_nodes(graph, "FusedGemm"):
         if gemm.op_type != "FusedGemm" or gemm.domain != FUSED_DOMAIN or not gemm.attr("transB", 0):
             continue
         b = gemm.inputs[1]
@@ -306,7 +306,7 @@ def fold_matmul_scale(graph: Graph) -> bool:
     moves into Q's projection instead, and the scores (12x128x128 in BERT-base) lose one pass
     (0.07-0.12 ms). A power-of-two factor (sqrt(64) = 8) scales the weights exactly."""
     changed = False
-    for mm in live_nodes(graph):
+    for mm in live_nodes(graph, "MatMul"):
         if mm.op_type != "MatMul" or mm.domain != "":
             continue
         follower = sole_consumer(graph, mm.outputs[0])

@@ -777,3 +777,43 @@ def test_pow_of_negative_infinity_and_negative_zero_as_c_pow():
         np.testing.assert_array_equal(np.signbit(y[num]), np.signbit(want[num]))
         (ort_y,) = run_onnxruntime("Pow", [x, np.array(e, np.float32)], 15)
         np.testing.assert_array_equal(y, ort_y)
+
+
+_RESIZE_IN_FRESH_PROCESS = """
+import sys
+import numpy as np
+import onnx
+import onnxhal
+model = onnx.load(sys.argv[1])
+x = np.load(sys.argv[2])
+s = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+np.save(sys.argv[3], s.run(None, {"x": x})[0])
+assert "onnx.reference" not in sys.modules, "the native Resize imported onnx.reference"
+"""
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "align_corners", "asymmetric", "half_pixel_symmetric"])
+def test_native_resize_runs_without_importing_onnx_reference(tmp_path, coord):
+    # Importing onnx.reference pulls in every one of its operators: a process's first Resize paid
+    # for it in its first run. The native modes map coordinates themselves, as onnxruntime does.
+    import subprocess
+    import sys
+
+    import onnxruntime as ort
+
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", coordinate_transformation_mode=coord)
+    # Scales whose resized lengths are whole: at a fractional one, align_corners divides by the
+    # float length (onnx.reference's reading) where onnxruntime divides by the integer one.
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 3, 4])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([1, 1, 2, 0.5], np.float32), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 10
+    x = np.random.default_rng(0).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    onnx.save(model, tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", x)
+    done = subprocess.run([sys.executable, "-c", _RESIZE_IN_FRESH_PROCESS, str(tmp_path / "m.onnx"),
+                           str(tmp_path / "x.npy"), str(tmp_path / "y.npy")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-6)

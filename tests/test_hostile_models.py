@@ -139,6 +139,9 @@ REFUSED = {
     "attribute holding another type's value": (
         lambda: _with_attribute("Softmax", ["x"], _attr("axis", A.INT, f=1.0)),
         "Softmax node 'n': attribute 'axis' is declared INT but holds a value in field.s. f"),
+    "attribute holding several other types' values": (  # each listed once, scalar fields first
+        lambda: _with_attribute("Softmax", ["x"], _attr("axis", A.INT, i=1, ints=[2], f=0.0, floats=[1.0], s=b"")),
+        r"attribute 'axis' is declared INT but holds a value in field\(s\) f, s, floats, ints;"),
     "too few inputs": (lambda: make([helper.make_node("MatMul", ["x"], ["y"], name="mm")], [vi("x", [2, 3])],
                                     [vi("y", None)]), r"MatMul node 'mm' .*has 1 input\(s\); MatMul takes exactly 2: A, B"),
     "too many outputs": (lambda: make([helper.make_node("Relu", ["x"], ["y", "z"], name="r")], [vi("x", [2, 3])],

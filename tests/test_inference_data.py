@@ -74,3 +74,30 @@ def test_the_optimizers_inference_stub_keeps_int64_tables():
     inferred = onnx.shape_inference.infer_shapes(stub, strict_mode=True, data_prop=True)
     y = next(v for v in inferred.graph.output if v.name == "y")
     assert [d.dim_value for d in y.type.tensor_type.shape.dim] == [4, 6]
+
+
+def test_weights_inside_subgraphs_come_back_after_inference():
+    # Inference gets the weights of an If's branches emptied too (a 100-element float initializer
+    # in each); the loaded model has them back.
+    w_then = np.linspace(-1, 1, 100, dtype=np.float32)
+    w_else = np.linspace(2, 3, 100, dtype=np.float32)
+
+    def branch(name: str, w: np.ndarray) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node("Mul", ["x1", f"w_{name}"], [f"y_{name}"])], name, [],
+                                 [helper.make_tensor_value_info(f"y_{name}", TensorProto.FLOAT, [100])],
+                                 [numpy_helper.from_array(w, f"w_{name}")])
+
+    nodes = [helper.make_node("Abs", ["x0"], ["x1"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch("then", w_then), else_branch=branch("else", w_else))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [100]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [100])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    data = model.SerializeToString()
+    x = np.linspace(-5, 5, 100, dtype=np.float32)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    hal = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for c in (True, False):
+        feeds = {"x0": x, "c": np.array(c)}
+        np.testing.assert_array_equal(hal.run(None, feeds)[0], ref.run(None, feeds)[0])

@@ -129,6 +129,26 @@ def test_no_op_elimination_keeps_the_maps_in_graph_order():
     assert seen == {v: (graph.producer(v), [n.name for n in graph.consumers(v)]) for v in values}
 
 
+def test_live_nodes_by_op_type_skips_other_ops_and_removed_nodes():
+    # Passes ask for the op types they rewrite: only those nodes are visited, in graph order,
+    # and a node a rewrite took out meanwhile is not.
+    from onnxhal.runtime.opt_rewrite import live_nodes, unlink_node
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r1"), helper.make_node("Neg", ["a"], ["b"], name="n"),
+             helper.make_node("Relu", ["b"], ["c"], name="r2"), helper.make_node("Abs", ["c"], ["d"], name="abs"),
+             helper.make_node("Relu", ["d"], ["y"], name="r3")]
+    graph = load_model(model_of(nodes, [fvi("x", [4])], [fvi("y", [4])])).graph
+    assert [n.name for n in live_nodes(graph, "Relu")] == ["r1", "r2", "r3"]
+    assert [n.name for n in live_nodes(graph, "Abs", "Neg")] == ["n", "abs"]
+    assert len(list(live_nodes(graph))) == 5
+    seen = []
+    for n in live_nodes(graph, "Relu"):
+        seen.append(n.name)
+        if n.name == "r1":
+            unlink_node(graph, graph.nodes[2])  # r2, removed by a rewrite while iterating
+    assert seen == ["r1", "r3"]
+
+
 def test_unknown_level_is_rejected():
     with pytest.raises(InvalidArgument, match="optimization level"):
         optimize(load_model(small_cnn()).graph, 7)

@@ -314,3 +314,32 @@ def test_ieee_specials_are_results_not_warnings(tmp_path, profiling):
         assert np.geterr() == {"divide": "raise", "over": "raise", "under": "raise", "invalid": "raise"}
         with pytest.raises(FloatingPointError):  # and its own arithmetic raises again after it
             np.sqrt(np.float32(-1.0))
+
+
+def test_sessions_of_one_model_share_the_compiled_plan_code():
+    # The generated plan function is compiled once per process per source: a second session of
+    # the same model (another Relu chain length: a source of its own) compiles nothing, and each
+    # runs as onnxruntime does.
+    import onnxruntime as ort
+
+    from onnxhal.runtime.executor import compiled_plan
+
+    def chain(n: int) -> bytes:
+        nodes = [helper.make_node("Relu" if k % 2 else "Neg", [f"v{k}"], [f"v{k + 1}"]) for k in range(n)]
+        model = make(nodes, [vi("v0", [2, 3])], [vi(f"v{n}", [2, 3])])
+        return model.SerializeToString()
+
+    x = np.array([[-1.5, 0.0, 2.0], [3.0, -4.0, 0.5]], np.float32)
+    model = chain(7)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"v0": x})[0]
+    so = onnxhal.SessionOptions()
+    so.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL
+    first = onnxhal.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    before = compiled_plan.cache_info()
+    second = onnxhal.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    after = compiled_plan.cache_info()
+    assert (after.hits - before.hits, after.misses - before.misses) == (1, 0)
+    onnxhal.InferenceSession(chain(9), so, providers=["CPUExecutionProvider"])
+    assert compiled_plan.cache_info().misses == after.misses + 1
+    for s in (first, second):
+        np.testing.assert_array_equal(s.run(None, {"v0": x})[0], want)

@@ -1,7 +1,6 @@
 """Resize (opset 11+): nearest, linear and cubic modes natively, one axis at a time (a gather per
 axis, a lerp for linear, four weighted taps for cubic), in the input's float type. Coordinates
-come from onnx.reference's ``_compute_x_ori`` so the coordinate transformation modes map as the
-spec's reference, except ``pytorch_half_pixel`` at an output length of 1, which samples 0 by the
+follow the spec's coordinate transformation modes as onnx.reference maps them, except ``pytorch_half_pixel`` at an output length of 1, which samples 0 by the
 integer output length, as the spec, PyTorch and onnxruntime (onnx.reference takes scale * length
 and samples -0.5). Antialias, tf_crop_and_resize and linear or cubic on integer tensors are
 delegated to onnx.reference. Upsample (opsets 7 and 9) runs on the same
@@ -17,15 +16,28 @@ from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
 def _source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
-    from onnx.reference.ops.op_resize import _compute_x_ori
-
+    """The input coordinate of each output index along one axis: the spec's formulas for the
+    coordinate transformation modes (as onnx.reference's ``_compute_x_ori`` computes them, whose
+    import would pull in all of onnx.reference's operators, tens of milliseconds at a process's
+    first Resize). ``length_resized`` is ``scale * in_len``, a float, as there."""
     y = np.arange(out_len, dtype=np.float64)
-    if mode == "tf_half_pixel_for_nn":  # in the spec, not in onnx.reference
+    if mode == "tf_half_pixel_for_nn":
         return (y + 0.5) / scale
     if mode == "pytorch_half_pixel":  # the spec: length_resized > 1 ? ... : 0, by the integer length
         return (y + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
-    x, _ = _compute_x_ori(mode, y, scale, in_len, scale * in_len, out_len, None)
-    return np.asarray(x, dtype=np.float64)
+    if mode == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if mode == "asymmetric":
+        return y / scale
+    resized = scale * in_len
+    if mode == "align_corners":
+        return np.zeros(out_len) if resized == 1 else y * (in_len - 1) / (resized - 1)
+    if mode == "half_pixel_symmetric":
+        offset = in_len / 2 * (1 - out_len / resized)
+        return offset + (y + 0.5) / scale - 0.5
+    raise InvalidArgument(f"Resize: coordinate_transformation_mode {mode!r} is not one of half_pixel, "
+                          "half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric, "
+                          "tf_half_pixel_for_nn, tf_crop_and_resize; use one of those.")
 
 
 def _nearest_index(x: np.ndarray, nearest_mode: str, in_len: int) -> np.ndarray:

@@ -32,8 +32,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "numpy has no public call to read and set the floating-point error state of the current context "
         "cheaply; np.errstate costs more than the small kernels it would wrap"),
     ("runtime/fp_errors.py", "_make_extobj"): "the same (numpy's error-state object)",
-    ("runtime/providers/cpu/kernels/resize.py", "_compute_x_ori"): (
-        "onnx.reference's coordinate transform, used as the oracle's own formula; onnx exports no public one"),
     ("runtime/ortvalue.py", "_replay"): (
         "IOBinding runs through the session's private run entry points; one public run path is the "
         "restructuring issue 43 item 3 describes"),

@@ -659,8 +659,65 @@ def hooks() -> dict:
         incompatible = query("HooksExecutionProvider", cpu)
         out["incompatibility"] = [{k: int(v) if k != "notes" else v for k, v in dict(r).items()}
                                   for r in (compatible, incompatible)]
-    out["by_ort"] = by_ort
+    out["by_ort"] = dict(by_ort)  # before the profiled session's own calls
+    # The EP's own EpProfiler (hal.Ep.create_profiler): its events join onnxruntime's profile (API 25+).
+    hooks_module.LOG.clear()
+    events = profiled_runs(model, "HooksExecutionProvider", runs=2)
+    out["profile"] = {"ep_events": [(e["name"], e["cat"], e["args"].get("run")) for e in events
+                                    if e["name"] == "hooks_compute"],
+                      "onnxhal_events": sum(e["name"].endswith("_onnxhal_compute") for e in events),
+                      "ort_kernel_events": sum(e["name"].endswith("_kernel_time") for e in events),
+                      "created": [e[0] for e in hooks_module.LOG].count("create_profiler")}
     return out
+
+
+def profiled_runs(model, ep_name: str, runs: int = 3, options: dict | None = None) -> list[dict]:
+    """The events of onnxruntime's JSON profile of ``runs`` runs of ``model`` on ``ep_name``'s device."""
+    import tempfile
+
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort_profile")
+    so.add_provider_for_devices([device(ep_name)], options or {})
+    sess = ort.InferenceSession(model.SerializeToString(), so)
+    for _ in range(runs):
+        sess.run(None, {"x": ADD_MUL_X})
+    with open(sess.end_profiling()) as f:
+        return json.load(f)
+
+
+def profiling() -> dict:
+    """onnxruntime's profile of a session on the simulated NPU: onnxhal's partition events (API 25+)."""
+    import tempfile
+
+    import onnxhal
+    from onnxhal.ort_plugin import library
+
+    register()
+    events = profiled_runs(add_mul_model(), NPU)
+    # onnxhal's own session on the same profile: the simulated device time of its partition
+    from onnxhal.simulators import register_simulators
+
+    register_simulators(PROFILES)
+    hso = onnxhal.SessionOptions()
+    hso.enable_profiling = True
+    hso.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "own")
+    hso.set_provider_selection_policy(onnxhal.OrtExecutionProviderDevicePolicy.PREFER_NPU)
+    own = onnxhal.InferenceSession(add_mul_model().SerializeToString(), hso)
+    own.run(None, {"x": ADD_MUL_X})
+    with open(own.end_profiling()) as f:
+        own_us = [e["args"]["sim_device_us"] for e in json.load(f)
+                  if e["args"].get("provider") == NPU and "sim_device_us" in e["args"]]
+    kernels = [e for e in events if e["name"].endswith("_kernel_time") and e["args"].get("provider") == NPU]
+    mine = [e for e in events if e["name"].endswith("_onnxhal_compute")]
+    # each onnxhal event lies inside onnxruntime's event for the same fused node's run (1 us of rounding)
+    nested = [any(k["name"] == e["name"].replace("_onnxhal_compute", "_kernel_time")
+                  and k["ts"] - 1 <= e["ts"] and e["ts"] + e["dur"] <= k["ts"] + k["dur"] + 1 for k in kernels)
+              for e in mine]
+    return {"api": library.bound_api(0).api_version, "ort_kernel_events": len(kernels), "onnxhal_events": len(mine),
+            "nested": nested, "categories": sorted({e["cat"] for e in mine}), "own_sim_device_us": own_us,
+            "args": [{k: e["args"].get(k) for k in ("provider", "sim_device", "sim_device_us", "sim_dtype")}
+                     for e in mine]}
 
 
 def not_attached() -> dict:

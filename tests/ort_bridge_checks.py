@@ -7,6 +7,9 @@ Profiles: generic-npu (fp16, NHWC, no Erf) and generic-gpu (fp32), as $ONNXHAL_S
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import io
 import json
 import os
 import sys
@@ -659,7 +662,20 @@ def hooks() -> dict:
         incompatible = query("HooksExecutionProvider", cpu)
         out["incompatibility"] = [{k: int(v) if k != "notes" else v for k, v in dict(r).items()}
                                   for r in (compatible, incompatible)]
-    out["by_ort"] = dict(by_ort)  # before the profiled session's own calls
+    out["by_ort"] = dict(by_ort)  # before the sessions below make calls of their own
+    # get_default_memory_device (OrtEp::GetDefaultMemoryDevice, API 27): host memory is no device
+    # memory (NULL), memory the EP device does not declare fails the session with onnxhal's error.
+    out["default_memory"] = {}
+    for choice in ("host", "undeclared"):
+        printed = io.StringIO()
+        try:  # onnxruntime's Python API prints an EP's session-creation error and falls back to the CPU EP
+            with contextlib.redirect_stdout(printed):
+                s = session(model, devices=[device("HooksExecutionProvider")], options={"memory_device": choice})
+            out["default_memory"][choice] = {"providers": providers_used(s), "err": add_mul_error(s),
+                                             "error": printed.getvalue()}
+            del s
+        except Exception as e:  # noqa: BLE001 - the check reports what onnxruntime raised
+            out["default_memory"][choice] = {"error": f"{type(e).__name__}: {e}"}
     # The EP's own EpProfiler (hal.Ep.create_profiler): its events join onnxruntime's profile (API 25+).
     hooks_module.LOG.clear()
     events = profiled_runs(model, "HooksExecutionProvider", runs=2)
@@ -718,6 +734,28 @@ def profiling() -> dict:
             "nested": nested, "categories": sorted({e["cat"] for e in mine}), "own_sim_device_us": own_us,
             "args": [{k: e["args"].get(k) for k in ("provider", "sim_device", "sim_device_us", "sim_dtype")}
                      for e in mine]}
+
+
+def default_memory_device() -> dict:
+    """OrtEp::GetDefaultMemoryDevice (API 27) of the simulated NPU: what the bridge answers, and a run."""
+    from onnxhal.ort_plugin import dispatch as d
+    from onnxhal.ort_plugin import library
+    from onnxhal.ort_plugin.device_memory import memory_device_of
+
+    answers: list = []
+    handler = d.HANDLERS[d.E_GET_DEFAULT_MEMORY_DEVICE]
+
+    def recorded(ep, args):
+        handler(ep, args)
+        written = ctypes.cast(args[0], ctypes.POINTER(ctypes.c_void_p))[0]
+        answers.append({"answer": str(memory_device_of(ep.api, written)) if written else None,
+                        "ep_memory": str(ep.ep.memory_info.memory_device)})
+
+    d.HANDLERS[d.E_GET_DEFAULT_MEMORY_DEVICE] = recorded
+    register()
+    sess = session(add_mul_model(), devices=[device(NPU)])
+    return {"api": library.bound_api(0).api_version, "answers": answers, "err": add_mul_error(sess),
+            "providers": providers_used(sess)}
 
 
 def not_attached() -> dict:

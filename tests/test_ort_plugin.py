@@ -442,6 +442,17 @@ def test_hal_hooks_reach_the_ep_on_every_onnxruntime_version():
             assert s["syncs"] == 12
     assert by_ort.get("E_ON_SESSION_INITIALIZATION_END", 0) == (2 if api >= 27 else 0)
     assert by_ort.get("E_SYNC", 0) == (4 if api >= 25 else 0)
+    # get_default_memory_device: host memory is answered as none; memory the EP device does not
+    # declare fails the EP's session with onnxhal's error (onnxruntime's Python API then falls back
+    # to the CPU EP) once onnxruntime asks (API 27); before, nothing asks and the EP runs.
+    dm = r["default_memory"]
+    assert dm["host"] == {"providers": ["HooksExecutionProvider"], "err": 0.0, "error": ""}
+    if api >= 27:
+        assert dm["undeclared"]["providers"] == ["CPUExecutionProvider"]
+        assert ("OrtEp::GetDefaultMemoryDevice: InvalidArgument: HooksExecutionProvider.get_default_memory_device() "
+                "returned GPU:1(vendor 0x1234), which its EP devices do not declare") in dm["undeclared"]["error"]
+    else:
+        assert dm["undeclared"] == {"providers": ["HooksExecutionProvider"], "err": 0.0, "error": ""}
     # The EP's own EpProfiler: asked for once by a profiled session, its events in onnxruntime's profile
     prof = r["profile"]
     assert prof["ort_kernel_events"] == 2
@@ -470,6 +481,15 @@ def test_onnxruntime_profile_shows_onnxhals_partition_events():
     for args in r["args"]:
         assert args["provider"] == "VirtualNpuExecutionProvider" and args["sim_device"] == "generic-npu"
         assert args["sim_dtype"] == "float16" and float(args["sim_device_us"]) == r["own_sim_device_us"][0]
+
+
+def test_default_memory_device_is_the_simulated_devices_memory():
+    r = run_check("default_memory_device")
+    assert r["providers"][0] == "VirtualNpuExecutionProvider" and r["err"] < 2e-2
+    if r["api"] >= 27:  # onnxruntime asks once per session, and gets the device's own memory
+        assert r["answers"] == [{"answer": "NPU:0(vendor 0x4f48)", "ep_memory": "NPU:0(vendor 0x4f48)"}]
+    else:
+        assert r["answers"] == []
 
 
 def test_call_ids_of_bridge_c_and_dispatch_agree():

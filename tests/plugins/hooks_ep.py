@@ -3,7 +3,7 @@
 One EP, ``HooksExecutionProvider``, on the CPU hardware device. It fuses every Add / Mul into one
 partition computed in numpy, after a short sleep during which it counts the computes in flight
 (``IN_FLIGHT_MAX``); while the session profiles, its ``EpProfiler`` records each compute. Provider options: ``concurrent`` ("0": the EP says it cannot take concurrent
-runs). The factory reports the CPU incompatible (a driver problem) when ``INCOMPATIBLE`` is set.
+runs), ``memory_device`` ("host" or "undeclared": what ``get_default_memory_device`` names). The factory reports the CPU incompatible (a driver problem) when ``INCOMPATIBLE`` is set.
 ``LOG`` records (hook, details) in call order.
 """
 
@@ -71,8 +71,9 @@ class HooksCompute(hal.NodeComputeInfo):
 class HooksEp(hal.Ep):
     name = "HooksExecutionProvider"
 
-    def __init__(self, concurrent: bool):
+    def __init__(self, concurrent: bool, memory_device: str = ""):
         self.concurrent = concurrent
+        self.memory_device = memory_device
         self.profiler = None
 
     def get_capability(self, graph, support_info):
@@ -83,6 +84,16 @@ class HooksEp(hal.Ep):
     def compile(self, graphs, fused_nodes):
         LOG.append(("compile", len(graphs)))
         return [HooksCompute(g, self) for g in graphs]
+
+    def get_default_memory_device(self):
+        LOG.append(("get_default_memory_device", self.memory_device))
+        if self.memory_device == "host":
+            return hal.OrtMemoryDevice(device_type=hal.OrtMemoryInfoDeviceType.CPU,
+                                       memory_type=hal.OrtDeviceMemoryType.DEFAULT, vendor_id=0, device_id=0)
+        if self.memory_device == "undeclared":  # memory its EP device does not declare
+            return hal.OrtMemoryDevice(device_type=hal.OrtMemoryInfoDeviceType.GPU,
+                                       memory_type=hal.OrtDeviceMemoryType.DEFAULT, vendor_id=0x1234, device_id=1)
+        return None
 
     def create_profiler(self):
         LOG.append(("create_profiler", None))
@@ -119,7 +130,7 @@ class HooksFactory(hal.EpFactory):
 
     def create_ep(self, devices, ep_metadata, session_options, logger):
         options = session_options.provider_options_for(self.name)
-        return HooksEp(concurrent=options.get("concurrent", "1") != "0")
+        return HooksEp(concurrent=options.get("concurrent", "1") != "0", memory_device=options.get("memory_device", ""))
 
     def get_hardware_device_incompatibility_details(self, device):
         LOG.append(("get_hardware_device_incompatibility_details", device.type.name))

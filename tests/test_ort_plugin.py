@@ -445,14 +445,15 @@ def test_hal_hooks_reach_the_ep_on_every_onnxruntime_version():
     # get_default_memory_device: host memory is answered as none; memory the EP device does not
     # declare fails the EP's session with onnxhal's error (onnxruntime's Python API then falls back
     # to the CPU EP) once onnxruntime asks (API 27); before, nothing asks and the EP runs.
-    dm = r["default_memory"]
-    assert dm["host"] == {"providers": ["HooksExecutionProvider"], "err": 0.0, "error": ""}
+    dm = r["default_memory"]  # providers: 1.23 lists the CPU EP too (no assignment info)
+    assert dm["host"]["providers"][0] == "HooksExecutionProvider" and dm["host"]["err"] == 0.0
+    assert dm["host"]["error"] == ""
     if api >= 27:
         assert dm["undeclared"]["providers"] == ["CPUExecutionProvider"]
         assert ("OrtEp::GetDefaultMemoryDevice: InvalidArgument: HooksExecutionProvider.get_default_memory_device() "
                 "returned GPU:1(vendor 0x1234), which its EP devices do not declare") in dm["undeclared"]["error"]
     else:
-        assert dm["undeclared"] == {"providers": ["HooksExecutionProvider"], "err": 0.0, "error": ""}
+        assert dm["undeclared"]["providers"][0] == "HooksExecutionProvider" and dm["undeclared"]["error"] == ""
     # The EP's own EpProfiler: asked for once by a profiled session, its events in onnxruntime's profile
     prof = r["profile"]
     assert prof["ort_kernel_events"] == 2

@@ -28,7 +28,7 @@ from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, N
 from onnxhal.hal.ep_context import FusedOrder, ep_context_node, fused_order
 from onnxhal.hal.errors import InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
-from onnxhal.hal.memory_info import OrtMemoryInfo
+from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.run_control import sleep_unless_terminated
 from onnxhal.runtime.layout_transform import (
     LAYOUT_SENSITIVE,
@@ -526,6 +526,11 @@ class VirtualEp(OpenCLEp):
 
     def create_data_transfer(self) -> DataTransfer | None:
         return self.data_transfer
+
+    def get_default_memory_device(self) -> OrtMemoryDevice | None:
+        """The device's own memory (what its EP device declares as DEFAULT); None where it works in
+        host memory."""
+        return None if self.memory_info.is_host else self.memory_info.memory_device
 
     def create_allocator(self, memory_info: OrtMemoryInfo, options: Any = None) -> Allocator | None:
         if memory_info.memory_device == self.memory_info.memory_device:

@@ -7,6 +7,9 @@ Profiles: generic-npu (fp16, NHWC, no Erf) and generic-gpu (fp32), as $ONNXHAL_S
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import io
 import json
 import os
 import sys
@@ -659,8 +662,100 @@ def hooks() -> dict:
         incompatible = query("HooksExecutionProvider", cpu)
         out["incompatibility"] = [{k: int(v) if k != "notes" else v for k, v in dict(r).items()}
                                   for r in (compatible, incompatible)]
-    out["by_ort"] = by_ort
+    out["by_ort"] = dict(by_ort)  # before the sessions below make calls of their own
+    # get_default_memory_device (OrtEp::GetDefaultMemoryDevice, API 27): host memory is no device
+    # memory (NULL), memory the EP device does not declare fails the session with onnxhal's error.
+    out["default_memory"] = {}
+    for choice in ("host", "undeclared"):
+        printed = io.StringIO()
+        try:  # onnxruntime's Python API prints an EP's session-creation error and falls back to the CPU EP
+            with contextlib.redirect_stdout(printed):
+                s = session(model, devices=[device("HooksExecutionProvider")], options={"memory_device": choice})
+            out["default_memory"][choice] = {"providers": providers_used(s), "err": add_mul_error(s),
+                                             "error": printed.getvalue()}
+            del s
+        except Exception as e:  # noqa: BLE001 - the check reports what onnxruntime raised
+            out["default_memory"][choice] = {"error": f"{type(e).__name__}: {e}"}
+    # The EP's own EpProfiler (hal.Ep.create_profiler): its events join onnxruntime's profile (API 25+).
+    hooks_module.LOG.clear()
+    events = profiled_runs(model, "HooksExecutionProvider", runs=2)
+    out["profile"] = {"ep_events": [(e["name"], e["cat"], e["args"].get("run")) for e in events
+                                    if e["name"] == "hooks_compute"],
+                      "onnxhal_events": sum(e["name"].endswith("_onnxhal_compute") for e in events),
+                      "ort_kernel_events": sum(e["name"].endswith("_kernel_time") for e in events),
+                      "created": [e[0] for e in hooks_module.LOG].count("create_profiler")}
     return out
+
+
+def profiled_runs(model, ep_name: str, runs: int = 3, options: dict | None = None) -> list[dict]:
+    """The events of onnxruntime's JSON profile of ``runs`` runs of ``model`` on ``ep_name``'s device."""
+    import tempfile
+
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort_profile")
+    so.add_provider_for_devices([device(ep_name)], options or {})
+    sess = ort.InferenceSession(model.SerializeToString(), so)
+    for _ in range(runs):
+        sess.run(None, {"x": ADD_MUL_X})
+    with open(sess.end_profiling()) as f:
+        return json.load(f)
+
+
+def profiling() -> dict:
+    """onnxruntime's profile of a session on the simulated NPU: onnxhal's partition events (API 25+)."""
+    import tempfile
+
+    import onnxhal
+    from onnxhal.ort_plugin import library
+
+    register()
+    events = profiled_runs(add_mul_model(), NPU)
+    # onnxhal's own session on the same profile: the simulated device time of its partition
+    from onnxhal.simulators import register_simulators
+
+    register_simulators(PROFILES)
+    hso = onnxhal.SessionOptions()
+    hso.enable_profiling = True
+    hso.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "own")
+    hso.set_provider_selection_policy(onnxhal.OrtExecutionProviderDevicePolicy.PREFER_NPU)
+    own = onnxhal.InferenceSession(add_mul_model().SerializeToString(), hso)
+    own.run(None, {"x": ADD_MUL_X})
+    with open(own.end_profiling()) as f:
+        own_us = [e["args"]["sim_device_us"] for e in json.load(f)
+                  if e["args"].get("provider") == NPU and "sim_device_us" in e["args"]]
+    kernels = [e for e in events if e["name"].endswith("_kernel_time") and e["args"].get("provider") == NPU]
+    mine = [e for e in events if e["name"].endswith("_onnxhal_compute")]
+    # each onnxhal event lies inside onnxruntime's event for the same fused node's run (1 us of rounding)
+    nested = [any(k["name"] == e["name"].replace("_onnxhal_compute", "_kernel_time")
+                  and k["ts"] - 1 <= e["ts"] and e["ts"] + e["dur"] <= k["ts"] + k["dur"] + 1 for k in kernels)
+              for e in mine]
+    return {"api": library.bound_api(0).api_version, "ort_kernel_events": len(kernels), "onnxhal_events": len(mine),
+            "nested": nested, "categories": sorted({e["cat"] for e in mine}), "own_sim_device_us": own_us,
+            "args": [{k: e["args"].get(k) for k in ("provider", "sim_device", "sim_device_us", "sim_dtype")}
+                     for e in mine]}
+
+
+def default_memory_device() -> dict:
+    """OrtEp::GetDefaultMemoryDevice (API 27) of the simulated NPU: what the bridge answers, and a run."""
+    from onnxhal.ort_plugin import dispatch as d
+    from onnxhal.ort_plugin import library
+    from onnxhal.ort_plugin.device_memory import memory_device_of
+
+    answers: list = []
+    handler = d.HANDLERS[d.E_GET_DEFAULT_MEMORY_DEVICE]
+
+    def recorded(ep, args):
+        handler(ep, args)
+        written = ctypes.cast(args[0], ctypes.POINTER(ctypes.c_void_p))[0]
+        answers.append({"answer": str(memory_device_of(ep.api, written)) if written else None,
+                        "ep_memory": str(ep.ep.memory_info.memory_device)})
+
+    d.HANDLERS[d.E_GET_DEFAULT_MEMORY_DEVICE] = recorded
+    register()
+    sess = session(add_mul_model(), devices=[device(NPU)])
+    return {"api": library.bound_api(0).api_version, "answers": answers, "err": add_mul_error(sess),
+            "providers": providers_used(sess)}
 
 
 def not_attached() -> dict:

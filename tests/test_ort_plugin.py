@@ -442,11 +442,55 @@ def test_hal_hooks_reach_the_ep_on_every_onnxruntime_version():
             assert s["syncs"] == 12
     assert by_ort.get("E_ON_SESSION_INITIALIZATION_END", 0) == (2 if api >= 27 else 0)
     assert by_ort.get("E_SYNC", 0) == (4 if api >= 25 else 0)
+    # get_default_memory_device: host memory is answered as none; memory the EP device does not
+    # declare fails the EP's session with onnxhal's error (onnxruntime's Python API then falls back
+    # to the CPU EP) once onnxruntime asks (API 27); before, nothing asks and the EP runs.
+    dm = r["default_memory"]  # providers: 1.23 lists the CPU EP too (no assignment info)
+    assert dm["host"]["providers"][0] == "HooksExecutionProvider" and dm["host"]["err"] == 0.0
+    assert dm["host"]["error"] == ""
+    if api >= 27:
+        assert dm["undeclared"]["providers"] == ["CPUExecutionProvider"]
+        assert ("OrtEp::GetDefaultMemoryDevice: InvalidArgument: HooksExecutionProvider.get_default_memory_device() "
+                "returned GPU:1(vendor 0x1234), which its EP devices do not declare") in dm["undeclared"]["error"]
+    else:
+        assert dm["undeclared"]["providers"][0] == "HooksExecutionProvider" and dm["undeclared"]["error"] == ""
+    # The EP's own EpProfiler: asked for once by a profiled session, its events in onnxruntime's profile
+    prof = r["profile"]
+    assert prof["ort_kernel_events"] == 2
+    if api >= 25:
+        assert prof["created"] == 1 and prof["onnxhal_events"] == 2
+        assert prof["ep_events"] == [["hooks_compute", "Kernel", "0"], ["hooks_compute", "Kernel", "1"]]
+    else:
+        assert prof == {"ep_events": [], "onnxhal_events": 0, "ort_kernel_events": 2, "created": 0}
     if api >= 26:  # the Python query exists from 1.26
         assert r["incompatibility"] == [{"reasons_bitmask": 0, "notes": None, "error_code": 0},
                                         {"reasons_bitmask": 1, "notes": "driver 1.0 is too old; install 2.0",
                                          "error_code": 7}]
         assert by_ort["F_GET_INCOMPATIBILITY_DETAILS"] == 2
+
+
+def test_onnxruntime_profile_shows_onnxhals_partition_events():
+    r = run_check("profiling")
+    assert r["ort_kernel_events"] == 3  # three runs of the one fused node, onnxruntime's own events
+    if r["api"] < 25:  # no OrtEp::CreateProfiler: the profile holds onnxruntime's events alone
+        assert r["onnxhal_events"] == 0
+        return
+    # one onnxhal event per partition run, inside onnxruntime's event for that run, carrying the
+    # simulated device time onnxhal's own session gives the same partition on the same profile
+    assert r["onnxhal_events"] == 3 and all(r["nested"]) and r["categories"] == ["Kernel"]
+    assert len(r["own_sim_device_us"]) == 1 and r["own_sim_device_us"][0] > 0
+    for args in r["args"]:
+        assert args["provider"] == "VirtualNpuExecutionProvider" and args["sim_device"] == "generic-npu"
+        assert args["sim_dtype"] == "float16" and float(args["sim_device_us"]) == r["own_sim_device_us"][0]
+
+
+def test_default_memory_device_is_the_simulated_devices_memory():
+    r = run_check("default_memory_device")
+    assert r["providers"][0] == "VirtualNpuExecutionProvider" and r["err"] < 2e-2
+    if r["api"] >= 27:  # onnxruntime asks once per session, and gets the device's own memory
+        assert r["answers"] == [{"answer": "NPU:0(vendor 0x4f48)", "ep_memory": "NPU:0(vendor 0x4f48)"}]
+    else:
+        assert r["answers"] == []
 
 
 def test_call_ids_of_bridge_c_and_dispatch_agree():
@@ -463,5 +507,5 @@ def test_call_ids_of_bridge_c_and_dispatch_agree():
         ids[name] = value
     ids["CREATE_EP_FACTORIES"], ids["RELEASE_EP_FACTORY"] = ids.pop("CALL_CREATE_EP_FACTORIES"), \
         ids.pop("CALL_RELEASE_EP_FACTORY")
-    assert len(ids) == 40
+    assert len(ids) == 45
     assert {name: getattr(dispatch, name, None) for name in ids} == ids

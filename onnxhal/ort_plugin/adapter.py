@@ -325,6 +325,7 @@ class EpAdapter:
         # by the filtered graph it planned (EpGraphSupportInfo.filtered_graph).
         self.claimed_graphs: dict[tuple, Graph] = {}
         self.memory = DeviceMemory.of(factory.factory, ep, ep_devices)
+        self.profiler: Any = None  # profiling.ProfilerAdapter while onnxruntime profiles the session (API 25+)
         d.objects[self.address] = self
 
     def get_capability(self, args: Any) -> None:
@@ -418,6 +419,22 @@ class EpAdapter:
             adapter = self.compute_infos.pop(p, None)
             if adapter is not None:
                 d.objects.pop(adapter.address, None)
+
+    def default_memory_device(self, args: Any) -> None:
+        """OrtEp::GetDefaultMemoryDevice (API 27): the OrtMemoryDevice of the memory the hal Ep names, one
+        the bridge declared on its EP devices; NULL where it names none (onnxruntime then uses the EP
+        devices' DEFAULT memory) or where the bridge declares no device memory (values stay on the host)."""
+        chosen = self.ep.get_default_memory_device()
+        if chosen is None:
+            return
+        known = self.factory.memory_infos.get(chosen)
+        if known is None:
+            if not self.factory.declare_memory or chosen.device_type == OrtMemoryInfoDeviceType.CPU:
+                return
+            raise InvalidArgument(
+                f"{self.ep.name}.get_default_memory_device() returned {chosen}, which its EP devices do not declare "
+                f"(declared: {sorted(map(str, self.factory.memory_infos)) or 'none'}); return one of those or None")
+        write_out(args[0], self.api.ep["MemoryInfo_GetMemoryDevice"](known[1]))
 
     def set_dynamic_options(self, args: Any) -> None:
         n = args[2]

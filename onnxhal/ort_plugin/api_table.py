@@ -439,6 +439,9 @@ EP_API: dict[str, tuple[int, int]] = {
     'GetSyncIdForLastWaitOnSyncStream': (15, 23),
     'CreateHardwareDevice': (16, 24),
     'ReleaseHardwareDevice': (17, 24),
+    'CreateProfilingEvent': (65, 25),
+    'ReleaseProfilingEvent': (66, 25),
+    'ProfilingEventsContainer_AddEvents': (72, 25),
 }
 
 MODEL_EDITOR_API: dict[str, tuple[int, int]] = {

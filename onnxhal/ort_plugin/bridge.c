@@ -2,7 +2,7 @@
  *
  * onnxruntime loads this file's shared library with register_execution_provider_library and calls
  * CreateEpFactories / ReleaseEpFactory. Every call, and every call onnxruntime later makes through
- * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl / OrtAllocator structs that Python builds,
+ * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl / OrtAllocator / OrtEpProfilerImpl structs that Python builds,
  * lands in one of the small trampolines below, which hands it to one Python dispatcher (a ctypes
  * callback: it takes the GIL on whatever thread onnxruntime calls from). No onnxruntime header is
  * needed: arguments travel as machine words and Python knows their types.
@@ -34,10 +34,11 @@ enum {
   F_IS_STREAM_AWARE, F_CREATE_SYNC_STREAM, F_GET_INCOMPATIBILITY_DETAILS,
   E_GET_NAME = 30, E_GET_CAPABILITY, E_COMPILE, E_RELEASE_COMPUTE_INFOS, E_GET_LAYOUT, E_SHOULD_CONVERT,
   E_SET_DYNAMIC_OPTIONS, E_ON_RUN_START, E_ON_RUN_END, E_CREATE_ALLOCATOR, E_CREATE_SYNC_STREAM,
-  E_GET_COMPAT_INFO, E_SYNC, E_ON_SESSION_INITIALIZATION_END,
+  E_GET_COMPAT_INFO, E_SYNC, E_ON_SESSION_INITIALIZATION_END, E_CREATE_PROFILER, E_GET_DEFAULT_MEMORY_DEVICE,
   C_CREATE_STATE = 50, C_COMPUTE, C_RELEASE_STATE,
   D_RELEASE = 60, D_CAN_COPY, D_COPY_TENSORS,
   A_ALLOC = 70, A_FREE, A_INFO, A_RESERVE,
+  P_RELEASE = 80, P_START_PROFILING, P_END_PROFILING,
 };
 
 static DispatchFn g_dispatch = NULL;
@@ -191,6 +192,23 @@ const char* e_get_compat_info(void* self, const void* graph) {
 }
 OrtStatus* e_sync(void* self) { STATUS_CALL(E_SYNC, self, 0); }
 OrtStatus* e_on_session_initialization_end(void* self) { STATUS_CALL(E_ON_SESSION_INITIALIZATION_END, self, 0); }
+OrtStatus* e_create_profiler(void* self, void** profiler) {
+  *profiler = NULL;
+  STATUS_CALL(E_CREATE_PROFILER, self, W(profiler));
+}
+OrtStatus* e_get_default_memory_device(const void* self, const void** device) {
+  *device = NULL;
+  STATUS_CALL(E_GET_DEFAULT_MEMORY_DEVICE, self, W(device));
+}
+
+/* ---- OrtEpProfilerImpl (StartEvent / StopEvent stay NULL: onnxruntime skips them then) ------- */
+void p_release(void* self) { VOID_CALL(P_RELEASE, self, 0); }
+OrtStatus* p_start_profiling(void* self, int64_t start_offset_ns) {
+  STATUS_CALL(P_START_PROFILING, self, W((intptr_t)start_offset_ns));
+}
+OrtStatus* p_end_profiling(void* self, void* events_container) {
+  STATUS_CALL(P_END_PROFILING, self, W(events_container));
+}
 
 /* ---- OrtNodeComputeInfo ------------------------------------------------------------------- */
 OrtStatus* c_create_state(void* self, void* compute_context, void** state) {

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import threading
+import time
 from ctypes import c_size_t, c_void_p
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +130,8 @@ class ComputeAdapter:
         return f"{kind} {i} ({names[i]!r}) of {self.fused_node.name!r}" if i < len(names) else f"{kind} {i}"
 
     def compute(self, args: Any) -> None:
+        profiler = self.ep.profiler
+        start_ns = time.perf_counter_ns() if profiler is not None and profiler.active else 0
         state, kctx = self.states[args[0]], args[1]
         api, memory = self.api, self.ep.memory
         n = c_size_t()
@@ -173,3 +176,5 @@ class ComputeAdapter:
                              f"{self.fused_node.name!r} is {host.dtype}, onnxruntime expects {dst.dtype}")
             if host.size:
                 np.copyto(dst, host)
+        if start_ns:
+            profiler.record(self.fused_node, start_ns, time.perf_counter_ns(), inputs, list(outputs))

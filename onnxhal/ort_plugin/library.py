@@ -14,7 +14,7 @@ from typing import Any
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.ort_plugin import dispatch as d
-from onnxhal.ort_plugin import interrupts
+from onnxhal.ort_plugin import interrupts, profiling  # noqa: F401 - profiling registers its handlers
 from onnxhal.ort_plugin.adapter import BridgeEpApi, EpAdapter, FactoryAdapter
 from onnxhal.ort_plugin.ort_api import OrtApi
 from onnxhal.ort_plugin.structs import write_out
@@ -155,6 +155,7 @@ d.HANDLERS.update({
     d.F_GET_INCOMPATIBILITY_DETAILS: FactoryAdapter.incompatibility_details,
     d.E_SYNC: lambda e, a: e.ep.sync(),
     d.E_ON_SESSION_INITIALIZATION_END: lambda e, a: e.ep.on_session_initialization_end(),
+    d.E_GET_DEFAULT_MEMORY_DEVICE: EpAdapter.default_memory_device,
     d.C_CREATE_STATE: lambda c, a: c.create_state(a),
     d.C_COMPUTE: lambda c, a: c.ep.missing.compute(lambda: c.compute(a)),
     d.C_RELEASE_STATE: lambda c, a: c.release_state(a),

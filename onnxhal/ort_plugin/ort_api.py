@@ -129,6 +129,10 @@ EP_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "MemoryDevice_GetDeviceId": (c_uint32, (P,)),
     "ReleaseHardwareDevice": (None, (P,)),
     "DeviceEpIncompatibilityDetails_SetDetails": (_S, (P, c_uint32, ctypes.c_int32, c_char_p)),
+    "CreateProfilingEvent": (_S, (c_int, ctypes.c_int32, ctypes.c_int32, c_char_p, c_int64, c_int64,
+                                  POINTER(c_char_p), POINTER(c_char_p), c_size_t, PP)),
+    "ReleaseProfilingEvent": (None, (P,)),
+    "ProfilingEventsContainer_AddEvents": (_S, (P, PP, c_size_t)),
 }
 
 

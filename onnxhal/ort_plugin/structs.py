@@ -41,7 +41,8 @@ EpStruct = _struct("OrtEp", ORT_EP, {
     "ShouldConvertDataLayoutForOp": "e_should_convert", "SetDynamicOptions": "e_set_dynamic_options",
     "OnRunStart": "e_on_run_start", "OnRunEnd": "e_on_run_end",
     "GetCompiledModelCompatibilityInfo": "e_get_compat_info",
-    "Sync": "e_sync", "OnSessionInitializationEnd": "e_on_session_initialization_end"})
+    "Sync": "e_sync", "OnSessionInitializationEnd": "e_on_session_initialization_end",
+    "CreateProfiler": "e_create_profiler", "GetDefaultMemoryDevice": "e_get_default_memory_device"})
 # IsConcurrentRunSupported stays NULL: onnxruntime's answer to "no" is a session lock that its Python
 # API can take while holding the GIL, and a Python EP then deadlocks it; the bridge serializes such
 # an EP itself (missing_hooks.py).

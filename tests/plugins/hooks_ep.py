@@ -2,8 +2,8 @@
 
 One EP, ``HooksExecutionProvider``, on the CPU hardware device. It fuses every Add / Mul into one
 partition computed in numpy, after a short sleep during which it counts the computes in flight
-(``IN_FLIGHT_MAX``). Provider options: ``concurrent`` ("0": the EP says it cannot take concurrent
-runs). The factory reports the CPU incompatible (a driver problem) when ``INCOMPATIBLE`` is set.
+(``IN_FLIGHT_MAX``); while the session profiles, its ``EpProfiler`` records each compute. Provider options: ``concurrent`` ("0": the EP says it cannot take concurrent
+runs), ``memory_device`` ("host" or "undeclared": what ``get_default_memory_device`` names). The factory reports the CPU incompatible (a driver problem) when ``INCOMPATIBLE`` is set.
 ``LOG`` records (hook, details) in call order.
 """
 
@@ -21,13 +21,35 @@ _lock = threading.Lock()
 _OPS = {"Add": np.add, "Mul": np.multiply}
 
 
+class HooksProfiler(hal.EpProfiler):
+    """Records one event per compute while the session profiles."""
+
+    def __init__(self):
+        self.t0 = None
+        self.events = []
+
+    def start_profiling(self, start_time_ns):
+        self.t0 = start_time_ns
+
+    def compute_done(self, start_ns, end_ns):
+        if self.t0 is not None:
+            self.events.append({"name": "hooks_compute", "cat": "Kernel", "ts": (start_ns - self.t0) / 1000,
+                                "dur": (end_ns - start_ns) / 1000, "args": {"run": len(self.events)}})
+
+    def end_profiling(self):
+        events, self.events, self.t0 = self.events, [], None
+        return events
+
+
 class HooksCompute(hal.NodeComputeInfo):
-    def __init__(self, graph):
+    def __init__(self, graph, ep):
+        self.ep = ep
         self.nodes = [(n.op_type, list(n.inputs), list(n.outputs)) for n in graph.nodes]
         self.inputs, self.outputs = graph.input_names, graph.output_names
         self.consts = dict(graph.initializers)
 
     def compute(self, state, ctx):
+        start = time.perf_counter_ns()
         with _lock:
             STATE["in_flight"] += 1
             STATE["in_flight_max"] = max(STATE["in_flight_max"], STATE["in_flight"])
@@ -42,13 +64,17 @@ class HooksCompute(hal.NodeComputeInfo):
         finally:
             with _lock:
                 STATE["in_flight"] -= 1
+            if self.ep.profiler is not None:
+                self.ep.profiler.compute_done(start, time.perf_counter_ns())
 
 
 class HooksEp(hal.Ep):
     name = "HooksExecutionProvider"
 
-    def __init__(self, concurrent: bool):
+    def __init__(self, concurrent: bool, memory_device: str = ""):
         self.concurrent = concurrent
+        self.memory_device = memory_device
+        self.profiler = None
 
     def get_capability(self, graph, support_info):
         mine = [n for n in graph.nodes if n.op_type in _OPS]
@@ -57,7 +83,22 @@ class HooksEp(hal.Ep):
 
     def compile(self, graphs, fused_nodes):
         LOG.append(("compile", len(graphs)))
-        return [HooksCompute(g) for g in graphs]
+        return [HooksCompute(g, self) for g in graphs]
+
+    def get_default_memory_device(self):
+        LOG.append(("get_default_memory_device", self.memory_device))
+        if self.memory_device == "host":
+            return hal.OrtMemoryDevice(device_type=hal.OrtMemoryInfoDeviceType.CPU,
+                                       memory_type=hal.OrtDeviceMemoryType.DEFAULT, vendor_id=0, device_id=0)
+        if self.memory_device == "undeclared":  # memory its EP device does not declare
+            return hal.OrtMemoryDevice(device_type=hal.OrtMemoryInfoDeviceType.GPU,
+                                       memory_type=hal.OrtDeviceMemoryType.DEFAULT, vendor_id=0x1234, device_id=1)
+        return None
+
+    def create_profiler(self):
+        LOG.append(("create_profiler", None))
+        self.profiler = HooksProfiler()
+        return self.profiler
 
     def is_concurrent_run_supported(self):
         LOG.append(("is_concurrent_run_supported", self.concurrent))
@@ -89,7 +130,7 @@ class HooksFactory(hal.EpFactory):
 
     def create_ep(self, devices, ep_metadata, session_options, logger):
         options = session_options.provider_options_for(self.name)
-        return HooksEp(concurrent=options.get("concurrent", "1") != "0")
+        return HooksEp(concurrent=options.get("concurrent", "1") != "0", memory_device=options.get("memory_device", ""))
 
     def get_hardware_device_incompatibility_details(self, device):
         LOG.append(("get_hardware_device_incompatibility_details", device.type.name))

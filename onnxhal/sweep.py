@@ -148,7 +148,21 @@ def compare(got: list, want: list, rtol: float, atol: float) -> tuple[bool, floa
     return True, worst, ""
 
 
-def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: bool) -> dict:
+def _draw(sess: Any, path: str, profile: str, fixed: bool, folder: str) -> str:
+    """The session's partition drawn to ``folder`` (``onnxhal partition --svg``'s picture); its file name."""
+    from onnxhal.partition_svg import partition_svg
+    from onnxhal.partition_view import session_view
+
+    name = f"{Path(path).stem}-{profile}-{'fixed' if fixed else 'exported'}.svg"
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+        f.write(partition_svg(session_view(sess), f"{Path(path).name} on {profile}"
+                              + (", dims fixed" if fixed else "")))
+    return name
+
+
+def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: bool,
+                  pictures: str = "") -> dict:
     import logging
 
     import onnxhal
@@ -180,6 +194,7 @@ def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: 
             ep = sess.eps.get(device.ep_name)
             declined = [str(r) for r in getattr(ep, "declined", {}).values()]
             reasons = sorted(set(declined))[:5]
+            picture = _draw(sess, path, profile_name, fixed, pictures) if pictures and taken else ""
             got = sess.run(None, feeds)
             meter = getattr(ep, "meter", None)  # the simulated device's time and energy of that run
             simulated = ({"sim_ms": round(meter.last_run.device_seconds * 1e3, 4),
@@ -188,7 +203,7 @@ def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: 
         logging.getLogger("onnxhal").removeHandler(handler)
     failed_compiles = [r for r in records if "compile" in r.lower() and "fail" in r.lower()]
     return {**_verdict(got, want, profile.rtol, profile.atol, taken, total, reasons, failed_compiles),
-            "decline_kinds": _decline_kinds(declined), **simulated}
+            "decline_kinds": _decline_kinds(declined), **simulated, **({"picture": picture} if picture else {})}
 
 
 def _decline_kinds(reasons: list[str]) -> dict[str, int]:
@@ -247,7 +262,7 @@ def _verdict(got: list, want: list, rtol: float, atol: float, taken: int, total:
     return {**record, "status": "match", "detail": ""}
 
 
-def child(runtime: str, profile: str, dims: dict[str, int]) -> None:
+def child(runtime: str, profile: str, dims: dict[str, int], pictures: str = "") -> None:
     """Reads cells (JSON lines: model path, shapes, time limit) from stdin; prints a "start" line
     before each and a JSON record after, so the parent knows which cell a crash belongs to."""
     import signal
@@ -268,7 +283,7 @@ def child(runtime: str, profile: str, dims: dict[str, int]) -> None:
             path, feeds, want = _load(model, dims)
             fixed = shapes == "fixed"
             if runtime == "onnxhal":
-                record = _cell_onnxhal(profile, path, feeds, want, fixed)
+                record = _cell_onnxhal(profile, path, feeds, want, fixed, pictures)
             else:
                 record = _cell_onnxruntime(profile, path, feeds, want, fixed, state)
         except TimeoutError:
@@ -289,7 +304,7 @@ def _pump(stream: Any, lines: queue.Queue) -> None:
 
 
 def run_group(runtime: str, profile: str, cells: list[tuple[str, str]], timeout: int, on_cell: Any,
-              dims: dict[str, int] | None = None) -> list[dict]:
+              dims: dict[str, int] | None = None, pictures: str = "") -> list[dict]:
     """The cells (model path, shapes) of one (runtime, profile) in child processes, restarted after
     a crash or a hang."""
     results: list[dict] = []
@@ -299,6 +314,8 @@ def run_group(runtime: str, profile: str, cells: list[tuple[str, str]], timeout:
         argv = [sys.executable, "-m", "onnxhal.sweep", "--child", runtime, profile]
         for name, size in (dims or {}).items():
             argv += ["--dim", f"{name}={size}"]
+        if pictures:
+            argv += ["--pictures", pictures]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True, env=env)
         assert proc.stdin is not None and proc.stdout is not None
@@ -398,12 +415,14 @@ def model_paths(items: list[str]) -> list[str]:
     return [os.path.abspath(x) for x in paths]
 
 
-def write_report(results: list[dict], path: str, wall_s: float, jobs: int) -> None:
-    """A Markdown page a person reads: the summary, then per model its cells (device nodes, error
+def write_report(results: list[dict], path: str, wall_s: float, jobs: int, pictures: str = "") -> None:
+    """A Markdown page a person reads: the summary, then per model its cells (device nodes, linked to
+    the partition's picture where ``pictures`` holds one, error
     against the reference, the simulated device time and energy of the run in onnxhal's sessions,
     the reasons its nodes stayed on the CPU, counted by kind)."""
     import platform
 
+    pictures_rel = os.path.relpath(pictures, os.path.dirname(os.path.abspath(path))) if pictures else None
     lines = ["# Device sweep", "",
              f"{len(results)} cells in {wall_s:.0f} s with -j {jobs} on {platform.machine()} "
              f"({os.cpu_count()} CPUs), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
@@ -425,6 +444,8 @@ def write_report(results: list[dict], path: str, wall_s: float, jobs: int) -> No
             err = "" if r.get("rel_error") is None else f"{r['rel_error']:.2g}"
             nodes = f"{r.get('device_nodes', '')}/{r.get('nodes', '')}" if "nodes" in r else ""
             sim = f"| {r['sim_ms']:.3g} | {r['sim_mj']:.3g} " if "sim_ms" in r else "| | "
+            if r.get("picture") and pictures_rel is not None:
+                nodes = f"[{nodes}]({pictures_rel}/{r['picture']})"
             lines.append(f"| {r['runtime']} | {r['profile']} | {r['shapes']} | {r['status']} | {nodes} | {err} "
                          f"{sim}| {why.replace('|', '/')} |")
     Path(path).write_text("\n".join(lines) + "\n")
@@ -444,6 +465,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--junit", default="", help="write JUnit XML here")
     p.add_argument("--json", default="", help="write every cell's record here")
     p.add_argument("--report", default="", help="write a Markdown report here")
+    p.add_argument("--pictures", default="", metavar="DIR",
+                   help="draw each onnxhal cell's partition to DIR (SVG, as onnxhal partition --svg); the report "
+                        "links them")
     p.add_argument("--quiet", action="store_true", help="no line per cell, only the table")
 
 
@@ -484,6 +508,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, AssertionError):
         raise InvalidArgument(f"sweep: --shard {args.shard!r}: write I/N with 0 <= I < N, e.g. 0/4") from None
     dims = _dims(args.dim)
+    pictures = os.path.abspath(args.pictures) if args.pictures else ""
     groups = [(rt, pr, m) for rt in runtimes for pr in profiles for m in models][index::count]
     total = len(groups) * len(shapes)
     results: list[dict] = []
@@ -525,7 +550,7 @@ def run(args: argparse.Namespace) -> int:
         bar.start()
     try:
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            list(pool.map(lambda w: run_group(w[0], w[1], w[2], args.timeout, on_cell, dims), work))
+            list(pool.map(lambda w: run_group(w[0], w[1], w[2], args.timeout, on_cell, dims, pictures), work))
     finally:
         if bar is not None:
             bar.stop()
@@ -542,7 +567,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if args.report:
-        write_report(results, args.report, wall, args.jobs)
+        write_report(results, args.report, wall, args.jobs, pictures)
     if failed:
         print(f"onnxhal sweep: {len(failed)} of {len(results)} cells failed", file=sys.stderr)
     return 1 if failed else 0
@@ -555,8 +580,9 @@ def main(argv: list[str] | None = None) -> int:
         p = argparse.ArgumentParser()
         p.add_argument("--child", nargs=2)
         p.add_argument("--dim", action="append", default=[])
+        p.add_argument("--pictures", default="")
         a = p.parse_args(argv)
-        child(a.child[0], a.child[1], _dims(a.dim))
+        child(a.child[0], a.child[1], _dims(a.dim), a.pictures)
         return 0
     p = argparse.ArgumentParser(prog="onnxhal sweep", description=__doc__.split("\n\n")[0])
     add_arguments(p)

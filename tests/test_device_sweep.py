@@ -59,7 +59,8 @@ def test_onnxhal_sweep_runs_any_model_against_onnxruntime_and_writes_a_report(tm
     model = _demo_model(tmp_path)
     done = subprocess.run([sys.executable, "-m", "onnxhal", "sweep", str(model), "--profiles", "generic-npu",
                            "--runtimes", RUNTIMES, "-j", "2", "--json", str(tmp_path / "cells.json"),
-                           "--report", str(tmp_path / "report.md")], cwd=ROOT, capture_output=True, text=True,
+                           "--report", str(tmp_path / "report.md"), "--pictures", str(tmp_path / "pictures")],
+                          cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     cells = json.loads((tmp_path / "cells.json").read_text())
@@ -67,6 +68,9 @@ def test_onnxhal_sweep_runs_any_model_against_onnxruntime_and_writes_a_report(tm
     report = (tmp_path / "report.md").read_text()
     assert "## model" in report and "| onnxhal | generic-npu | fixed | match |" in report
     assert all(c["sim_ms"] > 0 and c["sim_mj"] > 0 for c in cells if c["runtime"] == "onnxhal")  # simulated cost
+    drawn = sorted(p.name for p in (tmp_path / "pictures").glob("*.svg"))
+    assert drawn == ["model-generic-npu-exported.svg", "model-generic-npu-fixed.svg"]
+    assert "(pictures/model-generic-npu-fixed.svg)" in report and "<svg" in (tmp_path / "pictures" / drawn[1]).read_text()
 
 
 def test_a_failing_device_fails_its_cells_and_the_exit_code(tmp_path):

@@ -148,6 +148,13 @@ def compare(got: list, want: list, rtol: float, atol: float) -> tuple[bool, floa
     return True, worst, ""
 
 
+def _decline_lines(reasons: list[str], path: str) -> list[str]:
+    """One line per kind of reason, with its node count and the remedy (``onnxhal.decline_summary``)."""
+    from onnxhal.decline_summary import decline_lines
+
+    return decline_lines(reasons, Path(path).name)[:4]
+
+
 def _draw(sess: Any, path: str, profile: str, fixed: bool, folder: str) -> str:
     """The session's partition drawn to ``folder`` (``onnxhal partition --svg``'s picture); its file name."""
     from onnxhal.partition_svg import partition_svg
@@ -203,7 +210,8 @@ def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: 
         logging.getLogger("onnxhal").removeHandler(handler)
     failed_compiles = [r for r in records if "compile" in r.lower() and "fail" in r.lower()]
     return {**_verdict(got, want, profile.rtol, profile.atol, taken, total, reasons, failed_compiles),
-            "decline_kinds": _decline_kinds(declined), **simulated, **({"picture": picture} if picture else {})}
+            "decline_kinds": _decline_kinds(declined), "declines": _decline_lines(declined, path),
+            **simulated, **({"picture": picture} if picture else {})}
 
 
 def _decline_kinds(reasons: list[str]) -> dict[str, int]:
@@ -417,9 +425,9 @@ def model_paths(items: list[str]) -> list[str]:
 
 def write_report(results: list[dict], path: str, wall_s: float, jobs: int, pictures: str = "") -> None:
     """A Markdown page a person reads: the summary, then per model its cells (device nodes, linked to
-    the partition's picture where ``pictures`` holds one, error
-    against the reference, the simulated device time and energy of the run in onnxhal's sessions,
-    the reasons its nodes stayed on the CPU, counted by kind)."""
+    the partition's picture where ``pictures`` holds one; error against the reference; the simulated
+    device time and energy of the run in onnxhal's sessions; why nodes stayed on the CPU, one line
+    per kind of reason with its count and remedy)."""
     import platform
 
     pictures_rel = os.path.relpath(pictures, os.path.dirname(os.path.abspath(path))) if pictures else None
@@ -438,7 +446,8 @@ def write_report(results: list[dict], path: str, wall_s: float, jobs: int, pictu
         for r in sorted((r for r in results if r["model"] == model),
                         key=lambda r: (r["runtime"], r["profile"], r["shapes"])):
             kinds = r.get("decline_kinds") or {}
-            why = "; ".join(f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
+            why = "; ".join(r.get("declines") or
+                            [f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3]])
             if r["status"] not in ("match", "declined"):
                 why = r.get("detail", "")[:200]
             err = "" if r.get("rel_error") is None else f"{r['rel_error']:.2g}"

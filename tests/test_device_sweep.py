@@ -88,3 +88,18 @@ def test_a_failing_device_fails_its_cells_and_the_exit_code(tmp_path):
     cells = json.loads((tmp_path / "cells.json").read_text())
     assert [c["status"] for c in cells] == ["error", "error"], cells
     assert "cells failed" in done.stderr
+
+
+def test_the_report_gives_each_kind_of_decline_with_its_remedy(tmp_path):
+    """A model with a symbolic batch on a static-shape NPU: declined, and the report says how to fix it."""
+    import onnx
+
+    model = onnx.load(_demo_model(tmp_path))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(model, tmp_path / "dynamic.onnx")
+    done = subprocess.run([sys.executable, "-m", "onnxhal", "sweep", str(tmp_path / "dynamic.onnx"), "--profiles",
+                           "generic-npu", "--runtimes", "onnxhal", "--shapes", "exported", "--report",
+                           str(tmp_path / "report.md"), "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    row = next(x for x in (tmp_path / "report.md").read_text().splitlines() if x.startswith("| onnxhal | generic-npu"))
+    assert "| declined |" in row and "onnxhal fix-shapes dynamic.onnx --dim batch=N" in row, row

@@ -32,18 +32,11 @@ PROVIDERS = {"cpu": ["CPUExecutionProvider"], "opencl": ["OpenCLExecutionProvide
 
 
 def signatures(path: str) -> dict[str, tuple[dict[str, np.ndarray], np.ndarray]]:
-    """Per signature: the feeds and onnxruntime's first output (``__output``; the other stored
-    outputs, ``__output.1`` and ZipMap keys ``__keys.1``, are tests/test_real_models.py's)."""
-    data = np.load(path[:-5] + ".npz")
-    sigs: dict[str, dict[str, np.ndarray]] = {}
-    for key in data.files:
-        sig, name = key.split(".", 1)
-        if name.endswith(".__map_keys"):  # a map input (DictVectorizer), stored as keys and values
-            base = name[:-len(".__map_keys")]
-            sigs.setdefault(sig, {})[base] = dict(zip(data[key].tolist(), data[f"{sig}.{base}.__map_values"].tolist()))
-        elif name == "__output" or not (name.startswith("__") or name.endswith(".__map_values")):
-            sigs.setdefault(sig, {})[name] = data[key]
-    return {s: ({k: v for k, v in d.items() if k != "__output"}, d["__output"]) for s, d in sigs.items()}
+    """Per signature: the feeds and onnxruntime's first output (the other stored outputs and ZipMap
+    keys are tests/test_real_models.py's)."""
+    from onnxhal.stored_outputs import read_signatures
+
+    return {s: (feeds, outs[0][0]) for s, (feeds, outs) in read_signatures(path).items()}
 
 
 def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:

@@ -51,31 +51,13 @@ def _load(model: str, dims: dict[str, int]) -> tuple[str, dict, list]:
     """The model's path, its feeds (a map input rebuilt as a dict) and the reference outputs by
     index (an array, or (array, keys) for a sequence of maps): the first stored signature of
     ``MODEL.npz`` where there is one, else random feeds and onnxruntime's (or the CPU EP's) outputs."""
-    import numpy as np
+    from onnxhal.stored_outputs import read_signatures, stored_path
 
-    path = Path(model)
-    stored = path.with_suffix(".npz")
-    if not stored.exists():
-        return _random_case(str(path), dims)
-    data = np.load(stored)
-    sig = sorted({k.split(".", 1)[0] for k in data.files})[0]
-    feeds: dict[str, Any] = {}
-    outputs: dict[int, Any] = {}
-    keys: dict[int, Any] = {}
-    for key in data.files:
-        s, arg = key.split(".", 1)
-        if s != sig:
-            continue
-        if arg.startswith("__output") or arg.startswith("__keys"):
-            index = int(arg.split(".")[1]) if "." in arg else 0
-            (outputs if arg.startswith("__output") else keys)[index] = data[key]
-        elif arg.endswith(".__map_keys"):
-            name = arg[:-len(".__map_keys")]
-            feeds[name] = dict(zip(data[key].tolist(), data[f"{sig}.{name}.__map_values"].tolist()))
-        elif not arg.endswith(".__map_values"):
-            feeds[arg] = data[key]
-    want = [(outputs[i], keys.get(i)) for i in sorted(outputs)]
-    return str(path), feeds, want
+    if not os.path.exists(stored_path(model)):
+        return _random_case(model, dims)
+    signatures = read_signatures(model)
+    feeds, want = signatures[sorted(signatures)[0]]
+    return model, feeds, want
 
 
 def _random_case(path: str, dims: dict[str, int]) -> tuple[str, dict, list]:
@@ -148,11 +130,14 @@ def compare(got: list, want: list, rtol: float, atol: float) -> tuple[bool, floa
     return True, worst, ""
 
 
-def _decline_lines(reasons: list[str], path: str) -> list[str]:
-    """One line per kind of reason, with its node count and the remedy (``onnxhal.decline_summary``)."""
-    from onnxhal.decline_summary import decline_lines
+def _declines(reasons: list[str], path: str) -> dict[str, Any]:
+    """The declined nodes by kind of reason (``onnxhal.decline_summary``): the counts, and the first
+    kinds as lines with their remedies, for the report."""
+    from onnxhal.decline_summary import decline_kinds
 
-    return decline_lines(reasons, Path(path).name)[:4]
+    kinds = decline_kinds(reasons)
+    return {"decline_kinds": {k.kind: k.nodes for k in kinds},
+            "declines": [k.line(Path(path).name) for k in kinds[:4]]}
 
 
 def _draw(sess: Any, path: str, profile: str, fixed: bool, folder: str) -> str:
@@ -210,21 +195,7 @@ def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: 
         logging.getLogger("onnxhal").removeHandler(handler)
     failed_compiles = [r for r in records if "compile" in r.lower() and "fail" in r.lower()]
     return {**_verdict(got, want, profile.rtol, profile.atol, taken, total, reasons, failed_compiles),
-            "decline_kinds": _decline_kinds(declined), "declines": _decline_lines(declined, path),
-            **simulated, **({"picture": picture} if picture else {})}
-
-
-def _decline_kinds(reasons: list[str]) -> dict[str, int]:
-    """Declined nodes counted by kind of reason: value names, numbers and the cited source left out,
-    so that one rule's declines add up across nodes and models."""
-    import re
-
-    kinds: dict[str, int] = {}
-    for r in reasons:
-        kind = r.split(" (source ")[0]  # the source is always the reason's last part
-        kind = re.sub(r"\d+", "N", re.sub(r"'[^']*'", "X", re.sub(r"\([^()]*\)", "", kind))).strip()
-        kinds[kind] = kinds.get(kind, 0) + 1
-    return kinds
+            **_declines(declined, path), **simulated, **({"picture": picture} if picture else {})}
 
 
 def _cell_onnxruntime(profile_name: str, path: str, feeds: dict, want: list, fixed: bool, state: dict) -> dict:
@@ -445,9 +416,7 @@ def write_report(results: list[dict], path: str, wall_s: float, jobs: int, pictu
                   "sim ms | sim mJ | why nodes stayed on the CPU |", "|---|---|---|---|---|---|---|---|---|"]
         for r in sorted((r for r in results if r["model"] == model),
                         key=lambda r: (r["runtime"], r["profile"], r["shapes"])):
-            kinds = r.get("decline_kinds") or {}
-            why = "; ".join(r.get("declines") or
-                            [f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3]])
+            why = "; ".join(r.get("declines", []))
             if r["status"] not in ("match", "declined"):
                 why = r.get("detail", "")[:200]
             err = "" if r.get("rel_error") is None else f"{r['rel_error']:.2g}"

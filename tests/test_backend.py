@@ -14,19 +14,14 @@ from onnx import TensorProto, helper
 import onnxhal.backend as backend
 from onnxhal.errors import InvalidArgument
 from tests.conftest import simulated_or_skip
+from tests.test_node_conformance import EXPECTED_FAILURES, NONDETERMINISTIC
 
-# The runner's cases that fail, with why. Any other failure fails the test, and so does one of these
-# passing (except the random ones, which can match by chance): the list stays true.
-_RANDOM = "random output: the expected values come from numpy's generator at export time"
+# The runner's cases that fail, with why: the node cases the CPU EP's own conformance test lists
+# (tests/test_node_conformance.py), then the runner's own. Any other failure fails the test, and so
+# does one of these passing (except the random ones, which can match by chance): the list stays true.
+_RANDOM = NONDETERMINISTIC
 RUNNER_FAILURES: dict[str, str] = {
-    "test_bernoulli_cpu": _RANDOM,
-    "test_bernoulli_double_cpu": _RANDOM,
-    "test_bernoulli_double_expanded_cpu": _RANDOM,
-    "test_bernoulli_expanded_cpu": _RANDOM,
-    "test_bernoulli_seed_cpu": _RANDOM,
-    "test_bernoulli_seed_expanded_cpu": _RANDOM,
-    "test_image_decoder_decode_jpeg2k_rgb_cpu": "needs a JPEG 2000 codec (Pillow is not a dependency)",
-    "test_image_decoder_decode_webp_rgb_cpu": "needs a WebP codec (Pillow is not a dependency)",
+    **{f"{name}_cpu": why for name, why in EXPECTED_FAILURES.items()},
     # The runner recurses into a sequence's 0-d tensor and calls len() on it; onnxruntime.backend
     # fails it the same way with the same outputs (onnx 1.23's runner/__init__.py, assert_similar_outputs).
     "test_loop16_seq_none_cpu": "onnx's runner cannot compare a sequence holding a 0-d tensor",

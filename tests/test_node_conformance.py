@@ -18,16 +18,16 @@ from onnx import numpy_helper
 
 import onnxhal
 
-_NONDETERMINISTIC = "random output: the expected values come from numpy's generator at export time"
+NONDETERMINISTIC = "random output: the expected values come from numpy's generator at export time"
 _CODEC = "needs a JPEG 2000 / WebP codec (Pillow is not a dependency)"
 
 EXPECTED_FAILURES: dict[str, str] = {
-    "test_bernoulli": _NONDETERMINISTIC,
-    "test_bernoulli_double": _NONDETERMINISTIC,
-    "test_bernoulli_seed": _NONDETERMINISTIC,
-    "test_bernoulli_expanded": _NONDETERMINISTIC,
-    "test_bernoulli_double_expanded": _NONDETERMINISTIC,
-    "test_bernoulli_seed_expanded": _NONDETERMINISTIC,
+    "test_bernoulli": NONDETERMINISTIC,
+    "test_bernoulli_double": NONDETERMINISTIC,
+    "test_bernoulli_seed": NONDETERMINISTIC,
+    "test_bernoulli_expanded": NONDETERMINISTIC,
+    "test_bernoulli_double_expanded": NONDETERMINISTIC,
+    "test_bernoulli_seed_expanded": NONDETERMINISTIC,
     "test_image_decoder_decode_jpeg2k_rgb": _CODEC,
     "test_image_decoder_decode_webp_rgb": _CODEC,
 }
@@ -104,7 +104,7 @@ def _params() -> list:
         marks = ()
         if case.name in EXPECTED_FAILURES:
             # Random outputs can match the stored ones by chance (10 coin flips): not strict.
-            strict = EXPECTED_FAILURES[case.name] != _NONDETERMINISTIC
+            strict = EXPECTED_FAILURES[case.name] != NONDETERMINISTIC
             marks = (pytest.mark.xfail(strict=strict, reason=EXPECTED_FAILURES[case.name]),)
         params.append(pytest.param(case, id=case.name, marks=marks))
     return params

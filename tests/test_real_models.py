@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import onnxhal
+from onnxhal.stored_outputs import read_signatures
 from tests.opencl_support import opencl_verdict
 
 CORPUS = os.path.join(os.path.dirname(__file__), "real_models")
@@ -32,23 +33,7 @@ def load(name: str, corpus: str = CORPUS) -> tuple[str, dict[str, tuple[dict[str
     onnxruntime's outputs by index: the array, and for a sequence of maps (ZipMap) the map keys,
     the array then holding one map per row."""
     path = os.path.join(corpus, f"{name}.onnx")
-    data = np.load(path[:-5] + ".npz")
-    feeds: dict[str, dict[str, np.ndarray]] = {}
-    outputs: dict[str, dict[int, np.ndarray]] = {}
-    keys: dict[str, dict[int, np.ndarray]] = {}
-    for key in data.files:
-        sig, arg = key.split(".", 1)
-        feeds.setdefault(sig, {})
-        if arg.startswith("__output") or arg.startswith("__keys"):
-            index = int(arg.split(".")[1]) if "." in arg else 0
-            (outputs if arg.startswith("__output") else keys).setdefault(sig, {})[index] = data[key]
-        elif arg.endswith(".__map_keys"):  # a map input (DictVectorizer): its keys, then its values
-            name = arg[:-len(".__map_keys")]
-            values = data[f"{sig}.{name}.__map_values"]
-            feeds[sig][name] = dict(zip(data[key].tolist(), values.tolist()))
-        elif not arg.endswith(".__map_values"):
-            feeds[sig][arg] = data[key]
-    return path, {s: (f, {i: (v, keys.get(s, {}).get(i)) for i, v in outputs[s].items()}) for s, f in feeds.items()}
+    return path, {s: (f, dict(enumerate(outs))) for s, (f, outs) in read_signatures(path).items()}
 
 
 #: float16 models (onnxconverter-common, float32 inputs and outputs): onnxruntime computes some ops

@@ -219,6 +219,8 @@ def cmd_partition(args: argparse.Namespace) -> int:
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
     print_partition(sess, args.model)
+    if args.plan:
+        print(sess.plan.explain())
     if args.svg:
         from onnxhal.partition_svg import partition_svg, svg_to_png
         from onnxhal.partition_view import session_view
@@ -277,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             r.add_argument("--svg", metavar="OUT.svg",
                            help="draw the partition to OUT.svg (and OUT.png where rsvg-convert or ImageMagick exists)")
+            r.add_argument("--plan", action="store_true",
+                           help="print the run plan: the generated function a run calls, a line per step with its "
+                                "node, op and EP")
         r.set_defaults(fn=fn)
     from onnxhal.cli_matrix import add_matrix_parser
 

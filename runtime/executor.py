@@ -8,12 +8,10 @@ Nothing mutable lives in the plan, so many threads can run one plan at once.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import CodeType
 from typing import Any
 
 import numpy as np
@@ -26,7 +24,8 @@ from onnxhal.hal.run_control import TERMINATED_MSG as _TERMINATED_MSG
 from onnxhal.hal.run_control import Terminated
 from onnxhal.runtime.fp_errors import ignore_fp_errors, restore_fp_errors
 from onnxhal.runtime.memory_context import MemoryContext
-from onnxhal.runtime.shape_memo import ShapeMemo, memo_steps
+from onnxhal.runtime.plan_codegen import GeneratedRun, generate, plan_source
+from onnxhal.runtime.shape_memo import memo_steps
 
 logger = logging.getLogger("onnxhal.executor")
 
@@ -217,132 +216,122 @@ class ExecutionPlan:
                                  if not self._feed_targets[n]}
         self.feed_index = {n: i for i, n in enumerate(feed_names)}
         self._template = template
+        #: slot -> the value it holds (and its memory device when that is not the host): for ``explain``
+        self.slot_names = {i: (name if dev.is_host else f"{name}@{dev}") for (name, dev), i in slots.items()}
         keep = set(self.output_slots) | set(self.feed_slots)
         self.steps = _add_frees(steps, keep, template)
         self._read_slots = {i for s in self.steps for i in s.ins}
         self._output_slot_set = set(self.output_slots)
-        # The generated run functions compute shape values once per input shape (runtime/shape_memo.py);
-        # the profiled run (``_run_checked``) runs every step.
+        # The generated run function computes shape values once per input shape (runtime/shape_memo.py);
+        # the interpreted run (under a profiler) runs every step.
         memo = memo_steps(self.steps, template, self.output_slots, _CPU_EP, _memo_step)
-        fast_steps = self.steps if memo is None else _add_frees(memo, keep, template)
-        self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(fast_steps, self.output_slots, False)
-        # The variant that checks RunOptions.terminate between steps is compiled at the first run
-        # given run options (compiling costs about as much as a small model's whole creation).
-        self._fast_steps = fast_steps
-        self._checked: tuple[Callable, dict[int, Step]] | None = None
+        #: the steps the generated function runs (shape values memoised per input shape)
+        self.generated_steps = self.steps if memo is None else _add_frees(memo, keep, template)
+        self.generated = generate(self.generated_steps, self.output_slots, False)
+        # The variant that checks RunOptions.terminate between steps is generated at the first run
+        # given run options (generating costs about as much as a small model's whole creation).
+        self._checked: GeneratedRun | None = None
 
     # -- running ----------------------------------------------------------------------------
     def run(self, feeds: dict[str, Any], run_options: Any = None, profiler: Any = None,
             fetch: Sequence[int] | None = None, output_devices: Sequence[OrtMemoryDevice] | None = None) -> list:
-        """Outputs (all, or the ``fetch`` indices) on the host, or on ``output_devices[i]``."""
-        slots = self._template.copy()
-        for name, value in feeds.items():
-            i = self.feed_index.get(name)
-            if i is None:
-                continue
-            targets = self._feed_targets.get(name)
-            if not targets and not isinstance(value, DeviceTensor):
-                slots[self.feed_slots[i]] = value  # the common case: a host value read on the host
-                continue
-            # A feed goes to every memory device that reads it, copied only where it is not already.
-            host_slot = self.feed_slots[i]
-            try:
-                if host_slot in self._read_slots or host_slot in self._output_slot_set:
-                    slots[host_slot] = self.memory.transfer(value, HOST_MEMORY_DEVICE, None)
-                for dev, s in targets or ():
-                    slots[s] = self.memory.transfer(value, dev, None)
-            except OrtError:
-                raise
-            except Exception as e:
-                raise _transfer_error(e, f"copying input {name!r} to the memory of the EPs that read it") from e
-        token = _RUN_OPTIONS.set(run_options) if run_options is not None else None
-        try:
-            self._execute(slots, run_options, profiler)
-        finally:
-            if token is not None:
-                _RUN_OPTIONS.reset(token)
-        return self._outputs(slots, fetch, output_devices)
+        """Outputs (all, or the ``fetch`` indices) on the host, or on ``output_devices[i]``.
 
-    def run_host(self, feeds: dict[str, Any]) -> list:
-        """``run(feeds)`` for the common case, host arrays in and every output on the host, with
-        none of ``run``'s branches: a session's run without options (a tiny model's run is a few
-        microseconds, and each layer of calls costs a tenth of one). Anything else goes to ``run``."""
-        if self.device_outputs:
-            return self.run(feeds)
-        host = self._host_feed_slots
+        The one way a plan runs from feeds by name: feeds go into their slots (copied to each
+        memory device that reads them), ``_execute`` runs the steps, outputs go where the caller
+        wants them. Host arrays read only on the host, with every output on the host, take none
+        of the copying branches (a tiny model's whole run is a few microseconds)."""
         slots = self._template.copy()
+        host = self._host_feed_slots
         for name, value in feeds.items():
             i = host.get(name)
-            if i is None or value.__class__ is not np.ndarray:
-                return self.run(feeds)
-            slots[i] = value
-        token = ignore_fp_errors()
+            if i is not None and value.__class__ is np.ndarray:
+                slots[i] = value  # the common case: a host array read on the host
+            else:
+                self._place_feed(slots, name, value)
+        token = ignore_fp_errors()  # NaN and inf are results, not warnings (runtime/fp_errors.py)
         try:
-            return list(self._execute_fast(slots, None))
+            results = self._execute(slots, run_options, profiler)
         finally:
             restore_fp_errors(token)
+        if fetch is None and output_devices is None and not self.device_outputs:
+            return list(results)
+        return self._outputs(results, fetch, output_devices)
 
     def run_values(self, values: Sequence[Any], run_options: Any = None) -> list:
-        """``run`` with the feeds given as values in ``feed_names`` order (None: not fed), all
-        outputs on the host. For subgraphs, called by a kernel during a run: under that run's
-        numpy error state."""
-        if not self._host_feeds_only:
-            return self.run({n: v for n, v in zip(self.feed_names, values) if v is not None}, run_options)
+        """``run`` with the feeds as values in ``feed_names`` order (None: not fed), every output
+        on the host: a subgraph's run, called by a kernel during a run (so under that run's numpy
+        error state); a Loop body runs once per iteration, and a dict per iteration costs more
+        than its small nodes."""
         slots = self._template.copy()
-        for i, v in zip(self.feed_slots, values):
-            if v.__class__ is not np.ndarray and isinstance(v, DeviceTensor):
-                return self.run({n: v for n, v in zip(self.feed_names, values) if v is not None}, run_options)
-            slots[i] = v
+        host_only = self._host_feeds_only
+        for name, i, v in zip(self.feed_names, self.feed_slots, values):
+            if v is None:
+                continue
+            if host_only and (v.__class__ is np.ndarray or not isinstance(v, DeviceTensor)):
+                slots[i] = v
+            else:
+                self._place_feed(slots, name, v)
+        results = self._execute(slots, run_options, None)
+        return list(results) if not self.device_outputs else self._outputs(results, None, None)
+
+    def explain(self) -> str:
+        """The generated run function, each step's node, op and EP beside its line."""
+        return plan_source(self.generated_steps, self.output_slots, False, names=self.slot_names)[0]
+
+    def _place_feed(self, slots: list, name: str, value: Any) -> None:
+        """A feed into its host slot and onto every other memory device that reads it, copied only
+        where it is not already."""
+        i = self.feed_index.get(name)
+        if i is None:
+            return
+        host_slot = self.feed_slots[i]
+        targets = self._feed_targets.get(name)
+        if not targets and not isinstance(value, DeviceTensor):
+            slots[host_slot] = value
+            return
+        try:
+            if host_slot in self._read_slots or host_slot in self._output_slot_set:
+                slots[host_slot] = self.memory.transfer(value, HOST_MEMORY_DEVICE, None)
+            for dev, s in targets or ():
+                slots[s] = self.memory.transfer(value, dev, None)
+        except OrtError:
+            raise
+        except Exception as e:
+            raise _transfer_error(e, f"copying input {name!r} to the memory of the EPs that read it") from e
+
+    def _execute(self, slots: list, run_options: Any, profiler: Any) -> tuple:
+        """Run the steps on ``slots``, under the caller's numpy error state; the graph outputs in
+        ``output_slots`` order. The generated function runs; the interpreted loop runs under a
+        profiler (it times each step). Errors name the failing node."""
         token = _RUN_OPTIONS.set(run_options) if run_options is not None else None
         try:
-            results = self._execute_fast(slots, run_options)
+            if profiler is not None:
+                return self._interpret(slots, run_options, profiler)
+            gen = self.generated if run_options is None else self._checked_run()
+            try:
+                return gen.fn(slots, gen.fns, run_options)
+            except Terminated:
+                raise
+            except Exception as e:
+                step, values = self._failed_step(e, gen)
+                raise self._wrap(e, slots, step, values) from e
         finally:
             if token is not None:
                 _RUN_OPTIONS.reset(token)
-        if not self.device_outputs:
-            return list(results)
-        for i, v in zip(self.output_slots, results):
-            slots[i] = v
-        return self._outputs(slots, None, None)
-
-    def _execute(self, slots: list, run_options: Any, profiler: Any) -> None:
-        token = ignore_fp_errors()  # NaN and inf are results, not warnings (runtime/fp_errors.py)
-        try:
-            if profiler is not None:
-                self._run_checked(slots, run_options, profiler)
-            else:
-                for i, v in zip(self.output_slots, self._execute_fast(slots, run_options)):
-                    slots[i] = v
-        finally:
-            restore_fp_errors(token)
-
-    def _execute_fast(self, slots: list, run_options: Any) -> tuple:
-        """The generated run function on ``slots``, under the caller's numpy error state: the
-        graph outputs, in ``output_slots`` order."""
-        fast = self._fast if run_options is None else self._checked_run()[0]
-        try:
-            results = fast(slots, self._fast_fns, run_options)
-        except Terminated:
-            raise
-        except Exception as e:
-            step, values = self._failed_step(e, fast)
-            raise self._wrap(e, slots, step, values) from e
-        finally:
             if self.memory.any_streams:
                 self.memory.end_of_run()
-        return results
 
-    def _outputs(self, slots: list, fetch: Sequence[int] | None,
+    def _outputs(self, results: Sequence[Any], fetch: Sequence[int] | None,
                  output_devices: Sequence[OrtMemoryDevice] | None) -> list:
         idx = range(len(self.output_slots)) if fetch is None else fetch
         if not self.device_outputs and output_devices is None:
-            return [slots[self.output_slots[i]] for i in idx]
+            return [results[i] for i in idx]
         transfer = self.memory.transfer
         try:
-            results = [transfer(slots[self.output_slots[i]],
-                                output_devices[i] if output_devices is not None else HOST_MEMORY_DEVICE, None)
-                       for i in idx]
-            if any(isinstance(r, DeviceTensor) for r in results):
+            moved = [transfer(results[i], output_devices[i] if output_devices is not None else HOST_MEMORY_DEVICE, None)
+                     for i in idx]
+            if any(isinstance(r, DeviceTensor) for r in moved):
                 # As ORT's Run: the outputs are complete when run() returns, also those left on a device
                 # (copies to the host already waited; device-resident ones need the streams drained).
                 self.memory.synchronize()
@@ -350,14 +339,16 @@ class ExecutionPlan:
             raise
         except Exception as e:
             raise _transfer_error(e, "copying the outputs to the memory they are returned in") from e
-        return results
+        return moved
 
-    def _run_checked(self, slots: list, run_options: Any, profiler: Any) -> None:
+    def _interpret(self, slots: list, run_options: Any, profiler: Any) -> tuple:
+        """The steps one by one, each timed: the reference the generated function is checked
+        against (tests/test_plan_codegen.py)."""
         for step in self.steps:
             if run_options is not None and run_options.terminate:
                 raise Terminated("Exiting due to terminate flag being set to true: RunOptions.terminate was set "
                                  "during or before this run. Clear it (run_options.terminate = False) to run again.")
-            t0 = time.perf_counter_ns() if profiler is not None else 0
+            t0 = time.perf_counter_ns()
             try:
                 res = step.fn([slots[i] for i in step.ins])
             except Exception as e:
@@ -369,28 +360,26 @@ class ExecutionPlan:
                                      [slots[j] for j in step.outs])
             for f in step.frees:
                 slots[f] = None
-        self.memory.end_of_run()
+        return tuple(slots[i] for i in self.output_slots)
 
-    def _checked_run(self) -> tuple[Callable, dict[int, Step]]:
-        """The generated run function that honours RunOptions.terminate, and its line map."""
+    def _checked_run(self) -> GeneratedRun:
+        """The generated run function that honours RunOptions.terminate between steps."""
         checked = self._checked
-        if checked is None:  # two threads may both compile it: equal functions, either is kept
-            fn, _, lines = _compile_straight_line(self._fast_steps, self.output_slots, True)
-            checked = self._checked = (fn, lines)
+        if checked is None:  # two threads may both generate it: equal functions, either is kept
+            checked = self._checked = generate(self.generated_steps, self.output_slots, True)
         return checked
 
-    def _failed_step(self, e: BaseException, fast: Callable) -> tuple[Step | None, list | None]:
+    def _failed_step(self, e: BaseException, gen: GeneratedRun) -> tuple[Step | None, list | None]:
         """The step whose line of the generated run function raised, and the values it was given
         (the run function's locals: intermediate values live there, not in ``slots``)."""
         failed = getattr(e, "onnxhal_failed_step", None)  # raised inside a shape memo
         if failed is not None:
             return failed
-        lines = self._line_to_step if fast is self._fast else self._checked_run()[1]
         tb = e.__traceback__
         step = values = None
         while tb is not None:
-            if tb.tb_frame.f_code is fast.__code__:
-                step = lines.get(tb.tb_lineno)
+            if tb.tb_frame.f_code is gen.fn.__code__:
+                step = gen.line_to_step.get(tb.tb_lineno)
                 if step is not None:
                     local = tb.tb_frame.f_locals
                     values = [local.get(f"s{i}") for i in step.ins]
@@ -438,75 +427,6 @@ def _memo_step(memo: Callable, ins: tuple[int, ...], out: int) -> Step:
 
 
 _CPU_EP = "CPUExecutionProvider"
-#: Distinct plan sources whose code objects a process keeps (``compiled_plan``).
-PLAN_CODE_CACHE_SIZE = 128
-
-
-@functools.lru_cache(maxsize=PLAN_CODE_CACHE_SIZE)
-def compiled_plan(source: str) -> CodeType:
-    """The code object of a generated plan function, kept per process by its source: compiling
-    is a large part of building a plan, and every session of one model (several per process in
-    tests, one per worker, a failover's rebuild) generates the very same source. The source
-    names only slots and step indices; what they hold is bound per plan at ``exec``."""
-    return compile(source, "<onnxhal plan>", "exec")
-
-
-def _compile_straight_line(steps: list[Step], output_slots: list[int],
-                           check_terminate: bool) -> tuple[Callable, tuple, dict[int, Step]]:
-    """Generate the plan as one Python function: a line per step, values in local variables.
-
-    This removes the interpreter overhead of a generic loop (indexing a list of steps, building
-    argument lists from index tuples, looping over outputs and frees), which dominates small
-    kernels: a chain of tiny elementwise nodes costs about half as much per node. The function
-    takes the initial slot list (feeds, constants) and returns the graph outputs.
-    """
-    read_first: set[int] = set()
-    written: set[int] = set()
-    for st in steps:
-        read_first.update(i for i in st.ins if i not in written)
-        written.update(st.outs)
-    read_first.update(i for i in output_slots if i not in written)
-    lines = ["def _run(slots, fns, ro):"]
-    pre = sorted(read_first)
-    for k in range(0, len(pre), 64):  # load feeds and constants into locals
-        chunk = pre[k:k + 64]
-        lines.append("    " + ", ".join(f"s{i}" for i in chunk) + ", = " + ", ".join(f"slots[{i}]" for i in chunk) + ",")
-    lines.append("    " + ", ".join(f"f{k}" for k in range(len(steps))) + ", = fns" if steps else "    pass")
-    line_to_step: dict[int, Step] = {}
-    memos: dict[str, dict] = {}
-    for k, st in enumerate(steps):
-        args = "[" + ", ".join(f"s{i}" for i in st.ins) + "]"
-        if check_terminate:  # as ORT: the flag is honoured between nodes
-            lines.append("    if ro.terminate: raise Terminated(MSG)")
-        line_to_step[len(lines) + 1] = st
-        if isinstance(st.inline_fn, ShapeMemo) and st.ins:
-            # The memo's cache read in line (a shape value costs a dict lookup, not a call);
-            # anything but an ndarray source goes through the memo, which says what is wrong.
-            o = st.outs[0]
-            memos[f"m{k}"] = st.inline_fn.cache
-            arrays = " and ".join(f"s{i}.__class__ is ndarray" for i in st.ins)
-            key = f"s{st.ins[0]}.shape" if len(st.ins) == 1 else "(" + "".join(f"s{i}.shape, " for i in st.ins) + ")"
-            lines.append(f"    s{o} = m{k}.get({key}) if {arrays} else None")
-            lines.append(f"    if s{o} is None:")
-            lines.append(f"        s{o} = f{k}({', '.join(f's{i}' for i in st.ins)})")
-            lines.append(f"        if s{o}.__class__ is not ndarray: s{o} = asarray(s{o})")
-        elif st.inline_fn is not None:
-            o = st.outs[0]
-            lines.append(f"    s{o} = f{k}({', '.join(f's{i}' for i in st.ins)})")
-            lines.append(f"    if s{o}.__class__ is not ndarray: s{o} = asarray(s{o})")
-        elif len(st.outs) == 1:
-            lines.append(f"    s{st.outs[0]} = f{k}({args})[0]")
-        else:
-            lines.append(f"    _r = f{k}({args})")
-            for j, o in enumerate(st.outs):
-                lines.append(f"    s{o} = _r[{j}] if len(_r) > {j} else None")
-        if st.frees:
-            lines.append("    " + ", ".join(f"s{f}" for f in st.frees) + " = " + ", ".join("None" for _ in st.frees))
-    lines.append("    return (" + "".join(f"s{i}, " for i in output_slots) + ")")
-    namespace: dict = {"Terminated": Terminated, "MSG": _TERMINATED_MSG, "ndarray": np.ndarray,
-                       "asarray": np.asarray, **memos}
-    exec(compiled_plan("\n".join(lines)), namespace)  # noqa: S102 - generated from the plan
-    return namespace["_run"], tuple(st.inline_fn or st.fn for st in steps), line_to_step
 
 
 def _add_frees(steps: list[Step], keep: set[int], template: list) -> list[Step]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -362,13 +362,17 @@ class IOBinding:
         return [(r.numpy().copy() if isinstance(r._value, np.ndarray) else r.numpy()) if r.is_tensor() else r._value
                 for r in self._results]
 
-    def _run(self, session: Any, run_options: Any) -> None:
+    def run_with(self, run: Callable[[dict, dict, Any], list], replay: Callable[[Any], bool], run_options: Any) -> None:
+        """The session's ``run_with_iobinding``: ``run(feeds, bound outputs, run_options)`` returns
+        every output, each left where it is bound; ``replay(run_options)`` replays a captured graph
+        instead when the session's graph-capturing EP has one."""
+        session = self._session
         names = [o.name for o in session.get_outputs()]
         wanted = list(self._outputs) or names
         for n in wanted:
             if n not in names:
                 raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {names}.")
-        if session._replay(run_options):
+        if replay(run_options):
             # the EP replayed its captured graph into the buffers bound when it captured
             unbound = [n for n in wanted if not isinstance(self._outputs.get(n), OrtValue)]
             if unbound:
@@ -376,9 +380,7 @@ class IOBinding:
                                       "to OrtValues: bind them with bind_ortvalue_output before capturing")
             self._results = [self._outputs[n] for n in wanted]
             return
-        results = session._run_logged(None, self._inputs, run_options) if not any(
-            v is not None for v in self._outputs.values()) else session._run_device_outputs(
-                self._inputs, self._outputs, run_options)
+        results = run(self._inputs, self._outputs, run_options)
         by_name = dict(zip(names, results))
         out: list[OrtValue] = []
         for n in wanted:

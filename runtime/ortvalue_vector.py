@@ -61,9 +61,10 @@ class OrtValueVector(list):
         return capsules if to_tensor is None else [to_tensor(c) for c in capsules]
 
 
-def run_with_ortvaluevector(session: Any, run_options: Any, feed_names: Sequence[str], feeds: Sequence[OrtValue],
+def run_with_ortvaluevector(session: Any, run_to_memory: Callable[[dict, dict, Any], list], run_options: Any, feed_names: Sequence[str], feeds: Sequence[OrtValue],
                             fetch_names: Sequence[str], fetches: list, fetch_devices: Sequence[OrtDevice]) -> None:
-    """Run ``session``; the outputs ``fetch_names`` go into ``fetches``: appended when it is empty,
+    """Run ``session`` (``run_to_memory(feeds, bound outputs, run_options)`` is its run that leaves
+    outputs where they are bound); the outputs ``fetch_names`` go into ``fetches``: appended when it is empty,
     written into its OrtValues when it holds one per name. ``fetch_devices[i]`` says where output
     ``i`` is left (an ``OrtDevice``: the host, or a device memory of the session)."""
     if len(feed_names) != len(feeds):
@@ -88,7 +89,7 @@ def run_with_ortvaluevector(session: Any, run_options: Any, feed_names: Sequence
     if all(d.memory_device.is_host for d in fetch_devices):
         results = session.run(list(fetch_names), feed, run_options)
     else:
-        results = _run_to_devices(session, feed, list(fetch_names), list(fetch_devices), run_options)
+        results = _run_to_devices(session, run_to_memory, feed, list(fetch_names), list(fetch_devices), run_options)
     if not fetches:
         fetches.extend(OrtValue(r) for r in results)
         return
@@ -96,7 +97,7 @@ def run_with_ortvaluevector(session: Any, run_options: Any, feed_names: Sequence
         _write_into(name, target, result)
 
 
-def _run_to_devices(session: Any, feed: dict, fetch_names: list[str], devices: list[OrtDevice],
+def _run_to_devices(session: Any, run_to_memory: Callable[[dict, dict, Any], list], feed: dict, fetch_names: list[str], devices: list[OrtDevice],
                     run_options: Any) -> list:
     memory = session.memory
     bound: dict[str, Any] = {}
@@ -113,7 +114,7 @@ def _run_to_devices(session: Any, feed: dict, fetch_names: list[str], devices: l
     for n in fetch_names:
         if n not in names:
             raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {names}.")
-    by_name = dict(zip(names, session._run_device_outputs(feed, bound, run_options)))
+    by_name = dict(zip(names, run_to_memory(feed, bound, run_options)))
     return [by_name[n] for n in fetch_names]
 
 

@@ -26,7 +26,7 @@ from onnxhal.hal import CPU_MEMORY_INFO, Ep, Graph, Node, OrtEpDevice, OrtMemory
 from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
 from onnxhal.runtime.environment import CPU_EP_NAME
 from onnxhal.runtime.executor import ExecutionPlan, Terminated
-from onnxhal.runtime.graph_capture import check_run_api, replay_if_captured, run_until_captured
+from onnxhal.runtime.graph_capture import check_run_api, replay_if_captured
 from onnxhal.runtime.input_checks import FeedChecker
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, check_log_severity, log_scope
 from onnxhal.runtime.memory_context import MemoryContext
@@ -44,7 +44,6 @@ from onnxhal.runtime.session_options import (
 from onnxhal.runtime.sparse_tensor import as_sparse
 
 logger = logging.getLogger("onnxhal.session")
-DISABLE_SYNC_KEY = "disable_synchronize_execution_providers"  # run config: skip Ep.sync at the run's end
 
 
 class NodeArg:
@@ -141,7 +140,6 @@ class InferenceSession:
         check_session_options(so)
         self._recovery = RecoveryPolicy(so)
         self._lock = threading.Lock()
-        self._fast_run: tuple | None = None  # (core, function): _make_fast_run
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
         self._loaded, self._initializers = load(path_or_bytes, so)
         self._model_path = self._loaded.path
@@ -318,75 +316,54 @@ class InferenceSession:
         from ``input_feed``, {input name: numpy array, OrtValue, or a (nested) list converted to the
         input's element type}. Raises ``InvalidArgument`` for a missing, unknown or mistyped input,
         and the EP's error (``EPFail``, ``Fail``, ...) when a node fails; the session stays usable."""
-        fast = self._fast_run
-        if fast is not None and run_options is None and not output_names and fast[0] is self._core and fast[1]:
-            return fast[1](input_feed)  # every output, no options, the core it was made for (_make_fast_run)
-        if run_options is None and self._log_severity == DEFAULT_SEVERITY and self._core.capture_ep is None:
-            return self._run(output_names, input_feed, None)  # the common case: nothing to check or scope
-        _check_run_options(run_options)
-        self._check_graph_capture_run_api(run_options)
-        return self._run_logged(output_names, input_feed, run_options)
-
-    def _run_logged(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
-                    run_options: RunOptions | None) -> list:
-        """``run`` under the session's or the run's log severity."""
-        severity = self._log_severity
-        if run_options is not None and run_options.log_severity_level != DEFAULT_SEVERITY:
-            check_log_severity(run_options.log_severity_level, "RunOptions.log_severity_level")
-            severity = run_options.log_severity_level
-        if severity == DEFAULT_SEVERITY:
-            return self._run(output_names, input_feed, run_options)
-        with log_scope(severity):
-            return self._run(output_names, input_feed, run_options)
+        if self._core.capture_ep is not None:
+            check_run_api(self._core.capture_ep, run_options)
+        return self._run(output_names, input_feed, run_options, None)
 
     def _run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
-             run_options: RunOptions | None) -> list:
+             run_options: RunOptions | None, output_devices: Sequence[Any] | None) -> list:
+        """The one run of a session (``run``, IOBinding, ``run_with_ortvaluevector``, ``run_async``):
+        the run's checks, the core's run (``SessionCore.run``: hooks, plan), recovery after an EP
+        failure, outputs the caller owns. ``output_devices``: where each output is left (IOBinding);
+        None: on the host."""
         core = self._core
-        fetch = self._fetch_indices(output_names)
+        if run_options is not None:
+            _check_run_options(run_options)
+            severity = self._log_severity
+            if run_options is not None and run_options.log_severity_level != DEFAULT_SEVERITY:
+                check_log_severity(run_options.log_severity_level, "RunOptions.log_severity_level")
+                severity = run_options.log_severity_level
+            if run_options is not None and run_options.terminate:
+                raise Terminated("Exiting due to terminate flag being set to true: RunOptions.terminate is set. "
+                                 "Clear it (run_options.terminate = False) to run.")
+        else:
+            severity = self._log_severity
+        fetch = None if output_names is None else self._fetch_indices(output_names)
         if not self._outputs:  # as onnxruntime: a run computes outputs, and there are none to compute
             raise InvalidArgument("At least one output should be requested: the model's graph declares no outputs. "
                                   "Add the values you want to its graph outputs.")
-        feeds = self._feed_checker().check(input_feed)
-        if run_options is not None and run_options.terminate:
-            raise Terminated("Exiting due to terminate flag being set to true: RunOptions.terminate is set. "
-                             "Clear it (run_options.terminate = False) to run.")
-        try:
-            outputs = self._run_core(core, feeds, run_options, fetch)
-        except EPFail as e:
-            outputs = self._run_core(self._recover(core, e), feeds, run_options, fetch)
-        if self._fast_run is None and run_options is None:
-            self._fast_run = self._make_fast_run(core)
-        result = _owned([v if v.__class__ is np.ndarray else _to_host_output(v) for v in outputs], feeds)
+        checker = self.__dict__.get("_checker")
+        if checker is None or checker.infos is not self._input_infos or checker.required is not self._required_inputs:
+            checker = self._feed_checker()
+        feeds = checker.check(input_feed)
+        if severity == DEFAULT_SEVERITY:
+            outputs = self._run_on_core(core, feeds, run_options, fetch, output_devices)
+        else:
+            with log_scope(severity):
+                outputs = self._run_on_core(core, feeds, run_options, fetch, output_devices)
+        result = _owned(outputs, feeds, output_devices is None)
         if self._sparse_outputs:
             names = [self._outputs[i].name for i in fetch] if fetch is not None else [o.name for o in self._outputs]
             result = [as_sparse(v) if n in self._sparse_outputs else v for n, v in zip(names, result)]
         return result
 
-    def _make_fast_run(self, core: SessionCore) -> tuple:
-        """(core, run function) for ``run(None, feeds)`` on ``core`` without options, where nothing
-        but the feed checks, the EPs' start hooks and the plan's run has work to do: the session
-        logs at its default level, is not profiling, has outputs, and no EP syncs, ends runs or
-        captures graphs. (core, None) where something has."""
-        hooks = core.run_hooks
-        if (self._log_severity != DEFAULT_SEVERITY or self._profiler is not None or not self._outputs
-                or self._sparse_outputs
-                or core.capture_ep is not None or core.run_lock is not None or not hooks.plain):
-            return core, None
-        check = self._feed_checker().check
-        starts = hooks.starts
-        run_host = core.plan.run_host
-
-        def run(input_feed: Mapping[str, Any]) -> list:
-            feeds = check(input_feed)
-            for ep in starts:
-                ep.on_run_start(None)
-            try:
-                outputs = run_host(feeds)
-            except EPFail as e:
-                outputs = [_to_host_output(v) for v in self._run_core(self._recover(core, e), feeds, None, None)]
-            return _owned(outputs, feeds)
-
-        return core, run
+    def _run_on_core(self, core: SessionCore, feeds: dict, run_options: RunOptions | None,
+                     fetch: list[int] | None, output_devices: Sequence[Any] | None) -> list:
+        """``core``'s run; after an EP failure, the run again on the core the recovery policy builds."""
+        try:
+            return core.run(feeds, run_options, fetch, output_devices, self._profiler)
+        except EPFail as e:
+            return self._recover(core, e).run(feeds, run_options, fetch, output_devices, self._profiler)
 
     def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
                             run_options: RunOptions | None = None) -> list:
@@ -436,63 +413,12 @@ class InferenceSession:
         finally:
             _callback_thread.active = False
 
-    def _run_device_outputs(self, feeds: Mapping[str, Any], bound: Mapping[str, Any],
-                            run_options: RunOptions | None) -> list:
-        """Run with some outputs left in device memory (IOBinding)."""
-        from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE
-
-        checked = self._feed_checker().check(feeds)
-        devices = []
-        for o in self._outputs:
-            b = bound.get(o.name)
-            info = b if not hasattr(b, "_value") else getattr(b, "memory_info", lambda: None)()
-            devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
-        return _owned(list(self._run_core(self._core, checked, run_options, None, devices)), checked)
-
     def _feed_checker(self) -> FeedChecker:
         """The session's feed checks, built at its first run from the model's inputs."""
         checker = self.__dict__.get("_checker")
         if checker is None or checker.infos is not self._input_infos or checker.required is not self._required_inputs:
             checker = self._checker = FeedChecker(self._input_infos, self._required_inputs)
         return checker
-
-    def _run_core(self, core: SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
-                  output_devices: list | None = None) -> list:
-        if core.run_lock is None:
-            if core.capture_ep is None:
-                return self._run_once(core, feeds, run_options, fetch, output_devices)
-            return self._run_capturing(core, feeds, run_options, fetch, output_devices)
-        with core.run_lock:
-            return self._run_capturing(core, feeds, run_options, fetch, output_devices)
-
-    def _run_capturing(self, core: SessionCore, feeds: dict, run_options: RunOptions | None,
-                       fetch: list[int] | None, output_devices: list | None) -> list:
-        """A run; with a graph-capturing EP, repeated until the EP has captured the run's graph."""
-        return run_until_captured(core.capture_ep, run_options,
-                                  lambda: self._run_once(core, feeds, run_options, fetch, output_devices))
-
-    def _run_once(self, core: SessionCore, feeds: dict, run_options: RunOptions | None, fetch: list[int] | None,
-                  output_devices: list | None) -> list:
-        hooks = core.run_hooks
-        if hooks.plain and self._profiler is None:  # the CPU EP's case: no sync, nothing to end or time
-            for ep in hooks.starts:
-                ep.on_run_start(run_options)
-            return core.plan.run(feeds, run_options, None, fetch, output_devices)
-        for ep in hooks.starts:
-            ep.on_run_start(run_options)
-        profiler = self._profiler  # read once: end_profiling() on another thread may clear it
-        t0 = time.perf_counter_ns() if profiler is not None else 0
-        try:
-            outputs = core.plan.run(feeds, run_options, profiler, fetch, output_devices)
-            if hooks.syncs and (run_options is None or run_options.config(DISABLE_SYNC_KEY) != "1"):
-                for ep in hooks.syncs:
-                    ep.sync()
-            return outputs
-        finally:
-            for ep in hooks.ends:
-                ep.on_run_end(run_options, True)
-            if profiler is not None:
-                profiler.event("model_run", "Session", t0, time.perf_counter_ns())
 
     def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
         """Have the graph-capturing EP forget the capture of ``graph_annotation_id``; a no-op without
@@ -504,9 +430,6 @@ class InferenceSession:
     def _replay(self, run_options: RunOptions | None) -> bool:
         """Replay the run's captured graph, if it is captured (for ``run_with_iobinding``)."""
         return replay_if_captured(self._core.capture_ep, run_options)
-
-    def _check_graph_capture_run_api(self, run_options: RunOptions | None) -> None:
-        check_run_api(self._core.capture_ep, run_options)
 
     def _recover(self, core: SessionCore, error: EPFail) -> SessionCore:
         """After ``error`` in a run on ``core``: the core to run again on, built on the EPs the
@@ -538,7 +461,6 @@ class InferenceSession:
         caller to release."""
         old = self._core
         self._core = core
-        self._fast_run = None  # made again for the new core at its first run
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, SessionCore.release, core)
         self._attach_ep_profiling()
@@ -622,7 +544,7 @@ class InferenceSession:
         ``fetches``, or written into the OrtValues it holds, and left on ``fetch_devices``."""
         from onnxhal.runtime.ortvalue_vector import run_with_ortvaluevector
 
-        run_with_ortvaluevector(self, run_options, feed_names, feeds, fetch_names, fetches, fetch_devices)
+        run_with_ortvaluevector(self, self._run_to_memory, run_options, feed_names, feeds, fetch_names, fetches, fetch_devices)
 
     def create_ortvalue_from_shape_and_type(self, shape: Sequence[int], element_type: Any, device_type: str,
                                             device_id: int = 0, vendor_id: int = -1) -> Any:
@@ -634,7 +556,20 @@ class InferenceSession:
 
     def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
         _check_run_options(run_options)
-        iobinding._run(self, run_options)
+        iobinding.run_with(self._run_to_memory, self._replay, run_options)
+
+    def _run_to_memory(self, feeds: Mapping[str, Any], bound: Mapping[str, Any], run_options: RunOptions | None) -> list:
+        """Every output, each left on the memory ``bound`` gives it (a bound OrtValue's, a memory
+        info; absent or None: the host): IOBinding's and ``run_with_ortvaluevector``'s run."""
+        from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE
+        from onnxhal.runtime.ortvalue import OrtValue
+
+        devices = []
+        for o in self._outputs:
+            b = bound.get(o.name)
+            info = b.memory_info() if isinstance(b, OrtValue) else b
+            devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
+        return self._run(None, feeds, run_options, None if all(d.is_host for d in devices) else devices)
 
     def io_binding(self) -> Any:
         from onnxhal.runtime.ortvalue import IOBinding
@@ -650,7 +585,6 @@ class InferenceSession:
             return ""
         path = profiler.end()
         self._profiler = None
-        self._fast_run = None  # runs no longer profiled may take the fast path
         return path
 
     def close(self) -> None:
@@ -662,14 +596,17 @@ class InferenceSession:
         self._finalizer()
 
 
-def _owned(outputs: list, feeds: Mapping[str, Any]) -> list:
+def _owned(outputs: list, feeds: Mapping[str, Any], to_host: bool = True) -> list:
     """The outputs as onnxruntime hands them over: arrays of the caller's own. A model constant
     passed through (read-only here, where kernels share the session's weights) or a view of a feed
     (Identity, Reshape of an input) is copied; everything else is returned as computed, no copy.
-    ``outputs`` is the caller's fresh list, changed in place."""
+    ``to_host``: a tensor left in device memory comes back as a host array. ``outputs`` is the
+    caller's fresh list, changed in place."""
     fed = None
     for i, v in enumerate(outputs):
         if v.__class__ is not np.ndarray and not isinstance(v, np.ndarray):
+            if to_host:
+                outputs[i] = _to_host_output(v)
             continue
         if not v.flags.writeable:
             outputs[i] = v.copy()

@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ from onnxhal.runtime.compile_partitions import compile_groups
 from onnxhal.runtime.custom_ops import custom_ops, session_factories
 from onnxhal.runtime.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.executor import ExecutionPlan, ExecutionPlanBuilder
-from onnxhal.runtime.graph_capture import capturing_ep
+from onnxhal.runtime.graph_capture import capturing_ep, run_until_captured
 from onnxhal.runtime.layout_transform import transform_layout
 from onnxhal.runtime.memory_context import MemoryContext
 from onnxhal.runtime.model_config import apply_model_config, load_config_from_model_enabled
@@ -41,6 +42,9 @@ from onnxhal.runtime.recovery import RecoveryPolicy
 from onnxhal.runtime.session_options import SessionOptions, check_session_options
 
 logger = logging.getLogger("onnxhal.session")
+
+#: Run config key: "1" skips the EPs' ``sync`` at the end of the run (onnxruntime's name).
+DISABLE_SYNC_KEY = "disable_synchronize_execution_providers"
 
 
 def check_canceled(so: SessionOptions) -> None:
@@ -158,7 +162,7 @@ class RunHooks:
     starts: tuple
     syncs: tuple
     ends: tuple
-    plain: bool  # no sync and no end hooks: a run is the start hooks and the plan's run
+    plain: bool  # no sync or end hooks, no run lock, no capture: a run is the start hooks and the plan's run
 
 
 class SessionCore:
@@ -205,7 +209,46 @@ class SessionCore:
                          if name in getattr(ep, "__dict__", ()) or getattr(type(ep), name, None) is not base)
 
         starts, syncs, ends = overriding("on_run_start"), overriding("sync"), overriding("on_run_end")
-        return RunHooks(starts, syncs, ends, not (syncs or ends))
+        plain = not (syncs or ends) and self.run_lock is None and self.capture_ep is None
+        return RunHooks(starts, syncs, ends, plain)
+
+    def run(self, feeds: dict, run_options: Any = None, fetch: Sequence[int] | None = None,
+            output_devices: Sequence[Any] | None = None, profiler: Any = None) -> list:
+        """One run on this core: the EPs' run hooks around the plan's run, as onnxruntime's
+        session calls them (``OnRunStart``, the run, ``Sync`` unless the run disables it,
+        ``OnRunEnd``); serialized when an EP cannot take concurrent runs; repeated until a
+        graph-capturing EP has captured. With none of those (the CPU EP's case) it is the start
+        hooks and the plan's run."""
+        hooks = self.run_hooks
+        if hooks.plain and profiler is None:
+            for ep in hooks.starts:
+                ep.on_run_start(run_options)
+            return self.plan.run(feeds, run_options, None, fetch, output_devices)
+
+        def once() -> list:
+            return self._run_with_hooks(hooks, feeds, run_options, fetch, output_devices, profiler)
+
+        if self.run_lock is None:
+            return once() if self.capture_ep is None else run_until_captured(self.capture_ep, run_options, once)
+        with self.run_lock:
+            return run_until_captured(self.capture_ep, run_options, once)
+
+    def _run_with_hooks(self, hooks: RunHooks, feeds: dict, run_options: Any, fetch: Sequence[int] | None,
+                        output_devices: Sequence[Any] | None, profiler: Any) -> list:
+        for ep in hooks.starts:
+            ep.on_run_start(run_options)
+        t0 = time.perf_counter_ns() if profiler is not None else 0
+        try:
+            outputs = self.plan.run(feeds, run_options, profiler, fetch, output_devices)
+            if hooks.syncs and (run_options is None or run_options.config(DISABLE_SYNC_KEY) != "1"):
+                for ep in hooks.syncs:
+                    ep.sync()
+            return outputs
+        finally:
+            for ep in hooks.ends:
+                ep.on_run_end(run_options, True)
+            if profiler is not None:
+                profiler.event("model_run", "Session", t0, time.perf_counter_ns())
 
     def release(self) -> None:
         if self.released:

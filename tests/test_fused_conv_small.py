@@ -107,7 +107,7 @@ def test_small_fused_convs_match_onnxruntime(x_shape, w_shape, attrs, bias):
 
 def paths(sess) -> list[str]:
     """The paths the session's FusedConv took, per input shape (its 2-D twin's for a 1-D one)."""
-    kernel = next(s.fn.__self__ for s in sess._core.plan._line_to_step.values() if s.node.op_type == "FusedConv")
+    kernel = next(s.fn.__self__ for s in sess.plan.generated.line_to_step.values() if s.node.op_type == "FusedConv")
     return [v[3] for v in (kernel._as_2d or kernel)._geometries.values()]
 
 
@@ -121,7 +121,7 @@ def test_the_conv_kernel_gathers_small_layers_too(x_shape, w_shape, attrs):
     x = RNG.standard_normal(x_shape).astype(np.float32)
     for _ in range(2):
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
-    kernel = next(s.fn.__self__ for s in sess._core.plan._line_to_step.values() if s.node.op_type == "Conv")
+    kernel = next(s.fn.__self__ for s in sess.plan.generated.line_to_step.values() if s.node.op_type == "Conv")
     assert all(kernel._plans.values()), kernel._plans
 
 

@@ -32,13 +32,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "numpy has no public call to read and set the floating-point error state of the current context "
         "cheaply; np.errstate costs more than the small kernels it would wrap"),
     ("runtime/fp_errors.py", "_make_extobj"): "the same (numpy's error-state object)",
-    ("runtime/ortvalue.py", "_replay"): (
-        "IOBinding runs through the session's private run entry points; one public run path is the "
-        "restructuring issue 43 item 3 describes"),
-    ("runtime/ortvalue.py", "_run_logged"): "the same (IOBinding and the session's run entry points)",
-    ("runtime/ortvalue.py", "_run_device_outputs"): "the same (IOBinding and the session's run entry points)",
-    ("runtime/ortvalue_vector.py", "_run_device_outputs"): (
-        "run_with_ortvaluevector and the session's run entry points, as ortvalue.py"),
 }
 
 

@@ -36,7 +36,7 @@ def _flatten_model() -> onnx.ModelProto:
 
 
 def _memos(session: onnxhal.InferenceSession) -> list[ShapeMemo]:
-    return [f for f in session.plan._fast_fns if isinstance(f, ShapeMemo)]
+    return [f for f in session.plan.generated.fns if isinstance(f, ShapeMemo)]
 
 
 def test_shape_values_follow_the_input_shape_and_are_computed_once_per_shape():

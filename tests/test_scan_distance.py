@@ -44,7 +44,7 @@ def _run(model: onnx.ModelProto, x: np.ndarray, c: np.ndarray) -> tuple[list, li
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"X": x, "C": c})
     sess = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"])
     got = sess.run(None, {"X": x, "C": c})
-    scan = [st for st in sess._core.plan._line_to_step.values() if st.node is not None and st.node.op_type == "Scan"]
+    scan = [st for st in sess.plan.generated.line_to_step.values() if st.node is not None and st.node.op_type == "Scan"]
     return want, got, scan[0].fn.__self__
 
 

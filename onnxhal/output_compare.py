@@ -36,43 +36,44 @@ class OutputCheck:
     problem: str = ""
 
 
-def compare_output(name: str, out: Any, ref: Any, rtol: float, atol: float) -> OutputCheck:
-    """``out`` (a device's) against ``ref`` (the CPU EP's), under the module's rule."""
+def compare_output(name: str, out: Any, ref: Any, rtol: float, atol: float, ref_name: str = "the CPU EP") -> OutputCheck:
+    """``out`` (a device's) against ``ref`` (``ref_name``'s: the CPU EP's, or onnxruntime's in the
+    sweep), under the module's rule."""
     if _is_map_sequence(ref) or _is_map_sequence(out):
-        return _compare_map_sequences(name, out, ref, rtol, atol)
+        return _compare_map_sequences(name, out, ref, rtol, atol, ref_name)
     if isinstance(ref, dict) or isinstance(out, dict):
         return _compare_map_sequences(name, [out] if isinstance(out, dict) else out,
-                                      [ref] if isinstance(ref, dict) else ref, rtol, atol)
+                                      [ref] if isinstance(ref, dict) else ref, rtol, atol, ref_name)
     if isinstance(ref, list) or isinstance(out, list):  # a sequence of tensors
         if not (isinstance(ref, list) and isinstance(out, list)) or len(out) != len(ref):
-            return OutputCheck(name, False, problem=f"output {name!r}: a sequence of {_length(out)} value(s), the "
-                                                    f"CPU EP's has {_length(ref)}")
-        parts = [compare_output(f"{name}[{k}]", o, r, rtol, atol) for k, o, r in zip(out, ref)]
+            return OutputCheck(name, False, problem=f"output {name!r}: a sequence of {_length(out)} value(s), "
+                                                    f"{ref_name}'s has {_length(ref)}")
+        parts = [compare_output(f"{name}[{k}]", o, r, rtol, atol, ref_name) for k, o, r in zip(out, ref)]
         bad = [p for p in parts if not p.ok]
         worst = max((p.max_error for p in parts if not np.isnan(p.max_error)), default=0.0)
         return OutputCheck(name, not bad, worst, max((p.scale for p in parts), default=0.0),
                            exact=all(p.exact for p in parts), problem=bad[0].problem if bad else "")
     o, r = np.asarray(out), np.asarray(ref)
     if o.shape != r.shape:
-        return OutputCheck(name, False, problem=f"output {name!r} has shape {list(o.shape)}, the CPU EP's "
+        return OutputCheck(name, False, problem=f"output {name!r} has shape {list(o.shape)}, {ref_name}'s "
                                                 f"{list(r.shape)}")
     if r.dtype.kind not in "fc" or o.dtype.kind not in "fc":
-        return _compare_exact(name, o, r)
-    return _compare_floats(name, o, r, rtol, atol)
+        return _compare_exact(name, o, r, ref_name)
+    return _compare_floats(name, o, r, rtol, atol, ref_name)
 
 
-def _compare_exact(name: str, o: np.ndarray, r: np.ndarray) -> OutputCheck:
+def _compare_exact(name: str, o: np.ndarray, r: np.ndarray, ref_name: str) -> OutputCheck:
     differ = int(np.sum(o != r)) if o.size else 0
     worst = 0.0
     if differ and o.dtype.kind in "iub" and r.dtype.kind in "iub":
         worst = float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64))))
     elif differ:
         worst = float("nan")
-    problem = f"output {name!r}: {differ} of {o.size} value(s) differ from the CPU EP's (must be equal)" if differ else ""
+    problem = f"output {name!r}: {differ} of {o.size} value(s) differ from {ref_name}'s (must be equal)" if differ else ""
     return OutputCheck(name, not differ, worst, exact=True, problem=problem)
 
 
-def _compare_floats(name: str, o: np.ndarray, r: np.ndarray, rtol: float, atol: float) -> OutputCheck:
+def _compare_floats(name: str, o: np.ndarray, r: np.ndarray, rtol: float, atol: float, ref_name: str) -> OutputCheck:
     o, r = o.astype(np.float64), r.astype(np.float64)
     finite = np.isfinite(r)
     same_special = (np.isnan(o) & np.isnan(r)) | (~finite & (o == r))
@@ -85,14 +86,14 @@ def _compare_floats(name: str, o: np.ndarray, r: np.ndarray, rtol: float, atol: 
     bound = atol + rtol * scale
     check = OutputCheck(name, True, worst, scale, bound, nonfinite=nonfinite)
     if nonfinite:
-        check.ok, check.problem = False, (f"output {name!r}: {nonfinite} NaN/inf value(s) where the CPU EP's are "
+        check.ok, check.problem = False, (f"output {name!r}: {nonfinite} NaN/inf value(s) where {ref_name}'s are "
                                           "finite")
     elif special_differ:
-        check.ok, check.problem = False, (f"output {name!r}: {special_differ} value(s) differ where the CPU EP's "
+        check.ok, check.problem = False, (f"output {name!r}: {special_differ} value(s) differ where {ref_name}'s "
                                           "are NaN or inf")
     elif worst > bound:
         check.ok, check.problem = False, (f"beyond tolerance relative to the output's scale: output {name!r} "
-                                          f"max|diff| {worst:.3g} > atol {atol:g} + rtol {rtol:g} x max|CPU| "
+                                          f"max|diff| {worst:.3g} > atol {atol:g} + rtol {rtol:g} x max|reference| "
                                           f"{scale:.3g} = {bound:.3g}")
     return check
 
@@ -105,17 +106,17 @@ def _length(v: Any) -> str:
     return str(len(v)) if isinstance(v, list) else f"no sequence ({type(v).__name__})"
 
 
-def _compare_map_sequences(name: str, out: Any, ref: Any, rtol: float, atol: float) -> OutputCheck:
+def _compare_map_sequences(name: str, out: Any, ref: Any, rtol: float, atol: float, ref_name: str) -> OutputCheck:
     if not (isinstance(out, list) and isinstance(ref, list)) or len(out) != len(ref):
         return OutputCheck(name, False, problem=f"output {name!r}: a sequence of {_length(out)} map(s), the CPU "
                                                 f"EP's has {_length(ref)}")
     for k, (o, r) in enumerate(zip(out, ref)):
         if not isinstance(o, dict) or set(o) != set(r):
             keys = sorted(o) if isinstance(o, dict) else type(o).__name__
-            return OutputCheck(name, False, problem=f"output {name!r}: map {k} has keys {keys}, the CPU EP's "
+            return OutputCheck(name, False, problem=f"output {name!r}: map {k} has keys {keys}, {ref_name}'s "
                                                     f"{sorted(r)}")
     # Each map's values in the order of its keys, all maps end to end (maps may differ in keys).
-    check = compare_output(name, _map_values(out), _map_values(ref), rtol, atol)
+    check = compare_output(name, _map_values(out), _map_values(ref), rtol, atol, ref_name)
     check.name = name
     return check
 

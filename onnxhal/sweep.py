@@ -11,7 +11,7 @@ against onnxruntime's CPU EP where onnxruntime is installed, else onnxhal's. "Di
 symbolic input dim to the size fed. Each cell runs on the simulated device chosen by
 ``add_provider_for_devices`` (the CPU EP takes what the device declines; onnxhal's run-time fallback
 is disabled, so a device that fails at run fails the cell) and compares every output relative to its
-scale within the profile's tolerance: max|got - want| <= atol * max(1, s) + rtol * s, s = max|want|;
+scale within the profile's tolerance: max|got - want| <= atol + rtol * s, s = max|want|;
 integer and string outputs must be equal. A cell ends as one of:
 
 - ``match``: the device ran nodes of the model and every output is within tolerance;
@@ -105,8 +105,11 @@ def _symbolic_dims(path: str, feeds: dict) -> dict[str, int]:
 
 
 def compare(got: list, want: list, rtol: float, atol: float) -> tuple[bool, float, str]:
-    """(within tolerance, largest error relative to the output's scale, what differs)."""
+    """(within tolerance, largest error relative to the output's scale, what differs), by
+    ``onnxhal.output_compare``'s rule (the one ``matrix``, ``run`` and the profiles' docs state)."""
     import numpy as np
+
+    from onnxhal.output_compare import compare_output
 
     worst = 0.0
     for i, (value, keys) in enumerate(want):
@@ -116,17 +119,11 @@ def compare(got: list, want: list, rtol: float, atol: float) -> tuple[bool, floa
                 out = np.array([[m[k] for k in keys.tolist()] for m in out], np.float32)
             except (TypeError, KeyError) as e:
                 return False, float("inf"), f"output {i}: not the sequence of maps onnxruntime gives ({e})"
-        out = np.asarray(out)
-        if out.shape != value.shape:
-            return False, float("inf"), f"output {i}: shape {list(out.shape)} where onnxruntime gives {list(value.shape)}"
-        if value.dtype.kind in "fc":
-            scale = float(np.max(np.abs(value))) if value.size else 0.0
-            err = float(np.max(np.abs(out.astype(np.float64) - value))) if value.size else 0.0
-            if not np.isfinite(err) or err > atol * max(1.0, scale) + rtol * scale:
-                return False, err / max(scale, 1e-30), f"output {i}: max error {err:.3g} on a scale of {scale:.3g}"
-            worst = max(worst, err / max(scale, 1e-30))
-        elif not np.array_equal(out.astype(value.dtype), value):
-            return False, float("inf"), f"output {i}: {int(np.sum(out.astype(value.dtype) != value))} element(s) differ"
+        check = compare_output(str(i), np.asarray(out), value, rtol, atol, ref_name="onnxruntime")
+        relative = check.max_error / max(check.scale, 1e-30) if not check.exact else 0.0
+        if not check.ok:
+            return False, relative if np.isfinite(relative) else float("inf"), check.problem
+        worst = max(worst, relative)
     return True, worst, ""
 
 

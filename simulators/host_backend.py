@@ -32,6 +32,7 @@ from onnxhal.hal.data_transfer import DataTransfer
 from onnxhal.hal.ep import KernelContext, NodeComputeInfo
 from onnxhal.hal.errors import EPFail, InvalidArgument
 from onnxhal.hal.graph import Graph, Node
+from onnxhal.hal.host_execution import host_plan
 from onnxhal.hal.memory_info import OrtMemoryDevice
 from onnxhal.hal.sync_stream import SyncStream
 from onnxhal.hal.tensor import DeviceTensor
@@ -156,8 +157,6 @@ class HostNodeComputeInfo(NodeComputeInfo):
     def __init__(self, graph: Graph, allocator: Allocator, half: bool,
                  logger: logging.Logger, on_overflow: Callable[[str], None] | None = None,
                  storage: str = "float16") -> None:
-        from onnxhal.runtime.providers.cpu.graph_plan import cpu_graph_plan
-
         self.graph = graph
         self.allocator = allocator
         self.half = half
@@ -165,7 +164,7 @@ class HostNodeComputeInfo(NodeComputeInfo):
         self.on_overflow = on_overflow
         self.fp16_edges: Any = None  # simulators.ep.Fp16Edges: which inputs/outputs stay float32
         self.plan = HostPartitionPlan.of(graph)
-        self._exec = cpu_graph_plan(graph, logger=logger)
+        self._exec = host_plan(graph, logger=logger)
         self.host_inputs: frozenset[int] = frozenset()
 
     @property

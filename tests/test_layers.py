@@ -13,6 +13,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,6 +142,9 @@ def _upward_imports(folder: Path, forbidden: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize(("folder", "forbidden"), [
     ("hal", ("onnxhal.runtime", "onnxhal.simulators")),
     ("devices", ("onnxhal.runtime", "onnxhal.simulators")),
+    # the OpenCL EP runs a graph on the host through hal.host_execution, not the CPU EP's modules
+    ("runtime/providers/opencl", ("onnxhal.runtime.providers.cpu", "onnxhal.runtime.executor",
+                                  "onnxhal.runtime.session", "onnxhal.simulators")),
 ])
 def test_imports_point_down(folder: str, forbidden: tuple[str, ...]) -> None:
     bad = _upward_imports(ROOT / folder, forbidden)
@@ -166,3 +170,21 @@ def test_the_scanner_sees_a_crossing(tmp_path: Path) -> None:
             and not _own(n.value) and n.attr not in local]
     imports = [a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names if _private(a.name)]
     assert hits == ["_config"] and imports == ["_load_module"]
+
+
+def test_host_execution_runs_a_graph_on_the_host() -> None:
+    """The service EPs use instead of the CPU EP's modules: provided once the engine is imported."""
+    from onnx import TensorProto, helper
+
+    import onnxhal.runtime  # noqa: F401 - provides the service
+    from onnxhal.hal import Graph
+    from onnxhal.hal.host_execution import host_plan
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["y"], ["z"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])])
+    graph = Graph.from_proto(g, {"": 17})
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    assert np.array_equal(host_plan(graph).run({"x": x})[0], -np.maximum(x, 0))
+    y, = host_plan(graph, ["y"]).run({"x": x})
+    assert np.array_equal(y, np.maximum(x, 0))

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import onnxhal
+from onnxhal.output_compare import compare_output
 from onnxhal.stored_outputs import read_signatures
 from tests.opencl_support import opencl_verdict
 
@@ -177,10 +178,9 @@ def test_every_profile_matches_or_names_its_reasons(profile):
                 if not taken:
                     assert ep.declined, f"{profile} took no node of {name} and named no reason"
                     continue
-                got = sess.run(None, feeds)[0]
-                scale = float(np.max(np.abs(want)))
-                err = float(np.max(np.abs(got - want)))
-                assert err <= ep.profile.atol * max(1.0, scale) + ep.profile.rtol * scale, (name, profile, err)
+                check = compare_output("0", sess.run(None, feeds)[0], want, ep.profile.rtol, ep.profile.atol,
+                                       ref_name="onnxruntime")
+                assert check.ok, (name, profile, check.problem)
 
 
 def test_a_dim_value_of_minus_one_is_a_free_dimension():

@@ -36,9 +36,9 @@ from onnx import helper
 
 from onnxhal.hal.ep import KernelContext, NodeComputeInfo
 from onnxhal.hal.graph import Graph, Node, ValueInfo
+from onnxhal.hal.host_execution import host_plan
 from onnxhal.hal.run_control import RUN_OPTIONS  # the host plan reads the terminate flag between nodes
 from onnxhal.hal.tensor import DeviceTensor
-from onnxhal.runtime.providers.cpu.graph_plan import cpu_graph_plan
 from onnxhal.runtime.providers.opencl.op_support import (
     INSPECTION_ERRORS,
     PARAM_INPUTS,
@@ -131,7 +131,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         # One host plan returning every value: its shapes specialise a signature, and its outputs
         # are the partition's when a signature runs on the host.
         every = list(dict.fromkeys(o for n in graph.nodes for o in n.outputs if o))
-        self._host_plan = cpu_graph_plan(graph, every, logger)
+        self._host_plan = host_plan(graph, every, logger)
         self._output_at = [every.index(o) for o in graph.output_names]
 
     @property

@@ -241,9 +241,15 @@ def cancel_transposes(nodes: list[Node], keep: set[str]) -> list[Node]:
             if not _inverse(_perm(first), _perm(second)):
                 continue
             source = first.inputs[0]
-            if unary is None:
-                if second.outputs[0] in keep:
-                    continue  # a partition output keeps its name: leave the pair
+            if unary is None and second.outputs[0] in keep:
+                # A partition output keeps its name: the value's producer writes it instead, where
+                # the value is made inside the partition and read by nothing else.
+                made = producer.get(source)
+                if made is None or not only_reader(source):
+                    continue
+                renamed = _with_outputs(made, [second.outputs[0] if o == source else o for o in made.outputs])
+                nodes = [renamed if n is made else n for n in nodes if n is not first and n is not second]
+            elif unary is None:
                 rename = {second.outputs[0]: source}
                 nodes = [n for n in nodes if n is not first and n is not second]
                 nodes = [n if not any(i in rename for i in n.inputs) else Node(
@@ -257,3 +263,12 @@ def cancel_transposes(nodes: list[Node], keep: set[str]) -> list[Node]:
             changed = True
             break
     return nodes
+
+
+def _with_outputs(node: Node, outputs: list[str]) -> Node:
+    """``node`` writing ``outputs`` instead of its own."""
+    out = Node(node.op_type, list(node.inputs), outputs, name=node.name, domain=node.domain,
+               attribute_protos=list(node.attribute_protos.values()))
+    out.since_version = node.since_version
+    out.implicit_inputs = node.implicit_inputs
+    return out

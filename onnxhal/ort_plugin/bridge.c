@@ -12,9 +12,11 @@
  * neutral value for calls that return none), so onnxruntime tearing down after Python has gone
  * never runs Python code.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef struct OrtStatus OrtStatus;
 typedef struct OrtApiBase {
@@ -202,9 +204,19 @@ OrtStatus* e_get_default_memory_device(const void* self, const void** device) {
 }
 
 /* ---- OrtEpProfilerImpl (StartEvent / StopEvent stay NULL: onnxruntime skips them then) ------- */
+/* The clock of onnxruntime's profiler: it times events with std::chrono::high_resolution_clock, which
+ * libstdc++ (onnxruntime's Linux builds) makes the system clock. Read here, not in Python, so that
+ * the time a call waits for the GIL never shifts an event against onnxruntime's. */
+int64_t onnxhal_bridge_clock_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 void p_release(void* self) { VOID_CALL(P_RELEASE, self, 0); }
+/* Python gets onnxruntime's profiling start on onnxhal_bridge_clock_ns's scale, fixed on entry. */
 OrtStatus* p_start_profiling(void* self, int64_t start_offset_ns) {
-  STATUS_CALL(P_START_PROFILING, self, W((intptr_t)start_offset_ns));
+  int64_t start = onnxhal_bridge_clock_ns() - start_offset_ns;
+  STATUS_CALL(P_START_PROFILING, self, W((intptr_t)start));
 }
 OrtStatus* p_end_profiling(void* self, void* events_container) {
   STATUS_CALL(P_END_PROFILING, self, W(events_container));
@@ -215,8 +227,10 @@ OrtStatus* c_create_state(void* self, void* compute_context, void** state) {
   *state = NULL;
   STATUS_CALL(C_CREATE_STATE, self, W(compute_context), W(state));
 }
+/* The third word is the call's start on onnxhal_bridge_clock_ns's scale, for the profiler's event. */
 OrtStatus* c_compute(void* self, void* state, void* kernel_context) {
-  STATUS_CALL(C_COMPUTE, self, W(state), W(kernel_context));
+  int64_t start = onnxhal_bridge_clock_ns();
+  STATUS_CALL(C_COMPUTE, self, W(state), W(kernel_context), W((intptr_t)start));
 }
 void c_release_state(void* self, void* state) { VOID_CALL(C_RELEASE_STATE, self, W(state)); }
 

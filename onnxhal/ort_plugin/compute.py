@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import itertools
 import threading
-import time
 from ctypes import c_size_t, c_void_p
 from typing import TYPE_CHECKING, Any
 
@@ -131,7 +130,8 @@ class ComputeAdapter:
 
     def compute(self, args: Any) -> None:
         profiler = self.ep.profiler
-        start_ns = time.perf_counter_ns() if profiler is not None and profiler.active else 0
+        # bridge.c read the start as onnxruntime called; the end is read on the same clock
+        start_ns = ctypes.c_int64(args[2]).value if profiler is not None and profiler.active else 0
         state, kctx = self.states[args[0]], args[1]
         api, memory = self.api, self.ep.memory
         n = c_size_t()
@@ -177,4 +177,4 @@ class ComputeAdapter:
             if host.size:
                 np.copyto(dst, host)
         if start_ns:
-            profiler.record(self.fused_node, start_ns, time.perf_counter_ns(), inputs, list(outputs))
+            profiler.record(self.fused_node, start_ns, d.clock_ns(), inputs, list(outputs))

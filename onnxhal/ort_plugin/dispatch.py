@@ -124,6 +124,7 @@ def attach(path: Path) -> ctypes.CDLL:
         lib.onnxhal_bridge_interrupt_after_call.argtypes, lib.onnxhal_bridge_interrupt_after_call.restype = [], None
         lib.onnxhal_bridge_set_interrupt.argtypes, lib.onnxhal_bridge_set_interrupt.restype = [c_void_p], None
         lib.onnxhal_bridge_set_interrupt(ctypes.cast(ctypes.pythonapi.PyErr_SetInterrupt, c_void_p))
+        lib.onnxhal_bridge_clock_ns.argtypes, lib.onnxhal_bridge_clock_ns.restype = [], ctypes.c_int64
         atexit.register(lib.onnxhal_bridge_detach)
         _library, _library_path = lib, path
         return lib
@@ -134,6 +135,13 @@ def interrupt_after_call() -> None:
     (interrupts.py)."""
     if _library is not None:
         _library.onnxhal_bridge_interrupt_after_call()
+
+
+def clock_ns() -> int:
+    """Now on the clock of onnxruntime's profiler, read in bridge.c (its ``onnxhal_bridge_clock_ns``)."""
+    if _library is None:
+        raise RuntimeError("onnxhal's bridge library is not loaded; call onnxhal.ort_plugin.library_path() first")
+    return _library.onnxhal_bridge_clock_ns()
 
 
 def trampoline(name: str) -> int:

@@ -573,7 +573,10 @@ def device_memory() -> dict:
             out[ep]["iobinding_err"] = float(np.abs(y_host.numpy() - add_mul_reference(ADD_MUL_X)).max())
         calls.clear()
         plain_err = add_mul_error(sess)
-        out[ep].update({"plain_calls": dict(calls), "plain_err": plain_err})
+        # the run's copies as the EP's meter counts them (a copy on the device counts at both ends)
+        last = next(c["last_run"] for c in plugin.simulated_costs() if c["ep"] == ep)
+        out[ep].update({"plain_calls": dict(calls), "plain_err": plain_err,
+                        "plain_transfers": [last["transfers"], last["transfer_bytes"]]})
     ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
     plugin.configure(profiles=PROFILES, device_memory=False)
     ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())

@@ -291,8 +291,42 @@ def test_device_memory_is_onnxruntimes_to_use():
         assert case["plain_err"] == 0.0
         assert case["plain_calls"] == {"OrtAllocator::Alloc": 2, "OrtDataTransferImpl::CopyTensors": 2,
                                        "OrtNodeComputeInfo::Compute": 1}
+        # no copy of the output on the device: onnxruntime's output tensor is the EP's own; the
+        # run copies the 24-byte input up and the 24-byte output down, nothing else
+        assert case["plain_transfers"] == [2, 48]
     # configure(device_memory=False): onnxruntime sees host memory; the bridge copies inside compute.
     assert r["host_only"] == {"memory_info": False, "err": 0.0, "calls": {"OrtNodeComputeInfo::Compute": 1}}
+
+
+def test_only_outputs_nothing_else_holds_become_onnxruntimes_tensors():
+    import numpy as np
+
+    from onnxhal.hal.allocator import Allocator
+    from onnxhal.hal.memory_info import CPU_MEMORY_INFO
+    from onnxhal.hal.tensor import DeviceTensor
+    from onnxhal.ort_plugin.compute import sole_reference
+
+    class Host(Allocator):
+        def _alloc(self, size):
+            return bytearray(size)
+
+    alloc = Host(CPU_MEMORY_INFO)
+    outputs = [DeviceTensor.allocate((2, 3), np.float32, alloc)]
+    out = outputs[0]
+    assert sole_reference(out)  # a fresh output of the run: onnxruntime may take it over
+    kept = out  # also held elsewhere (a constant, a buffer the EP reuses): stays the EP's
+    assert not sole_reference(out)
+    del kept
+    outputs.append(out)  # the same tensor as two outputs
+    assert not sole_reference(out)
+    del outputs[1]
+    outputs[0] = out.view((3, 2))
+    out = outputs[0]
+    assert sole_reference(out)  # a view of a buffer nothing else holds
+    other = out.view((6,))  # a second view of the same buffer
+    assert not sole_reference(out)
+    del other
+    assert not sole_reference(np.zeros(3))  # host outputs are copied into onnxruntime's buffer
 
 
 @needs_virtual

@@ -134,6 +134,38 @@ DataTransferStruct = type("OrtDataTransferImpl", (ctypes.Structure,), {"_fields_
 ALLOCATOR_VERSION = 18
 
 
+_adoption = threading.local()
+
+
+def adoptable(value: Any) -> bool:
+    """Whether ``value`` may become onnxruntime's output tensor as it is: a tensor in device memory
+    at the start of a buffer that onnxhal allocated (not one onnxruntime handed in, which it frees
+    on its own)."""
+    if not isinstance(value, DeviceTensor) or value.offset != 0:
+        return False
+    owner = value.base or value
+    return owner.allocator is not None
+
+
+def offer_for_output(value: Any) -> None:
+    """Until ``withdraw_offer``, the next allocation of ``value``'s size in its memory on this thread
+    (onnxruntime allocating a partition output in ``KernelContext_GetOutput``) is ``value``'s own
+    buffer, so the output needs no copy; onnxruntime's Free of it drops the tensor."""
+    _adoption.value = value if adoptable(value) else None
+
+
+def withdraw_offer() -> None:
+    _adoption.value = None
+
+
+def _take_offer(size: int, memory_device: OrtMemoryDevice) -> DeviceTensor | None:
+    value = getattr(_adoption, "value", None)
+    if value is None or value.nbytes != size or value.memory_info.memory_device != memory_device:
+        return None
+    _adoption.value = None
+    return value
+
+
 class AllocatorAdapter:
     """A hal allocator as an OrtAllocator whose pointers are addresses in ``AddressSpace``."""
 
@@ -144,11 +176,19 @@ class AllocatorAdapter:
                                       d.trampoline("a_info"), d.trampoline("a_reserve"))
         self.address = ctypes.addressof(self.struct)
         self.live: set[int] = set()  # addresses handed out and not freed yet
+        self.adopted: dict[int, DeviceTensor] = {}  # address -> the partition output it is (offer_for_output)
         self.released = False
         self._lock = threading.Lock()
         d.objects[self.address] = self
 
     def alloc(self, size: int, reserve: bool = False) -> int:
+        offered = None if reserve else _take_offer(size, self.allocator.info.memory_device)
+        if offered is not None:
+            address = address_space().add(size, offered.buffer, self.allocator.info)
+            with self._lock:
+                self.adopted[address] = offered
+                self.live.add(address)
+            return address
         buffer = self.allocator.reserve(size) if reserve else self.allocator.alloc(size)
         address = address_space().add(size, buffer, self.allocator.info)
         with self._lock:
@@ -158,7 +198,13 @@ class AllocatorAdapter:
     def free(self, address: int) -> None:
         if not address:
             return
-        self.allocator.free(address_space().remove(address))
+        buffer = address_space().remove(address)
+        with self._lock:
+            adopted = self.adopted.pop(address, None)
+        if adopted is None:
+            self.allocator.free(buffer)
+        # an adopted output's buffer goes back to its own allocator when the tensor is gone
+        del adopted
         with self._lock:
             self.live.discard(address)
             done = self.released and not self.live

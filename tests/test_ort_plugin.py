@@ -298,6 +298,29 @@ def test_device_memory_is_onnxruntimes_to_use():
     assert r["host_only"] == {"memory_info": False, "err": 0.0, "calls": {"OrtNodeComputeInfo::Compute": 1}}
 
 
+@needs_virtual
+@pytest.mark.parametrize("driver", ["installed", "none"])
+def test_simulated_devices_queue_is_onnxruntimes_sync_stream(driver, tmp_path):
+    env = None if driver == "installed" else {"OCL_ICD_VENDORS": str(tmp_path), "POCL_DEVICES": "none"}
+    r = run_check("sync_streams", env=env)
+    # NPU, then Erf on onnxruntime's CPU EP, then NPU again: the same placement either way
+    assert r["assignment"] == r["plain_assignment"] == {"VirtualNpuExecutionProvider": ["a1", "a2", "m1", "m2"],
+                                                         "CPUExecutionProvider": ["erf"]}
+    calls = r["calls"]
+    if r["backend"] == "opencl":  # one in-order queue per stream: onnxruntime queues on it and notifies
+        assert calls["OrtEpFactory::IsStreamAware"] >= 1 and calls["OrtEp::CreateSyncStreamForDevice"] >= 1
+        assert calls["copies on a stream"] >= 20  # at least the feed's copy to the device, each run
+        assert calls["OrtSyncNotificationImpl::Activate"] >= 20  # the NPU's output to the CPU EP's Erf
+        assert calls["OrtSyncStreamImpl::Flush"] >= 20  # each run ends with the stream drained
+    else:  # the host backend finishes each partition in compute: not stream aware, no stream made
+        assert "OrtEp::CreateSyncStreamForDevice" not in calls and calls.get("copies on a stream", 0) == 0
+    # 20 runs with streams equal the runs with host memory only (no stream), bit for bit, and
+    # onnxruntime's CPU EP within generic-npu's fp16 tolerance
+    assert r["without_repeat"] == 0.0 and r["streams_vs_without"] == 0.0 and r["streams_vs_cpu"] < 2e-2
+    if ORT_VERSION >= (1, 32):  # an output bound in the NPU's memory stays there and matches
+        assert r["iobinding"] == {"device": "npu", "memory": "npu", "vs_without": 0.0}
+
+
 def test_only_outputs_nothing_else_holds_become_onnxruntimes_tensors():
     import numpy as np
 
@@ -547,5 +570,5 @@ def test_call_ids_of_bridge_c_and_dispatch_agree():
         ids[name] = value
     ids["CREATE_EP_FACTORIES"], ids["RELEASE_EP_FACTORY"] = ids.pop("CALL_CREATE_EP_FACTORIES"), \
         ids.pop("CALL_RELEASE_EP_FACTORY")
-    assert len(ids) == 45
+    assert len(ids) == 54
     assert {name: getattr(dispatch, name, None) for name in ids} == ids

@@ -2,7 +2,8 @@
  *
  * onnxruntime loads this file's shared library with register_execution_provider_library and calls
  * CreateEpFactories / ReleaseEpFactory. Every call, and every call onnxruntime later makes through
- * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl / OrtAllocator / OrtEpProfilerImpl structs that Python builds,
+ * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl / OrtAllocator / OrtEpProfilerImpl /
+ * OrtSyncStreamImpl / OrtSyncNotificationImpl structs that Python builds,
  * lands in one of the small trampolines below, which hands it to one Python dispatcher (a ctypes
  * callback: it takes the GIL on whatever thread onnxruntime calls from). No onnxruntime header is
  * needed: arguments travel as machine words and Python knows their types.
@@ -41,6 +42,8 @@ enum {
   D_RELEASE = 60, D_CAN_COPY, D_COPY_TENSORS,
   A_ALLOC = 70, A_FREE, A_INFO, A_RESERVE,
   P_RELEASE = 80, P_START_PROFILING, P_END_PROFILING,
+  S_RELEASE = 90, S_GET_HANDLE, S_CREATE_NOTIFICATION, S_FLUSH, S_ON_SESSION_RUN_END,
+  N_RELEASE = 100, N_ACTIVATE, N_WAIT_ON_DEVICE, N_WAIT_ON_HOST,
 };
 
 static DispatchFn g_dispatch = NULL;
@@ -248,3 +251,19 @@ void* a_alloc(void* self, size_t size) { VALUE_CALL(void*, NULL, A_ALLOC, self, 
 void a_free(void* self, void* p) { VOID_CALL(A_FREE, self, W(p)); }
 const void* a_info(const void* self) { VALUE_CALL(const void*, NULL, A_INFO, self, 0); }
 void* a_reserve(void* self, size_t size) { VALUE_CALL(void*, NULL, A_RESERVE, self, W(size)); }
+
+/* ---- OrtSyncStreamImpl / OrtSyncNotificationImpl (streams.py) ------------------------------ */
+void s_release(void* self) { VOID_CALL(S_RELEASE, self, 0); }
+void* s_get_handle(void* self) { VALUE_CALL(void*, NULL, S_GET_HANDLE, self, 0); }
+OrtStatus* s_create_notification(void* self, void** notification) {
+  *notification = NULL;
+  STATUS_CALL(S_CREATE_NOTIFICATION, self, W(notification));
+}
+OrtStatus* s_flush(void* self) { STATUS_CALL(S_FLUSH, self, 0); }
+OrtStatus* s_on_session_run_end(void* self) { STATUS_CALL(S_ON_SESSION_RUN_END, self, 0); }
+void n_release(void* self) { VOID_CALL(N_RELEASE, self, 0); }
+OrtStatus* n_activate(void* self) { STATUS_CALL(N_ACTIVATE, self, 0); }
+OrtStatus* n_wait_on_device(void* self, void* consumer_stream) {
+  STATUS_CALL(N_WAIT_ON_DEVICE, self, W(consumer_stream));
+}
+OrtStatus* n_wait_on_host(void* self) { STATUS_CALL(N_WAIT_ON_HOST, self, 0); }

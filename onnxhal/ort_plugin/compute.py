@@ -28,6 +28,7 @@ from onnxhal.hal.graph import Graph, Node
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin.device_memory import host_or_device, offer_for_output, withdraw_offer
+from onnxhal.ort_plugin.streams import stream_of_handle
 from onnxhal.ort_plugin.structs import ComputeStruct, fill, write_out
 
 if TYPE_CHECKING:
@@ -124,8 +125,9 @@ class ComputeAdapter:
         self.states: dict[int, Any] = {}
         self._lock = threading.Lock()
         a = self.api.ort
-        self._get_count, self._get_input, self._get_output = (
-            a["KernelContext_GetInputCount"], a["KernelContext_GetInput"], a["KernelContext_GetOutput"])
+        self._get_count, self._get_input, self._get_output, self._get_stream = (
+            a["KernelContext_GetInputCount"], a["KernelContext_GetInput"], a["KernelContext_GetOutput"],
+            a["KernelContext_GetGPUComputeStream"])
         d.objects[self.address] = self
 
     def create_state(self, args: Any) -> None:
@@ -168,7 +170,12 @@ class ComputeAdapter:
                     # goes; the partition reads this one on the host (Gather indices it range-checks).
                     t = memory.download(t)
             inputs.append(t)
-        ctx = KernelContext(inputs, len(self.fused_node.outputs))
+        stream = None
+        if self.ep.stream_aware:  # the run's stream (streams.py): kernels and copies are queued on it
+            handle = c_void_p()
+            api.check(self._get_stream(kctx, ctypes.byref(handle)), "KernelContext_GetGPUComputeStream")
+            stream = stream_of_handle(handle.value)
+        ctx = KernelContext(inputs, len(self.fused_node.outputs), stream)
         result = self.info.compute(state, ctx)
         outputs = list(ctx.outputs if result is None else result)
         del result, ctx  # from here ``outputs`` holds the run's outputs (sole_reference counts on it)
@@ -196,7 +203,7 @@ class ComputeAdapter:
                 continue
             if isinstance(target, DeviceTensor) or isinstance(out, DeviceTensor):
                 # straight into onnxruntime's tensor: on the device, or down into its host buffer
-                memory.transfer.copy_tensors([out], [target])
+                memory.transfer.copy_tensors([out], [target], [stream])
             else:
                 np.copyto(target, out)
         if start_ns:

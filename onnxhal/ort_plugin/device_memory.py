@@ -29,8 +29,10 @@ from onnxhal.hal.errors import InvalidArgument, OutOfMemory
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
+from onnxhal.ort_plugin import streams as sync_streams  # noqa: F401 - used at call time (import cycle)
 from onnxhal.ort_plugin import tensors
 from onnxhal.ort_plugin.ort_api import OrtApi
+from onnxhal.ort_plugin.structs import words
 
 _ALIGN = 256
 #: Address space to reserve, no memory behind it: the first size the system grants (a ``ulimit -v``
@@ -248,7 +250,10 @@ class DataTransferAdapter:
                 raise InvalidArgument(f"copy {i}: neither side is in onnxhal device memory")
             if isinstance(s, np.ndarray) and not s.flags.c_contiguous:
                 src[i] = np.ascontiguousarray(s)
-        self.transfer.copy_tensors(src, dst, None)
+        # onnxruntime's streams (NULL when the EP is not stream aware): the copies are queued on them
+        # and onnxruntime's notifications wait for them (streams.py)
+        streams = [sync_streams.hal_stream(self.api, w) for w in words(args[2], n)] if args[2] else None
+        self.transfer.copy_tensors(src, dst, streams)
 
     def release(self) -> None:
         d.objects.pop(self.address, None)

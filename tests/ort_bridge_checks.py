@@ -573,7 +573,10 @@ def device_memory() -> dict:
             out[ep]["iobinding_err"] = float(np.abs(y_host.numpy() - add_mul_reference(ADD_MUL_X)).max())
         calls.clear()
         plain_err = add_mul_error(sess)
-        out[ep].update({"plain_calls": dict(calls), "plain_err": plain_err})
+        # the run's copies as the EP's meter counts them (a copy on the device counts at both ends)
+        last = next(c["last_run"] for c in plugin.simulated_costs() if c["ep"] == ep)
+        out[ep].update({"plain_calls": dict(calls), "plain_err": plain_err,
+                        "plain_transfers": [last["transfers"], last["transfer_bytes"]]})
     ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
     plugin.configure(profiles=PROFILES, device_memory=False)
     ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
@@ -582,6 +585,82 @@ def device_memory() -> dict:
     out["host_only"] = {"memory_info": device(NPU).memory_info(ort.OrtDeviceMemoryType.DEFAULT) is not None,
                         "err": add_mul_error(sess), "calls": dict(calls)}
     return out
+
+
+def device_cpu_device_model():
+    """x -> Add -> Mul (device) -> Erf (generic-npu has none: onnxruntime's CPU EP) -> Add -> Mul
+    (device) -> y, on [64, 64]: values cross from the NPU's stream to the host and back."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = [numpy_helper.from_array(np.full(64, v, np.float32), n) for n, v in (("c1", 0.5), ("c2", 0.25))]
+    nodes = [helper.make_node("Add", ["x", "c1"], ["a"], name="a1"), helper.make_node("Mul", ["a", "c2"], ["m"], name="m1"),
+             helper.make_node("Erf", ["m"], ["e"], name="erf"), helper.make_node("Add", ["e", "x"], ["b"], name="a2"),
+             helper.make_node("Mul", ["b", "c2"], ["y"], name="m2")]
+    graph = helper.make_graph(nodes, "streams", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])], c)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def sync_streams() -> dict:
+    """The simulated NPU's streams inside onnxruntime: a model going device -> CPU EP -> device run
+    with onnxruntime's streams and notifications, against the same profile with host memory only
+    (no streams) and onnxruntime's CPU EP; an IOBinding output in the device's memory."""
+    import collections
+
+    from onnxhal.ort_plugin import dispatch
+
+    model = device_cpu_device_model()
+    x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    plugin.configure(profiles=PROFILES, device_memory=False)
+    ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+    plain = session(model, devices=[device(NPU)])
+    without = [plain.run(None, {"x": x})[0] for _ in range(3)]
+    plain_assignment = assignment(plain)
+    del plain
+    ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
+    register()
+    calls: collections.Counter = collections.Counter()
+    for call in (dispatch.F_IS_STREAM_AWARE, dispatch.E_CREATE_SYNC_STREAM, dispatch.S_CREATE_NOTIFICATION,
+                 dispatch.N_ACTIVATE, dispatch.N_WAIT_ON_DEVICE, dispatch.N_WAIT_ON_HOST, dispatch.S_FLUSH,
+                 dispatch.D_COPY_TENSORS):
+        def spy(target, args, _h=dispatch.HANDLERS[call], _c=call):
+            calls[dispatch._CALL_NAMES[_c]] += 1
+            if _c == dispatch.D_COPY_TENSORS:  # copies onnxruntime queues on a stream
+                calls["copies on a stream"] += bool(args[2]) and any(w for w in _words(args[2], args[3]))
+            return _h(target, args)
+
+        dispatch.HANDLERS[call] = spy
+    dev = device(NPU)
+    sess = session(model, devices=[dev])
+    runs = 20
+    with_streams = [sess.run(None, {"x": x})[0] for _ in range(runs)]
+    out = {"backend": dev.ep_metadata.get("backend"), "assignment": assignment(sess),
+           "plain_assignment": plain_assignment, "calls": dict(calls),
+           "streams_vs_without": max(float(np.abs(w - without[0]).max()) for w in with_streams),
+           "without_repeat": max(float(np.abs(w - without[0]).max()) for w in without),
+           "streams_vs_cpu": float(np.abs(with_streams[0] - ref).max())}
+    info = dev.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+    try:  # an OrtValue in a plugin EP's memory: onnxruntime's Python API has memory_info= from about 1.25
+        y_dev = ort.OrtValue.ortvalue_from_shape_and_type([64, 64], np.float32, memory_info=info)
+    except TypeError:
+        y_dev = None
+    if y_dev is not None:
+        binding = sess.io_binding()
+        binding.bind_cpu_input("x", x)
+        binding.bind_ortvalue_output("y", y_dev)
+        sess.run_with_iobinding(binding)
+        y_host = ort.OrtValue.ortvalue_from_shape_and_type([64, 64], np.float32)
+        ort.copy_tensors([y_dev], [y_host], None)
+        out["iobinding"] = {"device": y_dev.device_name(), "memory": binding.get_outputs()[0].device_name(),
+                            "vs_without": float(np.abs(y_host.numpy() - without[0]).max())}
+    return out
+
+
+def _words(address: int, count: int) -> list[int]:
+    from onnxhal.ort_plugin.structs import words
+
+    return words(address, count)
 
 
 def before_virtual_devices() -> dict:
@@ -702,6 +781,10 @@ def profiled_runs(model, ep_name: str, runs: int = 3, options: dict | None = Non
         return json.load(f)
 
 
+#: Runs profiled by ``profiling``: enough that an event shifted against onnxruntime's clock shows.
+PROFILED_RUNS = 20
+
+
 def profiling() -> dict:
     """onnxruntime's profile of a session on the simulated NPU: onnxhal's partition events (API 25+)."""
     import tempfile
@@ -710,7 +793,7 @@ def profiling() -> dict:
     from onnxhal.ort_plugin import library
 
     register()
-    events = profiled_runs(add_mul_model(), NPU)
+    events = profiled_runs(add_mul_model(), NPU, runs=PROFILED_RUNS)
     # onnxhal's own session on the same profile: the simulated device time of its partition
     from onnxhal.simulators import register_simulators
 

@@ -7,6 +7,7 @@ a crash there fails the test instead of killing pytest, and every check also ass
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +26,9 @@ ORT_VERSION = tuple(int(x) for x in onnxruntime.__version__.split(".")[:2])
 needs_virtual = pytest.mark.skipif(ORT_VERSION < (1, 24), reason="virtual hardware devices need onnxruntime 1.24")
 
 
-def run_check(name: str, timeout: float = 240) -> dict:
+def run_check(name: str, timeout: float = 240, env: dict | None = None) -> dict:
     done = subprocess.run([sys.executable, "-m", "tests.ort_bridge_checks", name], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=None if env is None else {**os.environ, **env})
     assert done.returncode == 0, f"check {name} exited with {done.returncode}:\n{done.stderr[-4000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -290,8 +291,65 @@ def test_device_memory_is_onnxruntimes_to_use():
         assert case["plain_err"] == 0.0
         assert case["plain_calls"] == {"OrtAllocator::Alloc": 2, "OrtDataTransferImpl::CopyTensors": 2,
                                        "OrtNodeComputeInfo::Compute": 1}
+        # no copy of the output on the device: onnxruntime's output tensor is the EP's own; the
+        # run copies the 24-byte input up and the 24-byte output down, nothing else
+        assert case["plain_transfers"] == [2, 48]
     # configure(device_memory=False): onnxruntime sees host memory; the bridge copies inside compute.
     assert r["host_only"] == {"memory_info": False, "err": 0.0, "calls": {"OrtNodeComputeInfo::Compute": 1}}
+
+
+@needs_virtual
+@pytest.mark.parametrize("driver", ["installed", "none"])
+def test_simulated_devices_queue_is_onnxruntimes_sync_stream(driver, tmp_path):
+    env = None if driver == "installed" else {"OCL_ICD_VENDORS": str(tmp_path), "POCL_DEVICES": "none"}
+    r = run_check("sync_streams", env=env)
+    # NPU, then Erf on onnxruntime's CPU EP, then NPU again: the same placement either way
+    assert r["assignment"] == r["plain_assignment"] == {"VirtualNpuExecutionProvider": ["a1", "a2", "m1", "m2"],
+                                                         "CPUExecutionProvider": ["erf"]}
+    calls = r["calls"]
+    if r["backend"] == "opencl":  # one in-order queue per stream: onnxruntime queues on it and notifies
+        assert calls["OrtEpFactory::IsStreamAware"] >= 1 and calls["OrtEp::CreateSyncStreamForDevice"] >= 1
+        assert calls["copies on a stream"] >= 20  # at least the feed's copy to the device, each run
+        assert calls["OrtSyncNotificationImpl::Activate"] >= 20  # the NPU's output to the CPU EP's Erf
+        assert calls["OrtSyncStreamImpl::Flush"] >= 20  # each run ends with the stream drained
+    else:  # the host backend finishes each partition in compute: not stream aware, no stream made
+        assert "OrtEp::CreateSyncStreamForDevice" not in calls and calls.get("copies on a stream", 0) == 0
+    # 20 runs with streams equal the runs with host memory only (no stream), bit for bit, and
+    # onnxruntime's CPU EP within generic-npu's fp16 tolerance
+    assert r["without_repeat"] == 0.0 and r["streams_vs_without"] == 0.0 and r["streams_vs_cpu"] < 2e-2
+    if ORT_VERSION >= (1, 32):  # an output bound in the NPU's memory stays there and matches
+        assert r["iobinding"] == {"device": "npu", "memory": "npu", "vs_without": 0.0}
+
+
+def test_only_outputs_nothing_else_holds_become_onnxruntimes_tensors():
+    import numpy as np
+
+    from onnxhal.hal.allocator import Allocator
+    from onnxhal.hal.memory_info import CPU_MEMORY_INFO
+    from onnxhal.hal.tensor import DeviceTensor
+    from onnxhal.ort_plugin.compute import sole_reference
+
+    class Host(Allocator):
+        def _alloc(self, size):
+            return bytearray(size)
+
+    alloc = Host(CPU_MEMORY_INFO)
+    outputs = [DeviceTensor.allocate((2, 3), np.float32, alloc)]
+    out = outputs[0]
+    assert sole_reference(out)  # a fresh output of the run: onnxruntime may take it over
+    kept = out  # also held elsewhere (a constant, a buffer the EP reuses): stays the EP's
+    assert not sole_reference(out)
+    del kept
+    outputs.append(out)  # the same tensor as two outputs
+    assert not sole_reference(out)
+    del outputs[1]
+    outputs[0] = out.view((3, 2))
+    out = outputs[0]
+    assert sole_reference(out)  # a view of a buffer nothing else holds
+    other = out.view((6,))  # a second view of the same buffer
+    assert not sole_reference(out)
+    del other
+    assert not sole_reference(np.zeros(3))  # host outputs are copied into onnxruntime's buffer
 
 
 @needs_virtual
@@ -469,15 +527,20 @@ def test_hal_hooks_reach_the_ep_on_every_onnxruntime_version():
         assert by_ort["F_GET_INCOMPATIBILITY_DETAILS"] == 2
 
 
-def test_onnxruntime_profile_shows_onnxhals_partition_events():
-    r = run_check("profiling")
-    assert r["ort_kernel_events"] == 3  # three runs of the one fused node, onnxruntime's own events
+@pytest.mark.parametrize("driver", ["installed", "none"])
+def test_onnxruntime_profile_shows_onnxhals_partition_events(driver, tmp_path):
+    # "none": an OpenCL loader with no driver, so the simulated NPU runs on the host backend, whose
+    # partition runs are short enough that a clock misaligned by a few microseconds shows
+    env = None if driver == "installed" else {"OCL_ICD_VENDORS": str(tmp_path), "POCL_DEVICES": "none"}
+    r = run_check("profiling", env=env)
+    runs = 20  # tests/ort_bridge_checks.py's PROFILED_RUNS
+    assert r["ort_kernel_events"] == runs  # one per run of the one fused node, onnxruntime's own events
     if r["api"] < 25:  # no OrtEp::CreateProfiler: the profile holds onnxruntime's events alone
         assert r["onnxhal_events"] == 0
         return
     # one onnxhal event per partition run, inside onnxruntime's event for that run, carrying the
     # simulated device time onnxhal's own session gives the same partition on the same profile
-    assert r["onnxhal_events"] == 3 and all(r["nested"]) and r["categories"] == ["Kernel"]
+    assert r["onnxhal_events"] == runs and all(r["nested"]) and r["categories"] == ["Kernel"]
     assert len(r["own_sim_device_us"]) == 1 and r["own_sim_device_us"][0] > 0
     for args in r["args"]:
         assert args["provider"] == "VirtualNpuExecutionProvider" and args["sim_device"] == "generic-npu"
@@ -507,5 +570,5 @@ def test_call_ids_of_bridge_c_and_dispatch_agree():
         ids[name] = value
     ids["CREATE_EP_FACTORIES"], ids["RELEASE_EP_FACTORY"] = ids.pop("CALL_CREATE_EP_FACTORIES"), \
         ids.pop("CALL_RELEASE_EP_FACTORY")
-    assert len(ids) == 45
+    assert len(ids) == 54
     assert {name: getattr(dispatch, name, None) for name in ids} == ids

@@ -46,6 +46,7 @@ from onnxhal.ort_plugin.ep_context import context_enabled, context_node
 from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
 from onnxhal.ort_plugin.missing_hooks import MissingHooks
 from onnxhal.ort_plugin.ort_api import API_VERSION, OrtApi
+from onnxhal.ort_plugin.streams import is_stream_aware
 from onnxhal.ort_plugin.structs import (
     EpStruct,
     FactoryStruct,
@@ -325,6 +326,13 @@ class EpAdapter:
         # by the filtered graph it planned (EpGraphSupportInfo.filtered_graph).
         self.claimed_graphs: dict[tuple, Graph] = {}
         self.memory = DeviceMemory.of(factory.factory, ep, ep_devices)
+        # onnxruntime gives this EP's runs a stream (streams.py): look it up in each Compute
+        self.stream_aware = self.memory is not None and is_stream_aware(factory)
+        # kept here: onnxruntime asks for the stream at the first run, maybe after an unregister
+        # emptied the factory's table, and a stream aware EP must then still give one
+        self.stream_devices = frozenset(factory.memory_infos) if self.stream_aware else frozenset()
+        self.session_streams = 0  # live streams onnxruntime made for this session (streams.py)
+        self.interrupt_at_flush = False
         self.profiler: Any = None  # profiling.ProfilerAdapter while onnxruntime profiles the session (API 25+)
         d.objects[self.address] = self
 

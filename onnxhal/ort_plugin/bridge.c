@@ -2,7 +2,8 @@
  *
  * onnxruntime loads this file's shared library with register_execution_provider_library and calls
  * CreateEpFactories / ReleaseEpFactory. Every call, and every call onnxruntime later makes through
- * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl / OrtAllocator / OrtEpProfilerImpl structs that Python builds,
+ * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl / OrtAllocator / OrtEpProfilerImpl /
+ * OrtSyncStreamImpl / OrtSyncNotificationImpl structs that Python builds,
  * lands in one of the small trampolines below, which hands it to one Python dispatcher (a ctypes
  * callback: it takes the GIL on whatever thread onnxruntime calls from). No onnxruntime header is
  * needed: arguments travel as machine words and Python knows their types.
@@ -12,9 +13,11 @@
  * neutral value for calls that return none), so onnxruntime tearing down after Python has gone
  * never runs Python code.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef struct OrtStatus OrtStatus;
 typedef struct OrtApiBase {
@@ -39,6 +42,8 @@ enum {
   D_RELEASE = 60, D_CAN_COPY, D_COPY_TENSORS,
   A_ALLOC = 70, A_FREE, A_INFO, A_RESERVE,
   P_RELEASE = 80, P_START_PROFILING, P_END_PROFILING,
+  S_RELEASE = 90, S_GET_HANDLE, S_CREATE_NOTIFICATION, S_FLUSH, S_ON_SESSION_RUN_END,
+  N_RELEASE = 100, N_ACTIVATE, N_WAIT_ON_DEVICE, N_WAIT_ON_HOST,
 };
 
 static DispatchFn g_dispatch = NULL;
@@ -202,9 +207,19 @@ OrtStatus* e_get_default_memory_device(const void* self, const void** device) {
 }
 
 /* ---- OrtEpProfilerImpl (StartEvent / StopEvent stay NULL: onnxruntime skips them then) ------- */
+/* The clock of onnxruntime's profiler: it times events with std::chrono::high_resolution_clock, which
+ * libstdc++ (onnxruntime's Linux builds) makes the system clock. Read here, not in Python, so that
+ * the time a call waits for the GIL never shifts an event against onnxruntime's. */
+int64_t onnxhal_bridge_clock_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 void p_release(void* self) { VOID_CALL(P_RELEASE, self, 0); }
+/* Python gets onnxruntime's profiling start on onnxhal_bridge_clock_ns's scale, fixed on entry. */
 OrtStatus* p_start_profiling(void* self, int64_t start_offset_ns) {
-  STATUS_CALL(P_START_PROFILING, self, W((intptr_t)start_offset_ns));
+  int64_t start = onnxhal_bridge_clock_ns() - start_offset_ns;
+  STATUS_CALL(P_START_PROFILING, self, W((intptr_t)start));
 }
 OrtStatus* p_end_profiling(void* self, void* events_container) {
   STATUS_CALL(P_END_PROFILING, self, W(events_container));
@@ -215,8 +230,10 @@ OrtStatus* c_create_state(void* self, void* compute_context, void** state) {
   *state = NULL;
   STATUS_CALL(C_CREATE_STATE, self, W(compute_context), W(state));
 }
+/* The third word is the call's start on onnxhal_bridge_clock_ns's scale, for the profiler's event. */
 OrtStatus* c_compute(void* self, void* state, void* kernel_context) {
-  STATUS_CALL(C_COMPUTE, self, W(state), W(kernel_context));
+  int64_t start = onnxhal_bridge_clock_ns();
+  STATUS_CALL(C_COMPUTE, self, W(state), W(kernel_context), W((intptr_t)start));
 }
 void c_release_state(void* self, void* state) { VOID_CALL(C_RELEASE_STATE, self, W(state)); }
 
@@ -234,3 +251,19 @@ void* a_alloc(void* self, size_t size) { VALUE_CALL(void*, NULL, A_ALLOC, self, 
 void a_free(void* self, void* p) { VOID_CALL(A_FREE, self, W(p)); }
 const void* a_info(const void* self) { VALUE_CALL(const void*, NULL, A_INFO, self, 0); }
 void* a_reserve(void* self, size_t size) { VALUE_CALL(void*, NULL, A_RESERVE, self, W(size)); }
+
+/* ---- OrtSyncStreamImpl / OrtSyncNotificationImpl (streams.py) ------------------------------ */
+void s_release(void* self) { VOID_CALL(S_RELEASE, self, 0); }
+void* s_get_handle(void* self) { VALUE_CALL(void*, NULL, S_GET_HANDLE, self, 0); }
+OrtStatus* s_create_notification(void* self, void** notification) {
+  *notification = NULL;
+  STATUS_CALL(S_CREATE_NOTIFICATION, self, W(notification));
+}
+OrtStatus* s_flush(void* self) { STATUS_CALL(S_FLUSH, self, 0); }
+OrtStatus* s_on_session_run_end(void* self) { STATUS_CALL(S_ON_SESSION_RUN_END, self, 0); }
+void n_release(void* self) { VOID_CALL(N_RELEASE, self, 0); }
+OrtStatus* n_activate(void* self) { STATUS_CALL(N_ACTIVATE, self, 0); }
+OrtStatus* n_wait_on_device(void* self, void* consumer_stream) {
+  STATUS_CALL(N_WAIT_ON_DEVICE, self, W(consumer_stream));
+}
+OrtStatus* n_wait_on_host(void* self) { STATUS_CALL(N_WAIT_ON_HOST, self, 0); }

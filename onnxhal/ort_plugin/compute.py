@@ -4,15 +4,17 @@
 tensors: in the EP's memory (declared to onnxruntime, device_memory.py) they become hal
 ``DeviceTensor``s over the same buffer, in host memory numpy views of onnxruntime's buffer, copied
 into the EP's memory first when the EP has memory onnxruntime does not know (``DeviceMemory``).
-Outputs are copied into the tensors ``KernelContext_GetOutput`` allocates.
+Each output goes straight into the tensor ``KernelContext_GetOutput`` gives: an output in device
+memory becomes that tensor itself when onnxruntime allocates it then (``offer_for_output``), else it
+is copied once, on the device or down into onnxruntime's host buffer.
 """
 
 from __future__ import annotations
 
 import ctypes
 import itertools
+import sys
 import threading
-import time
 from ctypes import c_size_t, c_void_p
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +27,8 @@ from onnxhal.hal.errors import EPFail, InvalidArgument
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
-from onnxhal.ort_plugin.device_memory import host_or_device
+from onnxhal.ort_plugin.device_memory import host_or_device, offer_for_output, withdraw_offer
+from onnxhal.ort_plugin.streams import stream_of_handle
 from onnxhal.ort_plugin.structs import ComputeStruct, fill, write_out
 
 if TYPE_CHECKING:
@@ -93,6 +96,19 @@ class DeviceMemory:
         return host
 
 
+def sole_reference(out: Any) -> bool:
+    """Whether nothing but this run holds ``out``'s buffer: the tensor owning it is referenced only by
+    the run's output list and the loop's ``out`` (or, for a view, only by that view). A tensor the EP
+    also keeps (a constant, a buffer reused across runs) or another output shares must stay the EP's:
+    onnxruntime may write into the buffers of its values."""
+    if not isinstance(out, DeviceTensor):
+        return False
+    if out.base is None:  # the list, the caller's ``out``, this parameter, getrefcount's argument
+        return sys.getrefcount(out) <= 4
+    # the view's ``base``, getrefcount's argument; and the view itself held as the owner is above
+    return sys.getrefcount(out.base) <= 2 and sys.getrefcount(out) <= 4
+
+
 class ComputeAdapter:
     """One compiled partition (a ``hal.NodeComputeInfo``) as an OrtNodeComputeInfo."""
 
@@ -109,8 +125,9 @@ class ComputeAdapter:
         self.states: dict[int, Any] = {}
         self._lock = threading.Lock()
         a = self.api.ort
-        self._get_count, self._get_input, self._get_output = (
-            a["KernelContext_GetInputCount"], a["KernelContext_GetInput"], a["KernelContext_GetOutput"])
+        self._get_count, self._get_input, self._get_output, self._get_stream = (
+            a["KernelContext_GetInputCount"], a["KernelContext_GetInput"], a["KernelContext_GetOutput"],
+            a["KernelContext_GetGPUComputeStream"])
         d.objects[self.address] = self
 
     def create_state(self, args: Any) -> None:
@@ -131,7 +148,8 @@ class ComputeAdapter:
 
     def compute(self, args: Any) -> None:
         profiler = self.ep.profiler
-        start_ns = time.perf_counter_ns() if profiler is not None and profiler.active else 0
+        # bridge.c read the start as onnxruntime called; the end is read on the same clock
+        start_ns = ctypes.c_int64(args[2]).value if profiler is not None and profiler.active else 0
         state, kctx = self.states[args[0]], args[1]
         api, memory = self.api, self.ep.memory
         n = c_size_t()
@@ -152,29 +170,41 @@ class ComputeAdapter:
                     # goes; the partition reads this one on the host (Gather indices it range-checks).
                     t = memory.download(t)
             inputs.append(t)
-        ctx = KernelContext(inputs, len(self.fused_node.outputs))
+        stream = None
+        if self.ep.stream_aware:  # the run's stream (streams.py): kernels and copies are queued on it
+            handle = c_void_p()
+            api.check(self._get_stream(kctx, ctypes.byref(handle)), "KernelContext_GetGPUComputeStream")
+            stream = stream_of_handle(handle.value)
+        ctx = KernelContext(inputs, len(self.fused_node.outputs), stream)
         result = self.info.compute(state, ctx)
-        outputs = ctx.outputs if result is None else result
-        for i, out in enumerate(outputs):
+        outputs = list(ctx.outputs if result is None else result)
+        del result, ctx  # from here ``outputs`` holds the run's outputs (sole_reference counts on it)
+        for i in range(len(outputs)):
+            out = outputs[i]
             if out is None:
                 continue
             shape = tuple(out.shape)
             dims = (ctypes.c_int64 * len(shape))(*shape)
-            api.check(self._get_output(kctx, i, dims, len(shape), ctypes.byref(value)), "KernelContext_GetOutput")
+            if sole_reference(out):  # onnxruntime may allocate this output as the EP's own tensor
+                offer_for_output(out)
+            try:
+                api.check(self._get_output(kctx, i, dims, len(shape), ctypes.byref(value)), "KernelContext_GetOutput")
+            finally:
+                withdraw_offer()
             target = host_or_device(value.value, api, self._value_name("output", i))
-            if isinstance(target, DeviceTensor):  # onnxruntime keeps the output in the EP's memory
-                if target.dtype != np.dtype(out.dtype):
-                    raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
-                                 f"{self.fused_node.name!r} is {out.dtype}, onnxruntime expects {target.dtype}")
-                if target.nbytes:
-                    memory.transfer.copy_tensors([out if isinstance(out, DeviceTensor) else np.asarray(out)], [target])
-                continue
-            host = memory.download(out) if isinstance(out, DeviceTensor) else np.asarray(out)
-            dst = target
-            if dst.dtype != host.dtype:
+            if not isinstance(out, DeviceTensor):
+                out = np.asarray(out)
+            if target.dtype != out.dtype:
                 raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
-                             f"{self.fused_node.name!r} is {host.dtype}, onnxruntime expects {dst.dtype}")
-            if host.size:
-                np.copyto(dst, host)
+                             f"{self.fused_node.name!r} is {out.dtype}, onnxruntime expects {target.dtype}")
+            if isinstance(target, DeviceTensor) and target.buffer is out.buffer and target.offset == out.offset:
+                continue  # onnxruntime took the EP's tensor itself
+            if not target.nbytes:
+                continue
+            if isinstance(target, DeviceTensor) or isinstance(out, DeviceTensor):
+                # straight into onnxruntime's tensor: on the device, or down into its host buffer
+                memory.transfer.copy_tensors([out], [target], [stream])
+            else:
+                np.copyto(target, out)
         if start_ns:
-            profiler.record(self.fused_node, start_ns, time.perf_counter_ns(), inputs, list(outputs))
+            profiler.record(self.fused_node, start_ns, d.clock_ns(), inputs, list(outputs))

@@ -29,8 +29,10 @@ from onnxhal.hal.errors import InvalidArgument, OutOfMemory
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
+from onnxhal.ort_plugin import streams as sync_streams  # noqa: F401 - used at call time (import cycle)
 from onnxhal.ort_plugin import tensors
 from onnxhal.ort_plugin.ort_api import OrtApi
+from onnxhal.ort_plugin.structs import words
 
 _ALIGN = 256
 #: Address space to reserve, no memory behind it: the first size the system grants (a ``ulimit -v``
@@ -134,6 +136,38 @@ DataTransferStruct = type("OrtDataTransferImpl", (ctypes.Structure,), {"_fields_
 ALLOCATOR_VERSION = 18
 
 
+_adoption = threading.local()
+
+
+def adoptable(value: Any) -> bool:
+    """Whether ``value`` may become onnxruntime's output tensor as it is: a tensor in device memory
+    at the start of a buffer that onnxhal allocated (not one onnxruntime handed in, which it frees
+    on its own)."""
+    if not isinstance(value, DeviceTensor) or value.offset != 0:
+        return False
+    owner = value.base or value
+    return owner.allocator is not None
+
+
+def offer_for_output(value: Any) -> None:
+    """Until ``withdraw_offer``, the next allocation of ``value``'s size in its memory on this thread
+    (onnxruntime allocating a partition output in ``KernelContext_GetOutput``) is ``value``'s own
+    buffer, so the output needs no copy; onnxruntime's Free of it drops the tensor."""
+    _adoption.value = value if adoptable(value) else None
+
+
+def withdraw_offer() -> None:
+    _adoption.value = None
+
+
+def _take_offer(size: int, memory_device: OrtMemoryDevice) -> DeviceTensor | None:
+    value = getattr(_adoption, "value", None)
+    if value is None or value.nbytes != size or value.memory_info.memory_device != memory_device:
+        return None
+    _adoption.value = None
+    return value
+
+
 class AllocatorAdapter:
     """A hal allocator as an OrtAllocator whose pointers are addresses in ``AddressSpace``."""
 
@@ -144,11 +178,19 @@ class AllocatorAdapter:
                                       d.trampoline("a_info"), d.trampoline("a_reserve"))
         self.address = ctypes.addressof(self.struct)
         self.live: set[int] = set()  # addresses handed out and not freed yet
+        self.adopted: dict[int, DeviceTensor] = {}  # address -> the partition output it is (offer_for_output)
         self.released = False
         self._lock = threading.Lock()
         d.objects[self.address] = self
 
     def alloc(self, size: int, reserve: bool = False) -> int:
+        offered = None if reserve else _take_offer(size, self.allocator.info.memory_device)
+        if offered is not None:
+            address = address_space().add(size, offered.buffer, self.allocator.info)
+            with self._lock:
+                self.adopted[address] = offered
+                self.live.add(address)
+            return address
         buffer = self.allocator.reserve(size) if reserve else self.allocator.alloc(size)
         address = address_space().add(size, buffer, self.allocator.info)
         with self._lock:
@@ -158,7 +200,13 @@ class AllocatorAdapter:
     def free(self, address: int) -> None:
         if not address:
             return
-        self.allocator.free(address_space().remove(address))
+        buffer = address_space().remove(address)
+        with self._lock:
+            adopted = self.adopted.pop(address, None)
+        if adopted is None:
+            self.allocator.free(buffer)
+        # an adopted output's buffer goes back to its own allocator when the tensor is gone
+        del adopted
         with self._lock:
             self.live.discard(address)
             done = self.released and not self.live
@@ -202,7 +250,10 @@ class DataTransferAdapter:
                 raise InvalidArgument(f"copy {i}: neither side is in onnxhal device memory")
             if isinstance(s, np.ndarray) and not s.flags.c_contiguous:
                 src[i] = np.ascontiguousarray(s)
-        self.transfer.copy_tensors(src, dst, None)
+        # onnxruntime's streams (NULL when the EP is not stream aware): the copies are queued on them
+        # and onnxruntime's notifications wait for them (streams.py)
+        streams = [sync_streams.hal_stream(self.api, w) for w in words(args[2], n)] if args[2] else None
+        self.transfer.copy_tensors(src, dst, streams)
 
     def release(self) -> None:
         d.objects.pop(self.address, None)

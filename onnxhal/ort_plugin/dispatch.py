@@ -36,6 +36,8 @@ C_CREATE_STATE, C_COMPUTE, C_RELEASE_STATE = 50, 51, 52
 D_RELEASE, D_CAN_COPY, D_COPY_TENSORS = 60, 61, 62
 A_ALLOC, A_FREE, A_INFO, A_RESERVE = 70, 71, 72, 73
 P_RELEASE, P_START_PROFILING, P_END_PROFILING = 80, 81, 82
+S_RELEASE, S_GET_HANDLE, S_CREATE_NOTIFICATION, S_FLUSH, S_ON_SESSION_RUN_END = 90, 91, 92, 93, 94
+N_RELEASE, N_ACTIVATE, N_WAIT_ON_DEVICE, N_WAIT_ON_HOST = 100, 101, 102, 103
 
 #: Calls whose C function returns OrtStatus*: errors become statuses.
 STATUS_CALLS = frozenset({
@@ -44,7 +46,8 @@ STATUS_CALLS = frozenset({
     E_SHOULD_CONVERT, E_SET_DYNAMIC_OPTIONS, E_ON_RUN_START, E_ON_RUN_END, E_CREATE_ALLOCATOR,
     E_CREATE_SYNC_STREAM, C_CREATE_STATE, C_COMPUTE, D_COPY_TENSORS, F_GET_INCOMPATIBILITY_DETAILS,
     E_SYNC, E_ON_SESSION_INITIALIZATION_END, E_CREATE_PROFILER, E_GET_DEFAULT_MEMORY_DEVICE, P_START_PROFILING,
-    P_END_PROFILING})
+    P_END_PROFILING, S_CREATE_NOTIFICATION, S_FLUSH, S_ON_SESSION_RUN_END, N_ACTIVATE, N_WAIT_ON_DEVICE,
+    N_WAIT_ON_HOST})
 
 #: Calls whose C function returns a string: on an error they get "" (onnxruntime reads it), not NULL.
 STRING_CALLS = frozenset({F_GET_NAME, F_GET_VENDOR, F_GET_VERSION, E_GET_NAME, E_GET_COMPAT_INFO})
@@ -104,6 +107,12 @@ _CALL_NAMES = {
     E_CREATE_PROFILER: "OrtEp::CreateProfiler", E_GET_DEFAULT_MEMORY_DEVICE: "OrtEp::GetDefaultMemoryDevice",
     P_RELEASE: "OrtEpProfilerImpl::Release", P_START_PROFILING: "OrtEpProfilerImpl::StartProfiling",
     P_END_PROFILING: "OrtEpProfilerImpl::EndProfiling",
+    F_IS_STREAM_AWARE: "OrtEpFactory::IsStreamAware", F_CREATE_SYNC_STREAM: "OrtEpFactory::CreateSyncStreamForDevice",
+    E_CREATE_SYNC_STREAM: "OrtEp::CreateSyncStreamForDevice", S_RELEASE: "OrtSyncStreamImpl::Release",
+    S_GET_HANDLE: "OrtSyncStreamImpl::GetHandle", S_CREATE_NOTIFICATION: "OrtSyncStreamImpl::CreateNotification",
+    S_FLUSH: "OrtSyncStreamImpl::Flush", S_ON_SESSION_RUN_END: "OrtSyncStreamImpl::OnSessionRunEnd",
+    N_RELEASE: "OrtSyncNotificationImpl::Release", N_ACTIVATE: "OrtSyncNotificationImpl::Activate",
+    N_WAIT_ON_DEVICE: "OrtSyncNotificationImpl::WaitOnDevice", N_WAIT_ON_HOST: "OrtSyncNotificationImpl::WaitOnHost",
 }
 
 
@@ -124,6 +133,7 @@ def attach(path: Path) -> ctypes.CDLL:
         lib.onnxhal_bridge_interrupt_after_call.argtypes, lib.onnxhal_bridge_interrupt_after_call.restype = [], None
         lib.onnxhal_bridge_set_interrupt.argtypes, lib.onnxhal_bridge_set_interrupt.restype = [c_void_p], None
         lib.onnxhal_bridge_set_interrupt(ctypes.cast(ctypes.pythonapi.PyErr_SetInterrupt, c_void_p))
+        lib.onnxhal_bridge_clock_ns.argtypes, lib.onnxhal_bridge_clock_ns.restype = [], ctypes.c_int64
         atexit.register(lib.onnxhal_bridge_detach)
         _library, _library_path = lib, path
         return lib
@@ -134,6 +144,13 @@ def interrupt_after_call() -> None:
     (interrupts.py)."""
     if _library is not None:
         _library.onnxhal_bridge_interrupt_after_call()
+
+
+def clock_ns() -> int:
+    """Now on the clock of onnxruntime's profiler, read in bridge.c (its ``onnxhal_bridge_clock_ns``)."""
+    if _library is None:
+        raise RuntimeError("onnxhal's bridge library is not loaded; call onnxhal.ort_plugin.library_path() first")
+    return _library.onnxhal_bridge_clock_ns()
 
 
 def trampoline(name: str) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.ort_plugin import dispatch as d
-from onnxhal.ort_plugin import interrupts, profiling  # noqa: F401 - profiling registers its handlers
+from onnxhal.ort_plugin import interrupts, profiling, streams  # noqa: F401 - they register their handlers
 from onnxhal.ort_plugin.adapter import BridgeEpApi, EpAdapter, FactoryAdapter
 from onnxhal.ort_plugin.ort_api import OrtApi
 from onnxhal.ort_plugin.structs import write_out
@@ -118,7 +118,7 @@ def _on_run_end(ep: EpAdapter, args: Any) -> None:
         ep.missing.run_end(bool(args[1]))
     finally:
         if interrupts.run_ended():
-            d.interrupt_after_call()
+            streams.interrupt_after_run(ep)
 
 
 d.HANDLERS.update({
@@ -136,8 +136,6 @@ d.HANDLERS.update({
     d.F_CREATE_ALLOCATOR: FactoryAdapter.create_allocator,
     d.F_RELEASE_ALLOCATOR: lambda f, a: release_allocator(a[0]),
     d.F_CREATE_DATA_TRANSFER: FactoryAdapter.create_data_transfer,
-    d.F_IS_STREAM_AWARE: lambda f, a: 0,
-    d.F_CREATE_SYNC_STREAM: lambda f, a: None,
     d.E_GET_NAME: lambda e, a: e.name,
     d.E_GET_CAPABILITY: EpAdapter.get_capability,
     d.E_COMPILE: EpAdapter.compile,

@@ -104,6 +104,8 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "KernelContext_GetOutputCount": (_S, (P, POINTER(c_size_t))),
     "KernelContext_GetInput": (_S, (P, c_size_t, PP)),
     "KernelContext_GetOutput": (_S, (P, c_size_t, POINTER(c_int64), c_size_t, PP)),
+    "KernelContext_GetGPUComputeStream": (_S, (P, PP)),
+    "SyncStream_GetHandle": (P, (P,)),
     "CreateOpAttr": (_S, (c_char_p, P, c_int, c_int, PP)),
     "CreateMemoryInfo_V2": (_S, (c_char_p, c_int, c_uint32, c_int, c_int, c_size_t, c_int, PP)),
     "ReleaseMemoryInfo": (None, (P,)),

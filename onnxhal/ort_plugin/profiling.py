@@ -53,7 +53,8 @@ class ProfilerAdapter:
         self.struct = ProfilerStruct(PROFILER_VERSION, d.trampoline("p_release"), d.trampoline("p_start_profiling"),
                                      None, None, d.trampoline("p_end_profiling"))
         self.address = ctypes.addressof(self.struct)
-        self._t0: int | None = None  # perf_counter_ns at onnxruntime's profiling start; None: not profiling
+        # onnxruntime's profiling start on bridge.c's clock (d.clock_ns); None: not profiling
+        self._t0: int | None = None
         self._events: list[dict] = []
         self._lock = threading.Lock()
         d.objects[self.address] = self
@@ -62,17 +63,18 @@ class ProfilerAdapter:
     def active(self) -> bool:
         return self._t0 is not None
 
-    def start(self, offset_ns: int) -> None:
-        # the word carries an int64: negative offsets come back as large unsigned values
-        offset_ns = ctypes.c_int64(offset_ns).value
-        t0 = time.perf_counter_ns() - offset_ns
+    def start(self, start_ns: int) -> None:
+        """``start_ns``: onnxruntime's profiling start, which bridge.c read on its clock (``d.clock_ns``)."""
+        t0 = ctypes.c_int64(start_ns).value  # the word carries an int64
         with self._lock:
             self._events.clear()
             self._t0 = t0
         if self.hal_profiler is not None:
-            self.hal_profiler.start_profiling(t0)
+            # hal profilers count from perf_counter_ns: the same instant on that clock, both read now
+            self.hal_profiler.start_profiling(time.perf_counter_ns() - (d.clock_ns() - t0))
 
     def record(self, fused_node: Node, start_ns: int, end_ns: int, inputs: list, outputs: list) -> None:
+        """One partition run, ``start_ns`` and ``end_ns`` on bridge.c's clock (``d.clock_ns``)."""
         t0 = self._t0
         if t0 is None:
             return

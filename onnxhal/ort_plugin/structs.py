@@ -40,7 +40,7 @@ EpStruct = _struct("OrtEp", ORT_EP, {
     "ReleaseNodeComputeInfos": "e_release_compute_infos", "GetPreferredDataLayout": "e_get_layout",
     "ShouldConvertDataLayoutForOp": "e_should_convert", "SetDynamicOptions": "e_set_dynamic_options",
     "OnRunStart": "e_on_run_start", "OnRunEnd": "e_on_run_end",
-    "GetCompiledModelCompatibilityInfo": "e_get_compat_info",
+    "GetCompiledModelCompatibilityInfo": "e_get_compat_info", "CreateSyncStreamForDevice": "e_create_sync_stream",
     "Sync": "e_sync", "OnSessionInitializationEnd": "e_on_session_initialization_end",
     "CreateProfiler": "e_create_profiler", "GetDefaultMemoryDevice": "e_get_default_memory_device"})
 # IsConcurrentRunSupported stays NULL: onnxruntime's answer to "no" is a session lock that its Python

@@ -144,3 +144,22 @@ def test_a_new_input_shape_records_anew_and_each_shape_replays_correctly(registe
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
     (info,) = sess.eps["OpenCLExecutionProvider"].dynamic_partitions.values()
     assert (info.stats.misses, info.stats.hits, info.stats.host_runs) == (3, 3, 0)
+
+
+def test_a_released_state_gives_its_kernel_objects_to_the_next(compiled):
+    factory, ep, mem, model, cinfo = compiled
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    stream = factory.create_sync_stream_for_device(mem.memory_device)
+    x = RNG.standard_normal((2, 8, 16)).astype(np.float32)
+    first = cinfo.create_state(None)
+    y1 = _run(factory, mem, cinfo, first, x, stream)
+    kernels = {id(b.kernel): b.kernel for b in first.launches if hasattr(b, "kernel")}  # held: ids stay unique
+    created = ep.device.stats.kernels_created
+    cinfo.release_state(first)
+    second = cinfo.create_state(None)  # binds every argument of the kernels it takes again
+    assert ep.device.stats.kernels_created == created
+    assert {id(b.kernel) for b in second.launches if hasattr(b, "kernel")} <= kernels.keys()
+    y2 = _run(factory, mem, cinfo, second, x, stream)
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_allclose(y2, ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    cinfo.release_state(second)

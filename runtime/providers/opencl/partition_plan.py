@@ -174,6 +174,7 @@ class PartitionState:
             # Raw weights read only by the one-off packing are not kept twice on the device.
             for name in [n for n in self.const_buffers if n in plan.constants and n not in used]:
                 self.const_buffers.pop(name).release()
+            device.recycle_kernels(b.kernel for b in init)
         for b in self.launches:
             if isinstance(b, _BoundLaunch):
                 b.bind_static(self.const_buffers)
@@ -181,6 +182,8 @@ class PartitionState:
         self._workspaces: OrderedDict[int, tuple[cl.CommandQueue, dict[str, cl.Buffer]]] = OrderedDict()
 
     def release(self) -> None:
+        self.device.recycle_kernels(b.kernel for b in self.launches if isinstance(b, _BoundLaunch))
+        self.launches = []
         for buf in self.const_buffers.values():
             buf.release()
         self.const_buffers.clear()

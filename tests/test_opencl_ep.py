@@ -204,8 +204,8 @@ def test_compile_compute_mlp_matches_reference_and_frees(ocl):
         e = np.exp(h - h.max(-1, keepdims=True))
         np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
         alloc.free(xd.buffer)
+        cinfo.release_state(state)  # its workspace of temporaries goes with it
         assert alloc.stats()["InUse"] == start
-        cinfo.release_state(state)
 
 
 def test_threads_running_one_compiled_partition_agree(ocl):
@@ -240,8 +240,9 @@ def test_threads_running_one_compiled_partition_agree(ocl):
     for t in threads:
         t.join()
     assert not errors
-    assert alloc.stats()["InUse"] == start
     assert state.runs == 80
+    cinfo.release_state(state)  # one workspace per stream goes with it
+    assert alloc.stats()["InUse"] == start
 
 
 def test_out_of_memory_in_compute_leaves_the_allocator_as_it_was(ocl):

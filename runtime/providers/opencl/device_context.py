@@ -19,6 +19,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,8 @@ __kernel void onnxhal_exp_check(__global const float* x, __global float* y) {
 }
 """
 NATIVE_EXP_RTOL = 2e-6
+#: Idle kernel objects kept per (program, kernel name) for reuse.
+MAX_IDLE_KERNELS = 64
 
 
 class ProgramBuildError(EPFail):
@@ -69,6 +72,8 @@ class BuildStats:
     load_seconds: float = 0.0
     failures: list[str] = field(default_factory=list)  # digests, each once: a failed build is not retried
     failure_hits: int = 0  # requests answered with a remembered build failure
+    kernels_created: int = 0
+    kernels_reused: int = 0  # kernel objects a released partition state gave back, taken again
 
 
 class OpenCLDeviceContext:
@@ -94,6 +99,8 @@ class OpenCLDeviceContext:
         self.divide_option = (" -cl-fp32-correctly-rounded-divide-sqrt"
                               if fp & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT else "")
         self._exp_lock = threading.Lock()
+        # Kernel objects released partition states gave back, by (program, kernel name).
+        self._idle_kernels: dict[tuple[int, str], list[cl.Kernel]] = {}
 
     @property
     def exp_option(self) -> str:
@@ -152,8 +159,31 @@ class OpenCLDeviceContext:
             return prg
 
     def kernel(self, source: str, name: str, options: str = DEFAULT_BUILD_OPTIONS) -> cl.Kernel:
-        """A new kernel object (kernels hold arguments, so each user gets its own)."""
-        return cl.Kernel(self.program(source, options), name)
+        """A kernel object of its own for the caller (kernels hold arguments): one a released state
+        gave back (``recycle_kernels``) if there is one, else a new one. Either way its arguments are
+        the caller's to set, every one of them, before its first launch."""
+        prg = self.program(source, options)
+        key = (prg.int_ptr, name)
+        with self._lock:
+            idle = self._idle_kernels.get(key)
+            if idle:
+                self.stats.kernels_reused += 1
+                return idle.pop()
+            self.stats.kernels_created += 1
+        # pyopencl sets up each new kernel object's argument handling (~0.2 ms, a look-up in its
+        # on-disk cache): many partition states in a process (sessions, shapes) pay it once per
+        # launch site when the objects are reused.
+        return cl.Kernel(prg, name)
+
+    def recycle_kernels(self, kernels: Iterable[cl.Kernel]) -> None:
+        """Give back kernel objects whose owner no longer launches them (a released partition state,
+        one-off packing launches), for ``kernel`` to hand out again; at most ``MAX_IDLE_KERNELS``
+        are kept per kernel."""
+        with self._lock:
+            for k in kernels:
+                idle = self._idle_kernels.setdefault((k.program.int_ptr, k.function_name), [])
+                if len(idle) < MAX_IDLE_KERNELS:
+                    idle.append(k)
 
     def _load(self, digest: str, options: str) -> cl.Program | None:
         path = self._disk_path(digest)

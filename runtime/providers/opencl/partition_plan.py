@@ -3,14 +3,16 @@
 ``PartitionPlan`` is built once per fused node (``compile``): a list of kernel launches over named
 buffers (the partition's inputs, outputs, intermediates, workspaces and uploaded constants).
 ``PartitionState`` (``create_state``) uploads the constants and runs one-off launches such as
-weight packing. ``run`` binds a run's DeviceTensors to the names, enqueues every launch on the
-stream's queue without waiting, and frees intermediates (OpenCL defers the real release until the
-queued kernels that use them are done).
+weight packing. ``run`` binds a run's DeviceTensors to the names and enqueues every launch on the
+stream's queue without waiting. Each launch site has its own kernel object, whose arguments stay set
+between runs: constants are bound once, intermediates live in a workspace kept per queue, so a run
+replays the recorded launches and sets only the arguments that are its inputs and outputs.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +29,9 @@ from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
 LOCAL_1D = 64
 #: Work-group size of the GEMM-family kernels on a GPU (see ``_BoundLaunch``).
 GPU_LOCAL = 64
+#: Queues (streams) a partition state keeps a workspace of temporaries for; the least recently
+#: used one is freed beyond this.
+MAX_WORKSPACES = 4
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class PartitionPlan:
     constants: dict[str, np.ndarray] = field(default_factory=dict)  # uploaded once
     prepacked: dict[str, int] = field(default_factory=dict)  # name -> bytes, filled by init_steps
     init_steps: list[Launch] = field(default_factory=list)
-    temps: dict[str, int] = field(default_factory=dict)  # name -> bytes, per run
+    temps: dict[str, int] = field(default_factory=dict)  # name -> bytes, a workspace per queue
     aliases: dict[str, str] = field(default_factory=dict)  # view value -> value it shares memory with
     steps: list = field(default_factory=list)  # Launch | CopyStep
     op_types: list[str] = field(default_factory=list)
@@ -102,7 +107,7 @@ class PartitionPlan:
 class _BoundLaunch:
     """A launch with its kernel object; the lock makes set_args + enqueue atomic across threads."""
 
-    __slots__ = ("kernel", "global_size", "local_size", "args", "dynamic")
+    __slots__ = ("kernel", "global_size", "local_size", "args", "dynamic", "bound")
 
     def __init__(self, device: OpenCLDeviceContext, launch: Launch) -> None:
         self.kernel = device.kernel(launch.source, launch.kernel_name)
@@ -116,6 +121,7 @@ class _BoundLaunch:
             self.global_size, self.local_size = (g0, *launch.global_size[1:]), (GPU_LOCAL, 1)
         self.args = launch.args
         self.dynamic: list[tuple[int, str]] | None = None  # set by bind_static
+        self.bound: list = []  # the buffer each dynamic argument holds now, as set_arg left it
 
     def bind_static(self, const_buffers: dict[str, cl.Buffer]) -> None:
         """Set the arguments that are the same in every run (scalars, constant and prepacked buffers)
@@ -130,6 +136,7 @@ class _BoundLaunch:
             else:
                 dynamic.append((i, a.name))
         self.dynamic = dynamic
+        self.bound = [None] * len(dynamic)
 
 
 class PartitionState:
@@ -167,15 +174,24 @@ class PartitionState:
             # Raw weights read only by the one-off packing are not kept twice on the device.
             for name in [n for n in self.const_buffers if n in plan.constants and n not in used]:
                 self.const_buffers.pop(name).release()
+            device.recycle_kernels(b.kernel for b in init)
         for b in self.launches:
             if isinstance(b, _BoundLaunch):
                 b.bind_static(self.const_buffers)
         self.runs = 0
+        self._workspaces: OrderedDict[int, tuple[cl.CommandQueue, dict[str, cl.Buffer]]] = OrderedDict()
 
     def release(self) -> None:
+        self.device.recycle_kernels(b.kernel for b in self.launches if isinstance(b, _BoundLaunch))
+        self.launches = []
         for buf in self.const_buffers.values():
             buf.release()
         self.const_buffers.clear()
+        with self.lock:
+            for _, temps in self._workspaces.values():
+                for buf in temps.values():
+                    self.allocator.free(buf)
+            self._workspaces.clear()
 
     def _upload_indices(self, name: str, t, queue: cl.CommandQueue, owned: list) -> cl.Buffer:
         """Gather indices fed at run time, in host memory: out-of-range ones are an error (onnxruntime's),
@@ -232,31 +248,50 @@ class PartitionState:
                 out = DeviceTensor.allocate(plan.shapes[name], plan.dtypes[name], self.allocator)
                 bufs[name] = out.buffer
                 outputs.append(out)
-            for name, nbytes in plan.temps.items():
-                buf = self.allocator.alloc(nbytes)
-                owned.append(buf)
-                bufs[name] = buf
-        except BaseException:  # e.g. OutOfMemory: give back what this run took, the session stays usable
-            for buf in owned:
-                self.allocator.free(buf)
-            for out in outputs:
-                self.allocator.release_if_owned(out.buffer)
-            raise
-        for name in plan.aliases:
-            if name not in bufs:
-                bufs[name] = bufs[plan.base(name)]
-        try:
             with self.lock:
+                bufs.update(self._workspace(queue))
+                for name in plan.aliases:
+                    if name not in bufs:
+                        bufs[name] = bufs[plan.base(name)]
                 if RUN_OPTIONS.get() is None:  # no RunOptions: nothing can ask this run to stop
                     for step in self.launches:
-                        _enqueue_step(queue, step, bufs)
+                        _replay_step(queue, step, bufs)
                 else:
                     _enqueue_stoppable(queue, self.launches, bufs)
                 self.runs += 1
-        finally:  # a failed enqueue must not leak this run's temporaries either
+        except BaseException:  # e.g. OutOfMemory: give back what this run took, the session stays usable
+            for out in outputs:
+                self.allocator.release_if_owned(out.buffer)
+            raise
+        finally:  # offset inputs' own copies: released once their readers are done (OpenCL defers it)
             for buf in owned:
                 self.allocator.free(buf)
         return outputs
+
+    def _workspace(self, queue: cl.CommandQueue) -> dict[str, cl.Buffer]:
+        """The temporaries of runs on ``queue`` (caller holds ``lock``): allocated at the first run on
+        that queue and kept, so a replayed launch finds its intermediate buffers already bound. Runs on
+        one in-order queue never overlap, so they can share them; another queue gets its own."""
+        key = queue.int_ptr
+        entry = self._workspaces.get(key)
+        if entry is not None:
+            self._workspaces.move_to_end(key)
+            return entry[1]
+        temps: dict[str, cl.Buffer] = {}
+        try:
+            for name, nbytes in self.plan.temps.items():
+                temps[name] = self.allocator.alloc(nbytes)
+        except BaseException:
+            for buf in temps.values():
+                self.allocator.free(buf)
+            raise
+        # The queue is kept with its buffers: its handle cannot be reused by a new queue while held.
+        self._workspaces[key] = (queue, temps)
+        while len(self._workspaces) > MAX_WORKSPACES:
+            _, (_, old) = self._workspaces.popitem(last=False)
+            for buf in old.values():  # OpenCL defers the release until queued readers finish
+                self.allocator.free(buf)
+        return temps
 
 
 def _check_indices(name: str, idx: np.ndarray, n: int) -> None:
@@ -266,12 +301,21 @@ def _check_indices(name: str, idx: np.ndarray, n: int) -> None:
                               f"indices must lie in [{-n}, {n - 1}].")
 
 
-def _enqueue_step(queue: cl.CommandQueue, step: _BoundLaunch | CopyStep, bufs: dict[str, cl.Buffer]) -> None:
+def _replay_step(queue: cl.CommandQueue, step: _BoundLaunch | CopyStep, bufs: dict[str, cl.Buffer]) -> None:
+    """Enqueue one recorded step of a run. A kernel object keeps its arguments between launches, so
+    only an argument whose buffer differs from the one it holds is set again: the workspace's
+    temporaries stay bound from run to run, and only inputs and outputs are rebound."""
     if isinstance(step, CopyStep):
         if step.nbytes:
             cl.enqueue_copy(queue, bufs[step.dst], bufs[step.src], byte_count=step.nbytes)
-    else:
-        _enqueue(queue, step, bufs)
+        return
+    kernel, bound = step.kernel, step.bound
+    for k, (i, name) in enumerate(step.dynamic):
+        buf = bufs[name]
+        if buf is not bound[k]:
+            kernel.set_arg(i, buf)
+            bound[k] = buf
+    cl.enqueue_nd_range_kernel(queue, kernel, step.global_size, step.local_size)
 
 
 #: Launches a run given RunOptions may have queued ahead of the device: the work left after a
@@ -293,15 +337,12 @@ def _enqueue_stoppable(queue: cl.CommandQueue, steps: list, bufs: dict[str, cl.B
             if pending is not None:
                 pending.wait()
             pending = marker
-        _enqueue_step(queue, step, bufs)
+        _replay_step(queue, step, bufs)
 
 
 def _enqueue(queue: cl.CommandQueue, launch: _BoundLaunch, bufs: dict[str, cl.Buffer]) -> None:
+    """A one-off (init) launch: every argument set."""
     kernel = launch.kernel
-    if launch.dynamic is None:  # a one-off (init) launch: every argument
-        for i, a in enumerate(launch.args):
-            kernel.set_arg(i, bufs[a.name] if isinstance(a, Buf) else a)
-    else:
-        for i, name in launch.dynamic:
-            kernel.set_arg(i, bufs[name])
+    for i, a in enumerate(launch.args):
+        kernel.set_arg(i, bufs[a.name] if isinstance(a, Buf) else a)
     cl.enqueue_nd_range_kernel(queue, kernel, launch.global_size, launch.local_size)

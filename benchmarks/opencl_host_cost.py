@@ -1,0 +1,214 @@
+"""The OpenCL EP's host cost per run and per session, against onnxruntime's CPU EP, in one process.
+
+    python benchmarks/opencl_host_cost.py [--models mlp,cnn,encoder,bert_ts,...] [--repeat 20]
+                                          [--threads 2] [--json out.json]
+
+Per model (the OpenCL benchmark set of ``bench.py``, then a few models of the committed corpus in
+tests/real_models, run with their stored signature ``a``): the OpenCL commands one run of onnxhal
+sends (kernel launches, buffer copies, host waits, ``set_arg`` calls), the host microseconds of a
+run (CPU time of the calling thread outside waits: what Python costs around the device's work; not
+wall time, which on a CPU device includes the device's own threads taking the cores), the run's median time against onnxruntime CPU with the same threads (alternating
+runs, ratio of medians), and session creation + first run of each runtime (medians of three fresh
+sessions).
+
+Counting wraps pyopencl's public entry points for the duration of the timed runs (each wrapper
+calls the real function): every command reaches the driver as it would unwrapped; the counted runs
+are separate from the timed runs so the wrappers' cost is not in the times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+CORPUS = os.path.join(os.path.dirname(HERE), "tests", "real_models")
+#: bench.py's OpenCL models, then corpus models that exercise attention, convolution and many partitions.
+DEFAULT_MODELS = "mlp,cnn,encoder,bert_ts,gpt2_ts,resnet_ts,vit_ts"
+COLD_RUNS = 3
+PROVIDERS = ["OpenCLExecutionProvider", "CPUExecutionProvider"]
+
+
+class CommandCounter:
+    """Counts, while active, the OpenCL commands and host waits made through pyopencl."""
+
+    def __init__(self) -> None:
+        self.launches = self.copies = self.waits = self.set_args = 0
+        self.wait_cpu_s = 0.0  # CPU time of the calling thread inside waits (a driver may spin)
+        self._saved: list = []
+
+    def __enter__(self) -> CommandCounter:
+        import pyopencl as cl
+
+        def wrap(owner, name, on_call):
+            real = getattr(owner, name)
+            self._saved.append((owner, name, real))
+
+            def wrapper(*a, **k):
+                return on_call(real, a, k)
+            setattr(owner, name, wrapper)
+
+        def launch(real, a, k):
+            self.launches += 1
+            return real(*a, **k)
+
+        def copy(real, a, k):
+            self.copies += 1
+            host = any(isinstance(x, np.ndarray) for x in a[1:3]) or any(
+                isinstance(k.get(n), np.ndarray) for n in ("dest", "src"))
+            if host and k.get("is_blocking", True):
+                return self._timed_wait(real, a, k)
+            return real(*a, **k)
+
+        def wait(real, a, k):
+            return self._timed_wait(real, a, k)
+
+        def set_arg(real, a, k):
+            self.set_args += 1
+            return real(*a, **k)
+
+        wrap(cl, "enqueue_nd_range_kernel", launch)
+        wrap(cl, "enqueue_copy", copy)
+        wrap(cl, "wait_for_events", wait)
+        wrap(cl.CommandQueue, "finish", wait)
+        wrap(cl.Event, "wait", wait)
+        wrap(cl.Kernel, "set_arg", set_arg)
+        return self
+
+    def _timed_wait(self, real, a, k):
+        self.waits += 1
+        t = time.thread_time()
+        try:
+            return real(*a, **k)
+        finally:
+            self.wait_cpu_s += time.thread_time() - t
+
+    def __exit__(self, *exc) -> None:
+        for owner, name, real in reversed(self._saved):
+            setattr(owner, name, real)
+        self._saved.clear()
+
+
+@dataclass
+class Row:
+    model: str
+    nodes: str
+    launches: float
+    copies: float
+    waits: float
+    set_args: float
+    host_us: float
+    hal_ms: float
+    ort_ms: float
+    ratio: float
+    cold_hal_ms: float
+    cold_ort_ms: float
+    cold_ratio: float
+
+
+def model_and_feeds(name: str) -> tuple[bytes, dict]:
+    path = os.path.join(CORPUS, f"{name}.onnx")
+    if os.path.isfile(path):
+        from onnxhal.stored_outputs import read_signatures
+
+        feeds, _ = read_signatures(path)["a"]
+        with open(path, "rb") as f:
+            return f.read(), feeds
+    import models
+
+    model = models.BUILDERS[name]()
+    return model.SerializeToString(), models.feeds(model)
+
+
+def measure(name: str, repeat: int, threads: int) -> Row:
+    import onnxruntime as ort
+
+    import onnxhal
+
+    data, feeds = model_and_feeds(name)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    hso = onnxhal.SessionOptions()
+    hso.intra_op_num_threads = threads
+    cold_ort, cold_hal = [], []
+    for _ in range(COLD_RUNS):  # alternating fresh sessions: creation + first run
+        t = time.perf_counter()
+        ref = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        ref.run(None, feeds)
+        cold_ort.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        hal = onnxhal.InferenceSession(data, hso, providers=PROVIDERS)
+        hal.run(None, feeds)
+        cold_hal.append(time.perf_counter() - t)
+    for _ in range(3):
+        ref.run(None, feeds)
+        hal.run(None, feeds)
+    counted = max(3, repeat // 4)
+    with CommandCounter() as c:
+        t_counted = []
+        for _ in range(counted):
+            w0, t = c.wait_cpu_s, time.thread_time()
+            hal.run(None, feeds)
+            t_counted.append(time.thread_time() - t - (c.wait_cpu_s - w0))
+    t_ort, t_hal = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        ref.run(None, feeds)
+        t1 = time.perf_counter()
+        hal.run(None, feeds)
+        t_hal.append(time.perf_counter() - t1)
+        t_ort.append(t1 - t0)
+    ps = hal.partition_summary
+    o_ms, h_ms = statistics.median(t_ort) * 1e3, statistics.median(t_hal) * 1e3
+    co, ch = statistics.median(cold_ort) * 1e3, statistics.median(cold_hal) * 1e3
+    return Row(name, f"{ps.get(PROVIDERS[0], 0)}/{sum(ps.values())}", c.launches / counted, c.copies / counted,
+               c.waits / counted, c.set_args / counted, statistics.median(t_counted) * 1e6, h_ms, o_ms, h_ms / o_ms,
+               ch, co, ch / co)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=DEFAULT_MODELS)
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args(argv)
+    from bench import opencl_driver
+
+    print(f"OpenCL EP on {opencl_driver()}; onnxruntime CPU, {args.threads} threads; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    head = (f"{'model':12} {'nodes':>9} {'launch':>7} {'copies':>6} {'waits':>5} {'set_arg':>7} {'host us':>8} "
+            f"{'hal ms':>8} {'ort ms':>8} {'ratio':>6} {'cold hal/ort ms':>16} {'cold x':>6}")
+    print(head)
+    rows = []
+    for name in args.models.split(","):
+        r = measure(name, args.repeat, args.threads)
+        rows.append(r)
+        print(f"{r.model:12} {r.nodes:>9} {r.launches:7.1f} {r.copies:6.1f} {r.waits:5.1f} {r.set_args:7.1f} "
+              f"{r.host_us:8.0f} {r.hal_ms:8.2f} {r.ort_ms:8.2f} {r.ratio:6.2f} "
+              f"{r.cold_hal_ms:7.0f}/{r.cold_ort_ms:<8.0f} {r.cold_ratio:6.1f}", flush=True)
+    geo = float(np.exp(np.mean(np.log([r.ratio for r in rows]))))
+    cold = float(np.exp(np.mean(np.log([r.cold_ratio for r in rows]))))
+    print(f"geometric mean ratio {geo:.2f}, creation + first run {cold:.1f}x; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    if args.json:
+        text = json.dumps([asdict(r) for r in rows], indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -135,10 +135,10 @@ def parse_attribute(attr: AttributeProto, parent: Graph | None) -> Any:
         return tensor_to_array(attr.t, f"attribute {attr.name!r}")
     if t == AttributeProto.GRAPH:
         return Graph.from_proto(attr.g, parent.opset if parent else {}, parent=parent)
-    if t == AttributeProto.FLOATS:
-        return [float(x) for x in attr.floats]
+    if t == AttributeProto.FLOATS:  # the repeated fields hold Python floats and ints: one C-level copy
+        return list(attr.floats)
     if t == AttributeProto.INTS:
-        return [int(x) for x in attr.ints]
+        return list(attr.ints)
     if t == AttributeProto.STRINGS:
         return [s.decode("utf-8", errors="surrogateescape") for s in attr.strings]
     if t == AttributeProto.TENSORS:

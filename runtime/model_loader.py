@@ -23,6 +23,7 @@ from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.runtime import declared_value_info, guarded_inference
+from onnxhal.runtime.constant_initializers import constants_to_initializers
 from onnxhal.runtime.declaration_checks import check_declarations, check_ir_version
 from onnxhal.runtime.ep_context_model import ReadFunc, resolve_external_contexts
 from onnxhal.runtime.external_data import load_external_data, tensors
@@ -187,6 +188,7 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
             raise InvalidGraph(f"model-local functions could not be inlined: {e}") from e
     # A proto the loader parsed (or copied, inlined) is its own to change; the caller's is not.
     proto = sparse_constants_to_initializers(proto, owned=proto is not model)
+    proto = constants_to_initializers(proto, owned=proto is not model)
     proto, declared_types = declared_value_info.set_aside(proto, owned=proto is not model)
     # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
     inferred, data_prop, strict_error = guarded_inference.infer(proto)

@@ -317,6 +317,12 @@ def refresh_shapes(graph: Graph) -> bool:
     # 1,400-node MobileNet) were the optimizer's largest cost.
     if graph in _settled:
         return False
+    # It is for graphs whose inputs' dims are all known (free-dimension overrides, fix-shapes), where
+    # folded shape chains make the values after them static. With an input dim left free (a dynamic
+    # batch), the values folding leaves are computed from that input and stay symbolic: on the
+    # corpus's dynamic models it never gained a shape and cost more than the rest of the optimizer.
+    if not all(graph.value_info(i).has_static_shape for i in graph.input_names):
+        return False
     names = [o for n in graph.nodes for o in n.outputs if o]
     if all(graph.value_info(n).has_static_shape for n in names):
         return False

@@ -565,10 +565,25 @@ def test_resize_native_modes_match_reference(mode, coord):
         else:
             assert y.shape == (1, 2, 8, 4)
         return
-    check("Resize", [x, None, np.array([1, 1, 1.6, 0.6], np.float32)], 19, mode=mode,
-          coordinate_transformation_mode=coord)
+    if coord != "align_corners":  # 0.6 * 7 is fractional: onnxruntime's reading, tested below
+        check("Resize", [x, None, np.array([1, 1, 1.6, 0.6], np.float32)], 19, mode=mode,
+              coordinate_transformation_mode=coord)
     check("Resize", [x, None, None, np.array([1, 2, 9, 3], np.int64)], 19, mode=mode,
           coordinate_transformation_mode=coord)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("scales", [(1, 1, 1.6, 0.6), (1, 1, 0.6, 0.6), (1, 1, 0.8, 1.3), (1, 1, 2.5, 1.7)])
+def test_resize_align_corners_at_fractional_lengths_matches_onnxruntime(mode, scales):
+    # scale * length is fractional on the resized axes (4.2, 3.0 -> 1.8, 2.4, ...): onnxruntime divides
+    # by the integer output length less 1 (its ALIGN_CORNERS mapping, upsamplebase.h, gets the output
+    # dim); dividing by scale * length less 1, as onnx.reference does, was up to 2.5 off here.
+    x = randn(1, 2, 3, 7)
+    inputs = [x, None, np.array(scales, np.float32)]
+    (want,) = run_onnxruntime("Resize", inputs, 19, mode=mode, coordinate_transformation_mode="align_corners")
+    (got,) = run_native("Resize", inputs, 19, mode=mode, coordinate_transformation_mode="align_corners")
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])

@@ -293,3 +293,23 @@ def test_split_sizes_that_do_not_add_up_are_refused():
         run_native("Split", [randn(4, 2)], 13, n_outputs=2, axis=2)
     parts = check("Split", [randn(3, 4)], 13, n_outputs=2, axis=-1)
     assert all(p.base is not None for p in parts)  # views of the input, as before
+
+
+def test_unsqueeze_by_reshape_matches_expand_dims():
+    # Unsqueeze inserts the length-1 axes with one reshape (a view); expand_dims, the plain form,
+    # still takes invalid axes, so their errors are its own.
+    from onnxhal.runtime.providers.cpu.kernels.shape_ops import _unsqueeze
+
+    rng = np.random.default_rng(0)
+    cases = [rng.standard_normal(s) for s in [(), (3,), (2, 3), (2, 3, 4)]] + [rng.standard_normal((3, 4)).T]
+    for x in cases:
+        for axes in [(0,), (-1,), (0, 2), (1, -1), (-1, 0), (0, 1, 2), (5,), (0, 0), (-9,)]:
+            try:
+                want = np.expand_dims(x, axes)
+            except Exception as exc:  # noqa: BLE001 - the plain form's error, whatever it is
+                with pytest.raises(type(exc)):
+                    _unsqueeze(x, axes)
+                continue
+            got = _unsqueeze(x, axes)
+            assert got.shape == want.shape and np.shares_memory(got, x) == np.shares_memory(want, x)
+            np.testing.assert_array_equal(got, want)

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 import onnxhal
 from onnxhal.hal import Node
-from onnxhal.hal.errors import OrtError
+from onnxhal.hal.errors import InvalidArgument, OrtError
 from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel, create_cpu_kernel
 
 ML = "ai.onnx.ml"
@@ -619,6 +619,47 @@ def test_tree_ensemble_leaf_bits(seed):
     forest = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3}).forest
     assert forest._bits is None
     check(model, {"X": _tree_input(rng, feats)}, f"TreeEnsembleRegressor > 64 leaves seed {seed}")
+
+
+def test_tree_ensemble_built_at_once_keeps_the_walks_leaf_numbering():
+    """The forest is built with a few numpy calls per tree level (not per node): trees given last
+    first, a one-leaf tree and a weight given twice for one leaf (added in order) agree with
+    onnxruntime; leaf bits and level walk find the same leaves."""
+    rng = np.random.default_rng(7)
+    trees = _random_trees(rng, 5, 4, 5) + [[{"leaf": True}]]
+    for nodes in trees:
+        for nd in nodes:
+            nd["mode"] = "BRANCH_LEQ"
+    a = _legacy_tree_attrs(rng, trees, 2, "target")
+    order = np.argsort(-np.asarray(a["nodes_treeids"]), kind="stable")  # the last tree's nodes first
+    shuffled = {k: [v[i] for i in order] for k, v in a.items() if k.startswith("nodes_")}
+    shuffled.update({k: list(a[k]) for k in ("target_treeids", "target_nodeids", "target_ids", "target_weights")})
+    for k in ("target_treeids", "target_nodeids", "target_ids", "target_weights"):
+        shuffled[k].append(shuffled[k][0])  # a second weight for one (leaf, target)
+    model = _model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=2, **shuffled)
+    x = rng.standard_normal((50, 4)).astype(np.float32)
+    check(model, {"X": x}, "shuffled nodes")
+    forest = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3}).forest
+    assert forest._bits is not None
+    np.testing.assert_array_equal(forest._bits.leaves(x), forest.leaves(x))
+
+
+@pytest.mark.parametrize("attr,value,match", [
+    ("nodes_truenodeids", 99, "points at missing node 99"),
+    ("target_ids", 5, "target 5: no such leaf or target"),
+])
+def test_tree_ensemble_bad_links_are_typed_errors(attr, value, match):
+    rng = np.random.default_rng(3)
+    trees = _random_trees(rng, 2, 3, 3)
+    trees[0][0]["leaf"] = False if not trees[0][0]["leaf"] else trees[0][0]["leaf"]
+    a = _legacy_tree_attrs(rng, trees, 2, "target")
+    inner = [i for i, m in enumerate(a["nodes_modes"]) if m != "LEAF"]
+    a[attr] = list(a[attr])
+    a[attr][inner[0] if attr.startswith("nodes_") else 0] = value
+    node = Node.from_proto(_model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=2,
+                                  **a).graph.node[0])
+    with pytest.raises(InvalidArgument, match=match):
+        create_cpu_kernel(node, None, {ML: 3})
 
 
 @pytest.mark.parametrize("seed", SEEDS)

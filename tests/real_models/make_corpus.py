@@ -6,7 +6,8 @@ and LSTM (``ortools``); skl2onnx models with and without ZipMap (``sklearn``) an
 ai.onnx.ml's encoders (``encoders``); other producers' models: onnxmltools' LightGBM and XGBoost
 (``onnxmltools``), CatBoost's exporter (``catboost``), hummingbird's tensor-op trees
 (``hummingbird``), tf2onnx from Keras and TFLite (``tf2onnx``), paddle2onnx (``paddle``) and an
-ultralytics YOLOv8 (``ultralytics``); a streaming VAD with If and Loop bodies and a CRNN with a
+ultralytics YOLOv8 (``ultralytics``), torchvision's EfficientNet and RegNetY (``torchvision``, kept
+out of the tuning); a streaming VAD with If and Loop bodies and a CRNN with a
 dynamic width, float and dynamically quantized (``devices``); static QDQ (per tensor and per
 channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); plus their inputs and all of
 onnxruntime's outputs.
@@ -1035,6 +1036,58 @@ def ultralytics_models(out: str) -> list[str]:
     return [path]
 
 
+def torchvision_models(out: str) -> list[str]:
+    """torchvision's own architectures, untrained (no download): ``tv_efficientnet`` (EfficientNet-B0's
+    blocks at a quarter of its widths and depths: depthwise convolutions, SiLU, squeeze-and-excitation)
+    and ``tv_regnety`` (a RegNetY of two stages: grouped convolutions, squeeze-and-excitation), exported
+    by torch.onnx.export's TorchScript exporter with a dynamic batch, 32x32 images (224 at --size
+    medium). Kept out of the tuning: the benchmark reports them on their own."""
+    import sys
+    import types
+    from functools import partial
+
+    # A torchvision wheel built for another torch (CUDA against a CPU torch) fails at import while
+    # registering its C++ ops' meta kernels; the models need none of those ops.
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    import torchvision
+    from torchvision.models import efficientnet, regnet
+
+    side = 224 if MEDIUM else 32
+    scale = 1.0 if MEDIUM else 0.25
+    settings, last = efficientnet._efficientnet_conf("efficientnet_b0", width_mult=scale, depth_mult=scale)
+    params = regnet.BlockParams.from_init_params(depth=4 if not MEDIUM else 13, w_0=8 if not MEDIUM else 24,
+                                                 w_a=8.0 if not MEDIUM else 36.0, w_m=2.0 if not MEDIUM else 2.5,
+                                                 group_width=4 if not MEDIUM else 8, se_ratio=0.25)
+    builders = {"tv_efficientnet": lambda: torchvision.models.EfficientNet(settings, 0.2, last_channel=last,
+                                                                           num_classes=10),
+                "tv_regnety": lambda: torchvision.models.RegNet(params, num_classes=10,
+                                                                norm_layer=partial(torch.nn.BatchNorm2d, eps=1e-5))}
+    made = []
+    for name, build in builders.items():
+        torch.manual_seed(0)
+        model = build().eval()
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((2, 3, side, side)).astype(np.float32)
+        # untrained, EfficientNet's logits are 1e-11, values that would compare equal whatever the
+        # kernels did: the batch norms take their statistics from one batch, which keeps every
+        # layer's activations of order one
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.momentum = 1.0
+        with torch.no_grad():
+            model.train()(torch.from_numpy(rng.standard_normal((8, 3, side, side)).astype(np.float32)))
+        model.eval()
+        path = os.path.join(out, f"{name}.onnx")
+        torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["image"],
+                          output_names=["logits"], dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+                          opset_version=17)
+        _save(onnx.load(path), path)
+        save_outputs(path, {"a": {"image": x},
+                            "b": {"image": np.random.default_rng(1).standard_normal((1, 3, side, side)).astype(np.float32)}})
+        made.append(path)
+    return made
+
+
 def precision_models(out: str) -> list[str]:
     """The precision variants of a CNN, a transformer and a CRNN already in ``out``: ``quantize_static``
     in the QDQ format per tensor (``_qdq_pt``) and per channel (``_qdq_pc``; the ResNet's is
@@ -1080,7 +1133,8 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           "devices": lambda out: device_models(out), "precision": lambda out: precision_models(out),
           # other producers: run each in an environment where its tool installs (see pyproject's corpus group)
           "onnxmltools": onnxmltools_models, "catboost": catboost_models, "hummingbird": hummingbird_models,
-          "tf2onnx": tf2onnx_models, "paddle": paddle_models, "ultralytics": ultralytics_models}
+          "tf2onnx": tf2onnx_models, "paddle": paddle_models, "ultralytics": ultralytics_models,
+          "torchvision": torchvision_models}
 
 
 def main() -> None:

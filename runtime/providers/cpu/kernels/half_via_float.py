@@ -1,5 +1,5 @@
-"""float16 products computed in float32: the fast path of MatMul, Gemm, Conv and their fused forms
-when their inputs are float16.
+"""float16 products computed in float32: the fast path of MatMul, Gemm, Conv, their fused forms
+and RNN, GRU and LSTM when their inputs are float16.
 
 numpy has no BLAS for float16: its matmul runs a plain C loop, and a float16 model (as
 onnxconverter-common writes it) spent nearly all its time there. onnxruntime's CPU EP has no

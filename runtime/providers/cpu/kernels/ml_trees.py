@@ -315,39 +315,47 @@ class _LeafBits:
     def build(cls, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray) -> _LeafBits | None:
         if not 0 <= forest.uniform_mode <= 3 or forest.roots.size == 0:
             return None
-        mode, tnext, fnext = forest.mode.tolist(), true_next.tolist(), false_next.tolist()
-        cols: list[int] = []
-        m_true: list[int] = []
-        m_false: list[int] = []
-        starts: list[int] = []
-        leaf = np.zeros((forest.roots.size, 65), np.int64)
-        seen: set[int] = set()
-        written: np.ndarray | None = np.zeros(forest.has.shape[1], bool)
-        for slot, root in enumerate(forest.roots.tolist()):
-            starts.append(len(cols))
-            leaves: list[int] = []
-            inner: list[tuple[int, int, int, int, int]] = []  # node, true leaves [a, b), false leaves [c, d)
-            if _visit(root, mode, tnext, fnext, seen, leaves, inner) is None or len(leaves) > 64:
-                return None
-            full = (1 << len(leaves)) - 1
-            # groups of 8 nodes, the last filled with nodes whose outcomes both keep every leaf (a
-            # tree that is one leaf: one group of them)
-            inner.extend([(-1, 0, 0, 0, 0)] * (-len(inner) % 8 or (8 if not inner else 0)))
-            for k, a, b, c, d in inner:
-                cols.append(k)
-                m_true.append(full & ~(((1 << d) - 1) ^ ((1 << c) - 1)))
-                m_false.append(full & ~(((1 << b) - 1) ^ ((1 << a) - 1)))
-            leaf[slot, 1:len(leaves) + 1] = leaves
-            has = forest.has[leaves]
-            if written is not None and (has == has[0]).all():
-                written |= has[0]
-            else:
-                written = None
-        idx = np.asarray(cols, np.int64)
-        real = np.maximum(idx, 0)
-        return cls(np.where(idx >= 0, forest.feature[real], 0), forest.threshold[real],
-                   np.where(idx >= 0, forest.missing_true[real], False), np.asarray(m_true, np.uint64),
-                   np.asarray(m_false, np.uint64), np.asarray(starts, np.int64), leaf.reshape(-1),
+        shape = _tree_shape(forest.mode == LEAF, true_next, false_next, forest.roots)
+        if shape is None:
+            return None
+        owner, count, first, levels = shape
+        trees = forest.roots.size
+        total = count[forest.roots]
+        if (total > 64).any():
+            return None
+        # each node's leaves are the leaves [first, first + count) of its tree, numbered left to
+        # right with the true branch first (the walk's order)
+        visited = np.concatenate(levels)
+        is_leaf = forest.mode[visited] == LEAF
+        leaves, inner = visited[is_leaf], visited[~is_leaf]
+        leaf = np.zeros((trees, 65), np.int64)
+        leaf[owner[leaves], first[leaves] + 1] = leaves
+        # interior nodes tree by tree, each tree's padded to whole groups of 8 with nodes whose
+        # outcomes both keep every leaf (a tree that is one leaf: one group of them)
+        inner = inner[np.argsort(owner[inner], kind="stable")]
+        per_tree = np.bincount(owner[inner], minlength=trees)
+        padded = np.where(per_tree == 0, 8, per_tree + (-per_tree % 8))
+        starts = np.zeros(trees, np.int64)
+        np.cumsum(padded[:-1], out=starts[1:])
+        rank = np.arange(inner.size) - np.repeat(np.cumsum(per_tree) - per_tree, per_tree)
+        at = starts[owner[inner]] + rank
+        full = _low_bits(total)
+        cols = np.full(int(padded.sum()), -1, np.int64)
+        m_true = np.repeat(full, padded)
+        m_false = m_true.copy()
+        cols[at] = inner
+        lo = first[inner]
+        mid = lo + count[true_next[inner]]
+        hi = lo + count[inner]
+        # a true outcome rules out the false subtree's leaves [mid, hi), a false one the true's [lo, mid)
+        m_true[at] = full[owner[inner]] & ~(_low_bits(hi - mid) << mid.astype(np.uint64))
+        m_false[at] = full[owner[inner]] & ~(_low_bits(mid - lo) << lo.astype(np.uint64))
+        has = forest.has
+        heads = has[leaf[owner[leaves], 1]]
+        written = np.logical_or.reduce(has[leaf[:, 1]], axis=0) if (has[leaves] == heads).all() else None
+        real = np.maximum(cols, 0)
+        return cls(np.where(cols >= 0, forest.feature[real], 0), forest.threshold[real],
+                   np.where(cols >= 0, forest.missing_true[real], False), m_true, m_false, starts, leaf.reshape(-1),
                    forest.uniform_mode, forest.any_missing, written, forest.weights)
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
@@ -415,23 +423,63 @@ def _negated_and_as_is(w: np.ndarray) -> np.ndarray:
     return np.multiply(w[:, :1], _NEGATED_AND_AS_IS)
 
 
-def _visit(k: int, mode: list[int], tnext: list[int], fnext: list[int], seen: set[int], leaves: list[int],
-           inner: list[tuple[int, int, int, int, int]]) -> tuple[int, int] | None:
-    """Number the leaves under node ``k`` left to right (true branch first) into ``leaves``, list each
-    interior node with its true and false subtrees' leaf ranges into ``inner``, and return ``k``'s
-    leaf range; None for a node met twice (shared between trees) or over 64 leaves."""
-    if k in seen or len(leaves) > 64:
-        return None
-    seen.add(k)
-    if mode[k] == LEAF:
-        leaves.append(k)
-        return len(leaves) - 1, len(leaves)
-    t = _visit(tnext[k], mode, tnext, fnext, seen, leaves, inner)
-    f = _visit(fnext[k], mode, tnext, fnext, seen, leaves, inner) if t is not None else None
-    if f is None:
-        return None
-    inner.append((k, t[0], t[1], f[0], f[1]))
-    return t[0], f[1]
+def _low_bits(n: np.ndarray) -> np.ndarray:
+    """Per entry of ``n`` (1 to 64) a uint64 with its ``n`` low bits set."""
+    return np.right_shift(np.uint64(0xFFFFFFFFFFFFFFFF), (64 - np.asarray(n)).astype(np.uint64))
+
+
+def _tree_shape(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]] | None:
+    """The trees walked from ``roots`` a level at a time (numpy calls per level, not per node):
+    per node its tree's slot, its leaf count and the number of its first leaf in its tree (leaves
+    numbered left to right, true branch first), and the nodes of each level; None where a node is
+    reached twice (shared between trees, or a cycle)."""
+    n = is_leaf.size
+    owner = np.full(n, -1, np.int64)
+    frontier, slots = roots, np.arange(roots.size, dtype=np.int64)
+    levels: list[np.ndarray] = []
+    while frontier.size:
+        if (owner[frontier] >= 0).any() or np.unique(frontier).size != frontier.size:
+            return None
+        owner[frontier] = slots
+        levels.append(frontier)
+        inner = frontier[~is_leaf[frontier]]
+        frontier = np.concatenate([true_next[inner], false_next[inner]])
+        slots = np.concatenate([owner[inner], owner[inner]])
+    count = is_leaf.astype(np.int64)
+    for level in reversed(levels):
+        inner = level[~is_leaf[level]]
+        count[inner] = count[true_next[inner]] + count[false_next[inner]]
+    first = np.zeros(n, np.int64)
+    for level in levels:
+        inner = level[~is_leaf[level]]
+        first[true_next[inner]] = first[inner]
+        first[false_next[inner]] = first[inner] + count[true_next[inner]]
+    return owner, count, first, levels
+
+
+class _NodeIndex:
+    """(tree id, node id) pairs to node positions, for arrays of them at once: the last position
+    of a pair given twice, -1 for a pair not given."""
+
+    def __init__(self, trees: np.ndarray, ids: np.ndarray) -> None:
+        self.lo_t, self.lo_i = (int(trees.min()), int(ids.min())) if ids.size else (0, 0)
+        self.hi_t, self.hi_i = (int(trees.max()), int(ids.max())) if ids.size else (-1, -1)
+        self.span = self.hi_i - self.lo_i + 1
+        key = self._key(trees, ids)
+        self.order = np.argsort(key, kind="stable")
+        self.keys = key[self.order]
+
+    def _key(self, trees: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        return (trees - self.lo_t) * self.span + (ids - self.lo_i)
+
+    def find(self, trees: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        ok = (trees >= self.lo_t) & (trees <= self.hi_t) & (ids >= self.lo_i) & (ids <= self.hi_i)
+        key = self._key(np.where(ok, trees, self.lo_t), np.where(ok, ids, self.lo_i))
+        pos = np.searchsorted(self.keys, key, side="right") - 1
+        safe = np.maximum(pos, 0)
+        found = ok & (pos >= 0) & (self.keys[safe] == key) if self.keys.size else np.zeros(key.shape, bool)
+        return np.where(found, self.order[safe] if self.keys.size else 0, -1)
 
 
 def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
@@ -450,42 +498,50 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
         mode = np.array([_MODES[m] for m in modes], np.int8)
     except KeyError as exc:
         raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
-    index = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(trees, ids))}
-    true_ids = node.attr("nodes_truenodeids")
-    false_ids = node.attr("nodes_falsenodeids")
-    missing = node.attr("nodes_missing_value_tracks_true") or [0] * len(ids)
+    index = _NodeIndex(trees, ids)
     n = len(ids)
+    missing = node.attr("nodes_missing_value_tracks_true") or [0] * n
+    inner = np.flatnonzero(mode != LEAF)
     true_next = np.arange(n)
     false_next = np.arange(n)
-    children = set()
-    for k in range(n):
-        if mode[k] != LEAF:
-            try:
-                true_next[k] = index[(int(trees[k]), int(true_ids[k]))]
-                false_next[k] = index[(int(trees[k]), int(false_ids[k]))]
-            except KeyError as exc:
-                raise InvalidArgument(f"{what}: tree {exc.args[0][0]} node {int(ids[k])} points at missing node "
-                                      f"{exc.args[0][1]}.") from None
-            children.update((int(true_next[k]), int(false_next[k])))
-    roots: dict[int, int] = {}
-    for k in range(n):
-        if k not in children:
-            roots.setdefault(int(trees[k]), k)
+    if inner.size:
+        true_ids = np.asarray(node.attr("nodes_truenodeids"), np.int64)[inner]
+        false_ids = np.asarray(node.attr("nodes_falsenodeids"), np.int64)[inner]
+        t_at, f_at = index.find(trees[inner], true_ids), index.find(trees[inner], false_ids)
+        bad = (t_at < 0) | (f_at < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            k, child = int(inner[i]), int(true_ids[i] if t_at[i] < 0 else false_ids[i])
+            raise InvalidArgument(f"{what}: tree {int(trees[k])} node {int(ids[k])} points at missing node "
+                                  f"{child}.")
+        true_next[inner], false_next[inner] = t_at, f_at
+    # per tree id its first node that is no node's child, trees in id order
+    free = np.ones(n, bool)
+    free[true_next[inner]] = False
+    free[false_next[inner]] = False
+    candidates = np.flatnonzero(free)
+    _, first = np.unique(trees[candidates], return_index=True)
+    roots = candidates[first]
     leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64)
     leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64)
     targets = np.asarray(node.attr(f"{prefix}_ids"), np.int64)
     weights = _floats(node, f"{prefix}_weights")
+    if weights is None:
+        raise InvalidArgument(f"{what}: {prefix}_weights is not given; the leaves' weights are needed.")
+    m = min(leaf_trees.size, leaf_ids.size, targets.size, weights.size)
+    leaf_trees, leaf_ids, targets, weights = leaf_trees[:m], leaf_ids[:m], targets[:m], weights[:m]
+    at = index.find(leaf_trees, leaf_ids)
+    bad = (at < 0) | (targets < 0) | (targets >= n_out)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InvalidArgument(f"{what}: weight for tree {int(leaf_trees[i])} node {int(leaf_ids[i])} target "
+                              f"{int(targets[i])}: no such leaf or target (of {n_out}).")
     dense = np.zeros((n, n_out), np.float32)
     has = np.zeros((n, n_out), bool)
-    for t, i, j, w in zip(leaf_trees, leaf_ids, targets, weights):
-        k = index.get((int(t), int(i)))
-        if k is None or not 0 <= j < n_out:
-            raise InvalidArgument(f"{what}: weight for tree {int(t)} node {int(i)} target {int(j)}: no such leaf or "
-                                  f"target (of {n_out}).")
-        dense[k, j] += w
-        has[k, j] = True
-    return _Forest(what, feature, threshold, mode, true_next, false_next, np.asarray(missing, bool),
-                   np.array([roots[t] for t in sorted(roots)], np.int64), dense, has)
+    np.add.at(dense, (at, targets), weights)  # in the given order, as onnxruntime adds a leaf's weights
+    has[at, targets] = True
+    return _Forest(what, feature, threshold, mode, true_next, false_next, np.asarray(missing, bool), roots,
+                   dense, has)
 
 
 @register("TreeEnsembleRegressor", since=1, domain=ML)

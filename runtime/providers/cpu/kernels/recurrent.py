@@ -22,6 +22,7 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import RUN_OPTIONS, check_terminate
+from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -88,6 +89,14 @@ class RecurrentKernel(Kernel):
         self.n_out = len(node.outputs)
         self.op = node.op_type
         self.node = node
+        self.widen = half.WidenedInputs(node, ctx)
+
+    def _via_float32(self, inputs: list) -> bool:
+        """The float16 fast path's condition: X and W float16 (numpy's float16 products have no
+        BLAS; onnxruntime computes these ops in float32 between Casts, as half_via_float says)."""
+        x = inputs[0]
+        return isinstance(x, np.ndarray) and x.dtype is half.F16 and len(inputs) > 1 and isinstance(
+            inputs[1], np.ndarray) and half.applies(x, inputs[1])
 
     def _apply(self, act, x: np.ndarray) -> np.ndarray:
         fn, a, b = act
@@ -96,6 +105,8 @@ class RecurrentKernel(Kernel):
         return np.asarray(fn(x, a, b), dtype=x.dtype)
 
     def compute(self, inputs: list) -> list:
+        if self._via_float32(inputs):
+            return half.via_float32(self.compute, inputs, self.widen)
         inputs = list(inputs) + [None] * (8 - len(inputs))
         x, w, r, b, lens = inputs[:5]
         if self.layout:
@@ -304,6 +315,8 @@ class LSTM(RecurrentKernel):
         return [o * np.asarray(act_h[0](c, act_h[1], act_h[2]), dtype=c.dtype), c]
 
     def compute(self, inputs: list) -> list:
+        if self._via_float32(inputs):
+            return half.via_float32(self.compute, inputs, self.widen)
         if self.default_form:
             x = inputs[0]
             n = len(inputs)

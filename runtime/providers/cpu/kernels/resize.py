@@ -1,10 +1,12 @@
 """Resize (opset 11+): nearest, linear and cubic modes natively, one axis at a time (a gather per
 axis, a lerp for linear, four weighted taps for cubic), in the input's float type. Coordinates
-follow the spec's coordinate transformation modes as onnx.reference maps them, except ``pytorch_half_pixel`` at an output length of 1, which samples 0 by the
-integer output length, as the spec, PyTorch and onnxruntime (onnx.reference takes scale * length
-and samples -0.5). Antialias, tf_crop_and_resize and linear or cubic on integer tensors are
-delegated to onnx.reference. Upsample (opsets 7 and 9) runs on the same
-native path."""
+follow the spec's coordinate transformation modes as onnx.reference maps them, except two, where
+onnxruntime's reading is kept: ``pytorch_half_pixel`` at an output length of 1 samples 0 by the
+integer output length (the spec and PyTorch too; onnx.reference takes scale * length and samples
+-0.5), and ``align_corners`` divides by the integer output length less 1 (onnx.reference and the
+spec's backend cases by scale * length less 1, which differs where that is fractional). Antialias,
+tf_crop_and_resize and linear or cubic on integer tensors are delegated to onnx.reference.
+Upsample (opsets 7 and 9) runs on the same native path."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.nda
     """The input coordinate of each output index along one axis: the spec's formulas for the
     coordinate transformation modes (as onnx.reference's ``_compute_x_ori`` computes them, whose
     import would pull in all of onnx.reference's operators, tens of milliseconds at a process's
-    first Resize). ``length_resized`` is ``scale * in_len``, a float, as there."""
+    first Resize). ``length_resized`` is ``scale * in_len``, a float, as there, except for
+    ``align_corners``, which divides by the integer output length as onnxruntime does."""
     y = np.arange(out_len, dtype=np.float64)
     if mode == "tf_half_pixel_for_nn":
         return (y + 0.5) / scale
@@ -29,9 +32,12 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.nda
         return (y + 0.5) / scale - 0.5
     if mode == "asymmetric":
         return y / scale
-    resized = scale * in_len
     if mode == "align_corners":
-        return np.zeros(out_len) if resized == 1 else y * (in_len - 1) / (resized - 1)
+        # by the integer output length, as onnxruntime (upsamplebase.h's ALIGN_CORNERS mapping gets
+        # the output dim as length_resized): the spec's backend cases take scale * length, which
+        # differs where that is fractional
+        return np.zeros(out_len) if out_len == 1 else y * (in_len - 1) / (out_len - 1)
+    resized = scale * in_len
     if mode == "half_pixel_symmetric":
         offset = in_len / 2 * (1 - out_len / resized)
         return offset + (y + 0.5) / scale - 0.5

@@ -270,13 +270,28 @@ def _axes_tuple(axes) -> tuple:
     return tuple(int(a) for a in axes)
 
 
+def _unsqueeze(x: np.ndarray, axes: tuple) -> np.ndarray:
+    """``np.expand_dims(x, axes)`` as one reshape where the axes are valid (a view: inserting
+    length-1 axes never needs a copy). Shape chains unsqueeze small tensors at every step, and
+    expand_dims' axis normalization was most of such a node's time; invalid axes go to
+    expand_dims, whose error names them."""
+    rank = x.ndim + len(axes)
+    at = sorted(a + rank if a < 0 else a for a in axes)
+    if not at or at[0] < 0 or at[-1] >= rank or len(set(at)) != len(at):
+        return np.expand_dims(x, axes)
+    shape = list(x.shape)
+    for a in at:
+        shape.insert(a, 1)
+    return x.reshape(shape)
+
+
 @register("Unsqueeze", since=1)
 class UnsqueezeAttr(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.axes = _axes_tuple(node.attr("axes", []))
 
     def compute(self, inputs: list) -> list:
-        return [np.expand_dims(inputs[0], self.axes)]
+        return [_unsqueeze(inputs[0], self.axes)]
 
 
 @register("Unsqueeze", since=13)
@@ -284,7 +299,7 @@ class Unsqueeze(_NoAttr):
     host_inputs = frozenset({1})
 
     def compute(self, inputs: list) -> list:
-        return [np.expand_dims(inputs[0], _axes_tuple(inputs[1].tolist()))]
+        return [_unsqueeze(inputs[0], _axes_tuple(inputs[1].tolist()))]
 
 
 def _squeeze(x: np.ndarray, axes) -> np.ndarray:

@@ -1,0 +1,103 @@
+"""Constant nodes become initializers at load, as onnxruntime's graph makes them
+(onnxruntime/core/graph/graph.cc, the Graph constructor: each Constant node's value becomes an
+initializer named for its output, and the node is dropped). Exporters write weights, shapes and
+scalars as Constant nodes (a TorchScript MobileNet has hundreds): as nodes, every later stage of
+the load (shape inference, the graph built, the checks) and the optimizer's folding paid for each
+of them, once per session.
+
+Only well-formed Constants are converted: one output, no input, exactly one value attribute of the
+type it must have, allowed at the model's opset; the rest stay nodes, for the node checks to refuse
+or the Constant kernel to run as before. A Constant whose output is a graph output stays a node (a
+graph output is produced by a node), and so does one whose name an input, an initializer or another
+node already has (the graph checks name that conflict).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import onnx
+from onnx import AttributeProto, TensorProto, helper
+
+#: value attribute -> (attribute type, the ai.onnx opset that introduced it)
+_VALUES = {"value": (AttributeProto.TENSOR, 1), "value_float": (AttributeProto.FLOAT, 12),
+           "value_floats": (AttributeProto.FLOATS, 12), "value_int": (AttributeProto.INT, 12),
+           "value_ints": (AttributeProto.INTS, 12), "value_string": (AttributeProto.STRING, 12),
+           "value_strings": (AttributeProto.STRINGS, 12)}
+
+
+def _as_tensor(attr: AttributeProto, name: str) -> TensorProto:
+    """The tensor a Constant's value attribute stands for, named ``name``."""
+    if attr.type == AttributeProto.TENSOR:
+        t = TensorProto()
+        t.CopyFrom(attr.t)
+        t.name = name
+        return t
+    if attr.type == AttributeProto.FLOAT:
+        return helper.make_tensor(name, TensorProto.FLOAT, [], [attr.f])
+    if attr.type == AttributeProto.FLOATS:
+        return helper.make_tensor(name, TensorProto.FLOAT, [len(attr.floats)], attr.floats)
+    if attr.type == AttributeProto.INT:
+        return helper.make_tensor(name, TensorProto.INT64, [], [attr.i])
+    if attr.type == AttributeProto.INTS:
+        return helper.make_tensor(name, TensorProto.INT64, [len(attr.ints)], attr.ints)
+    if attr.type == AttributeProto.STRING:
+        return helper.make_tensor(name, TensorProto.STRING, [], [attr.s])
+    return helper.make_tensor(name, TensorProto.STRING, [len(attr.strings)], attr.strings)
+
+
+def _convertible(node: onnx.NodeProto, opset: int) -> bool:
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1 \
+            or len(node.output) != 1 or not node.output[0] or len(node.input):
+        return False
+    attr = node.attribute[0]
+    want = _VALUES.get(attr.name)
+    if want is None or attr.type != want[0] or opset < want[1] or attr.ref_attr_name:
+        return False
+    return not (attr.type == AttributeProto.TENSOR and attr.t.data_location == TensorProto.EXTERNAL)
+
+
+def _graphs(graph: onnx.GraphProto):
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == AttributeProto.GRAPH:
+                yield from _graphs(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _graphs(g)
+
+
+def _positions(graph: onnx.GraphProto, opset: int) -> list[int]:
+    candidates = [i for i, n in enumerate(graph.node) if n.op_type == "Constant"]
+    if not candidates:
+        return []
+    outputs = Counter(o for n in graph.node for o in n.output)
+    taken = {o.name for o in graph.output} | {i.name for i in graph.input} | {t.name for t in graph.initializer} \
+        | {t.values.name for t in graph.sparse_initializer}
+    nodes = graph.node
+    return [i for i in candidates
+            if _convertible(nodes[i], opset) and nodes[i].output[0] not in taken and outputs[nodes[i].output[0]] == 1]
+
+
+def constants_to_initializers(proto: onnx.ModelProto, owned: bool) -> onnx.ModelProto:
+    """The model with its Constant nodes (main graph and subgraphs) as initializers; ``proto`` is
+    changed in place if ``owned``, else copied first. Models of IR version < 4, whose initializers
+    are graph inputs too, are left as they are."""
+    if proto.ir_version < 4:
+        return proto
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if not owned:
+        if not any(_positions(g, opset) for g in _graphs(proto.graph)):
+            return proto
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        proto = copy
+    for graph in reversed(list(_graphs(proto.graph))):  # subgraphs before the graphs holding them
+        positions = _positions(graph, opset)
+        for i in positions:
+            node = graph.node[i]
+            graph.initializer.append(_as_tensor(node.attribute[0], node.output[0]))
+        for i in reversed(positions):
+            del graph.node[i]
+    return proto

@@ -1,0 +1,105 @@
+"""Constant nodes become initializers at load (runtime/constant_initializers.py), as onnxruntime's
+graph makes them: every value attribute, in subgraphs too; the ones that must stay nodes stay, and
+the results are onnxruntime's."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+from onnxhal.errors import InvalidGraph
+from onnxhal.runtime.model_loader import load_model
+
+
+def _constants_model() -> onnx.ModelProto:
+    """x + each kind of Constant, a Loop whose body adds a Constant, and a Constant that is a graph
+    output (that one stays a node)."""
+    t = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "ignored")
+    nodes = [
+        helper.make_node("Constant", [], ["c_tensor"], value=t),
+        helper.make_node("Constant", [], ["c_float"], value_float=0.5),
+        helper.make_node("Constant", [], ["c_floats"], value_floats=[1.0, 2.0, 3.0]),
+        helper.make_node("Constant", [], ["c_int"], value_int=2),
+        helper.make_node("Constant", [], ["c_ints"], value_ints=[2, 3]),
+        helper.make_node("Constant", [], ["c_strings"], value_strings=["a", "bc"]),
+        helper.make_node("Constant", [], ["c_out"], value_ints=[7]),
+        helper.make_node("Add", ["x", "c_tensor"], ["a1"]),
+        helper.make_node("Mul", ["a1", "c_float"], ["a2"]),
+        helper.make_node("Add", ["a2", "c_floats"], ["a3"]),
+        helper.make_node("Reshape", ["a3", "c_ints"], ["a4"]),
+        helper.make_node("Cast", ["c_int"], ["trips"], to=TensorProto.INT64),
+        helper.make_node("Constant", [], ["cond"], value=numpy_helper.from_array(np.array(True))),
+        helper.make_node("Loop", ["trips", "cond", "a4"], ["y"], body=_loop_body()),
+        helper.make_node("Identity", ["c_strings"], ["s"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("s", TensorProto.STRING, None),
+                               helper.make_tensor_value_info("c_out", TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _loop_body() -> onnx.GraphProto:
+    nodes = [helper.make_node("Constant", [], ["one"], value_float=1.0),
+             helper.make_node("Add", ["acc_in", "one"], ["acc_out"]),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    return helper.make_graph(nodes, "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                                             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                                             helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, None)],
+                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, None)])
+
+
+def test_constant_nodes_are_initializers_after_load_and_results_match_onnxruntime():
+    model = _constants_model()
+    graph = load_model(model.SerializeToString()).graph
+    constants = [n.outputs[0] for n in graph.nodes if n.op_type == "Constant"]
+    assert constants == ["c_out"]  # a graph output is produced by a node: it stays one
+    for name in ("c_tensor", "c_float", "c_floats", "c_int", "c_ints", "c_strings", "cond"):
+        assert name in graph.initializers, name
+    loop = next(n for n in graph.nodes if n.op_type == "Loop")
+    body = loop.subgraph_list()[0]
+    assert "one" in body.initializers and not [n for n in body.nodes if n.op_type == "Constant"]
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    assert got[1].tolist() == want[1].tolist() and got[2].tolist() == want[2].tolist()
+
+
+def test_the_callers_model_proto_is_not_changed():
+    model = _constants_model()
+    before = model.SerializeToString()
+    onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    assert model.SerializeToString() == before
+
+
+@pytest.mark.parametrize("case,match", [("two_values", "One and only one of the attributes"),
+                                        ("value_float_at_opset_11", "'value_float' is not an attribute of Constant"),
+                                        ("name_taken", "'c' is produced by two nodes")])
+def test_constants_that_cannot_be_initializers_stay_nodes_for_the_checks(case, match):
+    """A Constant with two values, a value_* attribute its opset lacks, or an output another node
+    writes is left a node, and the node and graph checks name it as before (onnxruntime refuses
+    the third too; it runs the first two)."""
+    attrs = {"value_float": 1.0}
+    opset = 17
+    extra = []
+    if case == "two_values":
+        attrs = {"value_float": 1.0, "value_int": 1}
+    elif case == "value_float_at_opset_11":
+        opset = 11
+    else:
+        extra = [helper.make_node("Identity", ["x"], ["c"])]
+    nodes = [helper.make_node("Constant", [], ["c"], **attrs), *extra, helper.make_node("Add", ["x", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    with pytest.raises(InvalidGraph, match=match):
+        onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -144,6 +144,13 @@ def check_inferred(proto: onnx.ModelProto) -> None:
         elif n.op_type == "Conv" and len(n.input) > 1:
             ks = next((list(a.ints) for a in n.attribute if a.name == "kernel_shape"), None)
             w = shapes.get(n.input[1])
+            x = shapes.get(n.input[0])
+            # onnx's inference skips this check where kernel_shape is given; onnxruntime's kernel
+            # refuses it ("X num_dims does not match W num_dims").
+            if x is not None and w is not None and len(x) != len(w):
+                raise InvalidGraph(f"{node_label(n)}{where}: its input {n.input[0]!r} has rank {len(x)} and its "
+                                   f"weight {n.input[1]!r} has shape {w}; W must have X's rank [M, C/group, "
+                                   "kernel...]. Check the order of the Conv's inputs.")
             if ks is None or w is None or len(w) < 2 or None in w[2:]:
                 continue
             if ks != w[2:]:

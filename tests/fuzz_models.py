@@ -615,15 +615,16 @@ class Outcome:
 
 
 def campaign(seed: int, count: int, with_ort: bool = True, hang_seconds: float = 20.0, external: bool = False,
-             progress: Callable[[int], None] | None = None) -> list[Outcome]:
+             progress: Callable[[int], None] | None = None, worker: str = "tests.fuzz_models") -> list[Outcome]:
     """Run mutants ``0..count-1`` of ``seed`` in child processes, restarting the child after a crash
-    or a hang (a mutant that gives no result for ``hang_seconds``)."""
+    or a hang (a mutant that gives no result for ``hang_seconds``). ``worker``: the module whose
+    ``_worker`` runs them (tests/fuzz_bridge.py runs them inside onnxruntime through the bridge)."""
     results: list[Outcome] = []
     start = 0
     folder = tempfile.mkdtemp(prefix="onnxhal-fuzz-") if external else None
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT)
     while start < count:
-        cmd = [sys.executable, "-c", f"from tests.fuzz_models import _worker; _worker({seed}, {start}, {count - start}, "
+        cmd = [sys.executable, "-c", f"from {worker} import _worker; _worker({seed}, {start}, {count - start}, "
                                      f"{with_ort}, {folder!r})"]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=env)
         lines: queue.Queue = queue.Queue()

@@ -36,6 +36,7 @@ from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin import kept_handles
+from onnxhal.ort_plugin.claim_checks import graph_refusal
 from onnxhal.ort_plugin.compute import ComputeAdapter, DeviceMemory, GraphKernelCreateContext, KernelComputeInfo
 from onnxhal.ort_plugin.device_memory import (
     AllocatorAdapter,
@@ -338,6 +339,11 @@ class EpAdapter:
 
     def get_capability(self, args: Any) -> None:
         walk = GraphWalk(self.api, args[0])
+        refused = graph_refusal(walk.graph)
+        if refused is not None:
+            logger.warning("%s claims no node of graph %r: %s (onnxhal's loader refuses such a node; onnxruntime's "
+                           "own EPs take the graph)", self.ep.name, walk.graph.name, refused)
+            return
         support = EpGraphSupportInfo(walk.graph)
         self.ep.get_capability(walk.graph, support)
         # A single node runs through the EP's kernel: presented to onnxruntime as a group of one.

@@ -245,15 +245,20 @@ class DataTransferAdapter:
         dsts = ctypes.cast(args[1], POINTER(c_void_p))
         src = [host_or_device(srcs[i], self.api, f"the source of copy {i}") for i in range(n)]
         dst = [host_or_device(dsts[i], self.api, f"the destination of copy {i}") for i in range(n)]
+        pairs = []
         for i, (s, t) in enumerate(zip(src, dst)):
             if not isinstance(s, DeviceTensor) and not isinstance(t, DeviceTensor):
+                # An empty tensor has no buffer, so it reads as host memory on either side: nothing to copy.
+                if isinstance(s, np.ndarray) and isinstance(t, np.ndarray) and s.size == t.size == 0:
+                    continue
                 raise InvalidArgument(f"copy {i}: neither side is in onnxhal device memory")
-            if isinstance(s, np.ndarray) and not s.flags.c_contiguous:
-                src[i] = np.ascontiguousarray(s)
+            pairs.append((i, np.ascontiguousarray(s) if isinstance(s, np.ndarray) else s, t))
         # onnxruntime's streams (NULL when the EP is not stream aware): the copies are queued on them
         # and onnxruntime's notifications wait for them (streams.py)
         streams = [sync_streams.hal_stream(self.api, w) for w in words(args[2], n)] if args[2] else None
-        self.transfer.copy_tensors(src, dst, streams)
+        if pairs:
+            self.transfer.copy_tensors([s for _, s, _ in pairs], [t for _, _, t in pairs],
+                                       [streams[i] for i, _, _ in pairs] if streams is not None else None)
 
     def release(self) -> None:
         d.objects.pop(self.address, None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
@@ -310,7 +311,7 @@ class PartitionPlanBuilder(GemmLowering):
     def _lower(self, n: Node, epi: Epilogue | None) -> None:
         op = n.op_type
         if op in VIEW_OPS:
-            return self._view(n.outputs[0], n.inputs[0])
+            return self._view(n.outputs[0], n.inputs[0], n)
         if op in ELEMENTWISE_OPS:
             return self._lower_fused([n])
         method = getattr(self, f"_lower_{op}", None)
@@ -326,8 +327,15 @@ class PartitionPlanBuilder(GemmLowering):
             return method(n, epi)
         return method(n)
 
-    def _view(self, out: str, src: str) -> None:
-        self.shape(out)
+    def _view(self, out: str, src: str, node: Node | None = None) -> None:
+        # A view only renames the buffer: shapes whose sizes differ (a Reshape to fewer elements)
+        # would read past or short of it, where the CPU EP refuses them.
+        out_shape, src_shape = self.shape(out), self.shape(src)
+        if prod(out_shape) != prod(src_shape):
+            what = f"{node.op_type} node {node.name!r}" if node is not None else f"view {out!r}"
+            raise InvalidArgument(f"{what}: cannot view {src!r} of shape {list(src_shape)} ({prod(src_shape)} "
+                                  f"elements) as {out!r} of shape {list(out_shape)} ({prod(out_shape)} elements); "
+                                  "the sizes must match")
         src = self.data(src)
         if out not in self.plan.output_names:
             self.plan.aliases[out] = src

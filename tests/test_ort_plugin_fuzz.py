@@ -1,0 +1,109 @@
+"""Hostile models through onnxhal's plugin library inside real onnxruntime (tests/fuzz_bridge.py):
+mutants of tests/fuzz_models.py loaded and run by onnxruntime with a simulated device preferred, in
+child processes with a time limit. No crash, no hang, every error onnxruntime's own refusal or an
+onnxruntime error carrying onnxhal's typed message, every run within the profile's tolerance of
+onnxruntime's CPU EP. ``benchmarks/fuzz_campaign.py --bridge`` runs the long campaigns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from tests import fuzz_bridge as fb  # noqa: E402
+from tests import fuzz_models as fm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+NPU, GPU = "VirtualNpuExecutionProvider", "VirtualGpuExecutionProvider"
+
+
+def run_check(name: str, env: dict | None = None, timeout: float = 240) -> dict:
+    done = subprocess.run([sys.executable, "-m", "tests.ort_bridge_hostile", name], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    assert done.returncode == 0, f"check {name} exited with {done.returncode}:\n{done.stderr[-4000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_fuzzed_models_through_the_bridge():
+    # Seed 34's first 400 mutants: none crashes or hangs onnxruntime alone (each such costs the hang
+    # limit); mutant 144 is the Concat axis of the test below.
+    results = fb.campaign(seed=34, count=400, hang_seconds=60)
+    results += fb.campaign(seed=0, count=len(fm.EXTERNAL_LOCATIONS), hang_seconds=60, external=True)
+    assert len(results) == 400 + len(fm.EXTERNAL_LOCATIONS)
+    bad = fb.findings(results)
+    assert not bad, "crash, hang, untyped error, refusal or wrong or unwarranted run through the bridge:\n" + \
+        "\n".join(f"  mutant {r.index} ({r.seed_model}, {r.mutation}): {r.onnxhal} / {r.onnxruntime}" for r in bad[:10])
+    figures = fb.summary(results)
+    # The slice reaches the bridge: mutants run on the simulated devices, and some fail inside them.
+    assert figures["ran, agreeing with onnxruntime's CPU EP"] >= 50
+    assert figures["refused with onnxhal's message (an onnxhal error)"] >= 1
+
+
+def test_nodes_onnxhals_loader_refuses_are_left_to_onnxruntime():
+    """A Concat axis of -2**62 (fuzz mutant 144 of seed 34) ran on the simulated devices as axis 0;
+    a Conv kernel_shape other than its weight's ran with the weight's; a Conv weight of rank 1 (mutant
+    1514 of seed 35) failed inside the OpenCL EP's lowering. onnxruntime refuses each in its kernels:
+    the simulated EPs leave them to it, so the error is onnxruntime's own."""
+    r = run_check("refused_nodes_left_to_onnxruntime")
+    for model in ("concat_axis", "conv_kernel_shape", "conv_weight_rank"):
+        alone = r[model]["alone"]
+        assert alone is not None
+        for ep in (NPU, GPU):
+            assert list(r[model][ep]["assignment"]) == ["CPUExecutionProvider"], (model, ep, r[model][ep])
+            assert r[model][ep]["error"] == alone, (model, ep)
+
+
+@pytest.mark.parametrize("opencl", ["default", "off"])
+def test_a_reshape_to_another_size_is_refused_not_viewed(opencl):
+    r = run_check("reshape_sizes", {} if opencl == "default" else {"ONNXHAL_OPENCL": "off"})
+    assert "cannot be reshaped" in r["alone"]
+    for ep in (NPU, GPU):
+        assert r[ep]["error"] == r["alone"], r[ep]  # the node is left to onnxruntime's kernel
+    assert r["onnxhal"] is not None and r["onnxhal"].startswith("InvalidArgument") and "21 elements" in r["onnxhal"]
+
+
+def test_empty_tensors_cross_into_device_memory():
+    """onnxruntime gives a tensor of 0 elements no buffer: its copy to the simulated device was
+    refused ("neither side is in onnxhal device memory") where onnxruntime alone runs the model."""
+    r = run_check("empty_tensors")
+    for model in ("plain", "if"):
+        assert GPU in r[model]["assignment"], r[model]["assignment"]
+        assert r[model]["got"] == r[model]["alone"], r[model]
+
+
+def test_classify_error_reads_onnxhals_part_of_the_message():
+    tagged = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ... Status Message: onnxhal OrtNodeComputeInfo::Compute: "
+    assert fb.classify_error(tagged + "InvalidArgument: input 'x' expects float32 [3]", True) == "typed"
+    assert fb.classify_error(tagged + "InvalidArgument: input 'x' expects float32 [3]", False) == "refused"
+    assert fb.classify_error(tagged + "KeyError: 'x'", False) == "untyped"
+    assert fb.classify_error(tagged + "Fail: 'NoneType' object is not subscriptable", True) == "untyped"
+    assert fb.classify_error("[ONNXRuntimeError] : 1 : FAIL : Load model failed", True) == "typed"
+    assert fb.classify_error("[ONNXRuntimeError] : 1 : FAIL : Load model failed", False) == "untyped"
+
+
+def test_onnxhal_refuses_a_conv_weight_of_another_rank_at_load():
+    """Fuzz mutant 1514 of seed 35 (Conv's inputs swapped, a weight of rank 1): onnxhal's CPU EP
+    failed at run with numpy's "not enough values to unpack"; onnxruntime's kernel refuses it ("X
+    num_dims does not match W num_dims"). onnxhal's loader now refuses it, naming the inputs."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    import onnxhal
+    from onnxhal.errors import InvalidGraph
+
+    vi = helper.make_tensor_value_info
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "b", "w"], ["y"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+        "g", [vi("x", TensorProto.FLOAT, [1, 2, 4, 4])], [vi("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("b", TensorProto.FLOAT, [3], np.ones(3, np.float32)),
+         helper.make_tensor("w", TensorProto.FLOAT, [3, 2, 3, 3], np.ones(54, np.float32))]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    with pytest.raises(InvalidGraph, match=r"Conv node 'conv': its input 'x' has rank 4 and its weight 'b' has shape \[3\]"):
+        onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

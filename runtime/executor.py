@@ -157,7 +157,8 @@ class ExecutionPlan:
         for name, arr in graph.initializers.items():
             if name not in home:
                 home[name] = HOST_MEMORY_DEVICE
-                template[slot(name, HOST_MEMORY_DEVICE)] = arr
+            # a fed initializer (an overridable one) holds its default until a feed replaces it
+            template[slot(name, HOST_MEMORY_DEVICE)] = arr
         # Feeds may be needed on other devices too: they are copied there at feed time.
         self._feed_targets: dict[str, list[tuple[OrtMemoryDevice, int]]] = {n: [] for n in feed_names}
 
@@ -173,6 +174,8 @@ class ExecutionPlan:
             s = slot(name, dev)
             if name in self._feed_targets:
                 self._feed_targets[name].append((dev, s))
+                if name in graph.initializers:  # an overridable initializer's default, there too
+                    template[s] = memory.transfer(template[slots[(name, src)]], dev, None)
             elif name in graph.initializers:
                 # Initializers are placed on their device once, at session creation.
                 template[s] = memory.transfer(template[slots[(name, src)]], dev, None)
@@ -223,7 +226,9 @@ class ExecutionPlan:
         self._output_slot_set = set(self.output_slots)
         # The generated run functions compute shape values once per input shape (runtime/shape_memo.py);
         # the profiled run (``_run_checked``) runs every step.
-        memo = memo_steps(self.steps, template, self.output_slots, _CPU_EP, _memo_step)
+        fed = set(self.feed_slots)  # an overridable initializer's default is not a constant
+        memo = memo_steps(self.steps, [None if i in fed else v for i, v in enumerate(template)],
+                          self.output_slots, _CPU_EP, _memo_step)
         fast_steps = self.steps if memo is None else _add_frees(memo, keep, template)
         self._fast, self._fast_fns, self._line_to_step = _compile_straight_line(fast_steps, self.output_slots, False)
         # The variant that checks RunOptions.terminate between steps is compiled at the first run

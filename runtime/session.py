@@ -29,6 +29,7 @@ from onnxhal.runtime.executor import ExecutionPlan, Terminated
 from onnxhal.runtime.graph_capture import check_run_api, replay_if_captured, run_until_captured
 from onnxhal.runtime.input_checks import FeedChecker
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, check_log_severity, log_scope
+from onnxhal.runtime.lora_adapters import feeds_with_adapters
 from onnxhal.runtime.memory_context import MemoryContext
 from onnxhal.runtime.model_overrides import override_initializers
 from onnxhal.runtime.partitioner import FusedGroup, PartitionResult
@@ -346,6 +347,8 @@ class InferenceSession:
         if not self._outputs:  # as onnxruntime: a run computes outputs, and there are none to compute
             raise InvalidArgument("At least one output should be requested: the model's graph declares no outputs. "
                                   "Add the values you want to its graph outputs.")
+        if run_options is not None and run_options.active_adapters:
+            input_feed = feeds_with_adapters(input_feed, run_options.active_adapters, self._input_infos)
         feeds = self._feed_checker().check(input_feed)
         if run_options is not None and run_options.terminate:
             raise Terminated("Exiting due to terminate flag being set to true: RunOptions.terminate is set. "

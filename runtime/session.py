@@ -667,10 +667,12 @@ class InferenceSession:
 
 def _owned(outputs: list, feeds: Mapping[str, Any]) -> list:
     """The outputs as onnxruntime hands them over: arrays of the caller's own. A model constant
-    passed through (read-only here, where kernels share the session's weights) or a view of a feed
-    (Identity, Reshape of an input) is copied; everything else is returned as computed, no copy.
+    passed through (read-only here, where kernels share the session's weights), a view of a feed
+    (Identity, Reshape of an input) or an output sharing memory with an earlier one (Identity of an
+    output, the same value listed twice) is copied; everything else is returned as computed, no copy.
     ``outputs`` is the caller's fresh list, changed in place."""
     fed = None
+    roots: dict[int, list] = {}  # id of the array owning the memory -> the outputs using it
     for i, v in enumerate(outputs):
         if v.__class__ is not np.ndarray and not isinstance(v, np.ndarray):
             continue
@@ -682,11 +684,27 @@ def _owned(outputs: list, feeds: Mapping[str, Any]) -> list:
         if v.base is None:  # owns its memory: shares it with no feed unless it is one
             for f in fed:
                 if v is f:
-                    outputs[i] = v.copy()
+                    v = outputs[i] = v.copy()
                     break
+            if id(v) in roots:  # an earlier output is this array or a view of it
+                v = outputs[i] = v.copy()
+            roots[id(v)] = [v]
             continue
         if any(np.may_share_memory(v, f) for f in fed):
-            outputs[i] = v.copy()
+            v = outputs[i] = v.copy()
+            roots[id(v)] = [v]
+            continue
+        root = v.base
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        users = roots.get(id(root))
+        if users is None:
+            roots[id(root)] = [v]
+        elif any(np.may_share_memory(v, u) for u in users):
+            v = outputs[i] = v.copy()
+            roots[id(v)] = [v]
+        else:
+            users.append(v)
     return outputs
 
 

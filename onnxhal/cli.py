@@ -103,6 +103,17 @@ def _session_options(args: argparse.Namespace) -> tuple[onnxhal.SessionOptions, 
     return so, providers
 
 
+def policy_note(args: argparse.Namespace) -> str | None:
+    """A line for ``--policy PREFER_NPU`` (or ``PREFER_GPU``) where no EP device of that type exists:
+    the policy then quietly gives the model to the CPU EP, as onnxruntime's does."""
+    policy = getattr(args, "policy", None)
+    kind = {"PREFER_NPU": "NPU", "PREFER_GPU": "GPU"}.get(getattr(policy, "name", ""))
+    if kind is None or any(d.device.type.name == kind for d in onnxhal.get_ep_devices()):
+        return None
+    return (f"note: {policy.name} found no {kind} EP device here, so the CPU EP runs the model; "
+            f"ONNXHAL_SIMULATE=generic-{kind.lower()} simulates one")
+
+
 def random_inputs(sess: onnxhal.InferenceSession, seed: int = 0, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """Random feeds for every input (``onnxhal/random_feeds.py``): integer inputs that index a table
     stay within its rows; symbolic dimensions take ``dims``' sizes, else 1."""
@@ -191,6 +202,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
     check_dims(dim_sizes(args), args.model)
+    note = policy_note(args)
+    if note:
+        print(f"onnxhal: {note}", file=sys.stderr)
     # What was asked for: the --ep names, or the devices the policy chose (before any fallback).
     requested = list(providers) if providers else sess.get_providers()
     feeds, fed = feeds_for(sess, args, dim_sizes(args))
@@ -211,7 +225,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_partition(sess, args.model)
         print_outputs(names, outs, sess)
         if times:
-            print(f"latency over {len(times)} runs: median {statistics.median(times):.3f} ms, min {min(times):.3f} ms")
+            runs = f"{len(times)} run" + ("s" if len(times) != 1 else "")
+            print(f"latency over {runs}: median {statistics.median(times):.3f} ms, min {min(times):.3f} ms")
         if args.explain:
             from onnxhal.cli_matrix import print_explain
 
@@ -226,6 +241,9 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
+    note = policy_note(args)
+    if note:
+        print(f"onnxhal: {note}", file=sys.stderr)
     print_partition(sess, args.model)
     if args.svg:
         from onnxhal.partition_svg import partition_svg, svg_to_png

@@ -69,6 +69,9 @@ def test_read_parameters_view_the_file_bytes(tmp_path):
     assert np.shares_memory(first, fmt.get_parameters()["w"].numpy())  # no copy per call, as onnxruntime's views
 
 
+W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+
+
 def _lora_model() -> bytes:
     """y = x @ W + (x @ A) @ B: W a plain initializer, A and B overridable (graph inputs with zero
     defaults), the layout onnxruntime's LoRA adapters are made for."""
@@ -78,7 +81,7 @@ def _lora_model() -> bytes:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     nodes = [helper.make_node("MatMul", ["x", "W"], ["base"]), helper.make_node("MatMul", ["x", "A"], ["xa"]),
              helper.make_node("MatMul", ["xa", "B"], ["delta"]), helper.make_node("Add", ["base", "delta"], ["y"])]
-    inits = [numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), "W"),
+    inits = [numpy_helper.from_array(W, "W"),
              numpy_helper.from_array(np.zeros((4, 2), np.float32), "A"),
              numpy_helper.from_array(np.zeros((2, 3), np.float32), "B")]
     model = helper.make_model(helper.make_graph(nodes, "lora", [x, a, b], [y], inits),
@@ -238,3 +241,25 @@ def test_run_with_iobinding_and_ort_values_apply_the_adapter(tmp_path):
     np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], want)
     got = sess.run_with_ort_values(None, {"x": onnxhal.OrtValue.ortvalue_from_numpy(x)}, opts)[0].numpy()
     np.testing.assert_array_equal(got, want)
+
+
+def test_active_adapter_on_simulated_devices_matches_the_cpu_ep(tmp_path):
+    """The adapter's parameters reach the partitions of an NPU (fp16) and a GPU as feeds."""
+    from onnxhal.simulators.testing import simulated_devices
+
+    path = tmp_path / "a.onnx_adapter"
+    a, b = RNG.standard_normal((4, 2)).astype(np.float32), RNG.standard_normal((2, 3)).astype(np.float32)
+    _export(onnxhal, path, {"A": a, "B": b})
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    opts = onnxhal.RunOptions()
+    opts.add_active_adapter(_adapter(onnxhal, path))
+    want = onnxhal.InferenceSession(_lora_model()).run(None, {"x": x}, opts)[0]
+    np.testing.assert_allclose(want, x @ W + x @ a @ b, rtol=1e-5, atol=1e-5)  # y = x W + x A B
+    with simulated_devices("generic-npu,generic-gpu") as devices:
+        for device in devices:
+            so = onnxhal.SessionOptions()
+            so.add_provider_for_devices([device], {})
+            sess = onnxhal.InferenceSession(_lora_model(), so)
+            assert sess.partition_summary == {device.ep_name: 4}
+            got = sess.run(None, {"x": x}, opts)[0]
+            np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max(), err_msg=device.ep_name)

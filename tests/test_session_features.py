@@ -348,3 +348,21 @@ def test_outputs_are_the_kernels_results_without_a_copy():
         r, same, view, n_view = s.run(None, {"x": x})
         assert isinstance(n_view.base, np.ndarray) and not n_view.flags.owndata
         assert not np.shares_memory(n_view, r) and not np.shares_memory(same, r) and not np.shares_memory(view, r)
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_outputs_computed_once_per_shape_are_safe_to_mutate(lib):
+    """Shape values are computed once per input shape and kept (runtime/shape_memo.py) and a
+    constant is folded at creation: editing such an output leaves the next run's unchanged."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Add", ["shape", "one"], ["grown"]),
+             helper.make_node("Add", ["one", "one"], ["two"])]
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "one")]
+    model = make(nodes, [vi("x", ["n", 3])], [vi("shape", None, TensorProto.INT64), vi("grown", None, TensorProto.INT64),
+                                               vi("two", None, TensorProto.INT64)], inits).SerializeToString()
+    s = session(lib, model)
+    x = np.zeros((2, 3), np.float32)
+    for _ in range(3):
+        outs = s.run(None, {"x": x})
+        assert [o.tolist() for o in outs] == [[2, 3], [3, 4], [2]]
+        for o in outs:
+            o[...] = -1

@@ -33,6 +33,7 @@ _LAZY.update({name: "onnxhal.runtime.compatibility" for name in (
     "get_compatibility_info_from_model", "get_compatibility_info_from_model_bytes",
     "get_hardware_device_ep_incompatibility_details", "get_model_compatibility_for_ep_devices")})
 _LAZY["OrtValueVector"] = "onnxhal.runtime.ortvalue_vector"
+_LAZY.update({name: "onnxhal.runtime.lora_adapters" for name in ("AdapterFormat", "LoraAdapter")})
 _LAZY["SparseTensor"] = "onnxhal.runtime.sparse_tensor"
 _LAZY.update({name: "onnxhal.runtime.env_allocators" for name in (
     "create_and_register_allocator", "create_and_register_allocator_v2")})

@@ -1,18 +1,24 @@
-"""The ``onnxhal`` command: devices, run, partition, demo."""
+"""The ``onnxhal`` command: devices, run, partition, demo.
+
+This module imports only the standard library and the light ``onnxhal`` package at its top: numpy,
+onnx and the runtime load inside ``main``, so that Ctrl-C while they load (most of a second) ends
+as it does later, with one line and exit 130."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 import onnxhal
-from onnxhal.hal.errors import OrtError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: Exit status of ``run`` and ``matrix`` when a requested device did not run what it claimed (its
 #: compile failed, or a run fell back to the CPU EP); 1 is ``matrix``'s result beyond tolerance, 2 a
@@ -53,6 +59,8 @@ def environment_help() -> str:
 
 def load_inputs(path: str) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file (``np.savez``), by input name."""
+    import numpy as np
+
     from onnxhal.hal.errors import InvalidArgument
 
     try:
@@ -93,6 +101,17 @@ def _session_options(args: argparse.Namespace) -> tuple[onnxhal.SessionOptions, 
     elif getattr(args, "policy", None) is not None:
         so.set_provider_selection_policy(args.policy)
     return so, providers
+
+
+def policy_note(args: argparse.Namespace) -> str | None:
+    """A line for ``--policy PREFER_NPU`` (or ``PREFER_GPU``) where no EP device of that type exists:
+    the policy then quietly gives the model to the CPU EP, as onnxruntime's does."""
+    policy = getattr(args, "policy", None)
+    kind = {"PREFER_NPU": "NPU", "PREFER_GPU": "GPU"}.get(getattr(policy, "name", ""))
+    if kind is None or any(d.device.type.name == kind for d in onnxhal.get_ep_devices()):
+        return None
+    return (f"note: {policy.name} found no {kind} EP device here, so the CPU EP runs the model; "
+            f"ONNXHAL_SIMULATE=generic-{kind.lower()} simulates one")
 
 
 def random_inputs(sess: onnxhal.InferenceSession, seed: int = 0, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
@@ -183,6 +202,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
     check_dims(dim_sizes(args), args.model)
+    note = policy_note(args)
+    if note:
+        print(f"onnxhal: {note}", file=sys.stderr)
     # What was asked for: the --ep names, or the devices the policy chose (before any fallback).
     requested = list(providers) if providers else sess.get_providers()
     feeds, fed = feeds_for(sess, args, dim_sizes(args))
@@ -195,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print(json.dumps({"model": args.model, "inputs": fed, "partition": partition_report(sess, args.model),
                           "outputs": [output_summary(n, o) for n, o in zip(names, outs)],
-                          "latency_ms": {"runs": len(times), "median": float(np.median(times)) if times else None,
+                          "latency_ms": {"runs": len(times), "median": float(statistics.median(times)) if times else None,
                                          "min": min(times) if times else None, "all": times},
                           "simulated_cost": explain_rows(sess) if args.explain else None,
                           "device_failures": failures}, indent=2))
@@ -203,7 +225,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_partition(sess, args.model)
         print_outputs(names, outs, sess)
         if times:
-            print(f"latency over {len(times)} runs: median {np.median(times):.3f} ms, min {min(times):.3f} ms")
+            runs = f"{len(times)} run" + ("s" if len(times) != 1 else "")
+            print(f"latency over {runs}: median {statistics.median(times):.3f} ms, min {min(times):.3f} ms")
         if args.explain:
             from onnxhal.cli_matrix import print_explain
 
@@ -218,6 +241,9 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
     so, providers = _session_options(args)
     sess = onnxhal.InferenceSession(args.model, so, providers=providers)
+    note = policy_note(args)
+    if note:
+        print(f"onnxhal: {note}", file=sys.stderr)
     print_partition(sess, args.model)
     if args.plan:
         print(sess.plan.explain())
@@ -313,17 +339,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return args.fn(args)
-    except OrtError as e:
-        print(f"onnxhal: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return quiet_broken_pipe()
-    except OSError as e:  # a model, inputs or output file that cannot be read or written
-        print(f"onnxhal: {e.strerror or e}: {e.filename!r}" if e.filename else f"onnxhal: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, and the status of a program that SIGINT ended (128 + 2)
         print("onnxhal: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        if _is_ort_error(e):
+            print(f"onnxhal: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, BrokenPipeError):
+            return quiet_broken_pipe()
+        if isinstance(e, OSError):  # a model, inputs or output file that cannot be read or written
+            print(f"onnxhal: {e.strerror or e}: {e.filename!r}" if e.filename else f"onnxhal: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _is_ort_error(e: BaseException) -> bool:
+    """Whether ``e`` is a typed onnxhal error, without importing the errors module (and onnx) when
+    nothing has: an OrtError can only come from code that imported it."""
+    errors = sys.modules.get("onnxhal.hal.errors")
+    return errors is not None and isinstance(e, errors.OrtError)
 
 
 def quiet_broken_pipe() -> int:

@@ -261,6 +261,12 @@ def print_opencl(report: dict) -> None:
         for d in report["devices"]:  # a compiler's message is read whole, not cut into a narrow column
             if d["state"] != "usable":
                 console.print(f"{d['index']} {d['device']}: failed probe: {d['reason']}", soft_wrap=True, markup=False)
+        if any(d["state"] == "usable" for d in report["devices"]):
+            # The OpenCL EP is built in but not an EP device until used: say how to use it.
+            hint = "" if os.environ.get("ONNXHAL_SIMULATE") else \
+                " (ONNXHAL_SIMULATE=generic-npu,generic-gpu adds simulated devices)"
+            console.print("The OpenCL EP runs on the first usable one with no registration: onnxhal run MODEL --ep "
+                          f"OpenCLExecutionProvider{hint}", soft_wrap=True, markup=False)
     elif report["switch"]:
         console.print(f"OpenCL devices: none listed ({report['switch']})")
     else:

@@ -156,7 +156,8 @@ class ExecutionPlan:
         for name, arr in graph.initializers.items():
             if name not in home:
                 home[name] = HOST_MEMORY_DEVICE
-                template[slot(name, HOST_MEMORY_DEVICE)] = arr
+            # a fed initializer (an overridable one) holds its default until a feed replaces it
+            template[slot(name, HOST_MEMORY_DEVICE)] = arr
         # Feeds may be needed on other devices too: they are copied there at feed time.
         self._feed_targets: dict[str, list[tuple[OrtMemoryDevice, int]]] = {n: [] for n in feed_names}
 
@@ -172,6 +173,8 @@ class ExecutionPlan:
             s = slot(name, dev)
             if name in self._feed_targets:
                 self._feed_targets[name].append((dev, s))
+                if name in graph.initializers:  # an overridable initializer's default, there too
+                    template[s] = memory.transfer(template[slots[(name, src)]], dev, None)
             elif name in graph.initializers:
                 # Initializers are placed on their device once, at session creation.
                 template[s] = memory.transfer(template[slots[(name, src)]], dev, None)
@@ -224,7 +227,9 @@ class ExecutionPlan:
         self._output_slot_set = set(self.output_slots)
         # The generated run function computes shape values once per input shape (runtime/shape_memo.py);
         # the interpreted run (under a profiler) runs every step.
-        memo = memo_steps(self.steps, template, self.output_slots, _CPU_EP, _memo_step)
+        fed = set(self.feed_slots)  # an overridable initializer's default is not a constant
+        memo = memo_steps(self.steps, [None if i in fed else v for i, v in enumerate(template)],
+                          self.output_slots, _CPU_EP, _memo_step)
         #: the steps the generated function runs (shape values memoised per input shape)
         self.generated_steps = self.steps if memo is None else _add_frees(memo, keep, template)
         self.generated = generate(self.generated_steps, self.output_slots, False)

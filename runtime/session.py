@@ -29,6 +29,7 @@ from onnxhal.runtime.executor import ExecutionPlan, Terminated
 from onnxhal.runtime.graph_capture import check_run_api, replay_if_captured
 from onnxhal.runtime.input_checks import FeedChecker
 from onnxhal.runtime.log_scope import DEFAULT_SEVERITY, check_log_severity, log_scope
+from onnxhal.runtime.lora_adapters import feeds_with_adapters
 from onnxhal.runtime.memory_context import MemoryContext
 from onnxhal.runtime.model_overrides import override_initializers
 from onnxhal.runtime.partitioner import FusedGroup, PartitionResult
@@ -342,6 +343,8 @@ class InferenceSession:
         if not self._outputs:  # as onnxruntime: a run computes outputs, and there are none to compute
             raise InvalidArgument("At least one output should be requested: the model's graph declares no outputs. "
                                   "Add the values you want to its graph outputs.")
+        if run_options is not None and run_options.active_adapters:
+            input_feed = feeds_with_adapters(input_feed, run_options.active_adapters, self._input_infos)
         checker = self.__dict__.get("_checker")
         if checker is None or checker.infos is not self._input_infos or checker.required is not self._required_inputs:
             checker = self._feed_checker()
@@ -598,11 +601,13 @@ class InferenceSession:
 
 def _owned(outputs: list, feeds: Mapping[str, Any], to_host: bool = True) -> list:
     """The outputs as onnxruntime hands them over: arrays of the caller's own. A model constant
-    passed through (read-only here, where kernels share the session's weights) or a view of a feed
-    (Identity, Reshape of an input) is copied; everything else is returned as computed, no copy.
+    passed through (read-only here, where kernels share the session's weights), a view of a feed
+    (Identity, Reshape of an input) or an output sharing memory with an earlier one (Identity of an
+    output, the same value listed twice) is copied; everything else is returned as computed, no copy.
     ``to_host``: a tensor left in device memory comes back as a host array. ``outputs`` is the
     caller's fresh list, changed in place."""
     fed = None
+    roots: dict[int, list] = {}  # id of the array owning the memory -> the outputs using it
     for i, v in enumerate(outputs):
         if v.__class__ is not np.ndarray and not isinstance(v, np.ndarray):
             if to_host:
@@ -616,11 +621,27 @@ def _owned(outputs: list, feeds: Mapping[str, Any], to_host: bool = True) -> lis
         if v.base is None:  # owns its memory: shares it with no feed unless it is one
             for f in fed:
                 if v is f:
-                    outputs[i] = v.copy()
+                    v = outputs[i] = v.copy()
                     break
+            if id(v) in roots:  # an earlier output is this array or a view of it
+                v = outputs[i] = v.copy()
+            roots[id(v)] = [v]
             continue
         if any(np.may_share_memory(v, f) for f in fed):
-            outputs[i] = v.copy()
+            v = outputs[i] = v.copy()
+            roots[id(v)] = [v]
+            continue
+        root = v.base
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        users = roots.get(id(root))
+        if users is None:
+            roots[id(root)] = [v]
+        elif any(np.may_share_memory(v, u) for u in users):
+            v = outputs[i] = v.copy()
+            roots[id(v)] = [v]
+        else:
+            users.append(v)
     return outputs
 
 

@@ -151,7 +151,9 @@ def plan(graph: Graph, eps: Mapping[str, Ep], compiled: Mapping[Node, tuple[Any,
     """The run plan: a kernel per single node (``Ep.create_kernel``), compute infos for fused nodes,
     copies where values cross memory devices, memory reuse."""
     builder = ExecutionPlanBuilder(eps, {id(n): i for n, i in compiled.items()}, memory)
-    return builder.build(graph), builder.kernels
+    # Overridable initializers are feeds too: a run may replace them (a LoRA adapter does).
+    overridable = [v.name for v in graph.overridable if v.name not in graph.input_names]
+    return builder.build(graph, graph.input_names + overridable), builder.kernels
 
 
 @dataclass(frozen=True)

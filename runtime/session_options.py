@@ -374,6 +374,7 @@ class RunOptions:
         self.only_execute_path_to_fetches = False
         self.logid = ""
         self._config: dict[str, str] = {}
+        self._adapters: list = []
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._config[key] = _checked_entry("run", key, value)
@@ -383,6 +384,21 @@ class RunOptions:
             raise RuntimeInvalidArgument(f"RunOptions does not have configuration with key: {key}. Set it with "
                                          "add_run_config_entry first.")
         return self._config[key]
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        """Activate a ``LoraAdapter`` for the runs with these options: its parameters replace the
+        model inputs or overridable initializers of the same names (see lora_adapters.py)."""
+        from onnxhal.runtime.lora_adapters import LoraAdapter
+
+        if not isinstance(adapter, LoraAdapter):
+            raise InvalidArgument(f"add_active_adapter expects an onnxhal.LoraAdapter, got {type(adapter).__name__}; "
+                                  "load one with adapter = onnxhal.LoraAdapter(); adapter.Load(path)")
+        self._adapters.append(adapter)
+
+    @property
+    def active_adapters(self) -> tuple:
+        """The ``LoraAdapter``s activated with ``add_active_adapter``, in order."""
+        return tuple(self._adapters)
 
     def config(self, key: str, default: str = "") -> str:
         """A run config entry, or ``default`` when it is not set."""

@@ -1,7 +1,10 @@
-"""The code blocks marked runnable in README.md and docs/*.md run as they are written.
+"""Every ``bash`` and ``python`` code block in README.md and docs/*.md runs as it is written, unless
+it says why not.
 
-A marker is an HTML comment on the line before a fenced ``bash`` or ``python`` block:
-``<!-- runnable -->``, optionally followed by ``: `` and space-separated words: ``KEY=VALUE`` (an
+Each such block carries an HTML comment on the line before it: ``<!-- not-run: reason -->`` for a
+block that cannot run as pasted (a placeholder for the reader's own application or files, a system
+install, a signature), or ``<!-- runnable -->``, optionally followed by ``: `` and space-separated
+words: ``KEY=VALUE`` (an
 environment variable for this block), ``needs-opencl`` (skipped, with the probe's verdict, where no
 OpenCL device works), ``file=PATH`` (write the block to PATH instead of running it, for a later
 block to use). The blocks of one file run in order in one scratch folder that holds ``model.onnx``
@@ -75,6 +78,23 @@ def _run(s: Snippet, cwd: Path) -> None:
 
 
 MARKED = [p for p in DOCS if snippets(p)]
+_FENCE = re.compile(r"^```(?P<lang>[\w+-]*)[^\n]*\n.*?^```", re.M | re.S)
+_NOT_RUN = re.compile(r"^<!-- not-run: \S.*-->$")
+_SHELL_OR_PYTHON = {"bash", "sh", "shell", "console", "python", "py", "python3", "pycon"}
+
+
+def test_every_bash_and_python_block_runs_or_says_why_not():
+    """A new block is run by the test above unless its marker says why it cannot be."""
+    unmarked = []
+    for path in DOCS:
+        text = path.read_text()
+        for m in _FENCE.finditer(text):
+            if m["lang"] not in _SHELL_OR_PYTHON:
+                continue
+            before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            if not (before.startswith("<!-- runnable") or _NOT_RUN.match(before)):
+                unmarked.append(f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}")
+    assert not unmarked, "blocks with neither <!-- runnable --> nor <!-- not-run: reason -->: " + ", ".join(unmarked)
 
 
 @pytest.mark.parametrize("path", MARKED, ids=[str(p.relative_to(ROOT)) for p in MARKED])
@@ -99,7 +119,7 @@ def test_the_documents_mark_their_snippets():
     names = {p.relative_to(ROOT).as_posix() for p in MARKED}
     assert {"README.md", "docs/ci-simulation.md", "docs/devices.md", "docs/memory.md", "docs/opencl.md",
             "docs/simulators.md"} <= names
-    assert sum(len(snippets(p)) for p in MARKED) >= 9
+    assert sum(len(snippets(p)) for p in MARKED) >= 12
 
 
 def test_no_document_installs_a_package_that_is_not_on_the_index():

@@ -18,8 +18,6 @@ ort = pytest.importorskip("onnxruntime")
 
 # onnxruntime names onnxhal does not offer, and why (docs/api-parity.md has the full table).
 DECLINED = {
-    "AdapterFormat": "LoRA adapters: onnxruntime's own flatbuffers format, for its own kernels",
-    "LoraAdapter": "LoRA adapters: as AdapterFormat",
     "ModelPackage": "model packages: an onnxruntime 1.32 preview format",
     "ModelPackageComponentContext": "model packages",
     "ModelPackageContext": "model packages",
@@ -45,7 +43,6 @@ def test_every_onnxruntime_name_is_offered_or_declined():
 
 
 DECLINED_MEMBERS = {
-    "RunOptions.add_active_adapter": "LoRA adapters, as LoraAdapter",
     "SessionOptions.register_custom_ops_library": "loads compiled custom-op libraries, which Python cannot run",
 }
 

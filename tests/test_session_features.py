@@ -311,3 +311,58 @@ def test_outputs_are_writable_and_never_alias_the_feeds_as_onnxruntime(lib, kind
     copied = binding.copy_outputs_to_cpu()[0]
     copied[...] = 9
     assert not (out.numpy() == 9).any()  # copy_outputs_to_cpu hands over copies
+
+
+def aliased_outputs() -> bytes:
+    """Outputs r = Relu(x), Identity(r), Reshape(r) (a view of r) and Reshape(Neg(x)) (a view of a value
+    that is no output)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["same"]),
+             helper.make_node("Reshape", ["r", "s"], ["view"]), helper.make_node("Neg", ["x"], ["n"]),
+             helper.make_node("Reshape", ["n", "s"], ["n_view"])]
+    inits = [numpy_helper.from_array(np.array([3, 1], np.int64), "s")]
+    return make(nodes, [vi("x", [3])], [vi("r", None), vi("same", None), vi("view", None), vi("n_view", None)],
+                inits).SerializeToString()
+
+
+@pytest.mark.parametrize("run_options", [False, True], ids=["plain", "run-options"])
+@pytest.mark.parametrize("lib", LIBS)
+def test_outputs_never_alias_each_other_as_onnxruntime(lib, run_options):
+    s = session(lib, aliased_outputs())
+    x = np.array([-1.0, 2.0, 3.0], np.float32)
+    opts = lib.RunOptions() if run_options else None
+    for _ in range(2):  # the first run and the fast path of later ones
+        r, same, view, n_view = s.run(None, {"x": x}, opts)
+        r[...] = 7
+        np.testing.assert_array_equal(same, [0, 2, 3])
+        np.testing.assert_array_equal(view.ravel(), [0, 2, 3])
+        n_view[...] = 7
+        np.testing.assert_array_equal(s.run(None, {"x": x}, opts)[3].ravel(), [1, -2, -3])
+
+
+def test_outputs_are_the_kernels_results_without_a_copy():
+    """An output that aliases nothing the caller or the session keeps is handed over as the kernel
+    computed it: Reshape's result is a view of Neg's, and stays one (a copy would own its memory)."""
+    s = onnxhal.InferenceSession(aliased_outputs())
+    x = np.array([-1.0, 2.0, 3.0], np.float32)
+    for _ in range(2):
+        r, same, view, n_view = s.run(None, {"x": x})
+        assert isinstance(n_view.base, np.ndarray) and not n_view.flags.owndata
+        assert not np.shares_memory(n_view, r) and not np.shares_memory(same, r) and not np.shares_memory(view, r)
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_outputs_computed_once_per_shape_are_safe_to_mutate(lib):
+    """Shape values are computed once per input shape and kept (runtime/shape_memo.py) and a
+    constant is folded at creation: editing such an output leaves the next run's unchanged."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Add", ["shape", "one"], ["grown"]),
+             helper.make_node("Add", ["one", "one"], ["two"])]
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "one")]
+    model = make(nodes, [vi("x", ["n", 3])], [vi("shape", None, TensorProto.INT64), vi("grown", None, TensorProto.INT64),
+                                               vi("two", None, TensorProto.INT64)], inits).SerializeToString()
+    s = session(lib, model)
+    x = np.zeros((2, 3), np.float32)
+    for _ in range(3):
+        outs = s.run(None, {"x": x})
+        assert [o.tolist() for o in outs] == [[2, 3], [3, 4], [2]]
+        for o in outs:
+            o[...] = -1

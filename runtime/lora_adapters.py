@@ -147,12 +147,11 @@ class _Writer:
         """Pad so that ``extra`` bytes from now the position is a multiple of ``to``."""
         self.buf.extend(b"\0" * (-(len(self.buf) + extra) % to))
 
-    def table(self, fields: list[str]) -> tuple[int, list[int]]:
-        """A table of 4-byte fields ("i": int32 written later, "r": reference patched later):
+    def table(self, n: int) -> tuple[int, list[int]]:
+        """A table of ``n`` 4-byte fields (int32s and references, filled in later):
         (table position, field positions)."""
         self.align(4)
         vtable = len(self.buf)
-        n = len(fields)
         self.buf += struct.pack(f"<HH{n}H", 4 + 2 * n, 4 + 4 * n, *(4 + 4 * i for i in range(n)))
         self.align(4)
         table = len(self.buf)
@@ -175,7 +174,7 @@ class _Writer:
 def _serialize(adapter_version: int, model_version: int, params: Mapping[str, np.ndarray]) -> bytes:
     w = _Writer()
     w.buf += b"\0\0\0\0" + _IDENTIFIER
-    root, (fmt, adapter, model, plist) = w.table(["i", "i", "i", "r"])
+    root, (fmt, adapter, model, plist) = w.table(4)  # format, adapter and model versions, parameters
     struct.pack_into("<I", w.buf, 0, root)
     w.set_int(fmt, FORMAT_VERSION)
     w.set_int(adapter, adapter_version)
@@ -186,7 +185,7 @@ def _serialize(adapter_version: int, model_version: int, params: Mapping[str, np
     slots = len(w.buf)
     w.buf += b"\0" * (4 * len(params))
     for i, (name, arr) in enumerate(params.items()):
-        table, (name_ref, dims_ref, type_ref, data_ref) = w.table(["r", "r", "i", "r"])
+        table, (name_ref, dims_ref, type_ref, data_ref) = w.table(4)  # name, dims, data_type, raw_data
         struct.pack_into("<I", w.buf, slots + 4 * i, table - (slots + 4 * i))
         encoded = name.encode("utf-8")
         w.vector(name_ref, encoded, len(encoded), terminator=b"\0")

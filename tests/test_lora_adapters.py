@@ -263,3 +263,15 @@ def test_active_adapter_on_simulated_devices_matches_the_cpu_ep(tmp_path):
             assert sess.partition_summary == {device.ep_name: 4}
             got = sess.run(None, {"x": x}, opts)[0]
             np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max(), err_msg=device.ep_name)
+
+
+@pytest.mark.parametrize("elem", [TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2])
+def test_low_precision_parameters_round_trip(tmp_path, elem):
+    path = tmp_path / "a.onnx_adapter"
+    values = np.array([[1.5, -2.0, 0.25]], np.float32).astype(helper.tensor_dtype_to_np_dtype(elem))
+    _export(onnxhal, path, {"p": values})
+    theirs = ort.AdapterFormat.read_adapter(str(path)).get_parameters()["p"]
+    assert theirs.element_type() == elem and theirs.shape() == [1, 3]
+    ours = onnxhal.AdapterFormat.read_adapter(path).get_parameters()["p"].numpy()
+    assert ours.dtype == values.dtype
+    np.testing.assert_array_equal(ours.astype(np.float32), values.astype(np.float32))

@@ -1,6 +1,5 @@
-"""Ops that pick or mask elements, which onnx.reference ran one Python step at a time in some
-cases: NonZero, Compress, Trilu, ReverseSequence, Hardmax, CumSum and Einsum, each a few numpy
-calls."""
+"""Ops that pick or reorder elements: NonZero, Compress, Trilu (a triangle of the last two axes)
+and ReverseSequence, each a few numpy calls."""
 
 from __future__ import annotations
 
@@ -8,13 +7,8 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.axes import axis_index
 from onnxhal.runtime.providers.cpu.kernels.registry import register
-
-
-def _axis(axis: int, rank: int, op: str) -> int:
-    if not -rank <= axis < rank:
-        raise InvalidArgument(f"{op}: axis {axis} is out of range for an input of rank {rank}; use [-{rank}, {rank}).")
-    return axis + rank if axis < 0 else axis
 
 
 @register("NonZero", since=9)
@@ -43,7 +37,7 @@ class Compress(Kernel):
     def compute(self, inputs: list) -> list:
         x, cond = inputs[0], np.asarray(inputs[1]).reshape(-1).astype(bool)
         data = x.reshape(-1) if self.axis is None else x
-        axis = 0 if self.axis is None else _axis(int(self.axis), x.ndim, "Compress")
+        axis = 0 if self.axis is None else axis_index(int(self.axis), x.ndim, "Compress")
         if cond.size > data.shape[axis]:
             raise InvalidArgument(f"Compress: condition of length {cond.size} for an axis of length "
                                   f"{data.shape[axis]}; it may be at most as long.")
@@ -89,65 +83,3 @@ class ReverseSequence(Kernel):
         moved = np.moveaxis(x, (self.batch_axis, self.time_axis), (0, 1))
         out = moved[np.arange(batch)[:, None], src]
         return [np.moveaxis(out, (0, 1), (self.batch_axis, self.time_axis))]
-
-
-@register("Hardmax", since=1)
-class Hardmax(Kernel):
-    """1 at the first largest value along the axis (before opset 13: of the input flattened to
-    2-D at ``axis``), 0 elsewhere."""
-
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.flatten = (node.since_version or 13) < 13
-        self.axis = int(node.attr("axis", 1 if self.flatten else -1))
-
-    def compute(self, inputs: list) -> list:
-        x = inputs[0]
-        axis = _axis(self.axis, max(x.ndim, 1), "Hardmax")
-        rows = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1) if self.flatten else np.moveaxis(x, axis, -1)
-        if rows.shape[-1] == 0:
-            return [np.zeros_like(x)]
-        out = np.zeros_like(rows)
-        np.put_along_axis(out, np.argmax(rows, axis=-1)[..., None], 1, axis=-1)
-        return [out.reshape(x.shape) if self.flatten else np.moveaxis(out, -1, axis)]
-
-
-@register("CumSum", since=11)
-class CumSum(Kernel):
-    """Running sums along the axis input, ``reverse`` from the end, ``exclusive`` without the
-    element itself."""
-
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.exclusive, self.reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
-
-    def compute(self, inputs: list) -> list:
-        x = inputs[0]
-        axis = _axis(int(np.asarray(inputs[1]).reshape(-1)[0]), max(x.ndim, 1), "CumSum")
-        data = x.reshape(1) if x.ndim == 0 else x
-        if self.reverse:
-            data = np.flip(data, axis)
-        out = np.cumsum(data, axis=axis, dtype=x.dtype)
-        if self.exclusive:
-            out = out - data
-        if self.reverse:
-            out = np.flip(out, axis)
-        return [np.ascontiguousarray(out).reshape(x.shape)]
-
-
-@register("Einsum", since=12)
-class Einsum(Kernel):
-    """numpy's einsum on the equation (contractions through BLAS where numpy's path finds them),
-    in the inputs' type."""
-
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.equation = str(node.attr("equation", "")).replace(" ", "")
-
-    def compute(self, inputs: list) -> list:
-        dtype = inputs[0].dtype
-        if dtype.kind not in "fiub":  # bfloat16 and the other ml_dtypes: numpy's einsum takes float32
-            inputs = [x.astype(np.float32) for x in inputs]
-        try:
-            out = np.einsum(self.equation, *inputs, optimize=len(inputs) > 2)
-        except ValueError as exc:
-            raise InvalidArgument(f"Einsum: equation {self.equation!r} does not fit inputs "
-                                  f"{[list(np.shape(x)) for x in inputs]}: {exc}") from None
-        return [np.asarray(out).astype(dtype, copy=False)]

@@ -25,7 +25,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.model_loader import load_model
 from onnxhal.runtime.optimizer import optimize
 from onnxhal.runtime.providers.cpu.kernels import fused as fused_kernels
-from onnxhal.runtime.providers.cpu.kernels import numerics
+from onnxhal.runtime.providers.cpu.kernels import numerics, worker_pool
 from onnxhal.runtime.providers.cpu.kernels.fused import gelu
 from tests.models import make, vi
 
@@ -834,9 +834,9 @@ def test_fused_conv_with_fewer_outputs_than_inputs_adds_tap_products(attrs, bias
 @pytest.mark.parametrize("c_shape", ["n", "1n", "mn", "m1", "none"])
 @pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
 def test_fused_gemm_split_with_every_bias_shape(m, n, c_shape, trans, monkeypatch):
-    monkeypatch.setattr(fused_kernels, "WORKERS", 2)
-    monkeypatch.setattr(fused_kernels, "SPLIT_PRODUCTS", True)
-    monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(worker_pool, "WORKERS", 2)
+    monkeypatch.setattr(worker_pool, "SPLIT_PRODUCTS", True)
+    monkeypatch.setattr(worker_pool, "PARALLEL_MIN_WORK", 0)
     rng = np.random.default_rng(11)
     a_shape, b_shape = ([5, m] if trans[0] else [m, 5]), ([n, 5] if trans[1] else [5, n])
     shapes = {"n": [n], "1n": [1, n], "mn": [m, n], "m1": [m, 1], "none": None}
@@ -858,9 +858,9 @@ def test_pointwise_fused_conv_with_bias_residual_and_relu(group, cin, cout, spli
     """1x1 convolutions, grouped or not, with bias, a residual and Relu over a batch of two: the
     pointwise path (one batched product, one epilogue) when BLAS threads itself, the per-group
     split path otherwise; both as onnxruntime."""
-    monkeypatch.setattr(fused_kernels, "WORKERS", 2)
-    monkeypatch.setattr(fused_kernels, "SPLIT_PRODUCTS", split)
-    monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(worker_pool, "WORKERS", 2)
+    monkeypatch.setattr(worker_pool, "SPLIT_PRODUCTS", split)
+    monkeypatch.setattr(worker_pool, "PARALLEL_MIN_WORK", 0)
     rng = np.random.default_rng(17)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=group),
              helper.make_node("Add", ["c", "r"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
@@ -875,9 +875,9 @@ def test_pointwise_fused_conv_with_bias_residual_and_relu(group, cin, cout, spli
 @pytest.mark.parametrize("build", [small_cnn, small_encoder])
 def test_fused_kernels_split_over_threads_keep_results(build, monkeypatch):
     """Force the fused kernels' thread split (two workers, even for tiny products)."""
-    monkeypatch.setattr(fused_kernels, "WORKERS", 2)
-    monkeypatch.setattr(fused_kernels, "SPLIT_PRODUCTS", True)
-    monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(worker_pool, "WORKERS", 2)
+    monkeypatch.setattr(worker_pool, "SPLIT_PRODUCTS", True)
+    monkeypatch.setattr(worker_pool, "PARALLEL_MIN_WORK", 0)
     model = build()
     assert_session_matches_ort(model, bench_models.feeds(model))
 
@@ -885,16 +885,16 @@ def test_fused_kernels_split_over_threads_keep_results(build, monkeypatch):
 def test_gelu_runs_inline_while_blas_threads_itself(monkeypatch):
     # BLAS's idle threads spin on the other cores after each product: a pool thread beside them
     # made the encoder's Gelu slower, so it is split only when BLAS is serial.
-    monkeypatch.setattr(fused_kernels, "WORKERS", 2)
-    monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
-    monkeypatch.setattr(fused_kernels, "_get_pool", lambda: pytest.fail("the Gelu was handed to the pool"))
-    monkeypatch.setattr(fused_kernels, "SPLIT_PRODUCTS", False)
+    monkeypatch.setattr(worker_pool, "WORKERS", 2)
+    monkeypatch.setattr(worker_pool, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(worker_pool, "get_pool", lambda: pytest.fail("the Gelu was handed to the pool"))
+    monkeypatch.setattr(worker_pool, "SPLIT_PRODUCTS", False)
     x = np.linspace(-5, 5, 200_000, dtype=np.float32)
     inline = gelu(x)
     monkeypatch.undo()
-    monkeypatch.setattr(fused_kernels, "WORKERS", 2)
-    monkeypatch.setattr(fused_kernels, "PARALLEL_MIN_WORK", 0)
-    monkeypatch.setattr(fused_kernels, "SPLIT_PRODUCTS", True)
+    monkeypatch.setattr(worker_pool, "WORKERS", 2)
+    monkeypatch.setattr(worker_pool, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(worker_pool, "SPLIT_PRODUCTS", True)
     np.testing.assert_array_equal(gelu(x), inline)  # the split computes the same values
 
 

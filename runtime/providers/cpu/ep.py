@@ -93,7 +93,7 @@ class CpuEpFactory(EpFactory):
         default = startup_blas_threads()
         if threads > 0:
             from onnxhal.runtime.providers.cpu.kernels.blas_threads import set_blas_threads
-            from onnxhal.runtime.providers.cpu.kernels.fused import set_workers
+            from onnxhal.runtime.providers.cpu.kernels.worker_pool import set_workers
 
             blas = set_blas_threads(threads)
             set_workers(threads, split_products=not blas)

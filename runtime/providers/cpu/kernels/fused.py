@@ -14,22 +14,12 @@
 from ``fuse_conv_gated_activation``: ``Swish`` (alpha: x * sigmoid(alpha x), SiLU at 1) and
 ``HardSwish`` (alpha, beta: x * HardSigmoid(x)).
 
-Threads: work can be split between ``WORKERS`` threads of one shared pool (numpy releases the GIL
-in BLAS calls and ufuncs), each block getting its epilogue (bias, residual, activation) while in
-cache. Waking a pool thread costs 0.1-0.2 ms on a small VM, so only work above
-``PARALLEL_MIN_WORK`` is split, and products are split only when numpy's BLAS runs on one thread
-(``SPLIT_PRODUCTS``); otherwise BLAS's own threads, which spin between calls and take work in C,
-parallelize them. ``ONNXHAL_FUSED_THREADS`` sets the pool size; unset, it is up to 4 when BLAS
-was pinned to one thread (``OPENBLAS_NUM_THREADS=1``), else 1. The CPU EP resizes both from
-``intra_op_num_threads``.
+Threads: blocked work and products are split over the worker pool of ``worker_pool.py``.
 """
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnx
@@ -37,10 +27,12 @@ import onnx
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
+from onnxhal.runtime.providers.cpu.kernels import worker_pool
 from onnxhal.runtime.providers.cpu.kernels.clamp import clamp_
 from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm
 from onnxhal.runtime.providers.cpu.kernels.numerics import GELU_TABLE_MAX, gelu_polynomial_inplace, gelu_table_inplace
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.cpu.kernels.worker_pool import parallel_ranges
 
 DOMAIN = "com.onnxhal"
 
@@ -50,76 +42,6 @@ DOMAIN = "com.onnxhal"
 #: 128x3072 Gelu alone took 1.03-1.09 ms at 2^16 against 1.14-1.24 at 2^15 and 1.13-1.26 at 2^17;
 #: in the model, alternating, 0.990 and 0.988 of the encoder's time at 2^16 against 2^15.
 BLOCK = 1 << 16
-#: Work (multiply-adds or elements) below which splitting costs more than it saves: waking a pool
-#: thread takes 0.1-0.2 ms on a 2-vCPU VM, so a part must run for about a millisecond.
-PARALLEL_MIN_WORK = 1 << 21
-
-
-def _default_workers() -> int:
-    """Threads for the fused kernels: ``ONNXHAL_FUSED_THREADS``, else up to 4 when BLAS is pinned
-    to one thread, else 1 (BLAS parallelizes)."""
-    if os.environ.get("ONNXHAL_FUSED_THREADS"):
-        return max(1, int(os.environ["ONNXHAL_FUSED_THREADS"]))
-    if os.environ.get("OPENBLAS_NUM_THREADS") == "1" or os.environ.get("OMP_NUM_THREADS") == "1":
-        return max(1, min(4, os.cpu_count() or 1))
-    return 1
-
-
-WORKERS = _default_workers()
-#: Whether the products (FusedConv/Gemm/MatMul) are split between ``WORKERS`` here. Only when
-#: numpy's BLAS runs on one thread: BLAS's own threads hand work over in C while spinning, where a
-#: Python pool thread must be woken by the kernel (measured 0.1-0.2 ms per hand-off on a 2-vCPU
-#: VM, against about 2 ms for a whole ResNet 3x3 convolution).
-SPLIT_PRODUCTS = WORKERS > 1
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _get_pool() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        with _pool_lock:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="onnxhal-fused")
-    return _pool
-
-
-def set_workers(n: int, split_products: bool) -> None:
-    """Resize the fused kernels' pool (the CPU EP maps ``intra_op_num_threads`` here) and say
-    whether products are split over it (see ``SPLIT_PRODUCTS``). Work already submitted to the
-    old pool finishes there."""
-    global WORKERS, SPLIT_PRODUCTS, _pool
-    with _pool_lock:
-        n = max(1, int(n))
-        SPLIT_PRODUCTS = split_products and n > 1
-        if n == WORKERS:
-            return
-        old, _pool, WORKERS = _pool, None, n
-    if old is not None:
-        old.shutdown(wait=False)
-
-
-def parallel_ranges(total: int, fn: Callable[[int, int], None], work: int) -> None:
-    """Call ``fn(start, stop)`` over ``[0, total)`` split in ``WORKERS`` parts, or inline when
-    ``work`` is below ``PARALLEL_MIN_WORK``, there is one worker, or BLAS threads itself
-    (``SPLIT_PRODUCTS`` false). Its callers are BLAS products and the Gelu epilogue that follows
-    one: while BLAS threads itself, its threads take the products in C, and its idle threads spin
-    on the other cores for about 2 ms after each, so a pool thread would share a core with one (the
-    encoder's 128x3072 Gelu, alternating in the model: 1.49 ms inline against 1.69 split, and 1.33
-    against 2.52 with BLAS threads that stop spinning sooner, timeout 4). The caller's thread takes
-    the last part."""
-    parts = min(WORKERS, total)
-    if (parts <= 1 or work < PARALLEL_MIN_WORK or not SPLIT_PRODUCTS
-            or threading.current_thread().name.startswith("onnxhal-fused")):
-        fn(0, total)
-        return
-    bounds = [total * i // parts for i in range(parts + 1)]
-    futures = [_get_pool().submit(fn, bounds[i], bounds[i + 1]) for i in range(parts - 1)]
-    fn(bounds[-2], bounds[-1])
-    for f in futures:
-        f.result()
-
-
 def _blocked(fn: Callable[[np.ndarray], None], y: np.ndarray) -> None:
     """Apply the in-place elementwise ``fn`` to ``y`` in cache-sized blocks, split between workers."""
     if not y.flags.c_contiguous and not y.flags.f_contiguous:  # reshape(-1) would copy, and fn write the copy
@@ -233,7 +155,7 @@ def _split_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, act: C
     Bias and the activation are applied per block; an activation that needs contiguous memory
     (``act_contiguous``) runs on the whole result instead when columns were split."""
     m, n = a.shape[0], b.shape[1]
-    if m * a.shape[1] * n < PARALLEL_MIN_WORK:  # one block, inline: no closures or pool checks (a tiny model's 3 us)
+    if m * a.shape[1] * n < worker_pool.PARALLEL_MIN_WORK:  # one block, inline: no closures or pool checks (a tiny model's 3 us)
         y = np.matmul(a, b)
         if bias is not None:
             y += bias
@@ -241,7 +163,7 @@ def _split_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, act: C
             act(y)
         return y
     y = np.empty((m, n), dtype=np.result_type(a, b))
-    by_columns = n > m and WORKERS > 1 and SPLIT_PRODUCTS
+    by_columns = n > m and worker_pool.WORKERS > 1 and worker_pool.SPLIT_PRODUCTS
     bias2 = None if bias is None else bias.reshape(1, -1) if bias.ndim < 2 else bias
     block_act = None if by_columns and act_contiguous else act
 

@@ -37,8 +37,8 @@ from onnx import helper
 from onnxhal.hal import KernelCreateContext, Node
 from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels import conv as _conv
-from onnxhal.runtime.providers.cpu.kernels import fused as _fused
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
+from onnxhal.runtime.providers.cpu.kernels import worker_pool
 from onnxhal.runtime.providers.cpu.kernels.clamp import clip_ufunc
 from onnxhal.runtime.providers.cpu.kernels.conv import (
     APPENDED,
@@ -54,8 +54,9 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     same_width,
     strided_view,
 )
-from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, parallel_ranges, writable
+from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, writable
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.cpu.kernels.worker_pool import parallel_ranges
 from onnxhal.runtime.providers.op_geometry import output_sizes, resolve_pads
 
 
@@ -232,7 +233,7 @@ class FusedConv(FusedBase):
                 act(y)
             return y.reshape(shape)
 
-        if path == "pointwise" and self.group == 1 and x.size * w.shape[0] < _fused.PARALLEL_MIN_WORK and (
+        if path == "pointwise" and self.group == 1 and x.size * w.shape[0] < worker_pool.PARALLEL_MIN_WORK and (
                 bias is None or x.size < _conv.GATHER_MAX):
             n, k = x.shape[:2]
             m = w.shape[0]
@@ -323,7 +324,7 @@ class FusedConv(FusedBase):
             return self._gathered_depthwise(x, w, b, z, plan)
         if path == "depthwise":
             return self._depthwise(x, w, b, z, pads, (oh, ow))
-        if path == "pointwise" and (not _fused.SPLIT_PRODUCTS or x.size * w.shape[0] < _fused.PARALLEL_MIN_WORK):
+        if path == "pointwise" and (not worker_pool.SPLIT_PRODUCTS or x.size * w.shape[0] < worker_pool.PARALLEL_MIN_WORK):
             return self._pointwise(x, w, b, z, (oh, ow))
         if path == "taps":
             return shuffle_channels(self._tap_products(x, w, b, z, pads, (oh, ow)), self.shuffle)

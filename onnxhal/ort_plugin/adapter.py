@@ -69,8 +69,10 @@ ORT_OWNED_EP_METADATA = frozenset({"version", "library_path"})
 
 
 class BridgeEpApi(EpApi):
-    """The ``api`` an onnxhal EP library gets inside onnxruntime: as onnxhal's, and virtual devices
-    also carry onnxruntime's key ``IsVirtual``."""
+    """The ``api`` an onnxhal EP library gets inside onnxruntime: as onnxhal's (its environment
+    config is onnxruntime's: env_config.py), and virtual devices also carry ``IsVirtual``, the name
+    an earlier revision of onnxruntime's onnxruntime_ep_device_ep_metadata_keys.h gave its
+    ``is_virtual`` key."""
 
     def create_hardware_device(self, type: OrtHardwareDeviceType, vendor_id: int, device_id: int, vendor: str,
                                metadata: Any = None) -> OrtHardwareDevice:

@@ -167,3 +167,15 @@ def test_max_pool_window_larger_than_its_input_gives_an_empty_output(attrs):
     ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert ref.size == 0 and got.shape == ref.shape and got.dtype == ref.dtype
+
+
+
+@needs_1_24
+def test_a_host_backend_partition_error_names_no_empty_ep():
+    """Errors inside a simulated device's host-backend partition read "running Gemm node 'gemm' on :
+    ValueError" (fuzz mutant 445 of seed 34; the partition's plan has no EP names): the node is now
+    named without an empty EP."""
+    r = run_check("host_backend_error", {"ONNXHAL_OPENCL": "off"})
+    assert r["assignment"] == {GPU: ["gemm"]}, r
+    assert "onnxhal OrtNodeComputeInfo::Compute" in r["error"] and "Gemm node 'gemm'" in r["error"], r["error"]
+    assert " on :" not in r["error"], r["error"]

@@ -1,8 +1,8 @@
 """GPUs and NPUs from Linux sysfs: DRM cards, ``accel`` devices, and PCI display controllers.
 
 What ONNX Runtime reads on Linux (``/sys/class/drm/cardN/device/{vendor,device}``), plus NPUs from
-``/sys/class/accel/accelN`` (ORT finds none on Linux), plus ORT's newer fallback to PCI display
-controllers when DRM lists no card. Unlike ORT, which gives up on every GPU when one card is
+``/sys/class/accel/accelN`` (as ORT does since 1.28; before, it found no NPU on Linux), plus ORT's
+newer fallback to PCI display controllers when DRM lists no card. Unlike ORT, which gives up on every GPU when one card is
 unreadable, a bad entry here is skipped (with a debug log) and the others are kept.
 """
 

@@ -396,8 +396,9 @@ class ExecutionPlan:
             return e
         if step is None:  # find the failing step: the first whose outputs are still unset
             step = next((s for s in self.steps if any(slots[j] is None for j in s.outs)), None)
-        where = (f"{step.node.op_type} node {step.node.name!r} on {step.ep_name}" if step and step.node
-                 else (step.label if step else "a step"))
+        # A partition's own plan (a simulated device's host backend) has no EP names on its nodes.
+        where = (f"{step.node.op_type} node {step.node.name!r}" + (f" on {step.ep_name}" if step.ep_name else "")
+                 if step and step.node else (step.label if step else "a step"))
         msg = f"Non-zero status code returned while running {where}: {type(e).__name__}: {e}"
         if step is not None and step.node is not None and values is not None and not isinstance(e, OrtError):
             # What the node was given, so that the message is about the model, not only our code.

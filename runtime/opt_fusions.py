@@ -514,7 +514,7 @@ def fuse_gelu(graph: Graph) -> bool:
 
 def _reduce_mean_last_axis(graph: Graph, node: Node, x: str) -> bool:
     """True if ``node`` is ReduceMean(x) over the last axis only, keeping dims."""
-    if node.op_type != "ReduceMean" or node.domain or node.inputs[0] != x or not node.attr("keepdims", 1):
+    if node.op_type != "ReduceMean" or node.domain or node.inputs[0] != x or node.attr("keepdims", 1) != 1:
         return False
     axes = node.attr("axes")
     if len(node.inputs) > 1 and node.inputs[1]:

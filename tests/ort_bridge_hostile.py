@@ -99,6 +99,20 @@ def reshape_sizes() -> dict:
     return out
 
 
+def host_backend_error() -> dict:
+    """A Gemm whose runtime input does not fit its weight, on the simulated GPU (run with
+    ONNXHAL_OPENCL=off: the host backend)."""
+    register()
+    vi = helper.make_tensor_value_info
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], name="gemm", transB=1)], "g",
+        [vi("x", TensorProto.FLOAT, ["n", "k"])], [vi("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("w", TensorProto.FLOAT, [3, 4], np.ones(12, np.float32))]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    sess = session(model, devices=[device(GPU)], optimize=False)
+    return {"assignment": assignment(sess), "error": _error(sess, {"x": np.ones((2, 2), np.float32)})}
+
+
 def empty_tensors() -> dict:
     """A batch of 0 rows on the simulated GPU (device memory declared): onnxruntime gives an empty
     tensor no buffer, so both sides of its copy to the device read as host memory. As in onnxruntime

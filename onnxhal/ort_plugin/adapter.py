@@ -43,6 +43,7 @@ from onnxhal.ort_plugin.device_memory import (
     DataTransferAdapter,
     memory_device_of,
 )
+from onnxhal.ort_plugin.env_config import with_factory_defaults
 from onnxhal.ort_plugin.ep_context import context_enabled, context_node
 from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
 from onnxhal.ort_plugin.missing_hooks import MissingHooks
@@ -69,8 +70,10 @@ ORT_OWNED_EP_METADATA = frozenset({"version", "library_path"})
 
 
 class BridgeEpApi(EpApi):
-    """The ``api`` an onnxhal EP library gets inside onnxruntime: as onnxhal's, and virtual devices
-    also carry onnxruntime's key ``IsVirtual``."""
+    """The ``api`` an onnxhal EP library gets inside onnxruntime: as onnxhal's (its environment
+    config is onnxruntime's: env_config.py), and virtual devices also carry ``IsVirtual``, the name
+    an earlier revision of onnxruntime's onnxruntime_ep_device_ep_metadata_keys.h gave its
+    ``is_virtual`` key."""
 
     def create_hardware_device(self, type: OrtHardwareDeviceType, vendor_id: int, device_id: int, vendor: str,
                                metadata: Any = None) -> OrtHardwareDevice:
@@ -241,6 +244,7 @@ class FactoryAdapter:
             config = self.api.read_pairs(entries.value)
         finally:
             self.api.release_pairs(entries.value)
+        config = with_factory_defaults(config, self.api.env_config(), self.factory.name)
         metadata = [self.api.read_pairs(p) for p in md_ptrs]
         ep_devices = [self._ep_device(p, md) for p, md in zip(ort_devices, metadata)]
         ep = self.factory.create_ep([e.device for e in ep_devices], metadata, SessionOptionsView(config),

@@ -16,13 +16,13 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin import interrupts, profiling, streams  # noqa: F401 - they register their handlers
 from onnxhal.ort_plugin.adapter import BridgeEpApi, EpAdapter, FactoryAdapter
+from onnxhal.ort_plugin.env_config import ALLOW_VIRTUAL_DEVICES, VIRTUAL_SUFFIX, virtual_devices_allowed
 from onnxhal.ort_plugin.ort_api import OrtApi
 from onnxhal.ort_plugin.structs import write_out
 
 logger = logging.getLogger("onnxhal.ort_plugin")
 
 SIMULATORS = "onnxhal.simulators"
-VIRTUAL_SUFFIX = ".virtual"
 
 
 @dataclass
@@ -54,19 +54,21 @@ def _hal_factories(registration_name: str, api: OrtApi) -> tuple[Any, list]:
     # The runtime's own loader, so a library behaves the same in onnxhal and in onnxruntime.
     from onnxhal.runtime.environment import create_library_factories, load_library_module
 
+    env = api.env_config()
     if config.library == SIMULATORS:
-        if api.has_virtual_devices and not registration_name.endswith(VIRTUAL_SUFFIX):
+        if api.has_virtual_devices and not virtual_devices_allowed(registration_name, env):
             raise InvalidArgument(
                 f"EP library {registration_name!r}: onnxhal's simulated NPUs and GPUs are virtual hardware devices, "
-                f"which onnxruntime allows only for a registration name ending in '{VIRTUAL_SUFFIX}'; register it as "
+                f"which onnxruntime allows only for a registration name ending in '{VIRTUAL_SUFFIX}' or with the "
+                f"environment config entry '{ALLOW_VIRTUAL_DEVICES}' = '1'; register it as "
                 f"'{registration_name}{VIRTUAL_SUFFIX}'")
         from onnxhal.simulators import create_factories_for_profiles
 
         module: Any = importlib.import_module(SIMULATORS)
-        return module, create_factories_for_profiles(",".join(config.profiles) or None, BridgeEpApi(),
+        return module, create_factories_for_profiles(",".join(config.profiles) or None, BridgeEpApi(env),
                                                      logging.getLogger(f"onnxhal.ep.{registration_name}"))
     module, _, _ = load_library_module(registration_name, config.library)
-    return module, create_library_factories(registration_name, module, BridgeEpApi())
+    return module, create_library_factories(registration_name, module, BridgeEpApi(env))
 
 
 def create_ep_factories(_: Any, args: Any) -> None:

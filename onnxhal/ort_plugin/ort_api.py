@@ -135,6 +135,7 @@ EP_SIGNATURES: dict[str, tuple[Any, tuple]] = {
                                   POINTER(c_char_p), POINTER(c_char_p), c_size_t, PP)),
     "ReleaseProfilingEvent": (None, (P,)),
     "ProfilingEventsContainer_AddEvents": (_S, (P, PP, c_size_t)),
+    "GetEnvConfigEntries": (_S, (PP,)),
 }
 
 
@@ -190,6 +191,19 @@ class OrtApi:
     @property
     def has_virtual_devices(self) -> bool:
         return self.version >= (1, VIRTUAL_DEVICES_VERSION)
+
+    def env_config(self) -> dict[str, str]:
+        """onnxruntime's environment config entries (env_config.py); empty before onnxruntime 1.24,
+        which has no GetEnvConfigEntries."""
+        if "GetEnvConfigEntries" not in self.ep:
+            return {}
+        entries = c_void_p()
+        self.ep_call("GetEnvConfigEntries", ctypes.byref(entries))
+        try:
+            return self.read_pairs(entries.value)
+        finally:
+            if entries.value:
+                self.release_pairs(entries.value)
 
     def _bind(self, table: Any, indices: dict, signatures: dict, struct: str) -> dict[str, Any]:
         out = {}

@@ -221,6 +221,9 @@ class MaxPool(_Pool):
                     flat = np.concatenate((flat, appended))
                 return [np.maximum.reduce(flat.take(idx), axis=0).reshape(out_shape)]
         kernel, strides, dil, pb, pe, out, _ = self.geometry(x.shape[2:])
+        if any(o <= 0 for o in out):  # a window larger than the padded input: no output, as onnxruntime
+            shape = tuple(x.shape[:2]) + tuple(max(int(o), 0) for o in out)
+            return [np.empty(shape, x.dtype)] + ([np.empty(shape, np.int64)] if self.with_indices else [])
         if not self.with_indices and _whole_window(x, kernel, strides, dil, pb, pe):
             return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min

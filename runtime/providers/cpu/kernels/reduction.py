@@ -64,7 +64,8 @@ class Reduce(Kernel):
     axes_from_input = False
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        self.keepdims = bool(node.attr("keepdims", 1))
+        # Only 1 keeps the reduced axes (onnx's shape inference and onnxruntime: keepdims == 1).
+        self.keepdims = node.attr("keepdims", 1) == 1
         self.noop = bool(node.attr("noop_with_empty_axes", 0))
         axes = node.attr("axes")
         self.axes = tuple(axes) if axes else None
@@ -113,7 +114,8 @@ class _Arg(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.op = node.op_type
         self.axis = node.attr("axis", 0)
-        self.keepdims = bool(node.attr("keepdims", 1))
+        # Only 1 keeps the reduced axes (onnx's shape inference and onnxruntime: keepdims == 1).
+        self.keepdims = node.attr("keepdims", 1) == 1
         self.last = bool(node.attr("select_last_index", 0))
 
     def compute(self, inputs: list) -> list:

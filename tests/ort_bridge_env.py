@@ -45,13 +45,10 @@ SIGNATURES = {
 }
 
 
-#: OrtApi slots of the calls this check makes past slot 403. api_table.py gives CreateEnvWithOptions
-#: 404, but in onnxruntime 1.24.4 to 1.32.0 GetCompatibilityInfoFromModel and
-#: GetCompatibilityInfoFromModelBytes hold 404 and 405 (missing from the table, whose slots from 404
-#: on are two short) and CreateEnvWithOptions is 406: a NULL options argument gets "Invalid argument
-#: provided to GetCompatibilityInfoFromModel" at 404 and CreateEnvWithOptions's own message at 406.
-#: CApi checks that message before using the slot.
-SLOTS_PAST_403 = {"CreateEnvWithOptions": 406}
+#: CreateEnvWithOptions is slot 406 in onnxruntime 1.24.4 to 1.32.0 (GetCompatibilityInfoFromModel and
+#: GetCompatibilityInfoFromModelBytes hold 404 and 405): a NULL options argument gets "Invalid
+#: argument provided to GetCompatibilityInfoFromModel" at 404 and CreateEnvWithOptions's own message
+#: at 406. CApi checks that message before using the slot, so a table that drifts is caught here.
 
 
 class EnvCreationOptions(ctypes.Structure):
@@ -76,7 +73,7 @@ class CApi:
         lib.OrtGetApiBase.restype = POINTER(c_void_p * 2)
         base = lib.OrtGetApiBase().contents
         table = ctypes.cast(ctypes.CFUNCTYPE(c_void_p, c_uint32)(base[0])(self.api_version), POINTER(c_void_p))
-        slots = {name: SLOTS_PAST_403.get(name, ORT_API[name][0]) for name in SIGNATURES}
+        slots = {name: ORT_API[name][0] for name in SIGNATURES}
         self.fn = {name: ctypes.CFUNCTYPE(res, *args)(table[slots[name]]) for name, (res, args) in SIGNATURES.items()}
         probe = self.call("CreateEnvWithOptions", None, ctypes.byref(c_void_p()))
         assert probe is not None and probe.startswith("CreateEnvWithOptions"), \

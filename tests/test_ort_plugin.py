@@ -90,7 +90,8 @@ def test_committed_tables_agree_and_hold_the_slots_onnxruntime_was_seen_with():
 
     assert api_table.ORT_API["GetEpApi"] == (317, 22)
     assert api_table.ORT_API["CreateExternalInitializerInfo"] == (389, 23)
-    assert api_table.ORT_API["RunOptionsSetSyncStream"] == (411, 24)
+    assert api_table.ORT_API["RunOptionsSetSyncStream"] == (413, 24)
+    assert api_table.ORT_API["CreateEnvWithOptions"] == (406, 24)  # probed in the release libraries
     header = {name: (slot, since) for slot, (name, since) in enumerate(ep_struct_table.ORT_EP_API)}
     assert all(header[name] == entry for name, entry in api_table.EP_API.items())
     # onnxruntime 1.31.1's GetEnvConfigEntries is slot 49 (observed).

@@ -1,7 +1,13 @@
 """OrtApi / OrtEpApi / OrtModelEditorApi slot indices and the API version each slot shipped in.
 
 Facts read from onnxruntime's source (the initializers of onnxruntime_c_api.cc, plugin_ep/ep_api.cc
-and model_editor_c_api.cc, microsoft/onnxruntime) by gen_api_table.py; do not edit.
+and model_editor_c_api.cc, microsoft/onnxruntime) by gen_api_table.py; do not edit, except as below.
+
+OrtApi slots 404 on: the checkout this was generated from lacked GetCompatibilityInfoFromModel and
+GetCompatibilityInfoFromModelBytes, which every release from 1.24.4 to 1.32.0 holds at 404 and 405
+(probed in the released libraries: a NULL call at 404 answers with GetCompatibilityInfoFromModel's
+message, at 406 with CreateEnvWithOptions's; tests/ort_bridge_env.py). They are inserted and the
+later slots moved by two; regenerating from a release tag gives the same.
 """
 
 # name: (slot index, API version)
@@ -410,14 +416,16 @@ ORT_API: dict[str, tuple[int, int]] = {
     'DeviceEpIncompatibilityDetails_GetNotes': (401, 24),
     'DeviceEpIncompatibilityDetails_GetErrorCode': (402, 24),
     'ReleaseDeviceEpIncompatibilityDetails': (403, 24),
-    'CreateEnvWithOptions': (404, 24),
-    'Session_GetEpGraphAssignmentInfo': (405, 24),
-    'EpAssignedSubgraph_GetEpName': (406, 24),
-    'EpAssignedSubgraph_GetNodes': (407, 24),
-    'EpAssignedNode_GetName': (408, 24),
-    'EpAssignedNode_GetDomain': (409, 24),
-    'EpAssignedNode_GetOperatorType': (410, 24),
-    'RunOptionsSetSyncStream': (411, 24),
+    'GetCompatibilityInfoFromModel': (404, 24),
+    'GetCompatibilityInfoFromModelBytes': (405, 24),
+    'CreateEnvWithOptions': (406, 24),
+    'Session_GetEpGraphAssignmentInfo': (407, 24),
+    'EpAssignedSubgraph_GetEpName': (408, 24),
+    'EpAssignedSubgraph_GetNodes': (409, 24),
+    'EpAssignedNode_GetName': (410, 24),
+    'EpAssignedNode_GetDomain': (411, 24),
+    'EpAssignedNode_GetOperatorType': (412, 24),
+    'RunOptionsSetSyncStream': (413, 24),
 }
 
 EP_API: dict[str, tuple[int, int]] = {

@@ -7,6 +7,7 @@ returned where numpy gives them: produced values are never written in place.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -270,14 +271,23 @@ def _axes_tuple(axes) -> tuple:
     return tuple(int(a) for a in axes)
 
 
-def _unsqueeze(x: np.ndarray, axes: tuple) -> np.ndarray:
-    """``np.expand_dims(x, axes)`` as one reshape where the axes are valid (a view: inserting
-    length-1 axes never needs a copy). Shape chains unsqueeze small tensors at every step, and
-    expand_dims' axis normalization was most of such a node's time; invalid axes go to
-    expand_dims, whose error names them."""
-    rank = x.ndim + len(axes)
+@functools.lru_cache(maxsize=256)
+def _insert_at(rank: int, axes: tuple) -> tuple | None:
+    """Where Unsqueeze puts its length-1 axes in an output of ``rank`` (ascending), None where
+    the axes are out of range or repeated."""
     at = sorted(a + rank if a < 0 else a for a in axes)
     if not at or at[0] < 0 or at[-1] >= rank or len(set(at)) != len(at):
+        return None
+    return tuple(at)
+
+
+def _unsqueeze(x: np.ndarray, axes: tuple) -> np.ndarray:
+    """``np.expand_dims(x, axes)`` as one reshape where the axes are valid (a view: inserting
+    length-1 axes never needs a copy). Shape chains and loop bodies unsqueeze small tensors at every
+    step, and expand_dims' axis normalization was most of such a node's time; invalid axes go to
+    expand_dims, whose error names them."""
+    at = _insert_at(x.ndim + len(axes), axes)
+    if at is None:
         return np.expand_dims(x, axes)
     shape = list(x.shape)
     for a in at:
@@ -295,11 +305,24 @@ class UnsqueezeAttr(Kernel):
 
 
 @register("Unsqueeze", since=13)
-class Unsqueeze(_NoAttr):
+class Unsqueeze(Kernel):
     host_inputs = frozenset({1})
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        # axes from a constant initializer: the same array every run, read once
+        self.constant_axes = ctx is not None and len(node.inputs) > 1 and bool(node.inputs[1]) \
+            and ctx.is_constant_initializer(node.inputs[1])
+        self._axes: tuple | None = None  # (the axes array, its tuple)
+
     def compute(self, inputs: list) -> list:
-        return [_unsqueeze(inputs[0], _axes_tuple(inputs[1].tolist()))]
+        a = inputs[1]
+        kept = self._axes
+        if kept is not None and kept[0] is a:
+            return [_unsqueeze(inputs[0], kept[1])]
+        axes = _axes_tuple(a.tolist())
+        if self.constant_axes:
+            self._axes = (a, axes)  # one swap: a concurrent run sees either
+        return [_unsqueeze(inputs[0], axes)]
 
 
 def _squeeze(x: np.ndarray, axes) -> np.ndarray:

@@ -156,26 +156,7 @@ class Split(Kernel):
 
 
 def _slice(x: np.ndarray, starts, ends, axes, steps) -> np.ndarray:
-    index = [slice(None)] * x.ndim
-    if axes is None:
-        axes = range(len(starts))
-    if steps is None:
-        steps = [1] * len(starts)
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        s, e, a, st = int(s), int(e), int(a), int(st)
-        dim = x.shape[a]
-        if s < 0:
-            s += dim
-        if e < 0:
-            e += dim
-        if st > 0:
-            s = min(max(s, 0), dim)
-            e = min(max(e, 0), dim)
-        else:
-            s = min(max(s, 0), dim - 1)
-            e = min(max(e, -1), dim - 1)
-        index[a] = slice(s, e if e >= 0 else None, st)
-    return x[tuple(index)]
+    return x[_slice_index(x.shape, starts, ends, axes, steps)]
 
 
 @register("Slice", since=1)
@@ -188,15 +169,55 @@ class SliceAttr(Kernel):
         return [_slice(inputs[0], self.starts, self.ends, self.axes, None)]
 
 
+def _slice_index(shape: tuple, starts, ends, axes, steps) -> tuple:
+    """The basic index ``_slice`` takes ``x`` by, for an input of ``shape``."""
+    index = [slice(None)] * len(shape)
+    if axes is None:
+        axes = range(len(starts))
+    if steps is None:
+        steps = [1] * len(starts)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        s, e, a, st = int(s), int(e), int(a), int(st)
+        dim = shape[a]
+        if s < 0:
+            s += dim
+        if e < 0:
+            e += dim
+        if st > 0:
+            s = min(max(s, 0), dim)
+            e = min(max(e, 0), dim)
+        else:
+            s = min(max(s, 0), dim - 1)
+            e = min(max(e, -1), dim - 1)
+        index[a] = slice(s, e if e >= 0 else None, st)
+    return tuple(index)
+
+
 @register("Slice", since=10)
-class Slice(_NoAttr):
+class Slice(Kernel):
+    """starts, ends, axes and steps from constant initializers (what exporters write) make the
+    index a function of the input's shape alone: kept per shape, so a run indexes and returns (a
+    shape chain or loop body slices small tensors at every step). Other inputs are read each run."""
+
     host_inputs = frozenset({1, 2, 3, 4})
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.constant = ctx is not None and all(ctx.is_constant_initializer(i) for i in node.inputs[1:] if i)
+        self._index: dict[tuple, tuple] = {}  # input shape -> index, for constant parameters
+
     def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        if self.constant:
+            index = self._index.get(x.shape)
+            if index is not None:
+                return [x[index]]
         n = len(inputs)
         axes = inputs[3].tolist() if n > 3 and inputs[3] is not None else None
         steps = inputs[4].tolist() if n > 4 and inputs[4] is not None else None
-        return [_slice(inputs[0], inputs[1].tolist(), inputs[2].tolist(), axes, steps)]
+        index = _slice_index(x.shape, inputs[1].tolist(), inputs[2].tolist(), axes, steps)
+        if self.constant and len(self._index) < 64:
+            self._index[x.shape] = index
+        return [x[index]]
 
 
 @register("Gather", since=1)

@@ -9,7 +9,9 @@ Per model and EP: nodes on the EP (dynamic model, and the same model with its di
 sessions of each runtime), the first run of each of the two stored input signatures
 (for the OpenCL EP it specialises and builds that shape), then ``repeat`` alternating runs of
 signature ``a`` and the ratio of the medians (onnxhal / onnxruntime), and the largest difference
-from onnxruntime's stored outputs. The geometric mean of the ratios closes each EP's table.
+from onnxruntime's stored outputs. The geometric mean of the ratios closes each EP's table, then
+the same per producer group (``producer_group``: the first exporters, the other producers, the
+models kept out of tuning) and the load averages at the start and the end.
 ``--load N`` runs N busy processes the whole time (a shared CI machine).
 """
 
@@ -26,6 +28,17 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: Model-name prefixes of the producers other than torch.onnx and skl2onnx (the corpus's first
+#: exporters, on whose models the CPU EP was tuned), and of the models kept out of all tuning.
+NEW_PRODUCERS = ("tf2onnx_", "paddle_", "lgbm_", "xgb_", "catboost_", "hb_", "yolov8")
+UNTUNED = ("tv_",)
+
+
+def producer_group(model: str) -> str:
+    """'new' (other producers), 'untuned' (never looked at while tuning) or 'old'."""
+    if model.startswith(UNTUNED):
+        return "untuned"
+    return "new" if model.startswith(NEW_PRODUCERS) else "old"
 CORPUS = os.path.join(os.path.dirname(HERE), "tests", "real_models")
 COLD_RUNS = 3
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "opencl": ["OpenCLExecutionProvider", "CPUExecutionProvider"]}
@@ -48,6 +61,7 @@ def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:
     feeds, _ = sigs["a"]
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
+    so.log_severity_level = 3  # its shape-mismatch warnings on the tree exports' declared outputs
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # session creation plus the first run, each runtime's (what a CLI call or a test pays): the
     # median of COLD_RUNS fresh sessions each, alternating (one sample of a few milliseconds is
@@ -136,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.models:
         wanted = set(args.models.split(","))
         paths = [p for p in paths if os.path.basename(p)[:-5] in wanted]
+    load_before = os.getloadavg()
     load = start_load(args.load) if args.load else None
     tables = []
     try:
@@ -149,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append({"model": os.path.basename(path)[:-5], "error": f"{type(exc).__name__}: {exc}"[:160]})
             tables.append((ep, driver, rows))
     finally:
+        load_after = os.getloadavg()
         if load is not None:
             stop_load(load)
     console = Console(width=180)
@@ -170,11 +186,26 @@ def main(argv: list[str] | None = None) -> int:
         console.print(t)
         if ratios:
             worst = max((r for r in rows if "ratio" in r), key=lambda r: r["ratio"])
-            console.print(f"geometric mean ratio ({ep}): {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f} "
+            worst_cold = max((r for r in rows if "ratio" in r), key=lambda r: r["cold_ratio"])
+            console.print(f"geometric mean ratio ({ep}): {_geomean(ratios):.2f} "
                           f"over {len(ratios)} models; worst {worst['model']} {worst['ratio']:.2f}; session creation "
-                          f"+ first run: geometric mean ratio {math.exp(sum(map(math.log, colds)) / len(colds)):.2f}, "
-                          f"worst {max(colds):.2f}")
+                          f"+ first run: geometric mean ratio {_geomean(colds):.2f}, "
+                          f"worst {worst_cold['model']} {worst_cold['cold_ratio']:.2f}, "
+                          f"{sum(c > 2 for c in colds)} models above 2")
+            for group in ("old", "new", "untuned"):
+                done = [r for r in rows if "ratio" in r and producer_group(r["model"]) == group]
+                if done:
+                    console.print(f"  {group} ({len(done)} models): steady {_geomean([r['ratio'] for r in done]):.2f}"
+                                  f", worst {max(r['ratio'] for r in done):.2f}; creation + first run "
+                                  f"{_geomean([r['cold_ratio'] for r in done]):.2f}, worst "
+                                  f"{max(r['cold_ratio'] for r in done):.2f}")
+        console.print("load average (1, 5, 15 min) at the start " + ", ".join(f"{v:.2f}" for v in load_before)
+                      + ", at the end " + ", ".join(f"{v:.2f}" for v in load_after))
     return 0
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ scalars as Constant nodes (a TorchScript MobileNet has hundreds): as nodes, ever
 the load (shape inference, the graph built, the checks) and the optimizer's folding paid for each
 of them, once per session.
 
-Only well-formed Constants are converted: one output, no input, exactly one value attribute of the
-type it must have, allowed at the model's opset; the rest stay nodes, for the node checks to refuse
-or the Constant kernel to run as before. A Constant whose output is a graph output stays a node (a
+It runs before the node checks (which cost as much per Constant as per any other node), so it
+converts only Constants those checks would pass: one output, no input, domain "", exactly one value
+attribute of the type it must have, allowed at the model's opset, holding nothing else; the rest
+stay nodes, for the checks to refuse or the Constant kernel to run as before. A Constant whose output is a graph output stays a node (a
 graph output is produced by a node), and so does one whose name an input, an initializer or another
 node already has (the graph checks name that conflict).
 """
@@ -19,11 +20,13 @@ from collections import Counter
 import onnx
 from onnx import AttributeProto, TensorProto, helper
 
-#: value attribute -> (attribute type, the ai.onnx opset that introduced it)
-_VALUES = {"value": (AttributeProto.TENSOR, 1), "value_float": (AttributeProto.FLOAT, 12),
-           "value_floats": (AttributeProto.FLOATS, 12), "value_int": (AttributeProto.INT, 12),
-           "value_ints": (AttributeProto.INTS, 12), "value_string": (AttributeProto.STRING, 12),
-           "value_strings": (AttributeProto.STRINGS, 12)}
+#: value attribute -> (attribute type, the ai.onnx opset that introduced it, the field holding it)
+_VALUES = {"value": (AttributeProto.TENSOR, 1, "t"), "value_float": (AttributeProto.FLOAT, 12, "f"),
+           "value_floats": (AttributeProto.FLOATS, 12, "floats"), "value_int": (AttributeProto.INT, 12, "i"),
+           "value_ints": (AttributeProto.INTS, 12, "ints"), "value_string": (AttributeProto.STRING, 12, "s"),
+           "value_strings": (AttributeProto.STRINGS, 12, "strings")}
+#: AttributeProto fields a convertible value attribute may set besides its value's
+_PLAIN_FIELDS = frozenset({"name", "type", "doc_string"})
 
 
 def _as_tensor(attr: AttributeProto, name: str) -> TensorProto:
@@ -47,12 +50,18 @@ def _as_tensor(attr: AttributeProto, name: str) -> TensorProto:
 
 
 def _convertible(node: onnx.NodeProto, opset: int) -> bool:
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1 \
+    """A Constant the node checks would pass as it is (they run after: converted, it is not theirs
+    to see): one output, no input, domain "", one value attribute of its type at this opset holding
+    only its value."""
+    if node.op_type != "Constant" or node.domain or len(node.attribute) != 1 \
             or len(node.output) != 1 or not node.output[0] or len(node.input):
         return False
     attr = node.attribute[0]
     want = _VALUES.get(attr.name)
-    if want is None or attr.type != want[0] or opset < want[1] or attr.ref_attr_name:
+    if want is None or attr.type != want[0] or opset < want[1]:
+        return False
+    fields = {fd.name for fd, _ in attr.ListFields()}
+    if want[2] not in fields or not fields <= _PLAIN_FIELDS | {want[2]}:
         return False
     return not (attr.type == AttributeProto.TENSOR and attr.t.data_location == TensorProto.EXTERNAL)
 

@@ -36,14 +36,18 @@ from onnxhal.runtime.node_checks import STANDARD_DOMAINS, node_label, walk_graph
 DATA_PROP_MAX_LENGTH = 1 << 16
 
 
-def _shapes(proto: onnx.ModelProto) -> dict[str, list[int | None] | None]:
+def _shapes(proto: onnx.ModelProto, wanted: set[str] | None = None) -> dict[str, list[int | None] | None]:
     """value name -> dims (None where symbolic or unknown; None for an unknown rank), over every
-    graph of the model."""
+    graph of the model; only the ``wanted`` names where given (the checks read a few inputs' shapes,
+    and a model has thousands of values)."""
     found: dict[str, list[int | None] | None] = {}
     for g, _ in walk_graphs(proto.graph):
         for t in g.initializer:
-            found[t.name] = list(t.dims)
+            if wanted is None or t.name in wanted:
+                found[t.name] = list(t.dims)
         for v in (*g.input, *g.value_info, *g.output):
+            if wanted is not None and v.name not in wanted:
+                continue
             tt = v.type.tensor_type
             if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
                 found.setdefault(v.name, None)
@@ -65,7 +69,7 @@ def _probe_facts(proto: onnx.ModelProto, wanted: set[str]) -> tuple[bool, dict[s
                 dims = v.type.tensor_type.shape.dim
                 if len(dims) == 1 and dims[0].dim_value > DATA_PROP_MAX_LENGTH:
                     long_1d = True
-    return long_1d, ({k: v for k, v in _shapes(proto).items() if k in wanted} if wanted else {})
+    return long_1d, (_shapes(proto, wanted) if wanted else {})
 
 
 def _layer_norms(proto: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, str]]:
@@ -118,7 +122,7 @@ def check_inferred(proto: onnx.ModelProto) -> None:
              if n.input and n.domain in ("", "ai.onnx") and (n.op_type in AXIS_OPS or n.op_type in _CHECKED_OPS)]
     if not nodes:
         return
-    shapes = _shapes(proto)
+    shapes = _shapes(proto, {i for n, _ in nodes for i in n.input[:3] if i})
     if any(n.op_type in ("If", "Loop", "Scan") for n, _ in nodes):
         _check_body_input_types(proto)
     for n, where in nodes:

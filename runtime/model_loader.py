@@ -180,15 +180,16 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
                                 f"package ({onnx.__version__}) knows. Upgrade onnx or export at opset <= {known}.")
     check_ir_version(proto)
     check_declarations(proto)
+    # A proto the loader parsed (or copied, inlined) is its own to change; the caller's is not.
+    proto = constants_to_initializers(proto, owned=proto is not model)
     check_nodes(proto, opset)  # before any C++ of onnx's reads the nodes: it trusts what it is given
     if proto.functions:
         try:
             proto = onnx.inliner.inline_local_functions(proto)
         except Exception as e:
             raise InvalidGraph(f"model-local functions could not be inlined: {e}") from e
-    # A proto the loader parsed (or copied, inlined) is its own to change; the caller's is not.
+        proto = constants_to_initializers(proto, owned=True)  # the function bodies' Constants
     proto = sparse_constants_to_initializers(proto, owned=proto is not model)
-    proto = constants_to_initializers(proto, owned=proto is not model)
     proto, declared_types = declared_value_info.set_aside(proto, owned=proto is not model)
     # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
     inferred, data_prop, strict_error = guarded_inference.infer(proto)

@@ -38,6 +38,18 @@ def test_this_processs_own_threads_are_not_a_competing_load():
     assert own is None or own >= 1  # at least the thread reading it
 
 
+def test_the_sessions_of_a_process_share_one_reading_of_the_load(monkeypatch):
+    # Each session's first run read /proc (the machine's count and every thread's state) again;
+    # within 50 ms of a reading, any session's, the counts are the same.
+    reads = []
+    monkeypatch.setattr(LoadAwareBlasThreads, "_runnable", staticmethod(lambda: reads.append("machine") or 4))
+    monkeypatch.setattr(LoadAwareBlasThreads, "_own_runnable", staticmethod(lambda: reads.append("own") or 1))
+    first, second = LoadAwareBlasThreads(2, cores=2), LoadAwareBlasThreads(2, cores=2)
+    assert first.threads_now(now=1000.0) == 1 and second.threads_now(now=1000.01) == 1  # 3 others either way
+    assert reads.count("machine") == 1
+    assert second.threads_now(now=1000.2) == 1 and reads.count("machine") == 2  # 50 ms on: read again
+
+
 def test_a_session_run_sets_blas_threads_from_the_load(monkeypatch):
     before = get_blas_threads()
     if before is None:

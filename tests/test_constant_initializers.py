@@ -82,11 +82,12 @@ def test_the_callers_model_proto_is_not_changed():
 
 @pytest.mark.parametrize("case,match", [("two_values", "One and only one of the attributes"),
                                         ("value_float_at_opset_11", "'value_float' is not an attribute of Constant"),
-                                        ("name_taken", "'c' is produced by two nodes")])
+                                        ("name_taken", "'c' is produced by two nodes"),
+                                        ("stray_field", "declared FLOAT but holds a value in field")])
 def test_constants_that_cannot_be_initializers_stay_nodes_for_the_checks(case, match):
-    """A Constant with two values, a value_* attribute its opset lacks, or an output another node
-    writes is left a node, and the node and graph checks name it as before (onnxruntime refuses
-    the third too; it runs the first two)."""
+    """A Constant with two values, a value_* attribute its opset lacks, an output another node
+    writes or a value attribute holding a second field is left a node, and the node and graph
+    checks, which run after the conversion, name it as before."""
     attrs = {"value_float": 1.0}
     opset = 17
     extra = []
@@ -94,9 +95,11 @@ def test_constants_that_cannot_be_initializers_stay_nodes_for_the_checks(case, m
         attrs = {"value_float": 1.0, "value_int": 1}
     elif case == "value_float_at_opset_11":
         opset = 11
-    else:
+    elif case == "name_taken":
         extra = [helper.make_node("Identity", ["x"], ["c"])]
     nodes = [helper.make_node("Constant", [], ["c"], **attrs), *extra, helper.make_node("Add", ["x", "c"], ["y"])]
+    if case == "stray_field":
+        nodes[0].attribute[0].i = 3
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])

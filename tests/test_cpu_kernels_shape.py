@@ -313,3 +313,28 @@ def test_unsqueeze_by_reshape_matches_expand_dims():
             got = _unsqueeze(x, axes)
             assert got.shape == want.shape and np.shares_memory(got, x) == np.shares_memory(want, x)
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("params", [([1, -3], [100, -1], [0, 2], [1, 1]), ([-1], [-100], [1], [-2]),
+                                    ([0, 2], [2, 9], [-1, 0], [2, 1])])
+def test_slice_index_kept_per_shape_for_constant_parameters_matches_onnxruntime(params):
+    # constant starts/ends/axes/steps: the index is kept per input shape; inputs of two shapes,
+    # each run twice, against onnxruntime
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    import onnxhal
+
+    names = ("starts", "ends", "axes", "steps")
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in zip(names, params)]
+    graph = helper.make_graph([helper.make_node("Slice", ["x", *names], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    ours = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"])
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for shape in [(4, 5, 6), (7, 3, 9), (4, 5, 6), (7, 3, 9)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(ours.run(None, {"x": x})[0], theirs.run(None, {"x": x})[0])

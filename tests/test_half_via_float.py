@@ -128,3 +128,23 @@ def test_a_constant_weight_is_widened_once_and_a_feed_each_run():
     assert first[0] is not second[0] and first[0].dtype == np.float32  # the feed: widened each run
     w2 = w.copy()
     assert widen([x, w2])[1] is not first[1]  # another array under that name: widened again
+
+
+def test_float16_max_pool_takes_the_largest_tap_in_float32_exactly():
+    # the small-input gather path reduces the taps in float32 (numpy's float16 maximum widens each
+    # element); the largest value is the same number, NaN (which onnxruntime drops in some
+    # windows, docs/cpu-ep-random-cases.md) and the padding included
+    x = np.random.default_rng(2).standard_normal((2, 3, 9, 11)).astype(np.float16)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "pool", [helper.make_tensor_value_info("x", H, list(x.shape))],
+                              [helper.make_tensor_value_info("y", H, None)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10).SerializeToString()
+    got = onnxhal.InferenceSession(data).run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, theirs)
+    x[0, 0, 0, 0] = np.nan
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    want = np.max(windows, axis=(-2, -1))  # in float16: numpy's own, slow arithmetic
+    np.testing.assert_array_equal(onnxhal.InferenceSession(data).run(None, {"x": x})[0], want)

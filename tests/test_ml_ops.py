@@ -644,6 +644,24 @@ def test_tree_ensemble_built_at_once_keeps_the_walks_leaf_numbering():
     np.testing.assert_array_equal(forest._bits.leaves(x), forest.leaves(x))
 
 
+def test_tree_node_index_finds_pairs_as_a_dict_does_whatever_the_ids():
+    # (tree id, node id) -> position for arrays of pairs: the last of a repeated pair, -1 for an
+    # absent one; ids of any magnitude (ranked first: a key from the raw ids could overflow int64)
+    from onnxhal.runtime.providers.cpu.kernels.ml_trees import _NodeIndex
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        n = int(rng.integers(0, 30))
+        tscale, iscale = (10**12 if trial % 3 == 0 else 1), (2**50 if trial % 5 == 0 else 1)
+        trees, ids = rng.integers(-3, 4, n) * tscale, rng.integers(-5, 6, n) * iscale
+        index = _NodeIndex(trees, ids)
+        by_pair = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(trees, ids))}
+        qt = np.concatenate([trees, rng.integers(-4, 5, 10) * tscale]).astype(np.int64)
+        qi = np.concatenate([ids, rng.integers(-6, 7, 10) * iscale]).astype(np.int64)
+        want = [by_pair.get((int(t), int(i)), -1) for t, i in zip(qt, qi)]
+        assert index.find(qt, qi).tolist() == want, trial
+
+
 @pytest.mark.parametrize("attr,value,match", [
     ("nodes_truenodeids", 99, "points at missing node 99"),
     ("target_ids", 5, "target 5: no such leaf or target"),

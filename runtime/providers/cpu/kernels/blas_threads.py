@@ -77,6 +77,28 @@ def set_blas_threads(n: int) -> bool:
     return True
 
 
+#: (when, machine's runnable count, this process's own): the last reading, shared by the sessions
+#: of the process (each session's first run read /proc again, 0.3-0.8 ms with a few thread pools)
+_last_reading: tuple[float, int | None, int | None] = (-1.0, None, None)
+
+
+def _machine_reading(now: float, own_runnable, runnable) -> tuple[int | None, int | None]:
+    """The machine's runnable count and this process's own, read again when the last reading, of
+    any session, is 50 ms old."""
+    global _last_reading
+    when, count, own = _last_reading
+    if 0 <= now - when < 0.05:
+        return count, own
+    # Own threads read before and after the machine's count: one that went to sleep or woke in
+    # between is still counted as this process's, not as another's.
+    before = own_runnable()
+    count = runnable()
+    after = own_runnable()
+    own = max(before, after) if before is not None and after is not None else None
+    _last_reading = (now, count, own)
+    return count, own
+
+
 class LoadAwareBlasThreads:
     """BLAS threads for each run: the session's count where that many cores are idle, fewer where
     other processes hold them.
@@ -145,13 +167,8 @@ class LoadAwareBlasThreads:
             return self.current
         self._checked = now
         if runnable is None:
-            # Own threads read before and after the machine's count: one that went to sleep or
-            # woke in between is still counted as this process's, not as another's.
-            before = self._own_runnable()
-            runnable = self._runnable()
-            after = self._own_runnable()
-            if own is None and before is not None and after is not None:
-                own = max(before, after)
+            runnable, own = _machine_reading(now, self._own_runnable, self._runnable) if own is None else \
+                (self._runnable(), own)
         if runnable is None:
             return self.current
         others = max(0, runnable - (self.requested if own is None else max(1, own)))

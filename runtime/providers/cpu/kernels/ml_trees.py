@@ -460,26 +460,33 @@ def _tree_shape(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarr
 
 class _NodeIndex:
     """(tree id, node id) pairs to node positions, for arrays of them at once: the last position
-    of a pair given twice, -1 for a pair not given."""
+    of a pair given twice, -1 for a pair not given. Ids are ranked among the given ones first, so
+    the combined key stays below the square of the node count whatever the ids' magnitudes."""
 
     def __init__(self, trees: np.ndarray, ids: np.ndarray) -> None:
-        self.lo_t, self.lo_i = (int(trees.min()), int(ids.min())) if ids.size else (0, 0)
-        self.hi_t, self.hi_i = (int(trees.max()), int(ids.max())) if ids.size else (-1, -1)
-        self.span = self.hi_i - self.lo_i + 1
-        key = self._key(trees, ids)
+        self.tree_values, self.id_values = np.unique(trees), np.unique(ids)
+        self.span = max(1, self.id_values.size)
+        key = np.searchsorted(self.tree_values, trees) * self.span + np.searchsorted(self.id_values, ids)
         self.order = np.argsort(key, kind="stable")
         self.keys = key[self.order]
 
-    def _key(self, trees: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        return (trees - self.lo_t) * self.span + (ids - self.lo_i)
+    @staticmethod
+    def _ranks(values: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each query's rank among ``values`` and whether it is one of them."""
+        if not values.size:
+            return np.zeros(query.shape, np.int64), np.zeros(query.shape, bool)
+        rank = np.minimum(np.searchsorted(values, query), values.size - 1)
+        return rank, values[rank] == query
 
     def find(self, trees: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        ok = (trees >= self.lo_t) & (trees <= self.hi_t) & (ids >= self.lo_i) & (ids <= self.hi_i)
-        key = self._key(np.where(ok, trees, self.lo_t), np.where(ok, ids, self.lo_i))
-        pos = np.searchsorted(self.keys, key, side="right") - 1
-        safe = np.maximum(pos, 0)
-        found = ok & (pos >= 0) & (self.keys[safe] == key) if self.keys.size else np.zeros(key.shape, bool)
-        return np.where(found, self.order[safe] if self.keys.size else 0, -1)
+        t, t_ok = self._ranks(self.tree_values, trees)
+        i, i_ok = self._ranks(self.id_values, ids)
+        if not self.keys.size:
+            return np.full(trees.shape, -1, np.int64)
+        key = t * self.span + i
+        pos = np.maximum(np.searchsorted(self.keys, key, side="right") - 1, 0)
+        found = t_ok & i_ok & (self.keys[pos] == key)
+        return np.where(found, self.order[pos], -1)
 
 
 def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:

@@ -219,7 +219,12 @@ class MaxPool(_Pool):
                 flat = x.reshape(-1)
                 if appended is not None:
                     flat = np.concatenate((flat, appended))
-                return [np.maximum.reduce(flat.take(idx), axis=0).reshape(out_shape)]
+                taps = flat.take(idx)
+                if taps.dtype == np.float16:
+                    # numpy's float16 maximum widens element by element (3-5x a float32 one); the
+                    # largest of the widened taps is the same number, exactly
+                    return [np.maximum.reduce(taps.astype(np.float32), axis=0).astype(np.float16).reshape(out_shape)]
+                return [np.maximum.reduce(taps, axis=0).reshape(out_shape)]
         kernel, strides, dil, pb, pe, out, _ = self.geometry(x.shape[2:])
         if any(o <= 0 for o in out):  # a window larger than the padded input: no output, as onnxruntime
             shape = tuple(x.shape[:2]) + tuple(max(int(o), 0) for o in out)

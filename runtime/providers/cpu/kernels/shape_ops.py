@@ -7,6 +7,7 @@ returned where numpy gives them: produced values are never written in place.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -155,26 +156,7 @@ class Split(Kernel):
 
 
 def _slice(x: np.ndarray, starts, ends, axes, steps) -> np.ndarray:
-    index = [slice(None)] * x.ndim
-    if axes is None:
-        axes = range(len(starts))
-    if steps is None:
-        steps = [1] * len(starts)
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        s, e, a, st = int(s), int(e), int(a), int(st)
-        dim = x.shape[a]
-        if s < 0:
-            s += dim
-        if e < 0:
-            e += dim
-        if st > 0:
-            s = min(max(s, 0), dim)
-            e = min(max(e, 0), dim)
-        else:
-            s = min(max(s, 0), dim - 1)
-            e = min(max(e, -1), dim - 1)
-        index[a] = slice(s, e if e >= 0 else None, st)
-    return x[tuple(index)]
+    return x[_slice_index(x.shape, starts, ends, axes, steps)]
 
 
 @register("Slice", since=1)
@@ -187,15 +169,55 @@ class SliceAttr(Kernel):
         return [_slice(inputs[0], self.starts, self.ends, self.axes, None)]
 
 
+def _slice_index(shape: tuple, starts, ends, axes, steps) -> tuple:
+    """The basic index ``_slice`` takes ``x`` by, for an input of ``shape``."""
+    index = [slice(None)] * len(shape)
+    if axes is None:
+        axes = range(len(starts))
+    if steps is None:
+        steps = [1] * len(starts)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        s, e, a, st = int(s), int(e), int(a), int(st)
+        dim = shape[a]
+        if s < 0:
+            s += dim
+        if e < 0:
+            e += dim
+        if st > 0:
+            s = min(max(s, 0), dim)
+            e = min(max(e, 0), dim)
+        else:
+            s = min(max(s, 0), dim - 1)
+            e = min(max(e, -1), dim - 1)
+        index[a] = slice(s, e if e >= 0 else None, st)
+    return tuple(index)
+
+
 @register("Slice", since=10)
-class Slice(_NoAttr):
+class Slice(Kernel):
+    """starts, ends, axes and steps from constant initializers (what exporters write) make the
+    index a function of the input's shape alone: kept per shape, so a run indexes and returns (a
+    shape chain or loop body slices small tensors at every step). Other inputs are read each run."""
+
     host_inputs = frozenset({1, 2, 3, 4})
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.constant = ctx is not None and all(ctx.is_constant_initializer(i) for i in node.inputs[1:] if i)
+        self._index: dict[tuple, tuple] = {}  # input shape -> index, for constant parameters
+
     def compute(self, inputs: list) -> list:
+        x = inputs[0]
+        if self.constant:
+            index = self._index.get(x.shape)
+            if index is not None:
+                return [x[index]]
         n = len(inputs)
         axes = inputs[3].tolist() if n > 3 and inputs[3] is not None else None
         steps = inputs[4].tolist() if n > 4 and inputs[4] is not None else None
-        return [_slice(inputs[0], inputs[1].tolist(), inputs[2].tolist(), axes, steps)]
+        index = _slice_index(x.shape, inputs[1].tolist(), inputs[2].tolist(), axes, steps)
+        if self.constant and len(self._index) < 64:
+            self._index[x.shape] = index
+        return [x[index]]
 
 
 @register("Gather", since=1)
@@ -270,14 +292,23 @@ def _axes_tuple(axes) -> tuple:
     return tuple(int(a) for a in axes)
 
 
-def _unsqueeze(x: np.ndarray, axes: tuple) -> np.ndarray:
-    """``np.expand_dims(x, axes)`` as one reshape where the axes are valid (a view: inserting
-    length-1 axes never needs a copy). Shape chains unsqueeze small tensors at every step, and
-    expand_dims' axis normalization was most of such a node's time; invalid axes go to
-    expand_dims, whose error names them."""
-    rank = x.ndim + len(axes)
+@functools.lru_cache(maxsize=256)
+def _insert_at(rank: int, axes: tuple) -> tuple | None:
+    """Where Unsqueeze puts its length-1 axes in an output of ``rank`` (ascending), None where
+    the axes are out of range or repeated."""
     at = sorted(a + rank if a < 0 else a for a in axes)
     if not at or at[0] < 0 or at[-1] >= rank or len(set(at)) != len(at):
+        return None
+    return tuple(at)
+
+
+def _unsqueeze(x: np.ndarray, axes: tuple) -> np.ndarray:
+    """``np.expand_dims(x, axes)`` as one reshape where the axes are valid (a view: inserting
+    length-1 axes never needs a copy). Shape chains and loop bodies unsqueeze small tensors at every
+    step, and expand_dims' axis normalization was most of such a node's time; invalid axes go to
+    expand_dims, whose error names them."""
+    at = _insert_at(x.ndim + len(axes), axes)
+    if at is None:
         return np.expand_dims(x, axes)
     shape = list(x.shape)
     for a in at:
@@ -295,11 +326,24 @@ class UnsqueezeAttr(Kernel):
 
 
 @register("Unsqueeze", since=13)
-class Unsqueeze(_NoAttr):
+class Unsqueeze(Kernel):
     host_inputs = frozenset({1})
 
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        # axes from a constant initializer: the same array every run, read once
+        self.constant_axes = ctx is not None and len(node.inputs) > 1 and bool(node.inputs[1]) \
+            and ctx.is_constant_initializer(node.inputs[1])
+        self._axes: tuple | None = None  # (the axes array, its tuple)
+
     def compute(self, inputs: list) -> list:
-        return [_unsqueeze(inputs[0], _axes_tuple(inputs[1].tolist()))]
+        a = inputs[1]
+        kept = self._axes
+        if kept is not None and kept[0] is a:
+            return [_unsqueeze(inputs[0], kept[1])]
+        axes = _axes_tuple(a.tolist())
+        if self.constant_axes:
+            self._axes = (a, axes)  # one swap: a concurrent run sees either
+        return [_unsqueeze(inputs[0], axes)]
 
 
 def _squeeze(x: np.ndarray, axes) -> np.ndarray:

@@ -59,13 +59,13 @@ if [ -d .gpucorpus ]; then
 fi
 
 log "host cost per run: launches, copies, waits, set_arg calls, host CPU us; creation + first run (8 threads)"
-timeout 90 python3 benchmarks/opencl_host_cost.py --threads 8 --repeat 12 2>&1 | tee "$OUT/host_cost.txt"
+timeout 60 python3 benchmarks/opencl_host_cost.py --threads 8 --repeat 8 2>&1 | tee "$OUT/host_cost.txt"
 # the cost rule on (weighs partitions of static shape: the corpus with its dims fixed)
-timeout 90 python3 benchmarks/opencl_host_cost.py --threads 8 --repeat 12 --cost-rule on --fixed-dims \
+timeout 60 python3 benchmarks/opencl_host_cost.py --threads 8 --repeat 8 --cost-rule on --fixed-dims \
     --models mlp,cnn,encoder,bert_ts,gpt2_ts,resnet_ts,vit_ts,sk_kbins,sk_logreg 2>&1 | tee "$OUT/host_cost_rule.txt"
 if [ -d .gpucorpus ]; then
-    timeout 90 python3 benchmarks/opencl_host_cost.py --corpus .gpucorpus --models bert_ts,gpt2_ts,vit_ts,resnet_ts \
-        --threads 8 --repeat 10 2>&1 | tee "$OUT/host_cost_medium.txt"
+    timeout 60 python3 benchmarks/opencl_host_cost.py --corpus .gpucorpus --models bert_ts,gpt2_ts,vit_ts,resnet_ts \
+        --threads 8 --repeat 6 2>&1 | tee "$OUT/host_cost_medium.txt"
 fi
 
 log "the committed tiny corpus: OpenCL EP on the GPU, then the CPU EP on this host's CPU (2 threads each side)"
@@ -75,7 +75,7 @@ timeout 90 python3 benchmarks/real_models.py --ep cpu --repeat 100 >"$OUT/tiny_c
 log "OpenCL test files on the GPU"
 timeout 170 python3 -m pytest -q -p no:cacheprovider -n 12 tests/test_opencl_probe.py tests/test_devices_opencl.py \
     tests/test_opencl_ep.py tests/test_opencl_kernels.py tests/test_opencl_memory.py tests/test_opencl_session.py \
-    tests/test_opencl_dynamic.py tests/test_opencl_models.py tests/test_node_conformance_opencl.py \
+    tests/test_opencl_dynamic.py tests/test_opencl_models.py tests/test_node_conformance_opencl.py tests/test_opencl_replay.py tests/test_opencl_cost_rule.py \
     >"$OUT/pytest.txt" 2>&1
 echo "pytest exit $?"; tail -25 "$OUT/pytest.txt"
 

@@ -198,7 +198,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{'hal ms':>8} {'ort ms':>8} {'ratio':>6} {'cold hal/ort ms':>16} {'cold x':>6}")
     print(head)
     rows = []
+    import models
+
     for name in args.models.split(","):
+        if not os.path.isfile(os.path.join(args.corpus, f"{name}.onnx")) and name not in models.BUILDERS:
+            print(f"{name:12} skipped: not in {args.corpus} nor a benchmarks/models.py builder", flush=True)
+            continue
         r = measure(name, args.repeat, args.threads, args.corpus, args.cost_rule, args.fixed_dims)
         rows.append(r)
         print(f"{r.model:12} {r.nodes:>9} {r.launches:7.1f} {r.copies:6.1f} {r.waits:5.1f} {r.set_args:7.1f} "

@@ -39,7 +39,8 @@ python3 - <<'EOF'
 import pyopencl as cl
 for p in cl.get_platforms():
     for d in p.get_devices():
-        print(f"{p.name} {p.version} | {d.name} | {d.version} | driver {d.driver_version} | CUs {d.max_compute_units} | fp16 {'cl_khr_fp16' in d.extensions}")
+        cmdbuf = " ".join(e for e in d.extensions.split() if "command_buffer" in e) or "none"
+        print(f"{p.name} {p.version} | {d.name} | {d.version} | driver {d.driver_version} | CUs {d.max_compute_units} | fp16 {'cl_khr_fp16' in d.extensions} | command buffers: {cmdbuf}")
 EOF
 
 log "onnxhal devices"
@@ -57,6 +58,16 @@ if [ -d .gpucorpus ]; then
     timeout 80 python3 benchmarks/real_models.py --corpus .gpucorpus --ep opencl --threads 8 --repeat 10 2>&1 | tee "$OUT/real_models.txt"
 fi
 
+log "host cost per run: launches, copies, waits, set_arg calls, host CPU us; creation + first run (8 threads)"
+timeout 60 python3 benchmarks/opencl_host_cost.py --threads 8 --repeat 8 2>&1 | tee "$OUT/host_cost.txt"
+# the cost rule on (weighs partitions of static shape: the corpus with its dims fixed)
+timeout 60 python3 benchmarks/opencl_host_cost.py --threads 8 --repeat 8 --cost-rule on --fixed-dims \
+    --models mlp,cnn,encoder,bert_ts,gpt2_ts,resnet_ts,vit_ts,sk_kbins,sk_logreg 2>&1 | tee "$OUT/host_cost_rule.txt"
+if [ -d .gpucorpus ]; then
+    timeout 60 python3 benchmarks/opencl_host_cost.py --corpus .gpucorpus --models bert_ts,gpt2_ts,vit_ts,resnet_ts \
+        --threads 8 --repeat 6 2>&1 | tee "$OUT/host_cost_medium.txt"
+fi
+
 log "the committed tiny corpus: OpenCL EP on the GPU, then the CPU EP on this host's CPU (2 threads each side)"
 timeout 60 python3 benchmarks/real_models.py --ep opencl --repeat 20 >"$OUT/tiny_opencl.txt" 2>&1
 timeout 90 python3 benchmarks/real_models.py --ep cpu --repeat 100 >"$OUT/tiny_cpu.txt" 2>&1
@@ -64,13 +75,14 @@ timeout 90 python3 benchmarks/real_models.py --ep cpu --repeat 100 >"$OUT/tiny_c
 log "OpenCL test files on the GPU"
 timeout 170 python3 -m pytest -q -p no:cacheprovider -n 12 tests/test_opencl_probe.py tests/test_devices_opencl.py \
     tests/test_opencl_ep.py tests/test_opencl_kernels.py tests/test_opencl_memory.py tests/test_opencl_session.py \
-    tests/test_opencl_dynamic.py tests/test_opencl_models.py tests/test_node_conformance_opencl.py \
+    tests/test_opencl_dynamic.py tests/test_opencl_models.py tests/test_node_conformance_opencl.py tests/test_opencl_replay.py tests/test_opencl_cost_rule.py \
     >"$OUT/pytest.txt" 2>&1
 echo "pytest exit $?"; tail -25 "$OUT/pytest.txt"
 
 log "summary"
 grep -i -E "GF/s|gflop" "$OUT/gemm.txt" | tail -4
 tail -8 "$OUT/bench.txt"
+tail -9 "$OUT/host_cost.txt"; tail -11 "$OUT/host_cost_rule.txt"; [ -f "$OUT/host_cost_medium.txt" ] && tail -6 "$OUT/host_cost_medium.txt"
 [ -f "$OUT/real_models.txt" ] && tail -12 "$OUT/real_models.txt"
 tail -3 "$OUT/pytest.txt"
 tail -2 "$OUT/tiny_opencl.txt"; tail -2 "$OUT/tiny_cpu.txt"

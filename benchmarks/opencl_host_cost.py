@@ -1,19 +1,26 @@
 """The OpenCL EP's host cost per run and per session, against onnxruntime's CPU EP, in one process.
 
     python benchmarks/opencl_host_cost.py [--models mlp,cnn,encoder,bert_ts,...] [--repeat 20]
-                                          [--threads 2] [--json out.json]
+                                          [--threads 2] [--corpus DIR] [--cost-rule on|off]
+                                          [--fixed-dims] [--json out.json]
 
 Per model (the OpenCL benchmark set of ``bench.py``, then a few models of the committed corpus in
-tests/real_models, run with their stored signature ``a``): the OpenCL commands one run of onnxhal
-sends (kernel launches, buffer copies, host waits, ``set_arg`` calls), the host microseconds of a
-run (CPU time of the calling thread outside waits: what Python costs around the device's work; not
-wall time, which on a CPU device includes the device's own threads taking the cores), the run's median time against onnxruntime CPU with the same threads (alternating
-runs, ratio of medians), and session creation + first run of each runtime (medians of three fresh
-sessions).
+tests/real_models, or of ``--corpus DIR`` such as the benchmark-size exports of ``make_corpus.py
+--size medium``; corpus models run with their stored signature ``a``):
 
-Counting wraps pyopencl's public entry points for the duration of the timed runs (each wrapper
-calls the real function): every command reaches the driver as it would unwrapped; the counted runs
-are separate from the timed runs so the wrappers' cost is not in the times.
+- the OpenCL commands one run sends: kernel launches, buffer copies, host waits, ``set_arg`` calls;
+- host us: CPU time of the calling thread per run (a blocked wait takes none), what Python costs
+  around the device's work (not wall time, which on a CPU device includes the device's own threads);
+- the median run time against onnxruntime CPU with the same threads (alternating runs);
+- session creation + first run of each runtime (medians of three fresh sessions, alternating).
+
+``--cost-rule on`` passes the OpenCL EP's provider option (partitions smaller than their launches
+and copies stay on the host: it weighs partitions of static shape only, so ``--fixed-dims`` fixes
+the corpus models' batch and sequence dims to the feeds' as ``add_free_dimension_override_by_name``
+does).
+
+Counting wraps pyopencl's public entry points (each wrapper calls the real function) during a few
+separate runs, so the wrappers' cost is in neither the run times nor the figures compared.
 """
 
 from __future__ import annotations
@@ -42,7 +49,6 @@ class CommandCounter:
 
     def __init__(self) -> None:
         self.launches = self.copies = self.waits = self.set_args = 0
-        self.wait_cpu_s = 0.0  # CPU time of the calling thread inside waits (a driver may spin)
         self._saved: list = []
 
     def __enter__(self) -> CommandCounter:
@@ -65,11 +71,12 @@ class CommandCounter:
             host = any(isinstance(x, np.ndarray) for x in a[1:3]) or any(
                 isinstance(k.get(n), np.ndarray) for n in ("dest", "src"))
             if host and k.get("is_blocking", True):
-                return self._timed_wait(real, a, k)
+                self.waits += 1
             return real(*a, **k)
 
         def wait(real, a, k):
-            return self._timed_wait(real, a, k)
+            self.waits += 1
+            return real(*a, **k)
 
         def set_arg(real, a, k):
             self.set_args += 1
@@ -82,14 +89,6 @@ class CommandCounter:
         wrap(cl.Event, "wait", wait)
         wrap(cl.Kernel, "set_arg", set_arg)
         return self
-
-    def _timed_wait(self, real, a, k):
-        self.waits += 1
-        t = time.thread_time()
-        try:
-            return real(*a, **k)
-        finally:
-            self.wait_cpu_s += time.thread_time() - t
 
     def __exit__(self, *exc) -> None:
         for owner, name, real in reversed(self._saved):
@@ -114,8 +113,8 @@ class Row:
     cold_ratio: float
 
 
-def model_and_feeds(name: str) -> tuple[bytes, dict]:
-    path = os.path.join(CORPUS, f"{name}.onnx")
+def model_and_feeds(name: str, corpus: str = CORPUS) -> tuple[bytes, dict]:
+    path = os.path.join(corpus, f"{name}.onnx")
     if os.path.isfile(path):
         from onnxhal.stored_outputs import read_signatures
 
@@ -128,17 +127,24 @@ def model_and_feeds(name: str) -> tuple[bytes, dict]:
     return model.SerializeToString(), models.feeds(model)
 
 
-def measure(name: str, repeat: int, threads: int) -> Row:
+def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rule: str = "off",
+            fixed_dims: bool = False) -> Row:
     import onnxruntime as ort
 
     import onnxhal
 
-    data, feeds = model_and_feeds(name)
+    data, feeds = model_and_feeds(name, corpus)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     hso = onnxhal.SessionOptions()
     hso.intra_op_num_threads = threads
+    first = next(iter(feeds.values()))
+    if fixed_dims and isinstance(first, np.ndarray) and first.ndim:
+        hso.add_free_dimension_override_by_name("batch", first.shape[0])
+        if first.ndim == 2:
+            hso.add_free_dimension_override_by_name("sequence", first.shape[1])
+    providers = [(PROVIDERS[0], {"cost_rule": cost_rule}), PROVIDERS[1]]
     cold_ort, cold_hal = [], []
     for _ in range(COLD_RUNS):  # alternating fresh sessions: creation + first run
         t = time.perf_counter()
@@ -146,7 +152,7 @@ def measure(name: str, repeat: int, threads: int) -> Row:
         ref.run(None, feeds)
         cold_ort.append(time.perf_counter() - t)
         t = time.perf_counter()
-        hal = onnxhal.InferenceSession(data, hso, providers=PROVIDERS)
+        hal = onnxhal.InferenceSession(data, hso, providers=providers)
         hal.run(None, feeds)
         cold_hal.append(time.perf_counter() - t)
     for _ in range(3):
@@ -154,24 +160,22 @@ def measure(name: str, repeat: int, threads: int) -> Row:
         hal.run(None, feeds)
     counted = max(3, repeat // 4)
     with CommandCounter() as c:
-        t_counted = []
         for _ in range(counted):
-            w0, t = c.wait_cpu_s, time.thread_time()
             hal.run(None, feeds)
-            t_counted.append(time.thread_time() - t - (c.wait_cpu_s - w0))
-    t_ort, t_hal = [], []
+    t_ort, t_hal, cpu_hal = [], [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
         ref.run(None, feeds)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         hal.run(None, feeds)
+        cpu_hal.append(time.thread_time() - c1)
         t_hal.append(time.perf_counter() - t1)
         t_ort.append(t1 - t0)
     ps = hal.partition_summary
     o_ms, h_ms = statistics.median(t_ort) * 1e3, statistics.median(t_hal) * 1e3
     co, ch = statistics.median(cold_ort) * 1e3, statistics.median(cold_hal) * 1e3
     return Row(name, f"{ps.get(PROVIDERS[0], 0)}/{sum(ps.values())}", c.launches / counted, c.copies / counted,
-               c.waits / counted, c.set_args / counted, statistics.median(t_counted) * 1e6, h_ms, o_ms, h_ms / o_ms,
+               c.waits / counted, c.set_args / counted, statistics.median(cpu_hal) * 1e6, h_ms, o_ms, h_ms / o_ms,
                ch, co, ch / co)
 
 
@@ -180,18 +184,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default=DEFAULT_MODELS)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--corpus", default=CORPUS, help="folder of .onnx/.npz pairs for the corpus names")
+    p.add_argument("--cost-rule", choices=("on", "off"), default="off", help="the OpenCL EP's cost_rule option")
+    p.add_argument("--fixed-dims", action="store_true", help="fix corpus models' batch and sequence dims")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     from bench import opencl_driver
 
-    print(f"OpenCL EP on {opencl_driver()}; onnxruntime CPU, {args.threads} threads; "
+    print(f"OpenCL EP on {opencl_driver()}, cost_rule={args.cost_rule}{', dims fixed' if args.fixed_dims else ''}; "
+          f"onnxruntime CPU, {args.threads} threads; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     head = (f"{'model':12} {'nodes':>9} {'launch':>7} {'copies':>6} {'waits':>5} {'set_arg':>7} {'host us':>8} "
             f"{'hal ms':>8} {'ort ms':>8} {'ratio':>6} {'cold hal/ort ms':>16} {'cold x':>6}")
     print(head)
     rows = []
+    import models
+
     for name in args.models.split(","):
-        r = measure(name, args.repeat, args.threads)
+        if not os.path.isfile(os.path.join(args.corpus, f"{name}.onnx")) and name not in models.BUILDERS:
+            print(f"{name:12} skipped: not in {args.corpus} nor a benchmarks/models.py builder", flush=True)
+            continue
+        r = measure(name, args.repeat, args.threads, args.corpus, args.cost_rule, args.fixed_dims)
         rows.append(r)
         print(f"{r.model:12} {r.nodes:>9} {r.launches:7.1f} {r.copies:6.1f} {r.waits:5.1f} {r.set_args:7.1f} "
               f"{r.host_us:8.0f} {r.hal_ms:8.2f} {r.ort_ms:8.2f} {r.ratio:6.2f} "

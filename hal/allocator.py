@@ -26,7 +26,9 @@ class Allocator:
 
     def __init__(self, info: OrtMemoryInfo, limit: int = 0) -> None:
         self._info = info
-        self._lock = threading.Lock()
+        # Re-entrant: a finalizer the garbage collector runs during an allocation (a tensor's, a
+        # session's releasing its partitions' buffers) frees on the thread that holds the lock.
+        self._lock = threading.RLock()
         self._sizes: dict[int, int] = {}
         self._stats = dict.fromkeys(STATS_KEYS, 0)
         self._stats["Limit"] = int(limit)

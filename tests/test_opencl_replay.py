@@ -6,6 +6,7 @@ new recording. onnxruntime judges the numbers."""
 from __future__ import annotations
 
 import logging
+import threading
 
 import numpy as np
 import onnx
@@ -163,3 +164,43 @@ def test_a_released_state_gives_its_kernel_objects_to_the_next(compiled):
     np.testing.assert_array_equal(y1, y2)
     np.testing.assert_allclose(y2, ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
     cinfo.release_state(second)
+
+
+def test_a_state_released_by_a_finalizer_during_an_allocation_does_not_deadlock(compiled):
+    """A session the garbage collector finalizes releases its partition states, freeing their
+    workspaces, on whatever thread the collection interrupts: here, inside another partition's
+    allocation from the same allocator (with its lock held)."""
+    from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
+
+    factory, ep, mem, model, cinfo = compiled
+
+    class InterruptedAllocator(OpenCLAllocator):
+        on_alloc = None
+
+        def _alloc(self, size):
+            buf = super()._alloc(size)
+            callback, self.on_alloc = self.on_alloc, None
+            if callback is not None:
+                callback()  # as a finalizer run by a collection triggered here would
+            return buf
+
+    alloc = InterruptedAllocator(ep.device, mem)
+    queue = ep.device.new_queue()
+    x = RNG.standard_normal((2, 8, 16)).astype(np.float32)
+    xd = alloc.tensor(x.shape, np.float32)
+    factory.create_data_transfer().copy_tensors([x], [xd])
+    old = PartitionState(cinfo.plan, ep.device, alloc)
+    old.run([xd], queue)  # its workspace now holds buffers of this allocator
+    new = PartitionState(cinfo.plan, ep.device, alloc)
+    alloc.on_alloc = old.release
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(new.run([xd], queue)), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "allocating while a finalizer frees on the same thread deadlocked"
+    queue.finish()
+    y = np.empty(x.shape, np.float32)
+    factory.create_data_transfer().copy_tensors(result[0], [y])
+    np.testing.assert_allclose(y, ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+                               .run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    new.release()

@@ -76,6 +76,15 @@ class BuildStats:
     kernels_reused: int = 0  # kernel objects a released partition state gave back, taken again
 
 
+@dataclass(frozen=True)
+class LaunchCosts:
+    """What the host waits for one launch (enqueue + finish of a one-work-item kernel) and for one
+    small copy (a blocking 16-byte write), on one device: medians, measured once per process."""
+
+    launch_s: float
+    copy_s: float
+
+
 class OpenCLDeviceContext:
     """The process-wide context and in-order queue of one OpenCL device, with its program cache."""
 
@@ -101,6 +110,10 @@ class OpenCLDeviceContext:
         self._exp_lock = threading.Lock()
         # Kernel objects released partition states gave back, by (program, kernel name).
         self._idle_kernels: dict[tuple[int, str], list[cl.Kernel]] = {}
+        # Its own re-entrant lock: a state released by the garbage collector (a session's
+        # finalizer) gives its kernels back on whatever thread, holding whatever lock, it interrupts.
+        self._idle_lock = threading.RLock()
+        self._launch_costs: LaunchCosts | None = None
 
     @property
     def exp_option(self) -> str:
@@ -125,6 +138,41 @@ class OpenCLDeviceContext:
         want = np.exp(x.astype(np.float64))
         err = float(np.max(np.abs(y - want) / want))
         return f"-DONNXHAL_EXP={'native_exp' if err <= NATIVE_EXP_RTOL else 'exp'}"
+
+    def launch_costs(self) -> LaunchCosts:
+        """This device's ``LaunchCosts``, measured at first use (about 2 ms on PoCL) and kept."""
+        with self._exp_lock:
+            if self._launch_costs is None:
+                self._launch_costs = self._measure_launch_costs()
+            return self._launch_costs
+
+    def _measure_launch_costs(self, repeat: int = 15) -> LaunchCosts:
+        import statistics
+
+        import numpy as np
+
+        host = np.ones(4, np.float32)
+        mf = cl.mem_flags
+        bx = cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=host)
+        by = cl.Buffer(self.context, mf.READ_WRITE, host.nbytes)
+        queue = self.new_queue()  # not the shared queue: others' work would count as this launch's
+        knl = cl.Kernel(self._build_cached(EXP_SOURCE, DEFAULT_BUILD_OPTIONS), "onnxhal_exp_check")
+        knl.set_arg(0, bx)
+        knl.set_arg(1, by)
+        launches, copies = [], []
+        for k in range(repeat + 2):  # the first two warm the driver (PoCL compiles per local size)
+            t = time.perf_counter()
+            cl.enqueue_nd_range_kernel(queue, knl, (1,), (1,))
+            queue.finish()
+            t1 = time.perf_counter()
+            cl.enqueue_copy(queue, bx, host, is_blocking=True)
+            t2 = time.perf_counter()
+            if k >= 2:
+                launches.append(t1 - t)
+                copies.append(t2 - t1)
+        bx.release()
+        by.release()
+        return LaunchCosts(statistics.median(launches), statistics.median(copies))
 
     @property
     def name(self) -> str:
@@ -164,7 +212,7 @@ class OpenCLDeviceContext:
         the caller's to set, every one of them, before its first launch."""
         prg = self.program(source, options)
         key = (prg.int_ptr, name)
-        with self._lock:
+        with self._idle_lock:
             idle = self._idle_kernels.get(key)
             if idle:
                 self.stats.kernels_reused += 1
@@ -179,7 +227,7 @@ class OpenCLDeviceContext:
         """Give back kernel objects whose owner no longer launches them (a released partition state,
         one-off packing launches), for ``kernel`` to hand out again; at most ``MAX_IDLE_KERNELS``
         are kept per kernel."""
-        with self._lock:
+        with self._idle_lock:
             for k in kernels:
                 idle = self._idle_kernels.setdefault((k.program.int_ptr, k.function_name), [])
                 if len(idle) < MAX_IDLE_KERNELS:

@@ -19,6 +19,7 @@ from onnxhal.hal.ep import Ep, EpGraphSupportInfo, KernelContext, NodeComputeInf
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.op_geometry import pool_geometry
+from onnxhal.runtime.providers.opencl.cost_rule import crossings, host_rates, host_reason, host_seconds
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, is_dynamic
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
@@ -83,10 +84,14 @@ class OpenCLEp(Ep):
     name = EP_NAME
     runs_onnxhal_fused_ops = True  # op_support.FUSED_DOMAIN_OPS
 
-    def __init__(self, device: OpenCLDeviceContext | None, allocator: OpenCLAllocator, logger: logging.Logger) -> None:
+    def __init__(self, device: OpenCLDeviceContext | None, allocator: OpenCLAllocator, logger: logging.Logger,
+                 cost_rule: bool = False) -> None:
         self.device = device
         self.allocator = allocator
         self.logger = logger
+        #: Keep partitions smaller than their launches and copies on the host (cost_rule.py).
+        self.cost_rule = cost_rule
+        self._launches: dict[tuple[int, ...], int] = {}  # planned group (node ids) -> launches per run
         # Shapes, dtypes and constants seen in get_capability, for compile's filtered graphs.
         self._shapes: dict = {}
         self._dtypes: dict = {}
@@ -134,7 +139,23 @@ class OpenCLEp(Ep):
                 if all(n.op_type in VIEW_OPS for n in part) and not _between_claimed(graph, part, taken):
                     continue  # a lone view computes nothing: not worth two copies
                 for piece in self.split_partition(graph, part):
+                    reason = self._cost_reason(graph, piece, lookup, taken) if self.cost_rule else None
+                    if reason:
+                        for n in piece:
+                            self.declined[n.name or n.op_type] = reason
+                        self.logger.debug("%s declines %d node(s): %s", self.name, len(piece), reason)
+                        continue
                     support_info.add_nodes_to_fuse(piece, FUSION_OPTIONS)
+
+    def _cost_reason(self, graph: Graph, piece: list[Node], lookup: GraphLookup, taken: set[int]) -> str | None:
+        """The cost rule's reason to leave ``piece`` to the host, or None. Partitions with symbolic
+        dimensions have no size to weigh and are claimed."""
+        launches = self._launches.get(tuple(id(n) for n in piece))
+        if self.device is None or launches is None:
+            return None
+        costs = self.device.launch_costs()
+        work = host_seconds(piece, lookup, host_rates())
+        return host_reason(work, launches, crossings(graph, piece, taken), costs.launch_s, costs.copy_s)
 
     def node_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
         """None if this EP takes ``node``, else why not: the hook subclasses (the simulated
@@ -174,6 +195,7 @@ class OpenCLEp(Ep):
                     if isinstance(step, Launch):
                         self.device.program(step.source)
             self._planned[part] = plan
+            self._launches[tuple(id(n) for n in nodes)] = plan.launches_per_run
             return True
         except INSPECTION_ERRORS as exc:
             ops = ", ".join(sorted({n.op_type for n in nodes}))

@@ -20,6 +20,7 @@ from onnxhal.hal.ep_device import OrtEpDevice
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
+from onnxhal.runtime.providers.opencl.cost_rule import COST_RULE_OPTION
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext, device_context
 from onnxhal.runtime.providers.opencl.ep import EP_NAME, OpenCLEp
 from onnxhal.runtime.providers.opencl.memory import (
@@ -44,6 +45,16 @@ def opencl_pairs(hardware_device: OrtHardwareDevice) -> list[tuple[int, int]]:
                                   "'<platform_index>:<device_index>'") from exc
         pairs.append((p, d))
     return pairs
+
+
+def _cost_rule(session_options: Any) -> bool:
+    """The provider option ``cost_rule`` ("on" or "off", default "off"): see cost_rule.py."""
+    options = session_options.provider_options_for(EP_NAME) if hasattr(session_options, "provider_options_for") else {}
+    value = str(options.get(COST_RULE_OPTION, "off")).lower()
+    if value not in ("on", "off"):
+        raise InvalidArgument(f"{EP_NAME} provider option {COST_RULE_OPTION}={value!r}: expected 'on' (keep partitions "
+                              "smaller than their launches and copies on the host) or 'off'")
+    return value == "on"
 
 
 def _ordinal(platform_index: int, device_index: int) -> int:
@@ -121,7 +132,8 @@ class OpenCLEpFactory(EpFactory):
             p, d = (int(v) for v in index.split(":"))
             for mem, dev in self._cl_devices.items():
                 if dev.int_ptr == cl.get_platforms()[p].get_devices()[d].int_ptr:
-                    return OpenCLEp(self.device_context(mem), self.allocator(mem), logger or self.logger)
+                    return OpenCLEp(self.device_context(mem), self.allocator(mem), logger or self.logger,
+                                    cost_rule=_cost_rule(session_options))
         raise InvalidArgument(f"{EP_NAME}.create_ep: no OpenCL device in ep_metadata {list(ep_metadata)}; "
                               "create the session from this factory's EP devices")
 

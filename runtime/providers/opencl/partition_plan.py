@@ -146,7 +146,8 @@ class PartitionState:
         self.plan = plan
         self.device = device
         self.allocator = allocator
-        self.lock = threading.Lock()
+        # Re-entrant for release(), which the garbage collector may run (a session's finalizer).
+        self.lock = threading.RLock()
         self.launches = [_BoundLaunch(device, s) if isinstance(s, Launch) else s for s in plan.steps]
         init = [_BoundLaunch(device, s) for s in plan.init_steps]
         self.const_buffers: dict[str, cl.Buffer] = {}

@@ -1,0 +1,125 @@
+"""The OpenCL EP's cost rule: a partition whose work is smaller than what the device charges to run
+it (its launches plus a copy for every value crossing between host and device) stays on the host.
+
+Both sides are measured, not guessed, once per process: the device's cost of a launch and of a
+small copy (``OpenCLDeviceContext.launch_costs``), and the host's rates, arithmetic and memory,
+with numpy as the CPU EP computes (``host_rates``). A partition's work is its nodes' arithmetic
+(2 flops per multiply-add of the GEMM family; one per output element elsewhere) and the bytes they
+read and write, timed at the host's rates. The rule is on with the provider option
+``cost_rule=on``; a declined partition's nodes say why in ``OpenCLEp.declined``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnxhal.hal.graph import Graph, Node
+
+#: The provider option that turns the rule on ("on") or off ("off", the default).
+COST_RULE_OPTION = "cost_rule"
+_GEMM_OPS = {"MatMul", "Gemm", "FusedMatMul", "FusedGemm"}
+_CONV_OPS = {"Conv", "FusedConv"}
+
+
+@dataclass(frozen=True)
+class HostRates:
+    """What the host computes per second: float32 multiply-add flops (BLAS) and bytes an
+    elementwise numpy op reads and writes."""
+
+    flops_per_s: float
+    bytes_per_s: float
+
+
+def _best_of(fn, repeat: int = 20) -> float:
+    for _ in range(3):  # BLAS wakes its threads over the first calls
+        fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return max(best, 1e-9)
+
+
+@functools.lru_cache(maxsize=1)
+def host_rates() -> HostRates:
+    """The host's rates, measured once per process (a few ms): a 128^3 float32 matmul and an add
+    over 1 MiB operands, best of 20 each (the best: a loaded machine slows a run, never speeds
+    it up)."""
+    a = np.full((128, 128), 0.5, np.float32)
+    out = np.empty_like(a)
+    flops = 2.0 * 128 ** 3 / _best_of(lambda: np.matmul(a, a, out=out))
+    x = np.ones(1 << 18, np.float32)
+    y = np.empty_like(x)
+    moved = 3.0 * x.nbytes / _best_of(lambda: np.add(x, x, out=y))
+    return HostRates(flops, moved)
+
+
+def _size(lookup, name: str) -> int:
+    shape = lookup.shape(name) if name else None
+    return int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
+
+
+def node_work(node: Node, lookup) -> tuple[float, float]:
+    """(flops, bytes) of one node with static shapes: bytes of every float tensor it reads and
+    writes; flops of its multiply-adds (GEMM family, Conv) or one per output element."""
+    out = _size(lookup, node.outputs[0]) if node.outputs else 0
+    moved = 4.0 * (sum(_size(lookup, v) for v in node.inputs if v) + sum(_size(lookup, v) for v in node.outputs if v))
+    if node.op_type in _GEMM_OPS:
+        a = lookup.shape(node.inputs[0]) or (1,)
+        k = a[0] if node.op_type in ("Gemm", "FusedGemm") and node.attr("transA", 0) else a[-1]
+        return 2.0 * out * k, moved
+    if node.op_type in _CONV_OPS:
+        w = lookup.shape(node.inputs[1]) or (1, 1)
+        return 2.0 * out * int(np.prod(w[1:], dtype=np.int64)), moved
+    return float(out), moved
+
+
+def host_seconds(nodes: Sequence[Node], lookup, rates: HostRates) -> float:
+    """The time the host would take for ``nodes`` at its measured rates."""
+    flops = moved = 0.0
+    for n in nodes:
+        f, b = node_work(n, lookup)
+        flops += f
+        moved += b
+    return flops / rates.flops_per_s + moved / rates.bytes_per_s
+
+
+def crossings(graph: Graph, part: Sequence[Node], on_device: set[int]) -> int:
+    """Values that would be copied between host and device for ``part``: inputs made on the host
+    (graph inputs, other EPs' outputs; not constants, which stay resident) and outputs read on the
+    host (graph outputs, other EPs' nodes). ``on_device``: ids of every node this EP claims."""
+    inside = {id(n) for n in part}
+    made = {o for n in part for o in n.outputs if o}
+    count = 0
+    seen: set[str] = set()
+    for n in part:
+        for v in n.inputs:
+            if not v or v in made or v in seen or graph.is_constant_initializer(v):
+                continue
+            seen.add(v)
+            producer = graph.producer(v)
+            if producer is None or id(producer) not in on_device:
+                count += 1
+    outputs = set(graph.output_names)
+    for v in made:
+        readers = graph.consumers(v)
+        if v in outputs or any(id(c) not in on_device and id(c) not in inside for c in readers):
+            count += 1
+    return count
+
+
+def host_reason(work_s: float, launches: int, copies: int, launch_s: float, copy_s: float) -> str | None:
+    """Why the partition stays on the host, or None when the device is worth its cost."""
+    cost = launches * launch_s + copies * copy_s
+    if work_s >= cost:
+        return None
+    return (f"kept on the host by the cost rule: its work takes about {work_s * 1e6:.3g} us on the host, "
+            f"less than the device's {launches} launch(es) and {copies} copy(ies) "
+            f"({launch_s * 1e6:.3g} and {copy_s * 1e6:.3g} us each, measured on this device); "
+            f"provider option {COST_RULE_OPTION}=off claims it anyway")

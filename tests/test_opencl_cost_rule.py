@@ -1,0 +1,101 @@
+"""The OpenCL EP's cost rule (runtime/providers/opencl/cost_rule.py, provider option cost_rule=on):
+a partition whose work is smaller than its launches and copies, both measured, stays on the host
+and says why; one worth the device is claimed. onnxruntime judges the outputs either way."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("pyopencl")
+
+import onnxhal  # noqa: E402
+from onnxhal.hal.errors import InvalidArgument  # noqa: E402
+from onnxhal.runtime.providers.opencl.cost_rule import crossings, host_rates, host_reason  # noqa: E402
+from tests.opencl_support import require_opencl  # noqa: E402
+
+OPENCL_INDEX = require_opencl(module_level=True)
+RNG = np.random.default_rng(5)
+
+
+def _model(n: int, k: int) -> onnx.ModelProto:
+    """x [n, k] -> MatMul by a constant [k, k] -> Relu -> TopK (never on OpenCL) -> Sigmoid of the values."""
+    w = (RNG.standard_normal((k, k)) / np.sqrt(k)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("TopK", ["r", "kk"], ["t", "ti"], name="topk", axis=1),
+             helper.make_node("Sigmoid", ["t"], ["y"], name="sig")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 4])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([4], np.int64), "kk")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.fixture
+def opencl(register):
+    register("onnxhal.runtime.providers.opencl", "opencl")
+
+
+def _session(model: onnx.ModelProto, rule: str) -> onnxhal.InferenceSession:
+    return onnxhal.InferenceSession(model.SerializeToString(),
+                                    providers=[("OpenCLExecutionProvider", {"cost_rule": rule}), "CPUExecutionProvider"])
+
+
+def test_a_partition_smaller_than_its_launches_and_copies_stays_on_the_host(opencl):
+    model = _model(2, 8)
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    off, on = _session(model, "off"), _session(model, "on")
+    assert off.partition_summary == {"OpenCLExecutionProvider": 3, "CPUExecutionProvider": 1}
+    assert on.partition_summary == {"CPUExecutionProvider": 4}
+    declined = on.eps["OpenCLExecutionProvider"].declined
+    by_rule = {k for k, v in declined.items() if "kept on the host by the cost rule" in v and "measured on this device" in v}
+    assert by_rule == set(declined) - {"topk"} and "sig" in by_rule and len(by_rule) >= 2
+    for sess in (off, on):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_partition_worth_the_device_is_claimed_with_the_rule_on(opencl):
+    model = _model(256, 512)  # 67 MFLOP: far more than a launch and two copies anywhere
+    x = RNG.standard_normal((256, 512)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    on = _session(model, "on")
+    declined = on.eps["OpenCLExecutionProvider"].declined
+    # the GEMM and its Relu are claimed; the Sigmoid of 256 x 4 values after TopK is not worth it
+    assert {k for k, v in declined.items() if "cost rule" in v} == {"sig"}
+    assert on.partition_summary == {"OpenCLExecutionProvider": 2, "CPUExecutionProvider": 2}
+    np.testing.assert_allclose(on.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_bad_cost_rule_value_is_an_error_naming_it(opencl):
+    with pytest.raises(InvalidArgument, match=r"cost_rule='sometimes'.*'on'.*'off'"):
+        _session(_model(2, 8), "sometimes")
+
+
+def test_the_device_and_host_costs_are_measured_once(opencl):
+    sess = _session(_model(2, 8), "on")
+    device = sess.eps["OpenCLExecutionProvider"].device
+    costs = device.launch_costs()
+    assert device.launch_costs() is costs and 0 < costs.launch_s < 0.1 and 0 < costs.copy_s < 0.1
+    rates = host_rates()
+    assert host_rates() is rates and rates.flops_per_s > 1e8 and rates.bytes_per_s > 1e8
+
+
+def test_crossings_count_values_moving_between_host_and_device():
+    from onnxhal import hal
+
+    model = _model(2, 8)
+    graph = hal.Graph.from_proto(onnx.shape_inference.infer_shapes(model).graph, {"": 17})
+    by_name = {n.name: n for n in graph.nodes}
+    claimed = {id(by_name[k]) for k in ("mm", "relu", "sig")}
+    # x comes from the host, r goes to TopK on the host; w is a resident constant; h stays inside
+    assert crossings(graph, [by_name["mm"], by_name["relu"]], claimed) == 2
+    # alone, mm's output h feeds relu, claimed too: no copy for it
+    assert crossings(graph, [by_name["mm"]], claimed) == 1
+    assert crossings(graph, [by_name["sig"]], claimed) == 2  # t from TopK, y a graph output
+    assert host_reason(1e-6, 1, 2, 5e-6, 5e-6) is not None and host_reason(1e-3, 1, 2, 5e-6, 5e-6) is None

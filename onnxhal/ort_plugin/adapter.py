@@ -336,7 +336,7 @@ class EpAdapter:
         # kept here: onnxruntime asks for the stream at the first run, maybe after an unregister
         # emptied the factory's table, and a stream aware EP must then still give one
         self.stream_devices = frozenset(factory.memory_infos) if self.stream_aware else frozenset()
-        self.session_streams = 0  # live streams onnxruntime made for this session (streams.py)
+        self.session_streams: set = set()  # live streams onnxruntime made for this session (streams.py)
         self.interrupt_at_flush = False
         self.profiler: Any = None  # profiling.ProfilerAdapter while onnxruntime profiles the session (API 25+)
         d.objects[self.address] = self

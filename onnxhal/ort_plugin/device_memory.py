@@ -29,7 +29,7 @@ from onnxhal.hal.errors import InvalidArgument, OutOfMemory
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
-from onnxhal.ort_plugin import streams as sync_streams  # noqa: F401 - used at call time (import cycle)
+from onnxhal.ort_plugin import streams as sync_streams  # a module: streams.py imports this one too
 from onnxhal.ort_plugin import tensors
 from onnxhal.ort_plugin.ort_api import OrtApi
 from onnxhal.ort_plugin.structs import words

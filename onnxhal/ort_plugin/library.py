@@ -116,6 +116,7 @@ def _on_run_start(ep: EpAdapter, args: Any) -> None:
 
 def _on_run_end(ep: EpAdapter, args: Any) -> None:
     try:
+        streams.drain_session_streams(ep)
         ep.ep.on_run_end(None, bool(args[1]))
         ep.missing.run_end(bool(args[1]))
     finally:

@@ -51,21 +51,25 @@ class StreamAdapter:
         self.stream = stream
         self.ep = ep  # the session EP whose runs use it (None: a factory stream outside sessions)
         if ep is not None:
-            ep.session_streams += 1
+            ep.session_streams.add(self)
         self.struct = StreamStruct(STREAM_VERSION, d.trampoline("s_release"), d.trampoline("s_get_handle"),
                                    d.trampoline("s_create_notification"), d.trampoline("s_flush"),
                                    d.trampoline("s_on_session_run_end"))
         self.address = ctypes.addressof(self.struct)
         d.objects[self.address] = self
 
-    def flush(self) -> None:
-        """OrtSyncStreamImpl::Flush, which onnxruntime's header defines as "ensuring that all
-        operations submitted to the stream are completed" (its CUDA stream synchronizes there): hal's
-        ``flush`` only submits, so the bridge also waits, through a notification of its own."""
+    def drain(self) -> None:
+        """Submit the stream's work and wait until it is done (a notification of the bridge's own)."""
         self.stream.flush()
         done = self.stream.create_notification()
         done.activate()
         done.wait_on_host()
+
+    def flush(self) -> None:
+        """OrtSyncStreamImpl::Flush, which onnxruntime's header defines as "ensuring that all
+        operations submitted to the stream are completed" (its CUDA stream synchronizes there): hal's
+        ``flush`` only submits, so the bridge also waits."""
+        self.drain()
         if self.ep is not None and self.ep.interrupt_at_flush:
             # onnxruntime flushes the session's stream after OnRunEnd: Ctrl-C pressed during the run
             # is raised again once this, the run's last callback, is back in C (interrupts.py)
@@ -77,7 +81,15 @@ class StreamAdapter:
 
     def release(self) -> None:
         if d.objects.pop(self.address, None) is not None and self.ep is not None:
-            self.ep.session_streams -= 1
+            self.ep.session_streams.discard(self)
+
+
+def drain_session_streams(ep: EpAdapter) -> None:
+    """At OnRunEnd, before the hal Ep's ``on_run_end``: the run's queued work is done, as it is
+    when onnxhal's own session calls that hook (the simulators read their fp16 overflow flags
+    there, on another queue). onnxruntime flushes the stream right after anyway."""
+    for stream in list(ep.session_streams):
+        stream.drain()
 
 
 def interrupt_after_run(ep: EpAdapter) -> None:

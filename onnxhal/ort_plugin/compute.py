@@ -103,10 +103,39 @@ def sole_reference(out: Any) -> bool:
     onnxruntime may write into the buffers of its values."""
     if not isinstance(out, DeviceTensor):
         return False
-    if out.base is None:  # the list, the caller's ``out``, this parameter, getrefcount's argument
-        return sys.getrefcount(out) <= 4
-    # the view's ``base``, getrefcount's argument; and the view itself held as the owner is above
-    return sys.getrefcount(out.base) <= 2 and sys.getrefcount(out) <= 4
+    own, base = _reference_counts(out)  # the same calls as _calibrate's
+    return own <= _SOLE_OWN and (out.base is None or base <= _SOLE_BASE)
+
+
+def _reference_counts(out: Any) -> tuple[int, int]:
+    return sys.getrefcount(out), (sys.getrefcount(out.base) if out.base is not None else 0)
+
+
+class _Probe:
+    def __init__(self, base: Any = None) -> None:
+        self.base = base
+
+
+def _calibrate() -> tuple[int, int]:
+    """The reference counts of a tensor held only as ``run`` holds its outputs (a list, the loop's
+    variable) and of a view's base held only by the view, read through the same calls as
+    ``sole_reference``: interpreters differ in what they count (CPython 3.11: 4 and 2; later ones
+    may skip borrowed references), so the limits are measured here, not assumed."""
+    owner = _Probe()
+    outputs = [_Probe(), _Probe(owner)]
+    del owner
+    counts = []
+    for i in range(len(outputs)):
+        out = outputs[i]
+        counts.append(_held_counts(out))
+    return counts[0][0], counts[1][1]
+
+
+def _held_counts(out: Any) -> tuple[int, int]:
+    return _reference_counts(out)
+
+
+_SOLE_OWN, _SOLE_BASE = _calibrate()
 
 
 class ComputeAdapter:

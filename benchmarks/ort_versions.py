@@ -30,7 +30,7 @@ def venv_for(version: str, base: Path) -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", f"onnxruntime=={version}", "pytest"], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(ROOT)], check=True)
-    where = subprocess.run([str(python), "-c", "import onnxhal.runtime.environment as e; print(e.__file__)"],
+    where = subprocess.run([str(python), "-c", "import onnxhal.runtime.env.environment as e; print(e.__file__)"],
                            capture_output=True, text=True).stdout.strip()
     if not where.startswith(str(ROOT)):  # an environment made for another checkout: point it at this one
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(ROOT)], check=True)

@@ -24,27 +24,27 @@ _HAL = ("ExecutionMode", "ExecutionOrder", "GraphOptimizationLevel", "OrtAllocat
         "OrtDeviceVendorId", "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
         "OrtHardwareDeviceType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtMemType", "OrtSparseFormat", "OrtSyncStream")
 _LAZY: dict[str, str] = {name: "onnxhal.hal" for name in _HAL}
-_LAZY.update({name: "onnxhal.runtime.environment" for name in (
+_LAZY.update({name: "onnxhal.runtime.env.environment" for name in (
     "get_all_providers", "get_available_providers", "get_device", "get_ep_devices", "get_hardware_devices",
     "get_version_string",
     "register_execution_provider_library", "unregister_execution_provider_library")})
-_LAZY.update({name: "onnxhal.runtime.ortvalue" for name in ("IOBinding", "OrtValue", "copy_tensors")})
-_LAZY.update({name: "onnxhal.runtime.compatibility" for name in (
+_LAZY.update({name: "onnxhal.runtime.values.ortvalue" for name in ("IOBinding", "OrtValue", "copy_tensors")})
+_LAZY.update({name: "onnxhal.runtime.env.compatibility" for name in (
     "get_compatibility_info_from_model", "get_compatibility_info_from_model_bytes",
     "get_hardware_device_ep_incompatibility_details", "get_model_compatibility_for_ep_devices")})
-_LAZY["OrtValueVector"] = "onnxhal.runtime.ortvalue_vector"
-_LAZY.update({name: "onnxhal.runtime.lora_adapters" for name in ("AdapterFormat", "LoraAdapter")})
-_LAZY["SparseTensor"] = "onnxhal.runtime.sparse_tensor"
-_LAZY.update({name: "onnxhal.runtime.env_allocators" for name in (
+_LAZY["OrtValueVector"] = "onnxhal.runtime.values.ortvalue_vector"
+_LAZY.update({name: "onnxhal.runtime.values.lora_adapters" for name in ("AdapterFormat", "LoraAdapter")})
+_LAZY["SparseTensor"] = "onnxhal.runtime.values.sparse_tensor"
+_LAZY.update({name: "onnxhal.runtime.env.allocators" for name in (
     "create_and_register_allocator", "create_and_register_allocator_v2")})
-_LAZY.update({name: "onnxhal.runtime.session" for name in (
+_LAZY.update({name: "onnxhal.runtime.session.inference_session" for name in (
     "InferenceSession", "ModelMetadata", "NodeArg", "OrtEpAssignedNode", "OrtEpAssignedSubgraph")})
-_LAZY["set_default_logger_severity"] = "onnxhal.runtime.log_scope"
-_LAZY.update({name: "onnxhal.runtime.session_options" for name in ("RunOptions", "SessionOptions")})
+_LAZY["set_default_logger_severity"] = "onnxhal.runtime.session.log_scope"
+_LAZY.update({name: "onnxhal.runtime.session.options" for name in ("RunOptions", "SessionOptions")})
 _LAZY["set_seed"] = "onnxhal.runtime.providers.cpu.kernels.random_ops"
-_LAZY.update({name: "onnxhal.runtime.model_compiler" for name in ("ModelCompiler", "OrtExternalInitializerInfo")})
-_LAZY.update({name: "onnxhal.runtime.ep_context_model" for name in ("OrtEpContextData", "OrtEpContextDataBuffer")})
-_LAZY.update({name: "onnxhal.runtime.process_settings" for name in (
+_LAZY.update({name: "onnxhal.runtime.session.model_compiler" for name in ("ModelCompiler", "OrtExternalInitializerInfo")})
+_LAZY.update({name: "onnxhal.runtime.session.ep_context_model" for name in ("OrtEpContextData", "OrtEpContextDataBuffer")})
+_LAZY.update({name: "onnxhal.runtime.env.process_settings" for name in (
     "disable_telemetry_events", "enable_telemetry_events", "get_build_info", "has_collective_ops",
     "set_default_logger_callback", "set_default_logger_verbosity", "set_global_thread_pool_sizes")})
 _SUBMODULES = ("backend", "capi", "errors", "hal")
@@ -54,7 +54,7 @@ __all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        from onnxhal.runtime.environment import get_version_string
+        from onnxhal.runtime.env.environment import get_version_string
 
         value = globals()["__version__"] = get_version_string()
         return value

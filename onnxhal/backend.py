@@ -24,9 +24,9 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from onnxhal.errors import InvalidArgument
 from onnxhal.hal import OrtHardwareDeviceType
-from onnxhal.runtime.environment import get_ep_devices
-from onnxhal.runtime.session import InferenceSession
-from onnxhal.runtime.session_options import RunOptions, SessionOptions
+from onnxhal.runtime.env.environment import get_ep_devices
+from onnxhal.runtime.session.inference_session import InferenceSession
+from onnxhal.runtime.session.options import RunOptions, SessionOptions
 
 _DEVICE_TYPES = {"CPU": OrtHardwareDeviceType.CPU, "GPU": OrtHardwareDeviceType.GPU, "NPU": OrtHardwareDeviceType.NPU,
                  "CUDA": OrtHardwareDeviceType.GPU}

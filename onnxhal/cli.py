@@ -40,7 +40,7 @@ def policy_names() -> list[str]:
 
 def environment_help() -> str:
     """The epilog of ``run``, ``partition`` and ``matrix --help``: policies, EP names, variables."""
-    from onnxhal.runtime.environment import BUILTIN_EP_LIBRARIES, CPU_EP_NAME
+    from onnxhal.runtime.env.environment import BUILTIN_EP_LIBRARIES, CPU_EP_NAME
     from onnxhal.simulators.profiles import shipped_profiles
 
     return (f"policies (--policy, any case):\n  {', '.join(policy_names())}\n"
@@ -164,7 +164,7 @@ def feeds_for(sess: onnxhal.InferenceSession, args: argparse.Namespace,
 def device_failures(sess: onnxhal.InferenceSession, requested: Sequence[str]) -> list[str]:
     """One line per EP of ``requested`` (not the CPU EP) that did not run what it claimed: its
     compile failed, or a run fell back or failed over to another EP (the session's ``ep_failures``)."""
-    from onnxhal.runtime.environment import CPU_EP_NAME
+    from onnxhal.runtime.env.environment import CPU_EP_NAME
 
     lines = []
     for f in sess.ep_failures:

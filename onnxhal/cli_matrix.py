@@ -200,7 +200,7 @@ def matrix(model: str | bytes, feeds: dict | None = None, show_progress: bool = 
     """Rows for every EP device other than the CPU EP's (the reference); ``dims`` sizes symbolic
     dimensions (free dimension overrides on every session, and the random feeds)."""
     from onnxhal.cli import random_inputs
-    from onnxhal.runtime.environment import is_default_cpu_ep
+    from onnxhal.runtime.env.environment import is_default_cpu_ep
 
     ref_sess = reference_session(model, dims)
     feeds = feeds if feeds is not None else random_inputs(ref_sess, dims=dims)

@@ -18,10 +18,10 @@ import numpy as np
 
 from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import InvalidGraph
-from onnxhal.runtime.environment import CPU_EP_NAME
+from onnxhal.runtime.env.environment import CPU_EP_NAME
 
 if TYPE_CHECKING:
-    from onnxhal.runtime.session import InferenceSession
+    from onnxhal.runtime.session.inference_session import InferenceSession
 
 #: The host side of a graph input or output (the caller's memory).
 HOST = "host"
@@ -104,7 +104,7 @@ def build_view(graph: Graph, groups: Sequence[Sequence[Node]], fused: Sequence[b
     is a fused subgraph (default: none is). A partition is a fused subgraph's connected part, or a
     connected run of one EP's single nodes that no path through another EP's nodes leaves and
     re-enters (so partitions never depend on each other in a cycle)."""
-    from onnxhal.runtime.model_loader import toposort
+    from onnxhal.runtime.loader.model_loader import toposort
 
     group_of = {id(n): k for k, g in enumerate(groups) for n in g}
     is_fused = list(fused) if fused is not None else [False] * len(groups)

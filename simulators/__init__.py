@@ -65,7 +65,7 @@ def register_simulators(profiles: str | list[str] | None = None, name: str = LIB
     """Register the simulated devices of ``profiles`` (names or TOML paths; a list or a comma-separated
     string; default: $ONNXHAL_SIMULATE, else generic-npu,generic-gpu) as EP library ``name``.
     Returns ``name``. Unregister with ``onnxhal.unregister_execution_provider_library(name)``."""
-    from onnxhal.runtime.environment import register_execution_provider_library
+    from onnxhal.runtime.env.environment import register_execution_provider_library
     from onnxhal.simulators.profiles import parse_profile_list
 
     text = ",".join(profiles) if isinstance(profiles, (list, tuple)) else (profiles or "")
@@ -81,7 +81,7 @@ def register_simulators(profiles: str | list[str] | None = None, name: str = LIB
 
 def simulated_library_names() -> list[str]:
     """Registration names of the libraries currently providing the virtual EPs."""
-    from onnxhal.runtime.environment import get_environment
+    from onnxhal.runtime.env.environment import get_environment
 
     return [lib.name for lib in get_environment().libraries() if any(f.name in EP_NAMES for f in lib.factories)]
 

@@ -30,7 +30,7 @@ from onnxhal.hal.errors import InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.run_control import sleep_unless_terminated
-from onnxhal.runtime.layout_transform import (
+from onnxhal.runtime.optimizer.layout_transform import (
     LAYOUT_SENSITIVE,
     NHWC_DOMAIN,
     cancel_transposes,

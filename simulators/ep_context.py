@@ -1,6 +1,6 @@
 """EPContext models: compiled partitions saved in the model, so a later session skips compiling.
 
-ORT's idea (``ModelCompiler``, EPContext nodes; ``runtime/model_compiler.py``):
+ORT's idea (``ModelCompiler``, EPContext nodes; ``runtime/session/model_compiler.py``):
 ``ModelCompiler(sess_options, model).compile_to_file(path)`` creates a session with those options,
 then writes its graph with every partition an EP can export replaced by an
 ``com.microsoft.EPContext`` node whose ``ep_cache_context`` attribute holds (or names) the compiled
@@ -28,9 +28,9 @@ import numpy as np
 
 from onnxhal.hal.enums import OrtCompileApiFlags
 from onnxhal.hal.errors import InvalidGraph
-from onnxhal.runtime.compatibility import COMPAT_KEY_PREFIX
-from onnxhal.runtime.ep_context_model import EP_CONTEXT_DOMAIN, EP_CONTEXT_OP, context_blob, is_ep_context
-from onnxhal.runtime.model_compiler import ModelCompiler
+from onnxhal.runtime.env.compatibility import COMPAT_KEY_PREFIX
+from onnxhal.runtime.session.ep_context_model import EP_CONTEXT_DOMAIN, EP_CONTEXT_OP, context_blob, is_ep_context
+from onnxhal.runtime.session.model_compiler import ModelCompiler
 
 # ModelCompiler and the EPContext node helpers are the runtime's and hal's (onnxruntime's, not the
 # simulators'); importable from here too for EP libraries and tests written against this module.

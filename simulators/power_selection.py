@@ -1,7 +1,7 @@
 """Power-aware device selection from profile figures: an opt-in delegate, beyond ORT.
 
 ORT's ``MAX_EFFICIENCY`` and ``MIN_OVERALL_POWER`` policies look at device order only: both pick
-the first NPU, as ``PREFER_NPU`` does (runtime/selection.py keeps that behaviour exactly). Simulated
+the first NPU, as ``PREFER_NPU`` does (runtime/env/selection.py keeps that behaviour exactly). Simulated
 devices carry power and throughput figures in their hardware metadata, so a delegate can do what
 the policy names promise:
 

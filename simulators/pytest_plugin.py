@@ -64,7 +64,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
     if not (config.getoption("onnxhal_simulate", default=None) or os.environ.get(ENV_VAR)):
         return []
-    from onnxhal.runtime.environment import get_ep_devices
+    from onnxhal.runtime.env.environment import get_ep_devices
     from onnxhal.simulators import describe_backend
 
     return [f"onnxhal: {line}" for line in map(describe_backend, get_ep_devices()) if line]
@@ -82,7 +82,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     defs = getattr(metafunc, "_arg2fixturedefs", {}).get("ep_device")
     if defs and getattr(defs[-1].func, "__module__", "") != __name__:
         return
-    from onnxhal.runtime.environment import get_ep_devices
+    from onnxhal.runtime.env.environment import get_ep_devices
 
     devices = get_ep_devices()
     marker = metafunc.definition.get_closest_marker(MARKER)
@@ -105,7 +105,7 @@ def ep_device(request: pytest.FixtureRequest) -> Any:
 @pytest.fixture
 def ep_session_options(ep_device: Any) -> Any:
     """``onnxhal.SessionOptions`` that put the session on ``ep_device`` (with the CPU EP as fallback)."""
-    from onnxhal.runtime.session_options import SessionOptions
+    from onnxhal.runtime.session.options import SessionOptions
 
     so = SessionOptions()
     so.add_provider_for_devices([ep_device])

@@ -22,7 +22,7 @@ _counter = itertools.count()
 
 def simulated_ep_devices() -> list[OrtEpDevice]:
     """The EP devices of the virtual NPU and GPU EPs currently registered."""
-    from onnxhal.runtime.environment import get_ep_devices
+    from onnxhal.runtime.env.environment import get_ep_devices
 
     return [d for d in get_ep_devices() if d.ep_name in EP_NAMES]
 
@@ -30,7 +30,7 @@ def simulated_ep_devices() -> list[OrtEpDevice]:
 def unregister_quietly(name: str) -> None:
     """Unregister the EP library ``name`` if it is registered, and drop it even when a session
     that only garbage (or a failed test's traceback) holds still references it."""
-    from onnxhal.runtime.environment import get_environment, unregister_execution_provider_library
+    from onnxhal.runtime.env.environment import get_environment, unregister_execution_provider_library
 
     gc.collect()  # sessions that are only garbage still hold library references
     try:
@@ -46,7 +46,7 @@ def unregister_quietly(name: str) -> None:
 @contextmanager
 def simulated_devices(profiles: str | list[str]) -> Iterator[list[OrtEpDevice]]:
     """Register the simulated devices of ``profiles`` for the block; yields their EP devices."""
-    from onnxhal.runtime.environment import get_environment
+    from onnxhal.runtime.env.environment import get_environment
 
     previous = []
     for name in simulated_library_names():

@@ -18,7 +18,7 @@ import pytest
 os.environ.setdefault("ONNXHAL_LOAD_AWARE_THREADS", "0")
 
 import onnxhal  # noqa: E402
-from onnxhal.runtime.environment import get_environment
+from onnxhal.runtime.env.environment import get_environment
 
 PLUGINS = os.path.join(os.path.dirname(__file__), "plugins")
 _counter = itertools.count()

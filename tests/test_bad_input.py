@@ -262,7 +262,7 @@ def test_inference_errors_keep_subgraph_errors_and_skip_function_bodies():
     """onnx nests a node's inner errors as a list ending in a blank line: a subgraph's are real
     (onnxruntime refuses them), a function body's are onnx's own (test_mvn), and an input of
     unknown type is a consequence of an earlier error."""
-    from onnxhal.runtime.model_loader import inference_errors
+    from onnxhal.runtime.loader.model_loader import inference_errors
 
     message = ("[ShapeInferenceError] Inference error(s): (op_type:MeanVarianceNormalization): [ShapeInferenceError] "
                "Inference error(s): (op_type:Constant): [ShapeInferenceError] one and only one attribute\n"

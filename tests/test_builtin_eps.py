@@ -14,7 +14,7 @@ import onnx
 import pytest
 
 import onnxhal
-from onnxhal.runtime.environment import BUILTIN_EP_LIBRARIES, get_environment
+from onnxhal.runtime.env.environment import BUILTIN_EP_LIBRARIES, get_environment
 from tests.models import add_mul_model, assert_add_mul_runs
 from tests.opencl_support import require_opencl
 

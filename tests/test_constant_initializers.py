@@ -1,4 +1,4 @@
-"""Constant nodes become initializers at load (runtime/constant_initializers.py), as onnxruntime's
+"""Constant nodes become initializers at load (runtime/loader/constant_initializers.py), as onnxruntime's
 graph makes them: every value attribute, in subgraphs too; the ones that must stay nodes stay, and
 the results are onnxruntime's."""
 
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from onnxhal.errors import InvalidGraph
-from onnxhal.runtime.model_loader import load_model
+from onnxhal.runtime.loader.model_loader import load_model
 
 
 def _constants_model() -> onnx.ModelProto:

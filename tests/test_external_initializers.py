@@ -120,7 +120,7 @@ def test_load_cancellation_flag(rt):
 def test_load_cancellation_from_another_thread_stops_a_creation_under_way(monkeypatch):
     """The flag is read between the stages of session creation; here it is set while the model
     loads (a test double around the loader: the real one is too quick to catch mid-way)."""
-    import onnxhal.runtime.session_build as session_module
+    import onnxhal.runtime.session.build as session_module
 
     so = onnxhal.SessionOptions()
     real = session_module.load_model

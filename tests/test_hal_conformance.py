@@ -210,7 +210,7 @@ def test_get_capability_claims_the_supported_nodes(subject):
     name, device = subject
     so = onnxhal.SessionOptions()
     ep = device.factory.create_ep([device.device], [device.ep_metadata], so, logging.getLogger("cts"))
-    from onnxhal.runtime.model_loader import load_model
+    from onnxhal.runtime.loader.model_loader import load_model
 
     graph = load_model(_add_relu_model()).graph
     info = hal.EpGraphSupportInfo(graph)

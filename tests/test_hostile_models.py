@@ -310,7 +310,7 @@ def test_string_inputs_are_converted_with_str_as_onnxruntime_does():
 def test_the_gemm_folding_pass_skips_a_matmul_with_one_input():
     """It raised a bare IndexError (the loader now refuses such a model before the optimizer runs)."""
     from onnxhal.hal import Graph
-    from onnxhal.runtime.opt_weight_folding import matmul_add_to_gemm
+    from onnxhal.runtime.optimizer.weight_folding import matmul_add_to_gemm
 
     m = make([helper.make_node("MatMul", ["x"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
              [vi("x", [2, 3])], [vi("y", None)], [numpy_helper.from_array(np.ones(3, np.float32), "b")])

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from onnxhal.hal.graph import Graph
-from onnxhal.runtime import guarded_inference
+from onnxhal.runtime.loader import guarded_inference
 
 
 def table_model(length: int = 100) -> onnx.ModelProto:

@@ -29,10 +29,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "without both"),
     ("runtime/providers/opencl/device_context.py", "_Program"): "the same (pyopencl's unbuilt program class)",
     ("runtime/providers/opencl/device_context.py", "_build"): "the same (building that private program)",
-    ("runtime/fp_errors.py", "_extobj_contextvar"): (
+    ("runtime/session/fp_errors.py", "_extobj_contextvar"): (
         "numpy has no public call to read and set the floating-point error state of the current context "
         "cheaply; np.errstate costs more than the small kernels it would wrap"),
-    ("runtime/fp_errors.py", "_make_extobj"): "the same (numpy's error-state object)",
+    ("runtime/session/fp_errors.py", "_make_extobj"): "the same (numpy's error-state object)",
 }
 
 
@@ -143,8 +143,8 @@ def _upward_imports(folder: Path, forbidden: tuple[str, ...]) -> list[str]:
     ("hal", ("onnxhal.runtime", "onnxhal.simulators")),
     ("devices", ("onnxhal.runtime", "onnxhal.simulators")),
     # the OpenCL EP runs a graph on the host through hal.host_execution, not the CPU EP's modules
-    ("runtime/providers/opencl", ("onnxhal.runtime.providers.cpu", "onnxhal.runtime.executor",
-                                  "onnxhal.runtime.session", "onnxhal.simulators")),
+    ("runtime/providers/opencl", ("onnxhal.runtime.providers.cpu", "onnxhal.runtime.session.executor",
+                                  "onnxhal.runtime.session.inference_session", "onnxhal.simulators")),
 ])
 def test_imports_point_down(folder: str, forbidden: tuple[str, ...]) -> None:
     bad = _upward_imports(ROOT / folder, forbidden)
@@ -153,14 +153,14 @@ def test_imports_point_down(folder: str, forbidden: tuple[str, ...]) -> None:
 
 def test_an_upward_import_is_seen(tmp_path: Path) -> None:
     """Also one inside a function (a lazy import is still a dependency)."""
-    (tmp_path / "m.py").write_text("def f():\n    from onnxhal.runtime.environment import get_environment\n")
-    assert _upward_imports(tmp_path, ("onnxhal.runtime",)) == ["m.py:2: imports onnxhal.runtime.environment"]
+    (tmp_path / "m.py").write_text("def f():\n    from onnxhal.runtime.env.environment import get_environment\n")
+    assert _upward_imports(tmp_path, ("onnxhal.runtime",)) == ["m.py:2: imports onnxhal.runtime.env.environment"]
 
 
 def test_the_scanner_sees_a_crossing(tmp_path: Path) -> None:
     """The rule itself: a private import and a write to another module's private attribute are
     found; self._x and a module's own private names are not."""
-    src = ("from onnxhal.runtime.environment import _load_module\n"
+    src = ("from onnxhal.runtime.env.environment import _load_module\n"
            "class A:\n    def __init__(self):\n        self._mine = 1\n"
            "    def f(self, other):\n        other._mine = 2\n        return self._mine\n"
            "def g(so):\n    so._config['x'] = 1\n")

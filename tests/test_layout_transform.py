@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from benchmarks.models import cnn, feeds
-from onnxhal.runtime.layout_transform import NHWC_DOMAIN
+from onnxhal.runtime.optimizer.layout_transform import NHWC_DOMAIN
 from onnxhal.simulators.testing import simulated_devices
 from tests.models import make, vi
 
@@ -77,7 +77,7 @@ def test_nchw_twins_of_consecutive_nhwc_nodes_cancel_their_inner_transposes():
     Transpose; between two twins, T(to NHWC) -> Relu -> T(to NCHW) undo each other. Cancelled, the
     partition runs Conv, Relu and MaxPool between one Transpose in and one out (9 launches -> 5)."""
     from onnxhal.hal import Node
-    from onnxhal.runtime.layout_transform import cancel_transposes
+    from onnxhal.runtime.optimizer.layout_transform import cancel_transposes
 
     def t(src, dst, perm):
         return Node("Transpose", [src], [dst], name=f"t_{dst}", attribute_protos=[helper.make_attribute("perm", perm)])
@@ -102,7 +102,7 @@ def test_the_layout_passs_edge_transposes_cancel_with_the_twins():
     at the input the pair reads the partition input directly; at the output, whose name stays, the
     producer writes the output itself. Nothing but the Conv is left (one launch)."""
     from onnxhal.hal import Node
-    from onnxhal.runtime.layout_transform import cancel_transposes
+    from onnxhal.runtime.optimizer.layout_transform import cancel_transposes
 
     def t(src, dst, perm):
         return Node("Transpose", [src], [dst], name=f"t_{dst}", attribute_protos=[helper.make_attribute("perm", perm)])

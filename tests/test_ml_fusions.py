@@ -1,4 +1,4 @@
-"""The ai.onnx.ml fusions (runtime/opt_ml_fusions.py) against onnxruntime: LinearClassifier ->
+"""The ai.onnx.ml fusions (runtime/optimizer/ml_fusions.py) against onnxruntime: LinearClassifier ->
 Normalizer becomes one FusedLinearClassifier node whose outputs match onnxruntime's for every
 post transform, norm and class count (labels exactly, scores within 1e-5 relative), on rows that
 take the kernels' small paths and on rows with scores beyond +-60 (their fallback)."""
@@ -15,8 +15,8 @@ from onnx import TensorProto, helper
 
 import onnxhal
 from onnxhal.hal import GraphOptimizationLevel as Level
-from onnxhal.runtime.model_loader import load_model
-from onnxhal.runtime.optimizer import optimize
+from onnxhal.runtime.loader.model_loader import load_model
+from onnxhal.runtime.optimizer.passes import optimize
 
 ML = "ai.onnx.ml"
 F, I64, S = TensorProto.FLOAT, TensorProto.INT64, TensorProto.STRING

@@ -11,8 +11,8 @@ from onnx import helper, numpy_helper
 
 import onnxhal
 from onnxhal.hal import GraphOptimizationLevel as Level
-from onnxhal.runtime.model_loader import load_model
-from onnxhal.runtime.optimizer import optimize
+from onnxhal.runtime.loader.model_loader import load_model
+from onnxhal.runtime.optimizer.passes import optimize
 from tests.models import make, vi
 
 RNG = np.random.default_rng(30)

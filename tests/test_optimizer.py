@@ -22,8 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxhal
 from onnxhal.hal import GraphOptimizationLevel as Level
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.runtime.model_loader import load_model
-from onnxhal.runtime.optimizer import optimize
+from onnxhal.runtime.loader.model_loader import load_model
+from onnxhal.runtime.optimizer.passes import optimize
 from onnxhal.runtime.providers.cpu.kernels import fused as fused_kernels
 from onnxhal.runtime.providers.cpu.kernels import numerics, worker_pool
 from onnxhal.runtime.providers.cpu.kernels.fused import gelu
@@ -132,7 +132,7 @@ def test_no_op_elimination_keeps_the_maps_in_graph_order():
 def test_live_nodes_by_op_type_skips_other_ops_and_removed_nodes():
     # Passes ask for the op types they rewrite: only those nodes are visited, in graph order,
     # and a node a rewrite took out meanwhile is not.
-    from onnxhal.runtime.opt_rewrite import live_nodes, unlink_node
+    from onnxhal.runtime.optimizer.rewrite import live_nodes, unlink_node
 
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="r1"), helper.make_node("Neg", ["a"], ["b"], name="n"),
              helper.make_node("Relu", ["b"], ["c"], name="r2"), helper.make_node("Abs", ["c"], ["d"], name="abs"),
@@ -1305,7 +1305,7 @@ def test_replace_nodes_keeps_the_order_of_the_nodes_around_scattered_old_ones():
     """Old nodes apart from each other (and one named twice): the new ones stand where the last
     old one stood, every other node keeps its place."""
     from onnxhal.hal.graph import Graph, Node
-    from onnxhal.runtime.opt_rewrite import replace_nodes
+    from onnxhal.runtime.optimizer.rewrite import replace_nodes
 
     nodes = [Node("Relu", [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i in range(7)]
     graph = Graph("g", nodes, inputs=[], outputs=[])

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 import onnxhal
 from onnxhal import errors
-from onnxhal.runtime.shared_memory import registered_allocator, shared_allocator, unregister_shared_allocator
+from onnxhal.runtime.env.shared_memory import registered_allocator, shared_allocator, unregister_shared_allocator
 from tests.models import make, vi
 
 ort = pytest.importorskip("onnxruntime")

@@ -1,4 +1,4 @@
-"""The generated run function (runtime/plan_codegen.py) against the interpreted step loop it
+"""The generated run function (runtime/session/plan_codegen.py) against the interpreted step loop it
 stands for, and ``explain``'s reading of it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import onnxhal
-from onnxhal.runtime.plan_codegen import generate
+from onnxhal.runtime.session.plan_codegen import generate
 from onnxhal.stored_outputs import read_signatures
 
 CORPUS = Path(__file__).parent / "real_models"

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 import onnxhal
-from onnxhal.runtime import process_settings
+from onnxhal.runtime.env import process_settings
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -78,7 +78,7 @@ def test_missing_library(library, error, words):
     with pytest.raises(error, match=words) as e:
         onnxhal.register_execution_provider_library("missing", library)
     assert "missing" in str(e.value)
-    assert "missing" not in {lib.name for lib in onnxhal.runtime.environment.get_environment().libraries()}
+    assert "missing" not in {lib.name for lib in onnxhal.runtime.env.environment.get_environment().libraries()}
 
 
 BAD_LIBRARIES = {
@@ -105,12 +105,12 @@ def test_bad_library_is_refused_and_leaves_nothing(case, plugin_file):
     source, error, words = BAD_LIBRARIES[case]
     path = plugin_file(source, case)
     before_devices = len(onnxhal.get_ep_devices())
-    before_libs = [lib.name for lib in onnxhal.runtime.environment.get_environment().libraries()]
+    before_libs = [lib.name for lib in onnxhal.runtime.env.environment.get_environment().libraries()]
     with pytest.raises(error, match=words) as e:
         onnxhal.register_execution_provider_library(case, path)
     assert case in str(e.value)  # names the library
     assert len(onnxhal.get_ep_devices()) == before_devices
-    assert [lib.name for lib in onnxhal.runtime.environment.get_environment().libraries()] == before_libs
+    assert [lib.name for lib in onnxhal.runtime.env.environment.get_environment().libraries()] == before_libs
     # The name is free again: a good library registers under it.
     onnxhal.register_execution_provider_library(case, TOY)
     onnxhal.unregister_execution_provider_library(case)

@@ -1,4 +1,4 @@
-"""The per-run path: shape values computed once per input shape (runtime/shape_memo.py), feed
+"""The per-run path: shape values computed once per input shape (runtime/session/shape_memo.py), feed
 checks from tuples built once (runtime/input_checks.FeedChecker), under threads and bad input."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import onnxhal
 from onnxhal import errors
-from onnxhal.runtime.shape_memo import ShapeMemo
+from onnxhal.runtime.session.shape_memo import ShapeMemo
 from tests.models import make, vi
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import onnxhal
 from onnxhal import errors
-from onnxhal.runtime.selection import order_devices
+from onnxhal.runtime.env.selection import order_devices
 from tests.conftest import PLUGINS, library_module
 from tests.models import add_mul_model, add_mul_reference
 

@@ -322,7 +322,7 @@ def test_sessions_of_one_model_share_the_compiled_plan_code():
     # runs as onnxruntime does.
     import onnxruntime as ort
 
-    from onnxhal.runtime.plan_codegen import compiled_plan
+    from onnxhal.runtime.session.plan_codegen import compiled_plan
 
     def chain(n: int) -> bytes:
         nodes = [helper.make_node("Relu" if k % 2 else "Neg", [f"v{k}"], [f"v{k + 1}"]) for k in range(n)]

@@ -352,7 +352,7 @@ def test_outputs_are_the_kernels_results_without_a_copy():
 
 @pytest.mark.parametrize("lib", LIBS)
 def test_outputs_computed_once_per_shape_are_safe_to_mutate(lib):
-    """Shape values are computed once per input shape and kept (runtime/shape_memo.py) and a
+    """Shape values are computed once per input shape and kept (runtime/session/shape_memo.py) and a
     constant is folded at creation: editing such an output leaves the next run's unchanged."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Add", ["shape", "one"], ["grown"]),
              helper.make_node("Add", ["one", "one"], ["two"])]

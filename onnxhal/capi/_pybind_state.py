@@ -15,7 +15,7 @@ def _extra(name: str) -> Any:
     classes (``from onnxruntime.capi.onnxruntime_pybind11_state import Fail``), the sparse views,
     the arena strategy enum and ``get_default_session_options``."""
     from onnxhal import errors
-    from onnxhal.runtime import sparse_tensor
+    from onnxhal.runtime.values import sparse_tensor
 
     if name in errors.__all__:
         return getattr(errors, name)

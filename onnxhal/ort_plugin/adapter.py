@@ -59,8 +59,8 @@ from onnxhal.ort_plugin.structs import (
     words,
     write_out,
 )
-from onnxhal.runtime.compile_partitions import compile_graphs
-from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE
+from onnxhal.runtime.optimizer.layout_transform import LAYOUT_SENSITIVE
+from onnxhal.runtime.session.compile_partitions import compile_graphs
 
 logger = logging.getLogger("onnxhal.ort_plugin")
 

@@ -1,7 +1,7 @@
 """Graphs an onnxhal EP must not claim from inside onnxruntime: those with nodes onnxhal's loader
 refuses.
 
-onnxhal's EPs run nodes that onnxhal's loader checked (``runtime/model_loader.py``: each node against
+onnxhal's EPs run nodes that onnxhal's loader checked (``runtime/loader/model_loader.py``: each node against
 its schema, ONNX's strict shape inference, and ``guarded_inference.check_inferred``: an ``axis``
 beyond its input's rank, a Conv ``kernel_shape`` other than its weight's). Inside onnxruntime that
 loader never runs, and onnxruntime leaves some of those checks to its own kernels, at run time: an
@@ -27,9 +27,9 @@ from onnx import helper
 
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
-from onnxhal.runtime import guarded_inference
-from onnxhal.runtime.model_loader import inference_errors
-from onnxhal.runtime.node_checks import check_nodes
+from onnxhal.runtime.loader import guarded_inference
+from onnxhal.runtime.loader.model_loader import inference_errors
+from onnxhal.runtime.loader.node_checks import check_nodes
 
 _STANDARD = ("", "ai.onnx")
 _verdicts: dict[bytes, None] = {}

@@ -52,7 +52,7 @@ def bound_api(api_base: int) -> OrtApi:
 
 def _hal_factories(registration_name: str, api: OrtApi) -> tuple[Any, list]:
     # The runtime's own loader, so a library behaves the same in onnxhal and in onnxruntime.
-    from onnxhal.runtime.environment import create_library_factories, load_library_module
+    from onnxhal.runtime.env.environment import create_library_factories, load_library_module
 
     env = api.env_config()
     if config.library == SIMULATORS:

@@ -15,9 +15,9 @@ def cpu_graph_plan(graph: Graph, outputs: Sequence[str] | None = None, logger: l
     ``outputs`` (default: the graph's outputs). Every node, whichever EP it was assigned to, and its
     subgraphs run on the CPU EP; every value lives in host memory. Plans hold no per-run state, so
     many threads may run one at once."""
-    from onnxhal.runtime.executor import ExecutionPlanBuilder
-    from onnxhal.runtime.memory_context import MemoryContext
     from onnxhal.runtime.providers.cpu.ep import CpuEp
+    from onnxhal.runtime.session.executor import ExecutionPlanBuilder
+    from onnxhal.runtime.session.memory_context import MemoryContext
 
     if outputs is not None:
         graph = Graph(graph.name, list(graph.nodes), list(graph.inputs), [graph.value_info(o) for o in outputs],

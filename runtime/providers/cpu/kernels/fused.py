@@ -1,4 +1,4 @@
-"""CPU kernels of the ``com.onnxhal`` ops the graph optimizer introduces (runtime/opt_fusions.py).
+"""CPU kernels of the ``com.onnxhal`` ops the graph optimizer introduces (runtime/optimizer/fusions.py).
 
 - ``FusedConv(X, W, B?, Z?)``: in fused_conv.py.
 - ``FusedGemm(A, B, C?)``: Gemm then activation.

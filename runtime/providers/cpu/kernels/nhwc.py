@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
-from onnxhal.runtime.layout_transform import LAYOUT_SENSITIVE, NHWC_DOMAIN, TO_NCHW, TO_NHWC, original_domain
+from onnxhal.runtime.optimizer.layout_transform import LAYOUT_SENSITIVE, NHWC_DOMAIN, TO_NCHW, TO_NHWC, original_domain
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 

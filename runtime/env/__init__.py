@@ -1,0 +1,1 @@
+"""Process-wide state: the environment (discovered devices, EP libraries), selection, shared memory."""

@@ -1,0 +1,438 @@
+"""ONNX shape inference, called only on what it can take.
+
+onnx's C++ inference cannot be interrupted and has no bounds checks in places, so the loader
+(``model_loader.load_model``) calls it through ``infer`` here, after ``node_checks.check_nodes``:
+
+- a first pass without data propagation, on a copy where every LayerNormalization with a
+  non-negative ``axis`` has only its first output (its inference reads ``axis`` dimensions of the
+  input for the Mean output without checking the rank: ``axis=2**31`` is SIGSEGV). What it finds
+  gives the ranks and dimensions the checks below need;
+- an unsafe LayerNormalization's ``axis`` checked against the rank that pass found;
+- the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
+  propagation runs only where no 1-D value is longer than ``DATA_PROP_MAX_LENGTH``: its cost is
+  linear in such a length (0.9 s at 10 million, for ever at 2**40, holding the GIL), and a shape
+  tensor, the only thing it computes, is never that long. Where a LayerNormalization's input rank is
+  unknown after the first pass, data propagation is off too, so that the real pass does not learn a
+  rank the first one could not check.
+
+``check_inferred``, run by the loader on the inferred model once strict inference's own errors are
+reported, refuses an ``axis`` beyond its input's rank (LayerNormalization, Split, ...) and a Conv
+``kernel_shape`` other than its weight's spatial shape, as onnxruntime does (onnxhal ran them, the
+first returning zeros, the second ignoring the attribute), and a Loop or Scan input whose element
+type is not the one its body declares (the body's kernels met it at run: "unsupported operand
+type(s) for +: 'float' and 'str'").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx
+
+from onnxhal.hal.errors import InvalidGraph
+from onnxhal.runtime.loader.node_checks import STANDARD_DOMAINS, node_label, walk_graphs
+
+#: Longest 1-D value (elements) for which shape inference propagates data.
+DATA_PROP_MAX_LENGTH = 1 << 16
+
+
+def _shapes(proto: onnx.ModelProto, wanted: set[str] | None = None) -> dict[str, list[int | None] | None]:
+    """value name -> dims (None where symbolic or unknown; None for an unknown rank), over every
+    graph of the model; only the ``wanted`` names where given (the checks read a few inputs' shapes,
+    and a model has thousands of values)."""
+    found: dict[str, list[int | None] | None] = {}
+    for g, _ in walk_graphs(proto.graph):
+        for t in g.initializer:
+            if wanted is None or t.name in wanted:
+                found[t.name] = list(t.dims)
+        for v in (*g.input, *g.value_info, *g.output):
+            if wanted is not None and v.name not in wanted:
+                continue
+            tt = v.type.tensor_type
+            if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
+                found.setdefault(v.name, None)
+                continue
+            found[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    return found
+
+
+def _probe_facts(proto: onnx.ModelProto, wanted: set[str]) -> tuple[bool, dict[str, list[int | None] | None]]:
+    """(whether some 1-D value is longer than DATA_PROP_MAX_LENGTH, ``_shapes`` of the ``wanted``
+    names): one pass that builds no dims list for the values nobody asked about."""
+    long_1d = False
+    for g, _ in walk_graphs(proto.graph):
+        for t in g.initializer:
+            if len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX_LENGTH:
+                long_1d = True
+        for values in (g.input, g.value_info, g.output):
+            for v in values:
+                dims = v.type.tensor_type.shape.dim
+                if len(dims) == 1 and dims[0].dim_value > DATA_PROP_MAX_LENGTH:
+                    long_1d = True
+    return long_1d, (_shapes(proto, wanted) if wanted else {})
+
+
+def _layer_norms(proto: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, str]]:
+    for g, where in walk_graphs(proto.graph):
+        for n in g.node:
+            if n.op_type == "LayerNormalization" and n.domain in ("", "ai.onnx"):
+                yield n, where
+
+
+def _axis(node: onnx.NodeProto, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == "axis"), default)
+
+
+def _unsafe_layer_norm(node: onnx.NodeProto) -> bool:
+    return len(node.output) > 1 and _axis(node, -1) >= 0
+
+
+def _probe_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with each unsafe LayerNormalization cut to its first output."""
+    if not any(_unsafe_layer_norm(n) for n, _ in _layer_norms(proto)):
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for n, _ in _layer_norms(copy):
+        if _unsafe_layer_norm(n):
+            del n.output[1:]
+    return copy
+
+
+#: Operators whose ``axis`` attribute indexes the axes of their first input: op -> how far past the
+#: last axis it may point (Flatten's axis r puts every axis in the first dimension).
+AXIS_OPS = {"Split": 0, "Concat": 0, "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0, "Flatten": 1, "Gather": 0,
+            "GatherElements": 0, "ScatterElements": 0, "ArgMax": 0, "ArgMin": 0, "LayerNormalization": 0,
+            "TopK": 0, "LpNormalization": 0, "Compress": 0, "SplitToSequence": 0}
+
+
+#: Recurrent operators: gates per hidden unit, the rows of W per hidden_size.
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_CHECKED_OPS = frozenset({"Conv", "If", "Loop", "Scan", *_GATES})
+#: Control-flow inputs of a fixed element type: (op, input index) -> type.
+_CONTROL_TYPES = {("If", 0): onnx.TensorProto.BOOL, ("Loop", 0): onnx.TensorProto.INT64,
+                  ("Loop", 1): onnx.TensorProto.BOOL}
+
+
+def check_inferred(proto: onnx.ModelProto) -> None:
+    """Attribute values that must fit an input's rank or shape, where inference found it (``proto``
+    is the inferred model). onnx's inference checks some (not LayerNormalization's axis beyond the
+    rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each."""
+    nodes = [(n, where) for g, where in walk_graphs(proto.graph) for n in g.node
+             if n.input and n.domain in ("", "ai.onnx") and (n.op_type in AXIS_OPS or n.op_type in _CHECKED_OPS)]
+    if not nodes:
+        return
+    shapes = _shapes(proto, {i for n, _ in nodes for i in n.input[:3] if i})
+    if any(n.op_type in ("If", "Loop", "Scan") for n, _ in nodes):
+        _check_body_input_types(proto)
+    for n, where in nodes:
+        if n.op_type in AXIS_OPS and any(a.name == "axis" and a.type == onnx.AttributeProto.INT
+                                         for a in n.attribute):
+            dims = shapes.get(n.input[0])
+            axis = _axis(n, 0)
+            r = len(dims) if dims is not None else None
+            if r is not None and not -r <= axis < r + AXIS_OPS[n.op_type]:
+                raise InvalidGraph(f"{node_label(n)}{where}: axis={axis} but its input {n.input[0]!r} has rank "
+                                   f"{r}; axis must be in [{-r}, {r - 1 + AXIS_OPS[n.op_type]}].")
+        elif n.op_type in _GATES and len(n.input) > 1:
+            w = shapes.get(n.input[1])
+            h = next((a.i for a in n.attribute if a.name == "hidden_size"), None)
+            if w is not None and len(w) == 3 and h is not None and w[1] is not None and w[1] != _GATES[n.op_type] * h:
+                raise InvalidGraph(f"{node_label(n)}{where}: hidden_size={h} but its weight {n.input[1]!r} has shape "
+                                   f"{w}; W is [directions, {_GATES[n.op_type]} * hidden_size, input_size].")
+            r = shapes.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+            want = [w[0] if w else None, _GATES[n.op_type] * h if h else None, h]
+            if r is not None and (len(r) != 3 or any(a is not None and b is not None and a != b for a, b in zip(r, want))):
+                raise InvalidGraph(f"{node_label(n)}{where}: its recurrence weight {n.input[2]!r} has shape {r}; R is "
+                                   f"[directions, {_GATES[n.op_type]} * hidden_size, hidden_size] = {want}.")
+        elif n.op_type == "Conv" and len(n.input) > 1:
+            ks = next((list(a.ints) for a in n.attribute if a.name == "kernel_shape"), None)
+            w = shapes.get(n.input[1])
+            x = shapes.get(n.input[0])
+            # onnx's inference skips this check where kernel_shape is given; onnxruntime's kernel
+            # refuses it ("X num_dims does not match W num_dims").
+            if x is not None and w is not None and len(x) != len(w):
+                raise InvalidGraph(f"{node_label(n)}{where}: its input {n.input[0]!r} has rank {len(x)} and its "
+                                   f"weight {n.input[1]!r} has shape {w}; W must have X's rank [M, C/group, "
+                                   "kernel...]. Check the order of the Conv's inputs.")
+            if ks is None or w is None or len(w) < 2 or None in w[2:]:
+                continue
+            if ks != w[2:]:
+                raise InvalidGraph(f"{node_label(n)}{where}: kernel_shape={ks} but its weight {n.input[1]!r} "
+                                   f"has shape {w}, whose spatial dimensions are {w[2:]}; make kernel_shape "
+                                   "equal to them, or leave it out.")
+
+
+def _int_attribute(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == name), default)
+
+
+def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for g, _ in walk_graphs(proto.graph):
+        for t in g.initializer:
+            found[t.name] = t.data_type
+        for v in (*g.input, *g.value_info, *g.output):
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+                found[v.name] = v.type.tensor_type.elem_type
+    return found
+
+
+def _check_body_input_types(proto: onnx.ModelProto) -> None:
+    types = _elem_types(proto)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    for g, where in walk_graphs(proto.graph):
+        for n in g.node:
+            if n.domain not in ("", "ai.onnx") or n.op_type not in ("If", "Loop", "Scan"):
+                continue
+            for k, name in enumerate(n.input):
+                want = _CONTROL_TYPES.get((n.op_type, k))
+                got = types.get(name, 0) if name else 0
+                if want and got and got != want:  # onnx's inference skips it when a body has errors of its own
+                    raise InvalidGraph(f"{node_label(n)}{where}: input {name!r} is "
+                                       f"{onnx.TensorProto.DataType.Name(got)}; {n.op_type} takes it as "
+                                       f"{onnx.TensorProto.DataType.Name(want)}.")
+            if n.op_type == "If":
+                continue
+            body = next((a.g for a in n.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
+            if body is None:
+                continue
+            # Loop: (M, cond, carried...) -> body (iteration, cond, carried...); Scan 9+: inputs in order;
+            # Scan 8: (sequence_lens, inputs...) -> body (inputs...).
+            if n.op_type == "Loop":
+                pairs = list(zip(n.input, body.input))[2:]
+            else:
+                pairs = list(zip(n.input[1:] if opset < 9 else n.input, body.input))
+            for outer, inner in pairs:
+                want = inner.type.tensor_type.elem_type if inner.type.HasField("tensor_type") else 0
+                got = types.get(outer, 0)
+                if outer and want and got and want != got:
+                    raise InvalidGraph(
+                        f"{node_label(n)}{where}: input {outer!r} is {onnx.TensorProto.DataType.Name(got)} but its body "
+                        f"takes it as {inner.name!r}, {onnx.TensorProto.DataType.Name(want)}; make the types agree.")
+
+
+#: Initializers with more elements than this go to inference without their data: it needs their
+#: types and dims only (it reads values of small, shape-like ones), and serializing the weights
+#: into onnx's C++ and parsing them back cost 88 of the 89 ms of a pass over a ResNet-like model.
+STUB_MIN_ELEMENTS = 64
+#: Except 1-D (or scalar) int32/int64 ones, of any length: onnx's data propagation parses them as
+#: shape data (a Gather on an index table feeding a Reshape: hummingbird's tree traversal, TF's G2P
+#: models) and rejects an emptied one ("Data size mismatch"), where onnxruntime loads the model.
+_DATA_PROP_TYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64})
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
+
+
+def _elements(t: onnx.TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= max(d, 0)
+    return n
+
+
+def _stubbed(t: onnx.TensorProto) -> bool:
+    """Whether ``_weightless`` leaves ``t`` without its data."""
+    return (_elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL
+            and not (t.data_type in _DATA_PROP_TYPES and len(t.dims) <= 1))
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The names a node reads: its inputs, and every input of the nodes of its subgraphs (a superset of
+    what they read from outside, enough to order the nodes)."""
+    names = {i for i in node.input if i}
+    for a in node.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for n in g.node:
+                names |= _reads(n)
+    return names
+
+
+def _in_order(graph: onnx.GraphProto, producer: dict[str, int]) -> bool:
+    """Whether no node reads a value a later node writes (the common case, checked in one pass)."""
+    get = producer.get
+    for k, n in enumerate(graph.node):
+        for r in (_reads(n) if n.attribute else n.input):
+            p = get(r)
+            if p is not None and p > k:
+                return False
+    return True
+
+
+def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
+    """The graph's nodes in an order where each comes after the nodes it reads from, or None if they
+    already are (or form a cycle, which the loader reports). onnx's inference reads the nodes in the
+    order given and infers nothing for a node whose inputs it has not met yet, so the checks it
+    makes were skipped for such a node (ReduceL2 axes beyond the rank ran); onnxruntime sorts first."""
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
+    if _in_order(graph, producer):
+        return None
+    deps = [{producer[r] for r in _reads(n) if r in producer and producer[r] != k} for k, n in enumerate(graph.node)]
+    order, done, pending = [], set(), list(range(len(deps)))
+    while pending:
+        ready = [k for k in pending if deps[k] <= done]
+        if not ready:
+            return None
+        order += ready
+        done.update(ready)
+        pending = [k for k in pending if k not in done]
+    return [graph.node[k] for k in order]
+
+
+def _weightless(proto: onnx.ModelProto, strip: bool = True) -> onnx.ModelProto:
+    """A copy of the model whose large initializers keep their types and dims but no data (unless
+    not ``strip``; ``_stubbed`` says which), whose
+    nodes and opset imports in domain "ai.onnx" say "" (onnx's inference finds no opset for
+    "ai.onnx" and infers nothing for such a node; onnxruntime takes both names as one), and whose IR
+    version is at least 4, as onnxruntime type-checks such a model's nodes too, and whose nodes are
+    in topological order."""
+    graphs = [g for g, _ in walk_graphs(proto.graph)]
+    big = strip and any(_stubbed(t) for g in graphs for t in g.initializer)
+    spelled = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(
+        n.domain == "ai.onnx" for g in graphs for n in g.node)
+    old_ir = proto.ir_version < 4
+    unsorted = any(_topological(g) is not None for g in graphs)
+    if not big and not spelled and not old_ir and not unsorted:
+        return proto
+    stub = onnx.ModelProto()
+    stub.CopyFrom(proto)
+    for g, _ in walk_graphs(stub.graph):
+        order = _topological(g) if unsorted else None
+        if order is not None:
+            copies = [onnx.NodeProto() for _ in order]
+            for c, n in zip(copies, order):
+                c.CopyFrom(n)
+            del g.node[:]
+            g.node.extend(copies)
+    if old_ir:  # below IR 4 onnx's inference reads no type from an initializer that is not also an input
+        stub.ir_version = 4
+    for g, _ in walk_graphs(stub.graph):
+        for t in g.initializer:
+            if strip and _stubbed(t):
+                for f in _DATA_FIELDS:
+                    t.ClearField(f)
+        for n in g.node:
+            if n.domain == "ai.onnx":
+                n.domain = ""
+    for o in stub.opset_import:
+        if o.domain == "ai.onnx":
+            o.domain = ""
+    return stub
+
+
+def _stripped(stub: onnx.ModelProto) -> bool:
+    """Whether ``_weightless`` emptied an initializer of ``stub`` (it keeps the dims, drops the data)."""
+    return any(_stubbed(t) and not any(len(getattr(t, f)) for f in _DATA_FIELDS)
+               for g, _ in walk_graphs(stub.graph) for t in g.initializer)
+
+
+#: The standard operators that hold subgraphs.
+_GRAPH_HOLDERS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def _graph_pairs(inferred: onnx.GraphProto, original: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto,
+                                                                                         onnx.GraphProto]]:
+    """Each graph of the inferred copy with its original, matched through the nodes' outputs (the
+    copy's nodes may be in another order)."""
+    yield inferred, original
+    # Only a control-flow node or a node of another domain holds a graph (as ``walk_graphs``):
+    # the others' outputs and attributes need no reading.
+    holders = [n for n in inferred.node if n.op_type in _GRAPH_HOLDERS or n.domain not in STANDARD_DOMAINS]
+    if not holders:
+        return
+    by_outputs = {tuple(n.output): n for n in original.node}
+    for n in holders:
+        twin = by_outputs.get(tuple(n.output))
+        if twin is None:
+            continue
+        attrs = {a.name: a for a in twin.attribute}
+        for a in n.attribute:
+            b = attrs.get(a.name)
+            if b is None:
+                continue
+            if a.type == onnx.AttributeProto.GRAPH and b.type == a.type:
+                yield from _graph_pairs(a.g, b.g)
+            for g_inf, g in zip(a.graphs, b.graphs):
+                yield from _graph_pairs(g_inf, g)
+
+
+def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto, stub: onnx.ModelProto) -> onnx.ModelProto:
+    """The inferred model with the initializers ``_weightless`` emptied (in ``stub``) given back their
+    data."""
+    if inferred is proto or stub is proto or not _stripped(stub):
+        return inferred
+    for g_inf, g in _graph_pairs(inferred.graph, proto.graph):
+        full = {t.name: t for t in g.initializer}
+        for t in g_inf.initializer:
+            if t.name in full and _stubbed(t):
+                t.CopyFrom(full[t.name])
+    return inferred
+
+
+def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
+    """Run the guarded passes. Returns (the strictly inferred model or None, whether data was
+    propagated, the strict failure's message or "")."""
+    stub = _weightless(proto)
+    probe = _probe_copy(stub)
+    try:
+        first = onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=False)
+    except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
+        first = probe
+    norms = list(_layer_norms(proto))
+    long_1d, shapes = _probe_facts(first, {n.input[0] for n, _ in norms if n.input})
+    for n, where in norms:  # before the real pass, which would read past the rank
+        dims = shapes.get(n.input[0]) if n.input else None
+        if _unsafe_layer_norm(n) and dims is not None and _axis(n, -1) >= len(dims):
+            raise InvalidGraph(f"{node_label(n)}{where}: axis={_axis(n, -1)} but its input {n.input[0]!r} has rank "
+                               f"{len(dims)}; axis must be in [{-len(dims)}, {len(dims) - 1}].")
+    unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None for n, _ in norms if n.input)
+    data_prop = not (long_1d or unknown_ln)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(stub, check_type=True, strict_mode=True, data_prop=data_prop)
+        return _with_weights(inferred, proto, stub), data_prop, ""
+    except onnx.shape_inference.InferenceError as e:
+        if not _stripped(stub):
+            return None, data_prop, str(e)
+    except Exception:
+        if not _stripped(stub):
+            return None, data_prop, ""
+    # The stub's missing data may be what failed (a value some inference function reads that
+    # _stubbed does not foresee): only the model with all its data may be refused.
+    full = _weightless(proto, strip=False)
+    try:
+        return onnx.shape_inference.infer_shapes(full, check_type=True, strict_mode=True, data_prop=data_prop), \
+            data_prop, ""
+    except onnx.shape_inference.InferenceError as e:
+        return None, data_prop, str(e)
+    except Exception:
+        return None, data_prop, ""
+
+
+def infer_lenient(proto: onnx.ModelProto, data_prop: bool) -> onnx.ModelProto:
+    """The lenient pass, after a strict one failed (with the same data propagation)."""
+    stub = _weightless(proto)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(stub, check_type=False, strict_mode=False, data_prop=data_prop)
+    except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
+        return proto
+    return _with_weights(inferred, proto, stub)
+
+
+def computed_output_shapes(proto: onnx.ModelProto, data_prop: bool) -> dict[str, list]:
+    """{main-graph output: the dims inference computes for it} with the outputs' declared shapes set
+    aside (a converter that writes the tracing batch into an output's declared shape: hummingbird's
+    ``[8, 3]`` for a 256-row run). Dims are ints, strs or None; outputs inference cannot shape are
+    left out."""
+    stub = _weightless(proto)
+    for out in stub.graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(stub, check_type=False, strict_mode=False, data_prop=data_prop)
+    except Exception:  # inference is a help, not a requirement
+        return {}
+    shapes = {}
+    for out in inferred.graph.output:
+        if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
+            shapes[out.name] = [d.dim_value if d.HasField("dim_value") else d.dim_param or None
+                                for d in out.type.tensor_type.shape.dim]
+    return shapes

@@ -1,0 +1,457 @@
+"""Checks of a model's nodes against their operator schemas, in Python, before any of onnx's C++
+code (the inliner, shape inference) reads the model.
+
+onnx's C++ shape inference trusts what it is given: LayerNormalization's with ``axis=2**31`` and
+its Mean output reads far outside a vector (SIGSEGV), GatherND's with a negative ``batch_dims``
+does the same, Split's with ``num_outputs`` other than the node's output count fails a C++ assertion
+(SIGABRT), and Einsum's loops forever, holding the GIL, on an equation with a character it does not
+expect. Nothing in Python can catch or interrupt those, so what they would choke on is refused here,
+typed, naming the node, the attribute, the value and what is allowed.
+
+The schema checks are those onnxruntime makes when it loads a model (onnx's ``OpSchema::Verify``):
+input and output counts, single inputs left empty, attributes given twice, unknown to the
+operator, of another type than its schema's or holding a value of another type than they declare.
+onnxruntime refuses each with INVALID_GRAPH ("This is an invalid model. In Node ...").
+
+Also here: the domains a node may use (those the model imports), model-local functions (no
+recursion, bodies that read only what they define and write their outputs, calls with all their
+inputs), and ``check_after_inference``: required attributes and element-type attributes, checked
+after shape inference so that its own messages for those (Cast without 'to') are kept. Checks that
+need ranks run on what a first, safe pass of shape inference found (``runtime/loader/guarded_inference.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterator, Mapping
+
+import onnx
+from onnx import AttributeProto
+
+from onnxhal.hal.errors import InvalidGraph
+
+#: Domains whose operators have schemas in the onnx package.
+STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training")
+
+_A = AttributeProto
+#: The value field of each attribute type.
+_FIELD = {_A.FLOAT: "f", _A.INT: "i", _A.STRING: "s", _A.TENSOR: "t", _A.GRAPH: "g",
+          _A.SPARSE_TENSOR: "sparse_tensor", _A.TYPE_PROTO: "tp", _A.FLOATS: "floats", _A.INTS: "ints",
+          _A.STRINGS: "strings", _A.TENSORS: "tensors", _A.GRAPHS: "graphs",
+          _A.SPARSE_TENSORS: "sparse_tensors", _A.TYPE_PROTOS: "type_protos"}
+_SCALAR_FIELDS = ("f", "i", "s", "t", "g", "sparse_tensor", "tp")
+_TYPE_NAME = {v: k for k, v in _A.AttributeType.items()}
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """How messages name a node: its op type and name."""
+    return f"{node.op_type} node {node.name!r}" if node.name else f"{node.op_type} node (unnamed)"
+
+
+#: Value fields in the order messages list them: the scalar ones, then the repeated ones.
+_VALUE_ORDER = {f: k for k, f in enumerate((*_SCALAR_FIELDS, *(f for f in _FIELD.values() if f not in _SCALAR_FIELDS)))}
+
+
+def _fields_set(a: AttributeProto) -> list[str]:
+    """The value fields ``a`` holds: a scalar field set, a repeated one not empty. ``ListFields`` is
+    one C call that lists exactly those; asking each of the 15 fields was most of the check."""
+    found = [fd.name for fd, _ in a.ListFields() if fd.name in _VALUE_ORDER]
+    return sorted(found, key=_VALUE_ORDER.__getitem__) if len(found) > 1 else found
+
+
+def check_attribute_encoding(node: onnx.NodeProto, where: str) -> None:
+    """Each attribute has a name, appears once, declares its type, and holds only a value of it."""
+    seen: set[str] = set()
+    for a in node.attribute:
+        if not a.name:
+            raise InvalidGraph(f"{node_label(node)}{where} has an attribute without a name; remove it.")
+        if a.name in seen:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} is given more than once; "
+                               "give it once.")
+        seen.add(a.name)
+        if a.ref_attr_name:  # a function body's reference to the caller's attribute: no value of its own
+            continue
+        if a.type not in _FIELD:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} declares no valid type "
+                               f"(type {a.type}); set its type to the one its value has.")
+        stray = [f for f in _fields_set(a) if f != _FIELD[a.type]]
+        if stray:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} is declared "
+                               f"{_TYPE_NAME[a.type]} but holds a value in field(s) {', '.join(stray)}; an "
+                               f"attribute holds one value, of the type it declares.")
+
+
+class SchemaSpec:
+    """What the checks read of one operator schema, read once per (op type, version, domain): the
+    pybind schema builds new lists and dicts at each property access (``schema.attributes`` alone
+    cost more than the rest of a node's checks)."""
+
+    __slots__ = ("name", "since_version", "min_input", "max_input", "min_output", "max_output", "inputs",
+                 "outputs", "input_names", "output_names", "variadic_last_input", "attributes", "required",
+                 "attribute_names")
+
+    def __init__(self, schema: onnx.defs.OpSchema) -> None:
+        single = onnx.defs.OpSchema.FormalParameterOption.Single
+        variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+        self.name, self.since_version = schema.name, schema.since_version
+        self.min_input, self.max_input = schema.min_input, schema.max_input
+        self.min_output, self.max_output = schema.min_output, schema.max_output
+        ins, outs = list(schema.inputs), list(schema.outputs)
+        #: per formal parameter: (name, whether it is Single, i.e. must be named when given)
+        self.inputs = tuple((f.name, f.option == single) for f in ins)
+        self.outputs = tuple((f.name, f.option == single) for f in outs)
+        self.input_names = ", ".join(f.name for f in ins)
+        self.output_names = ", ".join(f.name for f in outs)
+        self.variadic_last_input = bool(ins) and ins[-1].option == variadic
+        attrs = schema.attributes
+        self.attributes = {name: int(a.type) for name, a in attrs.items()}
+        self.required = tuple(name for name, a in attrs.items() if a.required)
+        self.attribute_names = ", ".join(sorted(attrs)) or "none"
+
+
+def _schema(node: onnx.NodeProto, opset: Mapping[str, int]) -> SchemaSpec | None:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    if domain not in STANDARD_DOMAINS or domain not in opset:
+        return None
+    return schema_spec(node.op_type, opset[domain], domain)
+
+
+@functools.lru_cache(maxsize=4096)
+def schema_spec(op_type: str, version: int, domain: str) -> SchemaSpec | None:
+    """The schema of ``op_type`` in force at opset ``version`` of ``domain``, or None (unknown
+    operator, or older than its first version: the loader reports those)."""
+    try:
+        return SchemaSpec(onnx.defs.get_schema(op_type, version, domain))
+    except Exception:
+        return None
+
+
+def _count_text(lo: int, hi: int) -> str:
+    if lo == hi:
+        return f"exactly {lo}"
+    return f"{lo} or more" if hi >= 2**31 - 1 else f"{lo} to {hi}"
+
+
+def check_against_schema(node: onnx.NodeProto, schema: SchemaSpec, where: str) -> None:
+    """onnx's ``OpSchema::Verify``, which onnxruntime runs on each node at load."""
+    n_in, n_out = len(node.input), len(node.output)
+    if not schema.min_input <= n_in <= schema.max_input:
+        raise InvalidGraph(f"{_op(node, schema, where)} has {n_in} input(s); {schema.name} takes "
+                           f"{_count_text(schema.min_input, schema.max_input)}: {schema.input_names}.")
+    if not schema.min_output <= n_out <= schema.max_output:
+        raise InvalidGraph(f"{_op(node, schema, where)} has {n_out} output(s); {schema.name} gives "
+                           f"{_count_text(schema.min_output, schema.max_output)}: {schema.output_names}.")
+    if schema.variadic_last_input and not all(node.input[len(schema.inputs) - 1:]):
+        k = next(k for k, name in enumerate(node.input) if not name and k >= len(schema.inputs) - 1)
+        raise InvalidGraph(f"{_op(node, schema, where)}: input {k} is one of its variadic inputs "
+                           f"({schema.inputs[-1][0]}) and its name is empty; variadic inputs cannot be omitted "
+                           "(onnxruntime crashes on some).")
+    for kind, names, formals in (("input", node.input, schema.inputs), ("output", node.output, schema.outputs)):
+        if all(names):
+            continue
+        for k, name in enumerate(names):
+            if k >= len(formals):
+                break  # past a variadic last formal parameter (counts were checked above)
+            if not name and formals[k][1]:
+                raise InvalidGraph(f"{_op(node, schema, where)}: {kind} {k} ({formals[k][0]}) is required but its "
+                                   f"name is empty; give the value it {'reads' if kind == 'input' else 'writes'}.")
+    for a in node.attribute:
+        if a.name.startswith("__"):  # onnx's internal symbols: not checked against the schema
+            continue
+        formal = schema.attributes.get(a.name)
+        if formal is None:
+            raise InvalidGraph(f"{_op(node, schema, where)}: attribute {a.name!r} is not an attribute of "
+                               f"{schema.name} (it has: {schema.attribute_names}); remove it.")
+        if a.type != formal and not a.ref_attr_name:
+            raise InvalidGraph(f"{_op(node, schema, where)}: attribute {a.name!r} is "
+                               f"{_TYPE_NAME.get(a.type, a.type)}, {schema.name} expects {_TYPE_NAME.get(formal, formal)}.")
+
+
+def _op(node: onnx.NodeProto, schema: SchemaSpec, where: str) -> str:
+    return f"{node_label(node)}{where} (schema {schema.name}-{schema.since_version})"
+
+
+def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
+    """Each node has the attributes its schema requires (onnxruntime: "Required attribute 'axis'
+    is missing") and names element types ONNX defines. Run after shape inference, whose own
+    messages for some (Cast's 'to') are kept."""
+    for g, where in walk_graphs(proto.graph):
+        for node in g.node:
+            if node.domain in ("", "ai.onnx"):
+                _check_dtype_attributes(node, where)
+            schema = _schema(node, opset)
+            if schema is None:
+                continue
+            if not schema.required:
+                continue
+            given = {a.name for a in node.attribute}
+            missing = [name for name in schema.required if name not in given]
+            if missing:
+                raise InvalidGraph(f"{node_label(node)}{where}: required attribute {missing[0]!r} of "
+                                   f"{schema.name}-{schema.since_version} is missing; give it.")
+
+
+# -- values onnx's C++ cannot take ----------------------------------------------------------------
+def _int_attr(node: onnx.NodeProto, name: str) -> int | None:
+    for a in node.attribute:
+        if a.name == name and a.type == _A.INT:
+            return a.i
+    return None
+
+
+#: An Einsum term: letters and spaces, with at most one ellipsis.
+_EINSUM_TERM = re.compile(r"^ *[A-Za-z ]*(\.\.\.)?[A-Za-z ]*$")
+
+
+def _check_einsum(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
+    eq = next((a.s for a in node.attribute if a.name == "equation"), None)
+    if eq is None:
+        return
+    text = eq.decode("utf-8", "replace")
+    lhs, arrow, rhs = text.partition("->")
+    terms = lhs.split(",") + ([rhs] if arrow else [])
+    bad = next((t for t in terms if not _EINSUM_TERM.match(t)), None)
+    if bad is not None or "->" in rhs:
+        raise InvalidGraph(f"{node_label(node)}{where}: equation {text!r} is not an Einsum equation: each term "
+                           "holds letters (a-z, A-Z), spaces and at most one '...', terms are separated by ',' "
+                           "and at most one '->' leads to the output term (e.g. 'bij,bjk->bik').")
+    letters = [c for c in rhs if c.isalpha()]
+    if len(set(letters)) != len(letters):
+        raise InvalidGraph(f"{node_label(node)}{where}: equation {text!r} repeats a letter in its output term; "
+                           "each output letter appears once.")
+    if len(lhs.split(",")) != len(node.input):
+        raise InvalidGraph(f"{node_label(node)}{where}: equation {text!r} has {len(lhs.split(','))} input term(s) "
+                           f"for {len(node.input)} input(s); give one term per input.")
+
+
+def _check_gathernd(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
+    b = _int_attr(node, "batch_dims")
+    if b is not None and b < 0:
+        raise InvalidGraph(f"{node_label(node)}{where}: batch_dims={b}; it counts leading batch axes, so it is "
+                           "0 or more (and less than the ranks of data and indices).")
+
+
+def _check_split(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
+    n = _int_attr(node, "num_outputs")
+    if n is not None and len(node.input) > 1 and node.input[1]:
+        raise InvalidGraph(f"{node_label(node)}{where}: it gives both num_outputs={n} and the input 'split' "
+                           f"({node.input[1]!r}); give one of them (the spec allows only one).")
+    if n is not None and n != len(node.output):
+        raise InvalidGraph(f"{node_label(node)}{where}: num_outputs={n} but the node has {len(node.output)} "
+                           "output(s); num_outputs is the number of outputs.")
+
+
+#: Attributes of convolutions and pools that count elements or steps: 1 or more each.
+_POSITIVE_INTS = ("strides", "dilations", "kernel_shape")
+
+
+def _check_window(node: onnx.NodeProto, where: str) -> None:
+    if not node.attribute:
+        return
+    given = {a.name: list(a.ints) for a in node.attribute if a.type == _A.INTS}
+    for name in _POSITIVE_INTS:
+        if any(v < 1 for v in given.get(name, ())):
+            raise InvalidGraph(f"{node_label(node)}{where}: {name}={given[name]}; each must be 1 or more.")
+    kernel = given.get("kernel_shape")
+    if kernel is None:
+        return
+    for name, per_axis in (("strides", 1), ("dilations", 1), ("pads", 2)):
+        if name in given and len(given[name]) != per_axis * len(kernel):  # onnx checks it only where it infers
+            raise InvalidGraph(f"{node_label(node)}{where}: {name}={given[name]} for kernel_shape={kernel}; give "
+                               f"{per_axis * len(kernel)} values.")
+
+
+def _check_recurrent(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
+    h = _int_attr(node, "hidden_size")
+    if h is None or h < 1:  # optional in the schema, but onnxruntime's kernels need it
+        raise InvalidGraph(f"{node_label(node)}{where}: hidden_size is {'missing' if h is None else h}; give the "
+                           "size of the hidden state, 1 or more (onnxruntime refuses the node without it).")
+
+
+#: Attributes onnxruntime's kernels take only from a short list: (op, attribute) -> allowed values.
+_ENUMS = {("Mod", "fmod"): (0, 1), ("NonMaxSuppression", "center_point_box"): (0, 1),
+          ("DepthToSpace", "mode"): (b"DCR", b"CRD")}
+
+
+def _check_enums(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
+    for a in node.attribute:
+        allowed = _ENUMS.get((node.op_type, a.name))
+        value = a.i if a.type == _A.INT else a.s if a.type == _A.STRING else None
+        if allowed is not None and value not in allowed:
+            shown = [v.decode() if isinstance(v, bytes) else v for v in allowed]
+            given = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            raise InvalidGraph(f"{node_label(node)}{where}: {a.name}={given!r}; it must be one of {shown}.")
+
+
+def _check_gemm(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
+    for name in ("transA", "transB"):
+        v = _int_attr(node, name)
+        if v is not None and v not in (0, 1):  # onnx's inference reads 32 bits of it, onnxruntime's kernel 64
+            raise InvalidGraph(f"{node_label(node)}{where}: {name}={v}; it is a flag, 0 or 1.")
+
+
+def _graph_attr(node: onnx.NodeProto, name: str) -> onnx.GraphProto | None:
+    return next((a.g for a in node.attribute if a.name == name and a.type == _A.GRAPH), None)
+
+
+def _check_body_signature(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) -> None:
+    """The subgraph's inputs and outputs are as many as the node's make it take and give (onnxruntime:
+    "Subgraph in 'body' produces 0 outputs but Scan expects 2", at run; refused here at load)."""
+    op = node.op_type
+    if op == "If":
+        expect = {"then_branch": (0, len(node.output)), "else_branch": (0, len(node.output))}
+    elif op == "Loop":
+        expect = {"body": (len(node.input), len(node.output) + 1)}
+    elif op == "Scan" and len(node.input) >= 1:
+        scan8 = schema is not None and schema.since_version == 8  # its sequence_lens input is not the body's
+        expect = {"body": (len(node.input) - (1 if scan8 else 0), len(node.output))}
+    else:
+        return
+    for name, (n_in, n_out) in expect.items():
+        g = _graph_attr(node, name)
+        if g is None:
+            continue  # a missing subgraph is reported by shape inference ("does not contain a graph")
+        if len(g.input) != n_in or len(g.output) != n_out:
+            raise InvalidGraph(f"{node_label(node)}{where}: its {name!r} subgraph takes {len(g.input)} input(s) "
+                               f"and gives {len(g.output)} output(s); for this node's {len(node.input)} input(s) "
+                               f"and {len(node.output)} output(s) it must take {n_in} and give {n_out}.")
+
+
+#: Attributes that name a tensor element type.
+_DTYPE_ATTRIBUTES = ("to", "dtype", "output_dtype")
+_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+
+
+def _check_dtype_attributes(node: onnx.NodeProto, where: str) -> None:
+    for a in node.attribute:
+        if a.name in _DTYPE_ATTRIBUTES and a.type == _A.INT and a.i not in _ELEM_TYPES:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} is {a.i}, which is not an ONNX tensor "
+                               "element type; give one of onnx.TensorProto.DataType (e.g. 1 for FLOAT).")
+
+
+_VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, SchemaSpec | None], None]] = {
+    "Einsum": _check_einsum, "GatherND": _check_gathernd, "Split": _check_split, "Gemm": _check_gemm,
+    "RNN": _check_recurrent, "GRU": _check_recurrent, "LSTM": _check_recurrent,
+    "Mod": _check_enums, "NonMaxSuppression": _check_enums, "DepthToSpace": _check_enums,
+    "If": _check_body_signature, "Loop": _check_body_signature, "Scan": _check_body_signature,
+}
+
+
+# -- walking a model -------------------------------------------------------------------------------
+#: The standard operators that hold subgraphs (any other domain's may too).
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def walk_graphs(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.GraphProto, str]]:
+    """The graph and every subgraph in it, each with a phrase saying where it is."""
+    yield graph, where
+    for node in graph.node:
+        if node.op_type not in _SUBGRAPH_OPS and node.domain in STANDARD_DOMAINS:
+            continue  # no standard operator but those holds a graph: their attributes need no reading
+        for a in node.attribute:
+            inner = f" (in subgraph {a.name!r} of {node_label(node)}{where})"
+            if a.type == _A.GRAPH:
+                yield from walk_graphs(a.g, inner)
+            elif a.type == _A.GRAPHS:
+                for g in a.graphs:
+                    yield from walk_graphs(g, inner)
+
+
+def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
+    """Every node of the model (subgraphs and model-local function bodies included) against its
+    schema and the values onnx's C++ cannot take. Raises InvalidGraph naming the first offender."""
+    _check_no_recursion(proto)
+    for f in proto.functions:
+        f_opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in f.opset_import}
+        for g, w in walk_graphs(onnx.GraphProto(node=f.node), f" (in function {f.domain}:{f.name})"):
+            listed = {o.domain for o in f.opset_import}  # as written: onnxruntime does not equate "ai.onnx" with ""
+            for n in g.node:
+                if n.domain not in listed:
+                    raise InvalidGraph(f"{node_label(n)}{w} is in domain {n.domain!r}, which the function's "
+                                       "opset_import does not list; add the domain and its version to it.")
+            _check_graph_nodes(g, w, f_opset)
+        _check_function_body(f)
+    local = {(f.domain, f.name): f for f in proto.functions}
+    raw_imports = frozenset(o.domain for o in proto.opset_import)
+    for g, w in walk_graphs(proto.graph):
+        _check_graph_nodes(g, w, opset, raw_imports)
+        for n in g.node:
+            f = local.get((n.domain, n.op_type))
+            if f is not None and (len(n.input) != len(f.input) or len(n.output) > len(f.output)
+                                  or any(not name for name in n.input)):
+                raise InvalidGraph(f"{node_label(n)}{w} calls function {f.domain}:{f.name} with inputs {list(n.input)} "
+                                   f"and outputs {list(n.output)}; it takes {list(f.input)} and gives {list(f.output)}, "
+                                   "each input named.")
+
+
+def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int],
+                       raw_imports: frozenset[str] = frozenset(("ai.onnx",))) -> None:
+    for node in graph.node:
+        has_attributes = len(node.attribute) > 0
+        if has_attributes:
+            check_attribute_encoding(node, where)
+        raw_domain = node.domain
+        domain = "" if raw_domain == "ai.onnx" else raw_domain
+        schema = schema_spec(node.op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
+            domain in opset else None  # as _schema
+        if schema is not None:
+            check_against_schema(node, schema, where)
+        # onnxruntime takes "ai.onnx" for "" in the main graph, not inside subgraphs.
+        spelled_out = raw_domain == "ai.onnx" and bool(where) and "ai.onnx" not in raw_imports
+        if domain not in opset or spelled_out:
+            raise InvalidGraph(f"{node_label(node)}{where} is in domain {raw_domain!r}, which the model's "
+                               "opset_import does not list; add the domain and its version to it.")
+        if not domain:
+            if has_attributes:
+                _check_window(node, where)
+            check = _VALUE_CHECKS.get(node.op_type)
+            if check is not None:
+                check(node, where, schema)
+
+
+def _check_no_recursion(proto: onnx.ModelProto) -> None:
+    """Model-local functions call each other without a cycle (onnx's inliner would recurse until the
+    C++ stack overflows), and no two share a name."""
+    local: dict[tuple[str, str], onnx.FunctionProto] = {}
+    for f in proto.functions:
+        key = (f.domain, f.name)
+        if key in local and not f.overload:
+            raise InvalidGraph(f"the model defines function {f.domain}:{f.name} twice; give each function a "
+                               "distinct (domain, name).")
+        local[key] = f
+    state: dict[tuple[str, str], int] = {}  # 1: on the current call path, 2: done
+
+    def visit(key: tuple[str, str], path: list[str]) -> None:
+        if state.get(key) == 2:
+            return
+        if state.get(key) == 1:
+            raise InvalidGraph(f"model-local functions call themselves: {' -> '.join(path + [':'.join(key)])}; "
+                               "a function cannot call itself, directly or through others.")
+        state[key] = 1
+        for n in local[key].node:
+            if (n.domain, n.op_type) in local:
+                visit((n.domain, n.op_type), path + [":".join(key)])
+        state[key] = 2
+
+    for key in local:
+        visit(key, [])
+
+
+def _check_function_body(f: onnx.FunctionProto) -> None:
+    """A function's nodes read only its inputs and what earlier nodes wrote, and its outputs are
+    written (onnxruntime refuses the model otherwise, even if nothing calls the function)."""
+    where = f"function {f.domain}:{f.name}"
+    if any(not name for name in (*f.input, *f.output)):
+        raise InvalidGraph(f"{where} has an input or output without a name (inputs {list(f.input)}, outputs "
+                           f"{list(f.output)}); name each.")
+    known = set(f.input)
+    for n in f.node:
+        for name in n.input:
+            if name and name not in known:
+                raise InvalidGraph(f"{node_label(n)} (in {where}) reads {name!r}, which is neither an input of the "
+                                   "function nor written by a node before it.")
+        known.update(o for o in n.output if o)
+    missing = [o for o in f.output if o not in known]
+    if missing:
+        raise InvalidGraph(f"{where} declares output(s) {missing} that none of its nodes writes.")

@@ -1,0 +1,1 @@
+"""Graph optimizer passes and the layout transformation for NHWC EPs."""

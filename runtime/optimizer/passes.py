@@ -1,0 +1,188 @@
+"""Graph optimizer: ``optimize(graph, level)`` runs the passes of a level until nothing changes.
+
+Levels, as ORT's ``GraphOptimizationLevel``:
+
+- ``ORT_DISABLE_ALL``: nothing.
+- ``ORT_ENABLE_BASIC``: constant folding, dead-node removal, identity/no-op elimination
+  (Identity, inference Dropout, same-type Cast), CastLike with a known target type -> Cast (as
+  onnxruntime's function inlining), a zero constant-mode Pad of the spatial axes into
+  the Conv reading it (``opt_pad_fusion``), Conv+BatchNormalization, Conv+Mul and Conv+Add
+  folding into the Conv's weights, a Conv's bias carried through a following 1x1 Conv when no
+  activation lies between, BatchNormalization+Mul/Add folding into its scale and bias,
+  MatMul+Add -> Gemm (2-D A, constant B and bias). Recursive into subgraphs.
+- ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /
+  Concat -> QuantizeLinear) -> QLinearMatMul and com.microsoft QLinearSoftmax / QLinearAdd /
+  QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), and fusions
+  into ``com.onnxhal`` ops run by the CPU EP (kernels in ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
+  Conv + x * Sigmoid(x) / x * HardSigmoid(x) / HardSwish(x) -> FusedConv with a Swish or
+  HardSwish epilogue (CPU-only sessions), Gemm+activation -> FusedGemm,
+  MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
+  MatMulInteger+Cast+Mul(scale)[+Add(bias)] -> com.microsoft MatMulIntegerToFloat (onnxruntime's
+  quantizer output; onnxruntime makes the same fusion for its CPU EP),
+  the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu,
+  LinearClassifier + Normalizer of its scores -> FusedLinearClassifier (``opt_ml_fusions``);
+  Relu(Concat) -> Concat of Relus the Convs absorb; MatMul(A, B) / scalar -> MatMul with the
+  factor folded into the constant weights A or B comes from (attention's 1 / sqrt(d)); in
+  CPU-only sessions MaxPool(Relu(x)) -> Relu(MaxPool(x)) (also through a Concat of Relus), so the
+  Relu runs over the pooled output.
+  Main graph only.
+- ``ORT_ENABLE_LAYOUT`` and ``ORT_ENABLE_ALL`` add: remaining Conv, Gemm and MatMul-by-constant
+  nodes -> their fused forms with no epilogue (as ORT's level-3 NCHWc transformer takes every
+  Conv for its CPU kernels), so all heavy products run on the fused kernels' threads; a channel
+  shuffle after a FusedConv -> the FusedConv's ``channel_shuffle`` attribute; FusedGemm weights
+  read transposed (transB = 1) -> stored transposed once.
+
+``fuse_cpu_ops=False`` keeps every ``com.onnxhal`` rewrite out (only the LayerNormalization fusion
+to the standard op, at opset >= 17, stays): for sessions where other EPs should see plain ops.
+``cpu_ep_only=False`` keeps out the rewrites only the CPU EP's kernels run (``CPU_EP_PASSES``: the
+channel-shuffle fold and the Swish / HardSwish Conv epilogues, which the OpenCL EP's FusedConv
+lacks, the Gemm weight transpose, measured only against numpy's BLAS, and the Relu moved after a MaxPool, which would split an NHWC EP's
+chain of converted ops).
+
+The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
+stay within float tolerance of the unoptimized graph. A pass that meets something it cannot handle
+leaves the nodes as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from onnxhal.hal.enums import GraphOptimizationLevel
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.graph import Graph
+from onnxhal.runtime.optimizer import cleanup as opt_cleanup
+from onnxhal.runtime.optimizer import fusions as opt_fusions
+from onnxhal.runtime.optimizer import ml_fusions as opt_ml_fusions
+from onnxhal.runtime.optimizer import pad_fusion as opt_pad_fusion
+from onnxhal.runtime.optimizer import qdq_fusions as opt_qdq_fusions
+from onnxhal.runtime.optimizer import weight_folding as opt_weight_folding
+from onnxhal.runtime.optimizer.rewrite import remove_unused_value_infos
+
+logger = logging.getLogger("onnxhal.optimizer")
+_BASIC = GraphOptimizationLevel.ORT_ENABLE_BASIC
+_EXTENDED = GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+_LAYOUT = GraphOptimizationLevel.ORT_ENABLE_LAYOUT
+
+#: A pass rewrites one graph in place and returns True if it changed anything.
+GraphPass = Callable[[Graph], bool]
+
+#: (name, minimum level, pass, recurse into subgraphs, emits com.onnxhal ops). Order matters:
+#: folding before fusions, Gelu before FusedMatMul (which absorbs it).
+PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
+    ("castlike_to_cast", _BASIC, opt_cleanup.castlike_to_cast, True, False),
+    ("eliminate_no_ops", _BASIC, opt_cleanup.eliminate_no_ops, True, False),
+    ("fold_constants", _BASIC, opt_cleanup.fold_constants, True, False),
+    ("refresh_shapes", _BASIC, opt_cleanup.refresh_shapes, False, False),
+    ("remove_dead_nodes", _BASIC, opt_cleanup.remove_dead_nodes, True, False),
+    ("fuse_pad_into_conv", _BASIC, opt_pad_fusion.fuse_pad_into_conv, True, False),
+    ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
+    ("fold_conv_mul_add", _BASIC, opt_weight_folding.fold_conv_mul_add, True, False),
+    ("fold_conv_bias_forward", _BASIC, opt_weight_folding.fold_conv_bias_forward, True, False),
+    ("fold_batchnorm_mul_add", _BASIC, opt_weight_folding.fold_batchnorm_mul_add, True, False),
+    ("matmul_add_to_gemm", _BASIC, opt_weight_folding.matmul_add_to_gemm, True, False),
+    ("fuse_qdq_groups", _EXTENDED, opt_qdq_fusions.fuse_qdq_groups, False, True),
+    ("fuse_layer_norm", _EXTENDED, opt_fusions.fuse_layer_norm, False, False),
+    ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
+    ("fuse_replace_nan", _EXTENDED, opt_fusions.fuse_replace_nan, False, True),
+    ("fuse_matmul_bias", _EXTENDED, opt_fusions.fuse_matmul_bias, False, True),
+    ("fuse_matmul_integer_to_float", _EXTENDED, opt_fusions.fuse_matmul_integer_to_float, False, True),
+    ("fold_matmul_scale", _EXTENDED, opt_weight_folding.fold_matmul_scale, False, False),
+    ("push_relu_into_concat", _EXTENDED, opt_fusions.push_relu_into_concat, False, False),
+    ("pull_relu_after_maxpool", _EXTENDED, opt_fusions.pull_relu_after_maxpool, False, False),
+    ("fuse_conv_activation", _EXTENDED, opt_fusions.fuse_conv_activation, False, True),
+    ("fuse_conv_gated_activation", _EXTENDED, opt_fusions.fuse_conv_gated_activation, False, True),
+    ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
+    ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
+    ("fuse_classifier_normalizer", _EXTENDED, opt_ml_fusions.fuse_classifier_normalizer, False, True),
+    ("adopt_fused_kernels", _LAYOUT, opt_fusions.adopt_fused_kernels, False, True),
+    ("fuse_channel_shuffle", _LAYOUT, opt_fusions.fuse_channel_shuffle, False, True),
+    ("pretranspose_gemm_weights", _LAYOUT, opt_weight_folding.pretranspose_gemm_weights, False, True),
+]
+
+#: Passes whose result only the CPU EP runs: skipped unless every EP of the session is the CPU EP.
+#: ``pull_relu_after_maxpool`` emits standard ops, but a Relu between a MaxPool and a Conv would
+#: keep the layout transformer's Transposes of an NHWC EP from cancelling (it converts
+#: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
+CPU_EP_PASSES = frozenset({"fuse_channel_shuffle", "fuse_conv_gated_activation", "pretranspose_gemm_weights",
+                           "pull_relu_after_maxpool"})
+
+#: Rounds of the whole pass list before giving up on reaching a fixed point.
+MAX_ROUNDS = 4
+
+
+def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops: bool = True,
+             cpu_ep_only: bool = True) -> Graph:
+    """Optimize ``graph`` in place at ``level`` and return it (the same object).
+
+    ``fuse_cpu_ops=False`` skips the fusions into ``com.onnxhal`` ops, which only the CPU EP runs:
+    pass it when another EP should be able to claim the Conv/Gemm/MatMul nodes (ORT likewise runs
+    such fusions only for the EPs that implement them). LayerNormalization fusion still runs at
+    opset >= 17, where it yields the standard ONNX op. ``cpu_ep_only=False`` (a session with an
+    EP besides the CPU EP) also skips ``CPU_EP_PASSES``.
+    """
+    try:
+        level = GraphOptimizationLevel(int(level))
+    except ValueError:
+        raise InvalidArgument(f"graph optimization level {level!r} is not one of "
+                              f"{[lv.name for lv in GraphOptimizationLevel]}") from None
+    if level == GraphOptimizationLevel.ORT_DISABLE_ALL:
+        return graph
+    passes = [(name, fn, recurse, min_level) for name, min_level, fn, recurse, cpu_only in PASSES
+              if level >= min_level and (fuse_cpu_ops or not cpu_only)
+              and (cpu_ep_only or name not in CPU_EP_PASSES)]
+    if not fuse_cpu_ops:
+        passes = [(n, opt_fusions.fuse_layer_norm_standard if n == "fuse_layer_norm" else fn, r, lv)
+                  for n, fn, r, lv in passes]
+    _run(graph, passes)
+    return graph
+
+
+def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]) -> None:
+    loaded = list(graph.nodes)  # kept alive, so their ids stay theirs
+    for node in graph.nodes:
+        for sub in node.subgraph_list():
+            _run(sub, [p for p in passes if p[2]])
+    if any(n.subgraphs for n in graph.nodes):
+        graph.reindex()  # subgraphs may now read other values of this scope
+    # Each level reaches its fixed point before the next starts: fusions must see folded graphs.
+    for level in sorted({p[3] for p in passes}):
+        _run_to_fixed_point(graph, [p for p in passes if p[3] == level])
+    # The dead-node pass runs at the basic level; the weights a later level's rewrite replaced
+    # (scaled, transposed) are dropped here, once, rather than by each pass.
+    if any(p[0] == "remove_dead_nodes" for p in passes):
+        opt_cleanup.remove_dead_nodes(graph)
+    remove_unused_value_infos(graph)
+    _unique_new_node_names(graph, loaded)
+
+
+def _unique_new_node_names(graph: Graph, loaded: list) -> None:
+    """Give each node a rewrite made a name no other node of the graph has. Rewrites name a node
+    after the one it replaces (``conv_fused``, ``pool_relu``), and a node rewritten twice in one
+    way gave two nodes one name, which profiles and assignment info then cannot tell apart (two
+    Relus moved across one MaxPool in turn: two ``n_MaxPool_33_relu``). The model's own names are
+    left as they are, duplicates included, as onnxruntime leaves them."""
+    original = {id(n) for n in loaded}
+    taken = {n.name for n in graph.nodes if id(n) in original}
+    for n in graph.nodes:
+        if id(n) in original:
+            continue
+        name, i = n.name, 0
+        while name in taken:
+            i += 1
+            name = f"{n.name}_{i}"
+        n.name = name
+        taken.add(name)
+
+
+def _run_to_fixed_point(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]) -> None:
+    for _ in range(MAX_ROUNDS):
+        changed = False
+        for name, fn, _recurse, _level in passes:
+            before = len(graph.nodes)
+            if fn(graph):
+                changed = True
+                logger.debug("pass %s on graph %r: %d -> %d nodes", name, graph.name, before, len(graph.nodes))
+        if not changed:
+            break

@@ -1,0 +1,1 @@
+"""Sessions: building (EPs, partition, compile, plan) and running (plan, hooks, profiler)."""

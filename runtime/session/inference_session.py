@@ -1,0 +1,653 @@
+"""InferenceSession: load, select EPs, optimize, partition, compile, plan; then run.
+
+Names and behaviour follow onnxruntime's Python ``InferenceSession``. Everything expensive happens
+in the constructor, as the stages of ``runtime/session/build.py``; what happens when an EP fails is
+``runtime/session/recovery.py``'s. ``run`` validates the feeds and walks the prebuilt plan. Many threads may call
+``run`` on one session at once; a failed run leaves the session usable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxhal.hal import CPU_MEMORY_INFO, Ep, Graph, Node, OrtEpDevice, OrtMemoryInfo, ValueInfo
+from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
+from onnxhal.runtime.env.environment import CPU_EP_NAME
+from onnxhal.runtime.loader.model_overrides import override_initializers
+from onnxhal.runtime.session.build import SessionCore, check_canceled, load, select
+from onnxhal.runtime.session.executor import ExecutionPlan, Terminated
+from onnxhal.runtime.session.graph_capture import check_run_api, replay_if_captured
+from onnxhal.runtime.session.input_checks import FeedChecker
+from onnxhal.runtime.session.log_scope import DEFAULT_SEVERITY, check_log_severity, log_scope
+from onnxhal.runtime.session.memory_context import MemoryContext
+from onnxhal.runtime.session.options import (
+    RECORD_EP_GRAPH_ASSIGNMENT,
+    RunOptions,
+    SessionOptions,
+    check_session_options,
+)
+from onnxhal.runtime.session.partitioner import FusedGroup, PartitionResult
+from onnxhal.runtime.session.profiler import Profiler
+from onnxhal.runtime.session.recovery import EpFailure, RecoveryPolicy
+from onnxhal.runtime.values.lora_adapters import feeds_with_adapters
+from onnxhal.runtime.values.sparse_tensor import as_sparse
+
+logger = logging.getLogger("onnxhal.session")
+
+
+class NodeArg:
+    """An input or output of the model: ``name``, ``type`` (e.g. ``tensor(float)``), ``shape``
+    (ints, strs for symbolic dims, None for unknown ones; ``[]`` when the model gives no shape or
+    the value is not a tensor, as onnxruntime)."""
+
+    def __init__(self, name: str, type: str, shape: list | None) -> None:
+        self.name, self.type, self.shape = name, type, shape
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
+
+
+def node_arg(value: ValueInfo) -> NodeArg:
+    """A model value as onnxruntime's NodeArg shows it: a tensor's or a sparse tensor's dims, and
+    ``[]`` for no shape or a map/sequence/optional (onnxruntime's shape property is then empty,
+    never None)."""
+    shape = value.shape
+    tp = value.type_proto
+    if shape is None and tp is not None and tp.WhichOneof("value") == "sparse_tensor_type" \
+            and tp.sparse_tensor_type.HasField("shape"):
+        shape = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+                      for d in tp.sparse_tensor_type.shape.dim)
+    return NodeArg(value.name, value.type_string, list(shape) if shape is not None else [])
+
+
+@dataclass
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str]
+
+
+class OrtEpAssignedNode:
+    def __init__(self, node: Node) -> None:
+        self.name, self.domain, self.op_type = node.name, node.domain, node.op_type
+
+    def __repr__(self) -> str:
+        return f"OrtEpAssignedNode(name={self.name!r}, op_type={self.op_type!r})"
+
+
+class OrtEpAssignedSubgraph:
+    def __init__(self, ep_name: str, nodes: list[Node]) -> None:
+        self.ep_name = ep_name
+        self._nodes = [OrtEpAssignedNode(n) for n in nodes]
+
+    def get_nodes(self) -> list[OrtEpAssignedNode]:
+        return list(self._nodes)
+
+    def __repr__(self) -> str:
+        return f"OrtEpAssignedSubgraph(ep_name={self.ep_name!r}, {len(self._nodes)} nodes)"
+
+
+_callback_thread = threading.local()  # .active: a run_async callback is running on this thread
+
+
+def _check_run_options(run_options: Any) -> None:
+    if run_options is not None and not isinstance(run_options, RunOptions):
+        raise InvalidArgument(f"run_options must be an onnxhal.RunOptions or None, got {type(run_options).__name__}; "
+                              "create one with onnxhal.RunOptions()")
+
+
+class InferenceSession:
+    """A model loaded for running, as onnxruntime's ``InferenceSession``.
+
+    ``InferenceSession(model, sess_options=None, providers=None, provider_options=None)``: ``model``
+    is a path, the serialized bytes or an ``onnx.ModelProto``. The EPs come from ``providers``
+    (names, or (name, options) pairs), else from ``sess_options.add_provider_for_devices(...)``,
+    else from the selection policy (``sess_options.set_provider_selection_policy``); the CPU EP
+    runs what the others decline. ``run(None, {"x": array})`` returns every output as numpy
+    arrays. Many threads may call ``run`` on one session at once.
+    """
+
+    def __init__(self, path_or_bytes: str | bytes | onnx.ModelProto, sess_options: SessionOptions | None = None,
+                 providers: Sequence[Any] | None = None, provider_options: Sequence[Mapping] | None = None,
+                 **kwargs: Any) -> None:
+        if sess_options is not None and not isinstance(sess_options, SessionOptions):
+            raise InvalidArgument(f"sess_options must be an onnxhal.SessionOptions, got {type(sess_options).__name__}; "
+                                  "create one with onnxhal.SessionOptions() and set its attributes")
+        so = (sess_options if sess_options is not None else SessionOptions()).copy()
+        check_log_severity(so.log_severity_level)
+        self._log_severity = so.log_severity_level
+        with log_scope(so.log_severity_level):  # this session's records only (runtime/session/log_scope.py)
+            self._create(path_or_bytes, so, providers, provider_options)
+
+    def _create(self, path_or_bytes: str | bytes | onnx.ModelProto, so: SessionOptions,
+                providers: Sequence[Any] | None, provider_options: Sequence[Mapping] | None) -> None:
+        self._sess_options = so
+        check_session_options(so)
+        self._recovery = RecoveryPolicy(so)
+        self._lock = threading.Lock()
+        self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
+        self._loaded, self._initializers = load(path_or_bytes, so)
+        self._model_path = self._loaded.path
+        self._profiler = Profiler(so.profile_file_prefix) if so.enable_profiling else None
+        self._profiling_start_ns = self._profiler.start_time_ns if self._profiler is not None else 0
+        self._async_pool: ThreadPoolExecutor | None = None
+        t0 = time.perf_counter_ns()
+        choices = select(self._loaded.proto, so, providers, provider_options)
+        check_canceled(so)
+        self._core = SessionCore(self._loaded, so, choices, self._recovery)
+        self._finalizer = weakref.finalize(self, SessionCore.release, self._core)
+        if so.load_canceled:
+            self._finalizer()  # the EPs' states and device memory go back now, not at garbage collection
+            check_canceled(so)
+        self._attach_ep_profiling()
+        if self._profiler is not None:
+            self._profiler.event("session_initialization", "Session", t0, time.perf_counter_ns())
+        proto_graph = self._loaded.graph
+        self._inputs = [node_arg(v) for v in proto_graph.inputs]
+        self._overridable = [node_arg(v) for v in proto_graph.overridable]
+        self._outputs = [node_arg(v) for v in proto_graph.outputs]
+        # Outputs the model declares sparse: computed dense, handed over as SparseTensors, as onnxruntime.
+        self._sparse_outputs = {o.name for o in self._outputs if o.type.startswith("sparse_tensor(")}
+        self._input_infos = {v.name: v for v in (*proto_graph.inputs, *proto_graph.overridable)}
+        self._required_inputs = [v.name for v in proto_graph.inputs]
+
+    # -- metadata ---------------------------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return list(self._overridable)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        p = self._loaded.proto
+        return ModelMetadata(p.producer_name, p.graph.name, p.domain, p.doc_string, p.graph.doc_string,
+                             p.model_version, {e.key: e.value for e in p.metadata_props})
+
+    def get_providers(self) -> list[str]:
+        return [c.ep_name for c in self._core.choices]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return {c.ep_name: self._sess_options.provider_options_for(c.ep_name) for c in self._core.choices}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
+        if self._sess_options.config(RECORD_EP_GRAPH_ASSIGNMENT) != "1":
+            raise Fail(f"Session configuration entry '{RECORD_EP_GRAPH_ASSIGNMENT}' must be set to \"1\" to retrieve "
+                       "EP graph assignment information. Set it with add_session_config_entry before creating the "
+                       "session.")
+        return [OrtEpAssignedSubgraph(a.ep_name, a.nodes) for a in self._core.partition.assigned]
+
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling started, in ns since the epoch (to line up traces of several sessions); 0
+        without profiling."""
+        return self._profiling_start_ns
+
+    # -- where inputs and outputs live -------------------------------------------------------
+    def _first_readers(self) -> dict[str, str]:
+        """{model input: the EP of the first node (in run order) that reads it}."""
+        core = self._core
+        wanted = set(self._required_inputs)
+        first: dict[str, str] = {}
+        for node in core.plan.graph.nodes:
+            for name in (*node.inputs, *node.implicit_inputs):
+                if name in wanted and name not in first:
+                    first[name] = node.ep_name
+        return first
+
+    def get_input_memory_infos(self) -> list[OrtMemoryInfo]:
+        """Per model input, the memory the EP that reads it first works in (ORT's
+        ``SessionGetMemoryInfoForInputs``): a feed already there is not copied. Host memory for an
+        input no node reads."""
+        memory = self._core.memory
+        first = self._first_readers()
+        return [memory.memory_info_of_ep(first.get(i.name, CPU_EP_NAME)) or CPU_MEMORY_INFO for i in self._inputs]
+
+    def get_output_memory_infos(self) -> list[OrtMemoryInfo]:
+        """Per model output, the memory it is produced in (ORT's ``SessionGetMemoryInfoForOutputs``);
+        ``run`` copies it to the host, IOBinding can leave it there."""
+        memory = self._core.memory
+        return [memory.memory_info_of_device(d) for d in self._core.plan.output_homes]
+
+    def get_input_epdevices(self) -> list[OrtEpDevice | None]:
+        """Per model input, the EP device of the EP that reads it first (ORT's
+        ``SessionGetEpDeviceForInputs``); None for an input no node reads."""
+        first = self._first_readers()
+        devices = {c.ep_name: (c.devices[0] if c.devices else None) for c in self._core.choices}
+        return [devices.get(first[i.name]) if i.name in first else None for i in self._inputs]
+
+    def disable_fallback(self) -> None:
+        self._recovery.fallback_enabled = False
+
+    def enable_fallback(self) -> None:
+        self._recovery.fallback_enabled = True
+
+    # -- introspection used by the CLI, docs and tests ---------------------------------------
+    @property
+    def ep_failures(self) -> list[EpFailure]:
+        """The EP failures this session recovered from (a compile handed to the CPU EP, a run that
+        fell back or failed over), in order: a session that still answers may not have run where it
+        was asked to."""
+        return list(self._recovery.failures)
+
+    @property
+    def partition_summary(self) -> dict[str, int]:
+        """Nodes per EP in the main graph and its subgraphs (fused nodes counted by their members)."""
+        counts: dict[str, int] = {}
+        for a in self._core.partition.assigned:
+            counts[a.ep_name] = counts.get(a.ep_name, 0) + len(a.nodes)
+        return counts
+
+    def assigned_nodes(self) -> list[Node]:
+        """Every node as partitioned (after optimization, before fusion), with ``ep_name`` set."""
+        return [n for a in self._core.partition.assigned for n in a.nodes]
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        return self._core.plan
+
+    @property
+    def eps(self) -> Mapping[str, Ep]:
+        """The session's EPs by name, in priority order (a read-only view)."""
+        return MappingProxyType(self._core.eps)
+
+    @property
+    def graph(self) -> Graph:
+        """The main graph as compiled: optimized, partitioned, each compiled group a fused node."""
+        return self._core.graph
+
+    @property
+    def ep_devices(self) -> dict[str, list[OrtEpDevice]]:
+        """The EP devices each EP was created for, by EP name, in priority order."""
+        return {c.ep_name: list(c.devices) for c in self._core.choices}
+
+    @property
+    def graph_capture_ep(self) -> Ep | None:
+        """The EP that captures the run and replays it (graph capture on and every node its own or
+        allowed by its policy), or None when runs are not captured."""
+        return self._core.capture_ep
+
+    @property
+    def partition(self) -> PartitionResult:
+        """The partition as made: every fused group an EP claimed (``fused_groups`` lists the ones
+        compiled), the assigned subgraphs in assignment order, and the reasons groups were rejected.
+        Read it; do not change it."""
+        return self._core.partition
+
+    @property
+    def fused_groups(self) -> list[FusedGroup]:
+        """The fused groups compiled (a group whose EP failed to compile it runs on the CPU EP and is
+        not listed), each with its filtered graph, fused node and, when the session generates an
+        EPContext model (``ep.context_enable``), the EP's EPContext node."""
+        return [g for g in self._core.partition.groups if g.fused_node in self._core.fused_infos]
+
+    @property
+    def model_proto(self) -> onnx.ModelProto:
+        """The model as loaded (before optimization); do not change it."""
+        return self._loaded.proto
+
+    @property
+    def memory(self) -> MemoryContext:
+        return self._core.memory
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: RunOptions | None = None) -> list:
+        """Compute the outputs named in ``output_names`` (None or [] for all, in the model's order)
+        from ``input_feed``, {input name: numpy array, OrtValue, or a (nested) list converted to the
+        input's element type}. Raises ``InvalidArgument`` for a missing, unknown or mistyped input,
+        and the EP's error (``EPFail``, ``Fail``, ...) when a node fails; the session stays usable."""
+        if self._core.capture_ep is not None:
+            check_run_api(self._core.capture_ep, run_options)
+        return self._run(output_names, input_feed, run_options, None)
+
+    def _run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+             run_options: RunOptions | None, output_devices: Sequence[Any] | None) -> list:
+        """The one run of a session (``run``, IOBinding, ``run_with_ortvaluevector``, ``run_async``):
+        the run's checks, the core's run (``SessionCore.run``: hooks, plan), recovery after an EP
+        failure, outputs the caller owns. ``output_devices``: where each output is left (IOBinding);
+        None: on the host."""
+        core = self._core
+        if run_options is not None:
+            _check_run_options(run_options)
+            severity = self._log_severity
+            if run_options is not None and run_options.log_severity_level != DEFAULT_SEVERITY:
+                check_log_severity(run_options.log_severity_level, "RunOptions.log_severity_level")
+                severity = run_options.log_severity_level
+            if run_options is not None and run_options.terminate:
+                raise Terminated("Exiting due to terminate flag being set to true: RunOptions.terminate is set. "
+                                 "Clear it (run_options.terminate = False) to run.")
+        else:
+            severity = self._log_severity
+        fetch = None if output_names is None else self._fetch_indices(output_names)
+        if not self._outputs:  # as onnxruntime: a run computes outputs, and there are none to compute
+            raise InvalidArgument("At least one output should be requested: the model's graph declares no outputs. "
+                                  "Add the values you want to its graph outputs.")
+        if run_options is not None and run_options.active_adapters:
+            input_feed = feeds_with_adapters(input_feed, run_options.active_adapters, self._input_infos)
+        checker = self.__dict__.get("_checker")
+        if checker is None or checker.infos is not self._input_infos or checker.required is not self._required_inputs:
+            checker = self._feed_checker()
+        feeds = checker.check(input_feed)
+        if severity == DEFAULT_SEVERITY:
+            outputs = self._run_on_core(core, feeds, run_options, fetch, output_devices)
+        else:
+            with log_scope(severity):
+                outputs = self._run_on_core(core, feeds, run_options, fetch, output_devices)
+        result = _owned(outputs, feeds, output_devices is None)
+        if self._sparse_outputs:
+            names = [self._outputs[i].name for i in fetch] if fetch is not None else [o.name for o in self._outputs]
+            result = [as_sparse(v) if n in self._sparse_outputs else v for n, v in zip(names, result)]
+        return result
+
+    def _run_on_core(self, core: SessionCore, feeds: dict, run_options: RunOptions | None,
+                     fetch: list[int] | None, output_devices: Sequence[Any] | None) -> list:
+        """``core``'s run; after an EP failure, the run again on the core the recovery policy builds."""
+        try:
+            return core.run(feeds, run_options, fetch, output_devices, self._profiler)
+        except EPFail as e:
+            return self._recover(core, e).run(feeds, run_options, fetch, output_devices, self._profiler)
+
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
+                            run_options: RunOptions | None = None) -> list:
+        """``run`` with OrtValues in (host or device) and OrtValues out (on the host)."""
+        from onnxhal.runtime.values.ortvalue import OrtValue
+
+        if not isinstance(input_dict_ort_values, Mapping):
+            raise InvalidArgument("run_with_ort_values: inputs must be a dict of input name -> OrtValue, got "
+                                  f"{type(input_dict_ort_values).__name__}")
+        for name, value in input_dict_ort_values.items():
+            if not isinstance(value, OrtValue):
+                raise InvalidArgument(f"run_with_ort_values: input {name!r} is a {type(value).__name__}, not an "
+                                      "OrtValue. Wrap it with OrtValue.ortvalue_from_numpy(...), or call run().")
+        return [OrtValue(v) for v in self.run(output_names, input_dict_ort_values, run_options)]
+
+    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+                  callback: Any, user_data: Any, run_options: RunOptions | None = None) -> None:
+        """Run on a worker thread of the session and call ``callback(results, user_data, err)``
+        there: the outputs and "" on success, ``[]`` and the error's message on failure. Wrong
+        feeds and output names raise here, at the call; errors of the run itself (a kernel's, the
+        ``terminate`` flag) go to the callback. An exception the callback raises is logged."""
+        if not callable(callback):
+            raise TypeError(f"run_async: callback must be callable as callback(results, user_data, err), got "
+                            f"{callback!r}")
+        _check_run_options(run_options)
+        self._fetch_indices(output_names)
+        self._feed_checker().check(input_feed)
+        with self._lock:
+            if self._async_pool is None:
+                threads = self._sess_options.intra_op_num_threads or os.cpu_count() or 1
+                self._async_pool = ThreadPoolExecutor(threads, thread_name_prefix="onnxhal-run-async")
+                weakref.finalize(self, self._async_pool.shutdown, wait=False)
+            pool = self._async_pool
+        pool.submit(self._run_and_call, output_names, dict(input_feed), callback, user_data, run_options)
+
+    def _run_and_call(self, output_names: Sequence[str] | None, feeds: dict, callback: Any, user_data: Any,
+                      run_options: RunOptions | None) -> None:
+        try:
+            results, err = self.run(output_names, feeds, run_options), ""
+        except Exception as e:
+            results, err = [], str(e)
+        _callback_thread.active = True
+        try:
+            callback(results, user_data, err)
+        except Exception:
+            logger.exception("run_async: the callback raised; the session is unaffected")
+        finally:
+            _callback_thread.active = False
+
+    def _feed_checker(self) -> FeedChecker:
+        """The session's feed checks, built at its first run from the model's inputs."""
+        checker = self.__dict__.get("_checker")
+        if checker is None or checker.infos is not self._input_infos or checker.required is not self._required_inputs:
+            checker = self._checker = FeedChecker(self._input_infos, self._required_inputs)
+        return checker
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """Have the graph-capturing EP forget the capture of ``graph_annotation_id``; a no-op without
+        one, as onnxruntime."""
+        ep = self._core.capture_ep
+        if ep is not None:
+            ep.release_captured_graph(int(graph_annotation_id))
+
+    def _replay(self, run_options: RunOptions | None) -> bool:
+        """Replay the run's captured graph, if it is captured (for ``run_with_iobinding``)."""
+        return replay_if_captured(self._core.capture_ep, run_options)
+
+    def _recover(self, core: SessionCore, error: EPFail) -> SessionCore:
+        """After ``error`` in a run on ``core``: the core to run again on, built on the EPs the
+        recovery policy picks (runtime/session/recovery.py); raises when there is none."""
+        with self._lock:
+            if self._core is not core:
+                return self._core  # another thread already recovered
+            choices, failed = self._recovery.after_run_failure(error, core.choices)
+            self._install(SessionCore(self._loaded_fresh(), self._sess_options, choices, self._recovery))
+            if failed:
+                self.failovers.append((failed, str(error)))
+        core.release()
+        return self._core
+
+    def set_providers(self, providers: Sequence[Any] | None = None,
+                      provider_options: Sequence[Mapping] | None = None) -> None:
+        """Build the session again with ``providers`` (as the constructor takes them; None: the
+        session options' devices or policy, else the CPU EP). If that fails, the error is raised and
+        the session keeps its providers; onnxruntime is left without a session then."""
+        so = self._sess_options
+        choices = select(self._loaded.proto, so, providers, provider_options)
+        core = SessionCore(self._loaded_fresh(), so, choices, self._recovery)
+        with self._lock:
+            old = self._install(core)
+        old.release()
+
+    def _install(self, core: SessionCore) -> SessionCore:
+        """Make ``core`` the session's (the caller holds the lock); the old one is returned for the
+        caller to release."""
+        old = self._core
+        self._core = core
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, SessionCore.release, core)
+        self._attach_ep_profiling()
+        return old
+
+    def _attach_ep_profiling(self) -> None:
+        if self._profiler is not None:
+            self._profiler.ep_hooks = [ep.profiling_step_args for ep in self._core.eps.values()
+                                       if type(ep).profiling_step_args is not Ep.profiling_step_args]
+            self._profiler.attach_ep_profilers(self._core.eps.values())
+
+    def _loaded_fresh(self) -> Any:
+        # Partitioning rewrites the graph in place; start again from the model.
+        loaded = self._loaded.fresh()
+        override_initializers(loaded.graph, self._initializers)
+        return loaded
+
+    def _fetch_indices(self, output_names: Sequence[str] | None) -> list[int] | None:
+        if output_names is None:
+            return None
+        if isinstance(output_names, (str, bytes)):  # iterating it would look up one name per character
+            raise InvalidArgument(f"output_names must be a list of output names, got the string {output_names!r}; "
+                                  f"use [{output_names!r}]")
+        if len(output_names) == 0:
+            return None
+        outputs = self._outputs
+        index = self.__dict__.get("_output_index")
+        if index is None or index[0] is not outputs:
+            positions: dict[str, int] = {}
+            for i, o in enumerate(outputs):
+                positions.setdefault(o.name, i)
+            index = self._output_index = (outputs, positions)
+        positions = index[1]
+        idx = []
+        for n in output_names:
+            i = positions.get(n) if isinstance(n, str) else None
+            if i is None:
+                raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {[o.name for o in outputs]}.")
+            idx.append(i)
+        return idx
+
+    def set_ep_dynamic_options(self, options: Mapping[str, str]) -> None:
+        """Pass ``options`` (str to str) to every EP of the session (``Ep.set_dynamic_options``),
+        e.g. ``{"ep.dynamic.workload_type": "Efficient"}``; an EP ignores keys it does not know."""
+        if not isinstance(options, Mapping):
+            raise TypeError(f"set_ep_dynamic_options: options must be a dict of str to str, got "
+                            f"{type(options).__name__}")
+        if not options:
+            raise Fail("set_ep_dynamic_options: No options were provided. Give at least one key, e.g. "
+                       "{'ep.dynamic.workload_type': 'Efficient'}.")
+        # onnxruntime converts keys and values to strings
+        opts = {str(k): str(v) for k, v in options.items()}
+        for name, ep in self._core.eps.items():
+            try:
+                ep.set_dynamic_options(dict(opts))
+            except OrtError:
+                raise
+            except Exception as e:
+                raise Fail(f"{name}: set_dynamic_options({opts}) failed: {type(e).__name__}: {e}") from e
+
+    def get_tuning_results(self) -> list[dict]:
+        """onnxruntime's TunableOp results: none, since no onnxhal EP tunes its kernels."""
+        return []
+
+    def set_tuning_results(self, results: list, *, error_on_invalid: bool = False) -> None:
+        """Checked as onnxruntime checks them; every entry is invalid here (no EP supports TunableOp):
+        a warning, or with ``error_on_invalid`` a ``Fail``."""
+        if not isinstance(results, list):
+            raise TypeError(f"set_tuning_results: results must be a list of dicts, got {type(results).__name__}")
+        for i, entry in enumerate(results):
+            ep, _, _ = entry["ep"], entry["results"], entry["validators"]  # KeyError, as onnxruntime
+            message = (f"Invalid TuningResults (index={i}). {ep} does not support TunableOp: no onnxhal EP tunes "
+                       "its kernels, so tuning results have nothing to apply to.")
+            if error_on_invalid:
+                raise Fail(message)
+            logger.warning("%s", message)
+
+    def run_with_ortvaluevector(self, run_options: RunOptions | None, feed_names: Sequence[str], feeds: Sequence[Any],
+                                fetch_names: Sequence[str], fetches: list, fetch_devices: Sequence[Any]) -> None:
+        """Run with a list (or ``OrtValueVector``) of OrtValues; the outputs are appended to
+        ``fetches``, or written into the OrtValues it holds, and left on ``fetch_devices``."""
+        from onnxhal.runtime.values.ortvalue_vector import run_with_ortvaluevector
+
+        run_with_ortvaluevector(self, self._run_to_memory, run_options, feed_names, feeds, fetch_names, fetches, fetch_devices)
+
+    def create_ortvalue_from_shape_and_type(self, shape: Sequence[int], element_type: Any, device_type: str,
+                                            device_id: int = 0, vendor_id: int = -1) -> Any:
+        """A tensor allocated by this session's allocator for the device (``OrtDevice.make``'s names,
+        or a declared memory's such as "opencl"); host memory for "cpu"."""
+        from onnxhal.runtime.values.ortvalue import session_ortvalue
+
+        return session_ortvalue(self._core.memory, shape, element_type, device_type, device_id, vendor_id)
+
+    def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
+        _check_run_options(run_options)
+        iobinding.run_with(self._run_to_memory, self._replay, run_options)
+
+    def _run_to_memory(self, feeds: Mapping[str, Any], bound: Mapping[str, Any], run_options: RunOptions | None) -> list:
+        """Every output, each left on the memory ``bound`` gives it (a bound OrtValue's, a memory
+        info; absent or None: the host): IOBinding's and ``run_with_ortvaluevector``'s run."""
+        from onnxhal.hal.memory_info import HOST_MEMORY_DEVICE
+        from onnxhal.runtime.values.ortvalue import OrtValue
+
+        devices = []
+        for o in self._outputs:
+            b = bound.get(o.name)
+            info = b.memory_info() if isinstance(b, OrtValue) else b
+            devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
+        return self._run(None, feeds, run_options, None if all(d.is_host for d in devices) else devices)
+
+    def io_binding(self) -> Any:
+        from onnxhal.runtime.values.ortvalue import IOBinding
+
+        return IOBinding(self)
+
+    def end_profiling(self) -> str:
+        """Write the trace and stop profiling (as ORT: later runs are not recorded, and a second
+        call returns ""). If the file cannot be written, profiling goes on and the call may be
+        repeated."""
+        profiler = self._profiler
+        if profiler is None:
+            return ""
+        path = profiler.end()
+        self._profiler = None
+        return path
+
+    def close(self) -> None:
+        """Release the EPs and the library references now (otherwise when garbage-collected).
+        Callbacks of ``run_async`` calls still queued run first."""
+        if self._async_pool is not None:
+            # From a callback, the worker cannot wait for itself.
+            self._async_pool.shutdown(wait=not getattr(_callback_thread, "active", False))
+        self._finalizer()
+
+
+def _owned(outputs: list, feeds: Mapping[str, Any], to_host: bool = True) -> list:
+    """The outputs as onnxruntime hands them over: arrays of the caller's own. A model constant
+    passed through (read-only here, where kernels share the session's weights), a view of a feed
+    (Identity, Reshape of an input) or an output sharing memory with an earlier one (Identity of an
+    output, the same value listed twice) is copied; everything else is returned as computed, no copy.
+    ``to_host``: a tensor left in device memory comes back as a host array. ``outputs`` is the
+    caller's fresh list, changed in place."""
+    fed = None
+    roots: dict[int, list] = {}  # id of the array owning the memory -> the outputs using it
+    for i, v in enumerate(outputs):
+        if v.__class__ is not np.ndarray and not isinstance(v, np.ndarray):
+            if to_host:
+                outputs[i] = _to_host_output(v)
+            continue
+        if not v.flags.writeable:
+            outputs[i] = v.copy()
+            continue
+        if fed is None:
+            fed = [f for f in feeds.values() if isinstance(f, np.ndarray)]
+        if v.base is None:  # owns its memory: shares it with no feed unless it is one
+            for f in fed:
+                if v is f:
+                    v = outputs[i] = v.copy()
+                    break
+            if id(v) in roots:  # an earlier output is this array or a view of it
+                v = outputs[i] = v.copy()
+            roots[id(v)] = [v]
+            continue
+        if any(np.may_share_memory(v, f) for f in fed):
+            v = outputs[i] = v.copy()
+            roots[id(v)] = [v]
+            continue
+        root = v.base
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        users = roots.get(id(root))
+        if users is None:
+            roots[id(root)] = [v]
+        elif any(np.may_share_memory(v, u) for u in users):
+            v = outputs[i] = v.copy()
+            roots[id(v)] = [v]
+        else:
+            users.append(v)
+    return outputs
+
+
+def _to_host_output(v: Any) -> Any:
+    if isinstance(v, np.ndarray) or v is None or isinstance(v, list):
+        return v
+    if hasattr(v, "numpy"):
+        return v.numpy()
+    return v

@@ -1,0 +1,1 @@
+"""Values: OrtValue, IOBinding, OrtValueVector, DLPack, sparse tensors, LoRA adapters."""

@@ -65,14 +65,22 @@ def load_inputs(path: str) -> dict[str, np.ndarray]:
 
     try:
         data = np.load(path, allow_pickle=False)
-    except (ValueError, EOFError) as e:  # np.load's message for a file that is no numpy archive
-        raise InvalidArgument(f"--inputs {path!r} is not an .npz archive of arrays ({e}); write one with "
-                              "numpy.savez(path, input_name=array, ...)") from None
+    except (ValueError, EOFError):  # numpy's words for this ("pickled data") mislead: say what it is not
+        raise InvalidArgument(f"--inputs {path!r} is not an .npz archive of arrays (numpy cannot read it as one); "
+                              "write one with numpy.savez(path, input_name=array, ...)") from None
     if not hasattr(data, "files"):  # a single .npy array has no input names
         raise InvalidArgument(f"--inputs {path!r} holds one array without a name; write an .npz with "
                               "numpy.savez(path, input_name=array, ...)")
     with data:
-        return {k: data[k] for k in data.files}
+        arrays = {}
+        for k in data.files:
+            try:
+                arrays[k] = data[k]
+            except ValueError:  # an object array: loading it would unpickle, which is not done for safety
+                raise InvalidArgument(f"--inputs {path!r}: {k!r} is an array of Python objects, which onnxhal does "
+                                      "not unpickle; save numeric, bool or string arrays (numpy.savez(path, "
+                                      f"{k}=numpy.asarray(values, dtype=...)))") from None
+        return arrays
 
 
 def cmd_devices(args: argparse.Namespace) -> int:

@@ -34,7 +34,9 @@ def on_first_use():
 
 
 def _cli(args: list[str], env_update: dict[str, str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("ONNXHAL_SIMULATE", "ONNXHAL_OPENCL", "OCL_ICD_VENDORS")}
+    # POCL_DEVICES too: the child chooses its drivers, and a PoCL told to list no device has no verdict to give
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ONNXHAL_SIMULATE", "ONNXHAL_OPENCL", "OCL_ICD_VENDORS", "POCL_DEVICES")}
     env.update(env_update)
     return subprocess.run([sys.executable, "-m", "onnxhal", *args], capture_output=True, text=True, timeout=240,
                           env=env, cwd=ROOT)

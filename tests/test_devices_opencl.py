@@ -86,7 +86,13 @@ def test_pocl_has_no_pci_bus_id() -> None:
     pocl = [p for p in cl.get_platforms() if "Portable Computing Language" in p.name]
     if not pocl:
         pytest.skip("no PoCL platform on this machine")
-    device = pocl[0].get_devices()[0]
+    try:
+        devices = pocl[0].get_devices()
+    except cl.Error:  # CL_DEVICE_NOT_FOUND: PoCL lists none (POCL_DEVICES=none)
+        devices = []
+    if not devices:
+        pytest.skip("the PoCL platform lists no device here (POCL_DEVICES selects none)")
+    device = devices[0]
     # Even when asked for cl_khr_pci_bus_info, PoCL answers INVALID_VALUE: no bus id, no exception.
     assert read_pci_bus_id(device, "cl_khr_pci_bus_info") == ""
     assert read_pci_bus_id(device, device.extensions) == ""

@@ -1,0 +1,92 @@
+"""An EP library whose factory brings custom operators (``EpFactory.get_custom_op_domains``).
+
+Domain ``com.example``: ``Triple`` (3 x its input), ``ScaleShift`` (``alpha`` x input + ``beta``,
+float attributes, ``beta`` optional; its ``tag`` string and ``axes`` ints attributes are checked
+and recorded), ``Fails`` (its kernel raises). No ``execution_provider``: onnxruntime's CPU EP runs
+them, as onnxruntime does for a custom op that names no EP. The EP itself claims nothing.
+``CREATED`` records (node name, attributes read) for each kernel made.
+"""
+
+import numpy as np
+
+from onnxhal import hal
+from onnxhal.hal.errors import InvalidArgument
+
+CREATED: list = []
+
+
+class _Triple(hal.Kernel):
+    def compute(self, inputs):
+        return [inputs[0] * 3]
+
+
+class Triple(hal.CustomOp):
+    op_type = "Triple"
+
+    def create_kernel(self, node):
+        CREATED.append((node.name, node.domain, list(node.inputs), list(node.outputs), {}))
+        return _Triple()
+
+
+class _ScaleShift(hal.Kernel):
+    def __init__(self, alpha, beta):
+        self.alpha, self.beta = np.float32(alpha), np.float32(beta)
+
+    def compute(self, inputs):
+        return [(inputs[0] * self.alpha + self.beta).astype(inputs[0].dtype)]
+
+
+class ScaleShift(hal.CustomOp):
+    op_type = "ScaleShift"
+
+    def create_kernel(self, node):
+        a = node.attributes
+        read = {"alpha": a["alpha"], "beta": a.get("beta", 0.0), "tag": a.get("tag"), "axes": a.get("axes"),
+                "missing_in": "missing" in a}
+        CREATED.append((node.name, node.domain, list(node.inputs), list(node.outputs), read))
+        return _ScaleShift(read["alpha"], read["beta"])
+
+
+class _Fails(hal.Kernel):
+    def compute(self, inputs):
+        raise InvalidArgument("Fails: this kernel refuses every input; use Triple")
+
+
+class Fails(hal.CustomOp):
+    op_type = "Fails"
+
+    def create_kernel(self, node):
+        return _Fails()
+
+
+class CustomOpsEp(hal.Ep):
+    name = "CustomOpsExecutionProvider"
+
+    def get_capability(self, graph, support_info):
+        pass
+
+
+class CustomOpsFactory(hal.EpFactory):
+    name = "CustomOpsExecutionProvider"
+    vendor = "Example"
+    version = "1.0.0"
+
+    def __init__(self, api):
+        self.api = api
+
+    def get_supported_devices(self, hardware_devices):
+        return [self.api.create_ep_device(self, d) for d in hardware_devices if d.type == hal.OrtHardwareDeviceType.CPU]
+
+    def create_ep(self, devices, ep_metadata, session_options, logger):
+        return CustomOpsEp()
+
+    def get_custom_op_domains(self):
+        return [hal.CustomOpDomain("com.example", [Triple(), ScaleShift(), Fails()])]
+
+
+def create_ep_factories(registration_name, api, logger):
+    return [CustomOpsFactory(api)]
+
+
+def release_ep_factory(factory):
+    pass

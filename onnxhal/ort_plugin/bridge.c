@@ -3,7 +3,7 @@
  * onnxruntime loads this file's shared library with register_execution_provider_library and calls
  * CreateEpFactories / ReleaseEpFactory. Every call, and every call onnxruntime later makes through
  * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl / OrtAllocator / OrtEpProfilerImpl /
- * OrtSyncStreamImpl / OrtSyncNotificationImpl structs that Python builds,
+ * OrtSyncStreamImpl / OrtSyncNotificationImpl / OrtCustomOp structs that Python builds,
  * lands in one of the small trampolines below, which hands it to one Python dispatcher (a ctypes
  * callback: it takes the GIL on whatever thread onnxruntime calls from). No onnxruntime header is
  * needed: arguments travel as machine words and Python knows their types.

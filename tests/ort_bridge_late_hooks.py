@@ -93,12 +93,15 @@ def custom_ops() -> dict:
         out["cpu_only"] = None
     except Exception as e:  # noqa: BLE001
         out["cpu_only"] = str(e)
-    try:  # a kernel's typed error reaches the caller as onnxruntime's error
-        failing = _model([helper.make_node("Fails", ["x"], ["y"], name="fails", domain="com.example")])
-        _session(failing, "CustomOpsExecutionProvider").run(None, {"x": X})
-        out["failing"] = None
-    except Exception as e:  # noqa: BLE001
-        out["failing"] = str(e)
+    # typed errors, as onnxruntime's errors: a kernel's own, an attribute first read at run time, an
+    # output of another type than onnxruntime gave it
+    for op, attrs in (("Fails", {}), ("LateAttribute", {"alpha": 2.0}), ("AsDouble", {})):
+        try:
+            model = _model([helper.make_node(op, ["x"], ["y"], name=op.lower(), domain="com.example", **attrs)])
+            _session(model, "CustomOpsExecutionProvider").run(None, {"x": X})
+            out[op] = None
+        except Exception as e:  # noqa: BLE001
+            out[op] = str(e)
     return out
 
 

@@ -59,9 +59,14 @@ def test_a_factorys_custom_ops_run_inside_onnxruntime():
         ["triple", "com.example", ["x"], ["t"], {}],
         ["scale_shift", "com.example", ["r"], ["y"],
          {"alpha": 0.5, "beta": 1.25, "tag": "hi", "axes": [1, 2], "missing_in": False}]]
-    # a kernel's typed error is onnxruntime's error, with onnxhal's message
-    assert ("onnxhal OrtCustomOp::KernelComputeV2: InvalidArgument: Fails: this kernel refuses every input; "
-            "use Triple") in r["failing"]
+    # typed errors are onnxruntime's errors, with onnxhal's message: the kernel's own, an attribute
+    # first read after create_kernel (onnxruntime's kernel info is gone), an output of another type
+    compute = "onnxhal OrtCustomOp::KernelComputeV2: InvalidArgument: "
+    assert compute + "Fails: this kernel refuses every input; use Triple" in r["Fails"]
+    assert (compute + "custom op 'LateAttribute' (node 'lateattribute'): attribute 'alpha' was first read after "
+            "create_kernel returned") in r["LateAttribute"]
+    assert (compute + "custom op 'AsDouble' (node 'asdouble'): output 0 ('y') is float64 but onnxruntime typed it "
+            "float32") in r["AsDouble"]
     # with a selection policy onnxruntime does not ask the factories for their domains (observed on
     # 1.24-1.32: no GetNumCustomOpDomains call), where onnxhal's own session gives them
     assert not_registered in r["policy"]["error"]

@@ -178,9 +178,6 @@ class KernelInfoAttributes(dict):
         self._absent.add(name)
         return False
 
-    def __missing__(self, name: str) -> Any:
-        raise KeyError(name)
-
     def __getitem__(self, name: str) -> Any:
         if not self._fetch(name):
             raise KeyError(name)

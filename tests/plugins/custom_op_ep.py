@@ -2,7 +2,8 @@
 
 Domain ``com.example``: ``Triple`` (3 x its input), ``ScaleShift`` (``alpha`` x input + ``beta``,
 float attributes, ``beta`` optional; its ``tag`` string and ``axes`` ints attributes are checked
-and recorded), ``Fails`` (its kernel raises). No ``execution_provider``: onnxruntime's CPU EP runs
+and recorded), ``Fails`` (its kernel raises), ``LateAttribute`` (its kernel first reads an attribute
+at run time), ``AsDouble`` (returns float64 where onnxruntime types the output like its float input). No ``execution_provider``: onnxruntime's CPU EP runs
 them, as onnxruntime does for a custom op that names no EP. The EP itself claims nothing.
 ``CREATED`` records (node name, attributes read) for each kernel made.
 """
@@ -59,6 +60,33 @@ class Fails(hal.CustomOp):
         return _Fails()
 
 
+class _LateAttribute(hal.Kernel):
+    def __init__(self, node):
+        self.node = node
+
+    def compute(self, inputs):
+        return [inputs[0] * self.node.attributes["alpha"]]
+
+
+class LateAttribute(hal.CustomOp):
+    op_type = "LateAttribute"
+
+    def create_kernel(self, node):
+        return _LateAttribute(node)
+
+
+class _AsDouble(hal.Kernel):
+    def compute(self, inputs):
+        return [inputs[0].astype(np.float64)]
+
+
+class AsDouble(hal.CustomOp):
+    op_type = "AsDouble"
+
+    def create_kernel(self, node):
+        return _AsDouble()
+
+
 class CustomOpsEp(hal.Ep):
     name = "CustomOpsExecutionProvider"
 
@@ -81,7 +109,7 @@ class CustomOpsFactory(hal.EpFactory):
         return CustomOpsEp()
 
     def get_custom_op_domains(self):
-        return [hal.CustomOpDomain("com.example", [Triple(), ScaleShift(), Fails()])]
+        return [hal.CustomOpDomain("com.example", [Triple(), ScaleShift(), Fails(), LateAttribute(), AsDouble()])]
 
 
 def create_ep_factories(registration_name, api, logger):

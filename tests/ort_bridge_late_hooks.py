@@ -88,6 +88,16 @@ def custom_ops() -> dict:
                         "created": [list(c[:4]) + [c[4]] for c in mod.CREATED]}
         except Exception as e:  # noqa: BLE001 - reported to the test
             out[how] = {"error": f"{type(e).__name__}: {e}"}
+    mod.CREATED.clear()
+    try:  # an op naming the library's EP: that EP claims it and runs it, the CPU EP the other
+        both = _model([helper.make_node("EpTriple", ["x"], ["t"], name="ep_triple", domain="com.example"),
+                       helper.make_node("Triple", ["t"], ["y"], name="triple", domain="com.example")])
+        sess = _session(both, "CustomOpsExecutionProvider")
+        y = sess.run(None, {"x": X})[0]
+        out["on_ep"] = {"error": None, "max_abs_err": float(np.max(np.abs(y - X * 9))),
+                        "assignment": _assignment(sess), "created": [c[0] for c in mod.CREATED]}
+    except Exception as e:  # noqa: BLE001
+        out["on_ep"] = {"error": f"{type(e).__name__}: {e}"}
     try:  # without the library's EP in the session: onnxruntime knows no such op
         ort.InferenceSession(custom, providers=["CPUExecutionProvider"])
         out["cpu_only"] = None

@@ -59,6 +59,13 @@ def test_a_factorys_custom_ops_run_inside_onnxruntime():
         ["triple", "com.example", ["x"], ["t"], {}],
         ["scale_shift", "com.example", ["r"], ["y"],
          {"alpha": 0.5, "beta": 1.25, "tag": "hi", "axes": [1, 2], "missing_in": False}]]
+    # an op that names the library's EP: the EP claims it (get_capability) and runs it; the other
+    # custom op on onnxruntime's CPU EP
+    on_ep = r["on_ep"]
+    assert on_ep["error"] is None and on_ep["max_abs_err"] == 0.0
+    assert sorted(on_ep["created"]) == ["ep_triple", "triple"]
+    if API >= 25:
+        assert on_ep["assignment"] == {"CustomOpsExecutionProvider": ["ep_triple"], "CPUExecutionProvider": ["triple"]}
     # typed errors are onnxruntime's errors, with onnxhal's message: the kernel's own, an attribute
     # first read after create_kernel (onnxruntime's kernel info is gone), an output of another type
     compute = "onnxhal OrtCustomOp::KernelComputeV2: InvalidArgument: "

@@ -4,7 +4,7 @@ Domain ``com.example``: ``Triple`` (3 x its input), ``ScaleShift`` (``alpha`` x 
 float attributes, ``beta`` optional; its ``tag`` string and ``axes`` ints attributes are checked
 and recorded), ``Fails`` (its kernel raises), ``LateAttribute`` (its kernel first reads an attribute
 at run time), ``AsDouble`` (returns float64 where onnxruntime types the output like its float input). No ``execution_provider``: onnxruntime's CPU EP runs
-them, as onnxruntime does for a custom op that names no EP. The EP itself claims nothing.
+them, as onnxruntime does for a custom op that names no EP. ``EpTriple`` names the library's own EP, which claims it and runs it with its kernel.
 ``CREATED`` records (node name, attributes read) for each kernel made.
 """
 
@@ -87,11 +87,25 @@ class AsDouble(hal.CustomOp):
         return _AsDouble()
 
 
+class EpTriple(hal.CustomOp):
+    op_type = "EpTriple"
+    execution_provider = "CustomOpsExecutionProvider"  # the library's own EP claims and runs it
+
+    def create_kernel(self, node):
+        CREATED.append((node.name, node.domain, list(node.inputs), list(node.outputs), {"on": "CustomOpsEp"}))
+        return _Triple()
+
+
 class CustomOpsEp(hal.Ep):
     name = "CustomOpsExecutionProvider"
 
     def get_capability(self, graph, support_info):
-        pass
+        for node in graph.nodes:
+            if (node.domain, node.op_type) == ("com.example", "EpTriple"):
+                support_info.add_single_node(node)
+
+    def create_kernel(self, node, context):
+        return EpTriple().create_kernel(node)
 
 
 class CustomOpsFactory(hal.EpFactory):
@@ -109,7 +123,7 @@ class CustomOpsFactory(hal.EpFactory):
         return CustomOpsEp()
 
     def get_custom_op_domains(self):
-        return [hal.CustomOpDomain("com.example", [Triple(), ScaleShift(), Fails(), LateAttribute(), AsDouble()])]
+        return [hal.CustomOpDomain("com.example", [Triple(), ScaleShift(), Fails(), LateAttribute(), AsDouble(), EpTriple()])]
 
 
 def create_ep_factories(registration_name, api, logger):

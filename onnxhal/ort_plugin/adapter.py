@@ -20,6 +20,8 @@ import threading
 from ctypes import POINTER, c_size_t, c_void_p
 from typing import Any
 
+import numpy as np
+
 from onnxhal.hal.enums import OrtDeviceMemoryType, OrtEpDataLayout, OrtHardwareDeviceType, OrtMemoryInfoDeviceType
 from onnxhal.hal.ep import (
     Ep,
@@ -38,6 +40,7 @@ from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin import kept_handles
 from onnxhal.ort_plugin.claim_checks import graph_refusal
 from onnxhal.ort_plugin.compute import ComputeAdapter, DeviceMemory, GraphKernelCreateContext, KernelComputeInfo
+from onnxhal.ort_plugin.custom_ops import domains_for, write_domains
 from onnxhal.ort_plugin.device_memory import (
     AllocatorAdapter,
     DataTransferAdapter,
@@ -63,6 +66,16 @@ from onnxhal.runtime.optimizer.layout_transform import LAYOUT_SENSITIVE
 from onnxhal.runtime.session.compile_partitions import compile_graphs
 
 logger = logging.getLogger("onnxhal.ort_plugin")
+
+class ResourceCount(ctypes.Structure):
+    """onnxruntime's OrtResourceCount (56 bytes): the kind, a reserved word, and a union of which
+    the bridge writes the first member (``total_bytes``)."""
+
+    _fields_ = [("kind", ctypes.c_uint32), ("reserved", ctypes.c_uint32), ("total_bytes", ctypes.c_uint64),
+                ("reserved_words", ctypes.c_uint64 * 5)]
+
+
+RESOURCE_TOTAL_BYTES = 1  # OrtResourceCountKind_TotalBytes
 
 #: onnxruntime's metadata key for a virtual hardware device (onnxhal's own is "is_virtual").
 ORT_VIRTUAL_KEY = "IsVirtual"
@@ -121,6 +134,7 @@ class FactoryAdapter:
         self.memory_infos: dict[Any, tuple[OrtMemoryInfo, int]] = {}
         self.declare_memory = declare_memory
         self._just_created = threading.local()  # the EpAdapter create_ep made on this thread
+        self.custom_op_domains: list[int] | None = None  # OrtCustomOpDomain*s, made at onnxruntime's first ask
         d.objects[self.address] = self
 
     # -- devices ----------------------------------------------------------------------------
@@ -222,6 +236,19 @@ class FactoryAdapter:
             self.api.ep_call("DeviceEpIncompatibilityDetails_SetDetails", args[1], reasons, code,
                              notes.encode() if notes else None)
 
+    def num_custom_op_domains(self, args: Any) -> None:
+        """GetNumCustomOpDomains (API 24): the hal factory's ``get_custom_op_domains()``, turned into
+        onnxruntime's domains once (custom_ops.py) and handed out again at every later ask."""
+        if self.custom_op_domains is None:
+            self.custom_op_domains = domains_for(self.api, self.factory.name, list(self.factory.get_custom_op_domains()))
+        write_out(args[0], len(self.custom_op_domains), c_size_t)
+
+    def write_custom_op_domains(self, args: Any) -> None:
+        """GetCustomOpDomains: onnxruntime's array has the count GetNumCustomOpDomains gave."""
+        if self.custom_op_domains is None:
+            self.custom_op_domains = domains_for(self.api, self.factory.name, list(self.factory.get_custom_op_domains()))
+        write_domains(self.custom_op_domains, args[0], args[1])
+
     def _hal_device(self, ort_hw: int) -> OrtHardwareDevice:
         """onnxruntime's OrtHardwareDevice as hal's: the device onnxhal discovered for the same
         hardware if there is one (it carries onnxhal's metadata), else onnxruntime's record of it."""
@@ -321,6 +348,10 @@ class EpAdapter:
         self.name = factory.strings(ep.name or factory.factory.name)
         self.version = negotiated_version(self.api.api_version)
         self.struct = fill(EpStruct(), self.version)
+        if type(ep).get_available_resource is Ep.get_available_resource:
+            # An EP that cannot say leaves the member NULL, as onnxruntime asks of such an EP: no
+            # resource budget from the device then.
+            self.struct.GetAvailableResource = None
         self.missing = MissingHooks(ep, self.version)
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}
@@ -453,6 +484,20 @@ class EpAdapter:
                 f"{self.ep.name}.get_default_memory_device() returned {chosen}, which its EP devices do not declare "
                 f"(declared: {sorted(map(str, self.factory.memory_infos)) or 'none'}); return one of those or None")
         write_out(args[0], self.api.ep["MemoryInfo_GetMemoryDevice"](known[1]))
+
+    def available_resource(self, args: Any) -> None:
+        """OrtEp::GetAvailableResource (API 26): the hal Ep's free device memory, in bytes, as
+        onnxruntime's OrtResourceCount (onnxruntime_ep_c_api.h: a uint32 kind, TotalBytes = 1, a
+        reserved uint32, then a 48-byte union whose first uint64 is the byte count). None leaves the
+        kind None (0): onnxruntime then sets no budget from the device."""
+        available = self.ep.get_available_resource()
+        if available is None:
+            return
+        if isinstance(available, bool) or not isinstance(available, (int, np.integer)) or available < 0:
+            raise InvalidArgument(f"{self.ep.name}.get_available_resource() returned {available!r}; return the bytes of "
+                                  "device memory still free (an int >= 0) or None")
+        count = ResourceCount.from_address(args[0])
+        count.kind, count.reserved, count.total_bytes = RESOURCE_TOTAL_BYTES, 0, int(available)
 
     def set_dynamic_options(self, args: Any) -> None:
         n = args[2]

@@ -3,7 +3,7 @@
  * onnxruntime loads this file's shared library with register_execution_provider_library and calls
  * CreateEpFactories / ReleaseEpFactory. Every call, and every call onnxruntime later makes through
  * the OrtEpFactory / OrtEp / OrtNodeComputeInfo / OrtDataTransferImpl / OrtAllocator / OrtEpProfilerImpl /
- * OrtSyncStreamImpl / OrtSyncNotificationImpl structs that Python builds,
+ * OrtSyncStreamImpl / OrtSyncNotificationImpl / OrtCustomOp structs that Python builds,
  * lands in one of the small trampolines below, which hands it to one Python dispatcher (a ctypes
  * callback: it takes the GIL on whatever thread onnxruntime calls from). No onnxruntime header is
  * needed: arguments travel as machine words and Python knows their types.
@@ -34,16 +34,21 @@ enum {
   CALL_CREATE_EP_FACTORIES = 1, CALL_RELEASE_EP_FACTORY = 2,
   F_GET_NAME = 10, F_GET_VENDOR, F_GET_SUPPORTED_DEVICES, F_CREATE_EP, F_RELEASE_EP, F_GET_VENDOR_ID,
   F_GET_VERSION, F_VALIDATE_COMPAT, F_CREATE_ALLOCATOR, F_RELEASE_ALLOCATOR, F_CREATE_DATA_TRANSFER,
-  F_IS_STREAM_AWARE, F_CREATE_SYNC_STREAM, F_GET_INCOMPATIBILITY_DETAILS,
+  F_IS_STREAM_AWARE, F_CREATE_SYNC_STREAM, F_GET_INCOMPATIBILITY_DETAILS, F_GET_NUM_CUSTOM_OP_DOMAINS,
+  F_GET_CUSTOM_OP_DOMAINS,
   E_GET_NAME = 30, E_GET_CAPABILITY, E_COMPILE, E_RELEASE_COMPUTE_INFOS, E_GET_LAYOUT, E_SHOULD_CONVERT,
   E_SET_DYNAMIC_OPTIONS, E_ON_RUN_START, E_ON_RUN_END, E_CREATE_ALLOCATOR, E_CREATE_SYNC_STREAM,
   E_GET_COMPAT_INFO, E_SYNC, E_ON_SESSION_INITIALIZATION_END, E_CREATE_PROFILER, E_GET_DEFAULT_MEMORY_DEVICE,
+  E_GET_AVAILABLE_RESOURCE,
   C_CREATE_STATE = 50, C_COMPUTE, C_RELEASE_STATE,
   D_RELEASE = 60, D_CAN_COPY, D_COPY_TENSORS,
   A_ALLOC = 70, A_FREE, A_INFO, A_RESERVE,
   P_RELEASE = 80, P_START_PROFILING, P_END_PROFILING,
   S_RELEASE = 90, S_GET_HANDLE, S_CREATE_NOTIFICATION, S_FLUSH, S_ON_SESSION_RUN_END,
   N_RELEASE = 100, N_ACTIVATE, N_WAIT_ON_DEVICE, N_WAIT_ON_HOST,
+  O_CREATE_KERNEL = 110, O_GET_NAME, O_GET_EP_TYPE, O_GET_INPUT_TYPE, O_GET_INPUT_TYPE_COUNT, O_GET_OUTPUT_TYPE,
+  O_GET_OUTPUT_TYPE_COUNT, O_GET_INPUT_CHARACTERISTIC, O_GET_OUTPUT_CHARACTERISTIC, O_GET_VARIADIC_MIN_ARITY,
+  O_GET_VARIADIC_HOMOGENEITY, K_COMPUTE = 130, K_DESTROY,
 };
 
 static DispatchFn g_dispatch = NULL;
@@ -159,6 +164,13 @@ OrtStatus* f_create_sync_stream(void* self, const void* memory_device, const voi
 OrtStatus* f_get_incompatibility_details(void* self, const void* hardware_device, void* details) {
   STATUS_CALL(F_GET_INCOMPATIBILITY_DETAILS, self, W(hardware_device), W(details));
 }
+OrtStatus* f_get_num_custom_op_domains(void* self, size_t* num_domains) {
+  *num_domains = 0;
+  STATUS_CALL(F_GET_NUM_CUSTOM_OP_DOMAINS, self, W(num_domains));
+}
+OrtStatus* f_get_custom_op_domains(void* self, void** domains, size_t num_domains) {
+  STATUS_CALL(F_GET_CUSTOM_OP_DOMAINS, self, W(domains), W(num_domains));
+}
 
 /* ---- OrtEp -------------------------------------------------------------------------------- */
 const char* e_get_name(const void* self) { VALUE_CALL(const char*, "", E_GET_NAME, self, 0); }
@@ -205,6 +217,42 @@ OrtStatus* e_get_default_memory_device(const void* self, const void** device) {
   *device = NULL;
   STATUS_CALL(E_GET_DEFAULT_MEMORY_DEVICE, self, W(device));
 }
+/* available: onnxruntime's OrtResourceCount, filled in adapter.py. */
+OrtStatus* e_get_available_resource(const void* self, void* available) {
+  STATUS_CALL(E_GET_AVAILABLE_RESOURCE, self, W(available));
+}
+
+/* ---- OrtCustomOp (custom_ops.py) and its kernels -------------------------------------------- */
+/* The schema answers are the same for every input and output index: Python gets the index anyway. */
+void* o_create_kernel_v1(const void* self, const void* api, const void* info) {
+  (void)self; (void)api; (void)info;
+  return NULL; /* onnxruntime uses CreateKernelV2 (the struct declares version 16) */
+}
+OrtStatus* o_create_kernel(const void* self, const void* api, const void* info, void** kernel) {
+  *kernel = NULL;
+  STATUS_CALL(O_CREATE_KERNEL, self, W(api), W(info), W(kernel));
+}
+const char* o_get_name(const void* self) { VALUE_CALL(const char*, "", O_GET_NAME, self, 0); }
+const char* o_get_ep_type(const void* self) { VALUE_CALL(const char*, NULL, O_GET_EP_TYPE, self, 0); }
+int o_get_input_type(const void* self, size_t index) { VALUE_CALL(int, 0, O_GET_INPUT_TYPE, self, W(index)); }
+size_t o_get_input_type_count(const void* self) { VALUE_CALL(size_t, 0, O_GET_INPUT_TYPE_COUNT, self, 0); }
+int o_get_output_type(const void* self, size_t index) { VALUE_CALL(int, 0, O_GET_OUTPUT_TYPE, self, W(index)); }
+size_t o_get_output_type_count(const void* self) { VALUE_CALL(size_t, 0, O_GET_OUTPUT_TYPE_COUNT, self, 0); }
+int o_get_input_characteristic(const void* self, size_t index) {
+  VALUE_CALL(int, 0, O_GET_INPUT_CHARACTERISTIC, self, W(index));
+}
+int o_get_output_characteristic(const void* self, size_t index) {
+  VALUE_CALL(int, 0, O_GET_OUTPUT_CHARACTERISTIC, self, W(index));
+}
+int o_get_input_memory_type(const void* self, size_t index) {
+  (void)self; (void)index;
+  return 0; /* OrtMemTypeDefault: inputs where the op's EP keeps them */
+}
+int o_get_variadic_min_arity(const void* self) { VALUE_CALL(int, 1, O_GET_VARIADIC_MIN_ARITY, self, 0); }
+int o_get_variadic_homogeneity(const void* self) { VALUE_CALL(int, 0, O_GET_VARIADIC_HOMOGENEITY, self, 0); }
+void k_compute_v1(void* kernel, void* context) { (void)kernel; (void)context; }
+OrtStatus* k_compute(void* kernel, void* context) { STATUS_CALL(K_COMPUTE, kernel, W(context)); }
+void k_destroy(void* kernel) { VOID_CALL(K_DESTROY, kernel, 0); }
 
 /* ---- OrtEpProfilerImpl (StartEvent / StopEvent stay NULL: onnxruntime skips them then) ------- */
 /* The clock of onnxruntime's profiler: it times events with std::chrono::high_resolution_clock, which

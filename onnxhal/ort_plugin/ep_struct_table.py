@@ -34,7 +34,7 @@ ORT_EP: list[tuple[str, int | None]] = [
     ("IsGraphCaptured", None),
     ("ReplayGraph", None),
     ("GetGraphCaptureNodeAssignmentPolicy", None),
-    ("GetAvailableResource", None),
+    ("GetAvailableResource", 26),
     ("OnSessionInitializationEnd", 27),
     ("GetDefaultMemoryDevice", 27),
     ("ReleaseCapturedGraph", None),

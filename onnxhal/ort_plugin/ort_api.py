@@ -111,6 +111,19 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "ReleaseMemoryInfo": (None, (P,)),
     "ReleaseOpAttr": (None, (P,)),
     "GetModelEditorApi": (P, ()),
+    # custom_ops.py: a factory's custom-op domains and their kernels
+    "CreateCustomOpDomain": (_S, (c_char_p, PP)),
+    "CustomOpDomain_Add": (_S, (P, P)),
+    "KernelInfo_GetNodeName": (_S, (P, P, POINTER(c_size_t))),
+    "KernelInfo_GetInputCount": (_S, (P, POINTER(c_size_t))),
+    "KernelInfo_GetOutputCount": (_S, (P, POINTER(c_size_t))),
+    "KernelInfo_GetInputName": (_S, (P, c_size_t, P, POINTER(c_size_t))),
+    "KernelInfo_GetOutputName": (_S, (P, c_size_t, P, POINTER(c_size_t))),
+    "KernelInfoGetAttribute_float": (_S, (P, c_char_p, POINTER(ctypes.c_float))),
+    "KernelInfoGetAttribute_int64": (_S, (P, c_char_p, POINTER(c_int64))),
+    "KernelInfoGetAttribute_string": (_S, (P, c_char_p, P, POINTER(c_size_t))),
+    "KernelInfoGetAttributeArray_float": (_S, (P, c_char_p, P, POINTER(c_size_t))),
+    "KernelInfoGetAttributeArray_int64": (_S, (P, c_char_p, P, POINTER(c_size_t))),
 }
 MODEL_EDITOR_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "CreateNode": (_S, (c_char_p, c_char_p, c_char_p, POINTER(c_char_p), c_size_t, POINTER(c_char_p), c_size_t,

@@ -34,7 +34,8 @@ FactoryStruct = _struct("OrtEpFactory", ORT_EP_FACTORY, {
     "CreateAllocator": "f_create_allocator", "ReleaseAllocator": "f_release_allocator",
     "CreateDataTransfer": "f_create_data_transfer", "IsStreamAware": "f_is_stream_aware",
     "CreateSyncStreamForDevice": "f_create_sync_stream",
-    "GetHardwareDeviceIncompatibilityDetails": "f_get_incompatibility_details"})
+    "GetHardwareDeviceIncompatibilityDetails": "f_get_incompatibility_details",
+    "GetNumCustomOpDomains": "f_get_num_custom_op_domains", "GetCustomOpDomains": "f_get_custom_op_domains"})
 EpStruct = _struct("OrtEp", ORT_EP, {
     "GetName": "e_get_name", "GetCapability": "e_get_capability", "Compile": "e_compile",
     "ReleaseNodeComputeInfos": "e_release_compute_infos", "GetPreferredDataLayout": "e_get_layout",
@@ -42,7 +43,8 @@ EpStruct = _struct("OrtEp", ORT_EP, {
     "OnRunStart": "e_on_run_start", "OnRunEnd": "e_on_run_end",
     "GetCompiledModelCompatibilityInfo": "e_get_compat_info", "CreateSyncStreamForDevice": "e_create_sync_stream",
     "Sync": "e_sync", "OnSessionInitializationEnd": "e_on_session_initialization_end",
-    "CreateProfiler": "e_create_profiler", "GetDefaultMemoryDevice": "e_get_default_memory_device"})
+    "CreateProfiler": "e_create_profiler", "GetDefaultMemoryDevice": "e_get_default_memory_device",
+    "GetAvailableResource": "e_get_available_resource"})
 # IsConcurrentRunSupported stays NULL: onnxruntime's answer to "no" is a session lock that its Python
 # API can take while holding the GIL, and a Python EP then deadlocks it; the bridge serializes such
 # an EP itself (missing_hooks.py).

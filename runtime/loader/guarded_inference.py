@@ -6,7 +6,9 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
 - a first pass without data propagation, on a copy where every LayerNormalization with a
   non-negative ``axis`` has only its first output (its inference reads ``axis`` dimensions of the
   input for the Mean output without checking the rank: ``axis=2**31`` is SIGSEGV). What it finds
-  gives the ranks and dimensions the checks below need;
+  gives the ranks and dimensions the checks below need. It is skipped where the model has no
+  LayerNormalization and no node data propagation would visit (a tree ensemble, a linear model):
+  it would find nothing there;
 - an unsafe LayerNormalization's ``axis`` checked against the rank that pass found;
 - the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
   propagation runs only where no 1-D value is longer than ``DATA_PROP_MAX_LENGTH``: its cost is
@@ -25,6 +27,7 @@ type(s) for +: 'float' and 'str'").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import onnx
@@ -368,17 +371,41 @@ def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto, stub: onnx.
     return inferred
 
 
+@functools.lru_cache(maxsize=4096)
+def may_propagate(op_type: str, domain: str, version: int) -> bool:
+    """Whether onnx's data propagation may run for this operator at this opset: it has a
+    propagation function, or no inference function of its own (onnx then infers through its
+    function body, whose nodes may propagate). An operator onnx does not know is skipped."""
+    try:
+        schema = onnx.defs.get_schema(op_type, version, domain)
+    except Exception:  # not an onnx operator (or older than its first version): inference skips it
+        return False
+    return schema.has_data_propagation_function or not schema.has_type_and_shape_inference_function
+
+
+def _propagates_data(proto: onnx.ModelProto) -> bool:
+    """Whether some node of the model, in any graph, may run data propagation (``may_propagate``)."""
+    opset = {o.domain: o.version for o in proto.opset_import}
+    return any(may_propagate(n.op_type, n.domain, opset.get(n.domain, 0))
+               for g, _ in walk_graphs(proto.graph) for n in g.node)
+
+
 def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
     """Run the guarded passes. Returns (the strictly inferred model or None, whether data was
     propagated, the strict failure's message or "")."""
     stub = _weightless(proto)
-    probe = _probe_copy(stub)
-    try:
-        first = onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=False)
-    except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
-        first = probe
     norms = list(_layer_norms(proto))
-    long_1d, shapes = _probe_facts(first, {n.input[0] for n, _ in norms if n.input})
+    if not norms and not _propagates_data(stub):
+        # Nothing for the first pass to find: no LayerNormalization to check, and no node data
+        # propagation would visit (so it costs nothing and changes nothing): the real pass alone.
+        long_1d, shapes = False, {}
+    else:
+        probe = _probe_copy(stub)
+        try:
+            first = onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=False)
+        except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
+            first = probe
+        long_1d, shapes = _probe_facts(first, {n.input[0] for n, _ in norms if n.input})
     for n, where in norms:  # before the real pass, which would read past the rank
         dims = shapes.get(n.input[0]) if n.input else None
         if _unsafe_layer_norm(n) and dims is not None and _axis(n, -1) >= len(dims):

@@ -254,7 +254,9 @@ def _in_order(graph: onnx.GraphProto, producer: dict[str, int]) -> bool:
     """Whether no node reads a value a later node writes (the common case, checked in one pass)."""
     get = producer.get
     for k, n in enumerate(graph.node):
-        for r in (_reads(n) if n.attribute else n.input):
+        # only a node that can hold a graph (as ``walk_graphs``) reads more than its inputs
+        holder = n.op_type in _GRAPH_HOLDERS or n.domain not in STANDARD_DOMAINS
+        for r in (_reads(n) if holder and n.attribute else n.input):
             p = get(r)
             if p is not None and p > k:
                 return False
@@ -309,13 +311,15 @@ def _weightless(proto: onnx.ModelProto, strip: bool = True) -> onnx.ModelProto:
     if old_ir:  # below IR 4 onnx's inference reads no type from an initializer that is not also an input
         stub.ir_version = 4
     for g, _ in walk_graphs(stub.graph):
-        for t in g.initializer:
-            if strip and _stubbed(t):
-                for f in _DATA_FIELDS:
-                    t.ClearField(f)
-        for n in g.node:
-            if n.domain == "ai.onnx":
-                n.domain = ""
+        if big:
+            for t in g.initializer:
+                if _stubbed(t):
+                    for f in _DATA_FIELDS:
+                        t.ClearField(f)
+        if spelled:  # the copy's nodes are read (made) only where one needs renaming
+            for n in g.node:
+                if n.domain == "ai.onnx":
+                    n.domain = ""
     for o in stub.opset_import:
         if o.domain == "ai.onnx":
             o.domain = ""

@@ -95,3 +95,31 @@ def test_which_operators_may_propagate_data():
     assert not guarded_inference.may_propagate("Relu", "", 17)
     assert not guarded_inference.may_propagate("TreeEnsembleRegressor", "ai.onnx.ml", 3)
     assert not guarded_inference.may_propagate("NoSuchOp", "com.example", 1)
+
+
+def test_a_long_value_no_propagating_node_reads_keeps_data_propagation(inference_calls):
+    """A 1-D input longer than DATA_PROP_MAX_LENGTH read only by a Relu costs data propagation
+    nothing: the Shape chain on the other input is still propagated (its Reshape gets a static
+    shape). A long value a propagating node reads turns it off, as before."""
+    n = guarded_inference.DATA_PROP_MAX_LENGTH * 2
+    base = shape_model()
+    base.graph.node.append(helper.make_node("Relu", ["v"], ["w"]))
+    base.graph.input.append(helper.make_tensor_value_info("v", TensorProto.FLOAT, [n]))
+    base.graph.output.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, None))
+    loaded = load_model(base.SerializeToString())
+    assert inference_calls == [False, True]
+    out = next(v for v in loaded.proto.graph.output if v.name == "y")
+    assert [d.dim_value for d in out.type.tensor_type.shape.dim] == [3, 20]
+    feeds = {"x": np.arange(60, dtype=np.float32).reshape(3, 4, 5), "v": np.linspace(-1, 1, n, dtype=np.float32)}
+    ref = ort.InferenceSession(base.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onnxhal.InferenceSession(base.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+
+    read = shape_model()  # the long value now read by a Mul: data propagation is off
+    read.graph.node.append(helper.make_node("Mul", ["v", "v"], ["w"]))
+    read.graph.input.append(helper.make_tensor_value_info("v", TensorProto.FLOAT, [n]))
+    read.graph.output.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, None))
+    inference_calls.clear()
+    load_model(read.SerializeToString())
+    assert inference_calls == [False, False]

@@ -11,9 +11,11 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
   it would find nothing there;
 - an unsafe LayerNormalization's ``axis`` checked against the rank that pass found;
 - the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
-  propagation runs only where no 1-D value is longer than ``DATA_PROP_MAX_LENGTH``: its cost is
-  linear in such a length (0.9 s at 10 million, for ever at 2**40, holding the GIL), and a shape
-  tensor, the only thing it computes, is never that long. Where a LayerNormalization's input rank is
+  propagation runs only where no 1-D value a propagating node reads (Shape, Gather, Mul, ...: an
+  operator with a data-propagation function, or one inferred through its function body) is longer
+  than ``DATA_PROP_MAX_LENGTH``: its cost is linear in such a length (0.9 s at 10 million, for ever
+  at 2**40, holding the GIL), and a shape tensor, the only thing it computes, is never that long.
+  A long value only other nodes read costs it nothing. Where a LayerNormalization's input rank is
   unknown after the first pass, data propagation is off too, so that the real pass does not learn a
   rank the first one could not check.
 
@@ -60,19 +62,21 @@ def _shapes(proto: onnx.ModelProto, wanted: set[str] | None = None) -> dict[str,
 
 
 def _probe_facts(proto: onnx.ModelProto, wanted: set[str]) -> tuple[bool, dict[str, list[int | None] | None]]:
-    """(whether some 1-D value is longer than DATA_PROP_MAX_LENGTH, ``_shapes`` of the ``wanted``
-    names): one pass that builds no dims list for the values nobody asked about."""
-    long_1d = False
+    """(whether a value data propagation reads (``_propagated_reads``) is 1-D and longer than
+    DATA_PROP_MAX_LENGTH, ``_shapes`` of the ``wanted`` names): one pass that builds no dims list for
+    the values nobody asked about."""
+    long_1d: set[str] = set()
     for g, _ in walk_graphs(proto.graph):
         for t in g.initializer:
             if len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX_LENGTH:
-                long_1d = True
+                long_1d.add(t.name)
         for values in (g.input, g.value_info, g.output):
             for v in values:
                 dims = v.type.tensor_type.shape.dim
                 if len(dims) == 1 and dims[0].dim_value > DATA_PROP_MAX_LENGTH:
-                    long_1d = True
-    return long_1d, (_shapes(proto, wanted) if wanted else {})
+                    long_1d.add(v.name)
+    read = bool(long_1d) and not long_1d.isdisjoint(_propagated_reads(proto))
+    return read, (_shapes(proto, wanted) if wanted else {})
 
 
 def _layer_norms(proto: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, str]]:
@@ -387,11 +391,19 @@ def may_propagate(op_type: str, domain: str, version: int) -> bool:
     return schema.has_data_propagation_function or not schema.has_type_and_shape_inference_function
 
 
-def _propagates_data(proto: onnx.ModelProto) -> bool:
-    """Whether some node of the model, in any graph, may run data propagation (``may_propagate``)."""
-    opset = {o.domain: o.version for o in proto.opset_import}
-    return any(may_propagate(n.op_type, n.domain, opset.get(n.domain, 0))
-               for g, _ in walk_graphs(proto.graph) for n in g.node)
+def _propagating_nodes(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    """The nodes of the model, in any graph, that may run data propagation (``may_propagate``)."""
+    opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
+    for g, _ in walk_graphs(proto.graph):
+        for n in g.node:
+            domain = "" if n.domain == "ai.onnx" else n.domain
+            if may_propagate(n.op_type, domain, opset.get(domain, 0)):
+                yield n
+
+
+def _propagated_reads(proto: onnx.ModelProto) -> set[str]:
+    """The values nodes that may run data propagation read."""
+    return {i for n in _propagating_nodes(proto) for i in n.input if i}
 
 
 def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
@@ -399,7 +411,7 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
     propagated, the strict failure's message or "")."""
     stub = _weightless(proto)
     norms = list(_layer_norms(proto))
-    if not norms and not _propagates_data(stub):
+    if not norms and next(_propagating_nodes(stub), None) is None:
         # Nothing for the first pass to find: no LayerNormalization to check, and no node data
         # propagation would visit (so it costs nothing and changes nothing): the real pass alone.
         long_1d, shapes = False, {}

@@ -411,14 +411,18 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
     propagated, the strict failure's message or "")."""
     stub = _weightless(proto)
     norms = list(_layer_norms(proto))
+    serialized: bytes | None = None  # the stub as onnx's C++ reads it, serialized once for both passes
     if not norms and next(_propagating_nodes(stub), None) is None:
         # Nothing for the first pass to find: no LayerNormalization to check, and no node data
         # propagation would visit (so it costs nothing and changes nothing): the real pass alone.
         long_1d, shapes = False, {}
     else:
         probe = _probe_copy(stub)
+        if probe is stub:
+            serialized = stub.SerializeToString()
         try:
-            first = onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=False)
+            first = onnx.shape_inference.infer_shapes(probe if serialized is None else serialized, check_type=False,
+                                                      strict_mode=False, data_prop=False)
         except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
             first = probe
         long_1d, shapes = _probe_facts(first, {n.input[0] for n, _ in norms if n.input})
@@ -430,7 +434,8 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
     unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None for n, _ in norms if n.input)
     data_prop = not (long_1d or unknown_ln)
     try:
-        inferred = onnx.shape_inference.infer_shapes(stub, check_type=True, strict_mode=True, data_prop=data_prop)
+        inferred = onnx.shape_inference.infer_shapes(stub if serialized is None else serialized, check_type=True,
+                                                     strict_mode=True, data_prop=data_prop)
         return _with_weights(inferred, proto, stub), data_prop, ""
     except onnx.shape_inference.InferenceError as e:
         if not _stripped(stub):

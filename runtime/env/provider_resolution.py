@@ -8,7 +8,7 @@ EP is appended implicitly unless ``session.disable_cpu_ep_fallback`` is "1".
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +57,10 @@ def _normalize_legacy(providers: Sequence[Any], provider_options: Sequence[Mappi
 
 
 def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[Any] | None,
-                      provider_options: Sequence[Mapping] | None, model_metadata: Mapping[str, str]) -> list[ProviderChoice]:
+                      provider_options: Sequence[Mapping] | None,
+                      model_metadata: Callable[[], Mapping[str, str]]) -> list[ProviderChoice]:
+    """The session's EPs and devices. ``model_metadata`` gives the model's metadata, read only
+    where a selection policy or delegate decides."""
     devices = env.ep_devices()
     fallback_disabled = so.config(DISABLE_CPU_EP_FALLBACK) == "1"
     choices: list[ProviderChoice] = []
@@ -106,7 +109,7 @@ def resolve_providers(env: Environment, so: SessionOptions, providers: Sequence[
                     f"{DISABLE_CPU_EP_FALLBACK}=1 disables it. Remove one of the two.")
             add(ex.devices[0].ep_name, list(ex.devices), ex.options)
     elif so.selection_policy is not None or so.selection_delegate is not None:
-        selected = select_devices(devices, so.selection_policy, so.selection_delegate, model_metadata)
+        selected = select_devices(devices, so.selection_policy, so.selection_delegate, model_metadata())
         if fallback_disabled:
             selected = remove_default_cpu(selected)
         if not selected:

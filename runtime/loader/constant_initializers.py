@@ -20,6 +20,8 @@ from collections import Counter
 import onnx
 from onnx import AttributeProto, TensorProto, helper
 
+from onnxhal.runtime.loader.node_checks import walk_graphs
+
 #: value attribute -> (attribute type, the ai.onnx opset that introduced it, the field holding it)
 _VALUES = {"value": (AttributeProto.TENSOR, 1, "t"), "value_float": (AttributeProto.FLOAT, 12, "f"),
            "value_floats": (AttributeProto.FLOATS, 12, "floats"), "value_int": (AttributeProto.INT, 12, "i"),
@@ -67,14 +69,8 @@ def _convertible(node: onnx.NodeProto, opset: int) -> bool:
 
 
 def _graphs(graph: onnx.GraphProto):
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == AttributeProto.GRAPH:
-                yield from _graphs(attr.g)
-            elif attr.type == AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _graphs(g)
+    # only control-flow nodes and other domains' nodes hold graphs: the rest's attributes need no reading
+    return (g for g, _ in walk_graphs(graph))
 
 
 def _positions(graph: onnx.GraphProto, opset: int) -> list[int]:

@@ -60,13 +60,15 @@ def load_external_data(proto: onnx.ModelProto, folder: str, what: str, model_pat
     """Read each external tensor's bytes into it (it stops being external). ``folder`` is the
     model file's folder, ``model_path`` the model file (where it is a link, the folder of its
     target is allowed too)."""
-    base = os.path.realpath(folder)
-    allowed = [base]
-    if model_path is not None and os.path.islink(model_path):
-        allowed.append(os.path.dirname(os.path.realpath(model_path)))
+    base, allowed = "", []  # resolved at the first external tensor: most models have none
     for t in tensors(proto.graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
+        if not allowed:
+            base = os.path.realpath(folder)
+            allowed = [base]
+            if model_path is not None and os.path.islink(model_path):
+                allowed.append(os.path.dirname(os.path.realpath(model_path)))
         info = {e.key: e.value for e in t.external_data}
         location = info.get("location", "")
         if not location or "\0" in location:

@@ -6,12 +6,16 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
 - a first pass without data propagation, on a copy where every LayerNormalization with a
   non-negative ``axis`` has only its first output (its inference reads ``axis`` dimensions of the
   input for the Mean output without checking the rank: ``axis=2**31`` is SIGSEGV). What it finds
-  gives the ranks and dimensions the checks below need;
+  gives the ranks and dimensions the checks below need. It is skipped where the model has no
+  LayerNormalization and no node data propagation would visit (a tree ensemble, a linear model):
+  it would find nothing there;
 - an unsafe LayerNormalization's ``axis`` checked against the rank that pass found;
 - the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
-  propagation runs only where no 1-D value is longer than ``DATA_PROP_MAX_LENGTH``: its cost is
-  linear in such a length (0.9 s at 10 million, for ever at 2**40, holding the GIL), and a shape
-  tensor, the only thing it computes, is never that long. Where a LayerNormalization's input rank is
+  propagation runs only where no 1-D value a propagating node reads (Shape, Gather, Mul, ...: an
+  operator with a data-propagation function, or one inferred through its function body) is longer
+  than ``DATA_PROP_MAX_LENGTH``: its cost is linear in such a length (0.9 s at 10 million, for ever
+  at 2**40, holding the GIL), and a shape tensor, the only thing it computes, is never that long.
+  A long value only other nodes read costs it nothing. Where a LayerNormalization's input rank is
   unknown after the first pass, data propagation is off too, so that the real pass does not learn a
   rank the first one could not check.
 
@@ -25,6 +29,7 @@ type(s) for +: 'float' and 'str'").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import onnx
@@ -57,19 +62,21 @@ def _shapes(proto: onnx.ModelProto, wanted: set[str] | None = None) -> dict[str,
 
 
 def _probe_facts(proto: onnx.ModelProto, wanted: set[str]) -> tuple[bool, dict[str, list[int | None] | None]]:
-    """(whether some 1-D value is longer than DATA_PROP_MAX_LENGTH, ``_shapes`` of the ``wanted``
-    names): one pass that builds no dims list for the values nobody asked about."""
-    long_1d = False
+    """(whether a value data propagation reads (``_propagated_reads``) is 1-D and longer than
+    DATA_PROP_MAX_LENGTH, ``_shapes`` of the ``wanted`` names): one pass that builds no dims list for
+    the values nobody asked about."""
+    long_1d: set[str] = set()
     for g, _ in walk_graphs(proto.graph):
         for t in g.initializer:
             if len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX_LENGTH:
-                long_1d = True
+                long_1d.add(t.name)
         for values in (g.input, g.value_info, g.output):
             for v in values:
                 dims = v.type.tensor_type.shape.dim
                 if len(dims) == 1 and dims[0].dim_value > DATA_PROP_MAX_LENGTH:
-                    long_1d = True
-    return long_1d, (_shapes(proto, wanted) if wanted else {})
+                    long_1d.add(v.name)
+    read = bool(long_1d) and not long_1d.isdisjoint(_propagated_reads(proto))
+    return read, (_shapes(proto, wanted) if wanted else {})
 
 
 def _layer_norms(proto: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, str]]:
@@ -251,7 +258,9 @@ def _in_order(graph: onnx.GraphProto, producer: dict[str, int]) -> bool:
     """Whether no node reads a value a later node writes (the common case, checked in one pass)."""
     get = producer.get
     for k, n in enumerate(graph.node):
-        for r in (_reads(n) if n.attribute else n.input):
+        # only a node that can hold a graph (as ``walk_graphs``) reads more than its inputs
+        holder = n.op_type in _GRAPH_HOLDERS or n.domain not in STANDARD_DOMAINS
+        for r in (_reads(n) if holder and n.attribute else n.input):
             p = get(r)
             if p is not None and p > k:
                 return False
@@ -306,13 +315,15 @@ def _weightless(proto: onnx.ModelProto, strip: bool = True) -> onnx.ModelProto:
     if old_ir:  # below IR 4 onnx's inference reads no type from an initializer that is not also an input
         stub.ir_version = 4
     for g, _ in walk_graphs(stub.graph):
-        for t in g.initializer:
-            if strip and _stubbed(t):
-                for f in _DATA_FIELDS:
-                    t.ClearField(f)
-        for n in g.node:
-            if n.domain == "ai.onnx":
-                n.domain = ""
+        if big:
+            for t in g.initializer:
+                if _stubbed(t):
+                    for f in _DATA_FIELDS:
+                        t.ClearField(f)
+        if spelled:  # the copy's nodes are read (made) only where one needs renaming
+            for n in g.node:
+                if n.domain == "ai.onnx":
+                    n.domain = ""
     for o in stub.opset_import:
         if o.domain == "ai.onnx":
             o.domain = ""
@@ -368,17 +379,53 @@ def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto, stub: onnx.
     return inferred
 
 
+@functools.lru_cache(maxsize=4096)
+def may_propagate(op_type: str, domain: str, version: int) -> bool:
+    """Whether onnx's data propagation may run for this operator at this opset: it has a
+    propagation function, or no inference function of its own (onnx then infers through its
+    function body, whose nodes may propagate). An operator onnx does not know is skipped."""
+    try:
+        schema = onnx.defs.get_schema(op_type, version, domain)
+    except Exception:  # not an onnx operator (or older than its first version): inference skips it
+        return False
+    return schema.has_data_propagation_function or not schema.has_type_and_shape_inference_function
+
+
+def _propagating_nodes(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    """The nodes of the model, in any graph, that may run data propagation (``may_propagate``)."""
+    opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
+    for g, _ in walk_graphs(proto.graph):
+        for n in g.node:
+            domain = "" if n.domain == "ai.onnx" else n.domain
+            if may_propagate(n.op_type, domain, opset.get(domain, 0)):
+                yield n
+
+
+def _propagated_reads(proto: onnx.ModelProto) -> set[str]:
+    """The values nodes that may run data propagation read."""
+    return {i for n in _propagating_nodes(proto) for i in n.input if i}
+
+
 def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
     """Run the guarded passes. Returns (the strictly inferred model or None, whether data was
     propagated, the strict failure's message or "")."""
     stub = _weightless(proto)
-    probe = _probe_copy(stub)
-    try:
-        first = onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=False)
-    except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
-        first = probe
     norms = list(_layer_norms(proto))
-    long_1d, shapes = _probe_facts(first, {n.input[0] for n, _ in norms if n.input})
+    serialized: bytes | None = None  # the stub as onnx's C++ reads it, serialized once for both passes
+    if not norms and next(_propagating_nodes(stub), None) is None:
+        # Nothing for the first pass to find: no LayerNormalization to check, and no node data
+        # propagation would visit (so it costs nothing and changes nothing): the real pass alone.
+        long_1d, shapes = False, {}
+    else:
+        probe = _probe_copy(stub)
+        if probe is stub:
+            serialized = stub.SerializeToString()
+        try:
+            first = onnx.shape_inference.infer_shapes(probe if serialized is None else serialized, check_type=False,
+                                                      strict_mode=False, data_prop=False)
+        except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
+            first = probe
+        long_1d, shapes = _probe_facts(first, {n.input[0] for n, _ in norms if n.input})
     for n, where in norms:  # before the real pass, which would read past the rank
         dims = shapes.get(n.input[0]) if n.input else None
         if _unsafe_layer_norm(n) and dims is not None and _axis(n, -1) >= len(dims):
@@ -387,7 +434,8 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
     unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None for n, _ in norms if n.input)
     data_prop = not (long_1d or unknown_ln)
     try:
-        inferred = onnx.shape_inference.infer_shapes(stub, check_type=True, strict_mode=True, data_prop=data_prop)
+        inferred = onnx.shape_inference.infer_shapes(stub if serialized is None else serialized, check_type=True,
+                                                     strict_mode=True, data_prop=data_prop)
         return _with_weights(inferred, proto, stub), data_prop, ""
     except onnx.shape_inference.InferenceError as e:
         if not _stripped(stub):

@@ -229,11 +229,15 @@ def fold_constants(graph: Graph) -> bool:
     changed = False
     folded: list[Node] = []
     for node in live_nodes(graph):
-        if (node.domain != "" or node.op_type in NOT_FOLDABLE or node.subgraphs
+        shape_of = node.op_type in ("Shape", "Size") and bool(node.inputs) and node.inputs[0] not in graph.initializers
+        # most nodes read a computed value first: rejected before their other inputs are looked up
+        if (node.domain != "" or (not shape_of and node.inputs and node.inputs[0]
+                                  and constant(graph, node.inputs[0]) is None)
+                or node.op_type in NOT_FOLDABLE or node.subgraphs
                 or any(o in outputs for o in node.outputs) or keep_for_fusion(graph, node)):
             continue
         values: list[np.ndarray] | None
-        if node.op_type in ("Shape", "Size") and node.inputs[0] not in graph.initializers:
+        if shape_of:
             if _too_big(graph, node):
                 continue
             value = _shape_of(graph, node)

@@ -93,7 +93,7 @@ def select(proto: onnx.ModelProto, so: SessionOptions, providers: Sequence[Any] 
     a compiled model's compatibility checked against them, and the custom ops their libraries bring
     set on ``so``."""
     env = get_environment()
-    choices = resolve_providers(env, so, providers, provider_options, model_metadata(proto))
+    choices = resolve_providers(env, so, providers, provider_options, lambda: model_metadata(proto))
     validate_compatibility_info(proto, choices, so)
     # onnxruntime's rule: the chosen EPs' factories, or every registered one when a policy chose
     auto = providers is None and not so.explicit_providers and (

@@ -66,6 +66,8 @@ def compile_groups(eps: Mapping[str, Ep], partition: PartitionResult, graph: Gra
     makes its state, and each group's nodes are replaced by its fused node. {fused node: (compute
     info, state)}. A failed compile is the recovery policy's: the groups go to the CPU EP."""
     compiled: dict[Node, tuple[NodeComputeInfo, Any]] = {}
+    if not partition.groups:  # nothing fused (a CPU-only session): no names to make
+        return compiled
     mh = model_hash(graph)
     by_ep: dict[str, list[FusedGroup]] = {}
     for k, g in enumerate(partition.groups):

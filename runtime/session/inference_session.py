@@ -27,6 +27,7 @@ from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
 from onnxhal.runtime.env.environment import CPU_EP_NAME
 from onnxhal.runtime.loader.model_overrides import override_initializers
 from onnxhal.runtime.session.build import SessionCore, check_canceled, load, select
+from onnxhal.runtime.session.collector_pause import collector_paused
 from onnxhal.runtime.session.executor import ExecutionPlan, Terminated
 from onnxhal.runtime.session.graph_capture import check_run_api, replay_if_captured
 from onnxhal.runtime.session.input_checks import FeedChecker
@@ -132,7 +133,8 @@ class InferenceSession:
         so = (sess_options if sess_options is not None else SessionOptions()).copy()
         check_log_severity(so.log_severity_level)
         self._log_severity = so.log_severity_level
-        with log_scope(so.log_severity_level):  # this session's records only (runtime/session/log_scope.py)
+        # this session's records only (runtime/session/log_scope.py); no garbage collection mid-build
+        with log_scope(so.log_severity_level), collector_paused():
             self._create(path_or_bytes, so, providers, provider_options)
 
     def _create(self, path_or_bytes: str | bytes | onnx.ModelProto, so: SessionOptions,

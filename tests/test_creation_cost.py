@@ -1,0 +1,125 @@
+"""Session creation does its per-model work once: shape inference runs once on a model where the
+loader's first (probe) pass has nothing to find, and what it infers is what the two passes found.
+Each model also runs against onnxruntime, the judge of the result."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+from onnxhal.runtime.loader import guarded_inference
+from onnxhal.runtime.loader.model_loader import load_model
+
+
+def _model(nodes, inputs, outputs, inits=(), ml=False) -> onnx.ModelProto:
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid("ai.onnx.ml", 3)] if ml else [])
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits)), opset_imports=opsets)
+    model.ir_version = 10  # onnx 1.23 writes IR 14, which onnxruntime refuses
+    return model
+
+
+def tree_model() -> onnx.ModelProto:
+    """A two-tree regressor after a Relu: no node onnx's data propagation visits."""
+    tree = helper.make_node(
+        "TreeEnsembleRegressor", ["r"], ["y"], domain="ai.onnx.ml", n_targets=1,
+        nodes_treeids=[0, 0, 0, 1, 1, 1], nodes_nodeids=[0, 1, 2, 0, 1, 2],
+        nodes_featureids=[0, 0, 0, 1, 0, 0], nodes_values=[0.5, 0, 0, 0.25, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"] * 2, nodes_truenodeids=[1, 0, 0, 1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0, 2, 0, 0], target_treeids=[0, 0, 1, 1], target_nodeids=[1, 2, 1, 2],
+        target_ids=[0, 0, 0, 0], target_weights=[1.0, 2.0, 10.0, 20.0])
+    return _model([helper.make_node("Relu", ["x"], ["r"]), tree],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], ml=True)
+
+
+def shape_model() -> onnx.ModelProto:
+    """y = Reshape(x, Concat(Shape(x)[0], [-1])): data propagation reads the Shape."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+             helper.make_node("Concat", ["n", "m1"], ["dims"], axis=0),
+             helper.make_node("Reshape", ["x", "dims"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                  [numpy_helper.from_array(np.array([0], np.int64), "i0"),
+                   numpy_helper.from_array(np.array([-1], np.int64), "m1")])
+
+
+@pytest.fixture
+def inference_calls(monkeypatch) -> list:
+    """Each call of onnx's shape inference during the test, as (data_prop,); the real function runs."""
+    calls, real = [], onnx.shape_inference.infer_shapes
+
+    def counted(model, check_type=False, strict_mode=False, data_prop=False):
+        calls.append(data_prop)
+        return real(model, check_type=check_type, strict_mode=strict_mode, data_prop=data_prop)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counted)
+    return calls
+
+
+def _shapes(proto: onnx.ModelProto) -> dict:
+    return {v.name: v.type.SerializeToString() for v in (*proto.graph.value_info, *proto.graph.output)}
+
+
+def test_a_model_without_shape_data_is_inferred_in_one_pass(inference_calls):
+    model = tree_model()
+    loaded = load_model(model.SerializeToString())
+    assert len(inference_calls) == 1  # the probe found nothing to check, so it did not run
+    # the same types and shapes as onnx's strict inference with data propagation gives
+    want = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    assert _shapes(loaded.proto) == _shapes(want)
+    x = np.array([[0.2, 0.1], [0.9, -1.0], [-3.0, 0.4]], np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_a_model_with_shape_data_keeps_the_probe_pass(inference_calls):
+    model = shape_model()
+    loaded = load_model(model.SerializeToString())
+    assert inference_calls == [False, True]  # the probe, then the real pass with data propagation
+    out = next(v for v in loaded.proto.graph.output if v.name == "y")
+    assert [d.dim_value for d in out.type.tensor_type.shape.dim] == [3, 20]  # found by data propagation
+    x = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_which_operators_may_propagate_data():
+    assert guarded_inference.may_propagate("Shape", "", 17)
+    assert not guarded_inference.may_propagate("Relu", "", 17)
+    assert not guarded_inference.may_propagate("TreeEnsembleRegressor", "ai.onnx.ml", 3)
+    assert not guarded_inference.may_propagate("NoSuchOp", "com.example", 1)
+
+
+def test_a_long_value_no_propagating_node_reads_keeps_data_propagation(inference_calls):
+    """A 1-D input longer than DATA_PROP_MAX_LENGTH read only by a Relu costs data propagation
+    nothing: the Shape chain on the other input is still propagated (its Reshape gets a static
+    shape). A long value a propagating node reads turns it off, as before."""
+    n = guarded_inference.DATA_PROP_MAX_LENGTH * 2
+    base = shape_model()
+    base.graph.node.append(helper.make_node("Relu", ["v"], ["w"]))
+    base.graph.input.append(helper.make_tensor_value_info("v", TensorProto.FLOAT, [n]))
+    base.graph.output.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, None))
+    loaded = load_model(base.SerializeToString())
+    assert inference_calls == [False, True]
+    out = next(v for v in loaded.proto.graph.output if v.name == "y")
+    assert [d.dim_value for d in out.type.tensor_type.shape.dim] == [3, 20]
+    feeds = {"x": np.arange(60, dtype=np.float32).reshape(3, 4, 5), "v": np.linspace(-1, 1, n, dtype=np.float32)}
+    ref = ort.InferenceSession(base.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onnxhal.InferenceSession(base.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+
+    read = shape_model()  # the long value now read by a Mul: data propagation is off
+    read.graph.node.append(helper.make_node("Mul", ["v", "v"], ["w"]))
+    read.graph.input.append(helper.make_tensor_value_info("v", TensorProto.FLOAT, [n]))
+    read.graph.output.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, None))
+    inference_calls.clear()
+    load_model(read.SerializeToString())
+    assert inference_calls == [False, False]

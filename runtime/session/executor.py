@@ -313,7 +313,7 @@ class ExecutionPlan:
         try:
             if profiler is not None:
                 return self._interpret(slots, run_options, profiler)
-            gen = self.generated if run_options is None else self._checked_run()
+            gen = self.generated if token is None else self._checked_run()
             try:
                 return gen.fn(slots, gen.fns, run_options)
             except Terminated:

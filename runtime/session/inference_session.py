@@ -351,8 +351,11 @@ class InferenceSession:
         if checker is None or checker.infos is not self._input_infos or checker.required is not self._required_inputs:
             checker = self._feed_checker()
         feeds = checker.check(input_feed)
-        if severity == DEFAULT_SEVERITY:
-            outputs = self._run_on_core(core, feeds, run_options, fetch, output_devices)
+        if severity == DEFAULT_SEVERITY:  # the common case, without a call of its own (a tiny run is ~3 us)
+            try:
+                outputs = core.run(feeds, run_options, fetch, output_devices, self._profiler)
+            except EPFail as e:
+                outputs = self._recover(core, e).run(feeds, run_options, fetch, output_devices, self._profiler)
         else:
             with log_scope(severity):
                 outputs = self._run_on_core(core, feeds, run_options, fetch, output_devices)

@@ -22,6 +22,7 @@ from onnxhal.runtime.providers.opencl.elementwise_codegen import (
     broadcast_strides,
     generate_fused_kernel,
 )
+from onnxhal.runtime.providers.opencl.fusion_rules import FUSION_RULES
 from onnxhal.runtime.providers.opencl.gemm_lowering import (
     Epilogue,
     GemmLowering,
@@ -33,6 +34,7 @@ from onnxhal.runtime.providers.opencl.gemm_lowering import (
 )
 from onnxhal.runtime.providers.opencl.op_support import (
     F32,
+    FUSED_DOMAIN,
     MAX_ELEMENTS,
     REDUCE_OPS,
     VIEW_OPS,
@@ -49,9 +51,11 @@ I32, F = np.int32, np.float32
 class PartitionPlanBuilder(GemmLowering):
     """Builds the plan of one filtered graph. ``lookup`` gives shapes, dtypes and constants."""
 
-    def __init__(self, graph: Graph, lookup: GraphLookup) -> None:
+    def __init__(self, graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.lookup = lookup
+        #: Fusion rules (fusion_rules.FUSION_RULES) this plan leaves out.
+        self.disabled = disabled
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -111,6 +115,11 @@ class PartitionPlanBuilder(GemmLowering):
         self.plan.temps[name] = nbytes
         return name
 
+    def rule(self, name: str) -> bool:
+        """Whether fusion rule ``name`` (fusion_rules.FUSION_RULES) applies to this plan."""
+        assert name in FUSION_RULES, name
+        return name not in self.disabled
+
     # -- driver ----------------------------------------------------------------------------
     def build(self) -> PartitionPlan:
         nodes = self.graph.nodes
@@ -123,27 +132,40 @@ class PartitionPlanBuilder(GemmLowering):
         outputs = set(self.plan.output_names)
         epilogues: dict[int, Epilogue] = {}
         skip: set[int] = set()
+        position = {id(n): k for k, n in enumerate(nodes)}
+
         def sole_user(value: str) -> Node | None:
             users = consumers.get(value, [])
             return users[0] if len(users) == 1 and value not in outputs else None
 
         for n in nodes:
-            if n.op_type not in ("Gemm", "MatMul", "Conv") or n.domain:
+            if n.op_type not in ("Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul"):
                 continue
-            epi = Epilogue(n.outputs[0])
+            fused_op = n.op_type.startswith("Fused")
+            if fused_op and n.domain != FUSED_DOMAIN or not fused_op and n.domain:
+                continue
+            epi = Epilogue(n.outputs[0], *fused_activation_spec(n)) if fused_op else Epilogue(n.outputs[0])
             last = n
-            bias = self._bias_follower(n, sole_user(n.outputs[0]))
+            bias = None if fused_op or not self.rule("gemm_bias") else self._bias_follower(n, sole_user(n.outputs[0]))
             if bias is not None:  # MatMul/Gemm + Add(constant row vector): the epilogue adds it
                 epi.bias, last = bias
                 epi.out = last.outputs[0]
                 skip.add(id(last))
             user = sole_user(last.outputs[0])
-            if user is not None and user.inputs[0] == last.outputs[0]:
+            if not fused_op and user is not None and user.inputs[0] == last.outputs[0] and self.rule("gemm_activation"):
                 spec = activation_spec(user, self.lookup)
                 if spec is not None:
                     epi.act, epi.p0, epi.p1 = spec
                     epi.out = user.outputs[0]
                     skip.add(id(user))
+                    last = user
+            residual = self._residual_follower(n, last, epi, sole_user(last.outputs[0]), position)
+            if residual is not None:  # ... + Add(value of the output's shape): the epilogue adds it
+                epi.residual, add = residual
+                epi.out = add.outputs[0]
+                skip.add(id(add))
+            if fused_op and epi.residual is None and epi.out == n.outputs[0]:
+                continue  # _lower gives the fused op its own epilogue (with FusedConv's residual)
             epilogues[id(n)] = epi
         self._fold_transposes(nodes, consumers, outputs, skip)
         clusters = self._elementwise_clusters(nodes, consumers, outputs, skip)
@@ -177,6 +199,31 @@ class PartitionPlanBuilder(GemmLowering):
             return None
         return other, user
 
+    def _residual_follower(self, n: Node, last: Node, epi: Epilogue, user: Node | None,
+                           position: dict[int, int]) -> tuple[str, Node] | None:
+        """Rule ``gemm_residual``: (residual value, the Add) when ``user``, the only reader of the
+        GEMM's result ``last``, adds a float32 value of the same shape computed before the GEMM
+        (a partition input, a constant, or an earlier node's output). The kernel adds it before
+        the activation, so only an epilogue without one takes it; a batched MatMul (whose residual
+        would need a batch stride) and a Transpose-folded store keep the Add."""
+        if (user is None or user.op_type != "Add" or user.domain or len(user.inputs) != 2 or epi.act
+                or not self.rule("gemm_residual") or n.op_type not in ("Gemm", "FusedGemm", "MatMul", "FusedMatMul")):
+            return None
+        if n.op_type in ("MatMul", "FusedMatMul") and len(self.shape(n.inputs[1])) != 2:
+            return None
+        if n.op_type in ("Gemm", "FusedGemm") and len(n.inputs) > 2 and n.inputs[2] and n.attr("beta", 1.0) != 1.0:
+            return None
+        result = last.outputs[0]
+        other = user.inputs[1] if user.inputs[0] == result else user.inputs[0]
+        if other == result or self.shape(other) != self.shape(result) or self.shape(user.outputs[0]) != self.shape(result):
+            return None
+        if np.dtype(self.lookup.dtype(other) or F32) != np.float32:
+            return None
+        producer = self.graph.producer(other)
+        if producer is not None and position.get(id(producer), len(position)) >= position[id(n)]:
+            return None  # computed after the GEMM's launch: not there yet when the epilogue reads it
+        return self.data(other), user
+
     def _fold_transposes(self, nodes, consumers, outputs, skip: set[int]) -> None:
         """Transposes next to batched MatMuls cost no copy: a Transpose read only by MatMuls becomes
         strides of their operand (packing or in-place reads take any strides), and a Transpose that
@@ -191,13 +238,16 @@ class PartitionPlanBuilder(GemmLowering):
         for n in nodes:
             if n.op_type != "Transpose" or n.domain or id(n) in skip:
                 continue
+            if not self.rule("transpose_operand") and not self.rule("transpose_store"):
+                continue
             x, y = n.inputs[0], n.outputs[0]
             perm = list(n.attr("perm") or range(len(self.shape(x)))[::-1])
             users = consumers.get(y, [])
-            if len(perm) < 3 or y in outputs or not users or not all(
+            if len(perm) < 3 or y in outputs or not users or not self.rule("transpose_operand") or not all(
                     batched(u) and y in u.inputs[:2] for u in users):
                 producer = self.graph.producer(x)
-                if (len(perm) >= 3 and perm[-1] == len(perm) - 1 and producer is not None and batched(producer)
+                if (self.rule("transpose_store") and len(perm) >= 3 and perm[-1] == len(perm) - 1
+                        and producer is not None and batched(producer)
                         and id(producer) not in self.output_views and x not in outputs
                         and consumers.get(x, []) == [n]):
                     zs = transpose_output_strides(self.shape(y), perm)
@@ -217,6 +267,8 @@ class PartitionPlanBuilder(GemmLowering):
         """id(root node) -> member nodes in order; id(non-root member) -> [] (emitted with its root)."""
         cluster_of: dict[int, list[Node]] = {}
         result: dict[int, list[Node]] = {}
+        if not self.rule("elementwise"):
+            return result
         for n in nodes:
             if n.op_type not in ELEMENTWISE_OPS or id(n) in skip:
                 continue
@@ -517,6 +569,6 @@ class PartitionPlanBuilder(GemmLowering):
             Buf(out), Buf(x), Buf(idx), I32(xs[axis]), I32(nidx), I32(prod(xs[axis + 1:]))])
 
 
-def build_plan(graph: Graph, lookup: GraphLookup) -> PartitionPlan:
-    """The launches of one fused partition."""
-    return PartitionPlanBuilder(graph, lookup).build()
+def build_plan(graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset()) -> PartitionPlan:
+    """The launches of one fused partition, without the fusion rules named in ``disabled``."""
+    return PartitionPlanBuilder(graph, lookup, disabled).build()

@@ -2,7 +2,7 @@
 
     python benchmarks/opencl_host_cost.py [--models mlp,cnn,encoder,bert_ts,...] [--repeat 20]
                                           [--threads 2] [--corpus DIR] [--cost-rule on|off]
-                                          [--fixed-dims] [--json out.json]
+                                          [--fixed-dims] [--disable-fusions RULES] [--json out.json]
 
 Per model (the OpenCL benchmark set of ``bench.py``, then a few models of the committed corpus in
 tests/real_models, or of ``--corpus DIR`` such as the benchmark-size exports of ``make_corpus.py
@@ -18,6 +18,10 @@ tests/real_models, or of ``--corpus DIR`` such as the benchmark-size exports of 
 and copies stay on the host: it weighs partitions of static shape only, so ``--fixed-dims`` fixes
 the corpus models' batch and sequence dims to the feeds' as ``add_free_dimension_override_by_name``
 does).
+
+``--disable-fusions attention,gemm_residual`` passes the OpenCL EP's provider option of that name
+(runtime/providers/opencl/fusion_rules.py): the plans without those fusion rules, for a before/after
+of launches per run.
 
 Counting wraps pyopencl's public entry points (each wrapper calls the real function) during a few
 separate runs, so the wrappers' cost is in neither the run times nor the figures compared.
@@ -128,7 +132,7 @@ def model_and_feeds(name: str, corpus: str = CORPUS) -> tuple[bytes, dict]:
 
 
 def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rule: str = "off",
-            fixed_dims: bool = False) -> Row:
+            fixed_dims: bool = False, disable_fusions: str = "") -> Row:
     import onnxruntime as ort
 
     import onnxhal
@@ -144,7 +148,7 @@ def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rul
         hso.add_free_dimension_override_by_name("batch", first.shape[0])
         if first.ndim == 2:
             hso.add_free_dimension_override_by_name("sequence", first.shape[1])
-    providers = [(PROVIDERS[0], {"cost_rule": cost_rule}), PROVIDERS[1]]
+    providers = [(PROVIDERS[0], {"cost_rule": cost_rule, "disable_fusions": disable_fusions}), PROVIDERS[1]]
     cold_ort, cold_hal = [], []
     for _ in range(COLD_RUNS):  # alternating fresh sessions: creation + first run
         t = time.perf_counter()
@@ -187,11 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--corpus", default=CORPUS, help="folder of .onnx/.npz pairs for the corpus names")
     p.add_argument("--cost-rule", choices=("on", "off"), default="off", help="the OpenCL EP's cost_rule option")
     p.add_argument("--fixed-dims", action="store_true", help="fix corpus models' batch and sequence dims")
+    p.add_argument("--disable-fusions", default="", metavar="RULES",
+                   help="the OpenCL EP's disable_fusions option: fusion rules to leave out, comma-separated")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     from bench import opencl_driver
 
-    print(f"OpenCL EP on {opencl_driver()}, cost_rule={args.cost_rule}{', dims fixed' if args.fixed_dims else ''}; "
+    off = f", fusions off: {args.disable_fusions}" if args.disable_fusions else ""
+    print(f"OpenCL EP on {opencl_driver()}, cost_rule={args.cost_rule}{', dims fixed' if args.fixed_dims else ''}{off}; "
           f"onnxruntime CPU, {args.threads} threads; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     head = (f"{'model':12} {'nodes':>9} {'launch':>7} {'copies':>6} {'waits':>5} {'set_arg':>7} {'host us':>8} "
@@ -204,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.isfile(os.path.join(args.corpus, f"{name}.onnx")) and name not in models.BUILDERS:
             print(f"{name:12} skipped: not in {args.corpus} nor a benchmarks/models.py builder", flush=True)
             continue
-        r = measure(name, args.repeat, args.threads, args.corpus, args.cost_rule, args.fixed_dims)
+        r = measure(name, args.repeat, args.threads, args.corpus, args.cost_rule, args.fixed_dims, args.disable_fusions)
         rows.append(r)
         print(f"{r.model:12} {r.nodes:>9} {r.launches:7.1f} {r.copies:6.1f} {r.waits:5.1f} {r.set_args:7.1f} "
               f"{r.host_us:8.0f} {r.hal_ms:8.2f} {r.ort_ms:8.2f} {r.ratio:6.2f} "

@@ -75,3 +75,65 @@ def test_an_unknown_rule_is_an_error_naming_the_rules(opencl):
     with pytest.raises(InvalidArgument, match=r"disable_fusions='tiling'.*unknown rule.*'attention'"):
         onnxhal.InferenceSession(model.SerializeToString(),
                                  providers=[("OpenCLExecutionProvider", {"disable_fusions": "tiling"})])
+
+
+def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_scores: bool) -> onnx.ModelProto:
+    """x [b, s, e] -> Q, K, V projections, heads split by Reshape + Transpose (K transposed for Q @ K^T),
+    scaled (Q and K by sqrt(sqrt(d)) as PyTorch's export, or the scores by sqrt(d)), masked, Softmax
+    (NaN of a fully masked row replaced by 0, as PyTorch's SDPA export does), @ V, heads merged."""
+    e = heads * d
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v), name)  # noqa: E731
+    nodes, weights = [], {f"w{t}": _weight(e, e) for t in "qkv"}
+    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [helper.make_node("MatMul", ["x", f"w{t}"], [f"{t}0"]),
+                  helper.make_node("Reshape", [f"{t}0", "split"], [f"{t}1"]),
+                  helper.make_node("Transpose", [f"{t}1"], [f"{t}2"], perm=perm)]
+    if scale_scores:
+        nodes += [helper.make_node("MatMul", ["q2", "k2"], ["s0"]), helper.make_node("Div", ["s0", "sqrt_d"], ["s1"])]
+    else:
+        nodes += [helper.make_node("Mul", ["q2", "root"], ["q3"]), helper.make_node("Mul", ["root", "k2"], ["k3"]),
+                  helper.make_node("MatMul", ["q3", "k3"], ["s1"])]
+    scores = "s1"
+    if masked:
+        nodes.append(helper.make_node("Add", ["s1", "mask"], ["s2"]))
+        scores = "s2"
+    nodes += [helper.make_node("Softmax", [scores], ["p0"], axis=-1),
+              helper.make_node("IsNaN", ["p0"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p0"], ["p1"]),
+              helper.make_node("MatMul", ["p1", "v2"], ["o0"]),
+              helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["o1", "merge"], ["y"])]
+    mask = np.zeros((b, 1, 1, s), np.float32)
+    mask[0, 0, 0, s // 2:] = -np.inf  # padding of the first sequence
+    inits = [c("split", np.array([b, s, heads, d], np.int64)), c("merge", np.array([b, s, e], np.int64)),
+             c("sqrt_d", np.float32(np.sqrt(d))), c("root", np.float32(d ** -0.25)), c("zero", np.float32(0)),
+             c("mask", mask)]
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, s, e])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, e])],
+                              [numpy_helper.from_array(w, n) for n, w in weights.items()] + inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("b, s, heads, d, masked, scale_scores", [
+    (2, 12, 4, 8, True, False),  # BERT's export: Q and K scaled, additive mask, batch 2
+    (1, 50, 3, 16, False, True),  # ViT's: scores divided by sqrt(d), no mask
+    (3, 7, 2, 5, True, True),  # odd sizes
+])
+def test_attention_is_one_launch(opencl, b, s, heads, d, masked, scale_scores):
+    model = _attention_model(b, s, heads, d, masked, scale_scores)
+    feeds = {"x": RNG.standard_normal((b, s, heads * d)).astype(np.float32)}
+    fused, unfused = _compare(model, feeds, "attention")
+    # the projections (3 GEMMs) + one attention launch, against 2 GEMMs, packing, softmax and copies
+    assert fused == 4 and unfused >= fused + 4, (fused, unfused)
+
+
+def test_a_fully_masked_row_gives_the_replaced_value(opencl):
+    model = _attention_model(1, 6, 2, 4, True, False)
+    # every key of batch 0 masked: softmax gives NaN and the Where(IsNaN) makes the row 0
+    for init in model.graph.initializer:
+        if init.name == "mask":
+            init.CopyFrom(numpy_helper.from_array(np.full((1, 1, 1, 6), -np.inf, np.float32), "mask"))
+    feeds = {"x": RNG.standard_normal((1, 6, 8)).astype(np.float32)}
+    fused, unfused = _compare(model, feeds, "attention")
+    assert fused < unfused

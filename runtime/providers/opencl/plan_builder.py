@@ -16,6 +16,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
+from onnxhal.runtime.providers.opencl.attention_lowering import AttentionLowering, AttentionMatch
 from onnxhal.runtime.providers.opencl.elementwise_codegen import (
     ELEMENTWISE_OPS,
     POW_AS_PRODUCT,
@@ -48,7 +49,7 @@ from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, Parti
 I32, F = np.int32, np.float32
 
 
-class PartitionPlanBuilder(GemmLowering):
+class PartitionPlanBuilder(GemmLowering, AttentionLowering):
     """Builds the plan of one filtered graph. ``lookup`` gives shapes, dtypes and constants."""
 
     def __init__(self, graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset()) -> None:
@@ -138,8 +139,15 @@ class PartitionPlanBuilder(GemmLowering):
             users = consumers.get(value, [])
             return users[0] if len(users) == 1 and value not in outputs else None
 
+        attention: dict[int, AttentionMatch] = {}
         for n in nodes:
-            if n.op_type not in ("Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul"):
+            if n.op_type == "Softmax" and self.rule("attention") and id(n) not in skip:
+                match = self.match_attention(n, sole_user)
+                if match is not None and not any(id(m) in skip for m in match.members):
+                    attention[id(match.members[-1])] = match
+                    skip.update(id(m) for m in match.members)
+        for n in nodes:
+            if n.op_type not in ("Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul") or id(n) in skip:
                 continue
             fused_op = n.op_type.startswith("Fused")
             if fused_op and n.domain != FUSED_DOMAIN or not fused_op and n.domain:
@@ -171,6 +179,9 @@ class PartitionPlanBuilder(GemmLowering):
         clusters = self._elementwise_clusters(nodes, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
+            if id(n) in attention:
+                self.lower_attention(attention[id(n)])
+                continue
             if id(n) in skip:
                 continue
             if id(n) in clusters:

@@ -1,0 +1,269 @@
+"""Fusion rule ``attention``: scaled dot-product attention as one kernel launch.
+
+The pattern, each intermediate read only by the next step and no partition output::
+
+    Q' = [Mul|Div by a scalar constant](view of Q)        view: the value itself or a Transpose of it
+    K' = [Mul|Div by a scalar constant](view of K^T)
+    S  = Softmax_last_axis([Add mask]([Mul|Div by a scalar constant](Q' @ K')))
+    P  = [ReplaceNaN](S)
+    O  = P @ (view of V)            O may be written through a following Transpose (the head merge)
+
+becomes ``attention_rows``: one work-item per (batch, head, query row) computes the row's scores
+into a private array, its softmax exactly as ``softmax_rows`` does, and the row of ``P @ V``, reading
+Q, K, V, the mask and the output through strides. That replaces two GEMMs, the packing of K and V,
+the softmax, the Transposes and the elementwise steps between them (6-12 launches a layer). The
+row length and head sizes are baked into the source (one program per shape triple), so rows longer
+than ``MAX_KEYS`` or heads wider than ``MAX_HEAD`` keep the unfused plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.providers.opencl.elementwise_codegen import _lit, broadcast_strides
+from onnxhal.runtime.providers.opencl.gemm_lowering import contiguous_strides, prod, transpose_output_strides
+from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_HELPERS
+from onnxhal.runtime.providers.opencl.op_support import FUSED_DOMAIN, GraphLookup
+from onnxhal.runtime.providers.opencl.partition_plan import Buf, PartitionPlan
+
+#: Longest key row the private score array holds.
+MAX_KEYS = 1024
+#: Widest head (Q/K and V) the private accumulators hold.
+MAX_HEAD = 256
+
+
+@dataclass
+class StridedOperand:
+    """A value read in place: buffer value ``name``, 4-D ``dims`` and element ``strides`` (batch
+    dims padded to two), and an optional scalar op applied on read (``"*"`` or ``"/"``, constant)."""
+
+    name: str
+    dims: tuple[int, ...]
+    strides: list[int]
+    op: str | None = None
+    factor: float = 1.0
+
+
+@dataclass
+class AttentionMatch:
+    members: list[Node]  # every node folded, the P @ V MatMul (or its Transpose) last
+    q: StridedOperand
+    kt: StridedOperand  # K^T: [B, H, D, Sk]
+    v: StridedOperand
+    score_op: str | None
+    score_factor: float
+    mask: str | None
+    replace_nan: float | None
+    out: str  # the value written
+    out_strides: list[int]  # of (b, h, i, d) inside ``out``
+
+
+def _pad4(dims, strides) -> tuple[tuple[int, ...], list[int]]:
+    pad = 4 - len(dims)
+    return (1,) * pad + tuple(dims), [0] * pad + list(strides)
+
+
+def attention_source(keys: int, head: int, head_v: int, scale: tuple, mask: bool, replace_nan: float | None,
+                     q_op: tuple, k_op: tuple) -> str:
+    """``attention_rows`` for one (keys, head, value head) shape and its constant factors."""
+    def scaled(expr: str, op: tuple) -> str:
+        return f"({expr} {op[0]} {_lit(op[1])})" if op[0] else expr
+    replace = (f"p = p != p ? {_lit(replace_nan)} : p;" if replace_nan is not None else "")
+    return ACTIVATION_HELPERS + f"""
+#define SK {keys}
+#define D {head}
+#define DV {head_v}
+// meta: B, H, Sq, then the strides (b, h, row, col) of Q, K^T, V, mask and the output.
+__kernel void attention_rows(__global float* restrict O, __global const float* restrict Q,
+                             __global const float* restrict KT, __global const float* restrict V,
+                             __global const float* restrict M, __constant int* meta, const int total) {{
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int Sq = meta[2], H = meta[1];
+  const int i = gid % Sq, bh = gid / Sq, h = bh % H, b = bh / H;
+  __constant int* qs = meta + 3; __constant int* ks = meta + 7; __constant int* vs = meta + 11;
+  __constant int* ms = meta + 15; __constant int* os = meta + 19;
+  const size_t qb = (size_t)b * qs[0] + (size_t)h * qs[1] + (size_t)i * qs[2];
+  const size_t kb = (size_t)b * ks[0] + (size_t)h * ks[1];
+  const size_t vb = (size_t)b * vs[0] + (size_t)h * vs[1];
+  float q[D];
+  for (int d = 0; d < D; ++d) q[d] = {scaled("Q[qb + (size_t)d * qs[3]]", q_op)};
+  float s[SK];
+  float m = -INFINITY;
+  for (int j = 0; j < SK; ++j) {{
+    float acc = 0.0f;
+    for (int d = 0; d < D; ++d) acc += q[d] * {scaled("KT[kb + (size_t)d * ks[2] + (size_t)j * ks[3]]", k_op)};
+    float x = {scaled("acc", scale)};
+    {"x = x + M[(size_t)b * ms[0] + (size_t)h * ms[1] + (size_t)i * ms[2] + (size_t)j * ms[3]];" if mask else ""}
+    s[j] = x;
+    m = x > m ? x : m;  // as softmax_rows: fmax is a call
+  }}
+  float sum = 0.0f;
+  for (int j = 0; j < SK; ++j) {{ const float e = ONNXHAL_EXP(s[j] - m); s[j] = e; sum += e; }}
+  const float inv = 1.0f / sum;
+  float o[DV];
+  for (int d = 0; d < DV; ++d) o[d] = 0.0f;
+  for (int j = 0; j < SK; ++j) {{
+    float p = s[j] * inv;
+    {replace}
+    const size_t vr = vb + (size_t)j * vs[2];
+    for (int d = 0; d < DV; ++d) o[d] += p * V[vr + (size_t)d * vs[3]];
+  }}
+  const size_t ob = (size_t)b * os[0] + (size_t)h * os[1] + (size_t)i * os[2];
+  for (int d = 0; d < DV; ++d) O[ob + (size_t)d * os[3]] = o[d];
+}}
+"""
+
+
+class AttentionLowering:
+    """The ``attention`` rule's matcher and lowering, methods of ``PartitionPlanBuilder``."""
+
+    graph: Graph
+    lookup: GraphLookup
+    plan: PartitionPlan
+
+    def _scalar_const(self, n: Node, value: str) -> tuple[str, float] | None:
+        """(op, factor) when ``n`` multiplies or divides ``value`` by a float32 scalar constant."""
+        if n.domain or n.op_type not in ("Mul", "Div") or len(n.inputs) != 2:
+            return None
+        other = n.inputs[1] if n.inputs[0] == value else n.inputs[0] if n.op_type == "Mul" else None
+        if other is None or other == value:
+            return None
+        c = self.lookup.const(other)
+        if c is None or c.size != 1 or c.dtype != np.float32:
+            return None
+        return ("*" if n.op_type == "Mul" else "/"), float(c.reshape(-1)[0])
+
+    def match_attention(self, softmax: Node, sole_user) -> AttentionMatch | None:
+        """The attention pattern around ``softmax`` (module docstring), or None."""
+        if softmax.domain or len(self.shape(softmax.inputs[0])) not in (3, 4):
+            return None
+        rank = len(self.shape(softmax.inputs[0]))
+        opset = self.graph.opset_version("") or 13
+        axis = softmax.attr("axis", -1 if opset >= 13 else 1) % rank
+        if axis != rank - 1:
+            return None
+        members = [softmax]
+        x = softmax.inputs[0]
+        mask = None
+        step = self.graph.producer(x)
+        if step is not None and step.op_type == "Add" and not step.domain and sole_user(x) is softmax:
+            a, b = step.inputs
+            inner = None
+            for mine, other in ((a, b), (b, a)):
+                p = self.graph.producer(mine)
+                if p is not None and p.op_type in ("MatMul", "Mul", "Div") and sole_user(mine) is step:
+                    inner, mask = mine, other
+                    break
+            if inner is None or np.dtype(self.lookup.dtype(mask) or np.float32) != np.float32:
+                return None
+            mshape = self.shape(self.data(mask))
+            if len(mshape) > rank or np.broadcast_shapes(mshape, self.shape(x)) != self.shape(x):
+                return None
+            members.insert(0, step)
+            x, step = inner, self.graph.producer(inner)
+        score_op, score_factor = None, 1.0
+        if step is not None and step.op_type in ("Mul", "Div") and sole_user(x) is members[0]:
+            for cand in step.inputs:
+                sc = self._scalar_const(step, cand)
+                p = self.graph.producer(cand)
+                if sc is not None and p is not None and p.op_type == "MatMul":
+                    score_op, score_factor = sc
+                    members.insert(0, step)
+                    x, step = cand, p
+                    break
+        if step is None or step.op_type != "MatMul" or step.domain or sole_user(x) is not members[0]:
+            return None
+        qk = step
+        members.insert(0, qk)
+        q = self._attention_operand(qk.inputs[0], qk, sole_user, members, scalable=True)
+        kt = self._attention_operand(qk.inputs[1], qk, sole_user, members, scalable=True)
+        # after the softmax: [ReplaceNaN] then P @ V
+        tail = sole_user(softmax.outputs[0])
+        replace_nan = None
+        last = softmax
+        if tail is not None and tail.op_type == "ReplaceNaN" and tail.domain == FUSED_DOMAIN:
+            replace_nan = float(tail.attr("value", 0.0))
+            members.append(tail)
+            last, tail = tail, sole_user(tail.outputs[0])
+        if (tail is None or tail.op_type != "MatMul" or tail.domain or tail.inputs[0] != last.outputs[0]
+                or q is None or kt is None):
+            return None
+        pv = tail
+        v = self._attention_operand(pv.inputs[1], pv, sole_user, members, scalable=False)
+        if v is None:
+            return None
+        members.append(pv)
+        B, H, Sq, D = q.dims
+        if kt.dims[:3] != (B, H, D) or v.dims[:2] != (B, H) or v.dims[2] != kt.dims[3]:
+            return None
+        Sk, Dv = kt.dims[3], v.dims[3]
+        if Sk > MAX_KEYS or max(D, Dv) > MAX_HEAD or min(B, H, Sq, Sk, D, Dv) == 0:
+            return None
+        out = pv.outputs[0]
+        out_dims, out_strides = _pad4(self.shape(out), contiguous_strides(self.shape(out)))
+        after = sole_user(out)
+        if after is not None and after.op_type == "Transpose" and not after.domain:
+            perm = list(after.attr("perm") or range(rank)[::-1])
+            if perm[-1] == rank - 1:
+                _, out_strides = _pad4(self.shape(out), transpose_output_strides(self.shape(after.outputs[0]), perm))
+                members.append(after)
+                out = after.outputs[0]
+        return AttentionMatch(members, q, kt, v, score_op, score_factor, mask, replace_nan, out, out_strides)
+
+    def _attention_operand(self, value: str, user: Node, sole_user, members: list[Node],
+                           scalable: bool) -> StridedOperand | None:
+        """How ``user`` reads ``value`` in place: through an optional scalar Mul/Div (Q and K^T
+        only) and an optional Transpose, each read only by the next step."""
+        op, factor, folded = None, 1.0, []
+        producer = self.graph.producer(value)
+        if scalable and producer is not None and sole_user(value) is user:
+            for cand in producer.inputs:
+                sc = self._scalar_const(producer, cand)
+                if sc is not None:
+                    op, factor = sc
+                    folded.append(producer)
+                    value, user = cand, producer
+                    producer = self.graph.producer(value)
+                    break
+        if producer is not None and producer.op_type == "Transpose" and not producer.domain and sole_user(value) is user:
+            src = producer.inputs[0]
+            xs = self.shape(src)
+            perm = list(producer.attr("perm") or range(len(xs))[::-1])
+            st = contiguous_strides(xs)
+            dims, strides = tuple(xs[p] for p in perm), [st[p] for p in perm]
+            folded.append(producer)
+            value = src
+        else:
+            dims = self.shape(value)
+            strides = contiguous_strides(dims)
+        if len(dims) not in (3, 4) or np.dtype(self.lookup.dtype(value) or np.float32) != np.float32:
+            return None
+        members[:0] = folded[::-1]
+        dims, strides = _pad4(dims, strides)
+        return StridedOperand(self.data(value), dims, strides, op, factor)
+
+    def lower_attention(self, m: AttentionMatch) -> None:
+        B, H, Sq, D = m.q.dims
+        Sk, Dv = m.kt.dims[3], m.v.dims[3]
+        scores = (B, H, Sq, Sk)
+        if m.mask is not None:
+            mask = self.data(m.mask)
+            fi = broadcast_strides(self.shape(mask), scores)
+            mstrides = (list(contiguous_strides(scores)) if fi.mode == "same" else [0, 0, 0, 0] if fi.mode == "scalar"
+                        else list(fi.strides))
+            mstrides = [0] * (4 - len(mstrides)) + mstrides
+        else:
+            mask, mstrides = m.q.name, [0, 0, 0, 0]
+        meta = np.array([B, H, Sq, *m.q.strides, *m.kt.strides, *m.v.strides, *mstrides, *m.out_strides],
+                        dtype=np.int32)
+        meta_name = self.constant("attnmeta", meta)
+        source = attention_source(Sk, D, Dv, (m.score_op, m.score_factor), m.mask is not None, m.replace_nan,
+                                  (m.q.op, m.q.factor), (m.kt.op, m.kt.factor))
+        out = self.output(m.out)
+        self.plan.add_launch_1d(source, "attention_rows", B * H * Sq, [
+            Buf(out), Buf(m.q.name), Buf(m.kt.name), Buf(m.v.name), Buf(mask), Buf(meta_name)])
+        assert prod(self.shape(m.out)) == B * H * Sq * Dv

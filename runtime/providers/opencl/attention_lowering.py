@@ -24,15 +24,17 @@ import numpy as np
 
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import _lit, broadcast_strides
-from onnxhal.runtime.providers.opencl.gemm_lowering import contiguous_strides, prod, transpose_output_strides
+from onnxhal.runtime.providers.opencl.gemm_lowering import contiguous_strides, transpose_output_strides
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_HELPERS
 from onnxhal.runtime.providers.opencl.op_support import FUSED_DOMAIN, GraphLookup
-from onnxhal.runtime.providers.opencl.partition_plan import Buf, PartitionPlan
+from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionPlan
 
 #: Longest key row the private score array holds.
 MAX_KEYS = 1024
 #: Widest head (Q/K and V) the private accumulators hold.
 MAX_HEAD = 256
+#: Query rows one work-item of the vector form computes (sharing each K and V load).
+ATTENTION_ROWS = 4
 
 
 @dataclass
@@ -67,11 +69,19 @@ def _pad4(dims, strides) -> tuple[tuple[int, ...], list[int]]:
 
 
 def attention_source(keys: int, head: int, head_v: int, scale: tuple, mask: bool, replace_nan: float | None,
-                     q_op: tuple, k_op: tuple) -> str:
-    """``attention_rows`` for one (keys, head, value head) shape and its constant factors."""
+                     q_op: tuple, k_op: tuple, width: int = 1) -> str:
+    """``attention_rows`` for one (keys, head, value head) shape and its constant factors. ``width``
+    > 1: Q, K, V and the output rows are read and written as ``float{width}`` vectors (their head
+    dims contiguous, both head sizes multiples of it), one work-item per row with no cross-item
+    vectorisation expected (launched as the GEMM family is: work-groups of one on a CPU)."""
     def scaled(expr: str, op: tuple) -> str:
         return f"({expr} {op[0]} {_lit(op[1])})" if op[0] else expr
     replace = (f"p = p != p ? {_lit(replace_nan)} : p;" if replace_nan is not None else "")
+    if width > 1:
+        return ACTIVATION_HELPERS + _blocked_source(keys, head, head_v, scaled, scale, mask, replace, q_op, k_op, width)
+    load_q = "float q[D];\n  for (int d = 0; d < D; ++d) q[d] = " + scaled("Q[qb + (size_t)d * qs[3]]", q_op) + ";"
+    dot = ("float acc = 0.0f;\n    for (int d = 0; d < D; ++d) acc += q[d] * "
+           + scaled("KT[kb + (size_t)d * ks[2] + (size_t)j * ks[3]]", k_op) + ";")
     return ACTIVATION_HELPERS + f"""
 #define SK {keys}
 #define D {head}
@@ -89,13 +99,11 @@ __kernel void attention_rows(__global float* restrict O, __global const float* r
   const size_t qb = (size_t)b * qs[0] + (size_t)h * qs[1] + (size_t)i * qs[2];
   const size_t kb = (size_t)b * ks[0] + (size_t)h * ks[1];
   const size_t vb = (size_t)b * vs[0] + (size_t)h * vs[1];
-  float q[D];
-  for (int d = 0; d < D; ++d) q[d] = {scaled("Q[qb + (size_t)d * qs[3]]", q_op)};
+  {load_q}
   float s[SK];
   float m = -INFINITY;
   for (int j = 0; j < SK; ++j) {{
-    float acc = 0.0f;
-    for (int d = 0; d < D; ++d) acc += q[d] * {scaled("KT[kb + (size_t)d * ks[2] + (size_t)j * ks[3]]", k_op)};
+    {dot}
     float x = {scaled("acc", scale)};
     {"x = x + M[(size_t)b * ms[0] + (size_t)h * ms[1] + (size_t)i * ms[2] + (size_t)j * ms[3]];" if mask else ""}
     s[j] = x;
@@ -114,6 +122,83 @@ __kernel void attention_rows(__global float* restrict O, __global const float* r
   }}
   const size_t ob = (size_t)b * os[0] + (size_t)h * os[1] + (size_t)i * os[2];
   for (int d = 0; d < DV; ++d) O[ob + (size_t)d * os[3]] = o[d];
+}}
+"""
+
+
+def _blocked_source(keys, head, head_v, scaled, scale, mask, replace, q_op, k_op, w) -> str:
+    """The vector form: ``ROWS`` query rows a work-item share each K and V load (head dims
+    contiguous, read as ``float{w}``)."""
+    halves = {16: "const float8 h8 = a[r].lo + a[r].hi; const float4 h4 = h8.lo + h8.hi;",
+              8: "const float4 h4 = a[r].lo + a[r].hi;"}[w]
+    mask_add = ("x = x + M[(size_t)b * ms[0] + (size_t)h * ms[1] + (size_t)row[r] * ms[2] + (size_t)j * ms[3]];"
+                if mask else "")
+    return f"""
+#define SK {keys}
+#define D {head}
+#define DV {head_v}
+#define W {w}
+#define ROWS {ATTENTION_ROWS}
+typedef float{w} __attribute__((aligned(4))) vecu;
+__kernel void attention_rows(__global float* restrict O, __global const float* restrict Q,
+                             __global const float* restrict KT, __global const float* restrict V,
+                             __global const float* restrict M, __constant int* meta, const int total) {{
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int Sq = meta[2], H = meta[1];
+  const int nb = (Sq + ROWS - 1) / ROWS;
+  const int i0 = (gid % nb) * ROWS, bh = gid / nb, h = bh % H, b = bh / H;
+  __constant int* qs = meta + 3; __constant int* ks = meta + 7; __constant int* vs = meta + 11;
+  __constant int* ms = meta + 15; __constant int* os = meta + 19;
+  int row[ROWS];
+  __global const float* qp[ROWS];
+  for (int r = 0; r < ROWS; ++r) {{
+    row[r] = min(i0 + r, Sq - 1);  // a short last block repeats the last row and stores it once
+    qp[r] = Q + (size_t)b * qs[0] + (size_t)h * qs[1] + (size_t)row[r] * qs[2];
+  }}
+  const size_t kb = (size_t)b * ks[0] + (size_t)h * ks[1];
+  const size_t vb = (size_t)b * vs[0] + (size_t)h * vs[1];
+  float s[ROWS][SK];
+  float m[ROWS];
+  for (int r = 0; r < ROWS; ++r) m[r] = -INFINITY;
+  for (int j = 0; j < SK; ++j) {{
+    __global const float* kp = KT + kb + (size_t)j * ks[3];
+    float{w} a[ROWS];
+    for (int r = 0; r < ROWS; ++r) a[r] = (float{w})(0.0f);
+    for (int c = 0; c < D / W; ++c) {{
+      const float{w} kv = {scaled("*(__global const vecu*)(kp + c * W)", k_op)};
+      for (int r = 0; r < ROWS; ++r) a[r] += {scaled("*(__global const vecu*)(qp[r] + c * W)", q_op)} * kv;
+    }}
+    for (int r = 0; r < ROWS; ++r) {{
+      {halves} const float2 h2 = h4.lo + h4.hi;
+      float x = {scaled("(h2.x + h2.y)", scale)};
+      {mask_add}
+      s[r][j] = x;
+      m[r] = x > m[r] ? x : m[r];  // as softmax_rows: fmax is a call
+    }}
+  }}
+  float inv[ROWS];
+  for (int r = 0; r < ROWS; ++r) {{
+    float sum = 0.0f;
+    for (int j = 0; j < SK; ++j) {{ const float e = ONNXHAL_EXP(s[r][j] - m[r]); s[r][j] = e; sum += e; }}
+    inv[r] = 1.0f / sum;
+  }}
+  float{w} o[ROWS][DV / W];
+  for (int r = 0; r < ROWS; ++r)
+    for (int c = 0; c < DV / W; ++c) o[r][c] = (float{w})(0.0f);
+  for (int j = 0; j < SK; ++j) {{
+    __global const float* vp = V + vb + (size_t)j * vs[2];
+    float pr[ROWS];
+    for (int r = 0; r < ROWS; ++r) {{ float p = s[r][j] * inv[r]; {replace} pr[r] = p; }}
+    for (int c = 0; c < DV / W; ++c) {{
+      const float{w} vv = *(__global const vecu*)(vp + c * W);
+      for (int r = 0; r < ROWS; ++r) o[r][c] += pr[r] * vv;
+    }}
+  }}
+  for (int r = 0; r < ROWS && i0 + r < Sq; ++r) {{
+    __global float* op = O + (size_t)b * os[0] + (size_t)h * os[1] + (size_t)(i0 + r) * os[2];
+    for (int c = 0; c < DV / W; ++c) *(__global vecu*)(op + c * W) = o[r][c];
+  }}
 }}
 """
 
@@ -261,9 +346,14 @@ class AttentionLowering:
         meta = np.array([B, H, Sq, *m.q.strides, *m.kt.strides, *m.v.strides, *mstrides, *m.out_strides],
                         dtype=np.int32)
         meta_name = self.constant("attnmeta", meta)
+        unit = m.q.strides[3] == m.kt.strides[2] == m.v.strides[3] == m.out_strides[3] == 1
+        width = next((w for w in (16, 8) if unit and D % w == 0 and Dv % w == 0), 1)
         source = attention_source(Sk, D, Dv, (m.score_op, m.score_factor), m.mask is not None, m.replace_nan,
-                                  (m.q.op, m.q.factor), (m.kt.op, m.kt.factor))
+                                  (m.q.op, m.q.factor), (m.kt.op, m.kt.factor), width)
         out = self.output(m.out)
-        self.plan.add_launch_1d(source, "attention_rows", B * H * Sq, [
-            Buf(out), Buf(m.q.name), Buf(m.kt.name), Buf(m.v.name), Buf(mask), Buf(meta_name)])
-        assert prod(self.shape(m.out)) == B * H * Sq * Dv
+        args = [Buf(out), Buf(m.q.name), Buf(m.kt.name), Buf(m.v.name), Buf(mask), Buf(meta_name)]
+        total = B * H * Sq if width == 1 else B * H * -(-Sq // ATTENTION_ROWS)
+        if width == 1:
+            self.plan.add_launch_1d(source, "attention_rows", total, args)
+        else:  # explicit vectors: one row a work-item, work-groups of one on a CPU (as the GEMM family)
+            self.plan.steps.append(Launch(source, "attention_rows", (total, 1), (1, 1), [*args, np.int32(total)]))

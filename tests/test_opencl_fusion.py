@@ -70,6 +70,18 @@ def test_a_residual_add_after_a_matmul_is_its_epilogue(opencl):
     assert (fused, unfused) == (4, 6)
 
 
+def test_a_residual_add_behind_a_reshape_is_the_gemm_epilogue(opencl):
+    # GPT-2's export: rows flattened for a Gemm (with C), its result reshaped back, then the residual Add
+    b, n, k = 2, 6, 24
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v), name)  # noqa: E731
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["x2"]), helper.make_node("Gemm", ["x2", "w", "bias"], ["g"]),
+             helper.make_node("Reshape", ["g", "back"], ["g3"]), helper.make_node("Add", ["g3", "x"], ["y"])]
+    model = _model(nodes, [("x", [b, n, k])], ["y"], {"w": _weight(k, k), "bias": _weight(k)})
+    model.graph.initializer.extend([c("flat", np.array([b * n, k], np.int64)), c("back", np.array([b, n, k], np.int64))])
+    feeds = {"x": RNG.standard_normal((b, n, k)).astype(np.float32)}
+    assert _compare(model, feeds, "gemm_residual") == (1, 2)
+
+
 def test_an_unknown_rule_is_an_error_naming_the_rules(opencl):
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", [4])], ["y"], {})
     with pytest.raises(InvalidArgument, match=r"disable_fusions='tiling'.*unknown rule.*'attention'"):

@@ -167,11 +167,14 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     epi.out = user.outputs[0]
                     skip.add(id(user))
                     last = user
-            residual = self._residual_follower(n, last, epi, sole_user(last.outputs[0]), position)
-            if residual is not None:  # ... + Add(value of the output's shape): the epilogue adds it
+            user, view = sole_user(last.outputs[0]), None
+            if user is not None and user.op_type in VIEW_OPS and not user.domain:  # e.g. GPT-2's Reshape
+                view, user = user, sole_user(user.outputs[0])
+            residual = self._residual_follower(n, view or last, epi, user, position)
+            if residual is not None:  # ... [view] + Add(value of the output's shape): the epilogue adds it
                 epi.residual, add = residual
                 epi.out = add.outputs[0]
-                skip.add(id(add))
+                skip.update(id(m) for m in (add, view) if m is not None)
             if fused_op and epi.residual is None and epi.out == n.outputs[0]:
                 continue  # _lower gives the fused op its own epilogue (with FusedConv's residual)
             epilogues[id(n)] = epi
@@ -213,7 +216,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
     def _residual_follower(self, n: Node, last: Node, epi: Epilogue, user: Node | None,
                            position: dict[int, int]) -> tuple[str, Node] | None:
         """Rule ``gemm_residual``: (residual value, the Add) when ``user``, the only reader of the
-        GEMM's result ``last``, adds a float32 value of the same shape computed before the GEMM
+        GEMM's result ``last`` (or of a view of it: same elements, same order), adds a float32 value of the same shape computed before the GEMM
         (a partition input, a constant, or an earlier node's output). The kernel adds it before
         the activation, so only an epilogue without one takes it; a batched MatMul (whose residual
         would need a batch stride) and a Transpose-folded store keep the Add."""

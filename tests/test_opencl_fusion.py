@@ -89,7 +89,8 @@ def test_an_unknown_rule_is_an_error_naming_the_rules(opencl):
                                  providers=[("OpenCLExecutionProvider", {"disable_fusions": "tiling"})])
 
 
-def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_scores: bool) -> onnx.ModelProto:
+def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_scores: bool,
+                     identity_view: bool = False) -> onnx.ModelProto:
     """x [b, s, e] -> Q, K, V projections, heads split by Reshape + Transpose (K transposed for Q @ K^T),
     scaled (Q and K by sqrt(sqrt(d)) as PyTorch's export, or the scores by sqrt(d)), masked, Softmax
     (NaN of a fully masked row replaced by 0, as PyTorch's SDPA export does), @ V, heads merged."""
@@ -111,12 +112,14 @@ def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_sco
         scores = "s2"
     nodes += [helper.make_node("Softmax", [scores], ["p0"], axis=-1),
               helper.make_node("IsNaN", ["p0"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p0"], ["p1"]),
-              helper.make_node("MatMul", ["p1", "v2"], ["o0"]),
-              helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]),
+              helper.make_node("MatMul", ["p1", "v2"], ["o"])]
+    nodes += ([helper.make_node("Reshape", ["o", "heads"], ["o0"])] if identity_view
+              else [helper.make_node("Identity", ["o"], ["o0"])])
+    nodes += [helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]),
               helper.make_node("Reshape", ["o1", "merge"], ["y"])]
     mask = np.zeros((b, 1, 1, s), np.float32)
     mask[0, 0, 0, s // 2:] = -np.inf  # padding of the first sequence
-    inits = [c("split", np.array([b, s, heads, d], np.int64)), c("merge", np.array([b, s, e], np.int64)),
+    inits = [c("split", np.array([b, s, heads, d], np.int64)), c("heads", np.array([b, heads, s, d], np.int64)), c("merge", np.array([b, s, e], np.int64)),
              c("sqrt_d", np.float32(np.sqrt(d))), c("root", np.float32(d ** -0.25)), c("zero", np.float32(0)),
              c("mask", mask)]
     graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, s, e])],
@@ -127,13 +130,13 @@ def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_sco
     return model
 
 
-@pytest.mark.parametrize("b, s, heads, d, masked, scale_scores", [
-    (2, 12, 4, 8, True, False),  # BERT's export: Q and K scaled, additive mask, batch 2
-    (1, 50, 3, 16, False, True),  # ViT's: scores divided by sqrt(d), no mask
-    (3, 7, 2, 5, True, True),  # odd sizes
+@pytest.mark.parametrize("b, s, heads, d, masked, scale_scores, view", [
+    (2, 12, 4, 8, True, False, True),  # BERT's export: Q and K scaled, additive mask, batch 2
+    (1, 50, 3, 16, False, True, False),  # ViT's: scores divided by sqrt(d), no mask
+    (3, 7, 2, 5, True, True, False),  # odd sizes
 ])
-def test_attention_is_one_launch(opencl, b, s, heads, d, masked, scale_scores):
-    model = _attention_model(b, s, heads, d, masked, scale_scores)
+def test_attention_is_one_launch(opencl, b, s, heads, d, masked, scale_scores, view):
+    model = _attention_model(b, s, heads, d, masked, scale_scores, view)
     feeds = {"x": RNG.standard_normal((b, s, heads * d)).astype(np.float32)}
     fused, unfused = _compare(model, feeds, "attention")
     # the projections (3 GEMMs) + one attention launch, against 2 GEMMs, packing, softmax and copies

@@ -6,7 +6,8 @@ The pattern, each intermediate read only by the next step and no partition outpu
     K' = [Mul|Div by a scalar constant](view of K^T)
     S  = Softmax_last_axis([Add mask]([Mul|Div by a scalar constant](Q' @ K')))
     P  = [ReplaceNaN](S)
-    O  = P @ (view of V)            O may be written through a following Transpose (the head merge)
+    O  = P @ (view of V)            O may be written through a following Transpose (the head merge),
+                                    after an identity Reshape or none
 
 becomes ``attention_rows``: one work-item per (batch, head, query row) computes the row's scores
 into a private array, its softmax exactly as ``softmax_rows`` does, and the row of ``P @ V``, reading
@@ -26,7 +27,7 @@ from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import _lit, broadcast_strides
 from onnxhal.runtime.providers.opencl.gemm_lowering import contiguous_strides, transpose_output_strides
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_HELPERS
-from onnxhal.runtime.providers.opencl.op_support import FUSED_DOMAIN, GraphLookup
+from onnxhal.runtime.providers.opencl.op_support import FUSED_DOMAIN, VIEW_OPS, GraphLookup
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionPlan
 
 #: Longest key row the private score array holds.
@@ -291,11 +292,15 @@ class AttentionLowering:
         out = pv.outputs[0]
         out_dims, out_strides = _pad4(self.shape(out), contiguous_strides(self.shape(out)))
         after = sole_user(out)
+        view = None
+        if (after is not None and after.op_type in VIEW_OPS and not after.domain
+                and self.shape(after.outputs[0]) == self.shape(out)):  # an identity Reshape (TorchScript's)
+            view, after = after, sole_user(after.outputs[0])
         if after is not None and after.op_type == "Transpose" and not after.domain:
             perm = list(after.attr("perm") or range(rank)[::-1])
             if perm[-1] == rank - 1:
                 _, out_strides = _pad4(self.shape(out), transpose_output_strides(self.shape(after.outputs[0]), perm))
-                members.append(after)
+                members.extend(m for m in (view, after) if m is not None)
                 out = after.outputs[0]
         return AttentionMatch(members, q, kt, v, score_op, score_factor, mask, replace_nan, out, out_strides)
 

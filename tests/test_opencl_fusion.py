@@ -90,16 +90,21 @@ def test_an_unknown_rule_is_an_error_naming_the_rules(opencl):
 
 
 def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_scores: bool,
-                     identity_view: bool = False) -> onnx.ModelProto:
+                     identity_view: bool = False, fused_qkv: bool = False) -> onnx.ModelProto:
     """x [b, s, e] -> Q, K, V projections, heads split by Reshape + Transpose (K transposed for Q @ K^T),
     scaled (Q and K by sqrt(sqrt(d)) as PyTorch's export, or the scores by sqrt(d)), masked, Softmax
     (NaN of a fully masked row replaced by 0, as PyTorch's SDPA export does), @ V, heads merged."""
     e = heads * d
     c = lambda name, v: numpy_helper.from_array(np.asarray(v), name)  # noqa: E731
     nodes, weights = [], {f"w{t}": _weight(e, e) for t in "qkv"}
+    if fused_qkv:  # GPT-2's export: one projection, split in three
+        weights = {"wqkv": _weight(e, 3 * e)}
+        nodes += [helper.make_node("MatMul", ["x", "wqkv"], ["qkv"]),
+                  helper.make_node("Split", ["qkv", "thirds"], ["q0", "k0", "v0"], axis=-1)]
     for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
-        nodes += [helper.make_node("MatMul", ["x", f"w{t}"], [f"{t}0"]),
-                  helper.make_node("Reshape", [f"{t}0", "split"], [f"{t}1"]),
+        if not fused_qkv:
+            nodes.append(helper.make_node("MatMul", ["x", f"w{t}"], [f"{t}0"]))
+        nodes += [helper.make_node("Reshape", [f"{t}0", "split"], [f"{t}1"]),
                   helper.make_node("Transpose", [f"{t}1"], [f"{t}2"], perm=perm)]
     if scale_scores:
         nodes += [helper.make_node("MatMul", ["q2", "k2"], ["s0"]), helper.make_node("Div", ["s0", "sqrt_d"], ["s1"])]
@@ -119,7 +124,8 @@ def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_sco
               helper.make_node("Reshape", ["o1", "merge"], ["y"])]
     mask = np.zeros((b, 1, 1, s), np.float32)
     mask[0, 0, 0, s // 2:] = -np.inf  # padding of the first sequence
-    inits = [c("split", np.array([b, s, heads, d], np.int64)), c("heads", np.array([b, heads, s, d], np.int64)), c("merge", np.array([b, s, e], np.int64)),
+    inits = [c("split", np.array([b, s, heads, d], np.int64)), c("heads", np.array([b, heads, s, d], np.int64)),
+             c("thirds", np.array([e, e, e], np.int64)), c("merge", np.array([b, s, e], np.int64)),
              c("sqrt_d", np.float32(np.sqrt(d))), c("root", np.float32(d ** -0.25)), c("zero", np.float32(0)),
              c("mask", mask)]
     graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, s, e])],
@@ -141,6 +147,14 @@ def test_attention_is_one_launch(opencl, b, s, heads, d, masked, scale_scores, v
     fused, unfused = _compare(model, feeds, "attention")
     # the projections (3 GEMMs) + one attention launch, against 2 GEMMs, packing, softmax and copies
     assert fused == 4 and unfused >= fused + 4, (fused, unfused)
+
+
+def test_the_parts_of_a_split_projection_are_read_in_place(opencl):
+    model = _attention_model(2, 10, 2, 16, True, False, True, fused_qkv=True)
+    feeds = {"x": RNG.standard_normal((2, 10, 32)).astype(np.float32)}
+    fused, unfused = _compare(model, feeds, "attention")
+    # one GEMM for Q, K and V, then attention: no copy of the Split's parts or of the Transposes
+    assert fused == 2 and unfused >= fused + 8, (fused, unfused)
 
 
 def test_a_fully_masked_row_gives_the_replaced_value(opencl):

@@ -25,7 +25,7 @@ import numpy as np
 
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import _lit, broadcast_strides
-from onnxhal.runtime.providers.opencl.gemm_lowering import contiguous_strides, transpose_output_strides
+from onnxhal.runtime.providers.opencl.gemm_lowering import contiguous_strides, prod, transpose_output_strides
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_HELPERS
 from onnxhal.runtime.providers.opencl.op_support import FUSED_DOMAIN, VIEW_OPS, GraphLookup
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionPlan
@@ -48,6 +48,7 @@ class StridedOperand:
     strides: list[int]
     op: str | None = None
     factor: float = 1.0
+    offset: int = 0  # elements from the buffer's start (a part of a Split read in place)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class AttentionMatch:
     replace_nan: float | None
     out: str  # the value written
     out_strides: list[int]  # of (b, h, i, d) inside ``out``
+    splits: list[Node]  # Splits some operands read through: skipped when every part is read so
 
 
 def _pad4(dims, strides) -> tuple[tuple[int, ...], list[int]]:
@@ -87,7 +89,7 @@ def attention_source(keys: int, head: int, head_v: int, scale: tuple, mask: bool
 #define SK {keys}
 #define D {head}
 #define DV {head_v}
-// meta: B, H, Sq, then the strides (b, h, row, col) of Q, K^T, V, mask and the output.
+// meta: B, H, Sq, the strides (b, h, row, col) of Q, K^T, V, mask and the output, the offsets of Q, K^T, V.
 __kernel void attention_rows(__global float* restrict O, __global const float* restrict Q,
                              __global const float* restrict KT, __global const float* restrict V,
                              __global const float* restrict M, __constant int* meta, const int total) {{
@@ -97,9 +99,9 @@ __kernel void attention_rows(__global float* restrict O, __global const float* r
   const int i = gid % Sq, bh = gid / Sq, h = bh % H, b = bh / H;
   __constant int* qs = meta + 3; __constant int* ks = meta + 7; __constant int* vs = meta + 11;
   __constant int* ms = meta + 15; __constant int* os = meta + 19;
-  const size_t qb = (size_t)b * qs[0] + (size_t)h * qs[1] + (size_t)i * qs[2];
-  const size_t kb = (size_t)b * ks[0] + (size_t)h * ks[1];
-  const size_t vb = (size_t)b * vs[0] + (size_t)h * vs[1];
+  const size_t qb = meta[23] + (size_t)b * qs[0] + (size_t)h * qs[1] + (size_t)i * qs[2];
+  const size_t kb = meta[24] + (size_t)b * ks[0] + (size_t)h * ks[1];
+  const size_t vb = meta[25] + (size_t)b * vs[0] + (size_t)h * vs[1];
   {load_q}
   float s[SK];
   float m = -INFINITY;
@@ -155,10 +157,10 @@ __kernel void attention_rows(__global float* restrict O, __global const float* r
   __global const float* qp[ROWS];
   for (int r = 0; r < ROWS; ++r) {{
     row[r] = min(i0 + r, Sq - 1);  // a short last block repeats the last row and stores it once
-    qp[r] = Q + (size_t)b * qs[0] + (size_t)h * qs[1] + (size_t)row[r] * qs[2];
+    qp[r] = Q + meta[23] + (size_t)b * qs[0] + (size_t)h * qs[1] + (size_t)row[r] * qs[2];
   }}
-  const size_t kb = (size_t)b * ks[0] + (size_t)h * ks[1];
-  const size_t vb = (size_t)b * vs[0] + (size_t)h * vs[1];
+  const size_t kb = meta[24] + (size_t)b * ks[0] + (size_t)h * ks[1];
+  const size_t vb = meta[25] + (size_t)b * vs[0] + (size_t)h * vs[1];
   float s[ROWS][SK];
   float m[ROWS];
   for (int r = 0; r < ROWS; ++r) m[r] = -INFINITY;
@@ -302,7 +304,9 @@ class AttentionLowering:
                 _, out_strides = _pad4(self.shape(out), transpose_output_strides(self.shape(after.outputs[0]), perm))
                 members.extend(m for m in (view, after) if m is not None)
                 out = after.outputs[0]
-        return AttentionMatch(members, q, kt, v, score_op, score_factor, mask, replace_nan, out, out_strides)
+        parts = (self.graph.producer(m.inputs[0]) for m in members if m.op_type == "Reshape")
+        splits = list({id(n): n for n in parts if n is not None and n.op_type == "Split"}.values())
+        return AttentionMatch(members, q, kt, v, score_op, score_factor, mask, replace_nan, out, out_strides, splits)
 
     def _attention_operand(self, value: str, user: Node, sole_user, members: list[Node],
                            scalable: bool) -> StridedOperand | None:
@@ -324,17 +328,47 @@ class AttentionLowering:
             xs = self.shape(src)
             perm = list(producer.attr("perm") or range(len(xs))[::-1])
             st = contiguous_strides(xs)
+            offset = 0
+            part = self._split_part(src, producer, sole_user)
+            if part is not None:  # a head split of one part of a Split (GPT-2's fused QKV): read in place
+                view, value_src, offset, st = part
+                folded.append(view)
+                src = value_src
             dims, strides = tuple(xs[p] for p in perm), [st[p] for p in perm]
             folded.append(producer)
             value = src
         else:
             dims = self.shape(value)
             strides = contiguous_strides(dims)
+            offset = 0
         if len(dims) not in (3, 4) or np.dtype(self.lookup.dtype(value) or np.float32) != np.float32:
             return None
         members[:0] = folded[::-1]
         dims, strides = _pad4(dims, strides)
-        return StridedOperand(self.data(value), dims, strides, op, factor)
+        return StridedOperand(self.data(value), dims, strides, op, factor, offset)
+
+    def _split_part(self, value: str, user: Node, sole_user) -> tuple[Node, str, int, list[int]] | None:
+        """(the Reshape, the Split's input, offset, strides of ``value``'s dims in it) when ``value``
+        is a Reshape, read only by ``user``, that splits the last dim of one part of a Split (of a
+        value of static shape, contiguous)."""
+        view = self.graph.producer(value)
+        if view is None or view.op_type != "Reshape" or view.domain or sole_user(value) is not user:
+            return None
+        part = view.inputs[0]
+        split = self.graph.producer(part)
+        if split is None or split.op_type != "Split" or split.domain or sole_user(part) is not view:
+            return None
+        x = split.inputs[0]
+        xs, ys, rs = self.shape(x), self.shape(part), self.shape(value)
+        lead = len(ys) - 1
+        if not ys or tuple(rs[:lead]) != tuple(ys[:lead]) or prod(rs[lead:]) != ys[-1]:
+            return None
+        axis = split.attr("axis", 0) % len(xs)
+        k = list(split.outputs).index(part)
+        start = sum(self.shape(o)[axis] for o in split.outputs[:k] if o)
+        stx = contiguous_strides(xs)
+        strides = list(stx[:lead]) + [s * stx[-1] for s in contiguous_strides(rs[lead:])]
+        return view, x, start * stx[axis], strides
 
     def lower_attention(self, m: AttentionMatch) -> None:
         B, H, Sq, D = m.q.dims
@@ -348,8 +382,8 @@ class AttentionLowering:
             mstrides = [0] * (4 - len(mstrides)) + mstrides
         else:
             mask, mstrides = m.q.name, [0, 0, 0, 0]
-        meta = np.array([B, H, Sq, *m.q.strides, *m.kt.strides, *m.v.strides, *mstrides, *m.out_strides],
-                        dtype=np.int32)
+        meta = np.array([B, H, Sq, *m.q.strides, *m.kt.strides, *m.v.strides, *mstrides, *m.out_strides,
+                         m.q.offset, m.kt.offset, m.v.offset], dtype=np.int32)
         meta_name = self.constant("attnmeta", meta)
         unit = m.q.strides[3] == m.kt.strides[2] == m.v.strides[3] == m.out_strides[3] == 1
         width = next((w for w in (16, 8) if unit and D % w == 0 and Dv % w == 0), 1)

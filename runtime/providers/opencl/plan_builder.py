@@ -146,6 +146,10 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 if match is not None and not any(id(m) in skip for m in match.members):
                     attention[id(match.members[-1])] = match
                     skip.update(id(m) for m in match.members)
+                    for split in match.splits:  # every part read in place: the Split itself is not run
+                        if all(o not in outputs and all(id(u) in skip for u in consumers.get(o, []))
+                               for o in split.outputs if o):
+                            skip.add(id(split))
         for n in nodes:
             if n.op_type not in ("Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul") or id(n) in skip:
                 continue

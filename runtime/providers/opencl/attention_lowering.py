@@ -25,7 +25,7 @@ import numpy as np
 
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import _lit, broadcast_strides
-from onnxhal.runtime.providers.opencl.gemm_lowering import contiguous_strides, prod, transpose_output_strides
+from onnxhal.runtime.providers.opencl.gemm_lowering import Epilogue, contiguous_strides, prod, transpose_output_strides
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_HELPERS
 from onnxhal.runtime.providers.opencl.op_support import FUSED_DOMAIN, VIEW_OPS, GraphLookup
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionPlan
@@ -212,6 +212,10 @@ class AttentionLowering:
     graph: Graph
     lookup: GraphLookup
     plan: PartitionPlan
+    #: rule qkv_projection: result value -> (the group's first result, its first column), and
+    #: first result -> the group's width (the merged buffer's row length)
+    projection_parts: dict[str, tuple[str, int]]
+    projection_width: dict[str, int]
 
     def _scalar_const(self, n: Node, value: str) -> tuple[str, float] | None:
         """(op, factor) when ``n`` multiplies or divides ``value`` by a float32 scalar constant."""
@@ -329,7 +333,7 @@ class AttentionLowering:
             perm = list(producer.attr("perm") or range(len(xs))[::-1])
             st = contiguous_strides(xs)
             offset = 0
-            part = self._split_part(src, producer, sole_user)
+            part = self._split_part(src, producer, sole_user) or self._projection_part(src, producer, sole_user)
             if part is not None:  # a head split of one part of a Split (GPT-2's fused QKV): read in place
                 view, value_src, offset, st = part
                 folded.append(view)
@@ -369,6 +373,100 @@ class AttentionLowering:
         stx = contiguous_strides(xs)
         strides = list(stx[:lead]) + [s * stx[-1] for s in contiguous_strides(rs[lead:])]
         return view, x, start * stx[axis], strides
+
+    # -- rule qkv_projection -------------------------------------------------------------
+    def find_projections(self, nodes: list[Node], sole_user, outputs: set[str]) -> dict[int, list[Node]]:
+        """Rule ``qkv_projection``: MatMuls of one input by constant 2-D weights (FusedMatMul with a
+        constant bias and no activation, or a plain MatMul), each result read only by a Reshape that
+        splits its last dim and is read only by a Transpose (attention's head split), grouped by
+        input: id(first) -> the group, for groups of two or more. Each group becomes one GEMM by the
+        concatenated weights; attention reads the parts in place (``_projection_part``)."""
+        groups: dict[str, list[Node]] = {}
+        for n in nodes:
+            if n.op_type not in ("MatMul", "FusedMatMul") or (n.domain or "") != (FUSED_DOMAIN if n.op_type[0] == "F" else ""):
+                continue
+            if n.op_type == "FusedMatMul" and (n.attr("activation", "") or any(n.attr(a) not in (None, d) for a, d in (
+                    ("alpha", 1.0), ("transA", 0), ("transB", 0)))):
+                continue
+            w = self.lookup.const(n.inputs[1])
+            bias = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else None
+            b = self.lookup.const(bias) if bias else None
+            out = n.outputs[0]
+            if (w is None or w.ndim != 2 or w.dtype != np.float32 or (bias and (b is None or b.dtype != np.float32
+                    or b.size != w.shape[1])) or out in outputs or self.shape(out)[-1:] != (w.shape[1],)):
+                continue
+            view = sole_user(out)
+            if view is None or view.op_type != "Reshape" or view.domain:
+                continue
+            head = sole_user(view.outputs[0])
+            ys, rs = self.shape(out), self.shape(view.outputs[0])
+            lead = len(ys) - 1
+            if (head is None or head.op_type != "Transpose" or tuple(rs[:lead]) != tuple(ys[:lead])
+                    or prod(rs[lead:]) != ys[-1]):
+                continue
+            groups.setdefault(n.inputs[0], []).append(n)
+        found = {}
+        for group in groups.values():
+            if len(group) >= 2 and len({self.lookup.const(n.inputs[1]).shape[0] for n in group}) == 1:
+                found[id(group[0])] = group
+                start = 0
+                for n in group:
+                    self.projection_parts[n.outputs[0]] = (group[0].outputs[0], start)
+                    start += self.shape(n.outputs[0])[-1]
+                self.projection_width[group[0].outputs[0]] = start
+                buf = self.merged_buffer(group[0].outputs[0])
+                rows = prod(self.shape(group[0].outputs[0])[:-1])
+                self.plan.temps[buf] = rows * start * 4
+                self.plan.shapes[buf] = (rows, start)
+                self.plan.dtypes[buf] = np.dtype(np.float32)
+        return found
+
+    def _projection_part(self, value: str, user: Node, sole_user) -> tuple[Node, str, int, list[int]] | None:
+        """As ``_split_part``, for a head split of one result of a merged projection group: (the
+        Reshape, the merged buffer, offset, strides of ``value``'s dims in it)."""
+        view = self.graph.producer(value)
+        if view is None or view.op_type != "Reshape" or sole_user(value) is not user:
+            return None
+        part = view.inputs[0]
+        if part not in self.projection_parts:
+            return None
+        first, start = self.projection_parts[part]
+        width = self.projection_width[first]
+        ys, rs = self.shape(part), self.shape(value)
+        lead = len(ys) - 1
+        strides = [s * width for s in contiguous_strides(ys[:lead])] + contiguous_strides(rs[lead:])
+        return view, self.merged_buffer(first), start, strides
+
+    def merged_buffer(self, first: str) -> str:
+        """The workspace the merged projection whose first result is ``first`` writes."""
+        return f"::qkv:{first}"
+
+    def lower_projections(self, group: list[Node], skip: set[int]) -> None:
+        """One GEMM for the group, into its merged buffer; a part whose head split attention did
+        not take is copied out to its own value."""
+        a = self.data(group[0].inputs[0])
+        K = self.shape(a)[-1]
+        M = prod(self.shape(a)[:-1])
+        weights = [self.lookup.const(n.inputs[1]) for n in group]
+        biases = [self.lookup.const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else np.zeros(w.shape[1], np.float32)
+                  for n, w in zip(group, weights)]
+        width = sum(w.shape[1] for w in weights)
+        w_name = self.constant("qkv_w", np.concatenate(weights, axis=1).astype(np.float32))
+        b_name = self.constant("qkv_b", np.concatenate([b.reshape(-1) for b in biases]).astype(np.float32))
+        for name in (w_name, b_name):
+            self.plan.shapes[name] = self.plan.constants[name].shape
+            self.plan.dtypes[name] = np.dtype(np.float32)
+        out = self.merged_buffer(group[0].outputs[0])  # declared by find_projections
+        ap, a_rm = self._a_operand(a, M, K, K, 1, 1, 0)
+        bp = self._packed_b(w_name, K, width, width, 1, 1, 0)
+        self._gemm(ap, bp, out, M, width, K, 1, 1, 0, b_name, 1, 0, 1.0, 1.0, Epilogue(out), a_rm)
+        start = 0
+        for n in group:
+            N = self.shape(n.outputs[0])[-1]
+            view = self._consumers[n.outputs[0]][0]
+            if id(view) not in skip:  # its head split is not read in place: the part gets its own copy
+                self._strided_copy(self.output(n.outputs[0]), out, (M, N), [width, 1], [N, 1], start, 0)
+            start += N
 
     def lower_attention(self, m: AttentionMatch) -> None:
         B, H, Sq, D = m.q.dims

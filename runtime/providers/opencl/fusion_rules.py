@@ -21,6 +21,8 @@ FUSION_RULES: dict[str, str] = {
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
     "elementwise": "trees of elementwise nodes into one generated kernel",
+    "qkv_projection": "MatMuls of one input by constant weights, each read by a head split, into one GEMM by the "
+                      "concatenated weights (attention reads the parts in place)",
     "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
                  "MatMul, with the Transposes around it) into one kernel",
 }

@@ -139,6 +139,10 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             users = consumers.get(value, [])
             return users[0] if len(users) == 1 and value not in outputs else None
 
+        self.projection_parts, self.projection_width = {}, {}
+        projections = self.find_projections(nodes, sole_user, outputs) if self.rule("qkv_projection") else {}
+        for group in projections.values():
+            skip.update(id(m) for m in group)
         attention: dict[int, AttentionMatch] = {}
         for n in nodes:
             if n.op_type == "Softmax" and self.rule("attention") and id(n) not in skip:
@@ -188,6 +192,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             self.plan.op_types.append(n.op_type)
             if id(n) in attention:
                 self.lower_attention(attention[id(n)])
+                continue
+            if id(n) in projections:
+                self.lower_projections(projections[id(n)], skip)
                 continue
             if id(n) in skip:
                 continue

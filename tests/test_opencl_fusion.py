@@ -163,6 +163,19 @@ def test_the_parts_of_a_split_projection_are_read_in_place(opencl):
     assert fused == 2 and unfused >= fused + 8, (fused, unfused)
 
 
+def test_projections_whose_head_splits_attention_does_not_take_stay_apart(opencl):
+    # with attention off nothing reads the parts in place: merged, each part would need a copy out
+    model = _attention_model(1, 6, 2, 4, True, False)
+    feeds = {"x": RNG.standard_normal((1, 6, 8)).astype(np.float32)}
+    assert _compare(model, feeds, "attention,qkv_projection")[0] == 2
+    data = model.SerializeToString()
+    sess = onnxhal.InferenceSession(data, providers=[("OpenCLExecutionProvider", {"disable_fusions": "attention"})])
+    kernels = [s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps]
+    assert kernels.count("gemm_rowmajor_a") == 3 + 2 and "strided_copy" in kernels  # no merged GEMM + copies
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
+
+
 def test_a_fully_masked_row_gives_the_replaced_value(opencl):
     model = _attention_model(1, 6, 2, 4, True, False)
     # every key of batch 0 masked: softmax gives NaN and the Where(IsNaN) makes the row 0
@@ -170,6 +183,5 @@ def test_a_fully_masked_row_gives_the_replaced_value(opencl):
         if init.name == "mask":
             init.CopyFrom(numpy_helper.from_array(np.full((1, 1, 1, 6), -np.inf, np.float32), "mask"))
     feeds = {"x": RNG.standard_normal((1, 6, 8)).astype(np.float32)}
-    # with attention off, the merged projection copies each part out for the unfused head splits
     fused, unfused = _compare(model, feeds, "attention")
     assert fused < unfused

@@ -437,6 +437,15 @@ class AttentionLowering:
         strides = [s * width for s in contiguous_strides(ys[:lead])] + contiguous_strides(rs[lead:])
         return view, self.merged_buffer(first), start, strides
 
+    def drop_projections(self, group: list[Node]) -> None:
+        """Undo ``find_projections`` for a group none of whose parts attention reads in place: its
+        GEMMs lower one by one (merged, each part would need a copy out)."""
+        buf = self.merged_buffer(group[0].outputs[0])
+        for table in (self.plan.temps, self.plan.shapes, self.plan.dtypes):
+            table.pop(buf, None)
+        for n in group:
+            self.projection_parts.pop(n.outputs[0], None)
+
     def merged_buffer(self, first: str) -> str:
         """The workspace the merged projection whose first result is ``first`` writes."""
         return f"::qkv:{first}"

@@ -154,6 +154,11 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                         if all(o not in outputs and all(id(u) in skip for u in consumers.get(o, []))
                                for o in split.outputs if o):
                             skip.add(id(split))
+        for key, group in list(projections.items()):
+            if not any(id(consumers[m.outputs[0]][0]) in skip for m in group):  # attention took no part
+                del projections[key]
+                skip.difference_update(id(m) for m in group)
+                self.drop_projections(group)
         for n in nodes:
             if n.op_type not in ("Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul") or id(n) in skip:
                 continue

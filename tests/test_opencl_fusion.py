@@ -82,6 +82,27 @@ def test_a_residual_add_behind_a_reshape_is_the_gemm_epilogue(opencl):
     assert _compare(model, feeds, "gemm_residual") == (1, 2)
 
 
+def test_an_activation_chain_after_a_gemm_is_its_epilogue(opencl):
+    # GPT-2's tanh-Gelu as its export writes it, behind a Reshape, then x * Sigmoid(x) (SiLU)
+    b, n, k, h = 2, 5, 16, 24
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["x2"]), helper.make_node("Gemm", ["x2", "w1", "b1"], ["g"]),
+             helper.make_node("Reshape", ["g", "back"], ["u"]),
+             helper.make_node("Mul", ["u", "half"], ["t0"]), helper.make_node("Pow", ["u", "three"], ["t1"]),
+             helper.make_node("Mul", ["t1", "coef"], ["t2"]), helper.make_node("Add", ["u", "t2"], ["t3"]),
+             helper.make_node("Mul", ["t3", "root"], ["t4"]), helper.make_node("Tanh", ["t4"], ["t5"]),
+             helper.make_node("Add", ["t5", "one"], ["t6"]), helper.make_node("Mul", ["t0", "t6"], ["gelu"]),
+             helper.make_node("MatMul", ["gelu", "w2"], ["m"]), helper.make_node("Sigmoid", ["m"], ["sg"]),
+             helper.make_node("Mul", ["m", "sg"], ["y"])]
+    model = _model(nodes, [("x", [b, n, k])], ["y"], {"w1": _weight(k, h), "b1": _weight(h), "w2": _weight(h, k)})
+    model.graph.initializer.extend([
+        numpy_helper.from_array(np.array([b * n, k], np.int64), "flat"),
+        numpy_helper.from_array(np.array([b, n, h], np.int64), "back"), c("half", 0.5), c("three", 3.0),
+        c("coef", 0.044715), c("root", np.sqrt(2 / np.pi)), c("one", 1.0)])
+    feeds = {"x": (2 * RNG.standard_normal((b, n, k))).astype(np.float32)}
+    assert _compare(model, feeds, "gemm_elementwise") == (2, 4)
+
+
 def test_an_unknown_rule_is_an_error_naming_the_rules(opencl):
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", [4])], ["y"], {})
     with pytest.raises(InvalidArgument, match=r"disable_fusions='tiling'.*unknown rule.*'attention'"):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxhal.hal.graph import Graph, Node
-from onnxhal.runtime.providers.opencl.elementwise_codegen import _lit, broadcast_strides
+from onnxhal.runtime.providers.opencl.elementwise_codegen import broadcast_strides, float_literal
 from onnxhal.runtime.providers.opencl.gemm_lowering import Epilogue, contiguous_strides, prod, transpose_output_strides
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_HELPERS
 from onnxhal.runtime.providers.opencl.op_support import FUSED_DOMAIN, VIEW_OPS, GraphLookup
@@ -78,8 +78,8 @@ def attention_source(keys: int, head: int, head_v: int, scale: tuple, mask: bool
     dims contiguous, both head sizes multiples of it), one work-item per row with no cross-item
     vectorisation expected (launched as the GEMM family is: work-groups of one on a CPU)."""
     def scaled(expr: str, op: tuple) -> str:
-        return f"({expr} {op[0]} {_lit(op[1])})" if op[0] else expr
-    replace = (f"p = p != p ? {_lit(replace_nan)} : p;" if replace_nan is not None else "")
+        return f"({expr} {op[0]} {float_literal(op[1])})" if op[0] else expr
+    replace = (f"p = p != p ? {float_literal(replace_nan)} : p;" if replace_nan is not None else "")
     if width > 1:
         return ACTIVATION_HELPERS + _blocked_source(keys, head, head_v, scaled, scale, mask, replace, q_op, k_op, width)
     load_q = "float q[D];\n  for (int d = 0; d < D; ++d) q[d] = " + scaled("Q[qb + (size_t)d * qs[3]]", q_op) + ";"

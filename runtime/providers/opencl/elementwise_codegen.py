@@ -19,7 +19,7 @@ from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_HELPERS
 MAX_RANK = 6
 
 
-def _lit(x: float) -> str:
+def float_literal(x: float) -> str:
     """A float literal C accepts (inf and nan included)."""
     x = float(x)
     if np.isnan(x):
@@ -48,9 +48,9 @@ def _clip(n: Node, a: list[str], x: dict) -> str:
     lo, hi = x.get("min"), x.get("max")  # resolved from constant inputs or attributes in lowering
     expr = a[0]
     if lo is not None:
-        expr = f"onnxhal_max({expr}, {_lit(lo)})"
+        expr = f"onnxhal_max({expr}, {float_literal(lo)})"
     if hi is not None:
-        expr = f"onnxhal_min({expr}, {_lit(hi)})"
+        expr = f"onnxhal_min({expr}, {float_literal(hi)})"
     return expr
 
 
@@ -59,7 +59,7 @@ def _variadic(op: str) -> Callable[[Node, list[str], dict], str]:
         expr = a[0]
         for v in a[1:]:
             expr = f"{op}({expr}, {v})" if op.startswith("onnxhal_") else f"({expr} {op} {v})"
-        return f"({expr} / {_lit(len(a))})" if n.op_type == "Mean" else expr
+        return f"({expr} / {float_literal(len(a))})" if n.op_type == "Mean" else expr
     return build
 
 
@@ -96,13 +96,13 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Floor": lambda n, a, x: f"floor({a[0]})",
     "Ceil": lambda n, a, x: f"ceil({a[0]})",
     "Relu": lambda n, a, x: f"({a[0]} < 0.0f ? 0.0f : {a[0]})",  # NaN stays NaN (fmax drops it)
-    "LeakyRelu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 0.01))} * {a[0]})",
-    "Elu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 1.0))} * (ONNXHAL_EXP({a[0]}) - 1.0f))",
-    "Selu": lambda n, a, x: (f"({_lit(n.attr('gamma', 1.05070102214813232421875))} * ({a[0]} > 0.0f ? {a[0]} : "
-                          f"{_lit(n.attr('alpha', 1.67326319217681884765625))} * (ONNXHAL_EXP({a[0]}) - 1.0f)))"),
+    "LeakyRelu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {float_literal(n.attr('alpha', 0.01))} * {a[0]})",
+    "Elu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {float_literal(n.attr('alpha', 1.0))} * (ONNXHAL_EXP({a[0]}) - 1.0f))",
+    "Selu": lambda n, a, x: (f"({float_literal(n.attr('gamma', 1.05070102214813232421875))} * ({a[0]} > 0.0f ? {a[0]} : "
+                          f"{float_literal(n.attr('alpha', 1.67326319217681884765625))} * (ONNXHAL_EXP({a[0]}) - 1.0f)))"),
     "Sigmoid": lambda n, a, x: f"(1.0f / (1.0f + ONNXHAL_EXP(-{a[0]})))",
-    "HardSigmoid": lambda n, a, x: (f"onnxhal_clamp({_lit(n.attr('alpha', 0.2))} * {a[0]} + "
-                                 f"{_lit(n.attr('beta', 0.5))}, 0.0f, 1.0f)"),
+    "HardSigmoid": lambda n, a, x: (f"onnxhal_clamp({float_literal(n.attr('alpha', 0.2))} * {a[0]} + "
+                                 f"{float_literal(n.attr('beta', 0.5))}, 0.0f, 1.0f)"),
     "HardSwish": lambda n, a, x: f"({a[0]} * onnxhal_clamp({a[0]} / 6.0f + 0.5f, 0.0f, 1.0f))",
     # log1p: log(1 + e) rounds 1 + e to 1 for e below float32 epsilon and loses all precision.
     "Softplus": lambda n, a, x: f"({a[0]} > 20.0f ? {a[0]} : log1p(ONNXHAL_EXP({a[0]})))",
@@ -111,14 +111,14 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Erf": lambda n, a, x: _erf(a[0]),
     "Gelu": _gelu,
     # com.onnxhal ReplaceNaN: a NaN (v != v, kept by the build options) becomes the constant.
-    "ReplaceNaN": lambda n, a, x: f"({a[0]} != {a[0]} ? {_lit(n.attr('value', 0.0))} : {a[0]})",
+    "ReplaceNaN": lambda n, a, x: f"({a[0]} != {a[0]} ? {float_literal(n.attr('value', 0.0))} : {a[0]})",
     "Clip": _clip,
     "Identity": lambda n, a, x: a[0],
     # Inference BatchNormalization: inputs rewritten in lowering to (x, scale, shift).
     "BatchNormalization": lambda n, a, x: f"({a[0]} * {a[1]} + {a[2]})",
     # com.onnxhal FusedBatchNormalization(x, multiplier, shift) + activation (codes of apply_act).
     "FusedBatchNormalization": lambda n, a, x: (f"apply_act({a[0]} * {a[1]} + {a[2]}, {x['act'][0]}, "
-                                                f"{_lit(x['act'][1])}, {_lit(x['act'][2])})"),
+                                                f"{float_literal(x['act'][1])}, {float_literal(x['act'][2])})"),
 }
 
 #: Ops with exactly this many float data inputs (others: variadic or checked in lowering).

@@ -18,6 +18,8 @@ FUSION_RULES: dict[str, str] = {
     "gemm_activation": "an activation, sole reader of a MatMul/Gemm/Conv (after its bias), into its epilogue",
     "gemm_residual": "an Add of a same-shape value computed earlier, sole reader of a MatMul/Gemm without "
                      "activation, into its epilogue",
+    "gemm_elementwise": "an elementwise tree whose only varying input is a MatMul/Gemm result without activation "
+                        "(scalar constants otherwise), sole reader of it, into its epilogue",
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
     "elementwise": "trees of elementwise nodes into one generated kernel",

@@ -21,6 +21,7 @@ from onnxhal.runtime.providers.opencl.elementwise_codegen import (
     ELEMENTWISE_OPS,
     POW_AS_PRODUCT,
     broadcast_strides,
+    float_literal,
     generate_fused_kernel,
 )
 from onnxhal.runtime.providers.opencl.fusion_rules import FUSION_RULES
@@ -188,11 +189,13 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 epi.residual, add = residual
                 epi.out = add.outputs[0]
                 skip.update(id(m) for m in (add, view) if m is not None)
-            if fused_op and epi.residual is None and epi.out == n.outputs[0]:
-                continue  # _lower gives the fused op its own epilogue (with FusedConv's residual)
             epilogues[id(n)] = epi
         self._fold_transposes(nodes, consumers, outputs, skip)
         clusters = self._elementwise_clusters(nodes, consumers, outputs, skip)
+        if self.rule("gemm_elementwise"):
+            for n in nodes:
+                if id(n) in epilogues and id(n) not in skip:
+                    self._fold_chain(n, epilogues[id(n)], clusters, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
             if id(n) in attention:
@@ -228,6 +231,53 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 or self.shape(user.outputs[0]) != out_shape):
             return None
         return other, user
+
+    def _fold_chain(self, n: Node, epi: Epilogue, clusters: dict, consumers: dict, outputs: set, skip: set) -> None:
+        """Rule ``gemm_elementwise``: a fused elementwise tree (``_elementwise_clusters``) that reads
+        the result of MatMul (2-D weight) or Gemm ``n`` with no activation, directly or through a
+        view, as its only varying input (every other input a scalar constant), and is that result's
+        only reader, becomes the GEMM's epilogue (GPT-2's tanh-Gelu, x * Sigmoid(x))."""
+        if (epi.act or epi.residual or n.op_type not in ("Gemm", "FusedGemm", "MatMul", "FusedMatMul")
+                or n.op_type in ("MatMul", "FusedMatMul") and len(self.shape(n.inputs[1])) != 2):
+            return
+        x, view = epi.out, None
+        readers = consumers.get(x, [])
+        if x in outputs or not readers:
+            return
+        if len(readers) == 1 and readers[0].op_type in VIEW_OPS and not readers[0].domain:
+            view = readers[0]
+            x = view.outputs[0]
+            readers = consumers.get(x, [])
+            if x in outputs or not readers:
+                return
+        members = next((c for c in clusters.values() if c and readers[0] in c), None)
+        if members is None or any(r not in members for r in readers):
+            return
+        internal = {m.outputs[0] for m in members[:-1]}
+        exprs: dict[str, str] = {x: "x"}
+        statements: list[tuple[str, str]] = []
+        for k, m in enumerate(members):
+            if m.op_type in ("BatchNormalization", "FusedBatchNormalization"):
+                return  # their lowering makes per-channel constants
+            args, extra = self._elementwise_args(m)
+            refs = []
+            for a in args:
+                if a in internal or a == x:
+                    refs.append(exprs[a])
+                    continue
+                c = self.lookup.const(a)
+                if c is None or c.size != 1 or c.dtype != np.float32:
+                    return
+                refs.append(float_literal(float(c.reshape(-1)[0])))
+            statements.append((f"v{k}", ELEMENTWISE_OPS[m.op_type](m, refs, extra)))
+            exprs[m.outputs[0]] = f"v{k}"
+        root = members[-1]
+        if self.shape(root.outputs[0]) != self.shape(x):
+            return
+        epi.source = ks.gemm_epilogue_source(statements, exprs[root.outputs[0]])
+        epi.act = ks.EPILOGUE_EXPR_CODE
+        epi.out = root.outputs[0]
+        skip.update(id(m) for m in (*members, view) if m is not None)
 
     def _residual_follower(self, n: Node, last: Node, epi: Epilogue, user: Node | None,
                            position: dict[int, int]) -> tuple[str, Node] | None:

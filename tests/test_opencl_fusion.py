@@ -197,6 +197,24 @@ def test_projections_whose_head_splits_attention_does_not_take_stay_apart(opencl
     np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mask_shape", [None, (7, 9), (3, 1, 9), (3, 7, 9)])
+def test_attention_of_rank_3_with_masks_of_any_broadcast(opencl, mask_shape):
+    # [batch * heads, seq, dim] operands as some exports write them; K given untransposed
+    q, k, v = (RNG.standard_normal(shape).astype(np.float32) for shape in ((3, 7, 16), (3, 9, 16), (3, 9, 8)))
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), helper.make_node("MatMul", ["q", "kt"], ["s0"]),
+             helper.make_node("Mul", ["s0", "scale"], ["s1"])]
+    scores, weights = "s1", {"scale": np.array(0.25, np.float32)}
+    if mask_shape:
+        mask = RNG.standard_normal(mask_shape).astype(np.float32)
+        mask[..., -2:] = -np.inf
+        nodes.append(helper.make_node("Add", ["mask", "s1"], ["s2"]))
+        scores, weights["mask"] = "s2", mask
+    nodes += [helper.make_node("Softmax", [scores], ["p"], axis=2), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    model = _model(nodes, [("q", [3, 7, 16]), ("k", [3, 9, 16]), ("v", [3, 9, 8])], ["y"], weights)
+    fused, unfused = _compare(model, {"q": q, "k": k, "v": v}, "attention")
+    assert fused == 1 and unfused >= 4, (fused, unfused)
+
+
 def test_a_fully_masked_row_gives_the_replaced_value(opencl):
     model = _attention_model(1, 6, 2, 4, True, False)
     # every key of batch 0 masked: softmax gives NaN and the Where(IsNaN) makes the row 0

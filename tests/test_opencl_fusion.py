@@ -103,6 +103,18 @@ def test_an_activation_chain_after_a_gemm_is_its_epilogue(opencl):
     assert _compare(model, feeds, "gemm_elementwise") == (2, 4)
 
 
+def test_an_elementwise_tree_read_by_a_layernorm_is_computed_in_its_kernel(opencl):
+    # an embedding sum as BERT's: token + position (broadcast over the batch) + type, then LayerNorm
+    b, n, e = 2, 7, 24
+    nodes = [helper.make_node("Add", ["tok", "pos"], ["s0"]), helper.make_node("Add", ["s0", "typ"], ["s1"]),
+             helper.make_node("LayerNormalization", ["s1", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5)]
+    weights = {"pos": _weight(1, n, e), "gamma": _weight(e) + 1, "beta": _weight(e)}
+    model = _model(nodes, [("tok", [b, n, e]), ("typ", [b, n, e])], ["y"], weights)
+    feeds = {"tok": RNG.standard_normal((b, n, e)).astype(np.float32),
+             "typ": RNG.standard_normal((b, n, e)).astype(np.float32)}
+    assert _compare(model, feeds, "layernorm_prologue") == (1, 2)
+
+
 def test_an_unknown_rule_is_an_error_naming_the_rules(opencl):
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", [4])], ["y"], {})
     with pytest.raises(InvalidArgument, match=r"disable_fusions='tiling'.*unknown rule.*'attention'"):

@@ -126,6 +126,29 @@ BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})
 VARIADIC_OPS = frozenset({"Max", "Min", "Sum", "Mean"})
 
 
+#: LayerNormalization whose input is a fused elementwise tree (``fused_at``): the tree's values are
+#: written to Y, then normalised there, with the arithmetic of kernel_sources' ``layernorm_rows``.
+LAYERNORM_PROLOGUE_SOURCE = """
+__kernel void layernorm_prologue(__global float* Y PARAMS, __constant int* meta, __global const float* gamma,
+                                 __global const float* beta, const int has_beta, const int R, const float eps,
+                                 const int total) {
+  const int row = get_global_id(0);
+  if (row >= total) return;
+  __global float* yp = Y + (size_t)row * R;
+  float mean = 0.0f;
+  for (int r = 0; r < R; ++r) { const float v = fused_at(row * R + r ARGS, meta); yp[r] = v; mean += v; }
+  mean /= (float)R;
+  float var = 0.0f;
+  for (int r = 0; r < R; ++r) { const float d = yp[r] - mean; var += d * d; }
+  const float inv = rsqrt(var / (float)R + eps);
+  for (int r = 0; r < R; ++r) {
+    const float v = (yp[r] - mean) * inv * gamma[r];
+    yp[r] = has_beta ? v + beta[r] : v;
+  }
+}
+"""
+
+
 @dataclass(frozen=True)
 class FusedInput:
     """How the fused kernel reads one external input: ``mode`` is "same" (index = gid), "scalar"
@@ -161,15 +184,21 @@ class FusedExpression:
 
 
 def generate_fused_kernel(statements: Sequence[tuple[str, str]], result: str, inputs: Sequence[FusedInput],
-                          out_shape: Sequence[int]) -> FusedExpression:
+                          out_shape: Sequence[int], function: bool = False) -> FusedExpression:
     """Source for ``out[gid] = result`` after ``statements`` (``(local name, C expression)``), where
-    expressions read external input ``k`` as ``in{k}``."""
+    expressions read external input ``k`` as ``in{k}``. ``function``: instead of that kernel, an
+    inline ``fused_at(gid, p0, ..., meta)`` returning the value at flat index ``gid``, for another
+    kernel to read the tree's result as its input (``LAYERNORM_PROLOGUE_SOURCE``)."""
     rank = len(out_shape)
     bcast = [k for k, fi in enumerate(inputs) if fi.mode == "bcast"]
     params = ", ".join(f"__global const float* restrict p{k}" for k in range(len(inputs)))
-    lines = [ERF_HELPER, "__kernel void fused_elementwise(__global float* restrict out"
-             + (", " + params if params else "") + ", __constant int* meta, const int total) {",
-             "  const int gid = get_global_id(0);", "  if (gid >= total) return;"]
+    if function:
+        lines = [ERF_HELPER, "inline float fused_at(const int gid" + (", " + params if params else "")
+                 + ", __constant int* meta) {"]
+    else:
+        lines = [ERF_HELPER, "__kernel void fused_elementwise(__global float* restrict out"
+                 + (", " + params if params else "") + ", __constant int* meta, const int total) {",
+                 "  const int gid = get_global_id(0);", "  if (gid >= total) return;"]
     if bcast:
         lines.append("  int rem = gid;")
         for k in bcast:
@@ -184,8 +213,12 @@ def generate_fused_kernel(statements: Sequence[tuple[str, str]], result: str, in
         lines.append(f"  const float in{k} = p{k}[{index}];")
     for name, expr in statements:
         lines.append(f"  const float {name} = {expr};")
-    lines.append(f"  out[gid] = {result};")
+    lines.append(f"  return {result};" if function else f"  out[gid] = {result};")
     lines.append("}")
+    if function:
+        args = "".join(f", p{k}" for k in range(len(inputs)))
+        fparams = "".join(f", __global const float* restrict p{k}" for k in range(len(inputs)))
+        lines.append(LAYERNORM_PROLOGUE_SOURCE.replace("PARAMS", fparams).replace("ARGS", args))
     meta = [rank, *out_shape]
     for k in bcast:
         meta.extend(inputs[k].strides)

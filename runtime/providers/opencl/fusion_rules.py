@@ -22,6 +22,7 @@ FUSION_RULES: dict[str, str] = {
                         "(scalar constants otherwise), sole reader of it, into its epilogue",
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
+    "layernorm_prologue": "a fused elementwise tree read only by a LayerNormalization into the LayerNorm's kernel",
     "elementwise": "trees of elementwise nodes into one generated kernel",
     "qkv_projection": "MatMuls of one input by constant weights, each read by a head split, into one GEMM by the "
                       "concatenated weights (attention reads the parts in place)",

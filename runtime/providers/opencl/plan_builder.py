@@ -58,6 +58,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         self.lookup = lookup
         #: Fusion rules (fusion_rules.FUSION_RULES) this plan leaves out.
         self.disabled = disabled
+        #: id(LayerNormalization) -> the elementwise tree computed in its kernel (rule layernorm_prologue)
+        self.layernorm_prologues: dict[int, list[Node]] = {}
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -192,6 +194,15 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             epilogues[id(n)] = epi
         self._fold_transposes(nodes, consumers, outputs, skip)
         clusters = self._elementwise_clusters(nodes, consumers, outputs, skip)
+        self.layernorm_prologues = {}
+        for n in nodes:  # rule layernorm_prologue: a fused tree read only by a LayerNormalization
+            if n.op_type != "LayerNormalization" or n.domain not in ("", FUSED_DOMAIN) or id(n) in skip:
+                continue
+            members = clusters.get(id(self.graph.producer(n.inputs[0])))
+            if (self.rule("layernorm_prologue") and members and sole_user(n.inputs[0]) is n
+                    and not any(id(m) in skip for m in members)):
+                self.layernorm_prologues[id(n)] = members
+                skip.update(id(m) for m in members)
         if self.rule("gemm_elementwise"):
             for n in nodes:
                 if id(n) in epilogues and id(n) not in skip:
@@ -412,7 +423,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             return [n.inputs[0]], extra
         return [i for i in n.inputs if i], {}
 
-    def _lower_fused(self, members: list[Node]) -> None:
+    def _lower_fused(self, members: list[Node], function: bool = False):
+        """One fused elementwise launch of ``members``; ``function``: (its source as ``fused_at``, the
+        buffers it reads, its meta constant) for a kernel reading the tree's result instead."""
         root = members[-1]
         out = root.outputs[0]
         out_shape = self.shape(out)
@@ -434,8 +447,10 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             statements.append((local, ELEMENTWISE_OPS[m.op_type](m, refs, extra)))
             exprs[m.outputs[0]] = local
         inputs = [broadcast_strides(self.shape(self.data(a)), out_shape) for a in ext]
-        fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape)
+        fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape, function)
         meta = self.constant("meta", fused.meta)
+        if function:
+            return fused.source, [Buf(self.data(a)) for a in ext], Buf(meta)
         self.plan.add_launch_1d(fused.source, "fused_elementwise", prod(out_shape),
                                 [Buf(self.output(out)), *(Buf(self.data(a)) for a in ext), Buf(meta)])
 
@@ -544,16 +559,20 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         self._softmax(n, 1)
 
     def _lower_LayerNormalization(self, n: Node) -> None:
-        x = self.data(n.inputs[0])
-        xs = self.shape(x)
+        xs = self.shape(n.inputs[0])
         axis = n.attr("axis", -1) % len(xs)
         r = prod(xs[axis:])
         gamma = self.data(n.inputs[1])
         beta = self.data(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
         out = self.output(n.outputs[0])
+        tail = [Buf(gamma), Buf(beta or gamma), I32(1 if beta else 0), I32(r), F(n.attr("epsilon", 1e-5))]
+        prologue = self.layernorm_prologues.get(id(n))
+        if prologue is not None:  # rule layernorm_prologue: the elementwise tree computed in here
+            source, reads, meta = self._lower_fused(prologue, function=True)
+            self.plan.add_launch_1d(source, "layernorm_prologue", prod(xs[:axis]), [Buf(out), *reads, meta, *tail])
+            return
         self.plan.add_launch_1d(ks.ROWWISE_SOURCE, "layernorm_rows", prod(xs[:axis]), [
-            Buf(out), Buf(x), Buf(gamma), Buf(beta or gamma), I32(1 if beta else 0), I32(r),
-            F(n.attr("epsilon", 1e-5))])
+            Buf(out), Buf(self.data(n.inputs[0])), *tail])
 
     def _lower_LRN(self, n: Node) -> None:
         x = self.data(n.inputs[0])

@@ -115,6 +115,19 @@ def test_an_elementwise_tree_read_by_a_layernorm_is_computed_in_its_kernel(openc
     assert _compare(model, feeds, "layernorm_prologue") == (1, 2)
 
 
+def test_a_tree_between_a_gemm_and_a_layernorm_is_computed_once(opencl):
+    # both the GEMM's epilogue and the LayerNorm's prologue could take x * 0.5 + 1: the LayerNorm does
+    n, k = 6, 20
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Mul", ["m", "half"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["u"]),
+             helper.make_node("LayerNormalization", ["u", "gamma", "beta"], ["y"], axis=-1)]
+    model = _model(nodes, [("x", [n, k])], ["y"], {"w": _weight(k, k), "gamma": _weight(k) + 1, "beta": _weight(k)})
+    model.graph.initializer.extend([c("half", 0.5), c("one", 1.0)])
+    feeds = {"x": RNG.standard_normal((n, k)).astype(np.float32)}
+    assert _compare(model, feeds, "layernorm_prologue") == (2, 2)  # off: the GEMM's epilogue takes it
+
+
 def test_an_unknown_rule_is_an_error_naming_the_rules(opencl):
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", [4])], ["y"], {})
     with pytest.raises(InvalidArgument, match=r"disable_fusions='tiling'.*unknown rule.*'attention'"):

@@ -262,8 +262,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             if x in outputs or not readers:
                 return
         members = next((c for c in clusters.values() if c and readers[0] in c), None)
-        if members is None or any(r not in members for r in readers):
-            return
+        if members is None or any(r not in members for r in readers) or any(id(m) in skip for m in members):
+            return  # (a tree a LayerNorm computes in its own kernel reads the GEMM's result)
         internal = {m.outputs[0] for m in members[:-1]}
         exprs: dict[str, str] = {x: "x"}
         statements: list[tuple[str, str]] = []

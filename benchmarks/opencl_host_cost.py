@@ -2,13 +2,15 @@
 
     python benchmarks/opencl_host_cost.py [--models mlp,cnn,encoder,bert_ts,...] [--repeat 20]
                                           [--threads 2] [--corpus DIR] [--cost-rule on|off]
-                                          [--fixed-dims] [--json out.json]
+                                          [--fixed-dims] [--disable-fusions RULES] [--kernels]
+                                          [--json out.json]
 
 Per model (the OpenCL benchmark set of ``bench.py``, then a few models of the committed corpus in
 tests/real_models, or of ``--corpus DIR`` such as the benchmark-size exports of ``make_corpus.py
 --size medium``; corpus models run with their stored signature ``a``):
 
-- the OpenCL commands one run sends: kernel launches, buffer copies, host waits, ``set_arg`` calls;
+- the OpenCL commands one run sends: kernel launches, buffer copies, host waits, ``set_arg`` calls
+  (``--kernels``: the launches by kernel name);
 - host us: CPU time of the calling thread per run (a blocked wait takes none), what Python costs
   around the device's work (not wall time, which on a CPU device includes the device's own threads);
 - the median run time against onnxruntime CPU with the same threads (alternating runs);
@@ -18,6 +20,10 @@ tests/real_models, or of ``--corpus DIR`` such as the benchmark-size exports of 
 and copies stay on the host: it weighs partitions of static shape only, so ``--fixed-dims`` fixes
 the corpus models' batch and sequence dims to the feeds' as ``add_free_dimension_override_by_name``
 does).
+
+``--disable-fusions attention,gemm_residual`` passes the OpenCL EP's provider option of that name
+(runtime/providers/opencl/fusion_rules.py): the plans without those fusion rules, for a before/after
+of launches per run.
 
 Counting wraps pyopencl's public entry points (each wrapper calls the real function) during a few
 separate runs, so the wrappers' cost is in neither the run times nor the figures compared.
@@ -31,7 +37,8 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -49,6 +56,8 @@ class CommandCounter:
 
     def __init__(self) -> None:
         self.launches = self.copies = self.waits = self.set_args = 0
+        #: launches by kernel name (``--kernels``): which ones a run's count is made of
+        self.by_kernel: Counter[str] = Counter()
         self._saved: list = []
 
     def __enter__(self) -> CommandCounter:
@@ -64,6 +73,7 @@ class CommandCounter:
 
         def launch(real, a, k):
             self.launches += 1
+            self.by_kernel[a[1].function_name] += 1
             return real(*a, **k)
 
         def copy(real, a, k):
@@ -111,6 +121,7 @@ class Row:
     cold_hal_ms: float
     cold_ort_ms: float
     cold_ratio: float
+    kernels: dict[str, float] = field(default_factory=dict)  # launches per run by kernel name
 
 
 def model_and_feeds(name: str, corpus: str = CORPUS) -> tuple[bytes, dict]:
@@ -128,7 +139,7 @@ def model_and_feeds(name: str, corpus: str = CORPUS) -> tuple[bytes, dict]:
 
 
 def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rule: str = "off",
-            fixed_dims: bool = False) -> Row:
+            fixed_dims: bool = False, disable_fusions: str = "") -> Row:
     import onnxruntime as ort
 
     import onnxhal
@@ -144,7 +155,7 @@ def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rul
         hso.add_free_dimension_override_by_name("batch", first.shape[0])
         if first.ndim == 2:
             hso.add_free_dimension_override_by_name("sequence", first.shape[1])
-    providers = [(PROVIDERS[0], {"cost_rule": cost_rule}), PROVIDERS[1]]
+    providers = [(PROVIDERS[0], {"cost_rule": cost_rule, "disable_fusions": disable_fusions}), PROVIDERS[1]]
     cold_ort, cold_hal = [], []
     for _ in range(COLD_RUNS):  # alternating fresh sessions: creation + first run
         t = time.perf_counter()
@@ -176,7 +187,7 @@ def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rul
     co, ch = statistics.median(cold_ort) * 1e3, statistics.median(cold_hal) * 1e3
     return Row(name, f"{ps.get(PROVIDERS[0], 0)}/{sum(ps.values())}", c.launches / counted, c.copies / counted,
                c.waits / counted, c.set_args / counted, statistics.median(cpu_hal) * 1e6, h_ms, o_ms, h_ms / o_ms,
-               ch, co, ch / co)
+               ch, co, ch / co, {k: v / counted for k, v in c.by_kernel.most_common()})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,11 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--corpus", default=CORPUS, help="folder of .onnx/.npz pairs for the corpus names")
     p.add_argument("--cost-rule", choices=("on", "off"), default="off", help="the OpenCL EP's cost_rule option")
     p.add_argument("--fixed-dims", action="store_true", help="fix corpus models' batch and sequence dims")
+    p.add_argument("--disable-fusions", default="", metavar="RULES",
+                   help="the OpenCL EP's disable_fusions option: fusion rules to leave out, comma-separated")
+    p.add_argument("--kernels", action="store_true", help="also print each model's launches per run by kernel")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     from bench import opencl_driver
 
-    print(f"OpenCL EP on {opencl_driver()}, cost_rule={args.cost_rule}{', dims fixed' if args.fixed_dims else ''}; "
+    off = f", fusions off: {args.disable_fusions}" if args.disable_fusions else ""
+    print(f"OpenCL EP on {opencl_driver()}, cost_rule={args.cost_rule}{', dims fixed' if args.fixed_dims else ''}{off}; "
           f"onnxruntime CPU, {args.threads} threads; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     head = (f"{'model':12} {'nodes':>9} {'launch':>7} {'copies':>6} {'waits':>5} {'set_arg':>7} {'host us':>8} "
@@ -204,11 +219,13 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.isfile(os.path.join(args.corpus, f"{name}.onnx")) and name not in models.BUILDERS:
             print(f"{name:12} skipped: not in {args.corpus} nor a benchmarks/models.py builder", flush=True)
             continue
-        r = measure(name, args.repeat, args.threads, args.corpus, args.cost_rule, args.fixed_dims)
+        r = measure(name, args.repeat, args.threads, args.corpus, args.cost_rule, args.fixed_dims, args.disable_fusions)
         rows.append(r)
         print(f"{r.model:12} {r.nodes:>9} {r.launches:7.1f} {r.copies:6.1f} {r.waits:5.1f} {r.set_args:7.1f} "
               f"{r.host_us:8.0f} {r.hal_ms:8.2f} {r.ort_ms:8.2f} {r.ratio:6.2f} "
               f"{r.cold_hal_ms:7.0f}/{r.cold_ort_ms:<8.0f} {r.cold_ratio:6.1f}", flush=True)
+        if args.kernels:
+            print("    " + ", ".join(f"{k} {v:g}" for k, v in r.kernels.items()), flush=True)
     geo = float(np.exp(np.mean(np.log([r.ratio for r in rows]))))
     cold = float(np.exp(np.mean(np.log([r.cold_ratio for r in rows]))))
     print(f"geometric mean ratio {geo:.2f}, creation + first run {cold:.1f}x; "

@@ -437,6 +437,13 @@ def test_attention_transposes_cost_no_copies(ocl, b):
              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
              helper.make_node("Reshape", ["ctx_t", "merge"], ["y"])]
     plan = check(ocl, nodes, {"q": q, "k": k, "v": v}, shape, rtol=1e-4, atol=1e-5)
+    assert [s.kernel_name for s in plan.steps] == ["attention_rows"]  # rule attention: all of it, one launch
+    ep = ocl[1]
+    ep.disabled_fusions = frozenset({"attention"})  # the Transpose rules alone
+    try:
+        plan = check(ocl, nodes, {"q": q, "k": k, "v": v}, shape, rtol=1e-4, atol=1e-5)
+    finally:
+        ep.disabled_fusions = frozenset()
     # no strided copy, and the last MatMul writes the merged output itself (no trailing copy either)
     kernels = [getattr(s, "kernel_name", "copy") for s in plan.steps]
     if b == 1:

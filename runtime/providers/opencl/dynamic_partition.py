@@ -115,8 +115,9 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
     """A partition with symbolic dimensions on one OpenCL device (see the module docstring)."""
 
     def __init__(self, graph: Graph, device: Any, allocator: Any, logger: logging.Logger,
-                 max_signatures: int = MAX_SIGNATURES) -> None:
+                 max_signatures: int = MAX_SIGNATURES, disabled_fusions: frozenset[str] = frozenset()) -> None:
         self.graph = graph
+        self.disabled_fusions = disabled_fusions
         self.device = device
         self.allocator = allocator
         self.logger = logger
@@ -230,7 +231,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             if reason:
                 return self._on_host(f"{n.op_type} {n.name!r}: {reason}")
         try:
-            plan = build_plan(concrete, lookup)
+            plan = build_plan(concrete, lookup, self.disabled_fusions)
             if self.prepare_plan is not None:
                 self.prepare_plan(plan)
             state = PartitionState(plan, self.device, self.allocator)

@@ -19,7 +19,7 @@ from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_HELPERS
 MAX_RANK = 6
 
 
-def _lit(x: float) -> str:
+def float_literal(x: float) -> str:
     """A float literal C accepts (inf and nan included)."""
     x = float(x)
     if np.isnan(x):
@@ -48,9 +48,9 @@ def _clip(n: Node, a: list[str], x: dict) -> str:
     lo, hi = x.get("min"), x.get("max")  # resolved from constant inputs or attributes in lowering
     expr = a[0]
     if lo is not None:
-        expr = f"onnxhal_max({expr}, {_lit(lo)})"
+        expr = f"onnxhal_max({expr}, {float_literal(lo)})"
     if hi is not None:
-        expr = f"onnxhal_min({expr}, {_lit(hi)})"
+        expr = f"onnxhal_min({expr}, {float_literal(hi)})"
     return expr
 
 
@@ -59,7 +59,7 @@ def _variadic(op: str) -> Callable[[Node, list[str], dict], str]:
         expr = a[0]
         for v in a[1:]:
             expr = f"{op}({expr}, {v})" if op.startswith("onnxhal_") else f"({expr} {op} {v})"
-        return f"({expr} / {_lit(len(a))})" if n.op_type == "Mean" else expr
+        return f"({expr} / {float_literal(len(a))})" if n.op_type == "Mean" else expr
     return build
 
 
@@ -96,13 +96,13 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Floor": lambda n, a, x: f"floor({a[0]})",
     "Ceil": lambda n, a, x: f"ceil({a[0]})",
     "Relu": lambda n, a, x: f"({a[0]} < 0.0f ? 0.0f : {a[0]})",  # NaN stays NaN (fmax drops it)
-    "LeakyRelu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 0.01))} * {a[0]})",
-    "Elu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {_lit(n.attr('alpha', 1.0))} * (ONNXHAL_EXP({a[0]}) - 1.0f))",
-    "Selu": lambda n, a, x: (f"({_lit(n.attr('gamma', 1.05070102214813232421875))} * ({a[0]} > 0.0f ? {a[0]} : "
-                          f"{_lit(n.attr('alpha', 1.67326319217681884765625))} * (ONNXHAL_EXP({a[0]}) - 1.0f)))"),
+    "LeakyRelu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {float_literal(n.attr('alpha', 0.01))} * {a[0]})",
+    "Elu": lambda n, a, x: f"({a[0]} >= 0.0f ? {a[0]} : {float_literal(n.attr('alpha', 1.0))} * (ONNXHAL_EXP({a[0]}) - 1.0f))",
+    "Selu": lambda n, a, x: (f"({float_literal(n.attr('gamma', 1.05070102214813232421875))} * ({a[0]} > 0.0f ? {a[0]} : "
+                          f"{float_literal(n.attr('alpha', 1.67326319217681884765625))} * (ONNXHAL_EXP({a[0]}) - 1.0f)))"),
     "Sigmoid": lambda n, a, x: f"(1.0f / (1.0f + ONNXHAL_EXP(-{a[0]})))",
-    "HardSigmoid": lambda n, a, x: (f"onnxhal_clamp({_lit(n.attr('alpha', 0.2))} * {a[0]} + "
-                                 f"{_lit(n.attr('beta', 0.5))}, 0.0f, 1.0f)"),
+    "HardSigmoid": lambda n, a, x: (f"onnxhal_clamp({float_literal(n.attr('alpha', 0.2))} * {a[0]} + "
+                                 f"{float_literal(n.attr('beta', 0.5))}, 0.0f, 1.0f)"),
     "HardSwish": lambda n, a, x: f"({a[0]} * onnxhal_clamp({a[0]} / 6.0f + 0.5f, 0.0f, 1.0f))",
     # log1p: log(1 + e) rounds 1 + e to 1 for e below float32 epsilon and loses all precision.
     "Softplus": lambda n, a, x: f"({a[0]} > 20.0f ? {a[0]} : log1p(ONNXHAL_EXP({a[0]})))",
@@ -111,19 +111,42 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Erf": lambda n, a, x: _erf(a[0]),
     "Gelu": _gelu,
     # com.onnxhal ReplaceNaN: a NaN (v != v, kept by the build options) becomes the constant.
-    "ReplaceNaN": lambda n, a, x: f"({a[0]} != {a[0]} ? {_lit(n.attr('value', 0.0))} : {a[0]})",
+    "ReplaceNaN": lambda n, a, x: f"({a[0]} != {a[0]} ? {float_literal(n.attr('value', 0.0))} : {a[0]})",
     "Clip": _clip,
     "Identity": lambda n, a, x: a[0],
     # Inference BatchNormalization: inputs rewritten in lowering to (x, scale, shift).
     "BatchNormalization": lambda n, a, x: f"({a[0]} * {a[1]} + {a[2]})",
     # com.onnxhal FusedBatchNormalization(x, multiplier, shift) + activation (codes of apply_act).
     "FusedBatchNormalization": lambda n, a, x: (f"apply_act({a[0]} * {a[1]} + {a[2]}, {x['act'][0]}, "
-                                                f"{_lit(x['act'][1])}, {_lit(x['act'][2])})"),
+                                                f"{float_literal(x['act'][1])}, {float_literal(x['act'][2])})"),
 }
 
 #: Ops with exactly this many float data inputs (others: variadic or checked in lowering).
 BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})
 VARIADIC_OPS = frozenset({"Max", "Min", "Sum", "Mean"})
+
+
+#: LayerNormalization whose input is a fused elementwise tree (``fused_at``): the tree's values are
+#: written to Y, then normalised there, with the arithmetic of kernel_sources' ``layernorm_rows``.
+LAYERNORM_PROLOGUE_SOURCE = """
+__kernel void layernorm_prologue(__global float* Y PARAMS, __constant int* meta, __global const float* gamma,
+                                 __global const float* beta, const int has_beta, const int R, const float eps,
+                                 const int total) {
+  const int row = get_global_id(0);
+  if (row >= total) return;
+  __global float* yp = Y + (size_t)row * R;
+  float mean = 0.0f;
+  for (int r = 0; r < R; ++r) { const float v = fused_at(row * R + r ARGS, meta); yp[r] = v; mean += v; }
+  mean /= (float)R;
+  float var = 0.0f;
+  for (int r = 0; r < R; ++r) { const float d = yp[r] - mean; var += d * d; }
+  const float inv = rsqrt(var / (float)R + eps);
+  for (int r = 0; r < R; ++r) {
+    const float v = (yp[r] - mean) * inv * gamma[r];
+    yp[r] = has_beta ? v + beta[r] : v;
+  }
+}
+"""
 
 
 @dataclass(frozen=True)
@@ -161,15 +184,21 @@ class FusedExpression:
 
 
 def generate_fused_kernel(statements: Sequence[tuple[str, str]], result: str, inputs: Sequence[FusedInput],
-                          out_shape: Sequence[int]) -> FusedExpression:
+                          out_shape: Sequence[int], function: bool = False) -> FusedExpression:
     """Source for ``out[gid] = result`` after ``statements`` (``(local name, C expression)``), where
-    expressions read external input ``k`` as ``in{k}``."""
+    expressions read external input ``k`` as ``in{k}``. ``function``: instead of that kernel, an
+    inline ``fused_at(gid, p0, ..., meta)`` returning the value at flat index ``gid``, for another
+    kernel to read the tree's result as its input (``LAYERNORM_PROLOGUE_SOURCE``)."""
     rank = len(out_shape)
     bcast = [k for k, fi in enumerate(inputs) if fi.mode == "bcast"]
     params = ", ".join(f"__global const float* restrict p{k}" for k in range(len(inputs)))
-    lines = [ERF_HELPER, "__kernel void fused_elementwise(__global float* restrict out"
-             + (", " + params if params else "") + ", __constant int* meta, const int total) {",
-             "  const int gid = get_global_id(0);", "  if (gid >= total) return;"]
+    if function:
+        lines = [ERF_HELPER, "inline float fused_at(const int gid" + (", " + params if params else "")
+                 + ", __constant int* meta) {"]
+    else:
+        lines = [ERF_HELPER, "__kernel void fused_elementwise(__global float* restrict out"
+                 + (", " + params if params else "") + ", __constant int* meta, const int total) {",
+                 "  const int gid = get_global_id(0);", "  if (gid >= total) return;"]
     if bcast:
         lines.append("  int rem = gid;")
         for k in bcast:
@@ -184,8 +213,12 @@ def generate_fused_kernel(statements: Sequence[tuple[str, str]], result: str, in
         lines.append(f"  const float in{k} = p{k}[{index}];")
     for name, expr in statements:
         lines.append(f"  const float {name} = {expr};")
-    lines.append(f"  out[gid] = {result};")
+    lines.append(f"  return {result};" if function else f"  out[gid] = {result};")
     lines.append("}")
+    if function:
+        args = "".join(f", p{k}" for k in range(len(inputs)))
+        fparams = "".join(f", __global const float* restrict p{k}" for k in range(len(inputs)))
+        lines.append(LAYERNORM_PROLOGUE_SOURCE.replace("PARAMS", fparams).replace("ARGS", args))
     meta = [rank, *out_shape]
     for k in bcast:
         meta.extend(inputs[k].strides)

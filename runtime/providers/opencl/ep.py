@@ -85,12 +85,16 @@ class OpenCLEp(Ep):
     runs_onnxhal_fused_ops = True  # op_support.FUSED_DOMAIN_OPS
 
     def __init__(self, device: OpenCLDeviceContext | None, allocator: OpenCLAllocator, logger: logging.Logger,
-                 cost_rule: bool = False) -> None:
+                 cost_rule: bool = False, disabled_fusions: frozenset[str] = frozenset()) -> None:
         self.device = device
         self.allocator = allocator
         self.logger = logger
         #: Keep partitions smaller than their launches and copies on the host (cost_rule.py).
         self.cost_rule = cost_rule
+        #: Fusion rules (fusion_rules.py) the plans leave out.
+        self.disabled_fusions = disabled_fusions
+        #: The plans of the compiled partitions of static shape (tests count their launches).
+        self.compiled_plans: list[PartitionPlan] = []
         self._launches: dict[tuple[int, ...], int] = {}  # planned group (node ids) -> launches per run
         # Shapes, dtypes and constants seen in get_capability, for compile's filtered graphs.
         self._shapes: dict = {}
@@ -187,7 +191,7 @@ class OpenCLEp(Ep):
             return True  # planned per concrete shape at run time (host fallback if that fails)
         part = self.kernel_graph(part)
         try:
-            plan = build_plan(part, self._lookup(part))
+            plan = build_plan(part, self._lookup(part), self.disabled_fusions)
             # A subclass with no OpenCL device (the simulators' host backend) plans only, so that
             # it takes exactly the nodes it would take with a device.
             if self.device is not None:
@@ -210,11 +214,13 @@ class OpenCLEp(Ep):
         infos: list[NodeComputeInfo] = []
         for graph in graphs:
             if is_dynamic(graph):
-                infos.append(DynamicNodeComputeInfo(graph, self.device, self.allocator, self.logger))
+                infos.append(DynamicNodeComputeInfo(graph, self.device, self.allocator, self.logger,
+                                                    disabled_fusions=self.disabled_fusions))
                 continue
             plan = self._planned.pop(graph, None)
             if plan is None:  # a graph get_capability did not see (a subclass rewrote it)
-                plan = build_plan(graph, self._lookup(graph))
+                plan = build_plan(graph, self._lookup(graph), self.disabled_fusions)
+            self.compiled_plans.append(plan)
             infos.append(OpenCLNodeComputeInfo(plan, self.device, self.allocator))
         self._dynamic.update((n.name, i) for n, i in zip(fused_nodes, infos) if isinstance(i, DynamicNodeComputeInfo))
         return infos

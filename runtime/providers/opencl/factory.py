@@ -23,6 +23,7 @@ from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.runtime.providers.opencl.cost_rule import COST_RULE_OPTION
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext, device_context
 from onnxhal.runtime.providers.opencl.ep import EP_NAME, OpenCLEp
+from onnxhal.runtime.providers.opencl.fusion_rules import DISABLE_FUSIONS_OPTION, parse_disabled
 from onnxhal.runtime.providers.opencl.memory import (
     OpenCLAllocator,
     OpenCLDataTransfer,
@@ -55,6 +56,12 @@ def _cost_rule(session_options: Any) -> bool:
         raise InvalidArgument(f"{EP_NAME} provider option {COST_RULE_OPTION}={value!r}: expected 'on' (keep partitions "
                               "smaller than their launches and copies on the host) or 'off'")
     return value == "on"
+
+
+def _disabled_fusions(session_options: Any) -> frozenset[str]:
+    """The provider option ``disable_fusions``: fusion rules (fusion_rules.py) not applied."""
+    options = session_options.provider_options_for(EP_NAME) if hasattr(session_options, "provider_options_for") else {}
+    return parse_disabled(options.get(DISABLE_FUSIONS_OPTION))
 
 
 def _ordinal(platform_index: int, device_index: int) -> int:
@@ -133,7 +140,8 @@ class OpenCLEpFactory(EpFactory):
             for mem, dev in self._cl_devices.items():
                 if dev.int_ptr == cl.get_platforms()[p].get_devices()[d].int_ptr:
                     return OpenCLEp(self.device_context(mem), self.allocator(mem), logger or self.logger,
-                                    cost_rule=_cost_rule(session_options))
+                                    cost_rule=_cost_rule(session_options),
+                                    disabled_fusions=_disabled_fusions(session_options))
         raise InvalidArgument(f"{EP_NAME}.create_ep: no OpenCL device in ep_metadata {list(ep_metadata)}; "
                               "create the session from this factory's EP devices")
 

@@ -36,6 +36,7 @@ class Epilogue:
     p1: float = 0.0
     residual: str | None = None
     bias: str | None = None  # a per-column bias folded from a following Add (MatMul/Gemm only)
+    source: str | None = None  # the GEMM program with a generated epilogue (act EPILOGUE_EXPR_CODE)
 
     @property
     def code(self) -> int:
@@ -153,7 +154,7 @@ class GemmLowering:
             args += [I32(a_rowmajor[0]), I32(a_rowmajor[1])]
         jt = min(ks.GEMM_JT, Nb)
         groups = -(-Nb // jt)
-        self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (groups * jt * Mb, batches), (1, 1), args))
+        self.plan.steps.append(Launch(epi.source or ks.GEMM_SOURCE, kernel, (groups * jt * Mb, batches), (1, 1), args))
 
     def _a_operand(self, a: str, M: int, K: int, rs: int, cs: int, batches: int, bstride: int
                    ) -> tuple[str, tuple[int, int] | None]:

@@ -55,6 +55,9 @@ inline float8 onnxhal_gelu8(float8 v) {
   return 0.5f * v * (1.0f + as_float8(as_int8(y) | sign));
 }
 // act: 0 none, 1 Relu, 2 Sigmoid, 3 Tanh, 4 LeakyRelu(p0), 5 HardSigmoid(p0, p1), 6 Clip(p0, p1), 7 Gelu
+#ifdef ONNXHAL_EPILOGUE_EXPR
+float onnxhal_epilogue_expr(float x);  // an elementwise chain folded into a GEMM, defined after
+#endif
 inline float apply_act(float v, int act, float p0, float p1) {
   switch (act) {
     case 1: return v < 0.0f ? 0.0f : v;
@@ -64,10 +67,16 @@ inline float apply_act(float v, int act, float p0, float p1) {
     case 5: return onnxhal_clamp(p0 * v + p1, 0.0f, 1.0f);
     case 6: return onnxhal_clamp(v, p0, p1);
     case 7: return 0.5f * v * (1.0f + onnxhal_erf(v * 0.70710678118f));
+#ifdef ONNXHAL_EPILOGUE_EXPR
+    case 15: return onnxhal_epilogue_expr(v);
+#endif
     default: return v;
   }
 }
 """
+
+#: Epilogue code of a generated elementwise chain (``gemm_epilogue_source``).
+EPILOGUE_EXPR_CODE = 15
 
 #: Activation name -> epilogue code of ``apply_act``.
 ACTIVATION_CODES = {"": 0, "Relu": 1, "Sigmoid": 2, "Tanh": 3, "LeakyRelu": 4, "HardSigmoid": 5, "Clip": 6,
@@ -570,3 +579,11 @@ __kernel void gather_rows(__global float* Y, __global const float* X, __global c
   Y[gid] = (k >= 0 && k < axis_dim) ? X[((size_t)o * axis_dim + k) * inner + i] : 0.0f;
 }
 """
+
+
+def gemm_epilogue_source(statements: list[tuple[str, str]], result: str) -> str:
+    """The GEMM program with epilogue code ``EPILOGUE_EXPR_CODE`` computing ``result`` after
+    ``statements`` (``(local, C expression)``) of the accumulated value ``x``."""
+    body = "".join(f"  const float {name} = {expr};\n" for name, expr in statements)
+    return ("#define ONNXHAL_EPILOGUE_EXPR\n" + GEMM_SOURCE
+            + f"\nfloat onnxhal_epilogue_expr(float x) {{\n{body}  return {result};\n}}\n")

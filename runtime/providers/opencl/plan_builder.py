@@ -16,12 +16,15 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
+from onnxhal.runtime.providers.opencl.attention_lowering import AttentionLowering, AttentionMatch
 from onnxhal.runtime.providers.opencl.elementwise_codegen import (
     ELEMENTWISE_OPS,
     POW_AS_PRODUCT,
     broadcast_strides,
+    float_literal,
     generate_fused_kernel,
 )
+from onnxhal.runtime.providers.opencl.fusion_rules import FUSION_RULES
 from onnxhal.runtime.providers.opencl.gemm_lowering import (
     Epilogue,
     GemmLowering,
@@ -33,6 +36,7 @@ from onnxhal.runtime.providers.opencl.gemm_lowering import (
 )
 from onnxhal.runtime.providers.opencl.op_support import (
     F32,
+    FUSED_DOMAIN,
     MAX_ELEMENTS,
     REDUCE_OPS,
     VIEW_OPS,
@@ -46,12 +50,16 @@ from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, Parti
 I32, F = np.int32, np.float32
 
 
-class PartitionPlanBuilder(GemmLowering):
+class PartitionPlanBuilder(GemmLowering, AttentionLowering):
     """Builds the plan of one filtered graph. ``lookup`` gives shapes, dtypes and constants."""
 
-    def __init__(self, graph: Graph, lookup: GraphLookup) -> None:
+    def __init__(self, graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.lookup = lookup
+        #: Fusion rules (fusion_rules.FUSION_RULES) this plan leaves out.
+        self.disabled = disabled
+        #: id(LayerNormalization) -> the elementwise tree computed in its kernel (rule layernorm_prologue)
+        self.layernorm_prologues: dict[int, list[Node]] = {}
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -111,6 +119,11 @@ class PartitionPlanBuilder(GemmLowering):
         self.plan.temps[name] = nbytes
         return name
 
+    def rule(self, name: str) -> bool:
+        """Whether fusion rule ``name`` (fusion_rules.FUSION_RULES) applies to this plan."""
+        assert name in FUSION_RULES, name
+        return name not in self.disabled
+
     # -- driver ----------------------------------------------------------------------------
     def build(self) -> PartitionPlan:
         nodes = self.graph.nodes
@@ -123,32 +136,85 @@ class PartitionPlanBuilder(GemmLowering):
         outputs = set(self.plan.output_names)
         epilogues: dict[int, Epilogue] = {}
         skip: set[int] = set()
+        position = {id(n): k for k, n in enumerate(nodes)}
+
         def sole_user(value: str) -> Node | None:
             users = consumers.get(value, [])
             return users[0] if len(users) == 1 and value not in outputs else None
 
+        self.projection_parts, self.projection_width = {}, {}
+        projections = self.find_projections(nodes, sole_user, outputs) if self.rule("qkv_projection") else {}
+        for group in projections.values():
+            skip.update(id(m) for m in group)
+        attention: dict[int, AttentionMatch] = {}
         for n in nodes:
-            if n.op_type not in ("Gemm", "MatMul", "Conv") or n.domain:
+            if n.op_type == "Softmax" and self.rule("attention") and id(n) not in skip:
+                match = self.match_attention(n, sole_user)
+                if match is not None and not any(id(m) in skip for m in match.members):
+                    attention[id(match.members[-1])] = match
+                    skip.update(id(m) for m in match.members)
+                    for split in match.splits:  # every part read in place: the Split itself is not run
+                        if all(o not in outputs and all(id(u) in skip for u in consumers.get(o, []))
+                               for o in split.outputs if o):
+                            skip.add(id(split))
+        for key, group in list(projections.items()):
+            if not any(id(consumers[m.outputs[0]][0]) in skip for m in group):  # attention took no part
+                del projections[key]
+                skip.difference_update(id(m) for m in group)
+                self.drop_projections(group)
+        for n in nodes:
+            if n.op_type not in ("Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul") or id(n) in skip:
                 continue
-            epi = Epilogue(n.outputs[0])
+            fused_op = n.op_type.startswith("Fused")
+            if fused_op and n.domain != FUSED_DOMAIN or not fused_op and n.domain:
+                continue
+            epi = Epilogue(n.outputs[0], *fused_activation_spec(n)) if fused_op else Epilogue(n.outputs[0])
             last = n
-            bias = self._bias_follower(n, sole_user(n.outputs[0]))
+            bias = None if fused_op or not self.rule("gemm_bias") else self._bias_follower(n, sole_user(n.outputs[0]))
             if bias is not None:  # MatMul/Gemm + Add(constant row vector): the epilogue adds it
                 epi.bias, last = bias
                 epi.out = last.outputs[0]
                 skip.add(id(last))
             user = sole_user(last.outputs[0])
-            if user is not None and user.inputs[0] == last.outputs[0]:
+            if not fused_op and user is not None and user.inputs[0] == last.outputs[0] and self.rule("gemm_activation"):
                 spec = activation_spec(user, self.lookup)
                 if spec is not None:
                     epi.act, epi.p0, epi.p1 = spec
                     epi.out = user.outputs[0]
                     skip.add(id(user))
+                    last = user
+            user, view = sole_user(last.outputs[0]), None
+            if user is not None and user.op_type in VIEW_OPS and not user.domain:  # e.g. GPT-2's Reshape
+                view, user = user, sole_user(user.outputs[0])
+            residual = self._residual_follower(n, view or last, epi, user, position)
+            if residual is not None:  # ... [view] + Add(value of the output's shape): the epilogue adds it
+                epi.residual, add = residual
+                epi.out = add.outputs[0]
+                skip.update(id(m) for m in (add, view) if m is not None)
             epilogues[id(n)] = epi
         self._fold_transposes(nodes, consumers, outputs, skip)
         clusters = self._elementwise_clusters(nodes, consumers, outputs, skip)
+        self.layernorm_prologues = {}
+        for n in nodes:  # rule layernorm_prologue: a fused tree read only by a LayerNormalization
+            if n.op_type != "LayerNormalization" or n.domain not in ("", FUSED_DOMAIN) or id(n) in skip:
+                continue
+            members = clusters.get(id(self.graph.producer(n.inputs[0])))
+            if (self.rule("layernorm_prologue") and members and sole_user(n.inputs[0]) is n
+                    and not any(id(m) in skip for m in members)):
+                self.layernorm_prologues[id(n)] = members
+                skip.update(id(m) for m in members)
+        if self.rule("gemm_elementwise"):
+            for n in nodes:
+                if id(n) in epilogues and id(n) not in skip:
+                    self._fold_chain(n, epilogues[id(n)], clusters, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
+            if id(n) in attention:
+                self.lower_attention(attention[id(n)])
+                continue
+            if id(n) in projections:
+                self.lower_projections(projections[id(n)], skip)
+                continue
             if id(n) in skip:
                 continue
             if id(n) in clusters:
@@ -177,6 +243,78 @@ class PartitionPlanBuilder(GemmLowering):
             return None
         return other, user
 
+    def _fold_chain(self, n: Node, epi: Epilogue, clusters: dict, consumers: dict, outputs: set, skip: set) -> None:
+        """Rule ``gemm_elementwise``: a fused elementwise tree (``_elementwise_clusters``) that reads
+        the result of MatMul (2-D weight) or Gemm ``n`` with no activation, directly or through a
+        view, as its only varying input (every other input a scalar constant), and is that result's
+        only reader, becomes the GEMM's epilogue (GPT-2's tanh-Gelu, x * Sigmoid(x))."""
+        if (epi.act or epi.residual or n.op_type not in ("Gemm", "FusedGemm", "MatMul", "FusedMatMul")
+                or n.op_type in ("MatMul", "FusedMatMul") and len(self.shape(n.inputs[1])) != 2):
+            return
+        x, view = epi.out, None
+        readers = consumers.get(x, [])
+        if x in outputs or not readers:
+            return
+        if len(readers) == 1 and readers[0].op_type in VIEW_OPS and not readers[0].domain:
+            view = readers[0]
+            x = view.outputs[0]
+            readers = consumers.get(x, [])
+            if x in outputs or not readers:
+                return
+        members = next((c for c in clusters.values() if c and readers[0] in c), None)
+        if members is None or any(r not in members for r in readers) or any(id(m) in skip for m in members):
+            return  # (a tree a LayerNorm computes in its own kernel reads the GEMM's result)
+        internal = {m.outputs[0] for m in members[:-1]}
+        exprs: dict[str, str] = {x: "x"}
+        statements: list[tuple[str, str]] = []
+        for k, m in enumerate(members):
+            if m.op_type in ("BatchNormalization", "FusedBatchNormalization"):
+                return  # their lowering makes per-channel constants
+            args, extra = self._elementwise_args(m)
+            refs = []
+            for a in args:
+                if a in internal or a == x:
+                    refs.append(exprs[a])
+                    continue
+                c = self.lookup.const(a)
+                if c is None or c.size != 1 or c.dtype != np.float32:
+                    return
+                refs.append(float_literal(float(c.reshape(-1)[0])))
+            statements.append((f"v{k}", ELEMENTWISE_OPS[m.op_type](m, refs, extra)))
+            exprs[m.outputs[0]] = f"v{k}"
+        root = members[-1]
+        if self.shape(root.outputs[0]) != self.shape(x):
+            return
+        epi.source = ks.gemm_epilogue_source(statements, exprs[root.outputs[0]])
+        epi.act = ks.EPILOGUE_EXPR_CODE
+        epi.out = root.outputs[0]
+        skip.update(id(m) for m in (*members, view) if m is not None)
+
+    def _residual_follower(self, n: Node, last: Node, epi: Epilogue, user: Node | None,
+                           position: dict[int, int]) -> tuple[str, Node] | None:
+        """Rule ``gemm_residual``: (residual value, the Add) when ``user``, the only reader of the
+        GEMM's result ``last`` (or of a view of it: same elements, same order), adds a float32 value of the same shape computed before the GEMM
+        (a partition input, a constant, or an earlier node's output). The kernel adds it before
+        the activation, so only an epilogue without one takes it; a batched MatMul (whose residual
+        would need a batch stride) and a Transpose-folded store keep the Add."""
+        if (user is None or user.op_type != "Add" or user.domain or len(user.inputs) != 2 or epi.act
+                or not self.rule("gemm_residual") or n.op_type not in ("Gemm", "FusedGemm", "MatMul", "FusedMatMul")):
+            return None
+        if n.op_type in ("MatMul", "FusedMatMul") and len(self.shape(n.inputs[1])) != 2:
+            return None
+        if n.op_type in ("Gemm", "FusedGemm") and len(n.inputs) > 2 and n.inputs[2] and n.attr("beta", 1.0) != 1.0:
+            return None
+        result = last.outputs[0]
+        other = user.inputs[1] if user.inputs[0] == result else user.inputs[0]
+        if other == result or self.shape(other) != self.shape(result) or self.shape(user.outputs[0]) != self.shape(result):
+            return None
+        if np.dtype(self.lookup.dtype(other) or F32) != np.float32:
+            return None
+        producer = self.graph.producer(other)
+        if producer is not None and position.get(id(producer), len(position)) >= position[id(n)]:
+            return None  # computed after the GEMM's launch: not there yet when the epilogue reads it
+        return self.data(other), user
+
     def _fold_transposes(self, nodes, consumers, outputs, skip: set[int]) -> None:
         """Transposes next to batched MatMuls cost no copy: a Transpose read only by MatMuls becomes
         strides of their operand (packing or in-place reads take any strides), and a Transpose that
@@ -191,13 +329,16 @@ class PartitionPlanBuilder(GemmLowering):
         for n in nodes:
             if n.op_type != "Transpose" or n.domain or id(n) in skip:
                 continue
+            if not self.rule("transpose_operand") and not self.rule("transpose_store"):
+                continue
             x, y = n.inputs[0], n.outputs[0]
             perm = list(n.attr("perm") or range(len(self.shape(x)))[::-1])
             users = consumers.get(y, [])
-            if len(perm) < 3 or y in outputs or not users or not all(
+            if len(perm) < 3 or y in outputs or not users or not self.rule("transpose_operand") or not all(
                     batched(u) and y in u.inputs[:2] for u in users):
                 producer = self.graph.producer(x)
-                if (len(perm) >= 3 and perm[-1] == len(perm) - 1 and producer is not None and batched(producer)
+                if (self.rule("transpose_store") and len(perm) >= 3 and perm[-1] == len(perm) - 1
+                        and producer is not None and batched(producer)
                         and id(producer) not in self.output_views and x not in outputs
                         and consumers.get(x, []) == [n]):
                     zs = transpose_output_strides(self.shape(y), perm)
@@ -217,6 +358,8 @@ class PartitionPlanBuilder(GemmLowering):
         """id(root node) -> member nodes in order; id(non-root member) -> [] (emitted with its root)."""
         cluster_of: dict[int, list[Node]] = {}
         result: dict[int, list[Node]] = {}
+        if not self.rule("elementwise"):
+            return result
         for n in nodes:
             if n.op_type not in ELEMENTWISE_OPS or id(n) in skip:
                 continue
@@ -280,7 +423,9 @@ class PartitionPlanBuilder(GemmLowering):
             return [n.inputs[0]], extra
         return [i for i in n.inputs if i], {}
 
-    def _lower_fused(self, members: list[Node]) -> None:
+    def _lower_fused(self, members: list[Node], function: bool = False):
+        """One fused elementwise launch of ``members``; ``function``: (its source as ``fused_at``, the
+        buffers it reads, its meta constant) for a kernel reading the tree's result instead."""
         root = members[-1]
         out = root.outputs[0]
         out_shape = self.shape(out)
@@ -302,8 +447,10 @@ class PartitionPlanBuilder(GemmLowering):
             statements.append((local, ELEMENTWISE_OPS[m.op_type](m, refs, extra)))
             exprs[m.outputs[0]] = local
         inputs = [broadcast_strides(self.shape(self.data(a)), out_shape) for a in ext]
-        fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape)
+        fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape, function)
         meta = self.constant("meta", fused.meta)
+        if function:
+            return fused.source, [Buf(self.data(a)) for a in ext], Buf(meta)
         self.plan.add_launch_1d(fused.source, "fused_elementwise", prod(out_shape),
                                 [Buf(self.output(out)), *(Buf(self.data(a)) for a in ext), Buf(meta)])
 
@@ -412,16 +559,20 @@ class PartitionPlanBuilder(GemmLowering):
         self._softmax(n, 1)
 
     def _lower_LayerNormalization(self, n: Node) -> None:
-        x = self.data(n.inputs[0])
-        xs = self.shape(x)
+        xs = self.shape(n.inputs[0])
         axis = n.attr("axis", -1) % len(xs)
         r = prod(xs[axis:])
         gamma = self.data(n.inputs[1])
         beta = self.data(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
         out = self.output(n.outputs[0])
+        tail = [Buf(gamma), Buf(beta or gamma), I32(1 if beta else 0), I32(r), F(n.attr("epsilon", 1e-5))]
+        prologue = self.layernorm_prologues.get(id(n))
+        if prologue is not None:  # rule layernorm_prologue: the elementwise tree computed in here
+            source, reads, meta = self._lower_fused(prologue, function=True)
+            self.plan.add_launch_1d(source, "layernorm_prologue", prod(xs[:axis]), [Buf(out), *reads, meta, *tail])
+            return
         self.plan.add_launch_1d(ks.ROWWISE_SOURCE, "layernorm_rows", prod(xs[:axis]), [
-            Buf(out), Buf(x), Buf(gamma), Buf(beta or gamma), I32(1 if beta else 0), I32(r),
-            F(n.attr("epsilon", 1e-5))])
+            Buf(out), Buf(self.data(n.inputs[0])), *tail])
 
     def _lower_LRN(self, n: Node) -> None:
         x = self.data(n.inputs[0])
@@ -517,6 +668,6 @@ class PartitionPlanBuilder(GemmLowering):
             Buf(out), Buf(x), Buf(idx), I32(xs[axis]), I32(nidx), I32(prod(xs[axis + 1:]))])
 
 
-def build_plan(graph: Graph, lookup: GraphLookup) -> PartitionPlan:
-    """The launches of one fused partition."""
-    return PartitionPlanBuilder(graph, lookup).build()
+def build_plan(graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset()) -> PartitionPlan:
+    """The launches of one fused partition, without the fusion rules named in ``disabled``."""
+    return PartitionPlanBuilder(graph, lookup, disabled).build()

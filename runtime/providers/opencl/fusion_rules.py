@@ -1,0 +1,41 @@
+"""The plan builder's fusion rules, by name, and the provider option that turns them off.
+
+Each rule is a pattern ``plan_builder`` folds into fewer launches, with the condition that selects
+it in the builder's code under the same name. Turning a rule off (provider option
+``disable_fusions="attention,gemm_residual"``) lowers the same nodes one launch (or family) each,
+which is what the tests compare a fused plan against.
+"""
+
+from __future__ import annotations
+
+from onnxhal.hal.errors import InvalidArgument
+
+DISABLE_FUSIONS_OPTION = "disable_fusions"
+
+#: name -> what it folds (and into what).
+FUSION_RULES: dict[str, str] = {
+    "gemm_bias": "an Add of a constant row vector, sole reader of a MatMul/Gemm, into its epilogue",
+    "gemm_activation": "an activation, sole reader of a MatMul/Gemm/Conv (after its bias), into its epilogue",
+    "gemm_residual": "an Add of a same-shape value computed earlier, sole reader of a MatMul/Gemm without "
+                     "activation, into its epilogue",
+    "gemm_elementwise": "an elementwise tree whose only varying input is a MatMul/Gemm result without activation "
+                        "(scalar constants otherwise), sole reader of it, into its epilogue",
+    "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
+    "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
+    "layernorm_prologue": "a fused elementwise tree read only by a LayerNormalization into the LayerNorm's kernel",
+    "elementwise": "trees of elementwise nodes into one generated kernel",
+    "qkv_projection": "MatMuls of one input by constant weights, each read by a head split, into one GEMM by the "
+                      "concatenated weights (attention reads the parts in place)",
+    "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
+                 "MatMul, with the Transposes around it) into one kernel",
+}
+
+
+def parse_disabled(text: str | None) -> frozenset[str]:
+    """The rule names of a ``disable_fusions`` option value (comma-separated; "" for none)."""
+    names = frozenset(filter(None, (s.strip() for s in (text or "").split(","))))
+    unknown = sorted(names - FUSION_RULES.keys())
+    if unknown:
+        raise InvalidArgument(f"OpenCLExecutionProvider provider option {DISABLE_FUSIONS_OPTION}={text!r}: unknown "
+                              f"rule(s) {unknown}; expected names among {sorted(FUSION_RULES)}")
+    return names

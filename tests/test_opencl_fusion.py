@@ -1,0 +1,251 @@
+"""The OpenCL EP's fusion rules (runtime/providers/opencl/fusion_rules.py): each one turned off by the
+provider option ``disable_fusions`` gives the unfused plan, with more launches and the same outputs;
+onnxruntime's CPU EP judges both on random inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("pyopencl")
+
+import onnxhal  # noqa: E402
+from onnxhal.hal.errors import InvalidArgument  # noqa: E402
+from tests.opencl_support import require_opencl  # noqa: E402
+
+OPENCL_INDEX = require_opencl(module_level=True)
+RNG = np.random.default_rng(47)
+
+
+@pytest.fixture
+def opencl(register):
+    register("onnxhal.runtime.providers.opencl", "opencl")
+
+
+def _model(nodes, inputs, outputs, weights) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+                              [numpy_helper.from_array(w, n) for n, w in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def _weight(*shape: int) -> np.ndarray:
+    return (RNG.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+
+
+def _compare(model: onnx.ModelProto, feeds: dict, rule: str, rtol: float = 1e-5, atol: float = 1e-5
+             ) -> tuple[int, int]:
+    """Launches per run with every rule and with ``rule`` off; both runs' outputs against onnxruntime."""
+    data = model.SerializeToString()
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    launches = []
+    for disabled in ("", rule):
+        sess = onnxhal.InferenceSession(data, providers=[("OpenCLExecutionProvider", {"disable_fusions": disabled}),
+                                                         "CPUExecutionProvider"])
+        assert set(sess.partition_summary) == {"OpenCLExecutionProvider"}, sess.partition_summary
+        for got, ref in zip(sess.run(None, feeds), want):
+            np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol, err_msg=f"disable_fusions={disabled!r}")
+        launches.append(sum(p.launches_per_run for p in sess.eps["OpenCLExecutionProvider"].compiled_plans))
+    return launches[0], launches[1]
+
+
+def test_a_residual_add_after_a_matmul_is_its_epilogue(opencl):
+    # x -> MatMul -> (+ bias) -> + x: the bias and the residual in the GEMM's epilogue, one launch;
+    # then LayerNorm-free FFN tail: Relu(h @ w2 + b2) + y, whose Add comes after an activation and stays.
+    n, k = 24, 40
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Add", ["x", "hb"], ["y"]),
+             helper.make_node("MatMul", ["y", "w2"], ["g"]), helper.make_node("Add", ["g", "y"], ["z"]),
+             helper.make_node("MatMul", ["z", "w3"], ["u"]), helper.make_node("Relu", ["u"], ["r"]),
+             helper.make_node("Add", ["r", "z"], ["out"])]
+    weights = {"w1": _weight(k, k), "b1": _weight(k), "w2": _weight(k, k), "w3": _weight(k, k)}
+    model = _model(nodes, [("x", [2, n, k])], ["out", "y"], weights)
+    feeds = {"x": RNG.standard_normal((2, n, k)).astype(np.float32)}
+    fused, unfused = _compare(model, feeds, "gemm_residual")
+    assert (fused, unfused) == (4, 6)
+
+
+def test_a_residual_add_behind_a_reshape_is_the_gemm_epilogue(opencl):
+    # GPT-2's export: rows flattened for a Gemm (with C), its result reshaped back, then the residual Add
+    b, n, k = 2, 6, 24
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v), name)  # noqa: E731
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["x2"]), helper.make_node("Gemm", ["x2", "w", "bias"], ["g"]),
+             helper.make_node("Reshape", ["g", "back"], ["g3"]), helper.make_node("Add", ["g3", "x"], ["y"])]
+    model = _model(nodes, [("x", [b, n, k])], ["y"], {"w": _weight(k, k), "bias": _weight(k)})
+    model.graph.initializer.extend([c("flat", np.array([b * n, k], np.int64)), c("back", np.array([b, n, k], np.int64))])
+    feeds = {"x": RNG.standard_normal((b, n, k)).astype(np.float32)}
+    assert _compare(model, feeds, "gemm_residual") == (1, 2)
+
+
+def test_an_activation_chain_after_a_gemm_is_its_epilogue(opencl):
+    # GPT-2's tanh-Gelu as its export writes it, behind a Reshape, then x * Sigmoid(x) (SiLU)
+    b, n, k, h = 2, 5, 16, 24
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["x2"]), helper.make_node("Gemm", ["x2", "w1", "b1"], ["g"]),
+             helper.make_node("Reshape", ["g", "back"], ["u"]),
+             helper.make_node("Mul", ["u", "half"], ["t0"]), helper.make_node("Pow", ["u", "three"], ["t1"]),
+             helper.make_node("Mul", ["t1", "coef"], ["t2"]), helper.make_node("Add", ["u", "t2"], ["t3"]),
+             helper.make_node("Mul", ["t3", "root"], ["t4"]), helper.make_node("Tanh", ["t4"], ["t5"]),
+             helper.make_node("Add", ["t5", "one"], ["t6"]), helper.make_node("Mul", ["t0", "t6"], ["gelu"]),
+             helper.make_node("MatMul", ["gelu", "w2"], ["m"]), helper.make_node("Sigmoid", ["m"], ["sg"]),
+             helper.make_node("Mul", ["m", "sg"], ["y"])]
+    model = _model(nodes, [("x", [b, n, k])], ["y"], {"w1": _weight(k, h), "b1": _weight(h), "w2": _weight(h, k)})
+    model.graph.initializer.extend([
+        numpy_helper.from_array(np.array([b * n, k], np.int64), "flat"),
+        numpy_helper.from_array(np.array([b, n, h], np.int64), "back"), c("half", 0.5), c("three", 3.0),
+        c("coef", 0.044715), c("root", np.sqrt(2 / np.pi)), c("one", 1.0)])
+    feeds = {"x": (2 * RNG.standard_normal((b, n, k))).astype(np.float32)}
+    assert _compare(model, feeds, "gemm_elementwise") == (2, 4)
+
+
+def test_an_elementwise_tree_read_by_a_layernorm_is_computed_in_its_kernel(opencl):
+    # an embedding sum as BERT's: token + position (broadcast over the batch) + type, then LayerNorm
+    b, n, e = 2, 7, 24
+    nodes = [helper.make_node("Add", ["tok", "pos"], ["s0"]), helper.make_node("Add", ["s0", "typ"], ["s1"]),
+             helper.make_node("LayerNormalization", ["s1", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5)]
+    weights = {"pos": _weight(1, n, e), "gamma": _weight(e) + 1, "beta": _weight(e)}
+    model = _model(nodes, [("tok", [b, n, e]), ("typ", [b, n, e])], ["y"], weights)
+    feeds = {"tok": RNG.standard_normal((b, n, e)).astype(np.float32),
+             "typ": RNG.standard_normal((b, n, e)).astype(np.float32)}
+    assert _compare(model, feeds, "layernorm_prologue") == (1, 2)
+
+
+def test_a_tree_between_a_gemm_and_a_layernorm_is_computed_once(opencl):
+    # both the GEMM's epilogue and the LayerNorm's prologue could take x * 0.5 + 1: the LayerNorm does
+    n, k = 6, 20
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Mul", ["m", "half"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["u"]),
+             helper.make_node("LayerNormalization", ["u", "gamma", "beta"], ["y"], axis=-1)]
+    model = _model(nodes, [("x", [n, k])], ["y"], {"w": _weight(k, k), "gamma": _weight(k) + 1, "beta": _weight(k)})
+    model.graph.initializer.extend([c("half", 0.5), c("one", 1.0)])
+    feeds = {"x": RNG.standard_normal((n, k)).astype(np.float32)}
+    assert _compare(model, feeds, "layernorm_prologue") == (2, 2)  # off: the GEMM's epilogue takes it
+
+
+def test_an_unknown_rule_is_an_error_naming_the_rules(opencl):
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", [4])], ["y"], {})
+    with pytest.raises(InvalidArgument, match=r"disable_fusions='tiling'.*unknown rule.*'attention'"):
+        onnxhal.InferenceSession(model.SerializeToString(),
+                                 providers=[("OpenCLExecutionProvider", {"disable_fusions": "tiling"})])
+
+
+def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_scores: bool,
+                     identity_view: bool = False, fused_qkv: bool = False) -> onnx.ModelProto:
+    """x [b, s, e] -> Q, K, V projections, heads split by Reshape + Transpose (K transposed for Q @ K^T),
+    scaled (Q and K by sqrt(sqrt(d)) as PyTorch's export, or the scores by sqrt(d)), masked, Softmax
+    (NaN of a fully masked row replaced by 0, as PyTorch's SDPA export does), @ V, heads merged."""
+    e = heads * d
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v), name)  # noqa: E731
+    nodes, weights = [], {f"w{t}": _weight(e, e) for t in "qkv"}
+    if fused_qkv:  # GPT-2's export: one projection, split in three
+        weights = {"wqkv": _weight(e, 3 * e)}
+        nodes += [helper.make_node("MatMul", ["x", "wqkv"], ["qkv"]),
+                  helper.make_node("Split", ["qkv", "thirds"], ["q0", "k0", "v0"], axis=-1)]
+    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        if not fused_qkv:
+            nodes.append(helper.make_node("MatMul", ["x", f"w{t}"], [f"{t}0"]))
+        nodes += [helper.make_node("Reshape", [f"{t}0", "split"], [f"{t}1"]),
+                  helper.make_node("Transpose", [f"{t}1"], [f"{t}2"], perm=perm)]
+    if scale_scores:
+        nodes += [helper.make_node("MatMul", ["q2", "k2"], ["s0"]), helper.make_node("Div", ["s0", "sqrt_d"], ["s1"])]
+    else:
+        nodes += [helper.make_node("Mul", ["q2", "root"], ["q3"]), helper.make_node("Mul", ["root", "k2"], ["k3"]),
+                  helper.make_node("MatMul", ["q3", "k3"], ["s1"])]
+    scores = "s1"
+    if masked:
+        nodes.append(helper.make_node("Add", ["s1", "mask"], ["s2"]))
+        scores = "s2"
+    nodes += [helper.make_node("Softmax", [scores], ["p0"], axis=-1),
+              helper.make_node("IsNaN", ["p0"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p0"], ["p1"]),
+              helper.make_node("MatMul", ["p1", "v2"], ["o"])]
+    nodes += ([helper.make_node("Reshape", ["o", "heads"], ["o0"])] if identity_view
+              else [helper.make_node("Identity", ["o"], ["o0"])])
+    nodes += [helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["o1", "merge"], ["y"])]
+    mask = np.zeros((b, 1, 1, s), np.float32)
+    mask[0, 0, 0, s // 2:] = -np.inf  # padding of the first sequence
+    inits = [c("split", np.array([b, s, heads, d], np.int64)), c("heads", np.array([b, heads, s, d], np.int64)),
+             c("thirds", np.array([e, e, e], np.int64)), c("merge", np.array([b, s, e], np.int64)),
+             c("sqrt_d", np.float32(np.sqrt(d))), c("root", np.float32(d ** -0.25)), c("zero", np.float32(0)),
+             c("mask", mask)]
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, s, e])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, e])],
+                              [numpy_helper.from_array(w, n) for n, w in weights.items()] + inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("b, s, heads, d, masked, scale_scores, view", [
+    (2, 12, 4, 8, True, False, True),  # BERT's export: Q and K scaled, additive mask, batch 2
+    (1, 50, 3, 16, False, True, False),  # ViT's: scores divided by sqrt(d), no mask
+    (3, 7, 2, 5, True, True, False),  # odd sizes
+])
+def test_attention_is_one_launch(opencl, b, s, heads, d, masked, scale_scores, view):
+    model = _attention_model(b, s, heads, d, masked, scale_scores, view)
+    feeds = {"x": RNG.standard_normal((b, s, heads * d)).astype(np.float32)}
+    fused, unfused = _compare(model, feeds, "attention,qkv_projection")
+    # the projections (one GEMM) + one attention launch, against 3 + 2 GEMMs, packing, softmax and copies
+    assert fused == 2 and unfused >= fused + 6, (fused, unfused)
+
+
+def test_the_q_k_v_projections_of_one_input_are_one_gemm(opencl):
+    model = _attention_model(2, 12, 4, 8, True, False, True)
+    feeds = {"x": RNG.standard_normal((2, 12, 32)).astype(np.float32)}
+    assert _compare(model, feeds, "qkv_projection") == (2, 4)
+
+
+def test_the_parts_of_a_split_projection_are_read_in_place(opencl):
+    model = _attention_model(2, 10, 2, 16, True, False, True, fused_qkv=True)
+    feeds = {"x": RNG.standard_normal((2, 10, 32)).astype(np.float32)}
+    fused, unfused = _compare(model, feeds, "attention")
+    # one GEMM for Q, K and V, then attention: no copy of the Split's parts or of the Transposes
+    assert fused == 2 and unfused >= fused + 8, (fused, unfused)
+
+
+def test_projections_whose_head_splits_attention_does_not_take_stay_apart(opencl):
+    # with attention off nothing reads the parts in place: merged, each part would need a copy out
+    model = _attention_model(1, 6, 2, 4, True, False)
+    feeds = {"x": RNG.standard_normal((1, 6, 8)).astype(np.float32)}
+    assert _compare(model, feeds, "attention,qkv_projection")[0] == 2
+    data = model.SerializeToString()
+    sess = onnxhal.InferenceSession(data, providers=[("OpenCLExecutionProvider", {"disable_fusions": "attention"})])
+    kernels = [s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps]
+    assert kernels.count("gemm_rowmajor_a") == 3 + 2 and "strided_copy" in kernels  # no merged GEMM + copies
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_shape", [None, (7, 9), (3, 1, 9), (3, 7, 9)])
+def test_attention_of_rank_3_with_masks_of_any_broadcast(opencl, mask_shape):
+    # [batch * heads, seq, dim] operands as some exports write them; K given untransposed
+    q, k, v = (RNG.standard_normal(shape).astype(np.float32) for shape in ((3, 7, 16), (3, 9, 16), (3, 9, 8)))
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), helper.make_node("MatMul", ["q", "kt"], ["s0"]),
+             helper.make_node("Mul", ["s0", "scale"], ["s1"])]
+    scores, weights = "s1", {"scale": np.array(0.25, np.float32)}
+    if mask_shape:
+        mask = RNG.standard_normal(mask_shape).astype(np.float32)
+        mask[..., -2:] = -np.inf
+        nodes.append(helper.make_node("Add", ["mask", "s1"], ["s2"]))
+        scores, weights["mask"] = "s2", mask
+    nodes += [helper.make_node("Softmax", [scores], ["p"], axis=2), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    model = _model(nodes, [("q", [3, 7, 16]), ("k", [3, 9, 16]), ("v", [3, 9, 8])], ["y"], weights)
+    fused, unfused = _compare(model, {"q": q, "k": k, "v": v}, "attention")
+    assert fused == 1 and unfused >= 4, (fused, unfused)
+
+
+def test_a_fully_masked_row_gives_the_replaced_value(opencl):
+    model = _attention_model(1, 6, 2, 4, True, False)
+    # every key of batch 0 masked: softmax gives NaN and the Where(IsNaN) makes the row 0
+    for init in model.graph.initializer:
+        if init.name == "mask":
+            init.CopyFrom(numpy_helper.from_array(np.full((1, 1, 1, 6), -np.inf, np.float32), "mask"))
+    feeds = {"x": RNG.standard_normal((1, 6, 8)).astype(np.float32)}
+    fused, unfused = _compare(model, feeds, "attention")
+    assert fused < unfused

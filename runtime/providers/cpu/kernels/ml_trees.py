@@ -95,6 +95,22 @@ def _tree_sum(w: np.ndarray) -> np.ndarray:
 _CHUNK = 1 << 18
 
 
+def _depth(what: str, mode: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray) -> int:
+    """The longest root-to-leaf walk of trees that may share nodes (a walk longer than the node
+    count is a cycle)."""
+    depth = 0
+    frontier = np.unique(roots)
+    while frontier.size:
+        frontier = frontier[mode[frontier] != LEAF]
+        if not frontier.size:
+            break
+        depth += 1
+        if depth > mode.size:
+            raise InvalidArgument(f"{what}: the trees have a cycle.")
+        frontier = np.unique(np.concatenate([true_next[frontier], false_next[frontier]]))
+    return depth
+
+
 class _Forest:
     """The trees of a node flattened: per node its feature, threshold, mode and the indices of its
     two children (a leaf points at itself), the roots, the depth to walk, and per node a dense row
@@ -103,7 +119,6 @@ class _Forest:
     def __init__(self, what: str, feature: np.ndarray, threshold: np.ndarray, mode: np.ndarray,
                  true_next: np.ndarray, false_next: np.ndarray, missing_true: np.ndarray, roots: np.ndarray,
                  weights: np.ndarray, has: np.ndarray, members: dict[int, np.ndarray] | None = None) -> None:
-        n = len(mode)
         self.feature = np.where(mode == LEAF, 0, feature).astype(np.int64)
         self.threshold, self.mode, self.roots = threshold, mode, roots
         self.missing_true = missing_true
@@ -113,18 +128,15 @@ class _Forest:
         inner = mode[mode != LEAF]
         self.uniform_mode = int(inner[0]) if inner.size and (inner == inner[0]).all() and inner[0] != MEMBER else -1
         self.any_missing = bool(missing_true.any())
-        # depth: the longest root-to-leaf walk (a walk longer than the node count is a cycle)
-        self.depth = 0
-        frontier = np.unique(roots)
-        while frontier.size:
-            frontier = frontier[mode[frontier] != LEAF]
-            if not frontier.size:
-                break
-            self.depth += 1
-            if self.depth > n:
-                raise InvalidArgument(f"{what}: the trees have a cycle.")
-            frontier = np.unique(np.concatenate([true_next[frontier], false_next[frontier]]))
-        self._bits = _LeafBits.build(self, true_next, false_next)
+        # trees that share no node (as converters write them): their levels give the depth, and the
+        # leaf bits are built from the same walk
+        shape = _tree_shape(mode == LEAF, true_next, false_next, roots) if roots.size else None
+        if shape is not None:
+            # the levels holding an interior node: the longest root-to-leaf walk
+            self.depth = sum(1 for level in shape[3] if (mode[level] != LEAF).any())
+        else:
+            self.depth = _depth(what, mode, true_next, false_next, roots)
+        self._bits = _LeafBits.build(self, shape, true_next)
         #: which outputs the trees write, where that is the same for every row (else None)
         self.written_const = None if self._bits is None else self._bits.written
         # Past one chunk, per row the leaf bits cost about their columns (nodes) and the walk its
@@ -248,10 +260,6 @@ _SELECT_CELLS = 1 << 11
 #: float32: a boosted multi-class model of thousands of trees reads slots, then weights)
 _TABLE_WEIGHTS = 1 << 22
 
-#: per byte value (row) its 8 bits, most significant first: the order np.packbits writes a group's
-#: 8 comparisons in
-_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(bool)
-
 
 class _LeafBits:
     """The leaf each row reaches in each tree in a fixed number of numpy calls, whatever the depth
@@ -285,9 +293,7 @@ class _LeafBits:
         #: per group the offset of its 256 entries in the tables, added to its byte
         self.group_base = np.arange(groups, dtype=np.intp) * 256
         # [group, byte]: the AND of the group's masks, each node's by its bit
-        table = np.full((groups, 256), np.iinfo(np.uint64).max, np.uint64)
-        for j in range(8):
-            table &= np.where(_BYTE_BITS[:, j], mask_true[j::8, None], mask_false[j::8, None])
+        table = _group_table(mask_true.reshape(groups, 8), mask_false.reshape(groups, 8))
         #: one group a tree: per [group, byte] the slot (index into ``leaf``) its leaf has
         self.single = groups == trees
         # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
@@ -312,11 +318,9 @@ class _LeafBits:
         self._gather: dict[tuple, np.ndarray] = {}
 
     @classmethod
-    def build(cls, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray) -> _LeafBits | None:
-        if not 0 <= forest.uniform_mode <= 3 or forest.roots.size == 0:
-            return None
-        shape = _tree_shape(forest.mode == LEAF, true_next, false_next, forest.roots)
-        if shape is None:
+    def build(cls, forest: _Forest, shape: tuple | None, true_next: np.ndarray) -> _LeafBits | None:
+        """The leaf bits of ``forest`` from its ``_tree_shape`` (None: they do not apply)."""
+        if not 0 <= forest.uniform_mode <= 3 or shape is None:
             return None
         owner, count, first, levels = shape
         trees = forest.roots.size
@@ -418,6 +422,22 @@ class _LeafBits:
         return self.slot_weights.take(self._slots(go).T, axis=0)
 
 
+def _group_table(mask_true: np.ndarray, mask_false: np.ndarray) -> np.ndarray:
+    """[group, byte] the AND of each group's 8 node masks ([group, 8]), node j's by the byte's bit
+    j (most significant first): the table doubled a bit at a time, its entries so far ANDed with
+    the next node's false mask (bit 0) and its true mask (bit 1), about 2 x 256 ANDs a group
+    against 8 x 256 selections and ANDs."""
+    groups = mask_true.shape[0]
+    table = np.full((groups, 1), np.iinfo(np.uint64).max, np.uint64)
+    for j in range(8):
+        width = table.shape[1]
+        doubled = np.empty((groups, width, 2), np.uint64)
+        np.bitwise_and(table, mask_false[:, j:j + 1], out=doubled[:, :, 0])
+        np.bitwise_and(table, mask_true[:, j:j + 1], out=doubled[:, :, 1])
+        table = doubled.reshape(groups, 2 * width)
+    return table
+
+
 def _negated_and_as_is(w: np.ndarray) -> np.ndarray:
     """[n, 2] rows [-w, w] of the first column of ``w``."""
     return np.multiply(w[:, :1], _NEGATED_AND_AS_IS)
@@ -436,10 +456,16 @@ def _tree_shape(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarr
     reached twice (shared between trees, or a cycle)."""
     n = is_leaf.size
     owner = np.full(n, -1, np.int64)
+    # a node given twice in one level keeps the last of its positions written here
+    position = np.empty(n, np.int64)
     frontier, slots = roots, np.arange(roots.size, dtype=np.int64)
     levels: list[np.ndarray] = []
     while frontier.size:
-        if (owner[frontier] >= 0).any() or np.unique(frontier).size != frontier.size:
+        if (owner[frontier] >= 0).any():
+            return None
+        at = np.arange(frontier.size)
+        position[frontier] = at
+        if (position[frontier] != at).any():
             return None
         owner[frontier] = slots
         levels.append(frontier)

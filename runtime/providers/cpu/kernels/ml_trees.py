@@ -249,9 +249,6 @@ class _Forest:
 #: one chunk always go by the leaf bits (a few numpy calls against several per level).
 _BITS_CELLS = 1 << 16
 
-#: the largest gather index kept per input shape (8 bytes a cell; a larger one is made each run)
-_CACHED_CELLS = 1 << 16
-
 #: (row, node) cells up to which a forest of trees over 8 interior nodes selects each node's mask
 #: (one call) instead of reading its groups' masks from a table (three calls, less work per cell)
 _SELECT_CELLS = 1 << 11
@@ -314,8 +311,6 @@ class _LeafBits:
             self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
             self.group_weights = None
         self.slot_weights = weights[leaf]  # per (tree, slot) its leaf's weights
-        # per input shape, the flat index of each (row, node)'s feature: one gather of the flat input
-        self._gather: dict[tuple, np.ndarray] = {}
 
     @classmethod
     def build(cls, forest: _Forest, shape: tuple | None, true_next: np.ndarray) -> _LeafBits | None:
@@ -368,12 +363,10 @@ class _LeafBits:
 
     def _compared(self, x: np.ndarray) -> np.ndarray:
         """[rows, columns] the outcome of every node's comparison (True: the true branch)."""
-        index = self._gather.get(x.shape)
-        if index is None:
-            index = (np.arange(x.shape[0], dtype=np.intp) * x.shape[1])[:, None] + self.feature
-            if len(self._gather) < 16 and index.size <= _CACHED_CELLS:
-                self._gather[x.shape] = index
-        v = x.reshape(-1).take(index, mode="wrap")
+        # each node's feature column gathered along the rows: as fast as a flat gather by a
+        # [rows, nodes] index, with no index to build per input shape (the callers check that
+        # every feature is a column of x: "wrap" only skips the bounds check)
+        v = x.take(self.feature, axis=1, mode="wrap")
         if self.plain:
             return v <= self.threshold
         go = _compare(v, self.threshold, self.mode)

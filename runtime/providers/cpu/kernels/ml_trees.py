@@ -38,6 +38,13 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
     return None if v is None else np.asarray(v, np.float32).reshape(-1)
 
 
+def _ints(node: Node, name: str) -> np.ndarray:
+    """An ints attribute as int64 (np.fromiter reads a list of ints in about two thirds of the
+    time np.asarray takes: tree attributes hold one int per node)."""
+    v = node.attr(name)
+    return np.fromiter(v, np.int64, len(v)) if isinstance(v, list) else np.asarray(v, np.int64)
+
+
 def _thresholds(node: Node) -> np.ndarray | None:
     """``nodes_values`` as float32, or ``nodes_values_as_tensor`` in its own precision (float64 for
     a double tensor, which onnxruntime compares in double: ``TreeEnsembleCommon``'s ThresholdType)."""
@@ -512,16 +519,16 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     """A forest from the opset-1/3 attributes: nodes named by (tree id, node id), leaves among
     the nodes, weights in ``{prefix}_treeids/_nodeids/_ids/_weights``."""
     what = f"{node.op_type} node {node.name!r}"
-    trees = np.asarray(node.attr("nodes_treeids"), np.int64)
-    ids = np.asarray(node.attr("nodes_nodeids"), np.int64)
-    feature = np.asarray(node.attr("nodes_featureids"), np.int64)
+    trees = _ints(node, "nodes_treeids")
+    ids = _ints(node, "nodes_nodeids")
+    feature = _ints(node, "nodes_featureids")
     threshold = _thresholds(node)
     modes = node.attr("nodes_modes")
     if threshold is None or modes is None or not (len(trees) == len(ids) == len(feature) == len(modes)
                                                   == len(threshold)):
         raise InvalidArgument(f"{what}: the nodes_* attributes must all be given with one entry per tree node.")
     try:
-        mode = np.array([_MODES[m] for m in modes], np.int8)
+        mode = np.fromiter(map(_MODES.__getitem__, modes), np.int8, len(modes))
     except KeyError as exc:
         raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
     index = _NodeIndex(trees, ids)
@@ -531,8 +538,8 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     true_next = np.arange(n)
     false_next = np.arange(n)
     if inner.size:
-        true_ids = np.asarray(node.attr("nodes_truenodeids"), np.int64)[inner]
-        false_ids = np.asarray(node.attr("nodes_falsenodeids"), np.int64)[inner]
+        true_ids = _ints(node, "nodes_truenodeids")[inner]
+        false_ids = _ints(node, "nodes_falsenodeids")[inner]
         t_at, f_at = index.find(trees[inner], true_ids), index.find(trees[inner], false_ids)
         bad = (t_at < 0) | (f_at < 0)
         if bad.any():
@@ -548,9 +555,9 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     candidates = np.flatnonzero(free)
     _, first = np.unique(trees[candidates], return_index=True)
     roots = candidates[first]
-    leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64)
-    leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64)
-    targets = np.asarray(node.attr(f"{prefix}_ids"), np.int64)
+    leaf_trees = _ints(node, f"{prefix}_treeids")
+    leaf_ids = _ints(node, f"{prefix}_nodeids")
+    targets = _ints(node, f"{prefix}_ids")
     weights = _floats(node, f"{prefix}_weights")
     if weights is None:
         raise InvalidArgument(f"{what}: {prefix}_weights is not given; the leaves' weights are needed.")
@@ -624,9 +631,9 @@ class TreeEnsemble(Kernel):
         self.n_targets = int(node.attr("n_targets", 1))
         splits = node.attr("nodes_splits")
         modes = node.attr("nodes_modes")
-        feature = np.asarray(node.attr("nodes_featureids"), np.int64)
-        true_ids = np.asarray(node.attr("nodes_truenodeids"), np.int64)
-        false_ids = np.asarray(node.attr("nodes_falsenodeids"), np.int64)
+        feature = _ints(node, "nodes_featureids")
+        true_ids = _ints(node, "nodes_truenodeids")
+        false_ids = _ints(node, "nodes_falsenodeids")
         n = feature.size
         if splits is None or modes is None or not (np.size(splits) == np.size(modes) == n == true_ids.size
                                                    == false_ids.size):
@@ -634,7 +641,7 @@ class TreeEnsemble(Kernel):
                                   "nodes_falsenodeids must all be given with one entry per interior node.")
         true_leaf = np.asarray(node.attr("nodes_trueleafs", [0] * n), bool)
         false_leaf = np.asarray(node.attr("nodes_falseleafs", [0] * n), bool)
-        leaf_targets = np.asarray(node.attr("leaf_targetids"), np.int64)
+        leaf_targets = _ints(node, "leaf_targetids")
         leaf_weights = np.asarray(node.attr("leaf_weights")).reshape(-1)
         n_leaves = leaf_targets.size
         self.dtype = leaf_weights.dtype if leaf_weights.dtype.kind == "f" else np.dtype(np.float32)
@@ -666,7 +673,7 @@ class TreeEnsemble(Kernel):
             members[int(i)] = sets[k] if k < len(sets) else np.zeros(0)
         missing = np.concatenate([np.asarray(node.attr("nodes_missing_value_tracks_true", [0] * n), bool),
                                   np.zeros(n_leaves, bool)])
-        roots = np.asarray(node.attr("tree_roots"), np.int64)
+        roots = _ints(node, "tree_roots")
         self.forest = _Forest(what, np.concatenate([feature, np.zeros(n_leaves, np.int64)]), threshold, mode,
                               np.concatenate([true_next, n + np.arange(n_leaves)]),
                               np.concatenate([false_next, n + np.arange(n_leaves)]), missing, roots, weights, has,
@@ -696,7 +703,7 @@ class TreeEnsembleClassifier(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         strings = node.attr("classlabels_strings")
         self.labels = np.array(strings, dtype=object) if strings else \
-            np.asarray(node.attr("classlabels_int64s"), np.int64)
+            _ints(node, "classlabels_int64s")
         k = len(self.labels)
         self.forest = _legacy_forest(node, "class", k)
         base = _floats(node, "base_values")

@@ -654,6 +654,12 @@ def test_tree_node_index_finds_pairs_as_a_dict_does_whatever_the_ids():
         n = int(rng.integers(0, 30))
         tscale, iscale = (10**12 if trial % 3 == 0 else 1), (2**50 if trial % 5 == 0 else 1)
         trees, ids = rng.integers(-3, 4, n) * tscale, rng.integers(-5, 6, n) * iscale
+        if trial % 2:  # trees in ascending id order, ids 0, 1, ... in each (the converters' layout)
+            trees = np.sort(trees)
+            ids = np.concatenate([np.arange((trees == t).sum()) for t in np.unique(trees)]).astype(np.int64) \
+                if n else ids
+            if trial % 4 == 3 and n > 1:  # one id off the layout: the general index
+                ids[-1] += 1 + int(rng.integers(0, 2)) * 5
         index = _NodeIndex(trees, ids)
         by_pair = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(trees, ids))}
         qt = np.concatenate([trees, rng.integers(-4, 5, 10) * tscale]).astype(np.int64)

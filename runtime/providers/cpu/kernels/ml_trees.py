@@ -490,11 +490,27 @@ class _NodeIndex:
     the combined key stays below the square of the node count whatever the ids' magnitudes."""
 
     def __init__(self, trees: np.ndarray, ids: np.ndarray) -> None:
+        #: where the nodes come tree by tree in ascending tree id, each tree's ids 0, 1, ... in
+        #: order (as the converters write them), a pair's position is its tree's start plus its id
+        #: (no sort): per tree id its first position and node count; else None
+        self.dense = self._dense(trees, ids)
+        if self.dense is not None:
+            return
         self.tree_values, self.id_values = np.unique(trees), np.unique(ids)
         self.span = max(1, self.id_values.size)
         key = np.searchsorted(self.tree_values, trees) * self.span + np.searchsorted(self.id_values, ids)
         self.order = np.argsort(key, kind="stable")
         self.keys = key[self.order]
+
+    @staticmethod
+    def _dense(trees: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        if not trees.size or (trees[1:] < trees[:-1]).any():
+            return None
+        starts = np.flatnonzero(np.concatenate([[True], trees[1:] != trees[:-1]]))
+        counts = np.diff(np.append(starts, trees.size))
+        if (ids != np.arange(trees.size) - np.repeat(starts, counts)).any():
+            return None
+        return trees[starts], starts, counts
 
     @staticmethod
     def _ranks(values: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -505,6 +521,11 @@ class _NodeIndex:
         return rank, values[rank] == query
 
     def find(self, trees: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        if self.dense is not None:
+            tree_values, starts, counts = self.dense
+            t, t_ok = self._ranks(tree_values, trees)
+            found = t_ok & (ids >= 0) & (ids < counts[t])
+            return np.where(found, starts[t] + ids, -1)
         t, t_ok = self._ranks(self.tree_values, trees)
         i, i_ok = self._ranks(self.id_values, ids)
         if not self.keys.size:

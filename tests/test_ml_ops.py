@@ -883,3 +883,27 @@ def test_tree_ensemble_shared_nodes_take_the_walk():
     assert forest._bits is None and forest.depth == 3
     x = rng.standard_normal((30, 4)).astype(np.float32)
     assert forest.leaves(x)[:, 0].tolist() == [_walk(nodes, row) for row in x]
+
+
+def test_tree_ensemble_group_table_is_built_by_the_first_run_that_reads_it():
+    """Trees of several groups of 8 nodes read the [group, byte] table only for runs of many cells:
+    the build leaves it out, a one-row run does not make it, a run of many rows does, and both
+    agree with onnxruntime."""
+    rng = np.random.default_rng(2)
+    trees = _random_trees(rng, 4, 5, 6)
+    for nodes in trees:
+        for nd in nodes:
+            nd["mode"] = "BRANCH_LEQ"
+    model = _model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=2,
+                   **_legacy_tree_attrs(rng, trees, 2, "target"))
+    kernel = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3})
+    bits = kernel.forest._bits
+    assert bits is not None and not bits.single and bits._table is None
+    one = rng.standard_normal((1, 5)).astype(np.float32)
+    many = rng.standard_normal((300, 5)).astype(np.float32)
+    _same(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": one}),
+          kernel.compute([one]), "one row")
+    assert bits._table is None
+    _same(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": many}),
+          kernel.compute([many]), "300 rows")
+    assert bits._table is not None

@@ -296,23 +296,24 @@ class _LeafBits:
         trees = starts.size
         #: per group the offset of its 256 entries in the tables, added to its byte
         self.group_base = np.arange(groups, dtype=np.intp) * 256
-        # [group, byte]: the AND of the group's masks, each node's by its bit
-        table = _group_table(mask_true.reshape(groups, 8), mask_false.reshape(groups, 8))
         #: one group a tree: per [group, byte] the slot (index into ``leaf``) its leaf has
         self.single = groups == trees
         # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
         self.base = np.arange(trees, dtype=np.int32) * 65
+        #: [group x byte]: the AND of the group's masks, each node's by its bit; for trees of
+        #: several groups made at the first run of enough cells to read it (``_slots``)
+        self._table: np.ndarray | None = None
         if self.single:
+            table = _group_table(mask_true.reshape(groups, 8), mask_false.reshape(groups, 8))
             self.group_slot = (np.frexp(table)[1] + self.base[:, None]).reshape(-1)
-            self.table = table[:0]
             #: per [group, byte] its leaf's weights (None past _TABLE_WEIGHTS: then by group_slot)
             self.group_weights = weights[leaf[self.group_slot]] if self.group_slot.size * weights.shape[1] <= \
                 _TABLE_WEIGHTS else None
         else:
-            # the narrowest unsigned type that holds a tree's leaves (less to gather and AND)
-            most = int(np.bitwise_or.reduce(table, axis=None)).bit_length()
+            # the narrowest unsigned type that holds a tree's leaves (less to gather and AND): a
+            # node's two masks together are its tree's leaves
+            most = int(np.bitwise_or.reduce(mask_true | mask_false)).bit_length()
             dtype = np.dtype(np.uint16 if most <= 16 else np.uint32 if most <= 32 else np.uint64)
-            self.table = table.astype(dtype).reshape(-1)
             self.group_starts = starts // 8
             self.starts = starts
             self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
@@ -388,11 +389,20 @@ class _LeafBits:
         if go.size <= _SELECT_CELLS:  # few cells: one select of each node's mask costs less than the table's 3 calls
             bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
         else:
-            masks = self.table.take(np.add(np.packbits(go, axis=1), self.group_base))
+            masks = self._group_masks().take(np.add(np.packbits(go, axis=1), self.group_base))
             bits = np.bitwise_and.reduceat(masks, self.group_starts, axis=1)
         slots = np.frexp(bits)[1]
         slots += self.base
         return slots
+
+    def _group_masks(self) -> np.ndarray:
+        """The [group x byte] table of the groups' ANDs (built once, at the first call)."""
+        table = self._table
+        if table is None:
+            groups = self.group_base.size
+            table = _group_table(self.mask_true.reshape(groups, 8), self.mask_false.reshape(groups, 8)).reshape(-1)
+            self._table = table
+        return table
 
     def slots(self, x: np.ndarray) -> np.ndarray:
         """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
@@ -427,11 +437,11 @@ def _group_table(mask_true: np.ndarray, mask_false: np.ndarray) -> np.ndarray:
     j (most significant first): the table doubled a bit at a time, its entries so far ANDed with
     the next node's false mask (bit 0) and its true mask (bit 1), about 2 x 256 ANDs a group
     against 8 x 256 selections and ANDs."""
-    groups = mask_true.shape[0]
-    table = np.full((groups, 1), np.iinfo(np.uint64).max, np.uint64)
+    groups, dtype = mask_true.shape[0], mask_true.dtype
+    table = np.full((groups, 1), np.iinfo(dtype).max, dtype)
     for j in range(8):
         width = table.shape[1]
-        doubled = np.empty((groups, width, 2), np.uint64)
+        doubled = np.empty((groups, width, 2), dtype)
         np.bitwise_and(table, mask_false[:, j:j + 1], out=doubled[:, :, 0])
         np.bitwise_and(table, mask_true[:, j:j + 1], out=doubled[:, :, 1])
         table = doubled.reshape(groups, 2 * width)

@@ -654,6 +654,12 @@ def test_tree_node_index_finds_pairs_as_a_dict_does_whatever_the_ids():
         n = int(rng.integers(0, 30))
         tscale, iscale = (10**12 if trial % 3 == 0 else 1), (2**50 if trial % 5 == 0 else 1)
         trees, ids = rng.integers(-3, 4, n) * tscale, rng.integers(-5, 6, n) * iscale
+        if trial % 2:  # trees in ascending id order, ids 0, 1, ... in each (the converters' layout)
+            trees = np.sort(trees)
+            ids = np.concatenate([np.arange((trees == t).sum()) for t in np.unique(trees)]).astype(np.int64) \
+                if n else ids
+            if trial % 4 == 3 and n > 1:  # one id off the layout: the general index
+                ids[-1] += 1 + int(rng.integers(0, 2)) * 5
         index = _NodeIndex(trees, ids)
         by_pair = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(trees, ids))}
         qt = np.concatenate([trees, rng.integers(-4, 5, 10) * tscale]).astype(np.int64)
@@ -830,3 +836,74 @@ def test_tree_ensemble_opset5_double_splits_between_float32_roundings():
     model = _model("TreeEnsemble", [_t("X", D, [None, 1])], [_t("Y", D, [None, 1])], ml_opset=5, n_targets=1,
                    aggregate_function=1, post_transform=0, **attrs)
     check(model, {"X": x}, "TreeEnsemble double splits")
+
+
+def test_tree_ensemble_build_sorts_nothing_per_level(monkeypatch):
+    """The build walks the trees once, a few numpy calls a level and no sort among them (the depth
+    comes from the leaf bits' walk, a node given twice in a level is found by a scatter): a forest
+    of 9 levels costs np.unique no more than a 2-level one; the outputs stay onnxruntime's."""
+    rng = np.random.default_rng(11)
+    counts = {}
+    real_unique = np.unique
+    for depth in (2, 9):
+        trees = _random_trees(rng, 6, 4, depth)
+        for nodes in trees:
+            for nd in nodes:
+                nd["mode"] = "BRANCH_LEQ"
+        model = _model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=2,
+                       **_legacy_tree_attrs(rng, trees, 2, "target"))
+        node = Node.from_proto(model.graph.node[0])
+        calls = []
+        monkeypatch.setattr(np, "unique", lambda *a, _calls=calls, **k: _calls.append(1) or real_unique(*a, **k))
+        forest = create_cpu_kernel(node, None, {ML: 3}).forest
+        monkeypatch.setattr(np, "unique", real_unique)
+        counts[depth] = len(calls)
+        assert forest.depth == max(_tree_depth(t) for t in trees), depth
+        check(model, {"X": rng.standard_normal((40, 4)).astype(np.float32)}, f"depth {depth}")
+    assert counts[9] == counts[2], counts
+
+
+def _tree_depth(nodes: list[dict], k: int = 0) -> int:
+    nd = nodes[k]
+    return 0 if nd["leaf"] else 1 + max(_tree_depth(nodes, nd["true"]), _tree_depth(nodes, nd["false"]))
+
+
+def test_tree_ensemble_shared_nodes_take_the_walk():
+    """A tree whose two nodes share a subtree (onnxruntime refuses it at load; onnxhal walks it):
+    no leaf bits, the depth of the longest path, each row's leaf as a walk by hand finds it."""
+    nodes = [{"leaf": False, "feature": 0, "value": 0.0, "mode": "BRANCH_LEQ", "missing": 0, "true": 1, "false": 2},
+             {"leaf": False, "feature": 1, "value": 0.5, "mode": "BRANCH_LEQ", "missing": 0, "true": 4, "false": 3},
+             {"leaf": False, "feature": 2, "value": -0.5, "mode": "BRANCH_LEQ", "missing": 0, "true": 3, "false": 5},
+             {"leaf": False, "feature": 3, "value": 0.25, "mode": "BRANCH_LEQ", "missing": 0, "true": 6, "false": 7},
+             {"leaf": True}, {"leaf": True}, {"leaf": True}, {"leaf": True}]
+    rng = np.random.default_rng(5)
+    model = _model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=1,
+                   **_legacy_tree_attrs(rng, [nodes], 1, "target"))
+    forest = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3}).forest
+    assert forest._bits is None and forest.depth == 3
+    x = rng.standard_normal((30, 4)).astype(np.float32)
+    assert forest.leaves(x)[:, 0].tolist() == [_walk(nodes, row) for row in x]
+
+
+def test_tree_ensemble_group_table_is_built_by_the_first_run_that_reads_it():
+    """Trees of several groups of 8 nodes read the [group, byte] table only for runs of many cells:
+    the build leaves it out, a one-row run does not make it, a run of many rows does, and both
+    agree with onnxruntime."""
+    rng = np.random.default_rng(2)
+    trees = _random_trees(rng, 4, 5, 6)
+    for nodes in trees:
+        for nd in nodes:
+            nd["mode"] = "BRANCH_LEQ"
+    model = _model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=2,
+                   **_legacy_tree_attrs(rng, trees, 2, "target"))
+    kernel = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3})
+    bits = kernel.forest._bits
+    assert bits is not None and not bits.single and bits._table is None
+    one = rng.standard_normal((1, 5)).astype(np.float32)
+    many = rng.standard_normal((300, 5)).astype(np.float32)
+    _same(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": one}),
+          kernel.compute([one]), "one row")
+    assert bits._table is None
+    _same(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": many}),
+          kernel.compute([many]), "300 rows")
+    assert bits._table is not None

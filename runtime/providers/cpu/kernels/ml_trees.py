@@ -38,6 +38,13 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
     return None if v is None else np.asarray(v, np.float32).reshape(-1)
 
 
+def _ints(node: Node, name: str) -> np.ndarray:
+    """An ints attribute as int64 (np.fromiter reads a list of ints in about two thirds of the
+    time np.asarray takes: tree attributes hold one int per node)."""
+    v = node.attr(name)
+    return np.fromiter(v, np.int64, len(v)) if isinstance(v, list) else np.asarray(v, np.int64)
+
+
 def _thresholds(node: Node) -> np.ndarray | None:
     """``nodes_values`` as float32, or ``nodes_values_as_tensor`` in its own precision (float64 for
     a double tensor, which onnxruntime compares in double: ``TreeEnsembleCommon``'s ThresholdType)."""
@@ -95,6 +102,22 @@ def _tree_sum(w: np.ndarray) -> np.ndarray:
 _CHUNK = 1 << 18
 
 
+def _depth(what: str, mode: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray) -> int:
+    """The longest root-to-leaf walk of trees that may share nodes (a walk longer than the node
+    count is a cycle)."""
+    depth = 0
+    frontier = np.unique(roots)
+    while frontier.size:
+        frontier = frontier[mode[frontier] != LEAF]
+        if not frontier.size:
+            break
+        depth += 1
+        if depth > mode.size:
+            raise InvalidArgument(f"{what}: the trees have a cycle.")
+        frontier = np.unique(np.concatenate([true_next[frontier], false_next[frontier]]))
+    return depth
+
+
 class _Forest:
     """The trees of a node flattened: per node its feature, threshold, mode and the indices of its
     two children (a leaf points at itself), the roots, the depth to walk, and per node a dense row
@@ -103,7 +126,6 @@ class _Forest:
     def __init__(self, what: str, feature: np.ndarray, threshold: np.ndarray, mode: np.ndarray,
                  true_next: np.ndarray, false_next: np.ndarray, missing_true: np.ndarray, roots: np.ndarray,
                  weights: np.ndarray, has: np.ndarray, members: dict[int, np.ndarray] | None = None) -> None:
-        n = len(mode)
         self.feature = np.where(mode == LEAF, 0, feature).astype(np.int64)
         self.threshold, self.mode, self.roots = threshold, mode, roots
         self.missing_true = missing_true
@@ -113,18 +135,15 @@ class _Forest:
         inner = mode[mode != LEAF]
         self.uniform_mode = int(inner[0]) if inner.size and (inner == inner[0]).all() and inner[0] != MEMBER else -1
         self.any_missing = bool(missing_true.any())
-        # depth: the longest root-to-leaf walk (a walk longer than the node count is a cycle)
-        self.depth = 0
-        frontier = np.unique(roots)
-        while frontier.size:
-            frontier = frontier[mode[frontier] != LEAF]
-            if not frontier.size:
-                break
-            self.depth += 1
-            if self.depth > n:
-                raise InvalidArgument(f"{what}: the trees have a cycle.")
-            frontier = np.unique(np.concatenate([true_next[frontier], false_next[frontier]]))
-        self._bits = _LeafBits.build(self, true_next, false_next)
+        # trees that share no node (as converters write them): their levels give the depth, and the
+        # leaf bits are built from the same walk
+        shape = _tree_shape(mode == LEAF, true_next, false_next, roots) if roots.size else None
+        if shape is not None:
+            # the levels holding an interior node: the longest root-to-leaf walk
+            self.depth = sum(1 for level in shape[3] if (mode[level] != LEAF).any())
+        else:
+            self.depth = _depth(what, mode, true_next, false_next, roots)
+        self._bits = _LeafBits.build(self, shape, true_next)
         #: which outputs the trees write, where that is the same for every row (else None)
         self.written_const = None if self._bits is None else self._bits.written
         # Past one chunk, per row the leaf bits cost about their columns (nodes) and the walk its
@@ -237,9 +256,6 @@ class _Forest:
 #: one chunk always go by the leaf bits (a few numpy calls against several per level).
 _BITS_CELLS = 1 << 16
 
-#: the largest gather index kept per input shape (8 bytes a cell; a larger one is made each run)
-_CACHED_CELLS = 1 << 16
-
 #: (row, node) cells up to which a forest of trees over 8 interior nodes selects each node's mask
 #: (one call) instead of reading its groups' masks from a table (three calls, less work per cell)
 _SELECT_CELLS = 1 << 11
@@ -247,10 +263,6 @@ _SELECT_CELLS = 1 << 11
 #: the most weights (bytes x outputs) a table of one-group trees' leaf weights holds (16 MB of
 #: float32: a boosted multi-class model of thousands of trees reads slots, then weights)
 _TABLE_WEIGHTS = 1 << 22
-
-#: per byte value (row) its 8 bits, most significant first: the order np.packbits writes a group's
-#: 8 comparisons in
-_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(bool)
 
 
 class _LeafBits:
@@ -284,39 +296,34 @@ class _LeafBits:
         trees = starts.size
         #: per group the offset of its 256 entries in the tables, added to its byte
         self.group_base = np.arange(groups, dtype=np.intp) * 256
-        # [group, byte]: the AND of the group's masks, each node's by its bit
-        table = np.full((groups, 256), np.iinfo(np.uint64).max, np.uint64)
-        for j in range(8):
-            table &= np.where(_BYTE_BITS[:, j], mask_true[j::8, None], mask_false[j::8, None])
         #: one group a tree: per [group, byte] the slot (index into ``leaf``) its leaf has
         self.single = groups == trees
         # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
         self.base = np.arange(trees, dtype=np.int32) * 65
+        #: [group x byte]: the AND of the group's masks, each node's by its bit; for trees of
+        #: several groups made at the first run of enough cells to read it (``_slots``)
+        self._table: np.ndarray | None = None
         if self.single:
+            table = _group_table(mask_true.reshape(groups, 8), mask_false.reshape(groups, 8))
             self.group_slot = (np.frexp(table)[1] + self.base[:, None]).reshape(-1)
-            self.table = table[:0]
             #: per [group, byte] its leaf's weights (None past _TABLE_WEIGHTS: then by group_slot)
             self.group_weights = weights[leaf[self.group_slot]] if self.group_slot.size * weights.shape[1] <= \
                 _TABLE_WEIGHTS else None
         else:
-            # the narrowest unsigned type that holds a tree's leaves (less to gather and AND)
-            most = int(np.bitwise_or.reduce(table, axis=None)).bit_length()
+            # the narrowest unsigned type that holds a tree's leaves (less to gather and AND): a
+            # node's two masks together are its tree's leaves
+            most = int(np.bitwise_or.reduce(mask_true | mask_false)).bit_length()
             dtype = np.dtype(np.uint16 if most <= 16 else np.uint32 if most <= 32 else np.uint64)
-            self.table = table.astype(dtype).reshape(-1)
             self.group_starts = starts // 8
             self.starts = starts
             self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
             self.group_weights = None
         self.slot_weights = weights[leaf]  # per (tree, slot) its leaf's weights
-        # per input shape, the flat index of each (row, node)'s feature: one gather of the flat input
-        self._gather: dict[tuple, np.ndarray] = {}
 
     @classmethod
-    def build(cls, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray) -> _LeafBits | None:
-        if not 0 <= forest.uniform_mode <= 3 or forest.roots.size == 0:
-            return None
-        shape = _tree_shape(forest.mode == LEAF, true_next, false_next, forest.roots)
-        if shape is None:
+    def build(cls, forest: _Forest, shape: tuple | None, true_next: np.ndarray) -> _LeafBits | None:
+        """The leaf bits of ``forest`` from its ``_tree_shape`` (None: they do not apply)."""
+        if not 0 <= forest.uniform_mode <= 3 or shape is None:
             return None
         owner, count, first, levels = shape
         trees = forest.roots.size
@@ -364,12 +371,10 @@ class _LeafBits:
 
     def _compared(self, x: np.ndarray) -> np.ndarray:
         """[rows, columns] the outcome of every node's comparison (True: the true branch)."""
-        index = self._gather.get(x.shape)
-        if index is None:
-            index = (np.arange(x.shape[0], dtype=np.intp) * x.shape[1])[:, None] + self.feature
-            if len(self._gather) < 16 and index.size <= _CACHED_CELLS:
-                self._gather[x.shape] = index
-        v = x.reshape(-1).take(index, mode="wrap")
+        # each node's feature column gathered along the rows: as fast as a flat gather by a
+        # [rows, nodes] index, with no index to build per input shape (the callers check that
+        # every feature is a column of x: "wrap" only skips the bounds check)
+        v = x.take(self.feature, axis=1, mode="wrap")
         if self.plain:
             return v <= self.threshold
         go = _compare(v, self.threshold, self.mode)
@@ -384,11 +389,20 @@ class _LeafBits:
         if go.size <= _SELECT_CELLS:  # few cells: one select of each node's mask costs less than the table's 3 calls
             bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
         else:
-            masks = self.table.take(np.add(np.packbits(go, axis=1), self.group_base))
+            masks = self._group_masks().take(np.add(np.packbits(go, axis=1), self.group_base))
             bits = np.bitwise_and.reduceat(masks, self.group_starts, axis=1)
         slots = np.frexp(bits)[1]
         slots += self.base
         return slots
+
+    def _group_masks(self) -> np.ndarray:
+        """The [group x byte] table of the groups' ANDs (built once, at the first call)."""
+        table = self._table
+        if table is None:
+            groups = self.group_base.size
+            table = _group_table(self.mask_true.reshape(groups, 8), self.mask_false.reshape(groups, 8)).reshape(-1)
+            self._table = table
+        return table
 
     def slots(self, x: np.ndarray) -> np.ndarray:
         """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
@@ -418,6 +432,22 @@ class _LeafBits:
         return self.slot_weights.take(self._slots(go).T, axis=0)
 
 
+def _group_table(mask_true: np.ndarray, mask_false: np.ndarray) -> np.ndarray:
+    """[group, byte] the AND of each group's 8 node masks ([group, 8]), node j's by the byte's bit
+    j (most significant first): the table doubled a bit at a time, its entries so far ANDed with
+    the next node's false mask (bit 0) and its true mask (bit 1), about 2 x 256 ANDs a group
+    against 8 x 256 selections and ANDs."""
+    groups, dtype = mask_true.shape[0], mask_true.dtype
+    table = np.full((groups, 1), np.iinfo(dtype).max, dtype)
+    for j in range(8):
+        width = table.shape[1]
+        doubled = np.empty((groups, width, 2), dtype)
+        np.bitwise_and(table, mask_false[:, j:j + 1], out=doubled[:, :, 0])
+        np.bitwise_and(table, mask_true[:, j:j + 1], out=doubled[:, :, 1])
+        table = doubled.reshape(groups, 2 * width)
+    return table
+
+
 def _negated_and_as_is(w: np.ndarray) -> np.ndarray:
     """[n, 2] rows [-w, w] of the first column of ``w``."""
     return np.multiply(w[:, :1], _NEGATED_AND_AS_IS)
@@ -436,10 +466,16 @@ def _tree_shape(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarr
     reached twice (shared between trees, or a cycle)."""
     n = is_leaf.size
     owner = np.full(n, -1, np.int64)
+    # a node given twice in one level keeps the last of its positions written here
+    position = np.empty(n, np.int64)
     frontier, slots = roots, np.arange(roots.size, dtype=np.int64)
     levels: list[np.ndarray] = []
     while frontier.size:
-        if (owner[frontier] >= 0).any() or np.unique(frontier).size != frontier.size:
+        if (owner[frontier] >= 0).any():
+            return None
+        at = np.arange(frontier.size)
+        position[frontier] = at
+        if (position[frontier] != at).any():
             return None
         owner[frontier] = slots
         levels.append(frontier)
@@ -464,11 +500,27 @@ class _NodeIndex:
     the combined key stays below the square of the node count whatever the ids' magnitudes."""
 
     def __init__(self, trees: np.ndarray, ids: np.ndarray) -> None:
+        #: where the nodes come tree by tree in ascending tree id, each tree's ids 0, 1, ... in
+        #: order (as the converters write them), a pair's position is its tree's start plus its id
+        #: (no sort): per tree id its first position and node count; else None
+        self.dense = self._dense(trees, ids)
+        if self.dense is not None:
+            return
         self.tree_values, self.id_values = np.unique(trees), np.unique(ids)
         self.span = max(1, self.id_values.size)
         key = np.searchsorted(self.tree_values, trees) * self.span + np.searchsorted(self.id_values, ids)
         self.order = np.argsort(key, kind="stable")
         self.keys = key[self.order]
+
+    @staticmethod
+    def _dense(trees: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        if not trees.size or (trees[1:] < trees[:-1]).any():
+            return None
+        starts = np.flatnonzero(np.concatenate([[True], trees[1:] != trees[:-1]]))
+        counts = np.diff(np.append(starts, trees.size))
+        if (ids != np.arange(trees.size) - np.repeat(starts, counts)).any():
+            return None
+        return trees[starts], starts, counts
 
     @staticmethod
     def _ranks(values: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -479,6 +531,11 @@ class _NodeIndex:
         return rank, values[rank] == query
 
     def find(self, trees: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        if self.dense is not None:
+            tree_values, starts, counts = self.dense
+            t, t_ok = self._ranks(tree_values, trees)
+            found = t_ok & (ids >= 0) & (ids < counts[t])
+            return np.where(found, starts[t] + ids, -1)
         t, t_ok = self._ranks(self.tree_values, trees)
         i, i_ok = self._ranks(self.id_values, ids)
         if not self.keys.size:
@@ -493,16 +550,16 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     """A forest from the opset-1/3 attributes: nodes named by (tree id, node id), leaves among
     the nodes, weights in ``{prefix}_treeids/_nodeids/_ids/_weights``."""
     what = f"{node.op_type} node {node.name!r}"
-    trees = np.asarray(node.attr("nodes_treeids"), np.int64)
-    ids = np.asarray(node.attr("nodes_nodeids"), np.int64)
-    feature = np.asarray(node.attr("nodes_featureids"), np.int64)
+    trees = _ints(node, "nodes_treeids")
+    ids = _ints(node, "nodes_nodeids")
+    feature = _ints(node, "nodes_featureids")
     threshold = _thresholds(node)
     modes = node.attr("nodes_modes")
     if threshold is None or modes is None or not (len(trees) == len(ids) == len(feature) == len(modes)
                                                   == len(threshold)):
         raise InvalidArgument(f"{what}: the nodes_* attributes must all be given with one entry per tree node.")
     try:
-        mode = np.array([_MODES[m] for m in modes], np.int8)
+        mode = np.fromiter(map(_MODES.__getitem__, modes), np.int8, len(modes))
     except KeyError as exc:
         raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
     index = _NodeIndex(trees, ids)
@@ -512,8 +569,8 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     true_next = np.arange(n)
     false_next = np.arange(n)
     if inner.size:
-        true_ids = np.asarray(node.attr("nodes_truenodeids"), np.int64)[inner]
-        false_ids = np.asarray(node.attr("nodes_falsenodeids"), np.int64)[inner]
+        true_ids = _ints(node, "nodes_truenodeids")[inner]
+        false_ids = _ints(node, "nodes_falsenodeids")[inner]
         t_at, f_at = index.find(trees[inner], true_ids), index.find(trees[inner], false_ids)
         bad = (t_at < 0) | (f_at < 0)
         if bad.any():
@@ -529,9 +586,9 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     candidates = np.flatnonzero(free)
     _, first = np.unique(trees[candidates], return_index=True)
     roots = candidates[first]
-    leaf_trees = np.asarray(node.attr(f"{prefix}_treeids"), np.int64)
-    leaf_ids = np.asarray(node.attr(f"{prefix}_nodeids"), np.int64)
-    targets = np.asarray(node.attr(f"{prefix}_ids"), np.int64)
+    leaf_trees = _ints(node, f"{prefix}_treeids")
+    leaf_ids = _ints(node, f"{prefix}_nodeids")
+    targets = _ints(node, f"{prefix}_ids")
     weights = _floats(node, f"{prefix}_weights")
     if weights is None:
         raise InvalidArgument(f"{what}: {prefix}_weights is not given; the leaves' weights are needed.")
@@ -605,9 +662,9 @@ class TreeEnsemble(Kernel):
         self.n_targets = int(node.attr("n_targets", 1))
         splits = node.attr("nodes_splits")
         modes = node.attr("nodes_modes")
-        feature = np.asarray(node.attr("nodes_featureids"), np.int64)
-        true_ids = np.asarray(node.attr("nodes_truenodeids"), np.int64)
-        false_ids = np.asarray(node.attr("nodes_falsenodeids"), np.int64)
+        feature = _ints(node, "nodes_featureids")
+        true_ids = _ints(node, "nodes_truenodeids")
+        false_ids = _ints(node, "nodes_falsenodeids")
         n = feature.size
         if splits is None or modes is None or not (np.size(splits) == np.size(modes) == n == true_ids.size
                                                    == false_ids.size):
@@ -615,7 +672,7 @@ class TreeEnsemble(Kernel):
                                   "nodes_falsenodeids must all be given with one entry per interior node.")
         true_leaf = np.asarray(node.attr("nodes_trueleafs", [0] * n), bool)
         false_leaf = np.asarray(node.attr("nodes_falseleafs", [0] * n), bool)
-        leaf_targets = np.asarray(node.attr("leaf_targetids"), np.int64)
+        leaf_targets = _ints(node, "leaf_targetids")
         leaf_weights = np.asarray(node.attr("leaf_weights")).reshape(-1)
         n_leaves = leaf_targets.size
         self.dtype = leaf_weights.dtype if leaf_weights.dtype.kind == "f" else np.dtype(np.float32)
@@ -647,7 +704,7 @@ class TreeEnsemble(Kernel):
             members[int(i)] = sets[k] if k < len(sets) else np.zeros(0)
         missing = np.concatenate([np.asarray(node.attr("nodes_missing_value_tracks_true", [0] * n), bool),
                                   np.zeros(n_leaves, bool)])
-        roots = np.asarray(node.attr("tree_roots"), np.int64)
+        roots = _ints(node, "tree_roots")
         self.forest = _Forest(what, np.concatenate([feature, np.zeros(n_leaves, np.int64)]), threshold, mode,
                               np.concatenate([true_next, n + np.arange(n_leaves)]),
                               np.concatenate([false_next, n + np.arange(n_leaves)]), missing, roots, weights, has,
@@ -677,7 +734,7 @@ class TreeEnsembleClassifier(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         strings = node.attr("classlabels_strings")
         self.labels = np.array(strings, dtype=object) if strings else \
-            np.asarray(node.attr("classlabels_int64s"), np.int64)
+            _ints(node, "classlabels_int64s")
         k = len(self.labels)
         self.forest = _legacy_forest(node, "class", k)
         base = _floats(node, "base_values")

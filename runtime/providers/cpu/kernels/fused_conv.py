@@ -1,6 +1,8 @@
 """``com.onnxhal`` FusedConv: Conv + optional residual Z + activation, run as one im2col GEMM.
 
-2-D float convolutions run here, by a path chosen once per input shape (``_resolve``). 1x1
+2-D float convolutions run here, by a path chosen once per input shape (``_resolve``); every path
+is named in ``CONV_PATHS`` with the condition that selects it, and a run records its own in
+``last_path`` (tests/test_fused_conv_paths.py holds each to the plain Conv plus epilogue). 1x1
 convolutions with unit stride and no padding take the input in place as the product's right side
 (``_pointwise``: one batched product over the groups, one epilogue), or, with a bias and fewer
 input than output channels, a copy of it under a row of ones per group, the bias in the product.

@@ -249,3 +249,20 @@ def test_path_matches_onnxruntime(case, relu):
     want = _ort_conv(x, w, b, z, a, relu)
     _, mag = canonical(x, w, b, z, a, "", [], 0)
     assert np.all(np.abs(y.astype(np.float64) - want) <= 2e-5 * mag + 1e-6)
+
+
+@pytest.mark.parametrize("x_shape, path", [((1, 4, 50), "gather"), ((2, 32, 900), "im2col_same_width")])
+def test_1d_runs_its_2d_twins_path(x_shape, path):
+    """A 1-D convolution runs as its 2-D twin over (N, C, 1, L) and records the twin's path."""
+    w_shape = (24, x_shape[1], 3)
+    a1 = {"kernel_shape": [3], "pads": [2, 0], "strides": [1], "dilations": [1], "group": 1}
+    a2 = _attrs({"pads": [0, 2, 0, 0]}, w_shape[:2] + (1, 3))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    kernel = fused_kernel(w_shape, a1, True, False, "Relu", [])
+    y = kernel.compute([x, w, b, None])[0]
+    assert kernel.last_path == path
+    want, mag = canonical(x[:, :, None, :], w[:, :, None, :], b, None, a2, "Relu", [], 0)
+    assert np.all(np.abs(y.astype(np.float64) - want[:, :, 0, :]) <= 1e-5 * mag[:, :, 0, :] + 1e-6)

@@ -1,6 +1,8 @@
 """``com.onnxhal`` FusedConv: Conv + optional residual Z + activation, run as one im2col GEMM.
 
-2-D float convolutions run here, by a path chosen once per input shape (``_resolve``). 1x1
+2-D float convolutions run here, by a path chosen once per input shape (``_resolve``); every path
+is named in ``CONV_PATHS`` with the condition that selects it, and a run records its own in
+``last_path`` (tests/test_fused_conv_paths.py holds each to the plain Conv plus epilogue). 1x1
 convolutions with unit stride and no padding take the input in place as the product's right side
 (``_pointwise``: one batched product over the groups, one epilogue), or, with a bias and fewer
 input than output channels, a copy of it under a row of ones per group, the bias in the product.
@@ -31,6 +33,8 @@ same epilogue.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from onnx import helper
 
@@ -52,6 +56,7 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     rows_to_output,
     rows_view,
     same_width,
+    same_width_taps,
     strided_view,
 )
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, writable
@@ -60,9 +65,50 @@ from onnxhal.runtime.providers.cpu.kernels.worker_pool import parallel_ranges
 from onnxhal.runtime.providers.op_geometry import output_sizes, resolve_pads
 
 
+@dataclass(frozen=True)
+class ConvPath:
+    """One way ``FusedConv`` runs a 2-D float convolution, and the condition that selects it. The
+    canonical form of every path is the plain convolution (the CPU EP's Conv) followed by bias,
+    residual, activation and shuffle; tests/test_fused_conv_paths.py runs each against it."""
+
+    name: str
+    condition: str  #: when ``FusedConv`` takes it, in words
+
+
+#: Every path of ``FusedConv``, by name; a kernel's ``last_path`` names the one its last 2-D run took.
+CONV_PATHS: dict[str, ConvPath] = {}
+
+
+def _path(name: str, condition: str) -> str:
+    CONV_PATHS[name] = ConvPath(name, condition)
+    return name
+
+
+TAPS = _path("taps", "ungrouped, more than one tap, at most half as many outputs as inputs, unit stride "
+                     "and the output as wide as the input (conv.same_width)")
+DEPTHWISE = _path("depthwise", "group == C == M, one input channel per group, above the gather limit: "
+                               "conv.depthwise_rows")
+POINTWISE = _path("pointwise", "1x1, unit stride, no padding, and either products are not split between "
+                               "workers or the work is under worker_pool.PARALLEL_MIN_WORK")
+GATHER = _path("gather", "ungrouped, not taps or pointwise, windows within conv.gather_plan's limit")
+GATHER_DEPTHWISE = _path("gather_depthwise", "depthwise within conv.gather_plan's limit")
+IM2COL_1X1 = _path("im2col_1x1", "1x1 without padding that no path above takes (strided, grouped-and-split, or "
+                                 "a pointwise product large enough to split): the input, subsampled, is the product's "
+                                 "right side")
+IM2COL_SAME_WIDTH = _path("im2col_same_width", "im2col where the output is as wide as the input at unit stride: "
+                                               "conv.same_width_taps")
+IM2COL_HALF_WIDTH = _path("im2col_half_width", "im2col at stride 2 over an even input, output half as wide: "
+                                               "conv.half_width_taps")
+IM2COL_VIEW = _path("im2col_view", "im2col that neither flat-plane layout takes, with fewer than 25 taps, unit "
+                                   "stride, or windows that tile the input: one strided window view copied")
+IM2COL_PHASES = _path("im2col_phases", "im2col of 5x5 and larger strided windows that do not tile the input: "
+                                       "conv.im2col_from_phases")
+
+
 def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
-            strides: tuple[int, int], dilations: tuple[int, int], cols: np.ndarray) -> None:
-    """Copy the windows of ``x`` zero-padded by ``pads`` into ``cols`` (N, C, kh, kw, oh, ow)."""
+            strides: tuple[int, int], dilations: tuple[int, int], cols: np.ndarray) -> str:
+    """Copy the windows of ``x`` zero-padded by ``pads`` into ``cols`` (N, C, kh, kw, oh, ow); the
+    name of the path (``CONV_PATHS``) that copied them."""
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, strides, dilations, out_hw
     # Unit-stride 3x3 with pads 1, ..., and stride-2 ones half as wide (3x3 and 7x7 stems,
     # ResNet's 3x3/2 layers): taps as contiguous rows of flat planes, where the window view's rows
@@ -71,19 +117,20 @@ def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, i
     fill = flat_plane_filler(x.shape, pads, out_hw, kernel, strides, dilations)
     if fill is not None:
         fill(x, pads, out_hw, kernel, dilations, cols.reshape(cols.shape[:4] + (oh * ow,)))
-        return
+        return IM2COL_SAME_WIDTH if fill is same_width_taps else IM2COL_HALF_WIDTH
     # Patches that tile the input (a ViT's patch embedding: 8x8 or 16x16 windows at their own
     # stride, no padding) are one strided view of it: a single copy below, where building them
     # from phases took a copy per tap (8x8 patches of 3x32x32: 0.27 ms).
     tiles = (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and not any(pads)
     if kh * kw >= 25 and (sh > 1 or sw > 1) and not tiles:  # e.g. a 7x7 stride-2 stem over an odd size
         im2col_from_phases(x, pads, out_hw, kernel, strides, dilations, cols)
-        return
+        return IM2COL_PHASES
     xp = pad_spatial(x, pads[:2], pads[2:])
     st = xp.strides
     n, c = x.shape[:2]
     win = strided_view(xp, (n, c, kh, kw, oh, ow), (st[0], st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw))
     np.copyto(cols, win)  # memory-bound: measured slower split over two threads
+    return IM2COL_VIEW
 
 
 @register("FusedConv", since=1, domain=DOMAIN)
@@ -115,6 +162,7 @@ class FusedConv(FusedBase):
         self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const, "_wd": w_const and b_const,
                            "_bz": b_const}
         self._geometries: dict[tuple, tuple] = {}
+        self.last_path: str | None = None  #: the ``CONV_PATHS`` name of the last 2-D float run
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
 
         self.shuffle = int(node.attr("channel_shuffle", 0))
@@ -193,6 +241,7 @@ class FusedConv(FusedBase):
         z = inputs[3] if self.has_residual else None
         if x.ndim == 3 and self._as_2d is not None and x.dtype.kind == "f" and w.dtype == x.dtype and w.ndim == 3:
             y = self._as_2d.compute([x[:, :, None, :], self._weights_2d(w), b, None if z is None else z[:, :, None, :]])
+            self.last_path = self._as_2d.last_path
             return [y[0][:, :, 0, :]]
         if x.ndim != 4 or x.dtype.kind != "f" or w.dtype != x.dtype:
             y = writable(self._fallback.compute(inputs[:3])[0], x.dtype)
@@ -293,19 +342,20 @@ class FusedConv(FusedBase):
         (top, left), (bottom, right) = resolve_pads((h, wd), (kh, kw), (sh, sw), (dh, dw), self.pads, self.auto_pad)
         pads = (top, left, bottom, right)
         oh, ow = output_sizes("FusedConv", (h, wd), (kh, kw), (sh, sw), (dh, dw), (top, left), (bottom, right))
+        # The conditions of CONV_PATHS, in order; "general" is im2col, whose layout ``_im2col`` picks.
         if self.group == 1 and kh * kw > 1 and 2 * m <= c and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd):
-            path = "taps"
+            path = TAPS
         elif self.group == c == m and cg == 1:
-            path = "depthwise"
+            path = DEPTHWISE
         elif kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1):
-            path = "pointwise"
+            path = POINTWISE
         else:
             path = "general"
         plan = None
-        if path not in ("pointwise", "taps") and (self.group == 1 or path == "depthwise"):
-            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias)
+        if path not in (POINTWISE, TAPS) and (self.group == 1 or path == DEPTHWISE):
+            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == DEPTHWISE, bias)
             if plan is not None:
-                path = "gather_depthwise" if path == "depthwise" else "gather"
+                path = GATHER_DEPTHWISE if path == DEPTHWISE else GATHER
         return pads, oh, ow, path, plan
 
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
@@ -318,15 +368,20 @@ class FusedConv(FusedBase):
             b = None
         entry = self._geometries.get((x.shape, w.shape, b is not None))  # ``_geometry``'s lookup, inline
         pads, oh, ow, path, plan = entry if entry is not None else self._geometry(x.shape, w.shape, b is not None)
-        if path == "gather":
+        if path == GATHER:
+            self.last_path = path
             return self._gathered(x, w, b, z, plan)
-        if path == "gather_depthwise":
+        if path == GATHER_DEPTHWISE:
+            self.last_path = path
             return self._gathered_depthwise(x, w, b, z, plan)
-        if path == "depthwise":
+        if path == DEPTHWISE:
+            self.last_path = path
             return self._depthwise(x, w, b, z, pads, (oh, ow))
-        if path == "pointwise" and (not worker_pool.SPLIT_PRODUCTS or x.size * w.shape[0] < worker_pool.PARALLEL_MIN_WORK):
+        if path == POINTWISE and (not worker_pool.SPLIT_PRODUCTS or x.size * w.shape[0] < worker_pool.PARALLEL_MIN_WORK):
+            self.last_path = path
             return self._pointwise(x, w, b, z, (oh, ow))
-        if path == "taps":
+        if path == TAPS:
+            self.last_path = path
             return shuffle_channels(self._tap_products(x, w, b, z, pads, (oh, ow)), self.shuffle)
         n, c, h, wd = x.shape
         m, cg, kh, kw = w.shape
@@ -354,12 +409,14 @@ class FusedConv(FusedBase):
 
         y = np.empty((n, m, p), dtype=x.dtype)
         if not copied:
+            self.last_path = IM2COL_1X1
             cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, c, p)
         else:
             cols = np.empty((n, g * k + folded, p), dtype=x.dtype)
             if folded:
                 cols[:, k] = 1
-            _im2col(x, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), cols[:, :g * k].reshape(n, c, kh, kw, oh, ow))
+            self.last_path = _im2col(x, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw),
+                                     cols[:, :g * k].reshape(n, c, kh, kw, oh, ow))
         if folded:
             k += 1
             w3 = self._weights_with_bias(w, b).reshape(1, m, k)

@@ -1,0 +1,268 @@
+"""Every path of the CPU EP's FusedConv (``fused_conv.CONV_PATHS``) against the canonical form: the
+plain convolution (a float64 reference written here) followed by bias, residual, activation and
+channel shuffle. Each case builds inputs that select one path, asserts the kernel took it
+(``last_path``), and compares on random and edge values; onnxruntime's Conv(+Add)(+Relu) judges
+the same cases side by side. A path that diverges fails here."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from onnxhal.hal import KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels import worker_pool
+from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN
+from onnxhal.runtime.providers.cpu.kernels.fused_conv import CONV_PATHS, FusedConv
+from tests.models import make, vi
+
+# (path, x shape, w shape, Conv attributes): every registered path, on 1x1, strided, dilated,
+# grouped, depthwise, asymmetrically padded and odd shapes
+CASES = [
+    ("taps", (1, 16, 20, 20), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("taps", (2, 12, 9, 11), (5, 12, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    ("taps", (1, 16, 13, 10), (8, 16, 5, 3), {"pads": [0, 1, 3, 1]}),  # asymmetric rows
+    ("depthwise", (2, 32, 40, 40), (32, 1, 3, 3), {"group": 32, "pads": [1, 1, 1, 1]}),
+    ("depthwise", (1, 24, 41, 39), (24, 1, 3, 3), {"group": 24, "pads": [0, 0, 1, 1], "strides": [2, 2]}),
+    ("depthwise", (1, 16, 35, 33), (16, 1, 5, 3), {"group": 16, "pads": [4, 1, 3, 2], "dilations": [2, 1]}),
+    ("gather_depthwise", (1, 8, 5, 5), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),
+    ("gather_depthwise", (2, 6, 7, 6), (6, 1, 3, 2), {"group": 6, "pads": [0, 1, 1, 0], "strides": [2, 1]}),
+    ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
+    ("pointwise", (1, 1, 1, 1), (3, 1, 1, 1), {}),
+    ("pointwise", (1, 16, 15, 15), (64, 4, 1, 1), {"group": 4}),  # bias in the product: g * k < m
+    ("pointwise", (1, 32, 11, 11), (16, 16, 1, 1), {"group": 2}),
+    ("gather", (1, 3, 7, 7), (4, 3, 3, 3), {"strides": [2, 2]}),
+    ("gather", (2, 4, 6, 5), (3, 4, 2, 3), {"pads": [1, 0, 0, 2], "dilations": [2, 1]}),
+    ("im2col_1x1", (2, 64, 40, 40), (32, 64, 1, 1), {"strides": [2, 2]}),
+    ("im2col_1x1", (1, 16, 41, 39), (32, 8, 1, 1), {"strides": [2, 3], "group": 2}),
+    ("im2col_same_width", (1, 16, 20, 20), (32, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("im2col_same_width", (2, 16, 17, 15), (16, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}),
+    ("im2col_same_width", (1, 8, 18, 21), (16, 8, 5, 5), {"pads": [0, 2, 4, 2]}),
+    ("im2col_half_width", (2, 16, 32, 32), (16, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("im2col_half_width", (1, 3, 64, 64), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ("im2col_view", (2, 16, 33, 33), (16, 16, 3, 3), {"pads": [0, 1, 1, 0], "strides": [2, 2]}),
+    ("im2col_view", (1, 8, 30, 29), (16, 4, 3, 3), {"dilations": [2, 3], "group": 2}),
+    ("im2col_view", (2, 3, 128, 128), (16, 3, 8, 8), {"strides": [8, 8]}),  # patches that tile the input
+    ("im2col_phases", (1, 3, 65, 65), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ("im2col_phases", (1, 4, 47, 50), (8, 2, 5, 5), {"pads": [1, 2, 2, 1], "strides": [3, 2], "group": 2}),
+]
+
+VARIANTS = [  # (bias, residual, activation, activation_params)
+    ("random", False, "", []),
+    ("random", True, "Relu", []),
+    (None, True, "", []),
+    ("zero", False, "Clip", [0.0, 6.0]),
+    ("random", False, "LeakyRelu", [0.1]),
+]
+
+
+def _attrs(attrs: dict, w_shape: tuple) -> dict:
+    full = {"kernel_shape": list(w_shape[2:]), "group": 1, "strides": [1, 1], "dilations": [1, 1], "pads": [0] * 4}
+    full.update(attrs)
+    return full
+
+
+def _out_shape(x_shape: tuple, w_shape: tuple, a: dict) -> tuple:
+    k, s, d, p = w_shape[2:], a["strides"], a["dilations"], a["pads"]
+    return (x_shape[0], w_shape[0]) + tuple((x_shape[2 + i] + p[i] + p[2 + i] - (k[i] - 1) * d[i] - 1) // s[i] + 1
+                                            for i in range(2))
+
+
+def reference_conv(x: np.ndarray, w: np.ndarray, a: dict) -> np.ndarray:
+    """The canonical convolution in float64: a sum over the taps of strided views of the padded
+    input, per group."""
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    g, (sh, sw), (dh, dw), p = a["group"], a["strides"], a["dilations"], a["pads"]
+    oh, ow = _out_shape(x.shape, w.shape, a)[2:]
+    xp = np.zeros((n, c, h + p[0] + p[2], wd + p[1] + p[3]))
+    xp[:, :, p[0]:p[0] + h, p[1]:p[1] + wd] = x
+    y = np.zeros((n, m, oh, ow))
+    mg = m // g
+    for gi in range(g):
+        xg = xp[:, gi * cg:(gi + 1) * cg]
+        wg = w[gi * mg:(gi + 1) * mg].astype(np.float64)
+        for i in range(kh):
+            for j in range(kw):
+                win = xg[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+                y[:, gi * mg:(gi + 1) * mg] += np.einsum("nchw,mc->nmhw", win, wg[:, :, i, j])
+    return y
+
+
+def canonical(x, w, b, z, a, act, params, shuffle):
+    """Conv, then bias, residual and activation, then the shuffle; and the sum of the terms'
+    magnitudes, which bounds float32's rounding of any summation order."""
+    y = reference_conv(x, w, a)
+    mag = reference_conv(np.abs(x), np.abs(w), a)
+    if b is not None:
+        y += b.reshape(1, -1, 1, 1)
+        mag += np.abs(b).reshape(1, -1, 1, 1)
+    if z is not None:
+        y += z
+        mag += np.abs(z)
+    if act == "Relu":
+        y = np.maximum(y, 0)
+    elif act == "Clip":
+        y = np.clip(y, *params)
+    elif act == "LeakyRelu":
+        y = np.where(y < 0, y * params[0], y)
+    if shuffle:
+        n, m = y.shape[:2]
+        y = y.reshape(n, shuffle, m // shuffle, *y.shape[2:]).swapaxes(1, 2).reshape(y.shape)
+        mag = mag.reshape(n, shuffle, m // shuffle, *mag.shape[2:]).swapaxes(1, 2).reshape(mag.shape)
+    return y, mag
+
+
+class _Initializers(KernelCreateContext):
+    """Weights and bias are constant initializers: the kernel may keep what it derives from them
+    and remember a small layer's path per shape (``_remember``)."""
+
+    def is_constant_initializer(self, name: str) -> bool:
+        return name in ("w", "b")
+
+
+def fused_kernel(w_shape: tuple, a: dict, bias: bool, residual: bool, act: str, params: list,
+                 shuffle: int = 0, constant: bool = False) -> FusedConv:
+    inputs = ["x", "w", "b" if bias else "", "z" if residual else ""]
+    protos = [helper.make_attribute(k, v) for k, v in a.items()]
+    if act:
+        protos.append(helper.make_attribute("activation", act))
+        if params:
+            protos.append(helper.make_attribute("activation_params", [float(v) for v in params]))
+    if shuffle:
+        protos.append(helper.make_attribute("channel_shuffle", shuffle))
+    node = Node("FusedConv", inputs, ["y"], domain=DOMAIN, attribute_protos=protos)
+    node.since_version = 1
+    return FusedConv(node, _Initializers() if constant else None)
+
+
+def _inputs(rng, x_shape, w_shape, a, bias, residual, edge):
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    if edge:  # zeros, large and tiny magnitudes, and exact cancellations side by side
+        x.reshape(-1)[::7] = 0.0
+        x.reshape(-1)[1::11] = 3.0e4
+        x.reshape(-1)[2::13] = -3.0e4
+        x.reshape(-1)[3::5] = 1.0e-30
+        w.reshape(-1)[::3] = 0.0
+    b = None if bias is None else (np.zeros(w_shape[0], np.float32) if bias == "zero"
+                                   else rng.standard_normal(w_shape[0]).astype(np.float32))
+    z = rng.standard_normal(_out_shape(x_shape, w_shape, a)).astype(np.float32) if residual else None
+    return x, w, b, z
+
+
+def _check(kernel, path, x, w, b, z, a, act, params, shuffle=0):
+    want, mag = canonical(x, w, b, z, a, act, params, shuffle)
+    for _ in range(2):  # the second run takes the path kept per shape (``_remember``) where there is one
+        y = kernel.compute([x, w, b, z])[0]
+        assert kernel.last_path == path, f"selected {kernel.last_path}, the case is built for {path}"
+        assert y.shape == want.shape and y.dtype == np.float32
+        err = np.abs(y.astype(np.float64) - want)
+        bound = 1e-5 * mag + 1e-6
+        worst = np.unravel_index(np.argmax(err - bound), err.shape)
+        assert np.all(err <= bound), f"path {path} diverges at {worst}: {y[worst]} against {want[worst]}"
+
+
+def test_every_path_has_a_case():
+    assert {c[0] for c in CASES} == set(CONV_PATHS)
+    assert all(p.condition for p in CONV_PATHS.values())
+
+
+@pytest.mark.parametrize("constant", [False, True], ids=["fed", "initializers"])
+@pytest.mark.parametrize("edge", [False, True], ids=["random", "edge"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: f"{v[0]}-{'z' if v[1] else 'noz'}-{v[2] or 'none'}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{'x'.join(map(str, c[2]))}")
+def test_path_matches_canonical(case, variant, edge, constant):
+    path, x_shape, w_shape, attrs = case
+    bias, residual, act, params = variant
+    a = _attrs(attrs, w_shape)
+    rng = np.random.default_rng(CASES.index(case) * 100 + VARIANTS.index(variant) * 2 + edge)
+    x, w, b, z = _inputs(rng, x_shape, w_shape, a, bias, residual, edge)
+    _check(fused_kernel(w_shape, a, b is not None, residual, act, params, constant=constant), path, x, w, b, z, a, act,
+           params)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[3].get("group", 1) > 1 and c[0] != "depthwise"
+                                  and "depthwise" not in c[0]], ids=lambda c: f"{c[0]}-{c[3]['group']}")
+@pytest.mark.parametrize("residual", [False, True])
+def test_shuffled_groups_match_canonical(case, residual):
+    """A fused ShuffleNet shuffle of as many groups as the convolution: written in place without a
+    residual, by one copy with one."""
+    path, x_shape, w_shape, attrs = case
+    a = _attrs(attrs, w_shape)
+    rng = np.random.default_rng(7)
+    x, w, b, z = _inputs(rng, x_shape, w_shape, a, "random", residual, False)
+    kernel = fused_kernel(w_shape, a, True, residual, "Relu", [], shuffle=a["group"], constant=True)
+    _check(kernel, path, x, w, b, z, a, "Relu", [], shuffle=a["group"])
+
+
+def test_split_pointwise_takes_im2col_1x1():
+    """A pointwise product large enough to split between workers leaves ``pointwise`` for the
+    general path's in-place right side."""
+    old = (worker_pool.WORKERS, worker_pool.SPLIT_PRODUCTS)
+    worker_pool.set_workers(2, True)
+    try:
+        a = _attrs({}, (64, 64, 1, 1))
+        rng = np.random.default_rng(3)
+        x, w, b, z = _inputs(rng, (1, 64, 32, 33), (64, 64, 1, 1), a, "random", True, False)
+        _check(fused_kernel((64, 64, 1, 1), a, True, True, "Relu", []), "im2col_1x1", x, w, b, z, a, "Relu", [])
+    finally:
+        worker_pool.set_workers(*old)
+
+
+def _ort_conv(x, w, b, z, a, relu):
+    inits = [numpy_helper.from_array(w, "w")]
+    inputs = ["x", "w"]
+    if b is not None:
+        inits.append(numpy_helper.from_array(b, "b"))
+        inputs.append("b")
+    y_shape = list(_out_shape(x.shape, w.shape, a))
+    nodes = [helper.make_node("Conv", inputs, ["c"], **a)]
+    graph_inputs = [vi("x", list(x.shape))]
+    last = "c"
+    feeds = {"x": x}
+    if z is not None:
+        nodes.append(helper.make_node("Add", ["c", "z"], ["s"]))
+        graph_inputs.append(vi("z", y_shape))
+        feeds["z"] = z
+        last = "s"
+    nodes.append(helper.make_node("Relu" if relu else "Identity", [last], ["y"]))
+    model = make(nodes, graph_inputs, [vi("y", y_shape)], inits, opset=17)
+    model.ir_version = 10
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{'x'.join(map(str, c[2]))}")
+def test_path_matches_onnxruntime(case, relu):
+    path, x_shape, w_shape, attrs = case
+    a = _attrs(attrs, w_shape)
+    rng = np.random.default_rng(11)
+    x, w, b, z = _inputs(rng, x_shape, w_shape, a, "random", True, False)
+    kernel = fused_kernel(w_shape, a, True, True, "Relu" if relu else "", [])
+    y = kernel.compute([x, w, b, z])[0]
+    assert kernel.last_path == path
+    want = _ort_conv(x, w, b, z, a, relu)
+    _, mag = canonical(x, w, b, z, a, "", [], 0)
+    assert np.all(np.abs(y.astype(np.float64) - want) <= 2e-5 * mag + 1e-6)
+
+
+@pytest.mark.parametrize("x_shape, path", [((1, 4, 50), "gather"), ((2, 32, 900), "im2col_same_width")])
+def test_1d_runs_its_2d_twins_path(x_shape, path):
+    """A 1-D convolution runs as its 2-D twin over (N, C, 1, L) and records the twin's path."""
+    w_shape = (24, x_shape[1], 3)
+    a1 = {"kernel_shape": [3], "pads": [2, 0], "strides": [1], "dilations": [1], "group": 1}
+    a2 = _attrs({"pads": [0, 2, 0, 0]}, w_shape[:2] + (1, 3))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    kernel = fused_kernel(w_shape, a1, True, False, "Relu", [])
+    y = kernel.compute([x, w, b, None])[0]
+    assert kernel.last_path == path
+    want, mag = canonical(x[:, :, None, :], w[:, :, None, :], b, None, a2, "Relu", [], 0)
+    assert np.all(np.abs(y.astype(np.float64) - want[:, :, 0, :]) <= 1e-5 * mag[:, :, 0, :] + 1e-6)

@@ -203,37 +203,58 @@ class Slice(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.constant = ctx is not None and all(ctx.is_constant_initializer(i) for i in node.inputs[1:] if i)
-        self._index: dict[tuple, tuple] = {}  # input shape -> index, for constant parameters
+        # input shape -> index for constant parameters; (shape, parameter values) -> index for
+        # others (a loop body's starts and ends come from Unsqueezes of outer-scope scalars: new
+        # arrays every iteration, the same few values)
+        self._index: dict[tuple, tuple] = {}
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0]
+        return [self.apply(*inputs)]
+
+    def apply(self, x: np.ndarray, starts: np.ndarray, ends: np.ndarray, axes: np.ndarray | None = None,
+              steps: np.ndarray | None = None) -> np.ndarray:
+        cache = self._index
         if self.constant:
-            index = self._index.get(x.shape)
+            index = cache.get(x.shape)
             if index is not None:
-                return [x[index]]
-        n = len(inputs)
-        axes = inputs[3].tolist() if n > 3 and inputs[3] is not None else None
-        steps = inputs[4].tolist() if n > 4 and inputs[4] is not None else None
-        index = _slice_index(x.shape, inputs[1].tolist(), inputs[2].tolist(), axes, steps)
-        if self.constant and len(self._index) < 64:
-            self._index[x.shape] = index
-        return [x[index]]
+                return x[index]
+            key = x.shape
+        else:
+            key = None
+        s, e = starts.tolist(), ends.tolist()
+        a = axes.tolist() if axes is not None else None
+        st = steps.tolist() if steps is not None else None
+        if key is None and s.__class__ is list and e.__class__ is list and a.__class__ in (list, type(None)) \
+                and st.__class__ in (list, type(None)):
+            key = (x.shape, tuple(s), tuple(e), a if a is None else tuple(a), st if st is None else tuple(st))
+            index = cache.get(key)
+            if index is not None:
+                return x[index]
+        index = _slice_index(x.shape, s, e, a, st)
+        if key is not None and len(cache) < 64:
+            cache[key] = index
+        return x[index]
 
 
 @register("Gather", since=1)
 class Gather(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.axis = node.attr("axis", 0)
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         x, idx = inputs
+        return [self.apply(x, idx)]
+
+    def apply(self, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
         if idx.dtype.kind in "iu" and -x.ndim <= self.axis < x.ndim:
             try:  # np.take checks [-n, n) itself, as ONNX asks: no separate min/max pass
-                return [np.asarray(np.take(x, idx, axis=self.axis))]
+                return np.asarray(np.take(x, idx, axis=self.axis))
             except IndexError:
                 pass
         _check_indices("Gather", idx, x.shape[self.axis] if -x.ndim <= self.axis < x.ndim else 0, self.axis)
-        return [np.asarray(np.take(x, idx, axis=self.axis))]
+        return np.asarray(np.take(x, idx, axis=self.axis))
 
 
 def _check_indices(op: str, idx: np.ndarray, n: int, axis: int) -> None:
@@ -333,17 +354,28 @@ class Unsqueeze(Kernel):
         # axes from a constant initializer: the same array every run, read once
         self.constant_axes = ctx is not None and len(node.inputs) > 1 and bool(node.inputs[1]) \
             and ctx.is_constant_initializer(node.inputs[1])
-        self._axes: tuple | None = None  # (the axes array, its tuple)
+        self._axes: tuple | None = None  # (the axes array, its tuple, input shape -> output shape)
+        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
-        a = inputs[1]
+        return [self.apply(*inputs)]
+
+    def apply(self, x: np.ndarray, a: np.ndarray) -> np.ndarray:
         kept = self._axes
         if kept is not None and kept[0] is a:
-            return [_unsqueeze(inputs[0], kept[1])]
+            # constant axes: the output shape per input shape (a loop body unsqueezes the same
+            # scalars every iteration)
+            shape = kept[2].get(x.shape)
+            if shape is not None:
+                return x.reshape(shape)
+            out = _unsqueeze(x, kept[1])
+            if len(kept[2]) < 64:
+                kept[2][x.shape] = out.shape
+            return out
         axes = _axes_tuple(a.tolist())
         if self.constant_axes:
-            self._axes = (a, axes)  # one swap: a concurrent run sees either
-        return [_unsqueeze(inputs[0], axes)]
+            self._axes = (a, axes, {})  # one swap: a concurrent run sees either
+        return _unsqueeze(x, axes)
 
 
 def _squeeze(x: np.ndarray, axes) -> np.ndarray:

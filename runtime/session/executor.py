@@ -277,7 +277,8 @@ class ExecutionPlan:
                 slots[i] = v
             else:
                 self._place_feed(slots, name, v)
-        results = self._execute(slots, run_options, None)
+        # Under a run, RUN_OPTIONS already holds these options: not set and reset again per iteration.
+        results = self._execute(slots, run_options, None, run_options is not None and _RUN_OPTIONS.get() is run_options)
         return list(results) if not self.device_outputs else self._outputs(results, None, None)
 
     def explain(self) -> str:
@@ -305,15 +306,16 @@ class ExecutionPlan:
         except Exception as e:
             raise _transfer_error(e, f"copying input {name!r} to the memory of the EPs that read it") from e
 
-    def _execute(self, slots: list, run_options: Any, profiler: Any) -> tuple:
+    def _execute(self, slots: list, run_options: Any, profiler: Any, options_set: bool = False) -> tuple:
         """Run the steps on ``slots``, under the caller's numpy error state; the graph outputs in
         ``output_slots`` order. The generated function runs; the interpreted loop runs under a
-        profiler (it times each step). Errors name the failing node."""
-        token = _RUN_OPTIONS.set(run_options) if run_options is not None else None
+        profiler (it times each step). Errors name the failing node. ``options_set``: RUN_OPTIONS
+        already holds ``run_options`` (a subgraph's run inside the run that set them)."""
+        token = _RUN_OPTIONS.set(run_options) if run_options is not None and not options_set else None
         try:
             if profiler is not None:
                 return self._interpret(slots, run_options, profiler)
-            gen = self.generated if token is None else self._checked_run()
+            gen = self.generated if run_options is None else self._checked_run()
             try:
                 return gen.fn(slots, gen.fns, run_options)
             except Terminated:

@@ -26,7 +26,9 @@ class _SubgraphCall:
         self.outer = [(name, n_explicit + i) for i, name in enumerate(node.implicit_inputs) if name in reads]
         # The body's inputs whose shape it declares: checked at each call, as onnxruntime checks them
         # (a Scan fed rows of 2 into a body declared for 3 ran before and returned rows of 2).
-        self.declared = [(k, v.name, tuple(v.shape), tuple((a, d) for a, d in enumerate(v.shape) if isinstance(d, int)))
+        # Each with the whole shape where every dimension is fixed: one tuple comparison per call.
+        self.declared = [(k, v.name, tuple(v.shape), tuple((a, d) for a, d in enumerate(v.shape) if isinstance(d, int)),
+                          tuple(v.shape) if all(isinstance(d, int) for d in v.shape) else None)
                          for k, v in enumerate(graph.inputs) if v.shape is not None and v.is_tensor]
         self.label = f"{node.op_type} node {node.name!r}"
         # Where each of the runner's feeds comes from, once: ("outer", index into the node's
@@ -43,7 +45,7 @@ class _SubgraphCall:
 
     def check_shapes(self, formal: list) -> bool:
         """Whether the formal inputs pass the declared-shape checks of ``run`` (no error raised)."""
-        for k, _, dims, fixed in self.declared:
+        for k, _, dims, fixed, _ in self.declared:
             if k < len(formal):
                 shape = formal[k].shape
                 if len(shape) != len(dims) or any(shape[a] != d for a, d in fixed):
@@ -52,10 +54,12 @@ class _SubgraphCall:
 
     def run(self, formal: list, inputs: list) -> list:
         n = len(formal)
-        for k, name, dims, fixed in self.declared:
+        for k, name, dims, fixed, whole in self.declared:
             if k < n:
                 v = formal[k]
                 shape = v.shape if v.__class__ is np.ndarray else np.shape(v)
+                if shape == whole:
+                    continue
                 if len(shape) != len(dims):
                     self._refuse(name, dims, shape)
                 for a, d in fixed:
@@ -116,13 +120,17 @@ class Loop(Kernel):
         keep_going = bool(cond.reshape(-1)[0]) if cond is not None else True
         scans: list[list] = [[] for _ in range(self.n_scan)]
         i = 0
+        run = self.body.run
+        end_carried = 1 + self.n_carried
+        true, false = np.array(True), np.array(False)
         while keep_going and (trips is None or i < trips):
-            outs = self.body.run([np.array(i, dtype=np.int64), np.array(keep_going)] + carried, inputs)
+            outs = run([np.array(i, dtype=np.int64), true if keep_going else false, *carried], inputs)
             if cond is not None:
-                keep_going = bool(np.asarray(outs[0]).reshape(-1)[0])
-            carried = list(outs[1:1 + self.n_carried])
+                c = outs[0]
+                keep_going = bool((c if c.__class__ is np.ndarray else np.asarray(c)).reshape(-1)[0])
+            carried = outs[1:end_carried]
             for k in range(self.n_scan):
-                scans[k].append(outs[1 + self.n_carried + k])
+                scans[k].append(outs[end_carried + k])
             i += 1
         results = list(carried)
         for k in range(self.n_scan):

@@ -220,18 +220,19 @@ class Slice(Kernel):
             if index is not None:
                 return x[index]
             key = x.shape
-        else:
-            key = None
-        s, e = starts.tolist(), ends.tolist()
-        a = axes.tolist() if axes is not None else None
-        st = steps.tolist() if steps is not None else None
-        if key is None and s.__class__ is list and e.__class__ is list and a.__class__ in (list, type(None)) \
-                and st.__class__ in (list, type(None)):
-            key = (x.shape, tuple(s), tuple(e), a if a is None else tuple(a), st if st is None else tuple(st))
+        elif starts.__class__ is np.ndarray and ends.__class__ is np.ndarray and \
+                (axes is None or axes.__class__ is np.ndarray) and (steps is None or steps.__class__ is np.ndarray):
+            # the raw bytes with the dtype they share (ONNX's one Tind): a key built without a
+            # Python int per element
+            key = (x.shape, starts.dtype, starts.tobytes(), ends.tobytes(), None if axes is None else axes.tobytes(),
+                   None if steps is None else steps.tobytes())
             index = cache.get(key)
             if index is not None:
                 return x[index]
-        index = _slice_index(x.shape, s, e, a, st)
+        else:
+            key = None
+        index = _slice_index(x.shape, starts.tolist(), ends.tolist(), None if axes is None else axes.tolist(),
+                             None if steps is None else steps.tolist())
         if key is not None and len(cache) < 64:
             cache[key] = index
         return x[index]

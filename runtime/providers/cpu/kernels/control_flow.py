@@ -52,9 +52,11 @@ class _SubgraphCall:
                     return False
         return True
 
-    def run(self, formal: list, inputs: list) -> list:
+    def run(self, formal: list, inputs: list, declared: list | None = None) -> list:
+        """The body's outputs; ``declared``: the declared-shape checks to make, all by default (a
+        Loop checks its iteration number and condition, scalars it makes itself, once)."""
         n = len(formal)
-        for k, name, dims, fixed, whole in self.declared:
+        for k, name, dims, fixed, whole in self.declared if declared is None else declared:
             if k < n:
                 v = formal[k]
                 shape = v.shape if v.__class__ is np.ndarray else np.shape(v)
@@ -107,6 +109,7 @@ class Loop(Kernel):
         self.body = _SubgraphCall(node, node.attr("body"), ctx)
         self.n_carried = len(node.inputs) - 2
         self.n_scan = len(self.body.graph.outputs) - 1 - self.n_carried
+        self.carried_declared = [d for d in self.body.declared if d[0] >= 2]
 
     def compute(self, inputs: list) -> list:
         max_trip = inputs[0]
@@ -123,8 +126,10 @@ class Loop(Kernel):
         run = self.body.run
         end_carried = 1 + self.n_carried
         true, false = np.array(True), np.array(False)
+        declared = None  # all at the first iteration, the carried values' after
         while keep_going and (trips is None or i < trips):
-            outs = run([np.array(i, dtype=np.int64), true if keep_going else false, *carried], inputs)
+            outs = run([np.array(i, dtype=np.int64), true if keep_going else false, *carried], inputs, declared)
+            declared = self.carried_declared
             if cond is not None:
                 c = outs[0]
                 keep_going = bool((c if c.__class__ is np.ndarray else np.asarray(c)).reshape(-1)[0])

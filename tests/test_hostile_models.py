@@ -581,6 +581,28 @@ def test_a_body_input_of_another_shape_than_declared_is_refused_at_run_as_onnxru
     assert ort_refuses(m)  # fed rows of 1
 
 
+def test_a_loop_body_input_of_another_shape_than_declared_runs_as_onnxruntime_runs_it(caplog):
+    """A Loop body declaring its iteration number [1] (a scalar is given) and a carried value [2]
+    that grows: onnxruntime runs it (a warning about the output's size), so onnxhal runs it too and
+    says so; it refused it before."""
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Reshape", ["fi", "one"], ["fi1"]),
+         helper.make_node("Concat", ["acc", "fi1"], ["acc_out"], axis=0),
+         helper.make_node("Identity", ["cond"], ["cond_out"])], "body",
+        [vi("i", [1], TensorProto.INT64), vi("cond", [], TensorProto.BOOL), vi("acc", [2])],
+        [vi("cond_out", [], TensorProto.BOOL), vi("acc_out", None)],
+        [helper.make_tensor("one", TensorProto.INT64, [1], [1])])
+    m = make([helper.make_node("Loop", ["M", "", "a0"], ["a"], name="loop", body=body)],
+             [vi("M", [], TensorProto.INT64), vi("a0", [2])], [vi("a", None)])
+    feeds = {"M": np.array(3, np.int64), "a0": np.array([5, 6], np.float32)}
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    with caplog.at_level("WARNING", logger="onnxhal"):
+        got = onnxhal.InferenceSession(m).run(None, feeds)[0]
+    np.testing.assert_array_equal(got, want)
+    assert "Loop node 'loop': its body's inputs do not have the shapes the body declares" in caplog.text
+
+
 def _matmul_add_with_value_info(value_info, x_shape) -> onnx.ModelProto:
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("MatMul", ["a", "w"], ["m"]),
              helper.make_node("Add", ["m", "b"], ["y"])]

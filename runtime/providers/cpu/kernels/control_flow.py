@@ -7,11 +7,15 @@ node's explicit inputs, in ``node.implicit_inputs`` order.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from onnxhal.hal import Graph, Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import Fail
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+logger = logging.getLogger("onnxhal.cpu")
 
 
 class _SubgraphCall:
@@ -109,7 +113,7 @@ class Loop(Kernel):
         self.body = _SubgraphCall(node, node.attr("body"), ctx)
         self.n_carried = len(node.inputs) - 2
         self.n_scan = len(self.body.graph.outputs) - 1 - self.n_carried
-        self.carried_declared = [d for d in self.body.declared if d[0] >= 2]
+        self.warned = False
 
     def compute(self, inputs: list) -> list:
         max_trip = inputs[0]
@@ -126,10 +130,16 @@ class Loop(Kernel):
         run = self.body.run
         end_carried = 1 + self.n_carried
         true, false = np.array(True), np.array(False)
-        declared = None  # all at the first iteration, the carried values' after
         while keep_going and (trips is None or i < trips):
-            outs = run([np.array(i, dtype=np.int64), true if keep_going else false, *carried], inputs, declared)
-            declared = self.carried_declared
+            formal = [np.array(i, dtype=np.int64), true if keep_going else false, *carried]
+            if i == 0 and not self.warned and not self.body.check_shapes(formal):
+                # onnxruntime runs a Loop body whose inputs disagree with their declared shapes (a
+                # scalar iteration number declared [1], a carried value that grows): so does onnxhal,
+                # with a warning, where a Scan is refused as onnxruntime refuses it.
+                self.warned = True
+                logger.warning("%s: its body's inputs do not have the shapes the body declares; running it as "
+                               "onnxruntime does, with the shapes given", self.body.label)
+            outs = run(formal, inputs, ())
             if cond is not None:
                 c = outs[0]
                 keep_going = bool((c if c.__class__ is np.ndarray else np.asarray(c)).reshape(-1)[0])

@@ -26,3 +26,21 @@ def require_opencl(module_level: bool = False) -> str:
     if index is None:
         pytest.skip(f"needs a working OpenCL device: {reason}", allow_module_level=module_level)
     return index
+
+
+def compute_on_device(alloc, dt, cinfo, state, x, stream):
+    """One run of a compiled partition on device memory: ``x`` copied in on ``stream``, the output
+    copied back to the host, both device buffers freed; the host output."""
+    import numpy as np
+
+    from onnxhal import hal
+
+    xd = alloc.tensor(x.shape, np.float32)
+    dt.copy_tensors([x], [xd], [stream])
+    (out,) = cinfo.compute(state, hal.KernelContext([xd], 1, stream))
+    y = np.empty(out.shape, np.float32)
+    dt.copy_tensors([out], [y], [stream])
+    stream.finish()
+    alloc.free(out.buffer)
+    alloc.free(xd.buffer)
+    return y

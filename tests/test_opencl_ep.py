@@ -18,7 +18,7 @@ from onnxhal.hal.fused_groups import convex_groups  # noqa: E402
 from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
 from onnxhal.runtime.providers.opencl.device_context import ProgramBuildError  # noqa: E402
 from onnxhal.runtime.providers.opencl.ep import OpenCLEp  # noqa: E402
-from tests.opencl_support import require_opencl  # noqa: E402
+from tests.opencl_support import compute_on_device, require_opencl  # noqa: E402
 
 OPENCL_INDEX = require_opencl(module_level=True)
 
@@ -223,14 +223,7 @@ def test_threads_running_one_compiled_partition_agree(ocl):
         stream = factory.create_sync_stream_for_device(mem.memory_device)
         for _ in range(20):
             x = rng.standard_normal((5, 8)).astype(np.float32)
-            xd = alloc.tensor(x.shape, np.float32)
-            dt.copy_tensors([x], [xd], [stream])
-            (out,) = cinfo.compute(state, hal.KernelContext([xd], 1, stream))
-            y = np.empty(out.shape, np.float32)
-            dt.copy_tensors([out], [y], [stream])
-            stream.finish()
-            alloc.free(out.buffer)
-            alloc.free(xd.buffer)
+            y = compute_on_device(alloc, dt, cinfo, state, x, stream)
             if not np.allclose(y, np.tanh(x @ w), rtol=1e-4, atol=1e-5):
                 errors.append(f"thread {seed}")
 

@@ -22,7 +22,7 @@ import onnxhal  # noqa: E402
 from onnxhal import hal  # noqa: E402
 from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionState  # noqa: E402
-from tests.opencl_support import require_opencl  # noqa: E402
+from tests.opencl_support import compute_on_device, require_opencl  # noqa: E402
 
 OPENCL_INDEX = require_opencl(module_level=True)
 HW = hal.OrtHardwareDevice(hal.OrtHardwareDeviceType.CPU, "AMD", 0x1022, 0, {"opencl_devices": OPENCL_INDEX})
@@ -75,16 +75,7 @@ class SetArgCount:
 
 
 def _run(factory, mem, cinfo, state, x: np.ndarray, stream) -> np.ndarray:
-    alloc, dt = factory.create_allocator(mem), factory.create_data_transfer()
-    xd = alloc.tensor(x.shape, np.float32)
-    dt.copy_tensors([x], [xd], [stream])
-    (out,) = cinfo.compute(state, hal.KernelContext([xd], 1, stream))
-    y = np.empty(out.shape, np.float32)
-    dt.copy_tensors([out], [y], [stream])
-    stream.finish()
-    alloc.free(out.buffer)
-    alloc.free(xd.buffer)
-    return y
+    return compute_on_device(factory.create_allocator(mem), factory.create_data_transfer(), cinfo, state, x, stream)
 
 
 def test_replayed_runs_equal_first_runs_and_rebind_only_inputs_and_outputs(compiled, monkeypatch):

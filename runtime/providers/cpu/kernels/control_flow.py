@@ -56,11 +56,11 @@ class _SubgraphCall:
                     return False
         return True
 
-    def run(self, formal: list, inputs: list, declared: list | None = None) -> list:
-        """The body's outputs; ``declared``: the declared-shape checks to make, all by default (a
-        Loop checks its iteration number and condition, scalars it makes itself, once)."""
+    def run(self, formal: list, inputs: list, check: bool = True) -> list:
+        """The body's outputs. ``check``: refuse formal inputs of other shapes than the body declares
+        (a Scan, as onnxruntime refuses them); a Loop runs its body unchecked, as onnxruntime does."""
         n = len(formal)
-        for k, name, dims, fixed, whole in self.declared if declared is None else declared:
+        for k, name, dims, fixed, whole in self.declared if check else ():
             if k < n:
                 v = formal[k]
                 shape = v.shape if v.__class__ is np.ndarray else np.shape(v)
@@ -139,7 +139,7 @@ class Loop(Kernel):
                 self.warned = True
                 logger.warning("%s: its body's inputs do not have the shapes the body declares; running it as "
                                "onnxruntime does, with the shapes given", self.body.label)
-            outs = run(formal, inputs, ())
+            outs = run(formal, inputs, False)
             if cond is not None:
                 c = outs[0]
                 keep_going = bool((c if c.__class__ is np.ndarray else np.asarray(c)).reshape(-1)[0])

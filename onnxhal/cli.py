@@ -160,7 +160,7 @@ def feeds_for(sess: onnxhal.InferenceSession, args: argparse.Namespace,
 
     if args.inputs:
         feeds = load_inputs(args.inputs)
-        rows, source, defaulted = [feed_row(k, v) for k, v in feeds.items()], f"from {args.inputs}", []
+        rows, source, defaulted = [feed_row(k, v, "the file") for k, v in feeds.items()], f"from {args.inputs}", []
     else:
         feeds, rows, defaulted = random_feeds(sess.get_inputs(), sess.model_proto, dims)
         source = "random, seed 0"

@@ -200,6 +200,8 @@ def cmd_list_dims(args: argparse.Namespace) -> int:
     model = _load(args.model)
     for vi in model.graph.input:
         console.print(f"input {vi.name}: {_shape(vi)}")
+    for vi in model.graph.output:  # an output's free dims show what fixing the inputs leaves open
+        console.print(f"output {vi.name}: {_shape(vi)}")
     return 0
 
 
@@ -211,7 +213,7 @@ def add_fix_shapes_parser(sub: Any) -> None:
     p.add_argument("--denotation", action="append", metavar="DENOTATION=SIZE",
                    help="fix dimensions with this denotation, e.g. DATA_BATCH=1 (repeatable)")
     p.add_argument("-o", "--output", help="the fixed model's path")
-    p.add_argument("--list", action="store_true", help="list the inputs' dimensions and exit")
+    p.add_argument("--list", action="store_true", help="list the inputs' and outputs' dimensions and exit")
     p.set_defaults(fn=lambda a: cmd_list_dims(a) if a.list else _with_output(a))
 
 

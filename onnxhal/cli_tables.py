@@ -120,7 +120,10 @@ def print_partition(sess: onnxhal.InferenceSession, model: str = "MODEL") -> Non
     t.add_column("op types", overflow="fold")
     for ep in report["eps"]:
         top = list(ep["op_types"].items())
-        t.add_row(escape(ep["ep"]), str(ep["nodes"]), str(ep["partitions"]),
+        parts = str(ep["partitions"])
+        if ep["partitions"] == ep["nodes"] > 1:  # e.g. the CPU EP, which takes nodes one kernel each
+            parts += " (one node each)"
+        t.add_row(escape(ep["ep"]), str(ep["nodes"]), parts,
                   escape(", ".join(f"{o}×{c}" for o, c in top[:8]) + (f", {len(top) - 8} more" if len(top) > 8 else "")))
     console.print(t)
     tr = report["transfers"]

@@ -128,16 +128,18 @@ def random_feeds(sess_inputs: list, model: onnx.ModelProto | None, dims: Mapping
                       if t == "string" else "an .npz holds tensors only: feed it from Python (InferenceSession.run)")
             raise InvalidArgument(f"input {i.name!r} is {i.type}: random inputs are drawn for numeric and bool "
                                   f"tensors only; {remedy}")
-        why = ""
         if dtype == np.bool_:
             feeds[i.name] = rng.random(shape) > 0.5
+            why = f"random True/False (seed {seed})"
         elif np.issubdtype(dtype, np.integer):
             table = tables.get(i.name)
             high = table.rows if table is not None else DEFAULT_INT_HIGH
-            why = f"indexes {table.table!r} ({table.rows} rows)" if table is not None else ""
+            why = (f"indexes {table.table!r} ({table.rows} rows)" if table is not None
+                   else f"integers in [0, {high}): no table it indexes was found (seed {seed})")
             feeds[i.name] = rng.integers(0, high, size=shape).astype(dtype)
         else:
             feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+            why = f"standard normal (seed {seed})"
         rows.append(feed_row(i.name, feeds[i.name], why))
     return feeds, rows, defaulted
 

@@ -137,6 +137,8 @@ def test_random_inputs_respect_tables_and_dims_and_are_printed(tmp_path, capsys)
     feeds, rows, defaulted = random_feeds(sess.get_inputs(), model, {"batch": 16, "sequence": 32})
     assert feeds["token_type_ids"].max() == 1 and feeds["input_ids"].max() >= 40 and feeds["input_ids"].max() < 50
     assert defaulted == [] and [r.shape for r in rows] == [[16, 32]] * 3
+    # every row says where its range came from, an input no table indexes too
+    assert all(r.why for r in rows), rows
     ort = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(sess.run(None, feeds)[0], ort, rtol=1e-6, atol=1e-6)
     # A size for a dimension the model does not have is a user's mistake, named with the ones it has.
@@ -168,3 +170,27 @@ def test_random_inputs_are_not_invented_for_strings_or_maps(tmp_path, capsys):
                  "--repeat", "0"]) == 0
     assert main(["run", os.path.join(corpus, "sk_dictvec.onnx"), "--repeat", "0"]) == 2
     assert "is map(string,tensor(float))" in capsys.readouterr().err
+
+
+def test_run_says_where_every_input_range_came_from_and_reads_cpu_partitions(tmp_path, capsys):
+    """A float input's "range from" cell was empty; the CPU EP's "5 partitions" for 5 nodes read as a split."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+             helper.make_node("Add", ["b", "n"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                                       helper.make_tensor_value_info("n", TensorProto.INT64, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    g.node[2].input[1] = "nf"
+    g.node.insert(2, helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT))
+    path = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert main(["run", path, "--repeat", "0", "--json"]) == 0
+    import json
+
+    report = json.loads(capsys.readouterr().out)
+    why = {r["name"]: r["range_from"] for r in report["inputs"]["inputs"]}
+    assert why["x"].startswith("standard normal") and why["n"].startswith("integers in [0,"), why
+    assert main(["run", path, "--repeat", "0"]) == 0
+    row = next(x for x in capsys.readouterr().out.splitlines() if "CPUExecutionProvider" in x and "×" in x)
+    assert "4 (one node each)" in row, row

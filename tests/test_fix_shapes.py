@@ -52,4 +52,6 @@ def test_mistakes_are_one_line_errors(tmp_path, capsys):
     assert main(["fix-shapes", str(tmp_path / "missing.onnx"), "--dim", "batch=1", "-o", out]) == 2
     assert "NoSuchFile" in capsys.readouterr().err
     assert main(["fix-shapes", BERT, "--list"]) == 0
-    assert "input input_ids: ['batch', 'sequence']" in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert "input input_ids: ['batch', 'sequence']" in listed
+    assert "output " in listed and "'batch'" in listed.split("output ", 1)[1]

@@ -1036,7 +1036,32 @@ def ultralytics_models(out: str) -> list[str]:
     return [path]
 
 
-def torchvision_models(out: str) -> list[str]:
+def _torchvision_second_wave(torchvision) -> dict:
+    """Four more torchvision families, added after the kernels were tuned so that they measure what
+    a model nobody looked at gets: ShuffleNetV2 (channel shuffle: Reshape/Transpose/Reshape, Split,
+    Concat), MobileNetV3-Small (hard-swish, hard-sigmoid squeeze-and-excitation), ConvNeXt
+    (7x7 depthwise, LayerNorm over channels between permutes, GELU, layer scale) and a Swin
+    transformer (shifted-window attention: roll, window partition, relative position bias)."""
+    from torchvision.models import convnext, mobilenetv3, shufflenetv2, swin_transformer
+
+    small = not MEDIUM
+    v3, v3_last = mobilenetv3._mobilenet_v3_conf("mobilenet_v3_small", width_mult=0.25 if small else 1.0)
+    stages = ([convnext.CNBlockConfig(16, 32, 1), convnext.CNBlockConfig(32, 64, 1), convnext.CNBlockConfig(64, None, 1)]
+              if small else [convnext.CNBlockConfig(48, 96, 2), convnext.CNBlockConfig(96, 192, 2),
+                             convnext.CNBlockConfig(192, None, 2)])
+    return {
+        "tv_shufflenet": lambda: shufflenetv2.ShuffleNetV2([2, 2, 2], [12, 24, 48, 96, 256] if small
+                                                           else [24, 116, 232, 464, 1024], num_classes=10),
+        "tv_mobilenetv3": lambda: mobilenetv3.MobileNetV3(v3, v3_last, num_classes=10),
+        # layer scale 1.0, not the 1e-6 a fresh ConvNeXt starts from, so each block changes its input
+        "tv_convnext": lambda: convnext.ConvNeXt(stages, layer_scale=1.0, num_classes=10),
+        "tv_swin": lambda: swin_transformer.SwinTransformer(
+            patch_size=[2, 2] if small else [4, 4], embed_dim=16 if small else 48, depths=[1, 1] if small else [2, 2],
+            num_heads=[2, 4], window_size=[4, 4] if small else [7, 7], stochastic_depth_prob=0.0, num_classes=10),
+    }
+
+
+def torchvision_models(out: str, names: tuple[str, ...] = ()) -> list[str]:
     """torchvision's own architectures, untrained (no download): ``tv_efficientnet`` (EfficientNet-B0's
     blocks at a quarter of its widths and depths: depthwise convolutions, SiLU, squeeze-and-excitation)
     and ``tv_regnety`` (a RegNetY of two stages: grouped convolutions, squeeze-and-excitation), exported
@@ -1062,8 +1087,11 @@ def torchvision_models(out: str) -> list[str]:
                                                                            num_classes=10),
                 "tv_regnety": lambda: torchvision.models.RegNet(params, num_classes=10,
                                                                 norm_layer=partial(torch.nn.BatchNorm2d, eps=1e-5))}
+    builders.update(_torchvision_second_wave(torchvision))
     made = []
     for name, build in builders.items():
+        if names and name not in names:
+            continue
         torch.manual_seed(0)
         model = build().eval()
         rng = np.random.default_rng(0)
@@ -1134,7 +1162,9 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           # other producers: run each in an environment where its tool installs (see pyproject's corpus group)
           "onnxmltools": onnxmltools_models, "catboost": catboost_models, "hummingbird": hummingbird_models,
           "tf2onnx": tf2onnx_models, "paddle": paddle_models, "ultralytics": ultralytics_models,
-          "torchvision": torchvision_models}
+          "torchvision": lambda out: torchvision_models(out, ("tv_efficientnet", "tv_regnety")),
+          "torchvision2": lambda out: torchvision_models(out, ("tv_shufflenet", "tv_mobilenetv3", "tv_convnext",
+                                                               "tv_swin"))}
 
 
 def main() -> None:

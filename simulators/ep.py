@@ -314,8 +314,7 @@ class VirtualEp(Ep):
         if low and len(part) < low and len(part) < len(graph.nodes):
             reason = (f"{self.profile.name} takes no partition of fewer than {low} nodes; this one has {len(part)}"
                       + self.profile.cite("partitions"))
-            for n in part:
-                self.opencl.declined[n.name or n.op_type] = reason
+            self.opencl.decline(part, reason)
             return []
         if not high or len(part) <= high:
             return [part]

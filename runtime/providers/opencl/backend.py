@@ -122,6 +122,7 @@ class OpenCLBackend:
         return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic)
 
     def decline(self, nodes: Sequence[Node], reason: str) -> None:
+        """Record why ``nodes`` are left to the next EP (``declined``)."""
         for n in nodes:
             self.declined[n.name or n.op_type] = reason
 

@@ -1,10 +1,12 @@
-"""``VirtualEp``: the OpenCL EP, obeying a hardware profile, with faults and a cost model.
+"""``VirtualEp``: a simulated device's EP: the OpenCL backend it holds, obeying a hardware profile,
+with faults and a cost model.
 
 ``get_capability`` claims a node only when the OpenCL kernels can run it *and* the profile allows
 it (op type, dtypes, rank, static shapes); everything else falls to the next EP, so a real model
-gets the partial partition real hardware of that class would give it. ``compile`` builds the
-OpenCL plans, rounds weights to fp16 on fp16 devices, and prices every partition with the cost
-model; compute runs through ``VirtualNodeComputeInfo`` (faults, fp16 storage, metering).
+gets the partial partition real hardware of that class would give it. ``compile`` has the backend
+plan each partition once (``OpenCLBackend``), rounds weights to fp16 on fp16 devices, and prices
+every partition with the cost model; compute runs through ``VirtualNodeComputeInfo`` (faults, fp16
+storage, metering). ``HostVirtualEp`` claims through the same backend and computes on the host.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import hashlib
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ import pyopencl as cl
 from onnxhal.hal.allocator import Allocator
 from onnxhal.hal.data_transfer import DataTransfer
 from onnxhal.hal.enums import OrtEpDataLayout
-from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
+from onnxhal.hal.ep import Ep, EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
 from onnxhal.hal.ep_context import FusedOrder, ep_context_node, fused_order
 from onnxhal.hal.errors import InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
@@ -37,9 +38,9 @@ from onnxhal.runtime.optimizer.layout_transform import (
     nchw_twin,
     original_domain,
 )
+from onnxhal.runtime.providers.opencl.backend import OpenCLBackend
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, DynamicPartitionPlan
-from onnxhal.runtime.providers.opencl.ep import OpenCLEp, OpenCLNodeComputeInfo
 from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported_reason
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
 from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
@@ -234,15 +235,20 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
 
 
 
-class VirtualEp(OpenCLEp):
+class VirtualEp(Ep):
     """One session's EP on a simulated device (``name`` is the factory's EP name), on the OpenCL
-    backend; ``HostVirtualEp`` below is the same device on the host backend."""
+    backend it holds (``opencl``); ``HostVirtualEp`` below is the same device on the host backend."""
 
     backend = "opencl"
+    runs_onnxhal_fused_ops = True  # the OpenCL kernels run onnxhal's fused ops
 
     def __init__(self, name: str, device: OpenCLDeviceContext | None, allocator: Allocator, memory_info: OrtMemoryInfo,
                  profile: Profile, faults: FaultState, logger: logging.Logger, device_memory: Any = None) -> None:
-        super().__init__(device, allocator, logger)
+        self.device = device
+        self.allocator = allocator
+        self.logger = logger
+        #: Claims by the OpenCL kernels' rules; plans and runs the partitions (device None: claims only).
+        self.opencl = OpenCLBackend(name, device, allocator, logger)
         # The device's own allocator (``allocator`` may be a per-session fault-injecting wrapper).
         self.device_memory = device_memory if device_memory is not None else allocator
         self.name = name
@@ -260,12 +266,11 @@ class VirtualEp(OpenCLEp):
         self.quantized_values = QuantizedValues()  # int8 QDQ groups and integer accumulators
         self.fp16_overflows: set[str] = set()  # values reported as overflowing fp16 storage
         self._overflow_lock = threading.Lock()
-        self._kernel_graphs: weakref.WeakKeyDictionary[Graph, Graph] = weakref.WeakKeyDictionary()
 
     # -- capability ------------------------------------------------------------------------
     def get_capability(self, graph: Graph, support_info: EpGraphSupportInfo) -> None:
         # Partitions compiled earlier (ModelCompiler's EPContext nodes) are taken whole, if ours;
-        # everything else goes through OpenCLEp.get_capability with the profile's limits added.
+        # everything else goes through the OpenCL backend's claim with the profile's limits added.
         self._fp32_values.update(o for n in graph.nodes if not n.domain and n.op_type in FP32_PRODUCERS
                                  for o in n.outputs if o)
         self.quantized_values.add_graph(graph)
@@ -276,7 +281,22 @@ class VirtualEp(OpenCLEp):
                     support_info.add_nodes_to_fuse([n], NodeFusionOptions(drop_constant_initializers=True))
                 else:
                     self.declined[n.name or n.op_type] = reason
-        super().get_capability(graph, support_info)
+        self.opencl.claim(graph, support_info, self.node_reason, self.split_partition)
+
+    @property
+    def declined(self) -> dict[str, str]:
+        """Node name (or op) -> why this device left it to the next EP."""
+        return self.opencl.declined
+
+    @property
+    def compiled_plans(self) -> list:
+        """The OpenCL plans of the compiled partitions of static shape (tests count their launches)."""
+        return self.opencl.compiled_plans
+
+    @property
+    def dynamic_partitions(self) -> dict[str, DynamicNodeComputeInfo]:
+        """The partitions specialised per shape, by fused node name (``OpenCLBackend.dynamic_partitions``)."""
+        return self.opencl.dynamic_partitions
 
     def node_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
         if is_ep_context(node):
@@ -284,7 +304,7 @@ class VirtualEp(OpenCLEp):
         return profile_reason(self.profile, node, graph, self.quantized_values) or integer_reason(
             self.profile, node, self.quantized_values) or decision_reason(
             self.profile.compute_dtype, self.profile.name, node, graph) or (
-            self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else super().node_reason(node, graph, lookup))
+            self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else unsupported_reason(node, lookup))
 
     def split_partition(self, graph: Graph, part: list[Node]) -> list[list[Node]]:
         """``part`` as the profile's ``[partitions]`` limits allow: declined when smaller than
@@ -294,8 +314,7 @@ class VirtualEp(OpenCLEp):
         if low and len(part) < low and len(part) < len(graph.nodes):
             reason = (f"{self.profile.name} takes no partition of fewer than {low} nodes; this one has {len(part)}"
                       + self.profile.cite("partitions"))
-            for n in part:
-                self.declined[n.name or n.op_type] = reason
+            self.opencl.decline(part, reason)
             return []
         if not high or len(part) <= high:
             return [part]
@@ -352,7 +371,7 @@ class VirtualEp(OpenCLEp):
 
     def plan_partitions(self, graphs: list[Graph], fused_nodes: list[Node]) -> list[NodeComputeInfo]:
         """The backend's compiled partitions (weights rounded to fp16 where the profile says)."""
-        infos = OpenCLEp.compile(self, graphs, fused_nodes)
+        infos = self.opencl.compile(graphs, fused_nodes)
         if self.rounder is not None:
             for graph, info in zip(graphs, infos):
                 if self.quantized_values.int8_partition(graph):
@@ -374,7 +393,7 @@ class VirtualEp(OpenCLEp):
             if self.rounder is not None:
                 info.prepare_plan = self._round_weights
             return info
-        return OpenCLNodeComputeInfo(plan, self.device, self.allocator)
+        return self.opencl.compute_info(plan)
 
     @property
     def backend_key(self) -> str:
@@ -393,27 +412,20 @@ class VirtualEp(OpenCLEp):
             return f"no NHWC form of {node.op_type}"
         nodes, infos = nchw_twin(node, graph)
         twin = _with_nodes(graph, nodes, infos)
-        lookup = self._lookup(twin)
+        lookup = self.opencl.lookup(twin)
         for n in nodes:
             reason = unsupported_reason(n, lookup)
             if reason is not None:
                 return reason
         return None
 
-    def kernel_graph(self, graph: Graph) -> Graph:
+    @staticmethod
+    def kernel_graph(graph: Graph) -> Graph:
         """The partition with each NHWC node replaced by its NCHW twin: the device exchanges NHWC
         tensors (what crosses the partition and flows between NHWC ops), and converts around each
-        layout-sensitive kernel on the device, since the PoCL kernels are NCHW. One twin graph per
-        partition graph, so that compile finds the plan get_capability made."""
+        layout-sensitive kernel on the device, since the PoCL kernels are NCHW."""
         if not any(n.domain == NHWC_DOMAIN for n in graph.nodes):
             return graph
-        twin = self._kernel_graphs.get(graph)
-        if twin is None:
-            twin = self._kernel_graphs[graph] = self._nchw_twins(graph)
-        return twin
-
-    @staticmethod
-    def _nchw_twins(graph: Graph) -> Graph:
         nodes: list[Node] = []
         infos: dict[str, ValueInfo] = {}
         for n in graph.nodes:
@@ -441,14 +453,14 @@ class VirtualEp(OpenCLEp):
         for k, (graph, node) in enumerate(zip(graphs, fused_nodes)):
             if k in planned:
                 info = planned[k]
-                lookup = self._lookup(graph)
+                lookup = self.opencl.lookup(graph)
                 cost = partition_cost(as_given[k], self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name))
             else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
                 plan, cost, _ = decode_partition(context_blob(graph.nodes[0]))
                 info = self.partition_from_context(plan)
                 order = fused_order(*_saved_names(info), node)
                 if isinstance(info, DynamicNodeComputeInfo):
-                    self._dynamic[node.name] = info  # its specialisation figures in profiling traces
+                    self.opencl.add_dynamic(node.name, info)  # its specialisation figures in profiling traces
                 self.contexts_loaded += 1
             self.partition_costs[node.name] = cost
             edges = (Fp16Edges.of(as_given[k], self._fp32_values, self.quantized_values.int8_partition(as_given[k]))
@@ -511,7 +523,7 @@ class VirtualEp(OpenCLEp):
     def profiling_step_args(self, node: Node | None, ep_name: str, inputs: list, outputs: list) -> dict:
         from onnxhal.simulators.cost import step_figures
 
-        return {**super().profiling_step_args(node, ep_name, inputs, outputs), **step_figures(self, node, inputs, outputs)}
+        return {**self.opencl.profiling_step_args(node), **step_figures(self, node, inputs, outputs)}
 
     def on_run_start(self, run_options: Any) -> None:
         self.faults.on_run_start()

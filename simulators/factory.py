@@ -33,7 +33,7 @@ from onnxhal.hal.enums import (
     OrtHardwareDeviceType,
     OrtMemoryInfoDeviceType,
 )
-from onnxhal.hal.ep import Ep
+from onnxhal.hal.ep import Ep, EpFactory
 from onnxhal.hal.ep_api import EpApi
 from onnxhal.hal.ep_device import OrtEpDevice
 from onnxhal.hal.errors import InvalidArgument
@@ -41,7 +41,7 @@ from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.sync_stream import SyncStream
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext, device_context
-from onnxhal.runtime.providers.opencl.factory import OpenCLEpFactory, opencl_pairs
+from onnxhal.runtime.providers.opencl.factory import opencl_pairs
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator, OpenCLDataTransfer, OpenCLSyncStream
 from onnxhal.simulators import GPU_EP_NAME, NPU_EP_NAME
 from onnxhal.simulators.cost import Meter
@@ -177,15 +177,17 @@ class VirtualDataTransfer(OpenCLDataTransfer):
         meter_transfers(self.table, self.own, self.own_meter, list(src), list(dst))
 
 
-class VirtualEpFactory(OpenCLEpFactory):
+class VirtualEpFactory(EpFactory):
     """The factory of ``VirtualNpuExecutionProvider`` or ``VirtualGpuExecutionProvider``."""
 
     vendor = "onnxhal"
+    vendor_id = 0
     version = "0.1.0"
 
     def __init__(self, api: EpApi, logger: logging.Logger | None, hardware_type: OrtHardwareDeviceType,
                  profiles: Sequence[Profile], table: DeviceTable) -> None:
-        super().__init__(api, logger or logging.getLogger("onnxhal.simulators"))
+        self.api = api
+        self.logger = logger or logging.getLogger("onnxhal.simulators")
         self.name = EP_NAMES[hardware_type]
         self.hardware_type = hardware_type
         self.profiles = [p for p in profiles if p.type == hardware_type]
@@ -225,7 +227,6 @@ class VirtualEpFactory(OpenCLEpFactory):
             ep_devices.append(ep_device)
         return ep_devices
 
-    # Device state is kept here, not in OpenCLEpFactory's attributes, so the two can evolve apart.
     def _device(self, memory_device: OrtMemoryDevice) -> SimulatedDevice:
         sim = self.table.devices.get(memory_device)
         if sim is None or sim.profile.type != self.hardware_type:

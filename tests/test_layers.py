@@ -188,3 +188,48 @@ def test_host_execution_runs_a_graph_on_the_host() -> None:
     assert np.array_equal(host_plan(graph).run({"x": x})[0], -np.maximum(x, 0))
     y, = host_plan(graph, ["y"]).run({"x": x})
     assert np.array_equal(y, np.maximum(x, 0))
+
+
+def _opencl_ep_classes(cls: type) -> list[str]:
+    """The OpenCL EP's Ep and EpFactory classes among ``cls``'s bases (its MRO)."""
+    from onnxhal.hal.ep import Ep, EpFactory
+
+    return [f"{base.__module__}.{base.__qualname__}" for base in cls.__mro__[1:]
+            if base.__module__.startswith("onnxhal.runtime.providers.opencl") and issubclass(base, (Ep, EpFactory))]
+
+
+def test_simulators_hold_the_opencl_backend_not_subclass_the_opencl_ep() -> None:
+    """A simulated device is the OpenCL backend under a profile: its EP and factory hold what they
+    use of the OpenCL package (``OpenCLBackend``), so neither the OpenCL EP nor its factory carries
+    a branch or a hook for the simulators."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    pytest.importorskip("pyopencl")
+    import onnxhal.simulators as simulators
+
+    bad = []
+    for info in pkgutil.iter_modules(simulators.__path__, "onnxhal.simulators."):
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and _opencl_ep_classes(cls):
+                bad.append(f"{cls.__module__}.{cls.__qualname__} subclasses {', '.join(_opencl_ep_classes(cls))}")
+    assert not bad, "simulator classes that subclass an OpenCL EP class (hold an OpenCLBackend instead):\n" + \
+        "\n".join(bad)
+
+
+def test_the_subclass_check_sees_a_subclass() -> None:
+    pytest.importorskip("pyopencl")
+    from onnxhal.runtime.providers.opencl.ep import OpenCLEp
+    from onnxhal.runtime.providers.opencl.factory import OpenCLEpFactory
+
+    class Sub(OpenCLEp):
+        pass
+
+    class SubFactory(OpenCLEpFactory):
+        pass
+
+    assert _opencl_ep_classes(Sub) == ["onnxhal.runtime.providers.opencl.ep.OpenCLEp"]
+    assert _opencl_ep_classes(SubFactory) == ["onnxhal.runtime.providers.opencl.factory.OpenCLEpFactory"]
+    assert _opencl_ep_classes(OpenCLEp) == []

@@ -144,3 +144,39 @@ def test_an_nhwc_npu_runs_conv_relu_pool_as_the_cpu_ep_does(monkeypatch):
         got = sess.run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
     assert launches in ([], [3]), launches
+
+
+def test_an_nhwc_device_plans_each_partition_once(monkeypatch):
+    """The runtime partitions again after the layout pass; get_capability answers from rules, so
+    each partition's plan is built once, at compile (on the host backend, which computes with the
+    CPU EP's kernels, none). The results are onnxruntime's."""
+    import onnxruntime
+
+    from onnxhal.runtime.providers.opencl import plan_builder
+    from tests.conftest import simulated_or_skip
+
+    plans: list[str] = []
+    build = plan_builder.PartitionPlanBuilder.build
+
+    def counting(self):
+        plans.append(self.graph.name)
+        return build(self)
+
+    monkeypatch.setattr(plan_builder.PartitionPlanBuilder, "build", counting)
+    model = cnn()
+    f = feeds(model)
+    model.ir_version = 10
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)
+    with simulated_or_skip("generic-npu") as sims:
+        device = sims["VirtualNpuExecutionProvider"]
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([device], {})
+        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        sess = onnxhal.InferenceSession(model, so)
+        fused = [n for n in sess.plan.graph.nodes if n.ep_name == device.ep_name]
+        assert fused and any(domain == NHWC_DOMAIN for domain, _ in _ops(sess)[device.ep_name])
+        assert len(plans) == (len(fused) if device.ep_metadata["backend"] == "opencl" else 0), plans
+        sess.disable_fallback()
+        got = sess.run(None, f)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-2, atol=2e-2)

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -143,10 +144,12 @@ def test_fusion_groups_respect_convexity():
     assert [[n.name for n in g] for g in convex_groups(graph, [a, b, c])] == [["a", "b", "c"]]
 
 
-def test_build_failure_declines_only_the_failing_nodes(ocl, monkeypatch):
-    """A compiler failure cannot be caused on purpose with valid kernels: a test double makes the
-    pooling program fail to build, and only the pooling node is declined."""
-    _, ep, _ = ocl
+def test_a_partition_whose_programs_fail_to_build_runs_on_the_host(ocl, monkeypatch, caplog):
+    """get_capability claims by rules and compile builds, so a compiler failure shows at compile. It
+    cannot be caused on purpose with valid kernels: a test double makes the pooling program fail to
+    build. The partition then runs on the host inside the EP, its reason in ``declined`` and the
+    log, with onnxruntime's result."""
+    factory, ep, mem = ocl
     real = ep.device.program
 
     def failing(source, *args):
@@ -155,11 +158,21 @@ def test_build_failure_declines_only_the_failing_nodes(ocl, monkeypatch):
         return real(source, *args)
 
     monkeypatch.setattr(ep.device, "program", failing)
-    graph, _ = make_graph([helper.make_node("Relu", ["x"], ["a"], name="relu"),
-                           helper.make_node("MaxPool", ["a"], ["y"], name="pool", kernel_shape=[2, 2])],
-                          {"x": [1, 1, 4, 4]})
-    assert capability(ep, graph) == [["relu"]]
-    assert "injected" in ep.declined["pool"]
+    graph, model = make_graph([helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                               helper.make_node("MaxPool", ["a"], ["y"], name="pool", kernel_shape=[2, 2])],
+                              {"x": [1, 1, 4, 4]})
+    assert capability(ep, graph) == [["relu", "pool"]]  # rules only: nothing built yet
+    with caplog.at_level(logging.WARNING, logger="test"):
+        cinfo, state, _ = _run(factory, ep, mem, graph)
+    assert "injected" in ep.declined["pool"] and "injected" in ep.declined["relu"]
+    assert any("on the host" in r.getMessage() for r in caplog.records) and ep.compiled_plans == []
+    x = RNG.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    stream = factory.create_sync_stream_for_device(mem.memory_device)
+    got = compute_on_device(factory.create_allocator(mem), factory.create_data_transfer(), cinfo, state, x, stream)
+    model.ir_version = 10
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got, want[0])
+    assert cinfo.stats.host_runs == 1
 
 
 def _run(factory, ep, mem, graph):
@@ -271,8 +284,12 @@ def test_an_internal_error_is_logged_as_one_never_passed_off_as_a_decline_reason
                            [helper.make_tensor_value_info("x", f32, [])], [helper.make_tensor_value_info("y", f32, [2, 4, 8])],
                            value_info=[helper.make_tensor_value_info("t", f32, [2, 4, 8])])
     graph = hal.Graph.from_proto(gp, {"": 17})
+    assert capability(ep, graph) == [["transpose", "relu"]]  # claimed by rules; lowering fails at compile
     with caplog.at_level(logging.WARNING, logger="test"):
-        assert capability(ep, graph) == [["relu"]]  # alone, it lowers
+        info = hal.EpGraphSupportInfo(graph)
+        ep.get_capability(graph, info)
+        (group, options), = info.fused_groups
+        ep.compile([info.filtered_graph(group, options)], [None])
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert errors and errors[0].exc_info is not None and "internal error" in errors[0].getMessage()
     assert ep.declined["transpose"].startswith("internal error in onnxhal's OpenCL EP (IndexError")

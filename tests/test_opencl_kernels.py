@@ -439,11 +439,11 @@ def test_attention_transposes_cost_no_copies(ocl, b):
     plan = check(ocl, nodes, {"q": q, "k": k, "v": v}, shape, rtol=1e-4, atol=1e-5)
     assert [s.kernel_name for s in plan.steps] == ["attention_rows"]  # rule attention: all of it, one launch
     ep = ocl[1]
-    ep.disabled_fusions = frozenset({"attention"})  # the Transpose rules alone
+    ep.backend.disabled_fusions = frozenset({"attention"})  # the Transpose rules alone
     try:
         plan = check(ocl, nodes, {"q": q, "k": k, "v": v}, shape, rtol=1e-4, atol=1e-5)
     finally:
-        ep.disabled_fusions = frozenset()
+        ep.backend.disabled_fusions = frozenset()
     # no strided copy, and the last MatMul writes the merged output itself (no trailing copy either)
     kernels = [getattr(s, "kernel_name", "copy") for s in plan.steps]
     if b == 1:

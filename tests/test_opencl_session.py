@@ -225,18 +225,18 @@ def test_exported_attention_softmax_nan_guard_stays_on_the_device(opencl):
 
 
 def test_each_partition_is_lowered_once(opencl, monkeypatch):
-    """The plan made while claiming a group (on the filtered graph the runtime later compiles) is the
-    one compile uses: one lowering per partition, not one per get_capability and one per compile."""
-    from onnxhal.runtime.providers.opencl import ep as opencl_ep
+    """get_capability claims by rules and compile plans: one lowering per partition, not one per
+    get_capability and one per compile."""
+    from onnxhal.runtime.providers.opencl import backend
 
     lowered: list[str] = []
-    real = opencl_ep.build_plan
+    real = backend.build_plan
 
     def counting(graph, lookup, *rest):
         lowered.append(graph.name)
         return real(graph, lookup, *rest)
 
-    monkeypatch.setattr(opencl_ep, "build_plan", counting)
+    monkeypatch.setattr(backend, "build_plan", counting)
     model = small_cnn()
     sess = onnxhal.InferenceSession(model, providers=PROVIDERS)
     fused = [n for n in sess.plan.graph.nodes if n.ep_name == "OpenCLExecutionProvider"]

@@ -138,7 +138,8 @@ def optimize(graph: Graph, level: int, eps: Mapping[str, Ep]) -> Graph:
 def partition_and_layout(graph: Graph, eps: Mapping[str, Ep]) -> PartitionResult:
     """Every node assigned to an EP. The layout pass needs to know which EP took which node (it
     converts the nodes of EPs that prefer NHWC), and the nodes it makes must be claimed: so the
-    graph is partitioned again only when it converted something."""
+    graph is partitioned again only when it converted something. An EP answers ``get_capability``
+    from rules and builds at compile (``Ep.compile``), so the first pass costs only the rules."""
     ordered = list(eps.values())
     result = partition(graph, ordered)
     if transform_layout(graph, eps):

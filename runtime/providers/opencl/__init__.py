@@ -2,8 +2,15 @@
 
 Register with ``register_execution_provider_library("opencl", "onnxhal.runtime.providers.opencl")``;
 the registry calls ``create_ep_factories`` and, at unregistration, ``release_ep_factory``. The
-implementation lives in ``factory``, ``ep``, ``memory``, ``device_context``, ``plan_builder`` and
-the kernel modules; they are imported on first use so importing onnxhal costs nothing.
+implementation lives in ``factory``, ``ep``, ``backend``, ``memory``, ``device_context``,
+``plan_builder`` and the kernel modules; they are imported on first use so importing onnxhal costs
+nothing.
+
+For other EPs that run on these kernels (the simulated devices), the surface is
+``backend.OpenCLBackend`` (claim by rules with the holder's node rule and split, one plan per
+partition at compile, partitions with symbolic dimensions), with ``device_context``, ``memory``
+(allocator, data transfer, stream) and ``dynamic_partition.DynamicPartitionPlan`` (a saved
+partition): they hold these, and subclass neither ``ep.OpenCLEp`` nor ``factory.OpenCLEpFactory``.
 """
 
 from __future__ import annotations

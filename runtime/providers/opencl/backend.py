@@ -1,0 +1,309 @@
+"""``OpenCLBackend``: what an EP running on OpenCL holds: which nodes the kernels take, one plan per
+partition at compile, and the partitions with symbolic dimensions.
+
+The OpenCL EP (``ep.py``) and the simulated devices (``onnxhal.simulators``) each hold one: a
+simulated device is this backend under its profile's limits (its own ``node_reason`` and ``split``
+given to ``claim``), not a subclass of the OpenCL EP.
+
+``claim`` answers from rules (``op_support``, the loop and pool-shape checks, fused groups made
+convex by the runtime); it builds nothing, so the runtime may ask twice (before and after the NHWC
+layout pass) for the price of the rules. ``compile`` plans each partition once and builds its
+programs; a partition whose plan or programs fail to build runs on the host inside the EP (the
+symbolic-dimension partition's host path), its reason in ``declined`` and the log. Only the cost
+rule (``cost_rule=on``) plans while claiming, since a partition's launches are what it weighs; its
+plans are kept for compile, by the filtered graph compile receives.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable, Sequence
+
+import pyopencl as cl
+
+from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
+from onnxhal.hal.errors import OrtError
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.providers.op_geometry import pool_geometry
+from onnxhal.runtime.providers.opencl.cost_rule import crossings, host_rates, host_reason, host_seconds
+from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
+from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, is_dynamic
+from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
+from onnxhal.runtime.providers.opencl.op_support import (
+    INSPECTION_ERRORS,
+    VIEW_OPS,
+    GraphLookup,
+    decline_reason,
+    unsupported_reason,
+)
+from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
+from onnxhal.runtime.providers.opencl.plan_builder import build_plan
+
+#: The EP keeps its own copies of constant weights (uploaded once per partition state).
+FUSION_OPTIONS = NodeFusionOptions(drop_constant_initializers=True)
+
+#: ``claim``'s per-node hook: None if the node is taken, else why not ("" declines it silently).
+NodeReason = Callable[[Node, Graph, GraphLookup], "str | None"]
+#: ``claim``'s per-partition hook: the partitions a convex group is claimed as.
+Split = Callable[[Graph, list[Node]], list[list[Node]]]
+
+
+def loop_owner(graph: Graph) -> Node | None:
+    """The Loop or Scan node whose body ``graph`` is, or lies within (an If inside a Loop's body
+    runs at every iteration too), else None."""
+    g: Graph | None = graph
+    while g is not None:
+        owner = g.parent_node
+        if owner is not None and owner.op_type in ("Loop", "Scan"):
+            return owner
+        g = g.parent
+    return None
+
+
+class OpenCLNodeComputeInfo(NodeComputeInfo):
+    """Runs one compiled partition. ``compute`` enqueues on the context's stream and returns without
+    waiting; with no stream it waits, since the caller then expects finished data."""
+
+    def __init__(self, plan: PartitionPlan, device: OpenCLDeviceContext, allocator: OpenCLAllocator) -> None:
+        self.plan = plan
+        self.device = device
+        self.allocator = allocator
+        self.host_inputs = frozenset(i for i, n in enumerate(plan.input_names) if n in plan.host_indices)
+
+    def create_state(self, fused_node: Node) -> PartitionState:
+        return PartitionState(self.plan, self.device, self.allocator)
+
+    def compute(self, state: PartitionState, context: KernelContext) -> list:
+        stream = context.stream
+        queue = stream.handle() if stream is not None else None
+        own_queue = not (isinstance(queue, cl.CommandQueue) and queue.context == self.device.context)
+        if own_queue:
+            queue = self.device.queue
+        outputs = state.run(list(context.inputs), queue)
+        if own_queue:
+            queue.finish()
+        for i, t in enumerate(outputs):
+            context.set_output(i, t)
+        return outputs
+
+    def release_state(self, state: PartitionState) -> None:
+        state.release()
+
+
+class OpenCLBackend:
+    """The OpenCL side of one session's EP. ``device`` None: a backend that only claims (a simulated
+    device whose partitions another backend computes); ``compile`` needs a device."""
+
+    def __init__(self, name: str, device: OpenCLDeviceContext | None, allocator: OpenCLAllocator | None,
+                 logger: logging.Logger, disabled_fusions: frozenset[str] = frozenset(),
+                 cost_rule: bool = False) -> None:
+        self.name = name  # the EP's, in log lines
+        self.device = device
+        self.allocator = allocator
+        self.logger = logger
+        #: Fusion rules (fusion_rules.py) the plans leave out.
+        self.disabled_fusions = disabled_fusions
+        #: Keep partitions smaller than their launches and copies on the host (cost_rule.py).
+        self.cost_rule = cost_rule
+        self.declined: dict[str, str] = {}  # node name/op -> reason (for logs and tests)
+        #: The plans of the compiled partitions of static shape (tests count their launches).
+        self.compiled_plans: list[PartitionPlan] = []
+        self._dynamic: dict[str, DynamicNodeComputeInfo] = {}  # fused node name -> per-shape partition
+        # Shapes, dtypes and constants resolved so far, shared by every graph's lookup.
+        self._shapes: dict = {}
+        self._dtypes: dict = {}
+        self._constants: dict = {}
+        # Plans the cost rule made while claiming, by the filtered graph compile will receive.
+        self._planned: weakref.WeakKeyDictionary[Graph, PartitionPlan] = weakref.WeakKeyDictionary()
+
+    def lookup(self, graph: Graph, allow_dynamic: bool = False) -> GraphLookup:
+        """Shapes, dtypes and constants of ``graph``'s values (symbolic dims allowed or refused)."""
+        return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic)
+
+    def decline(self, nodes: Sequence[Node], reason: str) -> None:
+        """Record why ``nodes`` are left to the next EP (``declined``)."""
+        for n in nodes:
+            self.declined[n.name or n.op_type] = reason
+
+    # -- claiming ------------------------------------------------------------------------------
+    def claim(self, graph: Graph, support_info: EpGraphSupportInfo, node_reason: NodeReason | None = None,
+              split: Split | None = None) -> None:
+        """Claim the nodes the OpenCL kernels run and ``node_reason`` allows (default: the kernels'
+        rules, ``op_support.unsupported_reason``), fused into convex groups, each claimed as the
+        partitions ``split`` makes of it (default: whole). Symbolic dimensions are claimable: such
+        partitions are specialised per shape at run time."""
+        reason_of = node_reason or (lambda n, g, lk: unsupported_reason(n, lk))
+        loop = loop_owner(graph)
+        if loop is not None:
+            # This EP never takes Loop or Scan (nodes with subgraphs), so the loop runs on the host
+            # and would copy a body partition's inputs to the device and its outputs back at every
+            # iteration: skl2onnx's k-NN Scan over 300 samples took 65 ms a run on PoCL (and 45 ms
+            # on an H200) against 0.08 ms with the body on the CPU EP.
+            self.decline(graph.nodes, f"in the body of {loop.op_type} node {loop.name!r}, which runs on the host: "
+                         "every iteration would copy this partition's inputs to the device and its outputs back")
+            return
+        lookup = self.lookup(graph, allow_dynamic=True)
+        claimed: list[Node] = []
+        untrusted = untrusted_shapes(graph, lookup)
+        for n in graph.nodes:
+            try:
+                reason = reason_of(n, graph, lookup)
+                if reason is None and any(v in untrusted for v in (*n.inputs, *n.outputs) if v):
+                    reason = "inferred shape disagrees with onnxruntime's pool output size (ceil_mode)"
+            except INSPECTION_ERRORS as exc:
+                reason = f"cannot inspect node: {decline_reason(exc, self.logger, f'inspecting {n.op_type} {n.name!r}')}"
+            if reason is None:
+                claimed.append(n)
+            elif reason:  # "" means "not mine, say nothing" (e.g. a node the holder takes itself)
+                self.declined[n.name or n.op_type] = reason
+                self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
+        taken = {id(n) for n in claimed}
+        for group in support_info.convex_groups(claimed):
+            if all(n.op_type in VIEW_OPS for n in group) and not _between_claimed(graph, group, taken):
+                continue  # a lone view computes nothing: not worth two copies
+            for piece in (split(graph, group) if split is not None else [group]):
+                reason = self._cost_reason(graph, piece, support_info, lookup, taken) if self.cost_rule else None
+                if reason:
+                    self.decline(piece, reason)
+                    self.logger.debug("%s declines %d node(s): %s", self.name, len(piece), reason)
+                    continue
+                support_info.add_nodes_to_fuse(piece, FUSION_OPTIONS)
+
+    def _cost_reason(self, graph: Graph, piece: list[Node], support_info: EpGraphSupportInfo, lookup: GraphLookup,
+                     taken: set[int]) -> str | None:
+        """The cost rule's reason to leave ``piece`` to the host, or None. It weighs the piece's
+        launches, so it plans the piece (compile takes that plan). Partitions with symbolic
+        dimensions have no size to weigh and are claimed."""
+        part = support_info.filtered_graph(piece, FUSION_OPTIONS)
+        if is_dynamic(part) or self.device is None:
+            return None
+        try:
+            plan = self._planned[part] = self.plan(part)
+        except INSPECTION_ERRORS:
+            return None  # compile meets the same failure and says why
+        costs = self.device.launch_costs()
+        work = host_seconds(piece, lookup, host_rates())
+        return host_reason(work, plan.launches_per_run, crossings(graph, piece, taken), costs.launch_s, costs.copy_s)
+
+    # -- compiling -----------------------------------------------------------------------------
+    def plan(self, graph: Graph) -> PartitionPlan:
+        """``graph``'s plan, its programs built on the device (so that a build failure shows here,
+        not at the first run). Raises what lowering or the build raises (``INSPECTION_ERRORS``)."""
+        plan = build_plan(graph, self.lookup(graph), self.disabled_fusions)
+        for step in (*plan.init_steps, *plan.steps):
+            if isinstance(step, Launch):
+                self.device.program(step.source)
+        return plan
+
+    def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:
+        """One compute info per graph, each planned once: static partitions as one plan, those with
+        symbolic dimensions specialised per shape at run time; a partition that fails to build
+        runs on the host (a shape-specialised partition whose every signature runs there)."""
+        infos: list[NodeComputeInfo] = []
+        for graph, node in zip(graphs, fused_nodes):
+            info: NodeComputeInfo
+            if is_dynamic(graph):
+                info = self.dynamic_info(graph)
+            else:
+                try:
+                    plan = self._planned.pop(graph, None)
+                    if plan is None:
+                        plan = self.plan(graph)
+                except INSPECTION_ERRORS as exc:
+                    info = self._on_host(graph, exc)
+                else:
+                    self.compiled_plans.append(plan)
+                    info = OpenCLNodeComputeInfo(plan, self.device, self.allocator)
+            if isinstance(info, DynamicNodeComputeInfo) and node is not None:
+                self._dynamic[node.name] = info
+            infos.append(info)
+        return infos
+
+    def _on_host(self, graph: Graph, exc: BaseException) -> DynamicNodeComputeInfo:
+        ops = ", ".join(sorted({n.op_type for n in graph.nodes}))
+        reason = decline_reason(exc, self.logger, f"lowering {len(graph.nodes)} node(s) ({ops})")
+        self.decline(graph.nodes, reason)
+        self.logger.warning("%s runs %d node(s) (%s) on the host: %s", self.name, len(graph.nodes), ops, reason)
+        return self.dynamic_info(graph)
+
+    def dynamic_info(self, graph: Graph) -> DynamicNodeComputeInfo:
+        """A partition specialised per input signature at run time (host runs where that fails)."""
+        return DynamicNodeComputeInfo(graph, self.device, self.allocator, self.logger,
+                                      disabled_fusions=self.disabled_fusions)
+
+    def compute_info(self, plan: PartitionPlan) -> OpenCLNodeComputeInfo:
+        """A compiled partition from a plan made elsewhere (an EPContext blob's)."""
+        return OpenCLNodeComputeInfo(plan, self.device, self.allocator)
+
+    def add_dynamic(self, fused_node_name: str, info: DynamicNodeComputeInfo) -> None:
+        """Report ``info`` (made from a saved partition) with the compiled ones."""
+        self._dynamic[fused_node_name] = info
+
+    @property
+    def dynamic_partitions(self) -> dict[str, DynamicNodeComputeInfo]:
+        """The partitions specialised per shape, by fused node name: each one's shape cache and its
+        hit/miss/host-run figures (``stats``), as the profiling trace reports them."""
+        return dict(self._dynamic)
+
+    def profiling_step_args(self, node: Node | None) -> dict:
+        """For a partition specialised per shape: its shape-specialisation cache figures."""
+        info = self._dynamic.get(node.name) if node is not None else None
+        if info is None:
+            return {}
+        return info.stats.as_args(info.cached_signatures)
+
+
+def _ort_pool_dims(node: Node, xs: tuple) -> tuple:
+    """The output shape onnxruntime gives a pool over an input of shape ``xs``: the CPU EP's
+    geometry (with ceil_mode, the last window dropped when it would start in the right padding
+    or past the input, which onnx 1.23's shape inference keeps; C's truncating division where
+    the padded input is shorter than the window)."""
+    (_, _, _, _, _, out, _), _ = pool_geometry(node, xs[2:])
+    return (*xs[:2], *out)
+
+
+def _negative_dim(lookup: GraphLookup, name: str) -> bool:
+    try:
+        shape = lookup.shape(name)
+    except (OrtError, ValueError, TypeError, KeyError, IndexError):
+        return False
+    return shape is not None and any(isinstance(d, int) and d < 0 for d in shape)
+
+
+def untrusted_shapes(graph: Graph, lookup: GraphLookup) -> set[str]:
+    """Values whose inferred static shape is wrong: outputs of pools where onnx shape inference and
+    onnxruntime disagree, negative sizes, and everything computed from them. The EP sizes its buffers from
+    inferred shapes, so it declines nodes that read or write these."""
+    bad: set[str] = set()
+    for n in graph.nodes:
+        if any(i in bad for i in (*n.inputs, *n.implicit_inputs) if i):
+            bad.update(o for o in n.outputs if o)
+            continue
+        if any(_negative_dim(lookup, o) for o in n.outputs if o):
+            # shape inference gave a negative size (a Conv kernel wider than its padded input): no
+            # buffer can hold it; the CPU EP runs the node and refuses it with the reason
+            bad.update(o for o in n.outputs if o)
+            continue
+        if n.op_type in ("MaxPool", "AveragePool") and not n.domain:
+            try:
+                xs, ys = lookup.shape(n.inputs[0]), lookup.shape(n.outputs[0])
+                wrong = xs is not None and ys is not None and tuple(ys) != _ort_pool_dims(n, tuple(xs))
+            except (OrtError, ValueError, TypeError, KeyError, IndexError):  # unresolvable: do not trust it
+                wrong = True
+            if wrong:
+                bad.update(o for o in n.outputs if o)
+    return bad
+
+
+def _between_claimed(graph: Graph, part: list[Node], taken: set[int]) -> bool:
+    """Whether a group of views reads a value this EP produces and feeds one it consumes: then
+    taking it costs no copy (on the device a view is free), and leaving it to the CPU EP would copy
+    the value to the host and back. A Reshape whose target shape the CPU EP computes at run time
+    (an attention head merge in a dynamic export) ends up alone in such a group."""
+    inside = {id(n) for n in part}
+    sources = [graph.producer(n.inputs[0]) for n in part if n.inputs and n.inputs[0]]
+    fed = any(p is not None and id(p) in taken and id(p) not in inside for p in sources)
+    feeds = any(id(c) in taken and id(c) not in inside for n in part for o in n.outputs if o
+                for c in graph.consumers(o))
+    return fed and feeds

@@ -46,6 +46,8 @@ from onnxhal.runtime.providers.cpu.kernels import worker_pool
 from onnxhal.runtime.providers.cpu.kernels.clamp import clip_ufunc
 from onnxhal.runtime.providers.cpu.kernels.conv import (
     APPENDED,
+    DEPTHWISE_LAYOUTS,
+    depthwise_layout,
     depthwise_rows,
     flat_plane_filler,
     gather_plan,
@@ -86,8 +88,11 @@ def _path(name: str, condition: str) -> str:
 
 TAPS = _path("taps", "ungrouped, more than one tap, at most half as many outputs as inputs, unit stride "
                      "and the output as wide as the input (conv.same_width)")
-DEPTHWISE = _path("depthwise", "group == C == M, one input channel per group, above the gather limit: "
-                               "conv.depthwise_rows")
+#: Depthwise convolutions above the gather limit (group == C == M, one input channel per group) run
+#: through ``conv.depthwise_rows``, one path per ``conv.DEPTHWISE_LAYOUTS`` entry.
+DEPTHWISE_PATHS = {_path(f"depthwise_{layout.name}", "depthwise above the gather limit, conv.depthwise_rows "
+                         f"layout {layout.name!r}: {layout.condition}"): layout.name
+                   for layout in DEPTHWISE_LAYOUTS.values()}
 POINTWISE = _path("pointwise", "1x1, unit stride, no padding, and either products are not split between "
                                "workers or the work is under worker_pool.PARALLEL_MIN_WORK")
 GATHER = _path("gather", "ungrouped, not taps or pointwise, windows within conv.gather_plan's limit")
@@ -312,11 +317,11 @@ class FusedConv(FusedBase):
                 else:
                     y = np.matmul(wk, flat.take(idx))
                 return finish(y, z, out)
-        elif path == "depthwise":
-            pads, out_hw = entry[0], entry[1:3]
+        elif path in DEPTHWISE_PATHS:
+            pads, out_hw, layout = entry[0], entry[1:3], DEPTHWISE_PATHS[path]
 
             def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
-                return self._depthwise(x, w, bias, z, pads, out_hw)
+                return self._depthwise(x, w, bias, z, pads, out_hw, layout)
         else:
             if len(self._slow) > 64:
                 self._slow.clear()
@@ -346,16 +351,18 @@ class FusedConv(FusedBase):
         if self.group == 1 and kh * kw > 1 and 2 * m <= c and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd):
             path = TAPS
         elif self.group == c == m and cg == 1:
-            path = DEPTHWISE
+            path = "depthwise"
         elif kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1):
             path = POINTWISE
         else:
             path = "general"
         plan = None
-        if path not in (POINTWISE, TAPS) and (self.group == 1 or path == DEPTHWISE):
-            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == DEPTHWISE, bias)
+        if path not in (POINTWISE, TAPS) and (self.group == 1 or path == "depthwise"):
+            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias)
             if plan is not None:
-                path = GATHER_DEPTHWISE if path == DEPTHWISE else GATHER
+                path = GATHER_DEPTHWISE if path == "depthwise" else GATHER
+        if path == "depthwise":
+            path = "depthwise_" + depthwise_layout(x_shape, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
         return pads, oh, ow, path, plan
 
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
@@ -374,9 +381,9 @@ class FusedConv(FusedBase):
         if path == GATHER_DEPTHWISE:
             self.last_path = path
             return self._gathered_depthwise(x, w, b, z, plan)
-        if path == DEPTHWISE:
+        if path in DEPTHWISE_PATHS:
             self.last_path = path
-            return self._depthwise(x, w, b, z, pads, (oh, ow))
+            return self._depthwise(x, w, b, z, pads, (oh, ow), DEPTHWISE_PATHS[path])
         if path == POINTWISE and (not worker_pool.SPLIT_PRODUCTS or x.size * w.shape[0] < worker_pool.PARALLEL_MIN_WORK):
             self.last_path = path
             return self._pointwise(x, w, b, z, (oh, ow))
@@ -577,13 +584,13 @@ class FusedConv(FusedBase):
         return self._derived("_bs", (b,), lambda: b.reshape(g, -1).T.reshape(-1))
 
     def _depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
-                   pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
+                   pads: tuple[int, int, int, int], out_hw: tuple[int, int], layout: str) -> np.ndarray:
         """A depthwise convolution: one BLAS product per channel over its taps
-        (``depthwise_rows``), the bias added in the copy that cuts the outputs from the pitched
-        rows where there is one, then residual and activation."""
+        (``depthwise_rows`` in ``layout``), the bias added in the copy that cuts the outputs from
+        the pitched rows where there is one, then residual and activation."""
         n, m = x.shape[0], w.shape[0]
         oh, ow = out_hw
-        acc, wq = depthwise_rows(x, w, pads, out_hw, tuple(w.shape[2:]), self.strides, self.dilations)
+        acc, wq = depthwise_rows(x, w, pads, out_hw, tuple(w.shape[2:]), self.strides, self.dilations, layout)
         if wq == ow:  # the rows are the outputs
             yd = acc.reshape(n, m, oh, ow)
         else:

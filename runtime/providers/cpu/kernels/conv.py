@@ -418,7 +418,8 @@ def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int],
     windows from the input in one ``take``; whether they read the two cells (0, then 1) appended
     after the input (padding reads the 0, a bias the 1: it rides in the product as a weight
     column); the output shape; and the taps kept (``gathered_weights``; None: all). None past
-    ``GATHER_MAX`` (``DEPTHWISE_GATHER_MAX``) elements.
+    ``GATHER_MAX`` (``DEPTHWISE_GATHER_MAX``) elements of the taps that read the
+    input.
 
     Ungrouped: (N, C kh kw [+ 1], oh ow), the product's right side per image. Depthwise: (kh kw
     [+ 1], N, C, oh ow), tap-major, so weighting the taps is one multiply and summing them one
@@ -429,12 +430,16 @@ def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int],
     oh, ow = out_hw
     (sh, sw), (dh, dw) = strides, dilations
     taps, p = kh * kw, oh * ow
-    limit = DEPTHWISE_GATHER_MAX if depthwise and strides == (1, 1) else GATHER_MAX
-    if taps * n * c * p + (has_bias and n * c * p) > limit or not n * c * p:
-        return None
     rows = np.arange(oh)[None, :] * sh + np.arange(kh)[:, None] * dh - pads[0]  # (kh, oh)
     cols = np.arange(ow)[None, :] * sw + np.arange(kw)[:, None] * dw - pads[1]  # (kw, ow)
-    inside = (((rows >= 0) & (rows < h))[:, None, :, None] & ((cols >= 0) & (cols < wd))[None, :, None, :])
+    row_in, col_in = (rows >= 0) & (rows < h), (cols >= 0) & (cols < wd)
+    # The limit counts the taps that read the input somewhere (those left out below cost
+    # nothing): a 5x5 kernel over a 2x2 plane gathers its 9 live taps, not 25.
+    live_taps = int(row_in.any(axis=1).sum()) * int(col_in.any(axis=1).sum())
+    limit = DEPTHWISE_GATHER_MAX if depthwise and strides == (1, 1) else GATHER_MAX
+    if live_taps * n * c * p + (has_bias and n * c * p) > limit or not n * c * p:
+        return None
+    inside = row_in[:, None, :, None] & col_in[None, :, None, :]
     at = (rows[:, None, :, None] * wd + cols[None, :, None, :]).reshape(taps, p)  # (taps, P) in a plane
     zero = n * c * h * wd  # the appended 0; the 1 follows it
     planes = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * (h * wd)  # (N, C) plane starts

@@ -40,8 +40,12 @@ CASES = [
     ("gather", (1, 3, 7, 7), (4, 3, 3, 3), {"strides": [2, 2]}),
     ("gather", (2, 4, 6, 5), (3, 4, 2, 3), {"pads": [1, 0, 0, 2], "dilations": [2, 1]}),
     ("gather", (2, 256, 2, 2), (160, 256, 5, 5), {"pads": [2, 2, 2, 2]}),
+    ("gather_grouped", (2, 8, 16, 16), (8, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 2}),
+    ("gather_grouped", (2, 32, 2, 2), (32, 4, 5, 5), {"pads": [2, 2, 2, 2], "group": 8}),  # taps reading padding alone
+    ("gather_grouped", (1, 12, 7, 6), (9, 4, 2, 3), {"pads": [1, 0, 0, 2], "dilations": [2, 1], "group": 3}),
+    ("gather_grouped", (2, 16, 5, 5), (8, 4, 1, 1), {"strides": [2, 2], "group": 4}),  # 1x1 strided
     ("im2col_1x1", (2, 64, 40, 40), (32, 64, 1, 1), {"strides": [2, 2]}),
-    ("im2col_1x1", (1, 16, 41, 39), (32, 8, 1, 1), {"strides": [2, 3], "group": 2}),
+    ("im2col_1x1", (2, 16, 81, 79), (32, 8, 1, 1), {"strides": [2, 3], "group": 2}),
     ("im2col_same_width", (1, 16, 20, 20), (32, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("im2col_same_width", (2, 16, 17, 15), (16, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}),
     ("im2col_same_width", (1, 8, 18, 21), (16, 8, 5, 5), {"pads": [0, 2, 4, 2]}),

@@ -24,7 +24,8 @@ border when the output keeps the input's width at unit stride or halves it at st
 and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy
 that cuts the outputs from those rows, where there is one. Small ungrouped and depthwise ones
 (``conv.gather_plan``: up to 32k window elements) gather all their windows in one take instead,
-then one product, or one multiply and one sum over the taps. With constant weights, a small
+then one product, or one multiply and one sum over the taps; small grouped ones gather the same
+rows and run one product batched over the groups. With constant weights, a small
 layer's path is remembered per input shape as one function with its derived weights bound in
 (``_remember``); a constant all-zero bias is left out. A 1-D convolution runs as its 2-D twin
 over (N, C, 1, L). Anything else (3-D, integer) runs through the CPU EP's Conv kernel, then the
@@ -97,6 +98,8 @@ POINTWISE = _path("pointwise", "1x1, unit stride, no padding, and either product
                                "workers or the work is under worker_pool.PARALLEL_MIN_WORK")
 GATHER = _path("gather", "ungrouped, not taps or pointwise, windows within conv.gather_plan's limit")
 GATHER_DEPTHWISE = _path("gather_depthwise", "depthwise within conv.gather_plan's limit")
+GATHER_GROUPED = _path("gather_grouped", "grouped but not depthwise, not pointwise, windows within conv.gather_plan's "
+                                         "limit: the ungrouped gather's rows, one product batched over the groups")
 IM2COL_1X1 = _path("im2col_1x1", "1x1 without padding that no path above takes (strided, grouped-and-split, or "
                                  "a pointwise product large enough to split): the input, subsampled, is the product's "
                                  "right side")
@@ -163,8 +166,10 @@ class FusedConv(FusedBase):
         w_const = constant(node.inputs[1])
         b_const = not self.has_bias or constant(node.inputs[2])
         self._wd: tuple | None = None
+        self._wg: tuple | None = None
         self._bz: tuple | None = None
         self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const, "_wd": w_const and b_const,
+                           "_wg": w_const,
                            "_bz": b_const}
         self._geometries: dict[tuple, tuple] = {}
         self.last_path: str | None = None  #: the ``CONV_PATHS`` name of the last 2-D float run
@@ -299,6 +304,22 @@ class FusedConv(FusedBase):
                 if b2 is not None:
                     y += b2
                 return finish(y, z, out)
+        elif path == GATHER_GROUPED:
+            idx, appended, out, keep = plan
+            cells = APPENDED.astype(x.dtype) if appended else None
+            wg = self._grouped_weights(w, keep)
+            cols_shape = (x.shape[0], self.group, wg.shape[2], idx.shape[2])
+            b3 = None if bias is None else bias.reshape(1, -1, 1)
+            y_shape = (x.shape[0], w.shape[0], idx.shape[2])
+
+            def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+                flat = x.reshape(-1)
+                if cells is not None:
+                    flat = np.concatenate((flat, cells))
+                y = np.matmul(wg, flat.take(idx).reshape(cols_shape)).reshape(y_shape)
+                if b3 is not None:
+                    y += b3
+                return finish(y, z, out)
         elif path in ("gather", "gather_depthwise"):
             idx, appended, out, keep = plan
             cells = APPENDED.astype(x.dtype) if appended else None
@@ -361,6 +382,12 @@ class FusedConv(FusedBase):
             plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias)
             if plan is not None:
                 path = GATHER_DEPTHWISE if path == "depthwise" else GATHER
+        elif path == "general":
+            # Grouped: the ungrouped gather's rows (channel-major, so each group's are one block),
+            # the bias added after the product, as a grouped product folds none.
+            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), False, False)
+            if plan is not None:
+                path = GATHER_GROUPED
         if path == "depthwise":
             path = "depthwise_" + depthwise_layout(x_shape, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
         return pads, oh, ow, path, plan
@@ -381,6 +408,9 @@ class FusedConv(FusedBase):
         if path == GATHER_DEPTHWISE:
             self.last_path = path
             return self._gathered_depthwise(x, w, b, z, plan)
+        if path == GATHER_GROUPED:
+            self.last_path = path
+            return self._gathered_grouped(x, w, b, z, plan)
         if path in DEPTHWISE_PATHS:
             self.last_path = path
             return self._depthwise(x, w, b, z, pads, (oh, ow), DEPTHWISE_PATHS[path])
@@ -475,6 +505,34 @@ class FusedConv(FusedBase):
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
         y = np.matmul(self._gathered_weights(w, b, keep), flat.take(idx))
         return self._epilogue(y, z, out_shape)
+
+    def _gathered_grouped(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                          plan: tuple) -> np.ndarray:
+        """A small grouped convolution: its windows gathered by ``gather_plan``'s indices in one
+        take, one product batched over the images and groups, then bias, residual and activation."""
+        idx, appended, out_shape, keep = plan
+        flat = x.reshape(-1)
+        if appended:
+            flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
+        wg = self._grouped_weights(w, keep)
+        n, g = x.shape[0], self.group
+        y = np.matmul(wg, flat.take(idx).reshape(n, g, wg.shape[2], idx.shape[2])).reshape(n, w.shape[0], -1)
+        if b is not None:
+            y += b.reshape(1, -1, 1)
+        return self._epilogue(y, z, out_shape)
+
+    def _grouped_weights(self, w: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+        """A grouped gathered product's left side, (G, M/G, kept taps x C/G): ``keep`` indexes the
+        (channel, tap) rows of all C channels, and the taps it keeps are the same for every
+        channel, so a group's columns are the kept rows of its first C/G channels."""
+        g = self.group
+
+        def build() -> np.ndarray:
+            wk = w.reshape(w.shape[0], -1)
+            if keep is not None:
+                wk = wk[:, keep[keep < wk.shape[1]]]
+            return np.ascontiguousarray(wk).reshape(g, w.shape[0] // g, -1)
+        return self._derived("_wg", (w, keep), build)
 
     def _epilogue(self, y: np.ndarray, z: np.ndarray | None, out_shape: tuple) -> np.ndarray:
         """A gathered product's residual and activation, then its output shape (channels shuffled

@@ -323,21 +323,14 @@ class FusedConv(FusedBase):
         elif path in ("gather", "gather_depthwise"):
             idx, appended, out, keep = plan
             cells = APPENDED.astype(x.dtype) if appended else None
-            depthwise = path == "gather_depthwise"
-            wk = (self._depthwise_taps(w, bias, idx.shape[3], keep) if depthwise
+            wk = (self._depthwise_taps(w, bias, keep) if path == "gather_depthwise"
                   else self._gathered_weights(w, bias, keep))
 
             def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
                 flat = x.reshape(-1)
                 if cells is not None:
                     flat = np.concatenate((flat, cells))
-                if depthwise:
-                    y = flat.take(idx)
-                    y *= wk
-                    y = np.add.reduce(y, axis=0)
-                else:
-                    y = np.matmul(wk, flat.take(idx))
-                return finish(y, z, out)
+                return finish(np.matmul(wk, flat.take(idx)), z, out)
         elif path in DEPTHWISE_PATHS:
             pads, out_hw, layout = entry[0], entry[1:3], DEPTHWISE_PATHS[path]
 
@@ -380,8 +373,12 @@ class FusedConv(FusedBase):
         plan = None
         if path not in (POINTWISE, TAPS) and (self.group == 1 or path == "depthwise"):
             plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias)
-            if plan is not None:
-                path = GATHER_DEPTHWISE if path == "depthwise" else GATHER
+            if plan is not None and path == "depthwise":
+                # channel-major, (N, C, taps [+ 1], P): the taps are summed by one product per
+                # channel in BLAS, where a multiply and a sum over the leading axis made two passes
+                path, plan = GATHER_DEPTHWISE, (np.ascontiguousarray(plan[0].transpose(1, 2, 0, 3)),) + plan[1:]
+            elif plan is not None:
+                path = GATHER
         elif path == "general":
             # Grouped: the ungrouped gather's rows (channel-major, so each group's are one block),
             # the bias added after the product, as a grouped product folds none.
@@ -551,33 +548,29 @@ class FusedConv(FusedBase):
         wb = self._weights_with_bias(w, b)
         return wb if keep is None else wb[:, np.append(keep, wb.shape[1] - 1)]
 
-    def _depthwise_taps(self, w: np.ndarray, b: np.ndarray | None, p: int, keep: np.ndarray | None) -> np.ndarray:
-        """Each kept tap's weight (the bias last) per channel, repeated over ``p`` outputs: (taps
-        [+ 1], 1, C, p), so weighting the gathered taps is one multiply with long inner loops."""
+    def _depthwise_taps(self, w: np.ndarray, b: np.ndarray | None, keep: np.ndarray | None) -> np.ndarray:
+        """Each channel's kept taps' weights (the bias last) as a row, (C, 1, taps [+ 1]): the left
+        side of the per-channel product with the gathered (N, C, taps [+ 1], P) taps."""
         cached = self._wd  # checked inline: this runs for every small depthwise layer
-        if (cached is not None and cached[0] is w and cached[1] is b and cached[2].shape[3] == p
-                and cached[3] is keep):
+        if cached is not None and cached[0] is w and cached[1] is b and cached[3] is keep:
             return cached[2]
         wt = gathered_weights(w, keep, True)
         if b is not None:
             wt = np.concatenate([wt, b.reshape(1, -1).astype(w.dtype)])
-        value = np.ascontiguousarray(np.repeat(wt[:, None, :, None], p, axis=3))
+        value = np.ascontiguousarray(wt.T)[:, None, :]
         if self._cacheable["_wd"]:
             self._wd = (w, b, value, keep)  # one swap: concurrent runs see an old or a new entry, both valid
         return value
 
     def _gathered_depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                             plan: tuple) -> np.ndarray:
-        """A small depthwise convolution: its taps (and the bias as one more) gathered tap-major by
-        ``gather_plan``'s indices in one take, weighted in one multiply and summed in one
-        reduction."""
+        """A small depthwise convolution: its taps (and the bias as one more) gathered channel-major
+        by ``gather_plan``'s indices in one take, then summed by one product per channel."""
         idx, appended, out_shape, keep = plan
         flat = x.reshape(-1)
         if appended:
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
-        taps = flat.take(idx)
-        taps *= self._depthwise_taps(w, b, idx.shape[3], keep)
-        return self._epilogue(np.add.reduce(taps, axis=0), z, out_shape)
+        return self._epilogue(np.matmul(self._depthwise_taps(w, b, keep), flat.take(idx)), z, out_shape)
 
     def _pointwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                    out_hw: tuple[int, int]) -> np.ndarray:

@@ -33,6 +33,8 @@ CASES = [
     ("gather_depthwise", (2, 6, 7, 6), (6, 1, 3, 2), {"group": 6, "pads": [0, 1, 1, 0], "strides": [2, 1]}),
     # a kernel larger than the plane: the limit counts the 9 taps that read the input, not 25
     ("gather_depthwise", (2, 144, 2, 2), (144, 1, 5, 5), {"group": 144, "pads": [2, 2, 2, 2]}),
+    # strided: within fused_conv.STRIDED_DEPTHWISE_GATHER_MAX (38k elements), above conv.GATHER_MAX
+    ("gather_depthwise", (2, 48, 8, 8), (48, 1, 5, 5), {"group": 48, "pads": [2, 2, 2, 2], "strides": [2, 2]}),
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
     ("pointwise", (1, 1, 1, 1), (3, 1, 1, 1), {}),
     ("pointwise", (1, 16, 15, 15), (64, 4, 1, 1), {"group": 4}),  # bias in the product: g * k < m

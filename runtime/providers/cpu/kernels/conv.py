@@ -413,13 +413,14 @@ DEPTHWISE_GATHER_MAX = 1 << 14
 
 def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
                  strides: tuple[int, int], dilations: tuple[int, int], depthwise: bool,
-                 has_bias: bool) -> tuple[np.ndarray, bool, tuple[int, int, int, int], np.ndarray | None] | None:
+                 has_bias: bool, limit: int | None = None
+                 ) -> tuple[np.ndarray, bool, tuple[int, int, int, int], np.ndarray | None] | None:
     """For a small ungrouped or depthwise 2-D convolution: the flat indices that gather all its
     windows from the input in one ``take``; whether they read the two cells (0, then 1) appended
     after the input (padding reads the 0, a bias the 1: it rides in the product as a weight
     column); the output shape; and the taps kept (``gathered_weights``; None: all). None past
-    ``GATHER_MAX`` (``DEPTHWISE_GATHER_MAX``) elements of the taps that read the
-    input.
+    ``limit`` (by default ``GATHER_MAX``, ``DEPTHWISE_GATHER_MAX`` for unit-stride depthwise ones)
+    elements of the taps that read the input.
 
     Ungrouped: (N, C kh kw [+ 1], oh ow), the product's right side per image. Depthwise: (kh kw
     [+ 1], N, C, oh ow), tap-major, so weighting the taps is one multiply and summing them one
@@ -436,7 +437,8 @@ def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int],
     # The limit counts the taps that read the input somewhere (those left out below cost
     # nothing): a 5x5 kernel over a 2x2 plane gathers its 9 live taps, not 25.
     live_taps = int(row_in.any(axis=1).sum()) * int(col_in.any(axis=1).sum())
-    limit = DEPTHWISE_GATHER_MAX if depthwise and strides == (1, 1) else GATHER_MAX
+    if limit is None:
+        limit = DEPTHWISE_GATHER_MAX if depthwise and strides == (1, 1) else GATHER_MAX
     if live_taps * n * c * p + (has_bias and n * c * p) > limit or not n * c * p:
         return None
     inside = row_in[:, None, :, None] & col_in[None, :, None, :]

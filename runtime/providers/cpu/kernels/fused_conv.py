@@ -113,6 +113,14 @@ IM2COL_PHASES = _path("im2col_phases", "im2col of 5x5 and larger strided windows
                                        "conv.im2col_from_phases")
 
 
+#: The gather limit (window elements) of strided depthwise convolutions, whose gathered taps one
+#: BLAS product per channel sums (``_gathered_depthwise``). Alone, against the half-width or
+#: padded-phase rows: 3x3/2 at 96x8x8 (28k elements) 0.59 of the time, 5x5/2 at 48x8x8 (38k) 0.67,
+#: 3x3/2 at 48x16x16 (55k) 1.05, 74k and more 1.24-1.46. Unit-stride ones keep
+#: ``conv.DEPTHWISE_GATHER_MAX``: at 37k elements the gather takes 1.33 of the time.
+STRIDED_DEPTHWISE_GATHER_MAX = 3 << 14
+
+
 def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
             strides: tuple[int, int], dilations: tuple[int, int], cols: np.ndarray) -> str:
     """Copy the windows of ``x`` zero-padded by ``pads`` into ``cols`` (N, C, kh, kw, oh, ow); the
@@ -372,7 +380,8 @@ class FusedConv(FusedBase):
             path = "general"
         plan = None
         if path not in (POINTWISE, TAPS) and (self.group == 1 or path == "depthwise"):
-            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias)
+            limit = STRIDED_DEPTHWISE_GATHER_MAX if path == "depthwise" and (sh, sw) != (1, 1) else None
+            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias, limit)
             if plan is not None and path == "depthwise":
                 # channel-major, (N, C, taps [+ 1], P): the taps are summed by one product per
                 # channel in BLAS, where a multiply and a sum over the leading axis made two passes

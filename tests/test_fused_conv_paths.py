@@ -23,19 +23,31 @@ CASES = [
     ("taps", (1, 16, 20, 20), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("taps", (2, 12, 9, 11), (5, 12, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
     ("taps", (1, 16, 13, 10), (8, 16, 5, 3), {"pads": [0, 1, 3, 1]}),  # asymmetric rows
-    ("depthwise", (2, 32, 40, 40), (32, 1, 3, 3), {"group": 32, "pads": [1, 1, 1, 1]}),
-    ("depthwise", (1, 24, 41, 39), (24, 1, 3, 3), {"group": 24, "pads": [0, 0, 1, 1], "strides": [2, 2]}),
-    ("depthwise", (1, 16, 35, 33), (16, 1, 5, 3), {"group": 16, "pads": [4, 1, 3, 2], "dilations": [2, 1]}),
+    ("depthwise_same_width", (2, 32, 40, 40), (32, 1, 3, 3), {"group": 32, "pads": [1, 1, 1, 1]}),
+    ("depthwise_same_width", (1, 16, 30, 29), (16, 1, 3, 3), {"group": 16, "pads": [0, 2, 4, 2], "dilations": [2, 2]}),
+    ("depthwise_half_width", (2, 24, 40, 40), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("depthwise_half_width", (1, 16, 48, 44), (16, 1, 5, 5), {"group": 16, "pads": [2, 2, 1, 1], "strides": [2, 2]}),
+    ("depthwise_phases", (1, 24, 41, 39), (24, 1, 3, 3), {"group": 24, "pads": [0, 0, 1, 1], "strides": [2, 2]}),
+    ("depthwise_phases", (1, 16, 35, 33), (16, 1, 5, 3), {"group": 16, "pads": [4, 1, 3, 2], "dilations": [2, 1]}),
     ("gather_depthwise", (1, 8, 5, 5), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),
     ("gather_depthwise", (2, 6, 7, 6), (6, 1, 3, 2), {"group": 6, "pads": [0, 1, 1, 0], "strides": [2, 1]}),
+    # a kernel larger than the plane: the limit counts the 9 taps that read the input, not 25
+    ("gather_depthwise", (2, 144, 2, 2), (144, 1, 5, 5), {"group": 144, "pads": [2, 2, 2, 2]}),
+    # strided: within fused_conv.STRIDED_DEPTHWISE_GATHER_MAX (38k elements), above conv.GATHER_MAX
+    ("gather_depthwise", (2, 48, 8, 8), (48, 1, 5, 5), {"group": 48, "pads": [2, 2, 2, 2], "strides": [2, 2]}),
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
     ("pointwise", (1, 1, 1, 1), (3, 1, 1, 1), {}),
     ("pointwise", (1, 16, 15, 15), (64, 4, 1, 1), {"group": 4}),  # bias in the product: g * k < m
     ("pointwise", (1, 32, 11, 11), (16, 16, 1, 1), {"group": 2}),
     ("gather", (1, 3, 7, 7), (4, 3, 3, 3), {"strides": [2, 2]}),
     ("gather", (2, 4, 6, 5), (3, 4, 2, 3), {"pads": [1, 0, 0, 2], "dilations": [2, 1]}),
+    ("gather", (2, 256, 2, 2), (160, 256, 5, 5), {"pads": [2, 2, 2, 2]}),
+    ("gather_grouped", (2, 8, 16, 16), (8, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 2}),
+    ("gather_grouped", (2, 32, 2, 2), (32, 4, 5, 5), {"pads": [2, 2, 2, 2], "group": 8}),  # taps reading padding alone
+    ("gather_grouped", (1, 12, 7, 6), (9, 4, 2, 3), {"pads": [1, 0, 0, 2], "dilations": [2, 1], "group": 3}),
+    ("gather_grouped", (2, 16, 5, 5), (8, 4, 1, 1), {"strides": [2, 2], "group": 4}),  # 1x1 strided
     ("im2col_1x1", (2, 64, 40, 40), (32, 64, 1, 1), {"strides": [2, 2]}),
-    ("im2col_1x1", (1, 16, 41, 39), (32, 8, 1, 1), {"strides": [2, 3], "group": 2}),
+    ("im2col_1x1", (2, 16, 81, 79), (32, 8, 1, 1), {"strides": [2, 3], "group": 2}),
     ("im2col_same_width", (1, 16, 20, 20), (32, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("im2col_same_width", (2, 16, 17, 15), (16, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}),
     ("im2col_same_width", (1, 8, 18, 21), (16, 8, 5, 5), {"pads": [0, 2, 4, 2]}),
@@ -183,7 +195,7 @@ def test_path_matches_canonical(case, variant, edge, constant):
            params)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c[3].get("group", 1) > 1 and c[0] != "depthwise"
+@pytest.mark.parametrize("case", [c for c in CASES if c[3].get("group", 1) > 1
                                   and "depthwise" not in c[0]], ids=lambda c: f"{c[0]}-{c[3]['group']}")
 @pytest.mark.parametrize("residual", [False, True])
 def test_shuffled_groups_match_canonical(case, residual):

@@ -4,6 +4,7 @@ product over kernel taps) and ConvTranspose (matmul then col2im as strided adds)
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -178,12 +179,51 @@ def depthwise_taps(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     return rows_to_output(acc, out_hw, wq)
 
 
+@dataclass(frozen=True)
+class DepthwiseLayout:
+    """One way ``depthwise_rows`` lays out a depthwise convolution's tap rows, and the condition
+    that selects it (``depthwise_layout``). Every layout computes the same convolution;
+    tests/test_depthwise_layouts.py holds each to a float64 convolution and onnxruntime."""
+
+    name: str
+    condition: str  #: when ``depthwise_layout`` picks it, in words
+
+
+#: Every layout of ``depthwise_rows``, by name, in the order ``depthwise_layout`` tries them.
+DEPTHWISE_LAYOUTS: dict[str, DepthwiseLayout] = {}
+
+
+def _layout(name: str, condition: str) -> str:
+    DEPTHWISE_LAYOUTS[name] = DepthwiseLayout(name, condition)
+    return name
+
+
+SAME_WIDTH = _layout("same_width", "unit stride, the output as wide as the input (same_width): flat planes "
+                                   "without a border, row pitch W, the outputs are the rows")
+HALF_WIDTH = _layout("half_width", "stride 2 over an even input, the output half as wide (half_width): the four "
+                                   "stride phases as flat planes, row pitch W / 2, the outputs are the rows")
+PHASES = _layout("phases", "any other: the padded stride phases, row pitch ceil((W + pads) / stride), the "
+                           "outputs cut from the pitched rows")
+
+
+def depthwise_layout(shape: tuple[int, ...], pads: tuple[int, int, int, int], out_hw: tuple[int, int],
+                     kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int]) -> str:
+    """The ``DEPTHWISE_LAYOUTS`` name ``depthwise_rows`` takes for an input of ``shape``."""
+    if same_width(pads, out_hw, kernel, strides, dilations, shape[3]):
+        return SAME_WIDTH
+    if half_width(shape, out_hw, strides):
+        return HALF_WIDTH
+    return PHASES
+
+
 def depthwise_rows(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
-                   kernel: tuple[int, int], strides: tuple[int, int],
-                   dilations: tuple[int, int]) -> tuple[np.ndarray, int]:
+                   kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int],
+                   layout: str | None = None) -> tuple[np.ndarray, int]:
     """``depthwise_taps`` before its outputs are cut from the rows: the row-pitched (N, C, L)
     result and its row pitch (``rows_view``), so a caller that adds a bias does it in the copy
-    that cuts them. When the pitch is ow, the rows are the outputs.
+    that cuts them. When the pitch is ow, the rows are the outputs. ``layout`` names the
+    ``DEPTHWISE_LAYOUTS`` entry to take (``depthwise_layout``'s choice when None); ``phases``
+    holds for every convolution, the flat-plane layouts only where their condition does.
 
     numpy has no fused multiply-add, so a loop over taps costs two full passes per tap. Instead the
     tap rows are copied tap-major into (N, C, taps, L) and one batched matmul (1 x taps) @
@@ -195,8 +235,15 @@ def depthwise_rows(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     permuted to that tap order."""
     n, c, _, wd = x.shape
     kh, kw = kernel
-    fill = flat_plane_filler(x.shape, pads, out_hw, kernel, strides, dilations)
-    if fill is not None:
+    chosen = depthwise_layout(x.shape, pads, out_hw, kernel, strides, dilations)
+    if layout is None:
+        layout = chosen
+    elif layout not in DEPTHWISE_LAYOUTS or (layout != PHASES and layout != chosen):
+        condition = DEPTHWISE_LAYOUTS[layout].condition if layout in DEPTHWISE_LAYOUTS else "unknown layout"
+        raise InvalidArgument(f"depthwise layout {layout!r} does not hold for input {list(x.shape)}, pads {pads}, "
+                              f"kernel {kernel}, strides {strides} ({condition}); use {chosen!r} or 'phases'")
+    if layout != PHASES:
+        fill = same_width_taps if layout == SAME_WIDTH else half_width_taps
         cols = np.empty((n, c, kh, kw, out_hw[0] * out_hw[1]), dtype=x.dtype)
         fill(x, pads, out_hw, kernel, dilations, cols)
         return _reduce_taps(w.reshape(c, kh * kw), cols.reshape(n, c, kh * kw, -1)), out_hw[1]
@@ -366,12 +413,14 @@ DEPTHWISE_GATHER_MAX = 1 << 14
 
 def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
                  strides: tuple[int, int], dilations: tuple[int, int], depthwise: bool,
-                 has_bias: bool) -> tuple[np.ndarray, bool, tuple[int, int, int, int], np.ndarray | None] | None:
+                 has_bias: bool, limit: int | None = None
+                 ) -> tuple[np.ndarray, bool, tuple[int, int, int, int], np.ndarray | None] | None:
     """For a small ungrouped or depthwise 2-D convolution: the flat indices that gather all its
     windows from the input in one ``take``; whether they read the two cells (0, then 1) appended
     after the input (padding reads the 0, a bias the 1: it rides in the product as a weight
     column); the output shape; and the taps kept (``gathered_weights``; None: all). None past
-    ``GATHER_MAX`` (``DEPTHWISE_GATHER_MAX``) elements.
+    ``limit`` (by default ``GATHER_MAX``, ``DEPTHWISE_GATHER_MAX`` for unit-stride depthwise ones)
+    elements of the taps that read the input.
 
     Ungrouped: (N, C kh kw [+ 1], oh ow), the product's right side per image. Depthwise: (kh kw
     [+ 1], N, C, oh ow), tap-major, so weighting the taps is one multiply and summing them one
@@ -382,12 +431,17 @@ def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int],
     oh, ow = out_hw
     (sh, sw), (dh, dw) = strides, dilations
     taps, p = kh * kw, oh * ow
-    limit = DEPTHWISE_GATHER_MAX if depthwise and strides == (1, 1) else GATHER_MAX
-    if taps * n * c * p + (has_bias and n * c * p) > limit or not n * c * p:
-        return None
     rows = np.arange(oh)[None, :] * sh + np.arange(kh)[:, None] * dh - pads[0]  # (kh, oh)
     cols = np.arange(ow)[None, :] * sw + np.arange(kw)[:, None] * dw - pads[1]  # (kw, ow)
-    inside = (((rows >= 0) & (rows < h))[:, None, :, None] & ((cols >= 0) & (cols < wd))[None, :, None, :])
+    row_in, col_in = (rows >= 0) & (rows < h), (cols >= 0) & (cols < wd)
+    # The limit counts the taps that read the input somewhere (those left out below cost
+    # nothing): a 5x5 kernel over a 2x2 plane gathers its 9 live taps, not 25.
+    live_taps = int(row_in.any(axis=1).sum()) * int(col_in.any(axis=1).sum())
+    if limit is None:
+        limit = DEPTHWISE_GATHER_MAX if depthwise and strides == (1, 1) else GATHER_MAX
+    if live_taps * n * c * p + (has_bias and n * c * p) > limit or not n * c * p:
+        return None
+    inside = row_in[:, None, :, None] & col_in[None, :, None, :]
     at = (rows[:, None, :, None] * wd + cols[None, :, None, :]).reshape(taps, p)  # (taps, P) in a plane
     zero = n * c * h * wd  # the appended 0; the 1 follows it
     planes = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * (h * wd)  # (N, C) plane starts

@@ -24,7 +24,8 @@ border when the output keeps the input's width at unit stride or halves it at st
 and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy
 that cuts the outputs from those rows, where there is one. Small ungrouped and depthwise ones
 (``conv.gather_plan``: up to 32k window elements) gather all their windows in one take instead,
-then one product, or one multiply and one sum over the taps. With constant weights, a small
+then one product, or one multiply and one sum over the taps; small grouped ones gather the same
+rows and run one product batched over the groups. With constant weights, a small
 layer's path is remembered per input shape as one function with its derived weights bound in
 (``_remember``); a constant all-zero bias is left out. A 1-D convolution runs as its 2-D twin
 over (N, C, 1, L). Anything else (3-D, integer) runs through the CPU EP's Conv kernel, then the
@@ -46,6 +47,8 @@ from onnxhal.runtime.providers.cpu.kernels import worker_pool
 from onnxhal.runtime.providers.cpu.kernels.clamp import clip_ufunc
 from onnxhal.runtime.providers.cpu.kernels.conv import (
     APPENDED,
+    DEPTHWISE_LAYOUTS,
+    depthwise_layout,
     depthwise_rows,
     flat_plane_filler,
     gather_plan,
@@ -86,12 +89,17 @@ def _path(name: str, condition: str) -> str:
 
 TAPS = _path("taps", "ungrouped, more than one tap, at most half as many outputs as inputs, unit stride "
                      "and the output as wide as the input (conv.same_width)")
-DEPTHWISE = _path("depthwise", "group == C == M, one input channel per group, above the gather limit: "
-                               "conv.depthwise_rows")
+#: Depthwise convolutions above the gather limit (group == C == M, one input channel per group) run
+#: through ``conv.depthwise_rows``, one path per ``conv.DEPTHWISE_LAYOUTS`` entry.
+DEPTHWISE_PATHS = {_path(f"depthwise_{layout.name}", "depthwise above the gather limit, conv.depthwise_rows "
+                         f"layout {layout.name!r}: {layout.condition}"): layout.name
+                   for layout in DEPTHWISE_LAYOUTS.values()}
 POINTWISE = _path("pointwise", "1x1, unit stride, no padding, and either products are not split between "
                                "workers or the work is under worker_pool.PARALLEL_MIN_WORK")
 GATHER = _path("gather", "ungrouped, not taps or pointwise, windows within conv.gather_plan's limit")
 GATHER_DEPTHWISE = _path("gather_depthwise", "depthwise within conv.gather_plan's limit")
+GATHER_GROUPED = _path("gather_grouped", "grouped but not depthwise, not pointwise, windows within conv.gather_plan's "
+                                         "limit: the ungrouped gather's rows, one product batched over the groups")
 IM2COL_1X1 = _path("im2col_1x1", "1x1 without padding that no path above takes (strided, grouped-and-split, or "
                                  "a pointwise product large enough to split): the input, subsampled, is the product's "
                                  "right side")
@@ -103,6 +111,14 @@ IM2COL_VIEW = _path("im2col_view", "im2col that neither flat-plane layout takes,
                                    "stride, or windows that tile the input: one strided window view copied")
 IM2COL_PHASES = _path("im2col_phases", "im2col of 5x5 and larger strided windows that do not tile the input: "
                                        "conv.im2col_from_phases")
+
+
+#: The gather limit (window elements) of strided depthwise convolutions, whose gathered taps one
+#: BLAS product per channel sums (``_gathered_depthwise``). Alone, against the half-width or
+#: padded-phase rows: 3x3/2 at 96x8x8 (28k elements) 0.59 of the time, 5x5/2 at 48x8x8 (38k) 0.67,
+#: 3x3/2 at 48x16x16 (55k) 1.05, 74k and more 1.24-1.46. Unit-stride ones keep
+#: ``conv.DEPTHWISE_GATHER_MAX``: at 37k elements the gather takes 1.33 of the time.
+STRIDED_DEPTHWISE_GATHER_MAX = 3 << 14
 
 
 def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
@@ -158,8 +174,10 @@ class FusedConv(FusedBase):
         w_const = constant(node.inputs[1])
         b_const = not self.has_bias or constant(node.inputs[2])
         self._wd: tuple | None = None
+        self._wg: tuple | None = None
         self._bz: tuple | None = None
         self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const, "_wd": w_const and b_const,
+                           "_wg": w_const,
                            "_bz": b_const}
         self._geometries: dict[tuple, tuple] = {}
         self.last_path: str | None = None  #: the ``CONV_PATHS`` name of the last 2-D float run
@@ -294,29 +312,38 @@ class FusedConv(FusedBase):
                 if b2 is not None:
                     y += b2
                 return finish(y, z, out)
+        elif path == GATHER_GROUPED:
+            idx, appended, out, keep = plan
+            cells = APPENDED.astype(x.dtype) if appended else None
+            wg = self._grouped_weights(w, keep)
+            cols_shape = (x.shape[0], self.group, wg.shape[2], idx.shape[2])
+            b3 = None if bias is None else bias.reshape(1, -1, 1)
+            y_shape = (x.shape[0], w.shape[0], idx.shape[2])
+
+            def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+                flat = x.reshape(-1)
+                if cells is not None:
+                    flat = np.concatenate((flat, cells))
+                y = np.matmul(wg, flat.take(idx).reshape(cols_shape)).reshape(y_shape)
+                if b3 is not None:
+                    y += b3
+                return finish(y, z, out)
         elif path in ("gather", "gather_depthwise"):
             idx, appended, out, keep = plan
             cells = APPENDED.astype(x.dtype) if appended else None
-            depthwise = path == "gather_depthwise"
-            wk = (self._depthwise_taps(w, bias, idx.shape[3], keep) if depthwise
+            wk = (self._depthwise_taps(w, bias, keep) if path == "gather_depthwise"
                   else self._gathered_weights(w, bias, keep))
 
             def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
                 flat = x.reshape(-1)
                 if cells is not None:
                     flat = np.concatenate((flat, cells))
-                if depthwise:
-                    y = flat.take(idx)
-                    y *= wk
-                    y = np.add.reduce(y, axis=0)
-                else:
-                    y = np.matmul(wk, flat.take(idx))
-                return finish(y, z, out)
-        elif path == "depthwise":
-            pads, out_hw = entry[0], entry[1:3]
+                return finish(np.matmul(wk, flat.take(idx)), z, out)
+        elif path in DEPTHWISE_PATHS:
+            pads, out_hw, layout = entry[0], entry[1:3], DEPTHWISE_PATHS[path]
 
             def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
-                return self._depthwise(x, w, bias, z, pads, out_hw)
+                return self._depthwise(x, w, bias, z, pads, out_hw, layout)
         else:
             if len(self._slow) > 64:
                 self._slow.clear()
@@ -346,16 +373,29 @@ class FusedConv(FusedBase):
         if self.group == 1 and kh * kw > 1 and 2 * m <= c and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd):
             path = TAPS
         elif self.group == c == m and cg == 1:
-            path = DEPTHWISE
+            path = "depthwise"
         elif kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1):
             path = POINTWISE
         else:
             path = "general"
         plan = None
-        if path not in (POINTWISE, TAPS) and (self.group == 1 or path == DEPTHWISE):
-            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == DEPTHWISE, bias)
+        if path not in (POINTWISE, TAPS) and (self.group == 1 or path == "depthwise"):
+            limit = STRIDED_DEPTHWISE_GATHER_MAX if path == "depthwise" and (sh, sw) != (1, 1) else None
+            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias, limit)
+            if plan is not None and path == "depthwise":
+                # channel-major, (N, C, taps [+ 1], P): the taps are summed by one product per
+                # channel in BLAS, where a multiply and a sum over the leading axis made two passes
+                path, plan = GATHER_DEPTHWISE, (np.ascontiguousarray(plan[0].transpose(1, 2, 0, 3)),) + plan[1:]
+            elif plan is not None:
+                path = GATHER
+        elif path == "general":
+            # Grouped: the ungrouped gather's rows (channel-major, so each group's are one block),
+            # the bias added after the product, as a grouped product folds none.
+            plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), False, False)
             if plan is not None:
-                path = GATHER_DEPTHWISE if path == DEPTHWISE else GATHER
+                path = GATHER_GROUPED
+        if path == "depthwise":
+            path = "depthwise_" + depthwise_layout(x_shape, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
         return pads, oh, ow, path, plan
 
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
@@ -374,9 +414,12 @@ class FusedConv(FusedBase):
         if path == GATHER_DEPTHWISE:
             self.last_path = path
             return self._gathered_depthwise(x, w, b, z, plan)
-        if path == DEPTHWISE:
+        if path == GATHER_GROUPED:
             self.last_path = path
-            return self._depthwise(x, w, b, z, pads, (oh, ow))
+            return self._gathered_grouped(x, w, b, z, plan)
+        if path in DEPTHWISE_PATHS:
+            self.last_path = path
+            return self._depthwise(x, w, b, z, pads, (oh, ow), DEPTHWISE_PATHS[path])
         if path == POINTWISE and (not worker_pool.SPLIT_PRODUCTS or x.size * w.shape[0] < worker_pool.PARALLEL_MIN_WORK):
             self.last_path = path
             return self._pointwise(x, w, b, z, (oh, ow))
@@ -469,6 +512,34 @@ class FusedConv(FusedBase):
         y = np.matmul(self._gathered_weights(w, b, keep), flat.take(idx))
         return self._epilogue(y, z, out_shape)
 
+    def _gathered_grouped(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                          plan: tuple) -> np.ndarray:
+        """A small grouped convolution: its windows gathered by ``gather_plan``'s indices in one
+        take, one product batched over the images and groups, then bias, residual and activation."""
+        idx, appended, out_shape, keep = plan
+        flat = x.reshape(-1)
+        if appended:
+            flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
+        wg = self._grouped_weights(w, keep)
+        n, g = x.shape[0], self.group
+        y = np.matmul(wg, flat.take(idx).reshape(n, g, wg.shape[2], idx.shape[2])).reshape(n, w.shape[0], -1)
+        if b is not None:
+            y += b.reshape(1, -1, 1)
+        return self._epilogue(y, z, out_shape)
+
+    def _grouped_weights(self, w: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+        """A grouped gathered product's left side, (G, M/G, kept taps x C/G): ``keep`` indexes the
+        (channel, tap) rows of all C channels, and the taps it keeps are the same for every
+        channel, so a group's columns are the kept rows of its first C/G channels."""
+        g = self.group
+
+        def build() -> np.ndarray:
+            wk = w.reshape(w.shape[0], -1)
+            if keep is not None:
+                wk = wk[:, keep[keep < wk.shape[1]]]
+            return np.ascontiguousarray(wk).reshape(g, w.shape[0] // g, -1)
+        return self._derived("_wg", (w, keep), build)
+
     def _epilogue(self, y: np.ndarray, z: np.ndarray | None, out_shape: tuple) -> np.ndarray:
         """A gathered product's residual and activation, then its output shape (channels shuffled
         where a ShuffleNet shuffle was fused)."""
@@ -486,33 +557,29 @@ class FusedConv(FusedBase):
         wb = self._weights_with_bias(w, b)
         return wb if keep is None else wb[:, np.append(keep, wb.shape[1] - 1)]
 
-    def _depthwise_taps(self, w: np.ndarray, b: np.ndarray | None, p: int, keep: np.ndarray | None) -> np.ndarray:
-        """Each kept tap's weight (the bias last) per channel, repeated over ``p`` outputs: (taps
-        [+ 1], 1, C, p), so weighting the gathered taps is one multiply with long inner loops."""
+    def _depthwise_taps(self, w: np.ndarray, b: np.ndarray | None, keep: np.ndarray | None) -> np.ndarray:
+        """Each channel's kept taps' weights (the bias last) as a row, (C, 1, taps [+ 1]): the left
+        side of the per-channel product with the gathered (N, C, taps [+ 1], P) taps."""
         cached = self._wd  # checked inline: this runs for every small depthwise layer
-        if (cached is not None and cached[0] is w and cached[1] is b and cached[2].shape[3] == p
-                and cached[3] is keep):
+        if cached is not None and cached[0] is w and cached[1] is b and cached[3] is keep:
             return cached[2]
         wt = gathered_weights(w, keep, True)
         if b is not None:
             wt = np.concatenate([wt, b.reshape(1, -1).astype(w.dtype)])
-        value = np.ascontiguousarray(np.repeat(wt[:, None, :, None], p, axis=3))
+        value = np.ascontiguousarray(wt.T)[:, None, :]
         if self._cacheable["_wd"]:
             self._wd = (w, b, value, keep)  # one swap: concurrent runs see an old or a new entry, both valid
         return value
 
     def _gathered_depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                             plan: tuple) -> np.ndarray:
-        """A small depthwise convolution: its taps (and the bias as one more) gathered tap-major by
-        ``gather_plan``'s indices in one take, weighted in one multiply and summed in one
-        reduction."""
+        """A small depthwise convolution: its taps (and the bias as one more) gathered channel-major
+        by ``gather_plan``'s indices in one take, then summed by one product per channel."""
         idx, appended, out_shape, keep = plan
         flat = x.reshape(-1)
         if appended:
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
-        taps = flat.take(idx)
-        taps *= self._depthwise_taps(w, b, idx.shape[3], keep)
-        return self._epilogue(np.add.reduce(taps, axis=0), z, out_shape)
+        return self._epilogue(np.matmul(self._depthwise_taps(w, b, keep), flat.take(idx)), z, out_shape)
 
     def _pointwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                    out_hw: tuple[int, int]) -> np.ndarray:
@@ -577,13 +644,13 @@ class FusedConv(FusedBase):
         return self._derived("_bs", (b,), lambda: b.reshape(g, -1).T.reshape(-1))
 
     def _depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
-                   pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
+                   pads: tuple[int, int, int, int], out_hw: tuple[int, int], layout: str) -> np.ndarray:
         """A depthwise convolution: one BLAS product per channel over its taps
-        (``depthwise_rows``), the bias added in the copy that cuts the outputs from the pitched
-        rows where there is one, then residual and activation."""
+        (``depthwise_rows`` in ``layout``), the bias added in the copy that cuts the outputs from
+        the pitched rows where there is one, then residual and activation."""
         n, m = x.shape[0], w.shape[0]
         oh, ow = out_hw
-        acc, wq = depthwise_rows(x, w, pads, out_hw, tuple(w.shape[2:]), self.strides, self.dilations)
+        acc, wq = depthwise_rows(x, w, pads, out_hw, tuple(w.shape[2:]), self.strides, self.dilations, layout)
         if wq == ow:  # the rows are the outputs
             yd = acc.reshape(n, m, oh, ow)
         else:

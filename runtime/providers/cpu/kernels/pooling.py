@@ -407,16 +407,39 @@ class LpPool(_Pool):
 
 
 class _GlobalPool(Kernel):
+    """The canonical kernel: ``fn`` (np.mean, np.max) over the spatial axes. Fast path
+    ``flat_plane`` (``flat_reduce``) where its condition holds; ``last_path`` names the path the
+    last run took ("canonical" or "flat_plane")."""
+
     fn = None
+    flat = None  #: the ufunc ``flat_reduce`` reduces with
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.op = node.op_type
+        self.last_path: str | None = None
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if x.ndim > 2 and x.dtype.kind == "f" and x.dtype.itemsize >= 4 and x.flags.c_contiguous and x.size:
+            self.last_path = "flat_plane"
+            return [flat_reduce(x, self.flat)]
+        self.last_path = "canonical"
         if _empty_windows(x, self.op):
             return [np.empty(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)]
         return [np.asarray(self.fn(x, axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
+
+
+def flat_reduce(x: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
+    """GlobalAveragePool (``np.add``: the sum, then divided by the plane's size) or GlobalMaxPool
+    (``np.maximum``) of a C-contiguous float32/float64 ``x`` (N, C, ...) with every axis non-empty:
+    one reduction over each flattened plane. The same sums as np.mean's (numpy joins the
+    contiguous spatial axes into one there too, and divides likewise), in two numpy calls where
+    np.mean makes several in Python, which is the cost of a squeeze-excitation block's small pool."""
+    n, c = x.shape[:2]
+    y = ufunc.reduce(x.reshape(n, c, -1), axis=2)
+    if ufunc is np.add:
+        np.divide(y, x.size // (n * c), out=y)
+    return y.reshape((n, c) + (1,) * (x.ndim - 2))
 
 
 def _empty_windows(x: np.ndarray, op: str) -> bool:
@@ -430,8 +453,10 @@ def _empty_windows(x: np.ndarray, op: str) -> bool:
     return x.size == 0
 
 
-register("GlobalAveragePool", since=1)(type("GlobalAveragePool", (_GlobalPool,), {"fn": staticmethod(np.mean)}))
-register("GlobalMaxPool", since=1)(type("GlobalMaxPool", (_GlobalPool,), {"fn": staticmethod(np.max)}))
+GlobalAveragePool = register("GlobalAveragePool", since=1)(
+    type("GlobalAveragePool", (_GlobalPool,), {"fn": staticmethod(np.mean), "flat": np.add}))
+GlobalMaxPool = register("GlobalMaxPool", since=1)(
+    type("GlobalMaxPool", (_GlobalPool,), {"fn": staticmethod(np.max), "flat": np.maximum}))
 
 
 @register("GlobalLpPool", since=1)

@@ -302,8 +302,9 @@ class _LeafBits:
         # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
         self.base = np.arange(trees, dtype=np.int32) * 65
         #: [group x byte]: the AND of the group's masks, each node's by its bit; for trees of
-        #: several groups made at the first run of enough cells to read it (``_slots``)
+        #: several groups made by the second call of enough cells to read it (``_group_masks``)
         self._table: np.ndarray | None = None
+        self._table_asked = False
         if self.single:
             table = _group_table(mask_true.reshape(groups, 8), mask_false.reshape(groups, 8))
             self.group_slot = (np.frexp(table)[1] + self.base[:, None]).reshape(-1)
@@ -388,19 +389,26 @@ class _LeafBits:
         """[rows, trees] slot of each row's leaf in each tree, from the comparisons."""
         if self.single:
             return self.group_slot.take(np.add(np.packbits(go, axis=1), self.group_base))
-        if go.size <= _SELECT_CELLS:  # few cells: one select of each node's mask costs less than the table's 3 calls
+        # few cells: one select of each node's mask costs less than the table's 3 calls
+        table = None if go.size <= _SELECT_CELLS else self._group_masks()
+        if table is None:
             bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
         else:
-            masks = self._group_masks().take(np.add(np.packbits(go, axis=1), self.group_base))
+            masks = table.take(np.add(np.packbits(go, axis=1), self.group_base))
             bits = np.bitwise_and.reduceat(masks, self.group_starts, axis=1)
         slots = np.frexp(bits)[1]
         slots += self.base
         return slots
 
-    def _group_masks(self) -> np.ndarray:
-        """The [group x byte] table of the groups' ANDs (built once, at the first call)."""
+    def _group_masks(self) -> np.ndarray | None:
+        """The [group x byte] table of the groups' ANDs, built once, at the second call; None at the
+        first (the caller selects each node's mask). A session run once (a command, a test) then
+        never builds it: the build costs several runs' worth of the select's extra work."""
         table = self._table
         if table is None:
+            if not self._table_asked:
+                self._table_asked = True
+                return None
             groups = self.group_base.size
             table = _group_table(self.mask_true.reshape(groups, 8), self.mask_false.reshape(groups, 8)).reshape(-1)
             self._table = table
@@ -428,10 +436,11 @@ class _LeafBits:
             reduceat, group_masks = np.bitwise_and.reduceat, self._group_masks
 
             def slots_of(go: np.ndarray) -> np.ndarray:
-                if go.size <= _SELECT_CELLS:
+                table = None if go.size <= _SELECT_CELLS else group_masks()
+                if table is None:
                     bits = reduceat(np.where(go, mask_true, mask_false), starts, axis=1)
                 else:
-                    bits = reduceat(take(group_masks(), add(packbits(go, axis=1), group_base)), group_starts, axis=1)
+                    bits = reduceat(take(table, add(packbits(go, axis=1), group_base)), group_starts, axis=1)
                 slots = np.frexp(bits)[1]
                 slots += tree_base
                 return slots

@@ -302,7 +302,7 @@ class _LeafBits:
         # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
         self.base = np.arange(trees, dtype=np.int32) * 65
         #: [group x byte]: the AND of the group's masks, each node's by its bit; for trees of
-        #: several groups made by the second call of enough cells to read it (``_group_masks``)
+        #: several groups made by a call of enough cells to read it (``_group_masks``)
         self._table: np.ndarray | None = None
         self._table_asked = False
         if self.single:
@@ -390,7 +390,7 @@ class _LeafBits:
         if self.single:
             return self.group_slot.take(np.add(np.packbits(go, axis=1), self.group_base))
         # few cells: one select of each node's mask costs less than the table's 3 calls
-        table = None if go.size <= _SELECT_CELLS else self._group_masks()
+        table = None if go.size <= _SELECT_CELLS else self._group_masks(go.size)
         if table is None:
             bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
         else:
@@ -400,13 +400,14 @@ class _LeafBits:
         slots += self.base
         return slots
 
-    def _group_masks(self) -> np.ndarray | None:
-        """The [group x byte] table of the groups' ANDs, built once, at the second call; None at the
-        first (the caller selects each node's mask). A session run once (a command, a test) then
-        never builds it: the build costs several runs' worth of the select's extra work."""
+    def _group_masks(self, cells: int) -> np.ndarray | None:
+        """The [group x byte] table of the groups' ANDs, built once; None (the caller selects each
+        node's mask) at the first call for fewer (row, node) ``cells`` than the table has entries:
+        its build costs about as much as selecting several times that many cells, so a session run
+        once on a few rows (a command, a test) never builds it, and a second such call does."""
         table = self._table
         if table is None:
-            if not self._table_asked:
+            if not self._table_asked and cells < self.group_base.size * 256:
                 self._table_asked = True
                 return None
             groups = self.group_base.size
@@ -436,7 +437,7 @@ class _LeafBits:
             reduceat, group_masks = np.bitwise_and.reduceat, self._group_masks
 
             def slots_of(go: np.ndarray) -> np.ndarray:
-                table = None if go.size <= _SELECT_CELLS else group_masks()
+                table = None if go.size <= _SELECT_CELLS else group_masks(go.size)
                 if table is None:
                     bits = reduceat(np.where(go, mask_true, mask_false), starts, axis=1)
                 else:

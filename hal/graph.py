@@ -13,7 +13,7 @@ and in a filtered graph that holds a fused partition.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -122,6 +122,19 @@ class ValueInfo:
         return f"ValueInfo({self.name!r}, {self.type_string}, shape={self.shape})"
 
 
+def decode_strings(values: Sequence[bytes]) -> list[str]:
+    """Each bytes value decoded as UTF-8 (an invalid byte kept as a lone surrogate): one decode of
+    the values joined by NUL and one split, where no value holds a NUL (a tree ensemble's
+    ``nodes_modes`` holds a string per node: one decode call each costs more than the rest of its
+    attributes' parsing)."""
+    if len(values) < 2:
+        return [v.decode("utf-8", errors="surrogateescape") for v in values]
+    joined = b"\0".join(values)
+    if joined.count(b"\0") != len(values) - 1:  # a NUL inside a value: each on its own
+        return [v.decode("utf-8", errors="surrogateescape") for v in values]
+    return joined.decode("utf-8", errors="surrogateescape").split("\0")
+
+
 def parse_attribute(attr: AttributeProto, parent: Graph | None) -> Any:
     """Python value of an attribute: numbers, str, lists, numpy arrays, ``Graph`` for subgraphs."""
     t = attr.type
@@ -140,7 +153,7 @@ def parse_attribute(attr: AttributeProto, parent: Graph | None) -> Any:
     if t == AttributeProto.INTS:
         return list(attr.ints)
     if t == AttributeProto.STRINGS:
-        return [s.decode("utf-8", errors="surrogateescape") for s in attr.strings]
+        return decode_strings(attr.strings)
     if t == AttributeProto.TENSORS:
         return [tensor_to_array(x, f"attribute {attr.name!r}") for x in attr.tensors]
     if t == AttributeProto.GRAPHS:

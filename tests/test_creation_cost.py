@@ -90,6 +90,27 @@ def test_a_model_with_shape_data_keeps_the_probe_pass(inference_calls):
     np.testing.assert_array_equal(got, ref)
 
 
+def test_operators_with_neither_inference_nor_body_need_no_probe_pass(inference_calls):
+    """ai.onnx.ml opset 1's Scaler and TreeEnsembleRegressor have no inference function and no
+    function body (skl2onnx writes that opset): onnx's inference passes them by, so nothing can
+    propagate and the model is inferred in one pass, to what the two passes found."""
+    assert not guarded_inference.may_propagate("Scaler", "ai.onnx.ml", 1)
+    assert not guarded_inference.may_propagate("TreeEnsembleRegressor", "ai.onnx.ml", 1)
+    model = tree_model()
+    model.graph.node[0].CopyFrom(helper.make_node("Scaler", ["x"], ["r"], domain="ai.onnx.ml",
+                                                  offset=[0.5, -0.25], scale=[2.0, 4.0]))
+    del model.opset_import[1:]
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 1))
+    loaded = load_model(model.SerializeToString())
+    assert inference_calls == [True]
+    want = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    assert _shapes(loaded.proto) == _shapes(want)
+    x = np.array([[0.2, 0.1], [0.9, -1.0], [-3.0, 0.4]], np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, ref)
+
+
 def test_which_operators_may_propagate_data():
     assert guarded_inference.may_propagate("Shape", "", 17)
     assert not guarded_inference.may_propagate("Relu", "", 17)

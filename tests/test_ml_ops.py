@@ -885,10 +885,14 @@ def test_tree_ensemble_shared_nodes_take_the_walk():
     assert forest.leaves(x)[:, 0].tolist() == [_walk(nodes, row) for row in x]
 
 
-def test_tree_ensemble_group_table_is_built_by_the_first_run_that_reads_it():
+def test_tree_ensemble_group_table_is_built_when_a_run_would_pay_for_it():
     """Trees of several groups of 8 nodes read the [group, byte] table only for runs of many cells:
-    the build leaves it out, a one-row run does not make it, a run of many rows does, and both
-    agree with onnxruntime."""
+    the build leaves it out, a one-row run does not make it, the first run of fewer cells than the
+    table's entries selects each node's mask instead (a session run once on a few rows never pays
+    for the table), the second makes it; a first run of more cells makes it at once. Every run
+    agrees with onnxruntime."""
+    from onnxhal.runtime.providers.cpu.kernels import ml_trees
+
     rng = np.random.default_rng(2)
     trees = _random_trees(rng, 4, 5, 6)
     for nodes in trees:
@@ -896,14 +900,21 @@ def test_tree_ensemble_group_table_is_built_by_the_first_run_that_reads_it():
             nd["mode"] = "BRANCH_LEQ"
     model = _model("TreeEnsembleRegressor", [_t("X", F, None)], [_t("Y", F, None)], n_targets=2,
                    **_legacy_tree_attrs(rng, trees, 2, "target"))
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    one = rng.standard_normal((1, 5)).astype(np.float32)
+    many = rng.standard_normal((300, 5)).astype(np.float32)
     kernel = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3})
     bits = kernel.forest._bits
     assert bits is not None and not bits.single and bits._table is None
-    one = rng.standard_normal((1, 5)).astype(np.float32)
-    many = rng.standard_normal((300, 5)).astype(np.float32)
-    _same(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": one}),
-          kernel.compute([one]), "one row")
+    few = rng.standard_normal((31, 5)).astype(np.float32)  # fewer cells than the table's 32 per column
+    assert ml_trees._SELECT_CELLS < few.shape[0] * bits.columns < 300 * bits.columns
+    _same(ref.run(None, {"X": one}), kernel.compute([one]), "one row")
     assert bits._table is None
-    _same(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": many}),
-          kernel.compute([many]), "300 rows")
+    _same(ref.run(None, {"X": few}), kernel.compute([few]), "31 rows, first")
+    assert bits._table is None
+    _same(ref.run(None, {"X": few}), kernel.compute([few]), "31 rows, second")
     assert bits._table is not None
+    _same(ref.run(None, {"X": many}), kernel.compute([many]), "300 rows, by the table")
+    kernel = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3})
+    _same(ref.run(None, {"X": many}), kernel.compute([many]), "300 rows, first")
+    assert kernel.forest._bits._table is not None

@@ -382,13 +382,18 @@ def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto, stub: onnx.
 @functools.lru_cache(maxsize=4096)
 def may_propagate(op_type: str, domain: str, version: int) -> bool:
     """Whether onnx's data propagation may run for this operator at this opset: it has a
-    propagation function, or no inference function of its own (onnx then infers through its
-    function body, whose nodes may propagate). An operator onnx does not know is skipped."""
+    propagation function, or no inference function of its own and a function body (onnx then
+    infers through the body, whose nodes may propagate). An operator onnx does not know, or with
+    neither an inference function nor a body (ai.onnx.ml's Scaler, LinearRegressor and the opset-1
+    tree ensembles), is skipped: inference leaves it as it is."""
     try:
         schema = onnx.defs.get_schema(op_type, version, domain)
     except Exception:  # not an onnx operator (or older than its first version): inference skips it
         return False
-    return schema.has_data_propagation_function or not schema.has_type_and_shape_inference_function
+    if schema.has_data_propagation_function:
+        return True
+    return not schema.has_type_and_shape_inference_function and (
+        schema.has_function or schema.has_context_dependent_function)
 
 
 def _propagating_nodes(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:

@@ -9,6 +9,7 @@ binary rules; and the opset-5 TreeEnsemble on the same walk."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import numpy as np
 
@@ -301,8 +302,9 @@ class _LeafBits:
         # np.frexp(2**b) has exponent b + 1: per tree a row of 65 leaf node indices, entry b + 1
         self.base = np.arange(trees, dtype=np.int32) * 65
         #: [group x byte]: the AND of the group's masks, each node's by its bit; for trees of
-        #: several groups made at the first run of enough cells to read it (``_slots``)
+        #: several groups made by a call of enough cells to read it (``_group_masks``)
         self._table: np.ndarray | None = None
+        self._table_asked = False
         if self.single:
             table = _group_table(mask_true.reshape(groups, 8), mask_false.reshape(groups, 8))
             self.group_slot = (np.frexp(table)[1] + self.base[:, None]).reshape(-1)
@@ -319,6 +321,7 @@ class _LeafBits:
             self.mask_true, self.mask_false = mask_true.astype(dtype), mask_false.astype(dtype)
             self.group_weights = None
         self.slot_weights = weights[leaf]  # per (tree, slot) its leaf's weights
+        self.sums = self._sums_function()
 
     @classmethod
     def build(cls, forest: _Forest, shape: tuple | None, true_next: np.ndarray) -> _LeafBits | None:
@@ -386,19 +389,27 @@ class _LeafBits:
         """[rows, trees] slot of each row's leaf in each tree, from the comparisons."""
         if self.single:
             return self.group_slot.take(np.add(np.packbits(go, axis=1), self.group_base))
-        if go.size <= _SELECT_CELLS:  # few cells: one select of each node's mask costs less than the table's 3 calls
+        # few cells: one select of each node's mask costs less than the table's 3 calls
+        table = None if go.size <= _SELECT_CELLS else self._group_masks(go.size)
+        if table is None:
             bits = np.bitwise_and.reduceat(np.where(go, self.mask_true, self.mask_false), self.starts, axis=1)
         else:
-            masks = self._group_masks().take(np.add(np.packbits(go, axis=1), self.group_base))
+            masks = table.take(np.add(np.packbits(go, axis=1), self.group_base))
             bits = np.bitwise_and.reduceat(masks, self.group_starts, axis=1)
         slots = np.frexp(bits)[1]
         slots += self.base
         return slots
 
-    def _group_masks(self) -> np.ndarray:
-        """The [group x byte] table of the groups' ANDs (built once, at the first call)."""
+    def _group_masks(self, cells: int) -> np.ndarray | None:
+        """The [group x byte] table of the groups' ANDs, built once; None (the caller selects each
+        node's mask) at the first call for fewer (row, node) ``cells`` than the table has entries:
+        its build costs about as much as selecting several times that many cells, so a session run
+        once on a few rows (a command, a test) never builds it, and a second such call does."""
         table = self._table
         if table is None:
+            if not self._table_asked and cells < self.group_base.size * 256:
+                self._table_asked = True
+                return None
             groups = self.group_base.size
             table = _group_table(self.mask_true.reshape(groups, 8), self.mask_false.reshape(groups, 8)).reshape(-1)
             self._table = table
@@ -408,11 +419,54 @@ class _LeafBits:
         """[trees, rows] slot (index into ``leaf``) of the leaf each row reaches in each tree."""
         return self._slots(self._compared(x)).T
 
-    def sums(self, x: np.ndarray) -> np.ndarray:
-        """[rows, outputs] the weights of each row's leaves summed over the trees in tree order, as
-        onnxruntime adds them (``_tree_sum``)."""
-        w = self.tree_weights(x)
-        return w[0] if w.shape[0] == 1 else _tree_sum(w)  # one tree: its weights, a fresh array
+    def _sums_function(self) -> Callable[[np.ndarray], np.ndarray]:
+        """``sums``: x -> [rows, outputs] the weights of each row's leaves summed over the trees in
+        tree order, as onnxruntime adds them (``_tree_sum``). The same numpy calls as
+        ``tree_weights`` and ``_tree_sum``, with the route (comparison, weights table or slots)
+        chosen here once and every constant a local: a run of a few rows is mostly the calls
+        between its numpy steps."""
+        feature, threshold, missing, mode = self.feature, self.threshold, self.missing, self.mode
+        plain, any_missing = self.plain, self.any_missing
+        group_base, group_weights, slot_weights = self.group_base, self.group_weights, self.slot_weights
+        one_tree = self.base.size == 1
+        take, packbits, add = np.ndarray.take, np.packbits, np.add
+        if group_weights is None and not self.single:
+            # as ``_slots`` for trees of several groups
+            tree_base, starts, group_starts = self.base, self.starts, self.group_starts
+            mask_true, mask_false = self.mask_true, self.mask_false
+            reduceat, group_masks = np.bitwise_and.reduceat, self._group_masks
+
+            def slots_of(go: np.ndarray) -> np.ndarray:
+                table = None if go.size <= _SELECT_CELLS else group_masks(go.size)
+                if table is None:
+                    bits = reduceat(np.where(go, mask_true, mask_false), starts, axis=1)
+                else:
+                    bits = reduceat(take(table, add(packbits(go, axis=1), group_base)), group_starts, axis=1)
+                slots = np.frexp(bits)[1]
+                slots += tree_base
+                return slots
+        else:
+            slots_of = self._slots
+
+        def sums(x: np.ndarray) -> np.ndarray:
+            v = take(x, feature, axis=1, mode="wrap")  # as ``_compared``
+            if plain:
+                go = v <= threshold
+            else:
+                go = _compare(v, threshold, mode)
+                if any_missing:
+                    go |= missing & np.isnan(v)
+            if group_weights is not None:
+                w = take(group_weights, add(packbits(go, axis=1), group_base).T, axis=0)
+            else:
+                w = take(slot_weights, slots_of(go).T, axis=0)
+            if one_tree:
+                return w[0]  # its weights, a fresh array
+            if w.shape[1] * w.shape[2] == 1:
+                return np.add.accumulate(w, axis=0)[-1]
+            return np.add.reduce(w, axis=0)
+
+        return sums
 
     def signed_pair(self) -> _LeafBits:
         """These leaf bits with weights [-w, w] where they were [w, 0] (two outputs, the second
@@ -422,6 +476,7 @@ class _LeafBits:
         pair.slot_weights = _negated_and_as_is(self.slot_weights)
         if self.group_weights is not None:
             pair.group_weights = _negated_and_as_is(self.group_weights)
+        pair.sums = pair._sums_function()
         return pair
 
     def tree_weights(self, x: np.ndarray) -> np.ndarray:
@@ -618,7 +673,9 @@ class TreeEnsembleRegressor(Kernel):
             raise InvalidArgument(f"TreeEnsembleRegressor node {node.name!r}: aggregate_function {self.how!r} is "
                                   "none of SUM, AVERAGE, MIN, MAX.")
         base = _floats(node, "base_values")
-        self.base = base if base is not None and base.size == self.n_targets else np.zeros(self.n_targets, np.float32)
+        #: the base values added after the aggregation; None where they are all 0 (adding 0 changes
+        #: no sum but the sign of a zero one)
+        self.base = base if base is not None and base.size == self.n_targets and base.any() else None
         self.transform = post_transform_name(node)
         self.post = score_transform(self.transform, self.n_targets)
         self.inline_fn = self.apply
@@ -633,7 +690,8 @@ class TreeEnsembleRegressor(Kernel):
             scores, written = self.forest.aggregate(x, self.how, self.n_targets > 1)
         else:
             written = self.forest.written_const[None, :]
-        scores = np.add(scores, self.base, out=scores)
+        if self.base is not None:
+            scores = np.add(scores, self.base, out=scores)
         if self.n_targets > 1:  # onnxruntime writes 0 for a target no tree wrote, base value or not
             scores = np.where(written, scores, np.float32(0))
         return self.post(scores)

@@ -61,6 +61,9 @@ _BROADCAST = frozenset({
 })
 _FLOAT_BROADCAST = frozenset({"Div", "Pow"})
 
+#: Reductions with a value for an empty set (0, 1 or NaN), so only their axes can be wrong.
+_TOTAL_REDUCE = frozenset({"ReduceSum", "ReduceSumSquare", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2"})
+
 
 def hoist_loop_invariants(graph: Graph) -> bool:
     """Fold outer-scope constants into the subgraphs of ``graph``'s control-flow nodes and hoist the
@@ -347,6 +350,15 @@ def cannot_raise(graph: Graph, node: Node) -> bool:
         axes = node.attr("axes") if node.since_version and node.since_version < 13 else \
             (_constant_ints(graph, ins[1]) if len(ins) > 1 else None)
         return rank is not None and axes is not None and _valid_axes(axes, rank + len(axes))
+    if op in _TOTAL_REDUCE:
+        rank = len(shapes[0]) if shapes[0] is not None else None
+        if "axes" in node.attributes:
+            axes = node.attr("axes")
+        elif len(ins) > 1 and ins[1]:
+            axes = _constant_ints(graph, ins[1])
+        else:
+            axes = []  # all axes
+        return rank is not None and axes is not None and _valid_axes(axes, rank)
     if op == "Slice":
         return _slice_cannot_raise(graph, node, shapes[0])
     if op == "Gather":

@@ -8,6 +8,7 @@ node's explicit inputs, in ``node.implicit_inputs`` order.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 
@@ -60,7 +61,36 @@ class _SubgraphCall:
         """The body's outputs. ``check``: refuse formal inputs of other shapes than the body declares
         (a Scan, as onnxruntime refuses them); a Loop runs its body unchecked, as onnxruntime does."""
         n = len(formal)
-        for k, name, dims, fixed, whole in self.declared if check else ():
+        if check:
+            self._check(formal)
+        if self._run_values is not None:
+            return self._run_values([inputs[i] if is_outer else (formal[i] if 0 <= i < n else None)
+                                     for is_outer, i in self._sources])
+        feeds = dict(zip(self.input_names, formal))
+        for name, i in self.outer:
+            feeds[name] = inputs[i]
+        return self.runner.run(feeds)
+
+
+    def bind(self, inputs: list, check: bool = True) -> Callable[[list], list]:
+        """``run`` as a function of the formal inputs alone, for the iterations of one loop: the
+        outer-scope values in ``inputs`` are placed once (``SubgraphRunner.bind_values``)."""
+        bind = getattr(self.runner, "bind_values", None)
+        if bind is None or self._run_values is None:
+            return lambda formal: self.run(formal, inputs, check)
+        run = bind([inputs[i] if is_outer else None for is_outer, i in self._sources],
+                   [(p, i) for p, (is_outer, i) in enumerate(self._sources) if not is_outer and i >= 0])
+        if not check or not self.declared:
+            return run
+
+        def checked(formal: list) -> list:
+            self._check(formal)
+            return run(formal)
+        return checked
+
+    def _check(self, formal: list) -> None:
+        n = len(formal)
+        for k, name, dims, fixed, whole in self.declared:
             if k < n:
                 v = formal[k]
                 shape = v.shape if v.__class__ is np.ndarray else np.shape(v)
@@ -71,14 +101,6 @@ class _SubgraphCall:
                 for a, d in fixed:
                     if shape[a] != d:
                         self._refuse(name, dims, shape)
-        if self._run_values is not None:
-            return self._run_values([inputs[i] if is_outer else (formal[i] if 0 <= i < n else None)
-                                     for is_outer, i in self._sources])
-        feeds = dict(zip(self.input_names, formal))
-        for name, i in self.outer:
-            feeds[name] = inputs[i]
-        return self.runner.run(feeds)
-
 
     def _refuse(self, name: str, dims: tuple, shape: tuple) -> None:
         raise Fail(f"{self.label}: its body's input {name!r} is declared "
@@ -127,7 +149,7 @@ class Loop(Kernel):
         keep_going = bool(cond.reshape(-1)[0]) if cond is not None else True
         scans: list[list] = [[] for _ in range(self.n_scan)]
         i = 0
-        run = self.body.run
+        run = self.body.bind(inputs, False)
         end_carried = 1 + self.n_carried
         true, false = np.array(True), np.array(False)
         while keep_going and (trips is None or i < trips):
@@ -139,7 +161,7 @@ class Loop(Kernel):
                 self.warned = True
                 logger.warning("%s: its body's inputs do not have the shapes the body declares; running it as "
                                "onnxruntime does, with the shapes given", self.body.label)
-            outs = run(formal, inputs, False)
+            outs = run(formal)
             if cond is not None:
                 c = outs[0]
                 keep_going = bool((c if c.__class__ is np.ndarray else np.asarray(c)).reshape(-1)[0])
@@ -162,11 +184,12 @@ def _scan_core(body: _SubgraphCall, inputs: list, states: list, scan_in: list, i
     seq_len = scan_in[0].shape[in_axes[0]] if scan_in else 0
     collected: list[list] = [[] for _ in range(n_scan_out)]
     n_state = len(states)
+    run = body.bind(inputs) if seq_len else None
     for t in range(seq_len):
         slices = []
         for x, ax, d in zip(scan_in, in_axes, in_dirs):
             slices.append(x.take(seq_len - 1 - t if d else t, axis=ax))
-        outs = body.run(states + slices, inputs)
+        outs = run(states + slices)
         states = list(outs[:n_state])
         for k in range(n_scan_out):
             collected[k].append(outs[n_state + k])

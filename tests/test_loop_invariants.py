@@ -225,3 +225,53 @@ def test_outer_constants_fold_into_if_branches(monkeypatch):
     assert [n.op_type for n in branch.nodes] == ["Slice"]
     x = RNG.standard_normal((4, 4)).astype(np.float32)
     _check_runs(model, [{"x": x, "flag": np.array(True)}, {"x": x, "flag": np.array(False)}], monkeypatch)
+
+
+def _slice_model(starts, ends, axes, steps, x_shape=(4, 6)) -> onnx.ModelProto:
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for n, v in (("st", starts), ("en", ends), ("ax", axes), ("sp", steps))]
+    node = helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["s"], name="slice")
+    return make([node, helper.make_node("Relu", ["s"], ["y"])], [vi("x", list(x_shape))], [vi("y", None)], inits)
+
+
+@pytest.mark.parametrize(("starts", "ends", "axes", "steps", "kept"), [
+    ([0], [2 ** 63 - 1], [0], [1], False),         # x[:] as TorchScript writes it
+    ([-9, 0], [6, 2 ** 31 - 1], [-1, 0], [1, 1], False),  # a start before the first, an end at the last
+    ([0], [5], [1], [1], True),                   # drops the last column
+    ([1], [2 ** 63 - 1], [0], [1], True),          # drops the first row
+    ([0], [2 ** 63 - 1], [0], [2], True),          # every other row
+])
+def test_a_slice_of_everything_is_removed(starts, ends, axes, steps, kept):
+    model = _slice_model(starts, ends, axes, steps)
+    graph = optimize(load_model(model).graph, Level.ORT_ENABLE_BASIC)
+    assert ("Slice" in [n.op_type for n in graph.nodes]) == kept
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    np.testing.assert_array_equal(_hal(model, {"x": x})[0], _ort(model, {"x": x})[0])
+
+
+def test_a_free_dim_keeps_a_slice_with_a_small_end():
+    """End 6 covers a static width of 6, but not a free one."""
+    graph = optimize(load_model(_slice_model([0], [6], [1], [1], x_shape=(4, "w"))).graph, Level.ORT_ENABLE_BASIC)
+    assert "Slice" in [n.op_type for n in graph.nodes]
+
+
+def test_a_body_cleans_up_after_outer_constants_fold(monkeypatch):
+    """The body's Slice reads its end through an Unsqueeze of a main-graph constant: once folded,
+    the Slice is seen to take everything and goes, which the body's own passes (run before the
+    main graph's constants were known) could not see."""
+    nodes = [helper.make_node("Unsqueeze", ["big", "axes"], ["end"]),
+             helper.make_node("Slice", ["h", "zero", "end", "zero"], ["hs"]),
+             helper.make_node("Add", ["hs", "X"], ["h2"]),
+             helper.make_node("Identity", ["c"], ["c2"]),
+             helper.make_node("Identity", ["h2"], ["s"])]
+    body = helper.make_graph(nodes, "body", [vi("i", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL),
+                                             vi("h", ["n", 8])],
+                             [vi("c2", [], TensorProto.BOOL), vi("h2", ["n", 8]), vi("s", ["n", 8])],
+                             [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+                              numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    model = _loop_model(body)
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["big"], value=numpy_helper.from_array(
+        np.array(2 ** 63 - 1, np.int64))))
+    graph = optimize(load_model(model).graph, Level.ORT_ENABLE_BASIC)
+    assert _body_ops(graph) == ["Add", "Identity", "Identity"]
+    _check_runs(model, [_feeds(3), _feeds(0)], monkeypatch)

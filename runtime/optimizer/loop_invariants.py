@@ -33,7 +33,9 @@ from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.runtime.optimizer.cleanup import (
     MAX_FOLDED_BYTES,
     NOT_FOLDABLE,
+    eliminate_no_ops,
     evaluate_node,
+    fold_constants,
     remove_dead_nodes,
 )
 from onnxhal.runtime.optimizer.rewrite import graph_output_names, unique_name
@@ -146,6 +148,10 @@ def _fold_outer_constants(sub: Graph) -> bool:
     gone = {id(n) for n in folded}
     sub.nodes = [n for n in sub.nodes if id(n) not in gone]
     sub.reindex()
+    # The subgraph's own cleanup ran before these constants were known (subgraphs are optimized
+    # before the graph around them): what they make constant or a no-op goes now.
+    fold_constants(sub)
+    eliminate_no_ops(sub)
     remove_dead_nodes(sub)
     return True
 

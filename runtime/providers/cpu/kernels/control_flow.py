@@ -17,6 +17,7 @@ from onnxhal.hal.errors import Fail
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 logger = logging.getLogger("onnxhal.cpu")
+_INT64 = np.dtype(np.int64)
 
 
 class _SubgraphCall:
@@ -151,9 +152,11 @@ class Loop(Kernel):
         i = 0
         run = self.body.bind(inputs, False)
         end_carried = 1 + self.n_carried
-        true, false = np.array(True), np.array(False)
+        true = np.array(True)  # the condition a body is given is true: it runs only while so
+        n_scan = self.n_scan
+        last_cond, last_going = None, True
         while keep_going and (trips is None or i < trips):
-            formal = [np.array(i, dtype=np.int64), true if keep_going else false, *carried]
+            formal = [np.array(i, _INT64), true, *carried]
             if i == 0 and not self.warned and not self.body.check_shapes(formal):
                 # onnxruntime runs a Loop body whose inputs disagree with their declared shapes (a
                 # scalar iteration number declared [1], a carried value that grows): so does onnxhal,
@@ -164,10 +167,14 @@ class Loop(Kernel):
             outs = run(formal)
             if cond is not None:
                 c = outs[0]
-                keep_going = bool((c if c.__class__ is np.ndarray else np.asarray(c)).reshape(-1)[0])
+                if c is not last_cond:  # a body returning one constant condition: read it once
+                    last_cond = c
+                    last_going = bool((c if c.__class__ is np.ndarray else np.asarray(c)).reshape(-1)[0])
+                keep_going = last_going
             carried = outs[1:end_carried]
-            for k in range(self.n_scan):
-                scans[k].append(outs[end_carried + k])
+            if n_scan:
+                for k in range(n_scan):
+                    scans[k].append(outs[end_carried + k])
             i += 1
         results = list(carried)
         for k in range(self.n_scan):

@@ -9,7 +9,9 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   the Conv reading it (``opt_pad_fusion``), Conv+BatchNormalization, Conv+Mul and Conv+Add
   folding into the Conv's weights, a Conv's bias carried through a following 1x1 Conv when no
   activation lies between, BatchNormalization+Mul/Add folding into its scale and bias,
-  MatMul+Add -> Gemm (2-D A, constant B and bias). Recursive into subgraphs.
+  MatMul+Add -> Gemm (2-D A, constant B and bias), a Slice that keeps everything removed,
+  outer-scope constants folded into subgraphs and loop-invariant nodes hoisted out of Loop/Scan
+  bodies (``opt_loop_invariants``). Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /
   Concat -> QuantizeLinear) -> QLinearMatMul and com.microsoft QLinearSoftmax / QLinearAdd /
   QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), and fusions

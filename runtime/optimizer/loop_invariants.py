@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+from onnx import TensorProto, TypeProto, helper
 
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.runtime.optimizer.cleanup import (
@@ -156,9 +157,7 @@ def _fold_outer_constants(sub: Graph) -> bool:
     return True
 
 
-def _tensor_type(value: np.ndarray):
-    from onnx import TensorProto, helper
-
+def _tensor_type(value: np.ndarray) -> TypeProto:
     elem = TensorProto.STRING if value.dtype == object else helper.np_dtype_to_tensor_dtype(value.dtype)
     return helper.make_tensor_type_proto(elem, value.shape)
 

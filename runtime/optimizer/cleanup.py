@@ -98,14 +98,49 @@ def _no_op_source(graph: Graph, node: Node) -> str | None:
     if op == "Cast":
         in_type = graph.value_info(x).elem_type
         return x if in_type and in_type == node.attr("to") else None
+    if op == "Slice":
+        return x if _whole_slice(graph, node) else None
     return None
 
 
+def _whole_slice(graph: Graph, node: Node) -> bool:
+    """A Slice of constant parameters that keeps every element of its input (onnxruntime's
+    EliminateSlice): each sliced axis from its start (0, or a negative start past the dim) to
+    its end (a huge end such as TorchScript's INT64_MAX for ``x[:]``, or one past a static dim)
+    in steps of 1."""
+    if node.since_version and node.since_version < 10:
+        starts, ends, axes, steps = node.attr("starts"), node.attr("ends"), node.attr("axes"), None
+    else:
+        params = [constant(graph, i) if i else None for i in node.inputs[1:5]]
+        if len(params) < 2 or params[0] is None or params[1] is None or \
+                any(i and p is None for i, p in zip(node.inputs[3:5], params[2:])):
+            return False
+        starts, ends = params[0].reshape(-1).tolist(), params[1].reshape(-1).tolist()
+        axes = params[2].reshape(-1).tolist() if len(params) > 2 and params[2] is not None else None
+        steps = params[3].reshape(-1).tolist() if len(params) > 3 and params[3] is not None else None
+    if starts is None or ends is None or len(starts) != len(ends):
+        return False
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    shape = graph.value_info(node.inputs[0]).shape
+    if len(axes) != len(starts) or len(steps) != len(starts) or shape is None:
+        return False
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        if step != 1 or not -len(shape) <= axis < len(shape):
+            return False
+        dim = shape[axis]
+        if not (start == 0 or (isinstance(dim, int) and start <= -dim)):
+            return False
+        if not (end >= 2 ** 31 - 1 or (isinstance(dim, int) and end >= dim)):
+            return False
+    return True
+
+
 def eliminate_no_ops(graph: Graph) -> bool:
-    """Remove Identity, inference-mode Dropout and Cast to the same type."""
+    """Remove Identity, inference-mode Dropout, Cast to the same type and Slice of everything."""
     changed = False
     order = None
-    for node in live_nodes(graph, "Identity", "Dropout", "Cast"):
+    for node in live_nodes(graph, "Identity", "Dropout", "Cast", "Slice"):
         source = _no_op_source(graph, node)
         if source is None:
             continue

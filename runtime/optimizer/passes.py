@@ -9,7 +9,9 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   the Conv reading it (``opt_pad_fusion``), Conv+BatchNormalization, Conv+Mul and Conv+Add
   folding into the Conv's weights, a Conv's bias carried through a following 1x1 Conv when no
   activation lies between, BatchNormalization+Mul/Add folding into its scale and bias,
-  MatMul+Add -> Gemm (2-D A, constant B and bias). Recursive into subgraphs.
+  MatMul+Add -> Gemm (2-D A, constant B and bias), a Slice that keeps everything removed,
+  outer-scope constants folded into subgraphs and loop-invariant nodes hoisted out of Loop/Scan
+  bodies (``opt_loop_invariants``). Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /
   Concat -> QuantizeLinear) -> QLinearMatMul and com.microsoft QLinearSoftmax / QLinearAdd /
   QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), and fusions
@@ -54,6 +56,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph
 from onnxhal.runtime.optimizer import cleanup as opt_cleanup
 from onnxhal.runtime.optimizer import fusions as opt_fusions
+from onnxhal.runtime.optimizer import loop_invariants as opt_loop_invariants
 from onnxhal.runtime.optimizer import ml_fusions as opt_ml_fusions
 from onnxhal.runtime.optimizer import pad_fusion as opt_pad_fusion
 from onnxhal.runtime.optimizer import qdq_fusions as opt_qdq_fusions
@@ -74,6 +77,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("castlike_to_cast", _BASIC, opt_cleanup.castlike_to_cast, True, False),
     ("eliminate_no_ops", _BASIC, opt_cleanup.eliminate_no_ops, True, False),
     ("fold_constants", _BASIC, opt_cleanup.fold_constants, True, False),
+    ("hoist_loop_invariants", _BASIC, opt_loop_invariants.hoist_loop_invariants, True, False),
     ("refresh_shapes", _BASIC, opt_cleanup.refresh_shapes, False, False),
     ("remove_dead_nodes", _BASIC, opt_cleanup.remove_dead_nodes, True, False),
     ("fuse_pad_into_conv", _BASIC, opt_pad_fusion.fuse_pad_into_conv, True, False),

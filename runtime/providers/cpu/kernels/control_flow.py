@@ -8,6 +8,7 @@ node's explicit inputs, in ``node.implicit_inputs`` order.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from onnxhal.hal.errors import Fail
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 logger = logging.getLogger("onnxhal.cpu")
+_INT64 = np.dtype(np.int64)
 
 
 class _SubgraphCall:
@@ -60,7 +62,36 @@ class _SubgraphCall:
         """The body's outputs. ``check``: refuse formal inputs of other shapes than the body declares
         (a Scan, as onnxruntime refuses them); a Loop runs its body unchecked, as onnxruntime does."""
         n = len(formal)
-        for k, name, dims, fixed, whole in self.declared if check else ():
+        if check:
+            self._check(formal)
+        if self._run_values is not None:
+            return self._run_values([inputs[i] if is_outer else (formal[i] if 0 <= i < n else None)
+                                     for is_outer, i in self._sources])
+        feeds = dict(zip(self.input_names, formal))
+        for name, i in self.outer:
+            feeds[name] = inputs[i]
+        return self.runner.run(feeds)
+
+
+    def bind(self, inputs: list, check: bool = True) -> Callable[[list], list]:
+        """``run`` as a function of the formal inputs alone, for the iterations of one loop: the
+        outer-scope values in ``inputs`` are placed once (``SubgraphRunner.bind_values``)."""
+        bind = getattr(self.runner, "bind_values", None)
+        if bind is None or self._run_values is None:
+            return lambda formal: self.run(formal, inputs, check)
+        run = bind([inputs[i] if is_outer else None for is_outer, i in self._sources],
+                   [(p, i) for p, (is_outer, i) in enumerate(self._sources) if not is_outer and i >= 0])
+        if not check or not self.declared:
+            return run
+
+        def checked(formal: list) -> list:
+            self._check(formal)
+            return run(formal)
+        return checked
+
+    def _check(self, formal: list) -> None:
+        n = len(formal)
+        for k, name, dims, fixed, whole in self.declared:
             if k < n:
                 v = formal[k]
                 shape = v.shape if v.__class__ is np.ndarray else np.shape(v)
@@ -71,14 +102,6 @@ class _SubgraphCall:
                 for a, d in fixed:
                     if shape[a] != d:
                         self._refuse(name, dims, shape)
-        if self._run_values is not None:
-            return self._run_values([inputs[i] if is_outer else (formal[i] if 0 <= i < n else None)
-                                     for is_outer, i in self._sources])
-        feeds = dict(zip(self.input_names, formal))
-        for name, i in self.outer:
-            feeds[name] = inputs[i]
-        return self.runner.run(feeds)
-
 
     def _refuse(self, name: str, dims: tuple, shape: tuple) -> None:
         raise Fail(f"{self.label}: its body's input {name!r} is declared "
@@ -127,11 +150,13 @@ class Loop(Kernel):
         keep_going = bool(cond.reshape(-1)[0]) if cond is not None else True
         scans: list[list] = [[] for _ in range(self.n_scan)]
         i = 0
-        run = self.body.run
+        run = self.body.bind(inputs, False)
         end_carried = 1 + self.n_carried
-        true, false = np.array(True), np.array(False)
+        true = np.array(True)  # the condition a body is given is true: it runs only while so
+        n_scan = self.n_scan
+        last_cond, last_going = None, True
         while keep_going and (trips is None or i < trips):
-            formal = [np.array(i, dtype=np.int64), true if keep_going else false, *carried]
+            formal = [np.array(i, _INT64), true, *carried]
             if i == 0 and not self.warned and not self.body.check_shapes(formal):
                 # onnxruntime runs a Loop body whose inputs disagree with their declared shapes (a
                 # scalar iteration number declared [1], a carried value that grows): so does onnxhal,
@@ -139,13 +164,17 @@ class Loop(Kernel):
                 self.warned = True
                 logger.warning("%s: its body's inputs do not have the shapes the body declares; running it as "
                                "onnxruntime does, with the shapes given", self.body.label)
-            outs = run(formal, inputs, False)
+            outs = run(formal)
             if cond is not None:
                 c = outs[0]
-                keep_going = bool((c if c.__class__ is np.ndarray else np.asarray(c)).reshape(-1)[0])
+                if c is not last_cond:  # a body returning one constant condition: read it once
+                    last_cond = c
+                    last_going = bool((c if c.__class__ is np.ndarray else np.asarray(c)).reshape(-1)[0])
+                keep_going = last_going
             carried = outs[1:end_carried]
-            for k in range(self.n_scan):
-                scans[k].append(outs[end_carried + k])
+            if n_scan:
+                for k in range(n_scan):
+                    scans[k].append(outs[end_carried + k])
             i += 1
         results = list(carried)
         for k in range(self.n_scan):
@@ -162,11 +191,12 @@ def _scan_core(body: _SubgraphCall, inputs: list, states: list, scan_in: list, i
     seq_len = scan_in[0].shape[in_axes[0]] if scan_in else 0
     collected: list[list] = [[] for _ in range(n_scan_out)]
     n_state = len(states)
+    run = body.bind(inputs) if seq_len else None
     for t in range(seq_len):
         slices = []
         for x, ax, d in zip(scan_in, in_axes, in_dirs):
             slices.append(x.take(seq_len - 1 - t if d else t, axis=ax))
-        outs = body.run(states + slices, inputs)
+        outs = run(states + slices)
         states = list(outs[:n_state])
         for k in range(n_scan_out):
             collected[k].append(outs[n_state + k])

@@ -12,7 +12,9 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   MatMul+Add -> Gemm (2-D A, constant B and bias). Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /
   Concat -> QuantizeLinear) -> QLinearMatMul and com.microsoft QLinearSoftmax / QLinearAdd /
-  QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), and fusions
+  QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), the
+  QuantizeLinear -> DequantizeLinear pairs left (``opt_qdq_pairs``: dropped where their input is
+  already on their grid, else one com.onnxhal QuantizeDequantize; CPU-only sessions), and fusions
   into ``com.onnxhal`` ops run by the CPU EP (kernels in ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
   Conv + x * Sigmoid(x) / x * HardSigmoid(x) / HardSwish(x) -> FusedConv with a Swish or
   HardSwish epilogue (CPU-only sessions), Gemm+activation -> FusedGemm,
@@ -36,8 +38,9 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 to the standard op, at opset >= 17, stays): for sessions where other EPs should see plain ops.
 ``cpu_ep_only=False`` keeps out the rewrites only the CPU EP's kernels run (``CPU_EP_PASSES``: the
 channel-shuffle fold and the Swish / HardSwish Conv epilogues, which the OpenCL EP's FusedConv
-lacks, the Gemm weight transpose, measured only against numpy's BLAS, and the Relu moved after a MaxPool, which would split an NHWC EP's
-chain of converted ops).
+lacks, the Gemm weight transpose, measured only against numpy's BLAS, the Relu moved after a MaxPool, which would split an NHWC EP's
+chain of converted ops, and the QDQ pair rewrites, which would hide from a quantizing device the
+QuantizeLinear -> DequantizeLinear pairs it reads its integer groups from).
 
 The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
 stay within float tolerance of the unoptimized graph. A pass that meets something it cannot handle
@@ -57,6 +60,7 @@ from onnxhal.runtime.optimizer import fusions as opt_fusions
 from onnxhal.runtime.optimizer import ml_fusions as opt_ml_fusions
 from onnxhal.runtime.optimizer import pad_fusion as opt_pad_fusion
 from onnxhal.runtime.optimizer import qdq_fusions as opt_qdq_fusions
+from onnxhal.runtime.optimizer import qdq_pairs as opt_qdq_pairs
 from onnxhal.runtime.optimizer import weight_folding as opt_weight_folding
 from onnxhal.runtime.optimizer.rewrite import remove_unused_value_infos
 
@@ -83,6 +87,8 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fold_batchnorm_mul_add", _BASIC, opt_weight_folding.fold_batchnorm_mul_add, True, False),
     ("matmul_add_to_gemm", _BASIC, opt_weight_folding.matmul_add_to_gemm, True, False),
     ("fuse_qdq_groups", _EXTENDED, opt_qdq_fusions.fuse_qdq_groups, False, True),
+    ("drop_requantize", _EXTENDED, opt_qdq_pairs.drop_requantize, False, False),
+    ("collapse_qdq_pairs", _EXTENDED, opt_qdq_pairs.collapse_qdq_pairs, False, True),
     ("fuse_layer_norm", _EXTENDED, opt_fusions.fuse_layer_norm, False, False),
     ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
     ("fuse_replace_nan", _EXTENDED, opt_fusions.fuse_replace_nan, False, True),
@@ -105,8 +111,8 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 #: ``pull_relu_after_maxpool`` emits standard ops, but a Relu between a MaxPool and a Conv would
 #: keep the layout transformer's Transposes of an NHWC EP from cancelling (it converts
 #: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
-CPU_EP_PASSES = frozenset({"fuse_channel_shuffle", "fuse_conv_gated_activation", "pretranspose_gemm_weights",
-                           "pull_relu_after_maxpool"})
+CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channel_shuffle",
+                           "fuse_conv_gated_activation", "pretranspose_gemm_weights", "pull_relu_after_maxpool"})
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4

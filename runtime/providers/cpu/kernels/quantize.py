@@ -165,3 +165,69 @@ class QuantizeLinear(_LinearQuant):
             return saturate_codes(y, np.uint8)
         y += zp.astype(np.float32)
         return saturate_codes(y, zp.dtype)
+
+
+_FUSED_DOMAIN = "com.onnxhal"
+_POS_ZERO = np.array(0.0, _F32)
+_CODE_RANGE = {np.dtype(t): (np.iinfo(t).min, np.iinfo(t).max) for t in _CODES}
+
+
+@register("QuantizeDequantize", since=1, domain=_FUSED_DOMAIN)
+class QuantizeDequantize(_LinearQuant):
+    """``com.onnxhal`` QuantizeDequantize(x, scale, zero_point; axis): DequantizeLinear of
+    QuantizeLinear on the same scale and zero point (``optimizer/qdq_pairs.py``), the values the
+    pair gives without its codes.
+
+    Fast form (float32 x and scale, 8- or 16-bit zero point, per tensor or per axis):
+    ``clamp(rint(x / scale), qmin - zp, qmax - zp) * scale`` with the lower bound taken by fmax (a
+    NaN gives the type's minimum code, as ``saturate_codes``) and + 0.0 before the product (rint
+    gives -0.0 where the pair's integer difference gives +0.0). Equal to the pair: the codes less
+    their zero point are small integers in float32 either way, and both end in the same float32
+    product. Six array passes where the pair makes two kernels and nine. Every other form runs the
+    pair's own kernels (the canonical form)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        from onnx import helper
+
+        axis = [helper.make_attribute("axis", self.axis)]
+        names = (["x", "scale", "zero_point"], ["y"])
+        self._quantize = QuantizeLinear(Node("QuantizeLinear", *names, attribute_protos=axis), ctx)
+        self._dequantize = DequantizeLinear(Node("DequantizeLinear", *names, attribute_protos=axis), ctx)
+        self._bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def pair(self, inputs: list) -> list:
+        """The canonical form: QuantizeLinear's kernel, then DequantizeLinear's on its codes."""
+        codes = self._quantize.compute(inputs)[0]
+        return self._dequantize.compute([codes, *inputs[1:]])
+
+    def compute(self, inputs: list) -> list:
+        x, scale = inputs[0], inputs[1]
+        zp = inputs[2] if len(inputs) > 2 else None
+        shape = self._scale_shape(x, scale) if (
+            self.plain and x.dtype == _F32 and scale.dtype == _F32 and x.ndim > 0
+            and (zp is None or (zp.dtype in _CODE_RANGE and zp.size == scale.size))) else None
+        if shape is None:
+            return self.pair(inputs)
+        s = scale.reshape(shape)
+        lo, hi = self._code_bounds(zp, shape)
+        y = _divide(x, s)
+        _rint(y, y)
+        np.fmax(y, lo, out=y)
+        np.minimum(y, hi, out=y)
+        _add(y, _POS_ZERO, y)
+        np.multiply(y, s, out=y)
+        return [y]
+
+    def _code_bounds(self, zp: np.ndarray | None, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """qmin - zp and qmax - zp as float32 operands shaped as the scale (kept per zero point)."""
+        dtype = np.dtype(np.uint8) if zp is None else zp.dtype
+        key = (dtype.char, shape, b"" if zp is None else zp.tobytes())
+        bounds = self._bounds.get(key)
+        if bounds is None:
+            qmin, qmax = _CODE_RANGE[dtype]
+            z = np.zeros(shape, np.int32) if zp is None else zp.astype(np.int32).reshape(shape)
+            bounds = (np.subtract(qmin, z, dtype=_F32), np.subtract(qmax, z, dtype=_F32))
+            if len(self._bounds) < 8:  # constant zero points in practice: a few keys at most
+                self._bounds[key] = bounds
+        return bounds

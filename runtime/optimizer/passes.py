@@ -14,7 +14,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   Concat -> QuantizeLinear) -> QLinearMatMul and com.microsoft QLinearSoftmax / QLinearAdd /
   QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), the
   QuantizeLinear -> DequantizeLinear pairs left (``opt_qdq_pairs``: dropped where their input is
-  already on their grid, else one com.onnxhal QuantizeDequantize; CPU-only sessions), and fusions
+  already on their grid, else one com.onnxhal QuantizeDequantize; CPU-only sessions), element-wise
+  chains over 8-bit quantized values -> a com.onnxhal GridTable lookup (``opt_qdq_tables``), and fusions
   into ``com.onnxhal`` ops run by the CPU EP (kernels in ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
   Conv + x * Sigmoid(x) / x * HardSigmoid(x) / HardSwish(x) -> FusedConv with a Swish or
   HardSwish epilogue (CPU-only sessions), Gemm+activation -> FusedGemm,
@@ -61,6 +62,7 @@ from onnxhal.runtime.optimizer import ml_fusions as opt_ml_fusions
 from onnxhal.runtime.optimizer import pad_fusion as opt_pad_fusion
 from onnxhal.runtime.optimizer import qdq_fusions as opt_qdq_fusions
 from onnxhal.runtime.optimizer import qdq_pairs as opt_qdq_pairs
+from onnxhal.runtime.optimizer import qdq_tables as opt_qdq_tables
 from onnxhal.runtime.optimizer import weight_folding as opt_weight_folding
 from onnxhal.runtime.optimizer.rewrite import remove_unused_value_infos
 
@@ -89,6 +91,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_qdq_groups", _EXTENDED, opt_qdq_fusions.fuse_qdq_groups, False, True),
     ("drop_requantize", _EXTENDED, opt_qdq_pairs.drop_requantize, False, False),
     ("collapse_qdq_pairs", _EXTENDED, opt_qdq_pairs.collapse_qdq_pairs, False, True),
+    ("tabulate_grid_chains", _EXTENDED, opt_qdq_tables.tabulate_grid_chains, False, True),
     ("fuse_layer_norm", _EXTENDED, opt_fusions.fuse_layer_norm, False, False),
     ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
     ("fuse_replace_nan", _EXTENDED, opt_fusions.fuse_replace_nan, False, True),
@@ -112,7 +115,8 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 #: keep the layout transformer's Transposes of an NHWC EP from cancelling (it converts
 #: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
 CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channel_shuffle",
-                           "fuse_conv_gated_activation", "pretranspose_gemm_weights", "pull_relu_after_maxpool"})
+                           "fuse_conv_gated_activation", "pretranspose_gemm_weights", "pull_relu_after_maxpool",
+                           "tabulate_grid_chains"})
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4

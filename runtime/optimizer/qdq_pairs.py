@@ -102,7 +102,7 @@ def _pool_selects(node: Node) -> bool:
         all(int(p) < int(kernel[i % len(kernel)]) for i, p in enumerate(pads))
 
 
-def _grid(graph: Graph, name: str, memo: dict[str, tuple | None]) -> tuple | None:
+def grid_of(graph: Graph, name: str, memo: dict[str, tuple | None]) -> tuple | None:
     """The grid (``_exact_scale``) every value of ``name`` lies on: a DequantizeLinear's output (or
     a collapsed pair's), or an output of a selecting op (``_SELECTING``) whose data inputs all lie on one grid; else None."""
     if name in memo:
@@ -121,7 +121,7 @@ def _grid(graph: Graph, name: str, memo: dict[str, tuple | None]) -> tuple | Non
     elif node.op_type in _SELECTING and (node.op_type != "MaxPool" or _pool_selects(node)):
         positions = _SELECTING[node.op_type]
         data = [i for k, i in enumerate(node.inputs) if positions is None or k in positions]
-        grids = {_grid(graph, i, memo) if i else None for i in data}
+        grids = {grid_of(graph, i, memo) if i else None for i in data}
         grid = grids.pop() if len(grids) == 1 else None
     memo[name] = grid
     return grid
@@ -138,7 +138,7 @@ def drop_requantize(graph: Graph) -> bool:
         if dq is None or not q.inputs[0]:
             continue
         grid = _exact_scale(graph, q)
-        if grid is None or _grid(graph, q.inputs[0], memo) != grid:
+        if grid is None or grid_of(graph, q.inputs[0], memo) != grid:
             continue
         source, result = q.inputs[0], dq.outputs[0]
         readers = graph.consumers(result)

@@ -231,3 +231,29 @@ class QuantizeDequantize(_LinearQuant):
             if len(self._bounds) < 8:  # constant zero points in practice: a few keys at most
                 self._bounds[key] = bounds
         return bounds
+
+
+@register("GridTable", since=1, domain=_FUSED_DOMAIN)
+class GridTable(Kernel):
+    """``com.onnxhal`` GridTable(x, scale, zero_point, table): ``table[code(x) - qmin]``, x's
+    values on the 8-bit grid of scale and zero point (``optimizer/qdq_tables.py``: the 256 results
+    of an element-wise chain). x / scale is within a few ulps of the integer code less the zero
+    point, so + (zero point - qmin + 0.5) truncated is its index; ``clip`` keeps the index in the
+    table whatever x holds."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self._offsets: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def compute(self, inputs: list) -> list:
+        x, scale, zp, table = inputs[:4]
+        key = (zp.dtype.char, zp.tobytes(), scale.tobytes())
+        operands = self._offsets.get(key)
+        if operands is None:  # (one-element scale and zero point, of any rank, as 0-d operands)
+            offset = int(zp.reshape(-1)[0]) - _CODE_RANGE[zp.dtype][0] + 0.5
+            operands = self._offsets.setdefault(key, (scale.reshape(()), np.array(offset, _F32)))
+        s, offset = operands
+        f = _divide(x, s, dtype=_F32)
+        if type(f) is not np.ndarray:  # 0-d operands give a numpy scalar
+            f = np.asarray(f)
+        _add(f, offset, f)
+        return [table.take(f.astype(np.intp), mode="clip")]

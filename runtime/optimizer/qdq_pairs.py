@@ -29,6 +29,7 @@ from onnxhal.runtime.optimizer.rewrite import (
     remove_nodes,
     replace_nodes,
     sole_consumer,
+    unlink_node,
 )
 
 _CODES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
@@ -130,9 +131,10 @@ def grid_of(graph: Graph, name: str, memo: dict[str, tuple | None]) -> tuple | N
 def drop_requantize(graph: Graph) -> bool:
     """Each pair whose input already lies on its grid is taken out: its readers read its input
     (an Identity in its place where its output is a graph output or a subgraph reads it)."""
-    changed = False
     memo: dict[str, tuple | None] = {}
     outputs = graph_output_names(graph)
+    dropped: list[Node] = []
+    identities = False
     for q in live_nodes(graph, "QuantizeLinear"):
         dq = _pair(graph, q)
         if dq is None or not q.inputs[0]:
@@ -142,16 +144,20 @@ def drop_requantize(graph: Graph) -> bool:
             continue
         source, result = q.inputs[0], dq.outputs[0]
         readers = graph.consumers(result)
-        if result in outputs or any(result in n.implicit_inputs for n in readers):
+        if result in outputs or any(n.subgraphs for n in readers):
             identity = make_node(graph, "Identity", [source], [result], name=f"{q.name or q.outputs[0]}_dropped")
             replace_nodes(graph, [q, dq], [identity])
-        else:
-            for n in readers:
-                n.inputs = tuple(source if i == result else i for i in n.inputs)
-            remove_nodes(graph, [q, dq])  # (and the maps rebuilt: the readers' inputs changed)
-            graph.reindex()
-        changed = True
-    return changed
+            identities = True
+            continue
+        for n in readers:  # (the maps updated node by node; the pair leaves the list once, below)
+            graph.unindex_node(n)
+            n.inputs = tuple(source if i == result else i for i in n.inputs)
+            graph.index_node(n)
+        unlink_node(graph, q)
+        unlink_node(graph, dq)
+        dropped += [q, dq]
+    remove_nodes(graph, dropped)
+    return identities or bool(dropped)
 
 
 def collapse_qdq_pairs(graph: Graph) -> bool:

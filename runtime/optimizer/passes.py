@@ -21,7 +21,9 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   HardSwish epilogue (CPU-only sessions), Gemm+activation -> FusedGemm,
   MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
   MatMulInteger+Cast+Mul(scale)[+Add(bias)] -> com.microsoft MatMulIntegerToFloat (onnxruntime's
-  quantizer output; onnxruntime makes the same fusion for its CPU EP),
+  quantizer output; onnxruntime makes the same fusion for its CPU EP), and with the
+  DynamicQuantizeLinear it alone reads -> com.microsoft DynamicQuantizeMatMul (``opt_dynamic_quant``,
+  as onnxruntime's DynamicQuantizeMatMulFusion; CPU-only sessions),
   the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu,
   LinearClassifier + Normalizer of its scores -> FusedLinearClassifier (``opt_ml_fusions``);
   Relu(Concat) -> Concat of Relus the Convs absorb; MatMul(A, B) / scalar -> MatMul with the
@@ -40,8 +42,9 @@ to the standard op, at opset >= 17, stays): for sessions where other EPs should 
 ``cpu_ep_only=False`` keeps out the rewrites only the CPU EP's kernels run (``CPU_EP_PASSES``: the
 channel-shuffle fold and the Swish / HardSwish Conv epilogues, which the OpenCL EP's FusedConv
 lacks, the Gemm weight transpose, measured only against numpy's BLAS, the Relu moved after a MaxPool, which would split an NHWC EP's
-chain of converted ops, and the QDQ pair rewrites, which would hide from a quantizing device the
-QuantizeLinear -> DequantizeLinear pairs it reads its integer groups from).
+chain of converted ops, and the QDQ pair, table and DynamicQuantizeMatMul rewrites, which would hide
+from a quantizing device the QuantizeLinear -> DequantizeLinear pairs it reads its integer groups
+from, or the DynamicQuantizeLinear it claims).
 
 The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
 stay within float tolerance of the unoptimized graph. A pass that meets something it cannot handle
@@ -57,6 +60,7 @@ from onnxhal.hal.enums import GraphOptimizationLevel
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph
 from onnxhal.runtime.optimizer import cleanup as opt_cleanup
+from onnxhal.runtime.optimizer import dynamic_quant_fusions as opt_dynamic_quant
 from onnxhal.runtime.optimizer import fusions as opt_fusions
 from onnxhal.runtime.optimizer import ml_fusions as opt_ml_fusions
 from onnxhal.runtime.optimizer import pad_fusion as opt_pad_fusion
@@ -97,6 +101,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_replace_nan", _EXTENDED, opt_fusions.fuse_replace_nan, False, True),
     ("fuse_matmul_bias", _EXTENDED, opt_fusions.fuse_matmul_bias, False, True),
     ("fuse_matmul_integer_to_float", _EXTENDED, opt_fusions.fuse_matmul_integer_to_float, False, True),
+    ("fuse_dynamic_quantize_matmul", _EXTENDED, opt_dynamic_quant.fuse_dynamic_quantize_matmul, False, True),
     ("fold_matmul_scale", _EXTENDED, opt_weight_folding.fold_matmul_scale, False, False),
     ("push_relu_into_concat", _EXTENDED, opt_fusions.push_relu_into_concat, False, False),
     ("pull_relu_after_maxpool", _EXTENDED, opt_fusions.pull_relu_after_maxpool, False, False),
@@ -115,8 +120,8 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 #: keep the layout transformer's Transposes of an NHWC EP from cancelling (it converts
 #: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
 CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channel_shuffle",
-                           "fuse_conv_gated_activation", "pretranspose_gemm_weights", "pull_relu_after_maxpool",
-                           "tabulate_grid_chains"})
+                           "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "pretranspose_gemm_weights",
+                           "pull_relu_after_maxpool", "tabulate_grid_chains"})
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4

@@ -203,17 +203,30 @@ class MatMulIntegerToFloat(MatMulInteger):
 
 
 @register("DynamicQuantizeMatMul", since=1, domain=MS)
-class DynamicQuantizeMatMul(Kernel):
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
+class DynamicQuantizeMatMul(MatMulInteger):
+    """A quantized on its own range (``dynamic_quantize_centered``: uint8 codes less their zero
+    point) times B less its zero point, exactly (``MatMulInteger``'s product, B prepared once when
+    constant), scaled by a_scale * b_scale, plus bias: the float32 steps of the
+    DynamicQuantizeLinear -> MatMulIntegerToFloat pair it replaces (``dynamic_quant_fusions``), in
+    that order, so the fused and the unfused graph give the same bits."""
+
+    b_zero_point_index = 3
 
     def compute(self, inputs: list) -> list:
-        inputs = list(inputs) + [None] * (5 - len(inputs))
-        a, b, b_s, b_zp, bias = inputs[:5]
-        q, scale, zp = dynamic_quantize(a)
-        acc = np.matmul(q.astype(np.int32) - int(zp), b.astype(np.int32) - _zero(b_zp, b.dtype).astype(np.int32))
-        y = acc.astype(np.float32) * (scale * b_s.astype(np.float32))
-        return [y if bias is None else y + bias]
+        n = len(inputs)
+        a, b, b_s = inputs[0], inputs[1], inputs[2]
+        zb = inputs[3] if n > 3 else None
+        bias = inputs[4] if n > 4 else None
+        cached = self._b
+        bf = cached[2] if cached is not None and cached[0] is b and cached[1] is zb else self._centered_b(b, zb)
+        if a.dtype != np.float32:  # (read as float32, as DynamicQuantizeLinear reads it)
+            a = a.astype(np.float32)
+        codes, scale, _ = dynamic_quantize_centered(a.reshape(1) if a.ndim == 0 else a)
+        acc = self._product(codes.reshape(a.shape), None, bf)
+        y = np.multiply(acc, np.multiply(scale, b_s, dtype=np.float32), dtype=np.float32)
+        if bias is not None:
+            y += bias
+        return [y]
 
 
 _NEG_TAU = np.array(-(2.0 ** -100), np.float32)  # the ranges' reduction's initial (``_quantized_steps``)

@@ -181,3 +181,29 @@ def test_a_pair_whose_codes_are_read_elsewhere_is_kept():
 def test_disabled_below_the_extended_level():
     steps, _, _ = _run_both(_pool_chain(), _inputs()[0], level="ORT_ENABLE_BASIC")
     assert steps.count("QuantizeLinear") == 3 and "QuantizeDequantize" not in steps
+
+
+@pytest.mark.parametrize("op", ["QuantizeLinear", "DequantizeLinear", "QuantizeDequantize"])
+def test_kept_operands_follow_the_scale_zero_point_and_type(op):
+    """The per-tensor kernels keep their checked operands between runs: a run with other scales,
+    zero points, code types or a per-axis scale on the same kernel gives what a fresh kernel gives."""
+    from onnxhal.runtime.providers.cpu.kernels import quantize
+
+    rng = np.random.default_rng(8)
+    domain = "com.onnxhal" if op == "QuantizeDequantize" else ""
+
+    def kernel():
+        return getattr(quantize, op)(Node(op, ["x", "s", "z"], ["y"], domain=domain), None)
+
+    kept = kernel()
+    x = (rng.standard_normal((4, 3)) * 5).astype(np.float32)
+    runs = [(np.array(0.05, np.float32), np.array(3, np.int8)), (np.array(0.05, np.float32), np.array(3, np.uint8)),
+            (np.array(0.1, np.float32), np.array(3, np.uint8)), (np.array([0.1, 0.2, 0.3], np.float32),
+                                                                 np.array([1, 2, 3], np.uint8))]
+    for s, z in runs + runs[:1]:
+        arg = x if op != "DequantizeLinear" else rng.integers(0, 100, (4, 3)).astype(z.dtype)
+        for _ in range(2):  # the second run reads the kept operands
+            np.testing.assert_array_equal(kept.compute([arg, s, z])[0], kernel().compute([arg, s, z])[0])
+        if op == "DequantizeLinear":
+            np.testing.assert_array_equal(kept.compute([arg.astype(np.int32), s, None])[0],
+                                          kernel().compute([arg.astype(np.int32), s, None])[0])

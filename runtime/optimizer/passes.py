@@ -14,13 +14,18 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   bodies (``opt_loop_invariants``). Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /
   Concat -> QuantizeLinear) -> QLinearMatMul and com.microsoft QLinearSoftmax / QLinearAdd /
-  QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), and fusions
+  QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), the
+  QuantizeLinear -> DequantizeLinear pairs left (``opt_qdq_pairs``: dropped where their input is
+  already on their grid, else one com.onnxhal QuantizeDequantize; CPU-only sessions), element-wise
+  chains over 8-bit quantized values -> a com.onnxhal GridTable lookup (``opt_qdq_tables``), and fusions
   into ``com.onnxhal`` ops run by the CPU EP (kernels in ``providers/cpu/kernels/fused*.py``): Conv[+Add/Sum residual][+activation] -> FusedConv,
   Conv + x * Sigmoid(x) / x * HardSigmoid(x) / HardSwish(x) -> FusedConv with a Swish or
   HardSwish epilogue (CPU-only sessions), Gemm+activation -> FusedGemm,
   MatMul+Add(bias)[+Relu/Gelu] -> FusedMatMul, inference BatchNormalization[+activation] -> FusedBatchNormalization (a precomputed per-channel affine),
   MatMulInteger+Cast+Mul(scale)[+Add(bias)] -> com.microsoft MatMulIntegerToFloat (onnxruntime's
-  quantizer output; onnxruntime makes the same fusion for its CPU EP),
+  quantizer output; onnxruntime makes the same fusion for its CPU EP), and with the
+  DynamicQuantizeLinear it alone reads -> com.microsoft DynamicQuantizeMatMul (``opt_dynamic_quant``,
+  as onnxruntime's DynamicQuantizeMatMulFusion; CPU-only sessions),
   the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu,
   LinearClassifier + Normalizer of its scores -> FusedLinearClassifier (``opt_ml_fusions``);
   Relu(Concat) -> Concat of Relus the Convs absorb; MatMul(A, B) / scalar -> MatMul with the
@@ -38,8 +43,10 @@ Levels, as ORT's ``GraphOptimizationLevel``:
 to the standard op, at opset >= 17, stays): for sessions where other EPs should see plain ops.
 ``cpu_ep_only=False`` keeps out the rewrites only the CPU EP's kernels run (``CPU_EP_PASSES``: the
 channel-shuffle fold and the Swish / HardSwish Conv epilogues, which the OpenCL EP's FusedConv
-lacks, the Gemm weight transpose, measured only against numpy's BLAS, and the Relu moved after a MaxPool, which would split an NHWC EP's
-chain of converted ops).
+lacks, the Gemm weight transpose, measured only against numpy's BLAS, the Relu moved after a MaxPool, which would split an NHWC EP's
+chain of converted ops, and the QDQ pair, table and DynamicQuantizeMatMul rewrites, which would hide
+from a quantizing device the QuantizeLinear -> DequantizeLinear pairs it reads its integer groups
+from, or the DynamicQuantizeLinear it claims).
 
 The graph is optimized in place and returned. Graph inputs and outputs keep their names; results
 stay within float tolerance of the unoptimized graph. A pass that meets something it cannot handle
@@ -55,11 +62,14 @@ from onnxhal.hal.enums import GraphOptimizationLevel
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph
 from onnxhal.runtime.optimizer import cleanup as opt_cleanup
+from onnxhal.runtime.optimizer import dynamic_quant_fusions as opt_dynamic_quant
 from onnxhal.runtime.optimizer import fusions as opt_fusions
 from onnxhal.runtime.optimizer import loop_invariants as opt_loop_invariants
 from onnxhal.runtime.optimizer import ml_fusions as opt_ml_fusions
 from onnxhal.runtime.optimizer import pad_fusion as opt_pad_fusion
 from onnxhal.runtime.optimizer import qdq_fusions as opt_qdq_fusions
+from onnxhal.runtime.optimizer import qdq_pairs as opt_qdq_pairs
+from onnxhal.runtime.optimizer import qdq_tables as opt_qdq_tables
 from onnxhal.runtime.optimizer import weight_folding as opt_weight_folding
 from onnxhal.runtime.optimizer.rewrite import remove_unused_value_infos
 
@@ -87,11 +97,15 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fold_batchnorm_mul_add", _BASIC, opt_weight_folding.fold_batchnorm_mul_add, True, False),
     ("matmul_add_to_gemm", _BASIC, opt_weight_folding.matmul_add_to_gemm, True, False),
     ("fuse_qdq_groups", _EXTENDED, opt_qdq_fusions.fuse_qdq_groups, False, True),
+    ("drop_requantize", _EXTENDED, opt_qdq_pairs.drop_requantize, False, False),
+    ("collapse_qdq_pairs", _EXTENDED, opt_qdq_pairs.collapse_qdq_pairs, False, True),
+    ("tabulate_grid_chains", _EXTENDED, opt_qdq_tables.tabulate_grid_chains, False, True),
     ("fuse_layer_norm", _EXTENDED, opt_fusions.fuse_layer_norm, False, False),
     ("fuse_gelu", _EXTENDED, opt_fusions.fuse_gelu, False, True),
     ("fuse_replace_nan", _EXTENDED, opt_fusions.fuse_replace_nan, False, True),
     ("fuse_matmul_bias", _EXTENDED, opt_fusions.fuse_matmul_bias, False, True),
     ("fuse_matmul_integer_to_float", _EXTENDED, opt_fusions.fuse_matmul_integer_to_float, False, True),
+    ("fuse_dynamic_quantize_matmul", _EXTENDED, opt_dynamic_quant.fuse_dynamic_quantize_matmul, False, True),
     ("fold_matmul_scale", _EXTENDED, opt_weight_folding.fold_matmul_scale, False, False),
     ("push_relu_into_concat", _EXTENDED, opt_fusions.push_relu_into_concat, False, False),
     ("pull_relu_after_maxpool", _EXTENDED, opt_fusions.pull_relu_after_maxpool, False, False),
@@ -109,8 +123,9 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 #: ``pull_relu_after_maxpool`` emits standard ops, but a Relu between a MaxPool and a Conv would
 #: keep the layout transformer's Transposes of an NHWC EP from cancelling (it converts
 #: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
-CPU_EP_PASSES = frozenset({"fuse_channel_shuffle", "fuse_conv_gated_activation", "pretranspose_gemm_weights",
-                           "pull_relu_after_maxpool"})
+CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channel_shuffle",
+                           "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "pretranspose_gemm_weights",
+                           "pull_relu_after_maxpool", "tabulate_grid_chains"})
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4

@@ -203,17 +203,30 @@ class MatMulIntegerToFloat(MatMulInteger):
 
 
 @register("DynamicQuantizeMatMul", since=1, domain=MS)
-class DynamicQuantizeMatMul(Kernel):
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
+class DynamicQuantizeMatMul(MatMulInteger):
+    """A quantized on its own range (``dynamic_quantize_centered``: uint8 codes less their zero
+    point) times B less its zero point, exactly (``MatMulInteger``'s product, B prepared once when
+    constant), scaled by a_scale * b_scale, plus bias: the float32 steps of the
+    DynamicQuantizeLinear -> MatMulIntegerToFloat pair it replaces (``dynamic_quant_fusions``), in
+    that order, so the fused and the unfused graph give the same bits."""
+
+    b_zero_point_index = 3
 
     def compute(self, inputs: list) -> list:
-        inputs = list(inputs) + [None] * (5 - len(inputs))
-        a, b, b_s, b_zp, bias = inputs[:5]
-        q, scale, zp = dynamic_quantize(a)
-        acc = np.matmul(q.astype(np.int32) - int(zp), b.astype(np.int32) - _zero(b_zp, b.dtype).astype(np.int32))
-        y = acc.astype(np.float32) * (scale * b_s.astype(np.float32))
-        return [y if bias is None else y + bias]
+        n = len(inputs)
+        a, b, b_s = inputs[0], inputs[1], inputs[2]
+        zb = inputs[3] if n > 3 else None
+        bias = inputs[4] if n > 4 else None
+        cached = self._b
+        bf = cached[2] if cached is not None and cached[0] is b and cached[1] is zb else self._centered_b(b, zb)
+        if a.dtype != np.float32:  # (read as float32, as DynamicQuantizeLinear reads it)
+            a = a.astype(np.float32)
+        codes, scale, _ = dynamic_quantize_centered(a.reshape(1) if a.ndim == 0 else a)
+        acc = self._product(codes.reshape(a.shape), None, bf)
+        y = np.multiply(acc, np.multiply(scale, b_s, dtype=np.float32), dtype=np.float32)
+        if bias is not None:
+            y += bias
+        return [y]
 
 
 _NEG_TAU = np.array(-(2.0 ** -100), np.float32)  # the ranges' reduction's initial (``_quantized_steps``)
@@ -479,14 +492,50 @@ class QLinearConv(Kernel):
 
 @register("QLinearMatMul", since=10)
 class QLinearMatMul(Kernel):
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
+    """(A - a_zp) @ (B - b_zp), exact in the float type ``exact_float_dtype`` gives, requantized
+    with a_scale * b_scale / y_scale (``plain``). B less its zero point and the combined scale are
+    kept while they are constant initializers (a QDQ model's weights and scales), and a 2-D B takes
+    the rows of every batch of A in one BLAS product: the same exact sums and the same scale."""
 
-    def compute(self, inputs: list) -> list:
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        names = list(node.inputs) + [""] * 8
+        constant = [ctx is not None and bool(n) and ctx.is_constant_initializer(n) for n in names[:8]]
+        self.constant_b = constant[3] and (constant[5] or not names[5])
+        self.constant_scales = constant[1] and constant[4] and constant[6]
+        self._b: tuple | None = None  # (B, its zero point, B less it)
+        self._scale: tuple | None = None  # (the three scales, the combined one)
+
+    @staticmethod
+    def plain(inputs: list) -> np.ndarray:
+        """The canonical form, every step per call."""
         a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = inputs[:8]
         ft = _exact_dtype(a.shape[-1])
         acc = np.matmul(a.astype(ft) - _zero(a_zp, a.dtype).astype(ft), b.astype(ft) - _zero(b_zp, b.dtype).astype(ft))
         scale = (np.float32(a_s) * b_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
+        return _requantize(acc, scale, y_zp, y_zp.dtype)
+
+    def compute(self, inputs: list) -> list:
+        a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = inputs[:8]
+        ft = _exact_dtype(a.shape[-1])
+        kept = self._b
+        if kept is not None and kept[0] is b and kept[1] is b_zp and kept[2].dtype == ft:
+            bf = kept[2]
+        else:
+            bf = b.astype(ft) - _zero(b_zp, b.dtype).astype(ft)
+            if self.constant_b:
+                self._b = (b, b_zp, bf)  # one swap: a concurrent run sees the old entry or this one
+        af = np.subtract(a, _zero(a_zp, a.dtype), dtype=ft)
+        if bf.ndim == 2 and af.ndim > 2:
+            acc = _dot(af.reshape(-1, af.shape[-1]), bf).reshape(af.shape[:-1] + bf.shape[1:])
+        else:
+            acc = np.matmul(af, bf)
+        kept = self._scale
+        if kept is not None and kept[0] is a_s and kept[1] is b_s and kept[2] is y_s:
+            scale = kept[3]
+        else:
+            scale = (np.float32(a_s) * b_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
+            if self.constant_scales:
+                self._scale = (a_s, b_s, y_s, scale)
         return [_requantize(acc, scale, y_zp, y_zp.dtype)]
 
 

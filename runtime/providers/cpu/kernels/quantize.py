@@ -95,6 +95,7 @@ class _LinearQuant(Kernel):
         self._node, self._ctx = node, ctx
         self._fallback: Kernel | None = None
         self._lock = threading.Lock()
+        self._kept: tuple | None = None
 
     def _reference(self) -> Kernel:
         """onnx.reference's kernel, built on the first run that needs it (most models never do)."""
@@ -119,12 +120,17 @@ class _LinearQuant(Kernel):
     def compute(self, inputs: list) -> list:
         x, scale = inputs[0], inputs[1]
         zp = inputs[2] if len(inputs) > 2 else None
+        kept = self._kept  # a per-tensor run's checked operands, while its scale, zero point and x's type are the same
+        if kept is not None and kept[0] is scale and kept[1] is zp and kept[2] is x.dtype:
+            return [self._apply(x, kept[3], kept[4])]
         shape = self._scale_shape(x, scale) if self.plain and scale.dtype == np.float32 else None
         if shape is None or not self._native_types(x, zp) or (
                 zp is not None and zp.shape != scale.shape and not zp.size == scale.size == 1):
             return self._reference().compute(inputs)
         s = scale.reshape(shape)
         z = None if zp is None else zp.reshape(shape)
+        if shape == ():
+            self._kept = (scale, zp, x.dtype, s, z)  # one swap: a concurrent run sees either entry
         return [self._apply(x, s, z)]
 
 
@@ -165,3 +171,102 @@ class QuantizeLinear(_LinearQuant):
             return saturate_codes(y, np.uint8)
         y += zp.astype(np.float32)
         return saturate_codes(y, zp.dtype)
+
+
+_FUSED_DOMAIN = "com.onnxhal"
+_POS_ZERO = np.array(0.0, _F32)
+_CODE_RANGE = {np.dtype(t): (np.iinfo(t).min, np.iinfo(t).max) for t in _CODES}
+
+
+@register("QuantizeDequantize", since=1, domain=_FUSED_DOMAIN)
+class QuantizeDequantize(_LinearQuant):
+    """``com.onnxhal`` QuantizeDequantize(x, scale, zero_point; axis): DequantizeLinear of
+    QuantizeLinear on the same scale and zero point (``optimizer/qdq_pairs.py``), the values the
+    pair gives without its codes.
+
+    Fast form (float32 x and scale, 8- or 16-bit zero point, per tensor or per axis):
+    ``clamp(rint(x / scale), qmin - zp, qmax - zp) * scale`` with the lower bound taken by fmax (a
+    NaN gives the type's minimum code, as ``saturate_codes``) and + 0.0 before the product (rint
+    gives -0.0 where the pair's integer difference gives +0.0). Equal to the pair: the codes less
+    their zero point are small integers in float32 either way, and both end in the same float32
+    product. Six array passes where the pair makes two kernels and nine. Every other form runs the
+    pair's own kernels (the canonical form)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        from onnx import helper
+
+        axis = [helper.make_attribute("axis", self.axis)]
+        names = (["x", "scale", "zero_point"], ["y"])
+        self._quantize = QuantizeLinear(Node("QuantizeLinear", *names, attribute_protos=axis), ctx)
+        self._dequantize = DequantizeLinear(Node("DequantizeLinear", *names, attribute_protos=axis), ctx)
+        self._bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._kept: tuple | None = None
+
+    def pair(self, inputs: list) -> list:
+        """The canonical form: QuantizeLinear's kernel, then DequantizeLinear's on its codes."""
+        codes = self._quantize.compute(inputs)[0]
+        return self._dequantize.compute([codes, *inputs[1:]])
+
+    def compute(self, inputs: list) -> list:
+        x, scale = inputs[0], inputs[1]
+        zp = inputs[2] if len(inputs) > 2 else None
+        kept = self._kept  # the operands of the last per-tensor run, while its scale and zero point are the same arrays
+        if kept is not None and kept[0] is scale and kept[1] is zp and x.dtype == _F32 and x.ndim > 0:
+            s, lo, hi = kept[2]
+        else:
+            shape = self._scale_shape(x, scale) if (
+                self.plain and x.dtype == _F32 and scale.dtype == _F32 and x.ndim > 0
+                and (zp is None or (zp.dtype in _CODE_RANGE and zp.size == scale.size))) else None
+            if shape is None:
+                return self.pair(inputs)
+            s = scale.reshape(shape)
+            lo, hi = self._code_bounds(zp, shape)
+            if shape == ():
+                self._kept = (scale, zp, (s, lo, hi))  # one swap: a concurrent run sees either entry
+        y = _divide(x, s)
+        _rint(y, y)
+        np.fmax(y, lo, out=y)
+        np.minimum(y, hi, out=y)
+        _add(y, _POS_ZERO, y)
+        np.multiply(y, s, out=y)
+        return [y]
+
+    def _code_bounds(self, zp: np.ndarray | None, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """qmin - zp and qmax - zp as float32 operands shaped as the scale (kept per zero point)."""
+        dtype = np.dtype(np.uint8) if zp is None else zp.dtype
+        key = (dtype.char, shape, b"" if zp is None else zp.tobytes())
+        bounds = self._bounds.get(key)
+        if bounds is None:
+            qmin, qmax = _CODE_RANGE[dtype]
+            z = np.zeros(shape, np.int32) if zp is None else zp.astype(np.int32).reshape(shape)
+            bounds = (np.subtract(qmin, z, dtype=_F32), np.subtract(qmax, z, dtype=_F32))
+            if len(self._bounds) < 8:  # constant zero points in practice: a few keys at most
+                self._bounds[key] = bounds
+        return bounds
+
+
+@register("GridTable", since=1, domain=_FUSED_DOMAIN)
+class GridTable(Kernel):
+    """``com.onnxhal`` GridTable(x, scale, zero_point, table): ``table[code(x) - qmin]``, x's
+    values on the 8-bit grid of scale and zero point (``optimizer/qdq_tables.py``: the 256 results
+    of an element-wise chain). x / scale is within a few ulps of the integer code less the zero
+    point, so + (zero point - qmin + 0.5) truncated is its index; ``clip`` keeps the index in the
+    table whatever x holds."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self._offsets: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def compute(self, inputs: list) -> list:
+        x, scale, zp, table = inputs[:4]
+        key = (zp.dtype.char, zp.tobytes(), scale.tobytes())
+        operands = self._offsets.get(key)
+        if operands is None:  # (one-element scale and zero point, of any rank, as 0-d operands)
+            offset = int(zp.reshape(-1)[0]) - _CODE_RANGE[zp.dtype][0] + 0.5
+            operands = self._offsets.setdefault(key, (scale.reshape(()), np.array(offset, _F32)))
+        s, offset = operands
+        f = _divide(x, s, dtype=_F32)
+        if type(f) is not np.ndarray:  # 0-d operands give a numpy scalar
+            f = np.asarray(f)
+        _add(f, offset, f)
+        return [table.take(f.astype(np.intp), mode="clip")]

@@ -299,6 +299,22 @@ class GemmLowering:
         wt = np.pad(wt, ((0, 0), (0, Mb * RM - Mg), (0, 0))).reshape(G, Mb, RM, -1).transpose(0, 1, 3, 2)
         ap = self._prepacked_name("conv_a", wt.size)
         self.plan.constants[ap] = np.ascontiguousarray(wt)
+        if self.rule("conv_pad"):
+            # Rule conv_pad: the kernel reads x in place, zero padding by bounds checks (no pad_planes
+            # copy). Rule conv_wide_tile: 32 positions a work-item where the rows fill 32-wide panels
+            # as well as 16-wide ones (7/8), so the wider tile computes no more padding lanes.
+            npb2 = -(-OW // (2 * RN))
+            nv = 2 if self.rule("conv_wide_tile") and 8 * OW >= 7 * npb2 * 2 * RN else 1
+            npb = -(-OW // (nv * RN))
+            Nb = OH * npb
+            jt = min(ks.GEMM_JT, Nb)
+            args = [Buf(ap), Buf(x), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
+                    I32(npb), I32(Cg), I32(KH), I32(KW), I32(g["sh"]), I32(dh), I32(dw), I32(g["H"]), I32(g["W"]),
+                    I32(g["ph"]), I32(g["pw"]), I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1),
+                    I32(prod(xs))]
+            kernel = f"conv_unpadded_s{sw}" + ("_x2" if nv == 2 else "")
+            self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (-(-Nb // jt) * jt * Mb, Nimg * G), (1, 1), args))
+            return True
         planes = Nimg * Cin
         xp = self.temp("conv_pad", planes * Hp * Wp * 4)
         self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [

@@ -119,6 +119,7 @@ def _gemm_source() -> str:
   const int i0 = ib * RM, j0 = jb * 16;
   __global const float16* bp = (__global const float16*)(Bp + ((size_t)b * Nb + jb) * K * 16);"""
     conv = "\n".join(_conv_implicit_source(sw, decl, body, store) for sw in (1, 2))
+    conv += "\n".join(_conv_unpadded_source(sw, nv) for sw in (1, 2) for nv in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
@@ -299,6 +300,98 @@ __kernel void conv_implicit_s{sw}(__global const float* Ap, __global const float
       for (int ci = 0; ci < Cg; ++ci, xp += HpWp) {{
         {load}
 {body}
+        ap += RM;
+      }}
+    }}
+  }}
+{store}
+}}
+"""
+
+
+def _conv_unpadded_source(sw: int, nv: int) -> str:
+    """``conv_unpadded_s{sw}`` (``nv`` 1) and ``conv_unpadded_s{sw}_x2`` (``nv`` 2): ``conv_implicit``
+    reading the unpadded input in place (rule ``conv_pad``: no ``pad_planes`` copy, no launch for it).
+    A work-item computes RM output channels x 16 * nv positions of one output row (``nv`` 2, rule
+    ``conv_wide_tile``: two 16-lane vectors share each weight broadcast, 16 FMAs per 10 loads where one
+    vector takes 8 per 9). Per kernel tap, a row outside the input is skipped; a tap whose lanes all lie
+    inside the input row loads whole vectors; at the edges each load keeps the lanes inside the row
+    with a mask (lanes outside read zero), and a load that would leave the buffer (first and last
+    rows of X only) gathers the lanes one by one."""
+    width = 16 * nv
+    kernel = f"conv_unpadded_s{sw}" + ("_x2" if nv == 2 else "")
+
+    def load(v: int, masked: bool) -> str:
+        at = f"X + off + {16 * sw * v}"
+        if sw == 1:
+            text = f"float16 bv{v} = *(__global const float16u*)({at});"
+        else:
+            text = (f"const float16 t{v}a = *(__global const float16u*)({at}), "
+                    f"t{v}b = *(__global const float16u*)({at} + 16); float16 bv{v} = (float16)(t{v}a.even, t{v}b.even);")
+        if masked:
+            text += f" bv{v} = as_float16(as_int16(bv{v}) & m{v});"
+        return text
+
+    decl = "\n".join(f"  float16 c{r}_{v} = (float16)(0.0f);" for r in range(GEMM_RM) for v in range(nv))
+    body = "\n".join(f"        {{ const float ar = ap[{r}]; " + " ".join(f"c{r}_{v} += (float16)(ar) * bv{v};"
+                                                                 for v in range(nv)) + " }" for r in range(GEMM_RM))
+    full = "\n".join("          " + load(v, False) for v in range(nv))
+    masked = "\n".join("            " + load(v, True) for v in range(nv))
+    masks = "\n".join(f"      const int16 xs{v} = lane + (x0 + {16 * sw * v}); const int16 m{v} = (xs{v} >= 0) & (xs{v} < W);"
+                      for v in range(nv))
+    gather = "\n".join(f"            float16 bv{v} = vload16({v}, vals);" for v in range(nv))
+    store = "\n".join(f"  store_row(Crow, Rrow, c{r}_{v}.lo, c{r}_{v}.hi, i0 + {r}, ow0 + {16 * v}, M, OW, P, bias, "
+                      "bias_mode, 1.0f, 1.0f, act, p0, p1);" for r in range(GEMM_RM) for v in range(nv))
+    return f"""
+// As conv_implicit_s{sw}, reading X (Cg channels of H x W per b) in place: zero padding by bounds checks.
+// xlen: the floats of X, so that no load leaves its buffer.
+__kernel void {kernel}(__global const float* Ap, __global const float* X, __global float* C,
+                               __global const float* bias, __global const float* R, const int M,
+                               const int OH, const int OW, const int NPB, const int Cg, const int KH,
+                               const int KW, const int sh, const int dh, const int dw, const int H,
+                               const int W, const int ph, const int pw, const int a_mod, const int bias_mode,
+                               const int act, const float p0, const float p1, const int xlen) {{
+  const int K = Cg * KH * KW, P = OH * OW, HW = H * W;
+  const int Mb = (M + RM - 1) / RM, Nb = OH * NPB;
+{_TILE_WALK}
+  const int i0 = ib * RM, oh = jb / NPB, ow0 = (jb % NPB) * {width};
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  const int xb = b * Cg * HW;
+  __global float* Crow = C + (size_t)b * M * P + oh * OW;
+  __global const float* Rrow = R + (size_t)b * M * P + oh * OW;
+  bias += (b % a_mod) * M;
+  const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) * {sw};
+  const int span = {width * sw};  // floats one tap's loads read from their start
+  const int lim = xlen - span;    // a load starting at off stays inside X iff 0 <= off <= lim
+{decl}
+  for (int kh = 0; kh < KH; ++kh) {{
+    const int y = oh * sh - ph + kh * dh;
+    if (y < 0 || y >= H) {{ ap += KW * Cg * RM; continue; }}
+    for (int kw = 0; kw < KW; ++kw) {{
+      const int x0 = ow0 * {sw} - pw + kw * dw;
+      int off = xb + y * W + x0;
+      if (x0 >= 0 && x0 + {(width - 1) * sw} < W && off + (Cg - 1) * HW <= lim) {{
+        for (int ci = 0; ci < Cg; ++ci, off += HW) {{
+{full}
+{body}
+          ap += RM;
+        }}
+        continue;
+      }}
+{masks}
+      for (int ci = 0; ci < Cg; ++ci, off += HW) {{
+        if (off >= 0 && off <= lim) {{
+{masked}
+{body}
+        }} else {{
+          float vals[{width}];
+          for (int j = 0; j < {width}; ++j) {{
+            const int x = x0 + j * {sw};
+            vals[j] = (x >= 0 && x < W) ? X[off + j * {sw}] : 0.0f;
+          }}
+{gather}
+{body}
+        }}
         ap += RM;
       }}
     }}

@@ -24,6 +24,8 @@ FUSION_RULES: dict[str, str] = {
                 "reads, as bounds checks",
     "conv_wide_tile": "two 16-position panels of an implicit-GEMM Conv into one work-item sharing each weight "
                       "load (a kernel choice rather than a fusion, switchable as the rules are)",
+    "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
+                      "switchable as the rules are)",
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
     "layernorm_prologue": "a fused elementwise tree read only by a LayerNormalization into the LayerNorm's kernel",

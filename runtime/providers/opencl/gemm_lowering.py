@@ -152,7 +152,13 @@ class GemmLowering:
         if a_rowmajor is not None:
             kernel = "gemm_rowmajor_a"
             args += [I32(a_rowmajor[0]), I32(a_rowmajor[1])]
-        jt = min(ks.GEMM_JT, Nb)
+        jt_max = ks.GEMM_JT
+        # Rule gemm_wide_tile: two 16-column panels a work-item where at most one panel in 9 is the
+        # recomputed copy that an odd count leaves (two or more panels; an odd count of at least 9).
+        if self.rule("gemm_wide_tile") and Nb >= 2 and (Nb % 2 == 0 or Nb >= 9):
+            kernel += "_x2"
+            Nb, jt_max = -(-Nb // 2), ks.GEMM_JT_X2
+        jt = min(jt_max, Nb)
         groups = -(-Nb // jt)
         self.plan.steps.append(Launch(epi.source or ks.GEMM_SOURCE, kernel, (groups * jt * Mb, batches), (1, 1), args))
 

@@ -120,6 +120,7 @@ def _gemm_source() -> str:
   __global const float16* bp = (__global const float16*)(Bp + ((size_t)b * Nb + jb) * K * 16);"""
     conv = "\n".join(_conv_implicit_source(sw, decl, body, store) for sw in (1, 2))
     conv += "\n".join(_conv_unpadded_source(sw, nv) for sw in (1, 2) for nv in (1, 2))
+    conv += _gemm_x2_source()
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
@@ -303,6 +304,73 @@ __kernel void conv_implicit_s{sw}(__global const float* Ap, __global const float
         ap += RM;
       }}
     }}
+  }}
+{store}
+}}
+"""
+
+
+#: Column panels a two-panel GEMM work-item's launch walks together (``_gemm_x2_source``): the same
+#: B footprint in cache as GEMM_JT single panels.
+GEMM_JT_X2 = GEMM_JT // 2
+
+
+def _gemm_x2_source() -> str:
+    """``gemm_packed_x2`` and ``gemm_rowmajor_a_x2`` (rule ``gemm_wide_tile``): the GEMM kernels with a
+    work-item computing RM rows x 32 columns, two adjacent 16-column B panels of the same packed layout
+    sharing each broadcast of A (16 FMAs per 10 loads where one panel takes 8 per 9). A pair's second
+    panel past the last one reads the last panel again (computed, never stored)."""
+    rm = GEMM_RM
+    decl = "\n".join(f"  float16 c{r}_{v} = (float16)(0.0f);" for r in range(rm) for v in range(2))
+    store = "\n".join(f"  store_row(C, R, c{r}_{v}.lo, c{r}_{v}.hi, i0 + {r}, j0 + {16 * v}, M, N, ldc, bias, bias_mode, "
+                      "alpha, beta, act, p0, p1);" for r in range(rm) for v in range(2))
+
+    def body(a: str) -> str:
+        return "\n".join(f"    {{ const float ar = {a.format(r=r)}; c{r}_0 += (float16)(ar) * b0; "
+                         f"c{r}_1 += (float16)(ar) * b1; }}" for r in range(rm))
+
+    rows = "\n".join(f"  __global const float* a{r} = A + (size_t)min(i0 + {r}, M - 1) * lda;" for r in range(rm))
+    walk = """  const int Mb = (M + RM - 1) / RM, NbP = (N + 15) / 16, Nb = (NbP + 1) / 2;
+""" + _TILE_WALK.replace("GEMM_JT", "GEMM_JT_X2") + """
+  const int i0 = ib * RM, j0 = jb * 32;
+  __global const float16* bp0 = (__global const float16*)(Bp + ((size_t)b * NbP + 2 * jb) * K * 16);
+  __global const float16* bp1 = (__global const float16*)(Bp + ((size_t)b * NbP + min(2 * jb + 1, NbP - 1)) * K * 16);"""
+    args = """__global const float* bias, __global const float* R, const int M, const int N,
+                             const int K, const int a_mod, const int c_bstride, const int bias_bstride,
+                             const int bias_mode, const float alpha, const float beta, const int act,
+                             const float p0, const float p1, const int ldc"""
+    return f"""
+#define GEMM_JT_X2 {GEMM_JT_X2}
+// gemm_packed with RM x 32 blocks (two B panels a work-item).
+__kernel void gemm_packed_x2(__global const float* Ap, __global const float* Bp, __global float* C,
+                             {args}) {{
+{walk}
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  C += (size_t)b * c_bstride;
+  R += (size_t)b * c_bstride;
+  bias += (b % a_mod) * bias_bstride;
+{decl}
+  for (int k = 0; k < K; ++k) {{
+    const float16 b0 = bp0[k], b1 = bp1[k];
+{body("ap[{r}]")}
+    ap += RM;
+  }}
+{store}
+}}
+
+// gemm_rowmajor_a with RM x 32 blocks.
+__kernel void gemm_rowmajor_a_x2(__global const float* A, __global const float* Bp, __global float* C,
+                                 {args}, const int a_bstride, const int lda) {{
+{walk}
+  A += (size_t)(b % a_mod) * a_bstride;
+  C += (size_t)b * c_bstride;
+  R += (size_t)b * c_bstride;
+  bias += (b % a_mod) * bias_bstride;
+{rows}
+{decl}
+  for (int k = 0; k < K; ++k) {{
+    const float16 b0 = bp0[k], b1 = bp1[k];
+{body("a{r}[k]")}
   }}
 {store}
 }}

@@ -26,6 +26,8 @@ FUSION_RULES: dict[str, str] = {
                       "load (a kernel choice rather than a fusion, switchable as the rules are)",
     "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
                       "switchable as the rules are)",
+    "shape_only_outputs": "a partition output read outside only by Shape/Size: written by no launch, so its "
+                          "producer fuses as an intermediate (a head-split Transpose into attention)",
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
     "layernorm_prologue": "a fused elementwise tree read only by a LayerNormalization into the LayerNorm's kernel",

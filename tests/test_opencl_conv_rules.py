@@ -138,3 +138,41 @@ def test_a_resnet_block_drops_every_pad_launch(opencl):
     k_on, k_off = _check(model, feeds, "conv_pad")
     assert k_on == ["conv_unpadded_s1_x2"] * 2, k_on
     assert k_off == ["pad_planes", "conv_implicit_s1"] * 2, k_off
+
+
+PAIR_CASES = [  # output rows of 7 or 8: two rows a vector (conv_row_pairs) against im2col + GEMM
+    ((1, 16, 7, 7), (24, 16, 3, 3), dict(pads=[1, 1, 1, 1])),                      # ResNet's last stage
+    ((2, 8, 14, 14), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # its stride-2 entry: im2col
+    ((1, 8, 14, 14), (16, 8, 1, 1), dict(strides=[2, 2])),                         # its 1x1 downsample
+    ((1, 4, 8, 8), (8, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                         # rows of 8
+    ((1, 4, 5, 7), (12, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                        # an odd row count: half a pair
+    ((1, 2, 1, 7), (8, 2, 1, 3), dict(pads=[0, 1, 0, 1])),                         # one row, input under a load
+    ((1, 4, 7, 7), (8, 4, 3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2])),       # dilation
+    ((1, 8, 9, 9), (8, 4, 3, 3), dict(group=2, pads=[0, 0, 0, 0])),                # groups, no padding
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", PAIR_CASES)
+def test_conv_row_pairs_against_im2col(opencl, x_shape, w_shape, attrs):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "conv_row_pairs")
+    sw = attrs.get("strides", [1, 1])[1]
+    if sw == 2 and w_shape[2] * w_shape[3] > 1:  # stride 2 with several taps stays on im2col (slower there)
+        assert k_on == k_off, k_on
+    else:
+        assert k_on == [f"conv_rows2_s{sw}"], k_on
+    assert k_off in (["im2col_packed", "gemm_packed"], ["im2col_packed", "gemm_packed_x2"]), k_off
+
+
+def test_conv_row_pairs_with_residual_relu_and_non_finite_edges(opencl):
+    model, feeds = _conv_model((1, 8, 7, 7), (8, 8, 3, 3), chain=2, residual=True, relu=True, pads=[1, 1, 1, 1])
+    x = feeds["x"]
+    x[0, :, :, 0] = np.inf
+    x[0, 3, 6, 6] = np.nan
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for disabled in ("", "conv_row_pairs"):
+        got, kernels = _run(model, feeds, disabled)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert kernels == ["im2col_packed", "gemm_packed_x2"] * 2
+    assert _run(model, feeds, "")[1] == ["conv_rows2_s1"] * 2

@@ -22,6 +22,8 @@ FUSION_RULES: dict[str, str] = {
                         "(scalar constants otherwise), sole reader of it, into its epilogue",
     "conv_pad": "a Conv's zero padding (the pad_planes copy before an implicit-GEMM Conv) into the Conv's "
                 "reads, as bounds checks",
+    "conv_row_pairs": "an im2col + GEMM Conv whose output rows hold 7 or 8 values into one implicit-GEMM launch "
+                      "computing two rows a vector (needs conv_pad)",
     "conv_wide_tile": "two 16-position panels of an implicit-GEMM Conv into one work-item sharing each weight "
                       "load (a kernel choice rather than a fusion, switchable as the rules are)",
     "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "

@@ -289,7 +289,12 @@ class GemmLowering:
         7/8 (a 7-wide row would waste more than im2col costs). Returns False to use im2col."""
         sw, OW, OH = g["sw"], g["OW"], g["OH"]
         npb = -(-OW // RN)
-        if w not in self.plan.constants or sw not in (1, 2) or 8 * OW < 7 * npb * RN:
+        # Rule conv_row_pairs: rows of 7 or 8 outputs fill two 8-lane halves of a vector (7/8 as well).
+        # Not for stride 2 with several taps: its two 16-float loads and even-lane shuffles a channel
+        # ran at 57 GF per CPU-second where im2col + GEMM ran at 81 (PoCL, 3x3, 512 channels).
+        pairs = (OW in (7, 8) and (sw == 1 or g["KH"] * g["KW"] == 1) and self.rule("conv_pad")
+                 and self.rule("conv_row_pairs"))
+        if w not in self.plan.constants or sw not in (1, 2) or 8 * OW < 7 * npb * RN and not pairs:
             return False
         Nimg, Cin, Cout = xs[0], xs[1], ws[0]
         Cg, Mg = Cin // G, Cout // G
@@ -312,13 +317,13 @@ class GemmLowering:
             npb2 = -(-OW // (2 * RN))
             nv = 2 if self.rule("conv_wide_tile") and 8 * OW >= 7 * npb2 * 2 * RN else 1
             npb = -(-OW // (nv * RN))
-            Nb = OH * npb
+            Nb = -(-OH // 2) if pairs else OH * npb
             jt = min(ks.GEMM_JT, Nb)
             args = [Buf(ap), Buf(x), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
                     I32(npb), I32(Cg), I32(KH), I32(KW), I32(g["sh"]), I32(dh), I32(dw), I32(g["H"]), I32(g["W"]),
                     I32(g["ph"]), I32(g["pw"]), I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1),
                     I32(prod(xs))]
-            kernel = f"conv_unpadded_s{sw}" + ("_x2" if nv == 2 else "")
+            kernel = f"conv_rows2_s{sw}" if pairs else f"conv_unpadded_s{sw}" + ("_x2" if nv == 2 else "")
             self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (-(-Nb // jt) * jt * Mb, Nimg * G), (1, 1), args))
             return True
         planes = Nimg * Cin

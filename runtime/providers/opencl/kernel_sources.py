@@ -121,11 +121,13 @@ def _gemm_source() -> str:
     conv = "\n".join(_conv_implicit_source(sw, decl, body, store) for sw in (1, 2))
     conv += "\n".join(_conv_unpadded_source(sw, nv) for sw in (1, 2) for nv in (1, 2))
     conv += _gemm_x2_source()
+    conv += "\n".join(_conv_row_pairs_source(sw) for sw in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
 // one unaligned vector load (the alignment attribute lowers the type's alignment to a float's).
 typedef float16 __attribute__((aligned(4))) float16u;
+typedef float8 __attribute__((aligned(4))) float8u;
 #define GEMM_JT {GEMM_JT}
 // Packed panels: Ap[batch][M/RM][K][RM], Bp[batch][N/16][K][16], zero padded. One work-item packs
 // one k of one panel (RM or 16 values), so index arithmetic is paid once per panel row.
@@ -371,6 +373,90 @@ __kernel void gemm_rowmajor_a_x2(__global const float* A, __global const float* 
   for (int k = 0; k < K; ++k) {{
     const float16 b0 = bp0[k], b1 = bp1[k];
 {body("a{r}[k]")}
+  }}
+{store}
+}}
+"""
+
+
+def _conv_row_pairs_source(sw: int) -> str:
+    """``conv_rows2_s{sw}`` (rule ``conv_row_pairs``): the unpadded implicit-GEMM Conv for output rows
+    of at most 8 (a ResNet's 7x7 last stage), two output rows a 16-lane vector (lanes 0-7 row oh,
+    8-15 row oh + 1, each half one 8-lane load), where one row a vector would leave more than half
+    the lanes idle and im2col would cost a launch and a workspace. Lanes outside the input read zero
+    as in ``conv_unpadded``; a half whose row lies outside the input loads nothing."""
+    rm = GEMM_RM
+    decl = "\n".join(f"  float16 c{r} = (float16)(0.0f);" for r in range(rm))
+    body = "\n".join(f"        c{r} += (float16)(ap[{r}]) * bv;" for r in range(rm))
+    if sw == 1:
+        def half(at: str) -> str:
+            return f"*(__global const float8u*)({at})"
+    else:
+        def half(at: str) -> str:
+            return f"(*(__global const float16u*)({at})).even"
+    store = "\n".join(
+        f"  store_row(Crow, Rrow, c{r}.lo, c{r}.lo, i0 + {r}, 0, M, OW, P, bias, bias_mode, 1.0f, 1.0f, act, p0, p1);\n"
+        f"  if (two) store_row(Crow + OW, Rrow + OW, c{r}.hi, c{r}.hi, i0 + {r}, 0, M, OW, P, bias, bias_mode, 1.0f, "
+        f"1.0f, act, p0, p1);" for r in range(rm))
+    return f"""
+// As conv_unpadded_s{sw} for OW <= 8, two output rows a work-item (see _conv_row_pairs_source).
+__kernel void conv_rows2_s{sw}(__global const float* Ap, __global const float* X, __global float* C,
+                            __global const float* bias, __global const float* R, const int M,
+                            const int OH, const int OW, const int NPB, const int Cg, const int KH,
+                            const int KW, const int sh, const int dh, const int dw, const int H,
+                            const int W, const int ph, const int pw, const int a_mod, const int bias_mode,
+                            const int act, const float p0, const float p1, const int xlen) {{
+  const int K = Cg * KH * KW, P = OH * OW, HW = H * W;
+  const int Mb = (M + RM - 1) / RM, Nb = (OH + 1) / 2;
+{_TILE_WALK}
+  const int i0 = ib * RM, oh = jb * 2, two = oh + 1 < OH;
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  const int xb = b * Cg * HW;
+  __global float* Crow = C + (size_t)b * M * P + oh * OW;
+  __global const float* Rrow = R + (size_t)b * M * P + oh * OW;
+  bias += (b % a_mod) * M;
+  const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7) * {sw};
+  const int lim = xlen - {8 * sw};  // a half's load starting at off stays inside X iff 0 <= off <= lim
+{decl}
+  for (int kh = 0; kh < KH; ++kh) {{
+    const int y0 = oh * sh - ph + kh * dh, y1 = y0 + sh;
+    const int in0 = y0 >= 0 && y0 < H, in1 = two && y1 >= 0 && y1 < H;
+    if (!in0 && !in1) {{ ap += KW * Cg * RM; continue; }}
+    for (int kw = 0; kw < KW; ++kw) {{
+      const int x0 = kw * dw - pw;
+      const int8 xs = lane + x0;
+      const int8 mx = (xs >= 0) & (xs < W);
+      const int8 m0 = in0 ? mx : (int8)(0), m1 = in1 ? mx : (int8)(0);
+      int off0 = xb + y0 * W + x0, off1 = off0 + sh * W;
+      // A row outside the input loads the other row's values (masked to zero): one branch-free loop
+      // where every load of every channel stays inside X.
+      const int l0 = in0 ? off0 : off1, l1 = in1 ? off1 : off0;
+      if (min(l0, l1) >= 0 && max(l0, l1) + (Cg - 1) * HW <= lim) {{
+        const int16 m = (int16)(m0, m1);
+        __global const float* x0p = X + l0;
+        __global const float* x1p = X + l1;
+        for (int ci = 0; ci < Cg; ++ci, x0p += HW, x1p += HW) {{
+          const float16 bv = as_float16(as_int16((float16)({half("x0p")}, {half("x1p")})) & m);
+{body}
+          ap += RM;
+        }}
+        continue;
+      }}
+      for (int ci = 0; ci < Cg; ++ci, off0 += HW, off1 += HW) {{
+        float8 h0 = (float8)(0.0f), h1 = (float8)(0.0f);
+        if (in0) {{
+          if (off0 >= 0 && off0 <= lim) h0 = as_float8(as_int8({half("X + off0")}) & m0);
+          else for (int j = 0; j < 8; ++j) if (x0 + j * {sw} >= 0 && x0 + j * {sw} < W) ((float*)&h0)[j] = X[off0 + j * {sw}];
+        }}
+        if (in1) {{
+          if (off1 >= 0 && off1 <= lim) h1 = as_float8(as_int8({half("X + off1")}) & m1);
+          else for (int j = 0; j < 8; ++j) if (x0 + j * {sw} >= 0 && x0 + j * {sw} < W) ((float*)&h1)[j] = X[off1 + j * {sw}];
+        }}
+        const float16 bv = (float16)(h0, h1);
+{body}
+        ap += RM;
+      }}
+    }}
   }}
 {store}
 }}

@@ -96,10 +96,11 @@ def test_batched_matmul_with_residual(opencl):
 
 
 def test_conv_through_im2col_with_tanh(opencl):
-    # A 7x7 map takes im2col + GEMM (49 columns, 4 panels), bias per output channel, Tanh after.
-    data_nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+    # A 3x3 stride-2 Conv to a 7x7 map takes im2col + GEMM (49 columns, 4 panels), bias per output
+    # channel, Tanh after.
+    data_nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
                   helper.make_node("Tanh", ["c"], ["y"])]
-    on, off = _check(data_nodes, {"x": _f(2, 16, 7, 7)}, {"w": _f(24, 16, 3, 3, scale=0.1), "b": _f(24)})
+    on, off = _check(data_nodes, {"x": _f(2, 16, 14, 14)}, {"w": _f(24, 16, 3, 3, scale=0.1), "b": _f(24)})
     assert "gemm_packed_x2" in on and "gemm_packed" in off, (on, off)
 
 

@@ -1,6 +1,7 @@
 """The OpenCL EP's Conv rules (runtime/providers/opencl/fusion_rules.py): ``conv_pad`` (the implicit-GEMM
 Conv reads its input in place with bounds checks instead of a ``pad_planes`` copy) and ``conv_wide_tile``
-(32 output positions a work-item). Each is compared with the rule off (the plain kernel) and with
+(32 output positions a work-item), ``conv_row_pairs`` (rows of 7 or 8 outputs, two a vector, in place of
+im2col + GEMM). Each is compared with the rule off (the plain kernel) and with
 onnxruntime's CPU EP, on random inputs and on the edges: asymmetric and wide pads, strides, dilations,
 groups, batches, inputs smaller than one load, NaN and infinities next to the padding."""
 

@@ -3,10 +3,12 @@
 A mixin of ``PartitionPlanBuilder``: it uses the builder's ``plan``, ``data``, ``shape``, ``output`` and
 ``temp``. Operand B is always packed into 16-column panels (per run, or once at ``create_state``
 for constant weights); operand A is read in place when it is a row-major activation, else packed
-into 6-row panels. Conv with constant weights and output rows that fill 16-wide panels is an
-implicit GEMM (``conv_implicit_s1``/``_s2``: B read from the zero-padded input, no im2col
-workspace); other Convs are im2col (written straight into B's panel layout) + the same GEMM, batched
-over images x groups; groups of fewer than 4 output channels (depthwise) use a direct kernel.
+into 8-row panels. Conv with constant weights and output rows that fill 16-wide panels (or rows of
+7 or 8, two a vector: rule ``conv_row_pairs``) is an implicit GEMM reading B from the input in
+place (rule ``conv_pad``: ``conv_unpadded_*``, padding as bounds checks; without it
+``pad_planes`` + ``conv_implicit_*``), no im2col workspace; other Convs are im2col (written straight
+into B's panel layout) + the same GEMM, batched over images x groups; groups of fewer than 4 output
+channels (depthwise) use a direct kernel.
 """
 
 from __future__ import annotations
@@ -284,9 +286,10 @@ class GemmLowering:
 
     def _conv_implicit(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
                        epi: Epilogue) -> bool:
-        """Conv as ``conv_implicit_s1``/``_s2`` (GEMM reading the padded input in place) when it pays:
-        constant weights, horizontal stride 1 or 2, and output rows that fill 16-wide panels to at least
-        7/8 (a 7-wide row would waste more than im2col costs). Returns False to use im2col."""
+        """Conv as an implicit GEMM (``conv_unpadded_*``/``conv_rows2_*`` reading the input in place,
+        or ``pad_planes`` + ``conv_implicit_*`` with rule ``conv_pad`` off) when it pays: constant
+        weights, horizontal stride 1 or 2, and output rows that fill 16-wide panels to at least 7/8
+        (or, rule ``conv_row_pairs``, rows of 7 or 8 two a vector). Returns False to use im2col."""
         sw, OW, OH = g["sw"], g["OW"], g["OH"]
         npb = -(-OW // RN)
         # Rule conv_row_pairs: rows of 7 or 8 outputs fill two 8-lane halves of a vector (7/8 as well).

@@ -83,14 +83,14 @@ def _check(model, feeds, rule: str, rtol: float = 1e-4, atol: float = 1e-4):
 
 
 CASES = [  # x shape, w shape, attributes
-    ((1, 8, 6, 56), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                       # ResNet 3x3, 2 wide tiles a row
-    ((2, 5, 5, 28), (8, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                        # batch 2, one wide tile a row
+    ((1, 8, 12, 56), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # ResNet 3x3, 2 wide tiles a row
+    ((2, 5, 6, 28), (24, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                       # batch 2, one wide tile a row
     ((1, 4, 7, 16), (9, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                        # one 16-wide panel (OW 16)
-    ((1, 3, 9, 64), (8, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),        # 7x7 stride-2 stem
-    ((1, 6, 8, 58), (12, 6, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),       # 3x3 stride 2
-    ((1, 6, 4, 64), (8, 6, 1, 1), dict(strides=[2, 2])),                           # 1x1 stride 2 downsample
-    ((1, 8, 6, 30), (12, 4, 3, 3), dict(pads=[0, 2, 1, 0], group=2, dilations=[2, 2])),  # groups, dilation
-    ((1, 4, 5, 46), (8, 4, 3, 5), dict(pads=[5, 9, 4, 7])),                        # pads wider than the kernel
+    ((1, 3, 16, 64), (32, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),      # 7x7 stride-2 stem
+    ((1, 6, 16, 58), (40, 6, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # 3x3 stride 2
+    ((1, 6, 8, 64), (64, 6, 1, 1), dict(strides=[2, 2])),                          # 1x1 stride 2 downsample
+    ((1, 8, 6, 30), (12, 4, 3, 3), dict(pads=[0, 2, 1, 0], group=2, dilations=[2, 2])),  # groups, dilation; 6 items
+    ((1, 4, 5, 46), (16, 4, 3, 5), dict(pads=[5, 9, 4, 7])),                       # pads wider than the kernel
     ((1, 1, 1, 14), (8, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                        # input smaller than a load
     ((1, 2, 3, 30), (8, 2, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),        # stride 2, 15 outputs a row
     ((1, 4, 1, 16), (8, 4, 1, 3), dict(pads=[0, 1, 0, 1])),                        # one input row
@@ -111,10 +111,13 @@ def test_conv_wide_tile_against_the_16_wide_kernel(opencl, x_shape, w_shape, att
     model, feeds = _conv_model(x_shape, w_shape, **attrs)
     k_on, k_off = _check(model, feeds, "conv_wide_tile")
     assert not any(k.endswith("_x2") for k in k_off)
-    y_w = (x_shape[3] + sum(attrs.get("pads", [0] * 4)[1::2]) - ((w_shape[3] - 1) * attrs.get("dilations", [1, 1])[1]
-                                                                  + 1)) // attrs.get("strides", [1, 1])[1] + 1
-    wide = 8 * y_w >= 7 * 32 * -(-y_w // 32)
-    assert any(k.endswith("_x2") for k in k_on) == wide, (y_w, k_on)
+    pads, dil, st = attrs.get("pads", [0] * 4), attrs.get("dilations", [1, 1]), attrs.get("strides", [1, 1])
+    y_h, y_w = ((x_shape[2 + d] + pads[d] + pads[d + 2] - ((w_shape[2 + d] - 1) * dil[d] + 1)) // st[d] + 1
+                for d in (0, 1))
+    groups = attrs.get("group", 1)
+    items = y_h * -(-y_w // 32) * -(-w_shape[0] // groups // 8) * x_shape[0] * groups
+    wide = 8 * y_w >= 7 * 32 * -(-y_w // 32) and items >= 32  # kernel_sources.WIDE_TILE_MIN_ITEMS
+    assert any(k.endswith("_x2") for k in k_on) == wide, (y_w, items, k_on)
 
 
 def test_conv_pad_keeps_nan_and_infinity_out_of_the_padding(opencl):
@@ -135,7 +138,7 @@ def test_conv_pad_keeps_nan_and_infinity_out_of_the_padding(opencl):
 def test_a_resnet_block_drops_every_pad_launch(opencl):
     # Conv-Relu-Conv + residual + Relu (the optimizer's FusedConv takes the Add and Relu): two
     # implicit convs, no pad copy, the residual and Relu in the second conv's epilogue.
-    model, feeds = _conv_model((1, 8, 6, 56), (8, 8, 3, 3), chain=2, residual=True, relu=True, pads=[1, 1, 1, 1])
+    model, feeds = _conv_model((1, 8, 16, 56), (8, 8, 3, 3), chain=2, residual=True, relu=True, pads=[1, 1, 1, 1])
     k_on, k_off = _check(model, feeds, "conv_pad")
     assert k_on == ["conv_unpadded_s1_x2"] * 2, k_on
     assert k_off == ["pad_planes", "conv_implicit_s1"] * 2, k_off
@@ -175,5 +178,5 @@ def test_conv_row_pairs_with_residual_relu_and_non_finite_edges(opencl):
         got, kernels = _run(model, feeds, disabled)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert kernels == ["im2col_packed", "gemm_packed_x2"] * 2
+    assert kernels == ["im2col_packed", "gemm_packed"] * 2
     assert _run(model, feeds, "")[1] == ["conv_rows2_s1"] * 2

@@ -65,9 +65,10 @@ def _check(nodes, inputs: dict, weights: dict, rtol: float = 1e-4, atol: float =
 
 
 @pytest.mark.parametrize("m,k,n,wide", [
-    (13, 24, 32, True),     # two panels, rows past the last 8-row block
+    (260, 24, 32, True),    # two panels, rows past the last 8-row block
+    (13, 24, 32, False),    # two panels but 2 work-items: too few to halve (WIDE_TILE_MIN_ITEMS)
     (8, 40, 48, False),     # three panels: odd and under 9, one kernel each
-    (21, 7, 144, True),     # nine panels: the last pair's second panel is recomputed, not stored
+    (61, 7, 144, True),     # nine panels: the last pair's second panel is recomputed, not stored
     (64, 200, 160, True),   # ten panels
     (5, 1, 33, False),      # K = 1; three panels, the last one column
     (3, 16, 16, False),     # one panel
@@ -79,19 +80,19 @@ def test_matmul_bias_relu(opencl, m, k, n, wide):
     assert on == ["gemm_rowmajor_a_x2" if wide else "gemm_rowmajor_a"], on
 
 
-@pytest.mark.parametrize("c_shape", [(1,), (64,), (11, 1), (11, 64)])
+@pytest.mark.parametrize("c_shape", [(1,), (128,), (110, 1), (110, 128)])
 def test_gemm_transposed_with_alpha_beta_and_every_bias(opencl, c_shape):
     # transA packs A (gemm_packed_x2); C as a scalar, a row, a column and a full matrix.
     nodes = [helper.make_node("Gemm", ["a", "w", "c"], ["g"], transA=1, transB=1, alpha=0.7, beta=-1.3),
              helper.make_node("Sigmoid", ["g"], ["y"])]
-    on, _ = _check(nodes, {"a": _f(30, 11)}, {"w": _f(64, 30, scale=0.2), "c": _f(*c_shape)})
+    on, _ = _check(nodes, {"a": _f(30, 110)}, {"w": _f(128, 30, scale=0.2), "c": _f(*c_shape)})
     assert "gemm_packed_x2" in on, on
 
 
 def test_batched_matmul_with_residual(opencl):
     # Both operands activations (B packed per run), batch 3, the residual Add in the epilogue.
     nodes = [helper.make_node("MatMul", ["a", "b"], ["mm"]), helper.make_node("Add", ["mm", "r"], ["y"])]
-    on, _ = _check(nodes, {"a": _f(3, 10, 17), "b": _f(3, 17, 64), "r": _f(3, 10, 64)}, {})
+    on, _ = _check(nodes, {"a": _f(3, 48, 17), "b": _f(3, 17, 64), "r": _f(3, 48, 64)}, {})
     assert "gemm_rowmajor_a_x2" in on, on
 
 
@@ -100,7 +101,7 @@ def test_conv_through_im2col_with_tanh(opencl):
     # channel, Tanh after.
     data_nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
                   helper.make_node("Tanh", ["c"], ["y"])]
-    on, off = _check(data_nodes, {"x": _f(2, 16, 14, 14)}, {"w": _f(24, 16, 3, 3, scale=0.1), "b": _f(24)})
+    on, off = _check(data_nodes, {"x": _f(2, 16, 14, 14)}, {"w": _f(96, 16, 3, 3, scale=0.1), "b": _f(96)})
     assert "gemm_packed_x2" in on and "gemm_packed" in off, (on, off)
 
 

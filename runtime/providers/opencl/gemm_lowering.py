@@ -156,8 +156,10 @@ class GemmLowering:
             args += [I32(a_rowmajor[0]), I32(a_rowmajor[1])]
         jt_max = ks.GEMM_JT
         # Rule gemm_wide_tile: two 16-column panels a work-item where at most one panel in 9 is the
-        # recomputed copy that an odd count leaves (two or more panels; an odd count of at least 9).
-        if self.rule("gemm_wide_tile") and Nb >= 2 and (Nb % 2 == 0 or Nb >= 9):
+        # recomputed copy that an odd count leaves (two or more panels; an odd count of at least 9),
+        # and the launch keeps enough work-items for the device's threads.
+        if (self.rule("gemm_wide_tile") and Nb >= 2 and (Nb % 2 == 0 or Nb >= 9)
+                and Mb * -(-Nb // 2) * batches >= ks.WIDE_TILE_MIN_ITEMS):
             kernel += "_x2"
             Nb, jt_max = -(-Nb // 2), ks.GEMM_JT_X2
         jt = min(jt_max, Nb)
@@ -318,7 +320,9 @@ class GemmLowering:
             # copy). Rule conv_wide_tile: 32 positions a work-item where the rows fill 32-wide panels
             # as well as 16-wide ones (7/8), so the wider tile computes no more padding lanes.
             npb2 = -(-OW // (2 * RN))
-            nv = 2 if self.rule("conv_wide_tile") and 8 * OW >= 7 * npb2 * 2 * RN else 1
+            wide = (self.rule("conv_wide_tile") and 8 * OW >= 7 * npb2 * 2 * RN
+                    and OH * npb2 * Mb * Nimg * G >= ks.WIDE_TILE_MIN_ITEMS)
+            nv = 2 if wide else 1
             npb = -(-OW // (nv * RN))
             Nb = -(-OH // 2) if pairs else OH * npb
             jt = min(ks.GEMM_JT, Nb)

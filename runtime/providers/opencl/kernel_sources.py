@@ -312,6 +312,10 @@ __kernel void conv_implicit_s{sw}(__global const float* Ap, __global const float
 """
 
 
+#: Fewest work-items a two-panel (GEMM) or 32-position (Conv) launch must keep: the wide tiles halve
+#: the work-items, and below this a CPU device's threads get uneven shares or none (the corpus
+#: models' 24 x 32 GEMMs: 3 work-items against 6, 5-7% slower a run).
+WIDE_TILE_MIN_ITEMS = 32
 #: Column panels a two-panel GEMM work-item's launch walks together (``_gemm_x2_source``): the same
 #: B footprint in cache as GEMM_JT single panels.
 GEMM_JT_X2 = GEMM_JT // 2

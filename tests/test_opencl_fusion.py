@@ -249,3 +249,67 @@ def test_a_fully_masked_row_gives_the_replaced_value(opencl):
     feeds = {"x": RNG.standard_normal((1, 6, 8)).astype(np.float32)}
     fused, unfused = _compare(model, feeds, "attention")
     assert fused < unfused
+
+
+def _shape_reader_model(t_is_output: bool) -> onnx.ModelProto:
+    # t = Transpose(x @ w) read by a batched MatMul here and by a Shape on the host: the
+    # TorchScript exports' head split, which a Shape reads to size the head merge.
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t", "b"], ["y"]), helper.make_node("Shape", ["t"], ["s"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+               helper.make_tensor_value_info("s", TensorProto.INT64, None)]
+    if t_is_output:
+        outputs.append(helper.make_tensor_value_info("t", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6, 8]),
+                                           helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 6, 5])],
+                              outputs, [numpy_helper.from_array(_weight(8, 8), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("t_is_output", [False, True])
+def test_an_output_read_only_by_a_shape_gets_no_copy(opencl, t_is_output):
+    data = _shape_reader_model(t_is_output).SerializeToString()
+    feeds = {"x": RNG.standard_normal((3, 6, 8)).astype(np.float32),
+             "b": RNG.standard_normal((3, 6, 5)).astype(np.float32)}
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    kernels = {}
+    for disabled in ("", "shape_only_outputs"):
+        sess = onnxhal.InferenceSession(data, providers=[("OpenCLExecutionProvider", {"disable_fusions": disabled}),
+                                                         "CPUExecutionProvider"])
+        got = sess.run(None, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"disable_fusions={disabled!r}")
+        (info,) = sess.eps["OpenCLExecutionProvider"].dynamic_partitions.values()
+        (plan,) = info.cached_plans
+        kernels[disabled] = [getattr(s, "kernel_name", "copy") for s in plan.steps]
+    # With the rule the Transpose is the batched MatMul's operand strides (packed), and its output
+    # gets no data; a Transpose output whose data is read (a graph output) stays a copy.
+    copied = ["gemm_rowmajor_a", "strided_copy", "pack_b", "gemm_rowmajor_a"]
+    assert kernels["shape_only_outputs"] == copied
+    assert kernels[""] == (copied if t_is_output else ["gemm_rowmajor_a", "pack_a", "pack_b", "gemm_packed"])
+
+
+def test_torchscript_bert_head_splits_read_by_shapes_fold_into_attention(opencl):
+    # The committed TorchScript BERT with symbolic batch and sequence: each layer's Q and V head
+    # splits are read by a Shape on the host; with the rule attention reads them in place.
+    import os
+
+    from onnxhal.stored_outputs import read_signatures
+
+    path = os.path.join(os.path.dirname(__file__), "real_models", "bert_ts.onnx")
+    feeds, _ = read_signatures(path)["a"]
+    with open(path, "rb") as f:
+        data = f.read()
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    copies = {}
+    for disabled in ("", "shape_only_outputs"):
+        sess = onnxhal.InferenceSession(data, providers=[("OpenCLExecutionProvider", {"disable_fusions": disabled}),
+                                                         "CPUExecutionProvider"])
+        for got, ref in zip(sess.run(None, feeds), want):
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=f"disable_fusions={disabled!r}")
+        plans = [p for info in sess.eps["OpenCLExecutionProvider"].dynamic_partitions.values()
+                 for p in info.cached_plans]
+        copies[disabled] = sum(getattr(s, "kernel_name", "") == "strided_copy" for p in plans for s in p.steps)
+    assert copies == {"": 2, "shape_only_outputs": 6}, copies

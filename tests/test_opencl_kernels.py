@@ -392,12 +392,14 @@ def test_conv_wide_rows_take_the_copy_path(ocl, width, pads):
     (1, 4, 6, 1, (4, 32), 1, 2, [0, 0, 0, 0], 1),      # 1x1 stride 2 (a ResNet downsample)
 ])
 def test_conv_implicit_gemm(ocl, n, cin, cout, group, hw, kernel, stride, pads, dil):
-    """Rows that fill 16-wide panels take conv_implicit (B read from the padded input, no im2col)."""
+    """Rows that fill 16-wide panels take the implicit GEMM (B read from the input in place, no im2col;
+    rule conv_pad: no padded copy either)."""
     x, w, b = f32(n, cin, *hw), f32(cout, cin // group, kernel, kernel), f32(cout)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, strides=[stride] * 2, pads=pads,
                             dilations=[dil] * 2)
     plan = check(ocl, [node], {"x": x}, {"w": w, "b": b})
-    assert [s.kernel_name for s in plan.steps] == ["pad_planes", f"conv_implicit_s{stride}"]
+    (step,) = plan.steps
+    assert step.kernel_name in (f"conv_unpadded_s{stride}", f"conv_unpadded_s{stride}_x2")
 
 
 @pytest.mark.parametrize("act", ["Relu", "LeakyRelu"])
@@ -409,13 +411,13 @@ def test_conv_implicit_with_residual_and_activation(ocl, act):
     y, plan = _run_fused_domain(ocl, node, {"x": x, "z": z}, {"w": w, "b": b}, [1, 8, 5, 16])
     v = _conv_ref(x, w, b, pads=[1, 1, 1, 1]) + z
     np.testing.assert_allclose(y, np.where(v >= 0, v, 0.2 * v if act == "LeakyRelu" else 0), rtol=1e-4, atol=1e-4)
-    assert [s.kernel_name for s in plan.steps] == ["pad_planes", "conv_implicit_s1"]
+    assert [s.kernel_name for s in plan.steps] == ["conv_unpadded_s1"]
 
 
 def test_conv1d_implicit(ocl):
     x, w = f32(2, 3, 32), f32(6, 3, 5)
     plan = check(ocl, [helper.make_node("Conv", ["x", "w"], ["y"], pads=[2, 2])], {"x": x}, {"w": w})
-    assert "conv_implicit_s1" in [s.kernel_name for s in plan.steps]
+    assert [s.kernel_name for s in plan.steps] == ["conv_unpadded_s1"]
 
 
 # -- Transposes folded into batched MatMuls (attention) ----------------------------------------

@@ -38,7 +38,7 @@ from onnxhal.runtime.providers.opencl.op_support import (
     unsupported_reason,
 )
 from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
-from onnxhal.runtime.providers.opencl.plan_builder import build_plan
+from onnxhal.runtime.providers.opencl.plan_builder import build_plan, shape_only_outputs
 
 #: The EP keeps its own copies of constant weights (uploaded once per partition state).
 FUSION_OPTIONS = NodeFusionOptions(drop_constant_initializers=True)
@@ -116,6 +116,8 @@ class OpenCLBackend:
         self._constants: dict = {}
         # Plans the cost rule made while claiming, by the filtered graph compile will receive.
         self._planned: weakref.WeakKeyDictionary[Graph, PartitionPlan] = weakref.WeakKeyDictionary()
+        # Outputs read outside only for their shape, by the filtered graph (plan_builder.shape_only_outputs).
+        self._shape_only: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
 
     def lookup(self, graph: Graph, allow_dynamic: bool = False) -> GraphLookup:
         """Shapes, dtypes and constants of ``graph``'s values (symbolic dims allowed or refused)."""
@@ -163,6 +165,8 @@ class OpenCLBackend:
             if all(n.op_type in VIEW_OPS for n in group) and not _between_claimed(graph, group, taken):
                 continue  # a lone view computes nothing: not worth two copies
             for piece in (split(graph, group) if split is not None else [group]):
+                part = support_info.filtered_graph(piece, FUSION_OPTIONS)
+                self._shape_only[part] = shape_only_outputs(graph, part)
                 reason = self._cost_reason(graph, piece, support_info, lookup, taken) if self.cost_rule else None
                 if reason:
                     self.decline(piece, reason)
@@ -190,7 +194,7 @@ class OpenCLBackend:
     def plan(self, graph: Graph) -> PartitionPlan:
         """``graph``'s plan, its programs built on the device (so that a build failure shows here,
         not at the first run). Raises what lowering or the build raises (``INSPECTION_ERRORS``)."""
-        plan = build_plan(graph, self.lookup(graph), self.disabled_fusions)
+        plan = build_plan(graph, self.lookup(graph), self.disabled_fusions, self._shape_only.get(graph, frozenset()))
         for step in (*plan.init_steps, *plan.steps):
             if isinstance(step, Launch):
                 self.device.program(step.source)
@@ -230,7 +234,8 @@ class OpenCLBackend:
     def dynamic_info(self, graph: Graph) -> DynamicNodeComputeInfo:
         """A partition specialised per input signature at run time (host runs where that fails)."""
         return DynamicNodeComputeInfo(graph, self.device, self.allocator, self.logger,
-                                      disabled_fusions=self.disabled_fusions)
+                                      disabled_fusions=self.disabled_fusions,
+                                      shape_only=self._shape_only.get(graph, frozenset()))
 
     def compute_info(self, plan: PartitionPlan) -> OpenCLNodeComputeInfo:
         """A compiled partition from a plan made elsewhere (an EPContext blob's)."""

@@ -115,9 +115,12 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
     """A partition with symbolic dimensions on one OpenCL device (see the module docstring)."""
 
     def __init__(self, graph: Graph, device: Any, allocator: Any, logger: logging.Logger,
-                 max_signatures: int = MAX_SIGNATURES, disabled_fusions: frozenset[str] = frozenset()) -> None:
+                 max_signatures: int = MAX_SIGNATURES, disabled_fusions: frozenset[str] = frozenset(),
+                 shape_only: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.disabled_fusions = disabled_fusions
+        #: outputs read outside only for their shape (plan_builder.shape_only_outputs)
+        self.shape_only = shape_only
         self.device = device
         self.allocator = allocator
         self.logger = logger
@@ -139,6 +142,12 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
     def cached_signatures(self) -> int:
         """How many shape signatures have a specialised plan in the cache now."""
         return len(self._cache)
+
+    @property
+    def cached_plans(self) -> list:
+        """The specialised plans (``PartitionPlan``) in the cache now, least recently used first."""
+        with self._lock:
+            return [e.state.plan for e in self._cache.values() if e.state is not None]
 
     @property
     def weight_bytes(self) -> int:
@@ -231,7 +240,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             if reason:
                 return self._on_host(f"{n.op_type} {n.name!r}: {reason}")
         try:
-            plan = build_plan(concrete, lookup, self.disabled_fusions)
+            plan = build_plan(concrete, lookup, self.disabled_fusions, self.shape_only)
             if self.prepare_plan is not None:
                 self.prepare_plan(plan)
             state = PartitionState(plan, self.device, self.allocator)

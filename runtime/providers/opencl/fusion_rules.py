@@ -20,6 +20,16 @@ FUSION_RULES: dict[str, str] = {
                      "activation, into its epilogue",
     "gemm_elementwise": "an elementwise tree whose only varying input is a MatMul/Gemm result without activation "
                         "(scalar constants otherwise), sole reader of it, into its epilogue",
+    "conv_pad": "a Conv's zero padding (the pad_planes copy before an implicit-GEMM Conv) into the Conv's "
+                "reads, as bounds checks",
+    "conv_row_pairs": "an im2col + GEMM Conv whose output rows hold 7 or 8 values into one implicit-GEMM launch "
+                      "computing two rows a vector (needs conv_pad)",
+    "conv_wide_tile": "two 16-position panels of an implicit-GEMM Conv into one work-item sharing each weight "
+                      "load (a kernel choice rather than a fusion, switchable as the rules are)",
+    "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
+                      "switchable as the rules are)",
+    "shape_only_outputs": "a partition output read outside only by Shape/Size: written by no launch, so its "
+                          "producer fuses as an intermediate (a head-split Transpose into attention)",
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
     "layernorm_prologue": "a fused elementwise tree read only by a LayerNormalization into the LayerNorm's kernel",

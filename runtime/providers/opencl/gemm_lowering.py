@@ -3,10 +3,12 @@
 A mixin of ``PartitionPlanBuilder``: it uses the builder's ``plan``, ``data``, ``shape``, ``output`` and
 ``temp``. Operand B is always packed into 16-column panels (per run, or once at ``create_state``
 for constant weights); operand A is read in place when it is a row-major activation, else packed
-into 6-row panels. Conv with constant weights and output rows that fill 16-wide panels is an
-implicit GEMM (``conv_implicit_s1``/``_s2``: B read from the zero-padded input, no im2col
-workspace); other Convs are im2col (written straight into B's panel layout) + the same GEMM, batched
-over images x groups; groups of fewer than 4 output channels (depthwise) use a direct kernel.
+into 8-row panels. Conv with constant weights and output rows that fill 16-wide panels (or rows of
+7 or 8, two a vector: rule ``conv_row_pairs``) is an implicit GEMM reading B from the input in
+place (rule ``conv_pad``: ``conv_unpadded_*``, padding as bounds checks; without it
+``pad_planes`` + ``conv_implicit_*``), no im2col workspace; other Convs are im2col (written straight
+into B's panel layout) + the same GEMM, batched over images x groups; groups of fewer than 4 output
+channels (depthwise) use a direct kernel.
 """
 
 from __future__ import annotations
@@ -152,7 +154,15 @@ class GemmLowering:
         if a_rowmajor is not None:
             kernel = "gemm_rowmajor_a"
             args += [I32(a_rowmajor[0]), I32(a_rowmajor[1])]
-        jt = min(ks.GEMM_JT, Nb)
+        jt_max = ks.GEMM_JT
+        # Rule gemm_wide_tile: two 16-column panels a work-item where at most one panel in 9 is the
+        # recomputed copy that an odd count leaves (two or more panels; an odd count of at least 9),
+        # and the launch keeps enough work-items for the device's threads.
+        if (self.rule("gemm_wide_tile") and Nb >= 2 and (Nb % 2 == 0 or Nb >= 9)
+                and Mb * -(-Nb // 2) * batches >= ks.WIDE_TILE_MIN_ITEMS):
+            kernel += "_x2"
+            Nb, jt_max = -(-Nb // 2), ks.GEMM_JT_X2
+        jt = min(jt_max, Nb)
         groups = -(-Nb // jt)
         self.plan.steps.append(Launch(epi.source or ks.GEMM_SOURCE, kernel, (groups * jt * Mb, batches), (1, 1), args))
 
@@ -278,12 +288,18 @@ class GemmLowering:
 
     def _conv_implicit(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
                        epi: Epilogue) -> bool:
-        """Conv as ``conv_implicit_s1``/``_s2`` (GEMM reading the padded input in place) when it pays:
-        constant weights, horizontal stride 1 or 2, and output rows that fill 16-wide panels to at least
-        7/8 (a 7-wide row would waste more than im2col costs). Returns False to use im2col."""
+        """Conv as an implicit GEMM (``conv_unpadded_*``/``conv_rows2_*`` reading the input in place,
+        or ``pad_planes`` + ``conv_implicit_*`` with rule ``conv_pad`` off) when it pays: constant
+        weights, horizontal stride 1 or 2, and output rows that fill 16-wide panels to at least 7/8
+        (or, rule ``conv_row_pairs``, rows of 7 or 8 two a vector). Returns False to use im2col."""
         sw, OW, OH = g["sw"], g["OW"], g["OH"]
         npb = -(-OW // RN)
-        if w not in self.plan.constants or sw not in (1, 2) or 8 * OW < 7 * npb * RN:
+        # Rule conv_row_pairs: rows of 7 or 8 outputs fill two 8-lane halves of a vector (7/8 as well).
+        # Not for stride 2 with several taps: its two 16-float loads and even-lane shuffles a channel
+        # ran at 57 GF per CPU-second where im2col + GEMM ran at 81 (PoCL, 3x3, 512 channels).
+        pairs = (OW in (7, 8) and (sw == 1 or g["KH"] * g["KW"] == 1) and self.rule("conv_pad")
+                 and self.rule("conv_row_pairs"))
+        if w not in self.plan.constants or sw not in (1, 2) or 8 * OW < 7 * npb * RN and not pairs:
             return False
         Nimg, Cin, Cout = xs[0], xs[1], ws[0]
         Cg, Mg = Cin // G, Cout // G
@@ -299,6 +315,24 @@ class GemmLowering:
         wt = np.pad(wt, ((0, 0), (0, Mb * RM - Mg), (0, 0))).reshape(G, Mb, RM, -1).transpose(0, 1, 3, 2)
         ap = self._prepacked_name("conv_a", wt.size)
         self.plan.constants[ap] = np.ascontiguousarray(wt)
+        if self.rule("conv_pad"):
+            # Rule conv_pad: the kernel reads x in place, zero padding by bounds checks (no pad_planes
+            # copy). Rule conv_wide_tile: 32 positions a work-item where the rows fill 32-wide panels
+            # as well as 16-wide ones (7/8), so the wider tile computes no more padding lanes.
+            npb2 = -(-OW // (2 * RN))
+            wide = (self.rule("conv_wide_tile") and 8 * OW >= 7 * npb2 * 2 * RN
+                    and OH * npb2 * Mb * Nimg * G >= ks.WIDE_TILE_MIN_ITEMS)
+            nv = 2 if wide else 1
+            npb = -(-OW // (nv * RN))
+            Nb = -(-OH // 2) if pairs else OH * npb
+            jt = min(ks.GEMM_JT, Nb)
+            args = [Buf(ap), Buf(x), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
+                    I32(npb), I32(Cg), I32(KH), I32(KW), I32(g["sh"]), I32(dh), I32(dw), I32(g["H"]), I32(g["W"]),
+                    I32(g["ph"]), I32(g["pw"]), I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1),
+                    I32(prod(xs))]
+            kernel = f"conv_rows2_s{sw}" if pairs else f"conv_unpadded_s{sw}" + ("_x2" if nv == 2 else "")
+            self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (-(-Nb // jt) * jt * Mb, Nimg * G), (1, 1), args))
+            return True
         planes = Nimg * Cin
         xp = self.temp("conv_pad", planes * Hp * Wp * 4)
         self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [

@@ -119,11 +119,15 @@ def _gemm_source() -> str:
   const int i0 = ib * RM, j0 = jb * 16;
   __global const float16* bp = (__global const float16*)(Bp + ((size_t)b * Nb + jb) * K * 16);"""
     conv = "\n".join(_conv_implicit_source(sw, decl, body, store) for sw in (1, 2))
+    conv += "\n".join(_conv_unpadded_source(sw, nv) for sw in (1, 2) for nv in (1, 2))
+    conv += _gemm_x2_source()
+    conv += "\n".join(_conv_row_pairs_source(sw) for sw in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
 // one unaligned vector load (the alignment attribute lowers the type's alignment to a float's).
 typedef float16 __attribute__((aligned(4))) float16u;
+typedef float8 __attribute__((aligned(4))) float8u;
 #define GEMM_JT {GEMM_JT}
 // Packed panels: Ap[batch][M/RM][K][RM], Bp[batch][N/16][K][16], zero padded. One work-item packs
 // one k of one panel (RM or 16 values), so index arithmetic is paid once per panel row.
@@ -299,6 +303,253 @@ __kernel void conv_implicit_s{sw}(__global const float* Ap, __global const float
       for (int ci = 0; ci < Cg; ++ci, xp += HpWp) {{
         {load}
 {body}
+        ap += RM;
+      }}
+    }}
+  }}
+{store}
+}}
+"""
+
+
+#: Fewest work-items a two-panel (GEMM) or 32-position (Conv) launch must keep: the wide tiles halve
+#: the work-items, and below this a CPU device's threads get uneven shares or none (the corpus
+#: models' 24 x 32 GEMMs: 3 work-items against 6, 5-7% slower a run).
+WIDE_TILE_MIN_ITEMS = 32
+#: Column panels a two-panel GEMM work-item's launch walks together (``_gemm_x2_source``): the same
+#: B footprint in cache as GEMM_JT single panels.
+GEMM_JT_X2 = GEMM_JT // 2
+
+
+def _gemm_x2_source() -> str:
+    """``gemm_packed_x2`` and ``gemm_rowmajor_a_x2`` (rule ``gemm_wide_tile``): the GEMM kernels with a
+    work-item computing RM rows x 32 columns, two adjacent 16-column B panels of the same packed layout
+    sharing each broadcast of A (16 FMAs per 10 loads where one panel takes 8 per 9). A pair's second
+    panel past the last one reads the last panel again (computed, never stored)."""
+    rm = GEMM_RM
+    decl = "\n".join(f"  float16 c{r}_{v} = (float16)(0.0f);" for r in range(rm) for v in range(2))
+    store = "\n".join(f"  store_row(C, R, c{r}_{v}.lo, c{r}_{v}.hi, i0 + {r}, j0 + {16 * v}, M, N, ldc, bias, bias_mode, "
+                      "alpha, beta, act, p0, p1);" for r in range(rm) for v in range(2))
+
+    def body(a: str) -> str:
+        return "\n".join(f"    {{ const float ar = {a.format(r=r)}; c{r}_0 += (float16)(ar) * b0; "
+                         f"c{r}_1 += (float16)(ar) * b1; }}" for r in range(rm))
+
+    rows = "\n".join(f"  __global const float* a{r} = A + (size_t)min(i0 + {r}, M - 1) * lda;" for r in range(rm))
+    walk = """  const int Mb = (M + RM - 1) / RM, NbP = (N + 15) / 16, Nb = (NbP + 1) / 2;
+""" + _TILE_WALK.replace("GEMM_JT", "GEMM_JT_X2") + """
+  const int i0 = ib * RM, j0 = jb * 32;
+  __global const float16* bp0 = (__global const float16*)(Bp + ((size_t)b * NbP + 2 * jb) * K * 16);
+  __global const float16* bp1 = (__global const float16*)(Bp + ((size_t)b * NbP + min(2 * jb + 1, NbP - 1)) * K * 16);"""
+    args = """__global const float* bias, __global const float* R, const int M, const int N,
+                             const int K, const int a_mod, const int c_bstride, const int bias_bstride,
+                             const int bias_mode, const float alpha, const float beta, const int act,
+                             const float p0, const float p1, const int ldc"""
+    return f"""
+#define GEMM_JT_X2 {GEMM_JT_X2}
+// gemm_packed with RM x 32 blocks (two B panels a work-item).
+__kernel void gemm_packed_x2(__global const float* Ap, __global const float* Bp, __global float* C,
+                             {args}) {{
+{walk}
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  C += (size_t)b * c_bstride;
+  R += (size_t)b * c_bstride;
+  bias += (b % a_mod) * bias_bstride;
+{decl}
+  for (int k = 0; k < K; ++k) {{
+    const float16 b0 = bp0[k], b1 = bp1[k];
+{body("ap[{r}]")}
+    ap += RM;
+  }}
+{store}
+}}
+
+// gemm_rowmajor_a with RM x 32 blocks.
+__kernel void gemm_rowmajor_a_x2(__global const float* A, __global const float* Bp, __global float* C,
+                                 {args}, const int a_bstride, const int lda) {{
+{walk}
+  A += (size_t)(b % a_mod) * a_bstride;
+  C += (size_t)b * c_bstride;
+  R += (size_t)b * c_bstride;
+  bias += (b % a_mod) * bias_bstride;
+{rows}
+{decl}
+  for (int k = 0; k < K; ++k) {{
+    const float16 b0 = bp0[k], b1 = bp1[k];
+{body("a{r}[k]")}
+  }}
+{store}
+}}
+"""
+
+
+def _conv_row_pairs_source(sw: int) -> str:
+    """``conv_rows2_s{sw}`` (rule ``conv_row_pairs``): the unpadded implicit-GEMM Conv for output rows
+    of at most 8 (a ResNet's 7x7 last stage), two output rows a 16-lane vector (lanes 0-7 row oh,
+    8-15 row oh + 1, each half one 8-lane load), where one row a vector would leave more than half
+    the lanes idle and im2col would cost a launch and a workspace. Lanes outside the input read zero
+    as in ``conv_unpadded``; a half whose row lies outside the input loads nothing."""
+    rm = GEMM_RM
+    decl = "\n".join(f"  float16 c{r} = (float16)(0.0f);" for r in range(rm))
+    body = "\n".join(f"        c{r} += (float16)(ap[{r}]) * bv;" for r in range(rm))
+    if sw == 1:
+        def half(at: str) -> str:
+            return f"*(__global const float8u*)({at})"
+    else:
+        def half(at: str) -> str:
+            return f"(*(__global const float16u*)({at})).even"
+    store = "\n".join(
+        f"  store_row(Crow, Rrow, c{r}.lo, c{r}.lo, i0 + {r}, 0, M, OW, P, bias, bias_mode, 1.0f, 1.0f, act, p0, p1);\n"
+        f"  if (two) store_row(Crow + OW, Rrow + OW, c{r}.hi, c{r}.hi, i0 + {r}, 0, M, OW, P, bias, bias_mode, 1.0f, "
+        f"1.0f, act, p0, p1);" for r in range(rm))
+    return f"""
+// As conv_unpadded_s{sw} for OW <= 8, two output rows a work-item (see _conv_row_pairs_source).
+__kernel void conv_rows2_s{sw}(__global const float* Ap, __global const float* X, __global float* C,
+                            __global const float* bias, __global const float* R, const int M,
+                            const int OH, const int OW, const int NPB, const int Cg, const int KH,
+                            const int KW, const int sh, const int dh, const int dw, const int H,
+                            const int W, const int ph, const int pw, const int a_mod, const int bias_mode,
+                            const int act, const float p0, const float p1, const int xlen) {{
+  const int K = Cg * KH * KW, P = OH * OW, HW = H * W;
+  const int Mb = (M + RM - 1) / RM, Nb = (OH + 1) / 2;
+{_TILE_WALK}
+  const int i0 = ib * RM, oh = jb * 2, two = oh + 1 < OH;
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  const int xb = b * Cg * HW;
+  __global float* Crow = C + (size_t)b * M * P + oh * OW;
+  __global const float* Rrow = R + (size_t)b * M * P + oh * OW;
+  bias += (b % a_mod) * M;
+  const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7) * {sw};
+  const int lim = xlen - {8 * sw};  // a half's load starting at off stays inside X iff 0 <= off <= lim
+{decl}
+  for (int kh = 0; kh < KH; ++kh) {{
+    const int y0 = oh * sh - ph + kh * dh, y1 = y0 + sh;
+    const int in0 = y0 >= 0 && y0 < H, in1 = two && y1 >= 0 && y1 < H;
+    if (!in0 && !in1) {{ ap += KW * Cg * RM; continue; }}
+    for (int kw = 0; kw < KW; ++kw) {{
+      const int x0 = kw * dw - pw;
+      const int8 xs = lane + x0;
+      const int8 mx = (xs >= 0) & (xs < W);
+      const int8 m0 = in0 ? mx : (int8)(0), m1 = in1 ? mx : (int8)(0);
+      int off0 = xb + y0 * W + x0, off1 = off0 + sh * W;
+      // A row outside the input loads the other row's values (masked to zero): one branch-free loop
+      // where every load of every channel stays inside X.
+      const int l0 = in0 ? off0 : off1, l1 = in1 ? off1 : off0;
+      if (min(l0, l1) >= 0 && max(l0, l1) + (Cg - 1) * HW <= lim) {{
+        const int16 m = (int16)(m0, m1);
+        __global const float* x0p = X + l0;
+        __global const float* x1p = X + l1;
+        for (int ci = 0; ci < Cg; ++ci, x0p += HW, x1p += HW) {{
+          const float16 bv = as_float16(as_int16((float16)({half("x0p")}, {half("x1p")})) & m);
+{body}
+          ap += RM;
+        }}
+        continue;
+      }}
+      for (int ci = 0; ci < Cg; ++ci, off0 += HW, off1 += HW) {{
+        float8 h0 = (float8)(0.0f), h1 = (float8)(0.0f);
+        if (in0) {{
+          if (off0 >= 0 && off0 <= lim) h0 = as_float8(as_int8({half("X + off0")}) & m0);
+          else for (int j = 0; j < 8; ++j) if (x0 + j * {sw} >= 0 && x0 + j * {sw} < W) ((float*)&h0)[j] = X[off0 + j * {sw}];
+        }}
+        if (in1) {{
+          if (off1 >= 0 && off1 <= lim) h1 = as_float8(as_int8({half("X + off1")}) & m1);
+          else for (int j = 0; j < 8; ++j) if (x0 + j * {sw} >= 0 && x0 + j * {sw} < W) ((float*)&h1)[j] = X[off1 + j * {sw}];
+        }}
+        const float16 bv = (float16)(h0, h1);
+{body}
+        ap += RM;
+      }}
+    }}
+  }}
+{store}
+}}
+"""
+
+
+def _conv_unpadded_source(sw: int, nv: int) -> str:
+    """``conv_unpadded_s{sw}`` (``nv`` 1) and ``conv_unpadded_s{sw}_x2`` (``nv`` 2): ``conv_implicit``
+    reading the unpadded input in place (rule ``conv_pad``: no ``pad_planes`` copy, no launch for it).
+    A work-item computes RM output channels x 16 * nv positions of one output row (``nv`` 2, rule
+    ``conv_wide_tile``: two 16-lane vectors share each weight broadcast, 16 FMAs per 10 loads where one
+    vector takes 8 per 9). Per kernel tap, a row outside the input is skipped; a tap whose lanes all lie
+    inside the input row loads whole vectors; at the edges each load keeps the lanes inside the row
+    with a mask (lanes outside read zero), and a load that would leave the buffer (first and last
+    rows of X only) gathers the lanes one by one."""
+    width = 16 * nv
+    kernel = f"conv_unpadded_s{sw}" + ("_x2" if nv == 2 else "")
+
+    def load(v: int, masked: bool) -> str:
+        at = f"X + off + {16 * sw * v}"
+        if sw == 1:
+            text = f"float16 bv{v} = *(__global const float16u*)({at});"
+        else:
+            text = (f"const float16 t{v}a = *(__global const float16u*)({at}), "
+                    f"t{v}b = *(__global const float16u*)({at} + 16); float16 bv{v} = (float16)(t{v}a.even, t{v}b.even);")
+        if masked:
+            text += f" bv{v} = as_float16(as_int16(bv{v}) & m{v});"
+        return text
+
+    decl = "\n".join(f"  float16 c{r}_{v} = (float16)(0.0f);" for r in range(GEMM_RM) for v in range(nv))
+    body = "\n".join(f"        {{ const float ar = ap[{r}]; " + " ".join(f"c{r}_{v} += (float16)(ar) * bv{v};"
+                                                                 for v in range(nv)) + " }" for r in range(GEMM_RM))
+    full = "\n".join("          " + load(v, False) for v in range(nv))
+    masked = "\n".join("            " + load(v, True) for v in range(nv))
+    masks = "\n".join(f"      const int16 xs{v} = lane + (x0 + {16 * sw * v}); const int16 m{v} = (xs{v} >= 0) & (xs{v} < W);"
+                      for v in range(nv))
+    gather = "\n".join(f"            float16 bv{v} = vload16({v}, vals);" for v in range(nv))
+    store = "\n".join(f"  store_row(Crow, Rrow, c{r}_{v}.lo, c{r}_{v}.hi, i0 + {r}, ow0 + {16 * v}, M, OW, P, bias, "
+                      "bias_mode, 1.0f, 1.0f, act, p0, p1);" for r in range(GEMM_RM) for v in range(nv))
+    return f"""
+// As conv_implicit_s{sw}, reading X (Cg channels of H x W per b) in place: zero padding by bounds checks.
+// xlen: the floats of X, so that no load leaves its buffer.
+__kernel void {kernel}(__global const float* Ap, __global const float* X, __global float* C,
+                               __global const float* bias, __global const float* R, const int M,
+                               const int OH, const int OW, const int NPB, const int Cg, const int KH,
+                               const int KW, const int sh, const int dh, const int dw, const int H,
+                               const int W, const int ph, const int pw, const int a_mod, const int bias_mode,
+                               const int act, const float p0, const float p1, const int xlen) {{
+  const int K = Cg * KH * KW, P = OH * OW, HW = H * W;
+  const int Mb = (M + RM - 1) / RM, Nb = OH * NPB;
+{_TILE_WALK}
+  const int i0 = ib * RM, oh = jb / NPB, ow0 = (jb % NPB) * {width};
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  const int xb = b * Cg * HW;
+  __global float* Crow = C + (size_t)b * M * P + oh * OW;
+  __global const float* Rrow = R + (size_t)b * M * P + oh * OW;
+  bias += (b % a_mod) * M;
+  const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) * {sw};
+  const int span = {width * sw};  // floats one tap's loads read from their start
+  const int lim = xlen - span;    // a load starting at off stays inside X iff 0 <= off <= lim
+{decl}
+  for (int kh = 0; kh < KH; ++kh) {{
+    const int y = oh * sh - ph + kh * dh;
+    if (y < 0 || y >= H) {{ ap += KW * Cg * RM; continue; }}
+    for (int kw = 0; kw < KW; ++kw) {{
+      const int x0 = ow0 * {sw} - pw + kw * dw;
+      int off = xb + y * W + x0;
+      if (x0 >= 0 && x0 + {(width - 1) * sw} < W && off + (Cg - 1) * HW <= lim) {{
+        for (int ci = 0; ci < Cg; ++ci, off += HW) {{
+{full}
+{body}
+          ap += RM;
+        }}
+        continue;
+      }}
+{masks}
+      for (int ci = 0; ci < Cg; ++ci, off += HW) {{
+        if (off >= 0 && off <= lim) {{
+{masked}
+{body}
+        }} else {{
+          float vals[{width}];
+          for (int j = 0; j < {width}; ++j) {{
+            const int x = x0 + j * {sw};
+            vals[j] = (x >= 0 && x < W) ? X[off + j * {sw}] : 0.0f;
+          }}
+{gather}
+{body}
+        }}
         ap += RM;
       }}
     }}

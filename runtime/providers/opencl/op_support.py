@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -72,6 +72,18 @@ class GraphLookup:
     dtypes: dict[str, np.dtype]
     constants: dict[str, np.ndarray]
     allow_dynamic: bool = False
+    #: value -> (static shape or None, dims as declared) of the graph's value info: parsed from the
+    #: proto once per lookup (capability asks for each value's shape several times per node).
+    _declared: dict[str, tuple[tuple[int, ...] | None, tuple | None]] = field(default_factory=dict, repr=False)
+
+    def _declared_shape(self, name: str) -> tuple[tuple[int, ...] | None, tuple | None]:
+        entry = self._declared.get(name)
+        if entry is None:
+            dims = self.graph.value_info(name).shape
+            static = tuple(int(d) for d in dims) if dims is not None and all(isinstance(d, int) for d in dims) \
+                else None
+            entry = self._declared[name] = (static, dims)
+        return entry
 
     def dims(self, name: str) -> tuple | None:
         """The static shape, or with ``allow_dynamic`` the dims with symbols (str) or None where not
@@ -79,17 +91,17 @@ class GraphLookup:
         static = self.shape(name)
         if static is not None or not self.allow_dynamic:
             return static
-        return self.graph.value_info(name).shape
+        return self._declared_shape(name)[1]
 
     def is_dynamic(self, name: str) -> bool:
         return bool(name) and self.shape(name) is None and self.dims(name) is not None
 
     def shape(self, name: str) -> tuple[int, ...] | None:
         # The graph first: an EP instance may see several graphs reusing value names.
-        vi = self.graph.value_info(name)
-        if vi.has_static_shape:
-            self.shapes[name] = tuple(int(d) for d in vi.shape)
-            return self.shapes[name]
+        static = self._declared_shape(name)[0]
+        if static is not None:
+            self.shapes[name] = static
+            return static
         const = self.const(name)
         if const is not None:
             return tuple(const.shape)

@@ -53,11 +53,15 @@ I32, F = np.int32, np.float32
 class PartitionPlanBuilder(GemmLowering, AttentionLowering):
     """Builds the plan of one filtered graph. ``lookup`` gives shapes, dtypes and constants."""
 
-    def __init__(self, graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset()) -> None:
+    def __init__(self, graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset(),
+                 shape_only: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.lookup = lookup
         #: Fusion rules (fusion_rules.FUSION_RULES) this plan leaves out.
         self.disabled = disabled
+        #: Outputs whose data no reader reads (``shape_only_outputs``; rule ``shape_only_outputs``):
+        #: allocated with their shape, written by no launch, so their producers fuse as intermediates.
+        self.shape_only = shape_only if self.rule("shape_only_outputs") else frozenset()
         #: id(LayerNormalization) -> the elementwise tree computed in its kernel (rule layernorm_prologue)
         self.layernorm_prologues: dict[int, list[Node]] = {}
         inputs = [v.name for v in graph.inputs]
@@ -133,7 +137,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 if i:
                     consumers.setdefault(i, []).append(n)
         self._consumers = consumers
-        outputs = set(self.plan.output_names)
+        outputs = set(self.plan.output_names) - self.shape_only
         epilogues: dict[int, Epilogue] = {}
         skip: set[int] = set()
         position = {id(n): k for k, n in enumerate(nodes)}
@@ -484,6 +488,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                                   f"elements) as {out!r} of shape {list(out_shape)} ({prod(out_shape)} elements); "
                                   "the sizes must match")
         src = self.data(src)
+        if out in self.shape_only:
+            return  # an output read for its shape only: no copy into it
         if out not in self.plan.output_names:
             self.plan.aliases[out] = src
         elif src in self.plan.temps and len(self._consumers.get(src, [])) == 1 and src not in self.plan.aliases:
@@ -668,6 +674,30 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             Buf(out), Buf(x), Buf(idx), I32(xs[axis]), I32(nidx), I32(prod(xs[axis + 1:]))])
 
 
-def build_plan(graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset()) -> PartitionPlan:
-    """The launches of one fused partition, without the fusion rules named in ``disabled``."""
-    return PartitionPlanBuilder(graph, lookup, disabled).build()
+def build_plan(graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset(),
+               shape_only: frozenset[str] = frozenset()) -> PartitionPlan:
+    """The launches of one fused partition, without the fusion rules named in ``disabled``; the
+    outputs in ``shape_only`` (``shape_only_outputs``) get no data."""
+    return PartitionPlanBuilder(graph, lookup, disabled, shape_only).build()
+
+
+#: Ops that read only the shape of their input (the executor hands them device tensors as they are).
+SHAPE_READERS = ("Shape", "Size")
+
+
+def shape_only_outputs(graph: Graph, part: Graph) -> frozenset[str]:
+    """Outputs of partition ``part`` (a filtered graph of ``graph``) that are not outputs of ``graph``
+    and whose every reader outside the partition reads only their shape (Shape, Size; not a node
+    whose subgraphs read them): the partition need not write their data. TorchScript exports read
+    the head-split Q and V of attention with a Shape (the scale, the merge's Reshape target) on the
+    host, which would otherwise keep each head split as a copy."""
+    members = {id(n) for n in part.nodes}
+    final = set(graph.output_names)
+    captured = {v for n in graph.nodes if id(n) not in members for v in n.implicit_inputs}
+    found = []
+    for name in part.output_names:
+        readers = [c for c in graph.consumers(name) if id(c) not in members]
+        if (name not in final and name not in captured and readers
+                and all(c.op_type in SHAPE_READERS and not c.domain for c in readers)):
+            found.append(name)
+    return frozenset(found)

@@ -1,0 +1,182 @@
+"""The OpenCL EP's Conv rules (runtime/providers/opencl/fusion_rules.py): ``conv_pad`` (the implicit-GEMM
+Conv reads its input in place with bounds checks instead of a ``pad_planes`` copy) and ``conv_wide_tile``
+(32 output positions a work-item), ``conv_row_pairs`` (rows of 7 or 8 outputs, two a vector, in place of
+im2col + GEMM). Each is compared with the rule off (the plain kernel) and with
+onnxruntime's CPU EP, on random inputs and on the edges: asymmetric and wide pads, strides, dilations,
+groups, batches, inputs smaller than one load, NaN and infinities next to the padding."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("pyopencl")
+
+import onnxhal  # noqa: E402
+from tests.opencl_support import require_opencl  # noqa: E402
+
+OPENCL_INDEX = require_opencl(module_level=True)
+RNG = np.random.default_rng(4747)
+
+
+@pytest.fixture
+def opencl(register):
+    register("onnxhal.runtime.providers.opencl", "opencl")
+
+
+def _conv_model(x_shape, w_shape, *, residual: bool = False, relu: bool = False, chain: int = 1,
+                **attrs) -> tuple[onnx.ModelProto, dict]:
+    """``chain`` Convs of one weight shape (Cout == Cin for chain > 1), optionally + residual, Relu."""
+    nodes, weights, x = [], {}, "x"
+    for i in range(chain):
+        w = (RNG.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+        weights[f"w{i}"], weights[f"b{i}"] = w, RNG.standard_normal(w_shape[0]).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], **attrs))
+        x = f"c{i}"
+    if residual:
+        nodes.append(helper.make_node("Add", [x, "z"], ["s"]))
+        x = "s"
+    if relu:
+        nodes.append(helper.make_node("Relu", [x], ["r"]))
+        x = "r"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))]
+    feeds = {"x": RNG.standard_normal(x_shape).astype(np.float32)}
+    if residual:
+        y_shape = onnx.shape_inference.infer_shapes(helper.make_model(helper.make_graph(
+            nodes[:chain], "g", inputs, [helper.make_tensor_value_info(f"c{chain - 1}", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(v, k) for k, v in weights.items()]))).graph.output[0]
+        dims = [d.dim_value for d in y_shape.type.tensor_type.shape.dim]
+        inputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, dims))
+        feeds["z"] = RNG.standard_normal(dims).astype(np.float32)
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model, feeds
+
+
+def _run(model: onnx.ModelProto, feeds: dict, disabled: str) -> tuple[np.ndarray, list[str]]:
+    sess = onnxhal.InferenceSession(model.SerializeToString(),
+                                    providers=[("OpenCLExecutionProvider", {"disable_fusions": disabled}),
+                                               "CPUExecutionProvider"])
+    assert set(sess.partition_summary) == {"OpenCLExecutionProvider"}, sess.partition_summary
+    (y,) = sess.run(None, feeds)
+    kernels = [s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+               if hasattr(s, "kernel_name")]
+    return y, kernels
+
+
+def _check(model, feeds, rule: str, rtol: float = 1e-4, atol: float = 1e-4):
+    """Outputs with every rule and with ``rule`` off, each against onnxruntime and against each other;
+    returns the kernels of both plans."""
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    on, k_on = _run(model, feeds, "")
+    off, k_off = _run(model, feeds, rule)
+    np.testing.assert_allclose(on, want, rtol=rtol, atol=atol, err_msg="rules on")
+    np.testing.assert_allclose(off, want, rtol=rtol, atol=atol, err_msg=f"{rule} off")
+    np.testing.assert_allclose(on, off, rtol=1e-5, atol=1e-5, err_msg="rule on against the plain kernel")
+    return k_on, k_off
+
+
+CASES = [  # x shape, w shape, attributes
+    ((1, 8, 12, 56), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # ResNet 3x3, 2 wide tiles a row
+    ((2, 5, 6, 28), (24, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                       # batch 2, one wide tile a row
+    ((1, 4, 7, 16), (9, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                        # one 16-wide panel (OW 16)
+    ((1, 3, 16, 64), (32, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),      # 7x7 stride-2 stem
+    ((1, 6, 16, 58), (40, 6, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # 3x3 stride 2
+    ((1, 6, 8, 64), (64, 6, 1, 1), dict(strides=[2, 2])),                          # 1x1 stride 2 downsample
+    ((1, 8, 6, 30), (12, 4, 3, 3), dict(pads=[0, 2, 1, 0], group=2, dilations=[2, 2])),  # groups, dilation; 6 items
+    ((1, 4, 5, 46), (16, 4, 3, 5), dict(pads=[5, 9, 4, 7])),                       # pads wider than the kernel
+    ((1, 1, 1, 14), (8, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                        # input smaller than a load
+    ((1, 2, 3, 30), (8, 2, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),        # stride 2, 15 outputs a row
+    ((1, 4, 1, 16), (8, 4, 1, 3), dict(pads=[0, 1, 0, 1])),                        # one input row
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", CASES)
+def test_conv_pad_reads_in_place_as_the_padded_copy(opencl, x_shape, w_shape, attrs):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "conv_pad")
+    assert "pad_planes" in k_off and "pad_planes" not in k_on
+    assert len(k_on) == len(k_off) - 1
+    assert all(k.startswith("conv_unpadded_s") for k in k_on), k_on
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", CASES)
+def test_conv_wide_tile_against_the_16_wide_kernel(opencl, x_shape, w_shape, attrs):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "conv_wide_tile")
+    assert not any(k.endswith("_x2") for k in k_off)
+    pads, dil, st = attrs.get("pads", [0] * 4), attrs.get("dilations", [1, 1]), attrs.get("strides", [1, 1])
+    y_h, y_w = ((x_shape[2 + d] + pads[d] + pads[d + 2] - ((w_shape[2 + d] - 1) * dil[d] + 1)) // st[d] + 1
+                for d in (0, 1))
+    groups = attrs.get("group", 1)
+    items = y_h * -(-y_w // 32) * -(-w_shape[0] // groups // 8) * x_shape[0] * groups
+    wide = 8 * y_w >= 7 * 32 * -(-y_w // 32) and items >= 32  # kernel_sources.WIDE_TILE_MIN_ITEMS
+    assert any(k.endswith("_x2") for k in k_on) == wide, (y_w, items, k_on)
+
+
+def test_conv_pad_keeps_nan_and_infinity_out_of_the_padding(opencl):
+    # Non-finite values on every edge of the input: a masked-out lane must read zero, not 0 * inf.
+    model, feeds = _conv_model((1, 4, 6, 32), (8, 4, 3, 3), pads=[1, 1, 1, 1])
+    x = feeds["x"]
+    x[0, :, :, 0] = np.inf
+    x[0, :, :, -1] = -np.inf
+    x[0, 1, 0, 5] = np.nan
+    x[0, 2, -1, 20] = np.nan
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for disabled in ("", "conv_pad"):
+        got, _ = _run(model, feeds, disabled)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_resnet_block_drops_every_pad_launch(opencl):
+    # Conv-Relu-Conv + residual + Relu (the optimizer's FusedConv takes the Add and Relu): two
+    # implicit convs, no pad copy, the residual and Relu in the second conv's epilogue.
+    model, feeds = _conv_model((1, 8, 16, 56), (8, 8, 3, 3), chain=2, residual=True, relu=True, pads=[1, 1, 1, 1])
+    k_on, k_off = _check(model, feeds, "conv_pad")
+    assert k_on == ["conv_unpadded_s1_x2"] * 2, k_on
+    assert k_off == ["pad_planes", "conv_implicit_s1"] * 2, k_off
+
+
+PAIR_CASES = [  # output rows of 7 or 8: two rows a vector (conv_row_pairs) against im2col + GEMM
+    ((1, 16, 7, 7), (24, 16, 3, 3), dict(pads=[1, 1, 1, 1])),                      # ResNet's last stage
+    ((2, 8, 14, 14), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # its stride-2 entry: im2col
+    ((1, 8, 14, 14), (16, 8, 1, 1), dict(strides=[2, 2])),                         # its 1x1 downsample
+    ((1, 4, 8, 8), (8, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                         # rows of 8
+    ((1, 4, 5, 7), (12, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                        # an odd row count: half a pair
+    ((1, 2, 1, 7), (8, 2, 1, 3), dict(pads=[0, 1, 0, 1])),                         # one row, input under a load
+    ((1, 4, 7, 7), (8, 4, 3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2])),       # dilation
+    ((1, 8, 9, 9), (8, 4, 3, 3), dict(group=2, pads=[0, 0, 0, 0])),                # groups, no padding
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", PAIR_CASES)
+def test_conv_row_pairs_against_im2col(opencl, x_shape, w_shape, attrs):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "conv_row_pairs")
+    sw = attrs.get("strides", [1, 1])[1]
+    if sw == 2 and w_shape[2] * w_shape[3] > 1:  # stride 2 with several taps stays on im2col (slower there)
+        assert k_on == k_off, k_on
+    else:
+        assert k_on == [f"conv_rows2_s{sw}"], k_on
+    assert k_off in (["im2col_packed", "gemm_packed"], ["im2col_packed", "gemm_packed_x2"]), k_off
+
+
+def test_conv_row_pairs_with_residual_relu_and_non_finite_edges(opencl):
+    model, feeds = _conv_model((1, 8, 7, 7), (8, 8, 3, 3), chain=2, residual=True, relu=True, pads=[1, 1, 1, 1])
+    x = feeds["x"]
+    x[0, :, :, 0] = np.inf
+    x[0, 3, 6, 6] = np.nan
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for disabled in ("", "conv_row_pairs"):
+        got, kernels = _run(model, feeds, disabled)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert kernels == ["im2col_packed", "gemm_packed"] * 2
+    assert _run(model, feeds, "")[1] == ["conv_rows2_s1"] * 2

@@ -1,0 +1,347 @@
+/* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
+ * walked row by row, tree by tree, for the few-row runs where numpy's per-call cost is the whole
+ * run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
+ * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
+ *
+ * Semantics are ml_trees.py's numpy kernel's, to the bit:
+ * - a node's test is `x[feature] CMP threshold`, true branch where it holds, or where the value is
+ *   NaN and the node's missing value tracks true, as onnxruntime's TREE_FIND_VALUE
+ *   (onnxruntime/core/providers/cpu/ml/tree_ensemble_common.h). Inputs and thresholds (float32 or
+ *   float64) are both widened to double, which is exact, so every comparison is the one numpy makes
+ *   in the promoted type;
+ * - SUM / AVERAGE: per output, the first tree's leaf weight, then each next tree's added in tree
+ *   order in the weights' type (numpy's add.reduce over the tree axis, onnxruntime's
+ *   TreeAggregatorSum::ProcessTreeNodePrediction in tree_ensemble_aggregator.h); AVERAGE divides
+ *   the sum by the tree count in that type; no tree: 0;
+ * - MIN / MAX: per output, over the trees whose leaf writes it, numpy's minimum / maximum in tree
+ *   order (`a < b || a is NaN ? a : b`: NaN propagates, a tie keeps the later); an output no tree
+ *   wrote is 0.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { LEAF = 6 };
+enum { HOW_SUM = 0, HOW_AVERAGE = 1, HOW_MIN = 2, HOW_MAX = 3 };
+
+typedef struct {
+  double threshold;
+  int64_t feature;
+  int32_t next[2]; /* false, true */
+  int8_t mode;
+  uint8_t missing;
+} TreeNode;
+
+typedef struct {
+  PyObject_HEAD
+  Py_ssize_t nodes, trees, outputs;
+  Py_ssize_t depth;
+  int64_t max_feature; /* the largest feature an interior node reads; -1 where none */
+  int weights_double;
+  TreeNode *node;
+  Py_ssize_t *root;
+  void *weights; /* [nodes, outputs] float or double */
+  uint8_t *has;  /* [nodes, outputs] */
+} Forest;
+
+/* A C-contiguous buffer of `count` items of `itemsize` bytes whose format is one of `formats`
+ * (NULL: any). */
+static int get_buffer(PyObject *obj, Py_buffer *view, const char *what, Py_ssize_t itemsize, const char *formats,
+                      Py_ssize_t count, int writable) {
+  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+  const char *fmt = view->format ? view->format : "B";
+  if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') fmt++;
+  if (view->itemsize != itemsize || (formats && (strlen(fmt) != 1 || !strchr(formats, fmt[0]))) ||
+      (count >= 0 && view->len != count * itemsize)) {
+    PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes (format one of '%s'), got %zd bytes of "
+                 "format '%s'", what, count, itemsize, formats ? formats : "any", view->len, fmt);
+    PyBuffer_Release(view);
+    return -1;
+  }
+  return 0;
+}
+
+static void forest_dealloc(Forest *self) {
+  PyMem_Free(self->node);
+  PyMem_Free(self->root);
+  PyMem_Free(self->weights);
+  PyMem_Free(self->has);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Forest(feature int64[n], threshold float64[n], mode int8[n], true_next int64[n],
+ *        false_next int64[n], missing bool[n], roots int64[t], weights float32|float64[n, k],
+ *        has bool[n, k], outputs k, depth) */
+static PyObject *forest_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  PyObject *o_feature, *o_threshold, *o_mode, *o_true, *o_false, *o_missing, *o_roots, *o_weights, *o_has;
+  Py_ssize_t outputs, depth;
+  static char *names[] = {"feature", "threshold", "mode", "true_next", "false_next", "missing", "roots",
+                          "weights", "has", "outputs", "depth", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOnn", names, &o_feature, &o_threshold, &o_mode, &o_true,
+                                   &o_false, &o_missing, &o_roots, &o_weights, &o_has, &outputs, &depth))
+    return NULL;
+  if (outputs < 1 || depth < 0) {
+    PyErr_SetString(PyExc_ValueError, "Forest: outputs must be >= 1 and depth >= 0");
+    return NULL;
+  }
+  Py_buffer b_feature, b_threshold, b_mode, b_true, b_false, b_missing, b_roots, b_weights, b_has;
+  Py_buffer *held[9];
+  int n_held = 0;
+  Forest *self = NULL;
+  if (get_buffer(o_feature, &b_feature, "feature", 8, "lq", -1, 0) < 0) goto fail;
+  held[n_held++] = &b_feature;
+  Py_ssize_t n = b_feature.len / 8;
+  if (n >= INT32_MAX) {
+    PyErr_SetString(PyExc_ValueError, "Forest: too many nodes");
+    goto fail;
+  }
+  if (get_buffer(o_threshold, &b_threshold, "threshold", 8, "d", n, 0) < 0) goto fail;
+  held[n_held++] = &b_threshold;
+  if (get_buffer(o_mode, &b_mode, "mode", 1, "bB", n, 0) < 0) goto fail;
+  held[n_held++] = &b_mode;
+  if (get_buffer(o_true, &b_true, "true_next", 8, "lq", n, 0) < 0) goto fail;
+  held[n_held++] = &b_true;
+  if (get_buffer(o_false, &b_false, "false_next", 8, "lq", n, 0) < 0) goto fail;
+  held[n_held++] = &b_false;
+  if (get_buffer(o_missing, &b_missing, "missing", 1, "?bB", n, 0) < 0) goto fail;
+  held[n_held++] = &b_missing;
+  if (get_buffer(o_roots, &b_roots, "roots", 8, "lq", -1, 0) < 0) goto fail;
+  held[n_held++] = &b_roots;
+  if (PyObject_GetBuffer(o_weights, &b_weights, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto fail;
+  held[n_held++] = &b_weights;
+  if (!((b_weights.itemsize == 4 && b_weights.format && strchr("f", b_weights.format[strlen(b_weights.format) - 1])) ||
+        (b_weights.itemsize == 8 && b_weights.format && strchr("d", b_weights.format[strlen(b_weights.format) - 1]))) ||
+      b_weights.len != n * outputs * b_weights.itemsize) {
+    PyErr_SetString(PyExc_ValueError, "Forest: weights must be float32 or float64 [nodes, outputs]");
+    goto fail;
+  }
+  if (get_buffer(o_has, &b_has, "has", 1, "?bB", n * outputs, 0) < 0) goto fail;
+  held[n_held++] = &b_has;
+
+  self = (Forest *)type->tp_alloc(type, 0);
+  if (!self) goto fail;
+  self->nodes = n;
+  self->trees = b_roots.len / 8;
+  self->outputs = outputs;
+  self->depth = depth;
+  self->weights_double = b_weights.itemsize == 8;
+  self->max_feature = -1;
+  self->node = PyMem_Calloc(n ? n : 1, sizeof(TreeNode));
+  self->root = PyMem_Calloc(self->trees ? self->trees : 1, sizeof(Py_ssize_t));
+  self->weights = PyMem_Malloc(b_weights.len ? b_weights.len : 1);
+  self->has = PyMem_Malloc(b_has.len ? b_has.len : 1);
+  if (!self->node || !self->root || !self->weights || !self->has) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  const int64_t *feature = b_feature.buf, *true_next = b_true.buf, *false_next = b_false.buf, *roots = b_roots.buf;
+  const double *threshold = b_threshold.buf;
+  const int8_t *mode = b_mode.buf;
+  const uint8_t *missing = b_missing.buf;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    TreeNode *nd = &self->node[i];
+    if (mode[i] < 0 || mode[i] > LEAF) {
+      PyErr_Format(PyExc_ValueError, "Forest: node %zd has mode %d (0-6 only)", i, (int)mode[i]);
+      goto fail;
+    }
+    if (true_next[i] < 0 || true_next[i] >= n || false_next[i] < 0 || false_next[i] >= n) {
+      PyErr_Format(PyExc_ValueError, "Forest: node %zd has a child outside the %zd nodes", i, n);
+      goto fail;
+    }
+    if (mode[i] != LEAF && feature[i] < 0) {
+      PyErr_Format(PyExc_ValueError, "Forest: node %zd reads feature %lld", i, (long long)feature[i]);
+      goto fail;
+    }
+    nd->mode = mode[i];
+    nd->threshold = threshold[i];
+    nd->feature = mode[i] == LEAF ? 0 : feature[i];
+    nd->next[0] = (int32_t)false_next[i];
+    nd->next[1] = (int32_t)true_next[i];
+    nd->missing = missing[i] != 0;
+    if (mode[i] != LEAF && feature[i] > self->max_feature) self->max_feature = feature[i];
+  }
+  for (Py_ssize_t t = 0; t < self->trees; t++) {
+    if (roots[t] < 0 || roots[t] >= n) {
+      PyErr_Format(PyExc_ValueError, "Forest: root %zd is outside the %zd nodes", t, n);
+      goto fail;
+    }
+    self->root[t] = (Py_ssize_t)roots[t];
+  }
+  memcpy(self->weights, b_weights.buf, b_weights.len);
+  memcpy(self->has, b_has.buf, b_has.len);
+  for (int i = 0; i < n_held; i++) PyBuffer_Release(held[i]);
+  return (PyObject *)self;
+fail:
+  for (int i = 0; i < n_held; i++) PyBuffer_Release(held[i]);
+  Py_XDECREF(self);
+  return NULL;
+}
+
+/* The leaf one row reaches from `node`: at most `depth` steps (the longest root-to-leaf walk, so a
+ * leaf is reached; the bound also ends any walk numpy's kernel would end). */
+static inline Py_ssize_t walk(const Forest *f, Py_ssize_t node, const char *row, int x_double) {
+  for (Py_ssize_t step = 0; step < f->depth; step++) {
+    const TreeNode *nd = &f->node[node];
+    if (nd->mode == LEAF) break;
+    double v = x_double ? ((const double *)row)[nd->feature] : (double)((const float *)row)[nd->feature];
+    double th = nd->threshold;
+    int go;
+    switch (nd->mode) {
+      case 0: go = v <= th; break;
+      case 1: go = v < th; break;
+      case 2: go = v >= th; break;
+      case 3: go = v > th; break;
+      case 4: go = v == th; break;
+      default: go = v != th; break;
+    }
+    if (nd->missing && isnan(v)) go = 1;
+    node = nd->next[go];
+  }
+  return node;
+}
+
+#define AGGREGATE(T)                                                                                 \
+  {                                                                                                  \
+    const T *weights = f->weights;                                                                   \
+    T *scores = (T *)out;                                                                            \
+    for (Py_ssize_t r = 0; r < rows; r++) {                                                          \
+      const char *row = x + r * row_bytes;                                                           \
+      T *s = scores + r * k;                                                                         \
+      uint8_t *w_out = written ? written + r * k : NULL;                                            \
+      for (Py_ssize_t j = 0; j < k; j++) s[j] = how <= HOW_AVERAGE ? (T)0 : (how == HOW_MIN ? (T)INFINITY : (T)-INFINITY); \
+      if (w_out) memset(w_out, 0, (size_t)k);                                                        \
+      for (Py_ssize_t t = 0; t < f->trees; t++) {                                                    \
+        Py_ssize_t leaf = walk(f, f->root[t], row, x_double);                                        \
+        const T *w = weights + leaf * k;                                                             \
+        const uint8_t *h = f->has + leaf * k;                                                        \
+        if (w_out)                                                                                   \
+          for (Py_ssize_t j = 0; j < k; j++) w_out[j] |= h[j];                                       \
+        if (how <= HOW_AVERAGE) {                                                                    \
+          if (t == 0)                                                                                \
+            for (Py_ssize_t j = 0; j < k; j++) s[j] = w[j];                                          \
+          else                                                                                       \
+            for (Py_ssize_t j = 0; j < k; j++) s[j] = (T)(s[j] + w[j]);                              \
+        } else if (how == HOW_MIN) {                                                                 \
+          for (Py_ssize_t j = 0; j < k; j++) {                                                       \
+            T v = h[j] ? w[j] : (T)INFINITY;                                                         \
+            s[j] = (s[j] < v || isnan(s[j])) ? s[j] : v;                                             \
+          }                                                                                          \
+        } else {                                                                                     \
+          for (Py_ssize_t j = 0; j < k; j++) {                                                       \
+            T v = h[j] ? w[j] : (T)-INFINITY;                                                        \
+            s[j] = (s[j] > v || isnan(s[j])) ? s[j] : v;                                             \
+          }                                                                                          \
+        }                                                                                            \
+      }                                                                                              \
+      if (how == HOW_AVERAGE) {                                                                      \
+        T n_trees = (T)f->trees;                                                                     \
+        for (Py_ssize_t j = 0; j < k; j++) s[j] = (T)(s[j] / n_trees);                               \
+      } else if (how >= HOW_MIN) {                                                                   \
+        for (Py_ssize_t j = 0; j < k; j++)                                                           \
+          if (!w_out[j]) s[j] = (T)0; /* an output no tree wrote is 0 */                             \
+      }                                                                                              \
+    }                                                                                                \
+  }
+
+/* Forest.evaluate(x, how, scores, written): x float32|float64 [rows, width] C-contiguous; how 0-3
+ * (SUM, AVERAGE, MIN, MAX); scores [rows, outputs] of the weights' type, written into; written
+ * bool [rows, outputs] (which outputs some tree's leaf writes), or None for SUM and AVERAGE. */
+static PyObject *forest_evaluate(Forest *f, PyObject *args) {
+  PyObject *o_x, *o_out, *o_written;
+  int how;
+  if (!PyArg_ParseTuple(args, "OiOO", &o_x, &how, &o_out, &o_written)) return NULL;
+  if (how < HOW_SUM || how > HOW_MAX) {
+    PyErr_Format(PyExc_ValueError, "evaluate: how must be 0-3 (SUM, AVERAGE, MIN, MAX), got %d", how);
+    return NULL;
+  }
+  Py_buffer bx, bo, bw;
+  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0) return NULL;
+  const char *fmt = bx.format ? bx.format : "B";
+  if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') fmt++;
+  int x_double = strcmp(fmt, "d") == 0;
+  if (bx.ndim != 2 || !(x_double || strcmp(fmt, "f") == 0)) {
+    PyBuffer_Release(&bx);
+    PyErr_SetString(PyExc_ValueError, "evaluate: x must be a 2-D float32 or float64 C-contiguous array");
+    return NULL;
+  }
+  Py_ssize_t rows = bx.shape[0], width = bx.shape[1], k = f->outputs;
+  if (width <= f->max_feature) {
+    PyBuffer_Release(&bx);
+    PyErr_Format(PyExc_IndexError, "evaluate: x has %zd columns, the trees read column %lld", width,
+                 (long long)f->max_feature);
+    return NULL;
+  }
+  if (get_buffer(o_out, &bo, "scores", f->weights_double ? 8 : 4, f->weights_double ? "d" : "f", rows * k, 1) < 0) {
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  uint8_t *written = NULL;
+  if (o_written == Py_None && how >= HOW_MIN) {
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bo);
+    PyErr_SetString(PyExc_ValueError, "evaluate: MIN and MAX need the written array (an output no tree wrote is 0)");
+    return NULL;
+  }
+  if (o_written != Py_None) {
+    if (get_buffer(o_written, &bw, "written", 1, "?bB", rows * k, 1) < 0) {
+      PyBuffer_Release(&bx);
+      PyBuffer_Release(&bo);
+      return NULL;
+    }
+    written = bw.buf;
+  }
+  const char *x = bx.buf;
+  Py_ssize_t row_bytes = width * (x_double ? 8 : 4);
+  void *out = bo.buf;
+  /* large runs let other threads go on meanwhile (the buffers are held, the forest is immutable) */
+  int release = rows * f->trees * (f->depth + 1) > 4096;
+  PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
+  if (f->weights_double)
+    AGGREGATE(double)
+  else
+    AGGREGATE(float)
+  if (release) PyEval_RestoreThread(ts);
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&bo);
+  if (written) PyBuffer_Release(&bw);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef forest_methods[] = {
+    {"evaluate", (PyCFunction)forest_evaluate, METH_VARARGS,
+     "evaluate(x, how, scores, written): the trees' aggregated leaf weights per row into scores "
+     "(how 0-3: SUM, AVERAGE, MIN, MAX), and which outputs a leaf wrote into written (or None)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject ForestType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxhal.runtime.providers.cpu.kernels._native.Forest",
+    .tp_basicsize = sizeof(Forest),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A tree ensemble's nodes, roots and leaf weights, copied once, walked per row by evaluate().",
+    .tp_new = forest_new,
+    .tp_dealloc = (destructor)forest_dealloc,
+    .tp_methods = forest_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_native",
+    .m_doc = "The CPU EP's optional C kernels (tree ensembles).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+  if (PyType_Ready(&ForestType) < 0) return NULL;
+  PyObject *m = PyModule_Create(&module);
+  if (!m) return NULL;
+  Py_INCREF(&ForestType);
+  if (PyModule_AddObject(m, "Forest", (PyObject *)&ForestType) < 0) {
+    Py_DECREF(&ForestType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

@@ -894,7 +894,8 @@ class TreeEnsemble(Kernel):
         if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
             raise InvalidArgument(f"TreeEnsemble: X must be a float tensor, got {getattr(x, 'dtype', type(x))}.")
         dtype = x.dtype
-        rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+        # the columns named, not -1: numpy cannot infer them for no row
+        rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
         # comparisons in the splits' type (the model's T: float32 splits for float16 inputs)
         scores, _ = self.forest.aggregate(rows.astype(self.forest.threshold.dtype, copy=False), self.how)
         if self.transform != "NONE":

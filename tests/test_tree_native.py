@@ -322,13 +322,14 @@ def test_native_forest_refuses_malformed_arrays():
     good = dict(feature=np.zeros(1, np.int64), threshold=np.zeros(1), mode=np.full(1, 6, np.int8),
                 true_next=np.zeros(1, np.int64), false_next=np.zeros(1, np.int64), missing=np.zeros(1, bool),
                 roots=np.zeros(1, np.int64), weights=np.ones((1, 1), np.float32), has=np.ones((1, 1), bool),
-                outputs=1, depth=0)
+                outputs=1, tree_depth=np.zeros(1, np.int64))
     forest = ml_trees._native.Forest(**good)
     out = np.empty((2, 1), np.float32)
     forest.evaluate(np.zeros((2, 1), np.float32), 0, out, None)
     assert out.tolist() == [[1.0], [1.0]]
     for bad in ({"true_next": one}, {"mode": np.full(1, 7, np.int8)}, {"roots": one},
-                {"weights": np.ones((1, 1), np.float16)}, {"threshold": np.zeros(1, np.float32)}):
+                {"weights": np.ones((1, 1), np.float16)}, {"threshold": np.zeros(1, np.float32)},
+                {"tree_depth": np.full(1, 2, np.int64)}):
         with pytest.raises(ValueError):
             ml_trees._native.Forest(**{**good, **bad})
     with pytest.raises(ValueError):

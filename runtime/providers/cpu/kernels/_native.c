@@ -37,11 +37,12 @@ typedef struct {
 typedef struct {
   PyObject_HEAD
   Py_ssize_t nodes, trees, outputs;
-  Py_ssize_t depth;
   int64_t max_feature; /* the largest feature an interior node reads; -1 where none */
   int weights_double;
+  int uniform_mode; /* the one mode (0-5) of every interior node, else 6 */
   TreeNode *node;
   Py_ssize_t *root;
+  Py_ssize_t *tree_depth; /* per tree its longest root-to-leaf walk */
   void *weights; /* [nodes, outputs] float or double */
   uint8_t *has;  /* [nodes, outputs] */
 } Forest;
@@ -67,6 +68,7 @@ static int get_buffer(PyObject *obj, Py_buffer *view, const char *what, Py_ssize
 static void forest_dealloc(Forest *self) {
   PyMem_Free(self->node);
   PyMem_Free(self->root);
+  PyMem_Free(self->tree_depth);
   PyMem_Free(self->weights);
   PyMem_Free(self->has);
   Py_TYPE(self)->tp_free((PyObject *)self);
@@ -74,21 +76,21 @@ static void forest_dealloc(Forest *self) {
 
 /* Forest(feature int64[n], threshold float64[n], mode int8[n], true_next int64[n],
  *        false_next int64[n], missing bool[n], roots int64[t], weights float32|float64[n, k],
- *        has bool[n, k], outputs k, depth) */
+ *        has bool[n, k], outputs k, tree_depth int64[t]: per tree its longest root-to-leaf walk) */
 static PyObject *forest_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-  PyObject *o_feature, *o_threshold, *o_mode, *o_true, *o_false, *o_missing, *o_roots, *o_weights, *o_has;
-  Py_ssize_t outputs, depth;
+  PyObject *o_feature, *o_threshold, *o_mode, *o_true, *o_false, *o_missing, *o_roots, *o_weights, *o_has, *o_depth;
+  Py_ssize_t outputs;
   static char *names[] = {"feature", "threshold", "mode", "true_next", "false_next", "missing", "roots",
-                          "weights", "has", "outputs", "depth", NULL};
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOnn", names, &o_feature, &o_threshold, &o_mode, &o_true,
-                                   &o_false, &o_missing, &o_roots, &o_weights, &o_has, &outputs, &depth))
+                          "weights", "has", "outputs", "tree_depth", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOnO", names, &o_feature, &o_threshold, &o_mode, &o_true,
+                                   &o_false, &o_missing, &o_roots, &o_weights, &o_has, &outputs, &o_depth))
     return NULL;
-  if (outputs < 1 || depth < 0) {
-    PyErr_SetString(PyExc_ValueError, "Forest: outputs must be >= 1 and depth >= 0");
+  if (outputs < 1) {
+    PyErr_SetString(PyExc_ValueError, "Forest: outputs must be >= 1");
     return NULL;
   }
-  Py_buffer b_feature, b_threshold, b_mode, b_true, b_false, b_missing, b_roots, b_weights, b_has;
-  Py_buffer *held[9];
+  Py_buffer b_feature, b_threshold, b_mode, b_true, b_false, b_missing, b_roots, b_weights, b_has, b_depth;
+  Py_buffer *held[10];
   int n_held = 0;
   Forest *self = NULL;
   if (get_buffer(o_feature, &b_feature, "feature", 8, "lq", -1, 0) < 0) goto fail;
@@ -120,20 +122,23 @@ static PyObject *forest_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
   }
   if (get_buffer(o_has, &b_has, "has", 1, "?bB", n * outputs, 0) < 0) goto fail;
   held[n_held++] = &b_has;
+  if (get_buffer(o_depth, &b_depth, "tree_depth", 8, "lq", b_roots.len / 8, 0) < 0) goto fail;
+  held[n_held++] = &b_depth;
 
   self = (Forest *)type->tp_alloc(type, 0);
   if (!self) goto fail;
   self->nodes = n;
   self->trees = b_roots.len / 8;
   self->outputs = outputs;
-  self->depth = depth;
   self->weights_double = b_weights.itemsize == 8;
   self->max_feature = -1;
+  self->uniform_mode = -1;
   self->node = PyMem_Calloc(n ? n : 1, sizeof(TreeNode));
   self->root = PyMem_Calloc(self->trees ? self->trees : 1, sizeof(Py_ssize_t));
+  self->tree_depth = PyMem_Calloc(self->trees ? self->trees : 1, sizeof(Py_ssize_t));
   self->weights = PyMem_Malloc(b_weights.len ? b_weights.len : 1);
   self->has = PyMem_Malloc(b_has.len ? b_has.len : 1);
-  if (!self->node || !self->root || !self->weights || !self->has) {
+  if (!self->node || !self->root || !self->tree_depth || !self->weights || !self->has) {
     PyErr_NoMemory();
     goto fail;
   }
@@ -162,13 +167,23 @@ static PyObject *forest_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     nd->next[1] = (int32_t)true_next[i];
     nd->missing = missing[i] != 0;
     if (mode[i] != LEAF && feature[i] > self->max_feature) self->max_feature = feature[i];
+    if (mode[i] != LEAF) self->uniform_mode = self->uniform_mode == -1 || self->uniform_mode == mode[i] ? mode[i] : LEAF;
   }
+  if (self->uniform_mode < 0) self->uniform_mode = LEAF; /* no interior node: no step is taken */
   for (Py_ssize_t t = 0; t < self->trees; t++) {
     if (roots[t] < 0 || roots[t] >= n) {
       PyErr_Format(PyExc_ValueError, "Forest: root %zd is outside the %zd nodes", t, n);
       goto fail;
     }
     self->root[t] = (Py_ssize_t)roots[t];
+    /* at most one step per node: a walk longer than that would be a cycle, which no step count
+       makes safe to take as given */
+    int64_t d = ((const int64_t *)b_depth.buf)[t];
+    if (d < 0 || d > n) {
+      PyErr_Format(PyExc_ValueError, "Forest: tree %zd has depth %lld (0 to %zd)", t, (long long)d, n);
+      goto fail;
+    }
+    self->tree_depth[t] = (Py_ssize_t)d;
   }
   memcpy(self->weights, b_weights.buf, b_weights.len);
   memcpy(self->has, b_has.buf, b_has.len);
@@ -180,69 +195,121 @@ fail:
   return NULL;
 }
 
-/* The leaf one row reaches from `node`: at most `depth` steps (the longest root-to-leaf walk, so a
- * leaf is reached; the bound also ends any walk numpy's kernel would end). */
-static inline Py_ssize_t walk(const Forest *f, Py_ssize_t node, const char *row, int x_double) {
-  for (Py_ssize_t step = 0; step < f->depth; step++) {
-    const TreeNode *nd = &f->node[node];
-    if (nd->mode == LEAF) break;
-    double v = x_double ? ((const double *)row)[nd->feature] : (double)((const float *)row)[nd->feature];
-    double th = nd->threshold;
-    int go;
-    switch (nd->mode) {
-      case 0: go = v <= th; break;
-      case 1: go = v < th; break;
-      case 2: go = v >= th; break;
-      case 3: go = v > th; break;
-      case 4: go = v == th; break;
-      default: go = v != th; break;
-    }
-    if (nd->missing && isnan(v)) go = 1;
-    node = nd->next[go];
+/* The leaves `count` rows (at most BLOCK, `row_bytes` apart) reach from `root` in `steps` steps
+ * (the tree's longest root-to-leaf walk): a leaf's children are itself, so a row that reached its
+ * leaf stays there and the rows walk in lockstep, without a branch on where each one is (their
+ * independent loads overlap). A node's test as onnxruntime's TREE_FIND_VALUE. */
+enum { BLOCK = 8 };
+
+typedef void (*WalkFn)(const Forest *f, Py_ssize_t root, Py_ssize_t steps, const char *rows, Py_ssize_t row_bytes,
+                       Py_ssize_t count, Py_ssize_t *leaf);
+
+static inline int compare_mode(double v, double th, int8_t mode) {
+  switch (mode) {
+    case 0: return v <= th;
+    case 1: return v < th;
+    case 2: return v >= th;
+    case 3: return v > th;
+    case 4: return v == th;
+    case 5: return v != th;
+    default: return 0; /* a leaf: both children are itself */
   }
-  return node;
 }
 
+#define CMP_LEQ(v, th, nd) ((v) <= (th))
+#define CMP_LT(v, th, nd) ((v) < (th))
+#define CMP_GTE(v, th, nd) ((v) >= (th))
+#define CMP_GT(v, th, nd) ((v) > (th))
+#define CMP_EQ(v, th, nd) ((v) == (th))
+#define CMP_NEQ(v, th, nd) ((v) != (th))
+#define CMP_ANY(v, th, nd) compare_mode((v), (th), (nd)->mode)
+
+/* One walker per input type and comparison: where every interior node has one mode, the leaves
+ * may take that comparison too (their two children are the same). */
+#define WALKER(NAME, XT, CMP)                                                                        \
+  static void NAME(const Forest *f, Py_ssize_t root, Py_ssize_t steps, const char *rows,            \
+                   Py_ssize_t row_bytes, Py_ssize_t count, Py_ssize_t *leaf) {                       \
+    for (Py_ssize_t b = 0; b < count; b++) leaf[b] = root;                                           \
+    for (Py_ssize_t step = 0; step < steps; step++) {                                                \
+      for (Py_ssize_t b = 0; b < count; b++) {                                                       \
+        const TreeNode *nd = &f->node[leaf[b]];                                                      \
+        double v = (double)((const XT *)(rows + b * row_bytes))[nd->feature];                        \
+        int go = CMP(v, nd->threshold, nd);                                                          \
+        go |= nd->missing & (v != v); /* NaN, where the missing value tracks true */                 \
+        leaf[b] = nd->next[go];                                                                      \
+      }                                                                                              \
+    }                                                                                                \
+  }
+
+WALKER(walk_f_leq, float, CMP_LEQ)
+WALKER(walk_f_lt, float, CMP_LT)
+WALKER(walk_f_gte, float, CMP_GTE)
+WALKER(walk_f_gt, float, CMP_GT)
+WALKER(walk_f_eq, float, CMP_EQ)
+WALKER(walk_f_neq, float, CMP_NEQ)
+WALKER(walk_f_any, float, CMP_ANY)
+WALKER(walk_d_leq, double, CMP_LEQ)
+WALKER(walk_d_lt, double, CMP_LT)
+WALKER(walk_d_gte, double, CMP_GTE)
+WALKER(walk_d_gt, double, CMP_GT)
+WALKER(walk_d_eq, double, CMP_EQ)
+WALKER(walk_d_neq, double, CMP_NEQ)
+WALKER(walk_d_any, double, CMP_ANY)
+
+/* [x is double][the forest's one mode 0-5, or 6: mixed] */
+static const WalkFn WALKERS[2][7] = {
+    {walk_f_leq, walk_f_lt, walk_f_gte, walk_f_gt, walk_f_eq, walk_f_neq, walk_f_any},
+    {walk_d_leq, walk_d_lt, walk_d_gte, walk_d_gt, walk_d_eq, walk_d_neq, walk_d_any},
+};
+
+/* Trees outside, rows inside (a tree's nodes stay in cache over the rows); per row and output the
+ * trees still come in tree order, so the sums are those of one row's loop over the trees. */
 #define AGGREGATE(T)                                                                                 \
   {                                                                                                  \
     const T *weights = f->weights;                                                                   \
     T *scores = (T *)out;                                                                            \
-    for (Py_ssize_t r = 0; r < rows; r++) {                                                          \
-      const char *row = x + r * row_bytes;                                                           \
-      T *s = scores + r * k;                                                                         \
-      uint8_t *w_out = written ? written + r * k : NULL;                                            \
-      for (Py_ssize_t j = 0; j < k; j++) s[j] = how <= HOW_AVERAGE ? (T)0 : (how == HOW_MIN ? (T)INFINITY : (T)-INFINITY); \
-      if (w_out) memset(w_out, 0, (size_t)k);                                                        \
-      for (Py_ssize_t t = 0; t < f->trees; t++) {                                                    \
-        Py_ssize_t leaf = walk(f, f->root[t], row, x_double);                                        \
-        const T *w = weights + leaf * k;                                                             \
-        const uint8_t *h = f->has + leaf * k;                                                        \
-        if (w_out)                                                                                   \
-          for (Py_ssize_t j = 0; j < k; j++) w_out[j] |= h[j];                                       \
-        if (how <= HOW_AVERAGE) {                                                                    \
-          if (t == 0)                                                                                \
-            for (Py_ssize_t j = 0; j < k; j++) s[j] = w[j];                                          \
-          else                                                                                       \
-            for (Py_ssize_t j = 0; j < k; j++) s[j] = (T)(s[j] + w[j]);                              \
-        } else if (how == HOW_MIN) {                                                                 \
-          for (Py_ssize_t j = 0; j < k; j++) {                                                       \
-            T v = h[j] ? w[j] : (T)INFINITY;                                                         \
-            s[j] = (s[j] < v || isnan(s[j])) ? s[j] : v;                                             \
+    T fill = how <= HOW_AVERAGE ? (T)0 : (how == HOW_MIN ? (T)INFINITY : (T)-INFINITY);              \
+    for (Py_ssize_t i = 0; i < rows * k; i++) scores[i] = fill;                                      \
+    if (written) memset(written, 0, (size_t)(rows * k));                                             \
+    Py_ssize_t leaf[BLOCK];                                                                          \
+    WalkFn walker = WALKERS[x_double][f->uniform_mode];                                              \
+    for (Py_ssize_t t = 0; t < f->trees; t++) {                                                      \
+      for (Py_ssize_t r0 = 0; r0 < rows; r0 += BLOCK) {                                              \
+        Py_ssize_t count = rows - r0 < BLOCK ? rows - r0 : BLOCK;                                    \
+        walker(f, f->root[t], f->tree_depth[t], x + r0 * row_bytes, row_bytes, count, leaf);        \
+        for (Py_ssize_t b = 0; b < count; b++) {                                                     \
+          const T *w = weights + leaf[b] * k;                                                        \
+          const uint8_t *h = f->has + leaf[b] * k;                                                   \
+          T *s = scores + (r0 + b) * k;                                                              \
+          if (written) {                                                                             \
+            uint8_t *w_out = written + (r0 + b) * k;                                                 \
+            for (Py_ssize_t j = 0; j < k; j++) w_out[j] |= h[j];                                     \
           }                                                                                          \
-        } else {                                                                                     \
-          for (Py_ssize_t j = 0; j < k; j++) {                                                       \
-            T v = h[j] ? w[j] : (T)-INFINITY;                                                        \
-            s[j] = (s[j] > v || isnan(s[j])) ? s[j] : v;                                             \
+          if (how <= HOW_AVERAGE) {                                                                  \
+            if (t == 0)                                                                              \
+              for (Py_ssize_t j = 0; j < k; j++) s[j] = w[j];                                        \
+            else                                                                                     \
+              for (Py_ssize_t j = 0; j < k; j++) s[j] = (T)(s[j] + w[j]);                            \
+          } else if (how == HOW_MIN) {                                                               \
+            for (Py_ssize_t j = 0; j < k; j++) {                                                     \
+              T v = h[j] ? w[j] : (T)INFINITY;                                                       \
+              s[j] = (s[j] < v || isnan(s[j])) ? s[j] : v;                                           \
+            }                                                                                        \
+          } else {                                                                                   \
+            for (Py_ssize_t j = 0; j < k; j++) {                                                     \
+              T v = h[j] ? w[j] : (T)-INFINITY;                                                      \
+              s[j] = (s[j] > v || isnan(s[j])) ? s[j] : v;                                           \
+            }                                                                                        \
           }                                                                                          \
         }                                                                                            \
       }                                                                                              \
-      if (how == HOW_AVERAGE) {                                                                      \
-        T n_trees = (T)f->trees;                                                                     \
-        for (Py_ssize_t j = 0; j < k; j++) s[j] = (T)(s[j] / n_trees);                               \
-      } else if (how >= HOW_MIN) {                                                                   \
-        for (Py_ssize_t j = 0; j < k; j++)                                                           \
-          if (!w_out[j]) s[j] = (T)0; /* an output no tree wrote is 0 */                             \
-      }                                                                                              \
+    }                                                                                                \
+    if (how == HOW_AVERAGE) {                                                                        \
+      T n_trees = (T)f->trees;                                                                       \
+      for (Py_ssize_t i = 0; i < rows * k; i++) scores[i] = (T)(scores[i] / n_trees);                \
+    } else if (how >= HOW_MIN) {                                                                     \
+      for (Py_ssize_t i = 0; i < rows * k; i++)                                                      \
+        if (!written[i]) scores[i] = (T)0; /* an output no tree wrote is 0 */                        \
     }                                                                                                \
   }
 
@@ -297,7 +364,7 @@ static PyObject *forest_evaluate(Forest *f, PyObject *args) {
   Py_ssize_t row_bytes = width * (x_double ? 8 : 4);
   void *out = bo.buf;
   /* large runs let other threads go on meanwhile (the buffers are held, the forest is immutable) */
-  int release = rows * f->trees * (f->depth + 1) > 4096;
+  int release = rows * f->trees > 4096;
   PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
   if (f->weights_double)
     AGGREGATE(double)

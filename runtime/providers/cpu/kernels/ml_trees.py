@@ -194,7 +194,7 @@ class _Forest:
         #: every output is written by some tree for every row (known when the leaves say so)
         self.all_written = self._bits is not None and self._bits.written is not None and bool(self._bits.written.all())
         #: the C route (``TREE_PATHS["native"]``), or None
-        self.native = _NativeTrees.build(self, true_next, false_next, weights)
+        self.native = _NativeTrees.build(self, true_next, false_next, weights, shape)
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree: per level one gather of
@@ -315,22 +315,23 @@ class _NativeTrees:
     """A forest in the C kernel (``_native.Forest``: nodes, roots and leaf weights copied once),
     walked per row, per tree, to the same scores as the numpy routes (``_native.c`` says how)."""
 
-    def __init__(self, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray, weights: np.ndarray) -> None:
+    def __init__(self, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray, weights: np.ndarray,
+                 tree_depth: np.ndarray) -> None:
         inner = forest.mode != LEAF
         self.trees = _native.Forest(
             forest.feature, forest.threshold.astype(np.float64),  # widened: exact, and the same comparisons
             forest.mode.astype(np.int8), np.asarray(true_next, np.int64), np.asarray(false_next, np.int64),
             np.asarray(forest.missing_true, bool), np.asarray(forest.roots, np.int64),
-            np.ascontiguousarray(weights), np.ascontiguousarray(forest.has), weights.shape[1], forest.depth)
+            np.ascontiguousarray(weights), np.ascontiguousarray(forest.has), weights.shape[1], tree_depth)
         #: the largest column an interior node reads (-1: none)
         self.max_feature = int(forest.feature[inner].max()) if inner.any() else -1
         self.dtype, self.outputs = weights.dtype, weights.shape[1]
         self.chunk_rows = max(1, _NATIVE_VISITS // max(1, forest.roots.size * max(1, forest.depth)))
-        self._true_next, self._false_next = true_next, false_next
+        self._true_next, self._false_next, self._tree_depth = true_next, false_next, tree_depth
 
     @classmethod
     def build(cls, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray,
-              weights: np.ndarray) -> _NativeTrees | None:
+              weights: np.ndarray, shape: tuple | None) -> _NativeTrees | None:
         """The C route of ``forest`` with leaf ``weights`` [nodes, outputs]; None where
         ``TREE_PATHS["native"]``'s build condition does not hold."""
         n = forest.mode.size
@@ -338,11 +339,20 @@ class _NativeTrees:
                 weights.dtype not in _NATIVE_X or weights.ndim != 2 or weights.shape[1] < 1 or \
                 forest.missing_true.size != n or forest.threshold.size != n or n >= 1 << 31:
             return None
-        return cls(forest, true_next, false_next, weights)
+        # per tree its longest walk (the C walk takes that many steps, a leaf's children being
+        # itself): the levels where the tree has an interior node, from ``_tree_shape``; trees
+        # that share nodes take the forest's depth
+        tree_depth = np.full(forest.roots.size, forest.depth, np.int64)
+        if shape is not None:
+            owner, _, _, levels = shape
+            tree_depth[:] = 0
+            for i, level in enumerate(levels):
+                tree_depth[owner[level[forest.mode[level] != LEAF]]] = i + 1
+        return cls(forest, true_next, false_next, weights, tree_depth)
 
     def with_weights(self, forest: _Forest, weights: np.ndarray) -> _NativeTrees:
         """The same trees with other leaf weights [nodes, outputs]."""
-        return _NativeTrees(forest, self._true_next, self._false_next, weights)
+        return _NativeTrees(forest, self._true_next, self._false_next, weights, self._tree_depth)
 
     def takes(self, x: np.ndarray) -> bool:
         """Whether a run's rows [N, C] go by this route."""

@@ -19,6 +19,11 @@ import onnxhal
 from onnxhal.hal.graph import Node
 from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
 from onnxhal.runtime.providers.cpu.kernels import ml_trees
+
+try:  # the extension itself (built where the install had a C compiler)
+    from onnxhal.runtime.providers.cpu.kernels import _native
+except ImportError:
+    _native = None
 from tests.test_real_models import check_outputs, load
 
 ML = "ai.onnx.ml"
@@ -26,7 +31,7 @@ MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRA
 TRANSFORMS = ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"]
 ROWS = [0, 1, 5, 300]
 
-pytestmark = pytest.mark.skipif(ml_trees._native is None, reason="the optional C extension _native was not built "
+pytestmark = pytest.mark.skipif(_native is None, reason="the optional C extension _native was not built "
                                 "(an install without a C compiler): only the numpy routes exist")
 
 
@@ -323,7 +328,7 @@ def test_native_forest_refuses_malformed_arrays():
                 true_next=np.zeros(1, np.int64), false_next=np.zeros(1, np.int64), missing=np.zeros(1, bool),
                 roots=np.zeros(1, np.int64), weights=np.ones((1, 1), np.float32), has=np.ones((1, 1), bool),
                 outputs=1, tree_depth=np.zeros(1, np.int64))
-    forest = ml_trees._native.Forest(**good)
+    forest = _native.Forest(**good)
     out = np.empty((2, 1), np.float32)
     forest.evaluate(np.zeros((2, 1), np.float32), 0, out, None)
     assert out.tolist() == [[1.0], [1.0]]
@@ -331,7 +336,7 @@ def test_native_forest_refuses_malformed_arrays():
                 {"weights": np.ones((1, 1), np.float16)}, {"threshold": np.zeros(1, np.float32)},
                 {"tree_depth": np.full(1, 2, np.int64)}):
         with pytest.raises(ValueError):
-            ml_trees._native.Forest(**{**good, **bad})
+            _native.Forest(**{**good, **bad})
     with pytest.raises(ValueError):
         forest.evaluate(np.zeros((2, 1), np.float32), 2, out, None)  # MIN needs the written array
 

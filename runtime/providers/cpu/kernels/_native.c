@@ -1,6 +1,6 @@
 /* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
- * walked row by row, tree by tree, for the few-row runs where numpy's per-call cost is the whole
- * run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
+ * walked tree by tree over the rows, and libsvm's pairwise coupling row by row, for the few-row
+ * runs where numpy's per-call cost is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *
  * Semantics are ml_trees.py's numpy kernel's, to the bit:
@@ -377,6 +377,117 @@ static PyObject *forest_evaluate(Forest *f, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* coupling(v, pair_i, pair_j, k, out): libsvm's multiclass_probability (svm.cpp; onnxruntime's
+ * ml_common.h has it in float) row by row in double: v float32 [rows, pairs] the clipped pairwise
+ * probabilities r[i, j] of the pairs (i, j) (r[j, i] = 1 - r[i, j]); out float32 [rows, k]. Q and
+ * the loop as libsvm writes them (Qp and pQp updated within an iteration; a NaN error is passed
+ * over by the max, so a row of NaN keeps p = 1/k). */
+static PyObject *coupling(PyObject *module, PyObject *args) {
+  PyObject *o_v, *o_i, *o_j, *o_out;
+  Py_ssize_t k;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOnO", &o_v, &o_i, &o_j, &k, &o_out)) return NULL;
+  if (k < 2 || k > 4096) {
+    PyErr_Format(PyExc_ValueError, "coupling: k must be 2 to 4096, got %zd", k);
+    return NULL;
+  }
+  Py_ssize_t pairs = k * (k - 1) / 2;
+  Py_buffer bv, bi, bj, bo;
+  int held = 0;
+  PyObject *result = NULL;
+  double *work = NULL;
+  if (get_buffer(o_i, &bi, "pair_i", 8, "lq", pairs, 0) < 0) goto done;
+  held = 1;
+  if (get_buffer(o_j, &bj, "pair_j", 8, "lq", pairs, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_v, &bv, "v", 4, "f", -1, 0) < 0) goto done;
+  held = 3;
+  if (bv.len % (pairs * 4)) {
+    PyErr_SetString(PyExc_ValueError, "coupling: v must be [rows, k (k - 1) / 2] float32");
+    goto done;
+  }
+  Py_ssize_t rows = bv.len / (pairs * 4);
+  if (get_buffer(o_out, &bo, "out", 4, "f", rows * k, 1) < 0) goto done;
+  held = 4;
+  const int64_t *pi = bi.buf, *pj = bj.buf;
+  for (Py_ssize_t c = 0; c < pairs; c++)
+    if (pi[c] < 0 || pi[c] >= k || pj[c] < 0 || pj[c] >= k || pi[c] == pj[c]) {
+      PyErr_Format(PyExc_ValueError, "coupling: pair %zd is (%lld, %lld), outside %zd classes", c, (long long)pi[c],
+                   (long long)pj[c], k);
+      goto done;
+    }
+  work = PyMem_Malloc(sizeof(double) * (size_t)(2 * k * k + 2 * k));
+  if (!work) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  double *r = work, *Q = work + k * k, *Qp = Q + k * k, *p = Qp + k;
+  const float *v = bv.buf;
+  float *out = bo.buf;
+  double eps = 0.005 / (double)k;
+  PyThreadState *ts = rows * k * k > 65536 ? PyEval_SaveThread() : NULL;
+  for (Py_ssize_t n = 0; n < rows; n++) {
+    memset(r, 0, sizeof(double) * (size_t)(k * k));
+    for (Py_ssize_t c = 0; c < pairs; c++) {
+      double a = (double)v[n * pairs + c];
+      r[pi[c] * k + pj[c]] = a;
+      r[pj[c] * k + pi[c]] = 1 - a;
+    }
+    for (Py_ssize_t t = 0; t < k; t++) {
+      p[t] = 1.0 / (double)k;
+      Q[t * k + t] = 0;
+      for (Py_ssize_t j = 0; j < t; j++) {
+        Q[t * k + t] += r[j * k + t] * r[j * k + t];
+        Q[t * k + j] = Q[j * k + t];
+      }
+      for (Py_ssize_t j = t + 1; j < k; j++) {
+        Q[t * k + t] += r[j * k + t] * r[j * k + t];
+        Q[t * k + j] = -r[j * k + t] * r[t * k + j];
+      }
+    }
+    for (int iter = 0; iter < 100; iter++) {
+      double pQp = 0;
+      for (Py_ssize_t t = 0; t < k; t++) {
+        Qp[t] = 0;
+        for (Py_ssize_t j = 0; j < k; j++) Qp[t] += Q[t * k + j] * p[j];
+        pQp += p[t] * Qp[t];
+      }
+      double max_error = 0;
+      for (Py_ssize_t t = 0; t < k; t++) {
+        double error = fabs(Qp[t] - pQp);
+        if (error > max_error) max_error = error;
+      }
+      if (max_error < eps) break;
+      for (Py_ssize_t t = 0; t < k; t++) {
+        double diff = (-Qp[t] + pQp) / Q[t * k + t];
+        p[t] += diff;
+        pQp = (pQp + diff * (diff * Q[t * k + t] + 2 * Qp[t])) / (1 + diff) / (1 + diff);
+        for (Py_ssize_t j = 0; j < k; j++) {
+          Qp[j] = (Qp[j] + diff * Q[t * k + j]) / (1 + diff);
+          p[j] /= (1 + diff);
+        }
+      }
+    }
+    for (Py_ssize_t t = 0; t < k; t++) out[n * k + t] = (float)p[t];
+  }
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(work);
+  if (held >= 4) PyBuffer_Release(&bo);
+  if (held >= 3) PyBuffer_Release(&bv);
+  if (held >= 2) PyBuffer_Release(&bj);
+  if (held >= 1) PyBuffer_Release(&bi);
+  return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"coupling", coupling, METH_VARARGS,
+     "coupling(v, pair_i, pair_j, k, out): libsvm's pairwise coupling of each row's pairwise probabilities "
+     "v (float32 [rows, pairs]) into class probabilities out (float32 [rows, k])."},
+    {NULL, NULL, 0, NULL}};
+
 static PyMethodDef forest_methods[] = {
     {"evaluate", (PyCFunction)forest_evaluate, METH_VARARGS,
      "evaluate(x, how, scores, written): the trees' aggregated leaf weights per row into scores "
@@ -396,8 +507,9 @@ static PyTypeObject ForestType = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_native",
-    .m_doc = "The CPU EP's optional C kernels (tree ensembles).",
+    .m_doc = "The CPU EP's optional C kernels (tree ensembles, libsvm's pairwise coupling).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__native(void) {

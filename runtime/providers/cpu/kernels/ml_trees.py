@@ -13,9 +13,9 @@ forest it takes is walked there row by row, to the same bits (tests/test_tree_na
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
@@ -31,13 +31,9 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     score_transform,
     transform_scores,
 )
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import NATIVE_SWITCH, native_module
 from onnxhal.runtime.providers.cpu.kernels.numerics import SOFTMAX_BOUND, softmax_bounded
 from onnxhal.runtime.providers.cpu.kernels.registry import register
-
-try:  # optional (pyproject.toml's ext-modules): an install without a C compiler has no _native
-    from onnxhal.runtime.providers.cpu.kernels import _native
-except ImportError:
-    _native = None
 
 _MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5,
           "LEAF": 6}
@@ -149,13 +145,7 @@ TREE_PATHS: dict[str, TreePath] = {p.name: p for p in (
                        "feature an interior node reads (else the numpy routes)"),
 )}
 
-#: the environment variable that, set to 0, keeps every forest on its numpy routes (tests compare them)
-NATIVE_SWITCH = "ONNXHAL_NATIVE_KERNELS"
-
-
-def native_available() -> bool:
-    """Whether forests built now take the native route where it applies (extension built, switch on)."""
-    return _native is not None and os.environ.get(NATIVE_SWITCH, "1") != "0"
+__all__ = ["NATIVE_SWITCH", "TREE_PATHS", "TreePath"]
 
 
 class _Forest:
@@ -316,9 +306,9 @@ class _NativeTrees:
     walked per row, per tree, to the same scores as the numpy routes (``_native.c`` says how)."""
 
     def __init__(self, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray, weights: np.ndarray,
-                 tree_depth: np.ndarray) -> None:
+                 tree_depth: np.ndarray, native: ModuleType) -> None:
         inner = forest.mode != LEAF
-        self.trees = _native.Forest(
+        self.trees = native.Forest(
             forest.feature, forest.threshold.astype(np.float64),  # widened: exact, and the same comparisons
             forest.mode.astype(np.int8), np.asarray(true_next, np.int64), np.asarray(false_next, np.int64),
             np.asarray(forest.missing_true, bool), np.asarray(forest.roots, np.int64),
@@ -328,6 +318,7 @@ class _NativeTrees:
         self.dtype, self.outputs = weights.dtype, weights.shape[1]
         self.chunk_rows = max(1, _NATIVE_VISITS // max(1, forest.roots.size * max(1, forest.depth)))
         self._true_next, self._false_next, self._tree_depth = true_next, false_next, tree_depth
+        self._native = native
 
     @classmethod
     def build(cls, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray,
@@ -335,7 +326,8 @@ class _NativeTrees:
         """The C route of ``forest`` with leaf ``weights`` [nodes, outputs]; None where
         ``TREE_PATHS["native"]``'s build condition does not hold."""
         n = forest.mode.size
-        if not native_available() or forest.members or (forest.mode > LEAF).any() or \
+        native = native_module()
+        if native is None or forest.members or (forest.mode > LEAF).any() or \
                 weights.dtype not in _NATIVE_X or weights.ndim != 2 or weights.shape[1] < 1 or \
                 forest.missing_true.size != n or forest.threshold.size != n or n >= 1 << 31:
             return None
@@ -348,11 +340,11 @@ class _NativeTrees:
             tree_depth[:] = 0
             for i, level in enumerate(levels):
                 tree_depth[owner[level[forest.mode[level] != LEAF]]] = i + 1
-        return cls(forest, true_next, false_next, weights, tree_depth)
+        return cls(forest, true_next, false_next, weights, tree_depth, native)
 
     def with_weights(self, forest: _Forest, weights: np.ndarray) -> _NativeTrees:
         """The same trees with other leaf weights [nodes, outputs]."""
-        return _NativeTrees(forest, self._true_next, self._false_next, weights, self._tree_depth)
+        return _NativeTrees(forest, self._true_next, self._false_next, weights, self._tree_depth, self._native)
 
     def takes(self, x: np.ndarray) -> bool:
         """Whether a run's rows [N, C] go by this route."""

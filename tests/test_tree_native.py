@@ -321,6 +321,23 @@ def test_the_native_route_declines_what_it_does_not_take(monkeypatch):
     assert create_cpu_kernel(Node.from_proto(legacy.graph.node[0]), None, {ML: 3}).forest.native is None
 
 
+def test_native_route_in_row_chunks(monkeypatch):
+    """Past one call's rows the C route goes a chunk at a time (a terminate check between two):
+    chunks of one row give what one call gives, for SUM (by ``sums``) and MAX (by ``aggregate``)."""
+    rng = np.random.default_rng(13)
+    trees = _forest(rng, 7, 4, 5, MODES)
+    x = _input(rng, 50, 4, np.float32)
+    for how in ("SUM", "MAX"):
+        model = _model("TreeEnsembleRegressor", TensorProto.FLOAT,
+                       [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], 3, n_targets=2,
+                       aggregate_function=how, **_legacy_attrs(rng, trees, 2, "target", how == "SUM"))
+        native, plain = _kernels(model, monkeypatch)
+        whole = native.compute([x])
+        native.forest.native.chunk_rows = 1
+        _bit_equal(native.compute([x]), whole, f"{how} a row a chunk")
+        _bit_equal(whole, plain.compute([x]), f"{how} numpy")
+
+
 def test_native_forest_refuses_malformed_arrays():
     """The C type checks what it is given (a child outside the nodes, a bad mode, a bad dtype)."""
     one = np.ones(1, np.int64)

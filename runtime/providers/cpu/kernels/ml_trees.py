@@ -252,10 +252,8 @@ class _Forest:
         chunk); None where ``aggregate`` must decide."""
         if leaf_bits is None:
             native = self.native
-        if native is not None and self.written_const is not None:
-            scores = native.sums(x, how)
-            if scores is not None:
-                return scores
+        if native is not None and self.written_const is not None and native.takes(x):
+            return native.sums(x, how)  # None past one call's rows: ``aggregate`` takes them in chunks
         bits = self._bits if leaf_bits is None else leaf_bits
         if bits is None or self.written_const is None or x.shape[0] * bits.columns > _BITS_CELLS or \
                 x.shape[1] <= bits.max_feature:
@@ -351,9 +349,8 @@ class _NativeTrees:
         return x.dtype in _NATIVE_X and x.ndim == 2 and x.shape[1] > self.max_feature
 
     def sums(self, x: np.ndarray, how: str) -> np.ndarray | None:
-        """SUM or AVERAGE of rows that fit one call; None where they do not, or the route does
-        not take them."""
-        if x.shape[0] > self.chunk_rows or not self.takes(x):
+        """SUM or AVERAGE of rows this route ``takes``, where they fit one call; else None."""
+        if x.shape[0] > self.chunk_rows:
             return None
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)

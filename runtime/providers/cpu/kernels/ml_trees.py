@@ -8,7 +8,7 @@ binary rules; and the opset-5 TreeEnsemble on the same walk.
 
 Routes (``TREE_PATHS``): the numpy kernel is the canonical one (the walk a level at a time, or the
 leaf bits); where the optional C extension ``_native`` was built (pyproject.toml's ext-modules), a
-forest it takes is walked there row by row, to the same bits (tests/test_tree_native.py)."""
+forest it takes is walked there, tree by tree over blocks of rows, to the same bits (tests/test_tree_native.py)."""
 
 from __future__ import annotations
 
@@ -301,7 +301,7 @@ _NATIVE_HOW = {"SUM": 0, "AVERAGE": 1, "MIN": 2, "MAX": 3}
 
 class _NativeTrees:
     """A forest in the C kernel (``_native.Forest``: nodes, roots and leaf weights copied once),
-    walked per row, per tree, to the same scores as the numpy routes (``_native.c`` says how)."""
+    walked tree by tree over blocks of 8 rows, to the same scores as the numpy routes (``_native.c`` says how)."""
 
     def __init__(self, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray, weights: np.ndarray,
                  tree_depth: np.ndarray, native: ModuleType) -> None:

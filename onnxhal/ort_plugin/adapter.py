@@ -37,7 +37,7 @@ from onnxhal.hal.graph import Graph
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.ort_plugin import dispatch as d
-from onnxhal.ort_plugin import kept_handles
+from onnxhal.ort_plugin import graph_capture, kept_handles
 from onnxhal.ort_plugin.claim_checks import graph_refusal
 from onnxhal.ort_plugin.compute import ComputeAdapter, DeviceMemory, GraphKernelCreateContext, KernelComputeInfo
 from onnxhal.ort_plugin.custom_ops import domains_for, write_domains
@@ -352,6 +352,11 @@ class EpAdapter:
             # An EP that cannot say leaves the member NULL, as onnxruntime asks of such an EP: no
             # resource budget from the device then.
             self.struct.GetAvailableResource = None
+        self.captures_graphs = graph_capture.captures(ep)
+        if not self.captures_graphs:  # onnxruntime's "does not capture" (graph_capture.py)
+            for member in graph_capture.TRAMPOLINES:
+                setattr(self.struct, member, None)
+        self.capture_run = False  # the current run is being captured: its computes get destinations
         self.missing = MissingHooks(ep, self.version)
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}
@@ -425,8 +430,9 @@ class EpAdapter:
         for i, info, context in zip(to_compile, compiled, contexts):
             infos[i], context_nodes[i] = info, context
         out = ctypes.cast(args[3], POINTER(c_void_p))
-        for i, (info, node) in enumerate(zip(infos, fused_nodes)):
+        for i, (info, node, graph) in enumerate(zip(infos, fused_nodes, hal_graphs)):
             adapter = ComputeAdapter(self, info, node)
+            adapter.output_shapes = [tuple(v.shape) if v.has_static_shape else None for v in graph.outputs]
             self.compute_infos[adapter.address] = adapter
             out[i] = adapter.address
         if self.make_context_nodes and args[4]:

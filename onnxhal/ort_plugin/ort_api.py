@@ -57,6 +57,7 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "HardwareDevice_DeviceId": (c_uint32, (P,)),
     "HardwareDevice_Metadata": (P, (P,)),
     "GetSessionOptionsConfigEntries": (_S, (P, PP)),
+    "GetRunConfigEntry": (c_char_p, (P, c_char_p)),
     "Graph_GetName": (_S, (P, POINTER(c_char_p))),
     "Graph_GetNumOperatorSets": (_S, (P, POINTER(c_size_t))),
     "Graph_GetOperatorSets": (_S, (P, POINTER(c_char_p), POINTER(c_int64), c_size_t)),

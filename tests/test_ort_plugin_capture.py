@@ -1,0 +1,157 @@
+"""Graph capture and replay of a simulated device inside real onnxruntime (onnxruntime 1.26 on:
+``OrtEp::IsGraphCaptureEnabled`` / ``IsGraphCaptured`` / ``ReplayGraph``), and which custom-op domains
+a session selected by policy gets. Each check runs in its own process
+(``python -m tests.test_ort_plugin_capture NAME`` prints a JSON line last)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+import onnxruntime as ort  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+API = int(ort.__version__.split(".")[1])
+SHAPE = [2, 4]
+W = (np.arange(16, dtype=np.float32).reshape(4, 4) - 7.5) / 8
+
+
+def run_check(name: str, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "tests.test_ort_plugin_capture", name, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"check {name} exited with {done.returncode}:\n{done.stderr[-4000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _model() -> bytes:
+    # y = relu(x) @ w + x, every node on the simulated device, static shapes
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("MatMul", ["r", "w"], ["m"], name="mm"),
+         helper.make_node("Add", ["m", "x"], ["y"], name="add")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], [numpy_helper.from_array(W, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10).SerializeToString()
+
+
+def _inputs(k: int) -> np.ndarray:
+    return np.random.default_rng(k).standard_normal(SHAPE).astype(np.float32)
+
+
+# -- the checks, in a child process -------------------------------------------------------------------
+def capture(profile: str) -> dict:
+    """Capture on the first IOBinding run (run option gpu_graph_id = 1), then replays with new values
+    written into the same bound input buffer; the same runs on a session without capture and on
+    onnxruntime's CPU EP."""
+    import onnxhal.ort_plugin as plugin
+    from onnxhal.ort_plugin import dispatch, library  # noqa: F401 - library registers the handlers
+
+    calls: collections.Counter = collections.Counter()
+    for call in (dispatch.C_COMPUTE, dispatch.G_REPLAY_GRAPH, dispatch.E_ON_RUN_START):
+        def spy(target, args, _h=dispatch.HANDLERS[call], _c=call):
+            calls[dispatch._CALL_NAMES[_c]] += 1
+            return _h(target, args)
+
+        dispatch.HANDLERS[call] = spy
+    plugin.configure(profiles=[profile])
+    ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+    dev = next(d for d in ort.get_ep_devices() if d.ep_vendor == "onnxhal")
+    info = dev.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+    model = _model()
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+    def session(options: dict) -> ort.InferenceSession:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.add_provider_for_devices([dev], options)
+        return ort.InferenceSession(model, so)
+
+    captured, plain = session({"enable_graph_capture": "1"}), session({})
+    x_dev = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=info)
+    y_dev = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=info)
+    binding = captured.io_binding()
+    binding.bind_ortvalue_input("x", x_dev)
+    binding.bind_ortvalue_output("y", y_dev)
+    run_options = ort.RunOptions()
+    run_options.add_run_config_entry("gpu_graph_id", "1")
+    runs = []
+    for k in range(4):
+        x = _inputs(k)
+        ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(x)], [x_dev], None)  # same buffer, new values
+        calls.clear()
+        captured.run_with_iobinding(binding, run_options)
+        y_host = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32)
+        ort.copy_tensors([y_dev], [y_host], None)
+        y = y_host.numpy()
+        runs.append({"calls": dict(calls),
+                     "vs_plain": float(np.abs(y - plain.run(None, {"x": x})[0]).max()),
+                     "vs_cpu": float(np.abs(y - cpu.run(None, {"x": x})[0]).max()),
+                     "vs_capture_run": float(np.abs(y - runs[0]["y"]).max()) if runs else 0.0,
+                     "y": y})
+    # a run opting out of capture (gpu_graph_id = -1) runs normally
+    opt_out = ort.RunOptions()
+    opt_out.add_run_config_entry("gpu_graph_id", "-1")
+    x = _inputs(9)
+    ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(x)], [x_dev], None)
+    calls.clear()
+    captured.run_with_iobinding(binding, opt_out)
+    y_host = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32)
+    ort.copy_tensors([y_dev], [y_host], None)
+    opted_out = {"calls": dict(calls), "vs_cpu": float(np.abs(y_host.numpy() - cpu.run(None, {"x": x})[0]).max())}
+    for r in runs:
+        del r["y"]
+    return {"api": API, "runs": runs, "opted_out": opted_out}
+
+
+def bad_option() -> dict:
+    import onnxhal.ort_plugin as plugin
+
+    plugin.configure(profiles=["generic-gpu"])
+    ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+    dev = next(d for d in ort.get_ep_devices() if d.ep_vendor == "onnxhal")
+    so = ort.SessionOptions()
+    so.add_provider_for_devices([dev], {"enable_graph_capture": "yes"})
+    try:
+        ort.InferenceSession(_model(), so)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's error types vary by version
+        return {"error": str(e)}
+    return {"error": None}
+
+
+# -- the tests ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("profile, tolerance", [("generic-gpu", 1e-5), ("generic-npu", 3e-2)])
+def test_replayed_runs_follow_the_bound_inputs_and_equal_normal_runs(profile, tolerance):
+    r = run_check("capture", profile)
+    runs = r["runs"]
+    for run in runs:
+        assert run["vs_plain"] == 0.0, run  # the same kernels as the session without capture
+        assert run["vs_cpu"] <= tolerance, run  # onnxruntime's CPU EP is the judge
+    assert r["opted_out"]["vs_cpu"] <= tolerance
+    if API < 26:  # no graph-capture members before onnxruntime 1.26: every run is a normal run
+        assert all(run["calls"].get("OrtEp::ReplayGraph", 0) == 0 for run in runs), runs
+        return
+    # the first run captures (a normal run, onnxruntime's OnRunStart and Compute); the next ones are
+    # ReplayGraph alone, and each follows the values written into the bound input buffer
+    assert runs[0]["calls"] == {"OrtEp::OnRunStart": 1, "OrtNodeComputeInfo::Compute": 1}, runs[0]
+    for run in runs[1:]:
+        assert run["calls"] == {"OrtEp::ReplayGraph": 1}, run
+        assert run["vs_capture_run"] > 0.1, run  # new inputs, new outputs: not the capture run's values
+    assert r["opted_out"]["calls"] == {"OrtEp::OnRunStart": 1, "OrtNodeComputeInfo::Compute": 1}
+
+
+def test_graph_capture_option_takes_one_or_zero():
+    r = run_check("bad_option")
+    assert "enable_graph_capture='yes'; use '1' or '0'" in (r["error"] or "")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    result = globals()[sys.argv[1]](*sys.argv[2:])
+    print(json.dumps(result))

@@ -125,6 +125,60 @@ def bad_option() -> dict:
     return {"error": None}
 
 
+def _custom_model(custom: bool) -> bytes:
+    # Triple, Relu, ScaleShift(alpha, beta) of tests/plugins/custom_op_ep.py, or the same in standard ops
+    if custom:
+        nodes = [helper.make_node("Triple", ["x"], ["t"], name="triple", domain="com.example"),
+                 helper.make_node("Relu", ["t"], ["r"], name="relu"),
+                 helper.make_node("ScaleShift", ["r"], ["y"], name="scale_shift", domain="com.example", alpha=0.5,
+                                  beta=1.25)]
+        inits = []
+    else:
+        nodes = [helper.make_node("Mul", ["x", "three"], ["t"]), helper.make_node("Relu", ["t"], ["r"]),
+                 helper.make_node("Mul", ["r", "alpha"], ["s"]), helper.make_node("Add", ["s", "beta"], ["y"])]
+        inits = [numpy_helper.from_array(np.float32(v), n) for n, v in (("three", 3), ("alpha", 0.5), ("beta", 1.25))]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], inits)
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid("com.example", 1)] if custom else [])
+    return helper.make_model(g, opset_imports=opsets, ir_version=10).SerializeToString()
+
+
+def custom_ops_by_policy() -> dict:
+    """A model using a factory's custom ops in a session whose EPs a selection policy picks: without
+    and with the bridge registered as the session's custom-op library."""
+    import onnxhal.ort_plugin as plugin
+
+    path = plugin.library_path()
+    out: dict = {}
+
+    def policy_session(with_library: bool) -> ort.InferenceSession:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        if with_library:
+            so.register_custom_ops_library(path)
+        so.set_provider_selection_policy(ort.OrtExecutionProviderDevicePolicy.PREFER_CPU)
+        return ort.InferenceSession(_custom_model(True), so)
+
+    try:  # the EP library not registered yet: RegisterCustomOps has no factory to ask
+        policy_session(True)
+        out["unregistered"] = None
+    except Exception as e:  # noqa: BLE001 - onnxruntime's error types vary by version
+        out["unregistered"] = str(e)
+    plugin.configure(library=str(ROOT / "tests" / "plugins" / "custom_op_ep.py"))
+    ort.register_execution_provider_library("custom", path)
+    x = _inputs(3)
+    reference = ort.InferenceSession(_custom_model(False), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for with_library in (False, True):
+        try:
+            sess = policy_session(with_library)
+            y = sess.run(None, {"x": x})[0]
+            out[str(with_library)] = {"error": None, "providers": sess.get_providers(),
+                                      "max_abs_err": float(np.abs(y - reference).max())}
+        except Exception as e:  # noqa: BLE001
+            out[str(with_library)] = {"error": str(e)}
+    return out
+
+
 # -- the tests ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("profile, tolerance", [("generic-gpu", 1e-5), ("generic-npu", 3e-2)])
 def test_replayed_runs_follow_the_bound_inputs_and_equal_normal_runs(profile, tolerance):
@@ -151,7 +205,23 @@ def test_graph_capture_option_takes_one_or_zero():
     assert "enable_graph_capture='yes'; use '1' or '0'" in (r["error"] or "")
 
 
+def test_custom_ops_reach_a_policy_session_through_register_custom_ops_library():
+    r = run_check("custom_ops_by_policy")
+    # onnxruntime's Python InferenceSession does not ask the factories for their domains when a policy
+    # picks the EPs: the model fails to load
+    assert "com.example:Triple(-1) is not a registered function/op" in r["False"]["error"]
+    # with the bridge as the session's custom-op library, its RegisterCustomOps adds them
+    with_library = r["True"]
+    assert with_library["error"] is None, with_library
+    assert with_library["providers"][0] == "CustomOpsExecutionProvider"
+    assert with_library["max_abs_err"] <= 1e-6
+    # before the EP library is registered there is no factory: onnxhal's typed error, with the remedy
+    assert ("RegisterCustomOps: InvalidArgument: onnxhal's EP library is not registered" in r["unregistered"]
+            and "register_execution_provider_library" in r["unregistered"])
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     result = globals()[sys.argv[1]](*sys.argv[2:])
     print(json.dumps(result))
+

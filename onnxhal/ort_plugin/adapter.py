@@ -236,18 +236,20 @@ class FactoryAdapter:
             self.api.ep_call("DeviceEpIncompatibilityDetails_SetDetails", args[1], reasons, code,
                              notes.encode() if notes else None)
 
-    def num_custom_op_domains(self, args: Any) -> None:
-        """GetNumCustomOpDomains (API 24): the hal factory's ``get_custom_op_domains()``, turned into
-        onnxruntime's domains once (custom_ops.py) and handed out again at every later ask."""
+    def ort_custom_op_domains(self) -> list[int]:
+        """The hal factory's ``get_custom_op_domains()`` as onnxruntime's domains, made once
+        (custom_ops.py) and handed out again at every later ask."""
         if self.custom_op_domains is None:
             self.custom_op_domains = domains_for(self.api, self.factory.name, list(self.factory.get_custom_op_domains()))
-        write_out(args[0], len(self.custom_op_domains), c_size_t)
+        return self.custom_op_domains
+
+    def num_custom_op_domains(self, args: Any) -> None:
+        """GetNumCustomOpDomains (API 24)."""
+        write_out(args[0], len(self.ort_custom_op_domains()), c_size_t)
 
     def write_custom_op_domains(self, args: Any) -> None:
         """GetCustomOpDomains: onnxruntime's array has the count GetNumCustomOpDomains gave."""
-        if self.custom_op_domains is None:
-            self.custom_op_domains = domains_for(self.api, self.factory.name, list(self.factory.get_custom_op_domains()))
-        write_domains(self.custom_op_domains, args[0], args[1])
+        write_domains(self.ort_custom_op_domains(), args[0], args[1])
 
     def _hal_device(self, ort_hw: int) -> OrtHardwareDevice:
         """onnxruntime's OrtHardwareDevice as hal's: the device onnxhal discovered for the same

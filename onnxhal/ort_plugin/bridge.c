@@ -31,7 +31,7 @@ enum { ORT_FAIL = 1 };
 
 /* Call ids: the Python side (onnxhal/ort_plugin/dispatch.py) uses the same numbers. */
 enum {
-  CALL_CREATE_EP_FACTORIES = 1, CALL_RELEASE_EP_FACTORY = 2,
+  CALL_CREATE_EP_FACTORIES = 1, CALL_RELEASE_EP_FACTORY = 2, CALL_REGISTER_CUSTOM_OPS = 3,
   F_GET_NAME = 10, F_GET_VENDOR, F_GET_SUPPORTED_DEVICES, F_CREATE_EP, F_RELEASE_EP, F_GET_VENDOR_ID,
   F_GET_VERSION, F_VALIDATE_COMPAT, F_CREATE_ALLOCATOR, F_RELEASE_ALLOCATOR, F_CREATE_DATA_TRANSFER,
   F_IS_STREAM_AWARE, F_CREATE_SYNC_STREAM, F_GET_INCOMPATIBILITY_DETAILS, F_GET_NUM_CUSTOM_OP_DOMAINS,
@@ -125,6 +125,16 @@ OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBase* api_
 OrtStatus* ReleaseEpFactory(void* factory) {
   if (!onnxhal_bridge_alive()) return NULL; /* nothing to free on the C side */
   return (OrtStatus*)g_dispatch(CALL_RELEASE_EP_FACTORY, factory, NULL);
+}
+
+/* onnxruntime's custom-op library entry point (SessionOptions.register_custom_ops_library): the
+ * registered factories' custom-op domains into one session's options (custom_ops.py). */
+OrtStatus* RegisterCustomOps(void* options, const OrtApiBase* api_base) {
+  if (g_create_status == NULL && api_base != NULL) {
+    const void* const* api = (const void* const*)api_base->GetApi(1);
+    if (api != NULL) g_create_status = (CreateStatusFn)api[0];
+  }
+  STATUS_CALL(CALL_REGISTER_CUSTOM_OPS, NULL, W(options), W(api_base));
 }
 
 /* ---- OrtEpFactory ------------------------------------------------------------------------ */

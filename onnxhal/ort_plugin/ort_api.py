@@ -114,6 +114,7 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "GetModelEditorApi": (P, ()),
     # custom_ops.py: a factory's custom-op domains and their kernels
     "CreateCustomOpDomain": (_S, (c_char_p, PP)),
+    "AddCustomOpDomain": (_S, (P, P)),
     "CustomOpDomain_Add": (_S, (P, P)),
     "KernelInfo_GetNodeName": (_S, (P, P, POINTER(c_size_t))),
     "KernelInfo_GetInputCount": (_S, (P, POINTER(c_size_t))),

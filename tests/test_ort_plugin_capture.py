@@ -101,10 +101,13 @@ def capture(profile: str) -> dict:
     runs = []
     for k in range(4):
         x = _inputs(k)
-        write(x_dev, x)  # same buffer, new values
         calls.clear()
-        captured.run_with_iobinding(binding, run_options)
-        y = read(y_dev)
+        if API < 26:  # no graph-capture member: a plain run is the whole check
+            y = captured.run(None, {"x": x}, run_options)[0]
+        else:
+            write(x_dev, x)  # same buffer, new values
+            captured.run_with_iobinding(binding, run_options)
+            y = read(y_dev)
         runs.append({"calls": dict(calls),
                      "vs_plain": float(np.abs(y - plain.run(None, {"x": x})[0]).max()),
                      "vs_cpu": float(np.abs(y - cpu.run(None, {"x": x})[0]).max()),
@@ -114,10 +117,14 @@ def capture(profile: str) -> dict:
     opt_out = ort.RunOptions()
     opt_out.add_run_config_entry("gpu_graph_id", "-1")
     x = _inputs(9)
-    write(x_dev, x)
     calls.clear()
-    captured.run_with_iobinding(binding, opt_out)
-    opted_out = {"calls": dict(calls), "vs_cpu": float(np.abs(read(y_dev) - cpu.run(None, {"x": x})[0]).max())}
+    if API < 26:
+        y = captured.run(None, {"x": x}, opt_out)[0]
+    else:
+        write(x_dev, x)
+        captured.run_with_iobinding(binding, opt_out)
+        y = read(y_dev)
+    opted_out = {"calls": dict(calls), "vs_cpu": float(np.abs(y - cpu.run(None, {"x": x})[0]).max())}
     for r in runs:
         del r["y"]
     return {"api": API, "runs": runs, "opted_out": opted_out}
@@ -132,10 +139,10 @@ def bad_option() -> dict:
     so = ort.SessionOptions()
     so.add_provider_for_devices([dev], {"enable_graph_capture": "yes"})
     try:
-        ort.InferenceSession(_model(), so)
+        sess = ort.InferenceSession(_model(), so)
     except Exception as e:  # noqa: BLE001 - onnxruntime's error types vary by version
         return {"error": str(e)}
-    return {"error": None}
+    return {"error": None, "providers": sess.get_providers()}
 
 
 def _custom_model(custom: bool) -> bytes:
@@ -215,7 +222,10 @@ def test_replayed_runs_follow_the_bound_inputs_and_equal_normal_runs(profile, to
 
 def test_graph_capture_option_takes_one_or_zero():
     r = run_check("bad_option")
-    assert "enable_graph_capture='yes'; use '1' or '0'" in (r["error"] or "")
+    if r["error"] is None:  # older Python APIs print an EP's error and fall back to the CPU EP alone
+        assert r["providers"] == ["CPUExecutionProvider"], r
+    else:
+        assert "enable_graph_capture='yes'; use '1' or '0'" in r["error"]
 
 
 def test_custom_ops_reach_a_policy_session_through_register_custom_ops_library():

@@ -156,10 +156,14 @@ class KernelAdapter:
 
 class KernelInfoAttributes(dict):
     """A node's attributes read from onnxruntime's ``OrtKernelInfo`` by name, on first use: int,
-    float, string, ints, floats (tensor and graph attributes are not read). Open only while the
-    kernel is created; a name read then stays readable after."""
+    float, string, ints, floats, and a tensor as a numpy array (a copy), as onnxhal's own nodes hold
+    them. Graph attributes read as absent: ``OrtKernelInfo`` has no getter for them (onnxruntime's
+    ``OrtApi`` has ``KernelInfoGetAttribute_`` float, int64, string, their arrays and tensor only).
+    Open only while the kernel is created; a name read then stays readable after."""
 
-    _READERS = ("int", "float", "string", "ints", "floats")
+    # the tensor reader before the array readers: onnxruntime's float-array getter also reads a
+    # float tensor attribute, flattened
+    _READERS = ("int", "float", "string", "tensor", "ints", "floats")
 
     def __init__(self, api: OrtApi, info: int, node: Node) -> None:
         super().__init__()
@@ -202,6 +206,16 @@ def _attribute(api: OrtApi, info: int, name: str, kind: str) -> tuple[bool, Any]
     """(found, value) of attribute ``name`` read as ``kind``; onnxruntime refuses another type."""
     key = name.encode()
     size = c_size_t()
+    if kind == "tensor":
+        # onnxruntime makes an OrtValue with the allocator given (the default CPU one) and hands it over
+        allocator, value = c_void_p(), c_void_p()
+        api.call("GetAllocatorWithDefaultOptions", ctypes.byref(allocator))
+        if not _ok(api, api.ort["KernelInfoGetAttribute_tensor"](info, key, allocator, ctypes.byref(value))):
+            return False, None
+        try:
+            return True, np.array(tensors.view(api, value.value))
+        finally:
+            api.ort["ReleaseValue"](value)
     if kind in ("int", "float"):
         out = c_int64() if kind == "int" else c_float()
         fn = api.ort["KernelInfoGetAttribute_int64" if kind == "int" else "KernelInfoGetAttribute_float"]

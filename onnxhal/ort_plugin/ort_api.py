@@ -126,6 +126,8 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "KernelInfoGetAttribute_string": (_S, (P, c_char_p, P, POINTER(c_size_t))),
     "KernelInfoGetAttributeArray_float": (_S, (P, c_char_p, P, POINTER(c_size_t))),
     "KernelInfoGetAttributeArray_int64": (_S, (P, c_char_p, P, POINTER(c_size_t))),
+    "KernelInfoGetAttribute_tensor": (_S, (P, c_char_p, P, PP)),
+    "GetAllocatorWithDefaultOptions": (_S, (PP,)),
 }
 MODEL_EDITOR_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "CreateNode": (_S, (c_char_p, c_char_p, c_char_p, POINTER(c_char_p), c_size_t, POINTER(c_char_p), c_size_t,

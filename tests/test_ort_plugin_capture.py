@@ -300,6 +300,39 @@ def test_custom_op_tensor_attributes_reach_the_kernel():
     # a custom-op node with a graph attribute: onnxruntime itself refuses it at session creation
     assert "has a subgraph but is not a control flow node" in r["graph"]
 
+
+def test_onnxhals_own_session_runs_a_capturing_simulated_device_once_per_run(caplog):
+    """onnxhal's own session gives no output destinations: the simulated device turns capture off
+    after its first run, which then is the only run (not repeated until the capture limit)."""
+    pytest.importorskip("pyopencl")
+    import logging
+
+    import onnxhal
+    from tests.conftest import simulated_or_skip
+
+    with simulated_or_skip("generic-gpu") as devices:
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([devices["VirtualGpuExecutionProvider"]], {"enable_graph_capture": "1"})
+        sess = onnxhal.InferenceSession(_model(), so)
+        ep = sess.graph_capture_ep
+        assert ep is not None and ep.name == "VirtualGpuExecutionProvider"
+        starts = []
+        original = ep.on_run_start
+        ep.on_run_start = lambda run_options: (starts.append(1), original(run_options))[1]
+        cpu = ort.InferenceSession(_model(), providers=["CPUExecutionProvider"])
+        for k in range(3):
+            x = _inputs(k)
+            binding = sess.io_binding()
+            binding.bind_cpu_input("x", x)
+            binding.bind_output("y")
+            with caplog.at_level(logging.INFO, logger="onnxhal"):
+                sess.run_with_iobinding(binding)
+            y = binding.copy_outputs_to_cpu()[0]
+            assert np.abs(y - cpu.run(None, {"x": x})[0]).max() <= 1e-5
+        assert len(starts) == 3  # one run each: no repeat while waiting for a capture that cannot come
+        assert "the runtime gave no output destinations" in caplog.text
+        assert not ep.is_graph_capture_enabled() and not ep.is_graph_captured(0)
+
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     result = globals()[sys.argv[1]](*sys.argv[2:])

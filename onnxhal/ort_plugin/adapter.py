@@ -359,6 +359,9 @@ class EpAdapter:
             for member in graph_capture.TRAMPOLINES:
                 setattr(self.struct, member, None)
         self.capture_run = False  # the current run is being captured: its computes get destinations
+        self.capture_gid = 0
+        self.capture_pending: list = []  # (what, address, buffer) of the device values of a capture run
+        self.capture_buffers: dict[int, list] = {}  # graph id -> those of its capture run
         self.missing = MissingHooks(ep, self.version)
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}

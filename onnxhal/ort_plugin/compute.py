@@ -174,7 +174,7 @@ class ComputeAdapter:
             state = self.states.pop(args[0], None)
         self.info.release_state(state)
 
-    def _value_name(self, kind: str, i: int) -> str:
+    def value_name(self, kind: str, i: int) -> str:
         names = self.fused_node.inputs if kind == "input" else self.fused_node.outputs
         return f"{kind} {i} ({names[i]!r}) of {self.fused_node.name!r}" if i < len(names) else f"{kind} {i}"
 
@@ -193,7 +193,9 @@ class ComputeAdapter:
             if not value.value:
                 inputs.append(None)  # an omitted optional input
                 continue
-            t = host_or_device(value.value, api, self._value_name("input", i))  # in the EP's memory if placed there
+            t = host_or_device(value.value, api, self.value_name("input", i))  # in the EP's memory if placed there
+            if self.ep.capture_run and isinstance(t, DeviceTensor):
+                graph_capture.keep(self.ep, self.value_name("input", i), value.value, t.buffer)
             if memory is not None:
                 if isinstance(t, np.ndarray) and i not in self.host_inputs:
                     t = memory.upload(t)
@@ -225,7 +227,7 @@ class ComputeAdapter:
                 api.check(self.get_output(kctx, i, dims, len(shape), ctypes.byref(value)), "KernelContext_GetOutput")
             finally:
                 withdraw_offer()
-            target = host_or_device(value.value, api, self._value_name("output", i))
+            target = host_or_device(value.value, api, self.value_name("output", i))
             if not isinstance(out, DeviceTensor):
                 out = np.asarray(out)
             if target.dtype != out.dtype:

@@ -127,7 +127,7 @@ def _on_run_end(ep: EpAdapter, args: Any) -> None:
         ep.missing.run_end(bool(args[1]))
     finally:
         run_options.end()
-        ep.capture_run = False
+        graph_capture.run_ended(ep)
         if interrupts.run_ended():
             streams.interrupt_after_run(ep)
 

@@ -331,9 +331,12 @@ def test_custom_op_tensor_attributes_reach_the_kernel():
     # onnxruntime's Add of the same constant
     assert r["tensor"]["read"] == ["add_tensor", "ndarray", "float32", [4]]
     assert r["tensor"]["max_abs_err"] == 0.0
-    # a custom-op node with a graph attribute: onnxruntime itself refuses it at session creation (1.32:
-    # "has a subgraph but is not a control flow node"; 1.26: std::bad_alloc)
-    assert r["graph"] is not None
+    # a custom-op node with a graph attribute: onnxruntime itself refuses it at session creation (1.31 on:
+    # "has a subgraph but is not a control flow node"; 1.25-1.30: std::bad_alloc); 1.24 accepts it
+    if API >= 31:
+        assert "has a subgraph but is not a control flow node" in r["graph"]
+    elif API >= 25:
+        assert r["graph"] is not None
 
 
 def test_onnxhals_own_session_runs_a_capturing_simulated_device_once_per_run(caplog):

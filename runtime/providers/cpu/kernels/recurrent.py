@@ -252,6 +252,33 @@ def gate_workspace(h: int, batch: int, dt: np.dtype) -> tuple:
             np.empty((h, batch), dt))
 
 
+def pair_rows(h: int) -> np.ndarray:
+    """Row indices that interleave two directions' gates (each in ``gate_order``, the backward's
+    rows after the forward's) gate by gate: i, i', f, f', o, o', c, c'. Each gate's block of both
+    directions is then one contiguous piece, as ``gate_workspace`` lays out one direction's."""
+    g = np.arange(4 * h).reshape(4, 1, h)
+    return np.concatenate([g, g + 4 * h], axis=1).reshape(-1)
+
+
+def both_directions_apply(hidden: int, batch: int) -> bool:
+    """The condition of ``LSTM._run_both_directions`` (a bidirectional LSTM's two directions
+    stepped together, R a block-diagonal [8 * hidden, 2 * hidden] product): while the per-step
+    calls outweigh the work, hidden at most ``PAIR_MAX_HIDDEN`` and hidden x batch at most
+    ``PAIR_MAX_CELLS``; beyond them the block product's doubled work (its zero blocks) costs more
+    than the nine calls it saves (measured: hidden 64 with batch 1, or 24 with batch 16, run slower)."""
+    return PAIR_ENABLED and hidden <= PAIR_MAX_HIDDEN and hidden * batch <= PAIR_MAX_CELLS
+
+
+#: The switch of ``LSTM._run_both_directions``: False steps a bidirectional LSTM's directions one
+#: after the other (the tests compare the two).
+PAIR_ENABLED = True
+PAIR_MAX_HIDDEN = 48
+PAIR_MAX_CELLS = 64
+#: the largest difference of ``LSTM._run_both_directions`` from the directions run one after the
+#: other, on float32 inputs and weights of unit scale: the block product sums R's rows in BLAS's
+#: order for its shape, not the [4 * hidden, hidden] product's (a few ulps per step)
+PAIR_ATOL = 1e-5
+
 _count_nonzero = np.count_nonzero
 WORKSPACES = 16  # scratch-array sets an LSTM kernel keeps (one per hidden size, batch and type)
 _HALVES = {np.dtype(t): np.array(0.5, t) for t in (np.float32, np.float64)}
@@ -283,6 +310,7 @@ class LSTM(RecurrentKernel):
         self.constant_weights = ctx is not None and all(
             not names[i] or ctx.is_constant_initializer(names[i]) for i in self.weight_inputs)
         self._prepared: tuple | None = None  # (input dtype, per-direction weights)
+        self._paired: tuple | None = None  # (the per-direction weights, ``_pair_weights`` of them)
         self._workspaces: dict[tuple, tuple] = {}  # (hidden, batch, dtype) -> ``gate_workspace`` (and more)
         self.reverse = [d == "reverse" for d in self.directions]
 
@@ -332,6 +360,9 @@ class LSTM(RecurrentKernel):
                     if weights is not None and self.constant_weights:
                         self._prepared = (x.dtype, weights)  # one swap: a concurrent run sees either
                 if weights is not None:
+                    if (len(weights) == 2 and weights[0][3] is None
+                            and both_directions_apply(weights[0][1].shape[1], x.shape[0 if self.layout else 1])):
+                        return self._run_both_directions(x, inputs, weights)
                     return self._run_default(x, inputs, weights)
         return self._general(inputs)
 
@@ -442,6 +473,96 @@ class LSTM(RecurrentKernel):
             return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)), np.ascontiguousarray(np.swapaxes(y_h, 0, 1)),
                     np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]
         return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h, y_c][: self.n_out]
+
+    def _pair_weights(self, weights: list) -> tuple:
+        """(W of both directions [input, 8 * hidden], block-diagonal R [8 * hidden, 2 * hidden],
+        bias row or None, whether R is finite) in ``pair_rows`` order, from the per-direction
+        weights of ``_prepare``; kept while those are the same (constant initializers)."""
+        kept = self._paired
+        if kept is not None and kept[0] is weights:
+            return kept[1]
+        (wf, rf, bf, _, ff), (wb, rb, bb, _, fb) = weights
+        h = rf.shape[1]
+        rows = pair_rows(h)
+        w2 = np.ascontiguousarray(np.concatenate([wf, wb], axis=1)[:, rows])
+        r2 = np.zeros((8 * h, 2 * h), rf.dtype)
+        r2[:4 * h, :h] = rf
+        r2[4 * h:, h:] = rb
+        bias = None if bf is None else np.concatenate([bf, bb])[rows]
+        paired = (w2, np.ascontiguousarray(r2[rows]), bias, ff and fb)
+        self._paired = (weights, paired)  # one swap: a concurrent run sees the old entry or this one
+        return paired
+
+    def _run_both_directions(self, x: np.ndarray, args: list, weights: list) -> list:
+        """A bidirectional LSTM's two directions stepped together (``both_directions_apply``):
+        step t runs the forward direction's time t and the backward's time seq - 1 - t on one
+        state [2 * hidden, batch] (both hidden states stacked), one block-diagonal R product and
+        the nine calls of ``_run_default`` on arrays of both directions' gates (``pair_rows``):
+        nine calls a step where one direction after the other takes eighteen."""
+        if self.layout:
+            x = np.swapaxes(x, 0, 1)
+        seq, batch, k = x.shape
+        dt = x.dtype
+        w2, r2, bias, finite = self._pair_weights(weights)
+        h = r2.shape[1] // 2
+        n = len(args)
+        h0 = args[5] if n > 5 else None
+        c0 = args[6] if n > 6 else None
+        if self.layout:
+            h0 = None if h0 is None else np.swapaxes(h0, 0, 1)
+            c0 = None if c0 is None else np.swapaxes(c0, 0, 1)
+        xw = np.dot(x.reshape(seq * batch, k), w2)  # [seq * batch, 8 * hidden]: both directions' projections
+        if bias is not None:
+            np.add(xw, bias, xw)
+        xw = xw.reshape(seq, batch, 4, 2, h)
+        run_options = RUN_OPTIONS.get()
+        key = ("pair", h, batch, dt)
+        ws = self._workspaces.pop(key, None) or gate_workspace(2 * h, batch, dt)
+        g8, s6, o, c, pair_a, pair_b, prod, p0, p1, th = ws
+        # the cell state's rows [forward; backward]
+        c[...] = 0 if c0 is None else c0.transpose(0, 2, 1).reshape(2 * h, batch)
+        hd = np.zeros((2 * h, batch), dt) if h0 is None else h0.transpose(0, 2, 1).reshape(2 * h, batch)
+        zero_state = finite and (h0 is None or not _count_nonzero(hd))
+        ys = np.empty((seq, 2 * h, batch), dt)  # step t: [forward hidden at t; backward at seq - 1 - t]
+        dot, tanh, multiply, add = np.dot, np.tanh, np.multiply, np.add
+        half = _HALVES[dt]
+        for b0 in range(0, seq, _BLOCK):  # (blocks: a long sequence's whole copy would delay a terminate)
+            b1 = min(seq, b0 + _BLOCK)
+            xs = np.empty((b1 - b0, 4, 2, h, batch), dt)  # the steps' projections, [8 * hidden, batch] each
+            xs[:, :, 0] = xw[b0:b1, :, :, 0].transpose(0, 2, 3, 1)
+            xs[:, :, 1] = xw[seq - b0 - 1::-1][:b1 - b0, :, :, 1].transpose(0, 2, 3, 1)
+            xs = xs.reshape(b1 - b0, 8 * h, batch)
+            for t in range(b0, b1):
+                if run_options is not None and run_options.terminate:
+                    check_terminate()
+                xt = xs[t - b0]
+                if zero_state:  # an all-zero initial state: the R product is 0 while R is finite
+                    zero_state = False
+                    tanh(xt, g8)
+                else:
+                    dot(r2, hd, g8)
+                    add(g8, xt, g8)
+                    tanh(g8, g8)
+                multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
+                add(s6, half, s6)
+                multiply(pair_a, pair_b, prod)
+                add(p0, p1, c)
+                tanh(c, th)
+                hd = ys[t]
+                multiply(o, th, hd)
+        y = np.empty((seq, 2, batch, h), dt)
+        y[:, 0] = ys[:, :h].transpose(0, 2, 1)
+        y[:, 1] = ys[::-1, h:].transpose(0, 2, 1)
+        y_h = hd.reshape(2, h, batch).transpose(0, 2, 1)
+        y_c = c.reshape(2, h, batch).transpose(0, 2, 1).copy()  # (c is the workspace's, kept for the next run)
+        if self.layout:  # [batch, seq, directions, hidden]
+            outs = [y.transpose(2, 0, 1, 3), np.swapaxes(y_h, 0, 1), np.swapaxes(y_c, 0, 1)]
+        else:
+            outs = [y, y_h, y_c]
+        outs = [np.ascontiguousarray(v) for v in outs[: self.n_out]]
+        if len(self._workspaces) < WORKSPACES:
+            self._workspaces[key] = ws
+        return outs
 
     def _quantized_direction(self, rq: tuple, xw: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None,
                              yt: np.ndarray, y_h: np.ndarray, y_c: np.ndarray, d: int, run_options) -> None:

@@ -276,7 +276,8 @@ PAIR_MAX_HIDDEN = 48
 PAIR_MAX_CELLS = 64
 #: the largest difference of ``LSTM._run_both_directions`` from the directions run one after the
 #: other, on float32 inputs and weights of unit scale: the block product sums R's rows in BLAS's
-#: order for its shape, not the [4 * hidden, hidden] product's (a few ulps per step)
+#: order for its shape, not the [4 * hidden, hidden] product's (a few ulps per step; 4.8e-7 the
+#: largest over 300 random tests/test_recurrent_fast_paths.py cases)
 PAIR_ATOL = 1e-5
 
 _count_nonzero = np.count_nonzero

@@ -1,0 +1,166 @@
+"""The recurrent kernels' fast paths (``kernels/recurrent.py``) against their plain forms and
+onnxruntime: a bidirectional LSTM's two directions stepped together (``both_directions_apply``)
+against the directions one after the other, on random and edge inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+from onnxhal.runtime.providers.cpu.kernels import recurrent
+
+_TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
+
+
+def _lstm(rng: np.random.Generator, seq: int, batch: int, k: int, h: int, *, direction: str = "bidirectional",
+          layout: int = 0, dtype: type = np.float32, bias: bool = True, h0: str = "random", c0: bool = True,
+          scale: float = 1.0, **attrs) -> tuple[bytes, dict]:
+    """An LSTM node with W, R (and B) as initializers; X and the initial states fed. ``h0``:
+    "random", "zero" (exporters' ConstantOfShape) or "none"; ``scale`` multiplies the weights."""
+    nd = 2 if direction == "bidirectional" else 1
+    t = _TYPES[dtype]
+    inits = [numpy_helper.from_array((rng.standard_normal((nd, 4 * h, k)) * scale / np.sqrt(k)).astype(dtype), "w"),
+             numpy_helper.from_array((rng.standard_normal((nd, 4 * h, h)) * scale / np.sqrt(h)).astype(dtype), "r")]
+    if bias:
+        inits.append(numpy_helper.from_array((rng.standard_normal((nd, 8 * h)) * 0.5).astype(dtype), "b"))
+    state = (batch, nd, h) if layout else (nd, batch, h)
+    feeds = {"x": rng.standard_normal((batch, seq, k) if layout else (seq, batch, k)).astype(dtype)}
+    if h0 != "none":
+        feeds["h0"] = np.zeros(state, dtype) if h0 == "zero" else rng.standard_normal(state).astype(dtype)
+    if c0:
+        feeds["c0"] = rng.standard_normal(state).astype(dtype)
+    names = ["x", "w", "r", "b" if bias else "", "", "h0" if "h0" in feeds else "", "c0" if c0 else ""]
+    node = helper.make_node("LSTM", names, ["y", "y_h", "y_c"], hidden_size=h, direction=direction, layout=layout,
+                            **attrs)
+    graph = helper.make_graph([node], "lstm", [helper.make_tensor_value_info(n, t, None) for n in feeds],
+                              [helper.make_tensor_value_info(n, t, None) for n in ("y", "y_h", "y_c")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 10
+    return model.SerializeToString(), feeds
+
+
+def _run(model: bytes, feeds: dict, paired: bool, monkeypatch) -> list[np.ndarray]:
+    monkeypatch.setattr(recurrent, "PAIR_ENABLED", paired)
+    sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    first = sess.run(None, feeds)
+    kept = [a.copy() for a in first]
+    again = sess.run(None, feeds)  # the second run reads the prepared weights and kept scratch arrays
+    other = sess.run(None, {k: v * 0.5 for k, v in feeds.items()})
+    for a, b, c in zip(first, kept, again):  # a later run leaves an earlier run's outputs alone
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(c, b)
+    assert not all(np.array_equal(a, b) for a, b in zip(other, first))
+    return first
+
+
+#: (seq, batch, input, hidden, options): the corpus's CRNN shape, batch 1, seq 1, hidden 1, the
+#: limits of the condition, no bias, initial states absent / zero, float64
+PAIR_CASES = {
+    "crnn": (20, 2, 64, 24, {}),
+    "batch1": (9, 1, 16, 32, {}),
+    "seq1": (1, 2, 5, 8, {}),
+    "hidden1": (6, 3, 4, 1, {}),
+    "hidden48": (4, 1, 7, 48, {}),
+    "cells64": (5, 4, 3, 16, {}),
+    "no_bias": (7, 2, 6, 12, {"bias": False}),
+    "no_states": (7, 2, 6, 12, {"h0": "none", "c0": False}),
+    "zero_h0": (7, 3, 6, 12, {"h0": "zero"}),
+    "large_weights": (12, 2, 6, 10, {"scale": 4.0}),
+    "float64": (8, 2, 5, 9, {"dtype": np.float64}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PAIR_CASES))
+def test_lstm_both_directions_together_match_one_after_other(case, monkeypatch):
+    """The paired loop against the directions one after the other (PAIR_ENABLED False) within
+    PAIR_ATOL (its block product sums in another order), and both against onnxruntime."""
+    seq, batch, k, h, options = PAIR_CASES[case]
+    assert recurrent.both_directions_apply(h, batch)  # the case exercises the fast path
+    model, feeds = _lstm(np.random.default_rng(len(case)), seq, batch, k, h, **options)
+    paired = _run(model, feeds, True, monkeypatch)
+    plain = _run(model, feeds, False, monkeypatch)
+    f32 = options.get("dtype", np.float32) == np.float32
+    # (onnxruntime's LSTM has no float64 kernel: float64 is compared with the plain loop alone)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds) if f32 else plain
+    atol = recurrent.PAIR_ATOL if f32 else 1e-12
+    for i, (p, q, w) in enumerate(zip(paired, plain, want)):
+        assert p.shape == q.shape == w.shape and p.dtype == q.dtype == w.dtype, (case, i, p.shape, w.shape)
+        np.testing.assert_allclose(p, q, rtol=0, atol=atol, err_msg=f"{case} output {i}: paired vs plain")
+        np.testing.assert_allclose(p, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} output {i}: paired vs onnxruntime")
+
+
+def test_lstm_both_directions_together_layout1(monkeypatch):
+    """layout 1 (batch first; onnxruntime declines it): the paired loop's outputs are the layout-0
+    outputs of the same inputs transposed, and match the directions one after the other."""
+    rng = np.random.default_rng(11)
+    model1, feeds1 = _lstm(rng, 6, 3, 5, 8, layout=1)
+    paired = _run(model1, feeds1, True, monkeypatch)
+    plain = _run(model1, feeds1, False, monkeypatch)
+    for p, q in zip(paired, plain):
+        np.testing.assert_allclose(p, q, rtol=0, atol=recurrent.PAIR_ATOL)
+    model0, _ = _lstm(np.random.default_rng(11), 6, 3, 5, 8)  # the same weights, layout 0
+    feeds0 = {"x": feeds1["x"].transpose(1, 0, 2), "h0": feeds1["h0"].transpose(1, 0, 2),
+              "c0": feeds1["c0"].transpose(1, 0, 2)}
+    want = ort.InferenceSession(model0, providers=["CPUExecutionProvider"]).run(None, feeds0)
+    np.testing.assert_allclose(paired[0], want[0].transpose(2, 0, 1, 3), rtol=1e-5, atol=1e-5)
+    for p, w in zip(paired[1:], want[1:]):
+        np.testing.assert_allclose(p, w.transpose(1, 0, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_both_directions_condition():
+    """The paired loop's condition: small hidden sizes and batches only (beyond them its block
+    product's doubled work costs more than the calls it saves)."""
+    assert recurrent.both_directions_apply(24, 2)
+    assert recurrent.both_directions_apply(recurrent.PAIR_MAX_HIDDEN, 1)
+    assert not recurrent.both_directions_apply(recurrent.PAIR_MAX_HIDDEN + 1, 1)
+    assert not recurrent.both_directions_apply(16, recurrent.PAIR_MAX_CELLS // 16 + 1)
+
+
+OTHER_FORMS = {  # bidirectional forms the paired loop leaves to the general loop, with their results
+    "sequence_lens": {"lens": True},
+    "clip": {"clip": 0.7},
+    "activations": {"activations": ["HardSigmoid", "Relu", "Softsign", "Sigmoid", "Tanh", "Tanh"]},
+    "input_forget": {"input_forget": 1},
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTHER_FORMS))
+def test_lstm_other_bidirectional_forms_match_onnxruntime(case, monkeypatch):
+    """Bidirectional LSTMs the condition leaves out (shorter sequences, clip, other activations,
+    input_forget) keep onnxruntime's results with the paired loop enabled."""
+    rng = np.random.default_rng(5)
+    options = dict(OTHER_FORMS[case])
+    lens = options.pop("lens", False)
+    model, feeds = _lstm(rng, 6, 3, 5, 8, **options)
+    if lens:  # rebuild with sequence_lens wired as input 4
+        from onnx import load_from_string
+        m = load_from_string(model)
+        m.graph.node[0].input[4] = "lens"
+        m.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, None))
+        model = m.SerializeToString()
+        feeds["lens"] = np.array([6, 2, 4], np.int32)
+    monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for i, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} output {i}")
+
+
+def test_terminate_stops_a_long_bidirectional_lstm(monkeypatch):
+    """RunOptions.terminate stops the paired loop in bounded time (it checks the flag every step),
+    and the session then runs as before."""
+    from tests.test_terminate_in_kernels import STOP_AFTER_S, assert_stopped, terminated_run, timed
+
+    monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
+    rng = np.random.default_rng(34)
+    model, feeds = _lstm(rng, 10_000, 1, 4, 8, h0="none", c0=False, scale=0.3)
+    sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    expected = sess.run(None, feeds)
+    t_short = timed(lambda: sess.run(None, feeds))
+    err, seconds = terminated_run(sess, {"x": np.tile(feeds["x"], (30, 1, 1))})  # about 30 short runs
+    assert_stopped(err, seconds, STOP_AFTER_S + 4 * t_short)
+    for a, e in zip(sess.run(None, feeds), expected):
+        np.testing.assert_array_equal(a, e)

@@ -164,3 +164,67 @@ def test_terminate_stops_a_long_bidirectional_lstm(monkeypatch):
     assert_stopped(err, seconds, STOP_AFTER_S + 4 * t_short)
     for a, e in zip(sess.run(None, feeds), expected):
         np.testing.assert_array_equal(a, e)
+
+
+def _quantized_lstm(rng: np.random.Generator, seq: int, batch: int, k: int, h: int, *, codes: type = np.int8,
+                    per_column: bool = False, h0: str = "random", bias: bool = True) -> tuple[bytes, dict]:
+    """A bidirectional com.microsoft DynamicQuantizeLSTM (quantize_dynamic's LSTM): W [2, input,
+    4 * hidden] and R [2, hidden, 4 * hidden] 8-bit codes with per-direction (or per-column) scales
+    and zero points, as initializers; X and the initial states fed."""
+    info = np.iinfo(codes)
+    shape = (2, 4 * h) if per_column else (2,)
+    zp = 0 if codes == np.int8 and per_column else int(rng.integers(-5, 5) if codes == np.int8 else rng.integers(120, 136))
+    arrays = {"w": rng.integers(info.min, int(info.max) + 1, (2, k, 4 * h)).astype(codes),
+              "r": rng.integers(info.min, int(info.max) + 1, (2, h, 4 * h)).astype(codes),
+              "ws": rng.uniform(0.002, 0.01, shape).astype(np.float32), "wz": np.full(shape, zp, codes),
+              "rs": rng.uniform(0.002, 0.01, shape).astype(np.float32), "rz": np.full(shape, zp, codes)}
+    if bias:
+        arrays["b"] = (rng.standard_normal((2, 8 * h)) * 0.5).astype(np.float32)
+    feeds = {"x": rng.standard_normal((seq, batch, k)).astype(np.float32)}
+    if h0 != "none":
+        feeds["h0"] = (np.zeros if h0 == "zero" else rng.standard_normal)((2, batch, h)).astype(np.float32)
+    feeds["c0"] = rng.standard_normal((2, batch, h)).astype(np.float32)
+    names = ["x", "w", "r", "b" if bias else "", "", "h0" if "h0" in feeds else "", "c0", "", "ws", "wz", "rs", "rz"]
+    node = helper.make_node("DynamicQuantizeLSTM", names, ["y", "y_h", "y_c"], domain="com.microsoft", hidden_size=h,
+                            direction="bidirectional")
+    graph = helper.make_graph([node], "qlstm", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in feeds],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+                              [numpy_helper.from_array(v, n) for n, v in arrays.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    return model.SerializeToString(), feeds
+
+
+#: (seq, batch, input, hidden, options)
+QUANTIZED_PAIR_CASES = {
+    "crnn": (20, 2, 64, 24, {}),
+    "batch1_uint8": (9, 1, 16, 32, {"codes": np.uint8}),
+    "seq1": (1, 2, 5, 8, {}),
+    "hidden48": (4, 1, 7, 48, {"per_column": True}),
+    "per_column_uint8": (6, 2, 5, 12, {"per_column": True, "codes": np.uint8}),
+    "batch4": (5, 4, 3, 16, {}),
+    "zero_h0_no_bias": (7, 2, 6, 12, {"h0": "zero", "bias": False}),
+    "no_h0": (7, 2, 6, 12, {"h0": "none"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(QUANTIZED_PAIR_CASES))
+def test_dynamic_quantize_lstm_both_directions_together(case, monkeypatch):
+    """DynamicQuantizeLSTM's paired loop against its directions one after the other (each
+    direction's hidden state quantized on its own ranges: the codes are the same, the multipliers
+    within an ulp), and against onnxruntime on two threads (one hidden-state row per thread at
+    batches up to 2, the kernel's row-by-row ranges)."""
+    seq, batch, k, h, options = QUANTIZED_PAIR_CASES[case]
+    assert recurrent.both_directions_apply(h, batch)
+    model, feeds = _quantized_lstm(np.random.default_rng(len(case) + 40), seq, batch, k, h, **options)
+    paired = _run(model, feeds, True, monkeypatch)
+    plain = _run(model, feeds, False, monkeypatch)
+    for i, (p, q) in enumerate(zip(paired, plain)):
+        assert p.shape == q.shape and p.dtype == q.dtype, (case, i, p.shape, q.shape)
+        np.testing.assert_allclose(p, q, rtol=0, atol=recurrent.PAIR_ATOL, err_msg=f"{case} output {i}: paired vs plain")
+    if batch <= 2:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 2
+        want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+        for i, (p, w) in enumerate(zip(paired, want)):
+            np.testing.assert_allclose(p, w, rtol=1e-4, atol=1e-5, err_msg=f"{case} output {i}: paired vs onnxruntime")

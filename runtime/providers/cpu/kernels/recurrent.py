@@ -280,6 +280,24 @@ PAIR_MAX_CELLS = 64
 #: largest over 300 random tests/test_recurrent_fast_paths.py cases)
 PAIR_ATOL = 1e-5
 
+def pair_steps(xw: np.ndarray, run_options) -> Iterator[tuple[int, np.ndarray]]:
+    """(t, [8 * hidden, batch]: the forward direction's input projection at t and the backward's
+    at seq - 1 - t, gate by gate as ``pair_rows``) for t from 0, from xw [seq, batch, 4, 2, hidden]
+    (gates, directions), checking ``RunOptions.terminate`` before each step. Laid out a block of
+    ``_BLOCK`` steps at a time: a long sequence's whole copy would delay a terminate request."""
+    seq, batch, _, _, h = xw.shape
+    for b0 in range(0, seq, _BLOCK):
+        b1 = min(seq, b0 + _BLOCK)
+        xs = np.empty((b1 - b0, 4, 2, h, batch), xw.dtype)
+        xs[:, :, 0] = xw[b0:b1, :, :, 0].transpose(0, 2, 3, 1)
+        xs[:, :, 1] = xw[seq - b0 - 1::-1][:b1 - b0, :, :, 1].transpose(0, 2, 3, 1)
+        xs = xs.reshape(b1 - b0, 8 * h, batch)
+        for t in range(b0, b1):
+            if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                check_terminate()
+            yield t, xs[t - b0]
+
+
 _count_nonzero = np.count_nonzero
 WORKSPACES = 16  # scratch-array sets an LSTM kernel keeps (one per hidden size, batch and type)
 _HALVES = {np.dtype(t): np.array(0.5, t) for t in (np.float32, np.float64)}
@@ -361,7 +379,7 @@ class LSTM(RecurrentKernel):
                     if weights is not None and self.constant_weights:
                         self._prepared = (x.dtype, weights)  # one swap: a concurrent run sees either
                 if weights is not None:
-                    if (len(weights) == 2 and weights[0][3] is None
+                    if (len(weights) == 2
                             and both_directions_apply(weights[0][1].shape[1], x.shape[0 if self.layout else 1])):
                         return self._run_both_directions(x, inputs, weights)
                     return self._run_default(x, inputs, weights)
@@ -476,23 +494,28 @@ class LSTM(RecurrentKernel):
         return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h, y_c][: self.n_out]
 
     def _pair_weights(self, weights: list) -> tuple:
-        """(W of both directions [input, 8 * hidden], block-diagonal R [8 * hidden, 2 * hidden],
-        bias row or None, whether R is finite) in ``pair_rows`` order, from the per-direction
-        weights of ``_prepare``; kept while those are the same (constant initializers)."""
+        """``_make_pair_weights`` of the per-direction weights of ``_prepare``, kept while those
+        are the same (constant initializers)."""
         kept = self._paired
         if kept is not None and kept[0] is weights:
             return kept[1]
+        paired = self._make_pair_weights(weights)
+        self._paired = (weights, paired)  # one swap: a concurrent run sees the old entry or this one
+        return paired
+
+    def _make_pair_weights(self, weights: list) -> tuple:
+        """(``_input_projection``'s weights of both directions, W^T [input, 8 * hidden]; the
+        block-diagonal R [8 * hidden, 2 * hidden]; bias row or None; whether R is finite; None
+        (a float LSTM)), rows in ``pair_rows`` order."""
         (wf, rf, bf, _, ff), (wb, rb, bb, _, fb) = weights
         h = rf.shape[1]
         rows = pair_rows(h)
-        w2 = np.ascontiguousarray(np.concatenate([wf, wb], axis=1)[:, rows])
         r2 = np.zeros((8 * h, 2 * h), rf.dtype)
         r2[:4 * h, :h] = rf
         r2[4 * h:, h:] = rb
         bias = None if bf is None else np.concatenate([bf, bb])[rows]
-        paired = (w2, np.ascontiguousarray(r2[rows]), bias, ff and fb)
-        self._paired = (weights, paired)  # one swap: a concurrent run sees the old entry or this one
-        return paired
+        return ((np.ascontiguousarray(np.concatenate([wf, wb], axis=1)[:, rows]),), np.ascontiguousarray(r2[rows]),
+                bias, ff and fb, None)
 
     def _run_both_directions(self, x: np.ndarray, args: list, weights: list) -> list:
         """A bidirectional LSTM's two directions stepped together (``both_directions_apply``):
@@ -504,7 +527,7 @@ class LSTM(RecurrentKernel):
             x = np.swapaxes(x, 0, 1)
         seq, batch, k = x.shape
         dt = x.dtype
-        w2, r2, bias, finite = self._pair_weights(weights)
+        proj, r2, bias, finite, rq = self._pair_weights(weights)
         h = r2.shape[1] // 2
         n = len(args)
         h0 = args[5] if n > 5 else None
@@ -512,58 +535,69 @@ class LSTM(RecurrentKernel):
         if self.layout:
             h0 = None if h0 is None else np.swapaxes(h0, 0, 1)
             c0 = None if c0 is None else np.swapaxes(c0, 0, 1)
-        xw = np.dot(x.reshape(seq * batch, k), w2)  # [seq * batch, 8 * hidden]: both directions' projections
+        # [forward; backward] rows of the initial states, [2 * hidden, batch]
+        h0 = None if h0 is None else h0.transpose(0, 2, 1).reshape(2 * h, batch)
+        c0 = None if c0 is None else c0.transpose(0, 2, 1).reshape(2 * h, batch)
+        xw = self._input_projection(x.reshape(seq * batch, k), proj)  # [seq * batch, 8 * hidden]
         if bias is not None:
             np.add(xw, bias, xw)
-        xw = xw.reshape(seq, batch, 4, 2, h)
-        run_options = RUN_OPTIONS.get()
-        key = ("pair", h, batch, dt)
-        ws = self._workspaces.pop(key, None) or gate_workspace(2 * h, batch, dt)
-        g8, s6, o, c, pair_a, pair_b, prod, p0, p1, th = ws
-        # the cell state's rows [forward; backward]
-        c[...] = 0 if c0 is None else c0.transpose(0, 2, 1).reshape(2 * h, batch)
-        hd = np.zeros((2 * h, batch), dt) if h0 is None else h0.transpose(0, 2, 1).reshape(2 * h, batch)
-        zero_state = finite and (h0 is None or not _count_nonzero(hd))
         ys = np.empty((seq, 2 * h, batch), dt)  # step t: [forward hidden at t; backward at seq - 1 - t]
-        dot, tanh, multiply, add = np.dot, np.tanh, np.multiply, np.add
-        half = _HALVES[dt]
-        for b0 in range(0, seq, _BLOCK):  # (blocks: a long sequence's whole copy would delay a terminate)
-            b1 = min(seq, b0 + _BLOCK)
-            xs = np.empty((b1 - b0, 4, 2, h, batch), dt)  # the steps' projections, [8 * hidden, batch] each
-            xs[:, :, 0] = xw[b0:b1, :, :, 0].transpose(0, 2, 3, 1)
-            xs[:, :, 1] = xw[seq - b0 - 1::-1][:b1 - b0, :, :, 1].transpose(0, 2, 3, 1)
-            xs = xs.reshape(b1 - b0, 8 * h, batch)
-            for t in range(b0, b1):
-                if run_options is not None and run_options.terminate:
-                    check_terminate()
-                xt = xs[t - b0]
-                if zero_state:  # an all-zero initial state: the R product is 0 while R is finite
-                    zero_state = False
-                    tanh(xt, g8)
-                else:
-                    dot(r2, hd, g8)
-                    add(g8, xt, g8)
-                    tanh(g8, g8)
-                multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
-                add(s6, half, s6)
-                multiply(pair_a, pair_b, prod)
-                add(p0, p1, c)
-                tanh(c, th)
-                hd = ys[t]
-                multiply(o, th, hd)
+        steps = pair_steps(xw.reshape(seq, batch, 4, 2, h), RUN_OPTIONS.get())
+        if rq is not None:
+            c = self._quantized_pair(rq, steps, h0, c0, ys)
+        else:
+            c = self._float_pair(r2, finite, steps, h0, c0, ys)
         y = np.empty((seq, 2, batch, h), dt)
         y[:, 0] = ys[:, :h].transpose(0, 2, 1)
         y[:, 1] = ys[::-1, h:].transpose(0, 2, 1)
-        y_h = hd.reshape(2, h, batch).transpose(0, 2, 1)
-        y_c = c.reshape(2, h, batch).transpose(0, 2, 1).copy()  # (c is the workspace's, kept for the next run)
+        y_h = ys[-1].reshape(2, h, batch).transpose(0, 2, 1)
+        y_c = c.reshape(2, h, batch).transpose(0, 2, 1)
         if self.layout:  # [batch, seq, directions, hidden]
             outs = [y.transpose(2, 0, 1, 3), np.swapaxes(y_h, 0, 1), np.swapaxes(y_c, 0, 1)]
         else:
             outs = [y, y_h, y_c]
-        outs = [np.ascontiguousarray(v) for v in outs[: self.n_out]]
+        return [np.ascontiguousarray(v) for v in outs[: self.n_out]]
+
+    def _float_pair(self, r2: np.ndarray, finite: bool, steps: Iterator, h0: np.ndarray | None,
+                    c0: np.ndarray | None, ys: np.ndarray) -> np.ndarray:
+        """The paired recurrence (``_run_both_directions``) of float weights; returns the final
+        cell state [2 * hidden, batch] (a copy: the scratch arrays are kept for the next run)."""
+        batch, dt = ys.shape[2], ys.dtype
+        h = r2.shape[1] // 2
+        key = ("pair", h, batch, dt)
+        ws = self._workspaces.pop(key, None) or gate_workspace(2 * h, batch, dt)
+        g8, s6, o, c, pair_a, pair_b, prod, p0, p1, th = ws
+        c[...] = 0 if c0 is None else c0
+        hd = np.zeros((2 * h, batch), dt) if h0 is None else h0
+        # an all-zero initial state: the R product is 0 while R is finite, and left out
+        zero_state = finite and (h0 is None or not _count_nonzero(hd))
+        dot, tanh, multiply, add = np.dot, np.tanh, np.multiply, np.add
+        half = _HALVES[dt]
+        for t, xt in steps:
+            if zero_state:
+                zero_state = False
+                tanh(xt, g8)
+            else:
+                dot(r2, hd, g8)
+                add(g8, xt, g8)
+                tanh(g8, g8)
+            multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
+            add(s6, half, s6)
+            multiply(pair_a, pair_b, prod)
+            add(p0, p1, c)
+            tanh(c, th)
+            hd = ys[t]
+            multiply(o, th, hd)
+        final = c.copy()
         if len(self._workspaces) < WORKSPACES:
             self._workspaces[key] = ws
-        return outs
+        return final
+
+    def _quantized_pair(self, rq: tuple, steps: Iterator, h0: np.ndarray | None, c0: np.ndarray | None,
+                        ys: np.ndarray) -> np.ndarray:
+        """The paired recurrence of weights that are not float (DynamicQuantizeLSTM; ``rq`` is
+        what its ``_make_pair_weights`` made), as ``_float_pair``."""
+        raise NotImplementedError
 
     def _quantized_direction(self, rq: tuple, xw: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None,
                              yt: np.ndarray, y_h: np.ndarray, y_c: np.ndarray, d: int, run_options) -> None:

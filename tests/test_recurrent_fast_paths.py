@@ -1,6 +1,8 @@
 """The recurrent kernels' fast paths (``kernels/recurrent.py``) against their plain forms and
-onnxruntime: a bidirectional LSTM's two directions stepped together (``both_directions_apply``)
-against the directions one after the other, on random and edge inputs."""
+onnxruntime, on random and edge inputs: a bidirectional LSTM's (and DynamicQuantizeLSTM's) two
+directions stepped together (``both_directions_apply``) against the directions one after the
+other; GRU and RNN's default form on transposed states (``TRANSPOSED_ENABLED``) against the plain
+loop."""
 
 from __future__ import annotations
 
@@ -228,3 +230,134 @@ def test_dynamic_quantize_lstm_both_directions_together(case, monkeypatch):
         want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
         for i, (p, w) in enumerate(zip(paired, want)):
             np.testing.assert_allclose(p, w, rtol=1e-4, atol=1e-5, err_msg=f"{case} output {i}: paired vs onnxruntime")
+
+
+def _gru_rnn(rng: np.random.Generator, op: str, seq: int, batch: int, k: int, h: int, *,
+             direction: str = "forward", layout: int = 0, dtype: type = np.float32, bias: bool = True,
+             h0: bool = True, fed_weights: bool = False, lens: list | None = None, **attrs) -> tuple[bytes, dict]:
+    """A GRU or RNN node: W, R (and B) initializers, or fed with ``fed_weights``; X, initial_h and
+    sequence_lens fed."""
+    g = {"RNN": 1, "GRU": 3}[op]
+    nd = 2 if direction == "bidirectional" else 1
+    t = _TYPES[dtype]
+    weights = {"w": (rng.standard_normal((nd, g * h, k)) / np.sqrt(k)).astype(dtype),
+               "r": (rng.standard_normal((nd, g * h, h)) / np.sqrt(h)).astype(dtype)}
+    if bias:
+        weights["b"] = (rng.standard_normal((nd, 2 * g * h)) * 0.5).astype(dtype)
+    feeds = {"x": rng.standard_normal((batch, seq, k) if layout else (seq, batch, k)).astype(dtype)}
+    if h0:
+        feeds["h0"] = rng.standard_normal((batch, nd, h) if layout else (nd, batch, h)).astype(dtype)
+    if lens is not None:
+        feeds["lens"] = np.array(lens, np.int32)
+    if fed_weights:
+        feeds.update(weights)
+    names = ["x", "w", "r", "b" if bias else "", "lens" if lens is not None else "", "h0" if h0 else ""]
+    node = helper.make_node(op, names, ["y", "y_h"], hidden_size=h, direction=direction, layout=layout, **attrs)
+    graph = helper.make_graph(
+        [node], op.lower(), [helper.make_tensor_value_info(n, TensorProto.INT32 if n == "lens" else t, None)
+                             for n in feeds],
+        [helper.make_tensor_value_info(n, t, None) for n in ("y", "y_h")],
+        [] if fed_weights else [numpy_helper.from_array(v, n) for n, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 10
+    return model.SerializeToString(), feeds
+
+
+def _run_transposed(model: bytes, feeds: dict, enabled: bool, monkeypatch) -> list[np.ndarray]:
+    monkeypatch.setattr(recurrent, "TRANSPOSED_ENABLED", enabled)
+    sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    first = sess.run(None, feeds)
+    for a, b in zip(first, sess.run(None, feeds)):  # the second run reads the prepared weights
+        np.testing.assert_array_equal(a, b)
+    return first
+
+
+#: (op, seq, batch, input, hidden, options)
+TRANSPOSED_CASES = {
+    "rnn_forward": ("RNN", 7, 2, 5, 8, {}),
+    "rnn_reverse_no_bias": ("RNN", 7, 3, 5, 8, {"direction": "reverse", "bias": False}),
+    "rnn_bidirectional_batch1": ("RNN", 6, 1, 4, 9, {"direction": "bidirectional"}),
+    "rnn_seq1_no_h0": ("RNN", 1, 2, 3, 5, {"h0": False}),
+    "rnn_fed_weights": ("RNN", 5, 2, 4, 6, {"fed_weights": True}),
+    "gru_forward": ("GRU", 8, 2, 6, 12, {}),
+    "gru_linear_before_reset": ("GRU", 8, 2, 6, 12, {"linear_before_reset": 1}),
+    "gru_reverse_no_bias": ("GRU", 6, 3, 4, 7, {"direction": "reverse", "bias": False}),
+    "gru_lbr_no_bias_no_h0": ("GRU", 6, 3, 4, 7, {"linear_before_reset": 1, "bias": False, "h0": False}),
+    "gru_bidirectional_lbr": ("GRU", 9, 2, 5, 16, {"direction": "bidirectional", "linear_before_reset": 1}),
+    "gru_bidirectional_batch1": ("GRU", 9, 1, 5, 16, {"direction": "bidirectional"}),
+    "gru_seq1_hidden1": ("GRU", 1, 2, 3, 1, {}),
+    "gru_fed_weights": ("GRU", 5, 2, 4, 6, {"fed_weights": True, "linear_before_reset": 1}),
+    "gru_sequence_lens_full": ("GRU", 4, 2, 3, 5, {"lens": [4, 4]}),
+    "gru_float64": ("GRU", 6, 2, 4, 7, {"dtype": np.float64, "linear_before_reset": 1}),
+    "rnn_float64": ("RNN", 6, 2, 4, 7, {"dtype": np.float64, "direction": "bidirectional"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRANSPOSED_CASES))
+def test_gru_rnn_transposed_form_matches_plain_loop(case, monkeypatch):
+    """GRU and RNN's default form on transposed states against the plain loop (within
+    TRANSPOSED_ATOL: its bias sums and GRU's update round in another order) and onnxruntime."""
+    op, seq, batch, k, h, options = TRANSPOSED_CASES[case]
+    model, feeds = _gru_rnn(np.random.default_rng(len(case)), op, seq, batch, k, h, **options)
+    fast = _run_transposed(model, feeds, True, monkeypatch)
+    plain = _run_transposed(model, feeds, False, monkeypatch)
+    f32 = options.get("dtype", np.float32) == np.float32
+    # (onnxruntime has no float64 GRU or RNN: float64 is compared with the plain loop alone)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds) if f32 else plain
+    for i, (f, p, w) in enumerate(zip(fast, plain, want)):
+        assert f.shape == p.shape == w.shape and f.dtype == p.dtype == w.dtype, (case, i, f.shape, w.shape)
+        np.testing.assert_allclose(f, p, rtol=0, atol=recurrent.TRANSPOSED_ATOL if f32 else 1e-12,
+                                   err_msg=f"{case} output {i}: transposed vs plain")
+        np.testing.assert_allclose(f, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} output {i}: vs onnxruntime")
+
+
+@pytest.mark.parametrize("op", ["GRU", "RNN"])
+def test_gru_rnn_transposed_form_layout1(op, monkeypatch):
+    """layout 1 (onnxruntime declines it): the layout-0 outputs of the same inputs transposed."""
+    options = {"direction": "bidirectional", "linear_before_reset": 1} if op == "GRU" else {"direction": "bidirectional"}
+    model1, feeds1 = _gru_rnn(np.random.default_rng(3), op, 5, 3, 4, 6, layout=1, **options)
+    fast = _run_transposed(model1, feeds1, True, monkeypatch)
+    plain = _run_transposed(model1, feeds1, False, monkeypatch)
+    for f, p in zip(fast, plain):
+        np.testing.assert_allclose(f, p, rtol=0, atol=recurrent.TRANSPOSED_ATOL)
+    model0, _ = _gru_rnn(np.random.default_rng(3), op, 5, 3, 4, 6, **options)
+    feeds0 = {"x": feeds1["x"].transpose(1, 0, 2), "h0": feeds1["h0"].transpose(1, 0, 2)}
+    want = ort.InferenceSession(model0, providers=["CPUExecutionProvider"]).run(None, feeds0)
+    np.testing.assert_allclose(fast[0], want[0].transpose(2, 0, 1, 3), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fast[1], want[1].transpose(1, 0, 2), rtol=1e-5, atol=1e-5)
+
+
+GRU_RNN_OTHER_FORMS = {  # forms the transposed loop leaves to the plain one, with their results
+    "gru_sequence_lens": ("GRU", {"lens": [6, 2, 4], "direction": "bidirectional"}),
+    "gru_clip": ("GRU", {"clip": 0.6}),
+    "gru_activations": ("GRU", {"activations": ["HardSigmoid", "Softsign"]}),
+    "rnn_sequence_lens": ("RNN", {"lens": [6, 1, 3]}),
+    "rnn_relu": ("RNN", {"activations": ["Relu"]}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRU_RNN_OTHER_FORMS))
+def test_gru_rnn_other_forms_match_onnxruntime(case, monkeypatch):
+    """Forms outside the transposed loop's condition keep onnxruntime's results with it enabled."""
+    op, options = GRU_RNN_OTHER_FORMS[case]
+    model, feeds = _gru_rnn(np.random.default_rng(9), op, 6, 3, 5, 8, **options)
+    got = _run_transposed(model, feeds, True, monkeypatch)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for i, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} output {i}")
+
+
+def test_terminate_stops_a_long_gru(monkeypatch):
+    """RunOptions.terminate stops GRU's transposed loop in bounded time; the session then runs as
+    before."""
+    from tests.test_terminate_in_kernels import STOP_AFTER_S, assert_stopped, terminated_run, timed
+
+    monkeypatch.setattr(recurrent, "TRANSPOSED_ENABLED", True)
+    model, feeds = _gru_rnn(np.random.default_rng(34), "GRU", 10_000, 1, 4, 8, h0=False)
+    sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    expected = sess.run(None, feeds)
+    t_short = timed(lambda: sess.run(None, feeds))
+    err, seconds = terminated_run(sess, {"x": np.tile(feeds["x"], (30, 1, 1))})  # about 30 short runs
+    assert_stopped(err, seconds, STOP_AFTER_S + 4 * t_short)
+    for a, e in zip(sess.run(None, feeds), expected):
+        np.testing.assert_array_equal(a, e)

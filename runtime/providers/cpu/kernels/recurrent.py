@@ -11,6 +11,16 @@ mishandled ``sequence_lens``. Semantics as the spec and onnxruntime:
   onnxruntime. An activation left without one takes the default of the ONNX operator of that name,
   as the spec says (LeakyRelu 0.01, ThresholdedRelu 1, Elu 1, HardSigmoid 0.2 and 0.5, Affine 1
   and 0, ScaledTanh 1 and 1). onnxruntime defaults Affine, ScaledTanh and ThresholdedRelu to 0.
+
+The canonical loop is ``RecurrentKernel._plain``. Fast paths, each with its switch and condition,
+tested against it in tests/test_recurrent_fast_paths.py:
+- GRU and RNN's default form (default activations, no clip, every sequence the full length, float
+  types): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
+  (``TRANSPOSED_ENABLED``; GRU twelve calls a step, RNN three).
+- LSTM's default form: ``LSTM._run_default``, nine calls a step per direction.
+- A bidirectional LSTM (and DynamicQuantizeLSTM) with small hidden x batch
+  (``both_directions_apply``): ``LSTM._run_both_directions``, both directions in one step
+  (``PAIR_ENABLED``).
 """
 
 from __future__ import annotations
@@ -90,6 +100,14 @@ class RecurrentKernel(Kernel):
         self.op = node.op_type
         self.node = node
         self.widen = half.WidenedInputs(node, ctx)
+        defaults = tuple(_ACTIVATIONS[n.lower()][0] for n in self.default_activations)
+        # the form ``_run_transposed`` takes: default activations, no clip (what exporters write)
+        self.default_form = self.clip is None and all(tuple(a[0] for a in acts) == defaults for acts in self.acts)
+        names = list(node.inputs) + [""] * 4
+        self.constant_weights = ctx is not None and all(
+            not names[i] or ctx.is_constant_initializer(names[i]) for i in (1, 2, 3))
+        self._prepared: tuple | None = None  # (input dtype, per-direction weights)
+        self._fast_ok = False  # whether this kernel has a ``_run_transposed`` form (GRU, RNN)
 
     def _via_float32(self, inputs: list) -> bool:
         """The float16 fast path's condition: X and W float16 (numpy's float16 products have no
@@ -105,6 +123,98 @@ class RecurrentKernel(Kernel):
         return np.asarray(fn(x, a, b), dtype=x.dtype)
 
     def compute(self, inputs: list) -> list:
+        if self._via_float32(inputs):
+            return half.via_float32(self.compute, inputs, self.widen)
+        if self._fast_ok and self.default_form and TRANSPOSED_ENABLED:
+            weights = self._fast_weights(inputs)
+            if weights is not None:
+                return self._run_transposed(inputs[0], inputs, weights)
+        return self._plain(inputs)
+
+    def _fast_weights(self, inputs: list) -> list | None:
+        """``_prepare``'s per-direction weights where ``_run_transposed`` takes the run (a float
+        type throughout, every sequence the full length, initial_h of X's type and shape), else
+        None. Kept while W, R and B are constant initializers."""
+        x = inputs[0]
+        n = len(inputs)
+        lens = inputs[4] if n > 4 else None
+        h0 = inputs[5] if n > 5 else None
+        if not (isinstance(x, np.ndarray) and x.dtype in _FAST_TYPES and x.ndim == 3 and x.shape[0] and x.shape[1]):
+            return None
+        batch_axis = 0 if self.layout else 1
+        if lens is not None and not bool((lens >= x.shape[1 - batch_axis]).all()):
+            return None
+        if h0 is not None and (h0.dtype != x.dtype or h0.ndim != 3 or h0.shape[batch_axis] != x.shape[batch_axis]
+                               or h0.shape[1 - batch_axis] != len(self.directions)):
+            return None
+        prepared = self._prepared  # the same arrays every run while they are constant initializers
+        weights = prepared[1] if prepared is not None and prepared[0] == x.dtype else self._prepare_all(inputs, x)
+        if weights is None or (h0 is not None and h0.shape[2] != weights[0][1].shape[1]):
+            return None
+        return weights
+
+    def _prepare_all(self, inputs: list, x: np.ndarray) -> list | None:
+        """``_prepare_direction`` of every direction, or None where the types or shapes are not
+        the fast form's (the plain loop then promotes them or names the problem)."""
+        n = len(inputs)
+        w, r, b = inputs[1], inputs[2], inputs[3] if n > 3 else None
+        g, nd = self.gates, len(self.directions)
+        if (w.dtype != x.dtype or r.dtype != x.dtype or (b is not None and b.dtype != x.dtype) or w.ndim != 3
+                or r.ndim != 3):
+            return None
+        h = r.shape[2]
+        if (w.shape[0] != nd or w.shape[1] != g * h or w.shape[2] != x.shape[2] or r.shape != (nd, g * h, h)
+                or (self.hidden is not None and h != self.hidden) or (b is not None and b.shape != (nd, 2 * g * h))):
+            return None
+        weights = [self._prepare_direction(w[d], r[d], None if b is None else b[d], h) for d in range(nd)]
+        if self.constant_weights:
+            self._prepared = (x.dtype, weights)  # one swap: a concurrent run sees either
+        return weights
+
+    def _prepare_direction(self, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, h: int) -> tuple:
+        """(W^T [input, gates * hidden], R, the bias row of the input projections or None, the
+        bias the step adds itself or None) of one direction, for ``_step_transposed``."""
+        raise NotImplementedError
+
+    def _run_transposed(self, x: np.ndarray, args: list, weights: list) -> list:
+        """The recurrence on transposed states, [gates or hidden, batch] (each gate's block of
+        rows one contiguous piece), with preallocated gates: all steps' input projections and
+        their bias in one product per direction, then ``_step_transposed`` per step."""
+        if self.layout:
+            x = np.swapaxes(x, 0, 1)
+        seq, batch, k = x.shape
+        dt = x.dtype
+        nd = len(self.directions)
+        h = weights[0][1].shape[1]
+        h0 = args[5] if len(args) > 5 else None
+        if h0 is not None and self.layout:
+            h0 = np.swapaxes(h0, 0, 1)
+        yt = np.empty((seq, nd, h, batch), dt)  # Y with each step's hidden state transposed
+        y_h = np.empty((nd, batch, h), dt)
+        x2 = x.reshape(seq * batch, k)
+        run_options = RUN_OPTIONS.get()
+        for d in range(nd):
+            wt, r, bias, step_bias = weights[d]
+            xw = np.dot(x2, wt)
+            if bias is not None:
+                np.add(xw, bias, xw)
+            ws = self._step_workspace(h, batch, dt, step_bias)
+            hd = np.zeros((h, batch), dt) if h0 is None else h0[d].T
+            for t, xt in projection_steps(xw.reshape(seq, batch, -1), self.reverse[d], run_options):
+                out = yt[t, d]
+                self._step_transposed(xt, hd, r, ws, out)
+                hd = out
+            y_h[d] = hd.T
+        if self.layout:  # [batch, seq, directions, hidden]
+            return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)),
+                    np.ascontiguousarray(np.swapaxes(y_h, 0, 1))][: self.n_out]
+        return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h][: self.n_out]
+
+    def _step_workspace(self, h: int, batch: int, dt: np.dtype, step_bias: np.ndarray | None) -> tuple:
+        return ()
+
+    def _plain(self, inputs: list) -> list:
+        """The canonical loop: every form, step by step over the whole batch."""
         if self._via_float32(inputs):
             return half.via_float32(self.compute, inputs, self.widen)
         inputs = list(inputs) + [None] * (8 - len(inputs))
@@ -169,8 +279,25 @@ class RecurrentKernel(Kernel):
 
 @register("RNN", since=7)
 class RNN(RecurrentKernel):
+    """The default form (Tanh, no clip, every sequence the full length) runs
+    ``_run_transposed``: three calls a step (R product, input projection, tanh in place)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self._fast_ok = True
+        self.reverse = [d == "reverse" for d in self.directions]
+
     def _step(self, xw, st, r, rb, d, inputs):
         return [self._apply(self.acts[d][0], xw + st[0] @ r.T + rb)]
+
+    def _prepare_direction(self, w, r, b, h):
+        bias = None if b is None else b[:h] + b[h:]
+        return np.ascontiguousarray(w.T), np.ascontiguousarray(r), bias, None
+
+    def _step_transposed(self, xt, hd, r, ws, out):
+        np.dot(r, hd, out)
+        np.add(out, xt, out)
+        np.tanh(out, out)
 
 
 @register("GRU", since=7)
@@ -181,6 +308,57 @@ class GRU(RecurrentKernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
         self.linear_before_reset = bool(node.attr("linear_before_reset", 0))
+        self._fast_ok = True
+        self.reverse = [d == "reverse" for d in self.directions]
+
+    def _prepare_direction(self, w, r, b, h):
+        """z and r rows (and their bias) halved, so that one tanh gives both sigmoids
+        (sigmoid(x) = 0.5 + 0.5 * tanh(x / 2), exact: a power of two); the bias of the input
+        projections takes W's and R's bias of z and r, and of h W's (R's too without
+        linear_before_reset); with it, R's bias of h is the step's own (it is inside r's product)."""
+        scale = np.concatenate([np.full(2 * h, 0.5, w.dtype), np.ones(h, w.dtype)])
+        wt = np.ascontiguousarray((w * scale[:, None]).T)
+        rs = np.ascontiguousarray(r * scale[:, None])
+        if b is None:
+            return wt, rs, None, None
+        bias = b[:3 * h] + np.concatenate([b[3 * h:5 * h], np.zeros(h, b.dtype)])
+        if not self.linear_before_reset:
+            bias[2 * h:] += b[5 * h:]
+        return wt, rs, bias * scale, (b[5 * h:] if self.linear_before_reset else None)
+
+    def _step_workspace(self, h, batch, dt, step_bias):
+        g = np.empty((3 * h, batch), dt)
+        rbh = None if step_bias is None else np.ascontiguousarray(np.broadcast_to(step_bias[:, None], (h, batch)))
+        return g, g[:2 * h], g[:h], g[h:2 * h], g[2 * h:], np.empty((h, batch), dt), rbh, _HALVES[dt]
+
+    def _step_transposed(self, xt, hd, r, ws, out):
+        """out = the next hidden state [hidden, batch], from hd, step t's projections xt
+        [3 * hidden, batch] and R: H = n + z * (H - n), n the candidate, z the update gate."""
+        g, zr, z, rg, gh, n, rbh, half = ws
+        h = gh.shape[0]
+        multiply, add, tanh = np.multiply, np.add, np.tanh
+        if self.linear_before_reset:
+            np.dot(r, hd, g)
+            add(zr, xt[:2 * h], zr)
+            if rbh is not None:
+                add(gh, rbh, gh)
+        else:
+            np.dot(r[:2 * h], hd, zr)
+            add(zr, xt[:2 * h], zr)
+        tanh(zr, zr)
+        multiply(zr, half, zr)  # sigmoid of z and r from tanh of their halves
+        add(zr, half, zr)
+        if self.linear_before_reset:
+            multiply(rg, gh, n)
+        else:
+            multiply(rg, hd, n)
+            np.dot(r[2 * h:], n, gh)
+            n, gh = gh, n
+        add(n, xt[2 * h:], n)
+        tanh(n, n)
+        np.subtract(hd, n, out)
+        multiply(z, out, out)
+        add(out, n, out)
 
     def _step(self, xw, st, r, rb, d, inputs):
         hprev = st[0]
@@ -268,6 +446,13 @@ def both_directions_apply(hidden: int, batch: int) -> bool:
     than the nine calls it saves (measured: hidden 64 with batch 1, or 24 with batch 16, run slower)."""
     return PAIR_ENABLED and hidden <= PAIR_MAX_HIDDEN and hidden * batch <= PAIR_MAX_CELLS
 
+
+#: The switch of ``RecurrentKernel._run_transposed`` (GRU and RNN's default form): False runs
+#: every form in the plain loop (the tests compare the two).
+TRANSPOSED_ENABLED = True
+#: the largest difference of ``_run_transposed`` from the plain loop on float32 inputs and
+#: weights of unit scale (its bias sums and H = n + z * (H - n) round in another order)
+TRANSPOSED_ATOL = 1e-5
 
 #: The switch of ``LSTM._run_both_directions``: False steps a bidirectional LSTM's directions one
 #: after the other (the tests compare the two).
@@ -386,7 +571,7 @@ class LSTM(RecurrentKernel):
         return self._general(inputs)
 
     def _general(self, inputs: list) -> list:
-        return super().compute(inputs)
+        return self._plain(inputs)
 
     def _states_fit(self, inputs: list, n: int, x: np.ndarray) -> bool:
         """Whether initial_h and initial_c (where given) are x's type and [directions, batch, ...]

@@ -242,7 +242,8 @@ class DynamicQuantizeLSTM(LSTM):
     row by row for the recurrent one.
 
     The common form runs LSTM's ``_run_default`` with the weights less their zero points, in gate
-    order, and the per-column multipliers (weight scale times ``gate_scale``) prepared once."""
+    order, and the per-column multipliers (weight scale times ``gate_scale``) prepared once; a
+    small bidirectional one LSTM's ``_run_both_directions`` (``_quantized_pair``)."""
 
     weight_inputs = (1, 2, 3, 8, 9, 10, 11)
 

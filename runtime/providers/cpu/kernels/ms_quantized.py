@@ -17,6 +17,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import RUN_OPTIONS, check_terminate
 from onnxhal.runtime.providers.cpu.kernels.linalg import MatMulInteger, exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.numerics import round_to_codes, saturate_codes
 from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
@@ -426,7 +427,7 @@ class DynamicQuantizeLSTM(LSTM):
         bias = None if bf is None else np.concatenate([bf, bb])[rows]
         return (wc, None, None, None, w_mul), rc, bias, False, (rc, spread, fh)
 
-    def _quantized_pair(self, rq: tuple, steps, h0: np.ndarray | None, c0: np.ndarray | None,
+    def _quantized_pair(self, rq: tuple, blocks, h0: np.ndarray | None, c0: np.ndarray | None,
                         ys: np.ndarray) -> np.ndarray:
         """``_quantized_direction``'s steps for both directions at once (``_run_both_directions``):
         the hidden state [2 * hidden, batch] quantized per direction and batch row (the ranges of
@@ -449,31 +450,35 @@ class DynamicQuantizeLSTM(LSTM):
             _dot, _add, _multiply, np.tanh, _divide, _rint, _minimum, _negative, _min)
         # an all-zero initial state has codes 0: its R product is 0, exactly
         zero_state = h0 is None or not np.count_nonzero(h0)
-        for t, xt in steps:
-            if zero_state:
-                zero_state = False
-                tanh(xt, g8)
-            else:
-                h_rows[...] = hslot_t
-                negative(h_rows, neg_rows)
-                reduce(both, 3, None, lo_nhi, False, _NEG_TAU)  # -> [min_f; min_b; -max_f; -max_b]
-                dot(spread, lo4, spreads7)
-                divide(scales, _F255N, scales)
-                divide(lo_hd, scales, codes)
-                rint(codes, codes)
-                add(top, _F255, top)
-                minimum(v, top, out=v)
-                dot(rc, v, acc)
-                multiply(acc, mult, g8)
-                add(g8, xt, g8)
-                tanh(g8, g8)
-            multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
-            add(s6, half, s6)
-            multiply(pair_a, pair_b, prod)
-            add(p0, p1, c)
-            tanh(c, th)
-            multiply(o, th, hslot)
-            ys[t] = hslot
+        run_options = RUN_OPTIONS.get()  # (its terminate flag is read every step, as check_terminate does)
+        for xs, outs in blocks:
+            for xt, out in zip(xs, outs):
+                if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                    check_terminate()
+                if zero_state:
+                    zero_state = False
+                    tanh(xt, g8)
+                else:
+                    h_rows[...] = hslot_t
+                    negative(h_rows, neg_rows)
+                    reduce(both, 3, None, lo_nhi, False, _NEG_TAU)  # -> [min_f; min_b; -max_f; -max_b]
+                    dot(spread, lo4, spreads7)
+                    divide(scales, _F255N, scales)
+                    divide(lo_hd, scales, codes)
+                    rint(codes, codes)
+                    add(top, _F255, top)
+                    minimum(v, top, out=v)
+                    dot(rc, v, acc)
+                    multiply(acc, mult, g8)
+                    add(g8, xt, g8)
+                    tanh(g8, g8)
+                multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
+                add(s6, half, s6)
+                multiply(pair_a, pair_b, prod)
+                add(p0, p1, c)
+                tanh(c, th)
+                multiply(o, th, hslot)
+                out[...] = hslot
         final = c.copy()
         if len(self._workspaces) < WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
             self._workspaces[key] = ws

@@ -465,22 +465,25 @@ PAIR_MAX_CELLS = 64
 #: largest over 300 random tests/test_recurrent_fast_paths.py cases)
 PAIR_ATOL = 1e-5
 
-def pair_steps(xw: np.ndarray, run_options) -> Iterator[tuple[int, np.ndarray]]:
-    """(t, [8 * hidden, batch]: the forward direction's input projection at t and the backward's
-    at seq - 1 - t, gate by gate as ``pair_rows``) for t from 0, from xw [seq, batch, 4, 2, hidden]
-    (gates, directions), checking ``RunOptions.terminate`` before each step. Laid out a block of
-    ``_BLOCK`` steps at a time: a long sequence's whole copy would delay a terminate request."""
+def pair_blocks(xw: np.ndarray, ys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Per block of ``_BLOCK`` steps (a long sequence's whole copy would delay a terminate
+    request): the steps' [8 * hidden, batch] inputs (the forward direction's projection at t and
+    the backward's at seq - 1 - t, gate by gate as ``pair_rows``) from xw [seq, batch, 4, 2,
+    hidden] (gates, directions), and the steps' outputs, ys's rows for them. The loops iterate
+    the two with zip: numpy hands out the rows, cheaper than indexing each step."""
     seq, batch, _, _, h = xw.shape
     for b0 in range(0, seq, _BLOCK):
         b1 = min(seq, b0 + _BLOCK)
         xs = np.empty((b1 - b0, 4, 2, h, batch), xw.dtype)
-        xs[:, :, 0] = xw[b0:b1, :, :, 0].transpose(0, 2, 3, 1)
-        xs[:, :, 1] = xw[seq - b0 - 1::-1][:b1 - b0, :, :, 1].transpose(0, 2, 3, 1)
-        xs = xs.reshape(b1 - b0, 8 * h, batch)
-        for t in range(b0, b1):
-            if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
-                check_terminate()
-            yield t, xs[t - b0]
+        forward, backward = xw[b0:b1, :, :, 0], xw[seq - b0 - 1::-1][:b1 - b0, :, :, 1]
+        if batch <= 4:  # a batch row at a time: [steps, 4, hidden] pieces copy at full speed (``transposed_steps``)
+            for b in range(batch):
+                xs[:, :, 0, :, b] = forward[:, b]
+                xs[:, :, 1, :, b] = backward[:, b]
+        else:
+            xs[:, :, 0] = forward.transpose(0, 2, 3, 1)
+            xs[:, :, 1] = backward.transpose(0, 2, 3, 1)
+        yield xs.reshape(b1 - b0, 8 * h, batch), ys[b0:b1]
 
 
 _count_nonzero = np.count_nonzero
@@ -727,11 +730,11 @@ class LSTM(RecurrentKernel):
         if bias is not None:
             np.add(xw, bias, xw)
         ys = np.empty((seq, 2 * h, batch), dt)  # step t: [forward hidden at t; backward at seq - 1 - t]
-        steps = pair_steps(xw.reshape(seq, batch, 4, 2, h), RUN_OPTIONS.get())
+        blocks = pair_blocks(xw.reshape(seq, batch, 4, 2, h), ys)
         if rq is not None:
-            c = self._quantized_pair(rq, steps, h0, c0, ys)
+            c = self._quantized_pair(rq, blocks, h0, c0, ys)
         else:
-            c = self._float_pair(r2, finite, steps, h0, c0, ys)
+            c = self._float_pair(r2, finite, blocks, h0, c0, ys)
         y = np.empty((seq, 2, batch, h), dt)
         y[:, 0] = ys[:, :h].transpose(0, 2, 1)
         y[:, 1] = ys[::-1, h:].transpose(0, 2, 1)
@@ -743,7 +746,7 @@ class LSTM(RecurrentKernel):
             outs = [y, y_h, y_c]
         return [np.ascontiguousarray(v) for v in outs[: self.n_out]]
 
-    def _float_pair(self, r2: np.ndarray, finite: bool, steps: Iterator, h0: np.ndarray | None,
+    def _float_pair(self, r2: np.ndarray, finite: bool, blocks: Iterator, h0: np.ndarray | None,
                     c0: np.ndarray | None, ys: np.ndarray) -> np.ndarray:
         """The paired recurrence (``_run_both_directions``) of float weights; returns the final
         cell state [2 * hidden, batch] (a copy: the scratch arrays are kept for the next run)."""
@@ -758,27 +761,31 @@ class LSTM(RecurrentKernel):
         zero_state = finite and (h0 is None or not _count_nonzero(hd))
         dot, tanh, multiply, add = np.dot, np.tanh, np.multiply, np.add
         half = _HALVES[dt]
-        for t, xt in steps:
-            if zero_state:
-                zero_state = False
-                tanh(xt, g8)
-            else:
-                dot(r2, hd, g8)
-                add(g8, xt, g8)
-                tanh(g8, g8)
-            multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
-            add(s6, half, s6)
-            multiply(pair_a, pair_b, prod)
-            add(p0, p1, c)
-            tanh(c, th)
-            hd = ys[t]
-            multiply(o, th, hd)
+        run_options = RUN_OPTIONS.get()  # (its terminate flag is read every step, as check_terminate does)
+        for xs, outs in blocks:
+            for xt, out in zip(xs, outs):
+                if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                    check_terminate()
+                if zero_state:
+                    zero_state = False
+                    tanh(xt, g8)
+                else:
+                    dot(r2, hd, g8)
+                    add(g8, xt, g8)
+                    tanh(g8, g8)
+                multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
+                add(s6, half, s6)
+                multiply(pair_a, pair_b, prod)
+                add(p0, p1, c)
+                tanh(c, th)
+                multiply(o, th, out)
+                hd = out
         final = c.copy()
         if len(self._workspaces) < WORKSPACES:
             self._workspaces[key] = ws
         return final
 
-    def _quantized_pair(self, rq: tuple, steps: Iterator, h0: np.ndarray | None, c0: np.ndarray | None,
+    def _quantized_pair(self, rq: tuple, blocks: Iterator, h0: np.ndarray | None, c0: np.ndarray | None,
                         ys: np.ndarray) -> np.ndarray:
         """The paired recurrence of weights that are not float (DynamicQuantizeLSTM; ``rq`` is
         what its ``_make_pair_weights`` made), as ``_float_pair``."""

@@ -65,8 +65,9 @@ PAIR_CASES = {
     "batch1": (9, 1, 16, 32, {}),
     "seq1": (1, 2, 5, 8, {}),
     "hidden1": (6, 3, 4, 1, {}),
-    "hidden48": (4, 1, 7, 48, {}),
-    "cells64": (5, 4, 3, 16, {}),
+    "hidden64": (4, 1, 7, 64, {}),
+    "cells512": (5, 8, 3, 64, {}),
+    "batch32": (3, 32, 3, 16, {}),
     "no_bias": (7, 2, 6, 12, {"bias": False}),
     "no_states": (7, 2, 6, 12, {"h0": "none", "c0": False}),
     "zero_h0": (7, 3, 6, 12, {"h0": "zero"}),
@@ -203,7 +204,8 @@ QUANTIZED_PAIR_CASES = {
     "crnn": (20, 2, 64, 24, {}),
     "batch1_uint8": (9, 1, 16, 32, {"codes": np.uint8}),
     "seq1": (1, 2, 5, 8, {}),
-    "hidden48": (4, 1, 7, 48, {"per_column": True}),
+    "hidden64": (4, 1, 7, 64, {"per_column": True}),
+    "cells512": (3, 8, 5, 64, {}),
     "per_column_uint8": (6, 2, 5, 12, {"per_column": True, "codes": np.uint8}),
     "batch4": (5, 4, 3, 16, {}),
     "zero_h0_no_bias": (7, 2, 6, 12, {"h0": "zero", "bias": False}),
@@ -312,6 +314,40 @@ def test_gru_rnn_transposed_form_matches_plain_loop(case, monkeypatch):
         np.testing.assert_allclose(f, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} output {i}: vs onnxruntime")
 
 
+PAIRED_TRANSPOSED_CASES = {  # bidirectional GRU and RNN: (op, seq, batch, input, hidden, options)
+    "gru": ("GRU", 9, 2, 5, 16, {}),
+    "gru_lbr": ("GRU", 9, 2, 5, 16, {"linear_before_reset": 1}),
+    "gru_lbr_no_bias_no_h0": ("GRU", 6, 3, 4, 7, {"linear_before_reset": 1, "bias": False, "h0": False}),
+    "gru_seq1_hidden1": ("GRU", 1, 1, 3, 1, {}),
+    "gru_limits": ("GRU", 3, 8, 4, 64, {}),
+    "gru_fed_weights": ("GRU", 5, 2, 4, 6, {"fed_weights": True}),
+    "rnn": ("RNN", 8, 4, 5, 12, {}),
+    "rnn_no_bias_batch1": ("RNN", 8, 1, 5, 12, {"bias": False}),
+    "gru_float64": ("GRU", 6, 2, 4, 7, {"dtype": np.float64, "linear_before_reset": 1}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PAIRED_TRANSPOSED_CASES))
+def test_gru_rnn_both_directions_together(case, monkeypatch):
+    """GRU and RNN's paired loop (both directions in one step) against the transposed loop one
+    direction after the other (within PAIR_ATOL: the block product's order) and onnxruntime."""
+    op, seq, batch, k, h, options = PAIRED_TRANSPOSED_CASES[case]
+    assert recurrent.both_directions_apply(h, batch)
+    model, feeds = _gru_rnn(np.random.default_rng(len(case) + 7), op, seq, batch, k, h, direction="bidirectional",
+                            **options)
+    monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
+    paired = _run_transposed(model, feeds, True, monkeypatch)
+    monkeypatch.setattr(recurrent, "PAIR_ENABLED", False)
+    apart = _run_transposed(model, feeds, True, monkeypatch)
+    f32 = options.get("dtype", np.float32) == np.float32
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds) if f32 else apart
+    for i, (p, q, w) in enumerate(zip(paired, apart, want)):
+        assert p.shape == q.shape == w.shape and p.dtype == q.dtype == w.dtype, (case, i, p.shape, w.shape)
+        np.testing.assert_allclose(p, q, rtol=0, atol=recurrent.PAIR_ATOL if f32 else 1e-12,
+                                   err_msg=f"{case} output {i}: paired vs apart")
+        np.testing.assert_allclose(p, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} output {i}: vs onnxruntime")
+
+
 @pytest.mark.parametrize("op", ["GRU", "RNN"])
 def test_gru_rnn_transposed_form_layout1(op, monkeypatch):
     """layout 1 (onnxruntime declines it): the layout-0 outputs of the same inputs transposed."""
@@ -348,13 +384,15 @@ def test_gru_rnn_other_forms_match_onnxruntime(case, monkeypatch):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} output {i}")
 
 
-def test_terminate_stops_a_long_gru(monkeypatch):
-    """RunOptions.terminate stops GRU's transposed loop in bounded time; the session then runs as
-    before."""
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_terminate_stops_a_long_gru(direction, monkeypatch):
+    """RunOptions.terminate stops GRU's transposed loop (and paired loop) in bounded time; the
+    session then runs as before."""
     from tests.test_terminate_in_kernels import STOP_AFTER_S, assert_stopped, terminated_run, timed
 
     monkeypatch.setattr(recurrent, "TRANSPOSED_ENABLED", True)
-    model, feeds = _gru_rnn(np.random.default_rng(34), "GRU", 10_000, 1, 4, 8, h0=False)
+    monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
+    model, feeds = _gru_rnn(np.random.default_rng(34), "GRU", 10_000, 1, 4, 8, h0=False, direction=direction)
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
     expected = sess.run(None, feeds)
     t_short = timed(lambda: sess.run(None, feeds))

@@ -18,9 +18,9 @@ tested against it in tests/test_recurrent_fast_paths.py:
   types): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
   (``TRANSPOSED_ENABLED``; GRU twelve calls a step, RNN three).
 - LSTM's default form: ``LSTM._run_default``, nine calls a step per direction.
-- A bidirectional LSTM (and DynamicQuantizeLSTM) with small hidden x batch
-  (``both_directions_apply``): ``LSTM._run_both_directions``, both directions in one step
-  (``PAIR_ENABLED``).
+- A bidirectional layer with small hidden x batch (``both_directions_apply``): both directions in
+  one step (``PAIR_ENABLED``), LSTM's and DynamicQuantizeLSTM's ``_run_both_directions``, GRU and
+  RNN's ``_run_transposed_pair``.
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ class RecurrentKernel(Kernel):
         self.constant_weights = ctx is not None and all(
             not names[i] or ctx.is_constant_initializer(names[i]) for i in (1, 2, 3))
         self._prepared: tuple | None = None  # (input dtype, per-direction weights)
+        self._paired: tuple | None = None  # (the per-direction weights, both directions' in pair order)
         self._fast_ok = False  # whether this kernel has a ``_run_transposed`` form (GRU, RNN)
 
     def _via_float32(self, inputs: list) -> bool:
@@ -189,10 +190,12 @@ class RecurrentKernel(Kernel):
         h0 = args[5] if len(args) > 5 else None
         if h0 is not None and self.layout:
             h0 = np.swapaxes(h0, 0, 1)
-        yt = np.empty((seq, nd, h, batch), dt)  # Y with each step's hidden state transposed
-        y_h = np.empty((nd, batch, h), dt)
         x2 = x.reshape(seq * batch, k)
         run_options = RUN_OPTIONS.get()
+        if nd == 2 and both_directions_apply(h, batch):
+            return self._run_transposed_pair(x2, seq, batch, h0, weights, run_options)
+        yt = np.empty((seq, nd, h, batch), dt)  # Y with each step's hidden state transposed
+        y_h = np.empty((nd, batch, h), dt)
         for d in range(nd):
             wt, r, bias, step_bias = weights[d]
             xw = np.dot(x2, wt)
@@ -209,6 +212,50 @@ class RecurrentKernel(Kernel):
             return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)),
                     np.ascontiguousarray(np.swapaxes(y_h, 0, 1))][: self.n_out]
         return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h][: self.n_out]
+
+    def _run_transposed_pair(self, x2: np.ndarray, seq: int, batch: int, h0: np.ndarray | None, weights: list,
+                             run_options) -> list:
+        """``_run_transposed`` of a bidirectional layer with both directions in one step
+        (``both_directions_apply``), as LSTM's ``_run_both_directions``: step t runs the forward's
+        time t and the backward's seq - 1 - t on one state [2 * hidden, batch], each gate's rows
+        of both directions side by side (``pair_rows``), R one block-diagonal product; the step is
+        ``_step_transposed``'s with hidden 2 * hidden."""
+        dt = x2.dtype
+        wt, r, bias, step_bias = self._pair_transposed(weights)
+        h = r.shape[1] // 2
+        xw = np.dot(x2, wt)
+        if bias is not None:
+            np.add(xw, bias, xw)
+        ys = np.empty((seq, 2 * h, batch), dt)
+        ws = self._step_workspace(2 * h, batch, dt, step_bias)
+        hd = np.zeros((2 * h, batch), dt) if h0 is None else h0.transpose(0, 2, 1).reshape(2 * h, batch)
+        step = self._step_transposed
+        for xs, outs in pair_blocks(xw.reshape(seq, batch, self.gates, 2, h), ys):
+            for xt, out in zip(xs, outs):
+                if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                    check_terminate()
+                step(xt, hd, r, ws, out)
+                hd = out
+        return paired_outputs(ys, [], self.layout, self.n_out)
+
+    def _pair_transposed(self, weights: list) -> tuple:
+        """Both directions' ``_prepare_direction`` weights in ``pair_rows`` order: W^T
+        [input, 2 * gates * hidden], block-diagonal R [2 * gates * hidden, 2 * hidden], the bias
+        rows; kept while the per-direction weights are the same (constant initializers)."""
+        kept = self._paired
+        if kept is not None and kept[0] is weights:
+            return kept[1]
+        (wf, rf, bf, sf), (wb, rb, bb, sb) = weights
+        h, g = rf.shape[1], self.gates
+        rows = pair_rows(h, g)
+        r2 = np.zeros((2 * g * h, 2 * h), rf.dtype)
+        r2[:g * h, :h] = rf
+        r2[g * h:, h:] = rb
+        paired = (np.ascontiguousarray(np.concatenate([wf, wb], axis=1)[:, rows]), np.ascontiguousarray(r2[rows]),
+                  None if bf is None else np.concatenate([bf, bb])[rows],
+                  None if sf is None else np.concatenate([sf, sb]))  # (the step's bias: one gate's rows)
+        self._paired = (weights, paired)  # one swap: a concurrent run sees the old entry or this one
+        return paired
 
     def _step_workspace(self, h: int, batch: int, dt: np.dtype, step_bias: np.ndarray | None) -> tuple:
         return ()
@@ -430,20 +477,23 @@ def gate_workspace(h: int, batch: int, dt: np.dtype) -> tuple:
             np.empty((h, batch), dt))
 
 
-def pair_rows(h: int) -> np.ndarray:
-    """Row indices that interleave two directions' gates (each in ``gate_order``, the backward's
-    rows after the forward's) gate by gate: i, i', f, f', o, o', c, c'. Each gate's block of both
-    directions is then one contiguous piece, as ``gate_workspace`` lays out one direction's."""
-    g = np.arange(4 * h).reshape(4, 1, h)
-    return np.concatenate([g, g + 4 * h], axis=1).reshape(-1)
+def pair_rows(h: int, gates: int = 4) -> np.ndarray:
+    """Row indices that interleave two directions' gates (the backward's rows after the
+    forward's) gate by gate: for LSTM's ``gate_order`` i, i', f, f', o, o', c, c'. Each gate's
+    block of both directions is then one contiguous piece, as one direction's is alone."""
+    g = np.arange(gates * h).reshape(gates, 1, h)
+    return np.concatenate([g, g + gates * h], axis=1).reshape(-1)
 
 
 def both_directions_apply(hidden: int, batch: int) -> bool:
-    """The condition of ``LSTM._run_both_directions`` (a bidirectional LSTM's two directions
-    stepped together, R a block-diagonal [8 * hidden, 2 * hidden] product): while the per-step
-    calls outweigh the work, hidden at most ``PAIR_MAX_HIDDEN`` and hidden x batch at most
-    ``PAIR_MAX_CELLS``; beyond them the block product's doubled work (its zero blocks) costs more
-    than the nine calls it saves (measured: hidden 64 with batch 1, or 24 with batch 16, run slower)."""
+    """The condition of the paired loops (a bidirectional layer's two directions stepped
+    together, R a block-diagonal [2 * gates * hidden, 2 * hidden] product: LSTM's
+    ``_run_both_directions``, GRU and RNN's ``_run_transposed_pair``): while the per-step calls
+    outweigh the work, hidden at most ``PAIR_MAX_HIDDEN`` and hidden x batch at most
+    ``PAIR_MAX_CELLS``. Beyond them the block product's doubled work (its zero blocks) costs more
+    than the calls it saves (measured, 20 steps: LSTM slower at hidden 96 with batch 1, 64 with 16,
+    48 with 32; GRU at 64 with 16; faster at 64 with 4, 32 with 8, 24 with 16, for LSTM, GRU, RNN
+    and DynamicQuantizeLSTM)."""
     return PAIR_ENABLED and hidden <= PAIR_MAX_HIDDEN and hidden * batch <= PAIR_MAX_CELLS
 
 
@@ -455,11 +505,11 @@ TRANSPOSED_ENABLED = True
 #: the largest over 280 random tests/test_recurrent_fast_paths.py cases)
 TRANSPOSED_ATOL = 1e-5
 
-#: The switch of ``LSTM._run_both_directions``: False steps a bidirectional LSTM's directions one
-#: after the other (the tests compare the two).
+#: The switch of the paired loops (``both_directions_apply``): False steps a bidirectional layer's
+#: directions one after the other (the tests compare the two).
 PAIR_ENABLED = True
-PAIR_MAX_HIDDEN = 48
-PAIR_MAX_CELLS = 64
+PAIR_MAX_HIDDEN = 64
+PAIR_MAX_CELLS = 512
 #: the largest difference of ``LSTM._run_both_directions`` from the directions run one after the
 #: other, on float32 inputs and weights of unit scale: the block product sums R's rows in BLAS's
 #: order for its shape, not the [4 * hidden, hidden] product's (a few ulps per step; 4.8e-7 the
@@ -469,14 +519,14 @@ PAIR_ATOL = 1e-5
 
 def pair_blocks(xw: np.ndarray, ys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Per block of ``_BLOCK`` steps (a long sequence's whole copy would delay a terminate
-    request): the steps' [8 * hidden, batch] inputs (the forward direction's projection at t and
-    the backward's at seq - 1 - t, gate by gate as ``pair_rows``) from xw [seq, batch, 4, 2,
-    hidden] (gates, directions), and the steps' outputs, ys's rows for them. The loops iterate
-    the two with zip: numpy hands out the rows, cheaper than indexing each step."""
-    seq, batch, _, _, h = xw.shape
+    request): the steps' [2 * gates * hidden, batch] inputs (the forward direction's projection
+    at t and the backward's at seq - 1 - t, gate by gate as ``pair_rows``) from xw [seq, batch,
+    gates, 2, hidden] (directions second), and the steps' outputs, ys's rows for them. The loops
+    iterate the two with zip: numpy hands out the rows, cheaper than indexing each step."""
+    seq, batch, gates, _, h = xw.shape
     for b0 in range(0, seq, _BLOCK):
         b1 = min(seq, b0 + _BLOCK)
-        xs = np.empty((b1 - b0, 4, 2, h, batch), xw.dtype)
+        xs = np.empty((b1 - b0, gates, 2, h, batch), xw.dtype)
         forward, backward = xw[b0:b1, :, :, 0], xw[seq - b0 - 1::-1][:b1 - b0, :, :, 1]
         if batch <= 4:  # a batch row at a time: [steps, 4, hidden] pieces copy at full speed (``transposed_steps``)
             for b in range(batch):
@@ -485,7 +535,24 @@ def pair_blocks(xw: np.ndarray, ys: np.ndarray) -> Iterator[tuple[np.ndarray, np
         else:
             xs[:, :, 0] = forward.transpose(0, 2, 3, 1)
             xs[:, :, 1] = backward.transpose(0, 2, 3, 1)
-        yield xs.reshape(b1 - b0, 8 * h, batch), ys[b0:b1]
+        yield xs.reshape(b1 - b0, 2 * gates * h, batch), ys[b0:b1]
+
+
+def paired_outputs(ys: np.ndarray, finals: list[np.ndarray], layout: int, n_out: int) -> list[np.ndarray]:
+    """A paired loop's outputs: Y from ys [seq, 2 * hidden, batch] (step t: the forward hidden
+    state at t, the backward's at seq - 1 - t), Y_h from its last step and the other final states
+    ([2 * hidden, batch], both directions' rows), in the op's layout."""
+    seq, h2, batch = ys.shape
+    h = h2 // 2
+    y = np.empty((seq, 2, batch, h), ys.dtype)
+    y[:, 0] = ys[:, :h].transpose(0, 2, 1)
+    y[:, 1] = ys[::-1, h:].transpose(0, 2, 1)
+    states = [s.reshape(2, h, batch).transpose(0, 2, 1) for s in [ys[-1]] + finals]
+    if layout:  # [batch, seq, directions, hidden]
+        outs = [y.transpose(2, 0, 1, 3)] + [np.swapaxes(s, 0, 1) for s in states]
+    else:
+        outs = [y] + states
+    return [np.ascontiguousarray(v) for v in outs[:n_out]]
 
 
 _count_nonzero = np.count_nonzero
@@ -737,16 +804,7 @@ class LSTM(RecurrentKernel):
             c = self._quantized_pair(rq, blocks, h0, c0, ys)
         else:
             c = self._float_pair(r2, finite, blocks, h0, c0, ys)
-        y = np.empty((seq, 2, batch, h), dt)
-        y[:, 0] = ys[:, :h].transpose(0, 2, 1)
-        y[:, 1] = ys[::-1, h:].transpose(0, 2, 1)
-        y_h = ys[-1].reshape(2, h, batch).transpose(0, 2, 1)
-        y_c = c.reshape(2, h, batch).transpose(0, 2, 1)
-        if self.layout:  # [batch, seq, directions, hidden]
-            outs = [y.transpose(2, 0, 1, 3), np.swapaxes(y_h, 0, 1), np.swapaxes(y_c, 0, 1)]
-        else:
-            outs = [y, y_h, y_c]
-        return [np.ascontiguousarray(v) for v in outs[: self.n_out]]
+        return paired_outputs(ys, [c], self.layout, self.n_out)
 
     def _float_pair(self, r2: np.ndarray, finite: bool, blocks: Iterator, h0: np.ndarray | None,
                     c0: np.ndarray | None, ys: np.ndarray) -> np.ndarray:

@@ -244,7 +244,7 @@ class DynamicQuantizeLSTM(LSTM):
 
     The common form runs LSTM's ``_run_default`` with the weights less their zero points, in gate
     order, and the per-column multipliers (weight scale times ``gate_scale``) prepared once; a
-    small bidirectional one LSTM's ``_run_both_directions`` (``_quantized_pair``)."""
+    small bidirectional one runs LSTM's ``_run_both_directions`` (``_quantized_pair``)."""
 
     weight_inputs = (1, 2, 3, 8, 9, 10, 11)
 
@@ -394,7 +394,6 @@ class DynamicQuantizeLSTM(LSTM):
         y_c[d] = c.T
         if len(self._workspaces) < WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
             self._workspaces[key] = ws
-
 
     def _make_pair_weights(self, weights: list) -> tuple:
         """Both directions' weights in ``pair_rows`` order for ``_run_both_directions``: (W less

@@ -58,6 +58,12 @@ CASES = [
     ("im2col_view", (2, 3, 128, 128), (16, 3, 8, 8), {"strides": [8, 8]}),  # patches that tile the input
     ("im2col_phases", (1, 3, 65, 65), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
     ("im2col_phases", (1, 4, 47, 50), (8, 2, 5, 5), {"pads": [1, 2, 2, 1], "strides": [3, 2], "group": 2}),
+    # several images, fewer output positions than output channels, each window layout of _im2col
+    ("im2col_batched", (2, 64, 6, 6), (96, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # same width
+    ("im2col_batched", (3, 64, 12, 10), (48, 64, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # half width
+    ("im2col_batched", (2, 32, 13, 13), (64, 32, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),  # phases
+    ("im2col_batched", (3, 64, 9, 8), (48, 64, 3, 2), {"pads": [0, 1, 2, 0], "dilations": [2, 3]}),  # view
+    ("im2col_batched", (4, 384, 9, 9), (128, 384, 1, 1), {"pads": [1, 0, 0, 1], "strides": [2, 2]}),  # padded 1x1
 ]
 
 VARIANTS = [  # (bias, residual, activation, activation_params)

@@ -21,8 +21,8 @@ from tests.models import make, vi
 # grouped, depthwise, asymmetrically padded and odd shapes
 CASES = [
     ("taps", (1, 16, 20, 20), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
-    ("taps", (2, 12, 9, 11), (5, 12, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
-    ("taps", (1, 16, 13, 10), (8, 16, 5, 3), {"pads": [0, 1, 3, 1]}),  # asymmetric rows
+    ("taps", (2, 12, 19, 21), (5, 12, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    ("taps", (1, 16, 23, 20), (8, 16, 5, 3), {"pads": [0, 1, 3, 1]}),  # asymmetric rows
     ("depthwise_same_width", (2, 32, 40, 40), (32, 1, 3, 3), {"group": 32, "pads": [1, 1, 1, 1]}),
     ("depthwise_same_width", (1, 16, 30, 29), (16, 1, 3, 3), {"group": 16, "pads": [0, 2, 4, 2], "dilations": [2, 2]}),
     ("depthwise_half_width", (2, 24, 40, 40), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
@@ -42,6 +42,9 @@ CASES = [
     ("gather", (1, 3, 7, 7), (4, 3, 3, 3), {"strides": [2, 2]}),
     ("gather", (2, 4, 6, 5), (3, 4, 2, 3), {"pads": [1, 0, 0, 2], "dilations": [2, 1]}),
     ("gather", (2, 256, 2, 2), (160, 256, 5, 5), {"pads": [2, 2, 2, 2]}),
+    # taps' conditions, but within the gather limit (YOLOv8's neck at 4x4 and 2x2)
+    ("gather", (2, 32, 4, 4), (16, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("gather", (2, 32, 2, 2), (16, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("gather_grouped", (2, 8, 16, 16), (8, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 2}),
     ("gather_grouped", (2, 32, 2, 2), (32, 4, 5, 5), {"pads": [2, 2, 2, 2], "group": 8}),  # taps reading padding alone
     ("gather_grouped", (1, 12, 7, 6), (9, 4, 2, 3), {"pads": [1, 0, 0, 2], "dilations": [2, 1], "group": 3}),

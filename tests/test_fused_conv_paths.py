@@ -204,6 +204,20 @@ def test_path_matches_canonical(case, variant, edge, constant):
            params)
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{'x'.join(map(str, c[2]))}")
+def test_kept_path_follows_new_values(case):
+    """With constant weights a layer's path may be kept per input shape (``_remember``): later runs
+    of that shape with other inputs and residuals still match the canonical convolution."""
+    path, x_shape, w_shape, attrs = case
+    a = _attrs(attrs, w_shape)
+    rng = np.random.default_rng(CASES.index(case) + 5000)
+    kernel = fused_kernel(w_shape, a, True, True, "Relu", [], constant=True)
+    x, w, b, z = _inputs(rng, x_shape, w_shape, a, "random", True, False)
+    for edge in (False, True, False):
+        x, _, _, z = _inputs(rng, x_shape, w_shape, a, "random", True, edge)
+        _check(kernel, path, x, w, b, z, a, "Relu", [])
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c[3].get("group", 1) > 1
                                   and "depthwise" not in c[0]], ids=lambda c: f"{c[0]}-{c[3]['group']}")
 @pytest.mark.parametrize("residual", [False, True])

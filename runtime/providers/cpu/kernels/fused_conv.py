@@ -13,7 +13,9 @@ flattened planes), then the product runs per block of output channels (or per gr
 the workers when BLAS is single-threaded, and bias, residual and activation are applied to each
 block while it is still in cache. A copied, ungrouped convolution carries its bias inside the
 product instead (a row of ones under the windows, a column [W | b]), which saves a pass over the
-output. A unit-stride convolution as wide as its input with at most half as many outputs as inputs
+output. With several images and fewer output positions per image than output channels (ResNet's
+deep layers), all images' windows lie side by side for one product that reads the weights once
+(``_batched_columns``); small ungrouped im2col layers are kept per shape (``_remember``). A unit-stride convolution as wide as its input with at most half as many outputs as inputs
 (DenseNet's 3x3 layers) skips im2col: one product of all taps' weights with the padded input, then
 the taps' products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G (the
 optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to channel j *
@@ -354,8 +356,8 @@ class FusedConv(FusedBase):
         elif path == "general" and self.group == 1 and self._small_im2col(x.shape, w.shape, entry):
             # A small ungrouped im2col layer (a 3-channel stem, YOLOv8's first layers): the windows'
             # layout, [W | b] and the shapes bound once, one product over the images; the general
-            # path's closures, per-image products and epilogues cost 10-15 us a layer (7x7/2 stem
-            # at 2x3x32x32 alone: 52 against 68 us)
+            # path's closures, per-image products and epilogues cost 7-12 us a layer (7x7/2 stem
+            # at 2x3x32x32 alone: 64 against 76 us)
             pads, out_hw = entry[0], entry[1:3]
             n, c = x.shape[:2]
             m, _, kh, kw = w.shape

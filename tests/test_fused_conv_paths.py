@@ -12,7 +12,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 from onnxhal.hal import KernelCreateContext, Node
-from onnxhal.runtime.providers.cpu.kernels import worker_pool
+from onnxhal.runtime.providers.cpu.kernels import fused_conv, worker_pool
+from onnxhal.runtime.providers.cpu.kernels.conv import APPENDED, gather_plan
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN
 from onnxhal.runtime.providers.cpu.kernels.fused_conv import CONV_PATHS, FusedConv
 from tests.models import make, vi
@@ -301,3 +302,24 @@ def test_1d_runs_its_2d_twins_path(x_shape, path):
     assert kernel.last_path == path
     want, mag = canonical(x[:, :, None, :], w[:, :, None, :], b, None, a2, "Relu", [], 0)
     assert np.all(np.abs(y.astype(np.float64) - want[:, :, 0, :]) <= 1e-5 * mag[:, :, 0, :] + 1e-6)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0].startswith("gather")],
+                         ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{'x'.join(map(str, c[2]))}")
+@pytest.mark.parametrize("bias", [False, True])
+def test_gather_indices_in_range(case, bias):
+    """The gather paths take with mode="wrap" (faster than numpy's bounds-checked default), which
+    is only the same take while every index falls inside the flat input and its appended cells."""
+    path, x_shape, w_shape, attrs = case
+    a = _attrs(attrs, w_shape)
+    out_hw = _out_shape(x_shape, w_shape, a)[2:]
+    p = a["pads"]
+    pads = (p[0], p[1], p[2], p[3])
+    depthwise = path == "gather_depthwise"
+    limit = None if not depthwise or tuple(a["strides"]) == (1, 1) else fused_conv.STRIDED_DEPTHWISE_GATHER_MAX
+    plan = gather_plan(x_shape, w_shape, pads, out_hw, tuple(a["strides"]), tuple(a["dilations"]), depthwise,
+                       bias and path != "gather_grouped", limit)
+    assert plan is not None
+    idx, appended = plan[:2]
+    size = int(np.prod(x_shape)) + (len(APPENDED) if appended else 0)
+    assert idx.min() >= 0 and idx.max() < size

@@ -338,7 +338,7 @@ class FusedConv(FusedBase):
                 flat = x.reshape(-1)
                 if cells is not None:
                     flat = np.concatenate((flat, cells))
-                y = np.matmul(wg, flat.take(idx).reshape(cols_shape)).reshape(y_shape)
+                y = np.matmul(wg, flat.take(idx, mode="wrap").reshape(cols_shape)).reshape(y_shape)
                 if b3 is not None:
                     y += b3
                 return finish(y, z, out)
@@ -352,7 +352,7 @@ class FusedConv(FusedBase):
                 flat = x.reshape(-1)
                 if cells is not None:
                     flat = np.concatenate((flat, cells))
-                return finish(np.matmul(wk, flat.take(idx)), z, out)
+                return finish(np.matmul(wk, flat.take(idx, mode="wrap")), z, out)
         elif path == "general" and self.group == 1 and self._small_im2col(x.shape, w.shape, entry):
             # A small ungrouped im2col layer (a 3-channel stem, YOLOv8's first layers): the windows'
             # layout, [W | b] and the shapes bound once, one product over the images; the general
@@ -596,7 +596,7 @@ class FusedConv(FusedBase):
         flat = x.reshape(-1)
         if appended:
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
-        y = np.matmul(self._gathered_weights(w, b, keep), flat.take(idx))
+        y = np.matmul(self._gathered_weights(w, b, keep), flat.take(idx, mode="wrap"))
         return self._epilogue(y, z, out_shape)
 
     def _gathered_grouped(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
@@ -609,7 +609,7 @@ class FusedConv(FusedBase):
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
         wg = self._grouped_weights(w, keep)
         n, g = x.shape[0], self.group
-        y = np.matmul(wg, flat.take(idx).reshape(n, g, wg.shape[2], idx.shape[2])).reshape(n, w.shape[0], -1)
+        y = np.matmul(wg, flat.take(idx, mode="wrap").reshape(n, g, wg.shape[2], idx.shape[2])).reshape(n, w.shape[0], -1)
         if b is not None:
             y += b.reshape(1, -1, 1)
         return self._epilogue(y, z, out_shape)
@@ -666,7 +666,7 @@ class FusedConv(FusedBase):
         flat = x.reshape(-1)
         if appended:
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
-        return self._epilogue(np.matmul(self._depthwise_taps(w, b, keep), flat.take(idx)), z, out_shape)
+        return self._epilogue(np.matmul(self._depthwise_taps(w, b, keep), flat.take(idx, mode="wrap")), z, out_shape)
 
     def _pointwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                    out_hw: tuple[int, int]) -> np.ndarray:

@@ -409,6 +409,9 @@ def half_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
 #: 16x16 (the half-width phase copies cost more).
 GATHER_MAX = 1 << 15
 DEPTHWISE_GATHER_MAX = 1 << 14
+#: The gather paths take with mode="wrap": their indices are in range by construction (built per
+#: input shape), and numpy's wrap mode skips the per-element bounds error path of "raise": 7.5
+#: against 9.9 us for 18k indices, 15 against 19 for 37k (none is out of range, so none wraps).
 
 
 def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
@@ -547,11 +550,11 @@ class Conv(Kernel):
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
         wk = gathered_weights(w, keep, depthwise)
         if depthwise:
-            taps = flat.take(idx)
+            taps = flat.take(idx, mode="wrap")
             taps *= wk.reshape(idx.shape[0], 1, -1, 1)
             y = np.add.reduce(taps, axis=0)
         else:
-            y = np.matmul(wk, flat.take(idx))
+            y = np.matmul(wk, flat.take(idx, mode="wrap"))
         y = y.reshape(out_shape)
         if b is not None:
             y += b.reshape(1, -1, 1, 1)

@@ -442,3 +442,23 @@ def test_paired_loop_runs_at_once_on_threads(name, monkeypatch):
         sys.setswitchinterval(interval)
     assert not errors, errors[0]
     assert len(runs) == 100 * len(inputs)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("case", ["crnn", "batch1", "seq1", "no_bias", "no_states", "float64"])
+def test_lstm_default_path_matches_the_plain_loop_and_onnxruntime(direction, case, monkeypatch):
+    """``RECURRENT_PATHS["lstm_default"]`` (``LSTM._run_default``: prepared weights, nine calls a
+    step) against the canonical loop, directions apart, and onnxruntime."""
+    seq, batch, k, h, opts = PAIR_CASES[case]
+    model, feeds = _lstm(np.random.default_rng(len(case) + len(direction)), seq, batch, k, h, direction=direction,
+                         **opts)
+    monkeypatch.setattr(recurrent, "PAIR_ENABLED", False)
+    fast = _run(model, feeds, False, monkeypatch)
+    monkeypatch.setattr(recurrent, "LSTM_DEFAULT_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for f, p in zip(fast, plain):
+        np.testing.assert_allclose(f, p, rtol=0, atol=recurrent.PAIR_ATOL)
+    if case != "float64":  # onnxruntime's LSTM has no double kernel ("does not support double yet")
+        theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+        for f, t in zip(fast, theirs):
+            np.testing.assert_allclose(f, t, rtol=1e-5, atol=1e-5)

@@ -36,8 +36,6 @@ same epilogue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from onnx import helper
 
@@ -65,28 +63,16 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     strided_view,
 )
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, writable
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.cpu.kernels.worker_pool import parallel_ranges
 from onnxhal.runtime.providers.op_geometry import output_sizes, resolve_pads
 
-
-@dataclass(frozen=True)
-class ConvPath:
-    """One way ``FusedConv`` runs a 2-D float convolution, and the condition that selects it. The
-    canonical form of every path is the plain convolution (the CPU EP's Conv) followed by bias,
-    residual, activation and shuffle; tests/test_fused_conv_paths.py runs each against it."""
-
-    name: str
-    condition: str  #: when ``FusedConv`` takes it, in words
-
-
 #: Every path of ``FusedConv``, by name; a kernel's ``last_path`` names the one its last 2-D run took.
-CONV_PATHS: dict[str, ConvPath] = {}
-
-
-def _path(name: str, condition: str) -> str:
-    CONV_PATHS[name] = ConvPath(name, condition)
-    return name
+#: The canonical form of every path is the plain convolution (the CPU EP's Conv) followed by bias,
+#: residual, activation and shuffle; tests/test_fused_conv_paths.py runs each against it.
+CONV_PATHS = path_table("FusedConv", "the CPU EP's Conv followed by bias, residual, activation and shuffle")
+_path = CONV_PATHS.add
 
 
 TAPS = _path("taps", "ungrouped, more than one tap, at most half as many outputs as inputs, unit stride "

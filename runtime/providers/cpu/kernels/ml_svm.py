@@ -9,7 +9,6 @@ optional C extension was built, libsvm's loop runs there row by row (``_NativeCo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
@@ -17,6 +16,7 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
@@ -207,20 +207,11 @@ class _Coupling:
         return u.T.astype(np.float32)
 
 
-@dataclass(frozen=True)
-class CouplingPath:
-    """One way the pairwise coupling of k >= 3 classes runs, and the condition that selects it."""
-
-    name: str
-    condition: str  #: when ``SVMClassifier`` takes it, in words
-
-
 #: The coupling's routes, by name (two classes take ``_coupling_two``'s closed form on every route).
-COUPLING_PATHS: dict[str, CouplingPath] = {p.name: p for p in (
-    CouplingPath("numpy", "canonical (_Coupling): every row at once, libsvm's iterations as numpy calls"),
-    CouplingPath("native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, k >= 3 classes "
-                           "of k (k - 1) / 2 pairs: libsvm's loop row by row in double (_native.coupling)"),
-)}
+COUPLING_PATHS = path_table("SVMClassifier.coupling", "_Coupling: libsvm's iterations as numpy calls")
+COUPLING_PATHS.add("numpy", "canonical (_Coupling): every row at once, libsvm's iterations as numpy calls")
+COUPLING_PATHS.add("native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, k >= 3 classes "
+                           "of k (k - 1) / 2 pairs: libsvm's loop row by row in double (_native.coupling)")
 
 
 class _NativeCoupling:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
@@ -22,6 +21,7 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
@@ -126,26 +126,17 @@ def _depth(what: str, mode: np.ndarray, true_next: np.ndarray, false_next: np.nd
     return depth
 
 
-@dataclass(frozen=True)
-class TreePath:
-    """One way a tree ensemble is evaluated, and the condition that selects it."""
-
-    name: str
-    condition: str  #: when a forest takes it, in words
-
-
 #: The routes of the tree kernels, by name; a ``_Forest``'s ``native`` is its C route or None.
-TREE_PATHS: dict[str, TreePath] = {p.name: p for p in (
-    TreePath("walk", "canonical: every row walks every tree a level at a time (numpy calls per level)"),
-    TreePath("leaf_bits", "numpy, for forests of trees of at most 64 leaves, one comparison kind (BRANCH_LEQ-GT) "
-                          "and no shared node, where the rows' (row, node) cells fit _BITS_CELLS a chunk"),
-    TreePath("native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0; node modes "
+TREE_PATHS = path_table("TreeEnsemble", "the walk a level at a time (numpy)")
+TREE_PATHS.add("walk", "canonical: every row walks every tree a level at a time (numpy calls per level)")
+TREE_PATHS.add("leaf_bits", "numpy, for forests of trees of at most 64 leaves, one comparison kind (BRANCH_LEQ-GT) "
+                             "and no shared node, where the rows' (row, node) cells fit _BITS_CELLS a chunk")
+TREE_PATHS.add("native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0; node modes "
                        "BRANCH_LEQ-BRANCH_NEQ (no BRANCH_MEMBER), float32 or float64 leaf weights, one "
                        "missing-value flag per node; per run X float32 or float64 rows wider than the largest "
-                       "feature an interior node reads (else the numpy routes)"),
-)}
+                       "feature an interior node reads (else the numpy routes)")
 
-__all__ = ["NATIVE_SWITCH", "TREE_PATHS", "TreePath"]
+__all__ = ["NATIVE_SWITCH", "TREE_PATHS"]
 
 
 class _Forest:

@@ -257,7 +257,7 @@ class DynamicQuantizeLSTM(LSTM):
         # this run (args[12]; a list of this call's own, so threads running the kernel at once
         # share nothing)
         args[12:] = [[None] * args[2].shape[0]]
-        return RecurrentKernel._plain(self, args)
+        return RecurrentKernel.plain_loop(self, args)
 
     @staticmethod
     def _per_direction(v: np.ndarray | None, d: int) -> np.ndarray | None:

@@ -12,7 +12,7 @@ mishandled ``sequence_lens``. Semantics as the spec and onnxruntime:
   as the spec says (LeakyRelu 0.01, ThresholdedRelu 1, Elu 1, HardSigmoid 0.2 and 0.5, Affine 1
   and 0, ScaledTanh 1 and 1). onnxruntime defaults Affine, ScaledTanh and ThresholdedRelu to 0.
 
-The canonical loop is ``RecurrentKernel._plain``. Fast paths, each with its switch and condition,
+The canonical loop is ``RecurrentKernel.plain_loop``. Fast paths, each with its switch and condition,
 tested against it in tests/test_recurrent_fast_paths.py:
 - GRU and RNN's default form (default activations, no clip, every sequence the full length, float
   types): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
@@ -33,6 +33,7 @@ from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import RUN_OPTIONS, check_terminate
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -130,7 +131,7 @@ class RecurrentKernel(Kernel):
             weights = self._fast_weights(inputs)
             if weights is not None:
                 return self._run_transposed(inputs[0], inputs, weights)
-        return self._plain(inputs)
+        return self.plain_loop(inputs)
 
     def _fast_weights(self, inputs: list) -> list | None:
         """``_prepare``'s per-direction weights where ``_run_transposed`` takes the run (a float
@@ -260,7 +261,7 @@ class RecurrentKernel(Kernel):
     def _step_workspace(self, h: int, batch: int, dt: np.dtype, step_bias: np.ndarray | None) -> tuple:
         return ()
 
-    def _plain(self, inputs: list) -> list:
+    def plain_loop(self, inputs: list) -> list:
         """The canonical loop: every form, step by step over the whole batch."""
         if self._via_float32(inputs):
             return half.via_float32(self.compute, inputs, self.widen)
@@ -516,6 +517,22 @@ PAIR_MAX_CELLS = 512
 #: largest over 300 random tests/test_recurrent_fast_paths.py cases)
 PAIR_ATOL = 1e-5
 
+#: The switch of ``LSTM._run_default`` (and the paired loop built on it): False runs every LSTM in
+#: the plain loop (the tests compare the two).
+LSTM_DEFAULT_ENABLED = True
+
+#: The recurrent kernels' paths (each switch above turns its path off for the tests' comparison).
+RECURRENT_PATHS = path_table("RNN/GRU/LSTM", "RecurrentKernel.plain_loop: the spec's step loop, every form")
+RECURRENT_PATHS.add("plain", "canonical: any activations, clip, sequence_lens with shorter rows, input_forget")
+RECURRENT_PATHS.add("transposed", "GRU and RNN with default activations, no clip, every sequence the full length, "
+                                  "float types (TRANSPOSED_ENABLED): states [hidden, batch], gates preallocated")
+RECURRENT_PATHS.add("lstm_default", "LSTM with default activations, no clip, no peepholes, no input_forget, every "
+                                    "sequence the full length, float types (LSTM._run_default, LSTM_DEFAULT_ENABLED): "
+                                    "nine calls a step per direction")
+RECURRENT_PATHS.add("both_directions", "a bidirectional layer in a default form with hidden <= PAIR_MAX_HIDDEN and "
+                                       "hidden x batch <= PAIR_MAX_CELLS (both_directions_apply): both directions "
+                                       "in one step, R block-diagonal")
+
 
 def pair_blocks(xw: np.ndarray, ys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Per block of ``_BLOCK`` steps (a long sequence's whole copy would delay a terminate
@@ -621,7 +638,7 @@ class LSTM(RecurrentKernel):
     def compute(self, inputs: list) -> list:
         if self._via_float32(inputs):
             return half.via_float32(self.compute, inputs, self.widen)
-        if self.default_form:
+        if self.default_form and LSTM_DEFAULT_ENABLED:
             x = inputs[0]
             n = len(inputs)
             lens = inputs[4] if n > 4 else None
@@ -643,7 +660,7 @@ class LSTM(RecurrentKernel):
         return self._general(inputs)
 
     def _general(self, inputs: list) -> list:
-        return self._plain(inputs)
+        return self.plain_loop(inputs)
 
     def _states_fit(self, inputs: list, n: int, x: np.ndarray) -> bool:
         """Whether initial_h and initial_c (where given) are x's type and [directions, batch, ...]

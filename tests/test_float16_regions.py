@@ -1,0 +1,157 @@
+"""float16 regions computed in float32 (``optimizer/float16_regions.py``): the CPU EP rounds to
+float16 where onnxruntime's CPU EP rounds and nowhere else, so its values are onnxruntime's; on
+random inputs and on overflow past 65504, float16 subnormals and NaN, against onnxruntime and
+against the plain float16 kernels (the pass left out)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+from onnxhal.hal.enums import GraphOptimizationLevel
+from onnxhal.hal.graph import Graph
+from onnxhal.runtime.optimizer import passes
+from onnxhal.runtime.optimizer.float16_regions import run_float16_regions
+
+H, F = TensorProto.FLOAT16, TensorProto.FLOAT
+
+
+def _model(rng: np.random.Generator) -> bytes:
+    """As onnxconverter-common writes a float16 model with keep_io_types: a float32 input cast to
+    float16, float16 nodes of both kinds (with and without an onnxruntime float16 kernel), a
+    Reshape between two MatMuls (forced to float32), a Reshape -> Transpose pair between them
+    (kept in float16: rounded), LayerNormalization (a float16 kernel), a float32 output through a
+    model Cast and a float16 output."""
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float16), name)
+
+    inits = [w("w1", 16, 16), w("w2", 16, 16), w("w3", 16, 16), w("g", 16), w("b", 16),
+             numpy_helper.from_array(np.array([2, 4, 16], np.int64), "s3"),
+             numpy_helper.from_array(np.array([8, 16], np.int64), "s2"),
+             numpy_helper.from_array(np.array(3.0, np.float16), "three"),
+             numpy_helper.from_array(np.array(40000.0, np.float16), "big")]
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x16"], to=H),
+        helper.make_node("Mul", ["x16", "three"], ["m"]),
+        helper.make_node("MatMul", ["m", "w1"], ["mm1"]),
+        helper.make_node("Reshape", ["mm1", "s2"], ["r1"]),          # isolated: float32
+        helper.make_node("Erf", ["r1"], ["e"]),
+        helper.make_node("Reshape", ["e", "s3"], ["r2"]),            # Reshape -> Transpose: float16
+        helper.make_node("Transpose", ["r2"], ["t"], perm=[1, 0, 2]),
+        helper.make_node("MatMul", ["t", "w2"], ["mm2"]),
+        helper.make_node("Add", ["mm2", "big"], ["a"]),              # past 65504 in float16
+        helper.make_node("Sub", ["a", "big"], ["d"]),
+        helper.make_node("LayerNormalization", ["d", "g", "b"], ["ln"], axis=-1),
+        helper.make_node("MatMul", ["ln", "w3"], ["mm3"]),
+        helper.make_node("Softmax", ["mm3"], ["sm"], axis=-1),
+        helper.make_node("Cast", ["sm"], ["y"], to=F),
+        helper.make_node("Sigmoid", ["d"], ["z"]),
+    ]
+    graph = helper.make_graph(nodes, "regions", [helper.make_tensor_value_info("x", F, [4, 2, 16])],
+                              [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("z", H, None),
+                               helper.make_tensor_value_info("d", H, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return onnx.shape_inference.infer_shapes(model).SerializeToString()
+
+
+def _onnxhal(data: bytes, feeds: dict) -> list[np.ndarray]:
+    return onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _ulps(got: np.ndarray, want: np.ndarray) -> float:
+    """Largest difference in units of float16's last place at the value (inf and NaN must match)."""
+    got, want = got.astype(np.float32), want.astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(want)), "NaN in different places"
+    assert np.array_equal(np.isinf(got), np.isinf(want)) and np.array_equal(got[np.isinf(got)], want[np.isinf(want)]), \
+        "inf in different places"
+    ok = np.isfinite(want)
+    step = np.spacing(np.abs(want[ok]).astype(np.float16)).astype(np.float32)
+    return float((np.abs(got[ok] - want[ok]) / step).max()) if ok.any() else 0.0
+
+
+_INPUTS = {
+    "random": lambda rng: rng.standard_normal((4, 2, 16)),
+    "overflow": lambda rng: rng.standard_normal((4, 2, 16)) * 3000,     # products past 65504
+    "subnormal": lambda rng: rng.standard_normal((4, 2, 16)) * 1e-6,    # below float16's 6.1e-5
+    "nan": lambda rng: np.where(rng.random((4, 2, 16)) < 0.05, np.nan, rng.standard_normal((4, 2, 16))),
+}
+
+
+@pytest.mark.parametrize("kind", list(_INPUTS))
+def test_float16_regions_give_onnxruntime_values(kind):
+    rng = np.random.default_rng(3)
+    data = _model(rng)
+    feeds = {"x": _INPUTS[kind](rng).astype(np.float32)}
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    ours = _onnxhal(data, feeds)
+    for name, got, want in zip(("y", "z", "d"), ours, theirs):
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        # float32 between nodes where onnxruntime keeps float32: a float16 value at most one
+        # rounding step off (float32 kernels summing in another order), a float32 one 1e-5
+        limit = 1.0 if got.dtype == np.float16 else None
+        if limit is None:
+            assert np.array_equal(np.isnan(got), np.isnan(want))
+            ok = ~np.isnan(want)
+            err = float(np.abs(got[ok] - want[ok]).max()) if ok.any() else 0.0
+            assert err < 1e-5, f"{kind}: output {name} {err:.2e} off onnxruntime"
+        else:
+            err = _ulps(got, want)
+            assert err <= limit, f"{kind}: output {name} {err:.1f} float16 steps off onnxruntime"
+
+
+def test_the_plain_float16_kernels_round_where_onnxruntime_does_not(monkeypatch):
+    # the reason for the pass: rounding each node's output to float16 moves values off onnxruntime's
+    # (and 40000 + x - 40000 overflows to inf in float16, which onnxruntime's float32 Add/Sub do not)
+    rng = np.random.default_rng(3)
+    data = _model(rng)
+    feeds = {"x": _INPUTS["overflow"](rng).astype(np.float32)}
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    ours = _onnxhal(data, feeds)
+    assert _ulps(ours[2], theirs[2]) <= 1.0
+    monkeypatch.setattr(passes, "PASSES", [p for p in passes.PASSES if p[0] != "run_float16_regions"])
+    plain = _onnxhal(data, feeds)
+    with pytest.raises(AssertionError):
+        _ulps(plain[2], theirs[2])  # inf where onnxruntime has finite values (or further off)
+        assert float(np.abs(plain[0] - theirs[0]).max()) < 1e-5
+
+
+def _graph(data: bytes) -> Graph:
+    model = onnx.load_from_string(data)
+    return Graph.from_proto(model.graph, {o.domain: o.version for o in model.opset_import})
+
+
+def test_casts_stand_only_at_the_region_edges():
+    g = _graph(_model(np.random.default_rng(0)))
+    assert run_float16_regions(g)
+    by_out = {o: n for n in g.nodes for o in n.outputs}
+    casts = [n for n in g.nodes if n.op_type == "Cast"]
+    to16 = sorted(n.outputs[0] for n in casts if n.attr("to") == H)
+    to32 = sorted(n.inputs[0] for n in casts if n.attr("to") == F)
+    # rounded: before the Reshape -> Transpose pair (float16 kernels) and the float16 graph
+    # outputs d and z; the model's own Cast x -> x16 stays for nobody
+    # (Mul reads x itself, as RemoveDuplicateCastTransformer wires it)
+    assert to16 == sorted(["x16", "e", "d", "z"]), to16
+    # widened: the Transpose's float16 output and the float16 weights; the model's output Cast
+    # reads Softmax's float32 value
+    assert {"t", "w1", "w2", "w3", "three", "big", "g", "b"} <= set(to32), to32
+    assert by_out["y"].inputs[0] != "sm" and by_out["y"].attr("to") == F
+    # isolated float16-kernel nodes run in float32: the Reshape between MatMul and Erf, the
+    # LayerNormalization between Sub and MatMul; the Reshape -> Transpose pair stays float16
+    norm = next(n for n in g.nodes if n.op_type == "LayerNormalization")
+    assert norm.inputs[0] == by_out["d"].inputs[0] and norm.outputs[0].endswith("_float32")
+    reshape1 = next(n for n in g.nodes if n.op_type == "Reshape" and n.inputs[1] == "s2")
+    assert reshape1.inputs[0].endswith("_float32") and reshape1.outputs[0].endswith("_float32")
+    transpose = next(n for n in g.nodes if n.op_type == "Transpose")
+    assert transpose.inputs[0] == "r2" and transpose.outputs[0] == "t"
+    assert not run_float16_regions(g), "a second run found more to convert"
+
+
+def test_sessions_with_other_eps_keep_float16_nodes():
+    g = _graph(_model(np.random.default_rng(0)))
+    passes.optimize(g, GraphOptimizationLevel.ORT_ENABLE_BASIC, cpu_ep_only=False)
+    assert any(n.op_type == "Erf" for n in g.nodes)
+    assert sum(n.op_type == "Cast" for n in g.nodes) == 2  # the model's own

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.clamp import MIN_SIZE, clip
 from onnxhal.runtime.providers.cpu.kernels.numerics import erf, gelu, gelu_tanh
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -38,6 +39,7 @@ class Relu(_Act):
 
 
 @register("Sigmoid", since=1)
+@half.float16_table
 class Sigmoid(_Act):
     """sigmoid(x) = 0.5 * (1 + tanh(x / 2)): no overflow for large |x|."""
 
@@ -58,6 +60,7 @@ class Sigmoid(_Act):
 
 
 @register("Erf", since=9)
+@half.float16_table
 class Erf(_Act):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -67,6 +70,7 @@ class Erf(_Act):
 
 
 @register("Gelu", since=20)
+@half.float16_table
 class Gelu(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.tanh = node.attr("approximate", "none") == "tanh"
@@ -77,6 +81,7 @@ class Gelu(Kernel):
 
 @register("LeakyRelu", since=1)
 @register("LeakyRelu", since=6)
+@half.float16_table
 class LeakyRelu(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = node.attr("alpha", 0.01)
@@ -107,6 +112,7 @@ class PRelu1(_Act):
 
 @register("Elu", since=1)
 @register("Elu", since=6)
+@half.float16_table
 class Elu(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = node.attr("alpha", 1.0)
@@ -119,6 +125,7 @@ class Elu(Kernel):
 
 @register("Selu", since=1)
 @register("Selu", since=6)
+@half.float16_table
 class Selu(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = node.attr("alpha", 1.67326319217681884765625)
@@ -133,6 +140,7 @@ class Selu(Kernel):
 
 @register("HardSigmoid", since=1)
 @register("HardSigmoid", since=6)
+@half.float16_table
 class HardSigmoid(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = node.attr("alpha", 0.2)
@@ -145,6 +153,7 @@ class HardSigmoid(Kernel):
 
 
 @register("HardSwish", since=14)
+@half.float16_table
 class HardSwish(_Act):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -153,6 +162,7 @@ class HardSwish(_Act):
 
 
 @register("Softplus", since=1)
+@half.float16_table
 class Softplus(_Act):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -160,6 +170,7 @@ class Softplus(_Act):
 
 
 @register("Softsign", since=1)
+@half.float16_table
 class Softsign(_Act):
     def compute(self, inputs: list) -> list:
         x = inputs[0]

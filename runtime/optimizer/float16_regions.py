@@ -13,7 +13,8 @@ output.
 ``run_float16_regions`` makes the same rewrite here, so the float32 kernels and fusions run those
 regions and the values match onnxruntime's (numpy computes float16 one ufunc at a time, widening
 and rounding each operand, which was both slower and rounded where onnxruntime does not).
-Nodes holding subgraphs stay as they are (onnxruntime does not cast them either).
+Nodes holding subgraphs stay as they are (onnxruntime does not cast them either); the pass runs
+inside their bodies, as onnxruntime's recurses.
 """
 
 from __future__ import annotations

@@ -187,3 +187,34 @@ def test_float16_regions_inside_subgraphs_give_onnxruntime_values(cond):
     ours = _onnxhal(data, feeds)[0]
     err = float(np.abs(ours - theirs).max())
     assert err < 1e-6, f"{err:.2e} off onnxruntime"
+
+
+def _casts_in_onnxruntime(op: str, inputs: list[str], inits: list, tmp_path, out_type: int = H, **attrs) -> bool:
+    """Whether onnxruntime's optimized model of one float16 ``op`` node holds a Cast it inserted."""
+    graph = helper.make_graph([helper.make_node(op, ["x", *inputs], ["y"], **attrs)], op,
+                              [helper.make_tensor_value_info("x", H, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", out_type, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / f"{op}.onnx")
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return any(n.op_type == "Cast" for n in onnx.load(so.optimized_model_filepath).graph.node)
+
+
+def test_the_float16_op_list_is_onnxruntimes(tmp_path):
+    from onnxhal.runtime.optimizer.float16_regions import ORT_FLOAT16_OPS
+
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    half = lambda name, v: numpy_helper.from_array(np.array(v, np.float16), name)  # noqa: E731
+    cases = {"Relu": ([], []), "Erf": ([], []), "Sigmoid": ([], []), "Softmax": ([], []), "Add": (["h"], [half("h", 1)]),
+             "Mul": (["x"], []),
+             "ReduceMean": ([], []), "Pad": (["p"], [i64("p", [0, 0, 1, 0, 0, 1])]), "Tile": (["r"], [i64("r", [1, 1, 2])]),
+             "Transpose": ([], []), "Reshape": (["s"], [i64("s", [6, 4])]), "Gather": (["i"], [i64("i", [0])]),
+             "Concat": (["x"], []), "Expand": (["s"], [i64("s", [2, 2, 3, 4])]), "Clip": ([], []), "Max": (["x"], []),
+             "Round": ([], []), "LayerNormalization": (["g"], [half("g", [1, 1, 1, 1])])}
+    attrs = {"Concat": {"axis": 0}, "LayerNormalization": {"axis": -1}}
+    for op, (inputs, inits) in cases.items():
+        cast = _casts_in_onnxruntime(op, inputs, inits, tmp_path, **attrs.get(op, {}))
+        assert cast == (("", op) not in ORT_FLOAT16_OPS), \
+            f"onnxruntime {ort.__version__} {'casts' if cast else 'has a float16 kernel for'} {op}"

@@ -218,3 +218,14 @@ def test_the_float16_op_list_is_onnxruntimes(tmp_path):
         cast = _casts_in_onnxruntime(op, inputs, inits, tmp_path, **attrs.get(op, {}))
         assert cast == (("", op) not in ORT_FLOAT16_OPS), \
             f"onnxruntime {ort.__version__} {'casts' if cast else 'has a float16 kernel for'} {op}"
+
+
+def test_bit_level_ops_keep_their_float16_input():
+    # BitCast reinterprets the float16 encoding: widened, it would read float32 bits (and fail)
+    graph = helper.make_graph([helper.make_node("Exp", ["x"], ["e"]), helper.make_node("BitCast", ["e"], ["y"], to=TensorProto.UINT16)],
+                              "bits", [helper.make_tensor_value_info("x", H, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT16, None)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)], ir_version=10).SerializeToString()
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 4)).astype(np.float16)}
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(_onnxhal(data, feeds)[0], theirs)

@@ -42,6 +42,9 @@ ORT_FLOAT16_OPS = frozenset({
     ("com.microsoft", "SkipLayerNormalization"), ("com.microsoft", "SkipSimplifiedLayerNormalization"),
 })
 
+#: Ops whose meaning depends on the float16 encoding itself: never widened.
+_BIT_LEVEL_OPS = frozenset({("", "BitCast")})
+
 _CAST_DOC = "float16 region computed in float32 (as onnxruntime's InsertCastTransformer)"
 
 
@@ -65,7 +68,7 @@ def _has_f16_kernel(node: Node) -> bool:
 def _needs_cast(graph: Graph, node: Node) -> bool:
     """A node onnxruntime would cast: a float16 input, no float16 kernel, no subgraph."""
     return (not node.subgraphs and not _has_f16_kernel(node) and node.domain in ("", "com.microsoft")
-            and any(_is_f16(graph, i) for i in node.inputs))
+            and (node.domain, node.op_type) not in _BIT_LEVEL_OPS and any(_is_f16(graph, i) for i in node.inputs))
 
 
 def _isolated(graph: Graph, node: Node, converted: set[int], outputs: set[str]) -> bool:

@@ -1,0 +1,108 @@
+"""Session creation's fixed cost: work a model cannot need is not done (the optimizer's passes are
+skipped where the graph has none of the op types they start from), and skipping it changes
+nothing: the optimized graphs are those of the passes all called, and results match onnxruntime."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+from onnxhal.hal import GraphOptimizationLevel
+from onnxhal.runtime.loader.model_loader import load_model
+from onnxhal.runtime.optimizer import passes
+
+CORPUS = os.path.join(os.path.dirname(__file__), "real_models")
+
+
+def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits)),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10  # onnx 1.23 writes IR 14, which onnxruntime refuses
+    return model
+
+
+def conv_bn_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             *(numpy_helper.from_array(v.astype(np.float32), n) for n, v in
+               (("s", rng.random(4) + 0.5), ("b", rng.standard_normal(4)), ("m", rng.standard_normal(4)),
+                ("v", rng.random(4) + 0.5)))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+
+
+def transpose_model() -> onnx.ModelProto:
+    return _model([helper.make_node("Transpose", ["x"], ["y"])],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+
+
+@pytest.fixture
+def pass_calls(monkeypatch) -> list:
+    """The names of the passes the optimizer calls during the test; the real passes run."""
+    calls: list[str] = []
+
+    def counted(name, fn):
+        def call(graph):
+            calls.append(name)
+            return fn(graph)
+        return call
+
+    monkeypatch.setattr(passes, "PASSES", [(name, level, counted(name, fn), recurse, cpu_only)
+                                           for name, level, fn, recurse, cpu_only in passes.PASSES])
+    return calls
+
+
+def test_passes_without_their_op_types_are_not_called(pass_calls):
+    graph = load_model(transpose_model()).graph
+    passes.optimize(graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
+    skipped = set(passes.TRIGGERS) & set(pass_calls)
+    assert not skipped, f"passes called on a graph of one Transpose: {sorted(skipped)}"
+    assert "fold_constants" in pass_calls  # a pass with no trigger list still runs
+
+
+def test_a_pass_is_called_once_its_op_type_exists(pass_calls):
+    model = conv_bn_model()
+    graph = load_model(model).graph
+    passes.optimize(graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
+    assert "fold_conv_batchnorm" in pass_calls and "fuse_conv_activation" in pass_calls
+    assert [n.op_type for n in graph.nodes] == ["FusedConv"]  # folded, then adopted
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_every_trigger_list_names_a_pass():
+    assert set(passes.TRIGGERS) <= {p[0] for p in passes.PASSES}
+
+
+def _signature(graph) -> tuple:
+    nodes = [(n.op_type, n.domain, n.name, n.inputs, n.outputs,
+              sorted((k, repr(v)) for k, v in n.attributes.items() if k not in n.subgraphs),
+              [_signature(s) for s in n.subgraph_list()]) for n in graph.nodes]
+    inits = sorted((k, v.dtype.str, v.shape, v.tobytes() if v.dtype != object else repr(v))
+                   for k, v in graph.initializers.items())
+    return nodes, inits
+
+
+@pytest.mark.parametrize("name", ["resnet_ts_qdq_pt", "crnn_ts_qdyn", "bert_eager_ts_ortopt_qdyn", "paddle_lcnet",
+                                  "sk_logreg_zipmap", "vad_if_loop_ts", "tf2onnx_keras_cnn"])
+@pytest.mark.parametrize("cpu_ops", [True, False])
+def test_skipping_passes_keeps_the_optimized_graph(name, cpu_ops, monkeypatch):
+    path = os.path.join(CORPUS, f"{name}.onnx")
+    kwargs = {"fuse_cpu_ops": cpu_ops, "cpu_ep_only": cpu_ops}
+    with_triggers = load_model(path).graph
+    passes.optimize(with_triggers, GraphOptimizationLevel.ORT_ENABLE_ALL, **kwargs)
+    monkeypatch.setattr(passes, "TRIGGERS", {})
+    every_pass = load_model(path).graph
+    passes.optimize(every_pass, GraphOptimizationLevel.ORT_ENABLE_ALL, **kwargs)
+    assert _signature(with_triggers) == _signature(every_pass)

@@ -106,3 +106,58 @@ def test_skipping_passes_keeps_the_optimized_graph(name, cpu_ops, monkeypatch):
     every_pass = load_model(path).graph
     passes.optimize(every_pass, GraphOptimizationLevel.ORT_ENABLE_ALL, **kwargs)
     assert _signature(with_triggers) == _signature(every_pass)
+
+
+def _weighted_model() -> onnx.ModelProto:
+    """A MatMul by a 16 x 8 weight (stripped from the copy inference reads), then a Relu: values
+    for inference to find."""
+    w = numpy_helper.from_array(np.random.default_rng(2).standard_normal((16, 8)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+
+
+@pytest.fixture
+def whole_model_inferences(monkeypatch) -> list:
+    """Calls of ``onnx.shape_inference.infer_shapes`` (which parses the whole inferred model back)."""
+    calls, real = [], onnx.shape_inference.infer_shapes
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counted)
+    return calls
+
+
+def test_the_strict_pass_reads_back_only_the_inferred_values(whole_model_inferences):
+    model = _weighted_model()
+    given = model.SerializeToString(deterministic=True)
+    loaded = load_model(model)
+    assert not whole_model_inferences  # one graph, weights stripped at most: values merged, no second parse
+    assert model.SerializeToString(deterministic=True) == given  # the caller's proto is not changed
+    want = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    assert loaded.proto.graph.value_info == want.graph.value_info
+    assert loaded.proto.graph.output == want.graph.output
+    assert loaded.proto.graph.initializer == model.graph.initializer  # the weights kept
+    assert loaded.graph.value_info("m").shape == ("N", 8)
+    feeds = {"x": np.random.default_rng(3).standard_normal((5, 16)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["lgbm_clf", "vad_if_loop_ts", "resnet_ts", "sk_knn", "bert_eager_ts_ortopt"])
+def test_loaded_values_are_those_inference_gives(name):
+    """Models of one graph take the merged values, models with subgraphs (the Loop and If of
+    ``vad_if_loop_ts``, the Scan of ``sk_knn``) the whole inferred model: both as onnx infers them."""
+    path = os.path.join(CORPUS, f"{name}.onnx")
+    loaded = load_model(path)
+    original = onnx.load(path)
+    want = onnx.shape_inference.infer_shapes(original, check_type=True, strict_mode=True, data_prop=True)
+    wanted = {v.name: v for v in want.graph.value_info}
+    got = {v.name: v for v in loaded.proto.graph.value_info}
+    # the loader makes Constant nodes initializers first: their outputs have no value_info then
+    constants = {o for n in original.graph.node if n.op_type == "Constant" for o in n.output}
+    assert set(got) == set(wanted) - constants and all(got[k] == wanted[k] for k in got)
+    assert list(loaded.proto.graph.output) == list(want.graph.output)

@@ -33,6 +33,8 @@ import functools
 from collections.abc import Iterator
 
 import onnx
+import onnx.onnx_cpp2py_export.shape_inference as onnx_cpp
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from onnxhal.hal.errors import InvalidGraph
 from onnxhal.runtime.loader.node_checks import STANDARD_DOMAINS, node_label, walk_graphs
@@ -254,17 +256,22 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-def _in_order(graph: onnx.GraphProto, producer: dict[str, int]) -> bool:
-    """Whether no node reads a value a later node writes (the common case, checked in one pass)."""
-    get = producer.get
-    for k, n in enumerate(graph.node):
+def _in_order(graph: onnx.GraphProto) -> bool:
+    """Whether no node reads a value a later node writes (the common case, checked in one pass): a
+    name a node reads that neither the graph's inputs and initializers nor the nodes so far (itself
+    included) define is set aside, and the graph is out of order if a node writes one of those.
+    Each node's names are read once; a set test per node, in C, clears the usual node."""
+    seen = {"", *(t.name for t in graph.initializer), *(v.name for v in graph.input),
+            *(st.values.name for st in graph.sparse_initializer)}
+    ahead: set[str] = set()  # read before any node of this graph wrote it: outer scope, undefined, or later
+    for n in graph.node:
+        seen.update(n.output)
         # only a node that can hold a graph (as ``walk_graphs``) reads more than its inputs
         holder = n.op_type in _GRAPH_HOLDERS or n.domain not in STANDARD_DOMAINS
-        for r in (_reads(n) if holder and n.attribute else n.input):
-            p = get(r)
-            if p is not None and p > k:
-                return False
-    return True
+        reads = _reads(n) if holder and n.attribute else n.input
+        if not seen.issuperset(reads):
+            ahead.update(r for r in reads if r not in seen)
+    return ahead.isdisjoint(seen)
 
 
 def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
@@ -272,9 +279,9 @@ def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
     already are (or form a cycle, which the loader reports). onnx's inference reads the nodes in the
     order given and infers nothing for a node whose inputs it has not met yet, so the checks it
     makes were skipped for such a node (ReduceL2 axes beyond the rank ran); onnxruntime sorts first."""
-    producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
-    if _in_order(graph, producer):
+    if _in_order(graph):
         return None
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
     deps = [{producer[r] for r in _reads(n) if r in producer and producer[r] != k} for k, n in enumerate(graph.node)]
     order, done, pending = [], set(), list(range(len(deps)))
     while pending:
@@ -287,7 +294,8 @@ def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
     return [graph.node[k] for k in order]
 
 
-def _weightless(proto: onnx.ModelProto, strip: bool = True) -> onnx.ModelProto:
+def _weightless(proto: onnx.ModelProto, strip: bool = True,
+                reshaped: tuple[bool, bool, bool] | None = None) -> onnx.ModelProto:
     """A copy of the model whose large initializers keep their types and dims but no data (unless
     not ``strip``; ``_stubbed`` says which), whose
     nodes and opset imports in domain "ai.onnx" say "" (onnx's inference finds no opset for
@@ -296,11 +304,9 @@ def _weightless(proto: onnx.ModelProto, strip: bool = True) -> onnx.ModelProto:
     in topological order."""
     graphs = [g for g, _ in walk_graphs(proto.graph)]
     big = strip and any(_stubbed(t) for g in graphs for t in g.initializer)
-    spelled = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(
-        n.domain == "ai.onnx" for g in graphs for n in g.node)
-    old_ir = proto.ir_version < 4
-    unsorted = any(_topological(g) is not None for g in graphs)
-    if not big and not spelled and not old_ir and not unsorted:
+    reshaped = _reshaped(proto, graphs) if reshaped is None else reshaped  # (``infer`` knows it already)
+    spelled, old_ir, unsorted = reshaped
+    if not big and not any(reshaped):
         return proto
     stub = onnx.ModelProto()
     stub.CopyFrom(proto)
@@ -328,6 +334,55 @@ def _weightless(proto: onnx.ModelProto, strip: bool = True) -> onnx.ModelProto:
         if o.domain == "ai.onnx":
             o.domain = ""
     return stub
+
+
+def _reshaped(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -> tuple[bool, bool, bool]:
+    """What ``_weightless`` changes in its copy besides weights: (a node or opset import says
+    "ai.onnx", the IR version is below 4, a graph's nodes are out of order)."""
+    spelled = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(
+        n.domain == "ai.onnx" for g in graphs for n in g.node)
+    return spelled, proto.ir_version < 4, not all(_in_order(g) for g in graphs)
+
+
+@functools.cache
+def _graph_values() -> type:
+    """A message class that reads, of a serialized ModelProto, only its graph's outputs and
+    value_info (onnx's field numbers: ModelProto.graph 7, GraphProto.output 12, .value_info 13);
+    the rest it keeps as unread bytes. Shape inference returns the whole model, and parsing it
+    whole again (every attribute value, every weight) was as costly as the inference itself on a
+    tree ensemble."""
+    pool = descriptor_pool.Default()
+    name = "onnxhal_inferred_values"
+    try:
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{name}.Model"))
+    except KeyError:
+        pass
+    field = descriptor_pb2.FieldDescriptorProto
+    value_info = f".{onnx.ValueInfoProto.DESCRIPTOR.full_name}"
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{name}.proto", package=name, syntax="proto2",
+                                             dependency=[onnx.ModelProto.DESCRIPTOR.file.name])
+    graph = fdp.message_type.add(name="Graph")
+    graph.field.add(name="output", number=12, label=field.LABEL_REPEATED, type=field.TYPE_MESSAGE,
+                    type_name=value_info)
+    graph.field.add(name="value_info", number=13, label=field.LABEL_REPEATED, type=field.TYPE_MESSAGE,
+                    type_name=value_info)
+    model = fdp.message_type.add(name="Model")
+    model.field.add(name="graph", number=7, label=field.LABEL_OPTIONAL, type=field.TYPE_MESSAGE,
+                    type_name=f".{name}.Graph")
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{name}.Model"))
+
+
+def _infer_values(stub: bytes, target: onnx.ModelProto, data_prop: bool) -> None:
+    """Strict inference of the serialized ``stub``, its graph outputs and value_info put in
+    ``target`` (the model the stub was made from, whose graph alone it is: no subgraph, whose
+    value_info inference would fill as well)."""
+    values = _graph_values().FromString(onnx_cpp.infer_shapes(stub, True, True, data_prop))
+    values.DiscardUnknownFields()
+    g = target.graph
+    g.ClearField("output")
+    g.ClearField("value_info")
+    g.MergeFromString(values.graph.SerializeToString())
 
 
 def _stripped(stub: onnx.ModelProto) -> bool:
@@ -411,10 +466,13 @@ def _propagated_reads(proto: onnx.ModelProto) -> set[str]:
     return {i for n in _propagating_nodes(proto) for i in n.input if i}
 
 
-def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
+def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto | None, bool, str]:
     """Run the guarded passes. Returns (the strictly inferred model or None, whether data was
-    propagated, the strict failure's message or "")."""
-    stub = _weightless(proto)
+    propagated, the strict failure's message or ""). ``owned``: the caller may have ``proto``
+    changed (the inferred model may then be ``proto`` itself, its values filled in)."""
+    graphs = [g for g, _ in walk_graphs(proto.graph)]
+    reshaped = _reshaped(proto, graphs)
+    stub = _weightless(proto, reshaped=reshaped)
     norms = list(_layer_norms(proto))
     serialized: bytes | None = None  # the stub as onnx's C++ reads it, serialized once for both passes
     if not norms and next(_propagating_nodes(stub), None) is None:
@@ -439,6 +497,12 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
     unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None for n, _ in norms if n.input)
     data_prop = not (long_1d or unknown_ln)
     try:
+        if len(graphs) == 1 and not any(reshaped):
+            # The stub is the model, less weights at most: its inferred values go into the model
+            # itself (or a copy, where the model is the caller's), with no second parse of it.
+            target = proto if owned else _copy(proto)
+            _infer_values(stub.SerializeToString() if serialized is None else serialized, target, data_prop)
+            return target, data_prop, ""
         inferred = onnx.shape_inference.infer_shapes(stub if serialized is None else serialized, check_type=True,
                                                      strict_mode=True, data_prop=data_prop)
         return _with_weights(inferred, proto, stub), data_prop, ""
@@ -458,6 +522,12 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
         return None, data_prop, str(e)
     except Exception:
         return None, data_prop, ""
+
+
+def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    return copy
 
 
 def infer_lenient(proto: onnx.ModelProto, data_prop: bool) -> onnx.ModelProto:

@@ -192,7 +192,7 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
     proto = sparse_constants_to_initializers(proto, owned=proto is not model)
     proto, declared_types = declared_value_info.set_aside(proto, owned=proto is not model)
     # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
-    inferred, data_prop, strict_error = guarded_inference.infer(proto)
+    inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=proto is not model)
     inferred_strictly = inferred is not None
     node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:

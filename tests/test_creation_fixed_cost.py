@@ -161,3 +161,55 @@ def test_loaded_values_are_those_inference_gives(name):
     constants = {o for n in original.graph.node if n.op_type == "Constant" for o in n.output}
     assert set(got) == set(wanted) - constants and all(got[k] == wanted[k] for k in got)
     assert list(loaded.proto.graph.output) == list(want.graph.output)
+
+
+def _with_bad_utf8(model: onnx.ModelProto, placeholder: str) -> bytes:
+    """The model's bytes with the string ``placeholder`` (which occurs once) made invalid UTF-8."""
+    data = model.SerializeToString()
+    assert data.count(placeholder.encode()) == 1
+    return data.replace(placeholder.encode(), b"\xff" * len(placeholder))
+
+
+def _strings_model() -> onnx.ModelProto:
+    """A model with a string in each kind of place the walk checks: names, dims, docs, metadata,
+    an If's subgraph, an initializer's external-data entry, a model-local function."""
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["t_subnode"], name="subnodename")], "then_branch",
+                               [], [helper.make_tensor_value_info("t_subnode", TensorProto.FLOAT, ["N", 2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e_out"])], "else_branch", [],
+                              [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, ["N", 2])])
+    nodes = [helper.make_node("If", ["c"], ["y"], name="ifnode", then_branch=branch, else_branch=other,
+                              doc_string="nodedocstring")]
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w_init")
+    w.external_data.add(key="extkey", value="extvalue")
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["dimparam", 2]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    fn = helper.make_function("localdomain", "localfn", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])],
+                              [helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("localdomain", 1)],
+                              functions=[fn], producer_name="producername")
+    helper.set_model_props(model, {"metakey": "metavalue"})
+    return model
+
+
+@pytest.mark.parametrize("placeholder", ["subnodename", "ifnode", "nodedocstring", "w_init", "extkey", "extvalue",
+                                         "dimparam", "localfn", "producername", "metakey", "metavalue"])
+def test_the_utf8_mirror_finds_each_bad_string_the_walk_finds(placeholder):
+    """The mirror parse validates every string field: where it passes the walk would pass, so a bad
+    string anywhere the walk looks makes it fail (the walk then names the field)."""
+    from onnxhal.hal.errors import InvalidProtobuf
+    from onnxhal.runtime.loader.proto_strings import check_strings, valid_utf8
+
+    model = _strings_model()
+    assert valid_utf8(model)
+    bad = onnx.ModelProto.FromString(_with_bad_utf8(model, placeholder))
+    assert not valid_utf8(bad)
+    with pytest.raises(InvalidProtobuf, match="is not valid UTF-8"):
+        check_strings(bad, "the model")
+
+
+@pytest.mark.parametrize("name", ["mobilenet_ts", "vad_if_loop_ts", "lgbm_clf", "sk_knn", "gpt2_past_dynamo"])
+def test_the_utf8_mirror_passes_valid_models(name):
+    from onnxhal.runtime.loader.proto_strings import valid_utf8
+
+    assert valid_utf8(onnx.load(os.path.join(CORPUS, f"{name}.onnx")))

@@ -6,15 +6,21 @@ and onnx's as bytes and failed there with a bare TypeError ("startswith first ar
 "_open_external_data(): incompatible function arguments"). onnxruntime's Python API fails on them
 with a UnicodeDecodeError. Here they are refused, typed, naming the field.
 
-The common case, every string valid, is checked in bulk (``"".join`` of a message's strings raises
-TypeError at the first bytes, in C); only a message that fails is walked field by field, to name it.
+The common case, every string valid, is checked in C: the model's bytes parsed as a mirror of
+onnx's messages in proto3 syntax, whose parser validates UTF-8 (``_utf8_mirror``: only the string and
+message fields; weights and number lists are skipped). It validates every
+string field, those below too, so where it passes they pass; where it fails the walk below decides,
+in bulk (``"".join`` of a message's strings raises TypeError at the first bytes, in C), and only a
+message that fails is walked field by field, to name it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 
 import onnx
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
@@ -87,9 +93,59 @@ def _first_bad(message: Message, path: str) -> Iterator[tuple[str, bytes]]:
                 yield from _first_bad(v, at)
 
 
+@functools.cache
+def _utf8_mirror() -> type | None:
+    """ModelProto of a copy of onnx's proto file in proto3 syntax (in a pool of its own), with only
+    only its string and message fields: parsing a model as it validates every string as UTF-8, in C,
+    and skips every other field as unknown (weights, number lists: measured faster skipped than
+    parsed). None where the copy cannot be built (another onnx)."""
+    field = descriptor_pb2.FieldDescriptorProto
+    source = descriptor_pb2.FileDescriptorProto()
+    onnx.ModelProto.DESCRIPTOR.file.CopyToProto(source)
+    package = "onnxhal_utf8"
+    mirror = descriptor_pb2.FileDescriptorProto(name="onnxhal_utf8.proto", package=package, syntax="proto3")
+
+    def copy(src: descriptor_pb2.DescriptorProto, dst: descriptor_pb2.DescriptorProto) -> None:
+        dst.name = src.name
+        for f in src.field:
+            if f.type not in (field.TYPE_STRING, field.TYPE_MESSAGE):
+                continue  # skipped as unknown fields
+            g = dst.field.add()
+            g.CopyFrom(f)
+            g.ClearField("default_value")
+            g.label = field.LABEL_REPEATED if f.label == field.LABEL_REPEATED else field.LABEL_OPTIONAL
+            if f.type == field.TYPE_MESSAGE:
+                g.type_name = f".{package}." + f.type_name.removeprefix(f".{source.package}.")
+        dst.oneof_decl.extend(src.oneof_decl)
+        for nested in src.nested_type:
+            copy(nested, dst.nested_type.add())
+
+    try:
+        for m in source.message_type:
+            copy(m, mirror.message_type.add())
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(mirror)
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.ModelProto"))
+    except Exception:  # noqa: BLE001 - a proto file this copy cannot mirror: the walk checks alone
+        return None
+
+
+def valid_utf8(proto: onnx.ModelProto) -> bool:
+    """Whether every string field of ``proto`` is valid UTF-8, as the mirror parses it (False also
+    where the mirror cannot tell: the walk then decides)."""
+    mirror = _utf8_mirror()
+    if mirror is None:
+        return False
+    try:
+        mirror.FromString(proto.SerializeToString())
+    except Exception:  # noqa: BLE001 - bad UTF-8 (DecodeError), or anything else the walk then judges
+        return False
+    return True
+
+
 def check_strings(proto: onnx.ModelProto, what: str) -> None:
     """Raise InvalidProtobuf naming the first string field of ``proto`` that is not valid UTF-8."""
-    if _model_ok(proto):
+    if valid_utf8(proto) or _model_ok(proto):
         return
     where, raw = next(_first_bad(proto, "model"), ("a string field", b""))
     raise InvalidProtobuf(f"{what}: field {where} is not valid UTF-8 ({raw[:60]!r}); ONNX strings are UTF-8. "

@@ -13,6 +13,7 @@ and in a filtered graph that holds a fused partition.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -448,6 +449,13 @@ class Graph:
 
 
 _DATA_TYPES = frozenset(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
+#: Element types whose raw_data numpy reads as it is (on a little-endian machine), as
+#: ``numpy_helper.to_array`` does: a view of the bytes, reshaped to the dims.
+_RAW_DTYPES: dict[int, np.dtype] = {} if sys.byteorder == "big" else {
+    k: np.dtype(helper.tensor_dtype_to_np_dtype(k)) for k in (
+        TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT8, TensorProto.UINT8,
+        TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32, TensorProto.UINT32, TensorProto.INT64,
+        TensorProto.UINT64, TensorProto.BOOL)}
 
 
 def _stub_tensor(name: str, arr: np.ndarray) -> TensorProto | None:
@@ -472,6 +480,12 @@ def tensor_to_array(t: TensorProto, what: str) -> np.ndarray:
         raise InvalidGraph(f"{what} tensor {t.name!r} has dims {list(t.dims)}: a dimension cannot be negative. "
                            "Re-export the model or fix the tensor's dims.")
     try:
+        dtype = _RAW_DTYPES.get(t.data_type)
+        if dtype is not None and t.HasField("raw_data") and t.data_location != TensorProto.EXTERNAL \
+                and not t.HasField("segment"):
+            # numpy_helper.to_array's own result for these (a view of the bytes), without its
+            # per-call type lookups: a model's hundreds of small initializers paid them each
+            return np.frombuffer(t.raw_data, dtype=dtype).reshape(t.dims)
         return numpy_helper.to_array(t)
     except Exception as e:
         raise InvalidGraph(f"{what} tensor {t.name!r} (data_type {t.data_type}, dims {list(t.dims)}, {size} bytes) "

@@ -213,3 +213,41 @@ def test_the_utf8_mirror_passes_valid_models(name):
     from onnxhal.runtime.loader.proto_strings import valid_utf8
 
     assert valid_utf8(onnx.load(os.path.join(CORPUS, f"{name}.onnx")))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int8, np.uint8, np.int16, np.uint16,
+                                   np.int32, np.uint32, np.int64, np.uint64, np.bool_])
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3, 4)])
+def test_raw_initializers_decode_as_numpy_helper_decodes_them(dtype, shape):
+    from onnxhal.hal.graph import tensor_to_array
+
+    values = np.random.default_rng(4).standard_normal(shape) * 50
+    t = numpy_helper.from_array(values.astype(dtype), "t")
+    assert t.HasField("raw_data")
+    got, want = tensor_to_array(t, "initializer"), numpy_helper.to_array(t)
+    assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def test_raw_data_that_does_not_fill_its_dims_is_an_invalid_graph():
+    from onnxhal.hal.errors import InvalidGraph
+    from onnxhal.hal.graph import tensor_to_array
+
+    t = numpy_helper.from_array(np.ones((2, 3), np.float32), "short")
+    t.raw_data = t.raw_data[:-4]
+    with pytest.raises(InvalidGraph, match="tensor 'short'.*cannot be decoded"):
+        tensor_to_array(t, "initializer")
+    t.raw_data = t.raw_data[:-1]  # not a whole number of elements
+    with pytest.raises(InvalidGraph, match="tensor 'short'.*cannot be decoded"):
+        tensor_to_array(t, "initializer")
+
+
+def test_every_corpus_initializer_decodes_as_numpy_helper_decodes_it():
+    import glob
+
+    from onnxhal.hal.graph import tensor_to_array
+
+    for path in sorted(glob.glob(os.path.join(CORPUS, "*.onnx"))):
+        for t in onnx.load(path).graph.initializer:
+            got, want = tensor_to_array(t, "initializer"), numpy_helper.to_array(t)
+            assert got.dtype == want.dtype and got.shape == want.shape, (path, t.name)
+            assert got.tobytes() == want.tobytes(), (path, t.name)

@@ -20,11 +20,11 @@ import functools
 from collections.abc import Iterable, Iterator
 
 import onnx
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from onnxhal.hal.errors import InvalidProtobuf
+from onnxhal.runtime.loader.proto_mirror import mirror_model
 
 
 def _all_str(strings: Iterable) -> bool:
@@ -95,39 +95,10 @@ def _first_bad(message: Message, path: str) -> Iterator[tuple[str, bytes]]:
 
 @functools.cache
 def _utf8_mirror() -> type | None:
-    """ModelProto of a copy of onnx's proto file in proto3 syntax (in a pool of its own), with only
-    only its string and message fields: parsing a model as it validates every string as UTF-8, in C,
-    and skips every other field as unknown (weights, number lists: measured faster skipped than
-    parsed). None where the copy cannot be built (another onnx)."""
-    field = descriptor_pb2.FieldDescriptorProto
-    source = descriptor_pb2.FileDescriptorProto()
-    onnx.ModelProto.DESCRIPTOR.file.CopyToProto(source)
-    package = "onnxhal_utf8"
-    mirror = descriptor_pb2.FileDescriptorProto(name="onnxhal_utf8.proto", package=package, syntax="proto3")
-
-    def copy(src: descriptor_pb2.DescriptorProto, dst: descriptor_pb2.DescriptorProto) -> None:
-        dst.name = src.name
-        for f in src.field:
-            if f.type not in (field.TYPE_STRING, field.TYPE_MESSAGE):
-                continue  # skipped as unknown fields
-            g = dst.field.add()
-            g.CopyFrom(f)
-            g.ClearField("default_value")
-            g.label = field.LABEL_REPEATED if f.label == field.LABEL_REPEATED else field.LABEL_OPTIONAL
-            if f.type == field.TYPE_MESSAGE:
-                g.type_name = f".{package}." + f.type_name.removeprefix(f".{source.package}.")
-        dst.oneof_decl.extend(src.oneof_decl)
-        for nested in src.nested_type:
-            copy(nested, dst.nested_type.add())
-
-    try:
-        for m in source.message_type:
-            copy(m, mirror.message_type.add())
-        pool = descriptor_pool.DescriptorPool()
-        pool.Add(mirror)
-        return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.ModelProto"))
-    except Exception:  # noqa: BLE001 - a proto file this copy cannot mirror: the walk checks alone
-        return None
+    """A proto3 copy of onnx's messages with only their string and message fields
+    (``proto_mirror``): parsing a model as one validates every string as UTF-8, in C, and skips
+    every other field (weights, number lists: measured faster skipped than parsed)."""
+    return mirror_model("onnxhal_utf8", lambda message, f: f.type == f.TYPE_STRING)
 
 
 def valid_utf8(proto: onnx.ModelProto) -> bool:

@@ -289,3 +289,35 @@ def test_a_tensor_in_an_attribute_typed_otherwise_is_refused(tmp_path):
         ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     with pytest.raises(InvalidGraph, match="attribute 'value' is declared INT but holds a value in field"):
         onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+
+def _nodes(*edges):
+    from onnxhal.hal import Node
+
+    return [Node("Relu", ins, outs, name=name) for name, ins, outs in edges]
+
+
+def test_toposort_keeps_a_sorted_list_and_sorts_the_rest_as_kahn():
+    from onnxhal.hal.errors import InvalidGraph
+    from onnxhal.runtime.loader.model_loader import toposort
+
+    ordered = _nodes(("a", ["x"], ["p"]), ("b", ["p", "w"], ["q"]), ("c", ["q", "", "p"], ["y"]))
+    assert toposort(ordered) is ordered  # in order: the list itself, no sort
+    shuffled = [ordered[2], ordered[0], ordered[1]]
+    assert [n.name for n in toposort(shuffled)] == ["a", "b", "c"]
+    with pytest.raises(InvalidGraph, match="reads its own output"):
+        toposort(_nodes(("a", ["x"], ["p"]), ("self", ["p", "s"], ["s"])))
+    with pytest.raises(InvalidGraph, match="cycle"):
+        toposort(_nodes(("a", ["r"], ["p"]), ("b", ["p"], ["r"])))
+
+
+def test_a_model_with_nodes_out_of_order_loads_sorted_and_runs_as_onnxruntime():
+    nodes = [helper.make_node("Neg", ["r"], ["y"], name="neg"), helper.make_node("Relu", ["x"], ["r"], name="relu")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    loaded = load_model(model)
+    assert [n.name for n in loaded.graph.nodes] == ["relu", "neg"]
+    assert loaded.graph.producer("r").name == "relu" and [n.name for n in loaded.graph.consumers("r")] == ["neg"]
+    x = np.random.default_rng(5).standard_normal((2, 3)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(onnxhal.InferenceSession(model).run(None, {"x": x})[0], want)

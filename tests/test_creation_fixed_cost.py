@@ -321,3 +321,15 @@ def test_a_model_with_nodes_out_of_order_loads_sorted_and_runs_as_onnxruntime():
     x = np.random.default_rng(5).standard_normal((2, 3)).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(onnxhal.InferenceSession(model).run(None, {"x": x})[0], want)
+
+
+@pytest.mark.parametrize("name", ["lgbm_clf", "resnet_ts", "bert_eager_ts_ortopt"])
+def test_without_the_values_reader_the_whole_inferred_model_gives_the_same_values(name, monkeypatch):
+    """Where the message class of a graph's values cannot be built (another protobuf or onnx), the
+    loader parses the whole inferred model, as before, to the same result."""
+    from onnxhal.runtime.loader import guarded_inference
+
+    path = os.path.join(CORPUS, f"{name}.onnx")
+    with_reader = load_model(path).proto.SerializeToString(deterministic=True)
+    monkeypatch.setattr(guarded_inference, "_graph_values", lambda: None)
+    assert load_model(path).proto.SerializeToString(deterministic=True) == with_reader

@@ -362,41 +362,53 @@ def _reshaped(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -> tuple[bo
 
 
 @functools.cache
-def _graph_values() -> type:
+def _graph_values() -> type | None:
     """A message class that reads, of a serialized ModelProto, only its graph's outputs and
     value_info (onnx's field numbers: ModelProto.graph 7, GraphProto.output 12, .value_info 13);
     the rest it keeps as unread bytes. Shape inference returns the whole model, and parsing it
     whole again (every attribute value, every weight) was as costly as the inference itself on a
-    tree ensemble."""
-    pool = descriptor_pool.Default()
+    tree ensemble. Built in a descriptor pool of its own; None where it cannot be (the whole
+    inferred model is parsed then)."""
+    field = descriptor_pb2.FieldDescriptorProto
     name = "onnxhal_inferred_values"
     try:
+        onnx_file = descriptor_pb2.FileDescriptorProto()
+        onnx.ModelProto.DESCRIPTOR.file.CopyToProto(onnx_file)
+        value_info = f".{onnx.ValueInfoProto.DESCRIPTOR.full_name}"
+        fdp = descriptor_pb2.FileDescriptorProto(name=f"{name}.proto", package=name, syntax="proto2",
+                                                 dependency=[onnx_file.name])
+        graph = fdp.message_type.add(name="Graph")
+        graph.field.add(name="output", number=12, label=field.LABEL_REPEATED, type=field.TYPE_MESSAGE,
+                        type_name=value_info)
+        graph.field.add(name="value_info", number=13, label=field.LABEL_REPEATED, type=field.TYPE_MESSAGE,
+                        type_name=value_info)
+        model = fdp.message_type.add(name="Model")
+        model.field.add(name="graph", number=7, label=field.LABEL_OPTIONAL, type=field.TYPE_MESSAGE,
+                        type_name=f".{name}.Graph")
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(onnx_file)
+        pool.Add(fdp)
         return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{name}.Model"))
-    except KeyError:
-        pass
-    field = descriptor_pb2.FieldDescriptorProto
-    value_info = f".{onnx.ValueInfoProto.DESCRIPTOR.full_name}"
-    fdp = descriptor_pb2.FileDescriptorProto(name=f"{name}.proto", package=name, syntax="proto2",
-                                             dependency=[onnx.ModelProto.DESCRIPTOR.file.name])
-    graph = fdp.message_type.add(name="Graph")
-    graph.field.add(name="output", number=12, label=field.LABEL_REPEATED, type=field.TYPE_MESSAGE,
-                    type_name=value_info)
-    graph.field.add(name="value_info", number=13, label=field.LABEL_REPEATED, type=field.TYPE_MESSAGE,
-                    type_name=value_info)
-    model = fdp.message_type.add(name="Model")
-    model.field.add(name="graph", number=7, label=field.LABEL_OPTIONAL, type=field.TYPE_MESSAGE,
-                    type_name=f".{name}.Graph")
-    pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{name}.Model"))
+    except Exception:  # noqa: BLE001 - a protobuf or onnx this cannot mirror: the whole model is parsed
+        return None
 
 
 def _infer_values(stub: bytes, target: onnx.ModelProto, data_prop: bool) -> None:
     """Strict inference of the serialized ``stub``, its graph outputs and value_info put in
     ``target`` (the model the stub was made from, whose graph alone it is: no subgraph, whose
     value_info inference would fill as well)."""
-    values = _graph_values().FromString(onnx_cpp.infer_shapes(stub, True, True, data_prop))
-    values.DiscardUnknownFields()
+    inferred = onnx_cpp.infer_shapes(stub, True, True, data_prop)
+    reader = _graph_values()
     g = target.graph
+    if reader is None:  # the values from the whole model, parsed
+        whole = onnx.ModelProto.FromString(inferred).graph
+        g.ClearField("output")
+        g.ClearField("value_info")
+        g.output.extend(whole.output)
+        g.value_info.extend(whole.value_info)
+        return
+    values = reader.FromString(inferred)
+    values.DiscardUnknownFields()
     g.ClearField("output")
     g.ClearField("value_info")
     g.MergeFromString(values.graph.SerializeToString())
@@ -530,7 +542,7 @@ def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto 
         probe = stub if not any(_unsafe_layer_norm(n) for n, _ in norms) else _probe_copy(stub)
         if probe is stub:
             serialized = stub.SerializeToString()
-        if apart and probe is stub:
+        if apart and probe is stub and _graph_values() is not None:
             try:
                 values = _graph_values().FromString(onnx_cpp.infer_shapes(serialized, False, False, False)).graph
                 long_1d, shapes = _probe_facts(stub, wanted, scan.reads, (values.value_info, values.output))

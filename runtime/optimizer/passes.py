@@ -132,6 +132,41 @@ CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channe
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4
 
+#: Per pass, the op types it starts a rewrite from (the ones it asks ``live_nodes`` for): a graph
+#: with none of them gives the pass nothing to do, so the driver skips it without a call, and
+#: without the walk of the nodes that call would make. A pass not named here always runs.
+TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
+    "castlike_to_cast": ("CastLike",),
+    "eliminate_no_ops": ("Identity", "Dropout", "Cast", "Slice"),
+    "fuse_pad_into_conv": ("Pad",),
+    "fold_conv_batchnorm": ("Conv",),
+    "fold_conv_mul_add": ("Conv",),
+    "fold_conv_bias_forward": ("Conv",),
+    "fold_batchnorm_mul_add": ("BatchNormalization",),
+    "matmul_add_to_gemm": ("MatMul",),
+    "fuse_qdq_groups": ("QuantizeLinear",),
+    "drop_requantize": ("QuantizeLinear",),
+    "collapse_qdq_pairs": ("QuantizeLinear",),
+    "tabulate_grid_chains": tuple(opt_qdq_tables.TABULATED),
+    "fuse_layer_norm": ("ReduceMean",),
+    "fuse_gelu": ("Erf",),
+    "fuse_replace_nan": ("Where",),
+    "fuse_matmul_bias": ("MatMul",),
+    "fuse_matmul_integer_to_float": ("MatMulInteger",),
+    "fuse_dynamic_quantize_matmul": ("MatMulIntegerToFloat",),
+    "fold_matmul_scale": ("MatMul",),
+    "push_relu_into_concat": ("Relu",),
+    "pull_relu_after_maxpool": ("MaxPool",),
+    "fuse_conv_activation": ("Conv",),
+    "fuse_conv_gated_activation": ("Conv", "FusedConv"),
+    "fuse_gemm_activation": ("Gemm",),
+    "fuse_batchnorm_activation": ("BatchNormalization",),
+    "fuse_classifier_normalizer": ("LinearClassifier",),
+    "adopt_fused_kernels": ("Conv", "Gemm", "MatMul"),
+    "fuse_channel_shuffle": ("FusedConv",),
+    "pretranspose_gemm_weights": ("FusedGemm",),
+}.items()}
+
 
 def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops: bool = True,
              cpu_ep_only: bool = True) -> Graph:
@@ -200,10 +235,15 @@ def _unique_new_node_names(graph: Graph, loaded: list) -> None:
 def _run_to_fixed_point(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]) -> None:
     for _ in range(MAX_ROUNDS):
         changed = False
+        present = {n.op_type for n in graph.nodes}  # the op-type index, rebuilt after each change
         for name, fn, _recurse, _level in passes:
+            triggers = TRIGGERS.get(name)
+            if triggers is not None and triggers.isdisjoint(present):
+                continue
             before = len(graph.nodes)
             if fn(graph):
                 changed = True
+                present = {n.op_type for n in graph.nodes}
                 logger.debug("pass %s on graph %r: %d -> %d nodes", name, graph.name, before, len(graph.nodes))
         if not changed:
             break

@@ -213,6 +213,20 @@ def runtime_param_ok(node: Node, lookup: GraphLookup, index: int) -> bool:
             and lookup.dtype(name) in (np.dtype(np.int64), np.dtype(np.int32), F32))
 
 
+def _check_view(node: Node, lookup: GraphLookup) -> str | None:
+    """A view (Reshape, Flatten, Squeeze, Unsqueeze) renames its input's buffer, so both must hold
+    as many elements; where both shapes are static and they do not, the node is left to the CPU EP,
+    whose kernel refuses it at run with onnxruntime's error."""
+    if node.op_type == "Reshape" and (reason := _need_const(lookup, node, 1, "Reshape shape")):
+        return reason
+    src, out = lookup.shape(node.inputs[0]), lookup.shape(node.outputs[0])
+    if (src is not None and out is not None and all(isinstance(d, int) for d in (*src, *out))
+            and int(np.prod(src)) != int(np.prod(out))):
+        return (f"{node.op_type} of {list(src)} ({int(np.prod(src))} elements) to {list(out)} "
+                f"({int(np.prod(out))} elements): the sizes differ")
+    return None
+
+
 def _rank(lookup: GraphLookup, name: str) -> int:
     dims = lookup.dims(name)
     if dims is None:
@@ -375,11 +389,11 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "MatMul": _check_matmul, "FusedConv": _check_fused, "FusedGemm": _check_fused, "FusedMatMul": _check_fused,
     "FusedBatchNormalization": _check_fused,
     "LRN": lambda n, lk: None if _rank(lk, n.inputs[0]) >= 3 else "LRN on rank < 3",
-    "Reshape": lambda n, lk: _need_const(lk, n, 1, "Reshape shape"),
+    "Reshape": _check_view, "Flatten": _check_view,
     "Split": lambda n, lk: ("Split with an unnamed output" if not all(n.outputs) else
                             _need_const(lk, n, 1, "Split sizes")),
-    "Unsqueeze": lambda n, lk: _need_const(lk, n, 1, "Unsqueeze axes"),
-    "Squeeze": lambda n, lk: _need_const(lk, n, 1, "Squeeze axes"),
+    "Unsqueeze": lambda n, lk: _need_const(lk, n, 1, "Unsqueeze axes") or _check_view(n, lk),
+    "Squeeze": lambda n, lk: _need_const(lk, n, 1, "Squeeze axes") or _check_view(n, lk),
     "Expand": lambda n, lk: _need_const(lk, n, 1, "Expand shape"),
     "Slice": lambda n, lk: next((r for i in range(1, 5) if (r := _need_const(lk, n, i, "Slice parameter"))), None),
     **{op: _check_reduce for op in REDUCE_OPS},

@@ -488,8 +488,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                                   f"elements) as {out!r} of shape {list(out_shape)} ({prod(out_shape)} elements); "
                                   "the sizes must match")
         src = self.data(src)
-        if out in self.shape_only:
-            return  # an output read for its shape only: no copy into it
+        if out in self.shape_only and not self._consumers.get(out):
+            return  # an output read for its shape only, and by no node here: no copy into it
         if out not in self.plan.output_names:
             self.plan.aliases[out] = src
         elif src in self.plan.temps and len(self._consumers.get(src, [])) == 1 and src not in self.plan.aliases:

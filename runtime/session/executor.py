@@ -129,6 +129,7 @@ class ExecutionPlanBuilder:
                 out = _c.compute(_s, ctx)
                 return ctx.outputs if out is None else out
 
+            self.metadata_inputs[id(node)] = frozenset(getattr(cinfo, "metadata_inputs", ()))  # as a kernel's
             return fused, frozenset(getattr(cinfo, "host_inputs", ())), frozenset()
         ep = self.eps[node.ep_name]
         try:

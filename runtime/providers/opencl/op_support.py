@@ -72,6 +72,9 @@ class GraphLookup:
     dtypes: dict[str, np.dtype]
     constants: dict[str, np.ndarray]
     allow_dynamic: bool = False
+    #: Values the partition computes on the host at specialisation (rule ``shape_values``,
+    #: ``shape_values.py``): their nodes are claimed without a kernel.
+    shape_values: frozenset[str] = frozenset()
     #: value -> (static shape or None, dims as declared) of the graph's value info: parsed from the
     #: proto once per lookup (capability asks for each value's shape several times per node).
     _declared: dict[str, tuple[tuple[int, ...] | None, tuple | None]] = field(default_factory=dict, repr=False)
@@ -392,6 +395,8 @@ PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Split": {1},
 
 def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
     """None if the OpenCL EP can run ``node``, else why not."""
+    if lookup.shape_values and all(o in lookup.shape_values for o in node.outputs if o) and any(node.outputs):
+        return None  # a shape value: computed on the host when the partition is specialised
     if node.domain == FUSED_DOMAIN:
         if node.op_type not in FUSED_DOMAIN_OPS:
             return f"no OpenCL kernel for {node.domain}.{node.op_type}"

@@ -105,6 +105,8 @@ class _Entry:
     state: PartitionState | None  # None: this signature runs on the host
     feeds: list[int]  # which of the partition's inputs the plan takes, in its order
     reason: str = ""
+    #: output index -> its value, for the outputs that are shape values (handed over in host memory)
+    host_values: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,6 +151,8 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         # Inputs only a Shape or Size reads: the runtime hands them over wherever they live, uncopied.
         metadata = metadata_inputs(graph, self._shape_nodes)
         self.metadata_inputs = frozenset(i for i, name in enumerate(graph.input_names) if name in metadata)
+        # Outputs that are shape values: constants of each specialisation, handed over in host memory.
+        self.host_outputs = frozenset(i for i, name in enumerate(graph.output_names) if name in self.shape_values)
         self.stats = SpecializationStats()
         #: Called on each shape's plan before its state is made (a simulated fp16 device rounds weights).
         self.prepare_plan: Callable[[Any], None] | None = None
@@ -202,6 +206,9 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             outputs = self._run_on_host(inputs, queue)
         else:
             outputs = entry.state.run([inputs[i] for i in entry.feeds], queue)
+            if entry.host_values:
+                for i in sorted(entry.host_values):
+                    outputs.insert(i, entry.host_values[i])
         if own_queue:
             queue.finish()
         for i, t in enumerate(outputs):
@@ -269,7 +276,9 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         except INSPECTION_ERRORS as exc:
             return self._on_host(decline_reason(exc, self.logger, f"lowering partition {self.graph.name!r}"))
         order = {name: i for i, name in enumerate(self.graph.input_names)}
-        return _Entry(state, [order[name] for name in plan.input_names])
+        names = self.graph.output_names
+        host_values = {i: np.asarray(concrete.initializers[names[i]]) for i in self.host_outputs}
+        return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values)
 
     def _on_host(self, reason: str) -> _Entry:
         self.logger.info("OpenCL partition %s runs a shape signature on the host: %s", self.graph.name, reason)
@@ -293,7 +302,8 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         nodes = [n for n in g.nodes if id(n) not in folded]
         read = {i for n in nodes for i in (*n.inputs, *n.implicit_inputs) if i} | set(g.output_names)
         inputs = [infos[n] for n in g.input_names if n not in params and n in read]
-        out = Graph(g.name, nodes, inputs, [infos[n] for n in g.output_names],
+        outputs = [infos[n] for n in g.output_names if n not in self.shape_values]
+        out = Graph(g.name, nodes, inputs, outputs,
                     {**g.initializers, **params}, infos, g.opset, parent=g.parent)
         return out
 
@@ -302,8 +312,11 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         values = self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
         results = [values[k] for k in self._output_at]
         outputs = []
-        for r in results:
+        for i, r in enumerate(results):
             a = np.ascontiguousarray(np.asarray(r))
+            if i in self.host_outputs:
+                outputs.append(a)
+                continue
             t = DeviceTensor.allocate(a.shape, a.dtype, self.allocator)
             if a.nbytes:
                 cl.enqueue_copy(queue, t.buffer, a, is_blocking=True)

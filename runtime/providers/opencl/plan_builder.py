@@ -227,12 +227,6 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     self._lower_fused(members)
                 continue
             self._lower(n, epilogues.get(id(n)))
-        for name in self.plan.output_names:
-            const = self.lookup.const(name) if self.graph.producer(name) is None else None
-            if const is not None and const.nbytes:  # a shape value read outside (rule shape_values)
-                src = self.constant("value", const)
-                self.plan.shapes[src], self.plan.dtypes[src] = tuple(const.shape), const.dtype
-                self.plan.steps.append(CopyStep(name, src, self.plan.nbytes(name)))
         return self.plan
 
     def _bias_follower(self, n: Node, user: Node | None) -> tuple[str, Node] | None:

@@ -35,7 +35,7 @@ SHAPE_VALUE_OPS = SHAPE_READERS | frozenset({
     "Equal", "Less", "Greater", "Not", "Where", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin"})
 #: Elements of the largest shape value (a shape of rank 6 and a few more).
 MAX_ELEMENTS = 64
-_KINDS = frozenset("iubf")  # integer, unsigned, bool and float values (a Cast shape under Sqrt)
+_KINDS = frozenset("iub")  # integer and bool values: a partition hands them over in host memory
 
 
 def _small(lookup: GraphLookup, name: str, kinds: frozenset[str] = _KINDS) -> bool:
@@ -97,7 +97,7 @@ def unclaim_unshared(graph: Graph, claimed: list[Node], values: frozenset[str]) 
     """``claimed`` without the shape-value nodes whose result a node left to another EP reads (or a
     subgraph captures): the host computes that chain as before, and the partition takes the result
     as a small input, rather than the host waiting on the partition for a value of its shapes.
-    Graph outputs may come from a claimed chain (the plan copies the constant out)."""
+    Graph outputs may come from a claimed chain (the partition hands the value over in host memory)."""
     taken = {id(n) for n in claimed}
     captured = {v for n in graph.nodes for v in n.implicit_inputs}
     for n in reversed(graph.nodes):  # consumers first: dropping one may drop its producers

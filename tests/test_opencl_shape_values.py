@@ -172,17 +172,19 @@ def test_size_and_negative_gather_indices(opencl):
 
 
 def test_a_partition_input_read_only_by_a_shape_is_not_copied(opencl):
-    # The mask is read only for its shape (the Reshape's row count): it stays where it is.
-    nodes = [helper.make_node("Shape", ["mask"], ["s"]),
+    # The mask (made on the host) is read only for its shape (the Reshape's row count): it stays
+    # where it is.
+    nodes = [helper.make_node("Cast", ["mask_in"], ["mask"], to=TensorProto.INT32),
+             helper.make_node("Shape", ["mask"], ["s"]),
              helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
              helper.make_node("Unsqueeze", ["b", "axes"], ["bu"]),
              helper.make_node("Concat", ["bu", "minus1"], ["target"], axis=0),
              helper.make_node("Relu", ["x"], ["r"]),
              helper.make_node("Reshape", ["r", "target"], ["y"])]
     consts = {"zero": np.array(0, np.int64), "axes": np.array([0], np.int64), "minus1": np.array([-1], np.int64)}
-    data = _model(nodes, [_f("x", ["b", "s", 4]), _i("mask", ["b", "s"])], [_f("y", None)], consts)
-    mask = np.ones((2, 3), np.int64)
-    sessions = _check(data, [{"x": _x(2, 3, 4), "mask": mask}, {"x": _x(3, 1, 4), "mask": np.ones((3, 1), np.int64)}])
+    data = _model(nodes, [_f("x", ["b", "s", 4]), _i("mask_in", ["b", "s"])], [_f("y", None)], consts)
+    sessions = _check(data, [{"x": _x(2, 3, 4), "mask_in": np.ones((2, 3), np.int64)},
+                             {"x": _x(3, 1, 4), "mask_in": np.ones((3, 1), np.int64)}])
     on = sessions["on"]
     (part,) = _partitions(on)
     assert [part.graph.input_names[i] for i in part.metadata_inputs] == ["mask"]

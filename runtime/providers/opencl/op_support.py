@@ -78,6 +78,7 @@ class GraphLookup:
     #: value -> (static shape or None, dims as declared) of the graph's value info: parsed from the
     #: proto once per lookup (capability asks for each value's shape several times per node).
     _declared: dict[str, tuple[tuple[int, ...] | None, tuple | None]] = field(default_factory=dict, repr=False)
+    _declared_dtype: dict[str, np.dtype | None] = field(default_factory=dict, repr=False)
 
     def _declared_shape(self, name: str) -> tuple[tuple[int, ...] | None, tuple | None]:
         entry = self._declared.get(name)
@@ -112,7 +113,12 @@ class GraphLookup:
 
     def dtype(self, name: str) -> np.dtype | None:
         const = self.const(name)
-        dt = const.dtype if const is not None else self.graph.value_info(name).dtype
+        if const is not None:
+            dt = const.dtype
+        elif name in self._declared_dtype:
+            dt = self._declared_dtype[name]
+        else:  # read from the proto once per lookup (capability asks several times per node)
+            dt = self._declared_dtype[name] = self.graph.value_info(name).dtype
         if dt is not None:
             self.dtypes[name] = np.dtype(dt)
             return self.dtypes[name]

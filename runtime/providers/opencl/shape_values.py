@@ -19,9 +19,8 @@ it was not made for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-
-import numpy as np
 
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.op_support import GraphLookup
@@ -41,7 +40,7 @@ _KINDS = frozenset("iub")  # integer and bool values: a partition hands them ove
 def _small(lookup: GraphLookup, name: str, kinds: frozenset[str] = _KINDS) -> bool:
     shape = lookup.shape(name)
     dtype = lookup.dtype(name)
-    return (shape is not None and int(np.prod(shape, dtype=np.int64)) <= MAX_ELEMENTS
+    return (shape is not None and math.prod(shape) <= MAX_ELEMENTS
             and dtype is not None and dtype.kind in kinds)
 
 
@@ -59,14 +58,14 @@ def shape_values(graph: Graph, lookup: GraphLookup, outside: Callable[[str], boo
     for n in graph.nodes:
         if n.domain or n.op_type not in SHAPE_VALUE_OPS or n.subgraphs:
             continue
-        outs = [o for o in n.outputs if o]
-        if not outs or not all(_small(lookup, o) for o in outs):
-            continue
+        # the inputs first: most nodes of these ops read activations, which fails fastest here
         if n.op_type not in SHAPE_READERS and not all(
                 i in found or lookup.const(i) is not None or (outside is not None and outside(i))
                 for i in n.inputs if i):
             continue
-        found.update(outs)
+        outs = [o for o in n.outputs if o]
+        if outs and all(_small(lookup, o) for o in outs):
+            found.update(outs)
     return frozenset(found)
 
 

@@ -226,7 +226,8 @@ class ComputeAdapter:
             if target.dtype != out.dtype:
                 raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
                              f"{self.fused_node.name!r} is {out.dtype}, onnxruntime expects {target.dtype}")
-            if isinstance(target, DeviceTensor) and target.buffer is out.buffer and target.offset == out.offset:
+            if isinstance(target, DeviceTensor) and isinstance(out, DeviceTensor) and target.buffer is out.buffer \
+                    and target.offset == out.offset:
                 continue  # onnxruntime took the EP's tensor itself
             if not target.nbytes:
                 continue

@@ -18,6 +18,7 @@ of the signature. Without ``allow_dynamic`` (a plan being built) every shape mus
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -195,8 +196,8 @@ def _static_f32(lookup: GraphLookup, names) -> str | None:
             return f"{n!r} has no static shape" if not lookup.allow_dynamic else f"{n!r} has no known rank"
         if len(shape) > MAX_RANK:
             return f"{n!r} has rank {len(shape)} > {MAX_RANK}"
-        if all(isinstance(d, int) for d in shape) and int(np.prod(shape, dtype=np.int64)) >= MAX_ELEMENTS:
-            return f"{n!r} has {int(np.prod(shape, dtype=np.int64))} elements; kernels index with 32-bit ints"
+        if all(isinstance(d, int) for d in shape) and math.prod(shape) >= MAX_ELEMENTS:
+            return f"{n!r} has {math.prod(shape)} elements; kernels index with 32-bit ints"
         if lookup.dtype(n) != F32:
             return f"{n!r} is {lookup.dtype(n)}, not float32"
     return None
@@ -218,7 +219,7 @@ def runtime_param_ok(node: Node, lookup: GraphLookup, index: int) -> bool:
         return False
     name = node.inputs[index]
     shape = lookup.shape(name)
-    return (shape is not None and int(np.prod(shape, dtype=np.int64)) <= 64
+    return (shape is not None and math.prod(shape) <= 64
             and lookup.dtype(name) in (np.dtype(np.int64), np.dtype(np.int32), F32))
 
 

@@ -293,9 +293,15 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         known = {name: np.asarray(v) for name, v in zip(g.input_names, host_inputs)}
         known.update((k, np.asarray(v)) for k, v in values.items())
 
+        types: dict[tuple, Any] = {}  # most values share a few shapes: one TypeProto each, read only
+
         def info(name: str) -> ValueInfo:
             a = known[name]
-            return ValueInfo(name, helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
+            key = (a.dtype, a.shape)
+            tp = types.get(key)
+            if tp is None:
+                tp = types[key] = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            return ValueInfo(name, tp)
 
         infos = {name: info(name) for name in known}
         folded = {id(n) for n in self._shape_nodes}

@@ -19,7 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ["1.23.2", "1.24.4", "1.25.1", "1.26.0", "1.27.0", "1.28.0", "1.29.0", "1.30.0", "1.31.1", "1.32.0"]
-TESTS = ["tests/test_ort_plugin.py", "tests/test_ort_plugin_control_flow.py", "tests/test_ort_plugin_late_hooks.py"]
+TESTS = ["tests/test_ort_plugin.py", "tests/test_ort_plugin_control_flow.py", "tests/test_ort_plugin_late_hooks.py",
+         "tests/test_ort_plugin_capture.py"]
 
 
 def venv_for(version: str, base: Path) -> Path:

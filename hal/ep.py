@@ -84,15 +84,25 @@ class EpGraphSupportInfo:
 class KernelContext:
     """What ``NodeComputeInfo.compute`` receives for one run of a fused node: ``inputs`` (values in
     the EP's memory, in the order of the filtered graph's inputs), ``stream`` (the EP's stream or
-    None) and ``outputs``, to fill in order (or return them as a list)."""
+    None) and ``outputs``, to fill in order (or return them as a list).
 
-    __slots__ = ("inputs", "outputs", "stream", "run_options")
+    ``destinations`` is None except in a run the session's graph-capturing EP captures
+    (``Ep.is_graph_capture_enabled()``, the run's graph not captured yet): then, per output, the
+    value the runtime holds that output in (a ``DeviceTensor`` in the EP's memory or a host array, of
+    the output's shape and dtype; None where the runtime has none). They are the buffers the
+    runtime reads after a replay, which writes no output through a ``KernelContext``: the capturing
+    EP writes each output into its destination, returns the destinations, and keeps them with what
+    it records, so that ``replay_graph`` writes there again."""
 
-    def __init__(self, inputs: list, num_outputs: int, stream: SyncStream | None = None, run_options: Any = None):
+    __slots__ = ("inputs", "outputs", "stream", "run_options", "destinations")
+
+    def __init__(self, inputs: list, num_outputs: int, stream: SyncStream | None = None, run_options: Any = None,
+                 destinations: list | None = None):
         self.inputs = inputs
         self.outputs: list = [None] * num_outputs
         self.stream = stream
         self.run_options = run_options
+        self.destinations = destinations
 
     @property
     def num_inputs(self) -> int:
@@ -265,8 +275,11 @@ class Ep:
         ``GetAvailableResource``, for resource-aware partitioning); None: not known."""
         return None
 
-    # Graph capture (CUDA graphs, WebGPU): the EP records the run and replays it.
+    # Graph capture (CUDA graphs, WebGPU): the EP records the run and replays it. A capture run
+    # gives each fused node's outputs their destinations (``KernelContext.destinations``).
     def is_graph_capture_enabled(self) -> bool:
+        """Whether this EP captures the session's runs (asked once the session is partitioned and
+        compiled); the session then runs ``run_with_iobinding`` with inputs and outputs bound."""
         return False
 
     def is_graph_captured(self, graph_annotation_id: int) -> bool:
@@ -275,7 +288,10 @@ class Ep:
         return False
 
     def replay_graph(self, graph_annotation_id: int) -> None:
-        """Run the captured graph again, on the inputs and outputs bound when it was captured."""
+        """Run the captured graph again: on the input buffers of its capture run (their current
+        values), each output written into the destination its capture run gave it
+        (``KernelContext.destinations``); no ``on_run_start``, ``compute`` or ``on_run_end`` comes
+        with a replay."""
         raise NotImplementedError(f"{self.name} says its graph {graph_annotation_id} is captured but does not "
                                   "implement replay_graph()")
 

@@ -13,6 +13,7 @@ and in a filtered graph that holds a fused partition.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -448,6 +449,13 @@ class Graph:
 
 
 _DATA_TYPES = frozenset(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
+#: Element types whose raw_data numpy reads as it is (on a little-endian machine), as
+#: ``numpy_helper.to_array`` does: a view of the bytes, reshaped to the dims.
+_RAW_DTYPES: dict[int, np.dtype] = {} if sys.byteorder == "big" else {
+    k: np.dtype(helper.tensor_dtype_to_np_dtype(k)) for k in (
+        TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT8, TensorProto.UINT8,
+        TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32, TensorProto.UINT32, TensorProto.INT64,
+        TensorProto.UINT64, TensorProto.BOOL)}
 
 
 def _stub_tensor(name: str, arr: np.ndarray) -> TensorProto | None:
@@ -460,21 +468,31 @@ def _stub_tensor(name: str, arr: np.ndarray) -> TensorProto | None:
     return TensorProto(name=name, data_type=data_type, dims=arr.shape)
 
 
+def _raw_size(t: TensorProto) -> str:
+    return f"{len(t.raw_data)} bytes" if t.HasField("raw_data") else "no raw bytes"
+
+
 def tensor_to_array(t: TensorProto, what: str) -> np.ndarray:
     """``numpy_helper.to_array``, with a tensor that cannot be decoded (an unknown data type, data
     that does not fill its dims) reported as the invalid graph it makes, naming the tensor."""
-    size = len(t.raw_data) if t.HasField("raw_data") else "no raw"
-    if t.data_type not in _DATA_TYPES:  # numpy_helper's KeyError would name nothing
-        raise InvalidGraph(f"{what} tensor {t.name!r} (data_type {t.data_type}, dims {list(t.dims)}, {size} bytes) "
-                           f"cannot be decoded: data_type {t.data_type} is not an ONNX tensor element type "
+    data_type, dims = t.data_type, t.dims
+    if data_type not in _DATA_TYPES:  # numpy_helper's KeyError would name nothing
+        raise InvalidGraph(f"{what} tensor {t.name!r} (data_type {data_type}, dims {list(dims)}, {_raw_size(t)}) "
+                           f"cannot be decoded: data_type {data_type} is not an ONNX tensor element type "
                            "(onnx.TensorProto.DataType). Re-export the model or fix the tensor.")
-    if any(d < 0 for d in t.dims):  # numpy would read -1 as "whatever is left" and decode it anyway
-        raise InvalidGraph(f"{what} tensor {t.name!r} has dims {list(t.dims)}: a dimension cannot be negative. "
+    if dims and min(dims) < 0:  # numpy would read -1 as "whatever is left" and decode it anyway
+        raise InvalidGraph(f"{what} tensor {t.name!r} has dims {list(dims)}: a dimension cannot be negative. "
                            "Re-export the model or fix the tensor's dims.")
     try:
+        dtype = _RAW_DTYPES.get(data_type)
+        if dtype is not None and t.HasField("raw_data") and t.data_location != TensorProto.EXTERNAL \
+                and not t.HasField("segment"):
+            # numpy_helper.to_array's own result for these (a view of the bytes), without its
+            # per-call type lookups: a model's hundreds of small initializers paid them each
+            return np.frombuffer(t.raw_data, dtype=dtype).reshape(dims)
         return numpy_helper.to_array(t)
     except Exception as e:
-        raise InvalidGraph(f"{what} tensor {t.name!r} (data_type {t.data_type}, dims {list(t.dims)}, {size} bytes) "
+        raise InvalidGraph(f"{what} tensor {t.name!r} (data_type {data_type}, dims {list(dims)}, {_raw_size(t)}) "
                            f"cannot be decoded: {type(e).__name__}: {e}. Re-export the model or fix the "
                            "tensor's data_type, dims and data.") from e
 

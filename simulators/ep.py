@@ -27,7 +27,7 @@ from onnxhal.hal.data_transfer import DataTransfer
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.ep import Ep, EpGraphSupportInfo, KernelContext, NodeComputeInfo, NodeFusionOptions
 from onnxhal.hal.ep_context import FusedOrder, ep_context_node, fused_order
-from onnxhal.hal.errors import InvalidGraph, OrtError, OutOfMemory
+from onnxhal.hal.errors import InvalidArgument, InvalidGraph, OrtError, OutOfMemory
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.run_control import sleep_unless_terminated
@@ -42,6 +42,7 @@ from onnxhal.runtime.providers.opencl.backend import OpenCLBackend
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, DynamicPartitionPlan
 from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported_reason
+from onnxhal.runtime.session.graph_capture import CaptureRecorder
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
 from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
 from onnxhal.simulators.faults import FaultState
@@ -57,6 +58,8 @@ _PARAM_INPUTS = {"Reshape": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1},
                  "ReduceLogSum": {1}, "ReduceLogSumExp": {1}}
 _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
 EP_VERSION = "0.1.0"
+#: Provider option that turns graph capture on (VirtualEp.configure_graph_capture).
+GRAPH_CAPTURE_OPTION = "enable_graph_capture"
 
 
 def profile_reason(profile: Profile, node: Node, graph: Graph, quantized: QuantizedValues | None = None) -> str | None:
@@ -224,6 +227,8 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
             inner = KernelContext(self.order.feeds(context.inputs), self.order.saved_outputs, context.stream,
                                   context.run_options)
             outputs = self.order.results(ep.compute_partition(self.inner, state.inner, inner, self.fp16))
+        if context.destinations is not None and ep.captures is not None:  # a graph capture run
+            outputs = ep.captures.capture(lambda ctx, _s=state: self.compute(_s, ctx), context, outputs)
         for i, t in enumerate(outputs):
             context.set_output(i, t)
         ep.meter.add_partition(self.cost)
@@ -530,9 +535,13 @@ class VirtualEp(Ep):
     def on_run_start(self, run_options: Any) -> None:
         self.faults.on_run_start()
         self.meter.begin_run()
+        if self.captures is not None:
+            self.captures.start_run(run_options)
 
     def on_run_end(self, run_options: Any, sync_stream: bool) -> None:
         self.meter.end_run()
+        if self.captures is not None:
+            self.captures.end_run()
         if self.rounder is not None:
             name = self.rounder.overflowed(self.device.queue)
             if name is not None:
@@ -540,6 +549,43 @@ class VirtualEp(Ep):
 
     def create_data_transfer(self) -> DataTransfer | None:
         return self.data_transfer
+
+    # -- graph capture (provider option enable_graph_capture = "1"; runtime/session/graph_capture.py) --
+    captures: CaptureRecorder | None = None
+
+    def configure_graph_capture(self, options: Any) -> None:
+        """Capture runs when the session's provider option ``enable_graph_capture`` is "1" (as
+        CUDA's ``enable_cuda_graph``): each partition run is recorded with its input buffers and
+        replayed into the output destinations of its capture run."""
+        value = str(options.get(GRAPH_CAPTURE_OPTION, "0"))
+        if value not in ("0", "1"):
+            raise InvalidArgument(f"{self.name}: provider option {GRAPH_CAPTURE_OPTION}={value!r}; use '1' or '0'")
+        if value == "1":
+            self.captures = CaptureRecorder(self.name, lambda *copy: self.data_transfer.copy_tensors(*copy))
+
+    def is_graph_capture_enabled(self) -> bool:
+        if self.captures is None or self.captures.unsupported:
+            return False
+        # A replay reads and writes only the buffers of its capture run: values passed between two of
+        # this EP's partitions live in the runtime's memory, which it frees after the run.
+        if len(self.partition_infos) != 1:
+            self.logger.warning("%s: graph capture is off: it needs the model in one partition on %s, which "
+                                "runs %d", self.name, self.profile.name, len(self.partition_infos))
+            self.captures = None
+            return False
+        return True
+
+    def is_graph_captured(self, graph_annotation_id: int) -> bool:
+        return self.captures is not None and self.captures.is_captured(graph_annotation_id)
+
+    def replay_graph(self, graph_annotation_id: int) -> None:
+        if self.captures is None:
+            raise InvalidArgument(f"{self.name}: graph capture is off (provider option {GRAPH_CAPTURE_OPTION})")
+        self.captures.replay(graph_annotation_id)
+
+    def release_captured_graph(self, graph_annotation_id: int) -> None:
+        if self.captures is not None:
+            self.captures.release(graph_annotation_id)
 
     def get_default_memory_device(self) -> OrtMemoryDevice | None:
         """The device's own memory (what its EP device declares as DEFAULT); None where it works in

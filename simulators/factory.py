@@ -291,6 +291,7 @@ class VirtualEpFactory(EpFactory):
                            logger or self.logger, self.allocator(mem))
         # The session's copies into and out of this device charge this EP's meter.
         ep.data_transfer = self._data_transfer(mem, ep.meter)
+        ep.configure_graph_capture(options)
         return ep
 
     def validate_compiled_model_compatibility_info(self, devices: Sequence[OrtHardwareDevice],

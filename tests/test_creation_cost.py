@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx.onnx_cpp2py_export.shape_inference as onnx_cpp
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -50,14 +51,16 @@ def shape_model() -> onnx.ModelProto:
 
 @pytest.fixture
 def inference_calls(monkeypatch) -> list:
-    """Each call of onnx's shape inference during the test, as (data_prop,); the real function runs."""
-    calls, real = [], onnx.shape_inference.infer_shapes
+    """Each call of onnx's shape inference during the test, as (data_prop,); the real function runs.
+    Counted at onnx's C++ entry point, which ``onnx.shape_inference.infer_shapes`` calls and the
+    loader's strict pass calls directly."""
+    calls, real = [], onnx_cpp.infer_shapes
 
     def counted(model, check_type=False, strict_mode=False, data_prop=False):
         calls.append(data_prop)
-        return real(model, check_type=check_type, strict_mode=strict_mode, data_prop=data_prop)
+        return real(model, check_type, strict_mode, data_prop)
 
-    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counted)
+    monkeypatch.setattr(onnx_cpp, "infer_shapes", counted)
     return calls
 
 

@@ -12,7 +12,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 from onnxhal.hal import KernelCreateContext, Node
-from onnxhal.runtime.providers.cpu.kernels import worker_pool
+from onnxhal.runtime.providers.cpu.kernels import fused_conv, worker_pool
+from onnxhal.runtime.providers.cpu.kernels.conv import APPENDED, gather_plan
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN
 from onnxhal.runtime.providers.cpu.kernels.fused_conv import CONV_PATHS, FusedConv
 from tests.models import make, vi
@@ -21,8 +22,8 @@ from tests.models import make, vi
 # grouped, depthwise, asymmetrically padded and odd shapes
 CASES = [
     ("taps", (1, 16, 20, 20), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
-    ("taps", (2, 12, 9, 11), (5, 12, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
-    ("taps", (1, 16, 13, 10), (8, 16, 5, 3), {"pads": [0, 1, 3, 1]}),  # asymmetric rows
+    ("taps", (2, 12, 19, 21), (5, 12, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    ("taps", (1, 16, 23, 20), (8, 16, 5, 3), {"pads": [0, 1, 3, 1]}),  # asymmetric rows
     ("depthwise_same_width", (2, 32, 40, 40), (32, 1, 3, 3), {"group": 32, "pads": [1, 1, 1, 1]}),
     ("depthwise_same_width", (1, 16, 30, 29), (16, 1, 3, 3), {"group": 16, "pads": [0, 2, 4, 2], "dilations": [2, 2]}),
     ("depthwise_half_width", (2, 24, 40, 40), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
@@ -42,6 +43,9 @@ CASES = [
     ("gather", (1, 3, 7, 7), (4, 3, 3, 3), {"strides": [2, 2]}),
     ("gather", (2, 4, 6, 5), (3, 4, 2, 3), {"pads": [1, 0, 0, 2], "dilations": [2, 1]}),
     ("gather", (2, 256, 2, 2), (160, 256, 5, 5), {"pads": [2, 2, 2, 2]}),
+    # taps' conditions, but within the gather limit (YOLOv8's neck at 4x4 and 2x2)
+    ("gather", (2, 32, 4, 4), (16, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("gather", (2, 32, 2, 2), (16, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("gather_grouped", (2, 8, 16, 16), (8, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 2}),
     ("gather_grouped", (2, 32, 2, 2), (32, 4, 5, 5), {"pads": [2, 2, 2, 2], "group": 8}),  # taps reading padding alone
     ("gather_grouped", (1, 12, 7, 6), (9, 4, 2, 3), {"pads": [1, 0, 0, 2], "dilations": [2, 1], "group": 3}),
@@ -58,6 +62,12 @@ CASES = [
     ("im2col_view", (2, 3, 128, 128), (16, 3, 8, 8), {"strides": [8, 8]}),  # patches that tile the input
     ("im2col_phases", (1, 3, 65, 65), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
     ("im2col_phases", (1, 4, 47, 50), (8, 2, 5, 5), {"pads": [1, 2, 2, 1], "strides": [3, 2], "group": 2}),
+    # several images, fewer output positions than output channels, each window layout of _im2col
+    ("im2col_batched", (2, 64, 6, 6), (96, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # same width
+    ("im2col_batched", (3, 64, 12, 10), (48, 64, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # half width
+    ("im2col_batched", (2, 32, 13, 13), (64, 32, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),  # phases
+    ("im2col_batched", (3, 64, 9, 8), (48, 64, 3, 2), {"pads": [0, 1, 2, 0], "dilations": [2, 3]}),  # view
+    ("im2col_batched", (4, 384, 9, 9), (128, 384, 1, 1), {"pads": [1, 0, 0, 1], "strides": [2, 2]}),  # padded 1x1
 ]
 
 VARIANTS = [  # (bias, residual, activation, activation_params)
@@ -195,6 +205,20 @@ def test_path_matches_canonical(case, variant, edge, constant):
            params)
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{'x'.join(map(str, c[2]))}")
+def test_kept_path_follows_new_values(case):
+    """With constant weights a layer's path may be kept per input shape (``_remember``): later runs
+    of that shape with other inputs and residuals still match the canonical convolution."""
+    path, x_shape, w_shape, attrs = case
+    a = _attrs(attrs, w_shape)
+    rng = np.random.default_rng(CASES.index(case) + 5000)
+    kernel = fused_kernel(w_shape, a, True, True, "Relu", [], constant=True)
+    x, w, b, z = _inputs(rng, x_shape, w_shape, a, "random", True, False)
+    for edge in (False, True, False):
+        x, _, _, z = _inputs(rng, x_shape, w_shape, a, "random", True, edge)
+        _check(kernel, path, x, w, b, z, a, "Relu", [])
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c[3].get("group", 1) > 1
                                   and "depthwise" not in c[0]], ids=lambda c: f"{c[0]}-{c[3]['group']}")
 @pytest.mark.parametrize("residual", [False, True])
@@ -278,3 +302,24 @@ def test_1d_runs_its_2d_twins_path(x_shape, path):
     assert kernel.last_path == path
     want, mag = canonical(x[:, :, None, :], w[:, :, None, :], b, None, a2, "Relu", [], 0)
     assert np.all(np.abs(y.astype(np.float64) - want[:, :, 0, :]) <= 1e-5 * mag[:, :, 0, :] + 1e-6)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0].startswith("gather")],
+                         ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{'x'.join(map(str, c[2]))}")
+@pytest.mark.parametrize("bias", [False, True])
+def test_gather_indices_in_range(case, bias):
+    """The gather paths take with mode="wrap" (faster than numpy's bounds-checked default), which
+    is only the same take while every index falls inside the flat input and its appended cells."""
+    path, x_shape, w_shape, attrs = case
+    a = _attrs(attrs, w_shape)
+    out_hw = _out_shape(x_shape, w_shape, a)[2:]
+    p = a["pads"]
+    pads = (p[0], p[1], p[2], p[3])
+    depthwise = path == "gather_depthwise"
+    limit = None if not depthwise or tuple(a["strides"]) == (1, 1) else fused_conv.STRIDED_DEPTHWISE_GATHER_MAX
+    plan = gather_plan(x_shape, w_shape, pads, out_hw, tuple(a["strides"]), tuple(a["dilations"]), depthwise,
+                       bias and path != "gather_grouped", limit)
+    assert plan is not None
+    idx, appended = plan[:2]
+    size = int(np.prod(x_shape)) + (len(APPENDED) if appended else 0)
+    assert idx.min() >= 0 and idx.max() < size

@@ -33,6 +33,9 @@ ALLOWED: dict[tuple[str, str], str] = {
         "numpy has no public call to read and set the floating-point error state of the current context "
         "cheaply; np.errstate costs more than the small kernels it would wrap"),
     ("runtime/session/fp_errors.py", "_make_extobj"): "the same (numpy's error-state object)",
+    ("runtime/providers/cpu/kernels/native_kernels.py", "_native"): (
+        "the optional C extension (_native.c) is imported by the one module that fronts it: native_kernels "
+        "gives the kernels its public entry (native_module) and the switch"),
 }
 
 

@@ -885,7 +885,7 @@ def test_tree_ensemble_shared_nodes_take_the_walk():
     assert forest.leaves(x)[:, 0].tolist() == [_walk(nodes, row) for row in x]
 
 
-def test_tree_ensemble_group_table_is_built_when_a_run_would_pay_for_it():
+def test_tree_ensemble_group_table_is_built_when_a_run_would_pay_for_it(monkeypatch):
     """Trees of several groups of 8 nodes read the [group, byte] table only for runs of many cells:
     the build leaves it out, a one-row run does not make it, the first run of fewer cells than the
     table's entries selects each node's mask instead (a session run once on a few rows never pays
@@ -893,6 +893,7 @@ def test_tree_ensemble_group_table_is_built_when_a_run_would_pay_for_it():
     agrees with onnxruntime."""
     from onnxhal.runtime.providers.cpu.kernels import ml_trees
 
+    monkeypatch.setenv(ml_trees.NATIVE_SWITCH, "0")  # the numpy leaf bits' route, not the C one
     rng = np.random.default_rng(2)
     trees = _random_trees(rng, 4, 5, 6)
     for nodes in trees:

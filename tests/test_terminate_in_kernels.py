@@ -156,6 +156,7 @@ def test_tree_ensembles_give_the_same_results_in_row_chunks(monkeypatch, name):
     bits and by the level walk: chunks of one row give what one chunk of every row gives."""
     from onnxhal.runtime.providers.cpu.kernels import ml_trees
 
+    monkeypatch.setenv(ml_trees.NATIVE_SWITCH, "0")  # the numpy routes' chunks (test_tree_native: the C route's)
     sess = onnxhal.InferenceSession(os.path.join(ROOT, "tests", "real_models", f"{name}.onnx"))
     x = np.random.default_rng(4).standard_normal((300, 8)).astype(np.float32)
     whole = sess.run(None, {"X": x})

@@ -37,7 +37,7 @@ from onnxhal.hal.graph import Graph
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.ort_plugin import dispatch as d
-from onnxhal.ort_plugin import kept_handles
+from onnxhal.ort_plugin import graph_capture, kept_handles
 from onnxhal.ort_plugin.claim_checks import graph_refusal
 from onnxhal.ort_plugin.compute import ComputeAdapter, DeviceMemory, GraphKernelCreateContext, KernelComputeInfo
 from onnxhal.ort_plugin.custom_ops import domains_for, write_domains
@@ -236,18 +236,20 @@ class FactoryAdapter:
             self.api.ep_call("DeviceEpIncompatibilityDetails_SetDetails", args[1], reasons, code,
                              notes.encode() if notes else None)
 
-    def num_custom_op_domains(self, args: Any) -> None:
-        """GetNumCustomOpDomains (API 24): the hal factory's ``get_custom_op_domains()``, turned into
-        onnxruntime's domains once (custom_ops.py) and handed out again at every later ask."""
+    def ort_custom_op_domains(self) -> list[int]:
+        """The hal factory's ``get_custom_op_domains()`` as onnxruntime's domains, made once
+        (custom_ops.py) and handed out again at every later ask."""
         if self.custom_op_domains is None:
             self.custom_op_domains = domains_for(self.api, self.factory.name, list(self.factory.get_custom_op_domains()))
-        write_out(args[0], len(self.custom_op_domains), c_size_t)
+        return self.custom_op_domains
+
+    def num_custom_op_domains(self, args: Any) -> None:
+        """GetNumCustomOpDomains (API 24)."""
+        write_out(args[0], len(self.ort_custom_op_domains()), c_size_t)
 
     def write_custom_op_domains(self, args: Any) -> None:
         """GetCustomOpDomains: onnxruntime's array has the count GetNumCustomOpDomains gave."""
-        if self.custom_op_domains is None:
-            self.custom_op_domains = domains_for(self.api, self.factory.name, list(self.factory.get_custom_op_domains()))
-        write_domains(self.custom_op_domains, args[0], args[1])
+        write_domains(self.ort_custom_op_domains(), args[0], args[1])
 
     def _hal_device(self, ort_hw: int) -> OrtHardwareDevice:
         """onnxruntime's OrtHardwareDevice as hal's: the device onnxhal discovered for the same
@@ -352,6 +354,14 @@ class EpAdapter:
             # An EP that cannot say leaves the member NULL, as onnxruntime asks of such an EP: no
             # resource budget from the device then.
             self.struct.GetAvailableResource = None
+        self.captures_graphs = graph_capture.captures(ep)
+        if not self.captures_graphs:  # onnxruntime's "does not capture" (graph_capture.py)
+            for member in graph_capture.TRAMPOLINES:
+                setattr(self.struct, member, None)
+        self.capture_run = False  # the current run is being captured: its computes get destinations
+        self.capture_gid = 0
+        self.capture_pending: list = []  # (what, address, buffer) of the device values of a capture run
+        self.capture_buffers: dict[int, list] = {}  # graph id -> those of its capture run
         self.missing = MissingHooks(ep, self.version)
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}
@@ -425,8 +435,9 @@ class EpAdapter:
         for i, info, context in zip(to_compile, compiled, contexts):
             infos[i], context_nodes[i] = info, context
         out = ctypes.cast(args[3], POINTER(c_void_p))
-        for i, (info, node) in enumerate(zip(infos, fused_nodes)):
+        for i, (info, node, graph) in enumerate(zip(infos, fused_nodes, hal_graphs)):
             adapter = ComputeAdapter(self, info, node)
+            adapter.output_shapes = [tuple(v.shape) if v.has_static_shape else None for v in graph.outputs]
             self.compute_infos[adapter.address] = adapter
             out[i] = adapter.address
         if self.make_context_nodes and args[4]:

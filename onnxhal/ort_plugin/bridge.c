@@ -31,7 +31,7 @@ enum { ORT_FAIL = 1 };
 
 /* Call ids: the Python side (onnxhal/ort_plugin/dispatch.py) uses the same numbers. */
 enum {
-  CALL_CREATE_EP_FACTORIES = 1, CALL_RELEASE_EP_FACTORY = 2,
+  CALL_CREATE_EP_FACTORIES = 1, CALL_RELEASE_EP_FACTORY = 2, CALL_REGISTER_CUSTOM_OPS = 3,
   F_GET_NAME = 10, F_GET_VENDOR, F_GET_SUPPORTED_DEVICES, F_CREATE_EP, F_RELEASE_EP, F_GET_VENDOR_ID,
   F_GET_VERSION, F_VALIDATE_COMPAT, F_CREATE_ALLOCATOR, F_RELEASE_ALLOCATOR, F_CREATE_DATA_TRANSFER,
   F_IS_STREAM_AWARE, F_CREATE_SYNC_STREAM, F_GET_INCOMPATIBILITY_DETAILS, F_GET_NUM_CUSTOM_OP_DOMAINS,
@@ -49,6 +49,7 @@ enum {
   O_CREATE_KERNEL = 110, O_GET_NAME, O_GET_EP_TYPE, O_GET_INPUT_TYPE, O_GET_INPUT_TYPE_COUNT, O_GET_OUTPUT_TYPE,
   O_GET_OUTPUT_TYPE_COUNT, O_GET_INPUT_CHARACTERISTIC, O_GET_OUTPUT_CHARACTERISTIC, O_GET_VARIADIC_MIN_ARITY,
   O_GET_VARIADIC_HOMOGENEITY, K_COMPUTE = 130, K_DESTROY,
+  G_IS_GRAPH_CAPTURE_ENABLED = 140, G_IS_GRAPH_CAPTURED, G_REPLAY_GRAPH, G_GET_POLICY, G_RELEASE_CAPTURED_GRAPH,
 };
 
 static DispatchFn g_dispatch = NULL;
@@ -124,6 +125,16 @@ OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBase* api_
 OrtStatus* ReleaseEpFactory(void* factory) {
   if (!onnxhal_bridge_alive()) return NULL; /* nothing to free on the C side */
   return (OrtStatus*)g_dispatch(CALL_RELEASE_EP_FACTORY, factory, NULL);
+}
+
+/* onnxruntime's custom-op library entry point (SessionOptions.register_custom_ops_library): the
+ * registered factories' custom-op domains into one session's options (custom_ops.py). */
+OrtStatus* RegisterCustomOps(void* options, const OrtApiBase* api_base) {
+  if (g_create_status == NULL && api_base != NULL) {
+    const void* const* api = (const void* const*)api_base->GetApi(1);
+    if (api != NULL) g_create_status = (CreateStatusFn)api[0];
+  }
+  STATUS_CALL(CALL_REGISTER_CUSTOM_OPS, NULL, W(options), W(api_base));
 }
 
 /* ---- OrtEpFactory ------------------------------------------------------------------------ */
@@ -220,6 +231,20 @@ OrtStatus* e_get_default_memory_device(const void* self, const void** device) {
 /* available: onnxruntime's OrtResourceCount, filled in adapter.py. */
 OrtStatus* e_get_available_resource(const void* self, void* available) {
   STATUS_CALL(E_GET_AVAILABLE_RESOURCE, self, W(available));
+}
+
+/* Graph capture (graph_capture.py); a graph annotation id travels sign-extended. */
+bool e_is_graph_capture_enabled(const void* self) { VALUE_CALL(bool, false, G_IS_GRAPH_CAPTURE_ENABLED, self, 0); }
+bool e_is_graph_captured(const void* self, int graph_annotation_id) {
+  VALUE_CALL(bool, false, G_IS_GRAPH_CAPTURED, self, W((intptr_t)graph_annotation_id));
+}
+OrtStatus* e_replay_graph(void* self, int graph_annotation_id) {
+  STATUS_CALL(G_REPLAY_GRAPH, self, W((intptr_t)graph_annotation_id));
+}
+/* OrtGraphCaptureNodeAssignmentPolicy; 0 (ALL_NODES_ON_EP, onnxruntime's default) once Python is gone. */
+int e_get_graph_capture_policy(const void* self) { VALUE_CALL(int, 0, G_GET_POLICY, self, 0); }
+OrtStatus* e_release_captured_graph(void* self, int graph_annotation_id) {
+  STATUS_CALL(G_RELEASE_CAPTURED_GRAPH, self, W((intptr_t)graph_annotation_id));
 }
 
 /* ---- OrtCustomOp (custom_ops.py) and its kernels -------------------------------------------- */

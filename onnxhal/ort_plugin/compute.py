@@ -27,6 +27,7 @@ from onnxhal.hal.errors import EPFail, InvalidArgument
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
+from onnxhal.ort_plugin import graph_capture
 from onnxhal.ort_plugin.device_memory import host_or_device, offer_for_output, withdraw_offer
 from onnxhal.ort_plugin.streams import stream_of_handle
 from onnxhal.ort_plugin.structs import ComputeStruct, fill, write_out
@@ -152,9 +153,11 @@ class ComputeAdapter:
         self.struct = fill(ComputeStruct())
         self.address = ctypes.addressof(self.struct)
         self.states: dict[int, Any] = {}
+        #: The fused node's output shapes (None: not static), for a capture run's destinations.
+        self.output_shapes: list[tuple[int, ...] | None] = [None] * len(fused_node.outputs)
         self._lock = threading.Lock()
         a = self.api.ort
-        self._get_count, self._get_input, self._get_output, self._get_stream = (
+        self._get_count, self._get_input, self.get_output, self._get_stream = (
             a["KernelContext_GetInputCount"], a["KernelContext_GetInput"], a["KernelContext_GetOutput"],
             a["KernelContext_GetGPUComputeStream"])
         d.objects[self.address] = self
@@ -171,7 +174,7 @@ class ComputeAdapter:
             state = self.states.pop(args[0], None)
         self.info.release_state(state)
 
-    def _value_name(self, kind: str, i: int) -> str:
+    def value_name(self, kind: str, i: int) -> str:
         names = self.fused_node.inputs if kind == "input" else self.fused_node.outputs
         return f"{kind} {i} ({names[i]!r}) of {self.fused_node.name!r}" if i < len(names) else f"{kind} {i}"
 
@@ -190,7 +193,9 @@ class ComputeAdapter:
             if not value.value:
                 inputs.append(None)  # an omitted optional input
                 continue
-            t = host_or_device(value.value, api, self._value_name("input", i))  # in the EP's memory if placed there
+            t = host_or_device(value.value, api, self.value_name("input", i))  # in the EP's memory if placed there
+            if self.ep.capture_run and isinstance(t, DeviceTensor):
+                graph_capture.keep(self.ep, self.value_name("input", i), value.value, t.buffer)
             if memory is not None:
                 if isinstance(t, np.ndarray) and i not in self.host_inputs:
                     t = memory.upload(t)
@@ -204,7 +209,9 @@ class ComputeAdapter:
             handle = c_void_p()
             api.check(self._get_stream(kctx, ctypes.byref(handle)), "KernelContext_GetGPUComputeStream")
             stream = stream_of_handle(handle.value)
-        ctx = KernelContext(inputs, len(self.fused_node.outputs), stream)
+        # a capture run: onnxruntime's output tensors first, for the EP to write and keep (graph_capture.py)
+        targets = graph_capture.destinations(self, kctx) if self.ep.capture_run else None
+        ctx = KernelContext(inputs, len(self.fused_node.outputs), stream, None, targets)
         result = self.info.compute(state, ctx)
         outputs = list(ctx.outputs if result is None else result)
         del result, ctx  # from here ``outputs`` holds the run's outputs (sole_reference counts on it)
@@ -217,18 +224,18 @@ class ComputeAdapter:
             if sole_reference(out):  # onnxruntime may allocate this output as the EP's own tensor
                 offer_for_output(out)
             try:
-                api.check(self._get_output(kctx, i, dims, len(shape), ctypes.byref(value)), "KernelContext_GetOutput")
+                api.check(self.get_output(kctx, i, dims, len(shape), ctypes.byref(value)), "KernelContext_GetOutput")
             finally:
                 withdraw_offer()
-            target = host_or_device(value.value, api, self._value_name("output", i))
+            target = host_or_device(value.value, api, self.value_name("output", i))
             if not isinstance(out, DeviceTensor):
                 out = np.asarray(out)
             if target.dtype != out.dtype:
                 raise EPFail(f"{self.ep.ep.name}: output {i} ({self.fused_node.outputs[i]!r}) of "
                              f"{self.fused_node.name!r} is {out.dtype}, onnxruntime expects {target.dtype}")
-            if isinstance(target, DeviceTensor) and isinstance(out, DeviceTensor) and target.buffer is out.buffer \
-                    and target.offset == out.offset:
-                continue  # onnxruntime took the EP's tensor itself
+            if out is target or (isinstance(target, DeviceTensor) and isinstance(out, DeviceTensor)
+                                 and target.buffer is out.buffer and target.offset == out.offset):
+                continue  # onnxruntime took the EP's tensor itself, or the EP wrote its destination
             if not target.nbytes:
                 continue
             if isinstance(target, DeviceTensor) or isinstance(out, DeviceTensor):

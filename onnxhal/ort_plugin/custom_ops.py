@@ -13,6 +13,14 @@ output names; its ``attributes`` are read from onnxruntime's ``OrtKernelInfo`` b
 kernel asks for them (onnxruntime lists no attribute names), while ``create_kernel`` runs.
 onnxruntime releases the domains only with the factory's library; the bridge keeps them (and each
 op's struct) for the process, as the factory must keep them valid while any session uses them.
+
+onnxruntime asks the factories for their domains for sessions given their EP devices
+(``add_provider_for_devices``); with a selection policy only its C API's session creation asks
+(``CreateSessionAndLoadModelImpl`` in onnxruntime/core/session/utils.cc: every EP device's domains
+when no provider was appended and a policy is set), not its Python ``InferenceSession``. For those,
+the bridge library is also a custom-op library: ``SessionOptions.register_custom_ops_library(
+plugin.library_path())`` calls its ``RegisterCustomOps``, which adds the domains of every factory
+onnxruntime has registered to that session's options (``OrtApi::AddCustomOpDomain``).
 """
 
 from __future__ import annotations
@@ -148,10 +156,14 @@ class KernelAdapter:
 
 class KernelInfoAttributes(dict):
     """A node's attributes read from onnxruntime's ``OrtKernelInfo`` by name, on first use: int,
-    float, string, ints, floats (tensor and graph attributes are not read). Open only while the
-    kernel is created; a name read then stays readable after."""
+    float, string, ints, floats, and a tensor as a numpy array (a copy), as onnxhal's own nodes hold
+    them. Graph attributes read as absent: ``OrtKernelInfo`` has no getter for them (onnxruntime's
+    ``OrtApi`` has ``KernelInfoGetAttribute_`` float, int64, string, their arrays and tensor only).
+    Open only while the kernel is created; a name read then stays readable after."""
 
-    _READERS = ("int", "float", "string", "ints", "floats")
+    # the tensor reader before the array readers: onnxruntime's float-array getter also reads a
+    # float tensor attribute, flattened
+    _READERS = ("int", "float", "string", "tensor", "ints", "floats")
 
     def __init__(self, api: OrtApi, info: int, node: Node) -> None:
         super().__init__()
@@ -194,6 +206,16 @@ def _attribute(api: OrtApi, info: int, name: str, kind: str) -> tuple[bool, Any]
     """(found, value) of attribute ``name`` read as ``kind``; onnxruntime refuses another type."""
     key = name.encode()
     size = c_size_t()
+    if kind == "tensor":
+        # onnxruntime makes an OrtValue with the allocator given (the default CPU one) and hands it over
+        allocator, value = c_void_p(), c_void_p()
+        api.call("GetAllocatorWithDefaultOptions", ctypes.byref(allocator))
+        if not _ok(api, api.ort["KernelInfoGetAttribute_tensor"](info, key, allocator, ctypes.byref(value))):
+            return False, None
+        try:
+            return True, np.array(tensors.view(api, value.value))
+        finally:
+            api.ort["ReleaseValue"](value)
     if kind in ("int", "float"):
         out = c_int64() if kind == "int" else c_float()
         fn = api.ort["KernelInfoGetAttribute_int64" if kind == "int" else "KernelInfoGetAttribute_float"]
@@ -258,7 +280,25 @@ def write_domains(domains: list[int], out: int, count: int) -> None:
         array[i] = handle
 
 
+def register_custom_ops(_: Any, args: Any) -> None:
+    """``RegisterCustomOps(options, api_base)``: the custom-op domains of every factory of the
+    registered library into ``options`` (onnxruntime's custom-op library entry point)."""
+    from onnxhal.ort_plugin.library import bound_api
+
+    bound_api(args[1])  # errors become onnxruntime statuses even before the first registration
+    factories = [f for f in list(d.objects.values()) if hasattr(f, "ort_custom_op_domains")]
+    if not factories:
+        raise InvalidArgument(
+            "onnxhal's EP library is not registered with onnxruntime, so it has no factory whose "
+            "custom operators it could add; call onnxruntime.register_execution_provider_library(name, "
+            "onnxhal.ort_plugin.library_path()) before SessionOptions.register_custom_ops_library")
+    for factory in factories:
+        for handle in factory.ort_custom_op_domains():
+            factory.api.call("AddCustomOpDomain", args[0], handle)
+
+
 d.HANDLERS.update({
+    d.REGISTER_CUSTOM_OPS: register_custom_ops,
     d.O_CREATE_KERNEL: lambda o, a: o.create_kernel(a),
     d.O_GET_NAME: lambda o, a: o.strings(o.op.op_type),
     d.O_GET_EP_TYPE: lambda o, a: o.ep_type(),

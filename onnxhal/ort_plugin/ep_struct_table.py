@@ -31,13 +31,13 @@ ORT_EP: list[tuple[str, int | None]] = [
     ("Sync", 25),
     ("CreateProfiler", 25),
     ("IsGraphCaptureEnabled", 26),
-    ("IsGraphCaptured", None),
-    ("ReplayGraph", None),
-    ("GetGraphCaptureNodeAssignmentPolicy", None),
+    ("IsGraphCaptured", 26),
+    ("ReplayGraph", 26),
+    ("GetGraphCaptureNodeAssignmentPolicy", 26),
     ("GetAvailableResource", 26),
     ("OnSessionInitializationEnd", 27),
     ("GetDefaultMemoryDevice", 27),
-    ("ReleaseCapturedGraph", None),
+    ("ReleaseCapturedGraph", 27),
     ("GetWeightlessSupport", None),
 ]
 

@@ -14,7 +14,7 @@ from typing import Any
 from onnxhal.hal.enums import OrtEpDataLayout
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.ort_plugin import dispatch as d
-from onnxhal.ort_plugin import interrupts, profiling, streams  # noqa: F401 - they register their handlers
+from onnxhal.ort_plugin import graph_capture, interrupts, profiling, streams  # noqa: F401 - they register handlers
 from onnxhal.ort_plugin.adapter import BridgeEpApi, EpAdapter, FactoryAdapter
 from onnxhal.ort_plugin.env_config import ALLOW_VIRTUAL_DEVICES, VIRTUAL_SUFFIX, virtual_devices_allowed
 from onnxhal.ort_plugin.ort_api import OrtApi
@@ -111,15 +111,23 @@ def _write_int(address: int, value: int) -> None:
 def _on_run_start(ep: EpAdapter, args: Any) -> None:
     interrupts.run_started()
     ep.missing.run_start()
-    ep.ep.on_run_start(None)
+    run_options = graph_capture.RunOptionsView(ep.api, args[0])
+    try:
+        graph_capture.run_started(ep, run_options)
+        ep.ep.on_run_start(run_options)
+    finally:
+        run_options.end()
 
 
 def _on_run_end(ep: EpAdapter, args: Any) -> None:
+    run_options = graph_capture.RunOptionsView(ep.api, args[0])
     try:
         streams.drain_session_streams(ep)
-        ep.ep.on_run_end(None, bool(args[1]))
+        ep.ep.on_run_end(run_options, bool(args[1]))
         ep.missing.run_end(bool(args[1]))
     finally:
+        run_options.end()
+        graph_capture.run_ended(ep)
         if interrupts.run_ended():
             streams.interrupt_after_run(ep)
 

@@ -57,6 +57,7 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "HardwareDevice_DeviceId": (c_uint32, (P,)),
     "HardwareDevice_Metadata": (P, (P,)),
     "GetSessionOptionsConfigEntries": (_S, (P, PP)),
+    "GetRunConfigEntry": (c_char_p, (P, c_char_p)),
     "Graph_GetName": (_S, (P, POINTER(c_char_p))),
     "Graph_GetNumOperatorSets": (_S, (P, POINTER(c_size_t))),
     "Graph_GetOperatorSets": (_S, (P, POINTER(c_char_p), POINTER(c_int64), c_size_t)),
@@ -113,6 +114,7 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "GetModelEditorApi": (P, ()),
     # custom_ops.py: a factory's custom-op domains and their kernels
     "CreateCustomOpDomain": (_S, (c_char_p, PP)),
+    "AddCustomOpDomain": (_S, (P, P)),
     "CustomOpDomain_Add": (_S, (P, P)),
     "KernelInfo_GetNodeName": (_S, (P, P, POINTER(c_size_t))),
     "KernelInfo_GetInputCount": (_S, (P, POINTER(c_size_t))),
@@ -124,6 +126,8 @@ ORT_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "KernelInfoGetAttribute_string": (_S, (P, c_char_p, P, POINTER(c_size_t))),
     "KernelInfoGetAttributeArray_float": (_S, (P, c_char_p, P, POINTER(c_size_t))),
     "KernelInfoGetAttributeArray_int64": (_S, (P, c_char_p, P, POINTER(c_size_t))),
+    "KernelInfoGetAttribute_tensor": (_S, (P, c_char_p, P, PP)),
+    "GetAllocatorWithDefaultOptions": (_S, (PP,)),
 }
 MODEL_EDITOR_SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "CreateNode": (_S, (c_char_p, c_char_p, c_char_p, POINTER(c_char_p), c_size_t, POINTER(c_char_p), c_size_t,

@@ -44,7 +44,10 @@ EpStruct = _struct("OrtEp", ORT_EP, {
     "GetCompiledModelCompatibilityInfo": "e_get_compat_info", "CreateSyncStreamForDevice": "e_create_sync_stream",
     "Sync": "e_sync", "OnSessionInitializationEnd": "e_on_session_initialization_end",
     "CreateProfiler": "e_create_profiler", "GetDefaultMemoryDevice": "e_get_default_memory_device",
-    "GetAvailableResource": "e_get_available_resource"})
+    "GetAvailableResource": "e_get_available_resource", "IsGraphCaptureEnabled": "e_is_graph_capture_enabled",
+    "IsGraphCaptured": "e_is_graph_captured", "ReplayGraph": "e_replay_graph",
+    "GetGraphCaptureNodeAssignmentPolicy": "e_get_graph_capture_policy",
+    "ReleaseCapturedGraph": "e_release_captured_graph"})
 # IsConcurrentRunSupported stays NULL: onnxruntime's answer to "no" is a session lock that its Python
 # API can take while holding the GIL, and a Python EP then deadlocks it; the bridge serializes such
 # an EP itself (missing_hooks.py).

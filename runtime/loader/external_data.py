@@ -20,23 +20,34 @@ import onnx
 
 from onnxhal.hal.errors import Fail, InvalidArgument, InvalidProtobuf, NoSuchFile
 
+_A = onnx.AttributeProto
+#: Attribute types that hold no tensor and no graph.
+_PLAIN = frozenset({_A.FLOAT, _A.INT, _A.STRING, _A.FLOATS, _A.INTS, _A.STRINGS})
+
 
 def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every TensorProto a graph holds: initializers, sparse initializers and attribute tensors,
-    subgraphs included."""
+    """Every TensorProto a graph holds: initializers, sparse initializers and the tensors of
+    attributes typed TENSOR or TENSORS, in subgraphs too (typed GRAPH or GRAPHS). An attribute
+    holding a tensor or graph its type does not say is refused by the node checks
+    (``check_attribute_encoding``), so what it holds is never read."""
     yield from graph.initializer
     for st in graph.sparse_initializer:
         yield st.values
         yield st.indices
     for node in graph.node:
         for a in node.attribute:
-            if a.HasField("t"):
+            kind = a.type  # one read, not four: a model has an attribute or more per node
+            if kind in _PLAIN:
+                continue
+            if kind == _A.TENSOR:
                 yield a.t
-            yield from a.tensors
-            if a.HasField("g"):
+            elif kind == _A.TENSORS:
+                yield from a.tensors
+            elif kind == _A.GRAPH:
                 yield from tensors(a.g)
-            for g in a.graphs:
-                yield from tensors(g)
+            elif kind == _A.GRAPHS:
+                for g in a.graphs:
+                    yield from tensors(g)
 
 
 def _number(info: dict[str, str], key: str, tensor: str, what: str) -> int | None:

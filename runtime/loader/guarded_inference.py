@@ -31,14 +31,30 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import onnx
+import onnx.onnx_cpp2py_export.shape_inference as onnx_cpp
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from onnxhal.hal.errors import InvalidGraph
 from onnxhal.runtime.loader.node_checks import STANDARD_DOMAINS, node_label, walk_graphs
 
 #: Longest 1-D value (elements) for which shape inference propagates data.
 DATA_PROP_MAX_LENGTH = 1 << 16
+
+
+def _value_shapes(values, wanted: set[str] | None) -> dict[str, list[int | None] | None]:
+    found: dict[str, list[int | None] | None] = {}
+    for v in values:
+        if wanted is not None and v.name not in wanted:
+            continue
+        tt = v.type.tensor_type
+        if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
+            found.setdefault(v.name, None)
+            continue
+        found[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    return found
 
 
 def _shapes(proto: onnx.ModelProto, wanted: set[str] | None = None) -> dict[str, list[int | None] | None]:
@@ -50,33 +66,36 @@ def _shapes(proto: onnx.ModelProto, wanted: set[str] | None = None) -> dict[str,
         for t in g.initializer:
             if wanted is None or t.name in wanted:
                 found[t.name] = list(t.dims)
-        for v in (*g.input, *g.value_info, *g.output):
-            if wanted is not None and v.name not in wanted:
-                continue
-            tt = v.type.tensor_type
-            if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
-                found.setdefault(v.name, None)
-                continue
-            found[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        for name, dims in _value_shapes((*g.input, *g.value_info, *g.output), wanted).items():
+            if dims is not None or name not in found:
+                found[name] = dims
     return found
 
 
-def _probe_facts(proto: onnx.ModelProto, wanted: set[str]) -> tuple[bool, dict[str, list[int | None] | None]]:
-    """(whether a value data propagation reads (``_propagated_reads``) is 1-D and longer than
+def _probe_facts(proto: onnx.ModelProto, wanted: set[str], reads: set[str],
+                 values: tuple | None = None) -> tuple[bool, dict[str, list[int | None] | None]]:
+    """(whether a value data propagation reads, one of ``reads``, is 1-D and longer than
     DATA_PROP_MAX_LENGTH, ``_shapes`` of the ``wanted`` names): one pass that builds no dims list for
-    the values nobody asked about."""
-    long_1d: set[str] = set()
-    for g, _ in walk_graphs(proto.graph):
+    the values nobody asked about. ``values``: the main graph's inferred (outputs, value_info) where
+    they were read apart from ``proto`` (``_graph_values``)."""
+    long_1d = False
+    for k, (g, _) in enumerate(walk_graphs(proto.graph)):
         for t in g.initializer:
-            if len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX_LENGTH:
-                long_1d.add(t.name)
-        for values in (g.input, g.value_info, g.output):
-            for v in values:
-                dims = v.type.tensor_type.shape.dim
-                if len(dims) == 1 and dims[0].dim_value > DATA_PROP_MAX_LENGTH:
-                    long_1d.add(v.name)
-    read = bool(long_1d) and not long_1d.isdisjoint(_propagated_reads(proto))
-    return read, (_shapes(proto, wanted) if wanted else {})
+            if len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX_LENGTH and t.name in reads:
+                long_1d = True
+        lists = (g.input, g.value_info, g.output) if values is None or k else (g.input, *values)
+        for vs in lists:
+            for v in vs:
+                if v.name in reads:
+                    dims = v.type.tensor_type.shape.dim
+                    if len(dims) == 1 and dims[0].dim_value > DATA_PROP_MAX_LENGTH:
+                        long_1d = True
+    if not wanted:
+        return long_1d, {}
+    shapes = _shapes(proto, wanted)
+    if values is not None:
+        shapes.update(_value_shapes([v for vs in values for v in vs], wanted))
+    return long_1d, shapes
 
 
 def _layer_norms(proto: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, str]]:
@@ -254,17 +273,22 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-def _in_order(graph: onnx.GraphProto, producer: dict[str, int]) -> bool:
-    """Whether no node reads a value a later node writes (the common case, checked in one pass)."""
-    get = producer.get
-    for k, n in enumerate(graph.node):
+def _in_order(graph: onnx.GraphProto) -> bool:
+    """Whether no node reads a value a later node writes (the common case, checked in one pass): a
+    name a node reads that neither the graph's inputs and initializers nor the nodes so far (itself
+    included) define is set aside, and the graph is out of order if a node writes one of those.
+    Each node's names are read once; a set test per node, in C, clears the usual node."""
+    seen = {"", *(t.name for t in graph.initializer), *(v.name for v in graph.input),
+            *(st.values.name for st in graph.sparse_initializer)}
+    ahead: set[str] = set()  # read before any node of this graph wrote it: outer scope, undefined, or later
+    for n in graph.node:
+        seen.update(n.output)
         # only a node that can hold a graph (as ``walk_graphs``) reads more than its inputs
         holder = n.op_type in _GRAPH_HOLDERS or n.domain not in STANDARD_DOMAINS
-        for r in (_reads(n) if holder and n.attribute else n.input):
-            p = get(r)
-            if p is not None and p > k:
-                return False
-    return True
+        reads = _reads(n) if holder and n.attribute else n.input
+        if not seen.issuperset(reads):
+            ahead.update(r for r in reads if r not in seen)
+    return ahead.isdisjoint(seen)
 
 
 def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
@@ -272,9 +296,9 @@ def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
     already are (or form a cycle, which the loader reports). onnx's inference reads the nodes in the
     order given and infers nothing for a node whose inputs it has not met yet, so the checks it
     makes were skipped for such a node (ReduceL2 axes beyond the rank ran); onnxruntime sorts first."""
-    producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
-    if _in_order(graph, producer):
+    if _in_order(graph):
         return None
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
     deps = [{producer[r] for r in _reads(n) if r in producer and producer[r] != k} for k, n in enumerate(graph.node)]
     order, done, pending = [], set(), list(range(len(deps)))
     while pending:
@@ -287,20 +311,19 @@ def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
     return [graph.node[k] for k in order]
 
 
-def _weightless(proto: onnx.ModelProto, strip: bool = True) -> onnx.ModelProto:
+def _weightless(proto: onnx.ModelProto, strip: bool = True, reshaped: tuple[bool, bool, bool] | None = None,
+                graphs: list[onnx.GraphProto] | None = None) -> onnx.ModelProto:
     """A copy of the model whose large initializers keep their types and dims but no data (unless
     not ``strip``; ``_stubbed`` says which), whose
     nodes and opset imports in domain "ai.onnx" say "" (onnx's inference finds no opset for
     "ai.onnx" and infers nothing for such a node; onnxruntime takes both names as one), and whose IR
     version is at least 4, as onnxruntime type-checks such a model's nodes too, and whose nodes are
     in topological order."""
-    graphs = [g for g, _ in walk_graphs(proto.graph)]
+    graphs = [g for g, _ in walk_graphs(proto.graph)] if graphs is None else graphs
     big = strip and any(_stubbed(t) for g in graphs for t in g.initializer)
-    spelled = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(
-        n.domain == "ai.onnx" for g in graphs for n in g.node)
-    old_ir = proto.ir_version < 4
-    unsorted = any(_topological(g) is not None for g in graphs)
-    if not big and not spelled and not old_ir and not unsorted:
+    reshaped = _reshaped(proto, graphs) if reshaped is None else reshaped  # (``infer`` knows it already)
+    spelled, old_ir, unsorted = reshaped
+    if not big and not any(reshaped):
         return proto
     stub = onnx.ModelProto()
     stub.CopyFrom(proto)
@@ -328,6 +351,67 @@ def _weightless(proto: onnx.ModelProto, strip: bool = True) -> onnx.ModelProto:
         if o.domain == "ai.onnx":
             o.domain = ""
     return stub
+
+
+def _reshaped(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -> tuple[bool, bool, bool]:
+    """What ``_weightless`` changes in its copy besides weights: (a node or opset import says
+    "ai.onnx", the IR version is below 4, a graph's nodes are out of order)."""
+    spelled = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(
+        n.domain == "ai.onnx" for g in graphs for n in g.node)
+    return spelled, proto.ir_version < 4, not all(_in_order(g) for g in graphs)
+
+
+@functools.cache
+def _graph_values() -> type | None:
+    """A message class that reads, of a serialized ModelProto, only its graph's outputs and
+    value_info (onnx's field numbers: ModelProto.graph 7, GraphProto.output 12, .value_info 13);
+    the rest it keeps as unread bytes. Shape inference returns the whole model, and parsing it
+    whole again (every attribute value, every weight) was as costly as the inference itself on a
+    tree ensemble. Built in a descriptor pool of its own; None where it cannot be (the whole
+    inferred model is parsed then)."""
+    field = descriptor_pb2.FieldDescriptorProto
+    name = "onnxhal_inferred_values"
+    try:
+        onnx_file = descriptor_pb2.FileDescriptorProto()
+        onnx.ModelProto.DESCRIPTOR.file.CopyToProto(onnx_file)
+        value_info = f".{onnx.ValueInfoProto.DESCRIPTOR.full_name}"
+        fdp = descriptor_pb2.FileDescriptorProto(name=f"{name}.proto", package=name, syntax="proto2",
+                                                 dependency=[onnx_file.name])
+        graph = fdp.message_type.add(name="Graph")
+        graph.field.add(name="output", number=12, label=field.LABEL_REPEATED, type=field.TYPE_MESSAGE,
+                        type_name=value_info)
+        graph.field.add(name="value_info", number=13, label=field.LABEL_REPEATED, type=field.TYPE_MESSAGE,
+                        type_name=value_info)
+        model = fdp.message_type.add(name="Model")
+        model.field.add(name="graph", number=7, label=field.LABEL_OPTIONAL, type=field.TYPE_MESSAGE,
+                        type_name=f".{name}.Graph")
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(onnx_file)
+        pool.Add(fdp)
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{name}.Model"))
+    except Exception:  # noqa: BLE001 - a protobuf or onnx this cannot mirror: the whole model is parsed
+        return None
+
+
+def _infer_values(stub: bytes, target: onnx.ModelProto, data_prop: bool) -> None:
+    """Strict inference of the serialized ``stub``, its graph outputs and value_info put in
+    ``target`` (the model the stub was made from, whose graph alone it is: no subgraph, whose
+    value_info inference would fill as well)."""
+    inferred = onnx_cpp.infer_shapes(stub, True, True, data_prop)
+    reader = _graph_values()
+    g = target.graph
+    if reader is None:  # the values from the whole model, parsed
+        whole = onnx.ModelProto.FromString(inferred).graph
+        g.ClearField("output")
+        g.ClearField("value_info")
+        g.output.extend(whole.output)
+        g.value_info.extend(whole.value_info)
+        return
+    values = reader.FromString(inferred)
+    values.DiscardUnknownFields()
+    g.ClearField("output")
+    g.ClearField("value_info")
+    g.MergeFromString(values.graph.SerializeToString())
 
 
 def _stripped(stub: onnx.ModelProto) -> bool:
@@ -396,41 +480,81 @@ def may_propagate(op_type: str, domain: str, version: int) -> bool:
         schema.has_function or schema.has_context_dependent_function)
 
 
-def _propagating_nodes(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
-    """The nodes of the model, in any graph, that may run data propagation (``may_propagate``)."""
+@dataclass
+class _Scan:
+    """What ``infer`` needs to know of a model's nodes, read in one pass over them (each access to
+    a node's names decodes them anew: the passes this replaces were a third of the load)."""
+
+    graphs: list[onnx.GraphProto]
+    norms: list[tuple[onnx.NodeProto, str]]  # the LayerNormalization nodes, with where they are
+    propagating: bool  # a node data propagation may visit (``may_propagate``)
+    reads: set[str]  # the values such nodes read
+    reshaped: tuple[bool, bool, bool]  # as ``_reshaped``
+
+
+def _scan(proto: onnx.ModelProto) -> _Scan:
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
-    for g, _ in walk_graphs(proto.graph):
+    graphs, norms, reads = [], [], set()
+    propagating = False
+    spelled = any(o.domain == "ai.onnx" for o in proto.opset_import)
+    unsorted = False
+    for g, where in walk_graphs(proto.graph):
+        graphs.append(g)
+        seen = {"", *(t.name for t in g.initializer), *(v.name for v in g.input),
+                *(st.values.name for st in g.sparse_initializer)}
+        ahead: set[str] = set()
         for n in g.node:
-            domain = "" if n.domain == "ai.onnx" else n.domain
-            if may_propagate(n.op_type, domain, opset.get(domain, 0)):
-                yield n
+            op, raw = n.op_type, n.domain
+            domain = "" if raw == "ai.onnx" else raw
+            spelled = spelled or raw == "ai.onnx"
+            inputs = n.input
+            seen.update(n.output)
+            holder = op in _GRAPH_HOLDERS or domain not in STANDARD_DOMAINS
+            node_reads = _reads(n) if holder and n.attribute else inputs
+            if not seen.issuperset(node_reads):
+                ahead.update(r for r in node_reads if r not in seen)
+            if op == "LayerNormalization" and domain == "":
+                norms.append((n, where))
+            if may_propagate(op, domain, opset.get(domain, 0)):
+                propagating = True
+                reads.update(i for i in inputs if i)
+        unsorted = unsorted or not ahead.isdisjoint(seen)
+    return _Scan(graphs, norms, propagating, reads, (spelled, proto.ir_version < 4, unsorted))
 
 
-def _propagated_reads(proto: onnx.ModelProto) -> set[str]:
-    """The values nodes that may run data propagation read."""
-    return {i for n in _propagating_nodes(proto) for i in n.input if i}
-
-
-def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
+def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto | None, bool, str]:
     """Run the guarded passes. Returns (the strictly inferred model or None, whether data was
-    propagated, the strict failure's message or "")."""
-    stub = _weightless(proto)
-    norms = list(_layer_norms(proto))
+    propagated, the strict failure's message or ""). ``owned``: the caller may have ``proto``
+    changed (the inferred model may then be ``proto`` itself, its values filled in)."""
+    scan = _scan(proto)
+    graphs, norms, reshaped = scan.graphs, scan.norms, scan.reshaped
+    stub = _weightless(proto, reshaped=reshaped, graphs=graphs)
+    # one graph, the stub no more than the model less weights: inference's values are read apart
+    # from the model and put in it (``_graph_values``), not the whole inferred model parsed again
+    apart = len(graphs) == 1 and not any(reshaped)
     serialized: bytes | None = None  # the stub as onnx's C++ reads it, serialized once for both passes
-    if not norms and next(_propagating_nodes(stub), None) is None:
+    wanted = {n.input[0] for n, _ in norms if n.input}
+    if not norms and not scan.propagating:
         # Nothing for the first pass to find: no LayerNormalization to check, and no node data
         # propagation would visit (so it costs nothing and changes nothing): the real pass alone.
         long_1d, shapes = False, {}
     else:
-        probe = _probe_copy(stub)
+        probe = stub if not any(_unsafe_layer_norm(n) for n, _ in norms) else _probe_copy(stub)
         if probe is stub:
             serialized = stub.SerializeToString()
-        try:
-            first = onnx.shape_inference.infer_shapes(probe if serialized is None else serialized, check_type=False,
-                                                      strict_mode=False, data_prop=False)
-        except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
-            first = probe
-        long_1d, shapes = _probe_facts(first, {n.input[0] for n, _ in norms if n.input})
+        if apart and probe is stub and _graph_values() is not None:
+            try:
+                values = _graph_values().FromString(onnx_cpp.infer_shapes(serialized, False, False, False)).graph
+                long_1d, shapes = _probe_facts(stub, wanted, scan.reads, (values.value_info, values.output))
+            except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
+                long_1d, shapes = _probe_facts(stub, wanted, scan.reads)
+        else:
+            try:
+                first = onnx.shape_inference.infer_shapes(probe if serialized is None else serialized,
+                                                          check_type=False, strict_mode=False, data_prop=False)
+            except Exception:  # inference is a help, not a requirement: onnxruntime runs models it cannot infer
+                first = probe
+            long_1d, shapes = _probe_facts(first, wanted, scan.reads)
     for n, where in norms:  # before the real pass, which would read past the rank
         dims = shapes.get(n.input[0]) if n.input else None
         if _unsafe_layer_norm(n) and dims is not None and _axis(n, -1) >= len(dims):
@@ -439,6 +563,11 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
     unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None for n, _ in norms if n.input)
     data_prop = not (long_1d or unknown_ln)
     try:
+        if apart:
+            # its inferred values go into the model itself (or a copy, where the model is the caller's)
+            target = proto if owned else _copy(proto)
+            _infer_values(stub.SerializeToString() if serialized is None else serialized, target, data_prop)
+            return target, data_prop, ""
         inferred = onnx.shape_inference.infer_shapes(stub if serialized is None else serialized, check_type=True,
                                                      strict_mode=True, data_prop=data_prop)
         return _with_weights(inferred, proto, stub), data_prop, ""
@@ -458,6 +587,12 @@ def infer(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool, str]:
         return None, data_prop, str(e)
     except Exception:
         return None, data_prop, ""
+
+
+def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    return copy
 
 
 def infer_lenient(proto: onnx.ModelProto, data_prop: bool) -> onnx.ModelProto:

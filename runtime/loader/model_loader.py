@@ -192,7 +192,7 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
     proto = sparse_constants_to_initializers(proto, owned=proto is not model)
     proto, declared_types = declared_value_info.set_aside(proto, owned=proto is not model)
     # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
-    inferred, data_prop, strict_error = guarded_inference.infer(proto)
+    inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=proto is not model)
     inferred_strictly = inferred is not None
     node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:
@@ -301,8 +301,10 @@ def check_graph(graph: Graph, outer: set[str]) -> None:
             if i and i not in defined and i not in produced:
                 raise InvalidGraph(f"graph {graph.name!r}: node {n.op_type} {n.name!r} reads {i!r}, which no node, "
                                    "graph input or initializer defines.")
-    graph.nodes = toposort(graph.nodes, graph.name)
-    graph.reindex()
+    ordered = toposort(graph.nodes, graph.name)
+    if ordered is not graph.nodes:  # (already in order, the common case: the index stands)
+        graph.nodes = ordered
+        graph.reindex()
     for o in graph.outputs:
         if o.name not in produced and o.name not in defined:
             raise InvalidGraph(f"graph {graph.name!r}: output {o.name!r} is not produced by any node.")
@@ -313,7 +315,11 @@ def check_graph(graph: Graph, outer: set[str]) -> None:
 
 
 def toposort(nodes: list[Node], graph_name: str = "") -> list[Node]:
-    """Kahn's algorithm, stable with respect to the given order. Raises InvalidGraph on a cycle."""
+    """Kahn's algorithm, stable with respect to the given order. Raises InvalidGraph on a cycle.
+    ``nodes`` itself where it is in order already (every value a node reads that a node of the
+    list writes is written before it), which one pass over the names finds."""
+    if _in_order(nodes):
+        return nodes
     producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     deps: list[set[int]] = []
     users: list[list[int]] = [[] for _ in nodes]
@@ -341,6 +347,20 @@ def toposort(nodes: list[Node], graph_name: str = "") -> list[Node]:
         stuck = [f"{nodes[i].op_type} {nodes[i].name!r}" for i in range(len(nodes)) if pending[i] > 0]
         raise InvalidGraph(f"graph {graph_name!r} has a cycle through {len(stuck)} node(s): {', '.join(stuck[:8])}")
     return [nodes[i] for i in order]
+
+
+def _in_order(nodes: list[Node]) -> bool:
+    """Whether no node reads a value that it or a later node of ``nodes`` writes (a node reading
+    its own output is a cycle: Kahn's algorithm reports it)."""
+    written: set[str] = set()
+    ahead: set[str] = set()  # read before any node of the list wrote it: a graph input, or later
+    for n in nodes:
+        reads = (*n.inputs, *n.implicit_inputs)
+        if not written.issuperset(reads):
+            ahead.update(r for r in reads if r not in written)
+        written.update(n.outputs)
+    ahead.difference_update(("",))
+    return ahead.isdisjoint(written)
 
 
 def _has_schema(op_type: str, domain: str) -> bool:

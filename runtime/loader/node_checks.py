@@ -60,25 +60,34 @@ def _fields_set(a: AttributeProto) -> list[str]:
     return sorted(found, key=_VALUE_ORDER.__getitem__) if len(found) > 1 else found
 
 
-def check_attribute_encoding(node: onnx.NodeProto, where: str) -> None:
-    """Each attribute has a name, appears once, declares its type, and holds only a value of it."""
+def attribute_facts(node: onnx.NodeProto) -> list[tuple[str, int, str, AttributeProto]]:
+    """(name, type, ref_attr_name, attribute) per attribute of ``node``: the checks below read
+    these of each attribute, and each read of a name from the proto decodes it anew."""
+    return [(a.name, a.type, a.ref_attr_name, a) for a in node.attribute]
+
+
+def check_attribute_encoding(node: onnx.NodeProto, where: str,
+                             facts: list[tuple[str, int, str, AttributeProto]] | None = None) -> None:
+    """Each attribute has a name, appears once, declares its type, and holds only a value of it.
+    ``facts``: ``attribute_facts(node)``, where the caller has them."""
     seen: set[str] = set()
-    for a in node.attribute:
-        if not a.name:
+    for name, kind, ref, a in attribute_facts(node) if facts is None else facts:
+        if not name:
             raise InvalidGraph(f"{node_label(node)}{where} has an attribute without a name; remove it.")
-        if a.name in seen:
-            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} is given more than once; "
+        if name in seen:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {name!r} is given more than once; "
                                "give it once.")
-        seen.add(a.name)
-        if a.ref_attr_name:  # a function body's reference to the caller's attribute: no value of its own
+        seen.add(name)
+        if ref:  # a function body's reference to the caller's attribute: no value of its own
             continue
-        if a.type not in _FIELD:
-            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} declares no valid type "
-                               f"(type {a.type}); set its type to the one its value has.")
-        stray = [f for f in _fields_set(a) if f != _FIELD[a.type]]
+        field = _FIELD.get(kind)
+        if field is None:
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {name!r} declares no valid type "
+                               f"(type {kind}); set its type to the one its value has.")
+        stray = [f for f in _fields_set(a) if f != field]
         if stray:
-            raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} is declared "
-                               f"{_TYPE_NAME[a.type]} but holds a value in field(s) {', '.join(stray)}; an "
+            raise InvalidGraph(f"{node_label(node)}{where}: attribute {name!r} is declared "
+                               f"{_TYPE_NAME[kind]} but holds a value in field(s) {', '.join(stray)}; an "
                                f"attribute holds one value, of the type it declares.")
 
 
@@ -133,8 +142,10 @@ def _count_text(lo: int, hi: int) -> str:
     return f"{lo} or more" if hi >= 2**31 - 1 else f"{lo} to {hi}"
 
 
-def check_against_schema(node: onnx.NodeProto, schema: SchemaSpec, where: str) -> None:
-    """onnx's ``OpSchema::Verify``, which onnxruntime runs on each node at load."""
+def check_against_schema(node: onnx.NodeProto, schema: SchemaSpec, where: str,
+                         facts: list[tuple[str, int, str, AttributeProto]] | None = None) -> None:
+    """onnx's ``OpSchema::Verify``, which onnxruntime runs on each node at load. ``facts``: as
+    ``check_attribute_encoding``."""
     n_in, n_out = len(node.input), len(node.output)
     if not schema.min_input <= n_in <= schema.max_input:
         raise InvalidGraph(f"{_op(node, schema, where)} has {n_in} input(s); {schema.name} takes "
@@ -156,16 +167,16 @@ def check_against_schema(node: onnx.NodeProto, schema: SchemaSpec, where: str) -
             if not name and formals[k][1]:
                 raise InvalidGraph(f"{_op(node, schema, where)}: {kind} {k} ({formals[k][0]}) is required but its "
                                    f"name is empty; give the value it {'reads' if kind == 'input' else 'writes'}.")
-    for a in node.attribute:
-        if a.name.startswith("__"):  # onnx's internal symbols: not checked against the schema
+    for name, kind, ref, _ in attribute_facts(node) if facts is None else facts:
+        if name.startswith("__"):  # onnx's internal symbols: not checked against the schema
             continue
-        formal = schema.attributes.get(a.name)
+        formal = schema.attributes.get(name)
         if formal is None:
-            raise InvalidGraph(f"{_op(node, schema, where)}: attribute {a.name!r} is not an attribute of "
+            raise InvalidGraph(f"{_op(node, schema, where)}: attribute {name!r} is not an attribute of "
                                f"{schema.name} (it has: {schema.attribute_names}); remove it.")
-        if a.type != formal and not a.ref_attr_name:
-            raise InvalidGraph(f"{_op(node, schema, where)}: attribute {a.name!r} is "
-                               f"{_TYPE_NAME.get(a.type, a.type)}, {schema.name} expects {_TYPE_NAME.get(formal, formal)}.")
+        if kind != formal and not ref:
+            raise InvalidGraph(f"{_op(node, schema, where)}: attribute {name!r} is "
+                               f"{_TYPE_NAME.get(kind, kind)}, {schema.name} expects {_TYPE_NAME.get(formal, formal)}.")
 
 
 def _op(node: onnx.NodeProto, schema: SchemaSpec, where: str) -> str:
@@ -244,12 +255,14 @@ def _check_split(node: onnx.NodeProto, where: str, schema: SchemaSpec | None) ->
 
 #: Attributes of convolutions and pools that count elements or steps: 1 or more each.
 _POSITIVE_INTS = ("strides", "dilations", "kernel_shape")
+#: The attributes ``_check_window`` reads: a node with none of them (as ints) passes it.
+_WINDOW_ATTRIBUTES = frozenset(_POSITIVE_INTS)
 
 
-def _check_window(node: onnx.NodeProto, where: str) -> None:
-    if not node.attribute:
+def _check_window(node: onnx.NodeProto, where: str, facts: list[tuple[str, int, str, AttributeProto]]) -> None:
+    if not any(name in _WINDOW_ATTRIBUTES for name, kind, _, _ in facts if kind == _A.INTS):
         return
-    given = {a.name: list(a.ints) for a in node.attribute if a.type == _A.INTS}
+    given = {name: list(a.ints) for name, kind, _, a in facts if kind == _A.INTS}
     for name in _POSITIVE_INTS:
         if any(v < 1 for v in given.get(name, ())):
             raise InvalidGraph(f"{node_label(node)}{where}: {name}={given[name]}; each must be 1 or more.")
@@ -388,15 +401,16 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
 def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int],
                        raw_imports: frozenset[str] = frozenset(("ai.onnx",))) -> None:
     for node in graph.node:
-        has_attributes = len(node.attribute) > 0
+        facts = attribute_facts(node) if len(node.attribute) else []
+        has_attributes = bool(facts)
         if has_attributes:
-            check_attribute_encoding(node, where)
+            check_attribute_encoding(node, where, facts)
         raw_domain = node.domain
         domain = "" if raw_domain == "ai.onnx" else raw_domain
         schema = schema_spec(node.op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
             domain in opset else None  # as _schema
         if schema is not None:
-            check_against_schema(node, schema, where)
+            check_against_schema(node, schema, where, facts)
         # onnxruntime takes "ai.onnx" for "" in the main graph, not inside subgraphs.
         spelled_out = raw_domain == "ai.onnx" and bool(where) and "ai.onnx" not in raw_imports
         if domain not in opset or spelled_out:
@@ -404,7 +418,7 @@ def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, i
                                "opset_import does not list; add the domain and its version to it.")
         if not domain:
             if has_attributes:
-                _check_window(node, where)
+                _check_window(node, where, facts)
             check = _VALUE_CHECKS.get(node.op_type)
             if check is not None:
                 check(node, where, schema)

@@ -63,6 +63,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph
 from onnxhal.runtime.optimizer import cleanup as opt_cleanup
 from onnxhal.runtime.optimizer import dynamic_quant_fusions as opt_dynamic_quant
+from onnxhal.runtime.optimizer import float16_regions as opt_float16_regions
 from onnxhal.runtime.optimizer import fusions as opt_fusions
 from onnxhal.runtime.optimizer import loop_invariants as opt_loop_invariants
 from onnxhal.runtime.optimizer import ml_fusions as opt_ml_fusions
@@ -89,6 +90,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fold_constants", _BASIC, opt_cleanup.fold_constants, True, False),
     ("hoist_loop_invariants", _BASIC, opt_loop_invariants.hoist_loop_invariants, True, False),
     ("refresh_shapes", _BASIC, opt_cleanup.refresh_shapes, False, False),
+    ("run_float16_regions", _BASIC, opt_float16_regions.run_float16_regions, True, False),
     ("remove_dead_nodes", _BASIC, opt_cleanup.remove_dead_nodes, True, False),
     ("fuse_pad_into_conv", _BASIC, opt_pad_fusion.fuse_pad_into_conv, True, False),
     ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
@@ -125,10 +127,45 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 #: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
 CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channel_shuffle",
                            "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "pretranspose_gemm_weights",
-                           "pull_relu_after_maxpool", "tabulate_grid_chains"})
+                           "pull_relu_after_maxpool", "run_float16_regions", "tabulate_grid_chains"})
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4
+
+#: Per pass, the op types it starts a rewrite from (the ones it asks ``live_nodes`` for): a graph
+#: with none of them gives the pass nothing to do, so the driver skips it without a call, and
+#: without the walk of the nodes that call would make. A pass not named here always runs.
+TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
+    "castlike_to_cast": ("CastLike",),
+    "eliminate_no_ops": ("Identity", "Dropout", "Cast", "Slice"),
+    "fuse_pad_into_conv": ("Pad",),
+    "fold_conv_batchnorm": ("Conv",),
+    "fold_conv_mul_add": ("Conv",),
+    "fold_conv_bias_forward": ("Conv",),
+    "fold_batchnorm_mul_add": ("BatchNormalization",),
+    "matmul_add_to_gemm": ("MatMul",),
+    "fuse_qdq_groups": ("QuantizeLinear",),
+    "drop_requantize": ("QuantizeLinear",),
+    "collapse_qdq_pairs": ("QuantizeLinear",),
+    "tabulate_grid_chains": tuple(opt_qdq_tables.TABULATED),
+    "fuse_layer_norm": ("ReduceMean",),
+    "fuse_gelu": ("Erf",),
+    "fuse_replace_nan": ("Where",),
+    "fuse_matmul_bias": ("MatMul",),
+    "fuse_matmul_integer_to_float": ("MatMulInteger",),
+    "fuse_dynamic_quantize_matmul": ("MatMulIntegerToFloat",),
+    "fold_matmul_scale": ("MatMul",),
+    "push_relu_into_concat": ("Relu",),
+    "pull_relu_after_maxpool": ("MaxPool",),
+    "fuse_conv_activation": ("Conv",),
+    "fuse_conv_gated_activation": ("Conv", "FusedConv"),
+    "fuse_gemm_activation": ("Gemm",),
+    "fuse_batchnorm_activation": ("BatchNormalization",),
+    "fuse_classifier_normalizer": ("LinearClassifier",),
+    "adopt_fused_kernels": ("Conv", "Gemm", "MatMul"),
+    "fuse_channel_shuffle": ("FusedConv",),
+    "pretranspose_gemm_weights": ("FusedGemm",),
+}.items()}
 
 
 def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops: bool = True,
@@ -198,10 +235,15 @@ def _unique_new_node_names(graph: Graph, loaded: list) -> None:
 def _run_to_fixed_point(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]) -> None:
     for _ in range(MAX_ROUNDS):
         changed = False
+        present = {n.op_type for n in graph.nodes}  # the op-type index, rebuilt after each change
         for name, fn, _recurse, _level in passes:
+            triggers = TRIGGERS.get(name)
+            if triggers is not None and triggers.isdisjoint(present):
+                continue
             before = len(graph.nodes)
             if fn(graph):
                 changed = True
+                present = {n.op_type for n in graph.nodes}
                 logger.debug("pass %s on graph %r: %d -> %d nodes", name, graph.name, before, len(graph.nodes))
         if not changed:
             break

@@ -334,6 +334,12 @@ class ExecutionPlan:
             return list(execute(slots, run_options, None, options_set))
         return run
 
+    def feed_device(self, name: str) -> OrtMemoryDevice | None:
+        """The memory other than the host's where feed ``name`` is read (the first such, when EPs on
+        several devices read it); None when only the host reads it."""
+        targets = self._feed_targets.get(name)
+        return targets[0][0] if targets else None
+
     def explain(self) -> str:
         """The generated run function, each step's node, op and EP beside its line."""
         return plan_source(self.generated_steps, self.output_slots, False, names=self.slot_names)[0]

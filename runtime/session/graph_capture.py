@@ -9,17 +9,23 @@ a graph that is not captured yet is repeated until the EP says it is (onnxruntim
 for necessary memory allocation or graph capture"); a run of a captured graph is
 ``replay_graph(id)``, which writes the outputs bound when it was captured, so replay goes through
 ``run_with_iobinding`` (``run`` refuses it, as onnxruntime's Python API does).
+
+``CaptureRecorder`` is what an EP needs to capture and replay: in a capture run the runtime gives
+each fused node's outputs their destinations (``KernelContext.destinations``), the recorder writes
+the outputs there and keeps the partition run with its input buffers; ``replay`` runs them again
+into the same destinations.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from onnxhal.hal import Ep, OrtGraphCaptureNodeAssignmentPolicy
+from onnxhal.hal import Ep, KernelContext, OrtGraphCaptureNodeAssignmentPolicy
 from onnxhal.hal.errors import InvalidArgument
 
 GRAPH_ID_KEY = "gpu_graph_id"
@@ -79,7 +85,8 @@ def run_until_captured(ep: Ep | None, run_options: Any, run_once: Callable[[], l
     outputs = run_once()
     gid = graph_annotation_id(run_options) if ep is not None else SKIP
     runs = 1
-    while gid != SKIP and not ep.is_graph_captured(gid):
+    # an EP may turn capture off after a run (CaptureRecorder.unsupported): no more runs then
+    while gid != SKIP and not ep.is_graph_captured(gid) and ep.is_graph_capture_enabled():
         if runs == MAX_CAPTURE_RUNS:
             logger.warning("%s: graph %d not captured after %d runs; running without capture", ep.name, gid, runs)
             break
@@ -108,3 +115,92 @@ def check_run_api(ep: Ep | None, run_options: Any) -> None:
         raise InvalidArgument(
             f"{ep.name} captures the graph: graph capture requires fixed device OrtValues and run_with_iobinding. Set "
             f"the '{GRAPH_ID_KEY}' run option to {SKIP} to opt a single run out of capture.")
+
+
+#: A partition run of a capture run: the EP's compute, the input buffers it read, its destinations.
+_Step = tuple[Callable[[KernelContext], Any], list, list]
+
+
+class CaptureRecorder:
+    """The captured graphs of one graph-capturing EP, by graph annotation id.
+
+    The EP calls ``start_run(run_options)`` in ``on_run_start``, ``capture(...)`` in each
+    ``compute`` that gets ``KernelContext.destinations`` and ``end_run()`` in ``on_run_end``; its
+    ``is_graph_captured``, ``replay_graph`` and ``release_captured_graph`` are ``is_captured``,
+    ``replay`` and ``release``. ``copy(src, dst, streams)`` copies values into already allocated
+    ones after the work queued on ``streams`` (the EP's data transfer). A capture run records every partition run of the EP, in order; a replay
+    reads the same input buffers, so the session must keep them (inputs bound with IOBinding in the
+    EP's memory, as onnxruntime requires for CUDA graphs too)."""
+
+    def __init__(self, ep_name: str, copy: Callable[[Sequence[Any], Sequence[Any], Sequence[Any]], None]) -> None:
+        self.ep_name = ep_name
+        self.copy = copy
+        self.graphs: dict[int, list[_Step]] = {}
+        #: Set when a capture run got no destinations: the runtime cannot replay this EP's runs.
+        self.unsupported = False
+        self._recording: tuple[int, list[_Step]] | None = None
+        self._lock = threading.Lock()
+
+    def start_run(self, run_options: Any) -> None:
+        gid = graph_annotation_id(run_options)
+        with self._lock:
+            self._recording = None if gid == SKIP or gid in self.graphs or self.unsupported else (gid, [])
+
+    def capture(self, compute: Callable[[KernelContext], Any], context: KernelContext, outputs: Sequence[Any]) -> list:
+        """In a capture run: ``outputs`` written into ``context.destinations`` and the partition run
+        (``compute`` of a context over the same inputs) recorded; returns the destinations."""
+        destinations = list(context.destinations or ())
+        # on the run's stream: the partition's kernels may still be queued there
+        written = self._write(outputs, destinations, context.stream)
+        with self._lock:
+            if self._recording is not None:
+                self._recording[1].append((compute, list(context.inputs), destinations))
+        return written
+
+    def end_run(self) -> None:
+        with self._lock:
+            recording, self._recording = self._recording, None
+        if recording is None:
+            return
+        gid, steps = recording
+        if steps:
+            self.graphs[gid] = steps
+            return
+        # no compute of this run had destinations: this runtime cannot have the EP's outputs replayed
+        self.unsupported = True
+        logger.warning("%s: graph capture is off: the runtime gave no output destinations "
+                       "(KernelContext.destinations) in the capture run of graph %d", self.ep_name, gid)
+
+    def is_captured(self, graph_annotation_id: int) -> bool:
+        return graph_annotation_id in self.graphs
+
+    def replay(self, graph_annotation_id: int) -> None:
+        steps = self.graphs.get(graph_annotation_id)
+        if steps is None:
+            raise InvalidArgument(f"{self.ep_name}: graph {graph_annotation_id} is not captured (captured: "
+                                  f"{sorted(self.graphs)}); run it with run option '{GRAPH_ID_KEY}' = "
+                                  f"'{graph_annotation_id}' first")
+        for compute, inputs, destinations in steps:
+            context = KernelContext(inputs, len(destinations))
+            outputs = compute(context)
+            self._write(context.outputs if outputs is None else outputs, destinations, None)
+
+    def release(self, graph_annotation_id: int) -> None:
+        self.graphs.pop(graph_annotation_id, None)
+
+    def _write(self, outputs: Sequence[Any], destinations: list, stream: Any) -> list:
+        if len(outputs) != len(destinations):
+            raise InvalidArgument(f"{self.ep_name}: a capture run gave {len(destinations)} output destinations for "
+                                  f"{len(outputs)} outputs")
+        written = []
+        for i, (out, dst) in enumerate(zip(outputs, destinations)):
+            if dst is None or out is dst:
+                written.append(out)
+                continue
+            if tuple(out.shape) != tuple(dst.shape) or np.dtype(out.dtype) != np.dtype(dst.dtype):
+                raise InvalidArgument(
+                    f"{self.ep_name}: output {i} is {np.dtype(out.dtype)}{list(out.shape)} but its capture destination "
+                    f"is {np.dtype(dst.dtype)}{list(dst.shape)}; graph capture needs static output shapes")
+            self.copy([out], [dst], [stream])
+            written.append(dst)
+        return written

@@ -579,6 +579,21 @@ class InferenceSession:
             devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
         return self._run(None, feeds, run_options, None if all(d.is_host for d in devices) else devices)
 
+    def bound_input(self, name: str, value: Any) -> Any:
+        """What an IOBinding keeps of input ``name`` bound to ``value``. As onnxruntime's
+        ``IOBinding::BindInput`` (io_binding.cc, through ``utils::CopyOneInputAcrossDevices``), a
+        tensor bound in other memory than the device that reads it is copied there when it is
+        bound: the run reads that copy, so writing into the bound buffer afterwards changes nothing
+        until it is bound again. Read on the host, it is kept as it is and read at run time."""
+        from onnxhal.hal import DeviceTensor
+        from onnxhal.runtime.session.memory_context import memory_device_of
+
+        core = self._core
+        dev = core.plan.feed_device(name)
+        if dev is None or not isinstance(value, (np.ndarray, DeviceTensor)) or memory_device_of(value) == dev:
+            return value
+        return core.memory.transfer(value, dev, None)
+
     def io_binding(self) -> Any:
         from onnxhal.runtime.values.ortvalue import IOBinding
 

@@ -305,16 +305,17 @@ class IOBinding:
         self._results: list[OrtValue] = []
 
     def bind_cpu_input(self, name: str, arr_on_cpu: np.ndarray) -> None:
-        self._inputs[name] = np.asarray(arr_on_cpu)
+        self._inputs[name] = self._session.bound_input(name, np.asarray(arr_on_cpu))
 
     def bind_input(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
                    shape: Sequence[int] | None = None, buffer_ptr: Any = None) -> None:
         """Bind host memory at ``buffer_ptr`` (e.g. ``array.ctypes.data``) holding ``shape`` values of
         ``element_type``, read in place; the memory must stay valid until the run, as in ORT."""
-        self._inputs[name] = _host_buffer("bind_input", name, device_type, element_type, shape, buffer_ptr)
+        self._inputs[name] = self._session.bound_input(
+            name, _host_buffer("bind_input", name, device_type, element_type, shape, buffer_ptr))
 
     def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
-        self._inputs[name] = ortvalue._value
+        self._inputs[name] = self._session.bound_input(name, ortvalue._value)
 
     def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
                     shape: Sequence[int] | None = None, buffer_ptr: Any = None, vendor_id: int = -1) -> None:

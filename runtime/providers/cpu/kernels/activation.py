@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.clamp import MIN_SIZE, clip
-from onnxhal.runtime.providers.cpu.kernels.numerics import erf, gelu, gelu_tanh
+from onnxhal.runtime.providers.cpu.kernels.numerics import erf, erf_table, gelu, gelu_tanh
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _ndarray = np.ndarray
@@ -38,6 +39,7 @@ class Relu(_Act):
 
 
 @register("Sigmoid", since=1)
+@half.float16_table
 class Sigmoid(_Act):
     """sigmoid(x) = 0.5 * (1 + tanh(x / 2)): no overflow for large |x|."""
 
@@ -58,15 +60,19 @@ class Sigmoid(_Act):
 
 
 @register("Erf", since=9)
+@half.float16_table
 class Erf(_Act):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
         if x.dtype.kind != "f":
             return [erf(x.astype(np.float64)).astype(x.dtype)]
+        if x.dtype == np.float32:  # the registered fast path
+            return [_asarray(erf_table(x))]
         return [_asarray(erf(x))]
 
 
 @register("Gelu", since=20)
+@half.float16_table
 class Gelu(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.tanh = node.attr("approximate", "none") == "tanh"
@@ -77,6 +83,7 @@ class Gelu(Kernel):
 
 @register("LeakyRelu", since=1)
 @register("LeakyRelu", since=6)
+@half.float16_table
 class LeakyRelu(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = node.attr("alpha", 0.01)
@@ -107,6 +114,7 @@ class PRelu1(_Act):
 
 @register("Elu", since=1)
 @register("Elu", since=6)
+@half.float16_table
 class Elu(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = node.attr("alpha", 1.0)
@@ -119,6 +127,7 @@ class Elu(Kernel):
 
 @register("Selu", since=1)
 @register("Selu", since=6)
+@half.float16_table
 class Selu(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = node.attr("alpha", 1.67326319217681884765625)
@@ -133,6 +142,7 @@ class Selu(Kernel):
 
 @register("HardSigmoid", since=1)
 @register("HardSigmoid", since=6)
+@half.float16_table
 class HardSigmoid(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = node.attr("alpha", 0.2)
@@ -145,6 +155,7 @@ class HardSigmoid(Kernel):
 
 
 @register("HardSwish", since=14)
+@half.float16_table
 class HardSwish(_Act):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -153,6 +164,7 @@ class HardSwish(_Act):
 
 
 @register("Softplus", since=1)
+@half.float16_table
 class Softplus(_Act):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -160,6 +172,7 @@ class Softplus(_Act):
 
 
 @register("Softsign", since=1)
+@half.float16_table
 class Softsign(_Act):
     def compute(self, inputs: list) -> list:
         x = inputs[0]

@@ -4,7 +4,6 @@ product over kernel taps) and ConvTranspose (matmul then col2im as strided adds)
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -13,6 +12,7 @@ from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.op_geometry import ConvGeometry
 
@@ -179,23 +179,11 @@ def depthwise_taps(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     return rows_to_output(acc, out_hw, wq)
 
 
-@dataclass(frozen=True)
-class DepthwiseLayout:
-    """One way ``depthwise_rows`` lays out a depthwise convolution's tap rows, and the condition
-    that selects it (``depthwise_layout``). Every layout computes the same convolution;
-    tests/test_depthwise_layouts.py holds each to a float64 convolution and onnxruntime."""
-
-    name: str
-    condition: str  #: when ``depthwise_layout`` picks it, in words
-
-
-#: Every layout of ``depthwise_rows``, by name, in the order ``depthwise_layout`` tries them.
-DEPTHWISE_LAYOUTS: dict[str, DepthwiseLayout] = {}
-
-
-def _layout(name: str, condition: str) -> str:
-    DEPTHWISE_LAYOUTS[name] = DepthwiseLayout(name, condition)
-    return name
+#: Every layout of ``depthwise_rows``, by name, in the order ``depthwise_layout`` tries them. Every
+#: layout computes the same convolution; tests/test_depthwise_layouts.py holds each to a float64
+#: convolution and onnxruntime.
+DEPTHWISE_LAYOUTS = path_table("conv.depthwise_rows", "a float64 convolution (every layout computes the same one)")
+_layout = DEPTHWISE_LAYOUTS.add
 
 
 SAME_WIDTH = _layout("same_width", "unit stride, the output as wide as the input (same_width): flat planes "
@@ -409,6 +397,9 @@ def half_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
 #: 16x16 (the half-width phase copies cost more).
 GATHER_MAX = 1 << 15
 DEPTHWISE_GATHER_MAX = 1 << 14
+#: The gather paths take with mode="wrap": their indices are in range by construction (built per
+#: input shape), and numpy's wrap mode skips the per-element bounds error path of "raise": 7.5
+#: against 9.9 us for 18k indices, 15 against 19 for 37k (none is out of range, so none wraps).
 
 
 def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
@@ -547,11 +538,11 @@ class Conv(Kernel):
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
         wk = gathered_weights(w, keep, depthwise)
         if depthwise:
-            taps = flat.take(idx)
+            taps = flat.take(idx, mode="wrap")
             taps *= wk.reshape(idx.shape[0], 1, -1, 1)
             y = np.add.reduce(taps, axis=0)
         else:
-            y = np.matmul(wk, flat.take(idx))
+            y = np.matmul(wk, flat.take(idx, mode="wrap"))
         y = y.reshape(out_shape)
         if b is not None:
             y += b.reshape(1, -1, 1, 1)

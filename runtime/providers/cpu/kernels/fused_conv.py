@@ -13,7 +13,9 @@ flattened planes), then the product runs per block of output channels (or per gr
 the workers when BLAS is single-threaded, and bias, residual and activation are applied to each
 block while it is still in cache. A copied, ungrouped convolution carries its bias inside the
 product instead (a row of ones under the windows, a column [W | b]), which saves a pass over the
-output. A unit-stride convolution as wide as its input with at most half as many outputs as inputs
+output. With several images and fewer output positions per image than output channels (ResNet's
+deep layers), all images' windows lie side by side for one product that reads the weights once
+(``_batched_columns``); small ungrouped im2col layers are kept per shape (``_remember``). A unit-stride convolution as wide as its input with at most half as many outputs as inputs
 (DenseNet's 3x3 layers) skips im2col: one product of all taps' weights with the padded input, then
 the taps' products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G (the
 optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to channel j *
@@ -33,8 +35,6 @@ same epilogue.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 from onnx import helper
@@ -63,32 +63,20 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     strided_view,
 )
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, writable
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.cpu.kernels.worker_pool import parallel_ranges
 from onnxhal.runtime.providers.op_geometry import output_sizes, resolve_pads
 
-
-@dataclass(frozen=True)
-class ConvPath:
-    """One way ``FusedConv`` runs a 2-D float convolution, and the condition that selects it. The
-    canonical form of every path is the plain convolution (the CPU EP's Conv) followed by bias,
-    residual, activation and shuffle; tests/test_fused_conv_paths.py runs each against it."""
-
-    name: str
-    condition: str  #: when ``FusedConv`` takes it, in words
-
-
 #: Every path of ``FusedConv``, by name; a kernel's ``last_path`` names the one its last 2-D run took.
-CONV_PATHS: dict[str, ConvPath] = {}
-
-
-def _path(name: str, condition: str) -> str:
-    CONV_PATHS[name] = ConvPath(name, condition)
-    return name
+#: The canonical form of every path is the plain convolution (the CPU EP's Conv) followed by bias,
+#: residual, activation and shuffle; tests/test_fused_conv_paths.py runs each against it.
+CONV_PATHS = path_table("FusedConv", "the CPU EP's Conv followed by bias, residual, activation and shuffle")
+_path = CONV_PATHS.add
 
 
 TAPS = _path("taps", "ungrouped, more than one tap, at most half as many outputs as inputs, unit stride "
-                     "and the output as wide as the input (conv.same_width)")
+                     "and the output as wide as the input (conv.same_width), windows above conv.gather_plan's limit")
 #: Depthwise convolutions above the gather limit (group == C == M, one input channel per group) run
 #: through ``conv.depthwise_rows``, one path per ``conv.DEPTHWISE_LAYOUTS`` entry.
 DEPTHWISE_PATHS = {_path(f"depthwise_{layout.name}", "depthwise above the gather limit, conv.depthwise_rows "
@@ -96,7 +84,7 @@ DEPTHWISE_PATHS = {_path(f"depthwise_{layout.name}", "depthwise above the gather
                    for layout in DEPTHWISE_LAYOUTS.values()}
 POINTWISE = _path("pointwise", "1x1, unit stride, no padding, and either products are not split between "
                                "workers or the work is under worker_pool.PARALLEL_MIN_WORK")
-GATHER = _path("gather", "ungrouped, not taps or pointwise, windows within conv.gather_plan's limit")
+GATHER = _path("gather", "ungrouped, not pointwise, windows within conv.gather_plan's limit")
 GATHER_DEPTHWISE = _path("gather_depthwise", "depthwise within conv.gather_plan's limit")
 GATHER_GROUPED = _path("gather_grouped", "grouped but not depthwise, not pointwise, windows within conv.gather_plan's "
                                          "limit: the ungrouped gather's rows, one product batched over the groups")
@@ -111,6 +99,17 @@ IM2COL_VIEW = _path("im2col_view", "im2col that neither flat-plane layout takes,
                                    "stride, or windows that tile the input: one strided window view copied")
 IM2COL_PHASES = _path("im2col_phases", "im2col of 5x5 and larger strided windows that do not tile the input: "
                                        "conv.im2col_from_phases")
+IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, above the gather limit) of at least "
+                                         "BATCHED_MIN_IMAGES images with fewer output positions per image than output "
+                                         "channels: all images' windows side by side, one product")
+
+#: Images from which an ungrouped im2col convolution with fewer output positions per image than
+#: output channels (the weights outweigh one image's windows) lays all images' windows side by
+#: side, (K, N * P), for one product that reads the weights once, then transposes the (M, N, P)
+#: result into the output (with the residual added in that pass). One BLAS thread, CPU time, the
+#: transpose included: 512 to 512 3x3 at 7x7 0.85 of the per-image products' time at 2 images,
+#: 0.73 at 4; 256 to 256 at 14x14 0.95 and 0.89; 128 at 28x28 (P > M) 1.06, left per image.
+BATCHED_MIN_IMAGES = 2
 
 
 #: The gather limit (window elements) of strided depthwise convolutions, whose gathered taps one
@@ -132,7 +131,8 @@ def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, i
     # 3x224x224: 0.46-0.49 against 0.63-0.65 from padded phases)
     fill = flat_plane_filler(x.shape, pads, out_hw, kernel, strides, dilations)
     if fill is not None:
-        fill(x, pads, out_hw, kernel, dilations, cols.reshape(cols.shape[:4] + (oh * ow,)))
+        # a view, also of ``_batched_columns``' transposed windows (a copy would be filled in vain)
+        fill(x, pads, out_hw, kernel, dilations, np.reshape(cols, cols.shape[:4] + (oh * ow,), copy=False))
         return IM2COL_SAME_WIDTH if fill is same_width_taps else IM2COL_HALF_WIDTH
     # Patches that tile the input (a ViT's patch embedding: 8x8 or 16x16 windows at their own
     # stride, no padding) are one strided view of it: a single copy below, where building them
@@ -324,7 +324,7 @@ class FusedConv(FusedBase):
                 flat = x.reshape(-1)
                 if cells is not None:
                     flat = np.concatenate((flat, cells))
-                y = np.matmul(wg, flat.take(idx).reshape(cols_shape)).reshape(y_shape)
+                y = np.matmul(wg, flat.take(idx, mode="wrap").reshape(cols_shape)).reshape(y_shape)
                 if b3 is not None:
                     y += b3
                 return finish(y, z, out)
@@ -338,7 +338,27 @@ class FusedConv(FusedBase):
                 flat = x.reshape(-1)
                 if cells is not None:
                     flat = np.concatenate((flat, cells))
-                return finish(np.matmul(wk, flat.take(idx)), z, out)
+                return finish(np.matmul(wk, flat.take(idx, mode="wrap")), z, out)
+        elif path == "general" and self.group == 1 and self._small_im2col(x.shape, w.shape, entry):
+            # A small ungrouped im2col layer (a 3-channel stem, YOLOv8's first layers): the windows'
+            # layout, [W | b] and the shapes bound once, one product over the images; the general
+            # path's closures, per-image products and epilogues cost 7-12 us a layer (7x7/2 stem
+            # at 2x3x32x32 alone: 64 against 76 us)
+            pads, out_hw = entry[0], entry[1:3]
+            n, c = x.shape[:2]
+            m, _, kh, kw = w.shape
+            k, p = c * kh * kw, out_hw[0] * out_hw[1]
+            folded = bias is not None
+            wk = self._weights_with_bias(w, bias) if folded else w.reshape(m, k)
+            strides, dilations = self.strides, self.dilations
+            cols_shape, windows, out = (n, k + folded, p), (n, c, kh, kw) + out_hw, (n, m) + out_hw
+
+            def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+                cols = np.empty(cols_shape, dtype=x.dtype)
+                if folded:
+                    cols[:, k] = 1
+                _im2col(x, pads, out_hw, (kh, kw), strides, dilations, cols[:, :k].reshape(windows))
+                return finish(np.matmul(wk, cols), z, out)
         elif path in DEPTHWISE_PATHS:
             pads, out_hw, layout = entry[0], entry[1:3], DEPTHWISE_PATHS[path]
 
@@ -352,6 +372,15 @@ class FusedConv(FusedBase):
         if len(self._fast) > 64:
             self._fast.clear()
         self._fast[x.shape] = (w, x.dtype, b, run)  # one entry swap: concurrent runs see a whole one
+
+    @staticmethod
+    def _small_im2col(x_shape: tuple, w_shape: tuple, entry: tuple) -> bool:
+        """Whether an ungrouped layer on the general path copies its windows (not a 1x1 without
+        padding) and its product is below ``worker_pool.PARALLEL_MIN_WORK``, never split."""
+        pads, oh, ow = entry[:3]
+        m, c, kh, kw = w_shape
+        copied = kh * kw > 1 or any(pads)
+        return copied and x_shape[0] * m * (c * kh * kw + 1) * oh * ow < worker_pool.PARALLEL_MIN_WORK
 
     def _geometry(self, x_shape: tuple, w_shape: tuple,
                   bias: bool) -> tuple[tuple[int, int, int, int], int, int, str, tuple | None]:
@@ -370,16 +399,14 @@ class FusedConv(FusedBase):
         pads = (top, left, bottom, right)
         oh, ow = output_sizes("FusedConv", (h, wd), (kh, kw), (sh, sw), (dh, dw), (top, left), (bottom, right))
         # The conditions of CONV_PATHS, in order; "general" is im2col, whose layout ``_im2col`` picks.
-        if self.group == 1 and kh * kw > 1 and 2 * m <= c and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd):
-            path = TAPS
-        elif self.group == c == m and cg == 1:
+        if self.group == c == m and cg == 1:
             path = "depthwise"
         elif kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1):
             path = POINTWISE
         else:
             path = "general"
         plan = None
-        if path not in (POINTWISE, TAPS) and (self.group == 1 or path == "depthwise"):
+        if path != POINTWISE and (self.group == 1 or path == "depthwise"):
             limit = STRIDED_DEPTHWISE_GATHER_MAX if path == "depthwise" and (sh, sw) != (1, 1) else None
             plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), path == "depthwise", bias, limit)
             if plan is not None and path == "depthwise":
@@ -394,6 +421,14 @@ class FusedConv(FusedBase):
             plan = gather_plan(x_shape, w_shape, pads, (oh, ow), (sh, sw), (dh, dw), False, False)
             if plan is not None:
                 path = GATHER_GROUPED
+        # After the gather: within its limit one take and one product beat the taps' products and
+        # shifted sums (YOLOv8's 32-to-16 3x3 layers at 4x4 and 2x2: 14 against 52 and 8 against 44 us)
+        if (path == "general" and plan is None and self.group == 1 and kh * kw > 1 and 2 * m <= c
+                and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd)):
+            path = TAPS
+        if (path == "general" and plan is None and self.group == 1 and x_shape[0] >= BATCHED_MIN_IMAGES
+                and oh * ow < m and (kh * kw > 1 or any(pads))):
+            path = IM2COL_BATCHED
         if path == "depthwise":
             path = "depthwise_" + depthwise_layout(x_shape, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
         return pads, oh, ow, path, plan
@@ -426,6 +461,9 @@ class FusedConv(FusedBase):
         if path == TAPS:
             self.last_path = path
             return shuffle_channels(self._tap_products(x, w, b, z, pads, (oh, ow)), self.shuffle)
+        if path == IM2COL_BATCHED:
+            self.last_path = path
+            return shuffle_channels(self._batched_columns(x, w, b, z, pads, (oh, ow)), self.shuffle)
         n, c, h, wd = x.shape
         m, cg, kh, kw = w.shape
         g = self.group
@@ -490,6 +528,41 @@ class FusedConv(FusedBase):
         y = y.reshape(n, m, oh, ow)
         return y if shuffled else shuffle_channels(y, self.shuffle)
 
+    def _batched_columns(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                         pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
+        """An ungrouped im2col convolution of several images as one product: the windows of all
+        images side by side, (C kh kw [+ 1], N, P), filled through a transposed view by the same
+        layouts as ``_im2col`` (a row of ones under them and [W | b] with a bias), the product
+        (M, N, P) split over output channels between the workers, then one transposing pass into
+        (N, M, P) that adds the residual, then the activation."""
+        n, c = x.shape[:2]
+        m, _, kh, kw = w.shape
+        oh, ow = out_hw
+        p, k = oh * ow, c * kh * kw
+        folded = b is not None
+        cols = np.empty((k + folded, n, p), dtype=x.dtype)
+        if folded:
+            cols[k] = 1
+        windows = np.reshape(cols[:k].transpose(1, 0, 2), (n, c, kh, kw, oh, ow), copy=False)
+        _im2col(x, pads, out_hw, (kh, kw), self.strides, self.dilations, windows)
+        wk = self._weights_with_bias(w, b) if folded else w.reshape(m, k)
+        right = cols.reshape(k + folded, n * p)
+        acc = np.empty((m, n * p), dtype=x.dtype)
+
+        def rows(r0: int, r1: int) -> None:
+            np.matmul(wk[r0:r1], right, out=acc[r0:r1])
+
+        parallel_ranges(m, rows, work=m * (k + folded) * n * p)
+        y = np.empty((n, m, p), dtype=x.dtype)
+        per_image = acc.reshape(m, n, p).transpose(1, 0, 2)
+        if z is not None:
+            np.add(per_image, z.reshape(n, m, p), out=y)
+        else:
+            np.copyto(y, per_image)
+        if self.act is not None:
+            self.act(y)
+        return y.reshape(n, m, oh, ow)
+
     def _zero_bias(self, b: np.ndarray) -> bool:
         """Whether a constant bias is all zeros (exports of folded BatchNormalization often carry
         one): its pass over the output is then left out."""
@@ -509,7 +582,7 @@ class FusedConv(FusedBase):
         flat = x.reshape(-1)
         if appended:
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
-        y = np.matmul(self._gathered_weights(w, b, keep), flat.take(idx))
+        y = np.matmul(self._gathered_weights(w, b, keep), flat.take(idx, mode="wrap"))
         return self._epilogue(y, z, out_shape)
 
     def _gathered_grouped(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
@@ -522,7 +595,7 @@ class FusedConv(FusedBase):
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
         wg = self._grouped_weights(w, keep)
         n, g = x.shape[0], self.group
-        y = np.matmul(wg, flat.take(idx).reshape(n, g, wg.shape[2], idx.shape[2])).reshape(n, w.shape[0], -1)
+        y = np.matmul(wg, flat.take(idx, mode="wrap").reshape(n, g, wg.shape[2], idx.shape[2])).reshape(n, w.shape[0], -1)
         if b is not None:
             y += b.reshape(1, -1, 1)
         return self._epilogue(y, z, out_shape)
@@ -579,7 +652,7 @@ class FusedConv(FusedBase):
         flat = x.reshape(-1)
         if appended:
             flat = np.concatenate((flat, APPENDED), dtype=x.dtype)
-        return self._epilogue(np.matmul(self._depthwise_taps(w, b, keep), flat.take(idx)), z, out_shape)
+        return self._epilogue(np.matmul(self._depthwise_taps(w, b, keep), flat.take(idx, mode="wrap")), z, out_shape)
 
     def _pointwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                    out_hw: tuple[int, int]) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""float16 products computed in float32: the fast path of MatMul, Gemm, Conv, their fused forms
-and RNN, GRU and LSTM when their inputs are float16.
+"""float16 computed in float32: the fast path of MatMul, Gemm, Conv, their fused forms and RNN,
+GRU and LSTM when their inputs are float16, and float16 tables for elementwise kernels of one input
+(``float16_table``: the activations).
 
 numpy has no BLAS for float16: its matmul runs a plain C loop, and a float16 model (as
 onnxconverter-common writes it) spent nearly all its time there. onnxruntime's CPU EP has no
@@ -7,6 +8,9 @@ float16 kernels for these ops on x86 either; it inserts Casts to float32 around 
 (``InsertCastTransformer``), so each product is computed in float32 and rounded to float16 once.
 This does the same inside the kernel: float16 inputs widened to float32 (a constant weight once,
 kept per kernel), the float32 kernel run, its outputs rounded to float16.
+
+An elementwise kernel of one input needs no product: every float16 input is one of 65536 values,
+so its float32 result for each, rounded once, is a table, and a float16 run is one gather.
 
 ``ENABLED`` False keeps the plain float16 kernels (the tests compare the two).
 """
@@ -61,3 +65,49 @@ class WidenedInputs:
 def via_float32(compute: Callable[[list], list], inputs: list, widen: WidenedInputs) -> list:
     """``compute`` on the widened inputs, its float32 outputs rounded to float16."""
     return [y.astype(F16) if isinstance(y, np.ndarray) and y.dtype is _F32 else y for y in compute(widen(inputs))]
+
+
+# -- elementwise ops of one float16 input: a table of the float32 kernel's results -----------------
+
+_U16 = np.dtype(np.uint16)
+#: Every float16 value (NaNs, infinities and subnormals included) in bit-pattern order, as float32.
+_EVERY_HALF = np.arange(1 << 16, dtype=np.uint32).astype(_U16).view(F16).astype(_F32)
+#: (kernel class, op, attributes) -> that kernel's float32 results over ``_EVERY_HALF``, rounded to float16.
+TABLES: dict[tuple, np.ndarray] = {}
+
+
+def table_applies(inputs: list) -> bool:
+    """The condition that selects a float16 table: one float16 input."""
+    return ENABLED and len(inputs) == 1 and inputs[0].dtype is F16
+
+
+def float16_table(cls: type) -> type:
+    """Class decorator for an elementwise kernel of one input: float16 inputs are looked up in a
+    table of 65536 entries, the kernel's float32 result for each float16 value rounded once.
+
+    That is what onnxruntime computes for such a node (its CPU EP casts the input to float32 and
+    the output back, ``InsertCastTransformer``), exactly, for every input; and one gather replaces
+    a formula of many numpy calls, each of which widens and rounds float16 operands. The table is
+    built at the first float16 run and kept per op and attribute values (for all kernels of the
+    process)."""
+    compute = cls.compute
+    init = cls.__init__
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        init(self, node, ctx)
+        self.float16_table_key = (cls.__qualname__, node.op_type, repr(sorted(node.attributes.items())))
+
+    def compute_with_table(self, inputs: list) -> list:
+        if not table_applies(inputs):
+            return compute(self, inputs)
+        table = TABLES.get(self.float16_table_key)
+        if table is None:
+            with np.errstate(all="ignore"):  # NaN and infinity entries
+                table = compute(self, [_EVERY_HALF])[0].astype(F16)
+            table = TABLES.setdefault(self.float16_table_key, table)
+        r = table.take(inputs[0].view(_U16))
+        return [r if r.__class__ is np.ndarray else np.asarray(r)]
+
+    cls.__init__ = __init__
+    cls.compute = compute_with_table
+    return cls

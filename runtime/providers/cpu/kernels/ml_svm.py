@@ -2,15 +2,21 @@
 of every row with every support vector as one product, the pairwise (one-vs-one) scores, votes for
 the label, and with prob_a/prob_b Platt's sigmoid and the pairwise coupling of libsvm
 (``multiclass_probability``) run on all rows at once. onnx.reference's version gave probabilities
-up to 0.13 off onnxruntime's (and sklearn's) for a StandardScaler + SVC pipeline."""
+up to 0.13 off onnxruntime's (and sklearn's) for a StandardScaler + SVC pipeline.
+
+The coupling's routes (``COUPLING_PATHS``): ``_Coupling`` in numpy is the canonical one; where the
+optional C extension was built, libsvm's loop runs there row by row (``_NativeCoupling``)."""
 
 from __future__ import annotations
+
+from types import ModuleType
 
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
@@ -18,6 +24,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     post_transform_name,
     transform_scores,
 )
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 try:  # the C entries: np.einsum's and np.count_nonzero's Python layers cost more than their work here
@@ -200,6 +207,45 @@ class _Coupling:
         return u.T.astype(np.float32)
 
 
+#: The coupling's routes, by name (two classes take ``_coupling_two``'s closed form on every route).
+COUPLING_PATHS = path_table("SVMClassifier.coupling", "_Coupling: libsvm's iterations as numpy calls")
+COUPLING_PATHS.add("numpy", "canonical (_Coupling): every row at once, libsvm's iterations as numpy calls")
+COUPLING_PATHS.add("native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, k >= 3 classes "
+                           "of k (k - 1) / 2 pairs: libsvm's loop row by row in double (_native.coupling)")
+
+
+class _NativeCoupling:
+    """libsvm's multiclass_probability in C, row by row in double, its Q, Qp and pQp updated as
+    libsvm (svm.cpp) updates them; ``_Coupling`` computes the same iterations in another order, so
+    the two agree within libsvm's own rounding (tests/test_tree_native.py bounds it)."""
+
+    #: rows a call: the terminate flag is read between two
+    CHUNK = 1 << 14
+
+    def __init__(self, native: ModuleType, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> None:
+        self.fn = native.coupling
+        self.pair_i, self.pair_j = np.asarray(pair_i, np.int64), np.asarray(pair_j, np.int64)
+        self.k = k
+
+    @classmethod
+    def build(cls, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> _NativeCoupling | None:
+        """The C route where ``COUPLING_PATHS["native"]``'s condition holds, else None."""
+        native = native_module()
+        if native is None or k < 3 or len(pair_i) != k * (k - 1) // 2:
+            return None
+        return cls(native, pair_i, pair_j, k)
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        """v [N, pairs] the clipped pairwise probabilities r[i, j] of the pairs (i, j); p [N, k] float32."""
+        v = np.ascontiguousarray(v, np.float32)
+        p = np.empty((v.shape[0], self.k), np.float32)
+        step = self.CHUNK
+        for i in range(0, v.shape[0], step):
+            check_terminate()
+            self.fn(v[i:i + step], self.pair_i, self.pair_j, self.k, p[i:i + step])
+        return p
+
+
 def _coupling_two(v: np.ndarray) -> np.ndarray:
     """``_Coupling`` for two classes, solved in closed form: with a = r[0, 1], b = 1 - a and
     p = (a + d, b - d), Qp = (b d, -a d) and pQp = d^2, so the state is d alone; the stopping rule
@@ -341,7 +387,8 @@ class SVMClassifier(Kernel):
             self.vote_bits = (1 << np.arange(len(self.pairs))).astype(np.uint8)
             wins = (np.arange(1 << len(self.pairs))[:, None] & self.vote_bits) > 0
             self.vote_labels = self.labels[(wins @ self.vote_swing + self.vote_base).argmax(axis=1)]
-        self.coupling = _Coupling(self.pair_i, self.pair_j, self.k) if self.k > 2 else None
+        self.coupling = None if self.k <= 2 else \
+            _NativeCoupling.build(self.pair_i, self.pair_j, self.k) or _Coupling(self.pair_i, self.pair_j, self.k)
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "SVMClassifier")

@@ -4,18 +4,24 @@ leaves' weights are summed as rows of a dense [nodes, targets] matrix. Semantics
 (``tree_ensemble_aggregator.h``): node comparisons in float32, a NaN feature takes the true branch
 where ``nodes_missing_value_tracks_true`` says so, base values added after the aggregation (SUM,
 AVERAGE, MIN, MAX), a class without any score ignored by the argmax, two classes by onnxruntime's
-binary rules; and the opset-5 TreeEnsemble on the same walk."""
+binary rules; and the opset-5 TreeEnsemble on the same walk.
+
+Routes (``TREE_PATHS``): the numpy kernel is the canonical one (the walk a level at a time, or the
+leaf bits); where the optional C extension ``_native`` was built (pyproject.toml's ext-modules), a
+forest it takes is walked there, tree by tree over blocks of rows, to the same bits (tests/test_tree_native.py)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
@@ -25,6 +31,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     score_transform,
     transform_scores,
 )
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import NATIVE_SWITCH, native_module
 from onnxhal.runtime.providers.cpu.kernels.numerics import SOFTMAX_BOUND, softmax_bounded
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -119,6 +126,19 @@ def _depth(what: str, mode: np.ndarray, true_next: np.ndarray, false_next: np.nd
     return depth
 
 
+#: The routes of the tree kernels, by name; a ``_Forest``'s ``native`` is its C route or None.
+TREE_PATHS = path_table("TreeEnsemble", "the walk a level at a time (numpy)")
+TREE_PATHS.add("walk", "canonical: every row walks every tree a level at a time (numpy calls per level)")
+TREE_PATHS.add("leaf_bits", "numpy, for forests of trees of at most 64 leaves, one comparison kind (BRANCH_LEQ-GT) "
+                             "and no shared node, where the rows' (row, node) cells fit _BITS_CELLS a chunk")
+TREE_PATHS.add("native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0; node modes "
+                       "BRANCH_LEQ-BRANCH_NEQ (no BRANCH_MEMBER), float32 or float64 leaf weights, one "
+                       "missing-value flag per node; per run X float32 or float64 rows wider than the largest "
+                       "feature an interior node reads (else the numpy routes)")
+
+__all__ = ["NATIVE_SWITCH", "TREE_PATHS"]
+
+
 class _Forest:
     """The trees of a node flattened: per node its feature, threshold, mode and the indices of its
     two children (a leaf points at itself), the roots, the depth to walk, and per node a dense row
@@ -154,6 +174,8 @@ class _Forest:
             self._bits.columns <= (5 + weights.shape[1]) * roots.size * max(1, self.depth)
         #: every output is written by some tree for every row (known when the leaves say so)
         self.all_written = self._bits is not None and self._bits.written is not None and bool(self._bits.written.all())
+        #: the C route (``TREE_PATHS["native"]``), or None
+        self.native = _NativeTrees.build(self, true_next, false_next, weights, shape)
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree: per level one gather of
@@ -190,7 +212,11 @@ class _Forest:
         wrote is 0), and which outputs any tree wrote ([rows, outputs]; with ``written`` False, where
         that is the same for every row, one row of it). Rows go in chunks, so that the work between
         two terminate checks is bounded: about ``_BITS_CELLS`` (row, node) cells by the leaf bits,
-        else about ``_CHUNK`` (row, tree) pairs a level of the walk."""
+        else about ``_CHUNK`` (row, tree) pairs a level of the walk (by the C route, about
+        ``_NATIVE_VISITS`` node visits)."""
+        native = self.native
+        if native is not None and native.takes(x):
+            return native.aggregate(x, how)
         step = self._bits_rows(x)
         by_bits = step is not None
         if not by_bits:
@@ -209,11 +235,16 @@ class _Forest:
             return None
         return max(1, _BITS_CELLS // bits.columns)
 
-    def sums(self, x: np.ndarray, how: str, leaf_bits: _LeafBits | None = None) -> np.ndarray | None:
-        """``aggregate``'s scores for SUM or AVERAGE straight from the leaf bits (``leaf_bits``: a
-        copy of them with other weights), where the trees write the same outputs for every row
-        (``written_const``) and the rows are few (they then fit one chunk); None where
-        ``aggregate`` must decide."""
+    def sums(self, x: np.ndarray, how: str, leaf_bits: _LeafBits | None = None,
+             native: _NativeTrees | None = None) -> np.ndarray | None:
+        """``aggregate``'s scores for SUM or AVERAGE by the C route or straight from the leaf bits
+        (``leaf_bits`` and ``native``: copies of them with other weights), where the trees write the
+        same outputs for every row (``written_const``) and the rows are few (they then fit one
+        chunk); None where ``aggregate`` must decide."""
+        if leaf_bits is None:
+            native = self.native
+        if native is not None and self.written_const is not None and native.takes(x):
+            return native.sums(x, how)  # None past one call's rows: ``aggregate`` takes them in chunks
         bits = self._bits if leaf_bits is None else leaf_bits
         if bits is None or self.written_const is None or x.shape[0] * bits.columns > _BITS_CELLS or \
                 x.shape[1] <= bits.max_feature:
@@ -251,6 +282,86 @@ class _Forest:
 
     def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.aggregate(x, "SUM")
+
+
+#: node visits (rows x trees x depth) of one call of the C route: the terminate flag is read between two
+_NATIVE_VISITS = 1 << 22
+_NATIVE_X = (np.dtype(np.float32), np.dtype(np.float64))
+_NATIVE_HOW = {"SUM": 0, "AVERAGE": 1, "MIN": 2, "MAX": 3}
+
+
+class _NativeTrees:
+    """A forest in the C kernel (``_native.Forest``: nodes, roots and leaf weights copied once),
+    walked tree by tree over blocks of 8 rows, to the same scores as the numpy routes (``_native.c`` says how)."""
+
+    def __init__(self, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray, weights: np.ndarray,
+                 tree_depth: np.ndarray, native: ModuleType) -> None:
+        inner = forest.mode != LEAF
+        self.trees = native.Forest(
+            forest.feature, forest.threshold.astype(np.float64),  # widened: exact, and the same comparisons
+            forest.mode.astype(np.int8), np.asarray(true_next, np.int64), np.asarray(false_next, np.int64),
+            np.asarray(forest.missing_true, bool), np.asarray(forest.roots, np.int64),
+            np.ascontiguousarray(weights), np.ascontiguousarray(forest.has), weights.shape[1], tree_depth)
+        #: the largest column an interior node reads (-1: none)
+        self.max_feature = int(forest.feature[inner].max()) if inner.any() else -1
+        self.dtype, self.outputs = weights.dtype, weights.shape[1]
+        self.chunk_rows = max(1, _NATIVE_VISITS // max(1, forest.roots.size * max(1, forest.depth)))
+        self._true_next, self._false_next, self._tree_depth = true_next, false_next, tree_depth
+        self._native = native
+
+    @classmethod
+    def build(cls, forest: _Forest, true_next: np.ndarray, false_next: np.ndarray,
+              weights: np.ndarray, shape: tuple | None) -> _NativeTrees | None:
+        """The C route of ``forest`` with leaf ``weights`` [nodes, outputs]; None where
+        ``TREE_PATHS["native"]``'s build condition does not hold."""
+        n = forest.mode.size
+        native = native_module()
+        if native is None or forest.members or (forest.mode > LEAF).any() or \
+                weights.dtype not in _NATIVE_X or weights.ndim != 2 or weights.shape[1] < 1 or \
+                forest.missing_true.size != n or forest.threshold.size != n or n >= 1 << 31:
+            return None
+        # per tree its longest walk (the C walk takes that many steps, a leaf's children being
+        # itself): the levels where the tree has an interior node, from ``_tree_shape``; trees
+        # that share nodes take the forest's depth
+        tree_depth = np.full(forest.roots.size, forest.depth, np.int64)
+        if shape is not None:
+            owner, _, _, levels = shape
+            tree_depth[:] = 0
+            for i, level in enumerate(levels):
+                tree_depth[owner[level[forest.mode[level] != LEAF]]] = i + 1
+        return cls(forest, true_next, false_next, weights, tree_depth, native)
+
+    def with_weights(self, forest: _Forest, weights: np.ndarray) -> _NativeTrees:
+        """The same trees with other leaf weights [nodes, outputs]."""
+        return _NativeTrees(forest, self._true_next, self._false_next, weights, self._tree_depth, self._native)
+
+    def takes(self, x: np.ndarray) -> bool:
+        """Whether a run's rows [N, C] go by this route."""
+        return x.dtype in _NATIVE_X and x.ndim == 2 and x.shape[1] > self.max_feature
+
+    def sums(self, x: np.ndarray, how: str) -> np.ndarray | None:
+        """SUM or AVERAGE of rows this route ``takes``, where they fit one call; else None."""
+        if x.shape[0] > self.chunk_rows:
+            return None
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        scores = np.empty((x.shape[0], self.outputs), self.dtype)
+        self.trees.evaluate(x, _NATIVE_HOW[how], scores, None)
+        return scores
+
+    def aggregate(self, x: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
+        """``_Forest.aggregate``'s scores and which outputs a tree wrote, per row."""
+        x = np.ascontiguousarray(x)
+        scores = np.empty((x.shape[0], self.outputs), self.dtype)
+        written = np.empty((x.shape[0], self.outputs), bool)
+        code, step = _NATIVE_HOW[how], self.chunk_rows
+        if x.shape[0] <= step:  # one call: the executor reads the terminate flag around it
+            self.trees.evaluate(x, code, scores, written)
+            return scores, written
+        for i in range(0, x.shape[0], step):
+            check_terminate()
+            self.trees.evaluate(x[i:i + step], code, scores[i:i + step], written[i:i + step])
+        return scores, written
 
 
 #: (row, interior node) cells of one chunk of rows by the leaf bits (0: the walk only); inputs up to
@@ -773,7 +884,8 @@ class TreeEnsemble(Kernel):
         if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
             raise InvalidArgument(f"TreeEnsemble: X must be a float tensor, got {getattr(x, 'dtype', type(x))}.")
         dtype = x.dtype
-        rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+        # the columns named, not -1: numpy cannot infer them for no row
+        rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
         # comparisons in the splits' type (the model's T: float32 splits for float16 inputs)
         scores, _ = self.forest.aggregate(rows.astype(self.forest.threshold.dtype, copy=False), self.how)
         if self.transform != "NONE":
@@ -840,11 +952,14 @@ class TreeEnsembleClassifier(Kernel):
         threshold = np.float32(0.5 if self.binary_case and self.all_positive else 0.0)
         # the labels by the positive score (else onnxruntime's 1 / 0, which labels [0, 1] also are)
         take = (self.labels.dtype == object or self.binary_case) and not self.labels_are_indices
-        return bits.signed_pair(), base, threshold, take, post
+        native = self.forest.native
+        native_pair = None if native is None else native.with_weights(self.forest, _negated_and_as_is(
+            self.forest.weights))
+        return bits.signed_pair(), native_pair, base, threshold, take, post
 
     def _two_pair(self, scores: np.ndarray) -> list:
         """``_two_classes_constant``'s one-score result from the sums [-s, s] (``_signed_pair``)."""
-        _, base, threshold, take, post = self._pair
+        _, _, base, threshold, take, post = self._pair
         if base is not None:
             np.add(scores, base, out=scores)
         positive = scores[:, 1] > threshold
@@ -854,7 +969,7 @@ class TreeEnsembleClassifier(Kernel):
     def compute(self, inputs: list) -> list:
         x = _compared_rows(inputs[0], self.forest.threshold, "TreeEnsembleClassifier")
         if self._pair is not None:
-            scores = self.forest.sums(x, "SUM", self._pair[0])
+            scores = self.forest.sums(x, "SUM", self._pair[0], self._pair[1])
             if scores is not None:
                 return self._two_pair(scores)
         scores = self.forest.sums(x, "SUM")

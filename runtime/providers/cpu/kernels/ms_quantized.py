@@ -17,6 +17,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.run_control import RUN_OPTIONS, check_terminate
 from onnxhal.runtime.providers.cpu.kernels.linalg import MatMulInteger, exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.numerics import round_to_codes, saturate_codes
 from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
@@ -27,6 +28,7 @@ from onnxhal.runtime.providers.cpu.kernels.recurrent import (
     gate_order,
     gate_scale,
     gate_workspace,
+    pair_rows,
     projection_steps,
 )
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -241,7 +243,8 @@ class DynamicQuantizeLSTM(LSTM):
     row by row for the recurrent one.
 
     The common form runs LSTM's ``_run_default`` with the weights less their zero points, in gate
-    order, and the per-column multipliers (weight scale times ``gate_scale``) prepared once."""
+    order, and the per-column multipliers (weight scale times ``gate_scale``) prepared once; a
+    small bidirectional one runs LSTM's ``_run_both_directions`` (``_quantized_pair``)."""
 
     weight_inputs = (1, 2, 3, 8, 9, 10, 11)
 
@@ -254,7 +257,7 @@ class DynamicQuantizeLSTM(LSTM):
         # this run (args[12]; a list of this call's own, so threads running the kernel at once
         # share nothing)
         args[12:] = [[None] * args[2].shape[0]]
-        return RecurrentKernel.compute(self, args)
+        return RecurrentKernel.plain_loop(self, args)
 
     @staticmethod
     def _per_direction(v: np.ndarray | None, d: int) -> np.ndarray | None:
@@ -391,6 +394,109 @@ class DynamicQuantizeLSTM(LSTM):
         y_c[d] = c.T
         if len(self._workspaces) < WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
             self._workspaces[key] = ws
+
+    def _make_pair_weights(self, weights: list) -> tuple:
+        """Both directions' weights in ``pair_rows`` order for ``_run_both_directions``: (W less
+        its zero point [input, 8 * hidden] and its multipliers, for ``_input_projection``; R less
+        its zero point, block-diagonal [8 * hidden, 2 * hidden]; bias row or None; False (the
+        first step's product is left out by the state's codes); (that R, the steps' outer-product
+        factor of both directions, R's float type)). The block product of integers is exact: the
+        same sums as each direction's own."""
+        (wf, rf, bf, (_, sf, fh), mf), (wb, rb, bb, (_, sb, _), mb) = weights
+        h = rf.shape[1]
+        rows = pair_rows(h)
+        wc = np.ascontiguousarray(np.concatenate([wf, wb], axis=1)[:, rows])
+        w_mul = np.concatenate([np.broadcast_to(mf, (4 * h,)), np.broadcast_to(mb, (4 * h,))])[rows]
+        rc = np.zeros((8 * h, 2 * h), fh)
+        rc[:4 * h, :h] = rf
+        rc[4 * h:, h:] = rb
+        rc = np.ascontiguousarray(rc[rows])
+        # the outer product with [min_f; min_b; -max_f; -max_b] (``_quantized_pair``): each
+        # direction's R multipliers / -255 on its rows (both of its columns), its scales twice
+        # ([min - max] of each direction, for the min rows and for the hidden-state rows), its min
+        spread = np.zeros((14 * h, 4), np.float32)
+        mult = np.zeros((8 * h, 4), np.float32)
+        mult[:4 * h, 0] = mult[:4 * h, 2] = sf[:4 * h, 0]
+        mult[4 * h:, 1] = mult[4 * h:, 3] = sb[:4 * h, 0]
+        spread[:8 * h] = mult[rows]
+        for i in range(2):
+            for d in range(2):
+                spread[8 * h + (2 * i + d) * h: 8 * h + (2 * i + d + 1) * h, [d, 2 + d]] = 1
+            spread[12 * h + i * h: 12 * h + (i + 1) * h, i] = 1
+        bias = None if bf is None else np.concatenate([bf, bb])[rows]
+        return (wc, None, None, None, w_mul), rc, bias, False, (rc, spread, fh)
+
+    def _quantized_pair(self, rq: tuple, blocks, h0: np.ndarray | None, c0: np.ndarray | None,
+                        ys: np.ndarray) -> np.ndarray:
+        """``_quantized_direction``'s steps for both directions at once (``_run_both_directions``):
+        the hidden state [2 * hidden, batch] quantized per direction and batch row (the ranges of
+        [h; -h] as [sign, direction, batch row, hidden], one reduction), one outer product giving
+        both directions' multipliers, scales and minima, and the block-diagonal product of the
+        codes less their zero points with R less its zero point. The codes are each direction's
+        own; the multipliers sum the same two terms as ``_quantized_direction`` with zero terms
+        between (within an ulp of them)."""
+        rc, spread, ft = rq
+        batch = ys.shape[2]
+        h = rc.shape[1] // 2
+        key = ("quantized pair", h, batch, ft)
+        ws = self._workspaces.pop(key, None) or _pair_workspace(h, batch, ft)
+        (g8, s6, o, c, pair_a, pair_b, prod, p0, p1, th, both, h_rows, neg_rows, lo_nhi, lo4, spreads7,
+         mult, scales, lo_hd, hslot, hslot_t, codes, top, v, acc) = ws
+        c[...] = 0 if c0 is None else c0
+        hslot[...] = 0 if h0 is None else h0
+        half = _HALF32
+        dot, add, multiply, tanh, divide, rint, minimum, negative, reduce = (
+            _dot, _add, _multiply, np.tanh, _divide, _rint, _minimum, _negative, _min)
+        # an all-zero initial state has codes 0: its R product is 0, exactly
+        zero_state = h0 is None or not np.count_nonzero(h0)
+        run_options = RUN_OPTIONS.get()  # (its terminate flag is read every step, as check_terminate does)
+        for xs, outs in blocks:
+            for xt, out in zip(xs, outs):
+                if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                    check_terminate()
+                if zero_state:
+                    zero_state = False
+                    tanh(xt, g8)
+                else:
+                    h_rows[...] = hslot_t
+                    negative(h_rows, neg_rows)
+                    reduce(both, 3, None, lo_nhi, False, _NEG_TAU)  # -> [min_f; min_b; -max_f; -max_b]
+                    dot(spread, lo4, spreads7)
+                    divide(scales, _F255N, scales)
+                    divide(lo_hd, scales, codes)
+                    rint(codes, codes)
+                    add(top, _F255, top)
+                    minimum(v, top, out=v)
+                    dot(rc, v, acc)
+                    multiply(acc, mult, g8)
+                    add(g8, xt, g8)
+                    tanh(g8, g8)
+                multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
+                add(s6, half, s6)
+                multiply(pair_a, pair_b, prod)
+                add(p0, p1, c)
+                tanh(c, th)
+                multiply(o, th, hslot)
+                out[...] = hslot
+        final = c.copy()
+        if len(self._workspaces) < WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
+            self._workspaces[key] = ws
+        return final
+
+
+def _pair_workspace(h: int, batch: int, ft: type) -> tuple:
+    """``DynamicQuantizeLSTM._quantized_pair``'s scratch arrays and their views, as
+    ``_step_workspace``'s for both directions (hidden-state rows [forward; backward])."""
+    gates = gate_workspace(2 * h, batch, np.dtype(np.float32))
+    both = _empty((2, 2, batch, h), np.float32)  # [h; -h] by direction and batch row
+    spreads = _empty((16 * h, batch), np.float32)  # [multipliers; scales; scales; minima | hidden state]
+    codes = _empty((4 * h, batch), ft)  # [rint(min / scale) + 255; codes less the zero point]
+    hslot = spreads[14 * h:]
+    lo_nhi = _empty((4, batch), np.float32)  # [min_f; min_b; -max_f; -max_b]
+    return gates + (both, both[0], both[1], lo_nhi.reshape(2, 2, batch), lo_nhi,
+            spreads[:14 * h], spreads[:8 * h], spreads[8 * h:12 * h], spreads[12 * h:], hslot,
+            hslot.reshape(2, h, batch).transpose(0, 2, 1), codes, codes[:2 * h], codes[2 * h:],
+            gates[0] if ft is np.float32 else _empty((8 * h, batch), ft))
 
 
 def _step_workspace(h: int, batch: int, ft: type) -> tuple:

@@ -11,6 +11,16 @@ mishandled ``sequence_lens``. Semantics as the spec and onnxruntime:
   onnxruntime. An activation left without one takes the default of the ONNX operator of that name,
   as the spec says (LeakyRelu 0.01, ThresholdedRelu 1, Elu 1, HardSigmoid 0.2 and 0.5, Affine 1
   and 0, ScaledTanh 1 and 1). onnxruntime defaults Affine, ScaledTanh and ThresholdedRelu to 0.
+
+The canonical loop is ``RecurrentKernel.plain_loop``. Fast paths, each with its switch and condition,
+tested against it in tests/test_recurrent_fast_paths.py:
+- GRU and RNN's default form (default activations, no clip, every sequence the full length, float
+  types): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
+  (``TRANSPOSED_ENABLED``; GRU twelve calls a step, RNN three).
+- LSTM's default form: ``LSTM._run_default``, nine calls a step per direction.
+- A bidirectional layer with small hidden x batch (``both_directions_apply``): both directions in
+  one step (``PAIR_ENABLED``), LSTM's and DynamicQuantizeLSTM's ``_run_both_directions``, GRU and
+  RNN's ``_run_transposed_pair``.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import RUN_OPTIONS, check_terminate
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -90,6 +101,15 @@ class RecurrentKernel(Kernel):
         self.op = node.op_type
         self.node = node
         self.widen = half.WidenedInputs(node, ctx)
+        defaults = tuple(_ACTIVATIONS[n.lower()][0] for n in self.default_activations)
+        # the form ``_run_transposed`` takes: default activations, no clip (what exporters write)
+        self.default_form = self.clip is None and all(tuple(a[0] for a in acts) == defaults for acts in self.acts)
+        names = list(node.inputs) + [""] * 4
+        self.constant_weights = ctx is not None and all(
+            not names[i] or ctx.is_constant_initializer(names[i]) for i in (1, 2, 3))
+        self._prepared: tuple | None = None  # (input dtype, per-direction weights)
+        self._paired: tuple | None = None  # (the per-direction weights, both directions' in pair order)
+        self._fast_ok = False  # whether this kernel has a ``_run_transposed`` form (GRU, RNN)
 
     def _via_float32(self, inputs: list) -> bool:
         """The float16 fast path's condition: X and W float16 (numpy's float16 products have no
@@ -105,6 +125,144 @@ class RecurrentKernel(Kernel):
         return np.asarray(fn(x, a, b), dtype=x.dtype)
 
     def compute(self, inputs: list) -> list:
+        if self._via_float32(inputs):
+            return half.via_float32(self.compute, inputs, self.widen)
+        if self._fast_ok and self.default_form and TRANSPOSED_ENABLED:
+            weights = self._fast_weights(inputs)
+            if weights is not None:
+                return self._run_transposed(inputs[0], inputs, weights)
+        return self.plain_loop(inputs)
+
+    def _fast_weights(self, inputs: list) -> list | None:
+        """``_prepare``'s per-direction weights where ``_run_transposed`` takes the run (a float
+        type throughout, every sequence the full length, initial_h of X's type and shape), else
+        None. Kept while W, R and B are constant initializers."""
+        x = inputs[0]
+        n = len(inputs)
+        lens = inputs[4] if n > 4 else None
+        h0 = inputs[5] if n > 5 else None
+        if not (isinstance(x, np.ndarray) and x.dtype in _FAST_TYPES and x.ndim == 3 and x.shape[0] and x.shape[1]):
+            return None
+        batch_axis = 0 if self.layout else 1
+        if lens is not None and not bool((lens >= x.shape[1 - batch_axis]).all()):
+            return None
+        if h0 is not None and (h0.dtype != x.dtype or h0.ndim != 3 or h0.shape[batch_axis] != x.shape[batch_axis]
+                               or h0.shape[1 - batch_axis] != len(self.directions)):
+            return None
+        prepared = self._prepared  # the same arrays every run while they are constant initializers
+        weights = prepared[1] if prepared is not None and prepared[0] == x.dtype else self._prepare_all(inputs, x)
+        if weights is None or (h0 is not None and h0.shape[2] != weights[0][1].shape[1]):
+            return None
+        return weights
+
+    def _prepare_all(self, inputs: list, x: np.ndarray) -> list | None:
+        """``_prepare_direction`` of every direction, or None where the types or shapes are not
+        the fast form's (the plain loop then promotes them or names the problem)."""
+        n = len(inputs)
+        w, r, b = inputs[1], inputs[2], inputs[3] if n > 3 else None
+        g, nd = self.gates, len(self.directions)
+        if (w.dtype != x.dtype or r.dtype != x.dtype or (b is not None and b.dtype != x.dtype) or w.ndim != 3
+                or r.ndim != 3):
+            return None
+        h = r.shape[2]
+        if (w.shape[0] != nd or w.shape[1] != g * h or w.shape[2] != x.shape[2] or r.shape != (nd, g * h, h)
+                or (self.hidden is not None and h != self.hidden) or (b is not None and b.shape != (nd, 2 * g * h))):
+            return None
+        weights = [self._prepare_direction(w[d], r[d], None if b is None else b[d], h) for d in range(nd)]
+        if self.constant_weights:
+            self._prepared = (x.dtype, weights)  # one swap: a concurrent run sees either
+        return weights
+
+    def _prepare_direction(self, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, h: int) -> tuple:
+        """(W^T [input, gates * hidden], R, the bias row of the input projections or None, the
+        bias the step adds itself or None) of one direction, for ``_step_transposed``."""
+        raise NotImplementedError
+
+    def _run_transposed(self, x: np.ndarray, args: list, weights: list) -> list:
+        """The recurrence on transposed states, [gates or hidden, batch] (each gate's block of
+        rows one contiguous piece), with preallocated gates: all steps' input projections and
+        their bias in one product per direction, then ``_step_transposed`` per step."""
+        if self.layout:
+            x = np.swapaxes(x, 0, 1)
+        seq, batch, k = x.shape
+        dt = x.dtype
+        nd = len(self.directions)
+        h = weights[0][1].shape[1]
+        h0 = args[5] if len(args) > 5 else None
+        if h0 is not None and self.layout:
+            h0 = np.swapaxes(h0, 0, 1)
+        x2 = x.reshape(seq * batch, k)
+        run_options = RUN_OPTIONS.get()
+        if nd == 2 and both_directions_apply(h, batch):
+            return self._run_transposed_pair(x2, seq, batch, h0, weights, run_options)
+        yt = np.empty((seq, nd, h, batch), dt)  # Y with each step's hidden state transposed
+        y_h = np.empty((nd, batch, h), dt)
+        for d in range(nd):
+            wt, r, bias, step_bias = weights[d]
+            xw = np.dot(x2, wt)
+            if bias is not None:
+                np.add(xw, bias, xw)
+            ws = self._step_workspace(h, batch, dt, step_bias)
+            hd = np.zeros((h, batch), dt) if h0 is None else h0[d].T
+            for t, xt in projection_steps(xw.reshape(seq, batch, -1), self.reverse[d], run_options):
+                out = yt[t, d]
+                self._step_transposed(xt, hd, r, ws, out)
+                hd = out
+            y_h[d] = hd.T
+        if self.layout:  # [batch, seq, directions, hidden]
+            return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)),
+                    np.ascontiguousarray(np.swapaxes(y_h, 0, 1))][: self.n_out]
+        return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h][: self.n_out]
+
+    def _run_transposed_pair(self, x2: np.ndarray, seq: int, batch: int, h0: np.ndarray | None, weights: list,
+                             run_options) -> list:
+        """``_run_transposed`` of a bidirectional layer with both directions in one step
+        (``both_directions_apply``), as LSTM's ``_run_both_directions``: step t runs the forward's
+        time t and the backward's seq - 1 - t on one state [2 * hidden, batch], each gate's rows
+        of both directions side by side (``pair_rows``), R one block-diagonal product; the step is
+        ``_step_transposed``'s with hidden 2 * hidden."""
+        dt = x2.dtype
+        wt, r, bias, step_bias = self._pair_transposed(weights)
+        h = r.shape[1] // 2
+        xw = np.dot(x2, wt)
+        if bias is not None:
+            np.add(xw, bias, xw)
+        ys = np.empty((seq, 2 * h, batch), dt)
+        ws = self._step_workspace(2 * h, batch, dt, step_bias)
+        hd = np.zeros((2 * h, batch), dt) if h0 is None else h0.transpose(0, 2, 1).reshape(2 * h, batch)
+        step = self._step_transposed
+        for xs, outs in pair_blocks(xw.reshape(seq, batch, self.gates, 2, h), ys):
+            for xt, out in zip(xs, outs):
+                if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                    check_terminate()
+                step(xt, hd, r, ws, out)
+                hd = out
+        return paired_outputs(ys, [], self.layout, self.n_out)
+
+    def _pair_transposed(self, weights: list) -> tuple:
+        """Both directions' ``_prepare_direction`` weights in ``pair_rows`` order: W^T
+        [input, 2 * gates * hidden], block-diagonal R [2 * gates * hidden, 2 * hidden], the bias
+        rows; kept while the per-direction weights are the same (constant initializers)."""
+        kept = self._paired
+        if kept is not None and kept[0] is weights:
+            return kept[1]
+        (wf, rf, bf, sf), (wb, rb, bb, sb) = weights
+        h, g = rf.shape[1], self.gates
+        rows = pair_rows(h, g)
+        r2 = np.zeros((2 * g * h, 2 * h), rf.dtype)
+        r2[:g * h, :h] = rf
+        r2[g * h:, h:] = rb
+        paired = (np.ascontiguousarray(np.concatenate([wf, wb], axis=1)[:, rows]), np.ascontiguousarray(r2[rows]),
+                  None if bf is None else np.concatenate([bf, bb])[rows],
+                  None if sf is None else np.concatenate([sf, sb]))  # (the step's bias: one gate's rows)
+        self._paired = (weights, paired)  # one swap: a concurrent run sees the old entry or this one
+        return paired
+
+    def _step_workspace(self, h: int, batch: int, dt: np.dtype, step_bias: np.ndarray | None) -> tuple:
+        return ()
+
+    def plain_loop(self, inputs: list) -> list:
+        """The canonical loop: every form, step by step over the whole batch."""
         if self._via_float32(inputs):
             return half.via_float32(self.compute, inputs, self.widen)
         inputs = list(inputs) + [None] * (8 - len(inputs))
@@ -169,8 +327,25 @@ class RecurrentKernel(Kernel):
 
 @register("RNN", since=7)
 class RNN(RecurrentKernel):
+    """The default form (Tanh, no clip, every sequence the full length) runs
+    ``_run_transposed``: three calls a step (R product, input projection, tanh in place)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self._fast_ok = True
+        self.reverse = [d == "reverse" for d in self.directions]
+
     def _step(self, xw, st, r, rb, d, inputs):
         return [self._apply(self.acts[d][0], xw + st[0] @ r.T + rb)]
+
+    def _prepare_direction(self, w, r, b, h):
+        bias = None if b is None else b[:h] + b[h:]
+        return np.ascontiguousarray(w.T), np.ascontiguousarray(r), bias, None
+
+    def _step_transposed(self, xt, hd, r, ws, out):
+        np.dot(r, hd, out)
+        np.add(out, xt, out)
+        np.tanh(out, out)
 
 
 @register("GRU", since=7)
@@ -181,6 +356,57 @@ class GRU(RecurrentKernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
         self.linear_before_reset = bool(node.attr("linear_before_reset", 0))
+        self._fast_ok = True
+        self.reverse = [d == "reverse" for d in self.directions]
+
+    def _prepare_direction(self, w, r, b, h):
+        """z and r rows (and their bias) halved, so that one tanh gives both sigmoids
+        (sigmoid(x) = 0.5 + 0.5 * tanh(x / 2), exact: a power of two); the bias of the input
+        projections takes W's and R's bias of z and r, and of h W's (R's too without
+        linear_before_reset); with it, R's bias of h is the step's own (it is inside r's product)."""
+        scale = np.concatenate([np.full(2 * h, 0.5, w.dtype), np.ones(h, w.dtype)])
+        wt = np.ascontiguousarray((w * scale[:, None]).T)
+        rs = np.ascontiguousarray(r * scale[:, None])
+        if b is None:
+            return wt, rs, None, None
+        bias = b[:3 * h] + np.concatenate([b[3 * h:5 * h], np.zeros(h, b.dtype)])
+        if not self.linear_before_reset:
+            bias[2 * h:] += b[5 * h:]
+        return wt, rs, bias * scale, (b[5 * h:] if self.linear_before_reset else None)
+
+    def _step_workspace(self, h, batch, dt, step_bias):
+        g = np.empty((3 * h, batch), dt)
+        rbh = None if step_bias is None else np.ascontiguousarray(np.broadcast_to(step_bias[:, None], (h, batch)))
+        return g, g[:2 * h], g[:h], g[h:2 * h], g[2 * h:], np.empty((h, batch), dt), rbh, _HALVES[dt]
+
+    def _step_transposed(self, xt, hd, r, ws, out):
+        """out = the next hidden state [hidden, batch], from hd, step t's projections xt
+        [3 * hidden, batch] and R: H = n + z * (H - n), n the candidate, z the update gate."""
+        g, zr, z, rg, gh, n, rbh, half = ws
+        h = gh.shape[0]
+        multiply, add, tanh = np.multiply, np.add, np.tanh
+        if self.linear_before_reset:
+            np.dot(r, hd, g)
+            add(zr, xt[:2 * h], zr)
+            if rbh is not None:
+                add(gh, rbh, gh)
+        else:
+            np.dot(r[:2 * h], hd, zr)
+            add(zr, xt[:2 * h], zr)
+        tanh(zr, zr)
+        multiply(zr, half, zr)  # sigmoid of z and r from tanh of their halves
+        add(zr, half, zr)
+        if self.linear_before_reset:
+            multiply(rg, gh, n)
+        else:
+            multiply(rg, hd, n)
+            np.dot(r[2 * h:], n, gh)
+            n, gh = gh, n
+        add(n, xt[2 * h:], n)
+        tanh(n, n)
+        np.subtract(hd, n, out)
+        multiply(z, out, out)
+        add(out, n, out)
 
     def _step(self, xw, st, r, rb, d, inputs):
         hprev = st[0]
@@ -252,6 +478,100 @@ def gate_workspace(h: int, batch: int, dt: np.dtype) -> tuple:
             np.empty((h, batch), dt))
 
 
+def pair_rows(h: int, gates: int = 4) -> np.ndarray:
+    """Row indices that interleave two directions' gates (the backward's rows after the
+    forward's) gate by gate: for LSTM's ``gate_order`` i, i', f, f', o, o', c, c'. Each gate's
+    block of both directions is then one contiguous piece, as one direction's is alone."""
+    g = np.arange(gates * h).reshape(gates, 1, h)
+    return np.concatenate([g, g + gates * h], axis=1).reshape(-1)
+
+
+def both_directions_apply(hidden: int, batch: int) -> bool:
+    """The condition of the paired loops (a bidirectional layer's two directions stepped
+    together, R a block-diagonal [2 * gates * hidden, 2 * hidden] product: LSTM's
+    ``_run_both_directions``, GRU and RNN's ``_run_transposed_pair``): while the per-step calls
+    outweigh the work, hidden at most ``PAIR_MAX_HIDDEN`` and hidden x batch at most
+    ``PAIR_MAX_CELLS``. Beyond them the block product's doubled work (its zero blocks) costs more
+    than the calls it saves (measured, 20 steps: LSTM slower at hidden 96 with batch 1, 64 with 16,
+    48 with 32; GRU at 64 with 16; faster at 64 with 4, 32 with 8, 24 with 16, for LSTM, GRU, RNN
+    and DynamicQuantizeLSTM)."""
+    return PAIR_ENABLED and hidden <= PAIR_MAX_HIDDEN and hidden * batch <= PAIR_MAX_CELLS
+
+
+#: The switch of ``RecurrentKernel._run_transposed`` (GRU and RNN's default form): False runs
+#: every form in the plain loop (the tests compare the two).
+TRANSPOSED_ENABLED = True
+#: the largest difference of ``_run_transposed`` from the plain loop on float32 inputs and
+#: weights of unit scale (its bias sums and H = n + z * (H - n) round in another order; 4.8e-7
+#: the largest over 280 random tests/test_recurrent_fast_paths.py cases)
+TRANSPOSED_ATOL = 1e-5
+
+#: The switch of the paired loops (``both_directions_apply``): False steps a bidirectional layer's
+#: directions one after the other (the tests compare the two).
+PAIR_ENABLED = True
+PAIR_MAX_HIDDEN = 64
+PAIR_MAX_CELLS = 512
+#: the largest difference of ``LSTM._run_both_directions`` from the directions run one after the
+#: other, on float32 inputs and weights of unit scale: the block product sums R's rows in BLAS's
+#: order for its shape, not the [4 * hidden, hidden] product's (a few ulps per step; 4.8e-7 the
+#: largest over 300 random tests/test_recurrent_fast_paths.py cases)
+PAIR_ATOL = 1e-5
+
+#: The switch of ``LSTM._run_default`` (and the paired loop built on it): False runs every LSTM in
+#: the plain loop (the tests compare the two).
+LSTM_DEFAULT_ENABLED = True
+
+#: The recurrent kernels' paths (each switch above turns its path off for the tests' comparison).
+RECURRENT_PATHS = path_table("RNN/GRU/LSTM", "RecurrentKernel.plain_loop: the spec's step loop, every form")
+RECURRENT_PATHS.add("plain", "canonical: any activations, clip, sequence_lens with shorter rows, input_forget")
+RECURRENT_PATHS.add("transposed", "GRU and RNN with default activations, no clip, every sequence the full length, "
+                                  "float types (TRANSPOSED_ENABLED): states [hidden, batch], gates preallocated")
+RECURRENT_PATHS.add("lstm_default", "LSTM with default activations, no clip, no peepholes, no input_forget, every "
+                                    "sequence the full length, float types (LSTM._run_default, LSTM_DEFAULT_ENABLED): "
+                                    "nine calls a step per direction")
+RECURRENT_PATHS.add("both_directions", "a bidirectional layer in a default form with hidden <= PAIR_MAX_HIDDEN and "
+                                       "hidden x batch <= PAIR_MAX_CELLS (both_directions_apply): both directions "
+                                       "in one step, R block-diagonal")
+
+
+def pair_blocks(xw: np.ndarray, ys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Per block of ``_BLOCK`` steps (a long sequence's whole copy would delay a terminate
+    request): the steps' [2 * gates * hidden, batch] inputs (the forward direction's projection
+    at t and the backward's at seq - 1 - t, gate by gate as ``pair_rows``) from xw [seq, batch,
+    gates, 2, hidden] (directions second), and the steps' outputs, ys's rows for them. The loops
+    iterate the two with zip: numpy hands out the rows, cheaper than indexing each step."""
+    seq, batch, gates, _, h = xw.shape
+    for b0 in range(0, seq, _BLOCK):
+        b1 = min(seq, b0 + _BLOCK)
+        xs = np.empty((b1 - b0, gates, 2, h, batch), xw.dtype)
+        forward, backward = xw[b0:b1, :, :, 0], xw[seq - b0 - 1::-1][:b1 - b0, :, :, 1]
+        if batch <= 4:  # a batch row at a time: [steps, 4, hidden] pieces copy at full speed (``transposed_steps``)
+            for b in range(batch):
+                xs[:, :, 0, :, b] = forward[:, b]
+                xs[:, :, 1, :, b] = backward[:, b]
+        else:
+            xs[:, :, 0] = forward.transpose(0, 2, 3, 1)
+            xs[:, :, 1] = backward.transpose(0, 2, 3, 1)
+        yield xs.reshape(b1 - b0, 2 * gates * h, batch), ys[b0:b1]
+
+
+def paired_outputs(ys: np.ndarray, finals: list[np.ndarray], layout: int, n_out: int) -> list[np.ndarray]:
+    """A paired loop's outputs: Y from ys [seq, 2 * hidden, batch] (step t: the forward hidden
+    state at t, the backward's at seq - 1 - t), Y_h from its last step and the other final states
+    ([2 * hidden, batch], both directions' rows), in the op's layout."""
+    seq, h2, batch = ys.shape
+    h = h2 // 2
+    y = np.empty((seq, 2, batch, h), ys.dtype)
+    y[:, 0] = ys[:, :h].transpose(0, 2, 1)
+    y[:, 1] = ys[::-1, h:].transpose(0, 2, 1)
+    states = [s.reshape(2, h, batch).transpose(0, 2, 1) for s in [ys[-1]] + finals]
+    if layout:  # [batch, seq, directions, hidden]
+        outs = [y.transpose(2, 0, 1, 3)] + [np.swapaxes(s, 0, 1) for s in states]
+    else:
+        outs = [y] + states
+    return [np.ascontiguousarray(v) for v in outs[:n_out]]
+
+
 _count_nonzero = np.count_nonzero
 WORKSPACES = 16  # scratch-array sets an LSTM kernel keeps (one per hidden size, batch and type)
 _HALVES = {np.dtype(t): np.array(0.5, t) for t in (np.float32, np.float64)}
@@ -283,6 +603,7 @@ class LSTM(RecurrentKernel):
         self.constant_weights = ctx is not None and all(
             not names[i] or ctx.is_constant_initializer(names[i]) for i in self.weight_inputs)
         self._prepared: tuple | None = None  # (input dtype, per-direction weights)
+        self._paired: tuple | None = None  # (the per-direction weights, ``_pair_weights`` of them)
         self._workspaces: dict[tuple, tuple] = {}  # (hidden, batch, dtype) -> ``gate_workspace`` (and more)
         self.reverse = [d == "reverse" for d in self.directions]
 
@@ -317,7 +638,7 @@ class LSTM(RecurrentKernel):
     def compute(self, inputs: list) -> list:
         if self._via_float32(inputs):
             return half.via_float32(self.compute, inputs, self.widen)
-        if self.default_form:
+        if self.default_form and LSTM_DEFAULT_ENABLED:
             x = inputs[0]
             n = len(inputs)
             lens = inputs[4] if n > 4 else None
@@ -332,11 +653,14 @@ class LSTM(RecurrentKernel):
                     if weights is not None and self.constant_weights:
                         self._prepared = (x.dtype, weights)  # one swap: a concurrent run sees either
                 if weights is not None:
+                    if (len(weights) == 2
+                            and both_directions_apply(weights[0][1].shape[1], x.shape[0 if self.layout else 1])):
+                        return self._run_both_directions(x, inputs, weights)
                     return self._run_default(x, inputs, weights)
         return self._general(inputs)
 
     def _general(self, inputs: list) -> list:
-        return super().compute(inputs)
+        return self.plain_loop(inputs)
 
     def _states_fit(self, inputs: list, n: int, x: np.ndarray) -> bool:
         """Whether initial_h and initial_c (where given) are x's type and [directions, batch, ...]
@@ -442,6 +766,107 @@ class LSTM(RecurrentKernel):
             return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)), np.ascontiguousarray(np.swapaxes(y_h, 0, 1)),
                     np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]
         return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h, y_c][: self.n_out]
+
+    def _pair_weights(self, weights: list) -> tuple:
+        """``_make_pair_weights`` of the per-direction weights of ``_prepare``, kept while those
+        are the same (constant initializers)."""
+        kept = self._paired
+        if kept is not None and kept[0] is weights:
+            return kept[1]
+        paired = self._make_pair_weights(weights)
+        self._paired = (weights, paired)  # one swap: a concurrent run sees the old entry or this one
+        return paired
+
+    def _make_pair_weights(self, weights: list) -> tuple:
+        """(``_input_projection``'s weights of both directions, W^T [input, 8 * hidden]; the
+        block-diagonal R [8 * hidden, 2 * hidden]; bias row or None; whether R is finite; None
+        (a float LSTM)), rows in ``pair_rows`` order."""
+        (wf, rf, bf, _, ff), (wb, rb, bb, _, fb) = weights
+        h = rf.shape[1]
+        rows = pair_rows(h)
+        r2 = np.zeros((8 * h, 2 * h), rf.dtype)
+        r2[:4 * h, :h] = rf
+        r2[4 * h:, h:] = rb
+        bias = None if bf is None else np.concatenate([bf, bb])[rows]
+        return ((np.ascontiguousarray(np.concatenate([wf, wb], axis=1)[:, rows]),), np.ascontiguousarray(r2[rows]),
+                bias, ff and fb, None)
+
+    def _run_both_directions(self, x: np.ndarray, args: list, weights: list) -> list:
+        """A bidirectional LSTM's two directions stepped together (``both_directions_apply``):
+        step t runs the forward direction's time t and the backward's time seq - 1 - t on one
+        state [2 * hidden, batch] (both hidden states stacked), one block-diagonal R product and
+        the nine calls of ``_run_default`` on arrays of both directions' gates (``pair_rows``):
+        nine calls a step where one direction after the other takes eighteen."""
+        if self.layout:
+            x = np.swapaxes(x, 0, 1)
+        seq, batch, k = x.shape
+        dt = x.dtype
+        proj, r2, bias, finite, rq = self._pair_weights(weights)
+        h = r2.shape[1] // 2
+        n = len(args)
+        h0 = args[5] if n > 5 else None
+        c0 = args[6] if n > 6 else None
+        if self.layout:
+            h0 = None if h0 is None else np.swapaxes(h0, 0, 1)
+            c0 = None if c0 is None else np.swapaxes(c0, 0, 1)
+        # [forward; backward] rows of the initial states, [2 * hidden, batch]
+        h0 = None if h0 is None else h0.transpose(0, 2, 1).reshape(2 * h, batch)
+        c0 = None if c0 is None else c0.transpose(0, 2, 1).reshape(2 * h, batch)
+        xw = self._input_projection(x.reshape(seq * batch, k), proj)  # [seq * batch, 8 * hidden]
+        if bias is not None:
+            np.add(xw, bias, xw)
+        ys = np.empty((seq, 2 * h, batch), dt)  # step t: [forward hidden at t; backward at seq - 1 - t]
+        blocks = pair_blocks(xw.reshape(seq, batch, 4, 2, h), ys)
+        if rq is not None:
+            c = self._quantized_pair(rq, blocks, h0, c0, ys)
+        else:
+            c = self._float_pair(r2, finite, blocks, h0, c0, ys)
+        return paired_outputs(ys, [c], self.layout, self.n_out)
+
+    def _float_pair(self, r2: np.ndarray, finite: bool, blocks: Iterator, h0: np.ndarray | None,
+                    c0: np.ndarray | None, ys: np.ndarray) -> np.ndarray:
+        """The paired recurrence (``_run_both_directions``) of float weights; returns the final
+        cell state [2 * hidden, batch] (a copy: the scratch arrays are kept for the next run)."""
+        batch, dt = ys.shape[2], ys.dtype
+        h = r2.shape[1] // 2
+        key = ("pair", h, batch, dt)
+        ws = self._workspaces.pop(key, None) or gate_workspace(2 * h, batch, dt)
+        g8, s6, o, c, pair_a, pair_b, prod, p0, p1, th = ws
+        c[...] = 0 if c0 is None else c0
+        hd = np.zeros((2 * h, batch), dt) if h0 is None else h0
+        # an all-zero initial state: the R product is 0 while R is finite, and left out
+        zero_state = finite and (h0 is None or not _count_nonzero(hd))
+        dot, tanh, multiply, add = np.dot, np.tanh, np.multiply, np.add
+        half = _HALVES[dt]
+        run_options = RUN_OPTIONS.get()  # (its terminate flag is read every step, as check_terminate does)
+        for xs, outs in blocks:
+            for xt, out in zip(xs, outs):
+                if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
+                    check_terminate()
+                if zero_state:
+                    zero_state = False
+                    tanh(xt, g8)
+                else:
+                    dot(r2, hd, g8)
+                    add(g8, xt, g8)
+                    tanh(g8, g8)
+                multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
+                add(s6, half, s6)
+                multiply(pair_a, pair_b, prod)
+                add(p0, p1, c)
+                tanh(c, th)
+                multiply(o, th, out)
+                hd = out
+        final = c.copy()
+        if len(self._workspaces) < WORKSPACES:
+            self._workspaces[key] = ws
+        return final
+
+    def _quantized_pair(self, rq: tuple, blocks: Iterator, h0: np.ndarray | None, c0: np.ndarray | None,
+                        ys: np.ndarray) -> np.ndarray:
+        """The paired recurrence of weights that are not float (DynamicQuantizeLSTM; ``rq`` is
+        what its ``_make_pair_weights`` made), as ``_float_pair``."""
+        raise NotImplementedError
 
     def _quantized_direction(self, rq: tuple, xw: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None,
                              yt: np.ndarray, y_h: np.ndarray, y_c: np.ndarray, d: int, run_options) -> None:

@@ -1,0 +1,132 @@
+"""Each 2-D convolution of a model alone: the CPU EP's FusedConv (the path it takes, ``last_path``)
+against onnxruntime's Conv of the same shape, weights and attributes, alternating in one process.
+
+    python benchmarks/conv_layers.py MODEL [--batch 1,2] [--repeat 50] [--threads 1]
+
+MODEL is a corpus ``.onnx`` file or ``cnn`` (``models.cnn()``: ResNet-18 at 224, the shape of the
+medium corpus's ResNet). The batch axis of the model's input is set to each ``--batch``; every
+Conv with constant weights is timed with its bias (a Relu or residual the optimizer would fuse is
+left out: both sides run the bare convolution). Times are medians of CPU time
+(``time.process_time``, which other processes' load does not stretch) and of wall time; with
+``--threads 1`` (the default) both runtimes use one thread, so the ratio compares the kernels'
+work, not their threading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def conv_layers(model: onnx.ModelProto, batch: int) -> list[tuple[onnx.NodeProto, tuple, np.ndarray, np.ndarray | None]]:
+    """(node, input shape, weights, bias) of each Conv with constant weights and a known input shape."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for vi in list(model.graph.input) + list(model.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        if dims:
+            dims[0].Clear()
+            dims[0].dim_value = batch
+    del model.graph.value_info[:]
+    model = shape_inference.infer_shapes(model)
+    shapes = {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+              for vi in list(model.graph.value_info) + list(model.graph.input)}
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    layers = []
+    for node in model.graph.node:
+        shape = shapes.get(node.input[0], ())
+        if node.op_type != "Conv" or node.input[1] not in inits or len(shape) != 4 or not all(shape):
+            continue
+        bias = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        layers.append((node, shape, inits[node.input[1]].astype(np.float32), bias))
+    return layers
+
+
+def _fused_kernel(node: onnx.NodeProto, has_bias: bool):
+    from onnxhal.hal import KernelCreateContext, Node
+    from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN
+    from onnxhal.runtime.providers.cpu.kernels.fused_conv import FusedConv
+
+    class Constant(KernelCreateContext):  # the weights are initializers: derived forms may be kept
+        def is_constant_initializer(self, name: str) -> bool:
+            return name in ("w", "b")
+
+    fused = Node("FusedConv", ["x", "w", "b" if has_bias else ""], ["y"], domain=DOMAIN,
+                 attribute_protos=list(node.attribute))
+    fused.since_version = 1
+    return FusedConv(fused, Constant())
+
+
+def _ort_conv(node: onnx.NodeProto, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, threads: int):
+    import onnxruntime as ort
+
+    inits = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if b is not None else [])
+    conv = helper.make_node("Conv", ["x", "w"] + (["b"] if b is not None else []), ["y"])
+    conv.attribute.extend(node.attribute)
+    graph = helper.make_graph([conv], "conv", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model")
+    p.add_argument("--batch", default="1,2")
+    p.add_argument("--repeat", type=int, default=50)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    from onnxhal.runtime.providers.cpu.kernels.blas_threads import set_blas_threads
+
+    set_blas_threads(args.threads)
+    if args.model == "cnn":
+        import models
+
+        model = models.cnn()
+    else:
+        model = onnx.load(args.model)
+    rng = np.random.default_rng(0)
+    print(f"load average at the start {open('/proc/loadavg').read().split()[:3]}")
+    for batch in (int(v) for v in args.batch.split(",")):
+        totals = [0.0, 0.0]
+        for node, shape, w, b in conv_layers(model, batch):
+            x = rng.standard_normal(shape).astype(np.float32)
+            kernel = _fused_kernel(node, b is not None)
+            sess = _ort_conv(node, x, w, b, args.threads)
+            want = sess.run(None, {"x": x})[0]
+            got = kernel.compute([x, w, b, None])[0]
+            diff = float(np.max(np.abs(got.astype(np.float64) - want)))
+            cpu, wall = [[], []], [[], []]
+            runs = (kernel.compute, sess.run)
+            feeds = ([x, w, b, None], (None, {"x": x}))
+            for _ in range(args.repeat):
+                for i in (0, 1):
+                    c0, w0 = time.process_time(), time.perf_counter()
+                    runs[i](*feeds[i]) if i else runs[i](feeds[i])
+                    wall[i].append(time.perf_counter() - w0)
+                    cpu[i].append(time.process_time() - c0)
+            ch, co = (statistics.median(v) * 1e6 for v in cpu)
+            wh, wo = (statistics.median(v) * 1e6 for v in wall)
+            totals[0] += ch
+            totals[1] += co
+            print(f"N={batch} x={str(shape):19s} w={str(w.shape):17s} {kernel.last_path:20s} cpu us {ch:8.1f} "
+                  f"ort {co:8.1f} ({ch / co:4.2f})  wall {wh:8.1f} ort {wo:8.1f}  diff {diff:.1e}", flush=True)
+        print(f"N={batch} total cpu us {totals[0]:.0f} against onnxruntime's {totals[1]:.0f} "
+              f"({totals[0] / totals[1]:.2f})")
+    print(f"load average at the end {open('/proc/loadavg').read().split()[:3]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,526 @@
+/* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
+ * walked tree by tree over the rows, and libsvm's pairwise coupling row by row, for the few-row
+ * runs where numpy's per-call cost is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
+ * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
+ *
+ * Semantics are ml_trees.py's numpy kernel's, to the bit:
+ * - a node's test is `x[feature] CMP threshold`, true branch where it holds, or where the value is
+ *   NaN and the node's missing value tracks true, as onnxruntime's TREE_FIND_VALUE
+ *   (onnxruntime/core/providers/cpu/ml/tree_ensemble_common.h). Inputs and thresholds (float32 or
+ *   float64) are both widened to double, which is exact, so every comparison is the one numpy makes
+ *   in the promoted type;
+ * - SUM / AVERAGE: per output, the first tree's leaf weight, then each next tree's added in tree
+ *   order in the weights' type (numpy's add.reduce over the tree axis, onnxruntime's
+ *   TreeAggregatorSum::ProcessTreeNodePrediction in tree_ensemble_aggregator.h); AVERAGE divides
+ *   the sum by the tree count in that type; no tree: 0;
+ * - MIN / MAX: per output, over the trees whose leaf writes it, numpy's minimum / maximum in tree
+ *   order (`a < b || a is NaN ? a : b`: NaN propagates, a tie keeps the later); an output no tree
+ *   wrote is 0.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { LEAF = 6 };
+enum { HOW_SUM = 0, HOW_AVERAGE = 1, HOW_MIN = 2, HOW_MAX = 3 };
+
+typedef struct {
+  double threshold;
+  int64_t feature;
+  int32_t next[2]; /* false, true */
+  int8_t mode;
+  uint8_t missing;
+} TreeNode;
+
+typedef struct {
+  PyObject_HEAD
+  Py_ssize_t nodes, trees, outputs;
+  int64_t max_feature; /* the largest feature an interior node reads; -1 where none */
+  int weights_double;
+  int uniform_mode; /* the one mode (0-5) of every interior node, else 6 */
+  TreeNode *node;
+  Py_ssize_t *root;
+  Py_ssize_t *tree_depth; /* per tree its longest root-to-leaf walk */
+  void *weights; /* [nodes, outputs] float or double */
+  uint8_t *has;  /* [nodes, outputs] */
+} Forest;
+
+/* A C-contiguous buffer of `count` items of `itemsize` bytes whose format is one of `formats`
+ * (NULL: any). */
+static int get_buffer(PyObject *obj, Py_buffer *view, const char *what, Py_ssize_t itemsize, const char *formats,
+                      Py_ssize_t count, int writable) {
+  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+  const char *fmt = view->format ? view->format : "B";
+  if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') fmt++;
+  if (view->itemsize != itemsize || (formats && (strlen(fmt) != 1 || !strchr(formats, fmt[0]))) ||
+      (count >= 0 && view->len != count * itemsize)) {
+    PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes (format one of '%s'), got %zd bytes of "
+                 "format '%s'", what, count, itemsize, formats ? formats : "any", view->len, fmt);
+    PyBuffer_Release(view);
+    return -1;
+  }
+  return 0;
+}
+
+static void forest_dealloc(Forest *self) {
+  PyMem_Free(self->node);
+  PyMem_Free(self->root);
+  PyMem_Free(self->tree_depth);
+  PyMem_Free(self->weights);
+  PyMem_Free(self->has);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Forest(feature int64[n], threshold float64[n], mode int8[n], true_next int64[n],
+ *        false_next int64[n], missing bool[n], roots int64[t], weights float32|float64[n, k],
+ *        has bool[n, k], outputs k, tree_depth int64[t]: per tree its longest root-to-leaf walk) */
+static PyObject *forest_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  PyObject *o_feature, *o_threshold, *o_mode, *o_true, *o_false, *o_missing, *o_roots, *o_weights, *o_has, *o_depth;
+  Py_ssize_t outputs;
+  static char *names[] = {"feature", "threshold", "mode", "true_next", "false_next", "missing", "roots",
+                          "weights", "has", "outputs", "tree_depth", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOnO", names, &o_feature, &o_threshold, &o_mode, &o_true,
+                                   &o_false, &o_missing, &o_roots, &o_weights, &o_has, &outputs, &o_depth))
+    return NULL;
+  if (outputs < 1) {
+    PyErr_SetString(PyExc_ValueError, "Forest: outputs must be >= 1");
+    return NULL;
+  }
+  Py_buffer b_feature, b_threshold, b_mode, b_true, b_false, b_missing, b_roots, b_weights, b_has, b_depth;
+  Py_buffer *held[10];
+  int n_held = 0;
+  Forest *self = NULL;
+  if (get_buffer(o_feature, &b_feature, "feature", 8, "lq", -1, 0) < 0) goto fail;
+  held[n_held++] = &b_feature;
+  Py_ssize_t n = b_feature.len / 8;
+  if (n >= INT32_MAX) {
+    PyErr_SetString(PyExc_ValueError, "Forest: too many nodes");
+    goto fail;
+  }
+  if (get_buffer(o_threshold, &b_threshold, "threshold", 8, "d", n, 0) < 0) goto fail;
+  held[n_held++] = &b_threshold;
+  if (get_buffer(o_mode, &b_mode, "mode", 1, "bB", n, 0) < 0) goto fail;
+  held[n_held++] = &b_mode;
+  if (get_buffer(o_true, &b_true, "true_next", 8, "lq", n, 0) < 0) goto fail;
+  held[n_held++] = &b_true;
+  if (get_buffer(o_false, &b_false, "false_next", 8, "lq", n, 0) < 0) goto fail;
+  held[n_held++] = &b_false;
+  if (get_buffer(o_missing, &b_missing, "missing", 1, "?bB", n, 0) < 0) goto fail;
+  held[n_held++] = &b_missing;
+  if (get_buffer(o_roots, &b_roots, "roots", 8, "lq", -1, 0) < 0) goto fail;
+  held[n_held++] = &b_roots;
+  if (PyObject_GetBuffer(o_weights, &b_weights, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto fail;
+  held[n_held++] = &b_weights;
+  if (!((b_weights.itemsize == 4 && b_weights.format && strchr("f", b_weights.format[strlen(b_weights.format) - 1])) ||
+        (b_weights.itemsize == 8 && b_weights.format && strchr("d", b_weights.format[strlen(b_weights.format) - 1]))) ||
+      b_weights.len != n * outputs * b_weights.itemsize) {
+    PyErr_SetString(PyExc_ValueError, "Forest: weights must be float32 or float64 [nodes, outputs]");
+    goto fail;
+  }
+  if (get_buffer(o_has, &b_has, "has", 1, "?bB", n * outputs, 0) < 0) goto fail;
+  held[n_held++] = &b_has;
+  if (get_buffer(o_depth, &b_depth, "tree_depth", 8, "lq", b_roots.len / 8, 0) < 0) goto fail;
+  held[n_held++] = &b_depth;
+
+  self = (Forest *)type->tp_alloc(type, 0);
+  if (!self) goto fail;
+  self->nodes = n;
+  self->trees = b_roots.len / 8;
+  self->outputs = outputs;
+  self->weights_double = b_weights.itemsize == 8;
+  self->max_feature = -1;
+  self->uniform_mode = -1;
+  self->node = PyMem_Calloc(n ? n : 1, sizeof(TreeNode));
+  self->root = PyMem_Calloc(self->trees ? self->trees : 1, sizeof(Py_ssize_t));
+  self->tree_depth = PyMem_Calloc(self->trees ? self->trees : 1, sizeof(Py_ssize_t));
+  self->weights = PyMem_Malloc(b_weights.len ? b_weights.len : 1);
+  self->has = PyMem_Malloc(b_has.len ? b_has.len : 1);
+  if (!self->node || !self->root || !self->tree_depth || !self->weights || !self->has) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  const int64_t *feature = b_feature.buf, *true_next = b_true.buf, *false_next = b_false.buf, *roots = b_roots.buf;
+  const double *threshold = b_threshold.buf;
+  const int8_t *mode = b_mode.buf;
+  const uint8_t *missing = b_missing.buf;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    TreeNode *nd = &self->node[i];
+    if (mode[i] < 0 || mode[i] > LEAF) {
+      PyErr_Format(PyExc_ValueError, "Forest: node %zd has mode %d (0-6 only)", i, (int)mode[i]);
+      goto fail;
+    }
+    if (true_next[i] < 0 || true_next[i] >= n || false_next[i] < 0 || false_next[i] >= n) {
+      PyErr_Format(PyExc_ValueError, "Forest: node %zd has a child outside the %zd nodes", i, n);
+      goto fail;
+    }
+    if (mode[i] != LEAF && feature[i] < 0) {
+      PyErr_Format(PyExc_ValueError, "Forest: node %zd reads feature %lld", i, (long long)feature[i]);
+      goto fail;
+    }
+    nd->mode = mode[i];
+    nd->threshold = threshold[i];
+    nd->feature = mode[i] == LEAF ? 0 : feature[i];
+    nd->next[0] = (int32_t)false_next[i];
+    nd->next[1] = (int32_t)true_next[i];
+    nd->missing = missing[i] != 0;
+    if (mode[i] != LEAF && feature[i] > self->max_feature) self->max_feature = feature[i];
+    if (mode[i] != LEAF) self->uniform_mode = self->uniform_mode == -1 || self->uniform_mode == mode[i] ? mode[i] : LEAF;
+  }
+  if (self->uniform_mode < 0) self->uniform_mode = LEAF; /* no interior node: no step is taken */
+  for (Py_ssize_t t = 0; t < self->trees; t++) {
+    if (roots[t] < 0 || roots[t] >= n) {
+      PyErr_Format(PyExc_ValueError, "Forest: root %zd is outside the %zd nodes", t, n);
+      goto fail;
+    }
+    self->root[t] = (Py_ssize_t)roots[t];
+    /* at most one step per node: a walk longer than that would be a cycle, which no step count
+       makes safe to take as given */
+    int64_t d = ((const int64_t *)b_depth.buf)[t];
+    if (d < 0 || d > n) {
+      PyErr_Format(PyExc_ValueError, "Forest: tree %zd has depth %lld (0 to %zd)", t, (long long)d, n);
+      goto fail;
+    }
+    self->tree_depth[t] = (Py_ssize_t)d;
+  }
+  memcpy(self->weights, b_weights.buf, b_weights.len);
+  memcpy(self->has, b_has.buf, b_has.len);
+  for (int i = 0; i < n_held; i++) PyBuffer_Release(held[i]);
+  return (PyObject *)self;
+fail:
+  for (int i = 0; i < n_held; i++) PyBuffer_Release(held[i]);
+  Py_XDECREF(self);
+  return NULL;
+}
+
+/* The leaves `count` rows (at most BLOCK, `row_bytes` apart) reach from `root` in `steps` steps
+ * (the tree's longest root-to-leaf walk): a leaf's children are itself, so a row that reached its
+ * leaf stays there and the rows walk in lockstep, without a branch on where each one is (their
+ * independent loads overlap). A node's test as onnxruntime's TREE_FIND_VALUE. */
+enum { BLOCK = 8 };
+
+typedef void (*WalkFn)(const Forest *f, Py_ssize_t root, Py_ssize_t steps, const char *rows, Py_ssize_t row_bytes,
+                       Py_ssize_t count, Py_ssize_t *leaf);
+
+static inline int compare_mode(double v, double th, int8_t mode) {
+  switch (mode) {
+    case 0: return v <= th;
+    case 1: return v < th;
+    case 2: return v >= th;
+    case 3: return v > th;
+    case 4: return v == th;
+    case 5: return v != th;
+    default: return 0; /* a leaf: both children are itself */
+  }
+}
+
+#define CMP_LEQ(v, th, nd) ((v) <= (th))
+#define CMP_LT(v, th, nd) ((v) < (th))
+#define CMP_GTE(v, th, nd) ((v) >= (th))
+#define CMP_GT(v, th, nd) ((v) > (th))
+#define CMP_EQ(v, th, nd) ((v) == (th))
+#define CMP_NEQ(v, th, nd) ((v) != (th))
+#define CMP_ANY(v, th, nd) compare_mode((v), (th), (nd)->mode)
+
+/* One walker per input type and comparison: where every interior node has one mode, the leaves
+ * may take that comparison too (their two children are the same). */
+#define WALKER(NAME, XT, CMP)                                                                        \
+  static void NAME(const Forest *f, Py_ssize_t root, Py_ssize_t steps, const char *rows,            \
+                   Py_ssize_t row_bytes, Py_ssize_t count, Py_ssize_t *leaf) {                       \
+    for (Py_ssize_t b = 0; b < count; b++) leaf[b] = root;                                           \
+    for (Py_ssize_t step = 0; step < steps; step++) {                                                \
+      for (Py_ssize_t b = 0; b < count; b++) {                                                       \
+        const TreeNode *nd = &f->node[leaf[b]];                                                      \
+        double v = (double)((const XT *)(rows + b * row_bytes))[nd->feature];                        \
+        int go = CMP(v, nd->threshold, nd);                                                          \
+        go |= nd->missing & (v != v); /* NaN, where the missing value tracks true */                 \
+        leaf[b] = nd->next[go];                                                                      \
+      }                                                                                              \
+    }                                                                                                \
+  }
+
+WALKER(walk_f_leq, float, CMP_LEQ)
+WALKER(walk_f_lt, float, CMP_LT)
+WALKER(walk_f_gte, float, CMP_GTE)
+WALKER(walk_f_gt, float, CMP_GT)
+WALKER(walk_f_eq, float, CMP_EQ)
+WALKER(walk_f_neq, float, CMP_NEQ)
+WALKER(walk_f_any, float, CMP_ANY)
+WALKER(walk_d_leq, double, CMP_LEQ)
+WALKER(walk_d_lt, double, CMP_LT)
+WALKER(walk_d_gte, double, CMP_GTE)
+WALKER(walk_d_gt, double, CMP_GT)
+WALKER(walk_d_eq, double, CMP_EQ)
+WALKER(walk_d_neq, double, CMP_NEQ)
+WALKER(walk_d_any, double, CMP_ANY)
+
+/* [x is double][the forest's one mode 0-5, or 6: mixed] */
+static const WalkFn WALKERS[2][7] = {
+    {walk_f_leq, walk_f_lt, walk_f_gte, walk_f_gt, walk_f_eq, walk_f_neq, walk_f_any},
+    {walk_d_leq, walk_d_lt, walk_d_gte, walk_d_gt, walk_d_eq, walk_d_neq, walk_d_any},
+};
+
+/* Trees outside, rows inside (a tree's nodes stay in cache over the rows); per row and output the
+ * trees still come in tree order, so the sums are those of one row's loop over the trees. */
+#define AGGREGATE(T)                                                                                 \
+  {                                                                                                  \
+    const T *weights = f->weights;                                                                   \
+    T *scores = (T *)out;                                                                            \
+    T fill = how <= HOW_AVERAGE ? (T)0 : (how == HOW_MIN ? (T)INFINITY : (T)-INFINITY);              \
+    for (Py_ssize_t i = 0; i < rows * k; i++) scores[i] = fill;                                      \
+    if (written) memset(written, 0, (size_t)(rows * k));                                             \
+    Py_ssize_t leaf[BLOCK];                                                                          \
+    WalkFn walker = WALKERS[x_double][f->uniform_mode];                                              \
+    for (Py_ssize_t t = 0; t < f->trees; t++) {                                                      \
+      for (Py_ssize_t r0 = 0; r0 < rows; r0 += BLOCK) {                                              \
+        Py_ssize_t count = rows - r0 < BLOCK ? rows - r0 : BLOCK;                                    \
+        walker(f, f->root[t], f->tree_depth[t], x + r0 * row_bytes, row_bytes, count, leaf);        \
+        for (Py_ssize_t b = 0; b < count; b++) {                                                     \
+          const T *w = weights + leaf[b] * k;                                                        \
+          const uint8_t *h = f->has + leaf[b] * k;                                                   \
+          T *s = scores + (r0 + b) * k;                                                              \
+          if (written) {                                                                             \
+            uint8_t *w_out = written + (r0 + b) * k;                                                 \
+            for (Py_ssize_t j = 0; j < k; j++) w_out[j] |= h[j];                                     \
+          }                                                                                          \
+          if (how <= HOW_AVERAGE) {                                                                  \
+            if (t == 0)                                                                              \
+              for (Py_ssize_t j = 0; j < k; j++) s[j] = w[j];                                        \
+            else                                                                                     \
+              for (Py_ssize_t j = 0; j < k; j++) s[j] = (T)(s[j] + w[j]);                            \
+          } else if (how == HOW_MIN) {                                                               \
+            for (Py_ssize_t j = 0; j < k; j++) {                                                     \
+              T v = h[j] ? w[j] : (T)INFINITY;                                                       \
+              s[j] = (s[j] < v || isnan(s[j])) ? s[j] : v;                                           \
+            }                                                                                        \
+          } else {                                                                                   \
+            for (Py_ssize_t j = 0; j < k; j++) {                                                     \
+              T v = h[j] ? w[j] : (T)-INFINITY;                                                      \
+              s[j] = (s[j] > v || isnan(s[j])) ? s[j] : v;                                           \
+            }                                                                                        \
+          }                                                                                          \
+        }                                                                                            \
+      }                                                                                              \
+    }                                                                                                \
+    if (how == HOW_AVERAGE) {                                                                        \
+      T n_trees = (T)f->trees;                                                                       \
+      for (Py_ssize_t i = 0; i < rows * k; i++) scores[i] = (T)(scores[i] / n_trees);                \
+    } else if (how >= HOW_MIN) {                                                                     \
+      for (Py_ssize_t i = 0; i < rows * k; i++)                                                      \
+        if (!written[i]) scores[i] = (T)0; /* an output no tree wrote is 0 */                        \
+    }                                                                                                \
+  }
+
+/* Forest.evaluate(x, how, scores, written): x float32|float64 [rows, width] C-contiguous; how 0-3
+ * (SUM, AVERAGE, MIN, MAX); scores [rows, outputs] of the weights' type, written into; written
+ * bool [rows, outputs] (which outputs some tree's leaf writes), or None for SUM and AVERAGE. */
+static PyObject *forest_evaluate(Forest *f, PyObject *args) {
+  PyObject *o_x, *o_out, *o_written;
+  int how;
+  if (!PyArg_ParseTuple(args, "OiOO", &o_x, &how, &o_out, &o_written)) return NULL;
+  if (how < HOW_SUM || how > HOW_MAX) {
+    PyErr_Format(PyExc_ValueError, "evaluate: how must be 0-3 (SUM, AVERAGE, MIN, MAX), got %d", how);
+    return NULL;
+  }
+  Py_buffer bx, bo, bw;
+  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0) return NULL;
+  const char *fmt = bx.format ? bx.format : "B";
+  if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') fmt++;
+  int x_double = strcmp(fmt, "d") == 0;
+  if (bx.ndim != 2 || !(x_double || strcmp(fmt, "f") == 0)) {
+    PyBuffer_Release(&bx);
+    PyErr_SetString(PyExc_ValueError, "evaluate: x must be a 2-D float32 or float64 C-contiguous array");
+    return NULL;
+  }
+  Py_ssize_t rows = bx.shape[0], width = bx.shape[1], k = f->outputs;
+  if (width <= f->max_feature) {
+    PyBuffer_Release(&bx);
+    PyErr_Format(PyExc_IndexError, "evaluate: x has %zd columns, the trees read column %lld", width,
+                 (long long)f->max_feature);
+    return NULL;
+  }
+  if (get_buffer(o_out, &bo, "scores", f->weights_double ? 8 : 4, f->weights_double ? "d" : "f", rows * k, 1) < 0) {
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  uint8_t *written = NULL;
+  if (o_written == Py_None && how >= HOW_MIN) {
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bo);
+    PyErr_SetString(PyExc_ValueError, "evaluate: MIN and MAX need the written array (an output no tree wrote is 0)");
+    return NULL;
+  }
+  if (o_written != Py_None) {
+    if (get_buffer(o_written, &bw, "written", 1, "?bB", rows * k, 1) < 0) {
+      PyBuffer_Release(&bx);
+      PyBuffer_Release(&bo);
+      return NULL;
+    }
+    written = bw.buf;
+  }
+  const char *x = bx.buf;
+  Py_ssize_t row_bytes = width * (x_double ? 8 : 4);
+  void *out = bo.buf;
+  /* large runs let other threads go on meanwhile (the buffers are held, the forest is immutable) */
+  int release = rows * f->trees > 4096;
+  PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
+  if (f->weights_double)
+    AGGREGATE(double)
+  else
+    AGGREGATE(float)
+  if (release) PyEval_RestoreThread(ts);
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&bo);
+  if (written) PyBuffer_Release(&bw);
+  Py_RETURN_NONE;
+}
+
+/* coupling(v, pair_i, pair_j, k, out): libsvm's multiclass_probability (svm.cpp; onnxruntime's
+ * ml_common.h has it in float) row by row in double: v float32 [rows, pairs] the clipped pairwise
+ * probabilities r[i, j] of the pairs (i, j) (r[j, i] = 1 - r[i, j]); out float32 [rows, k]. Q and
+ * the loop as libsvm writes them (Qp and pQp updated within an iteration; a NaN error is passed
+ * over by the max, so a row of NaN keeps p = 1/k). */
+static PyObject *coupling(PyObject *module, PyObject *args) {
+  PyObject *o_v, *o_i, *o_j, *o_out;
+  Py_ssize_t k;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOnO", &o_v, &o_i, &o_j, &k, &o_out)) return NULL;
+  if (k < 2 || k > 4096) {
+    PyErr_Format(PyExc_ValueError, "coupling: k must be 2 to 4096, got %zd", k);
+    return NULL;
+  }
+  Py_ssize_t pairs = k * (k - 1) / 2;
+  Py_buffer bv, bi, bj, bo;
+  int held = 0;
+  PyObject *result = NULL;
+  double *work = NULL;
+  if (get_buffer(o_i, &bi, "pair_i", 8, "lq", pairs, 0) < 0) goto done;
+  held = 1;
+  if (get_buffer(o_j, &bj, "pair_j", 8, "lq", pairs, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_v, &bv, "v", 4, "f", -1, 0) < 0) goto done;
+  held = 3;
+  if (bv.len % (pairs * 4)) {
+    PyErr_SetString(PyExc_ValueError, "coupling: v must be [rows, k (k - 1) / 2] float32");
+    goto done;
+  }
+  Py_ssize_t rows = bv.len / (pairs * 4);
+  if (get_buffer(o_out, &bo, "out", 4, "f", rows * k, 1) < 0) goto done;
+  held = 4;
+  const int64_t *pi = bi.buf, *pj = bj.buf;
+  for (Py_ssize_t c = 0; c < pairs; c++)
+    if (pi[c] < 0 || pi[c] >= k || pj[c] < 0 || pj[c] >= k || pi[c] == pj[c]) {
+      PyErr_Format(PyExc_ValueError, "coupling: pair %zd is (%lld, %lld), outside %zd classes", c, (long long)pi[c],
+                   (long long)pj[c], k);
+      goto done;
+    }
+  work = PyMem_Malloc(sizeof(double) * (size_t)(2 * k * k + 2 * k));
+  if (!work) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  double *r = work, *Q = work + k * k, *Qp = Q + k * k, *p = Qp + k;
+  const float *v = bv.buf;
+  float *out = bo.buf;
+  double eps = 0.005 / (double)k;
+  PyThreadState *ts = rows * k * k > 65536 ? PyEval_SaveThread() : NULL;
+  for (Py_ssize_t n = 0; n < rows; n++) {
+    memset(r, 0, sizeof(double) * (size_t)(k * k));
+    for (Py_ssize_t c = 0; c < pairs; c++) {
+      double a = (double)v[n * pairs + c];
+      r[pi[c] * k + pj[c]] = a;
+      r[pj[c] * k + pi[c]] = 1 - a;
+    }
+    for (Py_ssize_t t = 0; t < k; t++) {
+      p[t] = 1.0 / (double)k;
+      Q[t * k + t] = 0;
+      for (Py_ssize_t j = 0; j < t; j++) {
+        Q[t * k + t] += r[j * k + t] * r[j * k + t];
+        Q[t * k + j] = Q[j * k + t];
+      }
+      for (Py_ssize_t j = t + 1; j < k; j++) {
+        Q[t * k + t] += r[j * k + t] * r[j * k + t];
+        Q[t * k + j] = -r[j * k + t] * r[t * k + j];
+      }
+    }
+    for (int iter = 0; iter < 100; iter++) {
+      double pQp = 0;
+      for (Py_ssize_t t = 0; t < k; t++) {
+        Qp[t] = 0;
+        for (Py_ssize_t j = 0; j < k; j++) Qp[t] += Q[t * k + j] * p[j];
+        pQp += p[t] * Qp[t];
+      }
+      double max_error = 0;
+      for (Py_ssize_t t = 0; t < k; t++) {
+        double error = fabs(Qp[t] - pQp);
+        if (error > max_error) max_error = error;
+      }
+      if (max_error < eps) break;
+      for (Py_ssize_t t = 0; t < k; t++) {
+        double diff = (-Qp[t] + pQp) / Q[t * k + t];
+        p[t] += diff;
+        pQp = (pQp + diff * (diff * Q[t * k + t] + 2 * Qp[t])) / (1 + diff) / (1 + diff);
+        for (Py_ssize_t j = 0; j < k; j++) {
+          Qp[j] = (Qp[j] + diff * Q[t * k + j]) / (1 + diff);
+          p[j] /= (1 + diff);
+        }
+      }
+    }
+    for (Py_ssize_t t = 0; t < k; t++) out[n * k + t] = (float)p[t];
+  }
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(work);
+  if (held >= 4) PyBuffer_Release(&bo);
+  if (held >= 3) PyBuffer_Release(&bv);
+  if (held >= 2) PyBuffer_Release(&bj);
+  if (held >= 1) PyBuffer_Release(&bi);
+  return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"coupling", coupling, METH_VARARGS,
+     "coupling(v, pair_i, pair_j, k, out): libsvm's pairwise coupling of each row's pairwise probabilities "
+     "v (float32 [rows, pairs]) into class probabilities out (float32 [rows, k])."},
+    {NULL, NULL, 0, NULL}};
+
+static PyMethodDef forest_methods[] = {
+    {"evaluate", (PyCFunction)forest_evaluate, METH_VARARGS,
+     "evaluate(x, how, scores, written): the trees' aggregated leaf weights per row into scores "
+     "(how 0-3: SUM, AVERAGE, MIN, MAX), and which outputs a leaf wrote into written (or None)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject ForestType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxhal.runtime.providers.cpu.kernels._native.Forest",
+    .tp_basicsize = sizeof(Forest),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A tree ensemble's nodes, roots and leaf weights, copied once, walked per row by evaluate().",
+    .tp_new = forest_new,
+    .tp_dealloc = (destructor)forest_dealloc,
+    .tp_methods = forest_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_native",
+    .m_doc = "The CPU EP's optional C kernels (tree ensembles, libsvm's pairwise coupling).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+  if (PyType_Ready(&ForestType) < 0) return NULL;
+  PyObject *m = PyModule_Create(&module);
+  if (!m) return NULL;
+  Py_INCREF(&ForestType);
+  if (PyModule_AddObject(m, "Forest", (PyObject *)&ForestType) < 0) {
+    Py_DECREF(&ForestType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

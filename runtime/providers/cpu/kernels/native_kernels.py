@@ -1,0 +1,38 @@
+"""The CPU EP's optional C kernels (``_native``, built from ``_native.c`` by pyproject.toml's
+ext-modules with ``optional = true``): the module where the install had a C compiler, else None,
+and the switch that keeps every kernel on its numpy form (the canonical one, which the tests
+compare the C routes with)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from types import ModuleType
+
+try:
+    from onnxhal.runtime.providers.cpu.kernels import _native
+except ImportError:  # no compiler at install: the kernels run their numpy forms
+    _native = None
+
+#: why the C routes are off although the module exists ("" when they are on or it was never built)
+STALE = ""
+_SOURCE = Path(__file__).resolve().parent / "_native.c"
+if _native is not None and _SOURCE.is_file() and Path(_native.__file__).stat().st_mtime < _SOURCE.stat().st_mtime:
+    # an editable install whose _native.c changed after the build: the old C must not stand in for
+    # the new source, so the kernels keep to numpy until the extension is rebuilt
+    STALE = (f"{_native.__file__} is older than {_SOURCE}: the CPU EP's C kernels are off until it is rebuilt "
+             "(pip install --no-deps -e .)")
+    logging.getLogger("onnxhal").warning(STALE)
+    _native = None
+
+#: set to 0, kernels built from then on take no C route
+NATIVE_SWITCH = "ONNXHAL_NATIVE_KERNELS"
+
+
+def native_module() -> ModuleType | None:
+    """``_native`` where it was built and ``NATIVE_SWITCH`` is not 0, else None (read when a kernel
+    is built)."""
+    if _native is None or os.environ.get(NATIVE_SWITCH, "1") == "0":
+        return None
+    return _native

@@ -179,6 +179,8 @@ class VirtualNodeComputeInfo(NodeComputeInfo):
         self.fp16 = fp16 or Fp16Edges()
         #: A partition loaded from an EPContext node whose fused node orders the values otherwise.
         self.order = order
+        self.host_outputs, self.metadata_inputs = (frozenset(getattr(inner, k, ())) for k in ("host_outputs",
+                                                                                             "metadata_inputs"))
 
     def create_state(self, fused_node: Node) -> Any:
         # The partition's weights live on the device too: they count against its capacity.

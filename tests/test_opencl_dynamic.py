@@ -112,8 +112,10 @@ def test_symbolic_batch_is_claimed_and_specialised_per_shape(opencl):
 
 
 def test_shape_subgraph_stays_on_the_cpu_and_feeds_the_reshape(opencl):
+    # With rule shape_values off (tests/test_opencl_shape_values.py has it on: one partition).
     model = attention_heads()
-    sess = onnxhal.InferenceSession(model, _no_opt(), providers=PROVIDERS)
+    providers = [("OpenCLExecutionProvider", {"disable_fusions": "shape_values"}), "CPUExecutionProvider"]
+    sess = onnxhal.InferenceSession(model, _no_opt(), providers=providers)
     cpu = onnxhal.InferenceSession(model, _no_opt(), providers=["CPUExecutionProvider"])
     on = {n.op_type: n.ep_name for n in sess.assigned_nodes()}
     assert {op for op, ep in on.items() if ep == "OpenCLExecutionProvider"} == {"MatMul", "Reshape", "Transpose", "Relu"}

@@ -129,7 +129,8 @@ class ExecutionPlanBuilder:
                 out = _c.compute(_s, ctx)
                 return ctx.outputs if out is None else out
 
-            return fused, frozenset(getattr(cinfo, "host_inputs", ())), frozenset()
+            self.metadata_inputs[id(node)] = frozenset(getattr(cinfo, "metadata_inputs", ()))  # as a kernel's
+            return fused, frozenset(getattr(cinfo, "host_inputs", ())), frozenset(getattr(cinfo, "host_outputs", ()))
         ep = self.eps[node.ep_name]
         try:
             kernel = ep.create_kernel(node, _CreateContext(self, graph))

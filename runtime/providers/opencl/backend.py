@@ -28,7 +28,11 @@ from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.op_geometry import pool_geometry
 from onnxhal.runtime.providers.opencl.cost_rule import crossings, host_rates, host_reason, host_seconds
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
-from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, is_dynamic
+from onnxhal.runtime.providers.opencl.dynamic_partition import (
+    DynamicNodeComputeInfo,
+    is_dynamic,
+    partition_shape_values,
+)
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
 from onnxhal.runtime.providers.opencl.op_support import (
     INSPECTION_ERRORS,
@@ -39,6 +43,7 @@ from onnxhal.runtime.providers.opencl.op_support import (
 )
 from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
 from onnxhal.runtime.providers.opencl.plan_builder import build_plan, shape_only_outputs
+from onnxhal.runtime.providers.opencl.shape_values import shape_values, unclaim_unshared
 
 #: The EP keeps its own copies of constant weights (uploaded once per partition state).
 FUSION_OPTIONS = NodeFusionOptions(drop_constant_initializers=True)
@@ -123,6 +128,10 @@ class OpenCLBackend:
         """Shapes, dtypes and constants of ``graph``'s values (symbolic dims allowed or refused)."""
         return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic)
 
+    def rule_on(self, name: str) -> bool:
+        """Whether fusion rule ``name`` (fusion_rules.py) is on for this backend."""
+        return name not in self.disabled_fusions
+
     def decline(self, nodes: Sequence[Node], reason: str) -> None:
         """Record why ``nodes`` are left to the next EP (``declined``)."""
         for n in nodes:
@@ -146,6 +155,8 @@ class OpenCLBackend:
                          "every iteration would copy this partition's inputs to the device and its outputs back")
             return
         lookup = self.lookup(graph, allow_dynamic=True)
+        if self.rule_on("shape_values"):  # rule shape_values (shape_values.py)
+            lookup.shape_values = shape_values(graph, lookup)
         claimed: list[Node] = []
         untrusted = untrusted_shapes(graph, lookup)
         for n in graph.nodes:
@@ -160,9 +171,18 @@ class OpenCLBackend:
             elif reason:  # "" means "not mine, say nothing" (e.g. a node the holder takes itself)
                 self.declined[n.name or n.op_type] = reason
                 self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
+        if lookup.shape_values:
+            claimed = unclaim_unshared(graph, claimed, lookup.shape_values)
         taken = {id(n) for n in claimed}
+        values = lookup.shape_values
+
+        def shape_value(n: Node) -> bool:
+            return bool(values) and all(o in values for o in n.outputs if o)
+
         for group in support_info.convex_groups(claimed):
-            if all(n.op_type in VIEW_OPS for n in group) and not _between_claimed(graph, group, taken):
+            if all(shape_value(n) for n in group):
+                continue  # shape computations alone: nothing for the device to do
+            if all(n.op_type in VIEW_OPS or shape_value(n) for n in group) and not _between_claimed(graph, group, taken):
                 continue  # a lone view computes nothing: not worth two copies
             for piece in (split(graph, group) if split is not None else [group]):
                 part = support_info.filtered_graph(piece, FUSION_OPTIONS)
@@ -207,8 +227,8 @@ class OpenCLBackend:
         infos: list[NodeComputeInfo] = []
         for graph, node in zip(graphs, fused_nodes):
             info: NodeComputeInfo
-            if is_dynamic(graph):
-                info = self.dynamic_info(graph)
+            if is_dynamic(graph) or (self.rule_on("shape_values") and partition_shape_values(graph)):
+                info = self.dynamic_info(graph)  # (shape values are computed per concrete signature)
             else:
                 try:
                     plan = self._planned.pop(graph, None)

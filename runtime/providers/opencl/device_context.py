@@ -93,6 +93,7 @@ class OpenCLDeviceContext:
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context, device)
         self._programs: dict[str, cl.Program] = {}
+        self._digests: dict[tuple[str, str], str] = {}  # (options, source) -> its digest
         # A build that failed fails again (same source, options and device): remembered, so that each
         # session creation does not pay the compiler again for the partitions it will decline.
         self._failed: dict[str, ProgramBuildError] = {}
@@ -192,7 +193,11 @@ class OpenCLDeviceContext:
         return self._build_cached(source, f"{options} {self.exp_option}{self.divide_option}")
 
     def _build_cached(self, source: str, options: str) -> cl.Program:
-        digest = hashlib.sha256(f"{options}\0{source}".encode()).hexdigest()
+        # The digest names the binary on disk; in memory a (options, source) pair finds it by the
+        # strings' own hashes (a kernel source is tens of KB: sha256 of it cost ~50 us a launch site)
+        digest = self._digests.get((options, source))
+        if digest is None:
+            digest = self._digests[(options, source)] = hashlib.sha256(f"{options}\0{source}".encode()).hexdigest()
         with self._lock:
             prg = self._programs.get(digest)
             if prg is not None:

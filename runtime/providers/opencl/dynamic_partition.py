@@ -48,6 +48,13 @@ from onnxhal.runtime.providers.opencl.op_support import (
 )
 from onnxhal.runtime.providers.opencl.partition_plan import PartitionState
 from onnxhal.runtime.providers.opencl.plan_builder import build_plan
+from onnxhal.runtime.providers.opencl.shape_values import (
+    metadata_inputs,
+    shape_value_nodes,
+    shape_values,
+    small_int,
+    value_inputs,
+)
 
 MAX_SIGNATURES = 8
 
@@ -58,10 +65,19 @@ def is_dynamic(graph: Graph) -> bool:
     return any(not graph.value_info(name).has_static_shape for name in names)
 
 
-def runtime_params(graph: Graph) -> list[int]:
-    """Indices of the partition's inputs that are parameters (shapes, axes, bounds) or Gather
-    indices: they come in host memory and their values are part of the signature."""
-    params: set[str] = set()
+def partition_shape_values(graph: Graph) -> frozenset[str]:
+    """The shape values (rule ``shape_values``) partition ``graph`` computes: from shapes, constants
+    and its small integer inputs (shape values computed outside, which join the signature)."""
+    lookup = GraphLookup(graph, {}, {}, {}, allow_dynamic=True)
+    inputs = set(graph.input_names)
+    return shape_values(graph, lookup, lambda name: name in inputs and small_int(lookup, name))
+
+
+def runtime_params(graph: Graph, read_by_shape_values: frozenset[str] = frozenset()) -> list[int]:
+    """Indices of the partition's inputs that are parameters (shapes, axes, bounds), Gather
+    indices, or read by its shape values (``read_by_shape_values``): they come in host memory and
+    their values are part of the signature."""
+    params: set[str] = set(read_by_shape_values)
     for n in graph.nodes:
         for k in PARAM_INPUTS.get(n.op_type, ()):
             if k < len(n.inputs) and n.inputs[k]:
@@ -89,6 +105,8 @@ class _Entry:
     state: PartitionState | None  # None: this signature runs on the host
     feeds: list[int]  # which of the partition's inputs the plan takes, in its order
     reason: str = ""
+    #: output index -> its value, for the outputs that are shape values (handed over in host memory)
+    host_values: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,8 +143,16 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         self.allocator = allocator
         self.logger = logger
         self.max_signatures = max_signatures
-        self.params = runtime_params(graph)
+        #: values computed on the host at each specialisation, constants of its plan (rule shape_values)
+        self.shape_values = partition_shape_values(graph) if "shape_values" not in disabled_fusions else frozenset()
+        self._shape_nodes = shape_value_nodes(graph, self.shape_values)
+        self.params = runtime_params(graph, value_inputs(graph, self._shape_nodes))
         self.host_inputs = frozenset(self.params)
+        # Inputs only a Shape or Size reads: the runtime hands them over wherever they live, uncopied.
+        metadata = metadata_inputs(graph, self._shape_nodes)
+        self.metadata_inputs = frozenset(i for i, name in enumerate(graph.input_names) if name in metadata)
+        # Outputs that are shape values: constants of each specialisation, handed over in host memory.
+        self.host_outputs = frozenset(i for i, name in enumerate(graph.output_names) if name in self.shape_values)
         self.stats = SpecializationStats()
         #: Called on each shape's plan before its state is made (a simulated fp16 device rounds weights).
         self.prepare_plan: Callable[[Any], None] | None = None
@@ -180,6 +206,9 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             outputs = self._run_on_host(inputs, queue)
         else:
             outputs = entry.state.run([inputs[i] for i in entry.feeds], queue)
+            if entry.host_values:
+                for i in sorted(entry.host_values):
+                    outputs.insert(i, entry.host_values[i])
         if own_queue:
             queue.finish()
         for i, t in enumerate(outputs):
@@ -247,26 +276,40 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         except INSPECTION_ERRORS as exc:
             return self._on_host(decline_reason(exc, self.logger, f"lowering partition {self.graph.name!r}"))
         order = {name: i for i, name in enumerate(self.graph.input_names)}
-        return _Entry(state, [order[name] for name in plan.input_names])
+        names = self.graph.output_names
+        host_values = {i: np.asarray(concrete.initializers[names[i]]) for i in self.host_outputs}
+        return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values)
 
     def _on_host(self, reason: str) -> _Entry:
         self.logger.info("OpenCL partition %s runs a shape signature on the host: %s", self.graph.name, reason)
         return _Entry(None, [], reason)
 
     def _static_copy(self, host_inputs: list, values: dict[str, Any]) -> Graph:
-        """The partition with every value's concrete shape and the run-time parameters as constants."""
+        """The partition with every value's concrete shape, the run-time parameters and the shape
+        values (their nodes dropped) as constants; inputs nothing reads any more are dropped."""
         g = self.graph
         params = {g.input_names[i]: np.asarray(host_inputs[i]) for i in self.params}
+        params.update((name, np.asarray(values[name])) for name in self.shape_values)
         known = {name: np.asarray(v) for name, v in zip(g.input_names, host_inputs)}
         known.update((k, np.asarray(v)) for k, v in values.items())
 
+        types: dict[tuple, Any] = {}  # most values share a few shapes: one TypeProto each, read only
+
         def info(name: str) -> ValueInfo:
             a = known[name]
-            return ValueInfo(name, helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
+            key = (a.dtype, a.shape)
+            tp = types.get(key)
+            if tp is None:
+                tp = types[key] = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            return ValueInfo(name, tp)
 
         infos = {name: info(name) for name in known}
-        inputs = [infos[n] for n in g.input_names if n not in params]
-        out = Graph(g.name, list(g.nodes), inputs, [infos[n] for n in g.output_names],
+        folded = {id(n) for n in self._shape_nodes}
+        nodes = [n for n in g.nodes if id(n) not in folded]
+        read = {i for n in nodes for i in (*n.inputs, *n.implicit_inputs) if i} | set(g.output_names)
+        inputs = [infos[n] for n in g.input_names if n not in params and n in read]
+        outputs = [infos[n] for n in g.output_names if n not in self.shape_values]
+        out = Graph(g.name, nodes, inputs, outputs,
                     {**g.initializers, **params}, infos, g.opset, parent=g.parent)
         return out
 
@@ -275,8 +318,11 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         values = self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
         results = [values[k] for k in self._output_at]
         outputs = []
-        for r in results:
+        for i, r in enumerate(results):
             a = np.ascontiguousarray(np.asarray(r))
+            if i in self.host_outputs:
+                outputs.append(a)
+                continue
             t = DeviceTensor.allocate(a.shape, a.dtype, self.allocator)
             if a.nbytes:
                 cl.enqueue_copy(queue, t.buffer, a, is_blocking=True)

@@ -30,6 +30,9 @@ FUSION_RULES: dict[str, str] = {
                       "switchable as the rules are)",
     "shape_only_outputs": "a partition output read outside only by Shape/Size: written by no launch, so its "
                           "producer fuses as an intermediate (a head-split Transpose into attention)",
+    "shape_values": "small integer computations on tensor shapes (Shape, Size, Gather, Concat, ... of shapes and "
+                    "constants) claimed with the partition and computed on the host at its specialisation, so they "
+                    "cut no partition and a Reshape's target is a constant of the plan",
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
     "layernorm_prologue": "a fused elementwise tree read only by a LayerNormalization into the LayerNorm's kernel",

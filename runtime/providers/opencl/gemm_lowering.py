@@ -13,6 +13,7 @@ channels (depthwise) use a direct kernel.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +48,7 @@ class Epilogue:
 
 def prod(shape) -> int:
     """Number of elements of a shape (1 for a scalar)."""
-    return int(np.prod(shape, dtype=np.int64))
+    return int(math.prod(shape))
 
 
 def contiguous_strides(shape) -> list[int]:

@@ -18,6 +18,7 @@ of the signature. Without ``allow_dynamic`` (a plan being built) every shape mus
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -72,9 +73,13 @@ class GraphLookup:
     dtypes: dict[str, np.dtype]
     constants: dict[str, np.ndarray]
     allow_dynamic: bool = False
+    #: Values the partition computes on the host at specialisation (rule ``shape_values``,
+    #: ``shape_values.py``): their nodes are claimed without a kernel.
+    shape_values: frozenset[str] = frozenset()
     #: value -> (static shape or None, dims as declared) of the graph's value info: parsed from the
     #: proto once per lookup (capability asks for each value's shape several times per node).
     _declared: dict[str, tuple[tuple[int, ...] | None, tuple | None]] = field(default_factory=dict, repr=False)
+    _declared_dtype: dict[str, np.dtype | None] = field(default_factory=dict, repr=False)
 
     def _declared_shape(self, name: str) -> tuple[tuple[int, ...] | None, tuple | None]:
         entry = self._declared.get(name)
@@ -109,7 +114,12 @@ class GraphLookup:
 
     def dtype(self, name: str) -> np.dtype | None:
         const = self.const(name)
-        dt = const.dtype if const is not None else self.graph.value_info(name).dtype
+        if const is not None:
+            dt = const.dtype
+        elif name in self._declared_dtype:
+            dt = self._declared_dtype[name]
+        else:  # read from the proto once per lookup (capability asks several times per node)
+            dt = self._declared_dtype[name] = self.graph.value_info(name).dtype
         if dt is not None:
             self.dtypes[name] = np.dtype(dt)
             return self.dtypes[name]
@@ -186,8 +196,8 @@ def _static_f32(lookup: GraphLookup, names) -> str | None:
             return f"{n!r} has no static shape" if not lookup.allow_dynamic else f"{n!r} has no known rank"
         if len(shape) > MAX_RANK:
             return f"{n!r} has rank {len(shape)} > {MAX_RANK}"
-        if all(isinstance(d, int) for d in shape) and int(np.prod(shape, dtype=np.int64)) >= MAX_ELEMENTS:
-            return f"{n!r} has {int(np.prod(shape, dtype=np.int64))} elements; kernels index with 32-bit ints"
+        if all(isinstance(d, int) for d in shape) and math.prod(shape) >= MAX_ELEMENTS:
+            return f"{n!r} has {math.prod(shape)} elements; kernels index with 32-bit ints"
         if lookup.dtype(n) != F32:
             return f"{n!r} is {lookup.dtype(n)}, not float32"
     return None
@@ -209,7 +219,7 @@ def runtime_param_ok(node: Node, lookup: GraphLookup, index: int) -> bool:
         return False
     name = node.inputs[index]
     shape = lookup.shape(name)
-    return (shape is not None and int(np.prod(shape, dtype=np.int64)) <= 64
+    return (shape is not None and math.prod(shape) <= 64
             and lookup.dtype(name) in (np.dtype(np.int64), np.dtype(np.int32), F32))
 
 
@@ -406,6 +416,8 @@ PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Split": {1},
 
 def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
     """None if the OpenCL EP can run ``node``, else why not."""
+    if lookup.shape_values and all(o in lookup.shape_values for o in node.outputs if o) and any(node.outputs):
+        return None  # a shape value: computed on the host when the partition is specialised
     if node.domain == FUSED_DOMAIN:
         if node.op_type not in FUSED_DOMAIN_OPS:
             return f"no OpenCL kernel for {node.domain}.{node.op_type}"

@@ -11,6 +11,7 @@ replays the recorded launches and sets only the arguments that are its inputs an
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -87,7 +88,7 @@ class PartitionPlan:
         return name
 
     def nbytes(self, name: str) -> int:
-        return int(np.prod(self.shapes[name], dtype=np.int64)) * self.dtypes[name].itemsize
+        return int(math.prod(self.shapes[name])) * self.dtypes[name].itemsize
 
     def add_launch_1d(self, source: str, kernel: str, total: int, args: list, init: bool = False) -> None:
         """A 1-D launch of ``total`` work-items (rounded up to ``LOCAL_1D``); the kernel's last argument is

@@ -1,0 +1,107 @@
+"""Rule ``shape_values``: the small integer computations that exporters build from tensor shapes.
+
+TorchScript and dynamo exports with symbolic dims compute each Reshape target on the fly:
+``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``. Left to the host EP, such a chain reads a
+value of the OpenCL partition and feeds another node of it, so the partition is cut in two there,
+and the values at the cut (attention's head split and merge) are materialised and copied.
+
+The OpenCL EP claims these nodes with the partition (``shape_values``) and computes nothing for
+them on the device: a partition holding them is specialised per concrete input signature
+(``dynamic_partition``), whose host run gives their values; the specialised copy has them as
+constants (``fold``), so a Reshape's shape is a constant of the plan and the chain costs no launch.
+
+A value is a shape value when a node of ``SHAPE_VALUE_OPS`` computes it with a static shape of at
+most ``MAX_ELEMENTS`` elements from the shape of a tensor (Shape, Size), constants, other shape
+values, and, inside a partition, small integer inputs (shape values the host or another partition
+computed): those become part of the partition's signature, so a specialisation never uses a value
+it was not made for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.providers.opencl.op_support import GraphLookup
+
+#: Ops that read only their input's shape.
+SHAPE_READERS = frozenset({"Shape", "Size"})
+#: Ops a shape computation is made of (ai.onnx).
+SHAPE_VALUE_OPS = SHAPE_READERS | frozenset({
+    "Gather", "Slice", "Squeeze", "Unsqueeze", "Concat", "Cast", "Reshape", "Identity", "Flatten",
+    "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min", "Mod", "Sqrt", "Floor", "Ceil",
+    "Equal", "Less", "Greater", "Not", "Where", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin"})
+#: Elements of the largest shape value (a shape of rank 6 and a few more).
+MAX_ELEMENTS = 64
+_KINDS = frozenset("iub")  # integer and bool values: a partition hands them over in host memory
+
+
+def _small(lookup: GraphLookup, name: str, kinds: frozenset[str] = _KINDS) -> bool:
+    shape = lookup.shape(name)
+    dtype = lookup.dtype(name)
+    return (shape is not None and math.prod(shape) <= MAX_ELEMENTS
+            and dtype is not None and dtype.kind in kinds)
+
+
+def small_int(lookup: GraphLookup, name: str) -> bool:
+    """Whether ``name`` has a static shape of at most ``MAX_ELEMENTS`` integers."""
+    return _small(lookup, name, frozenset("iu"))
+
+
+def shape_values(graph: Graph, lookup: GraphLookup, outside: Callable[[str], bool] | None = None) -> frozenset[str]:
+    """The outputs of ``graph``'s nodes that are shape values: computed by an op of
+    ``SHAPE_VALUE_OPS`` with a small static result from shapes (Shape, Size of any tensor),
+    constants, other shape values, or values ``outside`` accepts (a partition's small integer
+    inputs). ``graph.nodes`` is in topological order."""
+    found: set[str] = set()
+    for n in graph.nodes:
+        if n.domain or n.op_type not in SHAPE_VALUE_OPS or n.subgraphs:
+            continue
+        # the inputs first: most nodes of these ops read activations, which fails fastest here
+        if n.op_type not in SHAPE_READERS and not all(
+                i in found or lookup.const(i) is not None or (outside is not None and outside(i))
+                for i in n.inputs if i):
+            continue
+        outs = [o for o in n.outputs if o]
+        if outs and all(_small(lookup, o) for o in outs):
+            found.update(outs)
+    return frozenset(found)
+
+
+def shape_value_nodes(graph: Graph, values: frozenset[str]) -> list[Node]:
+    """The nodes of ``graph`` that compute the shape values ``values``."""
+    return [n for n in graph.nodes if n.outputs and all(o in values for o in n.outputs if o)
+            and any(n.outputs)]
+
+
+def value_inputs(graph: Graph, nodes: list[Node]) -> frozenset[str]:
+    """``graph``'s inputs whose values ``nodes`` (shape-value nodes) read: a Shape or Size reads only
+    the shape of its input, every other op the value."""
+    names = set(graph.input_names)
+    return frozenset(i for n in nodes if n.op_type not in SHAPE_READERS for i in n.inputs if i in names)
+
+
+def metadata_inputs(graph: Graph, nodes: list[Node]) -> frozenset[str]:
+    """``graph``'s inputs that only Shape or Size nodes among ``nodes`` read (and that are not
+    outputs): the partition needs their shape, not their data."""
+    members = {id(n) for n in nodes if n.op_type in SHAPE_READERS}
+    outputs = set(graph.output_names)
+    return frozenset(name for name in graph.input_names
+                     if name not in outputs and graph.consumers(name)
+                     and all(id(c) in members for c in graph.consumers(name)))
+
+
+def unclaim_unshared(graph: Graph, claimed: list[Node], values: frozenset[str]) -> list[Node]:
+    """``claimed`` without the shape-value nodes whose result a node left to another EP reads (or a
+    subgraph captures): the host computes that chain as before, and the partition takes the result
+    as a small input, rather than the host waiting on the partition for a value of its shapes.
+    Graph outputs may come from a claimed chain (the partition hands the value over in host memory)."""
+    taken = {id(n) for n in claimed}
+    captured = {v for n in graph.nodes for v in n.implicit_inputs}
+    for n in reversed(graph.nodes):  # consumers first: dropping one may drop its producers
+        if id(n) not in taken or not n.outputs or not all(o in values for o in n.outputs if o):
+            continue
+        if any(o in captured or any(id(c) not in taken for c in graph.consumers(o)) for o in n.outputs if o):
+            taken.discard(id(n))
+    return [n for n in claimed if id(n) in taken]

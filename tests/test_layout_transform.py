@@ -117,6 +117,23 @@ def test_the_layout_passs_edge_transposes_cancel_with_the_twins():
     assert [n.op_type for n in kept] == ["Conv", "Transpose", "Transpose", "Neg"]
 
 
+def test_a_reader_of_a_cancelled_pair_keeps_its_schema_version():
+    """A node that reads a cancelled Transpose pair's output is remade to read the pair's input; it
+    lost its schema version, so the host backend built the newest kernel: ReduceMean 18, which
+    takes its axes from an input, reduced every axis of an opset-17 ReduceMean (torchvision's
+    ShuffleNetV2 head on generic-npu without an OpenCL driver)."""
+    from onnxhal.hal import Node
+    from onnxhal.runtime.optimizer.layout_transform import cancel_transposes
+
+    def t(src, dst, perm):
+        return Node("Transpose", [src], [dst], name=f"t_{dst}", attribute_protos=[helper.make_attribute("perm", perm)])
+
+    mean = Node("ReduceMean", ["b"], ["y"], name="mean", attribute_protos=[helper.make_attribute("axes", [2, 3])])
+    mean.since_version = 13
+    out = cancel_transposes([t("x", "a", [0, 2, 3, 1]), t("a", "b", [0, 3, 1, 2]), mean], {"y"})
+    assert [(n.op_type, list(n.inputs), n.since_version) for n in out] == [("ReduceMean", ["x"], 13)]
+
+
 def test_an_nhwc_npu_runs_conv_relu_pool_as_the_cpu_ep_does(monkeypatch):
     """... in 2 launches on OpenCL (the Conv with its Relu reading its padding in place, and the
     MaxPool: every Transpose cancelled, inner pairs and the layout pass's at the edges). The host

@@ -252,9 +252,8 @@ def cancel_transposes(nodes: list[Node], keep: set[str]) -> list[Node]:
             elif unary is None:
                 rename = {second.outputs[0]: source}
                 nodes = [n for n in nodes if n is not first and n is not second]
-                nodes = [n if not any(i in rename for i in n.inputs) else Node(
-                    n.op_type, [rename.get(i, i) for i in n.inputs], n.outputs, name=n.name, domain=n.domain,
-                    attribute_protos=list(n.attribute_protos.values())) for n in nodes]
+                nodes = [_with_inputs(n, [rename.get(i, i) for i in n.inputs])
+                         if any(i in rename for i in n.inputs) else n for n in nodes]
             else:
                 moved = Node(unary.op_type, [source, *unary.inputs[1:]], [second.outputs[0]], name=unary.name,
                              domain=unary.domain, attribute_protos=list(unary.attribute_protos.values()))
@@ -263,6 +262,17 @@ def cancel_transposes(nodes: list[Node], keep: set[str]) -> list[Node]:
             changed = True
             break
     return nodes
+
+
+def _with_inputs(node: Node, inputs: list[str]) -> Node:
+    """``node`` reading ``inputs`` instead of its own; its schema version kept (a kernel of another
+    opset reads its attributes otherwise: ReduceMean 18 takes its axes from an input, 17 from an
+    attribute)."""
+    out = Node(node.op_type, inputs, list(node.outputs), name=node.name, domain=node.domain,
+               attribute_protos=list(node.attribute_protos.values()))
+    out.since_version = node.since_version
+    out.implicit_inputs = node.implicit_inputs
+    return out
 
 
 def _with_outputs(node: Node, outputs: list[str]) -> Node:

@@ -13,7 +13,6 @@ their ratio, then the stages (median ms, outermost call of each; ``load.*`` are 
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import os
 import statistics
@@ -168,10 +167,9 @@ def main(argv: list[str] | None = None) -> int:
 
     registered_ops()
     onnxhal.get_ep_devices()
-    paths = sorted(glob.glob(os.path.join(args.corpus, "*.onnx")))
-    if args.models:
-        wanted = set(args.models.split(","))
-        paths = [q for q in paths if os.path.basename(q)[:-5] in wanted]
+    from real_models import corpus_paths
+
+    paths = corpus_paths(args.corpus, args.models)
     load_before = os.getloadavg()
     rows = []
     for path in paths:

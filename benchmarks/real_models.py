@@ -122,6 +122,15 @@ def _ms(v: float) -> str:
     return f"{v:.3g}" if v < 1 else f"{v:.2f}"
 
 
+
+def corpus_paths(corpus: str, models: str | None) -> list[str]:
+    """The corpus's .onnx files, sorted; only those named in ``models`` (comma-separated) if given."""
+    paths = sorted(glob.glob(os.path.join(corpus, "*.onnx")))
+    if models:
+        wanted = set(models.split(","))
+        paths = [p for p in paths if os.path.basename(p)[:-5] in wanted]
+    return paths
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ep", default="cpu,opencl", help="comma-separated: cpu, opencl")
@@ -146,10 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     registered_ops()
     onnxhal.get_ep_devices()
-    paths = sorted(glob.glob(os.path.join(args.corpus, "*.onnx")))
-    if args.models:
-        wanted = set(args.models.split(","))
-        paths = [p for p in paths if os.path.basename(p)[:-5] in wanted]
+    paths = corpus_paths(args.corpus, args.models)
     load_before = os.getloadavg()
     load = start_load(args.load) if args.load else None
     tables = []

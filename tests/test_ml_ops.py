@@ -401,7 +401,10 @@ def _random_trees(rng: np.random.Generator, n_trees: int, feats: int, depth: int
     return trees
 
 
-def _legacy_tree_attrs(rng: np.random.Generator, trees: list, n_out: int, prefix: str) -> dict:
+def _legacy_tree_attrs(rng: np.random.Generator, trees: list, n_out: int, prefix: str,
+                       every_target: bool = False) -> dict:
+    """Opset-1/3 attributes of ``trees``; each leaf writes every target (``every_target``) or a
+    random subset."""
     a: dict[str, list] = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values",
                                           "nodes_modes", "nodes_truenodeids", "nodes_falsenodeids",
                                           "nodes_missing_value_tracks_true", f"{prefix}_treeids",
@@ -417,7 +420,9 @@ def _legacy_tree_attrs(rng: np.random.Generator, trees: list, n_out: int, prefix
                 a["nodes_truenodeids"].append(0)
                 a["nodes_falsenodeids"].append(0)
                 a["nodes_missing_value_tracks_true"].append(0)
-                for j in rng.choice(n_out, size=int(rng.integers(1, n_out + 1)), replace=False):
+                targets = range(n_out) if every_target else \
+                    rng.choice(n_out, size=int(rng.integers(1, n_out + 1)), replace=False)
+                for j in targets:
                     a[f"{prefix}_treeids"].append(t)
                     a[f"{prefix}_nodeids"].append(i)
                     a[f"{prefix}_ids"].append(int(j))

@@ -25,6 +25,7 @@ try:  # the extension itself (built where the install had a C compiler)
     from onnxhal.runtime.providers.cpu.kernels import _native
 except ImportError:
     _native = None
+from tests.test_ml_ops import _legacy_tree_attrs
 from tests.test_real_models import check_outputs, load
 
 ML = "ai.onnx.ml"
@@ -68,34 +69,6 @@ def _forest(rng: np.random.Generator, n_trees: int, feats: int, depth: int, mode
         _grow(rng, nodes, feats, 0, depth, modes)
         trees.append(nodes)
     return trees
-
-
-def _legacy_attrs(rng: np.random.Generator, trees: list, n_out: int, prefix: str, every_target: bool) -> dict:
-    """Opset-1/3 attributes; each leaf writes every target (``every_target``) or a random subset."""
-    a: dict[str, list] = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values",
-                                          "nodes_modes", "nodes_truenodeids", "nodes_falsenodeids",
-                                          "nodes_missing_value_tracks_true", f"{prefix}_treeids",
-                                          f"{prefix}_nodeids", f"{prefix}_ids", f"{prefix}_weights")}
-    for t, nodes in enumerate(trees):
-        for i, nd in enumerate(nodes):
-            a["nodes_treeids"].append(t)
-            a["nodes_nodeids"].append(i)
-            leaf = nd["leaf"]
-            a["nodes_featureids"].append(0 if leaf else nd["feature"])
-            a["nodes_values"].append(0.0 if leaf else nd["value"])
-            a["nodes_modes"].append("LEAF" if leaf else nd["mode"])
-            a["nodes_truenodeids"].append(0 if leaf else nd["true"])
-            a["nodes_falsenodeids"].append(0 if leaf else nd["false"])
-            a["nodes_missing_value_tracks_true"].append(0 if leaf else nd["missing"])
-            if leaf:
-                targets = range(n_out) if every_target else \
-                    rng.choice(n_out, size=int(rng.integers(1, n_out + 1)), replace=False)
-                for j in targets:
-                    a[f"{prefix}_treeids"].append(t)
-                    a[f"{prefix}_nodeids"].append(i)
-                    a[f"{prefix}_ids"].append(int(j))
-                    a[f"{prefix}_weights"].append(float(rng.standard_normal()))
-    return a
 
 
 def _v5_attrs(rng: np.random.Generator, trees: list, n_out: int, split_type: int) -> dict:
@@ -225,7 +198,7 @@ def test_regressor_native_equals_numpy_and_onnxruntime(seed, how, monkeypatch):
     modes = MODES if seed % 3 else [MODES[seed % len(MODES)]]
     trees = _forest(rng, int(rng.integers(1, 12)), feats, int(rng.integers(0, 6)), modes)
     for every_target in (True, False):
-        attrs = _legacy_attrs(rng, trees, n_out, "target", every_target)
+        attrs = _legacy_tree_attrs(rng, trees, n_out, "target", every_target)
         base = {"base_values": rng.standard_normal(n_out).tolist()} if seed % 2 else {}
         model = _model("TreeEnsembleRegressor", TensorProto.FLOAT,
                        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], 3, n_targets=n_out,
@@ -244,10 +217,10 @@ def test_classifier_native_equals_numpy_and_onnxruntime(seed, transform, monkeyp
     trees = _forest(rng, int(rng.integers(1, 10)), feats, int(rng.integers(1, 6)), modes)
     cases = []
     for k in (2, 4):
-        cases.append((k, _legacy_attrs(rng, trees, k, "class", True), "every class"))
-        cases.append((k, _legacy_attrs(rng, trees, k, "class", False), "some classes"))
+        cases.append((k, _legacy_tree_attrs(rng, trees, k, "class", True), "every class"))
+        cases.append((k, _legacy_tree_attrs(rng, trees, k, "class", False), "some classes"))
     # sklearn's binary boosting: every leaf writes class 0 only (one score), base value or not
-    binary = _legacy_attrs(rng, trees, 1, "class", True)
+    binary = _legacy_tree_attrs(rng, trees, 1, "class", True)
     cases.append((2, binary, "one score"))
     cases.append((2, {**binary, "base_values": [float(rng.standard_normal())]}, "one score, one base value"))
     for k, attrs, kind in cases:
@@ -282,7 +255,7 @@ def test_double_thresholds_compare_in_double(monkeypatch):
     comparisons must be made in double on both routes (float32 would call them equal)."""
     rng = np.random.default_rng(7)
     trees = _forest(rng, 6, 3, 4, ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_EQ"])
-    attrs = _legacy_attrs(rng, trees, 1, "target", True)
+    attrs = _legacy_tree_attrs(rng, trees, 1, "target", True)
     values = np.asarray(attrs.pop("nodes_values"), np.float64) + 1e-12  # not float32 values
     model = _model("TreeEnsembleRegressor", TensorProto.DOUBLE,
                    [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], 3, n_targets=1,
@@ -298,7 +271,7 @@ def test_columns_that_are_not_contiguous_and_1d_input(monkeypatch):
     trees = _forest(rng, 5, 4, 4, MODES)
     model = _model("TreeEnsembleRegressor", TensorProto.FLOAT,
                    [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], 3, n_targets=2,
-                   **_legacy_attrs(rng, trees, 2, "target", False))
+                   **_legacy_tree_attrs(rng, trees, 2, "target", False))
     wide = _input(rng, 9, 8, np.float32)
     native, plain = _kernels(model, monkeypatch)
     for x in (wide[:, ::2], wide[::3, :4], wide[0, :4]):
@@ -324,7 +297,7 @@ def test_the_native_route_declines_what_it_does_not_take(monkeypatch):
     _against_ort(model, x, kernel.compute([x]), "BRANCH_MEMBER on numpy")
     legacy = _model("TreeEnsembleRegressor", TensorProto.FLOAT,
                     [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], 3, n_targets=1,
-                    **_legacy_attrs(rng, trees, 1, "target", True))
+                    **_legacy_tree_attrs(rng, trees, 1, "target", True))
     kernel = create_cpu_kernel(Node.from_proto(legacy.graph.node[0]), None, {ML: 3})
     assert kernel.forest.native is not None
     narrow = np.zeros((2, kernel.forest.native.max_feature), np.float32)
@@ -342,7 +315,7 @@ def test_native_route_in_row_chunks(monkeypatch):
     for how in ("SUM", "MAX"):
         model = _model("TreeEnsembleRegressor", TensorProto.FLOAT,
                        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], 3, n_targets=2,
-                       aggregate_function=how, **_legacy_attrs(rng, trees, 2, "target", how == "SUM"))
+                       aggregate_function=how, **_legacy_tree_attrs(rng, trees, 2, "target", how == "SUM"))
         native, plain = _kernels(model, monkeypatch)
         whole = native.compute([x])
         native.forest.native.chunk_rows = 1

@@ -2,7 +2,9 @@
 
 Levels, as ORT's ``GraphOptimizationLevel``:
 
-- ``ORT_DISABLE_ALL``: nothing.
+- ``ORT_DISABLE_ALL``: nothing but float16 regions computed in float32 (``opt_float16_regions``,
+  CPU-only sessions): onnxruntime inserts those Casts at every level, because its CPU EP lacks the
+  float16 kernels, so this is how its kernels compute rather than an optimization.
 - ``ORT_ENABLE_BASIC``: constant folding, dead-node removal, identity/no-op elimination
   (Identity, inference Dropout, same-type Cast), CastLike with a known target type -> Cast (as
   onnxruntime's function inlining), a zero constant-mode Pad of the spatial axes into
@@ -78,6 +80,7 @@ logger = logging.getLogger("onnxhal.optimizer")
 _BASIC = GraphOptimizationLevel.ORT_ENABLE_BASIC
 _EXTENDED = GraphOptimizationLevel.ORT_ENABLE_EXTENDED
 _LAYOUT = GraphOptimizationLevel.ORT_ENABLE_LAYOUT
+_ALWAYS = GraphOptimizationLevel.ORT_DISABLE_ALL
 
 #: A pass rewrites one graph in place and returns True if it changed anything.
 GraphPass = Callable[[Graph], bool]
@@ -90,7 +93,9 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fold_constants", _BASIC, opt_cleanup.fold_constants, True, False),
     ("hoist_loop_invariants", _BASIC, opt_loop_invariants.hoist_loop_invariants, True, False),
     ("refresh_shapes", _BASIC, opt_cleanup.refresh_shapes, False, False),
-    ("run_float16_regions", _BASIC, opt_float16_regions.run_float16_regions, True, False),
+    # every level: onnxruntime runs InsertCastTransformer after partitioning whatever the level
+    # (inference_session.cc, TransformGraph), since its CPU EP has no float16 kernels for these ops
+    ("run_float16_regions", _ALWAYS, opt_float16_regions.run_float16_regions, True, False),
     ("remove_dead_nodes", _BASIC, opt_cleanup.remove_dead_nodes, True, False),
     ("fuse_pad_into_conv", _BASIC, opt_pad_fusion.fuse_pad_into_conv, True, False),
     ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
@@ -183,15 +188,16 @@ def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops:
     except ValueError:
         raise InvalidArgument(f"graph optimization level {level!r} is not one of "
                               f"{[lv.name for lv in GraphOptimizationLevel]}") from None
-    if level == GraphOptimizationLevel.ORT_DISABLE_ALL:
-        return graph
-    passes = [(name, fn, recurse, min_level) for name, min_level, fn, recurse, cpu_only in PASSES
+    # a pass of every level runs with the basic ones, in its place in PASSES, when there are any
+    passes = [(name, fn, recurse, max(min_level, min(level, _BASIC)))
+              for name, min_level, fn, recurse, cpu_only in PASSES
               if level >= min_level and (fuse_cpu_ops or not cpu_only)
               and (cpu_ep_only or name not in CPU_EP_PASSES)]
     if not fuse_cpu_ops:
         passes = [(n, opt_fusions.fuse_layer_norm_standard if n == "fuse_layer_norm" else fn, r, lv)
                   for n, fn, r, lv in passes]
-    _run(graph, passes)
+    if passes:
+        _run(graph, passes)
     return graph
 
 

@@ -125,13 +125,14 @@ def create_eps(choices: Sequence[ProviderChoice], so: SessionOptions, eps: dict[
 
 
 def optimize(graph: Graph, level: int, eps: Mapping[str, Ep]) -> Graph:
-    """The graph optimized at ``level``; ops fused into com.onnxhal only if every EP claims them."""
-    if level == GraphOptimizationLevel.ORT_DISABLE_ALL:
+    """The graph optimized at ``level``; ops fused into com.onnxhal only if every EP claims them.
+    At ``ORT_DISABLE_ALL`` a CPU-only session still gets its float16 regions (passes.py)."""
+    cpu_only = all(name == CPU_EP_NAME for name in eps)
+    if level == GraphOptimizationLevel.ORT_DISABLE_ALL and not cpu_only:
         return graph
     from onnxhal.runtime.optimizer.passes import optimize as run_optimizer
 
     fuse = all(ep.runs_onnxhal_fused_ops for ep in eps.values())
-    cpu_only = all(name == CPU_EP_NAME for name in eps)
     return run_optimizer(graph, GraphOptimizationLevel(level), fuse_cpu_ops=fuse, cpu_ep_only=cpu_only)
 
 

@@ -30,7 +30,7 @@ _F32 = TensorProto.FLOAT
 #: Ops (domain, op type) onnxruntime's CPU EP runs in float16 on x86-64 (its ``MLFloat16`` kernel
 #: registrations, onnxruntime/core/providers/cpu/cpu_execution_provider.cc and
 #: contrib_ops/cpu/cpu_contrib_kernels.cc), found one op at a time on onnxruntime 1.32.0: a one-node
-#: float16 model whose optimized model holds no inserted Cast (2026-12; tests/test_float16_regions.py
+#: float16 model whose optimized model holds no inserted Cast (tests/test_float16_regions.py
 #: checks a sample against the installed onnxruntime). Every other op with a float16 input is cast.
 ORT_FLOAT16_OPS = frozenset({
     ("", "Cast"), ("", "Identity"), ("", "Shape"), ("", "Reshape"), ("", "Flatten"), ("", "Squeeze"),

@@ -351,7 +351,7 @@ class InferenceSession:
         if checker is None or checker.infos is not self._input_infos or checker.required is not self._required_inputs:
             checker = self._feed_checker()
         feeds = checker.check(input_feed)
-        if severity == DEFAULT_SEVERITY:  # the common case, without a call of its own (a tiny run is ~3 us)
+        if severity == DEFAULT_SEVERITY:  # the common case, without a call of its own (a tiny run's cost counts)
             try:
                 outputs = core.run(feeds, run_options, fetch, output_devices, self._profiler)
             except EPFail as e:

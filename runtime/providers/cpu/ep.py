@@ -84,7 +84,7 @@ class CpuEpFactory(EpFactory):
                   session_options: Any, logger: logging.Logger) -> Ep:
         # ORT sizes the CPU EP's thread pool from intra_op_num_threads. Here numpy's BLAS gets n
         # threads for the products (its threads spin briefly between calls and take work in C,
-        # where waking a Python pool thread costs 0.1-0.2 ms on a VM), and the fused kernels' pool
+        # where waking a Python pool thread costs as much as a small product), and the fused kernels' pool
         # gets n threads for large elementwise and depthwise work. If the BLAS is not OpenBLAS
         # (its threads cannot be set), the pool splits the products too. Both are process-wide.
         # 0 keeps the defaults: BLAS's own threads, serial fused kernels. Either way, each run takes

@@ -26,7 +26,7 @@ from pathlib import Path
 from onnxhal.devices.opencl_env import cache_root, prepare_opencl_environment
 from onnxhal.hal.errors import EPFail
 
-# PoCL compiles a kernel again for every new local size at first launch (~40 ms) and keeps those
+# PoCL compiles a kernel again for every new local size at first launch and keeps those
 # objects in POCL_CACHE_DIR, which it reads once: set before pyopencl is first used (a no-op when
 # onnxhal/__init__ did it already; a user's own setting wins).
 prepare_opencl_environment()

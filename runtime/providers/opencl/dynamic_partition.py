@@ -220,7 +220,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         """Input shapes and dtypes, and the parameters' values: read from device memory when they are
         there, since a device tensor object says nothing of its contents (a bound input updated in
         place, or a new tensor at a recycled address, is the same object or the same id)."""
-        # np.dtype objects hash and compare as their names do, without str() (~10 us an input)
+        # np.dtype objects hash and compare as their names do, so no str() per input is needed
         sig: list = [(tuple(getattr(t, "shape", ())), getattr(t, "dtype", None)) for t in inputs]
         for i in self.params:
             value = np.ascontiguousarray(_to_host(inputs[i], queue if queue is not None else self.device.queue))

@@ -64,7 +64,7 @@ def _variadic(op: str) -> Callable[[Node, list[str], dict], str]:
 
 
 #: Constant exponents computed as products: pow() is a slow library call on PoCL (GPT-2's
-#: tanh-Gelu cubes every activation: 110 of 150 ms of its kernels went there), and these are exact
+#: tanh-Gelu cubes every activation: most of its kernels' time went there), and these are exact
 #: for every input, NaN, inf and -0 included (pow(-0, 0.5) is +0 but sqrt(-0) is -0: not here).
 POW_AS_PRODUCT = {1.0: "({a})", 2.0: "({a} * {a})", 3.0: "({a} * {a} * {a})", 4.0: "(({a} * {a}) * ({a} * {a}))",
                   -1.0: "(1.0f / {a})"}

@@ -61,7 +61,7 @@ def clamp_(y: np.ndarray, lo=None, hi=None) -> None:
     """``y`` clamped to [lo, hi] in place (either bound may be None)."""
     if lo is not None and hi is not None and y.dtype.kind == "f":
         # numpy's clip ufunc (the maximum-then-minimum of its docs, NaN included) runs one SIMD
-        # pass with scalar bounds: Relu6 on 4k float32 1.0 against 3.4 us, on 800k 59 against 103.
+        # pass with scalar bounds, where maximum then minimum are two passes without SIMD.
         clip_ufunc(y, lo, hi, out=y)
         return
     if y.size < MIN_SIZE or not y.flags.c_contiguous:

@@ -60,7 +60,7 @@ def pad_spatial(x: np.ndarray, pb, pe, value=0) -> np.ndarray:
         return x
     xp = np.empty(x.shape[:2] + tuple(s + b + e for s, b, e in zip(x.shape[2:], pb, pe)), dtype=x.dtype)
     xp[(slice(None), slice(None)) + tuple(slice(b, b + s) for b, s in zip(pb, x.shape[2:]))] = x
-    for a in range(len(pb)):  # only the border is filled: 0.20 against 0.32 ms at 64x112x112
+    for a in range(len(pb)):  # only the border is filled: the interior is written once, above
         lead = (slice(None),) * (2 + a)
         if pb[a]:
             xp[lead + (slice(0, pb[a]),)] = value
@@ -261,7 +261,7 @@ def _reduce_taps(wk: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return acc.reshape(n, c, length)
 
 
-@functools.lru_cache(maxsize=1024)  # called per tap column on every run: 2 us each uncached
+@functools.lru_cache(maxsize=1024)  # called per tap column on every run: the same few arguments
 def _wrapped(shift: int, width: int) -> tuple[int, ...]:
     """The output columns s of a row of ``width`` whose tap column s + ``shift`` falls off the
     row: in a flat plane those taps read the neighbouring row, so their copies are zeroed."""
@@ -390,16 +390,15 @@ def half_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
 
 #: Largest number of gathered window elements (taps x outputs, all images) a convolution takes the
 #: gather paths for (``gather_plan``); unit-stride depthwise ones stop at DEPTHWISE_GATHER_MAX. A
-#: take moves about 0.4 ns per element where the strided copies move less, but the gather paths
-#: make 4-5 numpy calls where the others make 10-20. Alone, 2 images: ResNet's 3x3 layers at 8x8
-#: (18k elements) 20 against 25 us, at 4x4 15 against 24; MobileNet's depthwise 3x3 at 4x4 (7k)
-#: 11 against 16; at 8x8 (28k) 21 against 16 at unit stride but 21 against 26 at stride 2 from
-#: 16x16 (the half-width phase copies cost more).
+#: take moves each element more slowly than the strided copies, but the gather paths make 4-5
+#: numpy calls where the others make 10-20: below these limits the calls saved outweigh the slower
+#: moves (unit-stride depthwise layers reach the crossover sooner, since their flat-plane copies
+#: are cheap; strided ones later, since their half-width phase copies cost more).
 GATHER_MAX = 1 << 15
 DEPTHWISE_GATHER_MAX = 1 << 14
 #: The gather paths take with mode="wrap": their indices are in range by construction (built per
-#: input shape), and numpy's wrap mode skips the per-element bounds error path of "raise": 7.5
-#: against 9.9 us for 18k indices, 15 against 19 for 37k (none is out of range, so none wraps).
+#: input shape), and numpy's wrap mode skips the per-element bounds error path of "raise" (none is
+#: out of range, so none wraps).
 
 
 def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int], out_hw: tuple[int, int],

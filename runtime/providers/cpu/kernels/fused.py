@@ -37,10 +37,9 @@ from onnxhal.runtime.providers.cpu.kernels.worker_pool import parallel_ranges
 DOMAIN = "com.onnxhal"
 
 #: Elements per block of blocked elementwise work (the Gelu epilogue: 23 passes, two temporaries).
-#: Each pass is one ufunc call costing 1-2 us besides its work, so larger blocks pay less of it
-#: until the block and its temporaries (768 KB at 2^16) fall out of the near caches: the encoder's
-#: 128x3072 Gelu alone took 1.03-1.09 ms at 2^16 against 1.14-1.24 at 2^15 and 1.13-1.26 at 2^17;
-#: in the model, alternating, 0.990 and 0.988 of the encoder's time at 2^16 against 2^15.
+#: Each pass is one ufunc call with a fixed cost besides its work, so larger blocks pay less of it
+#: until the block and its temporaries (768 KB at 2^16) fall out of the near caches; 2^16 was the
+#: fastest of 2^15, 2^16 and 2^17 on the encoder's Gelu.
 BLOCK = 1 << 16
 def _blocked(fn: Callable[[np.ndarray], None], y: np.ndarray) -> None:
     """Apply the in-place elementwise ``fn`` to ``y`` in cache-sized blocks, split between workers."""

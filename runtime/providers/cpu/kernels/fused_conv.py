@@ -127,8 +127,7 @@ def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, i
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, strides, dilations, out_hw
     # Unit-stride 3x3 with pads 1, ..., and stride-2 ones half as wide (3x3 and 7x7 stems,
     # ResNet's 3x3/2 layers): taps as contiguous rows of flat planes, where the window view's rows
-    # step by the stride (alone, 3x3/2 at 64x56x56: 0.27-0.31 against 0.44 ms; 7x7/2 at
-    # 3x224x224: 0.46-0.49 against 0.63-0.65 from padded phases)
+    # step by the stride (cheaper than building them from padded phases)
     fill = flat_plane_filler(x.shape, pads, out_hw, kernel, strides, dilations)
     if fill is not None:
         # a view, also of ``_batched_columns``' transposed windows (a copy would be filled in vain)
@@ -136,7 +135,7 @@ def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, i
         return IM2COL_SAME_WIDTH if fill is same_width_taps else IM2COL_HALF_WIDTH
     # Patches that tile the input (a ViT's patch embedding: 8x8 or 16x16 windows at their own
     # stride, no padding) are one strided view of it: a single copy below, where building them
-    # from phases took a copy per tap (8x8 patches of 3x32x32: 0.27 ms).
+    # from phases takes a copy per tap.
     tiles = (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and not any(pads)
     if kh * kw >= 25 and (sh > 1 or sw > 1) and not tiles:  # e.g. a 7x7 stride-2 stem over an odd size
         im2col_from_phases(x, pads, out_hw, kernel, strides, dilations, cols)
@@ -342,8 +341,8 @@ class FusedConv(FusedBase):
         elif path == "general" and self.group == 1 and self._small_im2col(x.shape, w.shape, entry):
             # A small ungrouped im2col layer (a 3-channel stem, YOLOv8's first layers): the windows'
             # layout, [W | b] and the shapes bound once, one product over the images; the general
-            # path's closures, per-image products and epilogues cost 7-12 us a layer (7x7/2 stem
-            # at 2x3x32x32 alone: 64 against 76 us)
+            # path's closures, per-image products and epilogues are a large share of such a
+            # layer's time
             pads, out_hw = entry[0], entry[1:3]
             n, c = x.shape[:2]
             m, _, kh, kw = w.shape
@@ -422,7 +421,7 @@ class FusedConv(FusedBase):
             if plan is not None:
                 path = GATHER_GROUPED
         # After the gather: within its limit one take and one product beat the taps' products and
-        # shifted sums (YOLOv8's 32-to-16 3x3 layers at 4x4 and 2x2: 14 against 52 and 8 against 44 us)
+        # shifted sums (several times faster on small planes, such as YOLOv8's 4x4 and 2x2 layers)
         if (path == "general" and plan is None and self.group == 1 and kh * kw > 1 and 2 * m <= c
                 and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd)):
             path = TAPS
@@ -473,8 +472,7 @@ class FusedConv(FusedBase):
         k = cg * kh * kw
         copied = not (kh == kw == 1 and not any(pads))
         # A copied, ungrouped convolution carries its bias in the product: a row of ones under
-        # the windows and a column [W | b], one pass over the output fewer (0.1-0.3 ms per
-        # ResNet layer).
+        # the windows and a column [W | b], one pass over the output fewer.
         folded = copied and g == 1 and b is not None
         bias = b.reshape(m, 1) if b is not None and not folded else None
         res = z.reshape(n, m, p) if z is not None else None

@@ -20,8 +20,8 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
 from onnxhal.runtime.providers.cpu.kernels.numerics import row_sums, softmax_rows_by_dot, softmax_rows_into
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
-# Small inputs (skl2onnx pipelines run 16 rows of a few columns): numpy spends about 0.25 us on a
-# ufunc whose operands all have the output's shape, or are 0-d arrays, and 0.5-0.8 us when it
+# Small inputs (skl2onnx pipelines run 16 rows of a few columns): a numpy ufunc whose operands all
+# have the output's shape, or are 0-d arrays, costs two to three times less than one that
 # broadcasts a row or a column or converts a Python scalar. So the kernels below keep per-shape
 # full-size copies of their per-column constants, 0-d arrays for their scalars, and take row sums
 # as a product with a k x k matrix of ones (each row's sum in each of its k columns: the division

@@ -125,8 +125,8 @@ def _window_reduce(x: np.ndarray, pb, pe, out, kernel, strides, dil, op, identit
     elif (x.ndim >= 4 and x.size and kernel[0] > 1 and strides[0] > 1 and not pb[0] and not pe[0]
           and (out[0] - 1) * strides[0] + (kernel[0] - 1) * dil[0] < x.shape[2]):
         # Unpadded rows (SqueezeNet's and Inception's 3x3/2 pools): the row pass as flat passes,
-        # 0.72-0.74 against 0.80-0.81 ms at 64x111x111, 0.24-0.25 against 0.30 at 256x27x27;
-        # with row padding the padded copy it needs costs more than it saves.
+        # faster than strided slices; with row padding the padded copy it needs costs more than it
+        # saves.
         return _separable_reduce(_first_axis_flat(x, out, kernel, strides, dil, op), pb, out, kernel, strides,
                                  dil, op, identity, first=1)
     return _separable_reduce(x, pb, out, kernel, strides, dil, op, identity)

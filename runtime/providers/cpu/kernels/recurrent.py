@@ -743,7 +743,7 @@ class LSTM(RecurrentKernel):
             zero_state = wd[4] and (h0 is None or not _count_nonzero(hd))
             reverse = self.reverse[d]
             for t, xt in projection_steps(xw, reverse, run_options):
-                # (out= given positionally: a keyword costs 50 ns a call)
+                # (out= given positionally: a keyword costs more per call, in every step)
                 if zero_state:
                     zero_state = False
                     tanh(xt, g4)

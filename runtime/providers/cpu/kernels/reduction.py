@@ -13,8 +13,8 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _asarray = np.asarray
-# np.sum/max/min/prod of an ndarray call these reductions after a Python wrapper (about 1 us a
-# call, a Scan body's whole node); called directly, the same loops give the same results.
+# np.sum/max/min/prod of an ndarray call these reductions after a Python wrapper (as much as a
+# Scan body's whole node on small inputs); called directly, the same loops give the same results.
 _sum = np.add.reduce
 
 

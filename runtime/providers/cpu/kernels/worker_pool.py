@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 #: Work (multiply-adds or elements) below which splitting costs more than it saves: waking a pool
-#: thread takes 0.1-0.2 ms on a 2-vCPU VM, so a part must run for about a millisecond.
+#: thread takes a fraction of a millisecond on a VM, so a part must run for about a millisecond.
 PARALLEL_MIN_WORK = 1 << 21
 
 
@@ -33,8 +33,8 @@ def _default_workers() -> int:
 WORKERS = _default_workers()
 #: Whether the products (FusedConv/Gemm/MatMul) are split between ``WORKERS`` here. Only when
 #: numpy's BLAS runs on one thread: BLAS's own threads hand work over in C while spinning, where a
-#: Python pool thread must be woken by the kernel (measured 0.1-0.2 ms per hand-off on a 2-vCPU
-#: VM, against about 2 ms for a whole ResNet 3x3 convolution).
+#: Python pool thread must be woken by the kernel, a hand-off that costs a sizeable share of a
+#: whole ResNet 3x3 convolution on a VM.
 SPLIT_PRODUCTS = WORKERS > 1
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()

@@ -229,10 +229,9 @@ def matmul_add_to_gemm(graph: Graph) -> bool:
 
 
 #: Rows of A from which a product with B stored (K, N) beats B stored (N, K) and read transposed.
-#: Measured with numpy's OpenBLAS on 2 threads, alternating: 0.90 of the time at 64x784x2048 and
-#: 64x2048x2048, 0.92-0.99 at 2-16 rows by 2048x1000; at one row (a matrix-vector product) the
-#: (N, K) rows win while the weights fit in cache (1.15-1.24 at 2048x1000) and lose beyond (0.79-0.89
-#: at 4096x1000, 0.92 at 25088x4096), so a static single row keeps the layout it has.
+#: With numpy's OpenBLAS, (K, N) wins from two rows up; at one row (a matrix-vector product) the
+#: (N, K) rows win while the weights fit in cache and lose beyond, so a static single row keeps the
+#: layout it has.
 PRETRANSPOSE_MIN_ROWS = 2
 
 

@@ -297,7 +297,7 @@ class GemmLowering:
         npb = -(-OW // RN)
         # Rule conv_row_pairs: rows of 7 or 8 outputs fill two 8-lane halves of a vector (7/8 as well).
         # Not for stride 2 with several taps: its two 16-float loads and even-lane shuffles a channel
-        # ran at 57 GF per CPU-second where im2col + GEMM ran at 81 (PoCL, 3x3, 512 channels).
+        # run slower than im2col + GEMM (PoCL, 3x3, 512 channels).
         pairs = (OW in (7, 8) and (sw == 1 or g["KH"] * g["KW"] == 1) and self.rule("conv_pad")
                  and self.rule("conv_row_pairs"))
         if w not in self.plan.constants or sw not in (1, 2) or 8 * OW < 7 * npb * RN and not pairs:

@@ -83,7 +83,7 @@ ACTIVATION_CODES = {"": 0, "Relu": 1, "Sigmoid": 2, "Tanh": 3, "LeakyRelu": 4, "
                     "Gelu": 7}
 
 #: Rows of C computed by one GEMM work-item (register block RM x 16: 8 float16 accumulators, one
-#: 512-bit register each where the CPU has AVX-512: 1.8x the GF/s of 12 float8 ones on Zen 5 PoCL,
+#: 512-bit register each where the CPU has AVX-512: faster than 12 float8 ones on PoCL,
 #: which splits float8 code into 256-bit halves; 8 rows also tile the usual 64/128/768 dims exactly).
 GEMM_RM = 8
 #: Columns of C computed by one GEMM work-item.
@@ -314,7 +314,7 @@ __kernel void conv_implicit_s{sw}(__global const float* Ap, __global const float
 
 #: Fewest work-items a two-panel (GEMM) or 32-position (Conv) launch must keep: the wide tiles halve
 #: the work-items, and below this a CPU device's threads get uneven shares or none (the corpus
-#: models' 24 x 32 GEMMs: 3 work-items against 6, 5-7% slower a run).
+#: models' 24 x 32 GEMMs would run 3 work-items instead of 6, and be slower).
 WIDE_TILE_MIN_ITEMS = 32
 #: Column panels a two-panel GEMM work-item's launch walks together (``_gemm_x2_source``): the same
 #: B footprint in cache as GEMM_JT single panels.

@@ -113,10 +113,9 @@ BATCHED_MIN_IMAGES = 2
 
 
 #: The gather limit (window elements) of strided depthwise convolutions, whose gathered taps one
-#: BLAS product per channel sums (``_gathered_depthwise``). Alone, against the half-width or
-#: padded-phase rows: 3x3/2 at 96x8x8 (28k elements) 0.59 of the time, 5x5/2 at 48x8x8 (38k) 0.67,
-#: 3x3/2 at 48x16x16 (55k) 1.05, 74k and more 1.24-1.46. Unit-stride ones keep
-#: ``conv.DEPTHWISE_GATHER_MAX``: at 37k elements the gather takes 1.33 of the time.
+#: BLAS product per channel sums (``_gathered_depthwise``). Against the half-width or padded-phase
+#: rows the gather wins up to about 48k elements and loses from about 55k. Unit-stride ones keep
+#: ``conv.DEPTHWISE_GATHER_MAX``: their flat-plane rows are cheaper, so the gather loses sooner.
 STRIDED_DEPTHWISE_GATHER_MAX = 3 << 14
 
 
@@ -436,8 +435,8 @@ class FusedConv(FusedBase):
         # The paths ShuffleNet, MobileNet and SqueezeNet run most are dispatched before anything
         # else is set up: inside a model every Python step of a small convolution costs more than
         # it does in a loop over one layer (the interpreter's data is out of cache after the
-        # previous layer's arrays). Against the general path's closures and per-group epilogues
-        # ShuffleNet ran in 0.965 of the time (80 alternating pairs).
+        # previous layer's arrays), so the general path's closures and per-group epilogues are
+        # skipped for them.
         if b is not None and self._zero_bias(b):
             b = None
         entry = self._geometries.get((x.shape, w.shape, b is not None))  # ``_geometry``'s lookup, inline

@@ -547,7 +547,7 @@ def _conv_attrs(rng, nd: int, k: tuple, transpose: bool = False) -> dict:
         attrs["output_padding"] = [int(rng.integers(0, s)) for s in attrs["strides"]]
     if transpose and attrs.get("auto_pad", "").startswith("SAME"):
         # SAME with a total padding below zero (kernel extent + output_padding < stride): the spec's
-        # output is input * stride, onnxruntime's one less (docs/cpu-ep.md); not compared here
+        # output is input * stride, onnxruntime's one less (docs/cpu-ep-random-cases.md); not compared here
         st, dl = attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd)
         op_ = attrs.get("output_padding", [0] * nd)
         if any((k[i] - 1) * dl[i] + 1 + op_[i] < st[i] for i in range(nd)):
@@ -748,7 +748,7 @@ def _recurrent(rng, op):
         n_alpha = sum(a in ("Affine", "LeakyRelu", "HardSigmoid", "ScaledTanh", "Elu") for a in acts)
         n_beta = sum(a in ("Affine", "HardSigmoid", "ScaledTanh") for a in acts)
         # Affine and ScaledTanh left without a value: onnxruntime takes 0, the spec the ONNX
-        # operator's default (docs/cpu-ep.md); those cases always get every value
+        # operator's default (docs/cpu-ep-random-cases.md); those cases always get every value
         full = any(a in ("Affine", "ScaledTanh") for a in acts)
         if n_alpha and (full or rng.random() < 0.5):
             attrs["activation_alpha"] = [float(pick(rng, [0.5, 0.1, 1.5]))
@@ -919,7 +919,7 @@ def _affine_grid(rng, op):
         theta = array(rng, (n, 3, 4), "float32", -1, 1, special=False)
     attrs = {"align_corners": 1} if rng.random() < 0.5 else {}
     if attrs:  # a 1-pixel axis with align_corners: onnxruntime puts it at 1, onnx.reference at -1, PyTorch
-        size[2:] = np.maximum(size[2:], 2)  # and onnxhal at 0 (docs/cpu-ep.md)
+        size[2:] = np.maximum(size[2:], 2)  # and onnxhal at 0 (docs/cpu-ep-random-cases.md)
     return OpCase(op, [theta, size], attrs, opset=20, const={1})
 
 

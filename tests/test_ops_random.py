@@ -83,7 +83,7 @@ def _int_max_backwards(case) -> bool:
 
 
 #: Cases where onnxruntime reads the spec otherwise, each checked by hand against the spec and its
-#: backend cases (docs/cpu-ep.md): there, onnxhal must give onnx.reference's values. Anywhere else a
+#: backend cases (docs/cpu-ep-random-cases.md): there, onnxhal must give onnx.reference's values. Anywhere else a
 #: difference from onnxruntime fails, also where onnx.reference agrees with onnxhal: onnx.reference
 #: has bugs of its own (LpNormalization p=1 without |x|, RNN ignoring clip), and a kernel that
 #: delegates to it would copy them.

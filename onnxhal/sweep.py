@@ -470,7 +470,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgument("sweep: no model given; name .onnx files or folders (tests/real_models holds a corpus)")
     profiles = [p for p in args.profiles.split(",") if p] or shipped_profiles()
     for name in profiles:
-        load_profile(name)  # a misspelt profile is a usage error now, not 2 x models failed cells
+        load_profile(name)  # a misspelt profile is a usage error up front, not 2 x models failed cells
     runtimes = [r for r in args.runtimes.split(",") if r]
     shapes = [x for x in args.shapes.split(",") if x]
     bad = [r for r in runtimes if r not in ("onnxhal", "onnxruntime")] + [x for x in shapes if x not in ("exported", "fixed")]

@@ -468,7 +468,7 @@ class Tile(_NoAttr):
     def compute(self, inputs: list) -> list:
         x, repeats = inputs[0], np.asarray(inputs[1])
         # onnxruntime's checks and words (Tile::Compute), so that a bad 'repeats' is refused, not run
-        # (a short one was broadcast by np.tile) or failed inside numpy.
+        # (np.tile would broadcast a short one) or failed inside numpy.
         where = f"Tile node {self.name!r}: "
         if repeats.ndim != 1:
             raise InvalidArgument(f"{where}'repeat' input tensor must be 1 dimensional; got shape "

@@ -240,7 +240,7 @@ def _check_body_input_types(proto: onnx.ModelProto) -> None:
 
 #: Initializers with more elements than this go to inference without their data: it needs their
 #: types and dims only (it reads values of small, shape-like ones), and serializing the weights
-#: into onnx's C++ and parsing them back cost 88 of the 89 ms of a pass over a ResNet-like model.
+#: into onnx's C++ and parsing them back is nearly all of a pass's time on a model with weights.
 STUB_MIN_ELEMENTS = 64
 #: Except 1-D (or scalar) int32/int64 ones, of any length: onnx's data propagation parses them as
 #: shape data (a Gather on an index table feeding a Reshape: hummingbird's tree traversal, TF's G2P

@@ -194,7 +194,7 @@ class OpenCLDeviceContext:
 
     def _build_cached(self, source: str, options: str) -> cl.Program:
         # The digest names the binary on disk; in memory a (options, source) pair finds it by the
-        # strings' own hashes (a kernel source is tens of KB: sha256 of it cost ~50 us a launch site)
+        # strings' own hashes (a kernel source is tens of KB: hashing it again per launch site adds up)
         digest = self._digests.get((options, source))
         if digest is None:
             digest = self._digests[(options, source)] = hashlib.sha256(f"{options}\0{source}".encode()).hexdigest()
@@ -223,7 +223,7 @@ class OpenCLDeviceContext:
                 self.stats.kernels_reused += 1
                 return idle.pop()
             self.stats.kernels_created += 1
-        # pyopencl sets up each new kernel object's argument handling (~0.2 ms, a look-up in its
+        # pyopencl sets up each new kernel object's argument handling (a look-up in its
         # on-disk cache): many partition states in a process (sessions, shapes) pay it once per
         # launch site when the objects are reused.
         return cl.Kernel(prg, name)

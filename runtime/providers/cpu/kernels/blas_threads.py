@@ -78,7 +78,7 @@ def set_blas_threads(n: int) -> bool:
 
 
 #: (when, machine's runnable count, this process's own): the last reading, shared by the sessions
-#: of the process (each session's first run read /proc again, 0.3-0.8 ms with a few thread pools)
+#: of the process (reading /proc at each session's first run costs more with a few thread pools)
 _last_reading: tuple[float, int | None, int | None] = (-1.0, None, None)
 
 

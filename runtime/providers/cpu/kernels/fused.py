@@ -154,7 +154,7 @@ def _split_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, act: C
     Bias and the activation are applied per block; an activation that needs contiguous memory
     (``act_contiguous``) runs on the whole result instead when columns were split."""
     m, n = a.shape[0], b.shape[1]
-    if m * a.shape[1] * n < worker_pool.PARALLEL_MIN_WORK:  # one block, inline: no closures or pool checks (a tiny model's 3 us)
+    if m * a.shape[1] * n < worker_pool.PARALLEL_MIN_WORK:  # one block, inline: no closures or pool checks (they would outweigh a tiny model's product)
         y = np.matmul(a, b)
         if bias is not None:
             y += bias

@@ -184,7 +184,9 @@ class HostNodeComputeInfo(NodeComputeInfo):
         results = self._exec.run(feeds, context.run_options)
         outputs = []
         for k, r in enumerate(results):
-            a = np.ascontiguousarray(np.asarray(r))
+            # np.require, not np.ascontiguousarray: that one makes a 0-d array 1-d, and a scalar
+            # shape value left as a 1-element tensor breaks the Unsqueeze/Concat chains after it
+            a = np.require(np.asarray(r), requirements="C")
             if a.dtype == object:
                 raise EPFail(f"partition output {self.graph.output_names[k]!r} is not a numeric tensor; "
                              "a simulated device holds numeric tensors only")

@@ -20,10 +20,21 @@ from tests.opencl_support import opencl_verdict
 
 CORPUS = os.path.join(os.path.dirname(__file__), "real_models")
 MODELS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CORPUS, "*.onnx")))
+#: Prefixes of the models kept out of all tuning (torchvision's and Hugging Face's families that
+#: make_corpus.py's torchvision, torchvision2, torchvision3 and hf groups export).
+UNTUNED = ("tv_", "hf_")
 #: The float exports of torch models (not the skl2onnx ones nor onnxruntime's rewrites): the ones
 #: the OpenCL EP and the simulated devices are tried on.
-DEVICE_MODELS = [m for m in MODELS if m.endswith(("_ts", "_dynamo")) and not m.startswith("lstm")]
+DEVICE_MODELS = [m for m in MODELS
+                 if (m.endswith(("_ts", "_dynamo")) or m.startswith(UNTUNED)) and not m.startswith("lstm")]
 PROFILES = ["generic-npu", "generic-gpu", "mobile-npu", "integrated-gpu", "discrete-gpu"]
+#: Known wrong answers, (model, profile): the reason. DeBERTa-v2 masks whole rows of its attention
+#: scores (the padded query positions) with float32's lowest value, a Where whose output float16
+#: storage makes -inf; the Softmax over a row of -inf is NaN where onnxruntime's is finite. The
+#: profiles that store float32 as float16 take that Where and log the overflow, but neither decline
+#: it nor keep it finite.
+PROFILE_FINDINGS = {(model, profile): "fp16 storage turns DeBERTa-v2's fully masked attention rows into NaN"
+                    for model in ("hf_deberta",) for profile in ("generic-npu", "mobile-npu")}
 
 
 Expected = dict[int, tuple[np.ndarray, np.ndarray | None]]
@@ -90,7 +101,10 @@ def test_the_corpus_is_there():
                    "t5_seq2seq_ts", "cnn_ts_qstatic", "resnet_ts_qdq", "whisper_eager_ts_ortopt", "sk_onehot", "sk_dictvec", "sk_imputer",
                    # other producers: onnxmltools, CatBoost, hummingbird, tf2onnx (Keras and TFLite), paddle2onnx, ultralytics
                    "lgbm_clf", "xgb_reg", "catboost_clf", "hb_gemm", "hb_perf_tree_trav", "tf2onnx_keras_cnn",
-                   "tf2onnx_tflite_cnn", "paddle_lcnet", "paddle_lcnet_opset16", "yolov8_tiny"):
+                   "tf2onnx_tflite_cnn", "paddle_lcnet", "paddle_lcnet_opset16", "yolov8_tiny",
+                   # kept out of all tuning: torchvision's and Hugging Face's families
+                   "tv_efficientnet", "tv_swin", "tv_squeezenet", "tv_densenet", "tv_lraspp", "tv_r3d",
+                   "hf_distilbert", "hf_albert", "hf_deberta", "hf_wav2vec2", "hf_mobilevit"):
         assert family in MODELS, family
 
 
@@ -159,28 +173,44 @@ def test_opencl_takes_the_dynamic_model_as_the_fixed_one_and_matches(name, openc
         check_outputs(sess.run(None, feeds), want, atol=2e-5, what=f"{name} signature {sig}")
 
 
+def _profile_matches_or_names_its_reasons(profile: str, device, name: str) -> None:
+    path, sigs = load(name)
+    feeds, outputs = sigs["a"]
+    want = outputs[0][0]
+    for so in (onnxhal.SessionOptions(), fixed_options(feeds)):  # dynamic, then dims fixed
+        so.add_provider_for_devices([device])
+        sess = onnxhal.InferenceSession(path, so)
+        sess.disable_fallback()  # a device that fails at run must not pass on the CPU EP's answer
+        ep = sess.eps[device.ep_name]
+        taken = sess.partition_summary.get(device.ep_name, 0)
+        if not taken:
+            assert ep.declined, f"{profile} took no node of {name} and named no reason"
+            continue
+        check = compare_output("0", sess.run(None, feeds)[0], want, ep.profile.rtol, ep.profile.atol,
+                               ref_name="onnxruntime")
+        assert check.ok, (name, profile, check.problem)
+
+
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_profile_matches_or_names_its_reasons(profile):
     from tests.conftest import simulated_or_skip
 
     with simulated_or_skip(profile, by="profile") as sims:
-        device = sims[profile]
         for name in DEVICE_MODELS:
-            path, sigs = load(name)
-            feeds, outputs = sigs["a"]
-            want = outputs[0][0]
-            for so in (onnxhal.SessionOptions(), fixed_options(feeds)):  # dynamic, then dims fixed
-                so.add_provider_for_devices([device])
-                sess = onnxhal.InferenceSession(path, so)
-                sess.disable_fallback()  # a device that fails at run must not pass on the CPU EP's answer
-                ep = sess.eps[device.ep_name]
-                taken = sess.partition_summary.get(device.ep_name, 0)
-                if not taken:
-                    assert ep.declined, f"{profile} took no node of {name} and named no reason"
-                    continue
-                check = compare_output("0", sess.run(None, feeds)[0], want, ep.profile.rtol, ep.profile.atol,
-                                       ref_name="onnxruntime")
-                assert check.ok, (name, profile, check.problem)
+            if (name, profile) not in PROFILE_FINDINGS:
+                _profile_matches_or_names_its_reasons(profile, sims[profile], name)
+
+
+@pytest.mark.parametrize(("name", "profile"), [
+    pytest.param(name, profile, marks=pytest.mark.xfail(strict=True, reason=reason))
+    for (name, profile), reason in sorted(PROFILE_FINDINGS.items())])
+def test_known_profile_findings_still_fail(name, profile):
+    """The pairs ``test_every_profile_matches_or_names_its_reasons`` leaves out, run alone: strict,
+    so a fix that makes one match shows here and takes it off the list."""
+    from tests.conftest import simulated_or_skip
+
+    with simulated_or_skip(profile, by="profile") as sims:
+        _profile_matches_or_names_its_reasons(profile, sims[profile], name)
 
 
 def test_a_dim_value_of_minus_one_is_a_free_dimension():

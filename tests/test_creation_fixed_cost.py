@@ -333,3 +333,38 @@ def test_without_the_values_reader_the_whole_inferred_model_gives_the_same_value
     with_reader = load_model(path).proto.SerializeToString(deterministic=True)
     monkeypatch.setattr(guarded_inference, "_graph_values", lambda: None)
     assert load_model(path).proto.SerializeToString(deterministic=True) == with_reader
+
+
+def test_a_model_file_without_external_tensors_skips_the_external_data_walk(tmp_path, monkeypatch):
+    """The file's own bytes, parsed as the UTF-8 mirror, say whether any tensor may keep its data in
+    a file (``mirror_may_keep_external_data``): the loader walks the tensors only then. The mirror
+    says so for a tensor with external data wherever it is (initializer, attribute), and, where a
+    string holds the marker's bytes, says so too (the walk then finds none): it never misses one."""
+    from onnxhal.runtime.loader import model_loader
+    from onnxhal.runtime.loader.proto_strings import mirror_may_keep_external_data, utf8_mirror_of
+
+    walks: list[str] = []
+    real = model_loader.load_external_data
+    monkeypatch.setattr(model_loader, "load_external_data",
+                        lambda proto, *args: walks.append(args[-1]) or real(proto, *args))
+    plain = os.path.join(CORPUS, "resnet_ts.onnx")
+    load_model(plain)
+    assert walks == []
+    with open(plain, "rb") as f:
+        assert not mirror_may_keep_external_data(utf8_mirror_of(f.read()))
+    external = _external_constant_model(tmp_path, onnx.AttributeProto.TENSOR)
+    with open(external, "rb") as f:
+        assert mirror_may_keep_external_data(utf8_mirror_of(f.read()))
+    x = np.ones(6, np.float32)
+    got = onnxhal.InferenceSession(external, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, np.arange(6) + 1)
+    assert walks == [external]
+    marked = transpose_model()
+    marked.graph.node[0].name = "p\x01"  # the bytes of data_location EXTERNAL, in a string
+    path = tmp_path / "marked.onnx"
+    path.write_bytes(marked.SerializeToString())
+    assert mirror_may_keep_external_data(utf8_mirror_of(marked.SerializeToString()))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(
+        onnxhal.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0], x.T)
+    assert walks[-1] == str(path)

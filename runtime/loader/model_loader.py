@@ -27,7 +27,13 @@ from onnxhal.runtime.loader.constant_initializers import constants_to_initialize
 from onnxhal.runtime.loader.declaration_checks import check_declarations, check_ir_version
 from onnxhal.runtime.loader.external_data import load_external_data, tensors
 from onnxhal.runtime.loader.model_overrides import override_free_dimensions
-from onnxhal.runtime.loader.node_checks import STANDARD_DOMAINS, check_after_inference, check_nodes, schema_spec
+from onnxhal.runtime.loader.node_checks import (
+    STANDARD_DOMAINS,
+    check_after_inference,
+    check_nodes,
+    flat_model_walks,
+    schema_spec,
+)
 from onnxhal.runtime.loader.proto_strings import check_strings, mirror_may_keep_external_data, utf8_mirror_of
 from onnxhal.runtime.loader.sparse_constants import sparse_constants_to_initializers
 from onnxhal.runtime.optimizer.cleanup import shapes_settled
@@ -187,6 +193,13 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
         raise OrtNotImplemented(f"model uses ai.onnx opset {opset['']}, newer than the {known} this onnx "
                                 f"package ({onnx.__version__}) knows. Upgrade onnx or export at opset <= {known}.")
     check_ir_version(proto)
+    with flat_model_walks(proto):
+        return _checked_and_inferred(model, proto, opset, path)
+
+
+def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str, int], path: str | None,
+                          ) -> LoadedModel:
+    """``load_model`` from the declaration checks on (``model``: what the caller gave)."""
     check_declarations(proto)
     # A proto the loader parsed (or copied, inlined) is its own to change; the caller's is not.
     proto = constants_to_initializers(proto, owned=proto is not model)

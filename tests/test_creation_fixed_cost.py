@@ -333,3 +333,72 @@ def test_without_the_values_reader_the_whole_inferred_model_gives_the_same_value
     with_reader = load_model(path).proto.SerializeToString(deterministic=True)
     monkeypatch.setattr(guarded_inference, "_graph_values", lambda: None)
     assert load_model(path).proto.SerializeToString(deterministic=True) == with_reader
+
+
+def test_a_model_file_without_external_tensors_skips_the_external_data_walk(tmp_path, monkeypatch):
+    """The file's own bytes, parsed as the UTF-8 mirror, say whether any tensor may keep its data in
+    a file (``mirror_may_keep_external_data``): the loader walks the tensors only then. The mirror
+    says so for a tensor with external data wherever it is (initializer, attribute), and, where a
+    string holds the marker's bytes, says so too (the walk then finds none): it never misses one."""
+    from onnxhal.runtime.loader import model_loader
+    from onnxhal.runtime.loader.proto_strings import mirror_may_keep_external_data, utf8_mirror_of
+
+    walks: list[str] = []
+    real = model_loader.load_external_data
+    monkeypatch.setattr(model_loader, "load_external_data",
+                        lambda proto, *args: walks.append(args[-1]) or real(proto, *args))
+    plain = os.path.join(CORPUS, "resnet_ts.onnx")
+    load_model(plain)
+    assert walks == []
+    with open(plain, "rb") as f:
+        assert not mirror_may_keep_external_data(utf8_mirror_of(f.read()))
+    external = _external_constant_model(tmp_path, onnx.AttributeProto.TENSOR)
+    with open(external, "rb") as f:
+        assert mirror_may_keep_external_data(utf8_mirror_of(f.read()))
+    x = np.ones(6, np.float32)
+    got = onnxhal.InferenceSession(external, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, np.arange(6) + 1)
+    assert walks == [external]
+    marked = transpose_model()
+    marked.graph.node[0].name = "p\x01"  # the bytes of data_location EXTERNAL, in a string
+    path = tmp_path / "marked.onnx"
+    path.write_bytes(marked.SerializeToString())
+    assert mirror_may_keep_external_data(utf8_mirror_of(marked.SerializeToString()))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(
+        onnxhal.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0], x.T)
+    assert walks[-1] == str(path)
+
+
+def test_walks_of_a_model_without_subgraphs_read_no_node_and_others_still_find_every_subgraph():
+    """While the loader loads a model none of whose nodes holds a graph (``flat_model_walks``), a
+    walk yields the graph without reading its nodes; a model with an If (or a node of another
+    domain holding a graph) is walked into, and a bad node in a branch is still refused."""
+    from onnxhal.hal.errors import InvalidGraph
+    from onnxhal.runtime.loader.node_checks import flat_model_walks, walk_graphs
+
+    flat = transpose_model()
+    flat.graph.node.append(helper.make_node("Gelu", ["y"], ["z"], domain="com.microsoft"))  # no graph attribute
+    with flat_model_walks(flat):
+        assert [g for g, _ in walk_graphs(flat.graph)] == [flat.graph]
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "b", [],
+                               [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)])
+    cond = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
+    nested = _model([cond], [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                             helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    with flat_model_walks(nested):
+        assert len(list(walk_graphs(nested.graph))) == 3
+    with flat_model_walks(flat):  # the walks trust the loaded model's flatness: no node is read
+        assert len(list(walk_graphs(nested.graph))) == 1
+    assert len(list(walk_graphs(flat.graph))) == 1  # outside a load: the full walk, which finds none
+    bad = onnx.ModelProto()
+    bad.CopyFrom(nested)
+    bad.graph.node[0].attribute[0].g.node[0].attribute.add(name="alpha", type=onnx.AttributeProto.FLOAT, f=1.0)
+    with pytest.raises(InvalidGraph, match="alpha"):
+        load_model(bad)
+    x = np.array([-1.0, 2.0], np.float32)
+    feeds = {"c": np.array(True), "x": x}
+    np.testing.assert_array_equal(
+        onnxhal.InferenceSession(nested.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0],
+        ort.InferenceSession(nested.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0])

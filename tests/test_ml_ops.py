@@ -924,3 +924,26 @@ def test_tree_ensemble_group_table_is_built_when_a_run_would_pay_for_it(monkeypa
     kernel = create_cpu_kernel(Node.from_proto(model.graph.node[0]), None, {ML: 3})
     _same(ref.run(None, {"X": many}), kernel.compute([many]), "300 rows, first")
     assert kernel.forest._bits._table is not None
+
+
+def test_zipmap_sessions_with_as_many_labels_share_one_compiled_function_and_keep_their_labels():
+    """ZipMap's row function is compiled once a process for each label count (``_row_maps_factory``),
+    not at each session's creation; each session binds its own labels, and the maps equal
+    onnxruntime's."""
+    from onnxhal.runtime.providers.cpu.kernels import ml_linear
+
+    x = np.array([[0.25, 0.5, 0.25], [0.125, 0.125, 0.75]], np.float32)
+    labels = [{"classlabels_int64s": [3, 1, 7]}, {"classlabels_strings": ["b", "a", "c"]},
+              {"classlabels_int64s": [0, 1, 2]}]
+    ml_linear._row_maps_factory(3)  # compiled by now, whatever ran before
+    compiled = ml_linear._row_maps_factory.cache_info().misses
+    for attrs in labels:
+        kind = I64 if "classlabels_int64s" in attrs else S
+        out = helper.make_tensor_value_info("Z", TensorProto.UNDEFINED, None)
+        out.type.sequence_type.elem_type.map_type.key_type = kind
+        out.type.sequence_type.elem_type.map_type.value_type.tensor_type.elem_type = F
+        model = _model("ZipMap", [_t("X", F, [None, 3])], [out], ml_opset=1, **attrs)
+        want, got = _run_both(model, {"X": x})
+        assert not isinstance(got, Exception), got
+        assert got[0] == want[0], (attrs, got, want)
+    assert ml_linear._row_maps_factory.cache_info().misses == compiled

@@ -381,3 +381,30 @@ def test_install_keeps_the_source_beside_the_kernel():
     """The C source ships with the package (package-data), as the bridge's does."""
     here = os.path.dirname(ml_trees.__file__)
     assert os.path.exists(os.path.join(here, "_native.c"))
+
+
+@pytest.mark.parametrize("op", ["TreeEnsembleRegressor", "TreeEnsembleClassifier"])
+def test_runs_the_native_route_takes_never_build_the_leaf_bits(op, monkeypatch):
+    """The leaf bits (``TREE_PATHS["leaf_bits"]``) are built at their first use: a session whose
+    runs the C route takes never builds them (nor a two-class classifier's signed copy), and the
+    numpy route that does build them gives the same bits."""
+    rng = np.random.default_rng(5)
+    trees = _forest(rng, 6, 4, 3, ["BRANCH_LEQ"])
+    if op == "TreeEnsembleRegressor":
+        attrs = dict(_legacy_tree_attrs(rng, trees, 1, "target", True), n_targets=1)
+        outputs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]
+    else:  # two classes, the trees writing the first alone: the one-score route of a signed pair
+        attrs = dict(_legacy_tree_attrs(rng, trees, 1, "class", True), classlabels_int64s=[0, 1],
+                     post_transform="LOGISTIC")
+        outputs = [helper.make_tensor_value_info("L", TensorProto.INT64, None),
+                   helper.make_tensor_value_info("P", TensorProto.FLOAT, None)]
+    model = _model(op, TensorProto.FLOAT, outputs, 3, **attrs)
+    native, plain = _kernels(model, monkeypatch)
+    x = _input(rng, 7, 4, np.float32)
+    got = native.compute([x])
+    assert not native.forest._bits_built
+    assert op == "TreeEnsembleRegressor" or (native._pair is not None and native._pair_bits is None)
+    assert not plain.forest._bits_built
+    _bit_equal(got, plain.compute([x]), op)
+    assert plain.forest._bits is not None
+    _against_ort(model, x, got, op)

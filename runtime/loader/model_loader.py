@@ -27,8 +27,14 @@ from onnxhal.runtime.loader.constant_initializers import constants_to_initialize
 from onnxhal.runtime.loader.declaration_checks import check_declarations, check_ir_version
 from onnxhal.runtime.loader.external_data import load_external_data, tensors
 from onnxhal.runtime.loader.model_overrides import override_free_dimensions
-from onnxhal.runtime.loader.node_checks import STANDARD_DOMAINS, check_after_inference, check_nodes, schema_spec
-from onnxhal.runtime.loader.proto_strings import check_strings
+from onnxhal.runtime.loader.node_checks import (
+    STANDARD_DOMAINS,
+    check_after_inference,
+    check_nodes,
+    flat_model_walks,
+    schema_spec,
+)
+from onnxhal.runtime.loader.proto_strings import check_strings, mirror_may_keep_external_data, utf8_mirror_of
 from onnxhal.runtime.loader.sparse_constants import sparse_constants_to_initializers
 from onnxhal.runtime.optimizer.cleanup import shapes_settled
 from onnxhal.runtime.session.ep_context_model import ReadFunc, resolve_external_contexts
@@ -140,10 +146,18 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
         if not os.path.isfile(path):
             raise NoSuchFile(f"model file {path!r} does not exist (or is not a file). Check the path.")
         try:
-            proto = onnx.load(path, load_external_data=False)
-            check_strings(proto, f"model file {path!r}")  # external-data locations are among them
+            with open(path, "rb") as f:
+                data = f.read()
+            # the format onnx.load reads the file in (protobuf, or a text format by its extension)
+            fmt = onnx.serialization.registry.get_format_from_file_extension(os.path.splitext(path)[1])
+            proto = onnx.load_model_from_string(data, format=fmt)
+            # A protobuf file's own bytes give the mirror: no serializing the model again to check
+            # its strings, and a model none of whose tensors is external skips the walk over them
+            mirror = utf8_mirror_of(data) if fmt in (None, "protobuf") else None
+            check_strings(proto, f"model file {path!r}", mirror)  # external-data locations are among them
             _inject_external_data(proto, initializers, files, f"model file {path!r}")  # not read from disk
-            load_external_data(proto, os.path.dirname(os.path.abspath(path)), f"model file {path!r}", path)
+            if mirror is None or mirror_may_keep_external_data(mirror):
+                load_external_data(proto, os.path.dirname(os.path.abspath(path)), f"model file {path!r}", path)
         except (Fail, InvalidArgument, InvalidProtobuf, NoSuchFile):
             raise
         except (DecodeError, RuntimeError, ValueError) as e:
@@ -179,6 +193,13 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
         raise OrtNotImplemented(f"model uses ai.onnx opset {opset['']}, newer than the {known} this onnx "
                                 f"package ({onnx.__version__}) knows. Upgrade onnx or export at opset <= {known}.")
     check_ir_version(proto)
+    with flat_model_walks(proto):
+        return _checked_and_inferred(model, proto, opset, path)
+
+
+def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str, int], path: str | None,
+                          ) -> LoadedModel:
+    """``load_model`` from the declaration checks on (``model``: what the caller gave)."""
     check_declarations(proto)
     # A proto the loader parsed (or copied, inlined) is its own to change; the caller's is not.
     proto = constants_to_initializers(proto, owned=proto is not model)

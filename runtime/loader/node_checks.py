@@ -25,6 +25,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import onnx
 from onnx import AttributeProto
@@ -356,9 +358,37 @@ _VALUE_CHECKS: dict[str, Callable[[onnx.NodeProto, str, SchemaSpec | None], None
 _SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
+#: True while the loader loads a model that holds no graph in any node and has no model-local
+#: function (``flat_model_walks``): every graph walked meanwhile is that model's main graph or a
+#: copy of it (stubs, inferred copies), so it has no subgraph to look for.
+_FLAT_MODEL: ContextVar[bool] = ContextVar("onnxhal_flat_model", default=False)
+
+
+def holds_graph(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` has an attribute typed GRAPH or GRAPHS (as ``walk_graphs`` reads them)."""
+    if node.op_type not in _SUBGRAPH_OPS and node.domain in STANDARD_DOMAINS:
+        return False
+    return any(a.type in (_A.GRAPH, _A.GRAPHS) for a in node.attribute)
+
+
+@contextmanager
+def flat_model_walks(proto: onnx.ModelProto) -> Iterator[None]:
+    """The body's ``walk_graphs`` calls yield the graph alone, where ``proto`` has no model-local
+    function and no node of its main graph holds a graph: the loader walks its model a dozen times
+    (checks, stubs, inference), each walk a read of every node's op type and domain."""
+    flat = not proto.functions and not any(holds_graph(n) for n in proto.graph.node)
+    token = _FLAT_MODEL.set(flat)
+    try:
+        yield
+    finally:
+        _FLAT_MODEL.reset(token)
+
+
 def walk_graphs(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.GraphProto, str]]:
     """The graph and every subgraph in it, each with a phrase saying where it is."""
     yield graph, where
+    if _FLAT_MODEL.get():
+        return
     for node in graph.node:
         if node.op_type not in _SUBGRAPH_OPS and node.domain in STANDARD_DOMAINS:
             continue  # no standard operator but those holds a graph: their attributes need no reading

@@ -96,27 +96,54 @@ def _first_bad(message: Message, path: str) -> Iterator[tuple[str, bytes]]:
 @functools.cache
 def _utf8_mirror() -> type | None:
     """A proto3 copy of onnx's messages with only their string and message fields
-    (``proto_mirror``): parsing a model as one validates every string as UTF-8, in C, and skips
-    every other field (weights, number lists: measured faster skipped than parsed)."""
-    return mirror_model("onnxhal_utf8", lambda message, f: f.type == f.TYPE_STRING)
+    (``proto_mirror``), and TensorProto's ``data_location`` (``mirror_may_keep_external_data``):
+    parsing a model as one validates every string as UTF-8, in C, and skips every other field
+    (weights, number lists: measured faster skipped than parsed)."""
+    return mirror_model("onnxhal_utf8", lambda message, f: f.type == f.TYPE_STRING or
+                        (message == "TensorProto" and f.name == "data_location"))
 
 
-def valid_utf8(proto: onnx.ModelProto) -> bool:
-    """Whether every string field of ``proto`` is valid UTF-8, as the mirror parses it (False also
-    where the mirror cannot tell: the walk then decides)."""
+#: ``data_location`` EXTERNAL (1) as serialized: TensorProto field 14 as a varint (tag 0x70), then 1
+_EXTERNAL_LOCATION = bytes([14 << 3, onnx.TensorProto.EXTERNAL])
+
+
+def utf8_mirror_of(serialized: bytes) -> Message | None:
+    """The model's bytes parsed as the mirror, its unknown fields (every field it does not keep)
+    dropped; None where a string is not valid UTF-8, or where the mirror cannot tell (the walk then
+    decides)."""
     mirror = _utf8_mirror()
     if mirror is None:
-        return False
+        return None
     try:
-        mirror.FromString(proto.SerializeToString())
+        parsed = mirror.FromString(serialized)
     except Exception:  # noqa: BLE001 - bad UTF-8 (DecodeError), or anything else the walk then judges
-        return False
-    return True
+        return None
+    parsed.DiscardUnknownFields()
+    return parsed
 
 
-def check_strings(proto: onnx.ModelProto, what: str) -> None:
-    """Raise InvalidProtobuf naming the first string field of ``proto`` that is not valid UTF-8."""
-    if valid_utf8(proto) or _model_ok(proto):
+def mirror_may_keep_external_data(mirror: Message) -> bool:
+    """Whether a tensor of the model ``mirror`` was parsed from may keep its data in a file: False
+    only where none does, so that the walk over every tensor (``external_data.load_external_data``)
+    can be skipped. The mirror serialized holds message tags and lengths, strings and the
+    ``data_location`` fields alone; a tensor whose data is external writes the bytes
+    ``_EXTERNAL_LOCATION``, which no tag or length can (0x01 is no valid tag); a string that holds
+    them only makes this say True."""
+    return _EXTERNAL_LOCATION in mirror.SerializeToString()
+
+
+def valid_utf8(proto: onnx.ModelProto, serialized: bytes | None = None) -> bool:
+    """Whether every string field of ``proto`` is valid UTF-8, as the mirror parses it (False also
+    where the mirror cannot tell: the walk then decides). ``serialized``: ``proto``'s bytes, where
+    the caller has them (a model read from a file)."""
+    return utf8_mirror_of(proto.SerializeToString() if serialized is None else serialized) is not None
+
+
+def check_strings(proto: onnx.ModelProto, what: str, mirror: Message | None = None) -> None:
+    """Raise InvalidProtobuf naming the first string field of ``proto`` that is not valid UTF-8.
+    ``mirror``: ``utf8_mirror_of`` the model's bytes, where the caller parsed it (its strings are
+    then valid)."""
+    if mirror is not None or valid_utf8(proto) or _model_ok(proto):
         return
     where, raw = next(_first_bad(proto, "model"), ("a string field", b""))
     raise InvalidProtobuf(f"{what}: field {where} is not valid UTF-8 ({raw[:60]!r}); ONNX strings are UTF-8. "

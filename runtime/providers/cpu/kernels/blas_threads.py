@@ -99,6 +99,15 @@ def _machine_reading(now: float, own_runnable, runnable) -> tuple[int | None, in
     return count, own
 
 
+@functools.cache
+def _cpu_count() -> int:
+    """The machine's logical CPUs, read once a process (each session's EP asks; a read is a sysfs
+    file)."""
+    import os
+
+    return os.cpu_count() or 1
+
+
 class LoadAwareBlasThreads:
     """BLAS threads for each run: the session's count where that many cores are idle, fewer where
     other processes hold them.
@@ -118,10 +127,8 @@ class LoadAwareBlasThreads:
     most every 50 ms; one read costs about 10 us plus about 3 us per thread of the process."""
 
     def __init__(self, requested: int, cores: int | None = None) -> None:
-        import os
-
         self.requested = max(1, int(requested))
-        self.cores = cores or os.cpu_count() or 1
+        self.cores = cores or _cpu_count()
         self._checked = -1.0
         self._applied = -1.0
         self._others = 0.0

@@ -431,28 +431,34 @@ def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int],
         limit = DEPTHWISE_GATHER_MAX if depthwise and strides == (1, 1) else GATHER_MAX
     if live_taps * n * c * p + (has_bias and n * c * p) > limit or not n * c * p:
         return None
-    inside = row_in[:, None, :, None] & col_in[None, :, None, :]
+    inside = (row_in[:, None, :, None] & col_in[None, :, None, :]).reshape(taps, p)
     at = (rows[:, None, :, None] * wd + cols[None, :, None, :]).reshape(taps, p)  # (taps, P) in a plane
-    zero = n * c * h * wd  # the appended 0; the 1 follows it
-    planes = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * (h * wd)  # (N, C) plane starts
-    if depthwise:
-        idx = np.where(inside.reshape(taps, 1, 1, p), at[:, None, None, :] + planes[None, :, :, None], zero)
-    else:
-        idx = np.where(inside.reshape(1, 1, taps, p), at[None, None] + planes[:, :, None, None], zero)
-        idx = idx.reshape(n, c * taps, p)
     # Taps (rows of the product) that read padding alone for every output are left out: a 1x1
     # input under a 3x3 kernel padded by 1 keeps its centre tap, and needs no appended cells.
-    axis = 0 if depthwise else 1
-    live = np.moveaxis(idx != zero, axis, 0).reshape(idx.shape[axis], -1).any(axis=1)
+    # Whether a tap reads the input is the same for every image and channel: the taps are chosen
+    # before the indices are spread over them.
+    live = inside.any(axis=1)
     keep = None
     if live.any() and not live.all():
-        keep = np.flatnonzero(live)
-        idx = np.take(idx, keep, axis=axis)
+        kept = np.flatnonzero(live)
+        at, inside = at[kept], inside[kept]
+        # the kept rows of the product: per channel its kept taps (ungrouped), or the taps (depthwise)
+        keep = kept if depthwise else (np.arange(c)[:, None] * taps + kept).reshape(-1)
+    zero = n * c * h * wd  # the appended 0; the 1 follows it
+    planes = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * (h * wd)  # (N, C) plane starts
+    kept_taps = at.shape[0]
+    if depthwise:
+        idx = np.where(inside[:, None, None, :], at[:, None, None, :] + planes[None, :, :, None], zero)
+    else:
+        idx = np.where(inside[None, None], at[None, None] + planes[:, :, None, None], zero)
+        idx = idx.reshape(n, c * kept_taps, p)
+    axis = 0 if depthwise else 1
     if has_bias:
         shape = list(idx.shape)
         shape[axis] = 1
         idx = np.concatenate([idx, np.full(shape, zero + 1)], axis=axis)
-    appended = has_bias or bool((idx == zero).any())
+    # only padding reads the appended 0 (every index into the input is below it)
+    appended = has_bias or not inside.all()
     return np.ascontiguousarray(idx, dtype=np.intp), appended, (n, w_shape[0], oh, ow), keep
 
 

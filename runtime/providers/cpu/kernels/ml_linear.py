@@ -4,6 +4,9 @@ onnxruntime returns it)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -304,11 +307,20 @@ def _row_maps(keys: list):
     dict(zip(keys, row)) a row); the keys are bound as default arguments, not in the source."""
     if not 0 < len(keys) <= 32 or len(set(keys)) != len(keys):
         return lambda rows: [dict(zip(keys, row)) for row in rows]
-    names = [f"v{i}" for i in range(len(keys))]
-    params = ", ".join(f"k{i}=k{i}" for i in range(len(keys)))
+    return _row_maps_factory(len(keys))(*keys)
+
+
+@functools.cache
+def _row_maps_factory(n: int) -> Callable:
+    """For ``n`` keys, a function of the keys that returns ``_row_maps``'s function: the source
+    depends on the key count alone, so it is compiled once a process (compiling it is most of a
+    small classifier's session creation), and each session binds its own keys."""
+    names = [f"v{i}" for i in range(n)]
+    keys = ", ".join(f"k{i}" for i in range(n))
+    params = ", ".join(f"k{i}=k{i}" for i in range(n))
     literal = ", ".join(f"k{i}: {v}" for i, v in enumerate(names))
-    source = f"lambda rows, {params}: [{{{literal}}} for {', '.join(names)}, in rows]"
-    return eval(source, {}, {f"k{i}": k for i, k in enumerate(keys)})  # noqa: S307 (source built above)
+    source = f"lambda {keys}: lambda rows, {params}: [{{{literal}}} for {', '.join(names)}, in rows]"
+    return eval(source, {})  # noqa: S307 (source built above from the key count)
 
 
 @register("FusedLinearClassifier", since=1, domain=FUSED_DOMAIN)

@@ -164,18 +164,35 @@ class _Forest:
             self.depth = sum(1 for level in shape[3] if (mode[level] != LEAF).any())
         else:
             self.depth = _depth(what, mode, true_next, false_next, roots)
-        self._bits = _LeafBits.build(self, shape, true_next)
+        # the leaf bits are built at their first use (``_bits``): where the C route takes the rows
+        # they are never read, and their tables are most of a small forest's build
+        self._shape, self._true_next = shape, true_next
+        self._leaf_bits: _LeafBits | None = None
+        self._bits_built = False
+        self._bits_per_row = False
         #: which outputs the trees write, where that is the same for every row (else None)
-        self.written_const = None if self._bits is None else self._bits.written
-        # Past one chunk, per row the leaf bits cost about their columns (nodes) and the walk its
-        # trees x (depth + outputs): many nodes a tree over a shallow walk to few outputs (a
-        # forest regressor's) go by the walk (measured on sklearn forests of 10-300 trees, 1000 rows)
-        self._bits_per_row = self._bits is not None and \
-            self._bits.columns <= (5 + weights.shape[1]) * roots.size * max(1, self.depth)
+        self.written_const = _written_outputs(self, shape)[1] if _LeafBits.applies(self, shape) else None
         #: every output is written by some tree for every row (known when the leaves say so)
-        self.all_written = self._bits is not None and self._bits.written is not None and bool(self._bits.written.all())
+        self.all_written = self.written_const is not None and bool(self.written_const.all())
         #: the C route (``TREE_PATHS["native"]``), or None
         self.native = _NativeTrees.build(self, true_next, false_next, weights, shape)
+
+    @property
+    def _bits(self) -> _LeafBits | None:
+        """The leaf bits (``TREE_PATHS["leaf_bits"]``), built at the first call; None where they
+        do not apply."""
+        if not self._bits_built:
+            # threads running one session may build them at once: each builds the same bits, and
+            # the flag is set last, so that a thread that reads it finds them and ``_bits_per_row``
+            bits = _LeafBits.build(self, self._shape, self._true_next)
+            # Past one chunk, per row the leaf bits cost about their columns (nodes) and the walk its
+            # trees x (depth + outputs): many nodes a tree over a shallow walk to few outputs (a
+            # forest regressor's) go by the walk (measured on sklearn forests of 10-300 trees, 1000 rows)
+            self._bits_per_row = bits is not None and \
+                bits.columns <= (5 + self.weights.shape[1]) * self.roots.size * max(1, self.depth)
+            self._leaf_bits = bits
+            self._bits_built = True
+        return self._leaf_bits
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """[rows, trees] index of the leaf each row reaches in each tree: per level one gather of
@@ -235,17 +252,17 @@ class _Forest:
             return None
         return max(1, _BITS_CELLS // bits.columns)
 
-    def sums(self, x: np.ndarray, how: str, leaf_bits: _LeafBits | None = None,
+    def sums(self, x: np.ndarray, how: str, leaf_bits: Callable[[], _LeafBits] | None = None,
              native: _NativeTrees | None = None) -> np.ndarray | None:
         """``aggregate``'s scores for SUM or AVERAGE by the C route or straight from the leaf bits
-        (``leaf_bits`` and ``native``: copies of them with other weights), where the trees write the
+        (``leaf_bits``, which makes them, and ``native``: copies of them with other weights), where the trees write the
         same outputs for every row (``written_const``) and the rows are few (they then fit one
         chunk); None where ``aggregate`` must decide."""
         if leaf_bits is None:
             native = self.native
         if native is not None and self.written_const is not None and native.takes(x):
             return native.sums(x, how)  # None past one call's rows: ``aggregate`` takes them in chunks
-        bits = self._bits if leaf_bits is None else leaf_bits
+        bits = self._bits if leaf_bits is None else leaf_bits()
         if bits is None or self.written_const is None or x.shape[0] * bits.columns > _BITS_CELLS or \
                 x.shape[1] <= bits.max_feature:
             return None
@@ -434,21 +451,23 @@ class _LeafBits:
         self.slot_weights = weights[leaf]  # per (tree, slot) its leaf's weights
         self.sums = self._sums_function()
 
+    @staticmethod
+    def applies(forest: _Forest, shape: tuple | None) -> bool:
+        """Whether ``forest`` (with its ``_tree_shape``) has leaf bits: one comparison kind, no
+        shared node, at most 64 leaves a tree."""
+        return 0 <= forest.uniform_mode <= 3 and shape is not None and not (shape[1][forest.roots] > 64).any()
+
     @classmethod
     def build(cls, forest: _Forest, shape: tuple | None, true_next: np.ndarray) -> _LeafBits | None:
         """The leaf bits of ``forest`` from its ``_tree_shape`` (None: they do not apply)."""
-        if not 0 <= forest.uniform_mode <= 3 or shape is None:
+        if not cls.applies(forest, shape):
             return None
         owner, count, first, levels = shape
         trees = forest.roots.size
         total = count[forest.roots]
-        if (total > 64).any():
-            return None
         # each node's leaves are the leaves [first, first + count) of its tree, numbered left to
         # right with the true branch first (the walk's order)
-        visited = np.concatenate(levels)
-        is_leaf = forest.mode[visited] == LEAF
-        leaves, inner = visited[is_leaf], visited[~is_leaf]
+        (leaves, written), inner = _written_outputs(forest, shape), _inner_nodes(forest, shape)
         leaf = np.zeros((trees, 65), np.int64)
         leaf[owner[leaves], first[leaves] + 1] = leaves
         # interior nodes tree by tree, each tree's padded to whole groups of 8 with nodes whose
@@ -471,9 +490,6 @@ class _LeafBits:
         # a true outcome rules out the false subtree's leaves [mid, hi), a false one the true's [lo, mid)
         m_true[at] = full[owner[inner]] & ~(_low_bits(hi - mid) << mid.astype(np.uint64))
         m_false[at] = full[owner[inner]] & ~(_low_bits(mid - lo) << lo.astype(np.uint64))
-        has = forest.has
-        heads = has[leaf[owner[leaves], 1]]
-        written = np.logical_or.reduce(has[leaf[:, 1]], axis=0) if (has[leaves] == heads).all() else None
         real = np.maximum(cols, 0)
         return cls(np.where(cols >= 0, forest.feature[real], 0), forest.threshold[real],
                    np.where(cols >= 0, forest.missing_true[real], False), m_true, m_false, starts, leaf.reshape(-1),
@@ -596,6 +612,28 @@ class _LeafBits:
         if self.group_weights is not None:
             return self.group_weights.take(np.add(np.packbits(go, axis=1), self.group_base).T, axis=0)
         return self.slot_weights.take(self._slots(go).T, axis=0)
+
+
+def _written_outputs(forest: _Forest, shape: tuple) -> tuple[np.ndarray, np.ndarray | None]:
+    """The leaves of trees that share no node (``_tree_shape``), and which outputs the trees write
+    where each tree's leaves all write the same outputs (then the same for every row): its first
+    leaf's; else None."""
+    owner, _, first, levels = shape
+    visited = np.concatenate(levels)
+    leaves = visited[forest.mode[visited] == LEAF]
+    # per tree its first leaf (every walk ends at a leaf, so each tree has one numbered 0)
+    heads = leaves[first[leaves] == 0]
+    head = np.empty(forest.roots.size, np.int64)
+    head[owner[heads]] = heads
+    has = forest.has
+    written = np.logical_or.reduce(has[head], axis=0) if (has[leaves] == has[head[owner[leaves]]]).all() else None
+    return leaves, written
+
+
+def _inner_nodes(forest: _Forest, shape: tuple) -> np.ndarray:
+    """The interior nodes of trees that share no node (``_tree_shape``), level by level."""
+    visited = np.concatenate(shape[3])
+    return visited[forest.mode[visited] != LEAF]
 
 
 def _group_table(mask_true: np.ndarray, mask_false: np.ndarray) -> np.ndarray:
@@ -920,17 +958,21 @@ class TreeEnsembleClassifier(Kernel):
         if self.transform == "SOFTMAX" and 2 < k <= 8 and self.forest.all_written and \
                 self._score_bound() < SOFTMAX_BOUND:
             self.post = softmax_bounded
+        self._pair_bits: _LeafBits | None = None
         self._pair = self._signed_pair()
 
     def _score_bound(self) -> float:
         """A bound on any row's |score|: per tree its largest |leaf weight|, summed, plus the base
         values' largest (whatever the input: NaN features route like any value)."""
-        w = np.abs(self.forest.weights.astype(np.float64))
-        bits = self.forest._bits
-        if bits is not None:
-            per_tree = np.abs(bits.slot_weights.astype(np.float64)).reshape(-1, 65 * w.shape[1]).max(axis=1).sum()
+        forest = self.forest
+        w = np.abs(forest.weights.astype(np.float64))
+        if forest.written_const is not None:  # trees that share no node: per tree its leaves' largest
+            leaves, _ = _written_outputs(forest, forest._shape)
+            largest = np.zeros(forest.roots.size)
+            np.maximum.at(largest, forest._shape[0][leaves], w[leaves].max(axis=1))
+            per_tree = largest.sum()
         else:
-            per_tree = self.forest.roots.size * (w.max() if w.size else 0.0)
+            per_tree = forest.roots.size * (w.max() if w.size else 0.0)
         return float(per_tree + (np.abs(self.base).max() if self.base is not None else 0.0))
 
     def _signed_pair(self) -> tuple | None:
@@ -938,8 +980,8 @@ class TreeEnsembleClassifier(Kernel):
         result (``_two_classes_constant``'s one-score rows, "positive" or "mixed", no PROBIT): leaf
         bits whose sums are [-s, s], with what turns them into the result in place (base values
         [-b, b] added, the label's threshold, the transform); None elsewhere."""
-        bits, written = self.forest._bits, self.forest.written_const
-        if len(self.labels) != 2 or bits is None or written is None or not written[0] or written[1] or \
+        written = self.forest.written_const  # None where the trees have no leaf bits
+        if len(self.labels) != 2 or written is None or not written[0] or written[1] or \
                 self.raw_base.size > 1 or self.transform == "PROBIT":
             return None
         if self.binary_case and self.all_positive:  # [1 - s, s]
@@ -955,7 +997,14 @@ class TreeEnsembleClassifier(Kernel):
         native = self.forest.native
         native_pair = None if native is None else native.with_weights(self.forest, _negated_and_as_is(
             self.forest.weights))
-        return bits.signed_pair(), native_pair, base, threshold, take, post
+        return self._signed_bits, native_pair, base, threshold, take, post
+
+    def _signed_bits(self) -> _LeafBits:
+        """The forest's leaf bits with weights [-w, w] (``_LeafBits.signed_pair``), made at the first
+        call: a run the C route takes never reads them."""
+        if self._pair_bits is None:
+            self._pair_bits = self.forest._bits.signed_pair()
+        return self._pair_bits
 
     def _two_pair(self, scores: np.ndarray) -> list:
         """``_two_classes_constant``'s one-score result from the sums [-s, s] (``_signed_pair``)."""

@@ -46,7 +46,14 @@ from onnxhal.runtime.session.graph_capture import CaptureRecorder
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
 from onnxhal.simulators.ep_context import BLOB_FORMAT, context_blob, decode_partition, encode_partition, is_ep_context
 from onnxhal.simulators.faults import FaultState
-from onnxhal.simulators.fp16 import FP32_PRODUCERS, STORAGE_DTYPES, HalfRounder, decision_reason, round_constants
+from onnxhal.simulators.fp16 import (
+    FP32_PRODUCERS,
+    STORAGE_DTYPES,
+    HalfRounder,
+    beyond_range_values,
+    decision_reason,
+    round_constants,
+)
 from onnxhal.simulators.profile_rules import rule_reason
 from onnxhal.simulators.profiles import Profile
 from onnxhal.simulators.quantized import QuantizedValues, integer_reason
@@ -272,6 +279,9 @@ class VirtualEp(Ep):
         self._fp32_values: set[str] = set()  # reduction results: kept float32 on an fp16 device
         self.quantized_values = QuantizedValues()  # int8 QDQ groups and integer accumulators
         self.fp16_overflows: set[str] = set()  # values reported as overflowing fp16 storage
+        self.fp16_clamped: set[str] = set()  # weights clamped to the storage range
+        # per graph shown to get_capability (by id): values that may exceed the storage range
+        self._beyond_range: dict[int, dict[str, str]] = {}
         self._overflow_lock = threading.Lock()
 
     # -- capability ------------------------------------------------------------------------
@@ -281,6 +291,8 @@ class VirtualEp(Ep):
         self._fp32_values.update(o for n in graph.nodes if not n.domain and n.op_type in FP32_PRODUCERS
                                  for o in n.outputs if o)
         self.quantized_values.add_graph(graph)
+        if self.profile.compute_dtype in STORAGE_DTYPES:
+            self._beyond_range[id(graph)] = beyond_range_values(graph, self.profile.compute_dtype)
         for n in graph.nodes:
             if is_ep_context(n):
                 reason = self._context_reason(n)
@@ -311,7 +323,29 @@ class VirtualEp(Ep):
         return profile_reason(self.profile, node, graph, self.quantized_values) or integer_reason(
             self.profile, node, self.quantized_values) or decision_reason(
             self.profile.compute_dtype, self.profile.name, node, graph) or (
-            self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else unsupported_reason(node, lookup))
+            self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else unsupported_reason(node, lookup)) or (
+            self._range_reason(node, graph, lookup))
+
+    def _range_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
+        """Why the device declines ``node``: an input computed off the device may hold values beyond
+        the storage range (it carries a constant that does), and storing it at the partition's edge
+        makes them inf (a fully masked attention row then gives NaN). Computed on the device, from
+        the weight clamped as device compilers clamp it, the same value stays finite."""
+        beyond = self._beyond_range.get(id(graph))
+        if not beyond:
+            return None
+        for name in node.inputs:
+            source = beyond.get(name)
+            if source is None or name in graph.initializers:
+                continue  # a weight: clamped when the device stores it
+            producer = graph.producer(name)
+            if producer is not None and self.node_reason(producer, graph, lookup) is None:
+                continue  # made on the device too, from the clamped weight
+            storage = self.profile.compute_dtype
+            return (f"{name!r} may hold values beyond {storage}'s range (it carries constant {source!r}) and "
+                    f"reaches {self.profile.name} from another EP, whose {storage} storage would make them inf; "
+                    "computed on the host in float32")
+        return None
 
     def split_partition(self, graph: Graph, part: list[Node]) -> list[list[Node]]:
         """``part`` as the profile's ``[partitions]`` limits allow: declined when smaller than
@@ -365,6 +399,19 @@ class VirtualEp(Ep):
                             "use a profile with float32_as = \"float32\".", self.name, name, storage, limit,
                             self.profile.name, storage)
 
+    def report_clamped_weight(self, name: str) -> None:
+        """Log once per weight that its finite values beyond the storage range were clamped."""
+        with self._overflow_lock:
+            if name in self.fp16_clamped:
+                return
+            self.fp16_clamped.add(name)
+        storage = self.profile.compute_dtype
+        limit = "65504" if storage == "float16" else "about 3.39e38"
+        self.logger.warning("%s: weight %r holds values beyond %s's range (%s) on %s, which stores float32 "
+                            "values as %s: they were clamped to it, as device compilers do (OpenVINO, TensorRT). "
+                            "Use a profile with float32_as = \"float32\" for the model's own values.",
+                            self.name, name, storage, limit, self.profile.name, storage)
+
     def finish(self, context: KernelContext) -> None:
         """Wait until the partition's queued work is done."""
         self._queue(context).finish()
@@ -391,7 +438,7 @@ class VirtualEp(Ep):
 
     def _round_weights(self, plan: Any) -> None:
         for name in round_constants(plan.constants, self.profile.compute_dtype):
-            self.report_fp16_overflow(name)
+            self.report_clamped_weight(name)
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
         """A compiled partition from an EPContext blob's plan."""
@@ -647,7 +694,7 @@ class HostVirtualEp(VirtualEp):
         for g in graphs:
             # an int8 QDQ group is computed in int8, not in the float storage format
             half = storage in STORAGE_DTYPES and not self.quantized_values.int8_partition(g)
-            infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_fp16_overflow, storage) if half else g,
+            infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_clamped_weight, storage) if half else g,
                                              self.allocator, half, self.logger, self.report_fp16_overflow, storage))
         return infos
 

@@ -9,8 +9,10 @@ as in an NPU's wide accumulators. Results therefore carry real fp16 rounding err
 
 What a real NPU compiler keeps in float32 stays float32 here too: reduction results (the statistics
 of a LayerNorm written as ReduceSum/Sqrt/Div, a mean, a norm) entering or leaving a partition are
-not rounded (``FP32_PRODUCERS``). A value whose fp16 storage turns a finite float32 into inf is
-reported: the store kernel raises a flag the EP reads after the run and logs once per value.
+not rounded (``FP32_PRODUCERS``). Weights beyond the storage range are clamped to it, as device
+compilers store them (``stored_weight``), and logged. A value computed at run time whose fp16
+storage turns a finite float32 into inf is reported: the store kernel raises a flag the EP reads
+after the run and logs once per value.
 
 ``float32_as = "bfloat16"`` stores the same values as bf16 instead (round to nearest even on the
 upper 16 bits of the float32 pattern): float32's range, 8 significant bits.
@@ -87,6 +89,26 @@ def stored(a: np.ndarray, dtype: str = "float16") -> np.ndarray:
         return np.asarray(a).astype(np.float16).astype(np.float32)
 
 
+#: The largest finite bfloat16 (0x7F7F).
+BF16_MAX = 3.3895313892515355e38
+
+
+def stored_weight(a: np.ndarray, dtype: str = "float16") -> np.ndarray:
+    """A float32 constant as a device compiler stores it in ``dtype``: finite values beyond the
+    range clamped to its largest finite value, then rounded; infinities and NaN kept. OpenVINO's
+    constant compression clamps so (``convert_from_f32_to_f16_with_clamp``, used by
+    compress_float_constants), and TensorRT's builder clamps fp16 weights out of range with a
+    warning. The difference matters for masks: DeBERTa-v2 writes float32's lowest value into
+    masked attention scores, which as -inf makes a fully masked row's Softmax NaN, and as -65504
+    keeps it finite, as in float32."""
+    if a.dtype != F32 or a.size == 0:
+        return a
+    limit = FP16_MAX if dtype == "float16" else BF16_MAX
+    with np.errstate(invalid="ignore"):
+        clamped = np.where(np.isfinite(a), np.clip(a, -limit, limit), a).astype(F32)
+    return stored(clamped, dtype)
+
+
 def overflows(a: np.ndarray, dtype: str = "float16") -> bool:
     """Whether ``dtype`` storage turns some finite value of ``a`` into inf."""
     if a.dtype != F32 or a.size == 0:
@@ -98,14 +120,15 @@ def overflows(a: np.ndarray, dtype: str = "float16") -> bool:
 
 def round_constants(constants: dict[str, np.ndarray], dtype: str = "float16") -> list[str]:
     """Round float32 weights to ``dtype`` storage in place (in the dict), as such a device stores
-    them; returns the names of those with finite values it cannot hold (they became inf)."""
-    overflowed = []
+    them (``stored_weight``); returns the names of those with finite values beyond its range (they
+    were clamped to it)."""
+    clamped = []
     for name, arr in list(constants.items()):
         if isinstance(arr, np.ndarray) and arr.dtype == F32:
             if overflows(arr, dtype):
-                overflowed.append(name)
-            constants[name] = stored(arr, dtype)
-    return overflowed
+                clamped.append(name)
+            constants[name] = stored_weight(arr, dtype)
+    return clamped
 
 
 class HalfRounder:
@@ -197,3 +220,32 @@ def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any
                         "in fp16, 8e-3 in bf16) moves values across the threshold; "
                         f"{profile_name} cannot compute it in its precision")
     return None
+
+
+#: Ops whose float output can carry an operand's values unchanged or larger (data movement,
+#: selection, sums and products): a constant beyond the storage range stays beyond it through them.
+_CARRIERS = frozenset({"Where", "Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Concat", "Expand", "Tile", "Pad",
+                       "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Gather", "GatherElements",
+                       "Slice", "Identity", "Cast"})
+
+
+def beyond_range_values(graph: Any, dtype: str = "float16") -> dict[str, str]:
+    """The float32 values of ``graph`` that may hold finite values beyond ``dtype``'s range, each
+    with the constant whose values they carry: constants that overflow, and what data movement,
+    selection and arithmetic (``_CARRIERS``) make from them (DeBERTa-v2's Where(mask, float32's
+    lowest, scores)). A device clamps such a weight when it stores it (``stored_weight``), but a
+    value computed from it elsewhere reaches the device at run time and its storage makes it inf."""
+    beyond = {name: name for name, arr in graph.initializers.items()
+              if isinstance(arr, np.ndarray) and overflows(arr, dtype)}
+    if not beyond:
+        return beyond
+    for node in graph.nodes:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in _CARRIERS:
+            continue
+        source = next((beyond[i] for i in node.inputs if i in beyond), None)
+        if source is None:
+            continue
+        for out in node.outputs:  # float32 or of unknown type
+            if out and graph.value_info(out).elem_type in (0, onnx.TensorProto.FLOAT):
+                beyond[out] = source
+    return beyond

@@ -37,7 +37,7 @@ from onnxhal.hal.memory_info import OrtMemoryDevice
 from onnxhal.hal.sync_stream import SyncStream
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.simulators.device_memory import ChargingMixin, carried_elsewhere, meter_transfers
-from onnxhal.simulators.fp16 import overflows, stored
+from onnxhal.simulators.fp16 import overflows, stored, stored_weight
 
 BACKEND_HOST = "host"
 BACKEND_OPENCL = "opencl"
@@ -137,14 +137,15 @@ class HostPartitionPlan:
 
 def rounded_weights(graph: Graph, on_overflow: Callable[[str], None] | None = None, dtype: str = "float16") -> Graph:
     """``graph`` with its float32 constant initializers rounded through fp16 (or bf16, ``dtype``)
-    storage (a new Graph); names of weights it cannot hold go to ``on_overflow``."""
+    storage (a new Graph), clamped to its range as ``fp16.stored_weight`` says; names of weights
+    beyond the range go to ``on_overflow``."""
     if not any(np.asarray(a).dtype == _F32 for a in graph.initializers.values()):
         return graph
     for name, a in graph.initializers.items():
         if on_overflow is not None and overflows(np.asarray(a), dtype):
             on_overflow(name)
     out = Graph(graph.name, list(graph.nodes), list(graph.inputs), list(graph.outputs),
-                {k: _round_half(np.asarray(v), dtype) for k, v in graph.initializers.items()},
+                {k: stored_weight(np.asarray(v), dtype) for k, v in graph.initializers.items()},
                 dict(graph.value_infos), graph.opset, parent=graph.parent)
     out.overridable = list(graph.overridable)
     return out

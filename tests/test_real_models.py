@@ -28,13 +28,6 @@ UNTUNED = ("tv_", "hf_")
 DEVICE_MODELS = [m for m in MODELS
                  if (m.endswith(("_ts", "_dynamo")) or m.startswith(UNTUNED)) and not m.startswith("lstm")]
 PROFILES = ["generic-npu", "generic-gpu", "mobile-npu", "integrated-gpu", "discrete-gpu"]
-#: Known wrong answers, (model, profile): the reason. DeBERTa-v2 masks whole rows of its attention
-#: scores (the padded query positions) with float32's lowest value, a Where whose output float16
-#: storage makes -inf; the Softmax over a row of -inf is NaN where onnxruntime's is finite. The
-#: profiles that store float32 as float16 take that Where and log the overflow, but neither decline
-#: it nor keep it finite.
-PROFILE_FINDINGS = {(model, profile): "fp16 storage turns DeBERTa-v2's fully masked attention rows into NaN"
-                    for model in ("hf_deberta",) for profile in ("generic-npu", "mobile-npu")}
 
 
 Expected = dict[int, tuple[np.ndarray, np.ndarray | None]]
@@ -197,20 +190,7 @@ def test_every_profile_matches_or_names_its_reasons(profile):
 
     with simulated_or_skip(profile, by="profile") as sims:
         for name in DEVICE_MODELS:
-            if (name, profile) not in PROFILE_FINDINGS:
-                _profile_matches_or_names_its_reasons(profile, sims[profile], name)
-
-
-@pytest.mark.parametrize(("name", "profile"), [
-    pytest.param(name, profile, marks=pytest.mark.xfail(strict=True, reason=reason))
-    for (name, profile), reason in sorted(PROFILE_FINDINGS.items())])
-def test_known_profile_findings_still_fail(name, profile):
-    """The pairs ``test_every_profile_matches_or_names_its_reasons`` leaves out, run alone: strict,
-    so a fix that makes one match shows here and takes it off the list."""
-    from tests.conftest import simulated_or_skip
-
-    with simulated_or_skip(profile, by="profile") as sims:
-        _profile_matches_or_names_its_reasons(profile, sims[profile], name)
+            _profile_matches_or_names_its_reasons(profile, sims[profile], name)
 
 
 def test_a_dim_value_of_minus_one_is_a_free_dimension():

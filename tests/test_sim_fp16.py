@@ -145,14 +145,15 @@ def test_reduction_results_stay_float32_on_an_fp16_npu():
 
 
 def test_an_fp16_overflow_is_reported_once(caplog):
-    scale = numpy_helper.from_array(np.array(1e5, np.float32), "s")
+    # computed at run time: 3e4 * 4 leaves the partition as 1.2e5, which fp16 storage makes inf
+    scale = numpy_helper.from_array(np.array(4.0, np.float32), "s")
     graph = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
                               "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 8])], [scale])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     with simulated_or_skip("generic-npu") as sims, caplog.at_level(logging.WARNING):
         sess = _session(sims["VirtualNpuExecutionProvider"], model)
-        x = np.ones((4, 8), np.float32)
+        x = np.full((4, 8), 3e4, np.float32)
         for _ in range(3):
             z = sess.run(None, {"x": x})[0]
         assert np.isinf(z).all()  # what fp16 storage really gives
@@ -160,30 +161,60 @@ def test_an_fp16_overflow_is_reported_once(caplog):
     assert len(reports) == 1 and "generic-npu" in reports[0], reports
 
 
-def test_values_compared_against_thresholds_stay_off_fp16_devices():
-    """A tree model as tensors (hummingbird's GEMM strategy): X @ W compared with each node's
-    threshold. fp16 rounding moves values across a threshold and the answer changes class; the fp16
-    NPU declines the product with that reason, the float32 GPU takes it, and both answer exactly as
-    the CPU EP."""
-    rng = np.random.default_rng(5)
-    w = rng.standard_normal((64, 8)).astype(np.float32)
-    x = rng.standard_normal((200, 8)).astype(np.float32)
-    thresholds = (x[:64] @ w.T).T.mean(axis=1, keepdims=True).astype(np.float32)  # near the values: ties likely
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "wt"], ["p"], name="product"),
-         helper.make_node("Transpose", ["p"], ["pt"], name="t", perm=[1, 0]),
-         helper.make_node("LessOrEqual", ["pt", "th"], ["le"], name="decide"),
-         helper.make_node("Cast", ["le"], ["y"], name="cast", to=TensorProto.INT32)],
-        "trees", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [200, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.INT32, [64, 200])],
-        [numpy_helper.from_array(w.T.copy(), "wt"), numpy_helper.from_array(thresholds, "th")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    with simulated_or_skip("generic-npu,generic-gpu") as sims:
-        for ep_name, declined in (("VirtualNpuExecutionProvider", True), ("VirtualGpuExecutionProvider", False)):
-            so = onnxhal.SessionOptions()
-            so.add_provider_for_devices([sims[ep_name]], {})
-            sess = onnxhal.InferenceSession(model, so)
-            reasons = " ".join(str(r) for r in sess.eps[ep_name].declined.values())
-            assert ("decision threshold on an fp16 device" in reasons) == declined, (ep_name, reasons)
-            np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+def _masked_softmax(additive: bool) -> bytes:
+    """Attention scores masked with float32's lowest value, then Softmax: as T5 masks them
+    (scores + (1 - mask) * lowest, every node on the device) or as DeBERTa-v2 does
+    (Where(mask, lowest, scores): no profile has a float Where, so it runs on the host)."""
+    lowest = numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "lowest")
+    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    if additive:
+        nodes = [helper.make_node("Sub", ["one", "mask"], ["keep_out"]),
+                 helper.make_node("Mul", ["keep_out", "lowest"], ["bias"]),
+                 helper.make_node("Add", ["scores", "bias"], ["masked"])]
+        mask = helper.make_tensor_value_info("mask", TensorProto.FLOAT, [4, 8])
+    else:
+        nodes = [helper.make_node("Where", ["mask", "lowest", "scores"], ["masked"])]
+        mask = helper.make_tensor_value_info("mask", TensorProto.BOOL, [4, 8])
+    nodes.append(helper.make_node("Softmax", ["masked"], ["p"], axis=-1))
+    graph = helper.make_graph(nodes, "masked", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [4, 8]), mask],
+                              [helper.make_tensor_value_info("p", TensorProto.FLOAT, [4, 8])], [lowest, one])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+@pytest.mark.parametrize("profile", ["generic-npu", "mobile-npu", "qualcomm-htp"])
+def test_weights_beyond_the_fp16_range_are_clamped_as_device_compilers_clamp_them(profile, caplog):
+    # stored as -inf, float32's lowest made (1 - mask) * lowest NaN wherever the mask keeps a score
+    model = _masked_softmax(additive=True)
+    mask = np.ones((4, 8), np.float32)
+    mask[:, 5:] = 0  # the last three positions of each row masked
+    feeds = {"scores": _x(4, 8), "mask": mask}
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    with simulated_or_skip(profile) as sims, caplog.at_level(logging.WARNING):
+        ep = next(iter(sims))
+        sess = _session(sims[ep], model)
+        assert sess.partition_summary == {ep: 4}, sess.partition_summary  # every node on the device
+        got = sess.run(None, feeds)[0]
+        assert np.isfinite(got).all(), got
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-3)
+        assert sess.eps[ep].fp16_clamped == {"lowest"}
+    reports = [r.getMessage() for r in caplog.records if "were clamped" in r.getMessage()]
+    assert len(reports) == 1 and "'lowest'" in reports[0], reports
+
+
+@pytest.mark.parametrize("profile", ["generic-npu", "mobile-npu", "qualcomm-htp"])
+def test_a_value_beyond_the_fp16_range_made_off_the_device_is_declined_with_the_reason(profile):
+    # DeBERTa-v2 on the fp16 NPUs: the Where ran on the host and its float32 lowest reached the
+    # NPU's Softmax as -inf; a fully masked row came back NaN where onnxruntime's is uniform
+    model = _masked_softmax(additive=False)
+    mask = np.zeros((4, 8), bool)
+    mask[1] = True          # a fully masked row
+    mask[2, :5] = True
+    feeds = {"scores": _x(4, 8), "mask": mask}
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    with simulated_or_skip(profile) as sims:
+        ep = next(iter(sims))
+        sess = _session(sims[ep], model)
+        reason = sess.eps[ep].declined.get("Softmax", "")
+        assert "beyond float16's range" in reason and "'lowest'" in reason, sess.eps[ep].declined
+        got = sess.run(None, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

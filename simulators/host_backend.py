@@ -184,7 +184,7 @@ class HostNodeComputeInfo(NodeComputeInfo):
         results = self._exec.run(feeds, context.run_options)
         outputs = []
         for k, r in enumerate(results):
-            a = np.ascontiguousarray(np.asarray(r))
+            a = np.asarray(r, order="C")  # not ascontiguousarray, which makes a 0-d result 1-d
             if a.dtype == object:
                 raise EPFail(f"partition output {self.graph.output_names[k]!r} is not a numeric tensor; "
                              "a simulated device holds numeric tensors only")

@@ -129,12 +129,7 @@ class OpenCLBackend:
         return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic)
 
     def rule_on(self, name: str) -> bool:
-        """Whether fusion rule ``name`` (fusion_rules.py) is on for this backend. ``shape_values`` is
-        off without an OpenCL device (the simulators' host backend): there a Swin transformer's
-        window-size chain ran with a scalar fed as a 1-element tensor; until that is understood the
-        host backend leaves shape chains to the CPU EP, as before the rule."""
-        if name == "shape_values" and self.device is None:
-            return False
+        """Whether fusion rule ``name`` (fusion_rules.py) is on for this backend."""
         return name not in self.disabled_fusions
 
     def decline(self, nodes: Sequence[Node], reason: str) -> None:

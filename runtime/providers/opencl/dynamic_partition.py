@@ -319,7 +319,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         results = [values[k] for k in self._output_at]
         outputs = []
         for i, r in enumerate(results):
-            a = np.ascontiguousarray(np.asarray(r))
+            a = np.asarray(r, order="C")  # not ascontiguousarray, which makes a 0-d result 1-d
             if i in self.host_outputs:
                 outputs.append(a)
                 continue

@@ -560,13 +560,7 @@ class VirtualEp(Ep):
         value = str(options.get(GRAPH_CAPTURE_OPTION, "0"))
         if value not in ("0", "1"):
             raise InvalidArgument(f"{self.name}: provider option {GRAPH_CAPTURE_OPTION}={value!r}; use '1' or '0'")
-        if value == "1" and self.opencl.device is None:
-            # the host backend's partitions do not record their runs: onnxruntime would repeat a
-            # capture run that never completes and fail the run ("did not complete after 8 runs")
-            self.logger.warning("%s: graph capture is off: it needs an OpenCL device, and %s runs on the host "
-                                "backend (no usable OpenCL driver); every run is a normal run",
-                                self.name, self.profile.name)
-        elif value == "1":
+        if value == "1":
             self.captures = CaptureRecorder(self.name, lambda *copy: self.data_transfer.copy_tensors(*copy))
 
     def is_graph_capture_enabled(self) -> bool:
@@ -632,9 +626,6 @@ class HostVirtualEp(VirtualEp):
 
     def compute_partition(self, inner: Any, state: Any, context: KernelContext, edges: Fp16Edges) -> list:
         return inner.compute(state, context)  # fp16 storage is the partition's own (HostNodeComputeInfo)
-
-    def on_run_end(self, run_options: Any, sync_stream: bool) -> None:
-        self.meter.end_run()
 
     def finish(self, context: KernelContext) -> None:
         pass  # host partitions are complete when compute returns

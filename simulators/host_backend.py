@@ -12,7 +12,9 @@ observe of the device stays as on the OpenCL backend:
   numpy's float16, as the OpenCL backend stores them with ``vstore_half_rte``; inside a partition
   float32, as an NPU's wide accumulators;
 - faults, failover, the cost model and EPContext (the blob then holds the partition's ONNX graph,
-  and its compatibility string says ``backend=host``, so it never loads on the OpenCL backend).
+  and its compatibility string says ``backend=host``, so it never loads on the OpenCL backend);
+- graph capture (provider option ``enable_graph_capture``): a capture run records each partition
+  run with its input buffers and output destinations, a replay runs them again (``VirtualEp``).
 
 No streams: the host runs each partition to completion before ``compute`` returns.
 """

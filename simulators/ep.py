@@ -639,7 +639,8 @@ class HostVirtualEp(VirtualEp):
             # an int8 QDQ group is computed in int8, not in the float storage format
             half = storage in STORAGE_DTYPES and not self.quantized_values.int8_partition(g)
             infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_fp16_overflow, storage) if half else g,
-                                             self.allocator, half, self.logger, self.report_fp16_overflow, storage))
+                                             self.allocator, half, self.logger, self.report_fp16_overflow, storage,
+                                             self.opencl.rule_on("shape_values")))
         return infos
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
@@ -650,7 +651,8 @@ class HostVirtualEp(VirtualEp):
                                "backend; compile the model again for this device")
         # The saved weights were rounded when they were saved.
         return HostNodeComputeInfo(plan.to_graph(), self.allocator, self.profile.compute_dtype in STORAGE_DTYPES,
-                                   self.logger, self.report_fp16_overflow, self.profile.compute_dtype)
+                                   self.logger, self.report_fp16_overflow, self.profile.compute_dtype,
+                                   self.opencl.rule_on("shape_values"))
 
     @property
     def backend_key(self) -> str:

@@ -118,3 +118,110 @@ def test_a_signature_run_on_the_host_keeps_its_scalar_shape_values(monkeypatch):
         assert device.ep_name in sess.get_providers()  # no failover to the CPU EP
         infos = [getattr(i, "inner", i) for i in sess.eps[device.ep_name].partition_infos.values()]
         assert [i.stats.host_runs for i in infos] == [1, 1]
+
+
+def _mask_model() -> bytes:
+    # The mask (made on the host by the Cast, which intel-gpu leaves to the CPU EP) is read only for
+    # its shape (the Reshape's row count): a partition input the partition needs no data of.
+    nodes = [helper.make_node("Cast", ["mask_in"], ["mask"], to=TensorProto.INT32),
+             helper.make_node("Shape", ["mask"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "axes"], ["bu"]),
+             helper.make_node("Concat", ["bu", "minus1"], ["target"], axis=0),
+             helper.make_node("MatMul", ["x", "w"], ["q"]),
+             helper.make_node("Relu", ["q"], ["r"]),
+             helper.make_node("Reshape", ["r", "target"], ["y"])]
+    consts = {"zero": np.array(0, np.int64), "axes": np.array([0], np.int64), "minus1": np.array([-1], np.int64),
+              "w": RNG.standard_normal((32, 32)).astype(np.float32) * 0.2}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 32]),
+                                           helper.make_tensor_value_info("mask_in", TensorProto.INT64, ["batch", "seq"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+def _feeds(data: bytes) -> dict[str, np.ndarray]:
+    feeds = {"x": RNG.standard_normal((2, 5, 32)).astype(np.float32)}
+    if b"mask_in" in data:
+        feeds["mask_in"] = np.ones((2, 5), np.int64)
+    return feeds
+
+
+def _edges_and_transfers(data: bytes, profile: str, host: bool) -> tuple[str, list, tuple]:
+    """The backend, each partition's (host_inputs, metadata_inputs, host_outputs), and the meter's
+    transfers of one run on ``profile``'s simulated device."""
+    import onnxhal.simulators.factory as factory
+    from onnxhal.simulators.testing import simulated_devices
+
+    with pytest.MonkeyPatch.context() as mp:
+        if host:
+            mp.setattr(factory, "find_opencl_device", lambda hardware_devices: None)
+        with simulated_devices(profile) as devices:
+            (device,) = devices
+            so = onnxhal.SessionOptions()
+            so.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL
+            so.add_provider_for_devices([device])
+            sess = onnxhal.InferenceSession(data, so)
+            feeds = _feeds(data)
+            want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+            for got, w in zip(sess.run(None, feeds), want):
+                assert (got.dtype, got.shape) == (w.dtype, w.shape)
+                np.testing.assert_allclose(got, w, rtol=2e-2, atol=2e-2 if got.dtype.kind == "f" else 0)
+            ep = sess.eps[device.ep_name]
+            edges = [(sorted(i.host_inputs), sorted(i.metadata_inputs), sorted(i.host_outputs))
+                     for i in ep.partition_infos.values()]
+            run = ep.meter.last_run
+            return device.ep_metadata.get("backend"), edges, (run.transfers, run.transfer_bytes)
+
+
+@pytest.mark.parametrize("model", ["scalar_chain", "mask"])
+@pytest.mark.parametrize("profile", [PROFILE, "generic-gpu"])  # shape values claimed / left to the CPU EP
+def test_both_backends_hand_over_the_same_values_in_host_memory(profile, model):
+    # The host backend's partitions take and give in host memory what the OpenCL backend's do
+    # (parameters, Gather indices, shape values) and leave an input read only for its shape where it
+    # is, so the runtime copies, and the simulated device charges, the same transfers without a driver.
+    pytest.importorskip("pyopencl")
+    data = _scalar_chain_model() if model == "scalar_chain" else _mask_model()
+    backend, opencl_edges, opencl_transfers = _edges_and_transfers(data, profile, host=False)
+    if backend != "opencl":
+        pytest.skip("no OpenCL device: nothing to compare the host backend with")
+    host_backend, host_edges, host_transfers = _edges_and_transfers(data, profile, host=True)
+    assert host_backend == "host"
+    assert host_edges == opencl_edges and any(any(e) for e in opencl_edges), (host_edges, opencl_edges)
+    assert host_transfers == opencl_transfers
+
+
+def test_the_host_backend_reads_only_the_shape_of_a_metadata_input(monkeypatch):
+    # The runtime hands a partition input read only for its shape over wherever it lives, even in a
+    # memory the host backend cannot read (here a tensor with no buffer): its shape is enough.
+    import onnxhal.simulators.factory as factory
+    from onnxhal.hal.ep import KernelContext
+    from onnxhal.hal.tensor import DeviceTensor
+    from onnxhal.simulators.testing import simulated_devices
+
+    monkeypatch.setattr(factory, "find_opencl_device", lambda hardware_devices: None)
+    data = _mask_model()
+    with simulated_devices(PROFILE) as (device,):
+        so = onnxhal.SessionOptions()
+        so.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.add_provider_for_devices([device])
+        sess = onnxhal.InferenceSession(data, so)
+        ep = sess.eps[device.ep_name]
+        (info,) = ep.partition_infos.values()
+        inner = info.inner
+        (k,) = inner.metadata_inputs
+        x = RNG.standard_normal((3, 2, 32)).astype(np.float32)
+        inputs = [np.asarray(x) if i != k else DeviceTensor((3, 2), np.dtype(np.int32), ep.memory_info, None)
+                  for i in range(len(inner.graph.input_names))]
+        (y,) = inner.compute(None, KernelContext(inputs, 1))
+        want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(
+            None, {"x": x, "mask_in": np.ones((3, 2), np.int64)})[0]
+        np.testing.assert_allclose(_host(y), want, rtol=2e-2, atol=2e-2)
+
+
+def _host(t) -> np.ndarray:
+    from onnxhal.simulators.host_backend import host_view
+
+    return np.array(host_view(t))

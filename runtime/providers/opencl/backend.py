@@ -31,7 +31,7 @@ from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import (
     DynamicNodeComputeInfo,
     is_dynamic,
-    partition_shape_values,
+    specialised,
 )
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
 from onnxhal.runtime.providers.opencl.op_support import (
@@ -227,7 +227,7 @@ class OpenCLBackend:
         infos: list[NodeComputeInfo] = []
         for graph, node in zip(graphs, fused_nodes):
             info: NodeComputeInfo
-            if is_dynamic(graph) or (self.rule_on("shape_values") and partition_shape_values(graph)):
+            if specialised(graph, self.rule_on("shape_values")):
                 info = self.dynamic_info(graph)  # (shape values are computed per concrete signature)
             else:
                 try:

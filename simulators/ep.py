@@ -40,7 +40,11 @@ from onnxhal.runtime.optimizer.layout_transform import (
 )
 from onnxhal.runtime.providers.opencl.backend import OpenCLBackend
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
-from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, DynamicPartitionPlan
+from onnxhal.runtime.providers.opencl.dynamic_partition import (
+    DynamicNodeComputeInfo,
+    DynamicPartitionPlan,
+    partition_shape_values,
+)
 from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported_reason
 from onnxhal.runtime.session.graph_capture import CaptureRecorder
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
@@ -461,7 +465,9 @@ class VirtualEp(Ep):
             if k in planned:
                 info = planned[k]
                 lookup = self.opencl.lookup(graph)
-                cost = partition_cost(as_given[k], self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name))
+                folded = partition_shape_values(as_given[k]) if self.opencl.rule_on("shape_values") else frozenset()
+                cost = partition_cost(as_given[k], self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name),
+                                      folded)
             else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
                 plan, cost, _ = decode_partition(context_blob(graph.nodes[0]))
                 info = self.partition_from_context(plan)

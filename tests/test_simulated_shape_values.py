@@ -225,3 +225,44 @@ def _host(t) -> np.ndarray:
     from onnxhal.simulators.host_backend import host_view
 
     return np.array(host_view(t))
+
+
+def _heads(chain: bool) -> bytes:
+    # MatMul -> Reshape to [batch, seq, 4, 8] -> Transpose -> Relu; the Reshape's target computed from
+    # Shape (chain) or the constant [0, 0, 4, 8] (0 copies the input's dimension).
+    shape_nodes = [helper.make_node("Shape", ["q"], ["s"]),
+                   helper.make_node("Gather", ["s", "i01"], ["bt"], axis=0),
+                   helper.make_node("Concat", ["bt", "hd"], ["target"], axis=0)] if chain else []
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["q"]), *shape_nodes,
+             helper.make_node("Reshape", ["q", "target"], ["q4"]),
+             helper.make_node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Relu", ["qt"], ["y"])]
+    consts = {"w": RNG.standard_normal((32, 32)).astype(np.float32) * 0.2}
+    consts.update({"i01": np.array([0, 1], np.int64), "hd": np.array([4, 8], np.int64)} if chain else
+                  {"target": np.array([0, 0, 4, 8], np.int64)})
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "seq", 8])],
+                              [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+def test_a_shape_chain_in_a_partition_costs_the_simulated_device_nothing():
+    # Its values are constants of each specialisation: the simulated cost is that of the same
+    # partition with a constant Reshape target (no launch for Shape, Gather, Concat).
+    from onnxhal.simulators.testing import simulated_devices
+
+    costs = {}
+    with simulated_devices(PROFILE) as (device,):
+        for chain in (True, False):
+            so = onnxhal.SessionOptions()
+            so.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL
+            so.add_provider_for_devices([device])
+            sess = onnxhal.InferenceSession(_heads(chain), so)
+            ep = sess.eps[device.ep_name]
+            assert sum(n.ep_name == device.ep_name for n in sess.assigned_nodes()) == (7 if chain else 4)
+            (cost,) = ep.partition_costs.values()
+            sess.run(None, {"x": RNG.standard_normal((2, 5, 32)).astype(np.float32)})
+            costs[chain] = (cost.seconds, ep.meter.last_run.kernels)
+    assert costs[True] == costs[False] and costs[False][1] == 3, costs  # MatMul, Transpose, Relu

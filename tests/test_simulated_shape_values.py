@@ -266,3 +266,51 @@ def test_a_shape_chain_in_a_partition_costs_the_simulated_device_nothing():
             sess.run(None, {"x": RNG.standard_normal((2, 5, 32)).astype(np.float32)})
             costs[chain] = (cost.seconds, ep.meter.last_run.kernels)
     assert costs[True] == costs[False] and costs[False][1] == 3, costs  # MatMul, Transpose, Relu
+
+
+BRIDGE_CHECK = """
+import json
+import numpy as np
+import onnxruntime as ort
+import onnxhal.ort_plugin as plugin
+from tests.test_simulated_shape_values import PROFILE, _feeds, _mask_model, _scalar_chain_model
+
+plugin.configure(profiles=[PROFILE])
+ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+dev = next(d for d in ort.get_ep_devices() if d.ep_name == "VirtualGpuExecutionProvider")
+out = {"backend": dev.ep_metadata.get("backend"), "outputs": []}
+for data in (_scalar_chain_model(), _mask_model()):
+    so = ort.SessionOptions()
+    so.add_provider_for_devices([dev], {})
+    sess = ort.InferenceSession(data, so)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        feeds = _feeds(data)
+        for a, b in zip(sess.run(None, feeds), ref.run(None, feeds)):
+            out["outputs"].append([str(a.dtype), list(a.shape), str(b.dtype), list(b.shape),
+                                   float(np.abs(a.astype(np.float64) - b).max())])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("backend", ["opencl", "host"])
+def test_scalar_shape_values_reach_onnxruntime_through_the_bridge(backend):
+    # Inside onnxruntime (the plugin EP library), on OpenCL and on the host backend (ONNXHAL_OPENCL=off
+    # in the child process): the scalar shape value leaves as a scalar, the mask is read for its shape.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "ONNXHAL_OPENCL": "off"} if backend == "host" else None
+    done = subprocess.run([sys.executable, "-c", BRIDGE_CHECK], cwd=root, capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    if r["backend"] != backend:
+        pytest.skip(f"simulated devices run on {r['backend']!r} here, not {backend!r}")
+    assert len(r["outputs"]) == 6
+    for got_dtype, got_shape, want_dtype, want_shape, err in r["outputs"]:
+        assert (got_dtype, got_shape) == (want_dtype, want_shape)
+        assert err <= (2e-2 if got_dtype == "float32" else 0)

@@ -256,6 +256,26 @@ def tensor_attributes(with_graph: str = "") -> dict:
     return out
 
 
+def scalar_custom_op() -> dict:
+    """A custom op (tests/plugins/custom_op_ep.py's Triple) on a 0-d input, on onnxruntime's CPU EP
+    with the bridge as the session's custom-op library: its 0-d result."""
+    import onnxhal.ort_plugin as plugin
+
+    path = plugin.library_path()
+    plugin.configure(library=str(ROOT / "tests" / "plugins" / "custom_op_ep.py"))
+    ort.register_execution_provider_library("custom", path)
+    g = helper.make_graph([helper.make_node("Triple", ["x"], ["y"], domain="com.example")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+                              ir_version=10)
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(path)
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"x": np.array(2.0, np.float32)})[0]
+    return {"shape": list(y.shape), "values": y.reshape(-1).tolist()}
+
+
 def _add_model(bias: np.ndarray) -> bytes:
     g = helper.make_graph([helper.make_node("Add", ["x", "bias"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
@@ -345,6 +365,10 @@ def test_custom_op_tensor_attributes_reach_the_kernel():
     # onnxruntime's Add of the same constant
     assert r["tensor"]["read"] == ["add_tensor", "ndarray", "float32", [4]]
     assert r["tensor"]["max_abs_err"] == 0.0
+
+
+def test_a_custom_ops_scalar_result_stays_a_scalar():
+    assert run_check("scalar_custom_op") == {"shape": [], "values": [6.0]}
 
 
 @pytest.mark.skipif(API < 31, reason="onnxruntime 1.24 accepts a custom-op node with a graph attribute, 1.25-1.30 "

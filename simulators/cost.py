@@ -3,7 +3,9 @@
 Per node of a compiled partition: ``time = max(work / peak[dtype], bytes / memory_bandwidth) +
 kernel_launch``, where ``work`` counts multiply-adds as two operations and ``bytes`` is every tensor
 the node reads and writes at the compute dtype's size (float32 models on an fp16 device move half
-the bytes). Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) are free. A transfer between host
+the bytes). Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) are free, and so are the nodes that
+compute only shape values (rule ``shape_values``): the partition is specialised per signature and
+has their results as constants, so no kernel runs for them. A transfer between host
 and device costs ``host_link_latency + bytes / host_link_bandwidth``. Energy is ``active power x
 simulated busy time``. The slowdown fault multiplies device time.
 
@@ -91,8 +93,9 @@ def node_bytes(node: Node, shape_of, itemsize: int) -> float:
     return float(sum(_numel(shape_of(n)) for n in names) * itemsize)
 
 
-def partition_cost(graph: Graph, profile: Profile, shape_of) -> PartitionCost:
-    """Cost of one run of the partition ``graph`` on ``profile``'s device."""
+def partition_cost(graph: Graph, profile: Profile, shape_of, shape_values: frozenset[str] = frozenset()) -> PartitionCost:
+    """Cost of one run of the partition ``graph`` on ``profile``'s device; the nodes whose outputs
+    are all in ``shape_values`` are computed on the host at specialisation and cost nothing."""
     dtype = profile.compute_dtype if profile.compute_dtype != "none" else "float32"
     itemsize = DTYPE_BYTES[dtype]
     peak = profile.peak_ops_per_s(dtype)
@@ -102,7 +105,8 @@ def partition_cost(graph: Graph, profile: Profile, shape_of) -> PartitionCost:
     for n in graph.nodes:
         work = node_work(n, shape_of)
         nbytes = node_bytes(n, shape_of, itemsize)
-        secs = 0.0 if n.op_type in FREE_OPS else max(work / peak, nbytes / bw) + launch
+        folded = bool(shape_values) and any(n.outputs) and all(o in shape_values for o in n.outputs if o)
+        secs = 0.0 if n.op_type in FREE_OPS or folded else max(work / peak, nbytes / bw) + launch
         kernels.append(KernelCost(n.op_type, work, nbytes, secs))
     # NHWC devices: the runtime's layout transformer puts explicit Transpose nodes at the edges of
     # NHWC regions; they are nodes of the partition and are costed above like any data movement.

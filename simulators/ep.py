@@ -40,7 +40,11 @@ from onnxhal.runtime.optimizer.layout_transform import (
 )
 from onnxhal.runtime.providers.opencl.backend import OpenCLBackend
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
-from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo, DynamicPartitionPlan
+from onnxhal.runtime.providers.opencl.dynamic_partition import (
+    DynamicNodeComputeInfo,
+    DynamicPartitionPlan,
+    partition_shape_values,
+)
 from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported_reason
 from onnxhal.runtime.session.graph_capture import CaptureRecorder
 from onnxhal.simulators.cost import Meter, PartitionCost, partition_cost
@@ -508,7 +512,9 @@ class VirtualEp(Ep):
             if k in planned:
                 info = planned[k]
                 lookup = self.opencl.lookup(graph)
-                cost = partition_cost(as_given[k], self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name))
+                folded = partition_shape_values(as_given[k]) if self.opencl.rule_on("shape_values") else frozenset()
+                cost = partition_cost(as_given[k], self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name),
+                                      folded)
             else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
                 plan, cost, _ = decode_partition(context_blob(graph.nodes[0]))
                 info = self.partition_from_context(plan)
@@ -607,13 +613,7 @@ class VirtualEp(Ep):
         value = str(options.get(GRAPH_CAPTURE_OPTION, "0"))
         if value not in ("0", "1"):
             raise InvalidArgument(f"{self.name}: provider option {GRAPH_CAPTURE_OPTION}={value!r}; use '1' or '0'")
-        if value == "1" and self.opencl.device is None:
-            # the host backend's partitions do not record their runs: onnxruntime would repeat a
-            # capture run that never completes and fail the run ("did not complete after 8 runs")
-            self.logger.warning("%s: graph capture is off: it needs an OpenCL device, and %s runs on the host "
-                                "backend (no usable OpenCL driver); every run is a normal run",
-                                self.name, self.profile.name)
-        elif value == "1":
+        if value == "1":
             self.captures = CaptureRecorder(self.name, lambda *copy: self.data_transfer.copy_tensors(*copy))
 
     def is_graph_capture_enabled(self) -> bool:
@@ -680,9 +680,6 @@ class HostVirtualEp(VirtualEp):
     def compute_partition(self, inner: Any, state: Any, context: KernelContext, edges: Fp16Edges) -> list:
         return inner.compute(state, context)  # fp16 storage is the partition's own (HostNodeComputeInfo)
 
-    def on_run_end(self, run_options: Any, sync_stream: bool) -> None:
-        self.meter.end_run()
-
     def finish(self, context: KernelContext) -> None:
         pass  # host partitions are complete when compute returns
 
@@ -695,7 +692,8 @@ class HostVirtualEp(VirtualEp):
             # an int8 QDQ group is computed in int8, not in the float storage format
             half = storage in STORAGE_DTYPES and not self.quantized_values.int8_partition(g)
             infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_clamped_weight, storage) if half else g,
-                                             self.allocator, half, self.logger, self.report_fp16_overflow, storage))
+                                             self.allocator, half, self.logger, self.report_fp16_overflow, storage,
+                                             self.opencl.rule_on("shape_values")))
         return infos
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
@@ -706,7 +704,8 @@ class HostVirtualEp(VirtualEp):
                                "backend; compile the model again for this device")
         # The saved weights were rounded when they were saved.
         return HostNodeComputeInfo(plan.to_graph(), self.allocator, self.profile.compute_dtype in STORAGE_DTYPES,
-                                   self.logger, self.report_fp16_overflow, self.profile.compute_dtype)
+                                   self.logger, self.report_fp16_overflow, self.profile.compute_dtype,
+                                   self.opencl.rule_on("shape_values"))
 
     @property
     def backend_key(self) -> str:

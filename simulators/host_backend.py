@@ -12,7 +12,9 @@ observe of the device stays as on the OpenCL backend:
   numpy's float16, as the OpenCL backend stores them with ``vstore_half_rte``; inside a partition
   float32, as an NPU's wide accumulators;
 - faults, failover, the cost model and EPContext (the blob then holds the partition's ONNX graph,
-  and its compatibility string says ``backend=host``, so it never loads on the OpenCL backend).
+  and its compatibility string says ``backend=host``, so it never loads on the OpenCL backend);
+- graph capture (provider option ``enable_graph_capture``): a capture run records each partition
+  run with its input buffers and output destinations, a replay runs them again (``VirtualEp``).
 
 No streams: the host runs each partition to completion before ``compute`` returns.
 """
@@ -151,13 +153,30 @@ def rounded_weights(graph: Graph, on_overflow: Callable[[str], None] | None = No
     return out
 
 
+def host_memory_edges(graph: Graph, shape_values_rule: bool) -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
+    """The partition's ``host_inputs``, ``metadata_inputs`` and ``host_outputs`` as the OpenCL
+    backend gives them, so the runtime copies (and the meter charges) the same values on both
+    backends: a partition specialised per signature takes its parameters in host memory, reads
+    some inputs only for their shape and hands its shape values over in host memory
+    (``dynamic_partition.host_edges``); a static plan takes the index inputs of its Gathers in host
+    memory (``plan_builder``'s ``host_indices``)."""
+    from onnxhal.runtime.providers.opencl.dynamic_partition import host_edges, partition_shape_values, specialised
+
+    if specialised(graph, shape_values_rule):
+        return host_edges(graph, partition_shape_values(graph) if shape_values_rule else frozenset())
+    indices = {n.inputs[1] for n in graph.nodes if n.op_type == "Gather" and not n.domain and len(n.inputs) > 1}
+    return (frozenset(i for i, name in enumerate(graph.input_names) if name in indices and name not in graph.initializers),
+            frozenset(), frozenset())
+
+
 class HostNodeComputeInfo(NodeComputeInfo):
     """One partition of a simulated device run by the CPU EP's kernels (an execution plan of its
-    own, built once: plans hold no per-run state, so many threads may run it at once)."""
+    own, built once: plans hold no per-run state, so many threads may run it at once). Its inputs
+    and outputs live where the OpenCL backend's would (``host_memory_edges``)."""
 
     def __init__(self, graph: Graph, allocator: Allocator, half: bool,
                  logger: logging.Logger, on_overflow: Callable[[str], None] | None = None,
-                 storage: str = "float16") -> None:
+                 storage: str = "float16", shape_values_rule: bool = True) -> None:
         self.graph = graph
         self.allocator = allocator
         self.half = half
@@ -166,7 +185,7 @@ class HostNodeComputeInfo(NodeComputeInfo):
         self.fp16_edges: Any = None  # simulators.ep.Fp16Edges: which inputs/outputs stay float32
         self.plan = HostPartitionPlan.of(graph)
         self._exec = host_plan(graph, logger=logger)
-        self.host_inputs: frozenset[int] = frozenset()
+        self.host_inputs, self.metadata_inputs, self.host_outputs = host_memory_edges(graph, shape_values_rule)
 
     @property
     def weight_bytes(self) -> int:
@@ -180,19 +199,25 @@ class HostNodeComputeInfo(NodeComputeInfo):
         keep_out = self.fp16_edges.keep_outputs if self.fp16_edges is not None else frozenset()
         feeds = {}
         for i, (name, t) in enumerate(zip(self.graph.input_names, context.inputs)):
+            if i in self.metadata_inputs:
+                # only Shape or Size reads it, and the runtime hands it over uncopied, possibly in
+                # another device's memory: an array of its shape and dtype stands for it
+                feeds[name] = np.broadcast_to(np.zeros((), t.dtype), t.shape) if isinstance(t, DeviceTensor) else t
+                continue
             a = host_view(t) if isinstance(t, DeviceTensor) else t
             feeds[name] = self._stored(name, a) if self.half and isinstance(a, np.ndarray) and i not in keep_in else a
         results = self._exec.run(feeds, context.run_options)
         outputs = []
         for k, r in enumerate(results):
-            # np.require, not np.ascontiguousarray: that one makes a 0-d array 1-d, and a scalar
-            # shape value left as a 1-element tensor breaks the Unsqueeze/Concat chains after it
-            a = np.require(np.asarray(r), requirements="C")
+            a = np.asarray(r, order="C")  # not ascontiguousarray, which makes a 0-d result 1-d
             if a.dtype == object:
                 raise EPFail(f"partition output {self.graph.output_names[k]!r} is not a numeric tensor; "
                              "a simulated device holds numeric tensors only")
             if self.half and k not in keep_out:
                 a = self._stored(self.graph.output_names[k], a)
+            if k in self.host_outputs:
+                outputs.append(a)
+                continue
             t = DeviceTensor.allocate(a.shape, a.dtype, self.allocator)
             if a.nbytes:
                 _copy_bytes(host_view(t), a)

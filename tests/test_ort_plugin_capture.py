@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +25,12 @@ SHAPE = [2, 4]
 W = (np.arange(16, dtype=np.float32).reshape(4, 4) - 7.5) / 8
 
 
-def run_check(name: str, *args: str) -> dict:
+def run_check(name: str, *args: str, backend: str = "") -> dict:
+    """Check ``name`` in a child process; ``backend="host"`` runs it without OpenCL (ONNXHAL_OPENCL=off),
+    on the simulators' host backend."""
+    env = {**os.environ, "ONNXHAL_OPENCL": "off"} if backend == "host" else None
     done = subprocess.run([sys.executable, "-m", "tests.test_ort_plugin_capture", name, *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, f"check {name} exited with {done.returncode}:\n{done.stderr[-4000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -43,14 +47,6 @@ def _model() -> bytes:
 
 def _inputs(k: int) -> np.ndarray:
     return np.random.default_rng(k).standard_normal(SHAPE).astype(np.float32)
-
-
-def _opencl() -> bool:
-    """Whether the simulated devices run on OpenCL here (without a usable driver they run on the
-    host backend, which does not capture: every run is a normal run, with a warning)."""
-    from onnxhal.devices.opencl import enumerate_opencl_devices
-
-    return any(record.probe.usable for record in enumerate_opencl_devices())
 
 
 # -- the checks, in a child process -------------------------------------------------------------------
@@ -132,7 +128,7 @@ def capture(profile: str, binding_memory: str = "device") -> dict:
     if not device_bound and API >= 26:
         for r in runs:
             r.pop("y", None)
-        return {"api": API, "device_bound": False, "runs": runs, "opencl": _opencl()}
+        return {"api": API, "device_bound": False, "runs": runs, "backend": dev.ep_metadata.get("backend")}
     # a run opting out of capture (gpu_graph_id = -1) runs normally
     opt_out = ort.RunOptions()
     opt_out.add_run_config_entry("gpu_graph_id", "-1")
@@ -147,7 +143,8 @@ def capture(profile: str, binding_memory: str = "device") -> dict:
     opted_out = {"calls": dict(calls), "vs_cpu": float(np.abs(y - cpu.run(None, {"x": x})[0]).max())}
     for r in runs:
         del r["y"]
-    return {"api": API, "device_bound": device_bound, "runs": runs, "opted_out": opted_out, "opencl": _opencl()}
+    return {"api": API, "device_bound": device_bound, "runs": runs, "opted_out": opted_out,
+            "backend": dev.ep_metadata.get("backend")}
 
 
 def bad_option() -> dict:
@@ -259,6 +256,26 @@ def tensor_attributes(with_graph: str = "") -> dict:
     return out
 
 
+def scalar_custom_op() -> dict:
+    """A custom op (tests/plugins/custom_op_ep.py's Triple) on a 0-d input, on onnxruntime's CPU EP
+    with the bridge as the session's custom-op library: its 0-d result."""
+    import onnxhal.ort_plugin as plugin
+
+    path = plugin.library_path()
+    plugin.configure(library=str(ROOT / "tests" / "plugins" / "custom_op_ep.py"))
+    ort.register_execution_provider_library("custom", path)
+    g = helper.make_graph([helper.make_node("Triple", ["x"], ["y"], domain="com.example")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+                              ir_version=10)
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(path)
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"x": np.array(2.0, np.float32)})[0]
+    return {"shape": list(y.shape), "values": y.reshape(-1).tolist()}
+
+
 def _add_model(bias: np.ndarray) -> bytes:
     g = helper.make_graph([helper.make_node("Add", ["x", "bias"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
@@ -268,9 +285,14 @@ def _add_model(bias: np.ndarray) -> bytes:
 
 
 # -- the tests ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["opencl", "host"])
 @pytest.mark.parametrize("profile, tolerance", [("generic-gpu", 1e-5), ("generic-npu", 3e-2)])
-def test_replayed_runs_follow_the_bound_inputs_and_equal_normal_runs(profile, tolerance):
-    r = run_check("capture", profile)
+def test_replayed_runs_follow_the_bound_inputs_and_equal_normal_runs(profile, tolerance, backend):
+    # on both backends of the simulated devices: OpenCL where a driver works, else the host backend
+    # (numpy), whose partition runs are recorded and replayed the same way
+    r = run_check("capture", profile, backend=backend)
+    if r["backend"] != backend:
+        pytest.skip(f"simulated devices run on {r['backend']!r} here, not {backend!r}")
     runs = r["runs"]
     if API >= 26 and not r["device_bound"]:  # (the values of host-bound outputs are not compared here)
         # no device OrtValues in this Python API: the inputs and outputs onnxruntime copies to and from
@@ -284,7 +306,7 @@ def test_replayed_runs_follow_the_bound_inputs_and_equal_normal_runs(profile, to
         assert run["vs_plain"] == 0.0, run  # the same kernels as the session without capture
         assert run["vs_cpu"] <= tolerance, run  # onnxruntime's CPU EP is the judge
     assert r["opted_out"]["vs_cpu"] <= tolerance
-    if API < 26 or not r["opencl"]:  # no graph-capture members before 1.26; no capture on the host backend
+    if API < 26:  # no graph-capture members before 1.26
         assert all(run["calls"] == {"OrtEp::OnRunStart": 1, "OrtNodeComputeInfo::Compute": 1} for run in runs), runs
         return
     # the first run captures (a normal run, onnxruntime's OnRunStart and Compute); the next ones are
@@ -296,12 +318,15 @@ def test_replayed_runs_follow_the_bound_inputs_and_equal_normal_runs(profile, to
     assert r["opted_out"]["calls"] == {"OrtEp::OnRunStart": 1, "OrtNodeComputeInfo::Compute": 1}
 
 
-def test_a_replay_whose_capture_run_used_buffers_onnxruntime_freed_is_a_typed_error():
+@pytest.mark.parametrize("backend", ["opencl", "host"])
+def test_a_replay_whose_capture_run_used_buffers_onnxruntime_freed_is_a_typed_error(backend):
     # inputs and outputs bound in host memory: onnxruntime's device copies of them live one run, so
     # the capture run's buffers are gone at the replay (a replay through them crashed the process)
-    r = run_check("capture", "generic-gpu", "host")
+    r = run_check("capture", "generic-gpu", "host", backend=backend)
+    if r["backend"] != backend:
+        pytest.skip(f"simulated devices run on {r['backend']!r} here, not {backend!r}")
     runs = r["runs"]
-    if API < 26 or not r["opencl"]:
+    if API < 26:
         assert all(run["calls"].get("OrtEp::ReplayGraph", 0) == 0 for run in runs), runs
         return
     assert runs[0]["calls"] == {"OrtEp::OnRunStart": 1, "OrtNodeComputeInfo::Compute": 1}, runs[0]
@@ -342,6 +367,10 @@ def test_custom_op_tensor_attributes_reach_the_kernel():
     assert r["tensor"]["max_abs_err"] == 0.0
 
 
+def test_a_custom_ops_scalar_result_stays_a_scalar():
+    assert run_check("scalar_custom_op") == {"shape": [], "values": [6.0]}
+
+
 @pytest.mark.skipif(API < 31, reason="onnxruntime 1.24 accepts a custom-op node with a graph attribute, 1.25-1.30 "
                     "fail its session with std::bad_alloc (1.27 crashes), with or without the kernel reading it")
 def test_a_custom_op_node_with_a_graph_attribute_is_onnxruntimes_refusal():
@@ -349,26 +378,28 @@ def test_a_custom_op_node_with_a_graph_attribute_is_onnxruntimes_refusal():
     assert "has a subgraph but is not a control flow node" in r["graph"]
 
 
-def test_onnxhals_own_session_runs_a_capturing_simulated_device_once_per_run(caplog):
+@pytest.mark.parametrize("backend", ["opencl", "host"])
+def test_onnxhals_own_session_runs_a_capturing_simulated_device_once_per_run(caplog, monkeypatch, backend):
     """onnxhal's own session gives no output destinations: the simulated device turns capture off
-    after its first run, which then is the only run (not repeated until the capture limit)."""
+    after its first run, which then is the only run (not repeated until the capture limit), on
+    OpenCL and on the host backend (no driver: the factory finds no OpenCL device)."""
     pytest.importorskip("pyopencl")
     import logging
 
     import onnxhal
+    import onnxhal.simulators.factory as factory
     from tests.conftest import simulated_or_skip
 
+    if backend == "host":
+        monkeypatch.setattr(factory, "find_opencl_device", lambda hardware_devices: None)
     with simulated_or_skip("generic-gpu") as devices:
+        device = devices["VirtualGpuExecutionProvider"]
+        if device.ep_metadata.get("backend") != backend:
+            pytest.skip(f"simulated devices run on {device.ep_metadata.get('backend')!r} here, not {backend!r}")
         so = onnxhal.SessionOptions()
-        so.add_provider_for_devices([devices["VirtualGpuExecutionProvider"]], {"enable_graph_capture": "1"})
+        so.add_provider_for_devices([device], {"enable_graph_capture": "1"})
         with caplog.at_level(logging.WARNING, logger="onnxhal"):
             sess = onnxhal.InferenceSession(_model(), so)
-        if not _opencl():  # the host backend: capture off from the start, said once, runs normal
-            assert sess.graph_capture_ep is None and "it needs an OpenCL device" in caplog.text
-            x = _inputs(0)
-            np.testing.assert_allclose(sess.run(None, {"x": x})[0], ort.InferenceSession(
-                _model(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
-            return
         ep = sess.graph_capture_ep
         assert ep is not None and ep.name == "VirtualGpuExecutionProvider"
         starts = []

@@ -468,6 +468,13 @@ def test_update_inplace_from_another_ortvalue_as_onnxruntime():
             dst.update_inplace(np.zeros(4, np.float32))
 
 
+def test_update_inplace_of_a_scalar_as_onnxruntime():
+    for lib in (onnxhal, ort):
+        dst = lib.OrtValue.ortvalue_from_numpy(np.array(3.0, np.float32))
+        dst.update_inplace(np.array(4.0, np.float32))  # a 0-d array stays 0-d
+        assert dst.numpy().shape == () and float(dst.numpy()) == 4.0
+
+
 def test_update_inplace_between_device_and_host_values(opencl_devices):
     mem = opencl_devices[0].memory_info(DEFAULT)
     device = onnxhal.OrtValue.ortvalue_from_shape_and_type([3], np.float32, memory_info=mem)

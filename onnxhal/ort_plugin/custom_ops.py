@@ -137,7 +137,7 @@ class KernelAdapter:
         for i, result in enumerate(results):
             if result is None:
                 continue
-            arr = np.ascontiguousarray(result)
+            arr = np.asarray(result, order="C")  # not ascontiguousarray, which makes a 0-d result 1-d
             dims = (c_int64 * max(arr.ndim, 1))(*arr.shape)
             value = c_void_p()
             api.call("KernelContext_GetOutput", ctx, i, dims, arr.ndim, ctypes.byref(value))

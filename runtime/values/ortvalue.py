@@ -166,7 +166,7 @@ class OrtValue:
         if isinstance(data, OrtValue):
             src = data._value
         elif isinstance(data, np.ndarray):
-            src = np.ascontiguousarray(data)
+            src = np.asarray(data, order="C")  # not ascontiguousarray, which makes a 0-d array 1-d
         else:
             raise TypeError(f"data must be a numpy.ndarray or an OrtValue, got {type(data).__name__}")
         if not isinstance(v, (np.ndarray, DeviceTensor)) or not isinstance(src, (np.ndarray, DeviceTensor)):

@@ -31,7 +31,7 @@ from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import (
     DynamicNodeComputeInfo,
     is_dynamic,
-    partition_shape_values,
+    specialised,
 )
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
 from onnxhal.runtime.providers.opencl.op_support import (
@@ -129,12 +129,7 @@ class OpenCLBackend:
         return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic)
 
     def rule_on(self, name: str) -> bool:
-        """Whether fusion rule ``name`` (fusion_rules.py) is on for this backend. ``shape_values`` is
-        off without an OpenCL device (the simulators' host backend): there a Swin transformer's
-        window-size chain ran with a scalar fed as a 1-element tensor; until that is understood the
-        host backend leaves shape chains to the CPU EP, as before the rule."""
-        if name == "shape_values" and self.device is None:
-            return False
+        """Whether fusion rule ``name`` (fusion_rules.py) is on for this backend."""
         return name not in self.disabled_fusions
 
     def decline(self, nodes: Sequence[Node], reason: str) -> None:
@@ -232,7 +227,7 @@ class OpenCLBackend:
         infos: list[NodeComputeInfo] = []
         for graph, node in zip(graphs, fused_nodes):
             info: NodeComputeInfo
-            if is_dynamic(graph) or (self.rule_on("shape_values") and partition_shape_values(graph)):
+            if specialised(graph, self.rule_on("shape_values")):
                 info = self.dynamic_info(graph)  # (shape values are computed per concrete signature)
             else:
                 try:

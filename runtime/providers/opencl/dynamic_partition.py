@@ -73,6 +73,23 @@ def partition_shape_values(graph: Graph) -> frozenset[str]:
     return shape_values(graph, lookup, lambda name: name in inputs and small_int(lookup, name))
 
 
+def specialised(graph: Graph, shape_values_rule: bool) -> bool:
+    """Whether partition ``graph`` is specialised per input signature (``DynamicNodeComputeInfo``):
+    it has symbolic dimensions, or shape values to compute when rule ``shape_values`` is on."""
+    return is_dynamic(graph) or (shape_values_rule and bool(partition_shape_values(graph)))
+
+
+def host_edges(graph: Graph, values: frozenset[str]) -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
+    """For a partition specialised per signature whose shape values are ``values``: the indices of
+    its inputs handed over in host memory (parameters, ``runtime_params``), of its inputs read only
+    for their shape (``metadata_inputs``), and of its outputs that are shape values."""
+    nodes = shape_value_nodes(graph, values)
+    params = runtime_params(graph, value_inputs(graph, nodes))
+    metadata = metadata_inputs(graph, nodes)
+    return (frozenset(params), frozenset(i for i, name in enumerate(graph.input_names) if name in metadata),
+            frozenset(i for i, name in enumerate(graph.output_names) if name in values))
+
+
 def runtime_params(graph: Graph, read_by_shape_values: frozenset[str] = frozenset()) -> list[int]:
     """Indices of the partition's inputs that are parameters (shapes, axes, bounds), Gather
     indices, or read by its shape values (``read_by_shape_values``): they come in host memory and
@@ -147,12 +164,10 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         self.shape_values = partition_shape_values(graph) if "shape_values" not in disabled_fusions else frozenset()
         self._shape_nodes = shape_value_nodes(graph, self.shape_values)
         self.params = runtime_params(graph, value_inputs(graph, self._shape_nodes))
-        self.host_inputs = frozenset(self.params)
-        # Inputs only a Shape or Size reads: the runtime hands them over wherever they live, uncopied.
-        metadata = metadata_inputs(graph, self._shape_nodes)
-        self.metadata_inputs = frozenset(i for i, name in enumerate(graph.input_names) if name in metadata)
-        # Outputs that are shape values: constants of each specialisation, handed over in host memory.
-        self.host_outputs = frozenset(i for i, name in enumerate(graph.output_names) if name in self.shape_values)
+        # Parameters come in host memory; inputs only a Shape or Size reads are handed over wherever
+        # they live, uncopied; outputs that are shape values (constants of each specialisation) leave
+        # in host memory.
+        self.host_inputs, self.metadata_inputs, self.host_outputs = host_edges(graph, self.shape_values)
         self.stats = SpecializationStats()
         #: Called on each shape's plan before its state is made (a simulated fp16 device rounds weights).
         self.prepare_plan: Callable[[Any], None] | None = None
@@ -319,7 +334,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         results = [values[k] for k in self._output_at]
         outputs = []
         for i, r in enumerate(results):
-            a = np.ascontiguousarray(np.asarray(r))
+            a = np.asarray(r, order="C")  # not ascontiguousarray, which makes a 0-d result 1-d
             if i in self.host_outputs:
                 outputs.append(a)
                 continue

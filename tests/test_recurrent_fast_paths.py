@@ -46,6 +46,7 @@ def _lstm(rng: np.random.Generator, seq: int, batch: int, k: int, h: int, *, dir
 
 def _run(model: bytes, feeds: dict, paired: bool, monkeypatch) -> list[np.ndarray]:
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", paired)
+    monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", False)  # the numpy paths (test_lstm_native.py has the C one)
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
     first = sess.run(None, feeds)
     kept = [a.copy() for a in first]
@@ -159,6 +160,7 @@ def test_terminate_stops_a_long_bidirectional_lstm(monkeypatch):
     from tests.test_terminate_in_kernels import STOP_AFTER_S, assert_stopped, terminated_run, timed
 
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
+    monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", False)
     rng = np.random.default_rng(34)
     model, feeds = _lstm(rng, 10_000, 1, 4, 8, h0="none", c0=False, scale=0.3)
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
@@ -412,6 +414,7 @@ def test_paired_loop_runs_at_once_on_threads(name, monkeypatch):
     from pathlib import Path
 
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
+    monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", False)
     path = Path(__file__).parent / "real_models" / f"{name}.onnx"
     sess = onnxhal.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(3)

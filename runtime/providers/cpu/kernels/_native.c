@@ -482,10 +482,196 @@ done:
   return result;
 }
 
+/* tanh of n floats in place, in a form the compiler vectorizes (no libm call per element):
+ * |x| < 0.25: tanh's Taylor series to x^9 (the next term, 62/2835 x^11, is under 2e-8 of tanh
+ * there); else (1 - e) / (1 + e) with e = exp(-2 min(|x|, 9)) (tanh(9) rounds to 1 in float),
+ * exp by 2^n exp(f), |f| <= ln2 / 2, its Taylor series to f^7 (error under 1e-8); the sign
+ * copied back; NaN stays NaN. Within a few float32 ulps of tanh (tests/test_lstm_native.py). */
+#if defined(__GNUC__) && !defined(__clang__)
+/* the selects below are plain blends only where GCC may assume no FP traps (the values are the same) */
+#define NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math")))
+#else
+#define NO_TRAPPING_MATH
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* the LSTM steps also built for AVX2 and AVX-512, the one the CPU has chosen at load (the baseline
+ * x86-64 build has 4-wide vectors only); no contraction into FMA, so every clone rounds alike */
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), optimize("no-trapping-math", \
+                                                                                          "fp-contract=off")))
+#else
+#define VECTOR_CLONES
+#endif
+#if defined(__GNUC__)
+#define ALWAYS_INLINE __attribute__((always_inline)) /* into each clone, so it is built for that clone's ISA */
+#else
+#define ALWAYS_INLINE
+#endif
+#define LSTM_TILE 32 /* gates summed in registers at a time: 2 AVX-512 vectors of floats */
+static inline ALWAYS_INLINE NO_TRAPPING_MATH void tanh_floats(float *v, Py_ssize_t n) {
+  const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer in the low bits */
+  int32_t magic_bits;
+  memcpy(&magic_bits, &magic, 4);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    float x = v[i];
+    float ax = fabsf(x);
+    float a = ax < 9.0f ? ax : 9.0f;
+    float z = -2.0f * a;
+    float r = z * 1.44269504088896341f + magic;
+    int32_t rbits;
+    memcpy(&rbits, &r, 4);
+    int32_t ni = rbits - magic_bits;
+    float nf = r - magic;
+    float f = (z - nf * 0.693145751953125f) - nf * 1.42860682030941723212e-6f; /* ln 2 in two parts */
+    float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720 +
+              f * (1.0f / 5040)))))));
+    int32_t sbits = (ni + 127) << 23;
+    float scale;
+    memcpy(&scale, &sbits, 4);
+    float e = p * scale;
+    float t = (1.0f - e) / (1.0f + e);
+    float x2 = ax * ax;
+    float s = ax * (1.0f + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315 + x2 * (62.0f / 2835)))));
+    t = ax < 0.25f ? s : t;
+    t = copysignf(t, x);
+    v[i] = x != x ? x : t;
+  }
+}
+
+static inline void tanh_doubles(double *v, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; i++) v[i] = tanh(v[i]);
+}
+
+/* One direction of an LSTM in its default form (sigmoid, tanh, tanh; no clip, peepholes or
+ * input_forget; every sequence the full length), steps first, first + step, ... (count of them):
+ * per step and batch row, g = h R^T + xw[t] (R^T [hidden, 4 hidden] read row by row: each gate
+ * sum in k order, a loop the compiler vectorizes), the gates in recurrent.py's gate_order (i, f,
+ * o, c) with 0.5 folded into i, f and o's weights, so sigmoid = 0.5 + 0.5 tanh as in
+ * LSTM._run_default; c = i c~ + f c, h = o tanh(c), written to y[t, d]. h and c hold the initial
+ * state on entry and the final one on return. */
+#define LSTM_STEPS(NAME, T, TANH)                                                                           \
+  static VECTOR_CLONES void NAME(const T *xw, const T *rt, T *hs, T *cs, T *y, T *g, Py_ssize_t batch, Py_ssize_t hid,   \
+                   Py_ssize_t d, Py_ssize_t nd, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step) {      \
+    Py_ssize_t h4 = 4 * hid;                                                                                \
+    for (Py_ssize_t n = 0, t = first; n < count; n++, t += step) {                                          \
+      for (Py_ssize_t b = 0; b < batch; b++) {                                                              \
+        T *gb = g + b * h4;                                                                                 \
+        const T *hb = hs + b * hid;                                                                         \
+        /* LSTM_TILE gates at a time summed in registers over k, then the rest */                         \
+        Py_ssize_t j0 = 0;                                                                                  \
+        for (; j0 + LSTM_TILE <= h4; j0 += LSTM_TILE) {                                                     \
+          T acc[LSTM_TILE] = {0};                                                                           \
+          for (Py_ssize_t k = 0; k < hid; k++) {                                                            \
+            T hk = hb[k];                                                                                   \
+            const T *rk = rt + k * h4 + j0;                                                                 \
+            for (int j = 0; j < LSTM_TILE; j++) acc[j] += hk * rk[j];                                       \
+          }                                                                                                 \
+          memcpy(gb + j0, acc, sizeof acc);                                                                 \
+        }                                                                                                   \
+        for (Py_ssize_t j = j0; j < h4; j++) gb[j] = 0;                                                     \
+        for (Py_ssize_t k = 0; k < hid && j0 < h4; k++) {                                                   \
+          T hk = hb[k];                                                                                     \
+          const T *rk = rt + k * h4;                                                                        \
+          for (Py_ssize_t j = j0; j < h4; j++) gb[j] += hk * rk[j];                                         \
+        }                                                                                                   \
+        const T *xb = xw + (t * batch + b) * h4;                                                            \
+        for (Py_ssize_t j = 0; j < h4; j++) gb[j] += xb[j];                                                 \
+      }                                                                                                     \
+      TANH(g, batch * h4);                                                                                  \
+      for (Py_ssize_t b = 0; b < batch; b++) {                                                              \
+        T *gb = g + b * h4, *cb = cs + b * hid;                                                             \
+        for (Py_ssize_t j = 0; j < 3 * hid; j++) gb[j] = gb[j] * (T)0.5 + (T)0.5;                          \
+        for (Py_ssize_t j = 0; j < hid; j++) cb[j] = gb[j] * gb[3 * hid + j] + gb[hid + j] * cb[j];        \
+      }                                                                                                     \
+      /* tanh(c) into the (spent) i gate's rows */                                                          \
+      for (Py_ssize_t b = 0; b < batch; b++) memcpy(g + b * h4, cs + b * hid, sizeof(T) * (size_t)hid);     \
+      for (Py_ssize_t b = 0; b < batch; b++) TANH(g + b * h4, hid);                                         \
+      T *yt = y + (t * nd + d) * batch * hid;                                                               \
+      for (Py_ssize_t b = 0; b < batch; b++) {                                                              \
+        const T *gb = g + b * h4;                                                                           \
+        T *hb = hs + b * hid, *yb = yt + b * hid;                                                           \
+        for (Py_ssize_t j = 0; j < hid; j++) hb[j] = yb[j] = gb[2 * hid + j] * gb[j];                       \
+      }                                                                                                     \
+    }                                                                                                       \
+  }
+LSTM_STEPS(lstm_steps_float, float, tanh_floats)
+LSTM_STEPS(lstm_steps_double, double, tanh_doubles)
+
+/* lstm_steps(xw, rt, h, c, y, d, first, count, step): see LSTM_STEPS. xw [seq, batch, 4 hidden],
+ * rt [hidden, 4 hidden], h and c [batch, hidden] (in and out), y [seq, directions, batch, hidden];
+ * all float32 or all float64, C-contiguous. */
+static PyObject *lstm_steps(PyObject *module, PyObject *args) {
+  PyObject *o_xw, *o_rt, *o_h, *o_c, *o_y;
+  Py_ssize_t d, first, count, step;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOOnnnn", &o_xw, &o_rt, &o_h, &o_c, &o_y, &d, &first, &count, &step)) return NULL;
+  Py_buffer bx, br, bh, bc, by;
+  int held = 0;
+  PyObject *result = NULL;
+  void *g = NULL;
+  /* h first, for the type and the shape the others must have */
+  if (PyObject_GetBuffer(o_h, &bh, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) return NULL;
+  held = 1;
+  const char *hf = bh.format ? bh.format : "B";
+  if (hf[0] == '<' || hf[0] == '=' || hf[0] == '@') hf++;
+  if (bh.ndim != 2 || strlen(hf) != 1 || !strchr("fd", hf[0]) || bh.itemsize != (hf[0] == 'f' ? 4 : 8)) {
+    PyErr_SetString(PyExc_ValueError, "lstm_steps: h must be [batch, hidden] float32 or float64, C-contiguous");
+    goto done;
+  }
+  Py_ssize_t size = bh.itemsize;
+  const char *fmt = size == 4 ? "f" : "d";
+  Py_ssize_t batch = bh.shape[0], hid = bh.shape[1];
+  if (get_buffer(o_c, &bc, "c", size, fmt, batch * hid, 1) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_rt, &br, "rt", size, fmt, hid * 4 * hid, 0) < 0) goto done;
+  held = 3;
+  if (get_buffer(o_xw, &bx, "xw", size, fmt, -1, 0) < 0) goto done;
+  held = 4;
+  if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
+  held = 5;
+  Py_ssize_t row = batch * hid;
+  if (!row || bx.len % (4 * row * size) || by.ndim != 4 || by.shape[2] != batch || by.shape[3] != hid) {
+    PyErr_SetString(PyExc_ValueError, "lstm_steps: xw must be [seq, batch, 4 hidden], y [seq, directions, batch, "
+                    "hidden]");
+    goto done;
+  }
+  Py_ssize_t seq = bx.len / (4 * row * size), nd = by.shape[1];
+  Py_ssize_t last = first + (count - 1) * step;
+  if (by.shape[0] != seq || d < 0 || d >= nd || count < 0 || (step != 1 && step != -1) ||
+      (count && (first < 0 || first >= seq || last < 0 || last >= seq))) {
+    PyErr_Format(PyExc_ValueError, "lstm_steps: steps %zd + %zd x %zd outside [0, %zd) or direction %zd outside "
+                 "[0, %zd)", first, count, step, seq, d, nd);
+    goto done;
+  }
+  g = PyMem_Malloc((size_t)(4 * row * size));
+  if (!g) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  PyThreadState *ts = count * row * hid > 65536 ? PyEval_SaveThread() : NULL;
+  if (size == 4)
+    lstm_steps_float(bx.buf, br.buf, bh.buf, bc.buf, by.buf, g, batch, hid, d, nd, first, count, step);
+  else
+    lstm_steps_double(bx.buf, br.buf, bh.buf, bc.buf, by.buf, g, batch, hid, d, nd, first, count, step);
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(g);
+  if (held >= 5) PyBuffer_Release(&by);
+  if (held >= 4) PyBuffer_Release(&bx);
+  if (held >= 3) PyBuffer_Release(&br);
+  if (held >= 2) PyBuffer_Release(&bc);
+  if (held >= 1) PyBuffer_Release(&bh);
+  return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"coupling", coupling, METH_VARARGS,
      "coupling(v, pair_i, pair_j, k, out): libsvm's pairwise coupling of each row's pairwise probabilities "
      "v (float32 [rows, pairs]) into class probabilities out (float32 [rows, k])."},
+    {"lstm_steps", lstm_steps, METH_VARARGS,
+     "lstm_steps(xw, rt, h, c, y, d, first, count, step): count steps of one LSTM direction in its default form "
+     "from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]."},
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef forest_methods[] = {

@@ -1,6 +1,6 @@
 /* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
- * walked tree by tree over the rows, and libsvm's pairwise coupling row by row, for the few-row
- * runs where numpy's per-call cost is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
+ * walked tree by tree over the rows, libsvm's pairwise coupling row by row, and an LSTM's steps
+ * (recurrent.py's default form), for the small runs where numpy's per-call cost is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *
  * Semantics are ml_trees.py's numpy kernel's, to the bit:
@@ -693,7 +693,7 @@ static PyTypeObject ForestType = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_native",
-    .m_doc = "The CPU EP's optional C kernels (tree ensembles, libsvm's pairwise coupling).",
+    .m_doc = "The CPU EP's optional C kernels (tree ensembles, libsvm's pairwise coupling, LSTM steps).",
     .m_size = -1,
     .m_methods = module_methods,
 };

@@ -17,7 +17,9 @@ tested against it in tests/test_recurrent_fast_paths.py:
 - GRU and RNN's default form (default activations, no clip, every sequence the full length, float
   types): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
   (``TRANSPOSED_ENABLED``; GRU twelve calls a step, RNN three).
-- LSTM's default form: ``LSTM._run_default``, nine calls a step per direction.
+- LSTM's default form: ``LSTM._run_default``, nine calls a step per direction; where the C
+  extension is built and the step's R product is small (``native_lstm_applies``), ``LSTM._run_native``,
+  one C call a block of steps (tested in tests/test_lstm_native.py).
 - A bidirectional layer with small hidden x batch (``both_directions_apply``): both directions in
   one step (``PAIR_ENABLED``), LSTM's and DynamicQuantizeLSTM's ``_run_both_directions``, GRU and
   RNN's ``_run_transposed_pair``.

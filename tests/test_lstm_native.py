@@ -13,7 +13,7 @@ from onnxhal.ort_plugin.build import compiler
 from onnxhal.runtime.providers.cpu.kernels import recurrent
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import NATIVE_SWITCH
 from tests.test_real_models import check_outputs, load
-from tests.test_recurrent_fast_paths import PAIR_CASES, _lstm
+from tests.test_recurrent_fast_paths import PAIR_CASES, QUANTIZED_PAIR_CASES, _lstm, _quantized_lstm
 
 try:  # the extension itself (built where the install had a C compiler)
     from onnxhal.runtime.providers.cpu.kernels import _native
@@ -68,6 +68,38 @@ def test_lstm_native_matches_the_plain_loop_and_onnxruntime(direction, case, mon
         theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
         for f, t in zip(fast, theirs):
             np.testing.assert_allclose(f, t, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", sorted(set(QUANTIZED_PAIR_CASES) - {"cells512"}))
+def test_lstm_native_dynamic_quantize_lstm(case, monkeypatch):
+    """DynamicQuantizeLSTM on the C steps (each batch row of the hidden state quantized on its
+    own range, the integer product exact) against its numpy loop with the directions apart
+    (``_quantized_direction``: the same codes, the multipliers within an ulp) and the canonical
+    loop, and against onnxruntime on two threads (one row per thread at batches up to 2)."""
+    seq, batch, k, h, options = QUANTIZED_PAIR_CASES[case]
+    assert recurrent.native_lstm_applies(h, batch)
+    model, feeds = _quantized_lstm(np.random.default_rng(len(case) + 40), seq, batch, k, h, **options)
+    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
+    calls = _native_calls(monkeypatch)
+    sess = _session(model)
+    fast = sess.run(None, feeds)
+    assert calls, "the C route was not taken"
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], fast[0])
+    monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", False)
+    monkeypatch.setattr(recurrent, "PAIR_ENABLED", False)
+    numpy_loop = _session(model).run(None, feeds)
+    monkeypatch.setattr(recurrent, "LSTM_DEFAULT_ENABLED", False)
+    plain = _session(model).run(None, feeds)
+    for i, (f, n, p) in enumerate(zip(fast, numpy_loop, plain)):
+        assert f.shape == n.shape and f.dtype == n.dtype
+        np.testing.assert_allclose(f, n, rtol=0, atol=recurrent.PAIR_ATOL, err_msg=f"{case} output {i}: numpy loop")
+        np.testing.assert_allclose(f, p, rtol=0, atol=recurrent.PAIR_ATOL, err_msg=f"{case} output {i}: plain loop")
+    if batch <= 2:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 2
+        want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+        for i, (f, w) in enumerate(zip(fast, want)):
+            np.testing.assert_allclose(f, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} output {i}: onnxruntime")
 
 
 def test_lstm_native_tanh_within_a_few_ulps():
@@ -168,7 +200,27 @@ def test_lstm_native_reads_the_terminate_flag_between_blocks(monkeypatch):
     assert len(checks) == 3
 
 
-@pytest.mark.parametrize("name", ["lstm_ts", "crnn_ts", "crnn_ts_fp16"])
+def test_terminate_stops_a_long_lstm_on_the_c_steps(monkeypatch):
+    """RunOptions.terminate set 0.1 s into a run of 600,000 steps (hidden 40: about a second) stops
+    it at the next block: well before the run's own end, and the session then runs as before."""
+    from tests.test_terminate_in_kernels import STOP_AFTER_S, assert_stopped, lstm_model, terminated_run, timed
+
+    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
+    calls = _native_calls(monkeypatch)
+    sess = onnxhal.InferenceSession(lstm_model(hidden=40))
+    short = np.random.default_rng(1).standard_normal((20_000, 1, 4)).astype(np.float32)
+    expected = sess.run(None, {"x": short})
+    assert calls
+    long = {"x": np.tile(short, (30, 1, 1))}
+    t_long = timed(lambda: sess.run(None, long))
+    err, seconds = terminated_run(sess, long)
+    assert_stopped(err, seconds, max(STOP_AFTER_S + 0.1, t_long / 2))
+    assert t_long > 2 * (STOP_AFTER_S + 0.1), "the long run is too short to tell a stop from its end"
+    for a, e in zip(sess.run(None, {"x": short}), expected):
+        np.testing.assert_array_equal(a, e)
+
+
+@pytest.mark.parametrize("name", ["lstm_ts", "crnn_ts", "crnn_ts_fp16", "lstm_ts_qdyn", "crnn_ts_qdyn"])
 def test_corpus_lstms_on_the_native_route(name, monkeypatch):
     monkeypatch.delenv(NATIVE_SWITCH, raising=False)
     calls = _native_calls(monkeypatch)

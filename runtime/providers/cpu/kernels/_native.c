@@ -547,15 +547,37 @@ static inline void tanh_doubles(double *v, Py_ssize_t n) {
  * sum in k order, a loop the compiler vectorizes), the gates in recurrent.py's gate_order (i, f,
  * o, c) with 0.5 folded into i, f and o's weights, so sigmoid = 0.5 + 0.5 tanh as in
  * LSTM._run_default; c = i c~ + f c, h = o tanh(c), written to y[t, d]. h and c hold the initial
- * state on entry and the final one on return. */
-#define LSTM_STEPS(NAME, T, TANH)                                                                           \
-  static VECTOR_CLONES void NAME(const T *xw, const T *rt, T *hs, T *cs, T *y, T *g, Py_ssize_t batch, Py_ssize_t hid,   \
-                   Py_ssize_t d, Py_ssize_t nd, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step) {      \
+ * state on entry and the final one on return.
+ * With mult (DynamicQuantizeLSTM, ms_quantized.py's _quantized_direction): rt is R less its zero
+ * point and each batch row of h is quantized on its own range before the product, as onnxruntime:
+ * lo = min(h, 0), hi = max(h, 0) (tiny +-2^-100 in place of 0: an all-zero row gets a range, its
+ * codes 0), scale = (hi - lo) / 255, codes less their zero point min(rint(h / scale),
+ * rint(lo / scale) + 255); their product with rt is exact (integers, float32 while hidden x 255^2
+ * < 2^24), then scaled per gate by mult[j] * scale before xw is added. */
+#define LSTM_STEPS(NAME, T, TANH, RINT)                                                                     \
+  static VECTOR_CLONES void NAME(const T *xw, const T *rt, const T *mult, T *hs, T *cs, T *y, T *g, T *q,   \
+                                 Py_ssize_t batch, Py_ssize_t hid, Py_ssize_t d, Py_ssize_t nd,             \
+                                 Py_ssize_t first, Py_ssize_t count, Py_ssize_t step) {                     \
     Py_ssize_t h4 = 4 * hid;                                                                                \
     for (Py_ssize_t n = 0, t = first; n < count; n++, t += step) {                                          \
       for (Py_ssize_t b = 0; b < batch; b++) {                                                              \
         T *gb = g + b * h4;                                                                                 \
         const T *hb = hs + b * hid;                                                                         \
+        T scale = 0;                                                                                        \
+        if (mult) {                                                                                         \
+          T lo = -(T)QUANT_TAU, hi = (T)QUANT_TAU;                                                          \
+          for (Py_ssize_t k = 0; k < hid; k++) {                                                            \
+            lo = hb[k] < lo ? hb[k] : lo;                                                                   \
+            hi = hb[k] > hi ? hb[k] : hi;                                                                   \
+          }                                                                                                 \
+          scale = (lo - hi) / (T)-255;                                                                      \
+          T top = RINT(lo / scale) + (T)255;                                                                \
+          for (Py_ssize_t k = 0; k < hid; k++) {                                                            \
+            T v = RINT(hb[k] / scale);                                                                      \
+            q[k] = v < top ? v : top;                                                                       \
+          }                                                                                                 \
+          hb = q;                                                                                           \
+        }                                                                                                   \
         /* LSTM_TILE gates at a time summed in registers over k, then the rest */                         \
         Py_ssize_t j0 = 0;                                                                                  \
         for (; j0 + LSTM_TILE <= h4; j0 += LSTM_TILE) {                                                     \
@@ -573,6 +595,8 @@ static inline void tanh_doubles(double *v, Py_ssize_t n) {
           const T *rk = rt + k * h4;                                                                        \
           for (Py_ssize_t j = j0; j < h4; j++) gb[j] += hk * rk[j];                                         \
         }                                                                                                   \
+        if (mult)                                                                                           \
+          for (Py_ssize_t j = 0; j < h4; j++) gb[j] *= mult[j] * scale;                                     \
         const T *xb = xw + (t * batch + b) * h4;                                                            \
         for (Py_ssize_t j = 0; j < h4; j++) gb[j] += xb[j];                                                 \
       }                                                                                                     \
@@ -593,18 +617,20 @@ static inline void tanh_doubles(double *v, Py_ssize_t n) {
       }                                                                                                     \
     }                                                                                                       \
   }
-LSTM_STEPS(lstm_steps_float, float, tanh_floats)
-LSTM_STEPS(lstm_steps_double, double, tanh_doubles)
+#define QUANT_TAU 7.888609052210118e-31 /* 2^-100 */
+LSTM_STEPS(lstm_steps_float, float, tanh_floats, rintf)
+LSTM_STEPS(lstm_steps_double, double, tanh_doubles, rint)
 
-/* lstm_steps(xw, rt, h, c, y, d, first, count, step): see LSTM_STEPS. xw [seq, batch, 4 hidden],
- * rt [hidden, 4 hidden], h and c [batch, hidden] (in and out), y [seq, directions, batch, hidden];
- * all float32 or all float64, C-contiguous. */
+/* lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): see LSTM_STEPS. xw [seq, batch,
+ * 4 hidden], rt [hidden, 4 hidden], h and c [batch, hidden] (in and out), y [seq, directions,
+ * batch, hidden], mult [4 hidden] (or None); all float32 or all float64, C-contiguous. */
 static PyObject *lstm_steps(PyObject *module, PyObject *args) {
-  PyObject *o_xw, *o_rt, *o_h, *o_c, *o_y;
+  PyObject *o_xw, *o_rt, *o_h, *o_c, *o_y, *o_mult = Py_None;
   Py_ssize_t d, first, count, step;
   (void)module;
-  if (!PyArg_ParseTuple(args, "OOOOOnnnn", &o_xw, &o_rt, &o_h, &o_c, &o_y, &d, &first, &count, &step)) return NULL;
-  Py_buffer bx, br, bh, bc, by;
+  if (!PyArg_ParseTuple(args, "OOOOOnnnn|O", &o_xw, &o_rt, &o_h, &o_c, &o_y, &d, &first, &count, &step, &o_mult))
+    return NULL;
+  Py_buffer bx, br, bh, bc, by, bm;
   int held = 0;
   PyObject *result = NULL;
   void *g = NULL;
@@ -628,6 +654,10 @@ static PyObject *lstm_steps(PyObject *module, PyObject *args) {
   held = 4;
   if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
   held = 5;
+  if (o_mult != Py_None) {
+    if (get_buffer(o_mult, &bm, "mult", size, fmt, 4 * hid, 0) < 0) goto done;
+    held = 6;
+  }
   Py_ssize_t row = batch * hid;
   if (!row || bx.len % (4 * row * size) || by.ndim != 4 || by.shape[2] != batch || by.shape[3] != hid) {
     PyErr_SetString(PyExc_ValueError, "lstm_steps: xw must be [seq, batch, 4 hidden], y [seq, directions, batch, "
@@ -642,21 +672,25 @@ static PyObject *lstm_steps(PyObject *module, PyObject *args) {
                  "[0, %zd)", first, count, step, seq, d, nd);
     goto done;
   }
-  g = PyMem_Malloc((size_t)(4 * row * size));
+  g = PyMem_Malloc((size_t)((4 * row + hid) * size)); /* the gates, then one row's codes */
   if (!g) {
     PyErr_NoMemory();
     goto done;
   }
   PyThreadState *ts = count * row * hid > 65536 ? PyEval_SaveThread() : NULL;
+  const void *mult = held >= 6 ? bm.buf : NULL;
   if (size == 4)
-    lstm_steps_float(bx.buf, br.buf, bh.buf, bc.buf, by.buf, g, batch, hid, d, nd, first, count, step);
+    lstm_steps_float(bx.buf, br.buf, mult, bh.buf, bc.buf, by.buf, g, (float *)g + 4 * row, batch, hid, d, nd, first,
+                     count, step);
   else
-    lstm_steps_double(bx.buf, br.buf, bh.buf, bc.buf, by.buf, g, batch, hid, d, nd, first, count, step);
+    lstm_steps_double(bx.buf, br.buf, mult, bh.buf, bc.buf, by.buf, g, (double *)g + 4 * row, batch, hid, d, nd,
+                      first, count, step);
   if (ts) PyEval_RestoreThread(ts);
   Py_INCREF(Py_None);
   result = Py_None;
 done:
   PyMem_Free(g);
+  if (held >= 6) PyBuffer_Release(&bm);
   if (held >= 5) PyBuffer_Release(&by);
   if (held >= 4) PyBuffer_Release(&bx);
   if (held >= 3) PyBuffer_Release(&br);
@@ -670,8 +704,9 @@ static PyMethodDef module_methods[] = {
      "coupling(v, pair_i, pair_j, k, out): libsvm's pairwise coupling of each row's pairwise probabilities "
      "v (float32 [rows, pairs]) into class probabilities out (float32 [rows, k])."},
     {"lstm_steps", lstm_steps, METH_VARARGS,
-     "lstm_steps(xw, rt, h, c, y, d, first, count, step): count steps of one LSTM direction in its default form "
-     "from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]."},
+     "lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): count steps of one LSTM direction in its "
+     "default form from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]; "
+     "with mult, h quantized row by row before its product with rt (DynamicQuantizeLSTM)."},
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef forest_methods[] = {

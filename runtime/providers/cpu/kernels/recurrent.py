@@ -550,10 +550,11 @@ RECURRENT_PATHS.add("transposed", "GRU and RNN with default activations, no clip
 RECURRENT_PATHS.add("lstm_default", "LSTM with default activations, no clip, no peepholes, no input_forget, every "
                                     "sequence the full length, float types (LSTM._run_default, LSTM_DEFAULT_ENABLED): "
                                     "nine calls a step per direction")
-RECURRENT_PATHS.add("lstm_native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, a float "
-                                   "LSTM in lstm_default's form with hidden^2 x batch <= NATIVE_MAX_WORK "
-                                   "(native_lstm_applies, NATIVE_LSTM_ENABLED): LSTM._run_native, the steps of each "
-                                   "direction in one C call (_native.lstm_steps)")
+RECURRENT_PATHS.add("lstm_native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, an LSTM "
+                                   "(or a DynamicQuantizeLSTM whose R products are exact in float32) in "
+                                   "lstm_default's form with hidden^2 x batch <= NATIVE_MAX_WORK (native_lstm_applies, "
+                                   "NATIVE_LSTM_ENABLED): LSTM._run_native, a block of each direction's steps in one "
+                                   "C call (_native.lstm_steps)")
 RECURRENT_PATHS.add("both_directions", "a bidirectional layer in a default form with hidden <= PAIR_MAX_HIDDEN and "
                                        "hidden x batch <= PAIR_MAX_CELLS (both_directions_apply): both directions "
                                        "in one step, R block-diagonal")
@@ -681,9 +682,10 @@ class LSTM(RecurrentKernel):
                         self._prepared = (x.dtype, weights)  # one swap: a concurrent run sees either
                 if weights is not None:
                     batch = x.shape[0 if self.layout else 1]
-                    if self._native is not None and weights[0][3] is None and native_lstm_applies(
-                            weights[0][1].shape[1], batch):
-                        return self._run_native(x, inputs, weights)
+                    if self._native is not None and native_lstm_applies(weights[0][1].shape[1], batch):
+                        native = self._native_weights(weights, inputs)
+                        if native is not None:
+                            return self._run_native(x, inputs, weights, native)
                     if (len(weights) == 2
                             and both_directions_apply(weights[0][1].shape[1], batch)):
                         return self._run_both_directions(x, inputs, weights)
@@ -798,11 +800,13 @@ class LSTM(RecurrentKernel):
                     np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]
         return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h, y_c][: self.n_out]
 
-    def _run_native(self, x: np.ndarray, args: list, weights: list) -> list:
-        """``_run_default``'s recurrence with the steps in C (``_native.lstm_steps``): per direction
-        and block of ``_BLOCK`` steps, the block's input projections and the bias in one product,
-        then its steps in one C call where numpy takes nine a step. The terminate flag is read
-        between two blocks (a long sequence's whole projection first would delay it)."""
+    def _run_native(self, x: np.ndarray, args: list, weights: list, native: list) -> list:
+        """``_run_default``'s recurrence with the steps in C (``_native.lstm_steps``; ``native``
+        is ``_native_weights``'s): per direction and block of ``_BLOCK`` steps, the block's input
+        projections and the bias in one product, then its steps in one C call where numpy takes
+        nine a step. The terminate flag is read between two blocks (a long sequence's whole
+        projection first would delay it), except where ``project_whole`` (the projection's
+        quantization range spans every step)."""
         if self.layout:
             x = np.swapaxes(x, 0, 1)
         seq, batch, k = x.shape
@@ -819,35 +823,52 @@ class LSTM(RecurrentKernel):
         y_h = np.zeros((nd, batch, h), dt) if h0 is None else np.array(h0, dt, order="C")  # in and out of the C steps
         y_c = np.zeros((nd, batch, h), dt) if c0 is None else np.array(c0, dt, order="C")
         x2 = x.reshape(seq * batch, k)
-        rts = self._native_weights(weights)
         steps = self._native.lstm_steps
         for d in range(nd):
             wd = weights[d]
+            rt, mult = native[d]
             reverse = self.reverse[d]
+            whole = None
+            if self.project_whole:
+                whole = self._input_projection(x2, wd)
+                if wd[2] is not None:
+                    np.add(whole, wd[2], whole)
             for b0 in range(0, seq, _BLOCK):
                 check_terminate()
                 count = min(_BLOCK, seq - b0)
                 lo = seq - b0 - count if reverse else b0  # the block's steps lo .. lo + count - 1
-                xw = np.dot(x2[lo * batch:(lo + count) * batch], wd[0])
-                if wd[2] is not None:
-                    np.add(xw, wd[2], xw)
-                steps(xw, rts[d], y_h[d], y_c[d], y[lo:lo + count], d, count - 1 if reverse else 0, count,
-                      -1 if reverse else 1)
+                if whole is not None:
+                    xw = whole[lo * batch:(lo + count) * batch]
+                else:
+                    xw = self._input_projection(x2[lo * batch:(lo + count) * batch], wd)
+                    if wd[2] is not None:
+                        np.add(xw, wd[2], xw)
+                steps(xw, rt, y_h[d], y_c[d], y[lo:lo + count], d, count - 1 if reverse else 0, count,
+                      -1 if reverse else 1, mult)
         if self.layout:  # [batch, seq, directions, hidden]
             return [np.ascontiguousarray(y.transpose(2, 0, 1, 3)), np.ascontiguousarray(np.swapaxes(y_h, 0, 1)),
                     np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]
         return [y, y_h, y_c][: self.n_out]
 
-    def _native_weights(self, weights: list) -> list[np.ndarray]:
-        """Each direction's prepared R (gate order, halves folded in) transposed, [hidden, 4 *
-        hidden] contiguous: the C steps read it a row per hidden unit. Kept while the per-direction
-        weights are the same (constant initializers)."""
+    #: whether ``_run_native`` projects every step's input at once (a quantization range over them all)
+    project_whole = False
+
+    def _native_weights(self, weights: list, inputs: list) -> list[tuple] | None:
+        """Per direction (R^T, None) for ``_run_native``: the prepared R (gate order, halves
+        folded in) transposed, [hidden, 4 * hidden] contiguous, which the C steps read a row per
+        hidden unit; None where the C steps do not take these weights. Kept while the
+        per-direction weights are the same (constant initializers)."""
         kept = self._native_rt
         if kept is not None and kept[0] is weights:
             return kept[1]
-        rts = [np.ascontiguousarray(wd[1].T) for wd in weights]
-        self._native_rt = (weights, rts)  # one swap: a concurrent run sees the old entry or this one
-        return rts
+        native = self._make_native_weights(weights, inputs)
+        self._native_rt = (weights, native)  # one swap: a concurrent run sees the old entry or this one
+        return native
+
+    def _make_native_weights(self, weights: list, inputs: list) -> list[tuple] | None:
+        if weights[0][3] is not None:  # another kind of weights (a subclass's)
+            return None
+        return [(np.ascontiguousarray(wd[1].T), None) for wd in weights]
 
     def _pair_weights(self, weights: list) -> tuple:
         """``_make_pair_weights`` of the per-direction weights of ``_prepare``, kept while those

@@ -88,6 +88,24 @@ def test_native_coupling_of_two_classes_against_the_closed_form(monkeypatch):
         np.testing.assert_allclose(got[n], _libsvm_coupling(r), rtol=1e-6, atol=1e-7, err_msg=f"row {n}")
 
 
+def test_native_platt_against_platt_pairs():
+    """``_native.platt`` against ``_platt_pairs`` (the canonical numpy form): random scores over
+    the sigmoid's range, zeros (x = 0 exactly: 1 - w), values past both clip ends, +-inf and NaN."""
+    rng = np.random.default_rng(6)
+    scores = (rng.standard_normal((500, 3)) * rng.uniform(0.1, 40, (500, 1))).astype(np.float32)
+    scores[:4] = [[0, 0, 0], [np.inf, -np.inf, np.nan], [1e30, -1e30, 3], [-0.0, 1e-30, -1e-30]]
+    prob_a = np.array([-2.5, 0.7, -1.0], np.float32)
+    prob_b = np.array([0.3, 0.0, -0.2], np.float32)
+    got = np.empty_like(scores)
+    _native.platt(scores, prob_a, prob_b, got)
+    want = ml_svm._platt_pairs(scores.copy(), prob_a, prob_b)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert got[~np.isnan(got)].min() >= np.float32(1e-7) and got[~np.isnan(got)].max() <= np.float32(1 - 1e-7)
+    with pytest.raises(ValueError):
+        _native.platt(scores, prob_a[:2], prob_b[:2], got)  # scores of 3 pairs
+
+
 def test_native_coupling_condition(monkeypatch):
     pair_i, pair_j = np.triu_indices(4, 1)
     monkeypatch.setenv(NATIVE_SWITCH, "0")

@@ -703,6 +703,52 @@ done:
   return result;
 }
 
+/* platt(scores, prob_a, prob_b, v): libsvm's pairwise probabilities from the pairwise scores as
+ * ml_svm.py's _platt_pairs computes them (its canonical form), in float: x = s a + b, w = 1 / (1 +
+ * exp(-|x|)), r = 1 - w where x >= 0 else w, clipped to [1e-7, 1 - 1e-7]; NaN stays NaN. scores
+ * and v float32 [rows, pairs], prob_a and prob_b float32 [pairs]. */
+static PyObject *platt(PyObject *module, PyObject *args) {
+  PyObject *o_s, *o_a, *o_b, *o_v;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOO", &o_s, &o_a, &o_b, &o_v)) return NULL;
+  Py_buffer bs, ba, bb, bv;
+  int held = 0;
+  PyObject *result = NULL;
+  if (get_buffer(o_a, &ba, "prob_a", 4, "f", -1, 0) < 0) return NULL;
+  held = 1;
+  Py_ssize_t pairs = ba.len / 4;
+  if (get_buffer(o_b, &bb, "prob_b", 4, "f", pairs, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_s, &bs, "scores", 4, "f", -1, 0) < 0) goto done;
+  held = 3;
+  if (!pairs || bs.ndim != 2 || bs.shape[1] != pairs) {
+    PyErr_SetString(PyExc_ValueError, "platt: scores must be [rows, pairs] float32, prob_a and prob_b [pairs]");
+    goto done;
+  }
+  if (get_buffer(o_v, &bv, "v", 4, "f", bs.len / 4, 1) < 0) goto done;
+  held = 4;
+  const float *sc = bs.buf, *pa = ba.buf, *pb = bb.buf;
+  float *v = bv.buf;
+  for (Py_ssize_t n = 0, rows = bs.len / (pairs * 4); n < rows; n++)
+    for (Py_ssize_t c = 0; c < pairs; c++) {
+      float x = sc[n * pairs + c] * pa[c];
+      x = x + pb[c];
+      float w = 1.0f / (1.0f + expf(-fabsf(x)));
+      float r = x >= 0 ? 1.0f - w : w;
+      const float low = (float)1e-7, high = (float)(1 - 1e-7); /* libsvm's clip, as numpy rounds it */
+      if (r == r) r = r < low ? low : (r > high ? high : r);
+      v[n * pairs + c] = r;
+    }
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  if (held >= 4) PyBuffer_Release(&bv);
+  if (held >= 3) PyBuffer_Release(&bs);
+  if (held >= 2) PyBuffer_Release(&bb);
+  if (held >= 1) PyBuffer_Release(&ba);
+  return result;
+}
+
 /* A depthwise convolution (one input channel per output channel), NCHW. Per image and channel the
  * plane is first laid out in `s` with its padding as zeros and split into the sh x sw phases of
  * the strides: phase (fi, fj) holds the padded rows fi, fi + sh, ... and of each the columns fj,
@@ -856,6 +902,9 @@ static PyMethodDef module_methods[] = {
     {"coupling", coupling, METH_VARARGS,
      "coupling(v, pair_i, pair_j, k, out): libsvm's pairwise coupling of each row's pairwise probabilities "
      "v (float32 [rows, pairs]) into class probabilities out (float32 [rows, k])."},
+    {"platt", platt, METH_VARARGS,
+     "platt(scores, prob_a, prob_b, v): libsvm's clipped pairwise probabilities of the pairwise scores (float32 "
+     "[rows, pairs]) into v."},
     {"lstm_steps", lstm_steps, METH_VARARGS,
      "lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): count steps of one LSTM direction in its "
      "default form from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]; "

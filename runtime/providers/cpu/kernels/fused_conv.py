@@ -112,6 +112,7 @@ IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, ab
 #: The switch of ``DEPTHWISE_NATIVE`` (read when a kernel is built): False keeps depthwise
 #: convolutions on the numpy paths (the tests compare them).
 NATIVE_DEPTHWISE_ENABLED = True
+_NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # the types _native.depthwise_conv takes
 #: The fewest outputs per plane (oh x ow) the C route takes: below, its per-plane setup (the padded
 #: phases, the output copy) catches up with the taps, and the gather's one product per channel is
 #: as fast or faster (measured per layer in MobileNet and PP-LCNet, CPU time, C against numpy: 8x8
@@ -766,7 +767,12 @@ class FusedConv(FusedBase):
 
     def _native_depthwise(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                           pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
-        """``DEPTHWISE_NATIVE``: the convolution and its bias in C, then residual and activation."""
+        """``DEPTHWISE_NATIVE``: the convolution and its bias in C, then residual and activation;
+        a type the C kernel lacks (float16 that is not widened) takes the numpy rows."""
+        if x.dtype not in _NATIVE_FLOATS:
+            layout = depthwise_layout(x.shape, pads, out_hw, tuple(w.shape[2:]), self.strides, self.dilations)
+            self.last_path = "depthwise_" + layout
+            return self._depthwise(x, w, b, z, pads, out_hw, layout)
         y = np.empty((x.shape[0], w.shape[0]) + out_hw, dtype=x.dtype)
         self._native.depthwise_conv(np.ascontiguousarray(x), np.ascontiguousarray(w),
                                     None if b is None else np.ascontiguousarray(b, x.dtype), y, self.strides,

@@ -38,6 +38,7 @@ def _epilogues(monkeypatch) -> tuple:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("params", [PARAMS, [0.2, 0.5], [0.25, -0.1]])
 def test_hard_swish_native_matches_numpy_to_the_bit(dtype, params, monkeypatch):
+    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
     monkeypatch.setattr(fused, "NATIVE_HARD_SWISH_ENABLED", True)
     native = fused._activation("HardSwish", params, NODE)
     monkeypatch.setattr(fused, "NATIVE_HARD_SWISH_ENABLED", False)

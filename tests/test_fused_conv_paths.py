@@ -48,6 +48,11 @@ CASES = [
     ("depthwise_native", (1, 8, 24, 11), (8, 1, 3, 3), {"group": 8, "strides": [3, 2]}),
     ("depthwise_native", (2, 4, 14, 9), (4, 1, 2, 2), {"group": 4, "pads": [3, 0, 0, 3], "strides": [2, 3],
                                                       "dilations": [1, 2]}),
+    # the C route of few-channel layers: stems (3x3/2, 7x7/2), dilated, asymmetric pads, non-square
+    ("direct_native", (2, 3, 32, 32), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ("direct_native", (1, 3, 33, 31), (8, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("direct_native", (2, 4, 24, 22), (5, 4, 3, 2), {"pads": [0, 1, 2, 0], "dilations": [2, 1]}),
+    ("direct_native", (1, 4, 30, 60), (6, 4, 2, 3), {"pads": [2, 0, 0, 1], "strides": [1, 3]}),
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
     ("pointwise", (1, 1, 1, 1), (3, 1, 1, 1), {}),
     ("pointwise", (1, 16, 15, 15), (64, 4, 1, 1), {"group": 4}),  # bias in the product: g * k < m
@@ -84,14 +89,15 @@ CASES = [
 
 @pytest.fixture(autouse=True)
 def _depthwise_route(request, monkeypatch):
-    """A case built for ``depthwise_native`` takes the C route (skipped where it was not built);
-    every other case keeps it off, so the depthwise cases reach the numpy paths they name."""
+    """A case built for ``depthwise_native`` or ``direct_native`` takes the C route (skipped where it
+    was not built); every other case keeps it off, so the cases reach the numpy paths they name."""
     callspec = getattr(request.node, "callspec", None)
     case = callspec.params.get("case") if callspec is not None else None
-    native = bool(case) and case[0] == fused_conv.DEPTHWISE_NATIVE
+    native = bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE)
     if native and native_module() is None:
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", native)
+    monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", native)
 
 
 VARIANTS = [  # (bias, residual, activation, activation_params)
@@ -370,11 +376,13 @@ def test_depthwise_native_float64_and_its_switches(monkeypatch):
     np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
     y32 = np.empty((2, 12, 6, 8), np.float32)
     with pytest.raises(ValueError):  # mixed types
-        native.depthwise_conv(x, w.astype(np.float32), None, y32, (2, 1), (1, 2), (1, 2))
+        native.direct_conv(x, w.astype(np.float32), None, y32, (2, 1), (1, 2), (1, 2), 12)
     with pytest.raises(ValueError):  # weights of another channel count
-        native.depthwise_conv(x, w[:6], None, y32.astype(np.float64), (2, 1), (1, 2), (1, 2))
+        native.direct_conv(x, w[:6], None, y32.astype(np.float64), (2, 1), (1, 2), (1, 2), 12)
     with pytest.raises(ValueError):  # a zero stride
-        native.depthwise_conv(x, w, None, y32.astype(np.float64), (0, 1), (1, 2), (1, 2))
+        native.direct_conv(x, w, None, y32.astype(np.float64), (0, 1), (1, 2), (1, 2), 12)
+    with pytest.raises(ValueError):  # a group that does not divide the channels
+        native.direct_conv(x, w, None, y32.astype(np.float64), (2, 1), (1, 2), (1, 2), 5)
     small = _attrs({"group": 12, "pads": [1, 1, 1, 1]}, (12, 1, 3, 3))  # 3x3 outputs: the gather's
     kernel = fused_kernel(w.shape, small, True, False, "Relu", [])
     kernel.compute([x[:, :, :3, :3].astype(np.float32), w.astype(np.float32), b.astype(np.float32), None])

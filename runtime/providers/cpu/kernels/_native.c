@@ -1,6 +1,6 @@
 /* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
  * walked tree by tree over the rows, libsvm's pairwise coupling row by row, an LSTM's steps
- * (recurrent.py's default form) and depthwise convolutions (fused_conv.py), for the small runs where
+ * (recurrent.py's default form) and direct convolutions (fused_conv.py), for the small runs where
  * numpy's per-call cost (or BLAS's per-channel products) is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *
@@ -793,86 +793,97 @@ done:
   return result;
 }
 
-/* A depthwise convolution (one input channel per output channel), NCHW. Per image and channel the
- * plane is first laid out in `s` with its padding as zeros and split into the sh x sw phases of
- * the strides: phase (fi, fj) holds the padded rows fi, fi + sh, ... and of each the columns fj,
- * fj + sw, ..., hv rows of wv (the outputs' oh x ow plus the farthest tap's offset within the
- * phase). Tap (i, j) then reads, for every output, the phase ((i dh) % sh, (j dw) % sw) from row
- * (i dh) / sh and column (j dw) / sw on: one block of the same pitch as an accumulator of oh rows
- * of wv, so each tap is one multiply-add loop over the whole plane, which the compiler
- * vectorizes (the wv - ow columns past each row's outputs are computed and dropped; the phase
- * layout keeps a slack row of wv after its end for the last tap's reads). Taps in row-major
- * order after the bias; the rows of the accumulator's first ow columns are the output. */
+/* A direct convolution, NCHW, for depthwise and few-channel layers (fused_conv.py). Per image and
+ * group, each input channel's plane is first laid out in `s` with its padding as zeros and split
+ * into the sh x sw phases of the strides: phase (fi, fj) holds the padded rows fi, fi + sh, ...
+ * and of each the columns fj, fj + sw, ..., hv rows of wv (the outputs' oh x ow plus the farthest
+ * tap's offset within the phase). Tap (i, j) then reads, for every output, the phase
+ * ((i dh) % sh, (j dw) % sw) from row (i dh) / sh and column (j dw) / sw on: one block of the
+ * same pitch as an accumulator of oh rows of wv, so each channel's tap is one multiply-add loop
+ * over the whole plane, which the compiler vectorizes (the wv - ow columns past each row's
+ * outputs are computed and dropped; the layout keeps a slack row of wv after its end for the last
+ * tap's reads). Per output channel: the bias, then the group's channels in order, each one's taps
+ * in row-major order; the rows of the accumulator's first ow columns are the output. */
 #define DW_TILE 64 /* outputs summed in registers at a time: 4 AVX-512 vectors of floats */
-#define DEPTHWISE(NAME, T)                                                                           \
+#define DIRECT_CONV(NAME, T)                                                                                 \
   static VECTOR_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,            \
                                  T *RESTRICT y, T *RESTRICT s, T *RESTRICT acc, const Py_ssize_t *tap,      \
-                                 Py_ssize_t nc, Py_ssize_t c,                                               \
+                                 Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t group,                \
                                  Py_ssize_t h, Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh,  \
                                  Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, \
                                  Py_ssize_t hv, Py_ssize_t wv) {                                            \
-    Py_ssize_t plane = oh * wv;                                                                             \
-    for (Py_ssize_t q = 0; q < nc; q++) {                                                                   \
-      Py_ssize_t ch = q % c;                                                                                \
-      const T *RESTRICT xp = x + q * h * wd, *RESTRICT wp = w + ch * kh * kw;                              \
-      for (Py_ssize_t fi = 0; fi < sh; fi++)                                                                \
-        for (Py_ssize_t fj = 0; fj < sw; fj++)                                                              \
-          for (Py_ssize_t rv = 0; rv < hv; rv++) {                                                          \
-            T *RESTRICT d = s + ((fi * sw + fj) * hv + rv) * wv;                                            \
-            Py_ssize_t r = rv * sh + fi - pt;                                                               \
-            /* the phase's columns v whose input column v sw + fj - pl is within the row */                 \
-            Py_ssize_t lo = pl - fj <= 0 ? 0 : (pl - fj + sw - 1) / sw;                                     \
-            Py_ssize_t hi = wd - 1 + pl - fj < 0 ? 0 : (wd - 1 + pl - fj) / sw + 1;                         \
-            if (hi > wv) hi = wv;                                                                           \
-            if (r < 0 || r >= h || lo >= hi) {                                                              \
-              for (Py_ssize_t v = 0; v < wv; v++) d[v] = 0;                                                 \
-              continue;                                                                                     \
-            }                                                                                               \
-            for (Py_ssize_t v = 0; v < lo; v++) d[v] = 0;                                                   \
-            for (Py_ssize_t v = hi; v < wv; v++) d[v] = 0;                                                  \
-            const T *RESTRICT src = xp + r * wd + fj - pl;                                                  \
-            if (sw == 1)                                                                                    \
-              memcpy(d + lo, src + lo, sizeof(T) * (size_t)(hi - lo));                                      \
-            else if (sw == 2)                                                                               \
-              for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[2 * v];                                       \
-            else                                                                                            \
-              for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[v * sw];                                      \
-          }                                                                                                 \
-      T bias = b ? b[ch] : (T)0;                                                                            \
-      /* DW_TILE accumulators at a time through every tap, in registers; then the rest */                   \
-      Py_ssize_t k0 = 0;                                                                                    \
-      for (; k0 + DW_TILE <= plane; k0 += DW_TILE) {                                                        \
-        T a[DW_TILE];                                                                                       \
-        for (int k = 0; k < DW_TILE; k++) a[k] = bias;                                                      \
-        for (Py_ssize_t t = 0; t < kh * kw; t++) {                                                          \
-          T wt = wp[t];                                                                                     \
-          const T *RESTRICT src = s + tap[t] + k0;                                                          \
-          for (int k = 0; k < DW_TILE; k++) a[k] += wt * src[k];                                            \
+    Py_ssize_t plane = oh * wv, cg = c / group, mg = m / group, taps = kh * kw;                             \
+    Py_ssize_t block = sh * sw * hv * wv; /* one channel's phases */                                        \
+    for (Py_ssize_t img = 0; img < n; img++)                                                                \
+      for (Py_ssize_t g = 0; g < group; g++) {                                                              \
+        for (Py_ssize_t cc = 0; cc < cg; cc++) {                                                            \
+          const T *RESTRICT xp = x + (img * c + g * cg + cc) * h * wd;                                      \
+          for (Py_ssize_t fi = 0; fi < sh; fi++)                                                            \
+            for (Py_ssize_t fj = 0; fj < sw; fj++)                                                          \
+              for (Py_ssize_t rv = 0; rv < hv; rv++) {                                                      \
+                T *RESTRICT d = s + cc * block + ((fi * sw + fj) * hv + rv) * wv;                           \
+                Py_ssize_t r = rv * sh + fi - pt;                                                           \
+                /* the phase's columns v whose input column v sw + fj - pl is within the row */             \
+                Py_ssize_t lo = pl - fj <= 0 ? 0 : (pl - fj + sw - 1) / sw;                                 \
+                Py_ssize_t hi = wd - 1 + pl - fj < 0 ? 0 : (wd - 1 + pl - fj) / sw + 1;                     \
+                if (hi > wv) hi = wv;                                                                       \
+                if (r < 0 || r >= h || lo >= hi) {                                                          \
+                  for (Py_ssize_t v = 0; v < wv; v++) d[v] = 0;                                             \
+                  continue;                                                                                 \
+                }                                                                                           \
+                for (Py_ssize_t v = 0; v < lo; v++) d[v] = 0;                                               \
+                for (Py_ssize_t v = hi; v < wv; v++) d[v] = 0;                                              \
+                const T *RESTRICT src = xp + r * wd + fj - pl;                                              \
+                if (sw == 1)                                                                                \
+                  memcpy(d + lo, src + lo, sizeof(T) * (size_t)(hi - lo));                                  \
+                else if (sw == 2)                                                                           \
+                  for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[2 * v];                                   \
+                else                                                                                        \
+                  for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[v * sw];                                  \
+              }                                                                                             \
         }                                                                                                   \
-        memcpy(acc + k0, a, sizeof a);                                                                      \
+        for (Py_ssize_t mm = 0; mm < mg; mm++) {                                                            \
+          Py_ssize_t mo = g * mg + mm;                                                                      \
+          const T *RESTRICT wp = w + mo * cg * taps;                                                        \
+          T bias = b ? b[mo] : (T)0;                                                                        \
+          /* DW_TILE accumulators at a time through every channel's taps, in registers; then the rest */  \
+          Py_ssize_t k0 = 0;                                                                                \
+          for (; k0 + DW_TILE <= plane; k0 += DW_TILE) {                                                    \
+            T a[DW_TILE];                                                                                   \
+            for (int k = 0; k < DW_TILE; k++) a[k] = bias;                                                  \
+            for (Py_ssize_t cc = 0; cc < cg; cc++)                                                          \
+              for (Py_ssize_t t = 0; t < taps; t++) {                                                       \
+                T wt = wp[cc * taps + t];                                                                   \
+                const T *RESTRICT src = s + cc * block + tap[t] + k0;                                       \
+                for (int k = 0; k < DW_TILE; k++) a[k] += wt * src[k];                                      \
+              }                                                                                             \
+            memcpy(acc + k0, a, sizeof a);                                                                  \
+          }                                                                                                 \
+          for (Py_ssize_t k = k0; k < plane; k++) acc[k] = bias;                                            \
+          for (Py_ssize_t cc = 0; cc < cg && k0 < plane; cc++)                                              \
+            for (Py_ssize_t t = 0; t < taps; t++) {                                                         \
+              T wt = wp[cc * taps + t];                                                                     \
+              const T *RESTRICT src = s + cc * block + tap[t];                                              \
+              for (Py_ssize_t k = k0; k < plane; k++) acc[k] += wt * src[k];                                \
+            }                                                                                               \
+          T *RESTRICT yp = y + (img * m + mo) * oh * ow;                                                    \
+          for (Py_ssize_t oy = 0; oy < oh; oy++) memcpy(yp + oy * ow, acc + oy * wv, sizeof(T) * (size_t)ow); \
+        }                                                                                                   \
       }                                                                                                     \
-      for (Py_ssize_t k = k0; k < plane; k++) acc[k] = bias;                                                \
-      for (Py_ssize_t t = 0; t < kh * kw && k0 < plane; t++) {                                              \
-        T wt = wp[t];                                                                                       \
-        const T *RESTRICT src = s + tap[t];                                                                 \
-        for (Py_ssize_t k = k0; k < plane; k++) acc[k] += wt * src[k];                                      \
-      }                                                                                                     \
-      T *RESTRICT yp = y + q * oh * ow;                                                                     \
-      for (Py_ssize_t oy = 0; oy < oh; oy++) memcpy(yp + oy * ow, acc + oy * wv, sizeof(T) * (size_t)ow);   \
-    }                                                                                                       \
   }
-DEPTHWISE(depthwise_float, float)
-DEPTHWISE(depthwise_double, double)
+DIRECT_CONV(direct_conv_float, float)
+DIRECT_CONV(direct_conv_double, double)
 
-/* depthwise_conv(x, w, b, y, strides, pads, dilations): x [N, C, H, W], w [C, 1, KH, KW], b [C] or
- * None, y [N, C, OH, OW] written; all float32 or all float64, C-contiguous; strides and dilations
- * (h, w) at least 1, pads (top, left) at least 0; OH and OW y's (rows or columns wholly in the
- * padding are the bias). */
-static PyObject *depthwise_conv(PyObject *module, PyObject *args) {
+/* direct_conv(x, w, b, y, strides, pads, dilations, group): x [N, C, H, W], w [M, C / group, KH, KW],
+ * b [M] or None, y [N, M, OH, OW] written; all float32 or all float64, C-contiguous; strides and
+ * dilations (h, w) at least 1, pads (top, left) at least 0; OH and OW y's (rows or columns wholly
+ * in the padding are the bias). */
+static PyObject *direct_conv(PyObject *module, PyObject *args) {
   PyObject *o_x, *o_w, *o_b, *o_y;
-  Py_ssize_t sh, sw, pt, pl, dh, dw;
+  Py_ssize_t sh, sw, pt, pl, dh, dw, group;
   (void)module;
-  if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw)) return NULL;
+  if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)n", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &group))
+    return NULL;
   Py_buffer bx, bw, bb, by;
   int held = 0;
   PyObject *result = NULL;
@@ -883,7 +894,7 @@ static PyObject *depthwise_conv(PyObject *module, PyObject *args) {
   const char *xf = bx.format ? bx.format : "B";
   if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
   if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "depthwise_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
+    PyErr_SetString(PyExc_ValueError, "direct_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
     goto done;
   }
   Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
@@ -892,21 +903,26 @@ static PyObject *depthwise_conv(PyObject *module, PyObject *args) {
   held = 2;
   if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
   held = 3;
-  if (o_b != Py_None) {
-    if (get_buffer(o_b, &bb, "b", size, fmt, c, 0) < 0) goto done;
-    held = 4;
-  }
-  if (bw.ndim != 4 || bw.shape[0] != c || bw.shape[1] != 1 || by.ndim != 4 || by.shape[0] != n || by.shape[1] != c ||
-      sh < 1 || sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0) {
-    PyErr_SetString(PyExc_ValueError, "depthwise_conv: w must be [C, 1, KH, KW] and y [N, C, OH, OW] of x's N and C; "
-                    "strides and dilations at least 1, pads at least 0");
+  if (bw.ndim != 4 || by.ndim != 4) {
+    PyErr_SetString(PyExc_ValueError, "direct_conv: w and y must be 4-D");
     goto done;
   }
-  Py_ssize_t kh = bw.shape[2], kw = bw.shape[3], oh = by.shape[2], ow = by.shape[3];
+  Py_ssize_t m = bw.shape[0];
+  if (o_b != Py_None) {
+    if (get_buffer(o_b, &bb, "b", size, fmt, m, 0) < 0) goto done;
+    held = 4;
+  }
+  if (group < 1 || c % group || m % group || bw.shape[1] != c / group || by.shape[0] != n || by.shape[1] != m ||
+      sh < 1 || sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0) {
+    PyErr_SetString(PyExc_ValueError, "direct_conv: w must be [M, C / group, KH, KW] and y [N, M, OH, OW] of x's N "
+                    "(group dividing C and M); strides and dilations at least 1, pads at least 0");
+    goto done;
+  }
+  Py_ssize_t kh = bw.shape[2], kw = bw.shape[3], oh = by.shape[2], ow = by.shape[3], cg = c / group;
   const void *bias = held >= 4 ? bb.buf : NULL;
-  /* each phase: oh x ow outputs plus the farthest tap's offset within the phase */
+  /* each channel's phases: oh x ow outputs plus the farthest tap's offset within the phase */
   Py_ssize_t hv = oh + ((kh - 1) * dh) / sh, wv = ow + ((kw - 1) * dw) / sw;
-  Py_ssize_t phases = sh * sw * hv * wv + wv; /* the slack row: the last tap's dropped columns */
+  Py_ssize_t phases = cg * sh * sw * hv * wv + wv; /* the slack row: the last tap's dropped columns */
   scratch = PyMem_Malloc((size_t)(phases + oh * wv + 1) * (size_t)size);
   tap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(kh * kw + 1));
   if (!scratch || !tap) {
@@ -917,13 +933,13 @@ static PyObject *depthwise_conv(PyObject *module, PyObject *args) {
   for (Py_ssize_t i = 0; i < kh; i++)
     for (Py_ssize_t j = 0; j < kw; j++)
       tap[i * kw + j] = ((((i * dh) % sh) * sw + (j * dw) % sw) * hv + (i * dh) / sh) * wv + (j * dw) / sw;
-  PyThreadState *ts = n * c * oh * ow * kh * kw > 65536 ? PyEval_SaveThread() : NULL;
+  PyThreadState *ts = n * m * oh * ow * cg * kh * kw > 65536 ? PyEval_SaveThread() : NULL;
   if (size == 4)
-    depthwise_float(bx.buf, bw.buf, bias, by.buf, scratch, (float *)scratch + phases, tap, n * c, c, h, wd, kh, kw, oh,
-                    ow, sh, sw, pt, pl, hv, wv);
+    direct_conv_float(bx.buf, bw.buf, bias, by.buf, scratch, (float *)scratch + phases, tap, n, c, m, group, h, wd, kh,
+                      kw, oh, ow, sh, sw, pt, pl, hv, wv);
   else
-    depthwise_double(bx.buf, bw.buf, bias, by.buf, scratch, (double *)scratch + phases, tap, n * c, c, h, wd, kh, kw,
-                     oh, ow, sh, sw, pt, pl, hv, wv);
+    direct_conv_double(bx.buf, bw.buf, bias, by.buf, scratch, (double *)scratch + phases, tap, n, c, m, group, h, wd,
+                       kh, kw, oh, ow, sh, sw, pt, pl, hv, wv);
   if (ts) PyEval_RestoreThread(ts);
   Py_INCREF(Py_None);
   result = Py_None;
@@ -950,10 +966,10 @@ static PyMethodDef module_methods[] = {
      "lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): count steps of one LSTM direction in its "
      "default form from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]; "
      "with mult, h quantized row by row before its product with rt (DynamicQuantizeLSTM)."},
-    {"depthwise_conv", depthwise_conv, METH_VARARGS,
-     "depthwise_conv(x, w, b, y, strides, pads, dilations): a depthwise convolution of x [N, C, H, W] with w "
-     "[C, 1, KH, KW] (and bias b or None) into y [N, C, OH, OW]; pads (top, left), the bottom and right ones "
-     "implied by y's size."},
+    {"direct_conv", direct_conv, METH_VARARGS,
+     "direct_conv(x, w, b, y, strides, pads, dilations, group): a convolution of x [N, C, H, W] with w "
+     "[M, C / group, KH, KW] (and bias b or None) into y [N, M, OH, OW] by each tap's multiply-add over the "
+     "output plane; pads (top, left), the bottom and right ones implied by y's size."},
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef forest_methods[] = {
@@ -975,8 +991,8 @@ static PyTypeObject ForestType = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_native",
-    .m_doc = "The CPU EP's optional C kernels (tree ensembles, libsvm's pairwise coupling, LSTM steps, depthwise "
-              "convolutions).",
+    .m_doc = "The CPU EP's optional C kernels (tree ensembles, libsvm's pairwise coupling, LSTM steps, direct "
+              "convolutions, fused activations).",
     .m_size = -1,
     .m_methods = module_methods,
 };

@@ -494,11 +494,11 @@ done:
 #else
 #define NO_TRAPPING_MATH
 #endif
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-/* the LSTM steps and depthwise convolutions also built for AVX2 and AVX-512, the one the CPU has
- * chosen at load (the baseline x86-64 build has 4-wide vectors only); no contraction into FMA, so
- * every clone rounds alike; no unroll-and-jam, which fuses two taps' loops into one the vectorizer
- * leaves scalar */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
+/* the LSTM steps, convolutions and epilogues also built for AVX2 and AVX-512, the one the CPU has
+ * chosen at load (glibc's ifuncs; the baseline x86-64 build has 4-wide vectors only); no
+ * contraction into FMA, so every clone rounds alike; no unroll-and-jam, which fuses two taps'
+ * loops into one the vectorizer leaves scalar */
 #define VECTOR_CLONES                                                                                       \
   __attribute__((target_clones("avx512f", "avx2", "default"),                                              \
                  optimize("no-trapping-math", "fp-contract=off", "no-loop-unroll-and-jam")))

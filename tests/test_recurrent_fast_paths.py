@@ -404,17 +404,19 @@ def test_terminate_stops_a_long_gru(direction, monkeypatch):
         np.testing.assert_array_equal(a, e)
 
 
+@pytest.mark.parametrize("route", ["paired", "lstm_native"])
 @pytest.mark.parametrize("name", ["crnn_ts", "crnn_ts_qdyn"])
-def test_paired_loop_runs_at_once_on_threads(name, monkeypatch):
-    """The paired loop keeps its scratch arrays per shape between runs: runs of one session on
-    four threads at once (different inputs, batches 1 and 2) give each its own result, as the same
-    runs one after another."""
+def test_paired_loop_runs_at_once_on_threads(name, route, monkeypatch):
+    """The paired loop keeps its scratch arrays per shape between runs, and the C steps
+    (``lstm_native``, where the extension is built) their transposed weights: runs of one session
+    on four threads at once (different inputs, batches 1 and 2) give each its own result, as the
+    same runs one after another."""
     import sys
     import threading
     from pathlib import Path
 
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
-    monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", False)
+    monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", route == "lstm_native")
     path = Path(__file__).parent / "real_models" / f"{name}.onnx"
     sess = onnxhal.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(3)

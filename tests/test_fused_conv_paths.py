@@ -16,6 +16,7 @@ from onnxhal.runtime.providers.cpu.kernels import fused_conv, worker_pool
 from onnxhal.runtime.providers.cpu.kernels.conv import APPENDED, gather_plan
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN
 from onnxhal.runtime.providers.cpu.kernels.fused_conv import CONV_PATHS, FusedConv
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from tests.models import make, vi
 
 # (path, x shape, w shape, Conv attributes): every registered path, on 1x1, strided, dilated,
@@ -36,6 +37,22 @@ CASES = [
     ("gather_depthwise", (2, 144, 2, 2), (144, 1, 5, 5), {"group": 144, "pads": [2, 2, 2, 2]}),
     # strided: within fused_conv.STRIDED_DEPTHWISE_GATHER_MAX (38k elements), above conv.GATHER_MAX
     ("gather_depthwise", (2, 48, 8, 8), (48, 1, 5, 5), {"group": 48, "pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    # the C route: unit and other strides, dilations, asymmetric pads, rows and columns wholly in
+    # the padding, a plane smaller than the kernel, non-square kernels
+    ("depthwise_native", (2, 32, 40, 40), (32, 1, 3, 3), {"group": 32, "pads": [1, 1, 1, 1]}),
+    ("depthwise_native", (1, 16, 30, 29), (16, 1, 3, 3), {"group": 16, "pads": [0, 2, 4, 2], "dilations": [2, 2]}),
+    ("depthwise_native", (1, 16, 48, 44), (16, 1, 5, 5), {"group": 16, "pads": [2, 2, 1, 1], "strides": [2, 2]}),
+    ("depthwise_native", (1, 16, 35, 33), (16, 1, 5, 3), {"group": 16, "pads": [4, 1, 3, 2], "dilations": [2, 1]}),
+    ("depthwise_native", (2, 6, 13, 6), (6, 1, 3, 2), {"group": 6, "pads": [0, 1, 1, 0], "strides": [2, 1]}),
+    ("depthwise_native", (2, 16, 2, 3), (16, 1, 3, 3), {"group": 16, "pads": [3, 3, 3, 3]}),
+    ("depthwise_native", (1, 8, 24, 11), (8, 1, 3, 3), {"group": 8, "strides": [3, 2]}),
+    ("depthwise_native", (2, 4, 14, 9), (4, 1, 2, 2), {"group": 4, "pads": [3, 0, 0, 3], "strides": [2, 3],
+                                                      "dilations": [1, 2]}),
+    # the C route of few-channel layers: stems (3x3/2, 7x7/2), dilated, asymmetric pads, non-square
+    ("direct_native", (2, 3, 32, 32), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ("direct_native", (1, 3, 33, 31), (8, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("direct_native", (2, 4, 24, 22), (5, 4, 3, 2), {"pads": [0, 1, 2, 0], "dilations": [2, 1]}),
+    ("direct_native", (1, 4, 30, 60), (6, 4, 2, 3), {"pads": [2, 0, 0, 1], "strides": [1, 3]}),
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
     ("pointwise", (1, 1, 1, 1), (3, 1, 1, 1), {}),
     ("pointwise", (1, 16, 15, 15), (64, 4, 1, 1), {"group": 4}),  # bias in the product: g * k < m
@@ -69,6 +86,19 @@ CASES = [
     ("im2col_batched", (3, 64, 9, 8), (48, 64, 3, 2), {"pads": [0, 1, 2, 0], "dilations": [2, 3]}),  # view
     ("im2col_batched", (4, 384, 9, 9), (128, 384, 1, 1), {"pads": [1, 0, 0, 1], "strides": [2, 2]}),  # padded 1x1
 ]
+
+@pytest.fixture(autouse=True)
+def _depthwise_route(request, monkeypatch):
+    """A case built for ``depthwise_native`` or ``direct_native`` takes the C route (skipped where it
+    was not built); every other case keeps it off, so the cases reach the numpy paths they name."""
+    callspec = getattr(request.node, "callspec", None)
+    case = callspec.params.get("case") if callspec is not None else None
+    native = bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE)
+    if native and native_module() is None:
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", native)
+    monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", native)
+
 
 VARIANTS = [  # (bias, residual, activation, activation_params)
     ("random", False, "", []),
@@ -323,3 +353,46 @@ def test_gather_indices_in_range(case, bias):
     idx, appended = plan[:2]
     size = int(np.prod(x_shape)) + (len(APPENDED) if appended else 0)
     assert idx.min() >= 0 and idx.max() < size
+
+
+def test_depthwise_native_float64_and_its_switches(monkeypatch):
+    """The C depthwise route in float64 against the canonical convolution (within float64's
+    rounding), its argument checks, and ONNXHAL_NATIVE_KERNELS=0 / NATIVE_DEPTHWISE_ENABLED
+    keeping the numpy paths."""
+    from onnxhal.runtime.providers.cpu.kernels.native_kernels import NATIVE_SWITCH
+
+    native = native_module()
+    if native is None:
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    a = _attrs({"group": 12, "pads": [1, 2, 0, 1], "strides": [2, 1], "dilations": [1, 2]}, (12, 1, 3, 3))
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((2, 12, 11, 9)), rng.standard_normal((12, 1, 3, 3))
+    b, z = rng.standard_normal(12), rng.standard_normal(_out_shape(x.shape, w.shape, a))
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", True)
+    kernel = fused_kernel(w.shape, a, True, True, "Relu", [])
+    y = kernel.compute([x, w, b, z])[0]
+    assert kernel.last_path == fused_conv.DEPTHWISE_NATIVE and y.dtype == np.float64
+    want, _ = canonical(x, w, b, z, a, "Relu", [], 0)
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
+    y32 = np.empty((2, 12, 6, 8), np.float32)
+    with pytest.raises(ValueError):  # mixed types
+        native.direct_conv(x, w.astype(np.float32), None, y32, (2, 1), (1, 2), (1, 2), 12)
+    with pytest.raises(ValueError):  # weights of another channel count
+        native.direct_conv(x, w[:6], None, y32.astype(np.float64), (2, 1), (1, 2), (1, 2), 12)
+    with pytest.raises(ValueError):  # a zero stride
+        native.direct_conv(x, w, None, y32.astype(np.float64), (0, 1), (1, 2), (1, 2), 12)
+    with pytest.raises(ValueError):  # a group that does not divide the channels
+        native.direct_conv(x, w, None, y32.astype(np.float64), (2, 1), (1, 2), (1, 2), 5)
+    small = _attrs({"group": 12, "pads": [1, 1, 1, 1]}, (12, 1, 3, 3))  # 3x3 outputs: the gather's
+    kernel = fused_kernel(w.shape, small, True, False, "Relu", [])
+    kernel.compute([x[:, :, :3, :3].astype(np.float32), w.astype(np.float32), b.astype(np.float32), None])
+    assert kernel.last_path == fused_conv.GATHER_DEPTHWISE
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", False)
+    kernel = fused_kernel(w.shape, a, True, True, "Relu", [])
+    kernel.compute([x, w, b, z])
+    assert kernel.last_path != fused_conv.DEPTHWISE_NATIVE
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", True)
+    monkeypatch.setenv(NATIVE_SWITCH, "0")
+    kernel = fused_kernel(w.shape, a, True, True, "Relu", [])
+    kernel.compute([x, w, b, z])
+    assert kernel.last_path != fused_conv.DEPTHWISE_NATIVE

@@ -46,6 +46,7 @@ def _lstm(rng: np.random.Generator, seq: int, batch: int, k: int, h: int, *, dir
 
 def _run(model: bytes, feeds: dict, paired: bool, monkeypatch) -> list[np.ndarray]:
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", paired)
+    monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", False)  # the numpy paths (test_lstm_native.py has the C one)
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
     first = sess.run(None, feeds)
     kept = [a.copy() for a in first]
@@ -159,6 +160,7 @@ def test_terminate_stops_a_long_bidirectional_lstm(monkeypatch):
     from tests.test_terminate_in_kernels import STOP_AFTER_S, assert_stopped, terminated_run, timed
 
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
+    monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", False)
     rng = np.random.default_rng(34)
     model, feeds = _lstm(rng, 10_000, 1, 4, 8, h0="none", c0=False, scale=0.3)
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
@@ -402,16 +404,19 @@ def test_terminate_stops_a_long_gru(direction, monkeypatch):
         np.testing.assert_array_equal(a, e)
 
 
+@pytest.mark.parametrize("route", ["paired", "lstm_native"])
 @pytest.mark.parametrize("name", ["crnn_ts", "crnn_ts_qdyn"])
-def test_paired_loop_runs_at_once_on_threads(name, monkeypatch):
-    """The paired loop keeps its scratch arrays per shape between runs: runs of one session on
-    four threads at once (different inputs, batches 1 and 2) give each its own result, as the same
-    runs one after another."""
+def test_paired_loop_runs_at_once_on_threads(name, route, monkeypatch):
+    """The paired loop keeps its scratch arrays per shape between runs, and the C steps
+    (``lstm_native``, where the extension is built) their transposed weights: runs of one session
+    on four threads at once (different inputs, batches 1 and 2) give each its own result, as the
+    same runs one after another."""
     import sys
     import threading
     from pathlib import Path
 
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
+    monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", route == "lstm_native")
     path = Path(__file__).parent / "real_models" / f"{name}.onnx"
     sess = onnxhal.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(3)

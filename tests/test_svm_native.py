@@ -67,6 +67,45 @@ def test_native_coupling_against_numpy_and_libsvm(k, monkeypatch):
     assert native(v[:0]).shape == (0, k)
 
 
+def test_native_coupling_of_two_classes_against_the_closed_form(monkeypatch):
+    """Two classes (a binary SVC with probabilities) take the C loop too: against ``_coupling_two``,
+    the canonical closed form of the same iterations, and libsvm's loop transcribed, on values
+    that stop at once, after one or two iterations, near the clip's ends and NaN."""
+    rng = np.random.default_rng(2)
+    v, pair_i, pair_j = _pairwise(rng, 400, 2)
+    v[4:40, 0] = np.linspace(0.49, 0.51, 36)  # around the first stopping rule's edge
+    v[40:44, 0] = [1e-7, 1 - 1e-7, 2e-7, 1 - 2e-7]
+    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
+    native = ml_svm._NativeCoupling.build(pair_i, pair_j, 2)
+    assert native is not None
+    got = native(v)
+    want = ml_svm._coupling_two(v[:, 0])
+    assert got.shape == (400, 2) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got[3], np.float32(0.5))
+    for n in range(0, 400, 5):
+        r = np.array([[0, v[n, 0]], [1 - np.float64(v[n, 0]), 0]])
+        np.testing.assert_allclose(got[n], _libsvm_coupling(r), rtol=1e-6, atol=1e-7, err_msg=f"row {n}")
+
+
+def test_native_platt_against_platt_pairs():
+    """``_native.platt`` against ``_platt_pairs`` (the canonical numpy form): random scores over
+    the sigmoid's range, zeros (x = 0 exactly: 1 - w), values past both clip ends, +-inf and NaN."""
+    rng = np.random.default_rng(6)
+    scores = (rng.standard_normal((500, 3)) * rng.uniform(0.1, 40, (500, 1))).astype(np.float32)
+    scores[:4] = [[0, 0, 0], [np.inf, -np.inf, np.nan], [1e30, -1e30, 3], [-0.0, 1e-30, -1e-30]]
+    prob_a = np.array([-2.5, 0.7, -1.0], np.float32)
+    prob_b = np.array([0.3, 0.0, -0.2], np.float32)
+    got = np.empty_like(scores)
+    _native.platt(scores, prob_a, prob_b, got)
+    want = ml_svm._platt_pairs(scores.copy(), prob_a, prob_b)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert got[~np.isnan(got)].min() >= np.float32(1e-7) and got[~np.isnan(got)].max() <= np.float32(1 - 1e-7)
+    with pytest.raises(ValueError):
+        _native.platt(scores, prob_a[:2], prob_b[:2], got)  # scores of 3 pairs
+
+
 def test_native_coupling_condition(monkeypatch):
     pair_i, pair_j = np.triu_indices(4, 1)
     monkeypatch.setenv(NATIVE_SWITCH, "0")
@@ -74,12 +113,13 @@ def test_native_coupling_condition(monkeypatch):
     monkeypatch.delenv(NATIVE_SWITCH)
     assert ml_svm._NativeCoupling.build(pair_i[:-1], pair_j[:-1], 4) is None  # not every pair
     assert ml_svm._NativeCoupling.build(pair_i, pair_j, 4) is not None
+    assert ml_svm._NativeCoupling.build(np.array([0]), np.array([1]), 2) is not None  # a binary SVC too
     with pytest.raises(ValueError):
         _native.coupling(np.zeros((2, 6), np.float32), pair_i, pair_j[::-1].copy() * 0, 4, np.empty((2, 4), np.float32))
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("k", [3, 5])
+@pytest.mark.parametrize("k", [2, 3, 5])
 def test_svc_probabilities_on_both_routes(seed, k, monkeypatch):
     rng = np.random.default_rng(seed)
     feats = 3
@@ -100,7 +140,7 @@ def test_svc_probabilities_on_both_routes(seed, k, monkeypatch):
             kernels[route] = create_cpu_kernel(Node.from_proto(node), None, {ML: 1})
         monkeypatch.delenv(NATIVE_SWITCH)
         assert isinstance(kernels["native"].coupling, ml_svm._NativeCoupling)
-        assert isinstance(kernels["numpy"].coupling, ml_svm._Coupling)
+        assert isinstance(kernels["numpy"].coupling, ml_svm._Coupling) if k > 2 else kernels["numpy"].coupling is None
         got, plain = kernels["native"].compute([x]), kernels["numpy"].compute([x])
         want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
         what = f"k={k} {kernel} seed {seed}"
@@ -109,7 +149,7 @@ def test_svc_probabilities_on_both_routes(seed, k, monkeypatch):
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6, err_msg=what)
 
 
-@pytest.mark.parametrize("name", ["sk_svc", "sk_svc_zipmap"])
+@pytest.mark.parametrize("name", ["sk_svc", "sk_svc_zipmap", "sk_svc_binary"])
 def test_corpus_svc_on_the_native_route(name, monkeypatch):
     path, signatures = load(name)
     assert any(n.op_type == "SVMClassifier" for n in onnx.load(path).graph.node)

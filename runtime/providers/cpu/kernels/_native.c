@@ -1,6 +1,7 @@
 /* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
- * walked tree by tree over the rows, and libsvm's pairwise coupling row by row, for the few-row
- * runs where numpy's per-call cost is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
+ * walked tree by tree over the rows, libsvm's pairwise coupling row by row, an LSTM's steps
+ * (recurrent.py's default form) and direct convolutions (fused_conv.py), for the small runs where
+ * numpy's per-call cost (or BLAS's per-channel products) is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *
  * Semantics are ml_trees.py's numpy kernel's, to the bit:
@@ -482,10 +483,493 @@ done:
   return result;
 }
 
+/* tanh of n floats in place, in a form the compiler vectorizes (no libm call per element):
+ * |x| < 0.25: tanh's Taylor series to x^9 (the next term, 62/2835 x^11, is under 2e-8 of tanh
+ * there); else (1 - e) / (1 + e) with e = exp(-2 min(|x|, 9)) (tanh(9) rounds to 1 in float),
+ * exp by 2^n exp(f), |f| <= ln2 / 2, its Taylor series to f^7 (error under 1e-8); the sign
+ * copied back; NaN stays NaN. Within a few float32 ulps of tanh (tests/test_lstm_native.py). */
+#if defined(__GNUC__) && !defined(__clang__)
+/* the selects below are plain blends only where GCC may assume no FP traps (the values are the same) */
+#define NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math")))
+#else
+#define NO_TRAPPING_MATH
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
+/* the LSTM steps, convolutions and epilogues also built for AVX2 and AVX-512, the one the CPU has
+ * chosen at load (glibc's ifuncs; the baseline x86-64 build has 4-wide vectors only); no
+ * contraction into FMA, so every clone rounds alike; no unroll-and-jam, which fuses two taps'
+ * loops into one the vectorizer leaves scalar */
+#define VECTOR_CLONES                                                                                       \
+  __attribute__((target_clones("avx512f", "avx2", "default"),                                              \
+                 optimize("no-trapping-math", "fp-contract=off", "no-loop-unroll-and-jam")))
+#else
+#define VECTOR_CLONES
+#endif
+#if defined(__GNUC__)
+#define ALWAYS_INLINE __attribute__((always_inline)) /* into each clone, so it is built for that clone's ISA */
+#else
+#define ALWAYS_INLINE
+#endif
+#if defined(_MSC_VER)
+#define RESTRICT __restrict
+#else
+#define RESTRICT restrict
+#endif
+#define LSTM_TILE 32 /* gates summed in registers at a time: 2 AVX-512 vectors of floats */
+static inline ALWAYS_INLINE NO_TRAPPING_MATH void tanh_floats(float *v, Py_ssize_t n) {
+  const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer in the low bits */
+  int32_t magic_bits;
+  memcpy(&magic_bits, &magic, 4);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    float x = v[i];
+    float ax = fabsf(x);
+    float a = ax < 9.0f ? ax : 9.0f;
+    float z = -2.0f * a;
+    float r = z * 1.44269504088896341f + magic;
+    int32_t rbits;
+    memcpy(&rbits, &r, 4);
+    int32_t ni = rbits - magic_bits;
+    float nf = r - magic;
+    float f = (z - nf * 0.693145751953125f) - nf * 1.42860682030941723212e-6f; /* ln 2 in two parts */
+    float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720 +
+              f * (1.0f / 5040)))))));
+    int32_t sbits = (ni + 127) << 23;
+    float scale;
+    memcpy(&scale, &sbits, 4);
+    float e = p * scale;
+    float t = (1.0f - e) / (1.0f + e);
+    float x2 = ax * ax;
+    float s = ax * (1.0f + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315 + x2 * (62.0f / 2835)))));
+    t = ax < 0.25f ? s : t;
+    t = copysignf(t, x);
+    v[i] = x != x ? x : t;
+  }
+}
+
+static inline void tanh_doubles(double *v, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; i++) v[i] = tanh(v[i]);
+}
+
+/* One direction of an LSTM in its default form (sigmoid, tanh, tanh; no clip, peepholes or
+ * input_forget; every sequence the full length), steps first, first + step, ... (count of them):
+ * per step and batch row, g = h R^T + xw[t] (R^T [hidden, 4 hidden] read row by row: each gate
+ * sum in k order, a loop the compiler vectorizes), the gates in recurrent.py's gate_order (i, f,
+ * o, c) with 0.5 folded into i, f and o's weights, so sigmoid = 0.5 + 0.5 tanh as in
+ * LSTM._run_default; c = i c~ + f c, h = o tanh(c), written to y[t, d]. h and c hold the initial
+ * state on entry and the final one on return.
+ * With mult (DynamicQuantizeLSTM, ms_quantized.py's _quantized_direction): rt is R less its zero
+ * point and each batch row of h is quantized on its own range before the product, as onnxruntime:
+ * lo = min(h, 0), hi = max(h, 0) (tiny +-2^-100 in place of 0: an all-zero row gets a range, its
+ * codes 0), scale = (hi - lo) / 255, codes less their zero point min(rint(h / scale),
+ * rint(lo / scale) + 255); their product with rt is exact (integers, float32 while hidden x 255^2
+ * < 2^24), then scaled per gate by mult[j] * scale before xw is added. */
+#define LSTM_STEPS(NAME, T, TANH, RINT)                                                                     \
+  static VECTOR_CLONES void NAME(const T *xw, const T *rt, const T *mult, T *hs, T *cs, T *y, T *g, T *q,   \
+                                 Py_ssize_t batch, Py_ssize_t hid, Py_ssize_t d, Py_ssize_t nd,             \
+                                 Py_ssize_t first, Py_ssize_t count, Py_ssize_t step) {                     \
+    Py_ssize_t h4 = 4 * hid;                                                                                \
+    for (Py_ssize_t n = 0, t = first; n < count; n++, t += step) {                                          \
+      for (Py_ssize_t b = 0; b < batch; b++) {                                                              \
+        T *gb = g + b * h4;                                                                                 \
+        const T *hb = hs + b * hid;                                                                         \
+        T scale = 0;                                                                                        \
+        if (mult) {                                                                                         \
+          T lo = -(T)QUANT_TAU, hi = (T)QUANT_TAU;                                                          \
+          for (Py_ssize_t k = 0; k < hid; k++) {                                                            \
+            lo = hb[k] < lo ? hb[k] : lo;                                                                   \
+            hi = hb[k] > hi ? hb[k] : hi;                                                                   \
+          }                                                                                                 \
+          scale = (lo - hi) / (T)-255;                                                                      \
+          T top = RINT(lo / scale) + (T)255;                                                                \
+          for (Py_ssize_t k = 0; k < hid; k++) {                                                            \
+            T v = RINT(hb[k] / scale);                                                                      \
+            q[k] = v < top ? v : top;                                                                       \
+          }                                                                                                 \
+          hb = q;                                                                                           \
+        }                                                                                                   \
+        /* LSTM_TILE gates at a time summed in registers over k, then the rest */                         \
+        Py_ssize_t j0 = 0;                                                                                  \
+        for (; j0 + LSTM_TILE <= h4; j0 += LSTM_TILE) {                                                     \
+          T acc[LSTM_TILE] = {0};                                                                           \
+          for (Py_ssize_t k = 0; k < hid; k++) {                                                            \
+            T hk = hb[k];                                                                                   \
+            const T *rk = rt + k * h4 + j0;                                                                 \
+            for (int j = 0; j < LSTM_TILE; j++) acc[j] += hk * rk[j];                                       \
+          }                                                                                                 \
+          memcpy(gb + j0, acc, sizeof acc);                                                                 \
+        }                                                                                                   \
+        for (Py_ssize_t j = j0; j < h4; j++) gb[j] = 0;                                                     \
+        for (Py_ssize_t k = 0; k < hid && j0 < h4; k++) {                                                   \
+          T hk = hb[k];                                                                                     \
+          const T *rk = rt + k * h4;                                                                        \
+          for (Py_ssize_t j = j0; j < h4; j++) gb[j] += hk * rk[j];                                         \
+        }                                                                                                   \
+        if (mult)                                                                                           \
+          for (Py_ssize_t j = 0; j < h4; j++) gb[j] *= mult[j] * scale;                                     \
+        const T *xb = xw + (t * batch + b) * h4;                                                            \
+        for (Py_ssize_t j = 0; j < h4; j++) gb[j] += xb[j];                                                 \
+      }                                                                                                     \
+      TANH(g, batch * h4);                                                                                  \
+      for (Py_ssize_t b = 0; b < batch; b++) {                                                              \
+        T *gb = g + b * h4, *cb = cs + b * hid;                                                             \
+        for (Py_ssize_t j = 0; j < 3 * hid; j++) gb[j] = gb[j] * (T)0.5 + (T)0.5;                          \
+        for (Py_ssize_t j = 0; j < hid; j++) cb[j] = gb[j] * gb[3 * hid + j] + gb[hid + j] * cb[j];        \
+      }                                                                                                     \
+      /* tanh(c) into the (spent) i gate's rows */                                                          \
+      for (Py_ssize_t b = 0; b < batch; b++) memcpy(g + b * h4, cs + b * hid, sizeof(T) * (size_t)hid);     \
+      for (Py_ssize_t b = 0; b < batch; b++) TANH(g + b * h4, hid);                                         \
+      T *yt = y + (t * nd + d) * batch * hid;                                                               \
+      for (Py_ssize_t b = 0; b < batch; b++) {                                                              \
+        const T *gb = g + b * h4;                                                                           \
+        T *hb = hs + b * hid, *yb = yt + b * hid;                                                           \
+        for (Py_ssize_t j = 0; j < hid; j++) hb[j] = yb[j] = gb[2 * hid + j] * gb[j];                       \
+      }                                                                                                     \
+    }                                                                                                       \
+  }
+#define QUANT_TAU 7.888609052210118e-31 /* 2^-100 */
+LSTM_STEPS(lstm_steps_float, float, tanh_floats, rintf)
+LSTM_STEPS(lstm_steps_double, double, tanh_doubles, rint)
+
+/* lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): see LSTM_STEPS. xw [seq, batch,
+ * 4 hidden], rt [hidden, 4 hidden], h and c [batch, hidden] (in and out), y [seq, directions,
+ * batch, hidden], mult [4 hidden] (or None); all float32 or all float64, C-contiguous. */
+static PyObject *lstm_steps(PyObject *module, PyObject *args) {
+  PyObject *o_xw, *o_rt, *o_h, *o_c, *o_y, *o_mult = Py_None;
+  Py_ssize_t d, first, count, step;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOOnnnn|O", &o_xw, &o_rt, &o_h, &o_c, &o_y, &d, &first, &count, &step, &o_mult))
+    return NULL;
+  Py_buffer bx, br, bh, bc, by, bm;
+  int held = 0;
+  PyObject *result = NULL;
+  void *g = NULL;
+  /* h first, for the type and the shape the others must have */
+  if (PyObject_GetBuffer(o_h, &bh, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) return NULL;
+  held = 1;
+  const char *hf = bh.format ? bh.format : "B";
+  if (hf[0] == '<' || hf[0] == '=' || hf[0] == '@') hf++;
+  if (bh.ndim != 2 || strlen(hf) != 1 || !strchr("fd", hf[0]) || bh.itemsize != (hf[0] == 'f' ? 4 : 8)) {
+    PyErr_SetString(PyExc_ValueError, "lstm_steps: h must be [batch, hidden] float32 or float64, C-contiguous");
+    goto done;
+  }
+  Py_ssize_t size = bh.itemsize;
+  const char *fmt = size == 4 ? "f" : "d";
+  Py_ssize_t batch = bh.shape[0], hid = bh.shape[1];
+  if (get_buffer(o_c, &bc, "c", size, fmt, batch * hid, 1) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_rt, &br, "rt", size, fmt, hid * 4 * hid, 0) < 0) goto done;
+  held = 3;
+  if (get_buffer(o_xw, &bx, "xw", size, fmt, -1, 0) < 0) goto done;
+  held = 4;
+  if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
+  held = 5;
+  if (o_mult != Py_None) {
+    if (get_buffer(o_mult, &bm, "mult", size, fmt, 4 * hid, 0) < 0) goto done;
+    held = 6;
+  }
+  Py_ssize_t row = batch * hid;
+  if (!row || bx.len % (4 * row * size) || by.ndim != 4 || by.shape[2] != batch || by.shape[3] != hid) {
+    PyErr_SetString(PyExc_ValueError, "lstm_steps: xw must be [seq, batch, 4 hidden], y [seq, directions, batch, "
+                    "hidden]");
+    goto done;
+  }
+  Py_ssize_t seq = bx.len / (4 * row * size), nd = by.shape[1];
+  Py_ssize_t last = first + (count - 1) * step;
+  if (by.shape[0] != seq || d < 0 || d >= nd || count < 0 || (step != 1 && step != -1) ||
+      (count && (first < 0 || first >= seq || last < 0 || last >= seq))) {
+    PyErr_Format(PyExc_ValueError, "lstm_steps: steps %zd + %zd x %zd outside [0, %zd) or direction %zd outside "
+                 "[0, %zd)", first, count, step, seq, d, nd);
+    goto done;
+  }
+  g = PyMem_Malloc((size_t)((4 * row + hid) * size)); /* the gates, then one row's codes */
+  if (!g) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  PyThreadState *ts = count * row * hid > 65536 ? PyEval_SaveThread() : NULL;
+  const void *mult = held >= 6 ? bm.buf : NULL;
+  if (size == 4)
+    lstm_steps_float(bx.buf, br.buf, mult, bh.buf, bc.buf, by.buf, g, (float *)g + 4 * row, batch, hid, d, nd, first,
+                     count, step);
+  else
+    lstm_steps_double(bx.buf, br.buf, mult, bh.buf, bc.buf, by.buf, g, (double *)g + 4 * row, batch, hid, d, nd,
+                      first, count, step);
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(g);
+  if (held >= 6) PyBuffer_Release(&bm);
+  if (held >= 5) PyBuffer_Release(&by);
+  if (held >= 4) PyBuffer_Release(&bx);
+  if (held >= 3) PyBuffer_Release(&br);
+  if (held >= 2) PyBuffer_Release(&bc);
+  if (held >= 1) PyBuffer_Release(&bh);
+  return result;
+}
+
+#define HARD_SWISH(NAME, T)                                                                                  \
+  static VECTOR_CLONES void NAME(T *RESTRICT y, Py_ssize_t n, T alpha, T beta) {                           \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                                    \
+      T t = y[i] * alpha;                                                                                   \
+      t = t + beta;                                                                                         \
+      t = t < 0 ? (T)0 : t;                                                                                 \
+      t = t > 1 ? (T)1 : t;                                                                                 \
+      y[i] = y[i] * t;                                                                                      \
+    }                                                                                                       \
+  }
+HARD_SWISH(hard_swish_float, float)
+HARD_SWISH(hard_swish_double, double)
+
+/* hard_swish(y, alpha, beta): y *= min(max(alpha y + beta, 0), 1) in place, in y's type, the
+ * operations and their rounding those of fused.py's numpy hard_swish (multiply, add, clip, multiply;
+ * NaN stays NaN): the same values in one pass where numpy takes four and a temporary. */
+static PyObject *hard_swish(PyObject *module, PyObject *args) {
+  PyObject *o_y;
+  double alpha, beta;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "Odd", &o_y, &alpha, &beta)) return NULL;
+  Py_buffer by;
+  if (PyObject_GetBuffer(o_y, &by, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) return NULL;
+  const char *f = by.format ? by.format : "B";
+  if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+  if (strlen(f) != 1 || !strchr("fd", f[0]) || by.itemsize != (f[0] == 'f' ? 4 : 8)) {
+    PyBuffer_Release(&by);
+    PyErr_SetString(PyExc_ValueError, "hard_swish: y must be float32 or float64, C-contiguous and writable");
+    return NULL;
+  }
+  Py_ssize_t n = by.len / by.itemsize;
+  if (by.itemsize == 4)
+    hard_swish_float(by.buf, n, (float)alpha, (float)beta);
+  else
+    hard_swish_double(by.buf, n, alpha, beta);
+  PyBuffer_Release(&by);
+  Py_RETURN_NONE;
+}
+
+/* platt(scores, prob_a, prob_b, v): libsvm's pairwise probabilities from the pairwise scores as
+ * ml_svm.py's _platt_pairs computes them (its canonical form), in float: x = s a + b, w = 1 / (1 +
+ * exp(-|x|)), r = 1 - w where x >= 0 else w, clipped to [1e-7, 1 - 1e-7]; NaN stays NaN. scores
+ * and v float32 [rows, pairs], prob_a and prob_b float32 [pairs]. */
+static PyObject *platt(PyObject *module, PyObject *args) {
+  PyObject *o_s, *o_a, *o_b, *o_v;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOO", &o_s, &o_a, &o_b, &o_v)) return NULL;
+  Py_buffer bs, ba, bb, bv;
+  int held = 0;
+  PyObject *result = NULL;
+  if (get_buffer(o_a, &ba, "prob_a", 4, "f", -1, 0) < 0) return NULL;
+  held = 1;
+  Py_ssize_t pairs = ba.len / 4;
+  if (get_buffer(o_b, &bb, "prob_b", 4, "f", pairs, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_s, &bs, "scores", 4, "f", -1, 0) < 0) goto done;
+  held = 3;
+  if (!pairs || bs.ndim != 2 || bs.shape[1] != pairs) {
+    PyErr_SetString(PyExc_ValueError, "platt: scores must be [rows, pairs] float32, prob_a and prob_b [pairs]");
+    goto done;
+  }
+  if (get_buffer(o_v, &bv, "v", 4, "f", bs.len / 4, 1) < 0) goto done;
+  held = 4;
+  const float *sc = bs.buf, *pa = ba.buf, *pb = bb.buf;
+  float *v = bv.buf;
+  for (Py_ssize_t n = 0, rows = bs.len / (pairs * 4); n < rows; n++)
+    for (Py_ssize_t c = 0; c < pairs; c++) {
+      float x = sc[n * pairs + c] * pa[c];
+      x = x + pb[c];
+      float w = 1.0f / (1.0f + expf(-fabsf(x)));
+      float r = x >= 0 ? 1.0f - w : w;
+      const float low = (float)1e-7, high = (float)(1 - 1e-7); /* libsvm's clip, as numpy rounds it */
+      if (r == r) r = r < low ? low : (r > high ? high : r);
+      v[n * pairs + c] = r;
+    }
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  if (held >= 4) PyBuffer_Release(&bv);
+  if (held >= 3) PyBuffer_Release(&bs);
+  if (held >= 2) PyBuffer_Release(&bb);
+  if (held >= 1) PyBuffer_Release(&ba);
+  return result;
+}
+
+/* A direct convolution, NCHW, for depthwise and few-channel layers (fused_conv.py). Per image and
+ * group, each input channel's plane is first laid out in `s` with its padding as zeros and split
+ * into the sh x sw phases of the strides: phase (fi, fj) holds the padded rows fi, fi + sh, ...
+ * and of each the columns fj, fj + sw, ..., hv rows of wv (the outputs' oh x ow plus the farthest
+ * tap's offset within the phase). Tap (i, j) then reads, for every output, the phase
+ * ((i dh) % sh, (j dw) % sw) from row (i dh) / sh and column (j dw) / sw on: one block of the
+ * same pitch as an accumulator of oh rows of wv, so each channel's tap is one multiply-add loop
+ * over the whole plane, which the compiler vectorizes (the wv - ow columns past each row's
+ * outputs are computed and dropped; the layout keeps a slack row of wv after its end for the last
+ * tap's reads). Per output channel: the bias, then the group's channels in order, each one's taps
+ * in row-major order; the rows of the accumulator's first ow columns are the output. */
+#define DW_TILE 64 /* outputs summed in registers at a time: 4 AVX-512 vectors of floats */
+#define DIRECT_CONV(NAME, T)                                                                                 \
+  static VECTOR_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,            \
+                                 T *RESTRICT y, T *RESTRICT s, T *RESTRICT acc, const Py_ssize_t *tap,      \
+                                 Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t group,                \
+                                 Py_ssize_t h, Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh,  \
+                                 Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, \
+                                 Py_ssize_t hv, Py_ssize_t wv) {                                            \
+    Py_ssize_t plane = oh * wv, cg = c / group, mg = m / group, taps = kh * kw;                             \
+    Py_ssize_t block = sh * sw * hv * wv; /* one channel's phases */                                        \
+    for (Py_ssize_t img = 0; img < n; img++)                                                                \
+      for (Py_ssize_t g = 0; g < group; g++) {                                                              \
+        for (Py_ssize_t cc = 0; cc < cg; cc++) {                                                            \
+          const T *RESTRICT xp = x + (img * c + g * cg + cc) * h * wd;                                      \
+          for (Py_ssize_t fi = 0; fi < sh; fi++)                                                            \
+            for (Py_ssize_t fj = 0; fj < sw; fj++)                                                          \
+              for (Py_ssize_t rv = 0; rv < hv; rv++) {                                                      \
+                T *RESTRICT d = s + cc * block + ((fi * sw + fj) * hv + rv) * wv;                           \
+                Py_ssize_t r = rv * sh + fi - pt;                                                           \
+                /* the phase's columns v whose input column v sw + fj - pl is within the row */             \
+                Py_ssize_t lo = pl - fj <= 0 ? 0 : (pl - fj + sw - 1) / sw;                                 \
+                Py_ssize_t hi = wd - 1 + pl - fj < 0 ? 0 : (wd - 1 + pl - fj) / sw + 1;                     \
+                if (hi > wv) hi = wv;                                                                       \
+                if (r < 0 || r >= h || lo >= hi) {                                                          \
+                  for (Py_ssize_t v = 0; v < wv; v++) d[v] = 0;                                             \
+                  continue;                                                                                 \
+                }                                                                                           \
+                for (Py_ssize_t v = 0; v < lo; v++) d[v] = 0;                                               \
+                for (Py_ssize_t v = hi; v < wv; v++) d[v] = 0;                                              \
+                const T *RESTRICT src = xp + r * wd + fj - pl;                                              \
+                if (sw == 1)                                                                                \
+                  memcpy(d + lo, src + lo, sizeof(T) * (size_t)(hi - lo));                                  \
+                else if (sw == 2)                                                                           \
+                  for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[2 * v];                                   \
+                else                                                                                        \
+                  for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[v * sw];                                  \
+              }                                                                                             \
+        }                                                                                                   \
+        for (Py_ssize_t mm = 0; mm < mg; mm++) {                                                            \
+          Py_ssize_t mo = g * mg + mm;                                                                      \
+          const T *RESTRICT wp = w + mo * cg * taps;                                                        \
+          T bias = b ? b[mo] : (T)0;                                                                        \
+          /* DW_TILE accumulators at a time through every channel's taps, in registers; then the rest */  \
+          Py_ssize_t k0 = 0;                                                                                \
+          for (; k0 + DW_TILE <= plane; k0 += DW_TILE) {                                                    \
+            T a[DW_TILE];                                                                                   \
+            for (int k = 0; k < DW_TILE; k++) a[k] = bias;                                                  \
+            for (Py_ssize_t cc = 0; cc < cg; cc++)                                                          \
+              for (Py_ssize_t t = 0; t < taps; t++) {                                                       \
+                T wt = wp[cc * taps + t];                                                                   \
+                const T *RESTRICT src = s + cc * block + tap[t] + k0;                                       \
+                for (int k = 0; k < DW_TILE; k++) a[k] += wt * src[k];                                      \
+              }                                                                                             \
+            memcpy(acc + k0, a, sizeof a);                                                                  \
+          }                                                                                                 \
+          for (Py_ssize_t k = k0; k < plane; k++) acc[k] = bias;                                            \
+          for (Py_ssize_t cc = 0; cc < cg && k0 < plane; cc++)                                              \
+            for (Py_ssize_t t = 0; t < taps; t++) {                                                         \
+              T wt = wp[cc * taps + t];                                                                     \
+              const T *RESTRICT src = s + cc * block + tap[t];                                              \
+              for (Py_ssize_t k = k0; k < plane; k++) acc[k] += wt * src[k];                                \
+            }                                                                                               \
+          T *RESTRICT yp = y + (img * m + mo) * oh * ow;                                                    \
+          for (Py_ssize_t oy = 0; oy < oh; oy++) memcpy(yp + oy * ow, acc + oy * wv, sizeof(T) * (size_t)ow); \
+        }                                                                                                   \
+      }                                                                                                     \
+  }
+DIRECT_CONV(direct_conv_float, float)
+DIRECT_CONV(direct_conv_double, double)
+
+/* direct_conv(x, w, b, y, strides, pads, dilations, group): x [N, C, H, W], w [M, C / group, KH, KW],
+ * b [M] or None, y [N, M, OH, OW] written; all float32 or all float64, C-contiguous; strides and
+ * dilations (h, w) at least 1, pads (top, left) at least 0; OH and OW y's (rows or columns wholly
+ * in the padding are the bias). */
+static PyObject *direct_conv(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_w, *o_b, *o_y;
+  Py_ssize_t sh, sw, pt, pl, dh, dw, group;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)n", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &group))
+    return NULL;
+  Py_buffer bx, bw, bb, by;
+  int held = 0;
+  PyObject *result = NULL;
+  void *scratch = NULL;
+  Py_ssize_t *tap = NULL;
+  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  held = 1;
+  const char *xf = bx.format ? bx.format : "B";
+  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
+  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
+    PyErr_SetString(PyExc_ValueError, "direct_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
+    goto done;
+  }
+  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
+  const char *fmt = size == 4 ? "f" : "d";
+  if (get_buffer(o_w, &bw, "w", size, fmt, -1, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
+  held = 3;
+  if (bw.ndim != 4 || by.ndim != 4) {
+    PyErr_SetString(PyExc_ValueError, "direct_conv: w and y must be 4-D");
+    goto done;
+  }
+  Py_ssize_t m = bw.shape[0];
+  if (o_b != Py_None) {
+    if (get_buffer(o_b, &bb, "b", size, fmt, m, 0) < 0) goto done;
+    held = 4;
+  }
+  if (group < 1 || c % group || m % group || bw.shape[1] != c / group || by.shape[0] != n || by.shape[1] != m ||
+      sh < 1 || sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0) {
+    PyErr_SetString(PyExc_ValueError, "direct_conv: w must be [M, C / group, KH, KW] and y [N, M, OH, OW] of x's N "
+                    "(group dividing C and M); strides and dilations at least 1, pads at least 0");
+    goto done;
+  }
+  Py_ssize_t kh = bw.shape[2], kw = bw.shape[3], oh = by.shape[2], ow = by.shape[3], cg = c / group;
+  const void *bias = held >= 4 ? bb.buf : NULL;
+  /* each channel's phases: oh x ow outputs plus the farthest tap's offset within the phase */
+  Py_ssize_t hv = oh + ((kh - 1) * dh) / sh, wv = ow + ((kw - 1) * dw) / sw;
+  Py_ssize_t phases = cg * sh * sw * hv * wv + wv; /* the slack row: the last tap's dropped columns */
+  scratch = PyMem_Malloc((size_t)(phases + oh * wv + 1) * (size_t)size);
+  tap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(kh * kw + 1));
+  if (!scratch || !tap) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  /* tap (i, j) reads phase ((i dh) % sh, (j dw) % sw) from row (i dh) / sh, column (j dw) / sw */
+  for (Py_ssize_t i = 0; i < kh; i++)
+    for (Py_ssize_t j = 0; j < kw; j++)
+      tap[i * kw + j] = ((((i * dh) % sh) * sw + (j * dw) % sw) * hv + (i * dh) / sh) * wv + (j * dw) / sw;
+  PyThreadState *ts = n * m * oh * ow * cg * kh * kw > 65536 ? PyEval_SaveThread() : NULL;
+  if (size == 4)
+    direct_conv_float(bx.buf, bw.buf, bias, by.buf, scratch, (float *)scratch + phases, tap, n, c, m, group, h, wd, kh,
+                      kw, oh, ow, sh, sw, pt, pl, hv, wv);
+  else
+    direct_conv_double(bx.buf, bw.buf, bias, by.buf, scratch, (double *)scratch + phases, tap, n, c, m, group, h, wd,
+                       kh, kw, oh, ow, sh, sw, pt, pl, hv, wv);
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(tap);
+  PyMem_Free(scratch);
+  if (held >= 4) PyBuffer_Release(&bb);
+  if (held >= 3) PyBuffer_Release(&by);
+  if (held >= 2) PyBuffer_Release(&bw);
+  if (held >= 1) PyBuffer_Release(&bx);
+  return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"coupling", coupling, METH_VARARGS,
      "coupling(v, pair_i, pair_j, k, out): libsvm's pairwise coupling of each row's pairwise probabilities "
      "v (float32 [rows, pairs]) into class probabilities out (float32 [rows, k])."},
+    {"hard_swish", hard_swish, METH_VARARGS,
+     "hard_swish(y, alpha, beta): y *= min(max(alpha y + beta, 0), 1) in place (float32 or float64)."},
+    {"platt", platt, METH_VARARGS,
+     "platt(scores, prob_a, prob_b, v): libsvm's clipped pairwise probabilities of the pairwise scores (float32 "
+     "[rows, pairs]) into v."},
+    {"lstm_steps", lstm_steps, METH_VARARGS,
+     "lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): count steps of one LSTM direction in its "
+     "default form from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]; "
+     "with mult, h quantized row by row before its product with rt (DynamicQuantizeLSTM)."},
+    {"direct_conv", direct_conv, METH_VARARGS,
+     "direct_conv(x, w, b, y, strides, pads, dilations, group): a convolution of x [N, C, H, W] with w "
+     "[M, C / group, KH, KW] (and bias b or None) into y [N, M, OH, OW] by each tap's multiply-add over the "
+     "output plane; pads (top, left), the bottom and right ones implied by y's size."},
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef forest_methods[] = {
@@ -507,7 +991,8 @@ static PyTypeObject ForestType = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_native",
-    .m_doc = "The CPU EP's optional C kernels (tree ensembles, libsvm's pairwise coupling).",
+    .m_doc = "The CPU EP's optional C kernels (tree ensembles, libsvm's pairwise coupling, LSTM steps, direct "
+              "convolutions, fused activations).",
     .m_size = -1,
     .m_methods = module_methods,
 };

@@ -29,6 +29,8 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels import worker_pool
 from onnxhal.runtime.providers.cpu.kernels.clamp import clamp_
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm
 from onnxhal.runtime.providers.cpu.kernels.numerics import GELU_TABLE_MAX, gelu_polynomial_inplace, gelu_table_inplace
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -79,6 +81,17 @@ def gelu(x: np.ndarray, fresh: bool = False) -> np.ndarray:
     return y
 
 
+#: The fused activations' other ways to run, against their numpy forms in ``_activation``.
+ACTIVATION_PATHS = path_table("fused._activation", "the numpy epilogue of each activation in _activation")
+ACTIVATION_PATHS.add("hard_swish_native", "HardSwish on a C-contiguous, writable float32 or float64 output, the C "
+                                          "extension _native built, ONNXHAL_NATIVE_KERNELS not 0 and "
+                                          "NATIVE_HARD_SWISH_ENABLED (read when a kernel is built): _native.hard_swish, "
+                                          "numpy's four operations in one pass, rounded alike")
+#: The switch of ``ACTIVATION_PATHS["hard_swish_native"]``: False keeps the numpy epilogue.
+NATIVE_HARD_SWISH_ENABLED = True
+_NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _activation(name: str, params: list[float], node: Node) -> Callable[[np.ndarray], None] | None:
     """In-place activation for a fused kernel, or None for no activation."""
     if name == "":
@@ -122,8 +135,12 @@ def _activation(name: str, params: list[float], node: Node) -> Callable[[np.ndar
         return swish
     if name == "HardSwish":
         alpha, beta = params
+        native = native_module() if NATIVE_HARD_SWISH_ENABLED else None
 
         def hard_swish(y: np.ndarray) -> None:
+            if native is not None and y.dtype in _NATIVE_FLOATS and y.flags.c_contiguous and y.flags.writeable:
+                native.hard_swish(y, alpha, beta)  # ACTIVATION_PATHS["hard_swish_native"]
+                return
             t = y * alpha
             t += beta
             clamp_(t, 0.0, 1.0)

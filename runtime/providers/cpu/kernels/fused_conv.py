@@ -64,6 +64,7 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
 )
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, writable
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.cpu.kernels.worker_pool import parallel_ranges
 from onnxhal.runtime.providers.op_geometry import output_sizes, resolve_pads
@@ -86,6 +87,17 @@ POINTWISE = _path("pointwise", "1x1, unit stride, no padding, and either product
                                "workers or the work is under worker_pool.PARALLEL_MIN_WORK")
 GATHER = _path("gather", "ungrouped, not pointwise, windows within conv.gather_plan's limit")
 GATHER_DEPTHWISE = _path("gather_depthwise", "depthwise within conv.gather_plan's limit")
+DIRECT_NATIVE = _path("direct_native", "ungrouped, more than one tap, at most NATIVE_DIRECT_MAX_CHANNELS input "
+                                       "channels and NATIVE_DIRECT_MAX_K input values per output, at least "
+                                       "NATIVE_DIRECT_MIN_OUTPUTS outputs a plane, the C extension "
+                                       "_native built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_DIRECT_ENABLED (ahead "
+                                       "of every other ungrouped path): _native.direct_conv, then residual and "
+                                       "activation")
+DEPTHWISE_NATIVE = _path("depthwise_native", "depthwise with at least NATIVE_DEPTHWISE_MIN_OUTPUTS outputs a plane, "
+                                             "the C extension _native built, ONNXHAL_NATIVE_KERNELS not 0 and "
+                                             "NATIVE_DEPTHWISE_ENABLED (ahead of the gather and the rows): "
+                                             "_native.direct_conv, each tap summed over the plane in C, then the "
+                                             "residual and activation")
 GATHER_GROUPED = _path("gather_grouped", "grouped but not depthwise, not pointwise, windows within conv.gather_plan's "
                                          "limit: the ungrouped gather's rows, one product batched over the groups")
 IM2COL_1X1 = _path("im2col_1x1", "1x1 without padding that no path above takes (strided, grouped-and-split, or "
@@ -102,6 +114,27 @@ IM2COL_PHASES = _path("im2col_phases", "im2col of 5x5 and larger strided windows
 IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, above the gather limit) of at least "
                                          "BATCHED_MIN_IMAGES images with fewer output positions per image than output "
                                          "channels: all images' windows side by side, one product")
+
+#: The switch of ``DEPTHWISE_NATIVE`` (read when a kernel is built): False keeps depthwise
+#: convolutions on the numpy paths (the tests compare them).
+NATIVE_DEPTHWISE_ENABLED = True
+_NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # the types _native.direct_conv takes
+#: The fewest outputs per plane (oh x ow) the C route takes: below, its per-plane setup (the padded
+#: phases, the output copy) catches up with the taps, and the gather's one product per channel is
+#: as fast or faster (measured per layer in MobileNet and PP-LCNet, CPU time, C against numpy: 8x8
+#: outputs 0.4-0.75, 16x16 0.3-0.5; 4x4 0.7-1.04, 2x2 1.3-2.9, 1x1 6).
+NATIVE_DEPTHWISE_MIN_OUTPUTS = 32
+#: ``DIRECT_NATIVE``'s bounds: at most this many input channels (a stem's RGB), input values per
+#: output (C x kh x kw) and at least this many outputs a plane. A few input channels make
+#: im2col's product thin and its window copy most of the work; more channels or smaller planes
+#: favour BLAS's products and the gather (per layer, CPU time, C against numpy: 3 channels with
+#: 16x16 and 32x32 outputs 0.66-0.95, the 7x7/2 stem of 3 channels 0.86; 16 channels at 8x8 1.3,
+#: 32 at 4x4 3.5; the gather keeps 3-channel layers of 8x8 outputs).
+#: The switch of ``DIRECT_NATIVE`` (read when a kernel is built): False keeps those layers on numpy.
+NATIVE_DIRECT_ENABLED = True
+NATIVE_DIRECT_MAX_CHANNELS = 4
+NATIVE_DIRECT_MAX_K = 160
+NATIVE_DIRECT_MIN_OUTPUTS = 256
 
 #: Images from which an ungrouped im2col convolution with fewer output positions per image than
 #: output channels (the weights outweigh one image's windows) lays all images' windows side by
@@ -191,6 +224,10 @@ class FusedConv(FusedBase):
         self._w4: tuple | None = None
         self._fast: dict[tuple, tuple] = {}  # per input shape: (W, dtype, B, run), ``_remember``
         self._slow: set[tuple] = set()  # input shapes whose path ``_remember`` does not keep
+        # the C convolutions' module, or None where not built or both switched off
+        self._native = native_module() if NATIVE_DEPTHWISE_ENABLED or NATIVE_DIRECT_ENABLED else None
+        self._native_depthwise = self._native is not None and NATIVE_DEPTHWISE_ENABLED
+        self._native_dense = self._native is not None and NATIVE_DIRECT_ENABLED
         params = node.attr("activation_params") or []
         self._clip_bounds = ((float(params[0]), float(params[1]))
                              if node.attr("activation", "") == "Clip" and len(params) == 2 else None)
@@ -357,6 +394,11 @@ class FusedConv(FusedBase):
                     cols[:, k] = 1
                 _im2col(x, pads, out_hw, (kh, kw), strides, dilations, cols[:, :k].reshape(windows))
                 return finish(np.matmul(wk, cols), z, out)
+        elif path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE:
+            pads, out_hw = entry[0], entry[1:3]
+
+            def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+                return self._native_direct(x, w, bias, z, pads, out_hw)
         elif path in DEPTHWISE_PATHS:
             pads, out_hw, layout = entry[0], entry[1:3], DEPTHWISE_PATHS[path]
 
@@ -397,6 +439,11 @@ class FusedConv(FusedBase):
         pads = (top, left, bottom, right)
         oh, ow = output_sizes("FusedConv", (h, wd), (kh, kw), (sh, sw), (dh, dw), (top, left), (bottom, right))
         # The conditions of CONV_PATHS, in order; "general" is im2col, whose layout ``_im2col`` picks.
+        if self.group == c == m and cg == 1 and self._native_depthwise and oh * ow >= NATIVE_DEPTHWISE_MIN_OUTPUTS:
+            return pads, oh, ow, DEPTHWISE_NATIVE, None
+        if (self.group == 1 and self._native_dense and kh * kw > 1 and c <= NATIVE_DIRECT_MAX_CHANNELS
+                and c * kh * kw <= NATIVE_DIRECT_MAX_K and oh * ow >= NATIVE_DIRECT_MIN_OUTPUTS):
+            return pads, oh, ow, DIRECT_NATIVE, None
         if self.group == c == m and cg == 1:
             path = "depthwise"
         elif kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1):
@@ -444,6 +491,9 @@ class FusedConv(FusedBase):
         if path == GATHER:
             self.last_path = path
             return self._gathered(x, w, b, z, plan)
+        if path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE:
+            self.last_path = path
+            return self._native_direct(x, w, b, z, pads, (oh, ow))
         if path == GATHER_DEPTHWISE:
             self.last_path = path
             return self._gathered_depthwise(x, w, b, z, plan)
@@ -733,6 +783,26 @@ class FusedConv(FusedBase):
                 np.copyto(yd, rows)
         self._finish(yd, b, z, False)
         return shuffle_channels(yd, self.shuffle)
+
+    def _native_direct(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                       pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
+        """``DEPTHWISE_NATIVE`` and ``DIRECT_NATIVE``: the convolution and its bias in C, then
+        residual and activation; a type the C kernel lacks (float16 that is not widened) takes the
+        numpy paths (the depthwise rows; the CPU EP's Conv)."""
+        if x.dtype not in _NATIVE_FLOATS and self.group == 1:  # the CPU EP's Conv, then the epilogue
+            y = writable(self._fallback.compute([x, w, b])[0], x.dtype)
+            self._finish(y, None, z, False)
+            return shuffle_channels(y, self.shuffle)
+        if x.dtype not in _NATIVE_FLOATS:
+            layout = depthwise_layout(x.shape, pads, out_hw, tuple(w.shape[2:]), self.strides, self.dilations)
+            self.last_path = "depthwise_" + layout
+            return self._depthwise(x, w, b, z, pads, out_hw, layout)
+        y = np.empty((x.shape[0], w.shape[0]) + out_hw, dtype=x.dtype)
+        self._native.direct_conv(np.ascontiguousarray(x), np.ascontiguousarray(w),
+                                 None if b is None else np.ascontiguousarray(b, x.dtype), y, self.strides, pads[:2],
+                                 self.dilations, self.group)
+        self._finish(y, None, z, False)
+        return shuffle_channels(y, self.shuffle)
 
     def _tap_weights(self, w: np.ndarray) -> np.ndarray:
         """The weights tap-major, (kh * kw * M, C): rows t * M + o are tap t of output channel o."""

@@ -50,7 +50,14 @@ def path_table(kernel: str, canonical: str) -> PathTable:
 
 def all_paths() -> Iterator[tuple[str, KernelPath]]:
     """(kernel, path) for every registered path, the numerics module's included."""
-    from onnxhal.runtime.providers.cpu.kernels import fused_conv, ml_svm, ml_trees, numerics, recurrent  # noqa: F401 - they fill PATH_TABLES
+    from onnxhal.runtime.providers.cpu.kernels import (  # noqa: F401 - they fill PATH_TABLES
+        fused,
+        fused_conv,
+        ml_svm,
+        ml_trees,
+        numerics,
+        recurrent,
+    )
 
     for kernel, table in PATH_TABLES.items():
         for path in table.values():

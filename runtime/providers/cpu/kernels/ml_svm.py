@@ -209,9 +209,12 @@ class _Coupling:
 
 #: The coupling's routes, by name (two classes take ``_coupling_two``'s closed form on every route).
 COUPLING_PATHS = path_table("SVMClassifier.coupling", "_Coupling: libsvm's iterations as numpy calls")
-COUPLING_PATHS.add("numpy", "canonical (_Coupling): every row at once, libsvm's iterations as numpy calls")
-COUPLING_PATHS.add("native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, k >= 3 classes "
-                           "of k (k - 1) / 2 pairs: libsvm's loop row by row in double (_native.coupling)")
+COUPLING_PATHS.add("numpy", "canonical (_Coupling): every row at once, libsvm's iterations as numpy calls; two "
+                            "classes: the same iterations in closed form (_coupling_two)")
+COUPLING_PATHS.add("native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, k >= 2 classes "
+                           "of k (k - 1) / 2 pairs: libsvm's loop row by row in double (_native.coupling), and with "
+                           "prob_a and prob_b one per pair, Platt's sigmoid before it in C too (_native.platt, "
+                           "against _platt_pairs)")
 
 
 class _NativeCoupling:
@@ -224,6 +227,7 @@ class _NativeCoupling:
 
     def __init__(self, native: ModuleType, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> None:
         self.fn = native.coupling
+        self.platt = native.platt
         self.pair_i, self.pair_j = np.asarray(pair_i, np.int64), np.asarray(pair_j, np.int64)
         self.k = k
 
@@ -231,9 +235,17 @@ class _NativeCoupling:
     def build(cls, pair_i: np.ndarray, pair_j: np.ndarray, k: int) -> _NativeCoupling | None:
         """The C route where ``COUPLING_PATHS["native"]``'s condition holds, else None."""
         native = native_module()
-        if native is None or k < 3 or len(pair_i) != k * (k - 1) // 2:
+        if native is None or k < 2 or len(pair_i) != k * (k - 1) // 2:
             return None
         return cls(native, pair_i, pair_j, k)
+
+    def from_scores(self, scores: np.ndarray, prob_a: np.ndarray, prob_b: np.ndarray) -> np.ndarray:
+        """p [N, k] float32 from the pairwise scores [N, pairs] float32: Platt's sigmoid in C
+        (``_native.platt``, ``_platt_pairs``'s rounding but for numpy's and C's exp), then the
+        coupling."""
+        v = np.empty(scores.shape, np.float32)
+        self.platt(np.ascontiguousarray(scores, np.float32), prob_a, prob_b, v)
+        return self(v)
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
         """v [N, pairs] the clipped pairwise probabilities r[i, j] of the pairs (i, j); p [N, k] float32."""
@@ -387,8 +399,10 @@ class SVMClassifier(Kernel):
             self.vote_bits = (1 << np.arange(len(self.pairs))).astype(np.uint8)
             wins = (np.arange(1 << len(self.pairs))[:, None] & self.vote_bits) > 0
             self.vote_labels = self.labels[(wins @ self.vote_swing + self.vote_base).argmax(axis=1)]
-        self.coupling = None if self.k <= 2 else \
-            _NativeCoupling.build(self.pair_i, self.pair_j, self.k) or _Coupling(self.pair_i, self.pair_j, self.k)
+        # two classes without the C route: ``_coupling_two``, the closed form of the same iterations
+        # (a few dozen numpy calls however few the rows; the C loop is one call)
+        self.coupling = _NativeCoupling.build(self.pair_i, self.pair_j, self.k) or (
+            None if self.k <= 2 else _Coupling(self.pair_i, self.pair_j, self.k))
 
     def compute(self, inputs: list) -> list:
         x = as_float_rows(inputs[0], "SVMClassifier")
@@ -408,8 +422,11 @@ class SVMClassifier(Kernel):
             np.add(votes, self.vote_base, out=votes)
             label = self.labels[votes.argmax(axis=1)]
         if self.prob_a.size:
-            v = _platt_pairs(scores, self.prob_a, self.prob_b)
-            p = _coupling_two(v[:, 0]) if self.k == 2 else self.coupling(v)
+            if isinstance(self.coupling, _NativeCoupling) and self.prob_a.size == self.prob_b.size == scores.shape[1]:
+                p = self.coupling.from_scores(scores, self.prob_a, self.prob_b)
+            else:
+                v = _platt_pairs(scores, self.prob_a, self.prob_b)
+                p = _coupling_two(v[:, 0]) if self.coupling is None else self.coupling(v)
             return [label, transform_scores(p, self.transform)]
         if self.k == 2:  # one pairwise score as two columns: [-s, s], or [1 - p, p] (p the logistic of s)
             s = scores[:, 0]

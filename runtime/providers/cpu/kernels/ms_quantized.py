@@ -316,6 +316,23 @@ class DynamicQuantizeLSTM(LSTM):
             out.append((wc, rc, bias, (rc, spread, fh), w_mul))
         return out
 
+    project_whole = True  # every step's input on one range: ``_run_native`` projects them at once
+
+    def _make_native_weights(self, weights: list, inputs: list) -> list[tuple] | None:
+        """Per direction (R less its zero point transposed [hidden, 4 * hidden] float32, R's
+        multipliers [4 * hidden]: its scale per gate row in ``gate_order`` times ``gate_scale``)
+        for LSTM's ``_run_native``; None where R's products are not exact in float32."""
+        out = []
+        for d, wd in enumerate(weights):
+            rc, _, ft = wd[3]
+            if ft != np.float32:
+                return None
+            h = rc.shape[1]
+            r_scale = self._per_direction(inputs[10], d)
+            mult = np.broadcast_to(np.asarray(r_scale, np.float32), (4 * h,))[gate_order(h)] * gate_scale(h, np.float32)
+            out.append((np.ascontiguousarray(rc.T), np.ascontiguousarray(mult, np.float32)))
+        return out
+
     def _input_projection(self, x2: np.ndarray, weights: tuple) -> np.ndarray:
         """Every step's input quantized on one range, times W less its zero point, exactly, then
         scaled per column: [seq * batch, 4 * hidden] float32."""

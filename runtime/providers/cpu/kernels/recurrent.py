@@ -17,7 +17,9 @@ tested against it in tests/test_recurrent_fast_paths.py:
 - GRU and RNN's default form (default activations, no clip, every sequence the full length, float
   types): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
   (``TRANSPOSED_ENABLED``; GRU twelve calls a step, RNN three).
-- LSTM's default form: ``LSTM._run_default``, nine calls a step per direction.
+- LSTM's default form: ``LSTM._run_default``, nine calls a step per direction; where the C
+  extension is built and the step's R product is small (``native_lstm_applies``), ``LSTM._run_native``,
+  one C call a block of steps (tested in tests/test_lstm_native.py).
 - A bidirectional layer with small hidden x batch (``both_directions_apply``): both directions in
   one step (``PAIR_ENABLED``), LSTM's and DynamicQuantizeLSTM's ``_run_both_directions``, GRU and
   RNN's ``_run_transposed_pair``.
@@ -34,6 +36,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import RUN_OPTIONS, check_terminate
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -521,6 +524,24 @@ PAIR_ATOL = 1e-5
 #: the plain loop (the tests compare the two).
 LSTM_DEFAULT_ENABLED = True
 
+#: The switch of ``LSTM._run_native``: False keeps every LSTM on its numpy paths (the tests compare
+#: the two; ONNXHAL_NATIVE_KERNELS=0 does the same for kernels built after it is set).
+NATIVE_LSTM_ENABLED = True
+#: The C steps' bound (``native_lstm_applies``): hidden^2 x batch, a quarter of the R product's
+#: multiply-adds a step. Beyond it BLAS's product (OpenBLAS: threads, FMA) outruns the C loop's
+#: by more than the nine numpy calls a step cost (measured, 20 steps, one direction, C against
+#: numpy: 0.35-0.5 at 16-64K multiply-adds a step with hidden 16-64, 0.82-0.96 at 64K: hidden 32
+#: batch 16, 64 with 4, 128 with 1; 1.0-1.3 at 128K-256K).
+NATIVE_MAX_WORK = 16384
+
+
+def native_lstm_applies(hidden: int, batch: int) -> bool:
+    """The condition of ``LSTM._run_native`` (the kernel's ``_native`` module is built and switched
+    on, checked by the caller): hidden^2 x batch at most ``NATIVE_MAX_WORK``, where the nine numpy
+    calls a step cost more than the C loop's slower product."""
+    return NATIVE_LSTM_ENABLED and LSTM_DEFAULT_ENABLED and 0 < hidden and hidden * hidden * batch <= NATIVE_MAX_WORK
+
+
 #: The recurrent kernels' paths (each switch above turns its path off for the tests' comparison).
 RECURRENT_PATHS = path_table("RNN/GRU/LSTM", "RecurrentKernel.plain_loop: the spec's step loop, every form")
 RECURRENT_PATHS.add("plain", "canonical: any activations, clip, sequence_lens with shorter rows, input_forget")
@@ -529,6 +550,11 @@ RECURRENT_PATHS.add("transposed", "GRU and RNN with default activations, no clip
 RECURRENT_PATHS.add("lstm_default", "LSTM with default activations, no clip, no peepholes, no input_forget, every "
                                     "sequence the full length, float types (LSTM._run_default, LSTM_DEFAULT_ENABLED): "
                                     "nine calls a step per direction")
+RECURRENT_PATHS.add("lstm_native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, an LSTM "
+                                   "(or a DynamicQuantizeLSTM whose R products are exact in float32) in "
+                                   "lstm_default's form with hidden^2 x batch <= NATIVE_MAX_WORK (native_lstm_applies, "
+                                   "NATIVE_LSTM_ENABLED): LSTM._run_native, a block of each direction's steps in one "
+                                   "C call (_native.lstm_steps)")
 RECURRENT_PATHS.add("both_directions", "a bidirectional layer in a default form with hidden <= PAIR_MAX_HIDDEN and "
                                        "hidden x batch <= PAIR_MAX_CELLS (both_directions_apply): both directions "
                                        "in one step, R block-diagonal")
@@ -606,6 +632,8 @@ class LSTM(RecurrentKernel):
         self._paired: tuple | None = None  # (the per-direction weights, ``_pair_weights`` of them)
         self._workspaces: dict[tuple, tuple] = {}  # (hidden, batch, dtype) -> ``gate_workspace`` (and more)
         self.reverse = [d == "reverse" for d in self.directions]
+        self._native = native_module()  # the C steps (``_run_native``), None where not built or switched off
+        self._native_rt: tuple | None = None  # (the per-direction weights, each direction's R^T)
 
     def _initial_states(self, inputs, nd, batch, h, dt) -> list[np.ndarray]:
         states = super()._initial_states(inputs, nd, batch, h, dt)
@@ -653,8 +681,13 @@ class LSTM(RecurrentKernel):
                     if weights is not None and self.constant_weights:
                         self._prepared = (x.dtype, weights)  # one swap: a concurrent run sees either
                 if weights is not None:
+                    batch = x.shape[0 if self.layout else 1]
+                    if self._native is not None and native_lstm_applies(weights[0][1].shape[1], batch):
+                        native = self._native_weights(weights, inputs)
+                        if native is not None:
+                            return self._run_native(x, inputs, weights, native)
                     if (len(weights) == 2
-                            and both_directions_apply(weights[0][1].shape[1], x.shape[0 if self.layout else 1])):
+                            and both_directions_apply(weights[0][1].shape[1], batch)):
                         return self._run_both_directions(x, inputs, weights)
                     return self._run_default(x, inputs, weights)
         return self._general(inputs)
@@ -766,6 +799,76 @@ class LSTM(RecurrentKernel):
             return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)), np.ascontiguousarray(np.swapaxes(y_h, 0, 1)),
                     np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]
         return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h, y_c][: self.n_out]
+
+    def _run_native(self, x: np.ndarray, args: list, weights: list, native: list) -> list:
+        """``_run_default``'s recurrence with the steps in C (``_native.lstm_steps``; ``native``
+        is ``_native_weights``'s): per direction and block of ``_BLOCK`` steps, the block's input
+        projections and the bias in one product, then its steps in one C call where numpy takes
+        nine a step. The terminate flag is read between two blocks (a long sequence's whole
+        projection first would delay it), except where ``project_whole`` (the projection's
+        quantization range spans every step)."""
+        if self.layout:
+            x = np.swapaxes(x, 0, 1)
+        seq, batch, k = x.shape
+        dt = x.dtype
+        h = weights[0][1].shape[1]
+        nd = len(self.directions)
+        n = len(args)
+        h0 = args[5] if n > 5 else None
+        c0 = args[6] if n > 6 else None
+        if self.layout:
+            h0 = None if h0 is None else np.swapaxes(h0, 0, 1)
+            c0 = None if c0 is None else np.swapaxes(c0, 0, 1)
+        y = np.empty((seq, nd, batch, h), dt)
+        y_h = np.zeros((nd, batch, h), dt) if h0 is None else np.array(h0, dt, order="C")  # in and out of the C steps
+        y_c = np.zeros((nd, batch, h), dt) if c0 is None else np.array(c0, dt, order="C")
+        x2 = x.reshape(seq * batch, k)
+        steps = self._native.lstm_steps
+        for d in range(nd):
+            wd = weights[d]
+            rt, mult = native[d]
+            reverse = self.reverse[d]
+            whole = None
+            if self.project_whole:
+                whole = self._input_projection(x2, wd)
+                if wd[2] is not None:
+                    np.add(whole, wd[2], whole)
+            for b0 in range(0, seq, _BLOCK):
+                check_terminate()
+                count = min(_BLOCK, seq - b0)
+                lo = seq - b0 - count if reverse else b0  # the block's steps lo .. lo + count - 1
+                if whole is not None:
+                    xw = whole[lo * batch:(lo + count) * batch]
+                else:
+                    xw = self._input_projection(x2[lo * batch:(lo + count) * batch], wd)
+                    if wd[2] is not None:
+                        np.add(xw, wd[2], xw)
+                steps(xw, rt, y_h[d], y_c[d], y[lo:lo + count], d, count - 1 if reverse else 0, count,
+                      -1 if reverse else 1, mult)
+        if self.layout:  # [batch, seq, directions, hidden]
+            return [np.ascontiguousarray(y.transpose(2, 0, 1, 3)), np.ascontiguousarray(np.swapaxes(y_h, 0, 1)),
+                    np.ascontiguousarray(np.swapaxes(y_c, 0, 1))][: self.n_out]
+        return [y, y_h, y_c][: self.n_out]
+
+    #: whether ``_run_native`` projects every step's input at once (a quantization range over them all)
+    project_whole = False
+
+    def _native_weights(self, weights: list, inputs: list) -> list[tuple] | None:
+        """Per direction (R^T, None) for ``_run_native``: the prepared R (gate order, halves
+        folded in) transposed, [hidden, 4 * hidden] contiguous, which the C steps read a row per
+        hidden unit; None where the C steps do not take these weights. Kept while the
+        per-direction weights are the same (constant initializers)."""
+        kept = self._native_rt
+        if kept is not None and kept[0] is weights:
+            return kept[1]
+        native = self._make_native_weights(weights, inputs)
+        self._native_rt = (weights, native)  # one swap: a concurrent run sees the old entry or this one
+        return native
+
+    def _make_native_weights(self, weights: list, inputs: list) -> list[tuple] | None:
+        if weights[0][3] is not None:  # another kind of weights (a subclass's)
+            return None
+        return [(np.ascontiguousarray(wd[1].T), None) for wd in weights]
 
     def _pair_weights(self, weights: list) -> tuple:
         """``_make_pair_weights`` of the per-direction weights of ``_prepare``, kept while those

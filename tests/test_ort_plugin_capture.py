@@ -54,10 +54,10 @@ def _opencl() -> bool:
 
 
 # -- the checks, in a child process -------------------------------------------------------------------
-def capture(profile: str, binding_memory: str = "device") -> dict:
+def capture(profile: str, binding_memory: str = "device", values: str = "") -> dict:
     """Capture on the first IOBinding run (run option gpu_graph_id = 1), then replays with new values
     written into the same bound input buffer; the same runs on a session without capture and on
-    onnxruntime's CPU EP."""
+    onnxruntime's CPU EP. ``values``: keep each run's output (as lists) in the result."""
     import onnxhal.ort_plugin as plugin
     from onnxhal.ort_plugin import dispatch, library  # noqa: F401 - library registers the handlers
 
@@ -146,7 +146,9 @@ def capture(profile: str, binding_memory: str = "device") -> dict:
         y = read(y_dev)
     opted_out = {"calls": dict(calls), "vs_cpu": float(np.abs(y - cpu.run(None, {"x": x})[0]).max())}
     for r in runs:
-        del r["y"]
+        y = r.pop("y")
+        if values:
+            r["values"] = y.tolist()
     return {"api": API, "device_bound": device_bound, "runs": runs, "opted_out": opted_out, "opencl": _opencl()}
 
 
@@ -349,44 +351,159 @@ def test_a_custom_op_node_with_a_graph_attribute_is_onnxruntimes_refusal():
     assert "has a subgraph but is not a control flow node" in r["graph"]
 
 
-def test_onnxhals_own_session_runs_a_capturing_simulated_device_once_per_run(caplog):
-    """onnxhal's own session gives no output destinations: the simulated device turns capture off
-    after its first run, which then is the only run (not repeated until the capture limit)."""
-    pytest.importorskip("pyopencl")
-    import logging
+# -- onnxhal's own session ------------------------------------------------------------------------------
+def _python_calls(fn) -> int:
+    """Python and builtin function calls made by ``fn()``: the work of a run, counted, not timed."""
+    count = [0]
 
+    def profile(frame, event, arg):
+        if event in ("call", "c_call"):
+            count[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count[0]
+
+
+def _own_runs(device, options: dict, inputs: list, graph_id: str = "") -> dict:
+    """IOBinding runs of onnxhal's own session on ``device``, input and output bound to OrtValues in
+    the device's memory, each input written into the same bound buffer: per run, the EP hooks
+    called, the Python calls made and the output."""
     import onnxhal
+    from onnxhal.hal.enums import OrtDeviceMemoryType
+
+    so = onnxhal.SessionOptions()
+    so.add_provider_for_devices([device], options)
+    sess = onnxhal.InferenceSession(_model(), so)
+    ep = sess.eps[device.ep_name]
+    calls: collections.Counter = collections.Counter()
+    def spy(hook: str):
+        method = getattr(ep, hook)
+
+        def counted(*args):
+            calls[hook] += 1
+            return method(*args)
+        return counted
+
+    for hook in ("on_run_start", "on_run_end", "replay_graph", "compute_partition"):
+        setattr(ep, hook, spy(hook))  # on the instance: the session and the EP's compute call it there
+    info = device.memory_info(OrtDeviceMemoryType.DEFAULT)
+    x = onnxhal.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=info)
+    y = onnxhal.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=info)
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("x", x)
+    binding.bind_ortvalue_output("y", y)
+    run_options = onnxhal.RunOptions()
+    if graph_id:
+        run_options.add_run_config_entry("gpu_graph_id", graph_id)
+    runs = []
+    for value in inputs:
+        x.update_inplace(value)
+        calls.clear()
+        python_calls = _python_calls(lambda: sess.run_with_iobinding(binding, run_options))
+        runs.append({"calls": dict(calls), "python_calls": python_calls, "y": y.numpy().copy()})
+    return {"capture_ep": sess.graph_capture_ep, "runs": runs}
+
+
+@pytest.mark.parametrize("profile, tolerance", [("generic-gpu", 1e-5), ("generic-npu", 3e-2)])
+def test_onnxhals_own_session_captures_its_first_iobinding_run_and_replays_the_next(profile, tolerance):
+    """As onnxruntime drives a capturing EP: the first run_with_iobinding captures (the session gives
+    the EP the bound output buffers as destinations), each later one is replay_graph alone, into the
+    bound output, following the values written into the bound input."""
+    pytest.importorskip("pyopencl")
     from tests.conftest import simulated_or_skip
 
-    with simulated_or_skip("generic-gpu") as devices:
+    inputs = [_inputs(k) for k in range(4)]
+    cpu = ort.InferenceSession(_model(), providers=["CPUExecutionProvider"])
+    with simulated_or_skip(profile, by="profile") as devices:
+        captured = _own_runs(devices[profile], {"enable_graph_capture": "1"}, inputs)
+        plain = _own_runs(devices[profile], {}, inputs)
+    for k, (run, normal) in enumerate(zip(captured["runs"], plain["runs"])):
+        np.testing.assert_array_equal(run["y"], normal["y"])  # bit for bit: the same kernels
+        assert np.abs(run["y"] - cpu.run(None, {"x": inputs[k]})[0]).max() <= tolerance
+    if not _opencl():  # the host backend does not capture: every run is a normal run
+        assert captured["capture_ep"] is None
+        return
+    first, *replays = captured["runs"]
+    assert first["calls"] == {"on_run_start": 1, "compute_partition": 1, "on_run_end": 1}, first
+    for k, run in enumerate(replays, 1):
+        # the partition runs again inside replay_graph; no run hooks, no plan, no copies
+        assert run["calls"] == {"replay_graph": 1, "compute_partition": 1}, run
+        assert not np.array_equal(run["y"], first["y"])  # the new input values, not the capture run's
+        assert run["python_calls"] < 0.8 * plain["runs"][k]["python_calls"], (run, plain["runs"][k])
+
+
+def test_onnxhals_own_session_and_onnxruntime_through_the_bridge_agree_on_capture_and_replay():
+    """The same runs (graph id 1, new values written into the bound input each time) in onnxhal's
+    own session and inside onnxruntime through the bridge: the same EP calls, the same outputs."""
+    pytest.importorskip("pyopencl")
+    from tests.conftest import simulated_or_skip
+
+    r = run_check("capture", "generic-gpu", "device", "values")
+    if API < 28 or not r["device_bound"] or not r["opencl"]:
+        pytest.skip("onnxruntime's Python API makes OrtValues in a plugin EP's memory from 1.28, and capture needs "
+                    "OpenCL")
+    with simulated_or_skip("generic-gpu", by="profile") as devices:
+        own = _own_runs(devices["generic-gpu"], {"enable_graph_capture": "1"}, [_inputs(k) for k in range(4)], "1")
+    names = {"OrtEp::OnRunStart": "on_run_start", "OrtNodeComputeInfo::Compute": "compute_partition",
+             "OrtEp::ReplayGraph": "replay_graph"}
+    for theirs, ours in zip(r["runs"], own["runs"]):
+        # onnxruntime calls OnRunEnd and the partition's compute inside ReplayGraph without the spy seeing them
+        seen = {names[k]: v for k, v in theirs["calls"].items()}
+        assert {k: v for k, v in ours["calls"].items() if k in ("on_run_start", "replay_graph")} == {
+            k: v for k, v in seen.items() if k in ("on_run_start", "replay_graph")}, (theirs, ours)
+        assert (("compute_partition" in seen) == ("on_run_start" in ours["calls"])), (theirs, ours)
+        np.testing.assert_array_equal(np.asarray(theirs["values"], np.float32), ours["y"])
+
+
+def test_a_replay_through_other_buffers_than_its_capture_runs_is_a_typed_error():
+    """A replay reads and writes the buffers of its capture run only: onnxhal's own session refuses
+    one whose binding holds others, as the bridge refuses one through buffers onnxruntime freed."""
+    pytest.importorskip("pyopencl")
+    import onnxhal
+    from onnxhal.hal.enums import OrtDeviceMemoryType
+    from tests.conftest import simulated_or_skip
+
+    if not _opencl():
+        pytest.skip("the host backend does not capture")
+    with simulated_or_skip("generic-gpu", by="profile") as devices:
+        device = devices["generic-gpu"]
         so = onnxhal.SessionOptions()
-        so.add_provider_for_devices([devices["VirtualGpuExecutionProvider"]], {"enable_graph_capture": "1"})
-        with caplog.at_level(logging.WARNING, logger="onnxhal"):
-            sess = onnxhal.InferenceSession(_model(), so)
-        if not _opencl():  # the host backend: capture off from the start, said once, runs normal
-            assert sess.graph_capture_ep is None and "it needs an OpenCL device" in caplog.text
-            x = _inputs(0)
-            np.testing.assert_allclose(sess.run(None, {"x": x})[0], ort.InferenceSession(
-                _model(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
-            return
-        ep = sess.graph_capture_ep
-        assert ep is not None and ep.name == "VirtualGpuExecutionProvider"
-        starts = []
-        original = ep.on_run_start
-        ep.on_run_start = lambda run_options: (starts.append(1), original(run_options))[1]
-        cpu = ort.InferenceSession(_model(), providers=["CPUExecutionProvider"])
-        for k in range(3):
-            x = _inputs(k)
-            binding = sess.io_binding()
-            binding.bind_cpu_input("x", x)
-            binding.bind_output("y")
-            with caplog.at_level(logging.INFO, logger="onnxhal"):
-                sess.run_with_iobinding(binding)
-            y = binding.copy_outputs_to_cpu()[0]
-            assert np.abs(y - cpu.run(None, {"x": x})[0]).max() <= 1e-5
-        assert len(starts) == 3  # one run each: no repeat while waiting for a capture that cannot come
-        assert "the runtime gave no output destinations" in caplog.text
-        assert not ep.is_graph_capture_enabled() and not ep.is_graph_captured(0)
+        so.add_provider_for_devices([device], {"enable_graph_capture": "1"})
+        sess = onnxhal.InferenceSession(_model(), so)
+        info = device.memory_info(OrtDeviceMemoryType.DEFAULT)
+        x, y, other = (onnxhal.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=info)
+                       for _ in range(3))
+        x.update_inplace(_inputs(0))
+        binding = sess.io_binding()
+        binding.bind_ortvalue_input("x", x)
+        binding.bind_ortvalue_output("y", y)
+        sess.run_with_iobinding(binding)  # captures graph 0
+        expected = y.numpy().copy()
+        binding.bind_ortvalue_input("x", other)
+        with pytest.raises(onnxhal.errors.InvalidArgument,
+                           match="cannot replay graph 0: input 'x' is bound to another value than at capture"):
+            sess.run_with_iobinding(binding)
+        binding.bind_ortvalue_input("x", x)
+        binding.bind_output("y")  # a new host array each run: the capture wrote the device buffer
+        with pytest.raises(onnxhal.errors.InvalidArgument, match="output 'y' is not bound to an OrtValue"):
+            sess.run_with_iobinding(binding)
+        # a run opting out runs normally, and the capture stays
+        skip = onnxhal.RunOptions()
+        skip.add_run_config_entry("gpu_graph_id", "-1")
+        sess.run_with_iobinding(binding, skip)
+        np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], expected)
+        # an output bound in host memory at capture: the replay would leave it as it was
+        sess.release_captured_graph(0)
+        binding.bind_ortvalue_output("y", onnxhal.OrtValue.ortvalue_from_numpy(np.zeros(SHAPE, np.float32)))
+        sess.run_with_iobinding(binding)
+        np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], expected)
+        with pytest.raises(onnxhal.errors.InvalidArgument, match="output 'y' was not bound to an OrtValue in the EP's"):
+            sess.run_with_iobinding(binding)
+
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))

@@ -23,7 +23,7 @@ from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin import tensors
 from onnxhal.ort_plugin.device_memory import address_space, host_or_device
-from onnxhal.runtime.session.graph_capture import GRAPH_ID_KEY, SKIP, graph_annotation_id
+from onnxhal.runtime.session.graph_capture import GRAPH_ID_KEY, SKIP, captures_graphs, graph_annotation_id
 
 if TYPE_CHECKING:
     from onnxhal.ort_plugin.adapter import EpAdapter
@@ -41,7 +41,7 @@ TRAMPOLINES = {
 def captures(ep: Ep) -> bool:
     """Whether the hal Ep overrides ``is_graph_capture_enabled``; the bridge leaves the members NULL
     for one that does not (onnxruntime's "does not capture")."""
-    return type(ep).is_graph_capture_enabled is not Ep.is_graph_capture_enabled
+    return captures_graphs(ep)
 
 
 class RunOptionsView:

@@ -14,13 +14,20 @@ for necessary memory allocation or graph capture"); a run of a captured graph is
 each fused node's outputs their destinations (``KernelContext.destinations``), the recorder writes
 the outputs there and keeps the partition run with its input buffers; ``replay`` runs them again
 into the same destinations.
+
+In onnxhal's own session the destinations are the outputs an IOBinding run binds to OrtValues in
+device memory (``BOUND_OUTPUTS``, set by the session for the run; ``CAPTURE_DESTINATIONS`` while a
+run captures, read by the plan's fused steps), and ``CaptureBindings`` keeps, per graph, the bound
+values its capture run read and wrote: a replay touches only those, so one whose binding holds
+other values is refused, as the bridge refuses a replay through buffers onnxruntime freed.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -32,6 +39,13 @@ GRAPH_ID_KEY = "gpu_graph_id"
 SKIP = -1
 MAX_CAPTURE_RUNS = 16  # a bound onnxruntime lacks: an EP that never captures does not loop forever
 logger = logging.getLogger("onnxhal.session")
+
+#: The outputs the current run leaves in bound OrtValues in device memory, {output name: the
+#: DeviceTensor}; None outside an IOBinding run. Context-local: each thread's run has its own.
+BOUND_OUTPUTS: ContextVar[Mapping[str, Any] | None] = ContextVar("onnxhal_bound_outputs", default=None)
+#: While a run captures: (the capturing EP's name, {value name: destination}); None otherwise.
+CAPTURE_DESTINATIONS: ContextVar[tuple[str, Mapping[str, Any]] | None] = ContextVar(
+    "onnxhal_capture_destinations", default=None)
 
 
 def graph_annotation_id(run_options: Any) -> int:
@@ -79,11 +93,41 @@ def _computes_shapes(node: Any, graph: Any) -> bool:
     return bool(infos) and all(i is not None and i.dtype == np.dtype(np.int64) for i in infos)
 
 
+def captures_graphs(ep: Ep | None) -> bool:
+    """Whether ``ep`` overrides ``is_graph_capture_enabled``: only such an EP's fused steps look for
+    capture destinations (the others keep the plain step)."""
+    return ep is not None and type(ep).is_graph_capture_enabled is not Ep.is_graph_capture_enabled
+
+
+def destinations_for(ep_name: str, outputs: Sequence[str]) -> list | None:
+    """``KernelContext.destinations`` for a fused node of ``ep_name`` with ``outputs``: in a capture
+    run of that EP, per output its bound buffer (None where the run binds none); else None."""
+    capture = CAPTURE_DESTINATIONS.get()
+    if capture is None or capture[0] != ep_name:
+        return None
+    bound = capture[1]
+    return [bound.get(name) for name in outputs]
+
+
+def _run_capturing(ep: Ep | None, gid: int, run_once: Callable[[], list]) -> list:
+    """``run_once()``, with the run's bound outputs as destinations when it is a capture run (the EP
+    captures, the graph is not captured yet): onnxruntime gives a capture run's fused nodes its
+    output tensors in the same way (the bridge, ``ort_plugin/graph_capture.py``)."""
+    bound = BOUND_OUTPUTS.get()
+    if ep is None or gid == SKIP or bound is None or ep.is_graph_captured(gid) or not ep.is_graph_capture_enabled():
+        return run_once()
+    token = CAPTURE_DESTINATIONS.set((ep.name, bound))
+    try:
+        return run_once()
+    finally:
+        CAPTURE_DESTINATIONS.reset(token)
+
+
 def run_until_captured(ep: Ep | None, run_options: Any, run_once: Callable[[], list]) -> list:
     """``run_once()``, repeated while ``ep`` (the session's capturing EP) has not captured the run's
     graph: onnxruntime's "another run for necessary memory allocation or graph capture"."""
-    outputs = run_once()
     gid = graph_annotation_id(run_options) if ep is not None else SKIP
+    outputs = _run_capturing(ep, gid, run_once)
     runs = 1
     # an EP may turn capture off after a run (CaptureRecorder.unsupported): no more runs then
     while gid != SKIP and not ep.is_graph_captured(gid) and ep.is_graph_capture_enabled():
@@ -91,7 +135,7 @@ def run_until_captured(ep: Ep | None, run_options: Any, run_once: Callable[[], l
             logger.warning("%s: graph %d not captured after %d runs; running without capture", ep.name, gid, runs)
             break
         logger.info("Start another run for necessary memory allocation or graph capture.")
-        outputs = run_once()
+        outputs = _run_capturing(ep, gid, run_once)
         runs += 1
     return outputs
 
@@ -115,6 +159,56 @@ def check_run_api(ep: Ep | None, run_options: Any) -> None:
         raise InvalidArgument(
             f"{ep.name} captures the graph: graph capture requires fixed device OrtValues and run_with_iobinding. Set "
             f"the '{GRAPH_ID_KEY}' run option to {SKIP} to opt a single run out of capture.")
+
+
+_REMEDY = ("bind every input the device reads and every output with IOBinding to OrtValues in the device's memory "
+           "(OrtValue.ortvalue_from_shape_and_type(..., memory_info=ep_device.memory_info(OrtDeviceMemoryType."
+           "DEFAULT))), keep them bound and write new input values into them (copy_tensors, update_inplace); or "
+           f"set the run option '{GRAPH_ID_KEY}' to '{SKIP}', or release the graph (release_captured_graph)")
+
+
+class CaptureBindings:
+    """The bound values each captured graph read and wrote in its capture run, by graph id (onnxhal's
+    own session). A replay reads the input buffers and writes the destinations of its capture run,
+    whatever the run binds now, so ``check`` refuses a replay whose binding holds other values:
+    its outputs would silently keep old values (onnxruntime's CUDA EP reads freed memory then; the
+    bridge refuses, ``ort_plugin/graph_capture.replay``)."""
+
+    def __init__(self) -> None:
+        self._graphs: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, graph_annotation_id: int, reads: Mapping[str, Any], writes: Mapping[str, Any]) -> None:
+        """``reads``: the bound inputs, by name; ``writes``: the destinations the capture run wrote
+        (the outputs bound in the capturing EP's memory), by output name."""
+        with self._lock:
+            self._graphs[graph_annotation_id] = (dict(reads), dict(writes))
+
+    def release(self, graph_annotation_id: int) -> None:
+        with self._lock:
+            self._graphs.pop(graph_annotation_id, None)
+
+    def check(self, ep_name: str, graph_annotation_id: int, inputs: Mapping[str, Any],
+              outputs: Mapping[str, Any]) -> None:
+        """Raise ``InvalidArgument`` unless ``inputs`` (name -> bound value) and ``outputs`` (name ->
+        the bound value's contents, None where not bound to a value) are the capture run's."""
+        with self._lock:
+            captured = self._graphs.get(graph_annotation_id)
+        if captured is None:  # captured by a run that did not go through IOBinding
+            raise InvalidArgument(f"{ep_name}: cannot replay graph {graph_annotation_id}: it was captured by a run "
+                                  f"without IOBinding, whose buffers lived for that run only; {_REMEDY}")
+        reads, writes = captured
+        for name, value in reads.items():
+            if inputs.get(name) is not value:
+                raise InvalidArgument(f"{ep_name}: cannot replay graph {graph_annotation_id}: input {name!r} is bound "
+                                      f"to another value than at capture, and a replay reads the capture's; {_REMEDY}")
+        for name, value in outputs.items():
+            if value is None or value is not writes.get(name):
+                why = ("is not bound to an OrtValue" if value is None else "was not bound to an OrtValue in the "
+                       "EP's memory at capture" if writes.get(name) is None else "is bound to another value than at "
+                       "capture")
+                raise InvalidArgument(f"{ep_name}: cannot replay graph {graph_annotation_id}: output {name!r} {why}, "
+                                      f"and a replay writes only the capture's; {_REMEDY}")
 
 
 #: A partition run of a capture run: the EP's compute, the input buffers it read, its destinations.

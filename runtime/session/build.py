@@ -193,7 +193,8 @@ class SessionCore:
             # onnxruntime serializes runs under a session lock when an EP cannot run concurrently
             self.run_lock = (threading.Lock() if any(not ep.is_concurrent_run_supported()
                                                      for ep in self.eps.values()) else None)
-            self.capture_ep = capturing_ep(self.eps, self.partition.assigned, CPU_EP_NAME, self.graph)
+            self.capture_ep = capturing_ep(self.eps, self.partition.assigned, CPU_EP_NAME, self.graph,
+                                           any(step.node is None for step in self.plan.steps))
             #: the bound values of each captured graph's capture run (onnxhal's IOBinding runs)
             self.capture_bindings = CaptureBindings()
             for ep in self.eps.values():

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from onnxhal.hal import Ep, KernelContext, OrtGraphCaptureNodeAssignmentPolicy
-from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.errors import Fail, InvalidArgument
 
 GRAPH_ID_KEY = "gpu_graph_id"
 SKIP = -1
@@ -61,8 +61,16 @@ def graph_annotation_id(run_options: Any) -> int:
         raise InvalidArgument(f"Run option '{GRAPH_ID_KEY}' must be an integer, got {entry!r}.") from None
 
 
-def capturing_ep(eps: dict[str, Ep], assigned: list, cpu_ep_name: str, graph: Any) -> Ep | None:
-    """The session's graph-capturing EP, or None (capture off) with the reason logged."""
+_CANNOT = "This session cannot use the graph capture feature as requested by the user as "
+
+
+def capturing_ep(eps: dict[str, Ep], assigned: list, cpu_ep_name: str, graph: Any, copies: bool) -> Ep | None:
+    """The session's graph-capturing EP, or None when no EP captures. As onnxruntime's session
+    initialization (inference_session.cc; the messages checked on onnxruntime 1.32 through the
+    bridge), a capturing EP the model does not suit fails the session (``Fail``): a control-flow
+    node in the main graph; with ``ALL_NODES_ON_EP`` a node on another EP; with
+    ``ALLOW_CPU_FOR_SHAPES`` a node on an EP other than the CPU EP, or CPU nodes with values copied
+    between memories (``copies``: the plan has copy steps, onnxruntime's Memcpy nodes)."""
     enabled = [ep for ep in eps.values() if ep.is_graph_capture_enabled()]
     if not enabled:
         return None
@@ -71,26 +79,28 @@ def capturing_ep(eps: dict[str, Ep], assigned: list, cpu_ep_name: str, graph: An
                        len(enabled), [ep.name for ep in enabled])
         return None
     ep = enabled[0]
-    policy = ep.get_graph_capture_node_assignment_policy()
-    for sub in assigned:
-        if sub.ep_name == ep.name:
-            continue
-        for node in sub.nodes:
-            shape_only = sub.ep_name == cpu_ep_name and _computes_shapes(node, graph)
-            if policy != OrtGraphCaptureNodeAssignmentPolicy.ALLOW_CPU_FOR_SHAPES or not shape_only:
-                logger.warning("%s: graph capture is off: node %r (%s) runs on %s, and the EP's policy is %s",
-                               ep.name, node.name, node.op_type, sub.ep_name, policy.name)
-                return None
+    remedy = f"; turn graph capture off in {ep.name}'s provider options"
+    for node in graph.nodes:
+        if node.subgraph_list():
+            raise Fail(f"{_CANNOT}the model has control flow nodes which can't be supported by {ep.name}: node "
+                       f"{node.name!r} ({node.op_type}){remedy}")
+    elsewhere = [(sub.ep_name, node) for sub in assigned if sub.ep_name != ep.name for node in sub.nodes]
+    if not elsewhere:
+        return ep
+    where, node = elsewhere[0]
+    if ep.get_graph_capture_node_assignment_policy() != OrtGraphCaptureNodeAssignmentPolicy.ALLOW_CPU_FOR_SHAPES:
+        raise Fail(f"{_CANNOT}all the graph nodes have not been assigned to {ep.name}: node {node.name!r} "
+                   f"({node.op_type}) runs on {where}{remedy}")
+    other = next(((w, n) for w, n in elsewhere if w != cpu_ep_name), None)
+    if other is not None or copies:
+        where, node = other or (where, node)
+        raise Fail(f"{_CANNOT}all compute graph nodes have not been partitioned to the {ep.name}: node "
+                   f"{node.name!r} ({node.op_type}) runs on {where}"
+                   f"{'' if other else ', and values are copied between memories'}{remedy}")
+    if any(n.op_type == "Shape" for _, n in elsewhere):
+        logger.warning("%s: this model has shape massaging nodes that will execute on CPU. Use the graph capture "
+                       "feature with caution: it is safe as long as the shapes stay those of the capture run", ep.name)
     return ep
-
-
-def _computes_shapes(node: Any, graph: Any) -> bool:
-    """A node that only computes shapes: every output is an int64 tensor (Shape, Gather on a shape,
-    Concat of dims, ...)."""
-    if node.op_type in ("Shape", "Size"):
-        return True
-    infos = [graph.value_infos.get(o) for o in node.outputs if o]
-    return bool(infos) and all(i is not None and i.dtype == np.dtype(np.int64) for i in infos)
 
 
 def captures_graphs(ep: Ep | None) -> bool:
@@ -153,8 +163,10 @@ def replay_if_captured(ep: Ep | None, run_options: Any) -> bool:
 
 
 def check_run_api(ep: Ep | None, run_options: Any) -> None:
-    """``run`` (not ``run_with_iobinding``) with a capturing EP: refused unless the run opts out, as
-    onnxruntime's Python API refuses it."""
+    """``run`` (not ``run_with_iobinding``) with a capturing EP: refused unless the run opts out.
+    onnxruntime (1.32, through the bridge) runs it and captures it, and its next ``run`` is the
+    replay, through the buffers of the first run, which it freed: the bridge refuses that replay
+    (``ort_plugin/graph_capture.replay``). onnxhal refuses at the first run, naming the remedy."""
     if ep is not None and graph_annotation_id(run_options) != SKIP:
         raise InvalidArgument(
             f"{ep.name} captures the graph: graph capture requires fixed device OrtValues and run_with_iobinding. Set "

@@ -152,6 +152,79 @@ def capture(profile: str, binding_memory: str = "device", values: str = "") -> d
     return {"api": API, "device_bound": device_bound, "runs": runs, "opted_out": opted_out, "opencl": _opencl()}
 
 
+def threads(profile: str, n: str = "4") -> dict:
+    """``n`` threads on one capturing session, each with its own binding in device memory and graph id,
+    every capture run started before any computes (a barrier in OnRunStart): per thread, whether
+    each run equals the session without capture bit for bit; the EP calls in all."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import onnxhal.ort_plugin as plugin
+    from onnxhal.ort_plugin import dispatch, library  # noqa: F401 - library registers the handlers
+
+    count = int(n)
+    calls: collections.Counter = collections.Counter()
+    barrier = threading.Barrier(count, timeout=60)
+    started: set = set()
+    lock = threading.Lock()
+    armed = False  # the barrier waits for the pool's threads only
+
+    def spy(call: int):
+        handler = dispatch.HANDLERS[call]
+
+        def counted(target, args):
+            with lock:
+                calls[dispatch._CALL_NAMES[call]] += 1
+                first = armed and call == dispatch.E_ON_RUN_START and threading.get_ident() not in started
+                if first:
+                    started.add(threading.get_ident())
+            result = handler(target, args)
+            if first:
+                barrier.wait()
+            return result
+        return counted
+
+    for call in (dispatch.C_COMPUTE, dispatch.G_REPLAY_GRAPH, dispatch.E_ON_RUN_START):
+        dispatch.HANDLERS[call] = spy(call)
+    plugin.configure(profiles=[profile])
+    ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+    dev = next(d for d in ort.get_ep_devices() if d.ep_vendor == "onnxhal")
+    info = dev.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+
+    def session(options: dict) -> ort.InferenceSession:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.add_provider_for_devices([dev], options)
+        return ort.InferenceSession(_model(), so)
+
+    captured, plain = session({"enable_graph_capture": "1"}), session({})
+    expected = {(k, j): plain.run(None, {"x": _inputs(10 * k + j)})[0] for k in range(count) for j in range(3)}
+    calls.clear()
+    armed = True
+
+    def worker(k: int) -> list:
+        x_dev = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=info)
+        y_dev = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=info)
+        binding = captured.io_binding()
+        binding.bind_ortvalue_input("x", x_dev)
+        binding.bind_ortvalue_output("y", y_dev)
+        run_options = ort.RunOptions()
+        run_options.add_run_config_entry("gpu_graph_id", str(k + 1))
+        equal = []
+        for j in range(3):
+            x = _inputs(10 * k + j)
+            ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(x)], [x_dev], None)
+            captured.run_with_iobinding(binding, run_options)
+            host = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32)
+            ort.copy_tensors([y_dev], [host], None)
+            equal.append(bool(np.array_equal(host.numpy(), expected[k, j])))
+        return equal
+
+    with ThreadPoolExecutor(count) as pool:
+        equal = list(pool.map(worker, range(count)))
+    return {"api": API, "opencl": _opencl(), "equal": equal, "calls": dict(calls)}
+
+
 def bad_option() -> dict:
     import onnxhal.ort_plugin as plugin
 
@@ -503,6 +576,99 @@ def test_a_replay_through_other_buffers_than_its_capture_runs_is_a_typed_error()
         np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], expected)
         with pytest.raises(onnxhal.errors.InvalidArgument, match="output 'y' was not bound to an OrtValue in the EP's"):
             sess.run_with_iobinding(binding)
+
+
+def test_threads_capture_their_own_graphs_and_every_thread_replays_the_eps(monkeypatch):
+    """Concurrent runs on one session: each thread's capture run records only its own partition run
+    (every capture run starts before any computes here), the captured graphs are the EP's by graph id
+    (one captured on a thread replays on another), and every output equals a run without capture."""
+    pytest.importorskip("pyopencl")
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import onnxhal
+    from onnxhal.hal.enums import OrtDeviceMemoryType
+    from tests.conftest import simulated_or_skip
+
+    if not _opencl():
+        pytest.skip("the host backend does not capture")
+    n = 4
+    with simulated_or_skip("generic-gpu", by="profile") as devices:
+        device = devices["generic-gpu"]
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([device], {"enable_graph_capture": "1"})
+        sess = onnxhal.InferenceSession(_model(), so)
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([device], {})
+        plain = onnxhal.InferenceSession(_model(), so)
+        ep = sess.eps[device.ep_name]
+        info = device.memory_info(OrtDeviceMemoryType.DEFAULT)
+        calls: collections.Counter = collections.Counter()
+        lock = threading.Lock()
+        barrier = threading.Barrier(n, timeout=60)
+        started: set = set()
+
+        def spy(hook: str, wait: bool = False):
+            method = getattr(ep, hook)
+
+            def counted(*args):
+                with lock:
+                    calls[hook] += 1
+                    first = wait and len(started) < n and threading.get_ident() not in started
+                    started.add(threading.get_ident())
+                result = method(*args)
+                if first:  # every thread's capture run has started before any thread computes
+                    barrier.wait()
+                return result
+            return counted
+
+        monkeypatch.setattr(ep, "on_run_start", spy("on_run_start", wait=True))
+        monkeypatch.setattr(ep, "replay_graph", spy("replay_graph"))
+        monkeypatch.setattr(ep, "compute_partition", spy("compute_partition"))
+
+        def bound(graph_id: int):
+            x, y = (onnxhal.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=info)
+                    for _ in range(2))
+            binding = sess.io_binding()
+            binding.bind_ortvalue_input("x", x)
+            binding.bind_ortvalue_output("y", y)
+            run_options = onnxhal.RunOptions()
+            run_options.add_run_config_entry("gpu_graph_id", str(graph_id))
+            return x, y, binding, run_options
+
+        def runs(k: int, setup=None) -> list:
+            x, y, binding, run_options = setup or bound(k + 1)
+            equal = []
+            for j in range(3):
+                value = _inputs(10 * k + j)
+                x.update_inplace(value)
+                sess.run_with_iobinding(binding, run_options)
+                equal.append(bool(np.array_equal(y.numpy(), plain.run(None, {"x": value})[0])))
+            return equal
+
+        with ThreadPoolExecutor(n) as pool:
+            equal = list(pool.map(runs, range(n)))
+        assert equal == [[True] * 3] * n
+        # one capture run per thread, each recording one partition run: the replays run one each
+        assert calls == {"on_run_start": n, "compute_partition": 3 * n, "replay_graph": 2 * n}, calls
+        assert all(ep.is_graph_captured(k + 1) for k in range(n))
+        # graph 9, captured here, replays on another thread through the same binding
+        setup = bound(9)
+        x, y, binding, run_options = setup
+        x.update_inplace(_inputs(90))
+        sess.run_with_iobinding(binding, run_options)
+        calls.clear()
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(runs, 9, setup).result() == [True] * 3
+        assert calls == {"replay_graph": 3, "compute_partition": 3}, calls
+
+
+def test_threads_on_one_onnxruntime_session_capture_and_replay_through_the_bridge():
+    r = run_check("threads", "generic-gpu")
+    assert r["equal"] == [[True] * 3] * 4, r
+    if not r["opencl"]:
+        return
+    assert r["calls"] == {"OrtEp::OnRunStart": 4, "OrtNodeComputeInfo::Compute": 4, "OrtEp::ReplayGraph": 8}, r
 
 
 if __name__ == "__main__":

@@ -189,6 +189,13 @@ class CaptureBindings:
     def __init__(self) -> None:
         self._graphs: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._lock = threading.Lock()
+        self._capturing: dict[int, threading.Lock] = {}
+
+    def capture_lock(self, graph_annotation_id: int) -> threading.Lock:
+        """Held by a capture run of ``graph_annotation_id``: one at a time per graph, so that the graph
+        the EP keeps and the values recorded here are the same run's (runs of other graphs go on)."""
+        with self._lock:
+            return self._capturing.setdefault(graph_annotation_id, threading.Lock())
 
     def record(self, graph_annotation_id: int, reads: Mapping[str, Any], writes: Mapping[str, Any]) -> None:
         """``reads``: the bound inputs, by name; ``writes``: the destinations the capture run wrote
@@ -234,9 +241,18 @@ class CaptureRecorder:
     ``compute`` that gets ``KernelContext.destinations`` and ``end_run()`` in ``on_run_end``; its
     ``is_graph_captured``, ``replay_graph`` and ``release_captured_graph`` are ``is_captured``,
     ``replay`` and ``release``. ``copy(src, dst, streams)`` copies values into already allocated
-    ones after the work queued on ``streams`` (the EP's data transfer). A capture run records every partition run of the EP, in order; a replay
-    reads the same input buffers, so the session must keep them (inputs bound with IOBinding in the
-    EP's memory, as onnxruntime requires for CUDA graphs too)."""
+    ones after the work queued on ``streams`` (the EP's data transfer). A capture run records every
+    partition run of the EP, in order; a replay reads the same input buffers, so the session must
+    keep them (inputs bound with IOBinding in the EP's memory, as onnxruntime requires for CUDA
+    graphs too).
+
+    Runs of one session may come from several threads at once. The captured graphs are the EP's, by
+    graph id, seen by every thread: onnxruntime's session asks the EP ``IsGraphCaptured(id)`` and
+    replays whatever thread runs (its CUDA EP keeps graphs per thread instead, and its documentation
+    rules out concurrent runs with CUDA graphs). A run's recording is its own (per thread: a run's
+    hooks and computes come on the thread that runs it), so concurrent capture runs do not mix; of
+    two capture runs of one graph id the first to end keeps it. Replays of one graph write the same
+    destinations, so they take turns, as launches of one CUDA graph do."""
 
     def __init__(self, ep_name: str, copy: Callable[[Sequence[Any], Sequence[Any], Sequence[Any]], None]) -> None:
         self.ep_name = ep_name
@@ -244,13 +260,14 @@ class CaptureRecorder:
         self.graphs: dict[int, list[_Step]] = {}
         #: Set when a capture run got no destinations: the runtime cannot replay this EP's runs.
         self.unsupported = False
-        self._recording: tuple[int, list[_Step]] | None = None
+        self._run = threading.local()  # .recording: (graph id, steps) of the capture run on this thread
         self._lock = threading.Lock()
+        self._replaying: dict[int, threading.Lock] = {}
 
     def start_run(self, run_options: Any) -> None:
         gid = graph_annotation_id(run_options)
         with self._lock:
-            self._recording = None if gid == SKIP or gid in self.graphs or self.unsupported else (gid, [])
+            self._run.recording = None if gid == SKIP or gid in self.graphs or self.unsupported else (gid, [])
 
     def capture(self, compute: Callable[[KernelContext], Any], context: KernelContext, outputs: Sequence[Any]) -> list:
         """In a capture run: ``outputs`` written into ``context.destinations`` and the partition run
@@ -258,19 +275,21 @@ class CaptureRecorder:
         destinations = list(context.destinations or ())
         # on the run's stream: the partition's kernels may still be queued there
         written = self._write(outputs, destinations, context.stream)
-        with self._lock:
-            if self._recording is not None:
-                self._recording[1].append((compute, list(context.inputs), destinations))
+        recording = getattr(self._run, "recording", None)
+        if recording is not None:
+            recording[1].append((compute, list(context.inputs), destinations))
         return written
 
     def end_run(self) -> None:
-        with self._lock:
-            recording, self._recording = self._recording, None
+        recording = getattr(self._run, "recording", None)
+        self._run.recording = None
         if recording is None:
             return
         gid, steps = recording
         if steps:
-            self.graphs[gid] = steps
+            with self._lock:
+                self.graphs.setdefault(gid, steps)
+                self._replaying.setdefault(gid, threading.Lock())
             return
         # no compute of this run had destinations: this runtime cannot have the EP's outputs replayed
         self.unsupported = True
@@ -286,13 +305,15 @@ class CaptureRecorder:
             raise InvalidArgument(f"{self.ep_name}: graph {graph_annotation_id} is not captured (captured: "
                                   f"{sorted(self.graphs)}); run it with run option '{GRAPH_ID_KEY}' = "
                                   f"'{graph_annotation_id}' first")
-        for compute, inputs, destinations in steps:
-            context = KernelContext(inputs, len(destinations))
-            outputs = compute(context)
-            self._write(context.outputs if outputs is None else outputs, destinations, None)
+        with self._replaying[graph_annotation_id]:
+            for compute, inputs, destinations in steps:
+                context = KernelContext(inputs, len(destinations))
+                outputs = compute(context)
+                self._write(context.outputs if outputs is None else outputs, destinations, None)
 
     def release(self, graph_annotation_id: int) -> None:
-        self.graphs.pop(graph_annotation_id, None)
+        with self._lock:
+            self.graphs.pop(graph_annotation_id, None)
 
     def _write(self, outputs: Sequence[Any], destinations: list, stream: Any) -> list:
         if len(outputs) != len(destinations):

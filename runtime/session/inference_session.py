@@ -608,14 +608,20 @@ class InferenceSession:
         writes = {name: b.contents for name, b in bound.items() if isinstance(b, OrtValue)
                   and isinstance(b.contents, (np.ndarray, DeviceTensor)) and memory_device_of(b.contents) == ep_memory}
         gid = graph_annotation_id(run_options)
-        captured = gid == SKIP or ep.is_graph_captured(gid)
-        token = BOUND_OUTPUTS.set(writes)
-        try:
-            outputs = self._run(None, feeds, run_options, output_devices)
-        finally:
-            BOUND_OUTPUTS.reset(token)
-        if not captured and ep.is_graph_captured(gid):
-            core.capture_bindings.record(gid, feeds, writes)
+        if gid == SKIP or ep.is_graph_captured(gid):
+            return self._run(None, feeds, run_options, output_devices)
+        # one capture run of a graph at a time: the graph the EP keeps and the binding kept for its
+        # replays must be the same run's; a run that finds it captured meanwhile runs normally
+        with core.capture_bindings.capture_lock(gid):
+            if ep.is_graph_captured(gid):
+                return self._run(None, feeds, run_options, output_devices)
+            token = BOUND_OUTPUTS.set(writes)
+            try:
+                outputs = self._run(None, feeds, run_options, output_devices)
+            finally:
+                BOUND_OUTPUTS.reset(token)
+            if ep.is_graph_captured(gid):
+                core.capture_bindings.record(gid, feeds, writes)
         return outputs
 
     def bound_input(self, name: str, value: Any) -> Any:

@@ -225,6 +225,51 @@ def threads(profile: str, n: str = "4") -> dict:
     return {"api": API, "opencl": _opencl(), "equal": equal, "calls": dict(calls)}
 
 
+def release_at_session_end(profile: str) -> dict:
+    """Graphs 1 and 2 captured (one IOBinding run each), then the session deleted: whether
+    onnxruntime calls ``OrtEp::ReleaseCapturedGraph`` (API 27) on the way."""
+    import gc
+
+    import onnxhal.ort_plugin as plugin
+    from onnxhal.ort_plugin import dispatch, library  # noqa: F401 - library registers the handlers
+
+    calls: collections.Counter = collections.Counter()
+    captured: set = set()
+
+    def spy(call: int):
+        handler = dispatch.HANDLERS[call]
+
+        def counted(target, args):
+            calls[dispatch._CALL_NAMES[call]] += 1
+            result = handler(target, args)
+            if call == dispatch.G_IS_GRAPH_CAPTURED and result:
+                captured.add(args[0])
+            return result
+        return counted
+
+    for call in (dispatch.G_IS_GRAPH_CAPTURED, dispatch.G_RELEASE_CAPTURED_GRAPH):
+        dispatch.HANDLERS[call] = spy(call)
+    plugin.configure(profiles=[profile])
+    ort.register_execution_provider_library(plugin.REGISTRATION_NAME, plugin.library_path())
+    dev = next(d for d in ort.get_ep_devices() if d.ep_vendor == "onnxhal")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_provider_for_devices([dev], {"enable_graph_capture": "1"})
+    sess = ort.InferenceSession(_model(), so)
+    arrays = [_inputs(0), np.zeros(SHAPE, np.float32)]  # kept: the OrtValues view them
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(arrays[0]))
+    binding.bind_ortvalue_output("y", ort.OrtValue.ortvalue_from_numpy(arrays[1]))
+    for gid in ("1", "2"):
+        run_options = ort.RunOptions()
+        run_options.add_run_config_entry("gpu_graph_id", gid)
+        if API >= 26:
+            sess.run_with_iobinding(binding, run_options)
+    del binding, sess
+    gc.collect()
+    return {"api": API, "opencl": _opencl(), "captured": sorted(captured), "calls": dict(calls)}
+
+
 def bad_option() -> dict:
     import onnxhal.ort_plugin as plugin
 
@@ -669,6 +714,16 @@ def test_threads_on_one_onnxruntime_session_capture_and_replay_through_the_bridg
     if not r["opencl"]:
         return
     assert r["calls"] == {"OrtEp::OnRunStart": 4, "OrtNodeComputeInfo::Compute": 4, "OrtEp::ReplayGraph": 8}, r
+
+
+def test_onnxruntime_does_not_release_captured_graphs_when_the_session_ends():
+    # ReleaseCapturedGraph (API 27) is wired in the bridge; onnxruntime's C API reaches it through
+    # OrtApi::SessionReleaseCapturedGraph (1.27), which its Python API lacks, and a session's end does
+    # not call it: the EP is released, and its captures with it (CaptureRecorder belongs to the EP)
+    r = run_check("release_at_session_end", "generic-gpu")
+    assert "OrtEp::ReleaseCapturedGraph" not in r["calls"], r
+    if API >= 26 and r["opencl"]:
+        assert r["captured"] == [1, 2], r
 
 
 if __name__ == "__main__":

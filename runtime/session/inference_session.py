@@ -603,13 +603,13 @@ class InferenceSession:
         ep = core.capture_ep
         if ep is None:
             return self._run(None, feeds, run_options, output_devices)
+        gid = graph_annotation_id(run_options)
+        if gid == SKIP or ep.is_graph_captured(gid):
+            return self._run(None, feeds, run_options, output_devices)
         # a capture run writes the outputs bound in the capturing EP's memory in place (graph_capture.py)
         ep_memory = core.memory.device_of_ep(ep.name)
         writes = {name: b.contents for name, b in bound.items() if isinstance(b, OrtValue)
                   and isinstance(b.contents, (np.ndarray, DeviceTensor)) and memory_device_of(b.contents) == ep_memory}
-        gid = graph_annotation_id(run_options)
-        if gid == SKIP or ep.is_graph_captured(gid):
-            return self._run(None, feeds, run_options, output_devices)
         # one capture run of a graph at a time: the graph the EP keeps and the binding kept for its
         # replays must be the same run's; a run that finds it captured meanwhile runs normally
         with core.capture_bindings.capture_lock(gid):

@@ -202,7 +202,7 @@ def threads(profile: str, n: str = "4") -> dict:
     calls.clear()
     armed = True
 
-    def worker(k: int) -> list:
+    def bound(k: int) -> tuple:
         x_dev = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=info)
         y_dev = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=info)
         binding = captured.io_binding()
@@ -210,6 +210,15 @@ def threads(profile: str, n: str = "4") -> dict:
         binding.bind_ortvalue_output("y", y_dev)
         run_options = ort.RunOptions()
         run_options.add_run_config_entry("gpu_graph_id", str(k + 1))
+        return x_dev, y_dev, binding, run_options
+
+    # bound here, one thread: bind_ortvalue_input on several threads at once deadlocked now and
+    # then (one thread in the binding holding the GIL, another in the bridge's
+    # CreateSyncStreamForDevice waiting for it), a matter of the bridge's streams, not of capture
+    setups = [bound(k) for k in range(count)]
+
+    def worker(k: int) -> list:
+        x_dev, y_dev, binding, run_options = setups[k]
         equal = []
         for j in range(3):
             x = _inputs(10 * k + j)

@@ -1,14 +1,15 @@
 """Graph capture and replay, as onnxruntime drives an EP that captures (CUDA graphs, WebGPU).
 
 The EP does the capturing (typically in ``on_run_start``/``on_run_end``); the session decides when
-to ask. At creation: the capturing EP is the one whose ``is_graph_capture_enabled()`` is True, if
-the partition suits its ``get_graph_capture_node_assignment_policy()`` (every node on it, or CPU
-nodes only for shapes); otherwise capture is off, with a warning, as onnxruntime. Each run names a
-graph with the run config entry ``gpu_graph_id`` (0 by default; -1 runs without capture). A run of
-a graph that is not captured yet is repeated until the EP says it is (onnxruntime's "another run
-for necessary memory allocation or graph capture"); a run of a captured graph is
-``replay_graph(id)``, which writes the outputs bound when it was captured, so replay goes through
-``run_with_iobinding`` (``run`` refuses it, as onnxruntime's Python API does).
+to ask. At creation: the capturing EP is the one whose ``is_graph_capture_enabled()`` is True; a
+model that does not suit it (control flow, nodes elsewhere against its
+``get_graph_capture_node_assignment_policy()``) fails the session, as onnxruntime's
+(``capturing_ep``). Each run names a graph with the run config entry ``gpu_graph_id`` (0 by
+default; -1 runs without capture). A run of a graph that is not captured yet is repeated until the
+EP says it is (onnxruntime's "another run for necessary memory allocation or graph capture"); a run
+of a captured graph is ``replay_graph(id)``, which writes the outputs bound when it was captured,
+so replay goes through ``run_with_iobinding`` (``run`` refuses a capturing session's run:
+``check_run_api``).
 
 ``CaptureRecorder`` is what an EP needs to capture and replay: in a capture run the runtime gives
 each fused node's outputs their destinations (``KernelContext.destinations``), the recorder writes
@@ -40,8 +41,8 @@ SKIP = -1
 MAX_CAPTURE_RUNS = 16  # a bound onnxruntime lacks: an EP that never captures does not loop forever
 logger = logging.getLogger("onnxhal.session")
 
-#: The outputs the current run leaves in bound OrtValues in device memory, {output name: the
-#: DeviceTensor}; None outside an IOBinding run. Context-local: each thread's run has its own.
+#: The outputs the current capture run leaves in bound OrtValues in the capturing EP's memory,
+#: {output name: the tensor}; None outside one. Context-local: each thread's run has its own.
 BOUND_OUTPUTS: ContextVar[Mapping[str, Any] | None] = ContextVar("onnxhal_bound_outputs", default=None)
 #: While a run captures: (the capturing EP's name, {value name: destination}); None otherwise.
 CAPTURE_DESTINATIONS: ContextVar[tuple[str, Mapping[str, Any]] | None] = ContextVar(

@@ -123,7 +123,8 @@ class ExecutionPlanBuilder:
             nout = len(node.outputs)
             stream = self.memory.stream_for_ep(node.ep_name)
 
-            if not captures_graphs(self.eps.get(node.ep_name)):
+            ep = self.eps.get(node.ep_name)
+            if not (captures_graphs(ep) and ep.is_graph_capture_enabled()):
                 def fused(inputs: list, _c=cinfo, _s=state, _n=nout, _st=stream, _ro=_RUN_OPTIONS) -> list:
                     # The run's RunOptions reach the EP (KernelContext.run_options): its terminate flag
                     # is read between launches and by a partition's own plan.
@@ -131,7 +132,7 @@ class ExecutionPlanBuilder:
                     out = _c.compute(_s, ctx)
                     return ctx.outputs if out is None else out
             else:
-                # an EP that may capture gets its outputs' destinations in a capture run (graph_capture.py)
+                # a capturing EP gets its outputs' destinations in a capture run (graph_capture.py)
                 def fused(inputs: list, _c=cinfo, _s=state, _n=nout, _st=stream, _ro=_RUN_OPTIONS,
                           _ep=node.ep_name, _outs=tuple(node.outputs)) -> list:
                     ctx = KernelContext(inputs, _n, _st, _ro.get(), destinations_for(_ep, _outs))

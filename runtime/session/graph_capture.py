@@ -105,8 +105,9 @@ def capturing_ep(eps: dict[str, Ep], assigned: list, cpu_ep_name: str, graph: An
 
 
 def captures_graphs(ep: Ep | None) -> bool:
-    """Whether ``ep`` overrides ``is_graph_capture_enabled``: only such an EP's fused steps look for
-    capture destinations (the others keep the plain step)."""
+    """Whether ``ep`` overrides ``is_graph_capture_enabled`` (the bridge fills the capture members of
+    such an EP only; the plan gives capture destinations to such an EP's fused steps when it says
+    it captures)."""
     return ep is not None and type(ep).is_graph_capture_enabled is not Ep.is_graph_capture_enabled
 
 

@@ -717,6 +717,8 @@ def test_threads_capture_their_own_graphs_and_every_thread_replays_the_eps(monke
         assert calls == {"replay_graph": 3, "compute_partition": 3}, calls
 
 
+@pytest.mark.skipif(API < 28, reason="onnxruntime's Python API makes OrtValues in a plugin EP's memory from 1.28; "
+                    "bound in host memory, a replay is the typed error (test above)")
 def test_threads_on_one_onnxruntime_session_capture_and_replay_through_the_bridge():
     r = run_check("threads", "generic-gpu")
     assert r["equal"] == [[True] * 3] * 4, r

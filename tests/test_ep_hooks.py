@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import onnxhal
 from onnxhal import errors
@@ -300,22 +300,44 @@ def test_graph_ids_are_captured_apart_and_minus_one_skips(hook):
         s.run_with_iobinding(binding, bad)
 
 
-@pytest.mark.parametrize("policy, captures", [("0", False), ("1", False)])
-def test_capture_is_off_when_nodes_run_elsewhere(hook, caplog, policy, captures):
-    # Mul runs on the CPU EP and computes floats, not shapes: neither policy allows it
-    s = session({"capture": "1", "ops": "Relu", "policy": policy})
-    assert (s.graph_capture_ep is not None) == captures and "graph capture is off: node 'mul'" in caplog.text
-    np.testing.assert_array_equal(s.run(None, {"x": X})[0], np.maximum(X, 0) * 2)  # run() is allowed then
+def test_a_node_on_another_ep_fails_the_session_unless_the_policy_allows_cpu_nodes(hook):
+    # as onnxruntime 1.32 with this EP through the bridge: ALL_NODES_ON_EP and Mul on the CPU EP fail
+    # the session; ALLOW_CPU_FOR_SHAPES accepts CPU nodes when no value is copied between memories
+    with pytest.raises(onnxhal.errors.Fail, match="This session cannot use the graph capture feature as requested by "
+                       "the user as all the graph nodes have not been assigned to HookExecutionProvider: node 'mul' "
+                       r"\(Mul\) runs on CPUExecutionProvider"):
+        session({"capture": "1", "ops": "Relu", "policy": "0"})
+    s = session({"capture": "1", "ops": "Relu", "policy": "1"})
+    assert s.graph_capture_ep is not None and s.graph_capture_ep.name == "HookExecutionProvider"
 
 
-@pytest.mark.parametrize("policy, captures", [("0", False), ("1", True)])
-def test_cpu_nodes_that_compute_shapes_are_allowed_by_the_shapes_policy(hook, policy, captures):
+@pytest.mark.parametrize("policy", ["0", "1"])
+def test_cpu_nodes_that_compute_shapes_are_allowed_by_the_shapes_policy(hook, policy):
     model = make([helper.make_node("Relu", ["x"], ["y"], name="relu"), helper.make_node("Shape", ["x"], ["s"],
                                                                                        name="shape")],
                  [vi("x", [1, 3])], [vi("y", [1, 3]), vi("s", [2], 7)]).SerializeToString()
     so = onnxhal.SessionOptions()
-    s = onnxhal.InferenceSession(model, so, providers=[("HookExecutionProvider", {"capture": "1", "policy": policy})])
-    assert (s.graph_capture_ep is not None) == captures
+    providers = [("HookExecutionProvider", {"capture": "1", "policy": policy})]
+    if policy == "0":
+        with pytest.raises(onnxhal.errors.Fail, match="all the graph nodes have not been assigned"):
+            onnxhal.InferenceSession(model, so, providers=providers)
+        return
+    assert onnxhal.InferenceSession(model, so, providers=providers).graph_capture_ep is not None
+
+
+def test_control_flow_nodes_fail_a_capturing_session(hook):
+    # onnxruntime 1.32 through the bridge: "... as the model has control flow nodes which can't be supported by"
+    then = helper.make_graph([helper.make_node("Identity", ["r"], ["t"])], "then", [], [vi("t", [1, 3])])
+    other = helper.make_graph([helper.make_node("Neg", ["r"], ["e"])], "else", [], [vi("e", [1, 3])])
+    model = make([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                  helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+                 [vi("x", [1, 3])], [vi("y", [1, 3])], [numpy_helper.from_array(np.array(True), "c")]).SerializeToString()
+    so = onnxhal.SessionOptions()
+    so.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with pytest.raises(onnxhal.errors.Fail, match="as the model has control flow nodes which can't be supported by "
+                       r"HookExecutionProvider: node 'if' \(If\)"):
+        onnxhal.InferenceSession(model, so, providers=[("HookExecutionProvider", {"capture": "1", "policy": "1"})])
+    onnxhal.InferenceSession(model, so, providers=[("HookExecutionProvider", {"capture": "0", "policy": "1"})])
 
 
 # -- custom-op domains from a factory --------------------------------------------------------------

@@ -358,10 +358,8 @@ class EpAdapter:
         if not self.captures_graphs:  # onnxruntime's "does not capture" (graph_capture.py)
             for member in graph_capture.TRAMPOLINES:
                 setattr(self.struct, member, None)
-        self.capture_run = False  # the current run is being captured: its computes get destinations
-        self.capture_gid = 0
-        self.capture_pending: list = []  # (what, address, buffer) of the device values of a capture run
-        self.capture_buffers: dict[int, list] = {}  # graph id -> those of its capture run
+        self.run_capture = graph_capture.RunCapture()  # the capture state of the run on each thread
+        self.capture_buffers: dict[int, list] = {}  # graph id -> the device values of its capture run
         self.missing = MissingHooks(ep, self.version)
         self.address = ctypes.addressof(self.struct)
         self.compute_infos: dict[int, ComputeAdapter] = {}

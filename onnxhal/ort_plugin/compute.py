@@ -194,7 +194,7 @@ class ComputeAdapter:
                 inputs.append(None)  # an omitted optional input
                 continue
             t = host_or_device(value.value, api, self.value_name("input", i))  # in the EP's memory if placed there
-            if self.ep.capture_run and isinstance(t, DeviceTensor):
+            if self.ep.run_capture.capturing and isinstance(t, DeviceTensor):
                 graph_capture.keep(self.ep, self.value_name("input", i), value.value, t.buffer)
             if memory is not None:
                 if isinstance(t, np.ndarray) and i not in self.host_inputs:
@@ -210,7 +210,7 @@ class ComputeAdapter:
             api.check(self._get_stream(kctx, ctypes.byref(handle)), "KernelContext_GetGPUComputeStream")
             stream = stream_of_handle(handle.value)
         # a capture run: onnxruntime's output tensors first, for the EP to write and keep (graph_capture.py)
-        targets = graph_capture.destinations(self, kctx) if self.ep.capture_run else None
+        targets = graph_capture.destinations(self, kctx) if self.ep.run_capture.capturing else None
         ctx = KernelContext(inputs, len(self.fused_node.outputs), stream, None, targets)
         result = self.info.compute(state, ctx)
         outputs = list(ctx.outputs if result is None else result)

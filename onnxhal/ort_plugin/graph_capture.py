@@ -14,6 +14,7 @@ and keeps for its replays. Bound with IOBinding, they are the application's buff
 from __future__ import annotations
 
 import ctypes
+import threading
 from ctypes import c_void_p
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin import tensors
 from onnxhal.ort_plugin.device_memory import address_space, host_or_device
-from onnxhal.runtime.session.graph_capture import GRAPH_ID_KEY, SKIP, graph_annotation_id
+from onnxhal.runtime.session.graph_capture import GRAPH_ID_KEY, SKIP, captures_graphs, graph_annotation_id
 
 if TYPE_CHECKING:
     from onnxhal.ort_plugin.adapter import EpAdapter
@@ -41,7 +42,7 @@ TRAMPOLINES = {
 def captures(ep: Ep) -> bool:
     """Whether the hal Ep overrides ``is_graph_capture_enabled``; the bridge leaves the members NULL
     for one that does not (onnxruntime's "does not capture")."""
-    return type(ep).is_graph_capture_enabled is not Ep.is_graph_capture_enabled
+    return captures_graphs(ep)
 
 
 class RunOptionsView:
@@ -71,28 +72,43 @@ class RunOptionsView:
         self._address = None
 
 
+class RunCapture(threading.local):
+    """Whether the run on this thread captures, its graph id and the device buffers it read and wrote
+    so far. onnxruntime calls a run's ``OnRunStart``, computes and ``OnRunEnd`` on the thread that
+    runs it, and runs on other threads of the same session at the same time: this state is the
+    run's, the captured graphs (``EpAdapter.capture_buffers``, the hal EP's) are the EP's."""
+
+    def __init__(self) -> None:
+        self.capturing = False
+        self.gid = 0
+        self.pending: list = []  # (what, address, buffer) of the device values of the capture run
+
+
 def run_started(ep: EpAdapter, run_options: RunOptionsView) -> None:
     """At ``OnRunStart``: whether this run captures (the EP captures, the run's graph id is not -1 and
     not captured yet), so that its computes get destinations."""
-    ep.capture_run = False
-    ep.capture_pending = []
+    run = ep.run_capture
+    run.capturing = False
+    run.pending = []
     if ep.captures_graphs and ep.ep.is_graph_capture_enabled():
         gid = graph_annotation_id(run_options)
-        ep.capture_run = gid != SKIP and not ep.ep.is_graph_captured(gid)
-        ep.capture_gid = gid
+        run.capturing = gid != SKIP and not ep.ep.is_graph_captured(gid)
+        run.gid = gid
 
 
 def keep(ep: EpAdapter, what: str, ort_value: int, buffer: Any) -> None:
     """Note a device buffer a capture run reads or writes (by onnxruntime's data address), to check
     at each replay that onnxruntime still holds it."""
-    ep.capture_pending.append((what, tensors.describe(ep.api, ort_value)[2], buffer))
+    ep.run_capture.pending.append((what, tensors.describe(ep.api, ort_value)[2], buffer))
 
 
 def run_ended(ep: EpAdapter) -> None:
-    """At ``OnRunEnd``: the buffers of a run the EP has now captured are kept for its replays."""
-    if ep.capture_run and ep.ep.is_graph_captured(ep.capture_gid):
-        ep.capture_buffers[ep.capture_gid] = ep.capture_pending
-    ep.capture_run, ep.capture_pending = False, []
+    """At ``OnRunEnd``: the buffers of a run the EP has now captured are kept for its replays (the
+    first run to capture a graph id keeps it, as the EP keeps that run's capture)."""
+    run = ep.run_capture
+    if run.capturing and ep.ep.is_graph_captured(run.gid):
+        ep.capture_buffers.setdefault(run.gid, run.pending)
+    run.capturing, run.pending = False, []
 
 
 def replay(ep: EpAdapter, graph_annotation_id: int) -> None:

@@ -35,7 +35,7 @@ from onnxhal.runtime.optimizer.layout_transform import transform_layout
 from onnxhal.runtime.optimizer.optimized_model import save_optimized_model
 from onnxhal.runtime.session.compile_partitions import compile_groups
 from onnxhal.runtime.session.executor import ExecutionPlan, ExecutionPlanBuilder
-from onnxhal.runtime.session.graph_capture import capturing_ep, run_until_captured
+from onnxhal.runtime.session.graph_capture import CaptureBindings, capturing_ep, run_until_captured
 from onnxhal.runtime.session.memory_context import MemoryContext
 from onnxhal.runtime.session.options import SessionOptions, check_session_options
 from onnxhal.runtime.session.partitioner import PartitionResult, partition
@@ -194,7 +194,10 @@ class SessionCore:
             # onnxruntime serializes runs under a session lock when an EP cannot run concurrently
             self.run_lock = (threading.Lock() if any(not ep.is_concurrent_run_supported()
                                                      for ep in self.eps.values()) else None)
-            self.capture_ep = capturing_ep(self.eps, self.partition.assigned, CPU_EP_NAME, self.graph)
+            self.capture_ep = capturing_ep(self.eps, self.partition.assigned, CPU_EP_NAME, self.graph,
+                                           any(step.node is None for step in self.plan.steps))
+            #: the bound values of each captured graph's capture run (onnxhal's IOBinding runs)
+            self.capture_bindings = CaptureBindings()
             for ep in self.eps.values():
                 ep.on_session_initialization_end()
         except BaseException:

@@ -23,6 +23,7 @@ from onnxhal.hal.run_control import RUN_OPTIONS as _RUN_OPTIONS
 from onnxhal.hal.run_control import TERMINATED_MSG as _TERMINATED_MSG
 from onnxhal.hal.run_control import Terminated
 from onnxhal.runtime.session.fp_errors import ignore_fp_errors, restore_fp_errors
+from onnxhal.runtime.session.graph_capture import captures_graphs, destinations_for
 from onnxhal.runtime.session.memory_context import MemoryContext
 from onnxhal.runtime.session.plan_codegen import GeneratedRun, generate, plan_source
 from onnxhal.runtime.session.shape_memo import memo_steps
@@ -122,12 +123,21 @@ class ExecutionPlanBuilder:
             nout = len(node.outputs)
             stream = self.memory.stream_for_ep(node.ep_name)
 
-            def fused(inputs: list, _c=cinfo, _s=state, _n=nout, _st=stream, _ro=_RUN_OPTIONS) -> list:
-                # The run's RunOptions reach the EP (KernelContext.run_options): its terminate flag
-                # is read between launches and by a partition's own plan.
-                ctx = KernelContext(inputs, _n, _st, _ro.get())
-                out = _c.compute(_s, ctx)
-                return ctx.outputs if out is None else out
+            ep = self.eps.get(node.ep_name)
+            if not (captures_graphs(ep) and ep.is_graph_capture_enabled()):
+                def fused(inputs: list, _c=cinfo, _s=state, _n=nout, _st=stream, _ro=_RUN_OPTIONS) -> list:
+                    # The run's RunOptions reach the EP (KernelContext.run_options): its terminate flag
+                    # is read between launches and by a partition's own plan.
+                    ctx = KernelContext(inputs, _n, _st, _ro.get())
+                    out = _c.compute(_s, ctx)
+                    return ctx.outputs if out is None else out
+            else:
+                # a capturing EP gets its outputs' destinations in a capture run (graph_capture.py)
+                def fused(inputs: list, _c=cinfo, _s=state, _n=nout, _st=stream, _ro=_RUN_OPTIONS,
+                          _ep=node.ep_name, _outs=tuple(node.outputs)) -> list:
+                    ctx = KernelContext(inputs, _n, _st, _ro.get(), destinations_for(_ep, _outs))
+                    out = _c.compute(_s, ctx)
+                    return ctx.outputs if out is None else out
 
             self.metadata_inputs[id(node)] = frozenset(getattr(cinfo, "metadata_inputs", ()))  # as a kernel's
             return fused, frozenset(getattr(cinfo, "host_inputs", ())), frozenset(getattr(cinfo, "host_outputs", ()))

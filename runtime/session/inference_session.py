@@ -22,17 +22,23 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxhal.hal import CPU_MEMORY_INFO, Ep, Graph, Node, OrtEpDevice, OrtMemoryInfo, ValueInfo
+from onnxhal.hal import CPU_MEMORY_INFO, DeviceTensor, Ep, Graph, Node, OrtEpDevice, OrtMemoryInfo, ValueInfo
 from onnxhal.hal.errors import EPFail, Fail, InvalidArgument, OrtError
 from onnxhal.runtime.env.environment import CPU_EP_NAME
 from onnxhal.runtime.loader.model_overrides import override_initializers
 from onnxhal.runtime.session.build import SessionCore, check_canceled, load, select
 from onnxhal.runtime.session.collector_pause import collector_paused
 from onnxhal.runtime.session.executor import ExecutionPlan, Terminated
-from onnxhal.runtime.session.graph_capture import check_run_api, replay_if_captured
+from onnxhal.runtime.session.graph_capture import (
+    BOUND_OUTPUTS,
+    SKIP,
+    check_run_api,
+    graph_annotation_id,
+    replay_if_captured,
+)
 from onnxhal.runtime.session.input_checks import FeedChecker
 from onnxhal.runtime.session.log_scope import DEFAULT_SEVERITY, check_log_severity, log_scope
-from onnxhal.runtime.session.memory_context import MemoryContext
+from onnxhal.runtime.session.memory_context import MemoryContext, memory_device_of
 from onnxhal.runtime.session.options import (
     RECORD_EP_GRAPH_ASSIGNMENT,
     RunOptions,
@@ -431,13 +437,28 @@ class InferenceSession:
     def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
         """Have the graph-capturing EP forget the capture of ``graph_annotation_id``; a no-op without
         one, as onnxruntime."""
-        ep = self._core.capture_ep
-        if ep is not None:
-            ep.release_captured_graph(int(graph_annotation_id))
+        core = self._core
+        if core.capture_ep is not None:
+            core.capture_ep.release_captured_graph(int(graph_annotation_id))
+            core.capture_bindings.release(int(graph_annotation_id))
 
-    def _replay(self, run_options: RunOptions | None) -> bool:
-        """Replay the run's captured graph, if it is captured (for ``run_with_iobinding``)."""
-        return replay_if_captured(self._core.capture_ep, run_options)
+    def _replay(self, run_options: RunOptions | None, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> bool:
+        """Replay the run's captured graph, if it is captured (for ``run_with_iobinding``), once the
+        binding (``inputs``: name -> bound value; ``outputs``: name -> bound OrtValue, memory info
+        or None) holds the buffers of its capture run."""
+        from onnxhal.runtime.values.ortvalue import OrtValue
+
+        core = self._core
+        ep = core.capture_ep
+        if ep is None:
+            return False
+        gid = graph_annotation_id(run_options)
+        if gid == SKIP or not ep.is_graph_captured(gid):
+            return False
+        wanted = outputs or dict.fromkeys(o.name for o in self._outputs)
+        bound = {name: (v.contents if isinstance(v, OrtValue) else None) for name, v in wanted.items()}
+        core.capture_bindings.check(ep.name, gid, inputs, bound)
+        return replay_if_captured(ep, run_options)
 
     def _recover(self, core: SessionCore, error: EPFail) -> SessionCore:
         """After ``error`` in a run on ``core``: the core to run again on, built on the EPs the
@@ -577,7 +598,31 @@ class InferenceSession:
             b = bound.get(o.name)
             info = b.memory_info() if isinstance(b, OrtValue) else b
             devices.append(info.memory_device if info is not None else HOST_MEMORY_DEVICE)
-        return self._run(None, feeds, run_options, None if all(d.is_host for d in devices) else devices)
+        output_devices = None if all(d.is_host for d in devices) else devices
+        core = self._core
+        ep = core.capture_ep
+        if ep is None:
+            return self._run(None, feeds, run_options, output_devices)
+        gid = graph_annotation_id(run_options)
+        if gid == SKIP or ep.is_graph_captured(gid):
+            return self._run(None, feeds, run_options, output_devices)
+        # a capture run writes the outputs bound in the capturing EP's memory in place (graph_capture.py)
+        ep_memory = core.memory.device_of_ep(ep.name)
+        writes = {name: b.contents for name, b in bound.items() if isinstance(b, OrtValue)
+                  and isinstance(b.contents, (np.ndarray, DeviceTensor)) and memory_device_of(b.contents) == ep_memory}
+        # one capture run of a graph at a time: the graph the EP keeps and the binding kept for its
+        # replays must be the same run's; a run that finds it captured meanwhile runs normally
+        with core.capture_bindings.capture_lock(gid):
+            if ep.is_graph_captured(gid):
+                return self._run(None, feeds, run_options, output_devices)
+            token = BOUND_OUTPUTS.set(writes)
+            try:
+                outputs = self._run(None, feeds, run_options, output_devices)
+            finally:
+                BOUND_OUTPUTS.reset(token)
+            if ep.is_graph_captured(gid):
+                core.capture_bindings.record(gid, feeds, writes)
+        return outputs
 
     def bound_input(self, name: str, value: Any) -> Any:
         """What an IOBinding keeps of input ``name`` bound to ``value``. As onnxruntime's

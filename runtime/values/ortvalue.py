@@ -363,17 +363,18 @@ class IOBinding:
         return [(r.numpy().copy() if isinstance(r._value, np.ndarray) else r.numpy()) if r.is_tensor() else r._value
                 for r in self._results]
 
-    def run_with(self, run: Callable[[dict, dict, Any], list], replay: Callable[[Any], bool], run_options: Any) -> None:
+    def run_with(self, run: Callable[[dict, dict, Any], list], replay: Callable[[Any, dict, dict], bool],
+                 run_options: Any) -> None:
         """The session's ``run_with_iobinding``: ``run(feeds, bound outputs, run_options)`` returns
-        every output, each left where it is bound; ``replay(run_options)`` replays a captured graph
-        instead when the session's graph-capturing EP has one."""
+        every output, each left where it is bound; ``replay(run_options, feeds, bound outputs)``
+        replays a captured graph instead when the session's graph-capturing EP has one."""
         session = self._session
         names = [o.name for o in session.get_outputs()]
         wanted = list(self._outputs) or names
         for n in wanted:
             if n not in names:
                 raise InvalidArgument(f"Invalid output name: {n!r}. The model's outputs are {names}.")
-        if replay(run_options):
+        if replay(run_options, self._inputs, self._outputs):
             # the EP replayed its captured graph into the buffers bound when it captured
             unbound = [n for n in wanted if not isinstance(self._outputs.get(n), OrtValue)]
             if unbound:
@@ -388,7 +389,9 @@ class IOBinding:
             value = by_name[n]
             bound = self._outputs.get(n)
             if isinstance(bound, OrtValue):
-                if isinstance(bound._value, DeviceTensor) or isinstance(value, DeviceTensor):
+                if value is bound._value:  # written in place (a graph capture run's destination)
+                    pass
+                elif isinstance(bound._value, DeviceTensor) or isinstance(value, DeviceTensor):
                     copy_values([value], [bound._value], None)
                 else:
                     np.copyto(bound._value, value)

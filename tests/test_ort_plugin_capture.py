@@ -49,13 +49,6 @@ def _inputs(k: int) -> np.ndarray:
     return np.random.default_rng(k).standard_normal(SHAPE).astype(np.float32)
 
 
-def _opencl() -> bool:
-    """Whether the simulated devices run on OpenCL here (else on the host backend)."""
-    from onnxhal.devices.opencl import enumerate_opencl_devices
-
-    return any(record.probe.usable for record in enumerate_opencl_devices())
-
-
 # -- the checks, in a child process -------------------------------------------------------------------
 def capture(profile: str, binding_memory: str = "device", values: str = "") -> dict:
     """Capture on the first IOBinding run (run option gpu_graph_id = 1), then replays with new values
@@ -152,7 +145,7 @@ def capture(profile: str, binding_memory: str = "device", values: str = "") -> d
         y = r.pop("y")
         if values:
             r["values"] = y.tolist()
-    return {"api": API, "device_bound": device_bound, "runs": runs, "opted_out": opted_out, "opencl": _opencl(),
+    return {"api": API, "device_bound": device_bound, "runs": runs, "opted_out": opted_out,
             "backend": dev.ep_metadata.get("backend")}
 
 
@@ -235,7 +228,7 @@ def threads(profile: str, n: str = "4") -> dict:
 
     with ThreadPoolExecutor(count) as pool:
         equal = list(pool.map(worker, range(count)))
-    return {"api": API, "opencl": _opencl(), "equal": equal, "calls": dict(calls)}
+    return {"api": API, "equal": equal, "calls": dict(calls)}
 
 
 def release_at_session_end(profile: str) -> dict:
@@ -280,7 +273,7 @@ def release_at_session_end(profile: str) -> dict:
             sess.run_with_iobinding(binding, run_options)
     del binding, sess
     gc.collect()
-    return {"api": API, "opencl": _opencl(), "captured": sorted(captured), "calls": dict(calls)}
+    return {"api": API, "captured": sorted(captured), "calls": dict(calls)}
 
 
 def bad_option() -> dict:
@@ -587,9 +580,6 @@ def test_onnxhals_own_session_captures_its_first_iobinding_run_and_replays_the_n
     for k, (run, normal) in enumerate(zip(captured["runs"], plain["runs"])):
         np.testing.assert_array_equal(run["y"], normal["y"])  # bit for bit: the same kernels
         assert np.abs(run["y"] - cpu.run(None, {"x": inputs[k]})[0]).max() <= tolerance
-    if not _opencl():  # the host backend does not capture: every run is a normal run
-        assert captured["capture_ep"] is None
-        return
     first, *replays = captured["runs"]
     assert first["calls"] == {"on_run_start": 1, "compute_partition": 1, "on_run_end": 1}, first
     for k, run in enumerate(replays, 1):
@@ -606,9 +596,8 @@ def test_onnxhals_own_session_and_onnxruntime_through_the_bridge_agree_on_captur
     from tests.conftest import simulated_or_skip
 
     r = run_check("capture", "generic-gpu", "device", "values")
-    if API < 28 or not r["device_bound"] or not r["opencl"]:
-        pytest.skip("onnxruntime's Python API makes OrtValues in a plugin EP's memory from 1.28, and capture needs "
-                    "OpenCL")
+    if API < 28 or not r["device_bound"]:
+        pytest.skip("onnxruntime's Python API makes OrtValues in a plugin EP's memory from 1.28")
     with simulated_or_skip("generic-gpu", by="profile") as devices:
         own = _own_runs(devices["generic-gpu"], {"enable_graph_capture": "1"}, [_inputs(k) for k in range(4)], "1")
     names = {"OrtEp::OnRunStart": "on_run_start", "OrtNodeComputeInfo::Compute": "compute_partition",
@@ -630,8 +619,6 @@ def test_a_replay_through_other_buffers_than_its_capture_runs_is_a_typed_error()
     from onnxhal.hal.enums import OrtDeviceMemoryType
     from tests.conftest import simulated_or_skip
 
-    if not _opencl():
-        pytest.skip("the host backend does not capture")
     with simulated_or_skip("generic-gpu", by="profile") as devices:
         device = devices["generic-gpu"]
         so = onnxhal.SessionOptions()
@@ -680,8 +667,6 @@ def test_threads_capture_their_own_graphs_and_every_thread_replays_the_eps(monke
     from onnxhal.hal.enums import OrtDeviceMemoryType
     from tests.conftest import simulated_or_skip
 
-    if not _opencl():
-        pytest.skip("the host backend does not capture")
     n = 4
     with simulated_or_skip("generic-gpu", by="profile") as devices:
         device = devices["generic-gpu"]
@@ -758,8 +743,6 @@ def test_threads_capture_their_own_graphs_and_every_thread_replays_the_eps(monke
 def test_threads_on_one_onnxruntime_session_capture_and_replay_through_the_bridge():
     r = run_check("threads", "generic-gpu")
     assert r["equal"] == [[True] * 3] * 4, r
-    if not r["opencl"]:
-        return
     assert r["calls"] == {"OrtEp::OnRunStart": 4, "OrtNodeComputeInfo::Compute": 4, "OrtEp::ReplayGraph": 8}, r
 
 
@@ -769,7 +752,7 @@ def test_onnxruntime_does_not_release_captured_graphs_when_the_session_ends():
     # not call it: the EP is released, and its captures with it (CaptureRecorder belongs to the EP)
     r = run_check("release_at_session_end", "generic-gpu")
     assert "OrtEp::ReleaseCapturedGraph" not in r["calls"], r
-    if API >= 26 and r["opencl"]:
+    if API >= 26:
         assert r["captured"] == [1, 2], r
 
 

@@ -341,3 +341,64 @@ def test_torchscript_bert_head_splits_read_by_shapes_fold_into_attention(opencl)
                  for p in info.cached_plans]
         copies[disabled] = sum(getattr(s, "kernel_name", "") == "strided_copy" for p in plans for s in p.steps)
     assert copies == {"shape_values": 2, "shape_values,shape_only_outputs": 6}, copies
+
+
+def _rms_norm_model(form: str, weight: str, axes_input: bool) -> tuple[onnx.ModelProto, dict]:
+    """T5's LayerNorm as its exports write it: ``x * (1 / sqrt(mean(x^2) + eps))`` (``form``
+    "div_one"; "reciprocal" with Reciprocal; "divide": ``x / sqrt(...)``; "mul_square": the square
+    as Mul(x, x)), then ``weight`` "first"/"last" (which operand of the Mul) or "none"; a residual
+    Add reads x as well, as in an encoder."""
+    b, n, d = 2, 5, 24
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
+    square = (helper.make_node("Mul", ["x", "x"], ["sq"]) if form == "mul_square"
+              else helper.make_node("Pow", ["x", "two"], ["sq"]))
+    mean = (helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1) if axes_input
+            else helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1))
+    nodes = [helper.make_node("Add", ["a", "r"], ["x"]), square, mean,
+             helper.make_node("Add", ["ms", "eps"], ["v"]), helper.make_node("Sqrt", ["v"], ["s"])]
+    if form == "divide":
+        nodes.append(helper.make_node("Div", ["x", "s"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Reciprocal", ["s"], ["inv"]) if form == "reciprocal"
+                     else helper.make_node("Div", ["one", "s"], ["inv"]))
+        nodes.append(helper.make_node("Mul", ["x", "inv"], ["y"]))
+    if weight != "none":
+        nodes.append(helper.make_node("Mul", ["w", "y"] if weight == "first" else ["y", "w"], ["z"]))
+    nodes.append(helper.make_node("Add", ["z" if weight != "none" else "y", "x"], ["out"]))
+    model = _model(nodes, [("a", [b, n, d]), ("r", [b, n, d])], ["out"], {"w": _weight(d) + 1})
+    model.graph.initializer.extend([c("two", 2.0), c("eps", 1e-6), c("one", 1.0)])
+    if axes_input:
+        model.graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
+        model.opset_import[0].version = 18
+    feeds = {"a": RNG.standard_normal((b, n, d)).astype(np.float32),
+             "r": RNG.standard_normal((b, n, d)).astype(np.float32)}
+    feeds["a"][0, 1] = 0.0  # a row of zeros: mean 0, the eps alone under the root
+    feeds["r"][0, 1] = 0.0
+    feeds["a"][1, 2] *= 1e4  # large values
+    return model, feeds
+
+
+@pytest.mark.parametrize("form,weight,axes_input", [
+    ("div_one", "first", False), ("div_one", "last", True), ("reciprocal", "none", False),
+    ("divide", "first", False), ("mul_square", "last", False)])
+def test_t5_layernorm_is_one_row_kernel(opencl, form, weight, axes_input):
+    model, feeds = _rms_norm_model(form, weight, axes_input)
+    # x's Add, one row kernel, the residual Add; off: the square, the reduction, a tree on the reduced
+    # shape, a tree on x's shape in place of the row kernel
+    assert _compare(model, feeds, "rms_norm") == (3, 5)
+
+
+def test_a_t5_layernorm_with_a_step_read_elsewhere_is_not_one_kernel(opencl):
+    # the mean square is also a graph output: the steps after it still fuse among themselves only
+    model, feeds = _rms_norm_model("div_one", "first", False)
+    model.graph.output.append(helper.make_tensor_value_info("ms", TensorProto.FLOAT, None))
+    fused, unfused = _compare(model, feeds, "rms_norm")
+    assert fused == unfused == 5
+
+
+def test_a_mean_over_another_axis_is_not_a_t5_layernorm(opencl):
+    model, feeds = _rms_norm_model("div_one", "first", False)
+    mean = next(n for n in model.graph.node if n.op_type == "ReduceMean")
+    mean.attribute[0].ints[:] = [1]
+    fused, unfused = _compare(model, feeds, "rms_norm")
+    assert fused == unfused == 5

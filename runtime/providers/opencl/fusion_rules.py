@@ -39,6 +39,9 @@ FUSION_RULES: dict[str, str] = {
     "elementwise": "trees of elementwise nodes into one generated kernel",
     "qkv_projection": "MatMuls of one input by constant weights, each read by a head split, into one GEMM by the "
                       "concatenated weights (attention reads the parts in place)",
+    "rms_norm": "T5's LayerNorm as exported, x * (1 / sqrt(ReduceMean(x^2 over the last axis) + eps)) (Pow or "
+                "Mul, ReduceMean, Add, Sqrt, Div or Reciprocal, Mul; or x / Sqrt(...)) and an optional constant "
+                "weight Mul, into one row kernel",
     "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
                  "MatMul, with the Transposes around it) into one kernel",
 }

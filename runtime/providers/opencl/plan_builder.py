@@ -10,6 +10,9 @@ other node lowers to launches of the fixed kernel families in ``kernel_sources``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from onnxhal.hal.errors import InvalidArgument
@@ -43,11 +46,28 @@ from onnxhal.runtime.providers.opencl.op_support import (
     GraphLookup,
     activation_spec,
     fused_activation_spec,
+    reduce_axes,
     reduce_layout,
 )
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, PartitionPlan
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 I32, F = np.int32, np.float32
+
+
+@dataclass
+class RmsNormMatch:
+    """Rule ``rms_norm``: ``members`` (square, ReduceMean, Add, Sqrt, reciprocal, Mul[, weight Mul],
+    in graph order) compute ``x * (1 / sqrt(mean(x^2) + eps))`` over the last axis (``divide``:
+    ``x / sqrt(...)``, no reciprocal member), times ``weight`` (a constant of the row's length) when set."""
+
+    members: list[Node]
+    x: str
+    eps: float
+    divide: bool
+    weight: np.ndarray | None
 
 
 class PartitionPlanBuilder(GemmLowering, AttentionLowering):
@@ -196,8 +216,15 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 epi.out = add.outputs[0]
                 skip.update(id(m) for m in (add, view) if m is not None)
             epilogues[id(n)] = epi
+        rms_norms: dict[int, RmsNormMatch] = {}
+        if self.rule("rms_norm"):
+            for n in nodes:
+                match = None if id(n) in skip else self._match_rms_norm(n, sole_user)
+                if match is not None and not any(id(m) in skip for m in match.members):
+                    rms_norms[id(match.members[-1])] = match
+                    skip.update(id(m) for m in match.members[:-1])
         self._fold_transposes(nodes, consumers, outputs, skip)
-        clusters = self._elementwise_clusters(nodes, consumers, outputs, skip)
+        clusters = self._elementwise_clusters(nodes, consumers, outputs, skip | set(rms_norms))
         self.layernorm_prologues = {}
         for n in nodes:  # rule layernorm_prologue: a fused tree read only by a LayerNormalization
             if n.op_type != "LayerNormalization" or n.domain not in ("", FUSED_DOMAIN) or id(n) in skip:
@@ -218,6 +245,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 continue
             if id(n) in projections:
                 self.lower_projections(projections[id(n)], skip)
+                continue
+            if id(n) in rms_norms:
+                self._lower_rms_norm(rms_norms[id(n)])
                 continue
             if id(n) in skip:
                 continue
@@ -357,6 +387,78 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             self.operand_views[y] = (self.data(x), dims, strides)
             self.shape(y)
             skip.add(id(n))
+
+    def _constant_scalar(self, name: str) -> float | None:
+        const = self.lookup.const(name) if name else None
+        return float(const.reshape(-1)[0]) if const is not None and const.size == 1 else None
+
+    def _match_rms_norm(self, sq: Node, sole_user: Callable[[str], Node | None]) -> RmsNormMatch | None:
+        """Rule ``rms_norm`` from its first node, the square of x (``Pow(x, 2)`` or ``Mul(x, x)``):
+        each following step the sole reader of the one before, of the reduced shape, up to the Mul
+        by x (or Div of x) of x's shape, then a Mul by a constant of the row's length if one reads it."""
+        if sq.domain or len(sq.inputs) != 2 or not all(sq.inputs):
+            return None
+        if not (sq.op_type == "Pow" and self._constant_scalar(sq.inputs[1]) == 2.0
+                or sq.op_type == "Mul" and sq.inputs[0] == sq.inputs[1]):
+            return None
+        x = sq.inputs[0]
+        xs = self.shape(x)
+        if not xs or self.lookup.dtype(x) != F32 or self.shape(sq.outputs[0]) != xs:
+            return None
+        reduced = (*xs[:-1], 1)
+
+        def step(prev: Node, op: str) -> Node | None:
+            n = sole_user(prev.outputs[0])
+            if n is None or n.domain or n.op_type != op or self.shape(n.outputs[0]) != reduced:
+                return None
+            return n
+
+        red = step(sq, "ReduceMean")
+        if (red is None or red.inputs[0] != sq.outputs[0] or not red.attr("keepdims", 1)
+                or reduce_axes(red, self.lookup) != [len(xs) - 1]):
+            return None
+        add = step(red, "Add")
+        if add is None or len(add.inputs) != 2:
+            return None
+        eps = self._constant_scalar(add.inputs[1] if add.inputs[0] == red.outputs[0] else add.inputs[0])
+        sqrt = step(add, "Sqrt") if eps is not None else None
+        if sqrt is None:
+            return None
+        last = sole_user(sqrt.outputs[0])
+        divide = last is not None and last.op_type == "Div" and list(last.inputs) == [x, sqrt.outputs[0]]
+        members = [sq, red, add, sqrt]
+        if not divide:
+            inv = step(sqrt, "Reciprocal") or step(sqrt, "Div")
+            if inv is None or (inv.op_type == "Div" and (inv.inputs[1] != sqrt.outputs[0]
+                                                         or self._constant_scalar(inv.inputs[0]) != 1.0)):
+                return None
+            members.append(inv)
+            last = sole_user(inv.outputs[0])
+            if last is None or last.op_type != "Mul" or sorted(last.inputs) != sorted([x, inv.outputs[0]]):
+                return None
+        if last.domain or self.shape(last.outputs[0]) != xs:
+            return None
+        members.append(last)
+        weight = None
+        scale = sole_user(last.outputs[0])
+        if scale is not None and scale.op_type == "Mul" and not scale.domain and len(scale.inputs) == 2:
+            other = scale.inputs[1] if scale.inputs[0] == last.outputs[0] else scale.inputs[0]
+            w = self.lookup.const(other)
+            if (w is not None and w.dtype == F32 and w.size == xs[-1] and w.shape[-1:] == (xs[-1],)
+                    and len(w.shape) <= len(xs) and self.shape(scale.outputs[0]) == xs):
+                weight = w.reshape(-1)
+                members.append(scale)
+        return RmsNormMatch(members, x, eps, divide, weight)
+
+    def _lower_rms_norm(self, match: RmsNormMatch) -> None:
+        xs = self.shape(match.x)
+        x = self.data(match.x)
+        out = self.output(match.members[-1].outputs[0])
+        w = x if match.weight is None else self.constant("rms_weight", match.weight)
+        if match.weight is not None:
+            self.plan.shapes[w], self.plan.dtypes[w] = match.weight.shape, F32
+        self.plan.add_launch_1d(ks.RMSNORM_SOURCE, "rmsnorm_rows", prod(xs[:-1]), [
+            Buf(out), Buf(x), Buf(w), I32(match.weight is not None), I32(xs[-1]), F(match.eps), I32(match.divide)])
 
     def _elementwise_clusters(self, nodes, consumers, outputs, skip) -> dict[int, list[Node]]:
         """id(root node) -> member nodes in order; id(non-root member) -> [] (emitted with its root)."""

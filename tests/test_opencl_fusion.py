@@ -209,6 +209,20 @@ def test_the_parts_of_a_split_projection_are_read_in_place(opencl):
     assert fused == 2 and unfused >= fused + 8, (fused, unfused)
 
 
+def test_a_split_run_for_one_part_copies_only_that_part(opencl):
+    # V's part is also an output (as a dynamo export's present value): the Split runs for it, while
+    # attention still reads Q's and K's parts in place, which get no copy
+    model = _attention_model(2, 10, 2, 16, True, False, True, fused_qkv=True)
+    model.graph.output.append(helper.make_tensor_value_info("v0", TensorProto.FLOAT, None))
+    feeds = {"x": RNG.standard_normal((2, 10, 32)).astype(np.float32)}
+    data = model.SerializeToString()
+    sess = onnxhal.InferenceSession(data, providers=["OpenCLExecutionProvider"])
+    kernels = [s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps]
+    assert kernels.count("strided_copy") == 1 and kernels.count("attention_rows") == 1, kernels
+    fused, unfused = _compare(model, feeds, "attention")
+    assert fused == 3 and unfused >= fused + 8, (fused, unfused)
+
+
 def test_projections_whose_head_splits_attention_does_not_take_stay_apart(opencl):
     # with attention off nothing reads the parts in place: merged, each part would need a copy out
     model = _attention_model(1, 6, 2, 4, True, False)

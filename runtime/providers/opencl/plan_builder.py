@@ -84,6 +84,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         self.shape_only = shape_only if self.rule("shape_only_outputs") else frozenset()
         #: id(LayerNormalization) -> the elementwise tree computed in its kernel (rule layernorm_prologue)
         self.layernorm_prologues: dict[int, list[Node]] = {}
+        #: Parts of a Split that attention reads in place through their head-split view (rule
+        #: ``attention``): a Split lowered for its other parts writes no copy of these.
+        self.in_place_parts: set[str] = set()
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -177,6 +180,10 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 if match is not None and not any(id(m) in skip for m in match.members):
                     attention[id(match.members[-1])] = match
                     skip.update(id(m) for m in match.members)
+                    split_ids = {id(split) for split in match.splits}
+                    self.in_place_parts.update(
+                        m.inputs[0] for m in match.members if m.op_type == "Reshape"
+                        and id(self.graph.producer(m.inputs[0])) in split_ids)
                     for split in match.splits:  # every part read in place: the Split itself is not run
                         if all(o not in outputs and all(id(u) in skip for u in consumers.get(o, []))
                                for o in split.outputs if o):
@@ -728,7 +735,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             if not o:
                 continue
             ys = self.shape(o)
-            self._strided_copy(self.output(o), x, ys, st, contiguous_strides(ys), offset * st[axis], 0)
+            if o not in self.in_place_parts:
+                self._strided_copy(self.output(o), x, ys, st, contiguous_strides(ys), offset * st[axis], 0)
             offset += ys[axis]
 
     def _lower_Slice(self, n: Node) -> None:

@@ -223,6 +223,26 @@ def test_a_split_run_for_one_part_copies_only_that_part(opencl):
     assert fused == 3 and unfused >= fused + 8, (fused, unfused)
 
 
+def test_a_transpose_of_a_head_split_of_a_split_part_reads_the_part_in_place(opencl):
+    # a fused QKV projection split in three, each part's heads split and transposed (a dynamo export's
+    # present key and value): each Transpose reads its part inside the projection's result
+    b, s, heads, d = 2, 6, 3, 4
+    e = heads * d
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v), name)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "wqkv"], ["qkv"]),
+             helper.make_node("Split", ["qkv", "thirds"], ["q0", "k0", "v0"], axis=-1)]
+    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [helper.make_node("Reshape", [f"{t}0", "split"], [f"{t}1"]),
+                  helper.make_node("Transpose", [f"{t}1"], [f"{t}2"], perm=perm)]
+    nodes.append(helper.make_node("Neg", ["k2"], ["nk"]))  # a reader that is not a MatMul
+    model = _model(nodes, [("x", [b, s, e])], ["q2", "nk", "v2"], {"wqkv": _weight(e, 3 * e)})
+    model.graph.initializer.extend([c("thirds", np.array([e, e, e], np.int64)),
+                                    c("split", np.array([b, s, heads, d], np.int64))])
+    feeds = {"x": RNG.standard_normal((b, s, e)).astype(np.float32)}
+    # the GEMM, three Transposes and the Neg; off: the Split's three copies as well
+    assert _compare(model, feeds, "head_split_in_place") == (5, 8)
+
+
 def test_projections_whose_head_splits_attention_does_not_take_stay_apart(opencl):
     # with attention off nothing reads the parts in place: merged, each part would need a copy out
     model = _attention_model(1, 6, 2, 4, True, False)

@@ -42,6 +42,9 @@ FUSION_RULES: dict[str, str] = {
     "rms_norm": "T5's LayerNorm as exported, x * (1 / sqrt(ReduceMean(x^2 over the last axis) + eps)) (Pow or "
                 "Mul, ReduceMean, Add, Sqrt, Div or Reciprocal, Mul; or x / Sqrt(...)) and an optional constant "
                 "weight Mul, into one row kernel",
+    "head_split_in_place": "a Transpose of a head split (Reshape) of one part of a Split or of a merged projection "
+                           "(qkv_projection) that attention does not read: the Transpose reads the part where it "
+                           "was computed, which gets no copy of its own",
     "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
                  "MatMul, with the Transposes around it) into one kernel",
 }

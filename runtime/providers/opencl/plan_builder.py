@@ -87,6 +87,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         #: Parts of a Split that attention reads in place through their head-split view (rule
         #: ``attention``): a Split lowered for its other parts writes no copy of these.
         self.in_place_parts: set[str] = set()
+        #: id(Transpose) -> (head split, buffer, offset, strides of the split's dims in it): rule
+        #: ``head_split_in_place``, a Transpose that reads one part of a Split or merged projection in place.
+        self.parts_in_place: dict[int, tuple[Node, str, int, list[int]]] = {}
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -193,6 +196,19 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 del projections[key]
                 skip.difference_update(id(m) for m in group)
                 self.drop_projections(group)
+        self.parts_in_place = {}
+        if self.rule("head_split_in_place") and self.rule("attention"):
+            for n in nodes:
+                readers = consumers.get(n.outputs[0], [])
+                if (n.op_type != "Transpose" or n.domain or id(n) in skip
+                        or readers and all(u.op_type == "MatMul" for u in readers)):  # transpose_operand's
+                    continue
+                part = (self._split_part(n.inputs[0], n, sole_user)
+                        or self._projection_part(n.inputs[0], n, sole_user))
+                if part is not None and id(part[0]) not in skip:
+                    self.parts_in_place[id(n)] = part
+                    skip.add(id(part[0]))  # the head split is read through: its part gets no copy
+                    self.in_place_parts.add(part[0].inputs[0])
         for n in nodes:
             if n.op_type not in ("Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul") or id(n) in skip:
                 continue
@@ -368,7 +384,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     and len(self.shape(mm.inputs[0])) > 2)
 
         for n in nodes:
-            if n.op_type != "Transpose" or n.domain or id(n) in skip:
+            if n.op_type != "Transpose" or n.domain or id(n) in skip or id(n) in self.parts_in_place:
                 continue
             if not self.rule("transpose_operand") and not self.rule("transpose_store"):
                 continue
@@ -702,8 +718,10 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         xs = self.shape(x)
         perm = n.attr("perm") or list(range(len(xs)))[::-1]
         ys = self.shape(n.outputs[0])
-        st = contiguous_strides(xs)
-        self._strided_copy(self.output(n.outputs[0]), x, ys, [st[p] for p in perm], contiguous_strides(ys))
+        st, offset = contiguous_strides(xs), 0
+        if id(n) in self.parts_in_place:  # rule head_split_in_place: read the part where it was computed
+            _, x, offset, st = self.parts_in_place[id(n)]
+        self._strided_copy(self.output(n.outputs[0]), x, ys, [st[p] for p in perm], contiguous_strides(ys), offset)
 
     def _lower_Expand(self, n: Node) -> None:
         x = self.data(n.inputs[0])

@@ -436,3 +436,33 @@ def test_a_mean_over_another_axis_is_not_a_t5_layernorm(opencl):
     mean.attribute[0].ints[:] = [1]
     fused, unfused = _compare(model, feeds, "rms_norm")
     assert fused == unfused == 5
+
+
+def _cls_concat_model(transpose_read_elsewhere: bool) -> tuple[onnx.ModelProto, dict]:
+    """ViT's embeddings: patches [b, d, n] transposed to [b, n, d], the class token [1, 1, d] (an
+    input, so that no optimizer folds its Expand) expanded over the batch and put first (Concat on axis 1), then a position embedding added."""
+    b, d, n = 2, 8, 5
+    nodes = [helper.make_node("Transpose", ["p"], ["pt"], perm=[0, 2, 1]),
+             helper.make_node("Expand", ["cls", "shape"], ["ce"]),
+             helper.make_node("Concat", ["ce", "pt"], ["cat"], axis=1),
+             helper.make_node("Add", ["cat", "pos"], ["y"])]
+    outputs = ["y"]
+    if transpose_read_elsewhere:
+        nodes.append(helper.make_node("Neg", ["pt"], ["npt"]))
+        outputs.append("npt")
+    model = _model(nodes, [("p", [b, d, n]), ("cls", [1, 1, d])], outputs, {"pos": _weight(1, n + 1, d)})
+    model.graph.initializer.append(numpy_helper.from_array(np.array([b, 1, d], np.int64), "shape"))
+    return model, {"p": RNG.standard_normal((b, d, n)).astype(np.float32),
+                   "cls": RNG.standard_normal((1, 1, d)).astype(np.float32)}
+
+
+def test_copies_read_only_by_a_concat_write_their_slot_of_it(opencl):
+    model, feeds = _cls_concat_model(False)
+    # the Transpose and the Expand into the Concat's output, then the Add; off: the Concat's two copies
+    assert _compare(model, feeds, "concat_in_place") == (3, 5)
+
+
+def test_a_copy_read_elsewhere_as_well_keeps_its_own_output(opencl):
+    model, feeds = _cls_concat_model(True)
+    # the Expand alone writes into the Concat; the Transpose's result is also read by the Neg
+    assert _compare(model, feeds, "concat_in_place") == (5, 6)

@@ -45,6 +45,8 @@ FUSION_RULES: dict[str, str] = {
     "head_split_in_place": "a Transpose of a head split (Reshape) of one part of a Split or of a merged projection "
                            "(qkv_projection) that attention does not read: the Transpose reads the part where it "
                            "was computed, which gets no copy of its own",
+    "concat_in_place": "a Transpose or Expand whose only reader is a Concat writes its slot of the Concat's "
+                       "output, where the Concat would copy it there",
     "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
                  "MatMul, with the Transposes around it) into one kernel",
 }

@@ -90,6 +90,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         #: id(Transpose) -> (head split, buffer, offset, strides of the split's dims in it): rule
         #: ``head_split_in_place``, a Transpose that reads one part of a Split or merged projection in place.
         self.parts_in_place: dict[int, tuple[Node, str, int, list[int]]] = {}
+        #: id(Transpose or Expand) -> (Concat output, element offset, its strides): rule
+        #: ``concat_in_place``, a copy whose only reader is a Concat writes its slot of the Concat's output.
+        self.concat_targets: dict[int, tuple[str, int, list[int]]] = {}
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -209,6 +212,19 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     self.parts_in_place[id(n)] = part
                     skip.add(id(part[0]))  # the head split is read through: its part gets no copy
                     self.in_place_parts.add(part[0].inputs[0])
+        self.concat_targets = {}
+        if self.rule("concat_in_place"):
+            for n in nodes:
+                if n.op_type != "Concat" or n.domain or id(n) in skip:
+                    continue
+                ys = self.shape(n.outputs[0])
+                axis, ost, offset = n.attr("axis") % len(ys), contiguous_strides(ys), 0
+                for i in n.inputs:
+                    p = self.graph.producer(i)
+                    if (p is not None and p.op_type in ("Transpose", "Expand") and not p.domain
+                            and id(p) not in skip and sole_user(i) is n):
+                        self.concat_targets[id(p)] = (n.outputs[0], offset * ost[axis], ost)
+                    offset += self.shape(i)[axis]
         for n in nodes:
             if n.op_type not in ("Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul") or id(n) in skip:
                 continue
@@ -384,7 +400,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     and len(self.shape(mm.inputs[0])) > 2)
 
         for n in nodes:
-            if n.op_type != "Transpose" or n.domain or id(n) in skip or id(n) in self.parts_in_place:
+            if (n.op_type != "Transpose" or n.domain or id(n) in skip or id(n) in self.parts_in_place
+                    or id(n) in self.concat_targets):
                 continue
             if not self.rule("transpose_operand") and not self.rule("transpose_store"):
                 continue
@@ -721,14 +738,24 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         st, offset = contiguous_strides(xs), 0
         if id(n) in self.parts_in_place:  # rule head_split_in_place: read the part where it was computed
             _, x, offset, st = self.parts_in_place[id(n)]
-        self._strided_copy(self.output(n.outputs[0]), x, ys, [st[p] for p in perm], contiguous_strides(ys), offset)
+        dst, dst_off, dst_strides = self._copy_target(n)
+        self._strided_copy(dst, x, ys, [st[p] for p in perm], dst_strides, offset, dst_off)
+
+    def _copy_target(self, n: Node) -> tuple[str, int, list[int]]:
+        """Where a copying node writes: its own output, or (rule ``concat_in_place``) its slot of the
+        Concat that alone reads it."""
+        target = self.concat_targets.get(id(n))
+        if target is not None:
+            return self.output(target[0]), target[1], target[2]
+        return self.output(n.outputs[0]), 0, contiguous_strides(self.shape(n.outputs[0]))
 
     def _lower_Expand(self, n: Node) -> None:
         x = self.data(n.inputs[0])
         ys = self.shape(n.outputs[0])
         fi = broadcast_strides(self.shape(x), ys)
         src = list(fi.strides) if fi.mode == "bcast" else contiguous_strides(ys) if fi.mode == "same" else [0] * len(ys)
-        self._strided_copy(self.output(n.outputs[0]), x, ys, src, contiguous_strides(ys))
+        dst, dst_off, dst_strides = self._copy_target(n)
+        self._strided_copy(dst, x, ys, src, dst_strides, 0, dst_off)
 
     def _lower_Concat(self, n: Node) -> None:
         out = self.output(n.outputs[0])
@@ -738,7 +765,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         offset = 0
         for i in n.inputs:
             xs = self.shape(self.data(i))
-            self._strided_copy(out, self.data(i), xs, contiguous_strides(xs), ost, 0, offset * ost[axis])
+            producer = self.graph.producer(i)
+            if producer is None or id(producer) not in self.concat_targets:  # else written in place
+                self._strided_copy(out, self.data(i), xs, contiguous_strides(xs), ost, 0, offset * ost[axis])
             offset += xs[axis]
 
     def _lower_Split(self, n: Node) -> None:

@@ -47,6 +47,8 @@ FUSION_RULES: dict[str, str] = {
                            "was computed, which gets no copy of its own",
     "concat_in_place": "a Transpose or Expand whose only reader is a Concat writes its slot of the Concat's "
                        "output, where the Concat would copy it there",
+    "transpose_elementwise": "a Transpose read only by a fused elementwise tree of its shape into that tree's "
+                             "reads (strides of the Transpose's input)",
     "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
                  "MatMul, with the Transposes around it) into one kernel",
 }

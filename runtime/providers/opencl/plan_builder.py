@@ -23,6 +23,7 @@ from onnxhal.runtime.providers.opencl.attention_lowering import AttentionLowerin
 from onnxhal.runtime.providers.opencl.elementwise_codegen import (
     ELEMENTWISE_OPS,
     POW_AS_PRODUCT,
+    FusedInput,
     broadcast_strides,
     float_literal,
     generate_fused_kernel,
@@ -93,6 +94,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         #: id(Transpose or Expand) -> (Concat output, element offset, its strides): rule
         #: ``concat_in_place``, a copy whose only reader is a Concat writes its slot of the Concat's output.
         self.concat_targets: dict[int, tuple[str, int, list[int]]] = {}
+        #: Transpose result -> (its input, strides reading it in the result's order): rule
+        #: ``transpose_elementwise``, read by a fused elementwise tree in place of the Transpose's copy.
+        self.transposed_inputs: dict[str, tuple[str, tuple[int, ...]]] = {}
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -277,6 +281,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             for n in nodes:
                 if id(n) in epilogues and id(n) not in skip:
                     self._fold_chain(n, epilogues[id(n)], clusters, consumers, outputs, skip)
+        if self.rule("transpose_elementwise"):
+            self._transposed_inputs(clusters, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
             if id(n) in attention:
@@ -592,13 +598,38 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             local = f"v{k}"
             statements.append((local, ELEMENTWISE_OPS[m.op_type](m, refs, extra)))
             exprs[m.outputs[0]] = local
-        inputs = [broadcast_strides(self.shape(self.data(a)), out_shape) for a in ext]
+        inputs = [FusedInput("bcast", self.transposed_inputs[a][1]) if a in self.transposed_inputs
+                  else broadcast_strides(self.shape(self.data(a)), out_shape) for a in ext]
+        reads = [Buf(self.data(self.transposed_inputs[a][0] if a in self.transposed_inputs else a)) for a in ext]
         fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape, function)
         meta = self.constant("meta", fused.meta)
         if function:
-            return fused.source, [Buf(self.data(a)) for a in ext], Buf(meta)
+            return fused.source, reads, Buf(meta)
         self.plan.add_launch_1d(fused.source, "fused_elementwise", prod(out_shape),
-                                [Buf(self.output(out)), *(Buf(self.data(a)) for a in ext), Buf(meta)])
+                                [Buf(self.output(out)), *reads, Buf(meta)])
+
+    def _transposed_inputs(self, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
+                           outputs: set[str], skip: set[int]) -> None:
+        """Rule ``transpose_elementwise``: a Transpose whose result only a fused elementwise tree reads,
+        with the tree's shape, is read by the tree through the permuted strides of its input."""
+        for members in clusters.values():
+            if not members or id(members[-1]) in skip:  # a tree another kernel computes (or none)
+                continue
+            out_shape = self.shape(members[-1].outputs[0])
+            inside = {id(m) for m in members}
+            for m in members:
+                for a in m.inputs:
+                    p = self.graph.producer(a) if a else None
+                    if (p is None or p.op_type != "Transpose" or p.domain or id(p) in skip or a in outputs
+                            or id(p) in self.parts_in_place or a in self.transposed_inputs
+                            or self.shape(a) != out_shape
+                            or not all(id(u) in inside for u in consumers.get(a, []))):
+                        continue
+                    xs = self.shape(p.inputs[0])
+                    perm = p.attr("perm") or list(range(len(xs)))[::-1]
+                    st = contiguous_strides(xs)
+                    self.transposed_inputs[a] = (p.inputs[0], tuple(st[q] for q in perm))
+                    skip.add(id(p))
 
     # -- single nodes ----------------------------------------------------------------------
     def _lower(self, n: Node, epi: Epilogue | None) -> None:

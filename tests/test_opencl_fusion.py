@@ -209,6 +209,41 @@ def test_the_parts_of_a_split_projection_are_read_in_place(opencl):
     assert fused == 2 and unfused >= fused + 8, (fused, unfused)
 
 
+def test_a_split_run_for_one_part_copies_only_that_part(opencl):
+    # V's part is also an output (as a dynamo export's present value): the Split runs for it, while
+    # attention still reads Q's and K's parts in place, which get no copy
+    model = _attention_model(2, 10, 2, 16, True, False, True, fused_qkv=True)
+    model.graph.output.append(helper.make_tensor_value_info("v0", TensorProto.FLOAT, None))
+    feeds = {"x": RNG.standard_normal((2, 10, 32)).astype(np.float32)}
+    data = model.SerializeToString()
+    sess = onnxhal.InferenceSession(data, providers=["OpenCLExecutionProvider"])
+    kernels = [s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps]
+    assert kernels.count("strided_copy") == 1 and kernels.count("attention_rows") == 1, kernels
+    fused, unfused = _compare(model, feeds, "attention")
+    assert fused == 3 and unfused >= fused + 8, (fused, unfused)
+
+
+def test_a_transpose_of_a_head_split_of_a_split_part_reads_the_part_in_place(opencl):
+    # a fused QKV projection split in three, each part's heads split and transposed (a dynamo export's
+    # present key and value): each Transpose reads its part inside the projection's result
+    b, s, heads, d = 2, 6, 3, 4
+    e = heads * d
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v), name)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "wqkv"], ["qkv"]),
+             helper.make_node("Split", ["qkv", "thirds"], ["q0", "k0", "v0"], axis=-1)]
+    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [helper.make_node("Reshape", [f"{t}0", "split"], [f"{t}1"]),
+                  helper.make_node("Transpose", [f"{t}1"], [f"{t}2"], perm=perm)]
+    nodes.append(helper.make_node("Neg", ["k2"], ["nk"]))  # a reader that is not a MatMul
+    model = _model(nodes, [("x", [b, s, e])], ["q2", "nk", "v2"], {"wqkv": _weight(e, 3 * e)})
+    model.graph.initializer.extend([c("thirds", np.array([e, e, e], np.int64)),
+                                    c("split", np.array([b, s, heads, d], np.int64))])
+    feeds = {"x": RNG.standard_normal((b, s, e)).astype(np.float32)}
+    # the GEMM, three Transposes and the Neg; off: the Split's three copies as well, with K's Transpose
+    # read by the Neg through strides (rule transpose_elementwise)
+    assert _compare(model, feeds, "head_split_in_place") == (5, 7)
+
+
 def test_projections_whose_head_splits_attention_does_not_take_stay_apart(opencl):
     # with attention off nothing reads the parts in place: merged, each part would need a copy out
     model = _attention_model(1, 6, 2, 4, True, False)
@@ -217,7 +252,7 @@ def test_projections_whose_head_splits_attention_does_not_take_stay_apart(opencl
     data = model.SerializeToString()
     sess = onnxhal.InferenceSession(data, providers=[("OpenCLExecutionProvider", {"disable_fusions": "attention"})])
     kernels = [s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps]
-    assert kernels.count("gemm_rowmajor_a") == 3 + 2 and "strided_copy" in kernels  # no merged GEMM + copies
+    assert kernels.count("gemm_rowmajor_a") == 3 + 2, kernels  # no merged GEMM
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
 
@@ -341,3 +376,121 @@ def test_torchscript_bert_head_splits_read_by_shapes_fold_into_attention(opencl)
                  for p in info.cached_plans]
         copies[disabled] = sum(getattr(s, "kernel_name", "") == "strided_copy" for p in plans for s in p.steps)
     assert copies == {"shape_values": 2, "shape_values,shape_only_outputs": 6}, copies
+
+
+def _rms_norm_model(form: str, weight: str, axes_input: bool) -> tuple[onnx.ModelProto, dict]:
+    """T5's LayerNorm as its exports write it: ``x * (1 / sqrt(mean(x^2) + eps))`` (``form``
+    "div_one"; "reciprocal" with Reciprocal; "divide": ``x / sqrt(...)``; "mul_square": the square
+    as Mul(x, x)), then ``weight`` "first"/"last" (which operand of the Mul) or "none"; a residual
+    Add reads x as well, as in an encoder."""
+    b, n, d = 2, 5, 24
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
+    square = (helper.make_node("Mul", ["x", "x"], ["sq"]) if form == "mul_square"
+              else helper.make_node("Pow", ["x", "two"], ["sq"]))
+    mean = (helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1) if axes_input
+            else helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1))
+    nodes = [helper.make_node("Add", ["a", "r"], ["x"]), square, mean,
+             helper.make_node("Add", ["ms", "eps"], ["v"]), helper.make_node("Sqrt", ["v"], ["s"])]
+    if form == "divide":
+        nodes.append(helper.make_node("Div", ["x", "s"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Reciprocal", ["s"], ["inv"]) if form == "reciprocal"
+                     else helper.make_node("Div", ["one", "s"], ["inv"]))
+        nodes.append(helper.make_node("Mul", ["x", "inv"], ["y"]))
+    if weight != "none":
+        nodes.append(helper.make_node("Mul", ["w", "y"] if weight == "first" else ["y", "w"], ["z"]))
+    nodes.append(helper.make_node("Add", ["z" if weight != "none" else "y", "x"], ["out"]))
+    model = _model(nodes, [("a", [b, n, d]), ("r", [b, n, d])], ["out"], {"w": _weight(d) + 1})
+    model.graph.initializer.extend([c("two", 2.0), c("eps", 1e-6), c("one", 1.0)])
+    if axes_input:
+        model.graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
+        model.opset_import[0].version = 18
+    feeds = {"a": RNG.standard_normal((b, n, d)).astype(np.float32),
+             "r": RNG.standard_normal((b, n, d)).astype(np.float32)}
+    feeds["a"][0, 1] = 0.0  # a row of zeros: mean 0, the eps alone under the root
+    feeds["r"][0, 1] = 0.0
+    feeds["a"][1, 2] *= 1e4  # large values
+    return model, feeds
+
+
+@pytest.mark.parametrize("form,weight,axes_input", [
+    ("div_one", "first", False), ("div_one", "last", True), ("reciprocal", "none", False),
+    ("divide", "first", False), ("mul_square", "last", False)])
+def test_t5_layernorm_is_one_row_kernel(opencl, form, weight, axes_input):
+    model, feeds = _rms_norm_model(form, weight, axes_input)
+    # x's Add, one row kernel, the residual Add; off: the square, the reduction, a tree on the reduced
+    # shape, a tree on x's shape in place of the row kernel
+    assert _compare(model, feeds, "rms_norm") == (3, 5)
+
+
+def test_a_t5_layernorm_with_a_step_read_elsewhere_is_not_one_kernel(opencl):
+    # the mean square is also a graph output: the steps after it still fuse among themselves only
+    model, feeds = _rms_norm_model("div_one", "first", False)
+    model.graph.output.append(helper.make_tensor_value_info("ms", TensorProto.FLOAT, None))
+    fused, unfused = _compare(model, feeds, "rms_norm")
+    assert fused == unfused == 5
+
+
+def test_a_mean_over_another_axis_is_not_a_t5_layernorm(opencl):
+    model, feeds = _rms_norm_model("div_one", "first", False)
+    mean = next(n for n in model.graph.node if n.op_type == "ReduceMean")
+    mean.attribute[0].ints[:] = [1]
+    fused, unfused = _compare(model, feeds, "rms_norm")
+    assert fused == unfused == 5
+
+
+def _cls_concat_model(transpose_read_elsewhere: bool) -> tuple[onnx.ModelProto, dict]:
+    """ViT's embeddings: patches [b, d, n] transposed to [b, n, d], the class token [1, 1, d] (an
+    input, so that no optimizer folds its Expand) expanded over the batch and put first (Concat on axis 1), then a position embedding added."""
+    b, d, n = 2, 8, 5
+    nodes = [helper.make_node("Transpose", ["p"], ["pt"], perm=[0, 2, 1]),
+             helper.make_node("Expand", ["cls", "shape"], ["ce"]),
+             helper.make_node("Concat", ["ce", "pt"], ["cat"], axis=1),
+             helper.make_node("Add", ["cat", "pos"], ["y"])]
+    outputs = ["y"]
+    if transpose_read_elsewhere:
+        nodes.append(helper.make_node("Neg", ["pt"], ["npt"]))
+        outputs.append("npt")
+    model = _model(nodes, [("p", [b, d, n]), ("cls", [1, 1, d])], outputs, {"pos": _weight(1, n + 1, d)})
+    model.graph.initializer.append(numpy_helper.from_array(np.array([b, 1, d], np.int64), "shape"))
+    return model, {"p": RNG.standard_normal((b, d, n)).astype(np.float32),
+                   "cls": RNG.standard_normal((1, 1, d)).astype(np.float32)}
+
+
+def test_copies_read_only_by_a_concat_write_their_slot_of_it(opencl):
+    model, feeds = _cls_concat_model(False)
+    # the Transpose and the Expand into the Concat's output, then the Add; off: the Concat's two copies
+    assert _compare(model, feeds, "concat_in_place") == (3, 5)
+
+
+def test_a_copy_read_elsewhere_as_well_keeps_its_own_output(opencl):
+    model, feeds = _cls_concat_model(True)
+    # the Expand alone writes into the Concat; the Transpose's result is also read by the Neg
+    assert _compare(model, feeds, "concat_in_place") == (5, 6)
+
+
+@pytest.mark.parametrize("perm, broadcast_other", [([0, 2, 1, 3], False), ([0, 2, 3, 1], True), ([2, 0, 1], False)])
+def test_a_transpose_read_only_by_an_elementwise_tree_is_read_through_strides(opencl, perm, broadcast_other):
+    # T5's head split transposed and scaled by a constant (its attention in a partition of its own),
+    # then added to a second input (of the same shape, or a row broadcast)
+    shape = [2, 5, 3, 4][:len(perm)]
+    out_shape = [shape[p] for p in perm]
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm), helper.make_node("Mul", ["t", "k"], ["m"]),
+             helper.make_node("Add", ["m", "z"], ["y"])]
+    z_shape = [1] * (len(perm) - 1) + [out_shape[-1]] if broadcast_other else out_shape
+    model = _model(nodes, [("x", shape), ("z", z_shape)], ["y"], {})
+    model.graph.initializer.append(c("k", 0.125))
+    feeds = {"x": RNG.standard_normal(shape).astype(np.float32), "z": RNG.standard_normal(z_shape).astype(np.float32)}
+    assert _compare(model, feeds, "transpose_elementwise") == (1, 2)
+
+
+def test_a_transpose_read_elsewhere_as_well_is_copied(opencl):
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]), helper.make_node("Mul", ["t", "k"], ["y"]),
+             helper.make_node("MatMul", ["t", "w"], ["u"])]
+    model = _model(nodes, [("x", [6, 4])], ["y", "u"], {"w": _weight(6, 3)})
+    model.graph.initializer.append(c("k", 3.0))
+    feeds = {"x": RNG.standard_normal((6, 4)).astype(np.float32)}
+    fused, unfused = _compare(model, feeds, "transpose_elementwise")
+    assert fused == unfused == 3  # the Transpose, the Mul, the GEMM

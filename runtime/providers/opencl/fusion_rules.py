@@ -39,6 +39,16 @@ FUSION_RULES: dict[str, str] = {
     "elementwise": "trees of elementwise nodes into one generated kernel",
     "qkv_projection": "MatMuls of one input by constant weights, each read by a head split, into one GEMM by the "
                       "concatenated weights (attention reads the parts in place)",
+    "rms_norm": "T5's LayerNorm as exported, x * (1 / sqrt(ReduceMean(x^2 over the last axis) + eps)) (Pow or "
+                "Mul, ReduceMean, Add, Sqrt, Div or Reciprocal, Mul; or x / Sqrt(...)) and an optional constant "
+                "weight Mul, into one row kernel",
+    "head_split_in_place": "a Transpose of a head split (Reshape) of one part of a Split or of a merged projection "
+                           "(qkv_projection) that attention does not read: the Transpose reads the part where it "
+                           "was computed, which gets no copy of its own",
+    "concat_in_place": "a Transpose or Expand whose only reader is a Concat writes its slot of the Concat's "
+                       "output, where the Concat would copy it there",
+    "transpose_elementwise": "a Transpose read only by a fused elementwise tree of its shape into that tree's "
+                             "reads (strides of the Transpose's input)",
     "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
                  "MatMul, with the Transposes around it) into one kernel",
 }

@@ -790,6 +790,28 @@ __kernel void layernorm_rows(__global float* Y, __global const float* X, __globa
 }
 """
 
+#: Rule ``rms_norm`` (plan_builder): T5's LayerNorm as its export writes it, x * (1 / sqrt(mean(x^2) + eps))
+#: (``divide``: x / sqrt(...)), optionally times a weight, over rows of R values: one work-item per row,
+#: each step rounded as the separate ops round it (the square, the mean as a sum divided by R, the
+#: reciprocal, then the products).
+RMSNORM_SOURCE = """
+__kernel void rmsnorm_rows(__global float* Y, __global const float* X, __global const float* w, const int has_w,
+                           const int R, const float eps, const int divide, const int total) {
+  const int row = get_global_id(0);
+  if (row >= total) return;
+  __global const float* xp = X + (size_t)row * R;
+  __global float* yp = Y + (size_t)row * R;
+  float ss = 0.0f;
+  for (int r = 0; r < R; ++r) { const float v = xp[r]; ss += v * v; }
+  const float s = sqrt(ss / (float)R + eps);
+  const float inv = 1.0f / s;
+  for (int r = 0; r < R; ++r) {
+    const float v = divide ? xp[r] / s : xp[r] * inv;
+    yp[r] = has_w ? v * w[r] : v;
+  }
+}
+"""
+
 #: Data movement: a strided copy over up to 6 dimensions (Transpose, Slice, Concat, Expand and
 #: copies of views) and Gather.
 MOVEMENT_SOURCE = """

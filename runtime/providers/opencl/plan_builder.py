@@ -10,6 +10,9 @@ other node lowers to launches of the fixed kernel families in ``kernel_sources``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from onnxhal.hal.errors import InvalidArgument
@@ -20,6 +23,7 @@ from onnxhal.runtime.providers.opencl.attention_lowering import AttentionLowerin
 from onnxhal.runtime.providers.opencl.elementwise_codegen import (
     ELEMENTWISE_OPS,
     POW_AS_PRODUCT,
+    FusedInput,
     broadcast_strides,
     float_literal,
     generate_fused_kernel,
@@ -43,11 +47,28 @@ from onnxhal.runtime.providers.opencl.op_support import (
     GraphLookup,
     activation_spec,
     fused_activation_spec,
+    reduce_axes,
     reduce_layout,
 )
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, PartitionPlan
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 I32, F = np.int32, np.float32
+
+
+@dataclass
+class RmsNormMatch:
+    """Rule ``rms_norm``: ``members`` (square, ReduceMean, Add, Sqrt, reciprocal, Mul[, weight Mul],
+    in graph order) compute ``x * (1 / sqrt(mean(x^2) + eps))`` over the last axis (``divide``:
+    ``x / sqrt(...)``, no reciprocal member), times ``weight`` (a constant of the row's length) when set."""
+
+    members: list[Node]
+    x: str
+    eps: float
+    divide: bool
+    weight: np.ndarray | None
 
 
 class PartitionPlanBuilder(GemmLowering, AttentionLowering):
@@ -64,6 +85,18 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         self.shape_only = shape_only if self.rule("shape_only_outputs") else frozenset()
         #: id(LayerNormalization) -> the elementwise tree computed in its kernel (rule layernorm_prologue)
         self.layernorm_prologues: dict[int, list[Node]] = {}
+        #: Parts of a Split that attention reads in place through their head-split view (rule
+        #: ``attention``): a Split lowered for its other parts writes no copy of these.
+        self.in_place_parts: set[str] = set()
+        #: id(Transpose) -> (head split, buffer, offset, strides of the split's dims in it): rule
+        #: ``head_split_in_place``, a Transpose that reads one part of a Split or merged projection in place.
+        self.parts_in_place: dict[int, tuple[Node, str, int, list[int]]] = {}
+        #: id(Transpose or Expand) -> (Concat output, element offset, its strides): rule
+        #: ``concat_in_place``, a copy whose only reader is a Concat writes its slot of the Concat's output.
+        self.concat_targets: dict[int, tuple[str, int, list[int]]] = {}
+        #: Transpose result -> (its input, strides reading it in the result's order): rule
+        #: ``transpose_elementwise``, read by a fused elementwise tree in place of the Transpose's copy.
+        self.transposed_inputs: dict[str, tuple[str, tuple[int, ...]]] = {}
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -157,6 +190,10 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 if match is not None and not any(id(m) in skip for m in match.members):
                     attention[id(match.members[-1])] = match
                     skip.update(id(m) for m in match.members)
+                    split_ids = {id(split) for split in match.splits}
+                    self.in_place_parts.update(
+                        m.inputs[0] for m in match.members if m.op_type == "Reshape"
+                        and id(self.graph.producer(m.inputs[0])) in split_ids)
                     for split in match.splits:  # every part read in place: the Split itself is not run
                         if all(o not in outputs and all(id(u) in skip for u in consumers.get(o, []))
                                for o in split.outputs if o):
@@ -166,6 +203,32 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 del projections[key]
                 skip.difference_update(id(m) for m in group)
                 self.drop_projections(group)
+        self.parts_in_place = {}
+        if self.rule("head_split_in_place") and self.rule("attention"):
+            for n in nodes:
+                readers = consumers.get(n.outputs[0], [])
+                if (n.op_type != "Transpose" or n.domain or id(n) in skip
+                        or readers and all(u.op_type == "MatMul" for u in readers)):  # transpose_operand's
+                    continue
+                part = (self._split_part(n.inputs[0], n, sole_user)
+                        or self._projection_part(n.inputs[0], n, sole_user))
+                if part is not None and id(part[0]) not in skip:
+                    self.parts_in_place[id(n)] = part
+                    skip.add(id(part[0]))  # the head split is read through: its part gets no copy
+                    self.in_place_parts.add(part[0].inputs[0])
+        self.concat_targets = {}
+        if self.rule("concat_in_place"):
+            for n in nodes:
+                if n.op_type != "Concat" or n.domain or id(n) in skip:
+                    continue
+                ys = self.shape(n.outputs[0])
+                axis, ost, offset = n.attr("axis") % len(ys), contiguous_strides(ys), 0
+                for i in n.inputs:
+                    p = self.graph.producer(i)
+                    if (p is not None and p.op_type in ("Transpose", "Expand") and not p.domain
+                            and id(p) not in skip and sole_user(i) is n):
+                        self.concat_targets[id(p)] = (n.outputs[0], offset * ost[axis], ost)
+                    offset += self.shape(i)[axis]
         for n in nodes:
             if n.op_type not in ("Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul") or id(n) in skip:
                 continue
@@ -196,8 +259,15 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 epi.out = add.outputs[0]
                 skip.update(id(m) for m in (add, view) if m is not None)
             epilogues[id(n)] = epi
+        rms_norms: dict[int, RmsNormMatch] = {}
+        if self.rule("rms_norm"):
+            for n in nodes:
+                match = None if id(n) in skip else self._match_rms_norm(n, sole_user)
+                if match is not None and not any(id(m) in skip for m in match.members):
+                    rms_norms[id(match.members[-1])] = match
+                    skip.update(id(m) for m in match.members[:-1])
         self._fold_transposes(nodes, consumers, outputs, skip)
-        clusters = self._elementwise_clusters(nodes, consumers, outputs, skip)
+        clusters = self._elementwise_clusters(nodes, consumers, outputs, skip | set(rms_norms))
         self.layernorm_prologues = {}
         for n in nodes:  # rule layernorm_prologue: a fused tree read only by a LayerNormalization
             if n.op_type != "LayerNormalization" or n.domain not in ("", FUSED_DOMAIN) or id(n) in skip:
@@ -211,6 +281,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             for n in nodes:
                 if id(n) in epilogues and id(n) not in skip:
                     self._fold_chain(n, epilogues[id(n)], clusters, consumers, outputs, skip)
+        if self.rule("transpose_elementwise"):
+            self._transposed_inputs(clusters, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
             if id(n) in attention:
@@ -218,6 +290,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 continue
             if id(n) in projections:
                 self.lower_projections(projections[id(n)], skip)
+                continue
+            if id(n) in rms_norms:
+                self._lower_rms_norm(rms_norms[id(n)])
                 continue
             if id(n) in skip:
                 continue
@@ -331,7 +406,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     and len(self.shape(mm.inputs[0])) > 2)
 
         for n in nodes:
-            if n.op_type != "Transpose" or n.domain or id(n) in skip:
+            if (n.op_type != "Transpose" or n.domain or id(n) in skip or id(n) in self.parts_in_place
+                    or id(n) in self.concat_targets):
                 continue
             if not self.rule("transpose_operand") and not self.rule("transpose_store"):
                 continue
@@ -357,6 +433,78 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             self.operand_views[y] = (self.data(x), dims, strides)
             self.shape(y)
             skip.add(id(n))
+
+    def _constant_scalar(self, name: str) -> float | None:
+        const = self.lookup.const(name) if name else None
+        return float(const.reshape(-1)[0]) if const is not None and const.size == 1 else None
+
+    def _match_rms_norm(self, sq: Node, sole_user: Callable[[str], Node | None]) -> RmsNormMatch | None:
+        """Rule ``rms_norm`` from its first node, the square of x (``Pow(x, 2)`` or ``Mul(x, x)``):
+        each following step the sole reader of the one before, of the reduced shape, up to the Mul
+        by x (or Div of x) of x's shape, then a Mul by a constant of the row's length if one reads it."""
+        if sq.domain or len(sq.inputs) != 2 or not all(sq.inputs):
+            return None
+        if not (sq.op_type == "Pow" and self._constant_scalar(sq.inputs[1]) == 2.0
+                or sq.op_type == "Mul" and sq.inputs[0] == sq.inputs[1]):
+            return None
+        x = sq.inputs[0]
+        xs = self.shape(x)
+        if not xs or self.lookup.dtype(x) != F32 or self.shape(sq.outputs[0]) != xs:
+            return None
+        reduced = (*xs[:-1], 1)
+
+        def step(prev: Node, op: str) -> Node | None:
+            n = sole_user(prev.outputs[0])
+            if n is None or n.domain or n.op_type != op or self.shape(n.outputs[0]) != reduced:
+                return None
+            return n
+
+        red = step(sq, "ReduceMean")
+        if (red is None or red.inputs[0] != sq.outputs[0] or not red.attr("keepdims", 1)
+                or reduce_axes(red, self.lookup) != [len(xs) - 1]):
+            return None
+        add = step(red, "Add")
+        if add is None or len(add.inputs) != 2:
+            return None
+        eps = self._constant_scalar(add.inputs[1] if add.inputs[0] == red.outputs[0] else add.inputs[0])
+        sqrt = step(add, "Sqrt") if eps is not None else None
+        if sqrt is None:
+            return None
+        last = sole_user(sqrt.outputs[0])
+        divide = last is not None and last.op_type == "Div" and list(last.inputs) == [x, sqrt.outputs[0]]
+        members = [sq, red, add, sqrt]
+        if not divide:
+            inv = step(sqrt, "Reciprocal") or step(sqrt, "Div")
+            if inv is None or (inv.op_type == "Div" and (inv.inputs[1] != sqrt.outputs[0]
+                                                         or self._constant_scalar(inv.inputs[0]) != 1.0)):
+                return None
+            members.append(inv)
+            last = sole_user(inv.outputs[0])
+            if last is None or last.op_type != "Mul" or sorted(last.inputs) != sorted([x, inv.outputs[0]]):
+                return None
+        if last.domain or self.shape(last.outputs[0]) != xs:
+            return None
+        members.append(last)
+        weight = None
+        scale = sole_user(last.outputs[0])
+        if scale is not None and scale.op_type == "Mul" and not scale.domain and len(scale.inputs) == 2:
+            other = scale.inputs[1] if scale.inputs[0] == last.outputs[0] else scale.inputs[0]
+            w = self.lookup.const(other)
+            if (w is not None and w.dtype == F32 and w.size == xs[-1] and w.shape[-1:] == (xs[-1],)
+                    and len(w.shape) <= len(xs) and self.shape(scale.outputs[0]) == xs):
+                weight = w.reshape(-1)
+                members.append(scale)
+        return RmsNormMatch(members, x, eps, divide, weight)
+
+    def _lower_rms_norm(self, match: RmsNormMatch) -> None:
+        xs = self.shape(match.x)
+        x = self.data(match.x)
+        out = self.output(match.members[-1].outputs[0])
+        w = x if match.weight is None else self.constant("rms_weight", match.weight)
+        if match.weight is not None:
+            self.plan.shapes[w], self.plan.dtypes[w] = match.weight.shape, F32
+        self.plan.add_launch_1d(ks.RMSNORM_SOURCE, "rmsnorm_rows", prod(xs[:-1]), [
+            Buf(out), Buf(x), Buf(w), I32(match.weight is not None), I32(xs[-1]), F(match.eps), I32(match.divide)])
 
     def _elementwise_clusters(self, nodes, consumers, outputs, skip) -> dict[int, list[Node]]:
         """id(root node) -> member nodes in order; id(non-root member) -> [] (emitted with its root)."""
@@ -450,13 +598,38 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             local = f"v{k}"
             statements.append((local, ELEMENTWISE_OPS[m.op_type](m, refs, extra)))
             exprs[m.outputs[0]] = local
-        inputs = [broadcast_strides(self.shape(self.data(a)), out_shape) for a in ext]
+        inputs = [FusedInput("bcast", self.transposed_inputs[a][1]) if a in self.transposed_inputs
+                  else broadcast_strides(self.shape(self.data(a)), out_shape) for a in ext]
+        reads = [Buf(self.data(self.transposed_inputs[a][0] if a in self.transposed_inputs else a)) for a in ext]
         fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape, function)
         meta = self.constant("meta", fused.meta)
         if function:
-            return fused.source, [Buf(self.data(a)) for a in ext], Buf(meta)
+            return fused.source, reads, Buf(meta)
         self.plan.add_launch_1d(fused.source, "fused_elementwise", prod(out_shape),
-                                [Buf(self.output(out)), *(Buf(self.data(a)) for a in ext), Buf(meta)])
+                                [Buf(self.output(out)), *reads, Buf(meta)])
+
+    def _transposed_inputs(self, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
+                           outputs: set[str], skip: set[int]) -> None:
+        """Rule ``transpose_elementwise``: a Transpose whose result only a fused elementwise tree reads,
+        with the tree's shape, is read by the tree through the permuted strides of its input."""
+        for members in clusters.values():
+            if not members or id(members[-1]) in skip:  # a tree another kernel computes (or none)
+                continue
+            out_shape = self.shape(members[-1].outputs[0])
+            inside = {id(m) for m in members}
+            for m in members:
+                for a in m.inputs:
+                    p = self.graph.producer(a) if a else None
+                    if (p is None or p.op_type != "Transpose" or p.domain or id(p) in skip or a in outputs
+                            or id(p) in self.parts_in_place or a in self.transposed_inputs
+                            or self.shape(a) != out_shape
+                            or not all(id(u) in inside for u in consumers.get(a, []))):
+                        continue
+                    xs = self.shape(p.inputs[0])
+                    perm = p.attr("perm") or list(range(len(xs)))[::-1]
+                    st = contiguous_strides(xs)
+                    self.transposed_inputs[a] = (p.inputs[0], tuple(st[q] for q in perm))
+                    skip.add(id(p))
 
     # -- single nodes ----------------------------------------------------------------------
     def _lower(self, n: Node, epi: Epilogue | None) -> None:
@@ -593,15 +766,27 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         xs = self.shape(x)
         perm = n.attr("perm") or list(range(len(xs)))[::-1]
         ys = self.shape(n.outputs[0])
-        st = contiguous_strides(xs)
-        self._strided_copy(self.output(n.outputs[0]), x, ys, [st[p] for p in perm], contiguous_strides(ys))
+        st, offset = contiguous_strides(xs), 0
+        if id(n) in self.parts_in_place:  # rule head_split_in_place: read the part where it was computed
+            _, x, offset, st = self.parts_in_place[id(n)]
+        dst, dst_off, dst_strides = self._copy_target(n)
+        self._strided_copy(dst, x, ys, [st[p] for p in perm], dst_strides, offset, dst_off)
+
+    def _copy_target(self, n: Node) -> tuple[str, int, list[int]]:
+        """Where a copying node writes: its own output, or (rule ``concat_in_place``) its slot of the
+        Concat that alone reads it."""
+        target = self.concat_targets.get(id(n))
+        if target is not None:
+            return self.output(target[0]), target[1], target[2]
+        return self.output(n.outputs[0]), 0, contiguous_strides(self.shape(n.outputs[0]))
 
     def _lower_Expand(self, n: Node) -> None:
         x = self.data(n.inputs[0])
         ys = self.shape(n.outputs[0])
         fi = broadcast_strides(self.shape(x), ys)
         src = list(fi.strides) if fi.mode == "bcast" else contiguous_strides(ys) if fi.mode == "same" else [0] * len(ys)
-        self._strided_copy(self.output(n.outputs[0]), x, ys, src, contiguous_strides(ys))
+        dst, dst_off, dst_strides = self._copy_target(n)
+        self._strided_copy(dst, x, ys, src, dst_strides, 0, dst_off)
 
     def _lower_Concat(self, n: Node) -> None:
         out = self.output(n.outputs[0])
@@ -611,7 +796,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         offset = 0
         for i in n.inputs:
             xs = self.shape(self.data(i))
-            self._strided_copy(out, self.data(i), xs, contiguous_strides(xs), ost, 0, offset * ost[axis])
+            producer = self.graph.producer(i)
+            if producer is None or id(producer) not in self.concat_targets:  # else written in place
+                self._strided_copy(out, self.data(i), xs, contiguous_strides(xs), ost, 0, offset * ost[axis])
             offset += xs[axis]
 
     def _lower_Split(self, n: Node) -> None:
@@ -626,7 +813,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             if not o:
                 continue
             ys = self.shape(o)
-            self._strided_copy(self.output(o), x, ys, st, contiguous_strides(ys), offset * st[axis], 0)
+            if o not in self.in_place_parts:
+                self._strided_copy(self.output(o), x, ys, st, contiguous_strides(ys), offset * st[axis], 0)
             offset += ys[axis]
 
     def _lower_Slice(self, n: Node) -> None:

@@ -346,8 +346,9 @@ class VirtualEp(Ep):
             if producer is not None and self.node_reason(producer, graph, lookup) is None:
                 continue  # made on the device too, from the clamped weight
             storage = self.profile.compute_dtype
-            return (f"{name!r} may hold values beyond {storage}'s range (it carries constant {source!r}) and "
-                    f"reaches {self.profile.name} from another EP, whose {storage} storage would make them inf; "
+            # no possessive apostrophes: decline_summary reads quotes as value names
+            return (f"{name!r} may hold values beyond the {storage} range (it carries constant {source!r}) and "
+                    f"reaches {self.profile.name} from another EP, where {storage} storage would make them inf; "
                     "computed on the host in float32")
         return None
 

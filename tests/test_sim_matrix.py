@@ -94,9 +94,11 @@ def test_matrix_says_declined_for_a_device_that_ran_nothing(tmp_path, isolated, 
 
 
 def test_fp16_overflow_is_flagged_with_its_likely_cause(tmp_path, isolated, capsys):
-    scale = numpy_helper.from_array(np.array(1e5, np.float32), "s")
+    # overflowing at run time: 3e4 * 4 leaves the device as 1.2e5 (a weight beyond the range would
+    # be clamped to it, as device compilers store weights)
+    scale = numpy_helper.from_array(np.array(4.0, np.float32), "s")
     path = _one_node_model(tmp_path, helper.make_node("Mul", ["x", "s"], ["y"], name="mul"), [scale])
-    np.savez(tmp_path / "in.npz", x=np.ones((4, 24), np.float32))
+    np.savez(tmp_path / "in.npz", x=np.full((4, 24), 3e4, np.float32))
     assert main(["matrix", path, "--profiles", "generic-npu", "--inputs", str(tmp_path / "in.npz"),
                  "--no-progress"]) == 1
     out = capsys.readouterr().out

@@ -607,7 +607,7 @@ def sync_streams() -> dict:
     (no streams) and onnxruntime's CPU EP; an IOBinding output in the device's memory."""
     import collections
 
-    from onnxhal.ort_plugin import dispatch
+    from onnxhal.ort_plugin import dispatch, streams
 
     model = device_cpu_device_model()
     x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
@@ -621,7 +621,16 @@ def sync_streams() -> dict:
     ort.unregister_execution_provider_library(plugin.REGISTRATION_NAME)
     register()
     calls: collections.Counter = collections.Counter()
-    for call in (dispatch.F_IS_STREAM_AWARE, dispatch.E_CREATE_SYNC_STREAM, dispatch.S_CREATE_NOTIFICATION,
+    # OrtEp::CreateSyncStreamForDevice is answered in bridge.c, without Python: counted when such a
+    # stream gets its hal stream (streams.lazy_session_stream)
+    make_adapter = streams.StreamAdapter.__init__
+
+    def counted_adapter(self, api, stream, ep=None, address=0):
+        calls["OrtEp::CreateSyncStreamForDevice"] += bool(address)
+        make_adapter(self, api, stream, ep, address)
+
+    streams.StreamAdapter.__init__ = counted_adapter
+    for call in (dispatch.F_IS_STREAM_AWARE, dispatch.S_CREATE_NOTIFICATION,
                  dispatch.N_ACTIVATE, dispatch.N_WAIT_ON_DEVICE, dispatch.N_WAIT_ON_HOST, dispatch.S_FLUSH,
                  dispatch.D_COPY_TENSORS):
         def spy(target, args, _h=dispatch.HANDLERS[call], _c=call):

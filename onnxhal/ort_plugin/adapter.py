@@ -51,7 +51,7 @@ from onnxhal.ort_plugin.ep_context import context_enabled, context_node
 from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
 from onnxhal.ort_plugin.missing_hooks import MissingHooks
 from onnxhal.ort_plugin.ort_api import API_VERSION, OrtApi
-from onnxhal.ort_plugin.streams import is_stream_aware
+from onnxhal.ort_plugin.streams import is_stream_aware, register_session_streams, unregister_session_streams
 from onnxhal.ort_plugin.structs import (
     EpStruct,
     FactoryStruct,
@@ -376,6 +376,8 @@ class EpAdapter:
         # emptied the factory's table, and a stream aware EP must then still give one
         self.stream_devices = frozenset(factory.memory_infos) if self.stream_aware else frozenset()
         self.session_streams: set = set()  # live streams onnxruntime made for this session (streams.py)
+        if self.stream_devices:
+            register_session_streams(self)
         self.interrupt_at_flush = False
         self.profiler: Any = None  # profiling.ProfilerAdapter while onnxruntime profiles the session (API 25+)
         d.objects[self.address] = self
@@ -514,6 +516,8 @@ class EpAdapter:
         self.ep.set_dynamic_options({keys[i].decode(): values[i].decode() for i in range(n)})
 
     def release(self) -> None:
+        if self.stream_devices:
+            unregister_session_streams(self)
         for adapter in list(self.compute_infos.values()):
             d.objects.pop(adapter.address, None)
         self.compute_infos.clear()

@@ -16,7 +16,9 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 typedef struct OrtStatus OrtStatus;
@@ -211,10 +213,8 @@ OrtStatus* e_create_allocator(void* self, const void* memory_info, void** alloca
   *allocator = NULL;
   STATUS_CALL(E_CREATE_ALLOCATOR, self, W(memory_info), W(allocator));
 }
-OrtStatus* e_create_sync_stream(void* self, const void* memory_device, void** stream) {
-  *stream = NULL;
-  STATUS_CALL(E_CREATE_SYNC_STREAM, self, W(memory_device), W(stream));
-}
+/* OrtEp::CreateSyncStreamForDevice answers here, without Python (see "Session streams" below). */
+OrtStatus* e_create_sync_stream(void* self, const void* memory_device, void** stream);
 const char* e_get_compat_info(void* self, const void* graph) {
   VALUE_CALL(const char*, "", E_GET_COMPAT_INFO, self, W(graph));
 }
@@ -326,8 +326,140 @@ const void* a_info(const void* self) { VALUE_CALL(const void*, NULL, A_INFO, sel
 void* a_reserve(void* self, size_t size) { VALUE_CALL(void*, NULL, A_RESERVE, self, W(size)); }
 
 /* ---- OrtSyncStreamImpl / OrtSyncNotificationImpl (streams.py) ------------------------------ */
-void s_release(void* self) { VOID_CALL(S_RELEASE, self, 0); }
-void* s_get_handle(void* self) { VALUE_CALL(void*, NULL, S_GET_HANDLE, self, 0); }
+/* ---- Session streams, made without Python ------------------------------------------------
+ * onnxruntime asks an EP for its session streams while it holds the session's stream-pool mutex
+ * (SessionState::AcquireDeviceStreamCollection, onnxruntime/core/framework/session_state.cc), also
+ * from IOBinding::BindInput, which its Python binding calls holding the GIL. Python code run under
+ * that mutex can lose the GIL (a ctypes call, the interpreter's switch interval) to a thread that
+ * then waits for the mutex holding the GIL: a deadlock. So the stream is made here: a C struct
+ * whose hal stream Python makes at its first call that needs one (streams.py, LazyStream), which
+ * onnxruntime makes outside that mutex. Python registers, per EP, the memory devices it gives
+ * streams for, and the OrtEpApi getters that read an OrtMemoryDevice. */
+typedef int (*MemoryDeviceFn)(const void*);
+enum { MAX_STREAM_DEVICES = 8 };
+typedef struct StreamEp {
+  const void* ep;
+  int count;
+  int64_t devices[MAX_STREAM_DEVICES][4]; /* device type, memory type, vendor id, device id */
+  struct StreamEp* next;
+} StreamEp;
+typedef struct LazyStream {
+  /* OrtSyncStreamImpl (API 23): version, Release, GetHandle, CreateNotification, Flush, OnSessionRunEnd */
+  uint32_t ort_version_supported;
+  void* fns[5];
+  const void* ep;
+  int64_t device[4];
+  struct LazyStream* next;
+} LazyStream;
+static pthread_mutex_t g_stream_lock = PTHREAD_MUTEX_INITIALIZER;
+static StreamEp* g_stream_eps = NULL;
+static LazyStream* g_lazy_streams = NULL;
+static MemoryDeviceFn g_md_fns[4] = {NULL, NULL, NULL, NULL};
+
+void onnxhal_bridge_set_memory_device_getters(MemoryDeviceFn device_type, MemoryDeviceFn memory_type,
+                                              MemoryDeviceFn vendor_id, MemoryDeviceFn device_id) {
+  g_md_fns[0] = device_type; g_md_fns[1] = memory_type; g_md_fns[2] = vendor_id; g_md_fns[3] = device_id;
+}
+
+/* devices: count rows of 4 (device type, memory type, vendor id, device id); count 0 unregisters. */
+int onnxhal_bridge_set_stream_devices(const void* ep, const int64_t* devices, int count) {
+  if (count > MAX_STREAM_DEVICES) return -1;
+  pthread_mutex_lock(&g_stream_lock);
+  StreamEp** at = &g_stream_eps;
+  while (*at != NULL && (*at)->ep != ep) at = &(*at)->next;
+  StreamEp* entry = *at;
+  if (count == 0) {
+    if (entry != NULL) { *at = entry->next; free(entry); }
+    pthread_mutex_unlock(&g_stream_lock);
+    return 0;
+  }
+  if (entry == NULL) {
+    entry = calloc(1, sizeof *entry);
+    if (entry == NULL) { pthread_mutex_unlock(&g_stream_lock); return -1; }
+    entry->ep = ep;
+    *at = entry;
+  }
+  entry->count = count;
+  for (int i = 0; i < count; ++i)
+    for (int j = 0; j < 4; ++j) entry->devices[i][j] = devices[4 * i + j];
+  pthread_mutex_unlock(&g_stream_lock);
+  return 0;
+}
+
+void s_release(void* self);
+void* s_get_handle(void* self);
+OrtStatus* s_create_notification(void* self, void** notification);
+OrtStatus* s_flush(void* self);
+OrtStatus* s_on_session_run_end(void* self);
+
+OrtStatus* e_create_sync_stream(void* self, const void* memory_device, void** stream) {
+  *stream = NULL;
+  if (!onnxhal_bridge_alive()) return refused();
+  if (g_md_fns[0] == NULL || memory_device == NULL) return NULL;
+  int64_t key[4];
+  for (int j = 0; j < 4; ++j) key[j] = g_md_fns[j](memory_device);
+  key[2] = (int64_t)(uint32_t)key[2]; /* the vendor id is a uint32_t */
+  LazyStream* made = NULL;
+  int declared = 0;
+  pthread_mutex_lock(&g_stream_lock);
+  StreamEp* entry = g_stream_eps;
+  while (entry != NULL && entry->ep != self) entry = entry->next;
+  for (int i = 0; entry != NULL && i < entry->count && made == NULL; ++i) {
+    if (entry->devices[i][0] != key[0] || entry->devices[i][1] != key[1] || entry->devices[i][2] != key[2] ||
+        entry->devices[i][3] != key[3])
+      continue;
+    declared = 1;
+    made = calloc(1, sizeof *made);
+    if (made == NULL) break;
+    made->ort_version_supported = 23;
+    made->fns[0] = (void*)s_release; made->fns[1] = (void*)s_get_handle;
+    made->fns[2] = (void*)s_create_notification; made->fns[3] = (void*)s_flush;
+    made->fns[4] = (void*)s_on_session_run_end;
+    made->ep = self;
+    for (int j = 0; j < 4; ++j) made->device[j] = key[j];
+    made->next = g_lazy_streams;
+    g_lazy_streams = made;
+  }
+  pthread_mutex_unlock(&g_stream_lock);
+  if (declared && made == NULL && g_create_status != NULL)
+    return g_create_status(ORT_FAIL, "onnxhal: out of memory making a sync stream");
+  *stream = made;
+  return NULL;
+}
+
+/* For Python: whether p is a live stream made above, with its EP and memory device (4 words). */
+int onnxhal_bridge_lazy_stream(const void* p, const void** ep, int64_t* device) {
+  int found = 0;
+  pthread_mutex_lock(&g_stream_lock);
+  for (LazyStream* s = g_lazy_streams; s != NULL; s = s->next) {
+    if (s != p) continue;
+    *ep = s->ep;
+    for (int j = 0; j < 4; ++j) device[j] = s->device[j];
+    found = 1;
+    break;
+  }
+  pthread_mutex_unlock(&g_stream_lock);
+  return found;
+}
+
+static void free_lazy_stream(void* p) {
+  pthread_mutex_lock(&g_stream_lock);
+  for (LazyStream** at = &g_lazy_streams; *at != NULL; at = &(*at)->next) {
+    if (*at != p) continue;
+    LazyStream* s = *at;
+    *at = s->next;
+    free(s);
+    break;
+  }
+  pthread_mutex_unlock(&g_stream_lock);
+}
+
+void s_release(void* self) {
+  VOID_CALL(S_RELEASE, self, 0);
+  free_lazy_stream(self);
+}
+/* The handle is the stream struct's own address (streams.py): no Python needed. */
+void* s_get_handle(void* self) { return self; }
 OrtStatus* s_create_notification(void* self, void** notification) {
   *notification = NULL;
   STATUS_CALL(S_CREATE_NOTIFICATION, self, W(notification));

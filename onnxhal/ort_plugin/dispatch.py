@@ -69,6 +69,10 @@ retired: dict[int, Any] = {}
 #: Makes an OrtStatus from an exception; set once the OrtApi is bound (library.py).
 status_maker: list[Callable[[BaseException, str], int]] = []
 
+#: Call id -> finds the object behind a struct the C side made itself (streams.py), for a self
+#: pointer ``objects`` does not know yet.
+resolvers: dict[int, Callable[[int], Any]] = {}
+
 _DISPATCH_TYPE = ctypes.CFUNCTYPE(c_size_t, c_int, c_void_p, POINTER(c_size_t))
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -80,6 +84,8 @@ def _dispatch(call: int, self_ptr: int | None, args: Any) -> int:
     try:
         handler = HANDLERS[call]
         target = (objects.get(self_ptr) or retired.get(self_ptr)) if self_ptr else None
+        if target is None and self_ptr and call in resolvers:
+            target = resolvers[call](self_ptr)
         result = handler(target, args)
         return int(result or 0)
     except BaseException as exc:  # noqa: BLE001 - nothing may cross the C ABI
@@ -150,6 +156,12 @@ def attach(path: Path) -> ctypes.CDLL:
         lib.onnxhal_bridge_set_interrupt.argtypes, lib.onnxhal_bridge_set_interrupt.restype = [c_void_p], None
         lib.onnxhal_bridge_set_interrupt(ctypes.cast(ctypes.pythonapi.PyErr_SetInterrupt, c_void_p))
         lib.onnxhal_bridge_clock_ns.argtypes, lib.onnxhal_bridge_clock_ns.restype = [], ctypes.c_int64
+        lib.onnxhal_bridge_set_memory_device_getters.argtypes = [c_void_p] * 4
+        lib.onnxhal_bridge_set_memory_device_getters.restype = None
+        lib.onnxhal_bridge_set_stream_devices.argtypes = [c_void_p, POINTER(ctypes.c_int64), c_int]
+        lib.onnxhal_bridge_set_stream_devices.restype = c_int
+        lib.onnxhal_bridge_lazy_stream.argtypes = [c_void_p, POINTER(c_void_p), POINTER(ctypes.c_int64)]
+        lib.onnxhal_bridge_lazy_stream.restype = c_int
         atexit.register(lib.onnxhal_bridge_detach)
         _library, _library_path = lib, path
         return lib
@@ -174,3 +186,10 @@ def trampoline(name: str) -> int:
     if _library is None:
         raise RuntimeError("onnxhal's bridge library is not loaded; call onnxhal.ort_plugin.library_path() first")
     return ctypes.cast(getattr(_library, name), c_void_p).value or 0
+
+
+def library() -> ctypes.CDLL:
+    """The loaded bridge library (after ``attach``)."""
+    if _library is None:
+        raise RuntimeError("onnxhal's bridge library is not loaded; call onnxhal.ort_plugin.library_path() first")
+    return _library

@@ -15,14 +15,23 @@ the first version the bridge runs on, so every supported onnxruntime gets them. 
 handle (``GetHandle``) is the adapter's own address: onnxruntime passes it back as the kernel
 context's compute stream and as a consumer stream's handle (``OrtApi::SyncStream_GetHandle``),
 which is how the bridge finds the hal stream again.
+
+A session's stream (``OrtEp::CreateSyncStreamForDevice``) is made in bridge.c without Python,
+because onnxruntime asks for it holding a mutex that a thread holding the GIL may wait for (see
+bridge.c, "Session streams"); its hal stream is made here at the first call that needs it
+(``lazy_session_stream``).
 """
 
 from __future__ import annotations
 
 import ctypes
-from ctypes import c_uint32, c_void_p
+import threading
+from ctypes import c_int64, c_uint32, c_void_p
 from typing import TYPE_CHECKING, Any
 
+from onnxhal.hal.enums import OrtDeviceMemoryType, OrtMemoryInfoDeviceType
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.memory_info import OrtMemoryDevice
 from onnxhal.hal.sync_stream import SyncNotification, SyncStream
 from onnxhal.ort_plugin import device_memory
 from onnxhal.ort_plugin import dispatch as d
@@ -46,16 +55,17 @@ NotificationStruct = type("OrtSyncNotificationImpl", (ctypes.Structure,), {"_fie
 class StreamAdapter:
     """One hal ``SyncStream`` as an OrtSyncStreamImpl."""
 
-    def __init__(self, api: OrtApi, stream: SyncStream, ep: EpAdapter | None = None) -> None:
+    def __init__(self, api: OrtApi, stream: SyncStream, ep: EpAdapter | None = None, address: int = 0) -> None:
+        """``address``: the struct bridge.c made for a session stream (none made here then)."""
         self.api = api
         self.stream = stream
         self.ep = ep  # the session EP whose runs use it (None: a factory stream outside sessions)
         if ep is not None:
             ep.session_streams.add(self)
-        self.struct = StreamStruct(STREAM_VERSION, d.trampoline("s_release"), d.trampoline("s_get_handle"),
-                                   d.trampoline("s_create_notification"), d.trampoline("s_flush"),
-                                   d.trampoline("s_on_session_run_end"))
-        self.address = ctypes.addressof(self.struct)
+        self.struct = None if address else StreamStruct(
+            STREAM_VERSION, d.trampoline("s_release"), d.trampoline("s_get_handle"),
+            d.trampoline("s_create_notification"), d.trampoline("s_flush"), d.trampoline("s_on_session_run_end"))
+        self.address = address or ctypes.addressof(self.struct)
         d.objects[self.address] = self
 
     def drain(self) -> None:
@@ -124,7 +134,7 @@ class NotificationAdapter:
 
 def stream_of_handle(handle: int | None) -> SyncStream | None:
     """The hal stream behind a native handle onnxruntime got from ``GetHandle`` (None: not ours)."""
-    adapter = d.objects.get(handle) if handle else None
+    adapter = (d.objects.get(handle) or lazy_session_stream(handle)) if handle else None
     return adapter.stream if isinstance(adapter, StreamAdapter) else None
 
 
@@ -158,25 +168,56 @@ def create_factory_stream(factory: FactoryAdapter, args: Any) -> None:
         write_out(args[2], StreamAdapter(factory.api, stream).address)
 
 
-def create_session_stream(ep: EpAdapter, args: Any) -> None:
-    """OrtEp::CreateSyncStreamForDevice (memory device, out): the hal Ep's stream, else the factory's."""
-    factory = ep.factory
-    device = device_memory.memory_device_of(factory.api, args[0])
-    if device not in ep.stream_devices:
-        return
-    stream = ep.ep.create_sync_stream_for_device(device)
-    if stream is None:
-        stream = factory.factory.create_sync_stream_for_device(device, None)
-    if stream is not None:
-        write_out(args[1], StreamAdapter(factory.api, stream, ep).address)
+_GETTERS = ("MemoryDevice_GetDeviceType", "MemoryDevice_GetMemoryType", "MemoryDevice_GetVendorId",
+            "MemoryDevice_GetDeviceId")
+_lazy_lock = threading.Lock()
+
+
+def register_session_streams(ep: EpAdapter) -> None:
+    """Tell bridge.c which memory devices ``ep`` gives onnxruntime a stream for (none: unregister)."""
+    lib = d.library()
+    getters = [ctypes.cast(ep.api.ep[name], c_void_p) for name in _GETTERS]
+    lib.onnxhal_bridge_set_memory_device_getters(*getters)
+    rows = [(int(m.device_type), int(m.memory_type), int(m.vendor_id), int(m.device_id)) for m in ep.stream_devices]
+    words = (c_int64 * (4 * max(len(rows), 1)))(*[w for row in rows for w in row])
+    if lib.onnxhal_bridge_set_stream_devices(ep.address, words, len(rows)) != 0:
+        raise InvalidArgument(f"onnxhal's bridge cannot keep {len(rows)} stream devices for one EP")
+
+
+def unregister_session_streams(ep: EpAdapter) -> None:
+    d.library().onnxhal_bridge_set_stream_devices(ep.address, None, 0)
+
+
+def lazy_session_stream(address: int) -> StreamAdapter | None:
+    """The adapter of a session stream bridge.c made (OrtEp::CreateSyncStreamForDevice), its hal
+    stream made now: the hal Ep's, else the factory's. None: no such stream."""
+    ep_address, device_words = c_void_p(), (c_int64 * 4)()
+    with _lazy_lock:
+        found = d.objects.get(address)
+        if found is not None:
+            return found
+        if not d.library().onnxhal_bridge_lazy_stream(address, ctypes.byref(ep_address), device_words):
+            return None
+        ep = d.objects.get(ep_address.value)
+        if ep is None:
+            raise InvalidArgument("onnxhal: a session stream outlived its EP")
+        device = OrtMemoryDevice(device_type=OrtMemoryInfoDeviceType(device_words[0]),
+                                 memory_type=OrtDeviceMemoryType(device_words[1]),
+                                 vendor_id=int(device_words[2]), device_id=int(device_words[3]))
+        stream = ep.ep.create_sync_stream_for_device(device)
+        if stream is None:
+            stream = ep.factory.factory.create_sync_stream_for_device(device, None)
+        if stream is None:
+            # bridge.c gives streams only for stream_devices, where a stream aware factory makes one
+            raise InvalidArgument(f"onnxhal: {ep.ep.name} made no stream for {device}, whose memory it declared "
+                                  "stream aware")
+        return StreamAdapter(ep.factory.api, stream, ep, address)
 
 
 d.HANDLERS.update({
     d.F_IS_STREAM_AWARE: lambda f, a: int(is_stream_aware(f)),
     d.F_CREATE_SYNC_STREAM: create_factory_stream,
-    d.E_CREATE_SYNC_STREAM: create_session_stream,
     d.S_RELEASE: lambda s, a: s.release() if s is not None else None,
-    d.S_GET_HANDLE: lambda s, a: s.address,
     d.S_CREATE_NOTIFICATION: lambda s, a: s.create_notification(a),
     d.S_FLUSH: lambda s, a: s.flush(),
     d.S_ON_SESSION_RUN_END: lambda s, a: s.stream.on_session_run_end(),
@@ -185,3 +226,6 @@ d.HANDLERS.update({
     d.N_WAIT_ON_DEVICE: lambda n, a: n.wait_on_device(a),
     d.N_WAIT_ON_HOST: lambda n, a: n.notification.wait_on_host(),
 })
+
+# a session stream's first call that needs its hal stream (Release of one never used needs none)
+d.resolvers.update({call: lazy_session_stream for call in (d.S_CREATE_NOTIFICATION, d.S_FLUSH, d.S_ON_SESSION_RUN_END)})

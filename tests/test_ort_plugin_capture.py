@@ -209,9 +209,8 @@ def threads(profile: str, n: str = "4") -> dict:
         run_options.add_run_config_entry("gpu_graph_id", str(k + 1))
         return x_dev, y_dev, binding, run_options
 
-    # bound here, one thread: bind_ortvalue_input on several threads at once deadlocked now and
-    # then (one thread in the binding holding the GIL, another in the bridge's
-    # CreateSyncStreamForDevice waiting for it), a matter of the bridge's streams, not of capture
+    # bound before the threads start, so that every thread's capture run starts together
+    # (concurrent binding has its own test: test_ort_plugin_binding_threads.py)
     setups = [bound(k) for k in range(count)]
 
     def worker(k: int) -> list:

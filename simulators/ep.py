@@ -393,29 +393,25 @@ class VirtualEp(Ep):
 
     def report_fp16_overflow(self, name: str) -> None:
         """Log once per value that fp16 storage turned finite values into inf."""
-        with self._overflow_lock:
-            if name in self.fp16_overflows:
-                return
-            self.fp16_overflows.add(name)
-        storage = self.profile.compute_dtype
-        limit = "65504" if storage == "float16" else "about 3.39e38"
-        self.logger.warning("%s: %r exceeds %s's range (%s) on %s, which stores float32 values as %s: it "
-                            "became inf and the results are wrong. Keep the node that makes it on the CPU EP, or "
-                            "use a profile with float32_as = \"float32\".", self.name, name, storage, limit,
-                            self.profile.name, storage)
+        self._report_once(self.fp16_overflows, name, "%s: %r exceeds %s's range (%s) on %s, which stores float32 "
+                          "values as %s: it became inf and the results are wrong. Keep the node that makes it on "
+                          "the CPU EP, or use a profile with float32_as = \"float32\".")
 
     def report_clamped_weight(self, name: str) -> None:
         """Log once per weight that its finite values beyond the storage range were clamped."""
+        self._report_once(self.fp16_clamped, name, "%s: weight %r holds values beyond %s's range (%s) on %s, which "
+                          "stores float32 values as %s: they were clamped to it, as device compilers do (OpenVINO, "
+                          "TensorRT). Use a profile with float32_as = \"float32\" for the model's own values.")
+
+    def _report_once(self, seen: set[str], name: str, message: str) -> None:
+        """``message`` (EP, value, storage, limit, profile, storage) logged the first time ``name`` is seen."""
         with self._overflow_lock:
-            if name in self.fp16_clamped:
+            if name in seen:
                 return
-            self.fp16_clamped.add(name)
+            seen.add(name)
         storage = self.profile.compute_dtype
         limit = "65504" if storage == "float16" else "about 3.39e38"
-        self.logger.warning("%s: weight %r holds values beyond %s's range (%s) on %s, which stores float32 "
-                            "values as %s: they were clamped to it, as device compilers do (OpenVINO, TensorRT). "
-                            "Use a profile with float32_as = \"float32\" for the model's own values.",
-                            self.name, name, storage, limit, self.profile.name, storage)
+        self.logger.warning(message, self.name, name, storage, limit, self.profile.name, storage)
 
     def finish(self, context: KernelContext) -> None:
         """Wait until the partition's queued work is done."""

@@ -729,23 +729,27 @@ class LSTM(RecurrentKernel):
         """Every time step's input times W (x2: [seq * batch, input]) as [seq * batch, 4 * hidden]."""
         return np.dot(x2, weights[0])
 
+    def _time_major(self, x: np.ndarray, args: list) -> tuple:
+        """X and the initial states (inputs 5 and 6, or None) with time first: ``layout`` 1 gives
+        them batch first."""
+        h0 = args[5] if len(args) > 5 else None
+        c0 = args[6] if len(args) > 6 else None
+        if self.layout:
+            x = np.swapaxes(x, 0, 1)
+            h0 = None if h0 is None else np.swapaxes(h0, 0, 1)
+            c0 = None if c0 is None else np.swapaxes(c0, 0, 1)
+        return x, h0, c0
+
     def _run_default(self, x: np.ndarray, args: list, weights: list) -> list:
         """The recurrence on transposed states, [gates or hidden, batch]: each gate's block of rows
         is one contiguous piece (numpy's strided 2-D loops cost twice the contiguous ones), so
         every step is nine calls on contiguous arrays."""
-        if self.layout:
-            x = np.swapaxes(x, 0, 1)
+        x, h0, c0 = self._time_major(x, args)
         seq, batch, k = x.shape
         dt = x.dtype
         h = weights[0][0].shape[1] // 4  # (W^T, or W less its zero point: [input, 4 * hidden])
         h4 = 4 * h
         nd = len(self.directions)
-        n = len(args)
-        h0 = args[5] if n > 5 else None
-        c0 = args[6] if n > 6 else None
-        if self.layout:
-            h0 = None if h0 is None else np.swapaxes(h0, 0, 1)
-            c0 = None if c0 is None else np.swapaxes(c0, 0, 1)
         yt = np.empty((seq, nd, h, batch), dt)  # Y with each step's hidden state transposed
         y_h = np.empty((nd, batch, h), dt)
         y_c = np.empty((nd, batch, h), dt)
@@ -807,18 +811,11 @@ class LSTM(RecurrentKernel):
         nine a step. The terminate flag is read between two blocks (a long sequence's whole
         projection first would delay it), except where ``project_whole`` (the projection's
         quantization range spans every step)."""
-        if self.layout:
-            x = np.swapaxes(x, 0, 1)
+        x, h0, c0 = self._time_major(x, args)
         seq, batch, k = x.shape
         dt = x.dtype
         h = weights[0][1].shape[1]
         nd = len(self.directions)
-        n = len(args)
-        h0 = args[5] if n > 5 else None
-        c0 = args[6] if n > 6 else None
-        if self.layout:
-            h0 = None if h0 is None else np.swapaxes(h0, 0, 1)
-            c0 = None if c0 is None else np.swapaxes(c0, 0, 1)
         y = np.empty((seq, nd, batch, h), dt)
         y_h = np.zeros((nd, batch, h), dt) if h0 is None else np.array(h0, dt, order="C")  # in and out of the C steps
         y_c = np.zeros((nd, batch, h), dt) if c0 is None else np.array(c0, dt, order="C")

@@ -25,6 +25,7 @@ from onnxhal.runtime.providers.cpu.kernels.recurrent import (
     LSTM,
     WORKSPACES,
     RecurrentKernel,
+    cell_update,
     gate_order,
     gate_scale,
     gate_workspace,
@@ -372,8 +373,9 @@ class DynamicQuantizeLSTM(LSTM):
         h = h4 // 4
         key = ("quantized", h, batch, ft)
         ws = self._workspaces.pop(key, None) or _step_workspace(h, batch, ft)
-        (g4, s3, o, c, pair_a, pair_b, prod, p0, p1, th, both, h_rows, neg_rows, lo_nhi, spreads7,
-         mult, scales, lo_hd, hslot, hslot_t, codes, top, v, acc) = ws
+        (g4, c, both, h_rows, neg_rows, lo_nhi, spreads7, mult, scales, lo_hd, hslot, hslot_t, codes, top, v,
+         acc) = ws[0], ws[3], *ws[10:]
+        tail = ws[1:10]  # cell_update's arrays
         c[...] = 0 if c0 is None else c0.T
         hslot[...] = 0 if h0 is None else h0.T
         half = _HALF32
@@ -400,12 +402,7 @@ class DynamicQuantizeLSTM(LSTM):
                 multiply(acc, mult, g4)
                 add(g4, xt, g4)
                 tanh(g4, g4)
-            multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
-            add(s3, half, s3)
-            multiply(pair_a, pair_b, prod)
-            add(p0, p1, c)
-            tanh(c, th)
-            multiply(o, th, hslot)
+            cell_update(tail, half, hslot)
             yt[t, d] = hslot
         y_h[d] = hslot_t
         y_c[d] = c.T
@@ -457,8 +454,9 @@ class DynamicQuantizeLSTM(LSTM):
         h = rc.shape[1] // 2
         key = ("quantized pair", h, batch, ft)
         ws = self._workspaces.pop(key, None) or _pair_workspace(h, batch, ft)
-        (g8, s6, o, c, pair_a, pair_b, prod, p0, p1, th, both, h_rows, neg_rows, lo_nhi, lo4, spreads7,
-         mult, scales, lo_hd, hslot, hslot_t, codes, top, v, acc) = ws
+        (g8, c, both, h_rows, neg_rows, lo_nhi, lo4, spreads7, mult, scales, lo_hd, hslot, hslot_t, codes, top,
+         v, acc) = ws[0], ws[3], *ws[10:]
+        tail = ws[1:10]  # cell_update's arrays
         c[...] = 0 if c0 is None else c0
         hslot[...] = 0 if h0 is None else h0
         half = _HALF32
@@ -488,12 +486,7 @@ class DynamicQuantizeLSTM(LSTM):
                     multiply(acc, mult, g8)
                     add(g8, xt, g8)
                     tanh(g8, g8)
-                multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
-                add(s6, half, s6)
-                multiply(pair_a, pair_b, prod)
-                add(p0, p1, c)
-                tanh(c, th)
-                multiply(o, th, hslot)
+                cell_update(tail, half, hslot)
                 out[...] = hslot
         final = c.copy()
         if len(self._workspaces) < WORKSPACES:  # a few shapes per model; a stream of new ones is not kept

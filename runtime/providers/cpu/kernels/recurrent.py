@@ -471,6 +471,20 @@ def transposed_steps(xw: np.ndarray, b0: int, b1: int) -> np.ndarray:
     return out
 
 
+def cell_update(tail: tuple, half: np.ndarray, h_out: np.ndarray) -> None:
+    """The LSTM step once the gates' pre-activations are in the workspace (``gate_workspace``;
+    ``tail`` its arrays after the first: s, o, c, pair_a, pair_b, prod, p0, p1, th): the sigmoid of
+    i, f and o from the tanh of their halves, c = i * g + f * c, h = o * tanh(c) into ``h_out``.
+    Every numpy step loop of LSTM and DynamicQuantizeLSTM ends with it (the C steps are their own)."""
+    s, o, c, pair_a, pair_b, prod, p0, p1, th = tail
+    np.multiply(s, half, s)
+    np.add(s, half, s)
+    np.multiply(pair_a, pair_b, prod)
+    np.add(p0, p1, c)
+    np.tanh(c, th)
+    np.multiply(o, th, h_out)
+
+
 def gate_workspace(h: int, batch: int, dt: np.dtype) -> tuple:
     """An LSTM step's scratch arrays, [gates or hidden, batch], and their views: g4 (the gates
     i, f, o, c of ``gate_order``), s3 (i, f, o), o, c (the cell state: g's rows after the gates),
@@ -755,7 +769,7 @@ class LSTM(RecurrentKernel):
         y_c = np.empty((nd, batch, h), dt)
         x2 = x.reshape(seq * batch, k)
         run_options = RUN_OPTIONS.get()  # (its terminate flag is read every step, as check_terminate does)
-        dot, tanh, multiply, add = np.dot, np.tanh, np.multiply, np.add
+        dot, tanh, add = np.dot, np.tanh, np.add
         half = _HALVES[dt]  # (a 0-d array operand is the ufuncs' fastest path)
         for d in range(nd):
             wd = weights[d]
@@ -772,7 +786,7 @@ class LSTM(RecurrentKernel):
             # and puts them back, so runs at once on other threads make their own)
             key = (h, batch, dt)
             ws = self._workspaces.pop(key, None) or gate_workspace(h, batch, dt)
-            g4, s3, o, c, pair_a, pair_b, prod, p0, p1, th = ws
+            g4, c, tail = ws[0], ws[3], ws[1:10]
             c[...] = 0 if c0 is None else c0[d].T
             hd = np.zeros((h, batch), dt) if h0 is None else h0[d].T
             # an all-zero initial state (exporters feed zeros): the first step's R product is 0,
@@ -788,13 +802,8 @@ class LSTM(RecurrentKernel):
                     dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
                     add(g4, xt, g4)
                     tanh(g4, g4)
-                multiply(s3, half, s3)  # sigmoid of i, f, o from tanh of their halves
-                add(s3, half, s3)
-                multiply(pair_a, pair_b, prod)
-                add(p0, p1, c)
-                tanh(c, th)
                 hd = yt[t, d]
-                multiply(o, th, hd)
+                cell_update(tail, half, hd)
             y_h[d] = hd.T
             y_c[d] = c.T
             if len(self._workspaces) < WORKSPACES:  # a few shapes per model; a stream of new ones is not kept
@@ -931,12 +940,12 @@ class LSTM(RecurrentKernel):
         h = r2.shape[1] // 2
         key = ("pair", h, batch, dt)
         ws = self._workspaces.pop(key, None) or gate_workspace(2 * h, batch, dt)
-        g8, s6, o, c, pair_a, pair_b, prod, p0, p1, th = ws
+        g8, c, tail = ws[0], ws[3], ws[1:10]
         c[...] = 0 if c0 is None else c0
         hd = np.zeros((2 * h, batch), dt) if h0 is None else h0
         # an all-zero initial state: the R product is 0 while R is finite, and left out
         zero_state = finite and (h0 is None or not _count_nonzero(hd))
-        dot, tanh, multiply, add = np.dot, np.tanh, np.multiply, np.add
+        dot, tanh, add = np.dot, np.tanh, np.add
         half = _HALVES[dt]
         run_options = RUN_OPTIONS.get()  # (its terminate flag is read every step, as check_terminate does)
         for xs, outs in blocks:
@@ -950,12 +959,7 @@ class LSTM(RecurrentKernel):
                     dot(r2, hd, g8)
                     add(g8, xt, g8)
                     tanh(g8, g8)
-                multiply(s6, half, s6)  # sigmoid of i, f, o from tanh of their halves
-                add(s6, half, s6)
-                multiply(pair_a, pair_b, prod)
-                add(p0, p1, c)
-                tanh(c, th)
-                multiply(o, th, out)
+                cell_update(tail, half, out)
                 hd = out
         final = c.copy()
         if len(self._workspaces) < WORKSPACES:

@@ -14,6 +14,7 @@ from onnx import helper, numpy_helper
 
 import onnxhal
 from tests.test_ms_attention import check
+from tests.threads import assert_threads_agree
 
 
 def _q(rng: np.random.Generator, shape, dtype=np.uint8) -> np.ndarray:
@@ -244,37 +245,10 @@ def test_lstm_runs_at_once_on_threads(name):
     """LSTM and DynamicQuantizeLSTM keep their scratch arrays per shape between runs: runs of one
     session on four threads at once (different inputs, batches 2 and 3) give each its own result,
     as the same runs one after another."""
-    import sys
-    import threading
     from pathlib import Path
 
     path = Path(__file__).parent / "real_models" / f"{name}.onnx"
     sess = onnxhal.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(3)
     inputs = [rng.standard_normal((5, 2 + i % 2, 16)).astype(np.float32) for i in range(8)]
-    want = [sess.run(None, {"x": x}) for x in inputs]
-    runs: list[int] = []
-    errors: list[BaseException] = []
-
-    def worker(i: int) -> None:
-        try:
-            for _ in range(30):
-                for j in range(i, len(inputs), 4):
-                    for a, b in zip(sess.run(None, {"x": inputs[j]}), want[j]):
-                        np.testing.assert_array_equal(a, b)
-                    runs.append(j)
-        except BaseException as e:  # noqa: BLE001 (handed to the test's thread)
-            errors.append(e)
-
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads switch inside runs, not only between them
-    try:
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
-    assert not errors, errors[0]
-    assert len(runs) == 30 * len(inputs)
+    assert_threads_agree(sess, "x", inputs, rounds=30)

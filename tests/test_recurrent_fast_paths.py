@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from onnxhal.runtime.providers.cpu.kernels import recurrent
+from tests.threads import assert_threads_agree
 
 _TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 
@@ -411,8 +412,6 @@ def test_paired_loop_runs_at_once_on_threads(name, route, monkeypatch):
     (``lstm_native``, where the extension is built) their transposed weights: runs of one session
     on four threads at once (different inputs, batches 1 and 2) give each its own result, as the
     same runs one after another."""
-    import sys
-    import threading
     from pathlib import Path
 
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
@@ -421,32 +420,7 @@ def test_paired_loop_runs_at_once_on_threads(name, route, monkeypatch):
     sess = onnxhal.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(3)
     inputs = [rng.standard_normal((1 + i % 2, 1, 16, 40)).astype(np.float32) for i in range(8)]
-    want = [sess.run(None, {"image": x}) for x in inputs]
-    runs: list[int] = []
-    errors: list[BaseException] = []
-
-    def worker(i: int) -> None:
-        try:
-            for _ in range(100):
-                for j in range(i, len(inputs), 4):
-                    for a, b in zip(sess.run(None, {"image": inputs[j]}), want[j]):
-                        np.testing.assert_array_equal(a, b)
-                    runs.append(j)
-        except BaseException as e:  # noqa: BLE001 (handed to the test's thread)
-            errors.append(e)
-
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads switch inside runs, not only between them
-    try:
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
-    assert not errors, errors[0]
-    assert len(runs) == 100 * len(inputs)
+    assert_threads_agree(sess, "image", inputs, rounds=100)
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])

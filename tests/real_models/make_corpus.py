@@ -1325,8 +1325,9 @@ def torchvision_fourth_wave(out: str) -> list[str]:
     torch.manual_seed(0)
     model = (maxvit.MaxVit(input_size=(side, side), stem_channels=16, partition_size=4, block_channels=[16, 32],
                            block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10) if small else
-             maxvit.MaxVit(input_size=(side, side), stem_channels=64, partition_size=7, block_channels=[64, 128, 256, 512],
-                           block_layers=[2, 2, 5, 2], head_dim=32, stochastic_depth_prob=0.0, num_classes=10))
+             # MaxViT-T's stages at half its widths and depths (the full one is 120 MB)
+             maxvit.MaxVit(input_size=(side, side), stem_channels=32, partition_size=7, block_channels=[32, 64, 128, 256],
+                           block_layers=[1, 1, 3, 1], head_dim=16, stochastic_depth_prob=0.0, num_classes=10))
     # MaxViT's init (std 0.02) gives logits of 1e-2: the head's layers get PyTorch's default init
     _reset_linears(model.classifier)
     made.append(_export_torchvision(model, "tv_maxvit", out, x, other, stats, {0: "batch"}, ["logits"]))
@@ -1513,7 +1514,7 @@ def hf_second_wave(out: str) -> list[str]:
         num_labels=3))
     # 64x64 images: with sr_ratio 8 at stride 4 the first stage's keys come from a 2x2 map; and a
     # second image of another height and width (Segformer takes any size above 32)
-    side = 512 if MEDIUM else 64
+    side = 224 if MEDIUM else 64
     _norms_from_batch(seg, np.random.default_rng(2).standard_normal((8, 3, side, side)))
     a = {"pixel_values": np.random.default_rng(0).standard_normal((1 if MEDIUM else BATCH, 3, side, side)).astype(np.float32)}
     b = {"pixel_values": np.random.default_rng(1).standard_normal((1, 3, side + 32, side - 32)).astype(np.float32)}

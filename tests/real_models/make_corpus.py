@@ -1296,9 +1296,16 @@ def torchvision_fourth_wave(out: str) -> list[str]:
     torch.manual_seed(0)
     model = mnasnet.MNASNet(0.25 if small else 1.0, num_classes=10)
     # MNASNet's classifier init (He, fan-out over ten classes) puts logits of untrained features in
-    # the hundreds, where float32 rounding alone is 1e-3: PyTorch's default init, as for MaxViT below
+    # the hundreds, where float32 rounding alone is 1e-3: PyTorch's default init, as for MaxViT below.
+    # And 64x64 images: at 32 its last batch norms take their statistics from 1x1 maps of eight
+    # images, which leaves other images' logits near 7 and onnxruntime's own rounding at 0.9 of the
+    # corpus tolerance on the small ones.
     _reset_linears(model.classifier)
-    made.append(_export_torchvision(model, "tv_mnasnet", out, x, other, stats, {0: "batch"}, ["logits"]))
+    mside = 224 if MEDIUM else 64
+    image = rng.standard_normal((2, 3, mside, mside)).astype(np.float32)
+    made.append(_export_torchvision(model, "tv_mnasnet", out, image,
+                                    np.random.default_rng(1).standard_normal((1, 3, mside, mside)).astype(np.float32),
+                                    rng.standard_normal((8, 3, mside, mside)), {0: "batch"}, ["logits"]))
 
     torch.manual_seed(0)
     model = GoogLeNet(num_classes=10, aux_logits=False, transform_input=False, init_weights=True)

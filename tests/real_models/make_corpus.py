@@ -1270,8 +1270,8 @@ def _reset_linears(module: torch.nn.Module) -> None:
 def torchvision_fourth_wave(out: str) -> list[str]:
     """Three more torchvision families the corpus lacked, added before anyone tuned for them (the
     held-out set, reported as 'untuned'): ``tv_mnasnet`` (MNASNet at alpha 0.25: inverted residuals
-    with 3x3 and 5x5 depthwise convolutions, BatchNorm momentum and eps of its own, a mean over the
-    spatial axes in place of a pooling layer), ``tv_googlenet`` (GoogLeNet's Inception modules at an
+    with 3x3 and 5x5 depthwise convolutions, a mean over the spatial axes in place of a pooling
+    layer; 64x64 images), ``tv_googlenet`` (GoogLeNet's Inception modules at an
     eighth of their widths: four branches concatenated, 3x3 max pooling inside a branch and between
     stages with ceil_mode, no auxiliary heads) and ``tv_maxvit`` (MaxViT: MBConv with
     squeeze-and-excitation, then block and grid attention over 4x4 partitions with a relative
@@ -1295,8 +1295,8 @@ def torchvision_fourth_wave(out: str) -> list[str]:
 
     torch.manual_seed(0)
     model = mnasnet.MNASNet(0.25 if small else 1.0, num_classes=10)
-    # MNASNet's classifier init (He, fan-out over ten classes) puts logits of untrained features in
-    # the hundreds, where float32 rounding alone is 1e-3: PyTorch's default init, as for MaxViT below.
+    # MNASNet's classifier init (He, fan-out over ten classes) puts logits of untrained features
+    # above a hundred, where float32 rounding alone is 1e-3: PyTorch's default init, as for MaxViT below.
     # And 64x64 images: at 32 its last batch norms take their statistics from 1x1 maps of eight
     # images, which leaves other images' logits near 7 and onnxruntime's own rounding at 0.9 of the
     # corpus tolerance on the small ones.
@@ -1520,7 +1520,7 @@ def hf_second_wave(out: str) -> list[str]:
         mlp_ratios=[2, 2, 2, 2] if not MEDIUM else [4, 4, 4, 4], decoder_hidden_size=16 if not MEDIUM else 256,
         num_labels=3))
     # 64x64 images: with sr_ratio 8 at stride 4 the first stage's keys come from a 2x2 map; and a
-    # second image of another height and width (Segformer takes any size above 32)
+    # second image of another height and width (Segformer takes any size from 32 up)
     side = 224 if MEDIUM else 64
     _norms_from_batch(seg, np.random.default_rng(2).standard_normal((8, 3, side, side)))
     a = {"pixel_values": np.random.default_rng(0).standard_normal((1 if MEDIUM else BATCH, 3, side, side)).astype(np.float32)}

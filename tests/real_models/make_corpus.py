@@ -9,7 +9,10 @@ ai.onnx.ml's encoders (``encoders``); other producers' models: onnxmltools' Ligh
 ultralytics YOLOv8 (``ultralytics``); kept out of all tuning (the held-out set): torchvision's
 EfficientNet and RegNetY (``torchvision``), ShuffleNetV2, MobileNetV3, ConvNeXt and Swin
 (``torchvision2``), SqueezeNet, DenseNet, LR-ASPP segmentation and R3D video (``torchvision3``) and
-Hugging Face's DistilBERT, ALBERT, DeBERTa-v2, Wav2Vec2 and MobileViT (``hf``); a streaming VAD with If and Loop bodies and a CRNN with a
+Hugging Face's DistilBERT, ALBERT, DeBERTa-v2, Wav2Vec2 and MobileViT (``hf``); then a fourth
+held-out wave, also made before any tuning: Hugging Face's Qwen2, BLOOM, BART and Segformer
+(``hf2``), torchvision's MNASNet, GoogLeNet and MaxViT (``torchvision4``) and skl2onnx's
+MLPClassifier and IsolationForest (``sklearn2``, named ``skh_``); a streaming VAD with If and Loop bodies and a CRNN with a
 dynamic width, float and dynamically quantized (``devices``); static QDQ (per tensor and per
 channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); plus their inputs and all of
 onnxruntime's outputs.
@@ -450,6 +453,39 @@ def sklearn_models(out: str) -> list[str]:
         model.fit(X[:150], yb[:150])
         convert(name, model, X, options={id(model if "pipeline" not in type(model).__name__.lower()
                                              else model.steps[-1][1]): {"zipmap": False}})
+    return made
+
+
+def sklearn_second_wave(out: str) -> list[str]:
+    """skl2onnx families the corpus lacked, added before anyone tuned for them (the held-out set,
+    reported as 'untuned'): ``skh_mlp`` (MLPClassifier behind a StandardScaler: two tanh hidden
+    layers, softmax probabilities, labels by ArgMax, no ZipMap) and ``skh_isoforest`` (an
+    IsolationForest of 100 trees: ai.onnx.ml's TreeEnsembleRegressor giving each sample's leaf and
+    depth, then the average path-length correction and the anomaly score and label). Batch dynamic,
+    ai.onnx.ml opset 3."""
+    from skl2onnx import to_onnx
+    from sklearn.datasets import make_classification
+    from sklearn.ensemble import IsolationForest
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = make_classification(n_samples=300, n_features=8, n_informative=5, n_classes=3, random_state=0)
+    X = X.astype(np.float32)
+    models = {
+        "skh_mlp": (make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(32, 16), activation="tanh",
+                                                                  max_iter=300, random_state=0)),
+                    lambda m: {id(m.steps[-1][1]): {"zipmap": False}}),
+        "skh_isoforest": (IsolationForest(n_estimators=100, max_samples=128, random_state=0), lambda m: None),
+    }
+    made = []
+    for name, (model, options) in models.items():
+        model.fit(X[:200], y[:200])
+        path = os.path.join(out, f"{name}.onnx")
+        _save(to_onnx(model, X[:1], target_opset={"": 17, "ai.onnx.ml": 3}, options=options(model)), path)
+        # rows the model was not fitted on, a batch of 64 and one of 5
+        save_outputs(path, {"a": {"X": X[200:264]}, "b": {"X": X[280:285]}})
+        made.append(path)
     return made
 
 
@@ -1223,6 +1259,88 @@ def torchvision_third_wave(out: str) -> list[str]:
     return made
 
 
+def _reset_linears(module: torch.nn.Module) -> None:
+    """PyTorch's default init (uniform, bound 1/sqrt(fan_in)) on ``module``'s linear layers: logits
+    of order one from features of order one, values the corpus tolerances compare meaningfully."""
+    for layer in module.modules():
+        if isinstance(layer, torch.nn.Linear):
+            layer.reset_parameters()
+
+
+def torchvision_fourth_wave(out: str) -> list[str]:
+    """Three more torchvision families the corpus lacked, added before anyone tuned for them (the
+    held-out set, reported as 'untuned'): ``tv_mnasnet`` (MNASNet at alpha 0.25: inverted residuals
+    with 3x3 and 5x5 depthwise convolutions, a mean over the spatial axes in place of a pooling
+    layer; 64x64 images), ``tv_googlenet`` (GoogLeNet's Inception modules at an
+    eighth of their widths: four branches concatenated, 3x3 max pooling inside a branch and between
+    stages with ceil_mode, no auxiliary heads) and ``tv_maxvit`` (MaxViT: MBConv with
+    squeeze-and-excitation, then block and grid attention over 4x4 partitions with a relative
+    position bias, LayerNorm, GELU; 32x32 images, so its height and width are fixed by its
+    partitions). The TorchScript exporter, opset 17, batch dynamic. Run with a torchvision
+    installed: its wheel may live in its own environment."""
+    import sys
+    import types
+
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    from torchvision.models import maxvit, mnasnet
+    from torchvision.models.googlenet import BasicConv2d, GoogLeNet, Inception
+
+    small = not MEDIUM
+    side = 224 if MEDIUM else 32
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, side, side)).astype(np.float32)
+    other = np.random.default_rng(1).standard_normal((1, 3, side, side)).astype(np.float32)
+    stats = rng.standard_normal((8, 3, side, side))
+    made = []
+
+    torch.manual_seed(0)
+    model = mnasnet.MNASNet(0.25 if small else 1.0, num_classes=10)
+    # MNASNet's classifier init (He, fan-out over ten classes) puts logits of untrained features
+    # above a hundred, where float32 rounding alone is 1e-3: PyTorch's default init, as for MaxViT below.
+    # And 64x64 images: at 32 its last batch norms take their statistics from 1x1 maps of eight
+    # images, which leaves other images' logits near 7 and onnxruntime's own rounding at 0.9 of the
+    # corpus tolerance on the small ones.
+    _reset_linears(model.classifier)
+    mside = 224 if MEDIUM else 64
+    image = rng.standard_normal((2, 3, mside, mside)).astype(np.float32)
+    made.append(_export_torchvision(model, "tv_mnasnet", out, image,
+                                    np.random.default_rng(1).standard_normal((1, 3, mside, mside)).astype(np.float32),
+                                    rng.standard_normal((8, 3, mside, mside)), {0: "batch"}, ["logits"]))
+
+    torch.manual_seed(0)
+    model = GoogLeNet(num_classes=10, aux_logits=False, transform_input=False, init_weights=True)
+    if small:  # torchvision's widths over eight: the full network is 26 MB of weights
+        conv, inception = BasicConv2d, Inception
+        model.conv1 = conv(3, 8, kernel_size=7, stride=2, padding=3)
+        model.conv2 = conv(8, 8, kernel_size=1)
+        model.conv3 = conv(8, 24, kernel_size=3, padding=1)
+        widths = {"inception3a": (24, 8, 12, 16, 2, 4, 4), "inception3b": (32, 16, 16, 24, 4, 12, 8),
+                  "inception4a": (60, 24, 12, 26, 2, 6, 8), "inception4b": (64, 20, 14, 28, 3, 8, 8),
+                  "inception4c": (64, 16, 16, 32, 3, 8, 8), "inception4d": (64, 14, 18, 36, 4, 8, 8),
+                  "inception4e": (66, 32, 20, 40, 4, 16, 16), "inception5a": (104, 32, 20, 40, 4, 16, 16),
+                  "inception5b": (104, 48, 24, 48, 6, 16, 16)}
+        for attr, args in widths.items():
+            setattr(model, attr, inception(*args))
+        model.fc = torch.nn.Linear(128, 10)
+        # the replaced layers get GoogLeNet's own init (truncated normal, std 0.01) as init_weights gives
+        # the others: PyTorch's default would leave them on another scale
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
+                torch.nn.init.trunc_normal_(module.weight, mean=0.0, std=0.01, a=-2, b=2)
+    made.append(_export_torchvision(model, "tv_googlenet", out, x, other, stats, {0: "batch"}, ["logits"]))
+
+    torch.manual_seed(0)
+    model = (maxvit.MaxVit(input_size=(side, side), stem_channels=16, partition_size=4, block_channels=[16, 32],
+                           block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10) if small else
+             # MaxViT-T's stages at half its widths and depths (the full one is 120 MB)
+             maxvit.MaxVit(input_size=(side, side), stem_channels=32, partition_size=7, block_channels=[32, 64, 128, 256],
+                           block_layers=[1, 1, 3, 1], head_dim=16, stochastic_depth_prob=0.0, num_classes=10))
+    # MaxViT's init (std 0.02) gives logits of 1e-2: the head's layers get PyTorch's default init
+    _reset_linears(model.classifier)
+    made.append(_export_torchvision(model, "tv_maxvit", out, x, other, stats, {0: "batch"}, ["logits"]))
+    return made
+
+
 def hf_models(out: str) -> list[str]:
     """Hugging Face families the corpus lacked, at tiny random configurations (``from_config``: no
     download), added before anyone tuned for them (the held-out set, reported as 'untuned'):
@@ -1312,6 +1430,107 @@ def _export_hf(model: torch.nn.Module, name: str, out: str, names: tuple, a: dic
     save_outputs(path, {"a": a, "b": b})
     return path
 
+
+class _Seq2SeqBart(torch.nn.Module):
+    """BART encoder-decoder: input_ids, attention_mask and decoder_input_ids in, the decoder's last
+    hidden state out (the encoder's output reaches the decoder's cross-attention)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                          return_dict=True).last_hidden_state
+
+
+def hf_second_wave(out: str) -> list[str]:
+    """A second set of Hugging Face families the corpus lacked, at tiny random configurations
+    (``from_config``: no download), added before anyone tuned for them (the held-out set, reported
+    as 'untuned'): ``hf_qwen2`` (a decoder-only LLM: RMSNorm, rotary position embeddings, a gated
+    SiLU MLP, grouped-query attention with 4 query heads over 2 key/value heads, biased q/k/v and a
+    causal mask combined with the padding mask), ``hf_bloom`` (ALiBi: position biases made from the
+    attention mask's cumulative sum, no position embeddings, an embedding LayerNorm, tanh GELU),
+    ``hf_bart`` (the encoder-decoder: learned positions offset by 2, post-LayerNorm blocks, the
+    decoder's causal self-attention and cross-attention over the encoder's output; batch, source and
+    target lengths dynamic) and ``hf_segformer`` (Segformer for semantic segmentation: overlapping
+    patch embeddings, efficient self-attention whose keys and values come through a strided
+    convolution, a Mix-FFN with a depthwise convolution, and the all-MLP head's bilinear upsampling
+    and concatenation; batch, height and width dynamic). The TorchScript exporter, opset 17, IR 8;
+    the first output."""
+    from transformers import (
+        BartConfig,
+        BartModel,
+        BloomConfig,
+        BloomModel,
+        Qwen2Config,
+        Qwen2Model,
+        SegformerConfig,
+        SegformerForSemanticSegmentation,
+    )
+
+    hidden, layers, ffn, vocab = (256, 4, 1024, 1024) if MEDIUM else (32, 2, 64, 128)
+    seq = 128 if MEDIUM else SEQ
+    made = []
+    names = ("input_ids", "attention_mask")
+    text = {
+        "hf_qwen2": lambda: Qwen2Model(Qwen2Config(
+            vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+            num_key_value_heads=2, intermediate_size=ffn, max_position_embeddings=256, use_cache=False,
+            tie_word_embeddings=False)),
+        "hf_bloom": lambda: BloomModel(BloomConfig(
+            vocab_size=vocab, hidden_size=hidden, n_layer=layers, n_head=4, use_cache=False)),
+    }
+    for name, build in text.items():
+        torch.manual_seed(0)
+        model = build().eval()
+        a = _inputs("ids", names, 1 if MEDIUM else BATCH, seq, np.random.default_rng(0))
+        b = _inputs("ids", names, 1, (64 if MEDIUM else SEQ + 5), np.random.default_rng(1))
+        axes = {n: {0: "batch", 1: "sequence"} for n in names}
+        made.append(_export_hf(model, name, out, names, a, b, {**axes, "output": {0: "batch", 1: "sequence"}}))
+
+    torch.manual_seed(0)
+    bart = BartModel(BartConfig(
+        vocab_size=vocab, d_model=hidden, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, max_position_embeddings=256,
+        use_cache=False)).eval()
+    seq_names = (*names, "decoder_input_ids")
+    sigs = {}
+    for sig, (rows, src, tgt) in {"a": (1 if MEDIUM else BATCH, seq, 7), "b": (1, seq + 5, 4)}.items():
+        rng = np.random.default_rng(0 if sig == "a" else 1)
+        feeds = _inputs("ids", names, rows, src, rng)
+        feeds["decoder_input_ids"] = rng.integers(0, vocab, size=(rows, tgt)).astype(np.int64)
+        sigs[sig] = feeds
+    path = os.path.join(out, "hf_bart.onnx")
+    torch.onnx.export(_Seq2SeqBart(bart), tuple(torch.from_numpy(sigs["a"][n]) for n in seq_names), path,
+                      dynamo=False, input_names=list(seq_names), output_names=["output"], opset_version=17,
+                      dynamic_axes={"input_ids": {0: "batch", 1: "sequence"},
+                                    "attention_mask": {0: "batch", 1: "sequence"},
+                                    "decoder_input_ids": {0: "batch", 1: "target"},
+                                    "output": {0: "batch", 1: "target"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, sigs)
+    made.append(path)
+
+    torch.manual_seed(0)
+    seg = SegformerForSemanticSegmentation(SegformerConfig(
+        num_channels=3, num_encoder_blocks=4, depths=[1, 1, 1, 1] if not MEDIUM else [2, 2, 2, 2],
+        sr_ratios=[8, 4, 2, 1], hidden_sizes=[8, 16, 24, 32] if not MEDIUM else [32, 64, 160, 256],
+        patch_sizes=[7, 3, 3, 3], strides=[4, 2, 2, 2], num_attention_heads=[1, 2, 2, 4] if not MEDIUM else [1, 2, 5, 8],
+        mlp_ratios=[2, 2, 2, 2] if not MEDIUM else [4, 4, 4, 4], decoder_hidden_size=16 if not MEDIUM else 256,
+        num_labels=3))
+    # 64x64 images: with sr_ratio 8 at stride 4 the first stage's keys come from a 2x2 map; and a
+    # second image of another height and width (Segformer takes any size from 32 up)
+    side = 224 if MEDIUM else 64
+    _norms_from_batch(seg, np.random.default_rng(2).standard_normal((8, 3, side, side)))
+    a = {"pixel_values": np.random.default_rng(0).standard_normal((1 if MEDIUM else BATCH, 3, side, side)).astype(np.float32)}
+    b = {"pixel_values": np.random.default_rng(1).standard_normal((1, 3, side + 32, side - 32)).astype(np.float32)}
+    made.append(_export_hf(seg, "hf_segformer", out, ("pixel_values",), a, b,
+                           {"pixel_values": {0: "batch", 2: "height", 3: "width"},
+                            "output": {0: "batch", 2: "height", 3: "width"}}))
+    return made
+
+
 def precision_models(out: str) -> list[str]:
     """The precision variants of a CNN, a transformer and a CRNN already in ``out``: ``quantize_static``
     in the QDQ format per tensor (``_qdq_pt``) and per channel (``_qdq_pc``; the ResNet's is
@@ -1361,7 +1580,9 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           "torchvision": lambda out: torchvision_models(out, ("tv_efficientnet", "tv_regnety")),
           "torchvision2": lambda out: torchvision_models(out, ("tv_shufflenet", "tv_mobilenetv3", "tv_convnext",
                                                                "tv_swin")),
-          "torchvision3": torchvision_third_wave, "hf": hf_models}
+          "torchvision3": torchvision_third_wave, "hf": hf_models,
+          # the fourth held-out wave: "torchvision4" in an environment with torchvision
+          "hf2": hf_second_wave, "torchvision4": torchvision_fourth_wave, "sklearn2": sklearn_second_wave}
 
 
 def main() -> None:

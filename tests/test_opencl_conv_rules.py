@@ -1,7 +1,8 @@
 """The OpenCL EP's Conv rules (runtime/providers/opencl/fusion_rules.py): ``conv_pad`` (the implicit-GEMM
 Conv reads its input in place with bounds checks instead of a ``pad_planes`` copy) and ``conv_wide_tile``
 (32 output positions a work-item), ``conv_row_pairs`` (rows of 7 or 8 outputs, two a vector, in place of
-im2col + GEMM). Each is compared with the rule off (the plain kernel) and with
+im2col + GEMM), and the pooling rule ``pool_rows`` (a MaxPool work-item per output row). Each is
+compared with the rule off (the plain kernel) and with
 onnxruntime's CPU EP, on random inputs and on the edges: asymmetric and wide pads, strides, dilations,
 groups, batches, inputs smaller than one load, NaN and infinities next to the padding."""
 
@@ -180,3 +181,54 @@ def test_conv_row_pairs_with_residual_relu_and_non_finite_edges(opencl):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert kernels == ["im2col_packed", "gemm_packed"] * 2
     assert _run(model, feeds, "")[1] == ["conv_rows2_s1"] * 2
+
+
+def _pool_model(x_shape, **attrs) -> tuple[onnx.ModelProto, dict]:
+    graph = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model, {"x": RNG.standard_normal(x_shape).astype(np.float32)}
+
+
+POOL_CASES = [  # x shape, attributes, whether the rows reach POOL_ROWS_MIN_OW
+    ((1, 8, 20, 20), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), True),   # ResNet's stem pool
+    ((2, 3, 9, 13), dict(kernel_shape=[3, 2], strides=[1, 2], pads=[0, 1, 2, 0]), True),     # asymmetric pads
+    ((1, 4, 11, 12), dict(kernel_shape=[2, 3], dilations=[2, 3], pads=[1, 2, 1, 2]), True),  # dilations
+    ((1, 2, 7, 9), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1), True),            # ceil_mode
+    ((1, 3, 1, 16), dict(kernel_shape=[1, 3], strides=[1, 1], pads=[0, 1, 0, 1]), True),     # one input row
+    ((1, 5, 6, 6), dict(kernel_shape=[3, 3], strides=[2, 2]), False),                        # rows of 2 outputs
+]
+
+
+@pytest.mark.parametrize("x_shape,attrs,rows", POOL_CASES)
+def test_pool_rows_against_one_work_item_per_output(opencl, x_shape, attrs, rows):
+    model, feeds = _pool_model(x_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "pool_rows", rtol=0, atol=0)
+    assert k_off == ["maxpool2d"]
+    assert k_on == (["maxpool2d_rows"] if rows else ["maxpool2d"])
+
+
+def test_pool_rows_keeps_nan_and_gives_padding_alone_the_lowest_finite(opencl):
+    # Dilation 4 over 3 rows with a pad of 1: the one output row's taps (-1 and 3) both lie outside,
+    # so every window is padding alone (onnxruntime: the lowest finite float); NaN on the edges.
+    model, feeds = _pool_model((1, 2, 3, 9), kernel_shape=[2, 2], pads=[1, 1, 1, 1], dilations=[4, 1])
+    _, k_on = _run(model, feeds, "")
+    assert k_on == ["maxpool2d_rows"]
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert (want == np.finfo(np.float32).min).all()
+    np.testing.assert_array_equal(_run(model, feeds, "")[0], want)
+    model, feeds = _pool_model((1, 2, 6, 10), kernel_shape=[3, 3], strides=[1, 2], pads=[1, 1, 1, 1])
+    feeds["x"][0, 0, :, 0] = np.nan
+    feeds["x"][0, 1, 5, 4] = np.nan
+    feeds["x"][0, 1, 0, -1] = np.inf
+    # onnxruntime's MaxPool keeps a NaN at some window positions and skips it at others
+    # (docs/opencl.md, "What it claims"): the CPU EP, which keeps it as numpy, is the reference here.
+    (want,) = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert np.isnan(want).any()
+    for disabled in ("", "pool_rows"):
+        got, kernels = _run(model, feeds, disabled)
+        assert kernels == (["maxpool2d"] if disabled else ["maxpool2d_rows"])
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(got, want)

@@ -99,3 +99,70 @@ def test_crossings_count_values_moving_between_host_and_device():
     assert crossings(graph, [by_name["mm"]], claimed) == 1
     assert crossings(graph, [by_name["sig"]], claimed) == 2  # t from TopK, y a graph output
     assert host_reason(1e-6, 1, 2, 5e-6, 5e-6) is not None and host_reason(1e-3, 1, 2, 5e-6, 5e-6) is None
+
+
+def _island_model(source: str = "cast", tail: str = "cast", matmul: bool = False) -> onnx.ModelProto:
+    """T5's relative-position shape: integer nodes on the host around float work the EP could claim.
+    ``source``: "cast" (the float chain reads a Cast of an int64 input, made on the host) or "input"
+    (a float graph input); ``tail``: "cast" (a Cast back to int64 on the host reads the result) or
+    "output" (the result is a graph output); ``matmul``: a MatMul by a constant in the chain."""
+    nodes, inputs, inits = [], [], [numpy_helper.from_array(np.float32(2.0), "c"),
+                                    numpy_helper.from_array(np.float32(3.5), "d")]
+    if source == "cast":
+        inputs.append(helper.make_tensor_value_info("i", TensorProto.INT64, ["n", 8]))
+        nodes.append(helper.make_node("Cast", ["i"], ["f"], name="cast_in", to=TensorProto.FLOAT))
+    else:
+        inputs.append(helper.make_tensor_value_info("f", TensorProto.FLOAT, ["n", 8]))
+    nodes += [helper.make_node("Div", ["f", "c"], ["q"], name="div"),
+              helper.make_node("Log", ["q"], ["l"], name="log")]
+    last = "l"
+    if matmul:
+        inits.append(numpy_helper.from_array(RNG.standard_normal((8, 8)).astype(np.float32), "w"))
+        nodes.append(helper.make_node("MatMul", ["l", "w"], ["m"], name="mm"))
+        last = "m"
+    nodes.append(helper.make_node("Mul", [last, "d"], ["s"], name="mul"))
+    if tail == "cast":
+        nodes.append(helper.make_node("Cast", ["s"], ["y"], name="cast_out", to=TensorProto.INT64))
+        out = helper.make_tensor_value_info("y", TensorProto.INT64, ["n", 8])
+    else:
+        nodes.append(helper.make_node("Identity", ["s"], ["y"], name="ident"))
+        out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, [out], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def _island_run(model: onnx.ModelProto, disabled: str) -> tuple[dict, dict, np.ndarray, np.ndarray]:
+    name = model.graph.input[0].name
+    feeds = {name: (RNG.integers(1, 40, (3, 8)) if name == "i" else RNG.uniform(1, 40, (3, 8))).astype(
+        np.int64 if name == "i" else np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    sess = onnxhal.InferenceSession(model.SerializeToString(), providers=[
+        ("OpenCLExecutionProvider", {"disable_fusions": disabled}), "CPUExecutionProvider"])
+    return sess.partition_summary, sess.eps["OpenCLExecutionProvider"].declined, sess.run(None, feeds)[0], want
+
+
+def test_a_piece_of_a_host_chain_stays_on_the_host(opencl):
+    # Div, Log, Mul between two Casts on the host (symbolic dims: the cost rule has no size to weigh).
+    model = _island_model()
+    on_summary, declined, on, want = _island_run(model, "")
+    off_summary, _, off, want_off = _island_run(model, "host_islands")
+    assert "OpenCLExecutionProvider" not in on_summary, on_summary
+    assert {k for k, v in declined.items() if "rule host_islands" in v} == {"div", "log", "mul"}
+    assert off_summary.get("OpenCLExecutionProvider") == 3, off_summary
+    np.testing.assert_array_equal(on, want)
+    np.testing.assert_array_equal(off, want_off)
+
+
+@pytest.mark.parametrize("source,tail,matmul", [("input", "cast", False), ("cast", "output", False),
+                                                ("cast", "cast", True)])
+def test_a_partition_reading_an_input_writing_an_output_or_with_a_gemm_is_claimed(opencl, source, tail, matmul):
+    model = _island_model(source, tail, matmul)
+    summary, declined, got, want = _island_run(model, "")
+    assert summary.get("OpenCLExecutionProvider", 0) >= 3, summary
+    assert not any("host_islands" in v for v in declined.values())
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)

@@ -26,7 +26,13 @@ from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, N
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.op_geometry import pool_geometry
-from onnxhal.runtime.providers.opencl.cost_rule import crossings, host_rates, host_reason, host_seconds
+from onnxhal.runtime.providers.opencl.cost_rule import (
+    crossings,
+    host_island,
+    host_rates,
+    host_reason,
+    host_seconds,
+)
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import (
     DynamicNodeComputeInfo,
@@ -102,7 +108,7 @@ class OpenCLBackend:
 
     def __init__(self, name: str, device: OpenCLDeviceContext | None, allocator: OpenCLAllocator | None,
                  logger: logging.Logger, disabled_fusions: frozenset[str] = frozenset(),
-                 cost_rule: bool = False) -> None:
+                 cost_rule: bool = False, host_islands: bool = False) -> None:
         self.name = name  # the EP's, in log lines
         self.device = device
         self.allocator = allocator
@@ -111,6 +117,9 @@ class OpenCLBackend:
         self.disabled_fusions = disabled_fusions
         #: Keep partitions smaller than their launches and copies on the host (cost_rule.py).
         self.cost_rule = cost_rule
+        #: Rule host_islands (cost_rule.host_island) applies: the OpenCL EP's own partitions, whose
+        #: copies are real; a simulated device's claims follow its profile alone.
+        self.host_islands = host_islands and self.rule_on("host_islands")
         self.declined: dict[str, str] = {}  # node name/op -> reason (for logs and tests)
         #: The plans of the compiled partitions of static shape (tests count their launches).
         self.compiled_plans: list[PartitionPlan] = []
@@ -188,6 +197,10 @@ class OpenCLBackend:
                 part = support_info.filtered_graph(piece, FUSION_OPTIONS)
                 self._shape_only[part] = shape_only_outputs(graph, part)
                 reason = self._cost_reason(graph, piece, support_info, lookup, taken) if self.cost_rule else None
+                if reason is None and self.host_islands and host_island(graph, piece, taken):
+                    reason = ("a piece of a host chain (rule host_islands): every input comes from the host and only "
+                              "the host reads its outputs, and none of its nodes is compute-bound, so the device "
+                              "would only add a copy in and out and a wait")
                 if reason:
                     self.decline(piece, reason)
                     self.logger.debug("%s declines %d node(s): %s", self.name, len(piece), reason)

@@ -114,6 +114,33 @@ def crossings(graph: Graph, part: Sequence[Node], on_device: set[int]) -> int:
     return count
 
 
+def host_island(graph: Graph, part: Sequence[Node], on_device: set[int]) -> bool:
+    """Rule ``host_islands``: whether ``part`` is a piece of a host chain, memory-bound work the
+    device cannot do for less than its copies: no node of the GEMM family or Conv (the
+    compute-bound ops), every non-constant input made by a node on another EP (not a graph input)
+    and every output read only by nodes on other EPs (not a graph output). On the device it would
+    copy each input in and each output out, and the host would wait for it between its own nodes;
+    its elementwise and data-movement work reads and writes no more bytes than those copies move.
+    It holds with symbolic dims, where the cost rule has no sizes to weigh (T5's relative position
+    buckets: Div, Log, Div, Mul between integer nodes on the host)."""
+    if any(n.op_type in _GEMM_OPS or n.op_type in _CONV_OPS for n in part):
+        return False
+    inside = {id(n) for n in part}
+    made = {o for n in part for o in n.outputs if o}
+    inputs = {v for n in part for v in n.inputs if v and v not in made and not graph.is_constant_initializer(v)}
+    if not inputs:
+        return False
+    for v in inputs:
+        producer = graph.producer(v)
+        if producer is None or id(producer) in on_device:
+            return False
+    outputs = set(graph.output_names)
+    for v in made:
+        if v in outputs or any(id(c) in on_device and id(c) not in inside for c in graph.consumers(v)):
+            return False
+    return True
+
+
 def host_reason(work_s: float, launches: int, copies: int, launch_s: float, copy_s: float) -> str | None:
     """Why the partition stays on the host, or None when the device is worth its cost."""
     cost = launches * launch_s + copies * copy_s

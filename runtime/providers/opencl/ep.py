@@ -31,7 +31,7 @@ class OpenCLEp(Ep):
         self.device = device
         self.allocator = allocator
         self.logger = logger
-        self.backend = OpenCLBackend(EP_NAME, device, allocator, logger, disabled_fusions, cost_rule)
+        self.backend = OpenCLBackend(EP_NAME, device, allocator, logger, disabled_fusions, cost_rule, host_islands=True)
 
     @property
     def declined(self) -> dict[str, str]:

@@ -28,6 +28,11 @@ FUSION_RULES: dict[str, str] = {
                       "load (a kernel choice rather than a fusion, switchable as the rules are)",
     "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
                       "switchable as the rules are)",
+    "pool_rows": "a MaxPool computed a row of outputs per work-item (a kernel choice, switchable as the rules "
+                 "are)",
+    "host_islands": "a partition without GEMM-family nodes whose inputs all come from nodes on another EP and whose "
+                    "outputs only they read (a piece of a host chain) left to the host: no copies in and out, no "
+                    "wait (the OpenCL EP only; cost_rule.host_island)",
     "shape_only_outputs": "a partition output read outside only by Shape/Size: written by no launch, so its "
                           "producer fuses as an intermediate (a head-split Transpose into attention)",
     "shape_values": "small integer computations on tensor shapes (Shape, Size, Gather, Concat, ... of shapes and "

@@ -316,6 +316,9 @@ __kernel void conv_implicit_s{sw}(__global const float* Ap, __global const float
 #: the work-items, and below this a CPU device's threads get uneven shares or none (the corpus
 #: models' 24 x 32 GEMMs would run 3 work-items instead of 6, and be slower).
 WIDE_TILE_MIN_ITEMS = 32
+#: Rule pool_rows: the shortest output row a MaxPool work-item computes whole. On PoCL the row kernel
+#: ran at least as fast as one work-item per output from rows of 4 outputs up (benchmarks/opencl_pool.py).
+POOL_ROWS_MIN_OW = 4
 #: Column panels a two-panel GEMM work-item's launch walks together (``_gemm_x2_source``): the same
 #: B footprint in cache as GEMM_JT single panels.
 GEMM_JT_X2 = GEMM_JT // 2
@@ -702,6 +705,43 @@ __kernel void maxpool2d(__global float* Y, __global const float* X, const int H,
     }
   }
   Y[gid] = seen ? acc : -FLT_MAX;  // a window of padding alone: onnxruntime's lowest finite value
+}
+
+// MaxPool, rule pool_rows: a work-item per output row, so the (n, c, oh) of a work-item is
+// divided out once per row, not per output, and a window inside the row needs no per-tap checks.
+__kernel void maxpool2d_rows(__global float* Y, __global const float* X, const int H, const int W, const int OH,
+                             const int OW, const int KH, const int KW, const int sh, const int sw, const int ph,
+                             const int pw, const int dh, const int dw, const int total) {
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int oh = gid % OH; const int nc = gid / OH;
+  __global const float* xp = X + (size_t)nc * H * W;
+  __global float* yp = Y + (size_t)gid * OW;
+  const int y0 = oh * sh - ph;
+  int kh0 = 0, kh1 = KH;  // the taps whose input row lies inside
+  while (kh0 < KH && y0 + kh0 * dh < 0) ++kh0;
+  while (kh1 > kh0 && y0 + (kh1 - 1) * dh >= H) --kh1;
+  for (int ow = 0; ow < OW; ++ow) {
+    const int x0 = ow * sw - pw;
+    float acc = -INFINITY;
+    int seen = 0;
+    if (x0 >= 0 && x0 + (KW - 1) * dw < W) {
+      for (int kh = kh0; kh < kh1; ++kh) {
+        __global const float* row = xp + (y0 + kh * dh) * W + x0;
+        for (int kw = 0; kw < KW; ++kw) acc = onnxhal_max(row[kw * dw], acc);  // keeps a NaN
+      }
+      seen = kh1 > kh0;
+    } else {
+      for (int kh = kh0; kh < kh1; ++kh) {
+        __global const float* row = xp + (y0 + kh * dh) * W;
+        for (int kw = 0; kw < KW; ++kw) {
+          const int x = x0 + kw * dw;
+          if (x >= 0 && x < W) { acc = onnxhal_max(row[x], acc); seen = 1; }
+        }
+      }
+    }
+    yp[ow] = seen ? acc : -FLT_MAX;  // a window of padding alone: onnxruntime's lowest finite value
+  }
 }
 
 // LRN across channels: y = x / (bias + alpha / size * sum of x^2 over the channel window)^beta

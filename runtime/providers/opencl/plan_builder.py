@@ -684,18 +684,23 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
     # GEMM family ---------------------------------------------------------------------------
     # Other families ------------------------------------------------------------------------
 
-    def _pool(self, n: Node, kernel: str, extra=lambda g: ()) -> None:
-        """One launch of POOL_SOURCE's ``kernel`` over ``n``'s output: the window geometry, then
-        the arguments ``extra`` derives from it."""
+    def _pool(self, n: Node, kernel: str, extra=lambda g: (), rows: bool = False) -> None:
+        """One launch of POOL_SOURCE's ``kernel`` over ``n``'s output (``rows``: a work-item per
+        output row): the window geometry, then the arguments ``extra`` derives from it."""
         x = self.data(n.inputs[0])
         xs, ys = self.shape(x), self.shape(n.outputs[0])
         g = self._conv_geometry(n, xs, (0, 0, *n.attr("kernel_shape")), ys)
         out = self.output(n.outputs[0])
         geometry = (I32(g[key]) for key in ("H", "W", "OH", "OW", "KH", "KW", "sh", "sw", "ph", "pw", "dh", "dw"))
-        self.plan.add_launch_1d(ks.POOL_SOURCE, kernel, prod(ys), [Buf(out), Buf(x), *geometry, *extra(g)])
+        total = prod(ys[:-1]) if rows else prod(ys)
+        self.plan.add_launch_1d(ks.POOL_SOURCE, kernel, total, [Buf(out), Buf(x), *geometry, *extra(g)])
 
     def _lower_MaxPool(self, n: Node) -> None:
-        self._pool(n, "maxpool2d")
+        # Rule pool_rows: a row of outputs per work-item where rows hold enough outputs to share it.
+        if self.rule("pool_rows") and self.shape(n.outputs[0])[-1] >= ks.POOL_ROWS_MIN_OW:
+            self._pool(n, "maxpool2d_rows", rows=True)
+        else:
+            self._pool(n, "maxpool2d")
 
     def _lower_AveragePool(self, n: Node) -> None:
         # count_include_pad counts pad positions inside the padded input only (as ORT)

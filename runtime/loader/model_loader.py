@@ -26,6 +26,8 @@ from onnxhal.runtime.loader import declared_value_info, guarded_inference
 from onnxhal.runtime.loader.constant_initializers import constants_to_initializers
 from onnxhal.runtime.loader.declaration_checks import check_declarations, check_ir_version
 from onnxhal.runtime.loader.external_data import load_external_data, tensors
+from onnxhal.runtime.loader.ml_shapes import ML as ML_DOMAIN
+from onnxhal.runtime.loader.ml_shapes import with_ml_shapes
 from onnxhal.runtime.loader.model_overrides import override_free_dimensions
 from onnxhal.runtime.loader.node_checks import (
     STANDARD_DOMAINS,
@@ -218,6 +220,8 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
     node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:
         inferred = guarded_inference.infer_lenient(proto, data_prop)
+    elif ML_DOMAIN in opset:
+        inferred = with_ml_shapes(inferred, opset[ML_DOMAIN])
     if any(k in strict_error for k in _SHAPE_CONFLICTS):
         _computed_output_shapes(inferred, proto, data_prop)
     graph = Graph.from_proto(inferred.graph, opset)

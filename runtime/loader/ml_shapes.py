@@ -1,0 +1,131 @@
+"""Types and shapes for the ai.onnx.ml operators that onnx gives no inference function (Scaler,
+Normalizer, Imputer, LinearRegressor, SVMRegressor, the opset-1 TreeEnsembleRegressor and
+FeatureVectorizer).
+
+onnx's shape inference stops at such a node: its outputs get no type, and nothing after it gets a
+rank, so a device that needs ranks (every simulated profile) declines the rest of a scikit-learn
+pipeline that begins with a StandardScaler. The output of each of these operators follows from its
+input and attributes as the ai.onnx.ml specification states it (and as onnxruntime's kernels
+allocate it: ``onnxruntime/core/providers/cpu/ml``): the loader adds those outputs' value_info and
+infers again. Inference stays a help: where the second pass fails, the model keeps the first
+pass's values.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from onnxhal.runtime.loader import guarded_inference
+
+ML = "ai.onnx.ml"
+_FLOAT = onnx.TensorProto.FLOAT
+#: operators whose output has the input's shape: the output's element type (None: the input's)
+_SAME_SHAPE = {"Scaler": _FLOAT, "Normalizer": _FLOAT, "Imputer": None}
+#: operators whose [N, C] input gives a float [N, width] output, with how the width is read
+_ROW_WIDTH = {
+    "LinearRegressor": lambda attrs: _int(attrs, "targets", 1),
+    "SVMRegressor": lambda attrs: 1,
+    "TreeEnsembleRegressor": lambda attrs: _int(attrs, "n_targets", 1),
+    "FeatureVectorizer": lambda attrs: sum(attrs["inputdimensions"].ints) if "inputdimensions" in attrs else None,
+}
+#: TreeEnsembleRegressor has an inference function from opset 3 of ai.onnx.ml
+_SINCE_INFERRED = {"TreeEnsembleRegressor": 3}
+#: how many rounds of "fill, infer again" a chain of such operators may take
+_ROUNDS = 4
+
+
+def _int(attrs: dict[str, onnx.AttributeProto], name: str, default: int) -> int:
+    return attrs[name].i if name in attrs else default
+
+
+def _uninferred(node: onnx.NodeProto, ml_opset: int) -> bool:
+    if node.domain != ML or (node.op_type not in _SAME_SHAPE and node.op_type not in _ROW_WIDTH):
+        return False
+    return ml_opset < _SINCE_INFERRED.get(node.op_type, 1 << 30)
+
+
+def _output_type(node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> onnx.TypeProto | None:
+    """The output's type, or None where the inputs' types do not settle it."""
+    ins = [types.get(i) for i in node.input if i]
+    if not ins or any(t is None or not t.HasField("tensor_type") for t in ins):
+        return None
+    first = ins[0].tensor_type
+    if node.op_type in _SAME_SHAPE:
+        elem = _SAME_SHAPE[node.op_type] or first.elem_type
+        if not first.HasField("shape") or not elem:
+            return None
+        out = onnx.TypeProto()
+        out.tensor_type.elem_type = elem
+        out.tensor_type.shape.CopyFrom(first.shape)
+        return out
+    attrs = {a.name: a for a in node.attribute}
+    width = _ROW_WIDTH[node.op_type](attrs)
+    # only [N, C] inputs: the operators' rank-1 forms differ between producers and runtimes
+    if width is None or any(not t.tensor_type.HasField("shape") or len(t.tensor_type.shape.dim) != 2 for t in ins):
+        return None
+    out = onnx.TypeProto()
+    out.tensor_type.elem_type = _FLOAT
+    rows, cols = out.tensor_type.shape.dim.add(), out.tensor_type.shape.dim.add()
+    rows.CopyFrom(first.shape.dim[0])
+    cols.dim_value = width
+    return out
+
+
+def _fill(model: onnx.ModelProto, ml_opset: int) -> list[tuple[onnx.ValueInfoProto, onnx.TypeProto | None]]:
+    """Types the untyped (or shapeless) outputs of such operators that the known types settle, in
+    their value_info (or graph output) entries; returns each entry changed with its type before
+    (None: added)."""
+    g = model.graph
+    types: dict[str, onnx.TypeProto] = {v.name: v.type for v in (*g.input, *g.value_info, *g.output)
+                                        if v.type.WhichOneof("value") is not None}
+    for t in g.initializer:
+        types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+    infos = {v.name: v for v in (*g.value_info, *g.output)}  # a graph output's own entry first
+    changed: list[tuple[onnx.ValueInfoProto, onnx.TypeProto | None]] = []
+    for node in g.node:
+        if not _uninferred(node, ml_opset) or not node.output or not node.output[0]:
+            continue
+        name = node.output[0]
+        known = types.get(name)
+        if known is not None and known.tensor_type.HasField("shape"):
+            continue
+        found = _output_type(node, types)
+        # a declared element type is kept: the computed one must agree with it (or it is left alone)
+        if found is None or (known is not None and known.tensor_type.elem_type not in (0, found.tensor_type.elem_type)):
+            continue
+        info = infos.get(name)
+        if info is None:
+            info = infos[name] = g.value_info.add(name=name)
+            changed.append((info, None))
+        else:
+            before = onnx.TypeProto()
+            before.CopyFrom(info.type)
+            changed.append((info, before))
+        info.type.CopyFrom(found)
+        types[name] = found
+    return changed
+
+
+def with_ml_shapes(model: onnx.ModelProto, ml_opset: int) -> onnx.ModelProto:
+    """``model`` (strictly inferred, the loader's own) with the outputs of the ai.onnx.ml operators
+    onnx cannot infer typed, and inference run again from them; ``model`` as it was where there are
+    none, or where the new pass fails."""
+    if not any(_uninferred(n, ml_opset) for n in model.graph.node):
+        return model
+    for _ in range(_ROUNDS):
+        changed = _fill(model, ml_opset)
+        if not changed:
+            break
+        again, _, _ = guarded_inference.infer(model, owned=True)
+        if again is None:  # the first pass's values stand: give back what was changed
+            added = {info.name for info, before in changed if before is None}
+            for info, before in changed:
+                if before is not None:
+                    info.type.CopyFrom(before)
+            infos = model.graph.value_info
+            for i in reversed(range(len(infos))):
+                if infos[i].name in added:
+                    del infos[i]
+            break
+        model = again
+    return model

@@ -1,0 +1,141 @@
+"""Shapes after the ai.onnx.ml operators onnx cannot infer (runtime/loader/ml_shapes.py): the loader
+types their outputs as the specification states, inference goes on past them, the types it writes
+are the ones the kernels return (and onnxruntime's), and a device that needs ranks claims the nodes
+after them."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+from onnxhal.runtime.loader.model_loader import load_model
+from tests.conftest import simulated_or_skip
+
+ML = "ai.onnx.ml"
+F = TensorProto.FLOAT
+COLS = 6
+
+
+def _pipeline(ml_node: onnx.NodeProto, width: int, ml_opset: int = 3, extra_inputs: tuple = ()) -> onnx.ModelProto:
+    """X [unnamed batch, COLS] -> the ml node (its output "s" an output too) -> MatMul by a [width, 3]
+    weight -> Tanh: as skl2onnx writes a scaler in front of a network, with the batch dim unnamed."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((width, 3)).astype(np.float32), "w")
+    nodes = [ml_node, helper.make_node("MatMul", [ml_node.output[0], "w"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])]
+    x = helper.make_tensor_value_info("X", F, [None, COLS])
+    outputs = [helper.make_tensor_value_info(n, F, None) for n in ("y", ml_node.output[0])]
+    graph = helper.make_graph(nodes, "g", [x, *extra_inputs], outputs, [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, ml_opset)])
+    model.ir_version = 8
+    return model
+
+
+def _scaler():
+    return helper.make_node("Scaler", ["X"], ["s"], domain=ML, offset=[0.5] * COLS, scale=[2.0] * COLS), COLS
+
+
+def _normalizer():
+    return helper.make_node("Normalizer", ["X"], ["s"], domain=ML, norm="L2"), COLS
+
+
+def _imputer():
+    return helper.make_node("Imputer", ["X"], ["s"], domain=ML, imputed_value_floats=[1.0] * COLS,
+                            replaced_value_float=float("nan")), COLS
+
+
+def _linear_regressor():
+    return helper.make_node("LinearRegressor", ["X"], ["s"], domain=ML, targets=2,
+                            coefficients=list(np.linspace(-1, 1, 2 * COLS)), intercepts=[0.1, -0.2]), 2
+
+
+def _svm_regressor():
+    return helper.make_node("SVMRegressor", ["X"], ["s"], domain=ML, kernel_type="LINEAR",
+                            coefficients=list(np.linspace(-1, 1, COLS)), kernel_params=[0.0, 0.0, 0.0], rho=[0.3],
+                            n_supports=0), 1
+
+
+def _tree_regressor_v1():
+    return helper.make_node("TreeEnsembleRegressor", ["X"], ["s"], domain=ML, n_targets=2,
+                            nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[1, 0, 0],
+                            nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.0, 0.0, 0.0],
+                            nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+                            target_treeids=[0, 0, 0, 0], target_nodeids=[1, 1, 2, 2], target_ids=[0, 1, 0, 1],
+                            target_weights=[1.0, -1.0, 2.0, 0.5]), 2
+
+
+def _feature_vectorizer():
+    return helper.make_node("FeatureVectorizer", ["X", "Z"], ["s"], domain=ML, inputdimensions=[COLS, 2]), COLS + 2
+
+
+CASES = {"Scaler": (_scaler, 3), "Normalizer": (_normalizer, 3), "Imputer": (_imputer, 3),
+         "LinearRegressor": (_linear_regressor, 3), "SVMRegressor": (_svm_regressor, 3),
+         "TreeEnsembleRegressor-1": (_tree_regressor_v1, 1), "FeatureVectorizer": (_feature_vectorizer, 3)}
+
+
+def _case(name: str) -> tuple[onnx.ModelProto, dict]:
+    make, ml_opset = CASES[name]
+    node, width = make()
+    extra = (helper.make_tensor_value_info("Z", F, [None, 2]),) if name == "FeatureVectorizer" else ()
+    model = _pipeline(node, width, ml_opset, extra)
+    rng = np.random.default_rng(1)
+    feeds = {"X": rng.standard_normal((5, COLS)).astype(np.float32)}
+    if extra:
+        feeds["Z"] = rng.standard_normal((5, 2)).astype(np.float32)
+    return model, feeds
+
+
+def _ranks(model: onnx.ModelProto) -> dict[str, int | None]:
+    loaded = load_model(model.SerializeToString()).proto
+    return {v.name: (len(v.type.tensor_type.shape.dim) if v.type.tensor_type.HasField("shape") else None)
+            for v in (*loaded.graph.value_info, *loaded.graph.output)}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_inference_goes_on_past_the_operator_with_the_shapes_it_computes(name):
+    model, feeds = _case(name)
+    assert onnx.shape_inference.infer_shapes(model).graph.output[0].type.tensor_type.HasField("shape") is False, \
+        "onnx infers this operator itself now: the case tests nothing"
+    ranks = _ranks(model)
+    assert ranks["s"] == 2 and ranks["h"] == 2 and ranks["y"] == 2
+    loaded = load_model(model.SerializeToString()).proto
+    declared = {v.name: [d.dim_value or None for d in v.type.tensor_type.shape.dim]
+                for v in (*loaded.graph.value_info, *loaded.graph.output)}
+    sess = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(["s", "y"], feeds)
+    for value, out in zip(("s", "y"), got):  # the types written are the ones the run returns
+        assert out.dtype == np.float32 and out.ndim == len(declared[value])
+        assert all(d is None or d == n for d, n in zip(declared[value], out.shape))
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["s", "y"], feeds)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_contradiction_after_the_operator_keeps_the_first_pass_and_the_model_loads():
+    # Scaler's [N, 6] output meets a [4] bias: strict inference past it fails, onnxruntime (which
+    # cannot type the Scaler) loads the model; so must the loader, with the first pass's values.
+    node = helper.make_node("Scaler", ["X"], ["s"], domain=ML, offset=[0.0], scale=[1.0])
+    b = numpy_helper.from_array(np.ones(4, np.float32), "b")
+    graph = helper.make_graph([node, helper.make_node("Add", ["s", "b"], ["y"])], "g",
+                              [helper.make_tensor_value_info("X", F, [None, COLS])],
+                              [helper.make_tensor_value_info("y", F, None)], [b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    model.ir_version = 8
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])  # loads
+    ranks = _ranks(model)
+    assert ranks.get("y") is None  # nothing past the Scaler: the first pass's values
+    onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_a_gpu_profile_claims_the_network_after_a_scaler():
+    model, feeds = _case("Scaler")
+    want = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["y"], feeds)[0]
+    with simulated_or_skip("generic-gpu") as sims:
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([next(iter(sims.values()))])
+        sess = onnxhal.InferenceSession(model.SerializeToString(), so)
+        # MatMul and Tanh on the GPU; the Scaler (an operator the profile lacks) on the CPU EP
+        assert sum(n for ep, n in sess.partition_summary.items() if ep != "CPUExecutionProvider") == 2
+        np.testing.assert_allclose(sess.run(["y"], feeds)[0], want, rtol=1e-3, atol=1e-4)

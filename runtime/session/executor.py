@@ -288,6 +288,39 @@ class ExecutionPlan:
             return list(results)
         return self._outputs(results, fetch, output_devices)
 
+    def host_runner(self, names: Sequence[str]) -> Callable[[Sequence[Any]], tuple] | None:
+        """``run`` for the feeds ``names`` given as host arrays in that order, every output left on
+        the host, no run options and no profiler: the function ``InferenceSession.run`` calls when a
+        run's feeds have passed its checks. Everything ``run`` and ``_execute`` decide per call
+        (which slot each feed goes to, whether it needs copying, which run function, streams to
+        end) is decided here, once. None when the plan does not allow it: a feed read on another
+        memory device, an output produced there, or streams to end after each run."""
+        if self.device_outputs or self.memory.any_streams:
+            return None
+        host = self._host_feed_slots
+        if any(n not in host for n in names):
+            return None
+        targets = tuple(host[n] for n in names)
+        template = self._template
+        gen = self.generated
+        fn, fns = gen.fn, gen.fns
+
+        def run(values: Sequence[Any]) -> tuple:
+            slots = template.copy()
+            for i, v in zip(targets, values):
+                slots[i] = v
+            token = ignore_fp_errors()  # as run's
+            try:
+                return fn(slots, fns, None)
+            except Terminated:
+                raise
+            except Exception as e:  # as _execute's
+                step, inputs = self._failed_step(e, gen)
+                raise self._wrap(e, slots, step, inputs) from e
+            finally:
+                restore_fp_errors(token)
+        return run
+
     def run_values(self, values: Sequence[Any], run_options: Any = None) -> list:
         """``run`` with the feeds as values in ``feed_names`` order (None: not fed), every output
         on the host: a subgraph's run, called by a kernel during a run (so under that run's numpy

@@ -119,6 +119,18 @@ def _check_run_options(run_options: Any) -> None:
                               "create one with onnxhal.RunOptions()")
 
 
+@dataclass(frozen=True)
+class _FastRun:
+    """``InferenceSession._prepare_fast_run``'s answer for one core and profiler."""
+
+    core: SessionCore | None
+    profiler: Profiler | None
+    run: Any  # (feed, fetch) -> outputs, or None when the feed needs _run; None: always _run
+
+
+_NO_FAST_RUN = _FastRun(None, None, None)  # before the first run: prepared then
+
+
 class InferenceSession:
     """A model loaded for running, as onnxruntime's ``InferenceSession``.
 
@@ -146,6 +158,7 @@ class InferenceSession:
     def _create(self, path_or_bytes: str | bytes | onnx.ModelProto, so: SessionOptions,
                 providers: Sequence[Any] | None, provider_options: Sequence[Mapping] | None) -> None:
         self._sess_options = so
+        self._fast = _NO_FAST_RUN
         check_session_options(so)
         self._recovery = RecoveryPolicy(so)
         self._lock = threading.Lock()
@@ -325,9 +338,59 @@ class InferenceSession:
         from ``input_feed``, {input name: numpy array, OrtValue, or a (nested) list converted to the
         input's element type}. Raises ``InvalidArgument`` for a missing, unknown or mistyped input,
         and the EP's error (``EPFail``, ``Fail``, ...) when a node fails; the session stays usable."""
+        if run_options is None:
+            fast = self._fast
+            if fast.core is not self._core or fast.profiler is not self._profiler:
+                fast = self._fast = self._prepare_fast_run()
+            if fast.run is not None:
+                fetch = None if output_names is None else self._fetch_indices(output_names)
+                try:
+                    result = fast.run(input_feed, fetch)
+                except EPFail as e:  # as _run: the run again on the core the recovery policy builds
+                    result = _owned(self._recover(fast.core, e).run(input_feed, None, fetch, None, self._profiler),
+                                    input_feed)
+                if result is not None:
+                    return result
         if self._core.capture_ep is not None:
             check_run_api(self._core.capture_ep, run_options)
         return self._run(output_names, input_feed, run_options, None)
+
+    def _prepare_fast_run(self) -> _FastRun:
+        """The session's run prepared for the commonest call, ``run(names or None, {input: array})``
+        with no run options, on the current core: what ``_run`` decides per call (logging scope,
+        profiler, sparse outputs, graph capture, EP hooks, where each feed goes) decided once. Its
+        ``run`` is None when a run must take ``_run``'s way every time."""
+        core, profiler = self._core, self._profiler
+        hooks = core.run_hooks
+        if (profiler is not None or self._log_severity != DEFAULT_SEVERITY or self._sparse_outputs
+                or not self._outputs or not hooks.plain):
+            return _FastRun(core, profiler, None)
+        checker = self._feed_checker()
+        host_run = core.plan.host_runner(checker.required)
+        if host_run is None:
+            return _FastRun(core, profiler, None)
+        values_in_order = checker.values_in_order
+        starts = hooks.starts
+
+        def run(feed: Any, fetch: list[int] | None) -> list | None:
+            """The outputs, or None when the feeds need ``_run``'s checks (which accept or refuse them)."""
+            values = values_in_order(feed)
+            if values is None:
+                return None
+            for ep in starts:
+                ep.on_run_start(None)
+            results = host_run(values)
+            outputs = list(results) if fetch is None else [results[i] for i in fetch]
+            for v in outputs:  # ``_owned``'s common case: fresh arrays, none a feed, no two the same
+                if v.__class__ is not np.ndarray or v.base is not None or not v.flags.writeable:
+                    return _owned(outputs, feed)
+                for f in values:
+                    if v is f:
+                        return _owned(outputs, feed)
+            if len(outputs) > 1 and len({id(v) for v in outputs}) < len(outputs):
+                return _owned(outputs, feed)
+            return outputs
+        return _FastRun(core, profiler, run)
 
     def _run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
              run_options: RunOptions | None, output_devices: Sequence[Any] | None) -> list:

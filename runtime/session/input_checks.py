@@ -51,7 +51,7 @@ class FeedChecker:
     ``check_feeds`` passes it (its kernels check it).
     """
 
-    __slots__ = ("infos", "required", "_expect", "_required_set")
+    __slots__ = ("infos", "required", "_expect", "_required_set", "_ordered")
 
     def __init__(self, infos: Mapping[str, ValueInfo], required: list[str]) -> None:
         self.infos = infos
@@ -68,6 +68,36 @@ class FeedChecker:
                 continue
             dtype = _OBJECT if dtype == _OBJECT else dtype  # check() tests strings by identity
             self._expect[name] = (dtype, len(shape), tuple((a, d) for a, d in enumerate(shape) if isinstance(d, int)))
+        #: (name, dtype, rank, fixed dims) of each required input in order, for ``values_in_order``;
+        #: None when an input is not a numeric tensor of known type and rank (the quick check's
+        #: all-or-nothing answer would never be yes)
+        ordered = [(n, *self._expect[n]) for n in required if n in self._expect]
+        self._ordered = tuple(ordered) if len(ordered) == len(required) and all(
+            spec[1] is not None and spec[1] is not _OBJECT for spec in ordered) else None
+
+    def values_in_order(self, feed: Any) -> list | None:
+        """The values of ``feed`` in ``required`` order when the feed is a dict of exactly the
+        required inputs, each a numpy array that ``check`` passes as it is; None otherwise, and
+        ``check`` decides (it accepts other feeds, or raises the typed error naming the input).
+        No value is converted here: only feeds that need no conversion pass."""
+        ordered = self._ordered
+        if ordered is None or feed.__class__ is not dict or len(feed) != len(ordered):
+            return None
+        values = []
+        for name, dtype, rank, fixed in ordered:
+            value = feed.get(name)  # a missing name gives None, which is no array
+            if value.__class__ is not np.ndarray or value.ndim != rank:
+                return None
+            got = value.dtype
+            if got is not dtype and got != dtype:
+                return None
+            if fixed:
+                shape = value.shape
+                for axis, dim in fixed:
+                    if shape[axis] != dim:
+                        return None
+            values.append(value)
+        return values
 
     def check(self, feed: Mapping[str, Any]) -> dict[str, Any]:
         """The feeds as the kernels get them; a typed ``InvalidArgument`` for a wrong one."""

@@ -304,3 +304,20 @@ def test_an_ep_failing_in_a_plain_run_falls_back_to_the_cpu_ep(register, plugin_
     for _ in range(2):
         np.testing.assert_array_equal(s.run(["y"], {"x": x})[0], want)
     assert mod.STATE["runs"] == 3 and s.get_providers() == ["CPUExecutionProvider"]
+
+
+@pytest.mark.parametrize("feed", [np.array(["a", "bc"]), np.array(["a", "bc"], dtype=object),
+                                  np.array([1, "bc"], dtype=object)], ids=["unicode", "object", "object-int"])
+def test_string_feeds_of_a_plain_run_are_made_str_and_outputs_stay_the_callers(feed):
+    ort = pytest.importorskip("onnxruntime")
+    model = make([helper.make_node("Identity", ["x"], ["y"], name="id")], [vi("x", [2], TensorProto.STRING)],
+                 [vi("y", [2], TensorProto.STRING)]).SerializeToString()
+    s = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": feed})[0]
+    before = feed.tolist()
+    for _ in range(2):
+        got = s.run(None, {"x": feed})[0]
+        assert got.dtype == object and got.tolist() == want.tolist() and all(type(v) is str for v in got)
+        assert got is not feed
+        got[0] = "changed"
+        assert feed.tolist() == before

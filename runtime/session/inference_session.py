@@ -382,11 +382,14 @@ class InferenceSession:
             results = host_run(values)
             outputs = list(results) if fetch is None else [results[i] for i in fetch]
             for v in outputs:  # ``_owned``'s common case: fresh arrays, none a feed, no two the same
-                if v.__class__ is not np.ndarray or v.base is not None or not v.flags.writeable:
-                    return _owned(outputs, feed)
-                for f in values:
-                    if v is f:
+                if v.__class__ is np.ndarray:
+                    if v.base is not None or not v.flags.writeable:
                         return _owned(outputs, feed)
+                    for f in values:
+                        if v is f:
+                            return _owned(outputs, feed)
+                elif v.__class__ is not list and v is not None:  # _owned passes lists and None as they are
+                    return _owned(outputs, feed)
             if len(outputs) > 1 and len({id(v) for v in outputs}) < len(outputs):
                 return _owned(outputs, feed)
             return outputs

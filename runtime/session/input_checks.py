@@ -68,28 +68,36 @@ class FeedChecker:
                 continue
             dtype = _OBJECT if dtype == _OBJECT else dtype  # check() tests strings by identity
             self._expect[name] = (dtype, len(shape), tuple((a, d) for a, d in enumerate(shape) if isinstance(d, int)))
-        #: (name, dtype, rank, fixed dims) of each required input in order, for ``values_in_order``;
-        #: None when an input is not a numeric tensor of known type and rank (the quick check's
-        #: all-or-nothing answer would never be yes)
+        #: (name, dtype, rank, fixed dims) of each required input in order, for ``values_in_order``
+        #: (``_PASS``'s for a map or sequence); None when an input's type or rank is unknown
         ordered = [(n, *self._expect[n]) for n in required if n in self._expect]
-        self._ordered = tuple(ordered) if len(ordered) == len(required) and all(
-            spec[1] is not None and spec[1] is not _OBJECT for spec in ordered) else None
+        self._ordered = tuple(ordered) if len(ordered) == len(required) else None
 
     def values_in_order(self, feed: Any) -> list | None:
-        """The values of ``feed`` in ``required`` order when the feed is a dict of exactly the
-        required inputs, each a numpy array that ``check`` passes as it is; None otherwise, and
-        ``check`` decides (it accepts other feeds, or raises the typed error naming the input).
-        No value is converted here: only feeds that need no conversion pass."""
+        """The values of ``feed`` as ``check`` makes them, in ``required`` order, when the feed is a
+        dict of exactly the required inputs, each a numpy array of the input's type, rank and
+        fixed dims (a string input's str or object array made an object array of str, as ``check``
+        makes it), or a dict or list for a map or sequence input; None otherwise, and ``check``
+        decides (it accepts other feeds, or raises the typed error naming the input)."""
         ordered = self._ordered
         if ordered is None or feed.__class__ is not dict or len(feed) != len(ordered):
             return None
         values = []
         for name, dtype, rank, fixed in ordered:
             value = feed.get(name)  # a missing name gives None, which is no array
-            if value.__class__ is not np.ndarray or value.ndim != rank:
+            if value.__class__ is not np.ndarray:
+                if dtype is None and (value.__class__ is dict or value.__class__ is list):
+                    values.append(value)  # a map or sequence input's, passed as given
+                    continue
+                return None
+            if value.ndim != rank:
                 return None
             got = value.dtype
-            if got is not dtype and got != dtype:
+            if dtype is _OBJECT:
+                if got.kind not in "UO":
+                    return None
+                value = _stringified(value)
+            elif got is not dtype and got != dtype:
                 return None
             if fixed:
                 shape = value.shape

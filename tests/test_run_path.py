@@ -321,3 +321,29 @@ def test_string_feeds_of_a_plain_run_are_made_str_and_outputs_stay_the_callers(f
         assert got is not feed
         got[0] = "changed"
         assert feed.tolist() == before
+
+
+@pytest.mark.parametrize("model", ["sk_binarized", "sk_dictvec", "sk_ordinal", "sk_imputer", "sk_logreg_strlabels",
+                                   "sk_knn_zipmap", "lstm_ts"])
+def test_a_prepared_run_gives_what_the_general_run_gives(model):
+    """run(None, feeds) (prepared: runtime/session/run_codegen.py) against run(None, feeds,
+    RunOptions()) (the general run), bit for bit, on models with string, map, integer and float
+    inputs and list (ZipMap) outputs, for each stored signature."""
+    import os
+
+    from onnxhal.stored_outputs import read_signatures
+
+    path = os.path.join(os.path.dirname(__file__), "real_models", f"{model}.onnx")
+    s = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for feeds, _ in read_signatures(path).values():
+        for _ in range(2):
+            prepared, general = s.run(None, feeds), s.run(None, feeds, onnxhal.RunOptions())
+            assert len(prepared) == len(general)
+            for p, g in zip(prepared, general):
+                assert type(p) is type(g)
+                if isinstance(p, np.ndarray):
+                    assert p.dtype == g.dtype and p.shape == g.shape and p.tolist() == g.tolist()
+                    assert p.flags.writeable and not any(np.shares_memory(p, f) for f in feeds.values()
+                                                         if isinstance(f, np.ndarray))
+                else:
+                    assert p == g

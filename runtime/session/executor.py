@@ -45,6 +45,19 @@ class Step:
     inline_fn: Callable | None = None  # Kernel.inline_fn: called with positional inputs
 
 
+@dataclass(frozen=True)
+class HostEntry:
+    """``ExecutionPlan.host_entry``'s answer: a run copies ``template``, puts feed ``k`` into slot
+    ``feed_slots[k]``, and calls ``generated.fn(slots, generated.fns, None)``; what that raises is
+    raised as ``run_error(e, slots)`` (``Terminated`` as it is). ``template`` is shared: copied,
+    never changed."""
+
+    template: list
+    feed_slots: tuple[int, ...]
+    generated: GeneratedRun
+    run_error: Callable[[Exception, list], Exception]
+
+
 class SubgraphRunner:
     """Runs a subgraph (If/Loop/Scan body): ``run(feeds) -> outputs`` in ``graph.outputs`` order."""
 
@@ -288,38 +301,26 @@ class ExecutionPlan:
             return list(results)
         return self._outputs(results, fetch, output_devices)
 
-    def host_runner(self, names: Sequence[str]) -> Callable[[Sequence[Any]], tuple] | None:
-        """``run`` for the feeds ``names`` given as host arrays in that order, every output left on
-        the host, no run options and no profiler: the function ``InferenceSession.run`` calls when a
-        run's feeds have passed its checks. Everything ``run`` and ``_execute`` decide per call
-        (which slot each feed goes to, whether it needs copying, which run function, streams to
-        end) is decided here, once. None when the plan does not allow it: a feed read on another
-        memory device, an output produced there, or streams to end after each run."""
+    def host_entry(self, names: Sequence[str]) -> HostEntry | None:
+        """What a run of the feeds ``names`` (host arrays, in that order) needs to call the generated
+        run function itself, every output left on the host, with no run options and no profiler:
+        ``InferenceSession``'s prepared run (runtime/session/run_codegen.py). Everything ``run`` and
+        ``_execute`` decide per call (the slot of each feed, whether it needs copying, which run
+        function, streams to end) is decided here, once. None when the plan does not allow it: a
+        feed read on another memory device, an output produced there, or streams to end after
+        each run."""
         if self.device_outputs or self.memory.any_streams:
             return None
         host = self._host_feed_slots
         if any(n not in host for n in names):
             return None
-        targets = tuple(host[n] for n in names)
-        template = self._template
-        gen = self.generated
-        fn, fns = gen.fn, gen.fns
+        return HostEntry(self._template, tuple(host[n] for n in names), self.generated, self.run_error)
 
-        def run(values: Sequence[Any]) -> tuple:
-            slots = template.copy()
-            for i, v in zip(targets, values):
-                slots[i] = v
-            token = ignore_fp_errors()  # as run's
-            try:
-                return fn(slots, fns, None)
-            except Terminated:
-                raise
-            except Exception as e:  # as _execute's
-                step, inputs = self._failed_step(e, gen)
-                raise self._wrap(e, slots, step, inputs) from e
-            finally:
-                restore_fp_errors(token)
-        return run
+    def run_error(self, e: Exception, slots: list) -> Exception:
+        """The error to raise for ``e``, raised by ``generated`` run on ``slots``: ``_execute``'s,
+        naming the failing node and what it was given."""
+        step, values = self._failed_step(e, self.generated)
+        return self._wrap(e, slots, step, values)
 
     def run_values(self, values: Sequence[Any], run_options: Any = None) -> list:
         """``run`` with the feeds as values in ``feed_names`` order (None: not fed), every output

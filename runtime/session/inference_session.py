@@ -48,6 +48,7 @@ from onnxhal.runtime.session.options import (
 from onnxhal.runtime.session.partitioner import FusedGroup, PartitionResult
 from onnxhal.runtime.session.profiler import Profiler
 from onnxhal.runtime.session.recovery import EpFailure, RecoveryPolicy
+from onnxhal.runtime.session.run_codegen import prepared_run
 from onnxhal.runtime.values.lora_adapters import feeds_with_adapters
 from onnxhal.runtime.values.sparse_tensor import as_sparse
 
@@ -357,43 +358,21 @@ class InferenceSession:
 
     def _prepare_fast_run(self) -> _FastRun:
         """The session's run prepared for the commonest call, ``run(names or None, {input: array})``
-        with no run options, on the current core: what ``_run`` decides per call (logging scope,
-        profiler, sparse outputs, graph capture, EP hooks, where each feed goes) decided once. Its
-        ``run`` is None when a run must take ``_run``'s way every time."""
+        with no run options, on the current core (runtime/session/run_codegen.py): what ``_run``
+        decides per call (logging scope, profiler, sparse outputs, graph capture, EP hooks, where
+        each feed goes) decided once. Its ``run`` is None when a run must take ``_run``'s way every
+        time."""
         core, profiler = self._core, self._profiler
         hooks = core.run_hooks
         if (profiler is not None or self._log_severity != DEFAULT_SEVERITY or self._sparse_outputs
                 or not self._outputs or not hooks.plain):
             return _FastRun(core, profiler, None)
         checker = self._feed_checker()
-        host_run = core.plan.host_runner(checker.required)
-        if host_run is None:
+        specs = checker.ordered_specs
+        entry = core.plan.host_entry(checker.required) if specs is not None else None
+        if entry is None:
             return _FastRun(core, profiler, None)
-        values_in_order = checker.values_in_order
-        starts = hooks.starts
-
-        def run(feed: Any, fetch: list[int] | None) -> list | None:
-            """The outputs, or None when the feeds need ``_run``'s checks (which accept or refuse them)."""
-            values = values_in_order(feed)
-            if values is None:
-                return None
-            for ep in starts:
-                ep.on_run_start(None)
-            results = host_run(values)
-            outputs = list(results) if fetch is None else [results[i] for i in fetch]
-            for v in outputs:  # ``_owned``'s common case: fresh arrays, none a feed, no two the same
-                if v.__class__ is np.ndarray:
-                    if v.base is not None or not v.flags.writeable:
-                        return _owned(outputs, feed)
-                    for f in values:
-                        if v is f:
-                            return _owned(outputs, feed)
-                elif v.__class__ is not list and v is not None:  # _owned passes lists and None as they are
-                    return _owned(outputs, feed)
-            if len(outputs) > 1 and len({id(v) for v in outputs}) < len(outputs):
-                return _owned(outputs, feed)
-            return outputs
-        return _FastRun(core, profiler, run)
+        return _FastRun(core, profiler, prepared_run(specs, entry, hooks.starts, _owned))
 
     def _run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
              run_options: RunOptions | None, output_devices: Sequence[Any] | None) -> list:

@@ -347,9 +347,10 @@ class InferenceSession:
                 fetch = None if output_names is None else self._fetch_indices(output_names)
                 try:
                     result = fast.run(input_feed, fetch)
-                except EPFail as e:  # as _run: the run again on the core the recovery policy builds
-                    result = _owned(self._recover(fast.core, e).run(input_feed, None, fetch, None, self._profiler),
-                                    input_feed)
+                except EPFail as e:  # as _run: the run again, with the feeds as check makes them, on the
+                    # core the recovery policy builds
+                    feeds = self._feed_checker().check(input_feed)
+                    result = _owned(self._recover(fast.core, e).run(feeds, None, fetch, None, self._profiler), feeds)
                 if result is not None:
                     return result
         if self._core.capture_ep is not None:

@@ -127,6 +127,7 @@ class _FastRun:
     core: SessionCore | None
     profiler: Profiler | None
     run: Any  # (feed, fetch) -> outputs, or None when the feed needs _run; None: always _run
+    unprepared: bool = False  # prepared at the next plain run
 
 
 _NO_FAST_RUN = _FastRun(None, None, None)  # before the first run: prepared then
@@ -342,6 +343,9 @@ class InferenceSession:
         if run_options is None:
             fast = self._fast
             if fast.core is not self._core or fast.profiler is not self._profiler:
+                # the first plain run on this core takes _run: a session run once prepares nothing
+                fast = self._fast = _FastRun(self._core, self._profiler, None, True)
+            elif fast.unprepared:
                 fast = self._fast = self._prepare_fast_run()
             if fast.run is not None:
                 fetch = None if output_names is None else self._fetch_indices(output_names)
@@ -359,10 +363,10 @@ class InferenceSession:
 
     def _prepare_fast_run(self) -> _FastRun:
         """The session's run prepared for the commonest call, ``run(names or None, {input: array})``
-        with no run options, on the current core (runtime/session/run_codegen.py): what ``_run``
-        decides per call (logging scope, profiler, sparse outputs, graph capture, EP hooks, where
-        each feed goes) decided once. Its ``run`` is None when a run must take ``_run``'s way every
-        time."""
+        with no run options, on the current core (runtime/session/run_codegen.py), at its second
+        such run: what ``_run`` decides per call (logging scope, profiler, sparse outputs, graph
+        capture, EP hooks, where each feed goes) decided once. Its ``run`` is None when a run must
+        take ``_run``'s way every time."""
         core, profiler = self._core, self._profiler
         hooks = core.run_hooks
         if (profiler is not None or self._log_severity != DEFAULT_SEVERITY or self._sparse_outputs

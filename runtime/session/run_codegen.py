@@ -21,7 +21,9 @@ naming the input; any other output list goes through ``_owned``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from types import CodeType
 from typing import Any
 
 import numpy as np
@@ -30,12 +32,21 @@ from onnxhal.hal.run_control import Terminated
 from onnxhal.runtime.session.executor import HostEntry
 from onnxhal.runtime.session.fp_errors import FP_STATE, ignore_fp_errors, ignoring, restore_fp_errors
 from onnxhal.runtime.session.input_checks import stringified
+from onnxhal.runtime.session.plan_codegen import PLAN_CODE_CACHE_SIZE
 
 _OBJECT = np.dtype(object)
 
 #: (feed, fetch) -> the outputs (``fetch``: their indices, None for all), or None when ``_run`` must
 #: take the feed
 PreparedRun = Callable[[Any, "Sequence[int] | None"], "list | None"]
+
+
+@functools.lru_cache(maxsize=PLAN_CODE_CACHE_SIZE)
+def compiled_run(source: str) -> CodeType:
+    """The code object of a prepared run, kept per process by its source, as the plan's
+    (``plan_codegen.compiled_plan``): compiling costs more than a hundred small runs, and every
+    session of one model generates the same source (its dtypes and objects are bound at ``exec``)."""
+    return compile(source, "<onnxhal prepared run>", "exec")
 
 
 def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...]]], feed_slots: Sequence[int],
@@ -103,5 +114,5 @@ def prepared_run(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...
         namespace.update(fp_get=FP_STATE.get, fp_set=FP_STATE.set, fp_reset=FP_STATE.reset)
     namespace.update({f"d{k}": spec[1] for k, spec in enumerate(specs)})
     namespace.update({f"h{j}": ep for j, ep in enumerate(starts)})
-    exec(compile(source, "<onnxhal prepared run>", "exec"), namespace)  # noqa: S102 - generated from the plan
+    exec(compiled_run(source), namespace)  # noqa: S102 - generated from the plan
     return namespace["_prepared"]

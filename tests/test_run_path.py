@@ -310,3 +310,46 @@ def test_an_ep_failing_in_a_plain_run_falls_back_to_the_cpu_ep(register, plugin_
         np.testing.assert_array_equal(got["y"], np.maximum(feeds["x"], 0))
         assert got["t"].dtype == object and got["t"].tolist() == ["a", "bc"]
     assert mod.STATE["runs"] == 3 and s.get_providers() == ["CPUExecutionProvider"]
+
+
+@pytest.mark.parametrize("feed", [np.array(["a", "bc"]), np.array(["a", "bc"], dtype=object),
+                                  np.array([1, "bc"], dtype=object)], ids=["unicode", "object", "object-int"])
+def test_string_feeds_of_a_plain_run_are_made_str_and_outputs_stay_the_callers(feed):
+    ort = pytest.importorskip("onnxruntime")
+    model = make([helper.make_node("Identity", ["x"], ["y"], name="id")], [vi("x", [2], TensorProto.STRING)],
+                 [vi("y", [2], TensorProto.STRING)]).SerializeToString()
+    s = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": feed})[0]
+    before = feed.tolist()
+    for _ in range(3):  # the general run, then the prepared one
+        got = s.run(None, {"x": feed})[0]
+        assert got.dtype == object and got.tolist() == want.tolist() and all(type(v) is str for v in got)
+        assert got is not feed
+        got[0] = "changed"
+        assert feed.tolist() == before
+
+
+@pytest.mark.parametrize("model", ["sk_binarized", "sk_dictvec", "sk_ordinal", "sk_imputer", "sk_logreg_strlabels",
+                                   "sk_knn_zipmap", "lstm_ts"])
+def test_a_prepared_run_gives_what_the_general_run_gives(model):
+    """run(None, feeds) (prepared: runtime/session/run_codegen.py) against run(None, feeds,
+    RunOptions()) (the general run), bit for bit, on models with string, map, integer and float
+    inputs and list (ZipMap) outputs, for each stored signature."""
+    import os
+
+    from onnxhal.stored_outputs import read_signatures
+
+    path = os.path.join(os.path.dirname(__file__), "real_models", f"{model}.onnx")
+    s = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for feeds, _ in read_signatures(path).values():
+        for _ in range(2):
+            prepared, general = s.run(None, feeds), s.run(None, feeds, onnxhal.RunOptions())
+            assert len(prepared) == len(general)
+            for p, g in zip(prepared, general):
+                assert type(p) is type(g)
+                if isinstance(p, np.ndarray):
+                    assert p.dtype == g.dtype and p.shape == g.shape and p.tolist() == g.tolist()
+                    assert p.flags.writeable and not any(np.shares_memory(p, f) for f in feeds.values()
+                                                         if isinstance(f, np.ndarray))
+                else:
+                    assert p == g

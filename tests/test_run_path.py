@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 
 import onnxhal
 from onnxhal import errors
+from onnxhal.hal.run_control import Terminated
 from onnxhal.runtime.session.shape_memo import ShapeMemo
 from tests.models import make, vi
 
@@ -186,9 +187,10 @@ def test_outputs_of_a_plain_run_are_the_callers_own_and_match_onnxruntime(names)
 
 
 def test_a_plain_run_checks_feeds_and_output_names_once_prepared(monkeypatch):
-    """A run with no run options whose feeds are arrays of the inputs' types passes its checks
-    without the general check (FeedChecker.check) and without the plan's general run; any other
-    feed still gets the general check and its typed error."""
+    """A run with no run options, or plain ones, whose feeds are arrays of the inputs' types passes
+    its checks without the general check (FeedChecker.check) and without the plan's general run;
+    any other feed still gets the general check and its typed error, and options set to terminate
+    theirs."""
     from onnxhal.runtime.session.executor import ExecutionPlan
     from onnxhal.runtime.session.input_checks import FeedChecker
 
@@ -200,8 +202,13 @@ def test_a_plain_run_checks_feeds_and_output_names_once_prepared(monkeypatch):
     monkeypatch.setattr(FeedChecker, "check", lambda self, feed: general.append("check") or real_check(self, feed))
     monkeypatch.setattr(ExecutionPlan, "run", lambda *a, **k: general.append("plan") or pytest.fail("general run"))
     for names in (None, [], ["n"], ["n", "y"]):
-        assert s.run(names, {"x": x})[0 if names != ["n", "y"] else 1].shape in ((2, 12), ())
+        for options in (None, onnxhal.RunOptions(), onnxhal.RunOptions()):
+            assert s.run(names, {"x": x}, options)[0 if names != ["n", "y"] else 1].shape in ((2, 12), ())
     assert general == []
+    stopped = onnxhal.RunOptions()
+    stopped.terminate = True
+    with pytest.raises(Terminated, match="RunOptions.terminate is set"):
+        s.run(None, {"x": x}, stopped)
     with pytest.raises(errors.InvalidArgument, match="dimension 2 must be 4"):
         s.run(None, {"x": np.ones((2, 3, 5), np.float32)})
     with pytest.raises(errors.InvalidArgument, match="wrong element type"):
@@ -241,7 +248,9 @@ import numpy as np
 from onnxhal import hal
 from onnxhal.hal.errors import EPFail
 
-STATE = {"fail": False, "runs": 0}
+from onnxhal.hal.run_control import RUN_OPTIONS
+
+STATE = {"fail": False, "runs": 0, "stop": False}
 
 
 class _Relu(hal.Kernel):
@@ -249,6 +258,8 @@ class _Relu(hal.Kernel):
         STATE["runs"] += 1
         if STATE["fail"]:
             raise EPFail("the device went away")
+        if STATE["stop"]:  # as another thread would, while the run is inside this node
+            RUN_OPTIONS.get().terminate = True
         return [np.maximum(inputs[0], 0)]
 
 
@@ -332,9 +343,10 @@ def test_string_feeds_of_a_plain_run_are_made_str_and_outputs_stay_the_callers(f
 @pytest.mark.parametrize("model", ["sk_binarized", "sk_dictvec", "sk_ordinal", "sk_imputer", "sk_logreg_strlabels",
                                    "sk_knn_zipmap", "lstm_ts"])
 def test_a_prepared_run_gives_what_the_general_run_gives(model):
-    """run(None, feeds) (prepared: runtime/session/run_codegen.py) against run(None, feeds,
-    RunOptions()) (the general run), bit for bit, on models with string, map, integer and float
-    inputs and list (ZipMap) outputs, for each stored signature."""
+    """run(None, feeds) and run(None, feeds, RunOptions()) (prepared: runtime/session/run_codegen.py)
+    against a run whose RunOptions have a log severity of their own (the general run), bit for bit,
+    on models with string, map, integer and float inputs and list (ZipMap) outputs, for each
+    stored signature."""
     import os
 
     from onnxhal.stored_outputs import read_signatures
@@ -342,14 +354,39 @@ def test_a_prepared_run_gives_what_the_general_run_gives(model):
     path = os.path.join(os.path.dirname(__file__), "real_models", f"{model}.onnx")
     s = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])
     for feeds, _ in read_signatures(path).values():
-        for _ in range(2):
-            prepared, general = s.run(None, feeds), s.run(None, feeds, onnxhal.RunOptions())
-            assert len(prepared) == len(general)
-            for p, g in zip(prepared, general):
-                assert type(p) is type(g)
-                if isinstance(p, np.ndarray):
-                    assert p.dtype == g.dtype and p.shape == g.shape and p.tolist() == g.tolist()
-                    assert p.flags.writeable and not any(np.shares_memory(p, f) for f in feeds.values()
-                                                         if isinstance(f, np.ndarray))
-                else:
-                    assert p == g
+        general_options = onnxhal.RunOptions()
+        general_options.log_severity_level = 3  # a log severity of its own: the general run
+        for _ in range(3):
+            general = s.run(None, feeds, general_options)
+            for prepared in (s.run(None, feeds), s.run(None, feeds, onnxhal.RunOptions())):
+                assert len(prepared) == len(general)
+                for p, g in zip(prepared, general):
+                    assert type(p) is type(g)
+                    if isinstance(p, np.ndarray):
+                        assert p.dtype == g.dtype and p.shape == g.shape and p.tolist() == g.tolist()
+                        assert p.flags.writeable and not any(np.shares_memory(p, f) for f in feeds.values()
+                                                             if isinstance(f, np.ndarray))
+                    else:
+                        assert p == g
+
+
+def test_terminate_set_during_a_prepared_run_stops_it_between_nodes(register, plugin_file):
+    """A run given RunOptions holds them in RUN_OPTIONS for its kernels, and its flag set inside a
+    node stops the run before the next node, with onnxruntime's words; cleared, the session runs."""
+    from tests.conftest import library_module
+
+    mod = library_module(register(plugin_file(FAILING_EP, "failing_ep")))
+    model = make([helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Neg", ["r"], ["y"])],
+                 [vi("x", [2, 3])], [vi("y", [2, 3])]).SerializeToString()
+    s = onnxhal.InferenceSession(model, providers=["FailingExecutionProvider", "CPUExecutionProvider"])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 3
+    ro = onnxhal.RunOptions()
+    for _ in range(3):  # the general run, then the prepared one
+        np.testing.assert_array_equal(s.run(None, {"x": x}, ro)[0], -np.maximum(x, 0))
+    mod.STATE["stop"] = True
+    with pytest.raises(Terminated, match="^Exiting due to terminate flag"):
+        s.run(None, {"x": x}, ro)
+    mod.STATE["stop"] = False
+    ro.terminate = False
+    np.testing.assert_array_equal(s.run(None, {"x": x}, ro)[0], -np.maximum(x, 0))
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], -np.maximum(x, 0))

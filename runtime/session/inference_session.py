@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -126,8 +126,13 @@ class _FastRun:
 
     core: SessionCore | None
     profiler: Profiler | None
-    run: Any  # (feed, fetch) -> outputs, or None when the feed needs _run; None: always _run
+    run: Any  # (feed, fetch, None) -> outputs, or None when the feed needs _run; None: always _run
     unprepared: bool = False  # prepared at the next plain run
+    #: ``run`` for a run given RunOptions (feed, fetch, options), made at the first such run
+    with_options: Any = None
+
+
+_LATER = object()  # _FastRun.with_options not made yet
 
 
 _NO_FAST_RUN = _FastRun(None, None, None)  # before the first run: prepared then
@@ -340,33 +345,50 @@ class InferenceSession:
         from ``input_feed``, {input name: numpy array, OrtValue, or a (nested) list converted to the
         input's element type}. Raises ``InvalidArgument`` for a missing, unknown or mistyped input,
         and the EP's error (``EPFail``, ``Fail``, ...) when a node fails; the session stays usable."""
-        if run_options is None:
+        # RunOptions that change nothing but the run's own flags (no log severity of their own, no
+        # adapters, not set to terminate) take the prepared run too, the variant that honours them
+        if run_options is None or (run_options.__class__ is RunOptions and not run_options.terminate
+                                   and run_options.log_severity_level == DEFAULT_SEVERITY
+                                   and not run_options.active_adapters):
             fast = self._fast
             if fast.core is not self._core or fast.profiler is not self._profiler:
                 # the first plain run on this core takes _run: a session run once prepares nothing
                 fast = self._fast = _FastRun(self._core, self._profiler, None, True)
             elif fast.unprepared:
                 fast = self._fast = self._prepare_fast_run()
-            if fast.run is not None:
+            prepared = fast.run
+            if prepared is not None and run_options is not None:
+                prepared = fast.with_options
+                if prepared is _LATER:
+                    fast = self._fast = self._prepare_fast_run(fast)
+                    prepared = fast.with_options
+            if prepared is not None:
                 fetch = None if output_names is None else self._fetch_indices(output_names)
                 try:
-                    result = fast.run(input_feed, fetch)
+                    result = prepared(input_feed, fetch, run_options)
                 except EPFail as e:  # as _run: the run again, with the feeds as check makes them, on the
                     # core the recovery policy builds
                     feeds = self._feed_checker().check(input_feed)
-                    result = _owned(self._recover(fast.core, e).run(feeds, None, fetch, None, self._profiler), feeds)
+                    result = _owned(self._recover(fast.core, e).run(feeds, run_options, fetch, None, self._profiler),
+                                    feeds)
                 if result is not None:
                     return result
         if self._core.capture_ep is not None:
             check_run_api(self._core.capture_ep, run_options)
         return self._run(output_names, input_feed, run_options, None)
 
-    def _prepare_fast_run(self) -> _FastRun:
+    def _prepare_fast_run(self, prepared: _FastRun | None = None) -> _FastRun:
         """The session's run prepared for the commonest call, ``run(names or None, {input: array})``
         with no run options, on the current core (runtime/session/run_codegen.py), at its second
         such run: what ``_run`` decides per call (logging scope, profiler, sparse outputs, graph
         capture, EP hooks, where each feed goes) decided once. Its ``run`` is None when a run must
-        take ``_run``'s way every time."""
+        take ``_run``'s way every time. Given ``prepared`` (this core's, with a ``run``): the same
+        with its variant for runs given RunOptions made."""
+        if prepared is not None:
+            core, checker = prepared.core, self._feed_checker()
+            entry = core.plan.host_entry(checker.required, check_terminate=True)
+            return replace(prepared, with_options=None if entry is None else prepared_run(
+                checker.ordered_specs, entry, core.run_hooks.starts, _owned, with_options=True))
         core, profiler = self._core, self._profiler
         hooks = core.run_hooks
         if (profiler is not None or self._log_severity != DEFAULT_SEVERITY or self._sparse_outputs
@@ -377,7 +399,7 @@ class InferenceSession:
         entry = core.plan.host_entry(checker.required) if specs is not None else None
         if entry is None:
             return _FastRun(core, profiler, None)
-        return _FastRun(core, profiler, prepared_run(specs, entry, hooks.starts, _owned))
+        return _FastRun(core, profiler, prepared_run(specs, entry, hooks.starts, _owned), with_options=_LATER)
 
     def _run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
              run_options: RunOptions | None, output_devices: Sequence[Any] | None) -> list:

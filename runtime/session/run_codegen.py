@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxhal.hal.run_control import Terminated
+from onnxhal.hal.run_control import RUN_OPTIONS, Terminated
 from onnxhal.runtime.session.executor import HostEntry
 from onnxhal.runtime.session.fp_errors import FP_STATE, ignore_fp_errors, ignoring, restore_fp_errors
 from onnxhal.runtime.session.input_checks import stringified
@@ -36,9 +36,9 @@ from onnxhal.runtime.session.plan_codegen import PLAN_CODE_CACHE_SIZE
 
 _OBJECT = np.dtype(object)
 
-#: (feed, fetch) -> the outputs (``fetch``: their indices, None for all), or None when ``_run`` must
-#: take the feed
-PreparedRun = Callable[[Any, "Sequence[int] | None"], "list | None"]
+#: (feed, fetch, run options) -> the outputs (``fetch``: their indices, None for all), or None when
+#: ``_run`` must take the feed
+PreparedRun = Callable[[Any, "Sequence[int] | None", Any], "list | None"]
 
 
 @functools.lru_cache(maxsize=PLAN_CODE_CACHE_SIZE)
@@ -50,10 +50,13 @@ def compiled_run(source: str) -> CodeType:
 
 
 def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...]]], feed_slots: Sequence[int],
-                    n_starts: int) -> str:
+                    n_starts: int, with_options: bool = False) -> str:
     """The source of the prepared run for the required inputs ``specs`` (``FeedChecker.ordered_specs``),
-    fed into ``feed_slots``, with ``n_starts`` EPs whose ``on_run_start`` is called."""
-    lines = ["def _prepared(feed, fetch):",
+    fed into ``feed_slots``, with ``n_starts`` EPs whose ``on_run_start`` is called. ``with_options``:
+    the run of a ``RunOptions`` ``ro`` (``ExecutionPlan._execute``'s with options): the hooks get
+    it, ``RUN_OPTIONS`` holds it for the run (the EPs' kernels and subgraphs read it there), and
+    the plan's function is the one that checks ``ro.terminate`` between steps."""
+    lines = ["def _prepared(feed, fetch, ro):",
              f"    if feed.__class__ is not dict or len(feed) != {len(specs)}:",
              "        return None"]
     for k, (name, dtype, rank, fixed) in enumerate(specs):
@@ -71,21 +74,25 @@ def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], 
             lines += [f"    _s = {v}.shape",
                       "    if " + " or ".join(f"_s[{axis}] != {dim}" for axis, dim in fixed) + ":",
                       "        return None"]
-    lines += [f"    h{j}.on_run_start(None)" for j in range(n_starts)]
+    lines += [f"    h{j}.on_run_start({'ro' if with_options else 'None'})" for j in range(n_starts)]
     lines.append("    slots = template.copy()")
     lines += [f"    slots[{i}] = v{k}" for k, i in enumerate(feed_slots)]
     if FP_STATE is not None:
         lines.append("    token = fp_set(ignoring(fp_get()))")
     else:
         lines.append("    token = ignore_fp_errors()")
+    if with_options:
+        lines.append("    options_token = options_set(ro)")
     lines += ["    try:",
-              "        r = fn(slots, fns, None)",
+              f"        r = fn(slots, fns, {'ro' if with_options else 'None'})",
               "    except Terminated:",
               "        raise",
               "    except Exception as e:",
               "        raise run_error(e, slots) from e",
-              "    finally:",
-              "        fp_reset(token)" if FP_STATE is not None else "        restore_fp_errors(token)",
+              "    finally:"]
+    if with_options:
+        lines.append("        options_reset(options_token)")
+    lines += ["        fp_reset(token)" if FP_STATE is not None else "        restore_fp_errors(token)",
               "    out = list(r) if fetch is None else [r[i] for i in fetch]",
               "    for v in out:",
               "        if v.__class__ is ndarray:",
@@ -101,17 +108,20 @@ def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], 
 
 
 def prepared_run(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...]]], entry: HostEntry,
-                 starts: Sequence[Any], owned: Callable[[list, Any], list]) -> PreparedRun:
+                 starts: Sequence[Any], owned: Callable[[list, Any], list], with_options: bool = False) -> PreparedRun:
     """The prepared run: ``specs`` from ``FeedChecker.ordered_specs``, ``entry`` from
-    ``ExecutionPlan.host_entry`` for the same names, ``starts`` the EPs whose ``on_run_start`` a run
-    calls, ``owned`` the hand-over of an output list that the quick test does not pass."""
-    source = prepared_source(specs, entry.feed_slots, len(starts))
+    ``ExecutionPlan.host_entry`` for the same names (``check_terminate`` as ``with_options``),
+    ``starts`` the EPs whose ``on_run_start`` a run calls, ``owned`` the hand-over of an output list
+    that the quick test does not pass; ``with_options`` as ``prepared_source``'s."""
+    source = prepared_source(specs, entry.feed_slots, len(starts), with_options)
     namespace: dict[str, Any] = {
         "ndarray": np.ndarray, "stringified": stringified, "Terminated": Terminated, "template": entry.template,
         "fn": entry.generated.fn, "fns": entry.generated.fns, "run_error": entry.run_error, "owned": owned,
         "ignore_fp_errors": ignore_fp_errors, "restore_fp_errors": restore_fp_errors, "ignoring": ignoring}
     if FP_STATE is not None:
         namespace.update(fp_get=FP_STATE.get, fp_set=FP_STATE.set, fp_reset=FP_STATE.reset)
+    if with_options:
+        namespace.update(options_set=RUN_OPTIONS.set, options_reset=RUN_OPTIONS.reset)
     namespace.update({f"d{k}": spec[1] for k, spec in enumerate(specs)})
     namespace.update({f"h{j}": ep for j, ep in enumerate(starts)})
     exec(compiled_run(source), namespace)  # noqa: S102 - generated from the plan

@@ -390,3 +390,21 @@ def test_terminate_set_during_a_prepared_run_stops_it_between_nodes(register, pl
     ro.terminate = False
     np.testing.assert_array_equal(s.run(None, {"x": x}, ro)[0], -np.maximum(x, 0))
     np.testing.assert_array_equal(s.run(None, {"x": x})[0], -np.maximum(x, 0))
+
+
+def test_set_providers_leaves_nothing_of_the_old_plan_to_the_prepared_run():
+    """The prepared run belongs to one core: after set_providers the old plan (its kernels and
+    weights) is freed at once, not at the next run, and runs go on the new plan."""
+    import gc
+    import weakref
+
+    s = onnxhal.InferenceSession(_flatten_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.ones((2, 3, 4), np.float32)
+    for _ in range(3):
+        s.run(None, {"x": x})
+    old = weakref.ref(s.plan)
+    s.set_providers(["CPUExecutionProvider"])
+    gc.collect()
+    assert old() is None
+    for _ in range(3):
+        assert s.run(["n"], {"x": x})[0] == 30

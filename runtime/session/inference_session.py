@@ -562,6 +562,7 @@ class InferenceSession:
         caller to release."""
         old = self._core
         self._core = core
+        self._fast = _NO_FAST_RUN  # it holds the old core (its plan, its EPs) until the next run otherwise
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, SessionCore.release, core)
         self._attach_ep_profiling()

@@ -45,6 +45,20 @@ class Step:
     inline_fn: Callable | None = None  # Kernel.inline_fn: called with positional inputs
 
 
+@dataclass(frozen=True)
+class HostEntry:
+    """``ExecutionPlan.host_entry``'s answer: a run copies ``template``, puts feed ``k`` into slot
+    ``feed_slots[k]``, and calls ``generated.fn(slots, generated.fns, run_options)`` (None, or the
+    RunOptions, for the function that checks them); what that raises is raised as
+    ``run_error(e, slots)`` (``Terminated`` as it is). ``template`` is shared: copied, never
+    changed."""
+
+    template: list
+    feed_slots: tuple[int, ...]
+    generated: GeneratedRun
+    run_error: Callable[[Exception, list], Exception]
+
+
 class SubgraphRunner:
     """Runs a subgraph (If/Loop/Scan body): ``run(feeds) -> outputs`` in ``graph.outputs`` order."""
 
@@ -287,6 +301,29 @@ class ExecutionPlan:
         if fetch is None and output_devices is None and not self.device_outputs:
             return list(results)
         return self._outputs(results, fetch, output_devices)
+
+    def host_entry(self, names: Sequence[str], check_terminate: bool = False) -> HostEntry | None:
+        """What a run of the feeds ``names`` (host arrays, in that order) needs to call the generated
+        run function itself, every output left on the host, with no run options and no profiler:
+        ``InferenceSession``'s prepared run (runtime/session/run_codegen.py). Everything ``run`` and
+        ``_execute`` decide per call (the slot of each feed, whether it needs copying, which run
+        function, streams to end) is decided here, once. None when the plan does not allow it: a
+        feed read on another memory device, an output produced there, or streams to end after
+        each run. ``check_terminate``: the run function that checks ``RunOptions.terminate``
+        between steps (a run given run options)."""
+        if self.device_outputs or self.memory.any_streams:
+            return None
+        host = self._host_feed_slots
+        if any(n not in host for n in names):
+            return None
+        gen = self._checked_run() if check_terminate else self.generated
+
+        def run_error(e: Exception, slots: list) -> Exception:
+            """``_execute``'s error for ``e``, raised by ``gen`` run on ``slots``: naming the failing
+            node and what it was given."""
+            step, values = self._failed_step(e, gen)
+            return self._wrap(e, slots, step, values)
+        return HostEntry(self._template, tuple(host[n] for n in names), gen, run_error)
 
     def run_values(self, values: Sequence[Any], run_options: Any = None) -> list:
         """``run`` with the feeds as values in ``feed_names`` order (None: not fed), every output

@@ -21,6 +21,27 @@ except ImportError:  # numpy 1.x: no context variable
 #: current state -> the same with every error ignored; bounded, the key keeps its state alive
 _IGNORING: dict[Any, Any] = {}
 
+#: numpy 2's floating-point error state: a context variable, which a generated run sets and resets
+#: itself (``FP_STATE.set(ignoring(FP_STATE.get()))``) instead of calling the two functions below;
+#: None on numpy 1
+FP_STATE = _extobj_contextvar
+
+
+def ignoring(state: Any) -> Any:
+    """numpy 2's error state ``state`` with every error ignored (its buffer size and error
+    callback kept)."""
+    result = _IGNORING.get(state)
+    if result is None:
+        token = _extobj_contextvar.set(state)
+        try:  # _make_extobj starts from the context's current state
+            result = _make_extobj(all="ignore")
+        finally:
+            _extobj_contextvar.reset(token)
+        if len(_IGNORING) >= 16:
+            _IGNORING.clear()
+        _IGNORING[state] = result
+    return result
+
 
 def ignore_fp_errors() -> Any:
     """Ignore floating-point errors until ``restore_fp_errors(token)``; returns the token."""
@@ -29,17 +50,10 @@ def ignore_fp_errors() -> Any:
         state.__enter__()
         return state
     current = _extobj_contextvar.get()
-    ignoring = _IGNORING.get(current)
-    if ignoring is None:
-        token = _extobj_contextvar.set(current)
-        try:  # _make_extobj starts from the context's current state
-            ignoring = _make_extobj(all="ignore")
-        finally:
-            _extobj_contextvar.reset(token)
-        if len(_IGNORING) >= 16:
-            _IGNORING.clear()
-        _IGNORING[current] = ignoring
-    return _extobj_contextvar.set(ignoring)
+    ignoring_current = _IGNORING.get(current)
+    if ignoring_current is None:
+        ignoring_current = ignoring(current)
+    return _extobj_contextvar.set(ignoring_current)
 
 
 def restore_fp_errors(token: Any) -> None:

@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -48,6 +48,7 @@ from onnxhal.runtime.session.options import (
 from onnxhal.runtime.session.partitioner import FusedGroup, PartitionResult
 from onnxhal.runtime.session.profiler import Profiler
 from onnxhal.runtime.session.recovery import EpFailure, RecoveryPolicy
+from onnxhal.runtime.session.run_codegen import prepared_run
 from onnxhal.runtime.values.lora_adapters import feeds_with_adapters
 from onnxhal.runtime.values.sparse_tensor import as_sparse
 
@@ -119,6 +120,24 @@ def _check_run_options(run_options: Any) -> None:
                               "create one with onnxhal.RunOptions()")
 
 
+@dataclass(frozen=True)
+class _FastRun:
+    """``InferenceSession._prepare_fast_run``'s answer for one core and profiler."""
+
+    core: SessionCore | None
+    profiler: Profiler | None
+    run: Any  # (feed, fetch, None) -> outputs, or None when the feed needs _run; None: always _run
+    unprepared: bool = False  # prepared at the next plain run
+    #: ``run`` for a run given RunOptions (feed, fetch, options), made at the first such run
+    with_options: Any = None
+
+
+_LATER = object()  # _FastRun.with_options not made yet
+
+
+_NO_FAST_RUN = _FastRun(None, None, None)  # before the first run: prepared then
+
+
 class InferenceSession:
     """A model loaded for running, as onnxruntime's ``InferenceSession``.
 
@@ -146,6 +165,7 @@ class InferenceSession:
     def _create(self, path_or_bytes: str | bytes | onnx.ModelProto, so: SessionOptions,
                 providers: Sequence[Any] | None, provider_options: Sequence[Mapping] | None) -> None:
         self._sess_options = so
+        self._fast = _NO_FAST_RUN
         check_session_options(so)
         self._recovery = RecoveryPolicy(so)
         self._lock = threading.Lock()
@@ -325,9 +345,61 @@ class InferenceSession:
         from ``input_feed``, {input name: numpy array, OrtValue, or a (nested) list converted to the
         input's element type}. Raises ``InvalidArgument`` for a missing, unknown or mistyped input,
         and the EP's error (``EPFail``, ``Fail``, ...) when a node fails; the session stays usable."""
+        # RunOptions that change nothing but the run's own flags (no log severity of their own, no
+        # adapters, not set to terminate) take the prepared run too, the variant that honours them
+        if run_options is None or (run_options.__class__ is RunOptions and not run_options.terminate
+                                   and run_options.log_severity_level == DEFAULT_SEVERITY
+                                   and not run_options.active_adapters):
+            fast = self._fast
+            if fast.core is not self._core or fast.profiler is not self._profiler:
+                # the first plain run on this core takes _run: a session run once prepares nothing
+                fast = self._fast = _FastRun(self._core, self._profiler, None, True)
+            elif fast.unprepared:
+                fast = self._fast = self._prepare_fast_run()
+            prepared = fast.run
+            if prepared is not None and run_options is not None:
+                prepared = fast.with_options
+                if prepared is _LATER:
+                    fast = self._fast = self._prepare_fast_run(fast)
+                    prepared = fast.with_options
+            if prepared is not None:
+                fetch = None if output_names is None else self._fetch_indices(output_names)
+                try:
+                    result = prepared(input_feed, fetch, run_options)
+                except EPFail as e:  # as _run: the run again, with the feeds as check makes them, on the
+                    # core the recovery policy builds
+                    feeds = self._feed_checker().check(input_feed)
+                    result = _owned(self._recover(fast.core, e).run(feeds, run_options, fetch, None, self._profiler),
+                                    feeds)
+                if result is not None:
+                    return result
         if self._core.capture_ep is not None:
             check_run_api(self._core.capture_ep, run_options)
         return self._run(output_names, input_feed, run_options, None)
+
+    def _prepare_fast_run(self, prepared: _FastRun | None = None) -> _FastRun:
+        """The session's run prepared for the commonest call, ``run(names or None, {input: array})``
+        with no run options, on the current core (runtime/session/run_codegen.py), at its second
+        such run: what ``_run`` decides per call (logging scope, profiler, sparse outputs, graph
+        capture, EP hooks, where each feed goes) decided once. Its ``run`` is None when a run must
+        take ``_run``'s way every time. Given ``prepared`` (this core's, with a ``run``): the same
+        with its variant for runs given RunOptions made."""
+        if prepared is not None:
+            core, checker = prepared.core, self._feed_checker()
+            entry = core.plan.host_entry(checker.required, check_terminate=True)
+            return replace(prepared, with_options=None if entry is None else prepared_run(
+                checker.ordered_specs, entry, core.run_hooks.starts, _owned, with_options=True))
+        core, profiler = self._core, self._profiler
+        hooks = core.run_hooks
+        if (profiler is not None or self._log_severity != DEFAULT_SEVERITY or self._sparse_outputs
+                or not self._outputs or not hooks.plain):
+            return _FastRun(core, profiler, None)
+        checker = self._feed_checker()
+        specs = checker.ordered_specs
+        entry = core.plan.host_entry(checker.required) if specs is not None else None
+        if entry is None:
+            return _FastRun(core, profiler, None)
+        return _FastRun(core, profiler, prepared_run(specs, entry, hooks.starts, _owned), with_options=_LATER)
 
     def _run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
              run_options: RunOptions | None, output_devices: Sequence[Any] | None) -> list:
@@ -490,6 +562,7 @@ class InferenceSession:
         caller to release."""
         old = self._core
         self._core = core
+        self._fast = _NO_FAST_RUN  # it holds the old core (its plan, its EPs) until the next run otherwise
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, SessionCore.release, core)
         self._attach_ep_profiling()

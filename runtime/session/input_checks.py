@@ -51,7 +51,7 @@ class FeedChecker:
     ``check_feeds`` passes it (its kernels check it).
     """
 
-    __slots__ = ("infos", "required", "_expect", "_required_set")
+    __slots__ = ("infos", "required", "_expect", "_required_set", "_ordered")
 
     def __init__(self, infos: Mapping[str, ValueInfo], required: list[str]) -> None:
         self.infos = infos
@@ -68,6 +68,19 @@ class FeedChecker:
                 continue
             dtype = _OBJECT if dtype == _OBJECT else dtype  # check() tests strings by identity
             self._expect[name] = (dtype, len(shape), tuple((a, d) for a, d in enumerate(shape) if isinstance(d, int)))
+        #: ``ordered_specs``
+        ordered = [(n, *self._expect[n]) for n in required if n in self._expect]
+        self._ordered = tuple(ordered) if len(ordered) == len(required) else None
+
+    @property
+    def ordered_specs(self) -> tuple[tuple[str, np.dtype | None, int, tuple[tuple[int, int], ...]], ...] | None:
+        """(name, dtype, rank, ((axis, fixed dim), ...)) of each required input in ``required``
+        order, the tuples ``check`` tests plain arrays against: dtype ``np.dtype(object)`` for a
+        string input (a str or object array passes, made an object array of str by
+        ``stringified``), None for a map or sequence input (a dict or list passes as given). None
+        when an input's type or rank is unknown (``check`` sends every feed of it through
+        ``check_feeds``)."""
+        return self._ordered
 
     def check(self, feed: Mapping[str, Any]) -> dict[str, Any]:
         """The feeds as the kernels get them; a typed ``InvalidArgument`` for a wrong one."""
@@ -100,7 +113,7 @@ class FeedChecker:
         out = dict(feed)
         if strings is not None:
             for name in strings:
-                out[name] = _stringified(out[name])
+                out[name] = stringified(out[name])
         return out
 
 
@@ -159,7 +172,7 @@ def _check_one(name: str, value: Any, info: ValueInfo) -> Any:
                 f"input {name!r} expects {_describe(want, info.shape)}, got {_describe(got_dtype, got_shape)}: "
                 f"wrong element type. Convert it with .astype({_numpy_name(want)}).")
         if want == np.dtype(object) and isinstance(value, np.ndarray):
-            value = _stringified(value)
+            value = stringified(value)
     shape = info.shape
     if shape is not None:
         if len(shape) != len(got_shape):
@@ -204,10 +217,11 @@ def _numpy_name(dtype: Any) -> str:
     return "object" if dtype == np.dtype(object) else f"np.{dtype}"
 
 
-def _stringified(value: np.ndarray) -> np.ndarray:
+def stringified(value: np.ndarray) -> np.ndarray:
     """A string input as an object array of str: numpy str arrays are converted, and in an object
     array every element that is not a str becomes ``str(element)``, as onnxruntime converts them
-    (the string kernels expect str elements, never integers or None)."""
+    (the string kernels expect str elements, never integers or None). An object array of str
+    only is returned as it is."""
     if value.dtype.kind == "U":
         return value.astype(object)
     flat = value.ravel()

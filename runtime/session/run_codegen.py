@@ -1,0 +1,128 @@
+"""A session's plain run as one generated function: ``InferenceSession.run(names, feeds)`` with no
+run options, on a session whose run needs no logging scope, profiler, sparse outputs, graph capture
+or EP hooks other than ``on_run_start``.
+
+``InferenceSession._run`` serves every run: it checks the run options, builds the feeds' dict
+(``FeedChecker.check``), asks the core which hooks to call, has the plan place each feed and pick
+its run function, and hands the outputs over (``_owned``). For a tiny model those steps cost more
+than its kernels, and for a given session they decide the same way at every plain run. So the
+session prepares, per core, one function in which each decision is already taken: the feeds'
+checks written out per input (a dict of exactly the required inputs, each a numpy array of the
+input's dtype, rank and fixed dims; a string input's str or object array made an object array of
+str; a map or sequence input's dict or list as given), the start hooks called, the feeds put into
+their slots of the plan's template, numpy's error state set to ignore around the plan's generated
+run function, and ``_owned``'s common case tested in line (fresh writeable arrays, none a feed, no
+two the same; lists and None as they are). Any feed it does not pass makes it return None before
+anything runs, and the caller takes ``_run``, whose checks accept the feed or raise the typed error
+naming the input; any other output list goes through ``_owned``.
+
+``prepared_source`` is the source, to read; ``tests/test_run_path.py`` checks both ways agree.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from types import CodeType
+from typing import Any
+
+import numpy as np
+
+from onnxhal.hal.run_control import RUN_OPTIONS, Terminated
+from onnxhal.runtime.session.executor import HostEntry
+from onnxhal.runtime.session.fp_errors import FP_STATE, ignore_fp_errors, ignoring, restore_fp_errors
+from onnxhal.runtime.session.input_checks import stringified
+from onnxhal.runtime.session.plan_codegen import PLAN_CODE_CACHE_SIZE
+
+_OBJECT = np.dtype(object)
+
+#: (feed, fetch, run options) -> the outputs (``fetch``: their indices, None for all), or None when
+#: ``_run`` must take the feed
+PreparedRun = Callable[[Any, "Sequence[int] | None", Any], "list | None"]
+
+
+@functools.lru_cache(maxsize=PLAN_CODE_CACHE_SIZE)
+def compiled_run(source: str) -> CodeType:
+    """The code object of a prepared run, kept per process by its source, as the plan's
+    (``plan_codegen.compiled_plan``): compiling costs more than a hundred small runs, and every
+    session of one model generates the same source (its dtypes and objects are bound at ``exec``)."""
+    return compile(source, "<onnxhal prepared run>", "exec")
+
+
+def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...]]], feed_slots: Sequence[int],
+                    n_starts: int, with_options: bool = False) -> str:
+    """The source of the prepared run for the required inputs ``specs`` (``FeedChecker.ordered_specs``),
+    fed into ``feed_slots``, with ``n_starts`` EPs whose ``on_run_start`` is called. ``with_options``:
+    the run of a ``RunOptions`` ``ro`` (``ExecutionPlan._execute``'s with options): the hooks get
+    it, ``RUN_OPTIONS`` holds it for the run (the EPs' kernels and subgraphs read it there), and
+    the plan's function is the one that checks ``ro.terminate`` between steps."""
+    lines = ["def _prepared(feed, fetch, ro):",
+             f"    if feed.__class__ is not dict or len(feed) != {len(specs)}:",
+             "        return None"]
+    for k, (name, dtype, rank, fixed) in enumerate(specs):
+        v = f"v{k}"
+        lines.append(f"    {v} = feed.get({name!r})")  # a missing name gives None, which is no array
+        if dtype is None:  # a map or sequence input
+            lines += [f"    if {v}.__class__ is not dict and {v}.__class__ is not list:", "        return None"]
+            continue
+        lines += [f"    if {v}.__class__ is not ndarray or {v}.ndim != {rank}:", "        return None"]
+        if dtype == _OBJECT:
+            lines += [f"    if {v}.dtype.kind not in 'UO':", "        return None", f"    {v} = stringified({v})"]
+        else:
+            lines += [f"    if {v}.dtype is not d{k} and {v}.dtype != d{k}:", "        return None"]
+        if fixed:
+            lines += [f"    _s = {v}.shape",
+                      "    if " + " or ".join(f"_s[{axis}] != {dim}" for axis, dim in fixed) + ":",
+                      "        return None"]
+    lines += [f"    h{j}.on_run_start({'ro' if with_options else 'None'})" for j in range(n_starts)]
+    lines.append("    slots = template.copy()")
+    lines += [f"    slots[{i}] = v{k}" for k, i in enumerate(feed_slots)]
+    if FP_STATE is not None:
+        lines.append("    token = fp_set(ignoring(fp_get()))")
+    else:
+        lines.append("    token = ignore_fp_errors()")
+    if with_options:
+        lines.append("    options_token = options_set(ro)")
+    lines += ["    try:",
+              f"        r = fn(slots, fns, {'ro' if with_options else 'None'})",
+              "    except Terminated:",
+              "        raise",
+              "    except Exception as e:",
+              "        raise run_error(e, slots) from e",
+              "    finally:"]
+    if with_options:
+        lines.append("        options_reset(options_token)")
+    lines += ["        fp_reset(token)" if FP_STATE is not None else "        restore_fp_errors(token)",
+              "    out = list(r) if fetch is None else [r[i] for i in fetch]",
+              "    for v in out:",
+              "        if v.__class__ is ndarray:",
+              "            if v.base is not None or not v.flags.writeable"
+              + "".join(f" or v is v{k}" for k, spec in enumerate(specs) if spec[1] is not None) + ":",
+              "                return owned(out, feed)",
+              "        elif v.__class__ is not list and v is not None:",
+              "            return owned(out, feed)",
+              "    if len(out) > 1 and len({id(v) for v in out}) < len(out):",
+              "        return owned(out, feed)",
+              "    return out"]
+    return "\n".join(lines)
+
+
+def prepared_run(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...]]], entry: HostEntry,
+                 starts: Sequence[Any], owned: Callable[[list, Any], list], with_options: bool = False) -> PreparedRun:
+    """The prepared run: ``specs`` from ``FeedChecker.ordered_specs``, ``entry`` from
+    ``ExecutionPlan.host_entry`` for the same names (``check_terminate`` as ``with_options``),
+    ``starts`` the EPs whose ``on_run_start`` a run calls, ``owned`` the hand-over of an output list
+    that the quick test does not pass; ``with_options`` as ``prepared_source``'s."""
+    source = prepared_source(specs, entry.feed_slots, len(starts), with_options)
+    namespace: dict[str, Any] = {
+        "ndarray": np.ndarray, "stringified": stringified, "Terminated": Terminated, "template": entry.template,
+        "fn": entry.generated.fn, "fns": entry.generated.fns, "run_error": entry.run_error, "owned": owned,
+        "ignore_fp_errors": ignore_fp_errors, "restore_fp_errors": restore_fp_errors, "ignoring": ignoring}
+    if FP_STATE is not None:
+        namespace.update(fp_get=FP_STATE.get, fp_set=FP_STATE.set, fp_reset=FP_STATE.reset)
+    if with_options:
+        namespace.update(options_set=RUN_OPTIONS.set, options_reset=RUN_OPTIONS.reset)
+    namespace.update({f"d{k}": spec[1] for k, spec in enumerate(specs)})
+    namespace.update({f"h{j}": ep for j, ep in enumerate(starts)})
+    exec(compiled_run(source), namespace)  # noqa: S102 - generated from the plan
+    return namespace["_prepared"]

@@ -502,8 +502,15 @@ done:
 #define VECTOR_CLONES                                                                                       \
   __attribute__((target_clones("avx512f", "avx2", "default"),                                              \
                  optimize("no-trapping-math", "fp-contract=off", "no-loop-unroll-and-jam")))
+/* the direct convolution's: also no copy loop made a call to memcpy or memset, whose cost is most
+ * of a row's copy on small planes */
+#define CONV_CLONES                                                                                         \
+  __attribute__((target_clones("avx512f", "avx2", "default"),                                              \
+                 optimize("no-trapping-math", "fp-contract=off", "no-loop-unroll-and-jam",                  \
+                          "no-tree-loop-distribute-patterns")))
 #else
 #define VECTOR_CLONES
+#define CONV_CLONES
 #endif
 #if defined(__GNUC__)
 #define ALWAYS_INLINE __attribute__((always_inline)) /* into each clone, so it is built for that clone's ISA */
@@ -801,12 +808,14 @@ done:
  * ((i dh) % sh, (j dw) % sw) from row (i dh) / sh and column (j dw) / sw on: one block of the
  * same pitch as an accumulator of oh rows of wv, so each channel's tap is one multiply-add loop
  * over the whole plane, which the compiler vectorizes (the wv - ow columns past each row's
- * outputs are computed and dropped; the layout keeps a slack row of wv after its end for the last
- * tap's reads). Per output channel: the bias, then the group's channels in order, each one's taps
+ * outputs are computed and dropped, and so are those of the last tile past the plane; the layout
+ * keeps a slack of a row of wv and DW_TILE after its end for their reads). The layout
+ * is zeroed once per call: the padding lies at the same places in every channel's, and only the
+ * input's values are written. Per output channel: the bias, then the group's channels in order, each one's taps
  * in row-major order; the rows of the accumulator's first ow columns are the output. */
 #define DW_TILE 64 /* outputs summed in registers at a time: 4 AVX-512 vectors of floats */
 #define DIRECT_CONV(NAME, T)                                                                                 \
-  static VECTOR_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,            \
+  static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
                                  T *RESTRICT y, T *RESTRICT s, T *RESTRICT acc, const Py_ssize_t *tap,      \
                                  Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t group,                \
                                  Py_ssize_t h, Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh,  \
@@ -818,37 +827,37 @@ done:
       for (Py_ssize_t g = 0; g < group; g++) {                                                              \
         for (Py_ssize_t cc = 0; cc < cg; cc++) {                                                            \
           const T *RESTRICT xp = x + (img * c + g * cg + cc) * h * wd;                                      \
-          for (Py_ssize_t fi = 0; fi < sh; fi++)                                                            \
-            for (Py_ssize_t fj = 0; fj < sw; fj++)                                                          \
+          for (Py_ssize_t fj = 0; fj < sw; fj++) {                                                          \
+            /* the phase's columns v whose input column v sw + fj - pl is within the row (hoisted: */       \
+            /* two divisions a row were most of a small plane's layout) */                                  \
+            Py_ssize_t lo = pl - fj <= 0 ? 0 : (pl - fj + sw - 1) / sw;                                     \
+            Py_ssize_t hi = wd - 1 + pl - fj < 0 ? 0 : (wd - 1 + pl - fj) / sw + 1;                         \
+            if (hi > wv) hi = wv;                                                                           \
+            for (Py_ssize_t fi = 0; fi < sh; fi++)                                                          \
               for (Py_ssize_t rv = 0; rv < hv; rv++) {                                                      \
                 T *RESTRICT d = s + cc * block + ((fi * sw + fj) * hv + rv) * wv;                           \
                 Py_ssize_t r = rv * sh + fi - pt;                                                           \
-                /* the phase's columns v whose input column v sw + fj - pl is within the row */             \
-                Py_ssize_t lo = pl - fj <= 0 ? 0 : (pl - fj + sw - 1) / sw;                                 \
-                Py_ssize_t hi = wd - 1 + pl - fj < 0 ? 0 : (wd - 1 + pl - fj) / sw + 1;                     \
-                if (hi > wv) hi = wv;                                                                       \
-                if (r < 0 || r >= h || lo >= hi) {                                                          \
-                  for (Py_ssize_t v = 0; v < wv; v++) d[v] = 0;                                             \
-                  continue;                                                                                 \
-                }                                                                                           \
-                for (Py_ssize_t v = 0; v < lo; v++) d[v] = 0;                                               \
-                for (Py_ssize_t v = hi; v < wv; v++) d[v] = 0;                                              \
+                /* the padding is the zeros the layout starts with: every channel's lie at the same */       \
+                /* places, and only the input's values are written over them */                              \
+                if (r < 0 || r >= h || lo >= hi) continue;                                                  \
                 const T *RESTRICT src = xp + r * wd + fj - pl;                                              \
                 if (sw == 1)                                                                                \
-                  memcpy(d + lo, src + lo, sizeof(T) * (size_t)(hi - lo));                                  \
+                  for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[v];                                       \
                 else if (sw == 2)                                                                           \
                   for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[2 * v];                                   \
                 else                                                                                        \
                   for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[v * sw];                                  \
               }                                                                                             \
+          }                                                                                                 \
         }                                                                                                   \
         for (Py_ssize_t mm = 0; mm < mg; mm++) {                                                            \
           Py_ssize_t mo = g * mg + mm;                                                                      \
           const T *RESTRICT wp = w + mo * cg * taps;                                                        \
           T bias = b ? b[mo] : (T)0;                                                                        \
-          /* DW_TILE accumulators at a time through every channel's taps, in registers; then the rest */  \
-          Py_ssize_t k0 = 0;                                                                                \
-          for (; k0 + DW_TILE <= plane; k0 += DW_TILE) {                                                    \
+          /* DW_TILE accumulators at a time through every channel's taps, in registers; the last */       \
+          /* tile runs past the plane into acc's and the layout's slack (its sums there are dropped): */    \
+          /* a shorter one would sum its taps in one chain of additions, as slow as a whole tile */        \
+          for (Py_ssize_t k0 = 0; k0 < plane; k0 += DW_TILE) {                                              \
             T a[DW_TILE];                                                                                   \
             for (int k = 0; k < DW_TILE; k++) a[k] = bias;                                                  \
             for (Py_ssize_t cc = 0; cc < cg; cc++)                                                          \
@@ -859,15 +868,9 @@ done:
               }                                                                                             \
             memcpy(acc + k0, a, sizeof a);                                                                  \
           }                                                                                                 \
-          for (Py_ssize_t k = k0; k < plane; k++) acc[k] = bias;                                            \
-          for (Py_ssize_t cc = 0; cc < cg && k0 < plane; cc++)                                              \
-            for (Py_ssize_t t = 0; t < taps; t++) {                                                         \
-              T wt = wp[cc * taps + t];                                                                     \
-              const T *RESTRICT src = s + cc * block + tap[t];                                              \
-              for (Py_ssize_t k = k0; k < plane; k++) acc[k] += wt * src[k];                                \
-            }                                                                                               \
           T *RESTRICT yp = y + (img * m + mo) * oh * ow;                                                    \
-          for (Py_ssize_t oy = 0; oy < oh; oy++) memcpy(yp + oy * ow, acc + oy * wv, sizeof(T) * (size_t)ow); \
+          for (Py_ssize_t oy = 0; oy < oh; oy++)                                                            \
+            for (Py_ssize_t ox = 0; ox < ow; ox++) yp[oy * ow + ox] = acc[oy * wv + ox];                    \
         }                                                                                                   \
       }                                                                                                     \
   }
@@ -922,13 +925,17 @@ static PyObject *direct_conv(PyObject *module, PyObject *args) {
   const void *bias = held >= 4 ? bb.buf : NULL;
   /* each channel's phases: oh x ow outputs plus the farthest tap's offset within the phase */
   Py_ssize_t hv = oh + ((kh - 1) * dh) / sh, wv = ow + ((kw - 1) * dw) / sw;
-  Py_ssize_t phases = cg * sh * sw * hv * wv + wv; /* the slack row: the last tap's dropped columns */
-  scratch = PyMem_Malloc((size_t)(phases + oh * wv + 1) * (size_t)size);
+  /* the slack: the last tap's dropped columns (a row) and the last tile's reads past the plane */
+  Py_ssize_t phases = cg * sh * sw * hv * wv + wv + DW_TILE;
+  scratch = PyMem_Malloc((size_t)(phases + oh * wv + DW_TILE) * (size_t)size);
   tap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(kh * kw + 1));
   if (!scratch || !tap) {
     PyErr_NoMemory();
     goto done;
   }
+  /* zeros: the padding (written once here, see DIRECT_CONV), and a slack from which the dropped
+   * sums read no NaN or subnormal that would slow them */
+  memset(scratch, 0, (size_t)phases * (size_t)size);
   /* tap (i, j) reads phase ((i dh) % sh, (j dw) % sw) from row (i dh) / sh, column (j dw) / sw */
   for (Py_ssize_t i = 0; i < kh; i++)
     for (Py_ssize_t j = 0; j < kw; j++)

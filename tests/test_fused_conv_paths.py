@@ -45,6 +45,12 @@ CASES = [
     ("depthwise_native", (1, 16, 35, 33), (16, 1, 5, 3), {"group": 16, "pads": [4, 1, 3, 2], "dilations": [2, 1]}),
     ("depthwise_native", (2, 6, 13, 6), (6, 1, 3, 2), {"group": 6, "pads": [0, 1, 1, 0], "strides": [2, 1]}),
     ("depthwise_native", (2, 16, 2, 3), (16, 1, 3, 3), {"group": 16, "pads": [3, 3, 3, 3]}),
+    # small planes where most taps read only padding (left out in C) and one tile covers the plane
+    ("depthwise_native", (2, 24, 2, 2), (24, 1, 5, 5), {"group": 24, "pads": [4, 4, 4, 4], "dilations": [2, 2]}),
+    ("depthwise_native", (1, 20, 4, 4), (20, 1, 5, 5), {"group": 20, "pads": [4, 4, 4, 4], "dilations": [2, 2]}),
+    ("depthwise_native", (1, 8, 3, 5), (8, 1, 7, 7), {"group": 8, "pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ("depthwise_native", (2, 12, 5, 3), (12, 1, 3, 5), {"group": 12, "pads": [0, 4, 1, 0], "strides": [1, 2],
+                                                         "dilations": [2, 1]}),
     ("depthwise_native", (1, 8, 24, 11), (8, 1, 3, 3), {"group": 8, "strides": [3, 2]}),
     ("depthwise_native", (2, 4, 14, 9), (4, 1, 2, 2), {"group": 4, "pads": [3, 0, 0, 3], "strides": [2, 3],
                                                       "dilations": [1, 2]}),
@@ -383,9 +389,9 @@ def test_depthwise_native_float64_and_its_switches(monkeypatch):
         native.direct_conv(x, w, None, y32.astype(np.float64), (0, 1), (1, 2), (1, 2), 12)
     with pytest.raises(ValueError):  # a group that does not divide the channels
         native.direct_conv(x, w, None, y32.astype(np.float64), (2, 1), (1, 2), (1, 2), 5)
-    small = _attrs({"group": 12, "pads": [1, 1, 1, 1]}, (12, 1, 3, 3))  # 3x3 outputs: the gather's
+    small = _attrs({"group": 12, "pads": [1, 1, 1, 1]}, (12, 1, 3, 3))  # one output a plane: the gather's
     kernel = fused_kernel(w.shape, small, True, False, "Relu", [])
-    kernel.compute([x[:, :, :3, :3].astype(np.float32), w.astype(np.float32), b.astype(np.float32), None])
+    kernel.compute([x[:, :, :1, :1].astype(np.float32), w.astype(np.float32), b.astype(np.float32), None])
     assert kernel.last_path == fused_conv.GATHER_DEPTHWISE
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", False)
     kernel = fused_kernel(w.shape, a, True, True, "Relu", [])

@@ -817,6 +817,7 @@ done:
 #define DIRECT_CONV(NAME, T)                                                                                 \
   static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
                                  T *RESTRICT y, T *RESTRICT s, T *RESTRICT acc, const Py_ssize_t *tap,      \
+                                 const Py_ssize_t *wix, Py_ssize_t live,                                    \
                                  Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t group,                \
                                  Py_ssize_t h, Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh,  \
                                  Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, \
@@ -861,8 +862,8 @@ done:
             T a[DW_TILE];                                                                                   \
             for (int k = 0; k < DW_TILE; k++) a[k] = bias;                                                  \
             for (Py_ssize_t cc = 0; cc < cg; cc++)                                                          \
-              for (Py_ssize_t t = 0; t < taps; t++) {                                                       \
-                T wt = wp[cc * taps + t];                                                                   \
+              for (Py_ssize_t t = 0; t < live; t++) {                                                       \
+                T wt = wp[cc * taps + wix[t]];                                                              \
                 const T *RESTRICT src = s + cc * block + tap[t] + k0;                                       \
                 for (int k = 0; k < DW_TILE; k++) a[k] += wt * src[k];                                      \
               }                                                                                             \
@@ -928,7 +929,7 @@ static PyObject *direct_conv(PyObject *module, PyObject *args) {
   /* the slack: the last tap's dropped columns (a row) and the last tile's reads past the plane */
   Py_ssize_t phases = cg * sh * sw * hv * wv + wv + DW_TILE;
   scratch = PyMem_Malloc((size_t)(phases + oh * wv + DW_TILE) * (size_t)size);
-  tap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(kh * kw + 1));
+  tap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * kh * kw + 1));
   if (!scratch || !tap) {
     PyErr_NoMemory();
     goto done;
@@ -936,17 +937,28 @@ static PyObject *direct_conv(PyObject *module, PyObject *args) {
   /* zeros: the padding (written once here, see DIRECT_CONV), and a slack from which the dropped
    * sums read no NaN or subnormal that would slow them */
   memset(scratch, 0, (size_t)phases * (size_t)size);
-  /* tap (i, j) reads phase ((i dh) % sh, (j dw) % sw) from row (i dh) / sh, column (j dw) / sw */
+  /* tap (i, j) reads phase ((i dh) % sh, (j dw) % sw) from row (i dh) / sh, column (j dw) / sw.
+   * The taps that read only padding for every output are left out (their products are zeros, as
+   * the gather's plan leaves them out): on small planes (a 2x2 output of a 5x5 dilated kernel)
+   * they are most of the taps. wix[t]: the weight (i kw + j) of live tap t. */
+  Py_ssize_t live = 0, *wix = tap + kh * kw;
   for (Py_ssize_t i = 0; i < kh; i++)
-    for (Py_ssize_t j = 0; j < kw; j++)
-      tap[i * kw + j] = ((((i * dh) % sh) * sw + (j * dw) % sw) * hv + (i * dh) / sh) * wv + (j * dw) / sw;
+    for (Py_ssize_t j = 0; j < kw; j++) {
+      /* rows oy sh + i dh - pt and columns ox sw + j dw - pl of some output within the input */
+      Py_ssize_t r0 = i * dh - pt, c0 = j * dw - pl;
+      int rows = r0 + (oh - 1) * sh >= 0 && r0 < h && (r0 >= 0 || (-r0 + sh - 1) / sh * sh + r0 < h);
+      int cols = c0 + (ow - 1) * sw >= 0 && c0 < wd && (c0 >= 0 || (-c0 + sw - 1) / sw * sw + c0 < wd);
+      if (!rows || !cols) continue;
+      tap[live] = ((((i * dh) % sh) * sw + (j * dw) % sw) * hv + (i * dh) / sh) * wv + (j * dw) / sw;
+      wix[live++] = i * kw + j;
+    }
   PyThreadState *ts = n * m * oh * ow * cg * kh * kw > 65536 ? PyEval_SaveThread() : NULL;
   if (size == 4)
-    direct_conv_float(bx.buf, bw.buf, bias, by.buf, scratch, (float *)scratch + phases, tap, n, c, m, group, h, wd, kh,
-                      kw, oh, ow, sh, sw, pt, pl, hv, wv);
+    direct_conv_float(bx.buf, bw.buf, bias, by.buf, scratch, (float *)scratch + phases, tap, wix, live, n, c, m, group,
+                      h, wd, kh, kw, oh, ow, sh, sw, pt, pl, hv, wv);
   else
-    direct_conv_double(bx.buf, bw.buf, bias, by.buf, scratch, (double *)scratch + phases, tap, n, c, m, group, h, wd,
-                       kh, kw, oh, ow, sh, sw, pt, pl, hv, wv);
+    direct_conv_double(bx.buf, bw.buf, bias, by.buf, scratch, (double *)scratch + phases, tap, wix, live, n, c, m,
+                       group, h, wd, kh, kw, oh, ow, sh, sw, pt, pl, hv, wv);
   if (ts) PyEval_RestoreThread(ts);
   Py_INCREF(Py_None);
   result = Py_None;

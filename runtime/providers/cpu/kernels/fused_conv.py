@@ -119,11 +119,13 @@ IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, ab
 #: convolutions on the numpy paths (the tests compare them).
 NATIVE_DEPTHWISE_ENABLED = True
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # the types _native.direct_conv takes
-#: The fewest outputs per plane (oh x ow) the C route takes: below, its per-plane setup (the padded
-#: phases, the output copy) catches up with the taps, and the gather's one product per channel is
-#: as fast or faster (measured per layer in MobileNet and PP-LCNet, CPU time, C against numpy: 8x8
-#: outputs 0.4-0.75, 16x16 0.3-0.5; 4x4 0.7-1.04, 2x2 1.3-2.9, 1x1 6).
-NATIVE_DEPTHWISE_MIN_OUTPUTS = 32
+#: The fewest outputs per plane (oh x ow) the C route takes: with one, its per-call setup and the
+#: whole tile of sums it computes per channel outweigh the gather's one product per channel, which
+#: holds only the taps that reach the input (FusedConv with Relu, CPU time alternating, C against
+#: numpy: 1x1 outputs of 256 channels 1.43; 2x2 0.19-0.86, from 16 to 960 channels, 3x3 to 7x7
+#: taps, dilated or not; 4x4 0.14-0.87; 7x7 0.18-0.39). The C kernel leaves out the taps that read
+#: only padding too, as the gather does.
+NATIVE_DEPTHWISE_MIN_OUTPUTS = 4
 #: ``DIRECT_NATIVE``'s bounds: at most this many input channels (a stem's RGB), input values per
 #: output (C x kh x kw) and at least this many outputs a plane. A few input channels make
 #: im2col's product thin and its window copy most of the work; more channels or smaller planes

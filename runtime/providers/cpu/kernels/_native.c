@@ -814,6 +814,8 @@ done:
  * input's values are written. Per output channel: the bias, then the group's channels in order, each one's taps
  * in row-major order; the rows of the accumulator's first ow columns are the output. */
 #define DW_TILE 64 /* outputs summed in registers at a time: 4 AVX-512 vectors of floats */
+#define DC_BLOCK 4 /* output channels summed at a time, where a group has as many */
+#define DC_TILE 32 /* outputs of each of them summed in registers at a time */
 #define DIRECT_CONV(NAME, T)                                                                                 \
   static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
                                  T *RESTRICT y, T *RESTRICT s, T *RESTRICT acc, const Py_ssize_t *tap,      \
@@ -823,6 +825,7 @@ done:
                                  Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, \
                                  Py_ssize_t hv, Py_ssize_t wv) {                                            \
     Py_ssize_t plane = oh * wv, cg = c / group, mg = m / group, taps = kh * kw;                             \
+    Py_ssize_t pitch = plane + DW_TILE; /* of the DC_BLOCK accumulator planes */                            \
     Py_ssize_t block = sh * sw * hv * wv; /* one channel's phases */                                        \
     for (Py_ssize_t img = 0; img < n; img++)                                                                \
       for (Py_ssize_t g = 0; g < group; g++) {                                                              \
@@ -851,7 +854,49 @@ done:
               }                                                                                             \
           }                                                                                                 \
         }                                                                                                   \
-        for (Py_ssize_t mm = 0; mm < mg; mm++) {                                                            \
+        Py_ssize_t mm = 0;                                                                                  \
+        /* DC_BLOCK output channels at a time where the group has them (a stem's 3 channels to 64): */      \
+        /* each value read feeds DC_BLOCK sums, where one output channel at a time reads it again for */   \
+        /* each; every sum adds the same products in the same order as below */                             \
+        for (; mm + DC_BLOCK <= mg; mm += DC_BLOCK) {                                                       \
+          Py_ssize_t mo = g * mg + mm, ct = cg * taps;                                                      \
+          const T *RESTRICT wp = w + mo * ct;                                                               \
+          T b0 = b ? b[mo] : (T)0, b1 = b ? b[mo + 1] : (T)0, b2 = b ? b[mo + 2] : (T)0;                    \
+          T b3 = b ? b[mo + 3] : (T)0;                                                                      \
+          for (Py_ssize_t k0 = 0; k0 < plane; k0 += DC_TILE) {                                              \
+            T a0[DC_TILE], a1[DC_TILE], a2[DC_TILE], a3[DC_TILE];                                           \
+            for (int k = 0; k < DC_TILE; k++) {                                                             \
+              a0[k] = b0;                                                                                   \
+              a1[k] = b1;                                                                                   \
+              a2[k] = b2;                                                                                   \
+              a3[k] = b3;                                                                                   \
+            }                                                                                               \
+            for (Py_ssize_t cc = 0; cc < cg; cc++)                                                          \
+              for (Py_ssize_t t = 0; t < live; t++) {                                                       \
+                Py_ssize_t wi = cc * taps + wix[t];                                                         \
+                T w0 = wp[wi], w1 = wp[ct + wi], w2 = wp[2 * ct + wi], w3 = wp[3 * ct + wi];                \
+                const T *RESTRICT src = s + cc * block + tap[t] + k0;                                       \
+                for (int k = 0; k < DC_TILE; k++) {                                                         \
+                  T v = src[k];                                                                             \
+                  a0[k] += w0 * v;                                                                          \
+                  a1[k] += w1 * v;                                                                          \
+                  a2[k] += w2 * v;                                                                          \
+                  a3[k] += w3 * v;                                                                          \
+                }                                                                                           \
+              }                                                                                             \
+            memcpy(acc + k0, a0, sizeof a0);                                                                \
+            memcpy(acc + pitch + k0, a1, sizeof a1);                                                        \
+            memcpy(acc + 2 * pitch + k0, a2, sizeof a2);                                                    \
+            memcpy(acc + 3 * pitch + k0, a3, sizeof a3);                                                    \
+          }                                                                                                 \
+          for (Py_ssize_t o = 0; o < DC_BLOCK; o++) {                                                       \
+            T *RESTRICT yp = y + (img * m + mo + o) * oh * ow;                                              \
+            const T *RESTRICT ap = acc + o * pitch;                                                         \
+            for (Py_ssize_t oy = 0; oy < oh; oy++)                                                          \
+              for (Py_ssize_t ox = 0; ox < ow; ox++) yp[oy * ow + ox] = ap[oy * wv + ox];                   \
+          }                                                                                                 \
+        }                                                                                                   \
+        for (; mm < mg; mm++) {                                                                             \
           Py_ssize_t mo = g * mg + mm;                                                                      \
           const T *RESTRICT wp = w + mo * cg * taps;                                                        \
           T bias = b ? b[mo] : (T)0;                                                                        \
@@ -928,7 +973,7 @@ static PyObject *direct_conv(PyObject *module, PyObject *args) {
   Py_ssize_t hv = oh + ((kh - 1) * dh) / sh, wv = ow + ((kw - 1) * dw) / sw;
   /* the slack: the last tap's dropped columns (a row) and the last tile's reads past the plane */
   Py_ssize_t phases = cg * sh * sw * hv * wv + wv + DW_TILE;
-  scratch = PyMem_Malloc((size_t)(phases + oh * wv + DW_TILE) * (size_t)size);
+  scratch = PyMem_Malloc((size_t)(phases + DC_BLOCK * (oh * wv + DW_TILE)) * (size_t)size);
   tap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * kh * kw + 1));
   if (!scratch || !tap) {
     PyErr_NoMemory();

@@ -112,6 +112,9 @@ VARIANTS = [  # (bias, residual, activation, activation_params)
     (None, True, "", []),
     ("zero", False, "Clip", [0.0, 6.0]),
     ("random", False, "LeakyRelu", [0.1]),
+    # without a residual, the C routes apply these as they write the outputs
+    ("random", False, "Relu", []),
+    (None, False, "HardSwish", [0.2, 0.5]),
 ]
 
 
@@ -165,6 +168,8 @@ def canonical(x, w, b, z, a, act, params, shuffle):
         y = np.clip(y, *params)
     elif act == "LeakyRelu":
         y = np.where(y < 0, y * params[0], y)
+    elif act == "HardSwish":
+        y = y * np.clip(y * params[0] + params[1], 0, 1)
     if shuffle:
         n, m = y.shape[:2]
         y = y.reshape(n, shuffle, m // shuffle, *y.shape[2:]).swapaxes(1, 2).reshape(y.shape)
@@ -402,3 +407,38 @@ def test_depthwise_native_float64_and_its_switches(monkeypatch):
     kernel = fused_kernel(w.shape, a, True, True, "Relu", [])
     kernel.compute([x, w, b, z])
     assert kernel.last_path != fused_conv.DEPTHWISE_NATIVE
+
+
+@pytest.mark.parametrize("act, params", [("Relu", []), ("Clip", [-0.5, 0.75]), ("HardSwish", [0.2, 0.5])])
+def test_native_activation_applied_in_c(monkeypatch, act, params):
+    """Without a residual, depthwise_native and direct_native apply Relu, Clip and HardSwish in C
+    (native_activation): the numpy epilogue is not called, and the outputs are its, to the bit
+    (float32, each operation rounded alike), NaN kept; with a residual the epilogue runs after it."""
+    if native_module() is None:
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", True)
+    monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", True)
+    rng = np.random.default_rng(11)
+    for x_shape, w_shape, attrs in (((2, 8, 9, 10), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),
+                                    ((1, 3, 40, 36), (6, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]})):
+        a = _attrs(attrs, w_shape)
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        x[0, 0, 1, 1] = np.nan
+        w, b = rng.standard_normal(w_shape).astype(np.float32), rng.standard_normal(w_shape[0]).astype(np.float32)
+        kernel = fused_kernel(w_shape, a, True, False, act, params)
+        epilogue = kernel.act
+        kernel.act = None  # the numpy epilogue, which the C route must not need
+        y = kernel.compute([x, w, b, None])[0]
+        assert kernel.last_path in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE)
+        plain = fused_kernel(w_shape, a, True, False, "", [])
+        want = plain.compute([x, w, b, None])[0].copy()
+        epilogue(want)
+        np.testing.assert_array_equal(y, want)
+        assert np.isnan(y).any()
+        z = rng.standard_normal(y.shape).astype(np.float32)
+        with_z = fused_kernel(w_shape, a, True, True, act, params).compute([x, w, b, z])[0]
+        want = plain.compute([x, w, b, None])[0] + z
+        epilogue(want)
+        np.testing.assert_array_equal(with_z, want)
+    with pytest.raises(ValueError):  # an activation code the C kernel does not have
+        native_module().direct_conv(x, w, b, np.empty_like(y), (1, 1), (1, 1), (1, 1), 1, 3, 0.0, 1.0)

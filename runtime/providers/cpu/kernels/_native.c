@@ -815,6 +815,30 @@ done:
  * in row-major order; the rows of the accumulator's first ow columns are the output. */
 #define DW_TILE 64 /* outputs summed in registers at a time: 4 AVX-512 vectors of floats */
 #define DC_BLOCK 4 /* output channels summed at a time, where a group has as many */
+/* A row of n outputs from the accumulators a to d, through the activation: DC_NONE; DC_CLAMP to
+ * [p0, p1] (Relu: [0, inf]), maximum then minimum, NaN kept (numpy's clip and maximum); DC_HARD_SWISH
+ * v min(max(p0 v + p1, 0), 1), each operation rounded in T as fused.py's numpy hard_swish does. */
+enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
+#define DC_STORE(T, d, a, n, act, p0, p1)                                                                   \
+  do {                                                                                                      \
+    T *RESTRICT d_ = (d);                                                                                   \
+    const T *RESTRICT a_ = (a);                                                                             \
+    if ((act) == DC_CLAMP)                                                                                  \
+      for (Py_ssize_t i_ = 0; i_ < (n); i_++) {                                                             \
+        T v_ = a_[i_] < (p0) ? (p0) : a_[i_];                                                               \
+        d_[i_] = v_ > (p1) ? (p1) : v_;                                                                     \
+      }                                                                                                     \
+    else if ((act) == DC_HARD_SWISH)                                                                        \
+      for (Py_ssize_t i_ = 0; i_ < (n); i_++) {                                                             \
+        T t_ = a_[i_] * (p0);                                                                               \
+        t_ = t_ + (p1);                                                                                     \
+        t_ = t_ < 0 ? (T)0 : t_;                                                                            \
+        t_ = t_ > 1 ? (T)1 : t_;                                                                            \
+        d_[i_] = a_[i_] * t_;                                                                               \
+      }                                                                                                     \
+    else                                                                                                    \
+      for (Py_ssize_t i_ = 0; i_ < (n); i_++) d_[i_] = a_[i_];                                              \
+  } while (0)
 #define DC_TILE 32 /* outputs of each of them summed in registers at a time */
 #define DIRECT_CONV(NAME, T)                                                                                 \
   static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
@@ -823,7 +847,7 @@ done:
                                  Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t group,                \
                                  Py_ssize_t h, Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh,  \
                                  Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, \
-                                 Py_ssize_t hv, Py_ssize_t wv) {                                            \
+                                 Py_ssize_t hv, Py_ssize_t wv, int act, T p0, T p1) {                       \
     Py_ssize_t plane = oh * wv, cg = c / group, mg = m / group, taps = kh * kw;                             \
     Py_ssize_t pitch = plane + DW_TILE; /* of the DC_BLOCK accumulator planes */                            \
     Py_ssize_t block = sh * sw * hv * wv; /* one channel's phases */                                        \
@@ -893,7 +917,7 @@ done:
             T *RESTRICT yp = y + (img * m + mo + o) * oh * ow;                                              \
             const T *RESTRICT ap = acc + o * pitch;                                                         \
             for (Py_ssize_t oy = 0; oy < oh; oy++)                                                          \
-              for (Py_ssize_t ox = 0; ox < ow; ox++) yp[oy * ow + ox] = ap[oy * wv + ox];                   \
+              DC_STORE(T, yp + oy * ow, ap + oy * wv, ow, act, p0, p1);                                     \
           }                                                                                                 \
         }                                                                                                   \
         for (; mm < mg; mm++) {                                                                             \
@@ -915,24 +939,31 @@ done:
             memcpy(acc + k0, a, sizeof a);                                                                  \
           }                                                                                                 \
           T *RESTRICT yp = y + (img * m + mo) * oh * ow;                                                    \
-          for (Py_ssize_t oy = 0; oy < oh; oy++)                                                            \
-            for (Py_ssize_t ox = 0; ox < ow; ox++) yp[oy * ow + ox] = acc[oy * wv + ox];                    \
+          for (Py_ssize_t oy = 0; oy < oh; oy++) DC_STORE(T, yp + oy * ow, acc + oy * wv, ow, act, p0, p1);  \
         }                                                                                                   \
       }                                                                                                     \
   }
 DIRECT_CONV(direct_conv_float, float)
 DIRECT_CONV(direct_conv_double, double)
 
-/* direct_conv(x, w, b, y, strides, pads, dilations, group): x [N, C, H, W], w [M, C / group, KH, KW],
- * b [M] or None, y [N, M, OH, OW] written; all float32 or all float64, C-contiguous; strides and
- * dilations (h, w) at least 1, pads (top, left) at least 0; OH and OW y's (rows or columns wholly
- * in the padding are the bias). */
+/* direct_conv(x, w, b, y, strides, pads, dilations, group[, act, p0, p1]): x [N, C, H, W], w [M,
+ * C / group, KH, KW], b [M] or None, y [N, M, OH, OW] written; all float32 or all float64,
+ * C-contiguous; strides and dilations (h, w) at least 1, pads (top, left) at least 0; OH and OW
+ * y's (rows or columns wholly in the padding are the bias); act (DC_STORE's, p0 and p1 in y's
+ * type) applied as the outputs are written: a fused Relu, Clip or HardSwish without its pass. */
 static PyObject *direct_conv(PyObject *module, PyObject *args) {
   PyObject *o_x, *o_w, *o_b, *o_y;
   Py_ssize_t sh, sw, pt, pl, dh, dw, group;
   (void)module;
-  if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)n", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &group))
+  int act = DC_NONE;
+  double p0 = 0, p1 = 0;
+  if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)n|idd", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &group,
+                        &act, &p0, &p1))
     return NULL;
+  if (act < DC_NONE || act > DC_HARD_SWISH) {
+    PyErr_SetString(PyExc_ValueError, "direct_conv: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
+    return NULL;
+  }
   Py_buffer bx, bw, bb, by;
   int held = 0;
   PyObject *result = NULL;
@@ -1000,10 +1031,10 @@ static PyObject *direct_conv(PyObject *module, PyObject *args) {
   PyThreadState *ts = n * m * oh * ow * cg * kh * kw > 65536 ? PyEval_SaveThread() : NULL;
   if (size == 4)
     direct_conv_float(bx.buf, bw.buf, bias, by.buf, scratch, (float *)scratch + phases, tap, wix, live, n, c, m, group,
-                      h, wd, kh, kw, oh, ow, sh, sw, pt, pl, hv, wv);
+                      h, wd, kh, kw, oh, ow, sh, sw, pt, pl, hv, wv, act, (float)p0, (float)p1);
   else
     direct_conv_double(bx.buf, bw.buf, bias, by.buf, scratch, (double *)scratch + phases, tap, wix, live, n, c, m,
-                       group, h, wd, kh, kw, oh, ow, sh, sw, pt, pl, hv, wv);
+                       group, h, wd, kh, kw, oh, ow, sh, sw, pt, pl, hv, wv, act, p0, p1);
   if (ts) PyEval_RestoreThread(ts);
   Py_INCREF(Py_None);
   result = Py_None;
@@ -1031,9 +1062,10 @@ static PyMethodDef module_methods[] = {
      "default form from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]; "
      "with mult, h quantized row by row before its product with rt (DynamicQuantizeLSTM)."},
     {"direct_conv", direct_conv, METH_VARARGS,
-     "direct_conv(x, w, b, y, strides, pads, dilations, group): a convolution of x [N, C, H, W] with w "
-     "[M, C / group, KH, KW] (and bias b or None) into y [N, M, OH, OW] by each tap's multiply-add over the "
-     "output plane; pads (top, left), the bottom and right ones implied by y's size."},
+     "direct_conv(x, w, b, y, strides, pads, dilations, group[, act, p0, p1]): a convolution of x [N, C, H, W] "
+     "with w [M, C / group, KH, KW] (and bias b or None) into y [N, M, OH, OW] by each tap's multiply-add over "
+     "the output plane; pads (top, left), the bottom and right ones implied by y's size; act 1 clamps the "
+     "outputs to [p0, p1], 2 applies hard swish (alpha p0, beta p1)."},
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef forest_methods[] = {

@@ -92,12 +92,13 @@ DIRECT_NATIVE = _path("direct_native", "ungrouped, more than one tap, at most NA
                                        "NATIVE_DIRECT_MIN_OUTPUTS outputs a plane, the C extension "
                                        "_native built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_DIRECT_ENABLED (ahead "
                                        "of every other ungrouped path): _native.direct_conv, then residual and "
-                                       "activation")
+                                       "activation (without a residual, native_activation's in C)")
 DEPTHWISE_NATIVE = _path("depthwise_native", "depthwise with at least NATIVE_DEPTHWISE_MIN_OUTPUTS outputs a plane, "
                                              "the C extension _native built, ONNXHAL_NATIVE_KERNELS not 0 and "
                                              "NATIVE_DEPTHWISE_ENABLED (ahead of the gather and the rows): "
                                              "_native.direct_conv, each tap summed over the plane in C, then the "
-                                             "residual and activation")
+                                             "residual and activation (without a residual, native_activation's "
+                                             "in C)")
 GATHER_GROUPED = _path("gather_grouped", "grouped but not depthwise, not pointwise, windows within conv.gather_plan's "
                                          "limit: the ungrouped gather's rows, one product batched over the groups")
 IM2COL_1X1 = _path("im2col_1x1", "1x1 without padding that no path above takes (strided, grouped-and-split, or "
@@ -233,6 +234,7 @@ class FusedConv(FusedBase):
         params = node.attr("activation_params") or []
         self._clip_bounds = ((float(params[0]), float(params[1]))
                              if node.attr("activation", "") == "Clip" and len(params) == 2 else None)
+        self._native_act = native_activation(node.attr("activation", ""), params)
 
     @staticmethod
     def _twin_2d(node: Node, ctx: KernelCreateContext) -> FusedConv | None:
@@ -800,10 +802,14 @@ class FusedConv(FusedBase):
             self.last_path = "depthwise_" + layout
             return self._depthwise(x, w, b, z, pads, out_hw, layout)
         y = np.empty((x.shape[0], w.shape[0]) + out_hw, dtype=x.dtype)
+        # Without a residual (added before it), the activation is applied in C as the outputs are
+        # written (native_activation): one pass over the output fewer
+        act = self._native_act if z is None else None
         self._native.direct_conv(np.ascontiguousarray(x), np.ascontiguousarray(w),
                                  None if b is None else np.ascontiguousarray(b, x.dtype), y, self.strides, pads[:2],
-                                 self.dilations, self.group)
-        self._finish(y, None, z, False)
+                                 self.dilations, self.group, *(act or ()))
+        if act is None:
+            self._finish(y, None, z, False)
         return shuffle_channels(y, self.shuffle)
 
     def _tap_weights(self, w: np.ndarray) -> np.ndarray:
@@ -846,6 +852,20 @@ class FusedConv(FusedBase):
         if self.act is not None:
             self.act(y)
         return y
+
+
+def native_activation(name: str, params: list) -> tuple[int, float, float] | None:
+    """``_native.direct_conv``'s (act, p0, p1) for a fused activation it applies itself (none,
+    Relu, Clip with both bounds, HardSwish), None for the others (applied after it in numpy)."""
+    if name == "":
+        return (0, 0.0, 0.0)
+    if name == "Relu":
+        return (1, 0.0, float("inf"))
+    if name == "Clip" and len(params) == 2:
+        return (1, float(params[0]), float(params[1]))
+    if name == "HardSwish" and len(params) == 2:
+        return (2, float(params[0]), float(params[1]))
+    return None
 
 
 def shuffle_channels(y: np.ndarray, groups: int) -> np.ndarray:

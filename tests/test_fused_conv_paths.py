@@ -45,6 +45,10 @@ CASES = [
     ("depthwise_native", (1, 16, 35, 33), (16, 1, 5, 3), {"group": 16, "pads": [4, 1, 3, 2], "dilations": [2, 1]}),
     ("depthwise_native", (2, 6, 13, 6), (6, 1, 3, 2), {"group": 6, "pads": [0, 1, 1, 0], "strides": [2, 1]}),
     ("depthwise_native", (2, 16, 2, 3), (16, 1, 3, 3), {"group": 16, "pads": [3, 3, 3, 3]}),
+    # unit strides without vertical dilation (the C row-blocked route): rows not a multiple of its
+    # four, several column tiles, horizontal dilation, uneven pads
+    ("depthwise_native", (1, 6, 7, 70), (6, 1, 7, 7), {"group": 6, "pads": [3, 3, 3, 3]}),
+    ("depthwise_native", (2, 10, 9, 13), (10, 1, 5, 3), {"group": 10, "pads": [2, 3, 1, 2], "dilations": [1, 3]}),
     # small planes where most taps read only padding (left out in C) and one tile covers the plane
     ("depthwise_native", (2, 24, 2, 2), (24, 1, 5, 5), {"group": 24, "pads": [4, 4, 4, 4], "dilations": [2, 2]}),
     ("depthwise_native", (1, 20, 4, 4), (20, 1, 5, 5), {"group": 20, "pads": [4, 4, 4, 4], "dilations": [2, 2]}),
@@ -59,6 +63,7 @@ CASES = [
     ("direct_native", (1, 3, 33, 31), (8, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     ("direct_native", (2, 4, 24, 22), (5, 4, 3, 2), {"pads": [0, 1, 2, 0], "dilations": [2, 1]}),
     ("direct_native", (1, 4, 30, 60), (6, 4, 2, 3), {"pads": [2, 0, 0, 1], "strides": [1, 3]}),
+    ("direct_native", (1, 3, 20, 40), (5, 3, 3, 3), {"pads": [1, 2, 0, 1]}),  # a channel past the blocks of 4
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
     ("pointwise", (1, 1, 1, 1), (3, 1, 1, 1), {}),
     ("pointwise", (1, 16, 15, 15), (64, 4, 1, 1), {"group": 4}),  # bias in the product: g * k < m

@@ -49,6 +49,9 @@ CASES = [
     # four, several column tiles, horizontal dilation, uneven pads
     ("depthwise_native", (1, 6, 7, 70), (6, 1, 7, 7), {"group": 6, "pads": [3, 3, 3, 3]}),
     ("depthwise_native", (2, 10, 9, 13), (10, 1, 5, 3), {"group": 10, "pads": [2, 3, 1, 2], "dilations": [1, 3]}),
+    # stride 2 across short rows (both column phases copied in one pass): odd and even left pads and widths
+    ("depthwise_native", (2, 12, 15, 13), (12, 1, 5, 5), {"group": 12, "pads": [2, 1, 2, 2], "strides": [2, 2]}),
+    ("depthwise_native", (1, 10, 12, 14), (10, 1, 3, 3), {"group": 10, "pads": [1, 2, 1, 1], "strides": [2, 2]}),
     # small planes where most taps read only padding (left out in C) and one tile covers the plane
     ("depthwise_native", (2, 24, 2, 2), (24, 1, 5, 5), {"group": 24, "pads": [4, 4, 4, 4], "dilations": [2, 2]}),
     ("depthwise_native", (1, 20, 4, 4), (20, 1, 5, 5), {"group": 20, "pads": [4, 4, 4, 4], "dilations": [2, 2]}),

@@ -855,6 +855,34 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
       for (Py_ssize_t g = 0; g < group; g++) {                                                              \
         for (Py_ssize_t cc = 0; cc < cg; cc++) {                                                            \
           const T *RESTRICT xp = x + (img * c + g * cg + cc) * h * wd;                                      \
+          if (sw == 2 && wv <= 16) {                                                                        \
+            /* short rows: both column phases of a row in one pass over it (as below, but a row's two */    \
+            /* short strided copies were most of a small strided plane's layout; over longer rows the */   \
+            /* two copies are as fast or faster) */                                                         \
+            Py_ssize_t lo0 = pl <= 0 ? 0 : (pl + 1) / 2, lo1 = pl - 1 <= 0 ? 0 : pl / 2;                    \
+            Py_ssize_t hi0 = wd - 1 + pl < 0 ? 0 : (wd - 1 + pl) / 2 + 1;                                   \
+            Py_ssize_t hi1 = wd - 2 + pl < 0 ? 0 : (wd - 2 + pl) / 2 + 1;                                   \
+            if (hi0 > wv) hi0 = wv;                                                                         \
+            if (hi1 > wv) hi1 = wv;                                                                         \
+            Py_ssize_t lo = lo0 > lo1 ? lo0 : lo1, hi = hi0 < hi1 ? hi0 : hi1;                              \
+            if (hi < lo) hi = lo;                                                                           \
+            for (Py_ssize_t fi = 0; fi < sh; fi++)                                                          \
+              for (Py_ssize_t rv = 0; rv < hv; rv++) {                                                      \
+                Py_ssize_t r = rv * sh + fi - pt;                                                           \
+                if (r < 0 || r >= h) continue;                                                              \
+                T *RESTRICT d0 = s + cc * block + (fi * 2 * hv + rv) * wv;                                  \
+                T *RESTRICT d1 = d0 + hv * wv;                                                              \
+                const T *RESTRICT src = xp + r * wd - pl; /* phase fj's column v: src[2 v + fj] */          \
+                for (Py_ssize_t v = lo0; v < lo && v < hi0; v++) d0[v] = src[2 * v];                        \
+                for (Py_ssize_t v = lo1; v < lo && v < hi1; v++) d1[v] = src[2 * v + 1];                    \
+                for (Py_ssize_t v = lo; v < hi; v++) {                                                      \
+                  d0[v] = src[2 * v];                                                                       \
+                  d1[v] = src[2 * v + 1];                                                                   \
+                }                                                                                           \
+                for (Py_ssize_t v = hi > lo0 ? hi : lo0; v < hi0; v++) d0[v] = src[2 * v];                  \
+                for (Py_ssize_t v = hi > lo1 ? hi : lo1; v < hi1; v++) d1[v] = src[2 * v + 1];              \
+              }                                                                                             \
+          } else                                                                                            \
           for (Py_ssize_t fj = 0; fj < sw; fj++) {                                                          \
             /* the phase's columns v whose input column v sw + fj - pl is within the row (hoisted: */       \
             /* two divisions a row were most of a small plane's layout) */                                  \

@@ -42,8 +42,10 @@ def conv_layers(model: onnx.ModelProto, batch: int) -> list[tuple[onnx.NodeProto
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     layers = []
     for node in model.graph.node:
+        if node.op_type != "Conv":  # Constant nodes and others may have no inputs
+            continue
         shape = shapes.get(node.input[0], ())
-        if node.op_type != "Conv" or node.input[1] not in inits or len(shape) != 4 or not all(shape):
+        if node.input[1] not in inits or len(shape) != 4 or not all(shape):
             continue
         bias = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         layers.append((node, shape, inits[node.input[1]].astype(np.float32), bias))

@@ -45,6 +45,19 @@ CASES = [
     ("depthwise_native", (1, 16, 35, 33), (16, 1, 5, 3), {"group": 16, "pads": [4, 1, 3, 2], "dilations": [2, 1]}),
     ("depthwise_native", (2, 6, 13, 6), (6, 1, 3, 2), {"group": 6, "pads": [0, 1, 1, 0], "strides": [2, 1]}),
     ("depthwise_native", (2, 16, 2, 3), (16, 1, 3, 3), {"group": 16, "pads": [3, 3, 3, 3]}),
+    # unit strides without vertical dilation (the C row-blocked route): rows not a multiple of its
+    # four, several column tiles, horizontal dilation, uneven pads
+    ("depthwise_native", (1, 6, 7, 70), (6, 1, 7, 7), {"group": 6, "pads": [3, 3, 3, 3]}),
+    ("depthwise_native", (2, 10, 9, 13), (10, 1, 5, 3), {"group": 10, "pads": [2, 3, 1, 2], "dilations": [1, 3]}),
+    # stride 2 across short rows (both column phases copied in one pass): odd and even left pads and widths
+    ("depthwise_native", (2, 12, 15, 13), (12, 1, 5, 5), {"group": 12, "pads": [2, 1, 2, 2], "strides": [2, 2]}),
+    ("depthwise_native", (1, 10, 12, 14), (10, 1, 3, 3), {"group": 10, "pads": [1, 2, 1, 1], "strides": [2, 2]}),
+    # small planes where most taps read only padding (left out in C) and one tile covers the plane
+    ("depthwise_native", (2, 24, 2, 2), (24, 1, 5, 5), {"group": 24, "pads": [4, 4, 4, 4], "dilations": [2, 2]}),
+    ("depthwise_native", (1, 20, 4, 4), (20, 1, 5, 5), {"group": 20, "pads": [4, 4, 4, 4], "dilations": [2, 2]}),
+    ("depthwise_native", (1, 8, 3, 5), (8, 1, 7, 7), {"group": 8, "pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ("depthwise_native", (2, 12, 5, 3), (12, 1, 3, 5), {"group": 12, "pads": [0, 4, 1, 0], "strides": [1, 2],
+                                                         "dilations": [2, 1]}),
     ("depthwise_native", (1, 8, 24, 11), (8, 1, 3, 3), {"group": 8, "strides": [3, 2]}),
     ("depthwise_native", (2, 4, 14, 9), (4, 1, 2, 2), {"group": 4, "pads": [3, 0, 0, 3], "strides": [2, 3],
                                                       "dilations": [1, 2]}),
@@ -53,6 +66,7 @@ CASES = [
     ("direct_native", (1, 3, 33, 31), (8, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     ("direct_native", (2, 4, 24, 22), (5, 4, 3, 2), {"pads": [0, 1, 2, 0], "dilations": [2, 1]}),
     ("direct_native", (1, 4, 30, 60), (6, 4, 2, 3), {"pads": [2, 0, 0, 1], "strides": [1, 3]}),
+    ("direct_native", (1, 3, 20, 40), (5, 3, 3, 3), {"pads": [1, 2, 0, 1]}),  # a channel past the blocks of 4
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
     ("pointwise", (1, 1, 1, 1), (3, 1, 1, 1), {}),
     ("pointwise", (1, 16, 15, 15), (64, 4, 1, 1), {"group": 4}),  # bias in the product: g * k < m
@@ -106,6 +120,9 @@ VARIANTS = [  # (bias, residual, activation, activation_params)
     (None, True, "", []),
     ("zero", False, "Clip", [0.0, 6.0]),
     ("random", False, "LeakyRelu", [0.1]),
+    # without a residual, the C routes apply these as they write the outputs
+    ("random", False, "Relu", []),
+    (None, False, "HardSwish", [0.2, 0.5]),
 ]
 
 
@@ -159,6 +176,8 @@ def canonical(x, w, b, z, a, act, params, shuffle):
         y = np.clip(y, *params)
     elif act == "LeakyRelu":
         y = np.where(y < 0, y * params[0], y)
+    elif act == "HardSwish":
+        y = y * np.clip(y * params[0] + params[1], 0, 1)
     if shuffle:
         n, m = y.shape[:2]
         y = y.reshape(n, shuffle, m // shuffle, *y.shape[2:]).swapaxes(1, 2).reshape(y.shape)
@@ -383,9 +402,9 @@ def test_depthwise_native_float64_and_its_switches(monkeypatch):
         native.direct_conv(x, w, None, y32.astype(np.float64), (0, 1), (1, 2), (1, 2), 12)
     with pytest.raises(ValueError):  # a group that does not divide the channels
         native.direct_conv(x, w, None, y32.astype(np.float64), (2, 1), (1, 2), (1, 2), 5)
-    small = _attrs({"group": 12, "pads": [1, 1, 1, 1]}, (12, 1, 3, 3))  # 3x3 outputs: the gather's
+    small = _attrs({"group": 12, "pads": [1, 1, 1, 1]}, (12, 1, 3, 3))  # one output a plane: the gather's
     kernel = fused_kernel(w.shape, small, True, False, "Relu", [])
-    kernel.compute([x[:, :, :3, :3].astype(np.float32), w.astype(np.float32), b.astype(np.float32), None])
+    kernel.compute([x[:, :, :1, :1].astype(np.float32), w.astype(np.float32), b.astype(np.float32), None])
     assert kernel.last_path == fused_conv.GATHER_DEPTHWISE
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", False)
     kernel = fused_kernel(w.shape, a, True, True, "Relu", [])
@@ -396,3 +415,38 @@ def test_depthwise_native_float64_and_its_switches(monkeypatch):
     kernel = fused_kernel(w.shape, a, True, True, "Relu", [])
     kernel.compute([x, w, b, z])
     assert kernel.last_path != fused_conv.DEPTHWISE_NATIVE
+
+
+@pytest.mark.parametrize("act, params", [("Relu", []), ("Clip", [-0.5, 0.75]), ("HardSwish", [0.2, 0.5])])
+def test_native_activation_applied_in_c(monkeypatch, act, params):
+    """Without a residual, depthwise_native and direct_native apply Relu, Clip and HardSwish in C
+    (native_activation): the numpy epilogue is not called, and the outputs are its, to the bit
+    (float32, each operation rounded alike), NaN kept; with a residual the epilogue runs after it."""
+    if native_module() is None:
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", True)
+    monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", True)
+    rng = np.random.default_rng(11)
+    for x_shape, w_shape, attrs in (((2, 8, 9, 10), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),
+                                    ((1, 3, 40, 36), (6, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]})):
+        a = _attrs(attrs, w_shape)
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        x[0, 0, 1, 1] = np.nan
+        w, b = rng.standard_normal(w_shape).astype(np.float32), rng.standard_normal(w_shape[0]).astype(np.float32)
+        kernel = fused_kernel(w_shape, a, True, False, act, params)
+        epilogue = kernel.act
+        kernel.act = None  # the numpy epilogue, which the C route must not need
+        y = kernel.compute([x, w, b, None])[0]
+        assert kernel.last_path in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE)
+        plain = fused_kernel(w_shape, a, True, False, "", [])
+        want = plain.compute([x, w, b, None])[0].copy()
+        epilogue(want)
+        np.testing.assert_array_equal(y, want)
+        assert np.isnan(y).any()
+        z = rng.standard_normal(y.shape).astype(np.float32)
+        with_z = fused_kernel(w_shape, a, True, True, act, params).compute([x, w, b, z])[0]
+        want = plain.compute([x, w, b, None])[0] + z
+        epilogue(want)
+        np.testing.assert_array_equal(with_z, want)
+    with pytest.raises(ValueError):  # an activation code the C kernel does not have
+        native_module().direct_conv(x, w, b, np.empty_like(y), (1, 1), (1, 1), (1, 1), 1, 3, 0.0, 1.0)

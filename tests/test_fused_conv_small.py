@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 import onnxhal
 from onnxhal.hal import GraphOptimizationLevel as Level
-from onnxhal.runtime.providers.cpu.kernels import conv
+from onnxhal.runtime.providers.cpu.kernels import conv, fused_conv
 from tests.models import make, vi
 
 RNG = np.random.default_rng(31)
@@ -89,9 +89,14 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("native", [False, True], ids=["gathers", "native"])
 @pytest.mark.parametrize("bias", ["random", "zero", None])
 @pytest.mark.parametrize("x_shape,w_shape,attrs", CASES)
-def test_small_fused_convs_match_onnxruntime(x_shape, w_shape, attrs, bias):
+def test_small_fused_convs_match_onnxruntime(monkeypatch, x_shape, w_shape, attrs, bias, native):
+    """With the C depthwise route switched off every small layer gathers; with it on (where
+    built), small depthwise ones of at least NATIVE_DEPTHWISE_MIN_OUTPUTS outputs a plane take it."""
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", native)
+    taken = ("gather", fused_conv.DEPTHWISE_NATIVE) if native else ("gather",)
     for residual, act in ((False, None), (True, "Relu"), (False, "Clip")):
         model, y_shape = conv_model(x_shape, w_shape, attrs, bias=bias, residual=residual, act=act)
         sess = hal_session(model)
@@ -102,7 +107,7 @@ def test_small_fused_convs_match_onnxruntime(x_shape, w_shape, attrs, bias):
             feeds["r"] = RNG.standard_normal(y_shape).astype(np.float32)
         for _ in range(2):  # the second run reads what the first cached per shape
             np.testing.assert_allclose(sess.run(None, feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
-        assert all(p.startswith("gather") for p in paths(sess)), paths(sess)
+        assert all(p.startswith(taken) for p in paths(sess)), paths(sess)
 
 
 def paths(sess) -> list[str]:

@@ -502,8 +502,15 @@ done:
 #define VECTOR_CLONES                                                                                       \
   __attribute__((target_clones("avx512f", "avx2", "default"),                                              \
                  optimize("no-trapping-math", "fp-contract=off", "no-loop-unroll-and-jam")))
+/* the direct convolution's: also no copy loop made a call to memcpy or memset, whose cost is most
+ * of a row's copy on small planes */
+#define CONV_CLONES                                                                                         \
+  __attribute__((target_clones("avx512f", "avx2", "default"),                                              \
+                 optimize("no-trapping-math", "fp-contract=off", "no-loop-unroll-and-jam",                  \
+                          "no-tree-loop-distribute-patterns")))
 #else
 #define VECTOR_CLONES
+#define CONV_CLONES
 #endif
 #if defined(__GNUC__)
 #define ALWAYS_INLINE __attribute__((always_inline)) /* into each clone, so it is built for that clone's ISA */
@@ -801,89 +808,190 @@ done:
  * ((i dh) % sh, (j dw) % sw) from row (i dh) / sh and column (j dw) / sw on: one block of the
  * same pitch as an accumulator of oh rows of wv, so each channel's tap is one multiply-add loop
  * over the whole plane, which the compiler vectorizes (the wv - ow columns past each row's
- * outputs are computed and dropped; the layout keeps a slack row of wv after its end for the last
- * tap's reads). Per output channel: the bias, then the group's channels in order, each one's taps
+ * outputs are computed and dropped, and so are those of the last tile past the plane; the layout
+ * keeps a slack of a row of wv and DW_TILE after its end for their reads). The layout
+ * is zeroed once per call: the padding lies at the same places in every channel's, and only the
+ * input's values are written. Per output channel: the bias, then the group's channels in order, each one's taps
  * in row-major order; the rows of the accumulator's first ow columns are the output. */
 #define DW_TILE 64 /* outputs summed in registers at a time: 4 AVX-512 vectors of floats */
+#define DC_BLOCK 4 /* output channels summed at a time, where a group has as many */
+/* A row of n outputs from the accumulators a to d, through the activation: DC_NONE; DC_CLAMP to
+ * [p0, p1] (Relu: [0, inf]), maximum then minimum, NaN kept (numpy's clip and maximum); DC_HARD_SWISH
+ * v min(max(p0 v + p1, 0), 1), each operation rounded in T as fused.py's numpy hard_swish does. */
+enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
+#define DC_STORE(T, d, a, n, act, p0, p1)                                                                   \
+  do {                                                                                                      \
+    T *RESTRICT d_ = (d);                                                                                   \
+    const T *RESTRICT a_ = (a);                                                                             \
+    if ((act) == DC_CLAMP)                                                                                  \
+      for (Py_ssize_t i_ = 0; i_ < (n); i_++) {                                                             \
+        T v_ = a_[i_] < (p0) ? (p0) : a_[i_];                                                               \
+        d_[i_] = v_ > (p1) ? (p1) : v_;                                                                     \
+      }                                                                                                     \
+    else if ((act) == DC_HARD_SWISH)                                                                        \
+      for (Py_ssize_t i_ = 0; i_ < (n); i_++) {                                                             \
+        T t_ = a_[i_] * (p0);                                                                               \
+        t_ = t_ + (p1);                                                                                     \
+        t_ = t_ < 0 ? (T)0 : t_;                                                                            \
+        t_ = t_ > 1 ? (T)1 : t_;                                                                            \
+        d_[i_] = a_[i_] * t_;                                                                               \
+      }                                                                                                     \
+    else                                                                                                    \
+      for (Py_ssize_t i_ = 0; i_ < (n); i_++) d_[i_] = a_[i_];                                              \
+  } while (0)
+#define DC_TILE 32 /* outputs of each of them summed in registers at a time */
 #define DIRECT_CONV(NAME, T)                                                                                 \
-  static VECTOR_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,            \
+  static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
                                  T *RESTRICT y, T *RESTRICT s, T *RESTRICT acc, const Py_ssize_t *tap,      \
+                                 const Py_ssize_t *wix, Py_ssize_t live,                                    \
                                  Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t group,                \
                                  Py_ssize_t h, Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh,  \
                                  Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, \
-                                 Py_ssize_t hv, Py_ssize_t wv) {                                            \
+                                 Py_ssize_t hv, Py_ssize_t wv, int act, T p0, T p1) {                       \
     Py_ssize_t plane = oh * wv, cg = c / group, mg = m / group, taps = kh * kw;                             \
+    Py_ssize_t pitch = plane + DW_TILE; /* of the DC_BLOCK accumulator planes */                            \
     Py_ssize_t block = sh * sw * hv * wv; /* one channel's phases */                                        \
     for (Py_ssize_t img = 0; img < n; img++)                                                                \
       for (Py_ssize_t g = 0; g < group; g++) {                                                              \
         for (Py_ssize_t cc = 0; cc < cg; cc++) {                                                            \
           const T *RESTRICT xp = x + (img * c + g * cg + cc) * h * wd;                                      \
-          for (Py_ssize_t fi = 0; fi < sh; fi++)                                                            \
-            for (Py_ssize_t fj = 0; fj < sw; fj++)                                                          \
+          if (sw == 2 && wv <= 16) {                                                                        \
+            /* short rows: both column phases of a row in one pass over it (as below, but a row's two */    \
+            /* short strided copies were most of a small strided plane's layout; over longer rows the */   \
+            /* two copies are as fast or faster) */                                                         \
+            Py_ssize_t lo0 = pl <= 0 ? 0 : (pl + 1) / 2, lo1 = pl - 1 <= 0 ? 0 : pl / 2;                    \
+            Py_ssize_t hi0 = wd - 1 + pl < 0 ? 0 : (wd - 1 + pl) / 2 + 1;                                   \
+            Py_ssize_t hi1 = wd - 2 + pl < 0 ? 0 : (wd - 2 + pl) / 2 + 1;                                   \
+            if (hi0 > wv) hi0 = wv;                                                                         \
+            if (hi1 > wv) hi1 = wv;                                                                         \
+            Py_ssize_t lo = lo0 > lo1 ? lo0 : lo1, hi = hi0 < hi1 ? hi0 : hi1;                              \
+            if (hi < lo) hi = lo;                                                                           \
+            for (Py_ssize_t fi = 0; fi < sh; fi++)                                                          \
+              for (Py_ssize_t rv = 0; rv < hv; rv++) {                                                      \
+                Py_ssize_t r = rv * sh + fi - pt;                                                           \
+                if (r < 0 || r >= h) continue;                                                              \
+                T *RESTRICT d0 = s + cc * block + (fi * 2 * hv + rv) * wv;                                  \
+                T *RESTRICT d1 = d0 + hv * wv;                                                              \
+                const T *RESTRICT src = xp + r * wd - pl; /* phase fj's column v: src[2 v + fj] */          \
+                for (Py_ssize_t v = lo0; v < lo && v < hi0; v++) d0[v] = src[2 * v];                        \
+                for (Py_ssize_t v = lo1; v < lo && v < hi1; v++) d1[v] = src[2 * v + 1];                    \
+                for (Py_ssize_t v = lo; v < hi; v++) {                                                      \
+                  d0[v] = src[2 * v];                                                                       \
+                  d1[v] = src[2 * v + 1];                                                                   \
+                }                                                                                           \
+                for (Py_ssize_t v = hi > lo0 ? hi : lo0; v < hi0; v++) d0[v] = src[2 * v];                  \
+                for (Py_ssize_t v = hi > lo1 ? hi : lo1; v < hi1; v++) d1[v] = src[2 * v + 1];              \
+              }                                                                                             \
+          } else                                                                                            \
+          for (Py_ssize_t fj = 0; fj < sw; fj++) {                                                          \
+            /* the phase's columns v whose input column v sw + fj - pl is within the row (hoisted: */       \
+            /* two divisions a row were most of a small plane's layout) */                                  \
+            Py_ssize_t lo = pl - fj <= 0 ? 0 : (pl - fj + sw - 1) / sw;                                     \
+            Py_ssize_t hi = wd - 1 + pl - fj < 0 ? 0 : (wd - 1 + pl - fj) / sw + 1;                         \
+            if (hi > wv) hi = wv;                                                                           \
+            for (Py_ssize_t fi = 0; fi < sh; fi++)                                                          \
               for (Py_ssize_t rv = 0; rv < hv; rv++) {                                                      \
                 T *RESTRICT d = s + cc * block + ((fi * sw + fj) * hv + rv) * wv;                           \
                 Py_ssize_t r = rv * sh + fi - pt;                                                           \
-                /* the phase's columns v whose input column v sw + fj - pl is within the row */             \
-                Py_ssize_t lo = pl - fj <= 0 ? 0 : (pl - fj + sw - 1) / sw;                                 \
-                Py_ssize_t hi = wd - 1 + pl - fj < 0 ? 0 : (wd - 1 + pl - fj) / sw + 1;                     \
-                if (hi > wv) hi = wv;                                                                       \
-                if (r < 0 || r >= h || lo >= hi) {                                                          \
-                  for (Py_ssize_t v = 0; v < wv; v++) d[v] = 0;                                             \
-                  continue;                                                                                 \
-                }                                                                                           \
-                for (Py_ssize_t v = 0; v < lo; v++) d[v] = 0;                                               \
-                for (Py_ssize_t v = hi; v < wv; v++) d[v] = 0;                                              \
+                /* the padding is the zeros the layout starts with: every channel's lie at the same */       \
+                /* places, and only the input's values are written over them */                              \
+                if (r < 0 || r >= h || lo >= hi) continue;                                                  \
                 const T *RESTRICT src = xp + r * wd + fj - pl;                                              \
                 if (sw == 1)                                                                                \
-                  memcpy(d + lo, src + lo, sizeof(T) * (size_t)(hi - lo));                                  \
+                  for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[v];                                       \
                 else if (sw == 2)                                                                           \
                   for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[2 * v];                                   \
                 else                                                                                        \
                   for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[v * sw];                                  \
               }                                                                                             \
+          }                                                                                                 \
         }                                                                                                   \
-        for (Py_ssize_t mm = 0; mm < mg; mm++) {                                                            \
+        Py_ssize_t mm = 0;                                                                                  \
+        /* DC_BLOCK output channels at a time where the group has them (a stem's 3 channels to 64): */      \
+        /* each value read feeds DC_BLOCK sums, where one output channel at a time reads it again for */   \
+        /* each; every sum adds the same products in the same order as below */                             \
+        for (; mm + DC_BLOCK <= mg; mm += DC_BLOCK) {                                                       \
+          Py_ssize_t mo = g * mg + mm, ct = cg * taps;                                                      \
+          const T *RESTRICT wp = w + mo * ct;                                                               \
+          T b0 = b ? b[mo] : (T)0, b1 = b ? b[mo + 1] : (T)0, b2 = b ? b[mo + 2] : (T)0;                    \
+          T b3 = b ? b[mo + 3] : (T)0;                                                                      \
+          for (Py_ssize_t k0 = 0; k0 < plane; k0 += DC_TILE) {                                              \
+            T a0[DC_TILE], a1[DC_TILE], a2[DC_TILE], a3[DC_TILE];                                           \
+            for (int k = 0; k < DC_TILE; k++) {                                                             \
+              a0[k] = b0;                                                                                   \
+              a1[k] = b1;                                                                                   \
+              a2[k] = b2;                                                                                   \
+              a3[k] = b3;                                                                                   \
+            }                                                                                               \
+            for (Py_ssize_t cc = 0; cc < cg; cc++)                                                          \
+              for (Py_ssize_t t = 0; t < live; t++) {                                                       \
+                Py_ssize_t wi = cc * taps + wix[t];                                                         \
+                T w0 = wp[wi], w1 = wp[ct + wi], w2 = wp[2 * ct + wi], w3 = wp[3 * ct + wi];                \
+                const T *RESTRICT src = s + cc * block + tap[t] + k0;                                       \
+                for (int k = 0; k < DC_TILE; k++) {                                                         \
+                  T v = src[k];                                                                             \
+                  a0[k] += w0 * v;                                                                          \
+                  a1[k] += w1 * v;                                                                          \
+                  a2[k] += w2 * v;                                                                          \
+                  a3[k] += w3 * v;                                                                          \
+                }                                                                                           \
+              }                                                                                             \
+            memcpy(acc + k0, a0, sizeof a0);                                                                \
+            memcpy(acc + pitch + k0, a1, sizeof a1);                                                        \
+            memcpy(acc + 2 * pitch + k0, a2, sizeof a2);                                                    \
+            memcpy(acc + 3 * pitch + k0, a3, sizeof a3);                                                    \
+          }                                                                                                 \
+          for (Py_ssize_t o = 0; o < DC_BLOCK; o++) {                                                       \
+            T *RESTRICT yp = y + (img * m + mo + o) * oh * ow;                                              \
+            const T *RESTRICT ap = acc + o * pitch;                                                         \
+            for (Py_ssize_t oy = 0; oy < oh; oy++)                                                          \
+              DC_STORE(T, yp + oy * ow, ap + oy * wv, ow, act, p0, p1);                                     \
+          }                                                                                                 \
+        }                                                                                                   \
+        for (; mm < mg; mm++) {                                                                             \
           Py_ssize_t mo = g * mg + mm;                                                                      \
           const T *RESTRICT wp = w + mo * cg * taps;                                                        \
           T bias = b ? b[mo] : (T)0;                                                                        \
-          /* DW_TILE accumulators at a time through every channel's taps, in registers; then the rest */  \
-          Py_ssize_t k0 = 0;                                                                                \
-          for (; k0 + DW_TILE <= plane; k0 += DW_TILE) {                                                    \
+          /* DW_TILE accumulators at a time through every channel's taps, in registers; the last */       \
+          /* tile runs past the plane into acc's and the layout's slack (its sums there are dropped): */    \
+          /* a shorter one would sum its taps in one chain of additions, as slow as a whole tile */        \
+          for (Py_ssize_t k0 = 0; k0 < plane; k0 += DW_TILE) {                                              \
             T a[DW_TILE];                                                                                   \
             for (int k = 0; k < DW_TILE; k++) a[k] = bias;                                                  \
             for (Py_ssize_t cc = 0; cc < cg; cc++)                                                          \
-              for (Py_ssize_t t = 0; t < taps; t++) {                                                       \
-                T wt = wp[cc * taps + t];                                                                   \
+              for (Py_ssize_t t = 0; t < live; t++) {                                                       \
+                T wt = wp[cc * taps + wix[t]];                                                              \
                 const T *RESTRICT src = s + cc * block + tap[t] + k0;                                       \
                 for (int k = 0; k < DW_TILE; k++) a[k] += wt * src[k];                                      \
               }                                                                                             \
             memcpy(acc + k0, a, sizeof a);                                                                  \
           }                                                                                                 \
-          for (Py_ssize_t k = k0; k < plane; k++) acc[k] = bias;                                            \
-          for (Py_ssize_t cc = 0; cc < cg && k0 < plane; cc++)                                              \
-            for (Py_ssize_t t = 0; t < taps; t++) {                                                         \
-              T wt = wp[cc * taps + t];                                                                     \
-              const T *RESTRICT src = s + cc * block + tap[t];                                              \
-              for (Py_ssize_t k = k0; k < plane; k++) acc[k] += wt * src[k];                                \
-            }                                                                                               \
           T *RESTRICT yp = y + (img * m + mo) * oh * ow;                                                    \
-          for (Py_ssize_t oy = 0; oy < oh; oy++) memcpy(yp + oy * ow, acc + oy * wv, sizeof(T) * (size_t)ow); \
+          for (Py_ssize_t oy = 0; oy < oh; oy++) DC_STORE(T, yp + oy * ow, acc + oy * wv, ow, act, p0, p1);  \
         }                                                                                                   \
       }                                                                                                     \
   }
 DIRECT_CONV(direct_conv_float, float)
 DIRECT_CONV(direct_conv_double, double)
 
-/* direct_conv(x, w, b, y, strides, pads, dilations, group): x [N, C, H, W], w [M, C / group, KH, KW],
- * b [M] or None, y [N, M, OH, OW] written; all float32 or all float64, C-contiguous; strides and
- * dilations (h, w) at least 1, pads (top, left) at least 0; OH and OW y's (rows or columns wholly
- * in the padding are the bias). */
+/* direct_conv(x, w, b, y, strides, pads, dilations, group[, act, p0, p1]): x [N, C, H, W], w [M,
+ * C / group, KH, KW], b [M] or None, y [N, M, OH, OW] written; all float32 or all float64,
+ * C-contiguous; strides and dilations (h, w) at least 1, pads (top, left) at least 0; OH and OW
+ * y's (rows or columns wholly in the padding are the bias); act (DC_STORE's, p0 and p1 in y's
+ * type) applied as the outputs are written: a fused Relu, Clip or HardSwish without its pass. */
 static PyObject *direct_conv(PyObject *module, PyObject *args) {
   PyObject *o_x, *o_w, *o_b, *o_y;
   Py_ssize_t sh, sw, pt, pl, dh, dw, group;
   (void)module;
-  if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)n", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &group))
+  int act = DC_NONE;
+  double p0 = 0, p1 = 0;
+  if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)n|idd", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &group,
+                        &act, &p0, &p1))
     return NULL;
+  if (act < DC_NONE || act > DC_HARD_SWISH) {
+    PyErr_SetString(PyExc_ValueError, "direct_conv: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
+    return NULL;
+  }
   Py_buffer bx, bw, bb, by;
   int held = 0;
   PyObject *result = NULL;
@@ -922,24 +1030,39 @@ static PyObject *direct_conv(PyObject *module, PyObject *args) {
   const void *bias = held >= 4 ? bb.buf : NULL;
   /* each channel's phases: oh x ow outputs plus the farthest tap's offset within the phase */
   Py_ssize_t hv = oh + ((kh - 1) * dh) / sh, wv = ow + ((kw - 1) * dw) / sw;
-  Py_ssize_t phases = cg * sh * sw * hv * wv + wv; /* the slack row: the last tap's dropped columns */
-  scratch = PyMem_Malloc((size_t)(phases + oh * wv + 1) * (size_t)size);
-  tap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(kh * kw + 1));
+  /* the slack: the last tap's dropped columns (a row) and the last tile's reads past the plane */
+  Py_ssize_t phases = cg * sh * sw * hv * wv + wv + DW_TILE;
+  scratch = PyMem_Malloc((size_t)(phases + DC_BLOCK * (oh * wv + DW_TILE)) * (size_t)size);
+  tap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * kh * kw + 1));
   if (!scratch || !tap) {
     PyErr_NoMemory();
     goto done;
   }
-  /* tap (i, j) reads phase ((i dh) % sh, (j dw) % sw) from row (i dh) / sh, column (j dw) / sw */
+  /* zeros: the padding (written once here, see DIRECT_CONV), and a slack from which the dropped
+   * sums read no NaN or subnormal that would slow them */
+  memset(scratch, 0, (size_t)phases * (size_t)size);
+  /* tap (i, j) reads phase ((i dh) % sh, (j dw) % sw) from row (i dh) / sh, column (j dw) / sw.
+   * The taps that read only padding for every output are left out (their products are zeros, as
+   * the gather's plan leaves them out): on small planes (a 2x2 output of a 5x5 dilated kernel)
+   * they are most of the taps. wix[t]: the weight (i kw + j) of live tap t. */
+  Py_ssize_t live = 0, *wix = tap + kh * kw;
   for (Py_ssize_t i = 0; i < kh; i++)
-    for (Py_ssize_t j = 0; j < kw; j++)
-      tap[i * kw + j] = ((((i * dh) % sh) * sw + (j * dw) % sw) * hv + (i * dh) / sh) * wv + (j * dw) / sw;
+    for (Py_ssize_t j = 0; j < kw; j++) {
+      /* rows oy sh + i dh - pt and columns ox sw + j dw - pl of some output within the input */
+      Py_ssize_t r0 = i * dh - pt, c0 = j * dw - pl;
+      int rows = r0 + (oh - 1) * sh >= 0 && r0 < h && (r0 >= 0 || (-r0 + sh - 1) / sh * sh + r0 < h);
+      int cols = c0 + (ow - 1) * sw >= 0 && c0 < wd && (c0 >= 0 || (-c0 + sw - 1) / sw * sw + c0 < wd);
+      if (!rows || !cols) continue;
+      tap[live] = ((((i * dh) % sh) * sw + (j * dw) % sw) * hv + (i * dh) / sh) * wv + (j * dw) / sw;
+      wix[live++] = i * kw + j;
+    }
   PyThreadState *ts = n * m * oh * ow * cg * kh * kw > 65536 ? PyEval_SaveThread() : NULL;
   if (size == 4)
-    direct_conv_float(bx.buf, bw.buf, bias, by.buf, scratch, (float *)scratch + phases, tap, n, c, m, group, h, wd, kh,
-                      kw, oh, ow, sh, sw, pt, pl, hv, wv);
+    direct_conv_float(bx.buf, bw.buf, bias, by.buf, scratch, (float *)scratch + phases, tap, wix, live, n, c, m, group,
+                      h, wd, kh, kw, oh, ow, sh, sw, pt, pl, hv, wv, act, (float)p0, (float)p1);
   else
-    direct_conv_double(bx.buf, bw.buf, bias, by.buf, scratch, (double *)scratch + phases, tap, n, c, m, group, h, wd,
-                       kh, kw, oh, ow, sh, sw, pt, pl, hv, wv);
+    direct_conv_double(bx.buf, bw.buf, bias, by.buf, scratch, (double *)scratch + phases, tap, wix, live, n, c, m,
+                       group, h, wd, kh, kw, oh, ow, sh, sw, pt, pl, hv, wv, act, p0, p1);
   if (ts) PyEval_RestoreThread(ts);
   Py_INCREF(Py_None);
   result = Py_None;
@@ -967,9 +1090,10 @@ static PyMethodDef module_methods[] = {
      "default form from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]; "
      "with mult, h quantized row by row before its product with rt (DynamicQuantizeLSTM)."},
     {"direct_conv", direct_conv, METH_VARARGS,
-     "direct_conv(x, w, b, y, strides, pads, dilations, group): a convolution of x [N, C, H, W] with w "
-     "[M, C / group, KH, KW] (and bias b or None) into y [N, M, OH, OW] by each tap's multiply-add over the "
-     "output plane; pads (top, left), the bottom and right ones implied by y's size."},
+     "direct_conv(x, w, b, y, strides, pads, dilations, group[, act, p0, p1]): a convolution of x [N, C, H, W] "
+     "with w [M, C / group, KH, KW] (and bias b or None) into y [N, M, OH, OW] by each tap's multiply-add over "
+     "the output plane; pads (top, left), the bottom and right ones implied by y's size; act 1 clamps the "
+     "outputs to [p0, p1], 2 applies hard swish (alpha p0, beta p1)."},
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef forest_methods[] = {

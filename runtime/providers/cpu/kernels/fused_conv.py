@@ -92,12 +92,13 @@ DIRECT_NATIVE = _path("direct_native", "ungrouped, more than one tap, at most NA
                                        "NATIVE_DIRECT_MIN_OUTPUTS outputs a plane, the C extension "
                                        "_native built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_DIRECT_ENABLED (ahead "
                                        "of every other ungrouped path): _native.direct_conv, then residual and "
-                                       "activation")
+                                       "activation (without a residual, native_activation's in C)")
 DEPTHWISE_NATIVE = _path("depthwise_native", "depthwise with at least NATIVE_DEPTHWISE_MIN_OUTPUTS outputs a plane, "
                                              "the C extension _native built, ONNXHAL_NATIVE_KERNELS not 0 and "
                                              "NATIVE_DEPTHWISE_ENABLED (ahead of the gather and the rows): "
                                              "_native.direct_conv, each tap summed over the plane in C, then the "
-                                             "residual and activation")
+                                             "residual and activation (without a residual, native_activation's "
+                                             "in C)")
 GATHER_GROUPED = _path("gather_grouped", "grouped but not depthwise, not pointwise, windows within conv.gather_plan's "
                                          "limit: the ungrouped gather's rows, one product batched over the groups")
 IM2COL_1X1 = _path("im2col_1x1", "1x1 without padding that no path above takes (strided, grouped-and-split, or "
@@ -119,11 +120,13 @@ IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, ab
 #: convolutions on the numpy paths (the tests compare them).
 NATIVE_DEPTHWISE_ENABLED = True
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # the types _native.direct_conv takes
-#: The fewest outputs per plane (oh x ow) the C route takes: below, its per-plane setup (the padded
-#: phases, the output copy) catches up with the taps, and the gather's one product per channel is
-#: as fast or faster (measured per layer in MobileNet and PP-LCNet, CPU time, C against numpy: 8x8
-#: outputs 0.4-0.75, 16x16 0.3-0.5; 4x4 0.7-1.04, 2x2 1.3-2.9, 1x1 6).
-NATIVE_DEPTHWISE_MIN_OUTPUTS = 32
+#: The fewest outputs per plane (oh x ow) the C route takes: with one, its per-call setup and the
+#: whole tile of sums it computes per channel outweigh the gather's one product per channel, which
+#: holds only the taps that reach the input (FusedConv with Relu, CPU time alternating, C against
+#: numpy: 1x1 outputs of 256 channels 1.43; 2x2 0.19-0.86, from 16 to 960 channels, 3x3 to 7x7
+#: taps, dilated or not; 4x4 0.14-0.87; 7x7 0.18-0.39). The C kernel leaves out the taps that read
+#: only padding too, as the gather does.
+NATIVE_DEPTHWISE_MIN_OUTPUTS = 4
 #: ``DIRECT_NATIVE``'s bounds: at most this many input channels (a stem's RGB), input values per
 #: output (C x kh x kw) and at least this many outputs a plane. A few input channels make
 #: im2col's product thin and its window copy most of the work; more channels or smaller planes
@@ -231,6 +234,7 @@ class FusedConv(FusedBase):
         params = node.attr("activation_params") or []
         self._clip_bounds = ((float(params[0]), float(params[1]))
                              if node.attr("activation", "") == "Clip" and len(params) == 2 else None)
+        self._native_act = native_activation(node.attr("activation", ""), params)
 
     @staticmethod
     def _twin_2d(node: Node, ctx: KernelCreateContext) -> FusedConv | None:
@@ -394,11 +398,23 @@ class FusedConv(FusedBase):
                     cols[:, k] = 1
                 _im2col(x, pads, out_hw, (kh, kw), strides, dilations, cols[:, :k].reshape(windows))
                 return finish(np.matmul(wk, cols), z, out)
-        elif path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE:
-            pads, out_hw = entry[0], entry[1:3]
+        elif (path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE) and x.dtype in _NATIVE_FLOATS:
+            # the C call with its contiguous weights, bias, geometry and activation bound: a small
+            # depthwise layer's C work is a few microseconds, as much as _native_direct's steps
+            direct, dtype, group = self._native.direct_conv, x.dtype, self.group
+            wc = np.ascontiguousarray(w)
+            bc = None if bias is None else np.ascontiguousarray(bias, dtype)
+            geometry = (self.strides, entry[0][:2], self.dilations, group)
+            out = (x.shape[0], w.shape[0]) + entry[1:3]
+            in_c = self._native_act
 
             def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
-                return self._native_direct(x, w, bias, z, pads, out_hw)
+                y = np.empty(out, dtype)
+                if z is None and in_c is not None:
+                    direct(x if x.flags.c_contiguous else np.ascontiguousarray(x), wc, bc, y, *geometry, *in_c)
+                    return y
+                direct(x if x.flags.c_contiguous else np.ascontiguousarray(x), wc, bc, y, *geometry)
+                return finish(y, z, out)
         elif path in DEPTHWISE_PATHS:
             pads, out_hw, layout = entry[0], entry[1:3], DEPTHWISE_PATHS[path]
 
@@ -798,10 +814,14 @@ class FusedConv(FusedBase):
             self.last_path = "depthwise_" + layout
             return self._depthwise(x, w, b, z, pads, out_hw, layout)
         y = np.empty((x.shape[0], w.shape[0]) + out_hw, dtype=x.dtype)
+        # Without a residual (added before it), the activation is applied in C as the outputs are
+        # written (native_activation): one pass over the output fewer
+        act = self._native_act if z is None else None
         self._native.direct_conv(np.ascontiguousarray(x), np.ascontiguousarray(w),
                                  None if b is None else np.ascontiguousarray(b, x.dtype), y, self.strides, pads[:2],
-                                 self.dilations, self.group)
-        self._finish(y, None, z, False)
+                                 self.dilations, self.group, *(act or ()))
+        if act is None:
+            self._finish(y, None, z, False)
         return shuffle_channels(y, self.shuffle)
 
     def _tap_weights(self, w: np.ndarray) -> np.ndarray:
@@ -844,6 +864,20 @@ class FusedConv(FusedBase):
         if self.act is not None:
             self.act(y)
         return y
+
+
+def native_activation(name: str, params: list) -> tuple[int, float, float] | None:
+    """``_native.direct_conv``'s (act, p0, p1) for a fused activation it applies itself (none,
+    Relu, Clip with both bounds, HardSwish), None for the others (applied after it in numpy)."""
+    if name == "":
+        return (0, 0.0, 0.0)
+    if name == "Relu":
+        return (1, 0.0, float("inf"))
+    if name == "Clip" and len(params) == 2:
+        return (1, float(params[0]), float(params[1]))
+    if name == "HardSwish" and len(params) == 2:
+        return (2, float(params[0]), float(params[1]))
+    return None
 
 
 def shuffle_channels(y: np.ndarray, groups: int) -> np.ndarray:

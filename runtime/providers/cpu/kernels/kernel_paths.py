@@ -51,6 +51,7 @@ def path_table(kernel: str, canonical: str) -> PathTable:
 def all_paths() -> Iterator[tuple[str, KernelPath]]:
     """(kernel, path) for every registered path, the numerics module's included."""
     from onnxhal.runtime.providers.cpu.kernels import (  # noqa: F401 - they fill PATH_TABLES
+        conv,
         fused,
         fused_conv,
         ml_svm,

@@ -1,0 +1,82 @@
+"""The N-d Conv's paths (``conv.ND_PATHS``): ``nd_flat_taps`` against the canonical ``nd_im2col``
+and onnxruntime, on 3-D convolutions of every kind it takes (dilated, padded unevenly, grouped,
+several images, float64, blocks that split the positions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from onnxhal.hal import KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels import conv
+
+CASES = [
+    # (x shape, w shape, attributes)
+    ((1, 4, 5, 6, 7), (6, 4, 3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1]}),
+    ((2, 3, 4, 9, 8), (5, 3, 3, 2, 3), {"pads": [0, 1, 2, 1, 0, 1]}),
+    ((1, 4, 6, 10, 9), (4, 4, 2, 3, 3), {"pads": [1, 2, 2, 0, 2, 1], "dilations": [2, 1, 3]}),
+    ((2, 6, 3, 7, 7), (9, 2, 1, 3, 3), {"pads": [0, 1, 1, 0, 1, 1], "group": 3}),
+    ((1, 2, 4, 5, 6), (3, 2, 3, 3, 3), {}),
+    ((1, 2, 3, 4, 5, 4), (3, 2, 2, 2, 3, 2), {"pads": [1, 0, 1, 0, 0, 1, 0, 1]}),  # 4-D
+]
+
+
+def _kernel(attrs: dict) -> conv.Conv:
+    node = Node("Conv", ["x", "w", "b"], ["y"], attribute_protos=[helper.make_attribute(k, v) for k, v in attrs.items()])
+    node.since_version = 11
+    return conv.Conv(node, KernelCreateContext())
+
+
+def _onnxruntime(x: np.ndarray, w: np.ndarray, b: np.ndarray, attrs: dict) -> np.ndarray:
+    elem = onnx.TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], "conv",
+                              [helper.make_tensor_value_info("x", elem, x.shape)],
+                              [helper.make_tensor_value_info("y", elem, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("block", [1 << 20, 7])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0])) + "-" + "x".join(map(str, c[1])))
+def test_nd_flat_taps_matches_nd_im2col_and_onnxruntime(monkeypatch, case, block, dtype):
+    xs, ws, attrs = case
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x, w, b = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype), rng.standard_normal(ws[0]).astype(dtype)
+    monkeypatch.setattr(conv, "ND_BLOCK_ELEMENTS", block)  # 7: a block of one position, or a few
+    monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", float("inf"))
+    kernel = _kernel(attrs)
+    got = kernel.compute([x, w, b])[0]
+    assert kernel.last_path == conv.ND_FLAT_TAPS
+    monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", 0.0)
+    plain = _kernel(attrs)
+    want = plain.compute([x, w, b])[0]
+    assert plain.last_path == conv.ND_IM2COL
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    assert got.shape == want.shape and got.dtype == want.dtype and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    if len(xs) == 5 and dtype == np.float32:  # onnxruntime's CPU Conv: float32, 1-D to 3-D
+        np.testing.assert_allclose(got, _onnxruntime(x, w, b, attrs), rtol=tol, atol=tol)
+
+
+def test_nd_flat_taps_condition():
+    """Strided, small-plane (more padding columns than ND_FLAT_MAX_WASTE allows) and 2-D
+    convolutions keep the canonical path; a large unit-stride 3-D one takes the flat taps."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 2, 3, 3, 3)).astype(np.float32)
+    b = np.zeros(4, np.float32)
+    big = rng.standard_normal((1, 2, 4, 30, 30)).astype(np.float32)
+    kernel = _kernel({"pads": [1] * 6})
+    kernel.compute([big, w, b])
+    assert conv.flat_taps_waste((4, 30, 30), (1, 1, 1), (1, 1, 1), (4, 30, 30)) <= conv.ND_FLAT_MAX_WASTE
+    assert kernel.last_path == conv.ND_FLAT_TAPS
+    kernel.compute([rng.standard_normal((1, 2, 4, 6, 6)).astype(np.float32), w, b])
+    assert kernel.last_path == conv.ND_IM2COL
+    strided = _kernel({"pads": [1] * 6, "strides": [1, 2, 2]})
+    strided.compute([big, w, b])
+    assert strided.last_path == conv.ND_IM2COL

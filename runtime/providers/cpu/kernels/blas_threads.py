@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import time
 
 _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
             "openblas_set_num_threads")
@@ -167,8 +168,6 @@ class LoadAwareBlasThreads:
     def threads_now(self, now: float | None = None, runnable: int | None = None, own: int | None = None) -> int:
         """The BLAS thread count for a run starting now (``now``/``runnable``/``own`` for tests; an
         injected ``runnable`` without ``own`` counts the session's own threads as its request)."""
-        import time
-
         now = time.monotonic() if now is None else now
         if self.requested == 1 or now - self._checked < 0.05:
             return self.current
@@ -189,8 +188,6 @@ class LoadAwareBlasThreads:
         """Set BLAS's threads for the run about to start (process-wide, as the pool is). At most
         every 50 ms, as the load is read: the check reads BLAS's count too (another session of the
         process may have set its own), and costs 0.8 us, a sixth of a one-node model's run."""
-        import time
-
         now = time.monotonic()
         if now - self._applied < 0.05:
             return

@@ -3,8 +3,10 @@ symbolic dimensions fixed, for NPUs that run static shapes only (as onnxruntime'
 ``python -m onnxruntime.tools.make_dynamic_shape_fixed``).
 
 Every ``dim_param`` named by ``--dim`` (or whose denotation ``--denotation`` names) becomes that
-size wherever the main graph declares it (inputs, outputs, value_info); shape inference then fills
-in the rest. Dimensions still symbolic afterwards are listed: a static-only profile declines the
+size wherever the main graph declares it (inputs, outputs, value_info); ``--shape INPUT=1,8`` sets
+one input's whole shape, for dimensions with no name to give (scikit-learn's converters leave the
+batch dimension unnamed; onnxruntime's tool has ``--input_name``/``--input_shape`` for the same).
+Shape inference then fills in the rest. Dimensions still symbolic afterwards are listed: a static-only profile declines the
 nodes that touch them. The same at session creation, without a new file:
 ``SessionOptions.add_free_dimension_override_by_name``.
 """
@@ -30,12 +32,48 @@ def dim_pairs(items: list[str] | None, flag: str) -> dict[str, int]:
     return out
 
 
-def fix_shapes(model: onnx.ModelProto, by_name: dict[str, int], by_denotation: dict[str, int]) -> onnx.ModelProto:
-    """A copy of ``model`` with those dimensions fixed and shapes inferred again."""
+def shape_pairs(items: list[str] | None) -> dict[str, list[int]]:
+    """``--shape INPUT=D0,D1,...`` options as {input: dims}."""
+    out: dict[str, list[int]] = {}
+    for item in items or []:
+        name, sep, value = item.rpartition("=")
+        dims = [d.strip() for d in value.split(",")]
+        if not sep or not name or not all(d.isdigit() and int(d) >= 1 for d in dims):
+            raise InvalidArgument(f"--shape {item!r}: write INPUT=D0,D1,... with sizes of at least 1, e.g. "
+                                  "--shape X=1,8")
+        out[name.strip()] = [int(d) for d in dims]
+    return out
+
+
+def check_input_shapes(model: onnx.ModelProto, by_input: dict[str, list[int]], what: str) -> None:
+    """Each ``--shape`` names an input of ``model``, with its rank and its fixed sizes."""
+    inputs = {vi.name: vi for vi in model.graph.input}
+    for name, dims in by_input.items():
+        vi = inputs.get(name)
+        if vi is None:
+            raise InvalidArgument(f"fix-shapes: {what} has no input named {name!r}; its inputs are {sorted(inputs)}")
+        if not vi.type.tensor_type.HasField("shape"):
+            continue  # no declared rank: any shape may be given
+        declared = _shape(vi)
+        if len(declared) != len(dims) or any(isinstance(d, int) and d != n for d, n in zip(declared, dims)):
+            raise InvalidArgument(f"fix-shapes: --shape {name}={','.join(map(str, dims))} does not fit input {name!r}, "
+                                  f"declared {declared}: give {len(declared)} sizes, keeping the fixed ones")
+
+
+def fix_shapes(model: onnx.ModelProto, by_name: dict[str, int], by_denotation: dict[str, int],
+               by_input: dict[str, list[int]] | None = None) -> onnx.ModelProto:
+    """A copy of ``model`` with those dimensions (and the whole shapes of the inputs ``by_input``
+    names) fixed and shapes inferred again."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     denotations = {k.lower(): v for k, v in by_denotation.items()}
     g = out.graph
+    for vi in g.input:
+        if vi.name in (by_input or {}):
+            tensor = vi.type.tensor_type
+            tensor.ClearField("shape")
+            for n in by_input[vi.name]:
+                tensor.shape.dim.add().dim_value = n
     for vi in (*g.input, *g.output, *g.value_info):
         if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
             continue
@@ -169,16 +207,19 @@ def cmd_fix_shapes(args: argparse.Namespace) -> int:
     from onnxhal.cli_tables import console
 
     by_name, by_denotation = dim_pairs(args.dim, "--dim"), dim_pairs(args.denotation, "--denotation")
-    if not by_name and not by_denotation:
-        raise InvalidArgument("fix-shapes: give at least one --dim NAME=SIZE (or --denotation NAME=SIZE); "
-                              "the model's symbolic dimensions are listed by 'onnxhal fix-shapes MODEL --list'")
+    by_input = shape_pairs(args.shape)
+    if not by_name and not by_denotation and not by_input:
+        raise InvalidArgument("fix-shapes: give at least one --dim NAME=SIZE (or --denotation NAME=SIZE, "
+                              "--shape INPUT=D0,D1,...); the model's symbolic dimensions are listed by "
+                              "'onnxhal fix-shapes MODEL --list'")
     model = _load(args.model)
+    check_input_shapes(model, by_input, args.model)
     known = {d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
     unknown = sorted(set(by_name) - known)
     if unknown:
         raise InvalidArgument(f"fix-shapes: {args.model} has no input dimension named {', '.join(unknown)}; "
                               f"its symbolic input dimensions are {sorted(known) or 'none'}")
-    fixed = fix_shapes(model, by_name, by_denotation)
+    fixed = fix_shapes(model, by_name, by_denotation, by_input)
     onnx.save(fixed, args.output)
     for vi in fixed.graph.input:
         console.print(f"input {vi.name}: {_shape(vi)}")
@@ -212,6 +253,8 @@ def add_fix_shapes_parser(sub: Any) -> None:
     p.add_argument("--dim", action="append", metavar="NAME=SIZE", help="fix dimension NAME (repeatable)")
     p.add_argument("--denotation", action="append", metavar="DENOTATION=SIZE",
                    help="fix dimensions with this denotation, e.g. DATA_BATCH=1 (repeatable)")
+    p.add_argument("--shape", action="append", metavar="INPUT=D0,D1,...",
+                   help="set input INPUT's whole shape, e.g. X=1,8: for dimensions without a name (repeatable)")
     p.add_argument("-o", "--output", help="the fixed model's path")
     p.add_argument("--list", action="store_true", help="list the inputs' and outputs' dimensions and exit")
     p.set_defaults(fn=lambda a: cmd_list_dims(a) if a.list else _with_output(a))

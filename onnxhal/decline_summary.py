@@ -42,14 +42,20 @@ class DeclineKind:
     dims: list[str] = field(default_factory=list)  # symbolic dimensions named (dynamic shapes)
     remedy: str = ""
 
-    def line(self, model: str = "MODEL", input_dims: Sequence[str] = ()) -> str:
+    def line(self, model: str = "MODEL", input_dims: Sequence[str] = (),
+             unnamed: Sequence[tuple[str, Sequence[int | str | None]]] = ()) -> str:
         """The kind as one line; a dynamic-shapes remedy names ``input_dims`` (the model's symbolic
-        input dimensions: fix-shapes fixes those, and shape inference the values derived from them)."""
+        input dimensions: fix-shapes fixes those, and shape inference the values derived from them)
+        and gives the whole shape of each input of ``unnamed`` (inputs with a dimension that has no
+        name, as (name, shape)). Without either, the dimensions the reasons name (which inference
+        may have made up) stand in."""
         detail = ", ".join(f"{p}×{n}" for p, n in sorted(self.parts.items(), key=lambda kv: -kv[1]))
         text = f"{self.kind}: {self.nodes} node(s)" + (f" ({detail})" if detail else "")
         if self.kind == "dynamic shapes":
-            dims = " ".join(f"--dim {d}=N" for d in (input_dims or self.dims)) or "--dim NAME=N"
-            text += f"; fix them with `onnxhal fix-shapes {model} {dims} -o fixed.onnx`"
+            options = [f"--dim {d}=N" for d in (input_dims or ([] if unnamed else self.dims))]
+            options += [f"--shape {name}=" + ",".join(str(d) if isinstance(d, int) else "N" for d in shape)
+                        for name, shape in unnamed]
+            text += f"; fix them with `onnxhal fix-shapes {model} {' '.join(options) or '--dim NAME=N'} -o fixed.onnx`"
         elif self.remedy:
             text += f"; {self.remedy}"
         return text
@@ -89,6 +95,7 @@ def decline_kinds(reasons: Iterable[str]) -> list[DeclineKind]:
     return sorted(kinds.values(), key=lambda k: -k.nodes)
 
 
-def decline_lines(reasons: Iterable[str], model: str = "MODEL", input_dims: Sequence[str] = ()) -> list[str]:
+def decline_lines(reasons: Iterable[str], model: str = "MODEL", input_dims: Sequence[str] = (),
+                  unnamed: Sequence[tuple[str, Sequence[int | str | None]]] = ()) -> list[str]:
     """One line per kind of reason (``DeclineKind.line``)."""
-    return [k.line(model, input_dims) for k in decline_kinds(reasons)]
+    return [k.line(model, input_dims, unnamed) for k in decline_kinds(reasons)]

@@ -79,6 +79,12 @@ def symbolic_input_dims(sess_inputs: list) -> list[str]:
     return names
 
 
+def unnamed_input_shapes(sess_inputs: list) -> list[tuple[str, list]]:
+    """The inputs with a dimension that has no name (None in their shapes), as (name, shape):
+    ``fix-shapes --shape`` fixes those."""
+    return [(i.name, list(i.shape)) for i in sess_inputs if i.shape and any(d is None for d in i.shape)]
+
+
 def check_dim_names(dims: Mapping[str, int], sess_inputs: list, model: str) -> None:
     """Every name of ``--dim`` must be a symbolic dimension of an input."""
     known = symbolic_input_dims(sess_inputs)

@@ -127,14 +127,16 @@ def compare(got: list, want: list, rtol: float, atol: float) -> tuple[bool, floa
     return True, worst, ""
 
 
-def _declines(reasons: list[str], path: str) -> dict[str, Any]:
+def _declines(reasons: list[str], path: str, sess_inputs: list) -> dict[str, Any]:
     """The declined nodes by kind of reason (``onnxhal.decline_summary``): the counts, and the first
-    kinds as lines with their remedies, for the report."""
+    kinds as lines with their remedies (naming the inputs' dimensions), for the report."""
     from onnxhal.decline_summary import decline_kinds
+    from onnxhal.random_feeds import symbolic_input_dims, unnamed_input_shapes
 
     kinds = decline_kinds(reasons)
+    dims, unnamed = symbolic_input_dims(sess_inputs), unnamed_input_shapes(sess_inputs)
     return {"decline_kinds": {k.kind: k.nodes for k in kinds},
-            "declines": [k.line(Path(path).name) for k in kinds[:4]]}
+            "declines": [k.line(Path(path).name, dims, unnamed) for k in kinds[:4]]}
 
 
 def _draw(sess: Any, path: str, profile: str, fixed: bool, folder: str) -> str:
@@ -182,6 +184,7 @@ def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: 
             total = sum(sess.partition_summary.values())
             ep = sess.eps.get(device.ep_name)
             declined = [str(r) for r in getattr(ep, "declined", {}).values()]
+            inputs = sess.get_inputs()
             reasons = sorted(set(declined))[:5]
             picture = _draw(sess, path, profile_name, fixed, pictures) if pictures and taken else ""
             got = sess.run(None, feeds)
@@ -192,7 +195,7 @@ def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: 
         logging.getLogger("onnxhal").removeHandler(handler)
     failed_compiles = [r for r in records if "compile" in r.lower() and "fail" in r.lower()]
     return {**_verdict(got, want, profile.rtol, profile.atol, taken, total, reasons, failed_compiles),
-            **_declines(declined, path), **simulated, **({"picture": picture} if picture else {})}
+            **_declines(declined, path, inputs), **simulated, **({"picture": picture} if picture else {})}
 
 
 def _cell_onnxruntime(profile_name: str, path: str, feeds: dict, want: list, fixed: bool, state: dict) -> dict:

@@ -12,6 +12,8 @@ import pytest
 import onnxhal
 from onnxhal.cli import main
 from onnxhal.cli_fix_shapes import symbolic_dims
+from onnxhal.decline_summary import decline_lines
+from onnxhal.random_feeds import symbolic_input_dims, unnamed_input_shapes
 from tests.conftest import simulated_or_skip
 
 BERT = os.path.join(os.path.dirname(__file__), "real_models", "bert_ts.onnx")
@@ -55,3 +57,56 @@ def test_mistakes_are_one_line_errors(tmp_path, capsys):
     listed = capsys.readouterr().out
     assert "input input_ids: ['batch', 'sequence']" in listed
     assert "output " in listed and "'batch'" in listed.split("output ", 1)[1]
+
+
+SKLEARN_MLP = os.path.join(os.path.dirname(__file__), "real_models", "skh_mlp.onnx")
+
+
+def test_an_unnamed_batch_dim_is_fixed_by_the_inputs_whole_shape_and_the_remedy_says_how(tmp_path, capsys):
+    # skl2onnx leaves the batch dimension without a name: no --dim can reach it, --shape can
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    assert main(["fix-shapes", SKLEARN_MLP, "--list"]) == 0
+    assert "input X: ['?', 8]" in capsys.readouterr().out
+    with simulated_or_skip("generic-npu") as sims:
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([sims["VirtualNpuExecutionProvider"]])
+        sess = onnxhal.InferenceSession(SKLEARN_MLP, so)
+        assert sess.partition_summary.get("VirtualNpuExecutionProvider", 0) == 0
+        lines = decline_lines(sess.eps["VirtualNpuExecutionProvider"].declined.values(), "skh_mlp.onnx",
+                              symbolic_input_dims(sess.get_inputs()), unnamed_input_shapes(sess.get_inputs()))
+    assert any("fix-shapes skh_mlp.onnx --shape X=N,8 -o" in line for line in lines), lines
+    out = tmp_path / "mlp_fixed.onnx"
+    assert main(["fix-shapes", SKLEARN_MLP, "--shape", "X=4,8", "-o", str(out)]) == 0
+    assert [d.dim_value for d in onnx.load(out).graph.input[0].type.tensor_type.shape.dim] == [4, 8]
+    want = onnxhal.InferenceSession(SKLEARN_MLP, providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    with simulated_or_skip("generic-npu") as sims:
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([sims["VirtualNpuExecutionProvider"]])
+        sess = onnxhal.InferenceSession(str(out), so)
+        assert sess.partition_summary.get("VirtualNpuExecutionProvider", 0) == 4  # the three Gemms and Softmax
+        got = sess.run(None, {"X": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=2e-2, atol=2e-2)
+
+
+def test_shape_mistakes_are_one_line_errors(tmp_path, capsys):
+    out = str(tmp_path / "x.onnx")
+    assert main(["fix-shapes", SKLEARN_MLP, "--shape", "X=4,9", "-o", out]) == 2
+    assert "does not fit input 'X', declared ['?', 8]" in capsys.readouterr().err
+    assert main(["fix-shapes", SKLEARN_MLP, "--shape", "X=4", "-o", out]) == 2
+    assert "give 2 sizes" in capsys.readouterr().err
+    assert main(["fix-shapes", SKLEARN_MLP, "--shape", "Y=4,8", "-o", out]) == 2
+    assert "no input named 'Y'" in capsys.readouterr().err
+    assert main(["fix-shapes", SKLEARN_MLP, "--shape", "X=4,0", "-o", out]) == 2
+    assert "INPUT=D0,D1" in capsys.readouterr().err
+
+
+def test_the_dynamic_shapes_remedy_gives_unnamed_inputs_whole_shape():
+    reasons = ["generic-npu runs static shapes only; 'h' has shape ('unk__2', 32)"]
+    named = decline_lines(reasons, "m.onnx", ["batch"])
+    assert "--dim batch=N" in named[0] and "unk__2" not in named[0]
+    unnamed = decline_lines(reasons, "m.onnx", [], [("X", [None, 8])])
+    assert "`onnxhal fix-shapes m.onnx --shape X=N,8 -o fixed.onnx`" in unnamed[0] and "unk__2" not in unnamed[0]
+    both = decline_lines(reasons, "m.onnx", ["seq"], [("X", [None, "seq"])])
+    assert "--dim seq=N --shape X=N,N" in both[0]
+    assert "--dim unk__2=N" in decline_lines(reasons, "m.onnx")[0]  # nothing known of the inputs: the reasons' names

@@ -402,3 +402,25 @@ def test_walks_of_a_model_without_subgraphs_read_no_node_and_others_still_find_e
     np.testing.assert_array_equal(
         onnxhal.InferenceSession(nested.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0],
         ort.InferenceSession(nested.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("elem_type, shape", [(TensorProto.FLOAT, (2, 3)), (TensorProto.INT64, ()),
+                                              (TensorProto.STRING, (4,)), (TensorProto.BFLOAT16, (1, 0, 5))])
+def test_a_value_info_made_from_dims_reads_as_the_one_made_from_its_type_proto(elem_type, shape):
+    from onnxhal.hal.graph import ValueInfo
+    tp = helper.make_tensor_type_proto(elem_type, shape)
+    lazy, parsed = ValueInfo.tensor("v", elem_type, shape), ValueInfo("v", tp)
+    for vi in (lazy, parsed):
+        assert (vi.is_tensor, vi.elem_type, vi.shape, vi.dtype, vi.has_static_shape) == \
+            (True, elem_type, shape, parsed.dtype, True)
+    assert lazy.type_proto == tp and lazy.type_string == parsed.type_string
+
+
+def test_a_value_info_given_a_new_type_proto_reads_the_new_one():
+    from onnxhal.hal.graph import ValueInfo
+    vi = ValueInfo("v", helper.make_tensor_type_proto(TensorProto.FLOAT, ("n", 3)))
+    assert vi.shape == ("n", 3) and not vi.has_static_shape
+    vi.type_proto = helper.make_tensor_type_proto(TensorProto.INT32, (2, -1, None))
+    assert (vi.elem_type, vi.shape, vi.dtype) == (TensorProto.INT32, (2, None, None), np.dtype(np.int32))
+    vi.type_proto = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    assert (vi.is_tensor, vi.elem_type, vi.shape, vi.dtype) == (False, 0, None, None)

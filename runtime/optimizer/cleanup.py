@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxhal.hal.graph import Graph, Node, ValueInfo
+from onnxhal.hal.graph import Graph, Node, ValueInfo, dtype_to_elem_type
 from onnxhal.runtime.loader.guarded_inference import STUB_MIN_ELEMENTS
 from onnxhal.runtime.optimizer.qdq_fusions import keep_for_fusion
 from onnxhal.runtime.optimizer.rewrite import (
@@ -290,14 +290,14 @@ def fold_constants(graph: Graph) -> bool:
                 continue
         if values is None or any(v.nbytes > MAX_FOLDED_BYTES for v in values):
             continue
-        if node.op_type != "Constant" and any(
+        # (once unsettled, the graph stays so until the next inference: nothing more to ask)
+        if node.op_type != "Constant" and graph in _settled and any(
                 o and (carries_shape_data(graph, o) or not graph.value_info(o).has_static_shape) for o in node.outputs):
             _settled.discard(graph)  # a value, or a shape, onnx's inference did not know
         for name, value in zip(node.outputs, values):
             if name:
                 graph.initializers[name] = value
-                dtype = onnx.TensorProto.STRING if value.dtype == object else helper.np_dtype_to_tensor_dtype(value.dtype)
-                graph.set_value_info(ValueInfo(name, helper.make_tensor_type_proto(dtype, value.shape)))
+                graph.set_value_info(ValueInfo.tensor(name, dtype_to_elem_type(value.dtype), value.shape))
         # Unlinked now (later nodes see its outputs as constants); dropped from the node list at
         # the end, in one pass (a list rebuild per folded node made folding quadratic).
         unlink_node(graph, node)

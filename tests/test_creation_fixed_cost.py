@@ -424,3 +424,35 @@ def test_a_value_info_given_a_new_type_proto_reads_the_new_one():
     assert (vi.elem_type, vi.shape, vi.dtype) == (TensorProto.INT32, (2, None, None), np.dtype(np.int32))
     vi.type_proto = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
     assert (vi.is_tensor, vi.elem_type, vi.shape, vi.dtype) == (False, 0, None, None)
+
+
+def _two_node_model(first: onnx.NodeProto, second: onnx.NodeProto) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([first, second], "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("second, match", [
+    # the attribute bytes of the node before, on an op whose schema has no such attribute
+    (helper.make_node("Relu", ["t"], ["y"], alpha=0.1), "attribute 'alpha' is not an attribute of Relu"),
+    # the node before's op and attributes, with an input too many: the counts are each node's own
+    (helper.make_node("LeakyRelu", ["t", "x"], ["y"], alpha=0.1), "has 2 input"),
+])
+def test_a_node_repeating_checked_attributes_is_still_checked_as_itself(second, match):
+    from onnxhal.errors import InvalidGraph
+    first = helper.make_node("LeakyRelu", ["x"], ["t"], alpha=0.1)
+    with pytest.raises(InvalidGraph, match=match):
+        load_model(_two_node_model(first, second))
+    with pytest.raises(Exception):  # noqa: B017 - onnxruntime refuses it too (its own error types)
+        ort.InferenceSession(_two_node_model(first, second).SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_nodes_sharing_attributes_load_and_run_as_onnxruntime():
+    first = helper.make_node("LeakyRelu", ["x"], ["t"], alpha=0.1)
+    second = helper.make_node("LeakyRelu", ["t"], ["y"], alpha=0.1)
+    model = _two_node_model(first, second)
+    x = np.array([[-2.0, -1.0, 0.5, 3.0]], dtype=np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)

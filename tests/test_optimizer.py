@@ -1398,3 +1398,22 @@ def test_shapes_inferred_again_after_folding_only_where_the_inputs_dims_are_know
     graph = optimize(loaded.graph, Level.ORT_ENABLE_ALL)
     assert len(calls) == (1 if fixed else 0)
     assert [n.op_type for n in graph.nodes] == ["Reshape", "Relu"]  # the Where folded either way
+
+
+@pytest.mark.parametrize("value", [
+    3, -(2 ** 63), 0.25, float("inf"), "relu", "ünïcode", [1, 2, 3], (4, 5), [1.5, 2.0], [1, 2.5], (0.5,),
+    True, np.int64(7), np.float32(0.5), [np.int64(1), 2], ["a", "b"], [b"x"], b"bytes",
+    numpy_helper.from_array(np.zeros(2, np.float32), "t"),
+])
+def test_the_optimizers_attributes_are_those_onnx_makes(value):
+    from onnxhal.runtime.optimizer.rewrite import make_attribute
+    assert make_attribute("a", value).SerializeToString() == helper.make_attribute("a", value).SerializeToString()
+
+
+@pytest.mark.parametrize("value", [2 ** 63, [1, 2 ** 64], [True, False], object()])
+def test_an_attribute_onnx_refuses_is_refused(value):
+    from onnxhal.runtime.optimizer.rewrite import make_attribute
+    with pytest.raises((ValueError, TypeError)) as theirs:
+        helper.make_attribute("a", value)
+    with pytest.raises(theirs.type):
+        make_attribute("a", value)

@@ -225,3 +225,14 @@ def test_fused_convs_the_2d_paths_do_not_take_run_the_conv_kernel_as_onnxruntime
             feeds["r"] = RNG.standard_normal(y_shape).astype(np.float32)
         for _ in range(2):
             np.testing.assert_allclose(sess.run(None, feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_gather_plan_is_kept_read_only_and_given_again_for_its_geometry():
+    args = ((1, 8, 6, 6), (8, 1, 3, 3), (1, 1, 1, 1), (6, 6), (1, 1), (1, 1), True, True)
+    first, again = conv.gather_plan(*args), conv.gather_plan(*args)
+    assert first is not None and again[0] is first[0]
+    assert not first[0].flags.writeable
+    with pytest.raises(ValueError):
+        first[0][0] = 0
+    # a limit below the plan's size is a limit of its own: no plan
+    assert conv.gather_plan(*args, limit=10) is None

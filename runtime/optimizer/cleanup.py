@@ -246,7 +246,20 @@ def _shape_of(graph: Graph, node: Node) -> np.ndarray | None:
     return np.array(shape[start:end], dtype=np.int64)
 
 
-def _too_big(graph: Graph, node: Node) -> bool:
+#: Ops whose outputs together hold at most as many elements as their inputs (Concat: their sum),
+#: of the inputs' types, or (Cast) of at most 8 bytes each (int64, double, a string's pointer).
+_NOT_GROWING = frozenset({"Reshape", "Transpose", "Slice", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Concat",
+                          "Cast", "Split", "Shape", "Size"})
+
+
+def _too_big(graph: Graph, node: Node, inputs: list[np.ndarray | None] | None = None) -> bool:
+    """Whether an output's inferred size passes MAX_FOLDED_BYTES (so folding would compute it in
+    vain: its value is refused after). ``inputs``: the node's constant inputs, where known; an op
+    that cannot grow its inputs past the limit needs no look at its outputs' types (reading each
+    output's TypeProto was a third of folding a graph of shape chains)."""
+    if inputs is not None and node.op_type in _NOT_GROWING and \
+            sum(v.nbytes + 8 * v.size for v in inputs if v is not None) <= MAX_FOLDED_BYTES:
+        return False
     for o in node.outputs:
         vi = graph.value_info(o)
         shape = vi.shape  # parsed from the TypeProto at each read: read once
@@ -281,7 +294,7 @@ def fold_constants(graph: Graph) -> bool:
             inputs = [constant(graph, i) if i else None for i in node.inputs]
             if any(i and v is None for i, v in zip(node.inputs, inputs)):
                 continue
-            if (not node.inputs and node.op_type != "Constant") or _too_big(graph, node):
+            if (not node.inputs and node.op_type != "Constant") or _too_big(graph, node, inputs):
                 continue
             try:
                 values = evaluate_node(graph, node, inputs)
@@ -303,7 +316,7 @@ def fold_constants(graph: Graph) -> bool:
         unlink_node(graph, node)
         folded.append(node)
         changed = True
-    remove_nodes(graph, folded)
+    remove_nodes(graph, folded, unlinked=True)
     return changed
 
 

@@ -193,14 +193,17 @@ def unlink_node(graph: Graph, node: Node) -> None:
     graph.unindex_node(node)
 
 
-def remove_nodes(graph: Graph, nodes: Sequence[Node]) -> None:
-    """``remove_node`` for many nodes: one pass over the graph's node list, not one per node."""
+def remove_nodes(graph: Graph, nodes: Sequence[Node], unlinked: bool = False) -> None:
+    """``remove_node`` for many nodes: one pass over the graph's node list, not one per node.
+    ``unlinked``: each of ``nodes`` went through ``unlink_node`` already (its map entries are gone)."""
     if not nodes:
         return
     gone = {id(n) for n in nodes}
     graph.nodes = [n for n in graph.nodes if id(n) not in gone]
     if any(n.subgraphs for n in nodes):
         graph.reindex()
+        return
+    if unlinked:
         return
     for n in nodes:
         graph.unindex_node(n)

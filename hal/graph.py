@@ -101,6 +101,28 @@ def type_proto_to_string(tp: TypeProto | None) -> str:
     return "unknown"
 
 
+def _parse_type(tp: TypeProto) -> tuple[bool, int, tuple | None]:
+    """(whether a tensor, its element type, its dims or None) of a TypeProto."""
+    if tp.WhichOneof("value") != "tensor_type":
+        return False, 0, None
+    tt = tp.tensor_type
+    shape = None
+    if tt.HasField("shape"):
+        dims = []
+        for d in tt.shape.dim:
+            kind = d.WhichOneof("value")
+            # A negative dim_value (some converters write -1 for a dynamic axis) is free, as in onnxruntime.
+            dims.append((d.dim_value if d.dim_value >= 0 else None) if kind == "dim_value"
+                        else d.dim_param if kind == "dim_param" else None)
+        shape = tuple(dims)
+    return True, tt.elem_type, shape
+
+
+#: _parse_type's answers by serialized TypeProto (emptied when full: a process's models share few types).
+_PARSED_TYPES: dict[bytes, tuple[bool, int, tuple | None]] = {}
+_PARSED_TYPES_MAX = 1 << 14
+
+
 class ValueInfo:
     """Name and type of one value. ``shape`` is a tuple whose entries are ints (fixed), strs
     (symbolic) or None (unknown), or None when even the rank is unknown.
@@ -144,20 +166,19 @@ class ValueInfo:
         if parsed is not None:
             return parsed
         tp = self._type_proto
-        if tp is None or tp.WhichOneof("value") != "tensor_type":
+        if tp is None:
             parsed = (False, 0, None)
         else:
-            tt = tp.tensor_type
-            shape = None
-            if tt.HasField("shape"):
-                dims = []
-                for d in tt.shape.dim:
-                    kind = d.WhichOneof("value")
-                    # A negative dim_value (some converters write -1 for a dynamic axis) is free, as in onnxruntime.
-                    dims.append((d.dim_value if d.dim_value >= 0 else None) if kind == "dim_value"
-                                else d.dim_param if kind == "dim_param" else None)
-                shape = tuple(dims)
-            parsed = (True, tt.elem_type, shape)
+            # A model's values share a few types (each block's activations), and sessions of one
+            # model all of them: serializing the TypeProto is one C call, reading its dims one
+            # Python call per field. Equal bytes are equal types, so the answer is shared.
+            key = tp.SerializeToString()
+            parsed = _PARSED_TYPES.get(key)
+            if parsed is None:
+                parsed = _parse_type(tp)
+                if len(_PARSED_TYPES) >= _PARSED_TYPES_MAX:
+                    _PARSED_TYPES.clear()
+                _PARSED_TYPES[key] = parsed
         self._parsed = parsed
         return parsed
 

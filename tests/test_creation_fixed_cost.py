@@ -456,3 +456,15 @@ def test_nodes_sharing_attributes_load_and_run_as_onnxruntime():
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+
+
+def test_value_infos_of_types_that_differ_in_one_dim_read_their_own_dims():
+    from onnxhal.hal.graph import ValueInfo
+    shapes = [(1, "n", 3), (1, "m", 3), (1, 2, 3), (1, None, 3), (1, 2, 3, 4), ()]
+    for elem in (TensorProto.FLOAT, TensorProto.INT64):
+        for shape in shapes:
+            vi = ValueInfo("v", helper.make_tensor_type_proto(elem, shape))
+            assert (vi.elem_type, vi.shape) == (elem, shape)
+    assert ValueInfo("v", helper.make_tensor_type_proto(TensorProto.FLOAT, None)).shape is None
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, (1, 2, 3)))
+    assert (ValueInfo("s", seq).is_tensor, ValueInfo("s", seq).shape) == (False, None)

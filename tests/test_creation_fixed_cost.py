@@ -438,6 +438,8 @@ def _two_node_model(first: onnx.NodeProto, second: onnx.NodeProto) -> onnx.Model
     (helper.make_node("Relu", ["t"], ["y"], alpha=0.1), "attribute 'alpha' is not an attribute of Relu"),
     # the node before's op and attributes, with an input too many: the counts are each node's own
     (helper.make_node("LeakyRelu", ["t", "x"], ["y"], alpha=0.1), "has 2 input"),
+    # and with its input's name empty
+    (helper.make_node("LeakyRelu", [""], ["y"], alpha=0.1), "is required but its name is empty"),
 ])
 def test_a_node_repeating_checked_attributes_is_still_checked_as_itself(second, match):
     from onnxhal.errors import InvalidGraph

@@ -419,6 +419,8 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
     raw_imports = frozenset(o.domain for o in proto.opset_import)
     for g, w in walk_graphs(proto.graph):
         _check_graph_nodes(g, w, opset, raw_imports)
+        if not local:  # (no function for a node to call)
+            continue
         for n in g.node:
             f = local.get((n.domain, n.op_type))
             if f is not None and (len(n.input) != len(f.input) or len(n.output) > len(f.output)
@@ -430,28 +432,29 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
 
 def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int],
                        raw_imports: frozenset[str] = frozenset(("ai.onnx",))) -> None:
-    # (op type, domain, each attribute serialized) of the nodes whose attributes passed: the
-    # attribute checks read nothing else, and a model repeats a few attribute sets over many nodes
-    # (a MobileNet's 52 convolutions have 6 attributes each and 10 distinct sets): serializing an
-    # attribute is one C call, where checking it reads each field through Python.
+    # (op type, domain, each attribute serialized, which inputs and outputs are named) of the nodes
+    # whose schema and attribute checks passed: those checks read nothing else, and a model repeats
+    # a few such nodes many times (a MobileNet's 52 convolutions have 6 attributes each and 10
+    # distinct sets): serializing an attribute is one C call, where checking it reads each field
+    # through Python.
     passed: set[tuple] = set()
     for node in graph.node:
         key = None
         raw_domain = node.domain
-        if len(node.attribute):
-            # a subgraph holder's attributes would serialize whole graphs: checked each time
-            if node.op_type not in _SUBGRAPH_OPS and raw_domain in STANDARD_DOMAINS:
-                key = (node.op_type, raw_domain, tuple(a.SerializeToString() for a in node.attribute))
-            facts = [] if key is not None and key in passed else attribute_facts(node)
-        else:
-            facts = []
+        op_type = node.op_type
+        # a subgraph holder's attributes would serialize whole graphs: checked each time
+        if op_type not in _SUBGRAPH_OPS and raw_domain in STANDARD_DOMAINS:
+            key = (op_type, raw_domain, tuple(a.SerializeToString() for a in node.attribute),
+                   tuple(map(bool, node.input)), tuple(map(bool, node.output)))
+        known = key is not None and key in passed
+        facts = attribute_facts(node) if not known and len(node.attribute) else []
         has_attributes = bool(facts)
         if has_attributes:
             check_attribute_encoding(node, where, facts)
         domain = "" if raw_domain == "ai.onnx" else raw_domain
-        schema = schema_spec(node.op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
+        schema = schema_spec(op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
             domain in opset else None  # as _schema
-        if schema is not None:
+        if schema is not None and not known:
             check_against_schema(node, schema, where, facts)
         # onnxruntime takes "ai.onnx" for "" in the main graph, not inside subgraphs.
         spelled_out = raw_domain == "ai.onnx" and bool(where) and "ai.onnx" not in raw_imports
@@ -461,10 +464,10 @@ def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, i
         if not domain:
             if has_attributes:
                 _check_window(node, where, facts)
-            check = _VALUE_CHECKS.get(node.op_type)
+            check = _VALUE_CHECKS.get(op_type)
             if check is not None:
                 check(node, where, schema)
-        if has_attributes and key is not None:
+        if key is not None:
             passed.add(key)
 
 

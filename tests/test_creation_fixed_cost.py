@@ -470,3 +470,15 @@ def test_value_infos_of_types_that_differ_in_one_dim_read_their_own_dims():
     assert ValueInfo("v", helper.make_tensor_type_proto(TensorProto.FLOAT, None)).shape is None
     seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, (1, 2, 3)))
     assert (ValueInfo("s", seq).is_tensor, ValueInfo("s", seq).shape) == (False, None)
+
+
+def test_element_type_attributes_are_checked_on_the_nodes_whose_schema_has_them():
+    from onnxhal.errors import InvalidGraph
+    from onnxhal.runtime.loader.node_checks import check_after_inference
+    eye = helper.make_node("EyeLike", ["x"], ["y"], dtype=999)
+    relu = helper.make_node("Relu", ["x"], ["y"], to=999)  # no schema has it: check_nodes refuses it
+    for node, checked in ((eye, True), (eye, False), (relu, False)):
+        with pytest.raises(InvalidGraph, match="attribute '(dtype|to)' is 999, which is not an ONNX tensor"):
+            check_after_inference(_two_node_model(node, helper.make_node("Relu", ["y"], ["z"])), {"": 17},
+                                  checked=checked)
+    check_after_inference(_two_node_model(relu, helper.make_node("Relu", ["y"], ["z"])), {"": 17}, checked=True)

@@ -100,7 +100,7 @@ class SchemaSpec:
 
     __slots__ = ("name", "since_version", "min_input", "max_input", "min_output", "max_output", "inputs",
                  "outputs", "input_names", "output_names", "variadic_last_input", "attributes", "required",
-                 "attribute_names")
+                 "attribute_names", "names_types")
 
     def __init__(self, schema: onnx.defs.OpSchema) -> None:
         single = onnx.defs.OpSchema.FormalParameterOption.Single
@@ -119,6 +119,8 @@ class SchemaSpec:
         self.attributes = {name: int(a.type) for name, a in attrs.items()}
         self.required = tuple(name for name, a in attrs.items() if a.required)
         self.attribute_names = ", ".join(sorted(attrs)) or "none"
+        #: whether it has an attribute naming an element type (``_DTYPE_ATTRIBUTES``)
+        self.names_types = any(name in attrs for name in ("to", "dtype", "output_dtype"))
 
 
 def _schema(node: onnx.NodeProto, opset: Mapping[str, int]) -> SchemaSpec | None:
@@ -185,15 +187,18 @@ def _op(node: onnx.NodeProto, schema: SchemaSpec, where: str) -> str:
     return f"{node_label(node)}{where} (schema {schema.name}-{schema.since_version})"
 
 
-def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
+def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int], checked: bool = False) -> None:
     """Each node has the attributes its schema requires (onnxruntime: "Required attribute 'axis'
     is missing") and names element types ONNX defines. Run after shape inference, whose own
-    messages for some (Cast's 'to') are kept."""
+    messages for some (Cast's 'to') are kept. ``checked``: ``check_nodes`` checked every node
+    against the schema ``opset`` gives it (no function body was inlined since, whose nodes it
+    checked at the function's own opset), so a node holds only attributes its schema names."""
     for g, where in walk_graphs(proto.graph):
         for node in g.node:
-            if node.domain in ("", "ai.onnx"):
-                _check_dtype_attributes(node, where)
             schema = _schema(node, opset)
+            # (a checked node whose schema has no element type attribute has none to check)
+            if node.domain in ("", "ai.onnx") and (not checked or schema is None or schema.names_types):
+                _check_dtype_attributes(node, where)
             if schema is None:
                 continue
             if not schema.required:
@@ -333,7 +338,7 @@ def _check_body_signature(node: onnx.NodeProto, where: str, schema: SchemaSpec |
                                f"and {len(node.output)} output(s) it must take {n_in} and give {n_out}.")
 
 
-#: Attributes that name a tensor element type.
+#: Attributes that name a tensor element type (``SchemaSpec.names_types``).
 _DTYPE_ATTRIBUTES = ("to", "dtype", "output_dtype")
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
 

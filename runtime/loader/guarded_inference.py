@@ -137,6 +137,8 @@ AXIS_OPS = {"Split": 0, "Concat": 0, "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0
 #: Recurrent operators: gates per hidden unit, the rows of W per hidden_size.
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _CHECKED_OPS = frozenset({"Conv", "If", "Loop", "Scan", *_GATES})
+#: The ops ``check_inferred`` reads (the op type first: most nodes are none of them).
+_SHAPE_CHECKED_OPS = frozenset(AXIS_OPS) | _CHECKED_OPS
 #: Control-flow inputs of a fixed element type: (op, input index) -> type.
 _CONTROL_TYPES = {("If", 0): onnx.TensorProto.BOOL, ("Loop", 0): onnx.TensorProto.INT64,
                   ("Loop", 1): onnx.TensorProto.BOOL}
@@ -147,7 +149,7 @@ def check_inferred(proto: onnx.ModelProto) -> None:
     is the inferred model). onnx's inference checks some (not LayerNormalization's axis beyond the
     rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each."""
     nodes = [(n, where) for g, where in walk_graphs(proto.graph) for n in g.node
-             if n.input and n.domain in ("", "ai.onnx") and (n.op_type in AXIS_OPS or n.op_type in _CHECKED_OPS)]
+             if n.op_type in _SHAPE_CHECKED_OPS and n.domain in ("", "ai.onnx") and n.input]
     if not nodes:
         return
     shapes = _shapes(proto, {i for n, _ in nodes for i in n.input[:3] if i})

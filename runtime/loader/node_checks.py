@@ -447,8 +447,9 @@ def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, i
         key = None
         raw_domain = node.domain
         op_type = node.op_type
-        # a subgraph holder's attributes would serialize whole graphs: checked each time
-        if op_type not in _SUBGRAPH_OPS and raw_domain in STANDARD_DOMAINS:
+        # A subgraph holder's attributes would serialize whole graphs, and ai.onnx.ml's nodes (a
+        # tree ensemble's thousands of attribute values) seldom repeat: checked each time.
+        if op_type not in _SUBGRAPH_OPS and raw_domain in ("", "ai.onnx"):
             key = (op_type, raw_domain, tuple(a.SerializeToString() for a in node.attribute),
                    tuple(map(bool, node.input)), tuple(map(bool, node.output)))
         known = key is not None and key in passed

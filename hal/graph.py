@@ -47,12 +47,38 @@ def elem_type_name(elem_type: int) -> str:
 
 def elem_type_to_dtype(elem_type: int) -> np.dtype | None:
     """numpy dtype of an ONNX element type (ml_dtypes types for bfloat16 and float8), or None."""
-    if elem_type == TensorProto.STRING:
-        return np.dtype(object)
     try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
-    except Exception:  # undefined or unknown element type
-        return None
+        return _DTYPES[elem_type]
+    except KeyError:
+        pass
+    if elem_type == TensorProto.STRING:
+        dtype = np.dtype(object)
+    else:
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+        except Exception:  # undefined or unknown element type
+            dtype = None
+    if isinstance(elem_type, int):
+        _DTYPES[elem_type] = dtype
+    return dtype
+
+
+def dtype_to_elem_type(dtype: np.dtype) -> int:
+    """ONNX element type of a numpy dtype (object arrays hold strings); onnx's KeyError or
+    TypeError for a dtype ONNX has no type for."""
+    try:
+        return _ELEM_TYPES[dtype]
+    except KeyError:
+        pass
+    elem_type = TensorProto.STRING if dtype.kind == "O" else helper.np_dtype_to_tensor_dtype(dtype)
+    _ELEM_TYPES[dtype] = elem_type
+    return elem_type
+
+
+#: dtype_to_elem_type's answers.
+_ELEM_TYPES: dict[np.dtype, int] = {}
+#: elem_type_to_dtype's answers (onnx's lookup goes through a mapping object per call).
+_DTYPES: dict[int, np.dtype | None] = {}
 
 
 def type_proto_to_string(tp: TypeProto | None) -> str:
@@ -75,40 +101,104 @@ def type_proto_to_string(tp: TypeProto | None) -> str:
     return "unknown"
 
 
-class ValueInfo:
-    """Name and type of one value. ``shape`` is a tuple whose entries are ints (fixed), strs
-    (symbolic) or None (unknown), or None when even the rank is unknown."""
-
-    __slots__ = ("name", "type_proto")
-
-    def __init__(self, name: str, type_proto: TypeProto | None = None) -> None:
-        self.name = name
-        self.type_proto = type_proto
-
-    @property
-    def is_tensor(self) -> bool:
-        return self.type_proto is not None and self.type_proto.WhichOneof("value") == "tensor_type"
-
-    @property
-    def elem_type(self) -> int:
-        """ONNX element type of a tensor value (0, UNDEFINED, if unknown or not a tensor)."""
-        return self.type_proto.tensor_type.elem_type if self.is_tensor else 0
-
-    @property
-    def dtype(self) -> np.dtype | None:
-        return elem_type_to_dtype(self.elem_type) if self.is_tensor else None
-
-    @property
-    def shape(self) -> tuple | None:
-        if not self.is_tensor or not self.type_proto.tensor_type.HasField("shape"):
-            return None
+def _parse_type(tp: TypeProto) -> tuple[bool, int, tuple | None]:
+    """(whether a tensor, its element type, its dims or None) of a TypeProto."""
+    if tp.WhichOneof("value") != "tensor_type":
+        return False, 0, None
+    tt = tp.tensor_type
+    shape = None
+    if tt.HasField("shape"):
         dims = []
-        for d in self.type_proto.tensor_type.shape.dim:
+        for d in tt.shape.dim:
             kind = d.WhichOneof("value")
             # A negative dim_value (some converters write -1 for a dynamic axis) is free, as in onnxruntime.
             dims.append((d.dim_value if d.dim_value >= 0 else None) if kind == "dim_value"
                         else d.dim_param if kind == "dim_param" else None)
-        return tuple(dims)
+        shape = tuple(dims)
+    return True, tt.elem_type, shape
+
+
+#: _parse_type's answers by serialized TypeProto (emptied when full: a process's models share few types).
+_PARSED_TYPES: dict[bytes, tuple[bool, int, tuple | None]] = {}
+_PARSED_TYPES_MAX = 1 << 14
+
+
+class ValueInfo:
+    """Name and type of one value. ``shape`` is a tuple whose entries are ints (fixed), strs
+    (symbolic) or None (unknown), or None when even the rank is unknown.
+
+    The TypeProto is read once, on the first question about it, and its answers kept: the loader's
+    checks and the optimizer's passes ask each value's shape and element type many times, and
+    parsing the proto at each read was a large part of their cost. A ValueInfo's TypeProto is
+    treated as immutable (a new type is a new ValueInfo, ``Graph.set_value_info``); assigning
+    ``type_proto`` forgets the kept answers. ``ValueInfo.tensor`` makes one from an element type
+    and dims, building the TypeProto only if something asks for it."""
+
+    __slots__ = ("name", "_type_proto", "_parsed")
+
+    def __init__(self, name: str, type_proto: TypeProto | None = None) -> None:
+        self.name = name
+        self._type_proto = type_proto
+        self._parsed: tuple[bool, int, tuple | None] | None = None
+
+    @classmethod
+    def tensor(cls, name: str, elem_type: int, shape: Sequence[int]) -> ValueInfo:
+        """A tensor value of element type ``elem_type`` and static ``shape``."""
+        vi = cls.__new__(cls)
+        vi.name = name
+        vi._type_proto = None
+        vi._parsed = (True, int(elem_type), tuple(int(d) for d in shape))
+        return vi
+
+    @property
+    def type_proto(self) -> TypeProto | None:
+        if self._type_proto is None and self._parsed is not None and self._parsed[0]:
+            self._type_proto = helper.make_tensor_type_proto(self._parsed[1], self._parsed[2])
+        return self._type_proto
+
+    @type_proto.setter
+    def type_proto(self, value: TypeProto | None) -> None:
+        self._type_proto = value
+        self._parsed = None
+
+    def _parse(self) -> tuple[bool, int, tuple | None]:
+        parsed = self._parsed
+        if parsed is not None:
+            return parsed
+        tp = self._type_proto
+        if tp is None:
+            parsed = (False, 0, None)
+        else:
+            # A model's values share a few types (each block's activations), and sessions of one
+            # model all of them: serializing the TypeProto is one C call, reading its dims one
+            # Python call per field. Equal bytes are equal types, so the answer is shared.
+            key = tp.SerializeToString()
+            parsed = _PARSED_TYPES.get(key)
+            if parsed is None:
+                parsed = _parse_type(tp)
+                if len(_PARSED_TYPES) >= _PARSED_TYPES_MAX:
+                    _PARSED_TYPES.clear()
+                _PARSED_TYPES[key] = parsed
+        self._parsed = parsed
+        return parsed
+
+    @property
+    def is_tensor(self) -> bool:
+        return self._parse()[0]
+
+    @property
+    def elem_type(self) -> int:
+        """ONNX element type of a tensor value (0, UNDEFINED, if unknown or not a tensor)."""
+        return self._parse()[1]
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        parsed = self._parse()
+        return elem_type_to_dtype(parsed[1]) if parsed[0] else None
+
+    @property
+    def shape(self) -> tuple | None:
+        return self._parse()[2]
 
     @property
     def has_static_shape(self) -> bool:
@@ -162,6 +252,9 @@ def parse_attribute(attr: AttributeProto, parent: Graph | None) -> Any:
     return helper.get_attribute_value(attr)  # sparse tensors, type protos: kept as protos
 
 
+_INT, _INTS, _FLOAT = AttributeProto.INT, AttributeProto.INTS, AttributeProto.FLOAT
+
+
 class Node:
     """One node. ``inputs`` and ``outputs`` are value names ('' for an omitted optional input).
     ``implicit_inputs`` are outer-scope values its subgraphs read (as ORT's implicit inputs);
@@ -178,14 +271,23 @@ class Node:
         self.domain = "" if domain == "ai.onnx" else domain
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
-        self.attribute_protos = {a.name: a for a in attribute_protos}
+        self.attribute_protos = protos = {a.name: a for a in attribute_protos}
         self.attributes: dict[str, Any] = {}
         self.subgraphs: dict[str, Graph | list[Graph]] = {}
-        for name_, a in self.attribute_protos.items():
-            value = parse_attribute(a, owner)
-            self.attributes[name_] = value
-            if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
-                self.subgraphs[name_] = value
+        attributes = self.attributes
+        for name_, a in protos.items():
+            # the common types read here as ``parse_attribute`` reads them (a call less per attribute)
+            kind = a.type
+            if kind == _INT:
+                attributes[name_] = a.i
+            elif kind == _INTS:
+                attributes[name_] = list(a.ints)
+            elif kind == _FLOAT:
+                attributes[name_] = a.f
+            else:
+                value = attributes[name_] = parse_attribute(a, owner)
+                if kind == AttributeProto.GRAPH or kind == AttributeProto.GRAPHS:
+                    self.subgraphs[name_] = value
         self.implicit_inputs: tuple[str, ...] = ()
         self.since_version = 0  # opset version of the operator schema, set by the runtime
         self.ep_name = ""  # set by the partitioner
@@ -266,9 +368,7 @@ class Graph:
             vi[v.name] = ValueInfo(v.name, v.type if v.HasField("type") else None)
         for name, arr in g.initializers.items():
             if name not in vi:
-                tp = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(arr.dtype)
-                                                   if arr.dtype != object else TensorProto.STRING, arr.shape)
-                vi[name] = ValueInfo(name, tp)
+                vi[name] = ValueInfo.tensor(name, dtype_to_elem_type(arr.dtype), arr.shape)
         g._value_infos = vi
         g.inputs = [vi[v.name] for v in gp.input if v.name not in g.initializers]
         # Inputs that are also initializers are overridable defaults (IR < 4 style).
@@ -345,7 +445,10 @@ class Graph:
         return vi if vi is not None else ValueInfo(name)
 
     def is_constant_initializer(self, name: str) -> bool:
-        return name in self.initializers and name not in {v.name for v in self.overridable}
+        if name not in self.initializers:
+            return False
+        # overridable defaults exist only in IR < 4 models: most graphs have none to look through
+        return not self.overridable or all(v.name != name for v in self.overridable)
 
     def initializer(self, name: str) -> np.ndarray | None:
         return self.initializers.get(name)

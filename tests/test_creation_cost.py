@@ -4,6 +4,8 @@ Each model also runs against onnxruntime, the judge of the result."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import onnx.onnx_cpp2py_export.shape_inference as onnx_cpp
@@ -147,3 +149,48 @@ def test_a_long_value_no_propagating_node_reads_keeps_data_propagation(inference
     inference_calls.clear()
     load_model(read.SerializeToString())
     assert inference_calls == [False, False]
+
+
+def _blind_model(n: int) -> onnx.ModelProto:
+    """Conv -> Add(Shape-free) -> Relu, plus a 1-D int64 value of ``n`` read by an Add: data
+    propagation visits the Adds, but no node reads a value as a shape."""
+    w = numpy_helper.from_array(np.ones((2, 3, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "c"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"]),
+             helper.make_node("Add", ["v", "v"], ["u"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 5, 5]),
+                          helper.make_tensor_value_info("v", TensorProto.INT64, [n])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                   helper.make_tensor_value_info("u", TensorProto.INT64, None)], [w])
+
+
+@pytest.mark.parametrize("n", [4, guarded_inference.DATA_PROP_MAX_LENGTH * 2])
+def test_a_model_whose_nodes_read_no_values_as_shapes_is_inferred_in_one_pass(n, inference_calls):
+    model = _blind_model(n)
+    loaded = load_model(model.SerializeToString())
+    assert inference_calls == [False]  # no probe, and no data propagation, however long the value
+    want = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=n < 100)
+    assert _shapes(loaded.proto) == _shapes(want)
+    feeds = {"x": np.arange(150, dtype=np.float32).reshape(2, 3, 5, 5), "v": np.arange(n, dtype=np.int64)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+
+
+def test_a_node_reading_values_as_shapes_keeps_the_probe_and_data_propagation(inference_calls):
+    model = _blind_model(4)
+    model.graph.node.append(helper.make_node("Reshape", ["y", "u"], ["r"]))
+    model.graph.output.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, None))
+    load_model(model.SerializeToString())
+    assert inference_calls == [False, True]
+
+
+@pytest.mark.parametrize("name", ["mobilenet_dynamo", "resnet_dynamo", "resnet_ts", "resnet_ts_qdq"])
+def test_corpus_models_inferred_without_data_propagation_get_what_it_gives(name, inference_calls):
+    path = os.path.join(os.path.dirname(__file__), "real_models", f"{name}.onnx")
+    loaded = load_model(path)
+    assert inference_calls == [False]
+    want = onnx.shape_inference.infer_shapes(loaded.proto, check_type=True, strict_mode=True, data_prop=True)
+    assert _shapes(loaded.proto) == _shapes(want)

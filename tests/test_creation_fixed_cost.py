@@ -402,3 +402,83 @@ def test_walks_of_a_model_without_subgraphs_read_no_node_and_others_still_find_e
     np.testing.assert_array_equal(
         onnxhal.InferenceSession(nested.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0],
         ort.InferenceSession(nested.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("elem_type, shape", [(TensorProto.FLOAT, (2, 3)), (TensorProto.INT64, ()),
+                                              (TensorProto.STRING, (4,)), (TensorProto.BFLOAT16, (1, 0, 5))])
+def test_a_value_info_made_from_dims_reads_as_the_one_made_from_its_type_proto(elem_type, shape):
+    from onnxhal.hal.graph import ValueInfo
+    tp = helper.make_tensor_type_proto(elem_type, shape)
+    lazy, parsed = ValueInfo.tensor("v", elem_type, shape), ValueInfo("v", tp)
+    for vi in (lazy, parsed):
+        assert (vi.is_tensor, vi.elem_type, vi.shape, vi.dtype, vi.has_static_shape) == \
+            (True, elem_type, shape, parsed.dtype, True)
+    assert lazy.type_proto == tp and lazy.type_string == parsed.type_string
+
+
+def test_a_value_info_given_a_new_type_proto_reads_the_new_one():
+    from onnxhal.hal.graph import ValueInfo
+    vi = ValueInfo("v", helper.make_tensor_type_proto(TensorProto.FLOAT, ("n", 3)))
+    assert vi.shape == ("n", 3) and not vi.has_static_shape
+    vi.type_proto = helper.make_tensor_type_proto(TensorProto.INT32, (2, -1, None))
+    assert (vi.elem_type, vi.shape, vi.dtype) == (TensorProto.INT32, (2, None, None), np.dtype(np.int32))
+    vi.type_proto = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    assert (vi.is_tensor, vi.elem_type, vi.shape, vi.dtype) == (False, 0, None, None)
+
+
+def _two_node_model(first: onnx.NodeProto, second: onnx.NodeProto) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([first, second], "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("second, match", [
+    # the attribute bytes of the node before, on an op whose schema has no such attribute
+    (helper.make_node("Relu", ["t"], ["y"], alpha=0.1), "attribute 'alpha' is not an attribute of Relu"),
+    # the node before's op and attributes, with an input too many: the counts are each node's own
+    (helper.make_node("LeakyRelu", ["t", "x"], ["y"], alpha=0.1), "has 2 input"),
+    # and with its input's name empty
+    (helper.make_node("LeakyRelu", [""], ["y"], alpha=0.1), "is required but its name is empty"),
+])
+def test_a_node_repeating_checked_attributes_is_still_checked_as_itself(second, match):
+    from onnxhal.errors import InvalidGraph
+    first = helper.make_node("LeakyRelu", ["x"], ["t"], alpha=0.1)
+    with pytest.raises(InvalidGraph, match=match):
+        load_model(_two_node_model(first, second))
+    with pytest.raises(Exception):  # noqa: B017 - onnxruntime refuses it too (its own error types)
+        ort.InferenceSession(_two_node_model(first, second).SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_nodes_sharing_attributes_load_and_run_as_onnxruntime():
+    first = helper.make_node("LeakyRelu", ["x"], ["t"], alpha=0.1)
+    second = helper.make_node("LeakyRelu", ["t"], ["y"], alpha=0.1)
+    model = _two_node_model(first, second)
+    x = np.array([[-2.0, -1.0, 0.5, 3.0]], dtype=np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+
+
+def test_value_infos_of_types_that_differ_in_one_dim_read_their_own_dims():
+    from onnxhal.hal.graph import ValueInfo
+    shapes = [(1, "n", 3), (1, "m", 3), (1, 2, 3), (1, None, 3), (1, 2, 3, 4), ()]
+    for elem in (TensorProto.FLOAT, TensorProto.INT64):
+        for shape in shapes:
+            vi = ValueInfo("v", helper.make_tensor_type_proto(elem, shape))
+            assert (vi.elem_type, vi.shape) == (elem, shape)
+    assert ValueInfo("v", helper.make_tensor_type_proto(TensorProto.FLOAT, None)).shape is None
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, (1, 2, 3)))
+    assert (ValueInfo("s", seq).is_tensor, ValueInfo("s", seq).shape) == (False, None)
+
+
+def test_element_type_attributes_are_checked_on_the_nodes_whose_schema_has_them():
+    from onnxhal.errors import InvalidGraph
+    from onnxhal.runtime.loader.node_checks import check_after_inference
+    eye = helper.make_node("EyeLike", ["x"], ["y"], dtype=999)
+    relu = helper.make_node("Relu", ["x"], ["y"], to=999)  # no schema has it: check_nodes refuses it
+    for node, checked in ((eye, True), (eye, False), (relu, False)):
+        with pytest.raises(InvalidGraph, match="attribute '(dtype|to)' is 999, which is not an ONNX tensor"):
+            check_after_inference(_two_node_model(node, helper.make_node("Relu", ["y"], ["z"])), {"": 17},
+                                  checked=checked)
+    check_after_inference(_two_node_model(relu, helper.make_node("Relu", ["y"], ["z"])), {"": 17}, checked=True)

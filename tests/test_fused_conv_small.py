@@ -214,3 +214,30 @@ def test_weights_fed_as_inputs_are_read_afresh_on_every_run(x_shape, w_shape, at
         w *= -1.5  # the same array object, new values
         feeds = {"x": x, "w": w}
         np.testing.assert_allclose(sess.run(None, feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 3, 4, 5, 6), (4, 3, 3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1]}),  # 3-D: the CPU EP's N-d Conv runs it
+    ((2, 4, 3, 4, 4), (4, 1, 1, 3, 3), {"group": 4, "strides": [1, 2, 2]}),
+])
+def test_fused_convs_the_2d_paths_do_not_take_run_the_conv_kernel_as_onnxruntime(x_shape, w_shape, attrs):
+    for residual, act in ((False, "Relu"), (True, "Clip")):
+        model, y_shape = conv_model(x_shape, w_shape, attrs, residual=residual, act=act)
+        sess = hal_session(model)
+        assert [n.op_type for n in sess.assigned_nodes()] == ["FusedConv"]
+        feeds = {"x": RNG.standard_normal(x_shape).astype(np.float32)}
+        if residual:
+            feeds["r"] = RNG.standard_normal(y_shape).astype(np.float32)
+        for _ in range(2):
+            np.testing.assert_allclose(sess.run(None, feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_gather_plan_is_kept_read_only_and_given_again_for_its_geometry():
+    args = ((1, 8, 6, 6), (8, 1, 3, 3), (1, 1, 1, 1), (6, 6), (1, 1), (1, 1), True, True)
+    first, again = conv.gather_plan(*args), conv.gather_plan(*args)
+    assert first is not None and again[0] is first[0]
+    assert not first[0].flags.writeable
+    with pytest.raises(ValueError):
+        first[0][0] = 0
+    # a limit below the plan's size is a limit of its own: no plan
+    assert conv.gather_plan(*args, limit=10) is None

@@ -1398,3 +1398,68 @@ def test_shapes_inferred_again_after_folding_only_where_the_inputs_dims_are_know
     graph = optimize(loaded.graph, Level.ORT_ENABLE_ALL)
     assert len(calls) == (1 if fixed else 0)
     assert [n.op_type for n in graph.nodes] == ["Reshape", "Relu"]  # the Where folded either way
+
+
+@pytest.mark.parametrize("value", [
+    3, -(2 ** 63), 0.25, float("inf"), "relu", "ünïcode", [1, 2, 3], (4, 5), [1.5, 2.0], [1, 2.5], (0.5,),
+    True, np.int64(7), np.float32(0.5), [np.int64(1), 2], ["a", "b"], [b"x"], b"bytes",
+    numpy_helper.from_array(np.zeros(2, np.float32), "t"),
+])
+def test_the_optimizers_attributes_are_those_onnx_makes(value):
+    from onnxhal.runtime.optimizer.rewrite import make_attribute
+    assert make_attribute("a", value).SerializeToString() == helper.make_attribute("a", value).SerializeToString()
+
+
+@pytest.mark.parametrize("value", [2 ** 63, [1, 2 ** 64], [True, False], object()])
+def test_an_attribute_onnx_refuses_is_refused(value):
+    from onnxhal.runtime.optimizer.rewrite import make_attribute
+    with pytest.raises((ValueError, TypeError)) as theirs:
+        helper.make_attribute("a", value)
+    with pytest.raises(theirs.type):
+        make_attribute("a", value)
+
+
+def _folding_model(node: onnx.NodeProto, inits: list, out_shape: list) -> onnx.ModelProto:
+    # x + folded value: the folded node's output is not a graph output, so folding may replace it
+    add = helper.make_node("Add", ["x", "c"], ["y"])
+    return make([node, add], [vi("x", out_shape)], [vi("y", out_shape)], inits)
+
+
+@pytest.mark.parametrize("node, inits, out_shape, folded", [
+    # within the limit, and past it: Reshape and Concat keep their inputs' sizes, Cast widens them
+    (helper.make_node("Reshape", ["w", "s"], ["c"]), [np.ones(200, np.float32), np.array([20, 10])], [20, 10], False),
+    (helper.make_node("Reshape", ["w", "s"], ["c"]), [np.ones(20, np.float32), np.array([4, 5])], [4, 5], True),
+    (helper.make_node("Concat", ["w", "s"], ["c"], axis=0), [np.ones(100, np.int64), np.ones(100, np.int64)],
+     [200], False),
+    (helper.make_node("Cast", ["w"], ["c"], to=TensorProto.INT64), [np.ones(200, bool)], [200], False),
+    (helper.make_node("Cast", ["w"], ["c"], to=TensorProto.INT64), [np.ones(50, bool)], [50], True),
+])
+def test_folding_keeps_values_past_its_size_limit_computed(node, inits, out_shape, folded, monkeypatch):
+    from onnxhal.runtime.optimizer import cleanup
+    monkeypatch.setattr(cleanup, "MAX_FOLDED_BYTES", 600)
+    names = [i for i in node.input]
+    inits = [numpy_helper.from_array(v, n) for v, n in zip(inits, names)]
+    elem = TensorProto.INT64 if node.op_type != "Reshape" else TensorProto.FLOAT
+    model = _folding_model(node, inits, out_shape)
+    model.graph.input[0].type.tensor_type.elem_type = elem
+    model.graph.output[0].type.tensor_type.elem_type = elem
+    graph = optimize(load_model(model).graph, Level.ORT_ENABLE_BASIC)
+    assert ("c" in graph.initializers) == folded
+    assert any(n.op_type == node.op_type for n in graph.nodes) != folded
+
+
+@pytest.mark.parametrize("node, inits", [
+    (helper.make_node("Expand", ["w", "s"], ["c"]), [np.ones(1, np.float32), np.array([40, 10])]),
+    (helper.make_node("Tile", ["w", "s"], ["c"]), [np.ones(4, np.float32), np.array([100])]),
+    (helper.make_node("ConstantOfShape", ["s"], ["c"], value=numpy_helper.from_array(np.ones(1, np.float32))),
+     [np.array([400])]),
+])
+def test_folding_does_not_compute_values_their_types_say_are_past_its_size_limit(node, inits, monkeypatch):
+    from onnxhal.runtime.optimizer import cleanup
+    monkeypatch.setattr(cleanup, "MAX_FOLDED_BYTES", 600)
+    evaluated = []
+    monkeypatch.setattr(cleanup, "evaluate_node", lambda g, n, i: evaluated.append(n.op_type) or [])
+    inits = [numpy_helper.from_array(v, n) for v, n in zip(inits, [i for i in node.input])]
+    shape = [40, 10] if node.op_type == "Expand" else [400]
+    graph = optimize(load_model(_folding_model(node, inits, shape)).graph, Level.ORT_ENABLE_BASIC)
+    assert node.op_type not in evaluated and "c" not in graph.initializers

@@ -31,6 +31,17 @@ _VALUES = {"value": (AttributeProto.TENSOR, 1, "t"), "value_float": (AttributePr
 _PLAIN_FIELDS = frozenset({"name", "type", "doc_string"})
 
 
+def _add_tensor(graph: onnx.GraphProto, attr: AttributeProto, name: str) -> None:
+    """Append to ``graph``'s initializers the tensor a Constant's value attribute stands for,
+    named ``name``: a tensor value is copied once, into its place (appending a message copies it)."""
+    if attr.type == AttributeProto.TENSOR:
+        t = graph.initializer.add()
+        t.CopyFrom(attr.t)
+        t.name = name
+        return
+    graph.initializer.append(_as_tensor(attr, name))
+
+
 def _as_tensor(attr: AttributeProto, name: str) -> TensorProto:
     """The tensor a Constant's value attribute stands for, named ``name``."""
     if attr.type == AttributeProto.TENSOR:
@@ -55,10 +66,11 @@ def _convertible(node: onnx.NodeProto, opset: int) -> bool:
     """A Constant the node checks would pass as it is (they run after: converted, it is not theirs
     to see): one output, no input, domain "", one value attribute of its type at this opset holding
     only its value."""
-    if node.op_type != "Constant" or node.domain or len(node.attribute) != 1 \
-            or len(node.output) != 1 or not node.output[0] or len(node.input):
+    attrs, outputs = node.attribute, node.output  # (each read of a field makes a new wrapper)
+    if node.op_type != "Constant" or node.domain or len(attrs) != 1 \
+            or len(outputs) != 1 or not outputs[0] or len(node.input):
         return False
-    attr = node.attribute[0]
+    attr = attrs[0]
     want = _VALUES.get(attr.name)
     if want is None or attr.type != want[0] or opset < want[1]:
         return False
@@ -100,9 +112,10 @@ def constants_to_initializers(proto: onnx.ModelProto, owned: bool) -> onnx.Model
         proto = copy
     for graph in reversed(list(_graphs(proto.graph))):  # subgraphs before the graphs holding them
         positions = _positions(graph, opset)
+        nodes = graph.node
         for i in positions:
-            node = graph.node[i]
-            graph.initializer.append(_as_tensor(node.attribute[0], node.output[0]))
+            node = nodes[i]
+            _add_tensor(graph, node.attribute[0], node.output[0])
         for i in reversed(positions):
             del graph.node[i]
     return proto

@@ -8,7 +8,9 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
   input for the Mean output without checking the rank: ``axis=2**31`` is SIGSEGV). What it finds
   gives the ranks and dimensions the checks below need. It is skipped where the model has no
   LayerNormalization and no node data propagation would visit (a tree ensemble, a linear model):
-  it would find nothing there;
+  it would find nothing there; and where no node's inference reads an input's values
+  (``_VALUE_BLIND``: a CNN of convolutions, pools and elementwise ops), where the real pass runs
+  without data propagation, which could find nothing either;
 - an unsafe LayerNormalization's ``axis`` checked against the rank that pass found;
 - the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
   propagation runs only where no 1-D value a propagating node reads (Shape, Gather, Mul, ...: an
@@ -135,6 +137,8 @@ AXIS_OPS = {"Split": 0, "Concat": 0, "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0
 #: Recurrent operators: gates per hidden unit, the rows of W per hidden_size.
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _CHECKED_OPS = frozenset({"Conv", "If", "Loop", "Scan", *_GATES})
+#: The ops ``check_inferred`` reads (the op type first: most nodes are none of them).
+_SHAPE_CHECKED_OPS = frozenset(AXIS_OPS) | _CHECKED_OPS
 #: Control-flow inputs of a fixed element type: (op, input index) -> type.
 _CONTROL_TYPES = {("If", 0): onnx.TensorProto.BOOL, ("Loop", 0): onnx.TensorProto.INT64,
                   ("Loop", 1): onnx.TensorProto.BOOL}
@@ -145,7 +149,7 @@ def check_inferred(proto: onnx.ModelProto) -> None:
     is the inferred model). onnx's inference checks some (not LayerNormalization's axis beyond the
     rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each."""
     nodes = [(n, where) for g, where in walk_graphs(proto.graph) for n in g.node
-             if n.input and n.domain in ("", "ai.onnx") and (n.op_type in AXIS_OPS or n.op_type in _CHECKED_OPS)]
+             if n.op_type in _SHAPE_CHECKED_OPS and n.domain in ("", "ai.onnx") and n.input]
     if not nodes:
         return
     shapes = _shapes(proto, {i for n, _ in nodes for i in n.input[:3] if i})
@@ -488,6 +492,7 @@ class _Scan:
     graphs: list[onnx.GraphProto]
     norms: list[tuple[onnx.NodeProto, str]]  # the LayerNormalization nodes, with where they are
     propagating: bool  # a node data propagation may visit (``may_propagate``)
+    value_blind: bool  # every node is one whose inference reads no input's values (``_VALUE_BLIND``)
     reads: set[str]  # the values such nodes read
     reshaped: tuple[bool, bool, bool]  # as ``_reshaped``
 
@@ -496,6 +501,7 @@ def _scan(proto: onnx.ModelProto) -> _Scan:
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
     graphs, norms, reads = [], [], set()
     propagating = False
+    value_blind = True
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import)
     unsorted = False
     for g, where in walk_graphs(proto.graph):
@@ -518,8 +524,27 @@ def _scan(proto: onnx.ModelProto) -> _Scan:
             if may_propagate(op, domain, opset.get(domain, 0)):
                 propagating = True
                 reads.update(i for i in inputs if i)
+            value_blind = value_blind and not domain and op in _VALUE_BLIND
         unsorted = unsorted or not ahead.isdisjoint(seen)
-    return _Scan(graphs, norms, propagating, reads, (spelled, proto.ir_version < 4, unsorted))
+    return _Scan(graphs, norms, propagating, value_blind, reads, (spelled, proto.ir_version < 4, unsorted))
+
+
+#: Standard operators whose inference reads their inputs' types and shapes only, never their values
+#: (a Reshape's shape, a Slice's starts, a Resize's sizes, Squeeze's axes from opset 13 and Reduce*'s
+#: from 18 are read as values: none of those is here). In a model of these alone, what data
+#: propagation computes (Shape, Gather, Add on shape values) reaches no node that would read it, so
+#: inference with it and without it give the same types and shapes.
+_VALUE_BLIND = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log", "Floor", "Ceil",
+    "Round", "Sign", "Erf", "Sin", "Cos", "Tanh", "Sigmoid", "Relu", "LeakyRelu", "PRelu", "Elu", "Selu",
+    "Celu", "Softplus", "Softsign", "HardSigmoid", "HardSwish", "Mish", "Gelu", "ThresholdedRelu", "Clip",
+    "Max", "Min", "Sum", "Mean", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",
+    "Or", "Xor", "Where", "IsNaN", "IsInf", "Identity", "Cast", "Dropout", "Conv", "MaxPool", "AveragePool",
+    "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "InstanceNormalization", "LRN", "Softmax",
+    "LogSoftmax", "MatMul", "Gemm", "Transpose", "Flatten", "Concat", "Gather", "GatherElements", "Shape",
+    "Size", "DepthToSpace", "SpaceToDepth", "QuantizeLinear", "DequantizeLinear", "QLinearConv",
+    "QLinearMatMul", "MatMulInteger", "ConvInteger",
+})
 
 
 def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto | None, bool, str]:
@@ -538,6 +563,10 @@ def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto 
         # Nothing for the first pass to find: no LayerNormalization to check, and no node data
         # propagation would visit (so it costs nothing and changes nothing): the real pass alone.
         long_1d, shapes = False, {}
+    elif not norms and scan.value_blind:
+        # No node reads a value as a shape: propagation would change nothing, so the real pass runs
+        # without it, and needs no first pass to tell whether a long value makes it too costly.
+        long_1d, shapes = True, {}
     else:
         probe = stub if not any(_unsafe_layer_norm(n) for n, _ in norms) else _probe_copy(stub)
         if probe is stub:

@@ -206,7 +206,8 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
     # A proto the loader parsed (or copied, inlined) is its own to change; the caller's is not.
     proto = constants_to_initializers(proto, owned=proto is not model)
     check_nodes(proto, opset)  # before any C++ of onnx's reads the nodes: it trusts what it is given
-    if proto.functions:
+    inlined = bool(proto.functions)
+    if inlined:
         try:
             proto = onnx.inliner.inline_local_functions(proto)
         except Exception as e:
@@ -236,7 +237,7 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
                            "attributes or inputs.")
     declared_value_info.check_element_types(inferred, declared_types)
     guarded_inference.check_inferred(inferred)
-    check_after_inference(inferred, opset)
+    check_after_inference(inferred, opset, checked=not inlined)
     return LoadedModel(inferred, graph, opset, path)
 
 

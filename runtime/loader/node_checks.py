@@ -100,7 +100,7 @@ class SchemaSpec:
 
     __slots__ = ("name", "since_version", "min_input", "max_input", "min_output", "max_output", "inputs",
                  "outputs", "input_names", "output_names", "variadic_last_input", "attributes", "required",
-                 "attribute_names")
+                 "attribute_names", "names_types")
 
     def __init__(self, schema: onnx.defs.OpSchema) -> None:
         single = onnx.defs.OpSchema.FormalParameterOption.Single
@@ -119,6 +119,8 @@ class SchemaSpec:
         self.attributes = {name: int(a.type) for name, a in attrs.items()}
         self.required = tuple(name for name, a in attrs.items() if a.required)
         self.attribute_names = ", ".join(sorted(attrs)) or "none"
+        #: whether it has an attribute naming an element type (``_DTYPE_ATTRIBUTES``)
+        self.names_types = any(name in attrs for name in ("to", "dtype", "output_dtype"))
 
 
 def _schema(node: onnx.NodeProto, opset: Mapping[str, int]) -> SchemaSpec | None:
@@ -185,15 +187,18 @@ def _op(node: onnx.NodeProto, schema: SchemaSpec, where: str) -> str:
     return f"{node_label(node)}{where} (schema {schema.name}-{schema.since_version})"
 
 
-def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
+def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int], checked: bool = False) -> None:
     """Each node has the attributes its schema requires (onnxruntime: "Required attribute 'axis'
     is missing") and names element types ONNX defines. Run after shape inference, whose own
-    messages for some (Cast's 'to') are kept."""
+    messages for some (Cast's 'to') are kept. ``checked``: ``check_nodes`` checked every node
+    against the schema ``opset`` gives it (no function body was inlined since, whose nodes it
+    checked at the function's own opset), so a node holds only attributes its schema names."""
     for g, where in walk_graphs(proto.graph):
         for node in g.node:
-            if node.domain in ("", "ai.onnx"):
-                _check_dtype_attributes(node, where)
             schema = _schema(node, opset)
+            # (a checked node whose schema has no element type attribute has none to check)
+            if node.domain in ("", "ai.onnx") and (not checked or schema is None or schema.names_types):
+                _check_dtype_attributes(node, where)
             if schema is None:
                 continue
             if not schema.required:
@@ -333,7 +338,7 @@ def _check_body_signature(node: onnx.NodeProto, where: str, schema: SchemaSpec |
                                f"and {len(node.output)} output(s) it must take {n_in} and give {n_out}.")
 
 
-#: Attributes that name a tensor element type.
+#: Attributes that name a tensor element type (``SchemaSpec.names_types``).
 _DTYPE_ATTRIBUTES = ("to", "dtype", "output_dtype")
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
 
@@ -419,6 +424,8 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
     raw_imports = frozenset(o.domain for o in proto.opset_import)
     for g, w in walk_graphs(proto.graph):
         _check_graph_nodes(g, w, opset, raw_imports)
+        if not local:  # (no function for a node to call)
+            continue
         for n in g.node:
             f = local.get((n.domain, n.op_type))
             if f is not None and (len(n.input) != len(f.input) or len(n.output) > len(f.output)
@@ -430,16 +437,30 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
 
 def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int],
                        raw_imports: frozenset[str] = frozenset(("ai.onnx",))) -> None:
+    # (op type, domain, each attribute serialized, which inputs and outputs are named) of the nodes
+    # whose schema and attribute checks passed: those checks read nothing else, and a model repeats
+    # a few such nodes many times (a MobileNet's 52 convolutions have 6 attributes each and 10
+    # distinct sets): serializing an attribute is one C call, where checking it reads each field
+    # through Python.
+    passed: set[tuple] = set()
     for node in graph.node:
-        facts = attribute_facts(node) if len(node.attribute) else []
+        key = None
+        raw_domain = node.domain
+        op_type = node.op_type
+        # A subgraph holder's attributes would serialize whole graphs, and ai.onnx.ml's nodes (a
+        # tree ensemble's thousands of attribute values) seldom repeat: checked each time.
+        if op_type not in _SUBGRAPH_OPS and raw_domain in ("", "ai.onnx"):
+            key = (op_type, raw_domain, tuple(a.SerializeToString() for a in node.attribute),
+                   tuple(map(bool, node.input)), tuple(map(bool, node.output)))
+        known = key is not None and key in passed
+        facts = attribute_facts(node) if not known and len(node.attribute) else []
         has_attributes = bool(facts)
         if has_attributes:
             check_attribute_encoding(node, where, facts)
-        raw_domain = node.domain
         domain = "" if raw_domain == "ai.onnx" else raw_domain
-        schema = schema_spec(node.op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
+        schema = schema_spec(op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
             domain in opset else None  # as _schema
-        if schema is not None:
+        if schema is not None and not known:
             check_against_schema(node, schema, where, facts)
         # onnxruntime takes "ai.onnx" for "" in the main graph, not inside subgraphs.
         spelled_out = raw_domain == "ai.onnx" and bool(where) and "ai.onnx" not in raw_imports
@@ -449,9 +470,11 @@ def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, i
         if not domain:
             if has_attributes:
                 _check_window(node, where, facts)
-            check = _VALUE_CHECKS.get(node.op_type)
+            check = _VALUE_CHECKS.get(op_type)
             if check is not None:
                 check(node, where, schema)
+        if key is not None:
+            passed.add(key)
 
 
 def _check_no_recursion(proto: onnx.ModelProto) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxhal.hal.graph import Graph, Node, ValueInfo
+from onnxhal.hal.graph import Graph, Node, ValueInfo, dtype_to_elem_type
 from onnxhal.runtime.loader.guarded_inference import STUB_MIN_ELEMENTS
 from onnxhal.runtime.optimizer.qdq_fusions import keep_for_fusion
 from onnxhal.runtime.optimizer.rewrite import (
@@ -246,7 +246,20 @@ def _shape_of(graph: Graph, node: Node) -> np.ndarray | None:
     return np.array(shape[start:end], dtype=np.int64)
 
 
-def _too_big(graph: Graph, node: Node) -> bool:
+#: Ops whose outputs together hold at most as many elements as their inputs (Concat: their sum),
+#: of the inputs' types, or (Cast) of at most 8 bytes each (int64, double, a string's pointer).
+_NOT_GROWING = frozenset({"Reshape", "Transpose", "Slice", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Concat",
+                          "Cast", "Split", "Shape", "Size"})
+
+
+def _too_big(graph: Graph, node: Node, inputs: list[np.ndarray | None] | None = None) -> bool:
+    """Whether an output's inferred size passes MAX_FOLDED_BYTES (so folding would compute it in
+    vain: its value is refused after). ``inputs``: the node's constant inputs, where known; an op
+    that cannot grow its inputs past the limit needs no look at its outputs' types (reading each
+    output's TypeProto was a third of folding a graph of shape chains)."""
+    if inputs is not None and node.op_type in _NOT_GROWING and \
+            sum(v.nbytes + 8 * v.size for v in inputs if v is not None) <= MAX_FOLDED_BYTES:
+        return False
     for o in node.outputs:
         vi = graph.value_info(o)
         shape = vi.shape  # parsed from the TypeProto at each read: read once
@@ -281,7 +294,7 @@ def fold_constants(graph: Graph) -> bool:
             inputs = [constant(graph, i) if i else None for i in node.inputs]
             if any(i and v is None for i, v in zip(node.inputs, inputs)):
                 continue
-            if (not node.inputs and node.op_type != "Constant") or _too_big(graph, node):
+            if (not node.inputs and node.op_type != "Constant") or _too_big(graph, node, inputs):
                 continue
             try:
                 values = evaluate_node(graph, node, inputs)
@@ -290,20 +303,20 @@ def fold_constants(graph: Graph) -> bool:
                 continue
         if values is None or any(v.nbytes > MAX_FOLDED_BYTES for v in values):
             continue
-        if node.op_type != "Constant" and any(
+        # (once unsettled, the graph stays so until the next inference: nothing more to ask)
+        if node.op_type != "Constant" and graph in _settled and any(
                 o and (carries_shape_data(graph, o) or not graph.value_info(o).has_static_shape) for o in node.outputs):
             _settled.discard(graph)  # a value, or a shape, onnx's inference did not know
         for name, value in zip(node.outputs, values):
             if name:
                 graph.initializers[name] = value
-                dtype = onnx.TensorProto.STRING if value.dtype == object else helper.np_dtype_to_tensor_dtype(value.dtype)
-                graph.set_value_info(ValueInfo(name, helper.make_tensor_type_proto(dtype, value.shape)))
+                graph.set_value_info(ValueInfo.tensor(name, dtype_to_elem_type(value.dtype), value.shape))
         # Unlinked now (later nodes see its outputs as constants); dropped from the node list at
         # the end, in one pass (a list rebuild per folded node made folding quadratic).
         unlink_node(graph, node)
         folded.append(node)
         changed = True
-    remove_nodes(graph, folded)
+    remove_nodes(graph, folded, unlinked=True)
     return changed
 
 

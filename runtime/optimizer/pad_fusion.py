@@ -11,10 +11,16 @@ output read elsewhere, a Conv with ``auto_pad`` SAME_*) is left as it is.
 
 from __future__ import annotations
 
-from onnx import helper
-
 from onnxhal.hal.graph import Graph, Node
-from onnxhal.runtime.optimizer.rewrite import constant, live_nodes, rank, replace_nodes, rewired, sole_consumer
+from onnxhal.runtime.optimizer.rewrite import (
+    constant,
+    live_nodes,
+    make_attribute,
+    rank,
+    replace_nodes,
+    rewired,
+    sole_consumer,
+)
 
 
 def _pad_amounts(graph: Graph, pad: Node) -> list[int] | None:
@@ -93,7 +99,7 @@ def fuse_pad_into_conv(graph: Graph) -> bool:
         new = rewired(graph, conv, [pad.inputs[0], *conv.inputs[1:]], conv.outputs, conv.name)
         new.attribute_protos.pop("auto_pad", None)
         new.attributes.pop("auto_pad", None)
-        new.attribute_protos["pads"] = helper.make_attribute("pads", merged)
+        new.attribute_protos["pads"] = make_attribute("pads", merged)
         new.attributes["pads"] = merged
         replace_nodes(graph, [pad, conv], [new])
         changed = True

@@ -156,7 +156,7 @@ def drop_requantize(graph: Graph) -> bool:
         unlink_node(graph, q)
         unlink_node(graph, dq)
         dropped += [q, dq]
-    remove_nodes(graph, dropped)
+    remove_nodes(graph, dropped, unlinked=True)
     return identities or bool(dropped)
 
 

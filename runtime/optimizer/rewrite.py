@@ -17,6 +17,7 @@ import onnx
 from onnx import helper
 
 from onnxhal.hal.graph import Graph, Node, ValueInfo
+from onnxhal.runtime.loader.node_checks import schema_spec
 
 #: Domain of the fused operators the optimizer introduces (kernels in cpu/kernels/fused.py).
 FUSED_DOMAIN = "com.onnxhal"
@@ -34,19 +35,39 @@ def make_node(graph: Graph, op_type: str, inputs: Sequence[str], outputs: Sequen
     Registers the domain's opset on the graph (fused ops are version 1) and fills
     ``since_version`` from the ONNX schema, as the runtime does for loaded nodes.
     """
-    protos = [helper.make_attribute(k, v) for k, v in attrs.items() if v is not None and not _empty_list(v)]
+    protos = [make_attribute(k, v) for k, v in attrs.items() if v is not None and not _empty_list(v)]
     node = Node(op_type, inputs, outputs, name=name, domain=domain, attribute_protos=protos, owner=graph)
     if domain == FUSED_DOMAIN:
         graph.opset.setdefault(FUSED_DOMAIN, 1)
         node.since_version = 1
     else:
-        try:
-            schema = onnx.defs.get_schema(op_type, graph.opset_version(domain) or onnx.defs.onnx_opset_version(),
-                                          domain)
-            node.since_version = schema.since_version
-        except Exception:  # unknown op or domain: the runtime resolves it later
-            node.since_version = 0
+        # (an unknown op or domain has no schema: the runtime resolves it later)
+        schema = schema_spec(op_type, graph.opset_version(domain) or onnx.defs.onnx_opset_version(), domain)
+        node.since_version = schema.since_version if schema is not None else 0
     return node
+
+
+_A = onnx.AttributeProto
+
+
+def make_attribute(name: str, value: Any) -> onnx.AttributeProto:
+    """``helper.make_attribute(name, value)``. The values passes write most (a Python int, float
+    or str, a list of ints, a list of floats) are set on the proto directly: onnx's helper tests
+    each value against the ``numbers`` ABCs and each list element's type, per fused node."""
+    kind = type(value)
+    if kind is int:
+        return _A(name=name, type=_A.INT, i=value)
+    if kind is float:
+        return _A(name=name, type=_A.FLOAT, f=value)
+    if kind is str:
+        return _A(name=name, type=_A.STRING, s=value.encode("utf-8"))
+    if (kind is list or kind is tuple) and value:
+        kinds = set(map(type, value))
+        if kinds == {int}:
+            return _A(name=name, type=_A.INTS, ints=value)
+        if kinds <= {int, float}:
+            return _A(name=name, type=_A.FLOATS, floats=value)
+    return helper.make_attribute(name, value)
 
 
 def rewired(graph: Graph, node: Node, inputs: Sequence[str], outputs: Sequence[str], name: str) -> Node:
@@ -172,14 +193,17 @@ def unlink_node(graph: Graph, node: Node) -> None:
     graph.unindex_node(node)
 
 
-def remove_nodes(graph: Graph, nodes: Sequence[Node]) -> None:
-    """``remove_node`` for many nodes: one pass over the graph's node list, not one per node."""
+def remove_nodes(graph: Graph, nodes: Sequence[Node], unlinked: bool = False) -> None:
+    """``remove_node`` for many nodes: one pass over the graph's node list, not one per node.
+    ``unlinked``: each of ``nodes`` went through ``unlink_node`` already (its map entries are gone)."""
     if not nodes:
         return
     gone = {id(n) for n in nodes}
     graph.nodes = [n for n in graph.nodes if id(n) not in gone]
     if any(n.subgraphs for n in nodes):
         graph.reindex()
+        return
+    if unlinked:
         return
     for n in nodes:
         graph.unindex_node(n)

@@ -416,6 +416,19 @@ def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int],
     [+ 1], N, C, oh ow), tap-major, so weighting the taps is one multiply and summing them one
     reduction over the leading axis; the bias is the last tap, reading the 1. A convolution of
     ShuffleNet or MobileNet at 2x2 to 16x16 runs in 4-5 numpy calls instead of 10-20."""
+    if limit is None:
+        limit = DEPTHWISE_GATHER_MAX if depthwise and tuple(strides) == (1, 1) else GATHER_MAX
+    return _gather_plan(tuple(x_shape), tuple(w_shape), tuple(pads), tuple(out_hw), tuple(strides),
+                        tuple(dilations), bool(depthwise), bool(has_bias), limit)
+
+
+#: Sessions' first runs plan each small convolution's gather; one model repeats a geometry over
+#: its blocks (MobileNet: 14 plans, 7 distinct), and sessions of one model repeat them all. The
+#: plans kept are read-only; each holds fewer indices than its limit.
+@functools.lru_cache(maxsize=128)
+def _gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int], out_hw: tuple[int, int],
+                 strides: tuple[int, int], dilations: tuple[int, int], depthwise: bool, has_bias: bool, limit: int
+                 ) -> tuple[np.ndarray, bool, tuple[int, int, int, int], np.ndarray | None] | None:
     n, c, h, wd = x_shape
     kh, kw = w_shape[2:]
     oh, ow = out_hw
@@ -427,8 +440,6 @@ def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int],
     # The limit counts the taps that read the input somewhere (those left out below cost
     # nothing): a 5x5 kernel over a 2x2 plane gathers its 9 live taps, not 25.
     live_taps = int(row_in.any(axis=1).sum()) * int(col_in.any(axis=1).sum())
-    if limit is None:
-        limit = DEPTHWISE_GATHER_MAX if depthwise and strides == (1, 1) else GATHER_MAX
     if live_taps * n * c * p + (has_bias and n * c * p) > limit or not n * c * p:
         return None
     inside = (row_in[:, None, :, None] & col_in[None, :, None, :]).reshape(taps, p)
@@ -459,7 +470,11 @@ def gather_plan(x_shape: tuple, w_shape: tuple, pads: tuple[int, int, int, int],
         idx = np.concatenate([idx, np.full(shape, zero + 1)], axis=axis)
     # only padding reads the appended 0 (every index into the input is below it)
     appended = has_bias or not inside.all()
-    return np.ascontiguousarray(idx, dtype=np.intp), appended, (n, w_shape[0], oh, ow), keep
+    idx = np.ascontiguousarray(idx, dtype=np.intp)
+    for kept_array in (idx, keep):
+        if kept_array is not None:
+            kept_array.flags.writeable = False
+    return idx, appended, (n, w_shape[0], oh, ow), keep
 
 
 def gathered_weights(w: np.ndarray, keep: np.ndarray | None, depthwise: bool) -> np.ndarray:

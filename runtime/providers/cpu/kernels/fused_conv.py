@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from onnxhal.hal import KernelCreateContext, Node
+from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels import conv as _conv
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
@@ -198,7 +198,6 @@ class FusedConv(FusedBase):
         self.auto_pad = node.attr("auto_pad", "NOTSET")
         self.has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
         self.has_residual = len(node.inputs) > 3 and bool(node.inputs[3])
-        self._fallback = None
         self._wb: tuple | None = None
         self._wt: tuple | None = None
         self._bs: tuple | None = None
@@ -215,14 +214,9 @@ class FusedConv(FusedBase):
                            "_bz": b_const}
         self._geometries: dict[tuple, tuple] = {}
         self.last_path: str | None = None  #: the ``CONV_PATHS`` name of the last 2-D float run
-        from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
-
         self.shuffle = int(node.attr("channel_shuffle", 0))
-        conv_attrs = [a for k, a in node.attribute_protos.items()
-                      if k not in ("activation", "activation_params", "channel_shuffle")]
-        conv = Node("Conv", node.inputs[:3], node.outputs[:1], name=node.name, attribute_protos=conv_attrs)
-        conv.since_version = 11
-        self._fallback = create_cpu_kernel(conv, ctx, 11)
+        self._node, self._ctx = node, ctx
+        self._conv_kernel: Kernel | None = None  # ``_fallback``, once made
         self._as_2d = self._twin_2d(node, ctx)
         self._w4: tuple | None = None
         self._fast: dict[tuple, tuple] = {}  # per input shape: (W, dtype, B, run), ``_remember``
@@ -235,6 +229,24 @@ class FusedConv(FusedBase):
         self._clip_bounds = ((float(params[0]), float(params[1]))
                              if node.attr("activation", "") == "Clip" and len(params) == 2 else None)
         self._native_act = native_activation(node.attr("activation", ""), params)
+
+    @property
+    def _fallback(self) -> Kernel:
+        """The CPU EP's Conv of this node's convolution, for inputs the paths here do not take
+        (another rank, an integer dtype, weights of another dtype); made at the first such run, as
+        most FusedConvs never meet one (its constructor only keeps the attributes: what it
+        refuses, it refuses when it runs)."""
+        kernel = self._conv_kernel
+        if kernel is None:
+            from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
+
+            node = self._node
+            conv_attrs = [a for k, a in node.attribute_protos.items()
+                          if k not in ("activation", "activation_params", "channel_shuffle")]
+            conv = Node("Conv", node.inputs[:3], node.outputs[:1], name=node.name, attribute_protos=conv_attrs)
+            conv.since_version = 11
+            kernel = self._conv_kernel = create_cpu_kernel(conv, self._ctx, 11)
+        return kernel
 
     @staticmethod
     def _twin_2d(node: Node, ctx: KernelCreateContext) -> FusedConv | None:

@@ -339,3 +339,17 @@ def test_new_token_ids_and_masks_at_one_shape_reuse_the_specialisation(opencl, n
     infos = _partitions(sess)
     assert infos and all((i.stats.misses, i.stats.hits, i.stats.host_runs) == (1, runs - 1, 0) for i in infos), \
         [i.stats for i in infos]
+
+
+def test_a_saved_partition_keeps_which_indices_key_its_signature(opencl):
+    # An EPContext blob holds the partition's graph, not the whole graph that told which inputs
+    # follow from shapes: the plan carries them, so a loaded partition folds the position ids as
+    # the compiled one does and still uploads the token ids.
+    from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicPartitionPlan
+
+    sess = _sessions(_embeddings())["on"]
+    (part,) = _partitions(sess)
+    saved = DynamicPartitionPlan.of(part)
+    assert saved.shape_derived == ["pos"]
+    loaded = saved.compute_info(part.device, part.allocator, part.logger)
+    assert loaded.params == part.params and {loaded.graph.input_names[i] for i in loaded.params} == {"pos"}

@@ -152,15 +152,20 @@ class DynamicPartitionPlan:
     graph: np.ndarray  # serialized onnx.GraphProto as uint8
     opset: dict
     max_signatures: int
+    #: its inputs computed from shapes and constants alone (``DynamicNodeComputeInfo.shape_derived``),
+    #: which the whole graph the blob no longer holds told; a blob without them uploads every index
+    shape_derived: list = field(default_factory=list)
 
     @classmethod
     def of(cls, info: DynamicNodeComputeInfo) -> DynamicPartitionPlan:
         data = info.graph.to_proto().SerializeToString()
-        return cls(np.frombuffer(data, dtype=np.uint8).copy(), dict(info.graph.opset), info.max_signatures)
+        return cls(np.frombuffer(data, dtype=np.uint8).copy(), dict(info.graph.opset), info.max_signatures,
+                   sorted(info.shape_derived))
 
     def compute_info(self, device: Any, allocator: Any, logger: logging.Logger) -> DynamicNodeComputeInfo:
         graph = Graph.from_proto(onnx.GraphProto.FromString(self.graph.tobytes()), self.opset)
-        return DynamicNodeComputeInfo(graph, device, allocator, logger, int(self.max_signatures))
+        return DynamicNodeComputeInfo(graph, device, allocator, logger, int(self.max_signatures),
+                                      shape_derived=frozenset(self.shape_derived))
 
 
 class DynamicNodeComputeInfo(NodeComputeInfo):

@@ -339,6 +339,9 @@ def test_new_token_ids_and_masks_at_one_shape_reuse_the_specialisation(opencl, n
     infos = _partitions(sess)
     assert infos and all((i.stats.misses, i.stats.hits, i.stats.host_runs) == (1, runs - 1, 0) for i in infos), \
         [i.stats for i in infos]
+    # what keys a signature follows from shapes and constants alone
+    for i in infos:
+        assert {i.graph.input_names[k] for k in i.params} <= i.shape_derived, (i.graph.name, i.shape_derived)
 
 
 def test_a_saved_partition_keeps_which_indices_key_its_signature(opencl):

@@ -281,3 +281,78 @@ def test_shape_value_outputs_reach_onnxruntime_through_the_bridge():
         assert err <= 2e-2 + 2e-2 * scale  # intel-gpu stores float32 as float16; the shapes are exact
         if got_dtype == "int64":
             assert err == 0
+
+
+def _embeddings() -> bytes:
+    # Token and position embeddings as exporters write them: Gather(tok, ids) with the ids a graph
+    # input, and Gather(pos, Range(0, dim1(ids))) whose indices follow from a shape alone.
+    nodes = [helper.make_node("Shape", ["ids"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["t"], axis=0),
+             helper.make_node("Range", ["zero", "t", "step"], ["pos"]),
+             helper.make_node("Gather", ["tok", "ids"], ["e"], axis=0),
+             helper.make_node("Gather", ["posw", "pos"], ["p"], axis=0),
+             helper.make_node("Add", ["e", "p"], ["h"]),
+             helper.make_node("MatMul", ["h", "w"], ["y"])]
+    consts = {"one": np.array(1, np.int64), "zero": np.array(0, np.int64), "step": np.array(1, np.int64),
+              "tok": RNG.standard_normal((50, 16)).astype(np.float32),
+              "posw": RNG.standard_normal((20, 16)).astype(np.float32),
+              "w": RNG.standard_normal((16, 16)).astype(np.float32)}
+    return _model(nodes, [_i("ids", ["batch", "seq"])], [_f("y", ["batch", "seq", 16])], consts)
+
+
+def test_token_ids_do_not_key_the_specialisation(opencl):
+    # A [2, 12] int64 input is as small as a shape value, but it is data: new token ids at the same
+    # shape must reuse the specialisation (uploading them), never build one per sequence and
+    # evict the shapes the cache holds. The position indices, computed from the shape alone, stay
+    # constants of each specialisation.
+    data = _embeddings()
+    feeds = [{"ids": RNG.integers(0, 50, (2, 12))} for _ in range(5)] + [{"ids": RNG.integers(0, 50, (3, 7))}]
+    sessions = _check(data, feeds)
+    for rule, sess in sessions.items():
+        (part,) = _partitions(sess)
+        assert {part.graph.input_names[i] for i in part.params} == {"pos"}, rule
+        assert part.graph.input_names.index("ids") in part.host_inputs, rule  # the plan uploads them
+        assert (part.stats.misses, part.stats.hits, part.stats.host_runs) == (2, 4, 0), (rule, part.stats)
+
+
+@pytest.mark.parametrize("name", ["bert_ts", "gpt2_ts", "t5_encoder_ts", "bert_dynamo"])
+def test_new_token_ids_and_masks_at_one_shape_reuse_the_specialisation(opencl, name):
+    # The corpus transformers fed new token ids and attention masks at the stored shape: every
+    # output as onnxruntime's (a specialisation keyed on stale data would be silently wrong), and
+    # each partition specialised once (keyed on the data, each run would build a plan).
+    from onnxhal.stored_outputs import read_signatures
+
+    path = os.path.join(CORPUS, f"{name}.onnx")
+    feeds, _ = read_signatures(path)["a"]
+    with open(path, "rb") as f:
+        data = f.read()
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    sess = onnxhal.InferenceSession(data, providers=[(EP, {}), "CPUExecutionProvider"])
+    ids = np.asarray(feeds["input_ids"])
+    runs = 5
+    for k in range(runs):
+        mask = np.ones_like(ids)
+        mask[0, ids.shape[1] - 1 - k:] = 0  # a different padding each run
+        new = {**feeds, "input_ids": RNG.integers(0, int(ids.max()) + 1, ids.shape), "attention_mask": mask}
+        for got, want in zip(sess.run(None, new), ref.run(None, new)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} run {k}")
+    infos = _partitions(sess)
+    assert infos and all((i.stats.misses, i.stats.hits, i.stats.host_runs) == (1, runs - 1, 0) for i in infos), \
+        [i.stats for i in infos]
+    # what keys a signature follows from shapes and constants alone
+    for i in infos:
+        assert {i.graph.input_names[k] for k in i.params} <= i.shape_derived, (i.graph.name, i.shape_derived)
+
+
+def test_a_saved_partition_keeps_which_indices_key_its_signature(opencl):
+    # An EPContext blob holds the partition's graph, not the whole graph that told which inputs
+    # follow from shapes: the plan carries them, so a loaded partition folds the position ids as
+    # the compiled one does and still uploads the token ids.
+    from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicPartitionPlan
+
+    sess = _sessions(_embeddings())["on"]
+    (part,) = _partitions(sess)
+    saved = DynamicPartitionPlan.of(part)
+    assert saved.shape_derived == ["pos"]
+    loaded = saved.compute_info(part.device, part.allocator, part.logger)
+    assert loaded.params == part.params and {loaded.graph.input_names[i] for i in loaded.params} == {"pos"}

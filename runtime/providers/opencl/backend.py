@@ -49,7 +49,7 @@ from onnxhal.runtime.providers.opencl.op_support import (
 )
 from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
 from onnxhal.runtime.providers.opencl.plan_builder import build_plan, shape_only_outputs
-from onnxhal.runtime.providers.opencl.shape_values import shape_values, unclaim_unshared
+from onnxhal.runtime.providers.opencl.shape_values import shape_derived, shape_values, unclaim_unshared
 
 #: The EP keeps its own copies of constant weights (uploaded once per partition state).
 FUSION_OPTIONS = NodeFusionOptions(drop_constant_initializers=True)
@@ -132,6 +132,8 @@ class OpenCLBackend:
         self._planned: weakref.WeakKeyDictionary[Graph, PartitionPlan] = weakref.WeakKeyDictionary()
         # Outputs read outside only for their shape, by the filtered graph (plan_builder.shape_only_outputs).
         self._shape_only: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
+        # Inputs computed from shapes and constants alone, by the filtered graph (shape_values.shape_derived).
+        self._shape_derived: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
 
     def lookup(self, graph: Graph, allow_dynamic: bool = False) -> GraphLookup:
         """Shapes, dtypes and constants of ``graph``'s values (symbolic dims allowed or refused)."""
@@ -184,6 +186,7 @@ class OpenCLBackend:
             claimed = unclaim_unshared(graph, claimed, lookup.shape_values)
         taken = {id(n) for n in claimed}
         values = lookup.shape_values
+        derived = shape_derived(graph, lookup)
 
         def shape_value(n: Node) -> bool:
             return bool(values) and all(o in values for o in n.outputs if o)
@@ -196,6 +199,7 @@ class OpenCLBackend:
             for piece in (split(graph, group) if split is not None else [group]):
                 part = support_info.filtered_graph(piece, FUSION_OPTIONS)
                 self._shape_only[part] = shape_only_outputs(graph, part)
+                self._shape_derived[part] = frozenset(i for i in part.input_names if i in derived)
                 reason = self._cost_reason(graph, piece, support_info, lookup, taken) if self.cost_rule else None
                 if reason is None and self.host_islands and host_island(graph, piece, taken):
                     reason = ("a piece of a host chain (rule host_islands): every input comes from the host and only "
@@ -268,7 +272,8 @@ class OpenCLBackend:
         """A partition specialised per input signature at run time (host runs where that fails)."""
         return DynamicNodeComputeInfo(graph, self.device, self.allocator, self.logger,
                                       disabled_fusions=self.disabled_fusions,
-                                      shape_only=self._shape_only.get(graph, frozenset()))
+                                      shape_only=self._shape_only.get(graph, frozenset()),
+                                      shape_derived=self._shape_derived.get(graph, frozenset()))
 
     def compute_info(self, plan: PartitionPlan) -> OpenCLNodeComputeInfo:
         """A compiled partition from a plan made elsewhere (an EPContext blob's)."""

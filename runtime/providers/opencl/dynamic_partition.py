@@ -81,25 +81,42 @@ def specialised(graph: Graph, shape_values_rule: bool) -> bool:
 
 def host_edges(graph: Graph, values: frozenset[str]) -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
     """For a partition specialised per signature whose shape values are ``values``: the indices of
-    its inputs handed over in host memory (parameters, ``runtime_params``), of its inputs read only
-    for their shape (``metadata_inputs``), and of its outputs that are shape values."""
+    its inputs handed over in host memory (parameters, ``runtime_params``, and the index inputs of
+    its Gathers, ``gather_index_inputs``), of its inputs read only for their shape
+    (``metadata_inputs``), and of its outputs that are shape values."""
     nodes = shape_value_nodes(graph, values)
-    params = runtime_params(graph, value_inputs(graph, nodes))
+    host = {*runtime_params(graph, value_inputs(graph, nodes)), *gather_index_inputs(graph)}
     metadata = metadata_inputs(graph, nodes)
-    return (frozenset(params), frozenset(i for i, name in enumerate(graph.input_names) if name in metadata),
+    return (frozenset(host), frozenset(i for i, name in enumerate(graph.input_names) if name in metadata),
             frozenset(i for i, name in enumerate(graph.output_names) if name in values))
 
 
-def runtime_params(graph: Graph, read_by_shape_values: frozenset[str] = frozenset()) -> list[int]:
-    """Indices of the partition's inputs that are parameters (shapes, axes, bounds), Gather
-    indices, or read by its shape values (``read_by_shape_values``): they come in host memory and
-    their values are part of the signature."""
+def runtime_params(graph: Graph, read_by_shape_values: frozenset[str] = frozenset(),
+                   shape_derived: frozenset[str] = frozenset()) -> list[int]:
+    """Indices of the partition's inputs that are parameters (shapes, axes, bounds), read by its
+    shape values (``read_by_shape_values``), or Gather indices computed from shapes and constants
+    alone (``shape_derived``, ``shape_values.shape_derived`` of the whole graph): they come in host
+    memory and their values are part of the signature, since each specialisation has them as
+    constants.
+
+    Other Gather indices are data: a token-id input such as ``input_ids`` [2, 12] is small enough
+    to look like a parameter, but keying on it would specialise the partition again for every new
+    token sequence (a host run and a plan build per run, the LRU evicting the shapes it holds).
+    The plan uploads those at each run instead (``plan_builder``'s ``host_indices``)."""
     params: set[str] = set(read_by_shape_values)
     for n in graph.nodes:
         for k in PARAM_INPUTS.get(n.op_type, ()):
-            if k < len(n.inputs) and n.inputs[k]:
+            if k < len(n.inputs) and n.inputs[k] and (
+                    n.op_type != "Gather" or n.domain or n.inputs[k] in shape_derived):
                 params.add(n.inputs[k])
     return [i for i, name in enumerate(graph.input_names) if name in params]
+
+
+def gather_index_inputs(graph: Graph) -> list[int]:
+    """Indices of the partition's inputs that its Gathers read as indices: handed over in host
+    memory, where the plan reads them to check their range before uploading them."""
+    indices = {n.inputs[1] for n in graph.nodes if n.op_type == "Gather" and not n.domain and len(n.inputs) > 1}
+    return [i for i, name in enumerate(graph.input_names) if name in indices]
 
 
 @dataclass
@@ -135,15 +152,20 @@ class DynamicPartitionPlan:
     graph: np.ndarray  # serialized onnx.GraphProto as uint8
     opset: dict
     max_signatures: int
+    #: its inputs computed from shapes and constants alone (``DynamicNodeComputeInfo.shape_derived``),
+    #: which the whole graph the blob no longer holds told; a blob without them uploads every index
+    shape_derived: list = field(default_factory=list)
 
     @classmethod
     def of(cls, info: DynamicNodeComputeInfo) -> DynamicPartitionPlan:
         data = info.graph.to_proto().SerializeToString()
-        return cls(np.frombuffer(data, dtype=np.uint8).copy(), dict(info.graph.opset), info.max_signatures)
+        return cls(np.frombuffer(data, dtype=np.uint8).copy(), dict(info.graph.opset), info.max_signatures,
+                   sorted(info.shape_derived))
 
     def compute_info(self, device: Any, allocator: Any, logger: logging.Logger) -> DynamicNodeComputeInfo:
         graph = Graph.from_proto(onnx.GraphProto.FromString(self.graph.tobytes()), self.opset)
-        return DynamicNodeComputeInfo(graph, device, allocator, logger, int(self.max_signatures))
+        return DynamicNodeComputeInfo(graph, device, allocator, logger, int(self.max_signatures),
+                                      shape_derived=frozenset(self.shape_derived))
 
 
 class DynamicNodeComputeInfo(NodeComputeInfo):
@@ -151,7 +173,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
 
     def __init__(self, graph: Graph, device: Any, allocator: Any, logger: logging.Logger,
                  max_signatures: int = MAX_SIGNATURES, disabled_fusions: frozenset[str] = frozenset(),
-                 shape_only: frozenset[str] = frozenset()) -> None:
+                 shape_only: frozenset[str] = frozenset(), shape_derived: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.disabled_fusions = disabled_fusions
         #: outputs read outside only for their shape (plan_builder.shape_only_outputs)
@@ -163,7 +185,9 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         #: values computed on the host at each specialisation, constants of its plan (rule shape_values)
         self.shape_values = partition_shape_values(graph) if "shape_values" not in disabled_fusions else frozenset()
         self._shape_nodes = shape_value_nodes(graph, self.shape_values)
-        self.params = runtime_params(graph, value_inputs(graph, self._shape_nodes))
+        #: inputs computed from shapes and constants alone: Gather indices among them key the signature
+        self.shape_derived = shape_derived
+        self.params = runtime_params(graph, value_inputs(graph, self._shape_nodes), shape_derived)
         # Parameters come in host memory; inputs only a Shape or Size reads are handed over wherever
         # they live, uncopied; outputs that are shape values (constants of each specialisation) leave
         # in host memory.

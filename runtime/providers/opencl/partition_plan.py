@@ -149,6 +149,9 @@ class PartitionState:
         self.allocator = allocator
         # Re-entrant for release(), which the garbage collector may run (a session's finalizer).
         self.lock = threading.RLock()
+        # The last run's index uploads (pyopencl NannyEvents): each keeps its host copy alive until
+        # the transfer is done, and waits for it when dropped, which the next run does.
+        self._uploads: list = []
         self.launches = [_BoundLaunch(device, s) if isinstance(s, Launch) else s for s in plan.steps]
         init = [_BoundLaunch(device, s) for s in plan.init_steps]
         self.const_buffers: dict[str, cl.Buffer] = {}
@@ -195,7 +198,7 @@ class PartitionState:
                     self.allocator.free(buf)
             self._workspaces.clear()
 
-    def _upload_indices(self, name: str, t, queue: cl.CommandQueue, owned: list) -> cl.Buffer:
+    def _upload_indices(self, name: str, t, queue: cl.CommandQueue, owned: list, uploads: list) -> cl.Buffer:
         """Gather indices fed at run time, in host memory: out-of-range ones are an error (onnxruntime's),
         not a silent zero from the kernel."""
         if isinstance(t, DeviceTensor):  # the fused node lists it in host_inputs: the runtime copies it
@@ -209,8 +212,11 @@ class PartitionState:
         _check_indices(name, idx, self.plan.host_indices[name])
         buf = self.allocator.alloc(max(idx.nbytes, 8))
         owned.append(buf)
-        if idx.nbytes:  # blocking: the host array may go away once run() returns
-            cl.enqueue_copy(queue, buf, np.ascontiguousarray(idx.reshape(-1)), is_blocking=True)
+        if idx.nbytes:
+            # Not blocking, so the run waits once, at its end: the copy is the run's own (the caller
+            # may reuse its array once run() returns), and ``uploads`` keeps it until it is on the device.
+            private = np.array(idx.reshape(-1), dtype=np.int64, copy=True)
+            uploads.append(cl.enqueue_copy(queue, buf, private, is_blocking=False))
         return buf
 
     def run(self, inputs: list, queue: cl.CommandQueue) -> list[DeviceTensor]:
@@ -221,10 +227,11 @@ class PartitionState:
                                   f"({plan.input_names}), got {len(inputs)}")
         bufs: dict[str, cl.Buffer] = dict(self.const_buffers)
         owned: list[cl.Buffer] = []
+        uploads: list = []
         try:
             for name, t in zip(plan.input_names, inputs):
                 if name in plan.host_indices:
-                    bufs[name] = self._upload_indices(name, t, queue, owned)
+                    bufs[name] = self._upload_indices(name, t, queue, owned, uploads)
                     continue
                 if not isinstance(t, DeviceTensor) or not isinstance(t.buffer, cl.Buffer):
                     raise InvalidArgument(f"OpenCL fused node input {name!r}: expected an OpenCL DeviceTensor, got "
@@ -251,6 +258,8 @@ class PartitionState:
                 bufs[name] = out.buffer
                 outputs.append(out)
             with self.lock:
+                if uploads or self._uploads:
+                    self._uploads = uploads
                 bufs.update(self._workspace(queue))
                 for name in plan.aliases:
                     if name not in bufs:

@@ -69,6 +69,28 @@ def shape_values(graph: Graph, lookup: GraphLookup, outside: Callable[[str], boo
     return frozenset(found)
 
 
+#: Ops whose result is not a function of their inputs: never shape-derived.
+_NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                               "Multinomial", "Bernoulli", "Dropout"})
+
+
+def shape_derived(graph: Graph, lookup: GraphLookup) -> frozenset[str]:
+    """The values of ``graph`` computed from tensor shapes (Shape, Size) and constants alone, of any
+    size and dtype: functions of the shapes of a run, never of the data it is fed. A partition may
+    key its specialisations on such an input's value without specialising again at every run (a
+    position-id Gather's indices), where a data input (a token-id Gather's indices) would.
+    ``graph.nodes`` is in topological order."""
+    found: set[str] = set()
+    for n in graph.nodes:
+        if n.subgraphs or n.domain not in ("", "ai.onnx") or n.op_type in _NONDETERMINISTIC:
+            continue
+        outs = [o for o in n.outputs if o]
+        inputs = [i for i in n.inputs if i]
+        if n.op_type in SHAPE_READERS or (inputs and all(i in found or lookup.const(i) is not None for i in inputs)):
+            found.update(outs)
+    return frozenset(found)
+
+
 def shape_value_nodes(graph: Graph, values: frozenset[str]) -> list[Node]:
     """The nodes of ``graph`` that compute the shape values ``values``."""
     return [n for n in graph.nodes if n.outputs and all(o in values for o in n.outputs if o)

@@ -557,7 +557,9 @@ def flat_taps_conv(x: np.ndarray, w: np.ndarray, pb: tuple, pe: tuple, out: tupl
             np.matmul(wk, cols.reshape(group, k, p1 - p0), out=acc[i, :, :, p0:p1])
     st = acc.strides[-1]
     view = strided_view(acc, (n, m) + tuple(out), (acc.strides[0], acc.strides[2]) + tuple(p * st for p in pitches))
-    return np.ascontiguousarray(view)
+    # a copy always: where the cut is already contiguous (no padding columns to drop) the view itself
+    # is read-only, and the caller adds the bias in place
+    return np.array(view, order="C")
 
 
 @register("Conv", since=1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -344,6 +345,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``onnxhal`` command. A user's mistake (a typed OrtError, a file that cannot be read) is one
     line on stderr and exit status 2, never a traceback; a closed pipe (``| head``) ends quietly with
     141; Ctrl-C prints one line and exits 130."""
+    interrupted = _watch_sigint()
+    try:
+        return _main(argv, interrupted)
+    finally:
+        if interrupted is not _NOT_WATCHED:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # as it was: _watch_sigint set it only over the default
+
+
+_NOT_WATCHED: list[int] = []
+
+
+def _main(argv: Sequence[str] | None, interrupted: list[int]) -> int:
     try:
         args = build_parser().parse_args(argv)
         return args.fn(args)
@@ -351,6 +364,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("onnxhal: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
+        if interrupted:
+            # Ctrl-C during an import of a C extension comes out as that import's error (numpy's
+            # "PyCapsule_Import could not import module datetime"), not as KeyboardInterrupt
+            print("onnxhal: interrupted", file=sys.stderr)
+            return 130
         if _is_ort_error(e):
             print(f"onnxhal: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
@@ -360,6 +378,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"onnxhal: {e.strerror or e}: {e.filename!r}" if e.filename else f"onnxhal: {e}", file=sys.stderr)
             return 2
         raise
+
+
+def _watch_sigint() -> list[int]:
+    """A list that a SIGINT during the command appends to, before it raises KeyboardInterrupt as
+    Python's own handler does; ``_NOT_WATCHED`` (always empty) where the handler cannot be set (not
+    the main thread) or is not Python's default one (an embedding host's, left in place)."""
+    try:
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return _NOT_WATCHED
+    except ValueError:
+        return _NOT_WATCHED
+    seen: list[int] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread
+        return _NOT_WATCHED
+    return seen
 
 
 def _is_ort_error(e: BaseException) -> bool:

@@ -54,3 +54,23 @@ def test_ctrl_c_while_numpy_and_onnx_load_prints_one_line_and_exits_130(command)
             p.kill()
     assert err.decode().splitlines() == ["onnxhal: interrupted"], err.decode()[-3000:]
     assert p.returncode == 130
+
+
+def test_ctrl_c_that_an_import_turns_into_its_own_error_still_prints_one_line_and_exits_130(monkeypatch, capsys):
+    """A C extension's import that SIGINT interrupts raises its own error (numpy's
+    "PyCapsule_Import could not import module datetime"), not KeyboardInterrupt; the command still
+    says it was interrupted."""
+    from onnxhal import cli
+
+    def interrupted_import():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler raises here
+        except KeyboardInterrupt as e:
+            raise ImportError('PyCapsule_Import could not import module "datetime"') from e
+        raise AssertionError("no SIGINT arrived")
+
+    monkeypatch.setattr(cli, "build_parser", interrupted_import)
+    assert cli.main(["devices"]) == 130
+    assert capsys.readouterr().err.splitlines() == ["onnxhal: interrupted"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

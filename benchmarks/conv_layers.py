@@ -42,7 +42,7 @@ def conv_layers(model: onnx.ModelProto, batch: int) -> list[tuple[onnx.NodeProto
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     layers = []
     for node in model.graph.node:
-        shape = shapes.get(node.input[0], ())
+        shape = shapes.get(node.input[0], ()) if node.input else ()
         if node.op_type != "Conv" or node.input[1] not in inits or len(shape) != 4 or not all(shape):
             continue
         bias = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None

@@ -1,7 +1,7 @@
 """Each 2-D convolution of a model alone on the OpenCL EP against onnxruntime's CPU EP, alternating.
 
     python benchmarks/opencl_conv_layers.py [MODEL] [--batch 1] [--repeat 30] [--threads 2]
-                                            [--disable-fusions RULES] [--ab RULES]
+                                            [--disable-fusions RULES] [--ab RULES] [--whole]
 
 MODEL is a corpus ``.onnx`` file or ``cnn`` (``models.cnn()``, the default). Every Conv with constant
 weights (and its bias) is one model of one node, run by an OpenCL session (input in host memory, as a
@@ -9,7 +9,8 @@ model run is) and by onnxruntime with ``--threads`` threads, alternating; the fi
 wall time (a CPU device's work runs on the driver's threads, which process CPU time of this thread
 would miss), with the load average printed at the start and end. ``--ab RULES`` adds a third session
 with those fusion rules off, alternating with the other two, for a before/after of a kernel rule on
-the same layer under the same load.
+the same layer under the same load. ``--whole`` times the whole model the same way (its first
+input of the given batch, random) instead of its layers.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--disable-fusions", default="", metavar="RULES")
     p.add_argument("--ab", default="", metavar="RULES", help="also time a session with these rules off")
+    p.add_argument("--whole", action="store_true", help="time the whole model instead of its layers")
     args = p.parse_args(argv)
     import onnxruntime as ort
 
@@ -67,21 +69,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at the start {open('/proc/loadavg').read().split()[:3]}")
     for batch in (int(v) for v in args.batch.split(",")):
         totals = [0.0, 0.0, 0.0]
-        for node, shape, w, b in conv_layers(model, batch):
+        for node, shape, w, b in _whole(model, batch) if args.whole else conv_layers(model, batch):
             x = rng.standard_normal(shape).astype(np.float32)
-            data = conv_model(node, shape, w, b)
+            data = model.SerializeToString() if args.whole else conv_model(node, shape, w, b)
+            if args.whole:  # the model's own input name
+                x_name = model.graph.input[0].name
+                feeds = {x_name: x}
+            else:
+                feeds = {"x": x}
             sessions = [hal_session(data, args.disable_fusions),
                         ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])]
             if args.ab:
                 sessions.append(hal_session(data, ",".join(filter(None, (args.disable_fusions, args.ab)))))
-            want = sessions[1].run(None, {"x": x})[0]
-            diffs = [float(np.max(np.abs(s.run(None, {"x": x})[0] - want))) for s in sessions]
+            want = sessions[1].run(None, feeds)[0]
+            diffs = [float(np.max(np.abs(s.run(None, feeds)[0] - want))) for s in sessions]
             cpu: list[list[float]] = [[] for _ in sessions]
             wall: list[list[float]] = [[] for _ in sessions]
             for _ in range(args.repeat):
                 for i, s in enumerate(sessions):
                     c0, t0 = time.process_time(), time.perf_counter()
-                    s.run(None, {"x": x})
+                    s.run(None, feeds)
                     wall[i].append(time.perf_counter() - t0)
                     cpu[i].append(time.process_time() - c0)
             med = [statistics.median(t) * 1e6 for t in cpu]
@@ -97,6 +104,14 @@ def main(argv: list[str] | None = None) -> int:
               f"({totals[0] / totals[1]:.2f}){ab}")
     print(f"load average at the end {open('/proc/loadavg').read().split()[:3]}")
     return 0
+
+
+def _whole(model: onnx.ModelProto, batch: int) -> list[tuple[onnx.NodeProto, tuple, np.ndarray, None]]:
+    """The model's first input as one "layer" (its shape with the batch axis set), for ``--whole``."""
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    shape = (batch, *dims[1:])
+    node = helper.make_node("Identity", [model.graph.input[0].name], ["whole"])
+    return [(node, shape, np.zeros((0,), np.float32), None)]
 
 
 def _strides(node: onnx.NodeProto) -> int:

@@ -183,7 +183,7 @@ def test_conv_row_pairs_with_residual_relu_and_non_finite_edges(opencl):
     assert _run(model, feeds, "")[1] == ["conv_rows2_s1"] * 2
 
 
-LANE_CASES = [  # 32-channel blocks and rows of 14 or 28 (conv_lanes) against the row-vector kernels
+LANE_CASES = [  # 32-channel blocks and rows of 14 to 112 (conv_lanes) against the other forms
     ((1, 8, 28, 28), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # ResNet 3x3 at 28
     ((2, 5, 14, 14), (64, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                      # batch 2, two channel blocks
     ((1, 6, 56, 56), (32, 6, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # 3x3 stride 2 into 28
@@ -193,7 +193,10 @@ LANE_CASES = [  # 32-channel blocks and rows of 14 or 28 (conv_lanes) against th
     ((1, 4, 5, 14), (32, 4, 3, 5), dict(pads=[5, 9, 4, 9])),                       # pads wider than the kernel
     ((1, 4, 6, 14), (32, 4, 3, 3), dict(pads=[0, 1, 2, 1], strides=[1, 1])),       # asymmetric rows of padding
     ((1, 4, 14, 14), (48, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                      # 48 channels: not for the rule
-    ((1, 4, 8, 56), (32, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                       # rows of 56: not for the rule
+    ((1, 4, 8, 56), (32, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                       # rows of 56, 4 tiles
+    ((1, 3, 16, 224), (32, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),     # the stem's rows of 112
+    ((1, 4, 4, 126), (32, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                      # rows of 126: not for the rule
+    ((1, 4, 5, 30), (32, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                       # rows of 30: not for the rule
     ((1, 4, 7, 7), (32, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                        # rows of 7: not for the rule
 ]
 
@@ -207,10 +210,11 @@ def _output_width(x_shape, w_shape, attrs) -> int:
 def test_conv_lanes_against_the_row_vector_kernels(opencl, x_shape, w_shape, attrs):
     model, feeds = _conv_model(x_shape, w_shape, **attrs)
     k_on, k_off = _check(model, feeds, "conv_lanes")
-    assert "conv_lanes_r14" not in k_off
-    lanes = w_shape[0] // attrs.get("group", 1) % 32 == 0 and _output_width(x_shape, w_shape, attrs) in (14, 28)
+    assert not any(k.startswith("conv_lanes") for k in k_off), k_off
+    ow = _output_width(x_shape, w_shape, attrs)
+    lanes = w_shape[0] // attrs.get("group", 1) % 32 == 0 and ow % 14 == 0 and ow <= 112
     if lanes:
-        assert k_on == ["pad_planes", "conv_lanes_r14"], k_on
+        assert k_on == ["pad_planes", f"conv_lanes_r14_s{attrs.get('strides', [1, 1])[1]}"], k_on
     else:
         assert k_on == k_off, k_on
 
@@ -238,8 +242,8 @@ def test_conv_lanes_with_residual_activation_and_non_finite_edges(opencl, act, a
         got, kernels = _run(model, feeds, disabled)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert "conv_lanes_r14" not in kernels
-    assert _run(model, feeds, "")[1] == ["pad_planes", "conv_lanes_r14"] * 2
+    assert not any(k.startswith("conv_lanes") for k in kernels), kernels
+    assert _run(model, feeds, "")[1] == ["pad_planes", "conv_lanes_r14_s1"] * 2
 
 
 def _pool_model(x_shape, **attrs) -> tuple[onnx.ModelProto, dict]:

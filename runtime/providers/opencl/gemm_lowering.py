@@ -290,16 +290,16 @@ class GemmLowering:
 
     def _conv_lanes(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
                     epi: Epilogue) -> bool:
-        """Rule conv_lanes: ``pad_planes`` + ``conv_lanes_r14`` (output channels in the vector lanes)
-        where constant weights give a whole number of 32-channel blocks per group and the output rows
-        one or two 14-position tiles (``ks.CONV_LANES_MAX_OW``: a 224-pixel ResNet's 28 and 14 rows;
-        rows of 7 keep conv_rows2, of 56 and up the row-vector kernels). Returns False where it does
-        not apply."""
+        """Rule conv_lanes: ``pad_planes`` + ``conv_lanes_r14_s{1,2}`` (output channels in the vector
+        lanes) where the horizontal stride is 1 or 2, constant weights give a whole number of
+        32-channel blocks per group and the output rows a whole number of 14-position tiles up to
+        ``ks.CONV_LANES_MAX_OW`` (a 224-pixel ResNet's rows from 112 down to 14; its rows of 7 keep
+        conv_rows2). Returns False where it does not apply."""
         OW, OH = g["OW"], g["OH"]
         Nimg, Cin, Cout = xs[0], xs[1], ws[0]
         Cg, Mg = Cin // G, Cout // G
         rp = next((r for r in ks.CONV_LANES_POSITIONS if OW % r == 0 and OW <= ks.CONV_LANES_MAX_OW), 0)
-        if not (self.rule("conv_lanes") and w in self.plan.constants and rp
+        if not (self.rule("conv_lanes") and w in self.plan.constants and rp and g["sw"] in (1, 2)
                 and Mg % ks.CONV_LANES_CHANNELS == 0):
             return False
         KH, KW = g["KH"], g["KW"]
@@ -315,9 +315,9 @@ class GemmLowering:
         self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [
             Buf(xp), Buf(x), I32(g["H"]), I32(g["W"]), I32(Hp), I32(Wp), I32(g["ph"]), I32(g["pw"])])
         args = [Buf(ap), Buf(xp), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
-                I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "sw", "dh", "dw")), I32(Hp), I32(Wp),
+                I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "dh", "dw")), I32(Hp), I32(Wp),
                 I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
-        self.plan.steps.append(Launch(ks.GEMM_SOURCE, f"conv_lanes_r{rp}", (Mb * OH * (OW // rp), Nimg * G), (1, 1),
+        self.plan.steps.append(Launch(ks.GEMM_SOURCE, f"conv_lanes_r{rp}_s{g['sw']}", (Mb * OH * (OW // rp), Nimg * G), (1, 1),
                                       args))
         return True
 

@@ -122,7 +122,7 @@ def _gemm_source() -> str:
     conv += "\n".join(_conv_unpadded_source(sw, nv) for sw in (1, 2) for nv in (1, 2))
     conv += _gemm_x2_source()
     conv += "\n".join(_conv_row_pairs_source(sw) for sw in (1, 2))
-    conv += "\n".join(_conv_lanes_source(r) for r in CONV_LANES_POSITIONS)
+    conv += "\n".join(_conv_lanes_source(r, sw) for r in CONV_LANES_POSITIONS for sw in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
@@ -478,23 +478,25 @@ CONV_LANES_CHANNELS = 16 * CONV_LANES_NV
 #: vectors (28 accumulators) is the most AVX-512's 32 registers hold with the two weight vectors and
 #: one broadcast. Seven positions (rows of 7) ran slower than conv_rows2 on PoCL (14 FMAs per 9 loads).
 CONV_LANES_POSITIONS = (14,)
-#: Rule conv_lanes: the output rows it takes (multiples of CONV_LANES_POSITIONS up to this). On PoCL
-#: (benchmarks/opencl_conv_layers.py) it ran the 3x3 and 1x1 stride-2 Convs into rows of 28 and 14
-#: and the 3x3 stride-1 ones at 14 faster than the row-vector kernels, at 28 even, and at 56 and
-#: the 112-pixel stem slower (its zero-padded copy of the input costs more there).
-CONV_LANES_MAX_OW = 28
+#: Rule conv_lanes: the widest output rows it takes (multiples of CONV_LANES_POSITIONS up to this,
+#: a 224-pixel ResNet's 112 to 14; wider rows were not measured). On PoCL
+#: (benchmarks/opencl_conv_layers.py) it ran every such Conv of ResNet-18 faster than the row-vector
+#: kernels, its zero-padded copy of the input included.
+CONV_LANES_MAX_OW = 112
 
 
-def _conv_lanes_source(rp: int) -> str:
-    """``conv_lanes_r{rp}`` (rule ``conv_lanes``): a Conv with the output channels in the vector lanes.
+def _conv_lanes_source(rp: int, sw: int) -> str:
+    """``conv_lanes_r{rp}_s{sw}`` (rule ``conv_lanes``): a Conv with the output channels in the vector lanes.
     One work-item computes CONV_LANES_CHANNELS output channels (CONV_LANES_NV 16-lane accumulators a
     position) x ``rp`` consecutive positions of one output row, reading the zero-padded input planes
     of ``pad_planes`` (no bounds checks: reading the input in place with a check per position ran
-    1.5x slower, rows of 14 or 28 being all edge tiles). Per (channel, tap) it loads the weight
+    1.5x slower, a row of 14 or 28 being edge tiles only). Per (channel, tap) it loads the weight
     vectors (packed at specialisation as [group][channel block][ci][kh][kw][CONV_LANES_CHANNELS], so
     the loads are aligned and walk memory in order) and broadcasts each of the ``rp`` input values
     once to all of them: 2 x ``rp`` FMAs per 2 + ``rp`` loads, every input value read as a scalar, so
-    stride 2 takes the same code as stride 1. The row-vector kernels (``conv_unpadded``) instead load a
+    stride 2 takes the same code as stride 1. The horizontal stride ``sw`` is a constant of the kernel:
+    as an argument, each position's load needed its own address arithmetic and the kernel ran about a
+    quarter slower. The row-vector kernels (``conv_unpadded``) instead load a
     16-position input vector per (channel, tap) and broadcast 8 weights (8 FMAs per 9 loads), with
     two loads and a shuffle a vector at stride 2 and lanes idle or masked in rows of 14. Each
     position's accumulators are stored lane by lane (output channels are a plane apart) with the
@@ -503,12 +505,12 @@ def _conv_lanes_source(rp: int) -> str:
     decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp) for v in range(nv))
     loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
 
-    body = "\n".join(f"        {{ const float xv = xr[{p} * sw]; "
+    body = "\n".join(f"        {{ const float xv = xr[{p * sw}]; "
                      + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }" for p in range(rp))
     store = "\n".join(f"  conv_lanes_store(c{p}_{v}, Crow + {p} + {16 * v} * P, Rrow + {p} + {16 * v} * P, bias, "
                       f"co0 + {16 * v}, P, bias_mode, act, p0, p1);" for p in range(rp) for v in range(nv))
     helper = ""
-    if rp == CONV_LANES_POSITIONS[0]:
+    if (rp, sw) == (CONV_LANES_POSITIONS[0], 1):
         helper = """
 // The epilogue of store_row for 16 output channels (lanes) of one position: bias per channel, the
 // residual, the activation (Relu as a mask, others lane by lane), then one store a lane, the
@@ -549,10 +551,10 @@ inline void conv_lanes_store(float16 v, __global float* Crow, __global const flo
 // Y[b] (b = image * G + group; M output channels per group, P = OH * OW) = A[b % a_mod] (*) Xp[b], the
 // output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b;
 // OW a multiple of {rp}, M of {16 * nv}. bias: per output channel (bias_mode 2 or 0); act as gemm_packed.
-__kernel void conv_lanes_r{rp}(__global const float* Wt, __global const float* Xp, __global float* C,
-                             __global const float* bias, __global const float* R, const int M,
-                             const int OH, const int OW, const int Cg, const int KH, const int KW,
-                             const int sh, const int sw, const int dh, const int dw, const int Hp,
+__kernel void conv_lanes_r{rp}_s{sw}(__global const float* Wt, __global const float* Xp, __global float* C,
+                                __global const float* bias, __global const float* R, const int M,
+                                const int OH, const int OW, const int Cg, const int KH, const int KW,
+                                const int sh, const int dh, const int dw, const int Hp,
                              const int Wp, const int a_mod, const int bias_mode, const int act,
                              const float p0, const float p1) {{
   const int P = OH * OW, nt = OW / {rp}, Mb = M / {16 * nv};
@@ -564,7 +566,7 @@ __kernel void conv_lanes_r{rp}(__global const float* Wt, __global const float* X
   const int co0 = ib * {16 * nv};
   __global const float16* wp = (__global const float16*)(Wt + ((size_t)(b % a_mod) * Mb + ib) * Cg * KH * KW
                                                          * {16 * nv});
-  __global const float* xb = Xp + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * sw;
+  __global const float* xb = Xp + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
   __global float* Crow = C + ((size_t)b * M + co0) * P + oh * OW + ow0;
   __global const float* Rrow = R + ((size_t)b * M + co0) * P + oh * OW + ow0;
   bias += (b % a_mod) * M;

@@ -185,19 +185,20 @@ def test_conv_row_pairs_with_residual_relu_and_non_finite_edges(opencl):
 
 LANE_CASES = [  # 32-channel blocks and rows of 14 to 112 (conv_lanes) against the other forms
     ((1, 8, 28, 28), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # ResNet 3x3 at 28
-    ((2, 5, 14, 14), (64, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                      # batch 2, two channel blocks
-    ((1, 6, 56, 56), (32, 6, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # 3x3 stride 2 into 28
-    ((1, 6, 28, 28), (32, 6, 1, 1), dict(strides=[2, 2])),                         # 1x1 stride-2 downsample
-    ((1, 3, 56, 56), (32, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),      # a 7x7 stride-2 stem into 28
-    ((1, 8, 10, 30), (64, 4, 3, 3), dict(pads=[0, 1, 1, 1], group=2, dilations=[2, 2])),  # groups, dilation
-    ((1, 4, 5, 14), (32, 4, 3, 5), dict(pads=[5, 9, 4, 9])),                       # pads wider than the kernel
-    ((1, 4, 6, 14), (32, 4, 3, 3), dict(pads=[0, 1, 2, 1], strides=[1, 1])),       # asymmetric rows of padding
-    ((1, 4, 14, 14), (48, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                      # 48 channels: not for the rule
-    ((1, 4, 8, 56), (32, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                       # rows of 56, 4 tiles
-    ((1, 3, 16, 224), (32, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),     # the stem's rows of 112
-    ((1, 4, 4, 126), (32, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                      # rows of 126: not for the rule
-    ((1, 4, 5, 30), (32, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                       # rows of 30: not for the rule
-    ((1, 4, 7, 7), (32, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                        # rows of 7: not for the rule
+    ((2, 10, 14, 14), (64, 10, 3, 3), dict(pads=[1, 1, 1, 1])),                    # batch 2, two channel blocks
+    ((1, 9, 56, 56), (32, 9, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # 3x3 stride 2 into 28
+    ((1, 8, 28, 28), (32, 8, 1, 1), dict(strides=[2, 2])),                         # 1x1 stride-2 downsample
+    ((1, 8, 56, 56), (32, 8, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),      # 7x7 stride 2 into 28
+    ((1, 3, 56, 56), (32, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),      # an RGB stem: not for the rule
+    ((1, 16, 10, 30), (64, 8, 3, 3), dict(pads=[0, 1, 1, 1], group=2, dilations=[2, 2])),  # groups, dilation
+    ((1, 8, 5, 14), (32, 8, 3, 5), dict(pads=[5, 9, 4, 9])),                       # pads wider than the kernel
+    ((1, 8, 6, 14), (32, 8, 3, 3), dict(pads=[0, 1, 2, 1], strides=[1, 1])),       # asymmetric rows of padding
+    ((1, 8, 14, 14), (48, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # 48 channels: not for the rule
+    ((1, 8, 8, 56), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                       # rows of 56, 4 tiles
+    ((1, 8, 12, 224), (32, 8, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),     # rows of 112
+    ((1, 8, 4, 126), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # rows of 126: not for the rule
+    ((1, 8, 5, 30), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                       # rows of 30: not for the rule
+    ((1, 8, 7, 7), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                        # rows of 7: not for the rule
 ]
 
 
@@ -212,7 +213,7 @@ def test_conv_lanes_against_the_row_vector_kernels(opencl, x_shape, w_shape, att
     k_on, k_off = _check(model, feeds, "conv_lanes")
     assert not any(k.startswith("conv_lanes") for k in k_off), k_off
     ow = _output_width(x_shape, w_shape, attrs)
-    lanes = w_shape[0] // attrs.get("group", 1) % 32 == 0 and ow % 14 == 0 and ow <= 112
+    lanes = w_shape[0] // attrs.get("group", 1) % 32 == 0 and w_shape[1] >= 8 and ow % 14 == 0 and ow <= 112
     if lanes:
         assert k_on == ["pad_planes", f"conv_lanes_r14_s{attrs.get('strides', [1, 1])[1]}"], k_on
     else:

@@ -292,7 +292,8 @@ class GemmLowering:
                     epi: Epilogue) -> bool:
         """Rule conv_lanes: ``pad_planes`` + ``conv_lanes_r14_s{1,2}`` (output channels in the vector
         lanes) where the horizontal stride is 1 or 2, constant weights give a whole number of
-        32-channel blocks per group and the output rows a whole number of 14-position tiles up to
+        32-channel blocks per group from at least ``ks.CONV_LANES_MIN_CG`` input channels (not an
+        RGB stem) and the output rows a whole number of 14-position tiles up to
         ``ks.CONV_LANES_MAX_OW`` (a 224-pixel ResNet's rows from 112 down to 14; its rows of 7 keep
         conv_rows2). Returns False where it does not apply."""
         OW, OH = g["OW"], g["OH"]
@@ -300,7 +301,7 @@ class GemmLowering:
         Cg, Mg = Cin // G, Cout // G
         rp = next((r for r in ks.CONV_LANES_POSITIONS if OW % r == 0 and OW <= ks.CONV_LANES_MAX_OW), 0)
         if not (self.rule("conv_lanes") and w in self.plan.constants and rp and g["sw"] in (1, 2)
-                and Mg % ks.CONV_LANES_CHANNELS == 0):
+                and Mg % ks.CONV_LANES_CHANNELS == 0 and Cg >= ks.CONV_LANES_MIN_CG):
             return False
         KH, KW = g["KH"], g["KW"]
         Hp, Wp = g["H"] + g["ph"] + g["ph_end"], g["W"] + g["pw"] + g["pw_end"]

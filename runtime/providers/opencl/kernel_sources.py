@@ -480,9 +480,13 @@ CONV_LANES_CHANNELS = 16 * CONV_LANES_NV
 CONV_LANES_POSITIONS = (14,)
 #: Rule conv_lanes: the widest output rows it takes (multiples of CONV_LANES_POSITIONS up to this,
 #: a 224-pixel ResNet's 112 to 14; wider rows were not measured). On PoCL
-#: (benchmarks/opencl_conv_layers.py) it ran every such Conv of ResNet-18 faster than the row-vector
-#: kernels, its zero-padded copy of the input included.
+#: (benchmarks/opencl_conv_layers.py) it ran the Convs of ResNet-18 from 56 down to 14 faster than
+#: the row-vector kernels, its zero-padded copy of the input included.
 CONV_LANES_MAX_OW = 112
+#: Rule conv_lanes: the fewest input channels per group it takes. ResNet-18's 7x7 stem (3 channels)
+#: ran slower in the whole model with the rule than with the row-vector kernel (PoCL profiling
+#: events: 3.5-3.6 ms against 3.0-3.3), where its other Convs (64 channels and up) ran faster.
+CONV_LANES_MIN_CG = 8
 
 
 def _conv_lanes_source(rp: int, sw: int) -> str:

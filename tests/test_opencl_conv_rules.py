@@ -183,6 +183,70 @@ def test_conv_row_pairs_with_residual_relu_and_non_finite_edges(opencl):
     assert _run(model, feeds, "")[1] == ["conv_rows2_s1"] * 2
 
 
+LANE_CASES = [  # 32-channel blocks and rows of 14 to 112 (conv_lanes) against the other forms
+    ((1, 8, 28, 28), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # ResNet 3x3 at 28
+    ((2, 10, 14, 14), (64, 10, 3, 3), dict(pads=[1, 1, 1, 1])),                    # batch 2, two channel blocks
+    ((1, 9, 56, 56), (32, 9, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # 3x3 stride 2 into 28
+    ((1, 8, 28, 28), (32, 8, 1, 1), dict(strides=[2, 2])),                         # 1x1 stride-2 downsample
+    ((1, 8, 56, 56), (32, 8, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),      # 7x7 stride 2 into 28
+    ((1, 3, 56, 56), (32, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),      # an RGB stem: not for the rule
+    ((1, 16, 10, 30), (64, 8, 3, 3), dict(pads=[0, 1, 1, 1], group=2, dilations=[2, 2])),  # groups, dilation
+    ((1, 8, 5, 14), (32, 8, 3, 5), dict(pads=[5, 9, 4, 9])),                       # pads wider than the kernel
+    ((1, 8, 6, 14), (32, 8, 3, 3), dict(pads=[0, 1, 2, 1], strides=[1, 1])),       # asymmetric rows of padding
+    ((1, 8, 14, 14), (48, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # 48 channels: not for the rule
+    ((1, 8, 8, 56), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                       # rows of 56, 4 tiles
+    ((1, 8, 12, 224), (32, 8, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),     # rows of 112
+    ((1, 8, 4, 126), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # rows of 126: not for the rule
+    ((1, 8, 5, 30), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                       # rows of 30: not for the rule
+    ((1, 8, 7, 7), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                        # rows of 7: not for the rule
+]
+
+
+def _output_width(x_shape, w_shape, attrs) -> int:
+    pads, dil, st = attrs.get("pads", [0] * 4), attrs.get("dilations", [1, 1]), attrs.get("strides", [1, 1])
+    return (x_shape[3] + pads[1] + pads[3] - ((w_shape[3] - 1) * dil[1] + 1)) // st[1] + 1
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", LANE_CASES)
+def test_conv_lanes_against_the_row_vector_kernels(opencl, x_shape, w_shape, attrs):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "conv_lanes")
+    assert not any(k.startswith("conv_lanes") for k in k_off), k_off
+    ow = _output_width(x_shape, w_shape, attrs)
+    lanes = w_shape[0] // attrs.get("group", 1) % 32 == 0 and w_shape[1] >= 8 and ow % 14 == 0 and ow <= 112
+    if lanes:
+        assert k_on == ["pad_planes", f"conv_lanes_r14_s{attrs.get('strides', [1, 1])[1]}"], k_on
+    else:
+        assert k_on == k_off, k_on
+
+
+@pytest.mark.parametrize("act,attrs", [("Relu", {}), ("LeakyRelu", dict(alpha=0.1)), ("Clip", {}),
+                                       ("Sigmoid", {})])
+def test_conv_lanes_with_residual_activation_and_non_finite_edges(opencl, act, attrs):
+    # Two Convs of 32 channels (the optimizer's FusedConv takes the residual Add and the activation
+    # into the second one's epilogue), non-finite values on the input's edges.
+    model, feeds = _conv_model((1, 32, 14, 14), (32, 32, 3, 3), chain=2, residual=True, pads=[1, 1, 1, 1])
+    graph = model.graph
+    graph.node[-1].input[0] = "a"
+    extra = [helper.make_node(act, ["s"] + (["lo", "hi"] if act == "Clip" else []), ["a"], **attrs)]
+    graph.node.insert(len(graph.node) - 1, extra[0])
+    if act == "Clip":
+        graph.initializer.extend([numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+                                  numpy_helper.from_array(np.array(0.7, np.float32), "hi")])
+    x = feeds["x"]
+    x[0, :, :, 0] = np.inf
+    x[0, :, 0, :] = -np.inf
+    x[0, 3, 13, 13] = np.nan
+    x[0, 5, 7, 7] = np.nan
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for disabled in ("", "conv_lanes"):
+        got, kernels = _run(model, feeds, disabled)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert not any(k.startswith("conv_lanes") for k in kernels), kernels
+    assert _run(model, feeds, "")[1] == ["pad_planes", "conv_lanes_r14_s1"] * 2
+
+
 def _pool_model(x_shape, **attrs) -> tuple[onnx.ModelProto, dict]:
     graph = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],

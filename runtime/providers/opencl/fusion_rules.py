@@ -26,6 +26,11 @@ FUSION_RULES: dict[str, str] = {
                       "computing two rows a vector (needs conv_pad)",
     "conv_wide_tile": "two 16-position panels of an implicit-GEMM Conv into one work-item sharing each weight "
                       "load (a kernel choice rather than a fusion, switchable as the rules are)",
+    "conv_lanes": "a Conv with constant weights, output channels a multiple of 32 and at least 8 input channels per "
+                  "group and output rows a "
+                  "multiple of 14 up to 112 computed with the output channels in the vector lanes (32 channels x 14 "
+                  "positions a work-item) where the other forms put positions there (a "
+                  "kernel choice, switchable as the rules are)",
     "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
                       "switchable as the rules are)",
     "pool_rows": "a MaxPool computed a row of outputs per work-item (a kernel choice, switchable as the rules "

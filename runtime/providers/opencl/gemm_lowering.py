@@ -270,7 +270,8 @@ class GemmLowering:
                 I32(epi.code), F(epi.p0), F(epi.p1), I32(Cin), *geo, I32(Cout),
                 I32(Cg), I32(Mg), *(I32(g[k]) for k in ("KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw"))])
             return
-        if self._conv_implicit(x, w, xs, ws, g, G, out, bias, epi):
+        if self._conv_lanes(x, w, xs, ws, g, G, out, bias, epi) or self._conv_implicit(x, w, xs, ws, g, G, out,
+                                                                                          bias, epi):
             return
         Kdim = Cg * g["KH"] * g["KW"]
         P = g["OH"] * g["OW"]
@@ -286,6 +287,40 @@ class GemmLowering:
         self._gemm(ap, bp, out, Mg, P, Kdim, batches, G, Mg * P, bias, 2, Mg, 1.0, 1.0, epi)
 
     _lower_FusedConv = _lower_Conv
+
+    def _conv_lanes(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
+                    epi: Epilogue) -> bool:
+        """Rule conv_lanes: ``pad_planes`` + ``conv_lanes_r14_s{1,2}`` (output channels in the vector
+        lanes) where the horizontal stride is 1 or 2, constant weights give a whole number of
+        32-channel blocks per group from at least ``ks.CONV_LANES_MIN_CG`` input channels (not an
+        RGB stem) and the output rows a whole number of 14-position tiles up to
+        ``ks.CONV_LANES_MAX_OW`` (a 224-pixel ResNet's rows from 112 down to 14; its rows of 7 keep
+        conv_rows2). Returns False where it does not apply."""
+        OW, OH = g["OW"], g["OH"]
+        Nimg, Cin, Cout = xs[0], xs[1], ws[0]
+        Cg, Mg = Cin // G, Cout // G
+        rp = next((r for r in ks.CONV_LANES_POSITIONS if OW % r == 0 and OW <= ks.CONV_LANES_MAX_OW), 0)
+        if not (self.rule("conv_lanes") and w in self.plan.constants and rp and g["sw"] in (1, 2)
+                and Mg % ks.CONV_LANES_CHANNELS == 0 and Cg >= ks.CONV_LANES_MIN_CG):
+            return False
+        KH, KW = g["KH"], g["KW"]
+        Hp, Wp = g["H"] + g["ph"] + g["ph_end"], g["W"] + g["pw"] + g["pw_end"]
+        Mb = Mg // ks.CONV_LANES_CHANNELS
+        # Weights [G][Mb][Cg][KH][KW][32], packed here once.
+        wt = np.asarray(self.plan.constants[w], np.float32).reshape(G, Mb, ks.CONV_LANES_CHANNELS, Cg, KH, KW)
+        wt = wt.transpose(0, 1, 3, 4, 5, 2)
+        ap = self._prepacked_name("conv_lanes_w", wt.size)
+        self.plan.constants[ap] = np.ascontiguousarray(wt)
+        planes = Nimg * Cin
+        xp = self.temp("conv_pad", planes * Hp * Wp * 4)
+        self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [
+            Buf(xp), Buf(x), I32(g["H"]), I32(g["W"]), I32(Hp), I32(Wp), I32(g["ph"]), I32(g["pw"])])
+        args = [Buf(ap), Buf(xp), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
+                I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "dh", "dw")), I32(Hp), I32(Wp),
+                I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
+        self.plan.steps.append(Launch(ks.GEMM_SOURCE, f"conv_lanes_r{rp}_s{g['sw']}", (Mb * OH * (OW // rp), Nimg * G), (1, 1),
+                                      args))
+        return True
 
     def _conv_implicit(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
                        epi: Epilogue) -> bool:

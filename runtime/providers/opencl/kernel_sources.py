@@ -122,6 +122,7 @@ def _gemm_source() -> str:
     conv += "\n".join(_conv_unpadded_source(sw, nv) for sw in (1, 2) for nv in (1, 2))
     conv += _gemm_x2_source()
     conv += "\n".join(_conv_row_pairs_source(sw) for sw in (1, 2))
+    conv += "\n".join(_conv_lanes_source(r, sw) for r in CONV_LANES_POSITIONS for sw in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
@@ -462,6 +463,126 @@ __kernel void conv_rows2_s{sw}(__global const float* Ap, __global const float* X
         const float16 bv = (float16)(h0, h1);
 {body}
         ap += RM;
+      }}
+    }}
+  }}
+{store}
+}}
+"""
+
+
+#: Rule conv_lanes: output channels a work-item computes, as CONV_LANES_NV 16-lane vectors.
+CONV_LANES_NV = 2
+CONV_LANES_CHANNELS = 16 * CONV_LANES_NV
+#: Rule conv_lanes: output positions (of one output row) a work-item computes: 14 positions x 2
+#: vectors (28 accumulators) is the most AVX-512's 32 registers hold with the two weight vectors and
+#: one broadcast. Seven positions (rows of 7) ran slower than conv_rows2 on PoCL (14 FMAs per 9 loads).
+CONV_LANES_POSITIONS = (14,)
+#: Rule conv_lanes: the widest output rows it takes (multiples of CONV_LANES_POSITIONS up to this,
+#: a 224-pixel ResNet's 112 to 14; wider rows were not measured). On PoCL
+#: (benchmarks/opencl_conv_layers.py) it ran the Convs of ResNet-18 from 56 down to 14 faster than
+#: the row-vector kernels, its zero-padded copy of the input included.
+CONV_LANES_MAX_OW = 112
+#: Rule conv_lanes: the fewest input channels per group it takes. ResNet-18's 7x7 stem (3 channels)
+#: ran slower in the whole model with the rule than with the row-vector kernel (PoCL profiling
+#: events: 3.5-3.6 ms against 3.0-3.3), where its other Convs (64 channels and up) ran faster.
+CONV_LANES_MIN_CG = 8
+
+
+def _conv_lanes_source(rp: int, sw: int) -> str:
+    """``conv_lanes_r{rp}_s{sw}`` (rule ``conv_lanes``): a Conv with the output channels in the vector lanes.
+    One work-item computes CONV_LANES_CHANNELS output channels (CONV_LANES_NV 16-lane accumulators a
+    position) x ``rp`` consecutive positions of one output row, reading the zero-padded input planes
+    of ``pad_planes`` (no bounds checks: reading the input in place with a check per position ran
+    1.5x slower, a row of 14 or 28 being edge tiles only). Per (channel, tap) it loads the weight
+    vectors (packed at specialisation as [group][channel block][ci][kh][kw][CONV_LANES_CHANNELS], so
+    the loads are aligned and walk memory in order) and broadcasts each of the ``rp`` input values
+    once to all of them: 2 x ``rp`` FMAs per 2 + ``rp`` loads, every input value read as a scalar, so
+    stride 2 takes the same code as stride 1. The horizontal stride ``sw`` is a constant of the kernel:
+    as an argument, each position's load needed its own address arithmetic and the kernel ran about a
+    quarter slower. The row-vector kernels (``conv_unpadded``) instead load a
+    16-position input vector per (channel, tap) and broadcast 8 weights (8 FMAs per 9 loads), with
+    two loads and a shuffle a vector at stride 2 and lanes idle or masked in rows of 14. Each
+    position's accumulators are stored lane by lane (output channels are a plane apart) with the
+    epilogue of ``store_row``."""
+    nv = CONV_LANES_NV
+    decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp) for v in range(nv))
+    loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
+
+    body = "\n".join(f"        {{ const float xv = xr[{p * sw}]; "
+                     + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }" for p in range(rp))
+    store = "\n".join(f"  conv_lanes_store(c{p}_{v}, Crow + {p} + {16 * v} * P, Rrow + {p} + {16 * v} * P, bias, "
+                      f"co0 + {16 * v}, P, bias_mode, act, p0, p1);" for p in range(rp) for v in range(nv))
+    helper = ""
+    if (rp, sw) == (CONV_LANES_POSITIONS[0], 1):
+        helper = """
+// The epilogue of store_row for 16 output channels (lanes) of one position: bias per channel, the
+// residual, the activation (Relu as a mask, others lane by lane), then one store a lane, the
+// channels a plane (P floats) apart. Crow/Rrow point at the position in channel co0's plane; the
+// launch guarantees 16 channels from co0. Lanes are named one by one: vstore16 into a private
+// array would be an out-of-line call on PoCL.
+inline void conv_lanes_store(float16 v, __global float* Crow, __global const float* Rrow,
+                             __global const float* bias, const int co0, const int P, const int bias_mode,
+                             const int act, const float p0, const float p1) {
+  if (bias_mode == 2) v += *(__global const float16u*)(bias + co0);
+  if (act >= 16) v += (float16)(Rrow[0 * P], Rrow[1 * P], Rrow[2 * P], Rrow[3 * P], Rrow[4 * P], Rrow[5 * P], Rrow[6 * P], Rrow[7 * P], Rrow[8 * P], Rrow[9 * P], Rrow[10 * P], Rrow[11 * P], Rrow[12 * P], Rrow[13 * P], Rrow[14 * P], Rrow[15 * P]);
+  const int a = act & 15;
+  if (a == 1) {
+    v = as_float16(as_int16(v) & ~(v < (float16)(0.0f)));
+  } else if (a != 0) {
+    float* lanes = (float*)&v;
+    for (int l = 0; l < 16; ++l) lanes[l] = apply_act(lanes[l], a, p0, p1);
+  }
+  Crow[0 * P] = v.s0;
+  Crow[1 * P] = v.s1;
+  Crow[2 * P] = v.s2;
+  Crow[3 * P] = v.s3;
+  Crow[4 * P] = v.s4;
+  Crow[5 * P] = v.s5;
+  Crow[6 * P] = v.s6;
+  Crow[7 * P] = v.s7;
+  Crow[8 * P] = v.s8;
+  Crow[9 * P] = v.s9;
+  Crow[10 * P] = v.sa;
+  Crow[11 * P] = v.sb;
+  Crow[12 * P] = v.sc;
+  Crow[13 * P] = v.sd;
+  Crow[14 * P] = v.se;
+  Crow[15 * P] = v.sf;
+}
+"""
+    return helper + f"""
+// Y[b] (b = image * G + group; M output channels per group, P = OH * OW) = A[b % a_mod] (*) Xp[b], the
+// output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b;
+// OW a multiple of {rp}, M of {16 * nv}. bias: per output channel (bias_mode 2 or 0); act as gemm_packed.
+__kernel void conv_lanes_r{rp}_s{sw}(__global const float* Wt, __global const float* Xp, __global float* C,
+                                __global const float* bias, __global const float* R, const int M,
+                                const int OH, const int OW, const int Cg, const int KH, const int KW,
+                                const int sh, const int dh, const int dw, const int Hp,
+                             const int Wp, const int a_mod, const int bias_mode, const int act,
+                             const float p0, const float p1) {{
+  const int P = OH * OW, nt = OW / {rp}, Mb = M / {16 * nv};
+  const int gid = get_global_id(0), b = get_global_id(1);
+  // Consecutive work-items take the channel blocks of one row tile: its input rows stay in cache.
+  const int ib = gid % Mb, t = gid / Mb;
+  const int oh = t / nt, ow0 = (t % nt) * {rp};
+  if (oh >= OH) return;
+  const int co0 = ib * {16 * nv};
+  __global const float16* wp = (__global const float16*)(Wt + ((size_t)(b % a_mod) * Mb + ib) * Cg * KH * KW
+                                                         * {16 * nv});
+  __global const float* xb = Xp + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
+  __global float* Crow = C + ((size_t)b * M + co0) * P + oh * OW + ow0;
+  __global const float* Rrow = R + ((size_t)b * M + co0) * P + oh * OW + ow0;
+  bias += (b % a_mod) * M;
+{decl}
+  for (int ci = 0; ci < Cg; ++ci) {{
+    for (int kh = 0; kh < KH; ++kh) {{
+      __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
+      for (int kw = 0; kw < KW; ++kw) {{
+        __global const float* xr = xrow + kw * dw;
+{loads}
+{body}
+        wp += {nv};
       }}
     }}
   }}

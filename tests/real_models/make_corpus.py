@@ -1380,14 +1380,7 @@ def hf_models(out: str) -> list[str]:
             ("input_ids", "attention_mask")),
     }
     seq = 128 if MEDIUM else SEQ
-    made = []
-    for name, (build, names) in text.items():
-        torch.manual_seed(0)
-        model = build().eval()
-        a = _inputs("ids", names, 1 if MEDIUM else BATCH, seq, np.random.default_rng(0))
-        b = _inputs("ids", names, 1, (64 if MEDIUM else SEQ + 5), np.random.default_rng(1))
-        axes = {n: {0: "batch", 1: "sequence"} for n in names}
-        made.append(_export_hf(model, name, out, names, a, b, {**axes, "output": {0: "batch", 1: "sequence"}}))
+    made = [_export_text(name, build, names, seq, out) for name, (build, names) in text.items()]
 
     torch.manual_seed(0)
     wav = Wav2Vec2Model(Wav2Vec2Config(
@@ -1417,6 +1410,17 @@ def hf_models(out: str) -> list[str]:
     made.append(_export_hf(vit, "hf_mobilevit", out, ("pixel_values",), a, b,
                            {"pixel_values": {0: "batch"}, "output": {0: "batch"}}))
     return made
+
+
+def _export_text(name: str, build, names: tuple, seq: int, out: str) -> str:
+    """A text model built by ``build`` (seeded), exported with batch and sequence dynamic: two
+    signatures, the second one row at another length."""
+    torch.manual_seed(0)
+    model = build().eval()
+    a = _inputs("ids", names, 1 if MEDIUM else BATCH, seq, np.random.default_rng(0))
+    b = _inputs("ids", names, 1, (64 if MEDIUM else SEQ + 5), np.random.default_rng(1))
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    return _export_hf(model, name, out, names, a, b, {**axes, "output": {0: "batch", 1: "sequence"}})
 
 
 def _export_hf(model: torch.nn.Module, name: str, out: str, names: tuple, a: dict[str, np.ndarray],
@@ -1481,13 +1485,7 @@ def hf_second_wave(out: str) -> list[str]:
         "hf_bloom": lambda: BloomModel(BloomConfig(
             vocab_size=vocab, hidden_size=hidden, n_layer=layers, n_head=4, use_cache=False)),
     }
-    for name, build in text.items():
-        torch.manual_seed(0)
-        model = build().eval()
-        a = _inputs("ids", names, 1 if MEDIUM else BATCH, seq, np.random.default_rng(0))
-        b = _inputs("ids", names, 1, (64 if MEDIUM else SEQ + 5), np.random.default_rng(1))
-        axes = {n: {0: "batch", 1: "sequence"} for n in names}
-        made.append(_export_hf(model, name, out, names, a, b, {**axes, "output": {0: "batch", 1: "sequence"}}))
+    made += [_export_text(name, build, names, seq, out) for name, build in text.items()]
 
     torch.manual_seed(0)
     bart = BartModel(BartConfig(

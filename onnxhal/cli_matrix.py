@@ -170,10 +170,10 @@ def verdict(r: MatrixRow) -> str:
 def declined_reasons(sess: onnxhal.InferenceSession, ep_name: str, model: str = "MODEL") -> str:
     """Why ``ep_name`` took no node: one line per kind of reason, with counts and the remedy."""
     from onnxhal.decline_summary import decline_lines
-    from onnxhal.random_feeds import symbolic_input_dims, unnamed_input_shapes
+    from onnxhal.random_feeds import input_dim_hints
 
     lines = decline_lines(getattr(sess.eps.get(ep_name), "declined", {}).values(), model,
-                          symbolic_input_dims(sess.get_inputs()), unnamed_input_shapes(sess.get_inputs()))
+                          *input_dim_hints(sess.get_inputs()))
     return "\n".join(lines) or "it claimed no node of the model"
 
 

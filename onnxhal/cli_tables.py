@@ -150,10 +150,10 @@ def declined_summary(sess: onnxhal.InferenceSession, ep_name: str, model: str = 
     """Why ``ep_name`` did not take the nodes it left: one line per kind of reason, with its node
     count and remedy (``onnxhal/decline_summary.py``); [] if it declined none."""
     from onnxhal.decline_summary import decline_lines
-    from onnxhal.random_feeds import symbolic_input_dims, unnamed_input_shapes
+    from onnxhal.random_feeds import input_dim_hints
 
     return decline_lines(getattr(sess.eps.get(ep_name), "declined", {}).values(), model,
-                         symbolic_input_dims(sess.get_inputs()), unnamed_input_shapes(sess.get_inputs()))
+                         *input_dim_hints(sess.get_inputs()))
 
 
 def feeds_report(rows: Sequence, source: str, defaulted: Sequence[str]) -> dict:

@@ -85,6 +85,12 @@ def unnamed_input_shapes(sess_inputs: list) -> list[tuple[str, list]]:
     return [(i.name, list(i.shape)) for i in sess_inputs if i.shape and any(d is None for d in i.shape)]
 
 
+def input_dim_hints(sess_inputs: list) -> tuple[list[str], list[tuple[str, list]]]:
+    """(``symbolic_input_dims``, ``unnamed_input_shapes``) of the inputs: what a dynamic-shapes
+    remedy names (``decline_summary``'s ``input_dims`` and ``unnamed``)."""
+    return symbolic_input_dims(sess_inputs), unnamed_input_shapes(sess_inputs)
+
+
 def check_dim_names(dims: Mapping[str, int], sess_inputs: list, model: str) -> None:
     """Every name of ``--dim`` must be a symbolic dimension of an input."""
     known = symbolic_input_dims(sess_inputs)

@@ -131,10 +131,10 @@ def _declines(reasons: list[str], path: str, sess_inputs: list) -> dict[str, Any
     """The declined nodes by kind of reason (``onnxhal.decline_summary``): the counts, and the first
     kinds as lines with their remedies (naming the inputs' dimensions), for the report."""
     from onnxhal.decline_summary import decline_kinds
-    from onnxhal.random_feeds import symbolic_input_dims, unnamed_input_shapes
+    from onnxhal.random_feeds import input_dim_hints
 
     kinds = decline_kinds(reasons)
-    dims, unnamed = symbolic_input_dims(sess_inputs), unnamed_input_shapes(sess_inputs)
+    dims, unnamed = input_dim_hints(sess_inputs)
     return {"decline_kinds": {k.kind: k.nodes for k in kinds},
             "declines": [k.line(Path(path).name, dims, unnamed) for k in kinds[:4]]}
 

@@ -38,6 +38,18 @@ def _session(model: bytes) -> onnxhal.InferenceSession:
     return onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
 
 
+def _native_runs(model: bytes, feeds: dict, monkeypatch) -> tuple[onnxhal.InferenceSession, list]:
+    """A session with the C steps switched on and its outputs for ``feeds``, checked to come from
+    the C route and to repeat bit for bit on a second run."""
+    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
+    calls = _native_calls(monkeypatch)
+    sess = _session(model)
+    fast = sess.run(None, feeds)
+    assert calls, "the C route was not taken"
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], fast[0])
+    return sess, fast
+
+
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("case", sorted(set(PAIR_CASES) - {"cells512"}) + ["layout1", "hidden128", "odd_hidden"])
 def test_lstm_native_matches_the_plain_loop_and_onnxruntime(direction, case, monkeypatch):
@@ -48,12 +60,7 @@ def test_lstm_native_matches_the_plain_loop_and_onnxruntime(direction, case, mon
     assert recurrent.native_lstm_applies(h, batch)
     model, feeds = _lstm(np.random.default_rng(len(case) * 3 + len(direction)), seq, batch, k, h,
                          direction=direction, **opts)
-    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
-    calls = _native_calls(monkeypatch)
-    sess = _session(model)
-    fast = sess.run(None, feeds)
-    assert calls, "the C route was not taken"
-    np.testing.assert_array_equal(sess.run(None, feeds)[0], fast[0])
+    sess, fast = _native_runs(model, feeds, monkeypatch)
     other = {n: v * 0.5 for n, v in feeds.items()}
     fast_other = sess.run(None, other)
     monkeypatch.setattr(recurrent, "LSTM_DEFAULT_ENABLED", False)
@@ -79,12 +86,7 @@ def test_lstm_native_dynamic_quantize_lstm(case, monkeypatch):
     seq, batch, k, h, options = QUANTIZED_PAIR_CASES[case]
     assert recurrent.native_lstm_applies(h, batch)
     model, feeds = _quantized_lstm(np.random.default_rng(len(case) + 40), seq, batch, k, h, **options)
-    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
-    calls = _native_calls(monkeypatch)
-    sess = _session(model)
-    fast = sess.run(None, feeds)
-    assert calls, "the C route was not taken"
-    np.testing.assert_array_equal(sess.run(None, feeds)[0], fast[0])
+    _, fast = _native_runs(model, feeds, monkeypatch)
     monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", False)
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", False)
     numpy_loop = _session(model).run(None, feeds)

@@ -15,6 +15,7 @@ from onnxhal import errors
 from onnxhal.hal.run_control import Terminated
 from onnxhal.runtime.session.shape_memo import ShapeMemo
 from tests.models import make, vi
+from tests.threads import run_threads
 
 
 def _flatten_model() -> onnx.ModelProto:
@@ -91,11 +92,7 @@ def test_threads_with_different_shapes_agree():
             if not (np.array_equal(y, np.maximum(x, 0).reshape(shape[0], -1)) and n == shape[1] * 10):
                 failures.append(f"thread {t} shape {shape}")
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    run_threads(work, 6)
     assert not failures
 
 
@@ -234,11 +231,7 @@ def test_threads_share_a_session_from_its_first_run():
                 if not (np.array_equal(y, np.maximum(x, 0).reshape(1 + t, -1)) and n == 20):
                     failures.append(f"thread {t}")
 
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        run_threads(work, 4)
         assert not failures
 
 

@@ -30,12 +30,17 @@ def assert_threads_agree(sess, name: str, inputs: list[np.ndarray], rounds: int,
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads switch inside runs, not only between them
     try:
-        pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
+        run_threads(worker, threads)
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[0]
     assert len(runs) == rounds * len(inputs)
+
+
+def run_threads(work, count: int) -> None:
+    """``work(i)`` on ``count`` threads, i = 0 .. count - 1, all started, then all joined."""
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()

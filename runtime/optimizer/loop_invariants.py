@@ -28,9 +28,9 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from onnx import TensorProto, TypeProto, helper
+from onnx import TypeProto, helper
 
-from onnxhal.hal.graph import Graph, Node, ValueInfo
+from onnxhal.hal.graph import Graph, Node, ValueInfo, dtype_to_elem_type
 from onnxhal.runtime.optimizer.cleanup import (
     MAX_FOLDED_BYTES,
     NOT_FOLDABLE,
@@ -158,8 +158,7 @@ def _fold_outer_constants(sub: Graph) -> bool:
 
 
 def _tensor_type(value: np.ndarray) -> TypeProto:
-    elem = TensorProto.STRING if value.dtype == object else helper.np_dtype_to_tensor_dtype(value.dtype)
-    return helper.make_tensor_type_proto(elem, value.shape)
+    return helper.make_tensor_type_proto(dtype_to_elem_type(value.dtype), value.shape)
 
 
 # -- hoisting -----------------------------------------------------------------------------------

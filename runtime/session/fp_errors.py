@@ -49,11 +49,7 @@ def ignore_fp_errors() -> Any:
         state = np.errstate(all="ignore")
         state.__enter__()
         return state
-    current = _extobj_contextvar.get()
-    ignoring_current = _IGNORING.get(current)
-    if ignoring_current is None:
-        ignoring_current = ignoring(current)
-    return _extobj_contextvar.set(ignoring_current)
+    return _extobj_contextvar.set(ignoring(_extobj_contextvar.get()))
 
 
 def restore_fp_errors(token: Any) -> None:

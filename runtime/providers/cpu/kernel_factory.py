@@ -20,6 +20,7 @@ import onnx
 from onnx import helper
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node, errors
+from onnxhal.hal.graph import dtype_to_elem_type
 from onnxhal.runtime.providers.cpu.kernels.registry import lookup
 
 # Domains onnx.reference implements, with the loader for each.
@@ -102,8 +103,7 @@ def _type_proto_of(value: Any) -> onnx.TypeProto:
         elem = _type_proto_of(value[0]) if value else helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, None)
         return helper.make_sequence_type_proto(elem)
     arr = np.asarray(value)
-    elem_type = onnx.TensorProto.STRING if arr.dtype == object else helper.np_dtype_to_tensor_dtype(arr.dtype)
-    return helper.make_tensor_type_proto(elem_type, arr.shape)
+    return helper.make_tensor_type_proto(dtype_to_elem_type(arr.dtype), arr.shape)
 
 
 class ReferenceKernel(Kernel):

@@ -7,6 +7,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.graph import dtype_to_elem_type
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _PLAIN = frozenset("fiub")
@@ -71,5 +72,4 @@ class CastLike(_CastBase):
         dtype = like.dtype
         if x.dtype == dtype:
             return [x]
-        to = TensorProto.STRING if dtype.kind == "O" else helper.np_dtype_to_tensor_dtype(dtype)
-        return [self._cast(x, to, dtype)]
+        return [self._cast(x, dtype_to_elem_type(dtype), dtype)]

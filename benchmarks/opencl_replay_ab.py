@@ -8,7 +8,8 @@ against one native replay of a 64-launch recording. Then, per model (opencl_host
 two sessions of the OpenCL EP, one made with ``ONNXHAL_NATIVE_REPLAY=0`` (the switch is read when a
 partition state is created), and onnxruntime's CPU EP, run in turn: commands per run of each path
 (the native replay's counters and pyopencl's wrapped entry points), host CPU time of the calling
-thread per run (``time.thread_time``), median wall time per run and its ratio to onnxruntime. The
+thread per run (``time.thread_time``) and the part of it inside the partitions' ``PartitionState.run``
+(binding, allocating outputs and the replay), median wall time per run and its ratio to onnxruntime. The
 load average is printed with the figures: on a shared machine compare the columns of one row only.
 """
 
@@ -118,7 +119,20 @@ def measure(name: str, repeat: int, threads: int) -> tuple:
                 sess.run(None, feeds)
         counts[path] = (c.launches / 3, c.set_args / 3)
     cpu = {p: [] for p in sessions}
+    part = {p: [] for p in sessions}
     wall = {p: [] for p in sessions}
+    from onnxhal.runtime.providers.opencl import partition_plan
+
+    spent = [0.0]
+    real_run = partition_plan.PartitionState.run
+
+    def timed_run(self, inputs, queue):  # the partitions' share of a run's host time
+        t = time.thread_time()
+        try:
+            return real_run(self, inputs, queue)
+        finally:
+            spent[0] += time.thread_time() - t
+    partition_plan.PartitionState.run = timed_run
     t_ort = []
     order = list(sessions.items())
     for k in range(repeat):
@@ -126,15 +140,18 @@ def measure(name: str, repeat: int, threads: int) -> tuple:
         ref.run(None, feeds)
         t_ort.append(time.perf_counter() - t)
         for path, sess in order if k % 2 else order[::-1]:  # each path first after onnxruntime half the time
+            spent[0] = 0.0
             t, c = time.perf_counter(), time.thread_time()
             sess.run(None, feeds)
             cpu[path].append(time.thread_time() - c)
             wall[path].append(time.perf_counter() - t)
+            part[path].append(spent[0])
+    partition_plan.PartitionState.run = real_run
     med = statistics.median
     o = med(t_ort)
     return (name, counts["native"], counts["python"], med(cpu["native"]) * 1e6, med(cpu["python"]) * 1e6,
             med(wall["native"]) * 1e3, med(wall["python"]) * 1e3, o * 1e3,
-            med(wall["native"]) / o, med(wall["python"]) / o)
+            med(wall["native"]) / o, med(wall["python"]) / o, med(part["native"]) * 1e6, med(part["python"]) * 1e6)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,11 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
     print(probe(), f"; load average {os.getloadavg()[0]:.2f}")
-    print(f"{'model':14} {'launches n/py':>13} {'set_arg n/py':>12} {'host us n/py':>15} {'wall ms n/py/ort':>22} "
-          f"{'ratio n/py':>11}  load")
+    print(f"{'model':14} {'launches n/py':>13} {'set_arg n/py':>12} {'host us n/py':>15} {'partition us':>13} "
+          f"{'wall ms n/py/ort':>22} {'ratio n/py':>11}  load")
     for name in args.models.split(","):
         r = measure(name, args.repeat, args.threads)
         print(f"{r[0]:14} {r[1][0]:6.1f}/{r[2][0]:<6.1f} {r[1][1]:5.1f}/{r[2][1]:<6.1f} {r[3]:7.0f}/{r[4]:<7.0f} "
+              f"{r[10]:6.0f}/{r[11]:<6.0f} "
               f"{r[5]:7.2f}/{r[6]:.2f}/{r[7]:.2f} {r[8]:5.2f}/{r[9]:<5.2f}  {os.getloadavg()[0]:.2f}", flush=True)
     return 0
 

@@ -12,6 +12,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   folding into the Conv's weights, a Conv's bias carried through a following 1x1 Conv when no
   activation lies between, BatchNormalization+Mul/Add folding into its scale and bias,
   MatMul+Add -> Gemm (2-D A, constant B and bias), a Slice that keeps everything removed,
+  a Shape of a computed value reading the graph input whose dims it is proven to read
+  (``opt_shape_sources``: a device partition is then not cut by the host's mask chain),
   outer-scope constants folded into subgraphs and loop-invariant nodes hoisted out of Loop/Scan
   bodies (``opt_loop_invariants``). Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /

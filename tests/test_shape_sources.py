@@ -214,3 +214,61 @@ def test_real_exports_opencl_one_partition(name, monkeypatch, register):
     assert len(sessions["off"].fused_groups) > 1
     variants = _variants(feeds) if name != "gpt2_ts" else _variants(feeds)[:3]  # GPT-2's Add rejects batch 1 ids
     _check(data, variants, monkeypatch, providers)
+
+
+def test_proven_broadcast_dims_hold_for_every_size():
+    """Soundness of the broadcast rule: for dims drawn from static sizes, two inputs' axes and
+    Slice minima, whatever sizes the axes take (0, 1 and larger), a proven output dim is the one
+    numpy's broadcast gives wherever that broadcast succeeds."""
+    import itertools
+
+    from onnxhal.runtime.optimizer import shape_sources as ss
+
+    e, f = ss.Axis("a", 0), ss.Axis("b", 0)
+    pool = [1, 3, 4, e, f, ss.AxisMin(e, 4), ss.AxisMin(e, 1), ss.AxisMin(f, 4)]
+
+    def value(d, sizes):
+        if isinstance(d, int):
+            return d
+        if isinstance(d, ss.Axis):
+            return sizes[d.name]
+        return min(sizes[d.atom.name], d.bound)
+
+    proven = 0
+    for n in (2, 3):
+        for dims in itertools.product(pool, repeat=n):
+            got = ss.broadcast_dim(dims)
+            if got is None:
+                continue
+            proven += 1
+            for sa, sb in itertools.product((0, 1, 2, 4, 7), repeat=2):
+                sizes = {"a": sa, "b": sb}
+                try:
+                    want = np.broadcast_shapes(*((value(d, sizes),) for d in dims))[0]
+                except ValueError:
+                    continue
+                assert value(got, sizes) == want, (dims, sizes, got)
+    assert proven > 50  # the rule proves the common cases, not nothing
+
+
+def test_inferred_reshape_dim_holds_for_every_size():
+    """A Reshape's -1 as ``inferred_dim`` proves it equals onnxruntime's on every size for which
+    onnxruntime's Reshape succeeds (allowzero 0: the other dims' product is not 0)."""
+    import itertools
+
+    from onnxhal.runtime.optimizer import shape_sources as ss
+
+    e, f = ss.Axis("a", 0), ss.Axis("a", 1)
+    cases = [((e, f, 32), (e, f, 8)), ((e, f, 32), (e, 4)), ((e, 12), (4,)), ((e, f), (f,)), ((e, f), (e, f)),
+             ((e, f, 6), (f, 3)), ((e, 6), (e, 5))]
+    for dims, others in cases:
+        got = ss.inferred_dim(dims, others)
+        for sa, sb in itertools.product((0, 1, 2, 3, 5), repeat=2):
+            sizes = {e: sa, f: sb}
+            conc = [sizes.get(d, d) for d in dims]
+            rest = [sizes.get(d, d) for d in others]
+            total, known = int(np.prod(conc)), int(np.prod(rest))
+            if known == 0 or total % known:
+                continue  # onnxruntime's Reshape fails
+            if got is not None:
+                assert sizes.get(got, got) == total // known, (dims, others, sa, sb, got)

@@ -12,7 +12,7 @@ The rewrite is only made where it is proven, never from the dim names shape infe
 inputs both declared ``[batch, sequence]`` may be fed ``[2, 12]`` and ``[1, 12]`` (onnxruntime does
 not check that equal names get equal sizes), and a broadcasting Add of the two then has the size of
 the larger, not of either by name. So each dim is tracked as an expression of where it comes from
-(``_Dim``): a static size, the axis ``k`` of graph input ``x`` (an *atom*: the same atom is the same
+(``Dim``): a static size, the axis ``k`` of graph input ``x`` (an *atom*: the same atom is the same
 number at run time, whatever the names say), or ``min(atom, c)`` (a Slice ``[0:atom]`` of a static
 axis ``c``). A dim of a broadcasting op's output is the atom ``E`` only where every operand's dim
 at that position is absent (lower rank), the static size 1, ``E`` itself or ``min(E, c)``
@@ -42,7 +42,7 @@ from onnxhal.runtime.optimizer.rewrite import constant, graph_output_names, live
 
 
 @dataclass(frozen=True)
-class _Atom:
+class Axis:
     """Axis ``axis`` of graph input ``name``: one number per run."""
 
     name: str
@@ -50,17 +50,17 @@ class _Atom:
 
 
 @dataclass(frozen=True)
-class _Min:
+class AxisMin:
     """``min(atom, bound)``: a Slice ``[0:atom]`` of an axis of static size ``bound`` (or ``[0:bound]``
     of an axis of size ``atom``)."""
 
-    atom: _Atom
+    atom: Axis
     bound: int
 
 
 #: A dim: a static size, an expression of the inputs' dims, or None (unknown).
-_Dim = int | _Atom | _Min | None
-#: A small integer value tracked element by element: its shape and its elements (a _Dim, a bool
+Dim = int | Axis | AxisMin | None
+#: A small integer value tracked element by element: its shape and its elements (a Dim, a bool
 #: for comparisons, None unknown), or None when nothing is known of it.
 _Value = tuple[tuple[int, ...], tuple]
 
@@ -81,7 +81,7 @@ _REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "Reduc
 _AXES_INPUT_FROM = {"ReduceSum": 13}
 
 
-def _broadcast_dim(dims: Sequence[_Dim]) -> _Dim:
+def broadcast_dim(dims: Sequence[Dim]) -> Dim:
     """The output dim of a broadcast of ``dims`` (one per operand that reaches this position), or
     None where it is not proven (see the module docstring)."""
     if any(d is None for d in dims):
@@ -93,7 +93,7 @@ def _broadcast_dim(dims: Sequence[_Dim]) -> _Dim:
     if statics:
         # a symbolic operand must equal the static size for the broadcast to succeed
         return statics.pop() if len(statics) == 1 else None
-    atoms = {d if isinstance(d, _Atom) else d.atom for d in rest}  # type: ignore[union-attr]
+    atoms = {d if isinstance(d, Axis) else d.atom for d in rest}  # type: ignore[union-attr]
     if len(atoms) != 1:
         return None
     atom = atoms.pop()
@@ -103,14 +103,14 @@ def _broadcast_dim(dims: Sequence[_Dim]) -> _Dim:
     return mins.pop() if len(mins) == 1 else None
 
 
-def _broadcast(shapes: Sequence[tuple[_Dim, ...] | None]) -> tuple[_Dim, ...] | None:
+def _broadcast(shapes: Sequence[tuple[Dim, ...] | None]) -> tuple[Dim, ...] | None:
     if any(s is None for s in shapes) or not shapes:
         return None
     rank = max(len(s) for s in shapes)  # type: ignore[arg-type]
     out = []
     for k in range(rank):
         at = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]  # type: ignore[arg-type]
-        out.append(_broadcast_dim(at))
+        out.append(broadcast_dim(at))
     return tuple(out)
 
 
@@ -120,12 +120,12 @@ class _Shapes:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.dims: dict[str, tuple[_Dim, ...]] = {}
+        self.dims: dict[str, tuple[Dim, ...]] = {}
         self.values: dict[str, _Value] = {}
         for vi in graph.inputs:
             shape = vi.shape
             if shape is not None and not graph.is_constant_initializer(vi.name):
-                self.dims[vi.name] = tuple(d if isinstance(d, int) and d >= 0 else _Atom(vi.name, k)
+                self.dims[vi.name] = tuple(d if isinstance(d, int) and d >= 0 else Axis(vi.name, k)
                                            for k, d in enumerate(shape))
         for node in graph.nodes:
             if node.domain not in ("", "ai.onnx") or node.subgraphs:
@@ -136,7 +136,7 @@ class _Shapes:
                 continue  # a malformed node proves nothing
 
     # -- lookups ---------------------------------------------------------------------------------
-    def shape(self, name: str) -> tuple[_Dim, ...] | None:
+    def shape(self, name: str) -> tuple[Dim, ...] | None:
         if not name:
             return None
         if name in self.dims:
@@ -164,7 +164,7 @@ class _Shapes:
             return None
         return [int(x) for x in np.asarray(c).reshape(-1)]
 
-    def _set(self, name: str, dims: tuple[_Dim, ...] | None, value: _Value | None = None) -> None:
+    def _set(self, name: str, dims: tuple[Dim, ...] | None, value: _Value | None = None) -> None:
         if dims is not None and name:
             self.dims[name] = dims
         if value is not None and name and len(value[1]) <= MAX_ELEMENTS:
@@ -282,7 +282,7 @@ class _Shapes:
         if shapes and all(s is not None for s in shapes) and len({len(s) for s in shapes}) == 1:  # type: ignore[arg-type]
             r = len(shapes[0])  # type: ignore[arg-type]
             a = axis + r if axis < 0 else axis
-            out: list[_Dim] = []
+            out: list[Dim] = []
             for k in range(r):
                 col = [s[k] for s in shapes]  # type: ignore[index]
                 if k == a:
@@ -313,14 +313,14 @@ class _Shapes:
         if target is None or len(target[0]) != 1:
             return
         allowzero = n.attr("allowzero", 0)
-        out: list[_Dim] = []
+        out: list[Dim] = []
         for k, e in enumerate(target[1]):
             d = _as_dim(e)
             if isinstance(d, int) and d > 0:
                 out.append(d)
             elif d == 0 and not allowzero:
                 out.append(s[k] if s is not None and k < len(s) else None)
-            elif isinstance(d, (_Atom, _Min)):
+            elif isinstance(d, (Axis, AxisMin)):
                 # an atom may be 0 at run time, which (allowzero 0) copies the input's dim: only
                 # proven where that dim is the same expression
                 same = allowzero or (s is not None and k < len(s) and s[k] == d)
@@ -328,7 +328,7 @@ class _Shapes:
             else:
                 out.append(None)
         if out.count(None) == 1 and target[1].count(-1) == 1 and s is not None and not allowzero:
-            out[out.index(None)] = _inferred_dim(s, [d for d in out if d is not None])
+            out[out.index(None)] = inferred_dim(s, [d for d in out if d is not None])
         self._set(n.outputs[0], tuple(out))
         v = self.value(n.inputs[0])
         if v is not None and all(isinstance(d, int) for d in out):
@@ -381,7 +381,7 @@ class _Shapes:
         return None
 
 
-def _inferred_dim(dims: Sequence[_Dim], others: Sequence[_Dim]) -> _Dim:
+def inferred_dim(dims: Sequence[Dim], others: Sequence[Dim]) -> Dim:
     """A Reshape's -1 dim from the input's dims and the target's other dims: the symbolic ones
     must pair off, the static ones left divide. The product of the others is never 0 on a run
     that succeeds (onnxruntime's ``ReshapeHelper``, core/providers/cpu/tensor/reshape_helper.h,
@@ -406,10 +406,10 @@ def _inferred_dim(dims: Sequence[_Dim], others: Sequence[_Dim]) -> _Dim:
     return total // known if known and total % known == 0 else None
 
 
-def _as_dim(e: object) -> _Dim:
+def _as_dim(e: object) -> Dim:
     if isinstance(e, bool):
         return None
-    if isinstance(e, (int, _Atom, _Min)):
+    if isinstance(e, (int, Axis, AxisMin)):
         return e
     return None
 
@@ -420,9 +420,9 @@ def _equal(a: object, b: object) -> bool | None:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     sym, num = (a, b) if isinstance(b, int) else (b, a)
-    if isinstance(sym, (_Atom, _Min)) and isinstance(num, int) and num < 0:
+    if isinstance(sym, (Axis, AxisMin)) and isinstance(num, int) and num < 0:
         return False  # a dim is never negative
-    if isinstance(a, (_Atom, _Min)) and a == b:
+    if isinstance(a, (Axis, AxisMin)) and a == b:
         return True
     return None
 
@@ -437,7 +437,7 @@ def _arith(op: str, a: object, b: object) -> int | None:
 _TO_END = 2**31 - 1
 
 
-def _sliced(dim: _Dim, start: object, end: object) -> _Dim:
+def _sliced(dim: Dim, start: object, end: object) -> Dim:
     """The dim of ``[start:end]`` (step 1) of an axis of size ``dim``, where it is proven."""
     if start != 0 or isinstance(end, bool):
         return None
@@ -448,14 +448,14 @@ def _sliced(dim: _Dim, start: object, end: object) -> _Dim:
             return None
         if isinstance(dim, int):
             return min(dim, end)
-        if isinstance(dim, _Atom):
-            return _Min(dim, end)
+        if isinstance(dim, Axis):
+            return AxisMin(dim, end)
         return None
-    if isinstance(end, _Atom):
+    if isinstance(end, Axis):
         if dim == end:
             return end
         if isinstance(dim, int):
-            return _Min(end, dim)
+            return AxisMin(end, dim)
     return None
 
 
@@ -511,14 +511,14 @@ def shape_sources(graph: Graph) -> dict[int, ShapeSource]:
             continue
         readers = _read_positions(graph, out, len(dims))
         if readers is None:  # the whole shape: the same rank and every dim an input's, in place
-            names = {d.name for d in dims if isinstance(d, _Atom)}
+            names = {d.name for d in dims if isinstance(d, Axis)}
             if len(names) == 1:
                 name = names.pop()
                 if shapes.dims.get(name) == dims:
                     found[id(n)] = ShapeSource(name)
             continue
         atoms = [dims[p] for _, ps in readers for p in ps]
-        if not all(isinstance(a, _Atom) for a in atoms):
+        if not all(isinstance(a, Axis) for a in atoms):
             continue
         names = {a.name for a in atoms}  # type: ignore[union-attr]
         if len(names) == 1:

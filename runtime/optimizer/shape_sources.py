@@ -77,6 +77,8 @@ _BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where", "And", "Or",
                         "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
 _REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                      "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
+#: TensorProto.INT32 and INT64: a Cast to them keeps a shape value's elements.
+_WIDE_INTS = frozenset({6, 7})
 #: Reductions whose axes are an input from this opset on (an attribute before).
 _AXES_INPUT_FROM = {"ReduceSum": 13}
 
@@ -122,10 +124,13 @@ class _Shapes:
         self.graph = graph
         self.dims: dict[str, tuple[Dim, ...]] = {}
         self.values: dict[str, _Value] = {}
+        # onnxruntime checks a feed against the main graph's static input dims; a subgraph's
+        # declared input dims are not checked, so each is an axis there
+        checked = graph.parent is None
         for vi in graph.inputs:
             shape = vi.shape
             if shape is not None and not graph.is_constant_initializer(vi.name):
-                self.dims[vi.name] = tuple(d if isinstance(d, int) and d >= 0 else Axis(vi.name, k)
+                self.dims[vi.name] = tuple(d if checked and isinstance(d, int) and d >= 0 else Axis(vi.name, k)
                                            for k, d in enumerate(shape))
         for node in graph.nodes:
             if node.domain not in ("", "ai.onnx") or node.subgraphs:
@@ -175,7 +180,8 @@ class _Shapes:
         op, ins, out = n.op_type, n.inputs, n.outputs[0] if n.outputs else ""
         if op in _UNARY:
             self._set(out, self.shape(ins[0]))
-            if op == "Cast" or op == "Identity":
+            # a Cast to bool or a narrow type changes the elements: only the wide integer ones keep them
+            if op == "Identity" or (op == "Cast" and n.attr("to") in _WIDE_INTS):
                 self._set(out, None, self.value(ins[0]))
         elif op in _BROADCAST:
             self._set(out, _broadcast([self.shape(i) for i in ins if i]))
@@ -365,11 +371,10 @@ class _Shapes:
         values = [self.value(i) for i in n.inputs if i]
         if any(v is None for v in values):
             return None
-        sizes = {len(v[1]) for v in values}  # type: ignore[index]
-        size = max(sizes)
-        if not sizes <= {1, size}:
-            return None
+        size = max(len(v[1]) for v in values)  # type: ignore[index]
         shape = next(v[0] for v in values if len(v[1]) == size)  # type: ignore[index]
+        if not all(v[0] == shape or len(v[1]) == 1 for v in values):  # type: ignore[index]
+            return None  # a broadcast of two shapes ([2, 1] with [1, 2]) is not element by element
         cols = [v[1] * size if len(v[1]) == 1 else v[1] for v in values]  # type: ignore[index]
         op = n.op_type
         if op == "Where":

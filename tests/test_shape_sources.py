@@ -214,6 +214,14 @@ def test_real_exports_opencl_one_partition(name, monkeypatch, register):
     assert len(sessions["off"].fused_groups) > 1
     variants = _variants(feeds) if name != "gpt2_ts" else _variants(feeds)[:3]  # GPT-2's Add rejects batch 1 ids
     _check(data, variants, monkeypatch, providers)
+    # The mask now reaches the partition as an input: new masks and ids at one shape must reuse its
+    # specialisation (a small int64 input keys one only where a shape depends on its values).
+    sessions["on"].run(None, feeds)
+    (info,) = sessions["on"].eps["OpenCLExecutionProvider"].dynamic_partitions.values()
+    misses = info.stats.misses
+    for f in _variants(feeds)[1:3] * 2:
+        sessions["on"].run(None, f)
+    assert info.stats.misses == misses and info.stats.host_runs == 0, info.stats
 
 
 def test_proven_broadcast_dims_hold_for_every_size():

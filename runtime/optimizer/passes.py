@@ -12,6 +12,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   folding into the Conv's weights, a Conv's bias carried through a following 1x1 Conv when no
   activation lies between, BatchNormalization+Mul/Add folding into its scale and bias,
   MatMul+Add -> Gemm (2-D A, constant B and bias), a Slice that keeps everything removed,
+  a Shape of a computed value reading the graph input whose dims it is proven to read
+  (``opt_shape_sources``: a device partition is then not cut by the host's mask chain),
   outer-scope constants folded into subgraphs and loop-invariant nodes hoisted out of Loop/Scan
   bodies (``opt_loop_invariants``). Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /
@@ -73,6 +75,7 @@ from onnxhal.runtime.optimizer import pad_fusion as opt_pad_fusion
 from onnxhal.runtime.optimizer import qdq_fusions as opt_qdq_fusions
 from onnxhal.runtime.optimizer import qdq_pairs as opt_qdq_pairs
 from onnxhal.runtime.optimizer import qdq_tables as opt_qdq_tables
+from onnxhal.runtime.optimizer import shape_sources as opt_shape_sources
 from onnxhal.runtime.optimizer import weight_folding as opt_weight_folding
 from onnxhal.runtime.optimizer.rewrite import remove_unused_value_infos
 
@@ -93,6 +96,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fold_constants", _BASIC, opt_cleanup.fold_constants, True, False),
     ("hoist_loop_invariants", _BASIC, opt_loop_invariants.hoist_loop_invariants, True, False),
     ("refresh_shapes", _BASIC, opt_cleanup.refresh_shapes, False, False),
+    ("redirect_shape_reads", _BASIC, opt_shape_sources.redirect_shape_reads, True, False),
     # every level: onnxruntime runs InsertCastTransformer after partitioning whatever the level
     # (inference_session.cc, TransformGraph), since its CPU EP has no float16 kernels for these ops
     ("run_float16_regions", _ALWAYS, opt_float16_regions.run_float16_regions, True, False),
@@ -144,6 +148,7 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
     "castlike_to_cast": ("CastLike",),
     "eliminate_no_ops": ("Identity", "Dropout", "Cast", "Slice"),
     "fuse_pad_into_conv": ("Pad",),
+    "redirect_shape_reads": ("Shape",),
     "fold_conv_batchnorm": ("Conv",),
     "fold_conv_mul_add": ("Conv",),
     "fold_conv_bias_forward": ("Conv",),

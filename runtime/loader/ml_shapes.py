@@ -118,14 +118,30 @@ def with_ml_shapes(model: onnx.ModelProto, ml_opset: int) -> onnx.ModelProto:
             break
         again, _, _ = guarded_inference.infer(model, owned=True)
         if again is None:  # the first pass's values stand: give back what was changed
-            added = {info.name for info, before in changed if before is None}
-            for info, before in changed:
-                if before is not None:
-                    info.type.CopyFrom(before)
-            infos = model.graph.value_info
-            for i in reversed(range(len(infos))):
-                if infos[i].name in added:
-                    del infos[i]
+            restore(model, changed)
             break
         model = again
     return model
+
+
+def typed_before_inference(model: onnx.ModelProto, ml_opset: int,
+                           ) -> list[tuple[onnx.ValueInfoProto, onnx.TypeProto | None]]:
+    """Types, in ``model`` (the loader's own, not yet inferred), the outputs of such operators whose
+    inputs' types the model declares (a scikit-learn pipeline's Scaler or regressor on a graph
+    input), so that the first inference pass already runs through them, rather than a second pass
+    after ``with_ml_shapes`` typed them. Returns what was changed, for ``restore``."""
+    if not any(_uninferred(n, ml_opset) for n in model.graph.node):
+        return []
+    return _fill(model, ml_opset)
+
+
+def restore(model: onnx.ModelProto, changed: list[tuple[onnx.ValueInfoProto, onnx.TypeProto | None]]) -> None:
+    """Undo ``_fill``'s ``changed`` entries in ``model``: types given back, added entries removed."""
+    added = {info.name for info, before in changed if before is None}
+    for info, before in changed:
+        if before is not None:
+            info.type.CopyFrom(before)
+    infos = model.graph.value_info
+    for i in reversed(range(len(infos))):
+        if infos[i].name in added:
+            del infos[i]

@@ -527,3 +527,17 @@ def test_element_type_attributes_are_checked_on_the_nodes_whose_schema_has_them(
             check_after_inference(_two_node_model(node, helper.make_node("Relu", ["y"], ["z"])), {"": 17},
                                   checked=checked)
     check_after_inference(_two_node_model(relu, helper.make_node("Relu", ["y"], ["z"])), {"": 17}, checked=True)
+
+
+@pytest.mark.parametrize("array", [np.zeros((2, 3), np.float32), np.zeros((), np.int64), np.array(["a"], object),
+                                   np.zeros((0, 4), np.float16), np.zeros(5, np.bool_)])
+def test_an_initializers_value_info_is_its_arrays_type_and_shape(array):
+    """``ValueInfo.of_array`` (what the graph builds per initializer) says what ``ValueInfo.tensor``
+    says of the array's element type and shape: the same type, dtype, shape and TypeProto."""
+    from onnxhal.hal.graph import ValueInfo, dtype_to_elem_type
+    got, want = ValueInfo.of_array("w", array), ValueInfo.tensor("w", dtype_to_elem_type(array.dtype), array.shape)
+    assert (got.name, got.is_tensor, got.elem_type, got.dtype, got.shape, got.has_static_shape) == \
+        (want.name, want.is_tensor, want.elem_type, want.dtype, want.shape, want.has_static_shape)
+    assert got.type_proto == want.type_proto
+    graph = load_model(conv_bn_model()).graph
+    assert graph.value_info("w").shape == (4, 3, 3, 3) and graph.value_info("w").elem_type == TensorProto.FLOAT

@@ -78,8 +78,12 @@ def _fill(model: onnx.ModelProto, ml_opset: int) -> list[tuple[onnx.ValueInfoPro
     g = model.graph
     types: dict[str, onnx.TypeProto] = {v.name: v.type for v in (*g.input, *g.value_info, *g.output)
                                         if v.type.WhichOneof("value") is not None}
+    # an initializer's type is made only where such a node reads (or writes) its name: the rest are
+    # never looked up, and a pipeline's weights are most of its initializers
+    named = {i for n in g.node if _uninferred(n, ml_opset) for i in (*n.input, *n.output)}
     for t in g.initializer:
-        types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+        if t.name in named:
+            types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
     infos = {v.name: v for v in (*g.value_info, *g.output)}  # a graph output's own entry first
     changed: list[tuple[onnx.ValueInfoProto, onnx.TypeProto | None]] = []
     for node in g.node:
@@ -130,7 +134,14 @@ def typed_before_inference(model: onnx.ModelProto, ml_opset: int,
     inputs' types the model declares (a scikit-learn pipeline's Scaler or regressor on a graph
     input), so that the first inference pass already runs through them, rather than a second pass
     after ``with_ml_shapes`` typed them. Returns what was changed, for ``restore``."""
-    if not any(_uninferred(n, ml_opset) for n in model.graph.node):
+    g = model.graph
+    uninferred = [n for n in g.node if _uninferred(n, ml_opset)]
+    if not uninferred:
+        return []
+    # the first such node ``_fill`` can type reads declared values alone: where none does, it would
+    # type nothing (the usual case after a classifier, whose outputs only inference types)
+    declared = {v.name for v in (*g.input, *g.value_info, *g.output)} | {t.name for t in g.initializer}
+    if not any(all(i in declared for i in n.input if i) for n in uninferred):
         return []
     return _fill(model, ml_opset)
 

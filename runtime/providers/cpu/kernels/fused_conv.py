@@ -62,6 +62,7 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     same_width_taps,
     strided_view,
 )
+from onnxhal.runtime.providers.cpu.kernels.dead_taps import TrimmedTaps
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, writable
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
@@ -229,6 +230,7 @@ class FusedConv(FusedBase):
         self._clip_bounds = ((float(params[0]), float(params[1]))
                              if node.attr("activation", "") == "Clip" and len(params) == 2 else None)
         self._native_act = native_activation(node.attr("activation", ""), params)
+        self.taps = TrimmedTaps(node, ctx, lambda twin: FusedConv(twin, ctx))  #: taps reading only padding, cut
 
     @property
     def _fallback(self) -> Kernel:
@@ -319,6 +321,10 @@ class FusedConv(FusedBase):
             if self.act is not None:
                 self.act(y)
             return [shuffle_channels(y, self.shuffle)]
+        trimmed = self.taps.run(inputs)
+        if trimmed is not None:
+            self.last_path = self.taps.twin_path
+            return trimmed
         y = self._conv2d(x, w, b, z)
         if self._cacheable["_wb"] and not self.shuffle and x.shape not in self._slow:
             self._remember(x, w, b)

@@ -187,6 +187,8 @@ def test_fused_conv_matches_plain_and_onnxruntime(monkeypatch, case, residual, a
     want = plain.compute([x, w, b, z])[0]
     _close(got, want)
     _close(got, _onnxruntime(x, w, b, z, attrs, act == "Relu"))
+    w2 = w * -2  # another constant array: what was kept for the first is not taken for it
+    _close(k.compute([x, w2, b, z])[0], plain.compute([x, w2, b, z])[0])
 
 
 def test_aspp_runs_as_pointwise():

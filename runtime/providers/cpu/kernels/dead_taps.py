@@ -130,9 +130,9 @@ class TrimmedTaps:
         self._last_twin: Kernel | None = None
 
     @property
-    def twin_path(self) -> str | None:
-        """The path (``last_path``) the twin of the last trimmed run took, where it names one."""
-        return getattr(self._last_twin, "last_path", None)
+    def last_twin(self) -> Kernel | None:
+        """The twin kernel that ran the last trimmed run (its ``last_path`` names the path it took)."""
+        return self._last_twin
 
     def kernel_for(self, x_shape: tuple, w_shape: tuple) -> tuple[Trim, Kernel] | None:
         """The ``Trim`` and twin for these shapes, or None (looked at once per shape)."""

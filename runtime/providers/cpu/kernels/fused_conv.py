@@ -323,7 +323,13 @@ class FusedConv(FusedBase):
             return [shuffle_channels(y, self.shuffle)]
         trimmed = self.taps.run(inputs)
         if trimmed is not None:
-            self.last_path = self.taps.twin_path
+            twin = self.taps.last_twin
+            self.last_path = twin.last_path
+            kept = twin._fast.get(x.shape)
+            if kept is not None:  # the twin's kept run, its cut weights bound, straight from the next run
+                if len(self._fast) > 64:
+                    self._fast.clear()
+                self._fast[x.shape] = (w, x.dtype, b, kept[3])
             return trimmed
         y = self._conv2d(x, w, b, z)
         if self._cacheable["_wb"] and not self.shuffle and x.shape not in self._slow:

@@ -127,12 +127,6 @@ class TrimmedTaps:
         self._twins: dict[Trim, Kernel] = {}
         self._cut: tuple[np.ndarray, Trim, np.ndarray] | None = None
         self.last: Trim | None = None  #: the ``Trim`` of the last run this rule took (tests read it)
-        self._last_twin: Kernel | None = None
-
-    @property
-    def last_twin(self) -> Kernel | None:
-        """The twin kernel that ran the last trimmed run (its ``last_path`` names the path it took)."""
-        return self._last_twin
 
     def kernel_for(self, x_shape: tuple, w_shape: tuple) -> tuple[Trim, Kernel] | None:
         """The ``Trim`` and twin for these shapes, or None (looked at once per shape)."""
@@ -155,6 +149,8 @@ class TrimmedTaps:
             return None
         twin = self._twins.get(cut)
         if twin is None:
+            if len(self._twins) > 64:
+                self._twins.clear()
             twin = self._twins[cut] = self._make(trimmed_node(self._node, cut))
         return cut, twin
 
@@ -172,5 +168,5 @@ class TrimmedTaps:
             wc = np.ascontiguousarray(w[cut.weight_index()])
             if self._constant_weight:
                 self._cut = (w, cut, wc)  # one swap: concurrent runs see an old or a new entry, both valid
-        self.last, self._last_twin = cut, twin
+        self.last = cut
         return twin.compute([x, wc] + list(inputs[2:]))

@@ -29,7 +29,9 @@ that cuts the outputs from those rows, where there is one. Small ungrouped and d
 then one product, or one multiply and one sum over the taps; small grouped ones gather the same
 rows and run one product batched over the groups. With constant weights, a small
 layer's path is remembered per input shape as one function with its derived weights bound in
-(``_remember``); a constant all-zero bias is left out. A 1-D convolution runs as its 2-D twin
+(``_remember``); a constant all-zero bias is left out. A convolution whose end taps read only
+padding for this input size runs as its twin with the weight cut to the live taps
+(``dead_taps``: DeepLabV3's dilated 3x3 layers over small maps become 1x1 ones). A 1-D convolution runs as its 2-D twin
 over (N, C, 1, L). Anything else (3-D, integer) runs through the CPU EP's Conv kernel, then the
 same epilogue.
 """
@@ -323,7 +325,7 @@ class FusedConv(FusedBase):
             return [shuffle_channels(y, self.shuffle)]
         trimmed = self.taps.run(inputs)
         if trimmed is not None:
-            twin = self.taps.last_twin
+            _, twin = self.taps.kernel_for(x.shape, w.shape)  # the twin of this shape (concurrent runs may differ)
             self.last_path = twin.last_path
             kept = twin._fast.get(x.shape)
             if kept is not None:  # the twin's kept run, its cut weights bound, straight from the next run

@@ -3,8 +3,11 @@ against onnxruntime's Conv of the same shape, weights and attributes, alternatin
 
     python benchmarks/conv_layers.py MODEL [--batch 1,2] [--repeat 50] [--threads 1]
 
-MODEL is a corpus ``.onnx`` file or ``cnn`` (``models.cnn()``: ResNet-18 at 224, the shape of the
-medium corpus's ResNet). The batch axis of the model's input is set to each ``--batch``; every
+MODEL is a corpus ``.onnx`` file, ``cnn`` (``models.cnn()``: ResNet-18 at 224, the shape of the
+medium corpus's ResNet) or ``aspp`` (``aspp_model()``: DeepLabV3's ASPP 3x3 layers at dilation 12,
+24 and 36 over 8x8 and 16x16 maps, large kernels over small planes, and a dilated layer whose
+taps all read the input). A layer whose dead taps the CPU EP cuts (``dead_taps``, "trimmed_taps")
+is also timed with the rule off, alternating with the other two (``rule off``). The batch axis of the model's input is set to each ``--batch``; every
 Conv with constant weights is timed with its bias (a Relu or residual the optimizer would fuse is
 left out: both sides run the bare convolution). Times are medians of CPU time
 (``time.process_time``, which other processes' load does not stretch) and of wall time; with
@@ -52,6 +55,29 @@ def conv_layers(model: onnx.ModelProto, batch: int) -> list[tuple[onnx.NodeProto
     return layers
 
 
+def aspp_model() -> onnx.ModelProto:
+    """Dilated and large-kernel convolutions whose kernels reach past small planes: DeepLabV3's ASPP
+    (torchvision's deeplabv3 head: 3x3 at dilation 12, 24, 36 padded as much, here over a 240-channel
+    8x8 map to 16 and 256 channels and a 960-channel 16x16 one), 7x7 and 5x5 over 4x4 and 2x2
+    planes, and a 3x3 at dilation 2 over 32x32 that keeps every tap."""
+    rng = np.random.default_rng(0)
+    layers = [((1, 240, 8, 8), 16, 3, d) for d in (12, 24, 36)] + [((1, 240, 8, 8), 256, 3, 24),
+                                                                  ((1, 960, 16, 16), 256, 3, 24),
+                                                                  ((1, 64, 4, 4), 64, 7, 1), ((1, 128, 2, 2), 128, 5, 1),
+                                                                  ((1, 32, 32, 32), 32, 3, 2)]
+    nodes, inputs, outputs, inits = [], [], [], []
+    for i, (shape, m, k, d) in enumerate(layers):
+        pad = d * (k - 1) // 2
+        nodes.append(helper.make_node("Conv", [f"x{i}", f"w{i}", f"b{i}"], [f"y{i}"], kernel_shape=[k, k],
+                                      dilations=[d, d], pads=[pad] * 4))
+        inputs.append(helper.make_tensor_value_info(f"x{i}", onnx.TensorProto.FLOAT, ["N"] + list(shape[1:])))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.FLOAT, None))
+        inits += [numpy_helper.from_array((rng.standard_normal((m, shape[1], k, k)) * 0.05).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), f"b{i}")]
+    graph = helper.make_graph(nodes, "aspp", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
 def _fused_kernel(node: onnx.NodeProto, has_bias: bool):
     from onnxhal.hal import KernelCreateContext, Node
     from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN
@@ -89,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=50)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
+    from onnxhal.runtime.providers.cpu.kernels import dead_taps
     from onnxhal.runtime.providers.cpu.kernels.blas_threads import set_blas_threads
 
     set_blas_threads(args.threads)
@@ -96,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         import models
 
         model = models.cnn()
+    elif args.model == "aspp":
+        model = aspp_model()
     else:
         model = onnx.load(args.model)
     rng = np.random.default_rng(0)
@@ -109,21 +138,29 @@ def main(argv: list[str] | None = None) -> int:
             want = sess.run(None, {"x": x})[0]
             got = kernel.compute([x, w, b, None])[0]
             diff = float(np.max(np.abs(got.astype(np.float64) - want)))
-            cpu, wall = [[], []], [[], []]
-            runs = (kernel.compute, sess.run)
-            feeds = ([x, w, b, None], (None, {"x": x}))
+            runs = [kernel.compute, lambda feeds, sess=sess: sess.run(*feeds)]
+            feeds = [[x, w, b, None], (None, {"x": x})]
+            if kernel.taps.last is not None:  # the dead-tap rule cut this layer: the plain kernel too
+                dead_taps.ENABLED = False
+                plain = _fused_kernel(node, b is not None)
+                dead_taps.ENABLED = True
+                plain.compute([x, w, b, None])
+                runs.append(plain.compute)
+                feeds.append(feeds[0])
+            cpu, wall = [[] for _ in runs], [[] for _ in runs]
             for _ in range(args.repeat):
-                for i in (0, 1):
+                for i, run in enumerate(runs):
                     c0, w0 = time.process_time(), time.perf_counter()
-                    runs[i](*feeds[i]) if i else runs[i](feeds[i])
+                    run(feeds[i])
                     wall[i].append(time.perf_counter() - w0)
                     cpu[i].append(time.process_time() - c0)
-            ch, co = (statistics.median(v) * 1e6 for v in cpu)
-            wh, wo = (statistics.median(v) * 1e6 for v in wall)
+            ch, co, *off = (statistics.median(v) * 1e6 for v in cpu)
+            wh, wo = (statistics.median(v) * 1e6 for v in wall[:2])
             totals[0] += ch
             totals[1] += co
+            rule = f"  rule off cpu us {off[0]:8.1f} ({off[0] / co:5.2f})" if off else ""
             print(f"N={batch} x={str(shape):19s} w={str(w.shape):17s} {kernel.last_path:20s} cpu us {ch:8.1f} "
-                  f"ort {co:8.1f} ({ch / co:4.2f})  wall {wh:8.1f} ort {wo:8.1f}  diff {diff:.1e}", flush=True)
+                  f"ort {co:8.1f} ({ch / co:4.2f})  wall {wh:8.1f} ort {wo:8.1f}  diff {diff:.1e}{rule}", flush=True)
         print(f"N={batch} total cpu us {totals[0]:.0f} against onnxruntime's {totals[1]:.0f} "
               f"({totals[0] / totals[1]:.2f})")
     print(f"load average at the end {open('/proc/loadavg').read().split()[:3]}")

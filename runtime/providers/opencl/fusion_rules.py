@@ -31,6 +31,10 @@ FUSION_RULES: dict[str, str] = {
                   "multiple of 14 up to 112 computed with the output channels in the vector lanes (32 channels x 14 "
                   "positions a work-item) where the other forms put positions there (a "
                   "kernel choice, switchable as the rules are)",
+    "conv_dead_taps": "a Conv with constant weights whose first or last taps on a spatial axis read only padding "
+                      "for every output (cpu.kernels.dead_taps.trim: a dilated or large kernel over a small plane) "
+                      "computed with the weight cut to its live taps and the pads moved with them (a kernel "
+                      "choice, switchable as the rules are)",
     "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
                       "switchable as the rules are)",
     "pool_rows": "a MaxPool computed a row of outputs per work-item (a kernel choice, switchable as the rules "

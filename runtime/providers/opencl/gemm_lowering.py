@@ -20,6 +20,7 @@ import numpy as np
 
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.graph import Node
+from onnxhal.runtime.providers.cpu.kernels import dead_taps
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionPlan
 
@@ -259,6 +260,8 @@ class GemmLowering:
         ys = self.shape(n.outputs[0])
         out = self.output(epi.out)
         g = self._conv_geometry(n, xs, ws, ys)
+        if w in self.plan.constants and self.rule("conv_dead_taps"):
+            w, ws = self._live_taps(w, xs, ws, g)
         G = int(n.attr("group", 1))
         Nimg, Cin, Cout = xs[0], xs[1], ws[0]
         Cg, Mg = Cin // G, Cout // G
@@ -287,6 +290,28 @@ class GemmLowering:
         self._gemm(ap, bp, out, Mg, P, Kdim, batches, G, Mg * P, bias, 2, Mg, 1.0, 1.0, epi)
 
     _lower_FusedConv = _lower_Conv
+
+    def _live_taps(self, w: str, xs, ws, g: dict) -> tuple[str, tuple]:
+        """Rule conv_dead_taps: the constant weight ``w`` cut to the taps that read the input for some
+        output (``dead_taps.trim``), as a new constant, and ``g`` (``_conv_geometry``'s, 1-D as 2-D)
+        updated to the cut kernel and its pads; ``w`` and ``ws`` unchanged where no tap dies. Every
+        kernel loops over all taps, and the padded-plane ones copy the padding too: DeepLabV3's 3x3
+        at dilation 36 over 8x8 pads each plane to 80x80 for one live tap."""
+        axes = ("W",) if len(xs) == 3 else ("H", "W")
+        keys = {"H": ("KH", "sh", "dh", "ph", "ph_end", "OH"), "W": ("KW", "sw", "dw", "pw", "pw_end", "OW")}
+        spatial = [g[a] for a in axes]
+        kernel, strides, dil, pb, pe, out = ([g[keys[a][i]] for a in axes] for i in range(6))
+        cut = dead_taps.trim(spatial, kernel, strides, dil, pb, pe, out)
+        if cut is None:
+            return w, ws
+        live = np.ascontiguousarray(np.asarray(self.plan.constants[w], np.float32).reshape(ws)[cut.weight_index()])
+        name = self._prepacked_name("conv_live_taps", live.size)
+        self.plan.constants[name] = live
+        nd = len(axes)
+        for i, a in enumerate(axes):
+            k, _, _, begin, end, _ = keys[a]
+            g[k], g[begin], g[end] = cut.kernel[i], cut.pads[i], cut.pads[nd + i]
+        return name, live.shape
 
     def _conv_lanes(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
                     epi: Epilogue) -> bool:

@@ -12,6 +12,7 @@ from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
+from onnxhal.runtime.providers.cpu.kernels.dead_taps import TrimmedTaps
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.op_geometry import ConvGeometry
@@ -570,6 +571,7 @@ class Conv(Kernel):
         self._plans: dict[tuple, tuple | bool] = {}  # per (input, weight shapes); kernels are shared by runs
         self.widen = half.WidenedInputs(node, ctx)
         self.last_path: str | None = None  #: the ``ND_PATHS`` name of the last im2col run
+        self.taps = TrimmedTaps(node, ctx, lambda twin: Conv(twin, ctx))  #: taps reading only padding, cut
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -578,6 +580,9 @@ class Conv(Kernel):
         if x.dtype.itemsize < 4 and x.dtype.kind != "i":  # float16/bfloat16: accumulate in float32
             y = self.compute([None if v is None else v.astype(np.float32) for v in inputs])[0]
             return [y.astype(x.dtype)]
+        trimmed = self.taps.run(inputs)
+        if trimmed is not None:
+            return trimmed
         w = inputs[1]
         b = inputs[2] if len(inputs) > 2 else None
         if x.ndim == 4 and x.dtype.kind == "f" and w.dtype == x.dtype:

@@ -29,7 +29,9 @@ that cuts the outputs from those rows, where there is one. Small ungrouped and d
 then one product, or one multiply and one sum over the taps; small grouped ones gather the same
 rows and run one product batched over the groups. With constant weights, a small
 layer's path is remembered per input shape as one function with its derived weights bound in
-(``_remember``); a constant all-zero bias is left out. A 1-D convolution runs as its 2-D twin
+(``_remember``); a constant all-zero bias is left out. A convolution whose end taps read only
+padding for this input size runs as its twin with the weight cut to the live taps
+(``dead_taps``: DeepLabV3's dilated 3x3 layers over small maps become 1x1 ones). A 1-D convolution runs as its 2-D twin
 over (N, C, 1, L). Anything else (3-D, integer) runs through the CPU EP's Conv kernel, then the
 same epilogue.
 """
@@ -62,6 +64,7 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     same_width_taps,
     strided_view,
 )
+from onnxhal.runtime.providers.cpu.kernels.dead_taps import TrimmedTaps
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, writable
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
@@ -229,6 +232,7 @@ class FusedConv(FusedBase):
         self._clip_bounds = ((float(params[0]), float(params[1]))
                              if node.attr("activation", "") == "Clip" and len(params) == 2 else None)
         self._native_act = native_activation(node.attr("activation", ""), params)
+        self.taps = TrimmedTaps(node, ctx, lambda twin: FusedConv(twin, ctx))  #: taps reading only padding, cut
 
     @property
     def _fallback(self) -> Kernel:
@@ -319,6 +323,16 @@ class FusedConv(FusedBase):
             if self.act is not None:
                 self.act(y)
             return [shuffle_channels(y, self.shuffle)]
+        trimmed = self.taps.run(inputs)
+        if trimmed is not None:
+            _, twin = self.taps.kernel_for(x.shape, w.shape)  # the twin of this shape (concurrent runs may differ)
+            self.last_path = twin.last_path
+            kept = twin._fast.get(x.shape)
+            if kept is not None:  # the twin's kept run, its cut weights bound, straight from the next run
+                if len(self._fast) > 64:
+                    self._fast.clear()
+                self._fast[x.shape] = (w, x.dtype, b, kept[3])
+            return trimmed
         y = self._conv2d(x, w, b, z)
         if self._cacheable["_wb"] and not self.shuffle and x.shape not in self._slow:
             self._remember(x, w, b)

@@ -52,6 +52,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
     """(kernel, path) for every registered path, the numerics module's included."""
     from onnxhal.runtime.providers.cpu.kernels import (  # noqa: F401 - they fill PATH_TABLES
         conv,
+        dead_taps,
         fused,
         fused_conv,
         ml_svm,

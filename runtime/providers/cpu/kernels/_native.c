@@ -502,11 +502,15 @@ done:
 #define VECTOR_CLONES                                                                                       \
   __attribute__((target_clones("avx512f", "avx2", "default"),                                              \
                  optimize("no-trapping-math", "fp-contract=off", "no-loop-unroll-and-jam")))
-/* the direct convolution's: also no copy loop made a call to memcpy or memset, whose cost is most
- * of a row's copy on small planes */
+/* the convolutions': built for x86-64-v4 (AVX-512) and v3 (AVX2 with FMA), where each multiply-add
+ * is one FMA instruction, as in onnxruntime's MLAS kernels on those CPUs (the FMA3 and AVX-512F
+ * assembly kernels under onnxruntime/core/mlas/lib/x86_64): a convolution's sums are rounded once
+ * per tap there and twice in the default build, and the tests hold each to the plain convolution
+ * within float rounding. Also no copy loop made a call to memcpy or memset, whose cost is most of
+ * a row's copy on small planes */
 #define CONV_CLONES                                                                                         \
-  __attribute__((target_clones("avx512f", "avx2", "default"),                                              \
-                 optimize("no-trapping-math", "fp-contract=off", "no-loop-unroll-and-jam",                  \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),                            \
+                 optimize("no-trapping-math", "fp-contract=fast", "no-loop-unroll-and-jam",                 \
                           "no-tree-loop-distribute-patterns")))
 #else
 #define VECTOR_CLONES
@@ -817,7 +821,8 @@ done:
 #define DC_BLOCK 4 /* output channels summed at a time, where a group has as many */
 /* A row of n outputs from the accumulators a to d, through the activation: DC_NONE; DC_CLAMP to
  * [p0, p1] (Relu: [0, inf]), maximum then minimum, NaN kept (numpy's clip and maximum); DC_HARD_SWISH
- * v min(max(p0 v + p1, 0), 1), each operation rounded in T as fused.py's numpy hard_swish does. */
+ * v min(max(p0 v + p1, 0), 1), each operation rounded in T as fused.py's numpy hard_swish does
+ * (by hard_swish_float/double, defined above). */
 enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
 #define DC_STORE(T, d, a, n, act, p0, p1)                                                                   \
   do {                                                                                                      \
@@ -828,14 +833,12 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
         T v_ = a_[i_] < (p0) ? (p0) : a_[i_];                                                               \
         d_[i_] = v_ > (p1) ? (p1) : v_;                                                                     \
       }                                                                                                     \
-    else if ((act) == DC_HARD_SWISH)                                                                        \
-      for (Py_ssize_t i_ = 0; i_ < (n); i_++) {                                                             \
-        T t_ = a_[i_] * (p0);                                                                               \
-        t_ = t_ + (p1);                                                                                     \
-        t_ = t_ < 0 ? (T)0 : t_;                                                                            \
-        t_ = t_ > 1 ? (T)1 : t_;                                                                            \
-        d_[i_] = a_[i_] * t_;                                                                               \
-      }                                                                                                     \
+    else if ((act) == DC_HARD_SWISH) {                                                                      \
+      /* hard_swish_float/double, built without FMA contraction: the convolutions' clones                   \
+       * contract, and a multiply-add here would round unlike numpy's hard_swish */                         \
+      for (Py_ssize_t i_ = 0; i_ < (n); i_++) d_[i_] = a_[i_];                                              \
+      _Generic(d_, float *: hard_swish_float, double *: hard_swish_double)(d_, (n), (p0), (p1));            \
+    }                                                                                                       \
     else                                                                                                    \
       for (Py_ssize_t i_ = 0; i_ < (n); i_++) d_[i_] = a_[i_];                                              \
   } while (0)
@@ -936,10 +939,12 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
                   a3[k] += w3 * v;                                                                          \
                 }                                                                                           \
               }                                                                                             \
-            memcpy(acc + k0, a0, sizeof a0);                                                                \
-            memcpy(acc + pitch + k0, a1, sizeof a1);                                                        \
-            memcpy(acc + 2 * pitch + k0, a2, sizeof a2);                                                    \
-            memcpy(acc + 3 * pitch + k0, a3, sizeof a3);                                                    \
+            for (int k = 0; k < DC_TILE; k++) {                                                             \
+              acc[k0 + k] = a0[k];                                                                          \
+              acc[pitch + k0 + k] = a1[k];                                                                  \
+              acc[2 * pitch + k0 + k] = a2[k];                                                              \
+              acc[3 * pitch + k0 + k] = a3[k];                                                              \
+            }                                                                                               \
           }                                                                                                 \
           for (Py_ssize_t o = 0; o < DC_BLOCK; o++) {                                                       \
             T *RESTRICT yp = y + (img * m + mo + o) * oh * ow;                                              \
@@ -964,7 +969,7 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
                 const T *RESTRICT src = s + cc * block + tap[t] + k0;                                       \
                 for (int k = 0; k < DW_TILE; k++) a[k] += wt * src[k];                                      \
               }                                                                                             \
-            memcpy(acc + k0, a, sizeof a);                                                                  \
+            for (int k = 0; k < DW_TILE; k++) acc[k0 + k] = a[k];                                           \
           }                                                                                                 \
           T *RESTRICT yp = y + (img * m + mo) * oh * ow;                                                    \
           for (Py_ssize_t oy = 0; oy < oh; oy++) DC_STORE(T, yp + oy * ow, acc + oy * wv, ow, act, p0, p1);  \
@@ -1082,22 +1087,12 @@ done:
  * reads layout rows oy to oy + kh - 1, so DW_ROWS output rows are summed together, DW_COLS columns
  * of each at a time, in DW_ROWS vector registers: a layout row's DW_COLS values, loaded once per
  * tap column, feed every row of the block whose kernel row reaches it. That is kw (DW_ROWS + kh - 1)
- * loads for DW_ROWS kh kw multiply-adds, where direct_conv's flat tiles load once per multiply-add.
- * The AVX2 and AVX-512 clones contract each multiply-add into one FMA instruction, as
- * onnxruntime's MLAS kernels do on those CPUs (the FMA3 and AVX-512F assembly kernels under
- * onnxruntime/core/mlas/lib/x86_64), so their sums are rounded once per tap where the default clone rounds twice; the
- * tests hold each to the plain convolution within float rounding. The last block's rows and
- * columns past the outputs are summed from the layout's zeroed slack and dropped. */
+ * loads for DW_ROWS kh kw multiply-adds (FMAs in the AVX2 and AVX-512 clones, CONV_CLONES), where
+ * direct_conv's flat tiles load once per multiply-add. The last block's rows and columns past the
+ * outputs are summed from the layout's zeroed slack and dropped. */
 #if defined(__GNUC__)
 #define DW_ROWS 8
 #define DW_COLS 16
-#if !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
-#define ROWS_CLONES                                                                                         \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),                             \
-                 optimize("no-trapping-math", "fp-contract=fast", "no-tree-loop-distribute-patterns")))
-#else
-#define ROWS_CLONES
-#endif
 typedef float dw_vf __attribute__((vector_size(DW_COLS * sizeof(float))));
 typedef double dw_vd __attribute__((vector_size(DW_COLS * sizeof(double))));
 typedef float dw_vf_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(float))));
@@ -1144,7 +1139,7 @@ typedef double dw_vd_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(doub
     DW_ROW(T, V, KH, 13);                                                                                   \
   } while (0)
 #define DEPTHWISE_UNIT(NAME, T, V, COLS)                                                                          \
-  static ROWS_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
+  static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
                                  T *RESTRICT y, T *RESTRICT s, Py_ssize_t n, Py_ssize_t c, Py_ssize_t h,     \
                                  Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh, Py_ssize_t ow, \
                                  Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t wv, int act, T p0, T p1) {        \

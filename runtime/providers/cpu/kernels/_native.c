@@ -842,7 +842,9 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
     else                                                                                                    \
       for (Py_ssize_t i_ = 0; i_ < (n); i_++) d_[i_] = a_[i_];                                              \
   } while (0)
-#define DC_TILE 32 /* outputs of each of them summed in registers at a time */
+/* outputs of each of them summed in registers at a time: 16 AVX-512 vectors over the DC_BLOCK
+ * channels, 64 floats or 32 doubles (the slack past the plane, DW_TILE, holds a tile's reads) */
+#define DC_TILE(T) ((int)(256 / sizeof(T)))
 #define DIRECT_CONV(NAME, T)                                                                                 \
   static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
                                  T *RESTRICT y, T *RESTRICT s, T *RESTRICT acc, const Py_ssize_t *tap,      \
@@ -918,9 +920,9 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
           const T *RESTRICT wp = w + mo * ct;                                                               \
           T b0 = b ? b[mo] : (T)0, b1 = b ? b[mo + 1] : (T)0, b2 = b ? b[mo + 2] : (T)0;                    \
           T b3 = b ? b[mo + 3] : (T)0;                                                                      \
-          for (Py_ssize_t k0 = 0; k0 < plane; k0 += DC_TILE) {                                              \
-            T a0[DC_TILE], a1[DC_TILE], a2[DC_TILE], a3[DC_TILE];                                           \
-            for (int k = 0; k < DC_TILE; k++) {                                                             \
+          for (Py_ssize_t k0 = 0; k0 < plane; k0 += DC_TILE(T)) {                                           \
+            T a0[DC_TILE(T)], a1[DC_TILE(T)], a2[DC_TILE(T)], a3[DC_TILE(T)];                               \
+            for (int k = 0; k < DC_TILE(T); k++) {                                                          \
               a0[k] = b0;                                                                                   \
               a1[k] = b1;                                                                                   \
               a2[k] = b2;                                                                                   \
@@ -931,7 +933,7 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
                 Py_ssize_t wi = cc * taps + wix[t];                                                         \
                 T w0 = wp[wi], w1 = wp[ct + wi], w2 = wp[2 * ct + wi], w3 = wp[3 * ct + wi];                \
                 const T *RESTRICT src = s + cc * block + tap[t] + k0;                                       \
-                for (int k = 0; k < DC_TILE; k++) {                                                         \
+                for (int k = 0; k < DC_TILE(T); k++) {                                                      \
                   T v = src[k];                                                                             \
                   a0[k] += w0 * v;                                                                          \
                   a1[k] += w1 * v;                                                                          \
@@ -939,7 +941,7 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
                   a3[k] += w3 * v;                                                                          \
                 }                                                                                           \
               }                                                                                             \
-            for (int k = 0; k < DC_TILE; k++) {                                                             \
+            for (int k = 0; k < DC_TILE(T); k++) {                                                          \
               acc[k0 + k] = a0[k];                                                                          \
               acc[pitch + k0 + k] = a1[k];                                                                  \
               acc[2 * pitch + k0 + k] = a2[k];                                                              \

@@ -1105,10 +1105,10 @@ typedef double dw_vd_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(doub
 /* one block's sums for a kernel of KH rows, a constant: each layout row q written out, so which
  * rows of the block it feeds is known when compiling, and each tap column's loop is only its load
  * and FMAs */
-#define DW_ROW(T, V, KH, q)                                                                                 \
+#define DW_ROW(T, V, KH, KW, q)                                                                             \
   if ((q) < DW_ROWS + (KH) - 1) {                                                                           \
     const T *RESTRICT src = s + (oy + (q)) * wv + ox;                                                       \
-    for (Py_ssize_t j = 0; j < kw; j++) {                                                                   \
+    for (Py_ssize_t j = 0; j < (KW); j++) {                                                                 \
       V v;                                                                                                  \
       memcpy(&v, src + j, sizeof v);                                                                        \
       const T *RESTRICT wr = wk + j;                                                                        \
@@ -1123,22 +1123,22 @@ typedef double dw_vd_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(doub
       DW_ACC(7, KH);                                                                                        \
     }                                                                                                       \
   }
-#define DW_BLOCK(T, V, KH)                                                                                  \
+#define DW_BLOCK(T, V, KH, KW)                                                                              \
   do {                                                                                                      \
-    DW_ROW(T, V, KH, 0);                                                                                    \
-    DW_ROW(T, V, KH, 1);                                                                                    \
-    DW_ROW(T, V, KH, 2);                                                                                    \
-    DW_ROW(T, V, KH, 3);                                                                                    \
-    DW_ROW(T, V, KH, 4);                                                                                    \
-    DW_ROW(T, V, KH, 5);                                                                                    \
-    DW_ROW(T, V, KH, 6);                                                                                    \
-    DW_ROW(T, V, KH, 7);                                                                                    \
-    DW_ROW(T, V, KH, 8);                                                                                    \
-    DW_ROW(T, V, KH, 9);                                                                                    \
-    DW_ROW(T, V, KH, 10);                                                                                   \
-    DW_ROW(T, V, KH, 11);                                                                                   \
-    DW_ROW(T, V, KH, 12);                                                                                   \
-    DW_ROW(T, V, KH, 13);                                                                                   \
+    DW_ROW(T, V, KH, KW, 0);                                                                                \
+    DW_ROW(T, V, KH, KW, 1);                                                                                \
+    DW_ROW(T, V, KH, KW, 2);                                                                                \
+    DW_ROW(T, V, KH, KW, 3);                                                                                \
+    DW_ROW(T, V, KH, KW, 4);                                                                                \
+    DW_ROW(T, V, KH, KW, 5);                                                                                \
+    DW_ROW(T, V, KH, KW, 6);                                                                                \
+    DW_ROW(T, V, KH, KW, 7);                                                                                \
+    DW_ROW(T, V, KH, KW, 8);                                                                                \
+    DW_ROW(T, V, KH, KW, 9);                                                                                \
+    DW_ROW(T, V, KH, KW, 10);                                                                               \
+    DW_ROW(T, V, KH, KW, 11);                                                                               \
+    DW_ROW(T, V, KH, KW, 12);                                                                               \
+    DW_ROW(T, V, KH, KW, 13);                                                                               \
   } while (0)
 #define DEPTHWISE_UNIT(NAME, T, V, COLS)                                                                          \
   static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
@@ -1163,15 +1163,25 @@ typedef double dw_vd_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(doub
           for (Py_ssize_t ox = 0; ox < ow; ox += (COLS)) {                                                 \
             V a0, a1, a2, a3, a4, a5, a6, a7;                                                               \
             a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = (V){0} + bias;                                          \
-            switch (kh) {                                                                                   \
-            case 3:                                                                                         \
-              DW_BLOCK(T, V, 3);                                                                              \
+            /* square kernels with their width a constant too: each tap column's loop unrolled */           \
+            switch (kh * 8 + (kw == kh ? 0 : 1)) {                                                          \
+            case 24:                                                                                        \
+              DW_BLOCK(T, V, 3, 3);                                                                         \
               break;                                                                                        \
-            case 5:                                                                                         \
-              DW_BLOCK(T, V, 5);                                                                              \
+            case 40:                                                                                        \
+              DW_BLOCK(T, V, 5, 5);                                                                         \
+              break;                                                                                        \
+            case 56:                                                                                        \
+              DW_BLOCK(T, V, 7, 7);                                                                         \
+              break;                                                                                        \
+            case 25:                                                                                        \
+              DW_BLOCK(T, V, 3, kw);                                                                        \
+              break;                                                                                        \
+            case 41:                                                                                        \
+              DW_BLOCK(T, V, 5, kw);                                                                        \
               break;                                                                                        \
             default:                                                                                        \
-              DW_BLOCK(T, V, 7);                                                                              \
+              DW_BLOCK(T, V, 7, kw);                                                                        \
             }                                                                                               \
             T out[DW_ROWS][COLS];                                                                           \
             memcpy(out[0], &a0, sizeof a0);                                                                 \

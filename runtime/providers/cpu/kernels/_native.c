@@ -509,7 +509,7 @@ done:
  * within float rounding. Also no copy loop made a call to memcpy or memset, whose cost is most of
  * a row's copy on small planes */
 #define CONV_CLONES                                                                                         \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),                            \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),                              \
                  optimize("no-trapping-math", "fp-contract=fast", "no-loop-unroll-and-jam",                 \
                           "no-tree-loop-distribute-patterns")))
 #else
@@ -1100,7 +1100,7 @@ typedef double dw_vd __attribute__((vector_size(DW_COLS * sizeof(double))));
 typedef float dw_vf_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(float))));
 typedef double dw_vd_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(double))));
 /* the block's row R takes kernel row q - R, where there is one */
-#define DW_ACC(R, KH)                                                                                          \
+#define DW_ACC(R, KH)                                                                                       \
   if (q_ >= (R) && q_ - (R) < KH) a##R += wr[((q_ - (R)) * kw)] * v
 /* one block's sums for a kernel of KH rows, a constant: each layout row q written out, so which
  * rows of the block it feeds is known when compiling, and each tap column's loop is only its load
@@ -1140,18 +1140,18 @@ typedef double dw_vd_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(doub
     DW_ROW(T, V, KH, KW, 12);                                                                               \
     DW_ROW(T, V, KH, KW, 13);                                                                               \
   } while (0)
-#define DEPTHWISE_UNIT(NAME, T, V, COLS)                                                                          \
-  static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
-                                 T *RESTRICT y, T *RESTRICT s, Py_ssize_t n, Py_ssize_t c, Py_ssize_t h,     \
+#define DEPTHWISE_UNIT(NAME, T, V, COLS)                                                                    \
+  static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,               \
+                                 T *RESTRICT y, T *RESTRICT s, Py_ssize_t n, Py_ssize_t c, Py_ssize_t h,    \
                                  Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh, Py_ssize_t ow, \
                                  Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t wv, int act, T p0, T p1) {        \
-    /* the layout's columns v holding input column v - pl */                                              \
+    /* the layout's columns v holding input column v - pl */                                                \
     Py_ssize_t lo = pl, hi = wd + pl < wv ? wd + pl : wv;                                                   \
     for (Py_ssize_t img = 0; img < n; img++)                                                                \
       for (Py_ssize_t ch = 0; ch < c; ch++) {                                                               \
         const T *RESTRICT xp = x + (img * c + ch) * h * wd;                                                 \
         for (Py_ssize_t r = 0; r < h; r++) {                                                                \
-          /* every input row lies in the layout (pads at least 0); the padding stays the zeros */          \
+          /* every input row lies in the layout (pads at least 0); the padding stays the zeros */           \
           T *RESTRICT d = s + (r + pt) * wv;                                                                \
           const T *RESTRICT src = xp + r * wd - pl;                                                         \
           for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[v];                                               \
@@ -1160,7 +1160,7 @@ typedef double dw_vd_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(doub
         T bias = b ? b[ch] : (T)0;                                                                          \
         T *RESTRICT yp = y + (img * c + ch) * oh * ow;                                                      \
         for (Py_ssize_t oy = 0; oy < oh; oy += DW_ROWS)                                                     \
-          for (Py_ssize_t ox = 0; ox < ow; ox += (COLS)) {                                                 \
+          for (Py_ssize_t ox = 0; ox < ow; ox += (COLS)) {                                                  \
             V a0, a1, a2, a3, a4, a5, a6, a7;                                                               \
             a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = (V){0} + bias;                                          \
             /* square kernels with their width a constant too: each tap column's loop unrolled */           \
@@ -1193,7 +1193,7 @@ typedef double dw_vd_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(doub
             memcpy(out[6], &a6, sizeof a6);                                                                 \
             memcpy(out[7], &a7, sizeof a7);                                                                 \
             Py_ssize_t rows = oh - oy < DW_ROWS ? oh - oy : DW_ROWS;                                        \
-            Py_ssize_t cols = ow - ox < (COLS) ? ow - ox : (COLS);                                              \
+            Py_ssize_t cols = ow - ox < (COLS) ? ow - ox : (COLS);                                          \
             for (Py_ssize_t r = 0; r < rows; r++)                                                           \
               DC_STORE(T, yp + (oy + r) * ow + ox, out[r], cols, act, p0, p1);                              \
           }                                                                                                 \

@@ -62,6 +62,14 @@ CASES = [
     ("depthwise_native", (2, 4, 14, 9), (4, 1, 2, 2), {"group": 4, "pads": [3, 0, 0, 3], "strides": [2, 3],
                                                       "dilations": [1, 2]}),
     # the C route of few-channel layers: stems (3x3/2, 7x7/2), dilated, asymmetric pads, non-square
+    # the C row blocks: ConvNeXt's 7x7, 5x5 and 3x3 kernels; planes shorter and narrower than a
+    # block (7 rows, 7 and 9 columns: the narrow and the wide block), rows past whole blocks,
+    # asymmetric and zero pads, a non-square kernel, a pad past the kernel's reach on the right
+    ("depthwise_native_rows", (2, 12, 7, 7), (12, 1, 7, 7), {"group": 12, "pads": [3, 3, 3, 3]}),
+    ("depthwise_native_rows", (1, 8, 19, 37), (8, 1, 7, 7), {"group": 8, "pads": [3, 3, 3, 3]}),
+    ("depthwise_native_rows", (1, 6, 17, 9), (6, 1, 5, 5), {"group": 6, "pads": [1, 2, 3, 2]}),
+    ("depthwise_native_rows", (2, 10, 12, 20), (10, 1, 3, 3), {"group": 10, "pads": [0, 0, 0, 0]}),
+    ("depthwise_native_rows", (1, 5, 9, 23), (5, 1, 7, 3), {"group": 5, "pads": [2, 1, 4, 4]}),
     ("direct_native", (2, 3, 32, 32), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
     ("direct_native", (1, 3, 33, 31), (8, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     ("direct_native", (2, 4, 24, 22), (5, 4, 3, 2), {"pads": [0, 1, 2, 0], "dilations": [2, 1]}),
@@ -107,11 +115,16 @@ def _depthwise_route(request, monkeypatch):
     was not built); every other case keeps it off, so the cases reach the numpy paths they name."""
     callspec = getattr(request.node, "callspec", None)
     case = callspec.params.get("case") if callspec is not None else None
-    native = bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE)
+    rows = bool(case) and case[0] == fused_conv.DEPTHWISE_NATIVE_ROWS
+    native = rows or bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE)
     if native and native_module() is None:
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    if rows and not hasattr(native_module(), "depthwise_unit"):
+        pytest.skip("the extension was built without depthwise_unit (a compiler without GNU C vectors)")
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", native)
     monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", native)
+    # the depthwise_native cases at unit stride reach direct_conv, not the row blocks ahead of it
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ROWS_ENABLED", rows)
 
 
 VARIANTS = [  # (bias, residual, activation, activation_params)
@@ -415,6 +428,50 @@ def test_depthwise_native_float64_and_its_switches(monkeypatch):
     kernel = fused_kernel(w.shape, a, True, True, "Relu", [])
     kernel.compute([x, w, b, z])
     assert kernel.last_path != fused_conv.DEPTHWISE_NATIVE
+
+
+@pytest.mark.parametrize("act, params", [("Relu", []), ("HardSwish", [0.25, 0.5])])  # float32-exact
+def test_depthwise_rows_float64_activation_and_checks(monkeypatch, act, params):
+    """The C row blocks (depthwise_native_rows) in float64 against the canonical convolution; their
+    activation applied in C to the bit of the numpy epilogue on their own sums, NaN kept; their
+    argument checks; and NATIVE_DEPTHWISE_ROWS_ENABLED = False leaving the layer to direct_conv."""
+    native = native_module()
+    if native is None or not hasattr(native, "depthwise_unit"):
+        pytest.skip("the optional extension _native was not built with depthwise_unit")
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", True)
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ROWS_ENABLED", True)
+    a = _attrs({"group": 6, "pads": [3, 2, 1, 3]}, (6, 1, 7, 5))
+    rng = np.random.default_rng(12)
+    x, w = rng.standard_normal((2, 6, 13, 21)), rng.standard_normal((6, 1, 7, 5))
+    b, z = rng.standard_normal(6), rng.standard_normal(_out_shape(x.shape, w.shape, a))
+    kernel = fused_kernel(w.shape, a, True, True, act, params)
+    y = kernel.compute([x, w, b, z])[0]
+    assert kernel.last_path == fused_conv.DEPTHWISE_NATIVE_ROWS and y.dtype == np.float64
+    want, _ = canonical(x, w, b, z, a, act, params, 0)
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
+    x32, w32, b32 = x.astype(np.float32), w.astype(np.float32), b.astype(np.float32)
+    x32[1, 2, 5, 7] = np.nan
+    kernel = fused_kernel(w.shape, a, True, False, act, params)
+    epilogue, kernel.act = kernel.act, None  # the numpy epilogue, which the C row blocks must not need
+    y = kernel.compute([x32, w32, b32, None])[0]
+    assert kernel.last_path == fused_conv.DEPTHWISE_NATIVE_ROWS
+    want = fused_kernel(w.shape, a, True, False, "", []).compute([x32, w32, b32, None])[0].copy()
+    epilogue(want)
+    np.testing.assert_array_equal(y, want)
+    assert np.isnan(y).any()
+    y64 = np.empty(want.shape, np.float64)
+    with pytest.raises(ValueError):  # mixed types
+        native.depthwise_unit(x, w32, None, y64, (3, 2))
+    with pytest.raises(ValueError):  # a kernel height it is not built for
+        native.depthwise_unit(x, np.zeros((6, 1, 4, 5)), None, y64, (3, 2))
+    with pytest.raises(ValueError):  # not depthwise: two input channels per output
+        native.depthwise_unit(x, np.zeros((3, 2, 7, 5)), None, y64[:, :3], (3, 2))
+    with pytest.raises(ValueError):  # a top pad past the kernel's reach: the last kernel row reads only padding
+        native.depthwise_unit(x[:, :, :4], w, None, np.empty((2, 6, 12, 21)), (7, 2))
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ROWS_ENABLED", False)
+    kernel = fused_kernel(w.shape, a, True, True, act, params)
+    kernel.compute([x, w, b, z])
+    assert kernel.last_path == fused_conv.DEPTHWISE_NATIVE
 
 
 @pytest.mark.parametrize("act, params", [("Relu", []), ("Clip", [-0.5, 0.75]), ("HardSwish", [0.2, 0.5])])

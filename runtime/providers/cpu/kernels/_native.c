@@ -502,11 +502,15 @@ done:
 #define VECTOR_CLONES                                                                                       \
   __attribute__((target_clones("avx512f", "avx2", "default"),                                              \
                  optimize("no-trapping-math", "fp-contract=off", "no-loop-unroll-and-jam")))
-/* the direct convolution's: also no copy loop made a call to memcpy or memset, whose cost is most
- * of a row's copy on small planes */
+/* the convolutions': built for x86-64-v4 (AVX-512) and v3 (AVX2 with FMA), where each multiply-add
+ * is one FMA instruction, as in onnxruntime's MLAS kernels on those CPUs (the FMA3 and AVX-512F
+ * assembly kernels under onnxruntime/core/mlas/lib/x86_64): a convolution's sums are rounded once
+ * per tap there and twice in the default build, and the tests hold each to the plain convolution
+ * within float rounding. Also no copy loop made a call to memcpy or memset, whose cost is most of
+ * a row's copy on small planes */
 #define CONV_CLONES                                                                                         \
-  __attribute__((target_clones("avx512f", "avx2", "default"),                                              \
-                 optimize("no-trapping-math", "fp-contract=off", "no-loop-unroll-and-jam",                  \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),                              \
+                 optimize("no-trapping-math", "fp-contract=fast", "no-loop-unroll-and-jam",                 \
                           "no-tree-loop-distribute-patterns")))
 #else
 #define VECTOR_CLONES
@@ -817,7 +821,8 @@ done:
 #define DC_BLOCK 4 /* output channels summed at a time, where a group has as many */
 /* A row of n outputs from the accumulators a to d, through the activation: DC_NONE; DC_CLAMP to
  * [p0, p1] (Relu: [0, inf]), maximum then minimum, NaN kept (numpy's clip and maximum); DC_HARD_SWISH
- * v min(max(p0 v + p1, 0), 1), each operation rounded in T as fused.py's numpy hard_swish does. */
+ * v min(max(p0 v + p1, 0), 1), each operation rounded in T as fused.py's numpy hard_swish does
+ * (by hard_swish_float/double, defined above). */
 enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
 #define DC_STORE(T, d, a, n, act, p0, p1)                                                                   \
   do {                                                                                                      \
@@ -828,18 +833,18 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
         T v_ = a_[i_] < (p0) ? (p0) : a_[i_];                                                               \
         d_[i_] = v_ > (p1) ? (p1) : v_;                                                                     \
       }                                                                                                     \
-    else if ((act) == DC_HARD_SWISH)                                                                        \
-      for (Py_ssize_t i_ = 0; i_ < (n); i_++) {                                                             \
-        T t_ = a_[i_] * (p0);                                                                               \
-        t_ = t_ + (p1);                                                                                     \
-        t_ = t_ < 0 ? (T)0 : t_;                                                                            \
-        t_ = t_ > 1 ? (T)1 : t_;                                                                            \
-        d_[i_] = a_[i_] * t_;                                                                               \
-      }                                                                                                     \
+    else if ((act) == DC_HARD_SWISH) {                                                                      \
+      /* hard_swish_float/double, built without FMA contraction: the convolutions' clones                   \
+       * contract, and a multiply-add here would round unlike numpy's hard_swish */                         \
+      for (Py_ssize_t i_ = 0; i_ < (n); i_++) d_[i_] = a_[i_];                                              \
+      _Generic(d_, float *: hard_swish_float, double *: hard_swish_double)(d_, (n), (p0), (p1));            \
+    }                                                                                                       \
     else                                                                                                    \
       for (Py_ssize_t i_ = 0; i_ < (n); i_++) d_[i_] = a_[i_];                                              \
   } while (0)
-#define DC_TILE 32 /* outputs of each of them summed in registers at a time */
+/* outputs of each of them summed in registers at a time: 16 AVX-512 vectors over the DC_BLOCK
+ * channels, 64 floats or 32 doubles (the slack past the plane, DW_TILE, holds a tile's reads) */
+#define DC_TILE(T) ((int)(256 / sizeof(T)))
 #define DIRECT_CONV(NAME, T)                                                                                 \
   static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
                                  T *RESTRICT y, T *RESTRICT s, T *RESTRICT acc, const Py_ssize_t *tap,      \
@@ -915,9 +920,9 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
           const T *RESTRICT wp = w + mo * ct;                                                               \
           T b0 = b ? b[mo] : (T)0, b1 = b ? b[mo + 1] : (T)0, b2 = b ? b[mo + 2] : (T)0;                    \
           T b3 = b ? b[mo + 3] : (T)0;                                                                      \
-          for (Py_ssize_t k0 = 0; k0 < plane; k0 += DC_TILE) {                                              \
-            T a0[DC_TILE], a1[DC_TILE], a2[DC_TILE], a3[DC_TILE];                                           \
-            for (int k = 0; k < DC_TILE; k++) {                                                             \
+          for (Py_ssize_t k0 = 0; k0 < plane; k0 += DC_TILE(T)) {                                           \
+            T a0[DC_TILE(T)], a1[DC_TILE(T)], a2[DC_TILE(T)], a3[DC_TILE(T)];                               \
+            for (int k = 0; k < DC_TILE(T); k++) {                                                          \
               a0[k] = b0;                                                                                   \
               a1[k] = b1;                                                                                   \
               a2[k] = b2;                                                                                   \
@@ -928,7 +933,7 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
                 Py_ssize_t wi = cc * taps + wix[t];                                                         \
                 T w0 = wp[wi], w1 = wp[ct + wi], w2 = wp[2 * ct + wi], w3 = wp[3 * ct + wi];                \
                 const T *RESTRICT src = s + cc * block + tap[t] + k0;                                       \
-                for (int k = 0; k < DC_TILE; k++) {                                                         \
+                for (int k = 0; k < DC_TILE(T); k++) {                                                      \
                   T v = src[k];                                                                             \
                   a0[k] += w0 * v;                                                                          \
                   a1[k] += w1 * v;                                                                          \
@@ -936,10 +941,12 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
                   a3[k] += w3 * v;                                                                          \
                 }                                                                                           \
               }                                                                                             \
-            memcpy(acc + k0, a0, sizeof a0);                                                                \
-            memcpy(acc + pitch + k0, a1, sizeof a1);                                                        \
-            memcpy(acc + 2 * pitch + k0, a2, sizeof a2);                                                    \
-            memcpy(acc + 3 * pitch + k0, a3, sizeof a3);                                                    \
+            for (int k = 0; k < DC_TILE(T); k++) {                                                          \
+              acc[k0 + k] = a0[k];                                                                          \
+              acc[pitch + k0 + k] = a1[k];                                                                  \
+              acc[2 * pitch + k0 + k] = a2[k];                                                              \
+              acc[3 * pitch + k0 + k] = a3[k];                                                              \
+            }                                                                                               \
           }                                                                                                 \
           for (Py_ssize_t o = 0; o < DC_BLOCK; o++) {                                                       \
             T *RESTRICT yp = y + (img * m + mo + o) * oh * ow;                                              \
@@ -964,7 +971,7 @@ enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
                 const T *RESTRICT src = s + cc * block + tap[t] + k0;                                       \
                 for (int k = 0; k < DW_TILE; k++) a[k] += wt * src[k];                                      \
               }                                                                                             \
-            memcpy(acc + k0, a, sizeof a);                                                                  \
+            for (int k = 0; k < DW_TILE; k++) acc[k0 + k] = a[k];                                           \
           }                                                                                                 \
           T *RESTRICT yp = y + (img * m + mo) * oh * ow;                                                    \
           for (Py_ssize_t oy = 0; oy < oh; oy++) DC_STORE(T, yp + oy * ow, acc + oy * wv, ow, act, p0, p1);  \
@@ -1076,6 +1083,217 @@ done:
   return result;
 }
 
+/* depthwise_unit: a depthwise convolution at unit stride and dilation whose every tap reaches the
+ * input (fused_conv.py's depthwise_native_rows; ConvNeXt's 7x7 layers). Each channel's plane is
+ * laid out with its padding as zeros, hv rows of wv (as direct_conv's single phase); output row oy
+ * reads layout rows oy to oy + kh - 1, so DW_ROWS output rows are summed together, DW_COLS columns
+ * of each at a time, in DW_ROWS vector registers: a layout row's DW_COLS values, loaded once per
+ * tap column, feed every row of the block whose kernel row reaches it. That is kw (DW_ROWS + kh - 1)
+ * loads for DW_ROWS kh kw multiply-adds (FMAs in the AVX2 and AVX-512 clones, CONV_CLONES), where
+ * direct_conv's flat tiles load once per multiply-add. The last block's rows and columns past the
+ * outputs are summed from the layout's zeroed slack and dropped. */
+#if defined(__GNUC__)
+#define DW_ROWS 8
+#define DW_COLS 16
+typedef float dw_vf __attribute__((vector_size(DW_COLS * sizeof(float))));
+typedef double dw_vd __attribute__((vector_size(DW_COLS * sizeof(double))));
+typedef float dw_vf_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(float))));
+typedef double dw_vd_narrow __attribute__((vector_size(DW_COLS / 2 * sizeof(double))));
+/* the block's row R takes kernel row q - R, where there is one */
+#define DW_ACC(R, KH)                                                                                       \
+  if (q_ >= (R) && q_ - (R) < KH) a##R += wr[((q_ - (R)) * kw)] * v
+/* one block's sums for a kernel of KH rows, a constant: each layout row q written out, so which
+ * rows of the block it feeds is known when compiling, and each tap column's loop is only its load
+ * and FMAs */
+#define DW_ROW(T, V, KH, KW, q)                                                                             \
+  if ((q) < DW_ROWS + (KH) - 1) {                                                                           \
+    const T *RESTRICT src = s + (oy + (q)) * wv + ox;                                                       \
+    for (Py_ssize_t j = 0; j < (KW); j++) {                                                                 \
+      V v;                                                                                                  \
+      memcpy(&v, src + j, sizeof v);                                                                        \
+      const T *RESTRICT wr = wk + j;                                                                        \
+      const Py_ssize_t q_ = (q);                                                                            \
+      DW_ACC(0, KH);                                                                                        \
+      DW_ACC(1, KH);                                                                                        \
+      DW_ACC(2, KH);                                                                                        \
+      DW_ACC(3, KH);                                                                                        \
+      DW_ACC(4, KH);                                                                                        \
+      DW_ACC(5, KH);                                                                                        \
+      DW_ACC(6, KH);                                                                                        \
+      DW_ACC(7, KH);                                                                                        \
+    }                                                                                                       \
+  }
+#define DW_BLOCK(T, V, KH, KW)                                                                              \
+  do {                                                                                                      \
+    DW_ROW(T, V, KH, KW, 0);                                                                                \
+    DW_ROW(T, V, KH, KW, 1);                                                                                \
+    DW_ROW(T, V, KH, KW, 2);                                                                                \
+    DW_ROW(T, V, KH, KW, 3);                                                                                \
+    DW_ROW(T, V, KH, KW, 4);                                                                                \
+    DW_ROW(T, V, KH, KW, 5);                                                                                \
+    DW_ROW(T, V, KH, KW, 6);                                                                                \
+    DW_ROW(T, V, KH, KW, 7);                                                                                \
+    DW_ROW(T, V, KH, KW, 8);                                                                                \
+    DW_ROW(T, V, KH, KW, 9);                                                                                \
+    DW_ROW(T, V, KH, KW, 10);                                                                               \
+    DW_ROW(T, V, KH, KW, 11);                                                                               \
+    DW_ROW(T, V, KH, KW, 12);                                                                               \
+    DW_ROW(T, V, KH, KW, 13);                                                                               \
+  } while (0)
+#define DEPTHWISE_UNIT(NAME, T, V, COLS)                                                                    \
+  static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,               \
+                                 T *RESTRICT y, T *RESTRICT s, Py_ssize_t n, Py_ssize_t c, Py_ssize_t h,    \
+                                 Py_ssize_t wd, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh, Py_ssize_t ow, \
+                                 Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t wv, int act, T p0, T p1) {        \
+    /* the layout's columns v holding input column v - pl */                                                \
+    Py_ssize_t lo = pl, hi = wd + pl < wv ? wd + pl : wv;                                                   \
+    for (Py_ssize_t img = 0; img < n; img++)                                                                \
+      for (Py_ssize_t ch = 0; ch < c; ch++) {                                                               \
+        const T *RESTRICT xp = x + (img * c + ch) * h * wd;                                                 \
+        for (Py_ssize_t r = 0; r < h; r++) {                                                                \
+          /* every input row lies in the layout (pads at least 0); the padding stays the zeros */           \
+          T *RESTRICT d = s + (r + pt) * wv;                                                                \
+          const T *RESTRICT src = xp + r * wd - pl;                                                         \
+          for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[v];                                               \
+        }                                                                                                   \
+        const T *RESTRICT wk = w + ch * kh * kw;                                                            \
+        T bias = b ? b[ch] : (T)0;                                                                          \
+        T *RESTRICT yp = y + (img * c + ch) * oh * ow;                                                      \
+        for (Py_ssize_t oy = 0; oy < oh; oy += DW_ROWS)                                                     \
+          for (Py_ssize_t ox = 0; ox < ow; ox += (COLS)) {                                                  \
+            V a0, a1, a2, a3, a4, a5, a6, a7;                                                               \
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = (V){0} + bias;                                          \
+            /* square kernels with their width a constant too: each tap column's loop unrolled */           \
+            switch (kh * 8 + (kw == kh ? 0 : 1)) {                                                          \
+            case 24:                                                                                        \
+              DW_BLOCK(T, V, 3, 3);                                                                         \
+              break;                                                                                        \
+            case 40:                                                                                        \
+              DW_BLOCK(T, V, 5, 5);                                                                         \
+              break;                                                                                        \
+            case 56:                                                                                        \
+              DW_BLOCK(T, V, 7, 7);                                                                         \
+              break;                                                                                        \
+            case 25:                                                                                        \
+              DW_BLOCK(T, V, 3, kw);                                                                        \
+              break;                                                                                        \
+            case 41:                                                                                        \
+              DW_BLOCK(T, V, 5, kw);                                                                        \
+              break;                                                                                        \
+            default:                                                                                        \
+              DW_BLOCK(T, V, 7, kw);                                                                        \
+            }                                                                                               \
+            T out[DW_ROWS][COLS];                                                                           \
+            memcpy(out[0], &a0, sizeof a0);                                                                 \
+            memcpy(out[1], &a1, sizeof a1);                                                                 \
+            memcpy(out[2], &a2, sizeof a2);                                                                 \
+            memcpy(out[3], &a3, sizeof a3);                                                                 \
+            memcpy(out[4], &a4, sizeof a4);                                                                 \
+            memcpy(out[5], &a5, sizeof a5);                                                                 \
+            memcpy(out[6], &a6, sizeof a6);                                                                 \
+            memcpy(out[7], &a7, sizeof a7);                                                                 \
+            Py_ssize_t rows = oh - oy < DW_ROWS ? oh - oy : DW_ROWS;                                        \
+            Py_ssize_t cols = ow - ox < (COLS) ? ow - ox : (COLS);                                          \
+            for (Py_ssize_t r = 0; r < rows; r++)                                                           \
+              DC_STORE(T, yp + (oy + r) * ow + ox, out[r], cols, act, p0, p1);                              \
+          }                                                                                                 \
+      }                                                                                                     \
+  }
+DEPTHWISE_UNIT(depthwise_unit_float, float, dw_vf, DW_COLS)
+DEPTHWISE_UNIT(depthwise_unit_double, double, dw_vd, DW_COLS)
+/* half as many columns, for outputs at most that wide (ConvNeXt's last stage, 7 wide): the wide
+ * block's columns past them would be computed and dropped */
+DEPTHWISE_UNIT(depthwise_unit_float_narrow, float, dw_vf_narrow, DW_COLS / 2)
+DEPTHWISE_UNIT(depthwise_unit_double_narrow, double, dw_vd_narrow, DW_COLS / 2)
+
+/* depthwise_unit(x, w, b, y, pads[, act, p0, p1]): x [N, C, H, W], w [C, 1, KH, KW] (KH 3, 5 or 7), b [C] or None,
+ * y [N, C, OH, OW] written, all float32 or all float64, C-contiguous; unit strides and dilations;
+ * pads (top, left) at least 0, the bottom and right ones implied by y's size, such that every tap
+ * reaches the input for some output (KH - top <= H and OH > top, and likewise for the columns);
+ * act as direct_conv's. */
+static PyObject *depthwise_unit(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_w, *o_b, *o_y;
+  Py_ssize_t pt, pl;
+  (void)module;
+  int act = DC_NONE;
+  double p0 = 0, p1 = 0;
+  if (!PyArg_ParseTuple(args, "OOOO(nn)|idd", &o_x, &o_w, &o_b, &o_y, &pt, &pl, &act, &p0, &p1)) return NULL;
+  if (act < DC_NONE || act > DC_HARD_SWISH) {
+    PyErr_SetString(PyExc_ValueError, "depthwise_unit: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
+    return NULL;
+  }
+  Py_buffer bx, bw, bb, by;
+  int held = 0;
+  PyObject *result = NULL;
+  void *scratch = NULL;
+  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  held = 1;
+  const char *xf = bx.format ? bx.format : "B";
+  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
+  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
+    PyErr_SetString(PyExc_ValueError, "depthwise_unit: x must be [N, C, H, W] float32 or float64, C-contiguous");
+    goto done;
+  }
+  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
+  const char *fmt = size == 4 ? "f" : "d";
+  if (get_buffer(o_w, &bw, "w", size, fmt, -1, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
+  held = 3;
+  if (o_b != Py_None) {
+    if (get_buffer(o_b, &bb, "b", size, fmt, c, 0) < 0) goto done;
+    held = 4;
+  }
+  if (bw.ndim != 4 || by.ndim != 4 || bw.shape[0] != c || bw.shape[1] != 1 || by.shape[0] != n ||
+      by.shape[1] != c || pt < 0 || pl < 0) {
+    PyErr_SetString(PyExc_ValueError, "depthwise_unit: w must be [C, 1, KH, KW] and y [N, C, OH, OW] of x's N and C; "
+                    "pads at least 0");
+    goto done;
+  }
+  Py_ssize_t kh = bw.shape[2], kw = bw.shape[3], oh = by.shape[2], ow = by.shape[3];
+  /* the layout's rows and columns: the outputs' plus the kernel's reach; the bottom and right
+   * padding is what y's size implies, and must not cut the input */
+  Py_ssize_t hv = oh + kh - 1, wv = ow + kw - 1;
+  if (kh != 3 && kh != 5 && kh != 7) {
+    PyErr_SetString(PyExc_ValueError, "depthwise_unit: the kernel must have 3, 5 or 7 rows");
+    goto done;
+  }
+  if (kw < 1 || oh < 1 || ow < 1 || h + pt > hv || wd + pl > wv || kh - pt > h || oh <= pt ||
+      kw - pl > wd || ow <= pl) {
+    PyErr_SetString(PyExc_ValueError, "depthwise_unit: the padding must leave every tap reading the input for some "
+                    "output and every input value inside the padded plane");
+    goto done;
+  }
+  /* the rows of the last block past the outputs, and its last tile's columns, read the slack */
+  Py_ssize_t rows = (oh + DW_ROWS - 1) / DW_ROWS * DW_ROWS + kh - 1;
+  Py_ssize_t cells = rows * wv + DW_COLS;
+  scratch = PyMem_Malloc((size_t)cells * (size_t)size);
+  if (!scratch) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  memset(scratch, 0, (size_t)cells * (size_t)size);
+  const void *bias = held >= 4 ? bb.buf : NULL;
+  PyThreadState *ts = n * c * oh * ow * kh * kw > 65536 ? PyEval_SaveThread() : NULL;
+  if (size == 4)
+    (ow <= DW_COLS / 2 ? depthwise_unit_float_narrow : depthwise_unit_float)(
+        bx.buf, bw.buf, bias, by.buf, scratch, n, c, h, wd, kh, kw, oh, ow, pt, pl, wv, act, (float)p0, (float)p1);
+  else
+    (ow <= DW_COLS / 2 ? depthwise_unit_double_narrow : depthwise_unit_double)(
+        bx.buf, bw.buf, bias, by.buf, scratch, n, c, h, wd, kh, kw, oh, ow, pt, pl, wv, act, p0, p1);
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(scratch);
+  if (held >= 4) PyBuffer_Release(&bb);
+  if (held >= 3) PyBuffer_Release(&by);
+  if (held >= 2) PyBuffer_Release(&bw);
+  if (held >= 1) PyBuffer_Release(&bx);
+  return result;
+}
+#endif
+
 static PyMethodDef module_methods[] = {
     {"coupling", coupling, METH_VARARGS,
      "coupling(v, pair_i, pair_j, k, out): libsvm's pairwise coupling of each row's pairwise probabilities "
@@ -1089,6 +1307,12 @@ static PyMethodDef module_methods[] = {
      "lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): count steps of one LSTM direction in its "
      "default form from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]; "
      "with mult, h quantized row by row before its product with rt (DynamicQuantizeLSTM)."},
+#if defined(__GNUC__)
+    {"depthwise_unit", depthwise_unit, METH_VARARGS,
+     "depthwise_unit(x, w, b, y, pads[, act, p0, p1]): a depthwise convolution of x [N, C, H, W] with w [C, 1, "
+     "KH, KW] (and bias b or None) into y [N, C, OH, OW] at unit strides and dilations, every tap reaching the "
+     "input; DW_ROWS output rows summed at once; pads and act as direct_conv's."},
+#endif
     {"direct_conv", direct_conv, METH_VARARGS,
      "direct_conv(x, w, b, y, strides, pads, dilations, group[, act, p0, p1]): a convolution of x [N, C, H, W] "
      "with w [M, C / group, KH, KW] (and bias b or None) into y [N, M, OH, OW] by each tap's multiply-add over "

@@ -20,9 +20,12 @@ deep layers), all images' windows lie side by side for one product that reads th
 the taps' products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G (the
 optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to channel j *
 G + g: a grouped convolution with G groups writes each group's product straight into its shuffled
-channels (BLAS takes the strided rows), anything else is shuffled by one copy. Depthwise
-convolutions copy their taps as contiguous rows of the input's stride phases (flat planes without a
-border when the output keeps the input's width at unit stride or halves it at stride 2) tap-major
+channels (BLAS takes the strided rows), anything else is shuffled by one copy. With the C
+extension built, depthwise convolutions run there: at unit stride with 3, 5 or 7 kernel rows by
+blocks of output rows that share each loaded input row (``_native.depthwise_unit``), others one
+tap at a time over the plane (``_native.direct_conv``). Without it, depthwise convolutions copy
+their taps as contiguous rows of the input's stride phases (flat planes without a border when the
+output keeps the input's width at unit stride or halves it at stride 2) tap-major
 and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy
 that cuts the outputs from those rows, where there is one. Small ungrouped and depthwise ones
 (``conv.gather_plan``: up to 32k window elements) gather all their windows in one take instead,
@@ -96,6 +99,15 @@ DIRECT_NATIVE = _path("direct_native", "ungrouped, more than one tap, at most NA
                                        "_native built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_DIRECT_ENABLED (ahead "
                                        "of every other ungrouped path): _native.direct_conv, then residual and "
                                        "activation (without a residual, native_activation's in C)")
+DEPTHWISE_NATIVE_ROWS = _path("depthwise_native_rows", "depthwise at unit strides and dilations with a kernel of "
+                                                       "NATIVE_ROWS_KERNEL_HEIGHTS rows, every tap reaching the input "
+                                                       "for some output, at least NATIVE_DEPTHWISE_MIN_OUTPUTS "
+                                                       "outputs a plane, _native.depthwise_unit built, "
+                                                       "ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_DEPTHWISE_ENABLED and "
+                                                       "NATIVE_DEPTHWISE_ROWS_ENABLED (ahead of depthwise_native): "
+                                                       "blocks of output rows summed together in C, each input row "
+                                                       "loaded once for every output row it feeds, then the residual "
+                                                       "and activation as depthwise_native's")
 DEPTHWISE_NATIVE = _path("depthwise_native", "depthwise with at least NATIVE_DEPTHWISE_MIN_OUTPUTS outputs a plane, "
                                              "the C extension _native built, ONNXHAL_NATIVE_KERNELS not 0 and "
                                              "NATIVE_DEPTHWISE_ENABLED (ahead of the gather and the rows): "
@@ -122,6 +134,11 @@ IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, ab
 #: The switch of ``DEPTHWISE_NATIVE`` (read when a kernel is built): False keeps depthwise
 #: convolutions on the numpy paths (the tests compare them).
 NATIVE_DEPTHWISE_ENABLED = True
+#: The switch of ``DEPTHWISE_NATIVE_ROWS`` (read when a layer's path is chosen): False leaves its
+#: layers to ``DEPTHWISE_NATIVE`` (the tests compare them).
+NATIVE_DEPTHWISE_ROWS_ENABLED = True
+#: The kernel heights _native.depthwise_unit is built for (each unrolled over the rows of a block).
+NATIVE_ROWS_KERNEL_HEIGHTS = (3, 5, 7)
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # the types _native.direct_conv takes
 #: The fewest outputs per plane (oh x ow) the C route takes: with one, its per-call setup and the
 #: whole tile of sums it computes per channel outweigh the gather's one product per channel, which
@@ -424,13 +441,16 @@ class FusedConv(FusedBase):
                     cols[:, k] = 1
                 _im2col(x, pads, out_hw, (kh, kw), strides, dilations, cols[:, :k].reshape(windows))
                 return finish(np.matmul(wk, cols), z, out)
-        elif (path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE) and x.dtype in _NATIVE_FLOATS:
+        elif path in (DEPTHWISE_NATIVE, DIRECT_NATIVE, DEPTHWISE_NATIVE_ROWS) and x.dtype in _NATIVE_FLOATS:
             # the C call with its contiguous weights, bias, geometry and activation bound: a small
             # depthwise layer's C work is a few microseconds, as much as _native_direct's steps
-            direct, dtype, group = self._native.direct_conv, x.dtype, self.group
+            dtype, group = x.dtype, self.group
             wc = np.ascontiguousarray(w)
             bc = None if bias is None else np.ascontiguousarray(bias, dtype)
-            geometry = (self.strides, entry[0][:2], self.dilations, group)
+            if path == DEPTHWISE_NATIVE_ROWS:
+                direct, geometry = self._native.depthwise_unit, (entry[0][:2],)
+            else:
+                direct, geometry = self._native.direct_conv, (self.strides, entry[0][:2], self.dilations, group)
             out = (x.shape[0], w.shape[0]) + entry[1:3]
             in_c = self._native_act
 
@@ -482,6 +502,9 @@ class FusedConv(FusedBase):
         oh, ow = output_sizes("FusedConv", (h, wd), (kh, kw), (sh, sw), (dh, dw), (top, left), (bottom, right))
         # The conditions of CONV_PATHS, in order; "general" is im2col, whose layout ``_im2col`` picks.
         if self.group == c == m and cg == 1 and self._native_depthwise and oh * ow >= NATIVE_DEPTHWISE_MIN_OUTPUTS:
+            if (NATIVE_DEPTHWISE_ROWS_ENABLED and hasattr(self._native, "depthwise_unit")
+                    and unit_rows_apply((h, wd), (kh, kw), (top, left), (oh, ow), (sh, sw), (dh, dw))):
+                return pads, oh, ow, DEPTHWISE_NATIVE_ROWS, None
             return pads, oh, ow, DEPTHWISE_NATIVE, None
         if (self.group == 1 and self._native_dense and kh * kw > 1 and c <= NATIVE_DIRECT_MAX_CHANNELS
                 and c * kh * kw <= NATIVE_DIRECT_MAX_K and oh * ow >= NATIVE_DIRECT_MIN_OUTPUTS):
@@ -533,9 +556,9 @@ class FusedConv(FusedBase):
         if path == GATHER:
             self.last_path = path
             return self._gathered(x, w, b, z, plan)
-        if path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE:
+        if path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE or path == DEPTHWISE_NATIVE_ROWS:
             self.last_path = path
-            return self._native_direct(x, w, b, z, pads, (oh, ow))
+            return self._native_direct(x, w, b, z, pads, (oh, ow), path == DEPTHWISE_NATIVE_ROWS)
         if path == GATHER_DEPTHWISE:
             self.last_path = path
             return self._gathered_depthwise(x, w, b, z, plan)
@@ -827,10 +850,10 @@ class FusedConv(FusedBase):
         return shuffle_channels(yd, self.shuffle)
 
     def _native_direct(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
-                       pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
-        """``DEPTHWISE_NATIVE`` and ``DIRECT_NATIVE``: the convolution and its bias in C, then
-        residual and activation; a type the C kernel lacks (float16 that is not widened) takes the
-        numpy paths (the depthwise rows; the CPU EP's Conv)."""
+                       pads: tuple[int, int, int, int], out_hw: tuple[int, int], rows: bool = False) -> np.ndarray:
+        """``DEPTHWISE_NATIVE``, ``DEPTHWISE_NATIVE_ROWS`` (``rows``) and ``DIRECT_NATIVE``: the
+        convolution and its bias in C, then residual and activation; a type the C kernel lacks
+        (float16 that is not widened) takes the numpy paths (the depthwise rows; the CPU EP's Conv)."""
         if x.dtype not in _NATIVE_FLOATS and self.group == 1:  # the CPU EP's Conv, then the epilogue
             y = writable(self._fallback.compute([x, w, b])[0], x.dtype)
             self._finish(y, None, z, False)
@@ -843,9 +866,12 @@ class FusedConv(FusedBase):
         # Without a residual (added before it), the activation is applied in C as the outputs are
         # written (native_activation): one pass over the output fewer
         act = self._native_act if z is None else None
-        self._native.direct_conv(np.ascontiguousarray(x), np.ascontiguousarray(w),
-                                 None if b is None else np.ascontiguousarray(b, x.dtype), y, self.strides, pads[:2],
-                                 self.dilations, self.group, *(act or ()))
+        xc, wc, bc = np.ascontiguousarray(x), np.ascontiguousarray(w), None if b is None else np.ascontiguousarray(
+            b, x.dtype)
+        if rows:
+            self._native.depthwise_unit(xc, wc, bc, y, pads[:2], *(act or ()))
+        else:
+            self._native.direct_conv(xc, wc, bc, y, self.strides, pads[:2], self.dilations, self.group, *(act or ()))
         if act is None:
             self._finish(y, None, z, False)
         return shuffle_channels(y, self.shuffle)
@@ -890,6 +916,17 @@ class FusedConv(FusedBase):
         if self.act is not None:
             self.act(y)
         return y
+
+
+def unit_rows_apply(in_hw: tuple[int, int], kernel: tuple[int, int], pads: tuple[int, int], out_hw: tuple[int, int],
+                    strides: tuple[int, int], dilations: tuple[int, int]) -> bool:
+    """Whether ``_native.depthwise_unit`` takes a depthwise convolution of an ``in_hw`` plane with
+    ``kernel``, top and left ``pads``, ``out_hw`` outputs: unit strides and dilations, a kernel
+    height it is built for, and every tap reaching the input for some output (the first kernel
+    row's last output row and the last kernel row's first within the input, likewise columns)."""
+    if strides != (1, 1) or dilations != (1, 1) or kernel[0] not in NATIVE_ROWS_KERNEL_HEIGHTS:
+        return False
+    return all(k - p <= n and o > p for n, k, p, o in zip(in_hw, kernel, pads, out_hw))
 
 
 def native_activation(name: str, params: list) -> tuple[int, float, float] | None:

@@ -31,6 +31,10 @@ FUSION_RULES: dict[str, str] = {
                   "multiple of 14 up to 112 computed with the output channels in the vector lanes (32 channels x 14 "
                   "positions a work-item) where the other forms put positions there (a "
                   "kernel choice, switchable as the rules are)",
+    "conv_lanes_row_pairs": "conv_lanes for output rows of 7 (a ResNet's last stage), two whole rows a work-item, "
+                            "in place of conv_rows2 or im2col + GEMM (a kernel choice, needs conv_lanes)",
+    "conv_lanes_unpadded": "a conv_lanes Conv without padding reads its input in place, without the pad_planes "
+                           "copy",
     "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
                       "switchable as the rules are)",
     "pool_rows": "a MaxPool computed a row of outputs per work-item (a kernel choice, switchable as the rules "

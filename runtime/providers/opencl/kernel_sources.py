@@ -123,6 +123,8 @@ def _gemm_source() -> str:
     conv += _gemm_x2_source()
     conv += "\n".join(_conv_row_pairs_source(sw) for sw in (1, 2))
     conv += "\n".join(_conv_lanes_source(r, sw) for r in CONV_LANES_POSITIONS for sw in (1, 2))
+    conv += "\n".join(_conv_lanes_source(CONV_LANES_PAIR_OW, sw, CONV_LANES_POSITIONS[0] // CONV_LANES_PAIR_OW)
+                       for sw in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
@@ -478,6 +480,9 @@ CONV_LANES_CHANNELS = 16 * CONV_LANES_NV
 #: vectors (28 accumulators) is the most AVX-512's 32 registers hold with the two weight vectors and
 #: one broadcast. Seven positions (rows of 7) ran slower than conv_rows2 on PoCL (14 FMAs per 9 loads).
 CONV_LANES_POSITIONS = (14,)
+#: Rule conv_lanes_row_pairs: output rows this short take CONV_LANES_POSITIONS[0] // OW rows a
+#: work-item (a ResNet's 7x7 last stage: two rows of 7, the same 28 FMAs per 16 loads as rows of 14).
+CONV_LANES_PAIR_OW = 7
 #: Rule conv_lanes: the widest output rows it takes (multiples of CONV_LANES_POSITIONS up to this,
 #: a 224-pixel ResNet's 112 to 14; wider rows were not measured). On PoCL
 #: (benchmarks/opencl_conv_layers.py) it ran the Convs of ResNet-18 from 56 down to 14 faster than
@@ -489,7 +494,7 @@ CONV_LANES_MAX_OW = 112
 CONV_LANES_MIN_CG = 8
 
 
-def _conv_lanes_source(rp: int, sw: int) -> str:
+def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
     """``conv_lanes_r{rp}_s{sw}`` (rule ``conv_lanes``): a Conv with the output channels in the vector lanes.
     One work-item computes CONV_LANES_CHANNELS output channels (CONV_LANES_NV 16-lane accumulators a
     position) x ``rp`` consecutive positions of one output row, reading the zero-padded input planes
@@ -504,15 +509,37 @@ def _conv_lanes_source(rp: int, sw: int) -> str:
     16-position input vector per (channel, tap) and broadcast 8 weights (8 FMAs per 9 loads), with
     two loads and a shuffle a vector at stride 2 and lanes idle or masked in rows of 14. Each
     position's accumulators are stored lane by lane (output channels are a plane apart) with the
-    epilogue of ``store_row``."""
-    nv = CONV_LANES_NV
-    decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp) for v in range(nv))
-    loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
+    epilogue of ``store_row``.
 
-    body = "\n".join(f"        {{ const float xv = xr[{p * sw}]; "
-                     + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }" for p in range(rp))
-    store = "\n".join(f"  conv_lanes_store(c{p}_{v}, Crow + {p} + {16 * v} * P, Rrow + {p} + {16 * v} * P, bias, "
-                      f"co0 + {16 * v}, P, bias_mode, act, p0, p1);" for p in range(rp) for v in range(nv))
+    ``nr`` > 1 (``conv_lanes_r{rp}x{nr}_s{sw}``, rule ``conv_lanes_row_pairs``, rows of ``rp`` == OW):
+    a work-item computes ``nr`` whole output rows, ``rp`` positions each, so rows of 7 keep the
+    14-position tile; each row reads its own input row through a pointer set once, and a row past
+    the last output row reads the first one's input again (computed, never stored)."""
+    nv = CONV_LANES_NV
+    decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
+    loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
+    rows = "".join(f"        __global const float* xr{r} = xr + roff{r};\n" for r in range(1, nr))
+
+    def src(p: int) -> str:
+        r, q = divmod(p, rp)
+        return f"xr{r if r else ''}[{q * sw}]"
+
+    body = "\n".join(f"        {{ const float xv = {src(p)}; "
+                     + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
+                     for p in range(rp * nr))
+    # With nr > 1 the tile is whole rows of OW == rp, so position p of the tile is p floats after Crow.
+    store = "\n".join("  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ")
+                      + f"conv_lanes_store(c{p}_{v}, Crow + {p} + {16 * v} * P, Rrow + {p} + {16 * v} * P, bias, "
+                      f"co0 + {16 * v}, P, bias_mode, act, p0, p1);" for p in range(rp * nr) for v in range(nv))
+    name = f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}"
+    if nr == 1:
+        tile = f"""  const int nt = OW / {rp};
+  const int oh = t / nt, ow0 = (t % nt) * {rp};
+  if (oh >= OH) return;"""
+    else:
+        tile = f"""  const int oh = t * {nr}, ow0 = 0;
+  if (oh >= OH) return;
+""" + "".join(f"  const int roff{r} = oh + {r} < OH ? {r} * sh * Wp : 0;\n" for r in range(1, nr))
     helper = ""
     if (rp, sw) == (CONV_LANES_POSITIONS[0], 1):
         helper = """
@@ -555,18 +582,17 @@ inline void conv_lanes_store(float16 v, __global float* Crow, __global const flo
 // Y[b] (b = image * G + group; M output channels per group, P = OH * OW) = A[b % a_mod] (*) Xp[b], the
 // output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b;
 // OW a multiple of {rp}, M of {16 * nv}. bias: per output channel (bias_mode 2 or 0); act as gemm_packed.
-__kernel void conv_lanes_r{rp}_s{sw}(__global const float* Wt, __global const float* Xp, __global float* C,
+__kernel void {name}(__global const float* Wt, __global const float* Xp, __global float* C,
                                 __global const float* bias, __global const float* R, const int M,
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
                              const int Wp, const int a_mod, const int bias_mode, const int act,
                              const float p0, const float p1) {{
-  const int P = OH * OW, nt = OW / {rp}, Mb = M / {16 * nv};
+  const int P = OH * OW, Mb = M / {16 * nv};
   const int gid = get_global_id(0), b = get_global_id(1);
   // Consecutive work-items take the channel blocks of one row tile: its input rows stay in cache.
   const int ib = gid % Mb, t = gid / Mb;
-  const int oh = t / nt, ow0 = (t % nt) * {rp};
-  if (oh >= OH) return;
+{tile}
   const int co0 = ib * {16 * nv};
   __global const float16* wp = (__global const float16*)(Wt + ((size_t)(b % a_mod) * Mb + ib) * Cg * KH * KW
                                                          * {16 * nv});
@@ -580,7 +606,7 @@ __kernel void conv_lanes_r{rp}_s{sw}(__global const float* Wt, __global const fl
       __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
       for (int kw = 0; kw < KW; ++kw) {{
         __global const float* xr = xrow + kw * dw;
-{loads}
+{rows}{loads}
 {body}
         wp += {nv};
       }}

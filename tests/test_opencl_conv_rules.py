@@ -223,6 +223,33 @@ def test_conv_lanes_row_pairs_against_the_other_forms(opencl, x_shape, w_shape, 
     assert not any(k.startswith("conv_lanes") for k in k_off), k_off
 
 
+ORDER_CASES = [  # conv_lanes_weight_order: weights (KH * KW * Mg) against the padded planes (Hp * Wp)
+    ((1, 32, 14, 14), (64, 32, 3, 3), dict(pads=[1, 1, 1, 1]), True),             # ResNet's 14x14 stage
+    ((2, 16, 7, 7), (96, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),               # rows of 7, batch 2, 3 blocks
+    ((1, 16, 14, 14), (256, 16, 1, 1), dict(strides=[2, 2]), True),               # a 1x1 downsample into 7
+    ((1, 16, 28, 28), (256, 8, 3, 3), dict(pads=[1, 1, 1, 1], group=2), True),    # groups: 1152 against 900
+    ((1, 8, 56, 56), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), False),              # planes outweigh the weights
+]
+
+
+def _last_int_args(model: onnx.ModelProto, disabled: str) -> list[int]:
+    sess = onnxhal.InferenceSession(model.SerializeToString(),
+                                    providers=[("OpenCLExecutionProvider", {"disable_fusions": disabled}),
+                                               "CPUExecutionProvider"])
+    return [int(s.args[-1]) for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+            if getattr(s, "kernel_name", "").startswith("conv_lanes")]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,applies", ORDER_CASES)
+def test_conv_lanes_weight_order_against_the_tile_order(opencl, x_shape, w_shape, attrs, applies):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "conv_lanes_weight_order")
+    assert k_on == k_off and any(k.startswith("conv_lanes") for k in k_on), (k_on, k_off)
+    # The kernel's last argument (wmajor) selects the walk.
+    assert _last_int_args(model, "") == [1 if applies else 0]
+    assert _last_int_args(model, "conv_lanes_weight_order") == [0]
+
+
 UNPADDED_CASES = [  # conv_lanes without padding: the input read in place (conv_lanes_unpadded)
     ((1, 8, 28, 28), (32, 8, 1, 1), dict(strides=[2, 2])),                         # 1x1 downsample into 14
     ((2, 8, 16, 16), (64, 8, 3, 3), {}),                                           # 3x3, batch 2, into 14

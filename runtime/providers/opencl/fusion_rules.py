@@ -35,6 +35,9 @@ FUSION_RULES: dict[str, str] = {
                             "in place of conv_rows2 or im2col + GEMM (a kernel choice, needs conv_lanes)",
     "conv_lanes_unpadded": "a conv_lanes Conv without padding reads its input in place, without the pad_planes "
                            "copy",
+    "conv_lanes_weight_order": "a conv_lanes Conv whose weights outweigh its input planes walks the row tiles of "
+                               "one channel block on consecutive work-items (its weights stay in cache) rather "
+                               "than the channel blocks of one row tile (a kernel choice)",
     "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
                       "switchable as the rules are)",
     "pool_rows": "a MaxPool computed a row of outputs per work-item (a kernel choice, switchable as the rules "

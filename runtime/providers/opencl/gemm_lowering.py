@@ -328,6 +328,11 @@ class GemmLowering:
         args = [Buf(ap), Buf(xp), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
                 I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "dh", "dw")), I32(Hp), I32(Wp),
                 I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
+        # Rule conv_lanes_weight_order: where a group's weights outweigh its input planes (the
+        # deeper stages), consecutive work-items take one channel block's row tiles, so its weights
+        # are read from cache once per thread rather than once per row tile.
+        wmajor = KH * KW * Mg > Hp * Wp and self.rule("conv_lanes_weight_order")
+        args.append(I32(1 if wmajor else 0))
         kernel = f"conv_lanes_r{rp}_s{g['sw']}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{g['sw']}"
         self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (Mb * -(-OH // nr) * (OW // rp), Nimg * G), (1, 1),
                                       args))

@@ -534,10 +534,13 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
     name = f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}"
     if nr == 1:
         tile = f"""  const int nt = OW / {rp};
+  const int ib = wmajor ? gid / (OH * nt) : gid % Mb, t = wmajor ? gid % (OH * nt) : gid / Mb;
   const int oh = t / nt, ow0 = (t % nt) * {rp};
   if (oh >= OH) return;"""
     else:
-        tile = f"""  const int oh = t * {nr}, ow0 = 0;
+        tile = f"""  const int nt = (OH + {nr - 1}) / {nr};
+  const int ib = wmajor ? gid / nt : gid % Mb, t = wmajor ? gid % nt : gid / Mb;
+  const int oh = t * {nr}, ow0 = 0;
   if (oh >= OH) return;
 """ + "".join(f"  const int roff{r} = oh + {r} < OH ? {r} * sh * Wp : 0;\n" for r in range(1, nr))
     helper = ""
@@ -587,11 +590,11 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
                              const int Wp, const int a_mod, const int bias_mode, const int act,
-                             const float p0, const float p1) {{
+                             const float p0, const float p1, const int wmajor) {{
   const int P = OH * OW, Mb = M / {16 * nv};
   const int gid = get_global_id(0), b = get_global_id(1);
-  // Consecutive work-items take the channel blocks of one row tile: its input rows stay in cache.
-  const int ib = gid % Mb, t = gid / Mb;
+  // Consecutive work-items take the channel blocks of one row tile (its input rows stay in cache),
+  // or with wmajor (rule conv_lanes_weight_order) the row tiles of one channel block (its weights do).
 {tile}
   const int co0 = ib * {16 * nv};
   __global const float16* wp = (__global const float16*)(Wt + ((size_t)(b % a_mod) * Mb + ib) * Cg * KH * KW

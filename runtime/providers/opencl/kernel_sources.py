@@ -528,9 +528,17 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
                      + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
                      for p in range(rp * nr))
     # With nr > 1 the tile is whole rows of OW == rp, so position p of the tile is p floats after Crow.
-    store = "\n".join("  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ")
-                      + f"conv_lanes_store(c{p}_{v}, Crow + {p} + {16 * v} * P, Rrow + {p} + {16 * v} * P, bias, "
-                      f"co0 + {16 * v}, P, bias_mode, act, p0, p1);" for p in range(rp * nr) for v in range(nv))
+    # A position's residual lanes are all read before its stores: at 56x56 the output and residual
+    # planes 16 channels apart lie a multiple of 4 KiB apart, and a load issued after a store to an
+    # address with the same low 12 bits waits on it (4K aliasing).
+    def store_position(p: int) -> str:
+        res = " ".join(f"const float16 r{v} = conv_lanes_residual(Rrow + {p} + {16 * v} * P, P, act);"
+                       for v in range(nv))
+        stores = " ".join(f"conv_lanes_store(c{p}_{v}, r{v}, Crow + {p} + {16 * v} * P, bias, co0 + {16 * v}, P, "
+                          f"bias_mode, act, p0, p1);" for v in range(nv))
+        return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
+
+    store = "\n".join(store_position(p) for p in range(rp * nr))
     name = f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}"
     if nr == 1:
         tile = f"""  const int nt = OW / {rp};
@@ -547,15 +555,20 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
     if (rp, sw) == (CONV_LANES_POSITIONS[0], 1):
         helper = """
 // The epilogue of store_row for 16 output channels (lanes) of one position: bias per channel, the
-// residual, the activation (Relu as a mask, others lane by lane), then one store a lane, the
-// channels a plane (P floats) apart. Crow/Rrow point at the position in channel co0's plane; the
-// launch guarantees 16 channels from co0. Lanes are named one by one: vstore16 into a private
-// array would be an out-of-line call on PoCL.
-inline void conv_lanes_store(float16 v, __global float* Crow, __global const float* Rrow,
+// residual r (conv_lanes_residual: 16 lanes a plane apart), the activation (Relu as a mask, others
+// lane by lane), then one store a lane, the channels a plane (P floats) apart. Crow/Rrow point at
+// the position in channel co0's plane; the launch guarantees 16 channels from co0. Lanes are named
+// one by one: vstore16 into a private array would be an out-of-line call on PoCL.
+inline float16 conv_lanes_residual(__global const float* Rrow, const int P, const int act) {
+  if (act < 16) return (float16)(0.0f);
+  return (float16)(Rrow[0 * P], Rrow[1 * P], Rrow[2 * P], Rrow[3 * P], Rrow[4 * P], Rrow[5 * P], Rrow[6 * P], Rrow[7 * P], Rrow[8 * P], Rrow[9 * P], Rrow[10 * P], Rrow[11 * P], Rrow[12 * P], Rrow[13 * P], Rrow[14 * P], Rrow[15 * P]);
+}
+
+inline void conv_lanes_store(float16 v, const float16 r, __global float* Crow,
                              __global const float* bias, const int co0, const int P, const int bias_mode,
                              const int act, const float p0, const float p1) {
   if (bias_mode == 2) v += *(__global const float16u*)(bias + co0);
-  if (act >= 16) v += (float16)(Rrow[0 * P], Rrow[1 * P], Rrow[2 * P], Rrow[3 * P], Rrow[4 * P], Rrow[5 * P], Rrow[6 * P], Rrow[7 * P], Rrow[8 * P], Rrow[9 * P], Rrow[10 * P], Rrow[11 * P], Rrow[12 * P], Rrow[13 * P], Rrow[14 * P], Rrow[15 * P]);
+  if (act >= 16) v += r;
   const int a = act & 15;
   if (a == 1) {
     v = as_float16(as_int16(v) & ~(v < (float16)(0.0f)));

@@ -335,12 +335,41 @@ POOL_CASES = [  # x shape, attributes, whether the rows reach POOL_ROWS_MIN_OW
 ]
 
 
+def _row_kernel(model: onnx.ModelProto, feeds: dict, attrs: dict) -> str:
+    """The row kernel rule pool_row_vectors picks: vectors for strides 1 and 2 and rows of 8 outputs up."""
+    (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    sw = attrs.get("strides", [1, 1])[-1]
+    return f"maxpool2d_rows_v{sw}" if sw in (1, 2) and y.shape[-1] >= 8 else "maxpool2d_rows"
+
+
 @pytest.mark.parametrize("x_shape,attrs,rows", POOL_CASES)
 def test_pool_rows_against_one_work_item_per_output(opencl, x_shape, attrs, rows):
     model, feeds = _pool_model(x_shape, **attrs)
     k_on, k_off = _check(model, feeds, "pool_rows", rtol=0, atol=0)
     assert k_off == ["maxpool2d"]
-    assert k_on == (["maxpool2d_rows"] if rows else ["maxpool2d"])
+    assert k_on == ([_row_kernel(model, feeds, attrs)] if rows else ["maxpool2d"])
+
+
+POOL_VECTOR_CASES = [  # rows of 8 outputs and more: pool_row_vectors against the scalar row kernel
+    ((1, 8, 40, 40), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),   # ResNet's stem pool
+    ((2, 3, 9, 30), dict(kernel_shape=[3, 2], strides=[1, 2], pads=[0, 1, 2, 0])),     # asymmetric pads
+    ((1, 4, 11, 40), dict(kernel_shape=[2, 3], dilations=[2, 3], pads=[1, 2, 1, 2])),  # dilations, stride 1
+    ((1, 2, 7, 33), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),           # ceil_mode: a window past W
+    ((1, 3, 1, 40), dict(kernel_shape=[1, 3], pads=[0, 1, 0, 1])),                     # one input row
+    ((1, 3, 3, 17), dict(kernel_shape=[2, 2], pads=[1, 1, 1, 1], dilations=[4, 1])),   # padding-alone windows
+    ((1, 5, 6, 30), dict(kernel_shape=[3, 3], strides=[3, 3])),                        # stride 3: not for the rule
+    ((1, 2, 6, 12), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),     # rows of 6: not for it
+]
+
+
+@pytest.mark.parametrize("x_shape,attrs", POOL_VECTOR_CASES)
+def test_pool_row_vectors_against_the_scalar_row_kernel(opencl, x_shape, attrs):
+    model, feeds = _pool_model(x_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "pool_row_vectors", rtol=0, atol=0)
+    assert k_off == ["maxpool2d_rows"]
+    assert k_on == [_row_kernel(model, feeds, attrs)]
+    sw = attrs.get("strides", [1, 1])[-1]
+    assert (k_on != k_off) == (sw in (1, 2) and x_shape[-1] > 12)
 
 
 def test_pool_rows_keeps_nan_and_gives_padding_alone_the_lowest_finite(opencl):
@@ -348,20 +377,23 @@ def test_pool_rows_keeps_nan_and_gives_padding_alone_the_lowest_finite(opencl):
     # so every window is padding alone (onnxruntime: the lowest finite float); NaN on the edges.
     model, feeds = _pool_model((1, 2, 3, 9), kernel_shape=[2, 2], pads=[1, 1, 1, 1], dilations=[4, 1])
     _, k_on = _run(model, feeds, "")
-    assert k_on == ["maxpool2d_rows"]
+    assert k_on == ["maxpool2d_rows_v1"]  # rows of 10: the vector kernel, its padding-alone rows scalar
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     assert (want == np.finfo(np.float32).min).all()
     np.testing.assert_array_equal(_run(model, feeds, "")[0], want)
-    model, feeds = _pool_model((1, 2, 6, 10), kernel_shape=[3, 3], strides=[1, 2], pads=[1, 1, 1, 1])
+    model, feeds = _pool_model((1, 2, 6, 40), kernel_shape=[3, 3], strides=[1, 2], pads=[1, 1, 1, 1])
     feeds["x"][0, 0, :, 0] = np.nan
     feeds["x"][0, 1, 5, 4] = np.nan
+    feeds["x"][0, 1, 2, 17] = np.nan  # inside a vector's windows (pool_row_vectors)
+    feeds["x"][0, 0, 3, 9] = -np.inf
     feeds["x"][0, 1, 0, -1] = np.inf
     # onnxruntime's MaxPool keeps a NaN at some window positions and skips it at others
     # (docs/opencl.md, "What it claims"): the CPU EP, which keeps it as numpy, is the reference here.
     (want,) = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     assert np.isnan(want).any()
-    for disabled in ("", "pool_rows"):
+    expected = {"": "maxpool2d_rows_v2", "pool_row_vectors": "maxpool2d_rows", "pool_rows": "maxpool2d"}
+    for disabled, kernel in expected.items():
         got, kernels = _run(model, feeds, disabled)
-        assert kernels == (["maxpool2d"] if disabled else ["maxpool2d_rows"])
+        assert kernels == [kernel]
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_array_equal(got, want)

@@ -42,6 +42,8 @@ FUSION_RULES: dict[str, str] = {
                       "switchable as the rules are)",
     "pool_rows": "a MaxPool computed a row of outputs per work-item (a kernel choice, switchable as the rules "
                  "are)",
+    "pool_row_vectors": "a pool_rows MaxPool of horizontal stride 1 or 2 computed 8 outputs a vector where the "
+                        "windows lie inside the row (a kernel choice, switchable as the rules are)",
     "host_islands": "a partition without GEMM-family nodes whose inputs all come from nodes on another EP and whose "
                     "outputs only they read (a piece of a host chain) left to the host: no copies in and out, no "
                     "wait (the OpenCL EP only; cost_rule.host_island)",

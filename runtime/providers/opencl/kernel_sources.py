@@ -921,6 +921,75 @@ __kernel void lrn(__global float* Y, __global const float* X, const int C, const
 }
 """
 
+
+#: Rule pool_row_vectors: output positions a MaxPool row work-item computes a vector at a time.
+POOL_VECTOR = 8
+
+
+def _pool_row_vectors_source(sw: int) -> str:
+    """``maxpool2d_rows_v{sw}`` (rule ``pool_row_vectors``): ``maxpool2d_rows`` for horizontal stride
+    ``sw`` (1 or 2, a constant of the kernel), POOL_VECTOR outputs at a time where their windows and
+    the vector loads lie inside the input row: per tap one load (stride 2: 16 floats, the even ones
+    kept) and one lane-wise max that keeps a NaN as ``onnxhal_max`` does, in the same tap order, so
+    the result is the scalar kernel's. Other outputs (the row's edges) take the scalar loop."""
+    nv = POOL_VECTOR
+    load = "*(__global const float8u*)(r + kw * dw)" if sw == 1 else "(*(__global const float16u*)(r + kw * dw)).even"
+    typedefs = ""
+    if sw == 1:
+        typedefs = """
+// Unaligned vector loads and stores: vload/vstore are out-of-line calls on PoCL.
+typedef float8 __attribute__((aligned(4))) float8u;
+typedef float16 __attribute__((aligned(4))) float16u;
+"""
+    return typedefs + f"""
+__kernel void maxpool2d_rows_v{sw}(__global float* Y, __global const float* X, const int H, const int W,
+                                const int OH, const int OW, const int KH, const int KW, const int sh,
+                                const int sw, const int ph, const int pw, const int dh, const int dw,
+                                const int total) {{
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int oh = gid % OH; const int nc = gid / OH;
+  __global const float* xp = X + (size_t)nc * H * W;
+  __global float* yp = Y + (size_t)gid * OW;
+  const int y0 = oh * sh - ph;
+  int kh0 = 0, kh1 = KH;  // the taps whose input row lies inside
+  while (kh0 < KH && y0 + kh0 * dh < 0) ++kh0;
+  while (kh1 > kh0 && y0 + (kh1 - 1) * dh >= H) --kh1;
+  // The vector loads of outputs ow..ow + {nv - 1} read x0 .. x0 + (KW - 1) * dw + {nv * sw - 1}.
+  const int span = (KW - 1) * dw + {nv * sw - 1};
+  for (int ow = 0; ow < OW;) {{
+    const int x0 = ow * {sw} - pw;
+    if (kh1 > kh0 && ow + {nv} <= OW && x0 >= 0 && x0 + span < W) {{
+      float8 acc = (float8)(-INFINITY);
+      for (int kh = kh0; kh < kh1; ++kh) {{
+        __global const float* r = xp + (y0 + kh * dh) * W + x0;
+        for (int kw = 0; kw < KW; ++kw) {{
+          const float8 v = {load};
+          acc = select(acc, v, (v > acc) | (v != v));  // onnxhal_max(v, acc) lane by lane
+        }}
+      }}
+      *(__global float8u*)(yp + ow) = acc;
+      ow += {nv};
+      continue;
+    }}
+    float acc = -INFINITY;
+    int seen = 0;
+    for (int kh = kh0; kh < kh1; ++kh) {{
+      __global const float* row = xp + (y0 + kh * dh) * W;
+      for (int kw = 0; kw < KW; ++kw) {{
+        const int x = x0 + kw * dw;
+        if (x >= 0 && x < W) {{ acc = onnxhal_max(row[x], acc); seen = 1; }}
+      }}
+    }}
+    yp[ow] = seen ? acc : -FLT_MAX;  // a window of padding alone: onnxruntime's lowest finite value
+    ++ow;
+  }}
+}}
+"""
+
+
+POOL_SOURCE += _pool_row_vectors_source(1) + _pool_row_vectors_source(2)
+
 #: Row-wise kernels on an (outer, R, inner) view: reductions, Softmax/LogSoftmax, LayerNormalization.
 ROWWISE_SOURCE = NAN_HELPERS + """
 // mode: 0 sum, 1 mean, 2 max, 3 min, 4 prod, 5 sum of squares, 6 L2, 7 L1, 8 log-sum-exp, 9 log-sum

@@ -513,8 +513,9 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
 
     ``nr`` > 1 (``conv_lanes_r{rp}x{nr}_s{sw}``, rule ``conv_lanes_row_pairs``, rows of ``rp`` == OW):
     a work-item computes ``nr`` whole output rows, ``rp`` positions each, so rows of 7 keep the
-    14-position tile; each row reads its own input row through a pointer set once, and a row past
-    the last output row reads the first one's input again (computed, never stored)."""
+    14-position tile; each row reads its own input row through a pointer set once, and the last tile
+    of an odd row count runs a loop over its first row alone (its second row's accumulators stay
+    zero and are not stored)."""
     nv = CONV_LANES_NV
     decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
     loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
@@ -524,9 +525,28 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
         r, q = divmod(p, rp)
         return f"xr{r if r else ''}[{q * sw}]"
 
-    body = "\n".join(f"        {{ const float xv = {src(p)}; "
-                     + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
-                     for p in range(rp * nr))
+    def loop(positions: int, rows: str) -> str:
+        body = "\n".join(f"        {{ const float xv = {src(p)}; "
+                         + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
+                         for p in range(positions))
+        return f"""  for (int ci = 0; ci < Cg; ++ci) {{
+    for (int kh = 0; kh < KH; ++kh) {{
+      __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
+      for (int kw = 0; kw < KW; ++kw) {{
+        __global const float* xr = xrow + kw * dw;
+{rows}{loads}
+{body}
+        wp += {nv};
+      }}
+    }}
+  }}"""
+
+    if nr == 1:
+        loops = loop(rp, "")
+    else:
+        # The last tile of an odd row count computes its one row only (an eighth of a 7x7 stage's work).
+        assert nr == 2, nr
+        loops = (f"  if (oh + 1 < OH) {{\n{loop(rp * nr, rows)}\n  }} else {{\n{loop(rp, '')}\n  }}")
     # With nr > 1 the tile is whole rows of OW == rp, so position p of the tile is p floats after Crow.
     # A position's residual lanes are all read before its stores: at 56x56 the output and residual
     # planes 16 channels apart lie a multiple of 4 KiB apart, and a load issued after a store to an
@@ -550,7 +570,7 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
   const int ib = wmajor ? gid / nt : gid % Mb, t = wmajor ? gid % nt : gid / Mb;
   const int oh = t * {nr}, ow0 = 0;
   if (oh >= OH) return;
-""" + "".join(f"  const int roff{r} = oh + {r} < OH ? {r} * sh * Wp : 0;\n" for r in range(1, nr))
+""" + "".join(f"  const int roff{r} = {r} * sh * Wp;\n" for r in range(1, nr))
     helper = ""
     if (rp, sw) == (CONV_LANES_POSITIONS[0], 1):
         helper = """
@@ -617,17 +637,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
   __global const float* Rrow = R + ((size_t)b * M + co0) * P + oh * OW + ow0;
   bias += (b % a_mod) * M;
 {decl}
-  for (int ci = 0; ci < Cg; ++ci) {{
-    for (int kh = 0; kh < KH; ++kh) {{
-      __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
-      for (int kw = 0; kw < KW; ++kw) {{
-        __global const float* xr = xrow + kw * dw;
-{rows}{loads}
-{body}
-        wp += {nv};
-      }}
-    }}
-  }}
+{loops}
 {store}
 }}
 """

@@ -203,11 +203,15 @@ def _weight_for(b: _Builder, node: onnx.NodeProto, shape: tuple[int, ...], fill:
     reader, index = readers[0] if readers else (None, -1)
     op = reader.op_type if reader is not None else ""
     if op == "Conv" and index == 1:
-        return rng.standard_normal(shape, np.float32) * np.float32(math.sqrt(2.0 / max(1, math.prod(shape[1:]))))
+        w = rng.standard_normal(shape, np.float32)
+        w *= np.float32(math.sqrt(2.0 / max(1, math.prod(shape[1:]))))
+        return w
     if op in ("Gemm", "MatMul") and index == 1:
         trans_b = any(a.name == "transB" and a.i for a in reader.attribute)
         fan_in = shape[-1] if trans_b else shape[0]
-        return rng.standard_normal(shape, np.float32) * np.float32(math.sqrt(1.0 / max(1, fan_in)))
+        w = rng.standard_normal(shape, np.float32)
+        w *= np.float32(math.sqrt(1.0 / max(1, fan_in)))
+        return w
     if op == "BatchNormalization" and index == 1 and residual_end:
         return rng.uniform(0.1, 0.2, shape).astype(np.float32)  # keeps residual sums bounded
     if op == "BatchNormalization" and index in (1, 4):
@@ -237,7 +241,7 @@ def light_model(name: str, seed: int = 0) -> onnx.ModelProto:
             arr = _weight_for(b, n, shape, float(value.reshape(-1)[0]), first, residual_end)
             if classifier and first[0][1] == 1:  # small logits: softmax outputs that are not one-hot
                 arr *= np.float32(0.1)
-            weights.append(numpy_helper.from_array(arr.astype(value.dtype), n.output[0]))
+            weights.append(numpy_helper.from_array(arr.astype(value.dtype, copy=False), n.output[0]))
         else:
             kept.append(n)
     used = {i for n in kept for i in n.input}
@@ -247,7 +251,15 @@ def light_model(name: str, seed: int = 0) -> onnx.ModelProto:
     new_graph = helper.make_graph(kept, graph.name, inputs, list(graph.output), inits)
     out = helper.make_model(new_graph, opset_imports=list(model.opset_import), ir_version=IR_VERSION,
                             producer_name="onnxhal-benchmarks")
-    return onnx.shape_inference.infer_shapes(out)
+    # inference reads only the weights' types and shapes: run it on a copy that declares the large
+    # ones as inputs, so the hundreds of megabytes of VGG's weights are not serialized for it (the
+    # small ones stay: a Reshape's shape is one, and inference reads its values)
+    small = [t for t in inits if math.prod(t.dims) <= 1024]
+    large = [helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in inits if math.prod(t.dims) > 1024]
+    skeleton = helper.make_model(helper.make_graph(kept, graph.name, inputs + large, list(graph.output), small),
+                                 opset_imports=list(model.opset_import), ir_version=IR_VERSION)
+    out.graph.value_info.extend(onnx.shape_inference.infer_shapes(skeleton).graph.value_info)
+    return out
 
 
 def feeds(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:

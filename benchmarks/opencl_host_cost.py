@@ -26,7 +26,10 @@ does).
 of launches per run.
 
 Counting wraps pyopencl's public entry points (each wrapper calls the real function) during a few
-separate runs, so the wrappers' cost is in neither the run times nor the figures compared.
+separate runs, so the wrappers' cost is in neither the run times nor the figures compared; what the
+native replay enqueues (runtime/providers/opencl/native_replay.py) comes from its own counters
+(``--kernels`` lists those launches as "(native replay)"). ``ONNXHAL_NATIVE_REPLAY=0`` measures the
+Python replay.
 """
 
 from __future__ import annotations
@@ -59,9 +62,16 @@ class CommandCounter:
         #: launches by kernel name (``--kernels``): which ones a run's count is made of
         self.by_kernel: Counter[str] = Counter()
         self._saved: list = []
+        self._native = None  # the native replay module, where partitions use it
+        self._native_start = (0, 0, 0)
 
     def __enter__(self) -> CommandCounter:
         import pyopencl as cl
+
+        from onnxhal.runtime.providers.opencl.native_replay import replay_module
+
+        self._native = replay_module()
+        self._native_start = self._native.counters() if self._native is not None else (0, 0, 0)
 
         def wrap(owner, name, on_call):
             real = getattr(owner, name)
@@ -104,6 +114,13 @@ class CommandCounter:
         for owner, name, real in reversed(self._saved):
             setattr(owner, name, real)
         self._saved.clear()
+        if self._native is not None:  # what the native replay enqueued, past pyopencl's wrappers
+            launches, copies, set_args = (b - a for a, b in zip(self._native_start, self._native.counters()))
+            self.launches += launches
+            self.copies += copies
+            self.set_args += set_args
+            if launches:
+                self.by_kernel["(native replay)"] += launches
 
 
 @dataclass

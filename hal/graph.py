@@ -150,6 +150,16 @@ class ValueInfo:
         vi._parsed = (True, int(elem_type), tuple(int(d) for d in shape))
         return vi
 
+    @classmethod
+    def of_array(cls, name: str, array: np.ndarray) -> ValueInfo:
+        """A tensor value of ``array``'s element type and shape (``tensor`` without its conversions:
+        a numpy shape is a tuple of ints already; a graph reads one per initializer)."""
+        vi = cls.__new__(cls)
+        vi.name = name
+        vi._type_proto = None
+        vi._parsed = (True, dtype_to_elem_type(array.dtype), array.shape)
+        return vi
+
     @property
     def type_proto(self) -> TypeProto | None:
         if self._type_proto is None and self._parsed is not None and self._parsed[0]:
@@ -368,7 +378,7 @@ class Graph:
             vi[v.name] = ValueInfo(v.name, v.type if v.HasField("type") else None)
         for name, arr in g.initializers.items():
             if name not in vi:
-                vi[name] = ValueInfo.tensor(name, dtype_to_elem_type(arr.dtype), arr.shape)
+                vi[name] = ValueInfo.of_array(name, arr)
         g._value_infos = vi
         g.inputs = [vi[v.name] for v in gp.input if v.name not in g.initializers]
         # Inputs that are also initializers are overridable defaults (IR < 4 style).

@@ -106,3 +106,25 @@ def test_constants_that_cannot_be_initializers_stay_nodes_for_the_checks(case, m
     model.ir_version = 7
     with pytest.raises(InvalidGraph, match=match):
         onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_only_a_value_attribute_holding_its_value_alone_is_converted():
+    """A value attribute with a doc string is converted; one that also sets another value field, or
+    whose own field is empty, stays a node (for the node checks, which refuse it)."""
+    from onnxhal.runtime.loader import constant_initializers as ci
+
+    def node(**fields) -> onnx.NodeProto:
+        attr = onnx.AttributeProto(name="value_ints", type=onnx.AttributeProto.INTS, **fields)
+        n = helper.make_node("Constant", [], ["c"])
+        n.attribute.append(attr)
+        return n
+
+    assert ci._convertible(node(ints=[1, 2], doc_string="why"), 17)
+    assert not ci._convertible(node(ints=[1, 2], floats=[1.0]), 17)
+    assert not ci._convertible(node(ints=[1, 2], ref_attr_name="outer"), 17)
+    assert not ci._convertible(node(), 17)  # no value at all
+    assert not ci._convertible(node(ints=[1]), 11)  # value_ints is from opset 12
+    tensor = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.ones(2, np.float32)))
+    assert ci._convertible(tensor, 17)
+    tensor.attribute[0].i = 3
+    assert not ci._convertible(tensor, 17)

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
+from onnxhal.hal.errors import InvalidGraph
 from onnxhal.runtime.loader import guarded_inference
 from onnxhal.runtime.loader.model_loader import load_model
 
@@ -98,8 +99,9 @@ def test_a_model_with_shape_data_keeps_the_probe_pass(inference_calls):
 def test_operators_with_neither_inference_nor_body_need_no_probe_pass(inference_calls):
     """ai.onnx.ml opset 1's Scaler and TreeEnsembleRegressor have no inference function and no
     function body (skl2onnx writes that opset): onnx's inference passes them by, so nothing can
-    propagate and the model is inferred without the probe pass. The second pass is the one after
-    their outputs are typed (``ml_shapes``), again with data propagation: no probe."""
+    propagate and the model is inferred without the probe pass. Their outputs are typed from the
+    declared input before that pass (``ml_shapes.typed_before_inference``), so it is the only one:
+    no second pass after typing them."""
     assert not guarded_inference.may_propagate("Scaler", "ai.onnx.ml", 1)
     assert not guarded_inference.may_propagate("TreeEnsembleRegressor", "ai.onnx.ml", 1)
     model = tree_model()
@@ -108,7 +110,7 @@ def test_operators_with_neither_inference_nor_body_need_no_probe_pass(inference_
     del model.opset_import[1:]
     model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 1))
     loaded = load_model(model.SerializeToString())
-    assert inference_calls == [True, True]
+    assert inference_calls == [True]
     want = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     got = _shapes(loaded.proto)
     typed = {"r": helper.make_tensor_type_proto(TensorProto.FLOAT, ["N", 2]),
@@ -199,3 +201,41 @@ def test_corpus_models_inferred_without_data_propagation_get_what_it_gives(name,
     assert inference_calls == [False]
     want = onnx.shape_inference.infer_shapes(loaded.proto, check_type=True, strict_mode=True, data_prop=True)
     assert _shapes(loaded.proto) == _shapes(want)
+
+
+def test_a_model_below_ir_4_is_inferred_without_a_copy(monkeypatch, inference_calls):
+    """Below IR 4 the loader infers the model as IR 4 (onnx then reads the type of an initializer
+    that is not a graph input, as onnxruntime). Where that is all that changes, the serialized model
+    is given the version rather than a copy of the model made: the types, shapes and IR version
+    loaded are those of inferring the raised copy, and a type error the raise reveals is refused."""
+    made = []
+    real = guarded_inference._weightless
+
+    def spied(proto, *args, **kwargs):
+        stub = real(proto, *args, **kwargs)
+        made.append(stub is not proto)
+        return stub
+
+    monkeypatch.setattr(guarded_inference, "_weightless", spied)
+    nodes = [helper.make_node("Add", ["x", "c"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                   [numpy_helper.from_array(np.ones(3, np.float32), "c")])
+    model.ir_version = 3
+    loaded = load_model(model.SerializeToString())
+    assert made == [False] and len(inference_calls) == 1
+    raised = onnx.ModelProto()
+    raised.CopyFrom(model)
+    raised.ir_version = 4
+    want = onnx.shape_inference.infer_shapes(raised, check_type=True, strict_mode=True)
+    assert loaded.proto.ir_version == 4 and _shapes(loaded.proto) == _shapes(want)
+    assert [d.dim_param or d.dim_value for d in loaded.proto.graph.output[0].type.tensor_type.shape.dim] == ["N", 3]
+    bad = onnx.ModelProto()
+    bad.CopyFrom(model)
+    bad.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones(3, np.int64), "c"))
+    with pytest.raises(InvalidGraph, match="B has inconsistent type tensor\\(int64\\)"):
+        load_model(bad.SerializeToString())
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 3
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, ref)

@@ -81,6 +81,51 @@ def test_a_pass_is_called_once_its_op_type_exists(pass_calls):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def test_a_grid_chain_pass_needs_a_grid_to_start_from(pass_calls):
+    """Erf, Tanh and Mul are ops a grid chain is made of, but no value is on an 8-bit grid without a
+    DequantizeLinear (or a collapsed pair): the table pass is not called; with one, it is."""
+    nodes = [helper.make_node("Erf", ["x"], ["e"]), helper.make_node("Tanh", ["e"], ["t"]),
+             helper.make_node("Mul", ["t", "t"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    passes.optimize(load_model(_model(nodes, inputs, outputs)).graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
+    assert "tabulate_grid_chains" not in pass_calls
+    dq = helper.make_node("DequantizeLinear", ["q", "s", "z"], ["x"])
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(128), "z")]
+    model = _model([dq, *nodes], [helper.make_tensor_value_info("q", TensorProto.UINT8, [4])], outputs, inits)
+    graph = load_model(model).graph
+    passes.optimize(graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
+    assert "tabulate_grid_chains" in pass_calls
+    assert [n.op_type for n in graph.nodes] == ["DequantizeLinear", "GridTable"]
+
+
+def test_the_last_dead_node_pass_runs_only_after_a_change(pass_calls, monkeypatch):
+    """The optimizer's closing dead-node pass (the module function, called after the rounds, where
+    the rounds call it through PASSES) is skipped where the one in the rounds found nothing and
+    nothing changed after it; after a rewrite it runs."""
+    closing: list[int] = []
+    real = passes.opt_cleanup.remove_dead_nodes
+    monkeypatch.setattr(passes.opt_cleanup, "remove_dead_nodes", lambda g: closing.append(1) or real(g))
+    passes.optimize(load_model(transpose_model()).graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
+    assert pass_calls.count("remove_dead_nodes") == 1 and closing == []
+    graph = load_model(conv_bn_model()).graph
+    passes.optimize(graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
+    assert closing == [1]  # the adoption into FusedConv came after the rounds' dead-node pass
+    assert [n.op_type for n in graph.nodes] == ["FusedConv"]
+
+
+@pytest.mark.parametrize("name", ["resnet_ts_qdq_pt", "bert_eager_ts_ortopt_qdyn", "sk_kbins", "vad_if_loop_ts"])
+def test_skipping_the_last_dead_node_pass_keeps_the_optimized_graph(name, monkeypatch):
+    path = os.path.join(CORPUS, f"{name}.onnx")
+    skipped = load_model(path).graph
+    passes.optimize(skipped, GraphOptimizationLevel.ORT_ENABLE_ALL)
+    real = passes._run_to_fixed_point
+    monkeypatch.setattr(passes, "_run_to_fixed_point", lambda graph, ps, dead: real(graph, ps, dead) or True)
+    forced = load_model(path).graph
+    passes.optimize(forced, GraphOptimizationLevel.ORT_ENABLE_ALL)
+    assert _signature(skipped) == _signature(forced)
+
+
 def test_every_trigger_list_names_a_pass():
     assert set(passes.TRIGGERS) <= {p[0] for p in passes.PASSES}
 
@@ -482,3 +527,17 @@ def test_element_type_attributes_are_checked_on_the_nodes_whose_schema_has_them(
             check_after_inference(_two_node_model(node, helper.make_node("Relu", ["y"], ["z"])), {"": 17},
                                   checked=checked)
     check_after_inference(_two_node_model(relu, helper.make_node("Relu", ["y"], ["z"])), {"": 17}, checked=True)
+
+
+@pytest.mark.parametrize("array", [np.zeros((2, 3), np.float32), np.zeros((), np.int64), np.array(["a"], object),
+                                   np.zeros((0, 4), np.float16), np.zeros(5, np.bool_)])
+def test_an_initializers_value_info_is_its_arrays_type_and_shape(array):
+    """``ValueInfo.of_array`` (what the graph builds per initializer) says what ``ValueInfo.tensor``
+    says of the array's element type and shape: the same type, dtype, shape and TypeProto."""
+    from onnxhal.hal.graph import ValueInfo, dtype_to_elem_type
+    got, want = ValueInfo.of_array("w", array), ValueInfo.tensor("w", dtype_to_elem_type(array.dtype), array.shape)
+    assert (got.name, got.is_tensor, got.elem_type, got.dtype, got.shape, got.has_static_shape) == \
+        (want.name, want.is_tensor, want.elem_type, want.dtype, want.shape, want.has_static_shape)
+    assert got.type_proto == want.type_proto
+    graph = load_model(conv_bn_model()).graph
+    assert graph.value_info("w").shape == (4, 3, 3, 3) and graph.value_info("w").elem_type == TensorProto.FLOAT

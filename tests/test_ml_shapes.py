@@ -139,3 +139,23 @@ def test_a_gpu_profile_claims_the_network_after_a_scaler():
         # MatMul and Tanh on the GPU; the Scaler (an operator the profile lacks) on the CPU EP
         assert sum(n for ep, n in sess.partition_summary.items() if ep != "CPUExecutionProvider") == 2
         np.testing.assert_allclose(sess.run(["y"], feeds)[0], want, rtol=1e-3, atol=1e-4)
+
+
+def test_typing_before_inference_takes_what_the_declared_types_settle(monkeypatch):
+    """Before inference a Scaler on the graph input is typed; one after a Relu (whose output only
+    inference types) is left, without a look at the model's values (``_fill`` is not called)."""
+    from onnxhal.runtime.loader import ml_shapes
+
+    model, _ = _case("Scaler")
+    changed = ml_shapes.typed_before_inference(model, 3)
+    assert [info.name for info, _ in changed] == ["s"]
+    assert [d.dim_value for d in model.graph.output[1].type.tensor_type.shape.dim] == [0, COLS]
+    ml_shapes.restore(model, changed)
+    assert not model.graph.output[1].type.tensor_type.HasField("shape")
+    late, _ = _case("Scaler")
+    late.graph.node[0].input[0] = "r"
+    late.graph.node.insert(0, helper.make_node("Relu", ["X"], ["r"]))
+    assert _ranks(late)["s"] == 2  # typed after inference reached it
+    calls = []
+    monkeypatch.setattr(ml_shapes, "_fill", lambda *a: calls.append(a) or [])
+    assert ml_shapes.typed_before_inference(late, 3) == [] and calls == []

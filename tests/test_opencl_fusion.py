@@ -375,7 +375,8 @@ def test_torchscript_bert_head_splits_read_by_shapes_fold_into_attention(opencl)
         plans = [p for info in sess.eps["OpenCLExecutionProvider"].dynamic_partitions.values()
                  for p in info.cached_plans]
         copies[disabled] = sum(getattr(s, "kernel_name", "") == "strided_copy" for p in plans for s in p.steps)
-    assert copies == {"shape_values": 2, "shape_values,shape_only_outputs": 6}, copies
+    # (Shapes of two head splits read input_ids instead, pass redirect_shape_reads: 5 copies, not 6)
+    assert copies == {"shape_values": 2, "shape_values,shape_only_outputs": 5}, copies
 
 
 def _rms_norm_model(form: str, weight: str, axes_input: bool) -> tuple[onnx.ModelProto, dict]:

@@ -1,7 +1,8 @@
 """Record once, replay: a compiled OpenCL partition's later runs replay its recorded launches,
 setting again only the kernel arguments that are the run's inputs and outputs (the intermediates
 stay bound in a workspace kept per queue), and give what a first run gives; a new input shape is a
-new recording. onnxruntime judges the numbers."""
+new recording. onnxruntime judges the numbers. Every test runs on both replay paths (``native_replay``:
+the recorded list enqueued by the C extension; ``python_replay``: one pyopencl call per step)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pyopencl as cl  # noqa: E402
 
 import onnxhal  # noqa: E402
 from onnxhal import hal  # noqa: E402
-from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
+from onnxhal.runtime.providers.opencl import create_ep_factories, native_replay  # noqa: E402
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionState  # noqa: E402
 from tests.opencl_support import compute_on_device, require_opencl  # noqa: E402
 
@@ -45,6 +46,21 @@ def attention_block(batch: int | str) -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model)
 
 
+@pytest.fixture(autouse=True, params=[native_replay.PYTHON_REPLAY, native_replay.NATIVE_REPLAY])
+def replay_path(request, monkeypatch) -> str:
+    """The replay path the partition states created in the test take."""
+    monkeypatch.setenv(native_replay.NATIVE_SWITCH, "1" if request.param == native_replay.NATIVE_REPLAY else "0")
+    if request.param == native_replay.NATIVE_REPLAY and native_replay.replay_module() is None:
+        pytest.skip(f"native replay unavailable: {native_replay.unavailable}")
+    return request.param
+
+
+def native_set_args() -> int:
+    """``set_arg`` calls the native replay made in this process so far (0 where it is not built)."""
+    native = native_replay.replay_module()
+    return native.counters()[2] if native is not None else 0
+
+
 @pytest.fixture()
 def compiled():
     factory = create_ep_factories("opencl", hal.EpApi(), logging.getLogger("test"))[0]
@@ -62,23 +78,28 @@ def compiled():
 
 
 class SetArgCount:
-    """Counts ``cl.Kernel.set_arg`` calls (each goes on to the real one)."""
+    """Counts ``cl.Kernel.set_arg`` calls (each goes on to the real one) and the native replay's."""
 
     def __init__(self, monkeypatch) -> None:
-        self.calls = 0
+        self.python_calls = 0
+        self.native_start = native_set_args()
         real = cl.Kernel.set_arg
 
         def counted(kernel, i, value):
-            self.calls += 1
+            self.python_calls += 1
             return real(kernel, i, value)
         monkeypatch.setattr(cl.Kernel, "set_arg", counted)
+
+    @property
+    def calls(self) -> int:
+        return self.python_calls + native_set_args() - self.native_start
 
 
 def _run(factory, mem, cinfo, state, x: np.ndarray, stream) -> np.ndarray:
     return compute_on_device(factory.create_allocator(mem), factory.create_data_transfer(), cinfo, state, x, stream)
 
 
-def test_replayed_runs_equal_first_runs_and_rebind_only_inputs_and_outputs(compiled, monkeypatch):
+def test_replayed_runs_equal_first_runs_and_rebind_only_inputs_and_outputs(compiled, monkeypatch, replay_path):
     factory, ep, mem, model, cinfo = compiled
     plan = cinfo.plan
     assert plan.temps, "the block must have intermediates for the workspace to matter"
@@ -88,6 +109,7 @@ def test_replayed_runs_equal_first_runs_and_rebind_only_inputs_and_outputs(compi
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     stream = factory.create_sync_stream_for_device(mem.memory_device)
     warm = cinfo.create_state(None)
+    assert (warm.recording is not None) == (replay_path == native_replay.NATIVE_REPLAY)
     _run(factory, mem, cinfo, warm, RNG.standard_normal((2, 8, 16)).astype(np.float32), stream)  # records
     count = SetArgCount(monkeypatch)
     for _ in range(4):

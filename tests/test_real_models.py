@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import onnxhal
+from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.output_compare import compare_output
 from onnxhal.stored_outputs import read_signatures
 from tests.opencl_support import opencl_verdict
@@ -21,13 +22,23 @@ from tests.opencl_support import opencl_verdict
 CORPUS = os.path.join(os.path.dirname(__file__), "real_models")
 MODELS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CORPUS, "*.onnx")))
 #: Prefixes of the torch exports kept out of all tuning (torchvision's and Hugging Face's families
-#: that make_corpus.py's torchvision, torchvision2-4, hf and hf2 groups export); the held-out
-#: skl2onnx models (``skh_``, sklearn2) are not device models, like the other skl2onnx ones.
+#: that make_corpus.py's torchvision, torchvision2-5 and hf-hf3 groups export); the held-out
+#: skl2onnx models (``skh_``, sklearn2-3) are not device models, like the other skl2onnx ones.
 UNTUNED = ("tv_", "hf_")
 #: The float exports of torch models (not the skl2onnx ones nor onnxruntime's rewrites): the ones
 #: the OpenCL EP and the simulated devices are tried on.
 DEVICE_MODELS = [m for m in MODELS
                  if (m.endswith(("_ts", "_dynamo")) or m.startswith(UNTUNED)) and not m.startswith("lstm")]
+#: Corpus models the CPU EP refuses, with the reason: their tests are expected to fail strictly
+#: (with onnxhal's NotImplemented), so the one that starts to pass says it is time to drop it here.
+REFUSED = {
+    # skl2onnx's TfidfVectorizer: com.microsoft's Tokenizer has no kernel, and ai.onnx's
+    # TfIdfVectorizer has only onnx.reference's
+    "skh_tfidf": "Tokenizer (com.microsoft) has no CPU kernel",
+}
+#: MODELS with the refused ones marked as expected failures.
+CPU_CASES = [pytest.param(m, marks=pytest.mark.xfail(strict=True, raises=OrtNotImplemented, reason=REFUSED[m]))
+             if m in REFUSED else m for m in MODELS]
 PROFILES = ["generic-npu", "generic-gpu", "mobile-npu", "integrated-gpu", "discrete-gpu"]
 
 
@@ -101,11 +112,14 @@ def test_the_corpus_is_there():
                    "hf_distilbert", "hf_albert", "hf_deberta", "hf_wav2vec2", "hf_mobilevit",
                    # the fourth held-out wave (hf2, torchvision4, sklearn2)
                    "hf_qwen2", "hf_bloom", "hf_bart", "hf_segformer", "tv_mnasnet", "tv_googlenet", "tv_maxvit",
-                   "skh_mlp", "skh_isoforest"):
+                   "skh_mlp", "skh_isoforest",
+                   # the fifth held-out wave (hf3, torchvision5, sklearn3)
+                   "hf_gptneox", "hf_roformer", "hf_convnextv2", "tv_resnext", "tv_deeplabv3",
+                   "skh_gnb", "skh_pca_kmeans", "skh_tfidf"):
         assert family in MODELS, family
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", CPU_CASES)
 def test_cpu_ep_matches_onnxruntime_on_two_signatures(name):
     path, sigs = load(name)
     sess = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -113,7 +127,7 @@ def test_cpu_ep_matches_onnxruntime_on_two_signatures(name):
         check_outputs(sess.run(None, feeds), want, what=f"{name} signature {sig}", scale_tolerance=_scale_tolerance(name))
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", CPU_CASES)
 def test_threads_running_one_session_get_onnxruntime_outputs(name):
     """Four threads run one session at once, each alternating the two signatures (other batch and
     sequence sizes), so the kernels' per-shape caches and scratch arrays are filled and read
@@ -223,7 +237,7 @@ def test_no_corpus_model_reaches_onnx_reference(monkeypatch):
 
     monkeypatch.setattr(kernel_factory.ReferenceKernel, "__init__", spy)
     current = [""]
-    for name in MODELS:
+    for name in (m for m in MODELS if m not in REFUSED):
         current[0] = name
         path, sigs = load(name)
         sess = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])

@@ -29,6 +29,12 @@ _VALUES = {"value": (AttributeProto.TENSOR, 1, "t"), "value_float": (AttributePr
            "value_strings": (AttributeProto.STRINGS, 12, "strings")}
 #: AttributeProto fields a convertible value attribute may set besides its value's
 _PLAIN_FIELDS = frozenset({"name", "type", "doc_string"})
+#: per value attribute, (the descriptor of the field holding its value, the descriptors of the fields
+#: it may set): ``ListFields`` gives descriptors, which compare as themselves, where reading each
+#: one's name is a Python call per field of each of a model's hundreds of Constants
+_FIELDS = {name: (AttributeProto.DESCRIPTOR.fields_by_name[field],
+                  frozenset(AttributeProto.DESCRIPTOR.fields_by_name[f] for f in _PLAIN_FIELDS | {field}))
+           for name, (_, _, field) in _VALUES.items()}
 
 
 def _add_tensor(graph: onnx.GraphProto, attr: AttributeProto, name: str) -> None:
@@ -71,11 +77,13 @@ def _convertible(node: onnx.NodeProto, opset: int) -> bool:
             or len(outputs) != 1 or not outputs[0] or len(node.input):
         return False
     attr = attrs[0]
-    want = _VALUES.get(attr.name)
+    name = attr.name
+    want = _VALUES.get(name)
     if want is None or attr.type != want[0] or opset < want[1]:
         return False
-    fields = {fd.name for fd, _ in attr.ListFields()}
-    if want[2] not in fields or not fields <= _PLAIN_FIELDS | {want[2]}:
+    value_field, allowed = _FIELDS[name]
+    fields = [fd for fd, _ in attr.ListFields()]
+    if value_field not in fields or not allowed.issuperset(fields):
         return False
     return not (attr.type == AttributeProto.TENSOR and attr.t.data_location == TensorProto.EXTERNAL)
 

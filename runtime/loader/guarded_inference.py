@@ -340,7 +340,7 @@ def _weightless(proto: onnx.ModelProto, strip: bool = True, reshaped: tuple[bool
             del g.node[:]
             g.node.extend(copies)
     if old_ir:  # below IR 4 onnx's inference reads no type from an initializer that is not also an input
-        stub.ir_version = 4
+        stub.ir_version = _IR_4_VERSION
     for g, _ in walk_graphs(stub.graph):
         if big:
             for t in g.initializer:
@@ -553,10 +553,20 @@ def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto 
     changed (the inferred model may then be ``proto`` itself, its values filled in)."""
     scan = _scan(proto)
     graphs, norms, reshaped = scan.graphs, scan.norms, scan.reshaped
-    stub = _weightless(proto, reshaped=reshaped, graphs=graphs)
-    # one graph, the stub no more than the model less weights: inference's values are read apart
-    # from the model and put in it (``_graph_values``), not the whole inferred model parsed again
-    apart = len(graphs) == 1 and not any(reshaped)
+    spelled, old_ir, unsorted = reshaped
+    # Where the IR version is all ``_weightless`` would change besides weights, its copy is not made:
+    # the serialized stub ends in the field again (``_IR_4``), which a protobuf parser reads as the
+    # value (the last one of a non-repeated field wins), and what is inferred is the same.
+    raise_ir = old_ir and not spelled and not unsorted
+    stub = _weightless(proto, reshaped=(False, False, False) if raise_ir else reshaped, graphs=graphs)
+
+    def serialize(model: onnx.ModelProto) -> bytes:
+        return model.SerializeToString() + (_IR_4 if raise_ir else b"")
+
+    # one graph, the stub no more than the model less weights (and a raised IR version, set on the
+    # result as the inferred stub has it): inference's values are read apart from the model and put
+    # in it (``_graph_values``), not the whole inferred model parsed again
+    apart = len(graphs) == 1 and not spelled and not unsorted
     serialized: bytes | None = None  # the stub as onnx's C++ reads it, serialized once for both passes
     wanted = {n.input[0] for n, _ in norms if n.input}
     if not norms and not scan.propagating:
@@ -570,7 +580,9 @@ def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto 
     else:
         probe = stub if not any(_unsafe_layer_norm(n) for n, _ in norms) else _probe_copy(stub)
         if probe is stub:
-            serialized = stub.SerializeToString()
+            serialized = serialize(stub)
+        elif raise_ir:  # a copy of its own
+            probe.ir_version = _IR_4_VERSION
         if apart and probe is stub and _graph_values() is not None:
             try:
                 values = _graph_values().FromString(onnx_cpp.infer_shapes(serialized, False, False, False)).graph
@@ -591,14 +603,17 @@ def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto 
                                f"{len(dims)}; axis must be in [{-len(dims)}, {len(dims) - 1}].")
     unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None for n, _ in norms if n.input)
     data_prop = not (long_1d or unknown_ln)
+    serialized = serialize(stub) if serialized is None else serialized
     try:
         if apart:
             # its inferred values go into the model itself (or a copy, where the model is the caller's)
             target = proto if owned else _copy(proto)
-            _infer_values(stub.SerializeToString() if serialized is None else serialized, target, data_prop)
+            _infer_values(serialized, target, data_prop)
+            if raise_ir:
+                target.ir_version = _IR_4_VERSION
             return target, data_prop, ""
-        inferred = onnx.shape_inference.infer_shapes(stub if serialized is None else serialized, check_type=True,
-                                                     strict_mode=True, data_prop=data_prop)
+        inferred = onnx.shape_inference.infer_shapes(serialized, check_type=True, strict_mode=True,
+                                                     data_prop=data_prop)
         return _with_weights(inferred, proto, stub), data_prop, ""
     except onnx.shape_inference.InferenceError as e:
         if not _stripped(stub):
@@ -616,6 +631,12 @@ def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto 
         return None, data_prop, str(e)
     except Exception:
         return None, data_prop, ""
+
+
+#: The IR version ``_weightless`` raises an older model to, and ModelProto.ir_version (field 1, a
+#: varint) set to it, as serialized bytes.
+_IR_4_VERSION = 4
+_IR_4 = bytes((1 << 3, _IR_4_VERSION))
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -78,8 +78,12 @@ def _fill(model: onnx.ModelProto, ml_opset: int) -> list[tuple[onnx.ValueInfoPro
     g = model.graph
     types: dict[str, onnx.TypeProto] = {v.name: v.type for v in (*g.input, *g.value_info, *g.output)
                                         if v.type.WhichOneof("value") is not None}
+    # an initializer's type is made only where such a node reads (or writes) its name: the rest are
+    # never looked up, and a pipeline's weights are most of its initializers
+    named = {i for n in g.node if _uninferred(n, ml_opset) for i in (*n.input, *n.output)}
     for t in g.initializer:
-        types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+        if t.name in named:
+            types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
     infos = {v.name: v for v in (*g.value_info, *g.output)}  # a graph output's own entry first
     changed: list[tuple[onnx.ValueInfoProto, onnx.TypeProto | None]] = []
     for node in g.node:
@@ -118,14 +122,37 @@ def with_ml_shapes(model: onnx.ModelProto, ml_opset: int) -> onnx.ModelProto:
             break
         again, _, _ = guarded_inference.infer(model, owned=True)
         if again is None:  # the first pass's values stand: give back what was changed
-            added = {info.name for info, before in changed if before is None}
-            for info, before in changed:
-                if before is not None:
-                    info.type.CopyFrom(before)
-            infos = model.graph.value_info
-            for i in reversed(range(len(infos))):
-                if infos[i].name in added:
-                    del infos[i]
+            restore(model, changed)
             break
         model = again
     return model
+
+
+def typed_before_inference(model: onnx.ModelProto, ml_opset: int,
+                           ) -> list[tuple[onnx.ValueInfoProto, onnx.TypeProto | None]]:
+    """Types, in ``model`` (the loader's own, not yet inferred), the outputs of such operators whose
+    inputs' types the model declares (a scikit-learn pipeline's Scaler or regressor on a graph
+    input), so that the first inference pass already runs through them, rather than a second pass
+    after ``with_ml_shapes`` typed them. Returns what was changed, for ``restore``."""
+    g = model.graph
+    uninferred = [n for n in g.node if _uninferred(n, ml_opset)]
+    if not uninferred:
+        return []
+    # the first such node ``_fill`` can type reads declared values alone: where none does, it would
+    # type nothing (the usual case after a classifier, whose outputs only inference types)
+    declared = {v.name for v in (*g.input, *g.value_info, *g.output)} | {t.name for t in g.initializer}
+    if not any(all(i in declared for i in n.input if i) for n in uninferred):
+        return []
+    return _fill(model, ml_opset)
+
+
+def restore(model: onnx.ModelProto, changed: list[tuple[onnx.ValueInfoProto, onnx.TypeProto | None]]) -> None:
+    """Undo ``_fill``'s ``changed`` entries in ``model``: types given back, added entries removed."""
+    added = {info.name for info, before in changed if before is None}
+    for info, before in changed:
+        if before is not None:
+            info.type.CopyFrom(before)
+    infos = model.graph.value_info
+    for i in reversed(range(len(infos))):
+        if infos[i].name in added:
+            del infos[i]

@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
-from onnxhal.runtime.loader import declared_value_info, guarded_inference
+from onnxhal.runtime.loader import declared_value_info, guarded_inference, ml_shapes
 from onnxhal.runtime.loader.constant_initializers import constants_to_initializers
 from onnxhal.runtime.loader.declaration_checks import check_declarations, check_ir_version
 from onnxhal.runtime.loader.external_data import load_external_data, tensors
@@ -216,7 +216,16 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
     proto = sparse_constants_to_initializers(proto, owned=proto is not model)
     proto, declared_types = declared_value_info.set_aside(proto, owned=proto is not model)
     # Strict first: ORT runs each node's inference function at load and refuses what it rejects.
-    inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=proto is not model)
+    # Outputs of ai.onnx.ml operators onnx cannot infer, where the declared types settle them, are
+    # typed first (on the loader's own proto), so that one pass infers through them; where that
+    # pass fails they are taken back and the model inferred as it came, so that what is refused,
+    # and with which message, does not depend on them.
+    owned = proto is not model
+    typed = ml_shapes.typed_before_inference(proto, opset[ML_DOMAIN]) if owned and ML_DOMAIN in opset else []
+    inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=owned)
+    if typed and inferred is None:
+        ml_shapes.restore(proto, typed)
+        inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=owned)
     inferred_strictly = inferred is not None
     node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:

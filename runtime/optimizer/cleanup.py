@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxhal.hal.graph import Graph, Node, ValueInfo, dtype_to_elem_type
+from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.runtime.loader.guarded_inference import STUB_MIN_ELEMENTS
 from onnxhal.runtime.optimizer.qdq_fusions import keep_for_fusion
 from onnxhal.runtime.optimizer.rewrite import (
@@ -310,7 +310,7 @@ def fold_constants(graph: Graph) -> bool:
         for name, value in zip(node.outputs, values):
             if name:
                 graph.initializers[name] = value
-                graph.set_value_info(ValueInfo.tensor(name, dtype_to_elem_type(value.dtype), value.shape))
+                graph.set_value_info(ValueInfo.of_array(name, value))
         # Unlinked now (later nodes see its outputs as constants); dropped from the node list at
         # the end, in one pass (a list rebuild per folded node made folding quadratic).
         unlink_node(graph, node)

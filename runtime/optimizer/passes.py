@@ -12,6 +12,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   folding into the Conv's weights, a Conv's bias carried through a following 1x1 Conv when no
   activation lies between, BatchNormalization+Mul/Add folding into its scale and bias,
   MatMul+Add -> Gemm (2-D A, constant B and bias), a Slice that keeps everything removed,
+  a Shape of a computed value reading the graph input whose dims it is proven to read
+  (``opt_shape_sources``: a device partition is then not cut by the host's mask chain),
   outer-scope constants folded into subgraphs and loop-invariant nodes hoisted out of Loop/Scan
   bodies (``opt_loop_invariants``). Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /
@@ -73,6 +75,7 @@ from onnxhal.runtime.optimizer import pad_fusion as opt_pad_fusion
 from onnxhal.runtime.optimizer import qdq_fusions as opt_qdq_fusions
 from onnxhal.runtime.optimizer import qdq_pairs as opt_qdq_pairs
 from onnxhal.runtime.optimizer import qdq_tables as opt_qdq_tables
+from onnxhal.runtime.optimizer import shape_sources as opt_shape_sources
 from onnxhal.runtime.optimizer import weight_folding as opt_weight_folding
 from onnxhal.runtime.optimizer.rewrite import remove_unused_value_infos
 
@@ -93,6 +96,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fold_constants", _BASIC, opt_cleanup.fold_constants, True, False),
     ("hoist_loop_invariants", _BASIC, opt_loop_invariants.hoist_loop_invariants, True, False),
     ("refresh_shapes", _BASIC, opt_cleanup.refresh_shapes, False, False),
+    ("redirect_shape_reads", _BASIC, opt_shape_sources.redirect_shape_reads, True, False),
     # every level: onnxruntime runs InsertCastTransformer after partitioning whatever the level
     # (inference_session.cc, TransformGraph), since its CPU EP has no float16 kernels for these ops
     ("run_float16_regions", _ALWAYS, opt_float16_regions.run_float16_regions, True, False),
@@ -137,13 +141,17 @@ CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channe
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4
 
-#: Per pass, the op types it starts a rewrite from (the ones it asks ``live_nodes`` for): a graph
+#: Per pass, op types one of which a graph must hold for the pass to find anything: the ones it
+#: starts a rewrite from (asks ``live_nodes`` for), or where those are common (the element-wise
+#: ops a grid chain is made of) the ones its match cannot do without (a chain starts from an 8-bit
+#: grid, which only a DequantizeLinear or a collapsed pair makes: ``qdq_pairs.grid_of``). A graph
 #: with none of them gives the pass nothing to do, so the driver skips it without a call, and
 #: without the walk of the nodes that call would make. A pass not named here always runs.
 TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
     "castlike_to_cast": ("CastLike",),
     "eliminate_no_ops": ("Identity", "Dropout", "Cast", "Slice"),
     "fuse_pad_into_conv": ("Pad",),
+    "redirect_shape_reads": ("Shape",),
     "fold_conv_batchnorm": ("Conv",),
     "fold_conv_mul_add": ("Conv",),
     "fold_conv_bias_forward": ("Conv",),
@@ -152,7 +160,7 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
     "fuse_qdq_groups": ("QuantizeLinear",),
     "drop_requantize": ("QuantizeLinear",),
     "collapse_qdq_pairs": ("QuantizeLinear",),
-    "tabulate_grid_chains": tuple(opt_qdq_tables.TABULATED),
+    "tabulate_grid_chains": opt_qdq_tables.GRID_MAKERS,
     "fuse_layer_norm": ("ReduceMean",),
     "fuse_gelu": ("Erf",),
     "fuse_replace_nan": ("Where",),
@@ -209,11 +217,13 @@ def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizatio
     if any(n.subgraphs for n in graph.nodes):
         graph.reindex()  # subgraphs may now read other values of this scope
     # Each level reaches its fixed point before the next starts: fusions must see folded graphs.
+    dead = True  # whether the graph may hold dead nodes or constants: not looked for yet
     for level in sorted({p[3] for p in passes}):
-        _run_to_fixed_point(graph, [p for p in passes if p[3] == level])
+        dead = _run_to_fixed_point(graph, [p for p in passes if p[3] == level], dead)
     # The dead-node pass runs at the basic level; the weights a later level's rewrite replaced
-    # (scaled, transposed) are dropped here, once, rather than by each pass.
-    if any(p[0] == "remove_dead_nodes" for p in passes):
+    # (scaled, transposed) are dropped here, once, rather than by each pass: where no pass changed
+    # the graph since the dead-node pass last found nothing, this one would find nothing either.
+    if dead and any(p[0] == "remove_dead_nodes" for p in passes):
         opt_cleanup.remove_dead_nodes(graph)
     remove_unused_value_infos(graph)
     _unique_new_node_names(graph, loaded)
@@ -238,7 +248,11 @@ def _unique_new_node_names(graph: Graph, loaded: list) -> None:
         taken.add(name)
 
 
-def _run_to_fixed_point(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]) -> None:
+def _run_to_fixed_point(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]],
+                        dead: bool) -> bool:
+    """Run ``passes`` in rounds until one changes nothing. ``dead``: whether the graph may hold dead
+    nodes or constants as it comes; returns the same for the graph as it leaves: False where the
+    dead-node pass found nothing to remove and no pass changed the graph after that."""
     for _ in range(MAX_ROUNDS):
         changed = False
         present = {n.op_type for n in graph.nodes}  # the op-type index, rebuilt after each change
@@ -248,8 +262,11 @@ def _run_to_fixed_point(graph: Graph, passes: list[tuple[str, GraphPass, bool, G
                 continue
             before = len(graph.nodes)
             if fn(graph):
-                changed = True
+                changed = dead = True
                 present = {n.op_type for n in graph.nodes}
                 logger.debug("pass %s on graph %r: %d -> %d nodes", name, graph.name, before, len(graph.nodes))
+            elif name == "remove_dead_nodes":
+                dead = False
         if not changed:
             break
+    return dead

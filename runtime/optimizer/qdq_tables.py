@@ -42,6 +42,9 @@ TABULATED: dict[str, bool] = {
     **dict.fromkeys(("Add", "Sub", "Mul", "Div", "Neg", "Abs", "Relu", "LeakyRelu", "Reciprocal", "Floor", "Ceil",
                      "Round", "Sign"), False),
 }
+#: The ops whose outputs ``grid_of`` finds a grid for (a selecting op's only through one of these
+#: before it): a graph without them has no chain to tabulate.
+GRID_MAKERS = ("DequantizeLinear", "QuantizeDequantize")
 #: Chains of cheap ops only are tabulated from this many ops on.
 MIN_CHEAP = 3
 

@@ -6,7 +6,8 @@ buffers (the partition's inputs, outputs, intermediates, workspaces and uploaded
 weight packing. ``run`` binds a run's DeviceTensors to the names and enqueues every launch on the
 stream's queue without waiting. Each launch site has its own kernel object, whose arguments stay set
 between runs: constants are bound once, intermediates live in a workspace kept per queue, so a run
-replays the recorded launches and sets only the arguments that are its inputs and outputs.
+replays the recorded launches and sets only the arguments that are its inputs and outputs. Where
+the optional extension ``_replay`` is built (``native_replay``), that replay is one C call per run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.runtime.providers.op_geometry import first_out_of_range
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
+from onnxhal.runtime.providers.opencl.native_replay import raise_cl_error, replay_module
 
 #: Work-group size of the 1-D kernels: fixed, so PoCL compiles each kernel for one local size only.
 LOCAL_1D = 64
@@ -183,12 +185,21 @@ class PartitionState:
         for b in self.launches:
             if isinstance(b, _BoundLaunch):
                 b.bind_static(self.const_buffers)
+        #: the launches recorded for the native replay (kernel handles, NDRanges, the arguments a run
+        #: sets by slot), None where the runs replay from Python (``native_replay.replay_module``)
+        self.recording = None
+        #: the buffer names whose buffers a run hands the recording, in slot order
+        self.slot_names: list[str] = []
+        native = replay_module()
+        if native is not None:
+            self.recording, self.slot_names = _record(native, self.launches)
         self.runs = 0
         self._workspaces: OrderedDict[int, tuple[cl.CommandQueue, dict[str, cl.Buffer]]] = OrderedDict()
 
     def release(self) -> None:
         self.device.recycle_kernels(b.kernel for b in self.launches if isinstance(b, _BoundLaunch))
         self.launches = []
+        self.recording = None  # it holds the kernels and the buffers their arguments were last set to
         for buf in self.const_buffers.values():
             buf.release()
         self.const_buffers.clear()
@@ -264,7 +275,10 @@ class PartitionState:
                 for name in plan.aliases:
                     if name not in bufs:
                         bufs[name] = bufs[plan.base(name)]
-                if RUN_OPTIONS.get() is None:  # no RunOptions: nothing can ask this run to stop
+                stoppable = RUN_OPTIONS.get() is not None  # no RunOptions: nothing can ask this run to stop
+                if self.recording is not None:
+                    _replay_native(queue, self.recording, [bufs[n] for n in self.slot_names], stoppable)
+                elif not stoppable:
                     for step in self.launches:
                         _replay_step(queue, step, bufs)
                 else:
@@ -349,6 +363,48 @@ def _enqueue_stoppable(queue: cl.CommandQueue, steps: list, bufs: dict[str, cl.B
                 pending.wait()
             pending = marker
         _replay_step(queue, step, bufs)
+
+
+def _record(native, steps: list) -> tuple[object, list[str]]:
+    """A ``_replay.Recording`` of ``steps`` (after ``bind_static``) and its slot names: each buffer
+    name a run binds (the launches' dynamic arguments, the copies' ends) gets one slot."""
+    slots: dict[str, int] = {}
+
+    def slot(name: str) -> int:
+        return slots.setdefault(name, len(slots))
+
+    recorded = []
+    for step in steps:
+        if isinstance(step, CopyStep):
+            recorded.append((1, slot(step.dst), slot(step.src), step.nbytes))
+        else:
+            dynamic = tuple((i, slot(name)) for i, name in step.dynamic)
+            recorded.append((0, step.kernel, step.global_size, step.local_size, dynamic))
+    return native.Recording(recorded, len(slots)), list(slots)
+
+
+def _replay_native(queue: cl.CommandQueue, recording, slots: list, stoppable: bool) -> None:
+    """``_replay_step`` over every step, or ``_enqueue_stoppable`` when ``stoppable``, by the native
+    recording: one call per run, or one per ``IN_FLIGHT`` steps with the terminate flag read and the
+    device's lag bounded between them as ``_enqueue_stoppable`` does."""
+    n = recording.steps
+    if not stoppable:
+        code, _, routine = recording.replay(queue, slots)
+        if code:
+            raise_cl_error(code, routine)
+        return
+    pending = None
+    for start in range(0, n, IN_FLIGHT):
+        check_terminate()
+        if start:
+            marker = cl.enqueue_marker(queue)
+            queue.flush()
+            if pending is not None:
+                pending.wait()
+            pending = marker
+        code, _, routine = recording.replay(queue, slots, start, start + IN_FLIGHT)
+        if code:
+            raise_cl_error(code, routine)
 
 
 def _enqueue(queue: cl.CommandQueue, launch: _BoundLaunch, bufs: dict[str, cl.Buffer]) -> None:

@@ -6,7 +6,7 @@ tests/test_kernel_paths.py checks that a test names each one.
 
 The numerics module's fast paths (softmax, erf, rounding) carry more than a condition (the inputs
 they take, their tolerance) and keep their own ``numerics.FAST_PATHS``; ``all_paths`` lists them
-too."""
+too. The OpenCL EP's replay paths (``opencl/native_replay.py``) are listed here as well."""
 
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         numerics,
         recurrent,
     )
+    from onnxhal.runtime.providers.opencl import native_replay  # noqa: F401 - the OpenCL EP's replay paths
 
     for kernel, table in PATH_TABLES.items():
         for path in table.values():

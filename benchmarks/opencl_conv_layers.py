@@ -1,16 +1,19 @@
 """Each 2-D convolution of a model alone on the OpenCL EP against onnxruntime's CPU EP, alternating.
 
     python benchmarks/opencl_conv_layers.py [MODEL] [--batch 1] [--repeat 30] [--threads 2]
-                                            [--disable-fusions RULES] [--ab RULES] [--whole]
+                                            [--disable-fusions RULES] [--ab RULES] [--whole] [--profile]
 
 MODEL is a corpus ``.onnx`` file or ``cnn`` (``models.cnn()``, the default). Every Conv with constant
 weights (and its bias) is one model of one node, run by an OpenCL session (input in host memory, as a
-model run is) and by onnxruntime with ``--threads`` threads, alternating; the figures are medians of
+model run is) and by onnxruntime with ``--threads`` threads, alternating (every other round in
+reverse order); the figures are medians of
 wall time (a CPU device's work runs on the driver's threads, which process CPU time of this thread
 would miss), with the load average printed at the start and end. ``--ab RULES`` adds a third session
 with those fusion rules off, alternating with the other two, for a before/after of a kernel rule on
 the same layer under the same load. ``--whole`` times the whole model the same way (its first
-input of the given batch, random) instead of its layers.
+input of the given batch, random) instead of its layers. ``--profile`` also prints, per OpenCL session,
+each launch of a run with the median of its device time by the driver's profiling events (a
+profiling queue: the figures show where a run's device time goes, not the time without profiling).
 """
 
 from __future__ import annotations
@@ -49,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--disable-fusions", default="", metavar="RULES")
     p.add_argument("--ab", default="", metavar="RULES", help="also time a session with these rules off")
     p.add_argument("--whole", action="store_true", help="time the whole model instead of its layers")
+    p.add_argument("--profile", action="store_true", help="print each launch's device time (profiling events)")
     args = p.parse_args(argv)
+    events: list = []
+    if args.profile:
+        _profile_launches(events)
     import onnxruntime as ort
 
     import onnxhal
@@ -85,12 +92,22 @@ def main(argv: list[str] | None = None) -> int:
             diffs = [float(np.max(np.abs(s.run(None, feeds)[0] - want))) for s in sessions]
             cpu: list[list[float]] = [[] for _ in sessions]
             wall: list[list[float]] = [[] for _ in sessions]
-            for _ in range(args.repeat):
-                for i, s in enumerate(sessions):
+            launches: list[list[list[tuple[str, float]]]] = [[] for _ in sessions]
+            for r in range(args.repeat):
+                # Every other repeat in reverse order, so that neither OpenCL session always runs
+                # right after onnxruntime's (which leaves the driver's threads asleep, caches cold).
+                for i in range(len(sessions)) if r % 2 == 0 else reversed(range(len(sessions))):
+                    s = sessions[i]
+                    events.clear()
                     c0, t0 = time.process_time(), time.perf_counter()
                     s.run(None, feeds)
                     wall[i].append(time.perf_counter() - t0)
                     cpu[i].append(time.process_time() - c0)
+                    if events:
+                        launches[i].append([(name, (e.profile.end - e.profile.start) / 1e3) for name, e in events])
+            for i, runs in enumerate(launches):
+                if runs and i != 1:
+                    _print_launches("rules off" if i == 2 else "ocl", runs)
             med = [statistics.median(t) * 1e6 for t in cpu]
             wmed = [statistics.median(t) * 1e6 for t in wall]
             for i, m in enumerate(med):
@@ -104,6 +121,35 @@ def main(argv: list[str] | None = None) -> int:
               f"({totals[0] / totals[1]:.2f}){ab}")
     print(f"load average at the end {open('/proc/loadavg').read().split()[:3]}")
     return 0
+
+
+def _profile_launches(events: list) -> None:
+    """Make every OpenCL queue a profiling one and record each kernel launch's event in ``events``
+    as (kernel name, event); set up before the first session opens the device."""
+    import pyopencl as cl
+
+    class ProfilingQueue(cl.CommandQueue):
+        def __init__(self, context, device=None, properties=None) -> None:
+            super().__init__(context, device, cl.command_queue_properties.PROFILING_ENABLE)
+
+    enqueue = cl.enqueue_nd_range_kernel
+
+    def recorded(queue, kernel, *rest, **kw):
+        event = enqueue(queue, kernel, *rest, **kw)
+        events.append((kernel.function_name, event))
+        return event
+
+    cl.CommandQueue = ProfilingQueue
+    cl.enqueue_nd_range_kernel = recorded
+
+
+def _print_launches(label: str, runs: list[list[tuple[str, float]]]) -> None:
+    """Each launch of a run (the runs' common launch order) with its median device microseconds."""
+    n = min(len(r) for r in runs)
+    meds = [statistics.median(r[k][1] for r in runs) for k in range(n)]
+    print(f"  {label}: {n} launches, device us a run {sum(meds):.0f}")
+    for k in range(n):
+        print(f"    {k:3d} {runs[0][k][0]:24s} {meds[k]:9.1f}")
 
 
 def _whole(model: onnx.ModelProto, batch: int) -> list[tuple[onnx.NodeProto, tuple, np.ndarray, None]]:

@@ -1,5 +1,6 @@
-"""The OpenCL EP's MaxPool with rule ``pool_rows`` (a work-item per output row) against the rule off
-(a work-item per output), alternating in one process, per shape.
+"""The OpenCL EP's MaxPool with rule ``pool_rows`` (a work-item per output row, 8 outputs a vector with
+rule ``pool_row_vectors``) against ``pool_row_vectors`` off (the scalar row kernel) and ``pool_rows``
+off (a work-item per output), alternating in one process, per shape.
 
     python benchmarks/opencl_pool.py [--repeat 40] [N,C,H,W,K,S,P ...]
 
@@ -41,22 +42,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=40)
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f}")
-    print(f"{'N,C,H,W,K,S,P':24s} {'rows ms':>8s} {'plain ms':>9s} {'ratio':>6s}")
+    print(f"{'N,C,H,W,K,S,P':24s} {'rows ms':>8s} {'scalar ms':>9s} {'plain ms':>9s} {'ratio':>6s}")
     for text in args.shapes:
         n, c, h, w, k, s, p = (int(v) for v in text.split(","))
         feeds = {"x": np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)}
-        sessions = {"rows": _session((n, c, h, w), k, s, p, ""), "plain": _session((n, c, h, w), k, s, p, "pool_rows")}
+        sessions = {"rows": _session((n, c, h, w), k, s, p, ""),
+                    "scalar": _session((n, c, h, w), k, s, p, "pool_row_vectors"),
+                    "plain": _session((n, c, h, w), k, s, p, "pool_rows")}
         outs = {name: sess.run(None, feeds)[0] for name, sess in sessions.items()}
-        if not np.array_equal(outs["rows"], outs["plain"]):
-            raise SystemExit(f"{text}: pool_rows and the plain kernel disagree")
+        if not (np.array_equal(outs["rows"], outs["plain"]) and np.array_equal(outs["scalar"], outs["plain"])):
+            raise SystemExit(f"{text}: the row kernels and the plain kernel disagree")
         times: dict[str, list[float]] = {name: [] for name in sessions}
         for _ in range(args.repeat):
             for name, sess in sessions.items():
                 t = time.perf_counter()
                 sess.run(None, feeds)
                 times[name].append(time.perf_counter() - t)
-        rows, plain = (statistics.median(times[name]) * 1e3 for name in ("rows", "plain"))
-        print(f"{text:24s} {rows:8.3f} {plain:9.3f} {rows / plain:6.2f}")
+        rows, scalar, plain = (statistics.median(times[name]) * 1e3 for name in ("rows", "scalar", "plain"))
+        print(f"{text:24s} {rows:8.3f} {scalar:9.3f} {plain:9.3f} {rows / plain:6.2f}")
     print(f"load average {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -198,8 +198,72 @@ LANE_CASES = [  # 32-channel blocks and rows of 14 to 112 (conv_lanes) against t
     ((1, 8, 12, 224), (32, 8, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),     # rows of 112
     ((1, 8, 4, 126), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # rows of 126: not for the rule
     ((1, 8, 5, 30), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                       # rows of 30: not for the rule
-    ((1, 8, 7, 7), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                        # rows of 7: not for the rule
+    ((1, 8, 7, 7), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                        # rows of 7: two a work-item
 ]
+
+PAIR_LANE_CASES = [  # rows of 7 (conv_lanes_row_pairs) against conv_rows2 or im2col + GEMM
+    ((1, 16, 7, 7), (64, 16, 3, 3), dict(pads=[1, 1, 1, 1])),                      # ResNet's last stage, 7 rows
+    ((2, 8, 14, 14), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # its stride-2 entry, batch 2
+    ((1, 8, 14, 14), (32, 8, 1, 1), dict(strides=[2, 2])),                         # its 1x1 downsample
+    ((1, 8, 8, 7), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                        # an even row count
+    ((1, 8, 1, 7), (32, 8, 1, 3), dict(pads=[0, 1, 0, 1])),                        # one row: half a tile
+    ((1, 8, 11, 11), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1], dilations=[3, 3])),    # dilation
+    ((1, 16, 9, 9), (64, 8, 3, 3), dict(group=2)),                                 # groups, no padding
+    ((1, 8, 13, 13), (32, 8, 3, 3), dict(pads=[0, 1, 2, 1], strides=[1, 2])),      # asymmetric pads, strides
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", PAIR_LANE_CASES)
+def test_conv_lanes_row_pairs_against_the_other_forms(opencl, x_shape, w_shape, attrs):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "conv_lanes_row_pairs")
+    assert _output_width(x_shape, w_shape, attrs) == 7
+    pad = ["pad_planes"] if any(attrs.get("pads", [0])) else []
+    assert k_on == [*pad, f"conv_lanes_r7x2_s{attrs.get('strides', [1, 1])[1]}"], k_on
+    assert not any(k.startswith("conv_lanes") for k in k_off), k_off
+
+
+ORDER_CASES = [  # conv_lanes_weight_order: weights (KH * KW * Mg) against the padded planes (Hp * Wp)
+    ((1, 32, 14, 14), (64, 32, 3, 3), dict(pads=[1, 1, 1, 1]), True),             # ResNet's 14x14 stage
+    ((2, 16, 7, 7), (96, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),               # rows of 7, batch 2, 3 blocks
+    ((1, 16, 14, 14), (256, 16, 1, 1), dict(strides=[2, 2]), True),               # a 1x1 downsample into 7
+    ((1, 16, 28, 28), (256, 8, 3, 3), dict(pads=[1, 1, 1, 1], group=2), True),    # groups: 1152 against 900
+    ((1, 8, 56, 56), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), False),              # planes outweigh the weights
+]
+
+
+def _last_int_args(model: onnx.ModelProto, disabled: str) -> list[int]:
+    sess = onnxhal.InferenceSession(model.SerializeToString(),
+                                    providers=[("OpenCLExecutionProvider", {"disable_fusions": disabled}),
+                                               "CPUExecutionProvider"])
+    return [int(s.args[-1]) for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+            if getattr(s, "kernel_name", "").startswith("conv_lanes")]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,applies", ORDER_CASES)
+def test_conv_lanes_weight_order_against_the_tile_order(opencl, x_shape, w_shape, attrs, applies):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "conv_lanes_weight_order")
+    assert k_on == k_off and any(k.startswith("conv_lanes") for k in k_on), (k_on, k_off)
+    # The kernel's last argument (wmajor) selects the walk.
+    assert _last_int_args(model, "") == [1 if applies else 0]
+    assert _last_int_args(model, "conv_lanes_weight_order") == [0]
+
+
+UNPADDED_CASES = [  # conv_lanes without padding: the input read in place (conv_lanes_unpadded)
+    ((1, 8, 28, 28), (32, 8, 1, 1), dict(strides=[2, 2])),                         # 1x1 downsample into 14
+    ((2, 8, 16, 16), (64, 8, 3, 3), {}),                                           # 3x3, batch 2, into 14
+    ((1, 16, 30, 30), (64, 8, 3, 3), dict(group=2, strides=[2, 2])),               # groups, stride 2, into 14
+    ((1, 8, 16, 31), (32, 8, 3, 3), dict(dilations=[1, 2], strides=[1, 2])),       # dilation, odd width
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", UNPADDED_CASES)
+def test_conv_lanes_unpadded_reads_in_place_as_the_copy(opencl, x_shape, w_shape, attrs):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "conv_lanes_unpadded")
+    kernel = f"conv_lanes_r14_s{attrs.get('strides', [1, 1])[1]}"
+    assert (k_on, k_off) == ([kernel], ["pad_planes", kernel]), (k_on, k_off)
 
 
 def _output_width(x_shape, w_shape, attrs) -> int:
@@ -213,19 +277,23 @@ def test_conv_lanes_against_the_row_vector_kernels(opencl, x_shape, w_shape, att
     k_on, k_off = _check(model, feeds, "conv_lanes")
     assert not any(k.startswith("conv_lanes") for k in k_off), k_off
     ow = _output_width(x_shape, w_shape, attrs)
-    lanes = w_shape[0] // attrs.get("group", 1) % 32 == 0 and w_shape[1] >= 8 and ow % 14 == 0 and ow <= 112
+    lanes = w_shape[0] // attrs.get("group", 1) % 32 == 0 and w_shape[1] >= 8 and (ow % 14 == 0 and ow <= 112
+                                                                                  or ow == 7)
     if lanes:
-        assert k_on == ["pad_planes", f"conv_lanes_r14_s{attrs.get('strides', [1, 1])[1]}"], k_on
+        tile = "r14" if ow != 7 else "r7x2"
+        pad = ["pad_planes"] if any(attrs.get("pads", [0])) else []
+        assert k_on == [*pad, f"conv_lanes_{tile}_s{attrs.get('strides', [1, 1])[1]}"], k_on
     else:
         assert k_on == k_off, k_on
 
 
+@pytest.mark.parametrize("hw", [14, 7])
 @pytest.mark.parametrize("act,attrs", [("Relu", {}), ("LeakyRelu", dict(alpha=0.1)), ("Clip", {}),
                                        ("Sigmoid", {})])
-def test_conv_lanes_with_residual_activation_and_non_finite_edges(opencl, act, attrs):
+def test_conv_lanes_with_residual_activation_and_non_finite_edges(opencl, act, attrs, hw):
     # Two Convs of 32 channels (the optimizer's FusedConv takes the residual Add and the activation
-    # into the second one's epilogue), non-finite values on the input's edges.
-    model, feeds = _conv_model((1, 32, 14, 14), (32, 32, 3, 3), chain=2, residual=True, pads=[1, 1, 1, 1])
+    # into the second one's epilogue), non-finite values on the input's edges; rows of 7 two a work-item.
+    model, feeds = _conv_model((1, 32, hw, hw), (32, 32, 3, 3), chain=2, residual=True, pads=[1, 1, 1, 1])
     graph = model.graph
     graph.node[-1].input[0] = "a"
     extra = [helper.make_node(act, ["s"] + (["lo", "hi"] if act == "Clip" else []), ["a"], **attrs)]
@@ -236,15 +304,16 @@ def test_conv_lanes_with_residual_activation_and_non_finite_edges(opencl, act, a
     x = feeds["x"]
     x[0, :, :, 0] = np.inf
     x[0, :, 0, :] = -np.inf
-    x[0, 3, 13, 13] = np.nan
-    x[0, 5, 7, 7] = np.nan
+    x[0, 3, hw - 1, hw - 1] = np.nan
+    x[0, 5, hw // 2, hw // 2] = np.nan
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     for disabled in ("", "conv_lanes"):
         got, kernels = _run(model, feeds, disabled)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert not any(k.startswith("conv_lanes") for k in kernels), kernels
-    assert _run(model, feeds, "")[1] == ["pad_planes", "conv_lanes_r14_s1"] * 2
+    tile = "r14" if hw == 14 else "r7x2"
+    assert _run(model, feeds, "")[1] == ["pad_planes", f"conv_lanes_{tile}_s1"] * 2
 
 
 def _pool_model(x_shape, **attrs) -> tuple[onnx.ModelProto, dict]:
@@ -266,12 +335,41 @@ POOL_CASES = [  # x shape, attributes, whether the rows reach POOL_ROWS_MIN_OW
 ]
 
 
+def _row_kernel(model: onnx.ModelProto, feeds: dict, attrs: dict) -> str:
+    """The row kernel rule pool_row_vectors picks: vectors for strides 1 and 2 and rows of 8 outputs up."""
+    (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    sw = attrs.get("strides", [1, 1])[-1]
+    return f"maxpool2d_rows_v{sw}" if sw in (1, 2) and y.shape[-1] >= 8 else "maxpool2d_rows"
+
+
 @pytest.mark.parametrize("x_shape,attrs,rows", POOL_CASES)
 def test_pool_rows_against_one_work_item_per_output(opencl, x_shape, attrs, rows):
     model, feeds = _pool_model(x_shape, **attrs)
     k_on, k_off = _check(model, feeds, "pool_rows", rtol=0, atol=0)
     assert k_off == ["maxpool2d"]
-    assert k_on == (["maxpool2d_rows"] if rows else ["maxpool2d"])
+    assert k_on == ([_row_kernel(model, feeds, attrs)] if rows else ["maxpool2d"])
+
+
+POOL_VECTOR_CASES = [  # rows of 8 outputs and more: pool_row_vectors against the scalar row kernel
+    ((1, 8, 40, 40), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),   # ResNet's stem pool
+    ((2, 3, 9, 30), dict(kernel_shape=[3, 2], strides=[1, 2], pads=[0, 1, 2, 0])),     # asymmetric pads
+    ((1, 4, 11, 40), dict(kernel_shape=[2, 3], dilations=[2, 3], pads=[1, 2, 1, 2])),  # dilations, stride 1
+    ((1, 2, 7, 33), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),           # ceil_mode: a window past W
+    ((1, 3, 1, 40), dict(kernel_shape=[1, 3], pads=[0, 1, 0, 1])),                     # one input row
+    ((1, 3, 3, 17), dict(kernel_shape=[2, 2], pads=[1, 1, 1, 1], dilations=[4, 1])),   # padding-alone windows
+    ((1, 5, 6, 30), dict(kernel_shape=[3, 3], strides=[3, 3])),                        # stride 3: not for the rule
+    ((1, 2, 6, 12), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),     # rows of 6: not for it
+]
+
+
+@pytest.mark.parametrize("x_shape,attrs", POOL_VECTOR_CASES)
+def test_pool_row_vectors_against_the_scalar_row_kernel(opencl, x_shape, attrs):
+    model, feeds = _pool_model(x_shape, **attrs)
+    k_on, k_off = _check(model, feeds, "pool_row_vectors", rtol=0, atol=0)
+    assert k_off == ["maxpool2d_rows"]
+    assert k_on == [_row_kernel(model, feeds, attrs)]
+    sw = attrs.get("strides", [1, 1])[-1]
+    assert (k_on != k_off) == (sw in (1, 2) and x_shape[-1] > 12)
 
 
 def test_pool_rows_keeps_nan_and_gives_padding_alone_the_lowest_finite(opencl):
@@ -279,20 +377,23 @@ def test_pool_rows_keeps_nan_and_gives_padding_alone_the_lowest_finite(opencl):
     # so every window is padding alone (onnxruntime: the lowest finite float); NaN on the edges.
     model, feeds = _pool_model((1, 2, 3, 9), kernel_shape=[2, 2], pads=[1, 1, 1, 1], dilations=[4, 1])
     _, k_on = _run(model, feeds, "")
-    assert k_on == ["maxpool2d_rows"]
+    assert k_on == ["maxpool2d_rows_v1"]  # rows of 10: the vector kernel, its padding-alone rows scalar
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     assert (want == np.finfo(np.float32).min).all()
     np.testing.assert_array_equal(_run(model, feeds, "")[0], want)
-    model, feeds = _pool_model((1, 2, 6, 10), kernel_shape=[3, 3], strides=[1, 2], pads=[1, 1, 1, 1])
+    model, feeds = _pool_model((1, 2, 6, 40), kernel_shape=[3, 3], strides=[1, 2], pads=[1, 1, 1, 1])
     feeds["x"][0, 0, :, 0] = np.nan
     feeds["x"][0, 1, 5, 4] = np.nan
+    feeds["x"][0, 1, 2, 17] = np.nan  # inside a vector's windows (pool_row_vectors)
+    feeds["x"][0, 0, 3, 9] = -np.inf
     feeds["x"][0, 1, 0, -1] = np.inf
     # onnxruntime's MaxPool keeps a NaN at some window positions and skips it at others
     # (docs/opencl.md, "What it claims"): the CPU EP, which keeps it as numpy, is the reference here.
     (want,) = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     assert np.isnan(want).any()
-    for disabled in ("", "pool_rows"):
+    expected = {"": "maxpool2d_rows_v2", "pool_row_vectors": "maxpool2d_rows", "pool_rows": "maxpool2d"}
+    for disabled, kernel in expected.items():
         got, kernels = _run(model, feeds, disabled)
-        assert kernels == (["maxpool2d"] if disabled else ["maxpool2d_rows"])
+        assert kernels == [kernel]
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_array_equal(got, want)

@@ -35,10 +35,19 @@ FUSION_RULES: dict[str, str] = {
                       "for every output (cpu.kernels.dead_taps.trim: a dilated or large kernel over a small plane) "
                       "computed with the weight cut to its live taps and the pads moved with them (a kernel "
                       "choice, switchable as the rules are)",
+    "conv_lanes_row_pairs": "conv_lanes for output rows of 7 (a ResNet's last stage), two whole rows a work-item, "
+                            "in place of conv_rows2 or im2col + GEMM (a kernel choice, needs conv_lanes)",
+    "conv_lanes_unpadded": "a conv_lanes Conv without padding reads its input in place, without the pad_planes "
+                           "copy",
+    "conv_lanes_weight_order": "a conv_lanes Conv whose weights outweigh its input planes walks the row tiles of "
+                               "one channel block on consecutive work-items (its weights stay in cache) rather "
+                               "than the channel blocks of one row tile (a kernel choice)",
     "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
                       "switchable as the rules are)",
     "pool_rows": "a MaxPool computed a row of outputs per work-item (a kernel choice, switchable as the rules "
                  "are)",
+    "pool_row_vectors": "a pool_rows MaxPool of horizontal stride 1 or 2 computed 8 outputs a vector where the "
+                        "windows lie inside the row (a kernel choice, switchable as the rules are)",
     "host_islands": "a partition without GEMM-family nodes whose inputs all come from nodes on another EP and whose "
                     "outputs only they read (a piece of a host chain) left to the host: no copies in and out, no "
                     "wait (the OpenCL EP only; cost_rule.host_island)",

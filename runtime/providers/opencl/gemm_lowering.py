@@ -325,6 +325,11 @@ class GemmLowering:
         Nimg, Cin, Cout = xs[0], xs[1], ws[0]
         Cg, Mg = Cin // G, Cout // G
         rp = next((r for r in ks.CONV_LANES_POSITIONS if OW % r == 0 and OW <= ks.CONV_LANES_MAX_OW), 0)
+        nr = 1
+        # Rule conv_lanes_row_pairs: rows of 7 (a ResNet's last stage) take two whole rows a work-item,
+        # the 14-position tile of the wider rows, in place of conv_rows2 or im2col + GEMM.
+        if not rp and OW == ks.CONV_LANES_PAIR_OW and self.rule("conv_lanes_row_pairs"):
+            rp, nr = OW, ks.CONV_LANES_POSITIONS[0] // OW
         if not (self.rule("conv_lanes") and w in self.plan.constants and rp and g["sw"] in (1, 2)
                 and Mg % ks.CONV_LANES_CHANNELS == 0 and Cg >= ks.CONV_LANES_MIN_CG):
             return False
@@ -336,14 +341,25 @@ class GemmLowering:
         wt = wt.transpose(0, 1, 3, 4, 5, 2)
         ap = self._prepacked_name("conv_lanes_w", wt.size)
         self.plan.constants[ap] = np.ascontiguousarray(wt)
-        planes = Nimg * Cin
-        xp = self.temp("conv_pad", planes * Hp * Wp * 4)
-        self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [
-            Buf(xp), Buf(x), I32(g["H"]), I32(g["W"]), I32(Hp), I32(Wp), I32(g["ph"]), I32(g["pw"])])
+        if (Hp, Wp) == (g["H"], g["W"]) and self.rule("conv_lanes_unpadded"):
+            # Rule conv_lanes_unpadded: with no padding the padded planes are the input itself (a
+            # 1x1 downsample, whose stride 2 reads a quarter of the copy pad_planes would write).
+            xp = x
+        else:
+            planes = Nimg * Cin
+            xp = self.temp("conv_pad", planes * Hp * Wp * 4)
+            self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [
+                Buf(xp), Buf(x), I32(g["H"]), I32(g["W"]), I32(Hp), I32(Wp), I32(g["ph"]), I32(g["pw"])])
         args = [Buf(ap), Buf(xp), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
                 I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "dh", "dw")), I32(Hp), I32(Wp),
                 I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
-        self.plan.steps.append(Launch(ks.GEMM_SOURCE, f"conv_lanes_r{rp}_s{g['sw']}", (Mb * OH * (OW // rp), Nimg * G), (1, 1),
+        # Rule conv_lanes_weight_order: where a group's weights outweigh its input planes (the
+        # deeper stages), consecutive work-items take one channel block's row tiles, so its weights
+        # are read from cache once per thread rather than once per row tile.
+        wmajor = KH * KW * Mg > Hp * Wp and self.rule("conv_lanes_weight_order")
+        args.append(I32(1 if wmajor else 0))
+        kernel = f"conv_lanes_r{rp}_s{g['sw']}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{g['sw']}"
+        self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (Mb * -(-OH // nr) * (OW // rp), Nimg * G), (1, 1),
                                       args))
         return True
 

@@ -123,6 +123,8 @@ def _gemm_source() -> str:
     conv += _gemm_x2_source()
     conv += "\n".join(_conv_row_pairs_source(sw) for sw in (1, 2))
     conv += "\n".join(_conv_lanes_source(r, sw) for r in CONV_LANES_POSITIONS for sw in (1, 2))
+    conv += "\n".join(_conv_lanes_source(CONV_LANES_PAIR_OW, sw, CONV_LANES_POSITIONS[0] // CONV_LANES_PAIR_OW)
+                       for sw in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
@@ -478,6 +480,9 @@ CONV_LANES_CHANNELS = 16 * CONV_LANES_NV
 #: vectors (28 accumulators) is the most AVX-512's 32 registers hold with the two weight vectors and
 #: one broadcast. Seven positions (rows of 7) ran slower than conv_rows2 on PoCL (14 FMAs per 9 loads).
 CONV_LANES_POSITIONS = (14,)
+#: Rule conv_lanes_row_pairs: output rows this short take CONV_LANES_POSITIONS[0] // OW rows a
+#: work-item (a ResNet's 7x7 last stage: two rows of 7, the same 28 FMAs per 16 loads as rows of 14).
+CONV_LANES_PAIR_OW = 7
 #: Rule conv_lanes: the widest output rows it takes (multiples of CONV_LANES_POSITIONS up to this,
 #: a 224-pixel ResNet's 112 to 14; wider rows were not measured). On PoCL
 #: (benchmarks/opencl_conv_layers.py) it ran the Convs of ResNet-18 from 56 down to 14 faster than
@@ -489,7 +494,7 @@ CONV_LANES_MAX_OW = 112
 CONV_LANES_MIN_CG = 8
 
 
-def _conv_lanes_source(rp: int, sw: int) -> str:
+def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
     """``conv_lanes_r{rp}_s{sw}`` (rule ``conv_lanes``): a Conv with the output channels in the vector lanes.
     One work-item computes CONV_LANES_CHANNELS output channels (CONV_LANES_NV 16-lane accumulators a
     position) x ``rp`` consecutive positions of one output row, reading the zero-padded input planes
@@ -504,28 +509,86 @@ def _conv_lanes_source(rp: int, sw: int) -> str:
     16-position input vector per (channel, tap) and broadcast 8 weights (8 FMAs per 9 loads), with
     two loads and a shuffle a vector at stride 2 and lanes idle or masked in rows of 14. Each
     position's accumulators are stored lane by lane (output channels are a plane apart) with the
-    epilogue of ``store_row``."""
-    nv = CONV_LANES_NV
-    decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp) for v in range(nv))
-    loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
+    epilogue of ``store_row``.
 
-    body = "\n".join(f"        {{ const float xv = xr[{p * sw}]; "
-                     + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }" for p in range(rp))
-    store = "\n".join(f"  conv_lanes_store(c{p}_{v}, Crow + {p} + {16 * v} * P, Rrow + {p} + {16 * v} * P, bias, "
-                      f"co0 + {16 * v}, P, bias_mode, act, p0, p1);" for p in range(rp) for v in range(nv))
+    ``nr`` > 1 (``conv_lanes_r{rp}x{nr}_s{sw}``, rule ``conv_lanes_row_pairs``, rows of ``rp`` == OW):
+    a work-item computes ``nr`` whole output rows, ``rp`` positions each, so rows of 7 keep the
+    14-position tile; each row reads its own input row through a pointer set once, and the last tile
+    of an odd row count runs a loop over its first row alone (its second row's accumulators stay
+    zero and are not stored)."""
+    nv = CONV_LANES_NV
+    decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
+    loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
+    rows = "".join(f"        __global const float* xr{r} = xr + roff{r};\n" for r in range(1, nr))
+
+    def src(p: int) -> str:
+        r, q = divmod(p, rp)
+        return f"xr{r if r else ''}[{q * sw}]"
+
+    def loop(positions: int, rows: str) -> str:
+        body = "\n".join(f"        {{ const float xv = {src(p)}; "
+                         + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
+                         for p in range(positions))
+        return f"""  for (int ci = 0; ci < Cg; ++ci) {{
+    for (int kh = 0; kh < KH; ++kh) {{
+      __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
+      for (int kw = 0; kw < KW; ++kw) {{
+        __global const float* xr = xrow + kw * dw;
+{rows}{loads}
+{body}
+        wp += {nv};
+      }}
+    }}
+  }}"""
+
+    if nr == 1:
+        loops = loop(rp, "")
+    else:
+        # The last tile of an odd row count computes its one row only (an eighth of a 7x7 stage's work).
+        assert nr == 2, nr
+        loops = (f"  if (oh + 1 < OH) {{\n{loop(rp * nr, rows)}\n  }} else {{\n{loop(rp, '')}\n  }}")
+    # With nr > 1 the tile is whole rows of OW == rp, so position p of the tile is p floats after Crow.
+    # A position's residual lanes are all read before its stores: at 56x56 the output and residual
+    # planes 16 channels apart lie a multiple of 4 KiB apart, and a load issued after a store to an
+    # address with the same low 12 bits waits on it (4K aliasing).
+    def store_position(p: int) -> str:
+        res = " ".join(f"const float16 r{v} = conv_lanes_residual(Rrow + {p} + {16 * v} * P, P, act);"
+                       for v in range(nv))
+        stores = " ".join(f"conv_lanes_store(c{p}_{v}, r{v}, Crow + {p} + {16 * v} * P, bias, co0 + {16 * v}, P, "
+                          f"bias_mode, act, p0, p1);" for v in range(nv))
+        return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
+
+    store = "\n".join(store_position(p) for p in range(rp * nr))
+    name = f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}"
+    if nr == 1:
+        tile = f"""  const int nt = OW / {rp};
+  const int ib = wmajor ? gid / (OH * nt) : gid % Mb, t = wmajor ? gid % (OH * nt) : gid / Mb;
+  const int oh = t / nt, ow0 = (t % nt) * {rp};
+  if (oh >= OH) return;"""
+    else:
+        tile = f"""  const int nt = (OH + {nr - 1}) / {nr};
+  const int ib = wmajor ? gid / nt : gid % Mb, t = wmajor ? gid % nt : gid / Mb;
+  const int oh = t * {nr}, ow0 = 0;
+  if (oh >= OH) return;
+""" + "".join(f"  const int roff{r} = {r} * sh * Wp;\n" for r in range(1, nr))
     helper = ""
     if (rp, sw) == (CONV_LANES_POSITIONS[0], 1):
         helper = """
 // The epilogue of store_row for 16 output channels (lanes) of one position: bias per channel, the
-// residual, the activation (Relu as a mask, others lane by lane), then one store a lane, the
-// channels a plane (P floats) apart. Crow/Rrow point at the position in channel co0's plane; the
-// launch guarantees 16 channels from co0. Lanes are named one by one: vstore16 into a private
-// array would be an out-of-line call on PoCL.
-inline void conv_lanes_store(float16 v, __global float* Crow, __global const float* Rrow,
+// residual r (conv_lanes_residual: 16 lanes a plane apart), the activation (Relu as a mask, others
+// lane by lane), then one store a lane, the channels a plane (P floats) apart. Crow/Rrow point at
+// the position in channel co0's plane; the launch guarantees 16 channels from co0. Lanes are named
+// one by one: vstore16 into a private array would be an out-of-line call on PoCL.
+inline float16 conv_lanes_residual(__global const float* Rrow, const int P, const int act) {
+  if (act < 16) return (float16)(0.0f);
+  return (float16)(Rrow[0 * P], Rrow[1 * P], Rrow[2 * P], Rrow[3 * P], Rrow[4 * P], Rrow[5 * P], Rrow[6 * P], Rrow[7 * P], Rrow[8 * P], Rrow[9 * P], Rrow[10 * P], Rrow[11 * P], Rrow[12 * P], Rrow[13 * P], Rrow[14 * P], Rrow[15 * P]);
+}
+
+inline void conv_lanes_store(float16 v, const float16 r, __global float* Crow,
                              __global const float* bias, const int co0, const int P, const int bias_mode,
                              const int act, const float p0, const float p1) {
   if (bias_mode == 2) v += *(__global const float16u*)(bias + co0);
-  if (act >= 16) v += (float16)(Rrow[0 * P], Rrow[1 * P], Rrow[2 * P], Rrow[3 * P], Rrow[4 * P], Rrow[5 * P], Rrow[6 * P], Rrow[7 * P], Rrow[8 * P], Rrow[9 * P], Rrow[10 * P], Rrow[11 * P], Rrow[12 * P], Rrow[13 * P], Rrow[14 * P], Rrow[15 * P]);
+  if (act >= 16) v += r;
   const int a = act & 15;
   if (a == 1) {
     v = as_float16(as_int16(v) & ~(v < (float16)(0.0f)));
@@ -555,18 +618,17 @@ inline void conv_lanes_store(float16 v, __global float* Crow, __global const flo
 // Y[b] (b = image * G + group; M output channels per group, P = OH * OW) = A[b % a_mod] (*) Xp[b], the
 // output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b;
 // OW a multiple of {rp}, M of {16 * nv}. bias: per output channel (bias_mode 2 or 0); act as gemm_packed.
-__kernel void conv_lanes_r{rp}_s{sw}(__global const float* Wt, __global const float* Xp, __global float* C,
+__kernel void {name}(__global const float* Wt, __global const float* Xp, __global float* C,
                                 __global const float* bias, __global const float* R, const int M,
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
                              const int Wp, const int a_mod, const int bias_mode, const int act,
-                             const float p0, const float p1) {{
-  const int P = OH * OW, nt = OW / {rp}, Mb = M / {16 * nv};
+                             const float p0, const float p1, const int wmajor) {{
+  const int P = OH * OW, Mb = M / {16 * nv};
   const int gid = get_global_id(0), b = get_global_id(1);
-  // Consecutive work-items take the channel blocks of one row tile: its input rows stay in cache.
-  const int ib = gid % Mb, t = gid / Mb;
-  const int oh = t / nt, ow0 = (t % nt) * {rp};
-  if (oh >= OH) return;
+  // Consecutive work-items take the channel blocks of one row tile (its input rows stay in cache),
+  // or with wmajor (rule conv_lanes_weight_order) the row tiles of one channel block (its weights do).
+{tile}
   const int co0 = ib * {16 * nv};
   __global const float16* wp = (__global const float16*)(Wt + ((size_t)(b % a_mod) * Mb + ib) * Cg * KH * KW
                                                          * {16 * nv});
@@ -575,17 +637,7 @@ __kernel void conv_lanes_r{rp}_s{sw}(__global const float* Wt, __global const fl
   __global const float* Rrow = R + ((size_t)b * M + co0) * P + oh * OW + ow0;
   bias += (b % a_mod) * M;
 {decl}
-  for (int ci = 0; ci < Cg; ++ci) {{
-    for (int kh = 0; kh < KH; ++kh) {{
-      __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
-      for (int kw = 0; kw < KW; ++kw) {{
-        __global const float* xr = xrow + kw * dw;
-{loads}
-{body}
-        wp += {nv};
-      }}
-    }}
-  }}
+{loops}
 {store}
 }}
 """
@@ -878,6 +930,75 @@ __kernel void lrn(__global float* Y, __global const float* X, const int C, const
   Y[gid] = X[gid] / pow(bias + alpha / (float)size * sq, beta);
 }
 """
+
+
+#: Rule pool_row_vectors: output positions a MaxPool row work-item computes a vector at a time.
+POOL_VECTOR = 8
+
+
+def _pool_row_vectors_source(sw: int) -> str:
+    """``maxpool2d_rows_v{sw}`` (rule ``pool_row_vectors``): ``maxpool2d_rows`` for horizontal stride
+    ``sw`` (1 or 2, a constant of the kernel), POOL_VECTOR outputs at a time where their windows and
+    the vector loads lie inside the input row: per tap one load (stride 2: 16 floats, the even ones
+    kept) and one lane-wise max that keeps a NaN as ``onnxhal_max`` does, in the same tap order, so
+    the result is the scalar kernel's. Other outputs (the row's edges) take the scalar loop."""
+    nv = POOL_VECTOR
+    load = "*(__global const float8u*)(r + kw * dw)" if sw == 1 else "(*(__global const float16u*)(r + kw * dw)).even"
+    typedefs = ""
+    if sw == 1:
+        typedefs = """
+// Unaligned vector loads and stores: vload/vstore are out-of-line calls on PoCL.
+typedef float8 __attribute__((aligned(4))) float8u;
+typedef float16 __attribute__((aligned(4))) float16u;
+"""
+    return typedefs + f"""
+__kernel void maxpool2d_rows_v{sw}(__global float* Y, __global const float* X, const int H, const int W,
+                                const int OH, const int OW, const int KH, const int KW, const int sh,
+                                const int sw, const int ph, const int pw, const int dh, const int dw,
+                                const int total) {{
+  const int gid = get_global_id(0);
+  if (gid >= total) return;
+  const int oh = gid % OH; const int nc = gid / OH;
+  __global const float* xp = X + (size_t)nc * H * W;
+  __global float* yp = Y + (size_t)gid * OW;
+  const int y0 = oh * sh - ph;
+  int kh0 = 0, kh1 = KH;  // the taps whose input row lies inside
+  while (kh0 < KH && y0 + kh0 * dh < 0) ++kh0;
+  while (kh1 > kh0 && y0 + (kh1 - 1) * dh >= H) --kh1;
+  // The vector loads of outputs ow..ow + {nv - 1} read x0 .. x0 + (KW - 1) * dw + {nv * sw - 1}.
+  const int span = (KW - 1) * dw + {nv * sw - 1};
+  for (int ow = 0; ow < OW;) {{
+    const int x0 = ow * {sw} - pw;
+    if (kh1 > kh0 && ow + {nv} <= OW && x0 >= 0 && x0 + span < W) {{
+      float8 acc = (float8)(-INFINITY);
+      for (int kh = kh0; kh < kh1; ++kh) {{
+        __global const float* r = xp + (y0 + kh * dh) * W + x0;
+        for (int kw = 0; kw < KW; ++kw) {{
+          const float8 v = {load};
+          acc = select(acc, v, (v > acc) | (v != v));  // onnxhal_max(v, acc) lane by lane
+        }}
+      }}
+      *(__global float8u*)(yp + ow) = acc;
+      ow += {nv};
+      continue;
+    }}
+    float acc = -INFINITY;
+    int seen = 0;
+    for (int kh = kh0; kh < kh1; ++kh) {{
+      __global const float* row = xp + (y0 + kh * dh) * W;
+      for (int kw = 0; kw < KW; ++kw) {{
+        const int x = x0 + kw * dw;
+        if (x >= 0 && x < W) {{ acc = onnxhal_max(row[x], acc); seen = 1; }}
+      }}
+    }}
+    yp[ow] = seen ? acc : -FLT_MAX;  // a window of padding alone: onnxruntime's lowest finite value
+    ++ow;
+  }}
+}}
+"""
+
+
+POOL_SOURCE += _pool_row_vectors_source(1) + _pool_row_vectors_source(2)
 
 #: Row-wise kernels on an (outer, R, inner) view: reductions, Softmax/LogSoftmax, LayerNormalization.
 ROWWISE_SOURCE = NAN_HELPERS + """

@@ -698,7 +698,11 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
     def _lower_MaxPool(self, n: Node) -> None:
         # Rule pool_rows: a row of outputs per work-item where rows hold enough outputs to share it.
         if self.rule("pool_rows") and self.shape(n.outputs[0])[-1] >= ks.POOL_ROWS_MIN_OW:
-            self._pool(n, "maxpool2d_rows", rows=True)
+            # Rule pool_row_vectors: horizontal strides 1 and 2 take the row a vector at a time.
+            sw = list(n.attr("strides", [1, 1]))[-1]
+            ow = self.shape(n.outputs[0])[-1]
+            vector = sw in (1, 2) and ow >= ks.POOL_VECTOR and self.rule("pool_row_vectors")
+            self._pool(n, f"maxpool2d_rows_v{sw}" if vector else "maxpool2d_rows", rows=True)
         else:
             self._pool(n, "maxpool2d")
 

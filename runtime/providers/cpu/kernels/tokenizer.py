@@ -57,6 +57,31 @@ _ATOM = re.compile(r"\[\^?\]?(?:\\.|[^\]\\])*\]|\\[wWdDsS]|\\[^0-9A-Za-z]|\\[tnr
 _QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})(?![?+])")
 
 
+def re2_unsupported(pattern: str) -> str | None:
+    """The first construct of ``pattern`` that RE2 rejects and Python's re reads (lookarounds,
+    atomic groups, conditionals, back-references), or None: onnxruntime refuses such an expression."""
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            if not in_class and pattern[i + 1:i + 2] in set("123456789"):
+                return pattern[i:i + 2]
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            i += 2 if pattern[i + 1:i + 2] == "]" else 3 if pattern[i + 1:i + 3] == "^]" else 1
+            continue
+        elif c == "(":
+            for head in ("(?=", "(?!", "(?<=", "(?<!", "(?>", "(?("):
+                if pattern.startswith(head, i):
+                    return head
+        i += 1
+    return None
+
+
 def _posix_to_python(pattern: str) -> str:
     def repl(m: re.Match) -> str:
         if m.group(1):
@@ -91,11 +116,25 @@ class LongestMatch:
 
     def __init__(self, pattern: str, what: str) -> None:
         try:
-            self.rx = re.compile(_posix_to_python(pattern), re.ASCII)
+            self.source = _posix_to_python(pattern)
+            self.rx = re.compile(self.source, re.ASCII)
         except (re.error, ValueError) as exc:
             raise InvalidArgument(f"{what}: cannot compile {pattern!r} ({exc}); give a regular expression "
                                   "in RE2 syntax that Python's re also reads") from None
+        unsupported = re2_unsupported(pattern)
+        if unsupported:
+            raise InvalidArgument(f"{what}: {pattern!r} uses {unsupported!r}, which RE2 (onnxruntime's engine) "
+                                  "does not support; rewrite it without lookarounds or back-references")
         self.path = GREEDY if greedy_is_longest(pattern) else GENERAL
+        self._ending: dict[int, re.Pattern] = {}
+
+    def _ends_before(self, rest: int) -> re.Pattern:
+        """The expression forced to end where ``rest`` characters of the string remain. Unlike
+        ``fullmatch`` with an end position, assertions at the end still see the rest of the string."""
+        rx = self._ending.get(rest)
+        if rx is None:
+            rx = self._ending[rest] = re.compile(rf"(?:{self.source})(?=[\s\S]{{{rest}}}\Z)", re.ASCII)
+        return rx
 
     def search_longest(self, s: str, pos: int) -> tuple[int, int] | None:
         """(start, end) of the leftmost-longest match at or after ``pos``, or None (canonical)."""
@@ -104,7 +143,7 @@ class LongestMatch:
             return None
         start, end = m.span()
         for e in range(len(s), end, -1):
-            if self.rx.fullmatch(s, start, e) is not None:
+            if self._ends_before(len(s) - e).match(s, start) is not None:
                 return start, e
         return start, end
 

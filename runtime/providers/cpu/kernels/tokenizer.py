@@ -125,7 +125,7 @@ class LongestMatch:
         if unsupported:
             raise InvalidArgument(f"{what}: {pattern!r} uses {unsupported!r}, which RE2 (onnxruntime's engine) "
                                   "does not support; rewrite it without lookarounds or back-references")
-        self.path = GREEDY if greedy_is_longest(pattern) else GENERAL
+        self.path = GREEDY if greedy_is_longest(self.source) else GENERAL
         self._ending: dict[int, re.Pattern] = {}
 
     def _ends_before(self, rest: int) -> re.Pattern:

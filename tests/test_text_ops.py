@@ -271,6 +271,25 @@ def test_tfidf_vectorizer_random_against_onnxruntime(seed):
         check(*_tfidf(x, **attrs), f"seed {seed} trial {trial} {attrs} shape {shape}")
 
 
+@pytest.mark.parametrize("locale", ["C", "POSIX", "C.UTF-8"])
+@pytest.mark.parametrize("action", ["LOWER", "UPPER", "NONE"])
+def test_string_normalizer_case_follows_the_locale_as_onnxruntime(locale, action):
+    """"C" and "POSIX" change ASCII letters only; other locales map each character to one character
+    ("İ" lowers to "i", "ß" does not upper to "SS"), stopwords compared through the same lowering."""
+    x = np.array(["ÉPÉE", "épée", "Straße", "İx", "AbC", "ǅ", ""], dtype=object)
+    for stops in ([], ["épée", "abc", "ix"]):
+        attrs = dict(case_change_action=action, locale=locale, is_case_sensitive=0)
+        if stops:
+            attrs["stopwords"] = stops
+        model = _model("StringNormalizer", S, S, **attrs)
+        try:
+            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime needs the locale installed; onnxhal does not
+            assert "locale" in str(exc), exc
+            continue
+        check(model, x, f"{locale} {action} {stops}")
+
+
 def test_string_normalizer_is_native():
     node = helper.make_node("StringNormalizer", ["x"], ["y"], case_change_action="LOWER")
     assert not isinstance(create_cpu_kernel(Node.from_proto(node), None, 10), ReferenceKernel)

@@ -92,6 +92,7 @@ TOKENIZER_CASES = {
     "tokenexp_ascii_word": (["héllo wörld"], dict(tokenexp=r"\w+")),
     "tokenexp_word_boundary": (["Ab_9 x-y zz"], dict(tokenexp=r"\b\w\w+\b")),
     "tokenexp_utf8_mincharnum": (["dé x ééé"], dict(tokenexp="[^ ]+", mincharnum=2)),
+    "tokenexp_end_of_text": (["ab cd", "x", ""], dict(tokenexp=r"[a-z]+\z")),
     "tokenexp_posix_class": (["ab12 cd"], dict(tokenexp="[[:alpha:]]+")),
     "all_empty_marked": (["", ""], dict(tokenexp="[a-z]+", mark=1)),
     "all_separators": ([" ,", ","], dict(separators=[" ", ","], mark=1)),

@@ -82,12 +82,16 @@ def re2_unsupported(pattern: str) -> str | None:
     return None
 
 
+# RE2's end-of-text assertion \z is Python's \Z (an escaped backslash before a z is left alone).
+_END_OF_TEXT = re.compile(r"(?<!\\)((?:\\\\)*)\\z")
+
+
 def _posix_to_python(pattern: str) -> str:
     def repl(m: re.Match) -> str:
         if m.group(1):
             raise ValueError(f"negated POSIX class [:^{m.group(2)}:] is not supported")
         return _POSIX_CLASSES[m.group(2)]
-    return _POSIX_RE.sub(repl, pattern)
+    return _END_OF_TEXT.sub(r"\1\\Z", _POSIX_RE.sub(repl, pattern))
 
 
 def greedy_is_longest(pattern: str) -> bool:

@@ -31,11 +31,7 @@ DEVICE_MODELS = [m for m in MODELS
                  if (m.endswith(("_ts", "_dynamo")) or m.startswith(UNTUNED)) and not m.startswith("lstm")]
 #: Corpus models the CPU EP refuses, with the reason: their tests are expected to fail strictly
 #: (with onnxhal's NotImplemented), so the one that starts to pass says it is time to drop it here.
-REFUSED = {
-    # skl2onnx's TfidfVectorizer: com.microsoft's Tokenizer has no kernel, and ai.onnx's
-    # TfIdfVectorizer has only onnx.reference's
-    "skh_tfidf": "Tokenizer (com.microsoft) has no CPU kernel",
-}
+REFUSED: dict[str, str] = {}
 #: MODELS with the refused ones marked as expected failures.
 CPU_CASES = [pytest.param(m, marks=pytest.mark.xfail(strict=True, raises=OrtNotImplemented, reason=REFUSED[m]))
              if m in REFUSED else m for m in MODELS]

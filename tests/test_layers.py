@@ -36,6 +36,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("runtime/providers/cpu/kernels/native_kernels.py", "_native"): (
         "the optional C extension (_native.c) is imported by the one module that fronts it: native_kernels "
         "gives the kernels its public entry (native_module) and the switch"),
+    ("runtime/providers/opencl/native_replay.py", "_replay"): (
+        "the OpenCL EP's optional C extension (_replay.c) is imported by the one module that fronts it: "
+        "native_replay gives partition_plan its public entry (replay_module) and the switch"),
 }
 
 

@@ -5,6 +5,9 @@ lowering and claims import it from here, so a model's shapes come out the same o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
 from onnxhal.hal import Node
@@ -110,3 +113,62 @@ def first_out_of_range(idx: np.ndarray, n: int) -> int | None:
     if idx.size and (np.minimum.reduce(idx, axis=None) < -n or np.maximum.reduce(idx, axis=None) >= n):
         return int(idx[(idx < -n) | (idx >= n)].reshape(-1)[0])
     return None
+
+
+# Dead kernel taps (cpu.kernels.dead_taps and the OpenCL EP's rule conv_dead_taps): the taps of a
+# convolution that no output reads inside the input, found alike on both EPs.
+@dataclass(frozen=True)
+class Trim:
+    """A convolution's live taps: per spatial axis the kept range [first, stop) of the kernel's
+    taps, and the twin's kernel shape and pads (ONNX order: every axis's begin, then every end)."""
+
+    first: tuple[int, ...]
+    stop: tuple[int, ...]
+    kernel: tuple[int, ...]
+    pads: tuple[int, ...]
+
+    def weight_index(self) -> tuple[slice, ...]:
+        """The index of the kept taps in a weight (M, C/G, *kernel)."""
+        return (slice(None), slice(None)) + tuple(slice(a, b) for a, b in zip(self.first, self.stop))
+
+
+def live_taps(size: int, out: int, stride: int, pad_begin: int, kernel: int, dilation: int) -> list[bool]:
+    """Per tap of one spatial axis, whether some output's read of it lies inside [0, size)."""
+    live = []
+    for k in range(kernel):
+        start = k * dilation - pad_begin  # where output 0 reads; output o reads start + o * stride
+        # the first output at or past 0, then whether it is still inside the input and the outputs
+        o = max(0, -(start // stride))  # ceil(-start / stride)
+        live.append(o < out and start + o * stride < size)
+    return live
+
+
+def trim(spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+         pads_begin: Sequence[int], pads_end: Sequence[int], out: Sequence[int]) -> Trim | None:
+    """The ``Trim`` of a convolution (its geometry resolved for an input of ``spatial``), or None
+    where no tap dies at either end of an axis, or where every tap of an axis is dead (the output
+    is the bias alone; left to the kernel, as no kernel of one tap would read nothing)."""
+    first, stop, new_kernel, pb_new, pe_new = [], [], [], [], []
+    for size, k, s, d, pb, pe, o in zip(spatial, kernel, strides, dilations, pads_begin, pads_end, out):
+        live = live_taps(size, o, s, pb, k, d)
+        if not any(live) or o < 1:
+            return None
+        k0 = live.index(True)
+        k1 = k - live[::-1].index(True)
+        # The pads move with the cut: each dropped tap at the start takes a dilation off the begin
+        # pad, each at the end one off the end pad, so (padded - span) and with it the output size
+        # is unchanged and the first kept tap reads where tap k0 did. A pad that would go negative
+        # (a dead tap reached past a stride longer than the input, or an end pad the last outputs
+        # never read) keeps the tap next to it, so the twin's pads stay pads.
+        while pb - k0 * d < 0:
+            k0 -= 1
+        while pe - (k - k1) * d < 0:
+            k1 += 1
+        first.append(k0)
+        stop.append(k1)
+        new_kernel.append(k1 - k0)
+        pb_new.append(pb - k0 * d)
+        pe_new.append(pe - (k - k1) * d)
+    if all(a == 0 and b == k for a, b, k in zip(first, stop, kernel)):
+        return None
+    return Trim(tuple(first), tuple(stop), tuple(new_kernel), tuple(pb_new + pe_new))

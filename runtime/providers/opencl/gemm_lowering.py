@@ -20,7 +20,7 @@ import numpy as np
 
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.graph import Node
-from onnxhal.runtime.providers.cpu.kernels import dead_taps
+from onnxhal.runtime.providers import op_geometry
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionPlan
 
@@ -293,7 +293,7 @@ class GemmLowering:
 
     def _live_taps(self, w: str, xs, ws, g: dict) -> tuple[str, tuple]:
         """Rule conv_dead_taps: the constant weight ``w`` cut to the taps that read the input for some
-        output (``dead_taps.trim``), as a new constant, and ``g`` (``_conv_geometry``'s, 1-D as 2-D)
+        output (``op_geometry.trim``), as a new constant, and ``g`` (``_conv_geometry``'s, 1-D as 2-D)
         updated to the cut kernel and its pads; ``w`` and ``ws`` unchanged where no tap dies. Every
         kernel loops over all taps, and the padded-plane ones copy the padding too: DeepLabV3's 3x3
         at dilation 36 over 8x8 pads each plane to 80x80 for one live tap."""
@@ -301,7 +301,7 @@ class GemmLowering:
         keys = {"H": ("KH", "sh", "dh", "ph", "ph_end", "OH"), "W": ("KW", "sw", "dw", "pw", "pw_end", "OW")}
         spatial = [g[a] for a in axes]
         kernel, strides, dil, pb, pe, out = ([g[keys[a][i]] for a in axes] for i in range(6))
-        cut = dead_taps.trim(spatial, kernel, strides, dil, pb, pe, out)
+        cut = op_geometry.trim(spatial, kernel, strides, dil, pb, pe, out)
         if cut is None:
             return w, ws
         live = np.ascontiguousarray(np.asarray(self.plan.constants[w], np.float32).reshape(ws)[cut.weight_index()])

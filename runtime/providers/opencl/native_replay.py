@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
+from onnxhal.runtime.providers.path_tables import path_table
 
 try:
     from onnxhal.runtime.providers.opencl import _replay

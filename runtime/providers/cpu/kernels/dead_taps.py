@@ -22,15 +22,15 @@ tests/test_dead_taps.py holds the trimmed one to it and to onnxruntime."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 from onnx import helper
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
-from onnxhal.runtime.providers.op_geometry import ConvGeometry
+from onnxhal.runtime.providers.op_geometry import ConvGeometry, Trim, trim
+from onnxhal.runtime.providers.op_geometry import live_taps as live_taps  # noqa: F401 - the tests' entry
 
 DEAD_TAP_PATHS = path_table("conv.dead_taps", "the same convolution with every tap of its kernel (the kernel's "
                                               "own paths)")
@@ -41,63 +41,6 @@ TRIMMED = DEAD_TAP_PATHS.add("trimmed_taps", "Conv or FusedConv whose input's sp
 
 #: The switch of ``TRIMMED`` (read when a kernel is built): False keeps every tap (the tests compare).
 ENABLED = True
-
-
-@dataclass(frozen=True)
-class Trim:
-    """A convolution's live taps: per spatial axis the kept range [first, stop) of the kernel's
-    taps, and the twin's kernel shape and pads (ONNX order: every axis's begin, then every end)."""
-
-    first: tuple[int, ...]
-    stop: tuple[int, ...]
-    kernel: tuple[int, ...]
-    pads: tuple[int, ...]
-
-    def weight_index(self) -> tuple[slice, ...]:
-        """The index of the kept taps in a weight (M, C/G, *kernel)."""
-        return (slice(None), slice(None)) + tuple(slice(a, b) for a, b in zip(self.first, self.stop))
-
-
-def live_taps(size: int, out: int, stride: int, pad_begin: int, kernel: int, dilation: int) -> list[bool]:
-    """Per tap of one spatial axis, whether some output's read of it lies inside [0, size)."""
-    live = []
-    for k in range(kernel):
-        start = k * dilation - pad_begin  # where output 0 reads; output o reads start + o * stride
-        # the first output at or past 0, then whether it is still inside the input and the outputs
-        o = max(0, -(start // stride))  # ceil(-start / stride)
-        live.append(o < out and start + o * stride < size)
-    return live
-
-
-def trim(spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
-         pads_begin: Sequence[int], pads_end: Sequence[int], out: Sequence[int]) -> Trim | None:
-    """The ``Trim`` of a convolution (its geometry resolved for an input of ``spatial``), or None
-    where no tap dies at either end of an axis, or where every tap of an axis is dead (the output
-    is the bias alone; left to the kernel, as no kernel of one tap would read nothing)."""
-    first, stop, new_kernel, pb_new, pe_new = [], [], [], [], []
-    for size, k, s, d, pb, pe, o in zip(spatial, kernel, strides, dilations, pads_begin, pads_end, out):
-        live = live_taps(size, o, s, pb, k, d)
-        if not any(live) or o < 1:
-            return None
-        k0 = live.index(True)
-        k1 = k - live[::-1].index(True)
-        # The pads move with the cut: each dropped tap at the start takes a dilation off the begin
-        # pad, each at the end one off the end pad, so (padded - span) and with it the output size
-        # is unchanged and the first kept tap reads where tap k0 did. A pad that would go negative
-        # (a dead tap reached past a stride longer than the input, or an end pad the last outputs
-        # never read) keeps the tap next to it, so the twin's pads stay pads.
-        while pb - k0 * d < 0:
-            k0 -= 1
-        while pe - (k - k1) * d < 0:
-            k1 += 1
-        first.append(k0)
-        stop.append(k1)
-        new_kernel.append(k1 - k0)
-        pb_new.append(pb - k0 * d)
-        pe_new.append(pe - (k - k1) * d)
-    if all(a == 0 and b == k for a, b, k in zip(first, stop, kernel)):
-        return None
-    return Trim(tuple(first), tuple(stop), tuple(new_kernel), tuple(pb_new + pe_new))
 
 
 def trimmed_node(node: Node, cut: Trim) -> Node:

@@ -11,41 +11,10 @@ too. The OpenCL EP's replay paths (``opencl/native_replay.py``) are listed here 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from onnxhal.runtime.providers.path_tables import PATH_TABLES, KernelPath, PathTable, path_table
 
-@dataclass(frozen=True)
-class KernelPath:
-    """One way a kernel runs, and when it takes it."""
-
-    name: str
-    condition: str  #: when the kernel takes it, in words
-
-
-class PathTable(dict[str, KernelPath]):
-    """A kernel's paths by name, in the order the kernel tries them."""
-
-    def __init__(self, kernel: str, canonical: str) -> None:
-        super().__init__()
-        self.kernel = kernel  #: the kernel (module.function or op) whose paths these are
-        self.canonical = canonical  #: what every path is held to, in words
-
-    def add(self, name: str, condition: str) -> str:
-        """Register path ``name``; returns the name (for a module constant)."""
-        if name in self:
-            raise ValueError(f"{self.kernel}: path {name!r} registered twice")
-        self[name] = KernelPath(name, condition)
-        return name
-
-
-#: Every table, by kernel.
-PATH_TABLES: dict[str, PathTable] = {}
-
-
-def path_table(kernel: str, canonical: str) -> PathTable:
-    """A new table for ``kernel``, listed in ``PATH_TABLES``."""
-    table = PATH_TABLES[kernel] = PathTable(kernel, canonical)
-    return table
+__all__ = ["PATH_TABLES", "KernelPath", "PathTable", "all_paths", "path_table"]
 
 
 def all_paths() -> Iterator[tuple[str, KernelPath]]:

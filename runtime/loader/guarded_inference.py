@@ -67,7 +67,7 @@ def _shapes(proto: onnx.ModelProto, wanted: set[str] | None = None) -> dict[str,
     for g, _ in walk_graphs(proto.graph):
         for t in g.initializer:
             if wanted is None or t.name in wanted:
-                found[t.name] = list(t.dims)
+                found[t.name] = t.dims[:]
         for name, dims in _value_shapes((*g.input, *g.value_info, *g.output), wanted).items():
             if dims is not None or name not in found:
                 found[name] = dims
@@ -255,7 +255,7 @@ _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_da
 
 def _elements(t: onnx.TensorProto) -> int:
     n = 1
-    for d in t.dims:
+    for d in t.dims[:]:  # one slice (a list made in C), not the field iterated
         n *= max(d, 0)
     return n
 
@@ -513,8 +513,9 @@ def _scan(proto: onnx.ModelProto) -> _Scan:
             op, raw = n.op_type, n.domain
             domain = "" if raw == "ai.onnx" else raw
             spelled = spelled or raw == "ai.onnx"
-            inputs = n.input
-            seen.update(n.output)
+            # each repeated field read as one slice (a list made in C), not iterated name by name
+            inputs = n.input[:]
+            seen.update(n.output[:])
             holder = op in _GRAPH_HOLDERS or domain not in STANDARD_DOMAINS
             node_reads = _reads(n) if holder and n.attribute else inputs
             if not seen.issuperset(node_reads):

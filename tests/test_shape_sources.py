@@ -280,3 +280,30 @@ def test_inferred_reshape_dim_holds_for_every_size():
                 continue  # onnxruntime's Reshape fails
             if got is not None:
                 assert sizes.get(got, got) == total // known, (dims, others, sa, sb, got)
+
+
+def test_the_walk_stops_at_the_last_shape_it_may_redirect(monkeypatch):
+    """The dims a Shape reads are computed before it: the nodes after the last Shape of a computed
+    value are not visited, and a graph whose Shapes all read graph inputs is not walked at all. The
+    redirects found are the same."""
+    from onnxhal.runtime.optimizer import shape_sources as ss
+
+    visited: list[int] = []
+    real = ss._Shapes._visit
+
+    def counted(self, node):
+        visited.append(id(node))
+        return real(self, node)
+
+    monkeypatch.setattr(ss._Shapes, "_visit", counted)
+    g = _graph(_embeddings())
+    last = max(k for k, n in enumerate(g.nodes) if n.op_type == "Shape")
+    tail = {id(n) for n in g.nodes[last + 1:]}
+    assert tail  # the readout's Gather, Unsqueeze, Concat and Expand come after the last Shape
+    assert redirect_shape_reads(g)
+    assert {n.name: n.inputs[0] for n in g.nodes if n.op_type == "Shape"} == \
+        {"a_shape": "a", "d0_Shape": "a", "d1_Shape": "a"}
+    assert visited and not set(visited) & tail
+
+    visited.clear()  # only Shapes of a graph input now: nothing to prove, no walk
+    assert shape_sources(g) == {} and visited == []

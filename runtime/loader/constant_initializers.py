@@ -97,7 +97,10 @@ def _positions(graph: onnx.GraphProto, opset: int) -> list[int]:
     candidates = [i for i, n in enumerate(graph.node) if n.op_type == "Constant"]
     if not candidates:
         return []
-    outputs = Counter(o for n in graph.node for o in n.output)
+    written: list[str] = []
+    for n in graph.node:
+        written += n.output[:]  # one slice per node (a list made in C), counted in C after
+    outputs = Counter(written)
     taken = {o.name for o in graph.output} | {i.name for i in graph.input} | {t.name for t in graph.initializer} \
         | {t.values.name for t in graph.sparse_initializer}
     nodes = graph.node

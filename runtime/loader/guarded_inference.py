@@ -67,7 +67,7 @@ def _shapes(proto: onnx.ModelProto, wanted: set[str] | None = None) -> dict[str,
     for g, _ in walk_graphs(proto.graph):
         for t in g.initializer:
             if wanted is None or t.name in wanted:
-                found[t.name] = list(t.dims)
+                found[t.name] = t.dims[:]
         for name, dims in _value_shapes((*g.input, *g.value_info, *g.output), wanted).items():
             if dims is not None or name not in found:
                 found[name] = dims
@@ -139,6 +139,8 @@ _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _CHECKED_OPS = frozenset({"Conv", "If", "Loop", "Scan", *_GATES})
 #: The ops ``check_inferred`` reads (the op type first: most nodes are none of them).
 _SHAPE_CHECKED_OPS = frozenset(AXIS_OPS) | _CHECKED_OPS
+#: How many of a checked op's first inputs ``check_inferred`` reads the dims of (3 where not named).
+_READS = {**{op: 1 for op in AXIS_OPS}, "Conv": 2}
 #: Control-flow inputs of a fixed element type: (op, input index) -> type.
 _CONTROL_TYPES = {("If", 0): onnx.TensorProto.BOOL, ("Loop", 0): onnx.TensorProto.INT64,
                   ("Loop", 1): onnx.TensorProto.BOOL}
@@ -152,7 +154,9 @@ def check_inferred(proto: onnx.ModelProto) -> None:
              if n.op_type in _SHAPE_CHECKED_OPS and n.domain in ("", "ai.onnx") and n.input]
     if not nodes:
         return
-    shapes = _shapes(proto, {i for n, _ in nodes for i in n.input[:3] if i})
+    # only the inputs each check below reads: an axis op's first, a Conv's first two, a recurrent
+    # op's weights (its first three); a model's Concats have many more, whose dims no check needs
+    shapes = _shapes(proto, {i for n, _ in nodes for i in n.input[:_READS.get(n.op_type, 3)] if i})
     if any(n.op_type in ("If", "Loop", "Scan") for n, _ in nodes):
         _check_body_input_types(proto)
     for n, where in nodes:
@@ -255,7 +259,7 @@ _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_da
 
 def _elements(t: onnx.TensorProto) -> int:
     n = 1
-    for d in t.dims:
+    for d in t.dims[:]:  # one slice (a list made in C), not the field iterated
         n *= max(d, 0)
     return n
 
@@ -513,8 +517,9 @@ def _scan(proto: onnx.ModelProto) -> _Scan:
             op, raw = n.op_type, n.domain
             domain = "" if raw == "ai.onnx" else raw
             spelled = spelled or raw == "ai.onnx"
-            inputs = n.input
-            seen.update(n.output)
+            # each repeated field read as one slice (a list made in C), not iterated name by name
+            inputs = n.input[:]
+            seen.update(n.output[:])
             holder = op in _GRAPH_HOLDERS or domain not in STANDARD_DOMAINS
             node_reads = _reads(n) if holder and n.attribute else inputs
             if not seen.issuperset(node_reads):

@@ -451,7 +451,7 @@ def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, i
         # tree ensemble's thousands of attribute values) seldom repeat: checked each time.
         if op_type not in _SUBGRAPH_OPS and raw_domain in ("", "ai.onnx"):
             key = (op_type, raw_domain, tuple(a.SerializeToString() for a in node.attribute),
-                   tuple(map(bool, node.input)), tuple(map(bool, node.output)))
+                   tuple(map(bool, node.input[:])), tuple(map(bool, node.output[:])))
         known = key is not None and key in passed
         facts = attribute_facts(node) if not known and len(node.attribute) else []
         has_attributes = bool(facts)

@@ -118,9 +118,10 @@ def _broadcast(shapes: Sequence[tuple[Dim, ...] | None]) -> tuple[Dim, ...] | No
 
 class _Shapes:
     """Dims (``dims``) and small integer values (``values``) of a graph's values, in one pass over
-    its nodes in topological order."""
+    its nodes in topological order; only over the first ``upto`` nodes where given (what a node
+    computes depends on the nodes before it alone)."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, upto: int | None = None) -> None:
         self.graph = graph
         self.dims: dict[str, tuple[Dim, ...]] = {}
         self.values: dict[str, _Value] = {}
@@ -132,7 +133,7 @@ class _Shapes:
             if shape is not None and not graph.is_constant_initializer(vi.name):
                 self.dims[vi.name] = tuple(d if checked and isinstance(d, int) and d >= 0 else Axis(vi.name, k)
                                            for k, d in enumerate(shape))
-        for node in graph.nodes:
+        for node in graph.nodes if upto is None else graph.nodes[:upto]:
             if node.domain not in ("", "ai.onnx") or node.subgraphs:
                 continue
             try:
@@ -496,21 +497,39 @@ class ShapeSource:
     axes: tuple[tuple[Node, tuple[int, ...]], ...] | None = None
 
 
-def shape_sources(graph: Graph) -> dict[int, ShapeSource]:
-    """``id(Shape node)`` -> where the Shape nodes of ``graph`` reading a computed value get the
-    same result from a graph input, for every feed (see the module docstring)."""
-    shapes = _Shapes(graph)
+def _candidates(graph: Graph) -> list[tuple[int, Node]]:
+    """(position, node) of the Shape nodes ``shape_sources`` may redirect: of a computed value, whose
+    result is no graph output nor read by a subgraph, with no start or end."""
     outputs = graph_output_names(graph)
-    captured = {v for n in graph.nodes for v in n.implicit_inputs}
-    found: dict[int, ShapeSource] = {}
-    for n in graph.nodes:
+    captured: set[str] | None = None
+    found = []
+    for k, n in enumerate(graph.nodes):
         if n.op_type != "Shape" or n.domain or not n.inputs or not n.outputs:
             continue
-        x, out = n.inputs[0], n.outputs[0]
-        if x in graph.input_names or out in outputs or out in captured:
+        if n.inputs[0] in graph.input_names or n.outputs[0] in outputs:
             continue
         if n.attr("start") is not None or n.attr("end") is not None:
             continue
+        if captured is None:  # built once, and only where a Shape is left to ask about
+            captured = {v for m in graph.nodes for v in m.implicit_inputs}
+        if n.outputs[0] in captured:
+            continue
+        found.append((k, n))
+    return found
+
+
+def shape_sources(graph: Graph) -> dict[int, ShapeSource]:
+    """``id(Shape node)`` -> where the Shape nodes of ``graph`` reading a computed value get the
+    same result from a graph input, for every feed (see the module docstring)."""
+    candidates = _candidates(graph)
+    if not candidates:
+        return {}
+    # the dims a Shape reads are its input's, computed before it (the nodes are in topological
+    # order): the nodes after the last candidate need no visit
+    shapes = _Shapes(graph, upto=candidates[-1][0] + 1)
+    found: dict[int, ShapeSource] = {}
+    for _, n in candidates:
+        x, out = n.inputs[0], n.outputs[0]
         dims = shapes.dims.get(x)
         if dims is None:
             continue

@@ -15,6 +15,7 @@ import onnxhal
 from onnxhal.hal import Node
 from onnxhal.hal.errors import InvalidArgument, OrtError
 from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel, create_cpu_kernel
+from onnxhal.runtime.providers.cpu.kernels.tfidf_vectorizer import KEYED, SCAN
 from onnxhal.runtime.providers.cpu.kernels.tokenizer import GENERAL, GREEDY, LongestMatch, greedy_is_longest
 
 MS = "com.microsoft"
@@ -270,6 +271,53 @@ def test_tfidf_vectorizer_random_against_onnxruntime(seed):
         else:
             attrs["pool_strings"], x = [f"w{v}" for v in pool], np.vectorize(lambda v: f"w{v}", otypes=[object])(x)
         check(*_tfidf(x, **attrs), f"seed {seed} trial {trial} {attrs} shape {shape}")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tfidf_keyed_path_matches_scan(seed):
+    """The ``keyed`` path against the canonical ``scan`` on random pools and rows (items outside the
+    pool included), and the condition that selects it."""
+    rng = np.random.default_rng(100 + seed)
+    for trial in range(20):
+        max_n = int(rng.integers(1, 5))
+        min_n = int(rng.integers(1, max_n + 1))
+        vocab = int(rng.integers(2, 9))
+        counts, pool, lengths = [], [], []
+        for n in range(1, max_n + 1):
+            counts.append(len(pool))
+            grams = {tuple(int(v) for v in rng.integers(0, vocab, n)) for _ in range(int(rng.integers(0, 8)))}
+            for g in sorted(grams):
+                pool += list(g)
+                lengths.append(n)
+        n_grams = len(lengths)
+        if not n_grams:
+            continue
+        indexes = [int(i) for i in rng.integers(0, n_grams + 2, n_grams)]  # columns often shared
+        mode = str(rng.choice(["TF", "IDF", "TFIDF"]))
+        attrs = dict(mode=mode, min_gram_length=min_n, max_gram_length=max_n,
+                     max_skip_count=int(rng.integers(0, 4)), ngram_counts=counts, ngram_indexes=indexes,
+                     weights=[float(w) for w in rng.uniform(0.1, 3.0, n_grams)])
+        strings = trial % 2 == 0
+        if strings:
+            attrs["pool_strings"] = [f"w{v}" for v in pool]
+        else:
+            attrs["pool_int64s"] = pool
+        node = Node.from_proto(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs))
+        kernel = create_cpu_kernel(node, None, {"": 17})
+        columns = [col for col, n in zip(indexes, lengths) if min_n <= n <= max_n]
+        counted, shared = bool(columns), len(set(columns)) < len(columns)
+        assert (kernel.path == KEYED) == (counted and not (mode == "IDF" and shared)), (attrs, kernel.path)
+        shape = [int(rng.integers(1, 4)), int(rng.integers(0, 14))]
+        x = rng.integers(-1, vocab + 2, shape)  # -1 and vocab.. are outside the pool
+        x = np.vectorize(lambda v: f"w{v}", otypes=[object])(x) if strings else x.astype(np.int64)
+        got = kernel.compute([x])[0]
+        kernel.path = SCAN
+        want = kernel.compute([x])[0]
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"{attrs} {x.tolist()}")
+        if strings:  # bytes items count as their UTF-8 text
+            kernel.path = KEYED if counted and not (mode == "IDF" and shared) else SCAN
+            as_bytes = np.vectorize(lambda v: v.encode(), otypes=[object])(x)
+            np.testing.assert_allclose(kernel.compute([as_bytes])[0], want, rtol=1e-6)
 
 
 @pytest.mark.parametrize("locale", ["C", "POSIX", "C.UTF-8"])

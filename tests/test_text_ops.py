@@ -16,7 +16,15 @@ from onnxhal.hal import Node
 from onnxhal.hal.errors import InvalidArgument, OrtError
 from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel, create_cpu_kernel
 from onnxhal.runtime.providers.cpu.kernels.tfidf_vectorizer import KEYED, SCAN
-from onnxhal.runtime.providers.cpu.kernels.tokenizer import GENERAL, GREEDY, LongestMatch, greedy_is_longest
+from onnxhal.runtime.providers.cpu.kernels.tokenizer import (
+    GENERAL,
+    GREEDY,
+    STEPWISE,
+    WHOLE,
+    LongestMatch,
+    greedy_is_longest,
+    greedy_min_length,
+)
 
 MS = "com.microsoft"
 S, I64, I32 = TensorProto.STRING, TensorProto.INT64, TensorProto.INT32
@@ -175,6 +183,37 @@ def test_greedy_path_matches_general(pattern):
         s = "".join(rng.choice(list("abx 9_,é"), int(rng.integers(0, 14))))
         pos = int(rng.integers(0, len(s) + 1))
         assert rx.search(s, pos) == rx.search_longest(s, pos), (pattern, s, pos)
+
+
+@pytest.mark.parametrize("pattern,least", [
+    ("[a-zA-Z0-9_]+", 1), (r"\b\w\w+\b", 2), ("a?", 0), ("x{2}[ab]*", 2), ("x{3,5}y{0,2}", 3), (r"\s*$", 0),
+    ("ab?", 1), (".", 1),
+])
+def test_greedy_min_length(pattern, least):
+    assert greedy_min_length(pattern) == least
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tokenizer_whole_string_path_matches_stepwise(seed):
+    """The ``whole_string`` path against the canonical ``stepwise`` scan on random strings, and the
+    condition that selects it."""
+    rng = np.random.default_rng(200 + seed)
+    exprs = ["[a-z]+", r"\b\w\w+\b", "[^ ,]+", "a?", "x{2}[ab]*", r"\s+", ",", "[.,]", "b|ab", "ab?", r"\w\b"]
+    for trial in range(40):
+        picked = [str(e) for e in rng.choice(exprs, int(rng.integers(1, 3)), replace=False)]
+        attrs = dict(tokenexp=picked[0]) if trial % 2 else dict(separators=picked)
+        attrs.update(pad_value="#", mincharnum=int(rng.integers(1, 4)), mark=0)
+        kernel = create_cpu_kernel(Node.from_proto(helper.make_node("Tokenizer", ["x"], ["y"], domain=MS, **attrs)),
+                                   None, {"": 17, MS: 1})
+        used = picked[:1] if trial % 2 else picked
+        whole = all(greedy_is_longest(e) and greedy_min_length(e) >= 1 for e in used)
+        assert (kernel.scan_path == WHOLE) == whole, (attrs, kernel.scan_path)
+        texts = ["".join(rng.choice(list("abx 9_,.é"), int(rng.integers(0, 16)))) for _ in range(12)]
+        for text in texts:
+            kernel.scan_path = WHOLE if whole else STEPWISE
+            got = kernel.tokens(text)
+            kernel.scan_path = STEPWISE
+            assert got == kernel.tokens(text), (attrs, text)
 
 
 def _tfidf(x: np.ndarray, **attrs) -> tuple[onnx.ModelProto, np.ndarray]:

@@ -42,6 +42,13 @@ GREEDY = MATCH_PATHS.add("greedy", "the expression is a sequence of single-chara
                                    "match re finds is the longest")
 GENERAL = MATCH_PATHS.add("general", "any other expression (alternation, groups, lazy quantifiers, several "
                                      "variable-width parts): canonical")
+SCAN_PATHS = path_table("Tokenizer.scan", "_split / _match_tokens: one leftmost-longest search per token or "
+                                          "separator, resuming where onnxruntime's kernel resumes")
+WHOLE = SCAN_PATHS.add("whole_string", "every expression is on the greedy path and its every match is at least one "
+                                       "character (no empty match to consume a character): one re.split or "
+                                       "re.findall per string; a string where findall gives a token shorter than "
+                                       "mincharnum (the scan resumes inside it) goes through the scan")
+STEPWISE = SCAN_PATHS.add("stepwise", "any other expression: canonical")
 
 # RE2 accepts POSIX classes inside brackets ([[:alpha:]]); Python's re reads them as characters.
 _POSIX_CLASSES = {
@@ -115,6 +122,28 @@ def greedy_is_longest(pattern: str) -> bool:
     return True
 
 
+def greedy_min_length(pattern: str) -> int:
+    """The fewest characters a match of ``pattern`` spans; ``pattern`` must satisfy
+    ``greedy_is_longest`` (single-character atoms, assertions and greedy quantifiers only)."""
+    pos, least = 0, 0
+    while pos < len(pattern):
+        m = _ASSERTION.match(pattern, pos)
+        if m:
+            pos = m.end()
+            continue
+        m = _ATOM.match(pattern, pos)
+        if m is None:
+            raise ValueError(f"{pattern!r} is not on the greedy path")
+        pos = m.end()
+        q = _QUANT.match(pattern, pos)
+        if q is None:
+            least += 1
+            continue
+        pos = q.end()
+        least += int(q.group()[1:].split(",")[0].rstrip("}")) if q.group()[0] == "{" else int(q.group() == "+")
+    return least
+
+
 class LongestMatch:
     """An expression searched RE2-style: leftmost, then longest."""
 
@@ -130,6 +159,8 @@ class LongestMatch:
             raise InvalidArgument(f"{what}: {pattern!r} uses {unsupported!r}, which RE2 (onnxruntime's engine) "
                                   "does not support; rewrite it without lookarounds or back-references")
         self.path = GREEDY if greedy_is_longest(self.source) else GENERAL
+        #: whether re.split / re.findall over a whole string take the steps of the scan
+        self.whole = self.path == GREEDY and greedy_min_length(self.source) >= 1
         self._ending: dict[int, re.Pattern] = {}
 
     def _ends_before(self, rest: int) -> re.Pattern:
@@ -235,16 +266,30 @@ class Tokenizer(Kernel):
                 self.separators = [LongestMatch(s, f"{what} separator") for s in separators]
             else:
                 self.tokenexp = LongestMatch(tokenexp, f"{what} tokenexp")
+        exprs = self.separators or ([self.tokenexp] if self.tokenexp else [])
+        self.scan_path = WHOLE if exprs and all(e.whole for e in exprs) else STEPWISE
 
     def tokens(self, text: str) -> list[str]:
         """The tokens of one string, before marks and padding."""
         if self.char_level:
             return list(text)
+        least = self.mincharnum
+        if self.scan_path == WHOLE:
+            # no match is empty, so after each match both the scan and re resume at its end
+            if self.tokenexp is not None:
+                found = self.tokenexp.rx.findall(text)  # greedy expressions hold no groups
+                if least == 1 or all(len(t) >= least for t in found):
+                    return found
+            else:
+                pieces = [text]
+                for sep in self.separators:
+                    pieces = [p for piece in pieces for p in sep.rx.split(piece) if len(p) >= least]
+                return pieces
         if self.tokenexp is not None:
-            return _match_tokens(text, self.tokenexp, self.mincharnum)
+            return _match_tokens(text, self.tokenexp, least)
         pieces = [text]
         for sep in self.separators:
-            pieces = [p for piece in pieces for p in _split(piece, sep, self.mincharnum)]
+            pieces = [p for piece in pieces for p in _split(piece, sep, least)]
         return pieces
 
     def compute(self, inputs: list) -> list:

@@ -92,6 +92,12 @@ def re2_unsupported(pattern: str) -> str | None:
 # RE2's end-of-text assertion \z is Python's \Z (an escaped backslash before a z is left alone).
 _END_OF_TEXT = re.compile(r"(?<!\\)((?:\\\\)*)\\z")
 
+# RE2's Unicode classes (\pL, \p{Lu}, \PN, \p{Greek}): Python's re has none. A class built from
+# unicodedata would not be exact: against onnxruntime 1.32 on every code point, \pL, \pN and \pP agree
+# on all code points Python 3.11's Unicode 14.0 assigns and differ on those assigned since (4970
+# letters, 40 numbers, 23 punctuation marks that RE2 classifies and unicodedata calls unassigned).
+_UNICODE_CLASS = re.compile(r"(?<!\\)((?:\\\\)*)\\[pP]")
+
 
 def _posix_to_python(pattern: str) -> str:
     def repl(m: re.Match) -> str:
@@ -148,6 +154,10 @@ class LongestMatch:
     """An expression searched RE2-style: leftmost, then longest."""
 
     def __init__(self, pattern: str, what: str) -> None:
+        if _UNICODE_CLASS.search(pattern):
+            raise InvalidArgument(f"{what}: {pattern!r} uses an RE2 Unicode class (\\p or \\P), which onnxruntime "
+                                  "accepts and onnxhal does not: Python's re has no such classes and its Unicode "
+                                  "tables are older than RE2's; spell the characters out in a class")
         try:
             self.source = _posix_to_python(pattern)
             self.rx = re.compile(self.source, re.ASCII)

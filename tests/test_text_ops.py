@@ -225,6 +225,11 @@ def test_tokenizer_whole_string_path_matches_stepwise(seed):
             got = kernel.tokens(text)
             kernel.scan_path = STEPWISE
             assert got == kernel.tokens(text), (attrs, text)
+        batch = np.array(texts, dtype=object).reshape(3, 4)
+        kernel.scan_path = WHOLE if whole else STEPWISE
+        got = kernel.compute([batch])[0]
+        kernel.scan_path = STEPWISE
+        assert got.tolist() == kernel.compute([batch])[0].tolist(), attrs
 
 
 def _tfidf(x: np.ndarray, **attrs) -> tuple[onnx.ModelProto, np.ndarray]:

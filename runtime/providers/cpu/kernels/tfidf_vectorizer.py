@@ -19,6 +19,8 @@ and checked against onnxruntime 1.32 in tests/test_text_ops.py):
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -136,9 +138,8 @@ class TfIdfVectorizer(Kernel):
     def _item_ids(self, rows: np.ndarray) -> np.ndarray:
         """[B, C] int64 ids of the items (0 for items outside the pool)."""
         if self.pool_kind == "string":
-            get = self.ids.get
-            flat = [get(v, 0) for v in rows.reshape(-1).tolist()]
-            return np.array(flat, dtype=np.int64).reshape(rows.shape)
+            return np.fromiter(map(self.ids.get, rows.reshape(-1).tolist(), repeat(0)), dtype=np.int64,
+                               count=rows.size).reshape(rows.shape)
         vals = rows.astype(np.int64, copy=False)
         pos = np.searchsorted(self.int_items, vals)
         pos = np.minimum(pos, len(self.int_items) - 1)

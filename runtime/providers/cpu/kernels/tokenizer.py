@@ -309,7 +309,13 @@ class Tokenizer(Kernel):
                                   "[N, C] strings")
         if x.size == 0:
             return [np.empty(x.shape[:-1] + (0,), dtype=object)]
-        rows = [self.tokens(_as_text(v, self.name)) for v in x.reshape(-1)]
+        texts = x.reshape(-1).tolist()
+        if set(map(type, texts)) != {str}:
+            texts = [_as_text(v, self.name) for v in texts]
+        if self.scan_path == WHOLE and self.tokenexp is not None and self.mincharnum == 1:
+            rows = list(map(self.tokenexp.rx.findall, texts))  # tokens() for each, without the calls
+        else:
+            rows = list(map(self.tokens, texts))
         width = max(len(r) for r in rows)
         if width == 0:
             return [np.empty(x.shape + (0,), dtype=object)]

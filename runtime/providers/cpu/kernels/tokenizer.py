@@ -322,7 +322,10 @@ class Tokenizer(Kernel):
         if self.mark:
             rows = [[START_TEXT, *r, END_TEXT] for r in rows]
             width += 2
-        y = np.full((len(rows), width), self.pad, dtype=object)
-        for i, r in enumerate(rows):
-            y[i, :len(r)] = r
+        flat: list = []
+        for r in rows:  # one list, padded row by row, copied into the array once
+            flat += r
+            flat += [self.pad] * (width - len(r))
+        y = np.empty(len(rows) * width, dtype=object)
+        y[:] = flat
         return [y.reshape(x.shape + (width,))]

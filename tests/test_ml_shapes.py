@@ -159,3 +159,52 @@ def test_typing_before_inference_takes_what_the_declared_types_settle(monkeypatc
     calls = []
     monkeypatch.setattr(ml_shapes, "_fill", lambda *a: calls.append(a) or [])
     assert ml_shapes.typed_before_inference(late, 3) == [] and calls == []
+
+
+def _tokenizer_model(in_shape: list) -> onnx.ModelProto:
+    """strings -> com.microsoft Tokenizer -> Flatten: skl2onnx's text chain, with an ai.onnx.ml opset."""
+    nodes = [helper.make_node("Tokenizer", ["x"], ["t"], domain="com.microsoft", mark=0, mincharnum=1,
+                              pad_value="#", tokenexp="[a-z]+"),
+             helper.make_node("Flatten", ["t"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.STRING, in_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.STRING, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 1),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("in_shape", [[None], [None, 2], [3, 2]])
+def test_tokenizer_output_adds_one_unknown_dim_to_the_input_shape(in_shape):
+    model = _tokenizer_model(in_shape)
+    loaded = load_model(model.SerializeToString()).proto
+    types = {v.name: v.type.tensor_type for v in (*loaded.graph.value_info, *loaded.graph.output)}
+    t = types["t"]
+    assert t.elem_type == TensorProto.STRING
+    dims = [d.dim_value or None for d in t.shape.dim]
+    assert len(dims) == len(in_shape) + 1 and dims[:-1] == in_shape and dims[-1] is None
+    assert len(types["y"].shape.dim) == 2  # inference goes on past it
+    x = np.array([["ab cd", "e"], ["", "fgh i j"], ["k", "l"]], dtype=object)
+    x = x[:, 0] if len(in_shape) == 1 else x
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["y"], {"x": x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["y"], {"x": x})
+    assert got[0].tolist() == want[0].tolist()
+
+
+def test_a_skl2onnx_text_pipeline_gets_ranks_past_the_tokenizer():
+    model = onnx.load("tests/real_models/skh_tfidf.onnx")
+    ranks = _ranks(model)
+    assert ranks["tokenized"] == 2 and ranks["flattened1"] == 2 and ranks["output"] == 2
+    data = model.SerializeToString()
+    saved = np.load("tests/real_models/skh_tfidf.npz", allow_pickle=True)
+    feeds = {name: saved[f"a.{name}"] for name in ("text", "num")}
+    want = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    with simulated_or_skip("generic-gpu") as sims:
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([next(iter(sims.values()))])
+        sess = onnxhal.InferenceSession(data, so)
+        # every node was declined for want of a rank; now the ones after the Tokenizer the profile has
+        assert sum(n for ep, n in sess.partition_summary.items() if ep != "CPUExecutionProvider") >= 1
+        for a, b in zip(sess.run(None, feeds), want):
+            np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=1e-3,
+                                       atol=1e-4)

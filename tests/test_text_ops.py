@@ -15,7 +15,16 @@ import onnxhal
 from onnxhal.hal import Node
 from onnxhal.hal.errors import InvalidArgument, OrtError
 from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel, create_cpu_kernel
-from onnxhal.runtime.providers.cpu.kernels.tokenizer import GENERAL, GREEDY, LongestMatch, greedy_is_longest
+from onnxhal.runtime.providers.cpu.kernels.tfidf_vectorizer import KEYED, SCAN
+from onnxhal.runtime.providers.cpu.kernels.tokenizer import (
+    GENERAL,
+    GREEDY,
+    STEPWISE,
+    WHOLE,
+    LongestMatch,
+    greedy_is_longest,
+    greedy_min_length,
+)
 
 MS = "com.microsoft"
 S, I64, I32 = TensorProto.STRING, TensorProto.INT64, TensorProto.INT32
@@ -176,6 +185,53 @@ def test_greedy_path_matches_general(pattern):
         assert rx.search(s, pos) == rx.search_longest(s, pos), (pattern, s, pos)
 
 
+@pytest.mark.parametrize("pattern", [r"\pL+", r"\p{Lu}", r"[\PN ]+", r"a\\\pN"])
+def test_unicode_classes_are_a_typed_refusal_where_onnxruntime_runs(pattern):
+    """A known difference (see tokenizer.py: no exact translation into Python's re exists)."""
+    model, x = _tok(["héllo Wörld 42"], tokenexp=pattern)
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    with pytest.raises(InvalidArgument, match="Unicode class"):
+        LongestMatch(pattern, "test")
+    with pytest.raises(OrtError):
+        onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+
+
+@pytest.mark.parametrize("pattern,least", [
+    ("[a-zA-Z0-9_]+", 1), (r"\b\w\w+\b", 2), ("a?", 0), ("x{2}[ab]*", 2), ("x{3,5}y{0,2}", 3), (r"\s*$", 0),
+    ("ab?", 1), (".", 1),
+])
+def test_greedy_min_length(pattern, least):
+    assert greedy_min_length(pattern) == least
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tokenizer_whole_string_path_matches_stepwise(seed):
+    """The ``whole_string`` path against the canonical ``stepwise`` scan on random strings, and the
+    condition that selects it."""
+    rng = np.random.default_rng(200 + seed)
+    exprs = ["[a-z]+", r"\b\w\w+\b", "[^ ,]+", "a?", "x{2}[ab]*", r"\s+", ",", "[.,]", "b|ab", "ab?", r"\w\b"]
+    for trial in range(40):
+        picked = [str(e) for e in rng.choice(exprs, int(rng.integers(1, 3)), replace=False)]
+        attrs = dict(tokenexp=picked[0]) if trial % 2 else dict(separators=picked)
+        attrs.update(pad_value="#", mincharnum=int(rng.integers(1, 4)), mark=0)
+        kernel = create_cpu_kernel(Node.from_proto(helper.make_node("Tokenizer", ["x"], ["y"], domain=MS, **attrs)),
+                                   None, {"": 17, MS: 1})
+        used = picked[:1] if trial % 2 else picked
+        whole = all(greedy_is_longest(e) and greedy_min_length(e) >= 1 for e in used)
+        assert (kernel.scan_path == WHOLE) == whole, (attrs, kernel.scan_path)
+        texts = ["".join(rng.choice(list("abx 9_,.é"), int(rng.integers(0, 16)))) for _ in range(12)]
+        for text in texts:
+            kernel.scan_path = WHOLE if whole else STEPWISE
+            got = kernel.tokens(text)
+            kernel.scan_path = STEPWISE
+            assert got == kernel.tokens(text), (attrs, text)
+        batch = np.array(texts, dtype=object).reshape(3, 4)
+        kernel.scan_path = WHOLE if whole else STEPWISE
+        got = kernel.compute([batch])[0]
+        kernel.scan_path = STEPWISE
+        assert got.tolist() == kernel.compute([batch])[0].tolist(), attrs
+
+
 def _tfidf(x: np.ndarray, **attrs) -> tuple[onnx.ModelProto, np.ndarray]:
     elem = S if x.dtype.kind == "O" else I64 if x.dtype == np.int64 else I32
     return _model("TfIdfVectorizer", elem, TensorProto.FLOAT, **attrs), x
@@ -270,6 +326,53 @@ def test_tfidf_vectorizer_random_against_onnxruntime(seed):
         else:
             attrs["pool_strings"], x = [f"w{v}" for v in pool], np.vectorize(lambda v: f"w{v}", otypes=[object])(x)
         check(*_tfidf(x, **attrs), f"seed {seed} trial {trial} {attrs} shape {shape}")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tfidf_keyed_path_matches_scan(seed):
+    """The ``keyed`` path against the canonical ``scan`` on random pools and rows (items outside the
+    pool included), and the condition that selects it."""
+    rng = np.random.default_rng(100 + seed)
+    for trial in range(20):
+        max_n = int(rng.integers(1, 5))
+        min_n = int(rng.integers(1, max_n + 1))
+        vocab = int(rng.integers(2, 9))
+        counts, pool, lengths = [], [], []
+        for n in range(1, max_n + 1):
+            counts.append(len(pool))
+            grams = {tuple(int(v) for v in rng.integers(0, vocab, n)) for _ in range(int(rng.integers(0, 8)))}
+            for g in sorted(grams):
+                pool += list(g)
+                lengths.append(n)
+        n_grams = len(lengths)
+        if not n_grams:
+            continue
+        indexes = [int(i) for i in rng.integers(0, n_grams + 2, n_grams)]  # columns often shared
+        mode = str(rng.choice(["TF", "IDF", "TFIDF"]))
+        attrs = dict(mode=mode, min_gram_length=min_n, max_gram_length=max_n,
+                     max_skip_count=int(rng.integers(0, 4)), ngram_counts=counts, ngram_indexes=indexes,
+                     weights=[float(w) for w in rng.uniform(0.1, 3.0, n_grams)])
+        strings = trial % 2 == 0
+        if strings:
+            attrs["pool_strings"] = [f"w{v}" for v in pool]
+        else:
+            attrs["pool_int64s"] = pool
+        node = Node.from_proto(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs))
+        kernel = create_cpu_kernel(node, None, {"": 17})
+        columns = [col for col, n in zip(indexes, lengths) if min_n <= n <= max_n]
+        counted, shared = bool(columns), len(set(columns)) < len(columns)
+        assert (kernel.path == KEYED) == (counted and not (mode == "IDF" and shared)), (attrs, kernel.path)
+        shape = [int(rng.integers(1, 4)), int(rng.integers(0, 14))]
+        x = rng.integers(-1, vocab + 2, shape)  # -1 and vocab.. are outside the pool
+        x = np.vectorize(lambda v: f"w{v}", otypes=[object])(x) if strings else x.astype(np.int64)
+        got = kernel.compute([x])[0]
+        kernel.path = SCAN
+        want = kernel.compute([x])[0]
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"{attrs} {x.tolist()}")
+        if strings:  # bytes items count as their UTF-8 text
+            kernel.path = KEYED if counted and not (mode == "IDF" and shared) else SCAN
+            as_bytes = np.vectorize(lambda v: v.encode(), otypes=[object])(x)
+            np.testing.assert_allclose(kernel.compute([as_bytes])[0], want, rtol=1e-6)
 
 
 @pytest.mark.parametrize("locale", ["C", "POSIX", "C.UTF-8"])

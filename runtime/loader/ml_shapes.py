@@ -1,6 +1,7 @@
 """Types and shapes for the ai.onnx.ml operators that onnx gives no inference function (Scaler,
 Normalizer, Imputer, LinearRegressor, SVMRegressor, the opset-1 TreeEnsembleRegressor and
-FeatureVectorizer).
+FeatureVectorizer), and com.microsoft's Tokenizer, which skl2onnx puts in the same pipelines (onnx
+knows no schema for it).
 
 onnx's shape inference stops at such a node: its outputs get no type, and nothing after it gets a
 rank, so a device that needs ranks (every simulated profile) declines the rest of a scikit-learn
@@ -28,6 +29,12 @@ _ROW_WIDTH = {
     "TreeEnsembleRegressor": lambda attrs: _int(attrs, "n_targets", 1),
     "FeatureVectorizer": lambda attrs: sum(attrs["inputdimensions"].ints) if "inputdimensions" in attrs else None,
 }
+MS = "com.microsoft"
+#: operators of other domains, typed here at any ai.onnx.ml opset: their output adds one unknown dim
+#: to the input's shape, with this element type. Tokenizer's [N, C] (or [C]) strings give [N, C, D]
+#: ([C, D]), D the most tokens of a row (onnxruntime/contrib_ops/cpu/tokenizer.cc allocates that);
+#: only an input with no strings gives the input's rank.
+_ADDS_DIM = {(MS, "Tokenizer"): onnx.TensorProto.STRING}
 #: TreeEnsembleRegressor has an inference function from opset 3 of ai.onnx.ml
 _SINCE_INFERRED = {"TreeEnsembleRegressor": 3}
 #: how many rounds of "fill, infer again" a chain of such operators may take
@@ -39,6 +46,8 @@ def _int(attrs: dict[str, onnx.AttributeProto], name: str, default: int) -> int:
 
 
 def _uninferred(node: onnx.NodeProto, ml_opset: int) -> bool:
+    if (node.domain, node.op_type) in _ADDS_DIM:
+        return True
     if node.domain != ML or (node.op_type not in _SAME_SHAPE and node.op_type not in _ROW_WIDTH):
         return False
     return ml_opset < _SINCE_INFERRED.get(node.op_type, 1 << 30)
@@ -50,6 +59,15 @@ def _output_type(node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> onnx
     if not ins or any(t is None or not t.HasField("tensor_type") for t in ins):
         return None
     first = ins[0].tensor_type
+    adds = _ADDS_DIM.get((node.domain, node.op_type))
+    if adds is not None:
+        if not first.HasField("shape") or len(first.shape.dim) not in (1, 2):
+            return None
+        out = onnx.TypeProto()
+        out.tensor_type.elem_type = adds
+        out.tensor_type.shape.CopyFrom(first.shape)
+        out.tensor_type.shape.dim.add()  # the token count: known only at run time
+        return out
     if node.op_type in _SAME_SHAPE:
         elem = _SAME_SHAPE[node.op_type] or first.elem_type
         if not first.HasField("shape") or not elem:

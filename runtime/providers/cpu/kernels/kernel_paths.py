@@ -28,6 +28,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         ml_trees,
         numerics,
         recurrent,
+        tfidf_vectorizer,
         tokenizer,
     )
     from onnxhal.runtime.providers.opencl import native_replay  # noqa: F401 - the OpenCL EP's replay paths

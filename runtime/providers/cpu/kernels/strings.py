@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from operator import methodcaller
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -10,14 +12,6 @@ from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-
-def _ascii_lower(w: str) -> str:
-    return w.translate(_ASCII_LOWER)
-
-
-def _ascii_upper(w: str) -> str:
-    return w.translate(_ASCII_UPPER)
 
 
 # The one character whose full lowercase mapping is two characters (SpecialCasing.txt) has this
@@ -58,8 +52,9 @@ class StringNormalizer(Kernel):
                                   "NONE, LOWER or UPPER.")
         self.case_sensitive = bool(node.attr("is_case_sensitive", 0))
         ascii_only = node.attr("locale", "") in ("C", "POSIX")
-        self.lower = _ascii_lower if ascii_only else _unicode_lower
-        self.upper = _ascii_upper if ascii_only else _unicode_upper
+        # methodcaller maps str.translate over a batch without a Python frame per string
+        self.lower = methodcaller("translate", _ASCII_LOWER) if ascii_only else _unicode_lower
+        self.upper = methodcaller("translate", _ASCII_UPPER) if ascii_only else _unicode_upper
         stops = [s.decode() if isinstance(s, bytes) else s for s in node.attr("stopwords", []) or []]
         self.stops = set(stops) if self.case_sensitive else {self.lower(s) for s in stops}
 
@@ -67,13 +62,15 @@ class StringNormalizer(Kernel):
         x = inputs[0]
         if x.ndim not in (1, 2) or (x.ndim == 2 and x.shape[0] != 1):
             raise InvalidArgument(f"StringNormalizer: input shape {list(x.shape)}; it takes [C] or [1, C].")
-        words = [w.decode() if isinstance(w, bytes) else str(w) for w in x.reshape(-1)]
+        words = x.reshape(-1).tolist()
+        if set(map(type, words)) != {str}:
+            words = [w.decode() if isinstance(w, bytes) else str(w) for w in words]
         if self.stops:
             words = [w for w in words if (w if self.case_sensitive else self.lower(w)) not in self.stops]
         if self.action == "LOWER":
-            words = [self.lower(w) for w in words]
+            words = list(map(self.lower, words))
         elif self.action == "UPPER":
-            words = [self.upper(w) for w in words]
+            words = list(map(self.upper, words))
         if not words:
             words = [""]
         y = np.array(words, dtype=object)

@@ -19,13 +19,27 @@ and checked against onnxruntime 1.32 in tests/test_text_ops.py):
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _MODES = ("TF", "IDF", "TFIDF")
+
+COUNT_PATHS = path_table("TfIdfVectorizer.count", "TfIdfVectorizer._row_values: each row scanned in onnxruntime's "
+                                                  "order, n-grams looked up as tuples one by one")
+KEYED = COUNT_PATHS.add("keyed", "the pool's items numbered 1..V and every n-gram's key sum(id_k * (V+1)**k) fits "
+                                 "int64, the pool holds n-grams of the counted lengths, and not IDF with pool n-grams sharing an output column (there the last "
+                                 "hit in scan order decides): items map to ids once, n-grams of each length and "
+                                 "skip become keys for the whole batch at once, looked up in a sorted key table per length "
+                                 "and counted with bincount")
+SCAN = COUNT_PATHS.add("scan", "any other pool or mode: canonical")
+# Keys are built in int64; below this bound no sum of products can overflow.
+_KEY_LIMIT = 2 ** 62
 
 
 @register("TfIdfVectorizer", since=9)
@@ -88,6 +102,82 @@ class TfIdfVectorizer(Kernel):
                     w = 1.0 if weights is None else float(weights[gram_id])
                     self.grams[key] = (indexes[gram_id], w)
                 gram_id += 1
+        self._build_keys()
+
+    def _build_keys(self) -> None:
+        """The ``keyed`` path's tables, or ``self.path = SCAN`` when its condition does not hold."""
+        self.path = SCAN
+        columns = [col for col, _ in self.grams.values()]
+        if not columns or (self.mode == "IDF" and len(set(columns)) < len(columns)):
+            return  # no n-gram of the counted lengths: the scan finds nothing at no cost
+        items = sorted({v for key in self.grams for v in key})
+        base = len(items) + 1  # id 0 is an item outside the pool: no key holding it is in the table
+        if base ** self.max_n >= _KEY_LIMIT:
+            return
+        self.ids = {v: i + 1 for i, v in enumerate(items)}
+        if self.pool_kind == "string":
+            # bytes items decode with surrogateescape in the scan path; the same bytes map to the same id
+            self.ids.update({v.encode("utf-8", errors="surrogateescape"): i for v, i in list(self.ids.items())})
+        else:
+            self.int_items = np.array(items, dtype=np.int64)
+        self.base = base
+        # one sorted table per length: an n-gram ending in items outside the pool (id 0) has the key
+        # of a shorter one
+        self.tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for n in range(self.min_n, self.max_n + 1):
+            grams = [(key, col, w) for key, (col, w) in self.grams.items() if len(key) == n]
+            if not grams:
+                continue
+            keys = np.array([sum(self.ids[v] * base ** k for k, v in enumerate(key)) for key, _, _ in grams],
+                            dtype=np.int64)
+            order = np.argsort(keys)
+            self.tables[n] = (keys[order], np.array([g[1] for g in grams], dtype=np.int64)[order],
+                              np.array([g[2] for g in grams], dtype=np.float64)[order])
+        self.path = KEYED
+
+    def _item_ids(self, rows: np.ndarray) -> np.ndarray:
+        """[B, C] int64 ids of the items (0 for items outside the pool)."""
+        if self.pool_kind == "string":
+            return np.fromiter(map(self.ids.get, rows.reshape(-1).tolist(), repeat(0)), dtype=np.int64,
+                               count=rows.size).reshape(rows.shape)
+        vals = rows.astype(np.int64, copy=False)
+        pos = np.searchsorted(self.int_items, vals)
+        pos = np.minimum(pos, len(self.int_items) - 1)
+        return np.where(self.int_items[pos] == vals, pos + 1, 0)
+
+    def _keyed(self, rows: np.ndarray) -> np.ndarray:
+        """The ``keyed`` path: [B, width] for [B, C] rows of the pool's kind."""
+        ids = self._item_ids(rows)
+        b, c = ids.shape
+        found_cols, found_w, found_rows = [], [], []
+        row_of = np.broadcast_to(np.arange(b, dtype=np.int64)[:, None], (b, c))
+        for n, (keys, cols, weights) in self.tables.items():
+            for dist in range(1, (self.max_skip + 2) if n > 1 else 2):  # 1-grams are counted once
+                span = dist * (n - 1)
+                if span >= c:
+                    break
+                m = c - span
+                key = ids[:, :m].copy()
+                for k in range(1, n):
+                    key += ids[:, k * dist:k * dist + m] * self.base ** k
+                pos = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+                hit = keys[pos] == key
+                found_cols.append(cols[pos[hit]])
+                found_w.append(weights[pos[hit]])
+                found_rows.append(row_of[:, :m][hit])
+        size = b * self.width
+        if not found_rows:  # every row shorter than the shortest n-gram
+            return np.zeros((b, self.width), dtype=np.float32)
+        flat = np.concatenate(found_rows) * self.width + np.concatenate(found_cols)
+        size = b * self.width
+        if self.mode == "TF":
+            out = np.bincount(flat, minlength=size)
+        elif self.mode == "TFIDF":
+            out = np.bincount(flat, weights=np.concatenate(found_w), minlength=size)
+        else:  # IDF: the columns are distinct, so every hit of a column carries the same weight
+            out = np.zeros(size, dtype=np.float64)
+            out[flat] = np.concatenate(found_w)
+        return out.astype(np.float32).reshape(b, self.width)
 
     def _hits(self, row: list) -> list[tuple[int, float]]:
         """(column, weight) of every pool n-gram found in ``row``, in onnxruntime's scan order."""
@@ -135,7 +225,9 @@ class TfIdfVectorizer(Kernel):
         if kind is None:
             raise InvalidArgument(f"{self.what}: input dtype {x.dtype}; it takes int32, int64 or string")
         y = np.zeros((rows.shape[0], self.width), dtype=np.float32)
-        if kind == self.pool_kind and rows.size:
+        if kind == self.pool_kind and rows.size and self.path == KEYED:
+            y = self._keyed(rows)
+        elif kind == self.pool_kind and rows.size:
             for b in range(rows.shape[0]):
                 items = rows[b].tolist()
                 if kind == "string":

@@ -42,6 +42,13 @@ GREEDY = MATCH_PATHS.add("greedy", "the expression is a sequence of single-chara
                                    "match re finds is the longest")
 GENERAL = MATCH_PATHS.add("general", "any other expression (alternation, groups, lazy quantifiers, several "
                                      "variable-width parts): canonical")
+SCAN_PATHS = path_table("Tokenizer.scan", "_split / _match_tokens: one leftmost-longest search per token or "
+                                          "separator, resuming where onnxruntime's kernel resumes")
+WHOLE = SCAN_PATHS.add("whole_string", "every expression is on the greedy path and its every match is at least one "
+                                       "character (no empty match to consume a character): one re.split or "
+                                       "re.findall per string; a string where findall gives a token shorter than "
+                                       "mincharnum (the scan resumes inside it) goes through the scan")
+STEPWISE = SCAN_PATHS.add("stepwise", "any other expression: canonical")
 
 # RE2 accepts POSIX classes inside brackets ([[:alpha:]]); Python's re reads them as characters.
 _POSIX_CLASSES = {
@@ -85,6 +92,12 @@ def re2_unsupported(pattern: str) -> str | None:
 # RE2's end-of-text assertion \z is Python's \Z (an escaped backslash before a z is left alone).
 _END_OF_TEXT = re.compile(r"(?<!\\)((?:\\\\)*)\\z")
 
+# RE2's Unicode classes (\pL, \p{Lu}, \PN, \p{Greek}): Python's re has none. A class built from
+# unicodedata would not be exact: against onnxruntime 1.32 on every code point, \pL, \pN and \pP agree
+# on all code points Python 3.11's Unicode 14.0 assigns and differ on those assigned since (4970
+# letters, 40 numbers, 23 punctuation marks that RE2 classifies and unicodedata calls unassigned).
+_UNICODE_CLASS = re.compile(r"(?<!\\)((?:\\\\)*)\\[pP]")
+
 
 def _posix_to_python(pattern: str) -> str:
     def repl(m: re.Match) -> str:
@@ -115,10 +128,36 @@ def greedy_is_longest(pattern: str) -> bool:
     return True
 
 
+def greedy_min_length(pattern: str) -> int:
+    """The fewest characters a match of ``pattern`` spans; ``pattern`` must satisfy
+    ``greedy_is_longest`` (single-character atoms, assertions and greedy quantifiers only)."""
+    pos, least = 0, 0
+    while pos < len(pattern):
+        m = _ASSERTION.match(pattern, pos)
+        if m:
+            pos = m.end()
+            continue
+        m = _ATOM.match(pattern, pos)
+        if m is None:
+            raise ValueError(f"{pattern!r} is not on the greedy path")
+        pos = m.end()
+        q = _QUANT.match(pattern, pos)
+        if q is None:
+            least += 1
+            continue
+        pos = q.end()
+        least += int(q.group()[1:].split(",")[0].rstrip("}")) if q.group()[0] == "{" else int(q.group() == "+")
+    return least
+
+
 class LongestMatch:
     """An expression searched RE2-style: leftmost, then longest."""
 
     def __init__(self, pattern: str, what: str) -> None:
+        if _UNICODE_CLASS.search(pattern):
+            raise InvalidArgument(f"{what}: {pattern!r} uses an RE2 Unicode class (\\p or \\P), which onnxruntime "
+                                  "accepts and onnxhal does not: Python's re has no such classes and its Unicode "
+                                  "tables are older than RE2's; spell the characters out in a class")
         try:
             self.source = _posix_to_python(pattern)
             self.rx = re.compile(self.source, re.ASCII)
@@ -130,6 +169,8 @@ class LongestMatch:
             raise InvalidArgument(f"{what}: {pattern!r} uses {unsupported!r}, which RE2 (onnxruntime's engine) "
                                   "does not support; rewrite it without lookarounds or back-references")
         self.path = GREEDY if greedy_is_longest(self.source) else GENERAL
+        #: whether re.split / re.findall over a whole string take the steps of the scan
+        self.whole = self.path == GREEDY and greedy_min_length(self.source) >= 1
         self._ending: dict[int, re.Pattern] = {}
 
     def _ends_before(self, rest: int) -> re.Pattern:
@@ -235,16 +276,30 @@ class Tokenizer(Kernel):
                 self.separators = [LongestMatch(s, f"{what} separator") for s in separators]
             else:
                 self.tokenexp = LongestMatch(tokenexp, f"{what} tokenexp")
+        exprs = self.separators or ([self.tokenexp] if self.tokenexp else [])
+        self.scan_path = WHOLE if exprs and all(e.whole for e in exprs) else STEPWISE
 
     def tokens(self, text: str) -> list[str]:
         """The tokens of one string, before marks and padding."""
         if self.char_level:
             return list(text)
+        least = self.mincharnum
+        if self.scan_path == WHOLE:
+            # no match is empty, so after each match both the scan and re resume at its end
+            if self.tokenexp is not None:
+                found = self.tokenexp.rx.findall(text)  # greedy expressions hold no groups
+                if least == 1 or all(len(t) >= least for t in found):
+                    return found
+            else:
+                pieces = [text]
+                for sep in self.separators:
+                    pieces = [p for piece in pieces for p in sep.rx.split(piece) if len(p) >= least]
+                return pieces
         if self.tokenexp is not None:
-            return _match_tokens(text, self.tokenexp, self.mincharnum)
+            return _match_tokens(text, self.tokenexp, least)
         pieces = [text]
         for sep in self.separators:
-            pieces = [p for piece in pieces for p in _split(piece, sep, self.mincharnum)]
+            pieces = [p for piece in pieces for p in _split(piece, sep, least)]
         return pieces
 
     def compute(self, inputs: list) -> list:
@@ -254,14 +309,23 @@ class Tokenizer(Kernel):
                                   "[N, C] strings")
         if x.size == 0:
             return [np.empty(x.shape[:-1] + (0,), dtype=object)]
-        rows = [self.tokens(_as_text(v, self.name)) for v in x.reshape(-1)]
+        texts = x.reshape(-1).tolist()
+        if set(map(type, texts)) != {str}:
+            texts = [_as_text(v, self.name) for v in texts]
+        if self.scan_path == WHOLE and self.tokenexp is not None and self.mincharnum == 1:
+            rows = list(map(self.tokenexp.rx.findall, texts))  # tokens() for each, without the calls
+        else:
+            rows = list(map(self.tokens, texts))
         width = max(len(r) for r in rows)
         if width == 0:
             return [np.empty(x.shape + (0,), dtype=object)]
         if self.mark:
             rows = [[START_TEXT, *r, END_TEXT] for r in rows]
             width += 2
-        y = np.full((len(rows), width), self.pad, dtype=object)
-        for i, r in enumerate(rows):
-            y[i, :len(r)] = r
+        flat: list = []
+        for r in rows:  # one list, padded row by row, copied into the array once
+            flat += r
+            flat += [self.pad] * (width - len(r))
+        y = np.empty(len(rows) * width, dtype=object)
+        y[:] = flat
         return [y.reshape(x.shape + (width,))]

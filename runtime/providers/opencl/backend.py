@@ -166,8 +166,8 @@ class OpenCLBackend:
                          "every iteration would copy this partition's inputs to the device and its outputs back")
             return
         lookup = self.lookup(graph, allow_dynamic=True)
-        if self.rule_on("shape_values"):  # rule shape_values (shape_values.py)
-            lookup.shape_values = shape_values(graph, lookup)
+        if self.rule_on("shape_values"):  # rules shape_values and shape_tensors (shape_values.py)
+            lookup.shape_values = shape_values(graph, lookup, tensors=self.rule_on("shape_tensors"))
         claimed: list[Node] = []
         untrusted = untrusted_shapes(graph, lookup)
         for n in graph.nodes:
@@ -244,7 +244,7 @@ class OpenCLBackend:
         infos: list[NodeComputeInfo] = []
         for graph, node in zip(graphs, fused_nodes):
             info: NodeComputeInfo
-            if specialised(graph, self.rule_on("shape_values")):
+            if specialised(graph, self.disabled_fusions):
                 info = self.dynamic_info(graph)  # (shape values are computed per concrete signature)
             else:
                 try:

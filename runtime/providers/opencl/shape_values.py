@@ -49,29 +49,42 @@ def small_int(lookup: GraphLookup, name: str) -> bool:
     return _small(lookup, name, frozenset("iu"))
 
 
-def shape_values(graph: Graph, lookup: GraphLookup, outside: Callable[[str], bool] | None = None) -> frozenset[str]:
+def shape_values(graph: Graph, lookup: GraphLookup, outside: Callable[[str], bool] | None = None,
+                 tensors: bool = False) -> frozenset[str]:
     """The outputs of ``graph``'s nodes that are shape values: computed by an op of
     ``SHAPE_VALUE_OPS`` with a small static result from shapes (Shape, Size of any tensor),
     constants, other shape values, or values ``outside`` accepts (a partition's small integer
-    inputs). ``graph.nodes`` is in topological order."""
+    inputs). ``tensors`` (rule ``shape_tensors``): also the results, of any size, dtype and
+    deterministic ai.onnx op, computed from those and at least one of them (never from constants
+    alone, which is constant folding): position ids (Range, Expand, GatherElements of a constant
+    table) and causal masks. Each is a function of the partition's signature (its input shapes and
+    small integer inputs), so a specialisation holds it as a constant. ``graph.nodes`` is in
+    topological order."""
     found: set[str] = set()
     for n in graph.nodes:
-        if n.domain or n.op_type not in SHAPE_VALUE_OPS or n.subgraphs:
-            continue
-        # the inputs first: most nodes of these ops read activations, which fails fastest here
-        if n.op_type not in SHAPE_READERS and not all(
-                i in found or lookup.const(i) is not None or (outside is not None and outside(i))
-                for i in n.inputs if i):
+        if n.domain or n.subgraphs or (n.op_type not in SHAPE_VALUE_OPS and not tensors):
             continue
         outs = [o for o in n.outputs if o]
-        if outs and all(_small(lookup, o) for o in outs):
+        if n.op_type in SHAPE_READERS:
+            if outs and all(_small(lookup, o) for o in outs):
+                found.update(outs)
+            continue
+        inputs = [i for i in n.inputs if i]
+        # the inputs first: most nodes read activations, which fails fastest here
+        if not inputs or not all(i in found or lookup.const(i) is not None or (outside is not None and outside(i))
+                                 for i in inputs):
+            continue
+        if n.op_type in SHAPE_VALUE_OPS and outs and all(_small(lookup, o) for o in outs):
+            found.update(outs)
+        elif tensors and outs and n.op_type not in NONDETERMINISTIC and any(
+                i in found or (outside is not None and outside(i)) for i in inputs):
             found.update(outs)
     return frozenset(found)
 
 
 #: Ops whose result is not a function of their inputs: never shape-derived.
-_NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                               "Multinomial", "Bernoulli", "Dropout"})
+NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                              "Multinomial", "Bernoulli", "Dropout"})
 
 
 def shape_derived(graph: Graph, lookup: GraphLookup) -> frozenset[str]:
@@ -82,7 +95,7 @@ def shape_derived(graph: Graph, lookup: GraphLookup) -> frozenset[str]:
     ``graph.nodes`` is in topological order."""
     found: set[str] = set()
     for n in graph.nodes:
-        if n.subgraphs or n.domain not in ("", "ai.onnx") or n.op_type in _NONDETERMINISTIC:
+        if n.subgraphs or n.domain not in ("", "ai.onnx") or n.op_type in NONDETERMINISTIC:
             continue
         outs = [o for o in n.outputs if o]
         inputs = [i for i in n.inputs if i]

@@ -144,3 +144,41 @@ def test_real_exports_fewer_host_nodes(name, register):
     for f in variants[1:] * 2:
         sessions["on"].run(None, f)
     assert info.stats.misses == misses and info.stats.host_runs == 0, info.stats
+
+
+def test_a_chain_the_host_also_reads_stays_data(register):
+    """The host reads the Range (an int64 Add with the ids): the Range stays on the host, so what
+    the partition computes from it is data there. The Unsqueeze of it must not be taken as a value
+    to fold (in the partition it would be an int64 device node and every signature would run on
+    the host), and the position Gather reading it is claimed as a device node, as with the rule off."""
+    _opencl(register)
+    c = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "ax0": np.array([0], np.int64),
+         "tok": RNG.standard_normal((50, 8)).astype(np.float32),
+         "pos": RNG.standard_normal((32, 8)).astype(np.float32)}
+    nodes = [
+        helper.make_node("Shape", ["ids"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+        helper.make_node("Range", ["zero", "seq", "one"], ["r"]),
+        helper.make_node("Unsqueeze", ["r", "ax0"], ["pos_ids"]),
+        helper.make_node("Gather", ["tok", "ids"], ["te"], axis=0),
+        helper.make_node("Gather", ["pos", "pos_ids"], ["pe"], axis=0),
+        helper.make_node("Add", ["te", "pe"], ["emb"]),
+        helper.make_node("Relu", ["emb"], ["y"]),
+        helper.make_node("Add", ["ids", "r"], ["shifted"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "S"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("shifted", TensorProto.INT64, None)],
+                              [numpy_helper.from_array(v, k) for k, v in c.items()])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    model.ir_version = 10
+    data = model.SerializeToString()
+    sessions = _sessions(data)
+    placed = {rule: {n.name or n.op_type + n.outputs[0]: n.ep_name for n in s.assigned_nodes()}
+              for rule, s in sessions.items()}
+    assert placed["on"] == placed["off"]
+    ids = lambda *s: RNG.integers(0, 50, s).astype(np.int64)  # noqa: E731
+    _check(data, sessions, [{"ids": ids(2, 12)}, {"ids": ids(2, 12)}, {"ids": ids(3, 5)}])
+    for s in sessions.values():
+        for info in s.eps["OpenCLExecutionProvider"].dynamic_partitions.values():
+            assert info.stats.host_runs == 0, info.stats

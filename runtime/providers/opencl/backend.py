@@ -49,7 +49,7 @@ from onnxhal.runtime.providers.opencl.op_support import (
 )
 from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
 from onnxhal.runtime.providers.opencl.plan_builder import build_plan, shape_only_outputs
-from onnxhal.runtime.providers.opencl.shape_values import shape_derived, shape_values, unclaim_unshared
+from onnxhal.runtime.providers.opencl.shape_values import shape_derived, shape_values, unclaim_unshared, without
 
 #: The EP keeps its own copies of constant weights (uploaded once per partition state).
 FUSION_OPTIONS = NodeFusionOptions(drop_constant_initializers=True)
@@ -168,22 +168,25 @@ class OpenCLBackend:
         lookup = self.lookup(graph, allow_dynamic=True)
         if self.rule_on("shape_values"):  # rules shape_values and shape_tensors (shape_values.py)
             lookup.shape_values = shape_values(graph, lookup, tensors=self.rule_on("shape_tensors"))
-        claimed: list[Node] = []
         untrusted = untrusted_shapes(graph, lookup)
-        for n in graph.nodes:
-            try:
-                reason = reason_of(n, graph, lookup)
-                if reason is None and any(v in untrusted for v in (*n.inputs, *n.outputs) if v):
-                    reason = "inferred shape disagrees with onnxruntime's pool output size (ceil_mode)"
-            except INSPECTION_ERRORS as exc:
-                reason = f"cannot inspect node: {decline_reason(exc, self.logger, f'inspecting {n.op_type} {n.name!r}')}"
-            if reason is None:
-                claimed.append(n)
-            elif reason:  # "" means "not mine, say nothing" (e.g. a node the holder takes itself)
-                self.declined[n.name or n.op_type] = reason
-                self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
-        if lookup.shape_values:
-            claimed = unclaim_unshared(graph, claimed, lookup.shape_values)
+        while True:
+            claimed, declined = self._claimable(graph, lookup, reason_of, untrusted)
+            if not lookup.shape_values:
+                break
+            kept = unclaim_unshared(graph, claimed, lookup.shape_values)
+            # A shape value left to the host is data to the partitions that read it: its readers
+            # are judged again as device nodes (rule shape_tensors: a Gather of a position table
+            # by indices the host now computes) or with their inputs (shape_values.without).
+            still = {id(n) for n in kept}
+            dropped = {o for n in claimed if id(n) not in still for o in n.outputs if o}
+            refined = without(graph, lookup, lookup.shape_values, dropped)
+            if refined == lookup.shape_values:
+                claimed = kept
+                break
+            lookup.shape_values = refined
+        for n, reason in declined:
+            self.declined[n.name or n.op_type] = reason
+            self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
         taken = {id(n) for n in claimed}
         values = lookup.shape_values
         derived = shape_derived(graph, lookup)
@@ -210,6 +213,24 @@ class OpenCLBackend:
                     self.logger.debug("%s declines %d node(s): %s", self.name, len(piece), reason)
                     continue
                 support_info.add_nodes_to_fuse(piece, FUSION_OPTIONS)
+
+    def _claimable(self, graph: Graph, lookup: GraphLookup, reason_of: NodeReason,
+                   untrusted: set[str]) -> tuple[list[Node], list[tuple[Node, str]]]:
+        """The nodes of ``graph`` the device takes by ``reason_of``, and the others with the reason."""
+        claimed: list[Node] = []
+        declined: list[tuple[Node, str]] = []
+        for n in graph.nodes:
+            try:
+                reason = reason_of(n, graph, lookup)
+                if reason is None and any(v in untrusted for v in (*n.inputs, *n.outputs) if v):
+                    reason = "inferred shape disagrees with onnxruntime's pool output size (ceil_mode)"
+            except INSPECTION_ERRORS as exc:
+                reason = f"cannot inspect node: {decline_reason(exc, self.logger, f'inspecting {n.op_type} {n.name!r}')}"
+            if reason is None:
+                claimed.append(n)
+            elif reason:  # "" means "not mine, say nothing" (e.g. a node the holder takes itself)
+                declined.append((n, reason))
+        return claimed, declined
 
     def _cost_reason(self, graph: Graph, piece: list[Node], support_info: EpGraphSupportInfo, lookup: GraphLookup,
                      taken: set[int]) -> str | None:

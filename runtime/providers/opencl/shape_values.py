@@ -140,3 +140,18 @@ def unclaim_unshared(graph: Graph, claimed: list[Node], values: frozenset[str]) 
         if any(o in captured or any(id(c) not in taken for c in graph.consumers(o)) for o in n.outputs if o):
             taken.discard(id(n))
     return [n for n in claimed if id(n) in taken]
+
+
+def without(graph: Graph, lookup: GraphLookup, values: frozenset[str], dropped: set[str]) -> frozenset[str]:
+    """``values`` less ``dropped`` (shape values the host computes: ``unclaim_unshared``) and less
+    those computed from a dropped value that is not a small integer: a partition reading such a
+    value has it as data, never as a part of its signature, so it cannot fold what follows from it
+    (a small integer one joins the signature, as shape values computed outside do)."""
+    out = set(values) - dropped
+    for n in graph.nodes:
+        outs = [o for o in n.outputs if o]
+        if not outs or n.op_type in SHAPE_READERS or not all(o in out for o in outs):
+            continue
+        if any(i not in out and lookup.const(i) is None and not small_int(lookup, i) for i in n.inputs if i):
+            out.difference_update(outs)
+    return frozenset(out)

@@ -386,7 +386,9 @@ class VirtualEp(Ep):
         outputs = ctx.outputs if outputs is None else outputs
         if self.rounder is not None:
             for i, t in enumerate(outputs):
-                if getattr(t, "dtype", None) == _F32 and i not in edges.keep_outputs:
+                # (an output in host memory is a value computed at specialisation: rule shape_tensors)
+                if (getattr(t, "dtype", None) == _F32 and i not in edges.keep_outputs
+                        and i not in getattr(inner, "host_outputs", ())):
                     self.rounder.round_in_place(t, self.allocator, queue, edges.name(edges.output_names, i))
             if queue is self.device.queue:
                 queue.finish()

@@ -49,7 +49,7 @@ from onnxhal.runtime.providers.opencl.op_support import (
 )
 from onnxhal.runtime.providers.opencl.partition_plan import Launch, PartitionPlan, PartitionState
 from onnxhal.runtime.providers.opencl.plan_builder import build_plan, shape_only_outputs
-from onnxhal.runtime.providers.opencl.shape_values import shape_derived, shape_values, unclaim_unshared, without
+from onnxhal.runtime.providers.opencl.shape_values import shape_derived, shape_values, unclaim_unshared
 
 #: The EP keeps its own copies of constant weights (uploaded once per partition state).
 FUSION_OPTIONS = NodeFusionOptions(drop_constant_initializers=True)
@@ -166,24 +166,27 @@ class OpenCLBackend:
                          "every iteration would copy this partition's inputs to the device and its outputs back")
             return
         lookup = self.lookup(graph, allow_dynamic=True)
+        tensors = self.rule_on("shape_tensors")
         if self.rule_on("shape_values"):  # rules shape_values and shape_tensors (shape_values.py)
-            lookup.shape_values = shape_values(graph, lookup, tensors=self.rule_on("shape_tensors"))
+            lookup.shape_values = shape_values(graph, lookup, tensors=tensors)
         untrusted = untrusted_shapes(graph, lookup)
+        gone: set[str] = set()
         while True:
             claimed, declined = self._claimable(graph, lookup, reason_of, untrusted)
             if not lookup.shape_values:
                 break
             kept = unclaim_unshared(graph, claimed, lookup.shape_values)
-            # A shape value left to the host is data to the partitions that read it: its readers
-            # are judged again as device nodes (rule shape_tensors: a Gather of a position table
-            # by indices the host now computes) or with their inputs (shape_values.without).
             still = {id(n) for n in kept}
             dropped = {o for n in claimed if id(n) not in still for o in n.outputs if o}
-            refined = without(graph, lookup, lookup.shape_values, dropped)
-            if refined == lookup.shape_values:
+            if not dropped - gone:
                 claimed = kept
                 break
-            lookup.shape_values = refined
+            # A shape value left to the host is an input to the partitions that read it: the values
+            # are found again as each partition will find them (a small integer one joins its
+            # signature, anything else is data there), and their readers judged again (rule
+            # shape_tensors: a position Gather by indices the host computes is a device node).
+            gone |= dropped
+            lookup.shape_values = shape_values(graph, lookup, tensors=tensors, gone=frozenset(gone))
         for n, reason in declined:
             self.declined[n.name or n.op_type] = reason
             self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)

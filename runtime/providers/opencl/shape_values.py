@@ -50,35 +50,46 @@ def small_int(lookup: GraphLookup, name: str) -> bool:
 
 
 def shape_values(graph: Graph, lookup: GraphLookup, outside: Callable[[str], bool] | None = None,
-                 tensors: bool = False) -> frozenset[str]:
+                 tensors: bool = False, gone: frozenset[str] = frozenset()) -> frozenset[str]:
     """The outputs of ``graph``'s nodes that are shape values: computed by an op of
     ``SHAPE_VALUE_OPS`` with a small static result from shapes (Shape, Size of any tensor),
     constants, other shape values, or values ``outside`` accepts (a partition's small integer
     inputs). ``tensors`` (rule ``shape_tensors``): also the results, of any size, dtype and
-    deterministic ai.onnx op, computed from those and at least one of them (never from constants
-    alone, which is constant folding): position ids (Range, Expand, GatherElements of a constant
-    table) and causal masks. Each is a function of the partition's signature (its input shapes and
-    small integer inputs), so a specialisation holds it as a constant. ``graph.nodes`` is in
-    topological order."""
+    deterministic ai.onnx op, computed from shapes this graph reads and constants alone (with at
+    least one such shape: constants alone are constant folding): position ids (Range, Expand,
+    GatherElements of a constant table) and causal masks. Never from an input of the graph, even a
+    small integer one (fixed dims make ``input_ids`` one): each is a function of the input shapes,
+    so a specialisation holds it as a constant. ``gone``: values computed elsewhere (left to the
+    host), read here as inputs. ``graph.nodes`` is in topological order."""
     found: set[str] = set()
+    rooted: set[str] = set()  # computed from shapes read here and constants alone
     for n in graph.nodes:
         if n.domain or n.subgraphs or (n.op_type not in SHAPE_VALUE_OPS and not tensors):
             continue
         outs = [o for o in n.outputs if o]
+        if not outs or all(o in gone for o in outs):
+            continue
         if n.op_type in SHAPE_READERS:
-            if outs and all(_small(lookup, o) for o in outs):
+            if all(_small(lookup, o) for o in outs):
                 found.update(outs)
+                rooted.update(outs)
             continue
         inputs = [i for i in n.inputs if i]
+
+        def given(i: str) -> bool:
+            return i in found or (outside is not None and outside(i)) or (i in gone and small_int(lookup, i))
+
         # the inputs first: most nodes read activations, which fails fastest here
-        if not inputs or not all(i in found or lookup.const(i) is not None or (outside is not None and outside(i))
-                                 for i in inputs):
+        if not inputs or not all(given(i) or lookup.const(i) is not None for i in inputs):
             continue
-        if n.op_type in SHAPE_VALUE_OPS and outs and all(_small(lookup, o) for o in outs):
+        is_rooted = all(i in rooted or lookup.const(i) is not None for i in inputs) and any(i in rooted for i in inputs)
+        if n.op_type in SHAPE_VALUE_OPS and all(_small(lookup, o) for o in outs):
             found.update(outs)
-        elif tensors and outs and n.op_type not in NONDETERMINISTIC and any(
-                i in found or (outside is not None and outside(i)) for i in inputs):
+            if is_rooted:
+                rooted.update(outs)
+        elif tensors and is_rooted and n.op_type not in NONDETERMINISTIC:
             found.update(outs)
+            rooted.update(outs)
     return frozenset(found)
 
 
@@ -140,18 +151,3 @@ def unclaim_unshared(graph: Graph, claimed: list[Node], values: frozenset[str]) 
         if any(o in captured or any(id(c) not in taken for c in graph.consumers(o)) for o in n.outputs if o):
             taken.discard(id(n))
     return [n for n in claimed if id(n) in taken]
-
-
-def without(graph: Graph, lookup: GraphLookup, values: frozenset[str], dropped: set[str]) -> frozenset[str]:
-    """``values`` less ``dropped`` (shape values the host computes: ``unclaim_unshared``) and less
-    those computed from a dropped value that is not a small integer: a partition reading such a
-    value has it as data, never as a part of its signature, so it cannot fold what follows from it
-    (a small integer one joins the signature, as shape values computed outside do)."""
-    out = set(values) - dropped
-    for n in graph.nodes:
-        outs = [o for o in n.outputs if o]
-        if not outs or n.op_type in SHAPE_READERS or not all(o in out for o in outs):
-            continue
-        if any(i not in out and lookup.const(i) is None and not small_int(lookup, i) for i in n.inputs if i):
-            out.difference_update(outs)
-    return frozenset(out)

@@ -44,6 +44,7 @@ from onnxhal.runtime.providers.opencl.dynamic_partition import (
     DynamicNodeComputeInfo,
     DynamicPartitionPlan,
     partition_shape_values,
+    shape_value_rules,
 )
 from onnxhal.runtime.providers.opencl.op_support import GraphLookup, unsupported_reason
 from onnxhal.runtime.session.graph_capture import CaptureRecorder
@@ -385,7 +386,9 @@ class VirtualEp(Ep):
         outputs = ctx.outputs if outputs is None else outputs
         if self.rounder is not None:
             for i, t in enumerate(outputs):
-                if getattr(t, "dtype", None) == _F32 and i not in edges.keep_outputs:
+                # (an output in host memory is a value computed at specialisation: rule shape_tensors)
+                if (getattr(t, "dtype", None) == _F32 and i not in edges.keep_outputs
+                        and i not in getattr(inner, "host_outputs", ())):
                     self.rounder.round_in_place(t, self.allocator, queue, edges.name(edges.output_names, i))
             if queue is self.device.queue:
                 queue.finish()
@@ -509,7 +512,8 @@ class VirtualEp(Ep):
             if k in planned:
                 info = planned[k]
                 lookup = self.opencl.lookup(graph)
-                folded = partition_shape_values(as_given[k]) if self.opencl.rule_on("shape_values") else frozenset()
+                values_rule, tensors_rule = shape_value_rules(self.opencl.disabled_fusions)
+                folded = partition_shape_values(as_given[k], tensors_rule) if values_rule else frozenset()
                 cost = partition_cost(as_given[k], self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name),
                                       folded)
             else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
@@ -690,7 +694,7 @@ class HostVirtualEp(VirtualEp):
             half = storage in STORAGE_DTYPES and not self.quantized_values.int8_partition(g)
             infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_clamped_weight, storage) if half else g,
                                              self.allocator, half, self.logger, self.report_fp16_overflow, storage,
-                                             self.opencl.rule_on("shape_values")))
+                                             self.opencl.disabled_fusions))
         return infos
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:
@@ -702,7 +706,7 @@ class HostVirtualEp(VirtualEp):
         # The saved weights were rounded when they were saved.
         return HostNodeComputeInfo(plan.to_graph(), self.allocator, self.profile.compute_dtype in STORAGE_DTYPES,
                                    self.logger, self.report_fp16_overflow, self.profile.compute_dtype,
-                                   self.opencl.rule_on("shape_values"))
+                                   self.opencl.disabled_fusions)
 
     @property
     def backend_key(self) -> str:

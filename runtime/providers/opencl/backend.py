@@ -166,24 +166,30 @@ class OpenCLBackend:
                          "every iteration would copy this partition's inputs to the device and its outputs back")
             return
         lookup = self.lookup(graph, allow_dynamic=True)
-        if self.rule_on("shape_values"):  # rule shape_values (shape_values.py)
-            lookup.shape_values = shape_values(graph, lookup)
-        claimed: list[Node] = []
+        tensors = self.rule_on("shape_tensors")
+        if self.rule_on("shape_values"):  # rules shape_values and shape_tensors (shape_values.py)
+            lookup.shape_values = shape_values(graph, lookup, tensors=tensors)
         untrusted = untrusted_shapes(graph, lookup)
-        for n in graph.nodes:
-            try:
-                reason = reason_of(n, graph, lookup)
-                if reason is None and any(v in untrusted for v in (*n.inputs, *n.outputs) if v):
-                    reason = "inferred shape disagrees with onnxruntime's pool output size (ceil_mode)"
-            except INSPECTION_ERRORS as exc:
-                reason = f"cannot inspect node: {decline_reason(exc, self.logger, f'inspecting {n.op_type} {n.name!r}')}"
-            if reason is None:
-                claimed.append(n)
-            elif reason:  # "" means "not mine, say nothing" (e.g. a node the holder takes itself)
-                self.declined[n.name or n.op_type] = reason
-                self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
-        if lookup.shape_values:
-            claimed = unclaim_unshared(graph, claimed, lookup.shape_values)
+        gone: set[str] = set()
+        while True:
+            claimed, declined = self._claimable(graph, lookup, reason_of, untrusted)
+            if not lookup.shape_values:
+                break
+            kept = unclaim_unshared(graph, claimed, lookup.shape_values)
+            still = {id(n) for n in kept}
+            dropped = {o for n in claimed if id(n) not in still for o in n.outputs if o}
+            if not dropped - gone:
+                claimed = kept
+                break
+            # A shape value left to the host is an input to the partitions that read it: the values
+            # are found again as each partition will find them (a small integer one joins its
+            # signature, anything else is data there), and their readers judged again (rule
+            # shape_tensors: a position Gather by indices the host computes is a device node).
+            gone |= dropped
+            lookup.shape_values = shape_values(graph, lookup, tensors=tensors, gone=frozenset(gone))
+        for n, reason in declined:
+            self.declined[n.name or n.op_type] = reason
+            self.logger.debug("%s declines %s (%s): %s", self.name, n.name, n.op_type, reason)
         taken = {id(n) for n in claimed}
         values = lookup.shape_values
         derived = shape_derived(graph, lookup)
@@ -210,6 +216,24 @@ class OpenCLBackend:
                     self.logger.debug("%s declines %d node(s): %s", self.name, len(piece), reason)
                     continue
                 support_info.add_nodes_to_fuse(piece, FUSION_OPTIONS)
+
+    def _claimable(self, graph: Graph, lookup: GraphLookup, reason_of: NodeReason,
+                   untrusted: set[str]) -> tuple[list[Node], list[tuple[Node, str]]]:
+        """The nodes of ``graph`` the device takes by ``reason_of``, and the others with the reason."""
+        claimed: list[Node] = []
+        declined: list[tuple[Node, str]] = []
+        for n in graph.nodes:
+            try:
+                reason = reason_of(n, graph, lookup)
+                if reason is None and any(v in untrusted for v in (*n.inputs, *n.outputs) if v):
+                    reason = "inferred shape disagrees with onnxruntime's pool output size (ceil_mode)"
+            except INSPECTION_ERRORS as exc:
+                reason = f"cannot inspect node: {decline_reason(exc, self.logger, f'inspecting {n.op_type} {n.name!r}')}"
+            if reason is None:
+                claimed.append(n)
+            elif reason:  # "" means "not mine, say nothing" (e.g. a node the holder takes itself)
+                declined.append((n, reason))
+        return claimed, declined
 
     def _cost_reason(self, graph: Graph, piece: list[Node], support_info: EpGraphSupportInfo, lookup: GraphLookup,
                      taken: set[int]) -> str | None:
@@ -244,7 +268,7 @@ class OpenCLBackend:
         infos: list[NodeComputeInfo] = []
         for graph, node in zip(graphs, fused_nodes):
             info: NodeComputeInfo
-            if specialised(graph, self.rule_on("shape_values")):
+            if specialised(graph, self.disabled_fusions):
                 info = self.dynamic_info(graph)  # (shape values are computed per concrete signature)
             else:
                 try:

@@ -65,18 +65,28 @@ def is_dynamic(graph: Graph) -> bool:
     return any(not graph.value_info(name).has_static_shape for name in names)
 
 
-def partition_shape_values(graph: Graph) -> frozenset[str]:
+def partition_shape_values(graph: Graph, tensors: bool = False) -> frozenset[str]:
     """The shape values (rule ``shape_values``) partition ``graph`` computes: from shapes, constants
-    and its small integer inputs (shape values computed outside, which join the signature)."""
+    and its small integer inputs (shape values computed outside, which join the signature);
+    ``tensors``: with the larger values computed from them (rule ``shape_tensors``)."""
     lookup = GraphLookup(graph, {}, {}, {}, allow_dynamic=True)
     inputs = set(graph.input_names)
-    return shape_values(graph, lookup, lambda name: name in inputs and small_int(lookup, name))
+    return shape_values(graph, lookup, lambda name: name in inputs and small_int(lookup, name), tensors)
 
 
-def specialised(graph: Graph, shape_values_rule: bool) -> bool:
+def specialised(graph: Graph, disabled_fusions: frozenset[str]) -> bool:
     """Whether partition ``graph`` is specialised per input signature (``DynamicNodeComputeInfo``):
     it has symbolic dimensions, or shape values to compute when rule ``shape_values`` is on."""
-    return is_dynamic(graph) or (shape_values_rule and bool(partition_shape_values(graph)))
+    if is_dynamic(graph):
+        return True
+    rules = shape_value_rules(disabled_fusions)
+    return rules[0] and bool(partition_shape_values(graph, rules[1]))
+
+
+def shape_value_rules(disabled_fusions: frozenset[str]) -> tuple[bool, bool]:
+    """Whether rules ``shape_values`` and ``shape_tensors`` (which extends it) are on."""
+    values = "shape_values" not in disabled_fusions
+    return values, values and "shape_tensors" not in disabled_fusions
 
 
 def host_edges(graph: Graph, values: frozenset[str]) -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
@@ -183,7 +193,8 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         self.logger = logger
         self.max_signatures = max_signatures
         #: values computed on the host at each specialisation, constants of its plan (rule shape_values)
-        self.shape_values = partition_shape_values(graph) if "shape_values" not in disabled_fusions else frozenset()
+        values_rule, tensors_rule = shape_value_rules(disabled_fusions)
+        self.shape_values = partition_shape_values(graph, tensors_rule) if values_rule else frozenset()
         self._shape_nodes = shape_value_nodes(graph, self.shape_values)
         #: inputs computed from shapes and constants alone: Gather indices among them key the signature
         self.shape_derived = shape_derived

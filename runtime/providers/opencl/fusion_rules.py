@@ -56,6 +56,9 @@ FUSION_RULES: dict[str, str] = {
     "shape_values": "small integer computations on tensor shapes (Shape, Size, Gather, Concat, ... of shapes and "
                     "constants) claimed with the partition and computed on the host at its specialisation, so they "
                     "cut no partition and a Reshape's target is a constant of the plan",
+    "shape_tensors": "values of any size computed from tensor shapes and constants alone (position ids: Range, "
+                     "Expand, GatherElements of a constant table; causal masks) claimed with the partition and "
+                     "computed on the host at its specialisation, as rule shape_values does (needs shape_values)",
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
     "layernorm_prologue": "a fused elementwise tree read only by a LayerNormalization into the LayerNorm's kernel",

@@ -49,29 +49,53 @@ def small_int(lookup: GraphLookup, name: str) -> bool:
     return _small(lookup, name, frozenset("iu"))
 
 
-def shape_values(graph: Graph, lookup: GraphLookup, outside: Callable[[str], bool] | None = None) -> frozenset[str]:
+def shape_values(graph: Graph, lookup: GraphLookup, outside: Callable[[str], bool] | None = None,
+                 tensors: bool = False, gone: frozenset[str] = frozenset()) -> frozenset[str]:
     """The outputs of ``graph``'s nodes that are shape values: computed by an op of
     ``SHAPE_VALUE_OPS`` with a small static result from shapes (Shape, Size of any tensor),
     constants, other shape values, or values ``outside`` accepts (a partition's small integer
-    inputs). ``graph.nodes`` is in topological order."""
+    inputs). ``tensors`` (rule ``shape_tensors``): also the results, of any size, dtype and
+    deterministic ai.onnx op, computed from shapes this graph reads and constants alone (with at
+    least one such shape: constants alone are constant folding): position ids (Range, Expand,
+    GatherElements of a constant table) and causal masks. Never from an input of the graph, even a
+    small integer one (fixed dims make ``input_ids`` one): each is a function of the input shapes,
+    so a specialisation holds it as a constant. ``gone``: values computed elsewhere (left to the
+    host), read here as inputs. ``graph.nodes`` is in topological order."""
     found: set[str] = set()
+    rooted: set[str] = set()  # computed from shapes read here and constants alone
     for n in graph.nodes:
-        if n.domain or n.op_type not in SHAPE_VALUE_OPS or n.subgraphs:
-            continue
-        # the inputs first: most nodes of these ops read activations, which fails fastest here
-        if n.op_type not in SHAPE_READERS and not all(
-                i in found or lookup.const(i) is not None or (outside is not None and outside(i))
-                for i in n.inputs if i):
+        if n.domain or n.subgraphs or (n.op_type not in SHAPE_VALUE_OPS and not tensors):
             continue
         outs = [o for o in n.outputs if o]
-        if outs and all(_small(lookup, o) for o in outs):
+        if not outs or all(o in gone for o in outs):
+            continue
+        if n.op_type in SHAPE_READERS:
+            if all(_small(lookup, o) for o in outs):
+                found.update(outs)
+                rooted.update(outs)
+            continue
+        inputs = [i for i in n.inputs if i]
+
+        def given(i: str) -> bool:
+            return i in found or (outside is not None and outside(i)) or (i in gone and small_int(lookup, i))
+
+        # the inputs first: most nodes read activations, which fails fastest here
+        if not inputs or not all(given(i) or lookup.const(i) is not None for i in inputs):
+            continue
+        is_rooted = all(i in rooted or lookup.const(i) is not None for i in inputs) and any(i in rooted for i in inputs)
+        if n.op_type in SHAPE_VALUE_OPS and all(_small(lookup, o) for o in outs):
             found.update(outs)
+            if is_rooted:
+                rooted.update(outs)
+        elif tensors and is_rooted and n.op_type not in NONDETERMINISTIC:
+            found.update(outs)
+            rooted.update(outs)
     return frozenset(found)
 
 
 #: Ops whose result is not a function of their inputs: never shape-derived.
-_NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                               "Multinomial", "Bernoulli", "Dropout"})
+NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                              "Multinomial", "Bernoulli", "Dropout"})
 
 
 def shape_derived(graph: Graph, lookup: GraphLookup) -> frozenset[str]:
@@ -82,7 +106,7 @@ def shape_derived(graph: Graph, lookup: GraphLookup) -> frozenset[str]:
     ``graph.nodes`` is in topological order."""
     found: set[str] = set()
     for n in graph.nodes:
-        if n.subgraphs or n.domain not in ("", "ai.onnx") or n.op_type in _NONDETERMINISTIC:
+        if n.subgraphs or n.domain not in ("", "ai.onnx") or n.op_type in NONDETERMINISTIC:
             continue
         outs = [o for o in n.outputs if o]
         inputs = [i for i in n.inputs if i]

@@ -16,6 +16,16 @@ def vi(name, shape, elem=TensorProto.FLOAT):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
+def inferred_bytes(nodes, inputs, outputs, consts: dict) -> bytes:
+    """``make``'s model with ``consts`` (name -> array) as its initializers, shapes inferred, serialized."""
+    model = make(nodes, inputs, outputs, [onnx.numpy_helper.from_array(v, k) for k, v in consts.items()])
+    return onnx.shape_inference.infer_shapes(model).SerializeToString()
+
+
+def int64_vi(name, shape):
+    return vi(name, shape, TensorProto.INT64)
+
+
 def add_mul_model() -> onnx.ModelProto:
     """y = ((x + 1) * 2) + x, on [2, 3] floats."""
     one = onnx.numpy_helper.from_array(np.ones(3, np.float32), "one")

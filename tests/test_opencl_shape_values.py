@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 pytest.importorskip("pyopencl")
 
 import onnxhal  # noqa: E402
+from tests.models import inferred_bytes, int64_vi, vi  # noqa: E402
 from tests.opencl_support import require_opencl  # noqa: E402
 
 OPENCL_INDEX = require_opencl(module_level=True)
@@ -30,20 +30,7 @@ def opencl(register):
     register("onnxhal.runtime.providers.opencl", "opencl")
 
 
-def _model(nodes, inputs, outputs, consts: dict) -> bytes:
-    inits = [numpy_helper.from_array(v, k) for k, v in consts.items()]
-    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
-    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    model.ir_version = 10
-    return model.SerializeToString()
-
-
-def _f(name: str, shape) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-
-
-def _i(name: str, shape) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.INT64, shape)
+_model, _f, _i = inferred_bytes, vi, int64_vi  # tests/models.py's
 
 
 def _sessions(data: bytes) -> dict[str, onnxhal.InferenceSession]:

@@ -12,33 +12,21 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import onnxhal
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph
 from onnxhal.runtime.optimizer import passes
 from onnxhal.runtime.optimizer.shape_sources import redirect_shape_reads, shape_sources
+from tests.models import inferred_bytes, int64_vi, vi
 
 RNG = np.random.default_rng(4748)
 CORPUS = os.path.join(os.path.dirname(__file__), "real_models")
 PASS = "redirect_shape_reads"
 
 
-def _model(nodes, inputs, outputs, consts: dict) -> bytes:
-    inits = [numpy_helper.from_array(v, k) for k, v in consts.items()]
-    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
-    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    model.ir_version = 10
-    return model.SerializeToString()
-
-
-def _i(name: str, shape) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.INT64, shape)
-
-
-def _f(name: str, shape) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+_model, _f, _i = inferred_bytes, vi, int64_vi  # tests/models.py's
 
 
 def _graph(data: bytes) -> Graph:

@@ -31,6 +31,7 @@ from onnxhal.hal.errors import InvalidArgument, InvalidGraph, OrtError, OutOfMem
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.run_control import sleep_unless_terminated
+from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.runtime.optimizer.layout_transform import (
     LAYOUT_SENSITIVE,
     NHWC_DOMAIN,
@@ -377,8 +378,10 @@ class VirtualEp(Ep):
         ctx = context
         queue = self._queue(context)
         if self.rounder is not None:
+            # (an input or output in host memory, a numpy array, is not stored in device fp16: the
+            # partition's host inputs, and values computed at specialisation, rule shape_tensors)
             inputs = [self.rounder.rounded_copy(t, self.allocator, queue, edges.name(edges.input_names, i))
-                      if getattr(t, "dtype", None) == _F32 and i not in edges.keep_inputs
+                      if isinstance(t, DeviceTensor) and t.dtype == _F32 and i not in edges.keep_inputs
                       and i not in getattr(inner, "host_inputs", ()) else t
                       for i, t in enumerate(context.inputs)]
             ctx = KernelContext(inputs, context.num_outputs, context.stream, context.run_options)
@@ -386,8 +389,7 @@ class VirtualEp(Ep):
         outputs = ctx.outputs if outputs is None else outputs
         if self.rounder is not None:
             for i, t in enumerate(outputs):
-                # (an output in host memory is a value computed at specialisation: rule shape_tensors)
-                if (getattr(t, "dtype", None) == _F32 and i not in edges.keep_outputs
+                if (isinstance(t, DeviceTensor) and t.dtype == _F32 and i not in edges.keep_outputs
                         and i not in getattr(inner, "host_outputs", ())):
                     self.rounder.round_in_place(t, self.allocator, queue, edges.name(edges.output_names, i))
             if queue is self.device.queue:

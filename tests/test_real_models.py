@@ -239,3 +239,13 @@ def test_no_corpus_model_reaches_onnx_reference(monkeypatch):
         sess = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])
         sess.run(None, sigs["a"][0])  # Q/DQ build onnx.reference's kernel on the first run that needs it
     assert not used, sorted(used)
+
+
+def test_an_fp16_profile_leaves_host_memory_values_unrounded():
+    """intel-gpu stores float32 values as fp16; DeBERTa's relative-position chain is computed at
+    specialisation (rule shape_tensors) and reaches its partition as a numpy array, which the
+    rounding took for a device tensor ('numpy.ndarray' object has no attribute 'buffer')."""
+    from tests.conftest import simulated_or_skip
+
+    with simulated_or_skip("intel-gpu", by="profile") as sims:
+        _profile_matches_or_names_its_reasons("intel-gpu", sims["intel-gpu"], "hf_deberta")

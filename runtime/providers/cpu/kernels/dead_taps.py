@@ -55,6 +55,14 @@ def trimmed_node(node: Node, cut: Trim) -> Node:
     return twin
 
 
+#: ``trim``'s answer per (geometry attributes, input and weight spatial shapes), for every kernel
+_TRIMS: dict[tuple, Trim | None] = {}
+
+
+def _hashable(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
 class TrimmedTaps:
     """A Conv or FusedConv kernel's dead-tap rule: per (input, weight) shape, None where every tap
     lives, else the ``Trim`` and the twin kernel that runs it (made once per trimmed geometry by
@@ -62,7 +70,10 @@ class TrimmedTaps:
 
     def __init__(self, node: Node, ctx: KernelCreateContext | None, make: Callable[[Node], Kernel]) -> None:
         self._node, self._make = node, make
-        self._geometry = ConvGeometry(node)
+        self._geometry: ConvGeometry | None = None  # made at the first look that misses ``_TRIMS``
+        #: what the geometry depends on besides the shapes: ``_TRIMS``'s key
+        self._attrs = tuple(_hashable(node.attr(a)) for a in ("kernel_shape", "strides", "dilations", "pads",
+                                                               "auto_pad"))
         constant = getattr(ctx, "is_constant_initializer", lambda name: False)  # ctx None: constant folding
         self._constant_weight = len(node.inputs) > 1 and bool(constant(node.inputs[1]))
         self._plans: dict[tuple, tuple[Trim, Kernel] | None] = {}
@@ -87,10 +98,15 @@ class TrimmedTaps:
     def _plan(self, x_shape: tuple, w_shape: tuple) -> tuple[Trim, Kernel] | None:
         if not self._enabled or len(x_shape) < 3 or len(w_shape) != len(x_shape):
             return None
-        kernel, strides, dil, pb, pe, out = self._geometry.resolve(x_shape[2:], w_shape[2:])
-        if list(kernel) != list(w_shape[2:]):
-            return None  # a kernel_shape the weight does not have: the kernel reports it
-        cut = trim(x_shape[2:], kernel, strides, dil, pb, pe, out)
+        # The cut depends on the geometry alone, which repeats across a model's layers and across
+        # sessions of one model: resolved once per process (most padded layers cut nothing).
+        key = (self._attrs, x_shape[2:], w_shape[2:])
+        cut = _TRIMS.get(key, False)
+        if cut is False:
+            cut = self._trim(x_shape, w_shape)
+            if len(_TRIMS) > 4096:
+                _TRIMS.clear()
+            _TRIMS[key] = cut
         if cut is None:
             return None
         twin = self._twins.get(cut)
@@ -99,6 +115,14 @@ class TrimmedTaps:
                 self._twins.clear()
             twin = self._twins[cut] = self._make(trimmed_node(self._node, cut))
         return cut, twin
+
+    def _trim(self, x_shape: tuple, w_shape: tuple) -> Trim | None:
+        if self._geometry is None:
+            self._geometry = ConvGeometry(self._node)
+        kernel, strides, dil, pb, pe, out = self._geometry.resolve(x_shape[2:], w_shape[2:])
+        if list(kernel) != list(w_shape[2:]):
+            return None  # a kernel_shape the weight does not have: the kernel reports it
+        return trim(x_shape[2:], kernel, strides, dil, pb, pe, out)
 
     def run(self, inputs: list) -> list | None:
         """The outputs of the trimmed convolution of ``inputs``, or None where no tap dies."""

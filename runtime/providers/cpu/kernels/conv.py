@@ -582,7 +582,7 @@ class Conv(Kernel):
             return [y.astype(x.dtype)]
         trimmed = self.taps.run(inputs)
         if trimmed is not None:
-            return trimmed
+            return trimmed[0]
         w = inputs[1]
         b = inputs[2] if len(inputs) > 2 else None
         if x.ndim == 4 and x.dtype.kind == "f" and w.dtype == x.dtype:

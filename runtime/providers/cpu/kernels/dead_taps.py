@@ -124,8 +124,9 @@ class TrimmedTaps:
             return None  # a kernel_shape the weight does not have: the kernel reports it
         return trim(x_shape[2:], kernel, strides, dil, pb, pe, out)
 
-    def run(self, inputs: list) -> list | None:
-        """The outputs of the trimmed convolution of ``inputs``, or None where no tap dies."""
+    def run(self, inputs: list) -> tuple[list, Kernel] | None:
+        """The outputs of the trimmed convolution of ``inputs`` and the twin that ran it, or None
+        where no tap dies."""
         if not self._enabled:
             return None
         x, w = inputs[0], inputs[1]
@@ -143,4 +144,4 @@ class TrimmedTaps:
             if self._constant_weight:
                 self._cut = (w, cut, wc)  # one swap: concurrent runs see an old or a new entry, both valid
         self.last = cut
-        return twin.compute([x, wc] + list(inputs[2:]))
+        return twin.compute([x, wc] + list(inputs[2:])), twin

@@ -342,7 +342,7 @@ class FusedConv(FusedBase):
             return [shuffle_channels(y, self.shuffle)]
         trimmed = self.taps.run(inputs)
         if trimmed is not None:
-            _, twin = self.taps.kernel_for(x.shape, w.shape)  # the twin of this shape (concurrent runs may differ)
+            trimmed, twin = trimmed
             self.last_path = twin.last_path
             kept = twin._fast.get(x.shape)
             if kept is not None:  # the twin's kept run, its cut weights bound, straight from the next run

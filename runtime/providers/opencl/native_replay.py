@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import ctypes.util
 import glob
-import logging
 import os
 import threading
 from pathlib import Path
 from types import ModuleType
 
+from onnxhal.runtime.providers.extensions import stale_build
 from onnxhal.runtime.providers.path_tables import path_table
 
 try:
@@ -47,12 +47,7 @@ _SOURCE = Path(__file__).resolve().parent / "_replay.c"
 unavailable = ""
 if _replay is None:
     unavailable = "the extension _replay is not built (no C compiler at install)"
-elif _SOURCE.is_file() and Path(_replay.__file__).stat().st_mtime < _SOURCE.stat().st_mtime:
-    # an editable install whose _replay.c changed after the build: the old C must not stand in for
-    # the new source
-    unavailable = (f"{_replay.__file__} is older than {_SOURCE}: the native replay is off until it is rebuilt "
-                   "(pip install --no-deps -e .)")
-    logging.getLogger("onnxhal").warning(unavailable)
+elif unavailable := stale_build(_replay, _SOURCE, "the native replay is"):
     _replay = None
 
 _lock = threading.Lock()

@@ -5,10 +5,11 @@ compare the C routes with)."""
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from types import ModuleType
+
+from onnxhal.runtime.providers.extensions import stale_build
 
 try:
     from onnxhal.runtime.providers.cpu.kernels import _native
@@ -17,14 +18,11 @@ except ImportError:  # no compiler at install: the kernels run their numpy forms
 
 #: why the C routes are off although the module exists ("" when they are on or it was never built)
 STALE = ""
-_SOURCE = Path(__file__).resolve().parent / "_native.c"
-if _native is not None and _SOURCE.is_file() and Path(_native.__file__).stat().st_mtime < _SOURCE.stat().st_mtime:
-    # an editable install whose _native.c changed after the build: the old C must not stand in for
-    # the new source, so the kernels keep to numpy until the extension is rebuilt
-    STALE = (f"{_native.__file__} is older than {_SOURCE}: the CPU EP's C kernels are off until it is rebuilt "
-             "(pip install --no-deps -e .)")
-    logging.getLogger("onnxhal").warning(STALE)
-    _native = None
+if _native is not None:
+    # the kernels keep to numpy until a stale extension is rebuilt
+    STALE = stale_build(_native, Path(__file__).resolve().parent / "_native.c", "the CPU EP's C kernels are")
+    if STALE:
+        _native = None
 
 #: set to 0, kernels built from then on take no C route
 NATIVE_SWITCH = "ONNXHAL_NATIVE_KERNELS"

@@ -625,7 +625,6 @@ def sklearn_fourth_wave(out: str) -> list[str]:
                                     RidgeClassifier(alpha=1.0)),
                       lambda m: {id(m.steps[-1][1]): {"zipmap": False}}),
     }
-    made = []
     # the regression's two targets: one linear in the features, one not
     targets = np.stack([X[:, :3].sum(axis=1), np.tanh(X[:, 3] * X[:, 4])], axis=1)
     made = []
@@ -1841,9 +1840,9 @@ def hf_fourth_wave(out: str) -> list[str]:
     as 'untuned'): ``hf_falcon`` (Falcon: multi-query attention, every query head over one shared
     key/value head from a fused projection, attention and MLP in parallel off one LayerNorm,
     rotary embeddings on the whole head, GELU, no biases) and ``hf_convbert`` (ConvBERT: half the
-    heads self-attention, the other half span-based dynamic convolution, a depthwise-separable 1D
-    convolution whose kernels are computed per token from the keys and the queries and applied
-    over unfolded 9-token windows; grouped linear layers are off, token types). The TorchScript
+    heads self-attention, the other half span-based dynamic convolution: per-token kernels computed
+    from a depthwise-separable 1D convolution of the input times the queries, softmaxed and applied
+    over unfolded 9-token windows of a value projection; grouped linear layers off, token types). The TorchScript
     exporter, opset 17, IR 8; the first output; batch and sequence dynamic."""
     from transformers import ConvBertConfig, ConvBertModel, FalconConfig, FalconModel
 

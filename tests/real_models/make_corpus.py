@@ -15,7 +15,10 @@ held-out wave, also made before any tuning: Hugging Face's Qwen2, BLOOM, BART an
 MLPClassifier and IsolationForest (``sklearn2``, named ``skh_``); a fifth held-out wave, also made
 before any tuning: Hugging Face's GPT-NeoX, RoFormer and ConvNeXt V2 (``hf3``), torchvision's
 ResNeXt and DeepLabV3 (``torchvision5``) and skl2onnx's GaussianNB, PCA + KMeans and a TF-IDF
-ColumnTransformer (``sklearn3``); a streaming VAD with If and Loop bodies and a CRNN with a
+ColumnTransformer (``sklearn3``); a sixth held-out wave, also made before any tuning: Hugging
+Face's Falcon and ConvBERT (``hf4``), torchvision's VGG (by the dynamo exporter) and S3D
+(``torchvision6``) and skl2onnx's PLSRegression and a FeatureUnion into a RidgeClassifier
+(``sklearn4``); a streaming VAD with If and Loop bodies and a CRNN with a
 dynamic width, float and dynamically quantized (``devices``); static QDQ (per tensor and per
 channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); plus their inputs and all of
 onnxruntime's outputs.
@@ -594,6 +597,45 @@ class _Seq2Seq(torch.nn.Module):
     def forward(self, input_ids, attention_mask, decoder_input_ids):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                           return_dict=True).last_hidden_state
+
+
+def sklearn_fourth_wave(out: str) -> list[str]:
+    """skl2onnx families the corpus lacked, added before anyone tuned for them (the held-out set,
+    reported as 'untuned'): ``skh_plsr`` (PLSRegression of two targets on 3 components: the
+    centring and scaling of the inputs and a projection onto the coefficients, then the targets'
+    means added back) and ``skh_union`` (a FeatureUnion of PolynomialFeatures
+    of degree 2 and a TruncatedSVD to 3 components, concatenated, into a RidgeClassifier: labels and
+    the decision scores, no ZipMap). Batch dynamic, ai.onnx.ml opset 3."""
+    from skl2onnx import to_onnx
+    from sklearn.cross_decomposition import PLSRegression
+    from sklearn.datasets import make_classification
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.linear_model import RidgeClassifier
+    from sklearn.pipeline import FeatureUnion, make_pipeline
+    from sklearn.preprocessing import PolynomialFeatures
+
+    X, y = make_classification(n_samples=300, n_features=8, n_informative=5, n_classes=3, random_state=0)
+    X = X.astype(np.float32)
+    models = {
+        # skl2onnx 1.20's HistGradientBoosting converter writes numpy booleans into an ints
+        # attribute, which onnx's helper refuses: PLSRegression instead
+        "skh_plsr": (PLSRegression(n_components=3), lambda m: None),
+        "skh_union": (make_pipeline(FeatureUnion([("poly", PolynomialFeatures(degree=2)),
+                                                  ("svd", TruncatedSVD(n_components=3, random_state=0))]),
+                                    RidgeClassifier(alpha=1.0)),
+                      lambda m: {id(m.steps[-1][1]): {"zipmap": False}}),
+    }
+    # the regression's two targets: one linear in the features, one not
+    targets = np.stack([X[:, :3].sum(axis=1), np.tanh(X[:, 3] * X[:, 4])], axis=1)
+    made = []
+    for name, (model, options) in models.items():
+        model.fit(X[:200], targets[:200] if name == "skh_plsr" else y[:200])
+        path = os.path.join(out, f"{name}.onnx")
+        _save(to_onnx(model, X[:1], target_opset={"": 17, "ai.onnx.ml": 3}, options=options(model)), path)
+        # rows the model was not fitted on, a batch of 64 and one of 5
+        save_outputs(path, {"a": {"X": X[200:264]}, "b": {"X": X[280:285]}})
+        made.append(path)
+    return made
 
 
 def _export_both(module: torch.nn.Module, args: tuple, names: list[str], outputs: list[str], axes: dict,
@@ -1471,6 +1513,80 @@ def torchvision_fifth_wave(out: str) -> list[str]:
     return made
 
 
+def torchvision_sixth_wave(out: str) -> list[str]:
+    """Two more torchvision families the corpus lacked, added before anyone tuned for them (the
+    held-out set, reported as 'untuned'): ``tv_vgg`` (VGG-11 with batch norms at an eighth of its
+    widths: eight 3x3 convolutions between five 2x2 max poolings, the adaptive average pooling to
+    2x2 instead of 7x7 and the three-layer classifier at 64 wide; 64x64 images, batch dynamic),
+    exported by the dynamo exporter (opset 18), and ``tv_s3d`` (S3D video classification: 3D
+    convolutions separated into a 1xkxk spatial and a kx1x1 temporal one, Inception blocks of
+    separable branches with a 3x3x3 max pooling branch, 3D max poolings, then an average pooling,
+    a 1x1x1 convolution classifier and a mean; the stem, two blocks, the strided pooling and one
+    more block at an eighth of the widths; 8 frames of 32x32, batch and frames dynamic), by the
+    TorchScript exporter (opset 17). Run with a torchvision installed: its wheel may live in its own
+    environment."""
+    import importlib
+    import sys
+    import types
+    from functools import partial
+
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    from torchvision.models import vgg
+    # the module, not the builder function torchvision.models.video binds to the same name
+    s3d = importlib.import_module("torchvision.models.video.s3d")
+    from torchvision.ops.misc import Conv3dNormActivation
+
+    small = not MEDIUM
+    rng = np.random.default_rng(0)
+    made = []
+
+    torch.manual_seed(0)
+    side = 224 if MEDIUM else 64
+    widths = [8, "M", 16, "M", 32, 32, "M", 64, 64, "M", 64, 64, "M"] if small else vgg.cfgs["A"]
+    model = vgg.VGG(vgg.make_layers(widths, batch_norm=True), num_classes=10, init_weights=True)
+    if small:  # VGG's 4096-wide classifier over a 7x7 map alone is 400 MB
+        model.avgpool = torch.nn.AdaptiveAvgPool2d((2, 2))
+        model.classifier = torch.nn.Sequential(
+            torch.nn.Linear(64 * 2 * 2, 64), torch.nn.ReLU(True), torch.nn.Dropout(),
+            torch.nn.Linear(64, 64), torch.nn.ReLU(True), torch.nn.Dropout(), torch.nn.Linear(64, 10))
+        _reset_linears(model.classifier)
+    x = rng.standard_normal((2, 3, side, side)).astype(np.float32)
+    other = np.random.default_rng(1).standard_normal((1, 3, side, side)).astype(np.float32)
+    _norms_from_batch(model, rng.standard_normal((8, 3, side, side)))
+    path = os.path.join(out, "tv_vgg.onnx")
+    prog = torch.onnx.export(model, (torch.from_numpy(x),), dynamo=True, input_names=["image"],
+                             output_names=["logits"],
+                             # a named dim: Dim.DYNAMIC would call the batch s77
+                             dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},),
+                             opset_version=18)
+    prog.save(path)
+    _save(onnx.load(path), path)
+    save_outputs(path, {"a": {"image": x}, "b": {"image": other}})
+    made.append(path)
+
+    torch.manual_seed(0)
+    model = s3d.S3D(num_classes=10, dropout=0.0)
+    if small:  # the full network is 33 MB: S3D's first layers at an eighth of their widths
+        norm = partial(torch.nn.BatchNorm3d, eps=0.001, momentum=0.001)
+        sep, block = s3d.TemporalSeparableConv, s3d.SepInceptionBlock3D
+        model.features = torch.nn.Sequential(
+            sep(3, 8, 7, 2, 3, norm), torch.nn.MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1)),
+            Conv3dNormActivation(8, 8, kernel_size=1, stride=1, norm_layer=norm),
+            sep(8, 24, 3, 1, 1, norm), torch.nn.MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1)),
+            block(24, 8, 12, 16, 2, 4, 4, norm), block(32, 16, 16, 24, 4, 12, 8, norm),
+            torch.nn.MaxPool3d((3, 3, 3), (2, 2, 2), (1, 1, 1)), block(60, 24, 12, 26, 2, 6, 8, norm))
+        # the pooling over the last map (2 frames of 2x2 for 8 frames of 32x32) as the full
+        # network's (2, 7, 7) does over its 7x7
+        model.avgpool = torch.nn.AvgPool3d(kernel_size=(2, 2, 2), stride=1)
+        model.classifier = torch.nn.Sequential(torch.nn.Dropout(p=0.0), torch.nn.Conv3d(64, 10, kernel_size=1))
+    frames, vside = (16, 224) if MEDIUM else (8, 32)
+    clip = rng.standard_normal((2, 3, frames, vside, vside)).astype(np.float32)
+    longer = np.random.default_rng(1).standard_normal((1, 3, frames + 4, vside, vside)).astype(np.float32)
+    made.append(_export_torchvision(model, "tv_s3d", out, clip, longer, rng.standard_normal((4, 3, frames, vside, vside)),
+                                    {0: "batch", 2: "frames"}, ["logits"]))
+    return made
+
+
 def hf_models(out: str) -> list[str]:
     """Hugging Face families the corpus lacked, at tiny random configurations (``from_config``: no
     download), added before anyone tuned for them (the held-out set, reported as 'untuned'):
@@ -1718,6 +1834,33 @@ def hf_third_wave(out: str) -> list[str]:
     return made
 
 
+def hf_fourth_wave(out: str) -> list[str]:
+    """A fourth set of Hugging Face families the corpus lacked, at tiny random configurations
+    (``from_config``: no download), added before anyone tuned for them (the held-out set, reported
+    as 'untuned'): ``hf_falcon`` (Falcon: multi-query attention, every query head over one shared
+    key/value head from a fused projection, attention and MLP in parallel off one LayerNorm,
+    rotary embeddings on the whole head, GELU, no biases) and ``hf_convbert`` (ConvBERT: half the
+    heads self-attention, the other half span-based dynamic convolution: per-token kernels computed
+    from a depthwise-separable 1D convolution of the input times the queries, softmaxed and applied
+    over unfolded 9-token windows of a value projection; grouped linear layers off, token types). The TorchScript
+    exporter, opset 17, IR 8; the first output; batch and sequence dynamic."""
+    from transformers import ConvBertConfig, ConvBertModel, FalconConfig, FalconModel
+
+    hidden, layers, ffn, vocab = (256, 4, 1024, 1024) if MEDIUM else (32, 2, 64, 128)
+    seq = 128 if MEDIUM else SEQ
+    text = {
+        "hf_falcon": (lambda: FalconModel(FalconConfig(
+            vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+            multi_query=True, parallel_attn=True, new_decoder_architecture=False, alibi=False, bias=False,
+            max_position_embeddings=256, use_cache=False)), ("input_ids", "attention_mask")),
+        "hf_convbert": (lambda: ConvBertModel(ConvBertConfig(
+            vocab_size=vocab, embedding_size=hidden, hidden_size=hidden, num_hidden_layers=layers,
+            num_attention_heads=4, intermediate_size=ffn, head_ratio=2, conv_kernel_size=9, num_groups=1,
+            max_position_embeddings=256)), ("input_ids", "attention_mask", "token_type_ids")),
+    }
+    return [_export_text(name, build, names, seq, out) for name, (build, names) in text.items()]
+
+
 def precision_models(out: str) -> list[str]:
     """The precision variants of a CNN, a transformer and a CRNN already in ``out``: ``quantize_static``
     in the QDQ format per tensor (``_qdq_pt``) and per channel (``_qdq_pc``; the ResNet's is
@@ -1772,7 +1915,9 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           "hf2": hf_second_wave, "torchvision4": torchvision_fourth_wave, "sklearn2": sklearn_second_wave,
           # the fifth held-out wave: "torchvision5" in an environment with torchvision
           "hf3": hf_third_wave, "torchvision5": torchvision_fifth_wave,
-          "sklearn3": sklearn_third_wave}
+          "sklearn3": sklearn_third_wave,
+          # the sixth held-out wave: "torchvision6" in an environment with torchvision
+          "hf4": hf_fourth_wave, "torchvision6": torchvision_sixth_wave, "sklearn4": sklearn_fourth_wave}
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
   it would find nothing there; and where no node's inference may read a value data propagation
   computes (every node reads its inputs' types and shapes only, ``_VALUE_BLIND``: a CNN of
   convolutions, pools and elementwise ops; or the others read the outputs of propagating nodes only
-  as data, ``_SHAPE_ONLY_INPUTS``: a Shape-Gather-Add chain into a Reshape's data, a Cast before a
+  as data, ``_DATA_FIRST``: a Shape-Gather-Add chain into a Reshape's data, a Cast before a
   ZipMap), where the real pass runs without data propagation, which could find nothing either;
 - an unsafe LayerNormalization's ``axis`` checked against the rank that pass found;
 - the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
@@ -511,7 +511,7 @@ class _Scan:
     norms: list[tuple[onnx.NodeProto, str]]  # the LayerNormalization nodes, with where they are
     propagating: bool  # a node data propagation may visit (``may_propagate``)
     reads: set[str]  # the values such nodes read
-    shape_data_read: bool  # a node's inference may read what data propagation computes (``_SHAPE_ONLY_INPUTS``)
+    shape_data_read: bool  # a node's inference may read what data propagation computes (``_DATA_FIRST``)
     reshaped: tuple[bool, bool, bool]  # as ``_reshaped``
 
 
@@ -520,7 +520,7 @@ def _scan(proto: onnx.ModelProto) -> _Scan:
     graphs, norms, reads = [], [], set()
     propagating = False
     carriers: set[str] = set()  # outputs of nodes data propagation may visit: what may hold its values
-    shape_readers: list[list[str]] = []  # per node whose inference may read such a value: the inputs it may read so
+    values_read: set[str] = set()  # the inputs of nodes whose inference may read such a value, less data inputs
     through_body = False  # a node inferred through its function body, other than a ``_VALUE_BLIND`` one
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import)
     unsorted = False
@@ -534,27 +534,24 @@ def _scan(proto: onnx.ModelProto) -> _Scan:
             domain = "" if raw == "ai.onnx" else raw
             spelled = spelled or raw == "ai.onnx"
             # each repeated field read as one slice (a list made in C), not iterated name by name
-            inputs = n.input[:]
-            seen.update(n.output[:])
+            inputs, outputs = n.input[:], n.output[:]
+            seen.update(outputs)
             holder = op in _GRAPH_HOLDERS or domain not in STANDARD_DOMAINS
             node_reads = _reads(n) if holder and n.attribute else inputs
             if not seen.issuperset(node_reads):
                 ahead.update(r for r in node_reads if r not in seen)
             if op == "LayerNormalization" and domain == "":
                 norms.append((n, where))
-            version = opset.get(domain, 0)
-            if may_propagate(op, domain, version):
+            blind = op in _VALUE_BLIND if not domain else domain == ML_DOMAIN
+            if may_propagate(op, domain, opset.get(domain, 0)):
                 propagating = True
                 reads.update(i for i in inputs if i)
-                carriers.update(n.output[:])
-            if domain == ML_DOMAIN or (not domain and op in _VALUE_BLIND):
-                continue
-            through_body = through_body or _inferred_through_body(op, domain, version)
-            shape_only = _SHAPE_ONLY_INPUTS.get(op, ()) if not domain else ()
-            shape_readers.append([i for k, i in enumerate(inputs) if k not in shape_only])
+                carriers.update(outputs)
+                through_body = through_body or (not blind and _inferred_through_body(op, domain, opset.get(domain, 0)))
+            if not blind:
+                values_read.update(inputs[1:] if not domain and op in _DATA_FIRST else inputs)
         unsorted = unsorted or not ahead.isdisjoint(seen)
-    shape_data_read = (len(graphs) > 1 or bool(proto.functions) or through_body
-                       or any(not carriers.isdisjoint(r) for r in shape_readers))
+    shape_data_read = len(graphs) > 1 or bool(proto.functions) or through_body or not carriers.isdisjoint(values_read)
     return _Scan(graphs, norms, propagating, reads, shape_data_read, (spelled, proto.ir_version < 4, unsorted))
 
 
@@ -562,19 +559,18 @@ def _scan(proto: onnx.ModelProto) -> _Scan:
 #: (onnx/defs/traditionalml/defs.cc calls neither getInputData nor getSymbolicInput).
 ML_DOMAIN = "ai.onnx.ml"
 
-#: Standard operators with the inputs their inference reads for type and shape only (never for
+#: Standard operators whose inference reads their first input's type and shape only (never its
 #: values): the data input of the operators that take a shape, axes or sizes as another input.
 #: onnx reads data propagation's values only through ``InferenceContext::getSymbolicInput``
 #: (onnx/defs/shape_inference.cc ``getShapeInput``), which its operators call for
 #: ConstantOfShape's input 0, Expand's and Reshape's input 1, AffineGrid's input 1 and Resize's
 #: sizes (onnx commit f7546912, onnx/defs/{generator,math,tensor}); the operators here and in
 #: ``_VALUE_BLIND`` are a narrower set that holds whatever the onnx version.
-_SHAPE_ONLY_INPUTS: dict[str, tuple[int, ...]] = {
-    "Reshape": (0,), "Expand": (0,), "Tile": (0,), "Slice": (0,), "Pad": (0,), "Squeeze": (0,), "Unsqueeze": (0,),
-    "Resize": (0,), "Split": (0,), "TopK": (0,), "ArgMax": (0,), "ArgMin": (0,), "ReduceSum": (0,),
-    "ReduceMean": (0,), "ReduceMax": (0,), "ReduceMin": (0,), "ReduceProd": (0,), "ReduceL1": (0,),
-    "ReduceL2": (0,), "ReduceLogSum": (0,), "ReduceLogSumExp": (0,), "ReduceSumSquare": (0,),
-}
+_DATA_FIRST = frozenset({
+    "Reshape", "Expand", "Tile", "Slice", "Pad", "Squeeze", "Unsqueeze", "Resize", "Split", "TopK", "ArgMax",
+    "ArgMin", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+})
 
 
 #: Standard operators whose inference reads their inputs' types and shapes only, never their values

@@ -194,7 +194,53 @@ def test_a_node_reading_values_as_shapes_keeps_the_probe_and_data_propagation(in
     assert inference_calls == [False, True]
 
 
-@pytest.mark.parametrize("name", ["mobilenet_dynamo", "resnet_dynamo", "resnet_ts", "resnet_ts_qdq"])
+def test_shape_data_read_only_as_data_needs_no_propagation(inference_calls):
+    """A Shape-Gather-Add chain whose result reaches a Reshape only as its data input (the shape
+    comes from an initializer), and a Cast into an ai.onnx.ml Scaler: inference reads those values'
+    types and shapes, never what propagation computes, so neither model gets the probe pass or
+    propagation, and each is inferred to the shapes propagation gives; the sessions match
+    onnxruntime."""
+    chain = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i"], ["g"], axis=0),
+             helper.make_node("Add", ["g", "g"], ["a"]),
+             helper.make_node("Reshape", ["a", "two"], ["y"])]
+    scaled = [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.FLOAT),
+              helper.make_node("Scaler", ["c"], ["y"], domain="ai.onnx.ml", offset=[0.5], scale=[2.0])]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+    for nodes, out_type, ml in ((chain, TensorProto.INT64, False), (scaled, TensorProto.FLOAT, True)):
+        model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                       [helper.make_tensor_value_info("y", out_type, None)],
+                       [numpy_helper.from_array(np.array([1, 0], np.int64), "i"),
+                        numpy_helper.from_array(np.array([2, 1], np.int64), "two")], ml=ml)
+        inference_calls.clear()
+        loaded = load_model(model.SerializeToString())
+        # the one strict pass (a Scaler's output typed from inference's result is inferred once more)
+        assert inference_calls[0] is False and True not in inference_calls
+        want = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        got_shapes, want_shapes = _shapes(loaded.proto), _shapes(want)
+        if ml:  # the Scaler's output is typed by the loader (``ml_shapes``), which onnx leaves untyped
+            del got_shapes["y"], want_shapes["y"]
+        assert got_shapes == want_shapes
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(got.run(None, {"x": x})[0], sess.run(None, {"x": x})[0], rtol=1e-6)
+
+
+def test_an_operator_inferred_through_its_body_keeps_data_propagation(inference_calls):
+    """onnx infers GroupNormalization-18 through its function body, whose Reshape reads a shape
+    propagation computes inside the body: propagation stays on although no node outside reads a
+    propagated value."""
+    nodes = [helper.make_node("GroupNormalization", ["x", "sc", "b"], ["y"], num_groups=2)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                   [numpy_helper.from_array(np.ones(2, np.float32), "sc"),
+                    numpy_helper.from_array(np.zeros(2, np.float32), "b")])
+    model.opset_import[0].version = 18
+    load_model(model.SerializeToString())
+    assert inference_calls[-1] is True
+
+
+@pytest.mark.parametrize("name", ["mobilenet_dynamo", "resnet_dynamo", "resnet_ts", "resnet_ts_qdq", "hb_perf_tree_trav"])
 def test_corpus_models_inferred_without_data_propagation_get_what_it_gives(name, inference_calls):
     path = os.path.join(os.path.dirname(__file__), "real_models", f"{name}.onnx")
     loaded = load_model(path)

@@ -1400,6 +1400,28 @@ def test_shapes_inferred_again_after_folding_only_where_the_inputs_dims_are_know
     assert [n.op_type for n in graph.nodes] == ["Reshape", "Relu"]  # the Where folded either way
 
 
+def test_shapes_are_not_inferred_again_where_propagation_reads_a_long_value(monkeypatch):
+    # onnx's data propagation is linear in a 1-D value's length (a fuzzed 2**31-element input held
+    # the GIL for ever): as the loader's inference, refresh_shapes leaves such a graph as it is.
+    from onnxhal.runtime.loader.guarded_inference import DATA_PROP_MAX_LENGTH
+    from onnxhal.runtime.optimizer.cleanup import refresh_shapes
+    n = DATA_PROP_MAX_LENGTH + 1
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Gather", ["a", "i"], ["g"]),
+             helper.make_node("Reshape", ["z", "g"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT64, [n]),
+                                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([0, 1], np.int64), "i")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    loaded = load_model(model.SerializeToString())
+    calls = []
+    real = onnx.shape_inference.infer_shapes
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert not refresh_shapes(loaded.graph)
+    assert calls == []
+
+
 @pytest.mark.parametrize("value", [
     3, -(2 ** 63), 0.25, float("inf"), "relu", "ünïcode", [1, 2, 3], (4, 5), [1.5, 2.0], [1, 2.5], (0.5,),
     True, np.int64(7), np.float32(0.5), [np.int64(1), 2], ["a", "b"], [b"x"], b"bytes",

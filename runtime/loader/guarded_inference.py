@@ -8,9 +8,11 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
   input for the Mean output without checking the rank: ``axis=2**31`` is SIGSEGV). What it finds
   gives the ranks and dimensions the checks below need. It is skipped where the model has no
   LayerNormalization and no node data propagation would visit (a tree ensemble, a linear model):
-  it would find nothing there; and where no node's inference reads an input's values
-  (``_VALUE_BLIND``: a CNN of convolutions, pools and elementwise ops), where the real pass runs
-  without data propagation, which could find nothing either;
+  it would find nothing there; and where no node's inference may read a value data propagation
+  computes (every node reads its inputs' types and shapes only, ``_VALUE_BLIND``: a CNN of
+  convolutions, pools and elementwise ops; or the others read the outputs of propagating nodes only
+  as data, ``_DATA_FIRST``: a Shape-Gather-Add chain into a Reshape's data, a Cast before a
+  ZipMap), where the real pass runs without data propagation, which could find nothing either;
 - an unsafe LayerNormalization's ``axis`` checked against the rank that pass found;
 - the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
   propagation runs only where no 1-D value a propagating node reads (Shape, Gather, Mul, ...: an
@@ -488,6 +490,18 @@ def may_propagate(op_type: str, domain: str, version: int) -> bool:
         schema.has_function or schema.has_context_dependent_function)
 
 
+@functools.lru_cache(maxsize=4096)
+def _inferred_through_body(op_type: str, domain: str, version: int) -> bool:
+    """Whether onnx infers this operator through its function body (no inference function of its
+    own): the body's nodes may read shapes that data propagation computes inside it."""
+    try:
+        schema = onnx.defs.get_schema(op_type, version, domain)
+    except Exception:  # not an onnx operator: inference skips it
+        return False
+    return not schema.has_type_and_shape_inference_function and (
+        schema.has_function or schema.has_context_dependent_function)
+
+
 @dataclass
 class _Scan:
     """What ``infer`` needs to know of a model's nodes, read in one pass over them (each access to
@@ -496,8 +510,8 @@ class _Scan:
     graphs: list[onnx.GraphProto]
     norms: list[tuple[onnx.NodeProto, str]]  # the LayerNormalization nodes, with where they are
     propagating: bool  # a node data propagation may visit (``may_propagate``)
-    value_blind: bool  # every node is one whose inference reads no input's values (``_VALUE_BLIND``)
     reads: set[str]  # the values such nodes read
+    shape_data_read: bool  # a node's inference may read what data propagation computes (``_DATA_FIRST``)
     reshaped: tuple[bool, bool, bool]  # as ``_reshaped``
 
 
@@ -505,7 +519,9 @@ def _scan(proto: onnx.ModelProto) -> _Scan:
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
     graphs, norms, reads = [], [], set()
     propagating = False
-    value_blind = True
+    carriers: set[str] = set()  # outputs of nodes data propagation may visit: what may hold its values
+    values_read: set[str] = set()  # the inputs of nodes whose inference may read such a value, less data inputs
+    through_body = False  # a node inferred through its function body, other than a ``_VALUE_BLIND`` one
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import)
     unsorted = False
     for g, where in walk_graphs(proto.graph):
@@ -518,20 +534,43 @@ def _scan(proto: onnx.ModelProto) -> _Scan:
             domain = "" if raw == "ai.onnx" else raw
             spelled = spelled or raw == "ai.onnx"
             # each repeated field read as one slice (a list made in C), not iterated name by name
-            inputs = n.input[:]
-            seen.update(n.output[:])
+            inputs, outputs = n.input[:], n.output[:]
+            seen.update(outputs)
             holder = op in _GRAPH_HOLDERS or domain not in STANDARD_DOMAINS
             node_reads = _reads(n) if holder and n.attribute else inputs
             if not seen.issuperset(node_reads):
                 ahead.update(r for r in node_reads if r not in seen)
             if op == "LayerNormalization" and domain == "":
                 norms.append((n, where))
+            blind = op in _VALUE_BLIND if not domain else domain == ML_DOMAIN
             if may_propagate(op, domain, opset.get(domain, 0)):
                 propagating = True
                 reads.update(i for i in inputs if i)
-            value_blind = value_blind and not domain and op in _VALUE_BLIND
+                carriers.update(outputs)
+                through_body = through_body or (not blind and _inferred_through_body(op, domain, opset.get(domain, 0)))
+            if not blind:
+                values_read.update(inputs[1:] if not domain and op in _DATA_FIRST else inputs)
         unsorted = unsorted or not ahead.isdisjoint(seen)
-    return _Scan(graphs, norms, propagating, value_blind, reads, (spelled, proto.ir_version < 4, unsorted))
+    shape_data_read = len(graphs) > 1 or bool(proto.functions) or through_body or not carriers.isdisjoint(values_read)
+    return _Scan(graphs, norms, propagating, reads, shape_data_read, (spelled, proto.ir_version < 4, unsorted))
+
+
+#: The ai.onnx.ml domain: none of its operators' inference functions reads an input's values
+#: (onnx/defs/traditionalml/defs.cc calls neither getInputData nor getSymbolicInput).
+ML_DOMAIN = "ai.onnx.ml"
+
+#: Standard operators whose inference reads their first input's type and shape only (never its
+#: values): the data input of the operators that take a shape, axes or sizes as another input.
+#: onnx reads data propagation's values only through ``InferenceContext::getSymbolicInput``
+#: (onnx/defs/shape_inference.cc ``getShapeInput``), which its operators call for
+#: ConstantOfShape's input 0, Expand's and Reshape's input 1, AffineGrid's input 1 and Resize's
+#: sizes (onnx commit f7546912, onnx/defs/{generator,math,tensor}); the operators here and in
+#: ``_VALUE_BLIND`` are a narrower set that holds whatever the onnx version.
+_DATA_FIRST = frozenset({
+    "Reshape", "Expand", "Tile", "Slice", "Pad", "Squeeze", "Unsqueeze", "Resize", "Split", "TopK", "ArgMax",
+    "ArgMin", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+})
 
 
 #: Standard operators whose inference reads their inputs' types and shapes only, never their values
@@ -578,9 +617,10 @@ def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto 
         # Nothing for the first pass to find: no LayerNormalization to check, and no node data
         # propagation would visit (so it costs nothing and changes nothing): the real pass alone.
         long_1d, shapes = False, {}
-    elif not norms and scan.value_blind:
-        # No node reads a value as a shape: propagation would change nothing, so the real pass runs
-        # without it, and needs no first pass to tell whether a long value makes it too costly.
+    elif not norms and not scan.shape_data_read:
+        # No node's inference reads what propagation computes: it would change nothing, so the
+        # real pass runs without it, and needs no first pass to tell whether a long value makes it
+        # too costly.
         long_1d, shapes = True, {}
     else:
         probe = stub if not any(_unsafe_layer_norm(n) for n, _ in norms) else _probe_copy(stub)

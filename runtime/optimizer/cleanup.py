@@ -16,7 +16,7 @@ import onnx
 from onnx import helper
 
 from onnxhal.hal.graph import Graph, Node, ValueInfo
-from onnxhal.runtime.loader.guarded_inference import STUB_MIN_ELEMENTS
+from onnxhal.runtime.loader.guarded_inference import DATA_PROP_MAX_LENGTH, STUB_MIN_ELEMENTS, may_propagate
 from onnxhal.runtime.optimizer.qdq_fusions import keep_for_fusion
 from onnxhal.runtime.optimizer.rewrite import (
     constant,
@@ -350,6 +350,21 @@ def carries_shape_data(graph: Graph, name: str) -> bool:
 _FLOAT_SHAPE_READERS = frozenset({"Resize", "Upsample", "Range"})
 
 
+def _propagation_reads_long_value(graph: Graph) -> bool:
+    """Whether a node onnx's data propagation visits reads a 1-D value longer than
+    ``DATA_PROP_MAX_LENGTH``: propagation's cost is linear in its length (for ever at 2**31, holding
+    the GIL), which is why the loader's inference runs without it there."""
+    version = graph.opset.get("", 0)
+    for node in graph.nodes:
+        if not may_propagate(node.op_type, "", version):
+            continue
+        for name in node.inputs:
+            shape = graph.value_info(name).shape if name else None
+            if shape is not None and len(shape) == 1 and isinstance(shape[0], int) and shape[0] > DATA_PROP_MAX_LENGTH:
+                return True
+    return False
+
+
 def refresh_shapes(graph: Graph) -> bool:
     """Infer shapes again where folding made them knowable, and keep what became static.
 
@@ -377,6 +392,9 @@ def refresh_shapes(graph: Graph) -> bool:
         return False
     names = [o for n in graph.nodes for o in n.outputs if o]
     if all(graph.value_info(n).has_static_shape for n in names):
+        return False
+    if _propagation_reads_long_value(graph):
+        _settled.add(graph)  # as the loader's pass: no data propagation, so nothing more to learn
         return False
     model = helper.make_model(graph.to_proto(data_up_to=STUB_MIN_ELEMENTS),
                               opset_imports=[helper.make_opsetid(d, v) for d, v in graph.opset.items()])

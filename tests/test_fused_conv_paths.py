@@ -94,6 +94,8 @@ CASES = [
     ("im2col_same_width", (1, 16, 20, 20), (32, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("im2col_same_width", (2, 16, 17, 15), (16, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}),
     ("im2col_same_width", (1, 8, 18, 21), (16, 8, 5, 5), {"pads": [0, 2, 4, 2]}),
+    # taps' conditions but a small plane of many outputs (fused_conv.TAPS_MAX_WASTED_ROWS)
+    ("im2col_same_width", (1, 192, 5, 5), (96, 192, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("im2col_half_width", (2, 16, 32, 32), (16, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     ("im2col_half_width", (1, 3, 64, 64), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
     ("im2col_view", (2, 16, 33, 33), (16, 16, 3, 3), {"pads": [0, 1, 1, 0], "strides": [2, 2]}),

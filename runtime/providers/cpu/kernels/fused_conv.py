@@ -83,7 +83,8 @@ _path = CONV_PATHS.add
 
 
 TAPS = _path("taps", "ungrouped, more than one tap, at most half as many outputs as inputs, unit stride "
-                     "and the output as wide as the input (conv.same_width), windows above conv.gather_plan's limit")
+                     "and the output as wide as the input (conv.same_width), windows above conv.gather_plan's limit, "
+                     "at most TAPS_MAX_WASTED_ROWS product rows spent on the padding (taps_wasted_rows)")
 #: Depthwise convolutions above the gather limit (group == C == M, one input channel per group) run
 #: through ``conv.depthwise_rows``, one path per ``conv.DEPTHWISE_LAYOUTS`` entry.
 DEPTHWISE_PATHS = {_path(f"depthwise_{layout.name}", "depthwise above the gather limit, conv.depthwise_rows "
@@ -158,6 +159,14 @@ NATIVE_DIRECT_ENABLED = True
 NATIVE_DIRECT_MAX_CHANNELS = 4
 NATIVE_DIRECT_MAX_K = 160
 NATIVE_DIRECT_MIN_OUTPUTS = 256
+
+#: ``TAPS``' bound on ``taps_wasted_rows``: its product runs over the padded plane, hp x wq
+#: positions for oh x ow outputs, against im2col's copy of the windows, which it saves. Small planes
+#: of many output channels lose: taps against im2col, one BLAS thread, CPU time alternating
+#: (wasted rows): 128 to 32 at 56x56 (2.2) 0.61, at 28x28 (4.8) 0.71; 512 to 128 at 14x14 (40) 1.00;
+#: 256 to 128 at 28x28 (19) 0.99; 512 to 256 at 14x14 (80) 1.17; 1024 to 512 at 14x14 (160) 1.22;
+#: 1024 to 256 at 7x7 (166) 1.27; 512 to 256 at 7x7 (166) 1.37.
+TAPS_MAX_WASTED_ROWS = 48
 
 #: Images from which an ungrouped im2col convolution with fewer output positions per image than
 #: output channels (the weights outweigh one image's windows) lays all images' windows side by
@@ -534,7 +543,8 @@ class FusedConv(FusedBase):
         # After the gather: within its limit one take and one product beat the taps' products and
         # shifted sums (several times faster on small planes, such as YOLOv8's 4x4 and 2x2 layers)
         if (path == "general" and plan is None and self.group == 1 and kh * kw > 1 and 2 * m <= c
-                and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd)):
+                and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd)
+                and taps_wasted_rows(m, (h + top + bottom, wd + left + right), (oh, ow)) <= TAPS_MAX_WASTED_ROWS):
             path = TAPS
         if (path == "general" and plan is None and self.group == 1 and x_shape[0] >= BATCHED_MIN_IMAGES
                 and oh * ow < m and (kh * kw > 1 or any(pads))):
@@ -916,6 +926,13 @@ class FusedConv(FusedBase):
         if self.act is not None:
             self.act(y)
         return y
+
+
+def taps_wasted_rows(m: int, padded_hw: tuple[int, int], out_hw: tuple[int, int]) -> float:
+    """``TAPS``' extra product work over the padding, as a share of im2col's (the padded plane's
+    positions per output, less one), weighed by the M output channels: im2col's copy of the
+    windows, which ``TAPS`` saves, weighs less against a product of more output channels."""
+    return m * (padded_hw[0] * padded_hw[1] / (out_hw[0] * out_hw[1]) - 1)
 
 
 def unit_rows_apply(in_hw: tuple[int, int], kernel: tuple[int, int], pads: tuple[int, int], out_hw: tuple[int, int],

@@ -49,6 +49,7 @@ from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels import conv as _conv
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels import worker_pool
+from onnxhal.runtime.providers.cpu.kernels.blas_threads import get_blas_threads
 from onnxhal.runtime.providers.cpu.kernels.clamp import clip_ufunc
 from onnxhal.runtime.providers.cpu.kernels.conv import (
     APPENDED,
@@ -128,6 +129,15 @@ IM2COL_VIEW = _path("im2col_view", "im2col that neither flat-plane layout takes,
                                    "stride, or windows that tile the input: one strided window view copied")
 IM2COL_PHASES = _path("im2col_phases", "im2col of 5x5 and larger strided windows that do not tile the input: "
                                        "conv.im2col_from_phases")
+PACKED_POINTWISE = _path("pointwise_packed", "pointwise's conditions, and packed_applies (float32, one image, at most "
+                                             "PACKED_MAX_COLUMNS outputs a plane, at least PACKED_MIN_CHANNELS output "
+                                             "channels, _native.packed_gemm built and the CPU has "
+                                             "AVX-512, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_PACKED_ENABLED) and "
+                                             "BLAS on one thread at the run: _native.packed_gemm with the weights "
+                                             "packed (once, when constant), then residual and activation")
+PACKED_IM2COL = _path("im2col_packed", "ungrouped im2col (above the gather limit, not taps) and packed_applies, BLAS "
+                                       "on one thread at the run: the windows copied as _im2col's layouts (1x1 ones "
+                                       "subsampled), then pointwise_packed's product")
 IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, above the gather limit) of at least "
                                          "BATCHED_MIN_IMAGES images with fewer output positions per image than output "
                                          "channels: all images' windows side by side, one product")
@@ -135,6 +145,16 @@ IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, ab
 #: The switch of ``DEPTHWISE_NATIVE`` (read when a kernel is built): False keeps depthwise
 #: convolutions on the numpy paths (the tests compare them).
 NATIVE_DEPTHWISE_ENABLED = True
+#: The switch of ``PACKED_POINTWISE`` and ``PACKED_IM2COL`` (read when a kernel is built): False
+#: keeps their layers on BLAS's products (the tests compare them).
+NATIVE_PACKED_ENABLED = True
+#: The most output positions per plane the packed product takes: it beats OpenBLAS's sgemm on
+#: products of few columns, whose weights sgemm repacks each call, and loses on wider ones (one
+#: thread each, CPU time, alternating, the product alone: M x K x P 512x2048x49 0.78,
+#: 2048x512x49 0.78, 512x4608x49 0.76; 256x2304x196 1.07).
+PACKED_MAX_COLUMNS = 64
+#: The fewest output channels the packed product takes: one block of ``_native.PACKED_GEMM_BLOCK``.
+PACKED_MIN_CHANNELS = 64
 #: The switch of ``DEPTHWISE_NATIVE_ROWS`` (read when a layer's path is chosen): False leaves its
 #: layers to ``DEPTHWISE_NATIVE`` (the tests compare them).
 NATIVE_DEPTHWISE_ROWS_ENABLED = True
@@ -239,7 +259,7 @@ class FusedConv(FusedBase):
         self._wg: tuple | None = None
         self._bz: tuple | None = None
         self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const, "_wd": w_const and b_const,
-                           "_wg": w_const,
+                           "_wg": w_const, "_wp": w_const,
                            "_bz": b_const}
         self._geometries: dict[tuple, tuple] = {}
         self.last_path: str | None = None  #: the ``CONV_PATHS`` name of the last 2-D float run
@@ -251,9 +271,12 @@ class FusedConv(FusedBase):
         self._fast: dict[tuple, tuple] = {}  # per input shape: (W, dtype, B, run), ``_remember``
         self._slow: set[tuple] = set()  # input shapes whose path ``_remember`` does not keep
         # the C convolutions' module, or None where not built or both switched off
-        self._native = native_module() if NATIVE_DEPTHWISE_ENABLED or NATIVE_DIRECT_ENABLED else None
+        self._native = (native_module() if NATIVE_DEPTHWISE_ENABLED or NATIVE_DIRECT_ENABLED or NATIVE_PACKED_ENABLED
+                        else None)
         self._native_depthwise = self._native is not None and NATIVE_DEPTHWISE_ENABLED
         self._native_dense = self._native is not None and NATIVE_DIRECT_ENABLED
+        self._native_packed = NATIVE_PACKED_ENABLED and packed_gemm_supported(self._native)
+        self._wp: tuple | None = None
         params = node.attr("activation_params") or []
         self._clip_bounds = ((float(params[0]), float(params[1]))
                              if node.attr("activation", "") == "Clip" and len(params) == 2 else None)
@@ -551,7 +574,15 @@ class FusedConv(FusedBase):
             path = IM2COL_BATCHED
         if path == "depthwise":
             path = "depthwise_" + depthwise_layout(x_shape, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
+        elif ((path == POINTWISE or path == "general" and plan is None) and self.group == 1
+              and self._packed_applies(x_shape, w_shape, (oh, ow))):
+            path = PACKED_POINTWISE if path == POINTWISE else PACKED_IM2COL
         return pads, oh, ow, path, plan
+
+    def _packed_applies(self, x_shape: tuple, w_shape: tuple, out_hw: tuple[int, int]) -> bool:
+        """``packed_applies``' shape conditions, with the packed product built and supported (the
+        dtype and BLAS's threads are checked at each run)."""
+        return self._native_packed and packed_applies(x_shape, w_shape, out_hw)
 
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
         # The paths ShuffleNet, MobileNet and SqueezeNet run most are dispatched before anything
@@ -566,6 +597,11 @@ class FusedConv(FusedBase):
         if path == GATHER:
             self.last_path = path
             return self._gathered(x, w, b, z, plan)
+        if path == PACKED_POINTWISE or path == PACKED_IM2COL:
+            if x.dtype == np.float32 and w.dtype == np.float32 and packed_now():
+                self.last_path = path
+                return self._packed_product(x, w, b, z, pads, (oh, ow))
+            path = POINTWISE if path == PACKED_POINTWISE else "general"  # BLAS's products, as without the C
         if path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE or path == DEPTHWISE_NATIVE_ROWS:
             self.last_path = path
             return self._native_direct(x, w, b, z, pads, (oh, ow), path == DEPTHWISE_NATIVE_ROWS)
@@ -649,6 +685,46 @@ class FusedConv(FusedBase):
                 self._finish(y, b, None, shuffled)
         y = y.reshape(n, m, oh, ow)
         return y if shuffled else shuffle_channels(y, self.shuffle)
+
+    def _packed_weights(self, w: np.ndarray) -> np.ndarray:
+        """``w`` (M, C, kh, kw) as ``_native.packed_gemm`` reads it: (ceil(M / B), C kh kw, B) for
+        its blocks of B output channels, zero rows past M; kept while constant weights come back
+        (others are packed per run: a copy of the weights, against a product P times as long)."""
+        def build() -> np.ndarray:
+            block = self._native.PACKED_GEMM_BLOCK
+            m = w.shape[0]
+            blocks = -(-m // block)
+            padded = np.zeros((blocks * block, w[0].size), dtype=np.float32)
+            padded[:m] = w.reshape(m, -1)
+            return np.ascontiguousarray(padded.reshape(blocks, block, -1).transpose(0, 2, 1))
+        return self._derived("_wp", (w,), build)
+
+    def _packed_product(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                        pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
+        """``PACKED_POINTWISE`` and ``PACKED_IM2COL``: the input (a 1x1 unpadded one's, subsampled
+        by its strides) or its windows as the product's right side, (N, K, P), one
+        ``_native.packed_gemm`` with the bias over blocks of output channels (split between the
+        workers as the products of the other paths are), then residual and activation."""
+        n, c = x.shape[:2]
+        m, _, kh, kw = w.shape
+        (sh, sw), (oh, ow) = self.strides, out_hw
+        p, k = oh * ow, c * kh * kw
+        if kh == kw == 1 and not any(pads):
+            cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, k, p)
+        else:
+            cols = np.empty((n, k, p), dtype=np.float32)
+            _im2col(x, pads, out_hw, (kh, kw), self.strides, self.dilations, cols.reshape(n, c, kh, kw, oh, ow))
+        wp = self._packed_weights(w)
+        bias = None if b is None else np.ascontiguousarray(b, np.float32)
+        y = np.empty((n, m, p), dtype=np.float32)
+        gemm = self._native.packed_gemm
+
+        def blocks(b0: int, b1: int) -> None:
+            gemm(wp, cols, bias, y, (b0, b1))
+
+        parallel_ranges(wp.shape[0], blocks, work=n * m * k * p)
+        self._finish(y, None, z, False)
+        return shuffle_channels(y.reshape(n, m, oh, ow), self.shuffle)
 
     def _batched_columns(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                          pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
@@ -933,6 +1009,28 @@ def taps_wasted_rows(m: int, padded_hw: tuple[int, int], out_hw: tuple[int, int]
     positions per output, less one), weighed by the M output channels: im2col's copy of the
     windows, which ``TAPS`` saves, weighs less against a product of more output channels."""
     return m * (padded_hw[0] * padded_hw[1] / (out_hw[0] * out_hw[1]) - 1)
+
+
+def packed_gemm_supported(native) -> bool:
+    """Whether the C extension ``native`` (or None) has ``packed_gemm`` and this CPU runs it."""
+    return native is not None and hasattr(native, "packed_gemm") and native.packed_gemm_supported()
+
+
+def packed_applies(x_shape: tuple, w_shape: tuple, out_hw: tuple[int, int]) -> bool:
+    """The shapes ``PACKED_POINTWISE`` and ``PACKED_IM2COL`` take: one image, at most
+    ``PACKED_MAX_COLUMNS`` output positions, at least ``PACKED_MIN_CHANNELS`` output channels, and
+    a product of at least ``worker_pool.PARALLEL_MIN_WORK`` (smaller ones keep their fewer numpy
+    calls, ``_remember``)."""
+    p = out_hw[0] * out_hw[1]
+    return (x_shape[0] == 1 and p <= PACKED_MAX_COLUMNS and w_shape[0] >= PACKED_MIN_CHANNELS
+            and w_shape[0] * w_shape[1] * w_shape[2] * w_shape[3] * p >= worker_pool.PARALLEL_MIN_WORK)
+
+
+def packed_now() -> bool:
+    """Whether BLAS runs on one thread for this run (pinned, or the load governor's choice), where
+    the packed product, on one thread or split between the workers, beats it; with more, BLAS's
+    own threads take the product."""
+    return worker_pool.SPLIT_PRODUCTS or get_blas_threads() == 1
 
 
 def unit_rows_apply(in_hw: tuple[int, int], kernel: tuple[int, int], pads: tuple[int, int], out_hw: tuple[int, int],

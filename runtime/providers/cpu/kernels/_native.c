@@ -1304,13 +1304,14 @@ done:
  * outputs is summed over k in 28 vector registers, one FMA per channel vector and column, PG_KC
  * values of k at a time, each pass's sums added to a tile per column block (blocked summation, as
  * BLAS's passes over k: the rounding grows with PG_KC and K / PG_KC, not K), the packed weights
- * reused across the column blocks (MLAS packs its GEMM's B once per convolution and sums a
+ * reused across PG_CHUNK column blocks (MLAS packs its GEMM's B once per convolution and sums a
  * register tile per block the same way: onnxruntime/core/mlas/lib/sgemm.cpp,
  * x86_64/SgemmKernelAvx512F.S). Rounded once per FMA. Built for AVX-512 only:
  * its callers check packed_gemm_supported(). */
 #define PG_MR 64 /* output channels a block: 4 AVX-512 vectors */
 #define PG_NR 7  /* columns a block: 7x7, 14x14 and 28x28 planes are whole blocks */
-#define PG_KC 256 /* k a pass over the blocks: a block of weights (64 KB) stays in L2 across the columns */
+#define PG_KC 128 /* k a pass: a block of weights (32 KB) stays in L1 across the column blocks */
+#define PG_CHUNK 16 /* column blocks a pass over the weights: their columns packed (L2), their tiles (L1) */
 #define PG_MV (PG_MR / 16)
 typedef float pg_v16 __attribute__((vector_size(64), aligned(4)));
 __attribute__((target("arch=x86-64-v4"), optimize("fp-contract=fast", "no-trapping-math"))) static void
@@ -1321,49 +1322,54 @@ packed_gemm_float(const float *RESTRICT wp, const float *RESTRICT x, const float
   for (Py_ssize_t img = 0; img < n; img++) {
     const float *xi = x + img * k * p;
     float *yi = y + img * m * p;
-    for (Py_ssize_t pb = 0; pb < pblocks; pb++) {
-      Py_ssize_t p0 = pb * PG_NR, cols = p - p0 < PG_NR ? p - p0 : PG_NR;
-      float *dst = xp + pb * k * PG_NR;
-      for (Py_ssize_t kk = 0; kk < k; kk++) {
-        const float *src = xi + kk * p + p0;
-        for (Py_ssize_t j = 0; j < PG_NR; j++) dst[kk * PG_NR + j] = j < cols ? src[j] : 0.0f;
+    for (Py_ssize_t c0 = 0; c0 < pblocks; c0 += PG_CHUNK) {
+      Py_ssize_t c1 = pblocks - c0 < PG_CHUNK ? pblocks : c0 + PG_CHUNK;
+      for (Py_ssize_t pb = c0; pb < c1; pb++) {
+        Py_ssize_t p0 = pb * PG_NR, cols = p - p0 < PG_NR ? p - p0 : PG_NR;
+        float *dst = xp + (pb - c0) * k * PG_NR;
+        for (Py_ssize_t kk = 0; kk < k; kk++) {
+          const float *src = xi + kk * p + p0;
+          for (Py_ssize_t j = 0; j < PG_NR; j++) dst[kk * PG_NR + j] = j < cols ? src[j] : 0.0f;
+        }
       }
-    }
-    for (Py_ssize_t mb = mb0; mb < mb1; mb++) {
-      const float *wb = wp + mb * k * PG_MR;
-      for (Py_ssize_t k0 = 0; k0 < k; k0 += PG_KC) {
-        Py_ssize_t k1 = k - k0 < PG_KC ? k : k0 + PG_KC;
-        for (Py_ssize_t pb = 0; pb < pblocks; pb++) {
-          const float *xb = xp + pb * k * PG_NR;
-          float *cb = ct + pb * PG_NR * PG_MR;
-          pg_v16 a[PG_NR][PG_MV];
-#pragma GCC unroll 16
-          for (int j = 0; j < PG_NR; j++)
-#pragma GCC unroll 4
-            for (int v = 0; v < PG_MV; v++) a[j][v] = (pg_v16){0};
-          for (Py_ssize_t kk = k0; kk < k1; kk++) {
-            pg_v16 wv[PG_MV];
-#pragma GCC unroll 4
-            for (int v = 0; v < PG_MV; v++) wv[v] = *(const pg_v16 *)(wb + kk * PG_MR + v * 16);
-            const float *xk = xb + kk * PG_NR;
+      for (Py_ssize_t mb = mb0; mb < mb1; mb++) {
+        const float *wb = wp + mb * k * PG_MR;
+        for (Py_ssize_t k0 = 0; k0 < k; k0 += PG_KC) {
+          Py_ssize_t k1 = k - k0 < PG_KC ? k : k0 + PG_KC;
+          for (Py_ssize_t pb = c0; pb < c1; pb++) {
+            const float *xb = xp + (pb - c0) * k * PG_NR;
+            float *cb = ct + (pb - c0) * PG_NR * PG_MR;
+            pg_v16 a[PG_NR][PG_MV];
 #pragma GCC unroll 16
             for (int j = 0; j < PG_NR; j++)
 #pragma GCC unroll 4
-              for (int v = 0; v < PG_MV; v++) a[j][v] += wv[v] * xk[j];
-          }
-#pragma GCC unroll 16
-          for (int j = 0; j < PG_NR; j++)
+              for (int v = 0; v < PG_MV; v++) a[j][v] = (pg_v16){0};
+            for (Py_ssize_t kk = k0; kk < k1; kk++) {
+              pg_v16 wv[PG_MV];
 #pragma GCC unroll 4
-            for (int v = 0; v < PG_MV; v++) {
-              pg_v16 *t = (pg_v16 *)(cb + j * PG_MR + v * 16);
-              *t = k0 ? *t + a[j][v] : a[j][v];
+              for (int v = 0; v < PG_MV; v++) wv[v] = *(const pg_v16 *)(wb + kk * PG_MR + v * 16);
+              const float *xk = xb + kk * PG_NR;
+#pragma GCC unroll 16
+              for (int j = 0; j < PG_NR; j++)
+#pragma GCC unroll 4
+                for (int v = 0; v < PG_MV; v++) a[j][v] += wv[v] * xk[j];
             }
+#pragma GCC unroll 16
+            for (int j = 0; j < PG_NR; j++)
+#pragma GCC unroll 4
+              for (int v = 0; v < PG_MV; v++) {
+                pg_v16 *t = (pg_v16 *)(cb + j * PG_MR + v * 16);
+                *t = k0 ? *t + a[j][v] : a[j][v];
+              }
+          }
         }
-      }
-      Py_ssize_t rows = m - mb * PG_MR < PG_MR ? m - mb * PG_MR : PG_MR;
-      for (Py_ssize_t r = 0; r < rows; r++) {
-        float bias = b ? b[mb * PG_MR + r] : 0.0f, *yr = yi + (mb * PG_MR + r) * p;
-        for (Py_ssize_t q = 0; q < p; q++) yr[q] = ct[(q / PG_NR) * PG_NR * PG_MR + (q % PG_NR) * PG_MR + r] + bias;
+        Py_ssize_t rows = m - mb * PG_MR < PG_MR ? m - mb * PG_MR : PG_MR;
+        Py_ssize_t q0 = c0 * PG_NR, q1 = c1 * PG_NR < p ? c1 * PG_NR : p;
+        for (Py_ssize_t r = 0; r < rows; r++) {
+          float bias = b ? b[mb * PG_MR + r] : 0.0f, *yr = yi + (mb * PG_MR + r) * p;
+          for (Py_ssize_t q = q0; q < q1; q++)
+            yr[q] = ct[(q / PG_NR - c0) * PG_NR * PG_MR + (q % PG_NR) * PG_MR + r] + bias;
+        }
       }
     }
   }
@@ -1414,6 +1420,7 @@ static PyObject *packed_gemm(PyObject *module, PyObject *args) {
     goto done;
   }
   Py_ssize_t padded = (p + PG_NR - 1) / PG_NR * PG_NR;
+  if (padded > PG_CHUNK * PG_NR) padded = PG_CHUNK * PG_NR;
   xp = PyMem_Malloc((size_t)(padded * k + padded * PG_MR) * sizeof(float));
   if (!xp) {
     PyErr_NoMemory();

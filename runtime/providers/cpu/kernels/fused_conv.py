@@ -15,7 +15,10 @@ block while it is still in cache. A copied, ungrouped convolution carries its bi
 product instead (a row of ones under the windows, a column [W | b]), which saves a pass over the
 output. With several images and fewer output positions per image than output channels (ResNet's
 deep layers), all images' windows lie side by side for one product that reads the weights once
-(``_batched_columns``); small ungrouped im2col layers are kept per shape (``_remember``). A unit-stride convolution as wide as its input with at most half as many outputs as inputs
+(``_batched_columns``); small ungrouped im2col layers are kept per shape (``_remember``). One
+image's ungrouped products over planes of at most ``PACKED_MAX_COLUMNS`` outputs (ResNet's and
+MobileNet's 7x7 stages), while BLAS runs on one thread, take the C extension's packed product
+instead (``_packed_product``: the weights packed once, the bias added in C). A unit-stride convolution as wide as its input with at most half as many outputs as inputs
 (DenseNet's 3x3 layers) skips im2col: one product of all taps' weights with the padded input, then
 the taps' products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G (the
 optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to channel j *

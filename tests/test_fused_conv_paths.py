@@ -95,8 +95,6 @@ CASES = [
     ("im2col_same_width", (1, 16, 20, 20), (32, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("im2col_same_width", (2, 16, 17, 15), (16, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}),
     ("im2col_same_width", (1, 8, 18, 21), (16, 8, 5, 5), {"pads": [0, 2, 4, 2]}),
-    # taps' conditions but a small plane of many outputs (fused_conv.TAPS_MAX_WASTED_ROWS)
-    ("im2col_same_width", (1, 192, 5, 5), (96, 192, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("im2col_half_width", (2, 16, 32, 32), (16, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     ("im2col_half_width", (1, 3, 64, 64), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
     ("im2col_view", (2, 16, 33, 33), (16, 16, 3, 3), {"pads": [0, 1, 1, 0], "strides": [2, 2]}),
@@ -575,3 +573,12 @@ def test_packed_gemm_blocks_checks_and_when_it_runs(monkeypatch):
         _check(fused_kernel(w.shape, a, True, False, "", []), "pointwise", x, w, b, None, a, "", [])
     finally:
         set_blas_threads(before)
+
+
+def test_taps_leaves_small_planes_of_many_outputs_to_im2col():
+    """taps' other conditions, but its product over the padded plane would cost more than
+    im2col's window copy (fused_conv.TAPS_MAX_WASTED_ROWS): im2col, against the canonical form."""
+    a = _attrs({"pads": [1, 1, 1, 1]}, (96, 192, 3, 3))
+    x, w, b, z = _inputs(np.random.default_rng(12), (1, 192, 5, 5), (96, 192, 3, 3), a, "random", True, False)
+    assert fused_conv.taps_wasted_rows(96, (7, 7), (5, 5)) > fused_conv.TAPS_MAX_WASTED_ROWS
+    _check(fused_kernel(w.shape, a, True, True, "Relu", []), "im2col_same_width", x, w, b, z, a, "Relu", [])

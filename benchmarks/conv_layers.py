@@ -6,7 +6,9 @@ against onnxruntime's Conv of the same shape, weights and attributes, alternatin
 MODEL is a corpus ``.onnx`` file, ``cnn`` (``models.cnn()``: ResNet-18 at 224, the shape of the
 medium corpus's ResNet) or ``aspp`` (``aspp_model()``: DeepLabV3's ASPP 3x3 layers at dilation 12,
 24 and 36 over 8x8 and 16x16 maps, large kernels over small planes, and a dilated layer whose
-taps all read the input). A layer whose dead taps the CPU EP cuts (``dead_taps``, "trimmed_taps")
+taps all read the input) or ``classes[:NAME,...]`` (``CLASSES``: the layer shapes issue 44 names as
+slowest against onnxruntime: 7x7/2 stems, 1x1 layers, stride-2 depthwise ones, 3x3 over small
+planes). A layer whose dead taps the CPU EP cuts (``dead_taps``, "trimmed_taps")
 is also timed with the rule off, alternating with the other two (``rule off``). The batch axis of the model's input is set to each ``--batch``; every
 Conv with constant weights is timed with its bias (a Relu or residual the optimizer would fuse is
 left out: both sides run the bare convolution). Times are medians of CPU time
@@ -78,6 +80,39 @@ def aspp_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
+#: The layer classes issue 44 names as slowest against onnxruntime, per layer: (input shape, output
+#: channels, kernel, stride, group); pads keep the plane (k // 2).
+CLASSES = {
+    "stem": [((1, 3, 224, 224), 64, 7, 2, 1), ((1, 3, 112, 112), 64, 7, 2, 1)],
+    "pointwise": [((1, 64, 56, 56), 256, 1, 1, 1), ((1, 256, 56, 56), 64, 1, 1, 1), ((1, 256, 56, 56), 512, 1, 2, 1),
+                  ((1, 512, 28, 28), 128, 1, 1, 1), ((1, 1024, 14, 14), 256, 1, 1, 1),
+                  ((1, 1024, 14, 14), 2048, 1, 2, 1), ((1, 2048, 7, 7), 512, 1, 1, 1), ((1, 512, 7, 7), 2048, 1, 1, 1)],
+    "depthwise2": [((1, 96, 112, 112), 96, 3, 2, 96), ((1, 144, 56, 56), 144, 3, 2, 144),
+                   ((1, 192, 28, 28), 192, 3, 2, 192), ((1, 576, 14, 14), 576, 3, 2, 576),
+                   ((1, 72, 56, 56), 72, 5, 2, 72), ((1, 240, 28, 28), 240, 5, 2, 240),
+                   ((1, 672, 14, 14), 672, 5, 2, 672)],
+    "small3x3": [((1, 256, 14, 14), 256, 3, 1, 1), ((1, 512, 7, 7), 512, 3, 1, 1), ((1, 1024, 7, 7), 256, 3, 1, 1),
+                 ((1, 256, 14, 14), 1024, 3, 1, 1)],
+}
+
+
+def classes_model(names: list[str]) -> onnx.ModelProto:
+    """One Conv (with a bias) per layer of the ``CLASSES`` named, each on its own input."""
+    rng = np.random.default_rng(0)
+    nodes, inputs, outputs, inits = [], [], [], []
+    layers = [layer for name in names for layer in CLASSES[name]]
+    for i, (shape, m, k, s, g) in enumerate(layers):
+        nodes.append(helper.make_node("Conv", [f"x{i}", f"w{i}", f"b{i}"], [f"y{i}"], kernel_shape=[k, k],
+                                      strides=[s, s], pads=[k // 2] * 4, group=g))
+        inputs.append(helper.make_tensor_value_info(f"x{i}", onnx.TensorProto.FLOAT, ["N"] + list(shape[1:])))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.FLOAT, None))
+        inits += [numpy_helper.from_array((rng.standard_normal((m, shape[1] // g, k, k)) * 0.05).astype(np.float32),
+                                          f"w{i}"),
+                  numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), f"b{i}")]
+    graph = helper.make_graph(nodes, "classes", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
 def _fused_kernel(node: onnx.NodeProto, has_bias: bool):
     from onnxhal.hal import KernelCreateContext, Node
     from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN
@@ -125,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         model = models.cnn()
     elif args.model == "aspp":
         model = aspp_model()
+    elif args.model.split(":")[0] == "classes":
+        model = classes_model(args.model.split(":")[1].split(",") if ":" in args.model else list(CLASSES))
     else:
         model = onnx.load(args.model)
     rng = np.random.default_rng(0)

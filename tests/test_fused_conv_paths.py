@@ -13,6 +13,7 @@ from onnx import helper, numpy_helper
 
 from onnxhal.hal import KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels import fused_conv, worker_pool
+from onnxhal.runtime.providers.cpu.kernels.blas_threads import get_blas_threads, set_blas_threads
 from onnxhal.runtime.providers.cpu.kernels.conv import APPENDED, gather_plan
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN
 from onnxhal.runtime.providers.cpu.kernels.fused_conv import CONV_PATHS, FusedConv
@@ -102,6 +103,10 @@ CASES = [
     ("im2col_phases", (1, 3, 65, 65), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
     ("im2col_phases", (1, 4, 47, 50), (8, 2, 5, 5), {"pads": [1, 2, 2, 1], "strides": [3, 2], "group": 2}),
     # several images, fewer output positions than output channels, each window layout of _im2col
+    # the C packed product (one image, few outputs a plane): channels past whole blocks of 64,
+    # columns past whole blocks of 7, K past whole passes of 256
+    ("pointwise_packed", (1, 600, 6, 9), (80, 600, 1, 1), {}),
+    ("im2col_packed", (1, 160, 7, 5), (96, 160, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("im2col_batched", (2, 64, 6, 6), (96, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # same width
     ("im2col_batched", (3, 64, 12, 10), (48, 64, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # half width
     ("im2col_batched", (2, 32, 13, 13), (64, 32, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),  # phases
@@ -121,6 +126,16 @@ def _depthwise_route(request, monkeypatch):
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
     if rows and not hasattr(native_module(), "depthwise_unit"):
         pytest.skip("the extension was built without depthwise_unit (a compiler without GNU C vectors)")
+    packed = bool(case) and case[0] in (fused_conv.PACKED_POINTWISE, fused_conv.PACKED_IM2COL)
+    if packed and not fused_conv.packed_gemm_supported(native_module()):
+        pytest.skip("_native.packed_gemm was not built or this CPU lacks AVX-512")
+    if packed and get_blas_threads() is None:
+        pytest.skip("BLAS is not OpenBLAS: its threads cannot be set to the one the packed product needs")
+    monkeypatch.setattr(fused_conv, "NATIVE_PACKED_ENABLED", packed)
+    if packed and get_blas_threads() != 1:  # the packed product runs where BLAS runs on one thread
+        before = get_blas_threads()
+        set_blas_threads(1)
+        request.addfinalizer(lambda: set_blas_threads(before))
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", native)
     monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", native)
     # the depthwise_native cases at unit stride reach direct_conv, not the row blocks ahead of it
@@ -507,3 +522,63 @@ def test_native_activation_applied_in_c(monkeypatch, act, params):
         np.testing.assert_array_equal(with_z, want)
     with pytest.raises(ValueError):  # an activation code the C kernel does not have
         native_module().direct_conv(x, w, b, np.empty_like(y), (1, 1), (1, 1), (1, 1), 1, 3, 0.0, 1.0)
+
+
+def test_packed_gemm_blocks_checks_and_when_it_runs(monkeypatch):
+    """_native.packed_gemm alone against a float64 product: two images, a range of its channel
+    blocks (the others left as they were), no bias; its argument checks; and the layer leaving the
+    packed path where BLAS runs on more than one thread, for float64, several images, or with
+    NATIVE_PACKED_ENABLED off."""
+    native = native_module()
+    if not fused_conv.packed_gemm_supported(native):
+        pytest.skip("_native.packed_gemm was not built or this CPU lacks AVX-512")
+    block = native.PACKED_GEMM_BLOCK
+    rng = np.random.default_rng(11)
+    m, k, p = block + 9, 300, 10
+    w = rng.standard_normal((m, k)).astype(np.float32)
+    x = rng.standard_normal((2, k, p)).astype(np.float32)
+    padded = np.zeros((2 * block, k), np.float32)
+    padded[:m] = w
+    wp = np.ascontiguousarray(padded.reshape(2, block, k).transpose(0, 2, 1))
+    y = np.full((2, m, p), 7.0, np.float32)
+    native.packed_gemm(wp, x, None, y, (1, 2))
+    want = np.matmul(w.astype(np.float64), x.astype(np.float64))
+    np.testing.assert_allclose(y[:, block:], want[:, block:], rtol=1e-4, atol=1e-4)
+    assert np.all(y[:, :block] == 7.0)
+    with pytest.raises(ValueError):  # blocks past the weights'
+        native.packed_gemm(wp, x, None, y, (0, 3))
+    with pytest.raises(ValueError):  # weights packed for another K
+        native.packed_gemm(wp[:, :-1], x, None, y, (0, 2))
+    with pytest.raises(ValueError):  # float64
+        native.packed_gemm(wp, x.astype(np.float64), None, y, (0, 2))
+
+    if get_blas_threads() is None:
+        return
+    a = _attrs({}, (80, 600, 1, 1))
+    x, w, b, z = _inputs(rng, (1, 600, 6, 9), (80, 600, 1, 1), a, "random", False, False)
+    before = get_blas_threads()
+    monkeypatch.setattr(fused_conv, "NATIVE_PACKED_ENABLED", True)
+    monkeypatch.setattr(worker_pool, "SPLIT_PRODUCTS", False)
+    try:
+        for threads, path in ((1, "pointwise_packed"), (2, "pointwise")):
+            set_blas_threads(threads)
+            _check(fused_kernel(w.shape, a, True, False, "", []), path, x, w, b, None, a, "", [])
+        set_blas_threads(1)
+        _check(fused_kernel(w.shape, a, True, False, "", []), "pointwise", np.concatenate([x, x]), w, b, None, a, "",
+               [])
+        y64 = fused_kernel(w.shape, a, True, False, "", []).compute([x.astype(np.float64), w.astype(np.float64),
+                                                                    b.astype(np.float64), None])[0]
+        assert y64.dtype == np.float64
+        monkeypatch.setattr(fused_conv, "NATIVE_PACKED_ENABLED", False)
+        _check(fused_kernel(w.shape, a, True, False, "", []), "pointwise", x, w, b, None, a, "", [])
+    finally:
+        set_blas_threads(before)
+
+
+def test_taps_leaves_small_planes_of_many_outputs_to_im2col():
+    """taps' other conditions, but its product over the padded plane would cost more than
+    im2col's window copy (fused_conv.TAPS_MAX_WASTED_ROWS): im2col, against the canonical form."""
+    a = _attrs({"pads": [1, 1, 1, 1]}, (96, 192, 3, 3))
+    x, w, b, z = _inputs(np.random.default_rng(12), (1, 192, 5, 5), (96, 192, 3, 3), a, "random", True, False)
+    assert fused_conv.taps_wasted_rows(96, (7, 7), (5, 5)) > fused_conv.TAPS_MAX_WASTED_ROWS
+    _check(fused_kernel(w.shape, a, True, True, "Relu", []), "im2col_same_width", x, w, b, z, a, "Relu", [])

@@ -1294,6 +1294,153 @@ done:
 }
 #endif
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* A float32 product Y = W X (+ b) for the convolutions' products with few columns (1x1 and im2col
+ * layers over 7x7 planes), where OpenBLAS's sgemm repacks the whole weight matrix on every call and
+ * its kernels, tiled for wide products, run at about three quarters of their speed. W is packed
+ * once per layer by its caller (fused_conv.FusedConv._packed_weights): [ceil(M / PG_MR)][K][PG_MR],
+ * zero rows past M, so a block of PG_MR output channels is PG_MV AVX-512 vectors per k; the
+ * columns of X are packed per image in blocks of PG_NR, zero past P. Each block of PG_MR x PG_NR
+ * outputs is summed over k in 28 vector registers, one FMA per channel vector and column, PG_KC
+ * values of k at a time, each pass's sums added to a tile per column block (blocked summation, as
+ * BLAS's passes over k: the rounding grows with PG_KC and K / PG_KC, not K), the packed weights
+ * reused across PG_CHUNK column blocks (MLAS packs its GEMM's B once per convolution and sums a
+ * register tile per block the same way: onnxruntime/core/mlas/lib/sgemm.cpp,
+ * x86_64/SgemmKernelAvx512F.S). Rounded once per FMA. Built for AVX-512 only:
+ * its callers check packed_gemm_supported(). */
+#define PG_MR 64 /* output channels a block: 4 AVX-512 vectors */
+#define PG_NR 7  /* columns a block: 7x7, 14x14 and 28x28 planes are whole blocks */
+#define PG_KC 128 /* k a pass: a block of weights (32 KB) stays in L1 across the column blocks */
+#define PG_CHUNK 16 /* column blocks a pass over the weights: their columns packed (L2), their tiles (L1) */
+#define PG_MV (PG_MR / 16)
+typedef float pg_v16 __attribute__((vector_size(64), aligned(4)));
+__attribute__((target("arch=x86-64-v4"), optimize("fp-contract=fast", "no-trapping-math"))) static void
+packed_gemm_float(const float *RESTRICT wp, const float *RESTRICT x, const float *RESTRICT b, float *RESTRICT y,
+                  float *RESTRICT xp, float *RESTRICT ct, Py_ssize_t n, Py_ssize_t m, Py_ssize_t k, Py_ssize_t p,
+                  Py_ssize_t mb0, Py_ssize_t mb1) {
+  Py_ssize_t pblocks = (p + PG_NR - 1) / PG_NR;
+  for (Py_ssize_t img = 0; img < n; img++) {
+    const float *xi = x + img * k * p;
+    float *yi = y + img * m * p;
+    for (Py_ssize_t c0 = 0; c0 < pblocks; c0 += PG_CHUNK) {
+      Py_ssize_t c1 = pblocks - c0 < PG_CHUNK ? pblocks : c0 + PG_CHUNK;
+      for (Py_ssize_t pb = c0; pb < c1; pb++) {
+        Py_ssize_t p0 = pb * PG_NR, cols = p - p0 < PG_NR ? p - p0 : PG_NR;
+        float *dst = xp + (pb - c0) * k * PG_NR;
+        for (Py_ssize_t kk = 0; kk < k; kk++) {
+          const float *src = xi + kk * p + p0;
+          for (Py_ssize_t j = 0; j < PG_NR; j++) dst[kk * PG_NR + j] = j < cols ? src[j] : 0.0f;
+        }
+      }
+      for (Py_ssize_t mb = mb0; mb < mb1; mb++) {
+        const float *wb = wp + mb * k * PG_MR;
+        for (Py_ssize_t k0 = 0; k0 < k; k0 += PG_KC) {
+          Py_ssize_t k1 = k - k0 < PG_KC ? k : k0 + PG_KC;
+          for (Py_ssize_t pb = c0; pb < c1; pb++) {
+            const float *xb = xp + (pb - c0) * k * PG_NR;
+            float *cb = ct + (pb - c0) * PG_NR * PG_MR;
+            pg_v16 a[PG_NR][PG_MV];
+#pragma GCC unroll 16
+            for (int j = 0; j < PG_NR; j++)
+#pragma GCC unroll 4
+              for (int v = 0; v < PG_MV; v++) a[j][v] = (pg_v16){0};
+            for (Py_ssize_t kk = k0; kk < k1; kk++) {
+              pg_v16 wv[PG_MV];
+#pragma GCC unroll 4
+              for (int v = 0; v < PG_MV; v++) wv[v] = *(const pg_v16 *)(wb + kk * PG_MR + v * 16);
+              const float *xk = xb + kk * PG_NR;
+#pragma GCC unroll 16
+              for (int j = 0; j < PG_NR; j++)
+#pragma GCC unroll 4
+                for (int v = 0; v < PG_MV; v++) a[j][v] += wv[v] * xk[j];
+            }
+#pragma GCC unroll 16
+            for (int j = 0; j < PG_NR; j++)
+#pragma GCC unroll 4
+              for (int v = 0; v < PG_MV; v++) {
+                pg_v16 *t = (pg_v16 *)(cb + j * PG_MR + v * 16);
+                *t = k0 ? *t + a[j][v] : a[j][v];
+              }
+          }
+        }
+        Py_ssize_t rows = m - mb * PG_MR < PG_MR ? m - mb * PG_MR : PG_MR;
+        Py_ssize_t q0 = c0 * PG_NR, q1 = c1 * PG_NR < p ? c1 * PG_NR : p;
+        for (Py_ssize_t r = 0; r < rows; r++) {
+          float bias = b ? b[mb * PG_MR + r] : 0.0f, *yr = yi + (mb * PG_MR + r) * p;
+          for (Py_ssize_t q = q0; q < q1; q++)
+            yr[q] = ct[(q / PG_NR - c0) * PG_NR * PG_MR + (q % PG_NR) * PG_MR + r] + bias;
+        }
+      }
+    }
+  }
+}
+
+static PyObject *packed_gemm_supported(PyObject *module, PyObject *args) {
+  (void)module;
+  (void)args;
+  __builtin_cpu_init();
+  return PyBool_FromLong(__builtin_cpu_supports("avx512f"));
+}
+
+/* packed_gemm(wp, x, b, y, blocks): y[i] = W x[i] (+ b) for the output channels of the blocks
+ * mb in range(*blocks) (PG_MR channels each); wp float32 [ceil(M / PG_MR), K, PG_MR], x [N, K, P],
+ * b [M] or None, y [N, M, P], float32, C-contiguous. */
+static PyObject *packed_gemm(PyObject *module, PyObject *args) {
+  PyObject *o_w, *o_x, *o_b, *o_y;
+  Py_ssize_t mb0, mb1;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOO(nn)", &o_w, &o_x, &o_b, &o_y, &mb0, &mb1)) return NULL;
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f")) {
+    PyErr_SetString(PyExc_RuntimeError, "packed_gemm: this CPU has no AVX-512 (see packed_gemm_supported())");
+    return NULL;
+  }
+  Py_buffer bw, bx, bb, by;
+  int held = 0;
+  PyObject *result = NULL;
+  float *xp = NULL;
+  if (get_buffer(o_x, &bx, "x", 4, "f", -1, 0) < 0) return NULL;
+  held = 1;
+  if (get_buffer(o_y, &by, "y", 4, "f", -1, 1) < 0) goto done;
+  held = 2;
+  if (bx.ndim != 3 || by.ndim != 3 || by.shape[0] != bx.shape[0] || by.shape[2] != bx.shape[2]) {
+    PyErr_SetString(PyExc_ValueError, "packed_gemm: x must be [N, K, P] and y [N, M, P]");
+    goto done;
+  }
+  Py_ssize_t n = bx.shape[0], k = bx.shape[1], p = bx.shape[2], m = by.shape[1];
+  Py_ssize_t blocks = (m + PG_MR - 1) / PG_MR;
+  if (get_buffer(o_w, &bw, "wp", 4, "f", blocks * k * PG_MR, 0) < 0) goto done;
+  held = 3;
+  if (o_b != Py_None) {
+    if (get_buffer(o_b, &bb, "b", 4, "f", m, 0) < 0) goto done;
+    held = 4;
+  }
+  if (mb0 < 0 || mb1 > blocks || mb0 > mb1 || k < 1 || p < 1) {
+    PyErr_SetString(PyExc_ValueError, "packed_gemm: blocks must lie within range(ceil(M / PACKED_GEMM_BLOCK)); K and P at least 1");
+    goto done;
+  }
+  Py_ssize_t padded = (p + PG_NR - 1) / PG_NR * PG_NR;
+  if (padded > PG_CHUNK * PG_NR) padded = PG_CHUNK * PG_NR;
+  xp = PyMem_Malloc((size_t)(padded * k + padded * PG_MR) * sizeof(float));
+  if (!xp) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  packed_gemm_float(bw.buf, bx.buf, held >= 4 ? bb.buf : NULL, by.buf, xp, xp + padded * k, n, m, k, p, mb0, mb1);
+  Py_END_ALLOW_THREADS
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(xp);
+  if (held >= 4) PyBuffer_Release(&bb);
+  if (held >= 3) PyBuffer_Release(&bw);
+  if (held >= 2) PyBuffer_Release(&by);
+  if (held >= 1) PyBuffer_Release(&bx);
+  return result;
+}
+#endif
+
 static PyMethodDef module_methods[] = {
     {"coupling", coupling, METH_VARARGS,
      "coupling(v, pair_i, pair_j, k, out): libsvm's pairwise coupling of each row's pairwise probabilities "
@@ -1312,6 +1459,14 @@ static PyMethodDef module_methods[] = {
      "depthwise_unit(x, w, b, y, pads[, act, p0, p1]): a depthwise convolution of x [N, C, H, W] with w [C, 1, "
      "KH, KW] (and bias b or None) into y [N, C, OH, OW] at unit strides and dilations, every tap reaching the "
      "input; DW_ROWS output rows summed at once; pads and act as direct_conv's."},
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    {"packed_gemm_supported", packed_gemm_supported, METH_NOARGS,
+     "packed_gemm_supported(): whether this CPU runs packed_gemm (AVX-512)."},
+    {"packed_gemm", packed_gemm, METH_VARARGS,
+     "packed_gemm(wp, x, b, y, blocks): y[i] = W x[i] (+ b) over the blocks range(*blocks) of PACKED_GEMM_BLOCK "
+     "output channels, W packed as [ceil(M / PACKED_GEMM_BLOCK), K, PACKED_GEMM_BLOCK] (zero rows past M); x [N, "
+     "K, P], b [M] or None, y [N, M, P], float32."},
 #endif
     {"direct_conv", direct_conv, METH_VARARGS,
      "direct_conv(x, w, b, y, strides, pads, dilations, group[, act, p0, p1]): a convolution of x [N, C, H, W] "
@@ -1355,5 +1510,12 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_DECREF(m);
     return NULL;
   }
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+  /* packed_gemm's weight layout's block of output channels, for its callers' packing */
+  if (PyModule_AddIntConstant(m, "PACKED_GEMM_BLOCK", PG_MR) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+#endif
   return m;
 }

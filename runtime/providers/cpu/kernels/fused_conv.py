@@ -15,7 +15,10 @@ block while it is still in cache. A copied, ungrouped convolution carries its bi
 product instead (a row of ones under the windows, a column [W | b]), which saves a pass over the
 output. With several images and fewer output positions per image than output channels (ResNet's
 deep layers), all images' windows lie side by side for one product that reads the weights once
-(``_batched_columns``); small ungrouped im2col layers are kept per shape (``_remember``). A unit-stride convolution as wide as its input with at most half as many outputs as inputs
+(``_batched_columns``); small ungrouped im2col layers are kept per shape (``_remember``). One
+image's ungrouped products over planes of at most ``PACKED_MAX_COLUMNS`` outputs (ResNet's and
+MobileNet's 7x7 stages), while BLAS runs on one thread, take the C extension's packed product
+instead (``_packed_product``: the weights packed once, the bias added in C). A unit-stride convolution as wide as its input with at most half as many outputs as inputs
 (DenseNet's 3x3 layers) skips im2col: one product of all taps' weights with the padded input, then
 the taps' products added at their offsets (``_tap_products``). With ``channel_shuffle`` = G (the
 optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j goes to channel j *
@@ -49,6 +52,7 @@ from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels import conv as _conv
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels import worker_pool
+from onnxhal.runtime.providers.cpu.kernels.blas_threads import get_blas_threads
 from onnxhal.runtime.providers.cpu.kernels.clamp import clip_ufunc
 from onnxhal.runtime.providers.cpu.kernels.conv import (
     APPENDED,
@@ -83,7 +87,8 @@ _path = CONV_PATHS.add
 
 
 TAPS = _path("taps", "ungrouped, more than one tap, at most half as many outputs as inputs, unit stride "
-                     "and the output as wide as the input (conv.same_width), windows above conv.gather_plan's limit")
+                     "and the output as wide as the input (conv.same_width), windows above conv.gather_plan's limit, "
+                     "at most TAPS_MAX_WASTED_ROWS product rows spent on the padding (taps_wasted_rows)")
 #: Depthwise convolutions above the gather limit (group == C == M, one input channel per group) run
 #: through ``conv.depthwise_rows``, one path per ``conv.DEPTHWISE_LAYOUTS`` entry.
 DEPTHWISE_PATHS = {_path(f"depthwise_{layout.name}", "depthwise above the gather limit, conv.depthwise_rows "
@@ -127,6 +132,15 @@ IM2COL_VIEW = _path("im2col_view", "im2col that neither flat-plane layout takes,
                                    "stride, or windows that tile the input: one strided window view copied")
 IM2COL_PHASES = _path("im2col_phases", "im2col of 5x5 and larger strided windows that do not tile the input: "
                                        "conv.im2col_from_phases")
+PACKED_POINTWISE = _path("pointwise_packed", "pointwise's conditions, and packed_applies (float32, one image, at most "
+                                             "PACKED_MAX_COLUMNS outputs a plane, at least PACKED_MIN_CHANNELS output "
+                                             "channels, _native.packed_gemm built and the CPU has "
+                                             "AVX-512, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_PACKED_ENABLED) and "
+                                             "BLAS on one thread at the run: _native.packed_gemm with the weights "
+                                             "packed (once, when constant), then residual and activation")
+PACKED_IM2COL = _path("im2col_packed", "ungrouped im2col (above the gather limit, not taps) and packed_applies, BLAS "
+                                       "on one thread at the run: the windows copied as _im2col's layouts (1x1 ones "
+                                       "subsampled), then pointwise_packed's product")
 IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, above the gather limit) of at least "
                                          "BATCHED_MIN_IMAGES images with fewer output positions per image than output "
                                          "channels: all images' windows side by side, one product")
@@ -134,6 +148,16 @@ IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, ab
 #: The switch of ``DEPTHWISE_NATIVE`` (read when a kernel is built): False keeps depthwise
 #: convolutions on the numpy paths (the tests compare them).
 NATIVE_DEPTHWISE_ENABLED = True
+#: The switch of ``PACKED_POINTWISE`` and ``PACKED_IM2COL`` (read when a kernel is built): False
+#: keeps their layers on BLAS's products (the tests compare them).
+NATIVE_PACKED_ENABLED = True
+#: The most output positions per plane the packed product takes: it beats OpenBLAS's sgemm on
+#: products of few columns, whose weights sgemm repacks each call, and loses on wider ones (one
+#: thread each, CPU time, alternating, the product alone: M x K x P 512x2048x49 0.78,
+#: 2048x512x49 0.78, 512x4608x49 0.76; 256x2304x196 1.07).
+PACKED_MAX_COLUMNS = 64
+#: The fewest output channels the packed product takes: one block of ``_native.PACKED_GEMM_BLOCK``.
+PACKED_MIN_CHANNELS = 64
 #: The switch of ``DEPTHWISE_NATIVE_ROWS`` (read when a layer's path is chosen): False leaves its
 #: layers to ``DEPTHWISE_NATIVE`` (the tests compare them).
 NATIVE_DEPTHWISE_ROWS_ENABLED = True
@@ -158,6 +182,14 @@ NATIVE_DIRECT_ENABLED = True
 NATIVE_DIRECT_MAX_CHANNELS = 4
 NATIVE_DIRECT_MAX_K = 160
 NATIVE_DIRECT_MIN_OUTPUTS = 256
+
+#: ``TAPS``' bound on ``taps_wasted_rows``: its product runs over the padded plane, hp x wq
+#: positions for oh x ow outputs, against im2col's copy of the windows, which it saves. Small planes
+#: of many output channels lose: taps against im2col, one BLAS thread, CPU time alternating
+#: (wasted rows): 128 to 32 at 56x56 (2.2) 0.61, at 28x28 (4.8) 0.71; 512 to 128 at 14x14 (40) 1.00;
+#: 256 to 128 at 28x28 (19) 0.99; 512 to 256 at 14x14 (80) 1.17; 1024 to 512 at 14x14 (160) 1.22;
+#: 1024 to 256 at 7x7 (166) 1.27; 512 to 256 at 7x7 (166) 1.37.
+TAPS_MAX_WASTED_ROWS = 48
 
 #: Images from which an ungrouped im2col convolution with fewer output positions per image than
 #: output channels (the weights outweigh one image's windows) lays all images' windows side by
@@ -230,7 +262,7 @@ class FusedConv(FusedBase):
         self._wg: tuple | None = None
         self._bz: tuple | None = None
         self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const, "_wd": w_const and b_const,
-                           "_wg": w_const,
+                           "_wg": w_const, "_wp": w_const,
                            "_bz": b_const}
         self._geometries: dict[tuple, tuple] = {}
         self.last_path: str | None = None  #: the ``CONV_PATHS`` name of the last 2-D float run
@@ -242,9 +274,12 @@ class FusedConv(FusedBase):
         self._fast: dict[tuple, tuple] = {}  # per input shape: (W, dtype, B, run), ``_remember``
         self._slow: set[tuple] = set()  # input shapes whose path ``_remember`` does not keep
         # the C convolutions' module, or None where not built or both switched off
-        self._native = native_module() if NATIVE_DEPTHWISE_ENABLED or NATIVE_DIRECT_ENABLED else None
+        self._native = (native_module() if NATIVE_DEPTHWISE_ENABLED or NATIVE_DIRECT_ENABLED or NATIVE_PACKED_ENABLED
+                        else None)
         self._native_depthwise = self._native is not None and NATIVE_DEPTHWISE_ENABLED
         self._native_dense = self._native is not None and NATIVE_DIRECT_ENABLED
+        self._native_packed = NATIVE_PACKED_ENABLED and packed_gemm_supported(self._native)
+        self._wp: tuple | None = None
         params = node.attr("activation_params") or []
         self._clip_bounds = ((float(params[0]), float(params[1]))
                              if node.attr("activation", "") == "Clip" and len(params) == 2 else None)
@@ -534,14 +569,23 @@ class FusedConv(FusedBase):
         # After the gather: within its limit one take and one product beat the taps' products and
         # shifted sums (several times faster on small planes, such as YOLOv8's 4x4 and 2x2 layers)
         if (path == "general" and plan is None and self.group == 1 and kh * kw > 1 and 2 * m <= c
-                and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd)):
+                and same_width(pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw), wd)
+                and taps_wasted_rows(m, (h + top + bottom, wd + left + right), (oh, ow)) <= TAPS_MAX_WASTED_ROWS):
             path = TAPS
         if (path == "general" and plan is None and self.group == 1 and x_shape[0] >= BATCHED_MIN_IMAGES
                 and oh * ow < m and (kh * kw > 1 or any(pads))):
             path = IM2COL_BATCHED
         if path == "depthwise":
             path = "depthwise_" + depthwise_layout(x_shape, pads, (oh, ow), (kh, kw), (sh, sw), (dh, dw))
+        elif ((path == POINTWISE or path == "general" and plan is None) and self.group == 1
+              and self._packed_applies(x_shape, w_shape, (oh, ow))):
+            path = PACKED_POINTWISE if path == POINTWISE else PACKED_IM2COL
         return pads, oh, ow, path, plan
+
+    def _packed_applies(self, x_shape: tuple, w_shape: tuple, out_hw: tuple[int, int]) -> bool:
+        """``packed_applies``' shape conditions, with the packed product built and supported (the
+        dtype and BLAS's threads are checked at each run)."""
+        return self._native_packed and packed_applies(x_shape, w_shape, out_hw)
 
     def _conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
         # The paths ShuffleNet, MobileNet and SqueezeNet run most are dispatched before anything
@@ -556,6 +600,11 @@ class FusedConv(FusedBase):
         if path == GATHER:
             self.last_path = path
             return self._gathered(x, w, b, z, plan)
+        if path == PACKED_POINTWISE or path == PACKED_IM2COL:
+            if x.dtype == np.float32 and w.dtype == np.float32 and packed_now():
+                self.last_path = path
+                return self._packed_product(x, w, b, z, pads, (oh, ow))
+            path = POINTWISE if path == PACKED_POINTWISE else "general"  # BLAS's products, as without the C
         if path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE or path == DEPTHWISE_NATIVE_ROWS:
             self.last_path = path
             return self._native_direct(x, w, b, z, pads, (oh, ow), path == DEPTHWISE_NATIVE_ROWS)
@@ -639,6 +688,46 @@ class FusedConv(FusedBase):
                 self._finish(y, b, None, shuffled)
         y = y.reshape(n, m, oh, ow)
         return y if shuffled else shuffle_channels(y, self.shuffle)
+
+    def _packed_weights(self, w: np.ndarray) -> np.ndarray:
+        """``w`` (M, C, kh, kw) as ``_native.packed_gemm`` reads it: (ceil(M / B), C kh kw, B) for
+        its blocks of B output channels, zero rows past M; kept while constant weights come back
+        (others are packed per run: a copy of the weights, against a product P times as long)."""
+        def build() -> np.ndarray:
+            block = self._native.PACKED_GEMM_BLOCK
+            m = w.shape[0]
+            blocks = -(-m // block)
+            padded = np.zeros((blocks * block, w[0].size), dtype=np.float32)
+            padded[:m] = w.reshape(m, -1)
+            return np.ascontiguousarray(padded.reshape(blocks, block, -1).transpose(0, 2, 1))
+        return self._derived("_wp", (w,), build)
+
+    def _packed_product(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                        pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
+        """``PACKED_POINTWISE`` and ``PACKED_IM2COL``: the input (a 1x1 unpadded one's, subsampled
+        by its strides) or its windows as the product's right side, (N, K, P), one
+        ``_native.packed_gemm`` with the bias over blocks of output channels (split between the
+        workers as the products of the other paths are), then residual and activation."""
+        n, c = x.shape[:2]
+        m, _, kh, kw = w.shape
+        (sh, sw), (oh, ow) = self.strides, out_hw
+        p, k = oh * ow, c * kh * kw
+        if kh == kw == 1 and not any(pads):
+            cols = np.ascontiguousarray(x if sh == sw == 1 else x[:, :, ::sh, ::sw]).reshape(n, k, p)
+        else:
+            cols = np.empty((n, k, p), dtype=np.float32)
+            _im2col(x, pads, out_hw, (kh, kw), self.strides, self.dilations, cols.reshape(n, c, kh, kw, oh, ow))
+        wp = self._packed_weights(w)
+        bias = None if b is None else np.ascontiguousarray(b, np.float32)
+        y = np.empty((n, m, p), dtype=np.float32)
+        gemm = self._native.packed_gemm
+
+        def blocks(b0: int, b1: int) -> None:
+            gemm(wp, cols, bias, y, (b0, b1))
+
+        parallel_ranges(wp.shape[0], blocks, work=n * m * k * p)
+        self._finish(y, None, z, False)
+        return shuffle_channels(y.reshape(n, m, oh, ow), self.shuffle)
 
     def _batched_columns(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                          pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
@@ -916,6 +1005,35 @@ class FusedConv(FusedBase):
         if self.act is not None:
             self.act(y)
         return y
+
+
+def taps_wasted_rows(m: int, padded_hw: tuple[int, int], out_hw: tuple[int, int]) -> float:
+    """``TAPS``' extra product work over the padding, as a share of im2col's (the padded plane's
+    positions per output, less one), weighed by the M output channels: im2col's copy of the
+    windows, which ``TAPS`` saves, weighs less against a product of more output channels."""
+    return m * (padded_hw[0] * padded_hw[1] / (out_hw[0] * out_hw[1]) - 1)
+
+
+def packed_gemm_supported(native) -> bool:
+    """Whether the C extension ``native`` (or None) has ``packed_gemm`` and this CPU runs it."""
+    return native is not None and hasattr(native, "packed_gemm") and native.packed_gemm_supported()
+
+
+def packed_applies(x_shape: tuple, w_shape: tuple, out_hw: tuple[int, int]) -> bool:
+    """The shapes ``PACKED_POINTWISE`` and ``PACKED_IM2COL`` take: one image, at most
+    ``PACKED_MAX_COLUMNS`` output positions, at least ``PACKED_MIN_CHANNELS`` output channels, and
+    a product of at least ``worker_pool.PARALLEL_MIN_WORK`` (smaller ones keep their fewer numpy
+    calls, ``_remember``)."""
+    p = out_hw[0] * out_hw[1]
+    return (x_shape[0] == 1 and p <= PACKED_MAX_COLUMNS and w_shape[0] >= PACKED_MIN_CHANNELS
+            and w_shape[0] * w_shape[1] * w_shape[2] * w_shape[3] * p >= worker_pool.PARALLEL_MIN_WORK)
+
+
+def packed_now() -> bool:
+    """Whether BLAS runs on one thread for this run (pinned, or the load governor's choice), where
+    the packed product, on one thread or split between the workers, beats it; with more, BLAS's
+    own threads take the product."""
+    return worker_pool.SPLIT_PRODUCTS or get_blas_threads() == 1
 
 
 def unit_rows_apply(in_hw: tuple[int, int], kernel: tuple[int, int], pads: tuple[int, int], out_hw: tuple[int, int],

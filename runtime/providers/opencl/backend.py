@@ -102,6 +102,12 @@ class OpenCLNodeComputeInfo(NodeComputeInfo):
         state.release()
 
 
+def device_int64(device: cl.Device) -> bool:
+    """Whether an OpenCL device computes ``long`` (64-bit integers): a full-profile device always
+    (OpenCL C 1.2, section 6.1.1), an embedded-profile one with the ``cles_khr_int64`` extension."""
+    return device.profile == "FULL_PROFILE" or "cles_khr_int64" in device.extensions.split()
+
+
 class OpenCLBackend:
     """The OpenCL side of one session's EP. ``device`` None: a backend that only claims (a simulated
     device whose partitions another backend computes); ``compile`` needs a device."""
@@ -137,7 +143,18 @@ class OpenCLBackend:
 
     def lookup(self, graph: Graph, allow_dynamic: bool = False) -> GraphLookup:
         """Shapes, dtypes and constants of ``graph``'s values (symbolic dims allowed or refused)."""
-        return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic)
+        return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic,
+                           typed=self.typed_values)
+
+    @property
+    def typed_values(self) -> bool:
+        """Rule ``typed_values`` applies: on, and the device computes 64-bit integers (OpenCL's
+        ``long``: every full-profile device; an embedded-profile one only with ``cles_khr_int64``).
+        Without a device (a backend that only claims for a simulated device, whose partitions the
+        host backend computes) the rule follows its option alone, so both backends claim the same."""
+        if not self.rule_on("typed_values"):
+            return False
+        return self.device is None or device_int64(self.device.device)
 
     def rule_on(self, name: str) -> bool:
         """Whether fusion rule ``name`` (fusion_rules.py) is on for this backend."""

@@ -310,7 +310,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         values = self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
         every = self._host_plan.graph.output_names
         concrete = self._static_copy(host, dict(zip(every, values)))
-        lookup = GraphLookup(concrete, {}, {}, {})
+        lookup = GraphLookup(concrete, {}, {}, {}, typed="typed_values" not in self.disabled_fusions)
         for n in concrete.nodes:
             try:
                 reason = unsupported_reason(n, lookup)

@@ -138,3 +138,19 @@ def test_a_simulated_device_without_integers_declines_the_mask_chain():
         sub = next(n for n in sess.assigned_nodes() if n.op_type == "Sub")  # generic-gpu has Sub, no Cast
         assert sub.ep_name == "CPUExecutionProvider"
         assert "does not compute int64" in declined[sub.name or sub.op_type], declined
+
+
+def test_an_expand_read_only_by_fused_trees_gets_no_launch(opencl):
+    """Rule expand_elementwise: the expanded bool mask is read by the And/Where/Add tree through
+    broadcast strides of its input: one launch fewer than with the rule off, onnxruntime's outputs."""
+    data = _mask_model()
+    feeds = _feeds(2, 6)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    launches = {}
+    for off in ("", "expand_elementwise"):
+        s = onnxhal.InferenceSession(data, providers=[(EP, {"disable_fusions": off}), "CPUExecutionProvider"])
+        for w, g in zip(want, s.run(None, feeds)):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4, err_msg=off)
+        (info,) = s.eps[EP].dynamic_partitions.values()
+        launches[off] = info.cached_plans[-1].launches_per_run
+    assert launches[""] == launches["expand_elementwise"] - 1, launches

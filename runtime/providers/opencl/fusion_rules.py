@@ -80,6 +80,8 @@ FUSION_RULES: dict[str, str] = {
                        "output, where the Concat would copy it there",
     "transpose_elementwise": "a Transpose read only by a fused elementwise tree of its shape into that tree's "
                              "reads (strides of the Transpose's input)",
+    "expand_elementwise": "an Expand read only by fused elementwise trees of its shape into those trees' reads "
+                          "(broadcast strides of its input): no launch of its own",
     "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
                  "MatMul, with the Transposes around it) into one kernel",
 }

@@ -285,6 +285,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     self._fold_chain(n, epilogues[id(n)], clusters, consumers, outputs, skip)
         if self.rule("transpose_elementwise"):
             self._transposed_inputs(clusters, consumers, outputs, skip)
+        if self.rule("expand_elementwise"):
+            self._expanded_inputs(clusters, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
             if id(n) in attention:
@@ -652,6 +654,30 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     st = contiguous_strides(xs)
                     self.transposed_inputs[a] = (p.inputs[0], tuple(st[q] for q in perm))
                     skip.add(id(p))
+
+    def _expanded_inputs(self, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
+                         outputs: set[str], skip: set[int]) -> None:
+        """Rule ``expand_elementwise``: an Expand whose every reader is a member of a fused elementwise
+        tree of the Expand's shape is read by those trees through broadcast strides of its input, and
+        gets no launch (the attention mask an export expands once and each layer's Where reads)."""
+        tree_shape: dict[int, tuple[int, ...]] = {}
+        for members in clusters.values():
+            if members and id(members[-1]) not in skip:
+                for m in members:
+                    tree_shape[id(m)] = self.shape(members[-1].outputs[0])
+        for p in self.graph.nodes:
+            if p.op_type != "Expand" or p.domain or id(p) in skip or id(p) in self.concat_targets:
+                continue
+            a = p.outputs[0]
+            readers = consumers.get(a, [])
+            if (a in outputs or a in self.transposed_inputs or not readers
+                    or any(tree_shape.get(id(u)) != self.shape(a) for u in readers)):
+                continue
+            fi = broadcast_strides(self.shape(p.inputs[0]), self.shape(a))
+            strides = (fi.strides if fi.mode == "bcast" else tuple(contiguous_strides(self.shape(a)))
+                       if fi.mode == "same" else (0,) * len(self.shape(a)))
+            self.transposed_inputs[a] = (p.inputs[0], tuple(strides))
+            skip.add(id(p))
 
     # -- single nodes ----------------------------------------------------------------------
     def _lower(self, n: Node, epi: Epilogue | None) -> None:

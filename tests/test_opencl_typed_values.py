@@ -30,7 +30,7 @@ def opencl(register):
     register("onnxhal.runtime.providers.opencl", "opencl")
 
 
-def _mask_model() -> bytes:
+def _mask_model(dims: tuple = ("B", "S")) -> bytes:
     """A TorchScript-style mask chain over ``h = x @ w`` with symbolic [B, S]: the mask cast to bool,
     gathered by position ids (Range over S: a value of the specialisation), expanded to the scores'
     shape, And-ed with a causal mask (from shapes alone) and turned into an additive bias by Where;
@@ -77,8 +77,8 @@ def _mask_model() -> bytes:
         helper.make_node("Unsqueeze", ["xf", "axm1"], ["x3"]),
         helper.make_node("Mul", ["h", "x3"], ["y3"]),
     ]
-    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info("x", f, ["B", "S", 8]),
-                                              helper.make_tensor_value_info("mask", i64, ["B", "S"])],
+    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info("x", f, [*dims, 8]),
+                                              helper.make_tensor_value_info("mask", i64, list(dims))],
                               [helper.make_tensor_value_info(n, f, None) for n in ("y1", "y2", "y3")],
                               [numpy_helper.from_array(v, k) for k, v in c.items()])
     model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
@@ -154,3 +154,19 @@ def test_an_expand_read_only_by_fused_trees_gets_no_launch(opencl):
         (info,) = s.eps[EP].dynamic_partitions.values()
         launches[off] = info.cached_plans[-1].launches_per_run
     assert launches[""] == launches["expand_elementwise"] - 1, launches
+
+
+def test_a_small_mask_of_fixed_shape_never_keys_a_specialisation(opencl):
+    """With fixed dims the mask [2, 6] is as small as a shape value; it is data all the same: new
+    masks reuse the one plan (no host run, no new signature) and give onnxruntime's outputs."""
+    data = _mask_model((2, 6))
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    s = onnxhal.InferenceSession(data, providers=[EP, "CPUExecutionProvider"])
+    assert s.partition_summary.get("CPUExecutionProvider", 0) == 0, s.partition_summary
+    for _ in range(3):
+        feeds = _feeds(2, 6)
+        for w, g in zip(ref.run(None, feeds), s.run(None, feeds)):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
+    for info in s.eps[EP].dynamic_partitions.values():
+        assert info.stats.misses == 1 and info.stats.host_runs == 0, info.stats
+        assert info.graph.input_names.index("mask") not in info.params

@@ -140,6 +140,8 @@ class OpenCLBackend:
         self._shape_only: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
         # Inputs computed from shapes and constants alone, by the filtered graph (shape_values.shape_derived).
         self._shape_derived: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
+        # Inputs computed from the feeds, by the filtered graph (rule typed_values: never signature keys).
+        self._data_inputs: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
 
     def lookup(self, graph: Graph, allow_dynamic: bool = False) -> GraphLookup:
         """Shapes, dtypes and constants of ``graph``'s values (symbolic dims allowed or refused)."""
@@ -223,6 +225,8 @@ class OpenCLBackend:
                 part = support_info.filtered_graph(piece, FUSION_OPTIONS)
                 self._shape_only[part] = shape_only_outputs(graph, part)
                 self._shape_derived[part] = frozenset(i for i in part.input_names if i in derived)
+                if lookup.typed:
+                    self._data_inputs[part] = frozenset(i for i in part.input_names if lookup.data_rooted(i))
                 reason = self._cost_reason(graph, piece, support_info, lookup, taken) if self.cost_rule else None
                 if reason is None and self.host_islands and host_island(graph, piece, taken):
                     reason = ("a piece of a host chain (rule host_islands): every input comes from the host and only "
@@ -285,7 +289,7 @@ class OpenCLBackend:
         infos: list[NodeComputeInfo] = []
         for graph, node in zip(graphs, fused_nodes):
             info: NodeComputeInfo
-            if specialised(graph, self.disabled_fusions):
+            if specialised(graph, self.disabled_fusions, self._data_inputs.get(graph, frozenset())):
                 info = self.dynamic_info(graph)  # (shape values are computed per concrete signature)
             else:
                 try:
@@ -314,7 +318,8 @@ class OpenCLBackend:
         return DynamicNodeComputeInfo(graph, self.device, self.allocator, self.logger,
                                       disabled_fusions=self.disabled_fusions,
                                       shape_only=self._shape_only.get(graph, frozenset()),
-                                      shape_derived=self._shape_derived.get(graph, frozenset()))
+                                      shape_derived=self._shape_derived.get(graph, frozenset()),
+                                      data_inputs=self._data_inputs.get(graph, frozenset()))
 
     def compute_info(self, plan: PartitionPlan) -> OpenCLNodeComputeInfo:
         """A compiled partition from a plan made elsewhere (an EPContext blob's)."""

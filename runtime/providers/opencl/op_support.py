@@ -80,6 +80,9 @@ class GraphLookup:
     #: their op has a kernel for them (the backend sets it where the rule is on and the device
     #: computes 64-bit integers).
     typed: bool = False
+    #: Whether ``typed_reason`` asks a typed node to read a value computed from the feeds (the claim
+    #: does; a specialisation's static copy, whose shape values are constants, need not).
+    typed_roots: bool = True
     #: value -> (static shape or None, dims as declared) of the graph's value info: parsed from the
     #: proto once per lookup (capability asks for each value's shape several times per node).
     _declared: dict[str, tuple[tuple[int, ...] | None, tuple | None]] = field(default_factory=dict, repr=False)
@@ -251,7 +254,7 @@ def typed_reason(node: Node, lookup: GraphLookup, data: list[str]) -> str | None
     if not lookup.typed:
         bad = next(n for n, d in zip(names, dtypes) if d != F32)
         return f"{bad!r} is {lookup.dtype(bad)}, not float32"
-    if not any(lookup.data_rooted(i) for i in node.inputs if i):
+    if lookup.typed_roots and not any(lookup.data_rooted(i) for i in node.inputs if i):
         # Integers computed from shapes and constants alone are shape values (computed at
         # specialisation) or the host's: on the device they could steer a plan (a Reshape target,
         # Expand shape) from inside the partition, which its specialisation cannot read.

@@ -289,7 +289,7 @@ class OpenCLBackend:
         infos: list[NodeComputeInfo] = []
         for graph, node in zip(graphs, fused_nodes):
             info: NodeComputeInfo
-            if specialised(graph, self.disabled_fusions, self._data_inputs.get(graph, frozenset())):
+            if specialised(graph, self.disabled_fusions, self.data_inputs(graph)):
                 info = self.dynamic_info(graph)  # (shape values are computed per concrete signature)
             else:
                 try:
@@ -313,13 +313,18 @@ class OpenCLBackend:
         self.logger.warning("%s runs %d node(s) (%s) on the host: %s", self.name, len(graph.nodes), ops, reason)
         return self.dynamic_info(graph)
 
+    def data_inputs(self, graph: Graph) -> frozenset[str]:
+        """The inputs of claimed partition ``graph`` computed from the feeds (rule ``typed_values``):
+        small ones (a fixed-shape ``attention_mask``) are data, never keys of a signature."""
+        return self._data_inputs.get(graph, frozenset())
+
     def dynamic_info(self, graph: Graph) -> DynamicNodeComputeInfo:
         """A partition specialised per input signature at run time (host runs where that fails)."""
         return DynamicNodeComputeInfo(graph, self.device, self.allocator, self.logger,
                                       disabled_fusions=self.disabled_fusions,
                                       shape_only=self._shape_only.get(graph, frozenset()),
                                       shape_derived=self._shape_derived.get(graph, frozenset()),
-                                      data_inputs=self._data_inputs.get(graph, frozenset()))
+                                      data_inputs=self.data_inputs(graph))
 
     def compute_info(self, plan: PartitionPlan) -> OpenCLNodeComputeInfo:
         """A compiled partition from a plan made elsewhere (an EPContext blob's)."""

@@ -515,7 +515,8 @@ class VirtualEp(Ep):
                 info = planned[k]
                 lookup = self.opencl.lookup(graph)
                 values_rule, tensors_rule = shape_value_rules(self.opencl.disabled_fusions)
-                folded = partition_shape_values(as_given[k], tensors_rule) if values_rule else frozenset()
+                folded = (partition_shape_values(as_given[k], tensors_rule, self.opencl.data_inputs(as_given[k]))
+                          if values_rule else frozenset())
                 cost = partition_cost(as_given[k], self.profile, lambda name, _lk=lookup: _safe_shape(_lk, name),
                                       folded)
             else:  # an EPContext node: the saved plan, no planning (its weights were rounded when saved)
@@ -696,7 +697,7 @@ class HostVirtualEp(VirtualEp):
             half = storage in STORAGE_DTYPES and not self.quantized_values.int8_partition(g)
             infos.append(HostNodeComputeInfo(rounded_weights(g, self.report_clamped_weight, storage) if half else g,
                                              self.allocator, half, self.logger, self.report_fp16_overflow, storage,
-                                             self.opencl.disabled_fusions))
+                                             self.opencl.disabled_fusions, self.opencl.data_inputs(g)))
         return infos
 
     def partition_from_context(self, plan: Any) -> NodeComputeInfo:

@@ -153,14 +153,15 @@ def rounded_weights(graph: Graph, on_overflow: Callable[[str], None] | None = No
     return out
 
 
-def host_memory_edges(graph: Graph, disabled_fusions: frozenset[str] = frozenset()
-                      ) -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
+def host_memory_edges(graph: Graph, disabled_fusions: frozenset[str] = frozenset(),
+                      data: frozenset[str] = frozenset()) -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
     """The partition's ``host_inputs``, ``metadata_inputs`` and ``host_outputs`` as the OpenCL
     backend gives them, so the runtime copies (and the meter charges) the same values on both
     backends: a partition specialised per signature takes its parameters in host memory, reads
     some inputs only for their shape and hands its shape values over in host memory
     (``dynamic_partition.host_edges``); a static plan takes the index inputs of its Gathers in host
-    memory (``plan_builder``'s ``host_indices``)."""
+    memory (``plan_builder``'s ``host_indices``). ``data``: the inputs computed from the feeds
+    (``OpenCLBackend.data_inputs``), never shape values."""
     from onnxhal.runtime.providers.opencl.dynamic_partition import (
         host_edges,
         partition_shape_values,
@@ -168,9 +169,9 @@ def host_memory_edges(graph: Graph, disabled_fusions: frozenset[str] = frozenset
         specialised,
     )
 
-    if specialised(graph, disabled_fusions):
+    if specialised(graph, disabled_fusions, data):
         values_rule, tensors_rule = shape_value_rules(disabled_fusions)
-        return host_edges(graph, partition_shape_values(graph, tensors_rule) if values_rule else frozenset())
+        return host_edges(graph, partition_shape_values(graph, tensors_rule, data) if values_rule else frozenset())
     indices = {n.inputs[1] for n in graph.nodes if n.op_type == "Gather" and not n.domain and len(n.inputs) > 1}
     return (frozenset(i for i, name in enumerate(graph.input_names) if name in indices and name not in graph.initializers),
             frozenset(), frozenset())
@@ -183,7 +184,8 @@ class HostNodeComputeInfo(NodeComputeInfo):
 
     def __init__(self, graph: Graph, allocator: Allocator, half: bool,
                  logger: logging.Logger, on_overflow: Callable[[str], None] | None = None,
-                 storage: str = "float16", disabled_fusions: frozenset[str] = frozenset()) -> None:
+                 storage: str = "float16", disabled_fusions: frozenset[str] = frozenset(),
+                 data_inputs: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.allocator = allocator
         self.half = half
@@ -192,7 +194,8 @@ class HostNodeComputeInfo(NodeComputeInfo):
         self.fp16_edges: Any = None  # simulators.ep.Fp16Edges: which inputs/outputs stay float32
         self.plan = HostPartitionPlan.of(graph)
         self._exec = host_plan(graph, logger=logger)
-        self.host_inputs, self.metadata_inputs, self.host_outputs = host_memory_edges(graph, disabled_fusions)
+        self.host_inputs, self.metadata_inputs, self.host_outputs = host_memory_edges(graph, disabled_fusions,
+                                                                                      data_inputs)
 
     @property
     def weight_bytes(self) -> int:

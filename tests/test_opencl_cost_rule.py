@@ -103,13 +103,14 @@ def test_crossings_count_values_moving_between_host_and_device():
 
 def _island_model(source: str = "cast", tail: str = "cast", matmul: bool = False) -> onnx.ModelProto:
     """T5's relative-position shape: integer nodes on the host around float work the EP could claim.
-    ``source``: "cast" (the float chain reads a Cast of an int64 input, made on the host) or "input"
-    (a float graph input); ``tail``: "cast" (a Cast back to int64 on the host reads the result) or
+    ``source``: "cast" (the float chain reads a Cast of an int16 input, made on the host: no OpenCL
+    kernel takes int16, where rule typed_values would cast int64 on the device) or "input"
+    (a float graph input); ``tail``: "cast" (a Cast back to int16 on the host reads the result) or
     "output" (the result is a graph output); ``matmul``: a MatMul by a constant in the chain."""
     nodes, inputs, inits = [], [], [numpy_helper.from_array(np.float32(2.0), "c"),
                                     numpy_helper.from_array(np.float32(3.5), "d")]
     if source == "cast":
-        inputs.append(helper.make_tensor_value_info("i", TensorProto.INT64, ["n", 8]))
+        inputs.append(helper.make_tensor_value_info("i", TensorProto.INT16, ["n", 8]))
         nodes.append(helper.make_node("Cast", ["i"], ["f"], name="cast_in", to=TensorProto.FLOAT))
     else:
         inputs.append(helper.make_tensor_value_info("f", TensorProto.FLOAT, ["n", 8]))
@@ -122,8 +123,8 @@ def _island_model(source: str = "cast", tail: str = "cast", matmul: bool = False
         last = "m"
     nodes.append(helper.make_node("Mul", [last, "d"], ["s"], name="mul"))
     if tail == "cast":
-        nodes.append(helper.make_node("Cast", ["s"], ["y"], name="cast_out", to=TensorProto.INT64))
-        out = helper.make_tensor_value_info("y", TensorProto.INT64, ["n", 8])
+        nodes.append(helper.make_node("Cast", ["s"], ["y"], name="cast_out", to=TensorProto.INT16))
+        out = helper.make_tensor_value_info("y", TensorProto.INT16, ["n", 8])
     else:
         nodes.append(helper.make_node("Identity", ["s"], ["y"], name="ident"))
         out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])
@@ -136,7 +137,7 @@ def _island_model(source: str = "cast", tail: str = "cast", matmul: bool = False
 def _island_run(model: onnx.ModelProto, disabled: str) -> tuple[dict, dict, np.ndarray, np.ndarray]:
     name = model.graph.input[0].name
     feeds = {name: (RNG.integers(1, 40, (3, 8)) if name == "i" else RNG.uniform(1, 40, (3, 8))).astype(
-        np.int64 if name == "i" else np.float32)}
+        np.int16 if name == "i" else np.float32)}
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     sess = onnxhal.InferenceSession(model.SerializeToString(), providers=[
         ("OpenCLExecutionProvider", {"disable_fusions": disabled}), "CPUExecutionProvider"])

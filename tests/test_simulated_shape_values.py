@@ -121,9 +121,10 @@ def test_a_signature_run_on_the_host_keeps_its_scalar_shape_values(monkeypatch):
 
 
 def _mask_model() -> bytes:
-    # The mask (made on the host by the Cast, which intel-gpu leaves to the CPU EP) is read only for
-    # its shape (the Reshape's row count): a partition input the partition needs no data of.
-    nodes = [helper.make_node("Cast", ["mask_in"], ["mask"], to=TensorProto.INT32),
+    # The mask (made on the host by an int64 Abs, which the OpenCL kernels leave to the CPU EP) is
+    # read only for its shape (the Reshape's row count): a partition input the partition needs no
+    # data of.
+    nodes = [helper.make_node("Abs", ["mask_in"], ["mask"]),
              helper.make_node("Shape", ["mask"], ["s"]),
              helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
              helper.make_node("Unsqueeze", ["b", "axes"], ["bu"]),
@@ -213,7 +214,7 @@ def test_the_host_backend_reads_only_the_shape_of_a_metadata_input(monkeypatch):
         inner = info.inner
         (k,) = inner.metadata_inputs
         x = RNG.standard_normal((3, 2, 32)).astype(np.float32)
-        inputs = [np.asarray(x) if i != k else DeviceTensor((3, 2), np.dtype(np.int32), ep.memory_info, None)
+        inputs = [np.asarray(x) if i != k else DeviceTensor((3, 2), np.dtype(np.int64), ep.memory_info, None)
                   for i in range(len(inner.graph.input_names))]
         (y,) = inner.compute(None, KernelContext(inputs, 1))
         want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(

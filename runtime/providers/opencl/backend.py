@@ -102,6 +102,12 @@ class OpenCLNodeComputeInfo(NodeComputeInfo):
         state.release()
 
 
+def device_int64(device: cl.Device) -> bool:
+    """Whether an OpenCL device computes ``long`` (64-bit integers): a full-profile device always
+    (OpenCL C 1.2, section 6.1.1), an embedded-profile one with the ``cles_khr_int64`` extension."""
+    return device.profile == "FULL_PROFILE" or "cles_khr_int64" in device.extensions.split()
+
+
 class OpenCLBackend:
     """The OpenCL side of one session's EP. ``device`` None: a backend that only claims (a simulated
     device whose partitions another backend computes); ``compile`` needs a device."""
@@ -134,10 +140,23 @@ class OpenCLBackend:
         self._shape_only: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
         # Inputs computed from shapes and constants alone, by the filtered graph (shape_values.shape_derived).
         self._shape_derived: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
+        # Inputs computed from the feeds, by the filtered graph (rule typed_values: never signature keys).
+        self._data_inputs: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
 
     def lookup(self, graph: Graph, allow_dynamic: bool = False) -> GraphLookup:
         """Shapes, dtypes and constants of ``graph``'s values (symbolic dims allowed or refused)."""
-        return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic)
+        return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic,
+                           typed=self.typed_values)
+
+    @property
+    def typed_values(self) -> bool:
+        """Rule ``typed_values`` applies: on, and the device computes 64-bit integers (OpenCL's
+        ``long``: every full-profile device; an embedded-profile one only with ``cles_khr_int64``).
+        Without a device (a backend that only claims for a simulated device, whose partitions the
+        host backend computes) the rule follows its option alone, so both backends claim the same."""
+        if not self.rule_on("typed_values"):
+            return False
+        return self.device is None or device_int64(self.device.device)
 
     def rule_on(self, name: str) -> bool:
         """Whether fusion rule ``name`` (fusion_rules.py) is on for this backend."""
@@ -206,6 +225,8 @@ class OpenCLBackend:
                 part = support_info.filtered_graph(piece, FUSION_OPTIONS)
                 self._shape_only[part] = shape_only_outputs(graph, part)
                 self._shape_derived[part] = frozenset(i for i in part.input_names if i in derived)
+                if lookup.typed:
+                    self._data_inputs[part] = frozenset(i for i in part.input_names if lookup.data_rooted(i))
                 reason = self._cost_reason(graph, piece, support_info, lookup, taken) if self.cost_rule else None
                 if reason is None and self.host_islands and host_island(graph, piece, taken):
                     reason = ("a piece of a host chain (rule host_islands): every input comes from the host and only "
@@ -268,7 +289,7 @@ class OpenCLBackend:
         infos: list[NodeComputeInfo] = []
         for graph, node in zip(graphs, fused_nodes):
             info: NodeComputeInfo
-            if specialised(graph, self.disabled_fusions):
+            if specialised(graph, self.disabled_fusions, self.data_inputs(graph)):
                 info = self.dynamic_info(graph)  # (shape values are computed per concrete signature)
             else:
                 try:
@@ -292,12 +313,18 @@ class OpenCLBackend:
         self.logger.warning("%s runs %d node(s) (%s) on the host: %s", self.name, len(graph.nodes), ops, reason)
         return self.dynamic_info(graph)
 
+    def data_inputs(self, graph: Graph) -> frozenset[str]:
+        """The inputs of claimed partition ``graph`` computed from the feeds (rule ``typed_values``):
+        small ones (a fixed-shape ``attention_mask``) are data, never keys of a signature."""
+        return self._data_inputs.get(graph, frozenset())
+
     def dynamic_info(self, graph: Graph) -> DynamicNodeComputeInfo:
         """A partition specialised per input signature at run time (host runs where that fails)."""
         return DynamicNodeComputeInfo(graph, self.device, self.allocator, self.logger,
                                       disabled_fusions=self.disabled_fusions,
                                       shape_only=self._shape_only.get(graph, frozenset()),
-                                      shape_derived=self._shape_derived.get(graph, frozenset()))
+                                      shape_derived=self._shape_derived.get(graph, frozenset()),
+                                      data_inputs=self.data_inputs(graph))
 
     def compute_info(self, plan: PartitionPlan) -> OpenCLNodeComputeInfo:
         """A compiled partition from a plan made elsewhere (an EPContext blob's)."""

@@ -65,22 +65,25 @@ def is_dynamic(graph: Graph) -> bool:
     return any(not graph.value_info(name).has_static_shape for name in names)
 
 
-def partition_shape_values(graph: Graph, tensors: bool = False) -> frozenset[str]:
+def partition_shape_values(graph: Graph, tensors: bool = False, data: frozenset[str] = frozenset()) -> frozenset[str]:
     """The shape values (rule ``shape_values``) partition ``graph`` computes: from shapes, constants
     and its small integer inputs (shape values computed outside, which join the signature);
-    ``tensors``: with the larger values computed from them (rule ``shape_tensors``)."""
+    ``tensors``: with the larger values computed from them (rule ``shape_tensors``). ``data``: inputs
+    the claim found computed from the feeds (rule ``typed_values``: an ``attention_mask`` of fixed
+    shape [2, 12] is as small as a shape value), never keys of a signature."""
     lookup = GraphLookup(graph, {}, {}, {}, allow_dynamic=True)
-    inputs = set(graph.input_names)
+    inputs = set(graph.input_names) - data
     return shape_values(graph, lookup, lambda name: name in inputs and small_int(lookup, name), tensors)
 
 
-def specialised(graph: Graph, disabled_fusions: frozenset[str]) -> bool:
+def specialised(graph: Graph, disabled_fusions: frozenset[str], data: frozenset[str] = frozenset()) -> bool:
     """Whether partition ``graph`` is specialised per input signature (``DynamicNodeComputeInfo``):
-    it has symbolic dimensions, or shape values to compute when rule ``shape_values`` is on."""
+    it has symbolic dimensions, or shape values to compute when rule ``shape_values`` is on
+    (``data``: as ``partition_shape_values``)."""
     if is_dynamic(graph):
         return True
     rules = shape_value_rules(disabled_fusions)
-    return rules[0] and bool(partition_shape_values(graph, rules[1]))
+    return rules[0] and bool(partition_shape_values(graph, rules[1], data))
 
 
 def shape_value_rules(disabled_fusions: frozenset[str]) -> tuple[bool, bool]:
@@ -183,7 +186,8 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
 
     def __init__(self, graph: Graph, device: Any, allocator: Any, logger: logging.Logger,
                  max_signatures: int = MAX_SIGNATURES, disabled_fusions: frozenset[str] = frozenset(),
-                 shape_only: frozenset[str] = frozenset(), shape_derived: frozenset[str] = frozenset()) -> None:
+                 shape_only: frozenset[str] = frozenset(), shape_derived: frozenset[str] = frozenset(),
+                 data_inputs: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.disabled_fusions = disabled_fusions
         #: outputs read outside only for their shape (plan_builder.shape_only_outputs)
@@ -194,7 +198,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         self.max_signatures = max_signatures
         #: values computed on the host at each specialisation, constants of its plan (rule shape_values)
         values_rule, tensors_rule = shape_value_rules(disabled_fusions)
-        self.shape_values = partition_shape_values(graph, tensors_rule) if values_rule else frozenset()
+        self.shape_values = partition_shape_values(graph, tensors_rule, data_inputs) if values_rule else frozenset()
         self._shape_nodes = shape_value_nodes(graph, self.shape_values)
         #: inputs computed from shapes and constants alone: Gather indices among them key the signature
         self.shape_derived = shape_derived
@@ -310,7 +314,9 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         values = self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
         every = self._host_plan.graph.output_names
         concrete = self._static_copy(host, dict(zip(every, values)))
-        lookup = GraphLookup(concrete, {}, {}, {})
+        # (the claim judged which typed nodes read the feeds; here their shape values are constants)
+        lookup = GraphLookup(concrete, {}, {}, {}, typed="typed_values" not in self.disabled_fusions,
+                             typed_roots=False)
         for n in concrete.nodes:
             try:
                 reason = unsupported_reason(n, lookup)

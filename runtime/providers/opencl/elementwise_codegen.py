@@ -121,6 +121,41 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
                                                 f"{float_literal(x['act'][1])}, {float_literal(x['act'][2])})"),
 }
 
+#: Rule ``typed_values``: C types of the element types the fused kernels compute besides float32.
+#: bool is numpy's one byte (0 or 1); int64 needs the device's 64-bit integers (``long``: every
+#: OpenCL full-profile device, ``cles_khr_int64`` on an embedded one).
+C_TYPES: dict[np.dtype, str] = {np.dtype(np.float32): "float", np.dtype(np.int64): "long",
+                                np.dtype(np.int32): "int", np.dtype(np.bool_): "uchar"}
+
+
+def _cast(n: Node, a: list[str], x: dict) -> str:
+    # C's conversions: to an integer truncates toward zero (numpy's and onnxruntime's static_cast);
+    # to bool is "not zero", so NaN is true, as numpy's astype(bool).
+    to = x["to"]
+    return f"(uchar)({a[0]} != 0)" if to == "uchar" else f"(({to}){a[0]})"
+
+
+#: Rule ``typed_values``: ops whose operands or results are not float32 (comparisons and logic give
+#: bool, Where selects by a bool, Cast converts between C_TYPES); their C is that of numpy's
+#: semantics for these types (a comparison with NaN is false, != is true).
+TYPED_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
+    "Cast": _cast,
+    "Equal": lambda n, a, x: f"(uchar)({a[0]} == {a[1]})",
+    "Less": lambda n, a, x: f"(uchar)({a[0]} < {a[1]})",
+    "Greater": lambda n, a, x: f"(uchar)({a[0]} > {a[1]})",
+    "LessOrEqual": lambda n, a, x: f"(uchar)({a[0]} <= {a[1]})",
+    "GreaterOrEqual": lambda n, a, x: f"(uchar)({a[0]} >= {a[1]})",
+    "And": lambda n, a, x: f"(uchar)({a[0]} && {a[1]})",
+    "Or": lambda n, a, x: f"(uchar)({a[0]} || {a[1]})",
+    "Xor": lambda n, a, x: f"(uchar)(({a[0]} != 0) != ({a[1]} != 0))",
+    "Not": lambda n, a, x: f"(uchar)(!{a[0]})",
+    "Where": lambda n, a, x: f"({a[0]} ? {a[1]} : {a[2]})",
+}
+ELEMENTWISE_OPS.update(TYPED_OPS)
+#: Ops of ELEMENTWISE_OPS whose C is the same for int32 and int64 operands as for float32 (wrapping
+#: arithmetic, as numpy's and onnxruntime's integer kernels).
+INTEGER_OPS = frozenset({"Add", "Sub", "Mul", "Neg", "Identity"})
+
 #: Ops with exactly this many float data inputs (others: variadic or checked in lowering).
 BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})
 VARIADIC_OPS = frozenset({"Max", "Min", "Sum", "Mean"})
@@ -183,20 +218,36 @@ class FusedExpression:
     meta: np.ndarray
 
 
+@dataclass(frozen=True)
+class FusedTypes:
+    """The C types of a fused kernel's values (rule ``typed_values``): of each external input, of
+    each statement's local and of the result; a kernel of float32 values alone takes none."""
+
+    inputs: tuple[str, ...]
+    locals: tuple[str, ...]
+    out: str
+
+
 def generate_fused_kernel(statements: Sequence[tuple[str, str]], result: str, inputs: Sequence[FusedInput],
-                          out_shape: Sequence[int], function: bool = False) -> FusedExpression:
+                          out_shape: Sequence[int], function: bool = False,
+                          types: FusedTypes | None = None) -> FusedExpression:
     """Source for ``out[gid] = result`` after ``statements`` (``(local name, C expression)``), where
     expressions read external input ``k`` as ``in{k}``. ``function``: instead of that kernel, an
     inline ``fused_at(gid, p0, ..., meta)`` returning the value at flat index ``gid``, for another
-    kernel to read the tree's result as its input (``LAYERNORM_PROLOGUE_SOURCE``)."""
+    kernel to read the tree's result as its input (``LAYERNORM_PROLOGUE_SOURCE``, float32 only).
+    ``types``: the C types where values are not all float32."""
+    if types is None:
+        types = FusedTypes(("float",) * len(inputs), ("float",) * len(statements), "float")
+    elif function and {*types.inputs, *types.locals, types.out} != {"float"}:
+        raise ValueError("a fused_at function computes float32 values only")
     rank = len(out_shape)
     bcast = [k for k, fi in enumerate(inputs) if fi.mode == "bcast"]
-    params = ", ".join(f"__global const float* restrict p{k}" for k in range(len(inputs)))
+    params = ", ".join(f"__global const {types.inputs[k]}* restrict p{k}" for k in range(len(inputs)))
     if function:
         lines = [ERF_HELPER, "inline float fused_at(const int gid" + (", " + params if params else "")
                  + ", __constant int* meta) {"]
     else:
-        lines = [ERF_HELPER, "__kernel void fused_elementwise(__global float* restrict out"
+        lines = [ERF_HELPER, f"__kernel void fused_elementwise(__global {types.out}* restrict out"
                  + (", " + params if params else "") + ", __constant int* meta, const int total) {",
                  "  const int gid = get_global_id(0);", "  if (gid >= total) return;"]
     if bcast:
@@ -210,9 +261,9 @@ def generate_fused_kernel(statements: Sequence[tuple[str, str]], result: str, in
             lines.append("  }")
     for k, fi in enumerate(inputs):
         index = "gid" if fi.mode == "same" else "0" if fi.mode == "scalar" else f"i{k}"
-        lines.append(f"  const float in{k} = p{k}[{index}];")
-    for name, expr in statements:
-        lines.append(f"  const float {name} = {expr};")
+        lines.append(f"  const {types.inputs[k]} in{k} = p{k}[{index}];")
+    for (name, expr), ctype in zip(statements, types.locals):
+        lines.append(f"  const {ctype} {name} = {expr};")
     lines.append(f"  return {result};" if function else f"  out[gid] = {result};")
     lines.append("}")
     if function:

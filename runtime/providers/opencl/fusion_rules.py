@@ -59,6 +59,11 @@ FUSION_RULES: dict[str, str] = {
     "shape_tensors": "values of any size computed from tensor shapes and constants alone (position ids: Range, "
                      "Expand, GatherElements of a constant table; causal masks) claimed with the partition and "
                      "computed on the host at its specialisation, as rule shape_values does (needs shape_values)",
+    "typed_values": "int64, int32 and bool values claimed where their op has a kernel for them (a claiming rule): "
+                    "Cast, comparisons, And/Or/Xor/Not, Where and integer Add/Sub/Mul/Neg in the fused elementwise "
+                    "kernels, their views, Expand, and Gather by indices that are constants of the plan, so an "
+                    "attention mask built from attention_mask's values joins the partition (needs a device with "
+                    "64-bit integers)",
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
     "layernorm_prologue": "a fused elementwise tree read only by a LayerNormalization into the LayerNorm's kernel",
@@ -75,6 +80,8 @@ FUSION_RULES: dict[str, str] = {
                        "output, where the Concat would copy it there",
     "transpose_elementwise": "a Transpose read only by a fused elementwise tree of its shape into that tree's "
                              "reads (strides of the Transpose's input)",
+    "expand_elementwise": "an Expand read only by fused elementwise trees of its shape into those trees' reads "
+                          "(broadcast strides of its input): no launch of its own",
     "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
                  "MatMul, with the Transposes around it) into one kernel",
 }

@@ -1142,3 +1142,15 @@ def gemm_epilogue_source(statements: list[tuple[str, str]], result: str) -> str:
     body = "".join(f"  const float {name} = {expr};\n" for name, expr in statements)
     return ("#define ONNXHAL_EPILOGUE_EXPR\n" + GEMM_SOURCE
             + f"\nfloat onnxhal_epilogue_expr(float x) {{\n{body}  return {result};\n}}\n")
+
+
+def take_flat_source(ctype: str) -> str:
+    """``take_flat``: ``out[i] = src[table[i]]`` for elements of C type ``ctype`` (rule
+    ``typed_values``: a Gather of int64/int32/bool elements by constant indices, the table of flat
+    source indices made at planning)."""
+    return (f"__kernel void take_flat(__global {ctype}* restrict out, __global const {ctype}* restrict src,\n"
+            "                        __global const int* restrict table, const int total) {\n"
+            "  const int gid = get_global_id(0);\n"
+            "  if (gid >= total) return;\n"
+            "  out[gid] = src[table[gid]];\n"
+            "}\n")

@@ -27,7 +27,7 @@ import numpy as np
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
-from onnxhal.runtime.providers.opencl.elementwise_codegen import ELEMENTWISE_OPS
+from onnxhal.runtime.providers.opencl.elementwise_codegen import C_TYPES, ELEMENTWISE_OPS, INTEGER_OPS, TYPED_OPS
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_CODES
 
 #: What inspecting or lowering a node may raise. An OrtError is a limit of this EP (its message is
@@ -50,7 +50,7 @@ REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "
               "ReduceSumSquare": 5, "ReduceL2": 6, "ReduceL1": 7, "ReduceLogSumExp": 8, "ReduceLogSum": 9}
 OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                        "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Split", "Slice", "Gather",
-                       "Expand", "LRN", *REDUCE_OPS})
+                       "Expand", "LRN", "GatherND", *REDUCE_OPS})
 SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) | VIEW_OPS | OTHER_OPS
 #: Ops of the runtime optimizer's domain (runtime/optimizer/fusions.py) with the same kernels.
 FUSED_DOMAIN = "com.onnxhal"
@@ -76,10 +76,29 @@ class GraphLookup:
     #: Values the partition computes on the host at specialisation (rule ``shape_values``,
     #: ``shape_values.py``): their nodes are claimed without a kernel.
     shape_values: frozenset[str] = frozenset()
+    #: Rule ``typed_values`` (``typed_reason``): int64, int32 and bool values are claimed where
+    #: their op has a kernel for them (the backend sets it where the rule is on and the device
+    #: computes 64-bit integers).
+    typed: bool = False
+    #: Whether ``typed_reason`` asks a typed node to read a value computed from the feeds (the claim
+    #: does; a specialisation's static copy, whose shape values are constants, need not).
+    typed_roots: bool = True
     #: value -> (static shape or None, dims as declared) of the graph's value info: parsed from the
     #: proto once per lookup (capability asks for each value's shape several times per node).
     _declared: dict[str, tuple[tuple[int, ...] | None, tuple | None]] = field(default_factory=dict, repr=False)
     _declared_dtype: dict[str, np.dtype | None] = field(default_factory=dict, repr=False)
+    _data_rooted: frozenset[str] | None = field(default=None, repr=False)
+
+    def data_rooted(self, name: str) -> bool:
+        """Whether value ``name`` is computed from the values fed (a graph input that is not a
+        constant), not from shapes and constants alone (rule ``typed_values``)."""
+        if self._data_rooted is None:
+            found = {i for i in self.graph.input_names if not self.graph.is_constant_initializer(i)}
+            for n in self.graph.nodes:  # topological order
+                if n.op_type not in ("Shape", "Size") and any(i in found for i in n.inputs if i):
+                    found.update(o for o in n.outputs if o)
+            self._data_rooted = frozenset(found)
+        return name in self._data_rooted
 
     def _declared_shape(self, name: str) -> tuple[tuple[int, ...] | None, tuple | None]:
         entry = self._declared.get(name)
@@ -201,6 +220,63 @@ def _static_f32(lookup: GraphLookup, names) -> str | None:
         if lookup.dtype(n) != F32:
             return f"{n!r} is {lookup.dtype(n)}, not float32"
     return None
+
+
+#: Rule ``typed_values``: ops computed on int64, int32 and bool values too, beside TYPED_OPS and
+#: INTEGER_OPS (whose elements are copied, not computed: views, Expand, Gather by constant indices).
+TYPED_MOVEMENT = VIEW_OPS | frozenset({"Expand", "Gather", "GatherND"})
+_COMPARE = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
+_LOGIC = frozenset({"And", "Or", "Xor", "Not"})
+_NUMBERS = frozenset({np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.int32)})
+BOOL = np.dtype(np.bool_)
+
+
+def typed_reason(node: Node, lookup: GraphLookup, data: list[str]) -> str | None:
+    """Rule ``typed_values``: why ``node`` cannot run with its int64/int32/bool values (``data``:
+    its data inputs and outputs), or None. Exports build attention masks and position ids from
+    ``attention_mask`` and ``input_ids`` with these (Cast, comparisons, And, Where, Expand, Gather);
+    left to the host they would cut the partition or run on the CPU EP at every run."""
+    op = node.op_type
+    if op in TYPED_OPS and not lookup.typed:
+        return f"{op} computes int64/int32/bool values (rule typed_values is off)"
+    names = [n for n in data if n]
+    for n in names:
+        shape = lookup.dims(n)
+        if shape is None:
+            return f"{n!r} has no static shape" if not lookup.allow_dynamic else f"{n!r} has no known rank"
+        if len(shape) > MAX_RANK:
+            return f"{n!r} has rank {len(shape)} > {MAX_RANK}"
+        if all(isinstance(d, int) for d in shape) and math.prod(shape) >= MAX_ELEMENTS:
+            return f"{n!r} has {math.prod(shape)} elements; kernels index with 32-bit ints"
+    dtypes = [lookup.dtype(n) for n in names]
+    if all(d == F32 for d in dtypes) and op not in TYPED_OPS:
+        return None
+    if not lookup.typed:
+        bad = next(n for n, d in zip(names, dtypes) if d != F32)
+        return f"{bad!r} is {lookup.dtype(bad)}, not float32"
+    if lookup.typed_roots and not any(lookup.data_rooted(i) for i in node.inputs if i):
+        # Integers computed from shapes and constants alone are shape values (computed at
+        # specialisation) or the host's: on the device they could steer a plan (a Reshape target,
+        # Expand shape) from inside the partition, which its specialisation cannot read.
+        return f"{op} computes from shapes and constants alone (rule typed_values takes values computed from the feeds)"
+    unknown = next((n for n, d in zip(names, dtypes) if d not in C_TYPES), None)
+    if unknown is not None:
+        return f"{unknown!r} is {lookup.dtype(unknown)}, not float32, int64, int32 or bool"
+    ins = [lookup.dtype(i) for i in node.inputs if i]
+    out = lookup.dtype(node.outputs[0])
+    if op in _COMPARE:
+        ok = len(set(ins)) == 1 and (ins[0] in _NUMBERS or (op == "Equal" and ins[0] == BOOL)) and out == BOOL
+    elif op in _LOGIC:
+        ok = all(d == BOOL for d in (*ins, out))
+    elif op == "Where":
+        ok = ins[0] == BOOL and ins[1] == ins[2] == out
+    elif op in INTEGER_OPS:
+        ok = all(d in _NUMBERS and d == out for d in ins)
+    elif op in TYPED_MOVEMENT or op == "Cast":
+        ok = True
+    else:
+        return f"{op} on {sorted({str(d) for d in dtypes})}: only float32 has a kernel"
+    return None if ok else f"{op} on {[str(d) for d in ins]} -> {out}: no kernel for these types"
 
 
 def _need_const(lookup: GraphLookup, node: Node, index: int, what: str) -> str | None:
@@ -337,6 +413,14 @@ def reduce_layout(node: Node, lookup: GraphLookup) -> tuple[int, int, int] | Non
 
 def _check_gather(node: Node, lookup: GraphLookup) -> str | None:
     idx = node.inputs[1]
+    if lookup.dtype(node.inputs[0]) != F32 and lookup.typed:
+        # Rule typed_values: elements other than float32 are taken through an index table made from
+        # the indices at planning (``take_flat``), so they must be constants of the plan: constant
+        # initializers, or values of the specialisation (rule shape_tensors: a mask indexed by
+        # positions); a token's data-dependent index would key a specialisation per value.
+        if lookup.const(idx) is None and idx not in lookup.shape_values:
+            return "Gather of int64/int32/bool data by indices that are not constants of the plan"
+        return typed_reason(node, lookup, [node.inputs[0], *node.outputs])
     if lookup.const(idx) is None and lookup.dtype(idx) != np.dtype(np.int64):
         return "Gather indices must be int64 or constant"
     if lookup.dims(idx) is None:
@@ -349,6 +433,19 @@ def _check_gather(node: Node, lookup: GraphLookup) -> str | None:
         if first_out_of_range(const, n) is not None:  # the CPU EP's kernel reports it
             return f"Gather indices out of range for an axis of length {n}"
     return _static_f32(lookup, [node.inputs[0], *node.outputs])
+
+
+def _check_gather_nd(node: Node, lookup: GraphLookup) -> str | None:
+    """Rule ``typed_values``: GatherND by indices that are constants of the plan (dynamo exports
+    index the mask by position ids with it), through ``take_flat``'s index table."""
+    if not lookup.typed:
+        return "GatherND has a kernel with rule typed_values only (off)"
+    if node.attr("batch_dims", 0):
+        return "GatherND with batch_dims"
+    idx = node.inputs[1]
+    if lookup.const(idx) is None and idx not in lookup.shape_values:
+        return "GatherND by indices that are not constants of the plan"
+    return None
 
 
 def _check_layernorm(node: Node, lookup: GraphLookup) -> str | None:
@@ -395,7 +492,7 @@ def _check_matmul(node: Node, lookup: GraphLookup) -> str | None:
 
 _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "Conv": _check_conv, "MaxPool": _check_pool, "AveragePool": _check_pool, "Gather": _check_gather,
-    "LayerNormalization": _check_layernorm, "BatchNormalization": _check_bn, "Clip": _check_clip,
+    "LayerNormalization": _check_layernorm, "GatherND": _check_gather_nd, "BatchNormalization": _check_bn, "Clip": _check_clip,
     "MatMul": _check_matmul, "FusedConv": _check_fused, "FusedGemm": _check_fused, "FusedMatMul": _check_fused,
     "FusedBatchNormalization": _check_fused,
     "LRN": lambda n, lk: None if _rank(lk, n.inputs[0]) >= 3 else "LRN on rank < 3",
@@ -411,7 +508,7 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
 
 # Inputs that are parameters, not float data (index sets), per op.
 PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
-                 "Gather": {1}, "Clip": {1, 2}, **{op: {1} for op in REDUCE_OPS}}
+                 "Gather": {1}, "GatherND": {1}, "Clip": {1, 2}, **{op: {1} for op in REDUCE_OPS}}
 
 
 def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
@@ -429,7 +526,12 @@ def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
     data = [n for i, n in enumerate(node.inputs) if i not in params]
     if node.op_type == "Gather":
         data = []
-    if reason := _static_f32(lookup, [*data, *(o for o in node.outputs if o)]):
+    outputs = [o for o in node.outputs if o]
+    if node.op_type in TYPED_OPS or node.op_type in INTEGER_OPS or node.op_type in TYPED_MOVEMENT:
+        reason = typed_reason(node, lookup, [*data, *outputs])
+    else:
+        reason = _static_f32(lookup, [*data, *outputs])
+    if reason:
         return reason
     check = _CHECKS.get(node.op_type)
     return check(node, lookup) if check else None

@@ -21,9 +21,11 @@ from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
 from onnxhal.runtime.providers.opencl.attention_lowering import AttentionLowering, AttentionMatch
 from onnxhal.runtime.providers.opencl.elementwise_codegen import (
+    C_TYPES,
     ELEMENTWISE_OPS,
     POW_AS_PRODUCT,
     FusedInput,
+    FusedTypes,
     broadcast_strides,
     float_literal,
     generate_fused_kernel,
@@ -274,7 +276,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 continue
             members = clusters.get(id(self.graph.producer(n.inputs[0])))
             if (self.rule("layernorm_prologue") and members and sole_user(n.inputs[0]) is n
-                    and not any(id(m) in skip for m in members)):
+                    and not any(id(m) in skip for m in members) and self._float_tree(members)):
                 self.layernorm_prologues[id(n)] = members
                 skip.update(id(m) for m in members)
         if self.rule("gemm_elementwise"):
@@ -283,6 +285,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     self._fold_chain(n, epilogues[id(n)], clusters, consumers, outputs, skip)
         if self.rule("transpose_elementwise"):
             self._transposed_inputs(clusters, consumers, outputs, skip)
+        if self.rule("expand_elementwise"):
+            self._expanded_inputs(clusters, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
             if id(n) in attention:
@@ -343,6 +347,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         members = next((c for c in clusters.values() if c and readers[0] in c), None)
         if members is None or any(r not in members for r in readers) or any(id(m) in skip for m in members):
             return  # (a tree a LayerNorm computes in its own kernel reads the GEMM's result)
+        if not self._float_tree(members):
+            return  # the epilogue computes float32 values only
         internal = {m.outputs[0] for m in members[:-1]}
         exprs: dict[str, str] = {x: "x"}
         statements: list[tuple[str, str]] = []
@@ -539,8 +545,23 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         return result
 
     # -- fused elementwise -----------------------------------------------------------------
+    def _ctype(self, name: str) -> str:
+        """The C type of value ``name``'s elements (rule ``typed_values``; float32 otherwise)."""
+        dtype = np.dtype(self.plan.dtypes.get(name) or self.lookup.dtype(name) or F32)
+        if dtype not in C_TYPES:
+            raise OrtNotImplemented(f"OpenCL EP: value {name!r} is {dtype}, which no kernel computes")
+        return C_TYPES[dtype]
+
+    def _float_tree(self, members: list[Node]) -> bool:
+        """Whether every value a fused tree reads and computes is float32 (the GEMM epilogue and the
+        LayerNorm prologue compute float32 only)."""
+        return all(np.dtype(self.lookup.dtype(v) or F32) == F32
+                   for m in members for v in (*m.inputs, *m.outputs) if v)
+
     def _elementwise_args(self, n: Node) -> tuple[list[str], dict]:
         """The node's data inputs as value names (constants synthesized where the op needs them)."""
+        if n.op_type == "Cast":
+            return [n.inputs[0]], {"to": self._ctype(n.outputs[0])}
         if n.op_type == "BatchNormalization":
             x = n.inputs[0]
             c = [self.lookup.const(i).astype(np.float64) for i in n.inputs[1:5]]
@@ -600,8 +621,11 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             exprs[m.outputs[0]] = local
         inputs = [FusedInput("bcast", self.transposed_inputs[a][1]) if a in self.transposed_inputs
                   else broadcast_strides(self.shape(self.data(a)), out_shape) for a in ext]
-        reads = [Buf(self.data(self.transposed_inputs[a][0] if a in self.transposed_inputs else a)) for a in ext]
-        fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape, function)
+        sources = [self.data(self.transposed_inputs[a][0] if a in self.transposed_inputs else a) for a in ext]
+        reads = [Buf(name) for name in sources]
+        types = FusedTypes(tuple(self._ctype(name) for name in sources),
+                           tuple(self._ctype(m.outputs[0]) for m in members), self._ctype(out))
+        fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape, function, types)
         meta = self.constant("meta", fused.meta)
         if function:
             return fused.source, reads, Buf(meta)
@@ -630,6 +654,30 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     st = contiguous_strides(xs)
                     self.transposed_inputs[a] = (p.inputs[0], tuple(st[q] for q in perm))
                     skip.add(id(p))
+
+    def _expanded_inputs(self, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
+                         outputs: set[str], skip: set[int]) -> None:
+        """Rule ``expand_elementwise``: an Expand whose every reader is a member of a fused elementwise
+        tree of the Expand's shape is read by those trees through broadcast strides of its input, and
+        gets no launch (the attention mask an export expands once and each layer's Where reads)."""
+        tree_shape: dict[int, tuple[int, ...]] = {}
+        for members in clusters.values():
+            if members and id(members[-1]) not in skip:
+                for m in members:
+                    tree_shape[id(m)] = self.shape(members[-1].outputs[0])
+        for p in self.graph.nodes:
+            if p.op_type != "Expand" or p.domain or id(p) in skip or id(p) in self.concat_targets:
+                continue
+            a = p.outputs[0]
+            readers = consumers.get(a, [])
+            if (a in outputs or a in self.transposed_inputs or not readers
+                    or any(tree_shape.get(id(u)) != self.shape(a) for u in readers)):
+                continue
+            fi = broadcast_strides(self.shape(p.inputs[0]), self.shape(a))
+            strides = (fi.strides if fi.mode == "bcast" else tuple(contiguous_strides(self.shape(a)))
+                       if fi.mode == "same" else (0,) * len(self.shape(a)))
+            self.transposed_inputs[a] = (p.inputs[0], tuple(strides))
+            skip.add(id(p))
 
     # -- single nodes ----------------------------------------------------------------------
     def _lower(self, n: Node, epi: Epilogue | None) -> None:
@@ -792,6 +840,16 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
     def _lower_Expand(self, n: Node) -> None:
         x = self.data(n.inputs[0])
         ys = self.shape(n.outputs[0])
+        if self._ctype(x) != "float" and id(n) not in self.concat_targets:
+            # Rule typed_values: strided_copy moves floats; other elements are broadcast by a
+            # generated kernel of their type, as a fused tree reads a broadcast input.
+            ctype = self._ctype(x)
+            fused = generate_fused_kernel([], "in0", [broadcast_strides(self.shape(x), ys)], ys,
+                                          types=FusedTypes((ctype,), (), ctype))
+            meta = self.constant("meta", fused.meta)
+            self.plan.add_launch_1d(fused.source, "fused_elementwise", prod(ys),
+                                    [Buf(self.output(n.outputs[0])), Buf(x), Buf(meta)])
+            return
         fi = broadcast_strides(self.shape(x), ys)
         src = list(fi.strides) if fi.mode == "bcast" else contiguous_strides(ys) if fi.mode == "same" else [0] * len(ys)
         dst, dst_off, dst_strides = self._copy_target(n)
@@ -858,6 +916,12 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         axis = n.attr("axis", 0) % len(xs)
         idx_name = n.inputs[1]
         const = self.lookup.const(idx_name)
+        if self._ctype(x) != "float":
+            if const is None:
+                raise OrtNotImplemented(f"Gather {n.name!r} of {self.plan.dtypes[x]} elements needs constant indices")
+            self._check_range(n, const, xs[axis])
+            table = np.take(np.arange(prod(xs), dtype=np.int32).reshape(xs), const.astype(np.int64), axis=axis)
+            return self._take_flat(n, x, table)
         if const is not None:
             idx = self.constant("gather_idx", const.astype(np.int64).reshape(-1))
             nidx = int(const.size)
@@ -869,6 +933,40 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         out = self.output(n.outputs[0])
         self.plan.add_launch_1d(ks.MOVEMENT_SOURCE, "gather_rows", prod(self.shape(out)), [
             Buf(out), Buf(x), Buf(idx), I32(xs[axis]), I32(nidx), I32(prod(xs[axis + 1:]))])
+
+
+    def _lower_GatherND(self, n: Node) -> None:
+        x = self.data(n.inputs[0])
+        xs = self.shape(x)
+        const = self.lookup.const(n.inputs[1])
+        if const is None:
+            raise OrtNotImplemented(f"GatherND {n.name!r} needs constant indices")
+        idx = const.astype(np.int64)
+        k = idx.shape[-1] if idx.ndim else 0
+        if not idx.ndim or k > len(xs):
+            raise OrtNotImplemented(f"GatherND {n.name!r}: indices of shape {list(idx.shape)} for data of rank {len(xs)}")
+        for j in range(k):
+            self._check_range(n, idx[..., j], xs[j])
+        flat = np.arange(prod(xs), dtype=np.int32).reshape(xs)
+        self._take_flat(n, x, flat[tuple(idx[..., j] for j in range(k))])
+
+    def _check_range(self, n: Node, idx: np.ndarray, length: int) -> None:
+        if idx.size and (idx.min() < -length or idx.max() >= length):
+            raise OrtNotImplemented(f"{n.op_type} {n.name!r}: indices out of range for an axis of length {length} "
+                                    "(the CPU EP reports it)")
+
+    def _take_flat(self, n: Node, x: str, table: np.ndarray) -> None:
+        """Rule ``typed_values``: a Gather or GatherND by constant indices (op_support claims no
+        other) as one ``take_flat`` launch, given ``table``: the flat index into ``x`` of every output
+        element, computed from the indices at planning."""
+        out = self.output(n.outputs[0])
+        if tuple(table.shape) != self.shape(out):
+            raise OrtNotImplemented(f"Gather {n.name!r}: output shape {list(self.shape(out))} is not "
+                                    f"{list(table.shape)}")
+        t = self.constant("take_table", table.reshape(-1))
+        self.plan.shapes[t], self.plan.dtypes[t] = (table.size,), np.dtype(np.int32)
+        self.plan.add_launch_1d(ks.take_flat_source(self._ctype(x)), "take_flat", table.size,
+                                [Buf(out), Buf(x), Buf(t)])
 
 
 def build_plan(graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset(),

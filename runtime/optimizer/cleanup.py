@@ -312,6 +312,7 @@ def fold_constants(graph: Graph) -> bool:
     changed = False
     folded: list[Node] = []
     folded_by_key: dict[tuple, list[np.ndarray]] = {}
+    settled = graph in _settled  # (a WeakSet's lookup makes a weak reference: asked once)
     for node in live_nodes(graph):
         shape_of = node.op_type in ("Shape", "Size") and bool(node.inputs) and node.inputs[0] not in graph.initializers
         # most nodes read a computed value first: rejected before their other inputs are looked up
@@ -347,9 +348,10 @@ def fold_constants(graph: Graph) -> bool:
         if values is None or any(v.nbytes > MAX_FOLDED_BYTES for v in values):
             continue
         # (once unsettled, the graph stays so until the next inference: nothing more to ask)
-        if node.op_type != "Constant" and graph in _settled and any(
+        if node.op_type != "Constant" and settled and any(
                 o and (carries_shape_data(graph, o) or not graph.value_info(o).has_static_shape) for o in node.outputs):
             _settled.discard(graph)  # a value, or a shape, onnx's inference did not know
+            settled = False
         for name, value in zip(node.outputs, values):
             if name:
                 graph.initializers[name] = value

@@ -387,8 +387,9 @@ class Graph:
         g.outputs = [vi[v.name] for v in gp.output]
         g.nodes = [Node.from_proto(n, g) for n in gp.node]
         for n in g.nodes:
-            for sub in n.subgraph_list():
-                sub.parent_node = n
+            if n.subgraphs:  # (most nodes hold none: no call for their empty list)
+                for sub in n.subgraph_list():
+                    sub.parent_node = n
         g.reindex()
         return g
 

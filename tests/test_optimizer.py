@@ -419,6 +419,43 @@ def test_constant_folding_and_dead_nodes():
     assert "c" not in graph.initializers  # no longer read
 
 
+def test_equal_constant_computations_fold_once(monkeypatch):
+    """Nodes of one op type, attributes and input values are evaluated once; a different input
+    (same bytes, other shape) or a different attribute is evaluated on its own, and each folded
+    value is an array of its own."""
+    from onnxhal.runtime.optimizer import cleanup
+    evaluated = []
+
+    def counting(graph, node, inputs):
+        evaluated.append(node.outputs[0])
+        return real(graph, node, inputs)
+
+    real = cleanup.evaluate_node
+    monkeypatch.setattr(cleanup, "evaluate_node", counting)
+    w = np.arange(6, dtype=np.float32)
+    nodes = [
+        helper.make_node("Reshape", ["w1", "s1"], ["r1"]),
+        helper.make_node("Reshape", ["w2", "s2"], ["r2"]),  # as r1: w2 == w1, s2 == s1
+        helper.make_node("Reshape", ["w1", "s3"], ["r3"]),  # other shape
+        helper.make_node("Transpose", ["r1"], ["t1"], perm=[1, 0]),
+        helper.make_node("Transpose", ["r2"], ["t2"], perm=[1, 0]),  # as t1
+        helper.make_node("Transpose", ["r3"], ["t3"], perm=[1, 0]),  # r3's bytes are r1's, its shape not
+        helper.make_node("Transpose", ["r1"], ["t4"], perm=[0, 1]),  # other attribute
+        helper.make_node("Add", ["x", "t1"], ["y1"]),
+        helper.make_node("Add", ["x", "t2"], ["y2"]),
+        helper.make_node("MatMul", ["x", "t3"], ["y3"]),
+        helper.make_node("MatMul", ["x", "t4"], ["y4"]),
+    ]
+    inits = [("w1", w), ("w2", w.copy()), ("s1", np.int64([3, 2])), ("s2", np.int64([3, 2])),
+             ("s3", np.int64([2, 3]))]
+    model = model_of(nodes, [fvi("x", [2, 3])], [fvi(y, None) for y in ("y1", "y2", "y3", "y4")], inits)
+    graph = assert_basic_keeps_results(model, {"x": np.random.default_rng(0).standard_normal((2, 3), np.float32)})
+    assert sorted(evaluated) == ["r1", "r3", "t1", "t3", "t4"]
+    assert ops(graph) == Counter({"Add": 2, "MatMul": 2})
+    reads = [n.inputs[1] for n in graph.nodes if n.op_type == "Add"]
+    assert graph.initializers[reads[0]] is not graph.initializers[reads[1]]
+
+
 def test_random_ops_and_overridable_initializers_are_not_folded():
     nodes = [
         helper.make_node("RandomNormal", [], ["r"], shape=[4], seed=1.0),

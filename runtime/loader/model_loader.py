@@ -345,8 +345,9 @@ def check_graph(graph: Graph, outer: set[str]) -> None:
             raise InvalidGraph(f"graph {graph.name!r}: output {o.name!r} is not produced by any node.")
     scope = defined | set(produced)
     for n in graph.nodes:
-        for sub in n.subgraph_list():
-            check_graph(sub, scope)
+        if n.subgraphs:  # (most nodes hold none: no call for their empty list)
+            for sub in n.subgraph_list():
+                check_graph(sub, scope)
 
 
 def toposort(nodes: list[Node], graph_name: str = "") -> list[Node]:
@@ -428,5 +429,6 @@ def resolve_schemas(graph: Graph) -> None:
                 raise InvalidGraph(_predates(n, version))
             else:
                 n.since_version = 0  # unknown op: the CPU EP reports it when nobody claims it
-        for sub in n.subgraph_list():
-            resolve_schemas(sub)
+        if n.subgraphs:
+            for sub in n.subgraph_list():
+                resolve_schemas(sub)

@@ -271,11 +271,48 @@ def _too_big(graph: Graph, node: Node, inputs: list[np.ndarray | None] | None = 
     return False
 
 
+#: Inputs (and tensor attributes) of more bytes than this, together, make no key of ``_fold_key``:
+#: copying them into a key would cost about what evaluating the node does.
+_FOLD_KEY_MAX_BYTES = 1 << 12
+#: Types of attribute values (and list elements) ``_fold_key`` takes as they are: hashable, equal
+#: exactly when the attributes are (the type is part of the key: 1 == 1.0 == True in Python)
+_KEY_SCALARS = frozenset({int, float, str, bytes})
+
+
+def _fold_key(node: Node, inputs: list[np.ndarray | None]) -> tuple | None:
+    """What decides a foldable node's values, as a hashable key: its op type, its attributes, which
+    of its outputs are named and its inputs' dtypes, shapes and bytes. None where a value cannot be
+    keyed exactly (a graph or proto attribute, an object array, tensors past
+    ``_FOLD_KEY_MAX_BYTES``). Exporters repeat one shape computation per layer (a TorchScript
+    export's padding arithmetic before each convolution): equal keys fold once."""
+    size = 0
+    key: list = [node.op_type, node.domain, tuple(map(bool, node.outputs))]
+    for v in (*inputs, *node.attributes.values()):
+        kind = type(v)
+        if kind is np.ndarray:
+            size += v.nbytes
+            if size > _FOLD_KEY_MAX_BYTES or v.dtype.hasobject:
+                return None
+            key.append((v.dtype, v.shape, v.tobytes()))
+        elif kind is list:
+            if not all(type(x) in _KEY_SCALARS for x in v):
+                return None
+            key.append((list, *map(type, v), *v))
+        elif v is None or kind in _KEY_SCALARS:
+            key.append((kind, v))
+        else:
+            return None
+    key += node.attributes  # the attributes' names, after their values
+    return tuple(key)
+
+
 def fold_constants(graph: Graph) -> bool:
     """Replace nodes whose inputs are all constants (and Shape/Size of static shapes) by initializers."""
     outputs = graph_output_names(graph)
     changed = False
     folded: list[Node] = []
+    folded_by_key: dict[tuple, list[np.ndarray]] = {}
+    settled = graph in _settled  # (a WeakSet's lookup makes a weak reference: asked once)
     for node in live_nodes(graph):
         shape_of = node.op_type in ("Shape", "Size") and bool(node.inputs) and node.inputs[0] not in graph.initializers
         # most nodes read a computed value first: rejected before their other inputs are looked up
@@ -296,17 +333,25 @@ def fold_constants(graph: Graph) -> bool:
                 continue
             if (not node.inputs and node.op_type != "Constant") or _too_big(graph, node, inputs):
                 continue
-            try:
-                values = evaluate_node(graph, node, inputs)
-            except Exception as exc:  # folding is an optimization: leave the node to run normally
-                logger.debug("cannot fold %s %r: %s", node.op_type, node.name, exc)
-                continue
+            key = _fold_key(node, inputs)
+            known = folded_by_key.get(key) if key is not None else None
+            if known is not None:  # a node like one folded before, on equal inputs: its values, copied
+                values = [v.copy() for v in known]
+            else:
+                try:
+                    values = evaluate_node(graph, node, inputs)
+                except Exception as exc:  # folding is an optimization: leave the node to run normally
+                    logger.debug("cannot fold %s %r: %s", node.op_type, node.name, exc)
+                    continue
+                if key is not None:
+                    folded_by_key[key] = values
         if values is None or any(v.nbytes > MAX_FOLDED_BYTES for v in values):
             continue
         # (once unsettled, the graph stays so until the next inference: nothing more to ask)
-        if node.op_type != "Constant" and graph in _settled and any(
+        if node.op_type != "Constant" and settled and any(
                 o and (carries_shape_data(graph, o) or not graph.value_info(o).has_static_shape) for o in node.outputs):
             _settled.discard(graph)  # a value, or a shape, onnx's inference did not know
+            settled = False
         for name, value in zip(node.outputs, values):
             if name:
                 graph.initializers[name] = value

@@ -397,3 +397,56 @@ def test_pool_rows_keeps_nan_and_gives_padding_alone_the_lowest_finite(opencl):
         assert kernels == [kernel]
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_array_equal(got, want)
+
+
+PHASE_CASES = [  # stride-2 Convs of kernel rows of 5+ (conv_phases) against conv_unpadded_s2 and onnxruntime
+    ((1, 3, 20, 64), (32, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),      # a 7x7 RGB stem, rows of 32
+    ((2, 3, 9, 59), (8, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),        # batch 2, odd width: rows of 30
+    ((1, 4, 6, 60), (16, 4, 5, 5), dict(pads=[2, 0, 1, 3], strides=[1, 2])),       # asymmetric pads, 5x5, sh 1
+    ((1, 8, 7, 47), (12, 4, 3, 7), dict(pads=[1, 9, 1, 8], strides=[2, 2], group=2)),  # pads wider than the kernel
+    ((1, 2, 9, 60), (8, 2, 3, 5), dict(pads=[2, 2, 2, 2], strides=[2, 2], dilations=[2, 1])),  # dilation in h
+    ((1, 2, 3, 31), (8, 2, 1, 5), dict(pads=[0, 0, 0, 0], strides=[2, 2])),        # no padding, rows of 14
+]
+
+
+@pytest.fixture
+def any_size_phases(monkeypatch):
+    """conv_phases for Convs of any work, so that small inputs reach its edges."""
+    from onnxhal.runtime.providers.opencl import kernel_sources as ks
+
+    monkeypatch.setattr(ks, "CONV_PHASES_MIN_MACS", 0)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", PHASE_CASES)
+@pytest.mark.parametrize("wide", [True, False])
+def test_conv_phases_against_the_row_vector_kernel(opencl, any_size_phases, x_shape, w_shape, attrs, wide):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    x = feeds["x"]
+    x[0, :, :, 0] = np.inf  # non-finite values next to the padding must not reach a padded lane
+    x[0, -1, -1, -1] = -np.inf
+    x[-1, 0, 0, 1] = np.nan
+    base = "" if wide else "conv_wide_tile"
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    on, k_on = _run(model, feeds, base)
+    off, k_off = _run(model, feeds, ",".join(filter(None, (base, "conv_phases"))))
+    for got in (on, off):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(on, off, rtol=1e-5, atol=1e-5)
+    assert k_on[0] == "pad_phases" and k_on[1].startswith("conv_phases_s2") and len(k_on) == 2, k_on
+    assert k_on[1].removeprefix("conv_phases_s2") == k_off[0].removeprefix("conv_unpadded_s2"), (k_on, k_off)
+    assert k_off[0].startswith("conv_unpadded_s2"), k_off
+
+
+def test_conv_phases_takes_wide_kernels_of_enough_work_only(opencl):
+    # ResNet's stem on a quarter of its rows (7x7 stride 2, 29.5 M multiply-adds) takes it; less work,
+    # 3x3 kernels and horizontal dilation do not.
+    stem, feeds = _conv_model((1, 3, 56, 224), (64, 3, 7, 7), pads=[3, 3, 3, 3], strides=[2, 2])
+    assert _run(stem, feeds, "")[1] == ["pad_phases", "conv_phases_s2_x2"]
+    for x_shape, w_shape, attrs in [
+        ((1, 3, 14, 224), (64, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),   # 7.4 M: too little work
+        ((1, 3, 64, 224), (64, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),   # 3x3: not for the rule
+        ((1, 3, 64, 224), (64, 3, 7, 7), dict(pads=[6, 6, 6, 6], strides=[2, 2], dilations=[2, 2])),  # dw 2
+    ]:
+        model, feeds = _conv_model(x_shape, w_shape, **attrs)
+        assert not any("phases" in k for k in _run(model, feeds, "")[1])

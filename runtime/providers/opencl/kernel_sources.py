@@ -738,12 +738,13 @@ __kernel void {kernel}(__global const float* Ap, __global const float* X, __glob
 
 
 #: Rule conv_phases: the narrowest kernel rows it takes. On PoCL (per layer, process CPU time, rule on
-#: against off) 3x3 stride-2 layers ran 5-19% slower with the extra copy up to 10.8 M multiply-adds,
-#: where 5x5 and 7x7 ones of 10 M and up ran 3-18% faster.
+#: against off) 3x3 stride-2 layers ran 2-19% slower with the extra copy up to 10.8 M multiply-adds,
+#: where 5x5 and 7x7 ones of 10 M and up ran 2-18% faster.
 CONV_PHASES_MIN_KW = 5
 #: Rule conv_phases: the fewest multiply-adds (images x output channels x input channels per group x
 #: taps x outputs) of a Conv it takes: below about 5 M the pad_phases launch costs more than the
-#: shuffles it saves (RGB stems of 0.6-1.2 M ran 4-6% slower with it, of 10.8 M and up 2-7% faster).
+#: shuffles it saves (7x7 RGB stems of 0.6-4.8 M ran up to 10% slower with it, one run 2% faster; of
+#: 10.8 M and up 2-7% faster).
 CONV_PHASES_MIN_MACS = 8_000_000
 
 

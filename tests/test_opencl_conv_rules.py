@@ -262,8 +262,13 @@ UNPADDED_CASES = [  # conv_lanes without padding: the input read in place (conv_
 def test_conv_lanes_unpadded_reads_in_place_as_the_copy(opencl, x_shape, w_shape, attrs):
     model, feeds = _conv_model(x_shape, w_shape, **attrs)
     k_on, k_off = _check(model, feeds, "conv_lanes_unpadded")
-    kernel = f"conv_lanes_r14_s{attrs.get('strides', [1, 1])[1]}"
+    kernel = _lanes_kernel("r14", attrs.get("strides", [1, 1])[1], w_shape[3])
     assert (k_on, k_off) == ([kernel], ["pad_planes", kernel]), (k_on, k_off)
+
+
+def _lanes_kernel(tile: str, sw: int, kw: int) -> str:
+    """The conv_lanes kernel of a tile: rows of 14 and up with kernel rows of 3 unrolled (conv_lanes_k3)."""
+    return f"conv_lanes_{tile}_s{sw}" + ("_k3" if kw == 3 and tile == "r14" else "")
 
 
 def _output_width(x_shape, w_shape, attrs) -> int:
@@ -282,7 +287,7 @@ def test_conv_lanes_against_the_row_vector_kernels(opencl, x_shape, w_shape, att
     if lanes:
         tile = "r14" if ow != 7 else "r7x2"
         pad = ["pad_planes"] if any(attrs.get("pads", [0])) else []
-        assert k_on == [*pad, f"conv_lanes_{tile}_s{attrs.get('strides', [1, 1])[1]}"], k_on
+        assert k_on == [*pad, _lanes_kernel(tile, attrs.get("strides", [1, 1])[1], w_shape[3])], k_on
     else:
         assert k_on == k_off, k_on
 
@@ -313,7 +318,27 @@ def test_conv_lanes_with_residual_activation_and_non_finite_edges(opencl, act, a
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert not any(k.startswith("conv_lanes") for k in kernels), kernels
     tile = "r14" if hw == 14 else "r7x2"
-    assert _run(model, feeds, "")[1] == ["pad_planes", f"conv_lanes_{tile}_s1"] * 2
+    assert _run(model, feeds, "")[1] == ["pad_planes", _lanes_kernel(tile, 1, 3)] * 2
+
+
+K3_CASES = [  # conv_lanes with kernel rows of 3 (conv_lanes_k3: the tap loop unrolled) against the loop
+    ((1, 8, 28, 28), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # ResNet 3x3 at 28
+    ((2, 10, 14, 14), (64, 10, 3, 3), dict(pads=[1, 1, 1, 1])),                    # batch 2, two channel blocks
+    ((1, 9, 56, 56), (32, 9, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # stride 2 into 28
+    ((1, 16, 10, 30), (64, 8, 3, 3), dict(pads=[0, 1, 1, 1], group=2, dilations=[2, 2])),  # groups, dilation
+    ((1, 8, 16, 31), (32, 8, 3, 3), dict(dilations=[1, 2], strides=[1, 2])),       # no padding, odd width
+    ((1, 8, 6, 14), (32, 8, 5, 3), dict(pads=[0, 1, 4, 1])),                       # 5 rows of 3, asymmetric pads
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", K3_CASES)
+def test_conv_lanes_k3_against_the_tap_loop(opencl, x_shape, w_shape, attrs):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    feeds["x"][0, :, :, 0] = np.inf  # non-finite values next to the padding
+    feeds["x"][0, 1, -1, -1] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_k3")
+    assert k_on[-1] == k_off[-1] + "_k3" and k_on[:-1] == k_off[:-1], (k_on, k_off)
+    assert k_off[-1] == _lanes_kernel("r14", attrs.get("strides", [1, 1])[1], 0), k_off
 
 
 def _pool_model(x_shape, **attrs) -> tuple[onnx.ModelProto, dict]:

@@ -43,6 +43,8 @@ FUSION_RULES: dict[str, str] = {
                             "in place of conv_rows2 or im2col + GEMM (a kernel choice, needs conv_lanes)",
     "conv_lanes_unpadded": "a conv_lanes Conv without padding reads its input in place, without the pad_planes "
                            "copy",
+    "conv_lanes_k3": "a conv_lanes Conv with kernel rows of 3 taps and output rows of 14 or more runs the kernel "
+                     "with its tap loop unrolled at compile time (a kernel choice, needs conv_lanes)",
     "conv_lanes_weight_order": "a conv_lanes Conv whose weights outweigh its input planes walks the row tiles of "
                                "one channel block on consecutive work-items (its weights stay in cache) rather "
                                "than the channel blocks of one row tile (a kernel choice)",

@@ -359,6 +359,10 @@ class GemmLowering:
         wmajor = KH * KW * Mg > Hp * Wp and self.rule("conv_lanes_weight_order")
         args.append(I32(1 if wmajor else 0))
         kernel = f"conv_lanes_r{rp}_s{g['sw']}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{g['sw']}"
+        if KW == ks.CONV_LANES_UNROLLED_KW and nr == 1 and self.rule("conv_lanes_k3"):
+            # Rule conv_lanes_k3: kernel rows of 3 take the kernel with its tap loop unrolled (not the
+            # row pairs, whose two loops ran slower unrolled).
+            kernel += f"_k{KW}"
         self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (Mb * -(-OH // nr) * (OW // rp), Nimg * G), (1, 1),
                                       args))
         return True

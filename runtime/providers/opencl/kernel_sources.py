@@ -126,6 +126,7 @@ def _gemm_source() -> str:
     conv += "\n".join(_conv_lanes_source(r, sw) for r in CONV_LANES_POSITIONS for sw in (1, 2))
     conv += "\n".join(_conv_lanes_source(CONV_LANES_PAIR_OW, sw, CONV_LANES_POSITIONS[0] // CONV_LANES_PAIR_OW)
                        for sw in (1, 2))
+    conv += "\n".join(_conv_lanes_source(CONV_LANES_POSITIONS[0], sw, 1, CONV_LANES_UNROLLED_KW) for sw in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
@@ -489,13 +490,20 @@ CONV_LANES_PAIR_OW = 7
 #: (benchmarks/opencl_conv_layers.py) it ran the Convs of ResNet-18 from 56 down to 14 faster than
 #: the row-vector kernels, its zero-padded copy of the input included.
 CONV_LANES_MAX_OW = 112
+#: Rule conv_lanes_k3: the kernel-row width whose conv_lanes kernels have their tap loop unrolled at
+#: compile time (``_k3``). On PoCL a 3x3 layer of 64 channels at 56x56 (process CPU time, best of 60
+#: runs, three sessions, load 7.2) took 1.38-1.51 ms unrolled against 1.58-1.69 with KW an argument.
+#: Rows of 7 (conv_lanes_row_pairs, two loops of 28 and 14 accumulators) keep the loop: unrolled,
+#: the 7x7 stage's 3x3 Convs ran 2-4x as long in the CNN in one session (PoCL profiling events; not
+#: investigated further).
+CONV_LANES_UNROLLED_KW = 3
 #: Rule conv_lanes: the fewest input channels per group it takes. ResNet-18's 7x7 stem (3 channels)
 #: ran slower in the whole model with the rule than with the row-vector kernel (PoCL profiling
 #: events: 3.5-3.6 ms against 3.0-3.3), where its other Convs (64 channels and up) ran faster.
 CONV_LANES_MIN_CG = 8
 
 
-def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
+def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0) -> str:
     """``conv_lanes_r{rp}_s{sw}`` (rule ``conv_lanes``): a Conv with the output channels in the vector lanes.
     One work-item computes CONV_LANES_CHANNELS output channels (CONV_LANES_NV 16-lane accumulators a
     position) x ``rp`` consecutive positions of one output row, reading the zero-padded input planes
@@ -516,7 +524,10 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
     a work-item computes ``nr`` whole output rows, ``rp`` positions each, so rows of 7 keep the
     14-position tile; each row reads its own input row through a pointer set once, and the last tile
     of an odd row count runs a loop over its first row alone (its second row's accumulators stay
-    zero and are not stored)."""
+    zero and are not stored).
+
+    ``kw`` > 0 (``..._k{kw}``, rule ``conv_lanes_k3``): the same kernel for kernel rows of exactly
+    ``kw`` taps, its tap loop unrolled at compile time (the KW argument is then that number)."""
     nv = CONV_LANES_NV
     decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
     loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
@@ -526,6 +537,8 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
         r, q = divmod(p, rp)
         return f"xr{r if r else ''}[{q * sw}]"
 
+    unroll, taps = ('_Pragma("unroll") ', str(kw)) if kw else ("", "KW")
+
     def loop(positions: int, rows: str) -> str:
         body = "\n".join(f"        {{ const float xv = {src(p)}; "
                          + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
@@ -533,7 +546,7 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
         return f"""  for (int ci = 0; ci < Cg; ++ci) {{
     for (int kh = 0; kh < KH; ++kh) {{
       __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
-      for (int kw = 0; kw < KW; ++kw) {{
+      {unroll}for (int kw = 0; kw < {taps}; ++kw) {{
         __global const float* xr = xrow + kw * dw;
 {rows}{loads}
 {body}
@@ -560,7 +573,7 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
         return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
 
     store = "\n".join(store_position(p) for p in range(rp * nr))
-    name = f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}"
+    name = (f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}") + (f"_k{kw}" if kw else "")
     if nr == 1:
         tile = f"""  const int nt = OW / {rp};
   const int ib = wmajor ? gid / (OH * nt) : gid % Mb, t = wmajor ? gid % (OH * nt) : gid / Mb;
@@ -573,7 +586,7 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
   if (oh >= OH) return;
 """ + "".join(f"  const int roff{r} = {r} * sh * Wp;\n" for r in range(1, nr))
     helper = ""
-    if (rp, sw) == (CONV_LANES_POSITIONS[0], 1):
+    if (rp, sw, kw) == (CONV_LANES_POSITIONS[0], 1, 0):
         helper = """
 // The epilogue of store_row for 16 output channels (lanes) of one position: bias per channel, the
 // residual r (conv_lanes_residual: 16 lanes a plane apart), the activation (Relu as a mask, others

@@ -262,8 +262,13 @@ UNPADDED_CASES = [  # conv_lanes without padding: the input read in place (conv_
 def test_conv_lanes_unpadded_reads_in_place_as_the_copy(opencl, x_shape, w_shape, attrs):
     model, feeds = _conv_model(x_shape, w_shape, **attrs)
     k_on, k_off = _check(model, feeds, "conv_lanes_unpadded")
-    kernel = f"conv_lanes_r14_s{attrs.get('strides', [1, 1])[1]}"
+    kernel = _lanes_kernel("r14", attrs.get("strides", [1, 1])[1], w_shape[3])
     assert (k_on, k_off) == ([kernel], ["pad_planes", kernel]), (k_on, k_off)
+
+
+def _lanes_kernel(tile: str, sw: int, kw: int) -> str:
+    """The conv_lanes kernel of a tile: rows of 14 and up with kernel rows of 3 unrolled (conv_lanes_k3)."""
+    return f"conv_lanes_{tile}_s{sw}" + ("_k3" if kw == 3 and tile == "r14" else "")
 
 
 def _output_width(x_shape, w_shape, attrs) -> int:
@@ -282,7 +287,7 @@ def test_conv_lanes_against_the_row_vector_kernels(opencl, x_shape, w_shape, att
     if lanes:
         tile = "r14" if ow != 7 else "r7x2"
         pad = ["pad_planes"] if any(attrs.get("pads", [0])) else []
-        assert k_on == [*pad, f"conv_lanes_{tile}_s{attrs.get('strides', [1, 1])[1]}"], k_on
+        assert k_on == [*pad, _lanes_kernel(tile, attrs.get("strides", [1, 1])[1], w_shape[3])], k_on
     else:
         assert k_on == k_off, k_on
 
@@ -313,7 +318,27 @@ def test_conv_lanes_with_residual_activation_and_non_finite_edges(opencl, act, a
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert not any(k.startswith("conv_lanes") for k in kernels), kernels
     tile = "r14" if hw == 14 else "r7x2"
-    assert _run(model, feeds, "")[1] == ["pad_planes", f"conv_lanes_{tile}_s1"] * 2
+    assert _run(model, feeds, "")[1] == ["pad_planes", _lanes_kernel(tile, 1, 3)] * 2
+
+
+K3_CASES = [  # conv_lanes with kernel rows of 3 (conv_lanes_k3: the tap loop unrolled) against the loop
+    ((1, 8, 28, 28), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                      # ResNet 3x3 at 28
+    ((2, 10, 14, 14), (64, 10, 3, 3), dict(pads=[1, 1, 1, 1])),                    # batch 2, two channel blocks
+    ((1, 9, 56, 56), (32, 9, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),      # stride 2 into 28
+    ((1, 16, 10, 30), (64, 8, 3, 3), dict(pads=[0, 1, 1, 1], group=2, dilations=[2, 2])),  # groups, dilation
+    ((1, 8, 16, 31), (32, 8, 3, 3), dict(dilations=[1, 2], strides=[1, 2])),       # no padding, odd width
+    ((1, 8, 6, 14), (32, 8, 5, 3), dict(pads=[0, 1, 4, 1])),                       # 5 rows of 3, asymmetric pads
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", K3_CASES)
+def test_conv_lanes_k3_against_the_tap_loop(opencl, x_shape, w_shape, attrs):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    feeds["x"][0, :, :, 0] = np.inf  # non-finite values next to the padding
+    feeds["x"][0, 1, -1, -1] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_k3")
+    assert k_on[-1] == k_off[-1] + "_k3" and k_on[:-1] == k_off[:-1], (k_on, k_off)
+    assert k_off[-1] == _lanes_kernel("r14", attrs.get("strides", [1, 1])[1], 0), k_off
 
 
 def _pool_model(x_shape, **attrs) -> tuple[onnx.ModelProto, dict]:
@@ -397,3 +422,55 @@ def test_pool_rows_keeps_nan_and_gives_padding_alone_the_lowest_finite(opencl):
         assert kernels == [kernel]
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_array_equal(got, want)
+
+
+PHASE_CASES = [  # stride-2 Convs of kernel rows of 5+ (conv_phases) against conv_unpadded_s2 and onnxruntime
+    ((1, 3, 20, 64), (32, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),      # a 7x7 RGB stem, rows of 32
+    ((2, 3, 9, 59), (8, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),        # batch 2, odd width: rows of 30
+    ((1, 4, 6, 60), (16, 4, 5, 5), dict(pads=[2, 0, 1, 3], strides=[1, 2])),       # asymmetric pads, 5x5, sh 1
+    ((1, 8, 7, 47), (12, 4, 3, 7), dict(pads=[1, 9, 1, 8], strides=[2, 2], group=2)),  # pads wider than the kernel
+    ((1, 2, 9, 60), (8, 2, 3, 5), dict(pads=[2, 2, 2, 2], strides=[2, 2], dilations=[2, 1])),  # dilation in h
+    ((1, 2, 3, 31), (8, 2, 1, 5), dict(pads=[0, 0, 0, 0], strides=[2, 2])),        # no padding, rows of 14
+]
+
+
+@pytest.fixture
+def any_size_phases(monkeypatch):
+    """conv_phases for Convs of any work, so that small inputs reach its edges."""
+    from onnxhal.runtime.providers.opencl import kernel_sources as ks
+
+    monkeypatch.setattr(ks, "CONV_PHASES_MIN_MACS", 0)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", PHASE_CASES)
+def test_conv_phases_against_the_row_vector_kernel(opencl, any_size_phases, x_shape, w_shape, attrs):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    x = feeds["x"]
+    x[0, :, :, 0] = np.inf  # non-finite values next to the padding must not reach a padded lane
+    x[0, -1, -1, -1] = -np.inf
+    x[-1, 0, 0, 1] = np.nan
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for base in ("", "conv_wide_tile"):  # 32 positions a work-item, then 16
+        on, k_on = _run(model, feeds, base)
+        off, k_off = _run(model, feeds, ",".join(filter(None, (base, "conv_phases"))))
+        for got in (on, off):
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(on, off, rtol=1e-5, atol=1e-5)
+        assert k_on[0] == "pad_phases" and k_on[1].startswith("conv_phases_s2") and len(k_on) == 2, k_on
+        assert k_off[0].startswith("conv_unpadded_s2"), k_off
+        assert k_on[1].removeprefix("conv_phases_s2") == k_off[0].removeprefix("conv_unpadded_s2"), (k_on, k_off)
+
+
+def test_conv_phases_takes_wide_kernels_of_enough_work_only(opencl):
+    # ResNet's stem on a quarter of its rows (7x7 stride 2, 29.5 M multiply-adds) takes it; less work,
+    # 3x3 kernels and horizontal dilation do not.
+    stem, feeds = _conv_model((1, 3, 56, 224), (64, 3, 7, 7), pads=[3, 3, 3, 3], strides=[2, 2])
+    assert _run(stem, feeds, "")[1] == ["pad_phases", "conv_phases_s2_x2"]
+    for x_shape, w_shape, attrs in [
+        ((1, 3, 14, 224), (64, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),   # 7.4 M: too little work
+        ((1, 3, 64, 224), (64, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),   # 3x3: not for the rule
+        ((1, 3, 64, 224), (64, 3, 7, 7), dict(pads=[6, 6, 6, 6], strides=[2, 2], dilations=[2, 2])),  # dw 2
+    ]:
+        model, feeds = _conv_model(x_shape, w_shape, **attrs)
+        assert not any("phases" in k for k in _run(model, feeds, "")[1])

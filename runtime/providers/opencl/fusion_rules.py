@@ -26,6 +26,10 @@ FUSION_RULES: dict[str, str] = {
                       "computing two rows a vector (needs conv_pad)",
     "conv_wide_tile": "two 16-position panels of an implicit-GEMM Conv into one work-item sharing each weight "
                       "load (a kernel choice rather than a fusion, switchable as the rules are)",
+    "conv_phases": "a row-vector implicit-GEMM Conv of horizontal stride 2 (dilation 1, kernel rows of 5 or more, "
+                   "8 M multiply-adds or more: a 7x7 stem) reading a copy of its zero-padded input with each row "
+                   "split into even and odd columns (pad_phases), one vector load a tap where it took two and a "
+                   "shuffle (a kernel choice, needs conv_pad)",
     "conv_lanes": "a Conv with constant weights, output channels a multiple of 32 and at least 8 input channels per "
                   "group and output rows a "
                   "multiple of 14 up to 112 computed with the output channels in the vector lanes (32 channels x 14 "
@@ -39,6 +43,8 @@ FUSION_RULES: dict[str, str] = {
                             "in place of conv_rows2 or im2col + GEMM (a kernel choice, needs conv_lanes)",
     "conv_lanes_unpadded": "a conv_lanes Conv without padding reads its input in place, without the pad_planes "
                            "copy",
+    "conv_lanes_k3": "a conv_lanes Conv with kernel rows of 3 taps and output rows of 14 or more runs the kernel "
+                     "with its tap loop unrolled at compile time (a kernel choice, needs conv_lanes)",
     "conv_lanes_weight_order": "a conv_lanes Conv whose weights outweigh its input planes walks the row tiles of "
                                "one channel block on consecutive work-items (its weights stay in cache) rather "
                                "than the channel blocks of one row tile (a kernel choice)",

@@ -359,6 +359,10 @@ class GemmLowering:
         wmajor = KH * KW * Mg > Hp * Wp and self.rule("conv_lanes_weight_order")
         args.append(I32(1 if wmajor else 0))
         kernel = f"conv_lanes_r{rp}_s{g['sw']}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{g['sw']}"
+        if KW == ks.CONV_LANES_UNROLLED_KW and nr == 1 and self.rule("conv_lanes_k3"):
+            # Rule conv_lanes_k3: kernel rows of 3 take the kernel with its tap loop unrolled (not the
+            # row pairs, whose two loops ran slower unrolled).
+            kernel += f"_k{KW}"
         self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (Mb * -(-OH // nr) * (OW // rp), Nimg * G), (1, 1),
                                       args))
         return True
@@ -403,6 +407,23 @@ class GemmLowering:
             npb = -(-OW // (nv * RN))
             Nb = -(-OH // 2) if pairs else OH * npb
             jt = min(ks.GEMM_JT, Nb)
+            macs = Nimg * G * Mg * Cg * KH * KW * OH * OW
+            if (sw == 2 and dw == 1 and not pairs and KW >= ks.CONV_PHASES_MIN_KW
+                    and macs >= ks.CONV_PHASES_MIN_MACS and self.rule("conv_phases")):
+                # Rule conv_phases: stride 2 over pad_phases' copy (each padded row as its even columns
+                # then its odd ones), so each tap loads whole vectors instead of two and a shuffle.
+                Wh = max(-(-(g["W"] + g["pw"] + g["pw_end"]) // 2), npb * nv * RN + (KW - 1) // 2)
+                planes = Nimg * Cin
+                xd = self.temp("conv_phases", planes * Hp * 2 * Wh * 4)
+                self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_phases", planes * Hp, [
+                    Buf(xd), Buf(x), I32(g["H"]), I32(g["W"]), I32(Hp), I32(Wh), I32(g["ph"]), I32(g["pw"])])
+                args = [Buf(ap), Buf(xd), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH),
+                        I32(OW), I32(npb), I32(Cg), I32(KH), I32(KW), I32(g["sh"]), I32(dh), I32(Hp), I32(Wh),
+                        I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
+                kernel = "conv_phases_s2" + ("_x2" if nv == 2 else "")
+                self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (-(-Nb // jt) * jt * Mb, Nimg * G), (1, 1),
+                                              args))
+                return True
             args = [Buf(ap), Buf(x), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
                     I32(npb), I32(Cg), I32(KH), I32(KW), I32(g["sh"]), I32(dh), I32(dw), I32(g["H"]), I32(g["W"]),
                     I32(g["ph"]), I32(g["pw"]), I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1),

@@ -121,10 +121,12 @@ def _gemm_source() -> str:
     conv = "\n".join(_conv_implicit_source(sw, decl, body, store) for sw in (1, 2))
     conv += "\n".join(_conv_unpadded_source(sw, nv) for sw in (1, 2) for nv in (1, 2))
     conv += _gemm_x2_source()
+    conv += "\n".join(_conv_phases_source(nv) for nv in (1, 2))
     conv += "\n".join(_conv_row_pairs_source(sw) for sw in (1, 2))
     conv += "\n".join(_conv_lanes_source(r, sw) for r in CONV_LANES_POSITIONS for sw in (1, 2))
     conv += "\n".join(_conv_lanes_source(CONV_LANES_PAIR_OW, sw, CONV_LANES_POSITIONS[0] // CONV_LANES_PAIR_OW)
                        for sw in (1, 2))
+    conv += "\n".join(_conv_lanes_source(CONV_LANES_POSITIONS[0], sw, 1, CONV_LANES_UNROLLED_KW) for sw in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
@@ -488,13 +490,20 @@ CONV_LANES_PAIR_OW = 7
 #: (benchmarks/opencl_conv_layers.py) it ran the Convs of ResNet-18 from 56 down to 14 faster than
 #: the row-vector kernels, its zero-padded copy of the input included.
 CONV_LANES_MAX_OW = 112
+#: Rule conv_lanes_k3: the kernel-row width whose conv_lanes kernels have their tap loop unrolled at
+#: compile time (``_k3``). On PoCL a 3x3 layer of 64 channels at 56x56 (process CPU time, best of 60
+#: runs, three sessions, load 7.2) took 1.38-1.51 ms unrolled against 1.58-1.69 with KW an argument.
+#: Rows of 7 (conv_lanes_row_pairs, two loops of 28 and 14 accumulators) keep the loop: unrolled,
+#: the 7x7 stage's 3x3 Convs ran 2-4x as long in the CNN in one session (PoCL profiling events; not
+#: investigated further).
+CONV_LANES_UNROLLED_KW = 3
 #: Rule conv_lanes: the fewest input channels per group it takes. ResNet-18's 7x7 stem (3 channels)
 #: ran slower in the whole model with the rule than with the row-vector kernel (PoCL profiling
 #: events: 3.5-3.6 ms against 3.0-3.3), where its other Convs (64 channels and up) ran faster.
 CONV_LANES_MIN_CG = 8
 
 
-def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
+def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0) -> str:
     """``conv_lanes_r{rp}_s{sw}`` (rule ``conv_lanes``): a Conv with the output channels in the vector lanes.
     One work-item computes CONV_LANES_CHANNELS output channels (CONV_LANES_NV 16-lane accumulators a
     position) x ``rp`` consecutive positions of one output row, reading the zero-padded input planes
@@ -515,7 +524,10 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
     a work-item computes ``nr`` whole output rows, ``rp`` positions each, so rows of 7 keep the
     14-position tile; each row reads its own input row through a pointer set once, and the last tile
     of an odd row count runs a loop over its first row alone (its second row's accumulators stay
-    zero and are not stored)."""
+    zero and are not stored).
+
+    ``kw`` > 0 (``..._k{kw}``, rule ``conv_lanes_k3``): the same kernel for kernel rows of exactly
+    ``kw`` taps, its tap loop unrolled at compile time (the KW argument is then that number)."""
     nv = CONV_LANES_NV
     decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
     loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
@@ -525,6 +537,8 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
         r, q = divmod(p, rp)
         return f"xr{r if r else ''}[{q * sw}]"
 
+    unroll, taps = ('_Pragma("unroll") ', str(kw)) if kw else ("", "KW")
+
     def loop(positions: int, rows: str) -> str:
         body = "\n".join(f"        {{ const float xv = {src(p)}; "
                          + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
@@ -532,7 +546,7 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
         return f"""  for (int ci = 0; ci < Cg; ++ci) {{
     for (int kh = 0; kh < KH; ++kh) {{
       __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
-      for (int kw = 0; kw < KW; ++kw) {{
+      {unroll}for (int kw = 0; kw < {taps}; ++kw) {{
         __global const float* xr = xrow + kw * dw;
 {rows}{loads}
 {body}
@@ -559,7 +573,7 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
         return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
 
     store = "\n".join(store_position(p) for p in range(rp * nr))
-    name = f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}"
+    name = (f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}") + (f"_k{kw}" if kw else "")
     if nr == 1:
         tile = f"""  const int nt = OW / {rp};
   const int ib = wmajor ? gid / (OH * nt) : gid % Mb, t = wmajor ? gid % (OH * nt) : gid / Mb;
@@ -572,7 +586,7 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1) -> str:
   if (oh >= OH) return;
 """ + "".join(f"  const int roff{r} = {r} * sh * Wp;\n" for r in range(1, nr))
     helper = ""
-    if (rp, sw) == (CONV_LANES_POSITIONS[0], 1):
+    if (rp, sw, kw) == (CONV_LANES_POSITIONS[0], 1, 0):
         helper = """
 // The epilogue of store_row for 16 output channels (lanes) of one position: bias per channel, the
 // residual r (conv_lanes_residual: 16 lanes a plane apart), the activation (Relu as a mask, others
@@ -735,6 +749,69 @@ __kernel void {kernel}(__global const float* Ap, __global const float* X, __glob
 """
 
 
+
+#: Rule conv_phases: the narrowest kernel rows it takes. On PoCL (per layer, process CPU time, rule on
+#: against off) 3x3 stride-2 layers ran 2-19% slower with the extra copy up to 10.8 M multiply-adds,
+#: where 5x5 and 7x7 ones of 10 M and up ran 2-18% faster.
+CONV_PHASES_MIN_KW = 5
+#: Rule conv_phases: the fewest multiply-adds (images x output channels x input channels per group x
+#: taps x outputs) of a Conv it takes: below about 5 M the pad_phases launch costs more than the
+#: shuffles it saves (7x7 RGB stems of 0.6-4.8 M ran up to 10% slower with it, one run 2% faster; of
+#: 10.8 M and up 2-7% faster).
+CONV_PHASES_MIN_MACS = 8_000_000
+
+
+def _conv_phases_source(nv: int) -> str:
+    """``conv_phases_s2`` (``nv`` 1) and ``conv_phases_s2_x2`` (``nv`` 2, rule ``conv_wide_tile``'s 32
+    positions), rule ``conv_phases``: a stride-2 Conv (horizontal dilation 1) as ``conv_implicit`` over
+    the planes of ``pad_phases``, each zero-padded row stored as its even columns then its odd ones
+    (``Wh`` floats each). The 16 inputs of 16 consecutive outputs at tap ``kw`` are then 16
+    consecutive floats of phase ``kw & 1`` from column ``ow0 + (kw >> 1)``: one unaligned vector load,
+    where ``conv_unpadded_s2`` loads 32 floats and keeps the even ones (two loads and a shuffle a
+    vector, with bounds checks on the edge taps). No checks: ``Wh`` covers every lane of the last
+    panel (its lanes past OW read padding, computed and not stored)."""
+    width = 16 * nv
+    decl = "\n".join(f"  float16 c{r}_{v} = (float16)(0.0f);" for r in range(GEMM_RM) for v in range(nv))
+    loads = " ".join(f"const float16 bv{v} = *(__global const float16u*)(xp + {16 * v});" for v in range(nv))
+    body = "\n".join(f"        {{ const float ar = ap[{r}]; " + " ".join(f"c{r}_{v} += (float16)(ar) * bv{v};"
+                                                                 for v in range(nv)) + " }" for r in range(GEMM_RM))
+    store = "\n".join(f"  store_row(Crow, Rrow, c{r}_{v}.lo, c{r}_{v}.hi, i0 + {r}, ow0 + {16 * v}, M, OW, P, bias, "
+                      "bias_mode, 1.0f, 1.0f, act, p0, p1);" for r in range(GEMM_RM) for v in range(nv))
+    kernel = "conv_phases_s2" + ("_x2" if nv == 2 else "")
+    return f"""
+// As conv_implicit_s2, reading Xd (Cg planes of Hp rows x [even columns | odd columns], Wh floats each,
+// per b: pad_phases), so that every tap loads its {width} inputs as whole vectors.
+__kernel void {kernel}(__global const float* Ap, __global const float* Xd, __global float* C,
+                               __global const float* bias, __global const float* R, const int M,
+                               const int OH, const int OW, const int NPB, const int Cg, const int KH,
+                               const int KW, const int sh, const int dh, const int Hp, const int Wh,
+                               const int a_mod, const int bias_mode, const int act, const float p0,
+                               const float p1) {{
+  const int K = Cg * KH * KW, P = OH * OW, plane = Hp * 2 * Wh;
+  const int Mb = (M + RM - 1) / RM, Nb = OH * NPB;
+{_TILE_WALK}
+  const int i0 = ib * RM, oh = jb / NPB, ow0 = (jb % NPB) * {width};
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  __global const float* xb = Xd + (size_t)b * Cg * plane + (size_t)oh * sh * 2 * Wh + ow0;
+  __global float* Crow = C + (size_t)b * M * P + oh * OW;
+  __global const float* Rrow = R + (size_t)b * M * P + oh * OW;
+  bias += (b % a_mod) * M;
+{decl}
+  for (int kh = 0; kh < KH; ++kh) {{
+    for (int kw = 0; kw < KW; ++kw) {{
+      __global const float* xp = xb + kh * dh * 2 * Wh + (kw & 1) * Wh + (kw >> 1);
+      for (int ci = 0; ci < Cg; ++ci, xp += plane) {{
+        {loads}
+{body}
+        ap += RM;
+      }}
+    }}
+  }}
+{store}
+}}
+"""
+
+
 GEMM_SOURCE = _gemm_source()
 
 #: im2col straight into the packed B layout of ``gemm_packed``, and a direct convolution for
@@ -794,6 +871,43 @@ __kernel void pad_planes(__global float* Xp, __global const float* X, const int 
   }
   __global const float* src = X + ((size_t)(g / Hp) * H + sy) * W - pw;
   for (int x = 0; x < Wp; ++x) dst[x] = (x >= pw && x < pw + W) ? src[x] : 0.0f;
+}
+
+// Rule conv_phases: Xd[plane][Hp][2][Wh], each zero-padded row (X at (ph, pw)) as its even columns
+// then its odd ones, Wh floats each (zeros past the padded row): the input of conv_phases_s2. One
+// work-item writes one padded row.
+typedef float16 __attribute__((aligned(4))) pad_float16u;  // an unaligned vector (vload16 is a call on PoCL)
+__kernel void pad_phases(__global float* Xd, __global const float* X, const int H, const int W, const int Hp,
+                         const int Wh, const int ph, const int pw, const int total) {
+  const int g = get_global_id(0);
+  if (g >= total) return;
+  const int sy = g % Hp - ph;
+  __global float* dst = Xd + (size_t)g * 2 * Wh;
+  if (sy < 0 || sy >= H) {
+    for (int x = 0; x < 2 * Wh; ++x) dst[x] = 0.0f;
+    return;
+  }
+  __global const float* src = X + ((size_t)(g / Hp) * H + sy) * W;
+  // Columns x whose even and odd inputs both lie in the row, 16 at a time: two 16-float loads split
+  // into their even and odd lanes (a scalar loop with a check a value ran at about a float a ns).
+  const int lo = (pw + 1) / 2, hi = (W + pw) / 2;  // 2x - pw >= 0 and 2x - pw + 1 < W for lo <= x < hi
+  int x = 0;
+  for (; x < lo && x < Wh; ++x) {
+    const int e = 2 * x - pw, o = e + 1;
+    dst[x] = (e >= 0 && e < W) ? src[e] : 0.0f;
+    dst[Wh + x] = (o >= 0 && o < W) ? src[o] : 0.0f;
+  }
+  for (; x + 16 <= hi && x + 16 <= Wh; x += 16) {
+    const float16 t0 = *(__global const pad_float16u*)(src + 2 * x - pw);
+    const float16 t1 = *(__global const pad_float16u*)(src + 2 * x - pw + 16);
+    *(__global pad_float16u*)(dst + x) = (float16)(t0.even, t1.even);
+    *(__global pad_float16u*)(dst + Wh + x) = (float16)(t0.odd, t1.odd);
+  }
+  for (; x < Wh; ++x) {
+    const int e = 2 * x - pw, o = e + 1;
+    dst[x] = (e >= 0 && e < W) ? src[e] : 0.0f;
+    dst[Wh + x] = (o >= 0 && o < W) ? src[o] : 0.0f;
+  }
 }
 
 __kernel void conv_direct(__global float* Y, __global const float* X, __global const float* Wt,

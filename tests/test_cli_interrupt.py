@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.interrupts import sigint_default
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -41,7 +43,7 @@ def test_ctrl_c_while_numpy_and_onnx_load_prints_one_line_and_exits_130(command)
     """SIGINT as soon as numpy's extension is mapped: onnx and the runtime are still loading (about
     0.7 s of CPU), the moment a traceback used to come out."""
     p = subprocess.Popen([sys.executable, *command, "devices"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=_env(), cwd=ROOT)
+                         env=_env(), cwd=ROOT, preexec_fn=sigint_default)
     try:
         deadline = time.monotonic() + 120
         while not _mapped(p.pid, "_multiarray_umath") and p.poll() is None and time.monotonic() < deadline:
@@ -71,6 +73,10 @@ def test_ctrl_c_that_an_import_turns_into_its_own_error_still_prints_one_line_an
         raise AssertionError("no SIGINT arrived")
 
     monkeypatch.setattr(cli, "build_parser", interrupted_import)
-    assert cli.main(["devices"]) == 130
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # see tests/interrupts.py
+    try:
+        assert cli.main(["devices"]) == 130
+    finally:
+        restored = signal.signal(signal.SIGINT, inherited)
     assert capsys.readouterr().err.splitlines() == ["onnxhal: interrupted"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert restored is signal.default_int_handler

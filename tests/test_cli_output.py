@@ -12,6 +12,7 @@ import onnx
 import pytest
 
 from onnxhal.demo_models import demo_model
+from tests.interrupts import sigint_default
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -148,7 +149,8 @@ def test_run_shows_progress_on_a_terminal_and_ctrl_c_exits_130_with_one_line(slo
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
     p = subprocess.Popen([sys.executable, "-m", "onnxhal", "run", slow_model, "--repeat", "10000"], stdout=slave,
-                         stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
+                         stderr=subprocess.PIPE, env=_env(), cwd=ROOT,
+                         preexec_fn=sigint_default)
     os.close(slave)
     try:
         seen = _read_until(master, b"timed runs", timeout=120)
@@ -171,7 +173,8 @@ def test_run_in_a_pipe_prints_no_progress_and_ctrl_c_exits_130(slow_model, model
     assert out.returncode == 0 and "timed runs" not in out.stdout and "latency over 3 runs" in out.stdout
     # Unbuffered, the table of inputs shows as soon as it is printed: the repeats come next.
     p = subprocess.Popen([sys.executable, "-m", "onnxhal", "run", slow_model, "--repeat", "10000"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(PYTHONUNBUFFERED="1"), cwd=ROOT)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(PYTHONUNBUFFERED="1"), cwd=ROOT,
+                         preexec_fn=sigint_default)
     try:
         seen = _read_until(p.stdout.fileno(), b"Inputs", timeout=120)
         assert b"Inputs" in seen

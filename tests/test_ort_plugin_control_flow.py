@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.interrupts import sigint_default
+
 pytest.importorskip("onnxruntime")
 import onnxruntime  # noqa: E402
 
@@ -24,7 +26,8 @@ PROFILE = {"PREFER_GPU": "generic-gpu", "PREFER_NPU": "generic-npu"}
 
 def run_check(name: str, timeout: float = 300, env: dict | None = None) -> dict:
     done = subprocess.run([sys.executable, "-m", "tests.ort_bridge_control_flow", name], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+                          preexec_fn=sigint_default)
     assert done.returncode == 0, f"check {name} exited with {done.returncode}:\n{done.stderr[-4000:]}"
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["stderr"] = done.stderr
@@ -145,7 +148,8 @@ def test_ctrl_c_during_a_run_is_a_keyboard_interrupt_where_run_returns():
     import time
 
     child = subprocess.Popen([sys.executable, "-m", "tests.ort_bridge_control_flow", "interrupted_runs"], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=sigint_default)
     try:
         assert child.stdout.readline().strip() == "READY"
         time.sleep(1.0)

@@ -2,7 +2,8 @@
 time: over strided slices of the input for strided pools (their unpadded first axis over the
 flattened input), over the flattened padded input for unit-stride ones (``ceil_mode`` as extra end padding that never counts); MaxPool's Indices by
 tracking the winning tap over a padded copy; GlobalAveragePool/GlobalMaxPool as reductions.
-2-D AveragePool of small planes, or padded and strided, as matrix products (``_AverageProducts``).
+2-D AveragePool of small planes, or padded and strided, as matrix products (``_AverageProducts``);
+3-D MaxPool without Indices in C where built (``MAX_POOL_PATHS``).
 Column-major Indices (``storage_order=1``) are delegated to onnx.reference."""
 
 from __future__ import annotations

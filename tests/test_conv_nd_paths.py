@@ -1,6 +1,7 @@
 """The N-d Conv's paths (``conv.ND_PATHS``): ``nd_flat_taps`` against the canonical ``nd_im2col``
 and onnxruntime, on 3-D convolutions of every kind it takes (dilated, padded unevenly, grouped,
-several images, float64, blocks that split the positions)."""
+several images, float64, blocks that split the positions); ``nd_frame_taps`` likewise on k x 1 x 1
+ones (frame padding and dilation, taps in the padding, no tap reaching every output)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def test_nd_flat_taps_matches_nd_im2col_and_onnxruntime(monkeypatch, case, block
     x, w, b = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype), rng.standard_normal(ws[0]).astype(dtype)
     monkeypatch.setattr(conv, "ND_BLOCK_ELEMENTS", block)  # 7: a block of one position, or a few
     monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", float("inf"))
+    monkeypatch.setattr(conv, "ND_FRAME_TAPS_ENABLED", False)  # the 1x1x1 case's own path
     kernel = _kernel(attrs)
     got = kernel.compute([x, w, b])[0]
     assert kernel.last_path == conv.ND_FLAT_TAPS
@@ -81,3 +83,45 @@ def test_nd_flat_taps_condition():
     strided = _kernel({"pads": [1] * 6, "strides": [1, 2, 2]})
     strided.compute([big, w, b])
     assert strided.last_path == conv.ND_IM2COL
+
+
+FRAME_CASES = [
+    ((1, 5, 6, 7, 9), (4, 5, 3, 1, 1), {"pads": [1, 0, 0, 1, 0, 0]}),
+    ((2, 3, 5, 4, 3), (6, 3, 2, 1, 1), {"pads": [2, 0, 0, 3, 0, 0]}),  # no tap reaches every output
+    ((1, 4, 7, 3, 5), (3, 4, 3, 1, 1), {"pads": [2, 0, 0, 1, 0, 0], "dilations": [2, 3, 1]}),
+    ((1, 3, 4, 5, 5), (2, 3, 1, 1, 1), {}),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", FRAME_CASES, ids=lambda c: "x".join(map(str, c[0])) + "-" + "x".join(map(str, c[1])))
+def test_nd_frame_taps_matches_nd_im2col_and_onnxruntime(monkeypatch, case, dtype):
+    xs, ws, attrs = case
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x, w, b = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype), rng.standard_normal(ws[0]).astype(dtype)
+    kernel = _kernel(attrs)
+    got = kernel.compute([x, w, b])[0]
+    assert kernel.last_path == conv.ND_FRAME_TAPS
+    monkeypatch.setattr(conv, "ND_FRAME_TAPS_ENABLED", False)
+    monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", 0.0)
+    plain = _kernel(attrs)
+    want = plain.compute([x, w, b])[0]
+    assert plain.last_path == conv.ND_IM2COL
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    assert got.shape == want.shape and got.dtype == want.dtype and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    if dtype == np.float32:
+        np.testing.assert_allclose(got, _onnxruntime(x, w, b, attrs), rtol=tol, atol=tol)
+
+
+def test_nd_frame_taps_condition():
+    """Row or column padding, strides, groups and kernels wider than one row keep the other paths."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 4, 5, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 4, 3, 1, 1)).astype(np.float32)
+    b = np.zeros(4, np.float32)
+    for attrs, wk in (({"pads": [1, 1, 0, 1, 1, 0]}, w), ({"strides": [2, 1, 1]}, w), ({"group": 2}, w[:, :2]),
+                      ({}, rng.standard_normal((4, 4, 3, 1, 2)).astype(np.float32))):
+        kernel = _kernel(attrs)
+        kernel.compute([x, wk, b])
+        assert kernel.last_path in (conv.ND_IM2COL, conv.ND_FLAT_TAPS), attrs

@@ -1441,6 +1441,154 @@ done:
 }
 #endif
 
+/* ---- 3-D max pooling ---- */
+
+/* The larger of a and b, NaN when either is (numpy's maximum, which the plain MaxPool takes). */
+#define POOL_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
+
+/* The outputs [*i0, *i1) whose tap k lands inside an axis of n inputs: output i reads input
+ * i * s + k * d - p. */
+static void pool_tap_range(Py_ssize_t k, Py_ssize_t n, Py_ssize_t o, Py_ssize_t s, Py_ssize_t d, Py_ssize_t p,
+                           Py_ssize_t *i0, Py_ssize_t *i1) {
+  Py_ssize_t off = k * d - p;
+  Py_ssize_t lo = off < 0 ? (-off + s - 1) / s : 0;
+  Py_ssize_t hi = n - 1 - off >= 0 ? (n - 1 - off) / s + 1 : 0;
+  if (hi > o) hi = o;
+  *i0 = lo;
+  *i1 = hi > lo ? hi : lo;
+}
+
+/* Each plane's windows reduced one axis at a time, frames, then rows, then columns: a window's
+ * maximum is the maximum over its columns of the maxima over its rows of its frames' maxima, so a
+ * kd x kh x kw window costs kd + kh + kw taps per output instead of their product. The frame and
+ * row passes combine whole contiguous planes and rows (long SIMD loops) and shrink the data before
+ * the column pass, whose loops are one output row each (short, strided for strided pools). Taps
+ * that fall in the padding are left out, so a window of padding alone keeps the identity (-inf),
+ * which the caller replaces. */
+#define MAX_POOL_3D(NAME, T)                                                                                 \
+  static VECTOR_CLONES void NAME(const T *RESTRICT x, T *RESTRICT y, T *RESTRICT t1, T *RESTRICT t2,         \
+                                 Py_ssize_t planes, const Py_ssize_t *in, const Py_ssize_t *out,               \
+                                 const Py_ssize_t *k, const Py_ssize_t *s, const Py_ssize_t *p,                \
+                                 const Py_ssize_t *dl) {                                                     \
+    const T low = -(T)INFINITY;                                                                              \
+    Py_ssize_t D = in[0], H = in[1], W = in[2], OD = out[0], OH = out[1], OW = out[2];                       \
+    Py_ssize_t plane = H * W;                                                                                \
+    for (Py_ssize_t pl = 0; pl < planes; pl++) {                                                             \
+      const T *xp = x + pl * D * plane;                                                                      \
+      T *yp = y + pl * OD * OH * OW;                                                                         \
+      /* frames: t1 [OD, H, W]; windows one frame deep at unit stride read x itself */                      \
+      const T *f1 = xp;                                                                                      \
+      if (k[0] != 1 || s[0] != 1 || p[0] != 0 || OD != D) {                                                  \
+        for (Py_ssize_t i = 0; i < OD * plane; i++) t1[i] = low;                                             \
+        for (Py_ssize_t t = 0; t < k[0]; t++) {                                                              \
+          Py_ssize_t i0, i1;                                                                                 \
+          pool_tap_range(t, D, OD, s[0], dl[0], p[0], &i0, &i1);                                             \
+          for (Py_ssize_t o = i0; o < i1; o++) {                                                             \
+            const T *src = xp + (o * s[0] + t * dl[0] - p[0]) * plane;                                       \
+            T *dst = t1 + o * plane;                                                                         \
+            for (Py_ssize_t i = 0; i < plane; i++) dst[i] = POOL_MAX(src[i], dst[i]);                        \
+          }                                                                                                  \
+        }                                                                                                    \
+        f1 = t1;                                                                                             \
+      }                                                                                                      \
+      /* rows: t2 [OD, OH, W] */                                                                             \
+      for (Py_ssize_t i = 0; i < OD * OH * W; i++) t2[i] = low;                                              \
+      for (Py_ssize_t t = 0; t < k[1]; t++) {                                                                \
+        Py_ssize_t i0, i1;                                                                                   \
+        pool_tap_range(t, H, OH, s[1], dl[1], p[1], &i0, &i1);                                               \
+        for (Py_ssize_t f = 0; f < OD; f++) {                                                                \
+          const T *src = f1 + (f * H + i0 * s[1] + t * dl[1] - p[1]) * W;                                    \
+          T *dst = t2 + (f * OH + i0) * W;                                                                   \
+          if (s[1] == 1) { /* the tap's rows of consecutive outputs are consecutive: one stretch */          \
+            for (Py_ssize_t i = 0; i < (i1 - i0) * W; i++) dst[i] = POOL_MAX(src[i], dst[i]);                \
+            continue;                                                                                        \
+          }                                                                                                  \
+          for (Py_ssize_t o = i0; o < i1; o++, src += s[1] * W, dst += W)                                    \
+            for (Py_ssize_t i = 0; i < W; i++) dst[i] = POOL_MAX(src[i], dst[i]);                            \
+        }                                                                                                    \
+      }                                                                                                      \
+      /* columns: y [OD, OH, OW] */                                                                          \
+      for (Py_ssize_t i = 0; i < OD * OH * OW; i++) yp[i] = low;                                             \
+      for (Py_ssize_t t = 0; t < k[2]; t++) {                                                                \
+        Py_ssize_t i0, i1, off = t * dl[2] - p[2];                                                           \
+        pool_tap_range(t, W, OW, s[2], dl[2], p[2], &i0, &i1);                                               \
+        for (Py_ssize_t r = 0; r < OD * OH; r++) {                                                           \
+          const T *src = t2 + r * W + off;                                                                   \
+          T *dst = yp + r * OW;                                                                              \
+          if (s[2] == 1)                                                                                     \
+            for (Py_ssize_t i = i0; i < i1; i++) dst[i] = POOL_MAX(src[i], dst[i]);                          \
+          else                                                                                               \
+            for (Py_ssize_t i = i0; i < i1; i++) dst[i] = POOL_MAX(src[i * s[2]], dst[i]);                   \
+        }                                                                                                    \
+      }                                                                                                      \
+    }                                                                                                        \
+  }
+
+MAX_POOL_3D(max_pool_3d_float, float)
+MAX_POOL_3D(max_pool_3d_double, double)
+
+/* max_pool_3d(x, y, kernel, strides, pads, dilations): y [N, C, OD, OH, OW] (written) holds the
+ * maximum of each window of x [N, C, D, H, W], both float32 or both float64, C-contiguous; pads are
+ * the leading ones (front, top, left), the trailing ones implied by y's size; taps in the padding
+ * are left out, and a window of padding alone gives -inf. */
+static PyObject *max_pool_3d(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_y;
+  Py_ssize_t k[3], s[3], p[3], dl[3];
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OO(nnn)(nnn)(nnn)(nnn)", &o_x, &o_y, &k[0], &k[1], &k[2], &s[0], &s[1], &s[2],
+                        &p[0], &p[1], &p[2], &dl[0], &dl[1], &dl[2]))
+    return NULL;
+  Py_buffer bx, by;
+  PyObject *result = NULL;
+  void *scratch = NULL;
+  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  const char *xf = bx.format ? bx.format : "B";
+  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
+  if (bx.ndim != 5 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
+    PyErr_SetString(PyExc_ValueError, "max_pool_3d: x must be [N, C, D, H, W] float32 or float64, C-contiguous");
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  Py_ssize_t size = bx.itemsize;
+  if (get_buffer(o_y, &by, "y", size, size == 4 ? "f" : "d", -1, 1) < 0) {
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  Py_ssize_t in[3] = {bx.shape[2], bx.shape[3], bx.shape[4]};
+  if (by.ndim != 5 || by.shape[0] != bx.shape[0] || by.shape[1] != bx.shape[1]) {
+    PyErr_SetString(PyExc_ValueError, "max_pool_3d: y must be [N, C, OD, OH, OW] of x's N and C");
+    goto done;
+  }
+  Py_ssize_t out[3] = {by.shape[2], by.shape[3], by.shape[4]};
+  for (int a = 0; a < 3; a++)
+    if (k[a] < 1 || s[a] < 1 || dl[a] < 1 || p[a] < 0 || out[a] < 1 || in[a] < 1) {
+      PyErr_SetString(PyExc_ValueError, "max_pool_3d: kernel, strides and dilations at least 1, pads at least 0, "
+                      "every axis of x and y at least 1 long");
+      goto done;
+    }
+  Py_ssize_t planes = bx.shape[0] * bx.shape[1];
+  Py_ssize_t n1 = out[0] * in[1] * in[2], n2 = out[0] * out[1] * in[2];
+  scratch = PyMem_Malloc((size_t)(n1 + n2) * (size_t)size);
+  if (!scratch) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  PyThreadState *ts = planes * in[0] * in[1] * in[2] > 65536 ? PyEval_SaveThread() : NULL;
+  if (size == 4)
+    max_pool_3d_float(bx.buf, by.buf, scratch, (float *)scratch + n1, planes, in, out, k, s, p, dl);
+  else
+    max_pool_3d_double(bx.buf, by.buf, scratch, (double *)scratch + n1, planes, in, out, k, s, p, dl);
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(scratch);
+  PyBuffer_Release(&by);
+  PyBuffer_Release(&bx);
+  return result;
+}
+/* ---- end of 3-D max pooling ---- */
+
 static PyMethodDef module_methods[] = {
     {"coupling", coupling, METH_VARARGS,
      "coupling(v, pair_i, pair_j, k, out): libsvm's pairwise coupling of each row's pairwise probabilities "
@@ -1473,6 +1621,10 @@ static PyMethodDef module_methods[] = {
      "with w [M, C / group, KH, KW] (and bias b or None) into y [N, M, OH, OW] by each tap's multiply-add over "
      "the output plane; pads (top, left), the bottom and right ones implied by y's size; act 1 clamps the "
      "outputs to [p0, p1], 2 applies hard swish (alpha p0, beta p1)."},
+    {"max_pool_3d", max_pool_3d, METH_VARARGS,
+     "max_pool_3d(x, y, kernel, strides, pads, dilations): each window's maximum of x [N, C, D, H, W] into y "
+     "[N, C, OD, OH, OW] (float32 or float64), one axis at a time; pads the leading ones, a window of padding "
+     "alone -inf."},
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef forest_methods[] = {

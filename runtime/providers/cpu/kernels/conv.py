@@ -500,6 +500,12 @@ ND_FLAT_TAPS = ND_PATHS.add("nd_flat_taps", "float, 3-D or more, unit strides, n
                                             "ND_FLAT_MAX_WASTE positions computed per output: flat_taps_conv, "
                                             "the taps as contiguous slices of the flattened padded input, copied "
                                             "and multiplied in blocks of ND_BLOCK_ELEMENTS")
+ND_FRAME_TAPS = ND_PATHS.add("nd_frame_taps", "float, 3-D, not grouped, kernel k x 1 x 1, unit strides, no "
+                                              "row or column padding: frame_taps_conv, one product per frame "
+                                              "tap over the input's frames as they lie, no window copy")
+#: Whether the k x 1 x 1 convolutions take ``frame_taps_conv`` (tests turn it off to reach the
+#: other paths with them)
+ND_FRAME_TAPS_ENABLED = True
 #: The size (elements) of flat_taps_conv's window buffer: a block of output positions whose
 #: windows stay in (a large) cache between their copy and the product. Whole, a 64-channel 3x3x3
 #: layer's windows are tens of megabytes written to memory and read back; MLAS blocks its im2col
@@ -563,6 +569,36 @@ def flat_taps_conv(x: np.ndarray, w: np.ndarray, pb: tuple, pe: tuple, out: tupl
     return np.array(view, order="C")
 
 
+def frame_taps_conv(x: np.ndarray, w: np.ndarray, pb: int, out: int, dil: int) -> np.ndarray:
+    """A unit-stride convolution (no bias, not grouped) whose kernel spans frames alone (k x 1 x 1,
+    R(2+1)D's temporal half), over an input unpadded in its rows and columns: each frame tap is one
+    product of its weights (M, C) with the run of input frames it reads, which lies in x as a
+    (C, frames x rows x columns) matrix, added into the outputs' run; taps whose frames fall in
+    the padding are left out. im2col would first copy every tap's frames."""
+    n, c, d = x.shape[:3]
+    plane = int(np.prod(x.shape[3:]))
+    m, k = w.shape[0], w.shape[2]
+    xf = x.reshape(n, c, d * plane)
+    wt = [np.ascontiguousarray(w[:, :, t].reshape(m, c)) for t in range(k)]
+    runs = []
+    for t in range(k):
+        off = t * dil - pb
+        i0, i1 = max(0, -off), min(out, d - off)
+        if i1 > i0:
+            runs.append((t, i0, i1, off))
+    y = np.empty((n, m, out * plane), dtype=x.dtype)
+    full = next((r for r in runs if r[1] == 0 and r[2] == out), None)
+    if full is None:
+        y.fill(0)
+    else:  # a tap that reaches every output frame writes the outputs first, sparing a zero fill
+        t, i0, i1, off = full
+        np.matmul(wt[t], xf[:, :, (i0 + off) * plane:(i1 + off) * plane], out=y)
+        runs.remove(full)
+    for t, i0, i1, off in runs:
+        y[:, :, i0 * plane:i1 * plane] += np.matmul(wt[t], xf[:, :, (i0 + off) * plane:(i1 + off) * plane])
+    return y.reshape((n, m, out) + x.shape[3:])
+
+
 @register("Conv", since=1)
 class Conv(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
@@ -600,6 +636,10 @@ class Conv(Kernel):
                                tuple(dil))
         elif cg == 1 and mg == 1 and g > 1:
             y = self._depthwise(window_view(pad_spatial(x, pb, pe), kernel, strides, dil, out), w, kernel, nd)
+        elif (ND_FRAME_TAPS_ENABLED and nd == 3 and g == 1 and x.dtype.kind == "f" and w.dtype == x.dtype and tuple(kernel[1:]) == (1, 1)
+              and all(s == 1 for s in strides) and not any(pb[1:]) and not any(pe[1:])):
+            self.last_path = ND_FRAME_TAPS
+            y = frame_taps_conv(np.ascontiguousarray(x), w, pb[0], out[0], dil[0])
         elif (nd >= 3 and x.dtype.kind == "f" and w.dtype == x.dtype and all(s == 1 for s in strides)
               and flat_taps_waste(x.shape[2:], pb, pe, out) <= ND_FLAT_MAX_WASTE):
             self.last_path = ND_FLAT_TAPS

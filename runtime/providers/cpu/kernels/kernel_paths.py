@@ -27,6 +27,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         ml_svm,
         ml_trees,
         numerics,
+        pooling,
         recurrent,
         tfidf_vectorizer,
         tokenizer,

@@ -2,7 +2,8 @@
 time: over strided slices of the input for strided pools (their unpadded first axis over the
 flattened input), over the flattened padded input for unit-stride ones (``ceil_mode`` as extra end padding that never counts); MaxPool's Indices by
 tracking the winning tap over a padded copy; GlobalAveragePool/GlobalMaxPool as reductions.
-2-D AveragePool of small planes, or padded and strided, as matrix products (``_AverageProducts``).
+2-D AveragePool of small planes, or padded and strided, as matrix products (``_AverageProducts``);
+3-D MaxPool without Indices in C where built (``MAX_POOL_PATHS``).
 Column-major Indices (``storage_order=1``) are delegated to onnx.reference."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.conv import pad_spatial, per_shape, strided_view
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.op_geometry import PoolGeometry
 
@@ -186,6 +189,13 @@ def _tap_slices(idx, dil, strides, out):
         slice(idx[i] * dil[i], idx[i] * dil[i] + (out[i] - 1) * strides[i] + 1, strides[i]) for i in range(len(idx)))
 
 
+MAX_POOL_PATHS = path_table("pooling.MaxPool", "the separable np.maximum passes (``_window_reduce``)")
+MAX_POOL_NATIVE_3D = MAX_POOL_PATHS.add(
+    "native_3d", "3-D (5-D input), float32 or float64, no Indices output, _native built and "
+                 "ONNXHAL_NATIVE_KERNELS not 0: each plane's windows reduced in C, columns, then rows, then "
+                 "frames (``_native.max_pool_3d``)")
+
+
 class _Pool(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.geo = PoolGeometry(node)
@@ -203,6 +213,10 @@ class MaxPool(_Pool):
         self.with_indices = len(node.outputs) > 1 and bool(node.outputs[1])
         self._plans: dict[tuple, tuple | bool] = {}  # per (input shape, dtype); kernels are shared by runs
         self.ref = None
+        # the C passes run every axis of a plane while it is in cache, where numpy's passes run one
+        # whole-array pass per tap and axis (each a slice and a loop call)
+        self._native = native_module()
+        self.last_path = ""  #: the path the last compute took (tests and benchmarks read it)
         if self.with_indices and node.attr("storage_order", 0):
             from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
 
@@ -212,6 +226,13 @@ class MaxPool(_Pool):
         if self.ref is not None:
             return self.ref.compute(inputs)
         x = inputs[0]
+        if (self._native is not None and not self.with_indices and x.ndim == 5 and x.size
+                and x.dtype in (np.float32, np.float64)):
+            y = self._native_3d(x)
+            if y is not None:
+                self.last_path = MAX_POOL_NATIVE_3D
+                return [y]
+        self.last_path = ""
         if not self.with_indices:
             plan = per_shape(self._plans, (x.shape, x.dtype), lambda: self._gather_plan(x.shape, x.dtype))
             if plan:
@@ -242,6 +263,19 @@ class MaxPool(_Pool):
             ys[0] = np.array(ys[0])  # a view of the input (or read-only) in some paths
             ys[0][(slice(None), slice(None)) + empty] = np.finfo(x.dtype).min
         return ys
+
+    def _native_3d(self, x: np.ndarray) -> np.ndarray | None:
+        """``_native.max_pool_3d``'s maxima, with onnxruntime's -FLT_MAX in windows of padding
+        alone; None when the pool has no output (the plain path's shapes)."""
+        kernel, strides, dil, pb, _, out, _ = self.geometry(x.shape[2:])
+        if any(o <= 0 for o in out):
+            return None
+        y = np.empty(x.shape[:2] + tuple(out), x.dtype)
+        self._native.max_pool_3d(np.ascontiguousarray(x), y, tuple(kernel), tuple(strides), tuple(pb), tuple(dil))
+        empty = padding_only_windows(x.shape[2:], kernel, strides, dil, pb, out)
+        if empty is not None:
+            y[(slice(None), slice(None)) + empty] = np.finfo(x.dtype).min
+        return y
 
     def _gather_plan(self, shape: tuple, dtype: np.dtype) -> tuple | bool:
         """For a small input: the window indices (``_window_indices``), the cell appended for

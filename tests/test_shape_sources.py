@@ -189,7 +189,9 @@ def test_real_exports_cpu(name, monkeypatch):
 @pytest.mark.parametrize("name", ["bert_ts", "gpt2_ts", "t5_encoder_ts"])
 def test_real_exports_opencl_one_partition(name, monkeypatch, register):
     """On OpenCL the TorchScript exports' mask chains no longer wait on the embeddings: one
-    partition, where each was cut in two or three; outputs as onnxruntime's on every feed."""
+    partition, where each was cut in two or three; outputs as onnxruntime's on every feed. The
+    OpenCL rule typed_values also joins the chains to the partition (it runs them on the device),
+    so the pass's own effect shows with that rule off."""
     pytest.importorskip("pyopencl")
     from tests.opencl_support import require_opencl
 
@@ -198,8 +200,11 @@ def test_real_exports_opencl_one_partition(name, monkeypatch, register):
     data, feeds = _real(name)
     providers = ["OpenCLExecutionProvider", "CPUExecutionProvider"]
     sessions = _sessions(data, monkeypatch, providers)
-    assert len(sessions["on"].fused_groups) == 1
-    assert len(sessions["off"].fused_groups) > 1
+    assert len(sessions["on"].fused_groups) == len(sessions["off"].fused_groups) == 1
+    host_chains = _sessions(data, monkeypatch, [("OpenCLExecutionProvider", {"disable_fusions": "typed_values"}),
+                                                "CPUExecutionProvider"])
+    assert len(host_chains["on"].fused_groups) == 1
+    assert len(host_chains["off"].fused_groups) > 1
     variants = _variants(feeds) if name != "gpt2_ts" else _variants(feeds)[:3]  # GPT-2's Add rejects batch 1 ids
     _check(data, variants, monkeypatch, providers)
     # The mask now reaches the partition as an input: new masks and ids at one shape must reuse its

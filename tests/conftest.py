@@ -25,6 +25,13 @@ import onnxhal  # noqa: E402
 from onnxhal.runtime.env.environment import get_environment
 
 PLUGINS = os.path.join(os.path.dirname(__file__), "plugins")
+#: Workers for ``pytest -n logical`` / ``-n auto``: one a CPU, at most this many, because one worker
+#: peaks near 5 GB (the light zoo's VGG-19 weights and their copies on the device paths).
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 _counter = itertools.count()
 
 

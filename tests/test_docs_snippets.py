@@ -131,11 +131,13 @@ def test_no_document_installs_a_package_that_is_not_on_the_index():
 
 
 def test_the_readme_keeps_its_first_two_commands():
-    """CI runs them: they must stay as they are."""
+    """CI runs them: they must stay as they are, and .ci/run runs the README's test command as written."""
     lines = (ROOT / "README.md").read_text().splitlines()
     start = lines.index("```bash")
     assert lines[start + 1].startswith("pip install -e . && onnxhal demo ")
     assert lines[start + 2].startswith('pip install -e ".[test]" && pytest -q ')
+    command = lines[start + 2].split("#")[0].strip()
+    assert f"{command} || status=$?" in (ROOT / ".ci" / "run").read_text()
 
 
 def test_the_readme_runs_fix_shapes_as_it_shows_it():

@@ -99,10 +99,12 @@ def integer_reason(profile: Profile, node: Node, values: QuantizedValues) -> str
     if profile.compute_dtype not in _EXACT:
         return None
     short, exact, top = _EXACT[profile.compute_dtype]
-    for name in node.inputs:
+    # the Cast that makes the float accumulator too: a device that takes int32 Casts would store
+    # its output in the device's precision
+    for name, verb in [(n, "reads") for n in node.inputs] + [(n, "writes") for n in node.outputs]:
         src = values.accumulators.get(name) if name else None
         if src is not None:
-            return (f"integer op on {_a(short)} device: {node.op_type} reads {name!r}, the int32 accumulator of "
+            return (f"integer op on {_a(short)} device: {node.op_type} {verb} {name!r}, the int32 accumulator of "
                     f"{src.op_type} {src.name!r} cast to float; {short} holds integers exactly only up to {exact}"
                     + (f" and overflows at {top}" if profile.compute_dtype == "float16" else "")
                     + f", so {profile.name} cannot compute it in its precision")

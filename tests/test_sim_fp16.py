@@ -165,7 +165,7 @@ def test_an_fp16_overflow_is_reported_once(caplog):
 def _masked_softmax(additive: bool) -> bytes:
     """Attention scores masked with float32's lowest value, then Softmax: as T5 masks them
     (scores + (1 - mask) * lowest, every node on the device) or as DeBERTa-v2 does
-    (Where(mask, lowest, scores): no profile has a float Where, so it runs on the host)."""
+    (Where(mask, lowest, scores): on the host where the profile has no float Where)."""
     lowest = numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "lowest")
     one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
     if additive:
@@ -202,7 +202,26 @@ def test_weights_beyond_the_fp16_range_are_clamped_as_device_compilers_clamp_the
     assert len(reports) == 1 and "'lowest'" in reports[0], reports
 
 
-@pytest.mark.parametrize("profile", ["generic-npu", "mobile-npu", "qualcomm-htp"])
+def test_a_value_beyond_the_fp16_range_made_on_the_device_is_clamped_as_a_weight(caplog):
+    """qualcomm-htp lists Where (the OpenCL rule typed_values computes it with a bool condition):
+    the mask and the Softmax both run on the device, the lowest clamped to fp16's as a weight, and a
+    fully masked row comes out uniform, as onnxruntime's."""
+    model = _masked_softmax(additive=False)
+    mask = np.zeros((4, 8), bool)
+    mask[1] = True
+    feeds = {"scores": _x(4, 8), "mask": mask}
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    with simulated_or_skip("qualcomm-htp") as sims, caplog.at_level(logging.WARNING):
+        ep = next(iter(sims))
+        sess = _session(sims[ep], model)
+        assert sess.partition_summary == {ep: 2} and not sess.eps[ep].declined, sess.eps[ep].declined
+        got = sess.run(None, feeds)[0]
+    assert "weight 'lowest' holds values beyond float16's range" in caplog.text
+    np.testing.assert_allclose(got[1], np.full(8, 1 / 8), rtol=1e-3)
+    np.testing.assert_allclose(got, want, atol=1e-3)
+
+
+@pytest.mark.parametrize("profile", ["generic-npu", "mobile-npu"])
 def test_a_value_beyond_the_fp16_range_made_off_the_device_is_declined_with_the_reason(profile):
     # DeBERTa-v2 on the fp16 NPUs: the Where ran on the host and its float32 lowest reached the
     # NPU's Softmax as -inf; a fully masked row came back NaN where onnxruntime's is uniform

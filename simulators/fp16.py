@@ -207,6 +207,16 @@ def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any
     tolerance covers. Else None."""
     if compute_dtype not in ("float16", "bfloat16"):
         return None
+    short = "fp16" if compute_dtype == "float16" else "bf16"
+    if node.op_type in COMPARISONS and node.domain in ("", "ai.onnx"):
+        # the comparison itself (a device that computes bool values takes it): its float operands
+        # are stored in the device's precision whichever EP made them, the threshold included
+        for name in node.inputs:
+            info = graph.value_info(name) if name else None
+            if info is not None and info.elem_type in _FLOATS:
+                return (f"decision threshold on an {short} device: {node.op_type} compares {name!r} in {short} "
+                        f"storage, whose rounding moves values across the threshold; "
+                        f"{profile_name} cannot compute it in its precision")
     for name in node.outputs:
         if not name:
             continue

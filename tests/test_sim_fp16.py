@@ -242,3 +242,27 @@ def test_a_value_beyond_the_fp16_range_made_off_the_device_is_declined_with_the_
                          "the host in float32: 1 node(s)"], kinds
         got = sess.run(None, feeds)[0]
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("profile", ["intel-npu", "qualcomm-htp"])
+def test_a_comparison_of_float_values_is_declined_on_fp16_devices(profile):
+    """Tree ensembles as tensors (hummingbird) compare features with thresholds: stored in fp16,
+    1.00005 < 1.0001 becomes 1.0 < 1.0 and the sample takes another branch, an error no tolerance
+    covers. The comparison stays on the host in float32; the integer arithmetic after it need not."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    thr = numpy_helper.from_array(np.full((4,), 1.0001, np.float32), "thr")
+    nodes = [helper.make_node("Less", ["x", "thr"], ["below"]),
+             helper.make_node("Cast", ["below"], ["k"], to=TensorProto.INT64),
+             helper.make_node("Add", ["k", "k"], ["y"])]
+    graph = helper.make_graph(nodes, "tree", [x], [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 4])],
+                              [thr])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    feeds = {"x": np.array([[1.00005, 0.5, 2.0, 1.0001], [1.0, 1.00009, 1.0002, -3.0]], np.float32)}
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    with simulated_or_skip(profile) as sims:
+        ep = next(iter(sims))
+        sess = _session(sims[ep], model)
+        reason = sess.eps[ep].declined.get("Less", "")
+        assert reason.startswith("decision threshold on an fp16 device: Less compares 'x' in fp16 storage"), \
+            sess.eps[ep].declined
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], want)

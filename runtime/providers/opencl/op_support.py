@@ -206,17 +206,25 @@ def _check_fused(node: Node, lookup: GraphLookup) -> str | None:
     return None
 
 
+def _shape_reason(lookup: GraphLookup, n: str) -> str | None:
+    """Why the kernels cannot index value ``n`` (its rank or size), or None."""
+    shape = lookup.dims(n)
+    if shape is None:
+        return f"{n!r} has no static shape" if not lookup.allow_dynamic else f"{n!r} has no known rank"
+    if len(shape) > MAX_RANK:
+        return f"{n!r} has rank {len(shape)} > {MAX_RANK}"
+    if all(isinstance(d, int) for d in shape) and math.prod(shape) >= MAX_ELEMENTS:
+        return f"{n!r} has {math.prod(shape)} elements; kernels index with 32-bit ints"
+    return None
+
+
 def _static_f32(lookup: GraphLookup, names) -> str | None:
     for n in names:
         if not n:
             continue
-        shape = lookup.dims(n)
-        if shape is None:
-            return f"{n!r} has no static shape" if not lookup.allow_dynamic else f"{n!r} has no known rank"
-        if len(shape) > MAX_RANK:
-            return f"{n!r} has rank {len(shape)} > {MAX_RANK}"
-        if all(isinstance(d, int) for d in shape) and math.prod(shape) >= MAX_ELEMENTS:
-            return f"{n!r} has {math.prod(shape)} elements; kernels index with 32-bit ints"
+        reason = _shape_reason(lookup, n)
+        if reason:
+            return reason
         if lookup.dtype(n) != F32:
             return f"{n!r} is {lookup.dtype(n)}, not float32"
     return None
@@ -241,13 +249,9 @@ def typed_reason(node: Node, lookup: GraphLookup, data: list[str]) -> str | None
         return f"{op} computes int64/int32/bool values (rule typed_values is off)"
     names = [n for n in data if n]
     for n in names:
-        shape = lookup.dims(n)
-        if shape is None:
-            return f"{n!r} has no static shape" if not lookup.allow_dynamic else f"{n!r} has no known rank"
-        if len(shape) > MAX_RANK:
-            return f"{n!r} has rank {len(shape)} > {MAX_RANK}"
-        if all(isinstance(d, int) for d in shape) and math.prod(shape) >= MAX_ELEMENTS:
-            return f"{n!r} has {math.prod(shape)} elements; kernels index with 32-bit ints"
+        reason = _shape_reason(lookup, n)
+        if reason:
+            return reason
     dtypes = [lookup.dtype(n) for n in names]
     if all(d == F32 for d in dtypes) and op not in TYPED_OPS:
         return None

@@ -52,13 +52,23 @@ def main(argv: list[str] | None = None) -> int:
                               capture_output=True, text=True)
         last = (done.stdout.strip().splitlines() or ["no output"])[-1]
         counts = dict((k, int(n)) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", last))
+        # pytest that ends without running a test (an error at collection, exit 3, 4 or 5) did not
+        # test this version: it counts as failed, whatever its last line says
+        ran = done.returncode in (0, 1) and counts.get("passed", 0) + counts.get("failed", 0) > 0
         rows.append((version, counts.get("passed", 0), counts.get("failed", 0) + counts.get("error", 0),
-                     counts.get("skipped", 0)))
-        print(f"onnxruntime {version}: {last}", flush=True)
+                     counts.get("skipped", 0), ran))
+        print(f"onnxruntime {version}: {last}" + ("" if ran else f" (pytest exit {done.returncode}: nothing tested)"),
+              flush=True)
+        if not ran:
+            print(done.stdout[-2000:] + done.stderr[-2000:], file=sys.stderr)
     print(f"\n{'onnxruntime':<12}{'passed':>8}{'failed':>8}{'skipped':>9}")
-    for version, passed, failed, skipped in rows:
-        print(f"{version:<12}{passed:>8}{failed:>8}{skipped:>9}")
-    return 1 if any(r[2] for r in rows) else 0
+    for version, passed, failed, skipped, ran in rows:
+        print(f"{version:<12}{passed:>8}{failed:>8}{skipped:>9}" + ("" if ran else "  not tested"))
+    bad = [r[0] for r in rows if r[2] or not r[4]]
+    if bad:
+        print(f"ort_versions: the bridge's tests failed or did not run on onnxruntime {', '.join(bad)}",
+              file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ PLUGINS = os.path.join(os.path.dirname(__file__), "plugins")
 MAX_WORKERS = 4
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown (and fine) where xdist is not installed
 def pytest_xdist_auto_num_workers(config) -> int:
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 _counter = itertools.count()

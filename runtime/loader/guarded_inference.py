@@ -484,10 +484,7 @@ def may_propagate(op_type: str, domain: str, version: int) -> bool:
         schema = onnx.defs.get_schema(op_type, version, domain)
     except Exception:  # not an onnx operator (or older than its first version): inference skips it
         return False
-    if schema.has_data_propagation_function:
-        return True
-    return not schema.has_type_and_shape_inference_function and (
-        schema.has_function or schema.has_context_dependent_function)
+    return schema.has_data_propagation_function or _inferred_through_body(op_type, domain, version)
 
 
 @functools.lru_cache(maxsize=4096)

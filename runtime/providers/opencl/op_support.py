@@ -422,7 +422,7 @@ def _check_gather(node: Node, lookup: GraphLookup) -> str | None:
         # the indices at planning (``take_flat``), so they must be constants of the plan: constant
         # initializers, or values of the specialisation (rule shape_tensors: a mask indexed by
         # positions); a token's data-dependent index would key a specialisation per value.
-        if lookup.const(idx) is None and idx not in lookup.shape_values:
+        if not _plan_constant(lookup, idx):
             return "Gather of int64/int32/bool data by indices that are not constants of the plan"
         return typed_reason(node, lookup, [node.inputs[0], *node.outputs])
     if lookup.const(idx) is None and lookup.dtype(idx) != np.dtype(np.int64):
@@ -446,10 +446,15 @@ def _check_gather_nd(node: Node, lookup: GraphLookup) -> str | None:
         return "GatherND has a kernel with rule typed_values only (off)"
     if node.attr("batch_dims", 0):
         return "GatherND with batch_dims"
-    idx = node.inputs[1]
-    if lookup.const(idx) is None and idx not in lookup.shape_values:
+    if not _plan_constant(lookup, node.inputs[1]):
         return "GatherND by indices that are not constants of the plan"
     return None
+
+
+def _plan_constant(lookup: GraphLookup, name: str) -> bool:
+    """Whether value ``name`` is a constant of the plan: a constant initializer, or a value the
+    specialisation computes (rule shape_values / shape_tensors)."""
+    return lookup.const(name) is not None or name in lookup.shape_values
 
 
 def _check_layernorm(node: Node, lookup: GraphLookup) -> str | None:

@@ -673,10 +673,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             if (a in outputs or a in self.transposed_inputs or not readers
                     or any(tree_shape.get(id(u)) != self.shape(a) for u in readers)):
                 continue
-            fi = broadcast_strides(self.shape(p.inputs[0]), self.shape(a))
-            strides = (fi.strides if fi.mode == "bcast" else tuple(contiguous_strides(self.shape(a)))
-                       if fi.mode == "same" else (0,) * len(self.shape(a)))
-            self.transposed_inputs[a] = (p.inputs[0], tuple(strides))
+            self.transposed_inputs[a] = (p.inputs[0], tuple(_expand_strides(self.shape(p.inputs[0]), self.shape(a))))
             skip.add(id(p))
 
     # -- single nodes ----------------------------------------------------------------------
@@ -850,8 +847,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             self.plan.add_launch_1d(fused.source, "fused_elementwise", prod(ys),
                                     [Buf(self.output(n.outputs[0])), Buf(x), Buf(meta)])
             return
-        fi = broadcast_strides(self.shape(x), ys)
-        src = list(fi.strides) if fi.mode == "bcast" else contiguous_strides(ys) if fi.mode == "same" else [0] * len(ys)
+        src = _expand_strides(self.shape(x), ys)
         dst, dst_off, dst_strides = self._copy_target(n)
         self._strided_copy(dst, x, ys, src, dst_strides, 0, dst_off)
 
@@ -934,7 +930,6 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         self.plan.add_launch_1d(ks.MOVEMENT_SOURCE, "gather_rows", prod(self.shape(out)), [
             Buf(out), Buf(x), Buf(idx), I32(xs[axis]), I32(nidx), I32(prod(xs[axis + 1:]))])
 
-
     def _lower_GatherND(self, n: Node) -> None:
         x = self.data(n.inputs[0])
         xs = self.shape(x)
@@ -961,12 +956,20 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         element, computed from the indices at planning."""
         out = self.output(n.outputs[0])
         if tuple(table.shape) != self.shape(out):
-            raise OrtNotImplemented(f"Gather {n.name!r}: output shape {list(self.shape(out))} is not "
+            raise OrtNotImplemented(f"{n.op_type} {n.name!r}: output shape {list(self.shape(out))} is not "
                                     f"{list(table.shape)}")
         t = self.constant("take_table", table.reshape(-1))
         self.plan.shapes[t], self.plan.dtypes[t] = (table.size,), np.dtype(np.int32)
         self.plan.add_launch_1d(ks.take_flat_source(self._ctype(x)), "take_flat", table.size,
                                 [Buf(out), Buf(x), Buf(t)])
+
+
+def _expand_strides(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
+    """The element strides by which an Expand's output of ``out_shape`` reads its input of
+    ``in_shape`` (0 along the broadcast axes)."""
+    fi = broadcast_strides(in_shape, out_shape)
+    return list(fi.strides) if fi.mode == "bcast" else contiguous_strides(out_shape) if fi.mode == "same" \
+        else [0] * len(out_shape)
 
 
 def build_plan(graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset(),

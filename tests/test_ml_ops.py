@@ -890,6 +890,77 @@ def test_tree_ensemble_shared_nodes_take_the_walk():
     assert forest.leaves(x)[:, 0].tolist() == [_walk(nodes, row) for row in x]
 
 
+def _shape_by_hand(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarray,
+                   roots: np.ndarray) -> tuple | None:
+    """``_tree_shape``'s result by a walk node by node (None where a node is reached twice)."""
+    n = is_leaf.size
+    # a node no root reaches keeps owner -1, first 0 and count 1 for a leaf, 0 for an interior node
+    owner, count, first = np.full(n, -1, np.int64), is_leaf.astype(np.int64), np.zeros(n, np.int64)
+    levels, frontier, seen = [], [int(r) for r in roots], 0
+    for slot, r in enumerate(roots):
+        if owner[r] >= 0:
+            return None
+        owner[r] = slot
+    while frontier:
+        levels.append(frontier)
+        nxt = []  # the level's true children, then its false children
+        for side in (true_next, false_next):
+            for k in frontier:
+                if not is_leaf[k]:
+                    c = int(side[k])
+                    seen += 1
+                    if owner[c] >= 0 or seen > n:
+                        return None
+                    owner[c] = owner[k]
+                    nxt.append(c)
+        frontier = nxt
+
+    def leaves(k: int, start: int) -> int:
+        first[k] = start
+        count[k] = 1 if is_leaf[k] else leaves(int(true_next[k]), start) + leaves(int(false_next[k]),
+                                                                                   start + count[true_next[k]])
+        return count[k]
+
+    for r in roots:
+        leaves(int(r), 0)
+    return owner, count, first, levels, [[k for k in lv if not is_leaf[k]] for lv in levels]
+
+
+def test_tree_shape_matches_a_walk_node_by_node_and_refuses_shared_nodes_and_cycles():
+    """``_tree_shape`` (a level at a time, a node reached twice found after the walk) against a
+    walk node by node: random forests as converters write them, the same with a node shared
+    between two trees or two parents, with a cycle, and with a root given twice."""
+    from onnxhal.runtime.providers.cpu.kernels.ml_trees import _tree_shape
+
+    rng = np.random.default_rng(11)
+    for case in range(40):
+        is_leaf, true_next, false_next, roots = [], [], [], []
+        for _ in range(int(rng.integers(1, 5))):
+            roots.append(len(is_leaf))
+            pending = [len(is_leaf)]
+            is_leaf.append(True), true_next.append(len(is_leaf) - 1), false_next.append(len(is_leaf) - 1)
+            while pending:
+                k = pending.pop(int(rng.integers(len(pending))))
+                if len(is_leaf) - roots[-1] < 15 and rng.random() < 0.7:
+                    is_leaf[k], true_next[k], false_next[k] = False, len(is_leaf), len(is_leaf) + 1
+                    for c in (len(is_leaf), len(is_leaf) + 1):
+                        pending.append(c)
+                        is_leaf.append(True), true_next.append(c), false_next.append(c)
+        leaf, t, f, r = np.array(is_leaf), np.array(true_next), np.array(false_next), np.array(roots)
+        inner = np.flatnonzero(~leaf)
+        if case % 4 == 1 and inner.size:  # a child shared: with a node of another place, or a cycle
+            k = int(rng.choice(inner))
+            t[k] = int(rng.integers(leaf.size)) if case % 8 == 1 else int(rng.choice(r))
+        elif case % 4 == 2 and r.size > 1:
+            r[1] = r[0]
+        want, got = _shape_by_hand(leaf, t, f, r), _tree_shape(leaf, t, f, r)
+        assert (want is None) == (got is None), case
+        if want is not None:
+            for a, b in zip(want[:3], got[:3]):
+                assert a.tolist() == b.tolist(), case
+            assert [lv.tolist() for lv in got[3]] == want[3] and [lv.tolist() for lv in got[4]] == want[4], case
+
+
 def test_tree_ensemble_group_table_is_built_when_a_run_would_pay_for_it(monkeypatch):
     """Trees of several groups of 8 nodes read the [group, byte] table only for runs of many cells:
     the build leaves it out, a one-row run does not make it, the first run of fewer cells than the

@@ -161,7 +161,7 @@ class _Forest:
         shape = _tree_shape(mode == LEAF, true_next, false_next, roots) if roots.size else None
         if shape is not None:
             # the levels holding an interior node: the longest root-to-leaf walk
-            self.depth = sum(1 for level in shape[3] if (mode[level] != LEAF).any())
+            self.depth = sum(1 for inner in shape[4] if inner.size)
         else:
             self.depth = _depth(what, mode, true_next, false_next, roots)
         # the leaf bits are built at their first use (``_bits``): where the C route takes the rows
@@ -342,10 +342,10 @@ class _NativeTrees:
         # that share nodes take the forest's depth
         tree_depth = np.full(forest.roots.size, forest.depth, np.int64)
         if shape is not None:
-            owner, _, _, levels = shape
+            owner, inners = shape[0], shape[4]
             tree_depth[:] = 0
-            for i, level in enumerate(levels):
-                tree_depth[owner[level[forest.mode[level] != LEAF]]] = i + 1
+            for i, inner in enumerate(inners):
+                tree_depth[owner[inner]] = i + 1
         return cls(forest, true_next, false_next, weights, tree_depth, native)
 
     def with_weights(self, forest: _Forest, weights: np.ndarray) -> _NativeTrees:
@@ -462,7 +462,7 @@ class _LeafBits:
         """The leaf bits of ``forest`` from its ``_tree_shape`` (None: they do not apply)."""
         if not cls.applies(forest, shape):
             return None
-        owner, count, first, levels = shape
+        owner, count, first = shape[:3]
         trees = forest.roots.size
         total = count[forest.roots]
         # each node's leaves are the leaves [first, first + count) of its tree, numbered left to
@@ -618,7 +618,7 @@ def _written_outputs(forest: _Forest, shape: tuple) -> tuple[np.ndarray, np.ndar
     """The leaves of trees that share no node (``_tree_shape``), and which outputs the trees write
     where each tree's leaves all write the same outputs (then the same for every row): its first
     leaf's; else None."""
-    owner, _, first, levels = shape
+    owner, _, first, levels = shape[:4]
     visited = np.concatenate(levels)
     leaves = visited[forest.mode[visited] == LEAF]
     # per tree its first leaf (every walk ends at a leaf, so each tree has one numbered 0)
@@ -632,8 +632,7 @@ def _written_outputs(forest: _Forest, shape: tuple) -> tuple[np.ndarray, np.ndar
 
 def _inner_nodes(forest: _Forest, shape: tuple) -> np.ndarray:
     """The interior nodes of trees that share no node (``_tree_shape``), level by level."""
-    visited = np.concatenate(shape[3])
-    return visited[forest.mode[visited] != LEAF]
+    return np.concatenate(shape[4])
 
 
 def _group_table(mask_true: np.ndarray, mask_false: np.ndarray) -> np.ndarray:
@@ -663,39 +662,51 @@ def _low_bits(n: np.ndarray) -> np.ndarray:
 
 
 def _tree_shape(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray,
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]] | None:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]] | None:
     """The trees walked from ``roots`` a level at a time (numpy calls per level, not per node):
     per node its tree's slot, its leaf count and the number of its first leaf in its tree (leaves
-    numbered left to right, true branch first), and the nodes of each level; None where a node is
-    reached twice (shared between trees, or a cycle)."""
+    numbered left to right, true branch first), the nodes of each level and the interior nodes of
+    each level; None where a node is reached twice (shared between trees, or a cycle).
+
+    A node reached twice is found once, after the walk (one count over the visited nodes), not
+    per level: the walk stops as soon as it has visited more nodes than there are, which a cycle
+    makes it do, and every level's children are kept for the counts below."""
     n = is_leaf.size
-    owner = np.full(n, -1, np.int64)
-    # a node given twice in one level keeps the last of its positions written here
-    position = np.empty(n, np.int64)
     frontier, slots = roots, np.arange(roots.size, dtype=np.int64)
     levels: list[np.ndarray] = []
+    level_slots: list[np.ndarray] = []
+    inners: list[np.ndarray] = []
+    children: list[tuple[np.ndarray, np.ndarray]] = []
+    visited = 0
     while frontier.size:
-        if (owner[frontier] >= 0).any():
+        visited += frontier.size
+        if visited > n:
             return None
-        at = np.arange(frontier.size)
-        position[frontier] = at
-        if (position[frontier] != at).any():
-            return None
-        owner[frontier] = slots
         levels.append(frontier)
-        inner = frontier[~is_leaf[frontier]]
-        frontier = np.concatenate([true_next[inner], false_next[inner]])
-        slots = np.concatenate([owner[inner], owner[inner]])
+        level_slots.append(slots)
+        interior = ~is_leaf[frontier]
+        inner = frontier[interior]
+        t, f = true_next[inner], false_next[inner]
+        inners.append(inner)
+        children.append((t, f))
+        frontier = np.concatenate([t, f])
+        kept = slots[interior]
+        slots = np.concatenate([kept, kept])
+    order = np.concatenate(levels)
+    # (a negative index names the node counted from the end, as the indexing above read it)
+    if np.bincount(np.remainder(order, n), minlength=n).max() > 1:
+        return None
+    owner = np.full(n, -1, np.int64)
+    owner[order] = np.concatenate(level_slots)
     count = is_leaf.astype(np.int64)
-    for level in reversed(levels):
-        inner = level[~is_leaf[level]]
-        count[inner] = count[true_next[inner]] + count[false_next[inner]]
+    for inner, (t, f) in zip(reversed(inners), reversed(children)):
+        count[inner] = count[t] + count[f]
     first = np.zeros(n, np.int64)
-    for level in levels:
-        inner = level[~is_leaf[level]]
-        first[true_next[inner]] = first[inner]
-        first[false_next[inner]] = first[inner] + count[true_next[inner]]
-    return owner, count, first, levels
+    for inner, (t, f) in zip(inners, children):
+        at = first[inner]
+        first[t] = at
+        first[f] = at + count[t]
+    return owner, count, first, levels, inners
 
 
 class _NodeIndex:

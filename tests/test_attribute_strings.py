@@ -38,3 +38,20 @@ def test_a_strings_attribute_with_a_nul_and_a_label_encoder_against_onnxruntime(
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_attr_array_reads_numbers_from_the_proto_as_the_parsed_list_holds_them():
+    """``Node.attr_array``: ints and floats from the attribute's proto, equal to the parsed list in
+    value and dtype (int64 extremes, float32 values); the list's values where the proto is gone or
+    holds another count (a node edited by hand); None for an absent or scalar attribute."""
+    ints, floats = [0, -1, 2**63 - 1, -2**63, 7], [0.1, -2.5, 3e38, float("inf")]
+    node = Node.from_proto(helper.make_node("X", ["a"], ["b"], ints=ints, floats=floats, one=3))
+    got_i, got_f = node.attr_array("ints", np.int64), node.attr_array("floats", np.float32)
+    assert got_i.dtype == np.int64 and got_i.tolist() == ints
+    assert got_f.dtype == np.float32 and np.array_equal(got_f, np.asarray(node.attr("floats"), np.float32))
+    assert node.attr_array("one", np.int64) is None and node.attr_array("absent", np.int64) is None
+    node.attributes["ints"] = [4, 5]  # the proto still holds five: the list is read
+    assert node.attr_array("ints", np.int64).tolist() == [4, 5]
+    del node.attribute_protos["floats"]
+    node.attributes["floats"] = [1.0] * 4
+    assert node.attr_array("floats", np.float32).tolist() == [1.0] * 4

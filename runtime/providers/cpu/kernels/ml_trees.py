@@ -40,6 +40,9 @@ _MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRA
 
 
 def _floats(node: Node, name: str) -> np.ndarray | None:
+    v = node.attr_array(name, np.float32)
+    if v is not None:
+        return v
     v = node.attr(name)
     if v is None:
         v = node.attr(name + "_as_tensor")
@@ -47,15 +50,17 @@ def _floats(node: Node, name: str) -> np.ndarray | None:
 
 
 def _ints(node: Node, name: str) -> np.ndarray:
-    """An ints attribute as int64 (np.fromiter reads a list of ints in about two thirds of the
-    time np.asarray takes: tree attributes hold one int per node)."""
-    v = node.attr(name)
-    return np.fromiter(v, np.int64, len(v)) if isinstance(v, list) else np.asarray(v, np.int64)
+    """An ints attribute as int64 (``Node.attr_array``: tree attributes hold one int per node)."""
+    v = node.attr_array(name, np.int64)
+    return v if v is not None else np.asarray(node.attr(name), np.int64)
 
 
 def _thresholds(node: Node) -> np.ndarray | None:
     """``nodes_values`` as float32, or ``nodes_values_as_tensor`` in its own precision (float64 for
     a double tensor, which onnxruntime compares in double: ``TreeEnsembleCommon``'s ThresholdType)."""
+    v = node.attr_array("nodes_values", np.float32)
+    if v is not None:
+        return v
     v = node.attr("nodes_values")
     if v is None:
         v = node.attr("nodes_values_as_tensor")
@@ -779,7 +784,9 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
         raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
     index = _NodeIndex(trees, ids)
     n = len(ids)
-    missing = node.attr("nodes_missing_value_tracks_true") or [0] * n
+    missing = node.attr_array("nodes_missing_value_tracks_true", bool)
+    if missing is None or not missing.size:
+        missing = np.zeros(n, bool)
     inner = np.flatnonzero(mode != LEAF)
     true_next = np.arange(n)
     false_next = np.arange(n)

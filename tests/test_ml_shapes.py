@@ -208,3 +208,36 @@ def test_a_skl2onnx_text_pipeline_gets_ranks_past_the_tokenizer():
         for a, b in zip(sess.run(None, feeds), want):
             np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=1e-3,
                                        atol=1e-4)
+
+
+def test_the_passes_after_typing_reuse_one_scan_of_the_nodes_and_infer_the_same_types(monkeypatch):
+    """X -> Relu -> Scaler -> Relu -> Normalizer -> Tanh: inference stops at each ai.onnx.ml
+    operator, so the loader infers three times; the nodes are scanned once for all three
+    (``guarded_inference.scan_nodes``), and every value gets the type and shape a fresh scan per
+    pass gives."""
+    from onnxhal.runtime.loader import guarded_inference
+
+    nodes = [helper.make_node("Relu", ["X"], ["r1"]),
+             helper.make_node("Scaler", ["r1"], ["s1"], domain=ML, offset=[0.5] * COLS, scale=[2.0] * COLS),
+             helper.make_node("Relu", ["s1"], ["r2"]),
+             helper.make_node("Normalizer", ["r2"], ["s2"], domain=ML, norm="L2"),
+             helper.make_node("Tanh", ["s2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", F, [None, COLS])],
+                              [helper.make_tensor_value_info("y", F, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+
+    def types(proto: onnx.ModelProto) -> dict[str, str]:
+        return {v.name: str(v.type) for v in (*proto.graph.value_info, *proto.graph.output)}
+
+    scans, infers = [], []
+    scan_nodes, infer = guarded_inference.scan_nodes, guarded_inference.infer
+    monkeypatch.setattr(guarded_inference, "scan_nodes", lambda proto: scans.append(1) or scan_nodes(proto))
+    monkeypatch.setattr(guarded_inference, "infer", lambda *a, **k: infers.append(1) or infer(*a, **k))
+    reused = types(load_model(data).proto)
+    assert len(infers) == 3 and len(scans) == 1
+    monkeypatch.setattr(guarded_inference, "infer", lambda proto, owned=False, scan=None: infer(proto, owned))
+    fresh = types(load_model(data).proto)
+    assert reused == fresh and len(scans) == 5  # the loader's, then one in each pass
+    assert _ranks(model)["y"] == 2  # typed past both operators

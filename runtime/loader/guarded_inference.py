@@ -500,9 +500,12 @@ def _inferred_through_body(op_type: str, domain: str, version: int) -> bool:
 
 
 @dataclass
-class _Scan:
+class NodeScan:
     """What ``infer`` needs to know of a model's nodes, read in one pass over them (each access to
-    a node's names decodes them anew: the passes this replaces were a third of the load)."""
+    a node's names decodes them anew: the passes this replaces were a third of the load). It reads
+    the nodes, initializers, graph inputs' names, opset imports, IR version and functions, never
+    the value_info or the types inference fills in: a scan stays valid for its model across
+    inference passes (``ml_shapes.with_ml_shapes`` infers again after typing outputs)."""
 
     graphs: list[onnx.GraphProto]
     norms: list[tuple[onnx.NodeProto, str]]  # the LayerNormalization nodes, with where they are
@@ -512,7 +515,7 @@ class _Scan:
     reshaped: tuple[bool, bool, bool]  # as ``_reshaped``
 
 
-def _scan(proto: onnx.ModelProto) -> _Scan:
+def scan_nodes(proto: onnx.ModelProto) -> NodeScan:
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
     graphs, norms, reads = [], [], set()
     propagating = False
@@ -549,7 +552,7 @@ def _scan(proto: onnx.ModelProto) -> _Scan:
                 values_read.update(inputs[1:] if not domain and op in _DATA_FIRST else inputs)
         unsorted = unsorted or not ahead.isdisjoint(seen)
     shape_data_read = len(graphs) > 1 or bool(proto.functions) or through_body or not carriers.isdisjoint(values_read)
-    return _Scan(graphs, norms, propagating, reads, shape_data_read, (spelled, proto.ir_version < 4, unsorted))
+    return NodeScan(graphs, norms, propagating, reads, shape_data_read, (spelled, proto.ir_version < 4, unsorted))
 
 
 #: The ai.onnx.ml domain: none of its operators' inference functions reads an input's values
@@ -588,11 +591,13 @@ _VALUE_BLIND = frozenset({
 })
 
 
-def infer(proto: onnx.ModelProto, owned: bool = False) -> tuple[onnx.ModelProto | None, bool, str]:
+def infer(proto: onnx.ModelProto, owned: bool = False, scan: NodeScan | None = None,
+          ) -> tuple[onnx.ModelProto | None, bool, str]:
     """Run the guarded passes. Returns (the strictly inferred model or None, whether data was
     propagated, the strict failure's message or ""). ``owned``: the caller may have ``proto``
-    changed (the inferred model may then be ``proto`` itself, its values filled in)."""
-    scan = _scan(proto)
+    changed (the inferred model may then be ``proto`` itself, its values filled in). ``scan``:
+    ``scan_nodes(proto)``, where the caller has it."""
+    scan = scan_nodes(proto) if scan is None else scan
     graphs, norms, reshaped = scan.graphs, scan.norms, scan.reshaped
     spelled, old_ir, unsorted = reshaped
     # Where the IR version is all ``_weightless`` would change besides weights, its copy is not made:

@@ -128,20 +128,27 @@ def _fill(model: onnx.ModelProto, ml_opset: int) -> list[tuple[onnx.ValueInfoPro
     return changed
 
 
-def with_ml_shapes(model: onnx.ModelProto, ml_opset: int) -> onnx.ModelProto:
+def with_ml_shapes(model: onnx.ModelProto, ml_opset: int,
+                   scan: guarded_inference.NodeScan | None = None) -> onnx.ModelProto:
     """``model`` (strictly inferred, the loader's own) with the outputs of the ai.onnx.ml operators
     onnx cannot infer typed, and inference run again from them; ``model`` as it was where there are
-    none, or where the new pass fails."""
+    none, or where the new pass fails. ``scan``: ``guarded_inference.scan_nodes(model)``, where the
+    caller has it; each round's pass reuses one scan while the model stays the same object (a
+    round types outputs, which a scan does not read)."""
     if not any(_uninferred(n, ml_opset) for n in model.graph.node):
         return model
     for _ in range(_ROUNDS):
         changed = _fill(model, ml_opset)
         if not changed:
             break
-        again, _, _ = guarded_inference.infer(model, owned=True)
+        if scan is None:
+            scan = guarded_inference.scan_nodes(model)
+        again, _, _ = guarded_inference.infer(model, owned=True, scan=scan)
         if again is None:  # the first pass's values stand: give back what was changed
             restore(model, changed)
             break
+        if again is not model:  # a model of its own: its own scan, if another round needs one
+            scan = None
         model = again
     return model
 

@@ -222,16 +222,19 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
     # and with which message, does not depend on them.
     owned = proto is not model
     typed = ml_shapes.typed_before_inference(proto, opset[ML_DOMAIN]) if owned and ML_DOMAIN in opset else []
-    inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=owned)
+    # one scan of the nodes for every strict pass on ``proto`` (the typing above and below changes
+    # value_info alone, which a scan does not read)
+    scan = guarded_inference.scan_nodes(proto)
+    inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=owned, scan=scan)
     if typed and inferred is None:
         ml_shapes.restore(proto, typed)
-        inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=owned)
+        inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=owned, scan=scan)
     inferred_strictly = inferred is not None
     node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:
         inferred = guarded_inference.infer_lenient(proto, data_prop)
     elif ML_DOMAIN in opset:
-        inferred = with_ml_shapes(inferred, opset[ML_DOMAIN])
+        inferred = with_ml_shapes(inferred, opset[ML_DOMAIN], scan if inferred is proto else None)
     if any(k in strict_error for k in _SHAPE_CONFLICTS):
         _computed_output_shapes(inferred, proto, data_prop)
     graph = Graph.from_proto(inferred.graph, opset)

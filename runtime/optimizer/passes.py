@@ -15,7 +15,8 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   a Shape of a computed value reading the graph input whose dims it is proven to read
   (``opt_shape_sources``: a device partition is then not cut by the host's mask chain),
   outer-scope constants folded into subgraphs and loop-invariant nodes hoisted out of Loop/Scan
-  bodies (``opt_loop_invariants``). Recursive into subgraphs.
+  bodies (``opt_loop_invariants``), sibling ArrayFeatureExtractor / Gather nodes taking constant
+  indices from one value -> one gather and a Split (``opt_horizontal``). Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /
   Concat -> QuantizeLinear) -> QLinearMatMul and com.microsoft QLinearSoftmax / QLinearAdd /
   QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), the
@@ -60,7 +61,7 @@ leaves the nodes as they are.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from onnxhal.hal.enums import GraphOptimizationLevel
 from onnxhal.hal.errors import InvalidArgument
@@ -69,6 +70,7 @@ from onnxhal.runtime.optimizer import cleanup as opt_cleanup
 from onnxhal.runtime.optimizer import dynamic_quant_fusions as opt_dynamic_quant
 from onnxhal.runtime.optimizer import float16_regions as opt_float16_regions
 from onnxhal.runtime.optimizer import fusions as opt_fusions
+from onnxhal.runtime.optimizer import horizontal as opt_horizontal
 from onnxhal.runtime.optimizer import loop_invariants as opt_loop_invariants
 from onnxhal.runtime.optimizer import ml_fusions as opt_ml_fusions
 from onnxhal.runtime.optimizer import pad_fusion as opt_pad_fusion
@@ -101,6 +103,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     # (inference_session.cc, TransformGraph), since its CPU EP has no float16 kernels for these ops
     ("run_float16_regions", _ALWAYS, opt_float16_regions.run_float16_regions, True, False),
     ("remove_dead_nodes", _BASIC, opt_cleanup.remove_dead_nodes, True, False),
+    ("merge_constant_gathers", _BASIC, opt_horizontal.merge_constant_gathers, True, False),
     ("fuse_pad_into_conv", _BASIC, opt_pad_fusion.fuse_pad_into_conv, True, False),
     ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
     ("fold_conv_mul_add", _BASIC, opt_weight_folding.fold_conv_mul_add, True, False),
@@ -138,6 +141,10 @@ CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channe
                            "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "pretranspose_gemm_weights",
                            "pull_relu_after_maxpool", "run_float16_regions", "tabulate_grid_chains"})
 
+#: Session config key: the names of passes (``PASSES``) a session skips, separated by commas; for
+#: A/B measurements and as a way around a pass that hurts a model.
+DISABLE_PASSES_KEY = "optimization.disable_passes"
+
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4
 
@@ -151,6 +158,7 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
     "castlike_to_cast": ("CastLike",),
     "eliminate_no_ops": ("Identity", "Dropout", "Cast", "Slice"),
     "fuse_pad_into_conv": ("Pad",),
+    "merge_constant_gathers": ("ArrayFeatureExtractor", "Gather"),
     "redirect_shape_reads": ("Shape",),
     "fold_conv_batchnorm": ("Conv",),
     "fold_conv_mul_add": ("Conv",),
@@ -182,15 +190,20 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
 
 
 def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops: bool = True,
-             cpu_ep_only: bool = True) -> Graph:
+             cpu_ep_only: bool = True, disabled: Collection[str] = ()) -> Graph:
     """Optimize ``graph`` in place at ``level`` and return it (the same object).
 
     ``fuse_cpu_ops=False`` skips the fusions into ``com.onnxhal`` ops, which only the CPU EP runs:
     pass it when another EP should be able to claim the Conv/Gemm/MatMul nodes (ORT likewise runs
     such fusions only for the EPs that implement them). LayerNormalization fusion still runs at
     opset >= 17, where it yields the standard ONNX op. ``cpu_ep_only=False`` (a session with an
-    EP besides the CPU EP) also skips ``CPU_EP_PASSES``.
+    EP besides the CPU EP) also skips ``CPU_EP_PASSES``. ``disabled``: names of ``PASSES`` not to
+    run (the session config key ``DISABLE_PASSES_KEY``; onnxruntime's ``disabled_optimizers``).
     """
+    unknown = set(disabled) - {p[0] for p in PASSES}
+    if unknown:
+        raise InvalidArgument(f"{DISABLE_PASSES_KEY}: no optimizer pass is named {sorted(unknown)}; the passes are "
+                              + ", ".join(p[0] for p in PASSES))
     try:
         level = GraphOptimizationLevel(int(level))
     except ValueError:
@@ -200,7 +213,7 @@ def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops:
     passes = [(name, fn, recurse, max(min_level, min(level, _BASIC)))
               for name, min_level, fn, recurse, cpu_only in PASSES
               if level >= min_level and (fuse_cpu_ops or not cpu_only)
-              and (cpu_ep_only or name not in CPU_EP_PASSES)]
+              and (cpu_ep_only or name not in CPU_EP_PASSES) and name not in disabled]
     if not fuse_cpu_ops:
         passes = [(n, opt_fusions.fuse_layer_norm_standard if n == "fuse_layer_norm" else fn, r, lv)
                   for n, fn, r, lv in passes]

@@ -1,10 +1,12 @@
-"""The horizontal gather merge (runtime/optimizer/horizontal.py): sibling ArrayFeatureExtractor or
-Gather nodes with constant indices on one value become one gather and a Split, whose outputs are
-identical to the unmerged graph's and to onnxruntime's; what the pass must leave alone (computed
-indices, a Gather of a shape, one sibling) stays; ``optimization.disable_passes`` switches it off."""
+"""The horizontal gather-reduce fusion (runtime/optimizer/horizontal.py): a Concat of keepdims
+reductions of constant gathers of one value becomes one com.onnxhal GatherReduce whose outputs are
+the unfused graph's bit for bit and onnxruntime's; what the pass must leave alone (long float
+segments, computed indices, a Gather of a shape, a lone reduction) stays;
+``optimization.disable_passes`` switches it off."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import numpy as np
@@ -15,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from onnxhal.hal import GraphOptimizationLevel as Level
-from onnxhal.hal.errors import InvalidArgument, OrtError
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.loader.model_loader import load_model
 from onnxhal.runtime.optimizer.passes import DISABLE_PASSES_KEY, optimize
 
@@ -23,34 +25,35 @@ ML = "ai.onnx.ml"
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def _siblings(opset: int = 17, rank1: bool = False) -> onnx.ModelProto:
-    """Three ArrayFeatureExtractors and three Gathers (axis 1, one with a negative index and int32
-    indices) on X, each output through its own Mul, all concatenated; one output also returned."""
+def _reductions(segments: list[list[int]], dtype: int = F, reduce: str = "ReduceProd", source: str = "afe",
+                opset: int = 17, lead: bool = True, cols: int | None = 5) -> onnx.ModelProto:
+    """skl2onnx's PolynomialFeatures shape: per segment a gather of X's columns and a keepdims
+    reduction along them; a bias column of ones shaped after the last reduction leads the Concat."""
     nodes, inits = [], []
-    picks = {"a0": [0], "a1": [2, 4], "a2": [[1, 3], [0, 2]], "g0": [3], "g1": [-1, 0], "g2": [1, 1]}
-    for name, idx in picks.items():
-        dtype = np.int32 if name == "g1" else np.int64
-        inits.append(numpy_helper.from_array(np.array(idx, dtype), f"{name}_idx"))
-        if name.startswith("a"):
-            nodes.append(helper.make_node("ArrayFeatureExtractor", ["X", f"{name}_idx"], [name], domain=ML))
+    outs = []
+    for k, seg in enumerate(segments):
+        inits.append(numpy_helper.from_array(np.array(seg, np.int64), f"i{k}"))
+        if source == "afe":
+            nodes.append(helper.make_node("ArrayFeatureExtractor", ["X", f"i{k}"], [f"c{k}"], domain=ML))
         else:
-            nodes.append(helper.make_node("Gather", ["X", f"{name}_idx"], [name], axis=1))
-        nodes.append(helper.make_node("Mul", [name, "two"], [f"{name}_m"]))
-    inits.append(numpy_helper.from_array(np.array(2, np.float32), "two"))
-    nodes.append(helper.make_node("Concat", [f"{n}_m" for n in picks if not rank1 or n.startswith("a")], ["Y"],
-                                  axis=-1))
-    if rank1:  # a 1-D X: Gather along axis 1 does not exist; ArrayFeatureExtractor gives one row
-        nodes = [n for n in nodes if n.op_type != "Gather" and not (n.op_type == "Mul" and n.input[0][0] == "g")]
-    outputs = [helper.make_tensor_value_info("Y", F, None), helper.make_tensor_value_info("a1", F, None)]
-    graph = helper.make_graph(nodes, "siblings", [helper.make_tensor_value_info("X", F, [5] if rank1 else [None, 5])],
-                              outputs, inits)
+            nodes.append(helper.make_node("Gather", ["X", f"i{k}"], [f"c{k}"], axis=-1))
+        if opset >= 18:
+            nodes.append(helper.make_node(reduce, [f"c{k}", "ax"], [f"p{k}"]))
+        else:
+            nodes.append(helper.make_node(reduce, [f"c{k}"], [f"p{k}"], axes=[1]))
+        outs.append(f"p{k}")
+    if opset >= 18:
+        inits.append(numpy_helper.from_array(np.array([-1], np.int64), "ax"))
+    if lead:
+        nodes += [helper.make_node("Shape", [outs[-1]], ["shape"]),
+                  helper.make_node("ConstantOfShape", ["shape"], ["unit"],
+                                   value=numpy_helper.from_array(np.ones(1, helper.tensor_dtype_to_np_dtype(dtype))))]
+    nodes.append(helper.make_node("Concat", (["unit"] if lead else []) + outs, ["Y"], axis=1))
+    graph = helper.make_graph(nodes, "poly", [helper.make_tensor_value_info("X", dtype, [None, cols])],
+                              [helper.make_tensor_value_info("Y", dtype, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(ML, 1)])
-    model.ir_version = 10 if opset >= 13 else 6
+    model.ir_version = 10
     return model
-
-
-def _ops(model: onnx.ModelProto) -> Counter:
-    return Counter(n.op_type for n in optimize(load_model(model).graph, Level.ORT_ENABLE_BASIC).nodes)
 
 
 def _session(model: onnx.ModelProto, disabled: str = "") -> onnxhal.InferenceSession:
@@ -60,54 +63,102 @@ def _session(model: onnx.ModelProto, disabled: str = "") -> onnxhal.InferenceSes
     return onnxhal.InferenceSession(model.SerializeToString(), so)
 
 
-@pytest.mark.parametrize("opset", [11, 17])
-def test_siblings_merge_into_one_gather_each_and_match(opset):
-    model = _siblings(opset)
-    ops = _ops(model)
-    assert ops["ArrayFeatureExtractor"] == 1 and ops["Gather"] == 1 and ops["Split"] == 2
-    x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
-    merged = _session(model).run(None, {"X": x})
-    apart = _session(model, "merge_constant_gathers").run(None, {"X": x})
-    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
-    for m, a, e in zip(merged, apart, expected):
-        assert m.shape == e.shape and np.array_equal(m, a) and np.array_equal(m, e)
+def _plan_ops(sess: onnxhal.InferenceSession) -> Counter:
+    return Counter(s.node.op_type for s in sess.plan.steps if s.node is not None)
 
 
-def test_one_dimensional_x_keeps_array_feature_extractor_rows():
-    model = _siblings(17, rank1=True)
-    assert _ops(model)["ArrayFeatureExtractor"] == 1
-    x = np.arange(5, dtype=np.float32)
-    got = _session(model).run(None, {"X": x})
-    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
-    for g, e in zip(got, expected):
-        assert g.shape == e.shape and np.array_equal(g, e)
-
-
-def test_out_of_range_index_still_raises_and_session_stays_usable():
-    model = _siblings(17)
+def _check_against_unfused_and_onnxruntime(model: onnx.ModelProto, x: np.ndarray,
+                                           rtol: float = 0.0) -> onnxhal.InferenceSession:
+    """The fused session's outputs: the unfused one's bit for bit, onnxruntime's exactly (within
+    ``rtol`` where kernels after the fusion round their own way, as a classifier's scores)."""
     sess = _session(model)
-    with pytest.raises(OrtError):
-        sess.run(None, {"X": np.zeros((2, 3), np.float32)})  # index 4 is past 3 columns
-    assert sess.run(None, {"X": np.ones((2, 5), np.float32)})[0].shape == (2, 12)
+    got = sess.run(None, {"X": x})
+    apart = _session(model, "fuse_gather_reduce").run(None, {"X": x})
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    for g, a, e in zip(got, apart, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        assert g.tobytes() == a.tobytes()  # bit for bit, NaNs and signed zeros included
+        if rtol:
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol)
+            continue
+        assert np.array_equal(g, e, equal_nan=g.dtype.kind == "f")
+        assert np.array_equal(np.signbit(g[g == 0]), np.signbit(e[g == 0]))
+    return sess
 
 
-def test_left_alone_computed_indices_shape_gathers_and_single_siblings():
+SEGMENTS = [[0], [1], [0, 0], [0, 3], [4, 2], [1, 1], [3]]
+
+
+@pytest.mark.parametrize("rows", [0, 1, 6])
+def test_polynomial_products_fuse_into_one_node_bit_for_bit(rows):
+    x = np.random.default_rng(rows).standard_normal((rows, 5)).astype(np.float32) * 1e3
+    if rows:
+        x[0, :2] = [np.nan, -0.0]
+    sess = _check_against_unfused_and_onnxruntime(_reductions(SEGMENTS), x)
+    ops = _plan_ops(sess)
+    # the bias column's ReduceProd stays for its Shape, reading a gather of its own column
+    assert ops["GatherReduce"] == 1 and ops["ReduceProd"] == 1 and ops["Split"] == 0
+
+
+@pytest.mark.parametrize("reduce", ["ReduceSum", "ReduceMax", "ReduceMin"])
+def test_other_reductions_and_gather_source_with_axes_input(reduce):
+    model = _reductions([[0, 4], [-1], [2, -5]], reduce=reduce, source="gather", opset=18, lead=False)
+    sess = _check_against_unfused_and_onnxruntime(model, np.random.default_rng(1).standard_normal((3, 5)).astype(
+        np.float32))
+    assert _plan_ops(sess)[reduce] == 0
+
+
+def test_float_segments_longer_than_two_stay_apart_integer_ones_fuse():
+    segments = [[0, 1, 2], [3], [4, 0]]
+    floats = _session(_reductions(segments, lead=False))
+    assert _plan_ops(floats)["ReduceProd"] == 1  # three float products may round in another order
+    x = np.random.default_rng(2).integers(-2**15, 2**15, (4, 5))  # products below 2**53: onnxruntime's lose bits past it
+    ints = _check_against_unfused_and_onnxruntime(_reductions(segments, dtype=I64, lead=False), x)
+    assert _plan_ops(ints)["ReduceProd"] == 0
+
+
+def test_fused_out_of_range_index_raises_typed_and_session_stays_usable():
+    sess = _session(_reductions(SEGMENTS, cols=None))
+    assert _plan_ops(sess)["GatherReduce"] == 1
+    with pytest.raises(InvalidArgument, match="out of range"):
+        sess.run(None, {"X": np.ones((2, 4), np.float32)})
+    assert sess.run(None, {"X": np.ones((2, 5), np.float32)})[0].shape == (2, len(SEGMENTS) + 1)
+
+
+def test_skl2onnx_polynomial_union_fuses_and_matches_onnxruntime():
+    """The corpus's skl2onnx FeatureUnion(PolynomialFeatures(2), StandardScaler) -> RidgeClassifier
+    (tests/real_models/make_corpus.py, ``sk_polyunion``): its 44 ArrayFeatureExtractor/ReduceProd
+    pairs run as one GatherReduce and the pair skl2onnx reads the bias column's shape from."""
+    path = os.path.join(os.path.dirname(__file__), "real_models", "sk_polyunion.onnx")
+    model = onnx.load(path)
+    x = np.random.default_rng(3).standard_normal((7, 8)).astype(np.float32)
+    sess = _check_against_unfused_and_onnxruntime(model, x, rtol=1e-6)
+    ops = _plan_ops(sess)
+    assert ops["GatherReduce"] == 1 and ops["ArrayFeatureExtractor"] == 1 and ops["ReduceProd"] == 1
+
+
+def test_left_alone_computed_indices_shape_gathers_and_single_reductions():
     idx = numpy_helper.from_array(np.array([0], np.int64), "i0")
     nodes = [helper.make_node("Shape", ["X"], ["s"]),
-             helper.make_node("Gather", ["s", "i0"], ["d0"], axis=0),  # shape entries: memoised, not merged
+             helper.make_node("Gather", ["s", "i0"], ["d0"], axis=0),  # shape entries: memoised per shape
              helper.make_node("Gather", ["s", "i0"], ["d1"], axis=0),
+             helper.make_node("ReduceProd", ["d0"], ["e0"], axes=[0]),
+             helper.make_node("ReduceProd", ["d1"], ["e1"], axes=[0]),
+             helper.make_node("Concat", ["e0", "e1"], ["E"], axis=0),
              helper.make_node("Gather", ["X", "I"], ["c0"], axis=1),  # computed indices
-             helper.make_node("Gather", ["X", "i0"], ["c1"], axis=1),  # alone with constant indices
-             helper.make_node("Gather", ["X", "i0"], ["c2"], axis=0)]  # another axis
+             helper.make_node("Gather", ["X", "i0"], ["c1"], axis=1),
+             helper.make_node("ReduceSum", ["c0"], ["r0"], axes=[1]),
+             helper.make_node("ReduceSum", ["c1"], ["r1"], axes=[1]),
+             helper.make_node("Concat", ["r0", "r1"], ["R"], axis=1)]  # one fusable reduction: a lone one
     graph = helper.make_graph(nodes, "alone", [helper.make_tensor_value_info("X", F, [None, 5]),
                                                helper.make_tensor_value_info("I", I64, [1])],
-                              [helper.make_tensor_value_info(n, I64 if n[0] == "d" else F, None)
-                               for n in ("d0", "d1", "c0", "c1", "c2")], [idx])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    ops = _ops(model)
-    assert ops["Gather"] == 5 and ops["Split"] == 0
+                              [helper.make_tensor_value_info("E", I64, None), helper.make_tensor_value_info("R", F, None)],
+                              [idx])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])  # axes attributes
+    ops = Counter(n.op_type for n in optimize(load_model(model).graph, Level.ORT_ENABLE_EXTENDED).nodes)
+    assert ops["GatherReduce"] == 0 and ops["ReduceProd"] == 2 and ops["ReduceSum"] == 2
 
 
 def test_unknown_pass_name_is_refused():
     with pytest.raises(InvalidArgument, match="no_such_pass"):
-        _session(_siblings(17), "merge_constant_gathers, no_such_pass")
+        _session(_reductions(SEGMENTS), "fuse_gather_reduce, no_such_pass")

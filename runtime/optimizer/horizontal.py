@@ -1,46 +1,57 @@
-"""Horizontal fusion of sibling gathers: several nodes picking constant indices from one value
-become one gather and a Split.
+"""Horizontal fusion: sibling nodes that gather constant columns of one value, each reduced and
+the results concatenated, as one node.
 
-``merge_constant_gathers``: ArrayFeatureExtractor (ai.onnx.ml) nodes, or Gather nodes of one
-``axis``, that read the same data value with constant 1-D (Gather) or any-shape (ArrayFeatureExtractor
-flattens it) integer indices -> one node of that op with the indices concatenated, then one Split
-along the gathered axis into the original outputs, in order. skl2onnx writes PolynomialFeatures as
-one ArrayFeatureExtractor per output column (44 of them for degree 2 on 8 features), each a kernel
-call on one or two columns, where one gather and one Split make two calls.
+``fuse_gather_reduce``: a run of a Concat's inputs, each a keepdims ReduceProd / ReduceSum /
+ReduceMax / ReduceMin along the concatenated axis of an ArrayFeatureExtractor (ai.onnx.ml) or a
+Gather of constant indices along that axis, all of one value with one reduction -> one
+``com.onnxhal`` GatherReduce (cpu/kernels/gather_reduce.py): the columns of every segment gathered
+at once, reduced per segment by ``ufunc.reduceat``. skl2onnx writes PolynomialFeatures so: per
+output column an ArrayFeatureExtractor of the columns it multiplies and a ReduceProd, then a
+Concat (88 nodes for degree 2 on 8 features, each a kernel call on one or two values).
 
-A gather copies elements: the merged gather holds exactly the elements the separate ones did, and
-Split gives each original output its own run of them, so results are identical, shapes included
-(a 1-D X gives ArrayFeatureExtractor outputs of one row, and the merged output of one row splits
-into them). Out-of-range indices still raise, from the merged node.
+Results stay bit for bit the separate nodes': a float segment has at most ``MAX_FLOAT_SEGMENT``
+(2) elements, whose reduction is one operation in any order; integer segments any length (exact
+modulo the width in any order). Out-of-range indices still raise, from the fused node. A
+reduction read elsewhere too (skl2onnx's bias column of ones takes the shape of the last product)
+stays for those readers.
 
 The idea is the horizontal fusion of parallel ops sharing an input: TVM's ``CombineParallelDense``
-and ``CombineParallelConv2D`` passes (tvm.relay.transform, "combine multiple dense operators that
-share the same input ... into a single dense" followed by a split) and TensorRT's horizontal layer
-fusion (TensorRT Developer Guide, "Layer Fusion"). onnxruntime has no such pass; its CPU EP pays a
-kernel launch per node instead, which costs it less.
+and ``CombineParallelConv2D`` passes (tvm.relay.transform: parallel operators on one input combined
+into one) and TensorRT's horizontal layer fusion (TensorRT Developer Guide, "Layer Fusion").
+onnxruntime has no such pass. Merging the gathers alone (one gather, then a Split into the
+original pieces) was measured and left out: the Split's slices and the strided reads of every
+consumer cost more than the gathers saved, at every group size tried (2 to 12 siblings, 1 and 100
+rows).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from onnxhal.hal.graph import Graph, Node
-from onnxhal.runtime.optimizer.rewrite import add_initializer, constant, make_node, rank, unique_name
+from onnxhal.runtime.optimizer.rewrite import (
+    FUSED_DOMAIN,
+    constant,
+    live_nodes,
+    make_node,
+    rank,
+    replace_nodes,
+    rewired,
+    sole_consumer,
+    unique_name,
+)
 
 ML = "ai.onnx.ml"
-#: Fewer siblings than this are left apart.
+#: Fewer reductions than this in a run are left apart.
 MIN_GROUP = 2
-#: Split's ``split`` became an input at opset 13, and a negative ``axis`` allowed at opset 11.
-_SPLIT_INPUT_SINCE = 13
-_NEGATIVE_AXIS_SINCE = 11
+#: Gathers of a shape's entries are left alone: those are computed once per input shape
+#: (runtime/session/shape_memo.py), so fusing them saves nothing.
 _SHAPE_SOURCES = frozenset({"Shape", "Size"})
 
 
 def _indices(graph: Graph, node: Node) -> np.ndarray | None:
     """The node's constant integer indices, flattened, or None when they are not constant or not
-    fit for a merge (empty, or a Gather's not 1-D: its output would drop or add axes)."""
+    fit for a fusion (empty, or a Gather's not 1-D: its output would drop or add axes)."""
     if len(node.inputs) != 2 or len(node.outputs) != 1 or not node.outputs[0]:
         return None
     idx = constant(graph, node.inputs[1])
@@ -52,12 +63,10 @@ def _indices(graph: Graph, node: Node) -> np.ndarray | None:
 
 
 def _group_key(graph: Graph, node: Node) -> tuple | None:
-    """(op, data value, axis) of a mergeable gather; None for a node this pass leaves alone."""
+    """(op, data value, axis) of a gather the pass may fuse; None for a node it leaves alone."""
     if node.op_type == "ArrayFeatureExtractor" and node.domain == ML:
         return ("ArrayFeatureExtractor", node.inputs[0], -1) if node.inputs and node.inputs[0] else None
     if node.op_type == "Gather" and node.domain in ("", "ai.onnx") and node.inputs and node.inputs[0]:
-        # A shape's entries are computed once per input shape (runtime/session/shape_memo.py):
-        # merging their gathers saves nothing and would reshape the chains the shape passes read.
         producer = graph.producer(node.inputs[0])
         if producer is not None and producer.op_type in _SHAPE_SOURCES:
             return None
@@ -65,76 +74,119 @@ def _group_key(graph: Graph, node: Node) -> tuple | None:
     return None
 
 
-def _split_axis(graph: Graph, op: str, data: str, axis: int) -> int | None:
-    """The axis the merged output splits along, as the graph's Split accepts it; None when it
-    cannot be written (a negative axis before opset 11 with the rank unknown)."""
-    if axis >= 0:
-        return axis
-    if graph.opset_version("") >= _NEGATIVE_AXIS_SINCE:
-        return axis
+#: The reductions ``fuse_gather_reduce`` takes: one ufunc's reduce each (cpu/kernels/gather_reduce.py).
+SEGMENT_REDUCTIONS = frozenset({"ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin"})
+#: Longest float segment fused: a reduction of two elements is one operation, so any order of
+#: evaluation gives the same bits; longer ones may round differently (numpy's reduce unrolls).
+MAX_FLOAT_SEGMENT = 2
+
+
+def _gathered_piece(graph: Graph, value: str) -> tuple[tuple[str, str, int], np.ndarray] | None:
+    """((gathering op, data value, output axis), the indices of the columns ``value`` holds) when
+    ``value`` is a gather of constant indices; None otherwise. The axis is non-negative, read
+    against the data's known rank; None when the rank is unknown."""
+    node = graph.producer(value)
+    if node is None:
+        return None
+    key = _group_key(graph, node)
+    idx = _indices(graph, node) if key is not None else None
+    if idx is None:
+        return None
+    op, data, axis = key
+    out_axis = _normal_axis(graph, (op, data, 0), axis)
+    return None if out_axis is None else ((op, data, out_axis), idx)
+
+
+def _out_rank(graph: Graph, op: str, data: str) -> int | None:
     r = rank(graph, data)
     if r is None:
         return None
-    # ArrayFeatureExtractor's output has at least two axes (a 1-D X gives one row)
-    out_rank = max(r, 2) if op == "ArrayFeatureExtractor" else r
-    return axis + out_rank
+    return max(r, 2) if op == "ArrayFeatureExtractor" else r
 
 
-def merge_constant_gathers(graph: Graph) -> bool:
-    """Sibling ArrayFeatureExtractor / Gather nodes with constant indices on one value -> one
-    gather and a Split (module docstring)."""
-    opset = graph.opset_version("")
-    if opset < 2:  # Split with sizes needs opset 2 (an attribute) or 13 (an input)
-        return False
-    groups: dict[tuple, list[tuple[Node, np.ndarray]]] = {}
-    for node in graph.nodes:
-        if node.op_type not in ("ArrayFeatureExtractor", "Gather"):
-            continue
-        key = _group_key(graph, node)
-        if key is None:
-            continue
-        idx = _indices(graph, node)
-        if idx is not None:
-            groups.setdefault(key, []).append((node, idx))
+def _normal_axis(graph: Graph, key: tuple[str, str, int], axis: int) -> int | None:
+    """``axis`` of the gather ``key``'s output, made non-negative; None if out of range or unknown."""
+    r = _out_rank(graph, key[0], key[1])
+    if r is None or not -r <= axis < r:
+        return None
+    return axis % r
+
+
+def _reduced_piece(graph: Graph, concat: Node, value: str, axis: int) -> tuple[tuple, np.ndarray] | None:
+    """(fusion key, indices) when ``value``, read once by ``concat``, is a keepdims reduction, along
+    the concatenated ``axis`` only, of a gathered piece along that same axis."""
+    node = graph.producer(value)
+    if (node is None or node.op_type not in SEGMENT_REDUCTIONS or node.domain not in ("", "ai.onnx")
+            or node.attr("keepdims", 1) != 1 or not node.inputs or len(node.outputs) != 1):
+        return None
+    if list(concat.inputs).count(value) != 1:
+        return None
+    axes = node.attr("axes")
+    if axes is None and len(node.inputs) > 1:
+        given = constant(graph, node.inputs[1])
+        axes = None if given is None else given.reshape(-1).tolist()
+    if axes is None or len(axes) != 1:
+        return None
+    piece = _gathered_piece(graph, node.inputs[0])
+    if piece is None:
+        return None
+    (op, data, gather_axis), idx = piece
+    if _normal_axis(graph, (op, data, 0), int(axes[0])) != gather_axis or gather_axis != axis:
+        return None
+    dtype = graph.value_info(data).dtype
+    if dtype is None or dtype.kind not in "fiu" or (dtype.kind == "f" and idx.size > MAX_FLOAT_SEGMENT):
+        return None
+    return (node.op_type, op, data, gather_axis), idx
+
+
+def fuse_gather_reduce(graph: Graph) -> bool:
+    """Runs of a Concat's inputs that are keepdims reductions of gathered pieces of one value ->
+    ``com.onnxhal`` GatherReduce (cpu/kernels/gather_reduce.py): skl2onnx's PolynomialFeatures, a
+    ReduceProd per output column of the columns it multiplies, concatenated."""
     changed = False
-    for (op, data, axis), members in groups.items():
-        if len(members) < MIN_GROUP:
+    for concat in live_nodes(graph, "Concat"):
+        if concat.domain not in ("", "ai.onnx") or len(concat.inputs) < MIN_GROUP:
             continue
-        split_axis = _split_axis(graph, op, data, axis)
-        if split_axis is None:
+        r = rank(graph, concat.inputs[0])
+        axis = int(concat.attr("axis", 1 if concat.since_version == 1 else 0))
+        if r is None or not -r <= axis < r:
             continue
-        _merge(graph, op, data, axis, split_axis, [m[0] for m in members], [m[1] for m in members])
+        axis %= r
+        pieces = [_reduced_piece(graph, concat, v, axis) for v in concat.inputs]
+        runs: list[tuple[int, int]] = []  # [start, end) of each run of pieces with one key
+        k = 0
+        while k < len(pieces):
+            end = k + 1
+            if pieces[k] is not None:
+                while end < len(pieces) and pieces[end] is not None and pieces[end][0] == pieces[k][0]:
+                    end += 1
+                if end - k >= MIN_GROUP:
+                    runs.append((k, end))
+            k = end
+        if not runs:
+            continue
+        inputs: list[str] = []
+        fused: list[Node] = []
+        last = 0
+        for start, end in runs:
+            inputs += concat.inputs[last:start]
+            reduce_op, op, data, gather_axis = pieces[start][0]
+            whole = start == 0 and end == len(pieces)
+            out = concat.outputs[0] if whole else unique_name(graph, f"{concat.outputs[0]}_gathered_{start}")
+            node = make_node(graph, "GatherReduce", [data], [out], name=f"{concat.name or concat.outputs[0]}_{start}",
+                             domain=FUSED_DOMAIN, indices=[int(i) for p in pieces[start:end] for i in p[1]],
+                             segments=[int(p[1].size) for p in pieces[start:end]], axis=gather_axis,
+                             reduce=reduce_op, source=op)
+            fused.append(node)
+            inputs.append(out)
+            last = end
+        inputs += concat.inputs[last:]
+        # a reduction read elsewhere too stays for those readers (dead-node removal drops the
+        # gathers only the fused ones read)
+        gone = [graph.producer(concat.inputs[k]) for start, end in runs for k in range(start, end)
+                if sole_consumer(graph, concat.inputs[k]) is concat]
+        if len(inputs) > 1:
+            fused.append(rewired(graph, concat, inputs, concat.outputs, name=concat.name))
+        replace_nodes(graph, [*gone, concat], fused)
         changed = True
     return changed
-
-
-def _merge(graph: Graph, op: str, data: str, axis: int, split_axis: int, nodes: Sequence[Node],
-           indices: Sequence[np.ndarray]) -> None:
-    first = nodes[0]
-    base = first.name or first.outputs[0]
-    merged_idx = add_initializer(graph, f"{base}_merged_indices", np.concatenate(indices))
-    merged_out = unique_name(graph, f"{first.outputs[0]}_merged")
-    if op == "Gather":
-        gather = make_node(graph, "Gather", [data, merged_idx], [merged_out], name=f"{base}_merged", axis=axis)
-    else:
-        gather = make_node(graph, "ArrayFeatureExtractor", [data, merged_idx], [merged_out], name=f"{base}_merged",
-                           domain=ML)
-    sizes = [int(i.size) for i in indices]
-    outputs = [n.outputs[0] for n in nodes]
-    if graph.opset_version("") >= _SPLIT_INPUT_SINCE:
-        sizes_name = add_initializer(graph, f"{base}_split_sizes", np.array(sizes, dtype=np.int64))
-        split = make_node(graph, "Split", [merged_out, sizes_name], outputs, name=f"{base}_split", axis=split_axis)
-    else:
-        split = make_node(graph, "Split", [merged_out], outputs, name=f"{base}_split", axis=split_axis, split=sizes)
-    # The merged nodes take the first member's place: the data and the constant indices exist
-    # there, and every reader of any member's output comes after it.
-    gone = {id(n) for n in nodes}
-    position = next(k for k, n in enumerate(graph.nodes) if n is first)
-    kept = [n for n in graph.nodes[:position] if id(n) not in gone]
-    rest = [n for n in graph.nodes[position:] if id(n) not in gone]
-    graph.nodes = kept + [gather, split] + rest
-    for n in nodes:
-        graph.unindex_node(n)
-    graph.index_node(gather)
-    graph.index_node(split)
-

@@ -15,8 +15,7 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   a Shape of a computed value reading the graph input whose dims it is proven to read
   (``opt_shape_sources``: a device partition is then not cut by the host's mask chain),
   outer-scope constants folded into subgraphs and loop-invariant nodes hoisted out of Loop/Scan
-  bodies (``opt_loop_invariants``), sibling ArrayFeatureExtractor / Gather nodes taking constant
-  indices from one value -> one gather and a Split (``opt_horizontal``). Recursive into subgraphs.
+  bodies (``opt_loop_invariants``). Recursive into subgraphs.
 - ``ORT_ENABLE_EXTENDED`` adds QDQ groups (DequantizeLinear -> MatMul / Softmax / Add / Mul /
   Concat -> QuantizeLinear) -> QLinearMatMul and com.microsoft QLinearSoftmax / QLinearAdd /
   QLinearMul / QLinearConcat, as onnxruntime's QDQ transformer (``opt_qdq_fusions``), the
@@ -32,7 +31,9 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   DynamicQuantizeLinear it alone reads -> com.microsoft DynamicQuantizeMatMul (``opt_dynamic_quant``,
   as onnxruntime's DynamicQuantizeMatMulFusion; CPU-only sessions),
   the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu,
-  LinearClassifier + Normalizer of its scores -> FusedLinearClassifier (``opt_ml_fusions``);
+  LinearClassifier + Normalizer of its scores -> FusedLinearClassifier (``opt_ml_fusions``),
+  a Concat of keepdims ReduceProd/Sum/Max/Min nodes of gathered pieces of one value -> com.onnxhal
+  GatherReduce where the results stay bit for bit (``opt_horizontal``; CPU-only sessions);
   Relu(Concat) -> Concat of Relus the Convs absorb; MatMul(A, B) / scalar -> MatMul with the
   factor folded into the constant weights A or B comes from (attention's 1 / sqrt(d)); in
   CPU-only sessions MaxPool(Relu(x)) -> Relu(MaxPool(x)) (also through a Concat of Relus), so the
@@ -103,7 +104,6 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     # (inference_session.cc, TransformGraph), since its CPU EP has no float16 kernels for these ops
     ("run_float16_regions", _ALWAYS, opt_float16_regions.run_float16_regions, True, False),
     ("remove_dead_nodes", _BASIC, opt_cleanup.remove_dead_nodes, True, False),
-    ("merge_constant_gathers", _BASIC, opt_horizontal.merge_constant_gathers, True, False),
     ("fuse_pad_into_conv", _BASIC, opt_pad_fusion.fuse_pad_into_conv, True, False),
     ("fold_conv_batchnorm", _BASIC, opt_weight_folding.fold_conv_batchnorm, True, False),
     ("fold_conv_mul_add", _BASIC, opt_weight_folding.fold_conv_mul_add, True, False),
@@ -128,6 +128,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
     ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
     ("fuse_classifier_normalizer", _EXTENDED, opt_ml_fusions.fuse_classifier_normalizer, False, True),
+    ("fuse_gather_reduce", _EXTENDED, opt_horizontal.fuse_gather_reduce, False, True),
     ("adopt_fused_kernels", _LAYOUT, opt_fusions.adopt_fused_kernels, False, True),
     ("fuse_channel_shuffle", _LAYOUT, opt_fusions.fuse_channel_shuffle, False, True),
     ("pretranspose_gemm_weights", _LAYOUT, opt_weight_folding.pretranspose_gemm_weights, False, True),
@@ -138,8 +139,9 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 #: keep the layout transformer's Transposes of an NHWC EP from cancelling (it converts
 #: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
 CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channel_shuffle",
-                           "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "pretranspose_gemm_weights",
-                           "pull_relu_after_maxpool", "run_float16_regions", "tabulate_grid_chains"})
+                           "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "fuse_gather_reduce",
+                           "pretranspose_gemm_weights", "pull_relu_after_maxpool", "run_float16_regions",
+                           "tabulate_grid_chains"})
 
 #: Session config key: the names of passes (``PASSES``) a session skips, separated by commas; for
 #: A/B measurements and as a way around a pass that hurts a model.
@@ -158,7 +160,6 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
     "castlike_to_cast": ("CastLike",),
     "eliminate_no_ops": ("Identity", "Dropout", "Cast", "Slice"),
     "fuse_pad_into_conv": ("Pad",),
-    "merge_constant_gathers": ("ArrayFeatureExtractor", "Gather"),
     "redirect_shape_reads": ("Shape",),
     "fold_conv_batchnorm": ("Conv",),
     "fold_conv_mul_add": ("Conv",),
@@ -183,6 +184,7 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
     "fuse_gemm_activation": ("Gemm",),
     "fuse_batchnorm_activation": ("BatchNormalization",),
     "fuse_classifier_normalizer": ("LinearClassifier",),
+    "fuse_gather_reduce": ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin"),
     "adopt_fused_kernels": ("Conv", "Gemm", "MatMul"),
     "fuse_channel_shuffle": ("FusedConv",),
     "pretranspose_gemm_weights": ("FusedGemm",),

@@ -137,7 +137,8 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 #: Passes whose result only the CPU EP runs: skipped unless every EP of the session is the CPU EP.
 #: ``pull_relu_after_maxpool`` emits standard ops, but a Relu between a MaxPool and a Conv would
 #: keep the layout transformer's Transposes of an NHWC EP from cancelling (it converts
-#: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
+#: layout-sensitive ops only, and does not carry NHWC through elementwise ones). GatherReduce
+#: (``fuse_gather_reduce``) has a CPU kernel only.
 CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channel_shuffle",
                            "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "fuse_gather_reduce",
                            "pretranspose_gemm_weights", "pull_relu_after_maxpool", "run_float16_regions",

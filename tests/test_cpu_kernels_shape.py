@@ -117,6 +117,12 @@ def test_gather_negative_indices_and_elements():
     check("GatherElements", [x, np.array([[0, -1, 2], [-5, 1, 0]], dtype=I64)], 13, axis=0)
 
 
+def test_gather_of_one_element_is_an_array():
+    # a scalar index into a 1-D input takes one element: numpy's take gives a scalar, the kernel an array
+    (y,) = run_native("Gather", [np.arange(4, dtype=np.float32), np.array(2, dtype=I64)], 13, axis=0)
+    assert type(y) is np.ndarray and y.shape == () and y == 2
+
+
 def test_reshape_zero_and_allowzero():
     x = randn(2, 3, 4)
     check("Reshape", [x, ints(0, -1)], 13)

@@ -31,7 +31,9 @@ Levels, as ORT's ``GraphOptimizationLevel``:
   DynamicQuantizeLinear it alone reads -> com.microsoft DynamicQuantizeMatMul (``opt_dynamic_quant``,
   as onnxruntime's DynamicQuantizeMatMulFusion; CPU-only sessions),
   the decomposed LayerNormalization pattern -> LayerNormalization, the Erf Gelu pattern -> Gelu,
-  LinearClassifier + Normalizer of its scores -> FusedLinearClassifier (``opt_ml_fusions``);
+  LinearClassifier + Normalizer of its scores -> FusedLinearClassifier (``opt_ml_fusions``),
+  a Concat of keepdims ReduceProd/Sum/Max/Min nodes of gathered pieces of one value -> com.onnxhal
+  GatherReduce where the results stay bit for bit (``opt_horizontal``; CPU-only sessions);
   Relu(Concat) -> Concat of Relus the Convs absorb; MatMul(A, B) / scalar -> MatMul with the
   factor folded into the constant weights A or B comes from (attention's 1 / sqrt(d)); in
   CPU-only sessions MaxPool(Relu(x)) -> Relu(MaxPool(x)) (also through a Concat of Relus), so the
@@ -60,7 +62,7 @@ leaves the nodes as they are.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from onnxhal.hal.enums import GraphOptimizationLevel
 from onnxhal.hal.errors import InvalidArgument
@@ -69,6 +71,7 @@ from onnxhal.runtime.optimizer import cleanup as opt_cleanup
 from onnxhal.runtime.optimizer import dynamic_quant_fusions as opt_dynamic_quant
 from onnxhal.runtime.optimizer import float16_regions as opt_float16_regions
 from onnxhal.runtime.optimizer import fusions as opt_fusions
+from onnxhal.runtime.optimizer import horizontal as opt_horizontal
 from onnxhal.runtime.optimizer import loop_invariants as opt_loop_invariants
 from onnxhal.runtime.optimizer import ml_fusions as opt_ml_fusions
 from onnxhal.runtime.optimizer import pad_fusion as opt_pad_fusion
@@ -125,6 +128,7 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_gemm_activation", _EXTENDED, opt_fusions.fuse_gemm_activation, False, True),
     ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
     ("fuse_classifier_normalizer", _EXTENDED, opt_ml_fusions.fuse_classifier_normalizer, False, True),
+    ("fuse_gather_reduce", _EXTENDED, opt_horizontal.fuse_gather_reduce, False, True),
     ("adopt_fused_kernels", _LAYOUT, opt_fusions.adopt_fused_kernels, False, True),
     ("fuse_channel_shuffle", _LAYOUT, opt_fusions.fuse_channel_shuffle, False, True),
     ("pretranspose_gemm_weights", _LAYOUT, opt_weight_folding.pretranspose_gemm_weights, False, True),
@@ -133,10 +137,16 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 #: Passes whose result only the CPU EP runs: skipped unless every EP of the session is the CPU EP.
 #: ``pull_relu_after_maxpool`` emits standard ops, but a Relu between a MaxPool and a Conv would
 #: keep the layout transformer's Transposes of an NHWC EP from cancelling (it converts
-#: layout-sensitive ops only, and does not carry NHWC through elementwise ones).
+#: layout-sensitive ops only, and does not carry NHWC through elementwise ones). GatherReduce
+#: (``fuse_gather_reduce``) has a CPU kernel only.
 CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channel_shuffle",
-                           "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "pretranspose_gemm_weights",
-                           "pull_relu_after_maxpool", "run_float16_regions", "tabulate_grid_chains"})
+                           "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "fuse_gather_reduce",
+                           "pretranspose_gemm_weights", "pull_relu_after_maxpool", "run_float16_regions",
+                           "tabulate_grid_chains"})
+
+#: Session config key: the names of passes (``PASSES``) a session skips, separated by commas; for
+#: A/B measurements and as a way around a pass that hurts a model.
+DISABLE_PASSES_KEY = "optimization.disable_passes"
 
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4
@@ -175,6 +185,7 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
     "fuse_gemm_activation": ("Gemm",),
     "fuse_batchnorm_activation": ("BatchNormalization",),
     "fuse_classifier_normalizer": ("LinearClassifier",),
+    "fuse_gather_reduce": ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin"),
     "adopt_fused_kernels": ("Conv", "Gemm", "MatMul"),
     "fuse_channel_shuffle": ("FusedConv",),
     "pretranspose_gemm_weights": ("FusedGemm",),
@@ -182,15 +193,20 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
 
 
 def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops: bool = True,
-             cpu_ep_only: bool = True) -> Graph:
+             cpu_ep_only: bool = True, disabled: Collection[str] = ()) -> Graph:
     """Optimize ``graph`` in place at ``level`` and return it (the same object).
 
     ``fuse_cpu_ops=False`` skips the fusions into ``com.onnxhal`` ops, which only the CPU EP runs:
     pass it when another EP should be able to claim the Conv/Gemm/MatMul nodes (ORT likewise runs
     such fusions only for the EPs that implement them). LayerNormalization fusion still runs at
     opset >= 17, where it yields the standard ONNX op. ``cpu_ep_only=False`` (a session with an
-    EP besides the CPU EP) also skips ``CPU_EP_PASSES``.
+    EP besides the CPU EP) also skips ``CPU_EP_PASSES``. ``disabled``: names of ``PASSES`` not to
+    run (the session config key ``DISABLE_PASSES_KEY``; onnxruntime's ``disabled_optimizers``).
     """
+    unknown = set(disabled) - {p[0] for p in PASSES}
+    if unknown:
+        raise InvalidArgument(f"{DISABLE_PASSES_KEY}: no optimizer pass is named {sorted(unknown)}; the passes are "
+                              + ", ".join(p[0] for p in PASSES))
     try:
         level = GraphOptimizationLevel(int(level))
     except ValueError:
@@ -200,7 +216,7 @@ def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops:
     passes = [(name, fn, recurse, max(min_level, min(level, _BASIC)))
               for name, min_level, fn, recurse, cpu_only in PASSES
               if level >= min_level and (fuse_cpu_ops or not cpu_only)
-              and (cpu_ep_only or name not in CPU_EP_PASSES)]
+              and (cpu_ep_only or name not in CPU_EP_PASSES) and name not in disabled]
     if not fuse_cpu_ops:
         passes = [(n, opt_fusions.fuse_layer_norm_standard if n == "fuse_layer_norm" else fn, r, lv)
                   for n, fn, r, lv in passes]

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,16 +124,19 @@ def create_eps(choices: Sequence[ProviderChoice], so: SessionOptions, eps: dict[
     return memory
 
 
-def optimize(graph: Graph, level: int, eps: Mapping[str, Ep]) -> Graph:
+def optimize(graph: Graph, level: int, eps: Mapping[str, Ep], config: Callable[[str], str] | None = None) -> Graph:
     """The graph optimized at ``level``; ops fused into com.onnxhal only if every EP claims them.
-    At ``ORT_DISABLE_ALL`` a CPU-only session still gets its float16 regions (passes.py)."""
+    At ``ORT_DISABLE_ALL`` a CPU-only session still gets its float16 regions (passes.py).
+    ``config``: the session's config getter, for the passes it disables (``DISABLE_PASSES_KEY``)."""
     cpu_only = all(name == CPU_EP_NAME for name in eps)
     if level == GraphOptimizationLevel.ORT_DISABLE_ALL and not cpu_only:
         return graph
+    from onnxhal.runtime.optimizer.passes import DISABLE_PASSES_KEY
     from onnxhal.runtime.optimizer.passes import optimize as run_optimizer
 
     fuse = all(ep.runs_onnxhal_fused_ops for ep in eps.values())
-    return run_optimizer(graph, GraphOptimizationLevel(level), fuse_cpu_ops=fuse, cpu_ep_only=cpu_only)
+    skip = {n.strip() for n in (config(DISABLE_PASSES_KEY) if config else "").split(",") if n.strip()}
+    return run_optimizer(graph, GraphOptimizationLevel(level), fuse_cpu_ops=fuse, cpu_ep_only=cpu_only, disabled=skip)
 
 
 def partition_and_layout(graph: Graph, eps: Mapping[str, Ep]) -> PartitionResult:
@@ -183,7 +186,7 @@ class SessionCore:
         get_environment().acquire(self.library_names)
         try:
             self.memory = create_eps(choices, so, self.eps)
-            self.graph = optimize(loaded.graph, so.graph_optimization_level, self.eps)
+            self.graph = optimize(loaded.graph, so.graph_optimization_level, self.eps, so.config)
             self.partition = partition_and_layout(self.graph, self.eps)
             if so.optimized_model_filepath:
                 save_optimized_model(self.graph, loaded.proto, os.fspath(so.optimized_model_filepath), so.config,

@@ -1901,7 +1901,29 @@ def precision_models(out: str) -> list[str]:
     return made
 
 
+def sklearn_polynomial(out: str) -> list[str]:
+    """``sk_polyunion``: a FeatureUnion of PolynomialFeatures(degree=2) and a StandardScaler on 8
+    features into a RidgeClassifier, no ZipMap. skl2onnx writes the polynomial as one
+    ArrayFeatureExtractor and one ReduceProd per output column (44 of each) and a Concat: a model
+    of many tiny nodes (runtime/optimizer/horizontal.py). Batch dynamic, ai.onnx.ml opset 3."""
+    from skl2onnx import to_onnx
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import RidgeClassifier
+    from sklearn.pipeline import FeatureUnion, make_pipeline
+    from sklearn.preprocessing import PolynomialFeatures, StandardScaler
+
+    X, y = make_classification(n_samples=200, n_features=8, n_informative=5, n_classes=3, random_state=0)
+    X = X.astype(np.float32)
+    model = make_pipeline(FeatureUnion([("poly", PolynomialFeatures(degree=2)), ("scale", StandardScaler())]),
+                          RidgeClassifier()).fit(X[:150], y[:150])
+    path = os.path.join(out, "sk_polyunion.onnx")
+    _save(to_onnx(model, X[:1], target_opset={"": 17, "ai.onnx.ml": 3}), path)
+    save_outputs(path, {"a": {"X": X[:16]}, "b": {"X": X[100:105]}})
+    return [path]
+
+
 GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out: sklearn_models(out),
+          "sklearn_poly": sklearn_polynomial,
           "encoders": lambda out: encoder_models(out), "decoders": lambda out: decoder_models(out),
           "devices": lambda out: device_models(out), "precision": lambda out: precision_models(out),
           # other producers: run each in an environment where its tool installs (see pyproject's corpus group)

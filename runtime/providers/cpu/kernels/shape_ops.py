@@ -250,8 +250,11 @@ class Gather(Kernel):
 
     def apply(self, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
         if idx.dtype.kind in "iu" and -x.ndim <= self.axis < x.ndim:
-            try:  # np.take checks [-n, n) itself, as ONNX asks: no separate min/max pass
-                return np.asarray(np.take(x, idx, axis=self.axis))
+            try:  # take checks [-n, n) itself, as ONNX asks: no separate min/max pass
+                # the ndarray method, not np.take: the same call without a Python wrapper that
+                # costs more than the gather on a model's small index tensors
+                r = x.take(idx, axis=self.axis) if x.__class__ is np.ndarray else np.take(x, idx, axis=self.axis)
+                return r if r.__class__ is np.ndarray else np.asarray(r)
             except IndexError:
                 pass
         _check_indices("Gather", idx, x.shape[self.axis] if -x.ndim <= self.axis < x.ndim else 0, self.axis)

@@ -341,6 +341,40 @@ def test_conv_lanes_k3_against_the_tap_loop(opencl, x_shape, w_shape, attrs):
     assert k_off[-1] == _lanes_kernel("r14", attrs.get("strides", [1, 1])[1], 0), k_off
 
 
+CHUNK_CASES = [  # rows of 7 with 8 channel blocks or more (conv_lanes_weight_chunks) against a tile a work-item
+    ((1, 16, 7, 7), (256, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),             # last stage: 4 tiles, 2 chunks
+    ((2, 8, 14, 14), (128, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), True),  # stride-2 entry, batch 2
+    ((1, 40, 14, 14), (256, 40, 1, 1), dict(strides=[2, 2]), True),               # 1x1 downsample, one chunk
+    ((1, 64, 9, 7), (256, 64, 3, 3), dict(pads=[1, 1, 1, 1]), True),              # 5 chunks, an odd last tile
+    ((1, 32, 7, 7), (256, 16, 3, 3), dict(pads=[1, 1, 1, 1], group=2), True),     # groups: 4 blocks x 2
+    ((1, 16, 7, 7), (224, 16, 3, 3), dict(pads=[1, 1, 1, 1]), False),             # 7 blocks: too few work-items
+    ((1, 16, 2, 7), (256, 16, 3, 3), dict(pads=[1, 1, 1, 1]), False),             # one tile: nothing to share
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,applies", CHUNK_CASES)
+def test_conv_lanes_weight_chunks_against_a_tile_a_work_item(opencl, x_shape, w_shape, attrs, applies):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    feeds["x"][0, :, :, 0] = np.inf  # non-finite values next to the padding
+    feeds["x"][0, 1, -1, -1] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_weight_chunks")
+    plain = f"conv_lanes_r7x2_s{attrs.get('strides', [1, 1])[1]}"
+    assert k_off[-1] == plain and k_on[:-1] == k_off[:-1], (k_on, k_off)
+    assert k_on[-1] == plain + ("_wc" if applies else ""), k_on
+    # Each accumulator sums the same products in the same order, a chunk at a time.
+    np.testing.assert_array_equal(_run(model, feeds, "")[0], _run(model, feeds, "conv_lanes_weight_chunks")[0])
+
+
+def test_conv_lanes_weight_chunks_with_residual_and_relu(opencl):
+    # Two Convs of 256 channels at 7x7, the second with the residual Add and Relu in its epilogue.
+    model, feeds = _conv_model((1, 256, 7, 7), (256, 256, 3, 3), chain=2, residual=True, relu=True,
+                               pads=[1, 1, 1, 1])
+    feeds["x"][0, 3, 6, 6] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_weight_chunks")
+    assert k_on == ["pad_planes", "conv_lanes_r7x2_s1_wc"] * 2, k_on
+    assert k_off == ["pad_planes", "conv_lanes_r7x2_s1"] * 2, k_off
+
+
 def _pool_model(x_shape, **attrs) -> tuple[onnx.ModelProto, dict]:
     graph = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],

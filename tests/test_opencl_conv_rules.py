@@ -245,9 +245,9 @@ def test_conv_lanes_weight_order_against_the_tile_order(opencl, x_shape, w_shape
     model, feeds = _conv_model(x_shape, w_shape, **attrs)
     k_on, k_off = _check(model, feeds, "conv_lanes_weight_order")
     assert k_on == k_off and any(k.startswith("conv_lanes") for k in k_on), (k_on, k_off)
-    # The kernel's last argument (wmajor) selects the walk.
-    assert _last_int_args(model, "") == [1 if applies else 0]
-    assert _last_int_args(model, "conv_lanes_weight_order") == [0]
+    # The kernel's last argument (wmajor) selects the walk (of the kernels that take a tile a work-item).
+    assert _last_int_args(model, "conv_lanes_weight_chunks") == [1 if applies else 0]
+    assert _last_int_args(model, "conv_lanes_weight_order,conv_lanes_weight_chunks") == [0]
 
 
 UNPADDED_CASES = [  # conv_lanes without padding: the input read in place (conv_lanes_unpadded)
@@ -373,6 +373,31 @@ def test_conv_lanes_weight_chunks_with_residual_and_relu(opencl):
     k_on, k_off = _check(model, feeds, "conv_lanes_weight_chunks")
     assert k_on == ["pad_planes", "conv_lanes_r7x2_s1_wc"] * 2, k_on
     assert k_off == ["pad_planes", "conv_lanes_r7x2_s1"] * 2, k_off
+
+
+ROW_STORE_CASES = [  # conv_lanes_row_stores: each channel's run of a tile stored as vectors, per tile form
+    ((1, 8, 14, 28), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), "conv_lanes_r14_s1_k3"),          # rows of 14 x 2
+    ((1, 8, 28, 28), (64, 8, 1, 1), dict(strides=[2, 2]), "conv_lanes_r14_s2"),                # 1x1 downsample
+    ((1, 8, 7, 7), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), "conv_lanes_r7x2_s1"),              # odd last tile
+    ((1, 16, 8, 7), (256, 16, 3, 3), dict(pads=[1, 1, 1, 1]), "conv_lanes_r7x2_s1_wc"),       # chunked, 4 tiles
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,kernel", ROW_STORE_CASES)
+@pytest.mark.parametrize("residual", [False, True])
+def test_conv_lanes_row_stores_against_a_store_a_lane(opencl, x_shape, w_shape, attrs, kernel, residual):
+    model, feeds = _conv_model(x_shape, w_shape, residual=residual, relu=residual, **attrs)
+    feeds["x"][0, 0, 0, -1] = np.inf  # non-finite values next to the padding, a few outputs each
+    feeds["x"][0, 1, -1, 0] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_row_stores")
+    assert k_on == k_off and k_on[-1] == kernel, (k_on, k_off)
+    # The argument after p1 (the 22nd) selects the stores; the sums are the same, so are the outputs.
+    rows = [int(s.args[21]) for d in ("", "conv_lanes_row_stores") for p in onnxhal.InferenceSession(
+        model.SerializeToString(), providers=[("OpenCLExecutionProvider", {"disable_fusions": d}),
+                                              "CPUExecutionProvider"]).eps["OpenCLExecutionProvider"].compiled_plans
+            for s in p.steps if getattr(s, "kernel_name", "") == kernel]
+    assert rows == [1, 0], rows
+    np.testing.assert_array_equal(_run(model, feeds, "")[0], _run(model, feeds, "conv_lanes_row_stores")[0])
 
 
 def _pool_model(x_shape, **attrs) -> tuple[onnx.ModelProto, dict]:

@@ -357,6 +357,9 @@ class GemmLowering:
         # deeper stages), consecutive work-items take one channel block's row tiles, so its weights
         # are read from cache once per thread rather than once per row tile.
         wmajor = KH * KW * Mg > Hp * Wp and self.rule("conv_lanes_weight_order")
+        # Rule conv_lanes_row_stores: each channel's positions of the tile stored as a run of vectors
+        # (the tile transposed in registers) rather than a scalar store a lane.
+        args.append(I32(1 if self.rule("conv_lanes_row_stores") else 0))
         args.append(I32(1 if wmajor else 0))
         kernel = f"conv_lanes_r{rp}_s{g['sw']}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{g['sw']}"
         if KW == ks.CONV_LANES_UNROLLED_KW and nr == 1 and self.rule("conv_lanes_k3"):

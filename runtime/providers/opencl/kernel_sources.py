@@ -135,6 +135,8 @@ def _gemm_source() -> str:
 // one unaligned vector load (the alignment attribute lowers the type's alignment to a float's).
 typedef float16 __attribute__((aligned(4))) float16u;
 typedef float8 __attribute__((aligned(4))) float8u;
+typedef float4 __attribute__((aligned(4))) float4u;
+typedef float2 __attribute__((aligned(4))) float2u;
 #define GEMM_JT {GEMM_JT}
 // Packed panels: Ap[batch][M/RM][K][RM], Bp[batch][N/16][K][16], zero padded. One work-item packs
 // one k of one panel (RM or 16 values), so index arithmetic is paid once per panel row.
@@ -594,7 +596,8 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0, chunked: bool
                           f"bias_mode, act, p0, p1);" for v in range(nv))
         return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
 
-    store = "\n".join(store_position(p) for p in range(rp * nr))
+    store = ("  if (rows) {\n" + _lanes_row_stores(rp, nr, nv) + "\n  } else {\n"
+             + "\n".join(store_position(p) for p in range(rp * nr)) + "\n  }")
     name = ((f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}") + (f"_k{kw}" if kw else "")
             + ("_wc" if chunked else ""))
     if nr == 1:
@@ -620,6 +623,48 @@ inline float16 conv_lanes_residual(__global const float* Rrow, const int P, cons
   if (act < 16) return (float16)(0.0f);
   return (float16)(Rrow[0 * P], Rrow[1 * P], Rrow[2 * P], Rrow[3 * P], Rrow[4 * P], Rrow[5 * P], Rrow[6 * P], Rrow[7 * P], Rrow[8 * P], Rrow[9 * P], Rrow[10 * P], Rrow[11 * P], Rrow[12 * P], Rrow[13 * P], Rrow[14 * P], Rrow[15 * P]);
 }
+
+// Rule conv_lanes_row_stores: the epilogue of conv_lanes_store for one output channel's run of n (14 or
+// 7) consecutive positions (lanes 0..n-1 of v, the tile transposed): bias, residual, activation as
+// there, the run read and written as 8 + 4 + 2 (or 4 + 2 + 1) floats where the lanes took one store each.
+inline void conv_lanes_store_run(float16 v, __global float* Crow, __global const float* Rrow,
+                                 __global const float* bias, const int co, const int bias_mode,
+                                 const int act, const float p0, const float p1, const int n) {
+  if (bias_mode == 2) v += (float16)(bias[co]);
+  if (act >= 16) {
+    if (n == 14) {
+      v += (float16)(*(__global const float8u*)Rrow, *(__global const float4u*)(Rrow + 8),
+                     *(__global const float2u*)(Rrow + 12), 0.0f, 0.0f);
+    } else {
+      v += (float16)(*(__global const float4u*)Rrow, *(__global const float2u*)(Rrow + 4), Rrow[6], 0.0f,
+                     (float8)(0.0f));
+    }
+  }
+  const int a = act & 15;
+  if (a == 1) {
+    v = as_float16(as_int16(v) & ~(v < (float16)(0.0f)));
+  } else if (a != 0) {
+    float* lanes = (float*)&v;
+    for (int l = 0; l < 16; ++l) lanes[l] = apply_act(lanes[l], a, p0, p1);
+  }
+  if (n == 14) {
+    *(__global float8u*)Crow = v.lo;
+    *(__global float4u*)(Crow + 8) = v.s89ab;
+    *(__global float2u*)(Crow + 12) = v.scd;
+  } else {
+    *(__global float4u*)Crow = v.s0123;
+    *(__global float2u*)(Crow + 4) = v.s45;
+    Crow[6] = v.s6;
+  }
+}
+
+// Two-source lane shuffle with constant indices: clang's builtin (one permute instruction on PoCL),
+// OpenCL's shuffle2 elsewhere.
+#ifdef __clang__
+#define LANES_SHUFFLE2(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define LANES_SHUFFLE2(a, b, ...) shuffle2(a, b, (uint16)(__VA_ARGS__))
+#endif
 
 inline void conv_lanes_store(float16 v, const float16 r, __global float* Crow,
                              __global const float* bias, const int co0, const int P, const int bias_mode,
@@ -662,7 +707,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
                              const int Wp, const int a_mod, const int bias_mode, const int act,
-                             const float p0, const float p1, const int wmajor) {{
+                             const float p0, const float p1, const int rows, const int wmajor) {{
   const int P = OH * OW, Mb = M / {16 * nv};
   const int gid = get_global_id(0), b = get_global_id(1);
   // Consecutive work-items take the channel blocks of one row tile (its input rows stay in cache),
@@ -682,6 +727,33 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
 """
 
 
+def _lanes_row_stores(rp: int, nr: int, nv: int) -> str:
+    """Rule ``conv_lanes_row_stores``: the stores of a conv_lanes tile (``rp * nr`` positions, 14, x
+    ``nv`` 16-channel accumulators) with each 16-channel group transposed in registers (4 rounds of 8
+    two-source shuffles swapping off-diagonal blocks of 8, 4, 2, 1 lanes; positions 14 and 15 zero), so
+    each channel's 14 positions, consecutive in its output plane (a row of 14, or two rows of 7), go out
+    through ``conv_lanes_store_run``: 3 vector stores a channel where the lanes took 14 scalar ones."""
+    n = rp * nr
+    assert n <= 16, n
+    count = "14" if nr == 1 else "(oh + 1 < OH ? 14 : 7)"
+    out = [f"    const int run = {count};"]
+    for v in range(nv):
+        t = [f"c{p}_{v}" if p < n else "(float16)(0.0f)" for p in range(16)]
+        lines = ["    { float16 " + ", ".join(f"t{i} = {t[i]}" for i in range(16)) + ";"]
+        for h in (8, 4, 2, 1):
+            for i in range(16):
+                if i & h:
+                    continue
+                lo = ", ".join(str(k if not k & h else 16 + k - h) for k in range(16))
+                hi = ", ".join(str(k + h if not k & h else 16 + k) for k in range(16))
+                lines.append(f"      {{ const float16 a = LANES_SHUFFLE2(t{i}, t{i + h}, {lo}), "
+                             f"b = LANES_SHUFFLE2(t{i}, t{i + h}, {hi}); t{i} = a; t{i + h} = b; }}")
+        lines += [f"      conv_lanes_store_run(t{c}, Crow + {16 * v + c} * P, Rrow + {16 * v + c} * P, bias, "
+                  f"co0 + {16 * v + c}, bias_mode, act, p0, p1, run);" for c in range(16)]
+        out.append("\n".join(lines) + " }")
+    return "\n".join(out)
+
+
 def _conv_lanes_chunked_kernel(name: str, rp: int, sw: int, nr: int, nv: int, decl: str, loops: str,
                                store: str) -> str:
     """The kernel text of ``_conv_lanes_source(..., chunked=True)`` from its parts (the tile's
@@ -698,7 +770,8 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
                              const int Wp, const int a_mod, const int bias_mode, const int act,
-                             const float p0, const float p1, const int chunk, __global float* S) {{
+                             const float p0, const float p1, const int rows, const int chunk,
+                             __global float* S) {{
   const int P = OH * OW, Mb = M / {16 * nv};
   const int ib = get_global_id(0), b = get_global_id(1);
   const int nt = (OH + {nr - 1}) / {nr}, ow0 = 0;

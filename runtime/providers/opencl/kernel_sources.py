@@ -740,7 +740,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
 
 def _lanes_row_stores(rp: int, nr: int, nv: int) -> str:
     """Rule ``conv_lanes_row_stores``: the stores of a conv_lanes tile (``rp * nr`` positions, 14, x
-    ``nv`` 16-channel accumulators) with each 16-channel group transposed in registers (4 rounds of 8
+    ``nv`` 16-channel accumulators) with each 16-channel group transposed in registers (4 rounds of 16
     two-source shuffles swapping off-diagonal blocks of 8, 4, 2, 1 lanes; positions 14 and 15 zero), so
     each channel's 14 positions, consecutive in its output plane (a row of 14, or two rows of 7), go out
     through ``conv_lanes_store_run``: 3 vector stores a channel where the lanes took 14 scalar ones."""

@@ -245,9 +245,9 @@ def test_conv_lanes_weight_order_against_the_tile_order(opencl, x_shape, w_shape
     model, feeds = _conv_model(x_shape, w_shape, **attrs)
     k_on, k_off = _check(model, feeds, "conv_lanes_weight_order")
     assert k_on == k_off and any(k.startswith("conv_lanes") for k in k_on), (k_on, k_off)
-    # The kernel's last argument (wmajor) selects the walk.
-    assert _last_int_args(model, "") == [1 if applies else 0]
-    assert _last_int_args(model, "conv_lanes_weight_order") == [0]
+    # The kernel's last argument (wmajor) selects the walk (of the kernels that take a tile a work-item).
+    assert _last_int_args(model, "conv_lanes_weight_chunks") == [1 if applies else 0]
+    assert _last_int_args(model, "conv_lanes_weight_order,conv_lanes_weight_chunks") == [0]
 
 
 UNPADDED_CASES = [  # conv_lanes without padding: the input read in place (conv_lanes_unpadded)
@@ -339,6 +339,65 @@ def test_conv_lanes_k3_against_the_tap_loop(opencl, x_shape, w_shape, attrs):
     k_on, k_off = _check(model, feeds, "conv_lanes_k3")
     assert k_on[-1] == k_off[-1] + "_k3" and k_on[:-1] == k_off[:-1], (k_on, k_off)
     assert k_off[-1] == _lanes_kernel("r14", attrs.get("strides", [1, 1])[1], 0), k_off
+
+
+CHUNK_CASES = [  # rows of 7 with 8 channel blocks or more (conv_lanes_weight_chunks) against a tile a work-item
+    ((1, 16, 7, 7), (256, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),             # last stage: 4 tiles, 2 chunks
+    ((2, 8, 14, 14), (128, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), True),  # stride-2 entry, batch 2
+    ((1, 40, 14, 14), (256, 40, 1, 1), dict(strides=[2, 2]), True),               # 1x1 downsample, one chunk
+    ((1, 64, 9, 7), (256, 64, 3, 3), dict(pads=[1, 1, 1, 1]), True),              # 5 chunks, an odd last tile
+    ((1, 32, 7, 7), (256, 16, 3, 3), dict(pads=[1, 1, 1, 1], group=2), True),     # groups: 4 blocks x 2
+    ((1, 16, 7, 7), (224, 16, 3, 3), dict(pads=[1, 1, 1, 1]), False),             # 7 blocks: too few work-items
+    ((1, 16, 2, 7), (256, 16, 3, 3), dict(pads=[1, 1, 1, 1]), False),             # one tile: nothing to share
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,applies", CHUNK_CASES)
+def test_conv_lanes_weight_chunks_against_a_tile_a_work_item(opencl, x_shape, w_shape, attrs, applies):
+    model, feeds = _conv_model(x_shape, w_shape, **attrs)
+    feeds["x"][0, :, :, 0] = np.inf  # non-finite values next to the padding
+    feeds["x"][0, 1, -1, -1] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_weight_chunks")
+    plain = f"conv_lanes_r7x2_s{attrs.get('strides', [1, 1])[1]}"
+    assert k_off[-1] == plain and k_on[:-1] == k_off[:-1], (k_on, k_off)
+    assert k_on[-1] == plain + ("_wc" if applies else ""), k_on
+    # Each accumulator sums the same products in the same order, a chunk at a time.
+    np.testing.assert_array_equal(_run(model, feeds, "")[0], _run(model, feeds, "conv_lanes_weight_chunks")[0])
+
+
+def test_conv_lanes_weight_chunks_with_residual_and_relu(opencl):
+    # Two Convs of 256 channels at 7x7, the second with the residual Add and Relu in its epilogue.
+    model, feeds = _conv_model((1, 256, 7, 7), (256, 256, 3, 3), chain=2, residual=True, relu=True,
+                               pads=[1, 1, 1, 1])
+    feeds["x"][0, 3, 6, 6] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_weight_chunks")
+    assert k_on == ["pad_planes", "conv_lanes_r7x2_s1_wc"] * 2, k_on
+    assert k_off == ["pad_planes", "conv_lanes_r7x2_s1"] * 2, k_off
+
+
+ROW_STORE_CASES = [  # conv_lanes_row_stores: each channel's run of a tile stored as vectors, per tile form
+    ((1, 8, 14, 28), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), "conv_lanes_r14_s1_k3"),          # rows of 14 x 2
+    ((1, 8, 28, 28), (64, 8, 1, 1), dict(strides=[2, 2]), "conv_lanes_r14_s2"),                # 1x1 downsample
+    ((1, 8, 7, 7), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), "conv_lanes_r7x2_s1"),              # odd last tile
+    ((1, 16, 8, 7), (256, 16, 3, 3), dict(pads=[1, 1, 1, 1]), "conv_lanes_r7x2_s1_wc"),       # chunked, 4 tiles
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,kernel", ROW_STORE_CASES)
+@pytest.mark.parametrize("residual", [False, True])
+def test_conv_lanes_row_stores_against_a_store_a_lane(opencl, x_shape, w_shape, attrs, kernel, residual):
+    model, feeds = _conv_model(x_shape, w_shape, residual=residual, relu=residual, **attrs)
+    feeds["x"][0, 0, 0, -1] = np.inf  # non-finite values next to the padding, a few outputs each
+    feeds["x"][0, 1, -1, 0] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_row_stores")
+    assert k_on == k_off and k_on[-1] == kernel, (k_on, k_off)
+    # The argument after p1 (the 22nd) selects the stores; the sums are the same, so are the outputs.
+    rows = [int(s.args[21]) for d in ("", "conv_lanes_row_stores") for p in onnxhal.InferenceSession(
+        model.SerializeToString(), providers=[("OpenCLExecutionProvider", {"disable_fusions": d}),
+                                              "CPUExecutionProvider"]).eps["OpenCLExecutionProvider"].compiled_plans
+            for s in p.steps if getattr(s, "kernel_name", "") == kernel]
+    assert rows == [1, 0], rows
+    np.testing.assert_array_equal(_run(model, feeds, "")[0], _run(model, feeds, "conv_lanes_row_stores")[0])
 
 
 def _pool_model(x_shape, **attrs) -> tuple[onnx.ModelProto, dict]:

@@ -41,6 +41,12 @@ FUSION_RULES: dict[str, str] = {
                       "choice, switchable as the rules are)",
     "conv_lanes_row_pairs": "conv_lanes for output rows of 7 (a ResNet's last stage), two whole rows a work-item, "
                             "in place of conv_rows2 or im2col + GEMM (a kernel choice, needs conv_lanes)",
+    "conv_lanes_weight_chunks": "a conv_lanes_row_pairs Conv of several row tiles and at least 8 channel blocks: a "
+                                "work-item runs one channel block over every row tile, a chunk of input channels "
+                                "at a time (its weights read once for all the tiles; a kernel choice)",
+    "conv_lanes_row_stores": "a conv_lanes Conv stores each output channel's positions of a tile as a run of "
+                             "vectors (the tile transposed in registers) where it stored a scalar a lane, and "
+                             "reads its residual the same way (a kernel choice)",
     "conv_lanes_unpadded": "a conv_lanes Conv without padding reads its input in place, without the pad_planes "
                            "copy",
     "conv_lanes_k3": "a conv_lanes Conv with kernel rows of 3 taps and output rows of 14 or more runs the kernel "

@@ -357,14 +357,28 @@ class GemmLowering:
         # deeper stages), consecutive work-items take one channel block's row tiles, so its weights
         # are read from cache once per thread rather than once per row tile.
         wmajor = KH * KW * Mg > Hp * Wp and self.rule("conv_lanes_weight_order")
+        # Rule conv_lanes_row_stores: each channel's positions of the tile stored as a run of vectors
+        # (the tile transposed in registers) rather than a scalar store a lane.
+        args.append(I32(1 if self.rule("conv_lanes_row_stores") else 0))
         args.append(I32(1 if wmajor else 0))
         kernel = f"conv_lanes_r{rp}_s{g['sw']}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{g['sw']}"
         if KW == ks.CONV_LANES_UNROLLED_KW and nr == 1 and self.rule("conv_lanes_k3"):
             # Rule conv_lanes_k3: kernel rows of 3 take the kernel with its tap loop unrolled (not the
             # row pairs, whose two loops ran slower unrolled).
             kernel += f"_k{KW}"
-        self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (Mb * -(-OH // nr) * (OW // rp), Nimg * G), (1, 1),
-                                      args))
+        nt = -(-OH // nr) * (OW // rp)
+        if (nr > 1 and nt > 1 and Mb * Nimg * G >= ks.CONV_LANES_CHUNK_MIN_ITEMS
+                and self.rule("conv_lanes_weight_chunks")):
+            # Rule conv_lanes_weight_chunks: a work-item runs one channel block over every row tile,
+            # a chunk of input channels at a time, so the chunk's weights are read from memory once
+            # for all the tiles (a 7x7 stage's weights outweigh its input 50 times).
+            chunk = max(1, ks.CONV_LANES_CHUNK_BYTES // (KH * KW * ks.CONV_LANES_CHANNELS * 4))
+            scratch = self.temp("conv_lanes_acc", Nimg * G * Mb * nt * rp * nr * ks.CONV_LANES_CHANNELS * 4)
+            args[-1] = I32(chunk)
+            args.append(Buf(scratch))
+            self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel + "_wc", (Mb, Nimg * G), (1, 1), args))
+            return True
+        self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (Mb * nt, Nimg * G), (1, 1), args))
         return True
 
     def _conv_implicit(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,

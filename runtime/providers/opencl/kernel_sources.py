@@ -127,12 +127,16 @@ def _gemm_source() -> str:
     conv += "\n".join(_conv_lanes_source(CONV_LANES_PAIR_OW, sw, CONV_LANES_POSITIONS[0] // CONV_LANES_PAIR_OW)
                        for sw in (1, 2))
     conv += "\n".join(_conv_lanes_source(CONV_LANES_POSITIONS[0], sw, 1, CONV_LANES_UNROLLED_KW) for sw in (1, 2))
+    conv += "\n".join(_conv_lanes_source(CONV_LANES_PAIR_OW, sw, CONV_LANES_POSITIONS[0] // CONV_LANES_PAIR_OW,
+                                          chunked=True) for sw in (1, 2))
     return ACTIVATION_HELPERS + f"""
 #define RM {rm}
 // An unaligned 16-float load: vload16 is an out-of-line call on PoCL; a pointer to this type gives
 // one unaligned vector load (the alignment attribute lowers the type's alignment to a float's).
 typedef float16 __attribute__((aligned(4))) float16u;
 typedef float8 __attribute__((aligned(4))) float8u;
+typedef float4 __attribute__((aligned(4))) float4u;
+typedef float2 __attribute__((aligned(4))) float2u;
 #define GEMM_JT {GEMM_JT}
 // Packed panels: Ap[batch][M/RM][K][RM], Bp[batch][N/16][K][16], zero padded. One work-item packs
 // one k of one panel (RM or 16 values), so index arithmetic is paid once per panel row.
@@ -497,13 +501,22 @@ CONV_LANES_MAX_OW = 112
 #: the 7x7 stage's 3x3 Convs ran 2-4x as long in the CNN in one session (PoCL profiling events; not
 #: investigated further).
 CONV_LANES_UNROLLED_KW = 3
+#: Rule conv_lanes_weight_chunks: the most weight bytes of one channel block a chunk of input channels
+#: holds (for 3x3 taps 14 input channels of 1152 bytes): a third of a 48 KiB L1 data cache, so that the
+#: chunk's weights, its input rows and the tiles' accumulators stay in L1 while the work-item runs
+#: the chunk over every row tile. In the CNN on PoCL the 7x7 stage's Convs took about as long with
+#: 8, 16, 32 and 64 KiB chunks.
+CONV_LANES_CHUNK_BYTES = 16384
+#: Rule conv_lanes_weight_chunks: the fewest work-items (channel blocks x images x groups) a layer keeps
+#: with it (a work-item takes a whole channel block): 512 channels give 16.
+CONV_LANES_CHUNK_MIN_ITEMS = 8
 #: Rule conv_lanes: the fewest input channels per group it takes. ResNet-18's 7x7 stem (3 channels)
 #: ran slower in the whole model with the rule than with the row-vector kernel (PoCL profiling
 #: events: 3.5-3.6 ms against 3.0-3.3), where its other Convs (64 channels and up) ran faster.
 CONV_LANES_MIN_CG = 8
 
 
-def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0) -> str:
+def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0, chunked: bool = False) -> str:
     """``conv_lanes_r{rp}_s{sw}`` (rule ``conv_lanes``): a Conv with the output channels in the vector lanes.
     One work-item computes CONV_LANES_CHANNELS output channels (CONV_LANES_NV 16-lane accumulators a
     position) x ``rp`` consecutive positions of one output row, reading the zero-padded input planes
@@ -527,7 +540,16 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0) -> str:
     zero and are not stored).
 
     ``kw`` > 0 (``..._k{kw}``, rule ``conv_lanes_k3``): the same kernel for kernel rows of exactly
-    ``kw`` taps, its tap loop unrolled at compile time (the KW argument is then that number)."""
+    ``kw`` taps, its tap loop unrolled at compile time (the KW argument is then that number).
+
+    ``chunked`` (``conv_lanes_r7x2_s{sw}_wc``, rule ``conv_lanes_weight_chunks``, row pairs only): a
+    work-item computes one channel block over every row tile, input channels ``chunk`` at a time
+    (an argument: as many as keep a chunk's weights within CONV_LANES_CHUNK_BYTES). For each chunk it
+    runs every tile, taking the tile's accumulators from its slice of the scratch buffer ``S``
+    (28 vectors a tile, 64-byte aligned) and putting them back there, or through the epilogue after
+    the last chunk: the chunk's weights are read from memory once and from L1 for the other tiles,
+    where the one-tile kernel streams a block's weights (590 KB at 512 channels) once per tile. Each
+    accumulator sums the same products in the same order as the one-tile kernel."""
     nv = CONV_LANES_NV
     decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
     loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
@@ -539,17 +561,21 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0) -> str:
 
     unroll, taps = ('_Pragma("unroll") ', str(kw)) if kw else ("", "KW")
 
+    cis = ("c0", "c1") if chunked else ("0", "Cg")
+    # A chunk's first tile reads its weights from memory: ask for them 2 KB (16 taps) ahead.
+    pf = "        LANES_PREFETCH(wp + 32);\n" if chunked else ""
+
     def loop(positions: int, rows: str) -> str:
         body = "\n".join(f"        {{ const float xv = {src(p)}; "
                          + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
                          for p in range(positions))
-        return f"""  for (int ci = 0; ci < Cg; ++ci) {{
+        return f"""  for (int ci = {cis[0]}; ci < {cis[1]}; ++ci) {{
     for (int kh = 0; kh < KH; ++kh) {{
       __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
       {unroll}for (int kw = 0; kw < {taps}; ++kw) {{
         __global const float* xr = xrow + kw * dw;
 {rows}{loads}
-{body}
+{pf}{body}
         wp += {nv};
       }}
     }}
@@ -572,8 +598,10 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0) -> str:
                           f"bias_mode, act, p0, p1);" for v in range(nv))
         return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
 
-    store = "\n".join(store_position(p) for p in range(rp * nr))
-    name = (f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}") + (f"_k{kw}" if kw else "")
+    store = ("  if (rows) {\n" + _lanes_row_stores(rp, nr, nv) + "\n  } else {\n"
+             + "\n".join(store_position(p) for p in range(rp * nr)) + "\n  }")
+    name = ((f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}") + (f"_k{kw}" if kw else "")
+            + ("_wc" if chunked else ""))
     if nr == 1:
         tile = f"""  const int nt = OW / {rp};
   const int ib = wmajor ? gid / (OH * nt) : gid % Mb, t = wmajor ? gid % (OH * nt) : gid / Mb;
@@ -597,6 +625,57 @@ inline float16 conv_lanes_residual(__global const float* Rrow, const int P, cons
   if (act < 16) return (float16)(0.0f);
   return (float16)(Rrow[0 * P], Rrow[1 * P], Rrow[2 * P], Rrow[3 * P], Rrow[4 * P], Rrow[5 * P], Rrow[6 * P], Rrow[7 * P], Rrow[8 * P], Rrow[9 * P], Rrow[10 * P], Rrow[11 * P], Rrow[12 * P], Rrow[13 * P], Rrow[14 * P], Rrow[15 * P]);
 }
+
+// Rule conv_lanes_row_stores: the epilogue of conv_lanes_store for one output channel's run of n (14 or
+// 7) consecutive positions (lanes 0..n-1 of v, the tile transposed): bias, residual, activation as
+// there, the run read and written as 8 + 4 + 2 (or 4 + 2 + 1) floats where the lanes took one store each.
+inline void conv_lanes_store_run(float16 v, __global float* Crow, __global const float* Rrow,
+                                 __global const float* bias, const int co, const int bias_mode,
+                                 const int act, const float p0, const float p1, const int n) {
+  if (bias_mode == 2) v += (float16)(bias[co]);
+  if (act >= 16) {
+    if (n == 14) {
+      v += (float16)(*(__global const float8u*)Rrow, *(__global const float4u*)(Rrow + 8),
+                     *(__global const float2u*)(Rrow + 12), 0.0f, 0.0f);
+    } else {
+      v += (float16)(*(__global const float4u*)Rrow, *(__global const float2u*)(Rrow + 4), Rrow[6], 0.0f,
+                     (float8)(0.0f));
+    }
+  }
+  const int a = act & 15;
+  if (a == 1) {
+    v = as_float16(as_int16(v) & ~(v < (float16)(0.0f)));
+  } else if (a != 0) {
+    float* lanes = (float*)&v;
+    for (int l = 0; l < 16; ++l) lanes[l] = apply_act(lanes[l], a, p0, p1);
+  }
+  if (n == 14) {
+    *(__global float8u*)Crow = v.lo;
+    *(__global float4u*)(Crow + 8) = v.s89ab;
+    *(__global float2u*)(Crow + 12) = v.scd;
+  } else {
+    *(__global float4u*)Crow = v.s0123;
+    *(__global float2u*)(Crow + 4) = v.s45;
+    Crow[6] = v.s6;
+  }
+}
+
+// Two-source lane shuffle with constant indices: clang's builtin (one permute instruction on PoCL),
+// OpenCL's shuffle2 elsewhere.
+#ifdef __clang__
+#define LANES_SHUFFLE2(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define LANES_SHUFFLE2(a, b, ...) shuffle2(a, b, (uint16)(__VA_ARGS__))
+#endif
+
+// A prefetch of the line at p (a hint: no fault, no effect on results) where the device is the host
+// CPU (PoCL and other clang-based CPU drivers: global memory is the process's, so the address is
+// one); nothing elsewhere.
+#if defined(__clang__) && (defined(__x86_64__) || defined(__aarch64__))
+#define LANES_PREFETCH(p) __builtin_prefetch((const void*)(size_t)(p), 0, 3)
+#else
+#define LANES_PREFETCH(p)
+#endif
 
 inline void conv_lanes_store(float16 v, const float16 r, __global float* Crow,
                              __global const float* bias, const int co0, const int P, const int bias_mode,
@@ -628,6 +707,8 @@ inline void conv_lanes_store(float16 v, const float16 r, __global float* Crow,
   Crow[15 * P] = v.sf;
 }
 """
+    if chunked:
+        return helper + _conv_lanes_chunked_kernel(name, rp, sw, nr, nv, decl, loops, store)
     return helper + f"""
 // Y[b] (b = image * G + group; M output channels per group, P = OH * OW) = A[b % a_mod] (*) Xp[b], the
 // output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b;
@@ -637,7 +718,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
                              const int Wp, const int a_mod, const int bias_mode, const int act,
-                             const float p0, const float p1, const int wmajor) {{
+                             const float p0, const float p1, const int rows, const int wmajor) {{
   const int P = OH * OW, Mb = M / {16 * nv};
   const int gid = get_global_id(0), b = get_global_id(1);
   // Consecutive work-items take the channel blocks of one row tile (its input rows stay in cache),
@@ -653,6 +734,84 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
 {decl}
 {loops}
 {store}
+}}
+"""
+
+
+def _lanes_row_stores(rp: int, nr: int, nv: int) -> str:
+    """Rule ``conv_lanes_row_stores``: the stores of a conv_lanes tile (``rp * nr`` positions, 14, x
+    ``nv`` 16-channel accumulators) with each 16-channel group transposed in registers (4 rounds of 16
+    two-source shuffles swapping off-diagonal blocks of 8, 4, 2, 1 lanes; positions 14 and 15 zero), so
+    each channel's 14 positions, consecutive in its output plane (a row of 14, or two rows of 7), go out
+    through ``conv_lanes_store_run``: 3 vector stores a channel where the lanes took 14 scalar ones."""
+    n = rp * nr
+    assert n <= 16, n
+    count = "14" if nr == 1 else "(oh + 1 < OH ? 14 : 7)"
+    out = [f"    const int run = {count};"]
+    for v in range(nv):
+        t = [f"c{p}_{v}" if p < n else "(float16)(0.0f)" for p in range(16)]
+        lines = ["    { float16 " + ", ".join(f"t{i} = {t[i]}" for i in range(16)) + ";"]
+        for h in (8, 4, 2, 1):
+            for i in range(16):
+                if i & h:
+                    continue
+                lo = ", ".join(str(k if not k & h else 16 + k - h) for k in range(16))
+                hi = ", ".join(str(k + h if not k & h else 16 + k) for k in range(16))
+                lines.append(f"      {{ const float16 a = LANES_SHUFFLE2(t{i}, t{i + h}, {lo}), "
+                             f"b = LANES_SHUFFLE2(t{i}, t{i + h}, {hi}); t{i} = a; t{i + h} = b; }}")
+        lines += [f"      conv_lanes_store_run(t{c}, Crow + {16 * v + c} * P, Rrow + {16 * v + c} * P, bias, "
+                  f"co0 + {16 * v + c}, bias_mode, act, p0, p1, run);" for c in range(16)]
+        out.append("\n".join(lines) + " }")
+    return "\n".join(out)
+
+
+def _conv_lanes_chunked_kernel(name: str, rp: int, sw: int, nr: int, nv: int, decl: str, loops: str,
+                               store: str) -> str:
+    """The kernel text of ``_conv_lanes_source(..., chunked=True)`` from its parts (the tile's
+    declarations, tap loops over ``ci`` in [c0, c1) and epilogue stores)."""
+    acc = [f"c{p}_{v}" for p in range(rp * nr) for v in range(nv)]
+    load = "\n".join(f"      {a} = st[{i}];" for i, a in enumerate(acc))
+    keep = "\n".join(f"      st[{i}] = {a};" for i, a in enumerate(acc))
+    return f"""
+// As conv_lanes_r{rp}x{nr}_s{sw} (see _conv_lanes_source, chunked): a work-item computes channel block
+// get_global_id(0) over every row tile, input channels chunk at a time, the tiles' accumulators kept in S
+// between chunks ({len(acc)} float16 a tile, per work-item).
+__kernel void {name}(__global const float* Wt, __global const float* Xp, __global float* C,
+                                __global const float* bias, __global const float* R, const int M,
+                                const int OH, const int OW, const int Cg, const int KH, const int KW,
+                                const int sh, const int dh, const int dw, const int Hp,
+                             const int Wp, const int a_mod, const int bias_mode, const int act,
+                             const float p0, const float p1, const int rows, const int chunk,
+                             __global float* S) {{
+  const int P = OH * OW, Mb = M / {16 * nv};
+  const int ib = get_global_id(0), b = get_global_id(1);
+  const int nt = (OH + {nr - 1}) / {nr}, ow0 = 0;
+  const int co0 = ib * {16 * nv};
+""" + "".join(f"  const int roff{r} = {r} * sh * Wp;\n" for r in range(1, nr)) + f"""  __global const float16* w0 = (__global const float16*)(Wt + ((size_t)(b % a_mod) * Mb + ib) * Cg * KH * KW
+                                                         * {16 * nv});
+  __global float16* S0 = (__global float16*)S + ((size_t)b * Mb + ib) * nt * {len(acc)};
+  bias += (b % a_mod) * M;
+  for (int c0 = 0; c0 < Cg; c0 += chunk) {{
+    const int c1 = min(c0 + chunk, Cg);
+    for (int t = 0; t < nt; ++t) {{
+      const int oh = t * {nr};
+      __global float16* st = S0 + t * {len(acc)};
+      __global const float16* wp = w0 + (size_t)c0 * KH * KW * {nv};
+      __global const float* xb = Xp + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
+{decl}
+      if (c0 > 0) {{
+{load}
+      }}
+{loops}
+      if (c1 < Cg) {{
+{keep}
+      }} else {{
+      __global float* Crow = C + ((size_t)b * M + co0) * P + oh * OW + ow0;
+      __global const float* Rrow = R + ((size_t)b * M + co0) * P + oh * OW + ow0;
+{store}
+      }}
+    }}
+  }}
 }}
 """
 

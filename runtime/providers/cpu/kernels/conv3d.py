@@ -1,0 +1,121 @@
+"""3-D convolutions that are 2-D ones: the separable video networks' (S3D, R(2+1)D) layers run
+as the 2-D FusedConv of a view or a transpose of their input, so they take the 2-D paths (a
+kept run per shape with the weights bound, gathered windows for small planes, the native
+direct and packed products, the fused epilogue) instead of the N-d Conv's im2col followed by a
+separate epilogue.
+
+- ``frames_in_rows``: a kernel k x 1 x 1 (1 x 1 x 1 included) with unit row and column strides
+  and no row or column padding reads each position's own row and column only, so over
+  (N, C, T, H*W), the frames as rows and a plane as one row, it is the 2-D convolution with
+  kernel k x 1 and the frame axis's stride, dilation and pads. A view both ways: no copy.
+- ``frames_as_batch``: a kernel 1 x kh x kw with unit frame stride and no frame padding is the
+  same 2-D convolution on every frame, so over the frames as images (N*T, C, H, W) it is one
+  2-D convolution; a transpose copies the input in and the output out.
+
+onnxruntime runs 3-D Conv through MLAS's N-d convolution (im2col and SGEMM,
+onnxruntime/core/providers/cpu/nn/conv.cc), so there is no onnxruntime form to follow; the
+results are held to the N-d Conv (``conv.Conv``) and to onnxruntime by
+tests/test_conv3d_as_2d.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from onnx import helper
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
+
+AS_2D_PATHS = path_table("FusedConv.3d", "the N-d Conv (conv.Conv's paths), then the epilogue")
+FRAMES_IN_ROWS = AS_2D_PATHS.add("frames_in_rows", "float 3-D, kernel_shape k x 1 x 1 given, unit row and "
+                                                   "column strides, no row or column padding: the 2-D "
+                                                   "FusedConv of the (N, C, T, H*W) view with kernel k x 1")
+FRAMES_AS_BATCH = AS_2D_PATHS.add("frames_as_batch", "float 3-D, kernel_shape 1 x kh x kw given, unit frame "
+                                                     "stride, no frame padding: the 2-D FusedConv of the frames "
+                                                     "as images (N*T, C, H, W), transposed in and out")
+#: Whether FusedConv takes the paths here (tests turn it off to reach the N-d Conv)
+ENABLED = True
+
+#: the attributes rewritten for the 2-D twin; the others (group, activation, channel_shuffle) carry over
+_GEOMETRY = ("kernel_shape", "strides", "dilations", "pads", "auto_pad")
+
+
+def _layout(node: Node) -> tuple[str, dict[str, list[int]]] | None:
+    """Which path takes ``node`` and its twin's 2-D attributes, or None."""
+    kernel = node.attr("kernel_shape")
+    if not kernel or len(kernel) != 3:
+        return None  # no kernel_shape: the weights' shape alone says, at run time
+    strides = list(node.attr("strides") or (1, 1, 1))
+    dil = list(node.attr("dilations") or (1, 1, 1))
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad not in ("NOTSET", "VALID"):
+        return None  # SAME pads depend on the input's shape
+    pads = list(node.attr("pads") or (0,) * 6) if auto_pad == "NOTSET" else [0] * 6
+    if len(strides) != 3 or len(dil) != 3 or len(pads) != 6:
+        return None  # attributes of mixed ranks: the N-d kernel reports them
+    if tuple(kernel[1:]) == (1, 1) and strides[1:] == [1, 1] and not any(pads[1:3] + pads[4:6]):
+        return FRAMES_IN_ROWS, {"kernel_shape": [kernel[0], 1], "strides": [strides[0], 1],
+                                "dilations": [dil[0], 1], "pads": [pads[0], 0, pads[3], 0]}
+    if kernel[0] == 1 and strides[0] == 1 and pads[0] == 0 and pads[3] == 0:
+        return FRAMES_AS_BATCH, {"kernel_shape": list(kernel[1:]), "strides": strides[1:],
+                                 "dilations": dil[1:], "pads": pads[1:3] + pads[4:6]}
+    return None
+
+
+class FramesAs2d:
+    """A 3-D FusedConv's 2-D twin and the reshapes around it (``frames_in_rows`` or
+    ``frames_as_batch``, chosen from the attributes once)."""
+
+    def __init__(self, path: str, twin: Kernel) -> None:
+        self.path = path  #: the ``AS_2D_PATHS`` name this node takes
+        self.twin = twin  #: the 2-D FusedConv
+        self._w: tuple | None = None  # (w, its 2-D view): the twin keeps what it derives for the same object
+
+    @staticmethod
+    def for_node(node: Node, ctx: KernelCreateContext, make: Callable[[Node], Kernel]) -> FramesAs2d | None:
+        """The twin of a 3-D FusedConv whose attributes make it a 2-D one, made by ``make`` (the
+        FusedConv class, which imports this module); None for the others."""
+        if not ENABLED:
+            return None
+        layout = _layout(node)
+        if layout is None:
+            return None
+        path, geometry = layout
+        protos = [a for k, a in node.attribute_protos.items() if k not in _GEOMETRY]
+        protos += [helper.make_attribute(k, v) for k, v in geometry.items()]
+        twin = Node(node.op_type, node.inputs, node.outputs, name=node.name, domain=node.domain,
+                    attribute_protos=protos)
+        twin.since_version = node.since_version
+        return FramesAs2d(path, make(twin))
+
+    def applies(self, x: np.ndarray, w: np.ndarray) -> bool:
+        """A float input of rank 5 with weights of its dtype whose kernel is the attributes'."""
+        return (x.ndim == 5 and x.dtype.kind == "f" and w.dtype == x.dtype and w.ndim == 5
+                and (w.shape[3:] == (1, 1) if self.path == FRAMES_IN_ROWS else w.shape[2] == 1))
+
+    def _weights(self, w: np.ndarray) -> np.ndarray:
+        cached = self._w
+        if cached is not None and cached[0] is w:
+            return cached[1]
+        w4 = w[:, :, :, :, 0] if self.path == FRAMES_IN_ROWS else w[:, :, 0]
+        self._w = (w, w4)
+        return w4
+
+    def run(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
+        """The 3-D convolution (with the node's epilogue) through the 2-D twin."""
+        n, _, t, h, wd = x.shape
+        w4 = self._weights(w)
+        if self.path == FRAMES_IN_ROWS:
+            x4 = x.reshape(n, x.shape[1], t, h * wd)
+            z4 = None if z is None else z.reshape(z.shape[:3] + (-1,))
+            y = self.twin.compute([x4, w4, b, z4])[0]
+            return y.reshape(y.shape[:3] + (h, wd))
+        x4 = np.ascontiguousarray(x.transpose(0, 2, 1, 3, 4)).reshape((n * t,) + x.shape[1:2] + (h, wd))
+        z4 = None if z is None else np.ascontiguousarray(z.transpose(0, 2, 1, 3, 4)).reshape(
+            (n * t, z.shape[1]) + z.shape[3:])
+        y = self.twin.compute([x4, w4, b, z4])[0]
+        return np.ascontiguousarray(y.reshape((n, t) + y.shape[1:]).transpose(0, 2, 1, 3, 4))

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from onnx import helper
+from onnx import AttributeProto
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
@@ -86,7 +86,9 @@ class FramesAs2d:
             return None
         path, geometry = layout
         protos = [a for k, a in node.attribute_protos.items() if k not in _GEOMETRY]
-        protos += [helper.make_attribute(k, v) for k, v in geometry.items()]
+        # made directly: onnx.helper.make_attribute works out the type from the values, on every
+        # 3-D node of every session, where it is known here
+        protos += [AttributeProto(name=k, type=AttributeProto.INTS, ints=v) for k, v in geometry.items()]
         twin = Node(node.op_type, node.inputs, node.outputs, name=node.name, domain=node.domain,
                     attribute_protos=protos)
         twin.since_version = node.since_version
@@ -105,17 +107,33 @@ class FramesAs2d:
         self._w = (w, w4)
         return w4
 
+    def shape_2d(self, x_shape: tuple) -> tuple:
+        """The twin's input shape for a 3-D input of ``x_shape``."""
+        n, c, t, h, wd = x_shape
+        return (n, c, t, h * wd) if self.path == FRAMES_IN_ROWS else (n * t, c, h, wd)
+
+    def _to_2d(self, x: np.ndarray) -> np.ndarray:
+        if self.path == FRAMES_IN_ROWS:
+            return x.reshape(x.shape[:3] + (-1,))
+        n, c, t, h, wd = x.shape
+        return np.ascontiguousarray(x.transpose(0, 2, 1, 3, 4)).reshape(n * t, c, h, wd)
+
+    def _to_3d(self, y: np.ndarray, x_shape: tuple) -> np.ndarray:
+        n, _, t, h, wd = x_shape
+        if self.path == FRAMES_IN_ROWS:
+            return y.reshape(y.shape[:3] + (h, wd))
+        return np.ascontiguousarray(y.reshape((n, t) + y.shape[1:]).transpose(0, 2, 1, 3, 4))
+
     def run(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
         """The 3-D convolution (with the node's epilogue) through the 2-D twin."""
-        n, _, t, h, wd = x.shape
-        w4 = self._weights(w)
-        if self.path == FRAMES_IN_ROWS:
-            x4 = x.reshape(n, x.shape[1], t, h * wd)
-            z4 = None if z is None else z.reshape(z.shape[:3] + (-1,))
-            y = self.twin.compute([x4, w4, b, z4])[0]
-            return y.reshape(y.shape[:3] + (h, wd))
-        x4 = np.ascontiguousarray(x.transpose(0, 2, 1, 3, 4)).reshape((n * t,) + x.shape[1:2] + (h, wd))
-        z4 = None if z is None else np.ascontiguousarray(z.transpose(0, 2, 1, 3, 4)).reshape(
-            (n * t, z.shape[1]) + z.shape[3:])
-        y = self.twin.compute([x4, w4, b, z4])[0]
-        return np.ascontiguousarray(y.reshape((n, t) + y.shape[1:]).transpose(0, 2, 1, 3, 4))
+        y = self.twin.compute([self._to_2d(x), self._weights(w), b, None if z is None else self._to_2d(z)])[0]
+        return self._to_3d(y, x.shape)
+
+    def bound(self, x_shape: tuple, run_2d: Callable) -> Callable:
+        """The twin's kept run for ``shape_2d(x_shape)`` (a function of the 2-D input and
+        residual, the weights bound in it) as a function of the 3-D ones."""
+        to_2d, to_3d = self._to_2d, self._to_3d
+
+        def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+            return to_3d(run_2d(to_2d(x), None if z is None else to_2d(z)), x_shape)
+        return run

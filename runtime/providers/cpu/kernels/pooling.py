@@ -212,6 +212,7 @@ class MaxPool(_Pool):
         super().__init__(node, ctx)
         self.with_indices = len(node.outputs) > 1 and bool(node.outputs[1])
         self._plans: dict[tuple, tuple | bool] = {}  # per (input shape, dtype); kernels are shared by runs
+        self._native_plans: dict[tuple, tuple | bool] = {}  # per input shape, ``_native_plan``
         self.ref = None
         # the C passes run every axis of a plane while it is in cache, where numpy's passes run one
         # whole-array pass per tap and axis (each a slice and a loop call)
@@ -267,15 +268,27 @@ class MaxPool(_Pool):
     def _native_3d(self, x: np.ndarray) -> np.ndarray | None:
         """``_native.max_pool_3d``'s maxima, with onnxruntime's -FLT_MAX in windows of padding
         alone; None when the pool has no output (the plain path's shapes)."""
-        kernel, strides, dil, pb, _, out, _ = self.geometry(x.shape[2:])
-        if any(o <= 0 for o in out):
+        plan = per_shape(self._native_plans, x.shape, lambda: self._native_plan(x.shape))
+        if not plan:
             return None
-        y = np.empty(x.shape[:2] + tuple(out), x.dtype)
-        self._native.max_pool_3d(np.ascontiguousarray(x), y, tuple(kernel), tuple(strides), tuple(pb), tuple(dil))
-        empty = padding_only_windows(x.shape[2:], kernel, strides, dil, pb, out)
+        out_shape, args, empty = plan
+        y = np.empty(out_shape, x.dtype)
+        self._native.max_pool_3d(np.ascontiguousarray(x), y, *args)
         if empty is not None:
-            y[(slice(None), slice(None)) + empty] = np.finfo(x.dtype).min
+            y[empty] = np.finfo(x.dtype).min
         return y
+
+    def _native_plan(self, shape: tuple) -> tuple | bool:
+        """For an input ``shape``: the output shape, ``max_pool_3d``'s geometry arguments and the
+        outputs whose windows read padding alone (None: none), resolved once per shape, as a
+        video network's small pools would otherwise resolve their geometry on every run; False
+        when the pool has no output."""
+        kernel, strides, dil, pb, _, out, _ = self.geometry(shape[2:])
+        if any(o <= 0 for o in out):
+            return False
+        empty = padding_only_windows(shape[2:], kernel, strides, dil, pb, out)
+        return (tuple(shape[:2]) + tuple(out), (tuple(kernel), tuple(strides), tuple(pb), tuple(dil)),
+                None if empty is None else (slice(None), slice(None)) + empty)
 
     def _gather_plan(self, shape: tuple, dtype: np.dtype) -> tuple | bool:
         """For a small input: the window indices (``_window_indices``), the cell appended for

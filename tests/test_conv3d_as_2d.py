@@ -1,8 +1,9 @@
 """The 3-D FusedConvs that run as 2-D ones (``conv3d.AS_2D_PATHS``): ``frames_in_rows`` (k x 1 x 1
-kernels over the (N, C, T, H*W) view) and ``frames_as_batch`` (1 x kh x kw kernels over the frames
-as images) against the canonical N-d Conv then epilogue, and onnxruntime's Conv, Add and Relu; with
-biases or none, residuals, groups, strides, dilations, uneven pads, several images, float64, a
-second run on new values (the kept per-shape run), and the layouts neither takes."""
+kernels over the (N, C, T, H*W) view), ``frames_as_batch`` (1 x kh x kw kernels over the frames
+as images) and ``pointwise_strided`` (strided 1 x 1 x 1 kernels over the positions they read)
+against the canonical N-d Conv then epilogue, and onnxruntime's Conv, Add and Relu; with biases
+or none, residuals, groups, strides, dilations, uneven pads, several images, float64, a second
+run on new values (the kept per-shape run), and the layouts none takes."""
 
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ CASES = [  # (path, x shape, w shape, Conv attributes, bias, residual, activatio
      True, True, "Relu"),
     ("frames_as_batch", (1, 6, 2, 4, 4), (6, 1, 1, 3, 3), {"pads": [0, 1, 1, 0, 1, 1], "group": 6},
      False, False, "Relu"),
-    ("frames_as_batch", (1, 8, 3, 6, 6), (4, 8, 1, 1, 1), {"strides": [1, 2, 2]}, True, False, ""),
+    ("pointwise_strided", (1, 8, 5, 7, 6), (12, 8, 1, 1, 1), {"strides": [2, 2, 2]}, True, True, "Relu"),
+    ("pointwise_strided", (2, 6, 4, 5, 5), (4, 6, 1, 1, 1), {"strides": [1, 2, 3]}, False, False, ""),
+    ("pointwise_strided", (1, 6, 5, 3, 3), (6, 3, 1, 1, 1), {"strides": [3, 1, 1], "group": 2}, True, True, "Relu"),
 ]
 
 
@@ -104,6 +107,7 @@ def test_conv3d_as_2d_matches_nd_conv_and_onnxruntime(monkeypatch, case, dtype):
     ((4, 4, 1, 3, 3), {"strides": [2, 1, 1]}),  # frame stride
     ((4, 4, 3, 3, 3), {}),
     ((4, 4, 1, 1, 1), {"auto_pad": "SAME_UPPER"}),
+    ((4, 4, 1, 1, 1), {"strides": [2, 2, 2], "pads": [0, 1, 0, 0, 1, 0]}),  # a strided pointwise one, padded
 ])
 def test_conv3d_as_2d_condition(ws, attrs):
     """Layouts where the frames mix with rows or columns keep the N-d Conv, and its results."""

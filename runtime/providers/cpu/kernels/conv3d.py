@@ -11,6 +11,9 @@ separate epilogue.
 - ``frames_as_batch``: a kernel 1 x kh x kw with unit frame stride and no frame padding is the
   same 2-D convolution on every frame, so over the frames as images (N*T, C, H, W) it is one
   2-D convolution; a transpose copies the input in and the output out.
+- ``pointwise_strided``: a strided 1 x 1 x 1 kernel without padding (ResNet-3D's downsampling
+  shortcut) reads the strided positions alone: they are copied out in one slice, then it is
+  the unit-stride 1 x 1 convolution of ``frames_in_rows``.
 
 onnxruntime runs 3-D Conv through MLAS's N-d convolution (im2col and SGEMM,
 onnxruntime/core/providers/cpu/nn/conv.cc), so there is no onnxruntime form to follow; the
@@ -35,6 +38,9 @@ FRAMES_IN_ROWS = AS_2D_PATHS.add("frames_in_rows", "float 3-D, kernel_shape k x 
 FRAMES_AS_BATCH = AS_2D_PATHS.add("frames_as_batch", "float 3-D, kernel_shape 1 x kh x kw given, unit frame "
                                                      "stride, no frame padding: the 2-D FusedConv of the frames "
                                                      "as images (N*T, C, H, W), transposed in and out")
+POINTWISE_STRIDED = AS_2D_PATHS.add("pointwise_strided", "float 3-D, kernel_shape 1 x 1 x 1 given, no padding, "
+                                                         "a stride above 1: the strided positions copied out, "
+                                                         "then the 2-D 1 x 1 FusedConv of (N, C, T', H'*W')")
 #: Whether FusedConv takes the paths here (tests turn it off to reach the N-d Conv)
 ENABLED = True
 
@@ -57,6 +63,8 @@ def _layout(node: Node) -> tuple[str, dict[str, list[int]]] | None:
     pads = list(node.attr("pads") or (0,) * 6) if auto_pad == "NOTSET" else [0] * 6
     if len(strides) != 3 or len(dil) != 3 or len(pads) != 6:
         return None  # attributes of mixed ranks: the N-d kernel reports them
+    if tuple(kernel) == (1, 1, 1) and not any(pads) and strides != [1, 1, 1]:
+        return POINTWISE_STRIDED, {"kernel_shape": [1, 1], "strides": [1, 1], "dilations": [1, 1], "pads": [0] * 4}
     if tuple(kernel[1:]) == (1, 1) and strides[1:] == [1, 1] and not any(pads[1:3] + pads[4:6]):
         return FRAMES_IN_ROWS, {"kernel_shape": [kernel[0], 1], "strides": [strides[0], 1],
                                 "dilations": [dil[0], 1], "pads": [pads[0], 0, pads[3], 0]}
@@ -67,12 +75,15 @@ def _layout(node: Node) -> tuple[str, dict[str, list[int]]] | None:
 
 
 class FramesAs2d:
-    """A 3-D FusedConv's 2-D twin and the reshapes around it (``frames_in_rows`` or
-    ``frames_as_batch``, chosen from the attributes once)."""
+    """A 3-D FusedConv's 2-D twin and the reshapes around it (``frames_in_rows``,
+    ``frames_as_batch`` or ``pointwise_strided``, chosen from the attributes once)."""
 
-    def __init__(self, path: str, twin: Kernel) -> None:
+    def __init__(self, path: str, twin: Kernel, kernel: tuple, step: tuple | None = None) -> None:
         self.path = path  #: the ``AS_2D_PATHS`` name this node takes
+        self.kernel = kernel  #: the 3-D kernel shape the attributes give
         self.twin = twin  #: the 2-D FusedConv
+        #: ``pointwise_strided``'s strides, the slice that picks the positions it reads
+        self.step = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in step) if step else None
         self._w: tuple | None = None  # (w, its 2-D view): the twin keeps what it derives for the same object
 
     @staticmethod
@@ -85,6 +96,7 @@ class FramesAs2d:
         if layout is None:
             return None
         path, geometry = layout
+        step = tuple(node.attr("strides") or (1, 1, 1)) if path == POINTWISE_STRIDED else None
         protos = [a for k, a in node.attribute_protos.items() if k not in _GEOMETRY]
         # made directly: onnx.helper.make_attribute works out the type from the values, on every
         # 3-D node of every session, where it is known here
@@ -92,41 +104,54 @@ class FramesAs2d:
         twin = Node(node.op_type, node.inputs, node.outputs, name=node.name, domain=node.domain,
                     attribute_protos=protos)
         twin.since_version = node.since_version
-        return FramesAs2d(path, make(twin))
+        return FramesAs2d(path, make(twin), tuple(node.attr("kernel_shape")), step)
 
     def applies(self, x: np.ndarray, w: np.ndarray) -> bool:
         """A float input of rank 5 with weights of its dtype whose kernel is the attributes'."""
-        return (x.ndim == 5 and x.dtype.kind == "f" and w.dtype == x.dtype and w.ndim == 5
-                and (w.shape[3:] == (1, 1) if self.path == FRAMES_IN_ROWS else w.shape[2] == 1))
+        return x.ndim == 5 and x.dtype.kind == "f" and w.dtype == x.dtype and w.shape[2:] == self.kernel
 
     def _weights(self, w: np.ndarray) -> np.ndarray:
         cached = self._w
         if cached is not None and cached[0] is w:
             return cached[1]
-        w4 = w[:, :, :, :, 0] if self.path == FRAMES_IN_ROWS else w[:, :, 0]
+        w4 = w[:, :, 0] if self.path == FRAMES_AS_BATCH else w[:, :, :, :, 0]
         self._w = (w, w4)
         return w4
+
+    def _out_spatial(self, x_shape: tuple) -> tuple:
+        """The output's rows and columns (the kernel is one row and one column)."""
+        h, wd = x_shape[3:]
+        if self.step is None:
+            return h, wd
+        return (h - 1) // self.step[3].step + 1, (wd - 1) // self.step[4].step + 1
 
     def shape_2d(self, x_shape: tuple) -> tuple:
         """The twin's input shape for a 3-D input of ``x_shape``."""
         n, c, t, h, wd = x_shape
-        return (n, c, t, h * wd) if self.path == FRAMES_IN_ROWS else (n * t, c, h, wd)
+        if self.path == FRAMES_AS_BATCH:
+            return (n * t, c, h, wd)
+        if self.step is not None:
+            t = (t - 1) // self.step[2].step + 1
+        return (n, c, t, int(np.prod(self._out_spatial(x_shape))))
 
-    def _to_2d(self, x: np.ndarray) -> np.ndarray:
-        if self.path == FRAMES_IN_ROWS:
-            return x.reshape(x.shape[:3] + (-1,))
-        n, c, t, h, wd = x.shape
-        return np.ascontiguousarray(x.transpose(0, 2, 1, 3, 4)).reshape(n * t, c, h, wd)
+    def _to_2d(self, x: np.ndarray, residual: bool = False) -> np.ndarray:
+        """The twin's input (or, ``residual``, its residual: already the output's shape)."""
+        if self.path == FRAMES_AS_BATCH:
+            n, c, t, h, wd = x.shape
+            return np.ascontiguousarray(x.transpose(0, 2, 1, 3, 4)).reshape(n * t, c, h, wd)
+        if self.step is not None and not residual:
+            x = np.ascontiguousarray(x[self.step])
+        return x.reshape(x.shape[:3] + (-1,))
 
     def _to_3d(self, y: np.ndarray, x_shape: tuple) -> np.ndarray:
-        n, _, t, h, wd = x_shape
-        if self.path == FRAMES_IN_ROWS:
-            return y.reshape(y.shape[:3] + (h, wd))
+        if self.path != FRAMES_AS_BATCH:
+            return y.reshape(y.shape[:3] + self._out_spatial(x_shape))
+        n, t = x_shape[0], x_shape[2]
         return np.ascontiguousarray(y.reshape((n, t) + y.shape[1:]).transpose(0, 2, 1, 3, 4))
 
     def run(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
         """The 3-D convolution (with the node's epilogue) through the 2-D twin."""
-        y = self.twin.compute([self._to_2d(x), self._weights(w), b, None if z is None else self._to_2d(z)])[0]
+        y = self.twin.compute([self._to_2d(x), self._weights(w), b, None if z is None else self._to_2d(z, True)])[0]
         return self._to_3d(y, x.shape)
 
     def bound(self, x_shape: tuple, run_2d: Callable) -> Callable:
@@ -135,5 +160,5 @@ class FramesAs2d:
         to_2d, to_3d = self._to_2d, self._to_3d
 
         def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
-            return to_3d(run_2d(to_2d(x), None if z is None else to_2d(z)), x_shape)
+            return to_3d(run_2d(to_2d(x), None if z is None else to_2d(z, True)), x_shape)
         return run

@@ -132,7 +132,8 @@ class FramesAs2d:
             return (n * t, c, h, wd)
         if self.step is not None:
             t = (t - 1) // self.step[2].step + 1
-        return (n, c, t, int(np.prod(self._out_spatial(x_shape))))
+        oh, ow = self._out_spatial(x_shape)
+        return (n, c, t, oh * ow)
 
     def _to_2d(self, x: np.ndarray, residual: bool = False) -> np.ndarray:
         """The twin's input (or, ``residual``, its residual: already the output's shape)."""

@@ -4,6 +4,7 @@ product over kernel taps) and ConvTranspose (matmul then col2im as strided adds)
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -582,7 +583,7 @@ def nd_gather_plan(x_shape: tuple, kernel: tuple, strides: tuple, dilations: tup
     that gather every window from the input in one ``take``, padding reading the cell appended
     after the input (index ``x.size``), and whether any does; None past ``ND_GATHER_MAX``
     elements. Rows are channel-major then tap, as the weights (M, C, *kernel) flatten."""
-    size = x_shape[0] * x_shape[1] * int(np.prod(kernel)) * int(np.prod(out))
+    size = x_shape[0] * x_shape[1] * math.prod(kernel) * math.prod(out)
     if size > ND_GATHER_MAX or not size:
         return None
     return _nd_gather_plan(tuple(x_shape), tuple(kernel), tuple(strides), tuple(dilations), tuple(pb), tuple(out))
@@ -664,6 +665,7 @@ class Conv(Kernel):
         self.geo = ConvGeometry(node)
         self.group = node.attr("group", 1)
         self._plans: dict[tuple, tuple | bool] = {}  # per (input, weight shapes); kernels are shared by runs
+        self._geometries: dict[tuple, tuple] = {}  # ``geo.resolve``'s, per (input, weight shapes), as tuples
         self.widen = half.WidenedInputs(node, ctx)
         self.last_path: str | None = None  #: the ``ND_PATHS`` name of the last im2col run
         self.taps = TrimmedTaps(node, ctx, lambda twin: Conv(twin, ctx))  #: taps reading only padding, cut
@@ -687,7 +689,8 @@ class Conv(Kernel):
         n, c = x.shape[:2]
         m = w.shape[0]
         g = self.group
-        kernel, strides, dil, pb, pe, out = self.geo.resolve(x.shape[2:], w.shape[2:])
+        kernel, strides, dil, pb, pe, out = per_shape(self._geometries, (x.shape, w.shape), lambda: tuple(
+            tuple(v) for v in self.geo.resolve(x.shape[2:], w.shape[2:])))
         nd = len(kernel)
         cg, mg = c // g, m // g
         if cg == 1 and mg == 1 and g > 1 and nd == 2:
@@ -696,8 +699,7 @@ class Conv(Kernel):
         elif cg == 1 and mg == 1 and g > 1:
             y = self._depthwise(window_view(pad_spatial(x, pb, pe), kernel, strides, dil, out), w, kernel, nd)
         elif (g == 1 and nd >= 3 and x.dtype.kind == "f" and w.dtype == x.dtype
-              and (plan := nd_gather_plan(x.shape, tuple(kernel), tuple(strides), tuple(dil), tuple(pb),
-                                          tuple(out))) is not None):
+              and (plan := nd_gather_plan(x.shape, kernel, strides, dil, pb, out)) is not None):
             self.last_path = ND_GATHER
             y = nd_gather_conv(np.ascontiguousarray(x), w, plan, out)
         elif (ND_FRAME_TAPS_ENABLED and nd == 3 and g == 1 and x.dtype.kind == "f" and w.dtype == x.dtype and tuple(kernel[1:]) == (1, 1)

@@ -381,6 +381,11 @@ class _AverageProducts:
         return np.matmul(self.rows, t).reshape(n, c, *out)
 
 
+def _whole_mean(x: np.ndarray, out: None) -> np.ndarray:
+    """A global average pool: the mean over every spatial axis (``out``: the products' signature)."""
+    return np.asarray(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)
+
+
 @register("AveragePool", since=1)
 class AveragePool(_Pool):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
@@ -388,16 +393,20 @@ class AveragePool(_Pool):
         self.include_pad = bool(node.attr("count_include_pad", 0))
         self._divisors: dict[tuple, np.ndarray] = {}  # per (spatial shape, dtype); kernels are shared by runs
         self._products: dict[tuple, _AverageProducts] = {}  # likewise
-        self._by_shape: dict[tuple, tuple] = {}  # (input shape, dtype) -> (products, out): no geometry per run
+        # (input shape, dtype) -> (products or _whole_mean, out): no geometry per run
+        self._by_shape: dict[tuple, tuple] = {}
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
-        found = self._by_shape.get((x.shape, x.dtype))  # the products path, resolved once per shape
+        found = self._by_shape.get((x.shape, x.dtype))  # the products or whole-window path, resolved once per shape
         if found is not None:
             return [found[0](x, found[1])]
         kernel, strides, dil, pb, pe, out, pe_explicit = self.geometry(x.shape[2:])
         if _whole_window(x, kernel, strides, dil, pb, pe):
-            return [np.asarray(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
+            if len(self._by_shape) > 64:
+                self._by_shape.clear()
+            self._by_shape[x.shape, x.dtype] = (_whole_mean, None)  # a video network's closing pool
+            return [_whole_mean(x, None)]
         padded = any(pb) or any(pe)
         if x.ndim == 4 and x.size and x.dtype in (np.float32, np.float64):
             products = self._average_products(x, kernel, strides, dil, pb, pe, pe_explicit, out, padded)

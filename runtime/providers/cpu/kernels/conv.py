@@ -590,8 +590,8 @@ def nd_gather_plan(x_shape: tuple, kernel: tuple, strides: tuple, dilations: tup
 
 
 #: Kept per process (read-only): a network repeats its geometries, and sessions of one model all
-#: of them.
-@functools.lru_cache(maxsize=64)
+#: of them. At most 32 plans of at most ND_GATHER_MAX indices: 32 MiB, as ``_gather_plan``'s 128.
+@functools.lru_cache(maxsize=32)
 def _nd_gather_plan(x_shape: tuple, kernel: tuple, strides: tuple, dilations: tuple, pb: tuple,
                     out: tuple) -> tuple[np.ndarray, bool]:
     n, c = x_shape[:2]

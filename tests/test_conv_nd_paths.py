@@ -1,7 +1,9 @@
 """The N-d Conv's paths (``conv.ND_PATHS``): ``nd_flat_taps`` against the canonical ``nd_im2col``
 and onnxruntime, on 3-D convolutions of every kind it takes (dilated, padded unevenly, grouped,
 several images, float64, blocks that split the positions); ``nd_frame_taps`` likewise on k x 1 x 1
-ones (frame padding and dilation, taps in the padding, no tap reaching every output)."""
+ones (frame padding and dilation, taps in the padding, no tap reaching every output);
+``nd_gather`` likewise on the ungrouped ones and strided ones. ``nd_gather`` takes every small
+ungrouped convolution first, so the other paths' tests turn it off (``_no_gather``)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,11 @@ CASES = [
     ((1, 2, 3, 4, 5, 4), (3, 2, 2, 2, 3, 2), {"pads": [1, 0, 1, 0, 0, 1, 0, 1]}),  # 4-D
     ((1, 3, 13, 8, 3), (4, 3, 1, 1, 1), {}),  # 1x1x1, no padding: the output cut is contiguous already
 ]
+
+
+@pytest.fixture(autouse=True)
+def _no_gather(monkeypatch):
+    monkeypatch.setattr(conv, "ND_GATHER_MAX", 0)
 
 
 def _kernel(attrs: dict) -> conv.Conv:
@@ -125,3 +132,50 @@ def test_nd_frame_taps_condition():
         kernel = _kernel(attrs)
         kernel.compute([x, wk, b])
         assert kernel.last_path in (conv.ND_IM2COL, conv.ND_FLAT_TAPS), attrs
+
+
+GATHER_CASES = [c for c in CASES if c[2].get("group", 1) == 1] + [
+    ((2, 3, 5, 7, 6), (4, 3, 3, 3, 2), {"strides": [2, 1, 3], "pads": [1, 0, 1, 2, 1, 0]}),
+    ((1, 4, 4, 4, 4), (5, 4, 3, 3, 3), {"strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1], "dilations": [1, 2, 1]}),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", GATHER_CASES, ids=lambda c: "x".join(map(str, c[0])) + "-" + "x".join(map(str, c[1])))
+def test_nd_gather_matches_nd_im2col_and_onnxruntime(monkeypatch, case, dtype):
+    xs, ws, attrs = case
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x, w, b = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype), rng.standard_normal(ws[0]).astype(dtype)
+    monkeypatch.setattr(conv, "ND_GATHER_MAX", 1 << 17)
+    kernel = _kernel(attrs)
+    got = kernel.compute([x, w, b])[0]
+    assert kernel.last_path == conv.ND_GATHER
+    again = kernel.compute([x * 2, w, b])[0]  # the plan kept for the shape, on new values
+    monkeypatch.setattr(conv, "ND_GATHER_MAX", 0)
+    monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", 0.0)
+    monkeypatch.setattr(conv, "ND_FRAME_TAPS_ENABLED", False)
+    plain = _kernel(attrs)
+    want = plain.compute([x, w, b])[0]
+    assert plain.last_path == conv.ND_IM2COL
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    assert got.shape == want.shape and got.dtype == want.dtype and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(again, plain.compute([x * 2, w, b])[0], rtol=tol, atol=tol)
+    if len(xs) == 5 and dtype == np.float32:
+        np.testing.assert_allclose(got, _onnxruntime(x, w, b, attrs), rtol=tol, atol=tol)
+
+
+def test_nd_gather_condition(monkeypatch):
+    """Grouped convolutions and windows past ND_GATHER_MAX elements keep the other paths."""
+    monkeypatch.setattr(conv, "ND_GATHER_MAX", 1 << 17)
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((4, 2, 3, 3, 3)).astype(np.float32)
+    b = np.zeros(4, np.float32)
+    grouped = _kernel({"pads": [1] * 6, "group": 2})
+    grouped.compute([rng.standard_normal((1, 4, 3, 4, 4)).astype(np.float32), w, b])
+    assert grouped.last_path == conv.ND_IM2COL
+    big = rng.standard_normal((1, 2, 8, 30, 30)).astype(np.float32)  # 2 x 27 x 7200 window elements
+    kernel = _kernel({"pads": [1] * 6})
+    kernel.compute([big, w, b])
+    assert kernel.last_path == conv.ND_FLAT_TAPS
+    assert conv.nd_gather_plan(big.shape, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), (8, 30, 30)) is None

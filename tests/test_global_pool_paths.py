@@ -1,7 +1,8 @@
 """GlobalAveragePool's and GlobalMaxPool's fast path (``pooling.flat_reduce``: one reduction over
 each flattened plane of a C-contiguous float32/float64 input) against the canonical kernel (np.mean
 or np.max over the spatial axes) on random and edge inputs, bit for bit, and against onnxruntime.
-Inputs the condition leaves out (float16, strided views, empty planes) take the canonical path."""
+Inputs the condition leaves out (float16, strided views, empty planes) take the canonical path.
+AveragePool's whole-window case, kept per input shape, against onnxruntime."""
 
 from __future__ import annotations
 
@@ -84,3 +85,22 @@ def test_inputs_outside_the_condition_take_the_canonical_path(op):
         assert kernel.last_path == "canonical"
         want = np.asarray(OPS[op](x, axis=(2, 3), keepdims=True), dtype=x.dtype) if x.size else y
         np.testing.assert_array_equal(y, want)
+
+
+def test_average_pool_whole_window_kept_per_shape():
+    """An AveragePool whose window is the whole input (a video network's closing 2x2x2 pool) keeps
+    that per input shape: the same kernel on an input its window no longer covers whole pools
+    windows again, and back; each run matches onnxruntime."""
+    attrs = dict(kernel_shape=[2, 2, 2])
+    node = Node("AveragePool", ["x"], ["y"], attribute_protos=[helper.make_attribute(k, v) for k, v in attrs.items()])
+    node.since_version = 19
+    kernel = pooling.AveragePool(node, None)
+    model = make([helper.make_node("AveragePool", ["x"], ["y"], **attrs)], [vi("x", ["n", "c", "t", "h", "w"])],
+                 [vi("y", None)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seed, shape in enumerate([(1, 6, 2, 2, 2), (1, 6, 4, 4, 2), (1, 6, 2, 2, 2), (2, 3, 2, 2, 2)]):
+        x = _input(shape, np.float32, False, seed)
+        y = kernel.compute([x])[0]
+        want = sess.run(None, {"x": x})[0]
+        assert y.shape == want.shape and y.dtype == np.float32
+        np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)

@@ -92,3 +92,16 @@ def test_switch_off_keeps_the_plain_path(monkeypatch):
     kernel = _kernel(attrs)
     kernel.compute([np.zeros(shape, np.float32)])
     assert kernel.last_path == ""
+
+
+def test_native_3d_plan_is_per_input_shape():
+    """One kernel over shapes in turn (a dynamic frame axis), one of them with windows of padding
+    alone: each run is the canonical pool of its own shape, the plan kept per shape."""
+    attrs = dict(kernel_shape=[2, 2, 2], dilations=[3, 1, 1], pads=[1, 0, 0, 1, 0, 0])
+    kernel, plain = _kernel(attrs), _kernel(attrs)
+    plain._native = None
+    for seed, shape in enumerate([(1, 2, 2, 3, 3), (1, 2, 6, 4, 3), (1, 2, 2, 3, 3), (1, 2, 6, 4, 3)]):
+        x = _input(shape, np.float32, seed)
+        y = kernel.compute([x])[0]
+        assert kernel.last_path == "native_3d"
+        np.testing.assert_array_equal(y, plain.compute([x])[0])

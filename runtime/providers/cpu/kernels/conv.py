@@ -4,6 +4,7 @@ product over kernel taps) and ConvTranspose (matmul then col2im as strided adds)
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -503,9 +504,16 @@ ND_FLAT_TAPS = ND_PATHS.add("nd_flat_taps", "float, 3-D or more, unit strides, n
 ND_FRAME_TAPS = ND_PATHS.add("nd_frame_taps", "float, 3-D, not grouped, kernel k x 1 x 1, unit strides, no "
                                               "row or column padding: frame_taps_conv, one product per frame "
                                               "tap over the input's frames as they lie, no window copy")
+ND_GATHER = ND_PATHS.add("nd_gather", "float, 3-D or more, not grouped, the windows of all images at most "
+                                      "ND_GATHER_MAX elements: nd_gather_plan's indices, one take of the "
+                                      "windows and one product")
 #: Whether the k x 1 x 1 convolutions take ``frame_taps_conv`` (tests turn it off to reach the
 #: other paths with them)
 ND_FRAME_TAPS_ENABLED = True
+#: The most window elements (N C taps outputs) ``nd_gather`` takes: below it one ``take`` of
+#: precomputed indices copies the windows, where im2col transposes a window view of the padded
+#: input (a copy of the input first, then a strided copy of 2 + 2 nd axes).
+ND_GATHER_MAX = 1 << 17
 #: The size (elements) of flat_taps_conv's window buffer: a block of output positions whose
 #: windows stay in (a large) cache between their copy and the product. Whole, a 64-channel 3x3x3
 #: layer's windows are tens of megabytes written to memory and read back; MLAS blocks its im2col
@@ -569,6 +577,58 @@ def flat_taps_conv(x: np.ndarray, w: np.ndarray, pb: tuple, pe: tuple, out: tupl
     return np.array(view, order="C")
 
 
+def nd_gather_plan(x_shape: tuple, kernel: tuple, strides: tuple, dilations: tuple, pb: tuple,
+                   out: tuple) -> tuple[np.ndarray, bool] | None:
+    """For a small N-d convolution of input ``x_shape``: the flat indices (N, C taps, outputs)
+    that gather every window from the input in one ``take``, padding reading the cell appended
+    after the input (index ``x.size``), and whether any does; None past ``ND_GATHER_MAX``
+    elements. Rows are channel-major then tap, as the weights (M, C, *kernel) flatten."""
+    size = x_shape[0] * x_shape[1] * math.prod(kernel) * math.prod(out)
+    if size > ND_GATHER_MAX or not size:
+        return None
+    return _nd_gather_plan(tuple(x_shape), tuple(kernel), tuple(strides), tuple(dilations), tuple(pb), tuple(out))
+
+
+#: Kept per process (read-only): a network repeats its geometries, and sessions of one model all
+#: of them. At most 32 plans of at most ND_GATHER_MAX indices: 32 MiB, as ``_gather_plan``'s 128.
+@functools.lru_cache(maxsize=32)
+def _nd_gather_plan(x_shape: tuple, kernel: tuple, strides: tuple, dilations: tuple, pb: tuple,
+                    out: tuple) -> tuple[np.ndarray, bool]:
+    n, c = x_shape[:2]
+    spatial = x_shape[2:]
+    taps, outputs = int(np.prod(kernel)), int(np.prod(out))
+    at = np.zeros(tuple(kernel) + tuple(out), np.intp)  # the offset in a plane, per (tap, output)
+    inside = np.ones(at.shape, bool)
+    nd = len(kernel)
+    for a in range(nd):
+        pos = np.arange(kernel[a])[:, None] * dilations[a] + np.arange(out[a])[None, :] * strides[a] - pb[a]
+        shape = [1] * (2 * nd)
+        shape[a], shape[nd + a] = kernel[a], out[a]
+        pos = pos.reshape(shape)
+        inside &= (pos >= 0) & (pos < spatial[a])
+        at = at * spatial[a] + pos
+    at, inside = at.reshape(taps, outputs), inside.reshape(taps, outputs)
+    plane = int(np.prod(spatial))
+    starts = (np.arange(n * c) * plane).reshape(n, c, 1, 1)
+    idx = np.where(inside, at, 0) + starts
+    padded = not inside.all()
+    if padded:
+        idx = np.where(inside, idx, n * c * plane)
+    idx = np.ascontiguousarray(idx.reshape(n, c * taps, outputs), dtype=np.intp)
+    idx.flags.writeable = False
+    return idx, padded
+
+
+def nd_gather_conv(x: np.ndarray, w: np.ndarray, plan: tuple[np.ndarray, bool], out: tuple) -> np.ndarray:
+    """A small ungrouped N-d convolution (no bias) from its gathered windows: one take, one product."""
+    idx, padded = plan
+    flat = x.reshape(-1)
+    if padded:
+        flat = np.concatenate((flat, np.zeros(1, x.dtype)))
+    y = np.matmul(w.reshape(w.shape[0], -1), flat.take(idx, mode="wrap"))
+    return y.reshape((x.shape[0], w.shape[0]) + tuple(out))
+
+
 def frame_taps_conv(x: np.ndarray, w: np.ndarray, pb: int, out: int, dil: int) -> np.ndarray:
     """A unit-stride convolution (no bias, not grouped) whose kernel spans frames alone (k x 1 x 1,
     R(2+1)D's temporal half), over an input unpadded in its rows and columns: each frame tap is one
@@ -605,6 +665,7 @@ class Conv(Kernel):
         self.geo = ConvGeometry(node)
         self.group = node.attr("group", 1)
         self._plans: dict[tuple, tuple | bool] = {}  # per (input, weight shapes); kernels are shared by runs
+        self._geometries: dict[tuple, tuple] = {}  # ``geo.resolve``'s, per (input, weight shapes), as tuples
         self.widen = half.WidenedInputs(node, ctx)
         self.last_path: str | None = None  #: the ``ND_PATHS`` name of the last im2col run
         self.taps = TrimmedTaps(node, ctx, lambda twin: Conv(twin, ctx))  #: taps reading only padding, cut
@@ -628,7 +689,8 @@ class Conv(Kernel):
         n, c = x.shape[:2]
         m = w.shape[0]
         g = self.group
-        kernel, strides, dil, pb, pe, out = self.geo.resolve(x.shape[2:], w.shape[2:])
+        kernel, strides, dil, pb, pe, out = per_shape(self._geometries, (x.shape, w.shape), lambda: tuple(
+            tuple(v) for v in self.geo.resolve(x.shape[2:], w.shape[2:])))
         nd = len(kernel)
         cg, mg = c // g, m // g
         if cg == 1 and mg == 1 and g > 1 and nd == 2:
@@ -636,6 +698,10 @@ class Conv(Kernel):
                                tuple(dil))
         elif cg == 1 and mg == 1 and g > 1:
             y = self._depthwise(window_view(pad_spatial(x, pb, pe), kernel, strides, dil, out), w, kernel, nd)
+        elif (g == 1 and nd >= 3 and x.dtype.kind == "f" and w.dtype == x.dtype
+              and (plan := nd_gather_plan(x.shape, kernel, strides, dil, pb, out)) is not None):
+            self.last_path = ND_GATHER
+            y = nd_gather_conv(np.ascontiguousarray(x), w, plan, out)
         elif (ND_FRAME_TAPS_ENABLED and nd == 3 and g == 1 and x.dtype.kind == "f" and w.dtype == x.dtype and tuple(kernel[1:]) == (1, 1)
               and all(s == 1 for s in strides) and not any(pb[1:]) and not any(pe[1:])):
             self.last_path = ND_FRAME_TAPS

@@ -71,6 +71,7 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     same_width_taps,
     strided_view,
 )
+from onnxhal.runtime.providers.cpu.kernels.conv3d import FramesAs2d
 from onnxhal.runtime.providers.cpu.kernels.dead_taps import TrimmedTaps
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN, FusedBase, writable
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
@@ -270,6 +271,9 @@ class FusedConv(FusedBase):
         self._node, self._ctx = node, ctx
         self._conv_kernel: Kernel | None = None  # ``_fallback``, once made
         self._as_2d = self._twin_2d(node, ctx)
+        #: a 3-D convolution that is a 2-D one over a view or a transpose of its input (conv3d), or None
+        self.frames_as_2d = (FramesAs2d.for_node(node, ctx, lambda twin: FusedConv(twin, ctx))
+                             if self._as_2d is None else None)
         self._w4: tuple | None = None
         self._fast: dict[tuple, tuple] = {}  # per input shape: (W, dtype, B, run), ``_remember``
         self._slow: set[tuple] = set()  # input shapes whose path ``_remember`` does not keep
@@ -368,6 +372,16 @@ class FusedConv(FusedBase):
             y = self._as_2d.compute([x[:, :, None, :], self._weights_2d(w), b, None if z is None else z[:, :, None, :]])
             self.last_path = self._as_2d.last_path
             return [y[0][:, :, 0, :]]
+        frames = self.frames_as_2d
+        if frames is not None and frames.applies(x, w):
+            y = frames.run(x, w, b, z)
+            self.last_path = frames.twin.last_path
+            kept = frames.twin._fast.get(frames.shape_2d(x.shape))
+            if kept is not None:  # the twin's kept run, reshaped around, straight from the next run
+                if len(self._fast) > 64:
+                    self._fast.clear()
+                self._fast[x.shape] = (w, x.dtype, b, frames.bound(x.shape, kept[3]))
+            return [y]
         if x.ndim != 4 or x.dtype.kind != "f" or w.dtype != x.dtype:
             y = writable(self._fallback.compute(inputs[:3])[0], x.dtype)
             if z is not None:

@@ -21,6 +21,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
     """(kernel, path) for every registered path, the numerics module's included."""
     from onnxhal.runtime.providers.cpu.kernels import (  # noqa: F401 - they fill PATH_TABLES
         conv,
+        conv3d,
         dead_taps,
         fused,
         fused_conv,

@@ -212,6 +212,7 @@ class MaxPool(_Pool):
         super().__init__(node, ctx)
         self.with_indices = len(node.outputs) > 1 and bool(node.outputs[1])
         self._plans: dict[tuple, tuple | bool] = {}  # per (input shape, dtype); kernels are shared by runs
+        self._native_plans: dict[tuple, tuple | bool] = {}  # per input shape, ``_native_plan``
         self.ref = None
         # the C passes run every axis of a plane while it is in cache, where numpy's passes run one
         # whole-array pass per tap and axis (each a slice and a loop call)
@@ -267,15 +268,27 @@ class MaxPool(_Pool):
     def _native_3d(self, x: np.ndarray) -> np.ndarray | None:
         """``_native.max_pool_3d``'s maxima, with onnxruntime's -FLT_MAX in windows of padding
         alone; None when the pool has no output (the plain path's shapes)."""
-        kernel, strides, dil, pb, _, out, _ = self.geometry(x.shape[2:])
-        if any(o <= 0 for o in out):
+        plan = per_shape(self._native_plans, x.shape, lambda: self._native_plan(x.shape))
+        if not plan:
             return None
-        y = np.empty(x.shape[:2] + tuple(out), x.dtype)
-        self._native.max_pool_3d(np.ascontiguousarray(x), y, tuple(kernel), tuple(strides), tuple(pb), tuple(dil))
-        empty = padding_only_windows(x.shape[2:], kernel, strides, dil, pb, out)
+        out_shape, args, empty = plan
+        y = np.empty(out_shape, x.dtype)
+        self._native.max_pool_3d(np.ascontiguousarray(x), y, *args)
         if empty is not None:
-            y[(slice(None), slice(None)) + empty] = np.finfo(x.dtype).min
+            y[empty] = np.finfo(x.dtype).min
         return y
+
+    def _native_plan(self, shape: tuple) -> tuple | bool:
+        """For an input ``shape``: the output shape, ``max_pool_3d``'s geometry arguments and the
+        outputs whose windows read padding alone (None: none), resolved once per shape, as a
+        video network's small pools would otherwise resolve their geometry on every run; False
+        when the pool has no output."""
+        kernel, strides, dil, pb, _, out, _ = self.geometry(shape[2:])
+        if any(o <= 0 for o in out):
+            return False
+        empty = padding_only_windows(shape[2:], kernel, strides, dil, pb, out)
+        return (tuple(shape[:2]) + tuple(out), (tuple(kernel), tuple(strides), tuple(pb), tuple(dil)),
+                None if empty is None else (slice(None), slice(None)) + empty)
 
     def _gather_plan(self, shape: tuple, dtype: np.dtype) -> tuple | bool:
         """For a small input: the window indices (``_window_indices``), the cell appended for
@@ -368,6 +381,11 @@ class _AverageProducts:
         return np.matmul(self.rows, t).reshape(n, c, *out)
 
 
+def _whole_mean(x: np.ndarray, out: None) -> np.ndarray:
+    """A global average pool: the mean over every spatial axis (``out``: the products' signature)."""
+    return np.asarray(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)
+
+
 @register("AveragePool", since=1)
 class AveragePool(_Pool):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
@@ -375,16 +393,20 @@ class AveragePool(_Pool):
         self.include_pad = bool(node.attr("count_include_pad", 0))
         self._divisors: dict[tuple, np.ndarray] = {}  # per (spatial shape, dtype); kernels are shared by runs
         self._products: dict[tuple, _AverageProducts] = {}  # likewise
-        self._by_shape: dict[tuple, tuple] = {}  # (input shape, dtype) -> (products, out): no geometry per run
+        # (input shape, dtype) -> (products or _whole_mean, out): no geometry per run
+        self._by_shape: dict[tuple, tuple] = {}
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
-        found = self._by_shape.get((x.shape, x.dtype))  # the products path, resolved once per shape
+        found = self._by_shape.get((x.shape, x.dtype))  # the products or whole-window path, resolved once per shape
         if found is not None:
             return [found[0](x, found[1])]
         kernel, strides, dil, pb, pe, out, pe_explicit = self.geometry(x.shape[2:])
         if _whole_window(x, kernel, strides, dil, pb, pe):
-            return [np.asarray(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True), dtype=x.dtype)]
+            if len(self._by_shape) > 64:
+                self._by_shape.clear()
+            self._by_shape[x.shape, x.dtype] = (_whole_mean, None)  # a video network's closing pool
+            return [_whole_mean(x, None)]
         padded = any(pb) or any(pe)
         if x.ndim == 4 and x.size and x.dtype in (np.float32, np.float64):
             products = self._average_products(x, kernel, strides, dil, pb, pe, pe_explicit, out, padded)

@@ -76,6 +76,11 @@ CASES = [
     ("direct_native", (2, 4, 24, 22), (5, 4, 3, 2), {"pads": [0, 1, 2, 0], "dilations": [2, 1]}),
     ("direct_native", (1, 4, 30, 60), (6, 4, 2, 3), {"pads": [2, 0, 0, 1], "strides": [1, 3]}),
     ("direct_native", (1, 3, 20, 40), (5, 3, 3, 3), {"pads": [1, 2, 0, 1]}),  # a channel past the blocks of 4
+    # the C route of 3x3 layers with more channels (VGG-style stacks): output channels past the blocks of
+    # 4, stride 2 with uneven pads, no padding
+    ("direct_native_few", (1, 8, 18, 17), (6, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("direct_native_few", (2, 16, 33, 32), (9, 16, 3, 3), {"pads": [1, 0, 1, 1], "strides": [2, 2]}),
+    ("direct_native_few", (1, 64, 18, 18), (4, 64, 3, 3), {}),
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
     ("pointwise", (1, 1, 1, 1), (3, 1, 1, 1), {}),
     ("pointwise", (1, 16, 15, 15), (64, 4, 1, 1), {"group": 4}),  # bias in the product: g * k < m
@@ -121,7 +126,8 @@ def _depthwise_route(request, monkeypatch):
     callspec = getattr(request.node, "callspec", None)
     case = callspec.params.get("case") if callspec is not None else None
     rows = bool(case) and case[0] == fused_conv.DEPTHWISE_NATIVE_ROWS
-    native = rows or bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE)
+    native = rows or bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE,
+                                                fused_conv.DIRECT_NATIVE_FEW)
     if native and native_module() is None:
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
     if rows and not hasattr(native_module(), "depthwise_unit"):
@@ -582,3 +588,32 @@ def test_taps_leaves_small_planes_of_many_outputs_to_im2col():
     x, w, b, z = _inputs(np.random.default_rng(12), (1, 192, 5, 5), (96, 192, 3, 3), a, "random", True, False)
     assert fused_conv.taps_wasted_rows(96, (7, 7), (5, 5)) > fused_conv.TAPS_MAX_WASTED_ROWS
     _check(fused_kernel(w.shape, a, True, True, "Relu", []), "im2col_same_width", x, w, b, z, a, "Relu", [])
+
+
+@pytest.mark.parametrize("n, m", [(1, 9), (3, 8)])
+def test_native_split_parts_match_one_call(monkeypatch, n, m):
+    """``native_split`` over two workers: one image in parts of whole blocks of output channels (a
+    last block short of 4), several images in parts of images; each part one C call, together equal
+    to one call over everything, bias and Relu in C included."""
+    native = native_module()
+    if native is None:
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    monkeypatch.setattr(worker_pool, "WORKERS", 2)
+    monkeypatch.setattr(worker_pool, "PARALLEL_MIN_WORK", 1)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, 12, 11, 10)).astype(np.float32)
+    w = rng.standard_normal((m, 12, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    geometry, act = ((1, 1), (1, 1), (1, 1), 1), fused_conv.native_activation("Relu", [])
+    want = np.empty((n, m, 11, 10), np.float32)
+    native.direct_conv(x, w, b, want, *geometry, *act)
+    calls = []
+
+    def direct(*args):
+        calls.append(args[3].shape[:2])
+        native.direct_conv(*args)
+
+    got = np.full_like(want, np.nan)
+    fused_conv.native_split(direct, x, w, b, got, geometry, act)
+    assert sorted(calls) == ([(1, 4), (1, 5)] if n == 1 else [(1, m), (2, m)])  # in either order
+    np.testing.assert_array_equal(got, want)

@@ -81,6 +81,8 @@ CASES = [
     ("direct_native_few", (1, 8, 18, 17), (6, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("direct_native_few", (2, 16, 33, 32), (9, 16, 3, 3), {"pads": [1, 0, 1, 1], "strides": [2, 2]}),
     ("direct_native_few", (1, 64, 18, 18), (4, 64, 3, 3), {}),
+    # long sums over a plane of 1024 (the C kernel's blocks of 6 channels, then one of 4)
+    ("direct_native_few", (1, 16, 32, 30), (10, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
     ("pointwise", (1, 1, 1, 1), (3, 1, 1, 1), {}),
     ("pointwise", (1, 16, 15, 15), (64, 4, 1, 1), {"group": 4}),  # bias in the product: g * k < m
@@ -617,3 +619,25 @@ def test_native_split_parts_match_one_call(monkeypatch, n, m):
     fused_conv.native_split(direct, x, w, b, got, geometry, act)
     assert sorted(calls) == ([(1, 4), (1, 5)] if n == 1 else [(1, m), (2, m)])  # in either order
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_direct_conv_wide_blocks(dtype):
+    """_native.direct_conv's blocks of 6 output channels (at least 128 products per output over a
+    plane of at least 1024) and what is left after them: 14 channels as 6 + 4 + 4, 7 as 6 + 1, 4
+    as one block of 4, against a float64 convolution, with a stride-2 layer and two images."""
+    native = native_module()
+    if native is None:
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    rng = np.random.default_rng(8)
+    for m, strides, pads in ((14, [1, 1], [1, 1, 1, 1]), (7, [1, 1], [1, 0, 1, 2]), (4, [1, 1], [0, 0, 0, 0]),
+                             (13, [2, 2], [1, 1, 1, 1])):
+        x = rng.standard_normal((2, 16, 34, 64)).astype(dtype)
+        w = rng.standard_normal((m, 16, 3, 3)).astype(dtype)
+        b = rng.standard_normal(m).astype(dtype)
+        a = _attrs({"pads": pads, "strides": strides}, w.shape)
+        want = reference_conv(x, w, a) + b.reshape(1, -1, 1, 1)
+        y = np.empty(want.shape, dtype)
+        native.direct_conv(x, w, b, y, tuple(strides), tuple(pads[:2]), (1, 1), 1)
+        tol = 1e-4 if dtype == np.float32 else 1e-11
+        np.testing.assert_allclose(y, want, rtol=tol, atol=tol)

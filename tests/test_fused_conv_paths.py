@@ -641,3 +641,16 @@ def test_direct_conv_wide_blocks(dtype):
         native.direct_conv(x, w, b, y, tuple(strides), tuple(pads[:2]), (1, 1), 1)
         tol = 1e-4 if dtype == np.float32 else 1e-11
         np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+def test_few_channels_bounds():
+    """direct_native_few's condition at its bounds: 3x3 alone, dilation 1, the channel bounds at unit
+    stride and stride 2, the fewest outputs a plane; direct_native keeps 4 channels and fewer."""
+    few, top, strided = fused_conv.few_channels_apply, fused_conv.NATIVE_FEW_MAX_CHANNELS, fused_conv.NATIVE_FEW_MAX_STRIDED_CHANNELS
+    least = fused_conv.NATIVE_FEW_MIN_OUTPUTS
+    assert few((top, 3, 3), (16, 16), (1, 1), (1, 1)) and not few((top + 1, 3, 3), (16, 16), (1, 1), (1, 1))
+    assert few((strided, 3, 3), (16, 16), (2, 2), (1, 1)) and not few((strided + 1, 3, 3), (16, 16), (2, 2), (1, 1))
+    assert not few((16, 3, 3), (16, 16), (2, 1), (1, 1)) and not few((16, 3, 3), (16, 16), (1, 1), (2, 2))
+    assert not few((16, 5, 5), (16, 16), (1, 1), (1, 1)) and not few((16, 3, 1), (16, 16), (1, 1), (1, 1))
+    assert not few((16, 3, 3), (1, least - 1), (1, 1), (1, 1)) and few((16, 3, 3), (1, least), (1, 1), (1, 1))
+    assert not few((fused_conv.NATIVE_DIRECT_MAX_CHANNELS, 3, 3), (16, 16), (1, 1), (1, 1))

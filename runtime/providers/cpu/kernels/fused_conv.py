@@ -196,17 +196,18 @@ DIRECT_CONV_BLOCK = 4
 NATIVE_DIRECT_MAX_CHANNELS = 4
 NATIVE_DIRECT_MAX_K = 160
 NATIVE_DIRECT_MIN_OUTPUTS = 256
-#: ``DIRECT_NATIVE_FEW``'s bounds. VGG-style stacks of 3x3 layers with 8 to 64 channels over large
+#: ``DIRECT_NATIVE_FEW``'s bounds. VGG-style stacks of 3x3 layers with up to 128 channels over large
 #: planes: im2col's product is thin (K = 9 C) and its window copy, nine times the input, is most of
-#: the memory traffic, where direct_conv reads each input row from cache for four output channels
-#: at a time. FusedConv with a bias, one thread, CPU time alternating, C against the path taken
-#: before (N = 1; N = 2 alike): 8 to 16 at 32x32 0.44, 16 to 16 at 64x64 0.41, 16 to 32 at 16x16
-#: 0.61, 32 to 32 at 16x16 0.61, 32 to 64 at 32x32 0.71, 64 to 64 at 56x56 0.76 and 112x112 0.75,
-#: 96 to 96 at 28x28 0.94, 128 to 128 at 28x28 1.03, 256 to 256 at 16x16 1.12; stride 2: 16 to 32
-#: from 32x32 0.62, 64 to 128 from 56x56 1.08. Below 16x16 outputs the gather and the packed
-#: product win (64 to 64 at 4x4 1.72; at 8x8 0.93-1.01).
-NATIVE_FEW_MAX_CHANNELS = 64
-NATIVE_FEW_MAX_STRIDED_CHANNELS = 32
+#: the memory traffic, where direct_conv reads each input row from cache for four or six output
+#: channels at a time. FusedConv with Relu, one thread, CPU time alternating, C against im2col
+#: (N = 1; N = 2 alike): 8 to 16 at 32x32 0.39, 16 to 16 at 64x64 0.36, 16 to 32 at 16x16 0.54,
+#: 32 to 32 at 16x16 0.52, 32 to 64 at 32x32 0.63, 64 to 64 at 32x32 0.63, 56x56 0.72 and 112x112
+#: 0.61, 128 to 128 at 56x56 0.69, 96 to 96 at 28x28 0.92 (N = 2 0.75), 128 to 128 at 28x28 0.93
+#: (0.80), 256 to 256 at 16x16 1.02 (0.93); stride 2: 16 to 32 from 32x32 0.55, 32 to 32 from
+#: 64x64 0.56, 64 to 128 from 56x56 0.97. Below 16x16 outputs the gather and the packed product
+#: win (64 to 64 at 4x4 1.72; at 8x8 0.93-1.01).
+NATIVE_FEW_MAX_CHANNELS = 128
+NATIVE_FEW_MAX_STRIDED_CHANNELS = 64
 NATIVE_FEW_MIN_OUTPUTS = 256
 
 #: ``TAPS``' bound on ``taps_wasted_rows``: its product runs over the padded plane, hp x wq

@@ -592,16 +592,19 @@ def test_taps_leaves_small_planes_of_many_outputs_to_im2col():
     _check(fused_kernel(w.shape, a, True, True, "Relu", []), "im2col_same_width", x, w, b, z, a, "Relu", [])
 
 
-@pytest.mark.parametrize("n, m", [(1, 9), (3, 8)])
-def test_native_split_parts_match_one_call(monkeypatch, n, m):
+@pytest.mark.parametrize("n, m, blas", [(1, 9, 2), (3, 8, 2), (3, 8, 1)])
+def test_native_split_parts_match_one_call(monkeypatch, n, m, blas):
     """``native_split`` over two workers: one image in parts of whole blocks of output channels (a
     last block short of 4), several images in parts of images; each part one C call, together equal
-    to one call over everything, bias and Relu in C included."""
+    to one call over everything, bias and Relu in C included. Where BLAS has one thread for the run
+    (the load governor's choice), one call."""
     native = native_module()
     if native is None:
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
     monkeypatch.setattr(worker_pool, "WORKERS", 2)
     monkeypatch.setattr(worker_pool, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setattr(worker_pool, "SPLIT_PRODUCTS", False)
+    monkeypatch.setattr(fused_conv, "get_blas_threads", lambda: blas)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((n, 12, 11, 10)).astype(np.float32)
     w = rng.standard_normal((m, 12, 3, 3)).astype(np.float32)
@@ -617,7 +620,10 @@ def test_native_split_parts_match_one_call(monkeypatch, n, m):
 
     got = np.full_like(want, np.nan)
     fused_conv.native_split(direct, x, w, b, got, geometry, act)
-    assert sorted(calls) == ([(1, 4), (1, 5)] if n == 1 else [(1, m), (2, m)])  # in either order
+    if blas == 1:
+        assert calls == [(n, m)]
+    else:
+        assert sorted(calls) == ([(1, 4), (1, 5)] if n == 1 else [(1, m), (2, m)])  # in either order
     np.testing.assert_array_equal(got, want)
 
 

@@ -1086,10 +1086,16 @@ def native_split(direct, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, y: 
     split between the workers when there are several and the work (multiply-adds) is at least
     ``worker_pool.PARALLEL_MIN_WORK``: one image by blocks of output channels (its rows of y are
     contiguous), several by images. Unlike BLAS's products, the C convolution runs on one thread,
-    so it is split whether or not BLAS threads itself. x, w and y C-contiguous, b contiguous."""
+    so it is split whether or not BLAS threads itself, into as many parts as BLAS has threads for
+    this run: the load governor (blas_threads.LoadAwareBlasThreads) lowers that count while other
+    processes hold the cores, where a part waits for a core (a 3-channel stem at 224x224 on two
+    loaded cores: 2.9 times as long split as on one thread). x, w and y C-contiguous, b contiguous."""
     n, m = y.shape[:2]
     work = n * m * w[0].size * y.shape[2] * y.shape[3]
     workers = worker_pool.WORKERS
+    blas = get_blas_threads()
+    if not worker_pool.SPLIT_PRODUCTS and blas is not None:
+        workers = min(workers, blas)
     if (workers <= 1 or work < worker_pool.PARALLEL_MIN_WORK
             or threading.current_thread().name.startswith("onnxhal-fused")):
         direct(x, w, b, y, *geometry, *act)

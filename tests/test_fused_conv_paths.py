@@ -631,14 +631,16 @@ def test_native_split_parts_match_one_call(monkeypatch, n, m, blas):
 def test_direct_conv_wide_blocks(dtype):
     """_native.direct_conv's blocks of 6 output channels (at least 128 products per output over a
     plane of at least 1024) and what is left after them: 14 channels as 6 + 4 + 4, 7 as 6 + 1, 4
-    as one block of 4, against a float64 convolution, with a stride-2 layer and two images."""
+    as one block of 4; its blocks of 8 on smaller planes: 12 as 8 + 4, 11 as 8 + 3 single ones;
+    against a float64 convolution, with a stride-2 layer and two images."""
     native = native_module()
     if native is None:
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
     rng = np.random.default_rng(8)
-    for m, strides, pads in ((14, [1, 1], [1, 1, 1, 1]), (7, [1, 1], [1, 0, 1, 2]), (4, [1, 1], [0, 0, 0, 0]),
-                             (13, [2, 2], [1, 1, 1, 1])):
-        x = rng.standard_normal((2, 16, 34, 64)).astype(dtype)
+    for hw, m, strides, pads in (((34, 64), 14, [1, 1], [1, 1, 1, 1]), ((34, 64), 7, [1, 1], [1, 0, 1, 2]),
+                                 ((34, 64), 4, [1, 1], [0, 0, 0, 0]), ((34, 64), 13, [2, 2], [1, 1, 1, 1]),
+                                 ((8, 8), 12, [1, 1], [1, 1, 1, 1]), ((7, 9), 11, [1, 1], [0, 1, 2, 1])):
+        x = rng.standard_normal((2, 16) + hw).astype(dtype)
         w = rng.standard_normal((m, 16, 3, 3)).astype(dtype)
         b = rng.standard_normal(m).astype(dtype)
         a = _attrs({"pads": pads, "strides": strides}, w.shape)

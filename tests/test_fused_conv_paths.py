@@ -81,6 +81,7 @@ CASES = [
     ("direct_native_few", (1, 8, 18, 17), (6, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("direct_native_few", (2, 16, 33, 32), (9, 16, 3, 3), {"pads": [1, 0, 1, 1], "strides": [2, 2]}),
     ("direct_native_few", (1, 64, 18, 18), (4, 64, 3, 3), {}),
+    ("direct_native_few", (2, 32, 8, 8), (12, 32, 3, 3), {"pads": [1, 1, 1, 1]}),  # blocks of 8 on a small plane
     # long sums over a plane of 1024 (the C kernel's blocks of 6 channels, then one of 4)
     ("direct_native_few", (1, 16, 32, 30), (10, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
@@ -661,4 +662,7 @@ def test_few_channels_bounds():
     assert not few((16, 3, 3), (16, 16), (2, 1), (1, 1)) and not few((16, 3, 3), (16, 16), (1, 1), (2, 2))
     assert not few((16, 5, 5), (16, 16), (1, 1), (1, 1)) and not few((16, 3, 1), (16, 16), (1, 1), (1, 1))
     assert not few((16, 3, 3), (1, least - 1), (1, 1), (1, 1)) and few((16, 3, 3), (1, least), (1, 1), (1, 1))
+    full = fused_conv.NATIVE_FEW_FULL_OUTPUTS  # smaller planes take at most the strided bound at unit stride too
+    assert few((top, 3, 3), (1, full), (1, 1), (1, 1)) and not few((top, 3, 3), (1, full - 1), (1, 1), (1, 1))
+    assert few((strided, 3, 3), (1, full - 1), (1, 1), (1, 1))
     assert not few((fused_conv.NATIVE_DIRECT_MAX_CHANNELS, 3, 3), (16, 16), (1, 1), (1, 1))

@@ -109,7 +109,8 @@ DIRECT_NATIVE = _path("direct_native", "ungrouped, more than one tap, at most NA
 DIRECT_NATIVE_FEW = _path("direct_native_few", "ungrouped 3x3, dilations 1, "
                                                "more than NATIVE_DIRECT_MAX_CHANNELS and at most "
                                                "NATIVE_FEW_MAX_CHANNELS input channels at unit stride (at most "
-                                               "NATIVE_FEW_MAX_STRIDED_CHANNELS at stride 2), at least "
+                                               "NATIVE_FEW_MAX_STRIDED_CHANNELS at stride 2 or under "
+                                               "NATIVE_FEW_FULL_OUTPUTS outputs a plane), at least "
                                                "NATIVE_FEW_MIN_OUTPUTS outputs a plane, the C extension _native "
                                                "built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_DIRECT_ENABLED "
                                                "(after direct_native, ahead of the gather and im2col): "
@@ -204,11 +205,15 @@ NATIVE_DIRECT_MIN_OUTPUTS = 256
 #: 32 to 32 at 16x16 0.52, 32 to 64 at 32x32 0.63, 64 to 64 at 32x32 0.63, 56x56 0.72 and 112x112
 #: 0.61, 128 to 128 at 56x56 0.69, 96 to 96 at 28x28 0.92 (N = 2 0.75), 128 to 128 at 28x28 0.93
 #: (0.80), 256 to 256 at 16x16 1.02 (0.93); stride 2: 16 to 32 from 32x32 0.55, 32 to 32 from
-#: 64x64 0.56, 64 to 128 from 56x56 0.97. Below 16x16 outputs the gather and the packed product
-#: win (64 to 64 at 4x4 1.72; at 8x8 0.93-1.01).
+#: 64x64 0.56, 64 to 128 from 56x56 0.97. With direct_conv's blocks of 8 on small planes, against
+#: the gather, the packed product and im2col (N = 1, N = 2): 64 to 64 at 14x14 0.68, 0.74, 128 to
+#: 128 at 14x14 0.88, 0.93, 32 to 32 at 12x12 0.67, 0.58; at 8x8 16 to 32 0.73, 0.83, 32 to 64
+#: 0.84, 0.79, 64 to 64 0.70, 0.87, but 128 to 128 1.05, 1.18 (so under NATIVE_FEW_FULL_OUTPUTS
+#: outputs a plane, at most NATIVE_FEW_MAX_STRIDED_CHANNELS channels); 64 to 64 at 4x4 1.66, 1.69.
 NATIVE_FEW_MAX_CHANNELS = 128
 NATIVE_FEW_MAX_STRIDED_CHANNELS = 64
-NATIVE_FEW_MIN_OUTPUTS = 256
+NATIVE_FEW_MIN_OUTPUTS = 64
+NATIVE_FEW_FULL_OUTPUTS = 128
 
 #: ``TAPS``' bound on ``taps_wasted_rows``: its product runs over the padded plane, hp x wq
 #: positions for oh x ow outputs, against im2col's copy of the windows, which it saves. Small planes
@@ -1075,9 +1080,9 @@ def few_channels_apply(in_ckk: tuple[int, int, int], out_hw: tuple[int, int], st
     if not (kh == kw == 3 and dilations == (1, 1) and NATIVE_DIRECT_MAX_CHANNELS < c
             and out_hw[0] * out_hw[1] >= NATIVE_FEW_MIN_OUTPUTS):
         return False
-    if strides == (1, 1):
+    if strides == (1, 1) and out_hw[0] * out_hw[1] >= NATIVE_FEW_FULL_OUTPUTS:
         return c <= NATIVE_FEW_MAX_CHANNELS
-    return strides == (2, 2) and c <= NATIVE_FEW_MAX_STRIDED_CHANNELS
+    return strides in ((1, 1), (2, 2)) and c <= NATIVE_FEW_MAX_STRIDED_CHANNELS
 
 
 def native_split(direct, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, y: np.ndarray, geometry: tuple,

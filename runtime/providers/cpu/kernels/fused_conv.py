@@ -26,7 +26,10 @@ G + g: a grouped convolution with G groups writes each group's product straight 
 channels (BLAS takes the strided rows), anything else is shuffled by one copy. With the C
 extension built, depthwise convolutions run there: at unit stride with 3, 5 or 7 kernel rows by
 blocks of output rows that share each loaded input row (``_native.depthwise_unit``), others one
-tap at a time over the plane (``_native.direct_conv``). Without it, depthwise convolutions copy
+tap at a time over the plane (``_native.direct_conv``); so do ungrouped convolutions of a few input
+channels (stems: ``direct_native``) and 3x3 ones of up to 128 over planes of 64 outputs and more
+(VGG-style stacks: ``direct_native_few``), blocks of output channels summed in registers over
+tiles of the plane, split between the workers (``native_split``). Without it, depthwise convolutions copy
 their taps as contiguous rows of the input's stride phases (flat planes without a border when the
 output keeps the input's width at unit stride or halves it at stride 2) tap-major
 and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy

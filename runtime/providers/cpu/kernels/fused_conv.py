@@ -1101,9 +1101,10 @@ def native_split(direct, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, y: 
     n, m = y.shape[:2]
     work = n * m * w[0].size * y.shape[2] * y.shape[3]
     workers = worker_pool.WORKERS
-    blas = get_blas_threads()
-    if not worker_pool.SPLIT_PRODUCTS and blas is not None:
-        workers = min(workers, blas)
+    if workers > 1 and work >= worker_pool.PARALLEL_MIN_WORK and not worker_pool.SPLIT_PRODUCTS:
+        blas = get_blas_threads()  # read only for work that may be split: a call through ctypes
+        if blas is not None:
+            workers = min(workers, blas)
     if (workers <= 1 or work < worker_pool.PARALLEL_MIN_WORK
             or threading.current_thread().name.startswith("onnxhal-fused")):
         direct(x, w, b, y, *geometry, *act)

@@ -76,6 +76,14 @@ CASES = [
     ("direct_native", (2, 4, 24, 22), (5, 4, 3, 2), {"pads": [0, 1, 2, 0], "dilations": [2, 1]}),
     ("direct_native", (1, 4, 30, 60), (6, 4, 2, 3), {"pads": [2, 0, 0, 1], "strides": [1, 3]}),
     ("direct_native", (1, 3, 20, 40), (5, 3, 3, 3), {"pads": [1, 2, 0, 1]}),  # a channel past the blocks of 4
+    # the C route of 3x3 layers with more channels (VGG-style stacks): output channels past the blocks of
+    # 4, stride 2 with uneven pads, no padding
+    ("direct_native_few", (1, 8, 18, 17), (6, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("direct_native_few", (2, 16, 33, 32), (9, 16, 3, 3), {"pads": [1, 0, 1, 1], "strides": [2, 2]}),
+    ("direct_native_few", (1, 64, 18, 18), (4, 64, 3, 3), {}),
+    ("direct_native_few", (2, 32, 8, 8), (12, 32, 3, 3), {"pads": [1, 1, 1, 1]}),  # blocks of 8 on a small plane
+    # long sums over a plane of 1024 (the C kernel's blocks of 6 channels, then one of 4)
+    ("direct_native_few", (1, 16, 32, 30), (10, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
     ("pointwise", (1, 1, 1, 1), (3, 1, 1, 1), {}),
     ("pointwise", (1, 16, 15, 15), (64, 4, 1, 1), {"group": 4}),  # bias in the product: g * k < m
@@ -121,7 +129,8 @@ def _depthwise_route(request, monkeypatch):
     callspec = getattr(request.node, "callspec", None)
     case = callspec.params.get("case") if callspec is not None else None
     rows = bool(case) and case[0] == fused_conv.DEPTHWISE_NATIVE_ROWS
-    native = rows or bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE)
+    native = rows or bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE,
+                                                fused_conv.DIRECT_NATIVE_FEW)
     if native and native_module() is None:
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
     if rows and not hasattr(native_module(), "depthwise_unit"):
@@ -582,3 +591,78 @@ def test_taps_leaves_small_planes_of_many_outputs_to_im2col():
     x, w, b, z = _inputs(np.random.default_rng(12), (1, 192, 5, 5), (96, 192, 3, 3), a, "random", True, False)
     assert fused_conv.taps_wasted_rows(96, (7, 7), (5, 5)) > fused_conv.TAPS_MAX_WASTED_ROWS
     _check(fused_kernel(w.shape, a, True, True, "Relu", []), "im2col_same_width", x, w, b, z, a, "Relu", [])
+
+
+@pytest.mark.parametrize("n, m, blas", [(1, 9, 2), (3, 8, 2), (3, 8, 1)])
+def test_native_split_parts_match_one_call(monkeypatch, n, m, blas):
+    """``native_split`` over two workers: one image in parts of whole blocks of output channels (a
+    last block short of 4), several images in parts of images; each part one C call, together equal
+    to one call over everything, bias and Relu in C included. Where BLAS has one thread for the run
+    (the load governor's choice), one call."""
+    native = native_module()
+    if native is None:
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    monkeypatch.setattr(worker_pool, "WORKERS", 2)
+    monkeypatch.setattr(worker_pool, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setattr(worker_pool, "SPLIT_PRODUCTS", False)
+    monkeypatch.setattr(fused_conv, "get_blas_threads", lambda: blas)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, 12, 11, 10)).astype(np.float32)
+    w = rng.standard_normal((m, 12, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    geometry, act = ((1, 1), (1, 1), (1, 1), 1), fused_conv.native_activation("Relu", [])
+    want = np.empty((n, m, 11, 10), np.float32)
+    native.direct_conv(x, w, b, want, *geometry, *act)
+    calls = []
+
+    def direct(*args):
+        calls.append(args[3].shape[:2])
+        native.direct_conv(*args)
+
+    got = np.full_like(want, np.nan)
+    fused_conv.native_split(direct, x, w, b, got, geometry, act)
+    if blas == 1:
+        assert calls == [(n, m)]
+    else:
+        assert sorted(calls) == ([(1, 4), (1, 5)] if n == 1 else [(1, m), (2, m)])  # in either order
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_direct_conv_wide_blocks(dtype):
+    """_native.direct_conv's blocks of 6 output channels (at least 128 products per output over a
+    plane of at least 1024) and what is left after them: 14 channels as 6 + 4 + 4, 7 as 6 + 1, 4
+    as one block of 4; its blocks of 8 on smaller planes: 12 as 8 + 4, 11 as 8 + 3 single ones;
+    against a float64 convolution, with a stride-2 layer and two images."""
+    native = native_module()
+    if native is None:
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    rng = np.random.default_rng(8)
+    for hw, m, strides, pads in (((34, 64), 14, [1, 1], [1, 1, 1, 1]), ((34, 64), 7, [1, 1], [1, 0, 1, 2]),
+                                 ((34, 64), 4, [1, 1], [0, 0, 0, 0]), ((34, 64), 13, [2, 2], [1, 1, 1, 1]),
+                                 ((8, 8), 12, [1, 1], [1, 1, 1, 1]), ((7, 9), 11, [1, 1], [0, 1, 2, 1])):
+        x = rng.standard_normal((2, 16) + hw).astype(dtype)
+        w = rng.standard_normal((m, 16, 3, 3)).astype(dtype)
+        b = rng.standard_normal(m).astype(dtype)
+        a = _attrs({"pads": pads, "strides": strides}, w.shape)
+        want = reference_conv(x, w, a) + b.reshape(1, -1, 1, 1)
+        y = np.empty(want.shape, dtype)
+        native.direct_conv(x, w, b, y, tuple(strides), tuple(pads[:2]), (1, 1), 1)
+        tol = 1e-4 if dtype == np.float32 else 1e-11
+        np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+def test_few_channels_bounds():
+    """direct_native_few's condition at its bounds: 3x3 alone, dilation 1, the channel bounds at unit
+    stride and stride 2, the fewest outputs a plane; direct_native keeps 4 channels and fewer."""
+    few, top, strided = fused_conv.few_channels_apply, fused_conv.NATIVE_FEW_MAX_CHANNELS, fused_conv.NATIVE_FEW_MAX_STRIDED_CHANNELS
+    least = fused_conv.NATIVE_FEW_MIN_OUTPUTS
+    assert few((top, 3, 3), (16, 16), (1, 1), (1, 1)) and not few((top + 1, 3, 3), (16, 16), (1, 1), (1, 1))
+    assert few((strided, 3, 3), (16, 16), (2, 2), (1, 1)) and not few((strided + 1, 3, 3), (16, 16), (2, 2), (1, 1))
+    assert not few((16, 3, 3), (16, 16), (2, 1), (1, 1)) and not few((16, 3, 3), (16, 16), (1, 1), (2, 2))
+    assert not few((16, 5, 5), (16, 16), (1, 1), (1, 1)) and not few((16, 3, 1), (16, 16), (1, 1), (1, 1))
+    assert not few((16, 3, 3), (1, least - 1), (1, 1), (1, 1)) and few((16, 3, 3), (1, least), (1, 1), (1, 1))
+    full = fused_conv.NATIVE_FEW_FULL_OUTPUTS  # smaller planes take at most the strided bound at unit stride too
+    assert few((top, 3, 3), (1, full), (1, 1), (1, 1)) and not few((top, 3, 3), (1, full - 1), (1, 1), (1, 1))
+    assert few((strided, 3, 3), (1, full - 1), (1, 1), (1, 1))
+    assert not few((fused_conv.NATIVE_DIRECT_MAX_CHANNELS, 3, 3), (16, 16), (1, 1), (1, 1))

@@ -93,10 +93,12 @@ CASES = [
 @pytest.mark.parametrize("bias", ["random", "zero", None])
 @pytest.mark.parametrize("x_shape,w_shape,attrs", CASES)
 def test_small_fused_convs_match_onnxruntime(monkeypatch, x_shape, w_shape, attrs, bias, native):
-    """With the C depthwise route switched off every small layer gathers; with it on (where
-    built), small depthwise ones of at least NATIVE_DEPTHWISE_MIN_OUTPUTS outputs a plane take it."""
+    """With the C routes switched off every small layer gathers; with them on (where built), small
+    depthwise ones of at least NATIVE_DEPTHWISE_MIN_OUTPUTS outputs a plane take the depthwise one,
+    and ungrouped 3x3 ones of at least NATIVE_FEW_MIN_OUTPUTS (ResNet's at 8x8) direct_native_few."""
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", native)
-    taken = ("gather", fused_conv.DEPTHWISE_NATIVE) if native else ("gather",)
+    monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", native)
+    taken = ("gather", fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE_FEW) if native else ("gather",)
     for residual, act in ((False, None), (True, "Relu"), (False, "Clip")):
         model, y_shape = conv_model(x_shape, w_shape, attrs, bias=bias, residual=residual, act=act)
         sess = hal_session(model)

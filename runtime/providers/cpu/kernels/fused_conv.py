@@ -26,7 +26,10 @@ G + g: a grouped convolution with G groups writes each group's product straight 
 channels (BLAS takes the strided rows), anything else is shuffled by one copy. With the C
 extension built, depthwise convolutions run there: at unit stride with 3, 5 or 7 kernel rows by
 blocks of output rows that share each loaded input row (``_native.depthwise_unit``), others one
-tap at a time over the plane (``_native.direct_conv``). Without it, depthwise convolutions copy
+tap at a time over the plane (``_native.direct_conv``); so do ungrouped convolutions of a few input
+channels (stems: ``direct_native``) and 3x3 ones of up to 128 over planes of 64 outputs and more
+(VGG-style stacks: ``direct_native_few``), blocks of output channels summed in registers over
+tiles of the plane, split between the workers (``native_split``). Without it, depthwise convolutions copy
 their taps as contiguous rows of the input's stride phases (flat planes without a border when the
 output keeps the input's width at unit stride or halves it at stride 2) tap-major
 and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy
@@ -43,6 +46,8 @@ same epilogue.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 from onnx import helper
@@ -105,6 +110,16 @@ DIRECT_NATIVE = _path("direct_native", "ungrouped, more than one tap, at most NA
                                        "_native built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_DIRECT_ENABLED (ahead "
                                        "of every other ungrouped path): _native.direct_conv, then residual and "
                                        "activation (without a residual, native_activation's in C)")
+DIRECT_NATIVE_FEW = _path("direct_native_few", "ungrouped 3x3, dilations 1, "
+                                               "more than NATIVE_DIRECT_MAX_CHANNELS and at most "
+                                               "NATIVE_FEW_MAX_CHANNELS input channels at unit stride (at most "
+                                               "NATIVE_FEW_MAX_STRIDED_CHANNELS at stride 2 or under "
+                                               "NATIVE_FEW_FULL_OUTPUTS outputs a plane), at least "
+                                               "NATIVE_FEW_MIN_OUTPUTS outputs a plane, the C extension _native "
+                                               "built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_DIRECT_ENABLED "
+                                               "(after direct_native, ahead of the gather and im2col): "
+                                               "direct_native's C convolution, split between the workers "
+                                               "(native_split)")
 DEPTHWISE_NATIVE_ROWS = _path("depthwise_native_rows", "depthwise at unit strides and dilations with a kernel of "
                                                        "NATIVE_ROWS_KERNEL_HEIGHTS rows, every tap reaching the input "
                                                        "for some output, at least NATIVE_DEPTHWISE_MIN_OUTPUTS "
@@ -180,9 +195,29 @@ NATIVE_DEPTHWISE_MIN_OUTPUTS = 4
 #: 32 at 4x4 3.5; the gather keeps 3-channel layers of 8x8 outputs).
 #: The switch of ``DIRECT_NATIVE`` (read when a kernel is built): False keeps those layers on numpy.
 NATIVE_DIRECT_ENABLED = True
+#: The output channels _native.direct_conv sums together (its DC_BLOCK): ``native_split`` splits one
+#: image's channels at multiples of it, so every part keeps whole blocks.
+DIRECT_CONV_BLOCK = 4
 NATIVE_DIRECT_MAX_CHANNELS = 4
 NATIVE_DIRECT_MAX_K = 160
 NATIVE_DIRECT_MIN_OUTPUTS = 256
+#: ``DIRECT_NATIVE_FEW``'s bounds. VGG-style stacks of 3x3 layers with up to 128 channels over large
+#: planes: im2col's product is thin (K = 9 C) and its window copy, nine times the input, is most of
+#: the memory traffic, where direct_conv reads each input row from cache for four or six output
+#: channels at a time. FusedConv with Relu, one thread, CPU time alternating, C against im2col
+#: (N = 1; N = 2 alike): 8 to 16 at 32x32 0.39, 16 to 16 at 64x64 0.36, 16 to 32 at 16x16 0.54,
+#: 32 to 32 at 16x16 0.52, 32 to 64 at 32x32 0.63, 64 to 64 at 32x32 0.63, 56x56 0.72 and 112x112
+#: 0.61, 128 to 128 at 56x56 0.69, 96 to 96 at 28x28 0.92 (N = 2 0.75), 128 to 128 at 28x28 0.93
+#: (0.80), 256 to 256 at 16x16 1.02 (0.93); stride 2: 16 to 32 from 32x32 0.55, 32 to 32 from
+#: 64x64 0.56, 64 to 128 from 56x56 0.97. With direct_conv's blocks of 8 on small planes, against
+#: the gather, the packed product and im2col (N = 1, N = 2): 64 to 64 at 14x14 0.68, 0.74, 128 to
+#: 128 at 14x14 0.88, 0.93, 32 to 32 at 12x12 0.67, 0.58; at 8x8 16 to 32 0.73, 0.83, 32 to 64
+#: 0.84, 0.79, 64 to 64 0.70, 0.87, but 128 to 128 1.05, 1.18 (so under NATIVE_FEW_FULL_OUTPUTS
+#: outputs a plane, at most NATIVE_FEW_MAX_STRIDED_CHANNELS channels); 64 to 64 at 4x4 1.66, 1.69.
+NATIVE_FEW_MAX_CHANNELS = 128
+NATIVE_FEW_MAX_STRIDED_CHANNELS = 64
+NATIVE_FEW_MIN_OUTPUTS = 64
+NATIVE_FEW_FULL_OUTPUTS = 128
 
 #: ``TAPS``' bound on ``taps_wasted_rows``: its product runs over the padded plane, hp x wq
 #: positions for oh x ow outputs, against im2col's copy of the windows, which it saves. Small planes
@@ -490,7 +525,7 @@ class FusedConv(FusedBase):
                     cols[:, k] = 1
                 _im2col(x, pads, out_hw, (kh, kw), strides, dilations, cols[:, :k].reshape(windows))
                 return finish(np.matmul(wk, cols), z, out)
-        elif path in (DEPTHWISE_NATIVE, DIRECT_NATIVE, DEPTHWISE_NATIVE_ROWS) and x.dtype in _NATIVE_FLOATS:
+        elif path in (DEPTHWISE_NATIVE, DIRECT_NATIVE, DIRECT_NATIVE_FEW, DEPTHWISE_NATIVE_ROWS) and x.dtype in _NATIVE_FLOATS:
             # the C call with its contiguous weights, bias, geometry and activation bound: a small
             # depthwise layer's C work is a few microseconds, as much as _native_direct's steps
             dtype, group = x.dtype, self.group
@@ -498,6 +533,12 @@ class FusedConv(FusedBase):
             bc = None if bias is None else np.ascontiguousarray(bias, dtype)
             if path == DEPTHWISE_NATIVE_ROWS:
                 direct, geometry = self._native.depthwise_unit, (entry[0][:2],)
+            elif group == 1:  # split between the workers where large (native_split)
+                native = self._native.direct_conv
+                geometry = (self.strides, entry[0][:2], self.dilations, group)
+
+                def direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, y: np.ndarray, *rest) -> None:
+                    native_split(native, x, w, b, y, rest[:4], rest[4:])
             else:
                 direct, geometry = self._native.direct_conv, (self.strides, entry[0][:2], self.dilations, group)
             out = (x.shape[0], w.shape[0]) + entry[1:3]
@@ -558,6 +599,8 @@ class FusedConv(FusedBase):
         if (self.group == 1 and self._native_dense and kh * kw > 1 and c <= NATIVE_DIRECT_MAX_CHANNELS
                 and c * kh * kw <= NATIVE_DIRECT_MAX_K and oh * ow >= NATIVE_DIRECT_MIN_OUTPUTS):
             return pads, oh, ow, DIRECT_NATIVE, None
+        if self.group == 1 and self._native_dense and few_channels_apply((c, kh, kw), (oh, ow), (sh, sw), (dh, dw)):
+            return pads, oh, ow, DIRECT_NATIVE_FEW, None
         if self.group == c == m and cg == 1:
             path = "depthwise"
         elif kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1):
@@ -619,7 +662,7 @@ class FusedConv(FusedBase):
                 self.last_path = path
                 return self._packed_product(x, w, b, z, pads, (oh, ow))
             path = POINTWISE if path == PACKED_POINTWISE else "general"  # BLAS's products, as without the C
-        if path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE or path == DEPTHWISE_NATIVE_ROWS:
+        if path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE or path == DIRECT_NATIVE_FEW or path == DEPTHWISE_NATIVE_ROWS:
             self.last_path = path
             return self._native_direct(x, w, b, z, pads, (oh, ow), path == DEPTHWISE_NATIVE_ROWS)
         if path == GATHER_DEPTHWISE:
@@ -973,6 +1016,9 @@ class FusedConv(FusedBase):
             b, x.dtype)
         if rows:
             self._native.depthwise_unit(xc, wc, bc, y, pads[:2], *(act or ()))
+        elif self.group == 1:
+            native_split(self._native.direct_conv, xc, wc, bc, y, (self.strides, pads[:2], self.dilations, 1),
+                         act or ())
         else:
             self._native.direct_conv(xc, wc, bc, y, self.strides, pads[:2], self.dilations, self.group, *(act or ()))
         if act is None:
@@ -1041,6 +1087,60 @@ def packed_applies(x_shape: tuple, w_shape: tuple, out_hw: tuple[int, int]) -> b
     p = out_hw[0] * out_hw[1]
     return (x_shape[0] == 1 and p <= PACKED_MAX_COLUMNS and w_shape[0] >= PACKED_MIN_CHANNELS
             and w_shape[0] * w_shape[1] * w_shape[2] * w_shape[3] * p >= worker_pool.PARALLEL_MIN_WORK)
+
+
+def few_channels_apply(in_ckk: tuple[int, int, int], out_hw: tuple[int, int], strides: tuple[int, int],
+                       dilations: tuple[int, int]) -> bool:
+    """Whether ``DIRECT_NATIVE_FEW`` takes an ungrouped convolution of ``in_ckk`` (input channels,
+    kernel rows, kernel columns) to ``out_hw`` outputs a plane (``NATIVE_FEW_MAX_CHANNELS``)."""
+    c, kh, kw = in_ckk
+    if not (kh == kw == 3 and dilations == (1, 1) and NATIVE_DIRECT_MAX_CHANNELS < c
+            and out_hw[0] * out_hw[1] >= NATIVE_FEW_MIN_OUTPUTS):
+        return False
+    if strides == (1, 1) and out_hw[0] * out_hw[1] >= NATIVE_FEW_FULL_OUTPUTS:
+        return c <= NATIVE_FEW_MAX_CHANNELS
+    return strides in ((1, 1), (2, 2)) and c <= NATIVE_FEW_MAX_STRIDED_CHANNELS
+
+
+def native_split(direct, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, y: np.ndarray, geometry: tuple,
+                 act: tuple) -> None:
+    """``direct(x, w, b, y, *geometry, *act)`` (``_native.direct_conv``, which releases the GIL),
+    split between the workers when there are several and the work (multiply-adds) is at least
+    ``worker_pool.PARALLEL_MIN_WORK``: one image by blocks of output channels (its rows of y are
+    contiguous), several by images. Unlike BLAS's products, the C convolution runs on one thread,
+    so it is split whether or not BLAS threads itself, into as many parts as BLAS has threads for
+    this run: the load governor (blas_threads.LoadAwareBlasThreads) lowers that count while other
+    processes hold the cores, where a part waits for a core (a 3-channel stem at 224x224 on two
+    loaded cores: 2.9 times as long split as on one thread). x, w and y C-contiguous, b contiguous."""
+    n, m = y.shape[:2]
+    work = n * m * w[0].size * y.shape[2] * y.shape[3]
+    workers = worker_pool.WORKERS
+    if workers > 1 and work >= worker_pool.PARALLEL_MIN_WORK and not worker_pool.SPLIT_PRODUCTS:
+        blas = get_blas_threads()  # read only for work that may be split: a call through ctypes
+        if blas is not None:
+            workers = min(workers, blas)
+    if (workers <= 1 or work < worker_pool.PARALLEL_MIN_WORK
+            or threading.current_thread().name.startswith("onnxhal-fused")):
+        direct(x, w, b, y, *geometry, *act)
+        return
+    if n == 1:
+        blocks = -(-m // DIRECT_CONV_BLOCK)  # whole blocks of the C kernel's output channels per part
+
+        def part(i0: int, i1: int) -> None:
+            c0, c1 = i0 * DIRECT_CONV_BLOCK, min(m, i1 * DIRECT_CONV_BLOCK)
+            direct(x, w[c0:c1], None if b is None else b[c0:c1], y[:, c0:c1], *geometry, *act)
+        total = blocks
+    else:
+        def part(i0: int, i1: int) -> None:
+            direct(x[i0:i1], w, b, y[i0:i1], *geometry, *act)
+        total = n
+    parts = min(workers, total)
+    bounds = [total * i // parts for i in range(parts + 1)]
+    pool = worker_pool.get_pool()
+    futures = [pool.submit(part, bounds[i], bounds[i + 1]) for i in range(parts - 1)]
+    part(bounds[-2], bounds[-1])
+    for f in futures:
+        f.result()
 
 
 def packed_now() -> bool:

@@ -1649,11 +1649,11 @@ def torchvision_seventh_wave(out: str) -> list[str]:
     stages, then MBConv blocks with squeeze-excitation; five stages at about a sixth of
     EfficientNetV2-S's widths, one or two blocks each; 64x64 images, batch dynamic) and
     ``tv_raft`` (RAFT-small optical flow at a quarter of its widths: two feature encoders, one with
-    instance norms, an all-pairs correlation volume over a four-level pyramid looked up by
-    GridSample around the current flow, a convolutional GRU and a flow head, unrolled for three
-    updates, the flow upsampled 8x bilinearly; two 64x64 frames, so a three-level pyramid (RAFT's
-    four levels need 128x128), batch, height and width dynamic). The TorchScript exporter, opset 17. Run with a torchvision installed: its wheel may
-    live in its own environment."""
+    instance norms, an all-pairs correlation volume over a pyramid of three levels (RAFT's four
+    need 128x128 frames) looked up by GridSample around the current flow, a convolutional GRU and a
+    flow head unrolled for two updates (the second looks up between pixels), the flow upsampled 8x
+    bilinearly; two 64x64 frames, batch, height and width dynamic). The TorchScript exporter, opset
+    17. Run with a torchvision installed: its wheel may live in its own environment."""
     import sys
     import types
 
@@ -1695,14 +1695,14 @@ def torchvision_seventh_wave(out: str) -> list[str]:
             motion_encoder_flow_layers=(16, 8), motion_encoder_out_channels=22,
             recurrent_block_hidden_state_size=24, recurrent_block_kernel_size=(3,), recurrent_block_padding=(1,),
             flow_head_hidden_size=32, use_mask_predictor=False)
-        # untrained, the flow head's steps are several pixels each: a quarter of that, so three
+        # untrained, the flow head's steps are several pixels each: a quarter of that, so two
         # updates move the flow by about a pixel and its small values are not rounding noise
         with torch.no_grad():
             flow_model.update_block.flow_head.conv2.weight.mul_(0.25)
             flow_model.update_block.flow_head.conv2.bias.mul_(0.25)
     else:
         flow_model = raft.raft_small()
-    flow = _LastFlow(flow_model, 3)
+    flow = _LastFlow(flow_model, 2)
     # the pyramid's coarsest level must be at least 2x2: an 8x8 feature map (an eighth of the
     # image) for three levels, 16x16 for raft_small's four
     fside = 64 if small else 224

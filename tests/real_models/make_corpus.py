@@ -648,7 +648,8 @@ def sklearn_fifth_wave(out: str) -> list[str]:
     ``skh_columns`` (a ColumnTransformer over mixed columns of one float matrix: five numeric ones
     standardized, two integer-coded categorical ones one-hot encoded with unknown categories
     ignored, one such category in the second signature, into an SGDClassifier with the log loss:
-    labels and probabilities, no ZipMap). Batch dynamic, ai.onnx.ml opset 3."""
+    labels and probabilities, no ZipMap). Batch dynamic; asked for ai.onnx.ml opset 3, skl2onnx
+    writes 1, the lowest their operators need."""
     from skl2onnx import to_onnx
     from sklearn.compose import ColumnTransformer
     from sklearn.datasets import make_classification

@@ -18,7 +18,10 @@ ResNeXt and DeepLabV3 (``torchvision5``) and skl2onnx's GaussianNB, PCA + KMeans
 ColumnTransformer (``sklearn3``); a sixth held-out wave, also made before any tuning: Hugging
 Face's Falcon and ConvBERT (``hf4``), torchvision's VGG (by the dynamo exporter) and S3D
 (``torchvision6``) and skl2onnx's PLSRegression and a FeatureUnion into a RidgeClassifier
-(``sklearn4``); a streaming VAD with If and Loop bodies and a CRNN with a
+(``sklearn4``); a seventh held-out wave, also made before any tuning: Hugging Face's GPT-J
+(TorchScript) and MPNet (dynamo) (``hf5``), torchvision's EfficientNetV2 and RAFT-small optical
+flow (``torchvision7``) and skl2onnx's BernoulliNB and a ColumnTransformer over mixed columns into
+an SGDClassifier (``sklearn5``); a streaming VAD with If and Loop bodies and a CRNN with a
 dynamic width, float and dynamically quantized (``devices``); static QDQ (per tensor and per
 channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); plus their inputs and all of
 onnxruntime's outputs.
@@ -634,6 +637,48 @@ def sklearn_fourth_wave(out: str) -> list[str]:
         _save(to_onnx(model, X[:1], target_opset={"": 17, "ai.onnx.ml": 3}, options=options(model)), path)
         # rows the model was not fitted on, a batch of 64 and one of 5
         save_outputs(path, {"a": {"X": X[200:264]}, "b": {"X": X[280:285]}})
+        made.append(path)
+    return made
+
+
+def sklearn_fifth_wave(out: str) -> list[str]:
+    """skl2onnx families the corpus lacked, added before anyone tuned for them (the held-out set,
+    reported as 'untuned'): ``skh_bernoullinb`` (BernoulliNB: the features binarized at 0, the
+    log-likelihoods as one MatMul plus the log-complement sum, normalized by ReduceLogSumExp) and
+    ``skh_columns`` (a ColumnTransformer over mixed columns of one float matrix: five numeric ones
+    standardized, two integer-coded categorical ones one-hot encoded with unknown categories
+    ignored, one such category in the second signature, into an SGDClassifier with the log loss:
+    labels and probabilities, no ZipMap). Batch dynamic; asked for ai.onnx.ml opset 3, skl2onnx
+    writes 1, the lowest their operators need."""
+    from skl2onnx import to_onnx
+    from sklearn.compose import ColumnTransformer
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.naive_bayes import BernoulliNB
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    X, y = make_classification(n_samples=300, n_features=8, n_informative=5, n_classes=3, random_state=0)
+    X = X.astype(np.float32)
+    rng = np.random.default_rng(0)
+    codes = np.stack([rng.integers(0, 4, 300), rng.integers(0, 3, 300)], axis=1).astype(np.float32)
+    mixed = np.concatenate([X[:, :5], codes], axis=1)
+    mixed[290, 5] = 7.0  # a category never seen in fitting: its one-hot block is all zeros
+    bernoulli = BernoulliNB(alpha=0.5, binarize=0.0)
+    columns = make_pipeline(ColumnTransformer([("num", StandardScaler(), [0, 1, 2, 3, 4]),
+                                               ("cat", OneHotEncoder(handle_unknown="ignore"), [5, 6])]),
+                            SGDClassifier(loss="log_loss", random_state=0, max_iter=200, tol=None))
+    models = {"skh_bernoullinb": (bernoulli, X, y, bernoulli),
+              # the label depends on a categorical column too, so its one-hot weights matter
+              "skh_columns": (columns, mixed, (y + (codes[:, 0] == 0)) % 3, columns.steps[-1][1])}
+    made = []
+    for name, (model, data, labels, classifier) in models.items():
+        model.fit(data[:200], labels[:200])
+        path = os.path.join(out, f"{name}.onnx")
+        _save(to_onnx(model, data[:1], target_opset={"": 17, "ai.onnx.ml": 3},
+                      options={id(classifier): {"zipmap": False}}), path)
+        # rows the model was not fitted on, a batch of 64 and one of 5
+        save_outputs(path, {"a": {"X": data[200:264]}, "b": {"X": data[286:291]}})
         made.append(path)
     return made
 
@@ -1587,6 +1632,98 @@ def torchvision_sixth_wave(out: str) -> list[str]:
     return made
 
 
+class _LastFlow(torch.nn.Module):
+    """RAFT's last flow estimate (it returns one per update) after ``updates`` updates."""
+
+    def __init__(self, model: torch.nn.Module, updates: int) -> None:
+        super().__init__()
+        self.model, self.updates = model, updates
+
+    def forward(self, image1: torch.Tensor, image2: torch.Tensor) -> torch.Tensor:
+        return self.model(image1, image2, num_flow_updates=self.updates)[-1]
+
+
+def torchvision_seventh_wave(out: str) -> list[str]:
+    """Two more torchvision families the corpus lacked, added before anyone tuned for them (the
+    held-out set, reported as 'untuned'): ``tv_efficientnetv2`` (EfficientNetV2: Fused-MBConv
+    blocks, a full 3x3 convolution in place of the expansion and depthwise pair, in the first
+    stages, then MBConv blocks with squeeze-excitation; five stages at about a sixth of
+    EfficientNetV2-S's widths, one or two blocks each; 64x64 images, batch dynamic) and
+    ``tv_raft`` (RAFT-small optical flow at a quarter of its widths: two feature encoders, one with
+    instance norms, an all-pairs correlation volume over a pyramid of three levels (RAFT's four
+    need 128x128 frames) looked up by GridSample around the current flow, a convolutional GRU and a
+    flow head unrolled for two updates (the second looks up between pixels), the flow upsampled 8x
+    bilinearly; two 64x64 frames, batch, height and width dynamic). The TorchScript exporter, opset
+    17. Run with a torchvision installed: its wheel may live in its own environment."""
+    import sys
+    import types
+
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    from torchvision.models import efficientnet
+    from torchvision.models.optical_flow import raft
+
+    small = not MEDIUM
+    rng = np.random.default_rng(0)
+    made = []
+
+    torch.manual_seed(0)
+    fused, mb = efficientnet.FusedMBConvConfig, efficientnet.MBConvConfig
+    if small:
+        setting = [fused(1, 3, 1, 8, 8, 1), fused(4, 3, 2, 8, 16, 2), fused(4, 3, 2, 16, 24, 1),
+                   mb(4, 3, 2, 24, 32, 2), mb(6, 3, 1, 32, 40, 1)]
+        last = 128
+    else:
+        setting, last = efficientnet._efficientnet_conf("efficientnet_v2_s")
+    model = efficientnet.EfficientNet(setting, dropout=0.2, stochastic_depth_prob=0.2, num_classes=10,
+                                      norm_layer=functools.partial(torch.nn.BatchNorm2d, eps=1e-03),
+                                      last_channel=last)
+    side = 224 if MEDIUM else 64
+    x = rng.standard_normal((2, 3, side, side)).astype(np.float32)
+    other = np.random.default_rng(1).standard_normal((1, 3, side, side)).astype(np.float32)
+    made.append(_export_torchvision(model, "tv_efficientnetv2", out, x, other,
+                                    rng.standard_normal((8, 3, side, side)), {0: "batch"}, ["logits"]))
+
+    torch.manual_seed(0)
+    if small:
+        # raft_small's layers at a quarter of their widths; its context encoder has no norm, which left
+        # activations so large that onnxruntime's own optimized and unoptimized runs differed past
+        # the corpus tolerance: batch norms, their statistics from one batch, keep them of order one
+        flow_model = raft._raft(
+            feature_encoder_layers=(8, 8, 16, 24, 32), feature_encoder_block=raft.BottleneckBlock,
+            feature_encoder_norm_layer=torch.nn.InstanceNorm2d, context_encoder_layers=(8, 8, 16, 24, 40),
+            context_encoder_block=raft.BottleneckBlock, context_encoder_norm_layer=torch.nn.BatchNorm2d,
+            corr_block_num_levels=3, corr_block_radius=3, motion_encoder_corr_layers=(24,),
+            motion_encoder_flow_layers=(16, 8), motion_encoder_out_channels=22,
+            recurrent_block_hidden_state_size=24, recurrent_block_kernel_size=(3,), recurrent_block_padding=(1,),
+            flow_head_hidden_size=32, use_mask_predictor=False)
+        # untrained, the flow head's steps are several pixels each: a quarter of that, so two
+        # updates move the flow by about a pixel and its small values are not rounding noise
+        with torch.no_grad():
+            flow_model.update_block.flow_head.conv2.weight.mul_(0.25)
+            flow_model.update_block.flow_head.conv2.bias.mul_(0.25)
+    else:
+        flow_model = raft.raft_small()
+    flow = _LastFlow(flow_model, 2)
+    # the pyramid's coarsest level must be at least 2x2: an 8x8 feature map (an eighth of the
+    # image) for three levels, 16x16 for raft_small's four
+    fside = 64 if small else 224
+    first = rng.standard_normal((2, 3, fside, fside)).astype(np.float32)
+    # the second frame: the first moved two pixels right, with noise
+    second = np.roll(first, 2, axis=3) + 0.1 * rng.standard_normal(first.shape).astype(np.float32)
+    _norms_from_batch(flow, rng.standard_normal((4, 3, fside, fside)), rng.standard_normal((4, 3, fside, fside)))
+    wide = np.random.default_rng(1).standard_normal((1, 3, fside, fside + 32)).astype(np.float32)
+    path = os.path.join(out, "tv_raft.onnx")
+    axes = {0: "batch", 2: "height", 3: "width"}
+    torch.onnx.export(flow, (torch.from_numpy(first), torch.from_numpy(second)), path, dynamo=False,
+                      input_names=["image1", "image2"], output_names=["flow"],
+                      dynamic_axes={"image1": axes, "image2": axes, "flow": axes}, opset_version=17)
+    _save(onnx.load(path), path)
+    save_outputs(path, {"a": {"image1": first, "image2": second},
+                        "b": {"image1": wide, "image2": np.roll(wide, -3, axis=2).copy()}})
+    made.append(path)
+    return made
+
+
 def hf_models(out: str) -> list[str]:
     """Hugging Face families the corpus lacked, at tiny random configurations (``from_config``: no
     download), added before anyone tuned for them (the held-out set, reported as 'untuned'):
@@ -1861,6 +1998,45 @@ def hf_fourth_wave(out: str) -> list[str]:
     return [_export_text(name, build, names, seq, out) for name, (build, names) in text.items()]
 
 
+def hf_fifth_wave(out: str) -> list[str]:
+    """A fifth set of Hugging Face families the corpus lacked, at tiny random configurations
+    (``from_config``: no download), added before anyone tuned for them (the held-out set, reported
+    as 'untuned'): ``hf_gptj`` (GPT-J: rotary embeddings on the first 4 dimensions of each head,
+    rotated in interleaved pairs rather than halves, attention and MLP in parallel off one
+    LayerNorm, tanh GELU, a causal mask), by the TorchScript exporter at opset 17, and ``hf_mpnet``
+    (MPNet: a BERT-like encoder whose attention adds a learned bias per head from log-bucketed
+    relative positions), by the dynamo exporter at opset 18. IR 8; the first output; batch and
+    sequence dynamic."""
+    from transformers import GPTJConfig, GPTJModel, MPNetConfig, MPNetModel
+
+    hidden, layers, ffn, vocab = (256, 4, 1024, 1024) if MEDIUM else (32, 2, 64, 128)
+    seq = 128 if MEDIUM else SEQ
+    names = ("input_ids", "attention_mask")
+    made = [_export_text("hf_gptj", lambda: GPTJModel(GPTJConfig(
+        vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=4, rotary_dim=4 if not MEDIUM else 32,
+        n_inner=ffn, n_positions=256, use_cache=False)), names, seq, out)]
+
+    torch.manual_seed(0)
+    model = MPNetModel(MPNetConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                                   num_attention_heads=4, intermediate_size=ffn, max_position_embeddings=256,
+                                   relative_attention_num_buckets=32)).eval()
+    a = _inputs("ids", names, 1 if MEDIUM else BATCH, seq, np.random.default_rng(0))
+    b = _inputs("ids", names, 1, (64 if MEDIUM else SEQ + 5), np.random.default_rng(1))
+    path = os.path.join(out, "hf_mpnet.onnx")
+    batch = torch.export.Dim("batch", min=1, max=64)
+    sequence = torch.export.Dim("sequence", min=2, max=512 if MEDIUM else 64)
+    prog = torch.onnx.export(_Wrap(model, names), tuple(torch.from_numpy(a[n]) for n in names), dynamo=True,
+                             input_names=list(names), output_names=["output"],
+                             dynamic_shapes={"args": ({0: batch, 1: sequence},) * len(names)}, opset_version=18)
+    prog.save(path)
+    proto = onnx.load(path)
+    proto.ir_version = 8  # as the other hf_ exports: IR 8 holds opset 18, and older onnxruntimes load it
+    _save(proto, path)
+    save_outputs(path, {"a": a, "b": b})
+    made.append(path)
+    return made
+
+
 def precision_models(out: str) -> list[str]:
     """The precision variants of a CNN, a transformer and a CRNN already in ``out``: ``quantize_static``
     in the QDQ format per tensor (``_qdq_pt``) and per channel (``_qdq_pc``; the ResNet's is
@@ -1939,7 +2115,9 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           "hf3": hf_third_wave, "torchvision5": torchvision_fifth_wave,
           "sklearn3": sklearn_third_wave,
           # the sixth held-out wave: "torchvision6" in an environment with torchvision
-          "hf4": hf_fourth_wave, "torchvision6": torchvision_sixth_wave, "sklearn4": sklearn_fourth_wave}
+          "hf4": hf_fourth_wave, "torchvision6": torchvision_sixth_wave, "sklearn4": sklearn_fourth_wave,
+          # the seventh held-out wave: "torchvision7" in an environment with torchvision
+          "hf5": hf_fifth_wave, "torchvision7": torchvision_seventh_wave, "sklearn5": sklearn_fifth_wave}
 
 
 def main() -> None:

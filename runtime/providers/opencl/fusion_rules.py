@@ -88,6 +88,9 @@ FUSION_RULES: dict[str, str] = {
                              "reads (strides of the Transpose's input)",
     "expand_elementwise": "an Expand read only by fused elementwise trees of its shape into those trees' reads "
                           "(broadcast strides of its input): no launch of its own",
+    "attention_select_mask": "a Where between two scalar constants by a bool condition, read only as attention's "
+                             "additive mask, into the attention kernel, which reads the condition and selects "
+                             "the constant per score (needs attention)",
     "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
                  "MatMul, with the Transposes around it) into one kernel",
 }

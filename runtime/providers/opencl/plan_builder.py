@@ -200,6 +200,17 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                         if all(o not in outputs and all(id(u) in skip for u in consumers.get(o, []))
                                for o in split.outputs if o):
                             skip.add(id(split))
+        #: rule attention_select_mask: the Wheres attention took, which read their Expand through
+        #: broadcast strides of its input as a fused tree does (rule expand_elementwise)
+        self.mask_wheres: set[int] = set()
+        for match in attention.values():
+            if match.mask_expands:
+                self.mask_wheres.update(id(m) for m in match.members if m.op_type == "Where")
+        for match in attention.values():  # an Expand read only through is not run
+            for expand in match.mask_expands or ():
+                if (expand.outputs[0] not in outputs
+                        and all(id(u) in self.mask_wheres for u in consumers[expand.outputs[0]])):
+                    skip.add(id(expand))
         for key, group in list(projections.items()):
             if not any(id(consumers[m.outputs[0]][0]) in skip for m in group):  # attention took no part
                 del projections[key]
@@ -671,7 +682,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             a = p.outputs[0]
             readers = consumers.get(a, [])
             if (a in outputs or a in self.transposed_inputs or not readers
-                    or any(tree_shape.get(id(u)) != self.shape(a) for u in readers)):
+                    or any(tree_shape.get(id(u)) != self.shape(a) and id(u) not in self.mask_wheres for u in readers)):
                 continue
             self.transposed_inputs[a] = (p.inputs[0], tuple(_expand_strides(self.shape(p.inputs[0]), self.shape(a))))
             skip.add(id(p))

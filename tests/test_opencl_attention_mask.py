@@ -1,0 +1,111 @@
+"""Rule ``attention_select_mask`` (runtime/providers/opencl/attention_lowering.py): a per-layer
+``Where(mask, 0, min)`` read only as attention's additive mask is folded into the attention kernel,
+which reads the bool condition (through the Expand before it, if any) and selects the constant per
+score: one launch fewer a layer, and the Expand runs only where something else reads it.
+
+The mask is data: new masks at one shape reuse the plan and must give onnxruntime's outputs (a mask
+kept from an earlier run would be silently wrong)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxhal
+
+RNG = np.random.default_rng(4752)
+RULE = "attention_select_mask"
+EP = "OpenCLExecutionProvider"
+MIN = float(np.finfo(np.float32).min)
+
+
+@pytest.fixture
+def opencl(register):
+    pytest.importorskip("pyopencl")
+    from tests.opencl_support import require_opencl
+
+    require_opencl()
+    register("onnxhal.runtime.providers.opencl", "opencl")
+
+
+def _model(expand_read_elsewhere: bool = False) -> bytes:
+    """Two attention layers over ``x`` [B, S, 8] (2 heads of 4) sharing one bool mask, cast from
+    ``mask``'s values and expanded to the scores' shape, each layer turning it into an additive bias
+    with its own ``Where(keep, 0, min)`` (as TorchScript BERT and GPT-2 exports do).
+    ``expand_read_elsewhere``: the expanded mask is also cast to float and returned."""
+    f = TensorProto.FLOAT
+    c = {"ax12": np.array([1, 2], np.int64), "heads": np.array([0, 0, 2, 4], np.int64),
+         "merge": np.array([0, 0, 8], np.int64), "scale": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Cast", ["mask"], ["mb"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["mb", "ax12"], ["m4"])]
+    x = "x"
+    for layer in range(2):
+        for p in "qkv":
+            c[f"w{p}{layer}"] = RNG.standard_normal((8, 8)).astype(np.float32)
+            nodes += [helper.make_node("MatMul", [x, f"w{p}{layer}"], [f"{p}{layer}"]),
+                      helper.make_node("Reshape", [f"{p}{layer}", "heads"], [f"{p}h{layer}"]),
+                      helper.make_node("Transpose", [f"{p}h{layer}"], [f"{p}t{layer}"],
+                                       perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3])]
+        c[f"zero{layer}"], c[f"min{layer}"] = np.array([0.0], np.float32), np.array([MIN], np.float32)
+        nodes += [helper.make_node("MatMul", [f"qt{layer}", f"kt{layer}"], [f"qk{layer}"]),
+                  helper.make_node("Mul", [f"qk{layer}", "scale"], [f"s{layer}"])]
+        if layer == 0:
+            nodes += [helper.make_node("Shape", ["s0"], ["sshape"]),
+                      helper.make_node("Expand", ["m4", "sshape"], ["keep"])]
+        nodes += [helper.make_node("Where", ["keep", f"zero{layer}", f"min{layer}"], [f"bias{layer}"]),
+                  helper.make_node("Add", [f"s{layer}", f"bias{layer}"], [f"a{layer}"]),
+                  helper.make_node("Softmax", [f"a{layer}"], [f"p{layer}"], axis=-1),
+                  helper.make_node("MatMul", [f"p{layer}", f"vt{layer}"], [f"o{layer}"]),
+                  helper.make_node("Transpose", [f"o{layer}"], [f"ot{layer}"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", [f"ot{layer}", "merge"], [f"y{layer}"])]
+        x = f"y{layer}"
+    outputs = ["y1"]
+    if expand_read_elsewhere:
+        nodes.append(helper.make_node("Cast", ["keep"], ["keepf"], to=f))
+        outputs.append("keepf")
+    graph = helper.make_graph(nodes, "masked_attention",
+                              [helper.make_tensor_value_info("x", f, ["B", "S", 8]),
+                               helper.make_tensor_value_info("mask", TensorProto.INT64, ["B", "S"])],
+                              [helper.make_tensor_value_info(n, f, None) for n in outputs],
+                              [numpy_helper.from_array(v, k) for k, v in c.items()])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+def _feeds(b: int, s: int) -> dict:
+    mask = RNG.integers(0, 2, (b, s)).astype(np.int64)
+    mask[:, 0] = 1
+    return {"x": RNG.standard_normal((b, s, 8)).astype(np.float32), "mask": mask}
+
+
+def _launches(sess) -> int:
+    (info,) = sess.eps[EP].dynamic_partitions.values()
+    (plan,) = info.cached_plans
+    return plan.launches_per_run
+
+
+@pytest.mark.parametrize("expand_read_elsewhere", [False, True])
+def test_a_where_mask_folds_into_attention_as_onnxruntime(opencl, expand_read_elsewhere):
+    """One launch fewer per layer with the rule (an Expand read elsewhere too is read through by both); on new
+    masks at one shape (a fully masked row among them) the outputs are onnxruntime's with the rule on
+    and off, and the plan is reused."""
+    data = _model(expand_read_elsewhere)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    sessions = {off: onnxhal.InferenceSession(data, providers=[(EP, {"disable_fusions": off}), "CPUExecutionProvider"])
+                for off in ("", RULE)}
+    masks = [_feeds(2, 5) for _ in range(3)]
+    masks[2]["mask"][1] = 0  # every key masked: the softmax of equal scores
+    for feeds in masks:
+        want = ref.run(None, feeds)
+        for off, s in sessions.items():
+            for w, g in zip(want, s.run(None, feeds)):
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=off)
+    launches = {off: _launches(s) for off, s in sessions.items()}
+    assert launches[""] == launches[RULE] - 2, launches
+    for s in sessions.values():
+        (info,) = s.eps[EP].dynamic_partitions.values()
+        assert info.stats.misses == 1 and info.stats.host_runs == 0, info.stats

@@ -73,6 +73,70 @@ class AttentionMatch:
     mask_expands: list[Node] | None = None
 
 
+#: A view's axis as the (size, element stride) factors it was merged from, outermost first (no unit
+#: factors): a Reshape may merge axes that are not contiguous among themselves as long as a later one
+#: splits them again before they are read.
+Axis = list[tuple[int, int]]
+
+
+def strided_axes(dims, strides) -> list[Axis]:
+    return [[(int(d), int(s))] if d != 1 else [] for d, s in zip(dims, strides)]
+
+
+def reshape_axes(axes: list[Axis], new_dims) -> list[Axis] | None:
+    """``axes`` regrouped into ``new_dims`` (same element order), splitting a factor where a new dim
+    divides it, or None where a new dim does not fall on factor boundaries."""
+    factors: Axis = []
+    for f in (f for ax in axes for f in ax):  # contiguous neighbours as one factor, which any divisor splits
+        if factors and factors[-1][1] == f[0] * f[1]:
+            factors[-1] = (factors[-1][0] * f[0], f[1])
+        else:
+            factors.append(f)
+    out: list[Axis] = []
+    i = 0
+    for d in new_dims:
+        ax: Axis = []
+        need = int(d)
+        while need > 1:
+            if i >= len(factors):
+                return None
+            size, stride = factors[i]
+            if size <= need:
+                if need % size:
+                    return None
+                ax.append((size, stride))
+                need //= size
+                i += 1
+            else:
+                if size % need:
+                    return None
+                ax.append((need, stride * (size // need)))
+                factors[i] = (size // need, stride)
+                need = 1
+        out.append(ax)
+    return out if i == len(factors) else None
+
+
+def axes_strides(axes: list[Axis]) -> list[int] | None:
+    """One element stride per axis, or None where an axis's factors are not contiguous among
+    themselves (a strided view cannot hold it)."""
+    strides = []
+    for ax in axes:
+        if any(outer[1] != inner[0] * inner[1] for outer, inner in zip(ax, ax[1:])):
+            return None
+        strides.append(ax[-1][1] if ax else 0)
+    return strides
+
+
+def reshape_strides(dims, strides, new_dims) -> list[int] | None:
+    """The element strides of ``new_dims`` when reshaping a strided view (``dims``, ``strides``)
+    to them keeps it a strided view of the same memory (numpy's reshape without a copy), else None."""
+    if prod(dims) != prod(new_dims) or prod(dims) == 0:
+        return None
+    axes = reshape_axes(strided_axes(dims, strides), new_dims)
+    return None if axes is None else axes_strides(axes)
+
+
 def _pad4(dims, strides) -> tuple[tuple[int, ...], list[int]]:
     pad = 4 - len(dims)
     return (1,) * pad + tuple(dims), [0] * pad + list(strides)
@@ -395,6 +459,9 @@ class AttentionLowering:
             dims, strides = tuple(xs[p] for p in perm), [st[p] for p in perm]
             folded.append(producer)
             value = src
+        elif (chain := self._view_chain(value, user, sole_user) if self.rule("attention_view_chain") else None):
+            nodes, value, offset, dims, strides = chain
+            folded.extend(nodes)
         else:
             dims = self.shape(value)
             strides = contiguous_strides(dims)
@@ -404,6 +471,53 @@ class AttentionLowering:
         members[:0] = folded[::-1]
         dims, strides = _pad4(dims, strides)
         return StridedOperand(self.data(value), dims, strides, op, factor, offset)
+
+    def _view_chain(self, value: str, user: Node, sole_user) -> tuple[list[Node], str, int, tuple, list[int]] | None:
+        """Rule ``attention_view_chain``: ``value`` made by Reshapes and Transposes (at least one
+        Transpose, each result read only by the next step) of a value laid out in memory as a
+        contiguous value, a part of a Split or a part of a merged projection (``qkv_projection``),
+        where every Reshape keeps the layout a strided view (as numpy's reshape without a copy): (the
+        chain's nodes from ``user`` back, the buffer value, offset, ``value``'s dims and element
+        strides in it), else None. Dynamo exports transpose K's head split, reshape it to 3-D and
+        transpose it again for a 3-D batched MatMul."""
+        chain: list[Node] = []
+        while True:
+            p = self.graph.producer(value)
+            if p is None or p.domain or p.op_type not in ("Reshape", "Transpose") or sole_user(value) is not user:
+                break
+            chain.append(p)
+            user, value = p, p.inputs[0]
+        if not any(n.op_type == "Transpose" for n in chain):
+            return None
+        src = self.graph.producer(value)
+        if value in self.projection_parts and sole_user(value) is user:
+            first, offset = self.projection_parts[value]
+            ys = self.shape(value)
+            width = self.projection_width[first]
+            buf, strides = self.merged_buffer(first), [s * width for s in contiguous_strides(ys[:-1])] + [1]
+        elif src is not None and src.op_type == "Split" and not src.domain and sole_user(value) is user:
+            buf = src.inputs[0]
+            xs = self.shape(buf)
+            axis = src.attr("axis", 0) % len(xs)
+            k = list(src.outputs).index(value)
+            stx = contiguous_strides(xs)
+            offset = sum(self.shape(o)[axis] for o in src.outputs[:k] if o) * stx[axis]
+            strides = stx
+        else:
+            buf, offset, strides = self.data(value), 0, contiguous_strides(self.shape(value))
+        axes: list[Axis] | None = strided_axes(self.shape(value), strides)
+        for n in reversed(chain):
+            if n.op_type == "Transpose":
+                perm = list(n.attr("perm") or range(len(axes))[::-1])
+                axes = [axes[p] for p in perm]
+            else:
+                axes = reshape_axes(axes, self.shape(n.outputs[0]))
+                if axes is None:
+                    return None
+        out_strides = axes_strides(axes)
+        if out_strides is None or 0 in self.shape(value):
+            return None
+        return chain, buf, offset, tuple(self.shape(chain[0].outputs[0])), out_strides
 
     def _split_part(self, value: str, user: Node, sole_user) -> tuple[Node, str, int, list[int]] | None:
         """(the Reshape, the Split's input, offset, strides of ``value``'s dims in it) when ``value``

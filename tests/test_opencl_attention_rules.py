@@ -1,4 +1,9 @@
-"""Rule ``attention_select_mask`` (runtime/providers/opencl/attention_lowering.py): a per-layer
+"""Attention rules of the OpenCL EP (runtime/providers/opencl/attention_lowering.py).
+
+Rule ``attention_view_chain`` reads an operand through Reshapes and Transposes as strides
+(``reshape_axes``: checked here against numpy's reshape; the models in test_opencl_fusion.py).
+
+Rule ``attention_select_mask``: a per-layer
 ``Where(mask, 0, min)`` read only as attention's additive mask is folded into the attention kernel,
 which reads the bool condition (through the Expand before it, if any) and selects the constant per
 score: one launch fewer a layer, and the Expand runs only where something else reads it.
@@ -109,3 +114,48 @@ def test_a_where_mask_folds_into_attention_as_onnxruntime(opencl, expand_read_el
     for s in sessions.values():
         (info,) = s.eps[EP].dynamic_partitions.values()
         assert info.stats.misses == 1 and info.stats.host_runs == 0, info.stats
+
+
+def test_view_strides_follow_numpy():
+    """``reshape_strides`` gives numpy's strides wherever numpy reshapes a transposed array without a
+    copy, and None elsewhere; a merge of non-contiguous axes split again by the next Reshape (the
+    dynamo K chain) reads the same elements as numpy's copies."""
+    pytest.importorskip("pyopencl")
+    from onnxhal.runtime.providers.opencl.attention_lowering import (
+        axes_strides,
+        reshape_axes,
+        reshape_strides,
+        strided_axes,
+    )
+
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        shape = tuple(int(x) for x in rng.integers(1, 4, int(rng.integers(1, 5))))
+        v = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape).transpose(rng.permutation(len(shape)))
+        new, left = [], v.size
+        while left > 1:
+            f = int(rng.choice([k for k in range(2, left + 1) if left % k == 0]))
+            new.append(f)
+            left //= f
+        new.insert(int(rng.integers(0, len(new) + 1)), 1)
+        got = reshape_strides(v.shape, [st // 4 for st in v.strides], tuple(new))
+        try:
+            view = v.view()
+            view.shape = tuple(new)
+        except AttributeError:
+            view = None
+        assert (got is None) == (view is None), (v.shape, v.strides, new, got)
+        if got is not None:
+            assert got == [st // 4 if n != 1 else got[k] for k, (st, n) in enumerate(zip(view.strides, new))]
+    base = np.arange(2 * 6 * 36, dtype=np.float32).reshape(2, 6, 36)[:, :, 12:24]  # K's part of a QKV row
+    axes = strided_axes(base.shape, [216, 36, 1])
+    axes = reshape_axes(axes, (2, 6, 3, 4))
+    axes = [axes[p] for p in (0, 2, 1, 3)]
+    axes = reshape_axes(axes, (6, 6, 4))
+    assert axes_strides(axes) is None  # [b * heads] is no strided view of that memory
+    axes = reshape_axes([axes[p] for p in (0, 2, 1)], (2, 3, 4, 6))
+    strides = axes_strides(axes)
+    want = base.reshape(2, 6, 3, 4).transpose(0, 2, 1, 3).reshape(6, 6, 4).transpose(0, 2, 1).reshape(2, 3, 4, 6)
+    got = np.lib.stride_tricks.as_strided(np.arange(2 * 6 * 36, dtype=np.float32)[12:], (2, 3, 4, 6),
+                                          [4 * st for st in strides])
+    np.testing.assert_array_equal(got, want)

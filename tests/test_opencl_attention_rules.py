@@ -36,16 +36,32 @@ def opencl(register):
     register("onnxhal.runtime.providers.opencl", "opencl")
 
 
-def _model(expand_read_elsewhere: bool = False) -> bytes:
+def _model(expand_read_elsewhere: bool = False, gathered: bool = False) -> bytes:
     """Two attention layers over ``x`` [B, S, 8] (2 heads of 4) sharing one bool mask, cast from
     ``mask``'s values and expanded to the scores' shape, each layer turning it into an additive bias
     with its own ``Where(keep, 0, min)`` (as TorchScript BERT and GPT-2 exports do).
-    ``expand_read_elsewhere``: the expanded mask is also cast to float and returned."""
+    ``expand_read_elsewhere``: the expanded mask is also cast to float and returned. ``gathered``:
+    the mask is gathered by position ids (reversed, from the shape alone) and And-ed with a causal
+    mask instead of expanded (TorchScript's chain, where the Gather is a ``take_flat``)."""
     f = TensorProto.FLOAT
     c = {"ax12": np.array([1, 2], np.int64), "heads": np.array([0, 0, 2, 4], np.int64),
-         "merge": np.array([0, 0, 8], np.int64), "scale": np.array(0.5, np.float32)}
-    nodes = [helper.make_node("Cast", ["mask"], ["mb"], to=TensorProto.BOOL),
-             helper.make_node("Unsqueeze", ["mb", "ax12"], ["m4"])]
+         "merge": np.array([0, 0, 8], np.int64), "scale": np.array(0.5, np.float32),
+         "one": np.array(1, np.int64), "mone": np.array(-1, np.int64), "ax01": np.array([0, 1], np.int64),
+         "ax013": np.array([0, 1, 3], np.int64)}
+    nodes = [helper.make_node("Cast", ["mask"], ["mb"], to=TensorProto.BOOL)]
+    if gathered:
+        nodes += [helper.make_node("Shape", ["mask"], ["mshape"]),
+                  helper.make_node("Gather", ["mshape", "one"], ["seq"], axis=0),
+                  helper.make_node("Sub", ["seq", "one"], ["last"]),
+                  helper.make_node("Range", ["last", "mone", "mone"], ["rpos"]),
+                  helper.make_node("Gather", ["mb", "rpos"], ["mg"], axis=1),
+                  helper.make_node("Unsqueeze", ["mg", "ax12"], ["m4"]),
+                  helper.make_node("Unsqueeze", ["rpos", "ax01"], ["row"]),
+                  helper.make_node("Unsqueeze", ["rpos", "ax013"], ["col"]),
+                  helper.make_node("LessOrEqual", ["row", "col"], ["causal"]),
+                  helper.make_node("And", ["m4", "causal"], ["keep"])]
+    else:
+        nodes.append(helper.make_node("Unsqueeze", ["mb", "ax12"], ["m4"]))
     x = "x"
     for layer in range(2):
         for p in "qkv":
@@ -57,7 +73,7 @@ def _model(expand_read_elsewhere: bool = False) -> bytes:
         c[f"zero{layer}"], c[f"min{layer}"] = np.array([0.0], np.float32), np.array([MIN], np.float32)
         nodes += [helper.make_node("MatMul", [f"qt{layer}", f"kt{layer}"], [f"qk{layer}"]),
                   helper.make_node("Mul", [f"qk{layer}", "scale"], [f"s{layer}"])]
-        if layer == 0:
+        if layer == 0 and not gathered:
             nodes += [helper.make_node("Shape", ["s0"], ["sshape"]),
                       helper.make_node("Expand", ["m4", "sshape"], ["keep"])]
         nodes += [helper.make_node("Where", ["keep", f"zero{layer}", f"min{layer}"], [f"bias{layer}"]),
@@ -87,6 +103,14 @@ def _feeds(b: int, s: int) -> dict:
     return {"x": RNG.standard_normal((b, s, 8)).astype(np.float32), "mask": mask}
 
 
+def _sessions(data: bytes, rule: str) -> dict:
+    sessions = {off: onnxhal.InferenceSession(data, providers=[(EP, {"disable_fusions": off}), "CPUExecutionProvider"])
+                for off in ("", rule)}
+    for s in sessions.values():
+        s.disable_fallback()  # a plan that fails at run must fail here, not show the CPU EP's result
+    return sessions
+
+
 def _launches(sess) -> int:
     (info,) = sess.eps[EP].dynamic_partitions.values()
     (plan,) = info.cached_plans
@@ -100,8 +124,7 @@ def test_a_where_mask_folds_into_attention_as_onnxruntime(opencl, expand_read_el
     and off, and the plan is reused."""
     data = _model(expand_read_elsewhere)
     ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    sessions = {off: onnxhal.InferenceSession(data, providers=[(EP, {"disable_fusions": off}), "CPUExecutionProvider"])
-                for off in ("", RULE)}
+    sessions = _sessions(data, RULE)
     masks = [_feeds(2, 5) for _ in range(3)]
     masks[2]["mask"][1] = 0  # every key masked: the softmax of equal scores
     for feeds in masks:
@@ -114,6 +137,27 @@ def test_a_where_mask_folds_into_attention_as_onnxruntime(opencl, expand_read_el
     for s in sessions.values():
         (info,) = s.eps[EP].dynamic_partitions.values()
         assert info.stats.misses == 1 and info.stats.host_runs == 0, info.stats
+
+
+def test_a_gathered_mask_is_read_through_its_table_as_onnxruntime(opencl):
+    """Rule take_elementwise: the Gather of the bool mask by position ids gets no launch, the And
+    with the causal mask reading the cast mask through the Gather's table; new masks at one shape
+    give onnxruntime's outputs with the rule on and off, from one plan."""
+    data = _model(gathered=True)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    sessions = _sessions(data, "take_elementwise")
+    for _ in range(3):
+        feeds = _feeds(2, 5)
+        want = ref.run(None, feeds)
+        for off, s in sessions.items():
+            for w, g in zip(want, s.run(None, feeds)):
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=off)
+    launches = {off: _launches(s) for off, s in sessions.items()}
+    assert launches[""] == launches["take_elementwise"] - 1, launches
+    for s in sessions.values():
+        (info,) = s.eps[EP].dynamic_partitions.values()
+        assert info.stats.misses == 1 and info.stats.host_runs == 0, info.stats
+        assert s.partition_summary.get("CPUExecutionProvider", 0) == 0, s.partition_summary
 
 
 def test_view_strides_follow_numpy():

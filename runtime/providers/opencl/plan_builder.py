@@ -10,7 +10,7 @@ other node lowers to launches of the fixed kernel families in ``kernel_sources``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -99,6 +99,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         #: Transpose result -> (its input, strides reading it in the result's order): rule
         #: ``transpose_elementwise``, read by a fused elementwise tree in place of the Transpose's copy.
         self.transposed_inputs: dict[str, tuple[str, tuple[int, ...]]] = {}
+        #: rule take_elementwise: a Gather's result (by constant indices) that fused trees read through
+        #: its table -> (the Gather's source, the table constant)
+        self.taken_inputs: dict[str, tuple[str, str]] = {}
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -298,6 +301,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             self._transposed_inputs(clusters, consumers, outputs, skip)
         if self.rule("expand_elementwise"):
             self._expanded_inputs(clusters, consumers, outputs, skip)
+        if self.rule("take_elementwise"):
+            self._taken_inputs(clusters, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
             if id(n) in attention:
@@ -633,7 +638,16 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         inputs = [FusedInput("bcast", self.transposed_inputs[a][1]) if a in self.transposed_inputs
                   else broadcast_strides(self.shape(self.data(a)), out_shape) for a in ext]
         sources = [self.data(self.transposed_inputs[a][0] if a in self.transposed_inputs else a) for a in ext]
-        reads = [Buf(name) for name in sources]
+        reads = []
+        for k, name in enumerate(sources):
+            taken = self.taken_inputs.get(name)
+            if taken is not None:  # rule take_elementwise: the Gather's source through its table
+                name, table = taken
+                inputs[k] = replace(inputs[k], table=True)
+                sources[k] = name
+                reads += [Buf(name), Buf(table)]
+            else:
+                reads.append(Buf(name))
         types = FusedTypes(tuple(self._ctype(name) for name in sources),
                            tuple(self._ctype(m.outputs[0]) for m in members), self._ctype(out))
         fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape, function, types)
@@ -686,6 +700,69 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 continue
             self.transposed_inputs[a] = (p.inputs[0], tuple(_expand_strides(self.shape(p.inputs[0]), self.shape(a))))
             skip.add(id(p))
+
+    def _taken_inputs(self, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
+                      outputs: set[str], skip: set[int]) -> None:
+        """Rule ``take_elementwise``: a Gather or GatherND by constant indices of integer or bool
+        elements (a ``take_flat``) whose every reader, directly or through views, is a member of a
+        fused elementwise tree, is read by those trees through its table of flat source indices and
+        gets no launch (the attention mask's Gather by position ids, read by the And with the causal
+        mask)."""
+        in_tree = {id(m) for members in clusters.values() if members and id(members[-1]) not in skip
+                   for m in members}
+        for n in self.graph.nodes:
+            if n.op_type not in ("Gather", "GatherND") or n.domain or id(n) in skip:
+                continue
+            taken = self._take_table(n)
+            if taken is None:
+                continue
+            readers: list[Node] = []
+            views: list[Node] = []
+            values = [n.outputs[0]]
+            while values:  # a view holds the same elements in the same order: the same table
+                v = values.pop()
+                if v in outputs or v in self.transposed_inputs:
+                    readers = []
+                    break
+                for u in consumers.get(v, []):
+                    if u.op_type in VIEW_OPS and not u.domain and id(u) not in skip:
+                        views.append(u)
+                        values.append(u.outputs[0])
+                    else:
+                        readers.append(u)
+            if not readers or any(id(u) not in in_tree for u in readers):
+                continue
+            x, table = taken
+            t = self.constant("take_table", table.reshape(-1))
+            self.plan.shapes[t], self.plan.dtypes[t] = (table.size,), np.dtype(np.int32)
+            for m in (n, *views):  # no buffer of their own, so no alias of one either
+                self.taken_inputs[m.outputs[0]] = (x, t)
+                skip.add(id(m))
+
+    def _take_table(self, n: Node) -> tuple[str, np.ndarray] | None:
+        """(the source, the flat index into it of every output element) of a Gather or GatherND that
+        ``_take_flat`` lowers, with its indices in range; else None."""
+        x = self.data(n.inputs[0])
+        xs = self.shape(x)
+        const = self.lookup.const(n.inputs[1])
+        if self._ctype(x) == "float" or const is None or not xs:
+            return None
+        flat = np.arange(prod(xs), dtype=np.int32).reshape(xs)
+        if n.op_type == "Gather":
+            axis = n.attr("axis", 0) % len(xs)
+            if const.size and (const.min() < -xs[axis] or const.max() >= xs[axis]):
+                return None
+            table = np.take(flat, const.astype(np.int64), axis=axis)
+        else:
+            idx = const.astype(np.int64)
+            k = idx.shape[-1] if idx.ndim else 0
+            if not idx.ndim or k > len(xs) or n.attr("batch_dims", 0) or any(
+                    idx[..., j].size and (idx[..., j].min() < -xs[j] or idx[..., j].max() >= xs[j]) for j in range(k)):
+                return None
+            table = flat[tuple(idx[..., j] for j in range(k))]
+        if tuple(table.shape) != self.shape(n.outputs[0]):
+            return None
+        return x, table
 
     # -- single nodes ----------------------------------------------------------------------
     def _lower(self, n: Node, epi: Epilogue | None) -> None:

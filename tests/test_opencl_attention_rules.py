@@ -36,13 +36,14 @@ def opencl(register):
     register("onnxhal.runtime.providers.opencl", "opencl")
 
 
-def _model(expand_read_elsewhere: bool = False, gathered: bool = False) -> bytes:
+def _model(expand_read_elsewhere: bool = False, gathered: bool = False, cast_read_elsewhere: bool = False) -> bytes:
     """Two attention layers over ``x`` [B, S, 8] (2 heads of 4) sharing one bool mask, cast from
     ``mask``'s values and expanded to the scores' shape, each layer turning it into an additive bias
     with its own ``Where(keep, 0, min)`` (as TorchScript BERT and GPT-2 exports do).
     ``expand_read_elsewhere``: the expanded mask is also cast to float and returned. ``gathered``:
     the mask is gathered by position ids (reversed, from the shape alone) and And-ed with a causal
-    mask instead of expanded (TorchScript's chain, where the Gather is a ``take_flat``)."""
+    mask instead of expanded (TorchScript's chain, where the Gather is a ``take_flat``);
+    ``cast_read_elsewhere``: the cast mask is also returned (as float)."""
     f = TensorProto.FLOAT
     c = {"ax12": np.array([1, 2], np.int64), "heads": np.array([0, 0, 2, 4], np.int64),
          "merge": np.array([0, 0, 8], np.int64), "scale": np.array(0.5, np.float32),
@@ -54,7 +55,8 @@ def _model(expand_read_elsewhere: bool = False, gathered: bool = False) -> bytes
                   helper.make_node("Gather", ["mshape", "one"], ["seq"], axis=0),
                   helper.make_node("Sub", ["seq", "one"], ["last"]),
                   helper.make_node("Range", ["last", "mone", "mone"], ["rpos"]),
-                  helper.make_node("Gather", ["mb", "rpos"], ["mg"], axis=1),
+                  helper.make_node("Flatten", ["mb"], ["mflat"], axis=1),
+                  helper.make_node("Gather", ["mflat", "rpos"], ["mg"], axis=1),
                   helper.make_node("Unsqueeze", ["mg", "ax12"], ["m4"]),
                   helper.make_node("Unsqueeze", ["rpos", "ax01"], ["row"]),
                   helper.make_node("Unsqueeze", ["rpos", "ax013"], ["col"]),
@@ -84,6 +86,9 @@ def _model(expand_read_elsewhere: bool = False, gathered: bool = False) -> bytes
                   helper.make_node("Reshape", [f"ot{layer}", "merge"], [f"y{layer}"])]
         x = f"y{layer}"
     outputs = ["y1"]
+    if cast_read_elsewhere:
+        nodes.append(helper.make_node("Cast", ["mb"], ["mbf"], to=f))
+        outputs.append("mbf")
     if expand_read_elsewhere:
         nodes.append(helper.make_node("Cast", ["keep"], ["keepf"], to=f))
         outputs.append("keepf")
@@ -139,11 +144,13 @@ def test_a_where_mask_folds_into_attention_as_onnxruntime(opencl, expand_read_el
         assert info.stats.misses == 1 and info.stats.host_runs == 0, info.stats
 
 
-def test_a_gathered_mask_is_read_through_its_table_as_onnxruntime(opencl):
+@pytest.mark.parametrize("cast_read_elsewhere", [False, True])
+def test_a_gathered_mask_is_read_through_its_table_as_onnxruntime(opencl, cast_read_elsewhere):
     """Rule take_elementwise: the Gather of the bool mask by position ids gets no launch, the And
-    with the causal mask reading the cast mask through the Gather's table; new masks at one shape
-    give onnxruntime's outputs with the rule on and off, from one plan."""
-    data = _model(gathered=True)
+    with the causal mask reading the cast mask through the Gather's table, and computing the Cast
+    there too where nothing else reads it; new masks at one shape give onnxruntime's outputs with
+    the rule on and off, from one plan."""
+    data = _model(gathered=True, cast_read_elsewhere=cast_read_elsewhere)
     ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     sessions = _sessions(data, "take_elementwise")
     for _ in range(3):
@@ -153,7 +160,8 @@ def test_a_gathered_mask_is_read_through_its_table_as_onnxruntime(opencl):
             for w, g in zip(want, s.run(None, feeds)):
                 np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=off)
     launches = {off: _launches(s) for off, s in sessions.items()}
-    assert launches[""] == launches["take_elementwise"] - 1, launches
+    # the Gather, and the Cast where only the Gather reads it
+    assert launches[""] == launches["take_elementwise"] - (1 if cast_read_elsewhere else 2), launches
     for s in sessions.values():
         (info,) = s.eps[EP].dynamic_partitions.values()
         assert info.stats.misses == 1 and info.stats.host_runs == 0, info.stats

@@ -102,6 +102,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         #: rule take_elementwise: a Gather's result (by constant indices) that fused trees read through
         #: its table -> (the Gather's source, the table constant)
         self.taken_inputs: dict[str, tuple[str, str]] = {}
+        #: ... and, where only that Gather read its source, the fused tree computing the source
+        #: (members in order), which the reading trees compute at the table's index instead
+        self.taken_trees: dict[str, list[Node]] = {}
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -619,37 +622,71 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         out = root.outputs[0]
         out_shape = self.shape(out)
         internal = {m.outputs[0] for m in members[:-1]}
-        ext: list[str] = []
+        #: value names, or (input of an inlined tree, the taken value it is read for) pairs
+        ext: list = []
         exprs: dict[str, str] = {}
         statements: list[tuple[str, str]] = []
+        local_types: list[str] = []
+
+        def ref(key) -> str:
+            if key not in ext:
+                ext.append(key)
+            return f"in{ext.index(key)}"
+
         for k, m in enumerate(members):
             args, extra = self._elementwise_args(m)
             refs = []
             for a in args:
                 if a in internal:
                     refs.append(exprs[a])
+                elif a in self.taken_trees:
+                    if a not in exprs:  # rule take_elementwise: the Gather's source tree at the table's index
+                        tree = self.taken_trees[a]
+                        inner = {t.outputs[0] for t in tree[:-1]}
+                        for t in tree:
+                            targs, textra = self._elementwise_args(t)
+                            trefs = [exprs[b] if b in inner else ref((b, a)) for b in targs]
+                            local = f"w{len(statements)}"
+                            statements.append((local, ELEMENTWISE_OPS[t.op_type](t, trefs, textra)))
+                            local_types.append(self._ctype(t.outputs[0]))
+                            exprs[t.outputs[0]] = local
+                        exprs[a] = exprs[tree[-1].outputs[0]]
+                    refs.append(exprs[a])
                 else:
-                    if a not in ext:
-                        ext.append(a)
-                    refs.append(f"in{ext.index(a)}")
+                    refs.append(ref(a))
             local = f"v{k}"
             statements.append((local, ELEMENTWISE_OPS[m.op_type](m, refs, extra)))
+            local_types.append(self._ctype(m.outputs[0]))
             exprs[m.outputs[0]] = local
-        inputs = [FusedInput("bcast", self.transposed_inputs[a][1]) if a in self.transposed_inputs
-                  else broadcast_strides(self.shape(self.data(a)), out_shape) for a in ext]
-        sources = [self.data(self.transposed_inputs[a][0] if a in self.transposed_inputs else a) for a in ext]
+        inputs: list[FusedInput] = []
+        sources: list[str] = []
         reads = []
-        for k, name in enumerate(sources):
+        for key in ext:
+            if isinstance(key, tuple):  # an inlined tree's input, read where the Gather read its result
+                b, a = key
+                name = self.data(b)
+                if prod(self.shape(name)) == 1:
+                    inputs.append(FusedInput("scalar"))
+                    reads.append(Buf(name))
+                else:
+                    inputs.append(replace(broadcast_strides(self.shape(a), out_shape), table=True))
+                    reads += [Buf(name), Buf(self.taken_inputs[a][1])]
+                sources.append(name)
+                continue
+            a = key
+            fi = (FusedInput("bcast", self.transposed_inputs[a][1]) if a in self.transposed_inputs
+                  else broadcast_strides(self.shape(self.data(a)), out_shape))
+            name = self.data(self.transposed_inputs[a][0] if a in self.transposed_inputs else a)
             taken = self.taken_inputs.get(name)
             if taken is not None:  # rule take_elementwise: the Gather's source through its table
                 name, table = taken
-                inputs[k] = replace(inputs[k], table=True)
-                sources[k] = name
+                fi = replace(fi, table=True)
                 reads += [Buf(name), Buf(table)]
             else:
                 reads.append(Buf(name))
-        types = FusedTypes(tuple(self._ctype(name) for name in sources),
-                           tuple(self._ctype(m.outputs[0]) for m in members), self._ctype(out))
+            inputs.append(fi)
+            sources.append(name)
+        types = FusedTypes(tuple(self._ctype(name) for name in sources), tuple(local_types), self._ctype(out))
         fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape, function, types)
         meta = self.constant("meta", fused.meta)
         if function:
@@ -735,9 +772,42 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             x, table = taken
             t = self.constant("take_table", table.reshape(-1))
             self.plan.shapes[t], self.plan.dtypes[t] = (table.size,), np.dtype(np.int32)
+            tree = self._inlined_source(n, clusters, consumers, outputs, skip)
             for m in (n, *views):  # no buffer of their own, so no alias of one either
                 self.taken_inputs[m.outputs[0]] = (x, t)
                 skip.add(id(m))
+                if tree:
+                    self.taken_trees[m.outputs[0]] = tree
+            skip.update(id(m) for m in tree)
+
+    def _inlined_source(self, n: Node, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
+                        outputs: set[str], skip: set[int]) -> list[Node]:
+        """Rule ``take_elementwise``: the members of the fused tree that computes Gather ``n``'s
+        source when only ``n`` reads it and each of the tree's inputs has the source's shape or one
+        element: the trees reading ``n`` compute it at the table's index (the Cast of
+        ``attention_mask`` to bool), and it gets no launch; else []."""
+        x = n.inputs[0]
+        p = self.graph.producer(x)
+        views = []
+        while (p is not None and p.op_type in VIEW_OPS and not p.domain and id(p) not in skip
+               and x not in outputs and len(consumers.get(x, [])) == 1):  # the same elements in order
+            views.append(p)
+            x = p.inputs[0]
+            p = self.graph.producer(x)
+        members = clusters.get(id(p)) if p is not None else None
+        if (not members or id(p) in skip or x in outputs or len(consumers.get(x, [])) != 1
+                or any(id(m) in skip for m in members)):
+            return []
+        inner = {m.outputs[0] for m in members[:-1]}
+        for m in members:
+            for b in self._elementwise_args(m)[0]:
+                if b in inner:
+                    continue
+                if (b in self.transposed_inputs or self.data(b) in self.taken_inputs
+                        or self.shape(self.data(b)) != self.shape(x) and prod(self.shape(self.data(b))) != 1):
+                    return []
+        skip.update(id(v) for v in views)
+        return members
 
     def _take_table(self, n: Node) -> tuple[str, np.ndarray] | None:
         """(the source, the flat index into it of every output element) of a Gather or GatherND that

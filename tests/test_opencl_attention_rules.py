@@ -211,3 +211,51 @@ def test_view_strides_follow_numpy():
     got = np.lib.stride_tricks.as_strided(np.arange(2 * 6 * 36, dtype=np.float32)[12:], (2, 3, 4, 6),
                                           [4 * st for st in strides])
     np.testing.assert_array_equal(got, want)
+
+
+def _embedding_model() -> bytes:
+    """Token embeddings gathered by ``ids`` [B, S] (indices read at run time), plus position
+    embeddings, into a LayerNorm (its prologue tree); a second table gathered by the same ids,
+    through a Reshape, into a plain tree (Relu of a scaled value)."""
+    f = TensorProto.FLOAT
+    c = {"tok": RNG.standard_normal((11, 8)).astype(np.float32), "pos": RNG.standard_normal((1, 5, 8)).astype(np.float32),
+         "tok2": RNG.standard_normal((11, 8)).astype(np.float32), "gamma": RNG.random(8).astype(np.float32) + 0.5,
+         "beta": RNG.standard_normal(8).astype(np.float32), "two": np.array(2.0, np.float32),
+         "flat": np.array([0, 40], np.int64)}
+    nodes = [helper.make_node("Gather", ["tok", "ids"], ["t"], axis=0),
+             helper.make_node("Add", ["t", "pos"], ["e"]),
+             helper.make_node("LayerNormalization", ["e", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5),
+             helper.make_node("Gather", ["tok2", "ids"], ["t2"], axis=0),
+             helper.make_node("Reshape", ["t2", "flat"], ["t2f"]),
+             helper.make_node("Mul", ["t2f", "two"], ["m"]),
+             helper.make_node("Relu", ["m"], ["y2"])]
+    graph = helper.make_graph(nodes, "embeddings", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
+                              [helper.make_tensor_value_info(n, f, None) for n in ("y", "y2")],
+                              [numpy_helper.from_array(v, k) for k, v in c.items()])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+def test_gathered_embeddings_are_read_by_their_trees_as_onnxruntime(opencl):
+    """Rule gather_elementwise: both Gathers get no launch (the LayerNorm's prologue and the Relu
+    tree read their rows by the ids); new ids at one shape, negative ones among them, give
+    onnxruntime's outputs with the rule on and off, and ids out of range are refused."""
+    data = _embedding_model()
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    sessions = {off: onnxhal.InferenceSession(data, providers=[(EP, {"disable_fusions": off})])
+                for off in ("", "gather_elementwise")}
+    for s in sessions.values():
+        s.disable_fallback()
+    for ids in (RNG.integers(0, 11, (2, 5)), RNG.integers(-11, 11, (2, 5))):
+        feeds = {"ids": ids.astype(np.int64)}
+        want = ref.run(None, feeds)
+        for off, s in sessions.items():
+            for w, g in zip(want, s.run(None, feeds)):
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=off)
+    launches = {off: sum(p.launches_per_run for p in s.eps[EP].compiled_plans) for off, s in sessions.items()}
+    assert launches[""] == launches["gather_elementwise"] - 2, launches
+    bad = {"ids": np.full((2, 5), 11, np.int64)}
+    for s in sessions.values():
+        with pytest.raises(onnxhal.errors.OrtError, match="out of range|indices"):
+            s.run(None, bad)

@@ -96,6 +96,9 @@ FUSION_RULES: dict[str, str] = {
     "attention_select_mask": "a Where between two scalar constants by a bool condition, read only as attention's "
                              "additive mask, into the attention kernel, which reads the condition and selects "
                              "the constant per score (needs attention)",
+    "gather_elementwise": "a Gather along axis 0 of float32 rows by indices read at run time, read only by fused "
+                          "elementwise trees (a LayerNorm's prologue among them, directly or through views), into "
+                          "those trees' reads as rows of its source: no launch of its own",
     "take_elementwise": "a Gather or GatherND by constant indices of integer or bool elements read only by fused "
                         "elementwise trees (directly or through views) into those trees' reads, through its table of "
                         "flat source indices: no launch of its own (needs typed_values)",

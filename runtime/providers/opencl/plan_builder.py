@@ -105,6 +105,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         #: ... and, where only that Gather read its source, the fused tree computing the source
         #: (members in order), which the reading trees compute at the table's index instead
         self.taken_trees: dict[str, list[Node]] = {}
+        #: rule gather_elementwise: a float Gather's result (axis 0, indices read at run time) that
+        #: fused trees read through its indices -> (its source, the indices' buffer, FusedInput.rows)
+        self.gathered_inputs: dict[str, tuple[str, str, tuple[int, int, str]]] = {}
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -306,6 +309,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             self._expanded_inputs(clusters, consumers, outputs, skip)
         if self.rule("take_elementwise"):
             self._taken_inputs(clusters, consumers, outputs, skip)
+        if self.rule("gather_elementwise"):
+            self._gathered_inputs(clusters, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
             if id(n) in attention:
@@ -678,10 +683,15 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                   else broadcast_strides(self.shape(self.data(a)), out_shape))
             name = self.data(self.transposed_inputs[a][0] if a in self.transposed_inputs else a)
             taken = self.taken_inputs.get(name)
+            gathered = self.gathered_inputs.get(name)
             if taken is not None:  # rule take_elementwise: the Gather's source through its table
                 name, table = taken
                 fi = replace(fi, table=True)
                 reads += [Buf(name), Buf(table)]
+            elif gathered is not None:  # rule gather_elementwise: rows of the Gather's source by its indices
+                name, idx, rows = gathered
+                fi = replace(fi, rows=rows)
+                reads += [Buf(name), Buf(idx)]
             else:
                 reads.append(Buf(name))
             inputs.append(fi)
@@ -779,6 +789,47 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 if tree:
                     self.taken_trees[m.outputs[0]] = tree
             skip.update(id(m) for m in tree)
+
+    def _gathered_inputs(self, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
+                         outputs: set[str], skip: set[int]) -> None:
+        """Rule ``gather_elementwise``: a Gather along axis 0 of float32 rows by indices read at run
+        time whose every reader, directly or through views, is a member of a fused elementwise tree
+        (a LayerNorm's prologue among them) is read by those trees as rows of its source and gets no
+        launch (the token embeddings, summed with the position embeddings before the first
+        LayerNorm); its indices are range-checked on the host as ``gather_rows``' are."""
+        readable = {id(m) for members in clusters.values() if members and id(members[-1]) not in skip
+                    for m in members}
+        readable.update(id(m) for members in self.layernorm_prologues.values() for m in members)
+        for n in self.graph.nodes:
+            if n.op_type != "Gather" or n.domain or id(n) in skip or self.lookup.const(n.inputs[1]) is not None:
+                continue
+            x, idx_name = self.data(n.inputs[0]), n.inputs[1]
+            xs = self.shape(x)
+            idx = self.data(idx_name)
+            if (not xs or n.attr("axis", 0) % len(xs) != 0 or self._ctype(x) != "float"
+                    or self._ctype(idx) not in ("long", "int")):
+                continue
+            readers: list[Node] = []
+            views: list[Node] = []
+            values = [n.outputs[0]]
+            while values:  # a view holds the same elements in the same order
+                v = values.pop()
+                if v in outputs or v in self.transposed_inputs:
+                    readers = []
+                    break
+                for u in consumers.get(v, []):
+                    if u.op_type in VIEW_OPS and not u.domain and id(u) not in skip:
+                        views.append(u)
+                        values.append(u.outputs[0])
+                    else:
+                        readers.append(u)
+            if not readers or any(id(u) not in readable for u in readers):
+                continue
+            # Indices read by two Gathers must fit the shorter axis.
+            self.plan.host_indices[idx_name] = min(int(xs[0]), self.plan.host_indices.get(idx_name, xs[0]))
+            for m in (n, *views):  # no buffer of their own, so no alias of one either
+                self.gathered_inputs[m.outputs[0]] = (x, idx, (int(xs[0]), prod(xs[1:]), self._ctype(idx)))
+                skip.add(id(m))
 
     def _inlined_source(self, n: Node, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
                         outputs: set[str], skip: set[int]) -> list[Node]:

@@ -136,10 +136,12 @@ def test_an_unknown_rule_is_an_error_naming_the_rules(opencl):
 
 
 def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_scores: bool,
-                     identity_view: bool = False, fused_qkv: bool = False) -> onnx.ModelProto:
+                     identity_view: bool = False, fused_qkv: bool = False, dynamo_k: bool = False) -> onnx.ModelProto:
     """x [b, s, e] -> Q, K, V projections, heads split by Reshape + Transpose (K transposed for Q @ K^T),
     scaled (Q and K by sqrt(sqrt(d)) as PyTorch's export, or the scores by sqrt(d)), masked, Softmax
-    (NaN of a fully masked row replaced by 0, as PyTorch's SDPA export does), @ V, heads merged."""
+    (NaN of a fully masked row replaced by 0, as PyTorch's SDPA export does), @ V, heads merged.
+    ``dynamo_k``: K's head split transposed, reshaped to [b * heads, s, d], transposed to 3-D K^T and
+    reshaped back to [b, heads, d, s], as the dynamo exporter writes it."""
     e = heads * d
     c = lambda name, v: numpy_helper.from_array(np.asarray(v), name)  # noqa: E731
     nodes, weights = [], {f"w{t}": _weight(e, e) for t in "qkv"}
@@ -150,6 +152,13 @@ def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_sco
     for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
         if not fused_qkv:
             nodes.append(helper.make_node("MatMul", ["x", f"w{t}"], [f"{t}0"]))
+        if t == "k" and dynamo_k:
+            nodes += [helper.make_node("Reshape", ["k0", "split"], ["k1"]),
+                      helper.make_node("Transpose", ["k1"], ["k1t"], perm=[0, 2, 1, 3]),
+                      helper.make_node("Reshape", ["k1t", "bh"], ["k1r"]),
+                      helper.make_node("Transpose", ["k1r"], ["k1rt"], perm=[0, 2, 1]),
+                      helper.make_node("Reshape", ["k1rt", "kt4"], ["k2"])]
+            continue
         nodes += [helper.make_node("Reshape", [f"{t}0", "split"], [f"{t}1"]),
                   helper.make_node("Transpose", [f"{t}1"], [f"{t}2"], perm=perm)]
     if scale_scores:
@@ -172,6 +181,7 @@ def _attention_model(b: int, s: int, heads: int, d: int, masked: bool, scale_sco
     mask[0, 0, 0, s // 2:] = -np.inf  # padding of the first sequence
     inits = [c("split", np.array([b, s, heads, d], np.int64)), c("heads", np.array([b, heads, s, d], np.int64)),
              c("thirds", np.array([e, e, e], np.int64)), c("merge", np.array([b, s, e], np.int64)),
+             c("bh", np.array([b * heads, s, d], np.int64)), c("kt4", np.array([b, heads, d, s], np.int64)),
              c("sqrt_d", np.float32(np.sqrt(d))), c("root", np.float32(d ** -0.25)), c("zero", np.float32(0)),
              c("mask", mask)]
     graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, s, e])],
@@ -242,6 +252,17 @@ def test_a_transpose_of_a_head_split_of_a_split_part_reads_the_part_in_place(ope
     # the GEMM, three Transposes and the Neg; off: the Split's three copies as well, with K's Transpose
     # read by the Neg through strides (rule transpose_elementwise)
     assert _compare(model, feeds, "head_split_in_place") == (5, 7)
+
+
+@pytest.mark.parametrize("fused_qkv", [False, True])
+def test_a_dynamo_k_view_chain_is_read_by_attention_in_place(opencl, fused_qkv):
+    # rule attention_view_chain: K's Transpose, 3-D Reshape, Transpose and 4-D Reshape become
+    # attention's strides into the merged projection (or the Split's input); the 3-D Reshape alone
+    # could not be a view (batch and heads are not contiguous there), which the next Reshape undoes
+    model = _attention_model(2, 6, 3, 4, True, False, True, fused_qkv=fused_qkv, dynamo_k=True)
+    feeds = {"x": RNG.standard_normal((2, 6, 12)).astype(np.float32)}
+    fused, unfused = _compare(model, feeds, "attention_view_chain")
+    assert fused == 2 and unfused == fused + 2, (fused, unfused)  # off: K's two Transposes copied
 
 
 def test_projections_whose_head_splits_attention_does_not_take_stay_apart(opencl):

@@ -5,6 +5,7 @@ The pattern, each intermediate read only by the next step and no partition outpu
     Q' = [Mul|Div by a scalar constant](view of Q)        view: the value itself or a Transpose of it
     K' = [Mul|Div by a scalar constant](view of K^T)
     S  = Softmax_last_axis([Add mask]([Mul|Div by a scalar constant](Q' @ K')))
+    mask = a value, or Where(bool cond, scalar a, scalar b)   (rule attention_select_mask)
     P  = [ReplaceNaN](S)
     O  = P @ (view of V)            O may be written through a following Transpose (the head merge),
                                     after an identity Reshape or none
@@ -64,6 +65,76 @@ class AttentionMatch:
     out: str  # the value written
     out_strides: list[int]  # of (b, h, i, d) inside ``out``
     splits: list[Node]  # Splits some operands read through: skipped when every part is read so
+    #: rule attention_select_mask: ``mask`` is the bool condition of a Where between these two scalar
+    #: constants (then, else), which the kernel selects per score instead of reading a float mask
+    mask_select: tuple[float, float] | None = None
+    #: Expands the mask is read through (broadcast strides of their input): not run once every reader
+    #: of theirs is folded
+    mask_expands: list[Node] | None = None
+
+
+#: A view's axis as the (size, element stride) factors it was merged from, outermost first (no unit
+#: factors): a Reshape may merge axes that are not contiguous among themselves as long as a later one
+#: splits them again before they are read.
+Axis = list[tuple[int, int]]
+
+
+def strided_axes(dims, strides) -> list[Axis]:
+    return [[(int(d), int(s))] if d != 1 else [] for d, s in zip(dims, strides)]
+
+
+def reshape_axes(axes: list[Axis], new_dims) -> list[Axis] | None:
+    """``axes`` regrouped into ``new_dims`` (same element order), splitting a factor where a new dim
+    divides it, or None where a new dim does not fall on factor boundaries."""
+    factors: Axis = []
+    for f in (f for ax in axes for f in ax):  # contiguous neighbours as one factor, which any divisor splits
+        if factors and factors[-1][1] == f[0] * f[1]:
+            factors[-1] = (factors[-1][0] * f[0], f[1])
+        else:
+            factors.append(f)
+    out: list[Axis] = []
+    i = 0
+    for d in new_dims:
+        ax: Axis = []
+        need = int(d)
+        while need > 1:
+            if i >= len(factors):
+                return None
+            size, stride = factors[i]
+            if size <= need:
+                if need % size:
+                    return None
+                ax.append((size, stride))
+                need //= size
+                i += 1
+            else:
+                if size % need:
+                    return None
+                ax.append((need, stride * (size // need)))
+                factors[i] = (size // need, stride)
+                need = 1
+        out.append(ax)
+    return out if i == len(factors) else None
+
+
+def axes_strides(axes: list[Axis]) -> list[int] | None:
+    """One element stride per axis, or None where an axis's factors are not contiguous among
+    themselves (a strided view cannot hold it)."""
+    strides = []
+    for ax in axes:
+        if any(outer[1] != inner[0] * inner[1] for outer, inner in zip(ax, ax[1:])):
+            return None
+        strides.append(ax[-1][1] if ax else 0)
+    return strides
+
+
+def reshape_strides(dims, strides, new_dims) -> list[int] | None:
+    """The element strides of ``new_dims`` when reshaping a strided view (``dims``, ``strides``)
+    to them keeps it a strided view of the same memory (numpy's reshape without a copy), else None."""
+    if prod(dims) != prod(new_dims) or prod(dims) == 0:
+        return None
+    axes = reshape_axes(strided_axes(dims, strides), new_dims)
+    return None if axes is None else axes_strides(axes)
 
 
 def _pad4(dims, strides) -> tuple[tuple[int, ...], list[int]]:
@@ -71,17 +142,33 @@ def _pad4(dims, strides) -> tuple[tuple[int, ...], list[int]]:
     return (1,) * pad + tuple(dims), [0] * pad + list(strides)
 
 
+def _mask_term(row: str, select: tuple[float, float] | None) -> str:
+    """The C expression of score (b, h, ``row``, j)'s mask: the float mask read through its strides, or
+    the Where of its bool condition between two constants (``select``), the values the Where would
+    have stored."""
+    at = f"M[(size_t)b * ms[0] + (size_t)h * ms[1] + (size_t){row} * ms[2] + (size_t)j * ms[3]]"
+    if select is None:
+        return at
+    return f"({at} ? {float_literal(select[0])} : {float_literal(select[1])})"
+
+
+def _mask_type(select: tuple[float, float] | None) -> str:
+    return "float" if select is None else "uchar"  # numpy's one-byte bool
+
+
 def attention_source(keys: int, head: int, head_v: int, scale: tuple, mask: bool, replace_nan: float | None,
-                     q_op: tuple, k_op: tuple, width: int = 1) -> str:
+                     q_op: tuple, k_op: tuple, width: int = 1, select: tuple[float, float] | None = None) -> str:
     """``attention_rows`` for one (keys, head, value head) shape and its constant factors. ``width``
     > 1: Q, K, V and the output rows are read and written as ``float{width}`` vectors (their head
     dims contiguous, both head sizes multiples of it), one work-item per row with no cross-item
-    vectorisation expected (launched as the GEMM family is: work-groups of one on a CPU)."""
+    vectorisation expected (launched as the GEMM family is: work-groups of one on a CPU). ``select``:
+    the mask is a bool condition and these (then, else) constants (rule ``attention_select_mask``)."""
     def scaled(expr: str, op: tuple) -> str:
         return f"({expr} {op[0]} {float_literal(op[1])})" if op[0] else expr
     replace = (f"p = p != p ? {float_literal(replace_nan)} : p;" if replace_nan is not None else "")
     if width > 1:
-        return ACTIVATION_HELPERS + _blocked_source(keys, head, head_v, scaled, scale, mask, replace, q_op, k_op, width)
+        return ACTIVATION_HELPERS + _blocked_source(keys, head, head_v, scaled, scale, mask, replace, q_op, k_op, width,
+                                                    select)
     load_q = "float q[D];\n  for (int d = 0; d < D; ++d) q[d] = " + scaled("Q[qb + (size_t)d * qs[3]]", q_op) + ";"
     dot = ("float acc = 0.0f;\n    for (int d = 0; d < D; ++d) acc += q[d] * "
            + scaled("KT[kb + (size_t)d * ks[2] + (size_t)j * ks[3]]", k_op) + ";")
@@ -92,7 +179,7 @@ def attention_source(keys: int, head: int, head_v: int, scale: tuple, mask: bool
 // meta: B, H, Sq, the strides (b, h, row, col) of Q, K^T, V, mask and the output, the offsets of Q, K^T, V.
 __kernel void attention_rows(__global float* restrict O, __global const float* restrict Q,
                              __global const float* restrict KT, __global const float* restrict V,
-                             __global const float* restrict M, __constant int* meta, const int total) {{
+                             __global const {_mask_type(select)}* restrict M, __constant int* meta, const int total) {{
   const int gid = get_global_id(0);
   if (gid >= total) return;
   const int Sq = meta[2], H = meta[1];
@@ -108,7 +195,7 @@ __kernel void attention_rows(__global float* restrict O, __global const float* r
   for (int j = 0; j < SK; ++j) {{
     {dot}
     float x = {scaled("acc", scale)};
-    {"x = x + M[(size_t)b * ms[0] + (size_t)h * ms[1] + (size_t)i * ms[2] + (size_t)j * ms[3]];" if mask else ""}
+    {f"x = x + {_mask_term('i', select)};" if mask else ""}
     s[j] = x;
     m = x > m ? x : m;  // as softmax_rows: fmax is a call
   }}
@@ -129,13 +216,12 @@ __kernel void attention_rows(__global float* restrict O, __global const float* r
 """
 
 
-def _blocked_source(keys, head, head_v, scaled, scale, mask, replace, q_op, k_op, w) -> str:
+def _blocked_source(keys, head, head_v, scaled, scale, mask, replace, q_op, k_op, w, select) -> str:
     """The vector form: ``ROWS`` query rows a work-item share each K and V load (head dims
     contiguous, read as ``float{w}``)."""
     halves = {16: "const float8 h8 = a[r].lo + a[r].hi; const float4 h4 = h8.lo + h8.hi;",
               8: "const float4 h4 = a[r].lo + a[r].hi;"}[w]
-    mask_add = ("x = x + M[(size_t)b * ms[0] + (size_t)h * ms[1] + (size_t)row[r] * ms[2] + (size_t)j * ms[3]];"
-                if mask else "")
+    mask_add = f"x = x + {_mask_term('row[r]', select)};" if mask else ""
     return f"""
 #define SK {keys}
 #define D {head}
@@ -145,7 +231,7 @@ def _blocked_source(keys, head, head_v, scaled, scale, mask, replace, q_op, k_op
 typedef float{w} __attribute__((aligned(4))) vecu;
 __kernel void attention_rows(__global float* restrict O, __global const float* restrict Q,
                              __global const float* restrict KT, __global const float* restrict V,
-                             __global const float* restrict M, __constant int* meta, const int total) {{
+                             __global const {_mask_type(select)}* restrict M, __constant int* meta, const int total) {{
   const int gid = get_global_id(0);
   if (gid >= total) return;
   const int Sq = meta[2], H = meta[1];
@@ -240,7 +326,7 @@ class AttentionLowering:
             return None
         members = [softmax]
         x = softmax.inputs[0]
-        mask = None
+        mask, mask_select, mask_expands = None, None, None
         step = self.graph.producer(x)
         if step is not None and step.op_type == "Add" and not step.domain and sole_user(x) is softmax:
             a, b = step.inputs
@@ -252,6 +338,16 @@ class AttentionLowering:
                     break
             if inner is None or np.dtype(self.lookup.dtype(mask) or np.float32) != np.float32:
                 return None
+            where = self._select_mask(mask, step, sole_user) if self.rule("attention_select_mask") else None
+            if where is not None:
+                members.insert(0, where)
+                mask, mask_select = where.inputs[0], self._select_values(where)
+                expand = self.graph.producer(mask)
+                if (expand is not None and expand.op_type == "Expand" and not expand.domain
+                        and self.shape(expand.inputs[0]) is not None):
+                    # the attention reads the Expand's input with broadcast strides of the scores: a
+                    # broadcast of a broadcast is one
+                    mask, mask_expands = expand.inputs[0], [expand]
             mshape = self.shape(self.data(mask))
             if len(mshape) > rank or np.broadcast_shapes(mshape, self.shape(x)) != self.shape(x):
                 return None
@@ -310,7 +406,29 @@ class AttentionLowering:
                 out = after.outputs[0]
         parts = (self.graph.producer(m.inputs[0]) for m in members if m.op_type == "Reshape")
         splits = list({id(n): n for n in parts if n is not None and n.op_type == "Split"}.values())
-        return AttentionMatch(members, q, kt, v, score_op, score_factor, mask, replace_nan, out, out_strides, splits)
+        return AttentionMatch(members, q, kt, v, score_op, score_factor, mask, replace_nan, out, out_strides, splits,
+                              mask_select, mask_expands)
+
+    def _select_mask(self, mask: str, add: Node, sole_user) -> Node | None:
+        """Rule ``attention_select_mask``: the Where that computes ``mask`` when it selects between two
+        float32 scalar constants by a bool condition of the mask's shape and the mask Add is its only
+        reader (TorchScript exports' per-layer ``Where(mask, 0, min)``), else None."""
+        where = self.graph.producer(mask)
+        if (where is None or where.op_type != "Where" or where.domain or len(where.inputs) != 3
+                or sole_user(mask) is not add):
+            return None
+        cond = where.inputs[0]
+        if (np.dtype(self.lookup.dtype(cond) or np.float32) != np.bool_
+                or self.shape(cond) != self.shape(mask) or self._select_values(where) is None):
+            return None
+        return where
+
+    def _select_values(self, where: Node) -> tuple[float, float] | None:
+        """The (then, else) float32 scalar constants of ``where``, or None."""
+        values = [self.lookup.const(v) for v in where.inputs[1:]]
+        if any(c is None or c.size != 1 or c.dtype != np.float32 for c in values):
+            return None
+        return float(values[0].reshape(-1)[0]), float(values[1].reshape(-1)[0])
 
     def _attention_operand(self, value: str, user: Node, sole_user, members: list[Node],
                            scalable: bool) -> StridedOperand | None:
@@ -341,6 +459,9 @@ class AttentionLowering:
             dims, strides = tuple(xs[p] for p in perm), [st[p] for p in perm]
             folded.append(producer)
             value = src
+        elif (chain := self._view_chain(value, user, sole_user) if self.rule("attention_view_chain") else None):
+            nodes, value, offset, dims, strides = chain
+            folded.extend(nodes)
         else:
             dims = self.shape(value)
             strides = contiguous_strides(dims)
@@ -350,6 +471,53 @@ class AttentionLowering:
         members[:0] = folded[::-1]
         dims, strides = _pad4(dims, strides)
         return StridedOperand(self.data(value), dims, strides, op, factor, offset)
+
+    def _view_chain(self, value: str, user: Node, sole_user) -> tuple[list[Node], str, int, tuple, list[int]] | None:
+        """Rule ``attention_view_chain``: ``value`` made by Reshapes and Transposes (at least one
+        Transpose, each result read only by the next step) of a value laid out in memory as a
+        contiguous value, a part of a Split or a part of a merged projection (``qkv_projection``),
+        where every Reshape keeps the layout a strided view (as numpy's reshape without a copy): (the
+        chain's nodes from ``user`` back, the buffer value, offset, ``value``'s dims and element
+        strides in it), else None. Dynamo exports transpose K's head split, reshape it to 3-D and
+        transpose it again for a 3-D batched MatMul."""
+        chain: list[Node] = []
+        while True:
+            p = self.graph.producer(value)
+            if p is None or p.domain or p.op_type not in ("Reshape", "Transpose") or sole_user(value) is not user:
+                break
+            chain.append(p)
+            user, value = p, p.inputs[0]
+        if not any(n.op_type == "Transpose" for n in chain):
+            return None
+        src = self.graph.producer(value)
+        if value in self.projection_parts and sole_user(value) is user:
+            first, offset = self.projection_parts[value]
+            ys = self.shape(value)
+            width = self.projection_width[first]
+            buf, strides = self.merged_buffer(first), [s * width for s in contiguous_strides(ys[:-1])] + [1]
+        elif src is not None and src.op_type == "Split" and not src.domain and sole_user(value) is user:
+            buf = src.inputs[0]
+            xs = self.shape(buf)
+            axis = src.attr("axis", 0) % len(xs)
+            k = list(src.outputs).index(value)
+            stx = contiguous_strides(xs)
+            offset = sum(self.shape(o)[axis] for o in src.outputs[:k] if o) * stx[axis]
+            strides = stx
+        else:
+            buf, offset, strides = self.data(value), 0, contiguous_strides(self.shape(value))
+        axes: list[Axis] | None = strided_axes(self.shape(value), strides)
+        for n in reversed(chain):
+            if n.op_type == "Transpose":
+                perm = list(n.attr("perm") or range(len(axes))[::-1])
+                axes = [axes[p] for p in perm]
+            else:
+                axes = reshape_axes(axes, self.shape(n.outputs[0]))
+                if axes is None:
+                    return None
+        out_strides = axes_strides(axes)
+        if out_strides is None or 0 in self.shape(value):
+            return None
+        return chain, buf, offset, tuple(self.shape(chain[0].outputs[0])), out_strides
 
     def _split_part(self, value: str, user: Node, sole_user) -> tuple[Node, str, int, list[int]] | None:
         """(the Reshape, the Split's input, offset, strides of ``value``'s dims in it) when ``value``
@@ -495,7 +663,7 @@ class AttentionLowering:
         unit = m.q.strides[3] == m.kt.strides[2] == m.v.strides[3] == m.out_strides[3] == 1
         width = next((w for w in (16, 8) if unit and D % w == 0 and Dv % w == 0), 1)
         source = attention_source(Sk, D, Dv, (m.score_op, m.score_factor), m.mask is not None, m.replace_nan,
-                                  (m.q.op, m.q.factor), (m.kt.op, m.kt.factor), width)
+                                  (m.q.op, m.q.factor), (m.kt.op, m.kt.factor), width, m.mask_select)
         out = self.output(m.out)
         args = [Buf(out), Buf(m.q.name), Buf(m.kt.name), Buf(m.v.name), Buf(mask), Buf(meta_name)]
         total = B * H * Sq if width == 1 else B * H * -(-Sq // ATTENTION_ROWS)

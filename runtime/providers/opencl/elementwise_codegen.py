@@ -187,10 +187,18 @@ __kernel void layernorm_prologue(__global float* Y PARAMS, __constant int* meta,
 @dataclass(frozen=True)
 class FusedInput:
     """How the fused kernel reads one external input: ``mode`` is "same" (index = gid), "scalar"
-    (index 0) or "bcast" (strides into the output's coordinates, 0 on broadcast dimensions)."""
+    (index 0) or "bcast" (strides into the output's coordinates, 0 on broadcast dimensions).
+    ``table``: the input is a Gather's result read through its table of flat source indices (rule
+    ``take_elementwise``): the kernel takes the table after the input's buffer and reads
+    ``p[table[index]]``. ``rows``: the input is a Gather's result along axis 0 of ``p`` by indices
+    read at run time (rule ``gather_elementwise``): (axis length, row length, the indices' C type);
+    the kernel takes the indices after the buffer and reads row ``g[index / row length]`` (negative
+    indices counting from the end, as Gather does; the host range-checks them before the run)."""
 
     mode: str
     strides: tuple[int, ...] = ()
+    table: bool = False
+    rows: tuple[int, int, str] | None = None
 
 
 def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> FusedInput:
@@ -242,7 +250,11 @@ def generate_fused_kernel(statements: Sequence[tuple[str, str]], result: str, in
         raise ValueError("a fused_at function computes float32 values only")
     rank = len(out_shape)
     bcast = [k for k, fi in enumerate(inputs) if fi.mode == "bcast"]
-    params = ", ".join(f"__global const {types.inputs[k]}* restrict p{k}" for k in range(len(inputs)))
+    params = ", ".join(f"__global const {types.inputs[k]}* restrict p{k}"
+                       + (f", __global const int* restrict t{k}" if fi.table else "")
+                       + (f", __global const {fi.rows[2]}* restrict g{k}" if fi.rows else "") for k, fi in enumerate(inputs))
+    if function and any(fi.table for fi in inputs):
+        raise ValueError("a fused_at function reads no input through a table")
     if function:
         lines = [ERF_HELPER, "inline float fused_at(const int gid" + (", " + params if params else "")
                  + ", __constant int* meta) {"]
@@ -261,14 +273,22 @@ def generate_fused_kernel(statements: Sequence[tuple[str, str]], result: str, in
             lines.append("  }")
     for k, fi in enumerate(inputs):
         index = "gid" if fi.mode == "same" else "0" if fi.mode == "scalar" else f"i{k}"
+        if fi.table:
+            index = f"t{k}[{index}]"
+        if fi.rows:
+            n, inner, _ = fi.rows
+            lines.append(f"  const long r{k} = g{k}[({index}) / {inner}];")
+            index = f"(size_t)(r{k} < 0 ? r{k} + {n} : r{k}) * {inner} + ({index}) % {inner}"
         lines.append(f"  const {types.inputs[k]} in{k} = p{k}[{index}];")
     for (name, expr), ctype in zip(statements, types.locals):
         lines.append(f"  const {ctype} {name} = {expr};")
     lines.append(f"  return {result};" if function else f"  out[gid] = {result};")
     lines.append("}")
     if function:
-        args = "".join(f", p{k}" for k in range(len(inputs)))
-        fparams = "".join(f", __global const float* restrict p{k}" for k in range(len(inputs)))
+        args = "".join(f", p{k}" + (f", g{k}" if fi.rows else "") for k, fi in enumerate(inputs))
+        fparams = "".join(f", __global const float* restrict p{k}"
+                          + (f", __global const {fi.rows[2]}* restrict g{k}" if fi.rows else "")
+                          for k, fi in enumerate(inputs))
         lines.append(LAYERNORM_PROLOGUE_SOURCE.replace("PARAMS", fparams).replace("ARGS", args))
     meta = [rank, *out_shape]
     for k in bcast:

@@ -94,6 +94,20 @@ FUSION_RULES: dict[str, str] = {
                              "reads (strides of the Transpose's input)",
     "expand_elementwise": "an Expand read only by fused elementwise trees of its shape into those trees' reads "
                           "(broadcast strides of its input): no launch of its own",
+    "attention_view_chain": "Reshapes and Transposes (at least one Transpose) between attention and a contiguous "
+                            "value, a Split's part or a merged projection's part, each read only by the next, "
+                            "into the attention kernel's strides where each Reshape keeps a strided view (dynamo "
+                            "exports' K head split transposed, reshaped to 3-D and transposed again; needs "
+                            "attention)",
+    "attention_select_mask": "a Where between two scalar constants by a bool condition, read only as attention's "
+                             "additive mask, into the attention kernel, which reads the condition and selects "
+                             "the constant per score (needs attention)",
+    "gather_elementwise": "a Gather along axis 0 of float32 rows by indices read at run time, read only by fused "
+                          "elementwise trees (a LayerNorm's prologue among them, directly or through views), into "
+                          "those trees' reads as rows of its source: no launch of its own",
+    "take_elementwise": "a Gather or GatherND by constant indices of integer or bool elements read only by fused "
+                        "elementwise trees (directly or through views) into those trees' reads, through its table of "
+                        "flat source indices: no launch of its own (needs typed_values)",
     "attention": "scaled dot-product attention (MatMul, optional scale/mask Add, Softmax, optional ReplaceNaN, "
                  "MatMul, with the Transposes around it) into one kernel",
 }

@@ -10,7 +10,7 @@ other node lowers to launches of the fixed kernel families in ``kernel_sources``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -99,6 +99,15 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         #: Transpose result -> (its input, strides reading it in the result's order): rule
         #: ``transpose_elementwise``, read by a fused elementwise tree in place of the Transpose's copy.
         self.transposed_inputs: dict[str, tuple[str, tuple[int, ...]]] = {}
+        #: rule take_elementwise: a Gather's result (by constant indices) that fused trees read through
+        #: its table -> (the Gather's source, the table constant)
+        self.taken_inputs: dict[str, tuple[str, str]] = {}
+        #: ... and, where only that Gather read its source, the fused tree computing the source
+        #: (members in order), which the reading trees compute at the table's index instead
+        self.taken_trees: dict[str, list[Node]] = {}
+        #: rule gather_elementwise: a float Gather's result (axis 0, indices read at run time) that
+        #: fused trees read through its indices -> (its source, the indices' buffer, FusedInput.rows)
+        self.gathered_inputs: dict[str, tuple[str, str, tuple[int, int, str]]] = {}
         inputs = [v.name for v in graph.inputs]
         outputs = [v.name for v in graph.outputs]
         self.plan = PartitionPlan(inputs, outputs, {}, {})
@@ -200,6 +209,17 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                         if all(o not in outputs and all(id(u) in skip for u in consumers.get(o, []))
                                for o in split.outputs if o):
                             skip.add(id(split))
+        #: rule attention_select_mask: the Wheres attention took, which read their Expand through
+        #: broadcast strides of its input as a fused tree does (rule expand_elementwise)
+        self.mask_wheres: set[int] = set()
+        for match in attention.values():
+            if match.mask_expands:
+                self.mask_wheres.update(id(m) for m in match.members if m.op_type == "Where")
+        for match in attention.values():  # an Expand read only through is not run
+            for expand in match.mask_expands or ():
+                if (expand.outputs[0] not in outputs
+                        and all(id(u) in self.mask_wheres for u in consumers[expand.outputs[0]])):
+                    skip.add(id(expand))
         for key, group in list(projections.items()):
             if not any(id(consumers[m.outputs[0]][0]) in skip for m in group):  # attention took no part
                 del projections[key]
@@ -287,6 +307,10 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             self._transposed_inputs(clusters, consumers, outputs, skip)
         if self.rule("expand_elementwise"):
             self._expanded_inputs(clusters, consumers, outputs, skip)
+        if self.rule("take_elementwise"):
+            self._taken_inputs(clusters, consumers, outputs, skip)
+        if self.rule("gather_elementwise"):
+            self._gathered_inputs(clusters, consumers, outputs, skip)
         for n in nodes:
             self.plan.op_types.append(n.op_type)
             if id(n) in attention:
@@ -603,28 +627,76 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         out = root.outputs[0]
         out_shape = self.shape(out)
         internal = {m.outputs[0] for m in members[:-1]}
-        ext: list[str] = []
+        #: value names, or (input of an inlined tree, the taken value it is read for) pairs
+        ext: list = []
         exprs: dict[str, str] = {}
         statements: list[tuple[str, str]] = []
+        local_types: list[str] = []
+
+        def ref(key) -> str:
+            if key not in ext:
+                ext.append(key)
+            return f"in{ext.index(key)}"
+
         for k, m in enumerate(members):
             args, extra = self._elementwise_args(m)
             refs = []
             for a in args:
                 if a in internal:
                     refs.append(exprs[a])
+                elif a in self.taken_trees:
+                    if a not in exprs:  # rule take_elementwise: the Gather's source tree at the table's index
+                        tree = self.taken_trees[a]
+                        inner = {t.outputs[0] for t in tree[:-1]}
+                        for t in tree:
+                            targs, textra = self._elementwise_args(t)
+                            trefs = [exprs[b] if b in inner else ref((b, a)) for b in targs]
+                            local = f"w{len(statements)}"
+                            statements.append((local, ELEMENTWISE_OPS[t.op_type](t, trefs, textra)))
+                            local_types.append(self._ctype(t.outputs[0]))
+                            exprs[t.outputs[0]] = local
+                        exprs[a] = exprs[tree[-1].outputs[0]]
+                    refs.append(exprs[a])
                 else:
-                    if a not in ext:
-                        ext.append(a)
-                    refs.append(f"in{ext.index(a)}")
+                    refs.append(ref(a))
             local = f"v{k}"
             statements.append((local, ELEMENTWISE_OPS[m.op_type](m, refs, extra)))
+            local_types.append(self._ctype(m.outputs[0]))
             exprs[m.outputs[0]] = local
-        inputs = [FusedInput("bcast", self.transposed_inputs[a][1]) if a in self.transposed_inputs
-                  else broadcast_strides(self.shape(self.data(a)), out_shape) for a in ext]
-        sources = [self.data(self.transposed_inputs[a][0] if a in self.transposed_inputs else a) for a in ext]
-        reads = [Buf(name) for name in sources]
-        types = FusedTypes(tuple(self._ctype(name) for name in sources),
-                           tuple(self._ctype(m.outputs[0]) for m in members), self._ctype(out))
+        inputs: list[FusedInput] = []
+        sources: list[str] = []
+        reads = []
+        for key in ext:
+            if isinstance(key, tuple):  # an inlined tree's input, read where the Gather read its result
+                b, a = key
+                name = self.data(b)
+                if prod(self.shape(name)) == 1:
+                    inputs.append(FusedInput("scalar"))
+                    reads.append(Buf(name))
+                else:
+                    inputs.append(replace(broadcast_strides(self.shape(a), out_shape), table=True))
+                    reads += [Buf(name), Buf(self.taken_inputs[a][1])]
+                sources.append(name)
+                continue
+            a = key
+            fi = (FusedInput("bcast", self.transposed_inputs[a][1]) if a in self.transposed_inputs
+                  else broadcast_strides(self.shape(self.data(a)), out_shape))
+            name = self.data(self.transposed_inputs[a][0] if a in self.transposed_inputs else a)
+            taken = self.taken_inputs.get(name)
+            gathered = self.gathered_inputs.get(name)
+            if taken is not None:  # rule take_elementwise: the Gather's source through its table
+                name, table = taken
+                fi = replace(fi, table=True)
+                reads += [Buf(name), Buf(table)]
+            elif gathered is not None:  # rule gather_elementwise: rows of the Gather's source by its indices
+                name, idx, rows = gathered
+                fi = replace(fi, rows=rows)
+                reads += [Buf(name), Buf(idx)]
+            else:
+                reads.append(Buf(name))
+            inputs.append(fi)
+            sources.append(name)
+        types = FusedTypes(tuple(self._ctype(name) for name in sources), tuple(local_types), self._ctype(out))
         fused = generate_fused_kernel(statements, exprs[out], inputs, out_shape, function, types)
         meta = self.constant("meta", fused.meta)
         if function:
@@ -671,10 +743,147 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             a = p.outputs[0]
             readers = consumers.get(a, [])
             if (a in outputs or a in self.transposed_inputs or not readers
-                    or any(tree_shape.get(id(u)) != self.shape(a) for u in readers)):
+                    or any(tree_shape.get(id(u)) != self.shape(a) and id(u) not in self.mask_wheres for u in readers)):
                 continue
             self.transposed_inputs[a] = (p.inputs[0], tuple(_expand_strides(self.shape(p.inputs[0]), self.shape(a))))
             skip.add(id(p))
+
+    def _taken_inputs(self, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
+                      outputs: set[str], skip: set[int]) -> None:
+        """Rule ``take_elementwise``: a Gather or GatherND by constant indices of integer or bool
+        elements (a ``take_flat``) whose every reader, directly or through views, is a member of a
+        fused elementwise tree, is read by those trees through its table of flat source indices and
+        gets no launch (the attention mask's Gather by position ids, read by the And with the causal
+        mask)."""
+        in_tree = {id(m) for members in clusters.values() if members and id(members[-1]) not in skip
+                   for m in members}
+        for n in self.graph.nodes:
+            if n.op_type not in ("Gather", "GatherND") or n.domain or id(n) in skip:
+                continue
+            taken = self._take_table(n)
+            if taken is None:
+                continue
+            readers: list[Node] = []
+            views: list[Node] = []
+            values = [n.outputs[0]]
+            while values:  # a view holds the same elements in the same order: the same table
+                v = values.pop()
+                if v in outputs or v in self.transposed_inputs:
+                    readers = []
+                    break
+                for u in consumers.get(v, []):
+                    if u.op_type in VIEW_OPS and not u.domain and id(u) not in skip:
+                        views.append(u)
+                        values.append(u.outputs[0])
+                    else:
+                        readers.append(u)
+            if not readers or any(id(u) not in in_tree for u in readers):
+                continue
+            x, table = taken
+            t = self.constant("take_table", table.reshape(-1))
+            self.plan.shapes[t], self.plan.dtypes[t] = (table.size,), np.dtype(np.int32)
+            tree = self._inlined_source(n, clusters, consumers, outputs, skip)
+            for m in (n, *views):  # no buffer of their own, so no alias of one either
+                self.taken_inputs[m.outputs[0]] = (x, t)
+                skip.add(id(m))
+                if tree:
+                    self.taken_trees[m.outputs[0]] = tree
+            skip.update(id(m) for m in tree)
+
+    def _gathered_inputs(self, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
+                         outputs: set[str], skip: set[int]) -> None:
+        """Rule ``gather_elementwise``: a Gather along axis 0 of float32 rows by indices read at run
+        time whose every reader, directly or through views, is a member of a fused elementwise tree
+        (a LayerNorm's prologue among them) is read by those trees as rows of its source and gets no
+        launch (the token embeddings, summed with the position embeddings before the first
+        LayerNorm); its indices are range-checked on the host as ``gather_rows``' are."""
+        readable = {id(m) for members in clusters.values() if members and id(members[-1]) not in skip
+                    for m in members}
+        readable.update(id(m) for members in self.layernorm_prologues.values() for m in members)
+        for n in self.graph.nodes:
+            if n.op_type != "Gather" or n.domain or id(n) in skip or self.lookup.const(n.inputs[1]) is not None:
+                continue
+            x, idx_name = self.data(n.inputs[0]), n.inputs[1]
+            xs = self.shape(x)
+            idx = self.data(idx_name)
+            if (not xs or n.attr("axis", 0) % len(xs) != 0 or self._ctype(x) != "float"
+                    or self._ctype(idx) not in ("long", "int")):
+                continue
+            readers: list[Node] = []
+            views: list[Node] = []
+            values = [n.outputs[0]]
+            while values:  # a view holds the same elements in the same order
+                v = values.pop()
+                if v in outputs or v in self.transposed_inputs:
+                    readers = []
+                    break
+                for u in consumers.get(v, []):
+                    if u.op_type in VIEW_OPS and not u.domain and id(u) not in skip:
+                        views.append(u)
+                        values.append(u.outputs[0])
+                    else:
+                        readers.append(u)
+            if not readers or any(id(u) not in readable for u in readers):
+                continue
+            # Indices read by two Gathers must fit the shorter axis.
+            self.plan.host_indices[idx_name] = min(int(xs[0]), self.plan.host_indices.get(idx_name, xs[0]))
+            for m in (n, *views):  # no buffer of their own, so no alias of one either
+                self.gathered_inputs[m.outputs[0]] = (x, idx, (int(xs[0]), prod(xs[1:]), self._ctype(idx)))
+                skip.add(id(m))
+
+    def _inlined_source(self, n: Node, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
+                        outputs: set[str], skip: set[int]) -> list[Node]:
+        """Rule ``take_elementwise``: the members of the fused tree that computes Gather ``n``'s
+        source when only ``n`` reads it and each of the tree's inputs has the source's shape or one
+        element: the trees reading ``n`` compute it at the table's index (the Cast of
+        ``attention_mask`` to bool), and it gets no launch; else []."""
+        x = n.inputs[0]
+        p = self.graph.producer(x)
+        views = []
+        while (p is not None and p.op_type in VIEW_OPS and not p.domain and id(p) not in skip
+               and x not in outputs and len(consumers.get(x, [])) == 1):  # the same elements in order
+            views.append(p)
+            x = p.inputs[0]
+            p = self.graph.producer(x)
+        members = clusters.get(id(p)) if p is not None else None
+        if (not members or id(p) in skip or x in outputs or len(consumers.get(x, [])) != 1
+                or any(id(m) in skip for m in members)):
+            return []
+        inner = {m.outputs[0] for m in members[:-1]}
+        for m in members:
+            for b in self._elementwise_args(m)[0]:
+                if b in inner:
+                    continue
+                if (b in self.transposed_inputs or self.data(b) in self.taken_inputs
+                        or self.shape(self.data(b)) != self.shape(x) and prod(self.shape(self.data(b))) != 1):
+                    return []
+        skip.update(id(v) for v in views)
+        return members
+
+    def _take_table(self, n: Node) -> tuple[str, np.ndarray] | None:
+        """(the source, the flat index into it of every output element) of a Gather or GatherND that
+        ``_take_flat`` lowers, with its indices in range; else None."""
+        x = self.data(n.inputs[0])
+        xs = self.shape(x)
+        const = self.lookup.const(n.inputs[1])
+        if self._ctype(x) == "float" or const is None or not xs:
+            return None
+        flat = np.arange(prod(xs), dtype=np.int32).reshape(xs)
+        if n.op_type == "Gather":
+            axis = n.attr("axis", 0) % len(xs)
+            if const.size and (const.min() < -xs[axis] or const.max() >= xs[axis]):
+                return None
+            table = np.take(flat, const.astype(np.int64), axis=axis)
+        else:
+            idx = const.astype(np.int64)
+            k = idx.shape[-1] if idx.ndim else 0
+            if not idx.ndim or k > len(xs) or n.attr("batch_dims", 0) or any(
+                    idx[..., j].size and (idx[..., j].min() < -xs[j] or idx[..., j].max() >= xs[j]) for j in range(k)):
+                return None
+            table = flat[tuple(idx[..., j] for j in range(k))]
+        if tuple(table.shape) != self.shape(n.outputs[0]):
+            return None
+        return x, table
 
     # -- single nodes ----------------------------------------------------------------------
     def _lower(self, n: Node, epi: Epilogue | None) -> None:

@@ -415,23 +415,35 @@ class Graph:
         """Rebuild producer/consumer maps and implicit inputs. Call after any rewrite of ``nodes``."""
         if not hasattr(self, "overridable"):
             self.overridable = []
-        self._producer: dict[str, Node] = {}
-        self._consumers: dict[str, list[Node]] = {}
+        # one loop over the nodes for both maps (the same entries, in the same order, as a loop
+        # for each): a graph is reindexed after each rewriting pass
+        producer: dict[str, Node] = {}
+        consumers: dict[str, list[Node]] = {}
+        holders = []
         for n in self.nodes:
             for o in n.outputs:
                 if o:
-                    self._producer[o] = n
-        for n in self.nodes:
-            for i in (*n.inputs, *n.implicit_inputs):
+                    producer[o] = n
+            for i in n.inputs:
                 if i:
-                    self._consumers.setdefault(i, []).append(n)
-        for n in self.nodes:
+                    readers = consumers.get(i)
+                    if readers is None:
+                        consumers[i] = [n]
+                    else:
+                        readers.append(n)
+            for i in n.implicit_inputs:  # as the last reindex found them: refreshed below
+                if i:
+                    consumers.setdefault(i, []).append(n)
             if n.subgraphs:
-                n.implicit_inputs = tuple(self._outer_reads(n))
-                for i in n.implicit_inputs:
-                    lst = self._consumers.setdefault(i, [])
-                    if n not in lst:
-                        lst.append(n)
+                holders.append(n)
+        self._producer = producer
+        self._consumers = consumers
+        for n in holders:
+            n.implicit_inputs = tuple(self._outer_reads(n))
+            for i in n.implicit_inputs:
+                lst = consumers.setdefault(i, [])
+                if n not in lst:
+                    lst.append(n)
 
     @staticmethod
     def _outer_reads(node: Node) -> list[str]:

@@ -119,12 +119,17 @@ def test_only_a_value_attribute_holding_its_value_alone_is_converted():
         n.attribute.append(attr)
         return n
 
-    assert ci._convertible(node(ints=[1, 2], doc_string="why"), 17)
-    assert not ci._convertible(node(ints=[1, 2], floats=[1.0]), 17)
-    assert not ci._convertible(node(ints=[1, 2], ref_attr_name="outer"), 17)
-    assert not ci._convertible(node(), 17)  # no value at all
-    assert not ci._convertible(node(ints=[1]), 11)  # value_ints is from opset 12
+    def convertible(n: onnx.NodeProto, opset: int) -> bool:
+        return ci._value(n, opset) is not None
+
+    assert convertible(node(ints=[1, 2], doc_string="why"), 17)
+    assert not convertible(node(ints=[1, 2], floats=[1.0]), 17)
+    assert not convertible(node(ints=[1, 2], ref_attr_name="outer"), 17)
+    assert not convertible(node(ints=[1, 2], tp=onnx.TypeProto()), 17)  # between doc_string and type
+    assert not convertible(node(ints=[1, 2], doc_string="why", tp=onnx.TypeProto()), 17)
+    assert not convertible(node(), 17)  # no value at all
+    assert not convertible(node(ints=[1]), 11)  # value_ints is from opset 12
     tensor = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.ones(2, np.float32)))
-    assert ci._convertible(tensor, 17)
+    assert convertible(tensor, 17)
     tensor.attribute[0].i = 3
-    assert not ci._convertible(tensor, 17)
+    assert not convertible(tensor, 17)

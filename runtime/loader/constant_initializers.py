@@ -16,6 +16,7 @@ node already has (the graph checks name that conflict).
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import onnx
 from onnx import AttributeProto, TensorProto, helper
@@ -27,65 +28,59 @@ _VALUES = {"value": (AttributeProto.TENSOR, 1, "t"), "value_float": (AttributePr
            "value_floats": (AttributeProto.FLOATS, 12, "floats"), "value_int": (AttributeProto.INT, 12, "i"),
            "value_ints": (AttributeProto.INTS, 12, "ints"), "value_string": (AttributeProto.STRING, 12, "s"),
            "value_strings": (AttributeProto.STRINGS, 12, "strings")}
-#: AttributeProto fields a convertible value attribute may set besides its value's
-_PLAIN_FIELDS = frozenset({"name", "type", "doc_string"})
-#: per value attribute, (the descriptor of the field holding its value, the descriptors of the fields
-#: it may set): ``ListFields`` gives descriptors, which compare as themselves, where reading each
-#: one's name is a Python call per field of each of a model's hundreds of Constants
-_FIELDS = {name: (AttributeProto.DESCRIPTOR.fields_by_name[field],
-                  frozenset(AttributeProto.DESCRIPTOR.fields_by_name[f] for f in _PLAIN_FIELDS | {field}))
-           for name, (_, _, field) in _VALUES.items()}
+_FIELD = AttributeProto.DESCRIPTOR.fields_by_name
+#: value attribute name -> (its type, the ai.onnx opset that introduced it, the descriptor of the
+#: field holding its value): ``ListFields`` gives descriptors, which compare as themselves
+_BY_NAME = {name: (kind, since, _FIELD[field]) for name, (kind, since, field) in _VALUES.items()}
+_NAME, _TYPE, _DOC = _FIELD["name"], _FIELD["type"], _FIELD["doc_string"]
 
 
-def _add_tensor(graph: onnx.GraphProto, attr: AttributeProto, name: str) -> None:
-    """Append to ``graph``'s initializers the tensor a Constant's value attribute stands for,
-    named ``name``: a tensor value is copied once, into its place (appending a message copies it)."""
-    if attr.type == AttributeProto.TENSOR:
+def _add_tensor(graph: onnx.GraphProto, kind: int, value: Any, name: str) -> None:
+    """Append to ``graph``'s initializers the tensor a Constant's value attribute of type ``kind``
+    holding ``value`` stands for, named ``name``: a tensor value is copied once, into its place
+    (appending a message copies it)."""
+    if kind == AttributeProto.TENSOR:
         t = graph.initializer.add()
-        t.CopyFrom(attr.t)
+        t.CopyFrom(value)
         t.name = name
         return
-    graph.initializer.append(_as_tensor(attr, name))
+    if kind == AttributeProto.FLOAT:
+        tensor = helper.make_tensor(name, TensorProto.FLOAT, [], [value])
+    elif kind == AttributeProto.FLOATS:
+        tensor = helper.make_tensor(name, TensorProto.FLOAT, [len(value)], value)
+    elif kind == AttributeProto.INT:
+        tensor = helper.make_tensor(name, TensorProto.INT64, [], [value])
+    elif kind == AttributeProto.INTS:
+        tensor = helper.make_tensor(name, TensorProto.INT64, [len(value)], value)
+    elif kind == AttributeProto.STRING:
+        tensor = helper.make_tensor(name, TensorProto.STRING, [], [value])
+    else:
+        tensor = helper.make_tensor(name, TensorProto.STRING, [len(value)], value)
+    graph.initializer.append(tensor)
 
 
-def _as_tensor(attr: AttributeProto, name: str) -> TensorProto:
-    """The tensor a Constant's value attribute stands for, named ``name``."""
-    if attr.type == AttributeProto.TENSOR:
-        t = TensorProto()
-        t.CopyFrom(attr.t)
-        t.name = name
-        return t
-    if attr.type == AttributeProto.FLOAT:
-        return helper.make_tensor(name, TensorProto.FLOAT, [], [attr.f])
-    if attr.type == AttributeProto.FLOATS:
-        return helper.make_tensor(name, TensorProto.FLOAT, [len(attr.floats)], attr.floats)
-    if attr.type == AttributeProto.INT:
-        return helper.make_tensor(name, TensorProto.INT64, [], [attr.i])
-    if attr.type == AttributeProto.INTS:
-        return helper.make_tensor(name, TensorProto.INT64, [len(attr.ints)], attr.ints)
-    if attr.type == AttributeProto.STRING:
-        return helper.make_tensor(name, TensorProto.STRING, [], [attr.s])
-    return helper.make_tensor(name, TensorProto.STRING, [len(attr.strings)], attr.strings)
-
-
-def _convertible(node: onnx.NodeProto, opset: int) -> bool:
-    """A Constant the node checks would pass as it is (they run after: converted, it is not theirs
-    to see): one output, no input, domain "", one value attribute of its type at this opset holding
-    only its value."""
-    attrs, outputs = node.attribute, node.output  # (each read of a field makes a new wrapper)
-    if node.op_type != "Constant" or node.domain or len(attrs) != 1 \
-            or len(outputs) != 1 or not outputs[0] or len(node.input):
-        return False
-    attr = attrs[0]
-    name = attr.name
-    want = _VALUES.get(name)
-    if want is None or attr.type != want[0] or opset < want[1]:
-        return False
-    value_field, allowed = _FIELDS[name]
-    fields = [fd for fd, _ in attr.ListFields()]
-    if value_field not in fields or not allowed.issuperset(fields):
-        return False
-    return not (attr.type == AttributeProto.TENSOR and attr.t.data_location == TensorProto.EXTERNAL)
+def _value(node: onnx.NodeProto, opset: int) -> tuple[int, Any] | None:
+    """(type, value) of the value attribute of a Constant node with one named output (checked by
+    the caller), if the node checks would pass it as it is (they run after: converted, it is not
+    theirs to see): no input, domain "", one value attribute of its type at this opset holding only
+    its value; None for any other."""
+    attrs = node.attribute  # (each read of a field makes a new wrapper)
+    if node.domain or len(attrs) != 1 or len(node.input):
+        return None
+    # One ListFields call reads all the attribute holds: its set fields in field-number order
+    # (name 1, the value fields 2-9, doc_string 13, type 20, the rest above), so a convertible one
+    # is exactly [name, its value field, type] or [name, its value field, doc_string, type].
+    fields = attrs[0].ListFields()
+    count = len(fields)
+    if count != 3 and count != 4:
+        return None
+    (first, name), (value_field, value), (last, kind) = fields[0], fields[1], fields[-1]
+    want = _BY_NAME.get(name) if first is _NAME else None
+    if want is None or value_field is not want[2] or last is not _TYPE or kind != want[0] \
+            or opset < want[1] or (count == 4 and fields[2][0] is not _DOC) \
+            or (kind == AttributeProto.TENSOR and value.data_location == TensorProto.EXTERNAL):
+        return None
+    return kind, value
 
 
 def _graphs(graph: onnx.GraphProto):
@@ -93,19 +88,27 @@ def _graphs(graph: onnx.GraphProto):
     return (g for g, _ in walk_graphs(graph))
 
 
-def _positions(graph: onnx.GraphProto, opset: int) -> list[int]:
-    candidates = [i for i, n in enumerate(graph.node) if n.op_type == "Constant"]
+def _convertible(graph: onnx.GraphProto, opset: int) -> list[tuple[int, str, int, Any]]:
+    """(position, output, value type, value) of each of ``graph``'s Constant nodes to convert."""
+    nodes = list(graph.node)  # each node's wrapper made once, in C, for the two loops below
+    candidates = [(i, n) for i, n in enumerate(nodes) if n.op_type == "Constant"]
     if not candidates:
         return []
     written: list[str] = []
-    for n in graph.node:
+    for n in nodes:
         written += n.output[:]  # one slice per node (a list made in C), counted in C after
     outputs = Counter(written)
     taken = {o.name for o in graph.output} | {i.name for i in graph.input} | {t.name for t in graph.initializer} \
         | {t.values.name for t in graph.sparse_initializer}
-    nodes = graph.node
-    return [i for i in candidates
-            if _convertible(nodes[i], opset) and nodes[i].output[0] not in taken and outputs[nodes[i].output[0]] == 1]
+    found = []
+    for i, n in candidates:
+        outs = n.output
+        out = outs[0] if len(outs) == 1 else ""
+        if out and outputs[out] == 1 and out not in taken:
+            value = _value(n, opset)
+            if value is not None:
+                found.append((i, out, *value))
+    return found
 
 
 def constants_to_initializers(proto: onnx.ModelProto, owned: bool) -> onnx.ModelProto:
@@ -116,17 +119,16 @@ def constants_to_initializers(proto: onnx.ModelProto, owned: bool) -> onnx.Model
         return proto
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     if not owned:
-        if not any(_positions(g, opset) for g in _graphs(proto.graph)):
+        if not any(_convertible(g, opset) for g in _graphs(proto.graph)):
             return proto
         copy = onnx.ModelProto()
         copy.CopyFrom(proto)
         proto = copy
     for graph in reversed(list(_graphs(proto.graph))):  # subgraphs before the graphs holding them
-        positions = _positions(graph, opset)
+        found = _convertible(graph, opset)
+        for _, out, kind, value in found:
+            _add_tensor(graph, kind, value, out)
         nodes = graph.node
-        for i in positions:
-            node = nodes[i]
-            _add_tensor(graph, node.attribute[0], node.output[0])
-        for i in reversed(positions):
-            del graph.node[i]
+        for i, *_ in reversed(found):
+            del nodes[i]
     return proto

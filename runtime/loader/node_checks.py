@@ -435,6 +435,10 @@ def check_nodes(proto: onnx.ModelProto, opset: Mapping[str, int]) -> None:
                                    "each input named.")
 
 
+#: AttributeProto's serializer, mapped over a node's attributes in C (no Python frame per attribute)
+_SERIALIZE = AttributeProto.SerializeToString
+
+
 def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, int],
                        raw_imports: frozenset[str] = frozenset(("ai.onnx",))) -> None:
     # (op type, domain, each attribute serialized, which inputs and outputs are named) of the nodes
@@ -450,7 +454,7 @@ def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, i
         # A subgraph holder's attributes would serialize whole graphs, and ai.onnx.ml's nodes (a
         # tree ensemble's thousands of attribute values) seldom repeat: checked each time.
         if op_type not in _SUBGRAPH_OPS and raw_domain in ("", "ai.onnx"):
-            key = (op_type, raw_domain, tuple(a.SerializeToString() for a in node.attribute),
+            key = (op_type, raw_domain, tuple(map(_SERIALIZE, node.attribute)),
                    tuple(map(bool, node.input[:])), tuple(map(bool, node.output[:])))
         known = key is not None and key in passed
         facts = attribute_facts(node) if not known and len(node.attribute) else []

@@ -16,6 +16,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
     logistic,
+    logistic_into,
     post_transform_name,
     score_transform,
     transform_scores,
@@ -33,7 +34,6 @@ FUSED_DOMAIN = "com.onnxhal"  # the optimizer's fused ops (FusedLinearClassifier
 SMALL = 4096  # elements of an input that takes the small path
 _SQUARE_MAX = 32  # columns up to which row sums are a product with a square of ones
 _F32 = np.dtype(np.float32)
-_ZERO, _ONE, _MINUS_ONE, _SIXTY = (np.array(v, np.float32) for v in (0.0, 1.0, -1.0, 60.0))
 
 
 def _ones_square(k: int, dtype: np.dtype) -> np.ndarray:
@@ -91,9 +91,9 @@ class LinearClassifier(Kernel):
         self.post = score_transform(self.transform, n)
         self.bias = _Tiled(self.intercepts)
         self.biases = self.bias.cache
-        # the small path's transform: softmax and logistic written for it (_softmax, _logistic)
+        # the small path's transform: softmax written for it (_softmax)
         few = 2 <= n <= _SQUARE_MAX
-        self.small_post = {"SOFTMAX": self._softmax, "LOGISTIC": self._logistic}.get(self.transform, self.post) \
+        self.small_post = {"SOFTMAX": self._softmax, "LOGISTIC": logistic_into}.get(self.transform, self.post) \
             if few else self.post
         self.ones = _ones_square(n, _F32) if few else None
         # labels 0..k-1 (int64): the label is the argmax itself (np.intp is int64 here)
@@ -142,17 +142,6 @@ class LinearClassifier(Kernel):
         within +-60, else ``softmax_rows_into``."""
         y = softmax_rows_by_dot(scores, self.ones)
         return softmax_rows_into(scores) if y is None else y
-
-    @staticmethod
-    def _logistic(scores: np.ndarray) -> np.ndarray:
-        """ml_common.logistic_into with 0-d operands: 1 / (1 + exp(-|x|)), 1 minus that where x < 0."""
-        negative = np.less(scores, _ZERO)
-        np.copysign(scores, _MINUS_ONE, out=scores)
-        np.exp(scores, out=scores)
-        np.add(scores, _ONE, out=scores)
-        np.divide(_ONE, scores, out=scores)
-        np.copyto(scores, np.subtract(_ONE, scores), where=negative)
-        return scores
 
 
 @register("LinearRegressor", since=1, domain=ML)

@@ -978,6 +978,7 @@ class TreeEnsembleClassifier(Kernel):
             self.post = softmax_bounded
         self._pair_bits: _LeafBits | None = None
         self._pair = self._signed_pair()
+        self._base_rows: dict[int, np.ndarray] = {}  # _two_pair: row count -> the base values per row
 
     def _score_bound(self) -> float:
         """A bound on any row's |score|: per tree its largest |leaf weight|, summed, plus the base
@@ -1009,7 +1010,8 @@ class TreeEnsembleClassifier(Kernel):
         else:
             return None
         base = self.raw_base[0] * _NEGATED_AND_AS_IS if self.raw_base.size else None
-        threshold = np.float32(0.5 if self.binary_case and self.all_positive else 0.0)
+        # a 0-d array: a ufunc converts a numpy scalar operand on every call
+        threshold = np.array(0.5 if self.binary_case and self.all_positive else 0.0, np.float32)
         # the labels by the positive score (else onnxruntime's 1 / 0, which labels [0, 1] also are)
         take = (self.labels.dtype == object or self.binary_case) and not self.labels_are_indices
         native = self.forest.native
@@ -1028,9 +1030,18 @@ class TreeEnsembleClassifier(Kernel):
         """``_two_classes_constant``'s one-score result from the sums [-s, s] (``_signed_pair``)."""
         _, _, base, threshold, take, post = self._pair
         if base is not None:
-            np.add(scores, base, out=scores)
-        positive = scores[:, 1] > threshold
-        label = self.labels[positive.view(np.int8)] if take else positive.astype(np.int64)
+            # base [[-b, b]] repeated to the rows, kept per row count (a ufunc on operands of one
+            # shape runs its plain loop: cheaper than a broadcast on a few rows)
+            rows = self._base_rows.get(scores.shape[0])
+            if rows is None:
+                rows = np.repeat(base, scores.shape[0], axis=0)
+                rows.flags.writeable = False
+                if len(self._base_rows) < 8:
+                    self._base_rows[scores.shape[0]] = rows
+            np.add(scores, rows, out=scores)
+        positive = np.greater(scores[:, 1], threshold)
+        # take casts the booleans to indices 0 / 1 (cheaper than fancy indexing by an int8 view)
+        label = self.labels.take(positive) if take else positive.astype(np.int64)
         return [label, scores if post is None else post(scores)]
 
     def compute(self, inputs: list) -> list:

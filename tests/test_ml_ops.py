@@ -185,6 +185,22 @@ def test_imputer(seed):
     check(model, {"X": np.where(rng.random(x.shape) < 0.4, 0, x).astype(np.float32)}, f"Imputer zero seed {seed}")
 
 
+def test_imputer_one_session_several_shapes():
+    """Imputer keeps the imputed values of the last input shape it checked: runs of one session on
+    other shapes (and back) must still impute each column's value."""
+    rng = np.random.default_rng(7)
+    per_col = [1.5, -2.0, 3.25]
+    model = _model("Imputer", [_t("X", F, None)], [_t("Y", F, None)], imputed_value_floats=per_col,
+                   replaced_value_float=float("nan"))
+    data = model.SerializeToString()
+    want_sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got_sess = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for rows in (4, 2, 4, 1):
+        x = rng.standard_normal((rows, 3)).astype(np.float32)
+        x[rng.random(x.shape) < 0.5] = np.nan
+        _same(want_sess.run(None, {"X": x}), got_sess.run(None, {"X": x}), f"Imputer rows {rows}")
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_array_feature_extractor(seed):
     rng = np.random.default_rng(seed)

@@ -98,6 +98,7 @@ def test_label_encoder(seed):
     vals_f = rng.standard_normal(16).astype(np.float32).tolist()
     cases = [
         ("s->i", x_s, S, I64, dict(keys_strings=keys_s, values_int64s=vals_i[:len(keys_s)], default_int64=-7)),
+        ("s->f", x_s, S, F, dict(keys_strings=keys_s, values_floats=vals_f[:len(keys_s)], default_float=2.5)),
         ("i->s", x_i, I64, S, dict(keys_int64s=keys_i, values_strings=_words(rng, len(keys_i)),
                                    default_string="none")),
         ("f->f", x_f, F, F, dict(keys_floats=keys_f, values_floats=vals_f[:len(keys_f)])),

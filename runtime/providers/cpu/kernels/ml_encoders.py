@@ -56,6 +56,7 @@ class Lookup:
                 self.table.setdefault(k, v)  # the first of duplicate keys, as onnxruntime's map insert
             self.get = self.table.get
             self.numeric_values = values.dtype.kind != "O"
+            self.int_values = values.dtype.kind in "iu"
         else:
             nan = np.isnan(keys) if keys.dtype.kind == "f" else np.zeros(len(keys), bool)
             self.nan_value = values[np.argmax(nan)] if nan.any() else None
@@ -72,11 +73,13 @@ class Lookup:
             # one dict lookup per element (cheaper than sorting the strings to look each up once), in
             # C through map; an element it misses (bytes, a non-str, an unknown key) sends the whole
             # batch through the decoding lookup
-            flat = x.reshape(-1).tolist()
+            flat = x.ravel().tolist()
             get = self.get
-            if self.numeric_values:  # straight into the array; a miss (the marker) fails the conversion
+            if self.numeric_values:  # straight into the array; a miss fails the conversion
                 try:
-                    return np.fromiter(map(get, flat, repeat(_MISSING, len(flat))), dtype, len(flat)).reshape(x.shape)
+                    # a miss is None, which no integer takes; a float takes None (as NaN), not the marker
+                    found = map(get, flat) if self.int_values else map(get, flat, repeat(_MISSING, len(flat)))
+                    return np.fromiter(found, dtype, len(flat)).reshape(x.shape)
                 except TypeError:
                     pass
             mapped = list(map(get, flat, repeat(_MISSING, len(flat))))

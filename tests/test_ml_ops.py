@@ -152,6 +152,9 @@ def test_one_hot_encoder(seed):
     x = np.array(_words(rng, 6, 14), dtype=object).reshape(2, 3)
     check(_model("OneHotEncoder", [_t("X", S, None)], [_t("Y", F, None)], cats_strings=words), {"X": x},
           f"OneHotEncoder strings seed {seed}")
+    known = np.array([words[int(i)] for i in rng.integers(0, len(words), 6)], dtype=object).reshape(3, 2)
+    check(_model("OneHotEncoder", [_t("X", S, None)], [_t("Y", F, None)], cats_strings=words), {"X": known},
+          f"OneHotEncoder known strings seed {seed}")
 
 
 def test_one_hot_encoder_values_far_outside_the_categories():

@@ -218,6 +218,8 @@ class OneHotEncoder(Kernel):
         cats = _as_text(strings) if strings else np.asarray(ints, np.int64)
         self.n = len(cats)
         self.lookup = Lookup(cats, np.arange(self.n, dtype=np.int64), -1, f"OneHotEncoder node {node.name!r}")
+        # string categories: str -> index, the first of duplicates (as the lookup's)
+        self.text_index = self.lookup.get if self.lookup.text_keys else None
         self.zeros = bool(node.attr("zeros", 1))
         self.name = node.name
         self.columns = np.arange(self.n, dtype=np.int64)
@@ -262,6 +264,13 @@ class OneHotEncoder(Kernel):
                     self._refuse(x, index < 0)
                 return out
         if x.dtype.kind == "O":  # each string looked up once (a dict get), its row gathered
+            if self.text_index is not None:
+                flat = x.ravel().tolist()
+                try:  # every element a known str: its index straight into the array (a miss is None, refused)
+                    index = np.fromiter(map(self.text_index, flat), np.intp, len(flat))
+                    return self.rows.take(index, axis=0).reshape(x.shape + (self.n,))
+                except TypeError:  # an unknown value, bytes or a non-str: the lookup decides each
+                    pass
             index = self.lookup(x)
             if not self.zeros and np.count_nonzero(index < 0):
                 self._refuse(x, index.reshape(-1) < 0)

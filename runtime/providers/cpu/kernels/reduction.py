@@ -49,7 +49,9 @@ def _logsumexp(x, axis, keepdims):
     directly and the steps in place (np.max and np.sum add a Python wrapper each, which costs
     more than the arithmetic on a few rows: GaussianNB's [16, 3] log-likelihoods)."""
     m = np.maximum.reduce(x, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
+    finite = np.isfinite(m)
+    if np.count_nonzero(finite) != m.size:  # a row of infinities or with a NaN: no shift
+        m = np.where(finite, m, 0)
     e = np.subtract(x, m)
     if e.dtype.kind == "f":
         np.exp(e, out=e)

@@ -15,7 +15,6 @@ from onnxhal.runtime.providers.cpu.kernels.clamp import constant
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
-    logistic,
     logistic_into,
     post_transform_name,
     score_transform,
@@ -34,6 +33,7 @@ FUSED_DOMAIN = "com.onnxhal"  # the optimizer's fused ops (FusedLinearClassifier
 SMALL = 4096  # elements of an input that takes the small path
 _SQUARE_MAX = 32  # columns up to which row sums are a product with a square of ones
 _F32 = np.dtype(np.float32)
+_ZERO, _ONE = np.array(0.0, np.float32), np.array(1.0, np.float32)  # 0-d operands: no scalar conversion a call
 
 
 def _ones_square(k: int, dtype: np.dtype) -> np.ndarray:
@@ -103,6 +103,8 @@ class LinearClassifier(Kernel):
             text = labels.dtype == object
             self.positive = labels[1] if len(labels) == 2 else ("1" if text else np.int64(1))
             self.negative = labels[0] if len(labels) == 2 else ("0" if text else np.int64(0))
+        self.label_pair = None if not self.binary or self.labels.dtype == object else \
+            np.array([self.negative, self.positive], np.int64)
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -120,17 +122,23 @@ class LinearClassifier(Kernel):
             post = self.small_post if small else self.post
             return [top if self.labels_are_index else self.labels[top], post(scores)]
         s = scores[:, 0]
-        label = np.where(s > 0, self.positive, self.negative)
-        if self.labels.dtype != object:
-            label = label.astype(np.int64)
+        if self.label_pair is not None:  # integer labels: [negative, positive] taken by the sign
+            label = self.label_pair.take(np.greater(s, _ZERO))
+        else:
+            label = np.where(s > 0, self.positive, self.negative)
         if self.transform == "PROBIT":
             s = transform_scores(scores, "PROBIT")[:, 0]
             out = np.stack([s, np.zeros_like(s)], axis=1) if self.second_class else s[:, None]
-        else:
-            if self.transform == "LOGISTIC":
-                s = logistic(s)
-            out = np.stack([1 - s, s], axis=1) if self.second_class else s[:, None]
-        return [label, self.finish(out.astype(np.float32, copy=False))]
+            return [label, self.finish(out.astype(np.float32, copy=False))]
+        if self.transform == "LOGISTIC":
+            s = logistic_into(s)  # the scores are this call's own float32 array
+        if not self.second_class:
+            return [label, self.finish(s[:, None])]
+        # [1 - s, s] written into one array (np.stack's Python wrapper costs more than the rows)
+        out = np.empty((s.shape[0], 2), np.float32)
+        np.subtract(_ONE, s, out=out[:, 0])
+        out[:, 1] = s
+        return [label, self.finish(out)]
 
     @staticmethod
     def finish(scores: np.ndarray) -> np.ndarray:

@@ -214,20 +214,17 @@ class Normalizer(Kernel):
         return [self.apply(inputs[0])]
 
     def apply(self, x: np.ndarray) -> np.ndarray:
+        if x.__class__ is np.ndarray and x.dtype == _F32 and x.ndim == 2 and x.size <= SMALL:
+            ones = self.squares.get(x.shape[1])  # rows of a width seen before: no other checks
+            if ones is not None:
+                return self._small(x, ones)
         x = x.astype(np.float32, copy=False)
         rows = x.reshape(1, -1) if x.ndim == 1 else x
         ones = self.squares.get(rows.shape[1]) if rows.size <= SMALL else None
         if ones is None and rows.size <= SMALL and self.norm != "MAX" and 0 < rows.shape[1] <= _SQUARE_MAX:
             ones = self.squares[rows.shape[1]] = _ones_square(rows.shape[1], _F32)
         if ones is not None:
-            if self.l1:
-                d = np.dot(np.abs(rows), ones)
-            else:
-                d = np.dot(np.multiply(rows, rows), ones)
-                np.sqrt(d, out=d)
-            if np.count_nonzero(d) != d.size:
-                np.add(d, np.equal(d, 0), out=d)
-            out = np.divide(rows, d, out=d)
+            out = self._small(rows, ones)
             return out if x.ndim == 2 else out.reshape(x.shape)
         if self.norm == "MAX":
             d = np.maximum.reduce(rows, axis=1, keepdims=True)
@@ -240,6 +237,18 @@ class Normalizer(Kernel):
             np.add(d, np.equal(d, 0), out=d)
         out = np.divide(rows, d)
         return out if x.ndim == 2 else out.reshape(x.shape)
+
+    def _small(self, rows: np.ndarray, ones: np.ndarray) -> np.ndarray:
+        """L1 or L2 of float32 rows [N, C], C <= _SQUARE_MAX: the norms by a product with the
+        square of ones (each row's norm in each of its columns: the division needs no broadcast)."""
+        if self.l1:
+            d = np.dot(np.abs(rows), ones)
+        else:
+            d = np.dot(np.multiply(rows, rows), ones)
+            np.sqrt(d, out=d)
+        if np.count_nonzero(d) != d.size:
+            np.add(d, np.equal(d, 0), out=d)
+        return np.divide(rows, d, out=d)
 
 
 @register("Binarizer", since=1, domain=ML)

@@ -949,6 +949,19 @@ class TreeEnsemble(Kernel):
         return [scores.astype(dtype, copy=False)]
 
 
+def _repeated(row: np.ndarray, n: int, cache: dict[int, np.ndarray]) -> np.ndarray:
+    """``row`` ([C] or [1, C]) repeated to [n, C], read-only, kept in ``cache`` per n (at most 8
+    counts): a ufunc on operands of one shape runs its plain loop, cheaper than a broadcast on the
+    few rows a small model scores."""
+    rows = cache.get(n)
+    if rows is None:
+        rows = np.repeat(row.reshape(1, -1), n, axis=0)
+        rows.flags.writeable = False
+        if len(cache) < 8:
+            cache[n] = rows
+    return rows
+
+
 @register("TreeEnsembleClassifier", since=1, domain=ML)
 class TreeEnsembleClassifier(Kernel):
     def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
@@ -978,7 +991,9 @@ class TreeEnsembleClassifier(Kernel):
             self.post = softmax_bounded
         self._pair_bits: _LeafBits | None = None
         self._pair = self._signed_pair()
-        self._base_rows: dict[int, np.ndarray] = {}  # _two_pair: row count -> the base values per row
+        # row count -> the base values repeated to that many rows (``_repeated``): compute's, _two_pair's
+        self._base_rows: dict[int, np.ndarray] = {}
+        self._pair_base_rows: dict[int, np.ndarray] = {}
 
     def _score_bound(self) -> float:
         """A bound on any row's |score|: per tree its largest |leaf weight|, summed, plus the base
@@ -1030,15 +1045,7 @@ class TreeEnsembleClassifier(Kernel):
         """``_two_classes_constant``'s one-score result from the sums [-s, s] (``_signed_pair``)."""
         _, _, base, threshold, take, post = self._pair
         if base is not None:
-            # base [[-b, b]] repeated to the rows, kept per row count (a ufunc on operands of one
-            # shape runs its plain loop: cheaper than a broadcast on a few rows)
-            rows = self._base_rows.get(scores.shape[0])
-            if rows is None:
-                rows = np.repeat(base, scores.shape[0], axis=0)
-                rows.flags.writeable = False
-                if len(self._base_rows) < 8:
-                    self._base_rows[scores.shape[0]] = rows
-            np.add(scores, rows, out=scores)
+            np.add(scores, _repeated(base, scores.shape[0], self._pair_base_rows), out=scores)
         positive = np.greater(scores[:, 1], threshold)
         # take casts the booleans to indices 0 / 1 (cheaper than fancy indexing by an int8 view)
         label = self.labels.take(positive) if take else positive.astype(np.int64)
@@ -1064,7 +1071,7 @@ class TreeEnsembleClassifier(Kernel):
         # the first highest score among the classes that have one (every class has one with base
         # values, or where the trees write every class whatever the row)
         if self.base is not None:
-            np.add(scores, self.base, out=scores)
+            np.add(scores, _repeated(self.base, scores.shape[0], self._base_rows), out=scores)
             top = scores.argmax(axis=1)
         elif self.forest.all_written:
             top = scores.argmax(axis=1)

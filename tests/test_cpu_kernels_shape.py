@@ -344,3 +344,25 @@ def test_slice_index_kept_per_shape_for_constant_parameters_matches_onnxruntime(
     for shape in [(4, 5, 6), (7, 3, 9), (4, 5, 6), (7, 3, 9)]:
         x = RNG.standard_normal(shape).astype(np.float32)
         np.testing.assert_array_equal(ours.run(None, {"x": x})[0], theirs.run(None, {"x": x})[0])
+
+
+def test_reduce_log_sum_exp_rows_without_a_finite_maximum():
+    """Rows whose maximum is infinite take no shift (as onnxruntime): -inf rows give -inf, +inf
+    rows +inf, finite rows beside them their usual value."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    import onnxhal
+
+    x = np.array([[-np.inf, -np.inf, -np.inf], [1.0, 2.0, 3.0], [np.inf, 0.0, 1.0], [-80.0, -90.0, -85.0]],
+                 np.float32)
+    node = helper.make_node("ReduceLogSumExp", ["X", "A"], ["Y"], keepdims=1)
+    graph = helper.make_graph([node], "lse", [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(ints(1), "A")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    data = model.SerializeToString()
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    got = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -98,6 +98,7 @@ def test_label_encoder(seed):
     vals_f = rng.standard_normal(16).astype(np.float32).tolist()
     cases = [
         ("s->i", x_s, S, I64, dict(keys_strings=keys_s, values_int64s=vals_i[:len(keys_s)], default_int64=-7)),
+        ("s->f", x_s, S, F, dict(keys_strings=keys_s, values_floats=vals_f[:len(keys_s)], default_float=2.5)),
         ("i->s", x_i, I64, S, dict(keys_int64s=keys_i, values_strings=_words(rng, len(keys_i)),
                                    default_string="none")),
         ("f->f", x_f, F, F, dict(keys_floats=keys_f, values_floats=vals_f[:len(keys_f)])),
@@ -151,6 +152,9 @@ def test_one_hot_encoder(seed):
     x = np.array(_words(rng, 6, 14), dtype=object).reshape(2, 3)
     check(_model("OneHotEncoder", [_t("X", S, None)], [_t("Y", F, None)], cats_strings=words), {"X": x},
           f"OneHotEncoder strings seed {seed}")
+    known = np.array([words[int(i)] for i in rng.integers(0, len(words), 6)], dtype=object).reshape(3, 2)
+    check(_model("OneHotEncoder", [_t("X", S, None)], [_t("Y", F, None)], cats_strings=words), {"X": known},
+          f"OneHotEncoder known strings seed {seed}")
 
 
 def test_one_hot_encoder_values_far_outside_the_categories():
@@ -183,6 +187,22 @@ def test_imputer(seed):
     model = _model("Imputer", [_t("X", F, None)], [_t("Y", F, None)], imputed_value_floats=per_col,
                    replaced_value_float=0.0)
     check(model, {"X": np.where(rng.random(x.shape) < 0.4, 0, x).astype(np.float32)}, f"Imputer zero seed {seed}")
+
+
+def test_imputer_one_session_several_shapes():
+    """Imputer keeps the imputed values of the last input shape it checked: runs of one session on
+    other shapes (and back) must still impute each column's value."""
+    rng = np.random.default_rng(7)
+    per_col = [1.5, -2.0, 3.25]
+    model = _model("Imputer", [_t("X", F, None)], [_t("Y", F, None)], imputed_value_floats=per_col,
+                   replaced_value_float=float("nan"))
+    data = model.SerializeToString()
+    want_sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got_sess = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for rows in (4, 2, 4, 1):
+        x = rng.standard_normal((rows, 3)).astype(np.float32)
+        x[rng.random(x.shape) < 0.5] = np.nan
+        _same(want_sess.run(None, {"X": x}), got_sess.run(None, {"X": x}), f"Imputer rows {rows}")
 
 
 @pytest.mark.parametrize("seed", SEEDS)

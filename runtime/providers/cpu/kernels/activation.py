@@ -16,7 +16,8 @@ _maximum = np.maximum
 _multiply = np.multiply
 _tanh = np.tanh
 _HALF = np.float32(0.5)  # float32 * float32 stays float32, float64 * float32 float64: exact either way
-# A typed zero per dtype: np.maximum with a Python 0 pays for weak-scalar promotion on every call.
+# A typed zero per dtype, a 0-d array (a numpy scalar operand is converted on every call, and a
+# Python 0 pays for weak-scalar promotion too).
 _ZEROS: dict = {}
 
 
@@ -33,7 +34,7 @@ class Relu(_Act):
             return [clip(x, 0)]
         zero = _ZEROS.get(x.dtype)
         if zero is None:
-            zero = _ZEROS.setdefault(x.dtype, x.dtype.type(0))
+            zero = _ZEROS.setdefault(x.dtype, np.zeros((), x.dtype))
         r = _maximum(x, zero)
         return [r] if r.__class__ is _ndarray else [_asarray(r)]
 

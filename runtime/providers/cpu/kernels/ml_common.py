@@ -48,14 +48,28 @@ def transform_scores(scores: np.ndarray, name: str) -> np.ndarray:
     return (e / total).astype(np.float32)
 
 
+_F32 = np.dtype(np.float32)
+# float32 operands as 0-d arrays: a ufunc converts a Python scalar on every call, which costs more
+# than the arithmetic on the few rows a small model scores
+_ZERO, _ONE, _MINUS_ONE = (np.array(v, np.float32) for v in (0.0, 1.0, -1.0))
+
+
 def logistic_into(scores: np.ndarray) -> np.ndarray:
     """``logistic`` in place: 1 / (1 + exp(-|x|)), and 1 minus that where x < 0."""
-    negative = scores < 0
-    np.copysign(scores, -1, out=scores)  # -|x|
+    if scores.dtype != _F32:
+        negative = scores < 0
+        np.copysign(scores, -1, out=scores)  # -|x|
+        np.exp(scores, out=scores)
+        np.add(scores, 1, out=scores)
+        np.divide(1, scores, out=scores)
+        return np.subtract(1, scores, out=scores, where=negative)
+    negative = np.less(scores, _ZERO)
+    np.copysign(scores, _MINUS_ONE, out=scores)
     np.exp(scores, out=scores)
-    np.add(scores, 1, out=scores)
-    np.divide(1, scores, out=scores)
-    return np.subtract(1, scores, out=scores, where=negative)
+    np.add(scores, _ONE, out=scores)
+    np.divide(_ONE, scores, out=scores)
+    np.copyto(scores, np.subtract(_ONE, scores), where=negative)
+    return scores
 
 
 def _unchanged(scores: np.ndarray) -> np.ndarray:
@@ -73,9 +87,6 @@ def score_transform(name: str, columns: int):
     if name == "LOGISTIC":
         return logistic_into
     return lambda scores: transform_scores(scores, name)
-
-
-_F32 = np.dtype(np.float32)
 
 
 def as_float_rows(x: np.ndarray, op: str) -> np.ndarray:

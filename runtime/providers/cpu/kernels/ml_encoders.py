@@ -18,6 +18,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import ML
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _MISSING = object()  # a lookup's marker for a key the table lacks
+_SMALL = 4096  # Imputer: elements of an input whose imputed values are kept at its shape
 _SPAN = 1024  # OneHotEncoder: integer categories within this span of values gather their rows
 
 
@@ -55,6 +56,7 @@ class Lookup:
                 self.table.setdefault(k, v)  # the first of duplicate keys, as onnxruntime's map insert
             self.get = self.table.get
             self.numeric_values = values.dtype.kind != "O"
+            self.int_values = values.dtype.kind in "iu"
         else:
             nan = np.isnan(keys) if keys.dtype.kind == "f" else np.zeros(len(keys), bool)
             self.nan_value = values[np.argmax(nan)] if nan.any() else None
@@ -71,11 +73,13 @@ class Lookup:
             # one dict lookup per element (cheaper than sorting the strings to look each up once), in
             # C through map; an element it misses (bytes, a non-str, an unknown key) sends the whole
             # batch through the decoding lookup
-            flat = x.reshape(-1).tolist()
+            flat = x.ravel().tolist()
             get = self.get
-            if self.numeric_values:  # straight into the array; a miss (the marker) fails the conversion
+            if self.numeric_values:  # straight into the array; a miss fails the conversion
                 try:
-                    return np.fromiter(map(get, flat, repeat(_MISSING, len(flat))), dtype, len(flat)).reshape(x.shape)
+                    # a miss is None, which no integer takes; a float takes None (as NaN), not the marker
+                    found = map(get, flat) if self.int_values else map(get, flat, repeat(_MISSING, len(flat)))
+                    return np.fromiter(found, dtype, len(flat)).reshape(x.shape)
                 except TypeError:
                     pass
             mapped = list(map(get, flat, repeat(_MISSING, len(flat))))
@@ -214,6 +218,8 @@ class OneHotEncoder(Kernel):
         cats = _as_text(strings) if strings else np.asarray(ints, np.int64)
         self.n = len(cats)
         self.lookup = Lookup(cats, np.arange(self.n, dtype=np.int64), -1, f"OneHotEncoder node {node.name!r}")
+        # string categories: str -> index, the first of duplicates (as the lookup's)
+        self.text_index = self.lookup.get if self.lookup.text_keys else None
         self.zeros = bool(node.attr("zeros", 1))
         self.name = node.name
         self.columns = np.arange(self.n, dtype=np.int64)
@@ -258,6 +264,13 @@ class OneHotEncoder(Kernel):
                     self._refuse(x, index < 0)
                 return out
         if x.dtype.kind == "O":  # each string looked up once (a dict get), its row gathered
+            if self.text_index is not None:
+                flat = x.ravel().tolist()
+                try:  # every element a known str: its index straight into the array (a miss is None, refused)
+                    index = np.fromiter(map(self.text_index, flat), np.intp, len(flat))
+                    return self.rows.take(index, axis=0).reshape(x.shape + (self.n,))
+                except TypeError:  # an unknown value, bytes or a non-str: the lookup decides each
+                    pass
             index = self.lookup(x)
             if not self.zeros and np.count_nonzero(index < 0):
                 self._refuse(x, index.reshape(-1) < 0)
@@ -296,28 +309,44 @@ class Imputer(Kernel):
         self.replaced = (np.float32(node.attr("replaced_value_float", 0.0)) if floats else
                          np.int64(node.attr("replaced_value_int64", 0)))
         self.name = node.name
-        self.width = -1  # the last input width the imputed values were checked for
+        self.nan = bool(np.isnan(self.replaced))  # NaN is replaced: the hits are isnan, not equality
+        # (shape, dtype, the imputed values to copy there) of the last input checked: replaced
+        # whole (one assignment), so that threads read one consistent tuple
+        self._checked: tuple = ((), None, None)
         self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]
 
     def apply(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x)
+        if x.__class__ is not np.ndarray:
+            x = np.asarray(x)
+        shape, dtype, fill = self._checked
+        if x.shape != shape or x.dtype != dtype or fill is None:
+            fill = self._fill(x)
+        hit = np.isnan(x) if self.nan and x.dtype.kind == "f" else np.equal(x, self.replaced)
+        out = x.copy()  # a copy with the hits replaced
+        np.copyto(out, fill, where=hit)
+        return out
+
+    def _fill(self, x: np.ndarray) -> np.ndarray:
+        """The imputed values for an input like ``x``, checked against it: in its dtype, and for a
+        small input repeated to its shape (a copy between operands of one shape is cheaper than a
+        broadcast on a few rows)."""
         if (x.dtype.kind == "f") != (self.imputed.dtype.kind == "f"):
             raise InvalidArgument(f"Imputer node {self.name!r}: input of type {x.dtype} with "
                                   f"{'float' if self.imputed.dtype.kind == 'f' else 'int64'} imputed values; "
                                   "feed a tensor of the imputed values' kind.")
         width = x.shape[-1] if x.ndim else 1
-        if width != self.width:
-            if self.imputed.size not in (1, width):
-                raise InvalidArgument(f"Imputer node {self.name!r}: {self.imputed.size} imputed values for an input "
-                                      f"of {width} columns ({list(x.shape)}); give one value or one per column.")
-            self.width = width
-        hit = np.isnan(x) if x.dtype.kind == "f" and np.isnan(self.replaced) else x == self.replaced
-        out = np.array(x)  # a copy with the hits replaced
-        np.copyto(out, self.imputed if self.imputed.dtype == x.dtype else self.imputed.astype(x.dtype), where=hit)
-        return out
+        if self.imputed.size not in (1, width):
+            raise InvalidArgument(f"Imputer node {self.name!r}: {self.imputed.size} imputed values for an input "
+                                  f"of {width} columns ({list(x.shape)}); give one value or one per column.")
+        fill = self.imputed.astype(x.dtype, copy=False)
+        if x.size <= _SMALL:
+            fill = np.ascontiguousarray(np.broadcast_to(fill, x.shape) if x.ndim else fill.reshape(()))
+            fill.flags.writeable = False
+            self._checked = (x.shape, x.dtype, fill)
+        return fill
 
 
 @register("ArrayFeatureExtractor", since=1, domain=ML)

@@ -15,7 +15,7 @@ from onnxhal.runtime.providers.cpu.kernels.clamp import constant
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
-    logistic,
+    logistic_into,
     post_transform_name,
     score_transform,
     transform_scores,
@@ -33,7 +33,7 @@ FUSED_DOMAIN = "com.onnxhal"  # the optimizer's fused ops (FusedLinearClassifier
 SMALL = 4096  # elements of an input that takes the small path
 _SQUARE_MAX = 32  # columns up to which row sums are a product with a square of ones
 _F32 = np.dtype(np.float32)
-_ZERO, _ONE, _MINUS_ONE, _SIXTY = (np.array(v, np.float32) for v in (0.0, 1.0, -1.0, 60.0))
+_ZERO, _ONE = np.array(0.0, np.float32), np.array(1.0, np.float32)  # 0-d operands: no scalar conversion a call
 
 
 def _ones_square(k: int, dtype: np.dtype) -> np.ndarray:
@@ -91,9 +91,9 @@ class LinearClassifier(Kernel):
         self.post = score_transform(self.transform, n)
         self.bias = _Tiled(self.intercepts)
         self.biases = self.bias.cache
-        # the small path's transform: softmax and logistic written for it (_softmax, _logistic)
+        # the small path's transform: softmax written for it (_softmax)
         few = 2 <= n <= _SQUARE_MAX
-        self.small_post = {"SOFTMAX": self._softmax, "LOGISTIC": self._logistic}.get(self.transform, self.post) \
+        self.small_post = {"SOFTMAX": self._softmax, "LOGISTIC": logistic_into}.get(self.transform, self.post) \
             if few else self.post
         self.ones = _ones_square(n, _F32) if few else None
         # labels 0..k-1 (int64): the label is the argmax itself (np.intp is int64 here)
@@ -103,6 +103,8 @@ class LinearClassifier(Kernel):
             text = labels.dtype == object
             self.positive = labels[1] if len(labels) == 2 else ("1" if text else np.int64(1))
             self.negative = labels[0] if len(labels) == 2 else ("0" if text else np.int64(0))
+        self.label_pair = None if not self.binary or self.labels.dtype == object else \
+            np.array([self.negative, self.positive], np.int64)
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -120,17 +122,23 @@ class LinearClassifier(Kernel):
             post = self.small_post if small else self.post
             return [top if self.labels_are_index else self.labels[top], post(scores)]
         s = scores[:, 0]
-        label = np.where(s > 0, self.positive, self.negative)
-        if self.labels.dtype != object:
-            label = label.astype(np.int64)
+        if self.label_pair is not None:  # integer labels: [negative, positive] taken by the sign
+            label = self.label_pair.take(np.greater(s, _ZERO))
+        else:
+            label = np.where(s > 0, self.positive, self.negative)
         if self.transform == "PROBIT":
             s = transform_scores(scores, "PROBIT")[:, 0]
             out = np.stack([s, np.zeros_like(s)], axis=1) if self.second_class else s[:, None]
-        else:
-            if self.transform == "LOGISTIC":
-                s = logistic(s)
-            out = np.stack([1 - s, s], axis=1) if self.second_class else s[:, None]
-        return [label, self.finish(out.astype(np.float32, copy=False))]
+            return [label, self.finish(out.astype(np.float32, copy=False))]
+        if self.transform == "LOGISTIC":
+            s = logistic_into(s)  # the scores are this call's own float32 array
+        if not self.second_class:
+            return [label, self.finish(s[:, None])]
+        # [1 - s, s] written into one array (np.stack's Python wrapper costs more than the rows)
+        out = np.empty((s.shape[0], 2), np.float32)
+        np.subtract(_ONE, s, out=out[:, 0])
+        out[:, 1] = s
+        return [label, self.finish(out)]
 
     @staticmethod
     def finish(scores: np.ndarray) -> np.ndarray:
@@ -142,17 +150,6 @@ class LinearClassifier(Kernel):
         within +-60, else ``softmax_rows_into``."""
         y = softmax_rows_by_dot(scores, self.ones)
         return softmax_rows_into(scores) if y is None else y
-
-    @staticmethod
-    def _logistic(scores: np.ndarray) -> np.ndarray:
-        """ml_common.logistic_into with 0-d operands: 1 / (1 + exp(-|x|)), 1 minus that where x < 0."""
-        negative = np.less(scores, _ZERO)
-        np.copysign(scores, _MINUS_ONE, out=scores)
-        np.exp(scores, out=scores)
-        np.add(scores, _ONE, out=scores)
-        np.divide(_ONE, scores, out=scores)
-        np.copyto(scores, np.subtract(_ONE, scores), where=negative)
-        return scores
 
 
 @register("LinearRegressor", since=1, domain=ML)
@@ -217,20 +214,17 @@ class Normalizer(Kernel):
         return [self.apply(inputs[0])]
 
     def apply(self, x: np.ndarray) -> np.ndarray:
+        if x.__class__ is np.ndarray and x.dtype == _F32 and x.ndim == 2 and x.size <= SMALL:
+            ones = self.squares.get(x.shape[1])  # rows of a width seen before: no other checks
+            if ones is not None:
+                return self._small(x, ones)
         x = x.astype(np.float32, copy=False)
         rows = x.reshape(1, -1) if x.ndim == 1 else x
         ones = self.squares.get(rows.shape[1]) if rows.size <= SMALL else None
         if ones is None and rows.size <= SMALL and self.norm != "MAX" and 0 < rows.shape[1] <= _SQUARE_MAX:
             ones = self.squares[rows.shape[1]] = _ones_square(rows.shape[1], _F32)
         if ones is not None:
-            if self.l1:
-                d = np.dot(np.abs(rows), ones)
-            else:
-                d = np.dot(np.multiply(rows, rows), ones)
-                np.sqrt(d, out=d)
-            if np.count_nonzero(d) != d.size:
-                np.add(d, np.equal(d, 0), out=d)
-            out = np.divide(rows, d, out=d)
+            out = self._small(rows, ones)
             return out if x.ndim == 2 else out.reshape(x.shape)
         if self.norm == "MAX":
             d = np.maximum.reduce(rows, axis=1, keepdims=True)
@@ -243,6 +237,18 @@ class Normalizer(Kernel):
             np.add(d, np.equal(d, 0), out=d)
         out = np.divide(rows, d)
         return out if x.ndim == 2 else out.reshape(x.shape)
+
+    def _small(self, rows: np.ndarray, ones: np.ndarray) -> np.ndarray:
+        """L1 or L2 of float32 rows [N, C], C <= _SQUARE_MAX: the norms by a product with the
+        square of ones (each row's norm in each of its columns: the division needs no broadcast)."""
+        if self.l1:
+            d = np.dot(np.abs(rows), ones)
+        else:
+            d = np.dot(np.multiply(rows, rows), ones)
+            np.sqrt(d, out=d)
+        if np.count_nonzero(d) != d.size:
+            np.add(d, np.equal(d, 0), out=d)
+        return np.divide(rows, d, out=d)
 
 
 @register("Binarizer", since=1, domain=ML)

@@ -20,7 +20,7 @@ from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
-    logistic,
+    logistic_into,
     post_transform_name,
     transform_scores,
 )
@@ -38,6 +38,7 @@ except ImportError:  # numpy 1.x
 _ONE = np.ones(())
 _ZERO = np.zeros(())
 _F32_ZERO = np.zeros((), np.float32)
+_F32_ONE = np.ones((), np.float32)
 _F32_ONE = np.ones((), np.float32)
 _F32_MINUS_ONE = np.array(-1, np.float32)
 _F32_LOW = np.array(1e-7, np.float32)  # libsvm's clip of the pairwise probabilities
@@ -433,9 +434,15 @@ class SVMClassifier(Kernel):
             if self.transform == "PROBIT":
                 return [label, np.stack([transform_scores(scores, "PROBIT")[:, 0], np.zeros_like(s)], axis=1)]
             if self.transform == "LOGISTIC":
-                s = logistic(s)
-            first = -s if self.transform == "NONE" else 1 - s
-            return [label, np.stack([first, s], axis=1).astype(np.float32)]
+                s = logistic_into(s)  # the scores are this call's own float32 array
+            # [first, s] written into one array (np.stack's Python wrapper costs more than the rows)
+            out = np.empty((s.shape[0], 2), np.float32)
+            if self.transform == "NONE":
+                np.negative(s, out=out[:, 0])
+            else:
+                np.subtract(_F32_ONE, s, out=out[:, 0])
+            out[:, 1] = s
+            return [label, out]
         return [label, transform_scores(scores, self.transform)]
 
     def _linear(self, x: np.ndarray) -> list:

@@ -949,6 +949,19 @@ class TreeEnsemble(Kernel):
         return [scores.astype(dtype, copy=False)]
 
 
+def _repeated(row: np.ndarray, n: int, cache: dict[int, np.ndarray]) -> np.ndarray:
+    """``row`` ([C] or [1, C]) repeated to [n, C], read-only, kept in ``cache`` per n (at most 8
+    counts): a ufunc on operands of one shape runs its plain loop, cheaper than a broadcast on the
+    few rows a small model scores."""
+    rows = cache.get(n)
+    if rows is None:
+        rows = np.repeat(row.reshape(1, -1), n, axis=0)
+        rows.flags.writeable = False
+        if len(cache) < 8:
+            cache[n] = rows
+    return rows
+
+
 @register("TreeEnsembleClassifier", since=1, domain=ML)
 class TreeEnsembleClassifier(Kernel):
     def __new__(cls, node: Node, ctx: KernelCreateContext) -> Kernel:
@@ -978,6 +991,9 @@ class TreeEnsembleClassifier(Kernel):
             self.post = softmax_bounded
         self._pair_bits: _LeafBits | None = None
         self._pair = self._signed_pair()
+        # row count -> the base values repeated to that many rows (``_repeated``): compute's, _two_pair's
+        self._base_rows: dict[int, np.ndarray] = {}
+        self._pair_base_rows: dict[int, np.ndarray] = {}
 
     def _score_bound(self) -> float:
         """A bound on any row's |score|: per tree its largest |leaf weight|, summed, plus the base
@@ -1009,7 +1025,8 @@ class TreeEnsembleClassifier(Kernel):
         else:
             return None
         base = self.raw_base[0] * _NEGATED_AND_AS_IS if self.raw_base.size else None
-        threshold = np.float32(0.5 if self.binary_case and self.all_positive else 0.0)
+        # a 0-d array: a ufunc converts a numpy scalar operand on every call
+        threshold = np.array(0.5 if self.binary_case and self.all_positive else 0.0, np.float32)
         # the labels by the positive score (else onnxruntime's 1 / 0, which labels [0, 1] also are)
         take = (self.labels.dtype == object or self.binary_case) and not self.labels_are_indices
         native = self.forest.native
@@ -1028,9 +1045,10 @@ class TreeEnsembleClassifier(Kernel):
         """``_two_classes_constant``'s one-score result from the sums [-s, s] (``_signed_pair``)."""
         _, _, base, threshold, take, post = self._pair
         if base is not None:
-            np.add(scores, base, out=scores)
-        positive = scores[:, 1] > threshold
-        label = self.labels[positive.view(np.int8)] if take else positive.astype(np.int64)
+            np.add(scores, _repeated(base, scores.shape[0], self._pair_base_rows), out=scores)
+        positive = np.greater(scores[:, 1], threshold)
+        # take casts the booleans to indices 0 / 1 (cheaper than fancy indexing by an int8 view)
+        label = self.labels.take(positive) if take else positive.astype(np.int64)
         return [label, scores if post is None else post(scores)]
 
     def compute(self, inputs: list) -> list:
@@ -1053,7 +1071,7 @@ class TreeEnsembleClassifier(Kernel):
         # the first highest score among the classes that have one (every class has one with base
         # values, or where the trees write every class whatever the row)
         if self.base is not None:
-            np.add(scores, self.base, out=scores)
+            np.add(scores, _repeated(self.base, scores.shape[0], self._base_rows), out=scores)
             top = scores.argmax(axis=1)
         elif self.forest.all_written:
             top = scores.argmax(axis=1)

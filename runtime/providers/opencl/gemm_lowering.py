@@ -101,6 +101,10 @@ class GemmLowering:
     plan: PartitionPlan
     operand_views: dict[str, tuple[str, tuple[int, ...], list[int]]]
     output_views: dict[int, tuple[str, int, int]]
+    #: Rule conv_lanes_padded_output: a value written by a one-tile conv_lanes launch -> that launch,
+    #: whose output layout a padded conv_lanes Conv reading the value may still redirect.
+    lanes_outputs: dict[str, Launch]
+    _consumers: dict[str, list[Node]]
 
     def _operand(self, name: str) -> tuple[str, tuple[int, ...], list[int]]:
         if name in self.operand_views:
@@ -348,8 +352,9 @@ class GemmLowering:
         else:
             planes = Nimg * Cin
             xp = self.temp("conv_pad", planes * Hp * Wp * 4)
-            self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [
-                Buf(xp), Buf(x), I32(g["H"]), I32(g["W"]), I32(Hp), I32(Wp), I32(g["ph"]), I32(g["pw"])])
+            if not self._padded_output(x, xp, g, Hp, Wp):
+                self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [
+                    Buf(xp), Buf(x), I32(g["H"]), I32(g["W"]), I32(Hp), I32(Wp), I32(g["ph"]), I32(g["pw"])])
         args = [Buf(ap), Buf(xp), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
                 I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "dh", "dw")), I32(Hp), I32(Wp),
                 I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
@@ -378,7 +383,32 @@ class GemmLowering:
             args.append(Buf(scratch))
             self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel + "_wc", (Mb, Nimg * G), (1, 1), args))
             return True
-        self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (Mb * nt, Nimg * G), (1, 1), args))
+        # The output layout (plane stride, row stride, offset): plain unless a later Conv redirects it.
+        args += [I32(OH * OW), I32(OW), I32(0)]
+        launch = Launch(ks.GEMM_SOURCE, kernel, (Mb * nt, Nimg * G), (1, 1), args)
+        self.plan.steps.append(launch)
+        if nr == 1:
+            self.lanes_outputs[out] = launch
+        return True
+
+    def _padded_output(self, x: str, xp: str, g: dict, Hp: int, Wp: int) -> bool:
+        """Rule conv_lanes_padded_output: where ``x`` is written by a one-tile conv_lanes launch of this
+        plan and read by this Conv alone (no plan output, no view, no other reader), that launch writes
+        the interior of ``xp`` (zeroed once when allocated, its border written by no launch) in place of
+        ``x``, and this Conv reads ``xp`` with no ``pad_planes`` copy. Returns False where it does not
+        apply."""
+        launch = self.lanes_outputs.get(x)
+        plan = self.plan
+        if (launch is None or not self.rule("conv_lanes_padded_output") or x not in plan.temps
+                or x in plan.output_names or x in plan.aliases or x in plan.aliases.values()
+                or len(self._consumers.get(x, [])) != 1):
+            return False
+        del self.lanes_outputs[x]
+        # Args 2 (C) and the last three (plane stride, row stride, offset) of the conv_lanes kernel.
+        launch.args[2] = Buf(xp)
+        launch.args[-3:] = [I32(Hp * Wp), I32(Wp), I32(g["ph"] * Wp + g["pw"])]
+        plan.zeroed_temps.add(xp)
+        del plan.temps[x]
         return True
 
     def _conv_implicit(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,

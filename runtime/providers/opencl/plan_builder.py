@@ -104,6 +104,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         self.plan = PartitionPlan(inputs, outputs, {}, {})
         self.operand_views: dict = {}
         self.output_views: dict = {}
+        self.lanes_outputs: dict = {}
         self._consumers: dict[str, list[Node]] = {}
         self._counter = 0
         for name in inputs + outputs:

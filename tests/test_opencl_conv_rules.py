@@ -236,8 +236,8 @@ def _last_int_args(model: onnx.ModelProto, disabled: str) -> list[int]:
     sess = onnxhal.InferenceSession(model.SerializeToString(),
                                     providers=[("OpenCLExecutionProvider", {"disable_fusions": disabled}),
                                                "CPUExecutionProvider"])
-    # wmajor: the argument before the output layout's three (plane stride, row stride, offset).
-    return [int(s.args[-4]) for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+    # wmajor: the argument before the output's and the residual's layouts (three each).
+    return [int(s.args[-7]) for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
             if getattr(s, "kernel_name", "").startswith("conv_lanes")]
 
 
@@ -380,7 +380,8 @@ def test_conv_lanes_weight_chunks_with_residual_and_relu(opencl):
 
 def _two_convs(x_shape, w1, attrs1: dict, w2, attrs2: dict, *, relu: bool = True, share: str = "") -> tuple:
     """Conv (+ Relu) -> Conv, the first Conv's output also read by a residual Add after the second
-    (``share`` "residual") or a plan output (``share`` "output")."""
+    (``share`` "residual"), as a plan output (``share`` "output") or by a 1x1 Conv whose output is one
+    (``share`` "conv")."""
     weights = {f"w{i}": (RNG.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32)
                for i, s in enumerate((w1, w2))}
     weights.update({f"b{i}": RNG.standard_normal(s[0]).astype(np.float32) for i, s in enumerate((w1, w2))})
@@ -396,6 +397,10 @@ def _two_convs(x_shape, w1, attrs1: dict, w2, attrs2: dict, *, relu: bool = True
         outputs = ["s"]
     elif share == "output":
         outputs.append(a)
+    elif share == "conv":
+        weights["w2"] = RNG.standard_normal((32, w1[0], 1, 1)).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [a, "w2"], ["c2"]))
+        outputs.append("c2")
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
                               [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
                               [numpy_helper.from_array(v, k) for k, v in weights.items()])
@@ -431,9 +436,22 @@ def test_conv_lanes_padded_output_against_the_pad_copy(opencl, x_shape, w1, attr
     np.testing.assert_array_equal(second, off)
 
 
-@pytest.mark.parametrize("share", ["residual", "output"])
+def test_conv_lanes_padded_output_with_a_residual_reader(opencl):
+    # A ResNet block's output: read by the next block's first Conv (padded) and, as its residual, by
+    # the second, which then reads it from the padded planes.
+    model, feeds = _two_convs((1, 8, 14, 14), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (32, 32, 3, 3),
+                              dict(pads=[1, 1, 1, 1]), share="residual")
+    feeds["x"][0, 2, :, 0] = -np.inf
+    k_on, k_off = _check(model, feeds, "conv_lanes_padded_output")
+    assert (k_on, k_off) == (["pad_planes"] + ["conv_lanes_r14_s1_k3"] * 2,
+                             ["pad_planes", "conv_lanes_r14_s1_k3"] * 2), (k_on, k_off)
+    np.testing.assert_array_equal(_run(model, feeds, "")[0], _run(model, feeds, "conv_lanes_padded_output")[0])
+
+
+@pytest.mark.parametrize("share", ["output", "conv"])
 def test_conv_lanes_padded_output_keeps_a_shared_value_plain(opencl, share):
-    # The first Conv's output has another reader that expects the plain layout: the copy stays.
+    # The first Conv's output has another reader that expects the plain layout (a plan output, a
+    # Conv reading it in place): the copy stays.
     model, feeds = _two_convs((1, 8, 14, 14), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (32, 32, 3, 3),
                               dict(pads=[1, 1, 1, 1]), share=share)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)

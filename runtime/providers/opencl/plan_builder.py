@@ -307,6 +307,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     self._lower_fused(members)
                 continue
             self._lower(n, epilogues.get(id(n)))
+        if self.rule("conv_lanes_padded_output"):
+            self.pads_into_producers()
         return self.plan
 
     def _bias_follower(self, n: Node, user: Node | None) -> tuple[str, Node] | None:

@@ -236,7 +236,8 @@ def _last_int_args(model: onnx.ModelProto, disabled: str) -> list[int]:
     sess = onnxhal.InferenceSession(model.SerializeToString(),
                                     providers=[("OpenCLExecutionProvider", {"disable_fusions": disabled}),
                                                "CPUExecutionProvider"])
-    return [int(s.args[-1]) for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+    # wmajor: the argument before the output's and the residual's layouts (three each).
+    return [int(s.args[-7]) for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
             if getattr(s, "kernel_name", "").startswith("conv_lanes")]
 
 
@@ -318,7 +319,9 @@ def test_conv_lanes_with_residual_activation_and_non_finite_edges(opencl, act, a
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert not any(k.startswith("conv_lanes") for k in kernels), kernels
     tile = "r14" if hw == 14 else "r7x2"
-    assert _run(model, feeds, "")[1] == ["pad_planes", _lanes_kernel(tile, 1, 3)] * 2
+    kernel = _lanes_kernel(tile, 1, 3)
+    # Rows of 14: the first Conv writes the second's padded planes (conv_lanes_padded_output).
+    assert _run(model, feeds, "")[1] == (["pad_planes", kernel, kernel] if hw == 14 else ["pad_planes", kernel] * 2)
 
 
 K3_CASES = [  # conv_lanes with kernel rows of 3 (conv_lanes_k3: the tap loop unrolled) against the loop
@@ -373,6 +376,113 @@ def test_conv_lanes_weight_chunks_with_residual_and_relu(opencl):
     k_on, k_off = _check(model, feeds, "conv_lanes_weight_chunks")
     assert k_on == ["pad_planes", "conv_lanes_r7x2_s1_wc"] * 2, k_on
     assert k_off == ["pad_planes", "conv_lanes_r7x2_s1"] * 2, k_off
+
+
+def _two_convs(x_shape, w1, attrs1: dict, w2, attrs2: dict, *, relu: bool = True, share: str = "") -> tuple:
+    """Conv (+ Relu) -> Conv, the first Conv's output also read by a residual Add after the second
+    (``share`` "residual"), as a plan output (``share`` "output") or by a 1x1 Conv whose output is one
+    (``share`` "conv")."""
+    weights = {f"w{i}": (RNG.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32)
+               for i, s in enumerate((w1, w2))}
+    weights.update({f"b{i}": RNG.standard_normal(s[0]).astype(np.float32) for i, s in enumerate((w1, w2))})
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], **attrs1)]
+    a = "c0"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c0"], ["a0"]))
+        a = "a0"
+    nodes.append(helper.make_node("Conv", [a, "w1", "b1"], ["c1"], **attrs2))
+    outputs = ["c1"]
+    if share == "residual":
+        nodes.append(helper.make_node("Add", ["c1", a], ["s"]))
+        outputs = ["s"]
+    elif share == "output":
+        outputs.append(a)
+    elif share == "conv":
+        weights["w2"] = RNG.standard_normal((32, w1[0], 1, 1)).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [a, "w2"], ["c2"]))
+        outputs.append("c2")
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model, {"x": RNG.standard_normal(x_shape).astype(np.float32)}
+
+
+PADDED_OUTPUT_CASES = [  # conv_lanes_padded_output: producer (x, w, attrs), consumer (w, attrs), its kernel
+    ((1, 8, 14, 14), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (32, 32, 3, 3), dict(pads=[1, 1, 1, 1]),
+     "conv_lanes_r14_s1_k3"),                                                       # a ResNet block's two 3x3
+    ((2, 8, 28, 28), (32, 8, 1, 1), {}, (32, 32, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]),
+     "conv_lanes_r14_s2_k3"),                                                       # batch 2, stride 2 reader
+    ((1, 16, 14, 28), (64, 8, 3, 3), dict(pads=[1, 1, 1, 1], group=2), (32, 64, 3, 5),
+     dict(pads=[2, 4, 0, 4], dilations=[1, 2]), "conv_lanes_r14_s1"),              # groups; asymmetric pads
+]
+
+
+@pytest.mark.parametrize("x_shape,w1,attrs1,w2,attrs2,kernel", PADDED_OUTPUT_CASES)
+def test_conv_lanes_padded_output_against_the_pad_copy(opencl, x_shape, w1, attrs1, w2, attrs2, kernel):
+    model, feeds = _two_convs(x_shape, w1, attrs1, w2, attrs2)
+    feeds["x"][0, 0, 0, :] = np.inf  # non-finite values in the first Conv's outputs next to the padding
+    feeds["x"][-1, 1, :, -1] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_padded_output")
+    assert k_off.count("pad_planes") == k_on.count("pad_planes") + 1 and k_on[-1] == k_off[-1] == kernel, (k_on,
+                                                                                                        k_off)
+    # The second Conv reads the same padded planes either way: the same sums, bit for bit, every run.
+    sess = onnxhal.InferenceSession(model.SerializeToString(), providers=["OpenCLExecutionProvider",
+                                                                          "CPUExecutionProvider"])
+    first, second = sess.run(None, feeds)[0], sess.run(None, feeds)[0]
+    off = _run(model, feeds, "conv_lanes_padded_output")[0]
+    np.testing.assert_array_equal(first, off)
+    np.testing.assert_array_equal(second, off)
+
+
+def test_conv_lanes_padded_output_with_a_residual_reader(opencl):
+    # A ResNet block's output: read by the next block's first Conv (padded) and, as its residual, by
+    # the second, which then reads it from the padded planes.
+    model, feeds = _two_convs((1, 8, 14, 14), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (32, 32, 3, 3),
+                              dict(pads=[1, 1, 1, 1]), share="residual")
+    feeds["x"][0, 2, :, 0] = -np.inf
+    k_on, k_off = _check(model, feeds, "conv_lanes_padded_output")
+    assert (k_on, k_off) == (["pad_planes"] + ["conv_lanes_r14_s1_k3"] * 2,
+                             ["pad_planes", "conv_lanes_r14_s1_k3"] * 2), (k_on, k_off)
+    np.testing.assert_array_equal(_run(model, feeds, "")[0], _run(model, feeds, "conv_lanes_padded_output")[0])
+
+
+@pytest.mark.parametrize("share", ["output", "conv"])
+def test_conv_lanes_padded_output_keeps_a_shared_value_plain(opencl, share):
+    # The first Conv's output has another reader that expects the plain layout (a plan output, a
+    # Conv reading it in place): the copy stays.
+    model, feeds = _two_convs((1, 8, 14, 14), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (32, 32, 3, 3),
+                              dict(pads=[1, 1, 1, 1]), share=share)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    kernels = []
+    for disabled in ("", "conv_lanes_padded_output"):
+        sess = onnxhal.InferenceSession(model.SerializeToString(), providers=[
+            ("OpenCLExecutionProvider", {"disable_fusions": disabled}), "CPUExecutionProvider"])
+        for got, ref in zip(sess.run(None, feeds), want):
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+        kernels.append([s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+                        if hasattr(s, "kernel_name")])
+    assert kernels[0] == kernels[1] and kernels[0].count("pad_planes") == 2, kernels
+
+
+def test_conv_lanes_padded_output_zeroes_the_border_once(opencl, monkeypatch):
+    # Buffers that come with NaN in them (OpenCL leaves a new buffer's contents undefined): the padded
+    # planes' border must be zeroed by the plan, as no launch writes it.
+    from onnxhal.runtime.providers.opencl import memory
+
+    def dirty(self, size):
+        n = max(int(size), 4)
+        return memory.cl.Buffer(self.device.context, memory.cl.mem_flags.READ_WRITE
+                                | memory.cl.mem_flags.COPY_HOST_PTR, hostbuf=np.full(n // 4, np.nan, np.float32))
+
+    monkeypatch.setattr(memory.OpenCLAllocator, "_alloc", dirty)
+    model, feeds = _two_convs((1, 8, 14, 14), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (32, 32, 3, 3),
+                              dict(pads=[1, 1, 1, 1]))
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got, kernels = _run(model, feeds, "")
+    assert kernels.count("pad_planes") == 1, kernels
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 ROW_STORE_CASES = [  # conv_lanes_row_stores: each channel's run of a tile stored as vectors, per tile form

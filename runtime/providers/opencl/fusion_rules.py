@@ -49,6 +49,9 @@ FUSION_RULES: dict[str, str] = {
                              "reads its residual the same way (a kernel choice)",
     "conv_lanes_unpadded": "a conv_lanes Conv without padding reads its input in place, without the pad_planes "
                            "copy",
+    "conv_lanes_padded_output": "a conv_lanes Conv (one row tile a work-item) whose output only a padded "
+                                "conv_lanes Conv reads writes the interior of that Conv's zero-padded planes "
+                                "(zeroed once), which it reads without the pad_planes copy",
     "conv_lanes_k3": "a conv_lanes Conv with kernel rows of 3 taps and output rows of 14 or more runs the kernel "
                      "with its tap loop unrolled at compile time (a kernel choice, needs conv_lanes)",
     "conv_lanes_weight_order": "a conv_lanes Conv whose weights outweigh its input planes walks the row tiles of "

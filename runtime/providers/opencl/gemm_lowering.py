@@ -90,6 +90,19 @@ def transpose_output_strides(out_shape, perm) -> list[int]:
     return [st[inverse[d]] for d in range(len(perm))]
 
 
+def _reads(step, name: str) -> bool:
+    """Whether plan step ``step`` (a Launch or a CopyStep) uses buffer ``name``."""
+    if isinstance(step, Launch):
+        return any(isinstance(a, Buf) and a.name == name for a in step.args)
+    return name in (getattr(step, "src", None), getattr(step, "dst", None))
+
+
+def _one_tile(launch: Launch) -> bool:
+    """A conv_lanes launch of the one-tile kernels (``conv_lanes_r{14,28,...}_s*``): not row pairs
+    (``..x2..``), whose tile is two rows consecutive in the plain layout, nor their chunked form."""
+    return "x" not in launch.kernel_name.split("_")[2] and not launch.kernel_name.endswith("_wc")
+
+
 class GemmLowering:
     """GEMM-family lowering methods of ``PartitionPlanBuilder``.
 
@@ -101,6 +114,10 @@ class GemmLowering:
     plan: PartitionPlan
     operand_views: dict[str, tuple[str, tuple[int, ...], list[int]]]
     output_views: dict[int, tuple[str, int, int]]
+    #: Rule conv_lanes_padded_output: a value written by a one-tile conv_lanes launch -> that launch,
+    #: whose output layout a padded conv_lanes Conv reading the value may still redirect.
+    lanes_outputs: dict[str, Launch]
+    _consumers: dict[str, list[Node]]
 
     def _operand(self, name: str) -> tuple[str, tuple[int, ...], list[int]]:
         if name in self.operand_views:
@@ -378,8 +395,45 @@ class GemmLowering:
             args.append(Buf(scratch))
             self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel + "_wc", (Mb, Nimg * G), (1, 1), args))
             return True
-        self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel, (Mb * nt, Nimg * G), (1, 1), args))
+        # The output's and the residual's layouts (plane stride, row stride, offset): plain unless
+        # rule conv_lanes_padded_output redirects them.
+        args += [I32(OH * OW), I32(OW), I32(0)] * 2
+        launch = Launch(ks.GEMM_SOURCE, kernel, (Mb * nt, Nimg * G), (1, 1), args)
+        self.plan.steps.append(launch)
+        if nr == 1:
+            self.lanes_outputs[out] = launch
         return True
+
+    def pads_into_producers(self) -> None:
+        """Rule conv_lanes_padded_output, once every node is lowered: a ``pad_planes`` copy of a value
+        written by a one-tile conv_lanes launch of this plan goes, where every other reader of the
+        value is a one-tile conv_lanes launch reading it as its residual (no plan output, no view, no
+        copy): the producer writes the interior of the padded planes (zeroed once when the workspace
+        is allocated; no launch writes their border), the residual readers read it there, and the
+        value's own buffer is dropped."""
+        plan = self.plan
+        for pad in [s for s in plan.steps if isinstance(s, Launch) and s.kernel_name == "pad_planes"]:
+            xp, x = pad.args[0].name, pad.args[1].name
+            producer = self.lanes_outputs.get(x)
+            if (producer is None or x not in plan.temps or x in plan.output_names or x in plan.aliases
+                    or x in plan.aliases.values()):
+                continue
+            readers = [s for s in plan.steps if s is not pad and s is not producer and _reads(s, x)]
+            if not all(isinstance(s, Launch) and s.kernel_name.startswith("conv_lanes_r") and _one_tile(s)
+                       and [k for k, a in enumerate(s.args) if isinstance(a, Buf) and a.name == x] == [4]
+                       for s in readers):
+                continue
+            Hp, Wp, ph, pw = (int(a) for a in pad.args[4:8])
+            layout = [I32(Hp * Wp), I32(Wp), I32(ph * Wp + pw)]
+            # Arg 2 is C, 4 is R; the last six are C's and R's layouts (plane stride, row stride, offset).
+            producer.args[2] = Buf(xp)
+            producer.args[-6:-3] = layout
+            for s in readers:
+                s.args[4] = Buf(xp)
+                s.args[-3:] = layout
+            plan.steps.remove(pad)
+            plan.zeroed_temps.add(xp)
+            del plan.temps[x]
 
     def _conv_implicit(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
                        epi: Epilogue) -> bool:

@@ -549,7 +549,13 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0, chunked: bool
     (28 vectors a tile, 64-byte aligned) and putting them back there, or through the epilogue after
     the last chunk: the chunk's weights are read from memory once and from L1 for the other tiles,
     where the one-tile kernel streams a block's weights (590 KB at 512 channels) once per tile. Each
-    accumulator sums the same products in the same order as the one-tile kernel."""
+    accumulator sums the same products in the same order as the one-tile kernel.
+
+    The output's and the residual's layouts are arguments of the one-tile kernels (``PC``, ``OWC``,
+    ``coff`` and ``RP``, ``ROW``, ``roff``: plane stride, row stride, offset): rule
+    ``conv_lanes_padded_output`` has a Conv write the interior of a later Conv's zero-padded planes in
+    place of that Conv's ``pad_planes`` copy, and the value's residual readers read it there. Only
+    ``nr`` 1 takes it (a row-pair tile's positions are consecutive in the plain layout alone)."""
     nv = CONV_LANES_NV
     decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
     loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
@@ -592,9 +598,9 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0, chunked: bool
     # planes 16 channels apart lie a multiple of 4 KiB apart, and a load issued after a store to an
     # address with the same low 12 bits waits on it (4K aliasing).
     def store_position(p: int) -> str:
-        res = " ".join(f"const float16 r{v} = conv_lanes_residual(Rrow + {p} + {16 * v} * P, P, act);"
+        res = " ".join(f"const float16 r{v} = conv_lanes_residual(Rrow + {p} + {16 * v} * RP, RP, act);"
                        for v in range(nv))
-        stores = " ".join(f"conv_lanes_store(c{p}_{v}, r{v}, Crow + {p} + {16 * v} * P, bias, co0 + {16 * v}, P, "
+        stores = " ".join(f"conv_lanes_store(c{p}_{v}, r{v}, Crow + {p} + {16 * v} * PC, bias, co0 + {16 * v}, PC, "
                           f"bias_mode, act, p0, p1);" for v in range(nv))
         return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
 
@@ -713,12 +719,16 @@ inline void conv_lanes_store(float16 v, const float16 r, __global float* Crow,
 // Y[b] (b = image * G + group; M output channels per group, P = OH * OW) = A[b % a_mod] (*) Xp[b], the
 // output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b;
 // OW a multiple of {rp}, M of {16 * nv}. bias: per output channel (bias_mode 2 or 0); act as gemm_packed.
+// C's planes are PC floats apart, its rows OWC, from offset coff, R's RP, ROW, roff (P, OW, 0 for the
+// plain layout; rule conv_lanes_padded_output: the interior of a later Conv's zero-padded planes).
 __kernel void {name}(__global const float* Wt, __global const float* Xp, __global float* C,
                                 __global const float* bias, __global const float* R, const int M,
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
                              const int Wp, const int a_mod, const int bias_mode, const int act,
-                             const float p0, const float p1, const int rows, const int wmajor) {{
+                             const float p0, const float p1, const int rows, const int wmajor,
+                             const int PC, const int OWC, const int coff, const int RP, const int ROW,
+                             const int roff) {{
   const int P = OH * OW, Mb = M / {16 * nv};
   const int gid = get_global_id(0), b = get_global_id(1);
   // Consecutive work-items take the channel blocks of one row tile (its input rows stay in cache),
@@ -728,8 +738,8 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
   __global const float16* wp = (__global const float16*)(Wt + ((size_t)(b % a_mod) * Mb + ib) * Cg * KH * KW
                                                          * {16 * nv});
   __global const float* xb = Xp + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
-  __global float* Crow = C + ((size_t)b * M + co0) * P + oh * OW + ow0;
-  __global const float* Rrow = R + ((size_t)b * M + co0) * P + oh * OW + ow0;
+  __global float* Crow = C + coff + ((size_t)b * M + co0) * PC + oh * OWC + ow0;
+  __global const float* Rrow = R + roff + ((size_t)b * M + co0) * RP + oh * ROW + ow0;
   bias += (b % a_mod) * M;
 {decl}
 {loops}
@@ -759,7 +769,7 @@ def _lanes_row_stores(rp: int, nr: int, nv: int) -> str:
                 hi = ", ".join(str(k + h if not k & h else 16 + k) for k in range(16))
                 lines.append(f"      {{ const float16 a = LANES_SHUFFLE2(t{i}, t{i + h}, {lo}), "
                              f"b = LANES_SHUFFLE2(t{i}, t{i + h}, {hi}); t{i} = a; t{i + h} = b; }}")
-        lines += [f"      conv_lanes_store_run(t{c}, Crow + {16 * v + c} * P, Rrow + {16 * v + c} * P, bias, "
+        lines += [f"      conv_lanes_store_run(t{c}, Crow + {16 * v + c} * PC, Rrow + {16 * v + c} * RP, bias, "
                   f"co0 + {16 * v + c}, bias_mode, act, p0, p1, run);" for c in range(16)]
         out.append("\n".join(lines) + " }")
     return "\n".join(out)
@@ -783,7 +793,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                              const int Wp, const int a_mod, const int bias_mode, const int act,
                              const float p0, const float p1, const int rows, const int chunk,
                              __global float* S) {{
-  const int P = OH * OW, Mb = M / {16 * nv};
+  const int P = OH * OW, PC = P, RP = P, Mb = M / {16 * nv};
   const int ib = get_global_id(0), b = get_global_id(1);
   const int nt = (OH + {nr - 1}) / {nr}, ow0 = 0;
   const int co0 = ib * {16 * nv};

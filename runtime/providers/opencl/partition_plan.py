@@ -77,6 +77,9 @@ class PartitionPlan:
     prepacked: dict[str, int] = field(default_factory=dict)  # name -> bytes, filled by init_steps
     init_steps: list[Launch] = field(default_factory=list)
     temps: dict[str, int] = field(default_factory=dict)  # name -> bytes, a workspace per queue
+    #: Temps zeroed once when their workspace is allocated: padded planes whose border no launch
+    #: writes (rule ``conv_lanes_padded_output``), so every run reads zeros there.
+    zeroed_temps: set[str] = field(default_factory=set)
     aliases: dict[str, str] = field(default_factory=dict)  # view value -> value it shares memory with
     steps: list = field(default_factory=list)  # Launch | CopyStep
     op_types: list[str] = field(default_factory=list)
@@ -306,6 +309,10 @@ class PartitionState:
         try:
             for name, nbytes in self.plan.temps.items():
                 temps[name] = self.allocator.alloc(nbytes)
+                if name in self.plan.zeroed_temps:
+                    # A pooled buffer holds an earlier plan's data; the in-order queue finishes the
+                    # fill before any launch of this workspace.
+                    cl.enqueue_fill_buffer(queue, temps[name], np.float32(0), 0, nbytes)
         except BaseException:
             for buf in temps.values():
                 self.allocator.free(buf)

@@ -113,6 +113,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         self.plan = PartitionPlan(inputs, outputs, {}, {})
         self.operand_views: dict = {}
         self.output_views: dict = {}
+        self.lanes_outputs: dict = {}
         self._consumers: dict[str, list[Node]] = {}
         self._counter = 0
         for name in inputs + outputs:
@@ -330,6 +331,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     self._lower_fused(members)
                 continue
             self._lower(n, epilogues.get(id(n)))
+        if self.rule("conv_lanes_padded_output"):
+            self.pads_into_producers()
         return self.plan
 
     def _bias_follower(self, n: Node, user: Node | None) -> tuple[str, Node] | None:

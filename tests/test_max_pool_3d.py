@@ -76,7 +76,8 @@ def test_inputs_outside_the_condition_take_the_plain_path():
     assert with_indices.last_path == ""
     np.testing.assert_array_equal(y, _kernel(attrs).compute([x])[0])
     assert idx.dtype == np.int64
-    for other in (x.astype(np.float16), x[:, :, 0]):  # float16; a 2-D pool
+    for other in (x.astype(np.float16), x[:, :, 0]):  # float16; a 2-D pool of planes under the lifted path's size
+        assert other.ndim == 5 or other[0, 0].size < pooling.NATIVE_LIFTED_MIN_PLANE
         kernel = _kernel(attrs if other.ndim == 5 else dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
         kernel.compute([other])
         assert kernel.last_path == ""
@@ -105,3 +106,42 @@ def test_native_3d_plan_is_per_input_shape():
         y = kernel.compute([x])[0]
         assert kernel.last_path == "native_3d"
         np.testing.assert_array_equal(y, plain.compute([x])[0])
+
+
+# 2-D and 1-D pools through the 3-D C passes (``native_lifted``): (input shape, attributes)
+LIFTED = [
+    ((2, 8, 16, 16), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ((1, 3, 11, 10), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 2, 9, 12), dict(kernel_shape=[3, 2], strides=[2, 3], ceil_mode=1)),
+    ((1, 2, 10, 9), dict(kernel_shape=[2, 3], dilations=[2, 1], pads=[1, 2, 0, 1])),
+    ((1, 2, 8, 8), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])),
+    ((2, 3, 70), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    ((1, 1, 8, 8), dict(kernel_shape=[2, 2], dilations=[9, 9], pads=[1, 1, 1, 1])),  # padding alone
+]
+
+
+@pytest.mark.parametrize("case", range(len(LIFTED)))
+def test_native_lifted_matches_canonical_and_onnxruntime(case):
+    shape, attrs = LIFTED[case]
+    x = _input(shape, np.float32, case)
+    kernel, plain = _kernel(attrs), _kernel(attrs)
+    plain._native = None
+    y = kernel.compute([x])[0]
+    assert kernel.last_path == pooling.MAX_POOL_NATIVE_LIFTED == "native_lifted"
+    want = plain.compute([x])[0]
+    assert plain.last_path == "" and y.shape == want.shape
+    np.testing.assert_array_equal(y, want)
+    clean = np.nan_to_num(x, nan=-1.0)  # onnxruntime's max skips NaN
+    model = make([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], [vi("x", list(shape))], [vi("y", None)])
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": clean})[0]
+    np.testing.assert_array_equal(kernel.compute([clean])[0], ref)
+
+
+def test_small_planes_keep_the_gather_plan():
+    attrs = dict(kernel_shape=[2, 2], strides=[2, 2])
+    kernel = _kernel(attrs)
+    x = _input((2, 64, 4, 4), np.float32, 0)  # 16 inputs a plane
+    kernel.compute([x])
+    assert kernel.last_path == ""
+    kernel.compute([_input((2, 4, 8, 8), np.float32, 1)])  # 64 a plane: lifted
+    assert kernel.last_path == "native_lifted"

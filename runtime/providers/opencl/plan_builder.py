@@ -766,20 +766,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             taken = self._take_table(n)
             if taken is None:
                 continue
-            readers: list[Node] = []
-            views: list[Node] = []
-            values = [n.outputs[0]]
-            while values:  # a view holds the same elements in the same order: the same table
-                v = values.pop()
-                if v in outputs or v in self.transposed_inputs:
-                    readers = []
-                    break
-                for u in consumers.get(v, []):
-                    if u.op_type in VIEW_OPS and not u.domain and id(u) not in skip:
-                        views.append(u)
-                        values.append(u.outputs[0])
-                    else:
-                        readers.append(u)
+            readers, views = self._readers_through_views(n, consumers, outputs, skip)
             if not readers or any(id(u) not in in_tree for u in readers):
                 continue
             x, table = taken
@@ -792,6 +779,26 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 if tree:
                     self.taken_trees[m.outputs[0]] = tree
             skip.update(id(m) for m in tree)
+
+    def _readers_through_views(self, n: Node, consumers: dict[str, list[Node]], outputs: set[str],
+                               skip: set[int]) -> tuple[list[Node], list[Node]]:
+        """The nodes reading ``n``'s output directly or through views (a view holds the same
+        elements in the same order), and those views; no readers when the value or a view of it is
+        a plan output or read with strides (``transposed_inputs``), where it needs a buffer."""
+        readers: list[Node] = []
+        views: list[Node] = []
+        values = [n.outputs[0]]
+        while values:
+            v = values.pop()
+            if v in outputs or v in self.transposed_inputs:
+                return [], views
+            for u in consumers.get(v, []):
+                if u.op_type in VIEW_OPS and not u.domain and id(u) not in skip:
+                    views.append(u)
+                    values.append(u.outputs[0])
+                else:
+                    readers.append(u)
+        return readers, views
 
     def _gathered_inputs(self, clusters: dict[int, list[Node]], consumers: dict[str, list[Node]],
                          outputs: set[str], skip: set[int]) -> None:
@@ -812,20 +819,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             if (not xs or n.attr("axis", 0) % len(xs) != 0 or self._ctype(x) != "float"
                     or self._ctype(idx) not in ("long", "int")):
                 continue
-            readers: list[Node] = []
-            views: list[Node] = []
-            values = [n.outputs[0]]
-            while values:  # a view holds the same elements in the same order
-                v = values.pop()
-                if v in outputs or v in self.transposed_inputs:
-                    readers = []
-                    break
-                for u in consumers.get(v, []):
-                    if u.op_type in VIEW_OPS and not u.domain and id(u) not in skip:
-                        views.append(u)
-                        values.append(u.outputs[0])
-                    else:
-                        readers.append(u)
+            readers, views = self._readers_through_views(n, consumers, outputs, skip)
             if not readers or any(id(u) not in readable for u in readers):
                 continue
             # Indices read by two Gathers must fit the shorter axis.

@@ -75,6 +75,8 @@ def _encode(value: Any, arrays: dict[str, np.ndarray]) -> Any:
         return {"$tuple": [_encode(v, arrays) for v in value]}
     if isinstance(value, list):
         return [_encode(v, arrays) for v in value]
+    if isinstance(value, (set, frozenset)):  # sorted, so one plan always makes the same blob
+        return {"$set": [_encode(v, arrays) for v in sorted(value, key=repr)]}
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise TypeError("only str-keyed dicts can be saved")
@@ -100,6 +102,8 @@ def _decode(value: Any, arrays: dict[str, np.ndarray], classes: dict[str, type])
         return tuple(_decode(v, arrays, classes) for v in value["$tuple"])
     if "$dict" in value:
         return {k: _decode(v, arrays, classes) for k, v in value["$dict"].items()}
+    if "$set" in value:
+        return {_decode(v, arrays, classes) for v in value["$set"]}
     if "$class" in value:
         cls = classes.get(value["$class"])
         if cls is None:

@@ -167,3 +167,22 @@ def test_reloaded_partition_takes_and_returns_values_by_name(sims, case):
         tol = 2e-2 if ep_name == "VirtualNpuExecutionProvider" else 1e-6  # generic-npu stores fp16
         for name, value in got.items():
             np.testing.assert_allclose(value, ref[name], atol=tol, err_msg=f"{ep_name} {case} {name}")
+
+
+def test_every_field_of_a_partition_plan_is_saved_and_read_back():
+    """A plan's fields of every kind a blob holds (sets among them: the zero-filled workspace
+    buffers of rule conv_lanes_padded_output) come back equal, and the same plan makes the same
+    bytes, so a new field of a new kind fails here rather than as a model saved without its
+    contexts."""
+    from onnxhal.runtime.providers.opencl.partition_plan import PartitionPlan
+    from onnxhal.simulators.ep_context import encode_partition
+
+    plan = PartitionPlan(["x"], ["y"], {"x": (2, 3), "y": (2, 3)}, {"x": np.dtype(np.float32), "y": np.dtype(np.float32)},
+                         constants={"w": np.arange(3, dtype=np.float32)}, temps={"t1": 24, "t2": 24, "t3": 24})
+    plan.zeroed_temps.update({"t3", "t1", "t2"})
+    blob = encode_partition(plan, None, "compat")
+    again, _, compat = decode_partition(blob)
+    assert compat == "compat" and again.zeroed_temps == {"t1", "t2", "t3"}
+    assert again.shapes == plan.shapes and again.dtypes == plan.dtypes and again.temps == plan.temps
+    np.testing.assert_array_equal(again.constants["w"], plan.constants["w"])
+    assert encode_partition(again, None, "compat") == blob

@@ -52,12 +52,12 @@ def _logsumexp(x, axis, keepdims):
     finite = np.isfinite(m)
     if np.count_nonzero(finite) != m.size:  # a row of infinities or with a NaN: no shift
         m = np.where(finite, m, 0)
-    e = np.subtract(x, m)
+    e = np.asarray(np.subtract(x, m))  # a 0-d input's difference is a scalar, which out= cannot take
     if e.dtype.kind == "f":
         np.exp(e, out=e)
     else:  # integers: exp gives floats
         e = np.exp(e)
-    r = _sum(e, axis=axis, keepdims=True)
+    r = np.asarray(_sum(e, axis=axis, keepdims=True))
     np.log(r, out=r)
     np.add(r, m, out=r)
     return r if keepdims else np.squeeze(r, axis=axis)

@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         if not ran:
             print(done.stdout[-2000:] + done.stderr[-2000:], file=sys.stderr)
+        for line in done.stdout.splitlines():  # which tests, so a failure that does not repeat is still named
+            if line.startswith(("FAILED ", "ERROR ")):
+                print(f"  {line}", flush=True)
     print(f"\n{'onnxruntime':<12}{'passed':>8}{'failed':>8}{'skipped':>9}")
     for version, passed, failed, skipped, ran in rows:
         print(f"{version:<12}{passed:>8}{failed:>8}{skipped:>9}" + ("" if ran else "  not tested"))

@@ -632,6 +632,16 @@ inline float16 conv_lanes_residual(__global const float* Rrow, const int P, cons
   return (float16)(Rrow[0 * P], Rrow[1 * P], Rrow[2 * P], Rrow[3 * P], Rrow[4 * P], Rrow[5 * P], Rrow[6 * P], Rrow[7 * P], Rrow[8 * P], Rrow[9 * P], Rrow[10 * P], Rrow[11 * P], Rrow[12 * P], Rrow[13 * P], Rrow[14 * P], Rrow[15 * P]);
 }
 
+// The activation of 16 lanes: Relu as a mask, the others lane by lane (the conv_lanes epilogues').
+inline float16 conv_lanes_act(float16 v, const int a, const float p0, const float p1) {
+  if (a == 1) return as_float16(as_int16(v) & ~(v < (float16)(0.0f)));
+  if (a != 0) {
+    float* lanes = (float*)&v;
+    for (int l = 0; l < 16; ++l) lanes[l] = apply_act(lanes[l], a, p0, p1);
+  }
+  return v;
+}
+
 // Rule conv_lanes_row_stores: the epilogue of conv_lanes_store for one output channel's run of n (14 or
 // 7) consecutive positions (lanes 0..n-1 of v, the tile transposed): bias, residual, activation as
 // there, the run read and written as 8 + 4 + 2 (or 4 + 2 + 1) floats where the lanes took one store each.
@@ -648,13 +658,7 @@ inline void conv_lanes_store_run(float16 v, __global float* Crow, __global const
                      (float8)(0.0f));
     }
   }
-  const int a = act & 15;
-  if (a == 1) {
-    v = as_float16(as_int16(v) & ~(v < (float16)(0.0f)));
-  } else if (a != 0) {
-    float* lanes = (float*)&v;
-    for (int l = 0; l < 16; ++l) lanes[l] = apply_act(lanes[l], a, p0, p1);
-  }
+  v = conv_lanes_act(v, act & 15, p0, p1);
   if (n == 14) {
     *(__global float8u*)Crow = v.lo;
     *(__global float4u*)(Crow + 8) = v.s89ab;
@@ -688,13 +692,7 @@ inline void conv_lanes_store(float16 v, const float16 r, __global float* Crow,
                              const int act, const float p0, const float p1) {
   if (bias_mode == 2) v += *(__global const float16u*)(bias + co0);
   if (act >= 16) v += r;
-  const int a = act & 15;
-  if (a == 1) {
-    v = as_float16(as_int16(v) & ~(v < (float16)(0.0f)));
-  } else if (a != 0) {
-    float* lanes = (float*)&v;
-    for (int l = 0; l < 16; ++l) lanes[l] = apply_act(lanes[l], a, p0, p1);
-  }
+  v = conv_lanes_act(v, act & 15, p0, p1);
   Crow[0 * P] = v.s0;
   Crow[1 * P] = v.s1;
   Crow[2 * P] = v.s2;

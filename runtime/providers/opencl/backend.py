@@ -279,7 +279,7 @@ class OpenCLBackend:
         plan = build_plan(graph, self.lookup(graph), self.disabled_fusions, self._shape_only.get(graph, frozenset()))
         for step in (*plan.init_steps, *plan.steps):
             if isinstance(step, Launch):
-                self.device.program(step.source)
+                self.device.program(step.source, kernel=step.kernel_name)
         return plan
 
     def compile(self, graphs: Sequence[Graph], fused_nodes: Sequence[Node]) -> list[NodeComputeInfo]:

@@ -2,8 +2,8 @@
 
 One ``OpenCLDeviceContext`` (a ``cl.Context`` and an in-order ``cl.CommandQueue``) exists per
 OpenCL device per process, shared by every session, allocator and stream on that device. Programs
-are built once per (source, build options): kept in a dict for the process and, as device
-binaries, on disk under ``$ONNXHAL_CACHE_DIR`` (default ``~/.cache/onnxhal/opencl``), keyed by
+are built once per (source, build options), a large source only in the part a launched kernel needs
+(``program_slices``): kept in a dict for the process and, as device binaries, on disk under ``$ONNXHAL_CACHE_DIR`` (default ``~/.cache/onnxhal/opencl``), keyed by
 platform, device name, driver version and a hash of source + options, so a second process loads the
 binary (~2 ms) instead of compiling (~0.4-0.9 s on PoCL).
 
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from onnxhal.devices.opencl_env import cache_root, prepare_opencl_environment
 from onnxhal.hal.errors import EPFail
+from onnxhal.runtime.providers.opencl.program_slices import kernel_slice
 
 # PoCL compiles a kernel again for every new local size at first launch and keeps those
 # objects in POCL_CACHE_DIR, which it reads once: set before pyopencl is first used (a no-op when
@@ -187,9 +188,12 @@ class OpenCLDeviceContext:
         dev = hashlib.sha256(self.device_key.encode()).hexdigest()[:16]
         return cache_root() / "programs" / dev / f"{digest}.bin"
 
-    def program(self, source: str, options: str = DEFAULT_BUILD_OPTIONS) -> cl.Program:
+    def program(self, source: str, options: str = DEFAULT_BUILD_OPTIONS, kernel: str | None = None) -> cl.Program:
         """The built program for ``source``: from memory, from the disk cache, or compiled. Built with
-        ``options`` and this device's ``exp_option``."""
+        ``options`` and this device's ``exp_option``. With ``kernel``, only the part of a large
+        ``source`` that kernel needs is built (``program_slices.kernel_slice``)."""
+        if kernel is not None:
+            source = kernel_slice(source, kernel)
         return self._build_cached(source, f"{options} {self.exp_option}{self.divide_option}")
 
     def _build_cached(self, source: str, options: str) -> cl.Program:
@@ -215,7 +219,7 @@ class OpenCLDeviceContext:
         """A kernel object of its own for the caller (kernels hold arguments): one a released state
         gave back (``recycle_kernels``) if there is one, else a new one. Either way its arguments are
         the caller's to set, every one of them, before its first launch."""
-        prg = self.program(source, options)
+        prg = self.program(source, options, name)
         key = (prg.int_ptr, name)
         with self._idle_lock:
             idle = self._idle_kernels.get(key)

@@ -1709,7 +1709,190 @@ done:
 }
 /* ---- end of 3-D max pooling ---- */
 
+
+/* ---- quantization (quantize.py's QUANTIZE_PATHS) ----
+ * Each routine makes, element by element, the float32 operations of its numpy form in quantize.py
+ * in the same order (a division by the scale, rint in the default rounding mode: half to even, as
+ * numpy's rint and MLAS; clamps that return the bound for a NaN below and for a value equal to it,
+ * as np.fmax and np.minimum do with a signed zero), so the results are that
+ * form's bits; one pass where numpy takes four to six, for the small activations of quantized
+ * transformers where each numpy call costs more than its arithmetic. */
+
+/* codes of x: saturate(rint(x / s) + zp) into [lo, hi] as QuantizeLinear._apply (NaN: lo) */
+#define QUANTIZE_TO(NAME, T)                                                                                 \
+  static VECTOR_CLONES void NAME(const float *RESTRICT x, T *RESTRICT y, Py_ssize_t n, float s, float zp,     \
+                                 float lo, float hi) {                                                      \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                                    \
+      float v = __builtin_rintf(x[i] / s) + zp;                                                             \
+      v = v > lo ? v : lo;                                                                                  \
+      v = v < hi ? v : hi;                                                                                  \
+      y[i] = (T)v;                                                                                          \
+    }                                                                                                       \
+  }
+QUANTIZE_TO(quantize_int8, int8_t)
+QUANTIZE_TO(quantize_uint8, uint8_t)
+QUANTIZE_TO(quantize_int16, int16_t)
+QUANTIZE_TO(quantize_uint16, uint16_t)
+
+/* QuantizeDequantize's fast form: clamp(rint(x / s), lo, hi) + 0.0, times s (lo, hi: the codes'
+ * range less the zero point) */
+static VECTOR_CLONES void quantize_dequantize_float(const float *RESTRICT x, float *RESTRICT y, Py_ssize_t n, float s,
+                                                   float lo, float hi) {
+  for (Py_ssize_t i = 0; i < n; i++) {
+    float v = __builtin_rintf(x[i] / s);
+    v = v > lo ? v : lo;
+    v = v < hi ? v : hi;
+    v = v + 0.0f;
+    y[i] = v * s;
+  }
+}
+
+/* the smallest and largest non-NaN value and 0, in 16 independent lanes (GCC's vector extension:
+ * a comparison gives a lane mask, the select is a blend; a NaN compares false, so it is left out),
+ * and whether a NaN was seen */
+#define DQ_LANES 16
+typedef float dq_vf __attribute__((vector_size(DQ_LANES * sizeof(float))));
+typedef int32_t dq_vi __attribute__((vector_size(DQ_LANES * sizeof(int32_t))));
+static VECTOR_CLONES void float_range(const float *RESTRICT x, Py_ssize_t n, float *lo_out, float *hi_out, int *nan_out) {
+  dq_vf lo = {0}, hi = {0};
+  dq_vi nan = {0};
+  Py_ssize_t i = 0;
+  for (; i + DQ_LANES <= n; i += DQ_LANES) {
+    dq_vf v;
+    memcpy(&v, x + i, sizeof v);
+    dq_vi below = v < lo, above = v > hi;
+    lo = (dq_vf)((below & (dq_vi)v) | (~below & (dq_vi)lo));
+    hi = (dq_vf)((above & (dq_vi)v) | (~above & (dq_vi)hi));
+    nan |= v != v;
+  }
+  float l = 0.0f, h = 0.0f;
+  int any = 0;
+  for (int j = 0; j < DQ_LANES; j++) {
+    l = lo[j] < l ? lo[j] : l;
+    h = hi[j] > h ? hi[j] : h;
+    any |= nan[j];
+  }
+  for (; i < n; i++) {
+    float v = x[i];
+    l = v < l ? v : l;
+    h = v > h ? v : h;
+    any |= v != v;
+  }
+  *lo_out = l;
+  *hi_out = h;
+  *nan_out = any;
+}
+
+/* f = x / s, clamped to [lo, hi] first where `clamp` (NaN: lo), rounded: dynamic_quantize_centered's
+ * codes less their zero point */
+static VECTOR_CLONES void centered_codes(const float *RESTRICT x, float *RESTRICT f, Py_ssize_t n, float s, float lo,
+                                         float hi, int clamp) {
+  if (clamp)
+    for (Py_ssize_t i = 0; i < n; i++) {
+      float v = x[i] / s;
+      v = v > lo ? v : lo;
+      v = v < hi ? v : hi;
+      f[i] = __builtin_rintf(v);
+    }
+  else
+    for (Py_ssize_t i = 0; i < n; i++) f[i] = __builtin_rintf(x[i] / s);
+}
+
+/* quantize_linear(x, y, scale, zero_point, lo, hi): y = saturate(rint(x / scale) + zero_point) into
+ * [lo, hi], x float32, y int8, uint8, int16 or uint16 of x's size, both C-contiguous. */
+static PyObject *quantize_linear(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_y;
+  float s, zp, lo, hi;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOffff", &o_x, &o_y, &s, &zp, &lo, &hi)) return NULL;
+  Py_buffer bx, by;
+  if (get_buffer(o_x, &bx, "quantize_linear: x", 4, "f", -1, 0) < 0) return NULL;
+  if (PyObject_GetBuffer(o_y, &by, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  Py_ssize_t n = bx.len / 4;
+  const char *f = by.format ? by.format : "B";
+  if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+  if (strlen(f) != 1 || !strchr("bBhH", f[0]) || by.itemsize != (f[0] == 'b' || f[0] == 'B' ? 1 : 2) ||
+      by.len != n * by.itemsize) {
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&by);
+    PyErr_SetString(PyExc_ValueError, "quantize_linear: y must be int8, uint8, int16 or uint16 with x's size");
+    return NULL;
+  }
+  switch (f[0]) {
+    case 'b': quantize_int8(bx.buf, by.buf, n, s, zp, lo, hi); break;
+    case 'B': quantize_uint8(bx.buf, by.buf, n, s, zp, lo, hi); break;
+    case 'h': quantize_int16(bx.buf, by.buf, n, s, zp, lo, hi); break;
+    default: quantize_uint16(bx.buf, by.buf, n, s, zp, lo, hi); break;
+  }
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&by);
+  Py_RETURN_NONE;
+}
+
+/* quantize_dequantize(x, y, scale, lo, hi): y = (clamp(rint(x / scale), lo, hi) + 0.0) * scale, x and
+ * y float32 of one size, C-contiguous (y may be x). */
+static PyObject *quantize_dequantize(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_y;
+  float s, lo, hi;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOfff", &o_x, &o_y, &s, &lo, &hi)) return NULL;
+  Py_buffer bx, by;
+  if (get_buffer(o_x, &bx, "quantize_dequantize: x", 4, "f", -1, 0) < 0) return NULL;
+  if (get_buffer(o_y, &by, "quantize_dequantize: y", 4, "f", bx.len / 4, 1) < 0) {
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  quantize_dequantize_float(bx.buf, by.buf, bx.len / 4, s, lo, hi);
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&by);
+  Py_RETURN_NONE;
+}
+
+/* dynamic_quantize(x, f) -> (scale, zero_point): onnxruntime's dynamic uint8 quantization of x
+ * (float32, C-contiguous, at least one value) as quantize.py's dynamic_quantize_centered computes
+ * it, the codes less the zero point written to f (float32, x's size): range widened to hold 0, NaNs
+ * left out; scale (max - min) / 255 (1 for a zero range); zero point rint(min(-min / scale, 255))
+ * (0 at or below 0, 255 for NaN); the clamp to [-zp, 255 - zp] made only where numpy's form makes
+ * it (a NaN, or a range end whose code could leave [0, 255]), so a -0.0 code is that form's too. */
+static PyObject *dynamic_quantize(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_f;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OO", &o_x, &o_f)) return NULL;
+  Py_buffer bx, bf;
+  if (get_buffer(o_x, &bx, "dynamic_quantize: x", 4, "f", -1, 0) < 0) return NULL;
+  if (get_buffer(o_f, &bf, "dynamic_quantize: f", 4, "f", bx.len / 4, 1) < 0) {
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  Py_ssize_t n = bx.len / 4;
+  float lo, hi;
+  int nan;
+  float_range(bx.buf, n, &lo, &hi, &nan);
+  float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+  double v = (double)(-lo / scale);
+  v = v < 255.0 ? v : 255.0; /* std::min(qmax, v): NaN gives qmax */
+  int zp = v > 0.0 ? (int)nearbyint(v) : 0;
+  double top = (double)(hi / scale), bottom = (double)(lo / scale);
+  int clamp = !(!nan && -256.0 < bottom && top < 256.0 && nearbyint(top) <= 255 - zp && nearbyint(bottom) >= -zp);
+  centered_codes(bx.buf, bf.buf, n, scale, (float)(-zp), (float)(255 - zp), clamp);
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&bf);
+  return Py_BuildValue("di", (double)scale, zp);
+}
+/* ---- end of quantization ---- */
+
 static PyMethodDef module_methods[] = {
+    {"quantize_linear", quantize_linear, METH_VARARGS,
+     "quantize_linear(x, y, scale, zero_point, lo, hi): y = saturate(rint(x / scale) + zero_point) into [lo, hi] "
+     "(x float32; y int8, uint8, int16 or uint16), NaN to lo."},
+    {"quantize_dequantize", quantize_dequantize, METH_VARARGS,
+     "quantize_dequantize(x, y, scale, lo, hi): y = (clamp(rint(x / scale), lo, hi) + 0.0) * scale, float32."},
+    {"dynamic_quantize", dynamic_quantize, METH_VARARGS,
+     "dynamic_quantize(x, f) -> (scale, zero_point): onnxruntime's dynamic uint8 quantization of x (float32), the "
+     "codes less the zero point into f (float32)."},
     {"coupling", coupling, METH_VARARGS,
      "coupling(v, pair_i, pair_j, k, out): libsvm's pairwise coupling of each row's pairwise probabilities "
      "v (float32 [rows, pairs]) into class probabilities out (float32 [rows, k])."},

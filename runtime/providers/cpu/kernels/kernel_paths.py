@@ -29,6 +29,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         ml_trees,
         numerics,
         pooling,
+        quantize,
         recurrent,
         tfidf_vectorizer,
         tokenizer,

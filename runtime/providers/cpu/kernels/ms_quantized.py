@@ -20,7 +20,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import RUN_OPTIONS, check_terminate
 from onnxhal.runtime.providers.cpu.kernels.linalg import MatMulInteger, exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.numerics import round_to_codes, saturate_codes
-from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_centered, dynamic_quantize_uint8
+from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_uint8, dynamic_quantizer
 from onnxhal.runtime.providers.cpu.kernels.recurrent import (
     LSTM,
     WORKSPACES,
@@ -207,13 +207,17 @@ class MatMulIntegerToFloat(MatMulInteger):
 
 @register("DynamicQuantizeMatMul", since=1, domain=MS)
 class DynamicQuantizeMatMul(MatMulInteger):
-    """A quantized on its own range (``dynamic_quantize_centered``: uint8 codes less their zero
+    """A quantized on its own range (``quantize.dynamic_quantizer``: uint8 codes less their zero
     point) times B less its zero point, exactly (``MatMulInteger``'s product, B prepared once when
     constant), scaled by a_scale * b_scale, plus bias: the float32 steps of the
     DynamicQuantizeLinear -> MatMulIntegerToFloat pair it replaces (``dynamic_quant_fusions``), in
     that order, so the fused and the unfused graph give the same bits."""
 
     b_zero_point_index = 3
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self._centered = dynamic_quantizer()
 
     def compute(self, inputs: list) -> list:
         n = len(inputs)
@@ -224,7 +228,7 @@ class DynamicQuantizeMatMul(MatMulInteger):
         bf = cached[2] if cached is not None and cached[0] is b and cached[1] is zb else self._centered_b(b, zb)
         if a.dtype != np.float32:  # (read as float32, as DynamicQuantizeLinear reads it)
             a = a.astype(np.float32)
-        codes, scale, _ = dynamic_quantize_centered(a.reshape(1) if a.ndim == 0 else a)
+        codes, scale, _ = self._centered(a.reshape(1) if a.ndim == 0 else a)
         acc = self._product(codes.reshape(a.shape), None, bf)
         y = np.multiply(acc, np.multiply(scale, b_s, dtype=np.float32), dtype=np.float32)
         if bias is not None:
@@ -248,6 +252,10 @@ class DynamicQuantizeLSTM(LSTM):
     small bidirectional one runs LSTM's ``_run_both_directions`` (``_quantized_pair``)."""
 
     weight_inputs = (1, 2, 3, 8, 9, 10, 11)
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self._centered = dynamic_quantizer()
 
     def _general(self, inputs: list) -> list:
         args = list(inputs) + [None] * (12 - len(inputs))
@@ -337,7 +345,7 @@ class DynamicQuantizeLSTM(LSTM):
     def _input_projection(self, x2: np.ndarray, weights: tuple) -> np.ndarray:
         """Every step's input quantized on one range, times W less its zero point, exactly, then
         scaled per column: [seq * batch, 4 * hidden] float32."""
-        codes, scale, _ = dynamic_quantize_centered(x2)
+        codes, scale, _ = self._centered(x2)
         wc = weights[0]
         acc = _dot(codes if wc.dtype == np.float32 else codes.astype(wc.dtype), wc)
         if acc.dtype == np.float32:

@@ -4,12 +4,16 @@ QuantizeLinear / DequantizeLinear in their common forms (the others through onnx
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.numerics import saturate_codes
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.path_tables import path_table
 
 _F32 = np.float32
 _ZERO, _ONE, _F255 = np.array(0, _F32), _F32(1), _F32(255)  # (0-d arrays: the ufuncs' fastest operands)
@@ -17,6 +21,28 @@ _min, _max, _fmin, _fmax = np.minimum.reduce, np.maximum.reduce, np.fmin.reduce,
 _divide, _rint, _add, _fmaxu, _fminu = np.divide, np.rint, np.add, np.fmax, np.fmin
 _ZP = [np.array(z, _F32) for z in range(256)]  # the zero points as float32 operands, made once
 _CODES = (np.uint8, np.int8, np.uint16, np.int16)
+
+#: The quantization kernels' other ways to run, against their numpy forms.
+QUANTIZE_PATHS = path_table("quantize", "the numpy forms: QuantizeLinear._apply, QuantizeDequantize's six ufunc "
+                                        "passes, dynamic_quantize_centered")
+QUANTIZE_PATHS.add("native_quantize", "QuantizeLinear of a C-contiguous float32 x with a one-element float32 scale "
+                                      "and an 8- or 16-bit zero point (or none), the C extension _native built, "
+                                      "ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_QUANTIZE_ENABLED (read when a kernel "
+                                      "is built): _native.quantize_linear, numpy's operations in one pass")
+QUANTIZE_PATHS.add("native_quantize_dequantize", "QuantizeDequantize of a C-contiguous float32 x of rank >= 1 in "
+                                                 "its fast form with a one-element scale, under the same switches: "
+                                                 "_native.quantize_dequantize, the six passes in one")
+QUANTIZE_PATHS.add("native_dynamic_quantize", "dynamic quantization (DynamicQuantizeLinear, DynamicQuantizeMatMul, "
+                                              "DynamicQuantizeLSTM's input product) of a C-contiguous float32 tensor "
+                                              "of at least one value, under the same switches: "
+                                              "_native.dynamic_quantize, range, parameters and codes in two passes")
+#: The switch of ``QUANTIZE_PATHS``' native paths: False keeps the numpy forms.
+NATIVE_QUANTIZE_ENABLED = True
+
+
+def quantize_native() -> ModuleType | None:
+    """The C module for ``QUANTIZE_PATHS``' native paths, or None (read when a kernel is built)."""
+    return native_module() if NATIVE_QUANTIZE_ENABLED else None
 
 
 def dynamic_quantize_uint8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -62,6 +88,22 @@ def dynamic_quantize_centered(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, in
     return f, scale_out, zp
 
 
+def dynamic_quantizer() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, int]]:
+    """``dynamic_quantize_centered``, or its C form where ``QUANTIZE_PATHS["native_dynamic_quantize"]``
+    is on (read when a kernel is built); either takes any float32 tensor of at least one value."""
+    native = quantize_native()
+    if native is None:
+        return dynamic_quantize_centered
+
+    def centered(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        if not x.flags.c_contiguous or not x.size:
+            return dynamic_quantize_centered(x)
+        f = np.empty(x.shape, _F32)
+        scale, zp = native.dynamic_quantize(x, f)  # QUANTIZE_PATHS["native_dynamic_quantize"]
+        return f, np.array(scale, _F32), zp
+    return centered
+
+
 @register("DynamicQuantizeLinear", since=11)
 class DynamicQuantizeLinear(Kernel):
     """As onnxruntime (``dynamic_quantize_uint8``). Where the spec's formula divides by zero (every
@@ -69,18 +111,16 @@ class DynamicQuantizeLinear(Kernel):
     all zeros and fails on an empty input); the codes are 0 either way."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        pass
+        self._centered = dynamic_quantizer()
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
         if x.dtype != np.float32:  # the spec's T1 is float32; a float16/float64 feed is read as it
             x = x.astype(np.float32)
-        if x.ndim == 0:  # (a 0-d division gives a numpy scalar, which takes no out=)
-            y, scale, zp = dynamic_quantize_uint8(x.reshape(1))
-            y = y.reshape(())
-        else:
-            y, scale, zp = dynamic_quantize_uint8(x)
-        return [y, scale, np.array(zp, np.uint8)]
+        # (a 0-d division gives a numpy scalar, which takes no out=)
+        f, scale, zp = self._centered(x.reshape(1) if x.ndim == 0 else x)
+        _add(f, _ZP[zp], f)
+        return [f.astype(np.uint8).reshape(x.shape), scale, np.array(zp, np.uint8)]
 
 
 class _LinearQuant(Kernel):
@@ -152,10 +192,47 @@ class DequantizeLinear(_LinearQuant):
         return y if type(y) is np.ndarray else np.asarray(y)
 
 
+def per_tensor_codes(scale: np.ndarray, zp: np.ndarray | None) -> tuple[np.dtype, float, float, float, float] | None:
+    """(code type, scale, zero point, lowest code, highest code) as Python numbers for a one-element
+    float32 scale and an 8- or 16-bit zero point of one element (or none: uint8, 0); else None."""
+    if scale.dtype != _F32 or scale.size != 1 or scale.ndim > 1:
+        return None
+    if zp is None:
+        return np.dtype(np.uint8), float(scale.reshape(-1)[0]), 0.0, 0.0, 255.0
+    if zp.dtype not in _CODE_RANGE or zp.size != 1 or zp.ndim > 1:
+        return None
+    qmin, qmax = _CODE_RANGE[zp.dtype]
+    return zp.dtype, float(scale.reshape(-1)[0]), float(zp.reshape(-1)[0]), float(qmin), float(qmax)
+
+
 @register("QuantizeLinear", since=10)
 class QuantizeLinear(_LinearQuant):
     """saturate(round_half_to_even(x / scale) + zero_point) into the zero point's type (uint8
-    without one), x float32; a NaN gives the type's minimum (``saturate_codes``)."""
+    without one), x float32; a NaN gives the type's minimum (``saturate_codes``). A C-contiguous x
+    with a per-tensor scale takes ``QUANTIZE_PATHS["native_quantize"]`` where it is on."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self._native = quantize_native() if self.plain else None
+        self._native_args: tuple | None = None  # (scale, zero point, code type, C arguments) of the last run
+
+    def compute(self, inputs: list) -> list:
+        native = self._native
+        if native is None:
+            return super().compute(inputs)
+        x, scale = inputs[0], inputs[1]
+        zp = inputs[2] if len(inputs) > 2 else None
+        args = self._native_args
+        if args is None or args[0] is not scale or args[1] is not zp:
+            codes = per_tensor_codes(scale, zp)
+            if codes is None:
+                return super().compute(inputs)
+            args = self._native_args = (scale, zp, codes[0], codes[1:])  # one swap, as _kept
+        if x.__class__ is not np.ndarray or x.dtype != _F32 or not x.flags.c_contiguous:
+            return super().compute(inputs)
+        y = np.empty(x.shape, args[2])
+        native.quantize_linear(x, y, *args[3])  # QUANTIZE_PATHS["native_quantize"]
+        return [y]
 
     @staticmethod
     def _native_types(x: np.ndarray, zp: np.ndarray | None) -> bool:
@@ -190,7 +267,8 @@ class QuantizeDequantize(_LinearQuant):
     gives -0.0 where the pair's integer difference gives +0.0). Equal to the pair: the codes less
     their zero point are small integers in float32 either way, and both end in the same float32
     product. Six array passes where the pair makes two kernels and nine. Every other form runs the
-    pair's own kernels (the canonical form)."""
+    pair's own kernels (the canonical form). A C-contiguous x with a per-tensor scale takes
+    ``QUANTIZE_PATHS["native_quantize_dequantize"]`` (the six passes in one) where it is on."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
@@ -202,6 +280,7 @@ class QuantizeDequantize(_LinearQuant):
         self._dequantize = DequantizeLinear(Node("DequantizeLinear", *names, attribute_protos=axis), ctx)
         self._bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._kept: tuple | None = None
+        self._native = quantize_native() if self.plain else None
 
     def pair(self, inputs: list) -> list:
         """The canonical form: QuantizeLinear's kernel, then DequantizeLinear's on its codes."""
@@ -212,9 +291,7 @@ class QuantizeDequantize(_LinearQuant):
         x, scale = inputs[0], inputs[1]
         zp = inputs[2] if len(inputs) > 2 else None
         kept = self._kept  # the operands of the last per-tensor run, while its scale and zero point are the same arrays
-        if kept is not None and kept[0] is scale and kept[1] is zp and x.dtype == _F32 and x.ndim > 0:
-            s, lo, hi = kept[2]
-        else:
+        if kept is None or kept[0] is not scale or kept[1] is not zp or x.dtype != _F32 or x.ndim == 0:
             shape = self._scale_shape(x, scale) if (
                 self.plain and x.dtype == _F32 and scale.dtype == _F32 and x.ndim > 0
                 and (zp is None or (zp.dtype in _CODE_RANGE and zp.size == scale.size))) else None
@@ -222,15 +299,25 @@ class QuantizeDequantize(_LinearQuant):
                 return self.pair(inputs)
             s = scale.reshape(shape)
             lo, hi = self._code_bounds(zp, shape)
-            if shape == ():
-                self._kept = (scale, zp, (s, lo, hi))  # one swap: a concurrent run sees either entry
+            if shape != ():
+                return [self._fast_form(x, s, lo, hi)]
+            # one swap: a concurrent run sees either entry
+            kept = self._kept = (scale, zp, (s, lo, hi), (float(s), float(lo), float(hi)))
+        if self._native is not None and x.__class__ is np.ndarray and x.flags.c_contiguous:
+            y = np.empty(x.shape, _F32)
+            self._native.quantize_dequantize(x, y, *kept[3])  # QUANTIZE_PATHS["native_quantize_dequantize"]
+            return [y]
+        return [self._fast_form(x, *kept[2])]
+
+    @staticmethod
+    def _fast_form(x: np.ndarray, s: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         y = _divide(x, s)
         _rint(y, y)
         np.fmax(y, lo, out=y)
         np.minimum(y, hi, out=y)
         _add(y, _POS_ZERO, y)
         np.multiply(y, s, out=y)
-        return [y]
+        return y
 
     def _code_bounds(self, zp: np.ndarray | None, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
         """qmin - zp and qmax - zp as float32 operands shaped as the scale (kept per zero point)."""

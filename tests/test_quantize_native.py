@@ -1,5 +1,6 @@
 """The quantization kernels' C paths (``quantize.QUANTIZE_PATHS``: ``native_quantize``,
-``native_quantize_dequantize``, ``native_dynamic_quantize``) against their numpy forms, bit for bit,
+``native_dequantize``, ``native_quantize_dequantize``, ``native_dynamic_quantize``) against their
+numpy forms, bit for bit,
 on random and edge inputs (NaN, infinities, signed zeros, ties, saturation, empty ranges), through
 the kernels that take them; their conditions and switch; and a corpus model each way."""
 
@@ -57,7 +58,7 @@ def _cases(seed: int, count: int):
 
 def test_every_quantize_path_is_checked_here():
     """The paths this file holds to the numpy forms are every path of the table."""
-    assert set(quantize.QUANTIZE_PATHS) == {"native_quantize", "native_quantize_dequantize",
+    assert set(quantize.QUANTIZE_PATHS) == {"native_quantize", "native_dequantize", "native_quantize_dequantize",
                                             "native_dynamic_quantize"}
 
 
@@ -65,7 +66,8 @@ def _kernels(monkeypatch, native: bool):
     monkeypatch.setattr(quantize, "NATIVE_QUANTIZE_ENABLED", native)
     names = (["x", "s", "z"], ["y"])
     return (quantize.QuantizeLinear(Node("QuantizeLinear", *names), None),
-            quantize.QuantizeDequantize(Node("QuantizeDequantize", *names), None), quantize.dynamic_quantizer())
+            quantize.QuantizeDequantize(Node("QuantizeDequantize", *names), None), quantize.dynamic_quantizer(),
+            quantize.DequantizeLinear(Node("DequantizeLinear", *names), None))
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -73,26 +75,32 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def test_native_quantize_paths_match_the_numpy_forms_bit_for_bit(monkeypatch):
-    """native_quantize, native_quantize_dequantize and native_dynamic_quantize give the numpy forms'
-    bits (signed zeros included) on 1500 random and edge cases; each is checked to be taken."""
+    """native_quantize, native_dequantize, native_quantize_dequantize and native_dynamic_quantize
+    give the numpy forms' bits (signed zeros included) on 1500 random and edge cases, a third of
+    them on transposed views; each is checked to be taken."""
     monkeypatch.delenv(NATIVE_SWITCH, raising=False)
-    q0, qd0, dq0 = _kernels(monkeypatch, False)
-    q1, qd1, dq1 = _kernels(monkeypatch, True)
+    q0, qd0, dq0, d0 = _kernels(monkeypatch, False)
+    q1, qd1, dq1, d1 = _kernels(monkeypatch, True)
     assert q1._native is not None and qd1._native is not None and dq1 is not quantize.dynamic_quantize_centered
-    calls = {"quantize_linear": 0, "quantize_dequantize": 0, "dynamic_quantize": 0}
+    calls = {"quantize_linear": 0, "quantize_dequantize": 0, "dynamic_quantize": 0, "dequantize_linear": 0}
     counting = {name: (lambda f, n: lambda *a: calls.__setitem__(n, calls[n] + 1) or f(*a))(getattr(_native, name), name)
                 for name in calls}
     monkeypatch.setattr(q1, "_native", SimpleNamespace(**counting))
     monkeypatch.setattr(qd1, "_native", q1._native)
-    for x, s, z in _cases(0, 1500):
+    monkeypatch.setattr(d1, "_native", q1._native)
+    for k, (x, s, z) in enumerate(_cases(0, 1500)):
+        if k % 3 == 1:
+            x = x.T  # a view: the C paths copy it first
         with np.errstate(all="ignore"):  # NaN and infinite ranges are cases here, not warnings
-            _check_case(q0, q1, qd0, qd1, dq0, dq1, x, s, z)
-    assert calls["quantize_linear"] == 1500 and calls["quantize_dequantize"] == 1500, calls
+            _check_case(q0, q1, qd0, qd1, dq0, dq1, d0, d1, x, s, z)
+    assert calls["quantize_linear"] == calls["quantize_dequantize"] == calls["dequantize_linear"] == 1500, calls
 
 
-def _check_case(q0, q1, qd0, qd1, dq0, dq1, x, s, z) -> None:
+def _check_case(q0, q1, qd0, qd1, dq0, dq1, d0, d1, x, s, z) -> None:
     inputs = [x, s] if z is None else [x, s, z]
-    assert _same(q0.compute(inputs)[0], q1.compute(inputs)[0]), (x, s, z)
+    codes = q0.compute(inputs)[0]
+    assert _same(codes, q1.compute(inputs)[0]), (x, s, z)
+    assert _same(d0.compute([codes, *inputs[1:]])[0], d1.compute([codes, *inputs[1:]])[0]), (codes, s, z)
     assert _same(qd0.pair(inputs)[0], qd1.compute(inputs)[0]), (x, s, z)
     f0, s0, z0 = dq0(x)
     f1, s1, z1 = dq1(x)
@@ -116,24 +124,27 @@ def test_native_dynamic_quantize_edge_ranges(monkeypatch):
 
 
 def test_the_native_paths_keep_their_conditions(monkeypatch):
-    """A non-contiguous x, a per-axis scale and a float16 scale take the numpy forms (the C routines
-    are not called), with the same results as the switch off; the switch off builds kernels that
-    never take them."""
+    """A per-axis scale, codes of another type than the zero point's and int32 codes take the numpy
+    forms (the C routines are not called: the module is replaced by None), with the switch-off
+    results; the switch off builds kernels that never take them."""
     monkeypatch.delenv(NATIVE_SWITCH, raising=False)
-    q1, qd1, _ = _kernels(monkeypatch, True)
-    monkeypatch.setattr(q1, "_native", None)  # a call would fail: None has no quantize_linear
-    q2, qd2, _ = _kernels(monkeypatch, True)
-    q0, qd0, dq0 = _kernels(monkeypatch, False)
-    assert q0._native is None and qd0._native is None and dq0 is quantize.dynamic_quantize_centered
-    x = np.random.default_rng(3).standard_normal((6, 8)).astype(np.float32)
-    s, z = np.array(0.05, np.float32), np.array(-3, np.int8)
-    strided = x[:, ::2]
-    assert _same(q2.compute([strided, s, z])[0], q0.compute([strided, s, z])[0])
-    assert _same(qd2.compute([strided, s, z])[0], qd0.pair([strided, s, z])[0])
-    per_axis = np.linspace(0.01, 0.1, 8, dtype=np.float32)
-    zs = np.zeros(8, np.int8)
-    monkeypatch.setattr(q2, "_native", None)
-    assert _same(q2.compute([x, per_axis, zs])[0], q0.compute([x, per_axis, zs])[0])
+    q0, qd0, dq0, d0 = _kernels(monkeypatch, False)
+    assert q0._native is None and qd0._native is None and d0._native is None
+    assert dq0 is quantize.dynamic_quantize_centered
+    q1, qd1, _, d1 = _kernels(monkeypatch, True)
+    for kernel in (q1, qd1, d1):
+        assert kernel._native is not None
+        monkeypatch.setattr(kernel, "_native", SimpleNamespace())  # a C call would raise AttributeError
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    per_axis, zs = np.linspace(0.01, 0.1, 8, dtype=np.float32), np.zeros(8, np.int8)  # along axis 1
+    assert _same(q1.compute([x, per_axis, zs])[0], q0.compute([x, per_axis, zs])[0])
+    assert _same(qd1.compute([x, per_axis, zs])[0], qd0.compute([x, per_axis, zs])[0])
+    codes = rng.integers(-128, 128, (6, 8)).astype(np.int8)
+    assert _same(d1.compute([codes, per_axis, zs])[0], d0.compute([codes, per_axis, zs])[0])
+    wide = rng.integers(-1000, 1000, (4, 5)).astype(np.int32)
+    s = np.array(0.5, np.float32)
+    assert _same(d1.compute([wide, s, np.array(3, np.int32)])[0], d0.compute([wide, s, np.array(3, np.int32)])[0])
 
 
 def test_dynamic_quantize_matmul_takes_the_native_quantization(monkeypatch):

@@ -1,6 +1,7 @@
 /* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
  * walked tree by tree over the rows, libsvm's pairwise coupling row by row, an LSTM's steps
- * (recurrent.py's default form) and direct convolutions (fused_conv.py), for the small runs where
+ * (recurrent.py's default form), direct convolutions (fused_conv.py) and per-tensor quantization
+ * (quantize.py), for the small runs where
  * numpy's per-call cost (or BLAS's per-channel products) is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *
@@ -1734,6 +1735,17 @@ QUANTIZE_TO(quantize_uint8, uint8_t)
 QUANTIZE_TO(quantize_int16, int16_t)
 QUANTIZE_TO(quantize_uint16, uint16_t)
 
+/* values of codes: (x - zp) * s, the difference exact in int32 and converted to float32 (exact for
+ * 8- and 16-bit codes), as DequantizeLinear._apply */
+#define DEQUANTIZE_FROM(NAME, T)                                                                             \
+  static VECTOR_CLONES void NAME(const T *RESTRICT x, float *RESTRICT y, Py_ssize_t n, float s, int32_t zp) { \
+    for (Py_ssize_t i = 0; i < n; i++) y[i] = (float)((int32_t)x[i] - zp) * s;                               \
+  }
+DEQUANTIZE_FROM(dequantize_int8, int8_t)
+DEQUANTIZE_FROM(dequantize_uint8, uint8_t)
+DEQUANTIZE_FROM(dequantize_int16, int16_t)
+DEQUANTIZE_FROM(dequantize_uint16, uint16_t)
+
 /* QuantizeDequantize's fast form: clamp(rint(x / s), lo, hi) + 0.0, times s (lo, hi: the codes'
  * range less the zero point) */
 static VECTOR_CLONES void quantize_dequantize_float(const float *RESTRICT x, float *RESTRICT y, Py_ssize_t n, float s,
@@ -1832,6 +1844,39 @@ static PyObject *quantize_linear(PyObject *module, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* dequantize_linear(x, y, scale, zero_point): y = (x - zero_point) * scale, x int8, uint8, int16 or
+ * uint16, y float32 of x's size, both C-contiguous. */
+static PyObject *dequantize_linear(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_y;
+  float s;
+  int zp;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOfi", &o_x, &o_y, &s, &zp)) return NULL;
+  Py_buffer bx, by;
+  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  const char *f = bx.format ? bx.format : "B";
+  if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+  if (strlen(f) != 1 || !strchr("bBhH", f[0]) || bx.itemsize != (f[0] == 'b' || f[0] == 'B' ? 1 : 2)) {
+    PyBuffer_Release(&bx);
+    PyErr_SetString(PyExc_ValueError, "dequantize_linear: x must be int8, uint8, int16 or uint16");
+    return NULL;
+  }
+  Py_ssize_t n = bx.len / bx.itemsize;
+  if (get_buffer(o_y, &by, "dequantize_linear: y", 4, "f", n, 1) < 0) {
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  switch (f[0]) {
+    case 'b': dequantize_int8(bx.buf, by.buf, n, s, zp); break;
+    case 'B': dequantize_uint8(bx.buf, by.buf, n, s, zp); break;
+    case 'h': dequantize_int16(bx.buf, by.buf, n, s, zp); break;
+    default: dequantize_uint16(bx.buf, by.buf, n, s, zp); break;
+  }
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&by);
+  Py_RETURN_NONE;
+}
+
 /* quantize_dequantize(x, y, scale, lo, hi): y = (clamp(rint(x / scale), lo, hi) + 0.0) * scale, x and
  * y float32 of one size, C-contiguous (y may be x). */
 static PyObject *quantize_dequantize(PyObject *module, PyObject *args) {
@@ -1884,10 +1929,14 @@ static PyObject *dynamic_quantize(PyObject *module, PyObject *args) {
 }
 /* ---- end of quantization ---- */
 
+
 static PyMethodDef module_methods[] = {
     {"quantize_linear", quantize_linear, METH_VARARGS,
      "quantize_linear(x, y, scale, zero_point, lo, hi): y = saturate(rint(x / scale) + zero_point) into [lo, hi] "
      "(x float32; y int8, uint8, int16 or uint16), NaN to lo."},
+    {"dequantize_linear", dequantize_linear, METH_VARARGS,
+     "dequantize_linear(x, y, scale, zero_point): y = (x - zero_point) * scale (x int8, uint8, int16 or uint16; "
+     "y float32)."},
     {"quantize_dequantize", quantize_dequantize, METH_VARARGS,
      "quantize_dequantize(x, y, scale, lo, hi): y = (clamp(rint(x / scale), lo, hi) + 0.0) * scale, float32."},
     {"dynamic_quantize", dynamic_quantize, METH_VARARGS,

@@ -25,12 +25,17 @@ _CODES = (np.uint8, np.int8, np.uint16, np.int16)
 #: The quantization kernels' other ways to run, against their numpy forms.
 QUANTIZE_PATHS = path_table("quantize", "the numpy forms: QuantizeLinear._apply, QuantizeDequantize's six ufunc "
                                         "passes, dynamic_quantize_centered")
-QUANTIZE_PATHS.add("native_quantize", "QuantizeLinear of a C-contiguous float32 x with a one-element float32 scale "
-                                      "and an 8- or 16-bit zero point (or none), the C extension _native built, "
-                                      "ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_QUANTIZE_ENABLED (read when a kernel "
-                                      "is built): _native.quantize_linear, numpy's operations in one pass")
-QUANTIZE_PATHS.add("native_quantize_dequantize", "QuantizeDequantize of a C-contiguous float32 x of rank >= 1 in "
-                                                 "its fast form with a one-element scale, under the same switches: "
+QUANTIZE_PATHS.add("native_quantize", "QuantizeLinear of a float32 x (copied C-contiguous first where it is not) "
+                                      "with a one-element float32 scale and an 8- or 16-bit zero point (or none), "
+                                      "the C extension _native built, ONNXHAL_NATIVE_KERNELS not 0 and "
+                                      "NATIVE_QUANTIZE_ENABLED (read when a kernel is built): "
+                                      "_native.quantize_linear, numpy's operations in one pass")
+QUANTIZE_PATHS.add("native_dequantize", "DequantizeLinear of 8- or 16-bit codes (copied C-contiguous first where "
+                                        "they are not) with a one-element float32 scale and a zero point of their type (or none), under the same "
+                                        "switches: _native.dequantize_linear, the two passes in one")
+QUANTIZE_PATHS.add("native_quantize_dequantize", "QuantizeDequantize of a float32 x of rank >= 1 (copied "
+                                                 "C-contiguous first where it is not) in its fast form with a "
+                                                 "one-element scale, under the same switches: "
                                                  "_native.quantize_dequantize, the six passes in one")
 QUANTIZE_PATHS.add("native_dynamic_quantize", "dynamic quantization (DynamicQuantizeLinear, DynamicQuantizeMatMul, "
                                               "DynamicQuantizeLSTM's input product) of a C-contiguous float32 tensor "
@@ -176,7 +181,32 @@ class _LinearQuant(Kernel):
 
 @register("DequantizeLinear", since=10)
 class DequantizeLinear(_LinearQuant):
-    """(x - zero_point) * scale in float32."""
+    """(x - zero_point) * scale in float32. 8- or 16-bit codes with a per-tensor scale take ``QUANTIZE_PATHS["native_dequantize"]`` where it is on."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        super().__init__(node, ctx)
+        self._native = quantize_native() if self.plain else None
+        self._native_args: tuple | None = None  # (scale, zero point, code type, C arguments) of the last run
+
+    def compute(self, inputs: list) -> list:
+        native = self._native
+        if native is None:
+            return super().compute(inputs)
+        x, scale = inputs[0], inputs[1]
+        zp = inputs[2] if len(inputs) > 2 else None
+        args = self._native_args
+        if args is None or args[0] is not scale or args[1] is not zp:
+            codes = per_tensor_codes(scale, zp)
+            if codes is None:
+                return super().compute(inputs)
+            args = self._native_args = (scale, zp, codes[0], (codes[1], int(codes[2])))  # one swap, as _kept
+        if x.__class__ is not np.ndarray or x.dtype != args[2]:
+            return super().compute(inputs)
+        if not x.flags.c_contiguous:  # (a transposed view: a copy costs less than numpy's passes)
+            x = np.ascontiguousarray(x)
+        y = np.empty(x.shape, _F32)
+        native.dequantize_linear(x, y, *args[3])  # QUANTIZE_PATHS["native_dequantize"]
+        return [y]
 
     @staticmethod
     def _native_types(x: np.ndarray, zp: np.ndarray | None) -> bool:
@@ -228,8 +258,10 @@ class QuantizeLinear(_LinearQuant):
             if codes is None:
                 return super().compute(inputs)
             args = self._native_args = (scale, zp, codes[0], codes[1:])  # one swap, as _kept
-        if x.__class__ is not np.ndarray or x.dtype != _F32 or not x.flags.c_contiguous:
+        if x.__class__ is not np.ndarray or x.dtype != _F32:
             return super().compute(inputs)
+        if not x.flags.c_contiguous:  # (a transposed view: a copy costs less than numpy's passes)
+            x = np.ascontiguousarray(x)
         y = np.empty(x.shape, args[2])
         native.quantize_linear(x, y, *args[3])  # QUANTIZE_PATHS["native_quantize"]
         return [y]
@@ -303,7 +335,9 @@ class QuantizeDequantize(_LinearQuant):
                 return [self._fast_form(x, s, lo, hi)]
             # one swap: a concurrent run sees either entry
             kept = self._kept = (scale, zp, (s, lo, hi), (float(s), float(lo), float(hi)))
-        if self._native is not None and x.__class__ is np.ndarray and x.flags.c_contiguous:
+        if self._native is not None and x.__class__ is np.ndarray:
+            if not x.flags.c_contiguous:  # (a transposed view: a copy costs less than numpy's passes)
+                x = np.ascontiguousarray(x)
             y = np.empty(x.shape, _F32)
             self._native.quantize_dequantize(x, y, *kept[3])  # QUANTIZE_PATHS["native_quantize_dequantize"]
             return [y]

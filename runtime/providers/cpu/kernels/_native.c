@@ -1,7 +1,7 @@
 /* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
  * walked tree by tree over the rows, libsvm's pairwise coupling row by row, an LSTM's steps
- * (recurrent.py's default form), direct convolutions (fused_conv.py) and per-tensor quantization
- * (quantize.py), for the small runs where
+ * (recurrent.py's default form), direct convolutions (fused_conv.py), per-tensor quantization
+ * (quantize.py) and small layer norms (normalization.py), for the small runs where
  * numpy's per-call cost (or BLAS's per-channel products) is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *
@@ -1930,7 +1930,103 @@ static PyObject *dynamic_quantize(PyObject *module, PyObject *args) {
 /* ---- end of quantization ---- */
 
 
+/* ---- layer normalization of small inputs (normalization.py's LAYER_NORM_PATHS) ----
+ * normalization._layer_norm_small's arithmetic row by row: mean and variance as sums of x / n and
+ * (x - mean)^2 / n in double (that form's BLAS products with a column of 1/n, here four partial sums
+ * each: within a few double ulps of BLAS's order),
+ * 1 / sqrt(var + eps), then (float)(d * inv) * scale + bias in float32, rounded after each operation
+ * (no contraction into FMA) as numpy's passes. */
+__attribute__((optimize("fp-contract=off"))) static void layer_norm_float(const float *RESTRICT x, const float *RESTRICT g,
+                                                                         const float *RESTRICT b, float *RESTRICT y,
+                                                                         double *RESTRICT mean_out,
+                                                                         double *RESTRICT inv_out, Py_ssize_t rows,
+                                                                         Py_ssize_t n, double eps) {
+  double inv_n = 1.0 / (double)n;
+  for (Py_ssize_t r = 0; r < rows; r++) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    /* four partial sums each: the latency of one chain of double additions is most of a row */
+    double s4[4] = {0.0, 0.0, 0.0, 0.0}, v4[4] = {0.0, 0.0, 0.0, 0.0};
+    Py_ssize_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (int j = 0; j < 4; j++) s4[j] += (double)xr[i + j] * inv_n;
+    for (; i < n; i++) s4[0] += (double)xr[i] * inv_n;
+    double s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+    for (i = 0; i + 4 <= n; i += 4)
+      for (int j = 0; j < 4; j++) {
+        double d = (double)xr[i + j] - s;
+        v4[j] += d * d * inv_n;
+      }
+    for (; i < n; i++) {
+      double d = (double)xr[i] - s;
+      v4[0] += d * d * inv_n;
+    }
+    double v = (v4[0] + v4[1]) + (v4[2] + v4[3]);
+    double inv = 1.0 / sqrt(v + eps);
+    for (i = 0; i < n; i++) {
+      float t = (float)(((double)xr[i] - s) * inv);
+      t = t * g[i];
+      yr[i] = b ? t + b[i] : t;
+    }
+    mean_out[r] = s;
+    inv_out[r] = inv;
+  }
+}
+
+/* layer_norm(x, scale, bias, y, mean, inv_std, eps): each row of n = len(scale) values of x
+ * normalized into y, times scale plus bias (or None); each row's mean and 1 / sqrt(var + eps) into
+ * mean and inv_std (float64 [rows]). x, y float32 [rows * n]; scale, bias float32 [n]. */
+static PyObject *layer_norm(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_g, *o_b, *o_y, *o_m, *o_i;
+  double eps;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOOOd", &o_x, &o_g, &o_b, &o_y, &o_m, &o_i, &eps)) return NULL;
+  Py_buffer bx, bg, bb, by, bm, bi;
+  int held = 0;
+  PyObject *result = NULL;
+  if (get_buffer(o_g, &bg, "layer_norm: scale", 4, "f", -1, 0) < 0) return NULL;
+  held = 1;
+  Py_ssize_t n = bg.len / 4;
+  if (n < 1) {
+    PyErr_SetString(PyExc_ValueError, "layer_norm: scale must hold at least one value");
+    goto done;
+  }
+  if (get_buffer(o_x, &bx, "layer_norm: x", 4, "f", -1, 0) < 0) goto done;
+  held = 2;
+  Py_ssize_t rows = bx.len / 4 / n;
+  if (rows * n * 4 != bx.len) {
+    PyErr_SetString(PyExc_ValueError, "layer_norm: x must hold whole rows of len(scale) values");
+    goto done;
+  }
+  if (get_buffer(o_y, &by, "layer_norm: y", 4, "f", rows * n, 1) < 0) goto done;
+  held = 3;
+  if (get_buffer(o_m, &bm, "layer_norm: mean", 8, "d", rows, 1) < 0) goto done;
+  held = 4;
+  if (get_buffer(o_i, &bi, "layer_norm: inv_std", 8, "d", rows, 1) < 0) goto done;
+  held = 5;
+  if (o_b != Py_None) {
+    if (get_buffer(o_b, &bb, "layer_norm: bias", 4, "f", n, 0) < 0) goto done;
+    held = 6;
+  }
+  layer_norm_float(bx.buf, bg.buf, held >= 6 ? bb.buf : NULL, by.buf, bm.buf, bi.buf, rows, n, eps);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  if (held >= 6) PyBuffer_Release(&bb);
+  if (held >= 5) PyBuffer_Release(&bi);
+  if (held >= 4) PyBuffer_Release(&bm);
+  if (held >= 3) PyBuffer_Release(&by);
+  if (held >= 2) PyBuffer_Release(&bx);
+  PyBuffer_Release(&bg);
+  return result;
+}
+/* ---- end of layer normalization ---- */
+
 static PyMethodDef module_methods[] = {
+    {"layer_norm", layer_norm, METH_VARARGS,
+     "layer_norm(x, scale, bias, y, mean, inv_std, eps): rows of len(scale) float32 values normalized in float64 "
+     "into y (float32), times scale plus bias (or None); the rows' means and inverse deviations into mean and "
+     "inv_std (float64)."},
     {"quantize_linear", quantize_linear, METH_VARARGS,
      "quantize_linear(x, y, scale, zero_point, lo, hi): y = saturate(rint(x / scale) + zero_point) into [lo, hi] "
      "(x float32; y int8, uint8, int16 or uint16), NaN to lo."},

@@ -13,8 +13,10 @@ import onnx
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.clamp import constant
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.numerics import log_softmax, row_sums, softmax, softmax_max_free
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.path_tables import path_table
 
 
 def _reference(node: Node, ctx: KernelCreateContext, default_version: int):
@@ -106,6 +108,19 @@ class LpNormalization(Kernel):
         return [np.asarray(y, dtype=x.dtype)]
 
 
+#: ``layer_norm``'s other ways to run, against its numpy forms.
+LAYER_NORM_PATHS = path_table("normalization.layer_norm", "_layer_norm_small's float64 numpy passes (and the "
+                                                          "float32 ones of larger inputs)")
+LAYER_NORM_PATHS.add("native_small_rows", "fewer than 4096 float32 values, C-contiguous, stash type float32, scale "
+                                          "(and bias) float32 of the normalized axes' shape, the C extension "
+                                          "_native built, ONNXHAL_NATIVE_KERNELS not 0 and "
+                                          "NATIVE_LAYER_NORM_ENABLED (read at each call): _native.layer_norm, the "
+                                          "same float64 statistics (four partial sums a row) and float32 "
+                                          "epilogue, one call where numpy makes about ten")
+#: The switch of ``LAYER_NORM_PATHS["native_small_rows"]``: False keeps the numpy form.
+NATIVE_LAYER_NORM_ENABLED = True
+
+
 def layer_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, axis: int, epsilon: float,
                stash: np.dtype, stats: bool = True) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """ONNX LayerNormalization (the opset-17 contract) over axes [axis, rank): (Y, Mean,
@@ -156,6 +171,16 @@ def _layer_norm_small(x: np.ndarray, xs: np.ndarray, scale: np.ndarray, bias: np
     through BLAS products with a column of 1/n (``constant``), the fewest numpy calls (a tiny model's 24 rows of
     32: 7.7 against 9.9 us for float32 reductions, 11.6 for numpy's mean), exact to 6e-7 whatever
     the rows' offset from zero (float32 sums gave 2e-5 at an offset of 100 and 2e-3 at 1e4)."""
+    native = native_module() if NATIVE_LAYER_NORM_ENABLED else None
+    if native is not None and xs is x and x.dtype == _F32 and x.flags.c_contiguous and _rows_operand(scale, x, axis) \
+            and (bias is None or _rows_operand(bias, x, axis)):
+        y = np.empty(x.shape, _F32)
+        rows = x.size // math.prod(x.shape[axis:])
+        mean, inv_std = np.empty(rows), np.empty(rows)
+        native.layer_norm(x, scale, bias, y, mean, inv_std, epsilon)  # LAYER_NORM_PATHS["native_small_rows"]
+        if not stats:
+            return y, None, None
+        return y, mean.reshape(stat_shape).astype(_F32), inv_std.reshape(stat_shape).astype(_F32)
     n = math.prod(x.shape[axis:])
     rows = xs.reshape(-1, n).astype(np.float64)
     mean_col = constant(1.0 / n, _FLOAT64, n)[:, None]
@@ -177,6 +202,12 @@ def _layer_norm_small(x: np.ndarray, xs: np.ndarray, scale: np.ndarray, bias: np
 
 
 _FLOAT64 = np.dtype(np.float64)
+
+
+def _rows_operand(v: np.ndarray, x: np.ndarray, axis: int) -> bool:
+    """Whether scale or bias ``v`` is one C-contiguous float32 row of the normalized axes' shape
+    (what broadcasting it over x's rows reads)."""
+    return v.__class__ is np.ndarray and v.dtype == _F32 and v.shape == x.shape[axis:] and v.flags.c_contiguous
 
 
 @register("LayerNormalization", since=17)

@@ -122,6 +122,14 @@ def test_a_diverging_fast_path_is_caught(name: str) -> None:
 def test_max_free_softmax_declines_what_it_cannot_take() -> None:
     assert numerics.softmax_max_free(np.full((2, 9), 60.0, np.float32)) is None
     assert numerics.softmax_max_free(np.array([[np.nan] * 9], np.float32)) is None
+    # most rows -inf (a QDQ model's mask): the canonical form; one such row of three: redone in place
+    masked = np.full((3, 9), -np.inf, np.float32)
+    masked[0] = np.arange(9)
+    assert numerics.softmax_max_free(masked) is None
+    few = np.tile(np.arange(9, dtype=np.float32), (3, 1))
+    few[1] = -100.0  # sum below e^-60: redone with its maximum
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(numerics.softmax_max_free(few), numerics.softmax(few), rtol=1e-6)
     assert numerics.softmax_few_classes(np.array([[-90.0, -91.0]], np.float32)) is None
     scores = np.array([[61.0, 0.0]], np.float32)
     assert numerics.softmax_rows_by_dot(scores) is None and scores[0, 0] == 61.0  # untouched

@@ -97,11 +97,11 @@ def _rows_of_floats(x: np.ndarray, least: int = 1, most: int | None = None) -> b
 @fast_path("softmax_max_free", canonical="softmax", declines=True,
            condition="float32, C-contiguous, the last axis of at least 8 elements (Softmax opset 13 on the last "
                      "axis, attention probabilities, ML rows of more than 8 classes); declines (None) when an "
-                     "input is >= 60 or NaN",
+                     "input is >= 60 or NaN, or more than half the rows sum below e^-60 (or to NaN)",
            applies=lambda x: _rows_of_floats(x, 8))
 def softmax_max_free(x: np.ndarray) -> np.ndarray | None:
     """Softmax over the last axis without subtracting row maxima, as a new array, or None when
-    an input is >= 60 (or NaN) and the canonical form must run.
+    an input is >= 60 (or NaN), or most rows would need a redo, and the canonical form must run.
 
     The row maxima only guard exp against overflow; with every input below 60 no exp or row sum
     can overflow, and softmax does not change when every row is shifted. Skipping them saves the
@@ -117,6 +117,8 @@ def softmax_max_free(x: np.ndarray) -> np.ndarray | None:
     sums = row_sums(e)
     if not np.minimum.reduce(sums) >= SOFTMAX_MIN_SUM:  # also NaN (a NaN row) and -inf rows (sum 0)
         redo = ~(sums >= SOFTMAX_MIN_SUM)
+        if 2 * np.count_nonzero(redo) > redo.size:  # mostly such rows (a QDQ model's -inf mask): the
+            return None  # canonical form's four passes cost less than picking them out and back
         bad = rows[redo]
         shifted = np.exp(bad - bad.max(axis=1, keepdims=True))
         e[redo] = shifted

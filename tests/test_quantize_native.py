@@ -16,7 +16,7 @@ import onnxhal
 from onnxhal.hal import Node
 from onnxhal.ort_plugin.build import compiler
 from onnxhal.runtime.providers.cpu.kernels import quantize
-from onnxhal.runtime.providers.cpu.kernels.ms_quantized import DynamicQuantizeMatMul
+from onnxhal.runtime.providers.cpu.kernels.ms_quantized import DynamicQuantizeMatMul, QLinearAdd, QLinearMatMul
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import NATIVE_SWITCH
 from tests.test_real_models import CORPUS
 
@@ -59,7 +59,7 @@ def _cases(seed: int, count: int):
 def test_every_quantize_path_is_checked_here():
     """The paths this file holds to the numpy forms are every path of the table."""
     assert set(quantize.QUANTIZE_PATHS) == {"native_quantize", "native_dequantize", "native_quantize_dequantize",
-                                            "native_dynamic_quantize"}
+                                            "native_dynamic_quantize", "native_requantize"}
 
 
 def _kernels(monkeypatch, native: bool):
@@ -161,6 +161,40 @@ def test_dynamic_quantize_matmul_takes_the_native_quantization(monkeypatch):
     kernel = DynamicQuantizeMatMul(node, None)
     assert kernel._centered is not quantize.dynamic_quantize_centered
     assert _same(kernel.compute(inputs)[0], want)
+
+
+def test_native_requantize_in_qlinear_matmul_and_add(monkeypatch):
+    """QLinearMatMul (int8 and uint8, per-tensor scales, saturating and NaN-free sums) and QLinearAdd
+    (broadcast B) with the switch on: native_requantize gives the bits of the switch off and of
+    QLinearMatMul's canonical ``plain``; a per-column scale keeps the numpy form."""
+    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
+    rng = np.random.default_rng(7)
+    mm = Node("QLinearMatMul", [f"i{k}" for k in range(8)], ["y"])
+    add = Node("QLinearAdd", [f"i{k}" for k in range(8)], ["y"], domain="com.microsoft")
+    calls: list[int] = []
+    counted = SimpleNamespace(requantize=lambda *args: calls.append(1) or _native.requantize(*args))
+    for trial in range(60):
+        code = (np.int8, np.uint8)[trial % 2]
+        lo, hi = np.iinfo(code).min, np.iinfo(code).max
+        a = rng.integers(lo, hi + 1, (2, 5, 16)).astype(code)
+        b = rng.integers(lo, hi + 1, (16, 7)).astype(code)
+        per_column = trial % 5 == 4
+        b_s = (rng.uniform(1e-3, 0.1, 7) if per_column else np.array(rng.uniform(1e-3, 0.1))).astype(np.float32)
+        scales = [np.array(rng.uniform(1e-3, 0.1), np.float32) for _ in range(2)]
+        zps = [np.array(rng.integers(lo, hi + 1), code) for _ in range(3)]
+        y_s = np.array(rng.choice([1e-4, 0.05, 3.0]), np.float32)  # 1e-4: most codes saturate
+        inputs = [a, scales[0], zps[0], b, b_s, zps[1], y_s, zps[2]]
+        monkeypatch.setattr(quantize, "NATIVE_QUANTIZE_ENABLED", False)
+        want = QLinearMatMul(mm, None).compute(inputs)[0]
+        add_inputs = [a, scales[0], zps[0], a[:1, :1, :], scales[1], zps[1], y_s, zps[2]]
+        want_add = QLinearAdd(add, None).compute(add_inputs)[0]
+        monkeypatch.setattr(quantize, "NATIVE_QUANTIZE_ENABLED", True)
+        calls.clear()
+        kernel, adder = QLinearMatMul(mm, None), QLinearAdd(add, None)
+        kernel._native = adder._native = counted
+        assert _same(kernel.compute(inputs)[0], want) and _same(QLinearMatMul.plain(inputs), want)
+        assert _same(adder.compute(add_inputs)[0], want_add)
+        assert len(calls) == (1 if per_column else 2), (trial, calls)
 
 
 @pytest.mark.parametrize("model", ["bert_ts_qdq_pt", "bert_ts_qdyn"])

@@ -1735,6 +1735,21 @@ QUANTIZE_TO(quantize_uint8, uint8_t)
 QUANTIZE_TO(quantize_int16, int16_t)
 QUANTIZE_TO(quantize_uint16, uint16_t)
 
+/* codes of exact integer sums: saturate(rint(acc * m) + zp) into [lo, hi], as ms_quantized's
+ * _requantize (the product in float32, NaN: lo) */
+#define REQUANTIZE_TO(NAME, T)                                                                               \
+  static VECTOR_CLONES void NAME(const float *RESTRICT x, T *RESTRICT y, Py_ssize_t n, float m, float zp,     \
+                                 float lo, float hi) {                                                      \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                                    \
+      float v = __builtin_rintf(x[i] * m) + zp;                                                             \
+      v = v > lo ? v : lo;                                                                                  \
+      v = v < hi ? v : hi;                                                                                  \
+      y[i] = (T)v;                                                                                          \
+    }                                                                                                       \
+  }
+REQUANTIZE_TO(requantize_int8, int8_t)
+REQUANTIZE_TO(requantize_uint8, uint8_t)
+
 /* values of codes: (x - zp) * s, the difference exact in int32 and converted to float32 (exact for
  * 8- and 16-bit codes), as DequantizeLinear._apply */
 #define DEQUANTIZE_FROM(NAME, T)                                                                             \
@@ -1872,6 +1887,30 @@ static PyObject *dequantize_linear(PyObject *module, PyObject *args) {
     case 'h': dequantize_int16(bx.buf, by.buf, n, s, zp); break;
     default: dequantize_uint16(bx.buf, by.buf, n, s, zp); break;
   }
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&by);
+  Py_RETURN_NONE;
+}
+
+/* requantize(acc, y, multiplier, zero_point, lo, hi): y = saturate(rint(acc * multiplier) +
+ * zero_point) into [lo, hi], acc float32, y int8 or uint8 of acc's size, both C-contiguous. */
+static PyObject *requantize(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_y;
+  float m, zp, lo, hi;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOffff", &o_x, &o_y, &m, &zp, &lo, &hi)) return NULL;
+  Py_buffer bx, by;
+  if (get_buffer(o_x, &bx, "requantize: acc", 4, "f", -1, 0) < 0) return NULL;
+  if (get_buffer(o_y, &by, "requantize: y", 1, "bB", bx.len / 4, 1) < 0) {
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  const char *f = by.format ? by.format : "B";
+  if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+  if (f[0] == 'b')
+    requantize_int8(bx.buf, by.buf, bx.len / 4, m, zp, lo, hi);
+  else
+    requantize_uint8(bx.buf, by.buf, bx.len / 4, m, zp, lo, hi);
   PyBuffer_Release(&bx);
   PyBuffer_Release(&by);
   Py_RETURN_NONE;
@@ -2033,6 +2072,9 @@ static PyMethodDef module_methods[] = {
     {"dequantize_linear", dequantize_linear, METH_VARARGS,
      "dequantize_linear(x, y, scale, zero_point): y = (x - zero_point) * scale (x int8, uint8, int16 or uint16; "
      "y float32)."},
+    {"requantize", requantize, METH_VARARGS,
+     "requantize(acc, y, multiplier, zero_point, lo, hi): y = saturate(rint(acc * multiplier) + zero_point) into "
+     "[lo, hi] (acc float32; y int8 or uint8), NaN to lo."},
     {"quantize_dequantize", quantize_dequantize, METH_VARARGS,
      "quantize_dequantize(x, y, scale, lo, hi): y = (clamp(rint(x / scale), lo, hi) + 0.0) * scale, float32."},
     {"dynamic_quantize", dynamic_quantize, METH_VARARGS,

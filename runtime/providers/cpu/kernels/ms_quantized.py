@@ -12,6 +12,7 @@ with onnxruntime to the last quantization step."""
 from __future__ import annotations
 
 import math
+from types import ModuleType
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import RUN_OPTIONS, check_terminate
 from onnxhal.runtime.providers.cpu.kernels.linalg import MatMulInteger, exact_float_dtype
 from onnxhal.runtime.providers.cpu.kernels.numerics import round_to_codes, saturate_codes
-from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_uint8, dynamic_quantizer
+from onnxhal.runtime.providers.cpu.kernels.quantize import dynamic_quantize_uint8, dynamic_quantizer, quantize_native
 from onnxhal.runtime.providers.cpu.kernels.recurrent import (
     LSTM,
     WORKSPACES,
@@ -75,6 +76,7 @@ def quantize(y: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.
 class _QLinearBinary(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.name = node.name
+        self._native = quantize_native()
 
     def compute(self, inputs: list) -> list:
         a, a_s, a_zp, b, b_s, b_zp, c_s = inputs[:7]
@@ -94,7 +96,7 @@ class QLinearAdd(_QLinearBinary):
         y = np.multiply(a, ra, dtype=f32)
         y = np.add(y, np.multiply(b, rb, dtype=f32), out=y if a.shape == b.shape else None)
         y += bias
-        return round_to_codes(y, a.dtype)
+        return _round_codes(y, a.dtype, self._native)
 
 
 @register("QLinearMul", since=1, domain=MS)
@@ -528,9 +530,34 @@ def _step_workspace(h: int, batch: int, ft: type) -> tuple:
             spreads[7 * h:].T, codes, codes[:h], codes[h:], gates[0] if ft is np.float32 else _empty((4 * h, batch), ft))
 
 
-def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
+_CODE_BOUNDS = {np.dtype(np.int8): (-128.0, 127.0), np.dtype(np.uint8): (0.0, 255.0)}
+
+
+def _round_codes(y: np.ndarray, dtype: np.dtype, native: ModuleType | None) -> np.ndarray:
+    """``round_to_codes(y, dtype)``, by ``QUANTIZE_PATHS["native_requantize"]`` (a product by 1 and
+    a zero point of 0 change no value) where ``native`` is given and y is C-contiguous float32."""
+    bounds = _CODE_BOUNDS.get(np.dtype(dtype)) if native is not None else None
+    if bounds is None or y.dtype != np.float32 or not y.flags.c_contiguous:
+        return round_to_codes(y, dtype)
+    codes = np.empty(y.shape, dtype)
+    native.requantize(y, codes, 1.0, 0.0, *bounds)
+    return codes
+
+
+def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype,
+                native: ModuleType | None = None) -> np.ndarray:
     """int32 accumulations (held exactly in a float array) to y's codes as MLAS requantizes them:
-    float32 product with the combined scale, rounded half to even, plus the zero point, saturated."""
+    float32 product with the combined scale, rounded half to even, plus the zero point, saturated.
+    ``native``: by ``QUANTIZE_PATHS["native_requantize"]`` where its condition holds (float32 sums,
+    one float32 scale, an 8-bit zero point of one value or none)."""
+    if native is not None and acc.dtype == np.float32 and acc.flags.c_contiguous and scale.dtype == np.float32 \
+            and scale.size == 1 and scale.ndim <= acc.ndim and (zp is None or (zp.size == 1 and zp.ndim <= acc.ndim)):
+        bounds = _CODE_BOUNDS.get(np.dtype(dtype))
+        if bounds is not None and (zp is None or zp.dtype == dtype):
+            codes = np.empty(acc.shape, dtype)
+            z = 0.0 if zp is None else float(zp.reshape(-1)[0])
+            native.requantize(acc, codes, float(scale.reshape(-1)[0]), z, *bounds)
+            return codes
     y = np.multiply(acc, scale, dtype=np.float32)
     np.rint(y, out=y)
     if zp is not None:
@@ -628,6 +655,7 @@ class QLinearMatMul(Kernel):
         self.constant_scales = constant[1] and constant[4] and constant[6]
         self._b: tuple | None = None  # (B, its zero point, B less it)
         self._scale: tuple | None = None  # (the three scales, the combined one)
+        self._native = quantize_native()
 
     @staticmethod
     def plain(inputs: list) -> np.ndarray:
@@ -660,7 +688,7 @@ class QLinearMatMul(Kernel):
             scale = (np.float32(a_s) * b_s.astype(np.float32) / np.float32(y_s)).astype(np.float32)
             if self.constant_scales:
                 self._scale = (a_s, b_s, y_s, scale)
-        return [_requantize(acc, scale, y_zp, y_zp.dtype)]
+        return [_requantize(acc, scale, y_zp, y_zp.dtype, self._native)]
 
 
 def _requant(x: np.ndarray, x_scale, x_zp, y_scale, y_zp, dtype: np.dtype) -> np.ndarray:

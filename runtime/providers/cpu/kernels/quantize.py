@@ -41,6 +41,10 @@ QUANTIZE_PATHS.add("native_dynamic_quantize", "dynamic quantization (DynamicQuan
                                               "DynamicQuantizeLSTM's input product) of a C-contiguous float32 tensor "
                                               "of at least one value, under the same switches: "
                                               "_native.dynamic_quantize, range, parameters and codes in two passes")
+QUANTIZE_PATHS.add("native_requantize", "QLinearMatMul's requantization of C-contiguous float32 sums with a "
+                                        "one-element float32 scale and an int8/uint8 zero point (or none), and "
+                                        "QLinearAdd's rounding of its C-contiguous float32 sums to int8/uint8 codes, "
+                                        "under the same switches: _native.requantize, the six passes in one")
 #: The switch of ``QUANTIZE_PATHS``' native paths: False keeps the numpy forms.
 NATIVE_QUANTIZE_ENABLED = True
 

@@ -1,7 +1,8 @@
 /* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
  * walked tree by tree over the rows, libsvm's pairwise coupling row by row, an LSTM's steps
  * (recurrent.py's default form), direct convolutions (fused_conv.py), per-tensor quantization
- * (quantize.py) and small layer norms (normalization.py), for the small runs where
+ * (quantize.py), small layer norms (normalization.py) and softmax rows (numerics.py), for the small
+ * runs where
  * numpy's per-call cost (or BLAS's per-channel products) is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *
@@ -21,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -2061,7 +2063,93 @@ done:
 }
 /* ---- end of layer normalization ---- */
 
+
+/* ---- softmax over rows (numerics.py's FAST_PATHS["softmax_native"]) ---- */
+/* exp(z) for z <= 0 as tanh_floats computes it: 2^n exp(f), |f| <= ln2 / 2, Taylor to f^7 (error
+ * under 1e-8 relative, then float rounding); 0 below -87 (where float's exp is subnormal or 0) */
+static inline ALWAYS_INLINE NO_TRAPPING_MATH float exp_nonpositive(float z) {
+  const float magic = 12582912.0f;
+  int32_t magic_bits;
+  memcpy(&magic_bits, &magic, 4);
+  float zc = z > -87.0f ? z : -87.0f;
+  float r = zc * 1.44269504088896341f + magic;
+  int32_t rbits;
+  memcpy(&rbits, &r, 4);
+  int32_t ni = rbits - magic_bits;
+  float nf = r - magic;
+  float f = (zc - nf * 0.693145751953125f) - nf * 1.42860682030941723212e-6f;
+  float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720 +
+            f * (1.0f / 5040)))))));
+  int32_t sbits = (ni + 127) << 23;
+  float scale;
+  memcpy(&scale, &sbits, 4);
+  return z > -87.0f ? p * scale : 0.0f;
+}
+
+/* y = exp(y) in place over a flat run of non-positive values (one loop the compiler vectorizes) */
+static VECTOR_CLONES void exp_nonpositive_floats(float *RESTRICT y, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; i++) y[i] = exp_nonpositive(y[i]);
+}
+
+/* softmax of each row of n floats into y: x - max row by row, exp over the whole array in one
+ * vectorized pass (-inf gives 0, as exp), each row's sum in double, divided; returns 0 without
+ * finishing where a row holds a NaN or +inf or is -inf throughout (the caller runs the canonical
+ * form) */
+static int softmax_rows_float(const float *RESTRICT x, float *RESTRICT y, Py_ssize_t rows, Py_ssize_t n) {
+  for (Py_ssize_t r = 0; r < rows; r++) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    float m = xr[0];
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+      m = xr[i] > m ? xr[i] : m;
+      bad |= (xr[i] != xr[i]) | (xr[i] > FLT_MAX); /* NaN or +inf */
+    }
+    if (bad || m < -FLT_MAX) return 0; /* (a row of -inf alone: the canonical form's NaN) */
+    for (Py_ssize_t i = 0; i < n; i++) yr[i] = xr[i] - m;
+  }
+  exp_nonpositive_floats(y, rows * n);
+  for (Py_ssize_t r = 0; r < rows; r++) {
+    float *yr = y + r * n;
+    double sum = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) sum += yr[i];
+    float total = (float)sum;
+    for (Py_ssize_t i = 0; i < n; i++) yr[i] = yr[i] / total;
+  }
+  return 1;
+}
+
+/* softmax_rows(x, y, n) -> bool: softmax over rows of n values of x (float32, C-contiguous) into y
+ * (float32, x's size); False, y partly written, where a row holds a NaN or +inf or is -inf
+ * throughout. */
+static PyObject *softmax_rows(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_y;
+  Py_ssize_t n;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOn", &o_x, &o_y, &n)) return NULL;
+  Py_buffer bx, by;
+  if (get_buffer(o_x, &bx, "softmax_rows: x", 4, "f", -1, 0) < 0) return NULL;
+  if (get_buffer(o_y, &by, "softmax_rows: y", 4, "f", bx.len / 4, 1) < 0) {
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  if (n < 1 || (bx.len / 4) % n) {
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&by);
+    PyErr_SetString(PyExc_ValueError, "softmax_rows: n must be at least 1 and divide x's size");
+    return NULL;
+  }
+  int done = softmax_rows_float(bx.buf, by.buf, bx.len / 4 / n, n);
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&by);
+  return PyBool_FromLong(done);
+}
+/* ---- end of softmax over rows ---- */
+
 static PyMethodDef module_methods[] = {
+    {"softmax_rows", softmax_rows, METH_VARARGS,
+     "softmax_rows(x, y, n) -> bool: softmax of each row of n float32 values of x into y; False where a row holds "
+     "a NaN or +inf or is -inf throughout."},
     {"layer_norm", layer_norm, METH_VARARGS,
      "layer_norm(x, scale, bias, y, mean, inv_std, eps): rows of len(scale) float32 values normalized in float64 "
      "into y (float32), times scale plus bias (or None); the rows' means and inverse deviations into mean and "

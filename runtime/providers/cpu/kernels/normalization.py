@@ -14,7 +14,13 @@ from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.clamp import constant
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
-from onnxhal.runtime.providers.cpu.kernels.numerics import log_softmax, row_sums, softmax, softmax_max_free
+from onnxhal.runtime.providers.cpu.kernels.numerics import (
+    log_softmax,
+    row_sums,
+    softmax,
+    softmax_max_free,
+    softmax_native,
+)
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.path_tables import path_table
 
@@ -250,9 +256,10 @@ class _SoftmaxBase(Kernel):
     def _along(self, x: np.ndarray, axis: int) -> np.ndarray:
         if self.log:
             return log_softmax(x, axis)
-        if x.dtype == _F32 and x.ndim and axis in (-1, x.ndim - 1) and x.shape[-1] >= 8 and x.flags.c_contiguous \
-                and x.size:
-            y = softmax_max_free(x)
+        if x.dtype == _F32 and x.ndim and axis in (-1, x.ndim - 1) and x.flags.c_contiguous and x.size:
+            y = softmax_native(x)
+            if y is None and x.shape[-1] >= 8:
+                y = softmax_max_free(x)
             if y is not None:
                 return y
         return softmax(x, axis)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxhal.runtime.providers.cpu.kernels.clamp import CONSTANT_MAX, clamp_, constant
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,27 @@ _F32 = np.dtype(np.float32)
 def _rows_of_floats(x: np.ndarray, least: int = 1, most: int | None = None) -> bool:
     return (x.dtype == _F32 and x.ndim >= 1 and x.size > 0 and x.flags.c_contiguous
             and x.shape[-1] >= least and (most is None or x.shape[-1] <= most))
+
+
+#: The switch of ``FAST_PATHS["softmax_native"]``: False keeps the numpy forms.
+NATIVE_SOFTMAX_ENABLED = True
+
+
+@fast_path("softmax_native", canonical="softmax", declines=True,
+           condition="float32, C-contiguous, softmax over the last axis, the C extension _native built, "
+                     "ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_SOFTMAX_ENABLED (read at each call); declines (None) "
+                     "where a row holds a NaN or +inf or is -inf throughout",
+           applies=lambda x: _rows_of_floats(x))
+def softmax_native(x: np.ndarray) -> np.ndarray | None:
+    """Softmax over the last axis in C (``_native.softmax_rows``): x - max per row, exp by a
+    polynomial (2^n exp(f), Taylor to f^7: within a few float32 ulps), the row sums in float64, as a
+    new array; one call where numpy's max-free form makes six to eight. None where the C extension
+    is off or a row holds what only the canonical form answers (NaN, +inf, all -inf)."""
+    native = native_module() if NATIVE_SOFTMAX_ENABLED else None
+    if native is None:
+        return None
+    y = np.empty(x.shape, _F32)
+    return y if native.softmax_rows(x, y, x.shape[-1]) else None
 
 
 @fast_path("softmax_max_free", canonical="softmax", declines=True,
@@ -184,9 +206,12 @@ def softmax_bounded(scores: np.ndarray) -> np.ndarray:
 
 
 def softmax_last_axis(x: np.ndarray) -> np.ndarray:
-    """``softmax(x)`` over the last axis as a new array, by ``softmax_max_free`` where it applies."""
-    if x.dtype == _F32 and x.ndim and x.shape[-1] >= 8 and x.size and x.flags.c_contiguous:
-        y = softmax_max_free(x)
+    """``softmax(x)`` over the last axis as a new array, by ``softmax_native`` or
+    ``softmax_max_free`` where they apply."""
+    if x.dtype == _F32 and x.ndim and x.size and x.flags.c_contiguous:
+        y = softmax_native(x)
+        if y is None and x.shape[-1] >= 8:
+            y = softmax_max_free(x)
         if y is not None:
             return y
     return softmax(x)

@@ -135,6 +135,19 @@ def test_max_free_softmax_declines_what_it_cannot_take() -> None:
     assert numerics.softmax_rows_by_dot(scores) is None and scores[0, 0] == 61.0  # untouched
 
 
+def test_gelu_native_gives_the_polynomial_bits() -> None:
+    """gelu_native makes gelu_polynomial_inplace's float32 operations in its order: the same bits,
+    NaN, infinities and signed zeros included (where the C extension is built)."""
+    x = np.concatenate([np.random.default_rng(9).standard_normal(3001).astype(np.float32) * 6,
+                        np.array([0.0, -0.0, 15.0, -15.0, 16.0, 3e38, -3e38, np.inf, -np.inf, np.nan], np.float32)])
+    want = x.copy()
+    numerics.gelu_polynomial_inplace(want)
+    got = x.copy()
+    if numerics.gelu_native(got) is None:
+        pytest.skip("the C extension _native is not built (test_tree_native.py fails where a compiler exists)")
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
 def test_gelu_fast_paths_at_minus_infinity() -> None:
     """The one input where the fast paths and the canonical formula differ on purpose: at -inf,
     0.5 x (1 + erf(x / sqrt 2)) is -inf * 0 = NaN; the fast paths give the limit, 0."""

@@ -1,8 +1,8 @@
 /* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
  * walked tree by tree over the rows, libsvm's pairwise coupling row by row, an LSTM's steps
  * (recurrent.py's default form), direct convolutions (fused_conv.py), per-tensor quantization
- * (quantize.py), small layer norms (normalization.py) and softmax rows (numerics.py), for the small
- * runs where
+ * (quantize.py), small layer norms (normalization.py), softmax rows and Gelu (numerics.py), for
+ * the small runs where
  * numpy's per-call cost (or BLAS's per-channel products) is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *
@@ -2146,7 +2146,50 @@ static PyObject *softmax_rows(PyObject *module, PyObject *args) {
 }
 /* ---- end of softmax over rows ---- */
 
+
+/* ---- Gelu (numerics.py's FAST_PATHS["gelu_native"]) ----
+ * gelu_polynomial_inplace's float32 operations in its order, one pass: a = min(|x|, 15), q =
+ * Horner of GELU_Q in a, q^16 by four squarings, y = max(x, 0) - a / q; NaN stays NaN. The
+ * coefficients are numerics.GELU_Q rounded to float32, as numpy rounds them against a float32 array. */
+static VECTOR_CLONES void gelu_floats(float *RESTRICT y, Py_ssize_t n, const float *RESTRICT c) {
+  for (Py_ssize_t i = 0; i < n; i++) {
+    float x = y[i];
+    float a = fabsf(x);
+    a = a > 15.0f ? 15.0f : a;
+    float q = a * c[7];
+    for (int k = 6; k > 0; k--) q = (q + c[k]) * a;
+    q = q + c[0];
+    q = q * q;
+    q = q * q;
+    q = q * q;
+    q = q * q;
+    float r = x > 0.0f ? x : 0.0f; /* -0.0 gives +0.0, as np.maximum's tie gives its bound */
+    r = x != x ? x : r;
+    y[i] = r - a / q;
+  }
+}
+
+/* gelu(y, coefficients): y = gelu(y) in place (float32, C-contiguous), coefficients float32 [8]. */
+static PyObject *gelu(PyObject *module, PyObject *args) {
+  PyObject *o_y, *o_c;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OO", &o_y, &o_c)) return NULL;
+  Py_buffer by, bc;
+  if (get_buffer(o_c, &bc, "gelu: coefficients", 4, "f", 8, 0) < 0) return NULL;
+  if (get_buffer(o_y, &by, "gelu: y", 4, "f", -1, 1) < 0) {
+    PyBuffer_Release(&bc);
+    return NULL;
+  }
+  gelu_floats(by.buf, by.len / 4, bc.buf);
+  PyBuffer_Release(&by);
+  PyBuffer_Release(&bc);
+  Py_RETURN_NONE;
+}
+/* ---- end of Gelu ---- */
+
 static PyMethodDef module_methods[] = {
+    {"gelu", gelu, METH_VARARGS,
+     "gelu(y, coefficients): y = gelu(y) in place by numerics' polynomial (float32)."},
     {"softmax_rows", softmax_rows, METH_VARARGS,
      "softmax_rows(x, y, n) -> bool: softmax of each row of n float32 values of x into y; False where a row holds "
      "a NaN or +inf or is -inf throughout."},

@@ -32,7 +32,12 @@ from onnxhal.runtime.providers.cpu.kernels.clamp import clamp_
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm
-from onnxhal.runtime.providers.cpu.kernels.numerics import GELU_TABLE_MAX, gelu_polynomial_inplace, gelu_table_inplace
+from onnxhal.runtime.providers.cpu.kernels.numerics import (
+    GELU_TABLE_MAX,
+    gelu_native,
+    gelu_polynomial_inplace,
+    gelu_table_inplace,
+)
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.cpu.kernels.worker_pool import parallel_ranges
 
@@ -61,8 +66,12 @@ def _blocked(fn: Callable[[np.ndarray], None], y: np.ndarray) -> None:
 
 
 def gelu_inplace(y: np.ndarray) -> None:
-    """gelu on a float array in place: the table for small float32 arrays, else the polynomial,
-    in cache-sized blocks when large."""
+    """gelu on a float array in place: the polynomial in C for a contiguous float32 block
+    (``gelu_native``), the table for other small float32 arrays, else the polynomial, in
+    cache-sized blocks when large."""
+    if y.dtype == np.float32 and (y.flags.c_contiguous or y.flags.f_contiguous) and y.flags.writeable \
+            and y.size <= BLOCK and gelu_native(y) is not None:
+        return
     if y.size <= GELU_TABLE_MAX and y.dtype == np.float32:
         gelu_table_inplace(y)
     elif y.size <= BLOCK and y.flags.c_contiguous:  # one block: no blocking loop, no pool check

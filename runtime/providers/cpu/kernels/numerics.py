@@ -378,6 +378,27 @@ def gelu_polynomial_inplace(y: np.ndarray) -> None:
     y -= q
 
 
+#: The switch of ``FAST_PATHS["gelu_native"]``: False keeps the numpy forms.
+NATIVE_GELU_ENABLED = True
+_GELU_Q32 = np.array(GELU_Q, np.float32)
+
+
+@fast_path("gelu_native", canonical="gelu", in_place=True, atol=4e-7, declines=True,
+           condition="C- or Fortran-contiguous (a transposed view), writable float32 arrays (the same callers), "
+                     "the C extension _native built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_GELU_ENABLED (read "
+                     "at each call); declines (None, y untouched) otherwise",
+           applies=lambda x: x.dtype == np.float32 and (x.flags.c_contiguous or x.flags.f_contiguous)
+           and x.flags.writeable)
+def gelu_native(y: np.ndarray) -> np.ndarray | None:
+    """``gelu_polynomial_inplace`` in one C pass (``_native.gelu``: its float32 operations in its
+    order, so its bits); y when done, None (y untouched) where the C extension is off."""
+    native = native_module() if NATIVE_GELU_ENABLED else None
+    if native is None:
+        return None
+    native.gelu(y if y.flags.c_contiguous else y.T, _GELU_Q32)  # (element by element: any dense order)
+    return y
+
+
 #: Small float32 arrays take c(|x|) from a table of c at steps of 1/1024 on [0, 6], linearly
 #: interpolated (c(6) = 6e-9: 0 past it): 11 numpy calls instead of 23; from about 3000 values
 #: the table's gathers cost more than the polynomial (benchmarks measure it). The

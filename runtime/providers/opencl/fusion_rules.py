@@ -20,6 +20,9 @@ FUSION_RULES: dict[str, str] = {
                      "activation, into its epilogue",
     "gemm_elementwise": "an elementwise tree whose only varying input is a MatMul/Gemm result without activation "
                         "(scalar constants otherwise), sole reader of it, into its epilogue",
+    "gemm_norm": "a LayerNormalization over the last axis of a row-major GEMM's result (bias, residual and "
+                 "activation applied), or rule rms_norm's kernel, right after the GEMM, into the GEMM's launch: a "
+                 "work-item computes whole rows (at most 16 column panels) and normalises them (gemm_norm_fusion)",
     "conv_pad": "a Conv's zero padding (the pad_planes copy before an implicit-GEMM Conv) into the Conv's "
                 "reads, as bounds checks",
     "conv_row_pairs": "an im2col + GEMM Conv whose output rows hold 7 or 8 values into one implicit-GEMM launch "

@@ -40,6 +40,7 @@ from onnxhal.runtime.providers.opencl.gemm_lowering import (
     transpose_output_strides,
     transposed_view,
 )
+from onnxhal.runtime.providers.opencl.gemm_norm_fusion import norms_into_gemms
 from onnxhal.runtime.providers.opencl.op_support import (
     F32,
     FUSED_DOMAIN,
@@ -333,6 +334,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             self._lower(n, epilogues.get(id(n)))
         if self.rule("conv_lanes_padded_output"):
             self.pads_into_producers()
+        if self.rule("gemm_norm"):
+            norms_into_gemms(self.plan)
         return self.plan
 
     def _bias_follower(self, n: Node, user: Node | None) -> tuple[str, Node] | None:

@@ -85,6 +85,9 @@ FUSION_RULES: dict[str, str] = {
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
     "layernorm_prologue": "a fused elementwise tree read only by a LayerNormalization into the LayerNorm's kernel",
+    "layernorm_prologue_stored": "layernorm_prologue for a tree that nodes lowered after the LayerNorm also read "
+                                 "(pre-norm embeddings: the sum is the first residual): the LayerNorm's kernel stores "
+                                 "the tree's values for them too (needs layernorm_prologue)",
     "elementwise": "trees of elementwise nodes into one generated kernel",
     "qkv_projection": "MatMuls of one input by constant weights, each read by a head split, into one GEMM by the "
                       "concatenated weights (attention reads the parts in place)",

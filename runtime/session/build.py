@@ -158,7 +158,8 @@ def plan(graph: Graph, eps: Mapping[str, Ep], compiled: Mapping[Node, tuple[Any,
     builder = ExecutionPlanBuilder(eps, {id(n): i for n, i in compiled.items()}, memory)
     # Overridable initializers are feeds too: a run may replace them (a LoRA adapter does).
     overridable = [v.name for v in graph.overridable if v.name not in graph.input_names]
-    return builder.build(graph, graph.input_names + overridable), builder.kernels
+    built = builder.build(graph, graph.input_names + overridable)
+    return built, builder.take_kernels()
 
 
 @dataclass(frozen=True)

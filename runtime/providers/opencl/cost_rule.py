@@ -48,12 +48,15 @@ def _best_of(fn, repeat: int = 20) -> float:
 
 @functools.lru_cache(maxsize=1)
 def host_rates() -> HostRates:
-    """The host's rates, measured once per process (a few ms): a 128^3 float32 matmul and an add
+    """The host's rates, measured once per process (a few ms): a 64^3 float32 matmul and an add
     over 1 MiB operands, best of 20 each (the best: a loaded machine slows a run, never speeds
-    it up)."""
-    a = np.full((128, 128), 0.5, np.float32)
+    it up). 64^3 is the largest product OpenBLAS computes on the calling thread (its
+    GEMM_MULTITHREAD_THRESHOLD, 4 x 65536 multiply-adds): a larger one wakes its thread pool, which
+    on a loaded machine took 10-20 ms a call whoever had set its size, and made the host look
+    1000 times slower than it is (0.1 against 90 GFLOP/s on 2 loaded Zen 4 cores)."""
+    a = np.full((64, 64), 0.5, np.float32)
     out = np.empty_like(a)
-    flops = 2.0 * 128 ** 3 / _best_of(lambda: np.matmul(a, a, out=out))
+    flops = 2.0 * 64 ** 3 / _best_of(lambda: np.matmul(a, a, out=out))
     x = np.ones(1 << 18, np.float32)
     y = np.empty_like(x)
     moved = 3.0 * x.nbytes / _best_of(lambda: np.add(x, x, out=y))

@@ -230,3 +230,37 @@ def test_a_partition_reading_an_input_writing_an_output_or_with_a_gemm_is_claime
     else:
         np.testing.assert_array_equal(got, want)
 
+
+def _gather_reduce_model() -> onnx.ModelProto:
+    """x [n, 6] -> four products of two gathered columns, concatenated (skl2onnx's
+    PolynomialFeatures): a CPU-only session fuses them into one GatherReduce (fuse_gather_reduce)."""
+    pairs = [[0, 1], [2, 3], [4, 5], [1, 4]]
+    nodes, inits = [], []
+    for i, cols in enumerate(pairs):
+        inits.append(numpy_helper.from_array(np.array(cols, np.int64), f"idx{i}"))
+        nodes += [helper.make_node("Gather", ["x", f"idx{i}"], [f"g{i}"], name=f"gather{i}", axis=1),
+                  helper.make_node("ReduceProd", [f"g{i}"], [f"p{i}"], name=f"prod{i}", axes=[1], keepdims=1)]
+    nodes.append(helper.make_node("Concat", [f"p{i}" for i in range(len(pairs))], ["y"], name="concat", axis=1))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def test_a_model_whose_opencl_share_is_declined_runs_as_a_cpu_only_session(opencl):
+    model = _gather_reduce_model()
+    x = RNG.standard_normal((5, 6)).astype(np.float32)
+    cpu = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    on, off = _session(model, "on"), _session(model, "off")
+    assert "GatherReduce" in {n.op_type for n in cpu.graph.nodes}
+    # the cost rule declines every node: the graph then gets the CPU EP's own passes too
+    assert on.partition_summary == {"CPUExecutionProvider": 1}, on.partition_summary
+    assert [n.op_type for n in on.graph.nodes] == [n.op_type for n in cpu.graph.nodes]
+    assert all("cost rule" in v for v in on.eps["OpenCLExecutionProvider"].declined.values())
+    # with the OpenCL EP's share kept, the passes that make ops only the CPU EP runs stay off
+    assert off.partition_summary.get("OpenCLExecutionProvider", 0) >= 5, off.partition_summary
+    assert "GatherReduce" not in {n.op_type for n in off.graph.nodes}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for sess in (cpu, on, off):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-6, atol=1e-7)

@@ -2143,8 +2143,8 @@ def torchvision_eighth_wave(out: str) -> list[str]:
     extra depthwise-separable feature layers, per-level depthwise classification and box-regression
     heads over six feature maps; then the postprocess in the graph: the image resized to 128x128
     (320x320 at --size medium), default-box decoding, a score threshold, TopK per class, batched
-    NonMaxSuppression and the boxes scaled back to the image; 10 classes, one image, height and
-    width dynamic; boxes, scores and labels of a data-dependent count). The TorchScript exporter,
+    NonMaxSuppression, the ten best kept and the boxes scaled back to the image; 10 classes, one
+    image, height and width dynamic; boxes, scores and labels of a data-dependent count). The TorchScript exporter,
     opset 17. Run with a torchvision installed: its wheel may live in its own environment."""
     import sys
     import types
@@ -2175,8 +2175,10 @@ def torchvision_eighth_wave(out: str) -> list[str]:
     with torch.no_grad():
         for block in head.classification_head.module_list:
             block[-1].weight.mul_(10.0)
+    # the ten best detections: among fifty, two scores 7e-4 apart traded places on the fp16 NPU
+    # profiles (rounding of 3e-4), and the outputs, compared row by row, differed by a whole box
     model = SSD(backbone, anchors, (side, side), 10, head=head, score_thresh=0.2, nms_thresh=0.55,
-                detections_per_img=50, topk_candidates=50, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+                detections_per_img=10, topk_candidates=50, image_mean=[0.5] * 3, image_std=[0.5] * 3)
     # the batch norms' statistics from one batch (SSD in training mode wants targets: its parts alone)
     for module in model.modules():
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):

@@ -91,3 +91,61 @@ def test_hard_swish_native_switches(monkeypatch):
     monkeypatch.setattr(fused, "NATIVE_HARD_SWISH_ENABLED", True)
     fused._activation("HardSwish", PARAMS, NODE)(x.copy())
     assert calls
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("alpha", [1.0, 1.702, 0.5])
+def test_swish_native_against_numpy(dtype, alpha, monkeypatch):
+    """``swish_native`` takes numpy's steps in y's type with its own float32 tanh (tanh_floats,
+    within a few ulps of numpy's, so the gate 0.5 + 0.5 tanh within 2e-7 and y within that of |y|);
+    float64 through libm's tanh. NaN, infinities (-inf gives NaN, as numpy) and signed zeros as
+    numpy's."""
+    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
+    monkeypatch.setattr(fused, "NATIVE_SWISH_ENABLED", True)
+    native = fused._activation("Swish", [alpha], NODE)
+    monkeypatch.setattr(fused, "NATIVE_SWISH_ENABLED", False)
+    plain = fused._activation("Swish", [alpha], NODE)
+    from onnxhal.runtime.providers.cpu.kernels import _native
+
+    calls: list[int] = []
+    real = _native.swish
+    monkeypatch.setattr(_native, "swish", lambda *a: calls.append(1) or real(*a))
+    x = np.concatenate([_values(dtype), np.linspace(-40, 40, 777).astype(dtype)])[:8792].reshape(8, -1)
+    got, want = x.copy(), x.copy()
+    with np.errstate(invalid="ignore"):
+        native(got)
+        plain(want)
+    assert calls, "the C path was not taken"
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(got[~finite], want[~finite])  # NaN where numpy has NaN, the same infinities
+    bound = (2.5e-7 if dtype == np.float32 else 1e-15) * np.abs(x[finite].astype(np.float64)) + 1e-38
+    err = np.abs(got[finite].astype(np.float64) - want[finite])
+    assert np.all(err <= bound), f"worst at x = {x[finite][np.argmax(err - bound)]}"
+    zeros = x == 0
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
+
+
+def test_swish_native_leaves_views_and_switches(monkeypatch):
+    """A strided view keeps numpy's steps; NATIVE_SWISH_ENABLED False and ONNXHAL_NATIVE_KERNELS=0,
+    read when the epilogue is made, keep it on numpy; a non-float array is refused."""
+    from onnxhal.runtime.providers.cpu.kernels import _native
+
+    calls: list[int] = []
+    real = _native.swish
+    monkeypatch.setattr(_native, "swish", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
+    monkeypatch.setattr(fused, "NATIVE_SWISH_ENABLED", True)
+    view = np.linspace(-5, 5, 64, dtype=np.float32).reshape(8, 8)[:, ::2]
+    fused._activation("Swish", [1.0], NODE)(view)
+    assert not calls
+    monkeypatch.setattr(fused, "NATIVE_SWISH_ENABLED", False)
+    fused._activation("Swish", [1.0], NODE)(np.ones(8, np.float32))
+    monkeypatch.setattr(fused, "NATIVE_SWISH_ENABLED", True)
+    monkeypatch.setenv(NATIVE_SWITCH, "0")
+    fused._activation("Swish", [1.0], NODE)(np.ones(8, np.float32))
+    assert not calls
+    monkeypatch.delenv(NATIVE_SWITCH)
+    fused._activation("Swish", [1.0], NODE)(np.ones(8, np.float32))
+    assert calls
+    with pytest.raises(ValueError):
+        native_module().swish(np.zeros(4, np.int32), 0.5)

@@ -758,60 +758,6 @@ static PyObject *hard_swish(PyObject *module, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-/* y *= 0.5 + 0.5 tanh(y h) in place (Swish, SiLU at alpha 1, with h = alpha / 2), fused.py's numpy
- * swish step by step: t = y h rounded, tanh, t * 0.5, + 0.5, y * t, each rounded in T (no
- * contraction: VECTOR_CLONES). float: tanh_floats (within a few ulps of numpy's tanh), over
- * blocks of SWISH_BLOCK values; double: libm's tanh. NaN stays NaN, -inf gives NaN as numpy's. */
-#define SWISH_BLOCK 256
-static VECTOR_CLONES void swish_float(float *RESTRICT y, Py_ssize_t n, float h) {
-  float t[SWISH_BLOCK];
-  for (Py_ssize_t i0 = 0; i0 < n; i0 += SWISH_BLOCK) {
-    Py_ssize_t len = n - i0 < SWISH_BLOCK ? n - i0 : SWISH_BLOCK;
-    float *yi = y + i0;
-    for (Py_ssize_t i = 0; i < len; i++) t[i] = yi[i] * h;
-    tanh_floats(t, len);
-    for (Py_ssize_t i = 0; i < len; i++) {
-      float s = t[i] * 0.5f;
-      s = s + 0.5f;
-      yi[i] = yi[i] * s;
-    }
-  }
-}
-
-static void swish_double(double *RESTRICT y, Py_ssize_t n, double h) {
-  for (Py_ssize_t i = 0; i < n; i++) {
-    double s = tanh(y[i] * h) * 0.5;
-    s = s + 0.5;
-    y[i] = y[i] * s;
-  }
-}
-
-/* swish(y, h): y *= 0.5 + 0.5 tanh(h y) in place (float32 or float64, C-contiguous, writable). */
-static PyObject *swish(PyObject *module, PyObject *args) {
-  PyObject *o_y;
-  double h;
-  (void)module;
-  if (!PyArg_ParseTuple(args, "Od", &o_y, &h)) return NULL;
-  Py_buffer by;
-  if (PyObject_GetBuffer(o_y, &by, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) return NULL;
-  const char *f = by.format ? by.format : "B";
-  if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-  if (strlen(f) != 1 || !strchr("fd", f[0]) || by.itemsize != (f[0] == 'f' ? 4 : 8)) {
-    PyBuffer_Release(&by);
-    PyErr_SetString(PyExc_ValueError, "swish: y must be float32 or float64, C-contiguous and writable");
-    return NULL;
-  }
-  Py_ssize_t n = by.len / by.itemsize;
-  PyThreadState *ts = n > 65536 ? PyEval_SaveThread() : NULL;
-  if (by.itemsize == 4)
-    swish_float(by.buf, n, (float)h);
-  else
-    swish_double(by.buf, n, h);
-  if (ts) PyEval_RestoreThread(ts);
-  PyBuffer_Release(&by);
-  Py_RETURN_NONE;
-}
-
 /* platt(scores, prob_a, prob_b, v): libsvm's pairwise probabilities from the pairwise scores as
  * ml_svm.py's _platt_pairs computes them (its canonical form), in float: x = s a + b, w = 1 / (1 +
  * exp(-|x|)), r = 1 - w where x >= 0 else w, clipped to [1e-7, 1 - 1e-7]; NaN stays NaN. scores
@@ -1903,9 +1849,6 @@ static PyMethodDef module_methods[] = {
      "v (float32 [rows, pairs]) into class probabilities out (float32 [rows, k])."},
     {"hard_swish", hard_swish, METH_VARARGS,
      "hard_swish(y, alpha, beta): y *= min(max(alpha y + beta, 0), 1) in place (float32 or float64)."},
-    {"swish", swish, METH_VARARGS,
-     "swish(y, h): y *= 0.5 + 0.5 tanh(h y) in place (Swish with h = alpha / 2; float32 or float64), numpy's steps "
-     "with a tanh within a few float32 ulps of numpy's."},
     {"platt", platt, METH_VARARGS,
      "platt(scores, prob_a, prob_b, v): libsvm's clipped pairwise probabilities of the pairwise scores (float32 "
      "[rows, pairs]) into v."},

@@ -87,15 +87,8 @@ ACTIVATION_PATHS.add("hard_swish_native", "HardSwish on a C-contiguous, writable
                                           "extension _native built, ONNXHAL_NATIVE_KERNELS not 0 and "
                                           "NATIVE_HARD_SWISH_ENABLED (read when a kernel is built): _native.hard_swish, "
                                           "numpy's four operations in one pass, rounded alike")
-ACTIVATION_PATHS.add("swish_native", "Swish (SiLU) on a C-contiguous, writable float32 or float64 output, the C "
-                                     "extension _native built with swish, ONNXHAL_NATIVE_KERNELS not 0 and "
-                                     "NATIVE_SWISH_ENABLED (read when a kernel is built): _native.swish, numpy's five "
-                                     "steps in one pass, its float32 tanh within a few ulps of numpy's")
 #: The switch of ``ACTIVATION_PATHS["hard_swish_native"]``: False keeps the numpy epilogue.
 NATIVE_HARD_SWISH_ENABLED = True
-#: The switch of ``ACTIVATION_PATHS["swish_native"]``: False keeps the numpy epilogue. On the small
-#: tensors of the corpus's CNNs the five numpy calls, not the tanh, are the epilogue's time.
-NATIVE_SWISH_ENABLED = True
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -132,13 +125,8 @@ def _activation(name: str, params: list[float], node: Node) -> Callable[[np.ndar
         return hard_sigmoid
     if name == "Swish":
         (alpha,) = params
-        native = native_module() if NATIVE_SWISH_ENABLED else None
-        native = native if native is not None and hasattr(native, "swish") else None
 
         def swish(y: np.ndarray) -> None:  # the Sigmoid kernel's 0.5 (1 + tanh(a y / 2)): no overflow
-            if native is not None and y.dtype in _NATIVE_FLOATS and y.flags.c_contiguous and y.flags.writeable:
-                native.swish(y, 0.5 * alpha)  # ACTIVATION_PATHS["swish_native"]
-                return
             t = np.multiply(y, 0.5 * alpha, dtype=y.dtype)
             np.tanh(t, out=t)
             t *= 0.5

@@ -18,7 +18,6 @@ from onnxhal.hal import KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels import conv, dead_taps
 from onnxhal.runtime.providers.cpu.kernels.fused import DOMAIN
 from onnxhal.runtime.providers.cpu.kernels.fused_conv import FusedConv
-from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.op_geometry import ConvGeometry, output_sizes
 from tests.models import make, vi
 
@@ -194,15 +193,13 @@ def test_fused_conv_matches_plain_and_onnxruntime(monkeypatch, case, residual, a
 
 def test_aspp_runs_as_pointwise():
     """DeepLabV3's ASPP layer (a 3x3 at dilation 36 over 8x8) becomes a 1x1 without padding, which
-    FusedConv runs as a product with the input in place (in C where the extension is built)."""
+    FusedConv runs as a product with the input in place."""
     x, w, b = _inputs((2, 240, 8, 8), (16, 240, 3, 3), 1)
     attrs = {"dilations": [36, 36], "pads": [36] * 4, "kernel_shape": [3, 3]}
     k = _fused(attrs, "Relu", False, _Initializers())
     k.compute([x, w, b, None])
     assert k.taps.last == dead_taps.Trim((1, 1), (2, 2), (1, 1), (0, 0, 0, 0))
-    native = native_module()
-    assert k.last_path == ("pointwise_native" if native is not None and hasattr(native, "pointwise_conv")
-                           else "pointwise")
+    assert k.last_path == "pointwise"
 
 
 def test_float64_and_float16(monkeypatch):

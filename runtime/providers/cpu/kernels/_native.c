@@ -1565,7 +1565,7 @@ done:
 
 /* A 1x1 convolution at unit stride without padding, for layers of few outputs (fused_conv.py's
  * pointwise_native: MobileNet's and EfficientNet's expansions, projections and squeeze-excitation
- * layers over planes of 1 to 64 positions), where numpy's product, bias, residual and activation
+ * layers over planes of 1 to 16 positions), where numpy's product, bias, residual and activation
  * are four calls of about a microsecond each around a product of about one. y[i, m, q] =
  * act(sum_k w[m, k] x[i, k, q] + b[m] + z[i, m, q]): the weights transposed and zero-padded
  * per layer by the caller, wt [K, MP] (MP a multiple of PW_BLOCK), so a block of output channels

@@ -159,7 +159,7 @@ PACKED_POINTWISE = _path("pointwise_packed", "pointwise's conditions, and packed
 PACKED_IM2COL = _path("im2col_packed", "ungrouped im2col (above the gather limit, not taps) and packed_applies, BLAS "
                                        "on one thread at the run: the windows copied as _im2col's layouts (1x1 ones "
                                        "subsampled), then pointwise_packed's product")
-POINTWISE_NATIVE = _path("pointwise_native", "pointwise's conditions, ungrouped, at most NATIVE_POINTWISE_MAX_COLUMNS "
+POINTWISE_NATIVE = _path("pointwise_native", "pointwise's conditions, ungrouped, at most NATIVE_POINTWISE_MAX_COLUMNS (16) "
                                              "outputs a plane and a product under worker_pool.PARALLEL_MIN_WORK "
                                              "multiply-adds (ahead of pointwise), float32 or float64, the C extension "
                                              "_native built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_POINTWISE_ENABLED: "
@@ -188,10 +188,11 @@ PACKED_MIN_CHANNELS = 64
 NATIVE_POINTWISE_ENABLED = True
 #: The most output positions per plane ``POINTWISE_NATIVE`` takes: it sums PW_COLS columns at a
 #: time in registers and writes each output channel's row at a stride of the plane, where BLAS's
-#: product over a wide plane writes rows (one thread, alternating, the layer with bias and Relu,
-#: C against matmul + bias + Relu: 8 to 24 channels at 16x16 1.13, 64 to 64 at 8x8 0.81, 24 to
-#: 144 at 4x4 0.71, 40 to 16 at 2x2 0.20, 144 to 40 at 1x1 0.92, 16 to 8 at 1x1 0.15).
-NATIVE_POINTWISE_MAX_COLUMNS = 64
+#: product over a wider plane runs at full width (one thread, alternating, the layer with its
+#: epilogue, C against the BLAS path: 1x1 planes 0.52-0.95, 24 to 144 channels at 4x4 0.71, 40
+#: to 16 at 2x2 0.20; at 8x8, 80 to 16 0.86 and 16 to 3 0.82 but 48 to 24 1.26, 168 to 40 1.55,
+#: 240 to 40 1.6-2.5: DeepLabV3-LRASPP's 8x8 stage, 1.06 of the model's time with them).
+NATIVE_POINTWISE_MAX_COLUMNS = 16
 #: The switch of ``DEPTHWISE_NATIVE_ROWS`` (read when a layer's path is chosen): False leaves its
 #: layers to ``DEPTHWISE_NATIVE`` (the tests compare them).
 NATIVE_DEPTHWISE_ROWS_ENABLED = True

@@ -164,6 +164,13 @@ class Kernel:
         raise NotImplementedError
 
 
+#: ``inline_fn = INLINE_APPLY`` in a kernel class whose ``apply(*inputs)`` is its inline function:
+#: read, it is the bound ``apply``, made at each read. A bound method stored on the instance
+#: (``self.inline_fn = self.apply``) is a reference cycle (kernel -> method -> kernel), which only
+#: the garbage collector frees, with all the kernel holds, during some later allocation.
+INLINE_APPLY = property(lambda self: self.apply, doc="The kernel's bound ``apply`` (``Kernel.inline_fn``).")
+
+
 class KernelCreateContext:
     """Passed to ``Ep.create_kernel``: lets control-flow kernels run subgraphs."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,8 @@ class DeviceTensor:
         """A new tensor owning a buffer from ``allocator``; the buffer goes back to the allocator
         when the tensor and every view of it are gone (so per-run values are freed by refcount
         as soon as the executor drops them after their last use)."""
-        nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+        # math.prod of Python ints: exact, and ~0.3 us where np.prod takes ~6 (a run allocates several)
+        nbytes = max(1, math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize)
         buffer = allocator.alloc(nbytes)
         t = cls(shape, dtype, allocator.info, buffer, 0, allocator)
         weakref.finalize(t, allocator.release_if_owned, buffer)
@@ -42,13 +44,13 @@ class DeviceTensor:
 
     def view(self, shape: tuple[int, ...]) -> DeviceTensor:
         """Same bytes, another shape (Reshape, Flatten, Squeeze): no copy."""
-        if int(np.prod(shape, dtype=np.int64)) != self.size:
+        if math.prod(int(d) for d in shape) != self.size:
             raise ValueError(f"cannot view {list(self.shape)} as {list(shape)}")
         return DeviceTensor(shape, self.dtype, self.memory_info, self.buffer, self.offset, None, self.base or self)
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # shape holds Python ints (__init__)
 
     @property
     def nbytes(self) -> int:

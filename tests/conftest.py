@@ -16,6 +16,9 @@ import pytest
 # 9.5e9 (one float32 step is 1,024): one partition keeps the tie, the other makes a softmax of 0.25.
 # tests/test_blas_load.py turns it back on where it tests it.
 os.environ.setdefault("ONNXHAL_LOAD_AWARE_THREADS", "0")
+# The OpenCL EP's cost rule (on by default) would send the suite's tiny graphs, there to run the
+# kernels, to the CPU EP: off unless a test asks for it (tests/test_opencl_cost_rule.py does).
+os.environ.setdefault("ONNXHAL_OPENCL_COST_RULE", "off")
 # The CLI's tables take $COLUMNS as their width where stdout is no terminal (onnxhal/cli_tables.py),
 # and pytest-xdist's workers inherit COLUMNS=80 from the controller (some shells export it too): the
 # tests that print tables at a width set it themselves, the rest see the piped width.

@@ -114,6 +114,12 @@ CASES = [
     # the C packed product (one image, few outputs a plane): channels past whole blocks of 64,
     # columns past whole blocks of 7, K past whole passes of 256
     ("pointwise_packed", (1, 600, 6, 9), (80, 600, 1, 1), {}),
+    # the C route of small 1x1 layers: planes of one position (squeeze-excitation), a last column
+    # block of fewer than 4 positions, output channels past whole blocks of 64 and of 16, one channel
+    ("pointwise_native", (2, 144, 1, 1), (40, 144, 1, 1), {}),
+    ("pointwise_native", (2, 24, 3, 3), (150, 24, 1, 1), {}),
+    ("pointwise_native", (1, 40, 2, 2), (16, 40, 1, 1), {}),
+    ("pointwise_native", (3, 5, 4, 4), (1, 5, 1, 1), {}),
     ("im2col_packed", (1, 160, 7, 5), (96, 160, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("im2col_batched", (2, 64, 6, 6), (96, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # same width
     ("im2col_batched", (3, 64, 12, 10), (48, 64, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # half width
@@ -130,7 +136,7 @@ def _depthwise_route(request, monkeypatch):
     case = callspec.params.get("case") if callspec is not None else None
     rows = bool(case) and case[0] == fused_conv.DEPTHWISE_NATIVE_ROWS
     native = rows or bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE,
-                                                fused_conv.DIRECT_NATIVE_FEW)
+                                                fused_conv.DIRECT_NATIVE_FEW, fused_conv.POINTWISE_NATIVE)
     if native and native_module() is None:
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
     if rows and not hasattr(native_module(), "depthwise_unit"):
@@ -147,6 +153,7 @@ def _depthwise_route(request, monkeypatch):
         request.addfinalizer(lambda: set_blas_threads(before))
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", native)
     monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", native)
+    monkeypatch.setattr(fused_conv, "NATIVE_POINTWISE_ENABLED", native)
     # the depthwise_native cases at unit stride reach direct_conv, not the row blocks ahead of it
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ROWS_ENABLED", rows)
 
@@ -582,6 +589,46 @@ def test_packed_gemm_blocks_checks_and_when_it_runs(monkeypatch):
         _check(fused_kernel(w.shape, a, True, False, "", []), "pointwise", x, w, b, None, a, "", [])
     finally:
         set_blas_threads(before)
+
+
+@pytest.mark.parametrize("act,params", [("HardSwish", [0.2, 0.5]), ("Clip", [-1.0, 1.5]), ("LeakyRelu", [0.1])])
+def test_pointwise_native_against_pointwise(monkeypatch, act, params):
+    """pointwise_native against the plain pointwise path on the same inputs, switched by
+    NATIVE_POINTWISE_ENABLED: float64 and float32, a strided (non-contiguous) input, a residual,
+    an activation applied in C (HardSwish, Clip) or after it in numpy (LeakyRelu); and the
+    argument checks of _native.pointwise_conv."""
+    native = native_module()
+    if native is None or not hasattr(native, "pointwise_conv"):
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    rng = np.random.default_rng(21)
+    a = _attrs({}, (70, 48, 1, 1))
+    for dtype in (np.float64, np.float32):
+        x = rng.standard_normal((2, 96, 3, 5)).astype(dtype)[:, ::2]  # every other channel: a strided view
+        w = rng.standard_normal((70, 48, 1, 1)).astype(dtype)
+        b = rng.standard_normal(70).astype(dtype)
+        z = rng.standard_normal((2, 70, 3, 5)).astype(dtype)
+        outs = {}
+        for enabled in (False, True):
+            monkeypatch.setattr(fused_conv, "NATIVE_POINTWISE_ENABLED", enabled)
+            kernel = fused_kernel(w.shape, a, True, True, act, params, constant=True)
+            for _ in range(2):  # the second run through the path kept per shape
+                outs[enabled] = kernel.compute([x, w, b, z])[0]
+                assert kernel.last_path == ("pointwise_native" if enabled else "pointwise")
+                assert outs[enabled].dtype == dtype
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(outs[True], outs[False], rtol=tol, atol=tol)
+    wt = np.zeros((48, native.POINTWISE_BLOCK))
+    x3, y3 = np.ones((2, 48, 4)), np.empty((2, 40, 4))
+    native.pointwise_conv(wt, x3, None, None, y3)
+    assert np.all(y3 == 0)
+    with pytest.raises(ValueError):  # padded width not a multiple of POINTWISE_BLOCK
+        native.pointwise_conv(wt[:, :50], x3, None, None, y3)
+    with pytest.raises(ValueError):  # more output channels than the padded width
+        native.pointwise_conv(wt, x3, None, None, np.empty((2, native.POINTWISE_BLOCK + 1, 4)))
+    with pytest.raises(ValueError):  # weights of another type than x
+        native.pointwise_conv(wt.astype(np.float32), x3, None, None, y3)
+    with pytest.raises(ValueError):  # a residual of another shape
+        native.pointwise_conv(wt, x3, None, np.ones((2, 40, 3)), y3)
 
 
 def test_taps_leaves_small_planes_of_many_outputs_to_im2col():

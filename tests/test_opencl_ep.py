@@ -152,10 +152,10 @@ def test_a_partition_whose_programs_fail_to_build_runs_on_the_host(ocl, monkeypa
     factory, ep, mem = ocl
     real = ep.device.program
 
-    def failing(source, *args):
+    def failing(source, *args, **kwargs):
         if "pool2d" in source:
             raise ProgramBuildError("injected build failure", "log")
-        return real(source, *args)
+        return real(source, *args, **kwargs)
 
     monkeypatch.setattr(ep.device, "program", failing)
     graph, model = make_graph([helper.make_node("Relu", ["x"], ["a"], name="relu"),

@@ -125,7 +125,33 @@ def test_a_tree_between_a_gemm_and_a_layernorm_is_computed_once(opencl):
     model = _model(nodes, [("x", [n, k])], ["y"], {"w": _weight(k, k), "gamma": _weight(k) + 1, "beta": _weight(k)})
     model.graph.initializer.extend([c("half", 0.5), c("one", 1.0)])
     feeds = {"x": RNG.standard_normal((n, k)).astype(np.float32)}
-    assert _compare(model, feeds, "layernorm_prologue") == (2, 2)  # off: the GEMM's epilogue takes it
+    # off: the GEMM's epilogue takes it, and rule gemm_norm then folds the LayerNorm into the GEMM
+    assert _compare(model, feeds, "layernorm_prologue") == (2, 1)
+
+
+def test_a_prologue_also_read_after_the_layernorm_is_stored_by_it(opencl):
+    # pre-norm embeddings: s = x + pos is LayerNorm'd and is the first block's residual, read by a
+    # GEMM of the LayerNorm's output: the LayerNorm's kernel computes s, stores it and normalises it
+    n, k = 12, 32
+    nodes = [helper.make_node("Add", ["x", "pos"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "gamma", "beta"], ["h"], axis=-1),
+             helper.make_node("MatMul", ["h", "w"], ["m"]), helper.make_node("Add", ["m", "s"], ["y"])]
+    model = _model(nodes, [("x", [n, k])], ["y"], {"pos": _weight(n, k), "w": _weight(k, k),
+                                                   "gamma": _weight(k) + 1, "beta": _weight(k)})
+    feeds = {"x": RNG.standard_normal((n, k)).astype(np.float32)}
+    assert _compare(model, feeds, "layernorm_prologue_stored") == (2, 3)
+
+
+def test_a_prologue_read_before_the_layernorm_is_not_stored_by_it(opencl):
+    # s's other reader does not descend from the LayerNorm: it may be lowered first, so s keeps its launch
+    n, k = 12, 32
+    nodes = [helper.make_node("Add", ["x", "pos"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "gamma", "beta"], ["h"], axis=-1),
+             helper.make_node("MatMul", ["s", "w"], ["m"]), helper.make_node("Add", ["m", "h"], ["y"])]
+    model = _model(nodes, [("x", [n, k])], ["y"], {"pos": _weight(n, k), "w": _weight(k, k),
+                                                   "gamma": _weight(k) + 1, "beta": _weight(k)})
+    feeds = {"x": RNG.standard_normal((n, k)).astype(np.float32)}
+    assert _compare(model, feeds, "layernorm_prologue_stored") == (3, 3)
 
 
 def test_an_unknown_rule_is_an_error_naming_the_rules(opencl):

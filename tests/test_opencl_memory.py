@@ -4,6 +4,7 @@ program cache."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 
@@ -113,6 +114,31 @@ def test_copies_in_all_three_directions(factory, mem, use_stream):
     assert alloc.stats()["InUse"] == start
 
 
+def test_small_upload_on_a_stream_copies_the_source_as_it_was(factory, mem):
+    """A host->device copy given a stream returns before the device runs it (memory.ASYNC_UPLOAD_MAX_BYTES):
+    it copies from a private copy of the source, so changing the source afterwards changes nothing; the
+    device->host copy on the stream is complete once the stream is."""
+    dt = factory.create_data_transfer()
+    alloc = factory.create_allocator(mem)
+    stream = factory.create_sync_stream_for_device(mem.memory_device)
+    queue = stream.handle()
+    gate = cl.UserEvent(queue.context)
+    cl.enqueue_marker(queue, wait_for=[gate])  # the queue runs nothing until the gate opens
+    x = np.arange(96, dtype=np.float32)
+    d = alloc.tensor(x.shape, x.dtype)
+    out = np.full_like(x, np.nan)
+    try:
+        dt.copy_tensors([x], [d], [stream])
+        dt.copy_tensors([d], [out], [stream])
+        x[:] = -1.0  # the caller reuses its array while the copy waits behind the gate
+        assert np.isnan(out).all()  # nothing has run yet: the copies did not wait
+    finally:  # open the gate (also on a failure, so the queue drains)
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        stream.finish()
+        alloc.free(d.buffer)
+    np.testing.assert_array_equal(out, np.arange(96, dtype=np.float32))
+
+
 def test_copy_size_mismatch_is_a_typed_error(factory, mem):
     dt = factory.create_data_transfer()
     alloc = factory.create_allocator(mem)
@@ -161,30 +187,42 @@ def test_notification_orders_work_across_streams(factory, mem):
     alloc.free(dst.buffer)
 
 
-def test_program_cache_memory_disk_and_build_error(tmp_path):
-    """Run in a subprocess: the disk cache location is read from the environment."""
+@pytest.mark.parametrize("kernel_cache", ["1", "0"], ids=["driver_cache_on", "driver_cache_off"])
+def test_program_cache_memory_disk_and_build_error(tmp_path, kernel_cache):
+    """Run in a subprocess: the disk cache location is read from the environment. Where the driver
+    keeps its own build cache (PoCL unless POCL_KERNEL_CACHE=0), onnxhal stores no binaries and a
+    second process compiles again (from the driver's cache); elsewhere it loads onnxhal's binaries."""
     code = f"""
 import os, time
 os.environ["ONNXHAL_CACHE_DIR"] = {str(tmp_path)!r}
+os.environ["POCL_KERNEL_CACHE"] = {kernel_cache!r}
 from onnxhal.runtime.providers.opencl.device_context import device_context, opencl_device, ProgramBuildError
 ctx = device_context(opencl_device({OPENCL_INDEX.split(":")[0]}, {OPENCL_INDEX.split(":")[1]}))
 src = "__kernel void k(__global float* x) {{ x[get_global_id(0)] *= 3.0f; }}"
 ctx.program(src); ctx.program(src)
-print(ctx.stats.compiled, ctx.stats.memory_hits, ctx.stats.loaded_from_disk)
+print(ctx.stats.compiled, ctx.stats.memory_hits, ctx.stats.loaded_from_disk, ctx.stores_binaries)
 try:
     ctx.program("__kernel void broken() {{ undefined_thing; }}")
 except ProgramBuildError as e:
     print("BUILD_ERROR", "undefined_thing" in e.log)
 """
-    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    from onnxhal.runtime.providers.opencl.device_context import opencl_device
+
+    platform = opencl_device(*(int(i) for i in OPENCL_INDEX.split(":"))).platform.name
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "POCL_KERNEL_CACHE": kernel_cache})
     assert first.returncode == 0, first.stderr
+    stores = first.stdout.split("\n")[0].split()[3] == "True"
+    assert stores == (not (platform == "Portable Computing Language" and kernel_cache == "1"))
     # Two programs: the device's native_exp accuracy check (device_context.exp_option) and src.
-    assert first.stdout.split("\n")[0] == "2 1 0"
+    assert first.stdout.split("\n")[0].split()[:3] == ["2", "1", "0"]
     assert "BUILD_ERROR True" in first.stdout
-    assert list((tmp_path / "programs").rglob("*.bin"))
-    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert bool(list((tmp_path / "programs").rglob("*.bin"))) == stores
+    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "POCL_KERNEL_CACHE": kernel_cache})
     assert second.returncode == 0, second.stderr
-    assert second.stdout.split("\n")[0] == "0 1 2"  # loaded from disk, not compiled
+    # loaded from onnxhal's binaries, or compiled again (the driver's own cache serving it)
+    assert second.stdout.split("\n")[0].split()[:3] == (["0", "1", "2"] if stores else ["2", "1", "0"])
 
 
 def test_a_failed_build_is_remembered_not_retried():

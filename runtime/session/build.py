@@ -38,7 +38,7 @@ from onnxhal.runtime.session.executor import ExecutionPlan, ExecutionPlanBuilder
 from onnxhal.runtime.session.graph_capture import CaptureBindings, capturing_ep, run_until_captured
 from onnxhal.runtime.session.memory_context import MemoryContext
 from onnxhal.runtime.session.options import SessionOptions, check_session_options
-from onnxhal.runtime.session.partitioner import PartitionResult, partition
+from onnxhal.runtime.session.partitioner import PartitionResult, graphs_postorder, partition
 from onnxhal.runtime.session.recovery import RecoveryPolicy
 
 logger = logging.getLogger("onnxhal.session")
@@ -151,6 +151,14 @@ def partition_and_layout(graph: Graph, eps: Mapping[str, Ep]) -> PartitionResult
     return result
 
 
+def cpu_took_all(graph: Graph, eps: Mapping[str, Ep], result: PartitionResult) -> bool:
+    """Whether a session with EPs besides the CPU EP gave the CPU EP every node (the others
+    claimed none: no kernels, or their cost rules declined their share), subgraphs included."""
+    if CPU_EP_NAME not in eps or len(eps) == 1 or result.groups:
+        return False
+    return all(n.ep_name == CPU_EP_NAME for g in (*graphs_postorder(graph), graph) for n in g.nodes)
+
+
 def plan(graph: Graph, eps: Mapping[str, Ep], compiled: Mapping[Node, tuple[Any, Any]],
          memory: MemoryContext) -> tuple[ExecutionPlan, dict]:
     """The run plan: a kernel per single node (``Ep.create_kernel``), compute infos for fused nodes,
@@ -158,7 +166,8 @@ def plan(graph: Graph, eps: Mapping[str, Ep], compiled: Mapping[Node, tuple[Any,
     builder = ExecutionPlanBuilder(eps, {id(n): i for n, i in compiled.items()}, memory)
     # Overridable initializers are feeds too: a run may replace them (a LoRA adapter does).
     overridable = [v.name for v in graph.overridable if v.name not in graph.input_names]
-    return builder.build(graph, graph.input_names + overridable), builder.kernels
+    built = builder.build(graph, graph.input_names + overridable)
+    return built, builder.take_kernels()
 
 
 @dataclass(frozen=True)
@@ -188,6 +197,15 @@ class SessionCore:
             self.memory = create_eps(choices, so, self.eps)
             self.graph = optimize(loaded.graph, so.graph_optimization_level, self.eps, so.config)
             self.partition = partition_and_layout(self.graph, self.eps)
+            if cpu_took_all(self.graph, self.eps, self.partition):
+                # the graph runs as a CPU-only session's, with the passes skipped for the other
+                # EPs (fusions into ops only the CPU EP runs), as they claimed nothing
+                logging.getLogger("onnxhal.session").info(
+                    "%s took no node: the graph gets the CPU EP's own optimizer passes",
+                    ", ".join(n for n in self.eps if n != CPU_EP_NAME))
+                cpu = {CPU_EP_NAME: self.eps[CPU_EP_NAME]}
+                self.graph = optimize(self.graph, so.graph_optimization_level, cpu, so.config)
+                self.partition = partition_and_layout(self.graph, cpu)
             if so.optimized_model_filepath:
                 save_optimized_model(self.graph, loaded.proto, os.fspath(so.optimized_model_filepath), so.config,
                                      has_compiled_nodes=bool(self.partition.groups))

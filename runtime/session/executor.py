@@ -129,6 +129,16 @@ class ExecutionPlanBuilder:
     def build(self, graph: Graph, feed_names: Sequence[str] | None = None) -> ExecutionPlan:
         return ExecutionPlan(self, graph, list(feed_names if feed_names is not None else graph.input_names))
 
+    def take_kernels(self) -> list[Any]:
+        """The kernels made so far, handed over: the builder keeps no reference to them or their
+        inline functions after this. A kernel may keep its creation context (a lazy fallback builds
+        from it), which reaches the builder: were the builder to keep the kernel too, the two would
+        be a reference cycle, and a dropped session would wait for the garbage collector (which
+        then walks and frees it during some later session's creation) instead of being freed at once."""
+        kernels, self.kernels = self.kernels, []
+        self.inline = {}
+        return kernels
+
     def step_for(self, node: Node, graph: Graph) -> tuple[StepFn, frozenset[int], frozenset[int]]:
         """(callable, host input indices, host output indices) for a node of ``graph``."""
         info = self.compute_infos.get(id(node))

@@ -119,4 +119,6 @@ def generate(steps: Sequence[Any], output_slots: Sequence[int], check_terminate:
     namespace.update({f"m{k}": st.inline_fn.cache for k, st in enumerate(steps)
                       if isinstance(st.inline_fn, ShapeMemo) and st.ins})
     exec(compiled_plan(source), namespace)  # noqa: S102 - generated from the plan
-    return GeneratedRun(namespace["_run"], tuple(st.inline_fn or st.fn for st in steps), line_to_step, source)
+    # taken out of its own globals: left there, the function and its namespace would be a reference
+    # cycle holding every kernel, which only the garbage collector frees (collector_pause.py)
+    return GeneratedRun(namespace.pop("_run"), tuple(st.inline_fn or st.fn for st in steps), line_to_step, source)

@@ -125,4 +125,4 @@ def prepared_run(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...
     namespace.update({f"d{k}": spec[1] for k, spec in enumerate(specs)})
     namespace.update({f"h{j}": ep for j, ep in enumerate(starts)})
     exec(compiled_run(source), namespace)  # noqa: S102 - generated from the plan
-    return namespace["_prepared"]
+    return namespace.pop("_prepared")  # out of its own globals: no reference cycle (plan_codegen.generate)

@@ -21,7 +21,10 @@ Face's Falcon and ConvBERT (``hf4``), torchvision's VGG (by the dynamo exporter)
 (``sklearn4``); a seventh held-out wave, also made before any tuning: Hugging Face's GPT-J
 (TorchScript) and MPNet (dynamo) (``hf5``), torchvision's EfficientNetV2 and RAFT-small optical
 flow (``torchvision7``) and skl2onnx's BernoulliNB and a ColumnTransformer over mixed columns into
-an SGDClassifier (``sklearn5``); a streaming VAD with If and Loop bodies and a CRNN with a
+an SGDClassifier (``sklearn5``); an eighth held-out wave, also made before any tuning: Hugging
+Face's CLIP text tower, YOLOS detection and Wav2Vec2-Conformer (``hf6``), torchvision's SSDlite
+detection with its NonMaxSuppression postprocess (``torchvision8``) and skl2onnx's
+HistGradientBoosting with missing values and a soft VotingClassifier (``sklearn6``); a streaming VAD with If and Loop bodies and a CRNN with a
 dynamic width, float and dynamically quantized (``devices``); static QDQ (per tensor and per
 channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); plus their inputs and all of
 onnxruntime's outputs.
@@ -2037,6 +2040,242 @@ def hf_fifth_wave(out: str) -> list[str]:
     return made
 
 
+def sklearn_sixth_wave(out: str) -> list[str]:
+    """skl2onnx families the corpus lacked, added before anyone tuned for them (the held-out set,
+    reported as 'untuned'): ``skh_histgb`` (HistGradientBoostingClassifier: binned histogram trees,
+    one tree per class a round, into ai.onnx.ml's TreeEnsembleClassifier; features with missing
+    values, NaN in both signatures, which the trees send down their learned missing branch) and
+    ``skh_voting`` (a soft VotingClassifier over a LogisticRegression, a DecisionTree and a
+    GaussianNB, weights 2:1:1: three probability matrices averaged, the label the ArgMax).
+    Labels and probabilities, no ZipMap; batch dynamic, ai.onnx.ml opset 3."""
+    from skl2onnx import to_onnx
+    from skl2onnx.common import tree_ensemble
+    from sklearn.datasets import make_classification
+    from sklearn.ensemble import HistGradientBoostingClassifier, VotingClassifier
+
+    # skl2onnx 1.20 writes a leaf's missing-value flag as Python's False into an ints attribute,
+    # which onnx refuses: the same flag as an integer
+    add_node = tree_ensemble.add_node
+    if not getattr(add_node, "flags_as_ints", False):
+        def ints_add_node(*args, nodes_missing_value_tracks_true=0, **kwargs):
+            return add_node(*args, nodes_missing_value_tracks_true=int(nodes_missing_value_tracks_true), **kwargs)
+        ints_add_node.flags_as_ints = True
+        tree_ensemble.add_node = ints_add_node
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.naive_bayes import GaussianNB
+    from sklearn.tree import DecisionTreeClassifier
+
+    X, y = make_classification(n_samples=300, n_features=8, n_informative=5, n_classes=3, random_state=1)
+    X = X.astype(np.float32)
+    missing = X.copy()
+    rng = np.random.default_rng(0)
+    missing[rng.random(missing.shape) < 0.1] = np.nan  # a tenth of the values missing, fitted and scored
+    histgb = HistGradientBoostingClassifier(max_iter=10, max_leaf_nodes=8, random_state=0)
+    voting = VotingClassifier([("lr", LogisticRegression(max_iter=500)),
+                               ("tree", DecisionTreeClassifier(max_depth=4, random_state=0)),
+                               ("nb", GaussianNB())], voting="soft", flatten_transform=False,
+                              weights=np.array([2.0, 1.0, 1.0]))  # skl2onnx sums them as an array
+    models = {"skh_histgb": (histgb, missing), "skh_voting": (voting, X)}
+    made = []
+    for name, (model, data) in models.items():
+        model.fit(data[:200], y[:200])
+        path = os.path.join(out, f"{name}.onnx")
+        _save(to_onnx(model, data[:1], target_opset={"": 17, "ai.onnx.ml": 3}, options={"zipmap": False}), path)
+        # rows the model was not fitted on, a batch of 64 and one of 5
+        save_outputs(path, {"a": {"X": data[200:264]}, "b": {"X": data[286:291]}})
+        made.append(path)
+    return made
+
+
+class _Detections(torch.nn.Module):
+    """A torchvision detector's first image's boxes, scores and labels (it returns a list of dicts)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        found = self.model(image)[0]
+        return found["boxes"], found["scores"], found["labels"]
+
+
+def _nms_operator(dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+    """``torchvision::nms`` as a function TorchScript compiles (batched_nms is scripted when traced)."""
+    return torch.ops.torchvision.nms(dets, scores, iou_threshold)
+
+
+def _define_nms() -> None:
+    """``torchvision::nms`` in plain torch where torchvision's compiled operators are missing (its
+    wheel built for another torch): tracing calls it for the values, the export writes it as
+    torchvision's ONNX symbolic does, NonMaxSuppression, so the graph and onnxruntime's stored
+    outputs do not depend on this implementation."""
+    if hasattr(torch.ops.torchvision, "nms"):
+        return
+
+    def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+        order = scores.argsort(descending=True)
+        keep: list[int] = []
+        suppressed = torch.zeros(len(order), dtype=torch.bool)
+        for rank, i in enumerate(order.tolist()):
+            if suppressed[rank]:
+                continue
+            keep.append(i)
+            rest = boxes[order[rank + 1:]]
+            top_left = torch.maximum(boxes[i, :2], rest[:, :2])
+            bottom_right = torch.minimum(boxes[i, 2:], rest[:, 2:])
+            inter = (bottom_right - top_left).clamp(min=0).prod(dim=1)
+            area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
+            suppressed[rank + 1:] |= inter / (area(boxes[i]) + area(rest) - inter) > iou_threshold
+        return torch.tensor(keep, dtype=torch.int64)
+
+    from torchvision.ops import boxes
+
+    torch.library.define("torchvision::nms", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    torch.library.impl("torchvision::nms", "CPU", nms)
+    # torchvision's nms asks first whether its compiled operators loaded: the operator directly
+    boxes.nms = _nms_operator
+
+
+def torchvision_eighth_wave(out: str) -> list[str]:
+    """A torchvision family the corpus lacked, added before anyone tuned for it (the held-out set,
+    reported as 'untuned'): ``tv_ssdlite`` (SSDlite object detection as ssdlite320_mobilenet_v3_large
+    builds it, at an eighth of its widths: a MobileNetV3-Large backbone with the reduced tail, four
+    extra depthwise-separable feature layers, per-level depthwise classification and box-regression
+    heads over six feature maps; then the postprocess in the graph: the image resized to 128x128
+    (320x320 at --size medium), default-box decoding, a score threshold, TopK per class, batched
+    NonMaxSuppression, the ten best kept and the boxes scaled back to the image; 10 classes, one
+    image, height and width dynamic; boxes, scores and labels of a data-dependent count). The TorchScript exporter,
+    opset 17. Run with a torchvision installed: its wheel may live in its own environment."""
+    import sys
+    import types
+
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    _define_nms()
+    from torchvision.models import mobilenet_v3_large
+    from torchvision.models.detection import _utils as det_utils
+    from torchvision.models.detection import ssdlite
+    from torchvision.models.detection.anchor_utils import DefaultBoxGenerator
+    from torchvision.models.detection.ssd import SSD
+
+    rng = np.random.default_rng(0)
+    side, width = (320, 1.0) if MEDIUM else (128, 0.125)
+    torch.manual_seed(0)
+    # ssdlite320_mobilenet_v3_large's construction, which takes no width for its own layers
+    norm = functools.partial(torch.nn.BatchNorm2d, eps=0.001, momentum=0.03)
+    mobilenet = mobilenet_v3_large(weights=None, norm_layer=norm, reduced_tail=True, width_mult=width)
+    ssdlite._normal_init(mobilenet)
+    features = mobilenet.features
+    c4 = [i for i, b in enumerate(features) if getattr(b, "_is_cn", False)][-1]
+    backbone = ssdlite.SSDLiteFeatureExtractorMobileNet(features, c4, norm, width_mult=width)
+    anchors = DefaultBoxGenerator([[2, 3] for _ in range(6)], min_ratio=0.2, max_ratio=0.95)
+    channels = det_utils.retrieve_out_channels(backbone, (side, side))
+    head = ssdlite.SSDLiteHead(channels, anchors.num_anchors_per_location(), 10, norm)
+    # untrained, every class scores about a tenth everywhere, and TopK and NonMaxSuppression would
+    # choose among ties: logits ten times wider spread the scores apart
+    with torch.no_grad():
+        for block in head.classification_head.module_list:
+            block[-1].weight.mul_(10.0)
+    # the ten best detections: among fifty, two scores 7e-4 apart traded places on the fp16 NPU
+    # profiles (rounding of 3e-4), and the outputs, compared row by row, differed by a whole box
+    model = SSD(backbone, anchors, (side, side), 10, head=head, score_thresh=0.2, nms_thresh=0.55,
+                detections_per_img=10, topk_candidates=50, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    # the batch norms' statistics from one batch (SSD in training mode wants targets: its parts alone)
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.momentum = 1.0
+    with torch.no_grad():
+        model.train()
+        model.head(list(model.backbone(torch.from_numpy(rng.standard_normal((4, 3, side, side)).astype(np.float32))).values()))
+    model.eval()
+    image = rng.random((1, 3, side, side)).astype(np.float32)
+    wide = np.random.default_rng(1).random((1, 3, side, side + side // 4)).astype(np.float32)
+    path = os.path.join(out, "tv_ssdlite.onnx")
+    outputs = ["boxes", "scores", "labels"]
+    torch.onnx.export(_Detections(model), (torch.from_numpy(image),), path, dynamo=False, input_names=["image"],
+                      output_names=outputs, dynamic_axes={"image": {2: "height", 3: "width"},
+                                                          **{o: {0: "detections"} for o in outputs}},
+                      opset_version=17)
+    _save(onnx.load(path), path)
+    save_outputs(path, {"a": {"image": image}, "b": {"image": wide}})
+    return [path]
+
+
+class _DetectionHead(torch.nn.Module):
+    """A Hugging Face detector's class logits and boxes, from pixel values."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        found = self.model(pixel_values=pixel_values, return_dict=True)
+        return found.logits, found.pred_boxes
+
+
+def hf_sixth_wave(out: str) -> list[str]:
+    """A sixth set of Hugging Face families the corpus lacked, at tiny random configurations
+    (``from_config``: no download), added before anyone tuned for them (the held-out set, reported
+    as 'untuned'): ``hf_clip_text`` (CLIP's text tower: a causal mask and the padding mask,
+    QuickGELU, a final LayerNorm; last_hidden_state), ``hf_yolos`` (YOLOS detection: a ViT over
+    patches plus learned detection tokens, the position embeddings interpolated bicubically to the
+    image's patch grid, class logits and sigmoid boxes from MLP heads on the detection tokens;
+    64x64 and 64x96 images) and ``hf_conformer`` (Wav2Vec2-Conformer: raw audio through the
+    convolutional feature extractor, then Conformer blocks: half-step feed-forwards around
+    self-attention with Transformer-XL relative position embeddings and a convolution module of a
+    pointwise GLU, a depthwise convolution and a batch norm; batch and samples dynamic). The
+    TorchScript exporter, opset 17, IR 8."""
+    import sys
+    import types
+
+    # transformers' CLIP imports torchvision, whose operators a torchvision built for another torch lacks
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    from transformers import (
+        CLIPTextConfig,
+        CLIPTextModel,
+        Wav2Vec2ConformerConfig,
+        Wav2Vec2ConformerModel,
+        YolosConfig,
+        YolosForObjectDetection,
+    )
+
+    hidden, layers, ffn, vocab = (256, 4, 1024, 1024) if MEDIUM else (32, 2, 64, 128)
+    seq = 128 if MEDIUM else SEQ
+    made = [_export_text("hf_clip_text", lambda: CLIPTextModel(CLIPTextConfig(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+        intermediate_size=ffn, max_position_embeddings=256 if MEDIUM else 64)), ("input_ids", "attention_mask"),
+        seq, out)]
+
+    torch.manual_seed(0)
+    side = 224 if MEDIUM else 64
+    yolos = YolosForObjectDetection(YolosConfig(
+        image_size=[side, side], patch_size=16 if MEDIUM else 8, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=4, intermediate_size=ffn, num_detection_tokens=10, num_labels=10,
+        use_mid_position_embeddings=False)).eval()
+    a = {"pixel_values": np.random.default_rng(0).standard_normal((1 if MEDIUM else BATCH, 3, side, side)).astype(np.float32)}
+    b = {"pixel_values": np.random.default_rng(1).standard_normal((1, 3, side, side + side // 2)).astype(np.float32)}
+    path = os.path.join(out, "hf_yolos.onnx")
+    torch.onnx.export(_DetectionHead(yolos), (torch.from_numpy(a["pixel_values"]),), path, dynamo=False,
+                      input_names=["pixel_values"], output_names=["logits", "pred_boxes"],
+                      dynamic_axes={"pixel_values": {0: "batch", 2: "height", 3: "width"},
+                                    "logits": {0: "batch"}, "pred_boxes": {0: "batch"}}, opset_version=17)
+    _save(onnx.load(path), path)
+    save_outputs(path, {"a": a, "b": b})
+    made.append(path)
+
+    torch.manual_seed(0)
+    conformer = Wav2Vec2ConformerModel(Wav2Vec2ConformerConfig(
+        vocab_size=32, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=ffn,
+        conv_dim=(16, 16, 16), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4, feat_extract_norm="group", position_embeddings_type="relative",
+        conv_depthwise_kernel_size=7, max_source_positions=256)).eval()
+    samples = 16000 if MEDIUM else 400
+    a = {"input_values": np.random.default_rng(0).standard_normal((1 if MEDIUM else BATCH, samples)).astype(np.float32)}
+    b = {"input_values": np.random.default_rng(1).standard_normal((1, samples + 160)).astype(np.float32)}
+    made.append(_export_hf(conformer, "hf_conformer", out, ("input_values",), a, b,
+                           {"input_values": {0: "batch", 1: "samples"}, "output": {0: "batch", 1: "frames"}}))
+    return made
+
+
 def precision_models(out: str) -> list[str]:
     """The precision variants of a CNN, a transformer and a CRNN already in ``out``: ``quantize_static``
     in the QDQ format per tensor (``_qdq_pt``) and per channel (``_qdq_pc``; the ResNet's is
@@ -2117,7 +2356,9 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           # the sixth held-out wave: "torchvision6" in an environment with torchvision
           "hf4": hf_fourth_wave, "torchvision6": torchvision_sixth_wave, "sklearn4": sklearn_fourth_wave,
           # the seventh held-out wave: "torchvision7" in an environment with torchvision
-          "hf5": hf_fifth_wave, "torchvision7": torchvision_seventh_wave, "sklearn5": sklearn_fifth_wave}
+          "hf5": hf_fifth_wave, "torchvision7": torchvision_seventh_wave, "sklearn5": sklearn_fifth_wave,
+          # the eighth held-out wave: "torchvision8" in an environment with torchvision
+          "hf6": hf_sixth_wave, "torchvision8": torchvision_eighth_wave, "sklearn6": sklearn_sixth_wave}
 
 
 def main() -> None:

@@ -26,4 +26,7 @@ def cpu_graph_plan(graph: Graph, outputs: Sequence[str] | None = None, logger: l
     eps = {n.ep_name: cpu for n in graph.nodes}
     eps.update({"CPUExecutionProvider": cpu, "": cpu})
     # No EP is registered in this MemoryContext: every EP name maps to host memory.
-    return ExecutionPlanBuilder(eps, {}, MemoryContext()).build(graph)
+    builder = ExecutionPlanBuilder(eps, {}, MemoryContext())
+    built = builder.build(graph)
+    builder.take_kernels()  # no reference cycle through the kernels' creation contexts
+    return built

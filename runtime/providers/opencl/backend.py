@@ -27,11 +27,16 @@ from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.op_geometry import pool_geometry
 from onnxhal.runtime.providers.opencl.cost_rule import (
-    crossings,
+    DEFAULT_COST_DIM,
+    SizedShapes,
+    copy_seconds,
+    crossing_values,
     host_island,
     host_rates,
     host_reason,
     host_seconds,
+    least_launches,
+    weighable,
 )
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import (
@@ -114,7 +119,7 @@ class OpenCLBackend:
 
     def __init__(self, name: str, device: OpenCLDeviceContext | None, allocator: OpenCLAllocator | None,
                  logger: logging.Logger, disabled_fusions: frozenset[str] = frozenset(),
-                 cost_rule: bool = False, host_islands: bool = False) -> None:
+                 cost_rule: bool = False, host_islands: bool = False, cost_dim: int = DEFAULT_COST_DIM) -> None:
         self.name = name  # the EP's, in log lines
         self.device = device
         self.allocator = allocator
@@ -123,6 +128,8 @@ class OpenCLBackend:
         self.disabled_fusions = disabled_fusions
         #: Keep partitions smaller than their launches and copies on the host (cost_rule.py).
         self.cost_rule = cost_rule
+        #: The size the cost rule weighs each symbolic dim at (cost_rule.DEFAULT_COST_DIM).
+        self.cost_dim = cost_dim
         #: Rule host_islands (cost_rule.host_island) applies: the OpenCL EP's own partitions, whose
         #: copies are real; a simulated device's claims follow its profile alone.
         self.host_islands = host_islands and self.rule_on("host_islands")
@@ -227,7 +234,7 @@ class OpenCLBackend:
                 self._shape_derived[part] = frozenset(i for i in part.input_names if i in derived)
                 if lookup.typed:
                     self._data_inputs[part] = frozenset(i for i in part.input_names if lookup.data_rooted(i))
-                reason = self._cost_reason(graph, piece, support_info, lookup, taken) if self.cost_rule else None
+                reason = self._cost_reason(graph, piece, part, lookup, taken) if self.cost_rule else None
                 if reason is None and self.host_islands and host_island(graph, piece, taken):
                     reason = ("a piece of a host chain (rule host_islands): every input comes from the host and only "
                               "the host reads its outputs, and none of its nodes is compute-bound, so the device "
@@ -235,6 +242,8 @@ class OpenCLBackend:
                 if reason:
                     self.decline(piece, reason)
                     self.logger.debug("%s declines %d node(s): %s", self.name, len(piece), reason)
+                    # its values now cross from the host: the pieces weighed after it count them
+                    taken.difference_update(id(n) for n in piece)
                     continue
                 support_info.add_nodes_to_fuse(piece, FUSION_OPTIONS)
 
@@ -256,21 +265,33 @@ class OpenCLBackend:
                 declined.append((n, reason))
         return claimed, declined
 
-    def _cost_reason(self, graph: Graph, piece: list[Node], support_info: EpGraphSupportInfo, lookup: GraphLookup,
+    def _cost_reason(self, graph: Graph, piece: list[Node], part: Graph, lookup: GraphLookup,
                      taken: set[int]) -> str | None:
-        """The cost rule's reason to leave ``piece`` to the host, or None. It weighs the piece's
-        launches, so it plans the piece (compile takes that plan). Partitions with symbolic
-        dimensions have no size to weigh and are claimed."""
-        part = support_info.filtered_graph(piece, FUSION_OPTIONS)
-        if is_dynamic(part) or self.device is None:
+        """The cost rule's reason to leave ``piece`` (as the filtered graph ``part``) to the host, or
+        None. A static piece is planned (compile takes that plan) for its launches; one with
+        symbolic dimensions is weighed with each at ``cost_dim`` and the launches it needs at least
+        (``least_launches``: its plans are made per shape at run time). A piece with a value of
+        unknown rank has no work to weigh and is claimed."""
+        if self.device is None:
             return None
-        try:
-            plan = self._planned[part] = self.plan(part)
-        except INSPECTION_ERRORS:
-            return None  # compile meets the same failure and says why
+        dynamic = is_dynamic(part)
+        dim = self.cost_dim if dynamic else None
+        sizes = SizedShapes(lookup, dim) if dim is not None else lookup
+        if dynamic and not weighable(piece, sizes):
+            return None
+        if dynamic:
+            launches = least_launches(piece, lookup.shape_values)
+        else:
+            try:
+                plan = self._planned[part] = self.plan(part)
+            except INSPECTION_ERRORS:
+                return None  # compile meets the same failure and says why
+            launches = plan.launches_per_run
         costs = self.device.launch_costs()
-        work = host_seconds(piece, lookup, host_rates())
-        return host_reason(work, plan.launches_per_run, crossings(graph, piece, taken), costs.launch_s, costs.copy_s)
+        rates = host_rates()
+        moving = crossing_values(graph, piece, taken)
+        return host_reason(host_seconds(piece, sizes, rates), launches, len(moving), costs.launch_s, costs.copy_s,
+                           copy_seconds(moving, sizes, rates), dim)
 
     # -- compiling -----------------------------------------------------------------------------
     def plan(self, graph: Graph) -> PartitionPlan:

@@ -5,13 +5,20 @@ Both sides are measured, not guessed, once per process: the device's cost of a l
 small copy (``OpenCLDeviceContext.launch_costs``), and the host's rates, arithmetic and memory,
 with numpy as the CPU EP computes (``host_rates``). A partition's work is its nodes' arithmetic
 (2 flops per multiply-add of the GEMM family; one per output element elsewhere) and the bytes they
-read and write, timed at the host's rates. The rule is on with the provider option
-``cost_rule=on``; a declined partition's nodes say why in ``OpenCLEp.declined``.
+read and write, timed at the host's rates. The rule is on by default (provider option
+``cost_rule=off`` claims every partition); a declined partition's nodes say why in
+``OpenCLEp.declined``.
+
+A partition with symbolic dims (``batch``, ``sequence``) is weighed with each of them at
+``cost_rule_dim`` (default ``DEFAULT_COST_DIM``: 64 rows of a tabular model, 64 x 64 tokens of a
+transformer): its work grows with them and its launches and copies do not, so one declined there
+loses on the device at every smaller size.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,9 +26,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxhal.hal.graph import Graph, Node
+from onnxhal.runtime.providers.opencl.elementwise_codegen import ELEMENTWISE_OPS
+from onnxhal.runtime.providers.opencl.op_support import VIEW_OPS
 
-#: The provider option that turns the rule on ("on") or off ("off", the default).
+#: The provider option that turns the rule on ("on", the default) or off ("off").
 COST_RULE_OPTION = "cost_rule"
+#: The provider option: the size the rule weighs each symbolic dim at (a positive integer).
+COST_DIM_OPTION = "cost_rule_dim"
+#: What one latency-bound request feeds: tens of rows, a few thousand tokens.
+DEFAULT_COST_DIM = 64
 _GEMM_OPS = {"MatMul", "Gemm", "FusedMatMul", "FusedGemm"}
 _CONV_OPS = {"Conv", "FusedConv"}
 
@@ -48,21 +61,56 @@ def _best_of(fn, repeat: int = 20) -> float:
 
 @functools.lru_cache(maxsize=1)
 def host_rates() -> HostRates:
-    """The host's rates, measured once per process (a few ms): a 128^3 float32 matmul and an add
+    """The host's rates, measured once per process (a few ms): a 64^3 float32 matmul and an add
     over 1 MiB operands, best of 20 each (the best: a loaded machine slows a run, never speeds
-    it up)."""
-    a = np.full((128, 128), 0.5, np.float32)
+    it up). 64^3 is the largest product OpenBLAS computes on the calling thread (its
+    GEMM_MULTITHREAD_THRESHOLD, 4 x 65536 multiply-adds): a larger one wakes its thread pool, which
+    on a loaded machine took 10-20 ms a call whoever had set its size, and made the host look
+    1000 times slower than it is (0.1 against 90 GFLOP/s on 2 loaded Zen 4 cores)."""
+    a = np.full((64, 64), 0.5, np.float32)
     out = np.empty_like(a)
-    flops = 2.0 * 128 ** 3 / _best_of(lambda: np.matmul(a, a, out=out))
+    flops = 2.0 * 64 ** 3 / _best_of(lambda: np.matmul(a, a, out=out))
     x = np.ones(1 << 18, np.float32)
     y = np.empty_like(x)
     moved = 3.0 * x.nbytes / _best_of(lambda: np.add(x, x, out=y))
     return HostRates(flops, moved)
 
 
+class SizedShapes:
+    """Shapes to weigh a partition at: static ones as they are, each symbolic (or unnamed) dim at
+    ``dim``; None where even the rank is unknown. ``lookup``: a ``GraphLookup`` allowing dynamic
+    dims."""
+
+    def __init__(self, lookup, dim: int) -> None:
+        self.lookup = lookup
+        self.dim = dim
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        dims = self.lookup.dims(name)
+        return None if dims is None else tuple(d if isinstance(d, int) else self.dim for d in dims)
+
+    def dtype(self, name: str):
+        return self.lookup.dtype(name)
+
+
+def weighable(nodes: Sequence[Node], sizes) -> bool:
+    """Whether every value ``nodes`` read or write has a known rank (at worst symbolic dims): else
+    its work cannot be weighed and the partition is claimed, as without the rule."""
+    return all(sizes.shape(v) is not None for n in nodes for v in (*n.inputs, *n.outputs) if v)
+
+
+def least_launches(nodes: Sequence[Node], shape_values: frozenset[str] = frozenset()) -> int:
+    """The launches a partition planned per shape needs at least: one per node that is neither
+    elementwise (a chain or a producer's epilogue takes those), nor a view, nor a shape value
+    computed on the host; at least one."""
+    launching = [n for n in nodes if n.op_type not in ELEMENTWISE_OPS and n.op_type not in VIEW_OPS
+                 and not all(o in shape_values for o in n.outputs if o)]
+    return max(1, len(launching))
+
+
 def _size(lookup, name: str) -> int:
     shape = lookup.shape(name) if name else None
-    return int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
+    return math.prod(shape) if shape is not None else 0
 
 
 def node_work(node: Node, lookup) -> tuple[float, float]:
@@ -91,12 +139,17 @@ def host_seconds(nodes: Sequence[Node], lookup, rates: HostRates) -> float:
 
 
 def crossings(graph: Graph, part: Sequence[Node], on_device: set[int]) -> int:
+    """How many values would be copied between host and device for ``part`` (``crossing_values``)."""
+    return len(crossing_values(graph, part, on_device))
+
+
+def crossing_values(graph: Graph, part: Sequence[Node], on_device: set[int]) -> list[str]:
     """Values that would be copied between host and device for ``part``: inputs made on the host
     (graph inputs, other EPs' outputs; not constants, which stay resident) and outputs read on the
     host (graph outputs, other EPs' nodes). ``on_device``: ids of every node this EP claims."""
     inside = {id(n) for n in part}
     made = {o for n in part for o in n.outputs if o}
-    count = 0
+    found: list[str] = []
     seen: set[str] = set()
     for n in part:
         for v in n.inputs:
@@ -105,13 +158,23 @@ def crossings(graph: Graph, part: Sequence[Node], on_device: set[int]) -> int:
             seen.add(v)
             producer = graph.producer(v)
             if producer is None or id(producer) not in on_device:
-                count += 1
+                found.append(v)
     outputs = set(graph.output_names)
-    for v in made:
+    for v in sorted(made):
         readers = graph.consumers(v)
         if v in outputs or any(id(c) not in on_device and id(c) not in inside for c in readers):
-            count += 1
-    return count
+            found.append(v)
+    return found
+
+
+def copy_seconds(values: Sequence[str], sizes, rates: HostRates) -> float:
+    """What copying ``values`` moves beyond a small copy's fixed cost: their bytes at the host's
+    memory rate (a copy reads and writes each byte once)."""
+    moved = 0.0
+    for v in values:
+        dtype = sizes.dtype(v)
+        moved += 2.0 * _size(sizes, v) * (np.dtype(dtype).itemsize if dtype is not None else 4)
+    return moved / rates.bytes_per_s
 
 
 def host_island(graph: Graph, part: Sequence[Node], on_device: set[int]) -> bool:
@@ -141,12 +204,19 @@ def host_island(graph: Graph, part: Sequence[Node], on_device: set[int]) -> bool
     return True
 
 
-def host_reason(work_s: float, launches: int, copies: int, launch_s: float, copy_s: float) -> str | None:
-    """Why the partition stays on the host, or None when the device is worth its cost."""
-    cost = launches * launch_s + copies * copy_s
+def host_reason(work_s: float, launches: int, copies: int, launch_s: float, copy_s: float,
+                moved_s: float = 0.0, symbolic_dim: int | None = None) -> str | None:
+    """Why the partition stays on the host, or None when the device is worth its cost: its launches,
+    a fixed cost per copy and ``moved_s`` for the copies' bytes. ``symbolic_dim``: the size its
+    symbolic dims were weighed at (None: all static)."""
+    cost = launches * launch_s + copies * copy_s + moved_s
     if work_s >= cost:
         return None
-    return (f"kept on the host by the cost rule: its work takes about {work_s * 1e6:.3g} us on the host, "
-            f"less than the device's {launches} launch(es) and {copies} copy(ies) "
-            f"({launch_s * 1e6:.3g} and {copy_s * 1e6:.3g} us each, measured on this device); "
+    at = "" if symbolic_dim is None else (f" with each symbolic dim at {symbolic_dim} "
+                                          f"(provider option {COST_DIM_OPTION})")
+    least = "at least " if symbolic_dim is not None else ""
+    return (f"kept on the host by the cost rule: its work takes about {work_s * 1e6:.3g} us on the host{at}, "
+            f"less than the device's {least}{launches} launch(es) and {copies} copy(ies) "
+            f"({launch_s * 1e6:.3g} and {copy_s * 1e6:.3g} us each, measured on this device, "
+            f"+{moved_s * 1e6:.3g} us for their bytes); "
             f"provider option {COST_RULE_OPTION}=off claims it anyway")

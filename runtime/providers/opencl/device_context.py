@@ -3,9 +3,10 @@
 One ``OpenCLDeviceContext`` (a ``cl.Context`` and an in-order ``cl.CommandQueue``) exists per
 OpenCL device per process, shared by every session, allocator and stream on that device. Programs
 are built once per (source, build options), a large source only in the part a launched kernel needs
-(``program_slices``): kept in a dict for the process and, as device binaries, on disk under ``$ONNXHAL_CACHE_DIR`` (default ``~/.cache/onnxhal/opencl``), keyed by
-platform, device name, driver version and a hash of source + options, so a second process loads the
-binary (~2 ms) instead of compiling (~0.4-0.9 s on PoCL).
+(``program_slices``), and kept in a dict for the process. Across processes: PoCL keeps its own build
+cache (``driver_caches_builds``); on other drivers onnxhal stores device binaries on disk under
+``$ONNXHAL_CACHE_DIR`` (default ``~/.cache/onnxhal/opencl``), keyed by platform, device name, driver
+version and a hash of source + options, so a second process loads the binary instead of compiling.
 
 A build failure raises ``ProgramBuildError``; the EP's ``get_capability`` turns it into "decline those
 nodes" (and says so); anywhere else it is an error like any other. A failure is remembered for the
@@ -80,7 +81,8 @@ class BuildStats:
 @dataclass(frozen=True)
 class LaunchCosts:
     """What the host waits for one launch (enqueue + finish of a one-work-item kernel) and for one
-    small copy (a blocking 16-byte write), on one device: medians, measured once per process."""
+    small copy (a blocking 16-byte write), on one device: the fastest of several, measured once per
+    process."""
 
     launch_s: float
     copy_s: float
@@ -116,6 +118,7 @@ class OpenCLDeviceContext:
         # finalizer) gives its kernels back on whatever thread, holding whatever lock, it interrupts.
         self._idle_lock = threading.RLock()
         self._launch_costs: LaunchCosts | None = None
+        self.stores_binaries = not driver_caches_builds(platform.name)
 
     @property
     def exp_option(self) -> str:
@@ -149,7 +152,6 @@ class OpenCLDeviceContext:
             return self._launch_costs
 
     def _measure_launch_costs(self, repeat: int = 15) -> LaunchCosts:
-        import statistics
 
         import numpy as np
 
@@ -174,7 +176,10 @@ class OpenCLDeviceContext:
                 copies.append(t2 - t1)
         bx.release()
         by.release()
-        return LaunchCosts(statistics.median(launches), statistics.median(copies))
+        # The fastest of the repeats, as host_rates takes: the median moved with the machine's load
+        # (11-19 us a launch on PoCL at load 7-9), so the cost rule sent borderline models to the
+        # device in one process and to the host in the next.
+        return LaunchCosts(min(launches), min(copies))
 
     @property
     def name(self) -> str:
@@ -278,7 +283,8 @@ class OpenCLDeviceContext:
         self.stats.compiled += 1
         self.stats.compile_seconds += time.perf_counter() - start
         program = cl.Program(prg)
-        self._store(digest, program)
+        if self.stores_binaries:
+            self._store(digest, program)
         return program
 
     def _store(self, digest: str, prg: cl.Program) -> None:
@@ -295,6 +301,18 @@ class OpenCLDeviceContext:
             os.replace(tmp, path)
         except (OSError, cl.Error):
             pass  # the cache is an optimisation: an unwritable disk only costs a rebuild next time
+
+
+def driver_caches_builds(platform_name: str) -> bool:
+    """Whether the driver keeps built programs on disk itself, so that onnxhal stores no binaries.
+
+    PoCL does (in ``POCL_CACHE_DIR``, keyed by source and options, unless ``POCL_KERNEL_CACHE=0``),
+    and asking it for a program's binary makes it generate code for every kernel of the program
+    for a generic work-group size, which its launches never use: about 1.6 s of CPU a GEMM slice
+    at load 4 (docs/opencl-internals.md), holding the GIL. A later process builds the same source
+    from PoCL's cache in about 0.08 s instead of loading onnxhal's binary in 0.01 s.
+    """
+    return platform_name == "Portable Computing Language" and os.environ.get("POCL_KERNEL_CACHE", "1") != "0"
 
 
 _contexts: dict[int, OpenCLDeviceContext] = {}

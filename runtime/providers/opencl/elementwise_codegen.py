@@ -162,16 +162,23 @@ VARIADIC_OPS = frozenset({"Max", "Min", "Sum", "Mean"})
 
 
 #: LayerNormalization whose input is a fused elementwise tree (``fused_at``): the tree's values are
-#: written to Y, then normalised there, with the arithmetic of kernel_sources' ``layernorm_rows``.
+#: written to Y, then normalised there, with the arithmetic of kernel_sources' ``layernorm_rows``;
+#: where ``store_x`` (rule ``layernorm_prologue_stored``), also to X, for the tree's other readers.
 LAYERNORM_PROLOGUE_SOURCE = """
 __kernel void layernorm_prologue(__global float* Y PARAMS, __constant int* meta, __global const float* gamma,
                                  __global const float* beta, const int has_beta, const int R, const float eps,
-                                 const int total) {
+                                 __global float* X, const int store_x, const int total) {
   const int row = get_global_id(0);
   if (row >= total) return;
   __global float* yp = Y + (size_t)row * R;
+  __global float* xp = X + (size_t)row * R;
   float mean = 0.0f;
-  for (int r = 0; r < R; ++r) { const float v = fused_at(row * R + r ARGS, meta); yp[r] = v; mean += v; }
+  for (int r = 0; r < R; ++r) {
+    const float v = fused_at(row * R + r ARGS, meta);
+    yp[r] = v;
+    if (store_x) xp[r] = v;
+    mean += v;
+  }
   mean /= (float)R;
   float var = 0.0f;
   for (int r = 0; r < R; ++r) { const float d = yp[r] - mean; var += d * d; }

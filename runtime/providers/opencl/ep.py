@@ -2,8 +2,8 @@
 
 ``get_capability`` claims the nodes the OpenCL kernels cover, by rules, fused into convex groups
 (``EpGraphSupportInfo.convex_groups``); ``compile`` plans each group once and builds its programs.
-With the provider option ``cost_rule=on`` a partition smaller than its launches and copies stays
-on the host (``cost_rule.py``).
+A partition smaller than its launches and copies stays on the host (``cost_rule.py``; provider
+option ``cost_rule=off`` claims it anyway).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from onnxhal.hal.ep import Ep, EpGraphSupportInfo, NodeComputeInfo
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.backend import OpenCLBackend
+from onnxhal.runtime.providers.opencl.cost_rule import DEFAULT_COST_DIM
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import DynamicNodeComputeInfo
 from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator
@@ -27,11 +28,13 @@ class OpenCLEp(Ep):
     runs_onnxhal_fused_ops = True  # op_support.FUSED_DOMAIN_OPS
 
     def __init__(self, device: OpenCLDeviceContext, allocator: OpenCLAllocator, logger: logging.Logger,
-                 cost_rule: bool = False, disabled_fusions: frozenset[str] = frozenset()) -> None:
+                 cost_rule: bool = True, disabled_fusions: frozenset[str] = frozenset(),
+                 cost_dim: int = DEFAULT_COST_DIM) -> None:
         self.device = device
         self.allocator = allocator
         self.logger = logger
-        self.backend = OpenCLBackend(EP_NAME, device, allocator, logger, disabled_fusions, cost_rule, host_islands=True)
+        self.backend = OpenCLBackend(EP_NAME, device, allocator, logger, disabled_fusions, cost_rule, host_islands=True,
+                                     cost_dim=cost_dim)
 
     @property
     def declined(self) -> dict[str, str]:

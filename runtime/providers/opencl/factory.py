@@ -9,6 +9,7 @@ memory (see ``memory.opencl_memory_info``). Contexts are created on first use.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from onnxhal.hal.ep_device import OrtEpDevice
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
-from onnxhal.runtime.providers.opencl.cost_rule import COST_RULE_OPTION
+from onnxhal.runtime.providers.opencl.cost_rule import COST_DIM_OPTION, COST_RULE_OPTION, DEFAULT_COST_DIM
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext, device_context
 from onnxhal.runtime.providers.opencl.ep import EP_NAME, OpenCLEp
 from onnxhal.runtime.providers.opencl.fusion_rules import DISABLE_FUSIONS_OPTION, parse_disabled
@@ -32,6 +33,9 @@ from onnxhal.runtime.providers.opencl.memory import (
 )
 
 MAX_EP_DEVICES = 8
+#: The environment variable giving ``cost_rule``'s value where the provider options do not (the
+#: test suite sets it "off": its tiny graphs are there to run the kernels).
+COST_RULE_ENV = "ONNXHAL_OPENCL_COST_RULE"
 
 
 def opencl_pairs(hardware_device: OrtHardwareDevice) -> list[tuple[int, int]]:
@@ -49,13 +53,29 @@ def opencl_pairs(hardware_device: OrtHardwareDevice) -> list[tuple[int, int]]:
 
 
 def _cost_rule(session_options: Any) -> bool:
-    """The provider option ``cost_rule`` ("on" or "off", default "off"): see cost_rule.py."""
+    """The provider option ``cost_rule`` ("on" or "off"; default $ONNXHAL_OPENCL_COST_RULE, else
+    "on"): see cost_rule.py."""
     options = session_options.provider_options_for(EP_NAME) if hasattr(session_options, "provider_options_for") else {}
-    value = str(options.get(COST_RULE_OPTION, "off")).lower()
+    value = str(options.get(COST_RULE_OPTION, os.environ.get(COST_RULE_ENV) or "on")).lower()
     if value not in ("on", "off"):
-        raise InvalidArgument(f"{EP_NAME} provider option {COST_RULE_OPTION}={value!r}: expected 'on' (keep partitions "
-                              "smaller than their launches and copies on the host) or 'off'")
+        raise InvalidArgument(f"{EP_NAME} provider option {COST_RULE_OPTION}={value!r} (or ${COST_RULE_ENV}): "
+                              "expected 'on' (keep partitions smaller than their launches and copies on the "
+                              "host) or 'off'")
     return value == "on"
+
+
+def _cost_dim(session_options: Any) -> int:
+    """The provider option ``cost_rule_dim``: the size the cost rule weighs symbolic dims at."""
+    options = session_options.provider_options_for(EP_NAME) if hasattr(session_options, "provider_options_for") else {}
+    text = str(options.get(COST_DIM_OPTION, DEFAULT_COST_DIM))
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidArgument(f"{EP_NAME} provider option {COST_DIM_OPTION}={text!r}: expected a positive integer "
+                              f"(the size each symbolic dim is weighed at; default {DEFAULT_COST_DIM})")
+    return value
 
 
 def _disabled_fusions(session_options: Any) -> frozenset[str]:
@@ -140,7 +160,7 @@ class OpenCLEpFactory(EpFactory):
             for mem, dev in self._cl_devices.items():
                 if dev.int_ptr == cl.get_platforms()[p].get_devices()[d].int_ptr:
                     return OpenCLEp(self.device_context(mem), self.allocator(mem), logger or self.logger,
-                                    cost_rule=_cost_rule(session_options),
+                                    cost_rule=_cost_rule(session_options), cost_dim=_cost_dim(session_options),
                                     disabled_fusions=_disabled_fusions(session_options))
         raise InvalidArgument(f"{EP_NAME}.create_ep: no OpenCL device in ep_metadata {list(ep_metadata)}; "
                               "create the session from this factory's EP devices")

@@ -20,6 +20,9 @@ FUSION_RULES: dict[str, str] = {
                      "activation, into its epilogue",
     "gemm_elementwise": "an elementwise tree whose only varying input is a MatMul/Gemm result without activation "
                         "(scalar constants otherwise), sole reader of it, into its epilogue",
+    "gemm_norm": "a LayerNormalization over the last axis of a row-major GEMM's result (bias, residual and "
+                 "activation applied), or rule rms_norm's kernel, right after the GEMM, into the GEMM's launch: a "
+                 "work-item computes whole rows (at most 16 column panels) and normalises them (gemm_norm_fusion)",
     "conv_pad": "a Conv's zero padding (the pad_planes copy before an implicit-GEMM Conv) into the Conv's "
                 "reads, as bounds checks",
     "conv_row_pairs": "an im2col + GEMM Conv whose output rows hold 7 or 8 values into one implicit-GEMM launch "
@@ -82,6 +85,9 @@ FUSION_RULES: dict[str, str] = {
     "transpose_operand": "a Transpose read only by batched MatMuls into their operand strides",
     "transpose_store": "a Transpose, sole reader of a batched MatMul, into its store pattern",
     "layernorm_prologue": "a fused elementwise tree read only by a LayerNormalization into the LayerNorm's kernel",
+    "layernorm_prologue_stored": "layernorm_prologue for a tree that nodes lowered after the LayerNorm also read "
+                                 "(pre-norm embeddings: the sum is the first residual): the LayerNorm's kernel stores "
+                                 "the tree's values for them too (needs layernorm_prologue)",
     "elementwise": "trees of elementwise nodes into one generated kernel",
     "qkv_projection": "MatMuls of one input by constant weights, each read by a head split, into one GEMM by the "
                       "concatenated weights (attention reads the parts in place)",

@@ -268,6 +268,59 @@ __kernel void gemm_rowmajor_a(__global const float* A, __global const float* Bp,
   }}
 {store}
 }}
+
+// Rule gemm_norm: gemm_rowmajor_a of one batch (C rows N apart) over whole rows, a work-item an RM-row
+// block walking every column panel (as a work-group of gemm_rowmajor_a walks up to GEMM_JT), then a
+// normalisation of each of its rows, read back from C as this work-item stored them (bias, residual and
+// activation applied), into Y: norm 0 layernorm_rows' arithmetic (weight w, bias nb where has_nb), 1 and
+// 2 rmsnorm_rows' (divide 0 and 1; weight w where has_w). The norm's launch folded into the GEMM's.
+__kernel void gemm_rowmajor_a_norm(__global const float* A, __global const float* Bp, __global float* C,
+                                   __global const float* bias, __global const float* R, const int M,
+                                   const int N, const int K, const int bias_mode, const float alpha,
+                                   const float beta, const int act, const float p0, const float p1, const int lda,
+                                   __global float* Y, __global const float* w, __global const float* nb,
+                                   const int has_nb, const float eps, const int norm, const int has_w) {{
+  const int Mb = (M + RM - 1) / RM, Nb = (N + 15) / 16;
+  const int ib = get_global_id(0);
+  if (ib >= Mb) return;
+  const int i0 = ib * RM, ldc = N;
+{rows}
+  for (int jb = 0; jb < Nb; ++jb) {{
+    const int j0 = jb * 16;
+    __global const float16* bp = (__global const float16*)(Bp + (size_t)jb * K * 16);
+{decl}
+    for (int k = 0; k < K; ++k) {{
+      const float16 bv = bp[k];
+{row_body}
+    }}
+{store}
+  }}
+  for (int r = 0; r < RM && i0 + r < M; ++r) {{
+    __global const float* xp = C + (size_t)(i0 + r) * N;
+    __global float* yp = Y + (size_t)(i0 + r) * N;
+    if (norm == 0) {{
+      float mean = 0.0f;
+      for (int c = 0; c < N; ++c) mean += xp[c];
+      mean /= (float)N;
+      float var = 0.0f;
+      for (int c = 0; c < N; ++c) {{ const float d = xp[c] - mean; var += d * d; }}
+      const float inv = rsqrt(var / (float)N + eps);
+      for (int c = 0; c < N; ++c) {{
+        const float v = (xp[c] - mean) * inv * w[c];
+        yp[c] = has_nb ? v + nb[c] : v;
+      }}
+    }} else {{
+      float ss = 0.0f;
+      for (int c = 0; c < N; ++c) {{ const float v = xp[c]; ss += v * v; }}
+      const float s = sqrt(ss / (float)N + eps);
+      const float inv = 1.0f / s;
+      for (int c = 0; c < N; ++c) {{
+        const float v = norm == 2 ? xp[c] / s : xp[c] * inv;
+        yp[c] = has_w ? v * w[c] : v;
+      }}
+    }}
+  }}
+}}
 {conv}
 """
 

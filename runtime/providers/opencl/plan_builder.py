@@ -40,6 +40,7 @@ from onnxhal.runtime.providers.opencl.gemm_lowering import (
     transpose_output_strides,
     transposed_view,
 )
+from onnxhal.runtime.providers.opencl.gemm_norm_fusion import norms_into_gemms
 from onnxhal.runtime.providers.opencl.op_support import (
     F32,
     FUSED_DOMAIN,
@@ -87,6 +88,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         self.shape_only = shape_only if self.rule("shape_only_outputs") else frozenset()
         #: id(LayerNormalization) -> the elementwise tree computed in its kernel (rule layernorm_prologue)
         self.layernorm_prologues: dict[int, list[Node]] = {}
+        #: the LayerNorms (ids) whose prologue's values are also stored for other readers
+        self.stored_prologues: set[int] = set()
         #: Parts of a Split that attention reads in place through their head-split view (rule
         #: ``attention``): a Split lowered for its other parts writes no copy of these.
         self.in_place_parts: set[str] = set()
@@ -292,14 +295,21 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         self._fold_transposes(nodes, consumers, outputs, skip)
         clusters = self._elementwise_clusters(nodes, consumers, outputs, skip | set(rms_norms))
         self.layernorm_prologues = {}
+        self.stored_prologues = set()
         for n in nodes:  # rule layernorm_prologue: a fused tree read only by a LayerNormalization
             if n.op_type != "LayerNormalization" or n.domain not in ("", FUSED_DOMAIN) or id(n) in skip:
                 continue
             members = clusters.get(id(self.graph.producer(n.inputs[0])))
-            if (self.rule("layernorm_prologue") and members and sole_user(n.inputs[0]) is n
-                    and not any(id(m) in skip for m in members) and self._float_tree(members)):
-                self.layernorm_prologues[id(n)] = members
-                skip.update(id(m) for m in members)
+            if not (self.rule("layernorm_prologue") and members and not any(id(m) in skip for m in members)
+                    and self._float_tree(members)):
+                continue
+            if sole_user(n.inputs[0]) is not n:
+                if not (self.rule("layernorm_prologue_stored")
+                        and self._read_after(n, n.inputs[0], consumers, position)):
+                    continue
+                self.stored_prologues.add(id(n))
+            self.layernorm_prologues[id(n)] = members
+            skip.update(id(m) for m in members)
         if self.rule("gemm_elementwise"):
             for n in nodes:
                 if id(n) in epilogues and id(n) not in skip:
@@ -333,7 +343,33 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             self._lower(n, epilogues.get(id(n)))
         if self.rule("conv_lanes_padded_output"):
             self.pads_into_producers()
+        if self.rule("gemm_norm"):
+            norms_into_gemms(self.plan)
         return self.plan
+
+    def _read_after(self, ln: Node, value: str, consumers: dict[str, list[Node]], position: dict[int, int]) -> bool:
+        """Rule ``layernorm_prologue_stored``: whether every reader of ``value`` other than LayerNorm
+        ``ln`` is lowered after it, so the LayerNorm's launch can write ``value`` for them: each reader
+        and the producers of its other inputs descend from ``ln`` (a launch is emitted at the place of
+        one of its nodes, and a node descending from ``ln`` comes after it: a residual Add folded into
+        a GEMM is emitted with the GEMM's MatMul)."""
+        below, todo = {id(ln)}, [ln]
+        while todo:
+            for o in todo.pop().outputs:
+                for c in consumers.get(o, []):
+                    if id(c) not in below:
+                        below.add(id(c))
+                        todo.append(c)
+        for reader in consumers.get(value, []):
+            if reader is ln:
+                continue
+            if id(reader) not in below or position[id(reader)] < position[id(ln)]:
+                return False
+            for i in reader.inputs:
+                producer = self.graph.producer(i) if i and i != value else None
+                if producer is not None and id(producer) not in below:
+                    return False
+        return True
 
     def _bias_follower(self, n: Node, user: Node | None) -> tuple[str, Node] | None:
         """(bias value, the Add) when ``n`` is a MatMul with a 2-D right operand or a Gemm without C
@@ -1008,7 +1044,10 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         prologue = self.layernorm_prologues.get(id(n))
         if prologue is not None:  # rule layernorm_prologue: the elementwise tree computed in here
             source, reads, meta = self._lower_fused(prologue, function=True)
-            self.plan.add_launch_1d(source, "layernorm_prologue", prod(xs[:axis]), [Buf(out), *reads, meta, *tail])
+            stored = id(n) in self.stored_prologues  # rule layernorm_prologue_stored: X for its other readers
+            x = self.output(n.inputs[0]) if stored else out
+            self.plan.add_launch_1d(source, "layernorm_prologue", prod(xs[:axis]),
+                                    [Buf(out), *reads, meta, *tail, Buf(x), I32(1 if stored else 0)])
             return
         self.plan.add_launch_1d(ks.ROWWISE_SOURCE, "layernorm_rows", prod(xs[:axis]), [
             Buf(out), Buf(self.data(n.inputs[0])), *tail])

@@ -1,8 +1,8 @@
 /* The CPU EP's optional C kernels (onnxhal.runtime.providers.cpu.kernels._native): a tree ensemble
  * walked tree by tree over the rows, libsvm's pairwise coupling row by row, an LSTM's steps
- * (recurrent.py's default form), direct convolutions (fused_conv.py), per-tensor quantization
- * (quantize.py), small layer norms (normalization.py), softmax rows and Gelu (numerics.py), for
- * the small runs where
+ * (recurrent.py's default form), direct and small 1x1 convolutions (fused_conv.py), per-tensor
+ * quantization (quantize.py), small layer norms (normalization.py), softmax rows and Gelu
+ * (numerics.py), for the small runs where
  * numpy's per-call cost (or BLAS's per-channel products) is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *
@@ -1564,6 +1564,140 @@ done:
 }
 #endif
 
+/* ---- small 1x1 convolutions ---- */
+
+/* A 1x1 convolution at unit stride without padding, for layers of few outputs (fused_conv.py's
+ * pointwise_native: MobileNet's and EfficientNet's expansions, projections and squeeze-excitation
+ * layers over planes of 1 to 16 positions), where numpy's product, bias, residual and activation
+ * are four calls of about a microsecond each around a product of about one. y[i, m, q] =
+ * act(sum_k w[m, k] x[i, k, q] + b[m] + z[i, m, q]): the weights transposed and zero-padded
+ * per layer by the caller, wt [K, MP] (MP a multiple of PW_BLOCK), so a block of output channels
+ * is contiguous vectors; PW_COLS output positions at a time, each column's sums over k in
+ * registers (FMAs in the AVX2 and AVX-512 clones, CONV_CLONES), k in order; then the bias, the
+ * residual, and a clamp as the outputs are written (DC_STORE's, in order); hard swish after, over
+ * the whole output, by hard_swish_float/double (no contraction, numpy's rounding). */
+#define PW_COLS 4
+#define PW_BLOCK 64 /* channels of the padded weight rows' blocks: 4 AVX-512 vectors of floats */
+#define PW_TAIL 16  /* the blocks past the last whole PW_BLOCK: one vector of floats */
+#define PW_SUMS(T, MC, NC, m0)                                                                               \
+  do {                                                                                                      \
+    T s[NC][MC];                                                                                            \
+    _Pragma("GCC unroll 4") for (int j = 0; j < NC; j++)                                                    \
+      _Pragma("GCC unroll 64") for (int v = 0; v < MC; v++) s[j][v] = 0;                                    \
+    for (Py_ssize_t kk = 0; kk < k; kk++) {                                                                 \
+      const T *wr = wt + kk * mp + (m0);                                                                    \
+      const T *xr = xi + kk * p + q0;                                                                       \
+      T xv[NC];                                                                                             \
+      _Pragma("GCC unroll 4") for (int j = 0; j < NC; j++) xv[j] = j < cols ? xr[j] : (T)0;                 \
+      _Pragma("GCC unroll 4") for (int j = 0; j < NC; j++)                                                  \
+        _Pragma("GCC unroll 64") for (int v = 0; v < MC; v++) s[j][v] += wr[v] * xv[j];                     \
+    }                                                                                                       \
+    Py_ssize_t rows = m - (m0) < (MC) ? m - (m0) : (MC);                                                    \
+    for (Py_ssize_t r = 0; r < rows; r++) {                                                                 \
+      Py_ssize_t at = (i * m + (m0) + r) * p + q0;                                                          \
+      for (Py_ssize_t j = 0; j < cols; j++) {                                                               \
+        T v = s[j][r];                                                                                      \
+        if (b) v = v + b[(m0) + r];                                                                         \
+        if (z) v = v + z[at + j];                                                                           \
+        if (act == DC_CLAMP) {                                                                              \
+          v = v < p0 ? p0 : v;                                                                              \
+          v = v > p1 ? p1 : v;                                                                              \
+        }                                                                                                   \
+        y[at + j] = v;                                                                                      \
+      }                                                                                                     \
+    }                                                                                                       \
+  } while (0)
+/* a last single column (planes of 1x1, odd ones) sums one column, not PW_COLS of which three are zero */
+#define POINTWISE_CONV(NAME, T)                                                                              \
+  static CONV_CLONES void NAME(const T *RESTRICT wt, const T *RESTRICT x, const T *RESTRICT b,              \
+                               const T *RESTRICT z, T *RESTRICT y, Py_ssize_t n, Py_ssize_t k, Py_ssize_t m, \
+                               Py_ssize_t mp, Py_ssize_t p, int act, T p0, T p1) {                          \
+    enum { MC = PW_BLOCK * 4 / (int)sizeof(T), TC = PW_TAIL * 4 / (int)sizeof(T) };                        \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                                    \
+      const T *xi = x + i * k * p;                                                                          \
+      for (Py_ssize_t q0 = 0; q0 < p; q0 += PW_COLS) {                                                      \
+        Py_ssize_t cols = p - q0 < PW_COLS ? p - q0 : PW_COLS, m0 = 0;                                      \
+        if (cols == 1) {                                                                                    \
+          for (; m0 + MC <= m; m0 += MC) PW_SUMS(T, MC, 1, m0);                                             \
+          for (; m0 < m; m0 += TC) PW_SUMS(T, TC, 1, m0);                                                   \
+        } else {                                                                                            \
+          for (; m0 + MC <= m; m0 += MC) PW_SUMS(T, MC, PW_COLS, m0);                                       \
+          for (; m0 < m; m0 += TC) PW_SUMS(T, TC, PW_COLS, m0);                                             \
+        }                                                                                                   \
+      }                                                                                                     \
+    }                                                                                                       \
+  }
+POINTWISE_CONV(pointwise_conv_float, float)
+POINTWISE_CONV(pointwise_conv_double, double)
+
+/* pointwise_conv(wt, x, b, z, y[, act, p0, p1]): a 1x1 convolution of x [N, K, P] into y [N, M, P]
+ * with wt [K, MP] (w [M, K] transposed, zero columns past M, MP a multiple of PW_BLOCK at least
+ * M), b [M] or None, residual z [N, M, P] or None; all float32 or all float64, C-contiguous; act
+ * as direct_conv's. */
+static PyObject *pointwise_conv(PyObject *module, PyObject *args) {
+  PyObject *o_w, *o_x, *o_b, *o_z, *o_y;
+  int act = DC_NONE;
+  double p0 = 0, p1 = 0;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOO|idd", &o_w, &o_x, &o_b, &o_z, &o_y, &act, &p0, &p1)) return NULL;
+  if (act < DC_NONE || act > DC_HARD_SWISH) {
+    PyErr_SetString(PyExc_ValueError, "pointwise_conv: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
+    return NULL;
+  }
+  Py_buffer bx, bw, bb, bz, by;
+  int held = 0, has_b = 0, has_z = 0;
+  PyObject *result = NULL;
+  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  held = 1;
+  const char *xf = bx.format ? bx.format : "B";
+  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
+  if (bx.ndim != 3 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
+    PyErr_SetString(PyExc_ValueError, "pointwise_conv: x must be [N, K, P] float32 or float64, C-contiguous");
+    goto done;
+  }
+  Py_ssize_t size = bx.itemsize, n = bx.shape[0], k = bx.shape[1], p = bx.shape[2];
+  const char *fmt = size == 4 ? "f" : "d";
+  if (get_buffer(o_w, &bw, "wt", size, fmt, -1, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
+  held = 3;
+  Py_ssize_t m = by.ndim == 3 ? by.shape[1] : 0, mp = bw.ndim == 2 ? bw.shape[1] : 0;
+  if (bw.ndim != 2 || by.ndim != 3 || bw.shape[0] != k || by.shape[0] != n || by.shape[2] != p || m < 1 ||
+      mp < m || mp % PW_BLOCK) {
+    PyErr_SetString(PyExc_ValueError, "pointwise_conv: wt must be [K, MP] (MP a multiple of POINTWISE_BLOCK, at "
+                    "least M) and y [N, M, P] of x's N and P");
+    goto done;
+  }
+  if (o_b != Py_None) {
+    if (get_buffer(o_b, &bb, "b", size, fmt, m, 0) < 0) goto done;
+    has_b = 1;
+  }
+  if (o_z != Py_None) {
+    if (get_buffer(o_z, &bz, "z", size, fmt, n * m * p, 0) < 0) goto done;
+    has_z = 1;
+  }
+  PyThreadState *ts = n * m * k * p > 65536 ? PyEval_SaveThread() : NULL;
+  if (size == 4) {
+    pointwise_conv_float(bw.buf, bx.buf, has_b ? bb.buf : NULL, has_z ? bz.buf : NULL, by.buf, n, k, m, mp, p, act,
+                         (float)p0, (float)p1);
+    if (act == DC_HARD_SWISH) hard_swish_float(by.buf, n * m * p, (float)p0, (float)p1);
+  } else {
+    pointwise_conv_double(bw.buf, bx.buf, has_b ? bb.buf : NULL, has_z ? bz.buf : NULL, by.buf, n, k, m, mp, p, act,
+                          p0, p1);
+    if (act == DC_HARD_SWISH) hard_swish_double(by.buf, n * m * p, p0, p1);
+  }
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  if (has_z) PyBuffer_Release(&bz);
+  if (has_b) PyBuffer_Release(&bb);
+  if (held >= 3) PyBuffer_Release(&by);
+  if (held >= 2) PyBuffer_Release(&bw);
+  if (held >= 1) PyBuffer_Release(&bx);
+  return result;
+}
+
 /* ---- 3-D max pooling ---- */
 
 /* The larger of a and b, NaN when either is (numpy's maximum, which the plain MaxPool takes). */
@@ -2242,6 +2376,10 @@ static PyMethodDef module_methods[] = {
      "with w [M, C / group, KH, KW] (and bias b or None) into y [N, M, OH, OW] by each tap's multiply-add over "
      "the output plane; pads (top, left), the bottom and right ones implied by y's size; act 1 clamps the "
      "outputs to [p0, p1], 2 applies hard swish (alpha p0, beta p1)."},
+    {"pointwise_conv", pointwise_conv, METH_VARARGS,
+     "pointwise_conv(wt, x, b, z, y[, act, p0, p1]): a 1x1 convolution of x [N, K, P] into y [N, M, P] with the "
+     "weights transposed and zero-padded, wt [K, MP] (MP a multiple of POINTWISE_BLOCK), bias b [M] and residual z "
+     "[N, M, P] or None; act as direct_conv's."},
     {"max_pool_3d", max_pool_3d, METH_VARARGS,
      "max_pool_3d(x, y, kernel, strides, pads, dilations): each window's maximum of x [N, C, D, H, W] into y "
      "[N, C, OD, OH, OW] (float32 or float64), one axis at a time; pads the leading ones, a window of padding "
@@ -2280,6 +2418,11 @@ PyMODINIT_FUNC PyInit__native(void) {
   Py_INCREF(&ForestType);
   if (PyModule_AddObject(m, "Forest", (PyObject *)&ForestType) < 0) {
     Py_DECREF(&ForestType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  /* pointwise_conv's padding of the transposed weight rows, for its callers */
+  if (PyModule_AddIntConstant(m, "POINTWISE_BLOCK", PW_BLOCK) < 0) {
     Py_DECREF(m);
     return NULL;
   }

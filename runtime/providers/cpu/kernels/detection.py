@@ -44,26 +44,53 @@ class NonMaxSuppression(Kernel):
         out = []
         if limit > 0:
             for n in range(scores.shape[0]):
+                corners = (y1[n], x1[n], y2[n], x2[n], area[n])
                 for c in range(scores.shape[1]):
                     s = scores[n, c]
                     order = np.argsort(-s, kind="stable")
                     if score_min is not None:
                         order = order[s[order] > score_min]
-                    kept: list[int] = []
-                    for i in order:  # a few numpy calls per candidate: the flag read costs ~1% of one
-                        check_terminate()
-                        if kept:
-                            k = np.asarray(kept)
-                            ih = np.minimum(y2[n, i], y2[n, k]) - np.maximum(y1[n, i], y1[n, k])
-                            iw = np.minimum(x2[n, i], x2[n, k]) - np.maximum(x1[n, i], x1[n, k])
-                            inter = np.clip(ih, 0, None) * np.clip(iw, 0, None)
-                            union = area[n, i] + area[n, k] - inter
-                            valid = (area[n, i] > 0) & (area[n, k] > 0) & (union > 0)
-                            iou = np.where(valid, inter / np.where(union > 0, union, 1), 0.0)
-                            if (iou > iou_max).any():
-                                continue
-                        kept.append(int(i))
-                        if len(kept) == limit:
-                            break
-                    out.extend((n, c, i) for i in kept)
+                    out.extend((n, c, i) for i in greedy_keep(corners, order, iou_max, limit))
         return [np.asarray(out, dtype=np.int64).reshape(-1, 3)]
+
+
+#: Candidates weighed together: their IoU with the boxes kept so far in one numpy call, then with
+#: each other (a BLOCK x BLOCK matrix), so Python touches a candidate once, by a flag read.
+BLOCK = 256
+
+
+def iou(corners: tuple, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """IoU of boxes ``rows`` against boxes ``cols`` (a len(rows) x len(cols) matrix) as onnxruntime
+    counts it: a box of no area overlaps nothing."""
+    y1, x1, y2, x2, area = corners
+    r, k = rows[:, None], cols[None, :]
+    ih = np.minimum(y2[r], y2[k]) - np.maximum(y1[r], y1[k])
+    iw = np.minimum(x2[r], x2[k]) - np.maximum(x1[r], x1[k])
+    inter = np.clip(ih, 0, None) * np.clip(iw, 0, None)
+    union = area[r] + area[k] - inter
+    valid = (area[r] > 0) & (area[k] > 0) & (union > 0)
+    return np.where(valid, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def greedy_keep(corners: tuple, order: np.ndarray, iou_max: float, limit: int) -> list[int]:
+    """The boxes of ``order`` (best first) that greedy suppression keeps: each whose IoU with every
+    box kept before it is at most ``iou_max``, at most ``limit`` of them. Block by block: a block's
+    candidates are checked against the kept boxes at once, and the survivors against each other."""
+    kept: list[int] = []
+    for start in range(0, len(order), BLOCK):
+        check_terminate()
+        block = order[start:start + BLOCK]
+        if kept:
+            block = block[~(iou(corners, np.asarray(kept), block) > iou_max).any(axis=0)]
+        if not block.size:
+            continue
+        over = iou(corners, block, block) > iou_max
+        gone = np.zeros(block.size, dtype=bool)
+        for j in range(block.size):
+            if gone[j]:
+                continue
+            kept.append(int(block[j]))
+            if len(kept) == limit:
+                return kept
+            gone |= over[j]  # what box j suppresses among the later candidates (earlier ones are decided)
+    return kept

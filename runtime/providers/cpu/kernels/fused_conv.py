@@ -29,7 +29,9 @@ blocks of output rows that share each loaded input row (``_native.depthwise_unit
 tap at a time over the plane (``_native.direct_conv``); so do ungrouped convolutions of a few input
 channels (stems: ``direct_native``) and 3x3 ones of up to 128 over planes of 64 outputs and more
 (VGG-style stacks: ``direct_native_few``), blocks of output channels summed in registers over
-tiles of the plane, split between the workers (``native_split``). Without it, depthwise convolutions copy
+tiles of the plane, split between the workers (``native_split``); and small ungrouped 1x1 ones
+(``pointwise_native``: ``_native.pointwise_conv``, bias, residual and Relu/Clip/HardSwish in the
+same call). Without it, depthwise convolutions copy
 their taps as contiguous rows of the input's stride phases (flat planes without a border when the
 output keeps the input's width at unit stride or halves it at stride 2) tap-major
 and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy
@@ -157,6 +159,13 @@ PACKED_POINTWISE = _path("pointwise_packed", "pointwise's conditions, and packed
 PACKED_IM2COL = _path("im2col_packed", "ungrouped im2col (above the gather limit, not taps) and packed_applies, BLAS "
                                        "on one thread at the run: the windows copied as _im2col's layouts (1x1 ones "
                                        "subsampled), then pointwise_packed's product")
+POINTWISE_NATIVE = _path("pointwise_native", "pointwise's conditions, ungrouped, at most NATIVE_POINTWISE_MAX_COLUMNS (16) "
+                                             "outputs a plane and a product under worker_pool.PARALLEL_MIN_WORK "
+                                             "multiply-adds (ahead of pointwise), float32 or float64, the C extension "
+                                             "_native built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_POINTWISE_ENABLED: "
+                                             "_native.pointwise_conv with the weights transposed (once, when "
+                                             "constant), the bias, residual and a Relu, Clip or HardSwish applied in C, "
+                                             "other activations after it")
 IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, above the gather limit) of at least "
                                          "BATCHED_MIN_IMAGES images with fewer output positions per image than output "
                                          "channels: all images' windows side by side, one product")
@@ -174,6 +183,16 @@ NATIVE_PACKED_ENABLED = True
 PACKED_MAX_COLUMNS = 64
 #: The fewest output channels the packed product takes: one block of ``_native.PACKED_GEMM_BLOCK``.
 PACKED_MIN_CHANNELS = 64
+#: The switch of ``POINTWISE_NATIVE`` (read when a kernel is built): False keeps small 1x1 layers
+#: on ``POINTWISE``'s BLAS product and numpy epilogue (the tests compare them).
+NATIVE_POINTWISE_ENABLED = True
+#: The most output positions per plane ``POINTWISE_NATIVE`` takes: it sums PW_COLS columns at a
+#: time in registers and writes each output channel's row at a stride of the plane, where BLAS's
+#: product over a wider plane runs at full width (one thread, alternating, the layer with its
+#: epilogue, C against the BLAS path: 1x1 planes 0.52-0.95, 24 to 144 channels at 4x4 0.71, 40
+#: to 16 at 2x2 0.20; at 8x8, 80 to 16 0.86 and 16 to 3 0.82 but 48 to 24 1.26, 168 to 40 1.55,
+#: 240 to 40 1.6-2.5: DeepLabV3-LRASPP's 8x8 stage, 1.06 of the model's time with them).
+NATIVE_POINTWISE_MAX_COLUMNS = 16
 #: The switch of ``DEPTHWISE_NATIVE_ROWS`` (read when a layer's path is chosen): False leaves its
 #: layers to ``DEPTHWISE_NATIVE`` (the tests compare them).
 NATIVE_DEPTHWISE_ROWS_ENABLED = True
@@ -298,7 +317,7 @@ class FusedConv(FusedBase):
         self._wg: tuple | None = None
         self._bz: tuple | None = None
         self._cacheable = {"_wb": w_const and b_const, "_wt": w_const, "_bs": b_const, "_wd": w_const and b_const,
-                           "_wg": w_const, "_wp": w_const,
+                           "_wg": w_const, "_wp": w_const, "_wq": w_const,
                            "_bz": b_const}
         self._geometries: dict[tuple, tuple] = {}
         self.last_path: str | None = None  #: the ``CONV_PATHS`` name of the last 2-D float run
@@ -314,10 +333,13 @@ class FusedConv(FusedBase):
         self._slow: set[tuple] = set()  # input shapes whose path ``_remember`` does not keep
         # the C convolutions' module, or None where not built or both switched off
         self._native = (native_module() if NATIVE_DEPTHWISE_ENABLED or NATIVE_DIRECT_ENABLED or NATIVE_PACKED_ENABLED
-                        else None)
+                        or NATIVE_POINTWISE_ENABLED else None)
         self._native_depthwise = self._native is not None and NATIVE_DEPTHWISE_ENABLED
         self._native_dense = self._native is not None and NATIVE_DIRECT_ENABLED
         self._native_packed = NATIVE_PACKED_ENABLED and packed_gemm_supported(self._native)
+        self._native_pointwise = (NATIVE_POINTWISE_ENABLED and self._native is not None
+                                  and hasattr(self._native, "pointwise_conv"))
+        self._wq: tuple | None = None
         self._wp: tuple | None = None
         params = node.attr("activation_params") or []
         self._clip_bounds = ((float(params[0]), float(params[1]))
@@ -466,7 +488,24 @@ class FusedConv(FusedBase):
                 act(y)
             return y.reshape(shape)
 
-        if path == "pointwise" and self.group == 1 and x.size * w.shape[0] < worker_pool.PARALLEL_MIN_WORK and (
+        if path == POINTWISE_NATIVE and x.dtype in _NATIVE_FLOATS and w.dtype == x.dtype:
+            # the C call with the transposed weights, the bias and the activation bound
+            n, k = x.shape[:2]
+            m = w.shape[0]
+            xs, ys, out = (n, k, x.shape[2] * x.shape[3]), (n, m, x.shape[2] * x.shape[3]), (n, m) + x.shape[2:]
+            wt, pointwise, dtype = self._transposed_weights(w), self._native.pointwise_conv, x.dtype
+            bc = None if bias is None else np.ascontiguousarray(bias, dtype)
+            in_c = self._native_act or ()
+            after = self.act if self._native_act is None else None
+
+            def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+                y = np.empty(out, dtype)
+                pointwise(wt, (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(xs), bc,
+                          None if z is None else np.ascontiguousarray(z, dtype).reshape(ys), y.reshape(ys), *in_c)
+                if after is not None:
+                    after(y)
+                return y
+        elif path == "pointwise" and self.group == 1 and x.size * w.shape[0] < worker_pool.PARALLEL_MIN_WORK and (
                 bias is None or x.size < _conv.GATHER_MAX):
             n, k = x.shape[:2]
             m = w.shape[0]
@@ -601,6 +640,9 @@ class FusedConv(FusedBase):
             return pads, oh, ow, DIRECT_NATIVE, None
         if self.group == 1 and self._native_dense and few_channels_apply((c, kh, kw), (oh, ow), (sh, sw), (dh, dw)):
             return pads, oh, ow, DIRECT_NATIVE_FEW, None
+        if (self._native_pointwise and self.group == 1 and kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1)
+                and pointwise_native_applies(x_shape, m)):
+            return pads, oh, ow, POINTWISE_NATIVE, None
         if self.group == c == m and cg == 1:
             path = "depthwise"
         elif kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1):
@@ -657,6 +699,11 @@ class FusedConv(FusedBase):
         if path == GATHER:
             self.last_path = path
             return self._gathered(x, w, b, z, plan)
+        if path == POINTWISE_NATIVE:
+            if x.dtype in _NATIVE_FLOATS and w.dtype == x.dtype:
+                self.last_path = path
+                return shuffle_channels(self._native_pointwise_run(x, w, b, z), self.shuffle)
+            path = POINTWISE  # another float type: BLAS's product, as without the C
         if path == PACKED_POINTWISE or path == PACKED_IM2COL:
             if x.dtype == np.float32 and w.dtype == np.float32 and packed_now():
                 self.last_path = path
@@ -745,6 +792,36 @@ class FusedConv(FusedBase):
                 self._finish(y, b, None, shuffled)
         y = y.reshape(n, m, oh, ow)
         return y if shuffled else shuffle_channels(y, self.shuffle)
+
+    def _transposed_weights(self, w: np.ndarray) -> np.ndarray:
+        """``w`` (M, K, 1, 1) as ``_native.pointwise_conv`` reads it: (K, MP), w transposed with
+        zero columns up to a multiple of its ``POINTWISE_BLOCK``; kept while constant weights come
+        back."""
+        def build() -> np.ndarray:
+            m = w.shape[0]
+            block = self._native.POINTWISE_BLOCK
+            wt = np.zeros((w.shape[1], -(-m // block) * block), dtype=w.dtype)
+            wt[:, :m] = w.reshape(m, -1).T
+            return wt
+        return self._derived("_wq", (w,), build)
+
+    def _native_pointwise_run(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
+                              z: np.ndarray | None) -> np.ndarray:
+        """``POINTWISE_NATIVE``: one ``_native.pointwise_conv`` with the bias, the residual and
+        ``native_activation``'s activation; any other activation after it, in numpy."""
+        n, k = x.shape[:2]
+        m = w.shape[0]
+        p = x.shape[2] * x.shape[3]
+        y = np.empty((n, m) + x.shape[2:], dtype=x.dtype)
+        xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        bc = None if b is None else np.ascontiguousarray(b, x.dtype)
+        zc = None if z is None else np.ascontiguousarray(z, x.dtype).reshape(n, m, p)
+        act = self._native_act
+        self._native.pointwise_conv(self._transposed_weights(w), xc.reshape(n, k, p), bc, zc, y.reshape(n, m, p),
+                                    *(act or ()))
+        if act is None and self.act is not None:
+            self.act(y)
+        return y
 
     def _packed_weights(self, w: np.ndarray) -> np.ndarray:
         """``w`` (M, C, kh, kw) as ``_native.packed_gemm`` reads it: (ceil(M / B), C kh kw, B) for
@@ -1087,6 +1164,14 @@ def packed_applies(x_shape: tuple, w_shape: tuple, out_hw: tuple[int, int]) -> b
     p = out_hw[0] * out_hw[1]
     return (x_shape[0] == 1 and p <= PACKED_MAX_COLUMNS and w_shape[0] >= PACKED_MIN_CHANNELS
             and w_shape[0] * w_shape[1] * w_shape[2] * w_shape[3] * p >= worker_pool.PARALLEL_MIN_WORK)
+
+
+def pointwise_native_applies(x_shape: tuple, m: int) -> bool:
+    """The shapes ``POINTWISE_NATIVE`` takes: at most ``NATIVE_POINTWISE_MAX_COLUMNS`` positions a
+    plane and a product of fewer than ``worker_pool.PARALLEL_MIN_WORK`` multiply-adds (larger ones
+    go to BLAS's products or the packed one, split between the workers)."""
+    n, c, h, w = x_shape
+    return h * w <= NATIVE_POINTWISE_MAX_COLUMNS and n * c * h * w * m < worker_pool.PARALLEL_MIN_WORK
 
 
 def few_channels_apply(in_ckk: tuple[int, int, int], out_hw: tuple[int, int], strides: tuple[int, int],

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.ep import INLINE_APPLY
 from onnxhal.hal.errors import InvalidArgument, InvalidGraph
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -33,6 +34,8 @@ UFUNCS = {"ReduceProd": np.multiply, "ReduceSum": np.add, "ReduceMax": np.maximu
 @register("GatherReduce", since=1, domain=FUSED_DOMAIN)
 class GatherReduce(Kernel):
     """Gathered columns reduced per segment (module docstring)."""
+
+    inline_fn = INLINE_APPLY
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.name = node.name
@@ -50,7 +53,6 @@ class GatherReduce(Kernel):
         self.feature_extractor = self.source == "ArrayFeatureExtractor"
         # (axis length, indices made non-negative for it): replaced whole, so threads read one pair
         self._checked: tuple[int, np.ndarray | None] = (-1, None)
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]

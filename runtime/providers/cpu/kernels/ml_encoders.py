@@ -13,6 +13,7 @@ from itertools import repeat
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.ep import INLINE_APPLY
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.ml_common import ML
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -156,10 +157,11 @@ class LabelEncoder(Kernel):
     """Maps each element through keys -> values, the default where the key is absent; the output
     has the input's shape and the values' type."""
 
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         keys, values, default = _label_encoder_arrays(node)
         self.lookup = Lookup(keys, values, default, f"LabelEncoder node {node.name!r}")
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]
@@ -210,6 +212,8 @@ class OneHotEncoder(Kernel):
     output is the input's shape plus that axis. Floats are truncated to int64 first, as in
     onnxruntime. With zeros=0 an unknown category is an error."""
 
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         ints, strings = node.attr("cats_int64s"), node.attr("cats_strings")
         if bool(ints) == bool(strings):
@@ -243,7 +247,6 @@ class OneHotEncoder(Kernel):
             table = np.zeros((int(cats.max()) - lo + 3, self.n), np.float32)
             table[cats - lo + 1, np.arange(self.n)] = 1
             self.span_rows, self.span_shift = table, np.array(lo - 1, np.int64)
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]
@@ -300,6 +303,8 @@ class Imputer(Kernel):
     """Replaces replaced_value (NaN if that is NaN) by imputed values: one for all columns or
     one per column of the last axis."""
 
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         floats, ints = node.attr("imputed_value_floats"), node.attr("imputed_value_int64s")
         if bool(floats) == bool(ints):
@@ -313,7 +318,6 @@ class Imputer(Kernel):
         # (shape, dtype, the imputed values to copy there) of the last input checked: replaced
         # whole (one assignment), so that threads read one consistent tuple
         self._checked: tuple = ((), None, None)
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]
@@ -353,6 +357,8 @@ class Imputer(Kernel):
 class ArrayFeatureExtractor(Kernel):
     """The columns Y of the last axis of X; a 1-D X gives one row [1, len(Y)]."""
 
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.name = node.name
         # (Y as given, its bytes, X's width, Y's indices checked for that width): Y is usually a
@@ -362,7 +368,6 @@ class ArrayFeatureExtractor(Kernel):
         # a constant initializer Y is the same array, never changed, every run: its bytes need no
         # comparing
         self.constant_y = ctx is not None and len(node.inputs) > 1 and ctx.is_constant_initializer(node.inputs[1])
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0], inputs[1])]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.ep import INLINE_APPLY
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.clamp import constant
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
@@ -93,9 +94,10 @@ class LinearClassifier(Kernel):
         self.biases = self.bias.cache
         # the small path's transform: softmax written for it (_softmax)
         few = 2 <= n <= _SQUARE_MAX
-        self.small_post = {"SOFTMAX": self._softmax, "LOGISTIC": logistic_into}.get(self.transform, self.post) \
-            if few else self.post
         self.ones = _ones_square(n, _F32) if few else None
+        # functions of the ones square, not bound methods: one kept on the kernel is a reference cycle
+        self.small_post = {"SOFTMAX": functools.partial(_small_softmax, self.ones),
+                           "LOGISTIC": logistic_into}.get(self.transform, self.post) if few else self.post
         # labels 0..k-1 (int64): the label is the argmax itself (np.intp is int64 here)
         self.labels_are_index = labels.dtype == np.int64 and np.dtype(np.intp) == np.int64 and \
             np.array_equal(labels, np.arange(len(labels)))
@@ -145,22 +147,24 @@ class LinearClassifier(Kernel):
         """The binary form's scores as returned (FusedLinearClassifier normalizes them)."""
         return scores
 
-    def _softmax(self, scores: np.ndarray) -> np.ndarray:
-        """SOFTMAX of a few rows in place: numerics' ``softmax_rows_by_dot`` where every score is
-        within +-60, else ``softmax_rows_into``."""
-        y = softmax_rows_by_dot(scores, self.ones)
-        return softmax_rows_into(scores) if y is None else y
+
+def _small_softmax(ones: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """SOFTMAX of a few rows in place: numerics' ``softmax_rows_by_dot`` (``ones``: the square of
+    ones of the row width) where every score is within +-60, else ``softmax_rows_into``."""
+    y = softmax_rows_by_dot(scores, ones)
+    return softmax_rows_into(scores) if y is None else y
 
 
 @register("LinearRegressor", since=1, domain=ML)
 class LinearRegressor(Kernel):
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         targets = int(node.attr("targets", 1))
         self.coef = np.asarray(node.attr("coefficients"), np.float32).reshape(targets, -1).T.copy()
         self.intercepts = np.asarray(node.attr("intercepts", [0.0] * targets), np.float32)
         self.transform = post_transform_name(node)
         self.post = score_transform(self.transform, targets)
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]
@@ -172,12 +176,13 @@ class LinearRegressor(Kernel):
 
 @register("Scaler", since=1, domain=ML)
 class Scaler(Kernel):
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.offset = np.asarray(node.attr("offset", [0.0]), np.float32)
         self.scale = np.asarray(node.attr("scale", [1.0]), np.float32)
         self.width = -1  # the last input width the attributes were checked for
         self.full: dict[tuple, tuple] = {}  # small float32 [N, C] shape -> offset and scale at that shape
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]
@@ -202,13 +207,14 @@ class Scaler(Kernel):
 
 @register("Normalizer", since=1, domain=ML)
 class Normalizer(Kernel):
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.norm = node.attr("norm", "MAX")
         if self.norm not in ("MAX", "L1", "L2"):
             raise InvalidArgument(f"Normalizer node {node.name!r}: norm {self.norm!r} is none of MAX, L1, L2.")
         self.l1 = self.norm == "L1"
         self.squares: dict[int, np.ndarray] = {}  # L1, L2: row width -> a square of ones (small rows' sums)
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]
@@ -253,10 +259,11 @@ class Normalizer(Kernel):
 
 @register("Binarizer", since=1, domain=ML)
 class Binarizer(Kernel):
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.threshold = float(node.attr("threshold", 0.0))
         self.thresholds: dict[np.dtype, np.ndarray] = {}  # per input dtype, as a 0-d array (a cheap operand)
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]
@@ -342,13 +349,17 @@ class FusedLinearClassifier(LinearClassifier):
         post, small_post = self.post, self.small_post
         self.post = lambda scores: normalize(post(scores))
         self.finish = normalize
-        if self.small_post == self._softmax and normalize.__self__.l1:
-            self.small_post = self._softmax_l1
+        small_softmax = isinstance(small_post, functools.partial) and small_post.func is _small_softmax
+        if small_softmax and normalize.__self__.l1:
+            self.small_post = functools.partial(_small_softmax_l1, self.ones, self.post)
         else:
             self.small_post = lambda scores: normalize(small_post(scores))
 
-    def _softmax_l1(self, scores: np.ndarray) -> np.ndarray:
-        y = softmax_rows_by_dot(scores, self.ones)
-        if y is None:
-            return self.post(scores)
-        return np.divide(y, np.dot(y, self.ones), out=y)
+
+def _small_softmax_l1(ones: np.ndarray, post: Callable, scores: np.ndarray) -> np.ndarray:
+    """``FusedLinearClassifier``'s small path for SOFTMAX then the L1 norm (``post``: the whole
+    transform, where a score lies beyond ``softmax_rows_by_dot``'s range)."""
+    y = softmax_rows_by_dot(scores, ones)
+    if y is None:
+        return post(scores)
+    return np.divide(y, np.dot(y, ones), out=y)

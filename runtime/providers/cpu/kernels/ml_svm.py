@@ -14,6 +14,7 @@ from types import ModuleType
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.ep import INLINE_APPLY
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
@@ -460,6 +461,8 @@ class SVMClassifier(Kernel):
 
 @register("SVMRegressor", since=1, domain=ML)
 class SVMRegressor(Kernel):
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.n_supports = int(node.attr("n_supports", 0))
         coef = np.asarray(node.attr("coefficients"), np.float32)
@@ -473,7 +476,6 @@ class SVMRegressor(Kernel):
             self.vectors = None
             self.coef = coef
         self.kernel = _SvmKernel(node, self.vectors)
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]

@@ -19,6 +19,7 @@ from types import ModuleType
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.ep import INLINE_APPLY
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
@@ -832,6 +833,8 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
 
 @register("TreeEnsembleRegressor", since=1, domain=ML)
 class TreeEnsembleRegressor(Kernel):
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.n_targets = int(node.attr("n_targets", 1))
         self.forest = _legacy_forest(node, "target", self.n_targets)
@@ -845,7 +848,6 @@ class TreeEnsembleRegressor(Kernel):
         self.base = base if base is not None and base.size == self.n_targets and base.any() else None
         self.transform = post_transform_name(node)
         self.post = score_transform(self.transform, self.n_targets)
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(inputs[0])]
@@ -1032,7 +1034,8 @@ class TreeEnsembleClassifier(Kernel):
         native = self.forest.native
         native_pair = None if native is None else native.with_weights(self.forest, _negated_and_as_is(
             self.forest.weights))
-        return self._signed_bits, native_pair, base, threshold, take, post
+        # not the bound _signed_bits (compute passes it): kept on the kernel, it is a reference cycle
+        return native_pair, base, threshold, take, post
 
     def _signed_bits(self) -> _LeafBits:
         """The forest's leaf bits with weights [-w, w] (``_LeafBits.signed_pair``), made at the first
@@ -1043,7 +1046,7 @@ class TreeEnsembleClassifier(Kernel):
 
     def _two_pair(self, scores: np.ndarray) -> list:
         """``_two_classes_constant``'s one-score result from the sums [-s, s] (``_signed_pair``)."""
-        _, _, base, threshold, take, post = self._pair
+        _, base, threshold, take, post = self._pair
         if base is not None:
             np.add(scores, _repeated(base, scores.shape[0], self._pair_base_rows), out=scores)
         positive = np.greater(scores[:, 1], threshold)
@@ -1054,7 +1057,7 @@ class TreeEnsembleClassifier(Kernel):
     def compute(self, inputs: list) -> list:
         x = _compared_rows(inputs[0], self.forest.threshold, "TreeEnsembleClassifier")
         if self._pair is not None:
-            scores = self.forest.sums(x, "SUM", self._pair[0], self._pair[1])
+            scores = self.forest.sums(x, "SUM", self._signed_bits, self._pair[0])
             if scores is not None:
                 return self._two_pair(scores)
         scores = self.forest.sums(x, "SUM")

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.ep import INLINE_APPLY
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import sparse_to_dense
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -201,13 +202,14 @@ class Slice(Kernel):
 
     host_inputs = frozenset({1, 2, 3, 4})
 
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.constant = ctx is not None and all(ctx.is_constant_initializer(i) for i in node.inputs[1:] if i)
         # input shape -> index for constant parameters; (shape, parameter values) -> index for
         # others (a loop body's starts and ends come from Unsqueezes of outer-scope scalars: new
         # arrays every iteration, the same few values)
         self._index: dict[tuple, tuple] = {}
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(*inputs)]
@@ -240,9 +242,10 @@ class Slice(Kernel):
 
 @register("Gather", since=1)
 class Gather(Kernel):
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.axis = node.attr("axis", 0)
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         x, idx = inputs
@@ -354,12 +357,13 @@ class UnsqueezeAttr(Kernel):
 class Unsqueeze(Kernel):
     host_inputs = frozenset({1})
 
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         # axes from a constant initializer: the same array every run, read once
         self.constant_axes = ctx is not None and len(node.inputs) > 1 and bool(node.inputs[1]) \
             and ctx.is_constant_initializer(node.inputs[1])
         self._axes: tuple | None = None  # (the axes array, its tuple, input shape -> output shape)
-        self.inline_fn = self.apply
 
     def compute(self, inputs: list) -> list:
         return [self.apply(*inputs)]

@@ -34,7 +34,7 @@ from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 #: Host->device copies of at most this many bytes, given a stream, are enqueued from a private copy of
 #: the source and not waited for (larger ones wait, as the source may be reused once the copy returns)
 ASYNC_UPLOAD_MAX_BYTES = 1 << 16
-#: Copies given a stream whose events are kept until they complete; past this the oldest is waited for
+#: Uploads given a stream whose events are kept until they complete; past this the oldest is waited for
 MAX_COPIES_IN_FLIGHT = 64
 
 #: Vendor id of OpenCL device memory when the hardware device reports none ("OH", onnxhal).
@@ -130,10 +130,10 @@ class OpenCLDataTransfer(DataTransfer):
 
     def __init__(self, devices: dict[OrtMemoryDevice, OpenCLDeviceContext]) -> None:
         self.devices = dict(devices)
-        # pyopencl's events of copies from or to host memory (NannyEvents: each holds its host array,
-        # and dropping one waits for its copy). Dropped at once, every copy given a stream would wait
+        # pyopencl's events of uploads from host memory (NannyEvents: each holds its host array, and
+        # dropping one waits for its copy). Dropped at once, every upload given a stream would wait
         # for the device (~20 us of CPU on PoCL 3.1, against ~3 to enqueue), so they are kept until
-        # they complete, or until MAX_COPIES_IN_FLIGHT are pending; the stream's notification is the wait.
+        # they complete, or until MAX_COPIES_IN_FLIGHT are pending.
         self._in_flight: deque = deque()
         self._in_flight_lock = threading.Lock()
 
@@ -201,9 +201,10 @@ class OpenCLDataTransfer(DataTransfer):
                 raise InvalidArgument(f"copy_tensors: pair {i}: host destination must be a writable C-contiguous "
                                       "array; allocate it with numpy.empty")
             q = self._queue_for(s, stream, blocking)
-            event = cl.enqueue_copy(q, d, s.buffer, src_offset=s.offset, is_blocking=False)
-            if stream is not None:  # the caller waits on the stream (a notification) before reading ``d``
-                self._keep(event)
+            # Waited for here, stream or not (the event is dropped at once): inside onnxruntime the
+            # bridge's callers read host outputs without waiting on the stream first, and If and Loop
+            # bodies computed with what the copy had not yet written (tests/test_ort_plugin_control_flow.py).
+            cl.enqueue_copy(q, d, s.buffer, src_offset=s.offset, is_blocking=False)
         elif isinstance(s, DeviceTensor) and isinstance(d, DeviceTensor):
             qs = self._queue_for(s, stream, blocking)
             qd = self._queue_for(d, stream, blocking)

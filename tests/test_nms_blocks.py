@@ -11,7 +11,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxhal
-from onnxhal.runtime.providers.cpu.kernels.detection import BLOCK, greedy_keep, iou
+from onnxhal.runtime.providers.cpu.kernels.detection import BLOCK, NATIVE_CHUNK, greedy_keep, iou, native_keep
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
+
+NATIVE = native_module()
 
 
 def _plain(corners, order, iou_max, limit):
@@ -49,7 +52,39 @@ def test_blocks_keep_what_the_plain_loop_keeps(n, iou_max):
     scores = np.round(rng.random(n), 2)  # ties, kept in index order by the stable sort
     order = np.argsort(-scores, kind="stable")
     for limit in (1, 5, n + 1, 10**9):
-        assert greedy_keep(corners, order, iou_max, limit) == _plain(corners, order, iou_max, limit)
+        want = _plain(corners, order, iou_max, limit)
+        assert greedy_keep(corners, order, iou_max, limit) == want
+        if NATIVE is not None:
+            assert native_keep(NATIVE, np.stack(corners), order, iou_max, limit) == want
+
+
+@pytest.mark.skipif(NATIVE is None, reason="the CPU EP's C kernels are not built (no compiler at install)")
+@pytest.mark.parametrize("n", [50, NATIVE_CHUNK + 300])
+def test_the_c_route_keeps_the_numpy_boxes_with_nan_inf_and_ties(n):
+    """Non-finite corners (NaN areas overlap nothing; numpy's minimum keeps a NaN, C's fmin would not),
+    duplicated boxes and equal scores, over more than one call of the C route."""
+    rng = np.random.default_rng(n)
+    b = _boxes(rng, n)
+    b[rng.random(b.shape) < 0.02] = np.nan
+    b[rng.random(b.shape) < 0.01] = np.inf
+    y1, x1, y2, x2 = np.minimum(b[:, 0], b[:, 2]), np.minimum(b[:, 1], b[:, 3]), np.maximum(b[:, 0], b[:, 2]), \
+        np.maximum(b[:, 1], b[:, 3])
+    with np.errstate(invalid="ignore"):
+        corners = (y1, x1, y2, x2, (y2 - y1) * (x2 - x1))
+        order = np.argsort(-np.round(rng.random(n), 1), kind="stable")
+        for iou_max, limit in [(0.5, 10**9), (0.2, 7), (-0.5, 10**9), (0.7, n // 2)]:
+            want = greedy_keep(corners, order, iou_max, limit)
+            assert native_keep(NATIVE, np.stack(corners), order, iou_max, limit) == want
+
+
+@pytest.mark.skipif(NATIVE is None, reason="the CPU EP's C kernels are not built (no compiler at install)")
+def test_the_c_route_refuses_indices_outside_the_boxes():
+    corners = np.zeros((5, 4))
+    kept = np.empty(8, np.int64)
+    with pytest.raises(ValueError, match="within n"):
+        NATIVE.nms_keep(corners, np.array([0, 4], np.int64), kept, 0, 0.5, 10)
+    with pytest.raises(ValueError, match="count"):
+        NATIVE.nms_keep(corners, np.arange(4, dtype=np.int64), np.empty(3, np.int64), 0, 0.5, 10)
 
 
 def _model(center):
@@ -66,7 +101,7 @@ def _model(center):
 
 
 @pytest.mark.parametrize("center", [0, 1])
-def test_detector_sized_inputs_match_onnxruntime(center):
+def test_detector_sized_inputs_match_onnxruntime(center, monkeypatch):
     rng = np.random.default_rng(center)
     n, classes = 2 * BLOCK + 99, 3
     boxes = np.stack([_boxes(rng, n) for _ in range(2)]).astype(np.float32)
@@ -76,10 +111,12 @@ def test_detector_sized_inputs_match_onnxruntime(center):
     blob = _model(center).SerializeToString()
     ort = onnxruntime.InferenceSession(blob, providers=["CPUExecutionProvider"])
     hal = onnxhal.InferenceSession(blob)
+    monkeypatch.setenv("ONNXHAL_NATIVE_KERNELS", "0")  # read when a kernel is built: the numpy route
+    plain = onnxhal.InferenceSession(blob)
     for k, iou_max, th in [(10**6, 0.5, 0.0), (50, 0.45, 0.25), (3, 0.9, 0.5), (0, 0.5, 0.0)]:
         feeds = {"boxes": boxes, "scores": scores, "k": np.array([k], np.int64),
                  "iou": np.array([iou_max], np.float32), "th": np.array([th], np.float32)}
         want = ort.run(None, feeds)[0]
-        got = hal.run(None, feeds)[0]
-        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(hal.run(None, feeds)[0], want)
+        np.testing.assert_array_equal(plain.run(None, feeds)[0], want)
     assert onnx.checker.check_model(_model(center)) is None

@@ -2321,7 +2321,78 @@ static PyObject *gelu(PyObject *module, PyObject *args) {
 }
 /* ---- end of Gelu ---- */
 
+/* ---- NonMaxSuppression ---- */
+/* numpy's minimum and maximum: a NaN operand is the result (C's fmin/fmax drop it). */
+static inline double np_min(double a, double b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
+static inline double np_max(double a, double b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
+
+/* IoU of boxes r and c of corners [5][n] (y1, x1, y2, x2, area), in detection.iou's float64 steps
+ * and order: this translation unit is built without FMA contraction (no target attribute here), so
+ * the result is numpy's to the bit. */
+static inline double nms_iou(const double *cr, Py_ssize_t n, Py_ssize_t r, Py_ssize_t c) {
+  const double *y1 = cr, *x1 = cr + n, *y2 = cr + 2 * n, *x2 = cr + 3 * n, *area = cr + 4 * n;
+  double ih = np_min(y2[r], y2[c]) - np_max(y1[r], y1[c]);
+  double iw = np_min(x2[r], x2[c]) - np_max(x1[r], x1[c]);
+  double inter = np_max(ih, 0.0) * np_max(iw, 0.0);
+  double uni = area[r] + area[c] - inter;
+  int valid = area[r] > 0 && area[c] > 0 && uni > 0;
+  return valid ? inter / uni : 0.0;
+}
+
+/* nms_keep(corners, order, kept, count, iou_max, limit) -> count: greedy suppression of the boxes of
+ * order (int64, best first) over corners (float64 [5, n]), after the count boxes already in kept
+ * (int64, room for count + len(order)); the boxes kept are appended there, until limit in all. */
+static PyObject *nms_keep(PyObject *module, PyObject *args) {
+  PyObject *o_c, *o_o, *o_k;
+  Py_ssize_t count;
+  double iou_max;
+  long long limit;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOndL", &o_c, &o_o, &o_k, &count, &iou_max, &limit)) return NULL;
+  Py_buffer bc, bo, bk;
+  if (get_buffer(o_c, &bc, "nms_keep: corners", 8, "d", -1, 0) < 0) return NULL;
+  if (get_buffer(o_o, &bo, "nms_keep: order", 8, "lq", -1, 0) < 0) {
+    PyBuffer_Release(&bc);
+    return NULL;
+  }
+  if (get_buffer(o_k, &bk, "nms_keep: kept", 8, "lq", -1, 1) < 0) {
+    PyBuffer_Release(&bc);
+    PyBuffer_Release(&bo);
+    return NULL;
+  }
+  Py_ssize_t n = bc.len / 8 / 5, m = bo.len / 8;
+  const long long *order = bo.buf;
+  long long *kept = bk.buf;
+  int bad = bc.len != n * 5 * 8 || count < 0 || bk.len / 8 < count + m;
+  for (Py_ssize_t i = 0; i < m && !bad; i++) bad = order[i] < 0 || order[i] >= n;
+  for (Py_ssize_t j = 0; j < count && !bad; j++) bad = kept[j] < 0 || kept[j] >= n;
+  if (bad) {
+    PyBuffer_Release(&bc);
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bk);
+    PyErr_SetString(PyExc_ValueError, "nms_keep: corners must be [5, n], the indices within n and kept hold "
+                                      "count + len(order) values");
+    return NULL;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  for (Py_ssize_t i = 0; i < m && count < limit; i++) {
+    Py_ssize_t c = (Py_ssize_t)order[i];
+    int suppressed = 0;
+    for (Py_ssize_t j = 0; j < count && !suppressed; j++) suppressed = nms_iou(bc.buf, n, (Py_ssize_t)kept[j], c) > iou_max;
+    if (!suppressed) kept[count++] = c;
+  }
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&bc);
+  PyBuffer_Release(&bo);
+  PyBuffer_Release(&bk);
+  return PyLong_FromSsize_t(count);
+}
+/* ---- end of NonMaxSuppression ---- */
+
 static PyMethodDef module_methods[] = {
+    {"nms_keep", nms_keep, METH_VARARGS,
+     "nms_keep(corners, order, kept, count, iou_max, limit) -> count: greedy NonMaxSuppression of order's boxes "
+     "after the count already kept."},
     {"gelu", gelu, METH_VARARGS,
      "gelu(y, coefficients): y = gelu(y) in place by numerics' polynomial (float32)."},
     {"softmax_rows", softmax_rows, METH_VARARGS,

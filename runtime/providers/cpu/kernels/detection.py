@@ -1,4 +1,9 @@
-"""NonMaxSuppression: greedy suppression per batch and class, in descending score order."""
+"""NonMaxSuppression: greedy suppression per batch and class, in descending score order.
+
+Two routes to the same boxes: ``greedy_keep`` (numpy, in blocks; the plain form) and, where the
+CPU EP's C kernels are built, ``native_keep`` (``_native.nms_keep``: each candidate against the boxes
+kept so far, as onnxruntime does it, with numpy's float64 steps). tests/test_nms_blocks.py holds
+the two to each other and to onnxruntime."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
@@ -24,6 +30,7 @@ class NonMaxSuppression(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.center = bool(node.attr("center_point_box", 0))
+        self.native = native_module()
 
     def compute(self, inputs: list) -> list:
         boxes, scores = inputs[0], inputs[1]
@@ -45,12 +52,15 @@ class NonMaxSuppression(Kernel):
         if limit > 0:
             for n in range(scores.shape[0]):
                 corners = (y1[n], x1[n], y2[n], x2[n], area[n])
+                packed = np.stack(corners) if self.native is not None else None
                 for c in range(scores.shape[1]):
                     s = scores[n, c]
                     order = np.argsort(-s, kind="stable")
                     if score_min is not None:
                         order = order[s[order] > score_min]
-                    out.extend((n, c, i) for i in greedy_keep(corners, order, iou_max, limit))
+                    kept = (native_keep(self.native, packed, order, iou_max, limit) if packed is not None
+                            else greedy_keep(corners, order, iou_max, limit))
+                    out.extend((n, c, i) for i in kept)
         return [np.asarray(out, dtype=np.int64).reshape(-1, 3)]
 
 
@@ -94,3 +104,21 @@ def greedy_keep(corners: tuple, order: np.ndarray, iou_max: float, limit: int) -
                 return kept
             gone |= over[j]  # what box j suppresses among the later candidates (earlier ones are decided)
     return kept
+
+
+#: Candidates per call of the C route, between which a terminate request is honoured.
+NATIVE_CHUNK = 4096
+
+
+def native_keep(native, packed: np.ndarray, order: np.ndarray, iou_max: float, limit: int) -> list[int]:
+    """``greedy_keep``'s boxes by ``native.nms_keep`` over ``packed`` (float64 [5, n]: y1, x1, y2, x2,
+    area), ``NATIVE_CHUNK`` candidates a call."""
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    kept = np.empty(order.size, dtype=np.int64)
+    count = 0
+    for start in range(0, order.size, NATIVE_CHUNK):
+        check_terminate()
+        count = native.nms_keep(packed, order[start:start + NATIVE_CHUNK], kept, count, iou_max, min(limit, 2**62))
+        if count >= limit:
+            break
+    return kept[:count].tolist()

@@ -114,33 +114,6 @@ def test_copies_in_all_three_directions(factory, mem, use_stream):
     assert alloc.stats()["InUse"] == start
 
 
-def test_small_upload_on_a_stream_copies_the_source_as_it_was(factory, mem):
-    """A host->device copy given a stream returns before the device runs it (memory.ASYNC_UPLOAD_MAX_BYTES):
-    it copies from a private copy of the source, so changing the source afterwards changes nothing.
-    The device->host copy waits for the device, stream or not (memory.py says why)."""
-    dt = factory.create_data_transfer()
-    alloc = factory.create_allocator(mem)
-    stream = factory.create_sync_stream_for_device(mem.memory_device)
-    queue = stream.handle()
-    gate = cl.UserEvent(queue.context)
-    cl.enqueue_marker(queue, wait_for=[gate])  # the queue runs nothing until the gate opens
-    x = np.arange(96, dtype=np.float32)
-    d = alloc.tensor(x.shape, x.dtype)
-    out = np.full_like(x, np.nan)
-    try:
-        dt.copy_tensors([x], [d], [stream])  # returns: the upload waits behind the gate
-        x[:] = -1.0  # the caller reuses its array while the copy waits behind the gate
-    finally:  # open the gate (also on a failure, so the queue drains)
-        gate.set_status(cl.command_execution_status.COMPLETE)
-    try:
-        dt.copy_tensors([d], [out], [stream])
-        assert not np.isnan(out).any()  # complete when copy_tensors returns
-    finally:
-        stream.finish()
-        alloc.free(d.buffer)
-    np.testing.assert_array_equal(out, np.arange(96, dtype=np.float32))
-
-
 def test_copy_size_mismatch_is_a_typed_error(factory, mem):
     dt = factory.create_data_transfer()
     alloc = factory.create_allocator(mem)

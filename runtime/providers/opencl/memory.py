@@ -10,8 +10,6 @@ transfer path (host->device, device->host, device->device) really runs.
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,12 +28,6 @@ from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.sync_stream import SyncNotification, SyncStream
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
-
-#: Host->device copies of at most this many bytes, given a stream, are enqueued from a private copy of
-#: the source and not waited for (larger ones wait, as the source may be reused once the copy returns)
-ASYNC_UPLOAD_MAX_BYTES = 1 << 16
-#: Uploads given a stream whose events are kept until they complete; past this the oldest is waited for
-MAX_COPIES_IN_FLIGHT = 64
 
 #: Vendor id of OpenCL device memory when the hardware device reports none ("OH", onnxhal).
 ONNXHAL_OPENCL_VENDOR_ID = 0x4F48
@@ -130,24 +122,6 @@ class OpenCLDataTransfer(DataTransfer):
 
     def __init__(self, devices: dict[OrtMemoryDevice, OpenCLDeviceContext]) -> None:
         self.devices = dict(devices)
-        # pyopencl's events of uploads from host memory (NannyEvents: each holds its host array, and
-        # dropping one waits for its copy). Dropped at once, every upload given a stream would wait
-        # for the device (~20 us of CPU on PoCL 3.1, against ~3 to enqueue), so they are kept until
-        # they complete, or until MAX_COPIES_IN_FLIGHT are pending.
-        self._in_flight: deque = deque()
-        self._in_flight_lock = threading.Lock()
-
-    def _keep(self, event: cl.Event) -> None:
-        """Hold ``event`` (and the host array it keeps alive) until its copy is done."""
-        done = cl.command_execution_status.COMPLETE
-        with self._in_flight_lock:
-            pending = self._in_flight
-            while pending and pending[0].command_execution_status == done:
-                pending.popleft()
-            pending.append(event)
-            oldest = pending.popleft() if len(pending) > MAX_COPIES_IN_FLIGHT else None
-        if oldest is not None:
-            oldest.wait()
 
     def can_copy(self, src_memory_device: OrtMemoryDevice, dst_memory_device: OrtMemoryDevice) -> bool:
         src_ok = src_memory_device.is_host or src_memory_device in self.devices
@@ -190,20 +164,13 @@ class OpenCLDataTransfer(DataTransfer):
             return
         if isinstance(s, np.ndarray) and isinstance(d, DeviceTensor):
             q = self._queue_for(d, stream, blocking)
-            if stream is not None and src_nbytes <= ASYNC_UPLOAD_MAX_BYTES:
-                # The copy's own source: the caller may reuse or change its array once this returns.
-                private = np.array(s, order="C", copy=True)
-                self._keep(cl.enqueue_copy(q, d.buffer, private, dst_offset=d.offset, is_blocking=False))
-            else:  # the event is dropped at once, which waits for the copy to read the source
-                cl.enqueue_copy(q, d.buffer, np.ascontiguousarray(s), dst_offset=d.offset, is_blocking=False)
+            host = np.ascontiguousarray(s)
+            cl.enqueue_copy(q, d.buffer, host, dst_offset=d.offset, is_blocking=False)
         elif isinstance(s, DeviceTensor) and isinstance(d, np.ndarray):
             if not (d.flags.c_contiguous and d.flags.writeable):
                 raise InvalidArgument(f"copy_tensors: pair {i}: host destination must be a writable C-contiguous "
                                       "array; allocate it with numpy.empty")
             q = self._queue_for(s, stream, blocking)
-            # Waited for here, stream or not (the event is dropped at once): inside onnxruntime the
-            # bridge's callers read host outputs without waiting on the stream first, and If and Loop
-            # bodies computed with what the copy had not yet written (tests/test_ort_plugin_control_flow.py).
             cl.enqueue_copy(q, d, s.buffer, src_offset=s.offset, is_blocking=False)
         elif isinstance(s, DeviceTensor) and isinstance(d, DeviceTensor):
             qs = self._queue_for(s, stream, blocking)

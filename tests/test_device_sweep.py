@@ -126,3 +126,17 @@ def test_the_report_gives_each_kind_of_decline_with_its_remedy(tmp_path):
     row = next(x for x in (tmp_path / "report.md").read_text().splitlines()
                if x.startswith("| onnxhal | generic-npu | exported"))
     assert "| declined |" in row and "onnxhal fix-shapes dynamic.onnx --dim batch=N" in row, row
+
+
+def test_an_if_a_device_claims_inside_onnxruntime_stays_with_onnxruntime(tmp_path):
+    """intel-gpu claims SSDlite's If (NonMaxSuppression in its else branch) in onnxhal's sessions;
+    inside onnxruntime the If's subgraphs do not cross the bridge, and the claim made onnxruntime's
+    compile fail ('NoneType' has no 'input_names'). The bridge leaves such nodes to onnxruntime."""
+    if "onnxruntime" not in RUNTIMES:
+        pytest.skip("virtual devices inside onnxruntime need 1.24")
+    out = tmp_path / "cells.json"
+    done = subprocess.run([sys.executable, "benchmarks/device_sweep.py", "--models", "tv_ssdlite", "--profiles",
+                           "intel-gpu", "--runtimes", "onnxruntime", "--shapes", "fixed", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    (cell,) = json.loads(out.read_text())
+    assert cell["status"] == "match" and cell["device_nodes"] > 0, (cell, done.stdout[-2000:])

@@ -33,12 +33,12 @@ from onnxhal.hal.ep_api import EpApi
 from onnxhal.hal.ep_device import OrtEpDevice
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.fused_groups import outside_nodes_between
-from onnxhal.hal.graph import Graph
+from onnxhal.hal.graph import Graph, Node
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.ort_plugin import dispatch as d
 from onnxhal.ort_plugin import graph_capture, kept_handles
-from onnxhal.ort_plugin.claim_checks import graph_refusal
+from onnxhal.ort_plugin.claim_checks import graph_refusal, holds_subgraphs
 from onnxhal.ort_plugin.compute import ComputeAdapter, DeviceMemory, GraphKernelCreateContext, KernelComputeInfo
 from onnxhal.ort_plugin.custom_ops import domains_for, write_domains
 from onnxhal.ort_plugin.device_memory import (
@@ -391,6 +391,7 @@ class EpAdapter:
             return
         support = EpGraphSupportInfo(walk.graph)
         self.ep.get_capability(walk.graph, support)
+        self._leave_control_flow(walk.graph, support)
         # A single node runs through the EP's kernel: presented to onnxruntime as a group of one.
         groups = acyclic_claims(walk.graph, [([n], None) for n in support.single_nodes] + list(support.fused_groups),
                                 self.ep.name)
@@ -417,6 +418,22 @@ class EpAdapter:
             ptrs = (c_void_p * len(nodes))(*[walk.ort_nodes[id(n)] for n in nodes])
             fusion = FusionOptions(API_VERSION, bool(options and options.drop_constant_initializers))
             self.api.ep_call("EpGraphSupportInfo_AddNodesToFuse", args[1], ptrs, len(nodes), ctypes.byref(fusion))
+
+    def _leave_control_flow(self, graph: Graph, support: EpGraphSupportInfo) -> None:
+        """Take back the EP's claims on nodes holding subgraphs (If, Loop, Scan): graph_view.py does
+        not carry their bodies, so their kernels could not be made (onnxruntime offers the bodies'
+        nodes to the EP separately; the node itself runs on onnxruntime's CPU EP)."""
+        def keep(node: Node) -> bool:
+            if not holds_subgraphs(node.op_type):
+                return True
+            logger.info("%s: %s node %r of graph %r stays with onnxruntime: its subgraphs do not cross the "
+                        "bridge (their nodes are offered to the EP on their own)", self.ep.name, node.op_type,
+                        node.name, graph.name)
+            return False
+
+        support.single_nodes[:] = [n for n in support.single_nodes if keep(n)]
+        support.fused_groups[:] = [(kept, options) for nodes, options in support.fused_groups
+                                   if (kept := [n for n in nodes if keep(n)])]
 
     def compile(self, args: Any) -> None:
         count = args[2]

@@ -79,7 +79,7 @@ def _verdict(model: onnx.ModelProto, opset: int) -> str | None:
 
 
 @functools.cache
-def _holds_subgraphs(op_type: str) -> bool:
+def holds_subgraphs(op_type: str) -> bool:
     """Whether ``op_type`` takes graph attributes (If, Loop, Scan, SequenceMap): graph_view.py does
     not carry them, so such a node cannot be judged alone."""
     try:
@@ -94,7 +94,7 @@ def refusal(graph: Graph, node: Node) -> str | None:
     """Why onnxhal's loader would refuse ``node`` of ``graph`` (its message), else None. Nodes of
     other domains (onnxruntime's own, com.microsoft) and nodes holding subgraphs (their bodies read
     the enclosing graph) are not judged."""
-    if node.domain not in _STANDARD or _holds_subgraphs(node.op_type):
+    if node.domain not in _STANDARD or holds_subgraphs(node.op_type):
         return None
     model = _one_node_model(graph, node)
     if model is None:

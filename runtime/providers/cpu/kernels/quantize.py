@@ -145,6 +145,19 @@ class _LinearQuant(Kernel):
         self._fallback: Kernel | None = None
         self._lock = threading.Lock()
         self._kept: tuple | None = None
+        self._native_args: tuple | None = None  # _per_tensor_args's entry
+
+    def _per_tensor_args(self, scale: np.ndarray, zp: np.ndarray | None, pick) -> tuple | None:
+        """(scale, zero point, code type, C arguments) for a per-tensor scale, kept from the last run
+        while the same arrays come (one swap: a concurrent run sees either entry); ``pick`` makes the
+        C arguments from ``per_tensor_codes``. None for a form the C routes do not take."""
+        args = self._native_args
+        if args is None or args[0] is not scale or args[1] is not zp:
+            codes = per_tensor_codes(scale, zp)
+            if codes is None:
+                return None
+            args = self._native_args = (scale, zp, codes[0], pick(codes))
+        return args
 
     def _reference(self) -> Kernel:
         """onnx.reference's kernel, built on the first run that needs it (most models never do)."""
@@ -190,7 +203,6 @@ class DequantizeLinear(_LinearQuant):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
         self._native = quantize_native() if self.plain else None
-        self._native_args: tuple | None = None  # (scale, zero point, code type, C arguments) of the last run
 
     def compute(self, inputs: list) -> list:
         native = self._native
@@ -198,13 +210,8 @@ class DequantizeLinear(_LinearQuant):
             return super().compute(inputs)
         x, scale = inputs[0], inputs[1]
         zp = inputs[2] if len(inputs) > 2 else None
-        args = self._native_args
-        if args is None or args[0] is not scale or args[1] is not zp:
-            codes = per_tensor_codes(scale, zp)
-            if codes is None:
-                return super().compute(inputs)
-            args = self._native_args = (scale, zp, codes[0], (codes[1], int(codes[2])))  # one swap, as _kept
-        if x.__class__ is not np.ndarray or x.dtype != args[2]:
+        args = self._per_tensor_args(scale, zp, lambda codes: (codes[1], int(codes[2])))
+        if args is None or x.__class__ is not np.ndarray or x.dtype != args[2]:
             return super().compute(inputs)
         if not x.flags.c_contiguous:  # (a transposed view: a copy costs less than numpy's passes)
             x = np.ascontiguousarray(x)
@@ -248,7 +255,6 @@ class QuantizeLinear(_LinearQuant):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
         self._native = quantize_native() if self.plain else None
-        self._native_args: tuple | None = None  # (scale, zero point, code type, C arguments) of the last run
 
     def compute(self, inputs: list) -> list:
         native = self._native
@@ -256,13 +262,8 @@ class QuantizeLinear(_LinearQuant):
             return super().compute(inputs)
         x, scale = inputs[0], inputs[1]
         zp = inputs[2] if len(inputs) > 2 else None
-        args = self._native_args
-        if args is None or args[0] is not scale or args[1] is not zp:
-            codes = per_tensor_codes(scale, zp)
-            if codes is None:
-                return super().compute(inputs)
-            args = self._native_args = (scale, zp, codes[0], codes[1:])  # one swap, as _kept
-        if x.__class__ is not np.ndarray or x.dtype != _F32:
+        args = self._per_tensor_args(scale, zp, lambda codes: codes[1:])
+        if args is None or x.__class__ is not np.ndarray or x.dtype != _F32:
             return super().compute(inputs)
         if not x.flags.c_contiguous:  # (a transposed view: a copy costs less than numpy's passes)
             x = np.ascontiguousarray(x)

@@ -146,6 +146,7 @@ class _LinearQuant(Kernel):
         self._lock = threading.Lock()
         self._kept: tuple | None = None
         self._native_args: tuple | None = None  # _per_tensor_args's entry
+        self._native = quantize_native() if self.plain else None
 
     def _per_tensor_args(self, scale: np.ndarray, zp: np.ndarray | None, pick) -> tuple | None:
         """(scale, zero point, code type, C arguments) for a per-tensor scale, kept from the last run
@@ -200,10 +201,6 @@ class _LinearQuant(Kernel):
 class DequantizeLinear(_LinearQuant):
     """(x - zero_point) * scale in float32. 8- or 16-bit codes with a per-tensor scale take ``QUANTIZE_PATHS["native_dequantize"]`` where it is on."""
 
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        super().__init__(node, ctx)
-        self._native = quantize_native() if self.plain else None
-
     def compute(self, inputs: list) -> list:
         native = self._native
         if native is None:
@@ -251,10 +248,6 @@ class QuantizeLinear(_LinearQuant):
     """saturate(round_half_to_even(x / scale) + zero_point) into the zero point's type (uint8
     without one), x float32; a NaN gives the type's minimum (``saturate_codes``). A C-contiguous x
     with a per-tensor scale takes ``QUANTIZE_PATHS["native_quantize"]`` where it is on."""
-
-    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
-        super().__init__(node, ctx)
-        self._native = quantize_native() if self.plain else None
 
     def compute(self, inputs: list) -> list:
         native = self._native

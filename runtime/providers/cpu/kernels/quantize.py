@@ -310,7 +310,6 @@ class QuantizeDequantize(_LinearQuant):
         self._dequantize = DequantizeLinear(Node("DequantizeLinear", *names, attribute_protos=axis), ctx)
         self._bounds: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._kept: tuple | None = None
-        self._native = quantize_native() if self.plain else None
 
     def pair(self, inputs: list) -> list:
         """The canonical form: QuantizeLinear's kernel, then DequantizeLinear's on its codes."""

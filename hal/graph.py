@@ -14,6 +14,7 @@ and in a filtered graph that holds a fused partition.
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -360,7 +361,31 @@ class Node:
 
 class Graph:
     """A graph or subgraph: nodes in topological order, inputs, outputs, constant initializers,
-    value infos and opset imports. ``parent_node`` is the node owning a subgraph."""
+    value infos and opset imports. ``parent_node`` is the node owning a subgraph.
+
+    A subgraph refers to its parent graph and owning node weakly: the parent holds the subgraph
+    (in its node's attributes), so strong links both ways would make every If/Loop/Scan model a
+    reference cycle, which only the garbage collector frees, in some later session's time."""
+
+    @property
+    def parent(self) -> Graph | None:
+        """The graph whose node holds this subgraph (None for a main graph, or once it is freed)."""
+        ref = self._parent_ref
+        return None if ref is None else ref()
+
+    @parent.setter
+    def parent(self, graph: Graph | None) -> None:
+        self._parent_ref = None if graph is None else weakref.ref(graph)
+
+    @property
+    def parent_node(self) -> Node | None:
+        """The node holding this subgraph in an attribute (None for a main graph)."""
+        ref = self._parent_node_ref
+        return None if ref is None else ref()
+
+    @parent_node.setter
+    def parent_node(self, node: Node | None) -> None:
+        self._parent_node_ref = None if node is None else weakref.ref(node)
 
     def __init__(self, name: str, nodes: list[Node], inputs: list[ValueInfo], outputs: list[ValueInfo],
                  initializers: Mapping[str, np.ndarray] | None = None,

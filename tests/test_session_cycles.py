@@ -4,8 +4,8 @@ allocation (another session's creation, in a long process), keeping its weights 
 
 The cycles that were there: kernels keeping their bound ``apply`` as ``inline_fn`` (``INLINE_APPLY``),
 or another bound method; the generated plan and run functions in their own globals; kernels keeping
-their creation context, which reached the plan builder, which kept the kernels (``take_kernels``).
-Subgraphs and their parent graphs (If/Loop/Scan) still make one; those models are not listed here."""
+their creation context, which reached the plan builder, which kept the kernels (``take_kernels``);
+subgraphs and their parent graphs (If/Loop/Scan): a subgraph now refers to its parent weakly."""
 
 from __future__ import annotations
 
@@ -25,8 +25,10 @@ CORPUS = os.path.join(os.path.dirname(__file__), "real_models")
 #: (hf_mpnet), FusedConv's creation context (resnet_dynamo), the ML kernels' bound methods
 #: (sk_binarized: FusedLinearClassifier's softmax + L1, Normalizer, Binarizer; sk_forest_binary:
 #: the tree classifier's signed leaf bits; sk_kbins: ArrayFeatureExtractor, OneHotEncoder;
-#: sk_ordinal: LabelEncoder; sk_imputer: Scaler).
-MODELS = ["hf_mpnet", "resnet_dynamo", "sk_binarized", "sk_forest_binary", "sk_kbins", "sk_ordinal", "sk_imputer"]
+#: sk_ordinal: LabelEncoder; sk_imputer: Scaler), a subgraph's parent graph and node (vad_if_loop_ts:
+#: If and Loop; tv_ssdlite: NonMaxSuppression in an If).
+MODELS = ["hf_mpnet", "resnet_dynamo", "sk_binarized", "sk_forest_binary", "sk_kbins", "sk_ordinal", "sk_imputer",
+          "vad_if_loop_ts", "tv_ssdlite"]
 
 
 def _left_in_cycles(path: str, feeds: dict) -> list[str]:

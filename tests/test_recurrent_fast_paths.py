@@ -294,6 +294,14 @@ TRANSPOSED_CASES = {
     "gru_seq1_hidden1": ("GRU", 1, 2, 3, 1, {}),
     "gru_fed_weights": ("GRU", 5, 2, 4, 6, {"fed_weights": True, "linear_before_reset": 1}),
     "gru_sequence_lens_full": ("GRU", 4, 2, 3, 5, {"lens": [4, 4]}),
+    # sequences of several lengths (masked steps): forward, reverse, both directions one after the
+    # other (batch x hidden above the paired loop's bound), a zero length, no initial state
+    "gru_ragged_forward": ("GRU", 7, 4, 3, 5, {"lens": [7, 2, 5, 3], "linear_before_reset": 1}),
+    "gru_ragged_reverse": ("GRU", 7, 3, 3, 5, {"lens": [3, 7, 1], "direction": "reverse"}),
+    "gru_ragged_bidirectional_apart": ("GRU", 6, 12, 3, 48, {"lens": [6, 1, 4, 2, 6, 5, 3, 6, 1, 2, 4, 5],
+                                                              "direction": "bidirectional"}),
+    "gru_ragged_zero_no_h0": ("GRU", 5, 3, 3, 4, {"lens": [5, 0, 2], "h0": False}),
+    "rnn_ragged_reverse": ("RNN", 6, 3, 4, 6, {"lens": [6, 1, 3], "direction": "reverse"}),
     "gru_float64": ("GRU", 6, 2, 4, 7, {"dtype": np.float64, "linear_before_reset": 1}),
     "rnn_float64": ("RNN", 6, 2, 4, 7, {"dtype": np.float64, "direction": "bidirectional"}),
 }
@@ -327,6 +335,9 @@ PAIRED_TRANSPOSED_CASES = {  # bidirectional GRU and RNN: (op, seq, batch, input
     "rnn": ("RNN", 8, 4, 5, 12, {}),
     "rnn_no_bias_batch1": ("RNN", 8, 1, 5, 12, {"bias": False}),
     "gru_float64": ("GRU", 6, 2, 4, 7, {"dtype": np.float64, "linear_before_reset": 1}),
+    "gru_ragged": ("GRU", 9, 3, 5, 16, {"lens": [9, 2, 5], "linear_before_reset": 1}),  # pt_gru's form
+    "gru_ragged_zero_no_h0": ("GRU", 6, 3, 4, 7, {"lens": [0, 6, 3], "h0": False}),
+    "rnn_ragged": ("RNN", 8, 4, 5, 12, {"lens": [1, 8, 4, 7]}),
 }
 
 
@@ -368,12 +379,22 @@ def test_gru_rnn_transposed_form_layout1(op, monkeypatch):
 
 
 GRU_RNN_OTHER_FORMS = {  # forms the transposed loop leaves to the plain one, with their results
-    "gru_sequence_lens": ("GRU", {"lens": [6, 2, 4], "direction": "bidirectional"}),
     "gru_clip": ("GRU", {"clip": 0.6}),
     "gru_activations": ("GRU", {"activations": ["HardSigmoid", "Softsign"]}),
-    "rnn_sequence_lens": ("RNN", {"lens": [6, 1, 3]}),
     "rnn_relu": ("RNN", {"activations": ["Relu"]}),
 }
+
+
+def test_ragged_lengths_condition():
+    """sequence_lens the transposed loops take (one length per batch row within [0, seq]) and
+    those left to the plain loop, which names the problem."""
+    ok = recurrent.ragged_lengths_apply
+    assert ok(np.array([3, 0, 5], np.int32), 5, 3)
+    assert not ok(np.array([3, 6, 5], np.int32), 5, 3)  # past the sequence
+    assert not ok(np.array([3, -1, 5], np.int64), 5, 3)
+    assert not ok(np.array([3, 5], np.int32), 5, 3)  # not one per row
+    assert recurrent.ragged_lengths(np.array([5, 5], np.int32), 5) is None  # nothing to mask
+    assert recurrent.ragged_lengths(np.array([5, 2], np.int32), 5).tolist() == [5, 2]
 
 
 @pytest.mark.parametrize("case", sorted(GRU_RNN_OTHER_FORMS))

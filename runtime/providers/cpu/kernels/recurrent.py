@@ -14,8 +14,8 @@ mishandled ``sequence_lens``. Semantics as the spec and onnxruntime:
 
 The canonical loop is ``RecurrentKernel.plain_loop``. Fast paths, each with its switch and condition,
 tested against it in tests/test_recurrent_fast_paths.py:
-- GRU and RNN's default form (default activations, no clip, every sequence the full length, float
-  types): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
+- GRU and RNN's default form (default activations, no clip, float types; a batch of sequences of
+  several lengths masks each step's ended rows, ``masked_step``): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
   (``TRANSPOSED_ENABLED``; GRU twelve calls a step, RNN three).
 - LSTM's default form: ``LSTM._run_default``, nine calls a step per direction; where the C
   extension is built and the step's R product is small (``native_lstm_applies``), ``LSTM._run_native``,
@@ -138,8 +138,9 @@ class RecurrentKernel(Kernel):
 
     def _fast_weights(self, inputs: list) -> list | None:
         """``_prepare``'s per-direction weights where ``_run_transposed`` takes the run (a float
-        type throughout, every sequence the full length, initial_h of X's type and shape), else
-        None. Kept while W, R and B are constant initializers."""
+        type throughout, sequence_lens absent or one length per batch row within [0, seq] (shorter
+        rows are masked: ``ragged_lengths``), initial_h of X's type and shape), else None. Kept
+        while W, R and B are constant initializers."""
         x = inputs[0]
         n = len(inputs)
         lens = inputs[4] if n > 4 else None
@@ -147,7 +148,7 @@ class RecurrentKernel(Kernel):
         if not (isinstance(x, np.ndarray) and x.dtype in _FAST_TYPES and x.ndim == 3 and x.shape[0] and x.shape[1]):
             return None
         batch_axis = 0 if self.layout else 1
-        if lens is not None and not bool((lens >= x.shape[1 - batch_axis]).all()):
+        if lens is not None and not ragged_lengths_apply(lens, x.shape[1 - batch_axis], x.shape[batch_axis]):
             return None
         if h0 is not None and (h0.dtype != x.dtype or h0.ndim != 3 or h0.shape[batch_axis] != x.shape[batch_axis]
                                or h0.shape[1 - batch_axis] != len(self.directions)):
@@ -194,12 +195,14 @@ class RecurrentKernel(Kernel):
         h0 = args[5] if len(args) > 5 else None
         if h0 is not None and self.layout:
             h0 = np.swapaxes(h0, 0, 1)
+        lens = ragged_lengths(args[4] if len(args) > 4 else None, seq)
         x2 = x.reshape(seq * batch, k)
         run_options = RUN_OPTIONS.get()
         if nd == 2 and both_directions_apply(h, batch):
-            return self._run_transposed_pair(x2, seq, batch, h0, weights, run_options)
+            return self._run_transposed_pair(x2, seq, batch, h0, weights, run_options, lens)
         yt = np.empty((seq, nd, h, batch), dt)  # Y with each step's hidden state transposed
         y_h = np.empty((nd, batch, h), dt)
+        shortest = seq if lens is None else int(lens.min())
         for d in range(nd):
             wt, r, bias, step_bias = weights[d]
             xw = np.dot(x2, wt)
@@ -210,7 +213,7 @@ class RecurrentKernel(Kernel):
             for t, xt in projection_steps(xw.reshape(seq, batch, -1), self.reverse[d], run_options):
                 out = yt[t, d]
                 self._step_transposed(xt, hd, r, ws, out)
-                hd = out
+                hd = out if t < shortest else masked_step(out, hd, t >= lens)
             y_h[d] = hd.T
         if self.layout:  # [batch, seq, directions, hidden]
             return [np.ascontiguousarray(yt.transpose(3, 0, 1, 2)),
@@ -218,12 +221,13 @@ class RecurrentKernel(Kernel):
         return [np.ascontiguousarray(yt.transpose(0, 1, 3, 2)), y_h][: self.n_out]
 
     def _run_transposed_pair(self, x2: np.ndarray, seq: int, batch: int, h0: np.ndarray | None, weights: list,
-                             run_options) -> list:
+                             run_options, lens: np.ndarray | None = None) -> list:
         """``_run_transposed`` of a bidirectional layer with both directions in one step
         (``both_directions_apply``), as LSTM's ``_run_both_directions``: step t runs the forward's
         time t and the backward's seq - 1 - t on one state [2 * hidden, batch], each gate's rows
         of both directions side by side (``pair_rows``), R one block-diagonal product; the step is
-        ``_step_transposed``'s with hidden 2 * hidden."""
+        ``_step_transposed``'s with hidden 2 * hidden. ``lens`` (``ragged_lengths``): each
+        direction's rows of a batch column past its sequence are masked (``masked_step``)."""
         dt = x2.dtype
         wt, r, bias, step_bias = self._pair_transposed(weights)
         h = r.shape[1] // 2
@@ -234,13 +238,20 @@ class RecurrentKernel(Kernel):
         ws = self._step_workspace(2 * h, batch, dt, step_bias)
         hd = np.zeros((2 * h, batch), dt) if h0 is None else h0.transpose(0, 2, 1).reshape(2 * h, batch)
         step = self._step_transposed
+        shortest = seq if lens is None else int(lens.min())
+        t = 0
         for xs, outs in pair_blocks(xw.reshape(seq, batch, self.gates, 2, h), ys):
             for xt, out in zip(xs, outs):
                 if run_options is not None and run_options.terminate:  # a long sequence stops in bounded time
                     check_terminate()
                 step(xt, hd, r, ws, out)
-                hd = out
-        return paired_outputs(ys, [], self.layout, self.n_out)
+                if t < shortest and seq - 1 - t < shortest:
+                    hd = out
+                else:  # forward rows at time t, backward rows at seq - 1 - t
+                    hd = masked_step(out, hd, np.concatenate([np.broadcast_to(t >= lens, (h, batch)),
+                                                              np.broadcast_to(seq - 1 - t >= lens, (h, batch))]))
+                t += 1
+        return paired_outputs(ys, [], self.layout, self.n_out, last=hd)
 
     def _pair_transposed(self, weights: list) -> tuple:
         """Both directions' ``_prepare_direction`` weights in ``pair_rows`` order: W^T
@@ -503,6 +514,32 @@ def pair_rows(h: int, gates: int = 4) -> np.ndarray:
     return np.concatenate([g, g + gates * h], axis=1).reshape(-1)
 
 
+def ragged_lengths_apply(lens: np.ndarray, seq: int, batch: int) -> bool:
+    """Whether the transposed loops take ``sequence_lens``: one integer length per batch row, each
+    within [0, seq]. Anything else goes to the plain loop, which names the problem."""
+    return (isinstance(lens, np.ndarray) and lens.dtype.kind in "iu" and lens.shape == (batch,)
+            and bool((lens >= 0).all()) and bool((lens <= seq).all()))
+
+
+def ragged_lengths(lens: np.ndarray | None, seq: int) -> np.ndarray | None:
+    """``sequence_lens`` as int64 where some row is shorter than ``seq``; None where every row runs
+    the whole length (the loops then mask nothing)."""
+    if lens is None or bool((lens >= seq).all()):
+        return None
+    return lens.astype(np.int64)
+
+
+def masked_step(out: np.ndarray, previous: np.ndarray, dead: np.ndarray) -> np.ndarray:
+    """A step of a batch with sequences of several lengths, as the spec says: where ``dead`` (per
+    batch column [batch], or per state element [hidden, batch]) the sequence has ended, the state
+    stays ``previous`` (a forward row's final state is its last step's; a reverse row waits at its
+    initial state until its own last step) and the step's output ``out`` (Y's row) is zero. Returns
+    the state the next step reads; ``out`` is zeroed in place."""
+    state = np.where(dead, previous, out)
+    np.copyto(out, 0, where=dead)
+    return state
+
+
 def both_directions_apply(hidden: int, batch: int) -> bool:
     """The condition of the paired loops (a bidirectional layer's two directions stepped
     together, R a block-diagonal [2 * gates * hidden, 2 * hidden] product: LSTM's
@@ -559,8 +596,9 @@ def native_lstm_applies(hidden: int, batch: int) -> bool:
 #: The recurrent kernels' paths (each switch above turns its path off for the tests' comparison).
 RECURRENT_PATHS = path_table("RNN/GRU/LSTM", "RecurrentKernel.plain_loop: the spec's step loop, every form")
 RECURRENT_PATHS.add("plain", "canonical: any activations, clip, sequence_lens with shorter rows, input_forget")
-RECURRENT_PATHS.add("transposed", "GRU and RNN with default activations, no clip, every sequence the full length, "
-                                  "float types (TRANSPOSED_ENABLED): states [hidden, batch], gates preallocated")
+RECURRENT_PATHS.add("transposed", "GRU and RNN with default activations, no clip, float types, sequence_lens "
+                                  "absent or within [0, seq] (ragged_lengths_apply: shorter rows masked, "
+                                  "masked_step) (TRANSPOSED_ENABLED): states [hidden, batch], gates preallocated")
 RECURRENT_PATHS.add("lstm_default", "LSTM with default activations, no clip, no peepholes, no input_forget, every "
                                     "sequence the full length, float types (LSTM._run_default, LSTM_DEFAULT_ENABLED): "
                                     "nine calls a step per direction")
@@ -595,16 +633,18 @@ def pair_blocks(xw: np.ndarray, ys: np.ndarray) -> Iterator[tuple[np.ndarray, np
         yield xs.reshape(b1 - b0, 2 * gates * h, batch), ys[b0:b1]
 
 
-def paired_outputs(ys: np.ndarray, finals: list[np.ndarray], layout: int, n_out: int) -> list[np.ndarray]:
+def paired_outputs(ys: np.ndarray, finals: list[np.ndarray], layout: int, n_out: int,
+                   last: np.ndarray | None = None) -> list[np.ndarray]:
     """A paired loop's outputs: Y from ys [seq, 2 * hidden, batch] (step t: the forward hidden
-    state at t, the backward's at seq - 1 - t), Y_h from its last step and the other final states
+    state at t, the backward's at seq - 1 - t), Y_h from ``last`` (default: its last step; a
+    masked loop's final state is not its last output) and the other final states
     ([2 * hidden, batch], both directions' rows), in the op's layout."""
     seq, h2, batch = ys.shape
     h = h2 // 2
     y = np.empty((seq, 2, batch, h), ys.dtype)
     y[:, 0] = ys[:, :h].transpose(0, 2, 1)
     y[:, 1] = ys[::-1, h:].transpose(0, 2, 1)
-    states = [s.reshape(2, h, batch).transpose(0, 2, 1) for s in [ys[-1]] + finals]
+    states = [s.reshape(2, h, batch).transpose(0, 2, 1) for s in [ys[-1] if last is None else last] + finals]
     if layout:  # [batch, seq, directions, hidden]
         outs = [y.transpose(2, 0, 1, 3)] + [np.swapaxes(s, 0, 1) for s in states]
     else:

@@ -462,3 +462,51 @@ def test_lstm_default_path_matches_the_plain_loop_and_onnxruntime(direction, cas
         theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
         for f, t in zip(fast, theirs):
             np.testing.assert_allclose(f, t, rtol=1e-5, atol=1e-5)
+
+
+def _with_lens(model: bytes, feeds: dict, lens: list[int]) -> tuple[bytes, dict]:
+    """``model``'s recurrent node with sequence_lens wired as input 4 and fed ``lens``."""
+    from onnx import load_from_string
+    m = load_from_string(model)
+    m.graph.node[0].input[4] = "lens"
+    m.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, None))
+    return m.SerializeToString(), {**feeds, "lens": np.array(lens, np.int32)}
+
+
+#: (seq, batch, input, hidden, direction, lens, options): sequences of several lengths, as a packed
+#: sequence exports; a zero length; no initial states; float64
+LSTM_RAGGED_CASES = {
+    "forward": (7, 4, 5, 8, "forward", [7, 2, 5, 3], {}),
+    "reverse": (7, 3, 5, 8, "reverse", [3, 7, 1], {}),
+    "bidirectional": (6, 3, 5, 24, "bidirectional", [6, 2, 4], {}),
+    "zero_length_no_states": (5, 3, 4, 6, "bidirectional", [5, 0, 2], {"h0": "none", "c0": False}),
+    "float64": (6, 2, 4, 7, "forward", [6, 3], {"dtype": np.float64}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LSTM_RAGGED_CASES))
+def test_lstm_default_path_masks_shorter_sequences(case, monkeypatch):
+    """``LSTM._run_default`` with sequence_lens of several lengths (the ended rows keep their
+    hidden and cell states, their Y is zero) against the plain loop and onnxruntime; the C steps
+    and the paired loop, which have no mask, leave such runs to it."""
+    seq, batch, k, h, direction, lens, options = LSTM_RAGGED_CASES[case]
+    model, feeds = _lstm(np.random.default_rng(len(case)), seq, batch, k, h, direction=direction, **options)
+    model, feeds = _with_lens(model, feeds, lens)
+    calls = []
+    masked = recurrent.masked_step
+    monkeypatch.setattr(recurrent, "masked_step", lambda *a: calls.append(1) or masked(*a))
+    monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
+    monkeypatch.setattr(recurrent, "NATIVE_LSTM_ENABLED", True)
+    fast = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert calls, "the ragged run did not take LSTM._run_default"
+    monkeypatch.setattr(recurrent, "LSTM_DEFAULT_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    f32 = options.get("dtype", np.float32) == np.float32
+    for i, (f, p) in enumerate(zip(fast, plain)):
+        assert f.shape == p.shape and f.dtype == p.dtype
+        np.testing.assert_allclose(f, p, rtol=0, atol=recurrent.PAIR_ATOL if f32 else 1e-12,
+                                   err_msg=f"{case} output {i}: masked vs plain")
+    if f32:  # onnxruntime's LSTM has no double kernel
+        theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+        for i, (f, t) in enumerate(zip(fast, theirs)):
+            np.testing.assert_allclose(f, t, rtol=1e-5, atol=1e-5, err_msg=f"{case} output {i}: vs onnxruntime")

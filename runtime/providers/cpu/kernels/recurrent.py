@@ -17,7 +17,8 @@ tested against it in tests/test_recurrent_fast_paths.py:
 - GRU and RNN's default form (default activations, no clip, float types; a batch of sequences of
   several lengths masks each step's ended rows, ``masked_step``): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
   (``TRANSPOSED_ENABLED``; GRU twelve calls a step, RNN three).
-- LSTM's default form: ``LSTM._run_default``, nine calls a step per direction; where the C
+- LSTM's default form: ``LSTM._run_default``, nine calls a step per direction (with sequences of
+  several lengths masked, float weights: the C and paired loops below have no mask); where the C
   extension is built and the step's R product is small (``native_lstm_applies``), ``LSTM._run_native``,
   one C call a block of steps (tested in tests/test_lstm_native.py).
 - A bidirectional layer with small hidden x batch (``both_directions_apply``): both directions in
@@ -599,9 +600,9 @@ RECURRENT_PATHS.add("plain", "canonical: any activations, clip, sequence_lens wi
 RECURRENT_PATHS.add("transposed", "GRU and RNN with default activations, no clip, float types, sequence_lens "
                                   "absent or within [0, seq] (ragged_lengths_apply: shorter rows masked, "
                                   "masked_step) (TRANSPOSED_ENABLED): states [hidden, batch], gates preallocated")
-RECURRENT_PATHS.add("lstm_default", "LSTM with default activations, no clip, no peepholes, no input_forget, every "
-                                    "sequence the full length, float types (LSTM._run_default, LSTM_DEFAULT_ENABLED): "
-                                    "nine calls a step per direction")
+RECURRENT_PATHS.add("lstm_default", "LSTM with default activations, no clip, no peepholes, no input_forget, float "
+                                    "types, sequence_lens absent or within [0, seq] (shorter rows masked, float weights) "
+                                    "(LSTM._run_default, LSTM_DEFAULT_ENABLED): nine calls a step per direction")
 RECURRENT_PATHS.add("lstm_native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, an LSTM "
                                    "(or a DynamicQuantizeLSTM whose R products are exact in float32) in "
                                    "lstm_default's form with hidden^2 x batch <= NATIVE_MAX_WORK (native_lstm_applies, "
@@ -724,8 +725,9 @@ class LSTM(RecurrentKernel):
             x = inputs[0]
             n = len(inputs)
             lens = inputs[4] if n > 4 else None
+            seq_axis = 1 if self.layout else 0
             if (x.dtype in _FAST_TYPES and x.ndim == 3 and x.shape[0] and x.shape[1]
-                    and (lens is None or bool((lens >= x.shape[1 if self.layout else 0]).all()))
+                    and (lens is None or ragged_lengths_apply(lens, x.shape[seq_axis], x.shape[1 - seq_axis]))
                     and self._states_fit(inputs, n, x)):
                 prepared = self._prepared  # kept only for constant initializers: the same arrays every run
                 if prepared is not None and prepared[0] == x.dtype:
@@ -734,7 +736,13 @@ class LSTM(RecurrentKernel):
                     weights = self._prepare(list(inputs) + [None] * (12 - n), x.dtype)
                     if weights is not None and self.constant_weights:
                         self._prepared = (x.dtype, weights)  # one swap: a concurrent run sees either
-                if weights is not None:
+                ragged = None if lens is None else ragged_lengths(lens, x.shape[seq_axis])
+                if weights is not None and ragged is not None:
+                    # sequences of several lengths: the numpy loop masks the ended rows; the C
+                    # steps, the paired loop and the quantized recurrences have no mask
+                    if all(wd[3] is None for wd in weights):
+                        return self._run_default(x, inputs, weights, ragged)
+                elif weights is not None:
                     batch = x.shape[0 if self.layout else 1]
                     if self._native is not None and native_lstm_applies(weights[0][1].shape[1], batch):
                         native = self._native_weights(weights, inputs)
@@ -794,10 +802,11 @@ class LSTM(RecurrentKernel):
             c0 = None if c0 is None else np.swapaxes(c0, 0, 1)
         return x, h0, c0
 
-    def _run_default(self, x: np.ndarray, args: list, weights: list) -> list:
+    def _run_default(self, x: np.ndarray, args: list, weights: list, lens: np.ndarray | None = None) -> list:
         """The recurrence on transposed states, [gates or hidden, batch]: each gate's block of rows
         is one contiguous piece (numpy's strided 2-D loops cost twice the contiguous ones), so
-        every step is nine calls on contiguous arrays."""
+        every step is nine calls on contiguous arrays. ``lens`` (``ragged_lengths``, float weights
+        only): the rows whose sequence ended keep their hidden and cell states, their Y is zero."""
         x, h0, c0 = self._time_major(x, args)
         seq, batch, k = x.shape
         dt = x.dtype
@@ -833,6 +842,7 @@ class LSTM(RecurrentKernel):
             # exactly while R is finite, and left out
             zero_state = wd[4] and (h0 is None or not _count_nonzero(hd))
             reverse = self.reverse[d]
+            shortest = seq if lens is None else int(lens.min())
             for t, xt in projection_steps(xw, reverse, run_options):
                 # (out= given positionally: a keyword costs more per call, in every step)
                 if zero_state:
@@ -842,8 +852,15 @@ class LSTM(RecurrentKernel):
                     dot(r, hd, g4)  # (np.dot: numpy's matmul takes 3x as long on a 2-column product)
                     add(g4, xt, g4)
                     tanh(g4, g4)
+                if t < shortest:
+                    hd = yt[t, d]
+                    cell_update(tail, half, hd)
+                    continue
+                dead, kept_c, kept_h = t >= lens, c.copy(), hd
                 hd = yt[t, d]
                 cell_update(tail, half, hd)
+                np.copyto(c, kept_c, where=dead)
+                hd = masked_step(hd, kept_h, dead)
             y_h[d] = hd.T
             y_c[d] = c.T
             if len(self._workspaces) < WORKSPACES:  # a few shapes per model; a stream of new ones is not kept

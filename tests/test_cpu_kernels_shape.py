@@ -366,3 +366,39 @@ def test_reduce_log_sum_exp_rows_without_a_finite_maximum():
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
     got = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space_matches_reference_and_onnxruntime(mode):
+    # native since corpus model hf_swin2sr (PixelShuffle exports as CRD) reached onnx.reference
+    from tests.test_cpu_kernels_nn import run_onnxruntime
+
+    x = randn(2, 12, 3, 5)
+    (y,) = check("DepthToSpace", [x], 13, blocksize=2, mode=mode, rtol=0, atol=0)
+    assert y.shape == (2, 3, 6, 10)
+    np.testing.assert_array_equal(y, run_onnxruntime("DepthToSpace", [x], 13, blocksize=2, mode=mode)[0])
+    ints_in = np.arange(2 * 18 * 2 * 2, dtype=I64).reshape(2, 18, 2, 2)
+    check("DepthToSpace", [ints_in], 11, blocksize=3, mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_space_to_depth_matches_reference_and_inverts_depth_to_space(mode):
+    x = randn(2, 3, 4, 6)
+    (y,) = check("SpaceToDepth", [x], 28, blocksize=2, mode=mode, rtol=0, atol=0)
+    assert y.shape == (2, 12, 2, 3)
+    (back,) = run_native("DepthToSpace", [y], 13, blocksize=2, mode=mode)  # the same mode inverts it
+    np.testing.assert_array_equal(back, x)
+    if mode == "DCR":  # before opset 28, no mode: DCR's order
+        np.testing.assert_array_equal(check("SpaceToDepth", [x], 13, blocksize=2)[0], y)
+
+
+@pytest.mark.parametrize("op,x,match", [
+    ("DepthToSpace", randn(1, 6, 2, 2), r"6 channels do not divide by blocksize\^2 = 4"),
+    ("DepthToSpace", randn(4, 2, 2), r"the input is \[4, 2, 2\]; it must be 4-D"),
+    ("SpaceToDepth", randn(1, 2, 4, 5), r"height 4 and width 5 must both be multiples of the blocksize 2"),
+])
+def test_space_depth_refusals_name_the_value(op, x, match):
+    from onnxhal.hal.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=match):
+        run_native(op, [x], 13, blocksize=2)

@@ -24,7 +24,12 @@ flow (``torchvision7``) and skl2onnx's BernoulliNB and a ColumnTransformer over 
 an SGDClassifier (``sklearn5``); an eighth held-out wave, also made before any tuning: Hugging
 Face's CLIP text tower, YOLOS detection and Wav2Vec2-Conformer (``hf6``), torchvision's SSDlite
 detection with its NonMaxSuppression postprocess (``torchvision8``) and skl2onnx's
-HistGradientBoosting with missing values and a soft VotingClassifier (``sklearn6``); a streaming VAD with If and Loop bodies and a CRNN with a
+HistGradientBoosting with missing values and a soft VotingClassifier (``sklearn6``); a ninth
+held-out wave, also made before any tuning: Hugging Face's ModernBERT, Mixtral (a sparse mixture
+of experts), Swin2SR super-resolution and DPT depth estimation (``hf7``), plain torch models no
+library in the corpus exports, a diffusion-style UNet and a packed bidirectional GRU (``plain``,
+named ``pt_``), and skl2onnx's GaussianProcessRegressor (float64, with its standard deviation)
+and AdaBoostClassifier (``sklearn7``); a streaming VAD with If and Loop bodies and a CRNN with a
 dynamic width, float and dynamically quantized (``devices``); static QDQ (per tensor and per
 channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); plus their inputs and all of
 onnxruntime's outputs.
@@ -2276,6 +2281,297 @@ def hf_sixth_wave(out: str) -> list[str]:
     return made
 
 
+class _Field(torch.nn.Module):
+    """One named field of a Hugging Face model's output (``reconstruction``, ``predicted_depth``)."""
+
+    def __init__(self, model: torch.nn.Module, field: str) -> None:
+        super().__init__()
+        self.model, self.field = model, field
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(pixel_values=pixel_values, return_dict=True), self.field)
+
+
+def _reinit(model: torch.nn.Module, he: bool = False) -> None:
+    """PyTorch's default init on every linear and convolution layer, or with ``he`` He's (normal,
+    std sqrt(2 / fan_in), zero biases), which keeps a ReLU net's activations of order one: Hugging
+    Face's (normal, std 0.02) leaves Swin2SR's image its input's mean and DPT's depth of order 1e-9
+    (and 0 after its last ReLU with PyTorch's), values any kernel would match within the corpus
+    tolerances."""
+    for layer in model.modules():
+        if isinstance(layer, (torch.nn.Linear, torch.nn.Conv2d, torch.nn.ConvTranspose2d)):
+            if not he:
+                layer.reset_parameters()
+                continue
+            torch.nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+            if layer.bias is not None:
+                torch.nn.init.zeros_(layer.bias)
+
+
+def _export_image_field(model: torch.nn.Module, field: str, name: str, out: str, a: np.ndarray,
+                        b: np.ndarray, sized: bool = True) -> str:
+    """``name.onnx``: ``model``'s ``field`` from pixel values, batch dynamic, and height and width
+    when ``sized`` (the output's too), TorchScript exporter, opset 17; signatures ``a`` and ``b``."""
+    plane = {2: "height", 3: "width"} if sized else {}
+    out_plane = {1: "out_height", 2: "out_width"} if sized else {}
+    path = os.path.join(out, f"{name}.onnx")
+    torch.onnx.export(_Field(model.eval(), field), (torch.from_numpy(a),), path, dynamo=False,
+                      input_names=["pixel_values"], output_names=["output"],
+                      dynamic_axes={"pixel_values": {0: "batch", **plane}, "output": {0: "batch", **out_plane}},
+                      opset_version=17)
+    _save(onnx.load(path), path)
+    save_outputs(path, {"a": {"pixel_values": a}, "b": {"pixel_values": b}})
+    return path
+
+
+def hf_seventh_wave(out: str) -> list[str]:
+    """A seventh set of Hugging Face families the corpus lacked, at tiny random configurations
+    (``from_config``: no download), added before anyone tuned for them (the held-out set, reported
+    as 'untuned'): ``hf_modernbert`` (ModernBERT: rotary embeddings, GeGLU, no biases, a sliding
+    window of 8 tokens in two layers of three and global attention in the third), ``hf_mixtral``
+    (Mixtral: a sparse mixture of four experts, each token routed by a softmax and TopK to two;
+    transformers' eager experts, a loop the exporter unrolls over the experts the export's tokens
+    reach, all four: OneHot, each expert's tokens found by NonZero and its outputs added back by
+    index_add, ScatterElements; grouped-query attention, RMSNorm), ``hf_swin2sr`` (Swin2SR
+    super-resolution: Swin V2's shifted-window cosine attention with a log-spaced continuous
+    position bias, reflect padding to the window, a 2x PixelShuffle, DepthToSpace; 16x16 and
+    16x24 images, batch, height and width dynamic) and ``hf_dpt`` (DPT depth estimation: a
+    ViT whose position embeddings are resized bilinearly to the patch grid, four hidden states
+    reassembled at 4x, 2x, 1x and 0.5x by transposed and strided convolutions, fused from coarse to
+    fine with bilinear upsampling; batch dynamic, 32x32 images: the exporter traces the patch grid,
+    which DPT reads off the square root of the sequence, as constants). The TorchScript exporter,
+    opset 17, IR 8."""
+    import sys
+    import types
+
+    # transformers' DPT imports torchvision, whose operators a torchvision built for another torch lacks
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    from transformers import (
+        DPTConfig,
+        DPTForDepthEstimation,
+        MixtralConfig,
+        MixtralModel,
+        ModernBertConfig,
+        ModernBertModel,
+        Swin2SRConfig,
+        Swin2SRForImageSuperResolution,
+    )
+
+    hidden, layers, ffn, vocab = (256, 4, 1024, 1024) if MEDIUM else (32, 3, 64, 128)
+    seq = 128 if MEDIUM else SEQ
+    made = [_export_text("hf_modernbert", lambda: ModernBertModel(ModernBertConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers, num_attention_heads=4,
+        max_position_embeddings=256 if MEDIUM else 64, local_attention=8, global_attn_every_n_layers=3,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)),
+        ("input_ids", "attention_mask"), seq, out)]
+    made.append(_export_text("hf_mixtral", lambda: MixtralModel(MixtralConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256 if MEDIUM else 64,
+        use_cache=False, experts_implementation="eager")), ("input_ids", "attention_mask"), seq, out))
+
+    torch.manual_seed(0)
+    side = 64 if MEDIUM else 16
+    swin2sr = Swin2SRForImageSuperResolution(Swin2SRConfig(
+        image_size=side, patch_size=1, embed_dim=60 if MEDIUM else 16, depths=(2, 2), num_heads=(2, 2), window_size=4,
+        mlp_ratio=2.0, upscale=2, upsampler="pixelshuffle", drop_path_rate=0.0))
+    _reinit(swin2sr)
+    rng = np.random.default_rng(0)
+    made.append(_export_image_field(swin2sr, "reconstruction", "hf_swin2sr", out,
+                                    rng.random((1 if MEDIUM else BATCH, 3, side, side)).astype(np.float32),
+                                    np.random.default_rng(1).random((1, 3, side, side + side // 2)).astype(np.float32)))
+
+    torch.manual_seed(0)
+    side = 224 if MEDIUM else 32
+    dpt = DPTForDepthEstimation(DPTConfig(
+        hidden_size=hidden, num_hidden_layers=4, num_attention_heads=4, intermediate_size=ffn, image_size=side,
+        patch_size=16 if MEDIUM else 8, backbone_out_indices=(0, 1, 2, 3), neck_hidden_sizes=(8, 16, 32, 32),
+        reassemble_factors=(4, 2, 1, 0.5), fusion_hidden_size=16, readout_type="project", head_in_index=-1))
+    _reinit(dpt, he=True)
+    with torch.no_grad():  # depths of order one (else 30-200), the scale the corpus tolerances suit
+        dpt.head.head[-2].weight.div_(64.0)
+    made.append(_export_image_field(dpt, "predicted_depth", "hf_dpt", out,
+                                    rng.standard_normal((1 if MEDIUM else BATCH, 3, side, side)).astype(np.float32),
+                                    np.random.default_rng(1).standard_normal((1, 3, side, side)).astype(np.float32),
+                                    sized=False))
+    return made
+
+
+class _ResBlock(torch.nn.Module):
+    """A diffusion UNet's residual block: GroupNorm, SiLU, 3x3 convolution twice, the timestep's
+    embedding added per channel between them, a 1x1 convolution on the skip when widths differ."""
+
+    def __init__(self, cin: int, cout: int, temb: int) -> None:
+        super().__init__()
+        self.norm1, self.conv1 = torch.nn.GroupNorm(4, cin), torch.nn.Conv2d(cin, cout, 3, padding=1)
+        self.time = torch.nn.Linear(temb, cout)
+        self.norm2, self.conv2 = torch.nn.GroupNorm(4, cout), torch.nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = torch.nn.Conv2d(cin, cout, 1) if cin != cout else torch.nn.Identity()
+
+    def forward(self, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(torch.nn.functional.silu(self.norm1(x)))
+        h = h + self.time(torch.nn.functional.silu(temb))[:, :, None, None]
+        h = self.conv2(torch.nn.functional.silu(self.norm2(h)))
+        return self.skip(x) + h
+
+
+class _SelfAttention2d(torch.nn.Module):
+    """Single-head self-attention over a feature map's positions, GroupNorm first, residual."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(4, channels)
+        self.qkv, self.proj = torch.nn.Conv2d(channels, 3 * channels, 1), torch.nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        q, k, v = self.qkv(self.norm(x)).reshape(b, 3, c, h * w).unbind(1)
+        att = torch.softmax(q.transpose(1, 2) @ k / c ** 0.5, dim=-1)  # positions x positions
+        return x + self.proj((v @ att.transpose(1, 2)).reshape(b, c, h, w))
+
+
+class _TinyUNet(torch.nn.Module):
+    """A denoising UNet in the shape of DDPM's and Stable Diffusion's: a sinusoidal timestep
+    embedding through an MLP, two resolutions down (a strided convolution), self-attention in the
+    middle, up by a transposed convolution and by nearest upsampling then a convolution, skips
+    concatenated; the predicted noise, as many channels as the input."""
+
+    def __init__(self, channels: int = 4, width: int = 16) -> None:
+        super().__init__()
+        self.width, temb = width, 4 * width
+        self.time = torch.nn.Sequential(torch.nn.Linear(width, temb), torch.nn.SiLU(), torch.nn.Linear(temb, temb))
+        self.stem = torch.nn.Conv2d(channels, width, 3, padding=1)
+        self.down1, self.pool1 = _ResBlock(width, width, temb), torch.nn.Conv2d(width, width, 3, stride=2, padding=1)
+        self.down2, self.pool2 = _ResBlock(width, 2 * width, temb), torch.nn.Conv2d(2 * width, 2 * width, 3, stride=2,
+                                                                                   padding=1)
+        self.mid1, self.attn, self.mid2 = (_ResBlock(2 * width, 2 * width, temb), _SelfAttention2d(2 * width),
+                                           _ResBlock(2 * width, 2 * width, temb))
+        self.up2 = torch.nn.ConvTranspose2d(2 * width, 2 * width, 4, stride=2, padding=1)
+        self.dec2 = _ResBlock(4 * width, width, temb)
+        self.up1 = torch.nn.Conv2d(width, width, 3, padding=1)  # after nearest upsampling
+        self.dec1 = _ResBlock(2 * width, width, temb)
+        self.out = torch.nn.Sequential(torch.nn.GroupNorm(4, width), torch.nn.SiLU(),
+                                       torch.nn.Conv2d(width, channels, 3, padding=1))
+
+    def forward(self, sample: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
+        half = self.width // 2
+        freqs = torch.exp(-np.log(10000.0) * torch.arange(half, dtype=torch.float32) / half)
+        angles = timestep[:, None].float() * freqs[None]
+        temb = self.time(torch.cat([torch.sin(angles), torch.cos(angles)], dim=1))
+        h0 = self.stem(sample)
+        h1 = self.down1(h0, temb)
+        h2 = self.down2(self.pool1(h1), temb)
+        h = self.mid2(self.attn(self.mid1(self.pool2(h2), temb)), temb)
+        h = self.dec2(torch.cat([self.up2(h), h2], dim=1), temb)
+        h = self.up1(torch.nn.functional.interpolate(h, scale_factor=2.0, mode="nearest"))
+        h = self.dec1(torch.cat([h, h1], dim=1), temb)
+        return self.out(h)
+
+
+class _GruTagger(torch.nn.Module):
+    """A GRU sequence model: token embeddings packed by their lengths (unsorted), a two-layer
+    bidirectional GRU, padded back, per-token tags and a per-sequence class from the last states."""
+
+    def __init__(self, vocab: int = 64, dim: int = 16, hidden: int = 24, tags: int = 5, classes: int = 3) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.gru = torch.nn.GRU(dim, hidden, num_layers=2, bidirectional=True, batch_first=True)
+        self.tags, self.classes = torch.nn.Linear(2 * hidden, tags), torch.nn.Linear(2 * hidden, classes)
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        packed = torch.nn.utils.rnn.pack_padded_sequence(self.embed(ids), lengths, batch_first=True,
+                                                         enforce_sorted=False)
+        states, last = self.gru(packed)
+        states, _ = torch.nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=ids.shape[1])
+        return self.tags(states), self.classes(torch.cat([last[-2], last[-1]], dim=1))
+
+
+def plain_torch_models(out: str) -> list[str]:
+    """Model families no library in the corpus exports, written in plain torch, added before anyone
+    tuned for them (the held-out set, reported as 'untuned', prefix ``pt_``): ``pt_unet`` (a
+    diffusion-style denoising UNet: sinusoidal timestep embedding, GroupNorm and SiLU residual
+    blocks, self-attention at the lowest resolution, a transposed convolution and a nearest
+    upsampling on the way up; the dynamo exporter at opset 18, batch, height and width dynamic;
+    16x16 and 8x24 latents) and ``pt_gru`` (a two-layer bidirectional GRU over padded sequences
+    packed by their lengths, unsorted; the TorchScript exporter, opset 17; batch and length
+    dynamic, padding at the ends of the shorter rows)."""
+    made = []
+    torch.manual_seed(0)
+    unet = _TinyUNet(width=32 if MEDIUM else 16).eval()
+    side = 32 if MEDIUM else 16
+    a = {"sample": np.random.default_rng(0).standard_normal((BATCH, 4, side, side)).astype(np.float32),
+         "timestep": np.array([10.0, 700.0], np.float32)}
+    b = {"sample": np.random.default_rng(1).standard_normal((1, 4, side // 2, side + side // 2)).astype(np.float32),
+         "timestep": np.array([999.0], np.float32)}
+    batch = torch.export.Dim("batch", min=1, max=64)
+    # two halvings: height and width multiples of 4
+    height, width = 4 * torch.export.Dim("height4", min=1, max=64), 4 * torch.export.Dim("width4", min=1, max=64)
+    path = os.path.join(out, "pt_unet.onnx")
+    prog = torch.onnx.export(unet, (torch.from_numpy(a["sample"]), torch.from_numpy(a["timestep"])), dynamo=True,
+                             input_names=["sample", "timestep"], output_names=["noise"], opset_version=18,
+                             dynamic_shapes={"sample": {0: batch, 2: height, 3: width}, "timestep": {0: batch}})
+    prog.save(path)
+    _save(onnx.load(path), path)
+    save_outputs(path, {"a": a, "b": b})
+    made.append(path)
+
+    torch.manual_seed(0)
+    gru = _GruTagger().eval()
+    a = {"ids": np.random.default_rng(0).integers(1, 64, (3, SEQ)).astype(np.int64),
+         "lengths": np.array([9, SEQ, 4], np.int64)}
+    b = {"ids": np.random.default_rng(1).integers(1, 64, (2, SEQ + 5)).astype(np.int64),
+         "lengths": np.array([SEQ + 5, 6], np.int64)}
+    for feeds in (a, b):  # the padding, which the model must not read
+        feeds["ids"][np.arange(feeds["ids"].shape[1]) >= feeds["lengths"][:, None]] = 0
+    path = os.path.join(out, "pt_gru.onnx")
+    torch.onnx.export(gru, (torch.from_numpy(a["ids"]), torch.from_numpy(a["lengths"])), path, dynamo=False,
+                      input_names=["ids", "lengths"], output_names=["tags", "classes"], opset_version=17,
+                      dynamic_axes={"ids": {0: "batch", 1: "sequence"}, "lengths": {0: "batch"},
+                                    "tags": {0: "batch", 1: "sequence"}, "classes": {0: "batch"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, {"a": a, "b": b})
+    made.append(path)
+    return made
+
+
+def sklearn_seventh_wave(out: str) -> list[str]:
+    """skl2onnx families the corpus lacked, added before anyone tuned for them (the held-out set,
+    reported as 'untuned'): ``skh_gpr`` (GaussianProcessRegressor, a constant times an anisotropic
+    RBF plus white noise, in float64 as skl2onnx advises for it: the predicted mean and, with
+    ``return_std``, its standard deviation from the kernel against the training points and the
+    inverse of the training kernel) and ``skh_adaboost`` (AdaBoostClassifier, SAMME over 20 depth-2
+    trees, three classes: each tree's one-hot vote weighted, summed, the probabilities a softmax of
+    the scaled sum; labels and probabilities, no ZipMap). Batch dynamic, ai.onnx.ml opset 3."""
+    from skl2onnx import to_onnx
+    from sklearn.datasets import make_classification, make_regression
+    from sklearn.ensemble import AdaBoostClassifier
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+    from sklearn.tree import DecisionTreeClassifier
+
+    made = []
+    X, y = make_regression(n_samples=160, n_features=4, noise=5.0, random_state=2)
+    gpr = GaussianProcessRegressor(ConstantKernel(1.0) * RBF(length_scale=np.ones(4)) + WhiteKernel(0.1),
+                                   normalize_y=True, random_state=0).fit(X[:100], y[:100])
+    # skl2onnx 1.20 scales the variance by the targets' standard deviation squared, which one target
+    # leaves a numpy scalar its graph builder refuses: the same value as an array of one
+    gpr._y_train_std = np.atleast_1d(gpr._y_train_std)
+    path = os.path.join(out, "skh_gpr.onnx")
+    _save(to_onnx(gpr, X[:1], target_opset={"": 17, "ai.onnx.ml": 3}, options={GaussianProcessRegressor: {"return_std": True}}),
+          path)
+    save_outputs(path, {"a": {"X": X[100:148]}, "b": {"X": X[150:153]}})
+    made.append(path)
+
+    X, y = make_classification(n_samples=300, n_features=6, n_informative=4, n_classes=3, random_state=3)
+    X = X.astype(np.float32)
+    ada = AdaBoostClassifier(DecisionTreeClassifier(max_depth=2, random_state=0), n_estimators=20,
+                             random_state=0).fit(X[:200], y[:200])
+    path = os.path.join(out, "skh_adaboost.onnx")
+    _save(to_onnx(ada, X[:1], target_opset={"": 17, "ai.onnx.ml": 3}, options={"zipmap": False}), path)
+    save_outputs(path, {"a": {"X": X[200:264]}, "b": {"X": X[286:291]}})
+    made.append(path)
+    return made
+
+
 def precision_models(out: str) -> list[str]:
     """The precision variants of a CNN, a transformer and a CRNN already in ``out``: ``quantize_static``
     in the QDQ format per tensor (``_qdq_pt``) and per channel (``_qdq_pc``; the ResNet's is
@@ -2358,7 +2654,9 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           # the seventh held-out wave: "torchvision7" in an environment with torchvision
           "hf5": hf_fifth_wave, "torchvision7": torchvision_seventh_wave, "sklearn5": sklearn_fifth_wave,
           # the eighth held-out wave: "torchvision8" in an environment with torchvision
-          "hf6": hf_sixth_wave, "torchvision8": torchvision_eighth_wave, "sklearn6": sklearn_sixth_wave}
+          "hf6": hf_sixth_wave, "torchvision8": torchvision_eighth_wave, "sklearn6": sklearn_sixth_wave,
+          # the ninth held-out wave: "plain" is torch alone
+          "hf7": hf_seventh_wave, "plain": plain_torch_models, "sklearn7": sklearn_seventh_wave}
 
 
 def main() -> None:

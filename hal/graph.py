@@ -495,6 +495,18 @@ class Graph:
     def initializer(self, name: str) -> np.ndarray | None:
         return self.initializers.get(name)
 
+    def holds_elem_type(self, elem_type: int) -> bool:
+        """Whether a value of the graph may be of ONNX element type ``elem_type``: a value info of
+        the graph, or of its parent (which ``value_info`` also reads), or an initializer's dtype,
+        says so. False proves that no value of the graph is of that type: a pass about one element
+        type (float16 regions) asks this once, where asking each node's inputs walked the graph."""
+        if any(vi._parse()[1] == elem_type for vi in self._value_infos.values()):
+            return True
+        if self.parent is not None and any(vi._parse()[1] == elem_type for vi in self.parent._value_infos.values()):
+            return True
+        dtype = elem_type_to_dtype(elem_type)
+        return dtype is not None and any(a.dtype == dtype for a in self.initializers.values())
+
     @property
     def input_names(self) -> list[str]:
         return [v.name for v in self.inputs]

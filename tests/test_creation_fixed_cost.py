@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from onnxhal.hal import GraphOptimizationLevel
+from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.runtime.loader.model_loader import load_model
 from onnxhal.runtime.optimizer import passes
 
@@ -73,7 +74,8 @@ def test_a_pass_is_called_once_its_op_type_exists(pass_calls):
     model = conv_bn_model()
     graph = load_model(model).graph
     passes.optimize(graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
-    assert "fold_conv_batchnorm" in pass_calls and "fuse_conv_activation" in pass_calls
+    assert "fold_conv_batchnorm" in pass_calls and "adopt_fused_kernels" in pass_calls
+    assert "fuse_conv_activation" not in pass_calls  # after the fold, no Add or activation follows a Conv
     assert [n.op_type for n in graph.nodes] == ["FusedConv"]  # folded, then adopted
     feeds = {"x": np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)}
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
@@ -128,6 +130,57 @@ def test_skipping_the_last_dead_node_pass_keeps_the_optimized_graph(name, monkey
 
 def test_every_trigger_list_names_a_pass():
     assert set(passes.TRIGGERS) <= {p[0] for p in passes.PASSES}
+    assert set(passes.PARTNERS) <= {p[0] for p in passes.PASSES}
+
+
+def test_a_pass_is_skipped_without_the_partner_its_match_needs(pass_calls):
+    """A Conv then a Relu: the Conv passes that fold a BatchNormalization, a Mul or Add, or a channel
+    shuffle are not called (the graph holds no op they need after the Conv); the activation fusion
+    is, and the graph and its values are onnxruntime's."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    graph = load_model(model).graph
+    passes.optimize(graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
+    assert not {"fold_conv_batchnorm", "fold_conv_mul_add", "fuse_channel_shuffle", "fuse_conv_gated_activation"} \
+        & set(pass_calls)
+    assert "fuse_conv_activation" in pass_calls
+    assert [(n.op_type, n.attr("activation")) for n in graph.nodes] == [("FusedConv", "Relu")]
+    feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_every_activation_a_fusion_takes_is_in_the_partner_set():
+    """``activation_of`` answers None for any op type outside ``ACTIVATION_OPS`` (which the
+    activation fusions' partner sets are made of), and names one for each inside it."""
+    from onnxhal.runtime.optimizer.fusions import ACTIVATION_OPS, activation_of
+
+    for op in sorted(ACTIVATION_OPS | {"Abs", "Elu", "Softplus", "HardSwish", "Mul"}):
+        node = Node(op, ["x"], ["y"])
+        graph = Graph("g", [node], [ValueInfo.tensor("x", TensorProto.FLOAT, [2, 3])], [ValueInfo("y")])
+        found = activation_of(graph, node)
+        assert (found is not None) == (op in ACTIVATION_OPS), op
+
+
+def test_the_element_type_census_finds_outer_and_initializer_values():
+    """``Graph.holds_elem_type``: False proves no value of the type; a float16 initializer, or a
+    float16 value of the outer graph a subgraph reads, is found."""
+    f32 = load_model(transpose_model()).graph
+    assert not f32.holds_elem_type(TensorProto.FLOAT16) and f32.holds_elem_type(TensorProto.FLOAT)
+    half = numpy_helper.from_array(np.ones(3, np.float16), "h")
+    graph = load_model(_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [half])).graph
+    assert graph.holds_elem_type(TensorProto.FLOAT16)  # the unread initializer alone
+    body = Graph("body", [], [], [], parent=f32)
+    assert not body.holds_elem_type(TensorProto.FLOAT16)
+    body.parent = graph
+    graph.set_value_info(ValueInfo.tensor("o", TensorProto.FLOAT16, [3]))
+    assert body.holds_elem_type(TensorProto.FLOAT16)
 
 
 def _signature(graph) -> tuple:
@@ -140,14 +193,19 @@ def _signature(graph) -> tuple:
 
 
 @pytest.mark.parametrize("name", ["resnet_ts_qdq_pt", "crnn_ts_qdyn", "bert_eager_ts_ortopt_qdyn", "paddle_lcnet",
-                                  "sk_logreg_zipmap", "vad_if_loop_ts", "tf2onnx_keras_cnn"])
+                                  "sk_logreg_zipmap", "vad_if_loop_ts", "tf2onnx_keras_cnn", "tv_shufflenet",
+                                  "mobilenet_dynamo", "bert_ts_fp16", "hf_gptj"])
 @pytest.mark.parametrize("cpu_ops", [True, False])
 def test_skipping_passes_keeps_the_optimized_graph(name, cpu_ops, monkeypatch):
+    """The op-type tests (``TRIGGERS``, ``PARTNERS``) and the float16 census skip only passes that
+    would change nothing: with all of them off, every pass runs and the graph comes out the same."""
     path = os.path.join(CORPUS, f"{name}.onnx")
     kwargs = {"fuse_cpu_ops": cpu_ops, "cpu_ep_only": cpu_ops}
     with_triggers = load_model(path).graph
     passes.optimize(with_triggers, GraphOptimizationLevel.ORT_ENABLE_ALL, **kwargs)
     monkeypatch.setattr(passes, "TRIGGERS", {})
+    monkeypatch.setattr(passes, "PARTNERS", {})
+    monkeypatch.setattr(Graph, "holds_elem_type", lambda self, elem_type: True)
     every_pass = load_model(path).graph
     passes.optimize(every_pass, GraphOptimizationLevel.ORT_ENABLE_ALL, **kwargs)
     assert _signature(with_triggers) == _signature(every_pass)

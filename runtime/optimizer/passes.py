@@ -191,6 +191,26 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
     "pretranspose_gemm_weights": ("FusedGemm",),
 }.items()}
 
+#: Per pass, further op-type sets the graph must hold one of each, besides its ``TRIGGERS``: the
+#: ops its match cannot do without after the one it starts from (a Conv's BatchNormalization, a
+#: MatMul's Add, a FusedConv's Reshape and Transpose). A CNN holds Convs in every round, and each
+#: Conv pass walked them all to find no follower of the kind it folds. Skipped as ``TRIGGERS``.
+PARTNERS: dict[str, tuple[frozenset[str], ...]] = {name: tuple(map(frozenset, sets)) for name, sets in {
+    "fold_conv_batchnorm": (("BatchNormalization",),),
+    "fold_conv_mul_add": (("Mul", "Add"),),
+    "fold_batchnorm_mul_add": (("Mul", "Add"),),
+    "matmul_add_to_gemm": (("Add",),),
+    "fuse_replace_nan": (("IsNaN",),),
+    "fuse_matmul_bias": (("Add",),),
+    "fold_matmul_scale": (("Div", "Mul"),),
+    "push_relu_into_concat": (("Concat",),),
+    "pull_relu_after_maxpool": (("Relu",),),
+    "fuse_conv_activation": (("Add", "Sum", *opt_fusions.ACTIVATION_OPS),),
+    "fuse_conv_gated_activation": (("Sigmoid", "HardSigmoid", "HardSwish"),),
+    "fuse_gemm_activation": (opt_fusions.ACTIVATION_OPS,),
+    "fuse_channel_shuffle": (("Reshape",), ("Transpose",)),
+}.items()}
+
 
 def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops: bool = True,
              cpu_ep_only: bool = True, disabled: Collection[str] = ()) -> Graph:
@@ -275,6 +295,8 @@ def _run_to_fixed_point(graph: Graph, passes: list[tuple[str, GraphPass, bool, G
         for name, fn, _recurse, _level in passes:
             triggers = TRIGGERS.get(name)
             if triggers is not None and triggers.isdisjoint(present):
+                continue
+            if any(ops.isdisjoint(present) for ops in PARTNERS.get(name, ())):
                 continue
             before = len(graph.nodes)
             if fn(graph):

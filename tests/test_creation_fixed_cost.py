@@ -128,6 +128,34 @@ def test_skipping_the_last_dead_node_pass_keeps_the_optimized_graph(name, monkey
     assert _signature(skipped) == _signature(forced)
 
 
+@pytest.mark.parametrize("name", ["tv_shufflenet", "hf_distilbert"])
+def test_a_pass_that_found_nothing_waits_for_a_change(name, monkeypatch):
+    """Within a level's rounds, a pass that returned False is called again only after another pass
+    changed the graph; with the skip off, the same passes change the graph in the same order."""
+    def recorded(skip: bool) -> list[tuple[str, bool]]:
+        calls: list[tuple[str, bool]] = []
+
+        def counted(name, fn):
+            return lambda graph: calls.append((name, fn(graph))) or calls[-1][1]
+
+        monkeypatch.setattr(passes, "SKIP_CLEAN_PASSES", skip)
+        monkeypatch.setattr(passes, "PASSES", [(n, lv, counted(n, fn), r, c) for n, lv, fn, r, c in real])
+        passes.optimize(load_model(os.path.join(CORPUS, f"{name}.onnx")).graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
+        return calls
+
+    real = passes.PASSES
+    skipping, every = recorded(True), recorded(False)
+    assert [c for c in skipping if c[1]] == [c for c in every if c[1]]
+    assert len(skipping) < len(every)
+    found_nothing: set[str] = set()
+    for pass_name, changed in skipping:
+        assert pass_name not in found_nothing, f"{pass_name} called again with no change since it found nothing"
+        if changed:
+            found_nothing.clear()
+        else:
+            found_nothing.add(pass_name)
+
+
 def test_every_trigger_list_names_a_pass():
     assert set(passes.TRIGGERS) <= {p[0] for p in passes.PASSES}
     assert set(passes.PARTNERS) <= {p[0] for p in passes.PASSES}
@@ -205,6 +233,7 @@ def test_skipping_passes_keeps_the_optimized_graph(name, cpu_ops, monkeypatch):
     passes.optimize(with_triggers, GraphOptimizationLevel.ORT_ENABLE_ALL, **kwargs)
     monkeypatch.setattr(passes, "TRIGGERS", {})
     monkeypatch.setattr(passes, "PARTNERS", {})
+    monkeypatch.setattr(passes, "SKIP_CLEAN_PASSES", False)
     monkeypatch.setattr(Graph, "holds_elem_type", lambda self, elem_type: True)
     every_pass = load_model(path).graph
     passes.optimize(every_pass, GraphOptimizationLevel.ORT_ENABLE_ALL, **kwargs)

@@ -156,6 +156,65 @@ def test_a_pass_that_found_nothing_waits_for_a_change(name, monkeypatch):
             found_nothing.add(pass_name)
 
 
+def _index(graph) -> dict:
+    names = {v for n in graph.nodes for v in (*n.inputs, *n.outputs, *n.implicit_inputs) if v}
+    return {v: (id(graph.producer(v)), [id(c) for c in graph.consumers(v)]) for v in sorted(names)}
+
+
+def _holder_model() -> onnx.ModelProto:
+    """Identity and same-type Cast nodes around an If whose branches read an outer value: one
+    Identity's output is that value (it stays), the others are bypassed, one of them into a graph
+    output."""
+    def branch(name: str, factor: float) -> onnx.GraphProto:
+        k = numpy_helper.from_array(np.array(factor, np.float32), f"{name}_k")
+        return helper.make_graph([helper.make_node("Mul", ["seen", f"{name}_k"], [f"{name}_y"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [4])], [k])
+
+    nodes = [helper.make_node("Identity", ["x"], ["a"]),
+             helper.make_node("Cast", ["a"], ["b"], to=TensorProto.FLOAT),
+             helper.make_node("Identity", ["b"], ["seen"]),  # read inside the branches: kept
+             helper.make_node("If", ["c"], ["z"], then_branch=branch("then", 2.0), else_branch=branch("else", 3.0)),
+             helper.make_node("Relu", ["seen"], ["r"]),
+             helper.make_node("Identity", ["r"], ["y"])]  # into a graph output: the Relu writes y
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                          helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                  [helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+                   helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+
+
+def test_no_op_removal_keeps_the_index_of_a_graph_holding_subgraphs():
+    """Bypassing no-op nodes in a graph with an If updates the producer/consumer maps node by node,
+    not by a rebuild per node: the maps equal a full reindex's, the value the branches read stays,
+    and the session's values are onnxruntime's."""
+    from onnxhal.runtime.optimizer.cleanup import eliminate_no_ops
+
+    model = _holder_model()
+    graph = load_model(model).graph
+    assert eliminate_no_ops(graph)
+    assert [n.op_type for n in graph.nodes] == ["Identity", "If", "Relu"]
+    assert graph.nodes[0].outputs == ("seen",) and graph.nodes[0].inputs == ("x",) and graph.nodes[2].outputs == ("y",)
+    incremental = _index(graph)
+    graph.reindex()
+    assert incremental == _index(graph)
+    feeds = {"x": np.array([-1.0, 0.5, 2.0, -3.0], np.float32), "c": np.array(True)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_no_op_removal_in_ssdlite_keeps_the_index():
+    """SSDlite: 100 no-op candidates among 1,067 nodes, one of them a Loop."""
+    from onnxhal.runtime.optimizer.cleanup import eliminate_no_ops
+
+    graph = load_model(os.path.join(CORPUS, "tv_ssdlite.onnx")).graph
+    assert any(n.subgraphs for n in graph.nodes)
+    assert eliminate_no_ops(graph)
+    incremental = _index(graph)
+    graph.reindex()
+    assert incremental == _index(graph)
+
+
 def test_every_trigger_list_names_a_pass():
     assert set(passes.TRIGGERS) <= {p[0] for p in passes.PASSES}
     assert set(passes.PARTNERS) <= {p[0] for p in passes.PASSES}
@@ -222,7 +281,7 @@ def _signature(graph) -> tuple:
 
 @pytest.mark.parametrize("name", ["resnet_ts_qdq_pt", "crnn_ts_qdyn", "bert_eager_ts_ortopt_qdyn", "paddle_lcnet",
                                   "sk_logreg_zipmap", "vad_if_loop_ts", "tf2onnx_keras_cnn", "tv_shufflenet",
-                                  "mobilenet_dynamo", "bert_ts_fp16", "hf_gptj"])
+                                  "mobilenet_dynamo", "bert_ts_fp16", "hf_gptj", "tv_ssdlite"])
 @pytest.mark.parametrize("cpu_ops", [True, False])
 def test_skipping_passes_keeps_the_optimized_graph(name, cpu_ops, monkeypatch):
     """The op-type tests (``TRIGGERS``, ``PARTNERS``) and the float16 census skip only passes that

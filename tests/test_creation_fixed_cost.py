@@ -263,11 +263,13 @@ def test_the_element_type_census_finds_outer_and_initializer_values():
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [half])).graph
     assert graph.holds_elem_type(TensorProto.FLOAT16)  # the unread initializer alone
-    body = Graph("body", [], [], [], parent=f32)
+    body = Graph("body", [Node("Relu", ["o"], ["p"])], [], [ValueInfo.tensor("p", TensorProto.FLOAT, [3])], parent=f32)
     assert not body.holds_elem_type(TensorProto.FLOAT16)
     body.parent = graph
+    graph.set_value_info(ValueInfo.tensor("q", TensorProto.FLOAT16, [3]))
+    assert not body.holds_elem_type(TensorProto.FLOAT16)  # an outer float16 value the body does not read
     graph.set_value_info(ValueInfo.tensor("o", TensorProto.FLOAT16, [3]))
-    assert body.holds_elem_type(TensorProto.FLOAT16)
+    assert body.holds_elem_type(TensorProto.FLOAT16)  # the one it reads
 
 
 def _signature(graph) -> tuple:
@@ -687,3 +689,27 @@ def test_an_initializers_value_info_is_its_arrays_type_and_shape(array):
     assert got.type_proto == want.type_proto
     graph = load_model(conv_bn_model()).graph
     assert graph.value_info("w").shape == (4, 3, 3, 3) and graph.value_info("w").elem_type == TensorProto.FLOAT
+
+
+def test_a_memory_device_hashes_and_compares_by_its_four_fields():
+    """``OrtMemoryDevice`` keeps its hash (a plan looks up each value's slot by (name, device)):
+    equal devices, made apart, copied, pickled or replaced, hash and compare equal; any field that
+    differs makes another device; a device equals nothing else."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from onnxhal.hal.memory_info import CPU_MEMORY_INFO, OrtMemoryDevice
+
+    host = CPU_MEMORY_INFO.memory_device
+    twins = [OrtMemoryDevice(host.device_type, host.memory_type, host.vendor_id, host.device_id), copy.copy(host),
+             pickle.loads(pickle.dumps(host)), dataclasses.replace(host)]
+    for twin in twins:
+        assert twin == host and host == twin and hash(twin) == hash(host) and {host: 1}[twin] == 1
+    others = [dataclasses.replace(host, device_id=1), dataclasses.replace(host, vendor_id=0x10DE),
+              dataclasses.replace(host, device_type=onnxhal.OrtMemoryInfoDeviceType.GPU),
+              dataclasses.replace(host, memory_type=onnxhal.OrtDeviceMemoryType.HOST_ACCESSIBLE)]
+    for other in others:
+        assert other != host and not other == host and other not in {host: 1}
+    assert host != (host.device_type, host.memory_type, host.vendor_id, host.device_id) and host != 0
+    assert "_hash" not in repr(host)

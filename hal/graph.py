@@ -520,6 +520,26 @@ class Graph:
     def initializer(self, name: str) -> np.ndarray | None:
         return self.initializers.get(name)
 
+    def holds_elem_type(self, elem_type: int) -> bool:
+        """Whether a value of the graph may be of ONNX element type ``elem_type``: a value info of
+        the graph, or of its parent for a name its nodes read or write (``value_info`` reads the
+        parent's where the graph has none), or an initializer's dtype, says so. False proves that no value of the graph is of that type: a pass about one element
+        type (float16 regions) asks this once, where asking each node's inputs walked the graph."""
+        own = self._value_infos
+        if any(vi._parse()[1] == elem_type for vi in own.values()):
+            return True
+        if self.parent is not None:
+            # of the parent's values, only those this graph's nodes name and it does not type (a
+            # loop body of a few nodes in a large graph: the parent's thousands are not read)
+            outer = self.parent._value_infos
+            for n in self.nodes:
+                for name in (*n.inputs, *n.outputs):
+                    vi = outer.get(name) if name not in own else None
+                    if vi is not None and vi._parse()[1] == elem_type:
+                        return True
+        dtype = elem_type_to_dtype(elem_type)
+        return dtype is not None and any(a.dtype == dtype for a in self.initializers.values())
+
     @property
     def input_names(self) -> list[str]:
         return [v.name for v in self.inputs]

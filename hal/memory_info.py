@@ -7,7 +7,7 @@ Two values need a copy between them exactly when their ``OrtMemoryDevice``s diff
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from onnxhal.hal.enums import (
     OrtAllocatorType,
@@ -26,6 +26,23 @@ class OrtMemoryDevice:
     memory_type: OrtDeviceMemoryType
     vendor_id: int
     device_id: int
+    #: the hash of the four fields, computed once: a session's plan looks up every value's slot by
+    #: (name, device), and the generated hash built a tuple and hashed two enums (in Python) each time
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.device_type, self.memory_type, self.vendor_id, self.device_id)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:  # (devices are mostly the one host device, compared with itself)
+            return True
+        if other.__class__ is not OrtMemoryDevice:
+            return NotImplemented
+        return (self.device_type, self.memory_type, self.vendor_id, self.device_id) == \
+            (other.device_type, other.memory_type, other.vendor_id, other.device_id)
 
     @property
     def is_host(self) -> bool:

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
 from onnxhal.hal import GraphOptimizationLevel
+from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.runtime.loader.model_loader import load_model
 from onnxhal.runtime.optimizer import passes
 
@@ -73,7 +74,8 @@ def test_a_pass_is_called_once_its_op_type_exists(pass_calls):
     model = conv_bn_model()
     graph = load_model(model).graph
     passes.optimize(graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
-    assert "fold_conv_batchnorm" in pass_calls and "fuse_conv_activation" in pass_calls
+    assert "fold_conv_batchnorm" in pass_calls and "adopt_fused_kernels" in pass_calls
+    assert "fuse_conv_activation" not in pass_calls  # after the fold, no Add or activation follows a Conv
     assert [n.op_type for n in graph.nodes] == ["FusedConv"]  # folded, then adopted
     feeds = {"x": np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)}
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
@@ -126,8 +128,148 @@ def test_skipping_the_last_dead_node_pass_keeps_the_optimized_graph(name, monkey
     assert _signature(skipped) == _signature(forced)
 
 
+@pytest.mark.parametrize("name", ["tv_shufflenet", "hf_distilbert"])
+def test_a_pass_that_found_nothing_waits_for_a_change(name, monkeypatch):
+    """Within a level's rounds, a pass that returned False is called again only after another pass
+    changed the graph; with the skip off, the same passes change the graph in the same order."""
+    def recorded(skip: bool) -> list[tuple[str, bool]]:
+        calls: list[tuple[str, bool]] = []
+
+        def counted(name, fn):
+            return lambda graph: calls.append((name, fn(graph))) or calls[-1][1]
+
+        monkeypatch.setattr(passes, "SKIP_CLEAN_PASSES", skip)
+        monkeypatch.setattr(passes, "PASSES", [(n, lv, counted(n, fn), r, c) for n, lv, fn, r, c in real])
+        passes.optimize(load_model(os.path.join(CORPUS, f"{name}.onnx")).graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
+        return calls
+
+    real = passes.PASSES
+    skipping, every = recorded(True), recorded(False)
+    assert [c for c in skipping if c[1]] == [c for c in every if c[1]]
+    assert len(skipping) < len(every)
+    found_nothing: set[str] = set()
+    for pass_name, changed in skipping:
+        assert pass_name not in found_nothing, f"{pass_name} called again with no change since it found nothing"
+        if changed:
+            found_nothing.clear()
+        else:
+            found_nothing.add(pass_name)
+
+
+def _index(graph) -> dict:
+    names = {v for n in graph.nodes for v in (*n.inputs, *n.outputs, *n.implicit_inputs) if v}
+    return {v: (id(graph.producer(v)), [id(c) for c in graph.consumers(v)]) for v in sorted(names)}
+
+
+def _holder_model() -> onnx.ModelProto:
+    """Identity and same-type Cast nodes around an If whose branches read an outer value: one
+    Identity's output is that value (it stays), the others are bypassed, one of them into a graph
+    output."""
+    def branch(name: str, factor: float) -> onnx.GraphProto:
+        k = numpy_helper.from_array(np.array(factor, np.float32), f"{name}_k")
+        return helper.make_graph([helper.make_node("Mul", ["seen", f"{name}_k"], [f"{name}_y"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [4])], [k])
+
+    nodes = [helper.make_node("Identity", ["x"], ["a"]),
+             helper.make_node("Cast", ["a"], ["b"], to=TensorProto.FLOAT),
+             helper.make_node("Identity", ["b"], ["seen"]),  # read inside the branches: kept
+             helper.make_node("If", ["c"], ["z"], then_branch=branch("then", 2.0), else_branch=branch("else", 3.0)),
+             helper.make_node("Relu", ["seen"], ["r"]),
+             helper.make_node("Identity", ["r"], ["y"])]  # into a graph output: the Relu writes y
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                          helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                  [helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+                   helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+
+
+def test_no_op_removal_keeps_the_index_of_a_graph_holding_subgraphs():
+    """Bypassing no-op nodes in a graph with an If updates the producer/consumer maps node by node,
+    not by a rebuild per node: the maps equal a full reindex's, the value the branches read stays,
+    and the session's values are onnxruntime's."""
+    from onnxhal.runtime.optimizer.cleanup import eliminate_no_ops
+
+    model = _holder_model()
+    graph = load_model(model).graph
+    assert eliminate_no_ops(graph)
+    assert [n.op_type for n in graph.nodes] == ["Identity", "If", "Relu"]
+    assert graph.nodes[0].outputs == ("seen",) and graph.nodes[0].inputs == ("x",) and graph.nodes[2].outputs == ("y",)
+    incremental = _index(graph)
+    graph.reindex()
+    assert incremental == _index(graph)
+    feeds = {"x": np.array([-1.0, 0.5, 2.0, -3.0], np.float32), "c": np.array(True)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_no_op_removal_in_ssdlite_keeps_the_index():
+    """SSDlite: 100 no-op candidates among 1,067 nodes, one of them a Loop."""
+    from onnxhal.runtime.optimizer.cleanup import eliminate_no_ops
+
+    graph = load_model(os.path.join(CORPUS, "tv_ssdlite.onnx")).graph
+    assert any(n.subgraphs for n in graph.nodes)
+    assert eliminate_no_ops(graph)
+    incremental = _index(graph)
+    graph.reindex()
+    assert incremental == _index(graph)
+
+
 def test_every_trigger_list_names_a_pass():
     assert set(passes.TRIGGERS) <= {p[0] for p in passes.PASSES}
+    assert set(passes.PARTNERS) <= {p[0] for p in passes.PASSES}
+
+
+def test_a_pass_is_skipped_without_the_partner_its_match_needs(pass_calls):
+    """A Conv then a Relu: the Conv passes that fold a BatchNormalization, a Mul or Add, or a channel
+    shuffle are not called (the graph holds no op they need after the Conv); the activation fusion
+    is, and the graph and its values are onnxruntime's."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    graph = load_model(model).graph
+    passes.optimize(graph, GraphOptimizationLevel.ORT_ENABLE_ALL)
+    assert not {"fold_conv_batchnorm", "fold_conv_mul_add", "fuse_channel_shuffle", "fuse_conv_gated_activation"} \
+        & set(pass_calls)
+    assert "fuse_conv_activation" in pass_calls
+    assert [(n.op_type, n.attr("activation")) for n in graph.nodes] == [("FusedConv", "Relu")]
+    feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_every_activation_a_fusion_takes_is_in_the_partner_set():
+    """``activation_of`` answers None for any op type outside ``ACTIVATION_OPS`` (which the
+    activation fusions' partner sets are made of), and names one for each inside it."""
+    from onnxhal.runtime.optimizer.fusions import ACTIVATION_OPS, activation_of
+
+    for op in sorted(ACTIVATION_OPS | {"Abs", "Elu", "Softplus", "HardSwish", "Mul"}):
+        node = Node(op, ["x"], ["y"])
+        graph = Graph("g", [node], [ValueInfo.tensor("x", TensorProto.FLOAT, [2, 3])], [ValueInfo("y")])
+        found = activation_of(graph, node)
+        assert (found is not None) == (op in ACTIVATION_OPS), op
+
+
+def test_the_element_type_census_finds_outer_and_initializer_values():
+    """``Graph.holds_elem_type``: False proves no value of the type; a float16 initializer, or a
+    float16 value of the outer graph a subgraph reads, is found."""
+    f32 = load_model(transpose_model()).graph
+    assert not f32.holds_elem_type(TensorProto.FLOAT16) and f32.holds_elem_type(TensorProto.FLOAT)
+    half = numpy_helper.from_array(np.ones(3, np.float16), "h")
+    graph = load_model(_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [half])).graph
+    assert graph.holds_elem_type(TensorProto.FLOAT16)  # the unread initializer alone
+    body = Graph("body", [Node("Relu", ["o"], ["p"])], [], [ValueInfo.tensor("p", TensorProto.FLOAT, [3])], parent=f32)
+    assert not body.holds_elem_type(TensorProto.FLOAT16)
+    body.parent = graph
+    graph.set_value_info(ValueInfo.tensor("q", TensorProto.FLOAT16, [3]))
+    assert not body.holds_elem_type(TensorProto.FLOAT16)  # an outer float16 value the body does not read
+    graph.set_value_info(ValueInfo.tensor("o", TensorProto.FLOAT16, [3]))
+    assert body.holds_elem_type(TensorProto.FLOAT16)  # the one it reads
 
 
 def _signature(graph) -> tuple:
@@ -140,14 +282,20 @@ def _signature(graph) -> tuple:
 
 
 @pytest.mark.parametrize("name", ["resnet_ts_qdq_pt", "crnn_ts_qdyn", "bert_eager_ts_ortopt_qdyn", "paddle_lcnet",
-                                  "sk_logreg_zipmap", "vad_if_loop_ts", "tf2onnx_keras_cnn"])
+                                  "sk_logreg_zipmap", "vad_if_loop_ts", "tf2onnx_keras_cnn", "tv_shufflenet",
+                                  "mobilenet_dynamo", "bert_ts_fp16", "hf_gptj", "tv_ssdlite"])
 @pytest.mark.parametrize("cpu_ops", [True, False])
 def test_skipping_passes_keeps_the_optimized_graph(name, cpu_ops, monkeypatch):
+    """The op-type tests (``TRIGGERS``, ``PARTNERS``) and the float16 census skip only passes that
+    would change nothing: with all of them off, every pass runs and the graph comes out the same."""
     path = os.path.join(CORPUS, f"{name}.onnx")
     kwargs = {"fuse_cpu_ops": cpu_ops, "cpu_ep_only": cpu_ops}
     with_triggers = load_model(path).graph
     passes.optimize(with_triggers, GraphOptimizationLevel.ORT_ENABLE_ALL, **kwargs)
     monkeypatch.setattr(passes, "TRIGGERS", {})
+    monkeypatch.setattr(passes, "PARTNERS", {})
+    monkeypatch.setattr(passes, "SKIP_CLEAN_PASSES", False)
+    monkeypatch.setattr(Graph, "holds_elem_type", lambda self, elem_type: True)
     every_pass = load_model(path).graph
     passes.optimize(every_pass, GraphOptimizationLevel.ORT_ENABLE_ALL, **kwargs)
     assert _signature(with_triggers) == _signature(every_pass)
@@ -541,3 +689,27 @@ def test_an_initializers_value_info_is_its_arrays_type_and_shape(array):
     assert got.type_proto == want.type_proto
     graph = load_model(conv_bn_model()).graph
     assert graph.value_info("w").shape == (4, 3, 3, 3) and graph.value_info("w").elem_type == TensorProto.FLOAT
+
+
+def test_a_memory_device_hashes_and_compares_by_its_four_fields():
+    """``OrtMemoryDevice`` keeps its hash (a plan looks up each value's slot by (name, device)):
+    equal devices, made apart, copied, pickled or replaced, hash and compare equal; any field that
+    differs makes another device; a device equals nothing else."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from onnxhal.hal.memory_info import CPU_MEMORY_INFO, OrtMemoryDevice
+
+    host = CPU_MEMORY_INFO.memory_device
+    twins = [OrtMemoryDevice(host.device_type, host.memory_type, host.vendor_id, host.device_id), copy.copy(host),
+             pickle.loads(pickle.dumps(host)), dataclasses.replace(host)]
+    for twin in twins:
+        assert twin == host and host == twin and hash(twin) == hash(host) and {host: 1}[twin] == 1
+    others = [dataclasses.replace(host, device_id=1), dataclasses.replace(host, vendor_id=0x10DE),
+              dataclasses.replace(host, device_type=onnxhal.OrtMemoryInfoDeviceType.GPU),
+              dataclasses.replace(host, memory_type=onnxhal.OrtDeviceMemoryType.HOST_ACCESSIBLE)]
+    for other in others:
+        assert other != host and not other == host and other not in {host: 1}
+    assert host != (host.device_type, host.memory_type, host.vendor_id, host.device_id) and host != 0
+    assert "_hash" not in repr(host)

@@ -91,6 +91,8 @@ def _isolated(graph: Graph, node: Node, converted: set[int], outputs: set[str]) 
 def run_float16_regions(graph: Graph) -> bool:
     """Compute the float16 nodes onnxruntime's CPU EP has no float16 kernel for in float32, with
     Casts only where a value leaves the region (see the module docstring)."""
+    if not graph.holds_elem_type(_F16):  # no float16 value: no node to cast, without a look at each
+        return False
     candidates = [n for n in graph.nodes if _needs_cast(graph, n)]
     if not candidates:
         return False

@@ -72,9 +72,16 @@ def _other_input(node: Node, name: str) -> str | None:
     return others[0] if len(others) == 1 else None
 
 
+#: The op types ``activation_of`` may take as an epilogue (the optimizer skips the passes that fuse
+#: one where the graph holds none of them).
+ACTIVATION_OPS = frozenset({"Relu", "Sigmoid", "Tanh", "Gelu", "LeakyRelu", "HardSigmoid", "Clip"})
+
+
 def activation_of(graph: Graph, node: Node) -> tuple[str, list[float]] | None:
     """(activation, params) if ``node`` is an activation a fused kernel can apply, else None."""
     op = node.op_type
+    if op not in ACTIVATION_OPS:
+        return None
     if node.domain == FUSED_DOMAIN:
         return ("Gelu", []) if op == "Gelu" else None
     if node.domain != "":

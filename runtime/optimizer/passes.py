@@ -151,6 +151,10 @@ DISABLE_PASSES_KEY = "optimization.disable_passes"
 #: Rounds of the whole pass list before giving up on reaching a fixed point.
 MAX_ROUNDS = 4
 
+#: Whether a pass that found nothing is skipped until another pass changes the graph (see
+#: ``_run_to_fixed_point``); False calls every pass in every round, for A/B measurements and tests.
+SKIP_CLEAN_PASSES = True
+
 #: Per pass, op types one of which a graph must hold for the pass to find anything: the ones it
 #: starts a rewrite from (asks ``live_nodes`` for), or where those are common (the element-wise
 #: ops a grid chain is made of) the ones its match cannot do without (a chain starts from an 8-bit
@@ -189,6 +193,26 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
     "adopt_fused_kernels": ("Conv", "Gemm", "MatMul"),
     "fuse_channel_shuffle": ("FusedConv",),
     "pretranspose_gemm_weights": ("FusedGemm",),
+}.items()}
+
+#: Per pass, further op-type sets the graph must hold one of each, besides its ``TRIGGERS``: the
+#: ops its match cannot do without after the one it starts from (a Conv's BatchNormalization, a
+#: MatMul's Add, a FusedConv's Reshape and Transpose). A CNN holds Convs in every round, and each
+#: Conv pass walked them all to find no follower of the kind it folds. Skipped as ``TRIGGERS``.
+PARTNERS: dict[str, tuple[frozenset[str], ...]] = {name: tuple(map(frozenset, sets)) for name, sets in {
+    "fold_conv_batchnorm": (("BatchNormalization",),),
+    "fold_conv_mul_add": (("Mul", "Add"),),
+    "fold_batchnorm_mul_add": (("Mul", "Add"),),
+    "matmul_add_to_gemm": (("Add",),),
+    "fuse_replace_nan": (("IsNaN",),),
+    "fuse_matmul_bias": (("Add",),),
+    "fold_matmul_scale": (("Div", "Mul"),),
+    "push_relu_into_concat": (("Concat",),),
+    "pull_relu_after_maxpool": (("Relu",),),
+    "fuse_conv_activation": (("Add", "Sum", *opt_fusions.ACTIVATION_OPS),),
+    "fuse_conv_gated_activation": (("Sigmoid", "HardSigmoid", "HardSwish"),),
+    "fuse_gemm_activation": (opt_fusions.ACTIVATION_OPS,),
+    "fuse_channel_shuffle": (("Reshape",), ("Transpose",)),
 }.items()}
 
 
@@ -268,21 +292,34 @@ def _run_to_fixed_point(graph: Graph, passes: list[tuple[str, GraphPass, bool, G
                         dead: bool) -> bool:
     """Run ``passes`` in rounds until one changes nothing. ``dead``: whether the graph may hold dead
     nodes or constants as it comes; returns the same for the graph as it leaves: False where the
-    dead-node pass found nothing to remove and no pass changed the graph after that."""
+    dead-node pass found nothing to remove and no pass changed the graph after that.
+
+    A pass that found nothing is not called again until some pass has changed the graph since
+    (``clean``): a pass is a function of the graph, so it would find nothing again. The round that
+    confirms the fixed point then calls only the passes that ran before the last change."""
+    changes = 0  # how many pass calls have changed the graph so far
+    clean: dict[str, int] = {}  # pass -> ``changes`` when it last found nothing
     for _ in range(MAX_ROUNDS):
         changed = False
         present = {n.op_type for n in graph.nodes}  # the op-type index, rebuilt after each change
         for name, fn, _recurse, _level in passes:
+            if SKIP_CLEAN_PASSES and clean.get(name) == changes:
+                continue
             triggers = TRIGGERS.get(name)
             if triggers is not None and triggers.isdisjoint(present):
+                continue
+            if any(ops.isdisjoint(present) for ops in PARTNERS.get(name, ())):
                 continue
             before = len(graph.nodes)
             if fn(graph):
                 changed = dead = True
+                changes += 1
                 present = {n.op_type for n in graph.nodes}
                 logger.debug("pass %s on graph %r: %d -> %d nodes", name, graph.name, before, len(graph.nodes))
-            elif name == "remove_dead_nodes":
-                dead = False
+            else:
+                clean[name] = changes
+                if name == "remove_dead_nodes":
+                    dead = False
         if not changed:
             break
     return dead

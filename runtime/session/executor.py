@@ -194,10 +194,11 @@ class ExecutionPlan:
 
         def slot(name: str, dev: OrtMemoryDevice) -> int:
             key = (name, dev)
-            if key not in slots:
-                slots[key] = len(template)
+            s = slots.get(key)  # (one lookup: a plan asks for every value's slot once per reader)
+            if s is None:
+                s = slots[key] = len(template)
                 template.append(None)
-            return slots[key]
+            return s
 
         for name in feed_names:
             home[name] = HOST_MEMORY_DEVICE
@@ -217,9 +218,12 @@ class ExecutionPlan:
             src = home.get(name)
             if src is None:
                 raise Fail(f"graph {graph.name!r}: value {name!r} is read before it is produced")
-            if src == dev or (name, dev) in slots:
-                return slot(name, dev)
+            s = slots.get((name, dev))
+            if s is not None:  # produced there, or copied there for an earlier reader
+                return s
             s = slot(name, dev)
+            if src == dev:
+                return s
             if name in self._feed_targets:
                 self._feed_targets[name].append((dev, s))
                 if name in graph.initializers:  # an overridable initializer's default, there too

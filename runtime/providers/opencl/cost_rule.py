@@ -170,11 +170,16 @@ def crossing_values(graph: Graph, part: Sequence[Node], on_device: set[int]) -> 
 def copy_seconds(values: Sequence[str], sizes, rates: HostRates) -> float:
     """What copying ``values`` moves beyond a small copy's fixed cost: their bytes at the host's
     memory rate (a copy reads and writes each byte once)."""
-    moved = 0.0
+    moved = 0
     for v in values:
         dtype = sizes.dtype(v)
-        moved += 2.0 * _size(sizes, v) * (np.dtype(dtype).itemsize if dtype is not None else 4)
-    return moved / rates.bytes_per_s
+        moved += _size(sizes, v) * (np.dtype(dtype).itemsize if dtype is not None else 4)
+    return copy_bytes_seconds(moved, rates)
+
+
+def copy_bytes_seconds(nbytes: int, rates: HostRates) -> float:
+    """What copying ``nbytes`` moves beyond a small copy's fixed cost (``copy_seconds``)."""
+    return 2.0 * nbytes / rates.bytes_per_s
 
 
 def host_island(graph: Graph, part: Sequence[Node], on_device: set[int]) -> bool:
@@ -220,3 +225,21 @@ def host_reason(work_s: float, launches: int, copies: int, launch_s: float, copy
             f"({launch_s * 1e6:.3g} and {copy_s * 1e6:.3g} us each, measured on this device, "
             f"+{moved_s * 1e6:.3g} us for their bytes); "
             f"provider option {COST_RULE_OPTION}=off claims it anyway")
+
+
+def signature_reason(work_s: float, launches: int, launch_s: float, host_copies: int, copy_s: float,
+                     moved_s: float) -> str | None:
+    """Why one concrete signature of a claimed partition runs on the host, or None when the device
+    is worth it. ``work_s``: its host run, measured at these shapes (the rates above leave out the
+    host plan's dispatch per node, which dominates a tiny signature). Both runs pay the copies the
+    runtime makes at the partition's boundary; the host run also copies the values it finds in
+    device memory (``host_copies``, their bytes ``moved_s``) and the device run launches its plan.
+    Equal costs keep the device, as at claim."""
+    device = launches * launch_s
+    host = work_s + host_copies * copy_s + moved_s
+    if host >= device:
+        return None
+    return (f"run on the host by the cost rule: at these shapes its host run took {work_s * 1e6:.3g} us (measured), "
+            f"and {host_copies} copy(ies) of device values {(host - work_s) * 1e6:.3g} us, less than the "
+            f"{launches} launch(es) of its plan ({launch_s * 1e6:.3g} us each, measured on this device); "
+            f"provider option {COST_RULE_OPTION}=off runs it on the device anyway")

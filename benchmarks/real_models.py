@@ -7,7 +7,7 @@ side in one process.
 Per model and EP: nodes on the EP (dynamic model, and the same model with its dims fixed by
 ``add_free_dimension_override_by_name``), session creation plus first run (median of three fresh
 sessions of each runtime), the first run of each of the two stored input signatures
-(for the OpenCL EP it specialises and builds that shape), then ``repeat`` alternating runs of
+(for the OpenCL EP it specialises and builds that shape), then ``WARM_RUNS`` and ``repeat`` alternating runs of
 signature ``a`` and the ratio of the medians (onnxhal / onnxruntime), and the largest difference
 from onnxruntime's stored outputs. The geometric mean of the ratios closes each EP's table, then
 the same per producer group (``producer_group``: the first exporters, the other producers, the
@@ -44,6 +44,11 @@ COLD_RUNS = 3
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "opencl": ["OpenCLExecutionProvider", "CPUExecutionProvider"],
              # the OpenCL EP with its cost rule off (claim time and per signature): every partition on the device
              "opencl_off": [("OpenCLExecutionProvider", {"cost_rule": "off"}), "CPUExecutionProvider"]}
+
+
+#: Runs of signature ``a`` before the timed ones: the OpenCL EP's cost rule tries a small signature
+#: on the host and the device for its first 12 runs (``cost_rule.TRIAL_RUNS`` each) before it settles.
+WARM_RUNS = 15
 
 
 def signatures(path: str) -> dict[str, tuple[dict[str, np.ndarray], np.ndarray]]:
@@ -98,7 +103,7 @@ def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:
             err = max(err, float(np.max(np.abs(np.asarray(got, np.float64) - want), initial=0.0)))
         else:  # string labels
             err = max(err, float(np.mean(np.asarray(got) != want)))
-    for _ in range(3):
+    for _ in range(WARM_RUNS):
         ref.run(None, feeds)
         hal.run(None, feeds)
     t_ort, t_hal = [], []

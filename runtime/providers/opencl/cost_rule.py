@@ -12,7 +12,10 @@ read and write, timed at the host's rates. The rule is on by default (provider o
 A partition with symbolic dims (``batch``, ``sequence``) is weighed with each of them at
 ``cost_rule_dim`` (default ``DEFAULT_COST_DIM``: 64 rows of a tabular model, 64 x 64 tokens of a
 transformer): its work grows with them and its launches and copies do not, so one declined there
-loses on the device at every smaller size.
+loses on the device at every smaller size. One claimed there is weighed again at run time, per
+concrete input signature, when ``dynamic_partition`` specialises it (``host_worth_trying``,
+``SignatureTrial``): a CNN claimed at a batch of 64 and fed 2 images runs that signature on the
+host where the host runs it faster.
 """
 
 from __future__ import annotations
@@ -170,16 +173,11 @@ def crossing_values(graph: Graph, part: Sequence[Node], on_device: set[int]) -> 
 def copy_seconds(values: Sequence[str], sizes, rates: HostRates) -> float:
     """What copying ``values`` moves beyond a small copy's fixed cost: their bytes at the host's
     memory rate (a copy reads and writes each byte once)."""
-    moved = 0
+    moved = 0.0
     for v in values:
         dtype = sizes.dtype(v)
-        moved += _size(sizes, v) * (np.dtype(dtype).itemsize if dtype is not None else 4)
-    return copy_bytes_seconds(moved, rates)
-
-
-def copy_bytes_seconds(nbytes: int, rates: HostRates) -> float:
-    """What copying ``nbytes`` moves beyond a small copy's fixed cost (``copy_seconds``)."""
-    return 2.0 * nbytes / rates.bytes_per_s
+        moved += 2.0 * _size(sizes, v) * (np.dtype(dtype).itemsize if dtype is not None else 4)
+    return moved / rates.bytes_per_s
 
 
 def host_island(graph: Graph, part: Sequence[Node], on_device: set[int]) -> bool:
@@ -227,19 +225,60 @@ def host_reason(work_s: float, launches: int, copies: int, launch_s: float, copy
             f"provider option {COST_RULE_OPTION}=off claims it anyway")
 
 
-def signature_reason(work_s: float, launches: int, launch_s: float, host_copies: int, copy_s: float,
-                     moved_s: float) -> str | None:
+#: A signature whose first host run took more than this many times its plan's launches (at the
+#: measured launch cost) runs on the device untried: the host cannot win it.
+HOST_TIMING_FACTOR = 4.0
+#: The host runs a signature only where it ran in less than this fraction of the device's time.
+HOST_MARGIN = 0.8
+#: Runs of each side a signature's trial times before it settles.
+TRIAL_RUNS = 6
+
+
+def host_worth_trying(host_s: float, launches: int, launch_s: float) -> bool:
+    """Whether a concrete signature, whose first host run took ``host_s``, is worth a trial
+    (``SignatureTrial``). The rule's figures alone mislead at run time: the host plan's dispatch,
+    1.6 us a node, is in neither rate (a transformer at 2 x 12 tokens computes 14 us at the host's
+    rates and its host plan took 279), and a replayed plan's launches cost about 9 us each where a
+    lone launch with its wait measured 10-27 us (a loaded PoCL)."""
+    return host_s < HOST_TIMING_FACTOR * launches * launch_s
+
+
+def signature_reason(host_s: float, device_s: float, launches: int) -> str | None:
     """Why one concrete signature of a claimed partition runs on the host, or None when the device
-    is worth it. ``work_s``: its host run, measured at these shapes (the rates above leave out the
-    host plan's dispatch per node, which dominates a tiny signature). Both runs pay the copies the
-    runtime makes at the partition's boundary; the host run also copies the values it finds in
-    device memory (``host_copies``, their bytes ``moved_s``) and the device run launches its plan.
-    Equal costs keep the device, as at claim."""
-    device = launches * launch_s
-    host = work_s + host_copies * copy_s + moved_s
-    if host >= device:
+    is faster: ``host_s``, a host run with its copies of values in device memory, and ``device_s``,
+    a run of its plan to its end, both timed. The copies at the partition's boundary are the
+    runtime's and the same both ways. The host must win by ``HOST_MARGIN``: runs on a loaded
+    machine differ by more than that near the line, and there either choice costs about the same."""
+    if host_s >= HOST_MARGIN * device_s:
         return None
-    return (f"run on the host by the cost rule: at these shapes its host run took {work_s * 1e6:.3g} us (measured), "
-            f"and {host_copies} copy(ies) of device values {(host - work_s) * 1e6:.3g} us, less than the "
-            f"{launches} launch(es) of its plan ({launch_s * 1e6:.3g} us each, measured on this device); "
+    return (f"run on the host by the cost rule: at these shapes its host runs took {host_s * 1e6:.3g} us (their "
+            f"copies of device values included) and its device runs of {launches} launch(es) {device_s * 1e6:.3g} "
+            f"us (the fastest of {TRIAL_RUNS} each, its first runs alternating); "
             f"provider option {COST_RULE_OPTION}=off runs it on the device anyway")
+
+
+class SignatureTrial:
+    """A signature's first runs, alternating between the host and the device (host first), timed
+    as the session runs them; settled once each side ran ``TRIAL_RUNS`` times. Real runs, not
+    extra ones at specialisation: a fresh plan's first device runs took 2-6 times its steady one
+    (t5 at 2 x 10 tokens: 2366, 1852, 1000, 741 ... 411 us), and the fastest of each side's runs
+    drops that ramp and a loaded machine's descheduling."""
+
+    def __init__(self) -> None:
+        self.host: list[float] = []
+        self.device: list[float] = []
+
+    def next_side(self) -> str:
+        """"host" or "device": where the next run of the signature goes."""
+        return "host" if len(self.host) <= len(self.device) else "device"
+
+    def record(self, side: str, seconds: float) -> None:
+        (self.host if side == "host" else self.device).append(seconds)
+
+    @property
+    def settled(self) -> bool:
+        return len(self.host) >= TRIAL_RUNS and len(self.device) >= TRIAL_RUNS
+
+    def reason(self, launches: int) -> str | None:
+        """Once settled: ``signature_reason`` of the fastest run of each side."""
+        return signature_reason(min(self.host), min(self.device), launches)

@@ -13,11 +13,13 @@ parameters fed at run time, such as a Reshape shape computed by the CPU EP) it h
 3. keeps it in a bounded LRU cache (``MAX_SIGNATURES``), as onnxruntime's GPU EPs keep per-shape
    state; a signature whose plan cannot be built (a check that fails only for those shapes) runs on
    the host for as long as it stays cached, with the reason recorded,
-4. with the cost rule on (the OpenCL EP's own partitions), weighs the concrete plan as the claim
-   weighed the partition at ``cost_rule_dim``: its launches against its work at these shapes plus
-   the copies a host run makes (``cost_rule.signature_reason``). Where the host wins, the
-   signature runs on the host (counted apart from build failures). The decision is made once per
-   signature, from rates measured once per process, so a signature near the line does not flap.
+4. with the cost rule on (the OpenCL EP's own partitions), weighs the concrete signature: where
+   the host run of step 1 took less than a few times the plan's launches at the measured launch
+   cost (``cost_rule.host_worth_trying``), the signature's first runs alternate between the host
+   and the device, timed (``cost_rule.SignatureTrial``), and it then stays where it ran faster
+   (counted apart from build failures). Both paths compute the same results, so a trial changes
+   only where the time goes; it settles once per signature and holds while the signature is
+   cached, so a signature near the line does not flap.
 
 Hits, misses, evictions, host runs (build failures; cost rule) and build seconds are in ``stats`` and in the profiling trace.
 An EP that saves compiled partitions (EPContext) saves such a partition as a ``DynamicPartitionPlan``:
@@ -44,7 +46,7 @@ from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.host_execution import host_plan
 from onnxhal.hal.run_control import RUN_OPTIONS  # the host plan reads the terminate flag between nodes
 from onnxhal.hal.tensor import DeviceTensor
-from onnxhal.runtime.providers.opencl.cost_rule import copy_bytes_seconds, host_rates, signature_reason
+from onnxhal.runtime.providers.opencl.cost_rule import SignatureTrial, host_worth_trying
 from onnxhal.runtime.providers.opencl.op_support import (
     INSPECTION_ERRORS,
     PARAM_INPUTS,
@@ -161,6 +163,16 @@ class _Entry:
     feeds: list[int]  # which of the partition's inputs the plan takes, in its order
     reason: str = ""
     by_cost: bool = False  # on the host by the cost rule (else: its plan could not be built)
+    #: its first runs, timed on both sides, while the cost rule tries it (None: settled or untried)
+    trial: SignatureTrial | None = None
+    #: its plan's state after its trial sent it to the host: released with the entry, when no run uses it
+    retired: PartitionState | None = None
+    signature: str = ""  # as stats.host_reasons names it
+
+    def release(self) -> None:
+        for state in (self.state, self.retired):
+            if state is not None:
+                state.release()
     #: output index -> its value, for the outputs that are shape values (handed over in host memory)
     host_values: dict[int, np.ndarray] = field(default_factory=dict)
 
@@ -255,8 +267,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             entries = list(self._cache.values())
             self._cache.clear()
         for e in entries:
-            if e.state is not None:
-                e.state.release()
+            e.release()
 
     def compute(self, state: Any, context: KernelContext) -> list:
         stream = context.stream
@@ -266,23 +277,51 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             queue = self.device.queue
         inputs = list(context.inputs)
         entry = self._entry(inputs, queue)
-        if entry.state is None:
+        side = None
+        if entry.trial is not None:
             with self._lock:
-                if entry.by_cost:
+                side = entry.trial.next_side() if entry.trial is not None else None
+        start = time.perf_counter()
+        state = entry.state
+        if state is None or side == "host":
+            with self._lock:
+                if entry.by_cost or side == "host":
                     self.stats.cost_host_runs += 1
                 else:
                     self.stats.host_runs += 1
             outputs = self._run_on_host(inputs, queue)
         else:
-            outputs = entry.state.run([inputs[i] for i in entry.feeds], queue)
+            outputs = state.run([inputs[i] for i in entry.feeds], queue)
             if entry.host_values:
                 for i in sorted(entry.host_values):
                     outputs.insert(i, entry.host_values[i])
-        if own_queue:
+        if own_queue or side == "device":  # a trial times the device run to its end
             queue.finish()
+        if side is not None:
+            self._try(entry, side, time.perf_counter() - start)
         for i, t in enumerate(outputs):
             context.set_output(i, t)
         return outputs
+
+    def _try(self, entry: _Entry, side: str, seconds: float) -> None:
+        """Record one trial run of ``entry``'s signature; once its trial settles, the signature stays
+        on the device or goes to the host (its state kept until the entry goes: a run on another
+        thread may be using it)."""
+        with self._lock:
+            trial = entry.trial
+            if trial is None or entry.state is None:
+                return
+            trial.record(side, seconds)
+            if not trial.settled:
+                return
+            entry.trial = None
+            reason = trial.reason(entry.state.plan.launches_per_run)
+            if reason is None:
+                return
+            entry.retired, entry.state = entry.state, None
+            entry.reason, entry.by_cost = reason, True
+            self.stats.host_reasons[entry.signature] = reason
+        self.logger.info("OpenCL partition %s runs a shape signature on the host: %s", self.graph.name, reason)
 
     # -- signatures ------------------------------------------------------------------------------
     def signature(self, inputs: Sequence[Any], queue: cl.CommandQueue | None = None) -> tuple:
@@ -311,6 +350,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         start = time.perf_counter()
         entry = self._specialize(inputs, queue)
         evicted = []
+        entry.signature = _describe(sig)
         with self._lock:
             self.stats.build_seconds += time.perf_counter() - start
             if entry.reason:
@@ -320,15 +360,13 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
                 evicted.append(self._cache.popitem(last=False)[1])
                 self.stats.evictions += 1
         for e in evicted:
-            if e.state is not None:
-                e.state.release()
+            e.release()
         return entry
 
     def _specialize(self, inputs: list, queue: cl.CommandQueue) -> _Entry:
         host = [_to_host(t, queue) for t in inputs]
-        feeds = dict(zip(self.graph.input_names, host))
         start = time.perf_counter()
-        values = self._host_plan.run(feeds, RUN_OPTIONS.get())
+        values = self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
         host_s = time.perf_counter() - start
         every = self._host_plan.graph.output_names
         known = dict(zip(every, values))
@@ -345,16 +383,6 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
                 return self._on_host(f"{n.op_type} {n.name!r}: {reason}")
         try:
             plan = build_plan(concrete, lookup, self.disabled_fusions, self.shape_only)
-            if self.cost_rule:
-                # the first run of a signature pays one-time costs: the faster of it and a second
-                start = time.perf_counter()
-                self._host_plan.run(feeds, RUN_OPTIONS.get())
-                host_s = min(host_s, time.perf_counter() - start)
-                reason = self._cost_reason(inputs, known, host_s, plan.launches_per_run)
-                if reason:
-                    entry = self._on_host(reason)
-                    entry.by_cost = True
-                    return entry
             if self.prepare_plan is not None:
                 self.prepare_plan(plan)
             state = PartitionState(plan, self.device, self.allocator)
@@ -363,21 +391,9 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         order = {name: i for i, name in enumerate(self.graph.input_names)}
         names = self.graph.output_names
         host_values = {i: np.asarray(concrete.initializers[names[i]]) for i in self.host_outputs}
-        return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values)
-
-    def _cost_reason(self, inputs: list, values: dict[str, Any], host_s: float, launches: int) -> str | None:
-        """The cost rule's reason to run this signature on the host, or None. ``host_s``: its host
-        run measured (the host plan's dispatch per node, 1.6 us on the loaded Zen 4, outweighs
-        the arithmetic of a tiny signature: a transformer at 2 x 12 tokens computes 14 us at the
-        host's rates and took 279). A host run also copies the inputs that come in device memory
-        to the host and its outputs (but the shape values, handed over in host memory) to the device."""
-        costs = self.device.launch_costs()
-        rates = host_rates()
-        copied = [t.nbytes for t in inputs if isinstance(t, DeviceTensor)]
-        copied += [np.asarray(values[name]).nbytes for i, name in enumerate(self.graph.output_names)
-                   if i not in self.host_outputs]
-        return signature_reason(host_s, launches, costs.launch_s,
-                                len(copied), costs.copy_s, copy_bytes_seconds(sum(copied), rates))
+        trial = (SignatureTrial() if self.cost_rule
+                 and host_worth_trying(host_s, plan.launches_per_run, self.device.launch_costs().launch_s) else None)
+        return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values, trial=trial)
 
     def _on_host(self, reason: str) -> _Entry:
         self.logger.info("OpenCL partition %s runs a shape signature on the host: %s", self.graph.name, reason)

@@ -155,6 +155,11 @@ def model_and_feeds(name: str, corpus: str = CORPUS) -> tuple[bytes, dict]:
     return model.SerializeToString(), models.feeds(model)
 
 
+#: Runs before the counted ones: with ``--cost-rule on`` the OpenCL EP tries a small signature on the
+#: host and the device for its first 12 runs (``cost_rule.TRIAL_RUNS`` each) before it settles.
+WARM_RUNS = 15
+
+
 def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rule: str = "off",
             fixed_dims: bool = False, disable_fusions: str = "") -> Row:
     import onnxruntime as ort
@@ -183,7 +188,7 @@ def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rul
         hal = onnxhal.InferenceSession(data, hso, providers=providers)
         hal.run(None, feeds)
         cold_hal.append(time.perf_counter() - t)
-    for _ in range(3):
+    for _ in range(WARM_RUNS):
         ref.run(None, feeds)
         hal.run(None, feeds)
     counted = max(3, repeat // 4)

@@ -345,7 +345,8 @@ class OpenCLBackend:
                                       disabled_fusions=self.disabled_fusions,
                                       shape_only=self._shape_only.get(graph, frozenset()),
                                       shape_derived=self._shape_derived.get(graph, frozenset()),
-                                      data_inputs=self.data_inputs(graph))
+                                      data_inputs=self.data_inputs(graph),
+                                      cost_rule=self.cost_rule and self.device is not None)
 
     def compute_info(self, plan: PartitionPlan) -> OpenCLNodeComputeInfo:
         """A compiled partition from a plan made elsewhere (an EPContext blob's)."""

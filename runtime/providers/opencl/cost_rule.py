@@ -12,7 +12,10 @@ read and write, timed at the host's rates. The rule is on by default (provider o
 A partition with symbolic dims (``batch``, ``sequence``) is weighed with each of them at
 ``cost_rule_dim`` (default ``DEFAULT_COST_DIM``: 64 rows of a tabular model, 64 x 64 tokens of a
 transformer): its work grows with them and its launches and copies do not, so one declined there
-loses on the device at every smaller size.
+loses on the device at every smaller size. One claimed there is weighed again at run time, per
+concrete input signature, when ``dynamic_partition`` specialises it (``host_worth_trying``,
+``SignatureTrial``): a CNN claimed at a batch of 64 and fed 2 images runs that signature on the
+host where the host runs it faster.
 """
 
 from __future__ import annotations
@@ -220,3 +223,64 @@ def host_reason(work_s: float, launches: int, copies: int, launch_s: float, copy
             f"({launch_s * 1e6:.3g} and {copy_s * 1e6:.3g} us each, measured on this device, "
             f"+{moved_s * 1e6:.3g} us for their bytes); "
             f"provider option {COST_RULE_OPTION}=off claims it anyway")
+
+
+#: A signature whose host run took more than this many times its plan's launches (at the measured
+#: launch cost) runs on the device untried: the host cannot win it (a lone launch's cost overstates a
+#: replayed plan's 2-4 times, and the device's arithmetic is not in it). A trial's host runs cost at
+#: most this.
+HOST_TIMING_FACTOR = 10.0
+#: The host runs a signature only where it ran in less than this fraction of the device's time.
+HOST_MARGIN = 0.8
+#: Runs of each side a signature's trial times before it settles.
+TRIAL_RUNS = 6
+
+
+def host_worth_trying(host_s: float, launches: int, launch_s: float) -> bool:
+    """Whether a concrete signature, whose first host run took ``host_s``, is worth a trial
+    (``SignatureTrial``). The rule's figures alone mislead at run time: the host plan's dispatch,
+    1.6 us a node, is in neither rate (a transformer at 2 x 12 tokens computes 14 us at the host's
+    rates and its host plan took 279), and a replayed plan's launches cost about 9 us each where a
+    lone launch with its wait measured 10-27 us (a loaded PoCL)."""
+    return host_s < HOST_TIMING_FACTOR * launches * launch_s
+
+
+def signature_reason(host_s: float, device_s: float, launches: int) -> str | None:
+    """Why one concrete signature of a claimed partition runs on the host, or None when the device
+    is faster: ``host_s``, a host run with its copies of values in device memory, and ``device_s``,
+    a run of its plan to its end, both timed. The copies at the partition's boundary are the
+    runtime's and the same both ways. The host must win by ``HOST_MARGIN``: runs on a loaded
+    machine differ by more than that near the line, and there either choice costs about the same."""
+    if host_s >= HOST_MARGIN * device_s:
+        return None
+    return (f"run on the host by the cost rule: at these shapes its host runs took {host_s * 1e6:.3g} us (their "
+            f"copies of device values included) and its device runs of {launches} launch(es) {device_s * 1e6:.3g} "
+            f"us (the fastest of {TRIAL_RUNS} each, its first runs alternating); "
+            f"provider option {COST_RULE_OPTION}=off runs it on the device anyway")
+
+
+class SignatureTrial:
+    """A signature's first runs, alternating between the host and the device (host first), timed
+    as the session runs them; settled once each side ran ``TRIAL_RUNS`` times. Real runs, not
+    extra ones at specialisation: a fresh plan's first device runs took 2-6 times its steady one
+    (t5 at 2 x 10 tokens: 2366, 1852, 1000, 741 ... 411 us), and the fastest of each side's runs
+    drops that ramp and a loaded machine's descheduling."""
+
+    def __init__(self) -> None:
+        self.host: list[float] = []
+        self.device: list[float] = []
+
+    def next_side(self) -> str:
+        """"host" or "device": where the next run of the signature goes."""
+        return "host" if len(self.host) <= len(self.device) else "device"
+
+    def record(self, side: str, seconds: float) -> None:
+        (self.host if side == "host" else self.device).append(seconds)
+
+    @property
+    def settled(self) -> bool:
+        return len(self.host) >= TRIAL_RUNS and len(self.device) >= TRIAL_RUNS
+
+    def reason(self, launches: int) -> str | None:
+        """Once settled: ``signature_reason`` of the fastest run of each side."""
+        return signature_reason(min(self.host), min(self.device), launches)

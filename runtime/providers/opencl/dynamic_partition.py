@@ -12,9 +12,17 @@ parameters fed at run time, such as a Reshape shape computed by the CPU EP) it h
    source, so a new shape mostly reuses built kernels),
 3. keeps it in a bounded LRU cache (``MAX_SIGNATURES``), as onnxruntime's GPU EPs keep per-shape
    state; a signature whose plan cannot be built (a check that fails only for those shapes) runs on
-   the host for as long as it stays cached, with the reason recorded.
+   the host for as long as it stays cached, with the reason recorded,
+4. with the cost rule on (the OpenCL EP's own partitions), weighs the concrete signature: where
+   the host run of step 1 took less than a few times the plan's launches at the measured launch
+   cost (``cost_rule.host_worth_trying``), the signature's first runs alternate between the host
+   and the device, timed (``cost_rule.SignatureTrial``), and it then stays where it ran faster
+   (counted apart from build failures). Both paths compute the same results, so a trial changes
+   only where the time goes; it settles once per signature and holds while the signature is
+   cached, so a signature near the line does not flap.
 
-Hits, misses, evictions, host runs and build seconds are in ``stats`` and in the profiling trace.
+Hits, misses, evictions, host runs (build failures and the cost rule's apart) and build seconds are
+in ``stats`` and in the profiling trace.
 An EP that saves compiled partitions (EPContext) saves such a partition as a ``DynamicPartitionPlan``:
 its graph, from which the specialisations are made again.
 """
@@ -39,6 +47,7 @@ from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.host_execution import host_plan
 from onnxhal.hal.run_control import RUN_OPTIONS  # the host plan reads the terminate flag between nodes
 from onnxhal.hal.tensor import DeviceTensor
+from onnxhal.runtime.providers.opencl.cost_rule import SignatureTrial, host_worth_trying
 from onnxhal.runtime.providers.opencl.op_support import (
     INSPECTION_ERRORS,
     PARAM_INPUTS,
@@ -137,14 +146,16 @@ class SpecializationStats:
     hits: int = 0
     misses: int = 0
     evictions: int = 0
-    host_runs: int = 0
+    host_runs: int = 0  # runs of signatures whose plan could not be built
+    cost_host_runs: int = 0  # runs of signatures the cost rule sent to the host
     build_seconds: float = 0.0
     host_reasons: dict[str, str] = field(default_factory=dict)  # signature text -> why it runs on the host
 
     def as_args(self, cached: int) -> dict:
         return {"shape_cache_hits": self.hits, "shape_cache_misses": self.misses,
                 "shape_cache_evictions": self.evictions, "shape_signatures_cached": cached,
-                "shape_host_runs": self.host_runs, "shape_build_ms": round(self.build_seconds * 1e3, 3)}
+                "shape_host_runs": self.host_runs, "shape_cost_host_runs": self.cost_host_runs,
+                "shape_build_ms": round(self.build_seconds * 1e3, 3)}
 
 
 @dataclass
@@ -152,8 +163,19 @@ class _Entry:
     state: PartitionState | None  # None: this signature runs on the host
     feeds: list[int]  # which of the partition's inputs the plan takes, in its order
     reason: str = ""
+    by_cost: bool = False  # on the host by the cost rule (else: its plan could not be built)
+    #: its first runs, timed on both sides, while the cost rule tries it (None: settled or untried)
+    trial: SignatureTrial | None = None
+    #: its plan's state after its trial sent it to the host: released with the entry, when no run uses it
+    retired: PartitionState | None = None
+    signature: str = ""  # as stats.host_reasons names it
     #: output index -> its value, for the outputs that are shape values (handed over in host memory)
     host_values: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def release(self) -> None:
+        for state in (self.state, self.retired):
+            if state is not None:
+                state.release()
 
 
 @dataclass
@@ -187,8 +209,11 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
     def __init__(self, graph: Graph, device: Any, allocator: Any, logger: logging.Logger,
                  max_signatures: int = MAX_SIGNATURES, disabled_fusions: frozenset[str] = frozenset(),
                  shape_only: frozenset[str] = frozenset(), shape_derived: frozenset[str] = frozenset(),
-                 data_inputs: frozenset[str] = frozenset()) -> None:
+                 data_inputs: frozenset[str] = frozenset(), cost_rule: bool = False) -> None:
         self.graph = graph
+        #: Try small signatures on the host and the device (cost_rule.SignatureTrial); off for the
+        #: simulated devices, whose profiles decide, and for cost_rule=off.
+        self.cost_rule = cost_rule
         self.disabled_fusions = disabled_fusions
         #: outputs read outside only for their shape (plan_builder.shape_only_outputs)
         self.shape_only = shape_only
@@ -243,8 +268,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             entries = list(self._cache.values())
             self._cache.clear()
         for e in entries:
-            if e.state is not None:
-                e.state.release()
+            e.release()
 
     def compute(self, state: Any, context: KernelContext) -> list:
         stream = context.stream
@@ -254,20 +278,51 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             queue = self.device.queue
         inputs = list(context.inputs)
         entry = self._entry(inputs, queue)
-        if entry.state is None:
+        side = None
+        if entry.trial is not None:
             with self._lock:
-                self.stats.host_runs += 1
+                side = entry.trial.next_side() if entry.trial is not None else None
+        start = time.perf_counter()
+        state = entry.state
+        if state is None or side == "host":
+            with self._lock:
+                if entry.by_cost or side == "host":
+                    self.stats.cost_host_runs += 1
+                else:
+                    self.stats.host_runs += 1
             outputs = self._run_on_host(inputs, queue)
         else:
-            outputs = entry.state.run([inputs[i] for i in entry.feeds], queue)
+            outputs = state.run([inputs[i] for i in entry.feeds], queue)
             if entry.host_values:
                 for i in sorted(entry.host_values):
                     outputs.insert(i, entry.host_values[i])
-        if own_queue:
+        if own_queue or side == "device":  # a trial times the device run to its end
             queue.finish()
+        if side is not None:
+            self._try(entry, side, time.perf_counter() - start)
         for i, t in enumerate(outputs):
             context.set_output(i, t)
         return outputs
+
+    def _try(self, entry: _Entry, side: str, seconds: float) -> None:
+        """Record one trial run of ``entry``'s signature; once its trial settles, the signature stays
+        on the device or goes to the host (its state kept until the entry goes: a run on another
+        thread may be using it)."""
+        with self._lock:
+            trial = entry.trial
+            if trial is None or entry.state is None:
+                return
+            trial.record(side, seconds)
+            if not trial.settled:
+                return
+            entry.trial = None
+            reason = trial.reason(entry.state.plan.launches_per_run)
+            if reason is None:
+                return
+            entry.retired, entry.state = entry.state, None
+            entry.reason, entry.by_cost = reason, True
+            self.stats.host_reasons[entry.signature] = reason
+        self.logger.info("OpenCL partition %s runs a shape signature on the host: %s", self.graph.name, reason)
 
     # -- signatures ------------------------------------------------------------------------------
     def signature(self, inputs: Sequence[Any], queue: cl.CommandQueue | None = None) -> tuple:
@@ -295,6 +350,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             self.stats.misses += 1
         start = time.perf_counter()
         entry = self._specialize(inputs, queue)
+        entry.signature = _describe(sig)
         evicted = []
         with self._lock:
             self.stats.build_seconds += time.perf_counter() - start
@@ -305,13 +361,14 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
                 evicted.append(self._cache.popitem(last=False)[1])
                 self.stats.evictions += 1
         for e in evicted:
-            if e.state is not None:
-                e.state.release()
+            e.release()
         return entry
 
     def _specialize(self, inputs: list, queue: cl.CommandQueue) -> _Entry:
         host = [_to_host(t, queue) for t in inputs]
+        start = time.perf_counter()
         values = self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
+        host_s = time.perf_counter() - start
         every = self._host_plan.graph.output_names
         concrete = self._static_copy(host, dict(zip(every, values)))
         # (the claim judged which typed nodes read the feeds; here their shape values are constants)
@@ -334,7 +391,19 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         order = {name: i for i, name in enumerate(self.graph.input_names)}
         names = self.graph.output_names
         host_values = {i: np.asarray(concrete.initializers[names[i]]) for i in self.host_outputs}
-        return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values)
+        trial = self._trial(host, host_s, plan.launches_per_run) if self.cost_rule else None
+        return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values, trial=trial)
+
+    def _trial(self, host: list, host_s: float, launches: int) -> SignatureTrial | None:
+        """A trial for a signature whose first host run took ``host_s``, if the host may win it. A
+        first run pays one-time costs (the CPU EP packs weights, a loaded machine deschedules it: 163
+        to 370 us for one signature): one that missed by less than 10x is timed once more, warm."""
+        launch_s = self.device.launch_costs().launch_s
+        if not host_worth_trying(host_s, launches, launch_s) and host_worth_trying(host_s / 10, launches, launch_s):
+            start = time.perf_counter()
+            self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
+            host_s = min(host_s, time.perf_counter() - start)
+        return SignatureTrial() if host_worth_trying(host_s, launches, launch_s) else None
 
     def _on_host(self, reason: str) -> _Entry:
         self.logger.info("OpenCL partition %s runs a shape signature on the host: %s", self.graph.name, reason)

@@ -1,0 +1,128 @@
+"""The cost rule at run time (runtime/providers/opencl/dynamic_partition.py, cost_rule.SignatureTrial):
+a partition with symbolic dims, claimed at cost_rule_dim, tries each small concrete signature on
+both sides for its first runs; a tiny signature then runs on the host (counted apart from build
+failures), a large one on the device untried, both equal to the CPU EP; cost_rule=off and the
+simulated devices run every signature on the device."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("pyopencl")
+
+import onnxhal  # noqa: E402
+from onnxhal.runtime.providers.opencl.cost_rule import TRIAL_RUNS, SignatureTrial, signature_reason  # noqa: E402
+from tests.conftest import simulated_or_skip  # noqa: E402
+from tests.opencl_support import require_opencl  # noqa: E402
+
+OPENCL_INDEX = require_opencl(module_level=True)
+RNG = np.random.default_rng(47)
+C, DEPTH = 32, 8  # one launch per depthwise Conv: PoCL's depthwise kernel is slow at small sizes
+
+
+@functools.lru_cache(maxsize=1)
+def _model() -> onnx.ModelProto:
+    """(one model, the same weights for every session) x [n, 32, h, w] -> DEPTH x (depthwise 3 x 3
+    Conv, padded) -> y: one partition with symbolic dims."""
+    inits, nodes, prev = [], [], "x"
+    for i in range(DEPTH):
+        w = (RNG.standard_normal((C, 1, 3, 3)) / 3).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        out = "y" if i == DEPTH - 1 else f"h{i}"
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [out], name=f"dw{i}", group=C, pads=[1, 1, 1, 1],
+                                      kernel_shape=[3, 3]))
+        prev = out
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", C, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", C, "h", "w"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.fixture
+def opencl(register):
+    register("onnxhal.runtime.providers.opencl", "opencl")
+
+
+def _session(rule: str) -> onnxhal.InferenceSession:
+    # weighed with each dim at 4096, the partition is claimed whatever the load
+    options = {"cost_rule": rule, "cost_rule_dim": "4096"}
+    return onnxhal.InferenceSession(_model().SerializeToString(),
+                                    providers=[("OpenCLExecutionProvider", options), "CPUExecutionProvider"])
+
+
+def _partition(sess: onnxhal.InferenceSession):
+    (info,) = sess.eps["OpenCLExecutionProvider"].dynamic_partitions.values()
+    return info
+
+
+def _run(sess: onnxhal.InferenceSession, cpu: onnxhal.InferenceSession, n: int, side: int) -> None:
+    x = RNG.standard_normal((n, C, side, side)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_tiny_signature_runs_on_the_host_and_a_large_one_on_the_device(opencl):
+    sess, cpu = _session("on"), onnxhal.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    assert sess.partition_summary == {"OpenCLExecutionProvider": DEPTH}
+    info = _partition(sess)
+    for _ in range(2 * TRIAL_RUNS):  # 1 x 32 x 8 x 8: its trial, alternating, host first
+        _run(sess, cpu, 1, 8)
+    assert info.stats.cost_host_runs == TRIAL_RUNS and info.stats.host_runs == 0
+    (reason,) = info.stats.host_reasons.values()  # settled: 99 against 560 us on a loaded PoCL
+    assert "run on the host by the cost rule" in reason and f"{DEPTH} launch(es)" in reason and "cost_rule=off" in reason
+    assert info.cached_plans == []
+    _run(sess, cpu, 1, 8)  # settled once per signature: a cache hit, on the host again
+    assert info.stats.cost_host_runs == TRIAL_RUNS + 1
+    _run(sess, cpu, 32, 32)  # 151 MFLOP: 5-40 ms on the host against 8 launches (0.3-1.3 ms at 10x): untried
+    assert len(info.cached_plans) == 1 and info.cached_plans[0].launches_per_run >= DEPTH
+    _run(sess, cpu, 32, 32)
+    assert info.stats.cost_host_runs == TRIAL_RUNS + 1 and info.stats.misses == 2
+    args = sess.eps["OpenCLExecutionProvider"].backend.profiling_step_args(
+        next(n for n in sess.graph.nodes if n.ep_name == "OpenCLExecutionProvider"))
+    assert args["shape_cost_host_runs"] == TRIAL_RUNS + 1 and args["shape_host_runs"] == 0
+
+
+def test_the_rule_off_runs_every_signature_on_the_device(opencl):
+    sess, cpu = _session("off"), onnxhal.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    info = _partition(sess)
+    assert not info.cost_rule
+    for _ in range(2 * TRIAL_RUNS):
+        _run(sess, cpu, 1, 8)
+    _run(sess, cpu, 32, 32)
+    assert info.stats.cost_host_runs == 0 and info.stats.host_runs == 0 and len(info.cached_plans) == 2
+
+
+def test_a_simulated_device_runs_a_tiny_signature_on_its_device():
+    # a simulated device's claims and costs follow its profile: the OpenCL EP's cost rule is not its
+    with simulated_or_skip("generic-gpu", by="profile") as devices:
+        so = onnxhal.SessionOptions()
+        so.add_provider_for_devices([devices["generic-gpu"]])
+        sess = onnxhal.InferenceSession(_model().SerializeToString(), so)
+        infos = [i for ep in sess.eps.values() for i in getattr(ep, "dynamic_partitions", {}).values()]
+        assert infos, sess.partition_summary  # (this module runs only where OpenCL does: the simulator's backend)
+        x = RNG.standard_normal((1, C, 8, 8)).astype(np.float32)
+        cpu = onnxhal.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
+        for _ in range(2 * TRIAL_RUNS):
+            np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0], rtol=1e-2, atol=1e-2)
+        assert all(not i.cost_rule and i.stats.cost_host_runs == 0 for i in infos)
+        assert sum(len(i.cached_plans) for i in infos) == len(infos)
+
+
+def test_a_trial_alternates_and_the_host_must_win_by_the_margin():
+    trial = SignatureTrial()
+    sides = []
+    for k in range(2 * TRIAL_RUNS):
+        sides.append(trial.next_side())
+        assert not trial.settled
+        trial.record(sides[-1], 1e-3 if k < 2 else 100e-6)  # the first runs pay a ramp; the fastest counts
+    assert sides == ["host", "device"] * TRIAL_RUNS and trial.settled
+    assert trial.reason(10) is None  # 100 us against 100 us: the device
+    assert signature_reason(79e-6, 100e-6, 10) is not None  # inside the margin: the host
+    assert signature_reason(81e-6, 100e-6, 10) is None
+    reason = signature_reason(30e-6, 100e-6, 10)
+    assert "took 30 us" in reason and "10 launch(es) 100 us" in reason and f"fastest of {TRIAL_RUNS}" in reason

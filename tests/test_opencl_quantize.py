@@ -250,3 +250,30 @@ def test_forms_without_a_kernel_are_declined_with_their_reason(opencl):
     _declined(dq, {"c": RNG.integers(-128, 127, (4, 8)).astype(np.int8)}, "DequantizeLinear", "not float32")
     data, feeds = _qlinear_matmul_model(300, False)
     _declined(data, feeds, "QLinearMatMul", "not exact in float32")
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_conv_integer_after_dynamic_quantize_gives_the_cpu_eps_accumulators(opencl, per_channel):
+    """DynamicQuantizeLinear -> ConvInteger (padded: the padding is x's zero point) -> Cast -> Mul, the
+    quantize_dynamic form of a Conv: the int32 accumulators equal the CPU EP's and onnxruntime's; a
+    per-channel w_zero_point, which onnxruntime refuses, is declined."""
+    m = 6
+    consts = {"w": RNG.integers(0, 255, (m, 4, 3, 3)).astype(np.uint8),
+              "wz": RNG.integers(100, 150, m).astype(np.uint8) if per_channel else np.array(128, np.uint8)}
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=[1, 1, 1, 1], strides=[1, 2]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=T.FLOAT),
+             helper.make_node("Mul", ["accf", "xs"], ["y"])]
+    data = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [2, 4, 9, 10])],
+                  [helper.make_tensor_value_info("acc", T.INT32, None), helper.make_tensor_value_info("y", T.FLOAT, None)],
+                  consts, opset=11)
+    x = RNG.standard_normal((2, 4, 9, 10)).astype(np.float32)
+    if per_channel:  # onnxruntime refuses a per-channel w_zero_point: declined, left to the CPU EP
+        _declined(data, {"x": x}, "ConvInteger", "onnxruntime refuses it")
+        return
+    cpu, ocl = _sessions(data)
+    _on_device(ocl, "DynamicQuantizeLinear", "ConvInteger")
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for want, got, o in zip(cpu.run(None, {"x": x}), ocl.run(None, {"x": x}), ref):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, o)

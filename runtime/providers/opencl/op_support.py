@@ -29,7 +29,7 @@ from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import C_TYPES, ELEMENTWISE_OPS, INTEGER_OPS, TYPED_OPS
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_CODES
-from onnxhal.runtime.providers.opencl.quant_decompose import DECOMPOSED_OPS, matmul_integer_reason
+from onnxhal.runtime.providers.opencl.quant_decompose import DECOMPOSED_OPS, integer_product_reason
 from onnxhal.runtime.providers.opencl.quant_support import QUANT_OPS, quant_reason
 
 #: What inspecting or lowering a node may raise. An OrtError is a limit of this EP (its message is
@@ -527,7 +527,7 @@ def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
     if lookup.shape_values and all(o in lookup.shape_values for o in node.outputs if o) and any(node.outputs):
         return None  # a shape value: computed on the host when the partition is specialised
     if (node.op_type, node.domain) in DECOMPOSED_OPS:  # quant_decompose.py: lowered as DQ, MatMul, Q
-        return matmul_integer_reason(node, lookup)
+        return integer_product_reason(node, lookup)
     if node.domain == FUSED_DOMAIN:
         if node.op_type not in FUSED_DOMAIN_OPS:
             return f"no OpenCL kernel for {node.domain}.{node.op_type}"

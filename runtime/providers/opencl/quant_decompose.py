@@ -1,5 +1,5 @@
-"""QLinearMatMul and com.microsoft MatMulIntegerToFloat as ops the OpenCL EP already lowers, with the
-CPU EP's bits (``cpu/kernels/ms_quantized.py``), before a partition is planned.
+"""QLinearMatMul, ConvInteger and com.microsoft MatMulIntegerToFloat as ops the OpenCL EP already
+lowers, with the CPU EP's bits (``cpu/kernels/ms_quantized.py``), before a partition is planned.
 
 The CPU EP sums (A - a_zero_point) @ (B - b_zero_point) exactly in float32 (``exact_float_dtype``:
 while K * 255^2 < 2^24) and then takes float32 steps. So does this form:
@@ -8,6 +8,8 @@ while K * 255^2 < 2^24) and then takes float32 steps. So does this form:
   float32: any summation order gives the same sums), ``Mul`` by the constant
   ``float32(a_scale * b_scale / y_scale)`` computed as the CPU EP computes it, then
   ``QuantizeLinear(., 1, y_zp)`` (x / 1 is x: rint, zero point, saturation).
+- ConvInteger: ``Conv`` of the centered codes (zero padding: the padding of x's zero point less
+  it), ``Cast`` to int32.
 - MatMulIntegerToFloat: the same exact product, ``Mul`` by ``a_scale * b_scale`` (a ``Mul`` node:
   a_scale may come from DynamicQuantizeLinear at run time), ``Add`` of the bias.
 
@@ -19,6 +21,7 @@ rounds twice, 1 ulp of the float result); QLinearMatMul's codes are the CPU EP's
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -34,7 +37,7 @@ F32 = np.dtype(np.float32)
 _CODES = (np.dtype(np.int8), np.dtype(np.uint8))
 MS_DOMAIN = "com.microsoft"
 #: (op type, domain) of the ops this module rewrites.
-DECOMPOSED_OPS = {("QLinearMatMul", ""), ("MatMulIntegerToFloat", MS_DOMAIN)}
+DECOMPOSED_OPS = {("QLinearMatMul", ""), ("MatMulIntegerToFloat", MS_DOMAIN), ("ConvInteger", "")}
 
 
 def exact_in_float32(k: int) -> bool:
@@ -47,10 +50,13 @@ def _inputs(node: Node) -> list[str]:
     return [*node.inputs, *[""] * 8][:8]
 
 
-def matmul_integer_reason(node: Node, lookup: GraphLookup) -> str | None:
-    """Why the OpenCL EP does not compute a QLinearMatMul or MatMulIntegerToFloat ``node``, or None."""
+def integer_product_reason(node: Node, lookup: GraphLookup) -> str | None:
+    """Why the OpenCL EP does not compute a QLinearMatMul, MatMulIntegerToFloat or ConvInteger
+    ``node``, or None."""
     op = node.op_type
     names = _inputs(node)
+    if op == "ConvInteger":
+        return _conv_integer_reason(node, lookup)
     if op == "QLinearMatMul":
         a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = names
         consts, scales = (a_s, a_zp, b_s, b_zp, y_s, y_zp), (a_s, b_s, y_s)
@@ -92,6 +98,31 @@ def matmul_integer_reason(node: Node, lookup: GraphLookup) -> str | None:
     return None
 
 
+def _conv_integer_reason(node: Node, lookup: GraphLookup) -> str | None:
+    x, w, x_zp, w_zp = _inputs(node)[:4]
+    for v in (x, w):
+        if lookup.dtype(v) not in _CODES:
+            return f"ConvInteger of {lookup.dtype(v)} codes (the OpenCL EP computes int8/uint8)"
+    weight = lookup.const(w)
+    if weight is None or (w_zp and lookup.const(w_zp) is None):
+        return "ConvInteger weight or its zero point is not a constant initializer"
+    dims = lookup.dims(x)
+    if dims is None or len(dims) not in (3, 4) or weight.ndim != len(dims):
+        return "ConvInteger on an input of rank other than 3 or 4 (only 1-D and 2-D)"
+    if x_zp and (lookup.dims(x_zp) not in ((), (1,)) or lookup.dtype(x_zp) != lookup.dtype(x)):
+        return f"ConvInteger x_zero_point {x_zp!r} is not one value of x's type"
+    wz = lookup.const(w_zp) if w_zp else None
+    if wz is not None and wz.size != 1:  # (onnxruntime 1.32's conv_integer.cc: "Non per-tensor quantization")
+        return f"ConvInteger with a w_zero_point of {wz.size} values (onnxruntime refuses it; the CPU EP reports it)"
+    k = math.prod(weight.shape[1:])
+    if not exact_in_float32(k):
+        return f"ConvInteger over {k} taps a channel group: its sums are not exact in float32"
+    # (a local import: op_support imports this module for its claim rules)
+    from onnxhal.runtime.providers.opencl.op_support import conv_shape_error
+
+    return conv_shape_error(node, dims, list(weight.shape), None)
+
+
 class _Rewrite:
     """The new nodes, constants and value infos of one partition's rewrite."""
 
@@ -119,13 +150,14 @@ class _Rewrite:
         protos = [helper.make_attribute(k, v) for k, v in attrs.items()]
         self.nodes.append(Node(op, inputs, outputs, name=outputs[0], attribute_protos=protos))
 
-    def centered(self, x: str, zp: str) -> str:
-        """DequantizeLinear(x, 1, zp): the codes less their zero point, exact in float32."""
+    def centered(self, x: str, zp: str, axis: int = -1) -> str:
+        """DequantizeLinear(x, 1, zp): the codes less their zero point (one, or one per index of
+        ``axis``), exact in float32."""
         arr = self.lookup.const(zp) if zp else None
         ones = np.ones(() if arr is None or arr.size == 1 else arr.shape, np.float32)
-        out = self.value("centered", self.lookup.dims(x))
         dims = self.lookup.dims(x)
-        self.add("DequantizeLinear", [x, self.constant("one", ones), zp], [out], axis=len(dims) - 1)
+        out = self.value("centered", dims)
+        self.add("DequantizeLinear", [x, self.constant("one", ones), zp], [out], axis=axis % len(dims))
         return out
 
     def product(self, a: str, a_zp: str, b: str, b_zp: str, y_dims) -> str:
@@ -154,6 +186,12 @@ def decompose_quantized(graph: Graph, lookup: GraphLookup) -> tuple[Graph, Graph
             scaled = rw.value("scaled", y_dims)
             rw.add("Mul", [rw.product(a, a_zp, b, b_zp, y_dims), rw.constant("scale", m)], [scaled])
             rw.add("QuantizeLinear", [scaled, rw.constant("one", np.ones((), np.float32)), y_zp], [y])
+        elif n.op_type == "ConvInteger":  # exact sums in float32, then int32 (exact integers: no rounding)
+            x, w, x_zp, w_zp = _inputs(n)[:4]
+            conv = rw.value("conv", y_dims)
+            rw.nodes.append(Node("Conv", [rw.centered(x, x_zp), rw.centered(w, w_zp, axis=0)], [conv], name=conv,
+                                 attribute_protos=list(n.attribute_protos.values())))
+            rw.add("Cast", [conv], [y], to=TensorProto.INT32)
         else:
             a, b, a_s, b_s, a_zp, b_zp, bias = _inputs(n)[:7]
             scale = rw.value("scale", np.broadcast_shapes(lookup.dims(a_s), lookup.dims(b_s)))

@@ -277,3 +277,18 @@ def test_conv_integer_after_dynamic_quantize_gives_the_cpu_eps_accumulators(open
     for want, got, o in zip(cpu.run(None, {"x": x}), ocl.run(None, {"x": x}), ref):
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(got, o)
+
+
+@pytest.mark.parametrize("name,least", [("resnet_ts_qdq_pt", 29), ("bert_ts_qdyn", 180), ("gpt2_ts_qdyn", 300),
+                                        ("resnet_ts_qdq", 29), ("crnn_ts_qdq_pc", 40), ("crnn_ts_qdyn", 30)])
+def test_quantized_corpus_models_run_on_the_device_within_the_corpus_tolerance(opencl, name, least):
+    """The corpus's QDQ and dynamically quantized exports: their quantization nodes no longer cut the
+    partitions (at least ``least`` nodes on OpenCL, cost rule off), and both stored signatures give
+    onnxruntime's outputs within the corpus's OpenCL tolerance."""
+    from tests.test_real_models import check_outputs, load
+
+    path, sigs = load(name)
+    sess = onnxhal.InferenceSession(path, providers=[(EP, {"cost_rule": "off"}), "CPUExecutionProvider"])
+    assert sess.partition_summary.get(EP, 0) >= least, (sess.partition_summary, sess.eps[EP].declined)
+    for sig, (feeds, want) in sigs.items():
+        check_outputs(sess.run(None, feeds), want, atol=2e-5, what=f"{name} signature {sig}")

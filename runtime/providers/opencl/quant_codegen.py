@@ -44,31 +44,18 @@ inline float onnxhal_dequantize(const float d, const float s) {{
 """
 
 
-def float_hex(x: float) -> str:
-    """An exact C literal of a float32 (hexadecimal: no decimal rounding; inf and NaN by name)."""
-    x = float(np.float32(x))
-    if not np.isfinite(x):
-        return "NAN" if np.isnan(x) else "INFINITY" if x > 0 else "(-INFINITY)"
-    return f"{x.hex()}f"
-
-
 def _quantize(n: Node, a: list[str], x: dict) -> str:
-    """QuantizeLinear: per tensor ``x`` holds the scale and zero point (literals), per axis they are
-    inputs 1 and 2 (float32 constants broadcast along the axis)."""
+    """QuantizeLinear: the scale and zero point are inputs 1 and 2 (float32), ``x["codes"]`` the
+    codes' type."""
     lo, hi = (float(b) for b in CODE_RANGE[x["codes"]])
     ctype = CODE_C_TYPES[x["codes"]]
-    if "scale" in x:
-        s, zp = float_hex(x["scale"]), float_hex(x["zero_point"])
-        return f"({ctype})onnxhal_quantize({a[0]}, {s}, {zp}, {lo!r}f, {hi!r}f)"
     return f"({ctype})onnxhal_quantize({a[0]}, {a[1]}, {a[2]}, {lo!r}f, {hi!r}f)"
 
 
 def _dequantize(n: Node, a: list[str], x: dict) -> str:
     """DequantizeLinear: the difference in int (exact for 8-bit codes, wrapping for int32 as numpy's),
-    converted to float, times the scale."""
-    if "scale" in x:
-        return f"onnxhal_dequantize((float)((int){a[0]} - {int(x['zero_point'])}), {float_hex(x['scale'])})"
-    return f"onnxhal_dequantize((float)((int){a[0]} - {a[2]}), {a[1]})"
+    converted to float, times the scale (input 1; the zero point is input 2)."""
+    return f"onnxhal_dequantize((float)((int){a[0]} - (int){a[2]}), {a[1]})"
 
 
 #: op type -> C expression builder, as ``elementwise_codegen.ELEMENTWISE_OPS``.

@@ -1,8 +1,9 @@
 """Lowering of the quantization ops in an OpenCL partition (claim rules: ``quant_support``).
 
 - QuantizeLinear and DequantizeLinear are expressions of the fused elementwise kernels
-  (``quant_codegen``): a QDQ pair on an activation, with what computes it, is one launch. Per tensor
-  the scale and zero point are literals; per axis they are constants shaped to broadcast along it.
+  (``quant_codegen``): a QDQ pair on an activation, with what computes it, is one launch. The scale
+  and zero point are constants of the plan, one value (per tensor) or shaped to broadcast along the
+  axis.
 - A DequantizeLinear of constant codes (QDQ weights and biases) runs once, at planning, with the CPU
   EP's arithmetic: its value is a constant of the plan, so a MatMul or Conv reading it packs it once
   as any float32 weight (the GEMM needs no int8 path).
@@ -70,11 +71,10 @@ def quant_args(builder: PartitionPlanBuilder, n: Node) -> tuple[list[str], dict]
         scale = builder.constant("q_scale", params.scale.reshape(()))
         builder.plan.shapes[scale], builder.plan.dtypes[scale] = (), F32
         return [x, scale, n.inputs[2]], {"codes": params.codes}
-    if params.axis is None:
-        zp = params.zero_point.reshape(-1)[0]
-        return [x], {"codes": params.codes, "scale": float(params.scale[0]), "zero_point": float(zp)}
+    # Scale and zero point are inputs (one value each per tensor, read as scalars), not literals: every
+    # QDQ pair of a model then shares one program (bert_ts_qdq_pt has about 100 scales).
     rank = len(builder.shape(x))
-    shape = (-1,) + (1,) * (rank - params.axis - 1)
+    shape = () if params.axis is None else (-1,) + (1,) * (rank - params.axis - 1)
     zp_type = F32 if n.op_type == "QuantizeLinear" else I32  # (the float or int step it enters)
     names = []
     for stem, arr, dtype in (("q_scale", params.scale, F32), ("q_zero_point", params.zero_point, zp_type)):

@@ -126,17 +126,19 @@ def _conv_integer_reason(node: Node, lookup: GraphLookup) -> str | None:
 class _Rewrite:
     """The new nodes, constants and value infos of one partition's rewrite."""
 
-    def __init__(self, lookup: GraphLookup) -> None:
+    def __init__(self, lookup: GraphLookup, dynamic: dict[str, Node]) -> None:
         self.lookup = lookup
+        #: codes -> the DynamicQuantizeLinear that makes them
+        self.dynamic = dynamic
         self.nodes: list[Node] = []
         self.constants: dict[str, np.ndarray] = {}
         self.infos: dict[str, ValueInfo] = {}
         self.count = 0
 
-    def value(self, stem: str, dims) -> str:
+    def value(self, stem: str, dims, elem_type: int = TensorProto.FLOAT) -> str:
         self.count += 1
         name = f"::{stem}{self.count}"
-        self.infos[name] = ValueInfo(name, helper.make_tensor_type_proto(TensorProto.FLOAT, list(dims)))
+        self.infos[name] = ValueInfo(name, helper.make_tensor_type_proto(elem_type, list(dims)))
         return name
 
     def constant(self, stem: str, arr: np.ndarray) -> str:
@@ -152,10 +154,18 @@ class _Rewrite:
 
     def centered(self, x: str, zp: str, axis: int = -1) -> str:
         """DequantizeLinear(x, 1, zp): the codes less their zero point (one, or one per index of
-        ``axis``), exact in float32."""
+        ``axis``), exact in float32. Codes a DynamicQuantizeLinear of this graph makes (with that
+        zero point) are made again from its input, ``QuantizeLinear(f, scale, zp)``, in the same
+        fused kernel: the same codes (its ``dynamic_quantize_codes``' steps), and the node's codes
+        launch is dropped where nothing else reads them."""
+        dims = self.lookup.dims(x)
+        dynamic = self.dynamic.get(x)
+        if dynamic is not None and dynamic.outputs[2] == zp:
+            codes = self.value("codes", dims, TensorProto.UINT8)
+            self.add("QuantizeLinear", [dynamic.inputs[0], dynamic.outputs[1], zp], [codes])
+            x = codes
         arr = self.lookup.const(zp) if zp else None
         ones = np.ones(() if arr is None or arr.size == 1 else arr.shape, np.float32)
-        dims = self.lookup.dims(x)
         out = self.value("centered", dims)
         self.add("DequantizeLinear", [x, self.constant("one", ones), zp], [out], axis=axis % len(dims))
         return out
@@ -171,7 +181,9 @@ def decompose_quantized(graph: Graph, lookup: GraphLookup) -> tuple[Graph, Graph
     lookup over it; the same pair where it holds none."""
     if not any((n.op_type, n.domain) in DECOMPOSED_OPS for n in graph.nodes):
         return graph, lookup
-    rw = _Rewrite(lookup)
+    dynamic = {n.outputs[0]: n for n in graph.nodes
+               if n.op_type == "DynamicQuantizeLinear" and not n.domain and len(n.outputs) == 3 and all(n.outputs)}
+    rw = _Rewrite(lookup, dynamic)
     for n in graph.nodes:
         if (n.op_type, n.domain) not in DECOMPOSED_OPS:
             rw.nodes.append(n)
@@ -194,7 +206,14 @@ def decompose_quantized(graph: Graph, lookup: GraphLookup) -> tuple[Graph, Graph
             rw.add("Cast", [conv], [y], to=TensorProto.INT32)
         else:
             a, b, a_s, b_s, a_zp, b_zp, bias = _inputs(n)[:7]
-            scale = rw.value("scale", np.broadcast_shapes(lookup.dims(a_s), lookup.dims(b_s)))
+            scale_dims = np.broadcast_shapes(lookup.dims(a_s), lookup.dims(b_s))
+            if all(isinstance(d, int) for d in y_dims):
+                # a_scale expanded to the result's shape (read through strides, rule expand_elementwise):
+                # a_scale * b_scale joins the result's fused kernel instead of a launch of its own
+                wide = rw.value("a_scale", y_dims)
+                rw.add("Expand", [a_s, rw.constant("shape", np.array(y_dims, np.int64))], [wide])
+                a_s, scale_dims = wide, y_dims
+            scale = rw.value("scale", scale_dims)
             rw.add("Mul", [a_s, b_s], [scale])
             out = rw.value("scaled", y_dims) if bias else y
             rw.add("Mul", [rw.product(a, a_zp, b, b_zp, y_dims), scale], [out])

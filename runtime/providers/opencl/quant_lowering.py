@@ -67,9 +67,11 @@ def quant_args(builder: PartitionPlanBuilder, n: Node) -> tuple[list[str], dict]
     ``PartitionPlanBuilder._elementwise_args``)."""
     params = _params(builder, n)
     x = n.inputs[0]
-    if params.zero_point is None:  # one value computed at run time: read as the kernel's input
-        scale = builder.constant("q_scale", params.scale.reshape(()))
-        builder.plan.shapes[scale], builder.plan.dtypes[scale] = (), F32
+    if params.zero_point is None:  # computed at run time (the scale too, where None): the kernel's inputs
+        scale = n.inputs[1]
+        if params.scale is not None:
+            scale = builder.constant("q_scale", params.scale.reshape(()))
+            builder.plan.shapes[scale], builder.plan.dtypes[scale] = (), F32
         return [x, scale, n.inputs[2]], {"codes": params.codes}
     # Scale and zero point are inputs (one value each per tensor, read as scalars), not literals: every
     # QDQ pair of a model then shares one program (bert_ts_qdq_pt has about 100 scales).
@@ -98,6 +100,7 @@ def lower_dynamic_quantize(builder: PartitionPlanBuilder, n: Node) -> None:
     params = builder.temp("dq_params", 16)
     builder.plan.add_launch_1d(DYNAMIC_RANGE_SOURCE, "dynamic_quantize_range", LOCAL_1D,
                                [Buf(x), np.int32(total), Buf(scale), Buf(zp), Buf(params)])
-    if y:
+    # (no codes where only quant_decompose's products read them: they quantize x themselves)
+    if y and (y in builder.plan.output_names or builder.graph.consumers(y)):
         builder.plan.add_launch_1d(DYNAMIC_RANGE_SOURCE, "dynamic_quantize_codes", total,
                                    [Buf(builder.output(y)), Buf(x), Buf(params)])

@@ -39,15 +39,16 @@ class QuantParams:
     element (``axis`` None) or 1-D along ``axis`` of x."""
 
     codes: np.dtype
-    scale: np.ndarray
+    scale: np.ndarray | None
     zero_point: np.ndarray | None
     axis: int | None
 
 
 def quant_params(node: Node, lookup: GraphLookup, runtime_zero_point: bool = False) -> QuantParams | str:
-    """``node``'s parameters, or why the OpenCL EP does not compute it. ``runtime_zero_point``: a
-    DequantizeLinear's zero point may be one value computed at run time (``zero_point`` None:
-    ``quant_decompose``'s MatMulIntegerToFloat reads DynamicQuantizeLinear's)."""
+    """``node``'s parameters, or why the OpenCL EP does not compute it. ``runtime_zero_point``: the
+    zero point (a DequantizeLinear's; a QuantizeLinear's with its scale, both uint8/float32 of one
+    value) may be computed at run time (``zero_point``, ``scale`` None: ``quant_decompose``'s
+    MatMulIntegerToFloat and ConvInteger read DynamicQuantizeLinear's)."""
     op = node.op_type
     if node.attr("block_size", 0):
         return f"{op} with block_size {node.attr('block_size')} (blocked quantization) has no OpenCL kernel"
@@ -61,12 +62,16 @@ def quant_params(node: Node, lookup: GraphLookup, runtime_zero_point: bool = Fal
         return f"QuantizeLinear of {x_type} (the OpenCL EP quantizes float32)"
     scale_name = node.inputs[1]
     scale = lookup.const(scale_name)
+    zp_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
+    if (scale is None and runtime_zero_point and op == "QuantizeLinear" and zp_name and lookup.const(zp_name) is None
+            and lookup.dtype(scale_name) == F32 and lookup.dtype(zp_name) == U8
+            and lookup.dims(scale_name) in ((), (1,)) and lookup.dims(zp_name) in ((), (1,))):
+        return QuantParams(U8, None, None, None)
     if scale is None:
         return (f"{op} scale {scale_name!r} is not a constant initializer (the OpenCL EP bakes it into "
                 f"its kernel)")
     if scale.dtype != F32:
         return f"{op} scale {scale_name!r} is {scale.dtype}, not float32"
-    zp_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
     zp = lookup.const(zp_name) if zp_name else None
     if zp_name and zp is None:
         if runtime_zero_point and op == "DequantizeLinear" and lookup.dtype(zp_name) == x_type \

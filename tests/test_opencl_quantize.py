@@ -194,10 +194,12 @@ def test_qlinear_matmul_gives_the_cpu_eps_codes(opencl, per_column, b_const):
     np.testing.assert_array_equal(got, ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0])
 
 
-def test_matmul_integer_to_float_after_dynamic_quantize(opencl):
+@pytest.mark.parametrize("codes_out", [False, True])
+def test_matmul_integer_to_float_after_dynamic_quantize(opencl, codes_out):
     """DynamicQuantizeLinear -> com.microsoft MatMulIntegerToFloat (the quantize_dynamic form): on the
     device with a_scale and a_zero_point computed at run time, within 1 ulp of the CPU EP (the
-    kernel may contract * scale + bias into one fma) and of onnxruntime."""
+    kernel may contract * scale + bias into one fma) and of onnxruntime. The product quantizes x
+    itself; where the codes are also an output, the codes kernel runs too: the same codes."""
     k, n = 48, 16
     consts = {"b": RNG.integers(-128, 127, (k, n)).astype(np.int8), "bs": (RNG.random(n) * 0.01).astype(np.float32),
               "bz": np.zeros(n, np.int8), "bias": RNG.standard_normal(n).astype(np.float32)}
@@ -206,12 +208,17 @@ def test_matmul_integer_to_float_after_dynamic_quantize(opencl):
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
              helper.make_node("MatMulIntegerToFloat", ["xq", "b", "xs", "bs", "xz", "bz", "bias"], ["y"],
                               domain="com.microsoft")]
-    data = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [3, 7, k])],
-                  [helper.make_tensor_value_info("y", T.FLOAT, None)], consts, ms=True)
+    outs = [helper.make_tensor_value_info("y", T.FLOAT, None)]
+    if codes_out:
+        outs.append(helper.make_tensor_value_info("xq", T.UINT8, None))
+    data = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [3, 7, k])], outs, consts, ms=True)
     cpu, ocl = _sessions(data)
     _on_device(ocl, "DynamicQuantizeLinear", "MatMulIntegerToFloat")
     x = RNG.standard_normal((3, 7, k)).astype(np.float32)
-    want, got = cpu.run(None, {"x": x})[0], ocl.run(None, {"x": x})[0]
+    want, got = cpu.run(None, {"x": x}), ocl.run(None, {"x": x})
+    if codes_out:
+        np.testing.assert_array_equal(got[1], want[1])
+    want, got = want[0], got[0]
     np.testing.assert_allclose(got, want, rtol=2e-7, atol=1e-6)
     o = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, o, rtol=1e-6, atol=1e-5)

@@ -10,8 +10,11 @@ while K * 255^2 < 2^24) and then takes float32 steps. So does this form:
   ``QuantizeLinear(., 1, y_zp)`` (x / 1 is x: rint, zero point, saturation).
 - ConvInteger: ``Conv`` of the centered codes (zero padding: the padding of x's zero point less
   it), ``Cast`` to int32.
-- MatMulIntegerToFloat: the same exact product, ``Mul`` by ``a_scale * b_scale`` (a ``Mul`` node:
-  a_scale may come from DynamicQuantizeLinear at run time), ``Add`` of the bias.
+- MatMulIntegerToFloat: the same exact product, ``Mul`` by ``a_scale * b_scale`` (a ``Mul`` node of
+  a_scale, expanded to the result's shape, by b_scale: a_scale may come from DynamicQuantizeLinear
+  at run time), ``Add`` of the bias.
+- Codes a DynamicQuantizeLinear of the partition makes are made again from its float input in the
+  centering kernel (``_Rewrite.centered``).
 
 The existing GEMM then runs the product (a constant B folds once into a float32 weight), and the
 other steps join the fused elementwise kernels. One difference is possible: the fused kernels may
@@ -77,10 +80,12 @@ def integer_product_reason(node: Node, lookup: GraphLookup) -> str | None:
     da, db = lookup.dims(a), lookup.dims(b)
     if da is None or db is None or len(da) < 2 or len(db) < 2 or len(da) > 6 or len(db) > 6:
         return f"{op} operands of ranks {da and len(da)}, {db and len(db)} (2 to 6 taken)"
-    if len(db) > 2 and (len(da) != len(db) or any(p != q for p, q in zip(da[:-2], db[:-2]))):
+    # (symbolic batch dims and K are checked again on each concrete shape, as MatMul's)
+    symbolic = not all(isinstance(d, int) for d in (*da[:-2], *db[:-2]))
+    if len(db) > 2 and (len(da) != len(db) or not symbolic and da[:-2] != db[:-2]):
         return f"{op} with broadcast batch dimensions"
     k = db[-2]
-    if not isinstance(k, int) or not exact_in_float32(k):
+    if not isinstance(k, int) and not lookup.allow_dynamic or isinstance(k, int) and not exact_in_float32(k):
         return f"{op} over K = {k}: its sums are not exact in float32 (the CPU EP sums in float64)"
     n = db[-1]
     if a_zp and (lookup.dims(a_zp) not in ((), (1,)) or lookup.dtype(a_zp) != lookup.dtype(a)):
@@ -206,15 +211,12 @@ def decompose_quantized(graph: Graph, lookup: GraphLookup) -> tuple[Graph, Graph
             rw.add("Cast", [conv], [y], to=TensorProto.INT32)
         else:
             a, b, a_s, b_s, a_zp, b_zp, bias = _inputs(n)[:7]
-            scale_dims = np.broadcast_shapes(lookup.dims(a_s), lookup.dims(b_s))
-            if all(isinstance(d, int) for d in y_dims):
-                # a_scale expanded to the result's shape (read through strides, rule expand_elementwise):
-                # a_scale * b_scale joins the result's fused kernel instead of a launch of its own
-                wide = rw.value("a_scale", y_dims)
-                rw.add("Expand", [a_s, rw.constant("shape", np.array(y_dims, np.int64))], [wide])
-                a_s, scale_dims = wide, y_dims
-            scale = rw.value("scale", scale_dims)
-            rw.add("Mul", [a_s, b_s], [scale])
+            # a_scale expanded to the result's (static: a plan's) shape, read through strides (rule
+            # expand_elementwise): a_scale * b_scale joins the result's kernel, not a launch of its own
+            wide = rw.value("a_scale", y_dims)
+            rw.add("Expand", [a_s, rw.constant("shape", np.array(y_dims, np.int64))], [wide])
+            scale = rw.value("scale", y_dims)
+            rw.add("Mul", [wide, b_s], [scale])
             out = rw.value("scaled", y_dims) if bias else y
             rw.add("Mul", [rw.product(a, a_zp, b, b_zp, y_dims), scale], [out])
             if bias:

@@ -299,3 +299,23 @@ def test_quantized_corpus_models_run_on_the_device_within_the_corpus_tolerance(o
     assert sess.partition_summary.get(EP, 0) >= least, (sess.partition_summary, sess.eps[EP].declined)
     for sig, (feeds, want) in sigs.items():
         check_outputs(sess.run(None, feeds), want, atol=2e-5, what=f"{name} signature {sig}")
+
+
+def test_a_batched_qlinear_matmul_with_symbolic_dims_is_checked_on_each_shape(opencl):
+    """Attention's Q @ K^T as a QDQ export quantizes it: both operands activations, batch and sequence
+    symbolic. Claimed on its structure; each concrete shape is checked again (K = sequence: 260 is
+    past float32's exact sums, so that signature runs on the host), every result the CPU EP's."""
+    consts = {"as": np.array(0.02, np.float32), "az": np.array(128, np.uint8), "bs": np.array(0.01, np.float32),
+              "bz": np.array(0, np.int8), "ys": np.array(0.5, np.float32), "yz": np.array(100, np.uint8)}
+    nodes = [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])]
+    data = _model(nodes, [helper.make_tensor_value_info("a", T.UINT8, ["B", 2, "S", "S"]),
+                          helper.make_tensor_value_info("b", T.INT8, ["B", 2, "S", 8])],
+                  [helper.make_tensor_value_info("y", T.UINT8, None)], consts)
+    cpu, ocl = _sessions(data)
+    _on_device(ocl, "QLinearMatMul")
+    for b, s in ((2, 12), (1, 5), (1, 260)):
+        feeds = {"a": RNG.integers(0, 256, (b, 2, s, s)).astype(np.uint8),
+                 "b": RNG.integers(-128, 128, (b, 2, s, 8)).astype(np.int8)}
+        np.testing.assert_array_equal(ocl.run(None, feeds)[0], cpu.run(None, feeds)[0])
+    (info,) = ocl.eps[EP].dynamic_partitions.values()
+    assert info.stats.host_runs == 1 and "not exact in float32" in str(info.stats.host_reasons), info.stats

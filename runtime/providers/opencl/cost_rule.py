@@ -35,8 +35,8 @@ COST_RULE_OPTION = "cost_rule"
 COST_DIM_OPTION = "cost_rule_dim"
 #: What one latency-bound request feeds: tens of rows, a few thousand tokens.
 DEFAULT_COST_DIM = 64
-_GEMM_OPS = {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "QLinearMatMul", "MatMulIntegerToFloat"}
-_CONV_OPS = {"Conv", "FusedConv", "ConvInteger"}  # (the integer ones: quant_decompose.py, a GEMM or Conv each)
+_GEMM_OPS = {"MatMul", "Gemm", "FusedMatMul", "FusedGemm"}
+_CONV_OPS = {"Conv", "FusedConv"}
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """Quantized models on an fp16 device: what it computes in int8, and what it declines.
 
-The OpenCL kernels are float, and the integer operators (DequantizeLinear, QuantizeLinear,
-DynamicQuantizeLinear, ConvInteger, MatMulInteger, QLinear*) stay on the CPU EP. What a simulated
-fp16 device gets of a quantized model is the float nodes between them:
+The OpenCL EP computes QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul,
+ConvInteger and MatMulIntegerToFloat in float32 (exact integer sums, float32 scales and dequantized
+weights); an fp16 device would store those scales and weights in fp16, so it declines them, and they
+stay on the CPU EP with the other integer operators (MatMulInteger, QLinear*). What a simulated fp16
+device gets of a quantized model is the float nodes between them:
 
 - **Static QDQ.** A partition whose every float input is a DequantizeLinear output and whose every
   float output is read by QuantizeLinear nodes only is an int8 QDQ group: a device with int8
@@ -28,6 +30,10 @@ from onnx import TensorProto
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.simulators.profiles import Profile
 
+#: Ops the OpenCL EP's quantization kernels compute in float32 (runtime/providers/opencl/quant_*.py):
+#: an fp16 device leaves them to the CPU EP, as before those kernels.
+QUANTIZATION_KERNEL_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearMatMul",
+                                     "MatMulIntegerToFloat", "ConvInteger"})
 #: Integer kernels whose int32 outputs are accumulators (sums of products of 8-bit values).
 ACCUMULATING_OPS = frozenset({"ConvInteger", "MatMulInteger"})
 _FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
@@ -99,6 +105,10 @@ def integer_reason(profile: Profile, node: Node, values: QuantizedValues) -> str
     if profile.compute_dtype not in _EXACT:
         return None
     short, exact, top = _EXACT[profile.compute_dtype]
+    if node.op_type in QUANTIZATION_KERNEL_OPS:
+        return (f"quantization op on {_a(short)} device: the OpenCL EP computes {node.op_type} with float32 "
+                f"scales and dequantized weights, which {profile.name} would store in {short}; it runs int8 QDQ "
+                f"groups as integer kernels between such nodes instead")
     # the Cast that makes the float accumulator too: a device that takes int32 Casts would store
     # its output in the device's precision
     for name, verb in [(n, "reads") for n in node.inputs] + [(n, "writes") for n in node.outputs]:

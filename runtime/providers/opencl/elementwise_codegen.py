@@ -15,6 +15,7 @@ import numpy as np
 
 from onnxhal.hal.graph import Node
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_HELPERS
+from onnxhal.runtime.providers.opencl.quant_codegen import QUANT_ELEMENTWISE_OPS, QUANT_HELPERS, uses_quant_helpers
 
 MAX_RANK = 6
 
@@ -152,6 +153,7 @@ TYPED_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Where": lambda n, a, x: f"({a[0]} ? {a[1]} : {a[2]})",
 }
 ELEMENTWISE_OPS.update(TYPED_OPS)
+ELEMENTWISE_OPS.update(QUANT_ELEMENTWISE_OPS)  # QuantizeLinear, DequantizeLinear (quant_codegen.py)
 #: Ops of ELEMENTWISE_OPS whose C is the same for int32 and int64 operands as for float32 (wrapping
 #: arithmetic, as numpy's and onnxruntime's integer kernels).
 INTEGER_OPS = frozenset({"Add", "Sub", "Mul", "Neg", "Identity"})
@@ -266,7 +268,8 @@ def generate_fused_kernel(statements: Sequence[tuple[str, str]], result: str, in
         lines = [ERF_HELPER, "inline float fused_at(const int gid" + (", " + params if params else "")
                  + ", __constant int* meta) {"]
     else:
-        lines = [ERF_HELPER, f"__kernel void fused_elementwise(__global {types.out}* restrict out"
+        lines = [ERF_HELPER + (QUANT_HELPERS if uses_quant_helpers(e for _, e in statements) else ""),
+                 f"__kernel void fused_elementwise(__global {types.out}* restrict out"
                  + (", " + params if params else "") + ", __constant int* meta, const int total) {",
                  "  const int gid = get_global_id(0);", "  if (gid >= total) return;"]
     if bcast:

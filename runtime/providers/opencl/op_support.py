@@ -29,6 +29,8 @@ from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.opencl.elementwise_codegen import C_TYPES, ELEMENTWISE_OPS, INTEGER_OPS, TYPED_OPS
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_CODES
+from onnxhal.runtime.providers.opencl.quant_decompose import DECOMPOSED_OPS, integer_product_reason
+from onnxhal.runtime.providers.opencl.quant_support import QUANT_OPS, quant_reason
 
 #: What inspecting or lowering a node may raise. An OrtError is a limit of this EP (its message is
 #: the decline reason); anything else is a bug in onnxhal, reported by ``decline_reason``.
@@ -51,7 +53,7 @@ REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "
 OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                        "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Split", "Slice", "Gather",
                        "Expand", "LRN", "GatherND", *REDUCE_OPS})
-SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) | VIEW_OPS | OTHER_OPS
+SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) | VIEW_OPS | OTHER_OPS | QUANT_OPS
 #: Ops of the runtime optimizer's domain (runtime/optimizer/fusions.py) with the same kernels.
 FUSED_DOMAIN = "com.onnxhal"
 FUSED_DOMAIN_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "LayerNormalization",
@@ -524,6 +526,8 @@ def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
     """None if the OpenCL EP can run ``node``, else why not."""
     if lookup.shape_values and all(o in lookup.shape_values for o in node.outputs if o) and any(node.outputs):
         return None  # a shape value: computed on the host when the partition is specialised
+    if (node.op_type, node.domain) in DECOMPOSED_OPS:  # quant_decompose.py: lowered as DQ, MatMul, Q
+        return integer_product_reason(node, lookup)
     if node.domain == FUSED_DOMAIN:
         if node.op_type not in FUSED_DOMAIN_OPS:
             return f"no OpenCL kernel for {node.domain}.{node.op_type}"
@@ -531,6 +535,8 @@ def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
         return f"no OpenCL kernel for {node.domain or 'ai.onnx'}.{node.op_type}"
     if node.subgraphs:
         return "node has subgraphs"
+    if node.op_type in QUANT_OPS:  # quant_support.py: their codes are int8/uint8
+        return quant_reason(node, lookup)
     params = PARAM_INPUTS.get(node.op_type, set())
     data = [n for i, n in enumerate(node.inputs) if i not in params]
     if node.op_type == "Gather":

@@ -54,6 +54,9 @@ from onnxhal.runtime.providers.opencl.op_support import (
     reduce_layout,
 )
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, PartitionPlan
+from onnxhal.runtime.providers.opencl.quant_codegen import CODE_C_TYPES, QUANT_ELEMENTWISE_OPS
+from onnxhal.runtime.providers.opencl.quant_decompose import decompose_quantized
+from onnxhal.runtime.providers.opencl.quant_lowering import fold_constant_dequantize, lower_dynamic_quantize, quant_args
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -194,6 +197,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             users = consumers.get(value, [])
             return users[0] if len(users) == 1 and value not in outputs else None
 
+        fold_constant_dequantize(self, nodes, outputs, skip)  # QDQ weights: float32 constants of the plan
         self.projection_parts, self.projection_width = {}, {}
         projections = self.find_projections(nodes, sole_user, outputs) if self.rule("qkv_projection") else {}
         for group in projections.values():
@@ -609,11 +613,11 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
 
     # -- fused elementwise -----------------------------------------------------------------
     def _ctype(self, name: str) -> str:
-        """The C type of value ``name``'s elements (rule ``typed_values``; float32 otherwise)."""
+        """The C type of value ``name``'s elements (rule ``typed_values``, quantization codes; float32 otherwise)."""
         dtype = np.dtype(self.plan.dtypes.get(name) or self.lookup.dtype(name) or F32)
-        if dtype not in C_TYPES:
+        if dtype not in C_TYPES and dtype not in CODE_C_TYPES:
             raise OrtNotImplemented(f"OpenCL EP: value {name!r} is {dtype}, which no kernel computes")
-        return C_TYPES[dtype]
+        return C_TYPES.get(dtype) or CODE_C_TYPES[dtype]
 
     def _float_tree(self, members: list[Node]) -> bool:
         """Whether every value a fused tree reads and computes is float32 (the GEMM epilogue and the
@@ -625,6 +629,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
         """The node's data inputs as value names (constants synthesized where the op needs them)."""
         if n.op_type == "Cast":
             return [n.inputs[0]], {"to": self._ctype(n.outputs[0])}
+        if n.op_type in QUANT_ELEMENTWISE_OPS:
+            return quant_args(self, n)
         if n.op_type == "BatchNormalization":
             x = n.inputs[0]
             c = [self.lookup.const(i).astype(np.float64) for i in n.inputs[1:5]]
@@ -938,6 +944,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
             return method(n, epi)
         return method(n)
 
+    _lower_DynamicQuantizeLinear = lower_dynamic_quantize  # quant_lowering.py
+
     def _view(self, out: str, src: str, node: Node | None = None) -> None:
         # A view only renames the buffer: shapes whose sizes differ (a Reshape to fewer elements)
         # would read past or short of it, where the CPU EP refuses them.
@@ -1221,6 +1229,7 @@ def build_plan(graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = fro
                shape_only: frozenset[str] = frozenset()) -> PartitionPlan:
     """The launches of one fused partition, without the fusion rules named in ``disabled``; the
     outputs in ``shape_only`` (``shape_only_outputs``) get no data."""
+    graph, lookup = decompose_quantized(graph, lookup)  # QLinearMatMul, MatMulIntegerToFloat (quant_decompose.py)
     return PartitionPlanBuilder(graph, lookup, disabled, shape_only).build()
 
 

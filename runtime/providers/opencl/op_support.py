@@ -27,7 +27,13 @@ import numpy as np
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
-from onnxhal.runtime.providers.opencl.elementwise_codegen import C_TYPES, ELEMENTWISE_OPS, INTEGER_OPS, TYPED_OPS
+from onnxhal.runtime.providers.opencl.elementwise_codegen import (
+    C_TYPES,
+    CONTRIB_ELEMENTWISE,
+    ELEMENTWISE_OPS,
+    INTEGER_OPS,
+    TYPED_OPS,
+)
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_CODES
 
 #: What inspecting or lowering a node may raise. An OrtError is a limit of this EP (its message is
@@ -50,12 +56,15 @@ REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "
               "ReduceSumSquare": 5, "ReduceL2": 6, "ReduceL1": 7, "ReduceLogSumExp": 8, "ReduceLogSum": 9}
 OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                        "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Split", "Slice", "Gather",
-                       "Expand", "LRN", "GatherND", *REDUCE_OPS})
-SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) | VIEW_OPS | OTHER_OPS
+                       "Expand", "LRN", "GatherND", "InstanceNormalization", *REDUCE_OPS})
+SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) - frozenset(CONTRIB_ELEMENTWISE) | VIEW_OPS | OTHER_OPS
 #: Ops of the runtime optimizer's domain (runtime/optimizer/fusions.py) with the same kernels.
 FUSED_DOMAIN = "com.onnxhal"
 FUSED_DOMAIN_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "LayerNormalization",
                               "FusedBatchNormalization", "ReplaceNaN"})
+#: onnxruntime's contrib ops (docs/ContribOperators.md) that onnxruntime-optimized exports hold.
+MS_DOMAIN = "com.microsoft"
+MS_DOMAIN_OPS = frozenset({"SkipLayerNormalization", "BiasGelu", "FastGelu", "Gelu"})
 _EPILOGUE_CODES = ACTIVATION_CODES
 MAX_RANK = 6
 #: Kernels index with 32-bit ints.
@@ -83,6 +92,8 @@ class GraphLookup:
     #: Whether ``typed_reason`` asks a typed node to read a value computed from the feeds (the claim
     #: does; a specialisation's static copy, whose shape values are constants, need not).
     typed_roots: bool = True
+    #: Rule ``norm_gelu_ops`` (a claiming rule): InstanceNormalization and the MS_DOMAIN ops are claimed.
+    norm_gelu: bool = True
     #: value -> (static shape or None, dims as declared) of the graph's value info: parsed from the
     #: proto once per lookup (capability asks for each value's shape several times per node).
     _declared: dict[str, tuple[tuple[int, ...] | None, tuple | None]] = field(default_factory=dict, repr=False)
@@ -499,11 +510,46 @@ def _check_matmul(node: Node, lookup: GraphLookup) -> str | None:
     return None
 
 
+def check_skip_layernorm(node: Node, lookup: GraphLookup) -> str | None:
+    """com.microsoft SkipLayerNormalization (onnxruntime docs/ContribOperators.md): LayerNorm over the
+    last axis of input + skip (+ bias), outputs Y and optionally the sum (output 3). Skip may
+    repeat over the leading rows ([S, H] or [1, S, H] for an input [B, S, H]), as onnxruntime allows."""
+    outs = [bool(o) for o in node.outputs]
+    if any(outs[1:3]):
+        return "SkipLayerNormalization mean/inv_std_var outputs (training only) have no OpenCL kernel"
+    x, skip = lookup.dims(node.inputs[0]), lookup.dims(node.inputs[1])
+    if len(x) not in (2, 3) or len(skip) not in (2, 3):
+        return f"SkipLayerNormalization on rank {len(x)} input / rank {len(skip)} skip (onnxruntime takes 2-D or 3-D)"
+    h = x[-1]
+    if not isinstance(h, int):
+        return "SkipLayerNormalization over a symbolic hidden size"
+    if skip[-1] != h or (len(skip) == 3 and skip[0] != 1 and skip[0] != x[0]) or skip[-2] != x[-2]:
+        return f"SkipLayerNormalization skip {list(skip)} does not repeat over input {list(x)}"
+    for k in range(2, len(node.inputs)):
+        if node.inputs[k] and (s := lookup.dims(node.inputs[k])) is not None and math.prod(
+                d if isinstance(d, int) else -1 for d in s) != h:
+            return f"SkipLayerNormalization input {k} of shape {list(s)} is not [{h}]"
+    return None
+
+
+def check_instance_norm(node: Node, lookup: GraphLookup) -> str | None:
+    """InstanceNormalization (ONNX): per sample and channel over the spatial axes; scale and B [C]."""
+    x = lookup.dims(node.inputs[0])
+    if len(x) < 3:
+        return f"InstanceNormalization on rank {len(x)} input (it needs N, C and a spatial axis)"
+    for k in (1, 2):  # (symbolic dims are checked again on each concrete shape)
+        s = lookup.dims(node.inputs[k])
+        if s is None or len(s) != 1 or isinstance(x[1], int) and isinstance(s[0], int) and s[0] != x[1]:
+            return f"InstanceNormalization input {k} of shape {s} is not [{x[1]}] (the CPU EP reports it)"
+    return None
+
+
 _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "Conv": _check_conv, "MaxPool": _check_pool, "AveragePool": _check_pool, "Gather": _check_gather,
     "LayerNormalization": _check_layernorm, "GatherND": _check_gather_nd, "BatchNormalization": _check_bn, "Clip": _check_clip,
     "MatMul": _check_matmul, "FusedConv": _check_fused, "FusedGemm": _check_fused, "FusedMatMul": _check_fused,
     "FusedBatchNormalization": _check_fused,
+    "SkipLayerNormalization": check_skip_layernorm, "InstanceNormalization": check_instance_norm,
     "LRN": lambda n, lk: None if _rank(lk, n.inputs[0]) >= 3 else "LRN on rank < 3",
     "Reshape": _check_view, "Flatten": _check_view,
     "Split": lambda n, lk: ("Split with an unnamed output" if not all(n.outputs) else
@@ -527,8 +573,13 @@ def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
     if node.domain == FUSED_DOMAIN:
         if node.op_type not in FUSED_DOMAIN_OPS:
             return f"no OpenCL kernel for {node.domain}.{node.op_type}"
+    elif node.domain == MS_DOMAIN:
+        if node.op_type not in MS_DOMAIN_OPS:
+            return f"no OpenCL kernel for {node.domain}.{node.op_type}"
     elif node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS:
         return f"no OpenCL kernel for {node.domain or 'ai.onnx'}.{node.op_type}"
+    if not lookup.norm_gelu and (node.domain == MS_DOMAIN or node.op_type == "InstanceNormalization"):
+        return f"{node.domain or 'ai.onnx'}.{node.op_type} has a kernel with rule norm_gelu_ops only (off)"
     if node.subgraphs:
         return "node has subgraphs"
     params = PARAM_INPUTS.get(node.op_type, set())

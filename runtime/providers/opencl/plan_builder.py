@@ -41,6 +41,7 @@ from onnxhal.runtime.providers.opencl.gemm_lowering import (
     transposed_view,
 )
 from onnxhal.runtime.providers.opencl.gemm_norm_fusion import norms_into_gemms
+from onnxhal.runtime.providers.opencl.norm_lowering import NormLowering
 from onnxhal.runtime.providers.opencl.op_support import (
     F32,
     FUSED_DOMAIN,
@@ -74,7 +75,7 @@ class RmsNormMatch:
     weight: np.ndarray | None
 
 
-class PartitionPlanBuilder(GemmLowering, AttentionLowering):
+class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering):
     """Builds the plan of one filtered graph. ``lookup`` gives shapes, dtypes and constants."""
 
     def __init__(self, graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset(),

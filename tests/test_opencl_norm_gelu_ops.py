@@ -153,3 +153,18 @@ def test_instance_norm_forms_without_a_kernel_are_declined_with_the_reason(openc
     node = helper.make_node("InstanceNormalization", ["x", "scale", "b"], ["y"])
     assert "rank 2 input" in _declined([node], {"x": _f(3, 4)}, {"scale": _f(4), "b": _f(4)}, ["y"])
     assert "is not [3]" in _declined([node], {"x": _f(2, 3, 4)}, {"scale": _f(4), "b": _f(3)}, ["y"])
+
+
+def test_an_undeclared_contrib_chain_is_claimed_whole(opencl):
+    """onnx infers nothing after a com.microsoft node; the loader's stand-in pass (contrib_shapes.py)
+    gives the values after it their ranks, so the MatMul and GELUs after a SkipLayerNormalization join
+    its partition, a dynamic batch included."""
+    from tests.test_contrib_shapes import _model
+
+    model = _model().SerializeToString()
+    feeds = {"x": _f(3, 5, 8), "skip": _f(3, 5, 8)}
+    got, sess = _run(model, feeds, [OCL, "CPUExecutionProvider"])
+    assert set(sess.partition_summary) == {"OpenCLExecutionProvider"}, sess.eps["OpenCLExecutionProvider"].declined
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=0, atol=2e-5)

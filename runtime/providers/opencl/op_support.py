@@ -523,7 +523,10 @@ def check_skip_layernorm(node: Node, lookup: GraphLookup) -> str | None:
     h = x[-1]
     if not isinstance(h, int):
         return "SkipLayerNormalization over a symbolic hidden size"
-    if skip[-1] != h or (len(skip) == 3 and skip[0] != 1 and skip[0] != x[0]) or skip[-2] != x[-2]:
+    def differ(a, b) -> bool:  # symbolic dims are checked again on each concrete shape
+        return isinstance(a, int) and isinstance(b, int) and a != b
+    if (len(skip) > len(x) or differ(skip[-1], h) or differ(skip[-2], x[-2])
+            or len(skip) == 3 and skip[0] != 1 and differ(skip[0], x[0])):
         return f"SkipLayerNormalization skip {list(skip)} does not repeat over input {list(x)}"
     for k in range(2, len(node.inputs)):
         if node.inputs[k] and (s := lookup.dims(node.inputs[k])) is not None and math.prod(

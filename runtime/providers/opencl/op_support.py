@@ -35,6 +35,8 @@ from onnxhal.runtime.providers.opencl.elementwise_codegen import (
     TYPED_OPS,
 )
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_CODES
+from onnxhal.runtime.providers.opencl.spatial_geometry import check_pad_widths, pad_widths, resize_axis, resize_scales
+from onnxhal.runtime.providers.opencl.spatial_sources import NEAREST_MODES, PAD_MODES, RESIZE_COORDS, RESIZE_MODES
 
 #: What inspecting or lowering a node may raise. An OrtError is a limit of this EP (its message is
 #: the decline reason); anything else is a bug in onnxhal, reported by ``decline_reason``.
@@ -56,7 +58,7 @@ REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "
               "ReduceSumSquare": 5, "ReduceL2": 6, "ReduceL1": 7, "ReduceLogSumExp": 8, "ReduceLogSum": 9}
 OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                        "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Split", "Slice", "Gather",
-                       "Expand", "LRN", "GatherND", "InstanceNormalization", *REDUCE_OPS})
+                       "Expand", "LRN", "GatherND", "InstanceNormalization", "Pad", "Resize", *REDUCE_OPS})
 SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) - frozenset(CONTRIB_ELEMENTWISE) | VIEW_OPS | OTHER_OPS
 #: Ops of the runtime optimizer's domain (runtime/optimizer/fusions.py) with the same kernels.
 FUSED_DOMAIN = "com.onnxhal"
@@ -65,6 +67,10 @@ FUSED_DOMAIN_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "
 #: onnxruntime's contrib ops (docs/ContribOperators.md) that onnxruntime-optimized exports hold.
 MS_DOMAIN = "com.microsoft"
 MS_DOMAIN_OPS = frozenset({"SkipLayerNormalization", "BiasGelu", "FastGelu", "Gelu"})
+#: (domain, op) -> the claiming rule (fusion_rules.py) its kernel is claimed under, so that it can be
+#: switched off and compared with the next EP computing it (issue 47's ops).
+OP_RULES = {**{(MS_DOMAIN, op): "norm_gelu_ops" for op in MS_DOMAIN_OPS}, ("", "InstanceNormalization"): "norm_gelu_ops",
+            ("", "Pad"): "pad_resize_ops", ("", "Resize"): "pad_resize_ops"}
 _EPILOGUE_CODES = ACTIVATION_CODES
 MAX_RANK = 6
 #: Kernels index with 32-bit ints.
@@ -92,8 +98,8 @@ class GraphLookup:
     #: Whether ``typed_reason`` asks a typed node to read a value computed from the feeds (the claim
     #: does; a specialisation's static copy, whose shape values are constants, need not).
     typed_roots: bool = True
-    #: Rule ``norm_gelu_ops`` (a claiming rule): InstanceNormalization and the MS_DOMAIN ops are claimed.
-    norm_gelu: bool = True
+    #: Claiming rules of OP_RULES that are off: their ops are declined.
+    rules_off: frozenset[str] = frozenset()
     #: value -> (static shape or None, dims as declared) of the graph's value info: parsed from the
     #: proto once per lookup (capability asks for each value's shape several times per node).
     _declared: dict[str, tuple[tuple[int, ...] | None, tuple | None]] = field(default_factory=dict, repr=False)
@@ -547,12 +553,71 @@ def check_instance_norm(node: Node, lookup: GraphLookup) -> str | None:
     return None
 
 
+def _plan_param(node: Node, lookup: GraphLookup, index: int, what: str) -> str | None:
+    """Why input ``index`` of ``node``, when given, cannot be a constant of the plan (a constant
+    initializer, a shape value of the specialisation, or a small parameter fed at run time)."""
+    if len(node.inputs) > index and node.inputs[index] and not _plan_constant(lookup, node.inputs[index]):
+        return _need_const(lookup, node, index, what)
+    return None
+
+
+def check_pad(node: Node, lookup: GraphLookup) -> str | None:
+    """Pad (ONNX): modes constant, edge and reflect, pads (and constant_value, axes) constants of the plan."""
+    mode = node.attr("mode", "constant")
+    if mode not in PAD_MODES:
+        return f"Pad mode {mode!r} has no OpenCL kernel (constant, edge and reflect have)"
+    reason = (_plan_param(node, lookup, 1, "Pad pads") or _plan_param(node, lookup, 2, "Pad constant_value")
+              or _plan_param(node, lookup, 3, "Pad axes"))
+    xs = lookup.dims(node.inputs[0])
+    if reason is None and all(isinstance(d, int) for d in xs):  # else checked on each concrete shape
+        try:
+            check_pad_widths(node, xs, pad_widths(node, len(xs), lookup.const))
+        except OrtNotImplemented as exc:
+            if "not a constant" not in str(exc):  # a value the specialisation computes
+                return str(exc)
+    return reason
+
+
+def check_resize(node: Node, lookup: GraphLookup) -> str | None:
+    """Resize (ONNX, opset 11 on) of the last two axes: modes nearest and linear, the coordinate
+    transformations of spatial_sources.RESIZE_COORDS; scales constants of the plan (sizes need not
+    be: the output's shape gives them)."""
+    if (lookup.graph.opset_version("") or 11) < 11:
+        return "Resize before opset 11 has no OpenCL kernel"
+    for attr, default, known in (("mode", "nearest", RESIZE_MODES),
+                                 ("coordinate_transformation_mode", "half_pixel", RESIZE_COORDS),
+                                 ("nearest_mode", "round_prefer_floor", NEAREST_MODES)):
+        value = node.attr(attr, default)
+        if value not in known:
+            return f"Resize {attr} {value!r} has no OpenCL kernel ({', '.join(known)} have)"
+    if node.attr("antialias", 0):
+        return "Resize with antialias has no OpenCL kernel"
+    if node.attr("axes") is not None or node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        return "Resize with axes or a keep_aspect_ratio_policy has no OpenCL kernel"
+    if _rank(lookup, node.inputs[0]) < 2:
+        return "Resize of a rank < 2 input"
+    if not (len(node.inputs) > 3 and node.inputs[3]) and (reason := _plan_param(node, lookup, 2, "Resize scales")):
+        return reason
+    xs, ys = lookup.dims(node.inputs[0]), lookup.dims(node.outputs[0])
+    if ys is not None and all(isinstance(d, int) for d in (*xs, *ys)):  # else checked on each concrete shape
+        try:
+            sh, sw = resize_scales(node, xs, ys, lookup.const)
+            for o, i, sc in ((ys[-2], xs[-2], sh), (ys[-1], xs[-1], sw)):
+                resize_axis(o, i, sc, node.attr("coordinate_transformation_mode", "half_pixel"),
+                            node.attr("mode", "nearest") == "linear", node.attr("nearest_mode", "round_prefer_floor"))
+        except OrtNotImplemented as exc:
+            if "not a constant" not in str(exc):  # a value the specialisation computes
+                return str(exc)
+    return None
+
+
 _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "Conv": _check_conv, "MaxPool": _check_pool, "AveragePool": _check_pool, "Gather": _check_gather,
     "LayerNormalization": _check_layernorm, "GatherND": _check_gather_nd, "BatchNormalization": _check_bn, "Clip": _check_clip,
     "MatMul": _check_matmul, "FusedConv": _check_fused, "FusedGemm": _check_fused, "FusedMatMul": _check_fused,
     "FusedBatchNormalization": _check_fused,
     "SkipLayerNormalization": check_skip_layernorm, "InstanceNormalization": check_instance_norm,
+    "Pad": check_pad, "Resize": check_resize,
     "LRN": lambda n, lk: None if _rank(lk, n.inputs[0]) >= 3 else "LRN on rank < 3",
     "Reshape": _check_view, "Flatten": _check_view,
     "Split": lambda n, lk: ("Split with an unnamed output" if not all(n.outputs) else
@@ -566,7 +631,7 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
 
 # Inputs that are parameters, not float data (index sets), per op.
 PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
-                 "Gather": {1}, "GatherND": {1}, "Clip": {1, 2}, **{op: {1} for op in REDUCE_OPS}}
+                 "Gather": {1}, "GatherND": {1}, "Clip": {1, 2}, "Pad": {1, 2, 3}, "Resize": {1, 2, 3}, **{op: {1} for op in REDUCE_OPS}}
 
 
 def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
@@ -581,8 +646,9 @@ def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
             return f"no OpenCL kernel for {node.domain}.{node.op_type}"
     elif node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS:
         return f"no OpenCL kernel for {node.domain or 'ai.onnx'}.{node.op_type}"
-    if not lookup.norm_gelu and (node.domain == MS_DOMAIN or node.op_type == "InstanceNormalization"):
-        return f"{node.domain or 'ai.onnx'}.{node.op_type} has a kernel with rule norm_gelu_ops only (off)"
+    rule = OP_RULES.get((node.domain if node.domain == MS_DOMAIN else "", node.op_type))
+    if rule in lookup.rules_off:
+        return f"{node.domain or 'ai.onnx'}.{node.op_type} has a kernel with rule {rule} only (off)"
     if node.subgraphs:
         return "node has subgraphs"
     params = PARAM_INPUTS.get(node.op_type, set())

@@ -54,6 +54,7 @@ from onnxhal.runtime.providers.opencl.op_support import (
     reduce_axes,
     reduce_layout,
 )
+from onnxhal.runtime.providers.opencl.pad_resize_lowering import PadResizeLowering
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, PartitionPlan
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class RmsNormMatch:
     weight: np.ndarray | None
 
 
-class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering):
+class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadResizeLowering):
     """Builds the plan of one filtered graph. ``lookup`` gives shapes, dtypes and constants."""
 
     def __init__(self, graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset(),

@@ -168,3 +168,29 @@ def test_an_undeclared_contrib_chain_is_claimed_whole(opencl):
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("rows", [(6,), (2, 3)])
+def test_matmul_then_bias_gelu_is_one_gemm_with_its_epilogue(opencl, rows):
+    """Rules gemm_bias + gemm_activation: a BiasGelu of a MatMul by a 2-D weight (the optimizer's
+    FusedMatMul without bias) and a constant bias is the GEMM's bias and erf GELU; with the rules
+    off it is its own launch."""
+    x = _f(*rows, 16)
+    node, w = helper.make_node("MatMul", ["x", "w"], ["h"]), _f(16, 24)
+    nodes = [node, helper.make_node("BiasGelu", ["h", "b"], ["y"], domain="com.microsoft")]
+    data = _model(nodes, {"x": x}, {"w": w, "b": _f(24)}, ["y"])
+    # the declared shapes are x's: give y and h theirs
+    import onnx
+    model = onnx.load_from_string(data)
+    for v in (*model.graph.output, *model.graph.value_info):
+        v.type.tensor_type.shape.dim[-1].dim_value = 24
+    data = model.SerializeToString()
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for disabled, launches in (("", 1), ("gemm_bias", 2)):
+        sess = onnxhal.InferenceSession(data, providers=[("OpenCLExecutionProvider", {"cost_rule": "off",
+                                                                                   "disable_fusions": disabled}),
+                                                         "CPUExecutionProvider"])
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5)
+        plans = sess.eps["OpenCLExecutionProvider"].compiled_plans
+        assert sum(p.launches_per_run for p in plans) == launches, [s.kernel_name for p in plans for s in p.steps]

@@ -24,6 +24,7 @@ from onnxhal.hal.errors import Fail, InvalidArgument, InvalidGraph, InvalidProto
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.runtime.loader import declared_value_info, guarded_inference, ml_shapes
 from onnxhal.runtime.loader.constant_initializers import constants_to_initializers
+from onnxhal.runtime.loader.contrib_shapes import with_contrib_shapes
 from onnxhal.runtime.loader.declaration_checks import check_declarations, check_ir_version
 from onnxhal.runtime.loader.external_data import load_external_data, tensors
 from onnxhal.runtime.loader.ml_shapes import ML as ML_DOMAIN
@@ -235,6 +236,8 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
         inferred = guarded_inference.infer_lenient(proto, data_prop)
     elif ML_DOMAIN in opset:
         inferred = with_ml_shapes(inferred, opset[ML_DOMAIN], scan if inferred is proto else None)
+    if inferred_strictly and "com.microsoft" in opset:
+        inferred = with_contrib_shapes(inferred)
     if any(k in strict_error for k in _SHAPE_CONFLICTS):
         _computed_output_shapes(inferred, proto, data_prop)
     graph = Graph.from_proto(inferred.graph, opset)

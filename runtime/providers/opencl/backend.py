@@ -153,7 +153,7 @@ class OpenCLBackend:
     def lookup(self, graph: Graph, allow_dynamic: bool = False) -> GraphLookup:
         """Shapes, dtypes and constants of ``graph``'s values (symbolic dims allowed or refused)."""
         return GraphLookup(graph, self._shapes, self._dtypes, self._constants, allow_dynamic,
-                           typed=self.typed_values)
+                           typed=self.typed_values, rules_off=self.disabled_fusions)
 
     @property
     def typed_values(self) -> bool:

@@ -154,6 +154,20 @@ TYPED_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
 }
 ELEMENTWISE_OPS.update(TYPED_OPS)
 ELEMENTWISE_OPS.update(QUANT_ELEMENTWISE_OPS)  # QuantizeLinear, DequantizeLinear (quant_codegen.py)
+
+
+def _biased(a: list[str]) -> str:
+    return f"({a[0]} + {a[1]})" if len(a) > 1 else a[0]
+
+
+#: onnxruntime's com.microsoft GELU ops (docs/ContribOperators.md): BiasGelu is the erf form of
+#: x + bias, FastGelu the tanh form of x (+ bias); the bias is added first, as onnxruntime and the CPU EP.
+CONTRIB_ELEMENTWISE: dict[str, Callable[[Node, list[str], dict], str]] = {
+    "BiasGelu": lambda n, a, x: f"(0.5f * {_biased(a)} * (1.0f + onnxhal_erf({_biased(a)} * 0.70710678118f)))",
+    "FastGelu": lambda n, a, x: (f"(0.5f * {_biased(a)} * (1.0f + onnxhal_tanh(0.7978845608f * ({_biased(a)} + "
+                                 f"0.044715f * {_biased(a)} * {_biased(a)} * {_biased(a)}))))"),
+}
+ELEMENTWISE_OPS.update(CONTRIB_ELEMENTWISE)
 #: Ops of ELEMENTWISE_OPS whose C is the same for int32 and int64 operands as for float32 (wrapping
 #: arithmetic, as numpy's and onnxruntime's integer kernels).
 INTEGER_OPS = frozenset({"Add", "Sub", "Mul", "Neg", "Identity"})

@@ -77,6 +77,11 @@ FUSION_RULES: dict[str, str] = {
     "shape_tensors": "values of any size computed from tensor shapes and constants alone (position ids: Range, "
                      "Expand, GatherElements of a constant table; causal masks) claimed with the partition and "
                      "computed on the host at its specialisation, as rule shape_values does (needs shape_values)",
+    "norm_gelu_ops": "SkipLayerNormalization, BiasGelu, FastGelu, Gelu (com.microsoft) and InstanceNormalization "
+                     "claimed (a claiming rule; norm_lowering.py): off, they run on the next EP, as before they had "
+                     "kernels",
+    "pad_resize_ops": "Pad (constant, edge, reflect) and Resize (nearest, linear; the last two axes) claimed (a "
+                      "claiming rule; pad_resize_lowering.py): off, they run on the next EP",
     "typed_values": "int64, int32 and bool values claimed where their op has a kernel for them (a claiming rule): "
                     "Cast, comparisons, And/Or/Xor/Not, Where and integer Add/Sub/Mul/Neg in the fused elementwise "
                     "kernels, their views, Expand, and Gather by indices that are constants of the plan, so an "

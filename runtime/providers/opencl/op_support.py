@@ -27,10 +27,18 @@ import numpy as np
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
-from onnxhal.runtime.providers.opencl.elementwise_codegen import C_TYPES, ELEMENTWISE_OPS, INTEGER_OPS, TYPED_OPS
+from onnxhal.runtime.providers.opencl.elementwise_codegen import (
+    C_TYPES,
+    CONTRIB_ELEMENTWISE,
+    ELEMENTWISE_OPS,
+    INTEGER_OPS,
+    TYPED_OPS,
+)
 from onnxhal.runtime.providers.opencl.kernel_sources import ACTIVATION_CODES
 from onnxhal.runtime.providers.opencl.quant_decompose import DECOMPOSED_OPS, integer_product_reason
 from onnxhal.runtime.providers.opencl.quant_support import QUANT_OPS, quant_reason
+from onnxhal.runtime.providers.opencl.spatial_geometry import check_pad_widths, pad_widths, resize_axis, resize_scales
+from onnxhal.runtime.providers.opencl.spatial_sources import NEAREST_MODES, PAD_MODES, RESIZE_COORDS, RESIZE_MODES
 
 #: What inspecting or lowering a node may raise. An OrtError is a limit of this EP (its message is
 #: the decline reason); anything else is a bug in onnxhal, reported by ``decline_reason``.
@@ -52,12 +60,19 @@ REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "
               "ReduceSumSquare": 5, "ReduceL2": 6, "ReduceL1": 7, "ReduceLogSumExp": 8, "ReduceLogSum": 9}
 OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                        "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Split", "Slice", "Gather",
-                       "Expand", "LRN", "GatherND", *REDUCE_OPS})
-SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) | VIEW_OPS | OTHER_OPS | QUANT_OPS
+                       "Expand", "LRN", "GatherND", "InstanceNormalization", "Pad", "Resize", *REDUCE_OPS})
+SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) - frozenset(CONTRIB_ELEMENTWISE) | VIEW_OPS | OTHER_OPS | QUANT_OPS
 #: Ops of the runtime optimizer's domain (runtime/optimizer/fusions.py) with the same kernels.
 FUSED_DOMAIN = "com.onnxhal"
 FUSED_DOMAIN_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "LayerNormalization",
                               "FusedBatchNormalization", "ReplaceNaN"})
+#: onnxruntime's contrib ops (docs/ContribOperators.md) that onnxruntime-optimized exports hold.
+MS_DOMAIN = "com.microsoft"
+MS_DOMAIN_OPS = frozenset({"SkipLayerNormalization", "BiasGelu", "FastGelu", "Gelu"})
+#: (domain, op) -> the claiming rule (fusion_rules.py) its kernel is claimed under, so that it can be
+#: switched off and compared with the next EP computing it (issue 47's ops).
+OP_RULES = {**{(MS_DOMAIN, op): "norm_gelu_ops" for op in MS_DOMAIN_OPS}, ("", "InstanceNormalization"): "norm_gelu_ops",
+            ("", "Pad"): "pad_resize_ops", ("", "Resize"): "pad_resize_ops"}
 _EPILOGUE_CODES = ACTIVATION_CODES
 MAX_RANK = 6
 #: Kernels index with 32-bit ints.
@@ -85,6 +100,8 @@ class GraphLookup:
     #: Whether ``typed_reason`` asks a typed node to read a value computed from the feeds (the claim
     #: does; a specialisation's static copy, whose shape values are constants, need not).
     typed_roots: bool = True
+    #: Claiming rules of OP_RULES that are off: their ops are declined.
+    rules_off: frozenset[str] = frozenset()
     #: value -> (static shape or None, dims as declared) of the graph's value info: parsed from the
     #: proto once per lookup (capability asks for each value's shape several times per node).
     _declared: dict[str, tuple[tuple[int, ...] | None, tuple | None]] = field(default_factory=dict, repr=False)
@@ -501,11 +518,108 @@ def _check_matmul(node: Node, lookup: GraphLookup) -> str | None:
     return None
 
 
+def check_skip_layernorm(node: Node, lookup: GraphLookup) -> str | None:
+    """com.microsoft SkipLayerNormalization (onnxruntime docs/ContribOperators.md): LayerNorm over the
+    last axis of input + skip (+ bias), outputs Y and optionally the sum (output 3). Skip may
+    repeat over the leading rows ([S, H] or [1, S, H] for an input [B, S, H]), as onnxruntime allows."""
+    outs = [bool(o) for o in node.outputs]
+    if any(outs[1:3]):
+        return "SkipLayerNormalization mean/inv_std_var outputs (training only) have no OpenCL kernel"
+    x, skip = lookup.dims(node.inputs[0]), lookup.dims(node.inputs[1])
+    if len(x) not in (2, 3) or len(skip) not in (2, 3):
+        return f"SkipLayerNormalization on rank {len(x)} input / rank {len(skip)} skip (onnxruntime takes 2-D or 3-D)"
+    h = x[-1]
+    if not isinstance(h, int):
+        return "SkipLayerNormalization over a symbolic hidden size"
+    def differ(a, b) -> bool:  # symbolic dims are checked again on each concrete shape
+        return isinstance(a, int) and isinstance(b, int) and a != b
+    if (len(skip) > len(x) or differ(skip[-1], h) or differ(skip[-2], x[-2])
+            or len(skip) == 3 and skip[0] != 1 and differ(skip[0], x[0])):
+        return f"SkipLayerNormalization skip {list(skip)} does not repeat over input {list(x)}"
+    for k in range(2, len(node.inputs)):
+        if node.inputs[k] and (s := lookup.dims(node.inputs[k])) is not None and math.prod(
+                d if isinstance(d, int) else -1 for d in s) != h:
+            return f"SkipLayerNormalization input {k} of shape {list(s)} is not [{h}]"
+    return None
+
+
+def check_instance_norm(node: Node, lookup: GraphLookup) -> str | None:
+    """InstanceNormalization (ONNX): per sample and channel over the spatial axes; scale and B [C]."""
+    x = lookup.dims(node.inputs[0])
+    if len(x) < 3:
+        return f"InstanceNormalization on rank {len(x)} input (it needs N, C and a spatial axis)"
+    for k in (1, 2):  # (symbolic dims are checked again on each concrete shape)
+        s = lookup.dims(node.inputs[k])
+        if s is None or len(s) != 1 or isinstance(x[1], int) and isinstance(s[0], int) and s[0] != x[1]:
+            return f"InstanceNormalization input {k} of shape {s} is not [{x[1]}] (the CPU EP reports it)"
+    return None
+
+
+def _plan_param(node: Node, lookup: GraphLookup, index: int, what: str) -> str | None:
+    """Why input ``index`` of ``node``, when given, cannot be a constant of the plan (a constant
+    initializer, a shape value of the specialisation, or a small parameter fed at run time)."""
+    if len(node.inputs) > index and node.inputs[index] and not _plan_constant(lookup, node.inputs[index]):
+        return _need_const(lookup, node, index, what)
+    return None
+
+
+def check_pad(node: Node, lookup: GraphLookup) -> str | None:
+    """Pad (ONNX): modes constant, edge and reflect, pads (and constant_value, axes) constants of the plan."""
+    mode = node.attr("mode", "constant")
+    if mode not in PAD_MODES:
+        return f"Pad mode {mode!r} has no OpenCL kernel (constant, edge and reflect have)"
+    reason = (_plan_param(node, lookup, 1, "Pad pads") or _plan_param(node, lookup, 2, "Pad constant_value")
+              or _plan_param(node, lookup, 3, "Pad axes"))
+    xs = lookup.dims(node.inputs[0])
+    if reason is None and all(isinstance(d, int) for d in xs):  # else checked on each concrete shape
+        try:
+            check_pad_widths(node, xs, pad_widths(node, len(xs), lookup.const))
+        except OrtNotImplemented as exc:
+            if "not a constant" not in str(exc):  # a value the specialisation computes
+                return str(exc)
+    return reason
+
+
+def check_resize(node: Node, lookup: GraphLookup) -> str | None:
+    """Resize (ONNX, opset 11 on) of the last two axes: modes nearest and linear, the coordinate
+    transformations of spatial_sources.RESIZE_COORDS; scales constants of the plan (sizes need not
+    be: the output's shape gives them)."""
+    if (lookup.graph.opset_version("") or 11) < 11:
+        return "Resize before opset 11 has no OpenCL kernel"
+    for attr, default, known in (("mode", "nearest", RESIZE_MODES),
+                                 ("coordinate_transformation_mode", "half_pixel", RESIZE_COORDS),
+                                 ("nearest_mode", "round_prefer_floor", NEAREST_MODES)):
+        value = node.attr(attr, default)
+        if value not in known:
+            return f"Resize {attr} {value!r} has no OpenCL kernel ({', '.join(known)} have)"
+    if node.attr("antialias", 0):
+        return "Resize with antialias has no OpenCL kernel"
+    if node.attr("axes") is not None or node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        return "Resize with axes or a keep_aspect_ratio_policy has no OpenCL kernel"
+    if _rank(lookup, node.inputs[0]) < 2:
+        return "Resize of a rank < 2 input"
+    if not (len(node.inputs) > 3 and node.inputs[3]) and (reason := _plan_param(node, lookup, 2, "Resize scales")):
+        return reason
+    xs, ys = lookup.dims(node.inputs[0]), lookup.dims(node.outputs[0])
+    if ys is not None and all(isinstance(d, int) for d in (*xs, *ys)):  # else checked on each concrete shape
+        try:
+            sh, sw = resize_scales(node, xs, ys, lookup.const)
+            for o, i, sc in ((ys[-2], xs[-2], sh), (ys[-1], xs[-1], sw)):
+                resize_axis(o, i, sc, node.attr("coordinate_transformation_mode", "half_pixel"),
+                            node.attr("mode", "nearest") == "linear", node.attr("nearest_mode", "round_prefer_floor"))
+        except OrtNotImplemented as exc:
+            if "not a constant" not in str(exc):  # a value the specialisation computes
+                return str(exc)
+    return None
+
+
 _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "Conv": _check_conv, "MaxPool": _check_pool, "AveragePool": _check_pool, "Gather": _check_gather,
     "LayerNormalization": _check_layernorm, "GatherND": _check_gather_nd, "BatchNormalization": _check_bn, "Clip": _check_clip,
     "MatMul": _check_matmul, "FusedConv": _check_fused, "FusedGemm": _check_fused, "FusedMatMul": _check_fused,
     "FusedBatchNormalization": _check_fused,
+    "SkipLayerNormalization": check_skip_layernorm, "InstanceNormalization": check_instance_norm,
+    "Pad": check_pad, "Resize": check_resize,
     "LRN": lambda n, lk: None if _rank(lk, n.inputs[0]) >= 3 else "LRN on rank < 3",
     "Reshape": _check_view, "Flatten": _check_view,
     "Split": lambda n, lk: ("Split with an unnamed output" if not all(n.outputs) else
@@ -519,7 +633,7 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
 
 # Inputs that are parameters, not float data (index sets), per op.
 PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
-                 "Gather": {1}, "GatherND": {1}, "Clip": {1, 2}, **{op: {1} for op in REDUCE_OPS}}
+                 "Gather": {1}, "GatherND": {1}, "Clip": {1, 2}, "Pad": {1, 2, 3}, "Resize": {1, 2, 3}, **{op: {1} for op in REDUCE_OPS}}
 
 
 def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
@@ -531,8 +645,14 @@ def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
     if node.domain == FUSED_DOMAIN:
         if node.op_type not in FUSED_DOMAIN_OPS:
             return f"no OpenCL kernel for {node.domain}.{node.op_type}"
+    elif node.domain == MS_DOMAIN:
+        if node.op_type not in MS_DOMAIN_OPS:
+            return f"no OpenCL kernel for {node.domain}.{node.op_type}"
     elif node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS:
         return f"no OpenCL kernel for {node.domain or 'ai.onnx'}.{node.op_type}"
+    rule = OP_RULES.get((node.domain if node.domain == MS_DOMAIN else "", node.op_type))
+    if rule in lookup.rules_off:
+        return f"{node.domain or 'ai.onnx'}.{node.op_type} has a kernel with rule {rule} only (off)"
     if node.subgraphs:
         return "node has subgraphs"
     if node.op_type in QUANT_OPS:  # quant_support.py: their codes are int8/uint8

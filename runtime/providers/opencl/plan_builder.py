@@ -41,10 +41,12 @@ from onnxhal.runtime.providers.opencl.gemm_lowering import (
     transposed_view,
 )
 from onnxhal.runtime.providers.opencl.gemm_norm_fusion import norms_into_gemms
+from onnxhal.runtime.providers.opencl.norm_lowering import NormLowering
 from onnxhal.runtime.providers.opencl.op_support import (
     F32,
     FUSED_DOMAIN,
     MAX_ELEMENTS,
+    MS_DOMAIN,
     REDUCE_OPS,
     VIEW_OPS,
     GraphLookup,
@@ -53,6 +55,7 @@ from onnxhal.runtime.providers.opencl.op_support import (
     reduce_axes,
     reduce_layout,
 )
+from onnxhal.runtime.providers.opencl.pad_resize_lowering import PadResizeLowering
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, PartitionPlan
 from onnxhal.runtime.providers.opencl.quant_codegen import CODE_C_TYPES, QUANT_ELEMENTWISE_OPS
 from onnxhal.runtime.providers.opencl.quant_decompose import decompose_quantized
@@ -77,7 +80,7 @@ class RmsNormMatch:
     weight: np.ndarray | None
 
 
-class PartitionPlanBuilder(GemmLowering, AttentionLowering):
+class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadResizeLowering):
     """Builds the plan of one filtered graph. ``lookup`` gives shapes, dtypes and constants."""
 
     def __init__(self, graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset(),
@@ -272,8 +275,16 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                 epi.bias, last = bias
                 epi.out = last.outputs[0]
                 skip.add(id(last))
+            elif ((not fused_op or n.op_type == "FusedMatMul" and not epi.act and not (len(n.inputs) > 2 and n.inputs[2]))
+                  and self.rule("gemm_bias") and self.rule("gemm_activation")):
+                bias_gelu = self._bias_follower(n, sole_user(n.outputs[0]), "BiasGelu")
+                if bias_gelu is not None:  # com.microsoft BiasGelu: the bias, then the erf GELU
+                    (epi.bias, last), epi.act = bias_gelu, ks.ACTIVATION_CODES["Gelu"]
+                    epi.out = last.outputs[0]
+                    skip.add(id(last))
             user = sole_user(last.outputs[0])
-            if not fused_op and user is not None and user.inputs[0] == last.outputs[0] and self.rule("gemm_activation"):
+            if (not fused_op and not epi.act and user is not None and user.inputs[0] == last.outputs[0]
+                    and self.rule("gemm_activation")):
                 spec = activation_spec(user, self.lookup)
                 if spec is not None:
                     epi.act, epi.p0, epi.p1 = spec
@@ -375,14 +386,19 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering):
                     return False
         return True
 
-    def _bias_follower(self, n: Node, user: Node | None) -> tuple[str, Node] | None:
+    def _bias_follower(self, n: Node, user: Node | None, op: str = "Add") -> tuple[str, Node] | None:
         """(bias value, the Add) when ``n`` is a MatMul with a 2-D right operand or a Gemm without C
-        and its only reader adds a constant [N] / [1, N] vector."""
-        if user is None or user.op_type != "Add" or user.domain or len(user.inputs) != 2:
+        and its only reader adds a constant [N] / [1, N] vector (``op`` "BiasGelu": onnxruntime's
+        com.microsoft BiasGelu of the result and such a bias)."""
+        domain = MS_DOMAIN if op == "BiasGelu" else ""
+        if user is None or user.op_type != op or user.domain != domain or len(user.inputs) != 2:
+            return None
+        if op == "BiasGelu" and user.inputs[0] != n.outputs[0]:
             return None
         if n.op_type == "Gemm" and (len(n.inputs) > 2 and n.inputs[2]):
             return None
-        if n.op_type not in ("Gemm", "MatMul") or n.op_type == "MatMul" and len(self.shape(n.inputs[1])) != 2:
+        matmuls = ("MatMul", "FusedMatMul") if op == "BiasGelu" else ("MatMul",)  # (a FusedMatMul without bias)
+        if n.op_type not in ("Gemm", *matmuls) or n.op_type in matmuls and len(self.shape(n.inputs[1])) != 2:
             return None
         other = user.inputs[1] if user.inputs[0] == n.outputs[0] else user.inputs[0]
         const = self.lookup.const(other)

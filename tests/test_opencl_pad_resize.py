@@ -47,11 +47,7 @@ def _check(node, x: np.ndarray, weights: dict, opset: int = 18, kernel: str = ""
     assert "OpenCLExecutionProvider" not in off.partition_summary
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5, err_msg="vs onnxruntime")
-    # The CPU EP's nearest Resize computes source coordinates in float64 from the float32 scale,
-    # onnxruntime in float32: (1 + 0.5) / 0.6f is 2.5 in float32, 2.4999999 in float64, and floor
-    # differs. Where it so disagrees with onnxruntime, onnxruntime alone is the judge.
-    if np.allclose(cpu, want, rtol=0, atol=1e-5) or node.op_type != "Resize":
-        np.testing.assert_allclose(got, cpu, rtol=0, atol=1e-5, err_msg="vs the CPU EP")
+    np.testing.assert_allclose(got, cpu, rtol=0, atol=1e-5, err_msg="vs the CPU EP")
 
 
 def _declined(node, x: np.ndarray, weights: dict, opset: int = 18) -> str:

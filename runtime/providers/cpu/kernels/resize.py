@@ -17,30 +17,36 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 
-def _source_coords(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
+def _source_coords(mode: str, out_len: int, in_len: int, scale: float, dtype: type = np.float64) -> np.ndarray:
     """The input coordinate of each output index along one axis: the spec's formulas for the
     coordinate transformation modes (as onnx.reference's ``_compute_x_ori`` computes them, whose
     import would pull in all of onnx.reference's operators, tens of milliseconds at a process's
     first Resize). ``length_resized`` is ``scale * in_len``, a float, as there, except for
-    ``align_corners``, which divides by the integer output length as onnxruntime does."""
-    y = np.arange(out_len, dtype=np.float64)
+    ``align_corners``, which divides by the integer output length as onnxruntime does.
+
+    ``dtype`` float32 computes each formula in float32, step by step as onnxruntime's CPU EP does
+    (upsamplebase.h, GetOriginalCoordinateFromResizedCoordinate): nearest mode picks an index, and
+    float64 lands on the other side of a rounding boundary where float32 does not (half_pixel at
+    scale 0.6: (1 + 0.5) / 0.6 - 0.5 is 2.0 in float64, 1.9999998 in float32, floor 2 against 1)."""
+    y = np.arange(out_len, dtype=dtype)
+    half, scale_t = dtype(0.5), dtype(scale)
     if mode == "tf_half_pixel_for_nn":
-        return (y + 0.5) / scale
+        return (y + half) / scale_t
     if mode == "pytorch_half_pixel":  # the spec: length_resized > 1 ? ... : 0, by the integer length
-        return (y + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
+        return (y + half) / scale_t - half if out_len > 1 else np.zeros(out_len, dtype)
     if mode == "half_pixel":
-        return (y + 0.5) / scale - 0.5
+        return (y + half) / scale_t - half
     if mode == "asymmetric":
-        return y / scale
+        return y / scale_t
     if mode == "align_corners":
         # by the integer output length, as onnxruntime (upsamplebase.h's ALIGN_CORNERS mapping gets
         # the output dim as length_resized): the spec's backend cases take scale * length, which
         # differs where that is fractional
-        return np.zeros(out_len) if out_len == 1 else y * (in_len - 1) / (out_len - 1)
+        return np.zeros(out_len, dtype) if out_len == 1 else y * dtype(in_len - 1) / dtype(out_len - 1)
     resized = scale * in_len
-    if mode == "half_pixel_symmetric":
+    if mode == "half_pixel_symmetric":  # (onnxruntime computes this one in double, then rounds to float)
         offset = in_len / 2 * (1 - out_len / resized)
-        return offset + (y + 0.5) / scale - 0.5
+        return (offset + (np.arange(out_len, dtype=np.float64) + 0.5) / scale - 0.5).astype(dtype)
     raise InvalidArgument(f"Resize: coordinate_transformation_mode {mode!r} is not one of half_pixel, "
                           "half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric, "
                           "tf_half_pixel_for_nn, tf_crop_and_resize; use one of those.")
@@ -113,12 +119,15 @@ class Resize(Kernel):
                 out_shape[a] = int(np.floor(common * x.shape[a] + 0.5))
         else:
             for i, a in enumerate(axes):
+                # in float32, as onnxruntime (upsamplebase.h: the scale of sizes is a float32
+                # division, the length of scales a float32 product truncated): 10 x 0.7 is 7, where
+                # float64's 6.9999998 truncates to 6
                 if sizes is not None:
                     out_shape[a] = int(sizes[i])
-                    scale_list[a] = out_shape[a] / x.shape[a]
+                    scale_list[a] = float(np.float32(out_shape[a]) / np.float32(x.shape[a])) if x.shape[a] else 1.0
                 else:
                     scale_list[a] = float(scales[i])
-                    out_shape[a] = int(scale_list[a] * x.shape[a])
+                    out_shape[a] = int(np.float32(scales[i]) * np.float32(x.shape[a]))
         return [resize_axes(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.nearest_mode,
                             self.cubic_a, self.exclude_outside)]
 
@@ -177,10 +186,11 @@ def resize_axes(x: np.ndarray, axes: list, out_shape: list, scale_list: list, mo
         in_len, out_len = x.shape[a], out_shape[a]
         if out_len == in_len and scale_list[a] == 1.0:
             continue
-        coords = _source_coords(coord_mode, out_len, in_len, scale_list[a])
-        if mode == "nearest":
+        if mode == "nearest":  # an index: float32 steps, onnxruntime's (``_source_coords``)
+            coords = _source_coords(coord_mode, out_len, in_len, scale_list[a], np.float32)
             y = np.take(y, _nearest_index(coords, nearest_mode, in_len), axis=a)
             continue
+        coords = _source_coords(coord_mode, out_len, in_len, scale_list[a])
         shape = [1] * rank
         shape[a] = out_len
         if mode == "cubic":

@@ -615,6 +615,24 @@ def test_resize_nearest_picks_onnxruntimes_indices_and_lengths(coord, nearest_mo
         np.testing.assert_array_equal(got, want, err_msg=f"length {n}, sizes")
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("scales", [(1, 1, 1.1, 1.1), (1, 1, 1.1, 2.0)])
+def test_resize_to_the_input_shape_copies_as_onnxruntime(mode, scales):
+    """A Resize (or Upsample) whose output shape is its input's (5 x 1.1 truncates to 5) returns the
+    input, whatever the scales, as onnxruntime: linear half_pixel resampling gave 4.32 where it
+    copies 5. Only the whole shape counts: with another axis resized, every axis is resampled."""
+    x = randn(1, 2, 5, 5)
+    inputs = [x, None, np.array(scales, np.float32)]
+    (want,) = run_onnxruntime("Resize", inputs, 19, mode=mode)
+    (got,) = run_native("Resize", inputs, 19, mode=mode)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if scales[3] == 1.1:
+        np.testing.assert_array_equal(got, x)
+        (up,) = run_native("Upsample", [x, np.array(scales, np.float32)], 9, mode="linear" if mode == "linear" else "nearest")
+        np.testing.assert_array_equal(up, x)
+
+
 @pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
 def test_resize_nearest_modes_and_axes(nearest_mode):
     x = RNG.integers(0, 255, (2, 6, 4)).astype(np.uint8)

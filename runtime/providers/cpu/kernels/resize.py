@@ -128,6 +128,8 @@ class Resize(Kernel):
                 else:
                     scale_list[a] = float(scales[i])
                     out_shape[a] = int(np.float32(scales[i]) * np.float32(x.shape[a]))
+        if out_shape == list(x.shape):  # onnxruntime copies the input whatever the scales (upsample.cc)
+            return [x.copy()]
         return [resize_axes(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.nearest_mode,
                             self.cubic_a, self.exclude_outside)]
 
@@ -153,7 +155,9 @@ class Upsample(Kernel):
         if len(scales) != x.ndim or min(scales) < 1:
             raise InvalidArgument(f"Upsample: scales {scales} for an input of rank {x.ndim}; give one scale >= 1 per "
                                   "axis.")
-        out_shape = [int(np.floor(d * sc)) for d, sc in zip(x.shape, scales)]
+        out_shape = [int(np.float32(sc) * np.float32(d)) for d, sc in zip(x.shape, scales)]  # onnxruntime's float32
+        if out_shape == list(x.shape):  # onnxruntime copies the input whatever the scales
+            return [x.copy()]
         if self.mode == "linear" and x.dtype.kind != "f":
             y = resize_axes(x.astype(np.float64), list(range(x.ndim)), out_shape, scales, "linear", "asymmetric", "floor")
             return [np.rint(y).astype(x.dtype)]

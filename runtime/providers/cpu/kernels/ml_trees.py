@@ -158,7 +158,9 @@ class _Forest:
         self.missing_true = missing_true
         self.weights, self.has = weights, has
         self.members = members or {}
-        self._children = np.stack([false_next, true_next], axis=1).reshape(-1)
+        # [node, false/true] flattened, filled by two strided writes (np.stack costs several calls more)
+        self._children = children = np.empty(2 * mode.size, np.int64)
+        children[0::2], children[1::2] = false_next, true_next
         inner = mode[mode != LEAF]
         self.uniform_mode = int(inner[0]) if inner.size and (inner == inner[0]).all() and inner[0] != MEMBER else -1
         self.any_missing = bool(missing_true.any())
@@ -177,7 +179,10 @@ class _Forest:
         self._bits_built = False
         self._bits_per_row = False
         #: which outputs the trees write, where that is the same for every row (else None)
-        self.written_const = _written_outputs(self, shape)[1] if _LeafBits.applies(self, shape) else None
+        #: ``_written_outputs`` (the leaves, which outputs they write), kept for the leaf bits and the
+        #: classifier's score bound; None where the leaf bits do not apply
+        self.leaves_written = _written_outputs(self, shape) if _LeafBits.applies(self, shape) else None
+        self.written_const = None if self.leaves_written is None else self.leaves_written[1]
         #: every output is written by some tree for every row (known when the leaves say so)
         self.all_written = self.written_const is not None and bool(self.written_const.all())
         #: the C route (``TREE_PATHS["native"]``), or None
@@ -473,7 +478,7 @@ class _LeafBits:
         total = count[forest.roots]
         # each node's leaves are the leaves [first, first + count) of its tree, numbered left to
         # right with the true branch first (the walk's order)
-        (leaves, written), inner = _written_outputs(forest, shape), _inner_nodes(forest, shape)
+        (leaves, written), inner = forest.leaves_written, _inner_nodes(forest, shape)
         leaf = np.zeros((trees, 65), np.int64)
         leaf[owner[leaves], first[leaves] + 1] = leaves
         # interior nodes tree by tree, each tree's padded to whole groups of 8 with nodes whose
@@ -737,10 +742,20 @@ class _NodeIndex:
     def _dense(trees: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         if not trees.size or (trees[1:] < trees[:-1]).any():
             return None
-        starts = np.flatnonzero(np.concatenate([[True], trees[1:] != trees[:-1]]))
-        counts = np.diff(np.append(starts, trees.size))
-        if (ids != np.arange(trees.size) - np.repeat(starts, counts)).any():
+        # dense: each tree's first id is 0 and every other is the one before it plus 1
+        new = np.empty(trees.size, bool)
+        new[0] = True
+        np.not_equal(trees[1:], trees[:-1], out=new[1:])
+        expected = np.empty_like(ids)
+        expected[0] = 0
+        np.add(ids[:-1], 1, out=expected[1:])
+        expected[new] = 0
+        if not np.array_equal(ids, expected):
             return None
+        starts = np.flatnonzero(new)
+        counts = np.empty_like(starts)
+        np.subtract(starts[1:], starts[:-1], out=counts[:-1])
+        counts[-1] = trees.size - starts[-1]
         return trees[starts], starts, counts
 
     @staticmethod
@@ -748,7 +763,8 @@ class _NodeIndex:
         """Each query's rank among ``values`` and whether it is one of them."""
         if not values.size:
             return np.zeros(query.shape, np.int64), np.zeros(query.shape, bool)
-        rank = np.minimum(np.searchsorted(values, query), values.size - 1)
+        # the array's method: np.searchsorted's Python wrapper costs as much again on a small forest
+        rank = np.minimum(values.searchsorted(query), values.size - 1)
         return rank, values[rank] == query
 
     def find(self, trees: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -762,7 +778,7 @@ class _NodeIndex:
         if not self.keys.size:
             return np.full(trees.shape, -1, np.int64)
         key = t * self.span + i
-        pos = np.maximum(np.searchsorted(self.keys, key, side="right") - 1, 0)
+        pos = np.maximum(self.keys.searchsorted(key, side="right") - 1, 0)
         found = t_ok & i_ok & (self.keys[pos] == key)
         return np.where(found, self.order[pos], -1)
 
@@ -807,8 +823,16 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     free[true_next[inner]] = False
     free[false_next[inner]] = False
     candidates = np.flatnonzero(free)
-    _, first = np.unique(trees[candidates], return_index=True)
-    roots = candidates[first]
+    if index.dense is not None and candidates.size:
+        # tree ids ascending (a dense index): each tree's first candidate starts a run of its id
+        owners = trees[candidates]
+        first = np.empty(owners.size, bool)
+        first[0] = True
+        np.not_equal(owners[1:], owners[:-1], out=first[1:])
+        roots = candidates[first]
+    else:
+        _, first = np.unique(trees[candidates], return_index=True)
+        roots = candidates[first]
     leaf_trees = _ints(node, f"{prefix}_treeids")
     leaf_ids = _ints(node, f"{prefix}_nodeids")
     targets = _ints(node, f"{prefix}_ids")
@@ -1003,7 +1027,7 @@ class TreeEnsembleClassifier(Kernel):
         forest = self.forest
         w = np.abs(forest.weights.astype(np.float64))
         if forest.written_const is not None:  # trees that share no node: per tree its leaves' largest
-            leaves, _ = _written_outputs(forest, forest._shape)
+            leaves, _ = forest.leaves_written
             largest = np.zeros(forest.roots.size)
             np.maximum.at(largest, forest._shape[0][leaves], w[leaves].max(axis=1))
             per_tree = largest.sum()

@@ -240,6 +240,12 @@ class RecurrentKernel(Kernel):
         hd = np.zeros((2 * h, batch), dt) if h0 is None else h0.transpose(0, 2, 1).reshape(2 * h, batch)
         step = self._step_transposed
         shortest = seq if lens is None else int(lens.min())
+        if shortest < seq:
+            # per step [2, 1, batch]: the batch columns whose sequence has ended, the forward's at time t
+            # and the backward's at seq - 1 - t, made for every step at once and broadcast over each
+            # direction's rows (a [2 * hidden, batch] mask a step cost more numpy calls than the step)
+            steps = np.arange(seq)
+            dead = np.stack([steps[:, None] >= lens, steps[::-1, None] >= lens], axis=1)[:, :, None, :]
         t = 0
         for xs, outs in pair_blocks(xw.reshape(seq, batch, self.gates, 2, h), ys):
             for xt, out in zip(xs, outs):
@@ -248,9 +254,8 @@ class RecurrentKernel(Kernel):
                 step(xt, hd, r, ws, out)
                 if t < shortest and seq - 1 - t < shortest:
                     hd = out
-                else:  # forward rows at time t, backward rows at seq - 1 - t
-                    hd = masked_step(out, hd, np.concatenate([np.broadcast_to(t >= lens, (h, batch)),
-                                                              np.broadcast_to(seq - 1 - t >= lens, (h, batch))]))
+                else:  # forward rows at time t, backward rows at seq - 1 - t (``out`` is zeroed in place)
+                    hd = masked_step(out.reshape(2, h, batch), hd.reshape(2, h, batch), dead[t]).reshape(2 * h, batch)
                 t += 1
         return paired_outputs(ys, [], self.layout, self.n_out, last=hd)
 

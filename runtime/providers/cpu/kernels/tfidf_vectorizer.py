@@ -128,8 +128,10 @@ class TfIdfVectorizer(Kernel):
             grams = [(key, col, w) for key, (col, w) in self.grams.items() if len(key) == n]
             if not grams:
                 continue
-            keys = np.array([sum(self.ids[v] * base ** k for k, v in enumerate(key)) for key, _, _ in grams],
-                            dtype=np.int64)
+            # per n-gram its items' ids [G, n] times the powers of base, summed: exact in int64 below
+            # _KEY_LIMIT, one product for the pool instead of a Python sum per n-gram
+            ids = np.fromiter((self.ids[v] for key, _, _ in grams for v in key), np.int64, len(grams) * n)
+            keys = ids.reshape(len(grams), n) @ np.array([base ** k for k in range(n)], np.int64)
             order = np.argsort(keys)
             self.tables[n] = (keys[order], np.array([g[1] for g in grams], dtype=np.int64)[order],
                               np.array([g[2] for g in grams], dtype=np.float64)[order])

@@ -299,6 +299,17 @@ class ExecutionPlan:
         memory device that reads them), ``_execute`` runs the steps, outputs go where the caller
         wants them. Host arrays read only on the host, with every output on the host, take none
         of the copying branches (a tiny model's whole run is a few microseconds)."""
+        memory = self.memory
+        if not memory.any_streams:
+            return self._run(feeds, run_options, profiler, fetch, output_devices)
+        memory.run_begin()  # feeds' uploads are held until the outputs' download or the run's end
+        try:
+            return self._run(feeds, run_options, profiler, fetch, output_devices)
+        finally:
+            memory.run_end()
+
+    def _run(self, feeds: dict[str, Any], run_options: Any, profiler: Any, fetch: Sequence[int] | None,
+             output_devices: Sequence[OrtMemoryDevice] | None) -> list:
         slots = self._template.copy()
         host = self._host_feed_slots
         for name, value in feeds.items():
@@ -420,7 +431,7 @@ class ExecutionPlan:
             if host_slot in self._read_slots or host_slot in self._output_slot_set:
                 slots[host_slot] = self.memory.transfer(value, HOST_MEMORY_DEVICE, None)
             for dev, s in targets or ():
-                slots[s] = self.memory.transfer(value, dev, None)
+                slots[s] = self.memory.transfer(value, dev, None, hold=True)
         except OrtError:
             raise
         except Exception as e:

@@ -19,7 +19,7 @@ import onnxhal  # noqa: E402
 from onnxhal import hal  # noqa: E402
 from onnxhal.hal.errors import InvalidArgument  # noqa: E402
 from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
-from onnxhal.runtime.providers.opencl.memory import OpenCLHeldCopies  # noqa: E402
+from onnxhal.runtime.providers.opencl.memory import OpenCLDataTransfer, OpenCLHeldCopies  # noqa: E402
 from onnxhal.runtime.session.executor import ExecutionPlan  # noqa: E402
 from onnxhal.runtime.session.memory_context import HELD_COPIES  # noqa: E402
 from tests.opencl_support import require_opencl  # noqa: E402
@@ -177,3 +177,27 @@ def test_a_bad_held_copies_value_is_an_error_naming_it(register):
     so.add_session_config_entry(HELD_COPIES, "yes")
     with pytest.raises(InvalidArgument, match=r"session\.onnxhal\.held_copies.*'yes'"):
         onnxhal.InferenceSession(two_feed_model(), so, providers=OPENCL)
+
+
+def test_only_the_outermost_runs_feeds_are_held(sessions, monkeypatch):
+    """A run inside a run (a subgraph's, SubgraphRunner.run) is fed values of the run: a kernel may
+    reuse them, so their uploads wait."""
+    held_uploads = [0]
+    real = OpenCLDataTransfer.copy_tensors_held
+
+    def copy_tensors_held(self, src, dst, streams):
+        held_uploads[0] += sum(isinstance(s, np.ndarray) for s in src)
+        return real(self, src, dst, streams)
+    monkeypatch.setattr(OpenCLDataTransfer, "copy_tensors_held", copy_tensors_held)
+    f = feeds(6)
+    sessions["1"].run(None, f)
+    assert held_uploads[0] == 2
+    held_uploads[0] = 0
+    memory = sessions["1"].memory
+    assert memory.run_begin()  # as an outer run on this thread
+    try:
+        got = sessions["1"].run(None, f)[0]
+    finally:
+        memory.run_end()
+    assert held_uploads[0] == 0
+    np.testing.assert_allclose(got, sessions["cpu"].run(None, f)[0], rtol=1e-5, atol=1e-6)

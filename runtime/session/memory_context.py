@@ -7,9 +7,10 @@ host on the source's stream followed by a host wait (the only place the host wai
 of a run), device-to-device copies on the source stream with a notification the destination
 stream waits on.
 
-Held uploads: inside a run (``run_begin`` / ``run_end``), a feed's copy from the host is not waited
-for where the data transfer can hold it (``DataTransfer.copy_tensors_held``): the run keeps the
-copy's handle, which keeps the host array alive, and the run never writes its feeds, so the in-order
+Held uploads: inside a session's run (``run_begin`` / ``run_end``), a feed's copy from the host
+(the caller's array; not a subgraph run's feeds, which are values of the run) is not waited for
+where the data transfer can hold it (``DataTransfer.copy_tensors_held``): the run keeps the copy's
+handle, which keeps the host array alive, and the run never writes its feeds, so the in-order
 stream orders the copy before the kernels that read it. The next copy to the host on that stream
 waits for it too (same queue, in order), and the end of the run waits for any still held, so a
 caller may change its feed arrays once ``run`` returns. Only the session's own runs hold copies;
@@ -244,9 +245,12 @@ class MemoryContext:
 
         return copy
 
-    def run_begin(self) -> None:
-        """A run starts on this thread: copies from the host may be held until ``run_end``."""
-        self._run.depth += 1
+    def run_begin(self) -> bool:
+        """A run starts on this thread: copies from the host may be held until ``run_end``. True
+        for the outermost run (not a subgraph's run inside another)."""
+        run = self._run
+        run.depth += 1
+        return run.depth == 1
 
     def run_end(self) -> None:
         """The run that ``run_begin`` started ends (also on an error): the outermost run waits for

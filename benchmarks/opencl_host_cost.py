@@ -3,7 +3,7 @@
     python benchmarks/opencl_host_cost.py [--models mlp,cnn,encoder,bert_ts,...] [--repeat 20]
                                           [--threads 2] [--corpus DIR] [--cost-rule on|off]
                                           [--fixed-dims] [--disable-fusions RULES] [--kernels]
-                                          [--json out.json]
+                                          [--ab KEY=VALUE] [--json out.json]
 
 Per model (the OpenCL benchmark set of ``bench.py``, then a few models of the committed corpus in
 tests/real_models, or of ``--corpus DIR`` such as the benchmark-size exports of ``make_corpus.py
@@ -24,6 +24,10 @@ does).
 ``--disable-fusions attention,gemm_residual`` passes the OpenCL EP's provider option of that name
 (runtime/providers/opencl/fusion_rules.py): the plans without those fusion rules, for a before/after
 of launches per run.
+
+``--ab session.onnxhal.held_copies=0`` runs a second onnxhal session with that session config entry,
+its runs alternating with the first's (A: as configured, B: with the entry): B's host us and ratio in
+two more columns, for an A/B of one switch in one process under the same load.
 
 Counting wraps pyopencl's public entry points (each wrapper calls the real function) during a few
 separate runs, so the wrappers' cost is in neither the run times nor the figures compared; what the
@@ -139,6 +143,8 @@ class Row:
     cold_ort_ms: float
     cold_ratio: float
     kernels: dict[str, float] = field(default_factory=dict)  # launches per run by kernel name
+    host_us_b: float | None = None  # ``--ab``: the session with the entry
+    ratio_b: float | None = None
 
 
 def model_and_feeds(name: str, corpus: str = CORPUS) -> tuple[bytes, dict]:
@@ -161,7 +167,7 @@ WARM_RUNS = 15
 
 
 def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rule: str = "off",
-            fixed_dims: bool = False, disable_fusions: str = "") -> Row:
+            fixed_dims: bool = False, disable_fusions: str = "", ab: tuple[str, str] | None = None) -> Row:
     import onnxruntime as ort
 
     import onnxhal
@@ -188,28 +194,47 @@ def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rul
         hal = onnxhal.InferenceSession(data, hso, providers=providers)
         hal.run(None, feeds)
         cold_hal.append(time.perf_counter() - t)
+    hal_b = None
+    if ab is not None:
+        hso.add_session_config_entry(*ab)
+        hal_b = onnxhal.InferenceSession(data, hso, providers=providers)
     for _ in range(WARM_RUNS):
         ref.run(None, feeds)
         hal.run(None, feeds)
+        if hal_b is not None:
+            hal_b.run(None, feeds)
     counted = max(3, repeat // 4)
     with CommandCounter() as c:
         for _ in range(counted):
             hal.run(None, feeds)
-    t_ort, t_hal, cpu_hal = [], [], []
-    for _ in range(repeat):
+    t_ort, t_hal, cpu_hal, t_b, cpu_b = [], [], [], [], []
+
+    def run_b() -> None:
+        t1, c1 = time.perf_counter(), time.thread_time()
+        hal_b.run(None, feeds)
+        cpu_b.append(time.thread_time() - c1)
+        t_b.append(time.perf_counter() - t1)
+
+    for i in range(repeat):
         t0 = time.perf_counter()
         ref.run(None, feeds)
+        t_ort.append(time.perf_counter() - t0)
+        if hal_b is not None and i % 2:  # A and B take turns right after onnxruntime's run
+            run_b()
         t1, c1 = time.perf_counter(), time.thread_time()
         hal.run(None, feeds)
         cpu_hal.append(time.thread_time() - c1)
         t_hal.append(time.perf_counter() - t1)
-        t_ort.append(t1 - t0)
+        if hal_b is not None and not i % 2:
+            run_b()
     ps = hal.partition_summary
     o_ms, h_ms = statistics.median(t_ort) * 1e3, statistics.median(t_hal) * 1e3
     co, ch = statistics.median(cold_ort) * 1e3, statistics.median(cold_hal) * 1e3
     return Row(name, f"{ps.get(PROVIDERS[0], 0)}/{sum(ps.values())}", c.launches / counted, c.copies / counted,
                c.waits / counted, c.set_args / counted, statistics.median(cpu_hal) * 1e6, h_ms, o_ms, h_ms / o_ms,
-               ch, co, ch / co, {k: v / counted for k, v in c.by_kernel.most_common()})
+               ch, co, ch / co, {k: v / counted for k, v in c.by_kernel.most_common()},
+               statistics.median(cpu_b) * 1e6 if cpu_b else None,
+               statistics.median(t_b) * 1e3 / o_ms if t_b else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,8 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--disable-fusions", default="", metavar="RULES",
                    help="the OpenCL EP's disable_fusions option: fusion rules to leave out, comma-separated")
     p.add_argument("--kernels", action="store_true", help="also print each model's launches per run by kernel")
+    p.add_argument("--ab", metavar="KEY=VALUE",
+                   help="also run a session with this session config entry, alternating: its host us and ratio")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
+    ab = None
+    if args.ab:
+        key, sep, value = args.ab.partition("=")
+        if not sep or not key:
+            p.error(f"--ab takes KEY=VALUE, got {args.ab!r}")
+        ab = (key, value)
     from bench import opencl_driver
 
     off = f", fusions off: {args.disable_fusions}" if args.disable_fusions else ""
@@ -232,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
           f"onnxruntime CPU, {args.threads} threads; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     head = (f"{'model':12} {'nodes':>9} {'launch':>7} {'copies':>6} {'waits':>5} {'set_arg':>7} {'host us':>8} "
-            f"{'hal ms':>8} {'ort ms':>8} {'ratio':>6} {'cold hal/ort ms':>16} {'cold x':>6}")
+            f"{'hal ms':>8} {'ort ms':>8} {'ratio':>6} {'cold hal/ort ms':>16} {'cold x':>6}"
+            + (f" {'B host us':>9} {'B ratio':>7}  (B: {args.ab})" if ab else ""))
     print(head)
     rows = []
     import models
@@ -241,11 +275,13 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.isfile(os.path.join(args.corpus, f"{name}.onnx")) and name not in models.BUILDERS:
             print(f"{name:12} skipped: not in {args.corpus} nor a benchmarks/models.py builder", flush=True)
             continue
-        r = measure(name, args.repeat, args.threads, args.corpus, args.cost_rule, args.fixed_dims, args.disable_fusions)
+        r = measure(name, args.repeat, args.threads, args.corpus, args.cost_rule, args.fixed_dims, args.disable_fusions,
+                    ab)
         rows.append(r)
         print(f"{r.model:12} {r.nodes:>9} {r.launches:7.1f} {r.copies:6.1f} {r.waits:5.1f} {r.set_args:7.1f} "
               f"{r.host_us:8.0f} {r.hal_ms:8.2f} {r.ort_ms:8.2f} {r.ratio:6.2f} "
-              f"{r.cold_hal_ms:7.0f}/{r.cold_ort_ms:<8.0f} {r.cold_ratio:6.1f}", flush=True)
+              f"{r.cold_hal_ms:7.0f}/{r.cold_ort_ms:<8.0f} {r.cold_ratio:6.1f}"
+              + (f" {r.host_us_b:9.0f} {r.ratio_b:7.2f}" if ab else ""), flush=True)
         if args.kernels:
             print("    " + ", ".join(f"{k} {v:g}" for k, v in r.kernels.items()), flush=True)
     geo = float(np.exp(np.mean(np.log([r.ratio for r in rows]))))

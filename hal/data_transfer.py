@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from onnxhal.hal.memory_info import OrtMemoryDevice
 from onnxhal.hal.sync_stream import SyncStream
@@ -19,3 +20,22 @@ class DataTransfer:
     def copy_tensors(self, src: Sequence[object], dst: Sequence[object],
                      streams: Sequence[SyncStream | None] | None = None) -> None:
         raise NotImplementedError(f"{type(self).__name__} copies nothing")
+
+    def copy_tensors_held(self, src: Sequence[object], dst: Sequence[object],
+                          streams: Sequence[SyncStream | None]) -> HeldCopies | None:
+        """``copy_tensors`` for a caller that orders its own use of the copies: the host arrays of
+        copies queued on a stream may still be read or written by the device on return. Returns
+        None when the copies are exactly ``copy_tensors``' (this default), else the copies' handle:
+        it keeps their host arrays alive, ``wait()`` blocks until they are complete, and the caller
+        must neither change nor read those host arrays until it has waited (onnxhal's own session
+        run, runtime/session/memory_context.py; never onnxruntime's callers, which do not order
+        their use after the stream)."""
+        self.copy_tensors(src, dst, streams)
+        return None
+
+
+class HeldCopies(Protocol):
+    """Copies queued on streams, their host arrays kept alive until they are complete."""
+
+    def wait(self) -> None:
+        """Block until the copies are complete (on an in-order stream: with everything queued before)."""

@@ -42,7 +42,12 @@ from onnxhal.hal.memory_info import OrtMemoryDevice, OrtMemoryInfo
 from onnxhal.hal.sync_stream import SyncStream
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext, device_context
 from onnxhal.runtime.providers.opencl.factory import opencl_pairs
-from onnxhal.runtime.providers.opencl.memory import OpenCLAllocator, OpenCLDataTransfer, OpenCLSyncStream
+from onnxhal.runtime.providers.opencl.memory import (
+    OpenCLAllocator,
+    OpenCLDataTransfer,
+    OpenCLHeldCopies,
+    OpenCLSyncStream,
+)
 from onnxhal.simulators import GPU_EP_NAME, NPU_EP_NAME
 from onnxhal.simulators.cost import Meter
 from onnxhal.simulators.device_memory import ChargingMixin, carried_elsewhere, meter_transfers
@@ -175,6 +180,12 @@ class VirtualDataTransfer(OpenCLDataTransfer):
                      streams: Sequence[SyncStream | None] | None = None) -> None:
         super().copy_tensors(src, dst, streams)
         meter_transfers(self.table, self.own, self.own_meter, list(src), list(dst))
+
+    def copy_tensors_held(self, src: Sequence[object], dst: Sequence[object],
+                          streams: Sequence[SyncStream | None]) -> OpenCLHeldCopies:
+        held = super().copy_tensors_held(src, dst, streams)
+        meter_transfers(self.table, self.own, self.own_meter, list(src), list(dst))
+        return held
 
 
 class VirtualEpFactory(EpFactory):

@@ -22,7 +22,7 @@ import onnx
 
 from onnxhal.hal import Ep, Graph, GraphOptimizationLevel, Node
 from onnxhal.hal.ep_context import EP_CONTEXT_ENABLE
-from onnxhal.hal.errors import Fail, ModelLoadCanceled, OrtError, RuntimeException
+from onnxhal.hal.errors import Fail, InvalidArgument, ModelLoadCanceled, OrtError, RuntimeException
 from onnxhal.runtime.env.compatibility import validate_compatibility_info
 from onnxhal.runtime.env.custom_ops import custom_ops, session_factories
 from onnxhal.runtime.env.environment import CPU_EP_NAME, get_environment
@@ -36,7 +36,7 @@ from onnxhal.runtime.optimizer.optimized_model import save_optimized_model
 from onnxhal.runtime.session.compile_partitions import compile_groups
 from onnxhal.runtime.session.executor import ExecutionPlan, ExecutionPlanBuilder
 from onnxhal.runtime.session.graph_capture import CaptureBindings, capturing_ep, run_until_captured
-from onnxhal.runtime.session.memory_context import MemoryContext
+from onnxhal.runtime.session.memory_context import HELD_COPIES, MemoryContext
 from onnxhal.runtime.session.options import SessionOptions, check_session_options
 from onnxhal.runtime.session.partitioner import PartitionResult, graphs_postorder, partition
 from onnxhal.runtime.session.recovery import RecoveryPolicy
@@ -107,7 +107,11 @@ def create_eps(choices: Sequence[ProviderChoice], so: SessionOptions, eps: dict[
     """One ``Ep`` per chosen EP (``EpFactory.create_ep``), put in ``eps`` as it is made (so that the
     caller releases those made before a failure), and the memory context of their devices."""
     ep_logger = logging.getLogger("onnxhal.ep")
-    memory = MemoryContext(so.config("session.use_env_allocators") == "1")
+    held = so.config(HELD_COPIES, "1")
+    if held not in ("0", "1"):
+        raise InvalidArgument(f"session config {HELD_COPIES} must be '1' (a run's feed uploads are waited for once, "
+                              f"at its end: the default) or '0' (each upload waits), got {held!r}")
+    memory = MemoryContext(so.config("session.use_env_allocators") == "1", held == "1")
     for c in choices:
         try:
             ep = c.factory.create_ep([d.device for d in c.devices], [d.ep_metadata for d in c.devices], so, ep_logger)

@@ -299,6 +299,19 @@ class ExecutionPlan:
         memory device that reads them), ``_execute`` runs the steps, outputs go where the caller
         wants them. Host arrays read only on the host, with every output on the host, take none
         of the copying branches (a tiny model's whole run is a few microseconds)."""
+        memory = self.memory
+        if not memory.any_streams:
+            return self._run(feeds, run_options, profiler, fetch, output_devices, False)
+        # The outermost run's feeds are the caller's: their uploads are held until the outputs'
+        # download or the run's end. A run inside it (SubgraphRunner.run) is fed values of the run.
+        outermost = memory.run_begin()
+        try:
+            return self._run(feeds, run_options, profiler, fetch, output_devices, outermost)
+        finally:
+            memory.run_end()
+
+    def _run(self, feeds: dict[str, Any], run_options: Any, profiler: Any, fetch: Sequence[int] | None,
+             output_devices: Sequence[OrtMemoryDevice] | None, hold: bool) -> list:
         slots = self._template.copy()
         host = self._host_feed_slots
         for name, value in feeds.items():
@@ -306,7 +319,7 @@ class ExecutionPlan:
             if i is not None and value.__class__ is np.ndarray:
                 slots[i] = value  # the common case: a host array read on the host
             else:
-                self._place_feed(slots, name, value)
+                self._place_feed(slots, name, value, hold)
         token = ignore_fp_errors()  # NaN and inf are results, not warnings (runtime/session/fp_errors.py)
         try:
             results = self._execute(slots, run_options, profiler)
@@ -405,9 +418,11 @@ class ExecutionPlan:
         """The generated run function, each step's node, op and EP beside its line."""
         return plan_source(self.generated_steps, self.output_slots, False, names=self.slot_names)[0]
 
-    def _place_feed(self, slots: list, name: str, value: Any) -> None:
+    def _place_feed(self, slots: list, name: str, value: Any, hold: bool = False) -> None:
         """A feed into its host slot and onto every other memory device that reads it, copied only
-        where it is not already."""
+        where it is not already. ``hold``: the caller's own feed in a session run, whose uploads
+        the run may hold (memory_context.py); a subgraph's feeds are values of the run (a Loop's
+        carried state), which a kernel may reuse, so their uploads wait."""
         i = self.feed_index.get(name)
         if i is None:
             return
@@ -420,7 +435,7 @@ class ExecutionPlan:
             if host_slot in self._read_slots or host_slot in self._output_slot_set:
                 slots[host_slot] = self.memory.transfer(value, HOST_MEMORY_DEVICE, None)
             for dev, s in targets or ():
-                slots[s] = self.memory.transfer(value, dev, None)
+                slots[s] = self.memory.transfer(value, dev, None, hold)
         except OrtError:
             raise
         except Exception as e:

@@ -6,6 +6,16 @@ declared none); a value read on another memory device is copied through a data t
 host on the source's stream followed by a host wait (the only place the host waits besides the end
 of a run), device-to-device copies on the source stream with a notification the destination
 stream waits on.
+
+Held uploads: inside a session's run (``run_begin`` / ``run_end``), a feed's copy from the host
+(the caller's array; not a subgraph run's feeds, which are values of the run) is not waited for
+where the data transfer can hold it (``DataTransfer.copy_tensors_held``): the run keeps the copy's
+handle, which keeps the host array alive, and the run never writes its feeds, so the in-order
+stream orders the copy before the kernels that read it. The next copy to the host on that stream
+waits for it too (same queue, in order), and the end of the run waits for any still held, so a
+caller may change its feed arrays once ``run`` returns. Only the session's own runs hold copies;
+``DataTransfer.copy_tensors`` (onnxruntime's callers, the plugin bridge) still waits for each.
+Session config ``session.onnxhal.held_copies`` = "0" waits for every copy (the previous path).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from onnxhal.hal import (
     OrtEpDevice,
     SyncStream,
 )
+from onnxhal.hal.data_transfer import HeldCopies
 from onnxhal.hal.enums import OrtDeviceMemoryType
 from onnxhal.hal.errors import Fail, InvalidArgument
 from onnxhal.hal.memory_info import CPU_MEMORY_INFO, HOST_MEMORY_DEVICE, OrtMemoryDevice, OrtMemoryInfo
@@ -56,13 +67,27 @@ def memory_device_of(value: Any) -> OrtMemoryDevice:
     return HOST_MEMORY_DEVICE
 
 
+HELD_COPIES = "session.onnxhal.held_copies"
+
+
+class _RunCopies(threading.local):
+    """This thread's run: its nesting depth (a subgraph's run inside it) and the copies it holds."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.held: list[tuple[SyncStream, HeldCopies]] = []
+
+
 class MemoryContext:
     """``use_env_allocators``: take the allocator the application registered with
     ``create_and_register_allocator(_v2)`` for a device, where there is one, instead of the EP's
-    (onnxruntime's ``session.use_env_allocators``)."""
+    (onnxruntime's ``session.use_env_allocators``). ``held_copies``: a run's copies from the host
+    are not waited for one by one (the module's docstring)."""
 
-    def __init__(self, use_env_allocators: bool = False) -> None:
+    def __init__(self, use_env_allocators: bool = False, held_copies: bool = True) -> None:
         self._use_env_allocators = use_env_allocators
+        self._held_copies = held_copies
+        self._run = _RunCopies()
         self._ep_device: dict[str, OrtMemoryDevice] = {}
         self._ep_info: dict[str, OrtMemoryInfo] = {}
         self._infos: dict[OrtMemoryDevice, OrtMemoryInfo] = {}
@@ -160,8 +185,10 @@ class MemoryContext:
             raise Fail(f"no allocator for memory device {dst} in this session")
         return DeviceTensor.allocate(value.shape, value.dtype, alloc)
 
-    def transfer(self, value: Any, dst: OrtMemoryDevice, _stream: SyncStream | None) -> Any:
-        """Copy ``value`` to ``dst`` (synchronously visible to the consumer's stream or the host)."""
+    def transfer(self, value: Any, dst: OrtMemoryDevice, _stream: SyncStream | None, hold: bool = False) -> Any:
+        """Copy ``value`` to ``dst`` (synchronously visible to the consumer's stream or the host).
+        ``hold``: a copy from the host inside a run may be held (the caller's array, which nothing
+        in the run writes: a feed; values computed during the run are copied and waited for)."""
         src = memory_device_of(value)
         if src == dst or value is None:
             return value
@@ -175,9 +202,23 @@ class MemoryContext:
         transfer = self._transfer_for(src, dst)
         if src.is_host:  # host -> device: on the destination stream, ordered before its kernels
             stream = self._streams.get(dst)
-            transfer.copy_tensors([value], [out], [stream])
+            run = self._run
+            if hold and stream is not None and run.depth and self._held_copies:
+                held = transfer.copy_tensors_held([value], [out], [stream])
+                if held is not None:
+                    run.held.append((stream, held))
+            else:
+                transfer.copy_tensors([value], [out], [stream])
         elif dst.is_host:  # device -> host: on the source stream, then the host must wait
             stream = self._streams.get(src)
+            held = (transfer.copy_tensors_held([value], [out], [stream])
+                    if stream is not None and self._held_copies else None)
+            if held is not None:  # wait for the copy itself: no marker to queue and wait on
+                held.wait()
+                run = self._run
+                if run.held:  # the in-order stream ran the copies held before this one too
+                    run.held = [h for h in run.held if h[0] is not stream]
+                return out
             transfer.copy_tensors([value], [out], [stream])
             if stream is not None:
                 note = stream.create_notification()
@@ -203,6 +244,23 @@ class MemoryContext:
             return [self.transfer(inputs[0], _dst, None)]
 
         return copy
+
+    def run_begin(self) -> bool:
+        """A run starts on this thread: copies from the host may be held until ``run_end``. True
+        for the outermost run (not a subgraph's run inside another)."""
+        run = self._run
+        run.depth += 1
+        return run.depth == 1
+
+    def run_end(self) -> None:
+        """The run that ``run_begin`` started ends (also on an error): the outermost run waits for
+        the copies it still holds, so the caller may change its arrays afterwards."""
+        run = self._run
+        run.depth -= 1
+        if run.depth == 0 and run.held:
+            held, run.held = run.held, []
+            for _, h in held:
+                h.wait()
 
     def end_of_run(self) -> None:
         for s in self._streams.values():

@@ -130,13 +130,32 @@ class OpenCLDataTransfer(DataTransfer):
 
     def copy_tensors(self, src: Sequence[object], dst: Sequence[object],
                      streams: Sequence[SyncStream | None] | None = None) -> None:
+        # Every copy is complete on return, stream or not: onnxruntime's callers (the plugin bridge)
+        # reuse the host array once this returns (docs/opencl-internals.md, "Copies wait").
+        queued: list[cl.Event] = []
+        self._copy_all(src, dst, streams, queued)
+        if queued:
+            cl.wait_for_events(queued)
+
+    def copy_tensors_held(self, src: Sequence[object], dst: Sequence[object],
+                          streams: Sequence[SyncStream | None]) -> OpenCLHeldCopies:
+        """The copies queued on a stream are not waited for: their events (which hold the host
+        arrays) go in the returned handle, and the caller waits on it or on the stream."""
+        held: list[cl.Event] = []
+        self._copy_all(src, dst, streams, held)
+        return OpenCLHeldCopies(held)
+
+    def _copy_all(self, src: Sequence[object], dst: Sequence[object],
+                  streams: Sequence[SyncStream | None] | None, held: list[cl.Event]) -> None:
         if len(src) != len(dst):
             raise InvalidArgument(f"copy_tensors: {len(src)} sources but {len(dst)} destinations")
         streams = list(streams) if streams is not None else [None] * len(src)
         blocking_queues: set[cl.CommandQueue] = set()
         for i, (s, d) in enumerate(zip(src, dst)):
             stream = streams[i] if i < len(streams) else None
-            self._copy_one(i, s, d, stream, blocking_queues)
+            event = self._copy_one(i, s, d, stream, blocking_queues)
+            if event is not None:
+                held.append(event)
         for q in blocking_queues:  # no stream given: the copy is complete on return
             q.finish()
 
@@ -153,7 +172,8 @@ class OpenCLDataTransfer(DataTransfer):
         return device.queue
 
     def _copy_one(self, i: int, s: object, d: object, stream: SyncStream | None,
-                  blocking: set[cl.CommandQueue]) -> None:
+                  blocking: set[cl.CommandQueue]) -> cl.Event | None:
+        """Queue one copy; its event where it may still run on return (None: nothing queued)."""
         if isinstance(s, np.generic):  # a numpy scalar is a 0-d host tensor
             s = np.asarray(s)
         src_nbytes = s.nbytes
@@ -161,27 +181,40 @@ class OpenCLDataTransfer(DataTransfer):
             raise InvalidArgument(f"copy_tensors: pair {i}: source {getattr(s, 'dtype', '?')}{list(s.shape)} has "
                                   f"{src_nbytes} bytes, destination {d.dtype}{list(d.shape)} has {d.nbytes} bytes")
         if src_nbytes == 0:
-            return
+            return None
         if isinstance(s, np.ndarray) and isinstance(d, DeviceTensor):
             q = self._queue_for(d, stream, blocking)
             host = np.ascontiguousarray(s)
-            cl.enqueue_copy(q, d.buffer, host, dst_offset=d.offset, is_blocking=False)
+            return cl.enqueue_copy(q, d.buffer, host, dst_offset=d.offset, is_blocking=False)
         elif isinstance(s, DeviceTensor) and isinstance(d, np.ndarray):
             if not (d.flags.c_contiguous and d.flags.writeable):
                 raise InvalidArgument(f"copy_tensors: pair {i}: host destination must be a writable C-contiguous "
                                       "array; allocate it with numpy.empty")
             q = self._queue_for(s, stream, blocking)
-            cl.enqueue_copy(q, d, s.buffer, src_offset=s.offset, is_blocking=False)
+            return cl.enqueue_copy(q, d, s.buffer, src_offset=s.offset, is_blocking=False)
         elif isinstance(s, DeviceTensor) and isinstance(d, DeviceTensor):
             qs = self._queue_for(s, stream, blocking)
             qd = self._queue_for(d, stream, blocking)
             if qs.context == qd.context:
-                cl.enqueue_copy(qd, d.buffer, s.buffer, byte_count=src_nbytes, src_offset=s.offset,
-                                dst_offset=d.offset)
+                return cl.enqueue_copy(qd, d.buffer, s.buffer, byte_count=src_nbytes, src_offset=s.offset,
+                                       dst_offset=d.offset)
             else:  # two OpenCL contexts: through the host
                 staging = np.empty(src_nbytes, np.uint8)
                 cl.enqueue_copy(qs, staging, s.buffer, src_offset=s.offset, is_blocking=True)
                 cl.enqueue_copy(qd, d.buffer, staging, dst_offset=d.offset, is_blocking=True)
+                return None
         else:
             raise InvalidArgument(f"copy_tensors: pair {i}: cannot copy {type(s).__name__} to {type(d).__name__}; "
                                   "one side must be an OpenCL DeviceTensor, the other a numpy array or DeviceTensor")
+
+
+class OpenCLHeldCopies:
+    """The events of copies left running (pyopencl's ``NannyEvent`` holds a copy's host array and
+    waits for the copy when dropped, so a handle dropped unwaited still never frees it early)."""
+
+    def __init__(self, events: list[cl.Event]) -> None:
+        self.events = events
+
+    def wait(self) -> None:
+        if self.events:
+            cl.wait_for_events(self.events)

@@ -134,8 +134,28 @@ class RecurrentKernel(Kernel):
         if self._fast_ok and self.default_form and TRANSPOSED_ENABLED:
             weights = self._fast_weights(inputs)
             if weights is not None:
-                return self._run_transposed(inputs[0], inputs, weights)
+                x = inputs[0]
+                if self._native is not None and self._native_applies(weights[0][1].shape[1],
+                                                                     x.shape[0 if self.layout else 1]):
+                    return self._run_native(x, inputs, weights, self._native_weights(weights))
+                return self._run_transposed(x, inputs, weights)
         return self.plain_loop(inputs)
+
+    #: the C steps' module where this kernel has them (``GRU._run_native``), else None
+    _native = None
+
+    def _native_applies(self, hidden: int, batch: int) -> bool:
+        """The condition of ``_run_native`` (``_native`` built and switched on, checked by the caller)."""
+        return False
+
+    def _native_weights(self, weights: list) -> list:
+        """The C steps' per-direction weights of ``_prepare``'s, kept while those are the same
+        (constant initializers)."""
+        raise NotImplementedError
+
+    def _run_native(self, x: np.ndarray, args: list, weights: list, native: list) -> list:
+        """``_run_transposed``'s recurrence with its steps in C."""
+        raise NotImplementedError
 
     def _fast_weights(self, inputs: list) -> list | None:
         """``_prepare``'s per-direction weights where ``_run_transposed`` takes the run (a float
@@ -378,6 +398,8 @@ class GRU(RecurrentKernel):
         self.linear_before_reset = bool(node.attr("linear_before_reset", 0))
         self._fast_ok = True
         self.reverse = [d == "reverse" for d in self.directions]
+        self._native = native_module()  # the C steps (``_run_native``), None where not built or switched off
+        self._native_rt: tuple | None = None  # (the per-direction weights, ``_native_weights`` of them)
 
     def _prepare_direction(self, w, r, b, h):
         """z and r rows (and their bias) halved, so that one tanh gives both sigmoids
@@ -393,6 +415,59 @@ class GRU(RecurrentKernel):
         if not self.linear_before_reset:
             bias[2 * h:] += b[5 * h:]
         return wt, rs, bias * scale, (b[5 * h:] if self.linear_before_reset else None)
+
+    def _native_applies(self, hidden: int, batch: int) -> bool:
+        return native_gru_applies(hidden, batch)
+
+    def _native_weights(self, weights: list) -> list:
+        """Per direction (R^T [hidden, 3 * hidden] contiguous, of ``_prepare_direction``'s R with
+        z and r halved; the step's bias of h, contiguous, or None) for ``_native.gru_steps``."""
+        kept = self._native_rt
+        if kept is not None and kept[0] is weights:
+            return kept[1]
+        native = [(np.ascontiguousarray(wd[1].T), None if wd[3] is None else np.ascontiguousarray(wd[3]))
+                  for wd in weights]
+        self._native_rt = (weights, native)  # one swap: a concurrent run sees the old entry or this one
+        return native
+
+    def _run_native(self, x: np.ndarray, args: list, weights: list, native: list) -> list:
+        """``_run_transposed``'s recurrence with the steps in C (``_native.gru_steps``; ``native``
+        is ``_native_weights``'s): per direction (a bidirectional layer's one after the other) and
+        block of ``_BLOCK`` steps, the block's input projections and their bias in one product,
+        then its steps in one C call where numpy takes twelve a step. The terminate flag is read
+        between two blocks. Sequences of several lengths (``ragged_lengths``): the C steps skip
+        a row at and past its length, as ``masked_step``."""
+        if self.layout:
+            x = np.swapaxes(x, 0, 1)
+        seq, batch, k = x.shape
+        dt = x.dtype
+        nd = len(self.directions)
+        h = weights[0][1].shape[1]
+        h0 = args[5] if len(args) > 5 else None
+        if h0 is not None and self.layout:
+            h0 = np.swapaxes(h0, 0, 1)
+        lens = ragged_lengths(args[4] if len(args) > 4 else None, seq)
+        y = np.empty((seq, nd, batch, h), dt)
+        y_h = np.zeros((nd, batch, h), dt) if h0 is None else np.array(h0, dt, order="C")  # in and out of the C steps
+        x2 = x.reshape(seq * batch, k)
+        steps, lbr = self._native.gru_steps, self.linear_before_reset
+        for d in range(nd):
+            wt, _, bias, _ = weights[d]
+            rt, rbh = native[d]
+            reverse = self.reverse[d]
+            for b0 in range(0, seq, _BLOCK):
+                check_terminate()
+                count = min(_BLOCK, seq - b0)
+                lo = seq - b0 - count if reverse else b0  # the block's steps lo .. lo + count - 1
+                xw = np.dot(x2[lo * batch:(lo + count) * batch], wt)
+                if bias is not None:
+                    np.add(xw, bias, xw)
+                steps(xw, rt, y_h[d], y[lo:lo + count], d, count - 1 if reverse else 0, count, -1 if reverse else 1,
+                      lbr, rbh, None if lens is None else lens - lo)
+        if self.layout:  # [batch, seq, directions, hidden]
+            return [np.ascontiguousarray(y.transpose(2, 0, 1, 3)),
+                    np.ascontiguousarray(np.swapaxes(y_h, 0, 1))][: self.n_out]
+        return [y, y_h][: self.n_out]
 
     def _step_workspace(self, h, batch, dt, step_bias):
         g = np.empty((3 * h, batch), dt)
@@ -599,6 +674,27 @@ def native_lstm_applies(hidden: int, batch: int) -> bool:
     return NATIVE_LSTM_ENABLED and LSTM_DEFAULT_ENABLED and 0 < hidden and hidden * hidden * batch <= NATIVE_MAX_WORK
 
 
+#: The switch of ``GRU._run_native``: False keeps every GRU on its numpy paths (the tests compare the
+#: two; ONNXHAL_NATIVE_KERNELS=0 does the same for kernels built after it is set).
+NATIVE_GRU_ENABLED = True
+#: The GRU C steps' bounds (``native_gru_applies``): hidden^2 x batch (a third of the R product's
+#: multiply-adds a step), where BLAS's product outruns the C loop's by more than the twelve numpy
+#: calls a step cost, and the batch, the C loop's rows one at a time against numpy's [hidden, batch]
+#: calls (measured, 20 steps, linear_before_reset, one direction, C against the transposed loop:
+#: 0.2-0.55 up to 32K with batch <= 16; 0.67-0.98 at 48-64K; 1.05 at 128K (hidden 128, batch 8);
+#: small hidden with batch 32: 0.9-1.0, batch 64: 1.1-1.3).
+NATIVE_GRU_MAX_WORK = 32768
+NATIVE_GRU_MAX_BATCH = 16
+
+
+def native_gru_applies(hidden: int, batch: int) -> bool:
+    """The condition of ``GRU._run_native`` (the kernel's ``_native`` module is built and switched
+    on, checked by the caller): hidden^2 x batch at most ``NATIVE_GRU_MAX_WORK`` and batch at most
+    ``NATIVE_GRU_MAX_BATCH``, where the twelve numpy calls a step cost more than the C loop."""
+    return (NATIVE_GRU_ENABLED and TRANSPOSED_ENABLED and 0 < hidden and batch <= NATIVE_GRU_MAX_BATCH
+            and hidden * hidden * batch <= NATIVE_GRU_MAX_WORK)
+
+
 #: The recurrent kernels' paths (each switch above turns its path off for the tests' comparison).
 RECURRENT_PATHS = path_table("RNN/GRU/LSTM", "RecurrentKernel.plain_loop: the spec's step loop, every form")
 RECURRENT_PATHS.add("plain", "canonical: any activations, clip, sequence_lens with shorter rows, input_forget")
@@ -613,6 +709,11 @@ RECURRENT_PATHS.add("lstm_native", "the C extension _native is built and ONNXHAL
                                    "lstm_default's form with hidden^2 x batch <= NATIVE_MAX_WORK (native_lstm_applies, "
                                    "NATIVE_LSTM_ENABLED): LSTM._run_native, a block of each direction's steps in one "
                                    "C call (_native.lstm_steps)")
+RECURRENT_PATHS.add("gru_native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, a GRU in "
+                                  "transposed's form with hidden^2 x batch <= NATIVE_GRU_MAX_WORK and batch <= "
+                                  "NATIVE_GRU_MAX_BATCH (native_gru_applies, NATIVE_GRU_ENABLED): GRU._run_native, a "
+                                  "block of each direction's steps in one C call (_native.gru_steps), both "
+                                  "linear_before_reset forms, shorter rows skipped as masked_step")
 RECURRENT_PATHS.add("both_directions", "a bidirectional layer in a default form with hidden <= PAIR_MAX_HIDDEN and "
                                        "hidden x batch <= PAIR_MAX_CELLS (both_directions_apply): both directions "
                                        "in one step, R block-diagonal")

@@ -398,7 +398,9 @@ class GRU(RecurrentKernel):
         self.linear_before_reset = bool(node.attr("linear_before_reset", 0))
         self._fast_ok = True
         self.reverse = [d == "reverse" for d in self.directions]
-        self._native = native_module()  # the C steps (``_run_native``), None where not built or switched off
+        # the C steps (``_run_native``), None where not built or switched off; the switch read here
+        # too, so that a session made with it off keeps the numpy loop (benchmarks/switch_ab.py)
+        self._native = native_module() if NATIVE_GRU_ENABLED else None
         self._native_rt: tuple | None = None  # (the per-direction weights, ``_native_weights`` of them)
 
     def _prepare_direction(self, w, r, b, h):
@@ -675,7 +677,8 @@ def native_lstm_applies(hidden: int, batch: int) -> bool:
 
 
 #: The switch of ``GRU._run_native``: False keeps every GRU on its numpy paths (the tests compare the
-#: two; ONNXHAL_NATIVE_KERNELS=0 does the same for kernels built after it is set).
+#: two), read when a kernel is made and at each run; ONNXHAL_NATIVE_KERNELS=0 does the same for
+#: kernels made after it is set.
 NATIVE_GRU_ENABLED = True
 #: The GRU C steps' bounds (``native_gru_applies``): hidden^2 x batch (a third of the R product's
 #: multiply-adds a step), where BLAS's product outruns the C loop's by more than the twelve numpy

@@ -243,3 +243,19 @@ def test_pt_gru_on_the_native_route(monkeypatch):
     for sig, (feeds, want) in signatures.items():
         check_outputs(sess.run(None, feeds), want, what=f"pt_gru {sig}")
     assert len(calls) >= 2
+
+
+@pytest.mark.parametrize("batch", [3, 64, 65, 200])
+def test_ragged_lengths_helpers_read_few_and_many_rows_alike(batch):
+    """``ragged_lengths_apply`` and ``ragged_lengths`` read a few rows as Python ints and more with
+    numpy: the same answers either side of ``_FEW_ROWS``."""
+    rng = np.random.default_rng(batch)
+    lens = rng.integers(1, 9, batch).astype(np.int32)
+    assert recurrent.ragged_lengths_apply(lens, 8, batch)
+    assert recurrent.ragged_lengths(lens, 8).tolist() == lens.tolist()
+    full = np.full(batch, 8, np.int64)
+    assert recurrent.ragged_lengths_apply(full, 8, batch) and recurrent.ragged_lengths(full, 8) is None
+    for bad in (-1, 9):
+        wrong = lens.copy()
+        wrong[batch // 2] = bad
+        assert not recurrent.ragged_lengths_apply(wrong, 8, batch)

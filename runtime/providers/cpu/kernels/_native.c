@@ -748,16 +748,17 @@ ROW_PRODUCT(row_product_double, double)
 
 /* One direction of a GRU in its default form (sigmoid, tanh; no clip), steps first, first + step,
  * ... (count of them), as recurrent.py's GRU._step_transposed a batch row at a time: xw holds the
- * input projections with GRU._prepare_direction's bias, rt is its R transposed, [hidden,
+ * input projections, bias (or NULL) GRU._prepare_direction's bias row, added to them before the R
+ * product's sum as numpy's loop adds it (the same bits), rt is its R transposed, [hidden,
  * 3 hidden] (z and r columns halved, so sigmoid = 0.5 + 0.5 tanh). linear_before_reset: n =
  * tanh(xw_n + r (h R_n^T + rbh)), else n = tanh(xw_n + (r h) R_n^T); h = n + z (h - n), written
  * to y[t, d]. With lens, a row whose sequence ended (t >= lens[b]) keeps its state and writes a
  * zero Y (recurrent.masked_step), its step not computed. h holds the initial state on entry and
  * the final one on return. */
 #define GRU_STEPS(NAME, T, TANH, PRODUCT)                                                                   \
-  static VECTOR_CLONES void NAME(const T *xw, const T *rt, const T *rbh, const int64_t *lens, T *hs, T *y,  \
-                                 T *g, T *q, Py_ssize_t batch, Py_ssize_t hid, Py_ssize_t d, Py_ssize_t nd, \
-                                 Py_ssize_t first, Py_ssize_t count, Py_ssize_t step, int lbr) {            \
+  static VECTOR_CLONES void NAME(const T *xw, const T *bias, const T *rt, const T *rbh, const int64_t *lens,  \
+                                 T *hs, T *y, T *g, T *q, Py_ssize_t batch, Py_ssize_t hid, Py_ssize_t d,   \
+                                 Py_ssize_t nd, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step, int lbr) { \
     Py_ssize_t h2 = 2 * hid, h3 = 3 * hid;                                                                  \
     for (Py_ssize_t n = 0, t = first; n < count; n++, t += step) {                                         \
       for (Py_ssize_t b = 0; b < batch; b++) {                                                             \
@@ -768,7 +769,10 @@ ROW_PRODUCT(row_product_double, double)
         }                                                                                                   \
         const T *xb = xw + (t * batch + b) * h3;                                                            \
         PRODUCT(hb, rt, g, hid, h3, 0, lbr ? h3 : h2);                                                      \
-        for (Py_ssize_t j = 0; j < h2; j++) g[j] += xb[j];                                                  \
+        if (bias)                                                                                           \
+          for (Py_ssize_t j = 0; j < h2; j++) g[j] += xb[j] + bias[j];                                      \
+        else                                                                                                \
+          for (Py_ssize_t j = 0; j < h2; j++) g[j] += xb[j];                                                \
         TANH(g, h2);                                                                                        \
         for (Py_ssize_t j = 0; j < h2; j++) g[j] = g[j] * (T)0.5 + (T)0.5;                                 \
         T *gn = g + h2;                                                                                     \
@@ -780,7 +784,10 @@ ROW_PRODUCT(row_product_double, double)
           for (Py_ssize_t j = 0; j < hid; j++) q[j] = g[hid + j] * hb[j];                                   \
           PRODUCT(q, rt, g, hid, h3, h2, h3);                                                               \
         }                                                                                                   \
-        for (Py_ssize_t j = 0; j < hid; j++) gn[j] += xb[h2 + j];                                           \
+        if (bias)                                                                                           \
+          for (Py_ssize_t j = 0; j < hid; j++) gn[j] += xb[h2 + j] + bias[h2 + j];                          \
+        else                                                                                                \
+          for (Py_ssize_t j = 0; j < hid; j++) gn[j] += xb[h2 + j];                                         \
         TANH(gn, hid);                                                                                      \
         for (Py_ssize_t j = 0; j < hid; j++) hb[j] = yb[j] = gn[j] + g[j] * (hb[j] - gn[j]);               \
       }                                                                                                     \
@@ -789,20 +796,20 @@ ROW_PRODUCT(row_product_double, double)
 GRU_STEPS(gru_steps_float, float, tanh_floats, row_product_float)
 GRU_STEPS(gru_steps_double, double, tanh_doubles, row_product_double)
 
-/* gru_steps(xw, rt, h, y, d, first, count, step, linear_before_reset, rbh, lens): see GRU_STEPS.
- * xw [seq, batch, 3 hidden], rt [hidden, 3 hidden], h [batch, hidden] (in and out), y [seq,
- * directions, batch, hidden], rbh [hidden] or None, lens int64 [batch] or None; the floats all
- * float32 or all float64, C-contiguous. */
+/* gru_steps(xw, rt, h, y, d, first, count, step, linear_before_reset, rbh, lens[, bias]): see
+ * GRU_STEPS. xw [seq, batch, 3 hidden], rt [hidden, 3 hidden], h [batch, hidden] (in and out), y
+ * [seq, directions, batch, hidden], rbh [hidden] or None, lens int64 [batch] or None, bias
+ * [3 hidden] or None; the floats all float32 or all float64, C-contiguous. */
 static PyObject *gru_steps(PyObject *module, PyObject *args) {
-  PyObject *o_xw, *o_rt, *o_h, *o_y, *o_rbh, *o_lens;
+  PyObject *o_xw, *o_rt, *o_h, *o_y, *o_rbh, *o_lens, *o_bias = Py_None;
   Py_ssize_t d, first, count, step;
   int lbr;
   (void)module;
-  if (!PyArg_ParseTuple(args, "OOOOnnnnpOO", &o_xw, &o_rt, &o_h, &o_y, &d, &first, &count, &step, &lbr, &o_rbh,
-                        &o_lens))
+  if (!PyArg_ParseTuple(args, "OOOOnnnnpOO|O", &o_xw, &o_rt, &o_h, &o_y, &d, &first, &count, &step, &lbr, &o_rbh,
+                        &o_lens, &o_bias))
     return NULL;
-  Py_buffer bx, br, bh, by, bb, bl;
-  int held = 0, has_rbh = 0, has_lens = 0;
+  Py_buffer bx, br, bh, by, bb, bl, bs;
+  int held = 0, has_rbh = 0, has_lens = 0, has_bias = 0;
   PyObject *result = NULL;
   void *g = NULL;
   /* h first, for the type and the shape the others must have */
@@ -831,6 +838,10 @@ static PyObject *gru_steps(PyObject *module, PyObject *args) {
     if (get_buffer(o_lens, &bl, "lens", 8, "lq", batch, 0) < 0) goto done;
     has_lens = 1;
   }
+  if (o_bias != Py_None) {
+    if (get_buffer(o_bias, &bs, "bias", size, fmt, 3 * hid, 0) < 0) goto done;
+    has_bias = 1;
+  }
   Py_ssize_t row = batch * hid;
   if (!row || bx.len % (3 * row * size) || by.ndim != 4 || by.shape[2] != batch || by.shape[3] != hid) {
     PyErr_SetString(PyExc_ValueError, "gru_steps: xw must be [seq, batch, 3 hidden], y [seq, directions, batch, "
@@ -853,17 +864,19 @@ static PyObject *gru_steps(PyObject *module, PyObject *args) {
   PyThreadState *ts = count * row * hid > 65536 ? PyEval_SaveThread() : NULL;
   const void *rbh = has_rbh ? bb.buf : NULL;
   const int64_t *lens = has_lens ? bl.buf : NULL;
+  const void *bias = has_bias ? bs.buf : NULL;
   if (size == 4)
-    gru_steps_float(bx.buf, br.buf, rbh, lens, bh.buf, by.buf, g, (float *)g + 3 * hid, batch, hid, d, nd, first,
-                    count, step, lbr);
+    gru_steps_float(bx.buf, bias, br.buf, rbh, lens, bh.buf, by.buf, g, (float *)g + 3 * hid, batch, hid, d, nd,
+                    first, count, step, lbr);
   else
-    gru_steps_double(bx.buf, br.buf, rbh, lens, bh.buf, by.buf, g, (double *)g + 3 * hid, batch, hid, d, nd, first,
-                     count, step, lbr);
+    gru_steps_double(bx.buf, bias, br.buf, rbh, lens, bh.buf, by.buf, g, (double *)g + 3 * hid, batch, hid, d, nd,
+                     first, count, step, lbr);
   if (ts) PyEval_RestoreThread(ts);
   Py_INCREF(Py_None);
   result = Py_None;
 done:
   PyMem_Free(g);
+  if (has_bias) PyBuffer_Release(&bs);
   if (has_lens) PyBuffer_Release(&bl);
   if (has_rbh) PyBuffer_Release(&bb);
   if (held >= 4) PyBuffer_Release(&by);
@@ -2576,7 +2589,7 @@ static PyMethodDef module_methods[] = {
      "platt(scores, prob_a, prob_b, v): libsvm's clipped pairwise probabilities of the pairwise scores (float32 "
      "[rows, pairs]) into v."},
     {"gru_steps", gru_steps, METH_VARARGS,
-     "gru_steps(xw, rt, h, y, d, first, count, step, linear_before_reset, rbh, lens): count steps of one GRU "
+     "gru_steps(xw, rt, h, y, d, first, count, step, linear_before_reset, rbh, lens[, bias]): count steps of one GRU "
      "direction in its default form (recurrent.py's GRU._run_native); rows past their lens keep their state."},
     {"lstm_steps", lstm_steps, METH_VARARGS,
      "lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): count steps of one LSTM direction in its "

@@ -44,7 +44,8 @@ CASES.update({
                                                   "lens": [5, 0, 3]}),
     "batch1_hidden40": (7, 1, 5, 40, {"direction": "bidirectional"}),
     "hidden1_reverse": (5, 3, 2, 1, {"direction": "reverse", "linear_before_reset": 1}),
-    "tile_and_rest": (4, 2, 3, 37, {"linear_before_reset": 1}),  # 3 x 37 gates: 3 tiles of 32 and a rest
+    "tile_and_rest": (4, 2, 3, 37, {"linear_before_reset": 1}),  # 3 x 37 gates: 3 tiles of 32, one of 8, 7 more
+    "tiles_16_8_rest": (4, 2, 3, 13, {}),  # z, r: 26 = 16 + 8 + 2; n from 26 to 39: 8 + 5
     "layout1": (5, 3, 4, 6, {"layout": 1, "direction": "bidirectional", "lens": [5, 2, 4]}),
 })
 
@@ -98,7 +99,7 @@ def test_gru_native_condition(monkeypatch):
     assert recurrent.native_gru_applies(32, 16) and recurrent.native_gru_applies(128, 2)
     assert recurrent.native_gru_applies(1, 16) and recurrent.native_gru_applies(64, 8)
     assert not recurrent.native_gru_applies(64, 9) and not recurrent.native_gru_applies(256, 1)
-    assert not recurrent.native_gru_applies(4, 17)  # the batch bound
+    assert recurrent.native_gru_applies(4, 64) and not recurrent.native_gru_applies(2, 65)  # the batch bound
     assert not recurrent.native_gru_applies(0, 1)
     monkeypatch.setattr(recurrent, "NATIVE_GRU_ENABLED", False)
     assert not recurrent.native_gru_applies(8, 1)
@@ -113,7 +114,7 @@ def test_gru_native_not_taken_outside_its_condition(route, monkeypatch):
     NATIVE_GRU_MAX_BATCH, a form other than the default
     (clip) and RNN keep the numpy paths, with onnxruntime's results."""
     opts = {"clip": 2.0} if route == "clip" else {}
-    h, batch = {"too_large": (64, 9), "large_batch": (4, 17)}.get(route, (8, 2))
+    h, batch = {"too_large": (64, 9), "large_batch": (2, 65)}.get(route, (8, 2))
     model, feeds = _gru_rnn(np.random.default_rng(9), "RNN" if route == "rnn" else "GRU", 4, batch, 3, h, **opts)
     if route == "switched_off":
         monkeypatch.setenv(NATIVE_SWITCH, "0")

@@ -722,20 +722,26 @@ done:
   return result;
 }
 
-/* out[j] = sum over k of hb[k] rt[k * stride + j], for j in [j0, j1): LSTM_TILE sums at a time
- * in registers over k (in k order, as LSTM_STEPS), then the rest; inlined into each clone */
+/* out[j] = sum over k of hb[k] rt[k * stride + j], for j in [j0, j1): 32, then 16, then 8 sums at a
+ * time in registers over k (in k order, as LSTM_STEPS), then the rest in memory; GRU's 3 hidden
+ * gates are seldom a multiple of 32, and the rest's loop, a store and load a k, took 40% of a step
+ * at hidden 16. Inlined into each clone. */
+#define ROW_TILES(T, W)                                                                                     \
+  for (; j0 + (W) <= j1; j0 += (W)) {                                                                      \
+    T acc[W] = {0};                                                                                         \
+    for (Py_ssize_t k = 0; k < hid; k++) {                                                                  \
+      T hk = hb[k];                                                                                         \
+      const T *rk = rt + k * stride + j0;                                                                   \
+      for (int j = 0; j < (W); j++) acc[j] += hk * rk[j];                                                   \
+    }                                                                                                       \
+    memcpy(out + j0, acc, sizeof acc);                                                                      \
+  }
 #define ROW_PRODUCT(NAME, T)                                                                                \
   static inline ALWAYS_INLINE void NAME(const T *hb, const T *rt, T *out, Py_ssize_t hid, Py_ssize_t stride,  \
                                         Py_ssize_t j0, Py_ssize_t j1) {                                     \
-    for (; j0 + LSTM_TILE <= j1; j0 += LSTM_TILE) {                                                         \
-      T acc[LSTM_TILE] = {0};                                                                               \
-      for (Py_ssize_t k = 0; k < hid; k++) {                                                                \
-        T hk = hb[k];                                                                                       \
-        const T *rk = rt + k * stride + j0;                                                                 \
-        for (int j = 0; j < LSTM_TILE; j++) acc[j] += hk * rk[j];                                           \
-      }                                                                                                     \
-      memcpy(out + j0, acc, sizeof acc);                                                                    \
-    }                                                                                                       \
+    ROW_TILES(T, LSTM_TILE)                                                                                 \
+    ROW_TILES(T, LSTM_TILE / 2)                                                                             \
+    ROW_TILES(T, LSTM_TILE / 4)                                                                             \
     for (Py_ssize_t j = j0; j < j1; j++) out[j] = 0;                                                        \
     for (Py_ssize_t k = 0; k < hid && j0 < j1; k++) {                                                       \
       T hk = hb[k];                                                                                         \

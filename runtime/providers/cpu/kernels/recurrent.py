@@ -690,11 +690,11 @@ NATIVE_GRU_ENABLED = True
 #: The GRU C steps' bounds (``native_gru_applies``): hidden^2 x batch (a third of the R product's
 #: multiply-adds a step), where BLAS's product outruns the C loop's by more than the twelve numpy
 #: calls a step cost, and the batch, the C loop's rows one at a time against numpy's [hidden, batch]
-#: calls (measured, 20 steps, linear_before_reset, one direction, C against the transposed loop:
-#: 0.2-0.55 up to 32K with batch <= 16; 0.67-0.98 at 48-64K; 1.05 at 128K (hidden 128, batch 8);
-#: small hidden with batch 32: 0.9-1.0, batch 64: 1.1-1.3).
+#: calls (measured, 20 steps, linear_before_reset, one direction, C against the transposed loop,
+#: load 6: 0.16-0.6 up to 32K with batch <= 64; 0.56-1.0 at 64K; 0.9-1.08 at 128K; small hidden
+#: with batch 128: 1.0-1.1, 256: 1.8, 512: 3.3).
 NATIVE_GRU_MAX_WORK = 32768
-NATIVE_GRU_MAX_BATCH = 16
+NATIVE_GRU_MAX_BATCH = 64
 
 
 def native_gru_applies(hidden: int, batch: int) -> bool:

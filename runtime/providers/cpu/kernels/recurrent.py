@@ -17,6 +17,9 @@ tested against it in tests/test_recurrent_fast_paths.py:
 - GRU and RNN's default form (default activations, no clip, float types; a batch of sequences of
   several lengths masks each step's ended rows, ``masked_step``): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
   (``TRANSPOSED_ENABLED``; GRU twelve calls a step, RNN three).
+- GRU in that form where the C extension is built and hidden^2 x batch and the batch are small
+  (``native_gru_applies``): ``GRU._run_native``, one C call a block of steps of one direction, shorter
+  rows skipped as ``masked_step`` (tested in tests/test_gru_native.py).
 - LSTM's default form: ``LSTM._run_default``, nine calls a step per direction (with sequences of
   several lengths masked, float weights: the C and paired loops below have no mask); where the C
   extension is built and the step's R product is small (``native_lstm_applies``), ``LSTM._run_native``,
@@ -435,8 +438,8 @@ class GRU(RecurrentKernel):
     def _run_native(self, x: np.ndarray, args: list, weights: list, native: list) -> list:
         """``_run_transposed``'s recurrence with the steps in C (``_native.gru_steps``; ``native``
         is ``_native_weights``'s): per direction (a bidirectional layer's one after the other) and
-        block of ``_BLOCK`` steps, the block's input projections and their bias in one product,
-        then its steps in one C call where numpy takes twelve a step. The terminate flag is read
+        block of ``_BLOCK`` steps, the block's input projections in one product, then its steps
+        (the bias added there) in one C call where numpy takes twelve a step. The terminate flag is read
         between two blocks. Sequences of several lengths (``ragged_lengths``): the C steps skip
         a row at and past its length, as ``masked_step``."""
         if self.layout:

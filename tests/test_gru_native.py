@@ -1,6 +1,7 @@
-"""A GRU's steps in C (``recurrent.RECURRENT_PATHS["gru_native"]``: ``GRU._run_native``, one
-``_native.gru_steps`` call a block of steps of one direction) against the canonical plain loop,
-the numpy transposed loop and onnxruntime; its condition, switch, terminate flag and threads."""
+"""GRU's and RNN's steps in C (``recurrent.RECURRENT_PATHS["gru_native"]`` and ``["rnn_native"]``:
+``RecurrentKernel._run_native``, one ``_native.gru_steps`` or ``rnn_steps`` call a block of steps of
+one direction) against the canonical plain loop, the numpy transposed loop and onnxruntime; their
+conditions, switches, terminate flag and threads."""
 
 from __future__ import annotations
 
@@ -27,34 +28,44 @@ except ImportError:
 pytestmark = pytest.mark.skipif(_native is None and compiler() is None,
                                 reason="no C compiler: the optional extension _native could not be built")
 
-#: (seq, batch, input, hidden, options): the GRU cases of the numpy loops' tests within the bound, both directions
+
+
+def _applies(op: str, hidden: int, batch: int) -> bool:
+    return (recurrent.native_gru_applies if op == "GRU" else recurrent.native_rnn_applies)(hidden, batch)
+
+
+#: (op, seq, batch, input, hidden, options): the cases of the numpy loops' tests within the bounds, both directions
 #: of their bidirectional ones, and the edges the C steps have of their own
-CASES = {name: case[1:] for name, case in TRANSPOSED_CASES.items()
-         if case[0] == "GRU" and recurrent.native_gru_applies(case[4], case[2])}
-CASES.update({f"pair_{name}": case[1:-1] + ({**case[-1], "direction": "bidirectional"},)
-              for name, case in PAIRED_TRANSPOSED_CASES.items()
-              if case[0] == "GRU" and recurrent.native_gru_applies(case[4], case[2])})
+CASES = {name: case for name, case in TRANSPOSED_CASES.items() if _applies(case[0], case[4], case[2])}
+CASES.update({f"pair_{name}": case[:-1] + ({**case[-1], "direction": "bidirectional"},)
+              for name, case in PAIRED_TRANSPOSED_CASES.items() if _applies(case[0], case[4], case[2])})
 CASES.update({
-    "pt_gru_form": (12, 3, 10, 24, {"direction": "bidirectional", "linear_before_reset": 1, "lens": [12, 7, 3]}),
+    "pt_gru_form": ("GRU", 12, 3, 10, 24, {"direction": "bidirectional", "linear_before_reset": 1, "lens": [12, 7, 3]}),
     # (a zero length with no initial state: onnxruntime's Y_h of such a row is 0, not initial_h)
-    "ragged_zero_reverse_lbr": (6, 4, 3, 9, {"direction": "reverse", "linear_before_reset": 1, "lens": [0, 6, 2, 5],
+    "ragged_zero_reverse_lbr": ("GRU", 6, 4, 3, 9, {"direction": "reverse", "linear_before_reset": 1, "lens": [0, 6, 2, 5],
                                              "h0": False}),
-    "ragged_reverse_h0": (6, 4, 3, 9, {"direction": "reverse", "lens": [1, 6, 2, 5]}),
-    "ragged_bidirectional_float64": (5, 3, 4, 6, {"direction": "bidirectional", "dtype": np.float64,
+    "ragged_reverse_h0": ("GRU", 6, 4, 3, 9, {"direction": "reverse", "lens": [1, 6, 2, 5]}),
+    "ragged_bidirectional_float64": ("GRU", 5, 3, 4, 6, {"direction": "bidirectional", "dtype": np.float64,
                                                   "lens": [5, 0, 3]}),
-    "batch1_hidden40": (7, 1, 5, 40, {"direction": "bidirectional"}),
-    "hidden1_reverse": (5, 3, 2, 1, {"direction": "reverse", "linear_before_reset": 1}),
-    "tile_and_rest": (4, 2, 3, 37, {"linear_before_reset": 1}),  # 3 x 37 gates: 3 tiles of 32, one of 8, 7 more
-    "tiles_16_8_rest": (4, 2, 3, 13, {}),  # z, r: 26 = 16 + 8 + 2; n from 26 to 39: 8 + 5
-    "layout1": (5, 3, 4, 6, {"layout": 1, "direction": "bidirectional", "lens": [5, 2, 4]}),
+    "batch1_hidden40": ("GRU", 7, 1, 5, 40, {"direction": "bidirectional"}),
+    "hidden1_reverse": ("GRU", 5, 3, 2, 1, {"direction": "reverse", "linear_before_reset": 1}),
+    "tile_and_rest": ("GRU", 4, 2, 3, 37, {"linear_before_reset": 1}),  # 3 x 37 gates: 3 tiles of 32, one of 8, 7 more
+    "tiles_16_8_rest": ("GRU", 4, 2, 3, 13, {}),  # z, r: 26 = 16 + 8 + 2; n from 26 to 39: 8 + 5
+    "layout1": ("GRU", 5, 3, 4, 6, {"layout": 1, "direction": "bidirectional", "lens": [5, 2, 4]}),
+    "rnn_layout1": ("RNN", 5, 3, 4, 6, {"layout": 1, "direction": "bidirectional", "lens": [5, 2, 4]}),
+    "rnn_ragged_zero_bidirectional_no_h0": ("RNN", 6, 3, 4, 13, {"direction": "bidirectional", "lens": [0, 6, 3],
+                                                                "h0": False}),
+    "rnn_float64_ragged": ("RNN", 5, 2, 3, 7, {"dtype": np.float64, "lens": [5, 2]}),
+    "rnn_hidden1_batch1": ("RNN", 4, 1, 2, 1, {"direction": "reverse"}),
+    "rnn_tiles": ("RNN", 4, 2, 3, 61, {}),  # 61 = 32 + 16 + 8 + 5
 })
 
 
 def _native_calls(monkeypatch) -> list[int]:
-    """Counts ``GRU._run_native`` runs."""
+    """Counts ``RecurrentKernel._run_native`` runs (GRU's and RNN's)."""
     calls: list[int] = []
-    real = recurrent.GRU._run_native
-    monkeypatch.setattr(recurrent.GRU, "_run_native", lambda self, *a: calls.append(1) or real(self, *a))
+    real = recurrent.RecurrentKernel._run_native
+    monkeypatch.setattr(recurrent.RecurrentKernel, "_run_native", lambda self, *a: calls.append(1) or real(self, *a))
     return calls
 
 
@@ -63,13 +74,13 @@ def _session(model: bytes) -> onnxhal.InferenceSession:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_gru_native_matches_the_plain_loop_numpy_loop_and_onnxruntime(case, monkeypatch):
+def test_native_steps_match_the_plain_loop_numpy_loop_and_onnxruntime(case, monkeypatch):
     """The C steps against the canonical loop and the numpy transposed loop (within
     ``TRANSPOSED_ATOL``; float64 1e-12) and onnxruntime (float32, layout 0); a second run repeats
     bit for bit and a run on other inputs in the same session matches too."""
-    seq, batch, k, h, options = CASES[case]
-    assert recurrent.native_gru_applies(h, batch)
-    model, feeds = _gru_rnn(np.random.default_rng(len(case) + 5), "GRU", seq, batch, k, h, **options)
+    op, seq, batch, k, h, options = CASES[case]
+    assert _applies(op, h, batch)
+    model, feeds = _gru_rnn(np.random.default_rng(len(case) + 5), op, seq, batch, k, h, **options)
     other = {n: v * 0.5 if v.dtype.kind == "f" else v for n, v in feeds.items()}
     monkeypatch.delenv(NATIVE_SWITCH, raising=False)
     calls = _native_calls(monkeypatch)
@@ -81,6 +92,7 @@ def test_gru_native_matches_the_plain_loop_numpy_loop_and_onnxruntime(case, monk
     f32 = options.get("dtype", np.float32) == np.float32
     atol = recurrent.TRANSPOSED_ATOL if f32 else 1e-12
     monkeypatch.setattr(recurrent, "NATIVE_GRU_ENABLED", False)
+    monkeypatch.setattr(recurrent, "NATIVE_RNN_ENABLED", False)
     numpy_sess = _session(model)
     monkeypatch.setattr(recurrent, "TRANSPOSED_ENABLED", False)
     plain_sess = _session(model)
@@ -100,22 +112,28 @@ def test_gru_native_condition(monkeypatch):
     assert recurrent.native_gru_applies(1, 16) and recurrent.native_gru_applies(64, 8)
     assert not recurrent.native_gru_applies(64, 9) and not recurrent.native_gru_applies(256, 1)
     assert recurrent.native_gru_applies(4, 64) and not recurrent.native_gru_applies(2, 65)  # the batch bound
+    assert recurrent.native_rnn_applies(128, 2) and not recurrent.native_rnn_applies(64, 9)
+    assert not recurrent.native_rnn_applies(2, 65)
     assert not recurrent.native_gru_applies(0, 1)
     monkeypatch.setattr(recurrent, "NATIVE_GRU_ENABLED", False)
     assert not recurrent.native_gru_applies(8, 1)
     monkeypatch.setattr(recurrent, "NATIVE_GRU_ENABLED", True)
+    monkeypatch.setattr(recurrent, "NATIVE_RNN_ENABLED", False)
+    assert not recurrent.native_rnn_applies(8, 1) and recurrent.native_gru_applies(8, 1)
+    monkeypatch.setattr(recurrent, "NATIVE_RNN_ENABLED", True)
     monkeypatch.setattr(recurrent, "TRANSPOSED_ENABLED", False)
-    assert not recurrent.native_gru_applies(8, 1)
+    assert not recurrent.native_gru_applies(8, 1) and not recurrent.native_rnn_applies(8, 1)
 
 
-@pytest.mark.parametrize("route", ["switched_off", "too_large", "large_batch", "clip", "rnn"])
+@pytest.mark.parametrize("route", ["switched_off", "too_large", "large_batch", "clip", "rnn_relu", "rnn_too_large"])
 def test_gru_native_not_taken_outside_its_condition(route, monkeypatch):
-    """ONNXHAL_NATIVE_KERNELS=0, work beyond NATIVE_GRU_MAX_WORK, a batch beyond
-    NATIVE_GRU_MAX_BATCH, a form other than the default
-    (clip) and RNN keep the numpy paths, with onnxruntime's results."""
-    opts = {"clip": 2.0} if route == "clip" else {}
-    h, batch = {"too_large": (64, 9), "large_batch": (2, 65)}.get(route, (8, 2))
-    model, feeds = _gru_rnn(np.random.default_rng(9), "RNN" if route == "rnn" else "GRU", 4, batch, 3, h, **opts)
+    """ONNXHAL_NATIVE_KERNELS=0, work beyond NATIVE_GRU_MAX_WORK (or RNN's), a batch beyond
+    NATIVE_GRU_MAX_BATCH and forms other than the default (clip, Relu) keep the numpy paths, with
+    onnxruntime's results."""
+    opts = {"clip": {"clip": 2.0}, "rnn_relu": {"activations": ["Relu"]}}.get(route, {})
+    h, batch = {"too_large": (64, 9), "rnn_too_large": (64, 9), "large_batch": (2, 65)}.get(route, (8, 2))
+    op = "RNN" if route.startswith("rnn") else "GRU"
+    model, feeds = _gru_rnn(np.random.default_rng(9), op, 4, batch, 3, h, **opts)
     if route == "switched_off":
         monkeypatch.setenv(NATIVE_SWITCH, "0")
     else:
@@ -199,6 +217,20 @@ def test_gru_native_steps_reject_wrong_arguments():
         _native.gru_steps(xw, rt, hs, y, 0, 0, 3, 1, True, np.zeros(h + 1, np.float32), None)  # rbh not [hidden]
     with pytest.raises(ValueError):
         _native.gru_steps(xw, rt, hs, y, 0, 0, 3, 1, False, None, lens.astype(np.int32))  # lens not int64
+
+
+def test_rnn_native_steps_reject_wrong_arguments():
+    h, batch = 4, 2
+    xw = np.zeros((3, batch, h), np.float32)
+    rt = np.zeros((h, h), np.float32)
+    hs, y = np.zeros((batch, h), np.float32), np.zeros((3, 1, batch, h), np.float32)
+    _native.rnn_steps(xw, rt, hs, y, 0, 0, 3, 1, np.array([3, 1], np.int64), np.zeros(h, np.float32))
+    with pytest.raises(ValueError):
+        _native.rnn_steps(xw, np.zeros((h, 3 * h), np.float32), hs, y, 0, 0, 3, 1, None)  # GRU's R^T
+    with pytest.raises(ValueError):
+        _native.rnn_steps(xw, rt, hs, y, 0, 0, 3, 1, None, np.zeros(3 * h, np.float32))  # bias not [hidden]
+    with pytest.raises(ValueError):
+        _native.rnn_steps(xw, rt, hs, y, 0, 3, 1, 1, None)  # past the last step
 
 
 def test_gru_native_runs_at_once_on_threads(monkeypatch):

@@ -802,17 +802,47 @@ ROW_PRODUCT(row_product_double, double)
 GRU_STEPS(gru_steps_float, float, tanh_floats, row_product_float)
 GRU_STEPS(gru_steps_double, double, tanh_doubles, row_product_double)
 
-/* gru_steps(xw, rt, h, y, d, first, count, step, linear_before_reset, rbh, lens[, bias]): see
+/* One direction of an RNN in its default form (tanh, no clip), as GRU_STEPS: h = tanh(xw + bias +
+ * h R^T), rt R transposed, [hidden, hidden]; rows at or past their lens skipped alike. */
+#define RNN_STEPS(NAME, T, TANH, PRODUCT)                                                                   \
+  static VECTOR_CLONES void NAME(const T *xw, const T *bias, const T *rt, const int64_t *lens, T *hs, T *y, \
+                                 T *g, Py_ssize_t batch, Py_ssize_t hid, Py_ssize_t d, Py_ssize_t nd,       \
+                                 Py_ssize_t first, Py_ssize_t count, Py_ssize_t step) {                     \
+    for (Py_ssize_t n = 0, t = first; n < count; n++, t += step) {                                         \
+      for (Py_ssize_t b = 0; b < batch; b++) {                                                             \
+        T *hb = hs + b * hid, *yb = y + ((t * nd + d) * batch + b) * hid;                                   \
+        if (lens && t >= lens[b]) {                                                                         \
+          for (Py_ssize_t j = 0; j < hid; j++) yb[j] = 0;                                                   \
+          continue;                                                                                         \
+        }                                                                                                   \
+        const T *xb = xw + (t * batch + b) * hid;                                                           \
+        PRODUCT(hb, rt, g, hid, hid, 0, hid);                                                               \
+        if (bias)                                                                                           \
+          for (Py_ssize_t j = 0; j < hid; j++) g[j] += xb[j] + bias[j];                                     \
+        else                                                                                                \
+          for (Py_ssize_t j = 0; j < hid; j++) g[j] += xb[j];                                               \
+        TANH(g, hid);                                                                                       \
+        for (Py_ssize_t j = 0; j < hid; j++) hb[j] = yb[j] = g[j];                                          \
+      }                                                                                                     \
+    }                                                                                                       \
+  }
+RNN_STEPS(rnn_steps_float, float, tanh_floats, row_product_float)
+RNN_STEPS(rnn_steps_double, double, tanh_doubles, row_product_double)
+
+/* gru_steps (gates 3) and rnn_steps (gates 1).
+ * gru_steps(xw, rt, h, y, d, first, count, step, linear_before_reset, rbh, lens[, bias]): see
  * GRU_STEPS. xw [seq, batch, 3 hidden], rt [hidden, 3 hidden], h [batch, hidden] (in and out), y
  * [seq, directions, batch, hidden], rbh [hidden] or None, lens int64 [batch] or None, bias
  * [3 hidden] or None; the floats all float32 or all float64, C-contiguous. */
-static PyObject *gru_steps(PyObject *module, PyObject *args) {
-  PyObject *o_xw, *o_rt, *o_h, *o_y, *o_rbh, *o_lens, *o_bias = Py_None;
+static PyObject *recurrent_steps(PyObject *args, Py_ssize_t gates) {
+  const char *name = gates == 3 ? "gru_steps" : "rnn_steps";
+  PyObject *o_xw, *o_rt, *o_h, *o_y, *o_rbh = Py_None, *o_lens, *o_bias = Py_None;
   Py_ssize_t d, first, count, step;
-  int lbr;
-  (void)module;
-  if (!PyArg_ParseTuple(args, "OOOOnnnnpOO|O", &o_xw, &o_rt, &o_h, &o_y, &d, &first, &count, &step, &lbr, &o_rbh,
-                        &o_lens, &o_bias))
+  int lbr = 0;
+  if (gates == 3 ? !PyArg_ParseTuple(args, "OOOOnnnnpOO|O", &o_xw, &o_rt, &o_h, &o_y, &d, &first, &count, &step, &lbr,
+                                     &o_rbh, &o_lens, &o_bias)
+                 : !PyArg_ParseTuple(args, "OOOOnnnnO|O", &o_xw, &o_rt, &o_h, &o_y, &d, &first, &count, &step, &o_lens,
+                                     &o_bias))
     return NULL;
   Py_buffer bx, br, bh, by, bb, bl, bs;
   int held = 0, has_rbh = 0, has_lens = 0, has_bias = 0;
@@ -824,13 +854,13 @@ static PyObject *gru_steps(PyObject *module, PyObject *args) {
   const char *hf = bh.format ? bh.format : "B";
   if (hf[0] == '<' || hf[0] == '=' || hf[0] == '@') hf++;
   if (bh.ndim != 2 || strlen(hf) != 1 || !strchr("fd", hf[0]) || bh.itemsize != (hf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "gru_steps: h must be [batch, hidden] float32 or float64, C-contiguous");
+    PyErr_Format(PyExc_ValueError, "%s: h must be [batch, hidden] float32 or float64, C-contiguous", name);
     goto done;
   }
   Py_ssize_t size = bh.itemsize;
   const char *fmt = size == 4 ? "f" : "d";
   Py_ssize_t batch = bh.shape[0], hid = bh.shape[1];
-  if (get_buffer(o_rt, &br, "rt", size, fmt, hid * 3 * hid, 0) < 0) goto done;
+  if (get_buffer(o_rt, &br, "rt", size, fmt, hid * gates * hid, 0) < 0) goto done;
   held = 2;
   if (get_buffer(o_xw, &bx, "xw", size, fmt, -1, 0) < 0) goto done;
   held = 3;
@@ -845,21 +875,21 @@ static PyObject *gru_steps(PyObject *module, PyObject *args) {
     has_lens = 1;
   }
   if (o_bias != Py_None) {
-    if (get_buffer(o_bias, &bs, "bias", size, fmt, 3 * hid, 0) < 0) goto done;
+    if (get_buffer(o_bias, &bs, "bias", size, fmt, gates * hid, 0) < 0) goto done;
     has_bias = 1;
   }
   Py_ssize_t row = batch * hid;
-  if (!row || bx.len % (3 * row * size) || by.ndim != 4 || by.shape[2] != batch || by.shape[3] != hid) {
-    PyErr_SetString(PyExc_ValueError, "gru_steps: xw must be [seq, batch, 3 hidden], y [seq, directions, batch, "
-                    "hidden]");
+  if (!row || bx.len % (gates * row * size) || by.ndim != 4 || by.shape[2] != batch || by.shape[3] != hid) {
+    PyErr_Format(PyExc_ValueError, "%s: xw must be [seq, batch, %zd hidden], y [seq, directions, batch, hidden]", name,
+                 gates);
     goto done;
   }
-  Py_ssize_t seq = bx.len / (3 * row * size), nd = by.shape[1];
+  Py_ssize_t seq = bx.len / (gates * row * size), nd = by.shape[1];
   Py_ssize_t last = first + (count - 1) * step;
   if (by.shape[0] != seq || d < 0 || d >= nd || count < 0 || (step != 1 && step != -1) ||
       (count && (first < 0 || first >= seq || last < 0 || last >= seq))) {
-    PyErr_Format(PyExc_ValueError, "gru_steps: steps %zd + %zd x %zd outside [0, %zd) or direction %zd outside "
-                 "[0, %zd)", first, count, step, seq, d, nd);
+    PyErr_Format(PyExc_ValueError, "%s: steps %zd + %zd x %zd outside [0, %zd) or direction %zd outside [0, %zd)",
+                 name, first, count, step, seq, d, nd);
     goto done;
   }
   g = PyMem_Malloc((size_t)(4 * hid * size)); /* one row's gates, then r h */
@@ -871,7 +901,11 @@ static PyObject *gru_steps(PyObject *module, PyObject *args) {
   const void *rbh = has_rbh ? bb.buf : NULL;
   const int64_t *lens = has_lens ? bl.buf : NULL;
   const void *bias = has_bias ? bs.buf : NULL;
-  if (size == 4)
+  if (gates == 1 && size == 4)
+    rnn_steps_float(bx.buf, bias, br.buf, lens, bh.buf, by.buf, g, batch, hid, d, nd, first, count, step);
+  else if (gates == 1)
+    rnn_steps_double(bx.buf, bias, br.buf, lens, bh.buf, by.buf, g, batch, hid, d, nd, first, count, step);
+  else if (size == 4)
     gru_steps_float(bx.buf, bias, br.buf, rbh, lens, bh.buf, by.buf, g, (float *)g + 3 * hid, batch, hid, d, nd,
                     first, count, step, lbr);
   else
@@ -890,6 +924,18 @@ done:
   if (held >= 2) PyBuffer_Release(&br);
   if (held >= 1) PyBuffer_Release(&bh);
   return result;
+}
+
+static PyObject *gru_steps(PyObject *module, PyObject *args) {
+  (void)module;
+  return recurrent_steps(args, 3);
+}
+
+/* rnn_steps(xw, rt, h, y, d, first, count, step, lens[, bias]): see RNN_STEPS; as gru_steps with
+ * xw [seq, batch, hidden], rt [hidden, hidden], bias [hidden] or None. */
+static PyObject *rnn_steps(PyObject *module, PyObject *args) {
+  (void)module;
+  return recurrent_steps(args, 1);
 }
 
 #define HARD_SWISH(NAME, T)                                                                                  \
@@ -2597,6 +2643,9 @@ static PyMethodDef module_methods[] = {
     {"gru_steps", gru_steps, METH_VARARGS,
      "gru_steps(xw, rt, h, y, d, first, count, step, linear_before_reset, rbh, lens[, bias]): count steps of one GRU "
      "direction in its default form (recurrent.py's GRU._run_native); rows past their lens keep their state."},
+    {"rnn_steps", rnn_steps, METH_VARARGS,
+     "rnn_steps(xw, rt, h, y, d, first, count, step, lens[, bias]): count steps of one RNN direction in its "
+     "default form (recurrent.py's RNN._run_native); rows past their lens keep their state."},
     {"lstm_steps", lstm_steps, METH_VARARGS,
      "lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): count steps of one LSTM direction in its "
      "default form from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]; "

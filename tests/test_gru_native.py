@@ -187,8 +187,8 @@ def test_terminate_stops_a_long_gru_on_the_c_steps(monkeypatch):
     expected = sess.run(None, feeds)
     assert calls
     t_short = min(timed(lambda: sess.run(None, feeds)) for _ in range(3))
-    # long enough to take 8 stop delays, at most 2.4M steps (its output Y: 384 MB)
-    reps = int(min(120, max(30, np.ceil(8 * (STOP_AFTER_S + 0.1) / t_short))))
+    # long enough to take 4 stop delays, at most 1.2M steps (its output Y: 192 MB)
+    reps = int(min(60, max(15, np.ceil(4 * (STOP_AFTER_S + 0.1) / t_short))))
     long = {"x": np.tile(feeds["x"], (reps, 1, 1))}
     t_long = timed(lambda: sess.run(None, long))
     assert t_long > 2 * (STOP_AFTER_S + 0.1), f"the long run ({reps} x 20,000 steps) is too short to tell a stop from its end"

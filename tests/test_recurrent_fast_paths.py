@@ -313,6 +313,8 @@ def test_gru_rnn_transposed_form_matches_plain_loop(case, monkeypatch):
     TRANSPOSED_ATOL: its bias sums and GRU's update round in another order) and onnxruntime."""
     op, seq, batch, k, h, options = TRANSPOSED_CASES[case]
     model, feeds = _gru_rnn(np.random.default_rng(len(case)), op, seq, batch, k, h, **options)
+    monkeypatch.setattr(recurrent, "NATIVE_GRU_ENABLED", False)  # the numpy loop (tests/test_gru_native.py: the C one)
+    monkeypatch.setattr(recurrent, "NATIVE_RNN_ENABLED", False)
     fast = _run_transposed(model, feeds, True, monkeypatch)
     plain = _run_transposed(model, feeds, False, monkeypatch)
     f32 = options.get("dtype", np.float32) == np.float32
@@ -349,6 +351,8 @@ def test_gru_rnn_both_directions_together(case, monkeypatch):
     assert recurrent.both_directions_apply(h, batch)
     model, feeds = _gru_rnn(np.random.default_rng(len(case) + 7), op, seq, batch, k, h, direction="bidirectional",
                             **options)
+    monkeypatch.setattr(recurrent, "NATIVE_GRU_ENABLED", False)
+    monkeypatch.setattr(recurrent, "NATIVE_RNN_ENABLED", False)
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
     paired = _run_transposed(model, feeds, True, monkeypatch)
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", False)
@@ -365,6 +369,8 @@ def test_gru_rnn_both_directions_together(case, monkeypatch):
 @pytest.mark.parametrize("op", ["GRU", "RNN"])
 def test_gru_rnn_transposed_form_layout1(op, monkeypatch):
     """layout 1 (onnxruntime declines it): the layout-0 outputs of the same inputs transposed."""
+    monkeypatch.setattr(recurrent, "NATIVE_GRU_ENABLED", False)  # the numpy loop (tests/test_gru_native.py: the C one)
+    monkeypatch.setattr(recurrent, "NATIVE_RNN_ENABLED", False)
     options = {"direction": "bidirectional", "linear_before_reset": 1} if op == "GRU" else {"direction": "bidirectional"}
     model1, feeds1 = _gru_rnn(np.random.default_rng(3), op, 5, 3, 4, 6, layout=1, **options)
     fast = _run_transposed(model1, feeds1, True, monkeypatch)
@@ -416,6 +422,8 @@ def test_terminate_stops_a_long_gru(direction, monkeypatch):
 
     monkeypatch.setattr(recurrent, "TRANSPOSED_ENABLED", True)
     monkeypatch.setattr(recurrent, "PAIR_ENABLED", True)
+    monkeypatch.setattr(recurrent, "NATIVE_GRU_ENABLED", False)  # (tests/test_gru_native.py: the C steps' blocks)
+    monkeypatch.setattr(recurrent, "NATIVE_RNN_ENABLED", False)
     model, feeds = _gru_rnn(np.random.default_rng(34), "GRU", 10_000, 1, 4, 8, h0=False, direction=direction)
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
     expected = sess.run(None, feeds)

@@ -722,6 +722,222 @@ done:
   return result;
 }
 
+/* out[j] = sum over k of hb[k] rt[k * stride + j], for j in [j0, j1): 32, then 16, then 8 sums at a
+ * time in registers over k (in k order, as LSTM_STEPS), then the rest in memory; GRU's 3 hidden
+ * gates are seldom a multiple of 32, and the rest's loop, a store and load a k, took 40% of a step
+ * at hidden 16. Inlined into each clone. */
+#define ROW_TILES(T, W)                                                                                     \
+  for (; j0 + (W) <= j1; j0 += (W)) {                                                                      \
+    T acc[W] = {0};                                                                                         \
+    for (Py_ssize_t k = 0; k < hid; k++) {                                                                  \
+      T hk = hb[k];                                                                                         \
+      const T *rk = rt + k * stride + j0;                                                                   \
+      for (int j = 0; j < (W); j++) acc[j] += hk * rk[j];                                                   \
+    }                                                                                                       \
+    memcpy(out + j0, acc, sizeof acc);                                                                      \
+  }
+#define ROW_PRODUCT(NAME, T)                                                                                \
+  static inline ALWAYS_INLINE void NAME(const T *hb, const T *rt, T *out, Py_ssize_t hid, Py_ssize_t stride,  \
+                                        Py_ssize_t j0, Py_ssize_t j1) {                                     \
+    ROW_TILES(T, LSTM_TILE)                                                                                 \
+    ROW_TILES(T, LSTM_TILE / 2)                                                                             \
+    ROW_TILES(T, LSTM_TILE / 4)                                                                             \
+    for (Py_ssize_t j = j0; j < j1; j++) out[j] = 0;                                                        \
+    for (Py_ssize_t k = 0; k < hid && j0 < j1; k++) {                                                       \
+      T hk = hb[k];                                                                                         \
+      const T *rk = rt + k * stride;                                                                        \
+      for (Py_ssize_t j = j0; j < j1; j++) out[j] += hk * rk[j];                                            \
+    }                                                                                                       \
+  }
+ROW_PRODUCT(row_product_float, float)
+ROW_PRODUCT(row_product_double, double)
+
+/* One direction of a GRU in its default form (sigmoid, tanh; no clip), steps first, first + step,
+ * ... (count of them), as recurrent.py's GRU._step_transposed a batch row at a time: xw holds the
+ * input projections, bias (or NULL) GRU._prepare_direction's bias row, added to them before the R
+ * product's sum as numpy's loop adds it (the same bits), rt is its R transposed, [hidden,
+ * 3 hidden] (z and r columns halved, so sigmoid = 0.5 + 0.5 tanh). linear_before_reset: n =
+ * tanh(xw_n + r (h R_n^T + rbh)), else n = tanh(xw_n + (r h) R_n^T); h = n + z (h - n), written
+ * to y[t, d]. With lens, a row whose sequence ended (t >= lens[b]) keeps its state and writes a
+ * zero Y (recurrent.masked_step), its step not computed. h holds the initial state on entry and
+ * the final one on return. */
+#define GRU_STEPS(NAME, T, TANH, PRODUCT)                                                                   \
+  static VECTOR_CLONES void NAME(const T *xw, const T *bias, const T *rt, const T *rbh, const int64_t *lens,  \
+                                 T *hs, T *y, T *g, T *q, Py_ssize_t batch, Py_ssize_t hid, Py_ssize_t d,   \
+                                 Py_ssize_t nd, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step, int lbr) { \
+    Py_ssize_t h2 = 2 * hid, h3 = 3 * hid;                                                                  \
+    for (Py_ssize_t n = 0, t = first; n < count; n++, t += step) {                                         \
+      for (Py_ssize_t b = 0; b < batch; b++) {                                                             \
+        T *hb = hs + b * hid, *yb = y + ((t * nd + d) * batch + b) * hid;                                   \
+        if (lens && t >= lens[b]) {                                                                         \
+          for (Py_ssize_t j = 0; j < hid; j++) yb[j] = 0;                                                   \
+          continue;                                                                                         \
+        }                                                                                                   \
+        const T *xb = xw + (t * batch + b) * h3;                                                            \
+        PRODUCT(hb, rt, g, hid, h3, 0, lbr ? h3 : h2);                                                      \
+        if (bias)                                                                                           \
+          for (Py_ssize_t j = 0; j < h2; j++) g[j] += xb[j] + bias[j];                                      \
+        else                                                                                                \
+          for (Py_ssize_t j = 0; j < h2; j++) g[j] += xb[j];                                                \
+        TANH(g, h2);                                                                                        \
+        for (Py_ssize_t j = 0; j < h2; j++) g[j] = g[j] * (T)0.5 + (T)0.5;                                 \
+        T *gn = g + h2;                                                                                     \
+        if (lbr) {                                                                                          \
+          if (rbh)                                                                                          \
+            for (Py_ssize_t j = 0; j < hid; j++) gn[j] += rbh[j];                                           \
+          for (Py_ssize_t j = 0; j < hid; j++) gn[j] = g[hid + j] * gn[j];                                  \
+        } else {                                                                                            \
+          for (Py_ssize_t j = 0; j < hid; j++) q[j] = g[hid + j] * hb[j];                                   \
+          PRODUCT(q, rt, g, hid, h3, h2, h3);                                                               \
+        }                                                                                                   \
+        if (bias)                                                                                           \
+          for (Py_ssize_t j = 0; j < hid; j++) gn[j] += xb[h2 + j] + bias[h2 + j];                          \
+        else                                                                                                \
+          for (Py_ssize_t j = 0; j < hid; j++) gn[j] += xb[h2 + j];                                         \
+        TANH(gn, hid);                                                                                      \
+        for (Py_ssize_t j = 0; j < hid; j++) hb[j] = yb[j] = gn[j] + g[j] * (hb[j] - gn[j]);               \
+      }                                                                                                     \
+    }                                                                                                       \
+  }
+GRU_STEPS(gru_steps_float, float, tanh_floats, row_product_float)
+GRU_STEPS(gru_steps_double, double, tanh_doubles, row_product_double)
+
+/* One direction of an RNN in its default form (tanh, no clip), as GRU_STEPS: h = tanh(xw + bias +
+ * h R^T), rt R transposed, [hidden, hidden]; rows at or past their lens skipped alike. */
+#define RNN_STEPS(NAME, T, TANH, PRODUCT)                                                                   \
+  static VECTOR_CLONES void NAME(const T *xw, const T *bias, const T *rt, const int64_t *lens, T *hs, T *y, \
+                                 T *g, Py_ssize_t batch, Py_ssize_t hid, Py_ssize_t d, Py_ssize_t nd,       \
+                                 Py_ssize_t first, Py_ssize_t count, Py_ssize_t step) {                     \
+    for (Py_ssize_t n = 0, t = first; n < count; n++, t += step) {                                         \
+      for (Py_ssize_t b = 0; b < batch; b++) {                                                             \
+        T *hb = hs + b * hid, *yb = y + ((t * nd + d) * batch + b) * hid;                                   \
+        if (lens && t >= lens[b]) {                                                                         \
+          for (Py_ssize_t j = 0; j < hid; j++) yb[j] = 0;                                                   \
+          continue;                                                                                         \
+        }                                                                                                   \
+        const T *xb = xw + (t * batch + b) * hid;                                                           \
+        PRODUCT(hb, rt, g, hid, hid, 0, hid);                                                               \
+        if (bias)                                                                                           \
+          for (Py_ssize_t j = 0; j < hid; j++) g[j] += xb[j] + bias[j];                                     \
+        else                                                                                                \
+          for (Py_ssize_t j = 0; j < hid; j++) g[j] += xb[j];                                               \
+        TANH(g, hid);                                                                                       \
+        for (Py_ssize_t j = 0; j < hid; j++) hb[j] = yb[j] = g[j];                                          \
+      }                                                                                                     \
+    }                                                                                                       \
+  }
+RNN_STEPS(rnn_steps_float, float, tanh_floats, row_product_float)
+RNN_STEPS(rnn_steps_double, double, tanh_doubles, row_product_double)
+
+/* gru_steps (gates 3) and rnn_steps (gates 1).
+ * gru_steps(xw, rt, h, y, d, first, count, step, linear_before_reset, rbh, lens[, bias]): see
+ * GRU_STEPS. xw [seq, batch, 3 hidden], rt [hidden, 3 hidden], h [batch, hidden] (in and out), y
+ * [seq, directions, batch, hidden], rbh [hidden] or None, lens int64 [batch] or None, bias
+ * [3 hidden] or None; the floats all float32 or all float64, C-contiguous. */
+static PyObject *recurrent_steps(PyObject *args, Py_ssize_t gates) {
+  const char *name = gates == 3 ? "gru_steps" : "rnn_steps";
+  PyObject *o_xw, *o_rt, *o_h, *o_y, *o_rbh = Py_None, *o_lens, *o_bias = Py_None;
+  Py_ssize_t d, first, count, step;
+  int lbr = 0;
+  if (gates == 3 ? !PyArg_ParseTuple(args, "OOOOnnnnpOO|O", &o_xw, &o_rt, &o_h, &o_y, &d, &first, &count, &step, &lbr,
+                                     &o_rbh, &o_lens, &o_bias)
+                 : !PyArg_ParseTuple(args, "OOOOnnnnO|O", &o_xw, &o_rt, &o_h, &o_y, &d, &first, &count, &step, &o_lens,
+                                     &o_bias))
+    return NULL;
+  Py_buffer bx, br, bh, by, bb, bl, bs;
+  int held = 0, has_rbh = 0, has_lens = 0, has_bias = 0;
+  PyObject *result = NULL;
+  void *g = NULL;
+  /* h first, for the type and the shape the others must have */
+  if (PyObject_GetBuffer(o_h, &bh, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) return NULL;
+  held = 1;
+  const char *hf = bh.format ? bh.format : "B";
+  if (hf[0] == '<' || hf[0] == '=' || hf[0] == '@') hf++;
+  if (bh.ndim != 2 || strlen(hf) != 1 || !strchr("fd", hf[0]) || bh.itemsize != (hf[0] == 'f' ? 4 : 8)) {
+    PyErr_Format(PyExc_ValueError, "%s: h must be [batch, hidden] float32 or float64, C-contiguous", name);
+    goto done;
+  }
+  Py_ssize_t size = bh.itemsize;
+  const char *fmt = size == 4 ? "f" : "d";
+  Py_ssize_t batch = bh.shape[0], hid = bh.shape[1];
+  if (get_buffer(o_rt, &br, "rt", size, fmt, hid * gates * hid, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_xw, &bx, "xw", size, fmt, -1, 0) < 0) goto done;
+  held = 3;
+  if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
+  held = 4;
+  if (o_rbh != Py_None) {
+    if (get_buffer(o_rbh, &bb, "rbh", size, fmt, hid, 0) < 0) goto done;
+    has_rbh = 1;
+  }
+  if (o_lens != Py_None) {
+    if (get_buffer(o_lens, &bl, "lens", 8, "lq", batch, 0) < 0) goto done;
+    has_lens = 1;
+  }
+  if (o_bias != Py_None) {
+    if (get_buffer(o_bias, &bs, "bias", size, fmt, gates * hid, 0) < 0) goto done;
+    has_bias = 1;
+  }
+  Py_ssize_t row = batch * hid;
+  if (!row || bx.len % (gates * row * size) || by.ndim != 4 || by.shape[2] != batch || by.shape[3] != hid) {
+    PyErr_Format(PyExc_ValueError, "%s: xw must be [seq, batch, %zd hidden], y [seq, directions, batch, hidden]", name,
+                 gates);
+    goto done;
+  }
+  Py_ssize_t seq = bx.len / (gates * row * size), nd = by.shape[1];
+  Py_ssize_t last = first + (count - 1) * step;
+  if (by.shape[0] != seq || d < 0 || d >= nd || count < 0 || (step != 1 && step != -1) ||
+      (count && (first < 0 || first >= seq || last < 0 || last >= seq))) {
+    PyErr_Format(PyExc_ValueError, "%s: steps %zd + %zd x %zd outside [0, %zd) or direction %zd outside [0, %zd)",
+                 name, first, count, step, seq, d, nd);
+    goto done;
+  }
+  g = PyMem_Malloc((size_t)(4 * hid * size)); /* one row's gates, then r h */
+  if (!g) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  PyThreadState *ts = count * row * hid > 65536 ? PyEval_SaveThread() : NULL;
+  const void *rbh = has_rbh ? bb.buf : NULL;
+  const int64_t *lens = has_lens ? bl.buf : NULL;
+  const void *bias = has_bias ? bs.buf : NULL;
+  if (gates == 1 && size == 4)
+    rnn_steps_float(bx.buf, bias, br.buf, lens, bh.buf, by.buf, g, batch, hid, d, nd, first, count, step);
+  else if (gates == 1)
+    rnn_steps_double(bx.buf, bias, br.buf, lens, bh.buf, by.buf, g, batch, hid, d, nd, first, count, step);
+  else if (size == 4)
+    gru_steps_float(bx.buf, bias, br.buf, rbh, lens, bh.buf, by.buf, g, (float *)g + 3 * hid, batch, hid, d, nd,
+                    first, count, step, lbr);
+  else
+    gru_steps_double(bx.buf, bias, br.buf, rbh, lens, bh.buf, by.buf, g, (double *)g + 3 * hid, batch, hid, d, nd,
+                     first, count, step, lbr);
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(g);
+  if (has_bias) PyBuffer_Release(&bs);
+  if (has_lens) PyBuffer_Release(&bl);
+  if (has_rbh) PyBuffer_Release(&bb);
+  if (held >= 4) PyBuffer_Release(&by);
+  if (held >= 3) PyBuffer_Release(&bx);
+  if (held >= 2) PyBuffer_Release(&br);
+  if (held >= 1) PyBuffer_Release(&bh);
+  return result;
+}
+
+static PyObject *gru_steps(PyObject *module, PyObject *args) {
+  (void)module;
+  return recurrent_steps(args, 3);
+}
+
+/* rnn_steps(xw, rt, h, y, d, first, count, step, lens[, bias]): see RNN_STEPS; as gru_steps with
+ * xw [seq, batch, hidden], rt [hidden, hidden], bias [hidden] or None. */
+static PyObject *rnn_steps(PyObject *module, PyObject *args) {
+  (void)module;
+  return recurrent_steps(args, 1);
+}
+
 #define HARD_SWISH(NAME, T)                                                                                  \
   static VECTOR_CLONES void NAME(T *RESTRICT y, Py_ssize_t n, T alpha, T beta) {                           \
     for (Py_ssize_t i = 0; i < n; i++) {                                                                    \
@@ -2424,6 +2640,12 @@ static PyMethodDef module_methods[] = {
     {"platt", platt, METH_VARARGS,
      "platt(scores, prob_a, prob_b, v): libsvm's clipped pairwise probabilities of the pairwise scores (float32 "
      "[rows, pairs]) into v."},
+    {"gru_steps", gru_steps, METH_VARARGS,
+     "gru_steps(xw, rt, h, y, d, first, count, step, linear_before_reset, rbh, lens[, bias]): count steps of one GRU "
+     "direction in its default form (recurrent.py's GRU._run_native); rows past their lens keep their state."},
+    {"rnn_steps", rnn_steps, METH_VARARGS,
+     "rnn_steps(xw, rt, h, y, d, first, count, step, lens[, bias]): count steps of one RNN direction in its "
+     "default form (recurrent.py's RNN._run_native); rows past their lens keep their state."},
     {"lstm_steps", lstm_steps, METH_VARARGS,
      "lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): count steps of one LSTM direction in its "
      "default form from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]; "

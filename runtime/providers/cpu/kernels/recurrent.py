@@ -17,6 +17,10 @@ tested against it in tests/test_recurrent_fast_paths.py:
 - GRU and RNN's default form (default activations, no clip, float types; a batch of sequences of
   several lengths masks each step's ended rows, ``masked_step``): ``RecurrentKernel._run_transposed``, states [hidden, batch] and preallocated gates
   (``TRANSPOSED_ENABLED``; GRU twelve calls a step, RNN three).
+- GRU and RNN in that form where the C extension is built and hidden^2 x batch and the batch are
+  small (``native_gru_applies``, ``native_rnn_applies``): ``RecurrentKernel._run_native``, one C call
+  a block of steps of one direction, shorter rows skipped as ``masked_step`` (tested in
+  tests/test_gru_native.py).
 - LSTM's default form: ``LSTM._run_default``, nine calls a step per direction (with sequences of
   several lengths masked, float weights: the C and paired loops below have no mask); where the C
   extension is built and the step's R product is small (``native_lstm_applies``), ``LSTM._run_native``,
@@ -134,8 +138,73 @@ class RecurrentKernel(Kernel):
         if self._fast_ok and self.default_form and TRANSPOSED_ENABLED:
             weights = self._fast_weights(inputs)
             if weights is not None:
-                return self._run_transposed(inputs[0], inputs, weights)
+                x = inputs[0]
+                if self._native is not None and self._native_applies(weights[0][1].shape[1],
+                                                                     x.shape[0 if self.layout else 1]):
+                    return self._run_native(x, inputs, weights, self._native_weights(weights))
+                return self._run_transposed(x, inputs, weights)
         return self.plain_loop(inputs)
+
+    #: the C steps' module where this kernel has them (``GRU._run_native``), else None
+    _native = None
+
+    def _native_applies(self, hidden: int, batch: int) -> bool:
+        """The condition of ``_run_native`` (``_native`` built and switched on, checked by the caller)."""
+        return False
+
+    def _native_weights(self, weights: list) -> list:
+        """Per direction (R^T [hidden, gates * hidden] contiguous, of ``_prepare_direction``'s R (GRU's
+        z and r rows halved); GRU's step bias of h, contiguous, or None) for the C steps."""
+        kept = self._native_rt
+        if kept is not None and kept[0] is weights:
+            return kept[1]
+        native = [(np.ascontiguousarray(wd[1].T), None if wd[3] is None else np.ascontiguousarray(wd[3]))
+                  for wd in weights]
+        self._native_rt = (weights, native)  # one swap: a concurrent run sees the old entry or this one
+        return native
+
+    def _run_native(self, x: np.ndarray, args: list, weights: list, native: list) -> list:
+        """``_run_transposed``'s recurrence with the steps in C (``_native_steps``: GRU's
+        ``_native.gru_steps``, RNN's ``rnn_steps``; ``native`` is ``_native_weights``'s): per direction (a bidirectional layer's one after the other) and
+        block of ``_BLOCK`` steps, the block's input projections in one product, then its steps
+        (the bias added there) in one C call where numpy takes twelve a step. The terminate flag is read
+        between two blocks. Sequences of several lengths (``ragged_lengths``): the C steps skip
+        a row at and past its length, as ``masked_step``."""
+        if self.layout:
+            x = np.swapaxes(x, 0, 1)
+        seq, batch, k = x.shape
+        dt = x.dtype
+        nd = len(self.directions)
+        h = weights[0][1].shape[1]
+        h0 = args[5] if len(args) > 5 else None
+        if h0 is not None and self.layout:
+            h0 = np.swapaxes(h0, 0, 1)
+        lens = ragged_lengths(args[4] if len(args) > 4 else None, seq)
+        y = np.empty((seq, nd, batch, h), dt)
+        y_h = np.zeros((nd, batch, h), dt) if h0 is None else np.array(h0, dt, order="C")  # in and out of the C steps
+        x2 = x.reshape(seq * batch, k)
+        steps = self._native_steps
+        for d in range(nd):
+            wt, _, bias, _ = weights[d]
+            rt, rbh = native[d]
+            reverse = self.reverse[d]
+            for b0 in range(0, seq, _BLOCK):
+                check_terminate()
+                count = min(_BLOCK, seq - b0)
+                lo = seq - b0 - count if reverse else b0  # the block's steps lo .. lo + count - 1
+                # (the bias is added in the C steps, as numpy would before the R product's sum: a
+                # numpy add here costs half the product)
+                xw = np.dot(x2[lo * batch:(lo + count) * batch], wt)
+                steps(xw, rt, y_h[d], y[lo:lo + count], d, count - 1 if reverse else 0, count, -1 if reverse else 1,
+                      rbh, None if lens is None else lens - lo, bias)
+        if self.layout:  # [batch, seq, directions, hidden]
+            return [np.ascontiguousarray(y.transpose(2, 0, 1, 3)),
+                    np.ascontiguousarray(np.swapaxes(y_h, 0, 1))][: self.n_out]
+        return [y, y_h][: self.n_out]
+
+    def _native_steps(self, *args) -> None:
+        """One C call: (xw, rt, h, y, d, first, count, step, step bias, lens, bias)."""
+        raise NotImplementedError
 
     def _fast_weights(self, inputs: list) -> list | None:
         """``_prepare``'s per-direction weights where ``_run_transposed`` takes the run (a float
@@ -354,6 +423,14 @@ class RNN(RecurrentKernel):
         super().__init__(node, ctx)
         self._fast_ok = True
         self.reverse = [d == "reverse" for d in self.directions]
+        self._native = native_module() if NATIVE_RNN_ENABLED else None  # as GRU's
+        self._native_rt: tuple | None = None
+
+    def _native_applies(self, hidden: int, batch: int) -> bool:
+        return native_rnn_applies(hidden, batch)
+
+    def _native_steps(self, *args) -> None:
+        self._native.rnn_steps(*args[:8], *args[9:])  # (no step bias)
 
     def _step(self, xw, st, r, rb, d, inputs):
         return [self._apply(self.acts[d][0], xw + st[0] @ r.T + rb)]
@@ -378,6 +455,10 @@ class GRU(RecurrentKernel):
         self.linear_before_reset = bool(node.attr("linear_before_reset", 0))
         self._fast_ok = True
         self.reverse = [d == "reverse" for d in self.directions]
+        # the C steps (``_run_native``), None where not built or switched off; the switch read here
+        # too, so that a session made with it off keeps the numpy loop (benchmarks/switch_ab.py)
+        self._native = native_module() if NATIVE_GRU_ENABLED else None
+        self._native_rt: tuple | None = None  # (the per-direction weights, ``_native_weights`` of them)
 
     def _prepare_direction(self, w, r, b, h):
         """z and r rows (and their bias) halved, so that one tanh gives both sigmoids
@@ -393,6 +474,12 @@ class GRU(RecurrentKernel):
         if not self.linear_before_reset:
             bias[2 * h:] += b[5 * h:]
         return wt, rs, bias * scale, (b[5 * h:] if self.linear_before_reset else None)
+
+    def _native_applies(self, hidden: int, batch: int) -> bool:
+        return native_gru_applies(hidden, batch)
+
+    def _native_steps(self, *args) -> None:
+        self._native.gru_steps(*args[:8], self.linear_before_reset, *args[8:])
 
     def _step_workspace(self, h, batch, dt, step_bias):
         g = np.empty((3 * h, batch), dt)
@@ -523,16 +610,23 @@ def pair_rows(h: int, gates: int = 4) -> np.ndarray:
 def ragged_lengths_apply(lens: np.ndarray, seq: int, batch: int) -> bool:
     """Whether the transposed loops take ``sequence_lens``: one integer length per batch row, each
     within [0, seq]. Anything else goes to the plain loop, which names the problem."""
-    return (isinstance(lens, np.ndarray) and lens.dtype.kind in "iu" and lens.shape == (batch,)
-            and bool((lens >= 0).all()) and bool((lens <= seq).all()))
+    if not (isinstance(lens, np.ndarray) and lens.dtype.kind in "iu" and lens.shape == (batch,)):
+        return False
+    if batch <= _FEW_ROWS:  # (a few Python ints compare in 1 us, two numpy reductions take 6)
+        values = lens.tolist()
+        return min(values, default=0) >= 0 and max(values, default=0) <= seq
+    return bool((lens >= 0).all()) and bool((lens <= seq).all())
 
 
 def ragged_lengths(lens: np.ndarray | None, seq: int) -> np.ndarray | None:
     """``sequence_lens`` as int64 where some row is shorter than ``seq``; None where every row runs
     the whole length (the loops then mask nothing)."""
-    if lens is None or bool((lens >= seq).all()):
+    if lens is None or (min(lens.tolist(), default=seq) >= seq if len(lens) <= _FEW_ROWS else bool((lens >= seq).all())):
         return None
     return lens.astype(np.int64)
+
+
+_FEW_ROWS = 64  # batches whose sequence_lens the helpers above read as Python ints
 
 
 def masked_step(out: np.ndarray, previous: np.ndarray, dead: np.ndarray) -> np.ndarray:
@@ -599,6 +693,43 @@ def native_lstm_applies(hidden: int, batch: int) -> bool:
     return NATIVE_LSTM_ENABLED and LSTM_DEFAULT_ENABLED and 0 < hidden and hidden * hidden * batch <= NATIVE_MAX_WORK
 
 
+#: The switch of ``GRU._run_native``: False keeps every GRU on its numpy paths (the tests compare the
+#: two), read when a kernel is made and at each run; ONNXHAL_NATIVE_KERNELS=0 does the same for
+#: kernels made after it is set.
+NATIVE_GRU_ENABLED = True
+#: The GRU C steps' bounds (``native_gru_applies``): hidden^2 x batch (a third of the R product's
+#: multiply-adds a step), where BLAS's product outruns the C loop's by more than the twelve numpy
+#: calls a step cost, and the batch, the C loop's rows one at a time against numpy's [hidden, batch]
+#: calls (measured, 20 steps, linear_before_reset, one direction, C against the transposed loop,
+#: load 6: 0.16-0.6 up to 32K with batch <= 64; 0.56-1.0 at 64K; 0.9-1.08 at 128K; small hidden
+#: with batch 128: 1.0-1.1, 256: 1.8, 512: 3.3).
+NATIVE_GRU_MAX_WORK = 32768
+NATIVE_GRU_MAX_BATCH = 64
+
+
+def native_gru_applies(hidden: int, batch: int) -> bool:
+    """The condition of ``GRU._run_native`` (the kernel's ``_native`` module is built and switched
+    on, checked by the caller): hidden^2 x batch at most ``NATIVE_GRU_MAX_WORK`` and batch at most
+    ``NATIVE_GRU_MAX_BATCH``, where the twelve numpy calls a step cost more than the C loop."""
+    return (NATIVE_GRU_ENABLED and TRANSPOSED_ENABLED and 0 < hidden and batch <= NATIVE_GRU_MAX_BATCH
+            and hidden * hidden * batch <= NATIVE_GRU_MAX_WORK)
+
+
+#: The switch of ``RNN._run_native`` (GRU's C steps with one gate), as ``NATIVE_GRU_ENABLED``.
+NATIVE_RNN_ENABLED = True
+#: Its bounds, hidden^2 x batch and the batch, as GRU's (``native_rnn_applies``; measured, 20 steps,
+#: one direction, C against the transposed loop's three calls a step, load 6: 0.28-0.49 up to 32K,
+#: 0.67-0.76 at batch 64-128 with hidden 8-16, 0.57-1.0 at 64K).
+NATIVE_RNN_MAX_WORK = 32768
+NATIVE_RNN_MAX_BATCH = 64
+
+
+def native_rnn_applies(hidden: int, batch: int) -> bool:
+    """The condition of ``RNN._run_native``, as ``native_gru_applies``."""
+    return (NATIVE_RNN_ENABLED and TRANSPOSED_ENABLED and 0 < hidden and batch <= NATIVE_RNN_MAX_BATCH
+            and hidden * hidden * batch <= NATIVE_RNN_MAX_WORK)
+
+
 #: The recurrent kernels' paths (each switch above turns its path off for the tests' comparison).
 RECURRENT_PATHS = path_table("RNN/GRU/LSTM", "RecurrentKernel.plain_loop: the spec's step loop, every form")
 RECURRENT_PATHS.add("plain", "canonical: any activations, clip, sequence_lens with shorter rows, input_forget")
@@ -613,6 +744,14 @@ RECURRENT_PATHS.add("lstm_native", "the C extension _native is built and ONNXHAL
                                    "lstm_default's form with hidden^2 x batch <= NATIVE_MAX_WORK (native_lstm_applies, "
                                    "NATIVE_LSTM_ENABLED): LSTM._run_native, a block of each direction's steps in one "
                                    "C call (_native.lstm_steps)")
+RECURRENT_PATHS.add("gru_native", "the C extension _native is built and ONNXHAL_NATIVE_KERNELS is not 0, a GRU in "
+                                  "transposed's form with hidden^2 x batch <= NATIVE_GRU_MAX_WORK and batch <= "
+                                  "NATIVE_GRU_MAX_BATCH (native_gru_applies, NATIVE_GRU_ENABLED): GRU._run_native, a "
+                                  "block of each direction's steps in one C call (_native.gru_steps), both "
+                                  "linear_before_reset forms, shorter rows skipped as masked_step")
+RECURRENT_PATHS.add("rnn_native", "as gru_native, an RNN in transposed's form with hidden^2 x batch <= "
+                                  "NATIVE_RNN_MAX_WORK and batch <= NATIVE_RNN_MAX_BATCH (native_rnn_applies, "
+                                  "NATIVE_RNN_ENABLED): RNN._run_native, _native.rnn_steps")
 RECURRENT_PATHS.add("both_directions", "a bidirectional layer in a default form with hidden <= PAIR_MAX_HIDDEN and "
                                        "hidden x batch <= PAIR_MAX_CELLS (both_directions_apply): both directions "
                                        "in one step, R block-diagonal")

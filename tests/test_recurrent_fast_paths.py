@@ -518,3 +518,28 @@ def test_lstm_default_path_masks_shorter_sequences(case, monkeypatch):
         theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
         for i, (f, t) in enumerate(zip(fast, theirs)):
             np.testing.assert_allclose(f, t, rtol=1e-5, atol=1e-5, err_msg=f"{case} output {i}: vs onnxruntime")
+
+
+@pytest.mark.parametrize("route", ["default", "numpy", "plain"])
+@pytest.mark.parametrize("op", ["GRU", "RNN", "LSTM"])
+def test_a_zero_length_sequence_ends_at_zero_states(op, route, monkeypatch):
+    """A batch row whose sequence_lens is 0 has zero final states (Y_h, and LSTM's Y_c), as
+    onnxruntime returns them, with an initial state given, on every path: the C steps, the numpy
+    loops and the plain loop (each of which leaves such a row at its initial state)."""
+    if route != "default":
+        for switch in ("NATIVE_GRU_ENABLED", "NATIVE_RNN_ENABLED", "NATIVE_LSTM_ENABLED"):
+            monkeypatch.setattr(recurrent, switch, False)
+    if route == "plain":
+        monkeypatch.setattr(recurrent, "TRANSPOSED_ENABLED", False)
+        monkeypatch.setattr(recurrent, "LSTM_DEFAULT_ENABLED", False)
+    for direction in ("forward", "reverse", "bidirectional"):
+        if op == "LSTM":
+            model, feeds = _lstm(np.random.default_rng(1), 5, 3, 3, 4, direction=direction)
+            model, feeds = _with_lens(model, feeds, [5, 0, 2])
+        else:
+            model, feeds = _gru_rnn(np.random.default_rng(1), op, 5, 3, 3, 4, lens=[5, 0, 2], direction=direction)
+        got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+        want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+        for i, (g, w) in enumerate(zip(got, want)):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"{direction} output {i}")
+        assert not got[1][:, 1].any()

@@ -133,6 +133,10 @@ class RecurrentKernel(Kernel):
         return np.asarray(fn(x, a, b), dtype=x.dtype)
 
     def compute(self, inputs: list) -> list:
+        return empty_sequences_zeroed(self.compute_paths(inputs), inputs, self.layout)
+
+    def compute_paths(self, inputs: list) -> list:
+        """The outputs by the first path whose condition holds (``RECURRENT_PATHS``)."""
         if self._via_float32(inputs):
             return half.via_float32(self.compute, inputs, self.widen)
         if self._fast_ok and self.default_form and TRANSPOSED_ENABLED:
@@ -629,6 +633,25 @@ def ragged_lengths(lens: np.ndarray | None, seq: int) -> np.ndarray | None:
 _FEW_ROWS = 64  # batches whose sequence_lens the helpers above read as Python ints
 
 
+def empty_sequences_zeroed(outs: list, inputs: list, layout: int) -> list:
+    """``outs`` with the final states (Y_h, LSTM's Y_c) of the batch rows whose sequence_lens is 0
+    set to zero, as onnxruntime returns them, where every path (and the spec's loop) leaves such a
+    row at its initial state. Y's rows are zero already."""
+    lens = inputs[4] if len(inputs) > 4 else None
+    if lens is None or not lens.size or bool((lens > 0).all()) or len(outs) < 2:
+        return outs
+    empty = np.asarray(lens).reshape(-1) == 0
+    zeroed = list(outs)
+    for i in range(1, len(outs)):
+        state = outs[i].copy()  # [directions, batch, hidden] (layout 1: [batch, directions, hidden])
+        if layout:
+            state[empty] = 0
+        else:
+            state[:, empty] = 0
+        zeroed[i] = state
+    return zeroed
+
+
 def masked_step(out: np.ndarray, previous: np.ndarray, dead: np.ndarray) -> np.ndarray:
     """A step of a batch with sequences of several lengths, as the spec says: where ``dead`` (per
     batch column [batch], or per state element [hidden, batch]) the sequence has ended, the state
@@ -862,7 +885,7 @@ class LSTM(RecurrentKernel):
         # h(Ct) reads the cell state, not a gate's pre-activation: not clipped (onnxruntime neither)
         return [o * np.asarray(act_h[0](c, act_h[1], act_h[2]), dtype=c.dtype), c]
 
-    def compute(self, inputs: list) -> list:
+    def compute_paths(self, inputs: list) -> list:
         if self._via_float32(inputs):
             return half.via_float32(self.compute, inputs, self.widen)
         if self.default_form and LSTM_DEFAULT_ENABLED:

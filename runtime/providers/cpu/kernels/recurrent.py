@@ -174,16 +174,11 @@ class RecurrentKernel(Kernel):
         (the bias added there) in one C call where numpy takes twelve a step. The terminate flag is read
         between two blocks. Sequences of several lengths (``ragged_lengths``): the C steps skip
         a row at and past its length, as ``masked_step``."""
-        if self.layout:
-            x = np.swapaxes(x, 0, 1)
+        x, h0, lens = self._time_major_run(x, args)
         seq, batch, k = x.shape
         dt = x.dtype
         nd = len(self.directions)
         h = weights[0][1].shape[1]
-        h0 = args[5] if len(args) > 5 else None
-        if h0 is not None and self.layout:
-            h0 = np.swapaxes(h0, 0, 1)
-        lens = ragged_lengths(args[4] if len(args) > 4 else None, seq)
         y = np.empty((seq, nd, batch, h), dt)
         y_h = np.zeros((nd, batch, h), dt) if h0 is None else np.array(h0, dt, order="C")  # in and out of the C steps
         x2 = x.reshape(seq * batch, k)
@@ -256,20 +251,24 @@ class RecurrentKernel(Kernel):
         bias the step adds itself or None) of one direction, for ``_step_transposed``."""
         raise NotImplementedError
 
+    def _time_major_run(self, x: np.ndarray, args: list) -> tuple:
+        """X and initial_h (input 5, or None) with time first (``layout`` 1 gives them batch
+        first), and ``ragged_lengths`` of sequence_lens (input 4)."""
+        h0 = args[5] if len(args) > 5 else None
+        if self.layout:
+            x = np.swapaxes(x, 0, 1)
+            h0 = None if h0 is None else np.swapaxes(h0, 0, 1)
+        return x, h0, ragged_lengths(args[4] if len(args) > 4 else None, x.shape[0])
+
     def _run_transposed(self, x: np.ndarray, args: list, weights: list) -> list:
         """The recurrence on transposed states, [gates or hidden, batch] (each gate's block of
         rows one contiguous piece), with preallocated gates: all steps' input projections and
         their bias in one product per direction, then ``_step_transposed`` per step."""
-        if self.layout:
-            x = np.swapaxes(x, 0, 1)
+        x, h0, lens = self._time_major_run(x, args)
         seq, batch, k = x.shape
         dt = x.dtype
         nd = len(self.directions)
         h = weights[0][1].shape[1]
-        h0 = args[5] if len(args) > 5 else None
-        if h0 is not None and self.layout:
-            h0 = np.swapaxes(h0, 0, 1)
-        lens = ragged_lengths(args[4] if len(args) > 4 else None, seq)
         x2 = x.reshape(seq * batch, k)
         run_options = RUN_OPTIONS.get()
         if nd == 2 and both_directions_apply(h, batch):

@@ -16,7 +16,12 @@ from onnxhal.ort_plugin.build import compiler
 from onnxhal.runtime.providers.cpu.kernels import recurrent
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import NATIVE_SWITCH
 from tests.test_real_models import check_outputs, load
-from tests.test_recurrent_fast_paths import PAIRED_TRANSPOSED_CASES, TRANSPOSED_CASES, _gru_rnn
+from tests.test_recurrent_fast_paths import (
+    PAIRED_TRANSPOSED_CASES,
+    TRANSPOSED_CASES,
+    _gru_rnn,
+    assert_stops_at_the_third_check,
+)
 
 try:  # the extension itself (built where the install had a C compiler)
     from onnxhal.runtime.providers.cpu.kernels import _native
@@ -150,7 +155,6 @@ def test_gru_native_reads_the_terminate_flag_between_blocks(monkeypatch):
     """A sequence longer than a block runs block by block (ragged lengths counted from each
     block's first step), the flag read before each: blocks give the one-block result, and the run
     stops at the block where the flag is set."""
-    from onnxhal.hal.run_control import Terminated
 
     model, feeds = _gru_rnn(np.random.default_rng(4), "GRU", 50, 3, 3, 8, direction="bidirectional",
                             linear_before_reset=1, lens=[50, 23, 9])
@@ -162,17 +166,7 @@ def test_gru_native_reads_the_terminate_flag_between_blocks(monkeypatch):
     for a, b in zip(sess.run(None, feeds), whole):
         np.testing.assert_array_equal(a, b)
     assert calls
-    checks: list[int] = []
-
-    def check() -> None:
-        checks.append(1)
-        if len(checks) == 3:
-            raise Terminated("Exiting due to terminate flag being set to true.")
-
-    monkeypatch.setattr(recurrent, "check_terminate", check)
-    with pytest.raises(Terminated):
-        sess.run(None, feeds)
-    assert len(checks) == 3
+    assert_stops_at_the_third_check(sess, feeds, monkeypatch)
 
 
 def test_terminate_stops_a_long_gru_on_the_c_steps(monkeypatch):

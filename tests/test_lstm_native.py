@@ -13,7 +13,13 @@ from onnxhal.ort_plugin.build import compiler
 from onnxhal.runtime.providers.cpu.kernels import recurrent
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import NATIVE_SWITCH
 from tests.test_real_models import check_outputs, load
-from tests.test_recurrent_fast_paths import PAIR_CASES, QUANTIZED_PAIR_CASES, _lstm, _quantized_lstm
+from tests.test_recurrent_fast_paths import (
+    PAIR_CASES,
+    QUANTIZED_PAIR_CASES,
+    _lstm,
+    _quantized_lstm,
+    assert_stops_at_the_third_check,
+)
 
 try:  # the extension itself (built where the install had a C compiler)
     from onnxhal.runtime.providers.cpu.kernels import _native
@@ -180,7 +186,6 @@ def test_lstm_native_not_taken_outside_its_condition(route, monkeypatch):
 def test_lstm_native_reads_the_terminate_flag_between_blocks(monkeypatch):
     """A sequence longer than a block runs block by block, the flag read before each: the run stops
     at the block where it is set, and blocks give the same result as one."""
-    from onnxhal.hal.run_control import Terminated
 
     model, feeds = _lstm(np.random.default_rng(4), 50, 2, 3, 8, direction="bidirectional", scale=0.5)
     monkeypatch.delenv(NATIVE_SWITCH, raising=False)
@@ -189,17 +194,7 @@ def test_lstm_native_reads_the_terminate_flag_between_blocks(monkeypatch):
     sess = _session(model)
     for a, b in zip(sess.run(None, feeds), whole):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
-    checks: list[int] = []
-
-    def check() -> None:
-        checks.append(1)
-        if len(checks) == 3:
-            raise Terminated("Exiting due to terminate flag being set to true.")
-
-    monkeypatch.setattr(recurrent, "check_terminate", check)
-    with pytest.raises(Terminated):
-        sess.run(None, feeds)
-    assert len(checks) == 3
+    assert_stops_at_the_third_check(sess, feeds, monkeypatch)
 
 
 def test_terminate_stops_a_long_lstm_on_the_c_steps(monkeypatch):

@@ -543,3 +543,21 @@ def test_a_zero_length_sequence_ends_at_zero_states(op, route, monkeypatch):
         for i, (g, w) in enumerate(zip(got, want)):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"{direction} output {i}")
         assert not got[1][:, 1].any()
+
+
+def assert_stops_at_the_third_check(sess, feeds: dict, monkeypatch) -> None:
+    """A run whose ``check_terminate`` raises at its third call (between the C steps' blocks) stops
+    there: the C loops read the terminate flag once a block."""
+    from onnxhal.hal.run_control import Terminated
+
+    checks: list[int] = []
+
+    def check() -> None:
+        checks.append(1)
+        if len(checks) == 3:
+            raise Terminated("Exiting due to terminate flag being set to true.")
+
+    monkeypatch.setattr(recurrent, "check_terminate", check)
+    with pytest.raises(Terminated):
+        sess.run(None, feeds)
+    assert len(checks) == 3

@@ -761,6 +761,16 @@ ROW_PRODUCT(row_product_double, double)
  * to y[t, d]. With lens, a row whose sequence ended (t >= lens[b]) keeps its state and writes a
  * zero Y (recurrent.masked_step), its step not computed. h holds the initial state on entry and
  * the final one on return. */
+/* dst[j] += xb[j] (+ bias[j]) for j < n: a step's input projection and, where the kernel adds it
+ * itself, its bias (GRU_STEPS, RNN_STEPS). */
+#define ADD_PROJECTION(dst, xb, bias, n)                                                                   \
+  do {                                                                                                      \
+    if (bias)                                                                                               \
+      for (Py_ssize_t j_ = 0; j_ < (n); j_++) (dst)[j_] += (xb)[j_] + (bias)[j_];                           \
+    else                                                                                                    \
+      for (Py_ssize_t j_ = 0; j_ < (n); j_++) (dst)[j_] += (xb)[j_];                                        \
+  } while (0)
+
 #define GRU_STEPS(NAME, T, TANH, PRODUCT)                                                                   \
   static VECTOR_CLONES void NAME(const T *xw, const T *bias, const T *rt, const T *rbh, const int64_t *lens,  \
                                  T *hs, T *y, T *g, T *q, Py_ssize_t batch, Py_ssize_t hid, Py_ssize_t d,   \
@@ -775,10 +785,7 @@ ROW_PRODUCT(row_product_double, double)
         }                                                                                                   \
         const T *xb = xw + (t * batch + b) * h3;                                                            \
         PRODUCT(hb, rt, g, hid, h3, 0, lbr ? h3 : h2);                                                      \
-        if (bias)                                                                                           \
-          for (Py_ssize_t j = 0; j < h2; j++) g[j] += xb[j] + bias[j];                                      \
-        else                                                                                                \
-          for (Py_ssize_t j = 0; j < h2; j++) g[j] += xb[j];                                                \
+        ADD_PROJECTION(g, xb, bias, h2);                                                                    \
         TANH(g, h2);                                                                                        \
         for (Py_ssize_t j = 0; j < h2; j++) g[j] = g[j] * (T)0.5 + (T)0.5;                                 \
         T *gn = g + h2;                                                                                     \
@@ -790,10 +797,7 @@ ROW_PRODUCT(row_product_double, double)
           for (Py_ssize_t j = 0; j < hid; j++) q[j] = g[hid + j] * hb[j];                                   \
           PRODUCT(q, rt, g, hid, h3, h2, h3);                                                               \
         }                                                                                                   \
-        if (bias)                                                                                           \
-          for (Py_ssize_t j = 0; j < hid; j++) gn[j] += xb[h2 + j] + bias[h2 + j];                          \
-        else                                                                                                \
-          for (Py_ssize_t j = 0; j < hid; j++) gn[j] += xb[h2 + j];                                         \
+        ADD_PROJECTION(gn, xb + h2, bias ? bias + h2 : NULL, hid);                                          \
         TANH(gn, hid);                                                                                      \
         for (Py_ssize_t j = 0; j < hid; j++) hb[j] = yb[j] = gn[j] + g[j] * (hb[j] - gn[j]);               \
       }                                                                                                     \
@@ -817,10 +821,7 @@ GRU_STEPS(gru_steps_double, double, tanh_doubles, row_product_double)
         }                                                                                                   \
         const T *xb = xw + (t * batch + b) * hid;                                                           \
         PRODUCT(hb, rt, g, hid, hid, 0, hid);                                                               \
-        if (bias)                                                                                           \
-          for (Py_ssize_t j = 0; j < hid; j++) g[j] += xb[j] + bias[j];                                     \
-        else                                                                                                \
-          for (Py_ssize_t j = 0; j < hid; j++) g[j] += xb[j];                                               \
+        ADD_PROJECTION(g, xb, bias, hid);                                                                   \
         TANH(g, hid);                                                                                       \
         for (Py_ssize_t j = 0; j < hid; j++) hb[j] = yb[j] = g[j];                                          \
       }                                                                                                     \

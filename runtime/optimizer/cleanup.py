@@ -178,16 +178,24 @@ def castlike_to_cast(graph: Graph) -> bool:
     return changed
 
 
+#: Domains whose nodes have no effect besides their outputs: dropped when nothing reads those.
+_PURE_DOMAINS = frozenset({"", "ai.onnx.ml", "com.onnxhal"})
+
+
 def remove_dead_nodes(graph: Graph) -> bool:
     """Remove nodes none of whose outputs is read or is a graph output, then unused constants."""
-    outputs = graph_output_names(graph)
-    used = set(outputs)
+    used = graph_output_names(graph)
     kept: list[Node] = []
+    # set operations in C per node (the pass runs in every round; a generator per node was most of
+    # its time). "" (an omitted optional input) never stays in ``used``: an unnamed output is unread.
     for node in reversed(graph.nodes):
-        if node.domain in ("", "ai.onnx.ml", "com.onnxhal") and not any(o in used for o in node.outputs if o):
+        if node.domain in _PURE_DOMAINS and used.isdisjoint(node.outputs):
             continue
         kept.append(node)
-        used.update(i for i in (*node.inputs, *node.implicit_inputs) if i)
+        used.update(node.inputs)
+        if node.implicit_inputs:
+            used.update(node.implicit_inputs)
+        used.discard("")
     changed = len(kept) != len(graph.nodes)
     if changed:
         graph.nodes = kept[::-1]
@@ -316,9 +324,13 @@ def fold_constants(graph: Graph) -> bool:
     folded: list[Node] = []
     folded_by_key: dict[tuple, list[np.ndarray]] = {}
     settled = graph in _settled  # (a WeakSet's lookup makes a weak reference: asked once)
+    initializers = graph.initializers
     for node in live_nodes(graph):
-        shape_of = node.op_type in ("Shape", "Size") and bool(node.inputs) and node.inputs[0] not in graph.initializers
-        # most nodes read a computed value first: rejected before their other inputs are looked up
+        first = node.inputs[0] if node.inputs else ""
+        shape_of = node.op_type in ("Shape", "Size") and bool(node.inputs) and first not in initializers
+        # most nodes read a computed value first: one dict lookup rejects them (no initializer, no constant)
+        if first and not shape_of and first not in initializers:
+            continue
         if (node.domain != "" or (not shape_of and node.inputs and node.inputs[0]
                                   and constant(graph, node.inputs[0]) is None)
                 or node.op_type in NOT_FOLDABLE or node.subgraphs

@@ -312,12 +312,13 @@ class OpenCLBackend:
                       plan: PartitionPlan, moving: list[str]) -> str | None:
         """Rule ``claim_trial``: time static ``piece`` on both sides (``claim_trial.ClaimTrial``) and
         say why it stays on the host, or None; its figures go to ``cost_trials`` either way. The
-        same piece claimed again (before and after the layout pass) keeps its first result."""
-        key = (tuple(n.name or n.op_type for n in piece), tuple(moving))
+        same piece claimed again at the same shapes (before and after the layout pass) keeps its
+        first result."""
+        shapes = {n: lookup.shape(n) for n in part.input_names}
+        key = (tuple(n.name or n.op_type for n in piece), tuple(moving), tuple(shapes.items()))
         if key not in self._trials:
             try:
-                trial = ClaimTrial(part, plan, self.device, self.allocator, self.logger,
-                                   {n: lookup.shape(n) for n in part.input_names},
+                trial = ClaimTrial(part, plan, self.device, self.allocator, self.logger, shapes,
                                    {n: lookup.dtype(n) for n in part.input_names}, moving,
                                    host_crossings(graph, piece, taken, part.input_names, part.output_names)).run()
             except (*INSPECTION_ERRORS, cl.Error) as exc:

@@ -276,9 +276,13 @@ def worth_a_trial(work_s: float, launches: int, copies: int, launch_s: float, co
 
 def claim_trial_text(host_s: float, device_s: float, launches: int, copies: int) -> str:
     """A claim-time trial's figures: the fastest run of each side, with the copies each side makes."""
-    return (f"timed at claim by the cost rule (rule claim_trial): its host runs took {host_s * 1e6:.3g} us and "
-            f"its device runs of {launches} launch(es) and {copies} copy(ies) {device_s * 1e6:.3g} us "
-            f"(the fastest of {TRIAL_RUNS} each, alternating, each with the copies it makes)")
+    return (f"timed at claim by the cost rule (rule claim_trial): {_trial_figures(host_s, device_s, launches, copies)}")
+
+
+def _trial_figures(host_s: float, device_s: float, launches: int, copies: int) -> str:
+    return (f"its host runs took {host_s * 1e6:.3g} us and its device runs of {launches} launch(es) and "
+            f"{copies} copy(ies) {device_s * 1e6:.3g} us (the fastest of {TRIAL_RUNS} each, alternating, each "
+            "with the copies it makes)")
 
 
 def claim_trial_reason(host_s: float, device_s: float, launches: int, copies: int) -> str | None:
@@ -286,8 +290,9 @@ def claim_trial_reason(host_s: float, device_s: float, launches: int, copies: in
     host must win by ``HOST_MARGIN``, as a signature's trial."""
     if host_s >= HOST_MARGIN * device_s:
         return None
-    return (f"kept on the host by the cost rule: {claim_trial_text(host_s, device_s, launches, copies)}; "
-            f"provider option {COST_RULE_OPTION}=off claims it anyway")
+    return (f"kept on the host by the cost rule, timed at claim (rule claim_trial): "
+            f"{_trial_figures(host_s, device_s, launches, copies)}; provider option {COST_RULE_OPTION}=off claims it "
+            "anyway")
 
 
 class SignatureTrial:

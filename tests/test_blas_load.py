@@ -82,6 +82,7 @@ def test_a_host_plan_run_outside_a_session_sets_blas_threads_from_the_load(monke
     # partition took 230-280 ms a run, against 2.4 with one thread
     from onnxhal.hal.graph import Graph
     from onnxhal.hal.host_execution import host_plan
+    from onnxhal.runtime.providers.cpu.kernels import blas_threads
 
     before = get_blas_threads()
     if before is None:
@@ -92,6 +93,8 @@ def test_a_host_plan_run_outside_a_session_sets_blas_threads_from_the_load(monke
     feed = {"x": np.eye(4, dtype=np.float32)}
     try:
         set_blas_threads(2)
+        # the session default it governs, whatever OpenBLAS started with on this machine
+        monkeypatch.setattr(blas_threads, "startup_blas_threads", lambda: 2)
         monkeypatch.setenv("ONNXHAL_LOAD_AWARE_THREADS", "1")  # the suite turns it off (conftest.py)
         plan = host_plan(graph)
         monkeypatch.setattr(LoadAwareBlasThreads, "_runnable", staticmethod(lambda: 64))  # every core held

@@ -35,11 +35,13 @@ def cpu_graph_plan(graph: Graph, outputs: Sequence[str] | None = None, logger: l
 
 
 def _load_aware_blas() -> Any:
-    """A ``LoadAwareBlasThreads`` for BLAS's present count, as ``CpuEpFactory.create_ep`` makes
-    one for a session (None where there is nothing to govern, or ONNXHAL_LOAD_AWARE_THREADS=0)."""
-    from onnxhal.runtime.providers.cpu.kernels.blas_threads import LoadAwareBlasThreads, get_blas_threads
+    """A ``LoadAwareBlasThreads`` for BLAS's start-up count, as ``CpuEpFactory.create_ep`` makes one
+    for a session with the default threads (None where there is nothing to govern, or
+    ONNXHAL_LOAD_AWARE_THREADS=0). Not the present count: a session's governor may have lowered it
+    for a moment of load, and a plan made then would never be governed."""
+    from onnxhal.runtime.providers.cpu.kernels.blas_threads import LoadAwareBlasThreads, startup_blas_threads
 
-    threads = get_blas_threads()
+    threads = startup_blas_threads()
     if os.environ.get("ONNXHAL_LOAD_AWARE_THREADS", "1") == "0" or not threads or threads < 2:
         return None
     return LoadAwareBlasThreads(threads)

@@ -7,6 +7,7 @@ simulated devices run every signature on the device."""
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 import onnx
@@ -126,3 +127,38 @@ def test_a_trial_alternates_and_the_host_must_win_by_the_margin():
     assert signature_reason(81e-6, 100e-6, 10) is None
     reason = signature_reason(30e-6, 100e-6, 10)
     assert "took 30 us" in reason and "10 launch(es) 100 us" in reason and f"fastest of {TRIAL_RUNS}" in reason
+
+
+def test_threads_sharing_a_session_during_a_trial_get_the_cpu_eps_results(opencl):
+    # the trial's side is picked and recorded under the partition's lock; a run that started on the
+    # device while another settled the signature on the host finishes on the plan's retired state
+    sess, cpu = _session("on"), onnxhal.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    info = _partition(sess)
+    xs = [RNG.standard_normal((1, C, 8, 8)).astype(np.float32) for _ in range(4)]
+    wants = [cpu.run(None, {"x": x})[0] for x in xs]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(2 * TRIAL_RUNS):
+                x, want = xs[(i + k) % len(xs)], wants[(i + k) % len(xs)]
+                np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    # threads that missed together specialised it each; the first entry stays, with the one trial
+    assert 1 <= info.stats.misses <= len(threads) and info.cached_signatures == 1 and info.stats.host_runs == 0
+    # 36 runs settled it one way: on the host with the reason and no plan, or on the device with its
+    # plan; a further run goes that way (a run of a trial would alternate)
+    on_host = bool(info.stats.host_reasons)
+    assert len(info.cached_plans) == (0 if on_host else 1)
+    before = info.stats.cost_host_runs
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, {"x": xs[0]})[0], wants[0], rtol=1e-4, atol=1e-5)
+    assert info.stats.cost_host_runs == before + (2 if on_host else 0)

@@ -4,6 +4,7 @@ partition on the host (the simulators' host backend, the OpenCL EP's shape speci
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,4 +30,38 @@ def cpu_graph_plan(graph: Graph, outputs: Sequence[str] | None = None, logger: l
     builder = ExecutionPlanBuilder(eps, {}, MemoryContext())
     built = builder.build(graph)
     builder.take_kernels()  # no reference cycle through the kernels' creation contexts
-    return built
+    governor = _load_aware_blas()
+    return built if governor is None else GovernedHostPlan(built, governor)
+
+
+def _load_aware_blas() -> Any:
+    """A ``LoadAwareBlasThreads`` for BLAS's start-up count, as ``CpuEpFactory.create_ep`` makes one
+    for a session with the default threads (None where there is nothing to govern, or
+    ONNXHAL_LOAD_AWARE_THREADS=0). Not the present count: a session's governor may have lowered it
+    for a moment of load, and a plan made then would never be governed."""
+    from onnxhal.runtime.providers.cpu.kernels.blas_threads import LoadAwareBlasThreads, startup_blas_threads
+
+    threads = startup_blas_threads()
+    if os.environ.get("ONNXHAL_LOAD_AWARE_THREADS", "1") == "0" or not threads or threads < 2:
+        return None
+    return LoadAwareBlasThreads(threads)
+
+
+class GovernedHostPlan:
+    """A host plan whose runs set BLAS's threads for the machine's load first, as a session's CPU EP
+    does at each run (``LoadAwareBlasThreads``). A host plan may run outside any session run (the
+    OpenCL EP's claim-time trial, at session creation), where OpenBLAS keeps its start-up count: on
+    2 cores loaded by other processes tv_resnext's partition then took 230-280 ms a run against
+    2.4 ms with the count the load allows (each product waits a scheduler slice for a thread)."""
+
+    def __init__(self, plan: Any, governor: Any) -> None:
+        self.plan = plan
+        self.governor = governor
+
+    @property
+    def graph(self) -> Graph:
+        return self.plan.graph
+
+    def run(self, feeds: dict[str, Any], run_options: Any = None) -> list:
+        self.governor.apply()
+        return self.plan.run(feeds, run_options)

@@ -26,9 +26,12 @@ from onnxhal.hal.ep import EpGraphSupportInfo, KernelContext, NodeComputeInfo, N
 from onnxhal.hal.errors import OrtError
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.op_geometry import pool_geometry
+from onnxhal.runtime.providers.opencl.claim_trial import ClaimTrial, host_crossings
 from onnxhal.runtime.providers.opencl.cost_rule import (
     DEFAULT_COST_DIM,
     SizedShapes,
+    claim_trial_reason,
+    claim_trial_text,
     copy_seconds,
     crossing_values,
     host_island,
@@ -37,6 +40,7 @@ from onnxhal.runtime.providers.opencl.cost_rule import (
     host_seconds,
     least_launches,
     weighable,
+    worth_a_trial,
 )
 from onnxhal.runtime.providers.opencl.device_context import OpenCLDeviceContext
 from onnxhal.runtime.providers.opencl.dynamic_partition import (
@@ -149,6 +153,12 @@ class OpenCLBackend:
         self._shape_derived: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
         # Inputs computed from the feeds, by the filtered graph (rule typed_values: never signature keys).
         self._data_inputs: weakref.WeakKeyDictionary[Graph, frozenset[str]] = weakref.WeakKeyDictionary()
+        # Rule claim_trial's results, by the piece's node names and crossings: (reason or None, figures).
+        self._trials: dict[tuple, tuple[str | None, str]] = {}
+        # Its figures, by the filtered graph compile will receive.
+        self._trial_texts: weakref.WeakKeyDictionary[Graph, str] = weakref.WeakKeyDictionary()
+        #: Rule claim_trial's figures for the compiled partitions it timed and kept, by fused node name.
+        self.cost_trials: dict[str, str] = {}
 
     def lookup(self, graph: Graph, allow_dynamic: bool = False) -> GraphLookup:
         """Shapes, dtypes and constants of ``graph``'s values (symbolic dims allowed or refused)."""
@@ -279,6 +289,7 @@ class OpenCLBackend:
         sizes = SizedShapes(lookup, dim) if dim is not None else lookup
         if dynamic and not weighable(piece, sizes):
             return None
+        plan = None
         if dynamic:
             launches = least_launches(piece, lookup.shape_values)
         else:
@@ -290,8 +301,37 @@ class OpenCLBackend:
         costs = self.device.launch_costs()
         rates = host_rates()
         moving = crossing_values(graph, piece, taken)
-        return host_reason(host_seconds(piece, sizes, rates), launches, len(moving), costs.launch_s, costs.copy_s,
-                           copy_seconds(moving, sizes, rates), dim)
+        work_s, moved_s = host_seconds(piece, sizes, rates), copy_seconds(moving, sizes, rates)
+        reason = host_reason(work_s, launches, len(moving), costs.launch_s, costs.copy_s, moved_s, dim)
+        if (reason is None and plan is not None and self.rule_on("claim_trial")
+                and worth_a_trial(work_s, launches, len(moving), costs.launch_s, costs.copy_s, moved_s)):
+            reason = self._trial_reason(graph, piece, part, lookup, taken, plan, moving)
+        return reason
+
+    def _trial_reason(self, graph: Graph, piece: list[Node], part: Graph, lookup: GraphLookup, taken: set[int],
+                      plan: PartitionPlan, moving: list[str]) -> str | None:
+        """Rule ``claim_trial``: time static ``piece`` on both sides (``claim_trial.ClaimTrial``) and
+        say why it stays on the host, or None; its figures go to ``cost_trials`` either way. The
+        same piece claimed again at the same shapes (before and after the layout pass) keeps its
+        first result."""
+        shapes = {n: lookup.shape(n) for n in part.input_names}
+        key = (tuple(n.name or n.op_type for n in piece), tuple(moving), tuple(shapes.items()))
+        if key not in self._trials:
+            try:
+                trial = ClaimTrial(part, plan, self.device, self.allocator, self.logger, shapes,
+                                   {n: lookup.dtype(n) for n in part.input_names}, moving,
+                                   host_crossings(graph, piece, taken, part.input_names, part.output_names)).run()
+            except (*INSPECTION_ERRORS, cl.Error) as exc:
+                # the formula's claim stands: the session computes the same either way
+                text = f"claimed untimed: its trial failed: {decline_reason(exc, self.logger, 'timing a partition')}"
+                self._trials[key] = (None, text)
+            else:
+                host_s, device_s = min(trial.host), min(trial.device)
+                self._trials[key] = (claim_trial_reason(host_s, device_s, plan.launches_per_run, len(moving)),
+                                     claim_trial_text(host_s, device_s, plan.launches_per_run, len(moving)))
+        reason, text = self._trials[key]
+        self._trial_texts[part] = text
+        return reason
 
     # -- compiling -----------------------------------------------------------------------------
     def plan(self, graph: Graph) -> PartitionPlan:
@@ -324,6 +364,8 @@ class OpenCLBackend:
                     info = OpenCLNodeComputeInfo(plan, self.device, self.allocator)
             if isinstance(info, DynamicNodeComputeInfo) and node is not None:
                 self._dynamic[node.name] = info
+            if node is not None and graph in self._trial_texts:
+                self.cost_trials[node.name] = self._trial_texts[graph]
             infos.append(info)
         return infos
 
@@ -363,10 +405,12 @@ class OpenCLBackend:
         return dict(self._dynamic)
 
     def profiling_step_args(self, node: Node | None) -> dict:
-        """For a partition specialised per shape: its shape-specialisation cache figures."""
+        """For a partition specialised per shape: its shape-specialisation cache figures; for a static
+        one rule ``claim_trial`` timed and kept: its figures (``cost_trial``)."""
         info = self._dynamic.get(node.name) if node is not None else None
         if info is None:
-            return {}
+            trial = self.cost_trials.get(node.name) if node is not None else None
+            return {} if trial is None else {"cost_trial": trial}
         return info.stats.as_args(info.cached_signatures)
 
 

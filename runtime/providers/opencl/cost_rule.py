@@ -15,7 +15,9 @@ transformer): its work grows with them and its launches and copies do not, so on
 loses on the device at every smaller size. One claimed there is weighed again at run time, per
 concrete input signature, when ``dynamic_partition`` specialises it (``host_worth_trying``,
 ``SignatureTrial``): a CNN claimed at a batch of 64 and fed 2 images runs that signature on the
-host where the host runs it faster.
+host where the host runs it faster. A static partition the formula claims by less than
+``CLAIM_UNTRIED_FACTOR`` is timed on both sides at claim instead (``worth_a_trial``, rule
+``claim_trial``, ``claim_trial.py``).
 """
 
 from __future__ import annotations
@@ -257,6 +259,40 @@ def signature_reason(host_s: float, device_s: float, launches: int) -> str | Non
             f"copies of device values included) and its device runs of {launches} launch(es) {device_s * 1e6:.3g} "
             f"us (the fastest of {TRIAL_RUNS} each, its first runs alternating); "
             f"provider option {COST_RULE_OPTION}=off runs it on the device anyway")
+
+
+#: A static partition whose work at the host's rates is at least this many times the device's price
+#: (``host_reason``'s launches and copies) is claimed untried; under it, and over the price, the
+#: claim times it on both sides (``claim_trial``): the formula misses the host plan's dispatch and
+#: PoCL's per-kernel cost by 2-20x either way near its line.
+CLAIM_UNTRIED_FACTOR = 10.0
+
+
+def worth_a_trial(work_s: float, launches: int, copies: int, launch_s: float, copy_s: float,
+                  moved_s: float = 0.0) -> bool:
+    """Whether a static partition the formula claims is near enough its line for a timed trial."""
+    return work_s < CLAIM_UNTRIED_FACTOR * (launches * launch_s + copies * copy_s + moved_s)
+
+
+def claim_trial_text(host_s: float, device_s: float, launches: int, copies: int) -> str:
+    """A claim-time trial's figures: the fastest run of each side, with the copies each side makes."""
+    return (f"timed at claim by the cost rule (rule claim_trial): {_trial_figures(host_s, device_s, launches, copies)}")
+
+
+def _trial_figures(host_s: float, device_s: float, launches: int, copies: int) -> str:
+    return (f"its host runs took {host_s * 1e6:.3g} us and its device runs of {launches} launch(es) and "
+            f"{copies} copy(ies) {device_s * 1e6:.3g} us (the fastest of {TRIAL_RUNS} each, alternating, each "
+            "with the copies it makes)")
+
+
+def claim_trial_reason(host_s: float, device_s: float, launches: int, copies: int) -> str | None:
+    """Why a static partition stays on the host after its trial, or None when the device wins; the
+    host must win by ``HOST_MARGIN``, as a signature's trial."""
+    if host_s >= HOST_MARGIN * device_s:
+        return None
+    return (f"kept on the host by the cost rule, timed at claim (rule claim_trial): "
+            f"{_trial_figures(host_s, device_s, launches, copies)}; provider option {COST_RULE_OPTION}=off claims it "
+            "anyway")
 
 
 class SignatureTrial:

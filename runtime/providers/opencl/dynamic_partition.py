@@ -354,9 +354,18 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         evicted = []
         with self._lock:
             self.stats.build_seconds += time.perf_counter() - start
-            if entry.reason:
-                self.stats.host_reasons[_describe(sig)] = entry.reason
-            self._cache[sig] = entry
+            first = self._cache.get(sig)
+            if first is not None:
+                # another thread specialised the signature meanwhile: its entry stays, so that the
+                # signature has one trial and one decision (a second entry replacing it split the
+                # trial's runs and left the first's reason on an uncached entry)
+                self._cache.move_to_end(sig)
+                evicted.append(entry)
+                entry = first
+            else:
+                if entry.reason:
+                    self.stats.host_reasons[_describe(sig)] = entry.reason
+                self._cache[sig] = entry
             while len(self._cache) > self.max_signatures:
                 evicted.append(self._cache.popitem(last=False)[1])
                 self.stats.evictions += 1

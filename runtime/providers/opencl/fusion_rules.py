@@ -69,6 +69,9 @@ FUSION_RULES: dict[str, str] = {
     "host_islands": "a partition without GEMM-family nodes whose inputs all come from nodes on another EP and whose "
                     "outputs only they read (a piece of a host chain) left to the host: no copies in and out, no "
                     "wait (the OpenCL EP only; cost_rule.host_island)",
+    "claim_trial": "a static partition the cost rule's formula claims by less than 10x timed at claim on the host "
+                   "and the device, alternating, and left to the host where the host wins by 20% (the OpenCL EP "
+                   "only; claim_trial.py)",
     "shape_only_outputs": "a partition output read outside only by Shape/Size: written by no launch, so its "
                           "producer fuses as an intermediate (a head-split Transpose into attention)",
     "shape_values": "small integer computations on tensor shapes (Shape, Size, Gather, Concat, ... of shapes and "

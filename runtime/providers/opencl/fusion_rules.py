@@ -60,6 +60,14 @@ FUSION_RULES: dict[str, str] = {
     "conv_lanes_weight_order": "a conv_lanes Conv whose weights outweigh its input planes walks the row tiles of "
                                "one channel block on consecutive work-items (its weights stay in cache) rather "
                                "than the channel blocks of one row tile (a kernel choice)",
+    "conv_flat": "a Conv with constant weights that would run as im2col + GEMM (rows that fill no 16-wide panel, "
+                 "strides above 2) and takes at most CONV_FLAT_MAX_MACS multiply-adds, as one implicit-GEMM launch "
+                 "whose 16 lanes are consecutive positions of the flattened output plane, each gathering its input "
+                 "(conv_flat; a small plane's rows of 4 fill the vector)",
+    "conv_siblings": "a later Conv of a conv_flat Conv's input (constant weights, one group, no residual) with its "
+                     "output plane and strides whose taps all read where the first's do (a 1x1 downsample beside "
+                     "a 3x3 Conv), in the same conv_flat launch: its weights placed in the first's kernel grid, "
+                     "its channel blocks storing its own output (needs conv_flat)",
     "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
                       "switchable as the rules are)",
     "pool_rows": "a MaxPool computed a row of outputs per work-item (a kernel choice, switchable as the rules "

@@ -22,6 +22,7 @@ from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.graph import Node
 from onnxhal.runtime.providers import op_geometry
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
+from onnxhal.runtime.providers.opencl.op_support import FUSED_DOMAIN, fused_activation_spec
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionPlan
 
 RM, RN = ks.GEMM_RM, ks.GEMM_RN
@@ -290,8 +291,9 @@ class GemmLowering:
                 I32(epi.code), F(epi.p0), F(epi.p1), I32(Cin), *geo, I32(Cout),
                 I32(Cg), I32(Mg), *(I32(g[k]) for k in ("KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw"))])
             return
-        if self._conv_lanes(x, w, xs, ws, g, G, out, bias, epi) or self._conv_implicit(x, w, xs, ws, g, G, out,
-                                                                                          bias, epi):
+        if (self._conv_lanes(x, w, xs, ws, g, G, out, bias, epi)
+                or self._conv_implicit(x, w, xs, ws, g, G, out, bias, epi)
+                or self._conv_flat(x, w, xs, ws, g, G, out, bias, epi, n)):
             return
         Kdim = Cg * g["KH"] * g["KW"]
         P = g["OH"] * g["OW"]
@@ -307,6 +309,97 @@ class GemmLowering:
         self._gemm(ap, bp, out, Mg, P, Kdim, batches, G, Mg * P, bias, 2, Mg, 1.0, 1.0, epi)
 
     _lower_FusedConv = _lower_Conv
+
+    def _conv_a_panels(self, w: str, G: int, Mg: int, Cg: int, KH: int, KW: int) -> str:
+        """The constant weight ``w`` as A panels in (kh, kw, ci) order, [G][Mb][K][RM], a new constant."""
+        Mb = -(-Mg // RM)
+        wt = np.asarray(self.plan.constants[w], np.float32).reshape(G, Mg, Cg, KH, KW)
+        wt = wt.transpose(0, 1, 3, 4, 2).reshape(G, Mg, KH * KW * Cg)
+        wt = np.pad(wt, ((0, 0), (0, Mb * RM - Mg), (0, 0))).reshape(G, Mb, RM, -1).transpose(0, 1, 3, 2)
+        ap = self._prepacked_name("conv_a", wt.size)
+        self.plan.constants[ap] = np.ascontiguousarray(wt)
+        return ap
+
+    def _sibling_taps(self, n: Node, g: dict, G: int) -> tuple[Node, Epilogue, np.ndarray] | None:
+        """Rule conv_siblings: a later Conv of ``n``'s input (not yet lowered, constant weights, one group,
+        no residual) with ``n``'s output plane and strides whose every tap reads where one of ``n``'s
+        taps reads (a 1x1 downsample beside a 3x3 Conv of the same stride): that Conv, its epilogue and
+        its weights placed in ``n``'s kernel grid (zeros elsewhere). None where there is none."""
+        if G != 1 or not self.rule("conv_siblings"):
+            return None
+        xs, ys = self.shape(n.inputs[0]), self.shape(n.outputs[0])
+        for s in self._consumers.get(n.inputs[0], []):
+            if (s is n or s.inputs[0] != n.inputs[0] or id(s) in self.merged_convs
+                    or self._position.get(id(s), -1) <= self._position[id(n)]
+                    or not (s.op_type == "Conv" and not s.domain or s.op_type == "FusedConv" and s.domain == FUSED_DOMAIN)
+                    or int(s.attr("group", 1)) != 1 or len(s.inputs) > 3 and s.inputs[3]):
+                continue
+            wname = self.data(s.inputs[1])
+            if wname not in self.plan.constants or self.shape(s.outputs[0])[2:] != ys[2:]:
+                continue
+            epi = self._epilogues.get(id(s)) or Epilogue(s.outputs[0], *fused_activation_spec(s))
+            if epi.residual or epi.source or len(self.shape(wname)) != 4:
+                continue
+            ws = self.shape(wname)
+            sg = self._conv_geometry(s, xs, ws, self.shape(s.outputs[0]))
+            place = []  # per axis: n's tap index of each of s's taps
+            for k, st, d, pb in (("KH", "sh", "dh", "ph"), ("KW", "sw", "dw", "pw")):
+                if sg[st] != g[st]:
+                    break
+                taps = [(t * sg[d] - sg[pb] + g[pb]) for t in range(sg[k])]
+                if any(u % g[d] or not 0 <= u // g[d] < g[k] for u in taps):
+                    break
+                place.append([u // g[d] for u in taps])
+            if len(place) != 2:
+                continue
+            w = np.asarray(self.plan.constants[wname], np.float32)
+            grid = np.zeros((ws[0], ws[1], g["KH"], g["KW"]), np.float32)
+            grid[:, :, np.ix_(place[0], place[1])[0], np.ix_(place[0], place[1])[1]] = w
+            return s, epi, grid
+        return None
+
+    def _conv_flat(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
+                   epi: Epilogue, n: Node | None = None) -> bool:
+        """Rule conv_flat: ``conv_flat`` (16 consecutive positions of the flattened output plane a
+        work-item, gathered) in place of im2col + GEMM, where the weights are constant and the Conv
+        takes at most ``ks.CONV_FLAT_MAX_MACS`` multiply-adds (small planes, launch-bound: resnet_ts's
+        4x4 stage). Rule conv_siblings: a later Conv of the same input that fits ``n``'s kernel grid
+        (``_sibling_taps``) runs in the same launch, within the same bound for both. Returns False
+        where it does not apply."""
+        Nimg, Cin, Cout = xs[0], xs[1], ws[0]
+        Cg, Mg = Cin // G, Cout // G
+        KH, KW, OH, OW = g["KH"], g["KW"], g["OH"], g["OW"]
+        per_channel = Nimg * Cg * KH * KW * OH * OW
+        if not (self.rule("conv_flat") and w in self.plan.constants and Cout * per_channel <= ks.CONV_FLAT_MAX_MACS):
+            return False
+        sibling = self._sibling_taps(n, g, G) if n is not None else None
+        if sibling is not None and (Cout + sibling[2].shape[0]) * per_channel > ks.CONV_FLAT_MAX_MACS:
+            sibling = None
+        ap = self._conv_a_panels(w, G, Mg, Cg, KH, KW)
+        args = [Buf(ap), Buf(x), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
+                I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "sw", "dh", "dw", "H", "W", "ph", "pw")),
+                I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
+        M2 = 0
+        if sibling is None:
+            args += [Buf(out), Buf(bias or ap), I32(0), I32(0), I32(0), F(0), F(0)]
+        else:
+            s, sepi, grid = sibling
+            M2 = grid.shape[0]
+            sw_name = self._fresh("conv_sibling_w")
+            self.plan.constants[sw_name] = grid
+            second = self.plan.constants.pop(self._conv_a_panels(sw_name, 1, M2, Cg, KH, KW))
+            del self.plan.constants[sw_name]
+            self.plan.constants[ap] = np.concatenate([self.plan.constants[ap].reshape(-1), second.reshape(-1)])
+            sbias = self.data(s.inputs[2]) if len(s.inputs) > 2 and s.inputs[2] else None
+            args += [Buf(self.output(sepi.out)), Buf(sbias or ap), I32(M2), I32(2 if sbias else 0), I32(sepi.code),
+                     F(sepi.p0), F(sepi.p1)]
+            self.merged_convs.add(id(s))
+        Nb = -(-OH * OW // RN)
+        jt = min(ks.GEMM_JT, Nb)
+        blocks = -(-Mg // RM) + -(-M2 // RM)
+        self.plan.steps.append(Launch(ks.GEMM_SOURCE, "conv_flat", (-(-Nb // jt) * jt * blocks, Nimg * G), (1, 1),
+                                      args))
+        return True
 
     def _live_taps(self, w: str, xs, ws, g: dict) -> tuple[str, tuple]:
         """Rule conv_dead_taps: the constant weight ``w`` cut to the taps that read the input for some
@@ -458,12 +551,7 @@ class GemmLowering:
         # padding (computed, never stored); stride 2 loads 32 floats per panel.
         Wp = max(g["W"] + g["pw"] + g["pw_end"], (npb * RN - 1) * sw + (KW - 1) * dw + 1 + (sw - 1))
         Mb = -(-Mg // RM)
-        # Weights as A panels in (kh, kw, ci) order, packed here once: [G][Mb][K][RM].
-        wt = np.asarray(self.plan.constants[w], np.float32).reshape(G, Mg, Cg, KH, KW)
-        wt = wt.transpose(0, 1, 3, 4, 2).reshape(G, Mg, KH * KW * Cg)
-        wt = np.pad(wt, ((0, 0), (0, Mb * RM - Mg), (0, 0))).reshape(G, Mb, RM, -1).transpose(0, 1, 3, 2)
-        ap = self._prepacked_name("conv_a", wt.size)
-        self.plan.constants[ap] = np.ascontiguousarray(wt)
+        ap = self._conv_a_panels(w, G, Mg, Cg, KH, KW)  # packed here once
         if self.rule("conv_pad"):
             # Rule conv_pad: the kernel reads x in place, zero padding by bounds checks (no pad_planes
             # copy). Rule conv_wide_tile: 32 positions a work-item where the rows fill 32-wide panels

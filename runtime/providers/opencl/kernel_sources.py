@@ -123,6 +123,7 @@ def _gemm_source() -> str:
     conv += _gemm_x2_source()
     conv += "\n".join(_conv_phases_source(nv) for nv in (1, 2))
     conv += "\n".join(_conv_row_pairs_source(sw) for sw in (1, 2))
+    conv += _conv_flat_source()
     conv += "\n".join(_conv_lanes_source(r, sw) for r in CONV_LANES_POSITIONS for sw in (1, 2))
     conv += "\n".join(_conv_lanes_source(CONV_LANES_PAIR_OW, sw, CONV_LANES_POSITIONS[0] // CONV_LANES_PAIR_OW)
                        for sw in (1, 2))
@@ -522,6 +523,75 @@ __kernel void conv_rows2_s{sw}(__global const float* Ap, __global const float* X
           else for (int j = 0; j < 8; ++j) if (x0 + j * {sw} >= 0 && x0 + j * {sw} < W) ((float*)&h1)[j] = X[off1 + j * {sw}];
         }}
         const float16 bv = (float16)(h0, h1);
+{body}
+        ap += RM;
+      }}
+    }}
+  }}
+{store}
+}}
+"""
+
+
+#: Rule conv_flat: the most multiply-adds a Conv may take to run as ``conv_flat`` in place of
+#: im2col + GEMM (two launches; with rule conv_siblings, both Convs' together). Its lanes gather their inputs one by one, once per 8-channel block,
+#: where im2col gathers each once and the GEMM loads whole vectors: it pays where a launch costs more
+#: than the gathers (PoCL: 10-15 us a launch on 2 cores; docs/opencl-internals.md has the figures).
+CONV_FLAT_MAX_MACS = 4_000_000
+
+
+def _conv_flat_source() -> str:
+    """``conv_flat`` (rule ``conv_flat``): an implicit-GEMM Conv whose 16 lanes are 16 consecutive
+    positions of the flattened output plane (oh * OW + ow), so rows of any width (a small plane's rows
+    of 4) fill the vector, at any stride and dilation. Each lane gathers its input per (tap, channel)
+    with its own offset, masked to zero outside the input (a masked lane's offset is 0, so no read
+    leaves the image). Rule ``conv_siblings``: the packed weights may hold a second Conv of the same
+    input after the first's ``Mb1`` channel blocks (its taps placed in the first's kernel grid); the
+    work-items of those blocks store to ``C2`` with the second's bias and activation."""
+    rm = GEMM_RM
+    decl = "\n".join(f"  float16 c{r} = (float16)(0.0f);" for r in range(rm))
+    gather = "(float16)(" + ", ".join(f"xp[off.s{i:x}]" for i in range(16)) + ")"
+    body = "\n".join(f"          c{r} += (float16)(ap[{r}]) * bv;" for r in range(rm))
+    store = "\n".join(f"  store_row(C, R, c{r}.lo, c{r}.hi, i0 + {r}, j0, M, P, P, bias, bias_mode, 1.0f, 1.0f, act, p0, "
+                      "p1);" for r in range(rm))
+    return f"""
+// A Conv with 16 consecutive flattened output positions a work-item (see _conv_flat_source). The
+// channel blocks from Mb1 on are a sibling Conv's M2 channels (C2, bias2, act2, q0, q1); M2 0: none.
+__kernel void conv_flat(__global const float* Ap, __global const float* X, __global float* C,
+                        __global const float* bias, __global const float* R, const int M1, const int OH,
+                        const int OW, const int Cg, const int KH, const int KW, const int sh, const int sw,
+                        const int dh, const int dw, const int H, const int W, const int ph, const int pw,
+                        const int a_mod, const int bias_mode1, const int act1, const float p01, const float p11,
+                        __global float* C2, __global const float* bias2, const int M2, const int bias_mode2,
+                        const int act2, const float q0, const float q1) {{
+  const int K = Cg * KH * KW, P = OH * OW, HW = H * W;
+  const int Mb1 = (M1 + RM - 1) / RM, Mb = Mb1 + (M2 + RM - 1) / RM, Nb = (P + 15) / 16;
+{_TILE_WALK}
+  const int second = ib >= Mb1;
+  const int i0 = (second ? ib - Mb1 : ib) * RM, j0 = jb * 16;
+  const int M = second ? M2 : M1, bias_mode = second ? bias_mode2 : bias_mode1, act = second ? act2 : act1;
+  const float p0 = second ? q0 : p01, p1 = second ? q1 : p11;
+  if (second) {{ C = C2; bias = bias2; }}
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  __global const float* xb = X + (size_t)b * Cg * HW;
+  C += (size_t)b * M * P;
+  R += (size_t)b * M * P;
+  bias += (b % a_mod) * M;
+  const int16 p = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) + j0;
+  const int16 oy = p / OW, ox = p - oy * OW;
+  const int16 iy = oy * sh - ph, ix = ox * sw - pw, live = p < P;
+{decl}
+  for (int kh = 0; kh < KH; ++kh) {{
+    const int16 y = iy + kh * dh;
+    const int16 my = live & (y >= 0) & (y < H);
+    if (!any(my)) {{ ap += KW * Cg * RM; continue; }}
+    for (int kw = 0; kw < KW; ++kw) {{
+      const int16 x = ix + kw * dw;
+      const int16 m = my & (x >= 0) & (x < W);
+      const int16 off = select((int16)(0), y * W + x, m);
+      __global const float* xp = xb;
+      for (int ci = 0; ci < Cg; ++ci, xp += HW) {{
+        const float16 bv = as_float16(as_int16({gather}) & m);
 {body}
         ap += RM;
       }}

@@ -123,6 +123,10 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
         self.operand_views: dict = {}
         self.output_views: dict = {}
         self.lanes_outputs: dict = {}
+        #: rule conv_siblings: Convs (ids) lowered in an earlier Conv's launch
+        self.merged_convs: set[int] = set()
+        self._epilogues: dict[int, Epilogue] = {}
+        self._position: dict[int, int] = {}
         self._consumers: dict[str, list[Node]] = {}
         self._counter = 0
         for name in inputs + outputs:
@@ -300,6 +304,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
                 epi.out = add.outputs[0]
                 skip.update(id(m) for m in (add, view) if m is not None)
             epilogues[id(n)] = epi
+        self._epilogues, self._position = epilogues, position  # for rule conv_siblings
         rms_norms: dict[int, RmsNormMatch] = {}
         if self.rule("rms_norm"):
             for n in nodes:
@@ -348,7 +353,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
             if id(n) in rms_norms:
                 self._lower_rms_norm(rms_norms[id(n)])
                 continue
-            if id(n) in skip:
+            if id(n) in skip or id(n) in self.merged_convs:
                 continue
             if id(n) in clusters:
                 members = clusters[id(n)]

@@ -160,10 +160,11 @@ PAIR_CASES = [  # output rows of 7 or 8: two rows a vector (conv_row_pairs) agai
 @pytest.mark.parametrize("x_shape,w_shape,attrs", PAIR_CASES)
 def test_conv_row_pairs_against_im2col(opencl, x_shape, w_shape, attrs):
     model, feeds = _conv_model(x_shape, w_shape, **attrs)
-    k_on, k_off = _check(model, feeds, "conv_row_pairs")
+    # off: conv_flat too, which would take these small Convs from im2col + GEMM (test_opencl_conv_flat.py)
+    k_on, k_off = _check(model, feeds, "conv_row_pairs,conv_flat")
     sw = attrs.get("strides", [1, 1])[1]
-    if sw == 2 and w_shape[2] * w_shape[3] > 1:  # stride 2 with several taps stays on im2col (slower there)
-        assert k_on == k_off, k_on
+    if sw == 2 and w_shape[2] * w_shape[3] > 1:  # stride 2 with several taps: not rows2 (slower there)
+        assert k_on in (k_off, ["conv_flat"]), k_on
     else:
         assert k_on == [f"conv_rows2_s{sw}"], k_on
     assert k_off in (["im2col_packed", "gemm_packed"], ["im2col_packed", "gemm_packed_x2"]), k_off
@@ -175,7 +176,7 @@ def test_conv_row_pairs_with_residual_relu_and_non_finite_edges(opencl):
     x[0, :, :, 0] = np.inf
     x[0, 3, 6, 6] = np.nan
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    for disabled in ("", "conv_row_pairs"):
+    for disabled in ("", "conv_row_pairs,conv_flat"):
         got, kernels = _run(model, feeds, disabled)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -448,15 +449,15 @@ def test_conv_lanes_padded_output_with_a_residual_reader(opencl):
     np.testing.assert_array_equal(_run(model, feeds, "")[0], _run(model, feeds, "conv_lanes_padded_output")[0])
 
 
-@pytest.mark.parametrize("share", ["output", "conv"])
-def test_conv_lanes_padded_output_keeps_a_shared_value_plain(opencl, share):
+@pytest.mark.parametrize("share,base", [("output", ""), ("conv", "conv_lanes_padded_input")])
+def test_conv_lanes_padded_output_keeps_a_shared_value_plain(opencl, share, base):
     # The first Conv's output has another reader that expects the plain layout (a plan output, a
-    # Conv reading it in place): the copy stays.
+    # Conv reading it in place without rule conv_lanes_padded_input): the copy stays.
     model, feeds = _two_convs((1, 8, 14, 14), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (32, 32, 3, 3),
                               dict(pads=[1, 1, 1, 1]), share=share)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     kernels = []
-    for disabled in ("", "conv_lanes_padded_output"):
+    for disabled in (base, f"{base},conv_lanes_padded_output".lstrip(",")):
         sess = onnxhal.InferenceSession(model.SerializeToString(), providers=[
             ("OpenCLExecutionProvider", {"disable_fusions": disabled}), "CPUExecutionProvider"])
         for got, ref in zip(sess.run(None, feeds), want):
@@ -464,6 +465,34 @@ def test_conv_lanes_padded_output_keeps_a_shared_value_plain(opencl, share):
         kernels.append([s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
                         if hasattr(s, "kernel_name")])
     assert kernels[0] == kernels[1] and kernels[0].count("pad_planes") == 2, kernels
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv_lanes_padded_input_reads_the_padded_planes(opencl, stride):
+    # A ResNet stage's entry: the block output feeds a padded 3x3 Conv and a 1x1 downsample; the 1x1
+    # reads the interior of the padded planes the producer writes, and the pad copy between goes.
+    model, feeds = _two_convs((1, 8, 28, 28), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (32, 32, 3, 3),
+                              dict(pads=[1, 1, 1, 1], strides=[stride, stride]), share="conv")
+    if stride == 2:  # the 1x1 of stride 2 as the 3x3
+        conv = next(n for n in model.graph.node if n.output[0] == "c2")
+        conv.attribute.append(helper.make_attribute("strides", [2, 2]))
+    feeds["x"][0, 0, 0, :] = np.inf  # non-finite values next to the padding
+    feeds["x"][0, 3, :, -1] = np.nan
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got, kernels = [], []
+    for disabled in ("", "conv_lanes_padded_input"):
+        sess = onnxhal.InferenceSession(model.SerializeToString(), providers=[
+            ("OpenCLExecutionProvider", {"disable_fusions": disabled}), "CPUExecutionProvider"])
+        got.append(sess.run(None, feeds))
+        for y, ref in zip(got[-1], want, strict=True):
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"off: {disabled!r}")
+        kernels.append([s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+                        if hasattr(s, "kernel_name")])
+    for on, off in zip(*got, strict=True):  # the same sums from the same values, bit for bit
+        np.testing.assert_array_equal(on, off)
+    k_on, k_off = kernels
+    # one pad copy left: the first Conv's, of the partition's input
+    assert k_off == k_on[:2] + ["pad_planes"] + k_on[2:] and k_on.count("pad_planes") == 1, (k_on, k_off)
 
 
 def test_conv_lanes_padded_output_zeroes_the_border_once(opencl, monkeypatch):

@@ -55,6 +55,9 @@ FUSION_RULES: dict[str, str] = {
     "conv_lanes_padded_output": "a conv_lanes Conv (one row tile a work-item) whose output only a padded "
                                 "conv_lanes Conv reads writes the interior of that Conv's zero-padded planes "
                                 "(zeroed once), which it reads without the pad_planes copy",
+    "conv_lanes_padded_input": "conv_lanes_padded_output where the value is also read as the input of an "
+                               "unpadded 1x1 conv_lanes Conv (a ResNet stage's downsample), which reads the "
+                               "interior of the padded planes from an offset (needs conv_lanes_padded_output)",
     "conv_lanes_k3": "a conv_lanes Conv with kernel rows of 3 taps and output rows of 14 or more runs the kernel "
                      "with its tap loop unrolled at compile time (a kernel choice, needs conv_lanes)",
     "conv_lanes_weight_order": "a conv_lanes Conv whose weights outweigh its input planes walks the row tiles of "

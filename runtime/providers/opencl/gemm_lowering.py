@@ -98,6 +98,23 @@ def _reads(step, name: str) -> bool:
     return name in (getattr(step, "src", None), getattr(step, "dst", None))
 
 
+def _padded_reader(step, x: str, H: int, W: int, inputs: bool) -> str | None:
+    """How a reader of ``x`` (H x W planes) can read it from a Conv's zero-padded planes instead
+    (``pads_into_producers``): "residual" (a one-tile conv_lanes launch reading it as arg 4 only),
+    "input" (``inputs``: a conv_lanes launch reading it as its input, arg 1 only, as a 1x1 Conv over
+    the unpadded planes), else None."""
+    if not (isinstance(step, Launch) and step.kernel_name.startswith("conv_lanes_r")):
+        return None
+    at = [k for k, a in enumerate(step.args) if isinstance(a, Buf) and a.name == x]
+    if at == [4] and _one_tile(step):
+        return "residual"
+    # Args 9, 10 are KH, KW; 14, 15 the planes' height and row length (those of x: read in place).
+    if inputs and at == [1] and [int(a) for a in step.args[9:11]] == [1, 1] and [
+            int(a) for a in step.args[14:16]] == [H, W]:
+        return "input"
+    return None
+
+
 def _one_tile(launch: Launch) -> bool:
     """A conv_lanes launch of the one-tile kernels (``conv_lanes_r{14,28,...}_s*``): not row pairs
     (``..x2..``), whose tile is two rows consecutive in the plain layout, nor their chunked form."""
@@ -461,7 +478,7 @@ class GemmLowering:
             self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [
                 Buf(xp), Buf(x), I32(g["H"]), I32(g["W"]), I32(Hp), I32(Wp), I32(g["ph"]), I32(g["pw"])])
         args = [Buf(ap), Buf(xp), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
-                I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "dh", "dw")), I32(Hp), I32(Wp),
+                I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "dh", "dw")), I32(Hp), I32(Wp), I32(0),
                 I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
         # Rule conv_lanes_weight_order: where a group's weights outweigh its input planes (the
         # deeper stages), consecutive work-items take one channel block's row tiles, so its weights
@@ -500,10 +517,12 @@ class GemmLowering:
     def pads_into_producers(self) -> None:
         """Rule conv_lanes_padded_output, once every node is lowered: a ``pad_planes`` copy of a value
         written by a one-tile conv_lanes launch of this plan goes, where every other reader of the
-        value is a one-tile conv_lanes launch reading it as its residual (no plan output, no view, no
-        copy): the producer writes the interior of the padded planes (zeroed once when the workspace
-        is allocated; no launch writes their border), the residual readers read it there, and the
-        value's own buffer is dropped."""
+        value is a one-tile conv_lanes launch reading it as its residual or (rule
+        ``conv_lanes_padded_input``) an unpadded 1x1 conv_lanes launch reading it as its input (a
+        ResNet stage's downsample; no plan output, no view, no copy): the producer writes the
+        interior of the padded planes (zeroed once when the workspace is allocated; no launch writes
+        their border), the readers read it there (the 1x1 from an offset, with the padded row
+        length), and the value's own buffer is dropped."""
         plan = self.plan
         for pad in [s for s in plan.steps if isinstance(s, Launch) and s.kernel_name == "pad_planes"]:
             xp, x = pad.args[0].name, pad.args[1].name
@@ -512,18 +531,22 @@ class GemmLowering:
                     or x in plan.aliases.values()):
                 continue
             readers = [s for s in plan.steps if s is not pad and s is not producer and _reads(s, x)]
-            if not all(isinstance(s, Launch) and s.kernel_name.startswith("conv_lanes_r") and _one_tile(s)
-                       and [k for k, a in enumerate(s.args) if isinstance(a, Buf) and a.name == x] == [4]
-                       for s in readers):
+            H, W = (int(a) for a in pad.args[2:4])
+            kinds = [_padded_reader(s, x, H, W, self.rule("conv_lanes_padded_input")) for s in readers]
+            if None in kinds:
                 continue
             Hp, Wp, ph, pw = (int(a) for a in pad.args[4:8])
             layout = [I32(Hp * Wp), I32(Wp), I32(ph * Wp + pw)]
             # Arg 2 is C, 4 is R; the last six are C's and R's layouts (plane stride, row stride, offset).
             producer.args[2] = Buf(xp)
             producer.args[-6:-3] = layout
-            for s in readers:
-                s.args[4] = Buf(xp)
-                s.args[-3:] = layout
+            for s, kind in zip(readers, kinds):
+                if kind == "residual":
+                    s.args[4] = Buf(xp)
+                    s.args[-3:] = layout
+                else:  # arg 1 is X, 14-16 its plane height, row length and offset
+                    s.args[1] = Buf(xp)
+                    s.args[14:17] = [I32(Hp), I32(Wp), I32(ph * Wp + pw)]
             plan.steps.remove(pad)
             plan.zeroed_temps.add(xp)
             del plan.temps[x]

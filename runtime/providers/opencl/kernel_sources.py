@@ -838,7 +838,8 @@ inline void conv_lanes_store(float16 v, const float16 r, __global float* Crow,
         return helper + _conv_lanes_chunked_kernel(name, rp, sw, nr, nv, decl, loops, store)
     return helper + f"""
 // Y[b] (b = image * G + group; M output channels per group, P = OH * OW) = A[b % a_mod] (*) Xp[b], the
-// output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b;
+// output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b,
+// from offset xoff (a 1x1 Conv reading the interior of another Conv's padded planes);
 // OW a multiple of {rp}, M of {16 * nv}. bias: per output channel (bias_mode 2 or 0); act as gemm_packed.
 // C's planes are PC floats apart, its rows OWC, from offset coff, R's RP, ROW, roff (P, OW, 0 for the
 // plain layout; rule conv_lanes_padded_output: the interior of a later Conv's zero-padded planes).
@@ -846,7 +847,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                                 __global const float* bias, __global const float* R, const int M,
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
-                             const int Wp, const int a_mod, const int bias_mode, const int act,
+                             const int Wp, const int xoff, const int a_mod, const int bias_mode, const int act,
                              const float p0, const float p1, const int rows, const int wmajor,
                              const int PC, const int OWC, const int coff, const int RP, const int ROW,
                              const int roff) {{
@@ -858,7 +859,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
   const int co0 = ib * {16 * nv};
   __global const float16* wp = (__global const float16*)(Wt + ((size_t)(b % a_mod) * Mb + ib) * Cg * KH * KW
                                                          * {16 * nv});
-  __global const float* xb = Xp + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
+  __global const float* xb = Xp + xoff + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
   __global float* Crow = C + coff + ((size_t)b * M + co0) * PC + oh * OWC + ow0;
   __global const float* Rrow = R + roff + ((size_t)b * M + co0) * RP + oh * ROW + ow0;
   bias += (b % a_mod) * M;
@@ -911,7 +912,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                                 __global const float* bias, __global const float* R, const int M,
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
-                             const int Wp, const int a_mod, const int bias_mode, const int act,
+                             const int Wp, const int xoff, const int a_mod, const int bias_mode, const int act,
                              const float p0, const float p1, const int rows, const int chunk,
                              __global float* S) {{
   const int P = OH * OW, PC = P, RP = P, Mb = M / {16 * nv};
@@ -928,7 +929,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
       const int oh = t * {nr};
       __global float16* st = S0 + t * {len(acc)};
       __global const float16* wp = w0 + (size_t)c0 * KH * KW * {nv};
-      __global const float* xb = Xp + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
+      __global const float* xb = Xp + xoff + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
 {decl}
       if (c0 > 0) {{
 {load}

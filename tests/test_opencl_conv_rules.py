@@ -495,6 +495,40 @@ def test_conv_lanes_padded_input_reads_the_padded_planes(opencl, stride):
     assert k_off == k_on[:2] + ["pad_planes"] + k_on[2:] and k_on.count("pad_planes") == 1, (k_on, k_off)
 
 
+@pytest.mark.parametrize("pool_out_is_output", [False, True])
+def test_pool_padded_output_writes_the_padded_planes(opencl, pool_out_is_output):
+    # A ResNet stem's pool: its output feeds a padded 3x3 conv_lanes Conv and that Conv's residual.
+    w = (RNG.standard_normal((32, 32, 3, 3)) / 17).astype(np.float32)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "p"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    outputs = ["y", "p"] if pool_out_is_output else ["y"]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    x = RNG.standard_normal((1, 32, 28, 28)).astype(np.float32)
+    x[0, 0, :, 0], x[0, 5, -1, :] = np.inf, np.nan  # non-finite values next to the padding
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got, kernels = [], []
+    for disabled in ("", "pool_padded_output"):
+        sess = onnxhal.InferenceSession(model.SerializeToString(), providers=[
+            ("OpenCLExecutionProvider", {"disable_fusions": disabled}), "CPUExecutionProvider"])
+        got.append(sess.run(None, {"x": x}))
+        for y, ref in zip(got[-1], want, strict=True):
+            np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"off: {disabled!r}")
+        kernels.append([s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+                        if hasattr(s, "kernel_name")])
+    for on, off in zip(*got, strict=True):  # the same sums from the same values, bit for bit
+        np.testing.assert_array_equal(on, off)
+    k_on, k_off = kernels
+    assert k_off == ["maxpool2d_rows_v2", "pad_planes", "conv_lanes_r14_s1_k3"], k_off
+    # a pool output that is also the partition's output keeps its plain layout and the copy
+    assert k_on == (k_off if pool_out_is_output else ["maxpool2d_rows_v2", "conv_lanes_r14_s1_k3"]), k_on
+
+
 def test_conv_lanes_padded_output_zeroes_the_border_once(opencl, monkeypatch):
     # Buffers that come with NaN in them (OpenCL leaves a new buffer's contents undefined): the padded
     # planes' border must be zeroed by the plan, as no launch writes it.
@@ -530,8 +564,8 @@ def test_conv_lanes_row_stores_against_a_store_a_lane(opencl, x_shape, w_shape, 
     feeds["x"][0, 1, -1, 0] = np.nan
     k_on, k_off = _check(model, feeds, "conv_lanes_row_stores")
     assert k_on == k_off and k_on[-1] == kernel, (k_on, k_off)
-    # The argument after p1 (the 22nd) selects the stores; the sums are the same, so are the outputs.
-    rows = [int(s.args[21]) for d in ("", "conv_lanes_row_stores") for p in onnxhal.InferenceSession(
+    # The argument after p1 (the 23rd) selects the stores; the sums are the same, so are the outputs.
+    rows = [int(s.args[22]) for d in ("", "conv_lanes_row_stores") for p in onnxhal.InferenceSession(
         model.SerializeToString(), providers=[("OpenCLExecutionProvider", {"disable_fusions": d}),
                                               "CPUExecutionProvider"]).eps["OpenCLExecutionProvider"].compiled_plans
             for s in p.steps if getattr(s, "kernel_name", "") == kernel]

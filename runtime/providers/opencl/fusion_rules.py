@@ -75,6 +75,9 @@ FUSION_RULES: dict[str, str] = {
                       "switchable as the rules are)",
     "pool_rows": "a MaxPool computed a row of outputs per work-item (a kernel choice, switchable as the rules "
                  "are)",
+    "pool_padded_output": "conv_lanes_padded_output for a value a pool_rows MaxPool writes (a ResNet's stem pool): "
+                          "the pool writes the interior of the padded planes its conv_lanes readers read (needs "
+                          "conv_lanes_padded_output)",
     "pool_row_vectors": "a pool_rows MaxPool of horizontal stride 1 or 2 computed 8 outputs a vector where the "
                         "windows lie inside the row (a kernel choice, switchable as the rules are)",
     "host_islands": "a partition without GEMM-family nodes whose inputs all come from nodes on another EP and whose "

@@ -135,6 +135,8 @@ class GemmLowering:
     #: Rule conv_lanes_padded_output: a value written by a one-tile conv_lanes launch -> that launch,
     #: whose output layout a padded conv_lanes Conv reading the value may still redirect.
     lanes_outputs: dict[str, Launch]
+    #: Rule pool_padded_output: the same for a value written by a pool_rows MaxPool launch.
+    pool_outputs: dict[str, Launch]
     _consumers: dict[str, list[Node]]
 
     def _operand(self, name: str) -> tuple[str, tuple[int, ...], list[int]]:
@@ -516,7 +518,8 @@ class GemmLowering:
 
     def pads_into_producers(self) -> None:
         """Rule conv_lanes_padded_output, once every node is lowered: a ``pad_planes`` copy of a value
-        written by a one-tile conv_lanes launch of this plan goes, where every other reader of the
+        written by a one-tile conv_lanes launch (or, rule ``pool_padded_output``, a pool_rows MaxPool
+        launch) of this plan goes, where every other reader of the
         value is a one-tile conv_lanes launch reading it as its residual or (rule
         ``conv_lanes_padded_input``) an unpadded 1x1 conv_lanes launch reading it as its input (a
         ResNet stage's downsample; no plan output, no view, no copy): the producer writes the
@@ -527,6 +530,9 @@ class GemmLowering:
         for pad in [s for s in plan.steps if isinstance(s, Launch) and s.kernel_name == "pad_planes"]:
             xp, x = pad.args[0].name, pad.args[1].name
             producer = self.lanes_outputs.get(x)
+            pool = producer is None and self.rule("pool_padded_output")
+            if pool:  # rule pool_padded_output: a pool_rows MaxPool's output, as a conv_lanes one
+                producer = self.pool_outputs.get(x)
             if (producer is None or x not in plan.temps or x in plan.output_names or x in plan.aliases
                     or x in plan.aliases.values()):
                 continue
@@ -537,9 +543,12 @@ class GemmLowering:
                 continue
             Hp, Wp, ph, pw = (int(a) for a in pad.args[4:8])
             layout = [I32(Hp * Wp), I32(Wp), I32(ph * Wp + pw)]
-            # Arg 2 is C, 4 is R; the last six are C's and R's layouts (plane stride, row stride, offset).
-            producer.args[2] = Buf(xp)
-            producer.args[-6:-3] = layout
+            if pool:  # arg 0 is Y; its layout the three before the work-item count
+                producer.args[0] = Buf(xp)
+                producer.args[-4:-1] = layout
+            else:  # arg 2 is C, 4 is R; the last six are C's and R's layouts (plane stride, row stride, offset)
+                producer.args[2] = Buf(xp)
+                producer.args[-6:-3] = layout
             for s, kind in zip(readers, kinds):
                 if kind == "residual":
                     s.args[4] = Buf(xp)

@@ -1287,14 +1287,17 @@ __kernel void maxpool2d(__global float* Y, __global const float* X, const int H,
 
 // MaxPool, rule pool_rows: a work-item per output row, so the (n, c, oh) of a work-item is
 // divided out once per row, not per output, and a window inside the row needs no per-tap checks.
+// Y's planes are YP floats apart, its rows YW, from offset yoff (OH * OW, OW, 0 for the plain layout;
+// rule pool_padded_output: the interior of a Conv's zero-padded planes).
 __kernel void maxpool2d_rows(__global float* Y, __global const float* X, const int H, const int W, const int OH,
                              const int OW, const int KH, const int KW, const int sh, const int sw, const int ph,
-                             const int pw, const int dh, const int dw, const int total) {
+                             const int pw, const int dh, const int dw, const int YP, const int YW, const int yoff,
+                             const int total) {
   const int gid = get_global_id(0);
   if (gid >= total) return;
   const int oh = gid % OH; const int nc = gid / OH;
   __global const float* xp = X + (size_t)nc * H * W;
-  __global float* yp = Y + (size_t)gid * OW;
+  __global float* yp = Y + yoff + (size_t)nc * YP + (size_t)oh * YW;
   const int y0 = oh * sh - ph;
   int kh0 = 0, kh1 = KH;  // the taps whose input row lies inside
   while (kh0 < KH && y0 + kh0 * dh < 0) ++kh0;
@@ -1360,12 +1363,12 @@ typedef float16 __attribute__((aligned(4))) float16u;
 __kernel void maxpool2d_rows_v{sw}(__global float* Y, __global const float* X, const int H, const int W,
                                 const int OH, const int OW, const int KH, const int KW, const int sh,
                                 const int sw, const int ph, const int pw, const int dh, const int dw,
-                                const int total) {{
+                                const int YP, const int YW, const int yoff, const int total) {{
   const int gid = get_global_id(0);
   if (gid >= total) return;
   const int oh = gid % OH; const int nc = gid / OH;
   __global const float* xp = X + (size_t)nc * H * W;
-  __global float* yp = Y + (size_t)gid * OW;
+  __global float* yp = Y + yoff + (size_t)nc * YP + (size_t)oh * YW;  // layout as maxpool2d_rows
   const int y0 = oh * sh - ph;
   int kh0 = 0, kh1 = KH;  // the taps whose input row lies inside
   while (kh0 < KH && y0 + kh0 * dh < 0) ++kh0;

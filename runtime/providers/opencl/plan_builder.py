@@ -56,7 +56,7 @@ from onnxhal.runtime.providers.opencl.op_support import (
     reduce_layout,
 )
 from onnxhal.runtime.providers.opencl.pad_resize_lowering import PadResizeLowering
-from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, PartitionPlan
+from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, Launch, PartitionPlan
 from onnxhal.runtime.providers.opencl.quant_codegen import CODE_C_TYPES, QUANT_ELEMENTWISE_OPS
 from onnxhal.runtime.providers.opencl.quant_decompose import decompose_quantized
 from onnxhal.runtime.providers.opencl.quant_lowering import fold_constant_dequantize, lower_dynamic_quantize, quant_args
@@ -123,6 +123,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
         self.operand_views: dict = {}
         self.output_views: dict = {}
         self.lanes_outputs: dict = {}
+        #: rule pool_padded_output: a value written by a pool_rows MaxPool launch -> that launch
+        self.pool_outputs: dict = {}
         #: rule conv_siblings: Convs (ids) lowered in an earlier Conv's launch
         self.merged_convs: set[int] = set()
         self._epilogues: dict[int, Epilogue] = {}
@@ -1018,7 +1020,13 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
             sw = list(n.attr("strides", [1, 1]))[-1]
             ow = self.shape(n.outputs[0])[-1]
             vector = sw in (1, 2) and ow >= ks.POOL_VECTOR and self.rule("pool_row_vectors")
-            self._pool(n, f"maxpool2d_rows_v{sw}" if vector else "maxpool2d_rows", rows=True)
+            # The output's layout (plane stride, row stride, offset): plain unless rule
+            # pool_padded_output redirects it (pads_into_producers).
+            self._pool(n, f"maxpool2d_rows_v{sw}" if vector else "maxpool2d_rows",
+                       lambda g: (I32(g["OH"] * g["OW"]), I32(g["OW"]), I32(0)), rows=True)
+            last = self.plan.steps[-1] if self.plan.steps else None
+            if isinstance(last, Launch) and last.args[0] == Buf(n.outputs[0]):  # an empty output runs none
+                self.pool_outputs[n.outputs[0]] = last
         else:
             self._pool(n, "maxpool2d")
 

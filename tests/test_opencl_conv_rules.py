@@ -467,6 +467,35 @@ def test_conv_lanes_padded_output_keeps_a_shared_value_plain(opencl, share, base
     assert kernels[0] == kernels[1] and kernels[0].count("pad_planes") == 2, kernels
 
 
+PAIR_PADDED_CASES = [  # conv_lanes_padded_pairs: rows of 7, a row-pair producer and residual reader
+    ((1, 16, 7, 7), (256, 16, 3, 3), "conv_lanes_r7x2_s1_wc"),   # a ResNet's 7x7 stage: chunked
+    ((1, 8, 9, 7), (32, 8, 3, 3), "conv_lanes_r7x2_s1"),         # one channel block; 9 rows: a last tile of one
+    ((2, 8, 7, 7), (64, 8, 3, 3), "conv_lanes_r7x2_s1"),         # batch 2
+]
+
+
+@pytest.mark.parametrize("x_shape,w1,kernel", PAIR_PADDED_CASES)
+def test_conv_lanes_padded_pairs_against_the_pad_copy(opencl, x_shape, w1, kernel):
+    # Block output -> padded 3x3 Conv, also its residual: both in row-pair tiles.
+    model, feeds = _two_convs(x_shape, w1, dict(pads=[1, 1, 1, 1]), (w1[0], w1[0], 3, 3), dict(pads=[1, 1, 1, 1]),
+                              share="residual")
+    feeds["x"][0, 0, 0, :] = np.inf  # non-finite values next to the padding
+    feeds["x"][-1, 1, :, -1] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_padded_pairs")
+    assert k_off == ["pad_planes", kernel, "pad_planes", kernel] and k_on == ["pad_planes", kernel, kernel], (k_on,
+                                                                                                              k_off)
+    # The same sums from the same values either way, bit for bit, every run.
+    sess = onnxhal.InferenceSession(model.SerializeToString(), providers=["OpenCLExecutionProvider",
+                                                                          "CPUExecutionProvider"])
+    off = _run(model, feeds, "conv_lanes_padded_pairs")[0]
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], off)
+    # and with a store a lane (rule conv_lanes_row_stores off): each position at its row's place
+    lanes, k_lanes = _run(model, feeds, "conv_lanes_row_stores")
+    assert k_lanes == k_on, k_lanes
+    np.testing.assert_array_equal(lanes, off)
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_conv_lanes_padded_input_reads_the_padded_planes(opencl, stride):
     # A ResNet stage's entry: the block output feeds a padded 3x3 Conv and a 1x1 downsample; the 1x1

@@ -55,6 +55,9 @@ FUSION_RULES: dict[str, str] = {
     "conv_lanes_padded_output": "a conv_lanes Conv (one row tile a work-item) whose output only a padded "
                                 "conv_lanes Conv reads writes the interior of that Conv's zero-padded planes "
                                 "(zeroed once), which it reads without the pad_planes copy",
+    "conv_lanes_padded_pairs": "conv_lanes_padded_output for row-pair conv_lanes Convs (conv_lanes_r7x2_*, chunked "
+                               "or not: a ResNet's 7x7 stage) as producers and residual readers: a tile's two rows "
+                               "stored as a run of 7 each (needs conv_lanes_padded_output)",
     "conv_lanes_padded_input": "conv_lanes_padded_output where the value is also read as the input of an "
                                "unpadded 1x1 conv_lanes Conv (a ResNet stage's downsample), which reads the "
                                "interior of the padded planes from an offset (needs conv_lanes_padded_output)",

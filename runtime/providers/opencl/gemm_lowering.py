@@ -100,25 +100,19 @@ def _reads(step, name: str) -> bool:
 
 def _padded_reader(step, x: str, H: int, W: int, inputs: bool) -> str | None:
     """How a reader of ``x`` (H x W planes) can read it from a Conv's zero-padded planes instead
-    (``pads_into_producers``): "residual" (a one-tile conv_lanes launch reading it as arg 4 only),
+    (``pads_into_producers``): "residual" (a conv_lanes launch reading it as arg 4 only),
     "input" (``inputs``: a conv_lanes launch reading it as its input, arg 1 only, as a 1x1 Conv over
     the unpadded planes), else None."""
     if not (isinstance(step, Launch) and step.kernel_name.startswith("conv_lanes_r")):
         return None
     at = [k for k, a in enumerate(step.args) if isinstance(a, Buf) and a.name == x]
-    if at == [4] and _one_tile(step):
+    if at == [4]:
         return "residual"
     # Args 9, 10 are KH, KW; 14, 15 the planes' height and row length (those of x: read in place).
     if inputs and at == [1] and [int(a) for a in step.args[9:11]] == [1, 1] and [
             int(a) for a in step.args[14:16]] == [H, W]:
         return "input"
     return None
-
-
-def _one_tile(launch: Launch) -> bool:
-    """A conv_lanes launch of the one-tile kernels (``conv_lanes_r{14,28,...}_s*``): not row pairs
-    (``..x2..``), whose tile is two rows consecutive in the plain layout, nor their chunked form."""
-    return "x" not in launch.kernel_name.split("_")[2] and not launch.kernel_name.endswith("_wc")
 
 
 class GemmLowering:
@@ -132,7 +126,7 @@ class GemmLowering:
     plan: PartitionPlan
     operand_views: dict[str, tuple[str, tuple[int, ...], list[int]]]
     output_views: dict[int, tuple[str, int, int]]
-    #: Rule conv_lanes_padded_output: a value written by a one-tile conv_lanes launch -> that launch,
+    #: Rule conv_lanes_padded_output: a value written by a conv_lanes launch -> that launch,
     #: whose output layout a padded conv_lanes Conv reading the value may still redirect.
     lanes_outputs: dict[str, Launch]
     #: Rule pool_padded_output: the same for a value written by a pool_rows MaxPool launch.
@@ -505,22 +499,23 @@ class GemmLowering:
             scratch = self.temp("conv_lanes_acc", Nimg * G * Mb * nt * rp * nr * ks.CONV_LANES_CHANNELS * 4)
             args[-1] = I32(chunk)
             args.append(Buf(scratch))
-            self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel + "_wc", (Mb, Nimg * G), (1, 1), args))
-            return True
+            kernel, grid = kernel + "_wc", (Mb, Nimg * G)
+        else:
+            grid = (Mb * nt, Nimg * G)
         # The output's and the residual's layouts (plane stride, row stride, offset): plain unless
         # rule conv_lanes_padded_output redirects them.
         args += [I32(OH * OW), I32(OW), I32(0)] * 2
-        launch = Launch(ks.GEMM_SOURCE, kernel, (Mb * nt, Nimg * G), (1, 1), args)
+        launch = Launch(ks.GEMM_SOURCE, kernel, grid, (1, 1), args)
         self.plan.steps.append(launch)
-        if nr == 1:
-            self.lanes_outputs[out] = launch
+        self.lanes_outputs[out] = launch
         return True
 
     def pads_into_producers(self) -> None:
         """Rule conv_lanes_padded_output, once every node is lowered: a ``pad_planes`` copy of a value
-        written by a one-tile conv_lanes launch (or, rule ``pool_padded_output``, a pool_rows MaxPool
-        launch) of this plan goes, where every other reader of the
-        value is a one-tile conv_lanes launch reading it as its residual or (rule
+        written by a one-tile conv_lanes launch (rule ``conv_lanes_padded_pairs``: or a row-pair one,
+        chunked or not; rule ``pool_padded_output``: or a pool_rows MaxPool launch) of this plan goes,
+        where every other reader of the value is a conv_lanes launch (row pairs as for the producer)
+        reading it as its residual or (rule
         ``conv_lanes_padded_input``) an unpadded 1x1 conv_lanes launch reading it as its input (a
         ResNet stage's downsample; no plan output, no view, no copy): the producer writes the
         interior of the padded planes (zeroed once when the workspace is allocated; no launch writes
@@ -541,6 +536,10 @@ class GemmLowering:
             kinds = [_padded_reader(s, x, H, W, self.rule("conv_lanes_padded_input")) for s in readers]
             if None in kinds:
                 continue
+            stores = [producer] + [s for s, kind in zip(readers, kinds) if kind == "residual"]
+            if not self.rule("conv_lanes_padded_pairs") and any(
+                    s.kernel_name.startswith("conv_lanes_r") and "x" in s.kernel_name.split("_")[2] for s in stores):
+                continue  # a row-pair tile (conv_lanes_r7x2_*) writing or reading a tile of the padded planes
             Hp, Wp, ph, pw = (int(a) for a in pad.args[4:8])
             layout = [I32(Hp * Wp), I32(Wp), I32(ph * Wp + pw)]
             if pool:  # arg 0 is Y; its layout the three before the work-item count

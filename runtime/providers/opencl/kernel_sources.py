@@ -674,11 +674,11 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0, chunked: bool
     where the one-tile kernel streams a block's weights (590 KB at 512 channels) once per tile. Each
     accumulator sums the same products in the same order as the one-tile kernel.
 
-    The output's and the residual's layouts are arguments of the one-tile kernels (``PC``, ``OWC``,
-    ``coff`` and ``RP``, ``ROW``, ``roff``: plane stride, row stride, offset): rule
-    ``conv_lanes_padded_output`` has a Conv write the interior of a later Conv's zero-padded planes in
-    place of that Conv's ``pad_planes`` copy, and the value's residual readers read it there. Only
-    ``nr`` 1 takes it (a row-pair tile's positions are consecutive in the plain layout alone)."""
+    The output's and the residual's layouts are arguments of every form (``PC``, ``OWC``, ``coff`` and
+    ``RP``, ``ROW``, ``roff``: plane stride, row stride, offset): rule ``conv_lanes_padded_output`` has
+    a Conv write the interior of a later Conv's zero-padded planes in place of that Conv's
+    ``pad_planes`` copy, and the value's residual readers read it there. A row-pair tile stores its
+    two rows as one run of 14 where they are consecutive (the plain layout), else as a run of 7 each."""
     nv = CONV_LANES_NV
     decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
     loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
@@ -721,10 +721,12 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0, chunked: bool
     # planes 16 channels apart lie a multiple of 4 KiB apart, and a load issued after a store to an
     # address with the same low 12 bits waits on it (4K aliasing).
     def store_position(p: int) -> str:
-        res = " ".join(f"const float16 r{v} = conv_lanes_residual(Rrow + {p} + {16 * v} * RP, RP, act);"
+        r, q = divmod(p, rp)  # row r of the tile (rows OWC apart in C, ROW in R), position q
+        at_c, at_r = (f"{r} * OWC + {q}", f"{r} * ROW + {q}") if r else (str(q), str(q))
+        res = " ".join(f"const float16 r{v} = conv_lanes_residual(Rrow + {at_r} + {16 * v} * RP, RP, act);"
                        for v in range(nv))
-        stores = " ".join(f"conv_lanes_store(c{p}_{v}, r{v}, Crow + {p} + {16 * v} * PC, bias, co0 + {16 * v}, PC, "
-                          f"bias_mode, act, p0, p1);" for v in range(nv))
+        stores = " ".join(f"conv_lanes_store(c{p}_{v}, r{v}, Crow + {at_c} + {16 * v} * PC, bias, co0 + {16 * v}, "
+                          f"PC, bias_mode, act, p0, p1);" for v in range(nv))
         return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
 
     store = ("  if (rows) {\n" + _lanes_row_stores(rp, nr, nv) + "\n  } else {\n"
@@ -880,6 +882,8 @@ def _lanes_row_stores(rp: int, nr: int, nv: int) -> str:
     assert n <= 16, n
     count = "14" if nr == 1 else "(oh + 1 < OH ? 14 : 7)"
     out = [f"    const int run = {count};"]
+    if nr > 1:  # the two rows one run where they are consecutive (the plain layout), else a run each
+        out.append(f"    const int whole = OWC == {rp} && ROW == {rp};")
     for v in range(nv):
         t = [f"c{p}_{v}" if p < n else "(float16)(0.0f)" for p in range(16)]
         lines = ["    { float16 " + ", ".join(f"t{i} = {t[i]}" for i in range(16)) + ";"]
@@ -891,8 +895,20 @@ def _lanes_row_stores(rp: int, nr: int, nv: int) -> str:
                 hi = ", ".join(str(k + h if not k & h else 16 + k) for k in range(16))
                 lines.append(f"      {{ const float16 a = LANES_SHUFFLE2(t{i}, t{i + h}, {lo}), "
                              f"b = LANES_SHUFFLE2(t{i}, t{i + h}, {hi}); t{i} = a; t{i + h} = b; }}")
-        lines += [f"      conv_lanes_store_run(t{c}, Crow + {16 * v + c} * PC, Rrow + {16 * v + c} * RP, bias, "
-                  f"co0 + {16 * v + c}, bias_mode, act, p0, p1, run);" for c in range(16)]
+        if nr == 1:
+            lines += [f"      conv_lanes_store_run(t{c}, Crow + {16 * v + c} * PC, Rrow + {16 * v + c} * RP, bias, "
+                      f"co0 + {16 * v + c}, bias_mode, act, p0, p1, run);" for c in range(16)]
+        else:
+            second = ", ".join(str(min(rp + k, 15)) for k in range(16))  # lanes rp.. down to 0..
+            for c in range(16):
+                ch = 16 * v + c
+                lines.append(
+                    f"      if (whole) conv_lanes_store_run(t{c}, Crow + {ch} * PC, Rrow + {ch} * RP, bias, co0 + {ch}, "
+                    f"bias_mode, act, p0, p1, run);\n"
+                    f"      else {{ conv_lanes_store_run(t{c}, Crow + {ch} * PC, Rrow + {ch} * RP, bias, co0 + {ch}, "
+                    f"bias_mode, act, p0, p1, {rp}); if (run > {rp}) conv_lanes_store_run(LANES_SHUFFLE2(t{c}, t{c}, "
+                    f"{second}), Crow + {ch} * PC + OWC, Rrow + {ch} * RP + ROW, bias, co0 + {ch}, bias_mode, act, p0, "
+                    f"p1, {rp}); }}")
         out.append("\n".join(lines) + " }")
     return "\n".join(out)
 
@@ -914,8 +930,9 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                                 const int sh, const int dh, const int dw, const int Hp,
                              const int Wp, const int xoff, const int a_mod, const int bias_mode, const int act,
                              const float p0, const float p1, const int rows, const int chunk,
-                             __global float* S) {{
-  const int P = OH * OW, PC = P, RP = P, Mb = M / {16 * nv};
+                             __global float* S, const int PC, const int OWC, const int coff, const int RP,
+                             const int ROW, const int roff) {{
+  const int P = OH * OW, Mb = M / {16 * nv};
   const int ib = get_global_id(0), b = get_global_id(1);
   const int nt = (OH + {nr - 1}) / {nr}, ow0 = 0;
   const int co0 = ib * {16 * nv};
@@ -938,8 +955,8 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
       if (c1 < Cg) {{
 {keep}
       }} else {{
-      __global float* Crow = C + ((size_t)b * M + co0) * P + oh * OW + ow0;
-      __global const float* Rrow = R + ((size_t)b * M + co0) * P + oh * OW + ow0;
+      __global float* Crow = C + coff + ((size_t)b * M + co0) * PC + oh * OWC + ow0;
+      __global const float* Rrow = R + roff + ((size_t)b * M + co0) * RP + oh * ROW + ow0;
 {store}
       }}
     }}

@@ -321,8 +321,11 @@ def test_conv_lanes_with_residual_activation_and_non_finite_edges(opencl, act, a
     assert not any(k.startswith("conv_lanes") for k in kernels), kernels
     tile = "r14" if hw == 14 else "r7x2"
     kernel = _lanes_kernel(tile, 1, 3)
-    # Rows of 14: the first Conv writes the second's padded planes (conv_lanes_padded_output).
-    assert _run(model, feeds, "")[1] == (["pad_planes", kernel, kernel] if hw == 14 else ["pad_planes", kernel] * 2)
+    # The first Conv writes the second's padded planes (conv_lanes_padded_output; rows of 7:
+    # conv_lanes_padded_pairs), which also reads them as its residual.
+    assert _run(model, feeds, "")[1] == ["pad_planes", kernel, kernel]
+    assert _run(model, feeds, "conv_lanes_padded_pairs")[1] == (["pad_planes", kernel, kernel] if hw == 14
+                                                                else ["pad_planes", kernel] * 2)
 
 
 K3_CASES = [  # conv_lanes with kernel rows of 3 (conv_lanes_k3: the tap loop unrolled) against the loop
@@ -375,8 +378,9 @@ def test_conv_lanes_weight_chunks_with_residual_and_relu(opencl):
                                pads=[1, 1, 1, 1])
     feeds["x"][0, 3, 6, 6] = np.nan
     k_on, k_off = _check(model, feeds, "conv_lanes_weight_chunks")
-    assert k_on == ["pad_planes", "conv_lanes_r7x2_s1_wc"] * 2, k_on
-    assert k_off == ["pad_planes", "conv_lanes_r7x2_s1"] * 2, k_off
+    # the first writes the second's padded planes (conv_lanes_padded_pairs), chunked or not
+    assert k_on == ["pad_planes"] + ["conv_lanes_r7x2_s1_wc"] * 2, k_on
+    assert k_off == ["pad_planes"] + ["conv_lanes_r7x2_s1"] * 2, k_off
 
 
 def _two_convs(x_shape, w1, attrs1: dict, w2, attrs2: dict, *, relu: bool = True, share: str = "") -> tuple:

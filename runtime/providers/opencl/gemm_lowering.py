@@ -132,6 +132,12 @@ class GemmLowering:
     #: Rule pool_padded_output: the same for a value written by a pool_rows MaxPool launch.
     pool_outputs: dict[str, Launch]
     _consumers: dict[str, list[Node]]
+    #: Rule conv_siblings: Convs (ids) lowered in an earlier Conv's launch; the builder's epilogues,
+    #: node positions and skipped nodes (ids) it reads
+    merged_convs: set[int]
+    node_epilogues: dict[int, Epilogue]
+    node_positions: dict[int, int]
+    skipped_nodes: set[int]
 
     def _operand(self, name: str) -> tuple[str, tuple[int, ...], list[int]]:
         if name in self.operand_views:
@@ -342,15 +348,15 @@ class GemmLowering:
             return None
         xs, ys = self.shape(n.inputs[0]), self.shape(n.outputs[0])
         for s in self._consumers.get(n.inputs[0], []):
-            if (s is n or s.inputs[0] != n.inputs[0] or id(s) in self.merged_convs
-                    or self._position.get(id(s), -1) <= self._position[id(n)]
+            if (s is n or s.inputs[0] != n.inputs[0] or id(s) in self.merged_convs or id(s) in self.skipped_nodes
+                    or self.node_positions.get(id(s), -1) <= self.node_positions[id(n)]
                     or not (s.op_type == "Conv" and not s.domain or s.op_type == "FusedConv" and s.domain == FUSED_DOMAIN)
                     or int(s.attr("group", 1)) != 1 or len(s.inputs) > 3 and s.inputs[3]):
                 continue
             wname = self.data(s.inputs[1])
             if wname not in self.plan.constants or self.shape(s.outputs[0])[2:] != ys[2:]:
                 continue
-            epi = self._epilogues.get(id(s)) or Epilogue(s.outputs[0], *fused_activation_spec(s))
+            epi = self.node_epilogues.get(id(s)) or Epilogue(s.outputs[0], *fused_activation_spec(s))
             if epi.residual or epi.source or len(self.shape(wname)) != 4:
                 continue
             ws = self.shape(wname)

@@ -127,8 +127,9 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
         self.pool_outputs: dict = {}
         #: rule conv_siblings: Convs (ids) lowered in an earlier Conv's launch
         self.merged_convs: set[int] = set()
-        self._epilogues: dict[int, Epilogue] = {}
-        self._position: dict[int, int] = {}
+        self.node_epilogues: dict[int, Epilogue] = {}
+        self.node_positions: dict[int, int] = {}
+        self.skipped_nodes: set[int] = set()
         self._consumers: dict[str, list[Node]] = {}
         self._counter = 0
         for name in inputs + outputs:
@@ -306,7 +307,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
                 epi.out = add.outputs[0]
                 skip.update(id(m) for m in (add, view) if m is not None)
             epilogues[id(n)] = epi
-        self._epilogues, self._position = epilogues, position  # for rule conv_siblings
+        self.node_epilogues, self.node_positions, self.skipped_nodes = epilogues, position, skip  # for rule conv_siblings
         rms_norms: dict[int, RmsNormMatch] = {}
         if self.rule("rms_norm"):
             for n in nodes:

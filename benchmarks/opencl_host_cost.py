@@ -28,6 +28,7 @@ of launches per run.
 ``--ab session.onnxhal.held_copies=0`` runs a second onnxhal session with that session config entry,
 its runs alternating with the first's (A: as configured, B: with the entry): B's host us and ratio in
 two more columns, for an A/B of one switch in one process under the same load.
+``--ab-disable-fusions conv_flat`` does the same with B's plans built without those fusion rules.
 
 Counting wraps pyopencl's public entry points (each wrapper calls the real function) during a few
 separate runs, so the wrappers' cost is in neither the run times nor the figures compared; what the
@@ -167,7 +168,8 @@ WARM_RUNS = 15
 
 
 def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rule: str = "off",
-            fixed_dims: bool = False, disable_fusions: str = "", ab: tuple[str, str] | None = None) -> Row:
+            fixed_dims: bool = False, disable_fusions: str = "", ab: tuple[str, str] | None = None,
+            ab_disable: str = "") -> Row:
     import onnxruntime as ort
 
     import onnxhal
@@ -195,7 +197,11 @@ def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rul
         hal.run(None, feeds)
         cold_hal.append(time.perf_counter() - t)
     hal_b = None
-    if ab is not None:
+    if ab_disable:  # B: the same session with these fusion rules off as well
+        rules = ",".join(filter(None, (disable_fusions, ab_disable)))
+        hal_b = onnxhal.InferenceSession(data, hso, providers=[
+            (PROVIDERS[0], {"cost_rule": cost_rule, "disable_fusions": rules}), PROVIDERS[1]])
+    elif ab is not None:
         hso.add_session_config_entry(*ab)
         hal_b = onnxhal.InferenceSession(data, hso, providers=providers)
     for _ in range(WARM_RUNS):
@@ -250,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernels", action="store_true", help="also print each model's launches per run by kernel")
     p.add_argument("--ab", metavar="KEY=VALUE",
                    help="also run a session with this session config entry, alternating: its host us and ratio")
+    p.add_argument("--ab-disable-fusions", default="", metavar="RULES",
+                   help="also run a session with these fusion rules off as well, alternating (as --ab)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     ab = None
@@ -258,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not key:
             p.error(f"--ab takes KEY=VALUE, got {args.ab!r}")
         ab = (key, value)
+    if args.ab_disable_fusions:
+        ab = ("disable_fusions", args.ab_disable_fusions)  # the B column's label; measure() takes ab_disable
     from bench import opencl_driver
 
     off = f", fusions off: {args.disable_fusions}" if args.disable_fusions else ""
@@ -266,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     head = (f"{'model':12} {'nodes':>9} {'launch':>7} {'copies':>6} {'waits':>5} {'set_arg':>7} {'host us':>8} "
             f"{'hal ms':>8} {'ort ms':>8} {'ratio':>6} {'cold hal/ort ms':>16} {'cold x':>6}"
-            + (f" {'B host us':>9} {'B ratio':>7}  (B: {args.ab})" if ab else ""))
+            + (f" {'B host us':>9} {'B ratio':>7}  (B: {ab[0]}={ab[1]})" if ab else ""))
     print(head)
     rows = []
     import models
@@ -276,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:12} skipped: not in {args.corpus} nor a benchmarks/models.py builder", flush=True)
             continue
         r = measure(name, args.repeat, args.threads, args.corpus, args.cost_rule, args.fixed_dims, args.disable_fusions,
-                    ab)
+                    None if args.ab_disable_fusions else ab, args.ab_disable_fusions)
         rows.append(r)
         print(f"{r.model:12} {r.nodes:>9} {r.launches:7.1f} {r.copies:6.1f} {r.waits:5.1f} {r.set_args:7.1f} "
               f"{r.host_us:8.0f} {r.hal_ms:8.2f} {r.ort_ms:8.2f} {r.ratio:6.2f} "

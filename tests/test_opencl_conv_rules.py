@@ -160,10 +160,11 @@ PAIR_CASES = [  # output rows of 7 or 8: two rows a vector (conv_row_pairs) agai
 @pytest.mark.parametrize("x_shape,w_shape,attrs", PAIR_CASES)
 def test_conv_row_pairs_against_im2col(opencl, x_shape, w_shape, attrs):
     model, feeds = _conv_model(x_shape, w_shape, **attrs)
-    k_on, k_off = _check(model, feeds, "conv_row_pairs")
+    # off: conv_flat too, which would take these small Convs from im2col + GEMM (test_opencl_conv_flat.py)
+    k_on, k_off = _check(model, feeds, "conv_row_pairs,conv_flat")
     sw = attrs.get("strides", [1, 1])[1]
-    if sw == 2 and w_shape[2] * w_shape[3] > 1:  # stride 2 with several taps stays on im2col (slower there)
-        assert k_on == k_off, k_on
+    if sw == 2 and w_shape[2] * w_shape[3] > 1:  # stride 2 with several taps: not rows2 (slower there)
+        assert k_on in (k_off, ["conv_flat"]), k_on
     else:
         assert k_on == [f"conv_rows2_s{sw}"], k_on
     assert k_off in (["im2col_packed", "gemm_packed"], ["im2col_packed", "gemm_packed_x2"]), k_off
@@ -175,7 +176,7 @@ def test_conv_row_pairs_with_residual_relu_and_non_finite_edges(opencl):
     x[0, :, :, 0] = np.inf
     x[0, 3, 6, 6] = np.nan
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    for disabled in ("", "conv_row_pairs"):
+    for disabled in ("", "conv_row_pairs,conv_flat"):
         got, kernels = _run(model, feeds, disabled)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -320,8 +321,11 @@ def test_conv_lanes_with_residual_activation_and_non_finite_edges(opencl, act, a
     assert not any(k.startswith("conv_lanes") for k in kernels), kernels
     tile = "r14" if hw == 14 else "r7x2"
     kernel = _lanes_kernel(tile, 1, 3)
-    # Rows of 14: the first Conv writes the second's padded planes (conv_lanes_padded_output).
-    assert _run(model, feeds, "")[1] == (["pad_planes", kernel, kernel] if hw == 14 else ["pad_planes", kernel] * 2)
+    # The first Conv writes the second's padded planes (conv_lanes_padded_output; rows of 7:
+    # conv_lanes_padded_pairs), which also reads them as its residual.
+    assert _run(model, feeds, "")[1] == ["pad_planes", kernel, kernel]
+    assert _run(model, feeds, "conv_lanes_padded_pairs")[1] == (["pad_planes", kernel, kernel] if hw == 14
+                                                                else ["pad_planes", kernel] * 2)
 
 
 K3_CASES = [  # conv_lanes with kernel rows of 3 (conv_lanes_k3: the tap loop unrolled) against the loop
@@ -374,8 +378,9 @@ def test_conv_lanes_weight_chunks_with_residual_and_relu(opencl):
                                pads=[1, 1, 1, 1])
     feeds["x"][0, 3, 6, 6] = np.nan
     k_on, k_off = _check(model, feeds, "conv_lanes_weight_chunks")
-    assert k_on == ["pad_planes", "conv_lanes_r7x2_s1_wc"] * 2, k_on
-    assert k_off == ["pad_planes", "conv_lanes_r7x2_s1"] * 2, k_off
+    # the first writes the second's padded planes (conv_lanes_padded_pairs), chunked or not
+    assert k_on == ["pad_planes"] + ["conv_lanes_r7x2_s1_wc"] * 2, k_on
+    assert k_off == ["pad_planes"] + ["conv_lanes_r7x2_s1"] * 2, k_off
 
 
 def _two_convs(x_shape, w1, attrs1: dict, w2, attrs2: dict, *, relu: bool = True, share: str = "") -> tuple:
@@ -448,15 +453,15 @@ def test_conv_lanes_padded_output_with_a_residual_reader(opencl):
     np.testing.assert_array_equal(_run(model, feeds, "")[0], _run(model, feeds, "conv_lanes_padded_output")[0])
 
 
-@pytest.mark.parametrize("share", ["output", "conv"])
-def test_conv_lanes_padded_output_keeps_a_shared_value_plain(opencl, share):
+@pytest.mark.parametrize("share,base", [("output", ""), ("conv", "conv_lanes_padded_input")])
+def test_conv_lanes_padded_output_keeps_a_shared_value_plain(opencl, share, base):
     # The first Conv's output has another reader that expects the plain layout (a plan output, a
-    # Conv reading it in place): the copy stays.
+    # Conv reading it in place without rule conv_lanes_padded_input): the copy stays.
     model, feeds = _two_convs((1, 8, 14, 14), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (32, 32, 3, 3),
                               dict(pads=[1, 1, 1, 1]), share=share)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     kernels = []
-    for disabled in ("", "conv_lanes_padded_output"):
+    for disabled in (base, f"{base},conv_lanes_padded_output".lstrip(",")):
         sess = onnxhal.InferenceSession(model.SerializeToString(), providers=[
             ("OpenCLExecutionProvider", {"disable_fusions": disabled}), "CPUExecutionProvider"])
         for got, ref in zip(sess.run(None, feeds), want):
@@ -464,6 +469,97 @@ def test_conv_lanes_padded_output_keeps_a_shared_value_plain(opencl, share):
         kernels.append([s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
                         if hasattr(s, "kernel_name")])
     assert kernels[0] == kernels[1] and kernels[0].count("pad_planes") == 2, kernels
+
+
+PAIR_PADDED_CASES = [  # conv_lanes_padded_pairs: rows of 7, a row-pair producer and residual reader
+    ((1, 16, 7, 7), (256, 16, 3, 3), "conv_lanes_r7x2_s1_wc"),   # a ResNet's 7x7 stage: chunked
+    ((1, 8, 9, 7), (32, 8, 3, 3), "conv_lanes_r7x2_s1"),         # one channel block; 9 rows: a last tile of one
+    ((2, 8, 7, 7), (64, 8, 3, 3), "conv_lanes_r7x2_s1"),         # batch 2
+]
+
+
+@pytest.mark.parametrize("x_shape,w1,kernel", PAIR_PADDED_CASES)
+def test_conv_lanes_padded_pairs_against_the_pad_copy(opencl, x_shape, w1, kernel):
+    # Block output -> padded 3x3 Conv, also its residual: both in row-pair tiles.
+    model, feeds = _two_convs(x_shape, w1, dict(pads=[1, 1, 1, 1]), (w1[0], w1[0], 3, 3), dict(pads=[1, 1, 1, 1]),
+                              share="residual")
+    feeds["x"][0, 0, 0, :] = np.inf  # non-finite values next to the padding
+    feeds["x"][-1, 1, :, -1] = np.nan
+    k_on, k_off = _check(model, feeds, "conv_lanes_padded_pairs")
+    assert k_off == ["pad_planes", kernel, "pad_planes", kernel] and k_on == ["pad_planes", kernel, kernel], (k_on,
+                                                                                                              k_off)
+    # The same sums from the same values either way, bit for bit, every run.
+    sess = onnxhal.InferenceSession(model.SerializeToString(), providers=["OpenCLExecutionProvider",
+                                                                          "CPUExecutionProvider"])
+    off = _run(model, feeds, "conv_lanes_padded_pairs")[0]
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], off)
+    # and with a store a lane (rule conv_lanes_row_stores off): each position at its row's place
+    lanes, k_lanes = _run(model, feeds, "conv_lanes_row_stores")
+    assert k_lanes == k_on, k_lanes
+    np.testing.assert_array_equal(lanes, off)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv_lanes_padded_input_reads_the_padded_planes(opencl, stride):
+    # A ResNet stage's entry: the block output feeds a padded 3x3 Conv and a 1x1 downsample; the 1x1
+    # reads the interior of the padded planes the producer writes, and the pad copy between goes.
+    model, feeds = _two_convs((1, 8, 28, 28), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (32, 32, 3, 3),
+                              dict(pads=[1, 1, 1, 1], strides=[stride, stride]), share="conv")
+    if stride == 2:  # the 1x1 of stride 2 as the 3x3
+        conv = next(n for n in model.graph.node if n.output[0] == "c2")
+        conv.attribute.append(helper.make_attribute("strides", [2, 2]))
+    feeds["x"][0, 0, 0, :] = np.inf  # non-finite values next to the padding
+    feeds["x"][0, 3, :, -1] = np.nan
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got, kernels = [], []
+    for disabled in ("", "conv_lanes_padded_input"):
+        sess = onnxhal.InferenceSession(model.SerializeToString(), providers=[
+            ("OpenCLExecutionProvider", {"disable_fusions": disabled}), "CPUExecutionProvider"])
+        got.append(sess.run(None, feeds))
+        for y, ref in zip(got[-1], want, strict=True):
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"off: {disabled!r}")
+        kernels.append([s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+                        if hasattr(s, "kernel_name")])
+    for on, off in zip(*got, strict=True):  # the same sums from the same values, bit for bit
+        np.testing.assert_array_equal(on, off)
+    k_on, k_off = kernels
+    # one pad copy left: the first Conv's, of the partition's input
+    assert k_off == k_on[:2] + ["pad_planes"] + k_on[2:] and k_on.count("pad_planes") == 1, (k_on, k_off)
+
+
+@pytest.mark.parametrize("pool_out_is_output", [False, True])
+def test_pool_padded_output_writes_the_padded_planes(opencl, pool_out_is_output):
+    # A ResNet stem's pool: its output feeds a padded 3x3 conv_lanes Conv and that Conv's residual.
+    w = (RNG.standard_normal((32, 32, 3, 3)) / 17).astype(np.float32)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "p"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    outputs = ["y", "p"] if pool_out_is_output else ["y"]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    x = RNG.standard_normal((1, 32, 28, 28)).astype(np.float32)
+    x[0, 0, :, 0], x[0, 5, -1, :] = np.inf, np.nan  # non-finite values next to the padding
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got, kernels = [], []
+    for disabled in ("", "pool_padded_output"):
+        sess = onnxhal.InferenceSession(model.SerializeToString(), providers=[
+            ("OpenCLExecutionProvider", {"disable_fusions": disabled}), "CPUExecutionProvider"])
+        got.append(sess.run(None, {"x": x}))
+        for y, ref in zip(got[-1], want, strict=True):
+            np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"off: {disabled!r}")
+        kernels.append([s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+                        if hasattr(s, "kernel_name")])
+    for on, off in zip(*got, strict=True):  # the same sums from the same values, bit for bit
+        np.testing.assert_array_equal(on, off)
+    k_on, k_off = kernels
+    assert k_off == ["maxpool2d_rows_v2", "pad_planes", "conv_lanes_r14_s1_k3"], k_off
+    # a pool output that is also the partition's output keeps its plain layout and the copy
+    assert k_on == (k_off if pool_out_is_output else ["maxpool2d_rows_v2", "conv_lanes_r14_s1_k3"]), k_on
 
 
 def test_conv_lanes_padded_output_zeroes_the_border_once(opencl, monkeypatch):
@@ -501,8 +597,8 @@ def test_conv_lanes_row_stores_against_a_store_a_lane(opencl, x_shape, w_shape, 
     feeds["x"][0, 1, -1, 0] = np.nan
     k_on, k_off = _check(model, feeds, "conv_lanes_row_stores")
     assert k_on == k_off and k_on[-1] == kernel, (k_on, k_off)
-    # The argument after p1 (the 22nd) selects the stores; the sums are the same, so are the outputs.
-    rows = [int(s.args[21]) for d in ("", "conv_lanes_row_stores") for p in onnxhal.InferenceSession(
+    # The argument after p1 (the 23rd) selects the stores; the sums are the same, so are the outputs.
+    rows = [int(s.args[22]) for d in ("", "conv_lanes_row_stores") for p in onnxhal.InferenceSession(
         model.SerializeToString(), providers=[("OpenCLExecutionProvider", {"disable_fusions": d}),
                                               "CPUExecutionProvider"]).eps["OpenCLExecutionProvider"].compiled_plans
             for s in p.steps if getattr(s, "kernel_name", "") == kernel]

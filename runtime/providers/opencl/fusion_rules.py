@@ -55,15 +55,32 @@ FUSION_RULES: dict[str, str] = {
     "conv_lanes_padded_output": "a conv_lanes Conv (one row tile a work-item) whose output only a padded "
                                 "conv_lanes Conv reads writes the interior of that Conv's zero-padded planes "
                                 "(zeroed once), which it reads without the pad_planes copy",
+    "conv_lanes_padded_pairs": "conv_lanes_padded_output for row-pair conv_lanes Convs (conv_lanes_r7x2_*, chunked "
+                               "or not: a ResNet's 7x7 stage) as producers and residual readers: a tile's two rows "
+                               "stored as a run of 7 each (needs conv_lanes_padded_output)",
+    "conv_lanes_padded_input": "conv_lanes_padded_output where the value is also read as the input of an "
+                               "unpadded 1x1 conv_lanes Conv (a ResNet stage's downsample), which reads the "
+                               "interior of the padded planes from an offset (needs conv_lanes_padded_output)",
     "conv_lanes_k3": "a conv_lanes Conv with kernel rows of 3 taps and output rows of 14 or more runs the kernel "
                      "with its tap loop unrolled at compile time (a kernel choice, needs conv_lanes)",
     "conv_lanes_weight_order": "a conv_lanes Conv whose weights outweigh its input planes walks the row tiles of "
                                "one channel block on consecutive work-items (its weights stay in cache) rather "
                                "than the channel blocks of one row tile (a kernel choice)",
+    "conv_flat": "a Conv with constant weights that would run as im2col + GEMM (rows that fill no 16-wide panel, "
+                 "strides above 2) and takes at most CONV_FLAT_MAX_MACS multiply-adds, as one implicit-GEMM launch "
+                 "whose 16 lanes are consecutive positions of the flattened output plane, each gathering its input "
+                 "(conv_flat; a small plane's rows of 4 fill the vector)",
+    "conv_siblings": "a later Conv of a conv_flat Conv's input (constant weights, one group, no residual) with its "
+                     "output plane and strides whose taps all read where the first's do (a 1x1 downsample beside "
+                     "a 3x3 Conv), in the same conv_flat launch: its weights placed in the first's kernel grid, "
+                     "its channel blocks storing its own output (needs conv_flat)",
     "gemm_wide_tile": "two 16-column panels of a GEMM into one work-item sharing each load of A (a kernel choice, "
                       "switchable as the rules are)",
     "pool_rows": "a MaxPool computed a row of outputs per work-item (a kernel choice, switchable as the rules "
                  "are)",
+    "pool_padded_output": "conv_lanes_padded_output for a value a pool_rows MaxPool writes (a ResNet's stem pool): "
+                          "the pool writes the interior of the padded planes its conv_lanes readers read (needs "
+                          "conv_lanes_padded_output)",
     "pool_row_vectors": "a pool_rows MaxPool of horizontal stride 1 or 2 computed 8 outputs a vector where the "
                         "windows lie inside the row (a kernel choice, switchable as the rules are)",
     "host_islands": "a partition without GEMM-family nodes whose inputs all come from nodes on another EP and whose "

@@ -22,6 +22,7 @@ from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.hal.graph import Node
 from onnxhal.runtime.providers import op_geometry
 from onnxhal.runtime.providers.opencl import kernel_sources as ks
+from onnxhal.runtime.providers.opencl.op_support import FUSED_DOMAIN, fused_activation_spec
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, Launch, PartitionPlan
 
 RM, RN = ks.GEMM_RM, ks.GEMM_RN
@@ -97,10 +98,21 @@ def _reads(step, name: str) -> bool:
     return name in (getattr(step, "src", None), getattr(step, "dst", None))
 
 
-def _one_tile(launch: Launch) -> bool:
-    """A conv_lanes launch of the one-tile kernels (``conv_lanes_r{14,28,...}_s*``): not row pairs
-    (``..x2..``), whose tile is two rows consecutive in the plain layout, nor their chunked form."""
-    return "x" not in launch.kernel_name.split("_")[2] and not launch.kernel_name.endswith("_wc")
+def _padded_reader(step, x: str, H: int, W: int, inputs: bool) -> str | None:
+    """How a reader of ``x`` (H x W planes) can read it from a Conv's zero-padded planes instead
+    (``pads_into_producers``): "residual" (a conv_lanes launch reading it as arg 4 only),
+    "input" (``inputs``: a conv_lanes launch reading it as its input, arg 1 only, as a 1x1 Conv over
+    the unpadded planes), else None."""
+    if not (isinstance(step, Launch) and step.kernel_name.startswith("conv_lanes_r")):
+        return None
+    at = [k for k, a in enumerate(step.args) if isinstance(a, Buf) and a.name == x]
+    if at == [4]:
+        return "residual"
+    # Args 9, 10 are KH, KW; 14, 15 the planes' height and row length (those of x: read in place).
+    if inputs and at == [1] and [int(a) for a in step.args[9:11]] == [1, 1] and [
+            int(a) for a in step.args[14:16]] == [H, W]:
+        return "input"
+    return None
 
 
 class GemmLowering:
@@ -114,10 +126,18 @@ class GemmLowering:
     plan: PartitionPlan
     operand_views: dict[str, tuple[str, tuple[int, ...], list[int]]]
     output_views: dict[int, tuple[str, int, int]]
-    #: Rule conv_lanes_padded_output: a value written by a one-tile conv_lanes launch -> that launch,
+    #: Rule conv_lanes_padded_output: a value written by a conv_lanes launch -> that launch,
     #: whose output layout a padded conv_lanes Conv reading the value may still redirect.
     lanes_outputs: dict[str, Launch]
+    #: Rule pool_padded_output: the same for a value written by a pool_rows MaxPool launch.
+    pool_outputs: dict[str, Launch]
     _consumers: dict[str, list[Node]]
+    #: Rule conv_siblings: Convs (ids) lowered in an earlier Conv's launch; the builder's epilogues,
+    #: node positions and skipped nodes (ids) it reads
+    merged_convs: set[int]
+    node_epilogues: dict[int, Epilogue]
+    node_positions: dict[int, int]
+    skipped_nodes: set[int]
 
     def _operand(self, name: str) -> tuple[str, tuple[int, ...], list[int]]:
         if name in self.operand_views:
@@ -290,8 +310,9 @@ class GemmLowering:
                 I32(epi.code), F(epi.p0), F(epi.p1), I32(Cin), *geo, I32(Cout),
                 I32(Cg), I32(Mg), *(I32(g[k]) for k in ("KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw"))])
             return
-        if self._conv_lanes(x, w, xs, ws, g, G, out, bias, epi) or self._conv_implicit(x, w, xs, ws, g, G, out,
-                                                                                          bias, epi):
+        if (self._conv_lanes(x, w, xs, ws, g, G, out, bias, epi)
+                or self._conv_implicit(x, w, xs, ws, g, G, out, bias, epi)
+                or self._conv_flat(x, w, xs, ws, g, G, out, bias, epi, n)):
             return
         Kdim = Cg * g["KH"] * g["KW"]
         P = g["OH"] * g["OW"]
@@ -307,6 +328,97 @@ class GemmLowering:
         self._gemm(ap, bp, out, Mg, P, Kdim, batches, G, Mg * P, bias, 2, Mg, 1.0, 1.0, epi)
 
     _lower_FusedConv = _lower_Conv
+
+    def _conv_a_panels(self, w: str, G: int, Mg: int, Cg: int, KH: int, KW: int) -> str:
+        """The constant weight ``w`` as A panels in (kh, kw, ci) order, [G][Mb][K][RM], a new constant."""
+        Mb = -(-Mg // RM)
+        wt = np.asarray(self.plan.constants[w], np.float32).reshape(G, Mg, Cg, KH, KW)
+        wt = wt.transpose(0, 1, 3, 4, 2).reshape(G, Mg, KH * KW * Cg)
+        wt = np.pad(wt, ((0, 0), (0, Mb * RM - Mg), (0, 0))).reshape(G, Mb, RM, -1).transpose(0, 1, 3, 2)
+        ap = self._prepacked_name("conv_a", wt.size)
+        self.plan.constants[ap] = np.ascontiguousarray(wt)
+        return ap
+
+    def _sibling_taps(self, n: Node, g: dict, G: int) -> tuple[Node, Epilogue, np.ndarray] | None:
+        """Rule conv_siblings: a later Conv of ``n``'s input (not yet lowered, constant weights, one group,
+        no residual) with ``n``'s output plane and strides whose every tap reads where one of ``n``'s
+        taps reads (a 1x1 downsample beside a 3x3 Conv of the same stride): that Conv, its epilogue and
+        its weights placed in ``n``'s kernel grid (zeros elsewhere). None where there is none."""
+        if G != 1 or not self.rule("conv_siblings"):
+            return None
+        xs, ys = self.shape(n.inputs[0]), self.shape(n.outputs[0])
+        for s in self._consumers.get(n.inputs[0], []):
+            if (s is n or s.inputs[0] != n.inputs[0] or id(s) in self.merged_convs or id(s) in self.skipped_nodes
+                    or self.node_positions.get(id(s), -1) <= self.node_positions[id(n)]
+                    or not (s.op_type == "Conv" and not s.domain or s.op_type == "FusedConv" and s.domain == FUSED_DOMAIN)
+                    or int(s.attr("group", 1)) != 1 or len(s.inputs) > 3 and s.inputs[3]):
+                continue
+            wname = self.data(s.inputs[1])
+            if wname not in self.plan.constants or self.shape(s.outputs[0])[2:] != ys[2:]:
+                continue
+            epi = self.node_epilogues.get(id(s)) or Epilogue(s.outputs[0], *fused_activation_spec(s))
+            if epi.residual or epi.source or len(self.shape(wname)) != 4:
+                continue
+            ws = self.shape(wname)
+            sg = self._conv_geometry(s, xs, ws, self.shape(s.outputs[0]))
+            place = []  # per axis: n's tap index of each of s's taps
+            for k, st, d, pb in (("KH", "sh", "dh", "ph"), ("KW", "sw", "dw", "pw")):
+                if sg[st] != g[st]:
+                    break
+                taps = [(t * sg[d] - sg[pb] + g[pb]) for t in range(sg[k])]
+                if any(u % g[d] or not 0 <= u // g[d] < g[k] for u in taps):
+                    break
+                place.append([u // g[d] for u in taps])
+            if len(place) != 2:
+                continue
+            w = np.asarray(self.plan.constants[wname], np.float32)
+            grid = np.zeros((ws[0], ws[1], g["KH"], g["KW"]), np.float32)
+            grid[:, :, np.ix_(place[0], place[1])[0], np.ix_(place[0], place[1])[1]] = w
+            return s, epi, grid
+        return None
+
+    def _conv_flat(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
+                   epi: Epilogue, n: Node | None = None) -> bool:
+        """Rule conv_flat: ``conv_flat`` (16 consecutive positions of the flattened output plane a
+        work-item, gathered) in place of im2col + GEMM, where the weights are constant and the Conv
+        takes at most ``ks.CONV_FLAT_MAX_MACS`` multiply-adds (small planes, launch-bound: resnet_ts's
+        4x4 stage). Rule conv_siblings: a later Conv of the same input that fits ``n``'s kernel grid
+        (``_sibling_taps``) runs in the same launch, within the same bound for both. Returns False
+        where it does not apply."""
+        Nimg, Cin, Cout = xs[0], xs[1], ws[0]
+        Cg, Mg = Cin // G, Cout // G
+        KH, KW, OH, OW = g["KH"], g["KW"], g["OH"], g["OW"]
+        per_channel = Nimg * Cg * KH * KW * OH * OW
+        if not (self.rule("conv_flat") and w in self.plan.constants and Cout * per_channel <= ks.CONV_FLAT_MAX_MACS):
+            return False
+        sibling = self._sibling_taps(n, g, G) if n is not None else None
+        if sibling is not None and (Cout + sibling[2].shape[0]) * per_channel > ks.CONV_FLAT_MAX_MACS:
+            sibling = None
+        ap = self._conv_a_panels(w, G, Mg, Cg, KH, KW)
+        args = [Buf(ap), Buf(x), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
+                I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "sw", "dh", "dw", "H", "W", "ph", "pw")),
+                I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
+        M2 = 0
+        if sibling is None:
+            args += [Buf(out), Buf(bias or ap), I32(0), I32(0), I32(0), F(0), F(0)]
+        else:
+            s, sepi, grid = sibling
+            M2 = grid.shape[0]
+            sw_name = self._fresh("conv_sibling_w")
+            self.plan.constants[sw_name] = grid
+            second = self.plan.constants.pop(self._conv_a_panels(sw_name, 1, M2, Cg, KH, KW))
+            del self.plan.constants[sw_name]
+            self.plan.constants[ap] = np.concatenate([self.plan.constants[ap].reshape(-1), second.reshape(-1)])
+            sbias = self.data(s.inputs[2]) if len(s.inputs) > 2 and s.inputs[2] else None
+            args += [Buf(self.output(sepi.out)), Buf(sbias or ap), I32(M2), I32(2 if sbias else 0), I32(sepi.code),
+                     F(sepi.p0), F(sepi.p1)]
+            self.merged_convs.add(id(s))
+        Nb = -(-OH * OW // RN)
+        jt = min(ks.GEMM_JT, Nb)
+        blocks = -(-Mg // RM) + -(-M2 // RM)
+        self.plan.steps.append(Launch(ks.GEMM_SOURCE, "conv_flat", (-(-Nb // jt) * jt * blocks, Nimg * G), (1, 1),
+                                      args))
+        return True
 
     def _live_taps(self, w: str, xs, ws, g: dict) -> tuple[str, tuple]:
         """Rule conv_dead_taps: the constant weight ``w`` cut to the taps that read the input for some
@@ -368,7 +480,7 @@ class GemmLowering:
             self.plan.add_launch_1d(ks.CONV_SOURCE, "pad_planes", planes * Hp, [
                 Buf(xp), Buf(x), I32(g["H"]), I32(g["W"]), I32(Hp), I32(Wp), I32(g["ph"]), I32(g["pw"])])
         args = [Buf(ap), Buf(xp), Buf(out), Buf(bias or ap), Buf(epi.residual or ap), I32(Mg), I32(OH), I32(OW),
-                I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "dh", "dw")), I32(Hp), I32(Wp),
+                I32(Cg), I32(KH), I32(KW), *(I32(g[k]) for k in ("sh", "dh", "dw")), I32(Hp), I32(Wp), I32(0),
                 I32(G), I32(2 if bias else 0), I32(epi.code), F(epi.p0), F(epi.p1)]
         # Rule conv_lanes_weight_order: where a group's weights outweigh its input planes (the
         # deeper stages), consecutive work-items take one channel block's row tiles, so its weights
@@ -393,44 +505,62 @@ class GemmLowering:
             scratch = self.temp("conv_lanes_acc", Nimg * G * Mb * nt * rp * nr * ks.CONV_LANES_CHANNELS * 4)
             args[-1] = I32(chunk)
             args.append(Buf(scratch))
-            self.plan.steps.append(Launch(ks.GEMM_SOURCE, kernel + "_wc", (Mb, Nimg * G), (1, 1), args))
-            return True
+            kernel, grid = kernel + "_wc", (Mb, Nimg * G)
+        else:
+            grid = (Mb * nt, Nimg * G)
         # The output's and the residual's layouts (plane stride, row stride, offset): plain unless
         # rule conv_lanes_padded_output redirects them.
         args += [I32(OH * OW), I32(OW), I32(0)] * 2
-        launch = Launch(ks.GEMM_SOURCE, kernel, (Mb * nt, Nimg * G), (1, 1), args)
+        launch = Launch(ks.GEMM_SOURCE, kernel, grid, (1, 1), args)
         self.plan.steps.append(launch)
-        if nr == 1:
-            self.lanes_outputs[out] = launch
+        self.lanes_outputs[out] = launch
         return True
 
     def pads_into_producers(self) -> None:
         """Rule conv_lanes_padded_output, once every node is lowered: a ``pad_planes`` copy of a value
-        written by a one-tile conv_lanes launch of this plan goes, where every other reader of the
-        value is a one-tile conv_lanes launch reading it as its residual (no plan output, no view, no
-        copy): the producer writes the interior of the padded planes (zeroed once when the workspace
-        is allocated; no launch writes their border), the residual readers read it there, and the
-        value's own buffer is dropped."""
+        written by a one-tile conv_lanes launch (rule ``conv_lanes_padded_pairs``: or a row-pair one,
+        chunked or not; rule ``pool_padded_output``: or a pool_rows MaxPool launch) of this plan goes,
+        where every other reader of the value is a conv_lanes launch (row pairs as for the producer)
+        reading it as its residual or (rule
+        ``conv_lanes_padded_input``) an unpadded 1x1 conv_lanes launch reading it as its input (a
+        ResNet stage's downsample; no plan output, no view, no copy): the producer writes the
+        interior of the padded planes (zeroed once when the workspace is allocated; no launch writes
+        their border), the readers read it there (the 1x1 from an offset, with the padded row
+        length), and the value's own buffer is dropped."""
         plan = self.plan
         for pad in [s for s in plan.steps if isinstance(s, Launch) and s.kernel_name == "pad_planes"]:
             xp, x = pad.args[0].name, pad.args[1].name
             producer = self.lanes_outputs.get(x)
+            pool = producer is None and self.rule("pool_padded_output")
+            if pool:  # rule pool_padded_output: a pool_rows MaxPool's output, as a conv_lanes one
+                producer = self.pool_outputs.get(x)
             if (producer is None or x not in plan.temps or x in plan.output_names or x in plan.aliases
                     or x in plan.aliases.values()):
                 continue
             readers = [s for s in plan.steps if s is not pad and s is not producer and _reads(s, x)]
-            if not all(isinstance(s, Launch) and s.kernel_name.startswith("conv_lanes_r") and _one_tile(s)
-                       and [k for k, a in enumerate(s.args) if isinstance(a, Buf) and a.name == x] == [4]
-                       for s in readers):
+            H, W = (int(a) for a in pad.args[2:4])
+            kinds = [_padded_reader(s, x, H, W, self.rule("conv_lanes_padded_input")) for s in readers]
+            if None in kinds:
                 continue
+            stores = [producer] + [s for s, kind in zip(readers, kinds) if kind == "residual"]
+            if not self.rule("conv_lanes_padded_pairs") and any(
+                    s.kernel_name.startswith("conv_lanes_r") and "x" in s.kernel_name.split("_")[2] for s in stores):
+                continue  # a row-pair tile (conv_lanes_r7x2_*) writing or reading a tile of the padded planes
             Hp, Wp, ph, pw = (int(a) for a in pad.args[4:8])
             layout = [I32(Hp * Wp), I32(Wp), I32(ph * Wp + pw)]
-            # Arg 2 is C, 4 is R; the last six are C's and R's layouts (plane stride, row stride, offset).
-            producer.args[2] = Buf(xp)
-            producer.args[-6:-3] = layout
-            for s in readers:
-                s.args[4] = Buf(xp)
-                s.args[-3:] = layout
+            if pool:  # arg 0 is Y; its layout the three before the work-item count
+                producer.args[0] = Buf(xp)
+                producer.args[-4:-1] = layout
+            else:  # arg 2 is C, 4 is R; the last six are C's and R's layouts (plane stride, row stride, offset)
+                producer.args[2] = Buf(xp)
+                producer.args[-6:-3] = layout
+            for s, kind in zip(readers, kinds):
+                if kind == "residual":
+                    s.args[4] = Buf(xp)
+                    s.args[-3:] = layout
+                else:  # arg 1 is X, 14-16 its plane height, row length and offset
+                    s.args[1] = Buf(xp)
+                    s.args[14:17] = [I32(Hp), I32(Wp), I32(ph * Wp + pw)]
             plan.steps.remove(pad)
             plan.zeroed_temps.add(xp)
             del plan.temps[x]
@@ -458,12 +588,7 @@ class GemmLowering:
         # padding (computed, never stored); stride 2 loads 32 floats per panel.
         Wp = max(g["W"] + g["pw"] + g["pw_end"], (npb * RN - 1) * sw + (KW - 1) * dw + 1 + (sw - 1))
         Mb = -(-Mg // RM)
-        # Weights as A panels in (kh, kw, ci) order, packed here once: [G][Mb][K][RM].
-        wt = np.asarray(self.plan.constants[w], np.float32).reshape(G, Mg, Cg, KH, KW)
-        wt = wt.transpose(0, 1, 3, 4, 2).reshape(G, Mg, KH * KW * Cg)
-        wt = np.pad(wt, ((0, 0), (0, Mb * RM - Mg), (0, 0))).reshape(G, Mb, RM, -1).transpose(0, 1, 3, 2)
-        ap = self._prepacked_name("conv_a", wt.size)
-        self.plan.constants[ap] = np.ascontiguousarray(wt)
+        ap = self._conv_a_panels(w, G, Mg, Cg, KH, KW)  # packed here once
         if self.rule("conv_pad"):
             # Rule conv_pad: the kernel reads x in place, zero padding by bounds checks (no pad_planes
             # copy). Rule conv_wide_tile: 32 positions a work-item where the rows fill 32-wide panels

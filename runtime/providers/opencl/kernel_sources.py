@@ -123,6 +123,7 @@ def _gemm_source() -> str:
     conv += _gemm_x2_source()
     conv += "\n".join(_conv_phases_source(nv) for nv in (1, 2))
     conv += "\n".join(_conv_row_pairs_source(sw) for sw in (1, 2))
+    conv += _conv_flat_source()
     conv += "\n".join(_conv_lanes_source(r, sw) for r in CONV_LANES_POSITIONS for sw in (1, 2))
     conv += "\n".join(_conv_lanes_source(CONV_LANES_PAIR_OW, sw, CONV_LANES_POSITIONS[0] // CONV_LANES_PAIR_OW)
                        for sw in (1, 2))
@@ -532,6 +533,75 @@ __kernel void conv_rows2_s{sw}(__global const float* Ap, __global const float* X
 """
 
 
+#: Rule conv_flat: the most multiply-adds a Conv may take to run as ``conv_flat`` in place of
+#: im2col + GEMM (two launches; with rule conv_siblings, both Convs' together). Its lanes gather their inputs one by one, once per 8-channel block,
+#: where im2col gathers each once and the GEMM loads whole vectors: it pays where a launch costs more
+#: than the gathers (PoCL: 10-15 us a launch on 2 cores; docs/opencl-internals.md has the figures).
+CONV_FLAT_MAX_MACS = 4_000_000
+
+
+def _conv_flat_source() -> str:
+    """``conv_flat`` (rule ``conv_flat``): an implicit-GEMM Conv whose 16 lanes are 16 consecutive
+    positions of the flattened output plane (oh * OW + ow), so rows of any width (a small plane's rows
+    of 4) fill the vector, at any stride and dilation. Each lane gathers its input per (tap, channel)
+    with its own offset, masked to zero outside the input (a masked lane's offset is 0, so no read
+    leaves the image). Rule ``conv_siblings``: the packed weights may hold a second Conv of the same
+    input after the first's ``Mb1`` channel blocks (its taps placed in the first's kernel grid); the
+    work-items of those blocks store to ``C2`` with the second's bias and activation."""
+    rm = GEMM_RM
+    decl = "\n".join(f"  float16 c{r} = (float16)(0.0f);" for r in range(rm))
+    gather = "(float16)(" + ", ".join(f"xp[off.s{i:x}]" for i in range(16)) + ")"
+    body = "\n".join(f"          c{r} += (float16)(ap[{r}]) * bv;" for r in range(rm))
+    store = "\n".join(f"  store_row(C, R, c{r}.lo, c{r}.hi, i0 + {r}, j0, M, P, P, bias, bias_mode, 1.0f, 1.0f, act, p0, "
+                      "p1);" for r in range(rm))
+    return f"""
+// A Conv with 16 consecutive flattened output positions a work-item (see _conv_flat_source). The
+// channel blocks from Mb1 on are a sibling Conv's M2 channels (C2, bias2, act2, q0, q1); M2 0: none.
+__kernel void conv_flat(__global const float* Ap, __global const float* X, __global float* C,
+                        __global const float* bias, __global const float* R, const int M1, const int OH,
+                        const int OW, const int Cg, const int KH, const int KW, const int sh, const int sw,
+                        const int dh, const int dw, const int H, const int W, const int ph, const int pw,
+                        const int a_mod, const int bias_mode1, const int act1, const float p01, const float p11,
+                        __global float* C2, __global const float* bias2, const int M2, const int bias_mode2,
+                        const int act2, const float q0, const float q1) {{
+  const int K = Cg * KH * KW, P = OH * OW, HW = H * W;
+  const int Mb1 = (M1 + RM - 1) / RM, Mb = Mb1 + (M2 + RM - 1) / RM, Nb = (P + 15) / 16;
+{_TILE_WALK}
+  const int second = ib >= Mb1;
+  const int i0 = (second ? ib - Mb1 : ib) * RM, j0 = jb * 16;
+  const int M = second ? M2 : M1, bias_mode = second ? bias_mode2 : bias_mode1, act = second ? act2 : act1;
+  const float p0 = second ? q0 : p01, p1 = second ? q1 : p11;
+  if (second) {{ C = C2; bias = bias2; }}
+  __global const float* ap = Ap + ((size_t)(b % a_mod) * Mb + ib) * K * RM;
+  __global const float* xb = X + (size_t)b * Cg * HW;
+  C += (size_t)b * M * P;
+  R += (size_t)b * M * P;
+  bias += (b % a_mod) * M;
+  const int16 p = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) + j0;
+  const int16 oy = p / OW, ox = p - oy * OW;
+  const int16 iy = oy * sh - ph, ix = ox * sw - pw, live = p < P;
+{decl}
+  for (int kh = 0; kh < KH; ++kh) {{
+    const int16 y = iy + kh * dh;
+    const int16 my = live & (y >= 0) & (y < H);
+    if (!any(my)) {{ ap += KW * Cg * RM; continue; }}
+    for (int kw = 0; kw < KW; ++kw) {{
+      const int16 x = ix + kw * dw;
+      const int16 m = my & (x >= 0) & (x < W);
+      const int16 off = select((int16)(0), y * W + x, m);
+      __global const float* xp = xb;
+      for (int ci = 0; ci < Cg; ++ci, xp += HW) {{
+        const float16 bv = as_float16(as_int16({gather}) & m);
+{body}
+        ap += RM;
+      }}
+    }}
+  }}
+{store}
+}}
+"""
+
+
 #: Rule conv_lanes: output channels a work-item computes, as CONV_LANES_NV 16-lane vectors.
 CONV_LANES_NV = 2
 CONV_LANES_CHANNELS = 16 * CONV_LANES_NV
@@ -604,11 +674,11 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0, chunked: bool
     where the one-tile kernel streams a block's weights (590 KB at 512 channels) once per tile. Each
     accumulator sums the same products in the same order as the one-tile kernel.
 
-    The output's and the residual's layouts are arguments of the one-tile kernels (``PC``, ``OWC``,
-    ``coff`` and ``RP``, ``ROW``, ``roff``: plane stride, row stride, offset): rule
-    ``conv_lanes_padded_output`` has a Conv write the interior of a later Conv's zero-padded planes in
-    place of that Conv's ``pad_planes`` copy, and the value's residual readers read it there. Only
-    ``nr`` 1 takes it (a row-pair tile's positions are consecutive in the plain layout alone)."""
+    The output's and the residual's layouts are arguments of every form (``PC``, ``OWC``, ``coff`` and
+    ``RP``, ``ROW``, ``roff``: plane stride, row stride, offset): rule ``conv_lanes_padded_output`` has
+    a Conv write the interior of a later Conv's zero-padded planes in place of that Conv's
+    ``pad_planes`` copy, and the value's residual readers read it there. A row-pair tile stores its
+    two rows as one run of 14 where they are consecutive (the plain layout), else as a run of 7 each."""
     nv = CONV_LANES_NV
     decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
     loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
@@ -651,10 +721,12 @@ def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0, chunked: bool
     # planes 16 channels apart lie a multiple of 4 KiB apart, and a load issued after a store to an
     # address with the same low 12 bits waits on it (4K aliasing).
     def store_position(p: int) -> str:
-        res = " ".join(f"const float16 r{v} = conv_lanes_residual(Rrow + {p} + {16 * v} * RP, RP, act);"
+        r, q = divmod(p, rp)  # row r of the tile (rows OWC apart in C, ROW in R), position q
+        at_c, at_r = (f"{r} * OWC + {q}", f"{r} * ROW + {q}") if r else (str(q), str(q))
+        res = " ".join(f"const float16 r{v} = conv_lanes_residual(Rrow + {at_r} + {16 * v} * RP, RP, act);"
                        for v in range(nv))
-        stores = " ".join(f"conv_lanes_store(c{p}_{v}, r{v}, Crow + {p} + {16 * v} * PC, bias, co0 + {16 * v}, PC, "
-                          f"bias_mode, act, p0, p1);" for v in range(nv))
+        stores = " ".join(f"conv_lanes_store(c{p}_{v}, r{v}, Crow + {at_c} + {16 * v} * PC, bias, co0 + {16 * v}, "
+                          f"PC, bias_mode, act, p0, p1);" for v in range(nv))
         return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
 
     store = ("  if (rows) {\n" + _lanes_row_stores(rp, nr, nv) + "\n  } else {\n"
@@ -768,7 +840,8 @@ inline void conv_lanes_store(float16 v, const float16 r, __global float* Crow,
         return helper + _conv_lanes_chunked_kernel(name, rp, sw, nr, nv, decl, loops, store)
     return helper + f"""
 // Y[b] (b = image * G + group; M output channels per group, P = OH * OW) = A[b % a_mod] (*) Xp[b], the
-// output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b;
+// output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b,
+// from offset xoff (a 1x1 Conv reading the interior of another Conv's padded planes);
 // OW a multiple of {rp}, M of {16 * nv}. bias: per output channel (bias_mode 2 or 0); act as gemm_packed.
 // C's planes are PC floats apart, its rows OWC, from offset coff, R's RP, ROW, roff (P, OW, 0 for the
 // plain layout; rule conv_lanes_padded_output: the interior of a later Conv's zero-padded planes).
@@ -776,7 +849,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                                 __global const float* bias, __global const float* R, const int M,
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
-                             const int Wp, const int a_mod, const int bias_mode, const int act,
+                             const int Wp, const int xoff, const int a_mod, const int bias_mode, const int act,
                              const float p0, const float p1, const int rows, const int wmajor,
                              const int PC, const int OWC, const int coff, const int RP, const int ROW,
                              const int roff) {{
@@ -788,7 +861,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
   const int co0 = ib * {16 * nv};
   __global const float16* wp = (__global const float16*)(Wt + ((size_t)(b % a_mod) * Mb + ib) * Cg * KH * KW
                                                          * {16 * nv});
-  __global const float* xb = Xp + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
+  __global const float* xb = Xp + xoff + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
   __global float* Crow = C + coff + ((size_t)b * M + co0) * PC + oh * OWC + ow0;
   __global const float* Rrow = R + roff + ((size_t)b * M + co0) * RP + oh * ROW + ow0;
   bias += (b % a_mod) * M;
@@ -809,6 +882,8 @@ def _lanes_row_stores(rp: int, nr: int, nv: int) -> str:
     assert n <= 16, n
     count = "14" if nr == 1 else "(oh + 1 < OH ? 14 : 7)"
     out = [f"    const int run = {count};"]
+    if nr > 1:  # the two rows one run where they are consecutive (the plain layout), else a run each
+        out.append(f"    const int whole = OWC == {rp} && ROW == {rp};")
     for v in range(nv):
         t = [f"c{p}_{v}" if p < n else "(float16)(0.0f)" for p in range(16)]
         lines = ["    { float16 " + ", ".join(f"t{i} = {t[i]}" for i in range(16)) + ";"]
@@ -820,8 +895,20 @@ def _lanes_row_stores(rp: int, nr: int, nv: int) -> str:
                 hi = ", ".join(str(k + h if not k & h else 16 + k) for k in range(16))
                 lines.append(f"      {{ const float16 a = LANES_SHUFFLE2(t{i}, t{i + h}, {lo}), "
                              f"b = LANES_SHUFFLE2(t{i}, t{i + h}, {hi}); t{i} = a; t{i + h} = b; }}")
-        lines += [f"      conv_lanes_store_run(t{c}, Crow + {16 * v + c} * PC, Rrow + {16 * v + c} * RP, bias, "
-                  f"co0 + {16 * v + c}, bias_mode, act, p0, p1, run);" for c in range(16)]
+        if nr == 1:
+            lines += [f"      conv_lanes_store_run(t{c}, Crow + {16 * v + c} * PC, Rrow + {16 * v + c} * RP, bias, "
+                      f"co0 + {16 * v + c}, bias_mode, act, p0, p1, run);" for c in range(16)]
+        else:
+            second = ", ".join(str(min(rp + k, 15)) for k in range(16))  # lanes rp.. down to 0..
+            for c in range(16):
+                ch = 16 * v + c
+                lines.append(
+                    f"      if (whole) conv_lanes_store_run(t{c}, Crow + {ch} * PC, Rrow + {ch} * RP, bias, co0 + {ch}, "
+                    f"bias_mode, act, p0, p1, run);\n"
+                    f"      else {{ conv_lanes_store_run(t{c}, Crow + {ch} * PC, Rrow + {ch} * RP, bias, co0 + {ch}, "
+                    f"bias_mode, act, p0, p1, {rp}); if (run > {rp}) conv_lanes_store_run(LANES_SHUFFLE2(t{c}, t{c}, "
+                    f"{second}), Crow + {ch} * PC + OWC, Rrow + {ch} * RP + ROW, bias, co0 + {ch}, bias_mode, act, p0, "
+                    f"p1, {rp}); }}")
         out.append("\n".join(lines) + " }")
     return "\n".join(out)
 
@@ -841,10 +928,11 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                                 __global const float* bias, __global const float* R, const int M,
                                 const int OH, const int OW, const int Cg, const int KH, const int KW,
                                 const int sh, const int dh, const int dw, const int Hp,
-                             const int Wp, const int a_mod, const int bias_mode, const int act,
+                             const int Wp, const int xoff, const int a_mod, const int bias_mode, const int act,
                              const float p0, const float p1, const int rows, const int chunk,
-                             __global float* S) {{
-  const int P = OH * OW, PC = P, RP = P, Mb = M / {16 * nv};
+                             __global float* S, const int PC, const int OWC, const int coff, const int RP,
+                             const int ROW, const int roff) {{
+  const int P = OH * OW, Mb = M / {16 * nv};
   const int ib = get_global_id(0), b = get_global_id(1);
   const int nt = (OH + {nr - 1}) / {nr}, ow0 = 0;
   const int co0 = ib * {16 * nv};
@@ -858,7 +946,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
       const int oh = t * {nr};
       __global float16* st = S0 + t * {len(acc)};
       __global const float16* wp = w0 + (size_t)c0 * KH * KW * {nv};
-      __global const float* xb = Xp + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
+      __global const float* xb = Xp + xoff + (size_t)b * Cg * Hp * Wp + (size_t)oh * sh * Wp + ow0 * {sw};
 {decl}
       if (c0 > 0) {{
 {load}
@@ -867,8 +955,8 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
       if (c1 < Cg) {{
 {keep}
       }} else {{
-      __global float* Crow = C + ((size_t)b * M + co0) * P + oh * OW + ow0;
-      __global const float* Rrow = R + ((size_t)b * M + co0) * P + oh * OW + ow0;
+      __global float* Crow = C + coff + ((size_t)b * M + co0) * PC + oh * OWC + ow0;
+      __global const float* Rrow = R + roff + ((size_t)b * M + co0) * RP + oh * ROW + ow0;
 {store}
       }}
     }}
@@ -1216,14 +1304,17 @@ __kernel void maxpool2d(__global float* Y, __global const float* X, const int H,
 
 // MaxPool, rule pool_rows: a work-item per output row, so the (n, c, oh) of a work-item is
 // divided out once per row, not per output, and a window inside the row needs no per-tap checks.
+// Y's planes are YP floats apart, its rows YW, from offset yoff (OH * OW, OW, 0 for the plain layout;
+// rule pool_padded_output: the interior of a Conv's zero-padded planes).
 __kernel void maxpool2d_rows(__global float* Y, __global const float* X, const int H, const int W, const int OH,
                              const int OW, const int KH, const int KW, const int sh, const int sw, const int ph,
-                             const int pw, const int dh, const int dw, const int total) {
+                             const int pw, const int dh, const int dw, const int YP, const int YW, const int yoff,
+                             const int total) {
   const int gid = get_global_id(0);
   if (gid >= total) return;
   const int oh = gid % OH; const int nc = gid / OH;
   __global const float* xp = X + (size_t)nc * H * W;
-  __global float* yp = Y + (size_t)gid * OW;
+  __global float* yp = Y + yoff + (size_t)nc * YP + (size_t)oh * YW;
   const int y0 = oh * sh - ph;
   int kh0 = 0, kh1 = KH;  // the taps whose input row lies inside
   while (kh0 < KH && y0 + kh0 * dh < 0) ++kh0;
@@ -1289,12 +1380,12 @@ typedef float16 __attribute__((aligned(4))) float16u;
 __kernel void maxpool2d_rows_v{sw}(__global float* Y, __global const float* X, const int H, const int W,
                                 const int OH, const int OW, const int KH, const int KW, const int sh,
                                 const int sw, const int ph, const int pw, const int dh, const int dw,
-                                const int total) {{
+                                const int YP, const int YW, const int yoff, const int total) {{
   const int gid = get_global_id(0);
   if (gid >= total) return;
   const int oh = gid % OH; const int nc = gid / OH;
   __global const float* xp = X + (size_t)nc * H * W;
-  __global float* yp = Y + (size_t)gid * OW;
+  __global float* yp = Y + yoff + (size_t)nc * YP + (size_t)oh * YW;  // layout as maxpool2d_rows
   const int y0 = oh * sh - ph;
   int kh0 = 0, kh1 = KH;  // the taps whose input row lies inside
   while (kh0 < KH && y0 + kh0 * dh < 0) ++kh0;

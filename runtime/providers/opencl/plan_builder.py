@@ -56,7 +56,7 @@ from onnxhal.runtime.providers.opencl.op_support import (
     reduce_layout,
 )
 from onnxhal.runtime.providers.opencl.pad_resize_lowering import PadResizeLowering
-from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, PartitionPlan
+from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, Launch, PartitionPlan
 from onnxhal.runtime.providers.opencl.quant_codegen import CODE_C_TYPES, QUANT_ELEMENTWISE_OPS
 from onnxhal.runtime.providers.opencl.quant_decompose import decompose_quantized
 from onnxhal.runtime.providers.opencl.quant_lowering import fold_constant_dequantize, lower_dynamic_quantize, quant_args
@@ -123,6 +123,13 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
         self.operand_views: dict = {}
         self.output_views: dict = {}
         self.lanes_outputs: dict = {}
+        #: rule pool_padded_output: a value written by a pool_rows MaxPool launch -> that launch
+        self.pool_outputs: dict = {}
+        #: rule conv_siblings: Convs (ids) lowered in an earlier Conv's launch
+        self.merged_convs: set[int] = set()
+        self.node_epilogues: dict[int, Epilogue] = {}
+        self.node_positions: dict[int, int] = {}
+        self.skipped_nodes: set[int] = set()
         self._consumers: dict[str, list[Node]] = {}
         self._counter = 0
         for name in inputs + outputs:
@@ -300,6 +307,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
                 epi.out = add.outputs[0]
                 skip.update(id(m) for m in (add, view) if m is not None)
             epilogues[id(n)] = epi
+        self.node_epilogues, self.node_positions, self.skipped_nodes = epilogues, position, skip  # for rule conv_siblings
         rms_norms: dict[int, RmsNormMatch] = {}
         if self.rule("rms_norm"):
             for n in nodes:
@@ -348,7 +356,7 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
             if id(n) in rms_norms:
                 self._lower_rms_norm(rms_norms[id(n)])
                 continue
-            if id(n) in skip:
+            if id(n) in skip or id(n) in self.merged_convs:
                 continue
             if id(n) in clusters:
                 members = clusters[id(n)]
@@ -1013,7 +1021,13 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
             sw = list(n.attr("strides", [1, 1]))[-1]
             ow = self.shape(n.outputs[0])[-1]
             vector = sw in (1, 2) and ow >= ks.POOL_VECTOR and self.rule("pool_row_vectors")
-            self._pool(n, f"maxpool2d_rows_v{sw}" if vector else "maxpool2d_rows", rows=True)
+            # The output's layout (plane stride, row stride, offset): plain unless rule
+            # pool_padded_output redirects it (pads_into_producers).
+            self._pool(n, f"maxpool2d_rows_v{sw}" if vector else "maxpool2d_rows",
+                       lambda g: (I32(g["OH"] * g["OW"]), I32(g["OW"]), I32(0)), rows=True)
+            last = self.plan.steps[-1] if self.plan.steps else None
+            if isinstance(last, Launch) and last.args[0] == Buf(n.outputs[0]):  # an empty output runs none
+                self.pool_outputs[n.outputs[0]] = last
         else:
             self._pool(n, "maxpool2d")
 

@@ -6,8 +6,9 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
 - a first pass without data propagation, on a copy where every LayerNormalization with a
   non-negative ``axis`` has only its first output (its inference reads ``axis`` dimensions of the
   input for the Mean output without checking the rank: ``axis=2**31`` is SIGSEGV). What it finds
-  gives the ranks and dimensions the checks below need. It is skipped where the model has no
-  LayerNormalization and no node data propagation would visit (a tree ensemble, a linear model):
+  gives the ranks and dimensions the checks below need. It is skipped where the model has no such
+  LayerNormalization (one with a negative axis, or with its first output alone, is safe) and no
+  node data propagation would visit (a tree ensemble, a linear model):
   it would find nothing there; and where no node's inference may read a value data propagation
   computes (every node reads its inputs' types and shapes only, ``_VALUE_BLIND``: a CNN of
   convolutions, pools and elementwise ops; or the others read the outputs of propagating nodes only
@@ -515,6 +516,21 @@ class NodeScan:
     reshaped: tuple[bool, bool, bool]  # as ``_reshaped``
 
 
+def _node_kind(op: str, raw_domain: str, opset: dict[str, int]) -> tuple[str, bool, bool, bool, bool, int]:
+    """What ``scan_nodes`` reads of a node of this op type and domain: (its domain, "ai.onnx" as "";
+    whether it may hold a graph; whether it is a LayerNormalization; whether data propagation may
+    visit it; whether it is also inferred through its body and not ``_VALUE_BLIND``; from which input
+    on its inference may read values, -1 for none)."""
+    domain = "" if raw_domain == "ai.onnx" else raw_domain
+    version = opset.get(domain, 0)
+    blind = op in _VALUE_BLIND if not domain else domain == ML_DOMAIN
+    propagates = may_propagate(op, domain, version)
+    via_body = propagates and not blind and _inferred_through_body(op, domain, version)
+    values_from = -1 if blind else 1 if not domain and op in _DATA_FIRST else 0
+    return (domain, op in _GRAPH_HOLDERS or domain not in STANDARD_DOMAINS, op == "LayerNormalization" and not domain,
+            propagates, via_body, values_from)
+
+
 def scan_nodes(proto: onnx.ModelProto) -> NodeScan:
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
     graphs, norms, reads = [], [], set()
@@ -524,6 +540,9 @@ def scan_nodes(proto: onnx.ModelProto) -> NodeScan:
     through_body = False  # a node inferred through its function body, other than a ``_VALUE_BLIND`` one
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import)
     unsorted = False
+    # what each (op type, domain) is to the scan, worked out once per scan: a model repeats a few
+    # operators many times, and each test below is a call or a set lookup per node
+    kinds: dict[tuple[str, str], tuple[str, bool, bool, bool, bool, int]] = {}
     for g, where in walk_graphs(proto.graph):
         graphs.append(g)
         seen = {"", *(t.name for t in g.initializer), *(v.name for v in g.input),
@@ -531,26 +550,29 @@ def scan_nodes(proto: onnx.ModelProto) -> NodeScan:
         ahead: set[str] = set()
         for n in g.node:
             op, raw = n.op_type, n.domain
-            domain = "" if raw == "ai.onnx" else raw
-            spelled = spelled or raw == "ai.onnx"
+            kind = kinds.get((op, raw))
+            if kind is None:
+                kind = kinds[op, raw] = _node_kind(op, raw, opset)
+                spelled = spelled or raw == "ai.onnx"
+            domain, holder, is_norm, propagates, via_body, values_from = kind
             # each repeated field read as one slice (a list made in C), not iterated name by name
             inputs, outputs = n.input[:], n.output[:]
             seen.update(outputs)
-            holder = op in _GRAPH_HOLDERS or domain not in STANDARD_DOMAINS
             node_reads = _reads(n) if holder and n.attribute else inputs
             if not seen.issuperset(node_reads):
                 ahead.update(r for r in node_reads if r not in seen)
-            if op == "LayerNormalization" and domain == "":
+            if is_norm:
                 norms.append((n, where))
-            blind = op in _VALUE_BLIND if not domain else domain == ML_DOMAIN
-            if may_propagate(op, domain, opset.get(domain, 0)):
+            if propagates:
                 propagating = True
-                reads.update(i for i in inputs if i)
+                reads.update(inputs)
                 carriers.update(outputs)
-                through_body = through_body or (not blind and _inferred_through_body(op, domain, opset.get(domain, 0)))
-            if not blind:
-                values_read.update(inputs[1:] if not domain and op in _DATA_FIRST else inputs)
+                through_body = through_body or via_body
+            if values_from >= 0:
+                values_read.update(inputs[values_from:] if values_from else inputs)
         unsorted = unsorted or not ahead.isdisjoint(seen)
+    for names in (reads, carriers, values_read):
+        names.discard("")  # an omitted optional input or output: no value
     shape_data_read = len(graphs) > 1 or bool(proto.functions) or through_body or not carriers.isdisjoint(values_read)
     return NodeScan(graphs, norms, propagating, reads, shape_data_read, (spelled, proto.ir_version < 4, unsorted))
 
@@ -598,7 +620,10 @@ def infer(proto: onnx.ModelProto, owned: bool = False, scan: NodeScan | None = N
     changed (the inferred model may then be ``proto`` itself, its values filled in). ``scan``:
     ``scan_nodes(proto)``, where the caller has it."""
     scan = scan_nodes(proto) if scan is None else scan
-    graphs, norms, reshaped = scan.graphs, scan.norms, scan.reshaped
+    graphs, reshaped = scan.graphs, scan.reshaped
+    # only an unsafe LayerNormalization needs the first pass's ranks: one with a negative axis, or
+    # its Y output alone, is inferred without reading past its input's rank
+    norms = [(n, where) for n, where in scan.norms if _unsafe_layer_norm(n)]
     spelled, old_ir, unsorted = reshaped
     # Where the IR version is all ``_weightless`` would change besides weights, its copy is not made:
     # the serialized stub ends in the field again (``_IR_4``), which a protobuf parser reads as the
@@ -625,7 +650,7 @@ def infer(proto: onnx.ModelProto, owned: bool = False, scan: NodeScan | None = N
         # too costly.
         long_1d, shapes = True, {}
     else:
-        probe = stub if not any(_unsafe_layer_norm(n) for n, _ in norms) else _probe_copy(stub)
+        probe = stub if not norms else _probe_copy(stub)
         if probe is stub:
             serialized = serialize(stub)
         elif raise_ir:  # a copy of its own
@@ -645,10 +670,10 @@ def infer(proto: onnx.ModelProto, owned: bool = False, scan: NodeScan | None = N
             long_1d, shapes = _probe_facts(first, wanted, scan.reads)
     for n, where in norms:  # before the real pass, which would read past the rank
         dims = shapes.get(n.input[0]) if n.input else None
-        if _unsafe_layer_norm(n) and dims is not None and _axis(n, -1) >= len(dims):
+        if dims is not None and _axis(n, -1) >= len(dims):
             raise InvalidGraph(f"{node_label(n)}{where}: axis={_axis(n, -1)} but its input {n.input[0]!r} has rank "
                                f"{len(dims)}; axis must be in [{-len(dims)}, {len(dims) - 1}].")
-    unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None for n, _ in norms if n.input)
+    unknown_ln = any(shapes.get(n.input[0]) is None for n, _ in norms if n.input)
     data_prop = not (long_1d or unknown_ln)
     serialized = serialize(stub) if serialized is None else serialized
     try:

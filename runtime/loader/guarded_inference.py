@@ -42,6 +42,7 @@ import onnx
 import onnx.onnx_cpp2py_export.shape_inference as onnx_cpp
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from onnxhal.hal import Graph
 from onnxhal.hal.errors import InvalidGraph
 from onnxhal.runtime.loader.node_checks import STANDARD_DOMAINS, node_label, walk_graphs
 
@@ -58,7 +59,8 @@ def _value_shapes(values, wanted: set[str] | None) -> dict[str, list[int | None]
         if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
             found.setdefault(v.name, None)
             continue
-        found[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        # a negative dim_value (-1 from some converters) is free, as in onnxruntime
+        found[v.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim]
     return found
 
 
@@ -149,17 +151,37 @@ _CONTROL_TYPES = {("If", 0): onnx.TensorProto.BOOL, ("Loop", 0): onnx.TensorProt
                   ("Loop", 1): onnx.TensorProto.BOOL}
 
 
-def check_inferred(proto: onnx.ModelProto) -> None:
+def _graph_shapes(graph: Graph, wanted: set[str]) -> dict[str, list[int | None] | None]:
+    """``_shapes`` of the ``wanted`` names, read from the Graph the loader built of the inferred
+    model's main graph (its value infos parse each type once, and are found by name: ``_shapes``
+    reads the name of every value and initializer of the model to find a few). A symbolic or
+    negative dim is None, as both read it for the checks."""
+    found: dict[str, list[int | None] | None] = {}
+    values = graph.value_infos
+    for name in wanted:
+        vi = values.get(name)
+        shape = vi.shape if vi is not None else None
+        if shape is None and name in graph.initializers:
+            shape = graph.initializers[name].shape
+        found[name] = None if shape is None else [d if isinstance(d, int) else None for d in shape]
+    return found
+
+
+def check_inferred(proto: onnx.ModelProto, graph: Graph | None = None) -> None:
     """Attribute values that must fit an input's rank or shape, where inference found it (``proto``
     is the inferred model). onnx's inference checks some (not LayerNormalization's axis beyond the
-    rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each."""
-    nodes = [(n, where) for g, where in walk_graphs(proto.graph) for n in g.node
+    rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each.
+    ``graph``: the Graph built from ``proto``'s main graph, where the caller has it (its shapes are
+    read there where the model has no other graph)."""
+    graphs = list(walk_graphs(proto.graph))
+    nodes = [(n, where) for g, where in graphs for n in g.node
              if n.op_type in _SHAPE_CHECKED_OPS and n.domain in ("", "ai.onnx") and n.input]
     if not nodes:
         return
     # only the inputs each check below reads: an axis op's first, a Conv's first two, a recurrent
     # op's weights (its first three); a model's Concats have many more, whose dims no check needs
-    shapes = _shapes(proto, {i for n, _ in nodes for i in n.input[:_READS.get(n.op_type, 3)] if i})
+    wanted = {i for n, _ in nodes for i in n.input[:_READS.get(n.op_type, 3)] if i}
+    shapes = _graph_shapes(graph, wanted) if graph is not None and len(graphs) == 1 else _shapes(proto, wanted)
     if any(n.op_type in ("If", "Loop", "Scan") for n, _ in nodes):
         _check_body_input_types(proto)
     for n, where in nodes:

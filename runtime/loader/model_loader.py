@@ -262,7 +262,7 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
                            + ". ONNX's shape inference rejects the node, as onnxruntime does at load; fix its "
                            "attributes or inputs.")
     declared_value_info.check_element_types(inferred, declared_types)
-    guarded_inference.check_inferred(inferred)
+    guarded_inference.check_inferred(inferred, graph)
     check_after_inference(inferred, opset, checked=not inlined)
     return LoadedModel(inferred, graph, opset, path)
 

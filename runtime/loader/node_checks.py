@@ -462,8 +462,9 @@ def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, i
         if has_attributes:
             check_attribute_encoding(node, where, facts)
         domain = "" if raw_domain == "ai.onnx" else raw_domain
+        # a node like one that passed needs its schema only for a value check
         schema = schema_spec(op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
-            domain in opset else None  # as _schema
+            domain in opset and (not known or op_type in _VALUE_CHECKS) else None  # as _schema
         if schema is not None and not known:
             check_against_schema(node, schema, where, facts)
         # onnxruntime takes "ai.onnx" for "" in the main graph, not inside subgraphs.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, KeysView, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -537,6 +537,11 @@ class Graph:
 
     def consumers(self, name: str) -> list[Node]:
         return list(self._consumers.get(name, ()))
+
+    def indexed_names(self) -> tuple[KeysView[str], KeysView[str]]:
+        """(the names the nodes write, the names they read, implicit inputs included), as the last
+        ``reindex`` found them: live views, for set arithmetic in C over a whole graph."""
+        return self._producer.keys(), self._consumers.keys()
 
     def value_info(self, name: str) -> ValueInfo:
         """Type information of any value of the graph (an untyped ValueInfo when unknown)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import KeysView, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -340,6 +340,14 @@ def check_graph(graph: Graph, outer: set[str]) -> None:
     """Sort the nodes topologically (ORT accepts unsorted graphs) and reject cycles, undefined
     inputs and values produced twice. Recurses into subgraphs with the names they may read."""
     defined = set(outer) | set(graph.initializers) | set(graph.input_names) | {v.name for v in graph.overridable}
+    written, read = graph.indexed_names()
+    # The graph's index answers for the usual graph, in C: as many names written as outputs (no
+    # name written twice, none empty), none of them an input or initializer, and every name read
+    # defined. Where it does not, the loops below find the offender and name it.
+    if sum(1 for n in graph.nodes for o in n.outputs if o) == len(written) and written.isdisjoint(graph.input_names) \
+            and written.isdisjoint(graph.initializers) and not (read - defined - written):
+        _check_order_and_outputs(graph, defined, written)
+        return
     produced: dict[str, Node] = {}
     for n in graph.nodes:
         for o in n.outputs:
@@ -357,6 +365,12 @@ def check_graph(graph: Graph, outer: set[str]) -> None:
             if i and i not in defined and i not in produced:
                 raise InvalidGraph(f"graph {graph.name!r}: node {n.op_type} {n.name!r} reads {i!r}, which no node, "
                                    "graph input or initializer defines.")
+    _check_order_and_outputs(graph, defined, produced.keys())
+
+
+def _check_order_and_outputs(graph: Graph, defined: set[str], produced: KeysView[str]) -> None:
+    """``check_graph`` from the nodes' order on: ``defined``, the names the graph may read besides
+    what its nodes write, ``produced``."""
     ordered = toposort(graph.nodes, graph.name)
     if ordered is not graph.nodes:  # (already in order, the common case: the index stands)
         graph.nodes = ordered

@@ -35,8 +35,9 @@ type(s) for +: 'float' and 'str'").
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import onnx
 import onnx.onnx_cpp2py_export.shape_inference as onnx_cpp
@@ -44,7 +45,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from onnxhal.hal import Graph
 from onnxhal.hal.errors import InvalidGraph
-from onnxhal.runtime.loader.node_checks import STANDARD_DOMAINS, node_label, walk_graphs
+from onnxhal.runtime.loader.node_checks import STANDARD_DOMAINS, flat_model, node_label, walk_graphs
 
 #: Longest 1-D value (elements) for which shape inference propagates data.
 DATA_PROP_MAX_LENGTH = 1 << 16
@@ -167,57 +168,71 @@ def _graph_shapes(graph: Graph, wanted: set[str]) -> dict[str, list[int | None] 
     return found
 
 
+#: What ``check_inferred`` reads of a node (from its NodeProto, or from the Graph's Node): the node
+#: (named in messages by ``node_label``), its op type, inputs, attributes by name and where it is.
+_Checked = tuple[Any, str, Sequence[str], Mapping[str, onnx.AttributeProto], str]
+
+
+def _checked_nodes(proto: onnx.ModelProto, graph: Graph | None) -> list[_Checked]:
+    """The nodes of the ops ``check_inferred`` checks: the Graph's where it is given and the model
+    has no other graph (its nodes' op types are slots, where each NodeProto read makes a wrapper and
+    decodes its strings: this filter read every node of the model), else the proto's."""
+    if graph is not None and flat_model():
+        return [(n, n.op_type, n.inputs, n.attribute_protos, "") for n in graph.nodes
+                if n.op_type in _SHAPE_CHECKED_OPS and not n.domain and n.inputs]
+    return [(n, n.op_type, n.input[:], {a.name: a for a in n.attribute}, where)
+            for g, where in walk_graphs(proto.graph) for n in g.node
+            if n.op_type in _SHAPE_CHECKED_OPS and n.domain in ("", "ai.onnx") and n.input]
+
+
 def check_inferred(proto: onnx.ModelProto, graph: Graph | None = None) -> None:
     """Attribute values that must fit an input's rank or shape, where inference found it (``proto``
     is the inferred model). onnx's inference checks some (not LayerNormalization's axis beyond the
     rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each.
-    ``graph``: the Graph built from ``proto``'s main graph, where the caller has it (its shapes are
-    read there where the model has no other graph)."""
-    graphs = list(walk_graphs(proto.graph))
-    nodes = [(n, where) for g, where in graphs for n in g.node
-             if n.op_type in _SHAPE_CHECKED_OPS and n.domain in ("", "ai.onnx") and n.input]
+    ``graph``: the Graph built from ``proto``'s main graph, where the caller has it (its nodes and
+    shapes are read there where the model has no other graph)."""
+    nodes = _checked_nodes(proto, graph)
     if not nodes:
         return
     # only the inputs each check below reads: an axis op's first, a Conv's first two, a recurrent
     # op's weights (its first three); a model's Concats have many more, whose dims no check needs
-    wanted = {i for n, _ in nodes for i in n.input[:_READS.get(n.op_type, 3)] if i}
-    shapes = _graph_shapes(graph, wanted) if graph is not None and len(graphs) == 1 else _shapes(proto, wanted)
-    if any(n.op_type in ("If", "Loop", "Scan") for n, _ in nodes):
+    wanted = {i for _, op, inputs, _, _ in nodes for i in inputs[:_READS.get(op, 3)] if i}
+    shapes = _graph_shapes(graph, wanted) if graph is not None and flat_model() else _shapes(proto, wanted)
+    if any(n[1] in ("If", "Loop", "Scan") for n in nodes):
         _check_body_input_types(proto)
-    for n, where in nodes:
-        if n.op_type in AXIS_OPS and any(a.name == "axis" and a.type == onnx.AttributeProto.INT
-                                         for a in n.attribute):
-            dims = shapes.get(n.input[0])
-            axis = _axis(n, 0)
+    for node, op, inputs, attrs, where in nodes:
+        if op in AXIS_OPS and "axis" in attrs and attrs["axis"].type == onnx.AttributeProto.INT:
+            dims = shapes.get(inputs[0])
+            axis = attrs["axis"].i
             r = len(dims) if dims is not None else None
-            if r is not None and not -r <= axis < r + AXIS_OPS[n.op_type]:
-                raise InvalidGraph(f"{node_label(n)}{where}: axis={axis} but its input {n.input[0]!r} has rank "
-                                   f"{r}; axis must be in [{-r}, {r - 1 + AXIS_OPS[n.op_type]}].")
-        elif n.op_type in _GATES and len(n.input) > 1:
-            w = shapes.get(n.input[1])
-            h = next((a.i for a in n.attribute if a.name == "hidden_size"), None)
-            if w is not None and len(w) == 3 and h is not None and w[1] is not None and w[1] != _GATES[n.op_type] * h:
-                raise InvalidGraph(f"{node_label(n)}{where}: hidden_size={h} but its weight {n.input[1]!r} has shape "
-                                   f"{w}; W is [directions, {_GATES[n.op_type]} * hidden_size, input_size].")
-            r = shapes.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
-            want = [w[0] if w else None, _GATES[n.op_type] * h if h else None, h]
+            if r is not None and not -r <= axis < r + AXIS_OPS[op]:
+                raise InvalidGraph(f"{node_label(node)}{where}: axis={axis} but its input {inputs[0]!r} has rank "
+                                   f"{r}; axis must be in [{-r}, {r - 1 + AXIS_OPS[op]}].")
+        elif op in _GATES and len(inputs) > 1:
+            w = shapes.get(inputs[1])
+            h = attrs["hidden_size"].i if "hidden_size" in attrs else None
+            if w is not None and len(w) == 3 and h is not None and w[1] is not None and w[1] != _GATES[op] * h:
+                raise InvalidGraph(f"{node_label(node)}{where}: hidden_size={h} but its weight {inputs[1]!r} has shape "
+                                   f"{w}; W is [directions, {_GATES[op]} * hidden_size, input_size].")
+            r = shapes.get(inputs[2]) if len(inputs) > 2 and inputs[2] else None
+            want = [w[0] if w else None, _GATES[op] * h if h else None, h]
             if r is not None and (len(r) != 3 or any(a is not None and b is not None and a != b for a, b in zip(r, want))):
-                raise InvalidGraph(f"{node_label(n)}{where}: its recurrence weight {n.input[2]!r} has shape {r}; R is "
-                                   f"[directions, {_GATES[n.op_type]} * hidden_size, hidden_size] = {want}.")
-        elif n.op_type == "Conv" and len(n.input) > 1:
-            ks = next((list(a.ints) for a in n.attribute if a.name == "kernel_shape"), None)
-            w = shapes.get(n.input[1])
-            x = shapes.get(n.input[0])
+                raise InvalidGraph(f"{node_label(node)}{where}: its recurrence weight {inputs[2]!r} has shape {r}; R is "
+                                   f"[directions, {_GATES[op]} * hidden_size, hidden_size] = {want}.")
+        elif op == "Conv" and len(inputs) > 1:
+            ks = list(attrs["kernel_shape"].ints) if "kernel_shape" in attrs else None
+            w = shapes.get(inputs[1])
+            x = shapes.get(inputs[0])
             # onnx's inference skips this check where kernel_shape is given; onnxruntime's kernel
             # refuses it ("X num_dims does not match W num_dims").
             if x is not None and w is not None and len(x) != len(w):
-                raise InvalidGraph(f"{node_label(n)}{where}: its input {n.input[0]!r} has rank {len(x)} and its "
-                                   f"weight {n.input[1]!r} has shape {w}; W must have X's rank [M, C/group, "
+                raise InvalidGraph(f"{node_label(node)}{where}: its input {inputs[0]!r} has rank {len(x)} and its "
+                                   f"weight {inputs[1]!r} has shape {w}; W must have X's rank [M, C/group, "
                                    "kernel...]. Check the order of the Conv's inputs.")
             if ks is None or w is None or len(w) < 2 or None in w[2:]:
                 continue
             if ks != w[2:]:
-                raise InvalidGraph(f"{node_label(n)}{where}: kernel_shape={ks} but its weight {n.input[1]!r} "
+                raise InvalidGraph(f"{node_label(node)}{where}: kernel_shape={ks} but its weight {inputs[1]!r} "
                                    f"has shape {w}, whose spatial dimensions are {w[2:]}; make kernel_shape "
                                    "equal to them, or leave it out.")
 

@@ -31,6 +31,7 @@ from contextvars import ContextVar
 import onnx
 from onnx import AttributeProto
 
+from onnxhal.hal import Node
 from onnxhal.hal.errors import InvalidGraph
 
 #: Domains whose operators have schemas in the onnx package.
@@ -46,8 +47,8 @@ _SCALAR_FIELDS = ("f", "i", "s", "t", "g", "sparse_tensor", "tp")
 _TYPE_NAME = {v: k for k, v in _A.AttributeType.items()}
 
 
-def node_label(node: onnx.NodeProto) -> str:
-    """How messages name a node: its op type and name."""
+def node_label(node: onnx.NodeProto | Node) -> str:
+    """How messages name a node (a NodeProto, or the Graph's Node made of one): its op type and name."""
     return f"{node.op_type} node {node.name!r}" if node.name else f"{node.op_type} node (unnamed)"
 
 
@@ -387,6 +388,12 @@ def flat_model_walks(proto: onnx.ModelProto) -> Iterator[None]:
         yield
     finally:
         _FLAT_MODEL.reset(token)
+
+
+def flat_model() -> bool:
+    """Whether the model being loaded holds one graph alone (inside ``flat_model_walks``: no
+    model-local function, no node holding a graph)."""
+    return _FLAT_MODEL.get()
 
 
 def walk_graphs(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.GraphProto, str]]:

@@ -55,3 +55,19 @@ def test_omitted_outputs_and_outer_names_pass():
     loaded = _load(nodes, ("d",), (zero,))
     check_graph(loaded.graph, outer=set())
     assert loaded.graph.producer("d").op_type == "Dropout"
+
+
+@pytest.mark.parametrize("node, words", [
+    (helper.make_node("EyeLike", ["x"], ["y"], name="e", dtype=999), "attribute 'dtype' is 999, which is not an ONNX"),
+    (helper.make_node("LRN", ["x"], ["y"], name="l"), "required attribute 'size' of LRN-13 is missing"),
+])
+def test_the_checks_after_inference_read_the_graph_or_the_proto_alike(node, words):
+    from onnxhal.hal import Graph
+    from onnxhal.runtime.loader.node_checks import check_after_inference, flat_model_walks
+
+    model = make([node], [vi("x", [1, 3, 2, 2])], [vi("y", None)])
+    graph = Graph.from_proto(model.graph, {"": 17})
+    for given in (graph, None):
+        with flat_model_walks(model), pytest.raises(InvalidGraph) as e:
+            check_after_inference(model, {"": 17}, checked=False, graph=given)
+        assert words in str(e.value) and f"node {node.name!r}" in str(e.value)

@@ -263,7 +263,7 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
                            "attributes or inputs.")
     declared_value_info.check_element_types(inferred, declared_types)
     guarded_inference.check_inferred(inferred, graph)
-    check_after_inference(inferred, opset, checked=not inlined)
+    check_after_inference(inferred, opset, checked=not inlined, graph=graph)
     return LoadedModel(inferred, graph, opset, path)
 
 

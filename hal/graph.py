@@ -452,8 +452,14 @@ class Graph:
         for st in gp.sparse_initializer:
             g.initializers[st.values.name] = sparse_to_dense(st, "sparse initializer")
         vi: dict[str, ValueInfo] = {}
+        new = ValueInfo.__new__
         for v in (*gp.value_info, *gp.input, *gp.output):
-            vi[v.name] = ValueInfo(v.name, v.type if v.HasField("type") else None)
+            # ``ValueInfo(name, type)``'s slots set here: a model's thousands of values paid the call
+            info = new(ValueInfo)
+            info.name = name = v.name
+            info._type_proto = v.type if v.HasField("type") else None
+            info._parsed = None
+            vi[name] = info
         for name, arr in g.initializers.items():
             if name not in vi:
                 vi[name] = ValueInfo.of_array(name, arr)

@@ -122,3 +122,30 @@ def test_an_output_declared_symbolic_takes_the_size_onnxruntime_reports():
     path = os.path.join(os.path.dirname(__file__), "real_models", "gpt2_ts_ortopt.onnx")
     want = [o.shape for o in ort.InferenceSession(path, providers=["CPUExecutionProvider"]).get_outputs()]
     assert [o.shape for o in onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"]).get_outputs()] == want
+
+
+def test_one_pass_types_a_model_with_subgraphs_as_the_two_passes():
+    # the stand-in copy's inferred values, subgraphs included, with the model's own nodes
+    then = helper.make_graph([helper.make_node("Relu", ["f"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", F, None)])
+    other = helper.make_graph([helper.make_node("Neg", ["f"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", F, None)])
+    nodes = [helper.make_node("FastGelu", ["x"], ["f"], domain="com.microsoft"),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["batch", 4]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", F, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    one, two = _load(model, True), _load(model, False)
+    assert [n.op_type for n in one.graph.nodes] == ["FastGelu", "If"]
+    assert _types(one) == _types(two) and _types(one)["f"] == _types(one)["y"] == (F, ("batch", 4))
+    subs = [{k: (v.elem_type, v.shape) for k, v in sub.value_infos.items()}
+            for loaded in (one, two) for sub in loaded.graph.nodes[1].subgraph_list()]
+    assert subs[:2] == subs[2:]
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    for c in (True, False):
+        feeds = {"x": x, "c": np.array(c)}
+        got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5)

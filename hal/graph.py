@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, KeysView, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -289,9 +289,21 @@ class Node:
         self.domain = "" if domain == "ai.onnx" else domain
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
-        self.attribute_protos = protos = {a.name: a for a in attribute_protos} if attribute_protos else {}
         self.attributes: dict[str, Any] = {}
         self.subgraphs: dict[str, Graph | list[Graph]] = {}
+        if attribute_protos:
+            self._read_attributes(attribute_protos, owner)
+        else:
+            self.attribute_protos = {}
+        self.implicit_inputs: tuple[str, ...] = ()
+        self.since_version = 0  # opset version of the operator schema, set by the runtime
+        self.ep_name = ""  # set by the partitioner
+        self.doc_string = doc_string
+
+    def _read_attributes(self, attribute_protos: Iterable[AttributeProto], owner: Graph | None) -> None:
+        """``attribute_protos`` by name, and each one's value in ``attributes`` (graphs also in
+        ``subgraphs``, which starts empty)."""
+        self.attribute_protos = protos = {a.name: a for a in attribute_protos}
         attributes = self.attributes
         for name_, a in protos.items():
             # the common types read here as ``parse_attribute`` reads them (a call less per attribute)
@@ -306,16 +318,31 @@ class Node:
                 value = attributes[name_] = parse_attribute(a, owner)
                 if kind == AttributeProto.GRAPH or kind == AttributeProto.GRAPHS:
                     self.subgraphs[name_] = value
-        self.implicit_inputs: tuple[str, ...] = ()
-        self.since_version = 0  # opset version of the operator schema, set by the runtime
-        self.ep_name = ""  # set by the partitioner
-        self.doc_string = doc_string
 
     @classmethod
     def from_proto(cls, proto: onnx.NodeProto, owner: Graph | None = None) -> Node:
+        """The node ``proto`` describes, as ``Node(...)`` builds it, its slots set here: a model's
+        thousands of nodes each paid the constructor's conversions of what a proto gives as it is."""
+        node = cls.__new__(cls)
+        node.name = proto.name
+        node.op_type = proto.op_type
+        domain = proto.domain
+        node.domain = "" if domain == "ai.onnx" else domain
         # a repeated field read as one slice (a list made in C) costs less than iterated name by name
-        return cls(proto.op_type, proto.input[:], proto.output[:], proto.name, proto.domain,
-                   proto.attribute, owner, proto.doc_string)
+        node.inputs = tuple(proto.input[:])
+        node.outputs = tuple(proto.output[:])
+        node.attributes = {}
+        node.subgraphs = {}
+        attrs = proto.attribute
+        if len(attrs):
+            node._read_attributes(attrs, owner)
+        else:
+            node.attribute_protos = {}
+        node.implicit_inputs = ()
+        node.since_version = 0
+        node.ep_name = ""
+        node.doc_string = proto.doc_string
+        return node
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attributes.get(name, default)
@@ -425,8 +452,14 @@ class Graph:
         for st in gp.sparse_initializer:
             g.initializers[st.values.name] = sparse_to_dense(st, "sparse initializer")
         vi: dict[str, ValueInfo] = {}
+        new = ValueInfo.__new__
         for v in (*gp.value_info, *gp.input, *gp.output):
-            vi[v.name] = ValueInfo(v.name, v.type if v.HasField("type") else None)
+            # ``ValueInfo(name, type)``'s slots set here: a model's thousands of values paid the call
+            info = new(ValueInfo)
+            info.name = name = v.name
+            info._type_proto = v.type if v.HasField("type") else None
+            info._parsed = None
+            vi[name] = info
         for name, arr in g.initializers.items():
             if name not in vi:
                 vi[name] = ValueInfo.of_array(name, arr)
@@ -510,6 +543,11 @@ class Graph:
 
     def consumers(self, name: str) -> list[Node]:
         return list(self._consumers.get(name, ()))
+
+    def indexed_names(self) -> tuple[KeysView[str], KeysView[str]]:
+        """(the names the nodes write, the names they read, implicit inputs included), as the last
+        ``reindex`` found them: live views, for set arithmetic in C over a whole graph."""
+        return self._producer.keys(), self._consumers.keys()
 
     def value_info(self, name: str) -> ValueInfo:
         """Type information of any value of the graph (an untyped ValueInfo when unknown)."""

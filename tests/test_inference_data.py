@@ -101,3 +101,40 @@ def test_weights_inside_subgraphs_come_back_after_inference():
     for c in (True, False):
         feeds = {"x0": x, "c": np.array(c)}
         np.testing.assert_array_equal(hal.run(None, feeds)[0], ref.run(None, feeds)[0])
+
+
+def _layer_norm_model(axis: int, n_outputs: int) -> onnx.ModelProto:
+    outs = ["y", "mean", "inv_std"][:n_outputs]
+    nodes = [helper.make_node("LayerNormalization", ["x", "s", "b"], outs, axis=axis),
+             helper.make_node("Relu", ["y"], ["r"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("r", *outs[1:])],
+                              [numpy_helper.from_array(np.ones(3, np.float32), "s"),
+                               numpy_helper.from_array(np.zeros(3, np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def _passes(monkeypatch, model: onnx.ModelProto) -> int:
+    import onnx.onnx_cpp2py_export.shape_inference as onnx_cpp
+
+    calls = []
+    real = onnx_cpp.infer_shapes
+    monkeypatch.setattr(onnx_cpp, "infer_shapes", lambda *a: calls.append(a[1:]) or real(*a))
+    onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return len(calls)
+
+
+def test_only_an_unsafe_layer_norm_costs_a_first_inference_pass(monkeypatch):
+    # a negative axis, or the Y output alone, cannot make inference read past the input's rank:
+    # no first pass for its ranks (a model of value-blind ops otherwise); axis 1 with Mean has one
+    assert _passes(monkeypatch, _layer_norm_model(-1, 3)) == 1
+    assert _passes(monkeypatch, _layer_norm_model(1, 1)) == 1
+    assert _passes(monkeypatch, _layer_norm_model(1, 3)) == 2
+    x = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    for model in (_layer_norm_model(-1, 3), _layer_norm_model(1, 3)):
+        got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

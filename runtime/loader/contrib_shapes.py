@@ -8,6 +8,14 @@ outputs below have the shape and element type of input 0 (SkipLayerNormalization
 ``input_skip_bias_sum``; its training-only mean and inv_std_var outputs are left untyped). The
 loader infers a copy in which each such node is an Identity of input 0 per typed output and takes
 the values found there that the model left untyped; where that pass fails, the model stays as it was.
+
+``infer_through_stand_ins`` is the one-pass form the loader takes first: strict inference of the
+stand-in copy alone, its values (a superset of what the model's own pass finds: the same nodes, and
+Identities that type what onnx left untyped) given to the model's nodes. That pass checks every node
+the model's own would, with at least as much known of its inputs, so where it succeeds the model's
+own would refuse nothing; where it fails, the loader runs the two passes as before, so what is
+refused, and with which message, does not change. One inference instead of two: about a sixth of
+an onnxruntime-optimized export's load.
 """
 
 from __future__ import annotations
@@ -41,6 +49,35 @@ def _stand_in(model: onnx.ModelProto) -> onnx.ModelProto | None:
     del copy.graph.node[:]
     copy.graph.node.extend(nodes)
     return copy
+
+
+def infer_through_stand_ins(model: onnx.ModelProto) -> tuple[onnx.ModelProto | None, bool]:
+    """(``model`` with the values strict inference of its stand-in copy finds, and whether data was
+    propagated), or (None, False) where ``model`` has no such node or that inference fails. ``model``
+    is the loader's own; it is changed only where the inference succeeds."""
+    stub = _stand_in(model)
+    if stub is None:
+        return None, False
+    inferred, data_prop, _ = guarded_inference.infer(stub, owned=True)
+    if inferred is None:
+        return None, False
+    if not any(a.type in _GRAPH_KINDS for n in model.graph.node for a in n.attribute):
+        # one graph: its values go to the model (fewer messages to copy than its nodes)
+        g, values = model.graph, inferred.graph
+        g.ClearField("value_info")
+        g.ClearField("output")
+        g.value_info.extend(values.value_info)
+        g.output.extend(values.output)
+        model.ir_version = inferred.ir_version  # (raised where inference needed it)
+        return model, data_prop
+    # the inferred copy (its values, and its weights, given back where inference went without
+    # them) with the model's own main-graph nodes; the subgraphs, their values filled, are the same
+    del inferred.graph.node[:]
+    inferred.graph.node.extend(model.graph.node)
+    return inferred, data_prop
+
+
+_GRAPH_KINDS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def with_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -6,8 +6,9 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
 - a first pass without data propagation, on a copy where every LayerNormalization with a
   non-negative ``axis`` has only its first output (its inference reads ``axis`` dimensions of the
   input for the Mean output without checking the rank: ``axis=2**31`` is SIGSEGV). What it finds
-  gives the ranks and dimensions the checks below need. It is skipped where the model has no
-  LayerNormalization and no node data propagation would visit (a tree ensemble, a linear model):
+  gives the ranks and dimensions the checks below need. It is skipped where the model has no such
+  LayerNormalization (one with a negative axis, or with its first output alone, is safe) and no
+  node data propagation would visit (a tree ensemble, a linear model):
   it would find nothing there; and where no node's inference may read a value data propagation
   computes (every node reads its inputs' types and shapes only, ``_VALUE_BLIND``: a CNN of
   convolutions, pools and elementwise ops; or the others read the outputs of propagating nodes only
@@ -34,15 +35,17 @@ type(s) for +: 'float' and 'str'").
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import onnx
 import onnx.onnx_cpp2py_export.shape_inference as onnx_cpp
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from onnxhal.hal import Graph
 from onnxhal.hal.errors import InvalidGraph
-from onnxhal.runtime.loader.node_checks import STANDARD_DOMAINS, node_label, walk_graphs
+from onnxhal.runtime.loader.node_checks import STANDARD_DOMAINS, flat_model, node_label, walk_graphs
 
 #: Longest 1-D value (elements) for which shape inference propagates data.
 DATA_PROP_MAX_LENGTH = 1 << 16
@@ -57,7 +60,8 @@ def _value_shapes(values, wanted: set[str] | None) -> dict[str, list[int | None]
         if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
             found.setdefault(v.name, None)
             continue
-        found[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        # a negative dim_value (-1 from some converters) is free, as in onnxruntime
+        found[v.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim]
     return found
 
 
@@ -148,53 +152,87 @@ _CONTROL_TYPES = {("If", 0): onnx.TensorProto.BOOL, ("Loop", 0): onnx.TensorProt
                   ("Loop", 1): onnx.TensorProto.BOOL}
 
 
-def check_inferred(proto: onnx.ModelProto) -> None:
+def _graph_shapes(graph: Graph, wanted: set[str]) -> dict[str, list[int | None] | None]:
+    """``_shapes`` of the ``wanted`` names, read from the Graph the loader built of the inferred
+    model's main graph (its value infos parse each type once, and are found by name: ``_shapes``
+    reads the name of every value and initializer of the model to find a few). A symbolic or
+    negative dim is None, as both read it for the checks."""
+    found: dict[str, list[int | None] | None] = {}
+    values = graph.value_infos
+    for name in wanted:
+        vi = values.get(name)
+        shape = vi.shape if vi is not None else None
+        if shape is None and name in graph.initializers:
+            shape = graph.initializers[name].shape
+        found[name] = None if shape is None else [d if isinstance(d, int) else None for d in shape]
+    return found
+
+
+#: What ``check_inferred`` reads of a node (from its NodeProto, or from the Graph's Node): the node
+#: (named in messages by ``node_label``), its op type, inputs, attributes by name and where it is.
+_Checked = tuple[Any, str, Sequence[str], Mapping[str, onnx.AttributeProto], str]
+
+
+def _checked_nodes(proto: onnx.ModelProto, graph: Graph | None) -> list[_Checked]:
+    """The nodes of the ops ``check_inferred`` checks: the Graph's where it is given and the model
+    has no other graph (its nodes' op types are slots, where each NodeProto read makes a wrapper and
+    decodes its strings: this filter read every node of the model), else the proto's."""
+    if graph is not None and flat_model():
+        return [(n, n.op_type, n.inputs, n.attribute_protos, "") for n in graph.nodes
+                if n.op_type in _SHAPE_CHECKED_OPS and not n.domain and n.inputs]
+    return [(n, n.op_type, n.input[:], {a.name: a for a in n.attribute}, where)
+            for g, where in walk_graphs(proto.graph) for n in g.node
+            if n.op_type in _SHAPE_CHECKED_OPS and n.domain in ("", "ai.onnx") and n.input]
+
+
+def check_inferred(proto: onnx.ModelProto, graph: Graph | None = None) -> None:
     """Attribute values that must fit an input's rank or shape, where inference found it (``proto``
     is the inferred model). onnx's inference checks some (not LayerNormalization's axis beyond the
-    rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each."""
-    nodes = [(n, where) for g, where in walk_graphs(proto.graph) for n in g.node
-             if n.op_type in _SHAPE_CHECKED_OPS and n.domain in ("", "ai.onnx") and n.input]
+    rank, and an axis beyond 32 bits wraps around in some of its checks); onnxruntime refuses each.
+    ``graph``: the Graph built from ``proto``'s main graph, where the caller has it (its nodes and
+    shapes are read there where the model has no other graph)."""
+    nodes = _checked_nodes(proto, graph)
     if not nodes:
         return
     # only the inputs each check below reads: an axis op's first, a Conv's first two, a recurrent
     # op's weights (its first three); a model's Concats have many more, whose dims no check needs
-    shapes = _shapes(proto, {i for n, _ in nodes for i in n.input[:_READS.get(n.op_type, 3)] if i})
-    if any(n.op_type in ("If", "Loop", "Scan") for n, _ in nodes):
+    wanted = {i for _, op, inputs, _, _ in nodes for i in inputs[:_READS.get(op, 3)] if i}
+    shapes = _graph_shapes(graph, wanted) if graph is not None and flat_model() else _shapes(proto, wanted)
+    if any(n[1] in ("If", "Loop", "Scan") for n in nodes):
         _check_body_input_types(proto)
-    for n, where in nodes:
-        if n.op_type in AXIS_OPS and any(a.name == "axis" and a.type == onnx.AttributeProto.INT
-                                         for a in n.attribute):
-            dims = shapes.get(n.input[0])
-            axis = _axis(n, 0)
+    for node, op, inputs, attrs, where in nodes:
+        if op in AXIS_OPS and "axis" in attrs and attrs["axis"].type == onnx.AttributeProto.INT:
+            dims = shapes.get(inputs[0])
+            axis = attrs["axis"].i
             r = len(dims) if dims is not None else None
-            if r is not None and not -r <= axis < r + AXIS_OPS[n.op_type]:
-                raise InvalidGraph(f"{node_label(n)}{where}: axis={axis} but its input {n.input[0]!r} has rank "
-                                   f"{r}; axis must be in [{-r}, {r - 1 + AXIS_OPS[n.op_type]}].")
-        elif n.op_type in _GATES and len(n.input) > 1:
-            w = shapes.get(n.input[1])
-            h = next((a.i for a in n.attribute if a.name == "hidden_size"), None)
-            if w is not None and len(w) == 3 and h is not None and w[1] is not None and w[1] != _GATES[n.op_type] * h:
-                raise InvalidGraph(f"{node_label(n)}{where}: hidden_size={h} but its weight {n.input[1]!r} has shape "
-                                   f"{w}; W is [directions, {_GATES[n.op_type]} * hidden_size, input_size].")
-            r = shapes.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
-            want = [w[0] if w else None, _GATES[n.op_type] * h if h else None, h]
+            if r is not None and not -r <= axis < r + AXIS_OPS[op]:
+                raise InvalidGraph(f"{node_label(node)}{where}: axis={axis} but its input {inputs[0]!r} has rank "
+                                   f"{r}; axis must be in [{-r}, {r - 1 + AXIS_OPS[op]}].")
+        elif op in _GATES and len(inputs) > 1:
+            w = shapes.get(inputs[1])
+            h = attrs["hidden_size"].i if "hidden_size" in attrs else None
+            if w is not None and len(w) == 3 and h is not None and w[1] is not None and w[1] != _GATES[op] * h:
+                raise InvalidGraph(f"{node_label(node)}{where}: hidden_size={h} but its weight {inputs[1]!r} has shape "
+                                   f"{w}; W is [directions, {_GATES[op]} * hidden_size, input_size].")
+            r = shapes.get(inputs[2]) if len(inputs) > 2 and inputs[2] else None
+            want = [w[0] if w else None, _GATES[op] * h if h else None, h]
             if r is not None and (len(r) != 3 or any(a is not None and b is not None and a != b for a, b in zip(r, want))):
-                raise InvalidGraph(f"{node_label(n)}{where}: its recurrence weight {n.input[2]!r} has shape {r}; R is "
-                                   f"[directions, {_GATES[n.op_type]} * hidden_size, hidden_size] = {want}.")
-        elif n.op_type == "Conv" and len(n.input) > 1:
-            ks = next((list(a.ints) for a in n.attribute if a.name == "kernel_shape"), None)
-            w = shapes.get(n.input[1])
-            x = shapes.get(n.input[0])
+                raise InvalidGraph(f"{node_label(node)}{where}: its recurrence weight {inputs[2]!r} has shape {r}; R is "
+                                   f"[directions, {_GATES[op]} * hidden_size, hidden_size] = {want}.")
+        elif op == "Conv" and len(inputs) > 1:
+            ks = list(attrs["kernel_shape"].ints) if "kernel_shape" in attrs else None
+            w = shapes.get(inputs[1])
+            x = shapes.get(inputs[0])
             # onnx's inference skips this check where kernel_shape is given; onnxruntime's kernel
             # refuses it ("X num_dims does not match W num_dims").
             if x is not None and w is not None and len(x) != len(w):
-                raise InvalidGraph(f"{node_label(n)}{where}: its input {n.input[0]!r} has rank {len(x)} and its "
-                                   f"weight {n.input[1]!r} has shape {w}; W must have X's rank [M, C/group, "
+                raise InvalidGraph(f"{node_label(node)}{where}: its input {inputs[0]!r} has rank {len(x)} and its "
+                                   f"weight {inputs[1]!r} has shape {w}; W must have X's rank [M, C/group, "
                                    "kernel...]. Check the order of the Conv's inputs.")
             if ks is None or w is None or len(w) < 2 or None in w[2:]:
                 continue
             if ks != w[2:]:
-                raise InvalidGraph(f"{node_label(n)}{where}: kernel_shape={ks} but its weight {n.input[1]!r} "
+                raise InvalidGraph(f"{node_label(node)}{where}: kernel_shape={ks} but its weight {inputs[1]!r} "
                                    f"has shape {w}, whose spatial dimensions are {w[2:]}; make kernel_shape "
                                    "equal to them, or leave it out.")
 
@@ -515,6 +553,21 @@ class NodeScan:
     reshaped: tuple[bool, bool, bool]  # as ``_reshaped``
 
 
+def _node_kind(op: str, raw_domain: str, opset: dict[str, int]) -> tuple[str, bool, bool, bool, bool, int]:
+    """What ``scan_nodes`` reads of a node of this op type and domain: (its domain, "ai.onnx" as "";
+    whether it may hold a graph; whether it is a LayerNormalization; whether data propagation may
+    visit it; whether it is also inferred through its body and not ``_VALUE_BLIND``; from which input
+    on its inference may read values, -1 for none)."""
+    domain = "" if raw_domain == "ai.onnx" else raw_domain
+    version = opset.get(domain, 0)
+    blind = op in _VALUE_BLIND if not domain else domain == ML_DOMAIN
+    propagates = may_propagate(op, domain, version)
+    via_body = propagates and not blind and _inferred_through_body(op, domain, version)
+    values_from = -1 if blind else 1 if not domain and op in _DATA_FIRST else 0
+    return (domain, op in _GRAPH_HOLDERS or domain not in STANDARD_DOMAINS, op == "LayerNormalization" and not domain,
+            propagates, via_body, values_from)
+
+
 def scan_nodes(proto: onnx.ModelProto) -> NodeScan:
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
     graphs, norms, reads = [], [], set()
@@ -524,6 +577,9 @@ def scan_nodes(proto: onnx.ModelProto) -> NodeScan:
     through_body = False  # a node inferred through its function body, other than a ``_VALUE_BLIND`` one
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import)
     unsorted = False
+    # what each (op type, domain) is to the scan, worked out once per scan: a model repeats a few
+    # operators many times, and each test below is a call or a set lookup per node
+    kinds: dict[tuple[str, str], tuple[str, bool, bool, bool, bool, int]] = {}
     for g, where in walk_graphs(proto.graph):
         graphs.append(g)
         seen = {"", *(t.name for t in g.initializer), *(v.name for v in g.input),
@@ -531,26 +587,29 @@ def scan_nodes(proto: onnx.ModelProto) -> NodeScan:
         ahead: set[str] = set()
         for n in g.node:
             op, raw = n.op_type, n.domain
-            domain = "" if raw == "ai.onnx" else raw
-            spelled = spelled or raw == "ai.onnx"
+            kind = kinds.get((op, raw))
+            if kind is None:
+                kind = kinds[op, raw] = _node_kind(op, raw, opset)
+                spelled = spelled or raw == "ai.onnx"
+            domain, holder, is_norm, propagates, via_body, values_from = kind
             # each repeated field read as one slice (a list made in C), not iterated name by name
             inputs, outputs = n.input[:], n.output[:]
             seen.update(outputs)
-            holder = op in _GRAPH_HOLDERS or domain not in STANDARD_DOMAINS
             node_reads = _reads(n) if holder and n.attribute else inputs
             if not seen.issuperset(node_reads):
                 ahead.update(r for r in node_reads if r not in seen)
-            if op == "LayerNormalization" and domain == "":
+            if is_norm:
                 norms.append((n, where))
-            blind = op in _VALUE_BLIND if not domain else domain == ML_DOMAIN
-            if may_propagate(op, domain, opset.get(domain, 0)):
+            if propagates:
                 propagating = True
-                reads.update(i for i in inputs if i)
+                reads.update(inputs)
                 carriers.update(outputs)
-                through_body = through_body or (not blind and _inferred_through_body(op, domain, opset.get(domain, 0)))
-            if not blind:
-                values_read.update(inputs[1:] if not domain and op in _DATA_FIRST else inputs)
+                through_body = through_body or via_body
+            if values_from >= 0:
+                values_read.update(inputs[values_from:] if values_from else inputs)
         unsorted = unsorted or not ahead.isdisjoint(seen)
+    for names in (reads, carriers, values_read):
+        names.discard("")  # an omitted optional input or output: no value
     shape_data_read = len(graphs) > 1 or bool(proto.functions) or through_body or not carriers.isdisjoint(values_read)
     return NodeScan(graphs, norms, propagating, reads, shape_data_read, (spelled, proto.ir_version < 4, unsorted))
 
@@ -598,7 +657,10 @@ def infer(proto: onnx.ModelProto, owned: bool = False, scan: NodeScan | None = N
     changed (the inferred model may then be ``proto`` itself, its values filled in). ``scan``:
     ``scan_nodes(proto)``, where the caller has it."""
     scan = scan_nodes(proto) if scan is None else scan
-    graphs, norms, reshaped = scan.graphs, scan.norms, scan.reshaped
+    graphs, reshaped = scan.graphs, scan.reshaped
+    # only an unsafe LayerNormalization needs the first pass's ranks: one with a negative axis, or
+    # its Y output alone, is inferred without reading past its input's rank
+    norms = [(n, where) for n, where in scan.norms if _unsafe_layer_norm(n)]
     spelled, old_ir, unsorted = reshaped
     # Where the IR version is all ``_weightless`` would change besides weights, its copy is not made:
     # the serialized stub ends in the field again (``_IR_4``), which a protobuf parser reads as the
@@ -625,7 +687,7 @@ def infer(proto: onnx.ModelProto, owned: bool = False, scan: NodeScan | None = N
         # too costly.
         long_1d, shapes = True, {}
     else:
-        probe = stub if not any(_unsafe_layer_norm(n) for n, _ in norms) else _probe_copy(stub)
+        probe = stub if not norms else _probe_copy(stub)
         if probe is stub:
             serialized = serialize(stub)
         elif raise_ir:  # a copy of its own
@@ -645,10 +707,10 @@ def infer(proto: onnx.ModelProto, owned: bool = False, scan: NodeScan | None = N
             long_1d, shapes = _probe_facts(first, wanted, scan.reads)
     for n, where in norms:  # before the real pass, which would read past the rank
         dims = shapes.get(n.input[0]) if n.input else None
-        if _unsafe_layer_norm(n) and dims is not None and _axis(n, -1) >= len(dims):
+        if dims is not None and _axis(n, -1) >= len(dims):
             raise InvalidGraph(f"{node_label(n)}{where}: axis={_axis(n, -1)} but its input {n.input[0]!r} has rank "
                                f"{len(dims)}; axis must be in [{-len(dims)}, {len(dims) - 1}].")
-    unknown_ln = any(_unsafe_layer_norm(n) and shapes.get(n.input[0]) is None for n, _ in norms if n.input)
+    unknown_ln = any(shapes.get(n.input[0]) is None for n, _ in norms if n.input)
     data_prop = not (long_1d or unknown_ln)
     serialized = serialize(stub) if serialized is None else serialized
     try:

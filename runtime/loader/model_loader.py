@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import KeysView, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +24,7 @@ from onnxhal.hal.errors import Fail, InvalidArgument, InvalidGraph, InvalidProto
 from onnxhal.hal.errors import NotImplemented as OrtNotImplemented
 from onnxhal.runtime.loader import declared_value_info, guarded_inference, ml_shapes
 from onnxhal.runtime.loader.constant_initializers import constants_to_initializers
-from onnxhal.runtime.loader.contrib_shapes import with_contrib_shapes
+from onnxhal.runtime.loader.contrib_shapes import infer_through_stand_ins, with_contrib_shapes
 from onnxhal.runtime.loader.declaration_checks import check_declarations, check_ir_version
 from onnxhal.runtime.loader.external_data import load_external_data, tensors
 from onnxhal.runtime.loader.ml_shapes import ML as ML_DOMAIN
@@ -176,11 +176,14 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
 def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
                free_dimensions: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
                external: tuple[Mapping[str, np.ndarray], Mapping[str, memoryview]] = ({}, {}),
-               ep_context_read: tuple[ReadFunc, int] | None = None) -> LoadedModel:
+               ep_context_read: tuple[ReadFunc, int] | None = None, contrib_one_pass: bool = True) -> LoadedModel:
     """``free_dimensions``: ({dim name: size}, {lower-case denotation: size}) to fix in the
     main graph's inputs before shape inference (``model_overrides.override_free_dimensions``).
     ``external``: as ``read_model``. ``ep_context_read``: where EPContext nodes that keep their
-    data outside the model find it (``ep_context_model.resolve_external_contexts``)."""
+    data outside the model find it (``ep_context_model.resolve_external_contexts``).
+    ``contrib_one_pass``: a model with com.microsoft ops of input 0's shape is inferred in one pass
+    through their stand-ins where it can be (``contrib_shapes.infer_through_stand_ins``); False:
+    always the model's own pass, then the stand-ins' (``LOAD_CONTRIB_ONE_PASS_KEY`` "0")."""
     proto, path = read_model(model, external)
     proto = resolve_external_contexts(proto, path, ep_context_read)
     if free_dimensions is not None:
@@ -197,12 +200,13 @@ def load_model(model: str | bytes | os.PathLike | onnx.ModelProto,
                                 f"package ({onnx.__version__}) knows. Upgrade onnx or export at opset <= {known}.")
     check_ir_version(proto)
     with flat_model_walks(proto):
-        return _checked_and_inferred(model, proto, opset, path)
+        return _checked_and_inferred(model, proto, opset, path, contrib_one_pass)
 
 
 def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str, int], path: str | None,
-                          ) -> LoadedModel:
-    """``load_model`` from the declaration checks on (``model``: what the caller gave)."""
+                          contrib_one_pass: bool = True) -> LoadedModel:
+    """``load_model`` from the declaration checks on (``model``: what the caller gave;
+    ``contrib_one_pass``: as ``load_model``)."""
     check_declarations(proto)
     # A proto the loader parsed (or copied, inlined) is its own to change; the caller's is not.
     proto = constants_to_initializers(proto, owned=proto is not model)
@@ -223,10 +227,17 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
     # and with which message, does not depend on them.
     owned = proto is not model
     typed = ml_shapes.typed_before_inference(proto, opset[ML_DOMAIN]) if owned and ML_DOMAIN in opset else []
+    inferred, data_prop, strict_error = None, False, ""
+    if contrib_one_pass and owned and not typed and "com.microsoft" in opset:
+        # one strict pass through the contrib ops' stand-ins where it succeeds (contrib_shapes);
+        # else the two passes below
+        inferred, data_prop = infer_through_stand_ins(proto)
+    one_pass = inferred is not None
     # one scan of the nodes for every strict pass on ``proto`` (the typing above and below changes
     # value_info alone, which a scan does not read)
-    scan = guarded_inference.scan_nodes(proto)
-    inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=owned, scan=scan)
+    scan = guarded_inference.scan_nodes(proto) if not one_pass else None
+    if not one_pass:
+        inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=owned, scan=scan)
     if typed and inferred is None:
         ml_shapes.restore(proto, typed)
         inferred, data_prop, strict_error = guarded_inference.infer(proto, owned=owned, scan=scan)
@@ -236,7 +247,7 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
         inferred = guarded_inference.infer_lenient(proto, data_prop)
     elif ML_DOMAIN in opset:
         inferred = with_ml_shapes(inferred, opset[ML_DOMAIN], scan if inferred is proto else None)
-    if inferred_strictly and "com.microsoft" in opset:
+    if inferred_strictly and "com.microsoft" in opset and not one_pass:
         inferred = with_contrib_shapes(inferred)
     if any(k in strict_error for k in _SHAPE_CONFLICTS):
         _computed_output_shapes(inferred, proto, data_prop)
@@ -251,10 +262,14 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
                            + ". ONNX's shape inference rejects the node, as onnxruntime does at load; fix its "
                            "attributes or inputs.")
     declared_value_info.check_element_types(inferred, declared_types)
-    guarded_inference.check_inferred(inferred)
-    check_after_inference(inferred, opset, checked=not inlined)
+    guarded_inference.check_inferred(inferred, graph)
+    check_after_inference(inferred, opset, checked=not inlined, graph=graph)
     return LoadedModel(inferred, graph, opset, path)
 
+
+#: Session config key: "0" turns ``load_model``'s ``contrib_one_pass`` off (for A/B measurements
+#: and to compare the two paths' types).
+LOAD_CONTRIB_ONE_PASS_KEY = "session.load.contrib_one_pass"
 
 _SHAPE_CONFLICTS = ("existing shape differ", "Inferred shape and existing")
 
@@ -325,6 +340,14 @@ def check_graph(graph: Graph, outer: set[str]) -> None:
     """Sort the nodes topologically (ORT accepts unsorted graphs) and reject cycles, undefined
     inputs and values produced twice. Recurses into subgraphs with the names they may read."""
     defined = set(outer) | set(graph.initializers) | set(graph.input_names) | {v.name for v in graph.overridable}
+    written, read = graph.indexed_names()
+    # The graph's index answers for the usual graph, in C: as many names written as outputs (no
+    # name written twice, none empty), none of them an input or initializer, and every name read
+    # defined. Where it does not, the loops below find the offender and name it.
+    if sum(1 for n in graph.nodes for o in n.outputs if o) == len(written) and written.isdisjoint(graph.input_names) \
+            and written.isdisjoint(graph.initializers) and not (read - defined - written):
+        _check_order_and_outputs(graph, defined, written)
+        return
     produced: dict[str, Node] = {}
     for n in graph.nodes:
         for o in n.outputs:
@@ -342,6 +365,12 @@ def check_graph(graph: Graph, outer: set[str]) -> None:
             if i and i not in defined and i not in produced:
                 raise InvalidGraph(f"graph {graph.name!r}: node {n.op_type} {n.name!r} reads {i!r}, which no node, "
                                    "graph input or initializer defines.")
+    _check_order_and_outputs(graph, defined, produced.keys())
+
+
+def _check_order_and_outputs(graph: Graph, defined: set[str], produced: KeysView[str]) -> None:
+    """``check_graph`` from the nodes' order on: ``defined``, the names the graph may read besides
+    what its nodes write, ``produced``."""
     ordered = toposort(graph.nodes, graph.name)
     if ordered is not graph.nodes:  # (already in order, the common case: the index stands)
         graph.nodes = ordered

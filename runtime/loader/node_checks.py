@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 import onnx
 from onnx import AttributeProto
 
+from onnxhal.hal import Graph, Node
 from onnxhal.hal.errors import InvalidGraph
 
 #: Domains whose operators have schemas in the onnx package.
@@ -46,8 +47,8 @@ _SCALAR_FIELDS = ("f", "i", "s", "t", "g", "sparse_tensor", "tp")
 _TYPE_NAME = {v: k for k, v in _A.AttributeType.items()}
 
 
-def node_label(node: onnx.NodeProto) -> str:
-    """How messages name a node: its op type and name."""
+def node_label(node: onnx.NodeProto | Node) -> str:
+    """How messages name a node (a NodeProto, or the Graph's Node made of one): its op type and name."""
     return f"{node.op_type} node {node.name!r}" if node.name else f"{node.op_type} node (unnamed)"
 
 
@@ -187,27 +188,40 @@ def _op(node: onnx.NodeProto, schema: SchemaSpec, where: str) -> str:
     return f"{node_label(node)}{where} (schema {schema.name}-{schema.since_version})"
 
 
-def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int], checked: bool = False) -> None:
+def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int], checked: bool = False,
+                          graph: Graph | None = None) -> None:
     """Each node has the attributes its schema requires (onnxruntime: "Required attribute 'axis'
     is missing") and names element types ONNX defines. Run after shape inference, whose own
     messages for some (Cast's 'to') are kept. ``checked``: ``check_nodes`` checked every node
     against the schema ``opset`` gives it (no function body was inlined since, whose nodes it
-    checked at the function's own opset), so a node holds only attributes its schema names."""
+    checked at the function's own opset), so a node holds only attributes its schema names.
+    ``graph``: the Graph built from ``proto``'s main graph, whose Nodes are read where the model has
+    no other graph (their op types and domains are slots, their attributes by name)."""
+    if graph is not None and flat_model():
+        for n in graph.nodes:
+            _check_required(n, n.domain, n.attribute_protos, opset, checked, "")
+        return
     for g, where in walk_graphs(proto.graph):
         for node in g.node:
-            schema = _schema(node, opset)
-            # (a checked node whose schema has no element type attribute has none to check)
-            if node.domain in ("", "ai.onnx") and (not checked or schema is None or schema.names_types):
-                _check_dtype_attributes(node, where)
-            if schema is None:
-                continue
-            if not schema.required:
-                continue
-            given = {a.name for a in node.attribute}
-            missing = [name for name in schema.required if name not in given]
-            if missing:
-                raise InvalidGraph(f"{node_label(node)}{where}: required attribute {missing[0]!r} of "
-                                   f"{schema.name}-{schema.since_version} is missing; give it.")
+            raw = node.domain
+            _check_required(node, "" if raw == "ai.onnx" else raw, {a.name: a for a in node.attribute}, opset,
+                            checked, where)
+
+
+def _check_required(node: onnx.NodeProto | Node, domain: str, attrs: Mapping[str, AttributeProto],
+                    opset: Mapping[str, int], checked: bool, where: str) -> None:
+    """``check_after_inference`` of one node (``domain``: its domain, "ai.onnx" read as "")."""
+    schema = schema_spec(node.op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
+        domain in opset else None  # as _schema
+    # (a checked node whose schema has no element type attribute has none to check)
+    if not domain and (not checked or schema is None or schema.names_types):
+        _check_dtype_attributes(node, where, attrs.values())
+    if schema is None or not schema.required:
+        return
+    missing = [name for name in schema.required if name not in attrs]
+    if missing:
+        raise InvalidGraph(f"{node_label(node)}{where}: required attribute {missing[0]!r} of "
+                           f"{schema.name}-{schema.since_version} is missing; give it.")
 
 
 # -- values onnx's C++ cannot take ----------------------------------------------------------------
@@ -343,8 +357,8 @@ _DTYPE_ATTRIBUTES = ("to", "dtype", "output_dtype")
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
 
 
-def _check_dtype_attributes(node: onnx.NodeProto, where: str) -> None:
-    for a in node.attribute:
+def _check_dtype_attributes(node: onnx.NodeProto | Node, where: str, attrs: Iterable[AttributeProto]) -> None:
+    for a in attrs:
         if a.name in _DTYPE_ATTRIBUTES and a.type == _A.INT and a.i not in _ELEM_TYPES:
             raise InvalidGraph(f"{node_label(node)}{where}: attribute {a.name!r} is {a.i}, which is not an ONNX tensor "
                                "element type; give one of onnx.TensorProto.DataType (e.g. 1 for FLOAT).")
@@ -387,6 +401,12 @@ def flat_model_walks(proto: onnx.ModelProto) -> Iterator[None]:
         yield
     finally:
         _FLAT_MODEL.reset(token)
+
+
+def flat_model() -> bool:
+    """Whether the model being loaded holds one graph alone (inside ``flat_model_walks``: no
+    model-local function, no node holding a graph)."""
+    return _FLAT_MODEL.get()
 
 
 def walk_graphs(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.GraphProto, str]]:
@@ -462,8 +482,9 @@ def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, i
         if has_attributes:
             check_attribute_encoding(node, where, facts)
         domain = "" if raw_domain == "ai.onnx" else raw_domain
+        # a node like one that passed needs its schema only for a value check
         schema = schema_spec(op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and \
-            domain in opset else None  # as _schema
+            domain in opset and (not known or op_type in _VALUE_CHECKS) else None  # as _schema
         if schema is not None and not known:
             check_against_schema(node, schema, where, facts)
         # onnxruntime takes "ai.onnx" for "" in the main graph, not inside subgraphs.

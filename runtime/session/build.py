@@ -29,7 +29,7 @@ from onnxhal.runtime.env.environment import CPU_EP_NAME, get_environment
 from onnxhal.runtime.env.process_settings import global_thread_pool_sizes
 from onnxhal.runtime.env.provider_resolution import ProviderChoice, resolve_providers
 from onnxhal.runtime.loader.model_config import apply_model_config, load_config_from_model_enabled
-from onnxhal.runtime.loader.model_loader import LoadedModel, load_model
+from onnxhal.runtime.loader.model_loader import LOAD_CONTRIB_ONE_PASS_KEY, LoadedModel, load_model
 from onnxhal.runtime.loader.model_overrides import override_initializers
 from onnxhal.runtime.optimizer.layout_transform import transform_layout
 from onnxhal.runtime.optimizer.optimized_model import save_optimized_model
@@ -66,7 +66,8 @@ def load(path_or_bytes: str | bytes | onnx.ModelProto, so: SessionOptions) -> tu
         raise RuntimeException("use_per_session_threads must be false when using a global thread pool: "
                                "set_global_thread_pool_sizes was called, so set SessionOptions."
                                "use_per_session_threads = False (it defaults to True).")
-    loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data, so.ep_context_read)
+    loaded = load_model(path_or_bytes, so.free_dimension_overrides, so.external_data, so.ep_context_read,
+                        contrib_one_pass=so.config(LOAD_CONTRIB_ONE_PASS_KEY, "1") != "0")
     if pools is not None and not so.use_per_session_threads and not so.intra_op_num_threads:
         so.intra_op_num_threads = pools[0]  # the global pool's size, as onnxruntime's shared pool
     if load_config_from_model_enabled():

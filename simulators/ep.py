@@ -58,6 +58,7 @@ from onnxhal.simulators.fp16 import (
     HalfRounder,
     beyond_range_values,
     decision_reason,
+    picked_values,
     round_constants,
 )
 from onnxhal.simulators.profile_rules import rule_reason
@@ -288,6 +289,8 @@ class VirtualEp(Ep):
         self.fp16_clamped: set[str] = set()  # weights clamped to the storage range
         # per graph shown to get_capability (by id): values that may exceed the storage range
         self._beyond_range: dict[int, dict[str, str]] = {}
+        # per graph shown to get_capability (by id): float values an ArgMax/ArgMin picks from
+        self._picked: dict[int, dict[str, str]] = {}
         self._overflow_lock = threading.Lock()
 
     # -- capability ------------------------------------------------------------------------
@@ -299,6 +302,7 @@ class VirtualEp(Ep):
         self.quantized_values.add_graph(graph)
         if self.profile.compute_dtype in STORAGE_DTYPES:
             self._beyond_range[id(graph)] = beyond_range_values(graph, self.profile.compute_dtype)
+            self._picked[id(graph)] = picked_values(graph)
         for n in graph.nodes:
             if is_ep_context(n):
                 reason = self._context_reason(n)
@@ -330,7 +334,21 @@ class VirtualEp(Ep):
             self.profile, node, self.quantized_values) or decision_reason(
             self.profile.compute_dtype, self.profile.name, node, graph) or (
             self._nhwc_reason(node, graph) if node.domain == NHWC_DOMAIN else unsupported_reason(node, lookup)) or (
-            self._range_reason(node, graph, lookup))
+            self._range_reason(node, graph, lookup)) or self._pick_reason(node, graph)
+
+    def _pick_reason(self, node: Node, graph: Graph) -> str | None:
+        """Why the device declines ``node``: an ArgMax/ArgMin picks from one of its float outputs
+        or from what is computed from them (``picked_values``), and the device's storage rounding
+        can swap the pick between near values."""
+        picked = self._picked.get(id(graph))
+        name = next((o for o in node.outputs if picked and o in picked), None)
+        if name is None:
+            return None
+        storage = "fp16" if self.profile.compute_dtype == "float16" else "bf16"
+        # no possessive apostrophes: decline_summary reads quotes as value names
+        return (f"a pick on an {storage} device: {picked[name]!r} picks an index from {name!r} or what is computed "
+                f"from it, and {storage} rounding swaps near values; {self.profile.name} cannot compute it in its "
+                "precision")
 
     def _range_reason(self, node: Node, graph: Graph, lookup: GraphLookup) -> str | None:
         """Why the device declines ``node``: an input computed off the device may hold values beyond

@@ -196,19 +196,24 @@ class HalfRounder:
 
 #: Ops that turn a float into a decision: fp16 rounding of their float input flips them.
 COMPARISONS = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal"})
+#: Ops that pick an index by comparing floats with each other (a classifier's label, a vector
+#: quantizer's nearest code): fp16 rounding of two near values swaps which one wins.
+ARG_PICKS = frozenset({"ArgMax", "ArgMin"})
+DECISIONS = COMPARISONS | ARG_PICKS
 _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
 
 
 def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any) -> str | None:
     """Why an fp16 (or bf16) device declines ``node``: a float32 value it computes is compared against a
     threshold (tree models as tensors: hummingbird's GEMM strategy compares X @ W with each node's
-    threshold). fp16 rounds about 1e-3 relative, enough to move a value across its threshold, and a
-    flipped comparison changes the answer entirely (another leaf, another class), which no
-    tolerance covers. Else None."""
+    threshold) or an ArgMax/ArgMin picks an index from it (a stacked classifier's label, an audio
+    codec's nearest code). fp16 rounds about 1e-3 relative, enough to move a value across its
+    threshold or to swap two near values, and a flipped decision changes the answer entirely
+    (another leaf, another class, another code), which no tolerance covers. Else None."""
     if compute_dtype not in ("float16", "bfloat16"):
         return None
     short = "fp16" if compute_dtype == "float16" else "bf16"
-    if node.op_type in COMPARISONS and node.domain in ("", "ai.onnx"):
+    if node.op_type in DECISIONS and node.domain in ("", "ai.onnx"):
         # the comparison itself (a device that computes bool values takes it): its float operands
         # are stored in the device's precision whichever EP made them, the threshold included
         for name in node.inputs:
@@ -224,7 +229,7 @@ def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any
         if info is None or info.elem_type not in _FLOATS:
             continue
         for consumer in graph.consumers(name):
-            if consumer.op_type in COMPARISONS and consumer.domain in ("", "ai.onnx"):
+            if consumer.op_type in DECISIONS and consumer.domain in ("", "ai.onnx"):
                 return (f"decision threshold on an {'fp16' if compute_dtype == 'float16' else 'bf16'} device: "
                         f"{consumer.op_type} {consumer.name!r} compares {name!r}, and its rounding (1e-3 relative "
                         "in fp16, 8e-3 in bf16) moves values across the threshold; "
@@ -237,6 +242,27 @@ def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any
 _CARRIERS = frozenset({"Where", "Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Concat", "Expand", "Tile", "Pad",
                        "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Gather", "GatherElements",
                        "Slice", "Identity", "Cast"})
+
+
+def picked_values(graph: Any) -> dict[str, str]:
+    """The float values of ``graph`` an ArgMax/ArgMin picks from, directly or through the float
+    values they are computed from, each with the pick's node: on an fp16 device the rounding of
+    any of them (about 1e-3 relative) can swap two near candidates, so the pick (an integer
+    output, which must equal onnxruntime's) changes with no float error to tolerate. A vector
+    quantizer's distances come from the whole encoder; a stacked classifier's label from every
+    estimator. The walk stops at graph inputs and constants."""
+    picked: dict[str, str] = {}
+    stack = [(name, node.name or node.op_type) for node in graph.nodes
+             if node.op_type in ARG_PICKS and node.domain in ("", "ai.onnx") for name in node.inputs[:1] if name]
+    while stack:
+        name, pick = stack.pop()
+        if name in picked or name in graph.initializers or graph.value_info(name).elem_type not in _FLOATS:
+            continue
+        picked[name] = pick
+        producer = graph.producer(name)
+        if producer is not None:
+            stack.extend((i, pick) for i in producer.inputs if i)
+    return picked
 
 
 def beyond_range_values(graph: Any, dtype: str = "float16") -> dict[str, str]:

@@ -22,10 +22,11 @@ from tests.opencl_support import opencl_verdict
 CORPUS = os.path.join(os.path.dirname(__file__), "real_models")
 MODELS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CORPUS, "*.onnx")))
 #: Prefixes of the torch exports kept out of all tuning (torchvision's and Hugging Face's families
-#: that make_corpus.py's torchvision, torchvision2-8 and hf-hf7 groups export, and the plain torch
-#: models of its plain group); the held-out skl2onnx models (``skh_``, sklearn2-7) are not device
-#: models, like the other skl2onnx ones.
-UNTUNED = ("tv_", "hf_", "pt_")
+#: that make_corpus.py's torchvision, torchvision2-8 and hf-hf7 groups export, the plain torch
+#: models of its plain and plain2 groups, and the onnxscript one); the held-out skl2onnx models
+#: (``skh_``, sklearn2-8) and onnxmltools one (``omt_``) are not device models, like the other
+#: tree and skl2onnx ones.
+UNTUNED = ("tv_", "hf_", "pt_", "osc_")
 #: The float exports of torch models (not the skl2onnx ones nor onnxruntime's rewrites): the ones
 #: the OpenCL EP and the simulated devices are tried on.
 DEVICE_MODELS = [m for m in MODELS
@@ -121,7 +122,10 @@ def test_the_corpus_is_there():
                    "hf_clip_text", "hf_yolos", "hf_conformer", "tv_ssdlite", "skh_histgb", "skh_voting",
                    # the ninth held-out wave (hf7, plain, sklearn7)
                    "hf_modernbert", "hf_mixtral", "hf_swin2sr", "hf_dpt", "pt_unet", "pt_gru", "skh_gpr",
-                   "skh_adaboost"):
+                   "skh_adaboost",
+                   # the tenth held-out wave (plain2, onnxscript, sklearn8, onnxmltools2)
+                   "pt_detr", "pt_codec", "pt_gnn", "pt_mamba", "osc_encoder", "skh_stacking",
+                   "skh_quantile_nusvr", "omt_lgbm_cat"):
         assert family in MODELS, family
 
 

@@ -266,3 +266,36 @@ def test_a_comparison_of_float_values_is_declined_on_fp16_devices(profile):
         assert reason.startswith("decision threshold on an fp16 device: Less compares 'x' in fp16 storage"), \
             sess.eps[ep].declined
         np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+
+
+@pytest.mark.parametrize("profile", ["intel-npu", "qualcomm-htp"])
+def test_what_an_argmax_picks_from_is_declined_on_fp16_devices(profile):
+    """A vector quantizer's nearest code (ArgMin of distances from the whole encoder), a stacked
+    classifier's label (ArgMax of probabilities): fp16 storage makes 1.00005 and 1.0001 both 1.0 and
+    the pick takes the first, an integer output no tolerance covers (the tenth wave's codec and
+    StackingClassifier on the fp16 profiles). Every float value the pick is computed from stays on
+    the host; a float output beside it does not."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    one = numpy_helper.from_array(np.ones((3,), np.float32), "one")
+    nodes = [helper.make_node("Mul", ["x", "one"], ["m"]), helper.make_node("Relu", ["m"], ["h"]),
+             helper.make_node("ArgMax", ["h"], ["k"], axis=1, keepdims=0),
+             helper.make_node("Sigmoid", ["x"], ["side"])]
+    graph = helper.make_graph(nodes, "pick", [x], [helper.make_tensor_value_info("k", TensorProto.INT64, [2]),
+                                                   helper.make_tensor_value_info("side", TensorProto.FLOAT, [2, 3])],
+                              [one])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    feeds = {"x": np.array([[1.00005, 1.0001, 0.5], [0.25, 1.0002, 1.0003]], np.float32)}
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert want[0].tolist() == [1, 2]
+    with simulated_or_skip(profile) as sims:
+        ep = next(iter(sims))
+        sess = _session(sims[ep], model)
+        declined = sess.eps[ep].declined
+        assert declined.get("Mul", "").startswith("a pick on an fp16 device: 'ArgMax' picks an index from 'm'"), \
+            declined  # two nodes up: the walk over what the pick is computed from
+        for op in ("Relu", "ArgMax"):  # the pick and its direct input: decision_reason's own rules
+            assert declined.get(op, "").startswith("decision threshold on an fp16 device: ArgMax"), declined
+        assert not declined.get("Sigmoid", "").startswith(("a pick", "decision")), declined  # not picked from
+        got = sess.run(None, feeds)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=2e-3)

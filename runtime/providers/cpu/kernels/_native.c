@@ -2538,6 +2538,125 @@ static PyObject *gelu(PyObject *module, PyObject *args) {
 }
 /* ---- end of Gelu ---- */
 
+/* ---- ScatterElements / ScatterND (float32) ---- */
+/* One update into v by reduction r (0 none, 1 add, 2 mul, 3 max, 4 min) in onnxruntime's order:
+ * max is (u < v) ? v : u, min (v < u) ? v : u, so a NaN update propagates and a NaN already in
+ * the data is replaced, as scatter.py's canonical form does. */
+static inline void scatter_one(float *v, float u, int r) {
+  switch (r) {
+    case 0: *v = u; break;
+    case 1: *v += u; break;
+    case 2: *v *= u; break;
+    case 3: if (!(u < *v)) *v = u; break;
+    default: if (!(*v < u)) *v = u; break;
+  }
+}
+
+/* scatter_elements(out, idx, upd, outer, length, rows, inner, reduction) -> -1, or the flat
+ * position in idx of the first index outside [-length, length) (out is then partly written: the
+ * caller discards it). out float32 [outer, length, inner] (C order, written in place), idx int64
+ * and upd float32 [outer, rows, inner]: indices along the middle axis, in C order. */
+static PyObject *scatter_elements(PyObject *module, PyObject *args) {
+  PyObject *o_out, *o_idx, *o_upd;
+  Py_ssize_t outer, length, rows, inner;
+  int r;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOnnnni", &o_out, &o_idx, &o_upd, &outer, &length, &rows, &inner, &r)) return NULL;
+  Py_buffer bo, bi, bu;
+  if (get_buffer(o_out, &bo, "scatter_elements: out", 4, "f", outer * length * inner, 1) < 0) return NULL;
+  if (get_buffer(o_idx, &bi, "scatter_elements: indices", 8, "qlL", outer * rows * inner, 0) < 0) {
+    PyBuffer_Release(&bo);
+    return NULL;
+  }
+  if (get_buffer(o_upd, &bu, "scatter_elements: updates", 4, "f", outer * rows * inner, 0) < 0) {
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bi);
+    return NULL;
+  }
+  float *out = bo.buf;
+  const long long *idx = bi.buf;
+  const float *upd = bu.buf;
+  Py_ssize_t bad = -1;
+  for (Py_ssize_t o = 0; o < outer && bad < 0; o++) {
+    for (Py_ssize_t i = 0; i < rows && bad < 0; i++) {
+      Py_ssize_t at = (o * rows + i) * inner;
+      for (Py_ssize_t j = 0; j < inner; j++) {
+        long long k = idx[at + j];
+        if (k < -length || k >= length) {
+          bad = at + j;
+          break;
+        }
+        if (k < 0) k += length;
+        scatter_one(out + (o * length + k) * inner + j, upd[at + j], r);
+      }
+    }
+  }
+  PyBuffer_Release(&bo);
+  PyBuffer_Release(&bi);
+  PyBuffer_Release(&bu);
+  return PyLong_FromSsize_t(bad);
+}
+
+/* scatter_nd(out, idx, upd, dims, inner, reduction) -> -1, or the first row of idx with an index
+ * outside its axis's [-dim, dim). out float32 (C order, written in place), idx int64 [rows, k],
+ * dims int64 [k]: the lengths of out's first k axes, upd float32 [rows, inner]: one slice of inner
+ * values per row, rows in order. */
+static PyObject *scatter_nd(PyObject *module, PyObject *args) {
+  PyObject *o_out, *o_idx, *o_upd, *o_dims;
+  Py_ssize_t inner;
+  int r;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOni", &o_out, &o_idx, &o_upd, &o_dims, &inner, &r)) return NULL;
+  Py_buffer bo, bi, bu, bd;
+  if (get_buffer(o_dims, &bd, "scatter_nd: dims", 8, "qlL", -1, 0) < 0) return NULL;
+  Py_ssize_t k = bd.len / 8;
+  const long long *dims = bd.buf;
+  Py_ssize_t slices = 1;
+  for (Py_ssize_t c = 0; c < k; c++) slices *= dims[c];
+  if (k < 1 || get_buffer(o_out, &bo, "scatter_nd: out", 4, "f", slices * inner, 1) < 0) {
+    if (k < 1) PyErr_SetString(PyExc_ValueError, "scatter_nd: no indexed axis");
+    PyBuffer_Release(&bd);
+    return NULL;
+  }
+  if (get_buffer(o_idx, &bi, "scatter_nd: indices", 8, "qlL", -1, 0) < 0) {
+    PyBuffer_Release(&bd);
+    PyBuffer_Release(&bo);
+    return NULL;
+  }
+  Py_ssize_t rows = bi.len / 8 / k;
+  if (get_buffer(o_upd, &bu, "scatter_nd: updates", 4, "f", rows * inner, 0) < 0) {
+    PyBuffer_Release(&bd);
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bi);
+    return NULL;
+  }
+  float *out = bo.buf;
+  const long long *idx = bi.buf;
+  const float *upd = bu.buf;
+  Py_ssize_t bad = -1;
+  for (Py_ssize_t i = 0; i < rows && bad < 0; i++) {
+    Py_ssize_t at = 0;
+    for (Py_ssize_t c = 0; c < k; c++) {
+      long long v = idx[i * k + c];
+      if (v < -dims[c] || v >= dims[c]) {
+        bad = i;
+        break;
+      }
+      at = at * dims[c] + (v < 0 ? v + dims[c] : v);
+    }
+    if (bad >= 0) break;
+    float *dst = out + at * inner;
+    const float *src = upd + i * inner;
+    for (Py_ssize_t j = 0; j < inner; j++) scatter_one(dst + j, src[j], r);
+  }
+  PyBuffer_Release(&bd);
+  PyBuffer_Release(&bo);
+  PyBuffer_Release(&bi);
+  PyBuffer_Release(&bu);
+  return PyLong_FromSsize_t(bad);
+}
+/* ---- end of ScatterElements / ScatterND ---- */
+
 /* ---- NonMaxSuppression ---- */
 /* numpy's minimum and maximum: a NaN operand is the result (C's fmin/fmax drop it). */
 static inline double np_min(double a, double b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
@@ -2607,6 +2726,12 @@ static PyObject *nms_keep(PyObject *module, PyObject *args) {
 /* ---- end of NonMaxSuppression ---- */
 
 static PyMethodDef module_methods[] = {
+    {"scatter_elements", scatter_elements, METH_VARARGS,
+     "scatter_elements(out, idx, upd, outer, length, rows, inner, reduction) -> -1 or the first bad index's "
+     "position: float32 updates along the middle axis of out [outer, length, inner], in place."},
+    {"scatter_nd", scatter_nd, METH_VARARGS,
+     "scatter_nd(out, idx, upd, dims, inner, reduction) -> -1 or the first bad row: float32 slices of inner "
+     "values at idx's rows [rows, k] of out, in place."},
     {"nms_keep", nms_keep, METH_VARARGS,
      "nms_keep(corners, order, kept, count, iou_max, limit) -> count: greedy NonMaxSuppression of order's boxes "
      "after the count already kept."},

@@ -203,6 +203,21 @@ DECISIONS = COMPARISONS | ARG_PICKS
 _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
 
 
+def is_pick(node: Any, graph: Any) -> bool:
+    """Whether ``node`` picks indices by comparing floats with each other: ArgMax/ArgMin, and a
+    TopK whose indices are read (a mixture of experts' routing, a detector's top boxes, a
+    sampler); a TopK read for its values only keeps them sorted, and near values swapped by
+    rounding are equal within tolerance."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type in ARG_PICKS:
+        return True
+    if node.op_type != "TopK" or len(node.outputs) < 2 or not node.outputs[1]:
+        return False
+    indices = node.outputs[1]
+    return bool(graph.consumers(indices)) or indices in graph.output_names
+
+
 def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any) -> str | None:
     """Why an fp16 (or bf16) device declines ``node``: a float32 value it computes is compared against a
     threshold (tree models as tensors: hummingbird's GEMM strategy compares X @ W with each node's
@@ -213,7 +228,7 @@ def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any
     if compute_dtype not in ("float16", "bfloat16"):
         return None
     short = "fp16" if compute_dtype == "float16" else "bf16"
-    if node.op_type in DECISIONS and node.domain in ("", "ai.onnx"):
+    if (node.op_type in COMPARISONS and node.domain in ("", "ai.onnx")) or is_pick(node, graph):
         # the comparison itself (a device that computes bool values takes it): its float operands
         # are stored in the device's precision whichever EP made them, the threshold included
         for name in node.inputs:
@@ -229,7 +244,7 @@ def decision_reason(compute_dtype: str, profile_name: str, node: Any, graph: Any
         if info is None or info.elem_type not in _FLOATS:
             continue
         for consumer in graph.consumers(name):
-            if consumer.op_type in DECISIONS and consumer.domain in ("", "ai.onnx"):
+            if (consumer.op_type in COMPARISONS and consumer.domain in ("", "ai.onnx")) or is_pick(consumer, graph):
                 return (f"decision threshold on an {'fp16' if compute_dtype == 'float16' else 'bf16'} device: "
                         f"{consumer.op_type} {consumer.name!r} compares {name!r}, and its rounding (1e-3 relative "
                         "in fp16, 8e-3 in bf16) moves values across the threshold; "
@@ -245,7 +260,8 @@ _CARRIERS = frozenset({"Where", "Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min",
 
 
 def picked_values(graph: Any) -> dict[str, str]:
-    """The float values of ``graph`` an ArgMax/ArgMin picks from, directly or through the float
+    """The float values of ``graph`` a pick (``is_pick``: ArgMax/ArgMin, TopK read for its
+    indices) picks from, directly or through the float
     values they are computed from, each with the pick's node: on an fp16 device the rounding of
     any of them (about 1e-3 relative) can swap two near candidates, so the pick (an integer
     output, which must equal onnxruntime's) changes with no float error to tolerate. A vector
@@ -253,7 +269,7 @@ def picked_values(graph: Any) -> dict[str, str]:
     estimator. The walk stops at graph inputs and constants."""
     picked: dict[str, str] = {}
     stack = [(name, node.name or node.op_type) for node in graph.nodes
-             if node.op_type in ARG_PICKS and node.domain in ("", "ai.onnx") for name in node.inputs[:1] if name]
+             if is_pick(node, graph) for name in node.inputs[:1] if name]
     while stack:
         name, pick = stack.pop()
         if name in picked or name in graph.initializers or graph.value_info(name).elem_type not in _FLOATS:

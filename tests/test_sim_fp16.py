@@ -299,3 +299,35 @@ def test_what_an_argmax_picks_from_is_declined_on_fp16_devices(profile):
         got = sess.run(None, feeds)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_allclose(got[1], want[1], rtol=2e-3)
+
+
+@pytest.mark.parametrize("read", ["indices", "values"])
+def test_a_topk_read_for_its_indices_is_a_pick_on_fp16_devices(read):
+    """TopK's indices are a pick as ArgMax's are (a mixture of experts' routing, a detector's top
+    boxes): fp16 storage makes 1.00005 and 1.0001 equal and the tie goes to the lower index, so
+    what its indices are computed from stays on the host. Read for its values only, TopK keeps
+    them sorted and near values swapped by rounding are equal within tolerance: not declined."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    one = numpy_helper.from_array(np.ones((3,), np.float32), "one")
+    k = numpy_helper.from_array(np.array([1], np.int64), "k")
+    out = "idx" if read == "indices" else "vals"
+    nodes = [helper.make_node("Mul", ["x", "one"], ["m"]), helper.make_node("Relu", ["m"], ["h"]),
+             helper.make_node("TopK", ["h", "k"], ["vals", "idx"], axis=1)]  # indices unread for "values"
+    elem = TensorProto.INT64 if read == "indices" else TensorProto.FLOAT
+    graph = helper.make_graph(nodes, "topk", [x], [helper.make_tensor_value_info(out, elem, [2, 1])], [one, k])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    feeds = {"x": np.array([[1.00005, 1.0001, 0.5], [0.25, 1.0002, 1.0003]], np.float32)}
+    want = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    with simulated_or_skip("intel-npu") as sims:
+        ep = next(iter(sims))
+        sess = _session(sims[ep], model)
+        declined = sess.eps[ep].declined
+        picks = [op for op in ("Mul", "Relu", "TopK")
+                 if declined.get(op, "").startswith(("a pick on an fp16 device", "decision threshold on an fp16"))]
+        if read == "indices":
+            assert want.ravel().tolist() == [1, 2]
+            assert picks == ["Mul", "Relu", "TopK"], declined
+            np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+        else:
+            assert picks == [], declined
+            np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=2e-3)

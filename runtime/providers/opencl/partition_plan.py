@@ -280,11 +280,9 @@ class PartitionState:
                 temps = self._workspace(queue)
                 stoppable = RUN_OPTIONS.get() is not None  # no RunOptions: nothing can ask this run to stop
                 if self.recording is not None:
-                    slots = [in_bufs[i] if kind == 0 else outputs[i].buffer if kind == 1 else temps[i] if kind == 2
-                             else i for kind, i in self.slot_sources]
-                    _replay_native(queue, self.recording, slots, stoppable)
+                    _replay_native(queue, self.recording, self.slot_buffers(in_bufs, outputs, temps), stoppable)
                 else:
-                    bufs = self._bufs(in_bufs, outputs, temps)
+                    bufs = self.buffers(in_bufs, outputs, temps)
                     if not stoppable:
                         for step in self.launches:
                             _replay_step(queue, step, bufs)
@@ -300,8 +298,15 @@ class PartitionState:
                 self.allocator.free(buf)
         return outputs
 
-    def _bufs(self, in_bufs: list, outputs: list[DeviceTensor], temps: dict[str, cl.Buffer]) -> dict[str, cl.Buffer]:
-        """Every buffer name of the plan -> its buffer in this run (the Python replay's lookup)."""
+    def slot_buffers(self, in_bufs: list, outputs: list[DeviceTensor], temps: dict[str, cl.Buffer]) -> list:
+        """The buffer of each of ``slot_names`` in a run given its inputs' buffers, its outputs and
+        its workspace's temporaries: what the native replay is handed."""
+        return [in_bufs[i] if kind == 0 else outputs[i].buffer if kind == 1 else temps[i] if kind == 2 else i
+                for kind, i in self.slot_sources]
+
+    def buffers(self, in_bufs: list, outputs: list[DeviceTensor], temps: dict[str, cl.Buffer]) -> dict[str, cl.Buffer]:
+        """Every buffer name of the plan -> its buffer in a run (the Python replay's lookup), from
+        the same pieces as ``slot_buffers``."""
         plan = self.plan
         bufs: dict[str, cl.Buffer] = dict(self.const_buffers)
         bufs.update(zip(plan.input_names, in_bufs))
@@ -345,7 +350,7 @@ class PartitionState:
 def _slot_sources(plan: PartitionPlan, slot_names: list[str], const_buffers: dict[str, cl.Buffer]) -> list[tuple]:
     """For each slot name, where a run finds its buffer: (0, k) the k-th input's, (1, k) the k-th
     output's, (2, name) the workspace's temporary, (3, buffer) a constant; an alias as the value it
-    views. The precedence is ``PartitionState._bufs``' (temporaries, outputs, inputs, constants),
+    views. The precedence is ``PartitionState.buffers``' (temporaries, outputs, inputs, constants),
     so both replays bind the same buffers."""
     inputs = {n: k for k, n in enumerate(plan.input_names)}
     outputs = {n: k for k, n in enumerate(plan.output_names)}

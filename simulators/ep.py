@@ -443,9 +443,7 @@ class VirtualEp(Ep):
     def _queue(self, context: KernelContext) -> cl.CommandQueue:
         stream = context.stream
         queue = stream.handle() if stream is not None else None
-        if isinstance(queue, cl.CommandQueue) and queue.context == self.device.context:
-            return queue
-        return self.device.queue
+        return queue if self.device.in_context(queue) else self.device.queue
 
     def plan_partitions(self, graphs: list[Graph], fused_nodes: list[Node]) -> list[NodeComputeInfo]:
         """The backend's compiled partitions (weights rounded to fp16 where the profile says)."""

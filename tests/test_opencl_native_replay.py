@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -306,3 +307,22 @@ def test_without_a_driver_sessions_run_and_the_opencl_tests_skip(tmp_path):
         # 5: pytest's "no tests collected", what a module-level skip leaves
         assert tests.returncode == 5, tests.stdout[-2000:]
         assert "1 skipped" in tests.stdout and "needs a working OpenCL device" in tests.stdout, tests.stdout[-2000:]
+
+
+def test_slot_buffers_are_the_buffers_the_python_replay_binds(compiled, monkeypatch):
+    """The native replay's slots come from sources resolved when the state is made
+    (``partition_plan._slot_sources``); for every slot, the buffer the Python replay's lookup gives
+    that name (inputs, outputs, the workspace's temporaries, constants; ``z``, a view of ``y``,
+    is a copy step's destination)."""
+    ep, alloc, cinfo = compiled
+    state = state_on(native_replay.NATIVE_REPLAY, monkeypatch, ep, alloc, cinfo.plan)
+    plan = state.plan
+    assert plan.temps and state.slot_names and any(isinstance(s, CopyStep) for s in plan.steps)
+    ins = [object() for _ in plan.input_names]
+    outs = [SimpleNamespace(buffer=object()) for _ in plan.output_names]
+    temps = {name: object() for name in plan.temps}
+    bufs = state.buffers(ins, outs, temps)
+    slots = state.slot_buffers(ins, outs, temps)
+    assert len(slots) == len(state.slot_names)
+    assert all(got is bufs[name] for got, name in zip(slots, state.slot_names))
+    state.release()

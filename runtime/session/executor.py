@@ -57,6 +57,17 @@ class HostEntry:
     feed_slots: tuple[int, ...]
     generated: GeneratedRun
     run_error: Callable[[Exception, list], Exception]
+    #: per feed: (slot, upload) for each other memory device that reads it, ``upload(array, hold)``
+    #: its copy there (``MemoryContext.uploader``); empty tuples for a host-only plan
+    uploads: tuple[tuple[tuple[int, Callable], ...], ...] = ()
+    #: per graph output: None for one produced on the host, else ``download(value)``, its copy to
+    #: the host (``MemoryContext.downloader``)
+    downloads: tuple[Callable | None, ...] = ()
+    #: the plan's memory context where a run has copies or streams (its ``run_begin``, ``run_end``,
+    #: ``end_of_run`` frame the run as ``ExecutionPlan.run`` does), else None
+    memory: MemoryContext | None = None
+    #: ``_transfer_error`` of a failed feed upload (``feed_error(e, name)``) or download (name "")
+    copy_error: Callable[[Exception, str], Exception] | None = None
 
 
 class SubgraphRunner:
@@ -329,19 +340,22 @@ class ExecutionPlan:
             return list(results)
         return self._outputs(results, fetch, output_devices)
 
-    def host_entry(self, names: Sequence[str], check_terminate: bool = False) -> HostEntry | None:
+    def host_entry(self, names: Sequence[str], check_terminate: bool = False, copies: bool = False) -> HostEntry | None:
         """What a run of the feeds ``names`` (host arrays, in that order) needs to call the generated
-        run function itself, every output left on the host, with no run options and no profiler:
+        run function itself, every output returned on the host, with no profiler:
         ``InferenceSession``'s prepared run (runtime/session/run_codegen.py). Everything ``run`` and
         ``_execute`` decide per call (the slot of each feed, whether it needs copying, which run
-        function, streams to end) is decided here, once. None when the plan does not allow it: a
-        feed read on another memory device, an output produced there, or streams to end after
-        each run. ``check_terminate``: the run function that checks ``RunOptions.terminate``
-        between steps (a run given run options)."""
-        if self.device_outputs or self.memory.any_streams:
-            return None
+        function, streams to end) is decided here, once. ``copies``: a plan with device memory
+        too (feeds read there, outputs produced there, streams to end after each run): the entry
+        then lists each feed's uploads and each output's download, found once, and the memory
+        context whose run it is. Without it (or when a feed is not a graph input) such a plan gets
+        None. ``check_terminate``: the run function that checks ``RunOptions.terminate`` between
+        steps (a run given run options)."""
+        streams = self.device_outputs or self.memory.any_streams
         host = self._host_feed_slots
-        if any(n not in host for n in names):
+        if not copies and (streams or any(n not in host for n in names)):
+            return None
+        if any(n not in self.feed_index for n in names):
             return None
         gen = self._checked_run() if check_terminate else self.generated
 
@@ -350,7 +364,19 @@ class ExecutionPlan:
             node and what it was given."""
             step, values = self._failed_step(e, gen)
             return self._wrap(e, slots, step, values)
-        return HostEntry(self._template, tuple(host[n] for n in names), gen, run_error)
+        feed_slots = tuple(self.feed_slots[self.feed_index[n]] for n in names)
+        if not streams and all(n in host for n in names):
+            return HostEntry(self._template, feed_slots, gen, run_error)
+        memory = self.memory
+        uploads = tuple(tuple((s, memory.uploader(dev)) for dev, s in self._feed_targets[n]) for n in names)
+        downloads = tuple(None if home.is_host else memory.downloader(home) for home in self.output_homes)
+
+        def copy_error(e: Exception, name: str) -> Exception:
+            """``_place_feed``'s or ``_outputs``' error for a failed upload of feed ``name`` or download
+            (name ""); an ``OrtError`` is raised as it is."""
+            return _transfer_error(e, f"copying input {name!r} to the memory of the EPs that read it" if name else
+                                   "copying the outputs to the memory they are returned in")
+        return HostEntry(self._template, feed_slots, gen, run_error, uploads, downloads, memory, copy_error)
 
     def run_values(self, values: Sequence[Any], run_options: Any = None) -> list:
         """``run`` with the feeds as values in ``feed_names`` order (None: not fed), every output

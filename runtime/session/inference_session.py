@@ -48,7 +48,7 @@ from onnxhal.runtime.session.options import (
 from onnxhal.runtime.session.partitioner import FusedGroup, PartitionResult
 from onnxhal.runtime.session.profiler import Profiler
 from onnxhal.runtime.session.recovery import EpFailure, RecoveryPolicy
-from onnxhal.runtime.session.run_codegen import prepared_run
+from onnxhal.runtime.session.run_codegen import prepared_copies_option, prepared_run
 from onnxhal.runtime.values.lora_adapters import feeds_with_adapters
 from onnxhal.runtime.values.sparse_tensor import as_sparse
 
@@ -167,6 +167,7 @@ class InferenceSession:
         self._sess_options = so
         self._fast = _NO_FAST_RUN
         check_session_options(so)
+        self._prepared_copies = prepared_copies_option(so.config)
         self._recovery = RecoveryPolicy(so)
         self._lock = threading.Lock()
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
@@ -386,7 +387,7 @@ class InferenceSession:
         with its variant for runs given RunOptions made."""
         if prepared is not None:
             core, checker = prepared.core, self._feed_checker()
-            entry = core.plan.host_entry(checker.required, check_terminate=True)
+            entry = core.plan.host_entry(checker.required, check_terminate=True, copies=self._prepared_copies)
             return replace(prepared, with_options=None if entry is None else prepared_run(
                 checker.ordered_specs, entry, core.run_hooks.starts, _owned, with_options=True))
         core, profiler = self._core, self._profiler
@@ -396,7 +397,7 @@ class InferenceSession:
             return _FastRun(core, profiler, None)
         checker = self._feed_checker()
         specs = checker.ordered_specs
-        entry = core.plan.host_entry(checker.required) if specs is not None else None
+        entry = core.plan.host_entry(checker.required, copies=self._prepared_copies) if specs is not None else None
         if entry is None:
             return _FastRun(core, profiler, None)
         return _FastRun(core, profiler, prepared_run(specs, entry, hooks.starts, _owned), with_options=_LATER)

@@ -20,6 +20,7 @@ Session config ``session.onnxhal.held_copies`` = "0" waits for every copy (the p
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -236,6 +237,59 @@ class MemoryContext:
                 note.activate()
                 note.wait_on_host()
         return out
+
+    def uploader(self, dst: OrtMemoryDevice) -> Callable[[np.ndarray, bool], DeviceTensor]:
+        """``transfer(value, dst, None, hold)`` for a host array ``value``, with what ``transfer``
+        looks up at each call (the data transfer, ``dst``'s stream and allocator) found once: the
+        feed uploads of a prepared run (runtime/session/run_codegen.py)."""
+        transfer = self._transfer_for(HOST_MEMORY_DEVICE, dst)
+        alloc = self._allocators.get(dst)
+        if alloc is None:
+            raise Fail(f"no allocator for memory device {dst} in this session")
+        stream = self._streams.get(dst)
+        streams = [stream]
+        holds = stream is not None and self._held_copies
+        run = self._run
+
+        def upload(value: np.ndarray, hold: bool) -> DeviceTensor:
+            if not value.flags.c_contiguous:
+                value = np.ascontiguousarray(value)
+            out = DeviceTensor.allocate(value.shape, value.dtype, alloc)
+            if hold and holds and run.depth:
+                held = transfer.copy_tensors_held([value], [out], streams)
+                if held is not None:
+                    run.held.append((stream, held))
+            else:
+                transfer.copy_tensors([value], [out], streams)
+            return out
+        return upload
+
+    def downloader(self, src: OrtMemoryDevice) -> Callable[[Any], Any]:
+        """``transfer(value, host, None)`` for a value produced on ``src``, its look-ups done once:
+        the output downloads of a prepared run. A value not on ``src`` takes ``transfer``."""
+        transfer = self._transfer_for(src, HOST_MEMORY_DEVICE)
+        stream = self._streams.get(src)
+        if stream is None or not self._held_copies:
+            return functools.partial(self.transfer, dst=HOST_MEMORY_DEVICE, _stream=None)
+        streams = [stream]
+        run = self._run
+        slow = self.transfer
+
+        def download(value: Any) -> Any:
+            if value.__class__ is not DeviceTensor or value.memory_info.memory_device != src:
+                return slow(value, HOST_MEMORY_DEVICE, None)
+            out = np.empty(value.shape, value.dtype)
+            held = transfer.copy_tensors_held([value], [out], streams)
+            if held is None:  # the transfer holds nothing: as ``transfer``, a marker waited for
+                note = stream.create_notification()
+                note.activate()
+                note.wait_on_host()
+                return out
+            held.wait()
+            if run.held:  # the in-order stream ran the copies held before this one too
+                run.held = [h for h in run.held if h[0] is not stream]
+            return out
+        return download
 
     def copy_step(self, src: OrtMemoryDevice, dst: OrtMemoryDevice) -> Callable[[list], list]:
         self._transfer_for(src, dst)  # fail at session creation, not at run time

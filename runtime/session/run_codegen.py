@@ -16,6 +16,13 @@ two the same; lists and None as they are). Any feed it does not pass makes it re
 anything runs, and the caller takes ``_run``, whose checks accept the feed or raise the typed error
 naming the input; any other output list goes through ``_owned``.
 
+A plan with device memory (an OpenCL or simulated device's partition) is prepared too: each feed
+read on a device is uploaded by the function ``MemoryContext.uploader`` made for that device at
+preparation, each output produced there downloaded by its ``downloader``, and the run framed by the
+memory context's ``run_begin`` / ``run_end`` (feed uploads held until the download) and
+``end_of_run``, as ``ExecutionPlan.run`` does; session config ``session.onnxhal.prepared_copies``
+= "0" leaves such plans to ``_run`` (the previous path, for A/B).
+
 ``prepared_source`` is the source, to read; ``tests/test_run_path.py`` checks both ways agree.
 """
 
@@ -28,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from onnxhal.hal.errors import InvalidArgument, OrtError
 from onnxhal.hal.run_control import RUN_OPTIONS, Terminated
 from onnxhal.runtime.session.executor import HostEntry
 from onnxhal.runtime.session.fp_errors import FP_STATE, ignore_fp_errors, ignoring, restore_fp_errors
@@ -35,6 +43,11 @@ from onnxhal.runtime.session.input_checks import stringified
 from onnxhal.runtime.session.plan_codegen import PLAN_CODE_CACHE_SIZE
 
 _OBJECT = np.dtype(object)
+
+#: Session config: "0" leaves a plan with device memory (feeds read on a device, outputs produced
+#: there, streams) to ``InferenceSession._run`` at every run; "1" (the default) prepares its run too,
+#: its uploads and downloads found once (``ExecutionPlan.host_entry(copies=True)``).
+PREPARED_COPIES = "session.onnxhal.prepared_copies"
 
 #: (feed, fetch, run options) -> the outputs (``fetch``: their indices, None for all), or None when
 #: ``_run`` must take the feed
@@ -50,12 +63,17 @@ def compiled_run(source: str) -> CodeType:
 
 
 def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...]]], feed_slots: Sequence[int],
-                    n_starts: int, with_options: bool = False) -> str:
+                    n_starts: int, with_options: bool = False, uploads: Sequence[Sequence[int]] = (),
+                    downloads: Sequence[bool] = (), framed: bool = False) -> str:
     """The source of the prepared run for the required inputs ``specs`` (``FeedChecker.ordered_specs``),
     fed into ``feed_slots``, with ``n_starts`` EPs whose ``on_run_start`` is called. ``with_options``:
     the run of a ``RunOptions`` ``ro`` (``ExecutionPlan._execute``'s with options): the hooks get
     it, ``RUN_OPTIONS`` holds it for the run (the EPs' kernels and subgraphs read it there), and
-    the plan's function is the one that checks ``ro.terminate`` between steps."""
+    the plan's function is the one that checks ``ro.terminate`` between steps. A plan with device
+    memory (``framed``, ``HostEntry.memory``): ``uploads[k]``, the slots feed ``k`` is copied to
+    (by ``u{k}_{j}``), ``downloads[i]``, whether output ``i`` is copied to the host (by ``dl[i]``),
+    and the run framed by the memory context's ``run_begin`` / ``run_end`` and ``end_of_run``,
+    as ``ExecutionPlan.run`` frames it."""
     lines = ["def _prepared(feed, fetch, ro):",
              f"    if feed.__class__ is not dict or len(feed) != {len(specs)}:",
              "        return None"]
@@ -77,24 +95,47 @@ def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], 
     lines += [f"    h{j}.on_run_start({'ro' if with_options else 'None'})" for j in range(n_starts)]
     lines.append("    slots = template.copy()")
     lines += [f"    slots[{i}] = v{k}" for k, i in enumerate(feed_slots)]
+    body = []  # the run, indented under the memory context's frame where there is one
+    for k, targets in enumerate(uploads):
+        name = specs[k][0]
+        for j, slot in enumerate(targets):
+            body += ["try:", f"    slots[{slot}] = u{k}_{j}(v{k}, hold)", "except OrtError:", "    raise",
+                     "except Exception as e:", f"    raise copy_error(e, {name!r}) from e"]
     if FP_STATE is not None:
-        lines.append("    token = fp_set(ignoring(fp_get()))")
+        body.append("token = fp_set(ignoring(fp_get()))")
     else:
-        lines.append("    token = ignore_fp_errors()")
+        body.append("token = ignore_fp_errors()")
     if with_options:
-        lines.append("    options_token = options_set(ro)")
-    lines += ["    try:",
-              f"        r = fn(slots, fns, {'ro' if with_options else 'None'})",
-              "    except Terminated:",
-              "        raise",
-              "    except Exception as e:",
-              "        raise run_error(e, slots) from e",
-              "    finally:"]
+        body.append("options_token = options_set(ro)")
+    body += ["try:",
+             f"    r = fn(slots, fns, {'ro' if with_options else 'None'})",
+             "except Terminated:",
+             "    raise",
+             "except Exception as e:",
+             "    raise run_error(e, slots) from e",
+             "finally:"]
     if with_options:
-        lines.append("        options_reset(options_token)")
-    lines += ["        fp_reset(token)" if FP_STATE is not None else "        restore_fp_errors(token)",
-              "    out = list(r) if fetch is None else [r[i] for i in fetch]",
-              "    for v in out:",
+        body.append("    options_reset(options_token)")
+    body.append("    fp_reset(token)" if FP_STATE is not None else "    restore_fp_errors(token)")
+    if framed:
+        body.append("    end_of_run()")
+    if any(downloads):
+        all_outputs = tuple(range(len(downloads)))
+        body += ["try:",
+                 f"    out = [r[i] if dl[i] is None else dl[i](r[i]) for i in ({all_outputs!r} if fetch is None "
+                 "else fetch)]",
+                 "except OrtError:",
+                 "    raise",
+                 "except Exception as e:",
+                 "    raise copy_error(e, '') from e"]
+    else:
+        body.append("out = list(r) if fetch is None else [r[i] for i in fetch]")
+    if framed:
+        lines += ["    hold = run_begin()", "    try:", *("        " + b for b in body),
+                  "    finally:", "        run_end()"]
+    else:
+        lines += ["    " + b for b in body]
+    lines += ["    for v in out:",
               "        if v.__class__ is ndarray:",
               "            if v.base is not None or not v.flags.writeable"
               + "".join(f" or v is v{k}" for k, spec in enumerate(specs) if spec[1] is not None) + ":",
@@ -107,21 +148,39 @@ def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], 
     return "\n".join(lines)
 
 
+def prepared_copies_option(config: Callable[[str, str], str]) -> bool:
+    """Session config ``PREPARED_COPIES`` read by ``config(key, default)``, checked."""
+    value = config(PREPARED_COPIES, "1")
+    if value not in ("0", "1"):
+        raise InvalidArgument(f"session config {PREPARED_COPIES} must be '1' (a run with device copies is prepared "
+                              f"once: the default) or '0' (it takes the general run path each time), got {value!r}")
+    return value == "1"
+
+
 def prepared_run(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...]]], entry: HostEntry,
                  starts: Sequence[Any], owned: Callable[[list, Any], list], with_options: bool = False) -> PreparedRun:
     """The prepared run: ``specs`` from ``FeedChecker.ordered_specs``, ``entry`` from
     ``ExecutionPlan.host_entry`` for the same names (``check_terminate`` as ``with_options``),
     ``starts`` the EPs whose ``on_run_start`` a run calls, ``owned`` the hand-over of an output list
     that the quick test does not pass; ``with_options`` as ``prepared_source``'s."""
-    source = prepared_source(specs, entry.feed_slots, len(starts), with_options)
+    framed = entry.memory is not None
+    source = prepared_source(specs, entry.feed_slots, len(starts), with_options,
+                             [[slot for slot, _ in t] for t in entry.uploads] if framed else (),
+                             [d is not None for d in entry.downloads] if framed else (), framed)
     namespace: dict[str, Any] = {
-        "ndarray": np.ndarray, "stringified": stringified, "Terminated": Terminated, "template": entry.template,
+        "ndarray": np.ndarray, "stringified": stringified, "OrtError": OrtError, "Terminated": Terminated, "template": entry.template,
         "fn": entry.generated.fn, "fns": entry.generated.fns, "run_error": entry.run_error, "owned": owned,
         "ignore_fp_errors": ignore_fp_errors, "restore_fp_errors": restore_fp_errors, "ignoring": ignoring}
     if FP_STATE is not None:
         namespace.update(fp_get=FP_STATE.get, fp_set=FP_STATE.set, fp_reset=FP_STATE.reset)
     if with_options:
         namespace.update(options_set=RUN_OPTIONS.set, options_reset=RUN_OPTIONS.reset)
+    if framed:
+        memory = entry.memory
+        namespace.update(run_begin=memory.run_begin, run_end=memory.run_end, end_of_run=memory.end_of_run,
+                         dl=entry.downloads, copy_error=entry.copy_error)
+        namespace.update({f"u{k}_{j}": up for k, targets in enumerate(entry.uploads)
+                          for j, (_, up) in enumerate(targets)})
     namespace.update({f"d{k}": spec[1] for k, spec in enumerate(specs)})
     namespace.update({f"h{j}": ep for j, ep in enumerate(starts)})
     exec(compiled_run(source), namespace)  # noqa: S102 - generated from the plan

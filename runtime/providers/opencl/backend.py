@@ -97,7 +97,7 @@ class OpenCLNodeComputeInfo(NodeComputeInfo):
     def compute(self, state: PartitionState, context: KernelContext) -> list:
         stream = context.stream
         queue = stream.handle() if stream is not None else None
-        own_queue = not (isinstance(queue, cl.CommandQueue) and queue.context == self.device.context)
+        own_queue = not self.device.in_context(queue)
         if own_queue:
             queue = self.device.queue
         outputs = state.run(list(context.inputs), queue)

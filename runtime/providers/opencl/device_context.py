@@ -118,7 +118,20 @@ class OpenCLDeviceContext:
         # finalizer) gives its kernels back on whatever thread, holding whatever lock, it interrupts.
         self._idle_lock = threading.RLock()
         self._launch_costs: LaunchCosts | None = None
+        self._known_queue: cl.CommandQueue | None = None  # the last queue ``in_context`` accepted
         self.stores_binaries = not driver_caches_builds(platform.name)
+
+    def in_context(self, queue: object) -> bool:
+        """Whether ``queue`` is a pyopencl command queue of this context. Reading a queue's context
+        makes a new pyopencl object each time (about 1 us, at every run and copy), so the last
+        queue accepted is remembered (a strong reference: pyopencl queues take no weak ones, and
+        identity, unlike a handle value a released queue's successor may reuse, cannot mislead)."""
+        if queue is self._known_queue and queue is not None:
+            return True
+        if isinstance(queue, cl.CommandQueue) and queue.context == self.context:
+            self._known_queue = queue
+            return True
+        return False
 
     @property
     def exp_option(self) -> str:

@@ -166,7 +166,7 @@ class OpenCLDataTransfer(DataTransfer):
             raise InvalidArgument(f"copy_tensors: {tensor!r} is not in the memory of this OpenCL data transfer "
                                   f"(devices {[str(m) for m in self.devices]})")
         queue = stream.handle() if stream is not None else None
-        if isinstance(queue, cl.CommandQueue) and queue.context == device.context:
+        if device.in_context(queue):
             return queue
         blocking.add(device.queue)
         return device.queue

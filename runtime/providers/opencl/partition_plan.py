@@ -196,6 +196,10 @@ class PartitionState:
         native = replay_module()
         if native is not None:
             self.recording, self.slot_names = _record(native, self.launches)
+        #: where each slot's buffer comes from in a run (``_slot_sources``), for the native replay
+        self.slot_sources = _slot_sources(plan, self.slot_names, self.const_buffers)
+        self._indices = [(k, name) for k, name in enumerate(plan.input_names) if name in plan.host_indices]
+        self._outputs = [(plan.shapes[n], plan.dtypes[n]) for n in plan.output_names]
         self.runs = 0
         self._workspaces: OrderedDict[int, tuple[cl.CommandQueue, dict[str, cl.Buffer]]] = OrderedDict()
 
@@ -213,8 +217,8 @@ class PartitionState:
             self._workspaces.clear()
 
     def _upload_indices(self, name: str, t, queue: cl.CommandQueue, owned: list, uploads: list) -> cl.Buffer:
-        """Gather indices fed at run time, in host memory: out-of-range ones are an error (onnxruntime's),
-        not a silent zero from the kernel."""
+        """Gather indices fed at run time (input ``name``, value ``t``), in host memory: out-of-range
+        ones are an error (onnxruntime's), not a silent zero from the kernel."""
         if isinstance(t, DeviceTensor):  # the fused node lists it in host_inputs: the runtime copies it
             raise InvalidArgument(f"OpenCL fused node input {name!r} (Gather indices) must come in host memory, got a "
                                   f"DeviceTensor on {t.memory_info.name}; the EP's "
@@ -239,53 +243,51 @@ class PartitionState:
         if len(inputs) != len(plan.input_names):
             raise InvalidArgument(f"OpenCL fused node expects {len(plan.input_names)} inputs "
                                   f"({plan.input_names}), got {len(inputs)}")
-        bufs: dict[str, cl.Buffer] = dict(self.const_buffers)
+        in_bufs: list = [None] * len(inputs)
         owned: list[cl.Buffer] = []
         uploads: list = []
         try:
-            for name, t in zip(plan.input_names, inputs):
-                if name in plan.host_indices:
-                    bufs[name] = self._upload_indices(name, t, queue, owned, uploads)
+            for k, name in self._indices:
+                in_bufs[k] = self._upload_indices(name, inputs[k], queue, owned, uploads)
+            for k, (name, t) in enumerate(zip(plan.input_names, inputs)):
+                if in_bufs[k] is not None:
                     continue
                 if not isinstance(t, DeviceTensor) or not isinstance(t.buffer, cl.Buffer):
                     raise InvalidArgument(f"OpenCL fused node input {name!r}: expected an OpenCL DeviceTensor, got "
                                           f"{type(t).__name__}; the runtime must copy it to {self.allocator.info.name}")
-                if tuple(t.shape) != plan.shapes[name]:
+                if t.shape != plan.shapes[name]:
                     raise InvalidArgument(f"OpenCL fused node input {name!r} expects float32 {list(plan.shapes[name])}, "
                                           f"got {t.dtype}{list(t.shape)}")
                 if t.offset:  # kernels take bare pointers: move offset views to their own buffer
                     buf = self.allocator.alloc(t.nbytes)
                     owned.append(buf)
                     cl.enqueue_copy(queue, buf, t.buffer, byte_count=t.nbytes, src_offset=t.offset)
-                    bufs[name] = buf
+                    in_bufs[k] = buf
                 else:
-                    bufs[name] = t.buffer
+                    in_bufs[k] = t.buffer
         except BaseException:  # a bad input or OutOfMemory: give back what this run took so far
             for b in owned:
                 self.allocator.free(b)
             raise
         outputs = []
         try:
-            for name in plan.output_names:
+            for shape, dtype in self._outputs:
                 # allocate(): the buffer returns to the allocator when the runtime drops the last reference.
-                out = DeviceTensor.allocate(plan.shapes[name], plan.dtypes[name], self.allocator)
-                bufs[name] = out.buffer
-                outputs.append(out)
+                outputs.append(DeviceTensor.allocate(shape, dtype, self.allocator))
             with self.lock:
                 if uploads or self._uploads:
                     self._uploads = uploads
-                bufs.update(self._workspace(queue))
-                for name in plan.aliases:
-                    if name not in bufs:
-                        bufs[name] = bufs[plan.base(name)]
+                temps = self._workspace(queue)
                 stoppable = RUN_OPTIONS.get() is not None  # no RunOptions: nothing can ask this run to stop
                 if self.recording is not None:
-                    _replay_native(queue, self.recording, [bufs[n] for n in self.slot_names], stoppable)
-                elif not stoppable:
-                    for step in self.launches:
-                        _replay_step(queue, step, bufs)
+                    _replay_native(queue, self.recording, self.slot_buffers(in_bufs, outputs, temps), stoppable)
                 else:
-                    _enqueue_stoppable(queue, self.launches, bufs)
+                    bufs = self.buffers(in_bufs, outputs, temps)
+                    if not stoppable:
+                        for step in self.launches:
+                            _replay_step(queue, step, bufs)
+                    else:
+                        _enqueue_stoppable(queue, self.launches, bufs)
                 self.runs += 1
         except BaseException:  # e.g. OutOfMemory: give back what this run took, the session stays usable
             for out in outputs:
@@ -295,6 +297,25 @@ class PartitionState:
             for buf in owned:
                 self.allocator.free(buf)
         return outputs
+
+    def slot_buffers(self, in_bufs: list, outputs: list[DeviceTensor], temps: dict[str, cl.Buffer]) -> list:
+        """The buffer of each of ``slot_names`` in a run given its inputs' buffers, its outputs and
+        its workspace's temporaries: what the native replay is handed."""
+        return [in_bufs[i] if kind == 0 else outputs[i].buffer if kind == 1 else temps[i] if kind == 2 else i
+                for kind, i in self.slot_sources]
+
+    def buffers(self, in_bufs: list, outputs: list[DeviceTensor], temps: dict[str, cl.Buffer]) -> dict[str, cl.Buffer]:
+        """Every buffer name of the plan -> its buffer in a run (the Python replay's lookup), from
+        the same pieces as ``slot_buffers``."""
+        plan = self.plan
+        bufs: dict[str, cl.Buffer] = dict(self.const_buffers)
+        bufs.update(zip(plan.input_names, in_bufs))
+        bufs.update((n, t.buffer) for n, t in zip(plan.output_names, outputs))
+        bufs.update(temps)
+        for name in plan.aliases:
+            if name not in bufs:
+                bufs[name] = bufs[plan.base(name)]
+        return bufs
 
     def _workspace(self, queue: cl.CommandQueue) -> dict[str, cl.Buffer]:
         """The temporaries of runs on ``queue`` (caller holds ``lock``): allocated at the first run on
@@ -324,6 +345,37 @@ class PartitionState:
             for buf in old.values():  # OpenCL defers the release until queued readers finish
                 self.allocator.free(buf)
         return temps
+
+
+def _slot_sources(plan: PartitionPlan, slot_names: list[str], const_buffers: dict[str, cl.Buffer]) -> list[tuple]:
+    """For each slot name, where a run finds its buffer: (0, k) the k-th input's, (1, k) the k-th
+    output's, (2, name) the workspace's temporary, (3, buffer) a constant; an alias as the value it
+    views. The precedence is ``PartitionState.buffers``' (temporaries, outputs, inputs, constants),
+    so both replays bind the same buffers."""
+    inputs = {n: k for k, n in enumerate(plan.input_names)}
+    outputs = {n: k for k, n in enumerate(plan.output_names)}
+
+    def source(name: str) -> tuple | None:
+        if name in plan.temps:
+            return (2, name)
+        if name in outputs:
+            return (1, outputs[name])
+        if name in inputs:
+            return (0, inputs[name])
+        if name in const_buffers:
+            return (3, const_buffers[name])
+        return None
+
+    found = []
+    for name in slot_names:
+        src = source(name)
+        if src is None and name in plan.aliases:
+            src = source(plan.base(name))
+        if src is None:
+            raise InvalidArgument(f"OpenCL partition plan: buffer {name!r} is neither an input, output, temporary, "
+                                  "constant nor a view of one; the plan builder left it unbound")
+        found.append(src)
+    return found
 
 
 def _check_indices(name: str, idx: np.ndarray, n: int) -> None:

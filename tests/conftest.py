@@ -63,6 +63,12 @@ def register():
             get_environment().force_unregister(n)
 
 
+@pytest.fixture
+def opencl(register):
+    """The OpenCL EP library registered as "opencl" for the test (its tests' common setup)."""
+    register("onnxhal.runtime.providers.opencl", "opencl")
+
+
 @contextlib.contextmanager
 def simulated_or_skip(profiles: str, by: str = "ep_name"):
     """The simulated devices of ``profiles`` for a block, keyed by EP name or (``by="profile"``) by

@@ -45,11 +45,6 @@ def _model(n: int, k: int) -> onnx.ModelProto:
 
 
 @pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
-@pytest.fixture
 def near_the_line(monkeypatch):
     """Every static partition the formula claims is tried (the band made unbounded)."""
     monkeypatch.setattr(cost_rule, "CLAIM_UNTRIED_FACTOR", 1e9)

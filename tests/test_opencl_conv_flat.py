@@ -21,11 +21,6 @@ OPENCL_INDEX = require_opencl(module_level=True)
 RNG = np.random.default_rng(4748)
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _weights(shape) -> np.ndarray:
     return (RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
 

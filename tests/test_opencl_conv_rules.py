@@ -23,11 +23,6 @@ OPENCL_INDEX = require_opencl(module_level=True)
 RNG = np.random.default_rng(4747)
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _conv_model(x_shape, w_shape, *, residual: bool = False, relu: bool = False, chain: int = 1,
                 **attrs) -> tuple[onnx.ModelProto, dict]:
     """``chain`` Convs of one weight shape (Cout == Cin for chain > 1), optionally + residual, Relu."""

@@ -37,11 +37,6 @@ def _model(n: int | str, k: int) -> onnx.ModelProto:
     return model
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _session(model: onnx.ModelProto, rule: str | None, **options: str) -> onnxhal.InferenceSession:
     if rule is not None:
         options["cost_rule"] = rule

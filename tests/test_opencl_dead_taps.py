@@ -21,11 +21,6 @@ OPENCL_INDEX = require_opencl(module_level=True)
 RULE = "conv_dead_taps"
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _model(x_shape, w_shape, residual: bool, attrs: dict) -> tuple[onnx.ModelProto, dict]:
     rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
     w = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)

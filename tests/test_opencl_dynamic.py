@@ -82,11 +82,6 @@ def split_then_merge() -> bytes:
     return model.SerializeToString()
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _no_opt() -> onnxhal.SessionOptions:
     so = onnxhal.SessionOptions()
     so.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep the nodes as written

@@ -20,11 +20,6 @@ OPENCL_INDEX = require_opencl(module_level=True)
 RNG = np.random.default_rng(47)
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _model(nodes, inputs, outputs, weights) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
                               [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],

@@ -22,11 +22,6 @@ RNG = np.random.default_rng(4749)
 RULE = "gemm_norm"
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _f(*shape: int, scale: float = 1.0) -> np.ndarray:
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
 

@@ -21,11 +21,6 @@ RNG = np.random.default_rng(4748)
 RULE = "gemm_wide_tile"
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _model(nodes, inputs: dict, weights: dict) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape)
                                            for k, v in inputs.items()],

@@ -20,11 +20,6 @@ RNG = np.random.default_rng(4747)
 OCL = ("OpenCLExecutionProvider", {"cost_rule": "off"})
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _f(*shape: int, scale: float = 1.0, shift: float = 0.0) -> np.ndarray:
     return (RNG.standard_normal(shape) * scale + shift).astype(np.float32)
 

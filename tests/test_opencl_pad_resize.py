@@ -21,11 +21,6 @@ OCL = ("OpenCLExecutionProvider", {"cost_rule": "off"})
 OFF = ("OpenCLExecutionProvider", {"cost_rule": "off", "disable_fusions": "pad_resize_ops"})
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _model(node, x: np.ndarray, weights: dict, opset: int = 18) -> bytes:
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],

@@ -25,11 +25,6 @@ EP = "OpenCLExecutionProvider"
 CORPUS = os.path.join(os.path.dirname(__file__), "real_models")
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 _model, _f, _i = inferred_bytes, vi, int64_vi  # tests/models.py's
 
 

@@ -45,11 +45,6 @@ def _model() -> onnx.ModelProto:
     return model
 
 
-@pytest.fixture
-def opencl(register):
-    register("onnxhal.runtime.providers.opencl", "opencl")
-
-
 def _session(rule: str) -> onnxhal.InferenceSession:
     # weighed with each dim at 4096, the partition is claimed whatever the load
     options = {"cost_rule": rule, "cost_rule_dim": "4096"}

@@ -180,3 +180,16 @@ def test_feeds_other_than_arrays_have_no_key():
     x = np.zeros((1, 2), np.float32)
     assert feed_key({"x": x}) == (("x", (1, 2), np.dtype(np.float32)),)
     assert feed_key({"x": [[0.0, 0.0]]}) is None
+
+
+def test_a_cpu_plan_that_cannot_be_built_leaves_the_device_core(opencl, monkeypatch):
+    def fail(self):
+        raise MemoryError("no room for a second copy of the weights")
+
+    monkeypatch.setattr(onnxhal.InferenceSession, "_cpu_runner", fail)
+    sess, cpu = _session(), _cpu()
+    info = _partition(sess)
+    for _ in range(SETTLING_RUNS + 2):
+        _check(sess, cpu, _x())  # the first settled run tries the build, logs it and runs on the device core
+    assert sess.settled_feeds.settled_keys == 0 and sess.settled_feeds.cpu_core is None
+    assert info.stats.cost_host_runs == cost_rule.TRIAL_RUNS + 3

@@ -45,10 +45,13 @@ def _model() -> onnx.ModelProto:
     return model
 
 
-def _session(rule: str) -> onnxhal.InferenceSession:
-    # weighed with each dim at 4096, the partition is claimed whatever the load
+def _session(rule: str, settled_plan: str = "1") -> onnxhal.InferenceSession:
+    # weighed with each dim at 4096, the partition is claimed whatever the load; settled_plan "0":
+    # a signature settled on the host still runs in the partition (runtime/session/host_settled.py)
     options = {"cost_rule": rule, "cost_rule_dim": "4096"}
-    return onnxhal.InferenceSession(_model().SerializeToString(),
+    so = onnxhal.SessionOptions()
+    so.add_session_config_entry("session.onnxhal.host_settled_plan", settled_plan)
+    return onnxhal.InferenceSession(_model().SerializeToString(), so,
                                     providers=[("OpenCLExecutionProvider", options), "CPUExecutionProvider"])
 
 
@@ -127,7 +130,7 @@ def test_a_trial_alternates_and_the_host_must_win_by_the_margin():
 def test_threads_sharing_a_session_during_a_trial_get_the_cpu_eps_results(opencl):
     # the trial's side is picked and recorded under the partition's lock; a run that started on the
     # device while another settled the signature on the host finishes on the plan's retired state
-    sess, cpu = _session("on"), onnxhal.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    sess, cpu = _session("on", "0"), onnxhal.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
     info = _partition(sess)
     xs = [RNG.standard_normal((1, C, 8, 8)).astype(np.float32) for _ in range(4)]
     wants = [cpu.run(None, {"x": x})[0] for x in xs]

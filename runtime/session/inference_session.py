@@ -36,6 +36,7 @@ from onnxhal.runtime.session.graph_capture import (
     graph_annotation_id,
     replay_if_captured,
 )
+from onnxhal.runtime.session.host_settled import SettledFeeds, can_settle, host_settled_option
 from onnxhal.runtime.session.input_checks import FeedChecker
 from onnxhal.runtime.session.log_scope import DEFAULT_SEVERITY, check_log_severity, log_scope
 from onnxhal.runtime.session.memory_context import MemoryContext, memory_device_of
@@ -195,6 +196,7 @@ class InferenceSession:
         self._sparse_outputs = {o.name for o in self._outputs if o.type.startswith("sparse_tensor(")}
         self._input_infos = {v.name: v for v in (*proto_graph.inputs, *proto_graph.overridable)}
         self._required_inputs = [v.name for v in proto_graph.inputs]
+        self._settled = self._settled_feeds(self._core)
 
     # -- metadata ---------------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -339,6 +341,12 @@ class InferenceSession:
     def memory(self) -> MemoryContext:
         return self._core.memory
 
+    @property
+    def settled_feeds(self) -> SettledFeeds | None:
+        """The feeds settled on the host that ``run`` takes to a CPU-only plan
+        (runtime/session/host_settled.py); None where this session's runs cannot settle."""
+        return self._settled
+
     # -- running ----------------------------------------------------------------------------
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list:
@@ -346,6 +354,17 @@ class InferenceSession:
         from ``input_feed``, {input name: numpy array, OrtValue, or a (nested) list converted to the
         input's element type}. Raises ``InvalidArgument`` for a missing, unknown or mistyped input,
         and the EP's error (``EPFail``, ``Fail``, ...) when a node fails; the session stays usable."""
+        settled = self._settled
+        if settled is not None and settled.core is self._core and (
+                run_options is None or run_options.__class__ is RunOptions and not run_options.terminate
+                and run_options.log_severity_level == DEFAULT_SEVERITY and not run_options.active_adapters):
+            # feeds whose device partitions all settled on the host run on a CPU-only plan
+            return settled.run(self._core_run, output_names, input_feed, run_options)
+        return self._core_run(output_names, input_feed, run_options)
+
+    def _core_run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+                  run_options: RunOptions | None) -> list:
+        """``run`` on the session's core: prepared where it can be, else ``_run``."""
         # RunOptions that change nothing but the run's own flags (no log severity of their own, no
         # adapters, not set to terminate) take the prepared run too, the variant that honours them
         if run_options is None or (run_options.__class__ is RunOptions and not run_options.terminate
@@ -378,19 +397,20 @@ class InferenceSession:
             check_run_api(self._core.capture_ep, run_options)
         return self._run(output_names, input_feed, run_options, None)
 
-    def _prepare_fast_run(self, prepared: _FastRun | None = None) -> _FastRun:
+    def _prepare_fast_run(self, prepared: _FastRun | None = None, core: SessionCore | None = None) -> _FastRun:
         """The session's run prepared for the commonest call, ``run(names or None, {input: array})``
         with no run options, on the current core (runtime/session/run_codegen.py), at its second
         such run: what ``_run`` decides per call (logging scope, profiler, sparse outputs, graph
         capture, EP hooks, where each feed goes) decided once. Its ``run`` is None when a run must
         take ``_run``'s way every time. Given ``prepared`` (this core's, with a ``run``): the same
-        with its variant for runs given RunOptions made."""
+        with its variant for runs given RunOptions made. ``core``: another core than the session's
+        (the CPU-only one of ``host_settled``), without a profiler."""
         if prepared is not None:
             core, checker = prepared.core, self._feed_checker()
             entry = core.plan.host_entry(checker.required, check_terminate=True, copies=self._prepared_copies)
             return replace(prepared, with_options=None if entry is None else prepared_run(
                 checker.ordered_specs, entry, core.run_hooks.starts, _owned, with_options=True))
-        core, profiler = self._core, self._profiler
+        core, profiler = (self._core, self._profiler) if core is None else (core, None)
         hooks = core.run_hooks
         if (profiler is not None or self._log_severity != DEFAULT_SEVERITY or self._sparse_outputs
                 or not self._outputs or not hooks.plain):
@@ -564,10 +584,45 @@ class InferenceSession:
         old = self._core
         self._core = core
         self._fast = _NO_FAST_RUN  # it holds the old core (its plan, its EPs) until the next run otherwise
+        if self._settled is not None:
+            self._settled.release()
+        self._settled = self._settled_feeds(core)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, SessionCore.release, core)
         self._attach_ep_profiling()
         return old
+
+    def _settled_feeds(self, core: SessionCore) -> SettledFeeds | None:
+        """``core``'s feeds settled on the host (runtime/session/host_settled.py), or None where no
+        run of it can settle: session config off, no partition telling where it ran, or a run that
+        takes ``_run``'s way anyway (profiling, a log severity of its own, sparse outputs)."""
+        so = self._sess_options
+        if (not host_settled_option(so.config) or not can_settle(core.fused_infos) or self._profiler is not None
+                or self._log_severity != DEFAULT_SEVERITY or self._sparse_outputs or not self._outputs):
+            return None
+        return SettledFeeds(core, self._cpu_runner, SessionCore.release)
+
+    def _cpu_runner(self) -> tuple[Any, SessionCore]:
+        """A CPU-only core of the session, from the same model and options (the CPU EP's passes), and
+        its run (output names, feed, run options) -> outputs: prepared as ``run``'s, else checked."""
+        so = self._sess_options.copy()
+        so.optimized_model_filepath = ""  # the session's own saved model is the device core's
+        core = SessionCore(self._loaded_fresh(), so, select(self._loaded.proto, so, [CPU_EP_NAME], None),
+                           self._recovery)
+        weakref.finalize(self, SessionCore.release, core)  # released earlier when the session's core changes
+        fast = self._prepare_fast_run(core=core)
+        checker = self._feed_checker()
+
+        def run(output_names: Sequence[str] | None, feed: Mapping[str, Any], run_options: RunOptions | None) -> list:
+            fetch = None if output_names is None else self._fetch_indices(output_names)
+            if run_options is None and fast.run is not None:
+                result = fast.run(feed, fetch, None)
+                if result is not None:
+                    return result
+            feeds = checker.check(feed)
+            return _owned(core.run(feeds, run_options, fetch, None, None), feeds)
+
+        return run, core
 
     def _attach_ep_profiling(self) -> None:
         if self._profiler is not None:
@@ -736,6 +791,8 @@ class InferenceSession:
             # From a callback, the worker cannot wait for itself.
             self._async_pool.shutdown(wait=not getattr(_callback_thread, "active", False))
         self._finalizer()
+        if self._settled is not None:
+            self._settled.release()
 
 
 def _owned(outputs: list, feeds: Mapping[str, Any], to_host: bool = True) -> list:

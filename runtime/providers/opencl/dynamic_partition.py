@@ -46,6 +46,7 @@ from onnxhal.hal.ep import KernelContext, NodeComputeInfo
 from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.host_execution import host_plan
 from onnxhal.hal.run_control import RUN_OPTIONS  # the host plan reads the terminate flag between nodes
+from onnxhal.hal.settled_host import note as note_settled
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.runtime.providers.opencl.cost_rule import SignatureTrial, host_worth_trying
 from onnxhal.runtime.providers.opencl.op_support import (
@@ -214,6 +215,9 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         #: Try small signatures on the host and the device (cost_rule.SignatureTrial); off for the
         #: simulated devices, whose profiles decide, and for cost_rule=off.
         self.cost_rule = cost_rule
+        #: each run tells the session whether it ran on the host settled there (hal/settled_host.py):
+        #: with the cost rule only, the one way a signature settles on the host
+        self.settles_on_host = cost_rule
         self.disabled_fusions = disabled_fusions
         #: outputs read outside only for their shape (plan_builder.shape_only_outputs)
         self.shape_only = shape_only
@@ -291,7 +295,11 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
                 else:
                     self.stats.host_runs += 1
             outputs = self._run_on_host(inputs, queue)
+            if self.settles_on_host:
+                note_settled(entry.by_cost and side is None)
         else:
+            if self.settles_on_host:
+                note_settled(False)
             outputs = state.run([inputs[i] for i in entry.feeds], queue)
             if entry.host_values:
                 for i in sorted(entry.host_values):

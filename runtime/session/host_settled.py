@@ -1,0 +1,139 @@
+"""Feeds whose every device partition settled on the host run on a CPU-only plan of the session.
+
+The OpenCL EP's cost rule times a partition's signatures on the host and on the device and
+settles each on the faster (``dynamic_partition``). Settled on the host, the partition still sits
+between device copies: the session uploads the feeds, the partition downloads them for its host
+plan and uploads its outputs, and the session downloads them (resnet_ts: 0.33 ms a run against
+0.14 for a CPU-only session of the model), and its host plan lacks the CPU EP's own optimizer
+passes. Here a session counts, per run, where its partitions ran (``hal/settled_host.py``); feeds
+whose run had every partition run on the host, settled there, are keyed by their names, shapes
+and dtypes, and their later runs take a CPU-only core of the session, built once at the first such
+run from the same model with the CPU EP's passes. No device buffer or copy is touched then.
+
+The key is the feeds' shapes, the partitions' signatures may also hold values computed from the
+feeds (a Reshape's shape): a key settled on one run's values runs every later run of that key on
+the host. Both plans compute the same results, so that costs time, never correctness. Session
+config ``HOST_SETTLED_PLAN`` ("0") turns it off. Only ``run`` takes it; IOBinding and the other
+run calls keep the device core (their outputs may be bound to device memory).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.hal.settled_host import SETTLE_TALLY, SETTLES_ON_HOST, SettleTally
+
+logger = logging.getLogger("onnxhal.session")
+
+#: Session config: "1" (default) runs feeds settled on the host on a CPU-only plan, "0" keeps the
+#: device core for every run.
+HOST_SETTLED_PLAN = "session.onnxhal.host_settled_plan"
+#: Feed keys remembered as settled; the oldest goes beyond it (the partitions cache 8 signatures).
+MAX_SETTLED = 32
+
+#: (output names, feed, run options) -> outputs
+Runner = Callable[[Any, Mapping[str, Any], Any], list]
+
+
+def host_settled_option(config: Callable[[str, str], str]) -> bool:
+    """Session config ``HOST_SETTLED_PLAN`` read by ``config(key, default)``, checked."""
+    value = config(HOST_SETTLED_PLAN, "1")
+    if value not in ("0", "1"):
+        raise InvalidArgument(f"session config {HOST_SETTLED_PLAN} must be '1' (feeds whose device partitions all "
+                              f"settled on the host run on a CPU-only plan: the default) or '0' (they run on the "
+                              f"device core), got {value!r}")
+    return value == "1"
+
+
+def can_settle(compute_infos: Mapping[Any, tuple[Any, Any]]) -> bool:
+    """Whether a core's compiled partitions (``SessionCore.fused_infos``) all tell where they ran
+    (``SETTLES_ON_HOST``): a partition that does not may run on the device whatever the others did."""
+    return bool(compute_infos) and all(getattr(info, SETTLES_ON_HOST, False) is True
+                                       for info, _ in compute_infos.values())
+
+
+def feed_key(feed: Mapping[str, Any]) -> tuple | None:
+    """The feeds' names, shapes and dtypes; None unless every feed is a numpy array (a list's
+    shape is not known before it is converted)."""
+    key = []
+    for name, v in feed.items():
+        if v.__class__ is not np.ndarray:
+            return None
+        key.append((name, v.shape, v.dtype))
+    return tuple(key)
+
+
+class SettledFeeds:
+    """The settled feed keys of one device core (``core``) and the CPU-only runner they take,
+    built by ``build`` at the first settled run. ``release``: called with the runner's core when
+    this goes (the session's core changed, or the session is released)."""
+
+    def __init__(self, core: Any, build: Callable[[], tuple[Runner, Any]], release: Callable[[Any], None]) -> None:
+        self.core = core
+        self._build = build
+        self._release = release
+        self._keys: OrderedDict[tuple, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self._runner: Runner | None = None
+        self._cpu_core: Any = None
+        self._failed = False
+
+    @property
+    def settled_keys(self) -> int:
+        """How many feed keys run on the CPU-only plan now."""
+        return len(self._keys)
+
+    @property
+    def cpu_core(self) -> Any:
+        """The CPU-only core, once built (None before the first settled run)."""
+        return self._cpu_core
+
+    def run(self, device_run: Runner, output_names: Any, feed: Mapping[str, Any], run_options: Any) -> list:
+        """A run: on the CPU-only plan when ``feed``'s key settled, else ``device_run`` counted."""
+        key = feed_key(feed)
+        if key is None:
+            return device_run(output_names, feed, run_options)
+        if key in self._keys:
+            runner = self._runner if self._runner is not None else self._built()
+            if runner is not None:
+                return runner(output_names, feed, run_options)
+        tally = SettleTally()
+        token = SETTLE_TALLY.set(tally)
+        try:
+            result = device_run(output_names, feed, run_options)
+        finally:
+            SETTLE_TALLY.reset(token)
+        if tally.all_host and not self._failed:
+            with self._lock:
+                self._keys[key] = None
+                while len(self._keys) > MAX_SETTLED:
+                    self._keys.popitem(last=False)
+        return result
+
+    def _built(self) -> Runner | None:
+        """The runner, built by the first thread to get here; None when the build failed (logged):
+        the keys are dropped and every run stays on the device core, which computes the same."""
+        with self._lock:
+            if self._runner is None and not self._failed:
+                try:
+                    self._runner, self._cpu_core = self._build()
+                except Exception:
+                    logger.warning("the CPU-only plan for feeds settled on the host could not be built; "
+                                   "they run on the device core", exc_info=True)
+                    self._failed = True
+                    self._keys.clear()
+            return self._runner
+
+    def release(self) -> None:
+        with self._lock:
+            core, self._cpu_core, self._runner = self._cpu_core, None, None
+            self._keys.clear()
+        if core is not None:
+            self._release(core)

@@ -32,8 +32,10 @@ def col2im_plan(ins: tuple, kernel: tuple, strides: tuple, dil: tuple, starts: t
                         MAX_TERMS)
 
 
-#: Sessions' first runs plan each geometry; a decoder repeats one over its upsampling blocks.
-@functools.lru_cache(maxsize=64)
+#: Sessions' first runs plan each geometry; a decoder repeats one over its upsampling blocks. The
+#: kernel plans only outputs of at most GATHER_MAX cells (N M cells), so a plan holds at most that
+#: many indices (32 MiB); a corpus model holds 1-2 geometries.
+@functools.lru_cache(maxsize=32)
 def _col2im_plan(ins: tuple, kernel: tuple, strides: tuple, dil: tuple, starts: tuple, lengths: tuple,
                  max_terms: int) -> np.ndarray | None:
     nd = len(ins)

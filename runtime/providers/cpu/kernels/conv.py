@@ -840,8 +840,10 @@ class ConvTranspose(Kernel):
             raise InvalidArgument(f"ConvTranspose node {self.name!r}: input spatial shape {list(ins)} gives output "
                                   f"spatial shape {lengths}; every output dimension must be 1 or more.")
         wt = w.reshape(g, cg, mg * kprod).transpose(0, 2, 1)
-        plan = col2im.col2im_plan(tuple(ins), tuple(kernel), tuple(strides), tuple(dil), tuple(starts),
-                                  tuple(lengths))
+        plan = None
+        if n * m * math.prod(lengths) <= col2im.GATHER_MAX:  # at least one term a cell: plan no block past it
+            plan = col2im.col2im_plan(tuple(ins), tuple(kernel), tuple(strides), tuple(dil), tuple(starts),
+                                      tuple(lengths))
         if plan is not None and n * m * plan.size <= col2im.GATHER_MAX:
             self.last_path = COL2IM_GATHER
             xz = np.zeros((n, g, cg, iprod + 1), dtype=x.dtype)  # the zero the plan reads at iprod

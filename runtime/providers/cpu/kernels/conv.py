@@ -1,5 +1,5 @@
 """Conv (im2col over a strided window view + batched BLAS matmul; depthwise as a per-channel
-product over kernel taps) and ConvTranspose (matmul then col2im as strided adds). N-d throughout."""
+product over kernel taps) and ConvTranspose (matmul then col2im as strided adds, or as one gather: col2im.py). N-d throughout."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from numpy.lib.stride_tricks import as_strided
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.run_control import check_terminate
+from onnxhal.runtime.providers.cpu.kernels import col2im
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.dead_taps import TrimmedTaps
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
@@ -771,12 +772,24 @@ class Conv(Kernel):
         return y
 
 
+#: ConvTranspose's paths: the plain col2im (one strided add per tap) and its gather.
+TRANSPOSE_PATHS = path_table("ConvTranspose", "ConvTranspose's product then col2im as one strided add per "
+                                              "kernel tap, cropped or zero-extended to the output")
+COL2IM_ADDS = TRANSPOSE_PATHS.add("col2im_adds", "canonical: every geometry the gather does not take")
+COL2IM_GATHER = TRANSPOSE_PATHS.add("col2im_gather", "each output cell sums at most col2im.MAX_TERMS "
+                                                     "columns and the gathered block (N M terms cells) is at "
+                                                     "most col2im.GATHER_MAX elements: col2im_plan's indices, "
+                                                     "one take of the columns and one sum over the terms")
+
+
 @register("ConvTranspose", since=1)
 class ConvTranspose(Kernel):
     """Batched matmul then col2im as one strided add per kernel tap. ``output_shape`` and
     ``auto_pad`` follow onnx.reference (which the backend cases are generated with): SAME pads
     split the total padding (SAME_UPPER: floor half at the start), otherwise the pads (or zeros)
-    give the start and ``output_shape`` the length, zero-extended past the computed output."""
+    give the start and ``output_shape`` the length, zero-extended past the computed output.
+    Where few columns reach each output cell, col2im is one gather instead (``COL2IM_GATHER``):
+    a profile of pt_codec, pt_unet and hf_dpt had the per-tap adds at 4-10x onnxruntime's time."""
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.group = node.attr("group", 1)
@@ -788,6 +801,7 @@ class ConvTranspose(Kernel):
         self.output_shape = node.attr("output_shape")
         self.auto_pad = node.attr("auto_pad", "NOTSET")
         self.name = node.name
+        self.last_path: str | None = None  #: the ``TRANSPOSE_PATHS`` name of the last run
 
     def _placement(self, ins, kernel, strides, dil, opad, full):
         """Per spatial axis: (start in the full col2im output, output length)."""
@@ -820,20 +834,35 @@ class ConvTranspose(Kernel):
         cg, mg = c // g, w.shape[1]
         m = mg * g
         kprod, iprod = int(np.prod(kernel)), int(np.prod(ins))
+        full = [(ins[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 + opad[i] for i in range(nd)]
+        starts, lengths = self._placement(ins, kernel, strides, dil, opad, full)
+        if any(ln <= 0 for ln in lengths):  # as onnxruntime refuses it
+            raise InvalidArgument(f"ConvTranspose node {self.name!r}: input spatial shape {list(ins)} gives output "
+                                  f"spatial shape {lengths}; every output dimension must be 1 or more.")
         wt = w.reshape(g, cg, mg * kprod).transpose(0, 2, 1)
+        plan = None
+        if n * m * math.prod(lengths) <= col2im.GATHER_MAX:  # at least one term a cell: plan no block past it
+            plan = col2im.col2im_plan(tuple(ins), tuple(kernel), tuple(strides), tuple(dil), tuple(starts),
+                                      tuple(lengths))
+        if plan is not None and n * m * plan.size <= col2im.GATHER_MAX:
+            self.last_path = COL2IM_GATHER
+            xz = np.zeros((n, g, cg, iprod + 1), dtype=x.dtype)  # the zero the plan reads at iprod
+            xz[..., :iprod] = x.reshape(n, g, cg, iprod)
+            cols = np.matmul(wt, xz).reshape(n, m, kprod * (iprod + 1))
+            terms = cols.take(plan, axis=-1)  # (N, M, terms, cells)
+            y = terms[:, :, 0] if plan.shape[0] == 1 else terms.sum(axis=2)
+            if b is not None:
+                y += b.reshape(1, m, 1)
+            return [y.reshape((n, m) + tuple(lengths))]
+        self.last_path = COL2IM_ADDS
         cols = np.matmul(wt, x.reshape(n, g, cg, iprod))  # (N, G, Mg*K, I)
         cols = cols.reshape((n, m) + tuple(kernel) + tuple(ins))
-        full = [(ins[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 + opad[i] for i in range(nd)]
         y = np.zeros((n, m) + tuple(full), dtype=cols.dtype)
         for idx in np.ndindex(*kernel):
             check_terminate()  # one strided add over the whole output per tap
             sl = tuple(slice(idx[i] * dil[i], idx[i] * dil[i] + (ins[i] - 1) * strides[i] + 1, strides[i])
                        for i in range(nd))
             y[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + idx]
-        starts, lengths = self._placement(ins, kernel, strides, dil, opad, full)
-        if any(ln <= 0 for ln in lengths):  # as onnxruntime refuses it
-            raise InvalidArgument(f"ConvTranspose node {self.name!r}: input spatial shape {list(ins)} gives output "
-                                  f"spatial shape {lengths}; every output dimension must be 1 or more.")
         before = [max(0, -s) for s in starts]
         after = [max(0, s + ln - f) for s, ln, f in zip(starts, lengths, full)]
         if any(before) or any(after):  # the requested window reaches past the computed output

@@ -63,27 +63,29 @@ SKLEARN_MLP = os.path.join(os.path.dirname(__file__), "real_models", "skh_mlp.on
 
 
 def test_an_unnamed_batch_dim_is_fixed_by_the_inputs_whole_shape_and_the_remedy_says_how(tmp_path, capsys):
-    # skl2onnx leaves the batch dimension without a name: no --dim can reach it, --shape can
+    # skl2onnx leaves the batch dimension without a name: no --dim can reach it, --shape can. The
+    # profile is a static-only float32 one: an fp16 NPU declines the MLP's layers whatever their
+    # shapes, as the label's ArgMax picks from them (simulators/fp16.py, picked_values)
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     assert main(["fix-shapes", SKLEARN_MLP, "--list"]) == 0
     assert "input X: ['?', 8]" in capsys.readouterr().out
-    with simulated_or_skip("generic-npu") as sims:
+    with simulated_or_skip("webnn-gpu") as sims:
         so = onnxhal.SessionOptions()
-        so.add_provider_for_devices([sims["VirtualNpuExecutionProvider"]])
+        so.add_provider_for_devices([sims["VirtualGpuExecutionProvider"]])
         sess = onnxhal.InferenceSession(SKLEARN_MLP, so)
-        assert sess.partition_summary.get("VirtualNpuExecutionProvider", 0) == 0
-        lines = decline_lines(sess.eps["VirtualNpuExecutionProvider"].declined.values(), "skh_mlp.onnx",
+        assert sess.partition_summary.get("VirtualGpuExecutionProvider", 0) == 0
+        lines = decline_lines(sess.eps["VirtualGpuExecutionProvider"].declined.values(), "skh_mlp.onnx",
                               symbolic_input_dims(sess.get_inputs()), unnamed_input_shapes(sess.get_inputs()))
     assert any("fix-shapes skh_mlp.onnx --shape X=N,8 -o" in line for line in lines), lines
     out = tmp_path / "mlp_fixed.onnx"
     assert main(["fix-shapes", SKLEARN_MLP, "--shape", "X=4,8", "-o", str(out)]) == 0
     assert [d.dim_value for d in onnx.load(out).graph.input[0].type.tensor_type.shape.dim] == [4, 8]
     want = onnxhal.InferenceSession(SKLEARN_MLP, providers=["CPUExecutionProvider"]).run(None, {"X": x})
-    with simulated_or_skip("generic-npu") as sims:
+    with simulated_or_skip("webnn-gpu") as sims:
         so = onnxhal.SessionOptions()
-        so.add_provider_for_devices([sims["VirtualNpuExecutionProvider"]])
+        so.add_provider_for_devices([sims["VirtualGpuExecutionProvider"]])
         sess = onnxhal.InferenceSession(str(out), so)
-        assert sess.partition_summary.get("VirtualNpuExecutionProvider", 0) == 4  # the three Gemms and Softmax
+        assert sess.partition_summary.get("VirtualGpuExecutionProvider", 0) == 4  # the three Gemms and Softmax
         got = sess.run(None, {"X": x})
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=2e-2, atol=2e-2)

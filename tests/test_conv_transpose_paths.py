@@ -33,9 +33,9 @@ CASES = [
     ((1, 2, 4, 5), (2, 3, 3, 3), {"strides": [2, 2], "output_shape": [7, 8]}),  # cropped
     ((1, 2, 3, 2), (2, 1, 2, 2), {"strides": [2, 2], "output_shape": [9, 6]}),  # zero-extended
 ]
-#: The cases onnxruntime computes as onnx.reference does (its SAME and output_shape rules differ;
-#: the kernel follows onnx.reference's, tests/test_cpu_kernels_nn.py).
-ORT_AGREES = [c for c in CASES if "auto_pad" not in c[2] and "output_shape" not in c[2]]
+#: The cases onnxruntime runs: all but an output_shape past the full output, which it refuses and
+#: the kernel zero-extends.
+ORT_AGREES = [c for c in CASES if c[2].get("output_shape") != [9, 6]]
 
 
 def _kernel(attrs: dict) -> conv.ConvTranspose:
@@ -135,3 +135,29 @@ def test_output_below_one_cell_is_refused_on_both_paths(monkeypatch):
     monkeypatch.setattr(col2im, "GATHER_MAX", 0)
     with pytest.raises(InvalidArgument, match="every output dimension must be 1 or more"):
         _kernel({"pads": [2, 2]}).compute(inputs)
+
+
+def test_placement_matches_onnxruntime_over_pads_same_and_output_shape():
+    """Where the output starts and how long it is, against onnxruntime over auto_pad x output_shape
+    (none, cropping 3, the full length) x explicit pads x strides x kernels, 1-D and 2-D: onnxruntime
+    splits max(0, full - output) with its ceiling half at the start (floor half for SAME_UPPER) and
+    reads no pads then; a SAME output longer than the full one is the full one (kernel 2, stride 3)."""
+    import itertools
+
+    checked = 0
+    for nd, k, s, pad_mode, out, pads in itertools.product(
+            (1, 2), (2, 3), (1, 2, 3), ("NOTSET", "SAME_UPPER", "SAME_LOWER"), (None, 3, 0), (False, True)):
+        ins = (5, 4)[:nd]
+        full = [(i - 1) * s + k for i in ins]
+        attrs = {"strides": [s] * nd, "auto_pad": pad_mode}
+        if pads and pad_mode == "NOTSET":
+            attrs["pads"] = [1] * nd + [0] * nd
+        if out is not None:
+            attrs["output_shape"] = [f - out for f in full]
+        rng = np.random.default_rng(checked)
+        x = rng.standard_normal((1, 2) + ins).astype(np.float32)
+        w = rng.standard_normal((2, 3) + (k,) * nd).astype(np.float32)
+        got = _kernel(attrs).compute([x, w])[0]
+        np.testing.assert_allclose(got, _onnxruntime([x, w], attrs), rtol=1e-5, atol=1e-5, err_msg=str(attrs))
+        checked += 1
+    assert checked == 216

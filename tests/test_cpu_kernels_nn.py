@@ -331,12 +331,26 @@ def test_maxpool_unit_stride_integer_and_nan():
     assert np.isnan(y[0, 0, 1:4, 1:4]).all() and not np.isnan(y[0, 0, 0]).any()  # NaN spreads over its windows only
 
 
-def test_conv_transpose_output_shape_smaller_than_computed_crops_the_end():
-    # onnx.reference's col2im rejects this case; its zero-pads rule keeps the leading part.
+@pytest.mark.parametrize("auto_pad", ["NOTSET", "SAME_UPPER", "SAME_LOWER"])
+def test_conv_transpose_output_shape_smaller_than_computed_crops_as_onnxruntime(auto_pad):
+    # onnxruntime (conv_transpose_attributes.h) splits the total padding max(0, full - output_shape)
+    # with its ceiling half at the start, the floor half for SAME_UPPER, and reads no explicit pads;
+    # onnx.reference keeps the start (9 x 7 -> 6 x 5: rows 2-7 and columns 1-5 against 0-5 and 0-4)
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
     x, w = randn(1, 2, 4, 3), randn(2, 3, 3, 3)
-    (full,) = run_reference("ConvTranspose", [x, w], 11, strides=[2, 2])
-    (y,) = run_native("ConvTranspose", [x, w], 11, strides=[2, 2], output_shape=[6, 5])
-    np.testing.assert_allclose(y, full[:, :, :6, :5], rtol=1e-5, atol=1e-6)
+    attrs = {"strides": [2, 2], "output_shape": [6, 5], "auto_pad": auto_pad}
+    (full,) = run_native("ConvTranspose", [x, w], 11, strides=[2, 2])
+    (y,) = run_native("ConvTranspose", [x, w], 11, **attrs)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, x.shape)],
+                              [helper.make_tensor_value_info("y", 1, None)], [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    rows, cols = (slice(1, 7), slice(1, 6)) if auto_pad == "SAME_UPPER" else (slice(2, 8), slice(1, 6))
+    np.testing.assert_allclose(y, full[:, :, rows, cols], rtol=1e-5, atol=1e-6)
 
 
 def test_conv_transpose_grouped_equals_per_group():

@@ -785,9 +785,9 @@ COL2IM_GATHER = TRANSPOSE_PATHS.add("col2im_gather", "each output cell sums at m
 @register("ConvTranspose", since=1)
 class ConvTranspose(Kernel):
     """Batched matmul then col2im as one strided add per kernel tap. ``output_shape`` and
-    ``auto_pad`` follow onnx.reference (which the backend cases are generated with): SAME pads
-    split the total padding (SAME_UPPER: floor half at the start), otherwise the pads (or zeros)
-    give the start and ``output_shape`` the length, zero-extended past the computed output.
+    ``auto_pad`` place the output as onnxruntime does (``_placement``); onnx.reference differs
+    where ``output_shape`` crops (it keeps the start) and where a SAME output is longer than the
+    full one (it zero-extends).
     Where few columns reach each output cell, col2im is one gather instead (``COL2IM_GATHER``):
     a profile of pt_codec, pt_unet and hf_dpt had the per-tap adds at 4-10x onnxruntime's time."""
 
@@ -804,21 +804,29 @@ class ConvTranspose(Kernel):
         self.last_path: str | None = None  #: the ``TRANSPOSE_PATHS`` name of the last run
 
     def _placement(self, ins, kernel, strides, dil, opad, full):
-        """Per spatial axis: (start in the full col2im output, output length)."""
+        """Per spatial axis: (start in the full col2im output, output length), as onnxruntime's CPU
+        EP places them (conv_transpose_attributes.h, ComputeTransposePadAndOutputShape): with
+        ``output_shape``, or SAME padding and an output of ``stride * input``, the total padding
+        ``max(0, full - output)`` is split with its floor half at the start for SAME_UPPER and its
+        ceiling half there otherwise (NOTSET, SAME_LOWER, VALID), and explicit pads are not read;
+        a SAME output longer than the full one is the full one. Otherwise the pads (or zeros)."""
         nd = len(ins)
-        out_shape = list(self.output_shape[-nd:]) if self.output_shape else None
-        if self.pads is None and self.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            if out_shape is None:
-                out_shape = [ins[i] * strides[i] for i in range(nd)]
-            starts = []
-            for i in range(nd):
-                total = strides[i] * (ins[i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - out_shape[i]
-                starts.append(total // 2 if self.auto_pad == "SAME_UPPER" else total - total // 2)
-            return starts, out_shape
-        pads = self.pads or [0] * (2 * nd)
-        if out_shape is None:
-            out_shape = [full[i] - pads[i] - pads[i + nd] for i in range(nd)]
-        return list(pads[:nd]), out_shape
+        same = self.auto_pad in ("SAME_UPPER", "SAME_LOWER")
+        if self.output_shape:
+            out_shape = list(self.output_shape[-nd:])
+        elif same:
+            out_shape = [ins[i] * strides[i] for i in range(nd)]
+        else:
+            pads = self.pads or [0] * (2 * nd)
+            return list(pads[:nd]), [full[i] - pads[i] - pads[i + nd] for i in range(nd)]
+        starts, lengths = [], []
+        for i in range(nd):
+            total = max(0, full[i] - out_shape[i])
+            starts.append(total // 2 if self.auto_pad == "SAME_UPPER" else total - total // 2)
+            # an explicit output_shape past the full output is zero-extended at the end (onnxruntime
+            # refuses it); a SAME one is cut to the full output, as onnxruntime does
+            lengths.append(out_shape[i] if self.output_shape else full[i] - total)
+        return starts, lengths
 
     def compute(self, inputs: list) -> list:
         x, w = inputs[0], inputs[1]

@@ -39,6 +39,9 @@ def small_cnn() -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
+@pytest.fixture
+def opencl(register):
+    register("onnxhal.runtime.providers.opencl", "opencl")
     devices = [d for d in onnxhal.get_ep_devices() if d.ep_name == "OpenCLExecutionProvider"]
     assert devices, "the OpenCL EP library offered no EP device"
     return devices

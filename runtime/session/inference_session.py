@@ -139,6 +139,15 @@ _LATER = object()  # _FastRun.with_options not made yet
 _NO_FAST_RUN = _FastRun(None, None, None)  # before the first run: prepared then
 
 
+
+def _plain_options(run_options: RunOptions | None) -> bool:
+    """Whether ``run_options`` change nothing but the run's own flags (none, or plain RunOptions with
+    no log severity of their own, no adapters, not set to terminate): such runs take the prepared
+    run and, where feeds settled on the host, the CPU-only core."""
+    return run_options is None or (run_options.__class__ is RunOptions and not run_options.terminate
+                                   and run_options.log_severity_level == DEFAULT_SEVERITY
+                                   and not run_options.active_adapters)
+
 class InferenceSession:
     """A model loaded for running, as onnxruntime's ``InferenceSession``.
 
@@ -355,9 +364,7 @@ class InferenceSession:
         input's element type}. Raises ``InvalidArgument`` for a missing, unknown or mistyped input,
         and the EP's error (``EPFail``, ``Fail``, ...) when a node fails; the session stays usable."""
         settled = self._settled
-        if settled is not None and settled.core is self._core and (
-                run_options is None or run_options.__class__ is RunOptions and not run_options.terminate
-                and run_options.log_severity_level == DEFAULT_SEVERITY and not run_options.active_adapters):
+        if settled is not None and settled.core is self._core and _plain_options(run_options):
             # feeds whose device partitions all settled on the host run on a CPU-only plan
             return settled.run(self._core_run, output_names, input_feed, run_options)
         return self._core_run(output_names, input_feed, run_options)
@@ -367,9 +374,7 @@ class InferenceSession:
         """``run`` on the session's core: prepared where it can be, else ``_run``."""
         # RunOptions that change nothing but the run's own flags (no log severity of their own, no
         # adapters, not set to terminate) take the prepared run too, the variant that honours them
-        if run_options is None or (run_options.__class__ is RunOptions and not run_options.terminate
-                                   and run_options.log_severity_level == DEFAULT_SEVERITY
-                                   and not run_options.active_adapters):
+        if _plain_options(run_options):
             fast = self._fast
             if fast.core is not self._core or fast.profiler is not self._profiler:
                 # the first plain run on this core takes _run: a session run once prepares nothing

@@ -56,10 +56,16 @@ def node_label(node: onnx.NodeProto | Node) -> str:
 _VALUE_ORDER = {f: k for k, f in enumerate((*_SCALAR_FIELDS, *(f for f in _FIELD.values() if f not in _SCALAR_FIELDS)))}
 
 
+#: The value fields' descriptors, with their names: ``ListFields`` gives the descriptors themselves,
+#: found here by identity (reading each one's name cost more than the rest of the check)
+_VALUE_DESCRIPTORS = {AttributeProto.DESCRIPTOR.fields_by_name[f]: f for f in _VALUE_ORDER}
+
+
 def _fields_set(a: AttributeProto) -> list[str]:
     """The value fields ``a`` holds: a scalar field set, a repeated one not empty. ``ListFields`` is
     one C call that lists exactly those; asking each of the 15 fields was most of the check."""
-    found = [fd.name for fd, _ in a.ListFields() if fd.name in _VALUE_ORDER]
+    value_fields = _VALUE_DESCRIPTORS
+    found = [value_fields[fd] for fd, _ in a.ListFields() if fd in value_fields]
     return sorted(found, key=_VALUE_ORDER.__getitem__) if len(found) > 1 else found
 
 

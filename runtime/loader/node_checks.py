@@ -204,14 +204,30 @@ def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int], chec
     ``graph``: the Graph built from ``proto``'s main graph, whose Nodes are read where the model has
     no other graph (their op types and domains are slots, their attributes by name)."""
     if graph is not None and flat_model():
+        # whether ``_check_required`` has anything to check on a node is a matter of its op type
+        # and domain alone (a model repeats a few): asked once for each
+        checks: dict[tuple[str, str], bool] = {}
         for n in graph.nodes:
-            _check_required(n, n.domain, n.attribute_protos, opset, checked, "")
+            kind = (n.op_type, n.domain)
+            check = checks.get(kind)
+            if check is None:
+                check = checks[kind] = _checks_anything(n.op_type, n.domain, opset, checked)
+            if check:
+                _check_required(n, n.domain, n.attribute_protos, opset, checked, "")
         return
     for g, where in walk_graphs(proto.graph):
         for node in g.node:
             raw = node.domain
             _check_required(node, "" if raw == "ai.onnx" else raw, {a.name: a for a in node.attribute}, opset,
                             checked, where)
+
+
+def _checks_anything(op_type: str, domain: str, opset: Mapping[str, int], checked: bool) -> bool:
+    """Whether ``_check_required`` reads anything of a node of this op type and domain ("ai.onnx"
+    read as ""): an element type attribute to check, or attributes its schema requires."""
+    schema = schema_spec(op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and domain in opset else None
+    return bool((not domain and (not checked or schema is None or schema.names_types))
+                or (schema is not None and schema.required))
 
 
 def _check_required(node: onnx.NodeProto | Node, domain: str, attrs: Mapping[str, AttributeProto],

@@ -496,8 +496,12 @@ def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, i
         # A subgraph holder's attributes would serialize whole graphs, and ai.onnx.ml's nodes (a
         # tree ensemble's thousands of attribute values) seldom repeat: checked each time.
         if op_type not in _SUBGRAPH_OPS and raw_domain in ("", "ai.onnx"):
+            # which inputs and outputs are named: their count where all are (nearly every node),
+            # found in C, else a flag for each (an int and a tuple never compare equal)
+            ins, outs = node.input[:], node.output[:]
             key = (op_type, raw_domain, tuple(map(_SERIALIZE, node.attribute)),
-                   tuple(map(bool, node.input[:])), tuple(map(bool, node.output[:])))
+                   len(ins) if "" not in ins else tuple(map(bool, ins)),
+                   len(outs) if "" not in outs else tuple(map(bool, outs)))
         known = key is not None and key in passed
         facts = attribute_facts(node) if not known and len(node.attribute) else []
         has_attributes = bool(facts)

@@ -131,3 +131,34 @@ def test_antialiased_resize_keeps_the_aspect_ratio_as_onnxruntime():
                             keep_aspect_ratio_policy="not_smaller")
     feeds = {"x": RNG.standard_normal((2, 3, 48, 64)).astype(np.float32), "sizes": np.array([20, 20], np.int64)}
     _close(_model(node, [("x", F), ("sizes", I64)], 19), feeds, atol=1e-5)
+
+
+@pytest.mark.parametrize("lo,hi", [(-0.5, 31.5), (0.0, 31.0), (-0.5, 0.5), (0.0, 0.0), (-0.5, 2.5)])
+def test_reflect_folded_matches_reflect_by_borders(lo, hi):
+    """GridSample's ``reflect_folded`` path against the canonical reflection: random positions far
+    outside the range, its borders and their multiples, and integer taps."""
+    from onnxhal.runtime.providers.cpu.kernels import grid_sample
+
+    span = max(hi - lo, 1.0)
+    x = np.concatenate([RNG.uniform(lo - 7 * span, hi + 7 * span, 2000), lo - np.arange(-4, 5) * (hi - lo),
+                        hi + np.arange(-4, 5) * (hi - lo), np.arange(-70, 70, dtype=np.float64)])
+    np.testing.assert_allclose(grid_sample.reflect_folded(x, lo, hi), grid_sample.reflect_by_borders(x, lo, hi),
+                               rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("padding", ["reflection", "zeros", "border"])
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+def test_grid_sample_with_reflect_folded_matches_onnxruntime(monkeypatch, padding, align, mode):
+    from onnxhal.runtime.providers.cpu.kernels import grid_sample
+
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding, align_corners=align)
+    model = _model(node, [("x", F), ("g", F)], 20)
+    feeds = {"x": RNG.standard_normal((2, 3, 7, 9)).astype(np.float32),
+             "g": RNG.uniform(-2.5, 2.5, (2, 5, 6, 2)).astype(np.float32)}
+    _close(model, feeds, atol=1e-5)
+    monkeypatch.setattr(grid_sample, "REFLECT_FOLDED_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    monkeypatch.setattr(grid_sample, "REFLECT_FOLDED_ENABLED", True)
+    fast = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(fast, plain, rtol=1e-6, atol=1e-6)

@@ -10,6 +10,8 @@ Upsample (opsets 7 and 9) runs on the same native path."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -236,8 +238,9 @@ def _antialias_coefficients(ratios: np.ndarray, scale: float, mode: str, a: floa
     return w / w.sum(axis=1, keepdims=True)
 
 
+@functools.lru_cache(maxsize=64)  # per geometry: a model resizes the same shapes run after run
 def antialias_matrix(out_len: int, in_len: int, scale: float, mode: str, coord_mode: str, cubic_a: float = -0.75,
-                     exclude_outside: bool = False) -> np.ndarray:
+                     exclude_outside: bool = False, dtype: type = np.float64) -> np.ndarray:
     """[out_len, in_len] weights of an antialiased linear or cubic resize along one axis: the
     specification's taps nearest each source coordinate (edge-clamped, or with ``exclude_outside``
     dropped and the rest renormalized), summed per input cell; float64."""
@@ -261,6 +264,8 @@ def antialias_matrix(out_len: int, in_len: int, scale: float, mode: str, coord_m
         coeffs = coeffs / np.where(total == 0, 1.0, total)
     matrix = np.zeros((out_len, in_len))
     np.add.at(matrix, (np.repeat(np.arange(out_len), n), np.clip(idx, 0, in_len - 1).reshape(-1)), coeffs.reshape(-1))
+    matrix = matrix.astype(dtype)
+    matrix.flags.writeable = False  # shared by the cache
     return matrix
 
 
@@ -273,6 +278,7 @@ def resize_antialias(x: np.ndarray, axes: list, out_shape: list, scale_list: lis
         in_len, out_len = x.shape[a], out_shape[a]
         if out_len == in_len and scale_list[a] == 1.0:
             continue
-        w = antialias_matrix(out_len, in_len, scale_list[a], mode, coord_mode, cubic_a, exclude_outside)
-        y = np.moveaxis(np.tensordot(w.astype(x.dtype), y, axes=([1], [a])), 0, a)
+        w = antialias_matrix(out_len, in_len, float(scale_list[a]), mode, coord_mode, float(cubic_a),
+                             bool(exclude_outside), x.dtype.type)
+        y = np.moveaxis(np.tensordot(w, y, axes=([1], [a])), 0, a)
     return np.ascontiguousarray(y)

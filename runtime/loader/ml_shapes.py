@@ -1,7 +1,8 @@
 """Types and shapes for the ai.onnx.ml operators that onnx gives no inference function (Scaler,
 Normalizer, Imputer, LinearRegressor, SVMRegressor, the opset-1 TreeEnsembleRegressor and
 FeatureVectorizer), and com.microsoft's Tokenizer, which skl2onnx puts in the same pipelines (onnx
-knows no schema for it).
+knows no schema for it); and ai.onnx's STFT, whose inference function gives no shape at all where
+the signal's length is symbolic (an audio front end's), not even its rank.
 
 onnx's shape inference stops at such a node: its outputs get no type, and nothing after it gets a
 rank, so a device that needs ranks (every simulated profile) declines the rest of a scikit-learn

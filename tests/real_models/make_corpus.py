@@ -31,8 +31,10 @@ library in the corpus exports, a diffusion-style UNet and a packed bidirectional
 named ``pt_``), and skl2onnx's GaussianProcessRegressor (float64, with its standard deviation)
 and AdaBoostClassifier (``sklearn7``); a streaming VAD with If and Loop bodies and a CRNN with a
 dynamic width, float and dynamically quantized (``devices``); static QDQ (per tensor and per
-channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); plus their inputs and all of
-onnxruntime's outputs.
+channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); an eleventh
+held-out wave from producers the corpus lacked, made before any tuning: jax2onnx from JAX/Flax
+(``jax``, named ``jx_``), spox graphs at opset 21 (``spox``, named ``spx_``) and torch.stft by the
+dynamo exporter (``plain3``); plus their inputs and all of onnxruntime's outputs.
 
 Not run by the tests (torch, transformers, skl2onnx and the other producers are no test
 dependencies): run it by hand with ``pip install -e ".[corpus]"`` in a separate environment (one

@@ -162,3 +162,10 @@ def test_grid_sample_with_reflect_folded_matches_onnxruntime(monkeypatch, paddin
     monkeypatch.setattr(grid_sample, "REFLECT_FOLDED_ENABLED", True)
     fast = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(fast, plain, rtol=1e-6, atol=1e-6)
+
+
+def test_dft_names_an_axis_that_is_the_real_imaginary_dim():
+    node = helper.make_node("DFT", ["x", "", "axis"], ["y"])
+    sess = onnxhal.InferenceSession(_model(node, [("x", F), ("axis", I64)], 20), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="axis -1 for an input of rank 3"):
+        sess.run(None, {"x": np.zeros((2, 8, 1), np.float32), "axis": np.array(-1, np.int64)})

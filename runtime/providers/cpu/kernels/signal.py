@@ -40,13 +40,10 @@ def dft(x: np.ndarray, length: int | None, axis: int, inverse: bool, onesided: b
     """DFT of ``x`` (last dim 1 or 2) along ``axis`` (an axis of ``x``, not its last), zero-padded
     or cut to ``length``; the inverse is normalized by 1/length; an inverse one-sided transform
     reads the first half of a Hermitian spectrum and writes a real signal (last dim 1)."""
-    if not -x.ndim <= axis < x.ndim - 1 and axis != -1:
+    if not -x.ndim <= axis < x.ndim or axis % x.ndim == x.ndim - 1:
         raise InvalidArgument(f"DFT: axis {axis} for an input of rank {x.ndim}; give an axis of the signal dims, "
                               "not the last (real/imaginary) one.")
-    axis = axis % x.ndim
-    if axis == x.ndim - 1:
-        raise InvalidArgument(f"DFT: axis {axis} is the real/imaginary dim of an input of rank {x.ndim}; give a "
-                              "signal axis.")
+    axis %= x.ndim
     sig = _as_complex(x, "DFT")
     if length is None:
         length = 2 * (x.shape[axis] - 1) if inverse and onesided else x.shape[axis]

@@ -247,8 +247,8 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
     node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:
         inferred = guarded_inference.infer_lenient(proto, data_prop)
-    elif ML_DOMAIN in opset:
-        inferred = with_ml_shapes(inferred, opset[ML_DOMAIN], scan if inferred is proto else None)
+    elif ML_DOMAIN in opset or opset.get("", 0) >= 17:  # STFT from 17 (ml_shapes._RANK_ONLY)
+        inferred = with_ml_shapes(inferred, opset.get(ML_DOMAIN, 0), scan if inferred is proto else None)
     if inferred_strictly and "com.microsoft" in opset and not one_pass:
         inferred = with_contrib_shapes(inferred)
     if any(k in strict_error for k in _SHAPE_CONFLICTS):

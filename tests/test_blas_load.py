@@ -106,3 +106,28 @@ def test_a_host_plan_run_outside_a_session_sets_blas_threads_from_the_load(monke
         assert get_blas_threads() == 2
     finally:
         set_blas_threads(before)
+
+
+def test_a_threads_state_is_read_after_the_last_parenthesis():
+    # the command name may hold spaces and parentheses; the state is the field after it
+    from onnxhal.runtime.providers.cpu.kernels.blas_threads import _running
+
+    assert _running(b"4242 (python3) R 1 4242 4242 0 -1")
+    assert not _running(b"4242 (python3) S 1 4242 4242 0 -1")
+    assert _running(b"4243 (a) R (b) R 1 2 3")
+    assert not _running(b"4243 (a) R (b) S 1 2 3")
+    assert not _running(b"")
+
+
+def test_the_load_readings_match_procfs_read_plainly():
+    import os
+
+    if not os.path.exists("/proc/loadavg"):
+        pytest.skip("no /proc here")
+    with open("/proc/loadavg", "rb") as f:
+        fields = f.read().split()
+    total = int(fields[3].split(b"/")[1])
+    runnable = LoadAwareBlasThreads._runnable()
+    assert runnable is not None and 1 <= runnable <= total + 64  # ours counts the reading thread
+    own = LoadAwareBlasThreads._own_runnable()
+    assert own is not None and 1 <= own <= len(os.listdir("/proc/self/task"))

@@ -46,8 +46,8 @@ def test_the_sessions_of_a_process_share_one_reading_of_the_load(monkeypatch):
     monkeypatch.setattr(LoadAwareBlasThreads, "_own_runnable", staticmethod(lambda: reads.append("own") or 1))
     first, second = LoadAwareBlasThreads(2, cores=2), LoadAwareBlasThreads(2, cores=2)
     assert first.threads_now(now=1000.0) == 1 and second.threads_now(now=1000.01) == 1  # 3 others either way
-    assert reads.count("machine") == 1
-    assert second.threads_now(now=1000.2) == 1 and reads.count("machine") == 2  # 50 ms on: read again
+    assert reads.count("own") == 2  # one reading: the threads before and after the machine's count
+    assert second.threads_now(now=1000.2) == 1 and reads.count("own") == 4  # 50 ms on: read again
 
 
 def test_a_session_run_sets_blas_threads_from_the_load(monkeypatch):
@@ -145,3 +145,48 @@ def test_a_cpu_ep_that_runs_no_node_reads_no_load(monkeypatch):
         if before is not None:
             set_blas_threads(before)
     assert reads or before is None or before < 2  # the MatMul's CPU EP read the load
+
+
+def test_a_threads_state_is_read_after_the_last_parenthesis():
+    # the command name may hold spaces and parentheses; the state is the field after it
+    from onnxhal.runtime.providers.cpu.kernels.blas_threads import _running
+
+    assert _running(b"4242 (python3) R 1 4242 4242 0 -1")
+    assert not _running(b"4242 (python3) S 1 4242 4242 0 -1")
+    assert _running(b"4243 (a) R (b) R 1 2 3")
+    assert not _running(b"4243 (a) R (b) S 1 2 3")
+    assert not _running(b"")
+
+
+def test_the_load_readings_match_procfs_read_plainly():
+    import os
+
+    if not os.path.exists("/proc/loadavg"):
+        pytest.skip("no /proc here")
+    with open("/proc/loadavg", "rb") as f:
+        fields = f.read().split()
+    total = int(fields[3].split(b"/")[1])
+    runnable = LoadAwareBlasThreads._runnable()
+    assert runnable is not None and 1 <= runnable <= total + 64  # ours counts the reading thread
+    own = LoadAwareBlasThreads._own_runnable()
+    assert own is not None and 1 <= own <= len(os.listdir("/proc/self/task"))
+
+
+def test_a_quiet_machines_reading_skips_the_threads_stats(monkeypatch):
+    # one runnable thread on the machine is the reading one: no thread's stat is read, and the
+    # count is the session's request, as the full reading gives
+    from onnxhal.runtime.providers.cpu.kernels import blas_threads
+
+    reads = []
+    machine = [1]
+    monkeypatch.setattr(blas_threads, "_last_reading", (-1.0, None, None))
+    monkeypatch.setattr(LoadAwareBlasThreads, "_runnable", staticmethod(lambda: reads.append("machine") or machine[0]))
+    monkeypatch.setattr(LoadAwareBlasThreads, "_own_runnable", staticmethod(lambda: reads.append("own") or 1))
+    assert LoadAwareBlasThreads(2, cores=2).threads_now(now=500.0) == 2
+    assert reads == ["machine"]
+    machine[0] = 3  # two others besides the reading thread: the threads are read, before and after
+    reads.clear()
+    assert LoadAwareBlasThreads(2, cores=2).threads_now(now=501.0) == 1
+    assert reads == ["machine", "own", "machine", "own"]
+    for runnable in (0, 1):  # the full reading's answer where the machine is that quiet
+        assert LoadAwareBlasThreads(2, cores=2).threads_now(now=0.0, runnable=runnable, own=1) == 2

@@ -334,12 +334,21 @@ def test_sessions_of_one_model_share_the_compiled_plan_code():
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"v0": x})[0]
     so = onnxhal.SessionOptions()
     so.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # The code is generated at a plan's second run (its first runs the steps in a loop): a
+    # session created, or run once, compiles nothing.
     first = onnxhal.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    start = compiled_plan.cache_info()
+    np.testing.assert_array_equal(first.run(None, {"v0": x})[0], want)
+    assert compiled_plan.cache_info() == start
+    np.testing.assert_array_equal(first.run(None, {"v0": x})[0], want)  # generated now
     before = compiled_plan.cache_info()
     second = onnxhal.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        np.testing.assert_array_equal(second.run(None, {"v0": x})[0], want)
     after = compiled_plan.cache_info()
     assert (after.hits - before.hits, after.misses - before.misses) == (1, 0)
-    onnxhal.InferenceSession(chain(9), so, providers=["CPUExecutionProvider"])
+    third = onnxhal.InferenceSession(chain(9), so, providers=["CPUExecutionProvider"])
+    third.plan.generated  # noqa: B018 - made at this first read
     assert compiled_plan.cache_info().misses == after.misses + 1
     for s in (first, second):
         np.testing.assert_array_equal(s.run(None, {"v0": x})[0], want)

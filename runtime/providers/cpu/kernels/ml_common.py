@@ -15,6 +15,22 @@ TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 ML = "ai.onnx.ml"  # the domain of the classic-ML operators
 
 
+def attr_floats(node: Node, name: str, default: list | None = None) -> np.ndarray:
+    """A floats attribute as a float32 array (``default``'s values where the node has none; an
+    attribute without a default is required). Read through ``Node.attr_array``: an SVM's support
+    vectors or a linear model's coefficients (hundreds to thousands of values) come from the
+    attribute's protobuf field in C, where ``np.asarray`` of the parsed list converts one Python
+    float at a time (about 20 ns a value)."""
+    values = node.attr_array(name, np.float32)
+    if values is not None:
+        return values
+    value = node.attr(name, default)
+    if value is None:
+        raise InvalidArgument(f"{node.op_type} node {node.name!r}: attribute {name!r} is missing; the model "
+                              f"must give it (re-export the model).")
+    return np.asarray(value, np.float32).reshape(-1)
+
+
 def post_transform_name(node: Node) -> str:
     name = node.attr("post_transform", "NONE")
     if name not in TRANSFORMS:

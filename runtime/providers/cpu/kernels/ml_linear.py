@@ -16,6 +16,7 @@ from onnxhal.runtime.providers.cpu.kernels.clamp import constant
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
+    attr_floats,
     logistic_into,
     post_transform_name,
     score_transform,
@@ -76,7 +77,7 @@ class LinearClassifier(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         labels = _labels(node)
-        coef = np.asarray(node.attr("coefficients", []), np.float32)
+        coef = attr_floats(node, "coefficients", [])
         intercepts = node.attr("intercepts")
         n = len(intercepts) if intercepts else (len(labels) if labels is not None else 0)
         if labels is None or n == 0 or coef.size % n:
@@ -161,7 +162,7 @@ class LinearRegressor(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         targets = int(node.attr("targets", 1))
-        self.coef = np.asarray(node.attr("coefficients"), np.float32).reshape(targets, -1).T.copy()
+        self.coef = attr_floats(node, "coefficients").reshape(targets, -1).T.copy()
         self.intercepts = np.asarray(node.attr("intercepts", [0.0] * targets), np.float32)
         self.transform = post_transform_name(node)
         self.post = score_transform(self.transform, targets)

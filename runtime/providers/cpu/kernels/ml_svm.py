@@ -21,6 +21,7 @@ from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     ML,
     as_float_rows,
+    attr_floats,
     logistic_into,
     post_transform_name,
     transform_scores,
@@ -351,7 +352,7 @@ class SVMClassifier(Kernel):
         self.k = len(self.labels)
         self.per_class = [int(v) for v in node.attr("vectors_per_class", [])]
         count = sum(self.per_class)
-        coef = np.asarray(node.attr("coefficients"), np.float32)
+        coef = attr_floats(node, "coefficients")
         self.rho = np.asarray(node.attr("rho"), np.float32)
         self.prob_a = np.asarray(node.attr("prob_a", []), np.float32)
         self.prob_b = np.asarray(node.attr("prob_b", []), np.float32)
@@ -367,7 +368,7 @@ class SVMClassifier(Kernel):
         if len(self.per_class) != self.k:
             raise InvalidArgument(f"SVMClassifier node {node.name!r}: vectors_per_class has {len(self.per_class)} "
                                   f"entries for {self.k} class labels.")
-        self.vectors = np.asarray(node.attr("support_vectors"), np.float32).reshape(count, -1)
+        self.vectors = attr_floats(node, "support_vectors").reshape(count, -1)
         self.coef = coef.reshape(self.k - 1, count)
         self.kernel = _SvmKernel(node, self.vectors)
         starts = np.concatenate([[0], np.cumsum(self.per_class)]).astype(int)
@@ -465,12 +466,12 @@ class SVMRegressor(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.n_supports = int(node.attr("n_supports", 0))
-        coef = np.asarray(node.attr("coefficients"), np.float32)
+        coef = attr_floats(node, "coefficients")
         self.rho = np.float32(node.attr("rho", [0.0])[0])
         self.one_class = bool(node.attr("one_class", 0))
         self.transform = post_transform_name(node)
         if self.n_supports > 0:
-            self.vectors = np.asarray(node.attr("support_vectors"), np.float32).reshape(self.n_supports, -1)
+            self.vectors = attr_floats(node, "support_vectors").reshape(self.n_supports, -1)
             self.coef = coef.reshape(self.n_supports)
         else:  # linear: the coefficients are the weights of the features
             self.vectors = None

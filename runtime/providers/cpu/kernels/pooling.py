@@ -169,19 +169,31 @@ def _window_indices(shape: tuple, kernel, strides, dil, pb, out) -> tuple[np.nda
     flattened with one cell appended, which the taps in the padding read, and whether any does;
     None past ``POOL_GATHER_MAX`` elements."""
     planes, spatial = shape[0] * shape[1], shape[2:]
-    taps, size = int(np.prod(kernel)), int(np.prod(out))
+    # math.prod: np.prod of a short list costs microseconds (an array made, a reduction's wrappers)
+    taps, size = math.prod(kernel), math.prod(out)
     if not planes or not size or taps * planes * size > POOL_GATHER_MAX:
         return None
-    at = np.zeros((1, 1), np.intp)  # (taps so far, outputs so far) flat positions in a plane
-    inside = np.ones((1, 1), bool)
+    at = inside = None  # (taps so far, outputs so far): flat positions in a plane, and which are in it
     for n, k, s, d, p, o in zip(spatial, kernel, strides, dil, pb, out):
-        pos = np.arange(k)[:, None] * d + np.arange(o)[None, :] * s - p  # (k, o)
-        at = (at[:, None, :, None] * n + pos[None, :, None, :]).reshape(at.shape[0] * k, -1)
-        inside = (inside[:, None, :, None] & ((pos >= 0) & (pos < n))[None, :, None, :]).reshape(at.shape)
-    plane = int(np.prod(spatial))
-    pad_cell = planes * plane
-    idx = np.where(inside[:, None, :], at[:, None, :] + (np.arange(planes) * plane)[None, :, None], pad_cell)
-    return np.ascontiguousarray(idx.reshape(taps, -1), dtype=np.intp), not bool(inside.all())
+        # (k, o) positions along this axis by outer sums (a few calls a axis: the plans are small,
+        # their cost is the number of numpy calls); a negative one, seen unsigned, is past the axis
+        pos = np.add.outer(np.arange(0, k * d, d, dtype=np.intp), np.arange(-p, o * s - p, s, dtype=np.intp))
+        ok = pos.view(np.uintp) < n
+        if at is None:
+            at, inside = pos, ok
+            continue
+        rows = at.shape[0] * k
+        at = np.add.outer(at * n, pos).transpose(0, 2, 1, 3).reshape(rows, -1)
+        inside = np.logical_and.outer(inside, ok).transpose(0, 2, 1, 3).reshape(rows, -1)
+    plane = math.prod(spatial)
+    # (planes, taps, outputs) made by one outer add, then viewed tap-major: a broadcast np.where
+    # over the three axes cost about as much again as this whole plan (a session's first run
+    # plans every small pool); taps in the padding read the cell appended after the planes
+    idx = np.add.outer(np.arange(0, planes * plane, plane, dtype=np.intp), at).transpose(1, 0, 2)
+    padded = not inside.all()
+    if padded:
+        np.copyto(idx, planes * plane, where=~inside[:, None, :])
+    return np.ascontiguousarray(idx).reshape(taps, -1), padded
 
 
 def _tap_slices(idx, dil, strides, out):

@@ -32,6 +32,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         pooling,
         quantize,
         recurrent,
+        resize,
         scatter,
         tfidf_vectorizer,
         tokenizer,

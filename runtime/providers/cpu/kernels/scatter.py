@@ -10,6 +10,8 @@ the data's NaN.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -112,7 +114,7 @@ class ScatterElements(Kernel):
                                   f"axis other than {axis}.")
         out = np.array(data, order="C")  # a copy, C-contiguous for the flat indices
         if self.path(data, idx, upd) == NATIVE:
-            outer, inner = int(np.prod(data.shape[:axis])), int(np.prod(data.shape[axis + 1:]))
+            outer, inner = int(math.prod(data.shape[:axis])), int(math.prod(data.shape[axis + 1:]))
             if self.native.scatter_elements(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), outer,
                                             data.shape[axis], idx.shape[axis], inner, _CODES[self.reduction]) < 0:
                 return [out]
@@ -152,7 +154,7 @@ class ScatterND(Kernel):
         out = np.array(data, order="C")  # a copy, C-contiguous for the flat indices
         if self.path(data, idx, upd) == NATIVE:
             if self.native.scatter_nd(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd),
-                                      np.array(data.shape[:k], np.int64), int(np.prod(data.shape[k:])),
+                                      np.array(data.shape[:k], np.int64), int(math.prod(data.shape[k:])),
                                       _CODES[self.reduction]) < 0:
                 return [out]
             out = np.array(data, order="C")  # an index out of range: the canonical form names it

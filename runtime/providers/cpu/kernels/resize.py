@@ -71,7 +71,8 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: float, dtype: ty
 
 # A source coordinate within this of a half is a tie for the round_prefer_* modes, as onnxruntime's
 # CPU EP (1.32; measured: all 22,040 size cases of five coordinate modes, lengths 2-39 to 1-59, agree
-# at 1e-6 and none of 0-5e-7 or 2e-6 up do): a float32 quotient one ulp short of .5 still rounds up.
+# at 1e-6 and none of 0-5e-7 or 2e-6 up do; onnxruntime issue #28291, PR #28757 names the same check for
+# WebGPU): a float32 quotient one ulp short of .5 is still a tie.
 NEAREST_TIE_TOLERANCE = np.float32(1e-6)
 
 
@@ -216,6 +217,7 @@ class LastTwoAxes:
         return NATIVE_LAST_TWO
 
     def run(self, x: np.ndarray, out_shape: list, scale_list: list) -> np.ndarray:
+        """``x`` resized to ``out_shape`` (where ``path`` named this path)."""
         key = (x.shape, tuple(out_shape), tuple(scale_list))
         table = self.tables.get(key)
         if table is None:
@@ -225,8 +227,9 @@ class LastTwoAxes:
         idx, w, lerp_rows, lerp_cols = table
         in_h, in_w, out_h, out_w = x.shape[-2], x.shape[-1], out_shape[-2], out_shape[-1]
         out = np.empty(out_shape, np.float32)
-        self.native.resize_last_two(out, np.ascontiguousarray(x), x.size // (in_h * in_w), in_h, in_w, out_h, out_w, idx, w,
-                                    lerp_rows, lerp_cols)
+        planes = x.size // (in_h * in_w)
+        self.native.resize_last_two(out, np.ascontiguousarray(x), planes, in_h, in_w, out_h, out_w, idx, w, lerp_rows,
+                                    lerp_cols)
         return out
 
     def _table(self, shape: tuple, out_shape: list, scale_list: list) -> tuple:

@@ -106,3 +106,13 @@ def test_taps_are_made_once_per_shape():
     for shape in ((1, 2, 3, 4), (1, 2, 3, 4), (2, 2, 3, 4), (1, 2, 3, 4)):
         kernel.compute([RNG.standard_normal(shape).astype(np.float32), None, scales])
     assert len(kernel.last_two.tables) == 2
+
+
+def test_antialiased_resize_keeps_its_own_form():
+    # antialias is checked before this path: a downscale's wider taps, not two taps per axis
+    x = RNG.standard_normal((1, 2, 12, 12)).astype(np.float32)
+    inputs = [x, None, np.array([1, 1, 0.5, 0.5], np.float32)]
+    kernel = create_cpu_kernel(make_node("Resize", 3, 18, mode="linear", antialias=1), None)
+    (got,) = kernel.compute(inputs)
+    (want,) = run_onnxruntime("Resize", inputs, 18, mode="linear", antialias=1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

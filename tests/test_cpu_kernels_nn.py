@@ -579,7 +579,13 @@ def test_resize_native_modes_match_reference(mode, coord):
         else:
             assert y.shape == (1, 2, 8, 4)
         return
-    if coord != "align_corners":  # 0.6 * 7 is fractional: onnxruntime's reading, tested below
+    if (mode, coord) == ("nearest", "half_pixel_symmetric"):
+        # column 0 samples 0.5000001: onnxruntime's tie tolerance picks 0, onnx.reference 1
+        inputs = [x, None, np.array([1, 1, 1.6, 0.6], np.float32)]
+        (want,) = run_onnxruntime("Resize", inputs, 19, mode=mode, coordinate_transformation_mode=coord)
+        np.testing.assert_array_equal(run_native("Resize", inputs, 19, mode=mode, coordinate_transformation_mode=coord)[0],
+                                      want)
+    elif coord != "align_corners":  # 0.6 * 7 is fractional: onnxruntime's reading, tested below
         check("Resize", [x, None, np.array([1, 1, 1.6, 0.6], np.float32)], 19, mode=mode,
               coordinate_transformation_mode=coord)
     check("Resize", [x, None, None, np.array([1, 2, 9, 3], np.int64)], 19, mode=mode,
@@ -600,33 +606,47 @@ def test_resize_align_corners_at_fractional_lengths_matches_onnxruntime(mode, sc
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"])
+@pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
+                                   "tf_half_pixel_for_nn"])
 @pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
 def test_resize_nearest_picks_onnxruntimes_indices_and_lengths(coord, nearest_mode):
     """Nearest Resize computes its source coordinates and output lengths in float32 steps, as
     onnxruntime (upsamplebase.h): in float64, 88 of 720 scale/length/mode cases picked another row
     or length (half_pixel at 0.6: (1 + 0.5) / 0.6 - 0.5 is 2.0 against float32's 1.9999998, floor 2
     against 1; 10 x 0.7 is 6.9999998, truncated to 6 where onnxruntime's float32 product is 7).
-    Two residues, both left out here and written down in docs/cpu-ep.md: tf_half_pixel_for_nn
-    (deprecated since opset 13) differs in 2 of 180 scale cases (onnxruntime's (4 + 0.5) / 0.6f is
-    7.5, a correctly rounded float32 division gives 7.4999995), and asymmetric round_prefer_ceil by
-    ``sizes`` in 4 of 28 (onnxruntime's indices are y * (in / out) there, not its header's y / scale:
-    7 -> 4 picks row 4 from 3.5, where 2 / (4 / 7) is 3.4999998)."""
+    The round_prefer modes take a coordinate within 1e-6 of a half as a tie, as onnxruntime 1.32:
+    tf_half_pixel_for_nn's (4 + 0.5) / 0.6f is 7.4999995 and round_prefer_ceil picks 8; asymmetric
+    7 -> 4 by ``sizes`` samples 2 / (4 / 7) = 3.4999998 at row 4 (both differed before)."""
     for n in (5, 7, 10, 13):
         x = np.arange(n * n, dtype=np.float32).reshape(1, 1, n, n)
+        attrs = {"mode": "nearest", "coordinate_transformation_mode": coord, "nearest_mode": nearest_mode}
         for sc in (0.3, 0.5, 0.6, 0.7, 1.3, 1.5, 1.7, 2.0, 2.5):
             inputs = [x, None, np.array([1, 1, sc, sc], np.float32)]
-            attrs = {"mode": "nearest", "coordinate_transformation_mode": coord, "nearest_mode": nearest_mode}
             (want,) = run_onnxruntime("Resize", inputs, 19, **attrs)
             (got,) = run_native("Resize", inputs, 19, **attrs)
             assert got.shape == want.shape, (n, sc, got.shape, want.shape)
             np.testing.assert_array_equal(got, want, err_msg=f"length {n}, scale {sc}")
-        if (coord, nearest_mode) == ("asymmetric", "round_prefer_ceil"):
-            continue  # the residue named above
         inputs = [x, None, None, np.array([1, 1, 4, 3 * n // 2], np.int64)]  # sizes: scale out / in in float32
         (want,) = run_onnxruntime("Resize", inputs, 19, **attrs)
         (got,) = run_native("Resize", inputs, 19, **attrs)
         np.testing.assert_array_equal(got, want, err_msg=f"length {n}, sizes")
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "tf_half_pixel_for_nn"])
+@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil"])
+def test_resize_nearest_ties_within_tolerance_match_onnxruntime(coord, nearest_mode):
+    """Every length 2-23 to every other 1-23 by ``sizes`` in one axis (the lengths where float32
+    quotients land an ulp or two from a half): onnxruntime's rows, tie tolerance included."""
+    for n in range(2, 24):
+        x = np.arange(n, dtype=np.float32).reshape(1, 1, 1, n)
+        sizes = [m for m in range(1, 24) if m != n]
+        model_inputs = [x, None, None, None]
+        for m in sizes:
+            model_inputs[3] = np.array([1, 1, 1, m], np.int64)
+            attrs = {"mode": "nearest", "coordinate_transformation_mode": coord, "nearest_mode": nearest_mode}
+            (want,) = run_onnxruntime("Resize", model_inputs, 19, **attrs)
+            (got,) = run_native("Resize", model_inputs, 19, **attrs)
+            np.testing.assert_array_equal(got, want, err_msg=f"{n} -> {m}")
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])

@@ -178,3 +178,33 @@ def test_scatter_other_types_take_the_flat_path():
     assert kernel.path(np.ones((3, 4), np.float32), np.zeros((3, 2), np.int64), np.ones((3, 2), np.float32)) == "flat"
     kernel.native = None
     assert kernel.path(ones, np.zeros(3, np.int64), ones) == "flat"
+
+
+@pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
+def test_scatter_native_arguments_kept_per_shape(op):
+    """A kernel keeps the C arguments of operand shapes it has checked: a later run of those shapes
+    gives the first run's result, an index out of range is still refused by name, other shapes are
+    checked anew."""
+    from onnxhal.hal.errors import InvalidArgument
+    from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
+    from tests.test_cpu_kernels_nn import make_node
+
+    rng = np.random.default_rng(4)
+    kernel = create_cpu_kernel(make_node(op, 3, 18, reduction="add"), None)
+    data = rng.standard_normal((24, 16)).astype(np.float32)
+    if op == "ScatterElements":
+        idx, upd = rng.integers(0, 24, (96, 16)), rng.standard_normal((96, 16)).astype(np.float32)
+    else:
+        idx, upd = rng.integers(0, 24, (96, 1)), rng.standard_normal((96, 16)).astype(np.float32)
+    (first,) = kernel.compute([data, idx, upd])
+    assert len(kernel.native_args) == 1
+    (again,) = kernel.compute([data, idx, upd])
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_array_equal(first, run_onnxruntime(op, [data, idx, upd], 18, reduction="add")[0])
+    bad = idx.copy()
+    bad[5, 0] = 24
+    with pytest.raises(InvalidArgument, match="out of range"):
+        kernel.compute([data, bad, upd])
+    with pytest.raises(InvalidArgument):  # another shape: checked, refused
+        kernel.compute([data, idx, upd[:, :3]])
+    assert len(kernel.native_args) == 1

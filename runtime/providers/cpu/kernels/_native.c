@@ -2725,7 +2725,98 @@ static PyObject *nms_keep(PyObject *module, PyObject *args) {
 }
 /* ---- end of NonMaxSuppression ---- */
 
+/* ---- Resize over the last two axes (float32) ---- */
+/* resize_last_two(out, x, planes, in_h, in_w, out_h, out_w, idx, w, lerp_rows, lerp_cols): out
+ * float32 [planes, out_h, out_w] (written), x float32 [planes, in_h, in_w]; idx int64 [2 out_h +
+ * 2 out_w]: the rows' first and second taps, then the columns'; w float32 [out_h + out_w]: the
+ * second tap's weight per row, then per column. An axis with lerp 0 copies its first tap (nearest
+ * mode, or an axis left as it is); with lerp 1 it is a + (b - a) w in float32, rows first, then
+ * columns: resize.py's resize_axes in the same order, so the same bits (no contraction into FMA). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=off")))
+#endif
+static void resize_plane(float *out, const float *x, float *row, Py_ssize_t in_w, Py_ssize_t out_h, Py_ssize_t out_w,
+                         const long long *idx, const float *w, int lerp_rows, int lerp_cols) {
+  const long long *r0 = idx, *r1 = idx + out_h, *c0 = idx + 2 * out_h, *c1 = c0 + out_w;
+  const float *wr = w, *wc = w + out_h;
+  for (Py_ssize_t i = 0; i < out_h; i++, out += out_w) {
+    const float *a = x + r0[i] * in_w;
+    if (lerp_rows) {
+      const float *b = x + r1[i] * in_w;
+      float t = wr[i];
+      for (Py_ssize_t k = 0; k < in_w; k++) row[k] = a[k] + (b[k] - a[k]) * t;
+      a = row;
+    }
+    if (lerp_cols) {
+      for (Py_ssize_t j = 0; j < out_w; j++) {
+        float u = a[c0[j]];
+        out[j] = u + (a[c1[j]] - u) * wc[j];
+      }
+    } else {
+      for (Py_ssize_t j = 0; j < out_w; j++) out[j] = a[c0[j]];
+    }
+  }
+}
+
+static PyObject *resize_last_two(PyObject *module, PyObject *args) {
+  PyObject *o_out, *o_x, *o_idx, *o_w;
+  Py_ssize_t planes, in_h, in_w, out_h, out_w;
+  int lerp_rows, lerp_cols;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOnnnnnOOii", &o_out, &o_x, &planes, &in_h, &in_w, &out_h, &out_w, &o_idx, &o_w,
+                        &lerp_rows, &lerp_cols))
+    return NULL;
+  if (planes < 0 || in_h < 1 || in_w < 1 || out_h < 0 || out_w < 0) {
+    PyErr_SetString(PyExc_ValueError, "resize_last_two: lengths must be positive");
+    return NULL;
+  }
+  Py_buffer bo, bx, bi, bw;
+  if (get_buffer(o_out, &bo, "resize_last_two: out", 4, "f", planes * out_h * out_w, 1) < 0) return NULL;
+  if (get_buffer(o_x, &bx, "resize_last_two: x", 4, "f", planes * in_h * in_w, 0) < 0) {
+    PyBuffer_Release(&bo);
+    return NULL;
+  }
+  if (get_buffer(o_idx, &bi, "resize_last_two: idx", 8, "qlL", 2 * (out_h + out_w), 0) < 0) {
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  if (get_buffer(o_w, &bw, "resize_last_two: w", 4, "f", out_h + out_w, 0) < 0) {
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bi);
+    return NULL;
+  }
+  const long long *idx = bi.buf;
+  int bad = 0;
+  for (Py_ssize_t k = 0; k < 2 * out_h && !bad; k++) bad = idx[k] < 0 || idx[k] >= in_h;
+  for (Py_ssize_t k = 2 * out_h; k < 2 * (out_h + out_w) && !bad; k++) bad = idx[k] < 0 || idx[k] >= in_w;
+  float *row = bad ? NULL : PyMem_Malloc((size_t)in_w * sizeof(float));
+  if (!bad && row) {
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t p = 0; p < planes; p++)
+      resize_plane((float *)bo.buf + p * out_h * out_w, (const float *)bx.buf + p * in_h * in_w, row, in_w, out_h,
+                   out_w, idx, bw.buf, lerp_rows, lerp_cols);
+    Py_END_ALLOW_THREADS
+  }
+  PyMem_Free(row);
+  PyBuffer_Release(&bo);
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&bi);
+  PyBuffer_Release(&bw);
+  if (bad) {
+    PyErr_SetString(PyExc_ValueError, "resize_last_two: a tap index lies outside the input");
+    return NULL;
+  }
+  if (!row) return PyErr_NoMemory();
+  Py_RETURN_NONE;
+}
+/* ---- end of Resize ---- */
+
 static PyMethodDef module_methods[] = {
+    {"resize_last_two", resize_last_two, METH_VARARGS,
+     "resize_last_two(out, x, planes, in_h, in_w, out_h, out_w, idx, w, lerp_rows, lerp_cols): nearest or "
+     "linear Resize of float32 planes by per-row and per-column taps"},
     {"scatter_elements", scatter_elements, METH_VARARGS,
      "scatter_elements(out, idx, upd, outer, length, rows, inner, reduction) -> -1 or the first bad index's "
      "position: float32 updates along the middle axis of out [outer, length, inner], in place."},

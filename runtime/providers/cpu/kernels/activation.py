@@ -7,6 +7,7 @@ import numpy as np
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.runtime.providers.cpu.kernels import half_via_float as half
 from onnxhal.runtime.providers.cpu.kernels.clamp import MIN_SIZE, clip
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.numerics import erf, erf_table, gelu, gelu_tanh
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -19,6 +20,32 @@ _HALF = np.float32(0.5)  # float32 * float32 stays float32, float64 * float32 fl
 # A typed zero per dtype, a 0-d array (a numpy scalar operand is converted on every call, and a
 # Python 0 pays for weak-scalar promotion too).
 _ZEROS: dict = {}
+
+
+ELU_PATHS = path_table("Elu/Selu", "select: np.where(x > 0, x, alpha * (exp(min(x, 0)) - 1)), times gamma for "
+                                   "Selu")
+SELECT = ELU_PATHS.add("select", "canonical: every other case (an alpha below 1e-30, where a product may underflow "
+                                 "to -0, infinite or NaN; a gamma infinite or NaN; integer or 0-d inputs)")
+BLEND = ELU_PATHS.add("blend", "a float input of rank >= 1, 1e-30 <= alpha < inf (and a finite gamma): max(x, 0) "
+                               "+ the negative branch, which is +0 where x > 0, each step in place; the select's "
+                               "values bit for bit, NaN and signed zeros included (numpy's select through a mask "
+                               "costs more than the exp)")
+#: the switch of ``blend`` (read when the kernel is made and at each run)
+ELU_BLEND_ENABLED = True
+
+
+def _elu_blend(x: np.ndarray, alpha) -> np.ndarray:
+    """Path ``blend``: alpha * (exp(min(x, 0)) - 1) + max(x, 0), each step in place."""
+    zero = _ZEROS.get(x.dtype)
+    if zero is None:
+        zero = _ZEROS.setdefault(x.dtype, np.zeros((), x.dtype))
+    r = np.minimum(x, zero)
+    np.exp(r, out=r)
+    np.subtract(r, x.dtype.type(1), out=r)
+    if alpha != 1:
+        np.multiply(r, alpha, out=r)
+    r += _maximum(x, zero)
+    return r
 
 
 class _Act(Kernel):
@@ -119,9 +146,16 @@ class PRelu1(_Act):
 class Elu(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = node.attr("alpha", 1.0)
+        self.blend = ELU_BLEND_ENABLED and 1e-30 <= self.alpha < np.inf
+
+    def path(self, x: np.ndarray) -> str:
+        """The path ``ELU_PATHS`` names for input ``x``."""
+        return BLEND if self.blend and ELU_BLEND_ENABLED and x.dtype.kind == "f" and x.ndim else SELECT
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
+        if self.path(x) == BLEND:
+            return [_elu_blend(x, x.dtype.type(self.alpha))]
         neg = (np.exp(np.minimum(x, 0)) - 1) * x.dtype.type(self.alpha)
         return [_asarray(np.where(x > 0, x, neg))]
 
@@ -133,10 +167,19 @@ class Selu(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.alpha = node.attr("alpha", 1.67326319217681884765625)
         self.gamma = node.attr("gamma", 1.05070102214813232421875)
+        self.blend = ELU_BLEND_ENABLED and 1e-30 <= self.alpha < np.inf and np.isfinite(self.gamma)
+
+    def path(self, x: np.ndarray) -> str:
+        """The path ``ELU_PATHS`` names for input ``x``."""
+        return BLEND if self.blend and ELU_BLEND_ENABLED and x.dtype.kind == "f" and x.ndim else SELECT
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
         t = x.dtype.type
+        if self.path(x) == BLEND:
+            r = _elu_blend(x, t(self.alpha))
+            np.multiply(r, t(self.gamma), out=r)
+            return [r]
         neg = (np.exp(np.minimum(x, 0)) - 1) * t(self.alpha)
         return [_asarray(np.where(x > 0, x, neg) * t(self.gamma))]
 

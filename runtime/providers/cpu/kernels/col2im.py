@@ -9,6 +9,7 @@ computed output, reads a zero appended to each column row."""
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -52,9 +53,9 @@ def _col2im_plan(ins: tuple, kernel: tuple, strides: tuple, dil: tuple, starts: 
         taps_ax.append(np.where(valid, order, -1).T)  # (r, length)
         cells_ax.append(i.T)
         terms_ax.append(r)
-    if int(np.prod(terms_ax)) > max_terms:
+    if int(math.prod(terms_ax)) > max_terms:
         return None
-    iprod = int(np.prod(ins))
+    iprod = int(math.prod(ins))
     tap = np.zeros(tuple(terms_ax) + tuple(lengths), dtype=np.int64)
     cell = np.zeros_like(tap)
     valid = np.ones(tap.shape, dtype=bool)
@@ -66,6 +67,6 @@ def _col2im_plan(ins: tuple, kernel: tuple, strides: tuple, dil: tuple, starts: 
         cell = cell * ins[a] + i
         valid &= t >= 0
     flat = np.where(valid, tap * (iprod + 1) + cell, iprod)  # iprod: tap 0's appended zero
-    flat = flat.reshape(int(np.prod(terms_ax)), int(np.prod(lengths)))
+    flat = flat.reshape(int(math.prod(terms_ax)), int(math.prod(lengths)))
     flat.flags.writeable = False
     return flat

@@ -534,8 +534,8 @@ def flat_taps_waste(spatial: tuple, pb: tuple, pe: tuple, out: tuple) -> float:
     """Positions ``flat_taps_conv`` computes per output of a unit-stride convolution of input
     ``spatial`` padded by ``pb``/``pe`` to ``out``."""
     dims = [s + b + e for s, b, e in zip(spatial, pb, pe)]
-    pitches = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
-    return (sum((o - 1) * p for o, p in zip(out, pitches)) + 1) / max(1, int(np.prod(out)))
+    pitches = [int(math.prod(dims[i + 1:])) for i in range(len(dims))]
+    return (sum((o - 1) * p for o, p in zip(out, pitches)) + 1) / max(1, int(math.prod(out)))
 
 
 def flat_taps_conv(x: np.ndarray, w: np.ndarray, pb: tuple, pe: tuple, out: tuple, dilations: tuple,
@@ -552,7 +552,7 @@ def flat_taps_conv(x: np.ndarray, w: np.ndarray, pb: tuple, pe: tuple, out: tupl
     kernel = w.shape[2:]
     xp = np.ascontiguousarray(pad_spatial(x, pb, pe))
     dims = xp.shape[2:]
-    pitches = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
+    pitches = [int(math.prod(dims[i + 1:])) for i in range(len(dims))]
     length = sum((o - 1) * p for o, p in zip(out, pitches)) + 1
     offsets = [sum(k * d * p for k, d, p in zip(tap, dilations, pitches)) for tap in np.ndindex(*kernel)]
     taps, mg = len(offsets), m // group
@@ -597,7 +597,7 @@ def _nd_gather_plan(x_shape: tuple, kernel: tuple, strides: tuple, dilations: tu
                     out: tuple) -> tuple[np.ndarray, bool]:
     n, c = x_shape[:2]
     spatial = x_shape[2:]
-    taps, outputs = int(np.prod(kernel)), int(np.prod(out))
+    taps, outputs = int(math.prod(kernel)), int(math.prod(out))
     at = np.zeros(tuple(kernel) + tuple(out), np.intp)  # the offset in a plane, per (tap, output)
     inside = np.ones(at.shape, bool)
     nd = len(kernel)
@@ -609,7 +609,7 @@ def _nd_gather_plan(x_shape: tuple, kernel: tuple, strides: tuple, dilations: tu
         inside &= (pos >= 0) & (pos < spatial[a])
         at = at * spatial[a] + pos
     at, inside = at.reshape(taps, outputs), inside.reshape(taps, outputs)
-    plane = int(np.prod(spatial))
+    plane = int(math.prod(spatial))
     starts = (np.arange(n * c) * plane).reshape(n, c, 1, 1)
     idx = np.where(inside, at, 0) + starts
     padded = not inside.all()
@@ -637,7 +637,7 @@ def frame_taps_conv(x: np.ndarray, w: np.ndarray, pb: int, out: int, dil: int) -
     (C, frames x rows x columns) matrix, added into the outputs' run; taps whose frames fall in
     the padding are left out. im2col would first copy every tap's frames."""
     n, c, d = x.shape[:3]
-    plane = int(np.prod(x.shape[3:]))
+    plane = int(math.prod(x.shape[3:]))
     m, k = w.shape[0], w.shape[2]
     xf = x.reshape(n, c, d * plane)
     wt = [np.ascontiguousarray(w[:, :, t].reshape(m, c)) for t in range(k)]
@@ -714,8 +714,8 @@ class Conv(Kernel):
         else:
             self.last_path = ND_IM2COL
             win = window_view(pad_spatial(x, pb, pe), kernel, strides, dil, out)  # (N, C, *out, *kernel)
-            kprod = int(np.prod(kernel))
-            oprod = int(np.prod(out))
+            kprod = int(math.prod(kernel))
+            oprod = int(math.prod(out))
             win = win.reshape((n, g, cg) + tuple(out) + tuple(kernel))
             perm = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
             cols = np.ascontiguousarray(win.transpose(perm)).reshape(n, g, cg * kprod, oprod)  # im2col
@@ -841,7 +841,7 @@ class ConvTranspose(Kernel):
         g = self.group
         cg, mg = c // g, w.shape[1]
         m = mg * g
-        kprod, iprod = int(np.prod(kernel)), int(np.prod(ins))
+        kprod, iprod = int(math.prod(kernel)), int(math.prod(ins))
         full = [(ins[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 + opad[i] for i in range(nd)]
         starts, lengths = self._placement(ins, kernel, strides, dil, opad, full)
         if any(ln <= 0 for ln in lengths):  # as onnxruntime refuses it

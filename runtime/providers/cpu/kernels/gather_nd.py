@@ -9,6 +9,8 @@ on a [96] gather."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -59,9 +61,9 @@ class GatherND(Kernel):
                                   f"length {int(dims[at[-1]])}; indices must be in [-n, n).")
         idx = np.where(idx < 0, idx + dims, idx)
         lead = idx.shape[:-1]
-        batch = int(np.prod(data.shape[:b], dtype=np.int64))
+        batch = int(math.prod(data.shape[:b]))
         flat = data.reshape((batch,) + data.shape[b:])
-        rows = idx.reshape(batch, int(np.prod(lead[b:], dtype=np.int64)), m)
+        rows = idx.reshape(batch, int(math.prod(lead[b:])), m)
         which = np.broadcast_to(np.arange(batch)[:, None], rows.shape[:2])  # also for m == 0: whole slices
         picked = flat[(which,) + tuple(rows[..., i] for i in range(m))]
         return [picked.reshape(lead + data.shape[b + m:])]

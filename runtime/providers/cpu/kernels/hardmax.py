@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -21,7 +23,7 @@ class Hardmax(Kernel):
     def compute(self, inputs: list) -> list:
         x = inputs[0]
         axis = axis_index(self.axis, max(x.ndim, 1), "Hardmax")
-        rows = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1) if self.flatten else np.moveaxis(x, axis, -1)
+        rows = x.reshape(int(math.prod(x.shape[:axis])), -1) if self.flatten else np.moveaxis(x, axis, -1)
         if rows.shape[-1] == 0:
             return [np.zeros_like(x)]
         out = np.zeros_like(rows)

@@ -20,6 +20,7 @@ __all__ = ["PATH_TABLES", "KernelPath", "PathTable", "all_paths", "path_table"]
 def all_paths() -> Iterator[tuple[str, KernelPath]]:
     """(kernel, path) for every registered path, the numerics module's included."""
     from onnxhal.runtime.providers.cpu.kernels import (  # noqa: F401 - they fill PATH_TABLES
+        activation,
         conv,
         conv3d,
         dead_taps,
@@ -33,6 +34,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         pooling,
         quantize,
         recurrent,
+        resize,
         scatter,
         tfidf_vectorizer,
         tokenizer,

@@ -13,6 +13,7 @@ forest it takes is walked there, tree by tree over blocks of rows, to the same b
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from types import ModuleType
 
@@ -967,7 +968,7 @@ class TreeEnsemble(Kernel):
             raise InvalidArgument(f"TreeEnsemble: X must be a float tensor, got {getattr(x, 'dtype', type(x))}.")
         dtype = x.dtype
         # the columns named, not -1: numpy cannot infer them for no row
-        rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
+        rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], int(math.prod(x.shape[1:])))
         # comparisons in the splits' type (the model's T: float32 splits for float16 inputs)
         scores, _ = self.forest.aggregate(rows.astype(self.forest.threshold.dtype, copy=False), self.how)
         if self.transform != "NONE":

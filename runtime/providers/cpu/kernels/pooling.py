@@ -75,7 +75,7 @@ def _flat_reduce(x: np.ndarray, pb, pe, out, kernel, strides, dil, op, identity)
     if x.size == 0 or any((o - 1) * s + (k - 1) * d >= n for o, s, k, d, n in zip(out, strides, kernel, dil, dims)):
         return None
     xp = np.ascontiguousarray(pad_spatial(x, pb, pe, identity))
-    pitch = [int(np.prod(dims[a + 1:])) for a in range(nd)]
+    pitch = [int(math.prod(dims[a + 1:])) for a in range(nd)]
     f = xp.reshape(-1)
     for a in range(nd):
         if kernel[a] == 1:
@@ -88,7 +88,7 @@ def _flat_reduce(x: np.ndarray, pb, pe, out, kernel, strides, dil, op, identity)
         f = acc
     item = f.itemsize
     view = strided_view(f, (x.shape[0] * x.shape[1],) + tuple(out),
-                        (int(np.prod(dims)) * item,) + tuple(s * p * item for s, p in zip(strides, pitch)))
+                        (int(math.prod(dims)) * item,) + tuple(s * p * item for s, p in zip(strides, pitch)))
     y = np.empty(x.shape[:2] + tuple(out), dtype=x.dtype)  # a copy even when the view is x itself (1x1)
     np.copyto(y.reshape(view.shape), view)
     return y
@@ -103,7 +103,7 @@ def _first_axis_flat(x: np.ndarray, out, kernel, strides, dil, op) -> np.ndarray
     would instead run one inner loop per output row (about 40 ns each here)."""
     k, s, d = kernel[0], strides[0], dil[0]
     n, c, h = x.shape[:3]
-    pitch = int(np.prod(x.shape[3:], dtype=np.int64))
+    pitch = int(math.prod(x.shape[3:]))
     f = np.ascontiguousarray(x).reshape(-1)
     step = d * pitch
     length = f.size - (k - 1) * step
@@ -111,7 +111,7 @@ def _first_axis_flat(x: np.ndarray, out, kernel, strides, dil, op) -> np.ndarray
     for t in range(2, k):
         op(acc, f[t * step:t * step + length], out=acc)
     it = acc.itemsize
-    inner = tuple(int(np.prod(x.shape[3 + i + 1:], dtype=np.int64)) * it for i in range(x.ndim - 3))
+    inner = tuple(int(math.prod(x.shape[3 + i + 1:])) * it for i in range(x.ndim - 3))
     return strided_view(acc, (n, c, out[0]) + x.shape[3:], (c * h * pitch * it, h * pitch * it, s * pitch * it) + inner)
 
 
@@ -337,7 +337,7 @@ class MaxPool(_Pool):
         """Max and the row-major flat index (into the whole input) of its first occurrence."""
         nd = len(kernel)
         spatial = x.shape[2:]
-        base = (np.arange(x.shape[0] * x.shape[1], dtype=np.int64) * int(np.prod(spatial))).reshape(
+        base = (np.arange(x.shape[0] * x.shape[1], dtype=np.int64) * int(math.prod(spatial))).reshape(
             (x.shape[0], x.shape[1]) + (1,) * nd)
         y = idx_best = None
         for tap in np.ndindex(*kernel):
@@ -441,7 +441,7 @@ class AveragePool(_Pool):
                 return [products(x, out)]
         y = _window_reduce(x, pb, pe, out, kernel, strides, dil, np.add, 0)
         if not padded:
-            y /= x.dtype.type(int(np.prod(kernel)))
+            y /= x.dtype.type(int(math.prod(kernel)))
             return [y]
         y /= per_shape(self._divisors, (x.shape[2:], x.dtype), lambda: self._divisor(x, kernel, strides, dil, pb, pe, pe_explicit, out))
         return [y]

@@ -6,7 +6,8 @@ integer output length (the spec and PyTorch too; onnx.reference takes scale * le
 -0.5), and ``align_corners`` divides by the integer output length less 1 (onnx.reference and the
 spec's backend cases by scale * length less 1, which differs where that is fractional). Antialias,
 tf_crop_and_resize and linear or cubic on integer tensors are delegated to onnx.reference.
-Upsample (opsets 7 and 9) runs on the same native path."""
+Upsample (opsets 7 and 9) runs on the same native path. A float32 nearest or linear resize of the
+last two axes alone is one C call (path ``native_last_two``, ``RESIZE_PATHS``), the same bits."""
 
 from __future__ import annotations
 
@@ -16,7 +17,23 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+RESIZE_PATHS = path_table("Resize/Upsample", "axes: resize_axes, numpy's gather (and lerp) per resized axis in "
+                                             "the input's type")
+AXES = RESIZE_PATHS.add("axes", "canonical: every other case (other types, cubic, an axis other than the last two "
+                                "resampled, rank 1, no C module)")
+NATIVE_LAST_TWO = RESIZE_PATHS.add(
+    "native_last_two", "the C extension _native is built, ONNXHAL_NATIVE_KERNELS is not 0 and "
+                       "NATIVE_RESIZE_ENABLED at kernel build (the switch again at the run), nearest or linear "
+                       "mode, float32, rank >= 2, only the last two axes resampled (a strided input is copied "
+                       "first): one C pass over the planes with each row's and column's taps and weights made "
+                       "once per shape (resize_axes' float32 operations in its order, so its bits)")
+#: the switch of ``native_last_two`` (read when the kernel is made and at each run)
+NATIVE_RESIZE_ENABLED = True
+_TABLES_MAX = 16  # shapes of taps kept per kernel (a model's Resize sees a few input shapes)
 
 
 def _source_coords(mode: str, out_len: int, in_len: int, scale: float, dtype: type = np.float64) -> np.ndarray:
@@ -54,18 +71,27 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: float, dtype: ty
                           "tf_half_pixel_for_nn, tf_crop_and_resize; use one of those.")
 
 
+# A source coordinate within this of a half is a tie for the round_prefer_* modes, as onnxruntime's
+# CPU EP (1.32; measured: all 22,040 size cases of five coordinate modes, lengths 2-39 to 1-59, agree
+# at 1e-6 and none of 0-5e-7 or 2e-6 up do; onnxruntime issue #28291, PR #28757 names the same check for
+# WebGPU): a float32 quotient one ulp short of .5 is still a tie.
+NEAREST_TIE_TOLERANCE = np.float32(1e-6)
+
+
 def _nearest_index(x: np.ndarray, nearest_mode: str, in_len: int) -> np.ndarray:
     lo = np.floor(x)
     frac = x - lo
-    if nearest_mode == "round_prefer_ceil":
-        idx = np.where(frac < 0.5, lo, lo + 1)
+    if nearest_mode in ("round_prefer_ceil", "round_prefer_floor"):
+        tie = np.abs(frac - x.dtype.type(0.5)) <= NEAREST_TIE_TOLERANCE
+        up = frac > 0.5 if nearest_mode == "round_prefer_floor" else frac >= 0.5
+        idx = np.where(tie, lo + 1 if nearest_mode == "round_prefer_ceil" else lo, np.where(up, lo + 1, lo))
     elif nearest_mode == "floor":
         idx = lo
     elif nearest_mode == "ceil":
         idx = np.ceil(x)
-    else:  # round_prefer_floor (the default)
-        idx = np.where(frac <= 0.5, lo, lo + 1)
-    idx = np.where(frac == 0, x, idx)
+    else:
+        raise InvalidArgument(f"Resize: nearest_mode {nearest_mode!r} is not one of round_prefer_floor, "
+                              "round_prefer_ceil, floor, ceil; use one of those.")
     return np.clip(idx, 0, in_len - 1).astype(np.intp)
 
 
@@ -89,6 +115,7 @@ class Resize(Kernel):
         self.node, self.ctx = node, ctx
         if not native:
             self.ref = self._reference()
+        self.last_two = LastTwoAxes(self.mode, self.coord_mode, self.nearest_mode)
 
     def _reference(self):
         from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
@@ -136,6 +163,8 @@ class Resize(Kernel):
         if self.antialias:
             return [resize_antialias(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.cubic_a,
                                      self.exclude_outside)]
+        if self.last_two.path(x, out_shape, scale_list) == NATIVE_LAST_TWO:
+            return [self.last_two.run(x, out_shape, scale_list)]
         return [resize_axes(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.nearest_mode,
                             self.cubic_a, self.exclude_outside)]
 
@@ -154,6 +183,7 @@ class Upsample(Kernel):
             raise InvalidArgument(f"Upsample node {node.name!r}: mode {self.mode!r}; use nearest or linear.")
         self.mode = "linear" if self.mode == "bilinear" else self.mode
         self.scales = node.attr("scales")
+        self.last_two = LastTwoAxes(self.mode, "asymmetric", "floor")
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -167,7 +197,76 @@ class Upsample(Kernel):
         if self.mode == "linear" and x.dtype.kind != "f":
             y = resize_axes(x.astype(np.float64), list(range(x.ndim)), out_shape, scales, "linear", "asymmetric", "floor")
             return [np.rint(y).astype(x.dtype)]
+        if self.last_two.path(x, out_shape, scales) == NATIVE_LAST_TWO:
+            return [self.last_two.run(x, out_shape, scales)]
         return [resize_axes(x, list(range(x.ndim)), out_shape, scales, self.mode, "asymmetric", "floor")]
+
+
+class LastTwoAxes:
+    """Path ``native_last_two``: a Resize (or Upsample) that resamples only the last two axes, as
+    one C call over the [height, width] planes. Each axis's taps and weights are those
+    ``resize_axes`` computes (``_axis_taps``), made once per (input shape, output shape, scales)."""
+
+    def __init__(self, mode: str, coord_mode: str, nearest_mode: str) -> None:
+        self.mode, self.coord_mode, self.nearest_mode = mode, coord_mode, nearest_mode
+        self.native = native_module() if NATIVE_RESIZE_ENABLED and mode in ("nearest", "linear") else None
+        self.tables: dict = {}
+
+    def path(self, x: np.ndarray, out_shape: list, scale_list: list) -> str:
+        """The path ``RESIZE_PATHS`` names for this input, output shape and per-axis scales."""
+        if (self.native is None or not NATIVE_RESIZE_ENABLED or x.dtype != np.float32 or x.ndim < 2
+                or x.shape[-1] == 0 or x.shape[-2] == 0):
+            return AXES
+        rank = x.ndim
+        if any(out_shape[a] != x.shape[a] or scale_list[a] != 1.0 for a in range(rank - 2)):
+            return AXES
+        return NATIVE_LAST_TWO
+
+    def run(self, x: np.ndarray, out_shape: list, scale_list: list) -> np.ndarray:
+        """``x`` resized to ``out_shape`` (where ``path`` named this path)."""
+        key = (x.shape, tuple(out_shape), tuple(scale_list))
+        table = self.tables.get(key)
+        if table is None:
+            if len(self.tables) >= _TABLES_MAX:
+                self.tables.clear()
+            table = self.tables[key] = self._table(x.shape, out_shape, scale_list)
+        idx, w, lerp_rows, lerp_cols = table
+        in_h, in_w, out_h, out_w = x.shape[-2], x.shape[-1], out_shape[-2], out_shape[-1]
+        out = np.empty(out_shape, np.float32)
+        planes = x.size // (in_h * in_w)
+        self.native.resize_last_two(out, np.ascontiguousarray(x), planes, in_h, in_w, out_h, out_w, idx, w, lerp_rows,
+                                    lerp_cols)
+        return out
+
+    def _table(self, shape: tuple, out_shape: list, scale_list: list) -> tuple:
+        taps, weights, lerps = [], [], []
+        for a in (len(shape) - 2, len(shape) - 1):
+            i0, i1, w, lerp = _axis_taps(self.mode, self.coord_mode, self.nearest_mode, shape[a], out_shape[a],
+                                         scale_list[a], np.float32)
+            taps.append((i0, i1))
+            weights.append(w)
+            lerps.append(lerp)
+        idx = np.concatenate([taps[0][0], taps[0][1], taps[1][0], taps[1][1]]).astype(np.int64)
+        return idx, np.concatenate(weights).astype(np.float32), int(lerps[0]), int(lerps[1])
+
+
+def _axis_taps(mode: str, coord_mode: str, nearest_mode: str, in_len: int, out_len: int, scale: float,
+               dtype: type) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """One axis's nearest or linear taps as ``resize_axes`` takes them: the first and second tap per
+    output index, the second's weight in ``dtype``, and whether the axis is interpolated (an axis of
+    the same length at scale 1 is left as it is; nearest copies its first tap)."""
+    if out_len == in_len and scale == 1.0:
+        same = np.arange(out_len, dtype=np.intp)
+        return same, same, np.zeros(out_len, dtype), False
+    if mode == "nearest":
+        i0 = _nearest_index(_source_coords(coord_mode, out_len, in_len, scale, np.float32), nearest_mode, in_len)
+        return i0, i0, np.zeros(out_len, dtype), False
+    coords = _source_coords(coord_mode, out_len, in_len, scale)
+    lo = np.floor(coords)
+    w = (coords - lo).astype(dtype)
+    i0 = np.clip(lo, 0, in_len - 1).astype(np.intp)
+    i1 = np.clip(lo + 1, 0, in_len - 1).astype(np.intp)
+    return i0, i1, w, True
 
 
 def _cubic_taps(coords: np.ndarray, in_len: int, a: float, exclude_outside: bool) -> tuple[list, np.ndarray]:
@@ -196,27 +295,20 @@ def resize_axes(x: np.ndarray, axes: list, out_shape: list, scale_list: list, mo
         in_len, out_len = x.shape[a], out_shape[a]
         if out_len == in_len and scale_list[a] == 1.0:
             continue
-        if mode == "nearest":  # an index: float32 steps, onnxruntime's (``_source_coords``)
-            coords = _source_coords(coord_mode, out_len, in_len, scale_list[a], np.float32)
-            y = np.take(y, _nearest_index(coords, nearest_mode, in_len), axis=a)
-            continue
-        coords = _source_coords(coord_mode, out_len, in_len, scale_list[a])
         shape = [1] * rank
         shape[a] = out_len
         if mode == "cubic":
+            coords = _source_coords(coord_mode, out_len, in_len, scale_list[a])
             taps, weights = _cubic_taps(coords, in_len, cubic_a, exclude_outside)
             acc = np.take(y, taps[0], axis=a) * weights[0].astype(x.dtype).reshape(shape)
             for k in range(1, 4):
                 acc += np.take(y, taps[k], axis=a) * weights[k].astype(x.dtype).reshape(shape)
             y = acc
             continue
-        lo = np.floor(coords)
-        w = (coords - lo).astype(x.dtype)
-        i0 = np.clip(lo, 0, in_len - 1).astype(np.intp)
-        i1 = np.clip(lo + 1, 0, in_len - 1).astype(np.intp)
-        w = w.reshape(shape)
+        # nearest: an index from float32 steps, onnxruntime's (``_source_coords``); linear: a lerp
+        i0, i1, w, lerp = _axis_taps(mode, coord_mode, nearest_mode, in_len, out_len, scale_list[a], x.dtype)
         y0 = np.take(y, i0, axis=a)
-        y = y0 + (np.take(y, i1, axis=a) - y0) * w
+        y = y0 + (np.take(y, i1, axis=a) - y0) * w.reshape(shape) if lerp else y0
     return np.ascontiguousarray(y)
 
 

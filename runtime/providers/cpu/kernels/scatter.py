@@ -10,6 +10,8 @@ the data's NaN.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -90,6 +92,7 @@ class ScatterElements(Kernel):
         self.axis = node.attr("axis", 0)
         self.reduction = _reduction(node)
         self.native = native_module()
+        self.native_args: dict = {}  # operand shapes and dtypes checked and on path native -> its C arguments
 
     def path(self, data: np.ndarray, idx: np.ndarray, upd: np.ndarray) -> str:
         """The path ``SCATTER_PATHS`` names for these (validated) operands."""
@@ -102,6 +105,12 @@ class ScatterElements(Kernel):
 
     def compute(self, inputs: list) -> list:
         data, idx, upd = inputs
+        key = (data.shape, idx.shape, upd.shape, data.dtype, idx.dtype, upd.dtype)
+        args = self.native_args.get(key)
+        if args is not None:  # shapes checked at an earlier run: straight to the C loop
+            out = np.array(data, order="C")
+            if self.native.scatter_elements(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), *args) < 0:
+                return [out]
         if not (data.ndim == idx.ndim >= 1 and idx.shape == upd.shape and -data.ndim <= self.axis < data.ndim):
             raise InvalidArgument(f"{self.op}: data {list(data.shape)}, indices {list(idx.shape)} and updates "
                                   f"{list(upd.shape)} with axis {self.axis}: indices and updates need one shape, of "
@@ -112,9 +121,11 @@ class ScatterElements(Kernel):
                                   f"axis other than {axis}.")
         out = np.array(data, order="C")  # a copy, C-contiguous for the flat indices
         if self.path(data, idx, upd) == NATIVE:
-            outer, inner = int(np.prod(data.shape[:axis])), int(np.prod(data.shape[axis + 1:]))
-            if self.native.scatter_elements(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), outer,
-                                            data.shape[axis], idx.shape[axis], inner, _CODES[self.reduction]) < 0:
+            args = (math.prod(data.shape[:axis]), data.shape[axis], idx.shape[axis], math.prod(data.shape[axis + 1:]),
+                    _CODES[self.reduction])
+            if len(self.native_args) < 64:  # a few shapes per model; a stream of new ones is not kept
+                self.native_args[key] = args
+            if self.native.scatter_elements(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), *args) < 0:
                 return [out]
             out = np.array(data, order="C")  # an index out of range: the canonical form names it
         if idx.size:
@@ -134,6 +145,7 @@ class ScatterND(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.reduction = _reduction(node)
         self.native = native_module()
+        self.native_args: dict = {}  # operand shapes and dtypes checked and on path native -> its C arguments
 
     def path(self, data: np.ndarray, idx: np.ndarray, upd: np.ndarray) -> str:
         """The path ``SCATTER_PATHS`` names for these (validated) operands."""
@@ -144,6 +156,12 @@ class ScatterND(Kernel):
 
     def compute(self, inputs: list) -> list:
         data, idx, upd = inputs
+        key = (data.shape, idx.shape, upd.shape, data.dtype, idx.dtype, upd.dtype)
+        args = self.native_args.get(key)
+        if args is not None:  # shapes checked at an earlier run: straight to the C loop
+            out = np.array(data, order="C")
+            if self.native.scatter_nd(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), *args) < 0:
+                return [out]
         k = idx.shape[-1] if idx.ndim else -1
         if idx.ndim < 1 or not 1 <= k <= data.ndim or upd.shape != idx.shape[:-1] + data.shape[k:]:
             raise InvalidArgument(f"ScatterND: data {list(data.shape)}, indices {list(idx.shape)}, updates "
@@ -151,9 +169,10 @@ class ScatterND(Kernel):
                                   f"and updates must be indices.shape[:-1] + data.shape[k:].")
         out = np.array(data, order="C")  # a copy, C-contiguous for the flat indices
         if self.path(data, idx, upd) == NATIVE:
-            if self.native.scatter_nd(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd),
-                                      np.array(data.shape[:k], np.int64), int(np.prod(data.shape[k:])),
-                                      _CODES[self.reduction]) < 0:
+            args = (np.array(data.shape[:k], np.int64), math.prod(data.shape[k:]), _CODES[self.reduction])
+            if len(self.native_args) < 64:
+                self.native_args[key] = args
+            if self.native.scatter_nd(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), *args) < 0:
                 return [out]
             out = np.array(data, order="C")  # an index out of range: the canonical form names it
         rows = idx.reshape(-1, k)

@@ -8,7 +8,10 @@ for a run's feeds can run those feeds on a CPU-only plan instead (``runtime/sess
 
 The session counts, for one run, how many partition runs there were and how many of them ran on
 the host because their signature settled there: it sets ``SETTLE_TALLY`` around the run and each
-partition calls ``note`` (one context-variable read when no session counts).
+partition calls ``note`` (one context-variable read when no session counts). The tally also says how
+many partitions the session's core has (``partitions``): a partition whose run is counted and that is
+the core's only one knows that, settled on the host, its feeds will run on the CPU-only plan, with
+no copy at all (``whole_session_settles``): what a trial of its host side should time.
 A compute info that calls ``note`` on every run says so with ``SETTLES_ON_HOST`` (an attribute
 set to True): a session counts only where every partition it compiled does.
 """
@@ -22,13 +25,15 @@ SETTLES_ON_HOST = "settles_on_host"
 
 
 class SettleTally:
-    """One run's partition runs (``runs``) and those that ran on the host settled there (``host``)."""
+    """One run's partition runs (``runs``) and those that ran on the host settled there (``host``);
+    ``partitions``: how many the session's core has (0: not told)."""
 
-    __slots__ = ("runs", "host")
+    __slots__ = ("runs", "host", "partitions")
 
-    def __init__(self) -> None:
+    def __init__(self, partitions: int = 0) -> None:
         self.runs = 0
         self.host = 0
+        self.partitions = partitions
 
     @property
     def all_host(self) -> bool:
@@ -47,3 +52,11 @@ def note(settled_on_host: bool) -> None:
     if tally is not None:
         tally.runs += 1
         tally.host += settled_on_host
+
+
+def whole_session_settles() -> bool:
+    """Whether the run in progress is counted by a session whose core has one partition, the caller:
+    settled on the host, that partition's feeds then run on the session's CPU-only plan, so its host
+    side costs its host plan alone, and its device side the session's copies as well as its run."""
+    tally = SETTLE_TALLY.get()
+    return tally is not None and tally.partitions == 1

@@ -193,3 +193,17 @@ def test_a_cpu_plan_that_cannot_be_built_leaves_the_device_core(opencl, monkeypa
         _check(sess, cpu, _x())  # the first settled run tries the build, logs it and runs on the device core
     assert sess.settled_feeds.settled_keys == 0 and sess.settled_feeds.cpu_core is None
     assert info.stats.cost_host_runs == cost_rule.TRIAL_RUNS + 3
+
+
+def test_a_run_tells_its_partitions_whether_the_whole_session_settles():
+    # hal/settled_host.py: a counted run of a core with one partition tells it that, settled on the
+    # host, its feeds would run on the CPU-only plan (what its trial's host side then times)
+    from onnxhal.hal.settled_host import SETTLE_TALLY, SettleTally, whole_session_settles
+
+    assert not whole_session_settles()  # no session counts
+    for partitions, whole in ((1, True), (2, False), (0, False)):
+        token = SETTLE_TALLY.set(SettleTally(partitions))
+        try:
+            assert whole_session_settles() is whole
+        finally:
+            SETTLE_TALLY.reset(token)

@@ -104,7 +104,7 @@ class SettledFeeds:
             runner = self._runner if self._runner is not None else self._built()
             if runner is not None:
                 return runner(output_names, feed, run_options)
-        tally = SettleTally()
+        tally = SettleTally(len(self.core.fused_infos))
         token = SETTLE_TALLY.set(tally)
         try:
             result = device_run(output_names, feed, run_options)

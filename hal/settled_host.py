@@ -25,14 +25,16 @@ SETTLES_ON_HOST = "settles_on_host"
 
 
 class SettleTally:
-    """One run's partition runs (``runs``) and those that ran on the host settled there (``host``);
-    ``partitions``: how many the session's core has (0: not told)."""
+    """One run's partition runs (``runs``), those that ran on the host settled there (``host``) and
+    those whose signature a timed trial settled on either side (``tried``); ``partitions``: how many
+    the session's core has (0: not told)."""
 
-    __slots__ = ("runs", "host", "partitions")
+    __slots__ = ("runs", "host", "tried", "partitions")
 
     def __init__(self, partitions: int = 0) -> None:
         self.runs = 0
         self.host = 0
+        self.tried = 0
         self.partitions = partitions
 
     @property
@@ -40,18 +42,26 @@ class SettleTally:
         """Whether partitions ran and every one of them ran on the host, settled there."""
         return self.runs > 0 and self.host == self.runs
 
+    @property
+    def all_tried(self) -> bool:
+        """Whether partitions ran and a trial had settled every one's signature (the host was near
+        enough to be timed for each), on either side."""
+        return self.runs > 0 and self.tried == self.runs
+
 
 #: The tally of the run in progress in this thread (or async context); None when no session counts.
 SETTLE_TALLY: ContextVar[SettleTally | None] = ContextVar("onnxhal_settle_tally", default=None)
 
 
-def note(settled_on_host: bool) -> None:
+def note(settled_on_host: bool, tried: bool = False) -> None:
     """A partition ran; ``settled_on_host``: on the host because its signature settled there (not
-    a trial's host run, not a host run for want of a plan)."""
+    a trial's host run, not a host run for want of a plan); ``tried``: its signature was settled,
+    on either side, by a timed trial."""
     tally = SETTLE_TALLY.get()
     if tally is not None:
         tally.runs += 1
         tally.host += settled_on_host
+        tally.tried += tried
 
 
 def whole_session_settles() -> bool:

@@ -180,6 +180,7 @@ class _Entry:
     feeds: list[int]  # which of the partition's inputs the plan takes, in its order
     reason: str = ""
     by_cost: bool = False  # on the host by the cost rule (else: its plan could not be built)
+    tried: bool = False  # its cost rule trial settled it, on either side
     #: its first runs, timed on both sides, while the cost rule tries it (None: settled or untried)
     trial: SignatureTrial | None = None
     #: its plan's state after its trial sent it to the host: released with the entry, when no run uses it
@@ -318,10 +319,10 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             outputs, copies_s = self._run_on_host(inputs, queue, alone)
             start += copies_s  # the copies a settled run would not make, not timed
             if self.settles_on_host:
-                note_settled(entry.by_cost and side is None)
+                note_settled(entry.by_cost and side is None, entry.tried)
         else:
             if self.settles_on_host:
-                note_settled(False)
+                note_settled(False, entry.tried and side is None)
             held = self._session_uploads(entry, inputs, queue) if alone else ()
             outputs = state.run([inputs[i] for i in entry.feeds], queue)
             if entry.host_values:
@@ -371,7 +372,7 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             trial.record(side, seconds, alone)
             if not trial.settled:
                 return
-            entry.trial = None
+            entry.trial, entry.tried = None, True
             entry.trial_inputs = []
             reason = trial.reason(entry.state.plan.launches_per_run)
             self.stats.trials[entry.signature] = trial.figures(entry.state.plan.launches_per_run)

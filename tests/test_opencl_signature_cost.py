@@ -81,6 +81,8 @@ def test_a_tiny_signature_runs_on_the_host_and_a_large_one_on_the_device(opencl)
     assert len(info.cached_plans) == 1 and info.cached_plans[0].launches_per_run >= DEPTH
     _run(sess, cpu, 32, 32)
     assert info.stats.cost_host_runs == TRIAL_RUNS + 1 and info.stats.misses == 2
+    figures = list(info.stats.trials.values())  # each signature's decision, with its figures
+    assert len(figures) == 2 and figures[0].startswith("settled on the host") and figures[1].startswith("untried")
     args = sess.eps["OpenCLExecutionProvider"].backend.profiling_step_args(
         next(n for n in sess.graph.nodes if n.ep_name == "OpenCLExecutionProvider"))
     assert args["shape_cost_host_runs"] == TRIAL_RUNS + 1 and args["shape_host_runs"] == 0
@@ -191,8 +193,9 @@ def test_a_trial_records_how_its_runs_were_timed():
 
 
 def test_a_ramping_first_host_run_is_timed_again_warm(monkeypatch):
-    # the first host runs of a new signature pay one-time costs for several runs: _trial times up to
-    # WARM_HOST_RUNS more while the last was within 10x of the line (6 launches x 10 us x 10 = 600 us)
+    # the first host runs of a new signature pay one-time costs for several runs: _trial times a warm
+    # one after a first run within COLD_RUN_FACTOR of the line (6 launches x 10 us x 10 = 600 us), then
+    # more while the last was within 10x, up to WARM_HOST_RUNS in all; untried, it says why
     from types import SimpleNamespace
 
     from onnxhal.runtime.providers.opencl import dynamic_partition as dp
@@ -205,8 +208,11 @@ def test_a_ramping_first_host_run_is_timed_again_warm(monkeypatch):
                                _host_plan=SimpleNamespace(run=lambda feeds, options: None))
 
     trial = dp.DynamicNodeComputeInfo._trial
-    assert trial(info([700, 150]), [np.zeros(1)], 1000e-6, 6) is not None  # 1000, 700, then 150 us: tried
-    assert trial(info([]), [np.zeros(1)], 7000e-6, 6) is None  # more than 10x over the line: untried, no rerun
-    assert trial(info([7000]), [np.zeros(1)], 1000e-6, 6) is None  # the rerun was over 10x: no further one
-    assert trial(info([900, 800, 700]), [np.zeros(1)], 1000e-6, 6) is None  # WARM_HOST_RUNS reruns at most
+    x = [np.zeros(1)]
+    assert isinstance(trial(info([700, 150]), x, 1000e-6, 6), SignatureTrial)  # 1000, 700, then 150 us: tried
+    assert isinstance(trial(info([150]), x, 30000e-6, 6), SignatureTrial)  # a cold first run 50x over the line
+    untried = trial(info([]), x, 70000e-6, 6)  # over COLD_RUN_FACTOR times the line: no rerun
+    assert isinstance(untried, str) and "untried" in untried and "70000 us" in untried and "6 launch(es)" in untried
+    assert isinstance(trial(info([7000]), x, 7000e-6, 6), str)  # the warm rerun over 10x: no further one
+    assert isinstance(trial(info([900, 800, 700]), x, 1000e-6, 6), str)  # WARM_HOST_RUNS reruns at most
     assert dp.WARM_HOST_RUNS == 3

@@ -58,7 +58,7 @@ from onnxhal.hal.run_control import RUN_OPTIONS  # the host plan reads the termi
 from onnxhal.hal.settled_host import note as note_settled
 from onnxhal.hal.settled_host import whole_session_settles
 from onnxhal.hal.tensor import DeviceTensor
-from onnxhal.runtime.providers.opencl.cost_rule import SignatureTrial, host_worth_trying
+from onnxhal.runtime.providers.opencl.cost_rule import HOST_TIMING_FACTOR, SignatureTrial, host_worth_trying
 from onnxhal.runtime.providers.opencl.op_support import (
     INSPECTION_ERRORS,
     PARAM_INPUTS,
@@ -77,9 +77,11 @@ from onnxhal.runtime.providers.opencl.shape_values import (
 )
 
 MAX_SIGNATURES = 8
-#: Warm host runs a new signature's trial may time after its first (``_trial``): each follows a run
-#: within 10x of the line, so they cost at most 10x the device's launches each, once per signature.
+#: Warm host runs a new signature's trial may time after its first (``_trial``): the first follows a
+#: first run within ``COLD_RUN_FACTOR`` of the line (it costs about what that first run cost), the
+#: others a run within 10x; once per signature.
 WARM_HOST_RUNS = 3
+COLD_RUN_FACTOR = 100.0
 
 
 def is_dynamic(graph: Graph) -> bool:
@@ -181,6 +183,7 @@ class _Entry:
     reason: str = ""
     by_cost: bool = False  # on the host by the cost rule (else: its plan could not be built)
     tried: bool = False  # its cost rule trial settled it, on either side
+    untried: str = ""  # why the cost rule did not try it (its host run's figures), where it did not
     #: its first runs, timed on both sides, while the cost rule tries it (None: settled or untried)
     trial: SignatureTrial | None = None
     #: its plan's state after its trial sent it to the host: released with the entry, when no run uses it
@@ -424,6 +427,8 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             else:
                 if entry.reason:
                     self.stats.host_reasons[_describe(sig)] = entry.reason
+                if entry.untried:
+                    self.stats.trials[entry.signature] = entry.untried
                 self._cache[sig] = entry
             while len(self._cache) > self.max_signatures:
                 evicted.append(self._cache.popitem(last=False)[1])
@@ -461,25 +466,33 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         names = self.graph.output_names
         host_values = {i: np.asarray(concrete.initializers[names[i]]) for i in self.host_outputs}
         trial = self._trial(host, host_s, plan.launches_per_run) if self.cost_rule else None
+        if isinstance(trial, str):
+            return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values, untried=trial)
         return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values, trial=trial,
                       trial_inputs=host if trial is not None else [])
 
-    def _trial(self, host: list, host_s: float, launches: int) -> SignatureTrial | None:
-        """A trial for a signature whose first host run took ``host_s``, if the host may win it. The
+    def _trial(self, host: list, host_s: float, launches: int) -> SignatureTrial | str:
+        """A trial for a signature whose first host run took ``host_s``, if the host may win it, else
+        why not (its figures, for ``stats.trials``). The
         first runs pay one-time costs (the CPU EP packs weights, the new shapes' buffers, a loaded
         machine deschedules it) and ramp down over several runs (resnet_ts at 2 images: 1000-1640,
-        then 700-1600, against 130-170 us steady), so a run that missed by less than 10x is followed
-        by another, warm, up to ``WARM_HOST_RUNS`` of them, while none is worth a trial."""
+        then 600-1600, against 115-170 us steady; at load 8, the first over 10x the line), so a first
+        run that missed by less than ``COLD_RUN_FACTOR`` is followed by a warm one, and that by others
+        while the last missed by less than 10x, up to ``WARM_HOST_RUNS`` in all, until one is worth a
+        trial. An untried signature's figures go to ``stats.trials`` too."""
         launch_s = self.device.launch_costs().launch_s
-        last = host_s
+        last, factor = host_s, COLD_RUN_FACTOR
         for _ in range(WARM_HOST_RUNS):
-            if host_worth_trying(host_s, launches, launch_s) or not host_worth_trying(last / 10, launches, launch_s):
+            if host_worth_trying(host_s, launches, launch_s) or not host_worth_trying(last / factor, launches, launch_s):
                 break
             start = time.perf_counter()
             self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
-            last = time.perf_counter() - start
+            last, factor = time.perf_counter() - start, 10.0
             host_s = min(host_s, last)
-        return SignatureTrial() if host_worth_trying(host_s, launches, launch_s) else None
+        if host_worth_trying(host_s, launches, launch_s):
+            return SignatureTrial()
+        return (f"untried, on the device: its fastest host run took {host_s * 1e6:.0f} us, over "
+                f"{HOST_TIMING_FACTOR:g}x its {launches} launch(es) at {launch_s * 1e6:.3g} us each")
 
     def _on_host(self, reason: str) -> _Entry:
         self.logger.info("OpenCL partition %s runs a shape signature on the host: %s", self.graph.name, reason)

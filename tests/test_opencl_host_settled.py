@@ -224,8 +224,8 @@ def _two_partitions() -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.parametrize("cpu_wins", [True, False])
-def test_a_session_of_partitions_settled_on_the_device_is_tried_whole(register, monkeypatch, cpu_wins):
+@pytest.mark.parametrize("partitions, cpu_wins", [(2, True), (2, False), (1, True)])
+def test_a_session_of_partitions_settled_on_the_device_is_tried_whole(register, monkeypatch, partitions, cpu_wins):
     # each partition's trial settles on the device (no host margin), then the feed key alternates
     # between the device core and the CPU-only core for SESSION_TRIAL_RUNS each; it settles on the
     # CPU-only core where that won the session trial (its margin forced), else stays on the device
@@ -235,13 +235,13 @@ def test_a_session_of_partitions_settled_on_the_device_is_tried_whole(register, 
     monkeypatch.setattr(cost_rule, "HOST_MARGIN", 0.0)
     monkeypatch.setattr(cost_rule, "HOST_TIMING_FACTOR", 1e9)
     monkeypatch.setattr(host_settled, "SESSION_MARGIN", 1e9 if cpu_wins else 0.0)
-    data = _two_partitions().SerializeToString()
+    data = (_two_partitions() if partitions == 2 else _model()).SerializeToString()
     so = onnxhal.SessionOptions()
     sess = onnxhal.InferenceSession(data, so, providers=[
         ("OpenCLExecutionProvider", {"cost_rule": "on", "cost_rule_dim": "4096"}), "CPUExecutionProvider"])
     cpu = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"])
     infos = list(sess.eps["OpenCLExecutionProvider"].dynamic_partitions.values())
-    assert len(infos) == 2
+    assert len(infos) == partitions
     for _ in range(SETTLING_RUNS):  # the partitions' trials: both settle on the device
         _check(sess, cpu, _x())
     assert all(len(i.cached_plans) == 1 and not i.stats.host_reasons for i in infos)
@@ -255,4 +255,4 @@ def test_a_session_of_partitions_settled_on_the_device_is_tried_whole(register, 
     calls = sum(i.stats.hits for i in infos)
     for _ in range(2):
         _check(sess, cpu, _x())
-    assert sum(i.stats.hits for i in infos) == calls + (0 if cpu_wins else 4)
+    assert sum(i.stats.hits for i in infos) == calls + (0 if cpu_wins else 2 * partitions)

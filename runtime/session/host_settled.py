@@ -10,13 +10,15 @@ whose run had every partition run on the host, settled there, are keyed by their
 and dtypes, and their later runs take a CPU-only core of the session, built once at the first such
 run from the same model with the CPU EP's passes. No device buffer or copy is touched then.
 
-A session of several partitions whose signatures each settled by a timed trial, some on the device
-(the trial weighs one partition between the copies the session's plan keeps around it, never the
-session without them), has its feed key tried whole: its next runs alternate between the device
-core and the CPU-only core, timed (``SessionTrial``, ``SESSION_TRIAL_RUNS`` each), and the key settles
-on the CPU-only core where that ran faster by ``SESSION_MARGIN`` (pt_mamba, 5 partitions each faster
-on the device than on the host with its copies: 1.9-6 ms a run on the device core against 0.37 on
-the CPU-only one). The figures are in ``SettledFeeds.trials`` and the log.
+A session whose partitions' signatures each settled by a timed trial, some on the device, has its
+feed key tried whole: its next runs alternate between the device core and the CPU-only core, timed
+(``SessionTrial``, ``SESSION_TRIAL_RUNS`` each), and the key settles on the CPU-only core where that
+ran faster by ``SESSION_MARGIN``. A partition's trial weighs its own host plan, the partition's graph
+as the device EP saw it (without the CPU EP's own fusions: gpt2_ts_qdyn's 636-839 us against 220 for
+the CPU-only session), and among several partitions one at a time between the copies the session's
+plan keeps around it (pt_mamba, 5 partitions each faster on the device than on the host with its
+copies: 1.9-6 ms a run on the device core against 0.37 on the CPU-only one). The figures are in
+``SettledFeeds.trials`` and the log.
 
 The key is the feeds' shapes, the partitions' signatures may also hold values computed from the
 feeds (a Reshape's shape): a key settled on one run's values runs every later run of that key on
@@ -109,8 +111,8 @@ class SessionTrial:
 
     def figures(self) -> str:
         side = "the CPU-only plan" if self.cpu_wins else "the device"
-        return (f"settled on {side} by a session trial: its runs took {min(self.cpu) * 1e6:.3g} us on the CPU-only "
-                f"plan and {min(self.device) * 1e6:.3g} us on the device (the fastest of {SESSION_TRIAL_RUNS} each, "
+        return (f"settled on {side} by a session trial: its runs took {min(self.cpu) * 1e6:.0f} us on the CPU-only "
+                f"plan and {min(self.device) * 1e6:.0f} us on the device (the fastest of {SESSION_TRIAL_RUNS} each, "
                 f"alternating); session config {HOST_SETTLED_PLAN}=0 keeps the device")
 
 
@@ -173,9 +175,9 @@ class SettledFeeds:
             self._settle(key)
         elif trial is not None:
             self._record(key, trial, "device", seconds)
-        elif tally.all_tried and tally.partitions > 1 and key not in self.trials:
-            # each partition's trial weighed it alone between the copies the session keeps around
-            # it: the whole session on either core is tried once (a sole partition's trial is that)
+        elif tally.all_tried and key not in self.trials:
+            # each partition's trial weighed its own host plan, between the copies the session
+            # keeps around it where there are others: the whole session on either core is tried once
             with self._lock:
                 self._trials.setdefault(key, SessionTrial())
                 while len(self._trials) > MAX_SETTLED:

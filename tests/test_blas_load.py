@@ -106,3 +106,42 @@ def test_a_host_plan_run_outside_a_session_sets_blas_threads_from_the_load(monke
         assert get_blas_threads() == 2
     finally:
         set_blas_threads(before)
+
+
+def test_a_cpu_ep_that_runs_no_node_reads_no_load(monkeypatch):
+    """A session whose nodes all run on another EP (the OpenCL EP's CNN) runs no product on the CPU
+    EP: its run start read /proc/self/task/*/stat each 50 ms for nothing, 200-300 us of a run whose
+    wall time exceeds 50 ms. The CPU EP that creates a kernel governs as before."""
+    import logging
+
+    from onnxhal.runtime.providers.cpu.ep import CpuEp
+
+    applied = []
+
+    class Governor:
+        def apply(self) -> None:
+            applied.append(1)
+
+    ep = CpuEp(logging.getLogger("test"), None, Governor())
+    ep.on_run_start(None)
+    assert applied == []
+    from onnxhal.runtime.providers.cpu.kernels import blas_threads
+
+    reads = []
+    monkeypatch.setattr(blas_threads, "_last_reading", (-1.0, None, None))  # no other test's reading
+    monkeypatch.setattr(LoadAwareBlasThreads, "_runnable", staticmethod(lambda: reads.append(1) or 1))
+    monkeypatch.setenv("ONNXHAL_LOAD_AWARE_THREADS", "1")  # the suite turns it off (conftest.py)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])
+    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    so = onnxhal.SessionOptions()
+    so.intra_op_num_threads = 2
+    before = get_blas_threads()
+    try:
+        sess = onnxhal.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess.run(None, {"x": np.eye(4, dtype=np.float32)})
+    finally:
+        if before is not None:
+            set_blas_threads(before)
+    assert reads or before is None or before < 2  # the MatMul's CPU EP read the load

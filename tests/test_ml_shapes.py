@@ -241,3 +241,28 @@ def test_the_passes_after_typing_reuse_one_scan_of_the_nodes_and_infer_the_same_
     fresh = types(load_model(data).proto)
     assert reused == fresh and len(scans) == 5  # the loader's, then one in each pass
     assert _ranks(model)["y"] == 2  # typed past both operators
+
+
+def test_stft_of_a_symbolic_signal_gets_its_rank_and_the_values_after_it_theirs():
+    """onnx's inference gives STFT no shape where the signal's length is symbolic (spox's log-mel
+    front end, torch.stft by the dynamo exporter): the loader types it [batch, ?, ?, 2], inference
+    goes on through the power spectrum and the mel product, and the run gives onnxruntime's values."""
+    step, frame = numpy_helper.from_array(np.array(4, np.int64), "step"), numpy_helper.from_array(np.array(16, np.int64), "len")
+    mel = numpy_helper.from_array(np.random.default_rng(0).random((9, 5)).astype(np.float32), "mel")
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    nodes = [helper.make_node("Unsqueeze", ["wav", "axes"], ["sig"]),
+             helper.make_node("STFT", ["sig", "step", "", "len"], ["spec"]),
+             helper.make_node("Mul", ["spec", "spec"], ["sq"]),
+             helper.make_node("ReduceSum", ["sq", "axes"], ["power"], keepdims=0),
+             helper.make_node("MatMul", ["power", "mel"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("wav", F, ["batch", "samples"])],
+                              [helper.make_tensor_value_info("y", F, None)], [step, frame, mel, axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    loaded = load_model(model.SerializeToString()).proto
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*loaded.graph.value_info, *loaded.graph.output)
+             if v.type.tensor_type.HasField("shape")}
+    assert ranks.get("spec") == 4 and ranks.get("power") == 3 and ranks.get("y") == 3, ranks
+    feeds = {"wav": np.random.default_rng(1).standard_normal((2, 50)).astype(np.float32)}
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

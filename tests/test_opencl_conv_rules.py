@@ -734,3 +734,60 @@ def test_conv_phases_takes_wide_kernels_of_enough_work_only(opencl):
     ]:
         model, feeds = _conv_model(x_shape, w_shape, **attrs)
         assert not any("phases" in k for k in _run(model, feeds, "")[1])
+
+
+def _downsample_block(x_shape, c_out: int, stride: int, *, bias: bool = True, shared: bool = False) -> tuple:
+    """A ResNet basic block with a downsample: Relu(Conv3x3(Relu(Conv3x3/stride(x))) + Conv1x1/stride(x)),
+    the 1x1's output also a model output with ``shared``."""
+    c_in = x_shape[1]
+    shapes = {"w0": (c_out, c_in, 3, 3), "w1": (c_out, c_out, 3, 3), "w2": (c_out, c_in, 1, 1)}
+    weights = {k: (RNG.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32) for k, s in shapes.items()}
+    weights.update({f"b{i}": RNG.standard_normal(c_out).astype(np.float32) for i in range(3)})
+    s, p = [stride, stride], [1, 1, 1, 1]
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], strides=s, pads=p),
+             helper.make_node("Relu", ["c0"], ["a0"]),
+             helper.make_node("Conv", ["a0", "w1", "b1"], ["c1"], pads=p),
+             helper.make_node("Conv", ["x", "w2", "b2"] if bias else ["x", "w2"], ["d"], strides=s),
+             helper.make_node("Add", ["c1", "d"], ["sum"]),
+             helper.make_node("Relu", ["sum"], ["y"])]
+    if not bias:
+        del weights["b2"]
+    outputs = ["y", "d"] if shared else ["y"]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model, {"x": RNG.standard_normal(x_shape).astype(np.float32)}
+
+
+DOWNSAMPLE_CASES = [  # x shape, output channels, stride, bias of the 1x1, the reader's kernel
+    ((1, 8, 56, 56), 32, 2, True, "conv_lanes_r14_s1_k3_ds2"),         # a ResNet stage's entry, rows of 28
+    ((2, 16, 28, 28), 64, 2, False, "conv_lanes_r14_s1_k3_ds2"),       # batch 2, a 1x1 without bias
+    ((1, 8, 14, 28), 32, 1, True, "conv_lanes_r14_s1_k3_ds1"),         # stride 1 (channels change only)
+    ((1, 16, 14, 14), 32, 2, True, "conv_lanes_r7x2_s1_ds2"),          # rows of 7: row pairs
+    ((1, 16, 14, 14), 256, 2, True, "conv_lanes_r7x2_s1_wc_ds2"),      # rows of 7, weight chunks
+]
+
+
+@pytest.mark.parametrize("x_shape,c_out,stride,bias,kernel", DOWNSAMPLE_CASES)
+def test_conv_lanes_downsample_against_its_own_launch(opencl, x_shape, c_out, stride, bias, kernel):
+    model, feeds = _downsample_block(x_shape, c_out, stride, bias=bias)
+    feeds["x"][0, 1, 2, :] = np.nan  # a non-finite value read by both Convs
+    k_on, k_off = _check(model, feeds, "conv_lanes_downsample")
+    assert kernel in k_on and len(k_on) == len(k_off) - 1, (k_on, k_off)
+    assert not any("_ds" in k for k in k_off), k_off
+
+
+def test_conv_lanes_downsample_leaves_a_shared_output_its_launch(opencl):
+    # the 1x1's output is also a model output: it must be written, so it keeps its launch
+    model, feeds = _downsample_block((1, 8, 28, 28), 32, 2, shared=True)
+    (want_y, want_d) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds)
+    sess = onnxhal.InferenceSession(model.SerializeToString(), providers=["OpenCLExecutionProvider"])
+    y, d = sess.run(None, feeds)
+    np.testing.assert_allclose(y, want_y, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(d, want_d, rtol=1e-4, atol=1e-4)
+    kernels = [s.kernel_name for p in sess.eps["OpenCLExecutionProvider"].compiled_plans for s in p.steps
+               if hasattr(s, "kernel_name")]
+    assert not any("_ds" in k for k in kernels), kernels

@@ -23,10 +23,11 @@ CORPUS = os.path.join(os.path.dirname(__file__), "real_models")
 MODELS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CORPUS, "*.onnx")))
 #: Prefixes of the torch exports kept out of all tuning (torchvision's and Hugging Face's families
 #: that make_corpus.py's torchvision, torchvision2-8 and hf-hf7 groups export, the plain torch
-#: models of its plain and plain2 groups, and the onnxscript one); the held-out skl2onnx models
+#: models of its plain, plain2 and plain3 groups, the onnxscript one, and the jax2onnx and spox
+#: ones of its jax and spox groups); the held-out skl2onnx models
 #: (``skh_``, sklearn2-8) and onnxmltools one (``omt_``) are not device models, like the other
 #: tree and skl2onnx ones.
-UNTUNED = ("tv_", "hf_", "pt_", "osc_")
+UNTUNED = ("tv_", "hf_", "pt_", "osc_", "jx_", "spx_")
 #: The float exports of torch models (not the skl2onnx ones nor onnxruntime's rewrites): the ones
 #: the OpenCL EP and the simulated devices are tried on.
 DEVICE_MODELS = [m for m in MODELS
@@ -125,7 +126,9 @@ def test_the_corpus_is_there():
                    "skh_adaboost",
                    # the tenth held-out wave (plain2, onnxscript, sklearn8, onnxmltools2)
                    "pt_detr", "pt_codec", "pt_gnn", "pt_mamba", "osc_encoder", "skh_stacking",
-                   "skh_quantile_nusvr", "omt_lgbm_cat"):
+                   "skh_quantile_nusvr", "omt_lgbm_cat",
+                   # the eleventh held-out wave (jax, spox, plain3)
+                   "jx_mlp", "jx_cnn", "jx_block", "jx_gru", "spx_logmel", "spx_image", "pt_kws"):
         assert family in MODELS, family
 
 

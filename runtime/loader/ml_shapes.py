@@ -1,7 +1,8 @@
 """Types and shapes for the ai.onnx.ml operators that onnx gives no inference function (Scaler,
 Normalizer, Imputer, LinearRegressor, SVMRegressor, the opset-1 TreeEnsembleRegressor and
 FeatureVectorizer), and com.microsoft's Tokenizer, which skl2onnx puts in the same pipelines (onnx
-knows no schema for it).
+knows no schema for it); and ai.onnx's STFT, whose inference function gives no shape at all where
+the signal's length is symbolic (an audio front end's), not even its rank.
 
 onnx's shape inference stops at such a node: its outputs get no type, and nothing after it gets a
 rank, so a device that needs ranks (every simulated profile) declines the rest of a scikit-learn
@@ -35,6 +36,11 @@ MS = "com.microsoft"
 #: ([C, D]), D the most tokens of a row (onnxruntime/contrib_ops/cpu/tokenizer.cc allocates that);
 #: only an input with no strings gives the input's rank.
 _ADDS_DIM = {(MS, "Tokenizer"): onnx.TensorProto.STRING}
+#: ai.onnx operators whose onnx inference gives no shape at all where a dim it reads is symbolic
+#: (STFT: the signal's length): their output's rank and the dims the input settles, onnx's own
+#: rule otherwise (STFT [batch, frames, bins, 2], the input's element type), so that a device
+#: that needs ranks does not decline everything after an audio front end
+_RANK_ONLY = {("", "STFT"): 4}
 #: TreeEnsembleRegressor has an inference function from opset 3 of ai.onnx.ml
 _SINCE_INFERRED = {"TreeEnsembleRegressor": 3}
 #: how many rounds of "fill, infer again" a chain of such operators may take
@@ -46,7 +52,7 @@ def _int(attrs: dict[str, onnx.AttributeProto], name: str, default: int) -> int:
 
 
 def _uninferred(node: onnx.NodeProto, ml_opset: int) -> bool:
-    if (node.domain, node.op_type) in _ADDS_DIM:
+    if (node.domain, node.op_type) in _ADDS_DIM or (node.domain, node.op_type) in _RANK_ONLY:
         return True
     if node.domain != ML or (node.op_type not in _SAME_SHAPE and node.op_type not in _ROW_WIDTH):
         return False
@@ -59,6 +65,16 @@ def _output_type(node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> onnx
     if not ins or any(t is None or not t.HasField("tensor_type") for t in ins):
         return None
     first = ins[0].tensor_type
+    rank = _RANK_ONLY.get((node.domain, node.op_type))
+    if rank is not None:
+        if not first.HasField("shape") or not first.shape.dim or not first.elem_type:
+            return None
+        out = onnx.TypeProto()
+        out.tensor_type.elem_type = first.elem_type
+        dims = [out.tensor_type.shape.dim.add() for _ in range(rank)]
+        dims[0].CopyFrom(first.shape.dim[0])  # the batch
+        dims[-1].dim_value = 2  # real and imaginary parts
+        return out
     adds = _ADDS_DIM.get((node.domain, node.op_type))
     if adds is not None:
         if not first.HasField("shape") or len(first.shape.dim) not in (1, 2):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import KeysView, Mapping
+from collections.abc import KeysView, Mapping, Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,6 +67,8 @@ def _inject_external_data(proto: onnx.ModelProto, initializers: Mapping[str, np.
     """``SessionOptions.add_external_initializers`` and ``..._from_files_in_memory``: named main-graph
     initializers take the given arrays, and tensors stored in an in-memory file read their bytes
     from it; both stop being external, so nothing is read from disk for them."""
+    if not initializers and not files:  # (the usual session: no index of the initializers to build)
+        return
     by_name = {t.name: t for t in proto.graph.initializer}
     for name, arr in initializers.items():
         t = by_name.get(name)
@@ -245,8 +247,8 @@ def _checked_and_inferred(model: object, proto: onnx.ModelProto, opset: dict[str
     node_errors = inference_errors(strict_error) if strict_error else []
     if inferred is None:
         inferred = guarded_inference.infer_lenient(proto, data_prop)
-    elif ML_DOMAIN in opset:
-        inferred = with_ml_shapes(inferred, opset[ML_DOMAIN], scan if inferred is proto else None)
+    elif ML_DOMAIN in opset or opset.get("", 0) >= 17:  # STFT from 17 (ml_shapes._RANK_ONLY)
+        inferred = with_ml_shapes(inferred, opset.get(ML_DOMAIN, 0), scan if inferred is proto else None)
     if inferred_strictly and "com.microsoft" in opset and not one_pass:
         inferred = with_contrib_shapes(inferred)
     if any(k in strict_error for k in _SHAPE_CONFLICTS):
@@ -371,7 +373,9 @@ def check_graph(graph: Graph, outer: set[str]) -> None:
 def _check_order_and_outputs(graph: Graph, defined: set[str], produced: KeysView[str]) -> None:
     """``check_graph`` from the nodes' order on: ``defined``, the names the graph may read besides
     what its nodes write, ``produced``."""
-    ordered = toposort(graph.nodes, graph.name)
+    # the names no node writes (inputs, initializers, the outer scope's) are read by nearly every
+    # node: given to ``toposort``, the order check passes such reads in C
+    ordered = toposort(graph.nodes, graph.name, defined.difference(produced))
     if ordered is not graph.nodes:  # (already in order, the common case: the index stands)
         graph.nodes = ordered
         graph.reindex()
@@ -385,11 +389,13 @@ def _check_order_and_outputs(graph: Graph, defined: set[str], produced: KeysView
                 check_graph(sub, scope)
 
 
-def toposort(nodes: list[Node], graph_name: str = "") -> list[Node]:
+def toposort(nodes: list[Node], graph_name: str = "", unwritten: Set[str] = frozenset()) -> list[Node]:
     """Kahn's algorithm, stable with respect to the given order. Raises InvalidGraph on a cycle.
     ``nodes`` itself where it is in order already (every value a node reads that a node of the
-    list writes is written before it), which one pass over the names finds."""
-    if _in_order(nodes):
+    list writes is written before it), which one pass over the names finds. ``unwritten``: names
+    that no node of ``nodes`` writes, where the caller knows them (any subset; the order found is
+    the same)."""
+    if _in_order(nodes, unwritten):
         return nodes
     producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     deps: list[set[int]] = []
@@ -420,17 +426,19 @@ def toposort(nodes: list[Node], graph_name: str = "") -> list[Node]:
     return [nodes[i] for i in order]
 
 
-def _in_order(nodes: list[Node]) -> bool:
+def _in_order(nodes: list[Node], unwritten: Set[str] = frozenset()) -> bool:
     """Whether no node reads a value that it or a later node of ``nodes`` writes (a node reading
-    its own output is a cycle: Kahn's algorithm reports it)."""
-    written: set[str] = set()
+    its own output is a cycle: Kahn's algorithm reports it). ``unwritten``: names no node of
+    ``nodes`` writes; a read of one cannot make the order wrong, so it starts among the names
+    ``written`` (without them, nearly every node read a weight or an input not written yet, and
+    each such read was sorted out name by name)."""
+    written: set[str] = {"", *unwritten}  # "": an omitted input, no value
     ahead: set[str] = set()  # read before any node of the list wrote it: a graph input, or later
     for n in nodes:
         reads = (*n.inputs, *n.implicit_inputs)
         if not written.issuperset(reads):
             ahead.update(r for r in reads if r not in written)
         written.update(n.outputs)
-    ahead.difference_update(("",))
     return ahead.isdisjoint(written)
 
 

@@ -56,10 +56,16 @@ def node_label(node: onnx.NodeProto | Node) -> str:
 _VALUE_ORDER = {f: k for k, f in enumerate((*_SCALAR_FIELDS, *(f for f in _FIELD.values() if f not in _SCALAR_FIELDS)))}
 
 
+#: The value fields' descriptors, with their names: ``ListFields`` gives the descriptors themselves,
+#: found here by identity (reading each one's name cost more than the rest of the check)
+_VALUE_DESCRIPTORS = {AttributeProto.DESCRIPTOR.fields_by_name[f]: f for f in _VALUE_ORDER}
+
+
 def _fields_set(a: AttributeProto) -> list[str]:
     """The value fields ``a`` holds: a scalar field set, a repeated one not empty. ``ListFields`` is
     one C call that lists exactly those; asking each of the 15 fields was most of the check."""
-    found = [fd.name for fd, _ in a.ListFields() if fd.name in _VALUE_ORDER]
+    value_fields = _VALUE_DESCRIPTORS
+    found = [value_fields[fd] for fd, _ in a.ListFields() if fd in value_fields]
     return sorted(found, key=_VALUE_ORDER.__getitem__) if len(found) > 1 else found
 
 
@@ -198,14 +204,30 @@ def check_after_inference(proto: onnx.ModelProto, opset: Mapping[str, int], chec
     ``graph``: the Graph built from ``proto``'s main graph, whose Nodes are read where the model has
     no other graph (their op types and domains are slots, their attributes by name)."""
     if graph is not None and flat_model():
+        # whether ``_check_required`` has anything to check on a node is a matter of its op type
+        # and domain alone (a model repeats a few): asked once for each
+        checks: dict[tuple[str, str], bool] = {}
         for n in graph.nodes:
-            _check_required(n, n.domain, n.attribute_protos, opset, checked, "")
+            kind = (n.op_type, n.domain)
+            check = checks.get(kind)
+            if check is None:
+                check = checks[kind] = _checks_anything(n.op_type, n.domain, opset, checked)
+            if check:
+                _check_required(n, n.domain, n.attribute_protos, opset, checked, "")
         return
     for g, where in walk_graphs(proto.graph):
         for node in g.node:
             raw = node.domain
             _check_required(node, "" if raw == "ai.onnx" else raw, {a.name: a for a in node.attribute}, opset,
                             checked, where)
+
+
+def _checks_anything(op_type: str, domain: str, opset: Mapping[str, int], checked: bool) -> bool:
+    """Whether ``_check_required`` reads anything of a node of this op type and domain ("ai.onnx"
+    read as ""): an element type attribute to check, or attributes its schema requires."""
+    schema = schema_spec(op_type, opset[domain], domain) if domain in STANDARD_DOMAINS and domain in opset else None
+    return bool((not domain and (not checked or schema is None or schema.names_types))
+                or (schema is not None and schema.required))
 
 
 def _check_required(node: onnx.NodeProto | Node, domain: str, attrs: Mapping[str, AttributeProto],
@@ -474,8 +496,12 @@ def _check_graph_nodes(graph: onnx.GraphProto, where: str, opset: Mapping[str, i
         # A subgraph holder's attributes would serialize whole graphs, and ai.onnx.ml's nodes (a
         # tree ensemble's thousands of attribute values) seldom repeat: checked each time.
         if op_type not in _SUBGRAPH_OPS and raw_domain in ("", "ai.onnx"):
+            # which inputs and outputs are named: their count where all are (nearly every node),
+            # found in C, else a flag for each (an int and a tuple never compare equal)
+            ins, outs = node.input[:], node.output[:]
             key = (op_type, raw_domain, tuple(map(_SERIALIZE, node.attribute)),
-                   tuple(map(bool, node.input[:])), tuple(map(bool, node.output[:])))
+                   len(ins) if "" not in ins else tuple(map(bool, ins)),
+                   len(outs) if "" not in outs else tuple(map(bool, outs)))
         known = key is not None and key in passed
         facts = attribute_facts(node) if not known and len(node.attribute) else []
         has_attributes = bool(facts)

@@ -108,6 +108,11 @@ def broadcast_dim(dims: Sequence[Dim]) -> Dim:
 def _broadcast(shapes: Sequence[tuple[Dim, ...] | None]) -> tuple[Dim, ...] | None:
     if any(s is None for s in shapes) or not shapes:
         return None
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        # operands of one shape (a residual Add, a gate's Mul): ``broadcast_dim`` of equal dims is
+        # that dim, whatever it is (1, a size, an atom, a min, unknown), so the shape is the result
+        return first
     rank = max(len(s) for s in shapes)  # type: ignore[arg-type]
     out = []
     for k in range(rank):

@@ -105,6 +105,11 @@ def resolve_external_contexts(proto: onnx.ModelProto, model_path: str | None,
     """``proto`` with every main-graph EPContext node of ``embed_mode`` 0 given its data inline:
     through ``read`` = (callback, max size) if set, else from the file it names, relative to the
     model's folder. The caller's proto is not changed (a copy is returned when anything changes)."""
+    # An EPContext node is in com.microsoft: a model that does not import the domain holds none
+    # that loads (the loader's node checks refuse a node of a domain not imported), and its nodes
+    # need no walk here.
+    if all(o.domain != EP_CONTEXT_DOMAIN for o in proto.opset_import):
+        return proto
     external = [n for n in proto.graph.node if is_ep_context(n) and
                 any(a.name == "embed_mode" and a.i == 0 for a in n.attribute)]
     if not external:

@@ -31,8 +31,10 @@ library in the corpus exports, a diffusion-style UNet and a packed bidirectional
 named ``pt_``), and skl2onnx's GaussianProcessRegressor (float64, with its standard deviation)
 and AdaBoostClassifier (``sklearn7``); a streaming VAD with If and Loop bodies and a CRNN with a
 dynamic width, float and dynamically quantized (``devices``); static QDQ (per tensor and per
-channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); plus their inputs and all of
-onnxruntime's outputs.
+channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); an eleventh
+held-out wave from producers the corpus lacked, made before any tuning: jax2onnx from JAX/Flax
+(``jax``, named ``jx_``), spox graphs at opset 21 (``spox``, named ``spx_``) and torch.stft by the
+dynamo exporter (``plain3``); plus their inputs and all of onnxruntime's outputs.
 
 Not run by the tests (torch, transformers, skl2onnx and the other producers are no test
 dependencies): run it by hand with ``pip install -e ".[corpus]"`` in a separate environment (one
@@ -2914,6 +2916,211 @@ def onnxscript_models(out: str) -> list[str]:
     return [path]
 
 
+def _jax_export(module, name: str, spec: list, sigs: dict[str, dict[str, np.ndarray]], out: str, opset: int) -> str:
+    """``name.onnx`` by jax2onnx (``spec``: the input's dims, strings symbolic), the IR capped as
+    ``_save`` does; onnxruntime's outputs are stored after a check that they are JAX's own."""
+    from jax2onnx import to_onnx
+
+    proto = to_onnx(module, [spec], opset=opset, model_name=name, input_names=list(sigs["a"]),
+                    output_names=["output"])
+    path = os.path.join(out, f"{name}.onnx")
+    _save(proto, path)
+    save_outputs(path, sigs)
+    stored = np.load(path[:-5] + ".npz")
+    for sig, feeds in sigs.items():  # the exporter's graph computes what JAX computes
+        np.testing.assert_allclose(stored[f"{sig}.__output"], np.asarray(module(*feeds.values())), rtol=1e-4, atol=1e-5)
+    return path
+
+
+def jax_models(out: str) -> list[str]:
+    """JAX/Flax (NNX) modules exported by jax2onnx, a producer the corpus lacked, added before anyone
+    tuned for it (the eleventh held-out wave, reported as 'untuned', prefix ``jx_``): ``jx_mlp`` (Gemm,
+    LayerNorm written out as ReduceMean/Sub/Sqrt, the opset-20 Gelu op, swish as Sigmoid*x,
+    LogSoftmax; opset 21, batch dynamic), ``jx_cnn`` (NHWC in: jax2onnx's Transposes around NCHW
+    Convs, BatchNormalization with running statistics, a depthwise Conv, MaxPool, hard swish
+    through Min/Max, a global mean; opset 21, batch dynamic: with height and width symbolic too,
+    jax2onnx 0.17.1 divides the mean by the Conv's output size, not the pooled one, and its graph
+    computes 4x JAX's logits, a producer's bug the check below caught) and ``jx_block`` (a
+    pre-norm transformer block, Flax's MultiHeadAttention as Gemms, Reshapes and Slices of
+    runtime shapes, exact GELU; opset 23, batch and sequence dynamic) and ``jx_gru`` (a GRU written
+    as a ``jax.lax.scan`` over time, which jax2onnx writes as a Loop whose body slices, gates and
+    carries the state; opset 21, batch and sequence dynamic)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    class Mlp(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.l1, self.norm = nnx.Linear(20, 64, rngs=rngs), nnx.LayerNorm(64, rngs=rngs)
+            self.l2, self.l3 = nnx.Linear(64, 32, rngs=rngs), nnx.Linear(32, 5, rngs=rngs)
+
+        def __call__(self, x):
+            return nnx.log_softmax(self.l3(nnx.swish(self.l2(nnx.gelu(self.norm(self.l1(x)))))))
+
+    class Cnn(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.c1 = nnx.Conv(3, 16, (3, 3), strides=(2, 2), padding="SAME", rngs=rngs)
+            self.bn1 = nnx.BatchNorm(16, use_running_average=True, rngs=rngs)
+            self.dw = nnx.Conv(16, 16, (3, 3), feature_group_count=16, padding="SAME", rngs=rngs)
+            self.c3 = nnx.Conv(16, 32, (1, 1), rngs=rngs)
+            self.bn2 = nnx.BatchNorm(32, use_running_average=True, rngs=rngs)
+            self.head = nnx.Linear(32, 10, rngs=rngs)
+            g = np.random.default_rng(3)
+            for bn in (self.bn1, self.bn2):  # trained-looking statistics, not the identity
+                n = bn.mean.value.shape[0]
+                bn.mean.value = g.standard_normal(n).astype(np.float32) * 0.2
+                bn.var.value = g.uniform(0.5, 2.0, n).astype(np.float32)
+                bn.scale.value = g.uniform(0.5, 1.5, n).astype(np.float32)
+                bn.bias.value = g.standard_normal(n).astype(np.float32) * 0.1
+
+        def __call__(self, x):
+            h = nnx.relu(self.bn1(self.c1(x)))
+            h = nnx.max_pool(h, window_shape=(2, 2), strides=(2, 2))
+            h = h + nnx.hard_swish(self.dw(h))
+            return self.head(nnx.relu(self.bn2(self.c3(h))).mean(axis=(1, 2)))
+
+    class Block(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs, d: int = 32) -> None:
+            self.ln1, self.ln2 = nnx.LayerNorm(d, rngs=rngs), nnx.LayerNorm(d, rngs=rngs)
+            self.attn = nnx.MultiHeadAttention(4, d, decode=False, rngs=rngs)
+            self.f1, self.f2 = nnx.Linear(d, 64, rngs=rngs), nnx.Linear(64, d, rngs=rngs)
+
+        def __call__(self, x):
+            h = x + self.attn(self.ln1(x))
+            return h + self.f2(nnx.gelu(self.f1(self.ln2(h)), approximate=False))
+
+    class Gru(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.ix, self.hh = nnx.Linear(8, 48, rngs=rngs), nnx.Linear(16, 48, rngs=rngs)
+            self.head = nnx.Linear(16, 4, rngs=rngs)
+
+        def __call__(self, x):
+            def step(h, xt):
+                r, z, n = jnp.split(xt, 3, axis=-1)
+                hr, hz, hn = jnp.split(self.hh(h), 3, axis=-1)
+                r, z = jax.nn.sigmoid(r + hr), jax.nn.sigmoid(z + hz)
+                h = (1 - z) * jnp.tanh(n + r * hn) + z * h
+                return h, h
+
+            h, _ = jax.lax.scan(step, jnp.zeros((x.shape[0], 16), x.dtype), jnp.swapaxes(self.ix(x), 0, 1))
+            return self.head(h)
+
+    rng, other = np.random.default_rng(0), np.random.default_rng(1)
+    return [
+        _jax_export(Mlp(nnx.Rngs(0)), "jx_mlp", ["batch", 20], {
+            "a": {"x": rng.standard_normal((16, 20)).astype(np.float32)},
+            "b": {"x": other.standard_normal((5, 20)).astype(np.float32)}}, out, 21),
+        _jax_export(Cnn(nnx.Rngs(1)), "jx_cnn", ["batch", 32, 32, 3], {
+            "a": {"image": rng.standard_normal((BATCH, 32, 32, 3)).astype(np.float32)},
+            "b": {"image": other.standard_normal((1, 32, 32, 3)).astype(np.float32)}}, out, 21),
+        _jax_export(Block(nnx.Rngs(2)), "jx_block", ["batch", "sequence", 32], {
+            "a": {"tokens": rng.standard_normal((BATCH, SEQ, 32)).astype(np.float32)},
+            "b": {"tokens": other.standard_normal((1, SEQ + 5, 32)).astype(np.float32)}}, out, 23),
+        _jax_export(Gru(nnx.Rngs(3)), "jx_gru", ["batch", "sequence", 8], {
+            "a": {"x": rng.standard_normal((BATCH, SEQ, 8)).astype(np.float32)},
+            "b": {"x": other.standard_normal((1, SEQ + 5, 8)).astype(np.float32)}}, out, 21)]
+
+
+def spox_models(out: str) -> list[str]:
+    """Graphs built directly with spox, a Python ONNX builder the corpus lacked, from opset 21's ops,
+    added before anyone tuned for them (the eleventh held-out wave, reported as 'untuned', prefix
+    ``spx_``): ``spx_logmel`` (Whisper's log-mel front end: HannWindow, STFT of the framed
+    waveform, the power spectrum, MelWeightMatrix, log10, clamped to 8 below each clip's maximum,
+    scaled; batch and samples dynamic) and ``spx_image`` (image preprocessing: uint8 NHWC to
+    float NCHW, an antialiased Resize to the smaller side's 40 with ``keep_aspect_ratio_policy``,
+    CenterCropPad to 32x32, mean and deviation, then a per-image rotation through AffineGrid and
+    GridSample with reflection padding; batch, height and width dynamic)."""
+    import spox.opset.ai.onnx.v21 as op
+    from spox import Tensor, argument, build
+
+    def i64(v):
+        return op.const(np.array(v, np.int64))
+
+    def f32(v):
+        return op.const(np.array(v, np.float32))
+
+    made = []
+    frame, hop, mels = 64, 16, 16
+    wav = argument(Tensor(np.float32, ("batch", "samples")))
+    window = op.hann_window(i64(frame), output_datatype=1)
+    spec = op.stft(op.unsqueeze(wav, i64([-1])), i64(hop), window, i64(frame), onesided=1)
+    power = op.reduce_sum(op.mul(spec, spec), i64([-1]), keepdims=0)  # [batch, frames, bins]
+    weights = op.mel_weight_matrix(i64(mels), i64(frame), i64(16000), f32(0.0), f32(8000.0), output_datatype=1)
+    logmel = op.div(op.log(op.max([op.matmul(power, weights), f32(1e-10)])), f32(np.log(10.0)))
+    floor = op.sub(op.reduce_max(logmel, i64([1, 2]), keepdims=1), f32(8.0))
+    logmel = op.div(op.add(op.max([logmel, floor]), f32(4.0)), f32(4.0))
+    # STFT's output has no static shape in spox's inference: a Reshape gives the output its rank
+    model = build({"waveform": wav}, {"log_mel": op.reshape(logmel, i64([0, -1, mels]))})
+    path = os.path.join(out, "spx_logmel.onnx")
+    _save(model, path)
+    rng, other = np.random.default_rng(0), np.random.default_rng(1)
+    t = np.arange(400) / 16000
+    clip = np.sin(2 * np.pi * np.outer([440, 1250], t)) + 0.05 * rng.standard_normal((BATCH, 400))
+    save_outputs(path, {"a": {"waveform": clip.astype(np.float32)},
+                        "b": {"waveform": 0.3 * other.standard_normal((1, 333)).astype(np.float32)}})
+    made.append(path)
+
+    image = argument(Tensor(np.uint8, ("batch", "height", "width", 3)))
+    angle = argument(Tensor(np.float32, ("batch",)))
+    x = op.transpose(op.cast(image, to=np.float32), perm=[0, 3, 1, 2])
+    x = op.resize(x, None, None, i64([40, 40]), axes=[2, 3], mode="linear", antialias=1,
+                  keep_aspect_ratio_policy="not_smaller")
+    x = op.center_crop_pad(x, i64([32, 32]), axes=[2, 3])
+    mean, std = np.array([0.485, 0.456, 0.406]).reshape(3, 1, 1), np.array([0.229, 0.224, 0.225]).reshape(3, 1, 1)
+    x = op.div(op.sub(op.div(x, f32(255.0)), f32(mean)), f32(std))
+    cos, sin, zero = op.cos(angle), op.sin(angle), op.mul(angle, f32(0.0))
+    rows = [op.concat([op.unsqueeze(v, i64([1])) for v in row], axis=1) for row in ((cos, op.neg(sin), zero),
+                                                                               (sin, cos, zero))]
+    theta = op.concat([op.unsqueeze(r, i64([1])) for r in rows], axis=1)  # [batch, 2, 3]
+    size = op.concat([op.slice(op.shape(image), i64([0]), i64([1])), i64([3, 32, 32])], axis=0)
+    x = op.grid_sample(x, op.affine_grid(theta, size, align_corners=0), mode="linear", padding_mode="reflection",
+                       align_corners=0)
+    path = os.path.join(out, "spx_image.onnx")
+    _save(build({"image": image, "angle": angle}, {"pixels": x}), path)
+    save_outputs(path, {"a": {"image": rng.integers(0, 256, (BATCH, 48, 64, 3)).astype(np.uint8),
+                              "angle": np.array([0.1, -0.3], np.float32)},
+                        "b": {"image": other.integers(0, 256, (1, 50, 37, 3)).astype(np.uint8),
+                              "angle": np.array([0.5], np.float32)}})
+    made.append(path)
+    return made
+
+
+class _KeywordSpotter(torch.nn.Module):
+    """A keyword spotter on torch.stft: a reflect-padded Hann STFT, the magnitude squared, a mel
+    projection, log, two Conv1d layers over time, a mean and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(64))
+        self.register_buffer("mel", torch.rand(33, 16) / 4)
+        self.conv1, self.conv2 = torch.nn.Conv1d(16, 24, 3, padding=1), torch.nn.Conv1d(24, 24, 3, padding=2, dilation=2)
+        self.head = torch.nn.Linear(24, 6)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        spec = torch.stft(audio, n_fft=64, hop_length=16, window=self.window, center=True, pad_mode="reflect",
+                          return_complex=True)
+        logmel = torch.log(spec.abs().pow(2).transpose(1, 2) @ self.mel + 1e-6).transpose(1, 2)
+        h = torch.relu(self.conv2(torch.relu(self.conv1(logmel))))
+        return self.head(h.mean(-1))
+
+
+def plain_torch_third(out: str) -> list[str]:
+    """An audio family no model in the corpus has, added before anyone tuned for it (the eleventh
+    held-out wave, reported as 'untuned', prefix ``pt_``): ``pt_kws``, a keyword spotter whose
+    front end is torch.stft (the dynamo exporter writes a reflect Pad, STFT with a window and
+    ReduceL2 over its real and imaginary parts; opset 18, batch and samples dynamic)."""
+    torch.manual_seed(0)
+    rng, other = np.random.default_rng(0), np.random.default_rng(1)
+    a = {"audio": rng.standard_normal((BATCH, 400)).astype(np.float32)}
+    b = {"audio": other.standard_normal((1, 333)).astype(np.float32)}
+    path = os.path.join(out, "pt_kws.onnx")
+    _export_dynamo(_KeywordSpotter(), a, {"audio": {0: torch.export.Dim("batch", min=1, max=64),
+                                                    1: torch.export.Dim("samples", min=128, max=16000)}},
+                   ["logits"], path)
+    save_outputs(path, {"a": a, "b": b})
+    return [path]
+
+
 def sklearn_eighth_wave(out: str) -> list[str]:
     """skl2onnx families the corpus lacked, added before anyone tuned for them (the held-out set,
     reported as 'untuned'): ``skh_stacking`` (a StackingClassifier: LogisticRegression, a depth-3
@@ -3066,7 +3273,9 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           "hf7": hf_seventh_wave, "plain": plain_torch_models, "sklearn7": sklearn_seventh_wave,
           # the tenth held-out wave: "plain2" is torch alone, "onnxscript" onnxscript alone
           "plain2": plain_torch_second, "onnxscript": onnxscript_models, "sklearn8": sklearn_eighth_wave,
-          "onnxmltools2": onnxmltools_held_out}
+          "onnxmltools2": onnxmltools_held_out,
+          # the eleventh held-out wave: "jax" needs jax, flax and jax2onnx, "spox" spox, "plain3" torch
+          "jax": jax_models, "spox": spox_models, "plain3": plain_torch_third}
 
 
 def main() -> None:

@@ -41,6 +41,9 @@ class CpuEp(Ep):
                  blas_threads: LoadAwareBlasThreads | None = None) -> None:
         self._logger = logger
         self._blas = blas_threads
+        # Set by create_kernel: a session whose nodes all run on other EPs runs no BLAS product here
+        # (host plans of other EPs govern their own runs: graph_plan.GovernedHostPlan).
+        self._has_kernels = False
         # the custom ops EP libraries bring for the CPU EP (no execution_provider, as onnxruntime's default)
         self._custom = {k: op for k, op in (custom_ops or {}).items()
                         if op.execution_provider in (None, "", self.name)}
@@ -53,12 +56,15 @@ class CpuEp(Ep):
                 support_info.add_single_node(node)
 
     def on_run_start(self, run_options: Any) -> None:
-        if self._blas is not None:
+        # The load reading (/proc/self/task/*/stat, every 50 ms) cost 200-300 us of a run of the CNN
+        # on the OpenCL EP, whose runs outlast 50 ms, for products this EP never ran.
+        if self._blas is not None and self._has_kernels:
             self._blas.apply()
 
     def create_kernel(self, node: Node, context: KernelCreateContext) -> Kernel:
         from onnxhal.runtime.providers.cpu.kernel_factory import create_cpu_kernel
 
+        self._has_kernels = True
         custom = self._custom.get((node.domain, node.op_type))
         if custom is not None:
             return custom.create_kernel(node)

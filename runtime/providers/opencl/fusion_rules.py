@@ -66,6 +66,10 @@ FUSION_RULES: dict[str, str] = {
     "conv_lanes_weight_order": "a conv_lanes Conv whose weights outweigh its input planes walks the row tiles of "
                                "one channel block on consecutive work-items (its weights stay in cache) rather "
                                "than the channel blocks of one row tile (a kernel choice)",
+    "conv_lanes_downsample": "a 1x1 conv_lanes Conv (one group, no activation) whose output only a later "
+                             "conv_lanes Conv reads, as its residual, with the same output channels and plane (a "
+                             "ResNet stage's downsample) computed in that Conv's launch, into its accumulators after "
+                             "its taps (the biases summed): no launch, buffer or residual read of its own",
     "conv_flat": "a Conv with constant weights that would run as im2col + GEMM (rows that fill no 16-wide panel, "
                  "strides above 2) and takes at most CONV_FLAT_MAX_MACS multiply-adds, as one implicit-GEMM launch "
                  "whose 16 lanes are consecutive positions of the flattened output plane, each gathering its input "

@@ -14,6 +14,7 @@ channels (depthwise) use a direct kernel.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -564,6 +565,64 @@ class GemmLowering:
             plan.steps.remove(pad)
             plan.zeroed_temps.add(xp)
             del plan.temps[x]
+
+    def downsamples_into_readers(self) -> None:
+        """Rule conv_lanes_downsample, once every node is lowered (after ``pads_into_producers``): a
+        1x1 conv_lanes launch (one group, no activation, no residual, plain output layout) whose output
+        only one later conv_lanes launch reads, as its residual, with the same output channels, plane
+        and images (a ResNet stage's downsample and the block's second 3x3 Conv) runs inside that
+        launch: the ``_ds`` kernel (``ks.conv_lanes_downsample_source``) adds the 1x1's products to
+        the same accumulators after its own taps, its bias summed into the reader's, so the 1x1's
+        launch, its output buffer and the residual's reads go. The 1x1's input must be unchanged
+        until the reader runs: any launch between them reads it as a conv_lanes input or residual only."""
+        plan, steps = self.plan, self.plan.steps
+        for d in [s for s in steps if isinstance(s, Launch) and s.kernel_name.startswith("conv_lanes_r")]:
+            m = re.fullmatch(r"conv_lanes_r\d+(?:x\d+)?_s([12])(?:_wc)?", d.kernel_name)
+            y, x2 = d.args[2].name, d.args[1].name
+            OH, OW = int(d.args[6]), int(d.args[7])
+            if (m is None or [int(a) for a in d.args[9:11]] != [1, 1] or int(d.args[19]) != 0
+                    or int(d.args[17]) != 1 or [int(a) for a in d.args[-6:-3]] != [OH * OW, OW, 0]
+                    or y not in plan.temps or y in plan.output_names or y in plan.aliases
+                    or y in plan.aliases.values()):
+                continue
+            readers = [s for s in steps if s is not d and _reads(s, y)]
+            if len(readers) != 1:
+                continue
+            r = readers[0]
+            if not (isinstance(r, Launch) and re.fullmatch(r"conv_lanes_r\d+(?:x\d+)?_s[12](?:_k\d+)?(?:_wc)?",
+                                                           r.kernel_name)):
+                continue
+            first, last = steps.index(d), steps.index(r)
+            if ([k for k, a in enumerate(r.args) if isinstance(a, Buf) and a.name == y] != [4] or last < first
+                    or int(r.args[19]) < 16 or int(r.args[17]) != 1 or r.global_size[1] != d.global_size[1]
+                    or [int(a) for a in r.args[5:8]] != [int(a) for a in d.args[5:8]]):
+                continue
+            if any(isinstance(s, Launch) and not s.kernel_name.startswith("conv_lanes_r") and _reads(s, x2)
+                   or isinstance(s, Launch) and [k for k, a in enumerate(s.args) if isinstance(a, Buf)
+                                                 and a.name == x2 and k not in (1, 4)]
+                   or not isinstance(s, Launch) and _reads(s, x2) for s in steps[first + 1:last]):
+                continue
+            biases = [a.name for a, mode in ((r.args[3], r.args[18]), (d.args[3], d.args[18])) if int(mode) == 2]
+            if any(b not in plan.constants for b in biases):
+                continue
+            if len(biases) == 2:
+                total = (np.asarray(plan.constants[biases[0]], np.float32).reshape(-1)
+                         + np.asarray(plan.constants[biases[1]], np.float32).reshape(-1))
+                bias = self._prepacked_name("conv_lanes_bias", total.size)
+                plan.constants[bias] = total
+                biases = [bias]
+            args = list(r.args)
+            args[3] = Buf(biases[0]) if biases else args[0]
+            args[4] = args[0]  # any valid buffer: no residual read
+            args[18], args[19] = I32(2 if biases else 0), I32(int(r.args[19]) - 16)
+            args += [d.args[0], d.args[1], d.args[8], d.args[11], d.args[14], d.args[15], d.args[16]]
+            sw2 = int(m[1])
+            steps[last] = Launch(ks.conv_lanes_downsample_source(r.kernel_name, sw2), f"{r.kernel_name}_ds{sw2}",
+                                 r.global_size, r.local_size, args)
+            steps.remove(d)
+            for a in d.args:  # its output and any scratch of its own
+                if isinstance(a, Buf) and a.name in plan.temps and not any(_reads(s, a.name) for s in steps):
+                    del plan.temps[a.name]
 
     def _conv_implicit(self, x: str, w: str, xs, ws, g: dict, G: int, out: str, bias: str | None,
                        epi: Epilogue) -> bool:

@@ -12,6 +12,9 @@ is accurate to ~1e-7 relative here and much faster than ``exp``.
 
 from __future__ import annotations
 
+import functools
+import re
+
 #: NaN-propagating max/min/clamp, for every program that compares values.
 NAN_HELPERS = """
 // As numpy, the CPU EP and onnxruntime's elementwise ops: OpenCL's fmax/fmin return the other
@@ -639,114 +642,9 @@ CONV_LANES_CHUNK_MIN_ITEMS = 8
 CONV_LANES_MIN_CG = 8
 
 
-def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0, chunked: bool = False) -> str:
-    """``conv_lanes_r{rp}_s{sw}`` (rule ``conv_lanes``): a Conv with the output channels in the vector lanes.
-    One work-item computes CONV_LANES_CHANNELS output channels (CONV_LANES_NV 16-lane accumulators a
-    position) x ``rp`` consecutive positions of one output row, reading the zero-padded input planes
-    of ``pad_planes`` (no bounds checks: reading the input in place with a check per position ran
-    1.5x slower, a row of 14 or 28 being edge tiles only). Per (channel, tap) it loads the weight
-    vectors (packed at specialisation as [group][channel block][ci][kh][kw][CONV_LANES_CHANNELS], so
-    the loads are aligned and walk memory in order) and broadcasts each of the ``rp`` input values
-    once to all of them: 2 x ``rp`` FMAs per 2 + ``rp`` loads, every input value read as a scalar, so
-    stride 2 takes the same code as stride 1. The horizontal stride ``sw`` is a constant of the kernel:
-    as an argument, each position's load needed its own address arithmetic and the kernel ran about a
-    quarter slower. The row-vector kernels (``conv_unpadded``) instead load a
-    16-position input vector per (channel, tap) and broadcast 8 weights (8 FMAs per 9 loads), with
-    two loads and a shuffle a vector at stride 2 and lanes idle or masked in rows of 14. Each
-    position's accumulators are stored lane by lane (output channels are a plane apart) with the
-    epilogue of ``store_row``.
-
-    ``nr`` > 1 (``conv_lanes_r{rp}x{nr}_s{sw}``, rule ``conv_lanes_row_pairs``, rows of ``rp`` == OW):
-    a work-item computes ``nr`` whole output rows, ``rp`` positions each, so rows of 7 keep the
-    14-position tile; each row reads its own input row through a pointer set once, and the last tile
-    of an odd row count runs a loop over its first row alone (its second row's accumulators stay
-    zero and are not stored).
-
-    ``kw`` > 0 (``..._k{kw}``, rule ``conv_lanes_k3``): the same kernel for kernel rows of exactly
-    ``kw`` taps, its tap loop unrolled at compile time (the KW argument is then that number).
-
-    ``chunked`` (``conv_lanes_r7x2_s{sw}_wc``, rule ``conv_lanes_weight_chunks``, row pairs only): a
-    work-item computes one channel block over every row tile, input channels ``chunk`` at a time
-    (an argument: as many as keep a chunk's weights within CONV_LANES_CHUNK_BYTES). For each chunk it
-    runs every tile, taking the tile's accumulators from its slice of the scratch buffer ``S``
-    (28 vectors a tile, 64-byte aligned) and putting them back there, or through the epilogue after
-    the last chunk: the chunk's weights are read from memory once and from L1 for the other tiles,
-    where the one-tile kernel streams a block's weights (590 KB at 512 channels) once per tile. Each
-    accumulator sums the same products in the same order as the one-tile kernel.
-
-    The output's and the residual's layouts are arguments of every form (``PC``, ``OWC``, ``coff`` and
-    ``RP``, ``ROW``, ``roff``: plane stride, row stride, offset): rule ``conv_lanes_padded_output`` has
-    a Conv write the interior of a later Conv's zero-padded planes in place of that Conv's
-    ``pad_planes`` copy, and the value's residual readers read it there. A row-pair tile stores its
-    two rows as one run of 14 where they are consecutive (the plain layout), else as a run of 7 each."""
-    nv = CONV_LANES_NV
-    decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
-    loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
-    rows = "".join(f"        __global const float* xr{r} = xr + roff{r};\n" for r in range(1, nr))
-
-    def src(p: int) -> str:
-        r, q = divmod(p, rp)
-        return f"xr{r if r else ''}[{q * sw}]"
-
-    unroll, taps = ('_Pragma("unroll") ', str(kw)) if kw else ("", "KW")
-
-    cis = ("c0", "c1") if chunked else ("0", "Cg")
-    # A chunk's first tile reads its weights from memory: ask for them 2 KB (16 taps) ahead.
-    pf = "        LANES_PREFETCH(wp + 32);\n" if chunked else ""
-
-    def loop(positions: int, rows: str) -> str:
-        body = "\n".join(f"        {{ const float xv = {src(p)}; "
-                         + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
-                         for p in range(positions))
-        return f"""  for (int ci = {cis[0]}; ci < {cis[1]}; ++ci) {{
-    for (int kh = 0; kh < KH; ++kh) {{
-      __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
-      {unroll}for (int kw = 0; kw < {taps}; ++kw) {{
-        __global const float* xr = xrow + kw * dw;
-{rows}{loads}
-{pf}{body}
-        wp += {nv};
-      }}
-    }}
-  }}"""
-
-    if nr == 1:
-        loops = loop(rp, "")
-    else:
-        # The last tile of an odd row count computes its one row only (an eighth of a 7x7 stage's work).
-        assert nr == 2, nr
-        loops = (f"  if (oh + 1 < OH) {{\n{loop(rp * nr, rows)}\n  }} else {{\n{loop(rp, '')}\n  }}")
-    # With nr > 1 the tile is whole rows of OW == rp, so position p of the tile is p floats after Crow.
-    # A position's residual lanes are all read before its stores: at 56x56 the output and residual
-    # planes 16 channels apart lie a multiple of 4 KiB apart, and a load issued after a store to an
-    # address with the same low 12 bits waits on it (4K aliasing).
-    def store_position(p: int) -> str:
-        r, q = divmod(p, rp)  # row r of the tile (rows OWC apart in C, ROW in R), position q
-        at_c, at_r = (f"{r} * OWC + {q}", f"{r} * ROW + {q}") if r else (str(q), str(q))
-        res = " ".join(f"const float16 r{v} = conv_lanes_residual(Rrow + {at_r} + {16 * v} * RP, RP, act);"
-                       for v in range(nv))
-        stores = " ".join(f"conv_lanes_store(c{p}_{v}, r{v}, Crow + {at_c} + {16 * v} * PC, bias, co0 + {16 * v}, "
-                          f"PC, bias_mode, act, p0, p1);" for v in range(nv))
-        return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
-
-    store = ("  if (rows) {\n" + _lanes_row_stores(rp, nr, nv) + "\n  } else {\n"
-             + "\n".join(store_position(p) for p in range(rp * nr)) + "\n  }")
-    name = ((f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}") + (f"_k{kw}" if kw else "")
-            + ("_wc" if chunked else ""))
-    if nr == 1:
-        tile = f"""  const int nt = OW / {rp};
-  const int ib = wmajor ? gid / (OH * nt) : gid % Mb, t = wmajor ? gid % (OH * nt) : gid / Mb;
-  const int oh = t / nt, ow0 = (t % nt) * {rp};
-  if (oh >= OH) return;"""
-    else:
-        tile = f"""  const int nt = (OH + {nr - 1}) / {nr};
-  const int ib = wmajor ? gid / nt : gid % Mb, t = wmajor ? gid % nt : gid / Mb;
-  const int oh = t * {nr}, ow0 = 0;
-  if (oh >= OH) return;
-""" + "".join(f"  const int roff{r} = {r} * sh * Wp;\n" for r in range(1, nr))
-    helper = ""
-    if (rp, sw, kw) == (CONV_LANES_POSITIONS[0], 1, 0):
-        helper = """
+#: The conv_lanes kernels' inline helpers: in the fixed GEMM program once (with conv_lanes_r14_s1), and
+#: in each rule conv_lanes_downsample program.
+_LANES_HELPERS = """
 // The epilogue of store_row for 16 output channels (lanes) of one position: bias per channel, the
 // residual r (conv_lanes_residual: 16 lanes a plane apart), the activation (Relu as a mask, others
 // lane by lane), then one store a lane, the channels a plane (P floats) apart. Crow/Rrow point at
@@ -836,8 +734,146 @@ inline void conv_lanes_store(float16 v, const float16 r, __global float* Crow,
   Crow[15 * P] = v.sf;
 }
 """
+
+
+def _conv_lanes_source(rp: int, sw: int, nr: int = 1, kw: int = 0, chunked: bool = False, ds: int = 0) -> str:
+    """``conv_lanes_r{rp}_s{sw}`` (rule ``conv_lanes``): a Conv with the output channels in the vector lanes.
+    One work-item computes CONV_LANES_CHANNELS output channels (CONV_LANES_NV 16-lane accumulators a
+    position) x ``rp`` consecutive positions of one output row, reading the zero-padded input planes
+    of ``pad_planes`` (no bounds checks: reading the input in place with a check per position ran
+    1.5x slower, a row of 14 or 28 being edge tiles only). Per (channel, tap) it loads the weight
+    vectors (packed at specialisation as [group][channel block][ci][kh][kw][CONV_LANES_CHANNELS], so
+    the loads are aligned and walk memory in order) and broadcasts each of the ``rp`` input values
+    once to all of them: 2 x ``rp`` FMAs per 2 + ``rp`` loads, every input value read as a scalar, so
+    stride 2 takes the same code as stride 1. The horizontal stride ``sw`` is a constant of the kernel:
+    as an argument, each position's load needed its own address arithmetic and the kernel ran about a
+    quarter slower. The row-vector kernels (``conv_unpadded``) instead load a
+    16-position input vector per (channel, tap) and broadcast 8 weights (8 FMAs per 9 loads), with
+    two loads and a shuffle a vector at stride 2 and lanes idle or masked in rows of 14. Each
+    position's accumulators are stored lane by lane (output channels are a plane apart) with the
+    epilogue of ``store_row``.
+
+    ``nr`` > 1 (``conv_lanes_r{rp}x{nr}_s{sw}``, rule ``conv_lanes_row_pairs``, rows of ``rp`` == OW):
+    a work-item computes ``nr`` whole output rows, ``rp`` positions each, so rows of 7 keep the
+    14-position tile; each row reads its own input row through a pointer set once, and the last tile
+    of an odd row count runs a loop over its first row alone (its second row's accumulators stay
+    zero and are not stored).
+
+    ``kw`` > 0 (``..._k{kw}``, rule ``conv_lanes_k3``): the same kernel for kernel rows of exactly
+    ``kw`` taps, its tap loop unrolled at compile time (the KW argument is then that number).
+
+    ``chunked`` (``conv_lanes_r7x2_s{sw}_wc``, rule ``conv_lanes_weight_chunks``, row pairs only): a
+    work-item computes one channel block over every row tile, input channels ``chunk`` at a time
+    (an argument: as many as keep a chunk's weights within CONV_LANES_CHUNK_BYTES). For each chunk it
+    runs every tile, taking the tile's accumulators from its slice of the scratch buffer ``S``
+    (28 vectors a tile, 64-byte aligned) and putting them back there, or through the epilogue after
+    the last chunk: the chunk's weights are read from memory once and from L1 for the other tiles,
+    where the one-tile kernel streams a block's weights (590 KB at 512 channels) once per tile. Each
+    accumulator sums the same products in the same order as the one-tile kernel.
+
+    The output's and the residual's layouts are arguments of every form (``PC``, ``OWC``, ``coff`` and
+    ``RP``, ``ROW``, ``roff``: plane stride, row stride, offset): rule ``conv_lanes_padded_output`` has
+    a Conv write the interior of a later Conv's zero-padded planes in place of that Conv's
+    ``pad_planes`` copy, and the value's residual readers read it there. A row-pair tile stores its
+    two rows as one run of 14 where they are consecutive (the plain layout), else as a run of 7 each.
+
+    ``ds`` > 0 (``..._ds{ds}``, rule ``conv_lanes_downsample``; programs of their own,
+    ``conv_lanes_downsample_source``): the launch also computes a 1x1 Conv of horizontal stride ``ds``
+    (arguments W2, X2, Cg2, sh2, Hp2, Wp2, x2off: its packed weights, input planes and their geometry)
+    into the same accumulators after the tap loops, in place of reading that Conv's output as the
+    residual (a ResNet stage's downsample)."""
+    nv = CONV_LANES_NV
+    decl = "\n".join(f"  float16 c{p}_{v} = (float16)(0.0f);" for p in range(rp * nr) for v in range(nv))
+    loads = "\n".join(f"        const float16 w{v} = wp[{v}];" for v in range(nv))
+    rows = "".join(f"        __global const float* xr{r} = xr + roff{r};\n" for r in range(1, nr))
+
+    def src(p: int) -> str:
+        r, q = divmod(p, rp)
+        return f"xr{r if r else ''}[{q * sw}]"
+
+    unroll, taps = ('_Pragma("unroll") ', str(kw)) if kw else ("", "KW")
+
+    cis = ("c0", "c1") if chunked else ("0", "Cg")
+    # A chunk's first tile reads its weights from memory: ask for them 2 KB (16 taps) ahead.
+    pf = "        LANES_PREFETCH(wp + 32);\n" if chunked else ""
+
+    def loop(positions: int, rows: str) -> str:
+        body = "\n".join(f"        {{ const float xv = {src(p)}; "
+                         + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
+                         for p in range(positions))
+        return f"""  for (int ci = {cis[0]}; ci < {cis[1]}; ++ci) {{
+    for (int kh = 0; kh < KH; ++kh) {{
+      __global const float* xrow = xb + ((size_t)ci * Hp + kh * dh) * Wp;
+      {unroll}for (int kw = 0; kw < {taps}; ++kw) {{
+        __global const float* xr = xrow + kw * dw;
+{rows}{loads}
+{pf}{body}
+        wp += {nv};
+      }}
+    }}
+  }}"""
+
+    def ds_loop(positions: int) -> str:
+        # Rule conv_lanes_downsample: the 1x1 Conv's channels, one weight load a channel (no taps).
+        body = "\n".join(f"      {{ const float xv = xq{p // rp if p >= rp else ''}[{(p % rp) * ds}]; "
+                         + " ".join(f"c{p}_{v} += (float16)(xv) * w{v};" for v in range(nv)) + " }"
+                         for p in range(positions))
+        second = "".join(f"    __global const float* xq{r} = xq + {r} * sh2 * Wp2;\n" for r in range(1, nr))
+        return f"""  for (int ci = {cis[0]}; ci < {cis[1]}; ++ci) {{
+    __global const float* xq = x2b + (size_t)ci * Hp2 * Wp2;
+{second}""" + "\n".join(f"    const float16 w{v} = wq[{v}];" for v in range(nv)) + f"""
+{body}
+    wq += {nv};
+  }}"""
+
+    if nr == 1:
+        loops = loop(rp, "")
+    else:
+        # The last tile of an odd row count computes its one row only (an eighth of a 7x7 stage's work).
+        assert nr == 2, nr
+        loops = (f"  if (oh + 1 < OH) {{\n{loop(rp * nr, rows)}\n  }} else {{\n{loop(rp, '')}\n  }}")
+    if ds:
+        cis = ("0", "Cg2")
+        ds_pointers = (f"  __global const float16* wq = (__global const float16*)(W2 + (size_t)ib * Cg2 * {16 * nv});\n"
+                       f"  __global const float* x2b = X2 + x2off + (size_t)b * Cg2 * Hp2 * Wp2 + (size_t)oh * sh2 * Wp2"
+                       f" + ow0 * {ds};\n")
+        # A chunked kernel adds the 1x1 Conv with its last chunk of input channels.
+        loops += ("\n  if (c1 >= Cg) {\n" if chunked else "\n  {\n") + ds_pointers
+        loops += (ds_loop(rp) if nr == 1 else
+                  f"  if (oh + 1 < OH) {{\n{ds_loop(rp * nr)}\n  }} else {{\n{ds_loop(rp)}\n  }}") + "\n  }"
+    # With nr > 1 the tile is whole rows of OW == rp, so position p of the tile is p floats after Crow.
+    # A position's residual lanes are all read before its stores: at 56x56 the output and residual
+    # planes 16 channels apart lie a multiple of 4 KiB apart, and a load issued after a store to an
+    # address with the same low 12 bits waits on it (4K aliasing).
+    def store_position(p: int) -> str:
+        r, q = divmod(p, rp)  # row r of the tile (rows OWC apart in C, ROW in R), position q
+        at_c, at_r = (f"{r} * OWC + {q}", f"{r} * ROW + {q}") if r else (str(q), str(q))
+        res = " ".join(f"const float16 r{v} = conv_lanes_residual(Rrow + {at_r} + {16 * v} * RP, RP, act);"
+                       for v in range(nv))
+        stores = " ".join(f"conv_lanes_store(c{p}_{v}, r{v}, Crow + {at_c} + {16 * v} * PC, bias, co0 + {16 * v}, "
+                          f"PC, bias_mode, act, p0, p1);" for v in range(nv))
+        return "  " + ("" if p < rp else f"if (oh + {p // rp} < OH) ") + f"{{ {res}\n    {stores} }}"
+
+    store = ("  if (rows) {\n" + _lanes_row_stores(rp, nr, nv) + "\n  } else {\n"
+             + "\n".join(store_position(p) for p in range(rp * nr)) + "\n  }")
+    name = ((f"conv_lanes_r{rp}_s{sw}" if nr == 1 else f"conv_lanes_r{rp}x{nr}_s{sw}") + (f"_k{kw}" if kw else "")
+            + ("_wc" if chunked else "") + (f"_ds{ds}" if ds else ""))
+    if nr == 1:
+        tile = f"""  const int nt = OW / {rp};
+  const int ib = wmajor ? gid / (OH * nt) : gid % Mb, t = wmajor ? gid % (OH * nt) : gid / Mb;
+  const int oh = t / nt, ow0 = (t % nt) * {rp};
+  if (oh >= OH) return;"""
+    else:
+        tile = f"""  const int nt = (OH + {nr - 1}) / {nr};
+  const int ib = wmajor ? gid / nt : gid % Mb, t = wmajor ? gid % nt : gid / Mb;
+  const int oh = t * {nr}, ow0 = 0;
+  if (oh >= OH) return;
+""" + "".join(f"  const int roff{r} = {r} * sh * Wp;\n" for r in range(1, nr))
+    helper = _LANES_HELPERS if (rp, sw, kw, ds) == (CONV_LANES_POSITIONS[0], 1, 0, 0) else ""
+    ds_args = (",\n                             __global const float* W2, __global const float* X2, const int Cg2, "
+               "const int sh2, const int Hp2, const int Wp2, const int x2off" if ds else "")
     if chunked:
-        return helper + _conv_lanes_chunked_kernel(name, rp, sw, nr, nv, decl, loops, store)
+        return helper + _conv_lanes_chunked_kernel(name, rp, sw, nr, nv, decl, loops, store, ds_args)
     return helper + f"""
 // Y[b] (b = image * G + group; M output channels per group, P = OH * OW) = A[b % a_mod] (*) Xp[b], the
 // output channels in the lanes (see _conv_lanes_source). Xp: Cg zero-padded planes of Hp x Wp per b,
@@ -852,7 +888,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                              const int Wp, const int xoff, const int a_mod, const int bias_mode, const int act,
                              const float p0, const float p1, const int rows, const int wmajor,
                              const int PC, const int OWC, const int coff, const int RP, const int ROW,
-                             const int roff) {{
+                             const int roff{ds_args}) {{
   const int P = OH * OW, Mb = M / {16 * nv};
   const int gid = get_global_id(0), b = get_global_id(1);
   // Consecutive work-items take the channel blocks of one row tile (its input rows stay in cache),
@@ -870,6 +906,24 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
 {store}
 }}
 """
+
+
+@functools.cache
+def conv_lanes_downsample_source(kernel: str, ds: int) -> str:
+    """Rule conv_lanes_downsample: the program of ``{kernel}_ds{ds}``, the conv_lanes kernel ``kernel``
+    (``conv_lanes_r14_s1_k3``, ``conv_lanes_r7x2_s1_wc``, ...) that also computes a 1x1 Conv of
+    horizontal stride ``ds`` (``_conv_lanes_source``). A program of its own, built only for plans
+    that use it, so the fixed GEMM program (every plan's) takes no longer to build."""
+    m = re.fullmatch(r"conv_lanes_r(\d+)(?:x(\d+))?_s([12])(?:_k(\d+))?(_wc)?", kernel)
+    if m is None or ds not in (1, 2):
+        raise ValueError(f"conv_lanes_downsample_source: no conv_lanes kernel {kernel!r} with a 1x1 of stride {ds}")
+    rp, nr, sw, kw, wc = int(m[1]), int(m[2] or 1), int(m[3]), int(m[4] or 0), bool(m[5])
+    return (ACTIVATION_HELPERS + """
+typedef float16 __attribute__((aligned(4))) float16u;
+typedef float8 __attribute__((aligned(4))) float8u;
+typedef float4 __attribute__((aligned(4))) float4u;
+typedef float2 __attribute__((aligned(4))) float2u;
+""" + _LANES_HELPERS + _conv_lanes_source(rp, sw, nr, kw, wc, ds))
 
 
 def _lanes_row_stores(rp: int, nr: int, nv: int) -> str:
@@ -914,7 +968,7 @@ def _lanes_row_stores(rp: int, nr: int, nv: int) -> str:
 
 
 def _conv_lanes_chunked_kernel(name: str, rp: int, sw: int, nr: int, nv: int, decl: str, loops: str,
-                               store: str) -> str:
+                               store: str, ds_args: str = "") -> str:
     """The kernel text of ``_conv_lanes_source(..., chunked=True)`` from its parts (the tile's
     declarations, tap loops over ``ci`` in [c0, c1) and epilogue stores)."""
     acc = [f"c{p}_{v}" for p in range(rp * nr) for v in range(nv)]
@@ -931,7 +985,7 @@ __kernel void {name}(__global const float* Wt, __global const float* Xp, __globa
                              const int Wp, const int xoff, const int a_mod, const int bias_mode, const int act,
                              const float p0, const float p1, const int rows, const int chunk,
                              __global float* S, const int PC, const int OWC, const int coff, const int RP,
-                             const int ROW, const int roff) {{
+                             const int ROW, const int roff{ds_args}) {{
   const int P = OH * OW, Mb = M / {16 * nv};
   const int ib = get_global_id(0), b = get_global_id(1);
   const int nt = (OH + {nr - 1}) / {nr}, ow0 = 0;

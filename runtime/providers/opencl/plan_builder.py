@@ -366,6 +366,8 @@ class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadRes
             self._lower(n, epilogues.get(id(n)))
         if self.rule("conv_lanes_padded_output"):
             self.pads_into_producers()
+        if self.rule("conv_lanes_downsample"):
+            self.downsamples_into_readers()
         if self.rule("gemm_norm"):
             norms_into_gemms(self.plan)
         return self.plan

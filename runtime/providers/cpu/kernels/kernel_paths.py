@@ -26,6 +26,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         fused,
         fused_conv,
         gather_nd,
+        grid_sample,
         ml_svm,
         ml_trees,
         numerics,

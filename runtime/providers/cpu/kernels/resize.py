@@ -10,6 +10,8 @@ Upsample (opsets 7 and 9) runs on the same native path."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -79,7 +81,8 @@ class Resize(Kernel):
         self.cubic_a = float(node.attr("cubic_coeff_a", -0.75))
         self.exclude_outside = bool(node.attr("exclude_outside", 0))
         self.policy = node.attr("keep_aspect_ratio_policy", "stretch")
-        native = (self.mode in ("nearest", "linear", "cubic") and not node.attr("antialias", 0)
+        self.antialias = bool(node.attr("antialias", 0)) and self.mode in ("linear", "cubic")
+        native = (self.mode in ("nearest", "linear", "cubic") and (self.mode != "nearest" or not node.attr("antialias", 0))
                   and self.coord_mode != "tf_crop_and_resize"
                   and self.policy in ("stretch", "not_larger", "not_smaller"))
         self.ref = None
@@ -130,6 +133,9 @@ class Resize(Kernel):
                     out_shape[a] = int(np.float32(scales[i]) * np.float32(x.shape[a]))
         if out_shape == list(x.shape):  # onnxruntime copies the input whatever the scales (upsample.cc)
             return [x.copy()]
+        if self.antialias:
+            return [resize_antialias(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.cubic_a,
+                                     self.exclude_outside)]
         return [resize_axes(x, axes, out_shape, scale_list, self.mode, self.coord_mode, self.nearest_mode,
                             self.cubic_a, self.exclude_outside)]
 
@@ -211,4 +217,68 @@ def resize_axes(x: np.ndarray, axes: list, out_shape: list, scale_list: list, mo
         w = w.reshape(shape)
         y0 = np.take(y, i0, axis=a)
         y = y0 + (np.take(y, i1, axis=a) - y0) * w
+    return np.ascontiguousarray(y)
+
+
+def _antialias_coefficients(ratios: np.ndarray, scale: float, mode: str, a: float) -> np.ndarray:
+    """Per output position (rows), the taps' weights of the filter widened by 1/scale when
+    downscaling: the triangle (linear) or Keys' cubic (coefficient ``a``), each row normalized, as
+    the specification's reference (``ratio`` in (0, 1], the fraction past the tap left of the
+    source coordinate)."""
+    scale = min(scale, 1.0)
+    reach = 1 if mode == "linear" else 2
+    start = int(np.floor(-reach / scale) + 1)
+    taps = np.arange(start, 2 - start)
+    d = np.abs((taps[None, :] - ratios[:, None]) * scale)
+    if mode == "linear":
+        w = np.clip(1 - d, 0, 1)
+    else:
+        w = np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                     np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0))
+    return w / w.sum(axis=1, keepdims=True)
+
+
+@functools.lru_cache(maxsize=64)  # per geometry: a model resizes the same shapes run after run
+def antialias_matrix(out_len: int, in_len: int, scale: float, mode: str, coord_mode: str, cubic_a: float = -0.75,
+                     exclude_outside: bool = False, dtype: type = np.float64) -> np.ndarray:
+    """[out_len, in_len] weights of an antialiased linear or cubic resize along one axis: the
+    specification's taps nearest each source coordinate (edge-clamped, or with ``exclude_outside``
+    dropped and the rest renormalized), summed per input cell; float64."""
+    coords = _source_coords(coord_mode, out_len, in_len, scale)
+    lo = np.floor(coords)
+    ratios = np.where(coords == lo, 1.0, coords - lo)  # prefer the tap left of an exact position
+    coeffs = _antialias_coefficients(ratios, scale, mode, cubic_a)
+    n = coeffs.shape[1]
+    pad = -(-n // 2)
+    padded = coords + pad
+    base = np.floor(padded)
+    frac = padded - base
+    if n % 2 == 0:  # the n nearest cells, ties to the smaller index
+        offset = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        offset = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    idx = (base + offset).astype(np.int64)[:, None] + np.arange(n)[None, :] - pad
+    if exclude_outside:
+        coeffs = np.where((idx < 0) | (idx >= in_len), 0.0, coeffs)
+        total = coeffs.sum(axis=1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    matrix = np.zeros((out_len, in_len))
+    np.add.at(matrix, (np.repeat(np.arange(out_len), n), np.clip(idx, 0, in_len - 1).reshape(-1)), coeffs.reshape(-1))
+    matrix = matrix.astype(dtype)
+    matrix.flags.writeable = False  # shared by the cache
+    return matrix
+
+
+def resize_antialias(x: np.ndarray, axes: list, out_shape: list, scale_list: list, mode: str, coord_mode: str,
+                     cubic_a: float = -0.75, exclude_outside: bool = False) -> np.ndarray:
+    """Antialiased linear or cubic resize of a float ``x``: one matrix product per resized axis
+    (onnx.reference gathers every tap of every output cell)."""
+    y = x
+    for a in axes:
+        in_len, out_len = x.shape[a], out_shape[a]
+        if out_len == in_len and scale_list[a] == 1.0:
+            continue
+        w = antialias_matrix(out_len, in_len, float(scale_list[a]), mode, coord_mode, float(cubic_a),
+                             bool(exclude_outside), x.dtype.type)
+        y = np.moveaxis(np.tensordot(w, y, axes=([1], [a])), 0, a)
     return np.ascontiguousarray(y)

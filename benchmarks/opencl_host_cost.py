@@ -163,8 +163,10 @@ def model_and_feeds(name: str, corpus: str = CORPUS) -> tuple[bytes, dict]:
 
 
 #: Runs before the counted ones: with ``--cost-rule on`` the OpenCL EP tries a small signature on the
-#: host and the device for its first 12 runs (``cost_rule.TRIAL_RUNS`` each) before it settles.
-WARM_RUNS = 15
+#: host and the device for its first 12 runs (``cost_rule.TRIAL_RUNS`` each) before it settles,
+#: and a session whose partitions settled after their trials, some on the device, then tries its
+#: device core and its CPU-only core for 12 more (``host_settled.SESSION_TRIAL_RUNS`` each).
+WARM_RUNS = 28
 
 
 def measure(name: str, repeat: int, threads: int, corpus: str = CORPUS, cost_rule: str = "off",

@@ -47,8 +47,10 @@ PROVIDERS = {"cpu": ["CPUExecutionProvider"], "opencl": ["OpenCLExecutionProvide
 
 
 #: Runs of signature ``a`` before the timed ones: the OpenCL EP's cost rule tries a small signature
-#: on the host and the device for its first 12 runs (``cost_rule.TRIAL_RUNS`` each) before it settles.
-WARM_RUNS = 15
+#: on the host and the device for its first 12 runs (``cost_rule.TRIAL_RUNS`` each) before it settles,
+#: and a session whose partitions settled after their trials, some on the device, then tries its
+#: device core and its CPU-only core for 12 more (``host_settled.SESSION_TRIAL_RUNS`` each).
+WARM_RUNS = 28
 
 
 def signatures(path: str) -> dict[str, tuple[dict[str, np.ndarray], np.ndarray]]:

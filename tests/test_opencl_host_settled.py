@@ -193,3 +193,66 @@ def test_a_cpu_plan_that_cannot_be_built_leaves_the_device_core(opencl, monkeypa
         _check(sess, cpu, _x())  # the first settled run tries the build, logs it and runs on the device core
     assert sess.settled_feeds.settled_keys == 0 and sess.settled_feeds.cpu_core is None
     assert info.stats.cost_host_runs == cost_rule.TRIAL_RUNS + 3
+
+
+def test_a_run_tells_its_partitions_whether_the_whole_session_settles():
+    # hal/settled_host.py: a counted run of a core with one partition tells it that, settled on the
+    # host, its feeds would run on the CPU-only plan (what its trial's host side then times)
+    from onnxhal.hal.settled_host import SETTLE_TALLY, SettleTally, whole_session_settles
+
+    assert not whole_session_settles()  # no session counts
+    for partitions, whole in ((1, True), (2, False), (0, False)):
+        token = SETTLE_TALLY.set(SettleTally(partitions))
+        try:
+            assert whole_session_settles() is whole
+        finally:
+            SETTLE_TALLY.reset(token)
+
+
+@functools.lru_cache(maxsize=1)
+def _two_partitions() -> onnx.ModelProto:
+    """x -> Conv 3x3 -> Round (the host's) -> Conv 1x1 -> y: two partitions with symbolic dims."""
+    w1 = numpy_helper.from_array((RNG.standard_normal((C, C, 3, 3)) / 8).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((RNG.standard_normal((C, C, 1, 1)) / 3).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+             helper.make_node("Round", ["h"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], kernel_shape=[1, 1])]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", C, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", C, "h", "w"])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("partitions, cpu_wins", [(2, True), (2, False), (1, True)])
+def test_a_session_of_partitions_settled_on_the_device_is_tried_whole(register, monkeypatch, partitions, cpu_wins):
+    # each partition's trial settles on the device (no host margin), then the feed key alternates
+    # between the device core and the CPU-only core for SESSION_TRIAL_RUNS each; it settles on the
+    # CPU-only core where that won the session trial (its margin forced), else stays on the device
+    from onnxhal.runtime.session import host_settled
+
+    register("onnxhal.runtime.providers.opencl", "opencl")
+    monkeypatch.setattr(cost_rule, "HOST_MARGIN", 0.0)
+    monkeypatch.setattr(cost_rule, "HOST_TIMING_FACTOR", 1e9)
+    monkeypatch.setattr(host_settled, "SESSION_MARGIN", 1e9 if cpu_wins else 0.0)
+    data = (_two_partitions() if partitions == 2 else _model()).SerializeToString()
+    so = onnxhal.SessionOptions()
+    sess = onnxhal.InferenceSession(data, so, providers=[
+        ("OpenCLExecutionProvider", {"cost_rule": "on", "cost_rule_dim": "4096"}), "CPUExecutionProvider"])
+    cpu = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"])
+    infos = list(sess.eps["OpenCLExecutionProvider"].dynamic_partitions.values())
+    assert len(infos) == partitions
+    for _ in range(SETTLING_RUNS):  # the partitions' trials: both settle on the device
+        _check(sess, cpu, _x())
+    assert all(len(i.cached_plans) == 1 and not i.stats.host_reasons for i in infos)
+    settled = sess.settled_feeds
+    assert settled.settled_keys == 0 and not settled.trials
+    for _ in range(2 * host_settled.SESSION_TRIAL_RUNS):  # the session trial (its first run was the last one)
+        _check(sess, cpu, _x())
+    (figures,) = settled.trials.values()
+    assert ("CPU-only plan by a session trial" in figures) is cpu_wins, figures
+    assert settled.settled_keys == (1 if cpu_wins else 0)
+    calls = sum(i.stats.hits for i in infos)
+    for _ in range(2):
+        _check(sess, cpu, _x())
+    assert sum(i.stats.hits for i in infos) == calls + (0 if cpu_wins else 2 * partitions)

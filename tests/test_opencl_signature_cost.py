@@ -81,6 +81,8 @@ def test_a_tiny_signature_runs_on_the_host_and_a_large_one_on_the_device(opencl)
     assert len(info.cached_plans) == 1 and info.cached_plans[0].launches_per_run >= DEPTH
     _run(sess, cpu, 32, 32)
     assert info.stats.cost_host_runs == TRIAL_RUNS + 1 and info.stats.misses == 2
+    figures = list(info.stats.trials.values())  # each signature's decision, with its figures
+    assert len(figures) == 2 and figures[0].startswith("settled on the host") and figures[1].startswith("untried")
     args = sess.eps["OpenCLExecutionProvider"].backend.profiling_step_args(
         next(n for n in sess.graph.nodes if n.ep_name == "OpenCLExecutionProvider"))
     assert args["shape_cost_host_runs"] == TRIAL_RUNS + 1 and args["shape_host_runs"] == 0
@@ -160,3 +162,57 @@ def test_threads_sharing_a_session_during_a_trial_get_the_cpu_eps_results(opencl
     for _ in range(2):
         np.testing.assert_allclose(sess.run(None, {"x": xs[0]})[0], wants[0], rtol=1e-4, atol=1e-5)
     assert info.stats.cost_host_runs == before + (2 if on_host else 0)
+
+
+def test_a_sole_partitions_trial_is_timed_as_the_session_would_run_it(opencl):
+    # the session's only partition: settled on the host its feeds run on the CPU-only plan, so the
+    # host side is timed without copies and the device side with the session's; with that plan off
+    # (settled_plan "0") the host side keeps its copies, the device side none. Results equal either way.
+    cpu = onnxhal.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    for settled_plan, words in (("1", "the session's CPU-only plan would run them, with no copy"),
+                                ("0", "their copies of device values included")):
+        sess = _session("on", settled_plan)
+        info = _partition(sess)
+        for _ in range(2 * TRIAL_RUNS):
+            _run(sess, cpu, 1, 8)
+        (figures,) = info.stats.trials.values()
+        assert figures.startswith("settled on the ") and words in figures, figures
+        assert (figures.startswith("settled on the host")) == bool(info.stats.host_reasons)
+        for reason in info.stats.host_reasons.values():
+            assert words in reason
+        _run(sess, cpu, 1, 8)
+
+
+def test_a_trial_records_how_its_runs_were_timed():
+    trial = SignatureTrial()
+    for k in range(2 * TRIAL_RUNS):
+        trial.record(trial.next_side(), 50e-6 if k % 2 == 0 else 100e-6, alone=True)
+    assert trial.alone and "CPU-only plan" in trial.reason(4) and trial.figures(4).startswith("settled on the host")
+    trial.record("host", 50e-6, alone=False)  # one run timed among other partitions: the old words
+    assert not trial.alone and "copies of device values included" in trial.figures(4)
+
+
+def test_a_ramping_first_host_run_is_timed_again_warm(monkeypatch):
+    # the first host runs of a new signature pay one-time costs for several runs: _trial times a warm
+    # one after a first run within COLD_RUN_FACTOR of the line (6 launches x 10 us x 10 = 600 us), then
+    # more while the last was within 10x, up to WARM_HOST_RUNS in all; untried, it says why
+    from types import SimpleNamespace
+
+    from onnxhal.runtime.providers.opencl import dynamic_partition as dp
+
+    def info(runs_us: list[float]):
+        clock = iter(t for us in runs_us for t in (0.0, us * 1e-6))
+        monkeypatch.setattr(dp, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+        device = SimpleNamespace(launch_costs=lambda: SimpleNamespace(launch_s=10e-6))
+        return SimpleNamespace(device=device, graph=SimpleNamespace(input_names=["x"]),
+                               _host_plan=SimpleNamespace(run=lambda feeds, options: None))
+
+    trial = dp.DynamicNodeComputeInfo._trial
+    x = [np.zeros(1)]
+    assert isinstance(trial(info([700, 150]), x, 1000e-6, 6), SignatureTrial)  # 1000, 700, then 150 us: tried
+    assert isinstance(trial(info([150]), x, 30000e-6, 6), SignatureTrial)  # a cold first run 50x over the line
+    untried = trial(info([]), x, 70000e-6, 6)  # over COLD_RUN_FACTOR times the line: no rerun
+    assert isinstance(untried, str) and "untried" in untried and "70000 us" in untried and "6 launch(es)" in untried
+    assert isinstance(trial(info([7000]), x, 7000e-6, 6), str)  # the warm rerun over 10x: no further one
+    assert isinstance(trial(info([900, 800, 700]), x, 1000e-6, 6), str)  # WARM_HOST_RUNS reruns at most
+    assert dp.WARM_HOST_RUNS == 3

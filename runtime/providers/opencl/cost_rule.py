@@ -247,18 +247,29 @@ def host_worth_trying(host_s: float, launches: int, launch_s: float) -> bool:
     return host_s < HOST_TIMING_FACTOR * launches * launch_s
 
 
-def signature_reason(host_s: float, device_s: float, launches: int) -> str | None:
+def signature_reason(host_s: float, device_s: float, launches: int, alone: bool = False) -> str | None:
     """Why one concrete signature of a claimed partition runs on the host, or None when the device
-    is faster: ``host_s``, a host run with its copies of values in device memory, and ``device_s``,
-    a run of its plan to its end, both timed. The copies at the partition's boundary are the
-    runtime's and the same both ways. The host must win by ``HOST_MARGIN``: runs on a loaded
-    machine differ by more than that near the line, and there either choice costs about the same."""
+    is faster: ``host_s``, a host run, and ``device_s``, a run of its plan to its end, both timed.
+    ``alone``: timed as the session's only partition, whose feeds settled on the host run on the
+    CPU-only plan (runtime/session/host_settled.py): the host run without copies, the device run
+    with the session's uploads and downloads. Else the host run with its copies of values in device
+    memory, the device run without the session's copies at the partition's boundary, the same both
+    ways then. The host must win by ``HOST_MARGIN``: runs on a loaded machine differ by more than
+    that near the line, and there either choice costs about the same."""
     if host_s >= HOST_MARGIN * device_s:
         return None
-    return (f"run on the host by the cost rule: at these shapes its host runs took {host_s * 1e6:.3g} us (their "
-            f"copies of device values included) and its device runs of {launches} launch(es) {device_s * 1e6:.3g} "
-            f"us (the fastest of {TRIAL_RUNS} each, its first runs alternating); "
+    return (f"run on the host by the cost rule: at these shapes {_signature_figures(host_s, device_s, launches, alone)}; "
             f"provider option {COST_RULE_OPTION}=off runs it on the device anyway")
+
+
+def _signature_figures(host_s: float, device_s: float, launches: int, alone: bool) -> str:
+    if alone:
+        return (f"its host runs took {host_s * 1e6:.3g} us (the session's CPU-only plan would run them, with no "
+                f"copy) and its device runs of {launches} launch(es) {device_s * 1e6:.3g} us (the session's copies "
+                f"of its inputs and outputs included; the fastest of {TRIAL_RUNS} each, its first runs alternating)")
+    return (f"its host runs took {host_s * 1e6:.3g} us (their copies of device values included) and its device "
+            f"runs of {launches} launch(es) {device_s * 1e6:.3g} us (the fastest of {TRIAL_RUNS} each, its first "
+            "runs alternating)")
 
 
 #: A static partition whose work at the host's rates is at least this many times the device's price
@@ -305,13 +316,17 @@ class SignatureTrial:
     def __init__(self) -> None:
         self.host: list[float] = []
         self.device: list[float] = []
+        #: whether every run was timed as the session's only partition (``signature_reason``'s ``alone``)
+        self.alone = True
 
     def next_side(self) -> str:
         """"host" or "device": where the next run of the signature goes."""
         return "host" if len(self.host) <= len(self.device) else "device"
 
-    def record(self, side: str, seconds: float) -> None:
+    def record(self, side: str, seconds: float, alone: bool = False) -> None:
+        """One run of ``side`` took ``seconds``; ``alone``: timed as the session's only partition."""
         (self.host if side == "host" else self.device).append(seconds)
+        self.alone = self.alone and alone
 
     @property
     def settled(self) -> bool:
@@ -319,4 +334,9 @@ class SignatureTrial:
 
     def reason(self, launches: int) -> str | None:
         """Once settled: ``signature_reason`` of the fastest run of each side."""
-        return signature_reason(min(self.host), min(self.device), launches)
+        return signature_reason(min(self.host), min(self.device), launches, self.alone)
+
+    def figures(self, launches: int) -> str:
+        """Once settled: where it settled and the fastest run of each side, as ``reason`` words them."""
+        side = "device" if self.reason(launches) is None else "host"
+        return f"settled on the {side}: {_signature_figures(min(self.host), min(self.device), launches, self.alone)}"

@@ -21,6 +21,15 @@ parameters fed at run time, such as a Reshape shape computed by the CPU EP) it h
    only where the time goes; it settles once per signature and holds while the signature is
    cached, so a signature near the line does not flap.
 
+   Each side is timed as the session would run it settled there (``whole_session_settles``): the
+   session's only partition settled on the host has its feeds run on the session's CPU-only plan
+   (runtime/session/host_settled.py), with no copy, so its host side is its host plan alone and its
+   device side its run with the session's copies (the uploads of its inputs, the downloads of its
+   outputs; resnet_ts: host 267 us with the copies against 256 on the device, 150 without them). A
+   partition among others may settle on the host while they stay on the device, its copies kept
+   around it by the session's plan: there its host side is timed with those copies, the device side
+   without the session's, which the two sides then share.
+
 Hits, misses, evictions, host runs (build failures and the cost rule's apart) and build seconds are
 in ``stats`` and in the profiling trace.
 An EP that saves compiled partitions (EPContext) saves such a partition as a ``DynamicPartitionPlan``:
@@ -47,8 +56,9 @@ from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.host_execution import host_plan
 from onnxhal.hal.run_control import RUN_OPTIONS  # the host plan reads the terminate flag between nodes
 from onnxhal.hal.settled_host import note as note_settled
+from onnxhal.hal.settled_host import whole_session_settles
 from onnxhal.hal.tensor import DeviceTensor
-from onnxhal.runtime.providers.opencl.cost_rule import SignatureTrial, host_worth_trying
+from onnxhal.runtime.providers.opencl.cost_rule import HOST_TIMING_FACTOR, SignatureTrial, host_worth_trying
 from onnxhal.runtime.providers.opencl.op_support import (
     INSPECTION_ERRORS,
     PARAM_INPUTS,
@@ -67,6 +77,11 @@ from onnxhal.runtime.providers.opencl.shape_values import (
 )
 
 MAX_SIGNATURES = 8
+#: Warm host runs a new signature's trial may time after its first (``_trial``): the first follows a
+#: first run within ``COLD_RUN_FACTOR`` of the line (it costs about what that first run cost), the
+#: others a run within 10x; once per signature.
+WARM_HOST_RUNS = 3
+COLD_RUN_FACTOR = 100.0
 
 
 def is_dynamic(graph: Graph) -> bool:
@@ -151,6 +166,8 @@ class SpecializationStats:
     cost_host_runs: int = 0  # runs of signatures the cost rule sent to the host
     build_seconds: float = 0.0
     host_reasons: dict[str, str] = field(default_factory=dict)  # signature text -> why it runs on the host
+    #: signature text -> where the cost rule's trial settled it and its figures, either side (cached ones)
+    trials: dict[str, str] = field(default_factory=dict)
 
     def as_args(self, cached: int) -> dict:
         return {"shape_cache_hits": self.hits, "shape_cache_misses": self.misses,
@@ -165,6 +182,8 @@ class _Entry:
     feeds: list[int]  # which of the partition's inputs the plan takes, in its order
     reason: str = ""
     by_cost: bool = False  # on the host by the cost rule (else: its plan could not be built)
+    tried: bool = False  # its cost rule trial settled it, on either side
+    untried: str = ""  # why the cost rule did not try it (its host run's figures), where it did not
     #: its first runs, timed on both sides, while the cost rule tries it (None: settled or untried)
     trial: SignatureTrial | None = None
     #: its plan's state after its trial sent it to the host: released with the entry, when no run uses it
@@ -172,6 +191,9 @@ class _Entry:
     signature: str = ""  # as stats.host_reasons names it
     #: output index -> its value, for the outputs that are shape values (handed over in host memory)
     host_values: dict[int, np.ndarray] = field(default_factory=dict)
+    #: while its trial runs: its inputs in host memory at specialisation, which a device run timed as the
+    #: session's only partition uploads again, as the session's copies (their values do not matter)
+    trial_inputs: list = field(default_factory=list)
 
     def release(self) -> None:
         for state in (self.state, self.retired):
@@ -286,45 +308,77 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         if entry.trial is not None:
             with self._lock:
                 side = entry.trial.next_side() if entry.trial is not None else None
+        # a trial run times what the session would run settled on that side (the module's docstring)
+        alone = side is not None and whole_session_settles()
         start = time.perf_counter()
         state = entry.state
+        held: Sequence = ()  # a trial's uploads, alive until the queue finished them
         if state is None or side == "host":
             with self._lock:
                 if entry.by_cost or side == "host":
                     self.stats.cost_host_runs += 1
                 else:
                     self.stats.host_runs += 1
-            outputs = self._run_on_host(inputs, queue)
+            outputs, copies_s = self._run_on_host(inputs, queue, alone)
+            start += copies_s  # the copies a settled run would not make, not timed
             if self.settles_on_host:
-                note_settled(entry.by_cost and side is None)
+                note_settled(entry.by_cost and side is None, entry.tried)
         else:
             if self.settles_on_host:
-                note_settled(False)
+                note_settled(False, entry.tried and side is None)
+            held = self._session_uploads(entry, inputs, queue) if alone else ()
             outputs = state.run([inputs[i] for i in entry.feeds], queue)
             if entry.host_values:
                 for i in sorted(entry.host_values):
                     outputs.insert(i, entry.host_values[i])
+            if alone:
+                self._session_downloads(outputs, queue)
         if own_queue or side == "device":  # a trial times the device run to its end
             queue.finish()
+        del held
         if side is not None:
-            self._try(entry, side, time.perf_counter() - start)
+            self._try(entry, side, time.perf_counter() - start, alone)
         for i, t in enumerate(outputs):
             context.set_output(i, t)
         return outputs
 
-    def _try(self, entry: _Entry, side: str, seconds: float) -> None:
+    def _session_uploads(self, entry: _Entry, inputs: list, queue: cl.CommandQueue) -> list:
+        """A trial's device run as the session's only partition: the session's uploads of the inputs
+        it hands over in device memory, made again into scratch buffers on the run's queue (the
+        session made them before this run, untimed; a settled host run makes none). Returns what
+        must stay alive until the queue has run them."""
+        held = []
+        for i in entry.feeds:
+            if isinstance(inputs[i], DeviceTensor) and i < len(entry.trial_inputs):
+                a = np.ascontiguousarray(entry.trial_inputs[i])
+                if a.nbytes:
+                    t = DeviceTensor.allocate(a.shape, a.dtype, self.allocator)
+                    cl.enqueue_copy(queue, t.buffer, a, is_blocking=False)
+                    held.append((t, a))
+        return held
+
+    def _session_downloads(self, outputs: list, queue: cl.CommandQueue) -> None:
+        """A trial's device run as the session's only partition: the session's downloads of its
+        outputs read as data (not those read only for their shape, ``shape_only``), made here too."""
+        for name, t in zip(self.graph.output_names, outputs):
+            if name not in self.shape_only:
+                _to_host(t, queue)
+
+    def _try(self, entry: _Entry, side: str, seconds: float, alone: bool) -> None:
         """Record one trial run of ``entry``'s signature; once its trial settles, the signature stays
         on the device or goes to the host (its state kept until the entry goes: a run on another
-        thread may be using it)."""
+        thread may be using it). ``alone``: timed as the session's only partition."""
         with self._lock:
             trial = entry.trial
             if trial is None or entry.state is None:
                 return
-            trial.record(side, seconds)
+            trial.record(side, seconds, alone)
             if not trial.settled:
                 return
-            entry.trial = None
+            entry.trial, entry.tried = None, True
+            entry.trial_inputs = []
             reason = trial.reason(entry.state.plan.launches_per_run)
+            self.stats.trials[entry.signature] = trial.figures(entry.state.plan.launches_per_run)
             if reason is None:
                 return
             entry.retired, entry.state = entry.state, None
@@ -373,9 +427,12 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             else:
                 if entry.reason:
                     self.stats.host_reasons[_describe(sig)] = entry.reason
+                if entry.untried:
+                    self.stats.trials[entry.signature] = entry.untried
                 self._cache[sig] = entry
             while len(self._cache) > self.max_signatures:
                 evicted.append(self._cache.popitem(last=False)[1])
+                self.stats.trials.pop(evicted[-1].signature, None)  # (figures of the cached signatures only)
                 self.stats.evictions += 1
         for e in evicted:
             e.release()
@@ -409,18 +466,33 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         names = self.graph.output_names
         host_values = {i: np.asarray(concrete.initializers[names[i]]) for i in self.host_outputs}
         trial = self._trial(host, host_s, plan.launches_per_run) if self.cost_rule else None
-        return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values, trial=trial)
+        if isinstance(trial, str):
+            return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values, untried=trial)
+        return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values, trial=trial,
+                      trial_inputs=host if trial is not None else [])
 
-    def _trial(self, host: list, host_s: float, launches: int) -> SignatureTrial | None:
-        """A trial for a signature whose first host run took ``host_s``, if the host may win it. A
-        first run pays one-time costs (the CPU EP packs weights, a loaded machine deschedules it: 163
-        to 370 us for one signature): one that missed by less than 10x is timed once more, warm."""
+    def _trial(self, host: list, host_s: float, launches: int) -> SignatureTrial | str:
+        """A trial for a signature whose first host run took ``host_s``, if the host may win it, else
+        why not (its figures, for ``stats.trials``). The
+        first runs pay one-time costs (the CPU EP packs weights, the new shapes' buffers, a loaded
+        machine deschedules it) and ramp down over several runs (resnet_ts at 2 images: 1000-1640,
+        then 600-1600, against 115-170 us steady; at load 8, the first over 10x the line), so a first
+        run that missed by less than ``COLD_RUN_FACTOR`` is followed by a warm one, and that by others
+        while the last missed by less than 10x, up to ``WARM_HOST_RUNS`` in all, until one is worth a
+        trial. An untried signature's figures go to ``stats.trials`` too."""
         launch_s = self.device.launch_costs().launch_s
-        if not host_worth_trying(host_s, launches, launch_s) and host_worth_trying(host_s / 10, launches, launch_s):
+        last, factor = host_s, COLD_RUN_FACTOR
+        for _ in range(WARM_HOST_RUNS):
+            if host_worth_trying(host_s, launches, launch_s) or not host_worth_trying(last / factor, launches, launch_s):
+                break
             start = time.perf_counter()
             self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
-            host_s = min(host_s, time.perf_counter() - start)
-        return SignatureTrial() if host_worth_trying(host_s, launches, launch_s) else None
+            last, factor = time.perf_counter() - start, 10.0
+            host_s = min(host_s, last)
+        if host_worth_trying(host_s, launches, launch_s):
+            return SignatureTrial()
+        return (f"untried, on the device: its fastest host run took {host_s * 1e6:.0f} us, over "
+                f"{HOST_TIMING_FACTOR:g}x its {launches} launch(es) at {launch_s * 1e6:.3g} us each")
 
     def _on_host(self, reason: str) -> _Entry:
         self.logger.info("OpenCL partition %s runs a shape signature on the host: %s", self.graph.name, reason)
@@ -455,9 +527,15 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
                     {**g.initializers, **params}, infos, g.opset, parent=g.parent)
         return out
 
-    def _run_on_host(self, inputs: list, queue: cl.CommandQueue) -> list[DeviceTensor]:
+    def _run_on_host(self, inputs: list, queue: cl.CommandQueue, alone: bool = False) -> tuple[list, float]:
+        """The outputs of a run on the host plan, and the seconds its copies took where ``alone``
+        (the session's only partition, whose feeds would run settled on the CPU-only plan without
+        them; else 0)."""
+        start = time.perf_counter()
         host = [_to_host(t, queue) for t in inputs]
+        copies_s = time.perf_counter() - start if alone else 0.0
         values = self._host_plan.run(dict(zip(self.graph.input_names, host)), RUN_OPTIONS.get())
+        start = time.perf_counter()
         results = [values[k] for k in self._output_at]
         outputs = []
         for i, r in enumerate(results):
@@ -469,7 +547,9 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             if a.nbytes:
                 cl.enqueue_copy(queue, t.buffer, a, is_blocking=True)
             outputs.append(t)
-        return outputs
+        if alone:
+            copies_s += time.perf_counter() - start
+        return outputs, copies_s
 
 
 def _describe(sig: tuple) -> str:

@@ -605,7 +605,18 @@ class InferenceSession:
         if (not host_settled_option(so.config) or not can_settle(core.fused_infos) or self._profiler is not None
                 or self._log_severity != DEFAULT_SEVERITY or self._sparse_outputs or not self._outputs):
             return None
-        return SettledFeeds(core, self._cpu_runner, SessionCore.release)
+        # A weak reference: the session holds this, and a bound method would make the session a
+        # cycle that only the garbage collector frees, keeping its device buffers and kernel objects
+        # (which a released partition state gives back for the next session) until it runs.
+        cpu_runner = weakref.WeakMethod(self._cpu_runner)
+
+        def build() -> tuple[Any, SessionCore]:
+            method = cpu_runner()
+            if method is None:  # (the session is gone: nothing can run this)
+                raise ReferenceError("the InferenceSession of these settled feeds was released")
+            return method()
+
+        return SettledFeeds(core, build, SessionCore.release)
 
     def _cpu_runner(self) -> tuple[Any, SessionCore]:
         """A CPU-only core of the session, from the same model and options (the CPU EP's passes), and

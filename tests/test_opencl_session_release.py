@@ -59,3 +59,28 @@ def test_a_dropped_session_is_freed_without_the_collector_and_gives_its_kernels_
     finally:
         if enabled:
             gc.enable()
+
+
+def test_a_session_whose_feeds_settled_on_the_host_is_freed_without_the_collector(register, monkeypatch):
+    from onnxhal.runtime.providers.opencl import cost_rule
+
+    register("onnxhal.runtime.providers.opencl", "opencl")
+    monkeypatch.setattr(cost_rule, "HOST_MARGIN", 1e9)  # every tried signature settles on the host
+    monkeypatch.setattr(cost_rule, "HOST_TIMING_FACTOR", 1e9)  # and every signature is tried
+    data = _model_bytes()
+    x = RNG.standard_normal((2, 8, 6, 6)).astype(np.float32)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    providers = [(EP, {"cost_rule": "on", "cost_rule_dim": "4096"}), "CPUExecutionProvider"]
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        sess = onnxhal.InferenceSession(data, providers=providers)
+        for _ in range(2 * cost_rule.TRIAL_RUNS + 2):  # the trial's runs, settled, then on the CPU-only plan
+            np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+        assert sess.settled_feeds.settled_keys == 1 and sess.settled_feeds.cpu_core is not None
+        gone = weakref.ref(sess)
+        del sess
+        assert gone() is None, "the settled feeds' CPU-only runner makes the session a reference cycle"
+    finally:
+        if enabled:
+            gc.enable()

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -611,10 +611,7 @@ class InferenceSession:
         cpu_runner = weakref.WeakMethod(self._cpu_runner)
 
         def build() -> tuple[Any, SessionCore]:
-            method = cpu_runner()
-            if method is None:  # (the session is gone: nothing can run this)
-                raise ReferenceError("the InferenceSession of these settled feeds was released")
-            return method()
+            return _alive(cpu_runner)()
 
         return SettledFeeds(core, build, SessionCore.release)
 
@@ -628,9 +625,11 @@ class InferenceSession:
         weakref.finalize(self, SessionCore.release, core)  # released earlier when the session's core changes
         fast = self._prepare_fast_run(core=core)
         checker = self._feed_checker()
+        # weakly, as ``_settled_feeds``' builder: the session holds this runner
+        fetch_indices = weakref.WeakMethod(self._fetch_indices)
 
         def run(output_names: Sequence[str] | None, feed: Mapping[str, Any], run_options: RunOptions | None) -> list:
-            fetch = None if output_names is None else self._fetch_indices(output_names)
+            fetch = None if output_names is None else _alive(fetch_indices)(output_names)
             if run_options is None and fast.run is not None:
                 result = fast.run(feed, fetch, None)
                 if result is not None:
@@ -863,3 +862,11 @@ def _to_host_output(v: Any) -> Any:
     if hasattr(v, "numpy"):
         return v.numpy()
     return v
+
+
+def _alive(method: weakref.WeakMethod) -> Callable:
+    """The session's method ``method`` refers to; the session holds whatever calls this, so it is there."""
+    bound = method()
+    if bound is None:
+        raise ReferenceError("the InferenceSession this belongs to was released")
+    return bound

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -605,7 +605,15 @@ class InferenceSession:
         if (not host_settled_option(so.config) or not can_settle(core.fused_infos) or self._profiler is not None
                 or self._log_severity != DEFAULT_SEVERITY or self._sparse_outputs or not self._outputs):
             return None
-        return SettledFeeds(core, self._cpu_runner, SessionCore.release)
+        # A weak reference: the session holds this, and a bound method would make the session a
+        # cycle that only the garbage collector frees, keeping its device buffers and kernel objects
+        # (which a released partition state gives back for the next session) until it runs.
+        cpu_runner = weakref.WeakMethod(self._cpu_runner)
+
+        def build() -> tuple[Any, SessionCore]:
+            return _alive(cpu_runner)()
+
+        return SettledFeeds(core, build, SessionCore.release)
 
     def _cpu_runner(self) -> tuple[Any, SessionCore]:
         """A CPU-only core of the session, from the same model and options (the CPU EP's passes), and
@@ -617,9 +625,11 @@ class InferenceSession:
         weakref.finalize(self, SessionCore.release, core)  # released earlier when the session's core changes
         fast = self._prepare_fast_run(core=core)
         checker = self._feed_checker()
+        # weakly, as ``_settled_feeds``' builder: the session holds this runner
+        fetch_indices = weakref.WeakMethod(self._fetch_indices)
 
         def run(output_names: Sequence[str] | None, feed: Mapping[str, Any], run_options: RunOptions | None) -> list:
-            fetch = None if output_names is None else self._fetch_indices(output_names)
+            fetch = None if output_names is None else _alive(fetch_indices)(output_names)
             if run_options is None and fast.run is not None:
                 result = fast.run(feed, fetch, None)
                 if result is not None:
@@ -852,3 +862,11 @@ def _to_host_output(v: Any) -> Any:
     if hasattr(v, "numpy"):
         return v.numpy()
     return v
+
+
+def _alive(method: weakref.WeakMethod) -> Callable:
+    """The session's method ``method`` refers to; the session holds whatever calls this, so it is there."""
+    bound = method()
+    if bound is None:
+        raise ReferenceError("the InferenceSession this belongs to was released")
+    return bound

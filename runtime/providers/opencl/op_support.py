@@ -107,6 +107,10 @@ class GraphLookup:
     _declared: dict[str, tuple[tuple[int, ...] | None, tuple | None]] = field(default_factory=dict, repr=False)
     _declared_dtype: dict[str, np.dtype | None] = field(default_factory=dict, repr=False)
     _data_rooted: frozenset[str] | None = field(default=None, repr=False)
+    #: value -> its constant initializer's array, or whether it comes from outside the graph (no
+    #: producer, not an input: ``constants`` may hold it): the graph does not change while a lookup
+    #: lives, and capability and shape values ask this for each input of each node many times over.
+    _const_source: dict[str, np.ndarray | bool] = field(default_factory=dict, repr=False)
 
     def data_rooted(self, name: str) -> bool:
         """Whether value ``name`` is computed from the values fed (a graph input that is not a
@@ -164,13 +168,24 @@ class GraphLookup:
         return self.dtypes.get(name)
 
     def const(self, name: str) -> np.ndarray | None:
-        if name and self.graph.is_constant_initializer(name):
-            arr = np.asarray(self.graph.initializer(name))
-            self.constants[name] = arr
-            return arr
-        if name and self.graph.producer(name) is None and name not in self.graph.input_names:
+        if not name:
+            return None
+        source = self._const_source.get(name)
+        if source is None:
+            source = self._const_source[name] = self._find_const_source(name)
+        if source is True:
             return self.constants.get(name)
-        return None
+        if source is False:
+            return None
+        # written at each call as before: the EP's ``constants`` is shared by the lookups of the
+        # graphs it sees, and the latest one to read a name leaves its array there
+        self.constants[name] = source
+        return source
+
+    def _find_const_source(self, name: str) -> np.ndarray | bool:
+        if self.graph.is_constant_initializer(name):
+            return np.asarray(self.graph.initializer(name))
+        return self.graph.producer(name) is None and name not in self.graph.input_names
 
 
 def activation_spec(node: Node, lookup: GraphLookup) -> tuple[int, float, float] | None:

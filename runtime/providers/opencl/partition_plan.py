@@ -16,6 +16,7 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import numpy as np
 import pyopencl as cl
@@ -129,14 +130,21 @@ class _BoundLaunch:
         self.dynamic: list[tuple[int, str]] | None = None  # set by bind_static
         self.bound: list = []  # the buffer each dynamic argument holds now, as set_arg left it
 
-    def bind_static(self, const_buffers: dict[str, cl.Buffer]) -> None:
+    def bind_static(self, const_buffers: dict[str, cl.Buffer], native: ModuleType | None = None) -> None:
         """Set the arguments that are the same in every run (scalars, constant and prepacked buffers)
         once: ``set_arg`` costs ~4 us through pyopencl, and a GEMM launch has ~20 arguments, of which
-        the runs change 3-5 (inputs, outputs, temporaries)."""
+        the runs change 3-5 (inputs, outputs, temporaries). ``native``: the native replay module,
+        which sets a numpy scalar's bytes directly (pyopencl's ``set_arg`` spends ~6 us on one
+        trying the memory-object conversions first)."""
         dynamic = []
         for i, a in enumerate(self.args):
             if not isinstance(a, Buf):
-                self.kernel.set_arg(i, a)
+                if native is not None and isinstance(a, np.generic):
+                    code = native.set_scalar_arg(self.kernel.int_ptr, i, a)
+                    if code:
+                        raise_cl_error(code, "clSetKernelArg")
+                else:
+                    self.kernel.set_arg(i, a)
             elif a.name in const_buffers:
                 self.kernel.set_arg(i, const_buffers[a.name])
             else:
@@ -185,15 +193,15 @@ class PartitionState:
             for name in [n for n in self.const_buffers if n in plan.constants and n not in used]:
                 self.const_buffers.pop(name).release()
             device.recycle_kernels(b.kernel for b in init)
+        native = replay_module()
         for b in self.launches:
             if isinstance(b, _BoundLaunch):
-                b.bind_static(self.const_buffers)
+                b.bind_static(self.const_buffers, native)
         #: the launches recorded for the native replay (kernel handles, NDRanges, the arguments a run
         #: sets by slot), None where the runs replay from Python (``native_replay.replay_module``)
         self.recording = None
         #: the buffer names whose buffers a run hands the recording, in slot order
         self.slot_names: list[str] = []
-        native = replay_module()
         if native is not None:
             self.recording, self.slot_names = _record(native, self.launches)
         #: where each slot's buffer comes from in a run (``_slot_sources``), for the native replay

@@ -151,6 +151,19 @@ def test_sigmoid_extreme_values_without_overflow():
     np.testing.assert_allclose(y, [0.0, 2.0611537e-09, 0.5, 1.0, 1.0], atol=1e-7)
 
 
+def test_sigmoid_with_a_typed_half_is_the_formula_with_a_scalar_bit_for_bit():
+    # The kernel multiplies and adds a 0-d float32 array (no scalar conversion per call); the values
+    # must be those of 0.5 * (1 + tanh(x / 2)) written with a numpy scalar, dtype and shape kept.
+    half = np.float32(0.5)
+    cases = [randn(2, 16) * 10, RNG.standard_normal((3, 5)), np.array(2.5), randn(4, 8)[:, ::2],
+             np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45], np.float32)]
+    for x in cases:
+        (y,) = run_native("Sigmoid", [x], 13)
+        want = (np.tanh(x * half) * half + half).astype(x.dtype)
+        assert y.dtype == x.dtype and y.shape == x.shape
+        np.testing.assert_array_equal(y, want)
+        assert np.array_equal(np.signbit(y), np.signbit(want))
+
 def test_prelu_broadcasts_slope():
     check("PRelu", [randn(2, 3, 4), randn(3, 1)], 16)
 

@@ -3,6 +3,8 @@ Squeeze/Unsqueeze, Reduce*, Pad, Slice, Clip...), against onnx.reference."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import numpy_helper
@@ -402,3 +404,39 @@ def test_space_depth_refusals_name_the_value(op, x, match):
 
     with pytest.raises(InvalidArgument, match=match):
         run_native(op, [x], 13, blocksize=2)
+
+
+def test_split_parts_kept_per_shape_and_sizes_match_the_plain_path():
+    # Split keeps its parts' indices per input shape (and sizes, when they are an input that is not a
+    # constant): one kernel fed shapes and sizes that change, repeat and turn bad must give what
+    # the plain path (_do_split, checked and indexed per call) gives, error for error.
+    from onnxhal.hal.errors import InvalidArgument
+    from onnxhal.runtime.providers.cpu.kernels.shape_ops import _do_split
+
+    fed = _kernel("Split", 2, 13, n_outputs=3, axis=-1)
+    assert not fed.constant
+    cases = [((2, 48), (16, 16, 16)), ((2, 48), (8, 20, 20)), ((3, 48), (16, 16, 16)), ((2, 48), (16, 16, 16)),
+             ((2, 12), (4, 4, 4)), ((2, 48), (16, 16, 17)), ((2, 48), (16, 16, 16)), ((4, 0), (0, 0, 0))]
+    for dims, sizes in cases:
+        x = randn(*dims)
+        try:
+            want = _do_split(x, -1, list(sizes), 3)
+        except InvalidArgument as exc:
+            with pytest.raises(InvalidArgument, match=re.escape(str(exc))):
+                fed.compute([x, ints(*sizes)])
+            continue
+        got = fed.compute([x, ints(*sizes)])
+        assert [g.shape for g in got] == [w.shape for w in want]
+        assert all(np.shares_memory(g, x) or g.size == 0 for g in got)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    assert (2, 48) in {k[0] for k in fed._index} and len(fed._index) == 5  # the refused sizes were not kept
+    even = _kernel("Split", 1, 18, n_outputs=3, axis=0, num_outputs=3)  # no sizes: keyed by the shape alone
+    assert even.constant
+    for dims in [(7, 2), (9, 2), (7, 2), (2, 2)]:
+        x = randn(*dims)
+        for g, w in zip(even.compute([x]), _do_split(x, 0, None, 3)):
+            np.testing.assert_array_equal(g, w)
+    assert set(even._index) == {(7, 2), (9, 2), (2, 2)}  # (2, 2): parts of 1, 1 and 0
+    with pytest.raises(InvalidArgument, match="axis 0 is out of range"):
+        even.compute([np.float32(1.0)])

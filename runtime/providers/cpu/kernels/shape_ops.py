@@ -127,20 +127,31 @@ class SplitAttr(Kernel):
 
 
 def _do_split(x: np.ndarray, axis: int, split, n: int) -> list:
-    if not -x.ndim <= axis < x.ndim:
-        raise InvalidArgument(f"Split: axis {axis} is out of range for the input {list(x.shape)}; it must lie in "
-                              f"[{-x.ndim}, {x.ndim - 1}].")
-    axis %= x.ndim
-    dim = x.shape[axis]
+    """The plain path: the parts of ``x``, checked and indexed at each call."""
+    return [x[index] for index in _split_index(x.shape, axis, split, n)]
+
+
+def _split_index(shape: tuple, axis: int, split, n: int) -> tuple[tuple, ...]:
+    """The basic index of each part ``_do_split`` takes from an input of ``shape``."""
+    ndim = len(shape)
+    if not -ndim <= axis < ndim:
+        raise InvalidArgument(f"Split: axis {axis} is out of range for the input {list(shape)}; it must lie in "
+                              f"[{-ndim}, {ndim - 1}].")
+    axis %= ndim
+    dim = shape[axis]
     if split is None:
         chunk = -(-dim // n)  # opset 18 num_outputs: ceil-sized chunks, the last smaller
         split = [chunk] * (n - 1) + [dim - chunk * (n - 1)]
     elif sum(split) != dim or min(split, default=0) < 0:
         raise InvalidArgument(f"Split: the sizes {list(split)} must be non-negative and add up to the length {dim} "
-                              f"of axis {axis} of the input {list(x.shape)}; give sizes that do.")
+                              f"of axis {axis} of the input {list(shape)}; give sizes that do.")
     # Basic slices (views, as np.split gives) without np.split's Python-level bookkeeping
     lead = (slice(None),) * axis
-    return [x[lead + (slice(e - s, e),)] for s, e in zip(split, itertools.accumulate(split))]
+    return tuple(lead + (slice(e - s, e),) for s, e in zip(split, itertools.accumulate(split)))
+
+
+#: Input shapes (with sizes, where they are not constant) a Split node keeps its parts' indices for.
+SPLIT_INDEX_LIMIT = 64
 
 
 @register("Split", since=13)
@@ -150,10 +161,31 @@ class Split(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.axis = node.attr("axis", 0)
         self.n = node.attr("num_outputs", len(node.outputs))
+        # Sizes absent or a constant initializer make the parts' indices a function of the input's
+        # shape alone; other sizes (a loop body's, read from an outer-scope value) key them by
+        # their bytes too. Kept per key: a Loop body splits its gates at every iteration, and
+        # checking and building the slices cost twice the indexing.
+        sizes = node.inputs[1] if len(node.inputs) > 1 else ""
+        self.constant = not sizes or (ctx is not None and ctx.is_constant_initializer(sizes))
+        self._index: dict[tuple, tuple] = {}
 
     def compute(self, inputs: list) -> list:
-        split = inputs[1].tolist() if len(inputs) > 1 and inputs[1] is not None else None
-        return _do_split(inputs[0], self.axis, split, self.n)
+        x = inputs[0]
+        sizes = inputs[1] if len(inputs) > 1 else None
+        if self.constant:
+            key = x.shape
+        elif sizes is None:
+            key = (x.shape, None)
+        elif sizes.__class__ is np.ndarray:
+            key = (x.shape, sizes.dtype, sizes.shape, sizes.tobytes())
+        else:
+            key = None
+        index = self._index.get(key) if key is not None else None
+        if index is None:
+            index = _split_index(x.shape, self.axis, sizes.tolist() if sizes is not None else None, self.n)
+            if key is not None and len(self._index) < SPLIT_INDEX_LIMIT:
+                self._index[key] = index
+        return [x[i] for i in index]
 
 
 def _slice(x: np.ndarray, starts, ends, axes, steps) -> np.ndarray:

@@ -6,7 +6,9 @@ side in one process.
 
 Per model and EP: nodes on the EP (dynamic model, and the same model with its dims fixed by
 ``add_free_dimension_override_by_name``), session creation plus first run (median of three fresh
-sessions of each runtime), the first run of each of the two stored input signatures
+sessions of each runtime, alternating; before each, the previous sessions are released and the
+process's garbage collected, so neither the teardown nor a full collection of the benchmark's own
+objects falls in a timing), the first run of each of the two stored input signatures
 (for the OpenCL EP it specialises and builds that shape), then ``WARM_RUNS`` and ``repeat`` alternating runs of
 signature ``a`` and the ratio of the medians (onnxhal / onnxruntime), and the largest difference
 from onnxruntime's stored outputs. The geometric mean of the ratios closes each EP's table, then
@@ -18,6 +20,7 @@ models kept out of tuning) and the load averages at the start and the end.
 from __future__ import annotations
 
 import argparse
+import gc
 import glob
 import math
 import os
@@ -84,6 +87,10 @@ def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:
         # session does not pay for tearing down another one (the next assignment would free
         # onnxhal's Python objects inside the timing, onnxruntime's C++ ones almost for free)
         ref = hal = None
+        # and the process's garbage collected: a full collection scans every object the benchmark
+        # holds (tens of ms with the transformer sessions' objects) and lands in whichever timing
+        # crosses its threshold, one of the three samples
+        gc.collect()
         t = time.perf_counter()
         ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         ref.run(None, feeds)

@@ -6,6 +6,7 @@ PyTorch's and onnxruntime's (``GridSample._cubic``); cubic over other ranks goes
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -134,20 +135,31 @@ class GridSample(Kernel):
             if valid is not None:
                 y = y * valid[..., None]
             return [np.moveaxis(y, -1, 1).astype(x.dtype, copy=False)]
-        floors = [np.floor(c) for c in coords]
-        fracs = [c - f for c, f in zip(coords, floors)]
+        # Per axis, each side's (index, in-bounds mask) and weight made once (not once per corner:
+        # 2^nd corners share them), and the input laid out once as rows of channels that one flat
+        # index per corner takes: the same values, summed in the same order, as per-corner work.
+        sides = []
+        for c, d, (lo, hi) in zip(coords, dims, bounds):
+            f = np.floor(c)
+            frac = c - f
+            f = f.astype(np.int64)
+            sides.append([(*self._index(f, d, lo, hi), 1.0 - frac), (*self._index(f + 1, d, lo, hi), frac)])
+        rows = np.ascontiguousarray(np.moveaxis(x, 1, -1)).reshape(-1, x.shape[1])
+        base = n_idx * math.prod(dims)
+        strides = [math.prod(dims[i + 1:]) for i in range(nd)]
+        acc = np.float32 if x.dtype != np.float64 else x.dtype
         y = 0.0
         for corner in itertools.product((0, 1), repeat=nd):
             w = 1.0
-            idx, valid = [], None
+            flat, valid = base, None
             for i, bit in enumerate(corner):
-                w = w * (fracs[i] if bit else 1.0 - fracs[i])
-                k, ok = self._index(floors[i].astype(np.int64) + bit, dims[i], *bounds[i])
-                idx.append(k)
+                k, ok, wi = sides[i][bit]
+                w = w * wi
+                flat = flat + k * strides[i]
                 valid = ok if valid is None else (valid if ok is None else valid & ok)
             if valid is not None:
                 w = w * valid
-            y = y + self._gather(x, n_idx, idx) * w[..., None].astype(np.float32 if x.dtype != np.float64 else x.dtype)
+            y = y + rows[flat] * w[..., None].astype(acc)
         return [np.ascontiguousarray(np.moveaxis(y, -1, 1)).astype(x.dtype, copy=False)]
 
     def _cubic(self, x: np.ndarray, grid: np.ndarray) -> np.ndarray:

@@ -22,6 +22,16 @@ from onnxhal.runtime.providers.cpu.kernels.registry import register
 
 _REDUCTIONS = ("none", "add", "mul", "max", "min")
 _CODES = {r: k for k, r in enumerate(_REDUCTIONS)}  # _native's reduction codes
+#: Operand signatures a scatter node keeps its checked C arguments for (a few shapes per model; a
+#: stream of new ones is not kept).
+NATIVE_ARGS_LIMIT = 64
+
+
+def _run_native(fn, data: np.ndarray, idx: np.ndarray, upd: np.ndarray, args: tuple) -> np.ndarray | None:
+    """A copy of ``data`` scattered by the C loop ``fn`` with its arguments ``args``, or None where an
+    index is out of range (the canonical form then names it)."""
+    out = np.array(data, order="C")
+    return out if fn(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), *args) < 0 else None
 
 SCATTER_PATHS = path_table("ScatterElements/ScatterND", "flat: numpy, the updates through flat indices by one "
                                                         "1-D ufunc.at in C order, onnxruntime's NaN order for max/min")
@@ -108,8 +118,8 @@ class ScatterElements(Kernel):
         key = (data.shape, idx.shape, upd.shape, data.dtype, idx.dtype, upd.dtype)
         args = self.native_args.get(key)
         if args is not None:  # shapes checked at an earlier run: straight to the C loop
-            out = np.array(data, order="C")
-            if self.native.scatter_elements(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), *args) < 0:
+            out = _run_native(self.native.scatter_elements, data, idx, upd, args)
+            if out is not None:
                 return [out]
         if not (data.ndim == idx.ndim >= 1 and idx.shape == upd.shape and -data.ndim <= self.axis < data.ndim):
             raise InvalidArgument(f"{self.op}: data {list(data.shape)}, indices {list(idx.shape)} and updates "
@@ -119,15 +129,15 @@ class ScatterElements(Kernel):
         if any(i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
             raise InvalidArgument(f"{self.op}: indices {list(idx.shape)} are longer than data {list(data.shape)} on an "
                                   f"axis other than {axis}.")
-        out = np.array(data, order="C")  # a copy, C-contiguous for the flat indices
         if self.path(data, idx, upd) == NATIVE:
             args = (math.prod(data.shape[:axis]), data.shape[axis], idx.shape[axis], math.prod(data.shape[axis + 1:]),
                     _CODES[self.reduction])
-            if len(self.native_args) < 64:  # a few shapes per model; a stream of new ones is not kept
+            if len(self.native_args) < NATIVE_ARGS_LIMIT:
                 self.native_args[key] = args
-            if self.native.scatter_elements(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), *args) < 0:
+            out = _run_native(self.native.scatter_elements, data, idx, upd, args)
+            if out is not None:
                 return [out]
-            out = np.array(data, order="C")  # an index out of range: the canonical form names it
+        out = np.array(data, order="C")  # a copy, C-contiguous for the flat indices
         if idx.size:
             strides = _strides(data.shape)
             cells = _normalize(self.op, idx, data.shape[axis])
@@ -159,22 +169,22 @@ class ScatterND(Kernel):
         key = (data.shape, idx.shape, upd.shape, data.dtype, idx.dtype, upd.dtype)
         args = self.native_args.get(key)
         if args is not None:  # shapes checked at an earlier run: straight to the C loop
-            out = np.array(data, order="C")
-            if self.native.scatter_nd(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), *args) < 0:
+            out = _run_native(self.native.scatter_nd, data, idx, upd, args)
+            if out is not None:
                 return [out]
         k = idx.shape[-1] if idx.ndim else -1
         if idx.ndim < 1 or not 1 <= k <= data.ndim or upd.shape != idx.shape[:-1] + data.shape[k:]:
             raise InvalidArgument(f"ScatterND: data {list(data.shape)}, indices {list(idx.shape)}, updates "
                                   f"{list(upd.shape)}: the indices' last dimension k must lie in [1, rank(data)] "
                                   f"and updates must be indices.shape[:-1] + data.shape[k:].")
-        out = np.array(data, order="C")  # a copy, C-contiguous for the flat indices
         if self.path(data, idx, upd) == NATIVE:
             args = (np.array(data.shape[:k], np.int64), math.prod(data.shape[k:]), _CODES[self.reduction])
-            if len(self.native_args) < 64:
+            if len(self.native_args) < NATIVE_ARGS_LIMIT:
                 self.native_args[key] = args
-            if self.native.scatter_nd(out, np.ascontiguousarray(idx), np.ascontiguousarray(upd), *args) < 0:
+            out = _run_native(self.native.scatter_nd, data, idx, upd, args)
+            if out is not None:
                 return [out]
-            out = np.array(data, order="C")  # an index out of range: the canonical form names it
+        out = np.array(data, order="C")  # a copy, C-contiguous for the flat indices
         rows = idx.reshape(-1, k)
         if rows.shape[0]:
             rows = _normalize("ScatterND", rows, data.shape[:k])

@@ -2,7 +2,8 @@
 and onnxruntime, on 3-D convolutions of every kind it takes (dilated, padded unevenly, grouped,
 several images, float64, blocks that split the positions); ``nd_frame_taps`` likewise on k x 1 x 1
 ones (frame padding and dilation, taps in the padding, no tap reaching every output);
-``nd_gather`` likewise on the ungrouped ones and strided ones. ``nd_gather`` takes every small
+``nd_gather`` likewise on the ungrouped ones and strided ones; ``nd_frame_im2col`` likewise on
+ungrouped 3-D ones (frame strides and pads, every 2-D window layout of ``im2col_2d``). ``nd_gather`` takes every small
 ungrouped convolution first, so the other paths' tests turn it off (``_no_gather``)."""
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def test_nd_flat_taps_matches_nd_im2col_and_onnxruntime(monkeypatch, case, block
     got = kernel.compute([x, w, b])[0]
     assert kernel.last_path == conv.ND_FLAT_TAPS
     monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", 0.0)
+    monkeypatch.setattr(conv, "ND_FRAME_IM2COL_ENABLED", False)
     plain = _kernel(attrs)
     want = plain.compute([x, w, b])[0]
     assert plain.last_path == conv.ND_IM2COL
@@ -86,10 +88,10 @@ def test_nd_flat_taps_condition():
     assert conv.flat_taps_waste((4, 30, 30), (1, 1, 1), (1, 1, 1), (4, 30, 30)) <= conv.ND_FLAT_MAX_WASTE
     assert kernel.last_path == conv.ND_FLAT_TAPS
     kernel.compute([rng.standard_normal((1, 2, 4, 6, 6)).astype(np.float32), w, b])
-    assert kernel.last_path == conv.ND_IM2COL
+    assert kernel.last_path == conv.ND_FRAME_IM2COL
     strided = _kernel({"pads": [1] * 6, "strides": [1, 2, 2]})
     strided.compute([big, w, b])
-    assert strided.last_path == conv.ND_IM2COL
+    assert strided.last_path == conv.ND_FRAME_IM2COL
 
 
 FRAME_CASES = [
@@ -111,6 +113,7 @@ def test_nd_frame_taps_matches_nd_im2col_and_onnxruntime(monkeypatch, case, dtyp
     assert kernel.last_path == conv.ND_FRAME_TAPS
     monkeypatch.setattr(conv, "ND_FRAME_TAPS_ENABLED", False)
     monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", 0.0)
+    monkeypatch.setattr(conv, "ND_FRAME_IM2COL_ENABLED", False)
     plain = _kernel(attrs)
     want = plain.compute([x, w, b])[0]
     assert plain.last_path == conv.ND_IM2COL
@@ -131,7 +134,7 @@ def test_nd_frame_taps_condition():
                       ({}, rng.standard_normal((4, 4, 3, 1, 2)).astype(np.float32))):
         kernel = _kernel(attrs)
         kernel.compute([x, wk, b])
-        assert kernel.last_path in (conv.ND_IM2COL, conv.ND_FLAT_TAPS), attrs
+        assert kernel.last_path in (conv.ND_IM2COL, conv.ND_FLAT_TAPS, conv.ND_FRAME_IM2COL), attrs
 
 
 GATHER_CASES = [c for c in CASES if c[2].get("group", 1) == 1] + [
@@ -154,6 +157,7 @@ def test_nd_gather_matches_nd_im2col_and_onnxruntime(monkeypatch, case, dtype):
     monkeypatch.setattr(conv, "ND_GATHER_MAX", 0)
     monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", 0.0)
     monkeypatch.setattr(conv, "ND_FRAME_TAPS_ENABLED", False)
+    monkeypatch.setattr(conv, "ND_FRAME_IM2COL_ENABLED", False)
     plain = _kernel(attrs)
     want = plain.compute([x, w, b])[0]
     assert plain.last_path == conv.ND_IM2COL
@@ -179,3 +183,55 @@ def test_nd_gather_condition(monkeypatch):
     kernel.compute([big, w, b])
     assert kernel.last_path == conv.ND_FLAT_TAPS
     assert conv.nd_gather_plan(big.shape, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), (8, 30, 30)) is None
+
+
+FRAME_IM2COL_CASES = [
+    ((2, 4, 4, 8, 8), (5, 4, 3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1]}),  # same_width planes, two images
+    ((1, 3, 4, 16, 12), (4, 3, 3, 7, 7), {"strides": [1, 2, 2], "pads": [1, 3, 3, 1, 3, 3]}),  # a 7x7/2 stem: phases
+    ((1, 2, 5, 8, 8), (3, 2, 3, 3, 3), {"strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1]}),  # half_width, frames /2
+    ((1, 3, 6, 7, 5), (4, 3, 2, 3, 2), {"strides": [3, 1, 2], "pads": [2, 0, 1, 1, 2, 0], "dilations": [1, 2, 1]}),
+    ((2, 2, 3, 5, 6), (3, 2, 3, 2, 2), {"pads": [0, 0, 0, 2, 1, 1]}),  # frame pads at the end only: view
+    ((1, 2, 4, 5, 5), (3, 2, 4, 1, 1), {"pads": [3, 0, 0, 3, 0, 0], "strides": [2, 1, 1]}),  # taps in the pads
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", FRAME_IM2COL_CASES,
+                         ids=lambda c: "x".join(map(str, c[0])) + "-" + "x".join(map(str, c[1])))
+def test_nd_frame_im2col_matches_nd_im2col_and_onnxruntime(monkeypatch, case, dtype):
+    xs, ws, attrs = case
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x, w, b = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype), rng.standard_normal(ws[0]).astype(dtype)
+    monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", 0.0)
+    kernel = _kernel(attrs)
+    got = kernel.compute([x, w, b])[0]
+    assert kernel.last_path == conv.ND_FRAME_IM2COL
+    again = kernel.compute([x * 2, w, b])[0]  # the reordered weights kept for the same array
+    monkeypatch.setattr(conv, "ND_FRAME_IM2COL_ENABLED", False)
+    plain = _kernel(attrs)
+    want = plain.compute([x, w, b])[0]
+    assert plain.last_path == conv.ND_IM2COL
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    assert got.shape == want.shape and got.dtype == want.dtype and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(again, plain.compute([x * 2, w, b])[0], rtol=tol, atol=tol)
+    w2 = w + 1  # new weights (a graph input's): reordered again, not the kept ones
+    np.testing.assert_allclose(kernel.compute([x, w2, b])[0], plain.compute([x, w2, b])[0], rtol=tol, atol=tol)
+    if dtype == np.float32:
+        np.testing.assert_allclose(got, _onnxruntime(x, w, b, attrs), rtol=tol, atol=tol)
+
+
+def test_nd_frame_im2col_condition(monkeypatch):
+    """Grouped ones, a frame dilation and 4-D ones keep nd_im2col."""
+    monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", 0.0)
+    rng = np.random.default_rng(7)
+    b = np.zeros(4, np.float32)
+    x = rng.standard_normal((1, 4, 6, 5, 5)).astype(np.float32)
+    for attrs, ws in (({"group": 2}, (4, 2, 3, 3, 3)), ({"dilations": [2, 1, 1]}, (4, 4, 3, 3, 3))):
+        kernel = _kernel(attrs)
+        kernel.compute([x, rng.standard_normal(ws).astype(np.float32), b])
+        assert kernel.last_path == conv.ND_IM2COL, attrs
+    four = _kernel({})
+    four.compute([rng.standard_normal((1, 2, 3, 4, 5, 4)).astype(np.float32),
+                  rng.standard_normal((4, 2, 2, 2, 3, 2)).astype(np.float32), b])
+    assert four.last_path == conv.ND_IM2COL

@@ -397,6 +397,35 @@ def half_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
 #: numpy calls where the others make 10-20: below these limits the calls saved outweigh the slower
 #: moves (unit-stride depthwise layers reach the crossover sooner, since their flat-plane copies
 #: are cheap; strided ones later, since their half-width phase copies cost more).
+def im2col_2d(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
+              strides: tuple[int, int], dilations: tuple[int, int], cols: np.ndarray) -> str:
+    """Copy the windows of ``x`` (N, C, H, W) zero-padded by ``pads`` into ``cols`` (N, C, kh, kw,
+    oh, ow); the name of the layout that copied them: "same_width", "half_width", "phases" or
+    "view" (FusedConv's im2col paths and ``frame_im2col_conv`` share it)."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, strides, dilations, out_hw
+    # Unit-stride 3x3 with pads 1, ..., and stride-2 ones half as wide (3x3 and 7x7 stems,
+    # ResNet's 3x3/2 layers): taps as contiguous rows of flat planes, where the window view's rows
+    # step by the stride (cheaper than building them from padded phases)
+    fill = flat_plane_filler(x.shape, pads, out_hw, kernel, strides, dilations)
+    if fill is not None:
+        # a view, also of FusedConv's transposed batched windows (a copy would be filled in vain)
+        fill(x, pads, out_hw, kernel, dilations, np.reshape(cols, cols.shape[:4] + (oh * ow,), copy=False))
+        return "same_width" if fill is same_width_taps else "half_width"
+    # Patches that tile the input (a ViT's patch embedding: 8x8 or 16x16 windows at their own
+    # stride, no padding) are one strided view of it: a single copy below, where building them
+    # from phases takes a copy per tap.
+    tiles = (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and not any(pads)
+    if kh * kw >= 25 and (sh > 1 or sw > 1) and not tiles:  # e.g. a 7x7 stride-2 stem over an odd size
+        im2col_from_phases(x, pads, out_hw, kernel, strides, dilations, cols)
+        return "phases"
+    xp = pad_spatial(x, pads[:2], pads[2:])
+    st = xp.strides
+    n, c = x.shape[:2]
+    win = strided_view(xp, (n, c, kh, kw, oh, ow), (st[0], st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw))
+    np.copyto(cols, win)  # memory-bound: measured slower split over two threads
+    return "view"
+
+
 GATHER_MAX = 1 << 15
 DEPTHWISE_GATHER_MAX = 1 << 14
 #: The gather paths take with mode="wrap": their indices are in range by construction (built per
@@ -505,12 +534,20 @@ ND_FLAT_TAPS = ND_PATHS.add("nd_flat_taps", "float, 3-D or more, unit strides, n
 ND_FRAME_TAPS = ND_PATHS.add("nd_frame_taps", "float, 3-D, not grouped, kernel k x 1 x 1, unit strides, no "
                                               "row or column padding: frame_taps_conv, one product per frame "
                                               "tap over the input's frames as they lie, no window copy")
+ND_FRAME_IM2COL = ND_PATHS.add("nd_frame_im2col", "float, 3-D, not grouped, unit frame dilation, "
+                                                  "ND_FRAME_IM2COL_ENABLED, where nd_im2col would run: "
+                                                  "frame_im2col_conv, each frame's 2-D windows copied once "
+                                                  "(im2col_2d) and every output frame one product over the "
+                                                  "kernel's run of consecutive window frames")
 ND_GATHER = ND_PATHS.add("nd_gather", "float, 3-D or more, not grouped, the windows of all images at most "
                                       "ND_GATHER_MAX elements: nd_gather_plan's indices, one take of the "
                                       "windows and one product")
 #: Whether the k x 1 x 1 convolutions take ``frame_taps_conv`` (tests turn it off to reach the
 #: other paths with them)
 ND_FRAME_TAPS_ENABLED = True
+#: Whether 3-D convolutions that would take ``nd_im2col`` take ``frame_im2col_conv`` (tests turn
+#: it off to compare them)
+ND_FRAME_IM2COL_ENABLED = True
 #: The most window elements (N C taps outputs) ``nd_gather`` takes: below it one ``take`` of
 #: precomputed indices copies the windows, where im2col transposes a window view of the padded
 #: input (a copy of the input first, then a strided copy of 2 + 2 nd axes).
@@ -660,6 +697,41 @@ def frame_taps_conv(x: np.ndarray, w: np.ndarray, pb: int, out: int, dil: int) -
     return y.reshape((n, m, out) + x.shape[3:])
 
 
+def frame_weights(w: np.ndarray) -> np.ndarray:
+    """3-D weights (M, C, kt, kh, kw) as ``frame_im2col_conv`` multiplies them: (M, kt C kh kw),
+    frame tap major, as its run of window frames lies."""
+    return np.ascontiguousarray(w.transpose(0, 2, 1, 3, 4)).reshape(w.shape[0], -1)
+
+
+def frame_im2col_conv(x: np.ndarray, wk: np.ndarray, kernel: tuple, pb: tuple, pe: tuple, out: tuple,
+                      strides: tuple, dilations: tuple) -> np.ndarray:
+    """An ungrouped 3-D convolution (no bias) at unit frame dilation, from 2-D windows: each input
+    frame's (C, kh, kw) windows are copied once (``im2col_2d``, its flat-plane layouts included)
+    into a buffer of frames (N, pt + T + et, C kh kw, P) whose padding frames are zeros, so an
+    output frame's kt window frames are kt consecutive blocks, one contiguous (kt C kh kw, P)
+    matrix: one product with ``frame_weights`` per output frame, batched over an image's frames
+    through a strided view (no copy). im2col over the 3-D window view copies every input value kt
+    kh kw times, each through a transpose of 2 + 2 x 3 axes; this copies it kh kw times."""
+    n, c, t = x.shape[:3]
+    kt, kh, kw = kernel
+    ot, oh, ow = out
+    p, k2, m = oh * ow, c * kh * kw, wk.shape[0]
+    head = pb[0]
+    cols = np.empty((n, head + t + pe[0], c, kh, kw, oh, ow), dtype=x.dtype)
+    cols[:, :head] = 0
+    cols[:, head + t:] = 0
+    pads = (pb[1], pb[2], pe[1], pe[2])
+    y = np.empty((n, m, ot, p), dtype=x.dtype)
+    item = cols.itemsize
+    for i in range(n):
+        check_terminate()
+        im2col_2d(x[i].transpose(1, 0, 2, 3), pads, (oh, ow), (kh, kw), tuple(strides[1:]), tuple(dilations[1:]),
+                  cols[i, head:head + t])
+        runs = as_strided(cols[i], (ot, kt * k2, p), (strides[0] * k2 * p * item, p * item, item), writeable=False)
+        np.matmul(wk, runs, out=y[i].transpose(1, 0, 2))
+    return y.reshape((n, m) + tuple(out))
+
+
 @register("Conv", since=1)
 class Conv(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
@@ -669,6 +741,7 @@ class Conv(Kernel):
         self._geometries: dict[tuple, tuple] = {}  # ``geo.resolve``'s, per (input, weight shapes), as tuples
         self.widen = half.WidenedInputs(node, ctx)
         self.last_path: str | None = None  #: the ``ND_PATHS`` name of the last im2col run
+        self._frame_w: tuple | None = None  # (w, frame_weights(w)) of the last 3-D run
         self.taps = TrimmedTaps(node, ctx, lambda twin: Conv(twin, ctx))  #: taps reading only padding, cut
 
     def compute(self, inputs: list) -> list:
@@ -711,6 +784,11 @@ class Conv(Kernel):
               and flat_taps_waste(x.shape[2:], pb, pe, out) <= ND_FLAT_MAX_WASTE):
             self.last_path = ND_FLAT_TAPS
             y = flat_taps_conv(x, w, tuple(pb), tuple(pe), tuple(out), tuple(dil), g)
+        elif (ND_FRAME_IM2COL_ENABLED and nd == 3 and g == 1 and dil[0] == 1 and x.dtype.kind == "f"
+              and w.dtype == x.dtype):
+            self.last_path = ND_FRAME_IM2COL
+            y = frame_im2col_conv(x, self._frame_weights(w), tuple(kernel), tuple(pb), tuple(pe), tuple(out),
+                                  tuple(strides), tuple(dil))
         else:
             self.last_path = ND_IM2COL
             win = window_view(pad_spatial(x, pb, pe), kernel, strides, dil, out)  # (N, C, *out, *kernel)
@@ -723,6 +801,15 @@ class Conv(Kernel):
         if b is not None:
             y += b.reshape((1, m) + (1,) * nd)
         return [y]
+
+    def _frame_weights(self, w: np.ndarray) -> np.ndarray:
+        """``frame_weights(w)``, kept while the same weights (an initializer's array) come back."""
+        kept = self._frame_w
+        if kept is not None and kept[0] is w:
+            return kept[1]
+        wk = frame_weights(w)
+        self._frame_w = (w, wk)
+        return wk
 
     def _gather_plan(self, x_shape: tuple, w_shape: tuple) -> tuple | bool:
         """``gather_plan``'s indices for a small ungrouped or depthwise 2-D convolution, with

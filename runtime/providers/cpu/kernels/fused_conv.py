@@ -66,17 +66,13 @@ from onnxhal.runtime.providers.cpu.kernels.conv import (
     DEPTHWISE_LAYOUTS,
     depthwise_layout,
     depthwise_rows,
-    flat_plane_filler,
     gather_plan,
     gathered_weights,
-    im2col_from_phases,
     pad_spatial,
     per_shape,
     rows_to_output,
     rows_view,
     same_width,
-    same_width_taps,
-    strided_view,
 )
 from onnxhal.runtime.providers.cpu.kernels.conv3d import FramesAs2d
 from onnxhal.runtime.providers.cpu.kernels.dead_taps import TrimmedTaps
@@ -262,32 +258,16 @@ BATCHED_MIN_IMAGES = 2
 STRIDED_DEPTHWISE_GATHER_MAX = 3 << 14
 
 
+#: ``conv.im2col_2d``'s layouts as this table's paths
+_IM2COL_LAYOUTS = {"same_width": IM2COL_SAME_WIDTH, "half_width": IM2COL_HALF_WIDTH, "phases": IM2COL_PHASES,
+                   "view": IM2COL_VIEW}
+
+
 def _im2col(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
             strides: tuple[int, int], dilations: tuple[int, int], cols: np.ndarray) -> str:
     """Copy the windows of ``x`` zero-padded by ``pads`` into ``cols`` (N, C, kh, kw, oh, ow); the
     name of the path (``CONV_PATHS``) that copied them."""
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, strides, dilations, out_hw
-    # Unit-stride 3x3 with pads 1, ..., and stride-2 ones half as wide (3x3 and 7x7 stems,
-    # ResNet's 3x3/2 layers): taps as contiguous rows of flat planes, where the window view's rows
-    # step by the stride (cheaper than building them from padded phases)
-    fill = flat_plane_filler(x.shape, pads, out_hw, kernel, strides, dilations)
-    if fill is not None:
-        # a view, also of ``_batched_columns``' transposed windows (a copy would be filled in vain)
-        fill(x, pads, out_hw, kernel, dilations, np.reshape(cols, cols.shape[:4] + (oh * ow,), copy=False))
-        return IM2COL_SAME_WIDTH if fill is same_width_taps else IM2COL_HALF_WIDTH
-    # Patches that tile the input (a ViT's patch embedding: 8x8 or 16x16 windows at their own
-    # stride, no padding) are one strided view of it: a single copy below, where building them
-    # from phases takes a copy per tap.
-    tiles = (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and not any(pads)
-    if kh * kw >= 25 and (sh > 1 or sw > 1) and not tiles:  # e.g. a 7x7 stride-2 stem over an odd size
-        im2col_from_phases(x, pads, out_hw, kernel, strides, dilations, cols)
-        return IM2COL_PHASES
-    xp = pad_spatial(x, pads[:2], pads[2:])
-    st = xp.strides
-    n, c = x.shape[:2]
-    win = strided_view(xp, (n, c, kh, kw, oh, ow), (st[0], st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw))
-    np.copyto(cols, win)  # memory-bound: measured slower split over two threads
-    return IM2COL_VIEW
+    return _IM2COL_LAYOUTS[_conv.im2col_2d(x, pads, out_hw, kernel, strides, dilations, cols)]
 
 
 @register("FusedConv", since=1, domain=DOMAIN)

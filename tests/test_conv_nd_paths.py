@@ -235,3 +235,27 @@ def test_nd_frame_im2col_condition(monkeypatch):
     four.compute([rng.standard_normal((1, 2, 3, 4, 5, 4)).astype(np.float32),
                   rng.standard_normal((4, 2, 2, 2, 3, 2)).astype(np.float32), b])
     assert four.last_path == conv.ND_IM2COL
+
+
+class _ConstantWeights(KernelCreateContext):
+    def is_constant_initializer(self, name: str) -> bool:
+        return name == "w"
+
+
+def test_nd_frame_im2col_keeps_only_constant_weights(monkeypatch):
+    """Reordered weights are kept for a constant initializer; a graph input's array written over
+    in place between runs is reordered again (not the kept copy of its old values)."""
+    monkeypatch.setattr(conv, "ND_FLAT_MAX_WASTE", 0.0)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 3, 4, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3, 3)).astype(np.float32)
+    b = np.zeros(4, np.float32)
+    node = Node("Conv", ["x", "w", "b"], ["y"], attribute_protos=[helper.make_attribute("pads", [1] * 6)])
+    node.since_version = 11
+    kept = conv.Conv(node, _ConstantWeights())
+    kept.compute([x, w, b])
+    assert kept.last_path == conv.ND_FRAME_IM2COL and kept._frame_w[0] is w
+    fed = _kernel({"pads": [1] * 6})
+    first = fed.compute([x, w, b])[0]
+    w *= -1  # the same array, new values
+    np.testing.assert_allclose(fed.compute([x, w, b])[0], -first, rtol=1e-5, atol=1e-5)

@@ -391,12 +391,6 @@ def half_width_taps(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tupl
         cols[:, :, rows, j, col::ow] = 0
 
 
-#: Largest number of gathered window elements (taps x outputs, all images) a convolution takes the
-#: gather paths for (``gather_plan``); unit-stride depthwise ones stop at DEPTHWISE_GATHER_MAX. A
-#: take moves each element more slowly than the strided copies, but the gather paths make 4-5
-#: numpy calls where the others make 10-20: below these limits the calls saved outweigh the slower
-#: moves (unit-stride depthwise layers reach the crossover sooner, since their flat-plane copies
-#: are cheap; strided ones later, since their half-width phase copies cost more).
 def im2col_2d(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
               strides: tuple[int, int], dilations: tuple[int, int], cols: np.ndarray) -> str:
     """Copy the windows of ``x`` (N, C, H, W) zero-padded by ``pads`` into ``cols`` (N, C, kh, kw,
@@ -426,6 +420,12 @@ def im2col_2d(x: np.ndarray, pads: tuple[int, int, int, int], out_hw: tuple[int,
     return "view"
 
 
+#: Largest number of gathered window elements (taps x outputs, all images) a convolution takes the
+#: gather paths for (``gather_plan``); unit-stride depthwise ones stop at DEPTHWISE_GATHER_MAX. A
+#: take moves each element more slowly than the strided copies, but the gather paths make 4-5
+#: numpy calls where the others make 10-20: below these limits the calls saved outweigh the slower
+#: moves (unit-stride depthwise layers reach the crossover sooner, since their flat-plane copies
+#: are cheap; strided ones later, since their half-width phase copies cost more).
 GATHER_MAX = 1 << 15
 DEPTHWISE_GATHER_MAX = 1 << 14
 #: The gather paths take with mode="wrap": their indices are in range by construction (built per
@@ -741,7 +741,10 @@ class Conv(Kernel):
         self._geometries: dict[tuple, tuple] = {}  # ``geo.resolve``'s, per (input, weight shapes), as tuples
         self.widen = half.WidenedInputs(node, ctx)
         self.last_path: str | None = None  #: the ``ND_PATHS`` name of the last im2col run
-        self._frame_w: tuple | None = None  # (w, frame_weights(w)) of the last 3-D run
+        self._frame_w: tuple | None = None  # (w, frame_weights(w)) of the last 3-D run, constant weights only
+        # a graph input may be the same array on every run with new values written into it
+        constant = getattr(ctx, "is_constant_initializer", lambda name: False)  # ctx None: constant folding
+        self._w_const = len(node.inputs) > 1 and constant(node.inputs[1])
         self.taps = TrimmedTaps(node, ctx, lambda twin: Conv(twin, ctx))  #: taps reading only padding, cut
 
     def compute(self, inputs: list) -> list:
@@ -803,12 +806,13 @@ class Conv(Kernel):
         return [y]
 
     def _frame_weights(self, w: np.ndarray) -> np.ndarray:
-        """``frame_weights(w)``, kept while the same weights (an initializer's array) come back."""
+        """``frame_weights(w)``, kept while the same constant initializer's array comes back."""
         kept = self._frame_w
         if kept is not None and kept[0] is w:
             return kept[1]
         wk = frame_weights(w)
-        self._frame_w = (w, wk)
+        if self._w_const:
+            self._frame_w = (w, wk)
         return wk
 
     def _gather_plan(self, x_shape: tuple, w_shape: tuple) -> tuple | bool:

@@ -33,6 +33,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     score_transform,
     transform_scores,
 )
+from onnxhal.runtime.providers.cpu.kernels.ml_tree_lists import ListNodeIndex, tree_shape_lists
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import NATIVE_SWITCH, native_module
 from onnxhal.runtime.providers.cpu.kernels.numerics import SOFTMAX_BOUND, softmax_bounded
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -143,7 +144,32 @@ TREE_PATHS.add("native", "the C extension _native is built and ONNXHAL_NATIVE_KE
                        "missing-value flag per node; per run X float32 or float64 rows wider than the largest "
                        "feature an interior node reads (else the numpy routes)")
 
-__all__ = ["NATIVE_SWITCH", "TREE_PATHS"]
+#: How a forest's tables are built at kernel creation (node index, tree shape), by node count.
+TREE_BUILD_PATHS = path_table("TreeEnsemble.build", "numpy calls per tree level and per lookup "
+                              "(_NodeIndex, _tree_shape)")
+TREE_BUILD_PATHS.add("lists", "a forest of at most SMALL_FOREST_NODES nodes: the node index as a dict and "
+                              "the tree walk as loops over lists (ml_tree_lists.py), the same tables")
+
+#: Node count up to which a forest is indexed and walked on Python lists (``TREE_BUILD_PATHS``; 0:
+#: never). A numpy call costs 1-2 us whatever its size, a list loop about 0.1 us a node.
+SMALL_FOREST_NODES = 64
+
+__all__ = ["NATIVE_SWITCH", "SMALL_FOREST_NODES", "TREE_BUILD_PATHS", "TREE_PATHS"]
+
+
+def _node_index(trees: np.ndarray, ids: np.ndarray) -> _NodeIndex | ListNodeIndex:
+    """The (tree id, node id) index of a forest's nodes, by ``TREE_BUILD_PATHS``."""
+    if trees.size <= SMALL_FOREST_NODES:
+        return ListNodeIndex(trees, ids)
+    return _NodeIndex(trees, ids)
+
+
+def _shape_of(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]] | None:
+    """``_tree_shape`` by ``TREE_BUILD_PATHS``."""
+    if is_leaf.size <= SMALL_FOREST_NODES:
+        return tree_shape_lists(is_leaf, true_next, false_next, roots)
+    return _tree_shape(is_leaf, true_next, false_next, roots)
 
 
 class _Forest:
@@ -167,7 +193,7 @@ class _Forest:
         self.any_missing = bool(missing_true.any())
         # trees that share no node (as converters write them): their levels give the depth, and the
         # leaf bits are built from the same walk
-        shape = _tree_shape(mode == LEAF, true_next, false_next, roots) if roots.size else None
+        shape = _shape_of(mode == LEAF, true_next, false_next, roots) if roots.size else None
         if shape is not None:
             # the levels holding an interior node: the longest root-to-leaf walk
             self.depth = sum(1 for inner in shape[4] if inner.size)
@@ -731,6 +757,8 @@ class _NodeIndex:
         #: order (as the converters write them), a pair's position is its tree's start plus its id
         #: (no sort): per tree id its first position and node count; else None
         self.dense = self._dense(trees, ids)
+        #: the tree ids come in ascending order (known where the index is dense)
+        self.ascending = self.dense is not None
         if self.dense is not None:
             return
         self.tree_values, self.id_values = np.unique(trees), np.unique(ids)
@@ -800,7 +828,7 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
         mode = np.fromiter(map(_MODES.__getitem__, modes), np.int8, len(modes))
     except KeyError as exc:
         raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
-    index = _NodeIndex(trees, ids)
+    index = _node_index(trees, ids)
     n = len(ids)
     missing = node.attr_array("nodes_missing_value_tracks_true", bool)
     if missing is None or not missing.size:
@@ -824,8 +852,8 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     free[true_next[inner]] = False
     free[false_next[inner]] = False
     candidates = np.flatnonzero(free)
-    if index.dense is not None and candidates.size:
-        # tree ids ascending (a dense index): each tree's first candidate starts a run of its id
+    if index.ascending and candidates.size:
+        # tree ids ascending: each tree's first candidate starts a run of its id
         owners = trees[candidates]
         first = np.empty(owners.size, bool)
         first[0] = True

@@ -1,0 +1,78 @@
+"""The tree kernels' build on Python lists, for small forests (``TREE_BUILD_PATHS["lists"]``).
+
+The canonical build (``ml_trees._NodeIndex``, ``ml_trees._tree_shape``) makes a few numpy calls per
+tree level and per lookup, whatever the node count: on a forest of a few dozen nodes (an AdaBoost
+stump, a decision tree) those calls, 1-2 us each, are most of the kernel's creation, which is then
+as long as onnxruntime's whole session creation. Here the same results come from loops over the
+nodes as Python lists, which cost about a tenth of a microsecond a node: cheaper up to a few hundred
+nodes. Each function returns what its canonical form returns (same values, same dtypes);
+tests/test_tree_build_lists.py holds them to it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ListNodeIndex:
+    """``ml_trees._NodeIndex`` as a dict: (tree id, node id) pairs to node positions, the last
+    position of a pair given twice, -1 for a pair not given."""
+
+    def __init__(self, trees: np.ndarray, ids: np.ndarray) -> None:
+        tree_list = trees.tolist()
+        #: the tree ids come in ascending order (``_legacy_forest`` then takes each tree's first root
+        #: candidate without a sort)
+        self.ascending = tree_list == sorted(tree_list)
+        # a later pair overwrites an earlier one: the last position, as the canonical index
+        self._at = dict(zip(zip(tree_list, ids.tolist()), range(trees.size)))
+
+    def find(self, trees: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        get = self._at.get
+        return np.array([get(k, -1) for k in zip(trees.tolist(), ids.tolist())], np.int64).reshape(trees.shape)
+
+
+def tree_shape_lists(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray,
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]] | None:
+    """``ml_trees._tree_shape`` by loops over lists: per node its tree's slot, its leaf count and
+    the number of its first leaf in its tree, the nodes of each level and the interior nodes of
+    each level; None where a node is reached twice. Indices are read as numpy reads them (a
+    negative one from the end; one out of range raises IndexError)."""
+    n = is_leaf.size
+    leaf, t_of, f_of = is_leaf.tolist(), true_next.tolist(), false_next.tolist()
+    frontier, slots = roots.tolist(), list(range(roots.size))
+    levels: list[list[int]] = []
+    level_slots: list[list[int]] = []
+    inners: list[list[int]] = []
+    children: list[tuple[list[int], list[int]]] = []
+    visited = 0
+    while frontier:
+        visited += len(frontier)
+        if visited > n:
+            return None
+        levels.append(frontier)
+        level_slots.append(slots)
+        inner = [v for v in frontier if not leaf[v]]
+        kept = [s for v, s in zip(frontier, slots) if not leaf[v]]
+        t, f = [t_of[v] for v in inner], [f_of[v] for v in inner]
+        inners.append(inner)
+        children.append((t, f))
+        frontier = t + f
+        slots = kept + kept
+    order = [v % n for level in levels for v in level]  # Python's % is numpy's remainder: 0..n-1
+    if len(set(order)) != len(order):
+        return None
+    owner = [-1] * n
+    for level, level_slot in zip(levels, level_slots):
+        for v, s in zip(level, level_slot):
+            owner[v] = s
+    count = [1 if x else 0 for x in leaf]
+    for inner, (t, f) in zip(reversed(inners), reversed(children)):
+        for v, a, b in zip(inner, t, f):
+            count[v] = count[a] + count[b]
+    first = [0] * n
+    for inner, (t, f) in zip(inners, children):
+        for v, a, b in zip(inner, t, f):
+            at = first[v]
+            first[a] = at
+            first[b] = at + count[a]
+    return (np.array(owner, np.int64), np.array(count, np.int64), np.array(first, np.int64),
+            [np.array(level, np.int64) for level in levels], [np.array(inner, np.int64) for inner in inners])

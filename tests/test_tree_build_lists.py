@@ -11,6 +11,7 @@ import pytest
 from onnx import helper
 
 import onnxhal
+from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph, Node
 from onnxhal.runtime.providers.cpu.kernels import ml_tree_lists, ml_trees
 from tests.test_ml_ops import _legacy_tree_attrs, _random_trees
@@ -29,9 +30,7 @@ def test_list_index_finds_what_the_numpy_index_finds(seed):
     rng = np.random.default_rng(seed)
     for name, trees, ids in _layouts(rng):
         trees, ids = trees.astype(np.int64), ids.astype(np.int64)
-        plain, lists = ml_trees._NodeIndex(trees, ids), ml_tree_lists.ListNodeIndex(trees, ids)
-        assert lists.ascending == bool((np.diff(trees) >= 0).all()), name
-        assert plain.ascending <= lists.ascending, name  # dense implies ascending
+        plain, lists = ml_trees._NodeIndex(trees, ids), ml_tree_lists.ListNodeIndex(trees.tolist(), ids.tolist())
         qt = np.concatenate([trees, trees, trees + 1, trees, [-1, 99]]).astype(np.int64)
         qi = np.concatenate([ids, ids + 1, ids, ids - 1, [0, 0]]).astype(np.int64)
         got = lists.find(qt, qi)
@@ -39,6 +38,42 @@ def test_list_index_finds_what_the_numpy_index_finds(seed):
         np.testing.assert_array_equal(got, plain.find(qt, qi), err_msg=name)
         empty = np.zeros(0, np.int64)
         assert lists.find(empty, empty).shape == plain.find(empty, empty).shape == (0,)
+
+
+def _links_node(rng: np.random.Generator, layout: str) -> Node:
+    """A regressor of random trees whose nodes come in a layout of ``_layouts``' kinds (dense,
+    shuffled, tree ids descending, a pair given twice) or point at a missing child."""
+    trees = _random_trees(rng, int(rng.integers(1, 5)), 4, int(rng.integers(0, 4)))
+    attrs = _legacy_tree_attrs(rng, trees, 2, "target")
+    count = len(attrs["nodes_treeids"])
+    order = {"dense": np.arange(count), "shuffled": rng.permutation(count),
+             "descending": np.arange(count)[::-1], "twice": np.concatenate([np.arange(count), [0]])}.get(layout)
+    if order is None:  # "missing": an interior node's child id that no node has (or every node a leaf)
+        order = np.arange(count)
+        inner = [k for k, m in enumerate(attrs["nodes_modes"]) if m != "LEAF"]
+        if inner:
+            attrs["nodes_falsenodeids"][inner[int(rng.integers(len(inner)))]] = 77
+    attrs = {k: ([v[i] for i in order] if k.startswith("nodes_") else v) for k, v in attrs.items()}
+    return Node.from_proto(helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml",
+                                            n_targets=2, **attrs))
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("layout", ["dense", "shuffled", "descending", "twice", "missing"])
+def test_list_links_are_the_numpy_links(seed, layout):
+    """``_links_lists`` against ``_links``: the same child positions and roots, or the same error."""
+    rng = np.random.default_rng(seed)
+    node = _links_node(rng, layout)
+    trees, ids = ml_trees._ints(node, "nodes_treeids"), ml_trees._ints(node, "nodes_nodeids")
+    mode = np.array([ml_trees._MODES[m] for m in node.attr("nodes_modes")], np.int8)
+    outcome = []
+    for links in (ml_trees._links, ml_trees._links_lists):
+        try:
+            _, t, f, roots = links(node, "what", trees, ids, mode)
+            outcome.append((t.dtype, t.tolist(), f.tolist(), roots.dtype, roots.tolist()))
+        except InvalidArgument as e:
+            outcome.append(str(e))
+    assert outcome[0] == outcome[1]
 
 
 def _random_links(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

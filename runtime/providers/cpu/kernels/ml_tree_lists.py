@@ -17,17 +17,39 @@ class ListNodeIndex:
     """``ml_trees._NodeIndex`` as a dict: (tree id, node id) pairs to node positions, the last
     position of a pair given twice, -1 for a pair not given."""
 
-    def __init__(self, trees: np.ndarray, ids: np.ndarray) -> None:
-        tree_list = trees.tolist()
-        #: the tree ids come in ascending order (``_legacy_forest`` then takes each tree's first root
-        #: candidate without a sort)
-        self.ascending = tree_list == sorted(tree_list)
+    def __init__(self, trees: list[int], ids: list[int]) -> None:
         # a later pair overwrites an earlier one: the last position, as the canonical index
-        self._at = dict(zip(zip(tree_list, ids.tolist()), range(trees.size)))
+        self.at = dict(zip(zip(trees, ids), range(len(trees))))
 
     def find(self, trees: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        get = self._at.get
+        get = self.at.get
         return np.array([get(k, -1) for k in zip(trees.tolist(), ids.tolist())], np.int64).reshape(trees.shape)
+
+
+def forest_links(index: ListNodeIndex, trees: list[int], inner: list[bool], true_ids: list[int] | None,
+                 false_ids: list[int] | None) -> tuple[list[int], list[int], list[int], tuple[int, int] | None]:
+    """``ml_trees._legacy_forest``'s links by loops: per node the positions of its true and false
+    children (a leaf's are its own), the roots (per tree id, in ascending order, its first node that
+    is no interior node's child) and, where an interior node names a child no node is, (that
+    node's position, the child's id) for the error, the first such node; the lists then are None."""
+    n = len(trees)
+    true_next, false_next = list(range(n)), list(range(n))
+    child = [False] * n
+    get = index.at.get
+    for k in range(n):
+        if not inner[k]:
+            continue
+        tree, t_id, f_id = trees[k], true_ids[k], false_ids[k]
+        t, f = get((tree, t_id), -1), get((tree, f_id), -1)
+        if t < 0 or f < 0:
+            return [], [], [], (k, t_id if t < 0 else f_id)
+        true_next[k], false_next[k] = t, f
+        child[t] = child[f] = True
+    first: dict[int, int] = {}
+    for k in range(n):
+        if not child[k]:
+            first.setdefault(trees[k], k)
+    return true_next, false_next, [first[t] for t in sorted(first)], None
 
 
 def tree_shape_lists(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray,

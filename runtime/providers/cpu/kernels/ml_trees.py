@@ -33,7 +33,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     score_transform,
     transform_scores,
 )
-from onnxhal.runtime.providers.cpu.kernels.ml_tree_lists import ListNodeIndex, tree_shape_lists
+from onnxhal.runtime.providers.cpu.kernels.ml_tree_lists import ListNodeIndex, forest_links, tree_shape_lists
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import NATIVE_SWITCH, native_module
 from onnxhal.runtime.providers.cpu.kernels.numerics import SOFTMAX_BOUND, softmax_bounded
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -146,22 +146,16 @@ TREE_PATHS.add("native", "the C extension _native is built and ONNXHAL_NATIVE_KE
 
 #: How a forest's tables are built at kernel creation (node index, tree shape), by node count.
 TREE_BUILD_PATHS = path_table("TreeEnsemble.build", "numpy calls per tree level and per lookup "
-                              "(_NodeIndex, _tree_shape)")
-TREE_BUILD_PATHS.add("lists", "a forest of at most SMALL_FOREST_NODES nodes: the node index as a dict and "
-                              "the tree walk as loops over lists (ml_tree_lists.py), the same tables")
+                              "(_NodeIndex, _links, _tree_shape)")
+TREE_BUILD_PATHS.add("lists", "a forest of at most SMALL_FOREST_NODES nodes: the node index as a dict, the "
+                              "children's positions and roots and the tree walk as loops over lists "
+                              "(_links_lists, ml_tree_lists.py), the same tables")
 
 #: Node count up to which a forest is indexed and walked on Python lists (``TREE_BUILD_PATHS``; 0:
 #: never). A numpy call costs 1-2 us whatever its size, a list loop about 0.1 us a node.
 SMALL_FOREST_NODES = 64
 
 __all__ = ["NATIVE_SWITCH", "SMALL_FOREST_NODES", "TREE_BUILD_PATHS", "TREE_PATHS"]
-
-
-def _node_index(trees: np.ndarray, ids: np.ndarray) -> _NodeIndex | ListNodeIndex:
-    """The (tree id, node id) index of a forest's nodes, by ``TREE_BUILD_PATHS``."""
-    if trees.size <= SMALL_FOREST_NODES:
-        return ListNodeIndex(trees, ids)
-    return _NodeIndex(trees, ids)
 
 
 def _shape_of(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray,
@@ -757,8 +751,6 @@ class _NodeIndex:
         #: order (as the converters write them), a pair's position is its tree's start plus its id
         #: (no sort): per tree id its first position and node count; else None
         self.dense = self._dense(trees, ids)
-        #: the tree ids come in ascending order (known where the index is dense)
-        self.ascending = self.dense is not None
         if self.dense is not None:
             return
         self.tree_values, self.id_values = np.unique(trees), np.unique(ids)
@@ -812,27 +804,12 @@ class _NodeIndex:
         return np.where(found, self.order[pos], -1)
 
 
-def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
-    """A forest from the opset-1/3 attributes: nodes named by (tree id, node id), leaves among
-    the nodes, weights in ``{prefix}_treeids/_nodeids/_ids/_weights``."""
-    what = f"{node.op_type} node {node.name!r}"
-    trees = _ints(node, "nodes_treeids")
-    ids = _ints(node, "nodes_nodeids")
-    feature = _ints(node, "nodes_featureids")
-    threshold = _thresholds(node)
-    modes = node.attr("nodes_modes")
-    if threshold is None or modes is None or not (len(trees) == len(ids) == len(feature) == len(modes)
-                                                  == len(threshold)):
-        raise InvalidArgument(f"{what}: the nodes_* attributes must all be given with one entry per tree node.")
-    try:
-        mode = np.fromiter(map(_MODES.__getitem__, modes), np.int8, len(modes))
-    except KeyError as exc:
-        raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
-    index = _node_index(trees, ids)
+def _links(node: Node, what: str, trees: np.ndarray, ids: np.ndarray, mode: np.ndarray,
+           ) -> tuple[_NodeIndex, np.ndarray, np.ndarray, np.ndarray]:
+    """The canonical links of ``_legacy_forest`` (``TREE_BUILD_PATHS``' numpy build): the node
+    index, per node the positions of its true and false children (a leaf's are its own), the roots."""
+    index = _NodeIndex(trees, ids)
     n = len(ids)
-    missing = node.attr_array("nodes_missing_value_tracks_true", bool)
-    if missing is None or not missing.size:
-        missing = np.zeros(n, bool)
     inner = np.flatnonzero(mode != LEAF)
     true_next = np.arange(n)
     false_next = np.arange(n)
@@ -852,8 +829,8 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     free[true_next[inner]] = False
     free[false_next[inner]] = False
     candidates = np.flatnonzero(free)
-    if index.ascending and candidates.size:
-        # tree ids ascending: each tree's first candidate starts a run of its id
+    if index.dense is not None and candidates.size:
+        # tree ids ascending (a dense index): each tree's first candidate starts a run of its id
         owners = trees[candidates]
         first = np.empty(owners.size, bool)
         first[0] = True
@@ -862,6 +839,49 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     else:
         _, first = np.unique(trees[candidates], return_index=True)
         roots = candidates[first]
+    return index, true_next, false_next, roots
+
+
+def _links_lists(node: Node, what: str, trees: np.ndarray, ids: np.ndarray, mode: np.ndarray,
+                 ) -> tuple[ListNodeIndex, np.ndarray, np.ndarray, np.ndarray]:
+    """``_links`` by loops over lists (``TREE_BUILD_PATHS["lists"]``): the same index, links and roots."""
+    tree_list = trees.tolist()
+    index = ListNodeIndex(tree_list, ids.tolist())
+    inner = (mode != LEAF).tolist()
+    some = any(inner)  # (the child attributes are read only where an interior node needs them, as _links)
+    true_ids = _ints(node, "nodes_truenodeids").tolist() if some else None
+    false_ids = _ints(node, "nodes_falsenodeids").tolist() if some else None
+    true_next, false_next, roots, bad = forest_links(index, tree_list, inner, true_ids, false_ids)
+    if bad is not None:
+        k, child = bad
+        raise InvalidArgument(f"{what}: tree {int(trees[k])} node {int(ids[k])} points at missing node {child}.")
+    return index, np.array(true_next, np.int64), np.array(false_next, np.int64), np.array(roots, np.int64)
+
+
+def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
+    """A forest from the opset-1/3 attributes: nodes named by (tree id, node id), leaves among
+    the nodes, weights in ``{prefix}_treeids/_nodeids/_ids/_weights``."""
+    what = f"{node.op_type} node {node.name!r}"
+    trees = _ints(node, "nodes_treeids")
+    ids = _ints(node, "nodes_nodeids")
+    feature = _ints(node, "nodes_featureids")
+    threshold = _thresholds(node)
+    modes = node.attr("nodes_modes")
+    if threshold is None or modes is None or not (len(trees) == len(ids) == len(feature) == len(modes)
+                                                  == len(threshold)):
+        raise InvalidArgument(f"{what}: the nodes_* attributes must all be given with one entry per tree node.")
+    try:
+        mode = np.fromiter(map(_MODES.__getitem__, modes), np.int8, len(modes))
+    except KeyError as exc:
+        raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
+    n = len(ids)
+    missing = node.attr_array("nodes_missing_value_tracks_true", bool)
+    if missing is None or not missing.size:
+        missing = np.zeros(n, bool)
+    if n <= SMALL_FOREST_NODES:  # TREE_BUILD_PATHS["lists"]
+        index, true_next, false_next, roots = _links_lists(node, what, trees, ids, mode)
+    else:
+        index, true_next, false_next, roots = _links(node, what, trees, ids, mode)
     leaf_trees = _ints(node, f"{prefix}_treeids")
     leaf_ids = _ints(node, f"{prefix}_nodeids")
     targets = _ints(node, f"{prefix}_ids")

@@ -1,11 +1,11 @@
 """The tree kernels' build on Python lists, for small forests (``TREE_BUILD_PATHS["lists"]``).
 
-The canonical build (``ml_trees._NodeIndex``, ``ml_trees._tree_shape``) makes a few numpy calls per
+The canonical build (``ml_trees._NodeIndex``, ``_links``, ``_tree_shape``) makes a few numpy calls per
 tree level and per lookup, whatever the node count: on a forest of a few dozen nodes (an AdaBoost
 stump, a decision tree) those calls, 1-2 us each, are most of the kernel's creation, which is then
 as long as onnxruntime's whole session creation. Here the same results come from loops over the
-nodes as Python lists, which cost about a tenth of a microsecond a node: cheaper up to a few hundred
-nodes. Each function returns what its canonical form returns (same values, same dtypes);
+nodes as Python lists, which cost about a tenth of a microsecond a node: cheaper up to about 100
+nodes (``ml_trees.SMALL_FOREST_NODES``). Each function returns what its canonical form returns (same values, same dtypes);
 tests/test_tree_build_lists.py holds them to it."""
 
 from __future__ import annotations

@@ -436,9 +436,31 @@ def _graph_values() -> type | None:
         pool = descriptor_pool.DescriptorPool()
         pool.Add(onnx_file)
         pool.Add(fdp)
-        return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{name}.Model"))
+        reader = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{name}.Model"))
+        _keep_message_classes(reader.DESCRIPTOR)
+        return reader
     except Exception:  # noqa: BLE001 - a protobuf or onnx this cannot mirror: the whole model is parsed
         return None
+
+
+#: The classes of every message type ``_graph_values``'s reader reaches, held for the process. The
+#: protobuf runtime (upb) makes a nested message's class at its first use and keeps it only while
+#: a message of it lives: each session's parse made the six classes its values read (Graph,
+#: ValueInfoProto, TypeProto, ...) again, and dropped them as reference cycles for the collector.
+_MESSAGE_CLASSES: list[type] = []
+
+
+def _keep_message_classes(descriptor: Any) -> None:
+    """Make and hold the class of ``descriptor`` and of every message type its fields reach."""
+    seen: set[str] = set()
+    pending = [descriptor]
+    while pending:
+        d = pending.pop()
+        if d.full_name in seen:
+            continue
+        seen.add(d.full_name)
+        _MESSAGE_CLASSES.append(message_factory.GetMessageClass(d))
+        pending.extend(f.message_type for f in d.fields if f.message_type is not None)
 
 
 def _infer_values(stub: bytes, target: onnx.ModelProto, data_prop: bool) -> None:

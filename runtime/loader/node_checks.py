@@ -539,21 +539,24 @@ def _check_no_recursion(proto: onnx.ModelProto) -> None:
                                "distinct (domain, name).")
         local[key] = f
     state: dict[tuple[str, str], int] = {}  # 1: on the current call path, 2: done
-
-    def visit(key: tuple[str, str], path: list[str]) -> None:
-        if state.get(key) == 2:
-            return
-        if state.get(key) == 1:
-            raise InvalidGraph(f"model-local functions call themselves: {' -> '.join(path + [':'.join(key)])}; "
-                               "a function cannot call itself, directly or through others.")
-        state[key] = 1
-        for n in local[key].node:
-            if (n.domain, n.op_type) in local:
-                visit((n.domain, n.op_type), path + [":".join(key)])
-        state[key] = 2
-
     for key in local:
-        visit(key, [])
+        _visit_calls(key, [], local, state)
+
+
+def _visit_calls(key: tuple[str, str], path: list[str], local: dict[tuple[str, str], onnx.FunctionProto],
+                 state: dict[tuple[str, str], int]) -> None:
+    """``_check_no_recursion``'s depth-first walk from function ``key`` (a module function, not a
+    closure: a closure that calls itself is a reference cycle each session would leave)."""
+    if state.get(key) == 2:
+        return
+    if state.get(key) == 1:
+        raise InvalidGraph(f"model-local functions call themselves: {' -> '.join(path + [':'.join(key)])}; "
+                           "a function cannot call itself, directly or through others.")
+    state[key] = 1
+    for n in local[key].node:
+        if (n.domain, n.op_type) in local:
+            _visit_calls((n.domain, n.op_type), path + [":".join(key)], local, state)
+    state[key] = 2
 
 
 def _check_function_body(f: onnx.FunctionProto) -> None:

@@ -72,18 +72,17 @@ def graphs_postorder(graph: Graph) -> list[Graph]:
 def _cpu_only_subgraph_nodes(graphs: list[Graph]) -> list[Node]:
     """Nodes of subgraphs the CPU EP's kernels hand to onnx.reference whole (every level)."""
     out: list[Node] = []
-
-    def walk(g: Graph) -> None:
-        for n in g.nodes:
-            out.append(n)
-            for sub in n.subgraph_list():
-                walk(sub)
-
+    # a stack, not a recursive closure: a closure that calls itself is a reference cycle, left to the
+    # collector at each session's creation
     for g in graphs:
         for n in g.nodes:
             if not _runs_subgraphs(n):
-                for sub in n.subgraph_list():
-                    walk(sub)
+                pending = n.subgraph_list()[::-1]
+                while pending:
+                    sub = pending.pop()
+                    for m in sub.nodes:
+                        out.append(m)
+                        pending.extend(m.subgraph_list()[::-1])
     return out
 
 

@@ -33,6 +33,7 @@ from onnxhal.runtime.providers.cpu.kernels.ml_common import (
     score_transform,
     transform_scores,
 )
+from onnxhal.runtime.providers.cpu.kernels.ml_tree_lists import ListNodeIndex, forest_links, tree_shape_lists
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import NATIVE_SWITCH, native_module
 from onnxhal.runtime.providers.cpu.kernels.numerics import SOFTMAX_BOUND, softmax_bounded
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -143,7 +144,26 @@ TREE_PATHS.add("native", "the C extension _native is built and ONNXHAL_NATIVE_KE
                        "missing-value flag per node; per run X float32 or float64 rows wider than the largest "
                        "feature an interior node reads (else the numpy routes)")
 
-__all__ = ["NATIVE_SWITCH", "TREE_PATHS"]
+#: How a forest's tables are built at kernel creation (node index, tree shape), by node count.
+TREE_BUILD_PATHS = path_table("TreeEnsemble.build", "numpy calls per tree level and per lookup "
+                              "(_NodeIndex, _links, _tree_shape)")
+TREE_BUILD_PATHS.add("lists", "a forest of at most SMALL_FOREST_NODES nodes: the node index as a dict, the "
+                              "children's positions and roots and the tree walk as loops over lists "
+                              "(_links_lists, ml_tree_lists.py), the same tables")
+
+#: Node count up to which a forest is indexed and walked on Python lists (``TREE_BUILD_PATHS``; 0:
+#: never). A numpy call costs 1-2 us whatever its size, a list loop about 0.1 us a node.
+SMALL_FOREST_NODES = 64
+
+__all__ = ["NATIVE_SWITCH", "SMALL_FOREST_NODES", "TREE_BUILD_PATHS", "TREE_PATHS"]
+
+
+def _shape_of(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]] | None:
+    """``_tree_shape`` by ``TREE_BUILD_PATHS``."""
+    if is_leaf.size <= SMALL_FOREST_NODES:
+        return tree_shape_lists(is_leaf, true_next, false_next, roots)
+    return _tree_shape(is_leaf, true_next, false_next, roots)
 
 
 class _Forest:
@@ -167,7 +187,7 @@ class _Forest:
         self.any_missing = bool(missing_true.any())
         # trees that share no node (as converters write them): their levels give the depth, and the
         # leaf bits are built from the same walk
-        shape = _tree_shape(mode == LEAF, true_next, false_next, roots) if roots.size else None
+        shape = _shape_of(mode == LEAF, true_next, false_next, roots) if roots.size else None
         if shape is not None:
             # the levels holding an interior node: the longest root-to-leaf walk
             self.depth = sum(1 for inner in shape[4] if inner.size)
@@ -784,27 +804,12 @@ class _NodeIndex:
         return np.where(found, self.order[pos], -1)
 
 
-def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
-    """A forest from the opset-1/3 attributes: nodes named by (tree id, node id), leaves among
-    the nodes, weights in ``{prefix}_treeids/_nodeids/_ids/_weights``."""
-    what = f"{node.op_type} node {node.name!r}"
-    trees = _ints(node, "nodes_treeids")
-    ids = _ints(node, "nodes_nodeids")
-    feature = _ints(node, "nodes_featureids")
-    threshold = _thresholds(node)
-    modes = node.attr("nodes_modes")
-    if threshold is None or modes is None or not (len(trees) == len(ids) == len(feature) == len(modes)
-                                                  == len(threshold)):
-        raise InvalidArgument(f"{what}: the nodes_* attributes must all be given with one entry per tree node.")
-    try:
-        mode = np.fromiter(map(_MODES.__getitem__, modes), np.int8, len(modes))
-    except KeyError as exc:
-        raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
+def _links(node: Node, what: str, trees: np.ndarray, ids: np.ndarray, mode: np.ndarray,
+           ) -> tuple[_NodeIndex, np.ndarray, np.ndarray, np.ndarray]:
+    """The canonical links of ``_legacy_forest`` (``TREE_BUILD_PATHS``' numpy build): the node
+    index, per node the positions of its true and false children (a leaf's are its own), the roots."""
     index = _NodeIndex(trees, ids)
     n = len(ids)
-    missing = node.attr_array("nodes_missing_value_tracks_true", bool)
-    if missing is None or not missing.size:
-        missing = np.zeros(n, bool)
     inner = np.flatnonzero(mode != LEAF)
     true_next = np.arange(n)
     false_next = np.arange(n)
@@ -834,6 +839,49 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     else:
         _, first = np.unique(trees[candidates], return_index=True)
         roots = candidates[first]
+    return index, true_next, false_next, roots
+
+
+def _links_lists(node: Node, what: str, trees: np.ndarray, ids: np.ndarray, mode: np.ndarray,
+                 ) -> tuple[ListNodeIndex, np.ndarray, np.ndarray, np.ndarray]:
+    """``_links`` by loops over lists (``TREE_BUILD_PATHS["lists"]``): the same index, links and roots."""
+    tree_list = trees.tolist()
+    index = ListNodeIndex(tree_list, ids.tolist())
+    inner = (mode != LEAF).tolist()
+    some = any(inner)  # (the child attributes are read only where an interior node needs them, as _links)
+    true_ids = _ints(node, "nodes_truenodeids").tolist() if some else None
+    false_ids = _ints(node, "nodes_falsenodeids").tolist() if some else None
+    true_next, false_next, roots, bad = forest_links(index, tree_list, inner, true_ids, false_ids)
+    if bad is not None:
+        k, child = bad
+        raise InvalidArgument(f"{what}: tree {int(trees[k])} node {int(ids[k])} points at missing node {child}.")
+    return index, np.array(true_next, np.int64), np.array(false_next, np.int64), np.array(roots, np.int64)
+
+
+def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
+    """A forest from the opset-1/3 attributes: nodes named by (tree id, node id), leaves among
+    the nodes, weights in ``{prefix}_treeids/_nodeids/_ids/_weights``."""
+    what = f"{node.op_type} node {node.name!r}"
+    trees = _ints(node, "nodes_treeids")
+    ids = _ints(node, "nodes_nodeids")
+    feature = _ints(node, "nodes_featureids")
+    threshold = _thresholds(node)
+    modes = node.attr("nodes_modes")
+    if threshold is None or modes is None or not (len(trees) == len(ids) == len(feature) == len(modes)
+                                                  == len(threshold)):
+        raise InvalidArgument(f"{what}: the nodes_* attributes must all be given with one entry per tree node.")
+    try:
+        mode = np.fromiter(map(_MODES.__getitem__, modes), np.int8, len(modes))
+    except KeyError as exc:
+        raise InvalidArgument(f"{what}: unknown node mode {exc.args[0]!r}; expected one of {sorted(_MODES)}.") from None
+    n = len(ids)
+    missing = node.attr_array("nodes_missing_value_tracks_true", bool)
+    if missing is None or not missing.size:
+        missing = np.zeros(n, bool)
+    if n <= SMALL_FOREST_NODES:  # TREE_BUILD_PATHS["lists"]
+        index, true_next, false_next, roots = _links_lists(node, what, trees, ids, mode)
+    else:
+        index, true_next, false_next, roots = _links(node, what, trees, ids, mode)
     leaf_trees = _ints(node, f"{prefix}_treeids")
     leaf_ids = _ints(node, f"{prefix}_nodeids")
     targets = _ints(node, f"{prefix}_ids")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from onnxhal.hal.memory_info import OrtMemoryDevice
@@ -31,6 +31,17 @@ class DataTransfer:
         run, runtime/session/memory_context.py; never onnxruntime's callers, which do not order
         their use after the stream)."""
         self.copy_tensors(src, dst, streams)
+        return None
+
+    def held_copier(self, src_memory_device: OrtMemoryDevice, dst_memory_device: OrtMemoryDevice,
+                    stream: SyncStream) -> Callable[[object, object], HeldCopies] | None:
+        """``copy_tensors_held([src], [dst], [stream])`` for one pair between these memory devices,
+        with what it looks up per call (the queue of ``stream``, the kind of copy) found once: for a
+        caller that makes such a copy at every run (onnxhal's prepared session run: a feed's upload,
+        an output's download). The caller hands it a C-contiguous host array or a tensor of
+        ``src_memory_device``, and a tensor it has just allocated with the same dtype and shape (a
+        numpy array on the host, a ``DeviceTensor`` elsewhere). None (this default): the caller
+        calls ``copy_tensors_held``."""
         return None
 
 

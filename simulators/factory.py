@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ from onnxhal.runtime.providers.opencl.memory import (
     OpenCLDataTransfer,
     OpenCLHeldCopies,
     OpenCLSyncStream,
+    pair_copier,
 )
 from onnxhal.simulators import GPU_EP_NAME, NPU_EP_NAME
 from onnxhal.simulators.cost import Meter
@@ -186,6 +187,19 @@ class VirtualDataTransfer(OpenCLDataTransfer):
         held = super().copy_tensors_held(src, dst, streams)
         meter_transfers(self.table, self.own, self.own_meter, list(src), list(dst))
         return held
+
+    def held_copier(self, src_memory_device: OrtMemoryDevice, dst_memory_device: OrtMemoryDevice,
+                    stream: SyncStream) -> Callable[[object, object], OpenCLHeldCopies] | None:
+        copier = pair_copier(self.devices, src_memory_device, dst_memory_device, stream)
+        if copier is None:
+            return None
+        table, own, meter = self.table, self.own, self.own_meter
+
+        def metered(s: object, d: object) -> OpenCLHeldCopies:  # as copy_tensors_held: copied, then metered
+            held = copier(s, d)
+            meter_transfers(table, own, meter, [s], [d])
+            return held
+        return metered
 
 
 class VirtualEpFactory(EpFactory):

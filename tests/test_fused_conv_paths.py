@@ -675,6 +675,36 @@ def test_native_split_parts_match_one_call(monkeypatch, n, m, blas):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("x_shape, w_shape, attrs, residual", [
+    ((2, 3, 32, 32), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, False),  # resnet_ts's stem
+    ((2, 16, 8, 8), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}, True),  # its few-channel layer with a residual
+])
+def test_a_kept_unsplit_direct_layer_calls_the_kernel_itself(monkeypatch, x_shape, w_shape, attrs, residual):
+    """A layer under ``worker_pool.PARALLEL_MIN_WORK`` (``never_split``): its kept run calls
+    ``_native.direct_conv`` without ``native_split`` (fused_conv.DIRECT_BOUND_UNSPLIT), and gives
+    what the run through ``native_split`` gives (the switch off), bit for bit."""
+    if native_module() is None:
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", True)  # the fixture turns it off for cases without one
+    a = _attrs(attrs, w_shape)
+    x, w, b, z = _inputs(np.random.default_rng(5), x_shape, w_shape, a, "random", residual, False)
+    oh, ow = _out_shape(x_shape, w_shape, a)[2:]
+    assert fused_conv.never_split(x_shape[0] * w.size * oh * ow)
+    split_calls = []
+    real_split = fused_conv.native_split
+    monkeypatch.setattr(fused_conv, "native_split", lambda *args: (split_calls.append(1), real_split(*args)))
+    outputs = {}
+    for bound in (False, True):
+        monkeypatch.setattr(fused_conv, "DIRECT_BOUND_UNSPLIT", bound)
+        kernel = fused_kernel(w_shape, a, True, residual, "Relu", [], constant=True)
+        kernel.compute([x, w, b, z])  # the first run resolves the path and keeps its run
+        split_calls.clear()
+        outputs[bound] = kernel.compute([x, w, b, z])[0]
+        assert kernel.last_path in ("direct_native", "direct_native_few")
+        assert split_calls == ([] if bound else [1])
+    np.testing.assert_array_equal(outputs[True], outputs[False])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_direct_conv_wide_blocks(dtype):
     """_native.direct_conv's blocks of 6 output channels (at least 128 products per output over a

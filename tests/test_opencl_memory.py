@@ -224,3 +224,33 @@ def test_build_error_is_an_ep_failure():
     from onnxhal.hal.errors import EPFail
 
     assert issubclass(ProgramBuildError, EPFail)
+
+
+def test_held_copier_declines_what_it_does_not_copy_and_copies_empty_tensors(factory, mem):
+    """``OpenCLDataTransfer.held_copier`` (a prepared run's per-pair copy): None for host to host,
+    device to device, a stream whose queue is another context's, and a subclass with its own
+    ``copy_tensors_held``; its uploads and downloads, an empty tensor's included, as copy_tensors'."""
+    dt = factory.create_data_transfer()
+    dev, host = mem.memory_device, hal.CPU_MEMORY_INFO.memory_device
+    stream = factory.create_sync_stream_for_device(dev)
+    assert dt.held_copier(host, host, stream) is None and dt.held_copier(dev, dev, stream) is None
+    other = cl.CommandQueue(cl.Context([stream.handle().device]))
+
+    class Foreign:
+        def handle(self):
+            return other
+    assert dt.held_copier(host, dev, Foreign()) is None
+
+    class Metered(type(dt)):
+        def copy_tensors_held(self, src, dst, streams):
+            return super().copy_tensors_held(src, dst, streams)
+    assert Metered(dt.devices).held_copier(host, dev, stream) is None
+    up, down = dt.held_copier(host, dev, stream), dt.held_copier(dev, host, stream)
+    alloc = factory.create_allocator(mem)
+    for shape in ((0, 3), (2, 5)):
+        x = np.arange(shape[0] * shape[1], dtype=np.float32).reshape(shape)
+        t = alloc.tensor(shape, np.float32)
+        up(x, t).wait()
+        back = np.full(shape, -1.0, np.float32)
+        down(t, back).wait()
+        np.testing.assert_array_equal(back, x)

@@ -20,8 +20,10 @@ import pyopencl as cl  # noqa: E402
 
 import onnxhal  # noqa: E402
 from onnxhal.hal.errors import InvalidArgument  # noqa: E402
+from onnxhal.runtime.providers.opencl.memory import OpenCLDataTransfer  # noqa: E402
 from onnxhal.runtime.session.executor import ExecutionPlan  # noqa: E402
 from onnxhal.runtime.session.input_checks import FeedChecker  # noqa: E402
+from onnxhal.runtime.session.memory_context import PAIR_COPIERS  # noqa: E402
 from onnxhal.runtime.session.run_codegen import PREPARED_COPIES  # noqa: E402
 from onnxhal.stored_outputs import read_signatures  # noqa: E402
 from tests.opencl_support import require_opencl  # noqa: E402
@@ -182,3 +184,51 @@ def test_in_context_accepts_this_contexts_queues_only():
     assert ctx.in_context(cl.CommandQueue(ctx.context))
     assert not ctx.in_context(cl.CommandQueue(other))
     assert not ctx.in_context(None) and not ctx.in_context("queue")
+
+
+def pair_sessions(model) -> dict[str, onnxhal.InferenceSession]:
+    made = {}
+    for pair in ("1", "0"):
+        so = onnxhal.SessionOptions()
+        so.add_session_config_entry(PAIR_COPIERS, pair)
+        made[pair] = onnxhal.InferenceSession(model, so, providers=OPENCL)
+    return made
+
+
+@pytest.mark.parametrize("model", ["gather", "resnet_ts"])
+def test_pair_copiers_copy_as_copy_tensors_held_does(register, monkeypatch, model):
+    """A prepared run's uploads and downloads by the transfer's ``held_copier`` (session config
+    ``session.onnxhal.pair_copiers``, the default) give what ``copy_tensors_held`` gives (it "0"),
+    bit for bit, and do not go through ``copy_tensors_held``."""
+    register("onnxhal.runtime.providers.opencl", "opencl")
+    path = os.path.join(CORPUS, f"{model}.onnx")
+    made = pair_sessions(gather_model() if model == "gather" else path)
+    signatures = ([gather_feeds(4), gather_feeds(5)] if model == "gather"
+                  else [feeds for feeds, _ in read_signatures(path).values()])
+    calls: list = []
+    real = OpenCLDataTransfer.copy_tensors_held
+
+    def counted(self, *args):
+        calls.append(1)
+        return real(self, *args)
+    for feeds in signatures:
+        for s in made.values():
+            s.run(None, feeds)  # the first runs take the general path and prepare
+        calls.clear()
+        monkeypatch.setattr(OpenCLDataTransfer, "copy_tensors_held", counted)
+        by_pair = made["1"].run(None, feeds)
+        assert calls == []
+        by_list = made["0"].run(None, feeds)
+        assert len(calls) >= 2  # an upload and a download at least
+        monkeypatch.setattr(OpenCLDataTransfer, "copy_tensors_held", real)
+        for p, q in zip(by_pair, by_list):
+            assert p.dtype == q.dtype and p.shape == q.shape
+            np.testing.assert_array_equal(p, q)
+
+
+def test_a_bad_pair_copiers_value_is_an_error_naming_it(register):
+    register("onnxhal.runtime.providers.opencl", "opencl")
+    so = onnxhal.SessionOptions()
+    so.add_session_config_entry(PAIR_COPIERS, "2")
+    with pytest.raises(InvalidArgument, match=r"session\.onnxhal\.pair_copiers.*'2'"):
+        onnxhal.InferenceSession(gather_model(), so, providers=OPENCL)

@@ -36,7 +36,7 @@ from onnxhal.runtime.optimizer.optimized_model import save_optimized_model
 from onnxhal.runtime.session.compile_partitions import compile_groups
 from onnxhal.runtime.session.executor import ExecutionPlan, ExecutionPlanBuilder
 from onnxhal.runtime.session.graph_capture import CaptureBindings, capturing_ep, run_until_captured
-from onnxhal.runtime.session.memory_context import HELD_COPIES, MemoryContext
+from onnxhal.runtime.session.memory_context import HELD_COPIES, PAIR_COPIERS, MemoryContext
 from onnxhal.runtime.session.options import SessionOptions, check_session_options
 from onnxhal.runtime.session.partitioner import PartitionResult, graphs_postorder, partition
 from onnxhal.runtime.session.recovery import RecoveryPolicy
@@ -112,7 +112,12 @@ def create_eps(choices: Sequence[ProviderChoice], so: SessionOptions, eps: dict[
     if held not in ("0", "1"):
         raise InvalidArgument(f"session config {HELD_COPIES} must be '1' (a run's feed uploads are waited for once, "
                               f"at its end: the default) or '0' (each upload waits), got {held!r}")
-    memory = MemoryContext(so.config("session.use_env_allocators") == "1", held == "1")
+    pair = so.config(PAIR_COPIERS, "1")
+    if pair not in ("0", "1"):
+        raise InvalidArgument(f"session config {PAIR_COPIERS} must be '1' (a prepared run's copies are made by the "
+                              f"data transfer's copier for their pair of devices: the default) or '0' (by "
+                              f"copy_tensors_held at each copy), got {pair!r}")
+    memory = MemoryContext(so.config("session.use_env_allocators") == "1", held == "1", pair == "1")
     for c in choices:
         try:
             ep = c.factory.create_ep([d.device for d in c.devices], [d.ep_metadata for d in c.devices], so, ep_logger)

@@ -69,6 +69,10 @@ def memory_device_of(value: Any) -> OrtMemoryDevice:
 
 
 HELD_COPIES = "session.onnxhal.held_copies"
+#: Session config: "1" (default) has a prepared run's held uploads and downloads made by the data
+#: transfer's ``held_copier`` for their pair of devices, found once; "0" by ``copy_tensors_held``
+#: at each copy (the previous path, for A/B).
+PAIR_COPIERS = "session.onnxhal.pair_copiers"
 
 
 class _RunCopies(threading.local):
@@ -83,11 +87,13 @@ class MemoryContext:
     """``use_env_allocators``: take the allocator the application registered with
     ``create_and_register_allocator(_v2)`` for a device, where there is one, instead of the EP's
     (onnxruntime's ``session.use_env_allocators``). ``held_copies``: a run's copies from the host
-    are not waited for one by one (the module's docstring)."""
+    are not waited for one by one (the module's docstring). ``pair_copiers``: the uploads and
+    downloads of ``uploader`` and ``downloader`` through the data transfer's ``held_copier``."""
 
-    def __init__(self, use_env_allocators: bool = False, held_copies: bool = True) -> None:
+    def __init__(self, use_env_allocators: bool = False, held_copies: bool = True, pair_copiers: bool = True) -> None:
         self._use_env_allocators = use_env_allocators
         self._held_copies = held_copies
+        self._pair_copiers = pair_copiers
         self._run = _RunCopies()
         self._ep_device: dict[str, OrtMemoryDevice] = {}
         self._ep_info: dict[str, OrtMemoryInfo] = {}
@@ -250,13 +256,14 @@ class MemoryContext:
         streams = [stream]
         holds = stream is not None and self._held_copies
         run = self._run
+        copier = transfer.held_copier(HOST_MEMORY_DEVICE, dst, stream) if holds and self._pair_copiers else None
 
         def upload(value: np.ndarray, hold: bool) -> DeviceTensor:
             if not value.flags.c_contiguous:
                 value = np.ascontiguousarray(value)
             out = DeviceTensor.allocate(value.shape, value.dtype, alloc)
             if hold and holds and run.depth:
-                held = transfer.copy_tensors_held([value], [out], streams)
+                held = copier(value, out) if copier is not None else transfer.copy_tensors_held([value], [out], streams)
                 if held is not None:
                     run.held.append((stream, held))
             else:
@@ -274,12 +281,13 @@ class MemoryContext:
         streams = [stream]
         run = self._run
         slow = self.transfer
+        copier = transfer.held_copier(src, HOST_MEMORY_DEVICE, stream) if self._pair_copiers else None
 
         def download(value: Any) -> Any:
             if value.__class__ is not DeviceTensor or value.memory_info.memory_device != src:
                 return slow(value, HOST_MEMORY_DEVICE, None)
             out = np.empty(value.shape, value.dtype)
-            held = transfer.copy_tensors_held([value], [out], streams)
+            held = copier(value, out) if copier is not None else transfer.copy_tensors_held([value], [out], streams)
             if held is None:  # the transfer holds nothing: as ``transfer``, a marker waited for
                 note = stream.create_notification()
                 note.activate()

@@ -10,7 +10,7 @@ transfer path (host->device, device->host, device->device) really runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyopencl as cl
@@ -145,6 +145,14 @@ class OpenCLDataTransfer(DataTransfer):
         self._copy_all(src, dst, streams, held)
         return OpenCLHeldCopies(held)
 
+    def held_copier(self, src_memory_device: OrtMemoryDevice, dst_memory_device: OrtMemoryDevice,
+                    stream: SyncStream) -> Callable[[object, object], OpenCLHeldCopies] | None:
+        """``pair_copier`` for this transfer's devices. None from a subclass that does more per copy
+        in its ``copy_tensors_held`` (a meter): it gives its own copier or none."""
+        if type(self).copy_tensors_held is not OpenCLDataTransfer.copy_tensors_held:
+            return None
+        return pair_copier(self.devices, src_memory_device, dst_memory_device, stream)
+
     def _copy_all(self, src: Sequence[object], dst: Sequence[object],
                   streams: Sequence[SyncStream | None] | None, held: list[cl.Event]) -> None:
         if len(src) != len(dst):
@@ -218,3 +226,34 @@ class OpenCLHeldCopies:
     def wait(self) -> None:
         if self.events:
             cl.wait_for_events(self.events)
+
+
+def pair_copier(devices: dict[OrtMemoryDevice, OpenCLDeviceContext], src_memory_device: OrtMemoryDevice,
+                dst_memory_device: OrtMemoryDevice,
+                stream: SyncStream | None) -> Callable[[object, object], OpenCLHeldCopies] | None:
+    """One host <-> device pair's ``copy_tensors_held`` on ``stream``'s queue, found once
+    (``DataTransfer.held_copier``): the checks and look-ups of ``_copy_all`` / ``_copy_one`` (a list
+    of pairs, the kind of copy, the byte counts, the queue's context) were a dozen Python calls around
+    each upload and download of a run. None for another pair of devices, or a stream whose queue is
+    not in the device's context (``copy_tensors_held`` then queues on the device's own queue and waits)."""
+    if src_memory_device.is_host == dst_memory_device.is_host:
+        return None
+    device = devices.get(src_memory_device if dst_memory_device.is_host else dst_memory_device)
+    queue = stream.handle() if stream is not None else None
+    if device is None or not device.in_context(queue):
+        return None
+    nothing = OpenCLHeldCopies([])
+    # cl.enqueue_copy looked up at each copy, as _copy_one does: benchmarks count copies by wrapping it
+
+    if src_memory_device.is_host:
+        def upload(s: np.ndarray, d: DeviceTensor) -> OpenCLHeldCopies:
+            if not s.nbytes:  # OpenCL rejects an empty copy
+                return nothing
+            return OpenCLHeldCopies([cl.enqueue_copy(queue, d.buffer, s, dst_offset=d.offset, is_blocking=False)])
+        return upload
+
+    def download(s: DeviceTensor, d: np.ndarray) -> OpenCLHeldCopies:
+        if not d.nbytes:
+            return nothing
+        return OpenCLHeldCopies([cl.enqueue_copy(queue, d, s.buffer, src_offset=s.offset, is_blocking=False)])
+    return download

@@ -214,6 +214,12 @@ NATIVE_DIRECT_ENABLED = True
 #: image's channels at multiples of it, so every part keeps whole blocks.
 DIRECT_CONV_BLOCK = 4
 NATIVE_DIRECT_MAX_CHANNELS = 4
+#: A kept run (``FusedConv._remember``) of an ungrouped C layer too small to split
+#: (``never_split``) calls ``_native.direct_conv`` itself, not ``native_split``, whose reading of
+#: the work, workers and thread name came to about a microsecond a layer decided the same way at
+#: every run. False (read when a run is kept): through ``native_split`` as before (the tests
+#: compare them).
+DIRECT_BOUND_UNSPLIT = True
 NATIVE_DIRECT_MAX_K = 160
 NATIVE_DIRECT_MIN_OUTPUTS = 256
 #: ``DIRECT_NATIVE_FEW``'s bounds. VGG-style stacks of 3x3 layers with up to 128 channels over large
@@ -552,7 +558,9 @@ class FusedConv(FusedBase):
             bc = None if bias is None else np.ascontiguousarray(bias, dtype)
             if path == DEPTHWISE_NATIVE_ROWS:
                 direct, geometry = self._native.depthwise_unit, (entry[0][:2],)
-            elif group == 1:  # split between the workers where large (native_split)
+            elif group == 1 and (not DIRECT_BOUND_UNSPLIT
+                                 or not never_split(x.shape[0] * w.size * entry[1] * entry[2])):
+                # split between the workers where large (native_split)
                 native = self._native.direct_conv
                 geometry = (self.strides, entry[0][:2], self.dilations, group)
 
@@ -1165,6 +1173,12 @@ def few_channels_apply(in_ckk: tuple[int, int, int], out_hw: tuple[int, int], st
     if strides == (1, 1) and out_hw[0] * out_hw[1] >= NATIVE_FEW_FULL_OUTPUTS:
         return c <= NATIVE_FEW_MAX_CHANNELS
     return strides in ((1, 1), (2, 2)) and c <= NATIVE_FEW_MAX_STRIDED_CHANNELS
+
+
+def never_split(work: int) -> bool:
+    """Whether ``native_split`` calls its kernel as it is for a layer of ``work`` multiply-adds,
+    whatever the workers and BLAS's threads then: below ``worker_pool.PARALLEL_MIN_WORK``."""
+    return work < worker_pool.PARALLEL_MIN_WORK
 
 
 def native_split(direct, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, y: np.ndarray, geometry: tuple,

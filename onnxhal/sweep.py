@@ -8,7 +8,7 @@ A model with a ``MODEL.npz`` beside it (the layout of ``tests/real_models``: fee
 onnxruntime's outputs) runs its first stored signature against the stored outputs; any other model
 runs random inputs that respect it (``onnxhal.random_feeds``; ``--dim`` sizes symbolic dims, else 1)
 against onnxruntime's CPU EP where onnxruntime is installed, else onnxhal's. "Dims fixed" fixes every
-symbolic input dim to the size fed. Each cell runs on the simulated device chosen by
+symbolic input dim to the size fed (a name fed two sizes stays free). Each cell runs on the simulated device chosen by
 ``add_provider_for_devices`` (the CPU EP takes what the device declines; onnxhal's run-time fallback
 is disabled, so a device that fails at run fails the cell) and compares every output relative to its
 scale within the profile's tolerance: max|got - want| <= atol + rtol * s, s = max|want|;

@@ -34,7 +34,10 @@ dynamic width, float and dynamically quantized (``devices``); static QDQ (per te
 channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); an eleventh
 held-out wave from producers the corpus lacked, made before any tuning: jax2onnx from JAX/Flax
 (``jax``, named ``jx_``), spox graphs at opset 21 (``spox``, named ``spx_``) and torch.stft by the
-dynamo exporter (``plain3``); plus their inputs and all of onnxruntime's outputs.
+dynamo exporter (``plain3``); a twelfth held-out wave, made before any tuning: timm's LeViT,
+PoolFormer, GhostNetV2, FastViT, NFNet and EdgeNeXt (``timm``, named ``tm_``) and Hugging Face
+optimum's exporter, a MarianMT encoder and its merged decoder (``optimum``, named ``opt_``); plus
+their inputs and all of onnxruntime's outputs.
 
 Not run by the tests (torch, transformers, skl2onnx and the other producers are no test
 dependencies): run it by hand with ``pip install -e ".[corpus]"`` in a separate environment (one

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"openvino_fidelity: {e}; pip install onnxruntime onnxruntime-ep-openvino", file=sys.stderr)
         return 2
     import onnxhal.ort_plugin as plugin
-    from onnxhal.sweep import _load, _symbolic_dims
+    from onnxhal.sweep import _load, fed_dim_sizes
 
     ort.register_execution_provider_library("openvino", ov.get_library_path())
     plugin.configure(profiles=[args.profile])
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'model':<28}{'nodes':>6}{'same side':>11}{'only OpenVINO':>15}{'only profile':>14}")
     for name in names:
         path, feeds, _ = _load(str(CORPUS / f"{name}.onnx"), {})
-        dims = _symbolic_dims(path, feeds)
+        dims = fed_dim_sizes(path, feeds)
         try:
             a = assignment(ort, path, real[:1], dims)
             b = assignment(ort, path, sim[:1], dims)

@@ -8,7 +8,7 @@ A model with a ``MODEL.npz`` beside it (the layout of ``tests/real_models``: fee
 onnxruntime's outputs) runs its first stored signature against the stored outputs; any other model
 runs random inputs that respect it (``onnxhal.random_feeds``; ``--dim`` sizes symbolic dims, else 1)
 against onnxruntime's CPU EP where onnxruntime is installed, else onnxhal's. "Dims fixed" fixes every
-symbolic input dim to the size fed. Each cell runs on the simulated device chosen by
+symbolic input dim to the size fed (a name fed two sizes stays free). Each cell runs on the simulated device chosen by
 ``add_provider_for_devices`` (the CPU EP takes what the device declines; onnxhal's run-time fallback
 is disabled, so a device that fails at run fails the cell) and compares every output relative to its
 scale within the profile's tolerance: max|got - want| <= atol + rtol * s, s = max|want|;
@@ -88,20 +88,24 @@ def _random_case(path: str, dims: dict[str, int]) -> tuple[str, dict, list]:
     return path, feeds, want
 
 
-def _symbolic_dims(path: str, feeds: dict) -> dict[str, int]:
-    """{dim name: size} of the model's symbolic input dims, the sizes read from the feeds."""
+def fed_dim_sizes(path: str, feeds: dict) -> dict[str, int]:
+    """{dim name: size} of the model's symbolic input dims, the sizes read from the feeds. A name
+    the feeds give two sizes is left free: optimum's merged decoders name the encoder's length in
+    the cross-attention pasts too, fed empty (length 0) on the first step beside the encoder's
+    states, and onnxruntime does not hold inputs to one size per name; fixed to either size, the
+    other input contradicts the model."""
     import onnx
 
     model = onnx.load(path, load_external_data=False)
-    sizes: dict[str, int] = {}
+    seen: dict[str, set[int]] = {}
     for vi in model.graph.input:
         value = feeds.get(vi.name)
         if value is None or not vi.type.HasField("tensor_type") or not hasattr(value, "shape"):
             continue
         for axis, dim in enumerate(vi.type.tensor_type.shape.dim):
             if dim.dim_param and axis < len(value.shape):
-                sizes[dim.dim_param] = int(value.shape[axis])
-    return sizes
+                seen.setdefault(dim.dim_param, set()).add(int(value.shape[axis]))
+    return {name: next(iter(sizes)) for name, sizes in seen.items() if len(sizes) == 1}
 
 
 def compare(got: list, want: list, rtol: float, atol: float) -> tuple[bool, float, str]:
@@ -176,7 +180,7 @@ def _cell_onnxhal(profile_name: str, path: str, feeds: dict, want: list, fixed: 
             so = onnxhal.SessionOptions()
             so.add_provider_for_devices([device], {})
             if fixed:
-                for name, size in _symbolic_dims(path, feeds).items():
+                for name, size in fed_dim_sizes(path, feeds).items():
                     so.add_free_dimension_override_by_name(name, size)
             sess = onnxhal.InferenceSession(path, so)
             sess.disable_fallback()  # a device that fails at run must fail the cell
@@ -215,7 +219,7 @@ def _cell_onnxruntime(profile_name: str, path: str, feeds: dict, want: list, fix
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     so.log_severity_level = 3
     if fixed:
-        for name, size in _symbolic_dims(path, feeds).items():
+        for name, size in fed_dim_sizes(path, feeds).items():
             so.add_free_dimension_override_by_name(name, size)
     sess = ort.InferenceSession(path, so)
     counts: dict[str, int] = {}

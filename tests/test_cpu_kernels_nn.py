@@ -407,6 +407,25 @@ def test_batchnorm_inference_and_training_fallback():
     check("BatchNormalization", [x, s, b, m, v], 15, n_outputs=3, training_mode=1, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5), (2, 3, 4, 5), (16, 8, 3, 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batchnorm_training_mode_runs_natively_and_matches_onnxruntime(shape, dtype):
+    """Training-mode BatchNormalization (batch statistics; running ones blended by momentum) ran on
+    onnx.reference: NFNet's weight standardisation as timm exports it (tm_nfnet, one per conv)."""
+    c = shape[1]
+    x = (RNG.standard_normal(shape) * 3 + 1).astype(dtype)
+    params = [RNG.uniform(0.5, 2, c).astype(dtype), RNG.standard_normal(c).astype(dtype),
+              RNG.standard_normal(c).astype(dtype), RNG.uniform(0.5, 2, c).astype(dtype)]
+    attrs = {"epsilon": 1e-4, "momentum": 0.7, "training_mode": 1}
+    assert create_cpu_kernel(make_node("BatchNormalization", 5, 15, 3, **attrs), None).ref is None
+    got = run_native("BatchNormalization", [x, *params], 15, 3, **attrs)
+    want = run_onnxruntime("BatchNormalization", [x, *params], 15, 3, **attrs)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("axis", [-1, 1, 0])
 def test_layernorm(axis):
     x = randn(2, 3, 5)

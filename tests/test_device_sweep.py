@@ -140,3 +140,22 @@ def test_an_if_a_device_claims_inside_onnxruntime_stays_with_onnxruntime(tmp_pat
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     (cell,) = json.loads(out.read_text())
     assert cell["status"] == "match" and cell["device_nodes"] > 0, (cell, done.stdout[-2000:])
+
+
+def test_a_dim_name_fed_two_sizes_is_left_free_when_dims_are_fixed(tmp_path):
+    """optimum's merged decoder names the encoder's length in its cross-attention pasts too, fed
+    empty on the first step beside the encoder's states of length 12: fixed to either size, one
+    input contradicted the model and onnxruntime refused it (10 sweep cells failed)."""
+    from onnxhal.stored_outputs import read_signatures
+    from onnxhal.sweep import fed_dim_sizes
+
+    path = ROOT / "tests" / "real_models" / "opt_marian_decoder.onnx"
+    feeds = read_signatures(str(path))["a"][0]
+    dims = fed_dim_sizes(str(path), feeds)
+    assert "encoder_sequence_length" not in dims and dims["batch_size"] == 2, dims
+    out = tmp_path / "cells.json"
+    done = subprocess.run([sys.executable, "benchmarks/device_sweep.py", "--models", "opt_marian_decoder",
+                           "--profiles", "integrated-gpu", "--runtimes", RUNTIMES, "--shapes", "fixed",
+                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    cells = json.loads(out.read_text())
+    assert [c["status"] for c in cells] == ["match"] * len(RUNTIMES.split(",")), done.stdout[-3000:]

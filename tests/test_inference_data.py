@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxhal
@@ -138,3 +139,52 @@ def test_only_an_unsafe_layer_norm_costs_a_first_inference_pass(monkeypatch):
         want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def _branch(name: str, scale: float) -> onnx.GraphProto:
+    """y = Reshape(x, [Shape(x)[0], -1]) * scale: a Shape whose data onnx propagates, its values
+    named as in the other branch (optimum's merged decoders write both branches so)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+             helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"], name="unsqueeze"),
+             helper.make_node("Concat", ["n1", "minus1"], ["dims"], name="concat", axis=0),
+             helper.make_node("Reshape", ["x", "dims"], ["r"], name="reshape"),
+             helper.make_node("Mul", ["r", "k"], ["y"], name="mul")]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero1"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+             numpy_helper.from_array(np.array(scale, np.float32), "k")]
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+
+
+def if_model(bad_perm: bool = False) -> onnx.ModelProto:
+    then = _branch("then", 2.0)
+    if bad_perm:  # a real error in a branch: a Transpose with a repeated axis
+        then.node.append(helper.make_node("Transpose", ["y"], ["t"], name="tr", perm=[1, 1]))
+    node = helper.make_node("If", ["c"], ["out"], name="cond", then_branch=then, else_branch=_branch("else", -1.0))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, 4])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def test_if_branches_writing_the_same_names_load_and_match_onnxruntime():
+    """onnx's data propagation keeps one table for the whole model: the second branch's Shape
+    failed strict inference with 'Data for input 0 already exists' and the valid model was refused
+    (optimum's merged decoder, opt_marian_decoder); inference runs again without propagation."""
+    model = if_model()
+    with pytest.raises(onnx.shape_inference.InferenceError, match=guarded_inference.DATA_PROP_COLLISION.pattern):
+        onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for c in (True, False):
+        feeds = {"c": np.array(c), "x": x}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+
+
+def test_a_real_error_in_such_a_branch_is_still_refused():
+    with pytest.raises(onnxhal.hal.errors.InvalidGraph, match=r"node Transpose 'tr': .*repeated value"):
+        onnxhal.InferenceSession(if_model(bad_perm=True).SerializeToString(), providers=["CPUExecutionProvider"])

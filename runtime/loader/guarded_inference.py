@@ -35,6 +35,7 @@ type(s) for +: 'float' and 'str'").
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -747,6 +748,8 @@ def infer(proto: onnx.ModelProto, owned: bool = False, scan: NodeScan | None = N
                                                      data_prop=data_prop)
         return _with_weights(inferred, proto, stub), data_prop, ""
     except onnx.shape_inference.InferenceError as e:
+        if data_prop and DATA_PROP_COLLISION.search(str(e)):
+            return _infer_without_data_prop(serialized, proto, stub, str(e))
         if not _stripped(stub):
             return None, data_prop, str(e)
     except Exception:
@@ -762,6 +765,27 @@ def infer(proto: onnx.ModelProto, owned: bool = False, scan: NodeScan | None = N
         return None, data_prop, str(e)
     except Exception:
         return None, data_prop, ""
+
+
+#: onnx's data propagation keeps one table of computed values for the whole model, subgraphs
+#: included: where two subgraphs write the same name (an If's branches each computing
+#: '/model/decoder/Shape', as optimum's merged decoders do; legal, each graph is its own scope), the
+#: second one's node fails strict inference with this message, though the model is valid and
+#: onnxruntime loads it.
+DATA_PROP_COLLISION = re.compile(r"Data for input\s+\d+ already exists")
+
+
+def _infer_without_data_prop(serialized: bytes, proto: onnx.ModelProto, stub: onnx.ModelProto,
+                             first_error: str) -> tuple[onnx.ModelProto | None, bool, str]:
+    """Strict inference again without data propagation, after its shared table refused a valid
+    model (``DATA_PROP_COLLISION``); a real error still fails it, with its own message."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(serialized, check_type=True, strict_mode=True, data_prop=False)
+    except onnx.shape_inference.InferenceError as e:
+        return None, False, str(e)
+    except Exception:  # inference is a help, not a requirement
+        return None, False, first_error
+    return _with_weights(inferred, proto, stub), False, ""
 
 
 #: The IR version ``_weightless`` raises an older model to, and ModelProto.ir_version (field 1, a

@@ -34,7 +34,10 @@ dynamic width, float and dynamically quantized (``devices``); static QDQ (per te
 channel) and float16 variants of the ResNet, BERT and CRNN (``precision``, after ``devices``); an eleventh
 held-out wave from producers the corpus lacked, made before any tuning: jax2onnx from JAX/Flax
 (``jax``, named ``jx_``), spox graphs at opset 21 (``spox``, named ``spx_``) and torch.stft by the
-dynamo exporter (``plain3``); plus their inputs and all of onnxruntime's outputs.
+dynamo exporter (``plain3``); a twelfth held-out wave, made before any tuning: timm's LeViT,
+PoolFormer, GhostNetV2, FastViT, NFNet and EdgeNeXt (``timm``, named ``tm_``) and Hugging Face
+optimum's exporter, a MarianMT encoder and its merged decoder (``optimum``, named ``opt_``); plus
+their inputs and all of onnxruntime's outputs.
 
 Not run by the tests (torch, transformers, skl2onnx and the other producers are no test
 dependencies): run it by hand with ``pip install -e ".[corpus]"`` in a separate environment (one
@@ -2803,7 +2806,7 @@ class _TinyMamba(torch.nn.Module):
         return self.norm(h) @ self.embed.weight.t()
 
 
-def _export_dynamo(model: torch.nn.Module, feeds: dict[str, np.ndarray], dynamic: dict, outputs: list[str],
+def _export_dynamo(model: torch.nn.Module, feeds: dict[str, np.ndarray], dynamic: dict | tuple, outputs: list[str],
                    path: str) -> None:
     prog = torch.onnx.export(model.eval(), tuple(torch.from_numpy(v) for v in feeds.values()), dynamo=True,
                              input_names=list(feeds), output_names=outputs, opset_version=18, dynamic_shapes=dynamic)
@@ -3226,6 +3229,171 @@ def precision_models(out: str) -> list[str]:
     return made
 
 
+def _timm_scales(model: torch.nn.Module, rng: np.random.Generator) -> None:
+    """timm initialises layer scales at 1e-5 or 1e-6 (MetaFormer, FastViT, EdgeNeXt) and NFNet's skip
+    gains at 0, so every residual branch would add nothing and any kernel for it would match: they
+    get values of order one, as trained ones have."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf.startswith("gamma") or leaf in ("skipinit_gain", "layer_scale") or name.endswith("layer_scale.scale"):
+                param.copy_(torch.from_numpy(rng.uniform(0.5, 1.0, tuple(param.shape)).astype(np.float32)))
+
+
+def _export_timm(model: torch.nn.Module, name: str, out: str, a: np.ndarray, b: np.ndarray, sized: bool,
+                 dynamo: bool = False) -> str:
+    """``name.onnx``: ``model``'s logits from an image, batch dynamic (height and width too when
+    ``sized``), by the TorchScript exporter at opset 17 or the dynamo one at opset 18; the stored
+    outputs are checked against torch's own before they are kept."""
+    model.eval()
+    path = os.path.join(out, f"{name}.onnx")
+    if dynamo:
+        batch = torch.export.Dim("batch", min=1, max=64)
+        plane = {2: torch.export.Dim("height", min=32, max=512), 3: torch.export.Dim("width", min=32, max=512)}
+        _export_dynamo(model, {"image": a}, ({0: batch, **(plane if sized else {})},), ["logits"], path)
+    else:
+        axes = {0: "batch", **({2: "height", 3: "width"} if sized else {})}
+        torch.onnx.export(model, (torch.from_numpy(a),), path, dynamo=False, input_names=["image"],
+                          output_names=["logits"], dynamic_axes={"image": axes, "logits": {0: "batch"}},
+                          opset_version=17)
+        _save(onnx.load(path), path)
+    sigs = {"a": {"image": a}, "b": {"image": b}}
+    save_outputs(path, sigs)
+    stored = np.load(path[:-5] + ".npz")
+    with torch.no_grad():
+        for sig, feeds in sigs.items():  # the exporter's graph computes what torch computes
+            want = model(torch.from_numpy(feeds["image"])).numpy()
+            np.testing.assert_allclose(stored[f"{sig}.__output"], want, rtol=1e-3, atol=1e-4)
+    return path
+
+
+def timm_models(out: str) -> list[str]:
+    """timm families the corpus lacked, at small widths and depths, added before anyone tuned for
+    them (the twelfth held-out wave, reported as 'untuned', prefix ``tm_``): ``tm_levit`` (LeViT:
+    a strided conv stem, attention whose projections are Linear + BatchNorm1d, a learned per-head
+    bias gathered by relative offsets, subsampling attention between stages, hard swish; 64x64,
+    batch dynamic), ``tm_poolformer`` (PoolFormer: average pooling minus its input as the token
+    mixer, GroupNorm of one group, layer scales; batch, height and width dynamic), ``tm_ghostnet``
+    (GhostNetV2: ghost modules (a cheap depthwise half concatenated), DFC attention (pooled,
+    1x5 and 5x1 depthwise convs, a sigmoid gate resized to the map), squeeze-excitation; the head
+    narrowed to 128; batch, height and width dynamic), ``tm_fastvit`` (FastViT as trained, before
+    re-parameterisation: MobileOne blocks of parallel conv + BatchNorm branches summed, RepMixer,
+    a large-kernel conv positional encoding, attention in the last stage; batch dynamic),
+    ``tm_nfnet`` (an NFNet: weight-standardised convs (each weight normalised in the
+    graph), scaled activations, skip gains, squeeze-excitation; batch dynamic) and ``tm_edgenext``
+    (EdgeNeXt: split depthwise convs, transposed channel attention of L2-normalised queries and keys,
+    a Fourier position encoding from the map's size; the dynamo exporter, opset 18, batch, height
+    and width dynamic). Weights are timm's init with layer scales and skip gains of order one
+    (``_timm_scales``), batch norms' statistics from one batch. NFNet's standardisation is
+    written by the TorchScript exporter as BatchNormalization in training mode over the weights."""
+    from functools import partial
+
+    from timm.models import edgenext, fastvit, ghostnet, levit, metaformer, nfnet
+
+    rng, other = np.random.default_rng(0), np.random.default_rng(1)
+    square = rng.standard_normal((BATCH, 3, 64, 64)).astype(np.float32)
+    one = other.standard_normal((1, 3, 64, 64)).astype(np.float32)
+    wide = other.standard_normal((1, 3, 64, 96)).astype(np.float32)
+    stats = np.random.default_rng(2).standard_normal((8, 3, 64, 64)).astype(np.float32)
+
+    def ready(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+        _timm_scales(model, np.random.default_rng(seed))
+        _norms_from_batch(model, stats)
+        return model
+
+    torch.manual_seed(0)
+    made = [_export_timm(ready(levit.Levit(img_size=64, embed_dim=(32, 48, 64), key_dim=8, depth=(1, 1, 1),
+                                           num_heads=(2, 3, 4), num_classes=10), 10),
+                         "tm_levit", out, square, one, sized=False)]
+    torch.manual_seed(1)
+    pool = metaformer.MetaFormer(depths=(1, 1, 1, 1), dims=(16, 32, 48, 64), downsample_norm=None,
+                                 mlp_act=torch.nn.GELU, mlp_bias=True, norm_layers=metaformer.GroupNorm1,
+                                 layer_scale_init_values=1e-5, res_scale_init_values=None, use_mlp_head=False,
+                                 num_classes=10)
+    made.append(_export_timm(ready(pool, 11), "tm_poolformer", out, square, wide, sized=True))
+    torch.manual_seed(2)
+    # GhostNetV2-1.0's first seven stages (kernel, expansion, channels, SE ratio, stride) at half width
+    cfgs = [[[3, 16, 16, 0, 1]], [[3, 48, 24, 0, 2]], [[3, 72, 24, 0, 1]], [[5, 72, 40, 0.25, 2]],
+            [[5, 120, 40, 0.25, 1]], [[3, 240, 80, 0, 2]], [[3, 200, 80, 0, 1], [3, 480, 112, 0.25, 1]]]
+    ghost = ghostnet.GhostNet(cfgs, num_classes=10, width=0.5, version="v2")
+    ghost.conv_head = torch.nn.Conv2d(ghost.conv_head.in_channels, 128, 1)  # 1280 wide: 1.7 MB alone
+    ghost.classifier = torch.nn.Linear(128, 10)
+    made.append(_export_timm(ready(ghost, 12), "tm_ghostnet", out, square, wide, sized=True))
+    torch.manual_seed(3)
+    cpe = partial(fastvit.RepConditionalPosEnc, spatial_shape=(7, 7))
+    vit = fastvit.FastVit(layers=(1, 1, 1, 1), embed_dims=(16, 32, 64, 128), mlp_ratios=(2, 2, 2, 2),
+                          token_mixers=("repmixer", "repmixer", "repmixer", "attention"),
+                          pos_embs=(None, None, None, cpe), num_classes=10)
+    made.append(_export_timm(ready(vit, 13), "tm_fastvit", out, square, one, sized=False))
+    torch.manual_seed(4)
+    # timm's test_nfnet configuration at narrower channels
+    cfg = nfnet._nfnet_cfg(depths=(1, 1, 1, 1), channels=(16, 32, 64, 96), feat_mult=1.5, group_size=8,
+                           bottle_ratio=0.25, attn_kwargs={"rd_ratio": 0.25, "rd_divisor": 8}, act_layer="silu")
+    made.append(_export_timm(ready(nfnet.NormFreeNet(cfg, num_classes=10), 14), "tm_nfnet", out, square, one,
+                             sized=False))
+    torch.manual_seed(5)
+    edge = edgenext.EdgeNeXt(depths=(1, 1, 1, 1), dims=(16, 32, 48, 64), heads=(2, 2, 2, 2), num_classes=10)
+    made.append(_export_timm(ready(edge, 15), "tm_edgenext", out, square, wide, sized=True, dynamo=True))
+    return made
+
+
+def optimum_models(out: str) -> list[str]:
+    """Hugging Face optimum's ONNX exporter (optimum-onnx 0.1.0, which pins transformers below 4.58),
+    a producer the corpus lacked, added before anyone tuned for it (the twelfth held-out wave,
+    reported as 'untuned', prefix ``opt_``): a tiny random MarianMT (sinusoidal positions, scaled
+    embeddings, two layers each side) exported for ``text2text-generation-with-past`` at opset 18 (its minimum for Marian),
+    as ``optimum-cli export onnx`` writes it: ``opt_marian_encoder`` and ``opt_marian_decoder``, the
+    merged decoder (optimum's ``merge_decoders``: one If on the ``use_cache_branch`` input whose
+    branches are the decoder without and with past keys and values, their shared weights
+    initializers of the outer graph). Signature ``a`` is the first step (``use_cache_branch`` false,
+    empty pasts of length 0, as optimum's ORTModel feeds them), ``b`` the next token with ``a``'s
+    presents as its past; both checked against the torch model's logits before they are kept."""
+    import tempfile
+
+    from optimum.exporters.onnx import onnx_export_from_model
+    from transformers import MarianConfig, MarianMTModel
+
+    torch.manual_seed(0)
+    cfg = MarianConfig(vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                       decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+                       pad_token_id=127, decoder_start_token_id=127, eos_token_id=0)
+    model = MarianMTModel(cfg).eval()
+    made = []
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_export_from_model(model, tmp, task="text2text-generation-with-past", opset=18, do_validation=False)
+        for part, name in (("encoder_model", "opt_marian_encoder"), ("decoder_model_merged", "opt_marian_decoder")):
+            made.append(os.path.join(out, f"{name}.onnx"))
+            _save(onnx.load(os.path.join(tmp, f"{part}.onnx")), made[-1])
+    rng, other = np.random.default_rng(0), np.random.default_rng(1)
+    src = {"a": _inputs("text", ("input_ids", "attention_mask"), BATCH, SEQ, rng),
+           "b": _inputs("text", ("input_ids", "attention_mask"), 1, SEQ + 5, other)}
+    save_outputs(made[0], src)
+    import onnxruntime as ort
+
+    enc = ort.InferenceSession(made[0], providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(made[1], providers=["CPUExecutionProvider"])
+    feeds, mask = src["a"], src["a"]["attention_mask"]
+    hidden = enc.run(None, feeds)[0]
+    first = rng.integers(0, 127, (BATCH, 4)).astype(np.int64)
+    first[:, 0] = cfg.decoder_start_token_id
+    past_names = [i.name for i in dec.get_inputs() if i.name.startswith("past_key_values")]
+    empty = np.zeros((BATCH, 4, 0, 8), np.float32)
+    step_a = {"encoder_attention_mask": mask, "input_ids": first, "encoder_hidden_states": hidden,
+              **dict.fromkeys(past_names, empty), "use_cache_branch": np.array([False])}
+    presents = dict(zip([o.name for o in dec.get_outputs()], dec.run(None, step_a)))
+    token = rng.integers(0, 127, (BATCH, 1)).astype(np.int64)
+    step_b = {**step_a, "input_ids": token, "use_cache_branch": np.array([True]),
+              **{n: presents[n.replace("past_key_values", "present")] for n in past_names}}
+    save_outputs(made[1], {"a": step_a, "b": step_b})
+    stored = np.load(made[1][:-5] + ".npz")
+    with torch.no_grad():  # both branches compute what the torch model computes
+        logits = model(input_ids=torch.from_numpy(feeds["input_ids"]), attention_mask=torch.from_numpy(mask),
+                       decoder_input_ids=torch.from_numpy(np.concatenate([first, token], 1))).logits.numpy()
+    np.testing.assert_allclose(stored["a.__output"], logits[:, :4], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(stored["b.__output"], logits[:, 4:], rtol=1e-4, atol=1e-4)
+    return made
+
+
 def sklearn_polynomial(out: str) -> list[str]:
     """``sk_polyunion``: a FeatureUnion of PolynomialFeatures(degree=2) and a StandardScaler on 8
     features into a RidgeClassifier, no ZipMap. skl2onnx writes the polynomial as one
@@ -3275,7 +3443,9 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           "plain2": plain_torch_second, "onnxscript": onnxscript_models, "sklearn8": sklearn_eighth_wave,
           "onnxmltools2": onnxmltools_held_out,
           # the eleventh held-out wave: "jax" needs jax, flax and jax2onnx, "spox" spox, "plain3" torch
-          "jax": jax_models, "spox": spox_models, "plain3": plain_torch_third}
+          "jax": jax_models, "spox": spox_models, "plain3": plain_torch_third,
+          # the twelfth held-out wave: "timm" needs timm, "optimum" optimum-onnx (transformers < 4.58)
+          "timm": timm_models, "optimum": optimum_models}
 
 
 def main() -> None:

@@ -1,6 +1,8 @@
 """BatchNormalization (inference), LayerNormalization, Softmax, LogSoftmax.
 
-Training-mode BatchNormalization and non-float32 LayerNormalization go to onnx.reference.
+Training-mode BatchNormalization from opset 14 runs here (the batch's statistics, the running
+ones updated); before opset 14 (training told by the output count), the ``spatial=0`` form and
+non-float32 LayerNormalization go to onnx.reference.
 """
 
 from __future__ import annotations
@@ -35,14 +37,20 @@ def _reference(node: Node, ctx: KernelCreateContext, default_version: int):
 class BatchNormalization(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.eps = node.attr("epsilon", 1e-5)
-        training = bool(node.attr("training_mode", 0)) or len([o for o in node.outputs if o]) > 1
-        legacy = node.attr("spatial", 1) == 0
-        self.ref = _reference(node, ctx, 15) if training or legacy else None
+        self.momentum = node.attr("momentum", 0.9)
+        outputs = len([o for o in node.outputs if o])
+        # opset 14+: training_mode says it (outputs Y, running mean, running var); before, the
+        # output count did, with saved statistics besides (onnx.reference keeps that form)
+        self.training = bool(node.attr("training_mode", 0)) and (node.since_version or 15) >= 14
+        legacy = node.attr("spatial", 1) == 0 or (outputs > 1 and not self.training)
+        self.ref = _reference(node, ctx, 15) if legacy else None
 
     def compute(self, inputs: list) -> list:
         if self.ref is not None:
             return self.ref.compute(inputs)
         x, scale, bias, mean, var = inputs[:5]
+        if self.training:
+            return self._train(x, scale, bias, mean, var)
         check_per_channel("BatchNormalization", x, zip(("scale", "B", "input_mean", "input_var"), inputs[1:5]))
         shape = (1, -1) + (1,) * (x.ndim - 2)
         inv = scale / np.sqrt(var + var.dtype.type(self.eps))
@@ -50,6 +58,27 @@ class BatchNormalization(Kernel):
         y = x * inv.reshape(shape).astype(x.dtype, copy=False)
         y += shift.reshape(shape).astype(x.dtype, copy=False)
         return [y]
+
+    def _train(self, x: np.ndarray, scale, bias, mean, var) -> list:
+        """Normalized by the batch's own mean and (population) variance per channel, as the spec's
+        function body; the running statistics blended with them by ``momentum``. Statistics in
+        float64 (NFNet's weight standardisation runs this over each conv's weights), cast back."""
+        if x.ndim < 2:
+            raise InvalidArgument(f"BatchNormalization: X has shape {list(x.shape)}; training mode needs "
+                                  "[N, C, ...] (rank 2 or more). Give the input its channel axis.")
+        check_per_channel("BatchNormalization", x, zip(("scale", "B", "input_mean", "input_var"),
+                                                       (scale, bias, mean, var)))
+        axes = (0, *range(2, x.ndim))
+        batch_mean = x.mean(axis=axes, dtype=np.float64)
+        centered = x - batch_mean.reshape((1, -1) + (1,) * (x.ndim - 2)).astype(x.dtype)
+        batch_var = np.square(centered, dtype=np.float64).mean(axis=axes)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        inv = scale.astype(np.float64) / np.sqrt(batch_var + self.eps)
+        y = centered * inv.reshape(shape).astype(x.dtype)
+        y += bias.reshape(shape).astype(x.dtype, copy=False)
+        running_mean = (mean * self.momentum + batch_mean * (1 - self.momentum)).astype(mean.dtype)
+        running_var = (var * self.momentum + batch_var * (1 - self.momentum)).astype(var.dtype)
+        return [y, running_mean, running_var]
 
 
 def check_per_channel(op: str, x: np.ndarray, params) -> None:

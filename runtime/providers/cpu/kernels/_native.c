@@ -2813,7 +2813,147 @@ static PyObject *resize_last_two(PyObject *module, PyObject *args) {
 }
 /* ---- end of Resize ---- */
 
+/* ---- GridSample ---- */
+/* grid_sample_linear(out, x, grid, n, c, h, w, gh, gw, align, padding) -> bool: bilinear GridSample of
+ * x float32 [n, c, h, w] at grid float32 [n, gh, gw, 2] (x, y) into out float32 [n, c, gh, gw];
+ * padding 0 zeros, 1 border, 2 reflection. grid_sample.py's numpy form step for step: each
+ * coordinate unnormalized in double, rounded to float then widened, padded in double (reflection
+ * as its reflect_folded: the offset from the low border modulo twice the range, numpy's floored
+ * modulo), floor and fraction in double, each corner's index padded (reflected again, truncated,
+ * clamped) and its weight wy * wx in double (times 0 outside, zeros padding) rounded to float; the
+ * four products summed from 0.0f in float, corners (y0 x0, y0 x1, y1 x0, y1 x1): the same bits.
+ * False (out partly written) where a coordinate is not finite or beyond +-2^40, which the numpy form
+ * then handles. */
+/* reflect_folded of c into [lo, lo + rng] (rng > 0): numpy's floored modulo of the offset by twice
+ * the range, mirrored above the range. fmod is exact, so an offset within one period either way
+ * skips it with the same result. */
+static inline double grid_reflect(double c, double lo, double rng) {
+  double x = c - lo, period = 2 * rng, t;
+  if (x >= 0 && x < period) {
+    t = x;
+  } else if (x < 0 && x > -period) {
+    t = x + period;
+  } else {
+    t = fmod(x, period);
+    if (t < 0) t += period;
+  }
+  return lo + (t > rng ? period - t : t);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=off")))
+#endif
+static int grid_corners(const float *g, Py_ssize_t points, Py_ssize_t h, Py_ssize_t w, int align, int padding,
+                        Py_ssize_t *idx, float *wt) {
+  const Py_ssize_t dims[2] = {h, w};
+  for (Py_ssize_t p = 0; p < points; p++) {
+    Py_ssize_t k[2][2];
+    double side_w[2][2], ok[2][2];
+    for (int a = 0; a < 2; a++) { /* a 0: y (grid's second value), 1: x */
+      double d = (double)dims[a], gv = (double)g[2 * p + 1 - a];
+      double c = align ? (gv + 1) / 2.0 * (d - 1) : ((gv + 1) * d - 1) / 2.0;
+      c = (double)(float)c;
+      double lo = align ? 0.0 : -0.5, hi = align ? d - 1.0 : d - 0.5, rng = hi - lo;
+      if (!isfinite(c)) return 0;
+      if (padding == 1) {
+        if (c < lo || c > hi) c = c < 0 ? 0 : (c > d - 1 ? d - 1 : c);
+      } else if (padding == 2) {
+        c = rng <= 0 ? lo : grid_reflect(c, lo, rng);
+      }
+      if (c < -1099511627776.0 || c > 1099511627776.0) return 0;
+      double f = floor(c), frac = c - f;
+      side_w[a][0] = 1.0 - frac;
+      side_w[a][1] = frac;
+      for (int s = 0; s < 2; s++) {
+        double i = f + s;
+        ok[a][s] = 1.0;
+        if (padding == 0) {
+          ok[a][s] = i >= 0 && i < d;
+        } else if (padding == 2) {
+          i = trunc(rng <= 0 ? lo : grid_reflect(i, lo, rng));
+        }
+        k[a][s] = (Py_ssize_t)(i < 0 ? 0 : (i > d - 1 ? d - 1 : i));
+      }
+    }
+    for (int cy = 0; cy < 2; cy++)
+      for (int cx = 0; cx < 2; cx++) {
+        double wv = side_w[0][cy] * side_w[1][cx];
+        if (padding == 0) wv = wv * (ok[0][cy] * ok[1][cx]);
+        idx[4 * p + 2 * cy + cx] = k[0][cy] * w + k[1][cx];
+        wt[4 * p + 2 * cy + cx] = (float)wv;
+      }
+  }
+  return 1;
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=off")))
+#endif
+static void grid_plane(float *out, const float *x, Py_ssize_t points, const Py_ssize_t *idx, const float *wt) {
+  for (Py_ssize_t p = 0; p < points; p++) {
+    const Py_ssize_t *i = idx + 4 * p;
+    const float *v = wt + 4 * p;
+    float acc = 0.0f;
+    acc = acc + x[i[0]] * v[0];
+    acc = acc + x[i[1]] * v[1];
+    acc = acc + x[i[2]] * v[2];
+    acc = acc + x[i[3]] * v[3];
+    out[p] = acc;
+  }
+}
+
+static PyObject *grid_sample_linear(PyObject *module, PyObject *args) {
+  PyObject *o_out, *o_x, *o_grid;
+  Py_ssize_t n, c, h, w, gh, gw;
+  int align, padding;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOnnnnnnii", &o_out, &o_x, &o_grid, &n, &c, &h, &w, &gh, &gw, &align, &padding))
+    return NULL;
+  if (n < 0 || c < 0 || h < 1 || w < 1 || gh < 0 || gw < 0 || padding < 0 || padding > 2) {
+    PyErr_SetString(PyExc_ValueError, "grid_sample_linear: lengths must be positive, padding 0, 1 or 2");
+    return NULL;
+  }
+  Py_buffer bo, bx, bg;
+  Py_ssize_t points = gh * gw;
+  if (get_buffer(o_out, &bo, "grid_sample_linear: out", 4, "f", n * c * points, 1) < 0) return NULL;
+  if (get_buffer(o_x, &bx, "grid_sample_linear: x", 4, "f", n * c * h * w, 0) < 0) {
+    PyBuffer_Release(&bo);
+    return NULL;
+  }
+  if (get_buffer(o_grid, &bg, "grid_sample_linear: grid", 4, "f", n * points * 2, 0) < 0) {
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  Py_ssize_t *idx = PyMem_Malloc((size_t)(4 * points + 1) * sizeof(Py_ssize_t));
+  float *wt = PyMem_Malloc((size_t)(4 * points + 1) * sizeof(float));
+  int done = 1;
+  if (idx && wt) {
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t b = 0; b < n && done; b++) {
+      done = grid_corners((const float *)bg.buf + b * points * 2, points, h, w, align, padding, idx, wt);
+      for (Py_ssize_t ch = 0; ch < c && done; ch++)
+        grid_plane((float *)bo.buf + (b * c + ch) * points, (const float *)bx.buf + (b * c + ch) * h * w, points, idx,
+                   wt);
+    }
+    Py_END_ALLOW_THREADS
+  }
+  int failed = !idx || !wt;
+  PyMem_Free(idx);
+  PyMem_Free(wt);
+  PyBuffer_Release(&bo);
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&bg);
+  if (failed) return PyErr_NoMemory();
+  return PyBool_FromLong(done);
+}
+/* ---- end of GridSample ---- */
+
 static PyMethodDef module_methods[] = {
+    {"grid_sample_linear", grid_sample_linear, METH_VARARGS,
+     "grid_sample_linear(out, x, grid, n, c, h, w, gh, gw, align, padding) -> bool: bilinear GridSample of float32 "
+     "x [n, c, h, w] at grid [n, gh, gw, 2] into out [n, c, gh, gw] (padding 0 zeros, 1 border, 2 reflection); "
+     "False where a coordinate is not finite or too large."},
     {"resize_last_two", resize_last_two, METH_VARARGS,
      "resize_last_two(out, x, planes, in_h, in_w, out_h, out_w, idx, w, lerp_rows, lerp_cols): nearest or "
      "linear Resize of float32 planes by per-row and per-column taps"},

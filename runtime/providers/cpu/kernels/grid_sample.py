@@ -12,6 +12,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.path_tables import path_table
 
@@ -25,6 +26,21 @@ REFLECT_FOLDED = REFLECT_PATHS.add("reflect_folded", "padding_mode reflection, e
                                                      "range (4 array operations where the canonical form takes 10)")
 #: switch of ``reflect_folded`` (tests compare it with the canonical form)
 REFLECT_FOLDED_ENABLED = True
+
+LINEAR_PATHS = path_table("GridSample.linear", "corners: the numpy form, each axis's two sides once, then the 2^nd "
+                                               "corners' gathers and weighted sums")
+CORNERS = LINEAR_PATHS.add("corners", "canonical: every other case (other dtypes or ranks, NaN or far coordinates, "
+                                      "no C module, NATIVE_GRID_SAMPLE_ENABLED off)")
+NATIVE_BILINEAR = LINEAR_PATHS.add(
+    "native_bilinear", "the C extension _native is built, ONNXHAL_NATIVE_KERNELS is not 0 and "
+                       "NATIVE_GRID_SAMPLE_ENABLED at kernel build and at the run, linear mode over a 4-D float32 "
+                       "input and grid, any padding (reflection while REFLECT_FOLDED_ENABLED): one C pass, each "
+                       "point's four corners and weights made once for all channels, corners' float64 and "
+                       "float32 operations in their order (so their bits); it declines, and the corners run, "
+                       "where a coordinate is not finite or beyond 2^40")
+#: switch of ``native_bilinear`` (read when the kernel is made and at each run)
+NATIVE_GRID_SAMPLE_ENABLED = True
+_PADDING_CODES = {"zeros": 0, "border": 1, "reflection": 2}
 
 
 def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -79,6 +95,8 @@ class GridSample(Kernel):
         self.align = bool(node.attr("align_corners", 0))
         self.ref = None
         self.node, self.ctx = node, ctx
+        self.native = native_module() if NATIVE_GRID_SAMPLE_ENABLED and self.mode == "linear" else None
+        self.last_path = ""  #: the path the last linear run took (tests read it)
 
     def _reference(self):
         """onnx.reference's GridSample, for cubic over a rank other than 2 (built on first use)."""
@@ -108,6 +126,9 @@ class GridSample(Kernel):
         x, grid = inputs[0], inputs[1]
         if self.mode == "cubic":
             return [self._cubic(x, grid)] if x.ndim == 4 else self._reference().compute(inputs)
+        y = self._native_bilinear(x, grid) if self.mode == "linear" else None
+        if y is not None:
+            return [y]
         dims = x.shape[2:]
         nd = len(dims)
         n_idx = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
@@ -135,6 +156,7 @@ class GridSample(Kernel):
             if valid is not None:
                 y = y * valid[..., None]
             return [np.moveaxis(y, -1, 1).astype(x.dtype, copy=False)]
+        self.last_path = CORNERS
         # Per axis, each side's (index, in-bounds mask) and weight made once (not once per corner:
         # 2^nd corners share them), and the input laid out once as rows of channels that one flat
         # index per corner takes: the same values, summed in the same order, as per-corner work.
@@ -161,6 +183,22 @@ class GridSample(Kernel):
                 w = w * valid
             y = y + rows[flat] * w[..., None].astype(acc)
         return [np.ascontiguousarray(np.moveaxis(y, -1, 1)).astype(x.dtype, copy=False)]
+
+    def _native_bilinear(self, x: np.ndarray, grid: np.ndarray) -> np.ndarray | None:
+        """Path ``native_bilinear``: the output, or None where it does not apply or declines."""
+        if (self.native is None or not NATIVE_GRID_SAMPLE_ENABLED or x.dtype != np.float32
+                or grid.dtype != np.float32 or x.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2
+                or grid.shape[0] != x.shape[0] or x.shape[2] == 0 or x.shape[3] == 0
+                or (self.padding == "reflection" and not REFLECT_FOLDED_ENABLED)):
+            return None
+        n, c, h, w = x.shape
+        gh, gw = grid.shape[1], grid.shape[2]
+        out = np.empty((n, c, gh, gw), np.float32)
+        if not self.native.grid_sample_linear(out, np.ascontiguousarray(x), np.ascontiguousarray(grid), n, c, h, w,
+                                              gh, gw, int(self.align), _PADDING_CODES[self.padding]):
+            return None
+        self.last_path = NATIVE_BILINEAR
+        return out
 
     def _cubic(self, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
         """Bicubic (A = -0.75) over the 4x4 taps around each point, as PyTorch's grid_sample and
@@ -197,6 +235,9 @@ class GridSample(Kernel):
         return xc[(n_idx, *idx)]
 
 
+_BASES_MAX = 8  # output sizes whose positions an AffineGrid keeps
+
+
 def _base_coords(n: int, align: bool) -> np.ndarray:
     """Normalized pixel positions along an axis of n pixels. With align_corners a 1-pixel axis is
     at 0 (PyTorch's affine_grid and onnxruntime; onnx.reference puts it at -1)."""
@@ -214,6 +255,16 @@ class AffineGrid(Kernel):
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.align = bool(node.attr("align_corners", 0))
+        self.bases: dict = {}
+
+    def _base(self, dims: list, nd: int, wt: np.dtype) -> np.ndarray:
+        """The homogeneous pixel positions (x, y[, z], 1) of an output of ``dims``, [prod(dims), nd + 1]."""
+        axes = [_base_coords(d, self.align) for d in dims]  # D, H, W order
+        mesh = np.meshgrid(*axes, indexing="ij")
+        base = np.stack([*mesh[::-1], np.ones_like(mesh[0])], -1)  # (..., x, y[, z], 1)
+        base = base.reshape(-1, nd + 1).astype(wt)
+        base.flags.writeable = False
+        return base
 
     def compute(self, inputs: list) -> list:
         theta, size = inputs[0], [int(v) for v in inputs[1]]
@@ -221,9 +272,12 @@ class AffineGrid(Kernel):
         if nd not in (2, 3) or theta.shape[1:] != (nd, nd + 1) or theta.shape[0] != size[0]:
             raise InvalidArgument(f"AffineGrid: theta {list(theta.shape)} and size {size}; give theta (N, 2, 3) with "
                                   "size (N, C, H, W), or (N, 3, 4) with (N, C, D, H, W).")
-        axes = [_base_coords(d, self.align) for d in size[2:]]  # D, H, W order
-        mesh = np.meshgrid(*axes, indexing="ij")
-        base = np.stack([*mesh[::-1], np.ones_like(mesh[0])], -1)  # (..., x, y[, z], 1)
         wt = np.promote_types(theta.dtype, np.float32)
-        grid = base.reshape(-1, nd + 1).astype(wt) @ np.swapaxes(theta.astype(wt), 1, 2)
+        key = (tuple(size[2:]), wt)
+        base = self.bases.get(key)
+        if base is None:  # the grid's positions depend on the size alone: made once per size
+            if len(self.bases) >= _BASES_MAX:
+                self.bases.clear()
+            base = self.bases[key] = self._base(size[2:], nd, wt)
+        grid = base @ np.swapaxes(theta.astype(wt), 1, 2)
         return [grid.reshape(size[0], *size[2:], nd).astype(theta.dtype, copy=False)]

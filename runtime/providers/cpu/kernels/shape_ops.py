@@ -17,6 +17,7 @@ from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.ep import INLINE_APPLY
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import sparse_to_dense
+from onnxhal.runtime.providers.cpu.kernels import pad_indices
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 from onnxhal.runtime.providers.op_geometry import first_out_of_range
 
@@ -614,6 +615,10 @@ class Pad(Kernel):
         #: (input shape, pads, axes) -> _constant_pad_geometry: a MobileNet export pads before each
         #: convolution, the same few shapes at every run
         self._geometries: dict[tuple, tuple[tuple, tuple] | None] = {}
+        #: (input shape, pads, axes) -> pad_indices.take_plan, for edge, reflect and wrap
+        self._takes: dict[tuple, tuple | None] = {}
+        self.index_pad = pad_indices.INDEX_PAD_ENABLED and self.mode in pad_indices.INDEX_MODES
+        self.last_path = ""  #: the PAD_PATHS path of the last edge, reflect or wrap run (tests read it)
 
     def compute(self, inputs: list) -> list:
         n = len(inputs)
@@ -638,6 +643,17 @@ class Pad(Kernel):
                 y = np.full(out, 0 if value is None else value, dtype=x.dtype)
                 y[inner] = x
                 return [y]
+        if self.index_pad and pad_indices.INDEX_PAD_ENABLED and x.dtype != object:
+            key = (x.shape, tuple(pads), None if axes is None else tuple(axes))
+            plan = self._takes.get(key, False)
+            if plan is False:
+                plan = pad_indices.take_plan(x.shape, pads, self.mode, axes)
+                if len(self._takes) < 64:
+                    self._takes[key] = plan
+            if plan is not None:
+                self.last_path = pad_indices.INDEX_TAKE
+                return [pad_indices.run_plan(x, plan)]
+        self.last_path = pad_indices.NP_PAD
         return [_pad(x, pads, self.mode, value, axes)]
 
 

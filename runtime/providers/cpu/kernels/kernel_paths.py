@@ -37,6 +37,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         recurrent,
         resize,
         scatter,
+        signal,
         tfidf_vectorizer,
         tokenizer,
     )

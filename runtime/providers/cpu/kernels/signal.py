@@ -5,7 +5,8 @@ slices and concatenates frame by frame, and fills the mel matrix one cell at a t
 of float32 signals run in float32 (numpy 2 computes complex64 FFTs in single precision), as
 onnxruntime's kernel and onnx.reference do: in float64 a value that is zero but for rounding came out
 0 where both give float32 rounding noise (1.9e-7 in the backend's inverse-DFT case, over its 1e-7
-tolerance); other types run in float64 and are cast back."""
+tolerance); other types run in float64 and are cast back. A small STFT of a real signal is one
+float64 product with the windowed DFT columns instead (path ``dft_product``, ``STFT_PATHS``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,25 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+STFT_PATHS = path_table("STFT", "fft: the frames as a strided view, times the window, one numpy FFT")
+FFT = STFT_PATHS.add("fft", "canonical: complex signals, products above DFT_PRODUCT_MAX_WORK, "
+                            "DFT_PRODUCT_ENABLED off")
+DFT_PRODUCT = STFT_PATHS.add(
+    "dft_product", "DFT_PRODUCT_ENABLED at kernel build and at the run, a real float32 or float64 signal, at most "
+                   "DFT_PRODUCT_MAX_WORK multiply-adds (batch x frames x length x 2 bins): the frames gathered by positions kept per (samples, "
+                   "step, length), then one float64 product with the window times the DFT's cosine and sine "
+                   "columns, kept per (length, window, onesided) and laid out as the output's (real, imaginary) "
+                   "pairs (a float64 sum of float32 products: within float32 rounding of the FFT)")
+#: switch of ``dft_product`` (read when the kernel is made and at each run)
+DFT_PRODUCT_ENABLED = True
+#: the most multiply-adds (batch x frames x length x 2 bins) ``dft_product`` takes: numpy's FFT
+#: wrappers cost more than a small product, and above about a million BLAS's threads join in and a
+#: product costs milliseconds on a loaded machine where the FFT costs a few hundred microseconds
+DFT_PRODUCT_MAX_WORK = 1 << 20
+_KEPT_MAX = 8  # bases and frame positions an STFT node keeps
 
 
 def _scalar(v, what: str) -> int:
@@ -107,6 +126,10 @@ class Stft(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.onesided = bool(node.attr("onesided", 1))
         self.name = node.name
+        self.by_product = DFT_PRODUCT_ENABLED
+        self.bases: dict = {}
+        self.positions: dict = {}
+        self.last_path = ""  #: the STFT_PATHS path of the last run (tests read it)
 
     def compute(self, inputs: list) -> list:
         x = inputs[0]
@@ -125,8 +148,14 @@ class Stft(Kernel):
         if step < 1 or length < 1 or length > x.shape[1]:
             raise InvalidArgument(f"STFT {self.name!r}: frame_step {step} and frame_length {length} over "
                                   f"{x.shape[1]} samples; give a positive step and a frame no longer than the signal.")
-        sig = _as_complex(x, f"STFT {self.name!r}")
         count = 1 + (x.shape[1] - length) // step
+        if (self.by_product and DFT_PRODUCT_ENABLED and x.shape[-1] == 1 and x.dtype in (np.float32, np.float64)
+                and x.shape[0] * count * length * 2 * (length // 2 + 1 if self.onesided else length)
+                <= DFT_PRODUCT_MAX_WORK):
+            self.last_path = DFT_PRODUCT
+            return [self._by_product(x, step, window, length, count)]
+        self.last_path = FFT
+        sig = _as_complex(x, f"STFT {self.name!r}")
         frames = np.lib.stride_tricks.sliding_window_view(sig, length, axis=1)[:, :(count - 1) * step + 1:step]
         if window is not None:
             frames = frames * window.astype(sig.real.dtype)
@@ -137,6 +166,42 @@ class Stft(Kernel):
             if self.onesided:
                 spec = spec[..., :length // 2 + 1]
         return [_as_pairs(spec, x.dtype)]
+
+    def _by_product(self, x: np.ndarray, step: int, window: np.ndarray | None, length: int, count: int) -> np.ndarray:
+        """Path ``dft_product``: [batch, frames, bins, 2] as one product of the gathered frames."""
+        key = (x.shape[1], step, length)
+        idx = self.positions.get(key)
+        if idx is None:
+            if len(self.positions) >= _KEPT_MAX:
+                self.positions.clear()
+            idx = self.positions[key] = np.arange(count)[:, None] * step + np.arange(length)
+        wkey = (length, None if window is None else (window.dtype.str, window.tobytes()))
+        basis = self.bases.get(wkey)
+        if basis is None:
+            if len(self.bases) >= _KEPT_MAX:
+                self.bases.clear()
+            basis = self.bases[wkey] = dft_basis(length, self.onesided, window)
+        # [batch, frames, length], float64 (a float32 operand would take numpy's loop, not BLAS)
+        frames = x[:, :, 0].astype(np.float64).take(idx, axis=1)
+        y = np.matmul(frames, basis)
+        return y.reshape(x.shape[0], count, -1, 2).astype(x.dtype)
+
+
+def dft_basis(length: int, onesided: bool, window: np.ndarray | None) -> np.ndarray:
+    """[length, 2 bins] float64: column 2k the window times cos(2 pi k n / length), column 2k + 1
+    times -sin (bins length // 2 + 1 when ``onesided``, else length). The angle's k n is reduced
+    modulo length first, and the analytic zeros (sin at 0 and pi, cos at pi / 2) are exact 0."""
+    bins = length // 2 + 1 if onesided else length
+    n = np.arange(length)
+    phase = 2 * np.pi * ((n[:, None] * np.arange(bins)) % length) / length
+    basis = np.empty((length, bins, 2))
+    basis[..., 0], basis[..., 1] = np.cos(phase), -np.sin(phase)
+    basis[np.abs(basis) < 1e-12] = 0.0
+    if window is not None:
+        basis *= window.astype(np.float64)[:, None, None]
+    basis = basis.reshape(length, 2 * bins)
+    basis.flags.writeable = False
+    return basis
 
 
 def _output_dtype(node: Node) -> np.dtype:

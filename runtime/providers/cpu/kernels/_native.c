@@ -2497,6 +2497,53 @@ static PyObject *softmax_rows(PyObject *module, PyObject *args) {
 }
 /* ---- end of softmax over rows ---- */
 
+/* ---- log-sum-exp over rows (reduction.py's LOGSUMEXP_PATHS["native_rows"]) ---- */
+/* logsumexp_rows(x, y, n) -> bool: y[r] = log(sum(exp(x[r] - m))) + m over rows of n float32
+ * values, m the row's maximum: x - m in float, exp as softmax_rows (exp_nonpositive), the sum, log
+ * and + m in double, rounded once to float; False, y partly written, where a row holds a NaN or
+ * +inf or is -inf throughout (the caller runs the numpy form). */
+static PyObject *logsumexp_rows(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_y;
+  Py_ssize_t n;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOn", &o_x, &o_y, &n)) return NULL;
+  if (n < 1) {
+    PyErr_SetString(PyExc_ValueError, "logsumexp_rows: n must be at least 1");
+    return NULL;
+  }
+  Py_buffer bx, by;
+  if (get_buffer(o_x, &bx, "logsumexp_rows: x", 4, "f", -1, 0) < 0) return NULL;
+  Py_ssize_t rows = bx.len / 4 / n;
+  if ((bx.len / 4) % n || get_buffer(o_y, &by, "logsumexp_rows: y", 4, "f", rows, 1) < 0) {
+    if ((bx.len / 4) % n) PyErr_SetString(PyExc_ValueError, "logsumexp_rows: n must divide x's size");
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  const float *x = bx.buf;
+  float *y = by.buf;
+  int done = 1;
+  for (Py_ssize_t r = 0; r < rows && done; r++) {
+    const float *xr = x + r * n;
+    float m = xr[0];
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+      m = xr[i] > m ? xr[i] : m;
+      bad |= (xr[i] != xr[i]) | (xr[i] > FLT_MAX);
+    }
+    if (bad || m < -FLT_MAX) {
+      done = 0;
+      break;
+    }
+    double sum = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) sum += exp_nonpositive(xr[i] - m);
+    y[r] = (float)(log(sum) + (double)m);
+  }
+  PyBuffer_Release(&bx);
+  PyBuffer_Release(&by);
+  return PyBool_FromLong(done);
+}
+/* ---- end of log-sum-exp over rows ---- */
+
 
 /* ---- Gelu (numerics.py's FAST_PATHS["gelu_native"]) ----
  * gelu_polynomial_inplace's float32 operations in its order, one pass: a = min(|x|, 15), q =
@@ -2950,6 +2997,9 @@ static PyObject *grid_sample_linear(PyObject *module, PyObject *args) {
 /* ---- end of GridSample ---- */
 
 static PyMethodDef module_methods[] = {
+    {"logsumexp_rows", logsumexp_rows, METH_VARARGS,
+     "logsumexp_rows(x, y, n) -> bool: log(sum(exp(row))) of each row of n float32 values of x into y, by the row's "
+     "maximum; False where a row holds a NaN or +inf or is -inf throughout."},
     {"grid_sample_linear", grid_sample_linear, METH_VARARGS,
      "grid_sample_linear(out, x, grid, n, c, h, w, gh, gw, align, padding) -> bool: bilinear GridSample of float32 "
      "x [n, c, h, w] at grid [n, gh, gw, 2] into out [n, c, gh, gw] (padding 0 zeros, 1 border, 2 reflection); "

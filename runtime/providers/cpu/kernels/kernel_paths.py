@@ -35,6 +35,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         pooling,
         quantize,
         recurrent,
+        reduction,
         resize,
         scatter,
         signal,

@@ -10,7 +10,23 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+LOGSUMEXP_PATHS = path_table("ReduceLogSumExp", "numpy_shifted: _logsumexp, the maximum, exp of the shifted "
+                                                "values, their sum and log in numpy (about 9 calls)")
+NUMPY_SHIFTED = LOGSUMEXP_PATHS.add("numpy_shifted", "canonical: other types, axes other than the last alone, "
+                                                     "a row with NaN or +inf or of -inf alone, no C module")
+NATIVE_ROWS = LOGSUMEXP_PATHS.add(
+    "native_rows", "the C extension _native is built, ONNXHAL_NATIVE_KERNELS is not 0 and NATIVE_LOGSUMEXP_ENABLED "
+                   "at kernel build and at the run, a C-contiguous float32 input reduced over its last axis alone "
+                   "(rank >= 1, rows of at least 1): one C pass (_native.logsumexp_rows: the shifted exp as "
+                   "softmax_native's polynomial, sum, log and shift in float64); declines where a row holds a NaN "
+                   "or +inf or is -inf throughout")
+#: switch of ``native_rows`` (read when the kernel is made and at each run)
+NATIVE_LOGSUMEXP_ENABLED = True
+_F32 = np.dtype(np.float32)
 
 _asarray = np.asarray
 # np.sum/max/min/prod of an ndarray call these reductions after a Python wrapper (as much as a
@@ -78,6 +94,8 @@ class Reduce(Kernel):
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         # Only 1 keeps the reduced axes (onnx's shape inference and onnxruntime: keepdims == 1).
         self.keepdims = node.attr("keepdims", 1) == 1
+        self.native = native_module() if node.op_type == "ReduceLogSumExp" and NATIVE_LOGSUMEXP_ENABLED else None
+        self.last_path = ""  #: ReduceLogSumExp: the LOGSUMEXP_PATHS path of the last run (tests read it)
         self.noop = bool(node.attr("noop_with_empty_axes", 0))
         axes = node.attr("axes")
         self.axes = tuple(axes) if axes else None
@@ -104,12 +122,30 @@ class Reduce(Kernel):
                 axes = ()
         if x.size == 0 or x.dtype.kind not in "fiub":
             return self._reference().compute(inputs)
+        if self.native is not None:
+            r = self._native_rows(x, axes)
+            if r is not None:
+                return [r]
+            self.last_path = NUMPY_SHIFTED
         if x.dtype == np.float16:  # accumulate in float32, as onnxruntime: a float16 sum or product
             x = x.astype(np.float32)  # overflows or loses its low terms long before the result does
         r = self.fn(x, axis=axes, keepdims=self.keepdims)
         if r.dtype != inputs[0].dtype:
             r = r.astype(inputs[0].dtype)
         return [r if type(r) is np.ndarray else _asarray(r)]
+
+
+    def _native_rows(self, x: np.ndarray, axes: tuple | None) -> np.ndarray | None:
+        """ReduceLogSumExp's path ``native_rows``: the result, or None where it does not apply or declines."""
+        nd = x.ndim
+        if (not NATIVE_LOGSUMEXP_ENABLED or x.dtype != _F32 or nd == 0 or not x.flags.c_contiguous
+                or axes is None and nd != 1 or axes is not None and (len(axes) != 1 or axes[0] % nd != nd - 1)):
+            return None
+        y = np.empty(x.shape[:-1] + ((1,) if self.keepdims else ()), _F32)
+        if not self.native.logsumexp_rows(x, y, x.shape[-1]):
+            return None
+        self.last_path = NATIVE_ROWS
+        return y
 
 
 for _op, _fn in _FUNCS.items():

@@ -31,7 +31,8 @@ channels (stems: ``direct_native``) and 3x3 ones of up to 128 over planes of 64 
 (VGG-style stacks: ``direct_native_few``), blocks of output channels summed in registers over
 tiles of the plane, split between the workers (``native_split``); and small ungrouped 1x1 ones
 (``pointwise_native``: ``_native.pointwise_conv``, bias, residual and Relu/Clip/HardSwish in the
-same call). Without it, depthwise convolutions copy
+same call). Other small ungrouped ones (at most 16 outputs a plane) copy their windows into a
+stack buffer in C and run the same product (``im2col_native``: ``_native.small_conv``). Without it, depthwise convolutions copy
 their taps as contiguous rows of the input's stride phases (flat planes without a border when the
 output keeps the input's width at unit stride or halves it at stride 2) tap-major
 and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy

@@ -120,6 +120,16 @@ CASES = [
     ("pointwise_native", (2, 24, 3, 3), (150, 24, 1, 1), {}),
     ("pointwise_native", (1, 40, 2, 2), (16, 40, 1, 1), {}),
     ("pointwise_native", (3, 5, 4, 4), (1, 5, 1, 1), {}),
+    # the C route of small dense layers: ResNet's 3x3 layers at 4x4 outputs (strided from 8x8, and
+    # at unit stride), its strided 1x1 shortcut, output channels past whole blocks of 64 and of 16,
+    # asymmetric pads past the kernel's reach, a plane of one position, a non-square kernel
+    ("im2col_native", (1, 16, 8, 8), (32, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("im2col_native", (2, 32, 4, 4), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("im2col_native", (2, 16, 8, 8), (32, 16, 1, 1), {"strides": [2, 2]}),
+    ("im2col_native", (1, 24, 3, 3), (90, 24, 3, 3), {"pads": [0, 2, 3, 1]}),
+    ("im2col_native", (3, 6, 5, 5), (7, 6, 3, 2), {"strides": [3, 2], "pads": [1, 0, 0, 1]}),
+    ("im2col_native", (2, 64, 2, 2), (20, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("im2col_native", (1, 8, 1, 1), (4, 8, 1, 1), {"pads": [0, 0, 0, 0], "strides": [2, 2]}),
     ("im2col_packed", (1, 160, 7, 5), (96, 160, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("im2col_batched", (2, 64, 6, 6), (96, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # same width
     ("im2col_batched", (3, 64, 12, 10), (48, 64, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # half width
@@ -136,7 +146,8 @@ def _depthwise_route(request, monkeypatch):
     case = callspec.params.get("case") if callspec is not None else None
     rows = bool(case) and case[0] == fused_conv.DEPTHWISE_NATIVE_ROWS
     native = rows or bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE,
-                                                fused_conv.DIRECT_NATIVE_FEW, fused_conv.POINTWISE_NATIVE)
+                                                fused_conv.DIRECT_NATIVE_FEW, fused_conv.POINTWISE_NATIVE,
+                                                fused_conv.IM2COL_NATIVE)
     if native and native_module() is None:
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
     if rows and not hasattr(native_module(), "depthwise_unit"):
@@ -154,6 +165,7 @@ def _depthwise_route(request, monkeypatch):
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", native)
     monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", native)
     monkeypatch.setattr(fused_conv, "NATIVE_POINTWISE_ENABLED", native)
+    monkeypatch.setattr(fused_conv, "NATIVE_SMALL_ENABLED", bool(case) and case[0] == fused_conv.IM2COL_NATIVE)
     # the depthwise_native cases at unit stride reach direct_conv, not the row blocks ahead of it
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ROWS_ENABLED", rows)
 
@@ -629,6 +641,54 @@ def test_pointwise_native_against_pointwise(monkeypatch, act, params):
         native.pointwise_conv(wt.astype(np.float32), x3, None, None, y3)
     with pytest.raises(ValueError):  # a residual of another shape
         native.pointwise_conv(wt, x3, None, np.ones((2, 40, 3)), y3)
+
+
+@pytest.mark.parametrize("act,params", [("HardSwish", [0.2, 0.5]), ("Relu", []), ("LeakyRelu", [0.1])])
+def test_im2col_native_against_the_gather(monkeypatch, act, params):
+    """im2col_native against the path it replaces (the gather) on the same inputs, switched by
+    NATIVE_SMALL_ENABLED: float64 and float32, a strided (non-contiguous) input, a residual, an
+    activation in C (HardSwish, Relu as a clamp) or after it (LeakyRelu); a layer over the stack
+    buffer's bound keeps the gather; and the argument checks of _native.small_conv."""
+    native = native_module()
+    if native is None or not hasattr(native, "small_conv"):
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", True)
+    rng = np.random.default_rng(47)
+    a = _attrs({"pads": [1, 1, 1, 1], "strides": [2, 2]}, (32, 16, 3, 3))
+    for dtype in (np.float64, np.float32):
+        x = rng.standard_normal((2, 32, 8, 8)).astype(dtype)[:, ::2]  # every other channel: a strided view
+        w = rng.standard_normal((32, 16, 3, 3)).astype(dtype)
+        b = rng.standard_normal(32).astype(dtype)
+        z = rng.standard_normal((2, 32, 4, 4)).astype(dtype)
+        outs = {}
+        for enabled in (False, True):
+            monkeypatch.setattr(fused_conv, "NATIVE_SMALL_ENABLED", enabled)
+            kernel = fused_kernel(w.shape, a, True, True, act, params, constant=True)
+            for _ in range(2):  # the second run through the path kept per shape
+                outs[enabled] = kernel.compute([x, w, b, z])[0]
+                assert kernel.last_path == ("im2col_native" if enabled else "gather")
+                assert outs[enabled].dtype == dtype
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(outs[True], outs[False], rtol=tol, atol=tol)
+    monkeypatch.setattr(fused_conv, "NATIVE_SMALL_ENABLED", True)
+    big = fused_kernel((8, 256, 3, 3), _attrs({"pads": [1, 1, 1, 1]}, (8, 256, 3, 3)), False, False, "", [])
+    big.compute([np.ones((1, 256, 4, 4), np.float32), np.ones((8, 256, 3, 3), np.float32)])
+    assert big.last_path != "im2col_native"  # 256 x 9 x 16 cells: above SMALL_CONV_MAX_CELLS
+    wt = np.zeros((16 * 9, native.POINTWISE_BLOCK))
+    x4, y4 = np.ones((2, 16, 4, 4)), np.empty((2, 40, 4, 4))
+    native.small_conv(wt, x4, None, None, y4, (1, 1), (1, 1), (3, 3))
+    assert np.all(y4 == 0)
+    with pytest.raises(ValueError):  # weight rows not C kh kw
+        native.small_conv(wt, x4, None, None, y4, (1, 1), (1, 1), (1, 1))
+    with pytest.raises(ValueError):  # padded width not a multiple of POINTWISE_BLOCK
+        native.small_conv(wt[:, :50], x4, None, None, y4, (1, 1), (1, 1), (3, 3))
+    with pytest.raises(ValueError):  # a zero stride
+        native.small_conv(wt, x4, None, None, y4, (0, 1), (1, 1), (3, 3))
+    with pytest.raises(ValueError):  # weights of another type than x
+        native.small_conv(wt.astype(np.float32), x4, None, None, y4, (1, 1), (1, 1), (3, 3))
+    with pytest.raises(ValueError):  # windows above the stack buffer
+        native.small_conv(np.zeros((256 * 9, 64)), np.ones((1, 256, 4, 4)), None, None, np.empty((1, 8, 4, 4)),
+                          (1, 1), (1, 1), (3, 3))
 
 
 def test_taps_leaves_small_planes_of_many_outputs_to_im2col():

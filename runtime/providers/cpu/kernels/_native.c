@@ -1915,6 +1915,134 @@ done:
   return result;
 }
 
+/* ---- small dense convolutions: im2col on the stack, then pointwise_conv's product ---- */
+
+/* A convolution of few outputs a plane (fused_conv.py's im2col_native: ResNet's 3x3 layers over
+ * 4x4 planes, strided 1x1 shortcuts), where numpy's gather (one take, one product, the epilogue)
+ * is several calls of about a microsecond around a product of a few. Per image, the windows are
+ * copied into a buffer on the stack, cols [C KH KW, P] (padding as zeros, taps in im2col's order),
+ * and summed by pointwise_conv's kernel with the same transposed weights wt [C KH KW, MP]: each
+ * block of output channels in registers, k in order, the bias, residual and clamp as the outputs
+ * are written. SC_CELLS bounds the buffer (its caller's SMALL_CONV_MAX_CELLS). */
+#define SC_CELLS 8192
+#define SMALL_CONV_COLS(NAME, T)                                                                             \
+  static void NAME(const T *RESTRICT x, T *RESTRICT cols, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w,          \
+                   Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw,  \
+                   Py_ssize_t top, Py_ssize_t left) {                                                        \
+    Py_ssize_t p = oh * ow;                                                                                  \
+    for (Py_ssize_t ch = 0; ch < c; ch++)                                                                    \
+      for (Py_ssize_t r = 0; r < kh; r++)                                                                    \
+        for (Py_ssize_t t = 0; t < kw; t++) {                                                                \
+          T *row = cols + ((ch * kh + r) * kw + t) * p;                                                      \
+          for (Py_ssize_t oy = 0; oy < oh; oy++) {                                                           \
+            Py_ssize_t iy = oy * sh + r - top;                                                               \
+            T *dst = row + oy * ow;                                                                          \
+            if (iy < 0 || iy >= h) {                                                                         \
+              for (Py_ssize_t ox = 0; ox < ow; ox++) dst[ox] = 0;                                            \
+              continue;                                                                                      \
+            }                                                                                                \
+            const T *src = x + (ch * h + iy) * w;                                                            \
+            for (Py_ssize_t ox = 0; ox < ow; ox++) {                                                         \
+              Py_ssize_t ix = ox * sw + t - left;                                                            \
+              dst[ox] = ix >= 0 && ix < w ? src[ix] : (T)0;                                                  \
+            }                                                                                                \
+          }                                                                                                  \
+        }                                                                                                    \
+  }
+SMALL_CONV_COLS(small_conv_cols_float, float)
+SMALL_CONV_COLS(small_conv_cols_double, double)
+
+/* small_conv(wt, x, b, z, y, strides, pads, kernel[, act, p0, p1]): an ungrouped convolution of x
+ * [N, C, H, W] into y [N, M, OH, OW] at dilation 1, wt [C KH KW, MP] as pointwise_conv's (w [M, C KH
+ * KW] transposed, zero columns past M), b [M] and residual z [N, M, OH, OW] or None, pads (top,
+ * left), the bottom and right ones implied by y's size; C KH KW x OH OW at most SMALL_CONV_MAX_CELLS;
+ * all float32 or all float64, C-contiguous; act as direct_conv's. */
+static PyObject *small_conv(PyObject *module, PyObject *args) {
+  PyObject *o_w, *o_x, *o_b, *o_z, *o_y;
+  Py_ssize_t sh, sw, top, left, kh, kw;
+  int act = DC_NONE;
+  double p0 = 0, p1 = 0;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOO(nn)(nn)(nn)|idd", &o_w, &o_x, &o_b, &o_z, &o_y, &sh, &sw, &top, &left, &kh,
+                        &kw, &act, &p0, &p1))
+    return NULL;
+  if (act < DC_NONE || act > DC_HARD_SWISH) {
+    PyErr_SetString(PyExc_ValueError, "small_conv: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
+    return NULL;
+  }
+  if (sh < 1 || sw < 1 || kh < 1 || kw < 1 || top < 0 || left < 0) {
+    PyErr_SetString(PyExc_ValueError, "small_conv: strides and kernel must be positive, pads not negative");
+    return NULL;
+  }
+  Py_buffer bx, bw, bb, bz, by;
+  int held = 0, has_b = 0, has_z = 0;
+  PyObject *result = NULL;
+  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  held = 1;
+  const char *xf = bx.format ? bx.format : "B";
+  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
+  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
+    PyErr_SetString(PyExc_ValueError, "small_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
+    goto done;
+  }
+  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], w = bx.shape[3];
+  const char *fmt = size == 4 ? "f" : "d";
+  if (get_buffer(o_w, &bw, "wt", size, fmt, -1, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
+  held = 3;
+  Py_ssize_t k = c * kh * kw, m = by.ndim == 4 ? by.shape[1] : 0, mp = bw.ndim == 2 ? bw.shape[1] : 0;
+  Py_ssize_t oh = by.ndim == 4 ? by.shape[2] : 0, ow = by.ndim == 4 ? by.shape[3] : 0, p = oh * ow;
+  if (bw.ndim != 2 || by.ndim != 4 || bw.shape[0] != k || by.shape[0] != n || m < 1 || p < 1 || mp < m ||
+      mp % PW_BLOCK) {
+    PyErr_SetString(PyExc_ValueError, "small_conv: wt must be [C KH KW, MP] (MP a multiple of POINTWISE_BLOCK, at "
+                    "least M) and y [N, M, OH, OW] of x's N");
+    goto done;
+  }
+  if (k * p > SC_CELLS) { /* windows outside the input read as zeros: any y plane is safe */
+    PyErr_SetString(PyExc_ValueError, "small_conv: C KH KW x OH OW is above SMALL_CONV_MAX_CELLS");
+    goto done;
+  }
+  if (o_b != Py_None) {
+    if (get_buffer(o_b, &bb, "b", size, fmt, m, 0) < 0) goto done;
+    has_b = 1;
+  }
+  if (o_z != Py_None) {
+    if (get_buffer(o_z, &bz, "z", size, fmt, n * m * p, 0) < 0) goto done;
+    has_z = 1;
+  }
+  {
+    double cols[SC_CELLS]; /* room for SC_CELLS of either type */
+    for (Py_ssize_t i = 0; i < n; i++) {
+      Py_ssize_t at = i * m * p;
+      if (size == 4) {
+        float *yi = (float *)by.buf + at;
+        small_conv_cols_float((const float *)bx.buf + i * c * h * w, (float *)cols, c, h, w, kh, kw, oh, ow, sh,
+                              sw, top, left);
+        pointwise_conv_float(bw.buf, (float *)cols, has_b ? bb.buf : NULL, has_z ? (float *)bz.buf + at : NULL, yi,
+                             1, k, m, mp, p, act, (float)p0, (float)p1);
+        if (act == DC_HARD_SWISH) hard_swish_float(yi, m * p, (float)p0, (float)p1);
+      } else {
+        double *yi = (double *)by.buf + at;
+        small_conv_cols_double((const double *)bx.buf + i * c * h * w, cols, c, h, w, kh, kw, oh, ow, sh, sw, top,
+                               left);
+        pointwise_conv_double(bw.buf, cols, has_b ? bb.buf : NULL, has_z ? (double *)bz.buf + at : NULL, yi, 1, k, m,
+                              mp, p, act, p0, p1);
+        if (act == DC_HARD_SWISH) hard_swish_double(yi, m * p, p0, p1);
+      }
+    }
+  }
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  if (has_z) PyBuffer_Release(&bz);
+  if (has_b) PyBuffer_Release(&bb);
+  if (held >= 3) PyBuffer_Release(&by);
+  if (held >= 2) PyBuffer_Release(&bw);
+  if (held >= 1) PyBuffer_Release(&bx);
+  return result;
+}
+
 /* ---- 3-D max pooling ---- */
 
 /* The larger of a and b, NaN when either is (numpy's maximum, which the plain MaxPool takes). */
@@ -3080,6 +3208,10 @@ static PyMethodDef module_methods[] = {
      "pointwise_conv(wt, x, b, z, y[, act, p0, p1]): a 1x1 convolution of x [N, K, P] into y [N, M, P] with the "
      "weights transposed and zero-padded, wt [K, MP] (MP a multiple of POINTWISE_BLOCK), bias b [M] and residual z "
      "[N, M, P] or None; act as direct_conv's."},
+    {"small_conv", small_conv, METH_VARARGS,
+     "small_conv(wt, x, b, z, y, strides, pads, kernel[, act, p0, p1]): an ungrouped convolution of x [N, C, H, W] "
+     "into y [N, M, OH, OW] (dilation 1) by im2col into a stack buffer and pointwise_conv's product with its "
+     "transposed weights wt [C KH KW, MP]; pads (top, left); act as direct_conv's."},
     {"max_pool_3d", max_pool_3d, METH_VARARGS,
      "max_pool_3d(x, y, kernel, strides, pads, dilations): each window's maximum of x [N, C, D, H, W] into y "
      "[N, C, OD, OH, OW] (float32 or float64), one axis at a time; pads the leading ones, a window of padding "
@@ -3118,6 +3250,11 @@ PyMODINIT_FUNC PyInit__native(void) {
   Py_INCREF(&ForestType);
   if (PyModule_AddObject(m, "Forest", (PyObject *)&ForestType) < 0) {
     Py_DECREF(&ForestType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  /* small_conv's stack buffer of windows, C KH KW x OH OW cells at most, for its callers */
+  if (PyModule_AddIntConstant(m, "SMALL_CONV_MAX_CELLS", SC_CELLS) < 0) {
     Py_DECREF(m);
     return NULL;
   }

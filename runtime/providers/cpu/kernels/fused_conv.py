@@ -31,7 +31,8 @@ channels (stems: ``direct_native``) and 3x3 ones of up to 128 over planes of 64 
 (VGG-style stacks: ``direct_native_few``), blocks of output channels summed in registers over
 tiles of the plane, split between the workers (``native_split``); and small ungrouped 1x1 ones
 (``pointwise_native``: ``_native.pointwise_conv``, bias, residual and Relu/Clip/HardSwish in the
-same call). Without it, depthwise convolutions copy
+same call). Other small ungrouped ones (at most 16 outputs a plane) copy their windows into a
+stack buffer in C and run the same product (``im2col_native``: ``_native.small_conv``). Without it, depthwise convolutions copy
 their taps as contiguous rows of the input's stride phases (flat planes without a border when the
 output keeps the input's width at unit stride or halves it at stride 2) tap-major
 and reduce them with one batched BLAS product (``depthwise_rows``); the bias is added in the copy
@@ -162,6 +163,14 @@ POINTWISE_NATIVE = _path("pointwise_native", "pointwise's conditions, ungrouped,
                                              "_native.pointwise_conv with the weights transposed (once, when "
                                              "constant), the bias, residual and a Relu, Clip or HardSwish applied in C, "
                                              "other activations after it")
+IM2COL_NATIVE = _path("im2col_native", "ungrouped, dilations 1, not pointwise_native's, at most NATIVE_SMALL_MAX_OUTPUTS "
+                                       "outputs a plane, C kh kw x oh ow at most _native.SMALL_CONV_MAX_CELLS, a "
+                                       "product under worker_pool.PARALLEL_MIN_WORK multiply-adds, float32 or float64 "
+                                       "at the run, the C extension _native built, ONNXHAL_NATIVE_KERNELS not 0 and "
+                                       "NATIVE_SMALL_ENABLED (after pointwise_native, ahead of the gather and "
+                                       "im2col): _native.small_conv, the windows copied into a stack buffer and "
+                                       "pointwise_conv's product with the transposed weights, bias, residual and a "
+                                       "Relu, Clip or HardSwish in C, other activations after it")
 IM2COL_BATCHED = _path("im2col_batched", "ungrouped im2col (not 1x1 unpadded, above the gather limit) of at least "
                                          "BATCHED_MIN_IMAGES images with fewer output positions per image than output "
                                          "channels: all images' windows side by side, one product")
@@ -189,6 +198,13 @@ NATIVE_POINTWISE_ENABLED = True
 #: to 16 at 2x2 0.20; at 8x8, 80 to 16 0.86 and 16 to 3 0.82 but 48 to 24 1.26, 168 to 40 1.55,
 #: 240 to 40 1.6-2.5: DeepLabV3-LRASPP's 8x8 stage, 1.06 of the model's time with them).
 NATIVE_POINTWISE_MAX_COLUMNS = 16
+#: The switch of ``IM2COL_NATIVE`` (read when a kernel is built): False keeps small dense layers
+#: on the gather and im2col (the tests compare them).
+NATIVE_SMALL_ENABLED = True
+#: The most output positions per plane ``IM2COL_NATIVE`` takes: pointwise_conv's product sums
+#: PW_COLS columns at a time and writes each output channel's row at a stride of the plane, which
+#: pays over the gather's take and BLAS product on small planes (NATIVE_POINTWISE_MAX_COLUMNS').
+NATIVE_SMALL_MAX_OUTPUTS = 16
 #: The switch of ``DEPTHWISE_NATIVE_ROWS`` (read when a layer's path is chosen): False leaves its
 #: layers to ``DEPTHWISE_NATIVE`` (the tests compare them).
 NATIVE_DEPTHWISE_ROWS_ENABLED = True
@@ -325,6 +341,8 @@ class FusedConv(FusedBase):
         self._native_packed = NATIVE_PACKED_ENABLED and packed_gemm_supported(self._native)
         self._native_pointwise = (NATIVE_POINTWISE_ENABLED and self._native is not None
                                   and hasattr(self._native, "pointwise_conv"))
+        self._native_small = (NATIVE_SMALL_ENABLED and self._native is not None
+                              and hasattr(self._native, "small_conv"))
         self._wq: tuple | None = None
         self._wp: tuple | None = None
         params = node.attr("activation_params") or []
@@ -474,7 +492,23 @@ class FusedConv(FusedBase):
                 act(y)
             return y.reshape(shape)
 
-        if path == POINTWISE_NATIVE and x.dtype in _NATIVE_FLOATS and w.dtype == x.dtype:
+        if path == IM2COL_NATIVE and x.dtype in _NATIVE_FLOATS and w.dtype == x.dtype:
+            # the C call with the transposed weights, geometry, bias and activation bound
+            wt, small, dtype = self._transposed_weights(w), self._native.small_conv, x.dtype
+            out = (x.shape[0], w.shape[0]) + entry[1:3]
+            geometry = (self.strides, entry[0][:2], w.shape[2:])
+            bc = None if bias is None else np.ascontiguousarray(bias, dtype)
+            in_c = self._native_act or ()
+            after = self.act if self._native_act is None else None
+
+            def run(x: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+                y = np.empty(out, dtype)
+                small(wt, x if x.flags.c_contiguous else np.ascontiguousarray(x), bc,
+                      None if z is None else np.ascontiguousarray(z, dtype), y, *geometry, *in_c)
+                if after is not None:
+                    after(y)
+                return y
+        elif path == POINTWISE_NATIVE and x.dtype in _NATIVE_FLOATS and w.dtype == x.dtype:
             # the C call with the transposed weights, the bias and the activation bound
             n, k = x.shape[:2]
             m = w.shape[0]
@@ -631,6 +665,9 @@ class FusedConv(FusedBase):
         if (self._native_pointwise and self.group == 1 and kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1)
                 and pointwise_native_applies(x_shape, m)):
             return pads, oh, ow, POINTWISE_NATIVE, None
+        if (self._native_small and self.group == 1 and (dh, dw) == (1, 1)
+                and small_native_applies(x_shape, w_shape, (oh, ow), self._native.SMALL_CONV_MAX_CELLS)):
+            return pads, oh, ow, IM2COL_NATIVE, None
         if self.group == c == m and cg == 1:
             path = "depthwise"
         elif kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1):
@@ -692,6 +729,11 @@ class FusedConv(FusedBase):
                 self.last_path = path
                 return shuffle_channels(self._native_pointwise_run(x, w, b, z), self.shuffle)
             path = POINTWISE  # another float type: BLAS's product, as without the C
+        if path == IM2COL_NATIVE:
+            if x.dtype in _NATIVE_FLOATS and w.dtype == x.dtype:
+                self.last_path = path
+                return shuffle_channels(self._native_small_run(x, w, b, z, pads, (oh, ow)), self.shuffle)
+            path = "general"  # another float type: im2col's product, as without the C
         if path == PACKED_POINTWISE or path == PACKED_IM2COL:
             if x.dtype == np.float32 and w.dtype == np.float32 and packed_now():
                 self.last_path = path
@@ -782,13 +824,13 @@ class FusedConv(FusedBase):
         return y if shuffled else shuffle_channels(y, self.shuffle)
 
     def _transposed_weights(self, w: np.ndarray) -> np.ndarray:
-        """``w`` (M, K, 1, 1) as ``_native.pointwise_conv`` reads it: (K, MP), w transposed with
+        """``w`` (M, C, kh, kw) as ``_native.pointwise_conv`` and ``small_conv`` read it: (C kh kw, MP), w transposed with
         zero columns up to a multiple of its ``POINTWISE_BLOCK``; kept while constant weights come
         back."""
         def build() -> np.ndarray:
             m = w.shape[0]
             block = self._native.POINTWISE_BLOCK
-            wt = np.zeros((w.shape[1], -(-m // block) * block), dtype=w.dtype)
+            wt = np.zeros((w[0].size, -(-m // block) * block), dtype=w.dtype)
             wt[:, :m] = w.reshape(m, -1).T
             return wt
         return self._derived("_wq", (w,), build)
@@ -807,6 +849,21 @@ class FusedConv(FusedBase):
         act = self._native_act
         self._native.pointwise_conv(self._transposed_weights(w), xc.reshape(n, k, p), bc, zc, y.reshape(n, m, p),
                                     *(act or ()))
+        if act is None and self.act is not None:
+            self.act(y)
+        return y
+
+    def _native_small_run(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
+                          pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
+        """``IM2COL_NATIVE``: one ``_native.small_conv`` with the bias, the residual and
+        ``native_activation``'s activation; any other activation after it, in numpy."""
+        y = np.empty((x.shape[0], w.shape[0]) + out_hw, dtype=x.dtype)
+        xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        bc = None if b is None else np.ascontiguousarray(b, x.dtype)
+        zc = None if z is None else np.ascontiguousarray(z, x.dtype).reshape(y.shape)
+        act = self._native_act
+        self._native.small_conv(self._transposed_weights(w), xc, bc, zc, y, self.strides, pads[:2], w.shape[2:],
+                                *(act or ()))
         if act is None and self.act is not None:
             self.act(y)
         return y
@@ -1160,6 +1217,16 @@ def pointwise_native_applies(x_shape: tuple, m: int) -> bool:
     go to BLAS's products or the packed one, split between the workers)."""
     n, c, h, w = x_shape
     return h * w <= NATIVE_POINTWISE_MAX_COLUMNS and n * c * h * w * m < worker_pool.PARALLEL_MIN_WORK
+
+
+def small_native_applies(x_shape: tuple, w_shape: tuple, out_hw: tuple[int, int], max_cells: int) -> bool:
+    """The shapes ``IM2COL_NATIVE`` takes: at most ``NATIVE_SMALL_MAX_OUTPUTS`` positions a plane,
+    windows (C kh kw x oh ow) within ``max_cells`` (the C kernel's stack buffer) and a product of
+    fewer than ``worker_pool.PARALLEL_MIN_WORK`` multiply-adds (larger ones are split)."""
+    p = out_hw[0] * out_hw[1]
+    k = w_shape[1] * w_shape[2] * w_shape[3]
+    return (p <= NATIVE_SMALL_MAX_OUTPUTS and k * p <= max_cells
+            and x_shape[0] * w_shape[0] * k * p < worker_pool.PARALLEL_MIN_WORK)
 
 
 def few_channels_apply(in_ckk: tuple[int, int, int], out_hw: tuple[int, int], strides: tuple[int, int],

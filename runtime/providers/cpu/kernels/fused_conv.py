@@ -213,8 +213,8 @@ NATIVE_DEPTHWISE_CHANNELS_ENABLED = True
 #: 3x3 at 7x7 0.93, 672 5x5/2 to 7x7 1.01; larger planes lose (240 5x5 at 14x14 0.92 but 480 3x3
 #: 1.63, 120 5x5 at 28x28 2.18). Against depthwise_unit, which keeps its layers ahead, 1.3-2.4 at
 #: 6x6 to 8x8 (0.84 at 4x4). The FusedConv layers of the corpus's mobile nets (two images, with
-#: their epilogues; benchmarks/depthwise_paths.py): at 2x2 to 4x4 outputs 0.32-0.72, at 8x8 0.61
-#: to 0.86 with 32 or more channels but 1.34 with 24 (the channel-last copy outweighs the sums).
+#: their epilogues; benchmarks/depthwise_paths.py): at 2x2 and 4x4 outputs 0.32-0.86, at 8x8 0.98
+#: (48 channels 3x3/2) and 1.34 (24 channels 5x5/2): hence at most 6x6.
 NATIVE_CHANNELS_MAX_OUTPUTS = 36
 NATIVE_CHANNELS_MIN_OUTPUTS = 4
 #: The kernel heights _native.depthwise_unit is built for (each unrolled over the rows of a block).

@@ -62,6 +62,19 @@ CASES = [
     ("depthwise_native", (1, 8, 24, 11), (8, 1, 3, 3), {"group": 8, "strides": [3, 2]}),
     ("depthwise_native", (2, 4, 14, 9), (4, 1, 2, 2), {"group": 4, "pads": [3, 0, 0, 3], "strides": [2, 3],
                                                       "dilations": [1, 2]}),
+    # the channel-vectorised C route of small planes: MnasNet's 5x5/2 to 2x2, channels not a multiple
+    # of a vector (37), dilated, asymmetric pads, taps reading only padding, two images, 6x6 outputs
+    # (the most it takes)
+    ("depthwise_native_channels", (1, 144, 4, 4), (144, 1, 5, 5), {"group": 144, "pads": [2, 2, 2, 2],
+                                                                   "strides": [2, 2]}),
+    ("depthwise_native_channels", (2, 37, 7, 5), (37, 1, 3, 3), {"group": 37, "pads": [1, 0, 2, 1],
+                                                                 "strides": [2, 1], "dilations": [1, 2]}),
+    ("depthwise_native_channels", (1, 24, 2, 2), (24, 1, 5, 5), {"group": 24, "pads": [4, 4, 4, 4],
+                                                                 "dilations": [2, 2]}),
+    ("depthwise_native_channels", (2, 136, 12, 12), (136, 1, 3, 3), {"group": 136, "pads": [1, 1, 1, 1],
+                                                                     "strides": [2, 2]}),
+    ("depthwise_native_channels", (1, 20, 5, 6), (20, 1, 3, 5), {"group": 20, "pads": [0, 4, 1, 0],
+                                                                 "strides": [1, 2]}),
     # the C route of few-channel layers: stems (3x3/2, 7x7/2), dilated, asymmetric pads, non-square
     # the C row blocks: ConvNeXt's 7x7, 5x5 and 3x3 kernels; planes shorter and narrower than a
     # block (7 rows, 7 and 9 columns: the narrow and the wide block), rows past whole blocks,
@@ -145,9 +158,10 @@ def _depthwise_route(request, monkeypatch):
     callspec = getattr(request.node, "callspec", None)
     case = callspec.params.get("case") if callspec is not None else None
     rows = bool(case) and case[0] == fused_conv.DEPTHWISE_NATIVE_ROWS
-    native = rows or bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE,
-                                                fused_conv.DIRECT_NATIVE_FEW, fused_conv.POINTWISE_NATIVE,
-                                                fused_conv.IM2COL_NATIVE)
+    channels = bool(case) and case[0] == fused_conv.DEPTHWISE_NATIVE_CHANNELS
+    native = rows or channels or bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE,
+                                                            fused_conv.DIRECT_NATIVE_FEW, fused_conv.POINTWISE_NATIVE,
+                                                            fused_conv.IM2COL_NATIVE)
     if native and native_module() is None:
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
     if rows and not hasattr(native_module(), "depthwise_unit"):
@@ -168,6 +182,8 @@ def _depthwise_route(request, monkeypatch):
     monkeypatch.setattr(fused_conv, "NATIVE_SMALL_ENABLED", bool(case) and case[0] == fused_conv.IM2COL_NATIVE)
     # the depthwise_native cases at unit stride reach direct_conv, not the row blocks ahead of it
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ROWS_ENABLED", rows)
+    # and the small-plane depthwise_native cases reach direct_conv, not depthwise_channels
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_CHANNELS_ENABLED", channels)
 
 
 VARIANTS = [  # (bias, residual, activation, activation_params)
@@ -444,6 +460,7 @@ def test_depthwise_native_float64_and_its_switches(monkeypatch):
     x, w = rng.standard_normal((2, 12, 11, 9)), rng.standard_normal((12, 1, 3, 3))
     b, z = rng.standard_normal(12), rng.standard_normal(_out_shape(x.shape, w.shape, a))
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", True)
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_CHANNELS_ENABLED", False)  # its 6x8 outputs: direct_conv
     kernel = fused_kernel(w.shape, a, True, True, "Relu", [])
     y = kernel.compute([x, w, b, z])[0]
     assert kernel.last_path == fused_conv.DEPTHWISE_NATIVE and y.dtype == np.float64
@@ -803,3 +820,48 @@ def test_few_channels_bounds():
     assert few((top, 3, 3), (1, full), (1, 1), (1, 1)) and not few((top, 3, 3), (1, full - 1), (1, 1), (1, 1))
     assert few((strided, 3, 3), (1, full - 1), (1, 1), (1, 1))
     assert not few((fused_conv.NATIVE_DIRECT_MAX_CHANNELS, 3, 3), (16, 16), (1, 1), (1, 1))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_depthwise_channels_matches_direct_conv(monkeypatch, dtype):
+    """_native.depthwise_channels sums the same products in the same order as direct_conv (bias,
+    then the live taps row-major, a padding cell as a zero): equal bit for bit on strides,
+    dilations, asymmetric pads, channels not a multiple of a vector, with and without bias and
+    activation; its argument checks; and its switch leaving the layer to direct_conv."""
+    native = native_module()
+    if native is None:
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    rng = np.random.default_rng(44)
+    cases = [((1, 144, 4, 4), 5, (2, 2), (2, 2), (1, 1)), ((2, 37, 7, 5), 3, (2, 1), (1, 0), (1, 2)),
+             ((1, 288, 2, 2), 3, (1, 1), (1, 1), (1, 1)), ((1, 17, 6, 6), 3, (1, 1), (2, 2), (2, 2)),
+             ((1, 40, 3, 3), 3, (1, 1), (0, 0), (1, 1))]
+    for x_shape, k, strides, pads, dil in cases:
+        c = x_shape[1]
+        x = rng.standard_normal(x_shape).astype(dtype)
+        w = rng.standard_normal((c, 1, k, k)).astype(dtype)
+        b = rng.standard_normal(c).astype(dtype)
+        a = _attrs({"group": c, "pads": [*pads, *pads], "strides": list(strides), "dilations": list(dil)}, w.shape)
+        out = _out_shape(x_shape, w.shape, a)
+        for bias, act in [(b, ()), (None, ()), (b, (1, 0.0, 6.0)), (b, (2, 1 / 6, 0.5))]:
+            want, got = np.empty(out, dtype), np.empty(out, dtype)
+            native.direct_conv(x, w, bias, want, strides, pads, dil, c, *act)
+            native.depthwise_channels(x, w, bias, got, strides, pads, dil, *act)
+            np.testing.assert_array_equal(got, want)
+    x = rng.standard_normal((1, 12, 4, 4))
+    y = np.empty((1, 12, 4, 4))
+    with pytest.raises(ValueError):  # mixed types
+        native.depthwise_channels(x, np.zeros((12, 1, 3, 3), np.float32), None, y, (1, 1), (1, 1), (1, 1))
+    with pytest.raises(ValueError):  # not depthwise weights
+        native.depthwise_channels(x, np.zeros((12, 2, 3, 3)), None, y, (1, 1), (1, 1), (1, 1))
+    with pytest.raises(ValueError):  # a zero dilation
+        native.depthwise_channels(x, np.zeros((12, 1, 3, 3)), None, y, (1, 1), (1, 1), (0, 1))
+    with pytest.raises(ValueError):  # an unknown activation
+        native.depthwise_channels(x, np.zeros((12, 1, 3, 3)), None, y, (1, 1), (1, 1), (1, 1), 7, 0.0, 0.0)
+    a = _attrs({"group": 144, "pads": [2, 2, 2, 2], "strides": [2, 2]}, (144, 1, 5, 5))
+    for enabled, path in [(True, fused_conv.DEPTHWISE_NATIVE_CHANNELS), (False, fused_conv.DEPTHWISE_NATIVE)]:
+        monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", True)
+        monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_CHANNELS_ENABLED", enabled)
+        kernel = fused_kernel((144, 1, 5, 5), a, True, False, "Relu", [])
+        kernel.compute([rng.standard_normal((1, 144, 4, 4)).astype(dtype), rng.standard_normal((144, 1, 5, 5)).astype(
+            dtype), rng.standard_normal(144).astype(dtype), None])
+        assert kernel.last_path == path

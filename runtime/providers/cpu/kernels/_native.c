@@ -1423,6 +1423,197 @@ done:
   return result;
 }
 
+/* depthwise_channels: a depthwise convolution vectorised across channels (fused_conv.py's
+ * depthwise_native_channels), for small planes, where direct_conv's whole tile of sums per channel
+ * (DW_TILE outputs for a 2x2 plane's 8 layout cells) and per-channel layout are most of its work.
+ * Per image, the input is laid out channel-last with its padding as zeros, hp rows of wp cells of
+ * cp channels (C rounded up to DWC_LANE), the weights tap-major (wt[t cp + c]); each output sums,
+ * for DWC_WIDE (then DWC_LANE) channels at a time in registers, the bias and then its live taps in
+ * row-major order: the same products in the same order as direct_conv (a padding cell adds its
+ * weight times zero there too), so the two agree bit for bit under the same contraction. As
+ * onnxruntime's MLAS runs depthwise convolutions over NHWC channel vectors (its ConvDepthwise
+ * kernels, onnxruntime/core/mlas/lib/convdepthwise.cpp). The sums go to acc [P][cp], then each
+ * channel's row of outputs to y through the activation (DC_STORE). */
+#define DWC_LANE(T) ((Py_ssize_t)(64 / sizeof(T)))  /* one AVX-512 vector */
+#define DWC_WIDE(T) ((Py_ssize_t)(512 / sizeof(T))) /* eight: as many independent sums as two FMA units hide */
+#define DWC_POINTS 8                                /* outputs summed together past the wide blocks: likewise */
+#define DEPTHWISE_CHANNELS(NAME, T)                                                                         \
+  static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
+                                 T *RESTRICT y, T *RESTRICT s, T *RESTRICT wt, T *RESTRICT acc,             \
+                                 T *RESTRICT row, const Py_ssize_t *tap, Py_ssize_t live,                   \
+                                 const Py_ssize_t *wix, Py_ssize_t n, Py_ssize_t c, Py_ssize_t cp,          \
+                                 Py_ssize_t h, Py_ssize_t wd, Py_ssize_t taps, Py_ssize_t oh,               \
+                                 Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, \
+                                 Py_ssize_t hp, Py_ssize_t wp, int act, T p0, T p1) {                       \
+    (void)hp;                                                                                               \
+    for (Py_ssize_t t = 0; t < live; t++)                                                                   \
+      for (Py_ssize_t ch = 0; ch < c; ch++) wt[t * cp + ch] = w[ch * taps + wix[t]];                        \
+    T bz[DWC_WIDE(T)];                                                                                      \
+    for (Py_ssize_t img = 0; img < n; img++) {                                                              \
+      const T *RESTRICT xi = x + img * c * h * wd;                                                          \
+      /* the input cells over the padding's zeros (those stay zero from call to call) */                   \
+      for (Py_ssize_t ch = 0; ch < c; ch++)                                                                 \
+        for (Py_ssize_t r = 0; r < h; r++)                                                                  \
+          for (Py_ssize_t q = 0; q < wd; q++) s[((r + pt) * wp + q + pl) * cp + ch] = xi[(ch * h + r) * wd + q]; \
+      Py_ssize_t c0 = 0;                                                                                    \
+      for (; c0 + DWC_WIDE(T) <= cp; c0 += DWC_WIDE(T)) {                                                   \
+        for (Py_ssize_t k = 0; k < DWC_WIDE(T); k++) bz[k] = b && c0 + k < c ? b[c0 + k] : (T)0;            \
+        for (Py_ssize_t oy = 0; oy < oh; oy++)                                                              \
+          for (Py_ssize_t ox = 0; ox < ow; ox++) {                                                          \
+            T a[DWC_WIDE(T)];                                                                               \
+            for (Py_ssize_t k = 0; k < DWC_WIDE(T); k++) a[k] = bz[k];                                      \
+            const T *RESTRICT base = s + (oy * sh * wp + ox * sw) * cp + c0;                                \
+            for (Py_ssize_t t = 0; t < live; t++) {                                                         \
+              const T *RESTRICT src = base + tap[t] * cp, *RESTRICT wv = wt + t * cp + c0;                  \
+              for (Py_ssize_t k = 0; k < DWC_WIDE(T); k++) a[k] += wv[k] * src[k];                          \
+            }                                                                                               \
+            T *RESTRICT d = acc + (oy * ow + ox) * cp + c0;                                                 \
+            for (Py_ssize_t k = 0; k < DWC_WIDE(T); k++) d[k] = a[k];                                       \
+          }                                                                                                 \
+      }                                                                                                     \
+      /* the channels past the wide blocks, one vector of them at a time, DWC_POINTS outputs together */ \
+      /* (one output's single chain of sums would wait on each multiply-add), then one at a time */     \
+      Py_ssize_t plane = oh * ow;                                                                           \
+      for (; c0 < cp; c0 += DWC_LANE(T)) {                                                                  \
+        for (Py_ssize_t k = 0; k < DWC_LANE(T); k++) bz[k] = b && c0 + k < c ? b[c0 + k] : (T)0;            \
+        Py_ssize_t p = 0;                                                                                   \
+        for (; p + DWC_POINTS <= plane; p += DWC_POINTS) {                                                  \
+          T a[DWC_POINTS][DWC_LANE(T)];                                                                     \
+          const T *base[DWC_POINTS];                                                                        \
+          for (int q = 0; q < DWC_POINTS; q++) {                                                            \
+            Py_ssize_t oy = (p + q) / ow, ox = (p + q) % ow;                                                \
+            base[q] = s + (oy * sh * wp + ox * sw) * cp + c0;                                               \
+            for (Py_ssize_t k = 0; k < DWC_LANE(T); k++) a[q][k] = bz[k];                                   \
+          }                                                                                                 \
+          for (Py_ssize_t t = 0; t < live; t++) {                                                           \
+            const T *RESTRICT wv = wt + t * cp + c0;                                                        \
+            Py_ssize_t off = tap[t] * cp;                                                                   \
+            for (int q = 0; q < DWC_POINTS; q++)                                                            \
+              for (Py_ssize_t k = 0; k < DWC_LANE(T); k++) a[q][k] += wv[k] * base[q][off + k];             \
+          }                                                                                                 \
+          for (int q = 0; q < DWC_POINTS; q++)                                                              \
+            for (Py_ssize_t k = 0; k < DWC_LANE(T); k++) acc[(p + q) * cp + c0 + k] = a[q][k];              \
+        }                                                                                                   \
+        for (; p < plane; p++) {                                                                            \
+          T a[DWC_LANE(T)];                                                                                 \
+          for (Py_ssize_t k = 0; k < DWC_LANE(T); k++) a[k] = bz[k];                                        \
+          const T *RESTRICT base = s + ((p / ow) * sh * wp + (p % ow) * sw) * cp + c0;                      \
+          for (Py_ssize_t t = 0; t < live; t++) {                                                           \
+            const T *RESTRICT src = base + tap[t] * cp, *RESTRICT wv = wt + t * cp + c0;                    \
+            for (Py_ssize_t k = 0; k < DWC_LANE(T); k++) a[k] += wv[k] * src[k];                            \
+          }                                                                                                 \
+          for (Py_ssize_t k = 0; k < DWC_LANE(T); k++) acc[p * cp + c0 + k] = a[k];                         \
+        }                                                                                                   \
+      }                                                                                                     \
+      for (Py_ssize_t ch = 0; ch < c; ch++) {                                                               \
+        for (Py_ssize_t p = 0; p < plane; p++) row[p] = acc[p * cp + ch];                                   \
+        DC_STORE(T, y + (img * c + ch) * plane, row, plane, act, p0, p1);                                   \
+      }                                                                                                     \
+    }                                                                                                       \
+  }
+DEPTHWISE_CHANNELS(depthwise_channels_float, float)
+DEPTHWISE_CHANNELS(depthwise_channels_double, double)
+
+/* depthwise_channels(x, w, b, y, strides, pads, dilations[, act, p0, p1]): x [N, C, H, W], w [C, 1,
+ * KH, KW], b [C] or None, y [N, C, OH, OW] written; all float32 or all float64, C-contiguous;
+ * strides and dilations at least 1, pads (top, left) at least 0, the bottom and right ones implied
+ * by y's size; act as direct_conv's. Meant for small planes: its scratch holds the padded plane of
+ * every channel and the sums of every output. */
+static PyObject *depthwise_channels(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_w, *o_b, *o_y;
+  Py_ssize_t sh, sw, pt, pl, dh, dw;
+  (void)module;
+  int act = DC_NONE;
+  double p0 = 0, p1 = 0;
+  if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)|idd", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &act,
+                        &p0, &p1))
+    return NULL;
+  if (act < DC_NONE || act > DC_HARD_SWISH) {
+    PyErr_SetString(PyExc_ValueError, "depthwise_channels: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
+    return NULL;
+  }
+  Py_buffer bx, bw, bb, by;
+  int held = 0;
+  PyObject *result = NULL;
+  void *scratch = NULL;
+  Py_ssize_t *tap = NULL;
+  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  held = 1;
+  const char *xf = bx.format ? bx.format : "B";
+  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
+  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
+    PyErr_SetString(PyExc_ValueError, "depthwise_channels: x must be [N, C, H, W] float32 or float64, C-contiguous");
+    goto done;
+  }
+  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
+  const char *fmt = size == 4 ? "f" : "d";
+  if (get_buffer(o_w, &bw, "w", size, fmt, -1, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
+  held = 3;
+  if (o_b != Py_None) {
+    if (get_buffer(o_b, &bb, "b", size, fmt, c, 0) < 0) goto done;
+    held = 4;
+  }
+  if (bw.ndim != 4 || by.ndim != 4 || bw.shape[0] != c || bw.shape[1] != 1 || by.shape[0] != n || by.shape[1] != c ||
+      sh < 1 || sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0) {
+    PyErr_SetString(PyExc_ValueError, "depthwise_channels: w must be [C, 1, KH, KW] and y [N, C, OH, OW] of x's N "
+                    "and C; strides and dilations at least 1, pads at least 0");
+    goto done;
+  }
+  Py_ssize_t kh = bw.shape[2], kw = bw.shape[3], oh = by.shape[2], ow = by.shape[3];
+  Py_ssize_t lane = 64 / size, cp = (c + lane - 1) / lane * lane;
+  /* the padded plane: the input's and every tap's reach, rows and columns */
+  Py_ssize_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+  if (hp < h + pt) hp = h + pt;
+  if (wp < wd + pl) wp = wd + pl;
+  Py_ssize_t cells = hp * wp * cp, weights = kh * kw * cp, sums = oh * ow * cp;
+  scratch = PyMem_Malloc((size_t)(cells + weights + sums + oh * ow) * (size_t)size);
+  tap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * kh * kw + 1));
+  if (!scratch || !tap) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  /* zeros: the padding, and the channels past C (their weights too, so no NaN reaches a sum) */
+  memset(scratch, 0, (size_t)(cells + weights) * (size_t)size);
+  /* the live taps, as direct_conv's (those reading only padding for every output are left out);
+   * tap[t]: the cell offset of tap t from an output's window corner */
+  Py_ssize_t live = 0, *wix = tap + kh * kw;
+  for (Py_ssize_t i = 0; i < kh; i++)
+    for (Py_ssize_t j = 0; j < kw; j++) {
+      Py_ssize_t r0 = i * dh - pt, c0 = j * dw - pl;
+      int rows = r0 + (oh - 1) * sh >= 0 && r0 < h && (r0 >= 0 || (-r0 + sh - 1) / sh * sh + r0 < h);
+      int cols = c0 + (ow - 1) * sw >= 0 && c0 < wd && (c0 >= 0 || (-c0 + sw - 1) / sw * sw + c0 < wd);
+      if (!rows || !cols) continue;
+      tap[live] = i * dh * wp + j * dw;
+      wix[live++] = i * kw + j;
+    }
+  const void *bias = held >= 4 ? bb.buf : NULL;
+  PyThreadState *ts = n * c * oh * ow * kh * kw > 65536 ? PyEval_SaveThread() : NULL;
+  if (size == 4) {
+    float *sc = scratch;
+    depthwise_channels_float(bx.buf, bw.buf, bias, by.buf, sc, sc + cells, sc + cells + weights,
+                             sc + cells + weights + sums, tap, live, wix, n, c, cp, h, wd, kh * kw, oh, ow, sh, sw,
+                             pt, pl, hp, wp, act, (float)p0, (float)p1);
+  } else {
+    double *sc = scratch;
+    depthwise_channels_double(bx.buf, bw.buf, bias, by.buf, sc, sc + cells, sc + cells + weights,
+                              sc + cells + weights + sums, tap, live, wix, n, c, cp, h, wd, kh * kw, oh, ow, sh, sw,
+                              pt, pl, hp, wp, act, p0, p1);
+  }
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(tap);
+  PyMem_Free(scratch);
+  if (held >= 4) PyBuffer_Release(&bb);
+  if (held >= 3) PyBuffer_Release(&by);
+  if (held >= 2) PyBuffer_Release(&bw);
+  if (held >= 1) PyBuffer_Release(&bx);
+  return result;
+}
+
 /* depthwise_unit: a depthwise convolution at unit stride and dilation whose every tap reaches the
  * input (fused_conv.py's depthwise_native_rows; ConvNeXt's 7x7 layers). Each channel's plane is
  * laid out with its padding as zeros, hv rows of wv (as direct_conv's single phase); output row oy
@@ -3185,6 +3376,10 @@ static PyMethodDef module_methods[] = {
      "lstm_steps(xw, rt, h, c, y, d, first, count, step[, mult]): count steps of one LSTM direction in its "
      "default form from step first by step (1 or -1), updating h and c and writing each step's h to y[t, d]; "
      "with mult, h quantized row by row before its product with rt (DynamicQuantizeLSTM)."},
+    {"depthwise_channels", depthwise_channels, METH_VARARGS,
+     "depthwise_channels(x, w, b, y, strides, pads, dilations[, act, p0, p1]): a depthwise convolution of x [N, C, "
+     "H, W] with w [C, 1, KH, KW] (and bias b or None) into y [N, C, OH, OW], vectorised across channels over a "
+     "channel-last copy (for small planes); pads and act as direct_conv's."},
 #if defined(__GNUC__)
     {"depthwise_unit", depthwise_unit, METH_VARARGS,
      "depthwise_unit(x, w, b, y, pads[, act, p0, p1]): a depthwise convolution of x [N, C, H, W] with w [C, 1, "

@@ -25,8 +25,9 @@ optimizer's fold of a following ShuffleNet shuffle), output channel g * C/G + j 
 G + g: a grouped convolution with G groups writes each group's product straight into its shuffled
 channels (BLAS takes the strided rows), anything else is shuffled by one copy. With the C
 extension built, depthwise convolutions run there: at unit stride with 3, 5 or 7 kernel rows by
-blocks of output rows that share each loaded input row (``_native.depthwise_unit``), others one
-tap at a time over the plane (``_native.direct_conv``); so do ungrouped convolutions of a few input
+blocks of output rows that share each loaded input row (``_native.depthwise_unit``), others on
+planes of at most 64 outputs over a channel-last copy, eight vectors of channels summed per output
+(``_native.depthwise_channels``), the rest one tap at a time over the plane (``_native.direct_conv``); so do ungrouped convolutions of a few input
 channels (stems: ``direct_native``) and 3x3 ones of up to 128 over planes of 64 outputs and more
 (VGG-style stacks: ``direct_native_few``), blocks of output channels summed in registers over
 tiles of the plane, split between the workers (``native_split``); and small ungrouped 1x1 ones
@@ -128,6 +129,15 @@ DEPTHWISE_NATIVE_ROWS = _path("depthwise_native_rows", "depthwise at unit stride
                                                        "blocks of output rows summed together in C, each input row "
                                                        "loaded once for every output row it feeds, then the residual "
                                                        "and activation as depthwise_native's")
+DEPTHWISE_NATIVE_CHANNELS = _path("depthwise_native_channels", "depthwise that depthwise_native_rows does not take, "
+                                                               "at least NATIVE_CHANNELS_MIN_OUTPUTS and at most "
+                                                               "NATIVE_CHANNELS_MAX_OUTPUTS outputs a plane, "
+                                                               "_native.depthwise_channels built, ONNXHAL_NATIVE_KERNELS "
+                                                               "not 0 and NATIVE_DEPTHWISE_ENABLED and "
+                                                               "NATIVE_DEPTHWISE_CHANNELS_ENABLED (ahead of "
+                                                               "depthwise_native and the gather): a channel-last copy, "
+                                                               "each output's taps summed across channels in C, then "
+                                                               "the residual and activation as depthwise_native's")
 DEPTHWISE_NATIVE = _path("depthwise_native", "depthwise with at least NATIVE_DEPTHWISE_MIN_OUTPUTS outputs a plane, "
                                              "the C extension _native built, ONNXHAL_NATIVE_KERNELS not 0 and "
                                              "NATIVE_DEPTHWISE_ENABLED (ahead of the gather and the rows): "
@@ -208,6 +218,21 @@ NATIVE_SMALL_MAX_OUTPUTS = 16
 #: The switch of ``DEPTHWISE_NATIVE_ROWS`` (read when a layer's path is chosen): False leaves its
 #: layers to ``DEPTHWISE_NATIVE`` (the tests compare them).
 NATIVE_DEPTHWISE_ROWS_ENABLED = True
+#: The switch of ``DEPTHWISE_NATIVE_CHANNELS`` (read when a layer's path is chosen): False leaves its
+#: layers to ``DEPTHWISE_NATIVE`` and the gather (the tests compare them).
+NATIVE_DEPTHWISE_CHANNELS_ENABLED = True
+#: ``DEPTHWISE_NATIVE_CHANNELS``' bounds on the outputs a plane. direct_conv sums a whole tile of
+#: DW_TILE outputs per channel and lays each channel's plane out alone, most of its work on small
+#: planes; depthwise_channels sums eight vectors of channels per output. The C calls alone, one
+#: thread, CPU time alternating, depthwise_channels against direct_conv (float32, bias): 144 channels
+#: 5x5/2 to 2x2 0.33, 288 5x5 at 4x4 0.56, 96 and 144 3x3 at 8x8 0.87, 0.77, 576 5x5 at 7x7 0.81, 960
+#: 3x3 at 7x7 0.93, 672 5x5/2 to 7x7 1.01; larger planes lose (240 5x5 at 14x14 0.92 but 480 3x3
+#: 1.63, 120 5x5 at 28x28 2.18). Against depthwise_unit, which keeps its layers ahead, 1.3-2.4 at
+#: 6x6 to 8x8 (0.84 at 4x4). The FusedConv layers of the corpus's mobile nets (two images, with
+#: their epilogues; benchmarks/depthwise_paths.py): at 2x2 and 4x4 outputs 0.32-0.86, at 8x8 0.98
+#: (48 channels 3x3/2) and 1.34 (24 channels 5x5/2): hence at most 6x6.
+NATIVE_CHANNELS_MAX_OUTPUTS = 36
+NATIVE_CHANNELS_MIN_OUTPUTS = 4
 #: The kernel heights _native.depthwise_unit is built for (each unrolled over the rows of a block).
 NATIVE_ROWS_KERNEL_HEIGHTS = (3, 5, 7)
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # the types _native.direct_conv takes
@@ -584,7 +609,8 @@ class FusedConv(FusedBase):
                     cols[:, k] = 1
                 _im2col(x, pads, out_hw, (kh, kw), strides, dilations, cols[:, :k].reshape(windows))
                 return finish(np.matmul(wk, cols), z, out)
-        elif path in (DEPTHWISE_NATIVE, DIRECT_NATIVE, DIRECT_NATIVE_FEW, DEPTHWISE_NATIVE_ROWS) and x.dtype in _NATIVE_FLOATS:
+        elif path in (DEPTHWISE_NATIVE, DIRECT_NATIVE, DIRECT_NATIVE_FEW, DEPTHWISE_NATIVE_ROWS,
+                      DEPTHWISE_NATIVE_CHANNELS) and x.dtype in _NATIVE_FLOATS:
             # the C call with its contiguous weights, bias, geometry and activation bound: a small
             # depthwise layer's C work is a few microseconds, as much as _native_direct's steps
             dtype, group = x.dtype, self.group
@@ -592,6 +618,8 @@ class FusedConv(FusedBase):
             bc = None if bias is None else np.ascontiguousarray(bias, dtype)
             if path == DEPTHWISE_NATIVE_ROWS:
                 direct, geometry = self._native.depthwise_unit, (entry[0][:2],)
+            elif path == DEPTHWISE_NATIVE_CHANNELS:
+                direct, geometry = self._native.depthwise_channels, (self.strides, entry[0][:2], self.dilations)
             elif group == 1 and (not DIRECT_BOUND_UNSPLIT
                                  or not never_split(x.shape[0] * w.size * entry[1] * entry[2])):
                 # split between the workers where large (native_split)
@@ -656,6 +684,9 @@ class FusedConv(FusedBase):
             if (NATIVE_DEPTHWISE_ROWS_ENABLED and hasattr(self._native, "depthwise_unit")
                     and unit_rows_apply((h, wd), (kh, kw), (top, left), (oh, ow), (sh, sw), (dh, dw))):
                 return pads, oh, ow, DEPTHWISE_NATIVE_ROWS, None
+            if (NATIVE_DEPTHWISE_CHANNELS_ENABLED and hasattr(self._native, "depthwise_channels")
+                    and NATIVE_CHANNELS_MIN_OUTPUTS <= oh * ow <= NATIVE_CHANNELS_MAX_OUTPUTS):
+                return pads, oh, ow, DEPTHWISE_NATIVE_CHANNELS, None
             return pads, oh, ow, DEPTHWISE_NATIVE, None
         if (self.group == 1 and self._native_dense and kh * kw > 1 and c <= NATIVE_DIRECT_MAX_CHANNELS
                 and c * kh * kw <= NATIVE_DIRECT_MAX_K and oh * ow >= NATIVE_DIRECT_MIN_OUTPUTS):
@@ -739,9 +770,11 @@ class FusedConv(FusedBase):
                 self.last_path = path
                 return self._packed_product(x, w, b, z, pads, (oh, ow))
             path = POINTWISE if path == PACKED_POINTWISE else "general"  # BLAS's products, as without the C
-        if path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE or path == DIRECT_NATIVE_FEW or path == DEPTHWISE_NATIVE_ROWS:
+        if (path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE or path == DIRECT_NATIVE_FEW or path == DEPTHWISE_NATIVE_ROWS
+                or path == DEPTHWISE_NATIVE_CHANNELS):
             self.last_path = path
-            return self._native_direct(x, w, b, z, pads, (oh, ow), path == DEPTHWISE_NATIVE_ROWS)
+            return self._native_direct(x, w, b, z, pads, (oh, ow), path == DEPTHWISE_NATIVE_ROWS,
+                                       path == DEPTHWISE_NATIVE_CHANNELS)
         if path == GATHER_DEPTHWISE:
             self.last_path = path
             return self._gathered_depthwise(x, w, b, z, plan)
@@ -1118,8 +1151,10 @@ class FusedConv(FusedBase):
         return shuffle_channels(yd, self.shuffle)
 
     def _native_direct(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
-                       pads: tuple[int, int, int, int], out_hw: tuple[int, int], rows: bool = False) -> np.ndarray:
-        """``DEPTHWISE_NATIVE``, ``DEPTHWISE_NATIVE_ROWS`` (``rows``) and ``DIRECT_NATIVE``: the
+                       pads: tuple[int, int, int, int], out_hw: tuple[int, int], rows: bool = False,
+                       channels: bool = False) -> np.ndarray:
+        """``DEPTHWISE_NATIVE``, ``DEPTHWISE_NATIVE_ROWS`` (``rows``), ``DEPTHWISE_NATIVE_CHANNELS``
+        (``channels``) and ``DIRECT_NATIVE``: the
         convolution and its bias in C, then residual and activation; a type the C kernel lacks
         (float16 that is not widened) takes the numpy paths (the depthwise rows; the CPU EP's Conv)."""
         if x.dtype not in _NATIVE_FLOATS and self.group == 1:  # the CPU EP's Conv, then the epilogue
@@ -1138,6 +1173,8 @@ class FusedConv(FusedBase):
             b, x.dtype)
         if rows:
             self._native.depthwise_unit(xc, wc, bc, y, pads[:2], *(act or ()))
+        elif channels:
+            self._native.depthwise_channels(xc, wc, bc, y, self.strides, pads[:2], self.dilations, *(act or ()))
         elif self.group == 1:
             native_split(self._native.direct_conv, xc, wc, bc, y, (self.strides, pads[:2], self.dilations, 1),
                          act or ())

@@ -90,7 +90,9 @@ def _probe_facts(proto: onnx.ModelProto, wanted: set[str], reads: set[str],
     long_1d = False
     for k, (g, _) in enumerate(walk_graphs(proto.graph)):
         for t in g.initializer:
-            if len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX_LENGTH and t.name in reads:
+            # the name first: a scalar's dims read on a message made for this pass is a protobuf
+            # free (node_checks.flat_model_walks says why that counts), and few names are read
+            if t.name in reads and len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX_LENGTH:
                 long_1d = True
         lists = (g.input, g.value_info, g.output) if values is None or k else (g.input, *values)
         for vs in lists:

@@ -140,9 +140,13 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
         if not proto.HasField("graph"):
             raise InvalidProtobuf(f"model bytes ({len(data)} bytes) parse to a ModelProto with no graph: "
                                   "they are not an ONNX model.")
-        check_strings(proto, f"model bytes ({len(data)} bytes)")
+        # the bytes give the mirror, as a file's do (below): the walk over every tensor (and so
+        # every node's attributes, a protobuf free per node without any) only where one may be external
+        mirror = utf8_mirror_of(data)
+        check_strings(proto, f"model bytes ({len(data)} bytes)", mirror)
         _inject_external_data(proto, initializers, files, "the model bytes")
-        _no_external_data(proto, "bytes")
+        if mirror is None or mirror_may_keep_external_data(mirror):
+            _no_external_data(proto, "bytes")
         return proto, None
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)

@@ -7,6 +7,8 @@ plan with a node on the host) run as before; bad feeds keep their typed errors."
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -142,3 +144,24 @@ def test_a_bad_one_call_value_is_an_error_naming_it(register):
     so.add_session_config_entry(ONE_CALL_RUN, "yes")
     with pytest.raises(InvalidArgument, match=r"session\.onnxhal\.one_call_run.*'yes'"):
         onnxhal.InferenceSession(mlp(), so, providers=OPENCL)
+
+
+def test_threads_share_a_one_call_session(sessions):
+    s, plain = sessions["1"], sessions["0"]
+    s.run(None, feeds(0))
+    errors: list = []
+
+    def worker(seed: int) -> None:
+        try:
+            for k in range(10):
+                f = feeds(seed * 100 + k)
+                for a, b in zip(s.run(None, f), plain.run(None, f)):
+                    np.testing.assert_array_equal(a, b)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

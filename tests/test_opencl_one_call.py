@@ -7,6 +7,7 @@ plan with a node on the host) run as before; bad feeds keep their typed errors."
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -18,6 +19,7 @@ pytest.importorskip("pyopencl")
 import onnxhal  # noqa: E402
 from onnxhal.hal.errors import InvalidArgument  # noqa: E402
 from onnxhal.runtime.providers.opencl import native_replay  # noqa: E402
+from onnxhal.runtime.providers.opencl.partition_plan import PartitionState  # noqa: E402
 from onnxhal.runtime.session.run_codegen import ONE_CALL_RUN  # noqa: E402
 from tests.opencl_support import require_opencl  # noqa: E402
 
@@ -165,3 +167,21 @@ def test_threads_share_a_one_call_session(sessions):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_a_failed_one_call_run_is_the_plans_error_naming_the_node(register, monkeypatch, caplog):
+    register("onnxhal.runtime.providers.opencl", "opencl")
+
+    def failing(self, inputs):
+        raise RuntimeError("clEnqueueWriteBuffer failed: OUT_OF_RESOURCES")
+    monkeypatch.setattr(PartitionState, "run_host", failing)
+    made = sessions_of(mlp())
+    s = made["1"]
+    s.run(None, feeds(0))  # the first runs take the general path (the state's run) and prepare
+    s.run(None, feeds(0))
+    with caplog.at_level("WARNING", logger="onnxhal.session"):
+        got = s.run(None, feeds(1))  # the session's recovery policy: the EP error, then the CPU EP
+    assert re.search(r"running OpenCLExecutionProvider\S* node .*RuntimeError: clEnqueueWriteBuffer failed: "
+                     "OUT_OF_RESOURCES", caplog.text)
+    for a, r in zip(got, made["cpu"].run(None, feeds(1))):
+        np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4)

@@ -146,7 +146,12 @@ def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], 
     else:
         lines += ["    " + b for b in body]
     if one_call_feeds is not None:
-        lines = [*head, f"    r = one_call(({''.join(f'v{k}, ' for k in one_call_feeds)}))",
+        lines = [*head, "    try:",
+                 f"        r = one_call(({''.join(f'v{k}, ' for k in one_call_feeds)}))",
+                 "    except OrtError:",
+                 "        raise",
+                 "    except Exception as e:",  # as the plan's run raises it: naming the fused node
+                 "        raise run_error(e, template.copy()) from e",
                  "    if r is not None:",
                  "        out = [r[i] for i in oc_out] if fetch is None else [r[oc_out[i]] for i in fetch]",
                  "    else:", *("    " + line for line in lines)]

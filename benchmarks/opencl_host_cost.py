@@ -84,7 +84,7 @@ class CommandCounter:
         from onnxhal.runtime.providers.opencl.native_replay import replay_module
 
         self._native = replay_module()
-        self._native_start = self._native.counters() if self._native is not None else (0, 0, 0)
+        self._native_start = self._native.counters() if self._native is not None else (0, 0, 0, 0, 0, 0)
 
         def wrap(owner, name, on_call):
             real = getattr(owner, name)
@@ -128,9 +128,11 @@ class CommandCounter:
             setattr(owner, name, real)
         self._saved.clear()
         if self._native is not None:  # what the native replay enqueued, past pyopencl's wrappers
-            launches, copies, set_args = (b - a for a, b in zip(self._native_start, self._native.counters()))
+            launches, copies, set_args, writes, reads, finishes = (b - a for a, b in zip(self._native_start,
+                                                                                 self._native.counters()))
             self.launches += launches
-            self.copies += copies
+            self.copies += copies + writes + reads
+            self.waits += finishes  # a one-call run's one wait (run_host)
             self.set_args += set_args
             if launches:
                 self.by_kernel["(native replay)"] += launches

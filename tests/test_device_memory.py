@@ -118,16 +118,26 @@ def test_iobinding_keeps_inputs_and_outputs_on_the_device(cl_session, reference,
     np.testing.assert_allclose(pre.numpy(), reference(x), rtol=1e-3, atol=1e-6)
 
 
-def test_allocator_in_use_returns_to_its_start_after_1000_runs(cl_session, reference):
-    (alloc,) = [a for dev, a in cl_session.memory.allocators().items()]
+@pytest.mark.parametrize("one_call", ["0", "1"])
+def test_allocator_in_use_returns_to_its_start_after_1000_runs(opencl_devices, reference, one_call):
+    so = onnxhal.SessionOptions()
+    so.add_provider_for_devices(opencl_devices[:1], {})
+    so.add_session_config_entry("session.onnxhal.one_call_run", one_call)
+    session = onnxhal.InferenceSession(demo_model(), so)
+    (alloc,) = [a for dev, a in session.memory.allocators().items()]
     x = _x(3)
-    cl_session.run(None, {"x": x})
-    before = alloc.stats()["InUse"]
+    for _ in range(3):  # prepared at the first runs; the one-call run's buffers are taken then
+        session.run(None, {"x": x})
+    before = alloc.stats()
     for _ in range(1000):
-        cl_session.run(None, {"x": x})
+        out = session.run(None, {"x": x})[0]
     stats = alloc.stats()
-    assert stats["InUse"] == before
-    assert stats["NumAllocs"] > 1000  # the runs did allocate on the device
+    assert stats["InUse"] == before["InUse"]
+    if one_call == "0":
+        assert stats["NumAllocs"] - before["NumAllocs"] >= 1000  # the runs did allocate on the device
+    else:  # one native call a run into buffers the partition keeps: no allocation per run
+        assert stats["NumAllocs"] == before["NumAllocs"]
+    np.testing.assert_allclose(out, reference(x), rtol=1e-3, atol=1e-6)
 
 
 def test_four_threads_on_one_opencl_session_agree(cl_session, reference):

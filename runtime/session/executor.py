@@ -72,6 +72,13 @@ class HostEntry:
     memory: MemoryContext | None = None
     #: ``_transfer_error`` of a failed feed upload (``feed_error(e, name)``) or download (name "")
     copy_error: Callable[[Exception, str], Exception] | None = None
+    #: a plan that is one fused node reading only feeds and producing every graph output, whose EP
+    #: runs it from host arrays to host arrays itself (``NodeComputeInfo.host_runner``): that runner
+    #: (its inputs -> its outputs, or None where it declines the arrays), the index into the feeds of
+    #: each of its inputs, and the index into its outputs of each graph output; else None
+    one_call: Callable[[Sequence[Any]], list | None] | None = None
+    one_call_feeds: tuple[int, ...] = ()
+    one_call_outputs: tuple[int, ...] = ()
 
 
 class SubgraphRunner:
@@ -201,6 +208,7 @@ class ExecutionPlan:
         self.graph = graph
         memory = builder.memory
         self.memory = memory
+        self._compute_infos = builder.compute_infos  # for ``host_entry``'s one-call runner
         slots: dict[tuple[str, OrtMemoryDevice], int] = {}
         template: list[Any] = [None]  # slot 0 is always None: an omitted optional input
         home: dict[str, OrtMemoryDevice] = {}  # where each value is produced
@@ -364,7 +372,8 @@ class ExecutionPlan:
             return list(results)
         return self._outputs(results, fetch, output_devices)
 
-    def host_entry(self, names: Sequence[str], check_terminate: bool = False, copies: bool = False) -> HostEntry | None:
+    def host_entry(self, names: Sequence[str], check_terminate: bool = False, copies: bool = False,
+                   one_call: bool = False) -> HostEntry | None:
         """What a run of the feeds ``names`` (host arrays, in that order) needs to call the generated
         run function itself, every output returned on the host, with no profiler:
         ``InferenceSession``'s prepared run (runtime/session/run_codegen.py). Everything ``run`` and
@@ -400,7 +409,28 @@ class ExecutionPlan:
             (name ""); an ``OrtError`` is raised as it is."""
             return _transfer_error(e, f"copying input {name!r} to the memory of the EPs that read it" if name else
                                    "copying the outputs to the memory they are returned in")
-        return HostEntry(self._template, feed_slots, gen, run_error, uploads, downloads, memory, copy_error)
+        found = self._one_call(names) if one_call and not check_terminate else None
+        if found is None:
+            return HostEntry(self._template, feed_slots, gen, run_error, uploads, downloads, memory, copy_error)
+        return HostEntry(self._template, feed_slots, gen, run_error, uploads, downloads, memory, copy_error, *found)
+
+    def _one_call(self, names: Sequence[str]) -> tuple[Callable, tuple[int, ...], tuple[int, ...]] | None:
+        """``HostEntry.one_call`` and its two index maps for feeds ``names``, or None: the plan must be
+        one fused node (no copy step, no other node) whose inputs are all among the feeds and whose
+        outputs are every graph output, and its compute info's ``host_runner(state)`` a runner."""
+        if len(self.steps) != 1 or self.steps[0].node is None:
+            return None
+        node = self.steps[0].node
+        found = self._compute_infos.get(id(node))
+        host_runner = getattr(found[0], "host_runner", None) if found is not None else None
+        if host_runner is None or node.implicit_inputs or any(i not in names for i in node.inputs) \
+                or any(o not in node.outputs for o in self.output_names):
+            return None
+        runner = host_runner(found[1])
+        if runner is None:
+            return None
+        return (runner, tuple(names.index(i) for i in node.inputs),
+                tuple(node.outputs.index(o) for o in self.output_names))
 
     def run_values(self, values: Sequence[Any], run_options: Any = None) -> list:
         """``run`` with the feeds as values in ``feed_names`` order (None: not fed), every output

@@ -49,7 +49,7 @@ from onnxhal.runtime.session.options import (
 from onnxhal.runtime.session.partitioner import FusedGroup, PartitionResult
 from onnxhal.runtime.session.profiler import Profiler
 from onnxhal.runtime.session.recovery import EpFailure, RecoveryPolicy
-from onnxhal.runtime.session.run_codegen import prepared_copies_option, prepared_run
+from onnxhal.runtime.session.run_codegen import one_call_option, prepared_copies_option, prepared_run
 from onnxhal.runtime.values.lora_adapters import feeds_with_adapters
 from onnxhal.runtime.values.sparse_tensor import as_sparse
 
@@ -178,6 +178,7 @@ class InferenceSession:
         self._fast = _NO_FAST_RUN
         check_session_options(so)
         self._prepared_copies = prepared_copies_option(so.config)
+        self._one_call = one_call_option(so.config)
         self._recovery = RecoveryPolicy(so)
         self._lock = threading.Lock()
         self.failovers: list[tuple[str, str]] = []  # (failed EP, reason), in order
@@ -422,7 +423,8 @@ class InferenceSession:
             return _FastRun(core, profiler, None)
         checker = self._feed_checker()
         specs = checker.ordered_specs
-        entry = core.plan.host_entry(checker.required, copies=self._prepared_copies) if specs is not None else None
+        entry = core.plan.host_entry(checker.required, copies=self._prepared_copies,
+                                     one_call=self._one_call) if specs is not None else None
         if entry is None:
             return _FastRun(core, profiler, None)
         return _FastRun(core, profiler, prepared_run(specs, entry, hooks.starts, _owned), with_options=_LATER)

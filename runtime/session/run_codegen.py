@@ -49,6 +49,12 @@ _OBJECT = np.dtype(object)
 #: its uploads and downloads found once (``ExecutionPlan.host_entry(copies=True)``).
 PREPARED_COPIES = "session.onnxhal.prepared_copies"
 
+#: Session config: "1" (default) offers a prepared run whose plan is one fused node reading only feeds
+#: and producing every output to the node's EP first, where it runs host arrays to host arrays itself
+#: (``HostEntry.one_call``: the OpenCL EP's one native call, feed writes, launches, reads and one
+#: wait); "0" makes its copies and launches one by one (the previous path, for A/B).
+ONE_CALL_RUN = "session.onnxhal.one_call_run"
+
 #: (feed, fetch, run options) -> the outputs (``fetch``: their indices, None for all), or None when
 #: ``_run`` must take the feed
 PreparedRun = Callable[[Any, "Sequence[int] | None", Any], "list | None"]
@@ -64,7 +70,8 @@ def compiled_run(source: str) -> CodeType:
 
 def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...]]], feed_slots: Sequence[int],
                     n_starts: int, with_options: bool = False, uploads: Sequence[Sequence[int]] = (),
-                    downloads: Sequence[bool] = (), framed: bool = False) -> str:
+                    downloads: Sequence[bool] = (), framed: bool = False,
+                    one_call_feeds: Sequence[int] | None = None) -> str:
     """The source of the prepared run for the required inputs ``specs`` (``FeedChecker.ordered_specs``),
     fed into ``feed_slots``, with ``n_starts`` EPs whose ``on_run_start`` is called. ``with_options``:
     the run of a ``RunOptions`` ``ro`` (``ExecutionPlan._execute``'s with options): the hooks get
@@ -73,7 +80,9 @@ def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], 
     memory (``framed``, ``HostEntry.memory``): ``uploads[k]``, the slots feed ``k`` is copied to
     (by ``u{k}_{j}``), ``downloads[i]``, whether output ``i`` is copied to the host (by ``dl[i]``),
     and the run framed by the memory context's ``run_begin`` / ``run_end`` and ``end_of_run``,
-    as ``ExecutionPlan.run`` frames it."""
+    as ``ExecutionPlan.run`` frames it. ``one_call_feeds`` (``HostEntry.one_call_feeds``): the run is
+    first offered to ``one_call`` (the feeds in that order); its outputs, reordered by ``oc_out``,
+    are the run's unless it returned None, and then the run takes its plan as without it."""
     lines = ["def _prepared(feed, fetch, ro):",
              f"    if feed.__class__ is not dict or len(feed) != {len(specs)}:",
              "        return None"]
@@ -93,6 +102,7 @@ def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], 
                       "    if " + " or ".join(f"_s[{axis}] != {dim}" for axis, dim in fixed) + ":",
                       "        return None"]
     lines += [f"    h{j}.on_run_start({'ro' if with_options else 'None'})" for j in range(n_starts)]
+    head, lines = lines, []  # the plan's run, under the one-call runner's fallback where there is one
     lines.append("    slots = template.copy()")
     lines += [f"    slots[{i}] = v{k}" for k, i in enumerate(feed_slots)]
     body = []  # the run, indented under the memory context's frame where there is one
@@ -135,6 +145,18 @@ def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], 
                   "    finally:", "        run_end()"]
     else:
         lines += ["    " + b for b in body]
+    if one_call_feeds is not None:
+        lines = [*head, "    try:",
+                 f"        r = one_call(({''.join(f'v{k}, ' for k in one_call_feeds)}))",
+                 "    except OrtError:",
+                 "        raise",
+                 "    except Exception as e:",  # as the plan's run raises it: naming the fused node
+                 "        raise run_error(e, template.copy()) from e",
+                 "    if r is not None:",
+                 "        out = [r[i] for i in oc_out] if fetch is None else [r[oc_out[i]] for i in fetch]",
+                 "    else:", *("    " + line for line in lines)]
+    else:
+        lines = head + lines
     lines += ["    for v in out:",
               "        if v.__class__ is ndarray:",
               "            if v.base is not None or not v.flags.writeable"
@@ -146,6 +168,16 @@ def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], 
               "        return owned(out, feed)",
               "    return out"]
     return "\n".join(lines)
+
+
+def one_call_option(config: Callable[[str, str], str]) -> bool:
+    """Session config ``ONE_CALL_RUN`` read by ``config(key, default)``, checked."""
+    value = config(ONE_CALL_RUN, "1")
+    if value not in ("0", "1"):
+        raise InvalidArgument(f"session config {ONE_CALL_RUN} must be '1' (a plan that is one fused node whose EP runs "
+                              f"it from host arrays runs that way: the default) or '0' (its copies and launches are "
+                              f"made one by one), got {value!r}")
+    return value == "1"
 
 
 def prepared_copies_option(config: Callable[[str, str], str]) -> bool:
@@ -166,7 +198,8 @@ def prepared_run(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...
     framed = entry.memory is not None
     source = prepared_source(specs, entry.feed_slots, len(starts), with_options,
                              [[slot for slot, _ in t] for t in entry.uploads] if framed else (),
-                             [d is not None for d in entry.downloads] if framed else (), framed)
+                             [d is not None for d in entry.downloads] if framed else (), framed,
+                             entry.one_call_feeds if entry.one_call is not None else None)
     namespace: dict[str, Any] = {
         "ndarray": np.ndarray, "stringified": stringified, "OrtError": OrtError, "Terminated": Terminated, "template": entry.template,
         "fn": entry.generated.fn, "fns": entry.generated.fns, "run_error": entry.run_error, "owned": owned,
@@ -175,6 +208,8 @@ def prepared_run(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...
         namespace.update(fp_get=FP_STATE.get, fp_set=FP_STATE.set, fp_reset=FP_STATE.reset)
     if with_options:
         namespace.update(options_set=RUN_OPTIONS.set, options_reset=RUN_OPTIONS.reset)
+    if entry.one_call is not None:
+        namespace.update(one_call=entry.one_call, oc_out=entry.one_call_outputs)
     if framed:
         memory = entry.memory
         namespace.update(run_begin=memory.run_begin, run_end=memory.run_end, end_of_run=memory.end_of_run,

@@ -49,12 +49,24 @@ typedef cl_int(CL_API_CALL *EnqueueCopyBufferFn)(cl_handle queue, cl_handle src_
                                                  cl_uint num_events_in_wait_list, const cl_handle *event_wait_list,
                                                  cl_handle *event);
 
+typedef cl_int(CL_API_CALL *EnqueueWriteBufferFn)(cl_handle queue, cl_handle buffer, cl_uint blocking_write,
+                                                  size_t offset, size_t size, const void *ptr,
+                                                  cl_uint num_events_in_wait_list, const cl_handle *event_wait_list,
+                                                  cl_handle *event);
+typedef cl_int(CL_API_CALL *EnqueueReadBufferFn)(cl_handle queue, cl_handle buffer, cl_uint blocking_read, size_t offset,
+                                                 size_t size, void *ptr, cl_uint num_events_in_wait_list,
+                                                 const cl_handle *event_wait_list, cl_handle *event);
+typedef cl_int(CL_API_CALL *FinishFn)(cl_handle queue);
+
 static SetKernelArgFn set_kernel_arg;
+static EnqueueWriteBufferFn enqueue_write_buffer;
+static EnqueueReadBufferFn enqueue_read_buffer;
+static FinishFn finish;
 static EnqueueNDRangeKernelFn enqueue_nd_range_kernel;
 static EnqueueCopyBufferFn enqueue_copy_buffer;
 
 /* Commands made, for the benchmark's counts (the Python path is counted by wrapping pyopencl). */
-static unsigned long long n_launches, n_copies, n_set_args;
+static unsigned long long n_launches, n_copies, n_set_args, n_writes, n_reads, n_finishes;
 
 enum { STEP_LAUNCH = 0, STEP_COPY = 1 };
 
@@ -260,6 +272,78 @@ fail:
   return NULL;
 }
 
+/* Looks up each slot's cl_mem (with the GIL); -1 with an exception set on a bad slot list. */
+static int load_slots(Recording *self, PyObject *slots) {
+  if (PySequence_Fast_GET_SIZE(slots) != self->n_slots) {
+    PyErr_Format(PyExc_ValueError, "expected %zd slots, got %zd", self->n_slots, PySequence_Fast_GET_SIZE(slots));
+    return -1;
+  }
+  PyObject **slot_obj = PySequence_Fast_ITEMS(slots);
+  for (Py_ssize_t i = 0; i < self->n_slots; i++) {
+    if (handle_of(slot_obj[i], &self->slot_mem[i]) < 0) return -1;
+  }
+  memset(self->pending, 0, (size_t)self->n_args * sizeof(PyObject *));
+  return 0;
+}
+
+/* Enqueues steps [*at, stop) (without the GIL); the error code, *at the step reached, *routine the
+ * call that failed. */
+static cl_int enqueue_steps(Recording *self, cl_handle queue, PyObject **slot_obj, Py_ssize_t *at_io, Py_ssize_t stop,
+                            const char **routine, unsigned long long *launches, unsigned long long *copies,
+                            unsigned long long *sets) {
+  cl_int err = CL_SUCCESS;
+  Py_ssize_t at = *at_io;
+  for (; at < stop; at++) {
+    Step *s = &self->steps[at];
+    if (s->kind == STEP_COPY) {
+      if (s->nbytes) {
+        err = enqueue_copy_buffer(queue, self->slot_mem[s->src], self->slot_mem[s->dst], 0, 0, s->nbytes, 0, NULL,
+                                  NULL);
+        if (err != CL_SUCCESS) {
+          *routine = "clEnqueueCopyBuffer";
+          break;
+        }
+        (*copies)++;
+      }
+      continue;
+    }
+    for (Py_ssize_t j = s->first_arg; j < s->first_arg + s->n_args; j++) {
+      PyObject *obj = slot_obj[self->arg_slot[j]];
+      if (obj == self->bound[j]) continue;
+      err = set_kernel_arg(s->kernel, self->arg_index[j], sizeof(cl_handle), &self->slot_mem[self->arg_slot[j]]);
+      if (err != CL_SUCCESS) {
+        *routine = "clSetKernelArg";
+        break;
+      }
+      self->pending[j] = obj;
+      (*sets)++;
+    }
+    if (err != CL_SUCCESS) break;
+    err = enqueue_nd_range_kernel(queue, s->kernel, s->work_dim, NULL, s->global, s->has_local ? s->local : NULL, 0,
+                                  NULL, NULL);
+    if (err != CL_SUCCESS) {
+      *routine = "clEnqueueNDRangeKernel";
+      break;
+    }
+    (*launches)++;
+  }
+  *at_io = at;
+  return err;
+}
+
+/* After a replay (with the GIL): the arguments set become the ones recorded as bound. */
+static void commit_bound(Recording *self) {
+  for (Py_ssize_t j = 0; j < self->n_args; j++) {
+    PyObject *obj = self->pending[j];
+    if (obj) {
+      PyObject *old = self->bound[j];
+      Py_INCREF(obj);
+      self->bound[j] = obj;
+      Py_XDECREF(old);
+    }
+  }
+}
+
 /* replay(queue, slots, start=0, stop=len) -> (0, stop, "") on success, (error code, step, routine)
  * where a call failed: the arguments set before it stay recorded as bound, the failed one does not. */
 static PyObject *Recording_replay(Recording *self, PyObject *args, PyObject *kwds) {
@@ -277,71 +361,134 @@ static PyObject *Recording_replay(Recording *self, PyObject *args, PyObject *kwd
   if (handle_of(queue_obj, &queue) < 0) return NULL;
   PyObject *slots = PySequence_Fast(slots_in, "slots must be a sequence");
   if (!slots) return NULL;
-  if (PySequence_Fast_GET_SIZE(slots) != self->n_slots) {
-    PyErr_Format(PyExc_ValueError, "expected %zd slots, got %zd", self->n_slots, PySequence_Fast_GET_SIZE(slots));
+  if (load_slots(self, slots) < 0) {
     Py_DECREF(slots);
     return NULL;
   }
   PyObject **slot_obj = PySequence_Fast_ITEMS(slots);
-  for (Py_ssize_t i = 0; i < self->n_slots; i++) {
-    if (handle_of(slot_obj[i], &self->slot_mem[i]) < 0) {
-      Py_DECREF(slots);
-      return NULL;
-    }
-  }
-  memset(self->pending, 0, (size_t)self->n_args * sizeof(PyObject *));
-  cl_int err = CL_SUCCESS;
+  cl_int err;
   const char *routine = "";
   Py_ssize_t at = start;
   unsigned long long launches = 0, copies = 0, sets = 0;
   Py_BEGIN_ALLOW_THREADS
-  for (; at < stop; at++) {
-    Step *s = &self->steps[at];
-    if (s->kind == STEP_COPY) {
-      if (s->nbytes) {
-        err = enqueue_copy_buffer(queue, self->slot_mem[s->src], self->slot_mem[s->dst], 0, 0, s->nbytes, 0, NULL,
-                                  NULL);
-        if (err != CL_SUCCESS) {
-          routine = "clEnqueueCopyBuffer";
-          break;
-        }
-        copies++;
-      }
-      continue;
-    }
-    for (Py_ssize_t j = s->first_arg; j < s->first_arg + s->n_args; j++) {
-      PyObject *obj = slot_obj[self->arg_slot[j]];
-      if (obj == self->bound[j]) continue;
-      err = set_kernel_arg(s->kernel, self->arg_index[j], sizeof(cl_handle), &self->slot_mem[self->arg_slot[j]]);
-      if (err != CL_SUCCESS) {
-        routine = "clSetKernelArg";
-        break;
-      }
-      self->pending[j] = obj;
-      sets++;
-    }
-    if (err != CL_SUCCESS) break;
-    err = enqueue_nd_range_kernel(queue, s->kernel, s->work_dim, NULL, s->global, s->has_local ? s->local : NULL, 0,
-                                  NULL, NULL);
-    if (err != CL_SUCCESS) {
-      routine = "clEnqueueNDRangeKernel";
+  err = enqueue_steps(self, queue, slot_obj, &at, stop, &routine, &launches, &copies, &sets);
+  Py_END_ALLOW_THREADS
+  n_launches += launches;
+  n_copies += copies;
+  n_set_args += sets;
+  commit_bound(self);
+  Py_DECREF(slots);
+  return Py_BuildValue("(ins)", (int)err, at, routine);
+}
+
+/* One host transfer of run_host: a slot and a contiguous host buffer of the slot's byte count. */
+typedef struct {
+  Py_ssize_t slot;
+  Py_buffer view;
+} HostCopy;
+
+static Py_ssize_t take_copies(PyObject *seq, Recording *self, HostCopy **out, int writable, const char *what) {
+  PyObject *fast = PySequence_Fast(seq, what);
+  if (!fast) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  HostCopy *c = PyMem_Calloc(n ? n : 1, sizeof(HostCopy));
+  if (!c) {
+    Py_DECREF(fast);
+    PyErr_NoMemory();
+    return -1;
+  }
+  Py_ssize_t i = 0;
+  for (; i < n; i++) {
+    PyObject *pair = PySequence_Fast_GET_ITEM(fast, i);
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+      PyErr_Format(PyExc_TypeError, "%s: item %zd must be (slot, array)", what, i);
       break;
     }
-    launches++;
+    if ((c[i].slot = slot_index(PyTuple_GET_ITEM(pair, 0), self->n_slots)) < 0) break;
+    /* C-contiguous only: a strided array is the caller's to copy (its Python path does) */
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(pair, 1), &c[i].view,
+                           writable ? (PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) : PyBUF_C_CONTIGUOUS) < 0)
+      break;
+  }
+  Py_DECREF(fast);
+  if (i < n) {
+    for (Py_ssize_t j = 0; j < i; j++) PyBuffer_Release(&c[j].view);
+    PyMem_Free(c);
+    return -1;
+  }
+  *out = c;
+  return n;
+}
+
+static void release_copies(HostCopy *c, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; i++) PyBuffer_Release(&c[i].view);
+  PyMem_Free(c);
+}
+
+/* run_host(queue, slots, writes, reads) -> (0, steps, "") or (error code, step, routine): a whole run
+ * in one call: each (slot, host array) of writes copied to its slot's buffer (not blocking), every
+ * step replayed, each (slot, host array) of reads copied back, and the queue finished, so every host
+ * array is free again on return, failed or not (the host arrays are held by buffer views until
+ * then). step is -1 for a failed write, n_steps for a failed read or finish. */
+static PyObject *Recording_run_host(Recording *self, PyObject *args) {
+  PyObject *queue_obj, *slots_in, *writes_in, *reads_in;
+  if (!PyArg_ParseTuple(args, "OOOO", &queue_obj, &slots_in, &writes_in, &reads_in)) return NULL;
+  if (!enqueue_write_buffer) {
+    PyErr_SetString(PyExc_RuntimeError, "_replay.load() has not found the OpenCL entry points");
+    return NULL;
+  }
+  cl_handle queue;
+  if (handle_of(queue_obj, &queue) < 0) return NULL;
+  PyObject *slots = PySequence_Fast(slots_in, "slots must be a sequence");
+  if (!slots) return NULL;
+  HostCopy *writes = NULL, *reads = NULL;
+  Py_ssize_t n_w = -1, n_r = -1;
+  if (load_slots(self, slots) < 0 || (n_w = take_copies(writes_in, self, &writes, 0, "writes")) < 0 ||
+      (n_r = take_copies(reads_in, self, &reads, 1, "reads")) < 0) {
+    if (n_w >= 0) release_copies(writes, n_w);
+    Py_DECREF(slots);
+    return NULL;
+  }
+  PyObject **slot_obj = PySequence_Fast_ITEMS(slots);
+  cl_int err = CL_SUCCESS;
+  const char *routine = "";
+  Py_ssize_t at = -1;
+  unsigned long long launches = 0, copies = 0, sets = 0, w = 0, r = 0;
+  Py_BEGIN_ALLOW_THREADS
+  for (Py_ssize_t i = 0; i < n_w && err == CL_SUCCESS; i++) {
+    if (!writes[i].view.len) continue;
+    err = enqueue_write_buffer(queue, self->slot_mem[writes[i].slot], 0, 0, (size_t)writes[i].view.len,
+                               writes[i].view.buf, 0, NULL, NULL);
+    if (err != CL_SUCCESS) routine = "clEnqueueWriteBuffer";
+    else w++;
+  }
+  if (err == CL_SUCCESS) {
+    at = 0;
+    err = enqueue_steps(self, queue, slot_obj, &at, self->n_steps, &routine, &launches, &copies, &sets);
+  }
+  for (Py_ssize_t i = 0; i < n_r && err == CL_SUCCESS; i++) {
+    if (!reads[i].view.len) continue;
+    err = enqueue_read_buffer(queue, self->slot_mem[reads[i].slot], 0, 0, (size_t)reads[i].view.len,
+                              reads[i].view.buf, 0, NULL, NULL);
+    if (err != CL_SUCCESS) routine = "clEnqueueReadBuffer";
+    else r++;
+  }
+  /* one wait for the whole run; after a failure too, as the host arrays are released below */
+  cl_int fin = finish(queue);
+  if (err == CL_SUCCESS && fin != CL_SUCCESS) {
+    err = fin;
+    routine = "clFinish";
   }
   Py_END_ALLOW_THREADS
   n_launches += launches;
   n_copies += copies;
   n_set_args += sets;
-  for (Py_ssize_t j = 0; j < self->n_args; j++) {
-    PyObject *obj = self->pending[j];
-    if (obj) {
-      PyObject *old = self->bound[j];
-      Py_INCREF(obj);
-      self->bound[j] = obj;
-      Py_XDECREF(old);
-    }
-  }
+  n_writes += w;
+  n_reads += r;
+  n_finishes++;
+  commit_bound(self);
+  release_copies(writes, n_w);
+  release_copies(reads, n_r);
   Py_DECREF(slots);
   return Py_BuildValue("(ins)", (int)err, at, routine);
 }
@@ -356,6 +503,9 @@ static PyObject *Recording_len(Recording *self, void *Py_UNUSED(closure)) { retu
 static PyMethodDef Recording_methods[] = {
     {"replay", (PyCFunction)(void (*)(void))Recording_replay, METH_VARARGS | METH_KEYWORDS,
      "replay(queue, slots, start=0, stop=-1) -> (cl error code, step reached, failed routine): enqueue steps [start, stop)"},
+    {"run_host", (PyCFunction)Recording_run_host, METH_VARARGS,
+     "run_host(queue, slots, writes, reads) -> (cl error code, step reached, failed routine): host writes, every "
+     "step, host reads and a finish in one call"},
     {"forget", (PyCFunction)Recording_forget, METH_NOARGS,
      "drop the buffers the arguments are recorded as holding (the next replay sets every one)"},
     {NULL, NULL, 0, NULL},
@@ -392,18 +542,23 @@ static PyObject *load(PyObject *Py_UNUSED(module), PyObject *args) {
 #define SYM(name) dlsym(lib, name)
 #endif
   void *s = SYM("clSetKernelArg"), *e = SYM("clEnqueueNDRangeKernel"), *c = SYM("clEnqueueCopyBuffer");
+  void *w = SYM("clEnqueueWriteBuffer"), *r = SYM("clEnqueueReadBuffer"), *f = SYM("clFinish");
 #undef SYM
-  if (!s || !e || !c) return PyErr_Format(PyExc_OSError, "%s lacks clSetKernelArg, clEnqueueNDRangeKernel or "
-                                          "clEnqueueCopyBuffer", path);
+  if (!s || !e || !c || !w || !r || !f)
+    return PyErr_Format(PyExc_OSError, "%s lacks clSetKernelArg, clEnqueueNDRangeKernel, clEnqueueCopyBuffer, "
+                        "clEnqueueWriteBuffer, clEnqueueReadBuffer or clFinish", path);
   /* The library stays open for the process: recordings call into it until exit. */
   set_kernel_arg = (SetKernelArgFn)s;
   enqueue_nd_range_kernel = (EnqueueNDRangeKernelFn)e;
   enqueue_copy_buffer = (EnqueueCopyBufferFn)c;
+  enqueue_write_buffer = (EnqueueWriteBufferFn)w;
+  enqueue_read_buffer = (EnqueueReadBufferFn)r;
+  finish = (FinishFn)f;
   Py_RETURN_NONE;
 }
 
 static PyObject *counters(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored)) {
-  return Py_BuildValue("(KKK)", n_launches, n_copies, n_set_args);
+  return Py_BuildValue("(KKKKKK)", n_launches, n_copies, n_set_args, n_writes, n_reads, n_finishes);
 }
 
 /* set_scalar_arg(kernel, index, value): clSetKernelArg(kernel, index, the value's bytes) for a kernel
@@ -425,7 +580,7 @@ static PyMethodDef module_methods[] = {
     {"load", load, METH_VARARGS, "load(path): take the OpenCL entry points from the library at path"},
     {"set_scalar_arg", set_scalar_arg, METH_VARARGS,
      "set_scalar_arg(kernel_int_ptr, index, value): clSetKernelArg with the value's bytes; the OpenCL status"},
-    {"counters", counters, METH_NOARGS, "(launches, copies, set_arg calls) made by replays in this process"},
+    {"counters", counters, METH_NOARGS, "(launches, copies, set_arg calls, host writes, host reads, finishes) made by replays in this process"},
     {NULL, NULL, 0, NULL},
 };
 

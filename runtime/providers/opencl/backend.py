@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyopencl as cl
 
@@ -106,6 +107,11 @@ class OpenCLNodeComputeInfo(NodeComputeInfo):
         for i, t in enumerate(outputs):
             context.set_output(i, t)
         return outputs
+
+    def host_runner(self, state: PartitionState) -> Callable[[Sequence[Any]], list | None] | None:
+        """A whole run from host arrays to host arrays (``PartitionState.run_host``, one native call) for
+        the session's prepared run (``HostEntry.one_call``); None where the state replays from Python."""
+        return state.run_host if state.recording is not None else None
 
     def release_state(self, state: PartitionState) -> None:
         state.release()

@@ -15,8 +15,10 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
@@ -208,6 +210,12 @@ class PartitionState:
         self.slot_sources = _slot_sources(plan, self.slot_names, self.const_buffers)
         self._indices = [(k, name) for k, name in enumerate(plan.input_names) if name in plan.host_indices]
         self._outputs = [(plan.shapes[n], plan.dtypes[n]) for n in plan.output_names]
+        #: ``run_host``'s (slot per input, slot per output), None where it declines every run
+        self._host_slots = _host_slots(plan, self.slot_sources) if self.recording is not None and not self._indices \
+            else None
+        #: ``run_host``'s input and output buffers per queue key, kept: its runs end finished, so the
+        #: next one may overwrite them
+        self._host_buffers: dict[int, tuple[list, list]] = {}
         self.runs = 0
         self._workspaces: OrderedDict[int, tuple[cl.CommandQueue, dict[str, cl.Buffer]]] = OrderedDict()
 
@@ -215,10 +223,15 @@ class PartitionState:
         self.device.recycle_kernels(b.kernel for b in self.launches if isinstance(b, _BoundLaunch))
         self.launches = []
         self.recording = None  # it holds the kernels and the buffers their arguments were last set to
+        self._host_slots = None
         for buf in self.const_buffers.values():
             buf.release()
         self.const_buffers.clear()
         with self.lock:
+            for ins, outs in self._host_buffers.values():
+                for buf in (*ins, *outs):
+                    self.allocator.free(buf)
+            self._host_buffers.clear()
             for _, temps in self._workspaces.values():
                 for buf in temps.values():
                     self.allocator.free(buf)
@@ -306,6 +319,58 @@ class PartitionState:
                 self.allocator.free(buf)
         return outputs
 
+    def run_host(self, inputs: Sequence[Any]) -> list[np.ndarray] | None:
+        """A whole run from host arrays to host arrays by one native call (``_replay.Recording.run_host``:
+        the feeds written to buffers this state keeps, the launches replayed, the outputs read back,
+        one finish) on the device's own queue; None, before anything is enqueued, where it does not
+        apply: no native recording, Gather indices fed at run time, or an input that is not a
+        C-contiguous numpy array of the plan's dtype and shape (``run`` takes those, with its errors)."""
+        host_slots = self._host_slots
+        if host_slots is None:
+            return None
+        plan = self.plan
+        if len(inputs) != len(plan.input_names):
+            return None
+        for name, t in zip(plan.input_names, inputs):
+            if t.__class__ is not np.ndarray or t.dtype != plan.dtypes[name] or t.shape != plan.shapes[name] \
+                    or not t.flags.c_contiguous:
+                return None
+        in_slots, out_slots = host_slots
+        queue = self.device.queue
+        outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
+        with self.lock:
+            temps = self._workspace(queue)
+            in_bufs, out_bufs = self._host_buffers_for(queue)
+            slots = [in_bufs[i] if kind == 0 else out_bufs[i] if kind == 1 else temps[i] if kind == 2 else i
+                     for kind, i in self.slot_sources]
+            writes = [(slot, t) for slot, t in zip(in_slots, inputs) if slot is not None]
+            reads = list(zip(out_slots, outputs))
+            code, _, routine = self.recording.run_host(queue, slots, writes, reads)
+            if code:
+                raise_cl_error(code, routine)
+            self.runs += 1
+        return outputs
+
+    def _host_buffers_for(self, queue: cl.CommandQueue) -> tuple[list, list]:
+        """``run_host``'s input and output buffers on ``queue`` (caller holds ``lock``), allocated once."""
+        key = queue.int_ptr
+        found = self._host_buffers.get(key)
+        if found is not None:
+            return found
+        plan = self.plan
+        taken: list = []
+        try:
+            for name in (*plan.input_names, *plan.output_names):
+                nbytes = int(np.prod(plan.shapes[name], dtype=np.int64)) * np.dtype(plan.dtypes[name]).itemsize
+                taken.append(self.allocator.alloc(max(nbytes, 4)))
+        except BaseException:
+            for buf in taken:
+                self.allocator.free(buf)
+            raise
+        n = len(plan.input_names)
+        found = self._host_buffers[key] = (taken[:n], taken[n:])
+        return found
+
     def slot_buffers(self, in_bufs: list, outputs: list[DeviceTensor], temps: dict[str, cl.Buffer]) -> list:
         """The buffer of each of ``slot_names`` in a run given its inputs' buffers, its outputs and
         its workspace's temporaries: what the native replay is handed."""
@@ -384,6 +449,15 @@ def _slot_sources(plan: PartitionPlan, slot_names: list[str], const_buffers: dic
                                   "constant nor a view of one; the plan builder left it unbound")
         found.append(src)
     return found
+
+
+def _host_slots(plan: PartitionPlan, sources: list[tuple]) -> tuple[list, list] | None:
+    """``run_host``'s slot for each input (None: no step reads it, nothing to write) and each output;
+    None where an output is in no slot (no recorded step writes it: ``run_host`` declines)."""
+    where = {src: k for k, src in enumerate(sources) if src[0] in (0, 1)}
+    ins = [where.get((0, k)) for k in range(len(plan.input_names))]
+    outs = [where.get((1, k)) for k in range(len(plan.output_names))]
+    return None if None in outs else (ins, outs)
 
 
 def _check_indices(name: str, idx: np.ndarray, n: int) -> None:

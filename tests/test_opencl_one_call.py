@@ -1,0 +1,187 @@
+"""The one-call run (session config ``session.onnxhal.one_call_run``, ``HostEntry.one_call``): a
+prepared run whose plan is one OpenCL fused node reading only feeds and producing every output is
+handed to ``PartitionState.run_host``, one native call (feed writes, the replayed launches, output
+reads, one finish). Held to the run that copies and launches one by one (the key at "0") bit for bit
+and to the CPU EP; the cases it declines (a non-contiguous feed, Gather indices fed at run time, a
+plan with a node on the host) run as before; bad feeds keep their typed errors."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("pyopencl")
+
+import onnxhal  # noqa: E402
+from onnxhal.hal.errors import InvalidArgument  # noqa: E402
+from onnxhal.runtime.providers.opencl import native_replay  # noqa: E402
+from onnxhal.runtime.providers.opencl.partition_plan import PartitionState  # noqa: E402
+from onnxhal.runtime.session.run_codegen import ONE_CALL_RUN  # noqa: E402
+from tests.opencl_support import require_opencl  # noqa: E402
+
+OPENCL_INDEX = require_opencl(module_level=True)
+if native_replay.replay_module() is None:
+    pytest.skip(f"native replay unavailable: {native_replay.unavailable}", allow_module_level=True)
+
+OPENCL = [("OpenCLExecutionProvider", {"cost_rule": "off"}), "CPUExecutionProvider"]
+
+
+def mlp(host_tail: bool = False) -> bytes:
+    """Two inputs, three outputs in another order than the fused node's (the index maps), fixed
+    shapes; ``host_tail``: a string-typed Cast after it, which the OpenCL EP leaves to the CPU."""
+    rng = np.random.default_rng(5)
+    w1 = rng.standard_normal((16, 32)).astype(np.float32)
+    w2 = rng.standard_normal((32, 8)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"]),
+             helper.make_node("Tanh", ["y"], ["t"])]
+    outputs = [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4, 8]),
+               helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8]),
+               helper.make_tensor_value_info("r", TensorProto.FLOAT, [4, 32])]
+    if host_tail:
+        nodes.append(helper.make_node("Cast", ["t"], ["s"], to=TensorProto.STRING))
+        outputs.append(helper.make_tensor_value_info("s", TensorProto.STRING, [4, 8]))
+    graph = helper.make_graph(nodes, "one_call", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16]),
+                                                  helper.make_tensor_value_info("b", TensorProto.FLOAT, [4, 32])],
+                              outputs, [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def feeds(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((4, 16)).astype(np.float32), "b": rng.standard_normal((4, 32)).astype(np.float32)}
+
+
+def sessions_of(model: bytes) -> dict[str, onnxhal.InferenceSession]:
+    made = {}
+    for value in ("1", "0"):
+        so = onnxhal.SessionOptions()
+        so.add_session_config_entry(ONE_CALL_RUN, value)
+        made[value] = onnxhal.InferenceSession(model, so, providers=OPENCL)
+    made["cpu"] = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return made
+
+
+def one_calls() -> int:
+    """``run_host`` calls made so far (the native counters' finishes)."""
+    return native_replay.replay_module().counters()[5]
+
+
+@pytest.fixture
+def sessions(register):
+    register("onnxhal.runtime.providers.opencl", "opencl")
+    return sessions_of(mlp())
+
+
+def test_one_call_runs_equal_the_copy_by_copy_runs_bit_for_bit(sessions):
+    for value in ("1", "0"):
+        sessions[value].run(None, feeds(0))  # the first run prepares
+    for seed in range(1, 5):
+        f = feeds(seed)
+        before = one_calls()
+        one = sessions["1"].run(None, f)
+        assert one_calls() == before + 1
+        plain = sessions["0"].run(None, f)
+        assert one_calls() == before + 1  # the key at "0": no one-call run
+        ref = sessions["cpu"].run(None, f)
+        assert [o.shape for o in one] == [(4, 8), (4, 8), (4, 32)]
+        for a, b, r in zip(one, plain, ref):
+            assert a.dtype == b.dtype and a.flags.writeable and a.flags.c_contiguous
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4)
+        fetched = sessions["1"].run(["r", "t", "t"], f)
+        np.testing.assert_array_equal(fetched[0], one[2])
+        np.testing.assert_array_equal(fetched[1], one[0])
+        assert fetched[1] is not fetched[2]  # the same output twice: two arrays, as the plain run gives
+
+
+def test_a_non_contiguous_feed_is_declined_and_runs_as_before(sessions):
+    s = sessions["1"]
+    s.run(None, feeds(0))
+    f = feeds(6)
+    ref = sessions["0"].run(None, f)
+    f["x"] = np.asfortranarray(f["x"])
+    before = one_calls()
+    got = s.run(None, f)
+    assert one_calls() == before  # declined: the copy-by-copy run took it
+    for a, b in zip(got, ref):
+        np.testing.assert_array_equal(a, b)
+    s.run(None, feeds(7))
+    assert one_calls() == before + 1
+
+
+def test_bad_feeds_keep_their_typed_errors(sessions):
+    s = sessions["1"]
+    s.run(None, feeds(0))
+    bad = feeds(1)
+    bad["x"] = bad["x"].astype(np.float64)
+    with pytest.raises(InvalidArgument, match="x"):
+        s.run(None, bad)
+    with pytest.raises(InvalidArgument, match="b"):
+        s.run(None, {"x": feeds(1)["x"], "b": np.zeros((4, 31), np.float32)})
+    np.testing.assert_array_equal(s.run(None, feeds(2))[0], sessions["0"].run(None, feeds(2))[0])
+
+
+def test_a_plan_with_a_host_node_is_not_one_call(register):
+    register("onnxhal.runtime.providers.opencl", "opencl")
+    made = sessions_of(mlp(host_tail=True))
+    made["1"].run(None, feeds(0))
+    before = one_calls()
+    got = made["1"].run(None, feeds(1))
+    assert one_calls() == before
+    assert len(got) == 4 and got[3].dtype == object
+    for a, b in zip(got, made["0"].run(None, feeds(1))):
+        assert a.tolist() == b.tolist()
+    for a, r in zip(got[:3], made["cpu"].run(None, feeds(1))):
+        np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4)
+
+
+def test_a_bad_one_call_value_is_an_error_naming_it(register):
+    register("onnxhal.runtime.providers.opencl", "opencl")
+    so = onnxhal.SessionOptions()
+    so.add_session_config_entry(ONE_CALL_RUN, "yes")
+    with pytest.raises(InvalidArgument, match=r"session\.onnxhal\.one_call_run.*'yes'"):
+        onnxhal.InferenceSession(mlp(), so, providers=OPENCL)
+
+
+def test_threads_share_a_one_call_session(sessions):
+    s, plain = sessions["1"], sessions["0"]
+    s.run(None, feeds(0))
+    errors: list = []
+
+    def worker(seed: int) -> None:
+        try:
+            for k in range(10):
+                f = feeds(seed * 100 + k)
+                for a, b in zip(s.run(None, f), plain.run(None, f)):
+                    np.testing.assert_array_equal(a, b)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_a_failed_one_call_run_is_the_plans_error_naming_the_node(register, monkeypatch, caplog):
+    register("onnxhal.runtime.providers.opencl", "opencl")
+
+    def failing(self, inputs):
+        raise RuntimeError("clEnqueueWriteBuffer failed: OUT_OF_RESOURCES")
+    monkeypatch.setattr(PartitionState, "run_host", failing)
+    made = sessions_of(mlp())
+    s = made["1"]
+    s.run(None, feeds(0))  # the first runs take the general path (the state's run) and prepare
+    s.run(None, feeds(0))
+    with caplog.at_level("WARNING", logger="onnxhal.session"):
+        got = s.run(None, feeds(1))  # the session's recovery policy: the EP error, then the CPU EP
+    assert re.search(r"running OpenCLExecutionProvider\S* node .*RuntimeError: clEnqueueWriteBuffer failed: "
+                     "OUT_OF_RESOURCES", caplog.text)
+    for a, r in zip(got, made["cpu"].run(None, feeds(1))):
+        np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4)

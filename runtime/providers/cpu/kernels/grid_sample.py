@@ -240,7 +240,8 @@ _BASES_MAX = 8  # output sizes whose positions an AffineGrid keeps
 
 def _base_coords(n: int, align: bool) -> np.ndarray:
     """Normalized pixel positions along an axis of n pixels. With align_corners a 1-pixel axis is
-    at 0 (PyTorch's affine_grid and onnxruntime; onnx.reference puts it at -1)."""
+    at 0, as PyTorch's affine_grid, which the operator exports; onnxruntime 1.32 puts it at 1 and
+    onnx.reference at -1 (docs/cpu-ep-random-cases.md, the table of deliberate differences)."""
     if align:
         return np.linspace(-1.0, 1.0, n) if n > 1 else np.zeros(n)
     return (2.0 * np.arange(n) + 1.0) / n - 1.0

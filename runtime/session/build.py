@@ -22,7 +22,7 @@ import onnx
 
 from onnxhal.hal import Ep, Graph, GraphOptimizationLevel, Node
 from onnxhal.hal.ep_context import EP_CONTEXT_ENABLE
-from onnxhal.hal.errors import Fail, InvalidArgument, ModelLoadCanceled, OrtError, RuntimeException
+from onnxhal.hal.errors import Fail, ModelLoadCanceled, OrtError, RuntimeException
 from onnxhal.runtime.env.compatibility import validate_compatibility_info
 from onnxhal.runtime.env.custom_ops import custom_ops, session_factories
 from onnxhal.runtime.env.environment import CPU_EP_NAME, get_environment
@@ -34,6 +34,7 @@ from onnxhal.runtime.loader.model_overrides import override_initializers
 from onnxhal.runtime.optimizer.layout_transform import transform_layout
 from onnxhal.runtime.optimizer.optimized_model import save_optimized_model
 from onnxhal.runtime.session.compile_partitions import compile_groups
+from onnxhal.runtime.session.config_switches import switch
 from onnxhal.runtime.session.executor import ExecutionPlan, ExecutionPlanBuilder
 from onnxhal.runtime.session.graph_capture import CaptureBindings, capturing_ep, run_until_captured
 from onnxhal.runtime.session.memory_context import HELD_COPIES, PAIR_COPIERS, MemoryContext
@@ -108,16 +109,11 @@ def create_eps(choices: Sequence[ProviderChoice], so: SessionOptions, eps: dict[
     """One ``Ep`` per chosen EP (``EpFactory.create_ep``), put in ``eps`` as it is made (so that the
     caller releases those made before a failure), and the memory context of their devices."""
     ep_logger = logging.getLogger("onnxhal.ep")
-    held = so.config(HELD_COPIES, "1")
-    if held not in ("0", "1"):
-        raise InvalidArgument(f"session config {HELD_COPIES} must be '1' (a run's feed uploads are waited for once, "
-                              f"at its end: the default) or '0' (each upload waits), got {held!r}")
-    pair = so.config(PAIR_COPIERS, "1")
-    if pair not in ("0", "1"):
-        raise InvalidArgument(f"session config {PAIR_COPIERS} must be '1' (a prepared run's copies are made by the "
-                              f"data transfer's copier for their pair of devices: the default) or '0' (by "
-                              f"copy_tensors_held at each copy), got {pair!r}")
-    memory = MemoryContext(so.config("session.use_env_allocators") == "1", held == "1", pair == "1")
+    held = switch(so.config, HELD_COPIES, "a run's feed uploads are waited for once, at its end", "each upload waits")
+    pair = switch(so.config, PAIR_COPIERS,
+                  "a prepared run's copies are made by the data transfer's copier for their pair of devices",
+                  "by copy_tensors_held at each copy")
+    memory = MemoryContext(so.config("session.use_env_allocators") == "1", held, pair)
     for c in choices:
         try:
             ep = c.factory.create_ep([d.device for d in c.devices], [d.ep_metadata for d in c.devices], so, ep_logger)

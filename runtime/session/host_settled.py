@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.settled_host import SETTLE_TALLY, SETTLES_ON_HOST, SettleTally
+from onnxhal.runtime.session.config_switches import switch
 
 logger = logging.getLogger("onnxhal.session")
 
@@ -61,12 +61,9 @@ Runner = Callable[[Any, Mapping[str, Any], Any], list]
 
 def host_settled_option(config: Callable[[str, str], str]) -> bool:
     """Session config ``HOST_SETTLED_PLAN`` read by ``config(key, default)``, checked."""
-    value = config(HOST_SETTLED_PLAN, "1")
-    if value not in ("0", "1"):
-        raise InvalidArgument(f"session config {HOST_SETTLED_PLAN} must be '1' (feeds whose device partitions all "
-                              f"settled on the host run on a CPU-only plan: the default) or '0' (they run on the "
-                              f"device core), got {value!r}")
-    return value == "1"
+    return switch(config, HOST_SETTLED_PLAN,
+                  "feeds whose device partitions all settled on the host run on a CPU-only plan",
+                  "they run on the device core")
 
 
 def can_settle(compute_infos: Mapping[Any, tuple[Any, Any]]) -> bool:

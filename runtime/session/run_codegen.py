@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from onnxhal.hal.errors import InvalidArgument, OrtError
+from onnxhal.hal.errors import OrtError
 from onnxhal.hal.run_control import RUN_OPTIONS, Terminated
+from onnxhal.runtime.session.config_switches import switch
 from onnxhal.runtime.session.executor import HostEntry
 from onnxhal.runtime.session.fp_errors import FP_STATE, ignore_fp_errors, ignoring, restore_fp_errors
 from onnxhal.runtime.session.input_checks import stringified
@@ -172,21 +173,14 @@ def prepared_source(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], 
 
 def one_call_option(config: Callable[[str, str], str]) -> bool:
     """Session config ``ONE_CALL_RUN`` read by ``config(key, default)``, checked."""
-    value = config(ONE_CALL_RUN, "1")
-    if value not in ("0", "1"):
-        raise InvalidArgument(f"session config {ONE_CALL_RUN} must be '1' (a plan that is one fused node whose EP runs "
-                              f"it from host arrays runs that way: the default) or '0' (its copies and launches are "
-                              f"made one by one), got {value!r}")
-    return value == "1"
+    return switch(config, ONE_CALL_RUN, "a plan that is one fused node whose EP runs it from host arrays runs that way",
+                  "its copies and launches are made one by one")
 
 
 def prepared_copies_option(config: Callable[[str, str], str]) -> bool:
     """Session config ``PREPARED_COPIES`` read by ``config(key, default)``, checked."""
-    value = config(PREPARED_COPIES, "1")
-    if value not in ("0", "1"):
-        raise InvalidArgument(f"session config {PREPARED_COPIES} must be '1' (a run with device copies is prepared "
-                              f"once: the default) or '0' (it takes the general run path each time), got {value!r}")
-    return value == "1"
+    return switch(config, PREPARED_COPIES, "a run with device copies is prepared once",
+                  "it takes the general run path each time")
 
 
 def prepared_run(specs: Sequence[tuple[str, Any, int, tuple[tuple[int, int], ...]]], entry: HostEntry,

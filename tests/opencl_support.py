@@ -44,3 +44,22 @@ def compute_on_device(alloc, dt, cinfo, state, x, stream):
     alloc.free(out.buffer)
     alloc.free(xd.buffer)
     return y
+
+
+def keyed_sessions(model, key: str, providers: list, entries: dict[str, str] | None = None,
+                   cpu: bool = True) -> dict:
+    """Sessions of ``model`` with session config ``key`` at "1" and at "0" (and ``entries`` in both),
+    by that value, each with an OpenCL partition, and with ``cpu`` one on the CPU EP alone ("cpu"):
+    the A/B of a run-path switch, held bit for bit to each other and to the CPU EP."""
+    import onnxhal
+
+    made = {}
+    for value in ("1", "0"):
+        so = onnxhal.SessionOptions()
+        for k, v in {**(entries or {}), key: value}.items():
+            so.add_session_config_entry(k, v)
+        made[value] = onnxhal.InferenceSession(model, so, providers=providers)
+        assert made[value].partition_summary.get("OpenCLExecutionProvider", 0) > 0
+    if cpu:
+        made["cpu"] = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return made

@@ -24,9 +24,9 @@ from onnxhal.runtime.providers.opencl.memory import OpenCLDataTransfer  # noqa: 
 from onnxhal.runtime.session.executor import ExecutionPlan  # noqa: E402
 from onnxhal.runtime.session.input_checks import FeedChecker  # noqa: E402
 from onnxhal.runtime.session.memory_context import PAIR_COPIERS  # noqa: E402
-from onnxhal.runtime.session.run_codegen import PREPARED_COPIES  # noqa: E402
+from onnxhal.runtime.session.run_codegen import ONE_CALL_RUN, PREPARED_COPIES  # noqa: E402
 from onnxhal.stored_outputs import read_signatures  # noqa: E402
-from tests.opencl_support import require_opencl  # noqa: E402
+from tests.opencl_support import keyed_sessions, require_opencl  # noqa: E402
 
 OPENCL_INDEX = require_opencl(module_level=True)
 
@@ -57,14 +57,9 @@ def gather_feeds(seed: int) -> dict[str, np.ndarray]:
 
 
 def sessions_of(model) -> dict[str, onnxhal.InferenceSession]:
-    made = {}
-    for prepared in ("1", "0"):
-        so = onnxhal.SessionOptions()
-        so.add_session_config_entry(PREPARED_COPIES, prepared)
-        made[prepared] = onnxhal.InferenceSession(model, so, providers=OPENCL)
-        assert made[prepared].partition_summary.get("OpenCLExecutionProvider", 0) > 0
-    made["cpu"] = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
-    return made
+    """Prepared copies on ("1") and off ("0"), the one-call run off in both (it would take the runs
+    these tests hold to the general path), and the CPU EP ("cpu")."""
+    return keyed_sessions(model, PREPARED_COPIES, OPENCL, {ONE_CALL_RUN: "0"})
 
 
 @pytest.fixture
@@ -187,12 +182,8 @@ def test_in_context_accepts_this_contexts_queues_only():
 
 
 def pair_sessions(model) -> dict[str, onnxhal.InferenceSession]:
-    made = {}
-    for pair in ("1", "0"):
-        so = onnxhal.SessionOptions()
-        so.add_session_config_entry(PAIR_COPIERS, pair)
-        made[pair] = onnxhal.InferenceSession(model, so, providers=OPENCL)
-    return made
+    """Pair copiers on ("1") and off ("0"), with the one-call run off (it makes no copy to compare)."""
+    return keyed_sessions(model, PAIR_COPIERS, OPENCL, {ONE_CALL_RUN: "0"}, cpu=False)
 
 
 @pytest.mark.parametrize("model", ["gather", "resnet_ts"])

@@ -58,6 +58,7 @@ from onnxhal.hal.settled_host import note as note_settled
 from onnxhal.hal.settled_host import whole_session_settles
 from onnxhal.hal.tensor import DeviceTensor
 from onnxhal.runtime.providers.opencl.cost_rule import HOST_TIMING_FACTOR, SignatureTrial, host_worth_trying
+from onnxhal.runtime.providers.opencl.native_replay import replay_module
 from onnxhal.runtime.providers.opencl.op_support import (
     INSPECTION_ERRORS,
     PARAM_INPUTS,
@@ -287,6 +288,34 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
     # -- NodeComputeInfo -------------------------------------------------------------------------
     def create_state(self, fused_node: Node) -> DynamicNodeComputeInfo:
         return self
+
+    def host_runner(self, state: Any) -> Callable[[Sequence[Any]], list | None] | None:
+        """``run_host`` for the session's prepared run (``HostEntry.one_call``), where the native replay
+        is on (each specialisation's ``PartitionState.run_host`` needs it); else None."""
+        return self.run_host if replay_module() is not None else None
+
+    def run_host(self, inputs: Sequence[Any]) -> list | None:
+        """A run from host arrays to host arrays by the cached specialisation's one native call
+        (``PartitionState.run_host``); None, before anything is enqueued, where ``compute`` must take
+        it: a signature not cached (new shapes, or a parameter whose value changed), one on the host
+        or under its cost rule trial, or inputs its state declines. Outputs that are shape values
+        are copies of the specialisation's, so no caller shares them."""
+        sig = self.signature(inputs)
+        with self._lock:
+            entry = self._cache.get(sig)
+            if entry is None or entry.state is None or entry.trial is not None:
+                return None
+            self._cache.move_to_end(sig)
+        outputs = entry.state.run_host([inputs[i] for i in entry.feeds])
+        if outputs is None:
+            return None
+        with self._lock:
+            self.stats.hits += 1
+        for i in sorted(entry.host_values):
+            outputs.insert(i, entry.host_values[i].copy())
+        if self.settles_on_host:
+            note_settled(False, entry.tried)
+        return outputs
 
     def release_state(self, state: Any) -> None:
         with self._lock:

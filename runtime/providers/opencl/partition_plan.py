@@ -211,8 +211,9 @@ class PartitionState:
         self._indices = [(k, name) for k, name in enumerate(plan.input_names) if name in plan.host_indices]
         self._outputs = [(plan.shapes[n], plan.dtypes[n]) for n in plan.output_names]
         #: ``run_host``'s (slot per input, slot per output), None where it declines every run
-        self._host_slots = _host_slots(plan, self.slot_sources) if self.recording is not None and not self._indices \
-            else None
+        self._host_slots = _host_slots(plan, self.slot_sources) if self.recording is not None else None
+        #: ``run_host``'s (input index, axis length) of each Gather index input, range-checked per run
+        self._host_index_bounds = [(k, plan.host_indices[name]) for k, name in self._indices]
         #: ``run_host``'s input and output buffers per queue key, kept: its runs end finished, so the
         #: next one may overwrite them
         self._host_buffers: dict[int, tuple[list, list]] = {}
@@ -323,8 +324,9 @@ class PartitionState:
         """A whole run from host arrays to host arrays by one native call (``_replay.Recording.run_host``:
         the feeds written to buffers this state keeps, the launches replayed, the outputs read back,
         one finish) on the device's own queue; None, before anything is enqueued, where it does not
-        apply: no native recording, Gather indices fed at run time, or an input that is not a
-        C-contiguous numpy array of the plan's dtype and shape (``run`` takes those, with its errors)."""
+        apply: no native recording, an input that is not a C-contiguous numpy array of the plan's dtype
+        and shape, or Gather indices (fed at run time) not int64 or out of range (``run`` takes those,
+        with its errors). In-range int64 indices are written as they are, as ``run`` uploads them."""
         host_slots = self._host_slots
         if host_slots is None:
             return None
@@ -334,6 +336,9 @@ class PartitionState:
         for name, t in zip(plan.input_names, inputs):
             if t.__class__ is not np.ndarray or t.dtype != plan.dtypes[name] or t.shape != plan.shapes[name] \
                     or not t.flags.c_contiguous:
+                return None
+        for k, n in self._host_index_bounds:
+            if inputs[k].dtype != np.int64 or first_out_of_range(inputs[k], n) is not None:
                 return None
         in_slots, out_slots = host_slots
         queue = self.device.queue

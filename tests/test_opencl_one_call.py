@@ -290,3 +290,29 @@ def test_a_one_call_run_is_counted_where_the_session_counts_partition_runs(regis
         SETTLE_TALLY.reset(token)
     assert out is not None and (tally.runs, tally.host, tally.tried) == (1, 0, 0)
     np.testing.assert_array_equal(out[0], made["0"].run(None, f)[0])
+
+
+def test_threads_share_a_dynamic_partition_across_signatures(register):
+    """Threads running two signatures at once: one-call runs of a cached signature beside runs that
+    specialise or look up the other, each equal to the copy-by-copy session's."""
+    register("onnxhal.runtime.providers.opencl", "opencl")
+    path = os.path.join(CORPUS, "resnet_ts.onnx")
+    made = sessions_of(path)
+    signatures = [feeds for feeds, _ in read_signatures(path).values()]
+    expected = [made["0"].run(None, f)[0] for f in signatures]
+    made["1"].run(None, signatures[0])  # one cached, the other specialised by whichever thread comes first
+    errors: list = []
+
+    def worker(seed: int) -> None:
+        try:
+            for k in range(8):
+                j = (seed + k) % len(signatures)
+                np.testing.assert_array_equal(made["1"].run(None, signatures[j])[0], expected[j])
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

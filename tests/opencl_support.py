@@ -46,7 +46,7 @@ def compute_on_device(alloc, dt, cinfo, state, x, stream):
     return y
 
 
-def keyed_sessions(model, key: str, providers: list, entries: dict[str, str] | None = None,
+def keyed_sessions(model: bytes | str, key: str, providers: list, entries: dict[str, str] | None = None,
                    cpu: bool = True) -> dict:
     """Sessions of ``model`` with session config ``key`` at "1" and at "0" (and ``entries`` in both),
     by that value, each with an OpenCL partition, and with ``cpu`` one on the CPU EP alone ("cpu"):

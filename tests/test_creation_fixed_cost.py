@@ -528,6 +528,21 @@ def test_without_the_values_reader_the_whole_inferred_model_gives_the_same_value
     assert load_model(path).proto.SerializeToString(deterministic=True) == with_reader
 
 
+def test_external_location_scan_answers_as_in():
+    """``has_external_location`` (the marker found from its rare second byte) answers as ``in`` on
+    every short string of the bytes that matter (the marker's two, a zero, a letter), the marker at
+    either end, alone, repeated or split."""
+    import itertools
+
+    from onnxhal.runtime.loader.proto_strings import _EXTERNAL_LOCATION, has_external_location
+
+    for n in range(7):
+        for chars in itertools.product(b"\x70\x01\x00A", repeat=n):
+            data = bytes(chars)
+            assert has_external_location(data) == (_EXTERNAL_LOCATION in data), data
+    assert has_external_location(_EXTERNAL_LOCATION) and not has_external_location(b"\x01\x70")
+
+
 def test_a_model_file_without_external_tensors_skips_the_external_data_walk(tmp_path, monkeypatch):
     """The file's own bytes, parsed as the UTF-8 mirror, say whether any tensor may keep its data in
     a file (``mirror_may_keep_external_data``): the loader walks the tensors only then. The mirror

@@ -159,7 +159,7 @@ TREE_BUILD_PATHS.add("native", "the C extension _native is built, ONNXHAL_NATIVE
 #: never). A numpy call costs 1-2 us whatever its size, a list loop about 0.1 us a node.
 SMALL_FOREST_NODES = 64
 
-#: ``TREE_BUILD_PATHS["native"]`` on (False: the numpy or list build; benchmarks/switch_ab.py's switch)
+#: ``TREE_BUILD_PATHS["native"]`` on (False: the list or numpy build; benchmarks/creation_ab.py's switch)
 NATIVE_BUILD = True
 
 __all__ = ["NATIVE_BUILD", "NATIVE_SWITCH", "SMALL_FOREST_NODES", "TREE_BUILD_PATHS", "TREE_PATHS"]

@@ -144,6 +144,7 @@ def test_kernels_built_on_lists_compute_what_the_numpy_built_ones_do(seed, monke
                                            classlabels_int64s=[0, 1, 2], **clf_attrs))
     x = rng.standard_normal((7, 4)).astype(np.float32)
     x[0, 1] = np.nan
+    monkeypatch.setattr(ml_trees, "NATIVE_BUILD", False)  # the C build comes first where it is on
     results = {}
     for small in (0, 10**6):
         monkeypatch.setattr(ml_trees, "SMALL_FOREST_NODES", small)
@@ -166,6 +167,7 @@ def test_corpus_tree_models_built_either_way(name, monkeypatch):
     graph = Graph.from_proto(model.graph, {o.domain: o.version for o in model.opset_import})
     sizes = [len(n.attr("nodes_modes")) for n in graph.nodes if n.op_type.startswith("TreeEnsemble")]
     assert sizes and min(sizes) <= ml_trees.SMALL_FOREST_NODES  # the path is reached
+    monkeypatch.setattr(ml_trees, "NATIVE_BUILD", False)
     for small in (0, ml_trees.SMALL_FOREST_NODES):
         monkeypatch.setattr(ml_trees, "SMALL_FOREST_NODES", small)
         sess = onnxhal.InferenceSession(path, providers=["CPUExecutionProvider"])

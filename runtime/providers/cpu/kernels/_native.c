@@ -3315,7 +3315,235 @@ static PyObject *grid_sample_linear(PyObject *module, PyObject *args) {
 }
 /* ---- end of GridSample ---- */
 
+/* ---- Tree ensemble build (ml_trees.TREE_BUILD_PATHS["native"]) ---- */
+/* The tables ml_trees._links and _tree_shape make a few numpy calls per tree level and per lookup
+ * for, in one pass over the nodes: a forest's creation was then mostly those calls' fixed cost
+ * (about 100 us a small tree). Same results as the numpy build, to the index (tests/test_tree_build_native.py). */
+typedef struct {
+  int64_t tree, id, pos;
+} NodeKey;
+
+static int node_key_order(const void *a, const void *b) {
+  const NodeKey *x = a, *y = b;
+  if (x->tree != y->tree) return x->tree < y->tree ? -1 : 1;
+  if (x->id != y->id) return x->id < y->id ? -1 : 1;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* The position of (tree, id) among the sorted keys, the last of equal pairs (the last position
+ * given), or -1. */
+static int64_t node_find(const NodeKey *key, Py_ssize_t n, int64_t tree, int64_t id) {
+  Py_ssize_t lo = 0, hi = n; /* the first key greater than (tree, id) */
+  while (lo < hi) {
+    Py_ssize_t mid = lo + (hi - lo) / 2;
+    if (key[mid].tree < tree || (key[mid].tree == tree && key[mid].id <= id)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 && key[lo - 1].tree == tree && key[lo - 1].id == id ? key[lo - 1].pos : -1;
+}
+
+/* (tree id, node id) pairs to node positions: where the nodes come tree by tree in ascending
+ * tree id with each tree's ids 0, 1, ... (as converters write them: ml_trees._NodeIndex._dense) a
+ * pair's position is its tree's start plus its id, found among the tree ids alone; else the pairs
+ * sorted (NodeKey) and searched. */
+typedef struct {
+  int dense;
+  Py_ssize_t n, trees;
+  const NodeKey *key;
+  const int64_t *tree_value, *tree_start; /* dense: [trees], [trees + 1] */
+} NodeIndex;
+
+static int64_t index_find(const NodeIndex *ix, int64_t tree, int64_t id) {
+  if (!ix->dense) return node_find(ix->key, ix->n, tree, id);
+  Py_ssize_t lo = 0, hi = ix->trees;
+  while (lo < hi) {
+    Py_ssize_t mid = lo + (hi - lo) / 2;
+    if (ix->tree_value[mid] < tree) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo == ix->trees || ix->tree_value[lo] != tree || id < 0 || id >= ix->tree_start[lo + 1] - ix->tree_start[lo])
+    return -1;
+  return ix->tree_start[lo] + id;
+}
+
+/* The walk of _tree_shape from roots[0..r): per node its tree's slot (owner), leaf count and the
+ * number of its first leaf in its tree, the visited nodes level by level, per tree its longest
+ * walk. Returns the nodes visited, or -1 where a node is reached twice (a shared node or a cycle);
+ * work arrays frontier and slots hold 2n entries each. */
+static Py_ssize_t forest_shape(Py_ssize_t n, const uint8_t *leaf, const int64_t *tnext, const int64_t *fnext,
+                               const int64_t *roots, Py_ssize_t r, int64_t *owner, int64_t *count, int64_t *first,
+                               int64_t *visited, int64_t *tree_depth, int64_t *level_start, uint8_t *seen) {
+  Py_ssize_t done = 0, levels = 0;
+  for (Py_ssize_t k = 0; k < n; k++) {
+    owner[k] = -1;
+    count[k] = leaf[k] ? 1 : 0;
+    first[k] = 0;
+    seen[k] = 0;
+  }
+  for (Py_ssize_t t = 0; t < r; t++) tree_depth[t] = 0;
+  if (r > n) return -1;
+  /* level 0: the roots, slot t; a level's children go true ones first, then false ones, as
+   * _tree_shape's concatenation; visited[] is the frontier of each level in turn */
+  for (Py_ssize_t t = 0; t < r; t++) {
+    visited[t] = roots[t];
+    owner[roots[t]] = t; /* a node reached twice is refused below, before owner is read */
+  }
+  Py_ssize_t begin = 0, end = r;
+  done = r;
+  while (begin < end) {
+    level_start[levels++] = begin;
+    Py_ssize_t inner = 0;
+    for (Py_ssize_t i = begin; i < end; i++) inner += !leaf[visited[i]];
+    if (done + 2 * inner > n) return -1; /* more visits than nodes: a node shared, or a cycle */
+    Py_ssize_t at = end;
+    for (int side = 0; side < 2; side++)
+      for (Py_ssize_t i = begin; i < end; i++) {
+        int64_t v = visited[i];
+        if (leaf[v]) continue;
+        visited[at++] = side ? fnext[v] : tnext[v];
+      }
+    for (Py_ssize_t i = begin; i < end; i++) {
+      int64_t v = visited[i];
+      if (!leaf[v] && tree_depth[owner[v]] < levels) tree_depth[owner[v]] = levels;
+    }
+    /* the children's slots: their parent's (read before a node reached twice is refused: the
+     * slots of such a walk are never returned) */
+    Py_ssize_t c = end;
+    for (int side = 0; side < 2; side++)
+      for (Py_ssize_t i = begin; i < end; i++) {
+        int64_t v = visited[i];
+        if (leaf[v]) continue;
+        owner[visited[c++]] = owner[v];
+      }
+    begin = end;
+    end = at;
+    done = at;
+  }
+  level_start[levels] = done;
+  for (Py_ssize_t i = 0; i < done; i++) {
+    if (seen[visited[i]]) return -1;
+    seen[visited[i]] = 1;
+  }
+  for (Py_ssize_t l = levels - 1; l >= 0; l--)
+    for (Py_ssize_t i = level_start[l]; i < level_start[l + 1]; i++) {
+      int64_t v = visited[i];
+      if (!leaf[v]) count[v] = count[tnext[v]] + count[fnext[v]];
+    }
+  for (Py_ssize_t i = 0; i < done; i++) {
+    int64_t v = visited[i];
+    if (leaf[v]) continue;
+    first[tnext[v]] = first[v];
+    first[fnext[v]] = first[v] + count[tnext[v]];
+  }
+  return done;
+}
+
+/* forest_build(trees, ids, leaf, true_ids, false_ids, leaf_trees, leaf_ids, true_next, false_next, roots,
+ *              leaf_at, owner, count, first, visited, tree_depth) -> (status, a, b)
+ * In: int64 [n] trees, ids, true_ids, false_ids (read at interior nodes), bool [n] leaf, int64 [m]
+ * leaf_trees, leaf_ids. Out (int64, written): [n] true_next, false_next (a leaf's: itself), roots
+ * (per tree id ascending its first node no interior node names as child; the first a used),
+ * [m] leaf_at (each (tree, id) pair's node position, the last one given, or -1), and where the
+ * trees share no node [n] owner, count, first, visited (the first b used), tree_depth (a used).
+ * status 0: (0, roots a, visited b, or -1 where a node is reached twice); 1: (1, node k, child id)
+ * an interior node k names a child no node is (the first such node); nothing else is written then. */
+static PyObject *forest_build(PyObject *module, PyObject *args) {
+  PyObject *o[16];
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                        &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15]))
+    return NULL;
+  static const char *what[16] = {"trees", "ids", "leaf", "true_ids", "false_ids", "leaf_trees", "leaf_ids",
+                                 "true_next", "false_next", "roots", "leaf_at", "owner", "count", "first",
+                                 "visited", "tree_depth"};
+  Py_buffer b[16];
+  int held = 0;
+  PyObject *result = NULL;
+  NodeKey *key = NULL;
+  int64_t *work = NULL;
+  uint8_t *flags = NULL;
+  Py_ssize_t n = -1, m = -1;
+  for (; held < 16; held++) {
+    int is_leaf = held == 2, in_m = held == 5 || held == 6 || held == 10;
+    Py_ssize_t count = held == 0 ? -1 : in_m ? (held == 5 ? -1 : m) : n;
+    if (get_buffer(o[held], &b[held], what[held], is_leaf ? 1 : 8, is_leaf ? "?bB" : "lq", count, held >= 7) < 0)
+      goto done;
+    if (held == 0) n = b[0].len / 8;
+    if (held == 5) m = b[5].len / 8;
+  }
+  const int64_t *trees = b[0].buf, *ids = b[1].buf, *tid = b[3].buf, *fid = b[4].buf;
+  const int64_t *ltrees = b[5].buf, *lids = b[6].buf;
+  const uint8_t *leaf = b[2].buf;
+  int64_t *tnext = b[7].buf, *fnext = b[8].buf, *roots = b[9].buf, *leaf_at = b[10].buf;
+  key = PyMem_Malloc((n ? n : 1) * sizeof(NodeKey));
+  work = PyMem_Malloc((3 * n + 3) * sizeof(int64_t));
+  flags = PyMem_Malloc(n ? 2 * n : 1);
+  if (!key || !work || !flags) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  /* work: [n + 2] level starts of the walk; before it, the dense index's tree values and starts */
+  int64_t *tree_value = work + n + 2, *tree_start = work + 2 * n + 2;
+  NodeIndex ix = {1, n, 0, key, tree_value, tree_start};
+  for (Py_ssize_t k = 0; k < n && ix.dense; k++) {
+    if (k == 0 || trees[k] != trees[k - 1]) {
+      if (k > 0 && trees[k] < trees[k - 1]) ix.dense = 0;
+      tree_value[ix.trees] = trees[k];
+      tree_start[ix.trees++] = k;
+    }
+    if (ids[k] != k - tree_start[ix.trees - 1]) ix.dense = 0;
+  }
+  tree_start[ix.trees] = n;
+  if (!ix.dense) {
+    for (Py_ssize_t k = 0; k < n; k++) key[k] = (NodeKey){trees[k], ids[k], k};
+    qsort(key, n, sizeof(NodeKey), node_key_order);
+  }
+  uint8_t *child = flags;
+  memset(child, 0, n);
+  for (Py_ssize_t k = 0; k < n; k++) {
+    tnext[k] = fnext[k] = k;
+    if (leaf[k]) continue;
+    int64_t t = index_find(&ix, trees[k], tid[k]), f = index_find(&ix, trees[k], fid[k]);
+    if (t < 0 || f < 0) {
+      result = Py_BuildValue("(inL)", 1, k, (long long)(t < 0 ? tid[k] : fid[k]));
+      goto done;
+    }
+    tnext[k] = t;
+    fnext[k] = f;
+    child[t] = child[f] = 1;
+  }
+  for (Py_ssize_t j = 0; j < m; j++) leaf_at[j] = index_find(&ix, ltrees[j], lids[j]);
+  /* roots: per tree id ascending its first free node; the tree ids are in order where the index
+   * is dense, else the free nodes as (tree, 0, position) sorted (the keys are no longer read) */
+  Py_ssize_t free_count = 0, r = 0;
+  if (ix.dense) {
+    for (Py_ssize_t k = 0; k < n; k++)
+      if (!child[k] && (r == 0 || trees[roots[r - 1]] != trees[k])) roots[r++] = k;
+  } else {
+    NodeKey *spare = (NodeKey *)key;
+    for (Py_ssize_t k = 0; k < n; k++)
+      if (!child[k]) spare[free_count++] = (NodeKey){trees[k], 0, k};
+    qsort(spare, free_count, sizeof(NodeKey), node_key_order);
+    for (Py_ssize_t i = 0; i < free_count; i++)
+      if (i == 0 || spare[i].tree != spare[i - 1].tree) roots[r++] = spare[i].pos;
+  }
+  Py_ssize_t visited = r ? forest_shape(n, leaf, tnext, fnext, roots, r, b[11].buf, b[12].buf, b[13].buf,
+                                        b[14].buf, b[15].buf, work, flags + n) : -1;
+  result = Py_BuildValue("(inn)", 0, r, visited);
+done:
+  for (int i = 0; i < held; i++) PyBuffer_Release(&b[i]);
+  PyMem_Free(key);
+  PyMem_Free(work);
+  PyMem_Free(flags);
+  return result;
+}
+/* ---- end of the tree ensemble build ---- */
+
 static PyMethodDef module_methods[] = {
+    {"forest_build", forest_build, METH_VARARGS,
+     "forest_build(trees, ids, leaf, true_ids, false_ids, leaf_trees, leaf_ids, true_next, false_next, roots, "
+     "leaf_at, owner, count, first, visited, tree_depth) -> (status, a, b): a tree ensemble's links, roots, leaf "
+     "positions and tree shape in one pass (ml_trees.TREE_BUILD_PATHS['native'])."},
     {"logsumexp_rows", logsumexp_rows, METH_VARARGS,
      "logsumexp_rows(x, y, n) -> bool: log(sum(exp(row))) of each row of n float32 values of x into y, by the row's "
      "maximum; False where a row holds a NaN or +inf or is -inf throughout."},

@@ -150,20 +150,41 @@ TREE_BUILD_PATHS = path_table("TreeEnsemble.build", "numpy calls per tree level 
 TREE_BUILD_PATHS.add("lists", "a forest of at most SMALL_FOREST_NODES nodes: the node index as a dict, the "
                               "children's positions and roots and the tree walk as loops over lists "
                               "(_links_lists, ml_tree_lists.py), the same tables")
+TREE_BUILD_PATHS.add("native", "the C extension _native is built, ONNXHAL_NATIVE_KERNELS is not 0 and NATIVE_BUILD "
+                               "is on; nodes_truenodeids / nodes_falsenodeids one per node where an interior node "
+                               "reads them: index, links, roots, leaf positions and tree walk in one C call "
+                               "(_native.forest_build, _links_native), the same tables, whatever the node count")
 
 #: Node count up to which a forest is indexed and walked on Python lists (``TREE_BUILD_PATHS``; 0:
 #: never). A numpy call costs 1-2 us whatever its size, a list loop about 0.1 us a node.
 SMALL_FOREST_NODES = 64
 
-__all__ = ["NATIVE_SWITCH", "SMALL_FOREST_NODES", "TREE_BUILD_PATHS", "TREE_PATHS"]
+#: ``TREE_BUILD_PATHS["native"]`` on (False: the list or numpy build; benchmarks/creation_ab.py's switch)
+NATIVE_BUILD = True
+
+__all__ = ["NATIVE_BUILD", "NATIVE_SWITCH", "SMALL_FOREST_NODES", "TREE_BUILD_PATHS", "TREE_PATHS"]
 
 
 def _shape_of(is_leaf: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray,
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]] | None:
-    """``_tree_shape`` by ``TREE_BUILD_PATHS``."""
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``_tree_shape`` by ``TREE_BUILD_PATHS``, as ``_flat_shape`` gives it."""
     if is_leaf.size <= SMALL_FOREST_NODES:
-        return tree_shape_lists(is_leaf, true_next, false_next, roots)
-    return _tree_shape(is_leaf, true_next, false_next, roots)
+        return _flat_shape(tree_shape_lists(is_leaf, true_next, false_next, roots), roots.size)
+    return _flat_shape(_tree_shape(is_leaf, true_next, false_next, roots), roots.size)
+
+
+def _flat_shape(shape: tuple | None, trees: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                          np.ndarray] | None:
+    """A ``_tree_shape`` as the forest keeps it: per node its tree's slot, leaf count and first
+    leaf's number, the visited nodes level by level in one array, and per tree its longest
+    root-to-leaf walk (the levels where it has an interior node); None stays None."""
+    if shape is None:
+        return None
+    owner, count, first, levels, inners = shape
+    tree_depth = np.zeros(trees, np.int64)
+    for i, inner in enumerate(inners):
+        tree_depth[owner[inner]] = i + 1
+    return owner, count, first, np.concatenate(levels), tree_depth
 
 
 class _Forest:
@@ -173,7 +194,10 @@ class _Forest:
 
     def __init__(self, what: str, feature: np.ndarray, threshold: np.ndarray, mode: np.ndarray,
                  true_next: np.ndarray, false_next: np.ndarray, missing_true: np.ndarray, roots: np.ndarray,
-                 weights: np.ndarray, has: np.ndarray, members: dict[int, np.ndarray] | None = None) -> None:
+                 weights: np.ndarray, has: np.ndarray, members: dict[int, np.ndarray] | None = None,
+                 shape: tuple | None | bool = False) -> None:
+        """``shape``: the trees' ``_flat_shape`` where the build made it (None: they share a node),
+        False: made here."""
         self.feature = np.where(mode == LEAF, 0, feature).astype(np.int64)
         self.threshold, self.mode, self.roots = threshold, mode, roots
         self.missing_true = missing_true
@@ -187,10 +211,11 @@ class _Forest:
         self.any_missing = bool(missing_true.any())
         # trees that share no node (as converters write them): their levels give the depth, and the
         # leaf bits are built from the same walk
-        shape = _shape_of(mode == LEAF, true_next, false_next, roots) if roots.size else None
+        if shape is False:
+            shape = _shape_of(mode == LEAF, true_next, false_next, roots) if roots.size else None
         if shape is not None:
-            # the levels holding an interior node: the longest root-to-leaf walk
-            self.depth = sum(1 for inner in shape[4] if inner.size)
+            # the longest root-to-leaf walk
+            self.depth = int(shape[4].max()) if shape[4].size else 0
         else:
             self.depth = _depth(what, mode, true_next, false_next, roots)
         # the leaf bits are built at their first use (``_bits``): where the C route takes the rows
@@ -370,14 +395,8 @@ class _NativeTrees:
                 forest.missing_true.size != n or forest.threshold.size != n or n >= 1 << 31:
             return None
         # per tree its longest walk (the C walk takes that many steps, a leaf's children being
-        # itself): the levels where the tree has an interior node, from ``_tree_shape``; trees
-        # that share nodes take the forest's depth
-        tree_depth = np.full(forest.roots.size, forest.depth, np.int64)
-        if shape is not None:
-            owner, inners = shape[0], shape[4]
-            tree_depth[:] = 0
-            for i, inner in enumerate(inners):
-                tree_depth[owner[inner]] = i + 1
+        # itself), from ``_flat_shape``; trees that share nodes take the forest's depth
+        tree_depth = shape[4] if shape is not None else np.full(forest.roots.size, forest.depth, np.int64)
         return cls(forest, true_next, false_next, weights, tree_depth, native)
 
     def with_weights(self, forest: _Forest, weights: np.ndarray) -> _NativeTrees:
@@ -650,8 +669,7 @@ def _written_outputs(forest: _Forest, shape: tuple) -> tuple[np.ndarray, np.ndar
     """The leaves of trees that share no node (``_tree_shape``), and which outputs the trees write
     where each tree's leaves all write the same outputs (then the same for every row): its first
     leaf's; else None."""
-    owner, _, first, levels = shape[:4]
-    visited = np.concatenate(levels)
+    owner, _, first, visited = shape[:4]
     leaves = visited[forest.mode[visited] == LEAF]
     # per tree its first leaf (every walk ends at a leaf, so each tree has one numbered 0)
     heads = leaves[first[leaves] == 0]
@@ -663,8 +681,9 @@ def _written_outputs(forest: _Forest, shape: tuple) -> tuple[np.ndarray, np.ndar
 
 
 def _inner_nodes(forest: _Forest, shape: tuple) -> np.ndarray:
-    """The interior nodes of trees that share no node (``_tree_shape``), level by level."""
-    return np.concatenate(shape[4])
+    """The interior nodes of trees that share no node (``_flat_shape``), level by level."""
+    visited = shape[3]
+    return visited[forest.mode[visited] != LEAF]
 
 
 def _group_table(mask_true: np.ndarray, mask_false: np.ndarray) -> np.ndarray:
@@ -858,6 +877,38 @@ def _links_lists(node: Node, what: str, trees: np.ndarray, ids: np.ndarray, mode
     return index, np.array(true_next, np.int64), np.array(false_next, np.int64), np.array(roots, np.int64)
 
 
+def _links_native(node: Node, what: str, trees: np.ndarray, ids: np.ndarray, mode: np.ndarray,
+                  leaf_trees: np.ndarray, leaf_ids: np.ndarray, native: ModuleType) -> tuple | None:
+    """``_links``, the leaf weights' node positions and ``_shape_of`` in one C call
+    (``TREE_BUILD_PATHS["native"]``): true_next, false_next, roots, the positions, the shape (None
+    where a node is reached twice); None where the child ids are not one per node (the other
+    builds read them as they are)."""
+    n = ids.size
+    if (mode != LEAF).any():
+        true_ids, false_ids = _ints(node, "nodes_truenodeids"), _ints(node, "nodes_falsenodeids")
+        if true_ids.size != n or false_ids.size != n:
+            return None
+    else:  # (not read where no interior node needs them, as _links)
+        true_ids = false_ids = np.zeros(n, np.int64)
+    # every int64 output in one block: 7 tables of n, the positions of the leaf weights
+    block = np.empty(7 * n + leaf_ids.size, np.int64)
+    t_next, f_next, roots, owner, count, first, visited = (block[i * n:(i + 1) * n] for i in range(7))
+    at = block[7 * n:]
+    tree_depth = np.empty(n, np.int64)
+    status, a, b = native.forest_build(np.ascontiguousarray(trees), np.ascontiguousarray(ids), mode == LEAF,
+                                       np.ascontiguousarray(true_ids), np.ascontiguousarray(false_ids), leaf_trees,
+                                       leaf_ids, t_next, f_next, roots, at, owner, count, first, visited, tree_depth)
+    if status:
+        raise InvalidArgument(f"{what}: tree {int(trees[a])} node {int(ids[a])} points at missing node {b}.")
+    shape = None if b < 0 else (owner, count, first, visited[:b], tree_depth[:a])
+    return t_next, f_next, roots[:a], at, shape
+
+
+def _build_native() -> ModuleType | None:
+    """The C module where ``TREE_BUILD_PATHS["native"]`` holds, else None."""
+    return native_module() if NATIVE_BUILD else None
+
+
 def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     """A forest from the opset-1/3 attributes: nodes named by (tree id, node id), leaves among
     the nodes, weights in ``{prefix}_treeids/_nodeids/_ids/_weights``."""
@@ -878,19 +929,26 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     missing = node.attr_array("nodes_missing_value_tracks_true", bool)
     if missing is None or not missing.size:
         missing = np.zeros(n, bool)
-    if n <= SMALL_FOREST_NODES:  # TREE_BUILD_PATHS["lists"]
-        index, true_next, false_next, roots = _links_lists(node, what, trees, ids, mode)
-    else:
-        index, true_next, false_next, roots = _links(node, what, trees, ids, mode)
     leaf_trees = _ints(node, f"{prefix}_treeids")
     leaf_ids = _ints(node, f"{prefix}_nodeids")
     targets = _ints(node, f"{prefix}_ids")
     weights = _floats(node, f"{prefix}_weights")
+    m = min(leaf_trees.size, leaf_ids.size, targets.size, weights.size) if weights is not None else 0
+    leaf_trees, leaf_ids = np.ascontiguousarray(leaf_trees[:m]), np.ascontiguousarray(leaf_ids[:m])
+    native = _build_native()
+    built = None if native is None else _links_native(node, what, trees, ids, mode, leaf_trees, leaf_ids, native)
+    shape: tuple | None | bool = False
+    if built is not None:  # TREE_BUILD_PATHS["native"]
+        true_next, false_next, roots, at, shape = built
+    elif n <= SMALL_FOREST_NODES:  # TREE_BUILD_PATHS["lists"]
+        index, true_next, false_next, roots = _links_lists(node, what, trees, ids, mode)
+    else:
+        index, true_next, false_next, roots = _links(node, what, trees, ids, mode)
     if weights is None:
         raise InvalidArgument(f"{what}: {prefix}_weights is not given; the leaves' weights are needed.")
-    m = min(leaf_trees.size, leaf_ids.size, targets.size, weights.size)
-    leaf_trees, leaf_ids, targets, weights = leaf_trees[:m], leaf_ids[:m], targets[:m], weights[:m]
-    at = index.find(leaf_trees, leaf_ids)
+    targets, weights = targets[:m], weights[:m]
+    if built is None:
+        at = index.find(leaf_trees, leaf_ids)
     bad = (at < 0) | (targets < 0) | (targets >= n_out)
     if bad.any():
         i = int(np.argmax(bad))
@@ -901,7 +959,7 @@ def _legacy_forest(node: Node, prefix: str, n_out: int) -> _Forest:
     np.add.at(dense, (at, targets), weights)  # in the given order, as onnxruntime adds a leaf's weights
     has[at, targets] = True
     return _Forest(what, feature, threshold, mode, true_next, false_next, np.asarray(missing, bool), roots,
-                   dense, has)
+                   dense, has, shape=shape)
 
 
 @register("TreeEnsembleRegressor", since=1, domain=ML)

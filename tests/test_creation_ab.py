@@ -1,0 +1,44 @@
+"""benchmarks/creation_ab.py: one round on a small corpus model prints its row and the summary with
+the load average, and a switch that does not exist is refused by name before any session is built.
+The A/B itself is a benchmark, not a test."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime", reason="the benchmark compares with onnxruntime (a test extra)")
+
+_BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def creation_ab():
+    sys.path.insert(0, str(_BENCH_DIR))  # it imports its siblings real_models.py and switch_ab.py
+    try:
+        spec = importlib.util.spec_from_file_location("onnxhal_creation_ab", _BENCH_DIR / "creation_ab.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(_BENCH_DIR))
+
+
+def test_one_round_prints_the_model_and_the_summary(creation_ab, capsys):
+    from onnxhal.runtime.providers.cpu.kernels import ml_trees
+
+    assert creation_ab.main(["--switch", "ml_trees.NATIVE_BUILD", "--models", "sk_tree", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("sk_tree "))
+    assert len(row.split()) == 6 and all(float(v) > 0 for v in row.split()[1:])
+    assert "over 1 models" in out and "load average" in out
+    assert ml_trees.NATIVE_BUILD is True  # restored
+
+
+def test_an_unknown_switch_is_refused_by_name(creation_ab, capsys):
+    with pytest.raises(SystemExit):
+        creation_ab.main(["--switch", "ml_trees.NO_SUCH_SWITCH", "--models", "sk_tree"])
+    assert "NO_SUCH_SWITCH" in capsys.readouterr().err

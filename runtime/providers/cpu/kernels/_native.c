@@ -69,6 +69,36 @@ static int get_buffer(PyObject *obj, Py_buffer *view, const char *what, Py_ssize
   return 0;
 }
 
+static void release_buffers(int count, Py_buffer *views) {
+  for (int i = 0; i < count; i++) PyBuffer_Release(&views[i]);
+}
+
+/* get_buffer over `count` objects of one item type (the first `writable` of them writable); on an
+ * error those already taken are released */
+static int get_buffers(int count, Py_buffer *views, PyObject *const *objs, const char *const *what, Py_ssize_t itemsize,
+                       const char *formats, const Py_ssize_t *counts, int writable) {
+  for (int i = 0; i < count; i++)
+    if (get_buffer(objs[i], &views[i], what[i], itemsize, formats, counts[i], i < writable) < 0) {
+      release_buffers(i, views);
+      return -1;
+    }
+  return 0;
+}
+
+/* The main input of a float kernel: a C-contiguous float32 or float64 buffer of `ndim` axes.
+ * Returns its item size (4 or 8), or 0 with `message` as the ValueError and the buffer released. */
+static Py_ssize_t get_float_input(PyObject *obj, Py_buffer *view, int ndim, const char *message) {
+  if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
+  const char *fmt = view->format ? view->format : "B";
+  if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') fmt++;
+  if (view->ndim != ndim || strlen(fmt) != 1 || !strchr("fd", fmt[0]) || view->itemsize != (fmt[0] == 'f' ? 4 : 8)) {
+    PyErr_SetString(PyExc_ValueError, message);
+    PyBuffer_Release(view);
+    return 0;
+  }
+  return view->itemsize;
+}
+
 static void forest_dealloc(Forest *self) {
   PyMem_Free(self->node);
   PyMem_Free(self->root);
@@ -1044,6 +1074,12 @@ done:
  * v min(max(p0 v + p1, 0), 1), each operation rounded in T as fused.py's numpy hard_swish does
  * (by hard_swish_float/double, defined above). */
 enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
+/* 1 where act is one of the above, else 0 with "KERNEL: act must be ..." as the ValueError */
+static int conv_act_ok(int act, const char *kernel) {
+  if (act >= DC_NONE && act <= DC_HARD_SWISH) return 1;
+  PyErr_Format(PyExc_ValueError, "%s: act must be 0 (none), 1 (clamp) or 2 (hard swish)", kernel);
+  return 0;
+}
 #define DC_STORE(T, d, a, n, act, p0, p1)                                                                   \
   do {                                                                                                      \
     T *RESTRICT d_ = (d);                                                                                   \
@@ -1331,24 +1367,17 @@ static PyObject *direct_conv(PyObject *module, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)n|idd", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &group,
                         &act, &p0, &p1))
     return NULL;
-  if (act < DC_NONE || act > DC_HARD_SWISH) {
-    PyErr_SetString(PyExc_ValueError, "direct_conv: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
-    return NULL;
-  }
+  if (!conv_act_ok(act, "direct_conv")) return NULL;
   Py_buffer bx, bw, bb, by;
   int held = 0;
   PyObject *result = NULL;
   void *scratch = NULL;
   Py_ssize_t *tap = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 4,
+                                    "direct_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   held = 1;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "direct_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
-    goto done;
-  }
-  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
+  Py_ssize_t n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
   const char *fmt = size == 4 ? "f" : "d";
   if (get_buffer(o_w, &bw, "w", size, fmt, -1, 0) < 0) goto done;
   held = 2;
@@ -1528,24 +1557,17 @@ static PyObject *depthwise_channels(PyObject *module, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)|idd", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &act,
                         &p0, &p1))
     return NULL;
-  if (act < DC_NONE || act > DC_HARD_SWISH) {
-    PyErr_SetString(PyExc_ValueError, "depthwise_channels: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
-    return NULL;
-  }
+  if (!conv_act_ok(act, "depthwise_channels")) return NULL;
   Py_buffer bx, bw, bb, by;
   int held = 0;
   PyObject *result = NULL;
   void *scratch = NULL;
   Py_ssize_t *tap = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 4,
+                                    "depthwise_channels: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   held = 1;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "depthwise_channels: x must be [N, C, H, W] float32 or float64, C-contiguous");
-    goto done;
-  }
-  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
+  Py_ssize_t n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
   const char *fmt = size == 4 ? "f" : "d";
   if (get_buffer(o_w, &bw, "w", size, fmt, -1, 0) < 0) goto done;
   held = 2;
@@ -1749,23 +1771,16 @@ static PyObject *depthwise_unit(PyObject *module, PyObject *args) {
   int act = DC_NONE;
   double p0 = 0, p1 = 0;
   if (!PyArg_ParseTuple(args, "OOOO(nn)|idd", &o_x, &o_w, &o_b, &o_y, &pt, &pl, &act, &p0, &p1)) return NULL;
-  if (act < DC_NONE || act > DC_HARD_SWISH) {
-    PyErr_SetString(PyExc_ValueError, "depthwise_unit: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
-    return NULL;
-  }
+  if (!conv_act_ok(act, "depthwise_unit")) return NULL;
   Py_buffer bx, bw, bb, by;
   int held = 0;
   PyObject *result = NULL;
   void *scratch = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 4,
+                                    "depthwise_unit: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   held = 1;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "depthwise_unit: x must be [N, C, H, W] float32 or float64, C-contiguous");
-    goto done;
-  }
-  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
+  Py_ssize_t n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
   const char *fmt = size == 4 ? "f" : "d";
   if (get_buffer(o_w, &bw, "w", size, fmt, -1, 0) < 0) goto done;
   held = 2;
@@ -2048,22 +2063,15 @@ static PyObject *pointwise_conv(PyObject *module, PyObject *args) {
   double p0 = 0, p1 = 0;
   (void)module;
   if (!PyArg_ParseTuple(args, "OOOOO|idd", &o_w, &o_x, &o_b, &o_z, &o_y, &act, &p0, &p1)) return NULL;
-  if (act < DC_NONE || act > DC_HARD_SWISH) {
-    PyErr_SetString(PyExc_ValueError, "pointwise_conv: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
-    return NULL;
-  }
+  if (!conv_act_ok(act, "pointwise_conv")) return NULL;
   Py_buffer bx, bw, bb, bz, by;
   int held = 0, has_b = 0, has_z = 0;
   PyObject *result = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 3,
+                                    "pointwise_conv: x must be [N, K, P] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   held = 1;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 3 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "pointwise_conv: x must be [N, K, P] float32 or float64, C-contiguous");
-    goto done;
-  }
-  Py_ssize_t size = bx.itemsize, n = bx.shape[0], k = bx.shape[1], p = bx.shape[2];
+  Py_ssize_t n = bx.shape[0], k = bx.shape[1], p = bx.shape[2];
   const char *fmt = size == 4 ? "f" : "d";
   if (get_buffer(o_w, &bw, "wt", size, fmt, -1, 0) < 0) goto done;
   held = 2;
@@ -2157,10 +2165,7 @@ static PyObject *small_conv(PyObject *module, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OOOOO(nn)(nn)(nn)|idd", &o_w, &o_x, &o_b, &o_z, &o_y, &sh, &sw, &top, &left, &kh,
                         &kw, &act, &p0, &p1))
     return NULL;
-  if (act < DC_NONE || act > DC_HARD_SWISH) {
-    PyErr_SetString(PyExc_ValueError, "small_conv: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
-    return NULL;
-  }
+  if (!conv_act_ok(act, "small_conv")) return NULL;
   if (sh < 1 || sw < 1 || kh < 1 || kw < 1 || top < 0 || left < 0) {
     PyErr_SetString(PyExc_ValueError, "small_conv: strides and kernel must be positive, pads not negative");
     return NULL;
@@ -2168,15 +2173,11 @@ static PyObject *small_conv(PyObject *module, PyObject *args) {
   Py_buffer bx, bw, bb, bz, by;
   int held = 0, has_b = 0, has_z = 0;
   PyObject *result = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 4,
+                                    "small_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   held = 1;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "small_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
-    goto done;
-  }
-  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], w = bx.shape[3];
+  Py_ssize_t n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], w = bx.shape[3];
   const char *fmt = size == 4 ? "f" : "d";
   if (get_buffer(o_w, &bw, "wt", size, fmt, -1, 0) < 0) goto done;
   held = 2;
@@ -2334,15 +2335,9 @@ static PyObject *max_pool_3d(PyObject *module, PyObject *args) {
   Py_buffer bx, by;
   PyObject *result = NULL;
   void *scratch = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 5 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "max_pool_3d: x must be [N, C, D, H, W] float32 or float64, C-contiguous");
-    PyBuffer_Release(&bx);
-    return NULL;
-  }
-  Py_ssize_t size = bx.itemsize;
+  Py_ssize_t size = get_float_input(o_x, &bx, 5,
+                                    "max_pool_3d: x must be [N, C, D, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   if (get_buffer(o_y, &by, "y", size, size == 4 ? "f" : "d", -1, 1) < 0) {
     PyBuffer_Release(&bx);
     return NULL;
@@ -3279,37 +3274,29 @@ static PyObject *grid_sample_linear(PyObject *module, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "grid_sample_linear: lengths must be positive, padding 0, 1 or 2");
     return NULL;
   }
-  Py_buffer bo, bx, bg;
+  Py_buffer buf[3]; /* out, x, grid */
   Py_ssize_t points = gh * gw;
-  if (get_buffer(o_out, &bo, "grid_sample_linear: out", 4, "f", n * c * points, 1) < 0) return NULL;
-  if (get_buffer(o_x, &bx, "grid_sample_linear: x", 4, "f", n * c * h * w, 0) < 0) {
-    PyBuffer_Release(&bo);
+  if (get_buffers(3, buf, (PyObject *[]){o_out, o_x, o_grid},
+                  (const char *[]){"grid_sample_linear: out", "grid_sample_linear: x", "grid_sample_linear: grid"}, 4,
+                  "f", (Py_ssize_t[]){n * c * points, n * c * h * w, n * points * 2}, 1) < 0)
     return NULL;
-  }
-  if (get_buffer(o_grid, &bg, "grid_sample_linear: grid", 4, "f", n * points * 2, 0) < 0) {
-    PyBuffer_Release(&bo);
-    PyBuffer_Release(&bx);
-    return NULL;
-  }
   Py_ssize_t *idx = PyMem_Malloc((size_t)(4 * points + 1) * sizeof(Py_ssize_t));
   float *wt = PyMem_Malloc((size_t)(4 * points + 1) * sizeof(float));
   int done = 1;
   if (idx && wt) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t b = 0; b < n && done; b++) {
-      done = grid_corners((const float *)bg.buf + b * points * 2, points, h, w, align, padding, idx, wt);
+      done = grid_corners((const float *)buf[2].buf + b * points * 2, points, h, w, align, padding, idx, wt);
       for (Py_ssize_t ch = 0; ch < c && done; ch++)
-        grid_plane((float *)bo.buf + (b * c + ch) * points, (const float *)bx.buf + (b * c + ch) * h * w, points, idx,
-                   wt);
+        grid_plane((float *)buf[0].buf + (b * c + ch) * points, (const float *)buf[1].buf + (b * c + ch) * h * w, points,
+                   idx, wt);
     }
     Py_END_ALLOW_THREADS
   }
   int failed = !idx || !wt;
   PyMem_Free(idx);
   PyMem_Free(wt);
-  PyBuffer_Release(&bo);
-  PyBuffer_Release(&bx);
-  PyBuffer_Release(&bg);
+  release_buffers(3, buf);
   if (failed) return PyErr_NoMemory();
   return PyBool_FromLong(done);
 }

@@ -2377,6 +2377,128 @@ done:
 }
 /* ---- end of 3-D max pooling ---- */
 
+/* ---- 2-D max pooling (pooling.py's native_2d) ----
+ * One pass over each plane's output rows, every loop a contiguous one that vectorises: the
+ * window's input rows reduced into a row buffer holding -inf over the padding on both sides (set
+ * once per call), then, for a strided pool, that buffer split into its sw column phases (phase p
+ * holds columns p, p + sw, ...), so each tap column of a row of outputs is a contiguous stretch of
+ * one phase where it would be a strided gather; then the maximum over the kw tap columns. The
+ * maxima use POOL_MAX2, a branchless select (NaN kept as numpy's maximum, so as the plain kernel)
+ * that compiles to a max and an unordered compare per vector; POOL_MAX's short-circuit || made a
+ * branch per element in max_pool_3d's loops. Where max_pool_3d (the 2-D pool lifted) runs a rows
+ * pass over the whole plane into scratch and clips every tap's range per row, this touches a row
+ * buffer that stays in L1. Rows of padding alone give -inf, which the caller replaces. */
+#define POOL_MAX2(a, b) ((((a) > (b)) | ((a) != (a))) ? (a) : (b))
+#define MAX_POOL_2D(NAME, T)                                                                                 \
+  static VECTOR_CLONES void NAME(const T *RESTRICT x, T *RESTRICT y, T *RESTRICT rb, T *RESTRICT ph,         \
+                                 Py_ssize_t planes, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW,  \
+                                 Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt,    \
+                                 Py_ssize_t pl, Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t pw) {               \
+    T *RESTRICT in = rb + pl; /* the buffer's cells of the input's columns */                               \
+    for (Py_ssize_t p = 0; p < planes; p++) {                                                                \
+      const T *RESTRICT xp = x + p * H * W;                                                                  \
+      T *RESTRICT yp = y + p * OH * OW;                                                                      \
+      for (Py_ssize_t oy = 0; oy < OH; oy++) {                                                               \
+        /* the window's rows r0 + i dh, i in [i0, i1), that lie in the input */                              \
+        Py_ssize_t r0 = oy * sh - pt;                                                                        \
+        Py_ssize_t i0 = r0 >= 0 ? 0 : (-r0 + dh - 1) / dh;                                                   \
+        Py_ssize_t i1 = H - 1 - r0 >= 0 ? (H - 1 - r0) / dh + 1 : 0;                                         \
+        if (i1 > kh) i1 = kh;                                                                                \
+        if (i0 >= i1) {                                                                                      \
+          for (Py_ssize_t q = 0; q < W; q++) in[q] = -(T)INFINITY;                                           \
+        } else {                                                                                             \
+          const T *RESTRICT src = xp + (r0 + i0 * dh) * W;                                                   \
+          for (Py_ssize_t q = 0; q < W; q++) in[q] = src[q];                                                 \
+          for (Py_ssize_t i = i0 + 1; i < i1; i++) {                                                         \
+            src = xp + (r0 + i * dh) * W;                                                                    \
+            for (Py_ssize_t q = 0; q < W; q++) in[q] = POOL_MAX2(src[q], in[q]);                             \
+          }                                                                                                  \
+        }                                                                                                    \
+        const T *RESTRICT cells = rb;                                                                        \
+        if (sw > 1) {                                                                                        \
+          for (Py_ssize_t f = 0; f < sw; f++)                                                                \
+            for (Py_ssize_t q = 0; q < pw; q++) ph[f * pw + q] = rb[q * sw + f];                             \
+          cells = ph;                                                                                        \
+        }                                                                                                    \
+        /* tap j reads phase (j dw) % sw from its column (j dw) / sw on (one phase of pw when sw is 1) */    \
+        T *RESTRICT d = yp + oy * OW;                                                                        \
+        for (Py_ssize_t q = 0; q < OW; q++) d[q] = cells[q];                                                 \
+        for (Py_ssize_t j = 1; j < kw; j++) {                                                                \
+          const T *RESTRICT col = cells + ((j * dw) % sw) * pw + (j * dw) / sw;                              \
+          for (Py_ssize_t q = 0; q < OW; q++) d[q] = POOL_MAX2(col[q], d[q]);                                \
+        }                                                                                                    \
+      }                                                                                                      \
+    }                                                                                                        \
+  }
+MAX_POOL_2D(max_pool_2d_float, float)
+MAX_POOL_2D(max_pool_2d_double, double)
+
+/* max_pool_2d(x, y, kernel, strides, pads, dilations): y [N, C, OH, OW] (written) holds the maximum
+ * of each window of x [N, C, H, W], both float32 or both float64, C-contiguous; pads the leading
+ * ones (top, left), the trailing ones implied by y's size; taps in the padding are left out, and a
+ * window of padding alone gives -inf. */
+static PyObject *max_pool_2d(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_y;
+  Py_ssize_t kh, kw, sh, sw, pt, pl, dh, dw;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OO(nn)(nn)(nn)(nn)", &o_x, &o_y, &kh, &kw, &sh, &sw, &pt, &pl, &dh, &dw))
+    return NULL;
+  Py_buffer bx, by;
+  PyObject *result = NULL;
+  void *scratch = NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 4,
+                                    "max_pool_2d: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
+  if (get_buffer(o_y, &by, "y", size, size == 4 ? "f" : "d", -1, 1) < 0) {
+    PyBuffer_Release(&bx);
+    return NULL;
+  }
+  Py_ssize_t h = bx.shape[2], w = bx.shape[3];
+  if (by.ndim != 4 || by.shape[0] != bx.shape[0] || by.shape[1] != bx.shape[1]) {
+    PyErr_SetString(PyExc_ValueError, "max_pool_2d: y must be [N, C, OH, OW] of x's N and C");
+    goto done;
+  }
+  Py_ssize_t oh = by.shape[2], ow = by.shape[3];
+  if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0 || oh < 1 || ow < 1 || h < 1 ||
+      w < 1) {
+    PyErr_SetString(PyExc_ValueError, "max_pool_2d: kernel, strides and dilations at least 1, pads at least 0, "
+                    "every axis of x and y at least 1 long");
+    goto done;
+  }
+  /* each phase's cells: the outputs' plus the farthest tap's offset; the row buffer: the phases'
+   * cells and the input row behind the left padding */
+  Py_ssize_t pw = ow + ((kw - 1) * dw) / sw, wb = pw * sw;
+  if (wb < pl + w) wb = pl + w;
+  scratch = PyMem_Malloc((size_t)(wb + (sw > 1 ? pw * sw : 0)) * (size_t)size);
+  if (!scratch) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t q = 0; q < wb; q++) { /* the padding's cells; the input's are written per row */
+    if (size == 4)
+      ((float *)scratch)[q] = -INFINITY;
+    else
+      ((double *)scratch)[q] = -INFINITY;
+  }
+  Py_ssize_t planes = bx.shape[0] * bx.shape[1];
+  PyThreadState *ts = planes * h * w > 16384 ? PyEval_SaveThread() : NULL;
+  if (size == 4)
+    max_pool_2d_float(bx.buf, by.buf, scratch, (float *)scratch + wb, planes, h, w, oh, ow, kh, kw, sh, sw, pt, pl,
+                      dh, dw, pw);
+  else
+    max_pool_2d_double(bx.buf, by.buf, scratch, (double *)scratch + wb, planes, h, w, oh, ow, kh, kw, sh, sw, pt,
+                       pl, dh, dw, pw);
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(scratch);
+  PyBuffer_Release(&by);
+  PyBuffer_Release(&bx);
+  return result;
+}
+/* ---- end of 2-D max pooling ---- */
+
 
 /* ---- quantization (quantize.py's QUANTIZE_PATHS) ----
  * Each routine makes, element by element, the float32 operations of its numpy form in quantize.py
@@ -3394,6 +3516,10 @@ static PyMethodDef module_methods[] = {
      "small_conv(wt, x, b, z, y, strides, pads, kernel[, act, p0, p1]): an ungrouped convolution of x [N, C, H, W] "
      "into y [N, M, OH, OW] (dilation 1) by im2col into a stack buffer and pointwise_conv's product with its "
      "transposed weights wt [C KH KW, MP]; pads (top, left); act as direct_conv's."},
+    {"max_pool_2d", max_pool_2d, METH_VARARGS,
+     "max_pool_2d(x, y, kernel, strides, pads, dilations): each window's maximum of x [N, C, H, W] into y [N, C, "
+     "OH, OW] (float32 or float64), each output row's window rows through a row buffer, then its column phases; "
+     "pads the leading ones, a window of padding alone gives -inf."},
     {"max_pool_3d", max_pool_3d, METH_VARARGS,
      "max_pool_3d(x, y, kernel, strides, pads, dilations): each window's maximum of x [N, C, D, H, W] into y "
      "[N, C, OD, OH, OW] (float32 or float64), one axis at a time; pads the leading ones, a window of padding "

@@ -99,6 +99,19 @@ static Py_ssize_t get_float_input(PyObject *obj, Py_buffer *view, int ndim, cons
   return view->itemsize;
 }
 
+/* get_float_input's x, then y: writable, of x's item type, any shape. Returns the item size, or 0
+ * with the error set and neither held. */
+static Py_ssize_t get_float_input_output(PyObject *o_x, PyObject *o_y, Py_buffer *bx, Py_buffer *by, int ndim,
+                                         const char *message) {
+  Py_ssize_t size = get_float_input(o_x, bx, ndim, message);
+  if (!size) return 0;
+  if (get_buffer(o_y, by, "y", size, size == 4 ? "f" : "d", -1, 1) < 0) {
+    PyBuffer_Release(bx);
+    return 0;
+  }
+  return size;
+}
+
 static void forest_dealloc(Forest *self) {
   PyMem_Free(self->node);
   PyMem_Free(self->root);
@@ -2335,13 +2348,9 @@ static PyObject *max_pool_3d(PyObject *module, PyObject *args) {
   Py_buffer bx, by;
   PyObject *result = NULL;
   void *scratch = NULL;
-  Py_ssize_t size = get_float_input(o_x, &bx, 5,
-                                    "max_pool_3d: x must be [N, C, D, H, W] float32 or float64, C-contiguous");
+  Py_ssize_t size = get_float_input_output(o_x, o_y, &bx, &by, 5,
+                                           "max_pool_3d: x must be [N, C, D, H, W] float32 or float64, C-contiguous");
   if (!size) return NULL;
-  if (get_buffer(o_y, &by, "y", size, size == 4 ? "f" : "d", -1, 1) < 0) {
-    PyBuffer_Release(&bx);
-    return NULL;
-  }
   Py_ssize_t in[3] = {bx.shape[2], bx.shape[3], bx.shape[4]};
   if (by.ndim != 5 || by.shape[0] != bx.shape[0] || by.shape[1] != bx.shape[1]) {
     PyErr_SetString(PyExc_ValueError, "max_pool_3d: y must be [N, C, OD, OH, OW] of x's N and C");
@@ -2378,16 +2387,17 @@ done:
 /* ---- end of 3-D max pooling ---- */
 
 /* ---- 2-D max pooling (pooling.py's native_2d) ----
- * One pass over each plane's output rows, every loop a contiguous one that vectorises: the
+ * One pass over each plane's output rows, every loop a contiguous one: the
  * window's input rows reduced into a row buffer holding -inf over the padding on both sides (set
  * once per call), then, for a strided pool, that buffer split into its sw column phases (phase p
  * holds columns p, p + sw, ...), so each tap column of a row of outputs is a contiguous stretch of
  * one phase where it would be a strided gather; then the maximum over the kw tap columns. The
  * maxima use POOL_MAX2, a branchless select (NaN kept as numpy's maximum, so as the plain kernel)
- * that compiles to a max and an unordered compare per vector; POOL_MAX's short-circuit || made a
- * branch per element in max_pool_3d's loops. Where max_pool_3d (the 2-D pool lifted) runs a rows
- * pass over the whole plane into scratch and clips every tap's range per row, this touches a row
- * buffer that stays in L1. Rows of padding alone give -inf, which the caller replaces. */
+ * that compiles to two compares and a blend per vector (POOL_MAX's short-circuit || makes a branch
+ * per element). Taken for small planes only (pooling.py's condition, docs/cpu-ep.md): a row's loop
+ * is a partial vector and a scalar tail, cheaper than the gather plan's numpy calls but slower than
+ * max_pool_3d's whole-plane row passes on planes of 14 columns and more. Rows of padding alone give
+ * -inf, which the caller replaces. */
 #define POOL_MAX2(a, b) ((((a) > (b)) | ((a) != (a))) ? (a) : (b))
 #define MAX_POOL_2D(NAME, T)                                                                                 \
   static VECTOR_CLONES void NAME(const T *RESTRICT x, T *RESTRICT y, T *RESTRICT rb, T *RESTRICT ph,         \
@@ -2446,13 +2456,9 @@ static PyObject *max_pool_2d(PyObject *module, PyObject *args) {
   Py_buffer bx, by;
   PyObject *result = NULL;
   void *scratch = NULL;
-  Py_ssize_t size = get_float_input(o_x, &bx, 4,
-                                    "max_pool_2d: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  Py_ssize_t size = get_float_input_output(o_x, o_y, &bx, &by, 4,
+                                           "max_pool_2d: x must be [N, C, H, W] float32 or float64, C-contiguous");
   if (!size) return NULL;
-  if (get_buffer(o_y, &by, "y", size, size == 4 ? "f" : "d", -1, 1) < 0) {
-    PyBuffer_Release(&bx);
-    return NULL;
-  }
   Py_ssize_t h = bx.shape[2], w = bx.shape[3];
   if (by.ndim != 4 || by.shape[0] != bx.shape[0] || by.shape[1] != bx.shape[1]) {
     PyErr_SetString(PyExc_ValueError, "max_pool_2d: y must be [N, C, OH, OW] of x's N and C");

@@ -68,7 +68,8 @@ def test_native_3d_matches_canonical_and_onnxruntime(case, dtype):
     np.testing.assert_array_equal(y, ref)
 
 
-def test_inputs_outside_the_condition_take_the_plain_path():
+def test_inputs_outside_the_condition_take_the_plain_path(monkeypatch):
+    monkeypatch.setattr(pooling, "NATIVE_2D_ENABLED", False)  # small 2-D planes: tests/test_max_pool_2d.py
     shape, attrs = CASES[2]
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     with_indices = _kernel(attrs, ("y", "i"))
@@ -137,7 +138,8 @@ def test_native_lifted_matches_canonical_and_onnxruntime(case):
     np.testing.assert_array_equal(kernel.compute([clean])[0], ref)
 
 
-def test_small_planes_keep_the_gather_plan():
+def test_small_planes_keep_the_gather_plan(monkeypatch):
+    monkeypatch.setattr(pooling, "NATIVE_2D_ENABLED", False)  # with it: native_2d (tests/test_max_pool_2d.py)
     attrs = dict(kernel_shape=[2, 2], strides=[2, 2])
     kernel = _kernel(attrs)
     x = _input((2, 64, 4, 4), np.float32, 0)  # 16 inputs a plane

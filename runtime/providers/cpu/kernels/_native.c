@@ -69,6 +69,49 @@ static int get_buffer(PyObject *obj, Py_buffer *view, const char *what, Py_ssize
   return 0;
 }
 
+static void release_buffers(int count, Py_buffer *views) {
+  for (int i = 0; i < count; i++) PyBuffer_Release(&views[i]);
+}
+
+/* get_buffer over `count` objects of one item type (the first `writable` of them writable); on an
+ * error those already taken are released */
+static int get_buffers(int count, Py_buffer *views, PyObject *const *objs, const char *const *what, Py_ssize_t itemsize,
+                       const char *formats, const Py_ssize_t *counts, int writable) {
+  for (int i = 0; i < count; i++)
+    if (get_buffer(objs[i], &views[i], what[i], itemsize, formats, counts[i], i < writable) < 0) {
+      release_buffers(i, views);
+      return -1;
+    }
+  return 0;
+}
+
+/* The main input of a float kernel: a C-contiguous float32 or float64 buffer of `ndim` axes.
+ * Returns its item size (4 or 8), or 0 with `message` as the ValueError and the buffer released. */
+static Py_ssize_t get_float_input(PyObject *obj, Py_buffer *view, int ndim, const char *message) {
+  if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
+  const char *fmt = view->format ? view->format : "B";
+  if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') fmt++;
+  if (view->ndim != ndim || strlen(fmt) != 1 || !strchr("fd", fmt[0]) || view->itemsize != (fmt[0] == 'f' ? 4 : 8)) {
+    PyErr_SetString(PyExc_ValueError, message);
+    PyBuffer_Release(view);
+    return 0;
+  }
+  return view->itemsize;
+}
+
+/* get_float_input's x, then y: writable, of x's item type, any shape. Returns the item size, or 0
+ * with the error set and neither held. */
+static Py_ssize_t get_float_input_output(PyObject *o_x, PyObject *o_y, Py_buffer *bx, Py_buffer *by, int ndim,
+                                         const char *message) {
+  Py_ssize_t size = get_float_input(o_x, bx, ndim, message);
+  if (!size) return 0;
+  if (get_buffer(o_y, by, "y", size, size == 4 ? "f" : "d", -1, 1) < 0) {
+    PyBuffer_Release(bx);
+    return 0;
+  }
+  return size;
+}
+
 static void forest_dealloc(Forest *self) {
   PyMem_Free(self->node);
   PyMem_Free(self->root);
@@ -1044,6 +1087,12 @@ done:
  * v min(max(p0 v + p1, 0), 1), each operation rounded in T as fused.py's numpy hard_swish does
  * (by hard_swish_float/double, defined above). */
 enum { DC_NONE = 0, DC_CLAMP = 1, DC_HARD_SWISH = 2 };
+/* 1 where act is one of the above, else 0 with "KERNEL: act must be ..." as the ValueError */
+static int conv_act_ok(int act, const char *kernel) {
+  if (act >= DC_NONE && act <= DC_HARD_SWISH) return 1;
+  PyErr_Format(PyExc_ValueError, "%s: act must be 0 (none), 1 (clamp) or 2 (hard swish)", kernel);
+  return 0;
+}
 #define DC_STORE(T, d, a, n, act, p0, p1)                                                                   \
   do {                                                                                                      \
     T *RESTRICT d_ = (d);                                                                                   \
@@ -1331,24 +1380,17 @@ static PyObject *direct_conv(PyObject *module, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)n|idd", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &group,
                         &act, &p0, &p1))
     return NULL;
-  if (act < DC_NONE || act > DC_HARD_SWISH) {
-    PyErr_SetString(PyExc_ValueError, "direct_conv: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
-    return NULL;
-  }
+  if (!conv_act_ok(act, "direct_conv")) return NULL;
   Py_buffer bx, bw, bb, by;
   int held = 0;
   PyObject *result = NULL;
   void *scratch = NULL;
   Py_ssize_t *tap = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 4,
+                                    "direct_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   held = 1;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "direct_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
-    goto done;
-  }
-  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
+  Py_ssize_t n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
   const char *fmt = size == 4 ? "f" : "d";
   if (get_buffer(o_w, &bw, "w", size, fmt, -1, 0) < 0) goto done;
   held = 2;
@@ -1528,24 +1570,17 @@ static PyObject *depthwise_channels(PyObject *module, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OOOO(nn)(nn)(nn)|idd", &o_x, &o_w, &o_b, &o_y, &sh, &sw, &pt, &pl, &dh, &dw, &act,
                         &p0, &p1))
     return NULL;
-  if (act < DC_NONE || act > DC_HARD_SWISH) {
-    PyErr_SetString(PyExc_ValueError, "depthwise_channels: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
-    return NULL;
-  }
+  if (!conv_act_ok(act, "depthwise_channels")) return NULL;
   Py_buffer bx, bw, bb, by;
   int held = 0;
   PyObject *result = NULL;
   void *scratch = NULL;
   Py_ssize_t *tap = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 4,
+                                    "depthwise_channels: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   held = 1;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "depthwise_channels: x must be [N, C, H, W] float32 or float64, C-contiguous");
-    goto done;
-  }
-  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
+  Py_ssize_t n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
   const char *fmt = size == 4 ? "f" : "d";
   if (get_buffer(o_w, &bw, "w", size, fmt, -1, 0) < 0) goto done;
   held = 2;
@@ -1749,23 +1784,16 @@ static PyObject *depthwise_unit(PyObject *module, PyObject *args) {
   int act = DC_NONE;
   double p0 = 0, p1 = 0;
   if (!PyArg_ParseTuple(args, "OOOO(nn)|idd", &o_x, &o_w, &o_b, &o_y, &pt, &pl, &act, &p0, &p1)) return NULL;
-  if (act < DC_NONE || act > DC_HARD_SWISH) {
-    PyErr_SetString(PyExc_ValueError, "depthwise_unit: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
-    return NULL;
-  }
+  if (!conv_act_ok(act, "depthwise_unit")) return NULL;
   Py_buffer bx, bw, bb, by;
   int held = 0;
   PyObject *result = NULL;
   void *scratch = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 4,
+                                    "depthwise_unit: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   held = 1;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "depthwise_unit: x must be [N, C, H, W] float32 or float64, C-contiguous");
-    goto done;
-  }
-  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
+  Py_ssize_t n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
   const char *fmt = size == 4 ? "f" : "d";
   if (get_buffer(o_w, &bw, "w", size, fmt, -1, 0) < 0) goto done;
   held = 2;
@@ -2048,22 +2076,15 @@ static PyObject *pointwise_conv(PyObject *module, PyObject *args) {
   double p0 = 0, p1 = 0;
   (void)module;
   if (!PyArg_ParseTuple(args, "OOOOO|idd", &o_w, &o_x, &o_b, &o_z, &o_y, &act, &p0, &p1)) return NULL;
-  if (act < DC_NONE || act > DC_HARD_SWISH) {
-    PyErr_SetString(PyExc_ValueError, "pointwise_conv: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
-    return NULL;
-  }
+  if (!conv_act_ok(act, "pointwise_conv")) return NULL;
   Py_buffer bx, bw, bb, bz, by;
   int held = 0, has_b = 0, has_z = 0;
   PyObject *result = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 3,
+                                    "pointwise_conv: x must be [N, K, P] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   held = 1;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 3 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "pointwise_conv: x must be [N, K, P] float32 or float64, C-contiguous");
-    goto done;
-  }
-  Py_ssize_t size = bx.itemsize, n = bx.shape[0], k = bx.shape[1], p = bx.shape[2];
+  Py_ssize_t n = bx.shape[0], k = bx.shape[1], p = bx.shape[2];
   const char *fmt = size == 4 ? "f" : "d";
   if (get_buffer(o_w, &bw, "wt", size, fmt, -1, 0) < 0) goto done;
   held = 2;
@@ -2157,10 +2178,7 @@ static PyObject *small_conv(PyObject *module, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OOOOO(nn)(nn)(nn)|idd", &o_w, &o_x, &o_b, &o_z, &o_y, &sh, &sw, &top, &left, &kh,
                         &kw, &act, &p0, &p1))
     return NULL;
-  if (act < DC_NONE || act > DC_HARD_SWISH) {
-    PyErr_SetString(PyExc_ValueError, "small_conv: act must be 0 (none), 1 (clamp) or 2 (hard swish)");
-    return NULL;
-  }
+  if (!conv_act_ok(act, "small_conv")) return NULL;
   if (sh < 1 || sw < 1 || kh < 1 || kw < 1 || top < 0 || left < 0) {
     PyErr_SetString(PyExc_ValueError, "small_conv: strides and kernel must be positive, pads not negative");
     return NULL;
@@ -2168,15 +2186,11 @@ static PyObject *small_conv(PyObject *module, PyObject *args) {
   Py_buffer bx, bw, bb, bz, by;
   int held = 0, has_b = 0, has_z = 0;
   PyObject *result = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 4,
+                                    "small_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   held = 1;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 4 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "small_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
-    goto done;
-  }
-  Py_ssize_t size = bx.itemsize, n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], w = bx.shape[3];
+  Py_ssize_t n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], w = bx.shape[3];
   const char *fmt = size == 4 ? "f" : "d";
   if (get_buffer(o_w, &bw, "wt", size, fmt, -1, 0) < 0) goto done;
   held = 2;
@@ -2334,19 +2348,9 @@ static PyObject *max_pool_3d(PyObject *module, PyObject *args) {
   Py_buffer bx, by;
   PyObject *result = NULL;
   void *scratch = NULL;
-  if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-  const char *xf = bx.format ? bx.format : "B";
-  if (xf[0] == '<' || xf[0] == '=' || xf[0] == '@') xf++;
-  if (bx.ndim != 5 || strlen(xf) != 1 || !strchr("fd", xf[0]) || bx.itemsize != (xf[0] == 'f' ? 4 : 8)) {
-    PyErr_SetString(PyExc_ValueError, "max_pool_3d: x must be [N, C, D, H, W] float32 or float64, C-contiguous");
-    PyBuffer_Release(&bx);
-    return NULL;
-  }
-  Py_ssize_t size = bx.itemsize;
-  if (get_buffer(o_y, &by, "y", size, size == 4 ? "f" : "d", -1, 1) < 0) {
-    PyBuffer_Release(&bx);
-    return NULL;
-  }
+  Py_ssize_t size = get_float_input_output(o_x, o_y, &bx, &by, 5,
+                                           "max_pool_3d: x must be [N, C, D, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
   Py_ssize_t in[3] = {bx.shape[2], bx.shape[3], bx.shape[4]};
   if (by.ndim != 5 || by.shape[0] != bx.shape[0] || by.shape[1] != bx.shape[1]) {
     PyErr_SetString(PyExc_ValueError, "max_pool_3d: y must be [N, C, OD, OH, OW] of x's N and C");
@@ -2381,6 +2385,125 @@ done:
   return result;
 }
 /* ---- end of 3-D max pooling ---- */
+
+/* ---- 2-D max pooling (pooling.py's native_2d) ----
+ * One pass over each plane's output rows, every loop a contiguous one: the
+ * window's input rows reduced into a row buffer holding -inf over the padding on both sides (set
+ * once per call), then, for a strided pool, that buffer split into its sw column phases (phase p
+ * holds columns p, p + sw, ...), so each tap column of a row of outputs is a contiguous stretch of
+ * one phase where it would be a strided gather; then the maximum over the kw tap columns. The
+ * maxima use POOL_MAX2, a branchless select (NaN kept as numpy's maximum, so as the plain kernel)
+ * that compiles to two compares and a blend per vector (POOL_MAX's short-circuit || makes a branch
+ * per element). Taken for small planes only (pooling.py's condition, docs/cpu-ep.md): a row's loop
+ * is a partial vector and a scalar tail, cheaper than the gather plan's numpy calls but slower than
+ * max_pool_3d's whole-plane row passes on planes of 14 columns and more. Rows of padding alone give
+ * -inf, which the caller replaces. */
+#define POOL_MAX2(a, b) ((((a) > (b)) | ((a) != (a))) ? (a) : (b))
+#define MAX_POOL_2D(NAME, T)                                                                                 \
+  static VECTOR_CLONES void NAME(const T *RESTRICT x, T *RESTRICT y, T *RESTRICT rb, T *RESTRICT ph,         \
+                                 Py_ssize_t planes, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW,  \
+                                 Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt,    \
+                                 Py_ssize_t pl, Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t pw) {               \
+    T *RESTRICT in = rb + pl; /* the buffer's cells of the input's columns */                               \
+    for (Py_ssize_t p = 0; p < planes; p++) {                                                                \
+      const T *RESTRICT xp = x + p * H * W;                                                                  \
+      T *RESTRICT yp = y + p * OH * OW;                                                                      \
+      for (Py_ssize_t oy = 0; oy < OH; oy++) {                                                               \
+        /* the window's rows r0 + i dh, i in [i0, i1), that lie in the input */                              \
+        Py_ssize_t r0 = oy * sh - pt;                                                                        \
+        Py_ssize_t i0 = r0 >= 0 ? 0 : (-r0 + dh - 1) / dh;                                                   \
+        Py_ssize_t i1 = H - 1 - r0 >= 0 ? (H - 1 - r0) / dh + 1 : 0;                                         \
+        if (i1 > kh) i1 = kh;                                                                                \
+        if (i0 >= i1) {                                                                                      \
+          for (Py_ssize_t q = 0; q < W; q++) in[q] = -(T)INFINITY;                                           \
+        } else {                                                                                             \
+          const T *RESTRICT src = xp + (r0 + i0 * dh) * W;                                                   \
+          for (Py_ssize_t q = 0; q < W; q++) in[q] = src[q];                                                 \
+          for (Py_ssize_t i = i0 + 1; i < i1; i++) {                                                         \
+            src = xp + (r0 + i * dh) * W;                                                                    \
+            for (Py_ssize_t q = 0; q < W; q++) in[q] = POOL_MAX2(src[q], in[q]);                             \
+          }                                                                                                  \
+        }                                                                                                    \
+        const T *RESTRICT cells = rb;                                                                        \
+        if (sw > 1) {                                                                                        \
+          for (Py_ssize_t f = 0; f < sw; f++)                                                                \
+            for (Py_ssize_t q = 0; q < pw; q++) ph[f * pw + q] = rb[q * sw + f];                             \
+          cells = ph;                                                                                        \
+        }                                                                                                    \
+        /* tap j reads phase (j dw) % sw from its column (j dw) / sw on (one phase of pw when sw is 1) */    \
+        T *RESTRICT d = yp + oy * OW;                                                                        \
+        for (Py_ssize_t q = 0; q < OW; q++) d[q] = cells[q];                                                 \
+        for (Py_ssize_t j = 1; j < kw; j++) {                                                                \
+          const T *RESTRICT col = cells + ((j * dw) % sw) * pw + (j * dw) / sw;                              \
+          for (Py_ssize_t q = 0; q < OW; q++) d[q] = POOL_MAX2(col[q], d[q]);                                \
+        }                                                                                                    \
+      }                                                                                                      \
+    }                                                                                                        \
+  }
+MAX_POOL_2D(max_pool_2d_float, float)
+MAX_POOL_2D(max_pool_2d_double, double)
+
+/* max_pool_2d(x, y, kernel, strides, pads, dilations): y [N, C, OH, OW] (written) holds the maximum
+ * of each window of x [N, C, H, W], both float32 or both float64, C-contiguous; pads the leading
+ * ones (top, left), the trailing ones implied by y's size; taps in the padding are left out, and a
+ * window of padding alone gives -inf. */
+static PyObject *max_pool_2d(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_y;
+  Py_ssize_t kh, kw, sh, sw, pt, pl, dh, dw;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OO(nn)(nn)(nn)(nn)", &o_x, &o_y, &kh, &kw, &sh, &sw, &pt, &pl, &dh, &dw))
+    return NULL;
+  Py_buffer bx, by;
+  PyObject *result = NULL;
+  void *scratch = NULL;
+  Py_ssize_t size = get_float_input_output(o_x, o_y, &bx, &by, 4,
+                                           "max_pool_2d: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
+  Py_ssize_t h = bx.shape[2], w = bx.shape[3];
+  if (by.ndim != 4 || by.shape[0] != bx.shape[0] || by.shape[1] != bx.shape[1]) {
+    PyErr_SetString(PyExc_ValueError, "max_pool_2d: y must be [N, C, OH, OW] of x's N and C");
+    goto done;
+  }
+  Py_ssize_t oh = by.shape[2], ow = by.shape[3];
+  if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0 || oh < 1 || ow < 1 || h < 1 ||
+      w < 1) {
+    PyErr_SetString(PyExc_ValueError, "max_pool_2d: kernel, strides and dilations at least 1, pads at least 0, "
+                    "every axis of x and y at least 1 long");
+    goto done;
+  }
+  /* each phase's cells: the outputs' plus the farthest tap's offset; the row buffer: the phases'
+   * cells and the input row behind the left padding */
+  Py_ssize_t pw = ow + ((kw - 1) * dw) / sw, wb = pw * sw;
+  if (wb < pl + w) wb = pl + w;
+  scratch = PyMem_Malloc((size_t)(wb + (sw > 1 ? pw * sw : 0)) * (size_t)size);
+  if (!scratch) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t q = 0; q < wb; q++) { /* the padding's cells; the input's are written per row */
+    if (size == 4)
+      ((float *)scratch)[q] = -INFINITY;
+    else
+      ((double *)scratch)[q] = -INFINITY;
+  }
+  Py_ssize_t planes = bx.shape[0] * bx.shape[1];
+  PyThreadState *ts = planes * h * w > 16384 ? PyEval_SaveThread() : NULL;
+  if (size == 4)
+    max_pool_2d_float(bx.buf, by.buf, scratch, (float *)scratch + wb, planes, h, w, oh, ow, kh, kw, sh, sw, pt, pl,
+                      dh, dw, pw);
+  else
+    max_pool_2d_double(bx.buf, by.buf, scratch, (double *)scratch + wb, planes, h, w, oh, ow, kh, kw, sh, sw, pt,
+                       pl, dh, dw, pw);
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(scratch);
+  PyBuffer_Release(&by);
+  PyBuffer_Release(&bx);
+  return result;
+}
+/* ---- end of 2-D max pooling ---- */
 
 
 /* ---- quantization (quantize.py's QUANTIZE_PATHS) ----
@@ -3279,37 +3402,29 @@ static PyObject *grid_sample_linear(PyObject *module, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "grid_sample_linear: lengths must be positive, padding 0, 1 or 2");
     return NULL;
   }
-  Py_buffer bo, bx, bg;
+  Py_buffer buf[3]; /* out, x, grid */
   Py_ssize_t points = gh * gw;
-  if (get_buffer(o_out, &bo, "grid_sample_linear: out", 4, "f", n * c * points, 1) < 0) return NULL;
-  if (get_buffer(o_x, &bx, "grid_sample_linear: x", 4, "f", n * c * h * w, 0) < 0) {
-    PyBuffer_Release(&bo);
+  if (get_buffers(3, buf, (PyObject *[]){o_out, o_x, o_grid},
+                  (const char *[]){"grid_sample_linear: out", "grid_sample_linear: x", "grid_sample_linear: grid"}, 4,
+                  "f", (Py_ssize_t[]){n * c * points, n * c * h * w, n * points * 2}, 1) < 0)
     return NULL;
-  }
-  if (get_buffer(o_grid, &bg, "grid_sample_linear: grid", 4, "f", n * points * 2, 0) < 0) {
-    PyBuffer_Release(&bo);
-    PyBuffer_Release(&bx);
-    return NULL;
-  }
   Py_ssize_t *idx = PyMem_Malloc((size_t)(4 * points + 1) * sizeof(Py_ssize_t));
   float *wt = PyMem_Malloc((size_t)(4 * points + 1) * sizeof(float));
   int done = 1;
   if (idx && wt) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t b = 0; b < n && done; b++) {
-      done = grid_corners((const float *)bg.buf + b * points * 2, points, h, w, align, padding, idx, wt);
+      done = grid_corners((const float *)buf[2].buf + b * points * 2, points, h, w, align, padding, idx, wt);
       for (Py_ssize_t ch = 0; ch < c && done; ch++)
-        grid_plane((float *)bo.buf + (b * c + ch) * points, (const float *)bx.buf + (b * c + ch) * h * w, points, idx,
-                   wt);
+        grid_plane((float *)buf[0].buf + (b * c + ch) * points, (const float *)buf[1].buf + (b * c + ch) * h * w, points,
+                   idx, wt);
     }
     Py_END_ALLOW_THREADS
   }
   int failed = !idx || !wt;
   PyMem_Free(idx);
   PyMem_Free(wt);
-  PyBuffer_Release(&bo);
-  PyBuffer_Release(&bx);
-  PyBuffer_Release(&bg);
+  release_buffers(3, buf);
   if (failed) return PyErr_NoMemory();
   return PyBool_FromLong(done);
 }
@@ -3635,6 +3750,10 @@ static PyMethodDef module_methods[] = {
      "small_conv(wt, x, b, z, y, strides, pads, kernel[, act, p0, p1]): an ungrouped convolution of x [N, C, H, W] "
      "into y [N, M, OH, OW] (dilation 1) by im2col into a stack buffer and pointwise_conv's product with its "
      "transposed weights wt [C KH KW, MP]; pads (top, left); act as direct_conv's."},
+    {"max_pool_2d", max_pool_2d, METH_VARARGS,
+     "max_pool_2d(x, y, kernel, strides, pads, dilations): each window's maximum of x [N, C, H, W] into y [N, C, "
+     "OH, OW] (float32 or float64), each output row's window rows through a row buffer, then its column phases; "
+     "pads the leading ones, a window of padding alone gives -inf."},
     {"max_pool_3d", max_pool_3d, METH_VARARGS,
      "max_pool_3d(x, y, kernel, strides, pads, dilations): each window's maximum of x [N, C, D, H, W] into y "
      "[N, C, OD, OH, OW] (float32 or float64), one axis at a time; pads the leading ones, a window of padding "

@@ -3,7 +3,8 @@ time: over strided slices of the input for strided pools (their unpadded first a
 flattened input), over the flattened padded input for unit-stride ones (``ceil_mode`` as extra end padding that never counts); MaxPool's Indices by
 tracking the winning tap over a padded copy; GlobalAveragePool/GlobalMaxPool as reductions.
 2-D AveragePool of small planes, or padded and strided, as matrix products (``_AverageProducts``);
-3-D MaxPool without Indices in C where built (``MAX_POOL_PATHS``).
+MaxPool without Indices in C where built (``MAX_POOL_PATHS``: 3-D, 1-D/2-D lifted to 3-D,
+2-D over small planes).
 Column-major Indices (``storage_order=1``) are delegated to onnx.reference."""
 
 from __future__ import annotations
@@ -211,6 +212,19 @@ MAX_POOL_NATIVE_LIFTED = MAX_POOL_PATHS.add(
                      "NATIVE_LIFTED_MIN_PLANE inputs, _native built and ONNXHAL_NATIVE_KERNELS not 0, ahead of "
                      "the gather plan: native_3d's C passes over the input viewed with leading spatial axes of 1 "
                      "(a window of 1 there)")
+MAX_POOL_NATIVE_2D = MAX_POOL_PATHS.add(
+    "native_2d", "2-D (4-D input), float32 or float64, no Indices output, planes of fewer than "
+                 "NATIVE_LIFTED_MIN_PLANE inputs (where native_lifted leaves them to the gather plan), "
+                 "_native.max_pool_2d built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_2D_ENABLED: each output "
+                 "row's window rows reduced into a row buffer padded with -inf, then its columns, per column "
+                 "phase for strided pools, in one C call for all planes")
+#: The switch of ``MAX_POOL_NATIVE_2D`` (read at each run): False leaves its pools to the gather plan
+#: (tests/test_max_pool_2d.py compares them; benchmarks/switch_ab.py measures it). Per pool, one thread,
+#: CPU time, alternating (load 5.3): googlenet's 24x4x4 3x3/1 6.7 -> 4.4 us, 64x2x2 5.9 -> 4.4,
+#: 104x1x1 4.7 -> 3.4, squeezenet's 64x3x3 3x3/2 9.9 -> 3.6, vgg's 64x4x4 2x2/2 3.8 -> 4.3. On larger
+#: planes its per-row loops (a row buffer of W, OW outputs) are too short to vectorise well and it lost
+#: to native_lifted's whole-plane passes (832x14x14 3x3/2: 290 against 882 us), so it is not taken there.
+NATIVE_2D_ENABLED = True
 #: Below this many inputs a plane, the C passes' per-plane setup costs more than the gather plan's one
 #: take (2x2/2 over 64 planes of 4x4: 7.9 against 3.7 us; 3x3/2 over 24 planes of 8x8: 4.8 against 5.7).
 NATIVE_LIFTED_MIN_PLANE = 64
@@ -237,6 +251,7 @@ class MaxPool(_Pool):
         # the C passes run every axis of a plane while it is in cache, where numpy's passes run one
         # whole-array pass per tap and axis (each a slice and a loop call)
         self._native = native_module()
+        self._native_2d = getattr(self._native, "max_pool_2d", None)  # an older build lacks it
         self.last_path = ""  #: the path the last compute took (tests and benchmarks read it)
         if self.with_indices and node.attr("storage_order", 0):
             from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
@@ -247,6 +262,13 @@ class MaxPool(_Pool):
         if self.ref is not None:
             return self.ref.compute(inputs)
         x = inputs[0]
+        if (x.ndim == 4 and NATIVE_2D_ENABLED and self._native is not None and self._native_2d is not None
+                and not self.with_indices and x.size
+                and x.dtype in (np.float32, np.float64) and x.shape[2] * x.shape[3] < NATIVE_LIFTED_MIN_PLANE):
+            y = self._native_pool(x, self._native_2d)
+            if y is not None:
+                self.last_path = MAX_POOL_NATIVE_2D
+                return [y]
         if (self._native is not None and not self.with_indices and x.size and x.dtype in (np.float32, np.float64)
                 and (x.ndim == 5 or x.ndim in (3, 4) and x.size >= NATIVE_LIFTED_MIN_PLANE * x.shape[0] * x.shape[1])):
             y = self._native_3d(x)
@@ -296,6 +318,20 @@ class MaxPool(_Pool):
         lift = (1,) * (5 - x.ndim)  # a 1-D or 2-D pool is a 3-D one over spatial axes of 1
         self._native.max_pool_3d(np.ascontiguousarray(x).reshape(x.shape[:2] + lift + x.shape[2:]),
                                  y.reshape(out_shape[:2] + lift + out_shape[2:]), *args)
+        if empty is not None:
+            y[empty] = np.finfo(x.dtype).min
+        return y
+
+    def _native_pool(self, x: np.ndarray, pool) -> np.ndarray | None:
+        """``_native.max_pool_2d``'s maxima of a 4-D ``x`` (geometry as ``_native_3d``'s, less
+        the lifted axis), with onnxruntime's -FLT_MAX in windows of padding alone; None when the
+        pool has no output."""
+        plan = per_shape(self._native_plans, x.shape, lambda: self._native_plan(x.shape))
+        if not plan:
+            return None
+        out_shape, args, empty = plan
+        y = np.empty(out_shape, x.dtype)
+        pool(np.ascontiguousarray(x), y, *(a[1:] for a in args))
         if empty is not None:
             y[empty] = np.finfo(x.dtype).min
         return y

@@ -49,12 +49,14 @@ def _load_both(monkeypatch, model) -> tuple[dict, dict, int, int]:
     return found[0], found[1], passes[0], passes[1]
 
 
-def _long_chain_then_scaler(tail_op: str = "Relu", chain: int = 20, **attrs) -> onnx.ModelProto:
-    """X [N, 4] -> ``chain`` Relus -> Scaler (onnx gives it no shape) -> ``tail_op``: a large graph
-    whose ML node reads an inferred value, so its output's shape is filled in after the first pass."""
+def _long_chain_then_scaler(tail_op: str = "Relu", chain: int = 40, tail: int = 1, **attrs) -> onnx.ModelProto:
+    """X [N, 4] -> ``chain`` Relus -> Scaler (onnx gives it no shape) -> ``tail`` ``tail_op`` nodes: a
+    large graph whose ML node reads an inferred value, so its output's shape is filled in after the
+    first pass."""
     nodes = [helper.make_node("Relu", ["X" if i == 0 else f"r{i - 1}"], [f"r{i}"]) for i in range(chain)]
     nodes.append(helper.make_node("Scaler", [f"r{chain - 1}"], ["s"], domain=ML, offset=[0.5] * 4, scale=[2.0] * 4))
-    nodes.append(helper.make_node(tail_op, ["s"], ["y"], **attrs))
+    nodes += [helper.make_node(tail_op, ["s" if i == 0 else f"t{i - 1}"], ["y" if i == tail - 1 else f"t{i}"], **attrs)
+              for i in range(tail)]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", F, ["N", 4])],
                               [helper.make_empty_tensor_value_info("y")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
@@ -78,8 +80,9 @@ def test_a_shape_the_tail_refuses_falls_back_to_the_whole_pass(monkeypatch):
     assert on == off
 
 
-def test_a_tail_too_large_for_the_graph_runs_the_whole_pass(monkeypatch):
-    off, on, passes_off, passes_on = _load_both(monkeypatch, _long_chain_then_scaler(chain=3))
+@pytest.mark.parametrize("chain, tail", [(40, 10), (3, 1)])
+def test_a_tail_too_large_for_the_graph_or_a_small_graph_runs_the_whole_pass(monkeypatch, chain, tail):
+    off, on, passes_off, passes_on = _load_both(monkeypatch, _long_chain_then_scaler(chain=chain, tail=tail))
     assert passes_on == passes_off == 2
     assert on == off
 

@@ -178,6 +178,9 @@ INFER_DOWNSTREAM = True
 #: (skh_columns: 16 nodes one by one 0.86 ms, its whole pass of 30 nodes 0.16 ms): a round infers
 #: node by node only where at most this fraction of the graph may read what it typed
 _PASS_PER_NODE = 10
+#: below this many nodes a whole pass costs little more than the walk that bounds the tail (each
+#: read of a node's names decodes them: about 2 us a node; skh_tfidf's 11 nodes 27 us a round)
+_MIN_NODES = 32
 #: type-only operators that still make data from a type (their output's values are its shape):
 #: data propagation would carry a new shape on, which a node-by-node inference cannot
 _SHAPE_READERS = frozenset({"Shape", "Size"})
@@ -226,23 +229,27 @@ def _infer_downstream(model: onnx.ModelProto, changed: list[tuple[onnx.ValueInfo
     inference reads its inputs' types alone where it is ``guarded_inference.VALUE_BLIND`` (and
     not Shape or Size, whose data propagation would carry the new shape on). Returns False, the
     model unchanged, where that does not hold of every such node (or the graph holds subgraphs, or
-    is not in topological order, or a node's inference fails or contradicts a type it has): the
-    caller then runs the whole pass, whose result and errors stay the reference."""
+    is not in topological order or is reshaped for the pass, or is small, or a node's inference
+    fails or contradicts a type it has): the caller then runs the whole pass, whose result and
+    errors stay the reference."""
     g = model.graph
-    if len(scan.graphs) != 1 or any(scan.reshaped):  # the whole pass infers a reshaped stub
+    if len(scan.graphs) != 1 or any(scan.reshaped) or len(g.node) < _MIN_NODES:
         return False
     typed = {info.name for info, _ in changed}
     # every node that may read what this round changes, and what they read in turn: an upper bound
-    # of the nodes to infer, known before any is inferred
+    # of the nodes to infer, known before any is inferred (the walk stops once past the bound:
+    # each read of a node's names decodes them anew)
+    nodes = list(g.node)
+    most = len(nodes) // _PASS_PER_NODE
     reach, cascade = set(typed), []
-    for node in g.node:
+    for node in nodes:
         if any(i in reach for i in node.input):
+            if len(cascade) == most:
+                return False
             cascade.append(node)
             reach.update(node.output)
     if not cascade:
         return True
-    if len(cascade) * _PASS_PER_NODE > len(g.node):
-        return False
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     types: dict[str, onnx.TypeProto] = {v.name: v.type for v in (*g.input, *g.value_info, *g.output)
                                         if v.type.WhichOneof("value") is not None}

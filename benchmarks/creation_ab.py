@@ -26,7 +26,8 @@ sys.path.insert(0, HERE)
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--switch", required=True, help="MODULE.NAME under onnxhal.runtime.providers.cpu.kernels")
+    p.add_argument("--switch", required=True, help="MODULE.NAME under onnxhal.runtime.providers.cpu.kernels, or a full "
+                   "onnxhal.PACKAGE.MODULE.NAME (onnxhal.runtime.loader.ml_shapes.INFER_DOWNSTREAM)")
     p.add_argument("--models", required=True, help="comma-separated corpus names or shell patterns")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--threads", type=int, default=2)
@@ -39,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     from onnxhal.stored_outputs import read_signatures
 
     module_name, _, name = args.switch.rpartition(".")
-    module = importlib.import_module(f"onnxhal.runtime.providers.cpu.kernels.{module_name}")
+    full = module_name if module_name.startswith("onnxhal.") else f"onnxhal.runtime.providers.cpu.kernels.{module_name}"
+    module = importlib.import_module(full)
     if not hasattr(module, name):
         p.error(f"--switch {args.switch}: {module.__name__} has no {name!r}")
     original = getattr(module, name)

@@ -42,3 +42,15 @@ def test_an_unknown_switch_is_refused_by_name(creation_ab, capsys):
     with pytest.raises(SystemExit):
         creation_ab.main(["--switch", "ml_trees.NO_SUCH_SWITCH", "--models", "sk_tree"])
     assert "NO_SUCH_SWITCH" in capsys.readouterr().err
+
+
+def test_a_full_onnxhal_path_names_a_switch_outside_the_kernels(creation_ab, capsys):
+    from onnxhal.runtime.loader import ml_shapes
+
+    assert creation_ab.main(["--switch", "onnxhal.runtime.loader.ml_shapes.INFER_DOWNSTREAM",
+                             "--models", "sk_onehot", "--rounds", "1"]) == 0
+    assert any(line.startswith("sk_onehot ") for line in capsys.readouterr().out.splitlines())
+    assert ml_shapes.INFER_DOWNSTREAM is True  # restored
+    with pytest.raises(SystemExit):
+        creation_ab.main(["--switch", "onnxhal.runtime.loader.ml_shapes.NO_SUCH_SWITCH", "--models", "sk_onehot"])
+    assert "NO_SUCH_SWITCH" in capsys.readouterr().err

@@ -46,7 +46,7 @@ def test_a_gather_over_a_long_int64_table_loads_and_matches_onnxruntime():
 def test_inference_that_fails_on_the_stub_is_tried_with_all_the_data_before_refusing(monkeypatch):
     """Were some other value read by inference emptied in the stub (every large initializer
     emptied here), the model is inferred again with its data before it is refused."""
-    monkeypatch.setattr(guarded_inference, "_stubbed",
+    monkeypatch.setattr(guarded_inference, "stubbed",
                         lambda t: guarded_inference._elements(t) > guarded_inference.STUB_MIN_ELEMENTS)
     inferred, _, error = guarded_inference.infer(table_model())
     assert error == "" and inferred is not None

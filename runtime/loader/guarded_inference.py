@@ -10,9 +10,9 @@ onnx's C++ inference cannot be interrupted and has no bounds checks in places, s
   LayerNormalization (one with a negative axis, or with its first output alone, is safe) and no
   node data propagation would visit (a tree ensemble, a linear model):
   it would find nothing there; and where no node's inference may read a value data propagation
-  computes (every node reads its inputs' types and shapes only, ``_VALUE_BLIND``: a CNN of
+  computes (every node reads its inputs' types and shapes only, ``VALUE_BLIND``: a CNN of
   convolutions, pools and elementwise ops; or the others read the outputs of propagating nodes only
-  as data, ``_DATA_FIRST``: a Shape-Gather-Add chain into a Reshape's data, a Cast before a
+  as data, ``DATA_FIRST``: a Shape-Gather-Add chain into a Reshape's data, a Cast before a
   ZipMap), where the real pass runs without data propagation, which could find nothing either;
 - an unsafe LayerNormalization's ``axis`` checked against the rank that pass found;
 - the real pass, strict first as onnxruntime refuses what strict inference rejects. Data
@@ -307,7 +307,7 @@ def _elements(t: onnx.TensorProto) -> int:
     return n
 
 
-def _stubbed(t: onnx.TensorProto) -> bool:
+def stubbed(t: onnx.TensorProto) -> bool:
     """Whether ``_weightless`` leaves ``t`` without its data."""
     return (_elements(t) > STUB_MIN_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL
             and not (t.data_type in _DATA_PROP_TYPES and len(t.dims) <= 1))
@@ -365,13 +365,13 @@ def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
 def _weightless(proto: onnx.ModelProto, strip: bool = True, reshaped: tuple[bool, bool, bool] | None = None,
                 graphs: list[onnx.GraphProto] | None = None) -> onnx.ModelProto:
     """A copy of the model whose large initializers keep their types and dims but no data (unless
-    not ``strip``; ``_stubbed`` says which), whose
+    not ``strip``; ``stubbed`` says which), whose
     nodes and opset imports in domain "ai.onnx" say "" (onnx's inference finds no opset for
     "ai.onnx" and infers nothing for such a node; onnxruntime takes both names as one), and whose IR
     version is at least 4, as onnxruntime type-checks such a model's nodes too, and whose nodes are
     in topological order."""
     graphs = [g for g, _ in walk_graphs(proto.graph)] if graphs is None else graphs
-    big = strip and any(_stubbed(t) for g in graphs for t in g.initializer)
+    big = strip and any(stubbed(t) for g in graphs for t in g.initializer)
     reshaped = _reshaped(proto, graphs) if reshaped is None else reshaped  # (``infer`` knows it already)
     spelled, old_ir, unsorted = reshaped
     if not big and not any(reshaped):
@@ -391,7 +391,7 @@ def _weightless(proto: onnx.ModelProto, strip: bool = True, reshaped: tuple[bool
     for g, _ in walk_graphs(stub.graph):
         if big:
             for t in g.initializer:
-                if _stubbed(t):
+                if stubbed(t):
                     for f in _DATA_FIELDS:
                         t.ClearField(f)
         if spelled:  # the copy's nodes are read (made) only where one needs renaming
@@ -489,7 +489,7 @@ def _infer_values(stub: bytes, target: onnx.ModelProto, data_prop: bool) -> None
 
 def _stripped(stub: onnx.ModelProto) -> bool:
     """Whether ``_weightless`` emptied an initializer of ``stub`` (it keeps the dims, drops the data)."""
-    return any(_stubbed(t) and not any(len(getattr(t, f)) for f in _DATA_FIELDS)
+    return any(stubbed(t) and not any(len(getattr(t, f)) for f in _DATA_FIELDS)
                for g, _ in walk_graphs(stub.graph) for t in g.initializer)
 
 
@@ -531,7 +531,7 @@ def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto, stub: onnx.
     for g_inf, g in _graph_pairs(inferred.graph, proto.graph):
         full = {t.name: t for t in g.initializer}
         for t in g_inf.initializer:
-            if t.name in full and _stubbed(t):
+            if t.name in full and stubbed(t):
                 t.CopyFrom(full[t.name])
     return inferred
 
@@ -574,21 +574,21 @@ class NodeScan:
     norms: list[tuple[onnx.NodeProto, str]]  # the LayerNormalization nodes, with where they are
     propagating: bool  # a node data propagation may visit (``may_propagate``)
     reads: set[str]  # the values such nodes read
-    shape_data_read: bool  # a node's inference may read what data propagation computes (``_DATA_FIRST``)
+    shape_data_read: bool  # a node's inference may read what data propagation computes (``DATA_FIRST``)
     reshaped: tuple[bool, bool, bool]  # as ``_reshaped``
 
 
 def _node_kind(op: str, raw_domain: str, opset: dict[str, int]) -> tuple[str, bool, bool, bool, bool, int]:
     """What ``scan_nodes`` reads of a node of this op type and domain: (its domain, "ai.onnx" as "";
     whether it may hold a graph; whether it is a LayerNormalization; whether data propagation may
-    visit it; whether it is also inferred through its body and not ``_VALUE_BLIND``; from which input
+    visit it; whether it is also inferred through its body and not ``VALUE_BLIND``; from which input
     on its inference may read values, -1 for none)."""
     domain = "" if raw_domain == "ai.onnx" else raw_domain
     version = opset.get(domain, 0)
-    blind = op in _VALUE_BLIND if not domain else domain == ML_DOMAIN
+    blind = op in VALUE_BLIND if not domain else domain == ML_DOMAIN
     propagates = may_propagate(op, domain, version)
     via_body = propagates and not blind and _inferred_through_body(op, domain, version)
-    values_from = -1 if blind else 1 if not domain and op in _DATA_FIRST else 0
+    values_from = -1 if blind else 1 if not domain and op in DATA_FIRST else 0
     return (domain, op in _GRAPH_HOLDERS or domain not in STANDARD_DOMAINS, op == "LayerNormalization" and not domain,
             propagates, via_body, values_from)
 
@@ -599,7 +599,7 @@ def scan_nodes(proto: onnx.ModelProto) -> NodeScan:
     propagating = False
     carriers: set[str] = set()  # outputs of nodes data propagation may visit: what may hold its values
     values_read: set[str] = set()  # the inputs of nodes whose inference may read such a value, less data inputs
-    through_body = False  # a node inferred through its function body, other than a ``_VALUE_BLIND`` one
+    through_body = False  # a node inferred through its function body, other than a ``VALUE_BLIND`` one
     spelled = any(o.domain == "ai.onnx" for o in proto.opset_import)
     unsorted = False
     # what each (op type, domain) is to the scan, worked out once per scan: a model repeats a few
@@ -649,8 +649,8 @@ ML_DOMAIN = "ai.onnx.ml"
 #: (onnx/defs/shape_inference.cc ``getShapeInput``), which its operators call for
 #: ConstantOfShape's input 0, Expand's and Reshape's input 1, AffineGrid's input 1 and Resize's
 #: sizes (onnx commit f7546912, onnx/defs/{generator,math,tensor}); the operators here and in
-#: ``_VALUE_BLIND`` are a narrower set that holds whatever the onnx version.
-_DATA_FIRST = frozenset({
+#: ``VALUE_BLIND`` are a narrower set that holds whatever the onnx version.
+DATA_FIRST = frozenset({
     "Reshape", "Expand", "Tile", "Slice", "Pad", "Squeeze", "Unsqueeze", "Resize", "Split", "TopK", "ArgMax",
     "ArgMin", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
@@ -662,7 +662,7 @@ _DATA_FIRST = frozenset({
 #: from 18 are read as values: none of those is here). In a model of these alone, what data
 #: propagation computes (Shape, Gather, Add on shape values) reaches no node that would read it, so
 #: inference with it and without it give the same types and shapes.
-_VALUE_BLIND = frozenset({
+VALUE_BLIND = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log", "Floor", "Ceil",
     "Round", "Sign", "Erf", "Sin", "Cos", "Tanh", "Sigmoid", "Relu", "LeakyRelu", "PRelu", "Elu", "Selu",
     "Celu", "Softplus", "Softsign", "HardSigmoid", "HardSwish", "Mish", "Gelu", "ThresholdedRelu", "Clip",
@@ -758,7 +758,7 @@ def infer(proto: onnx.ModelProto, owned: bool = False, scan: NodeScan | None = N
         if not _stripped(stub):
             return None, data_prop, ""
     # The stub's missing data may be what failed (a value some inference function reads that
-    # _stubbed does not foresee): only the model with all its data may be refused.
+    # stubbed does not foresee): only the model with all its data may be refused.
     full = _weightless(proto, strip=False)
     try:
         return onnx.shape_inference.infer_shapes(full, check_type=True, strict_mode=True, data_prop=data_prop), \

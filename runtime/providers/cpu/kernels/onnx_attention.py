@@ -45,6 +45,7 @@ class Attention(Kernel):
         self.node, self.ctx = node, ctx
         self.scale = node.attr("scale", None)
         self.causal = bool(node.attr("is_causal", 0))
+        self._causal: dict[tuple, np.ndarray] = {}
         self.q_heads = int(node.attr("q_num_heads", 0))
         self.kv_heads = int(node.attr("kv_num_heads", 0))
         self.softcap = float(node.attr("softcap", 0.0))
@@ -96,10 +97,12 @@ class Attention(Kernel):
         if self.precision is not None and scores.dtype != self.precision:
             scores = scores.astype(self.precision)
         probs = softmax_last_axis(np.ascontiguousarray(scores))
-        if bias is not None:
-            dead = np.isneginf(np.max(bias, axis=-1, keepdims=True))
-            if dead.any():  # every key masked: zeros, not the NaN of exp(-inf - -inf)
-                probs = np.where(dead, probs.dtype.type(0), probs)
+        # a row with every key masked softmaxes to NaN (exp(-inf - -inf)); the specification gives
+        # it zeros. Looked for only where a NaN came out: one pass, where the bias's row maxima
+        # cost a reduction on every run.
+        if bias is not None and np.isnan(probs).any():
+            dead = np.maximum.reduce(bias, axis=-1, keepdims=True) == -np.inf
+            probs = np.where(dead, probs.dtype.type(0), probs)
         probs = probs.astype(q.dtype, copy=False)
         out = np.matmul(probs.reshape(b, kvh, rep, s, t), v4[:, :, None]).reshape(b, h, s, v4.shape[3])
         if three_d:
@@ -127,8 +130,13 @@ class Attention(Kernel):
                 pad = [(0, 0)] * (bias.ndim - 1) + [(0, t - mask.shape[-1])]
                 bias = np.pad(bias, pad, constant_values=-np.inf)
         if self.causal:
-            allowed = np.arange(t)[None, :] <= np.arange(s)[:, None] + offset
-            causal = np.where(allowed, dtype.type(0), dtype.type(-np.inf))
+            key = (s, t, offset, dtype)
+            causal = self._causal.get(key)
+            if causal is None:  # one per shape: built once, read-only after (threads share it)
+                allowed = np.arange(t)[None, :] <= np.arange(s)[:, None] + offset
+                causal = np.where(allowed, dtype.type(0), dtype.type(-np.inf))
+                causal.flags.writeable = False
+                self._causal[key] = causal
             bias = causal if bias is None else bias + causal
         return bias
 

@@ -92,16 +92,22 @@ class Attention(Kernel):
             cap = scores.dtype.type(self.softcap)
             scores = np.tanh(scores / cap) * cap
         bias = self._bias(mask, s, t, 0 if past_k is None else past_k.shape[2], q.dtype)
+        dead = None
         if bias is not None:
+            # a row with every key masked (left padding's first queries) softmaxes to NaN, which
+            # sends the whole softmax to its slow canonical form; the specification gives it zeros:
+            # such rows get a bias of 0 here and zeros after. Found on the bias, which broadcasts
+            # over the heads (one reduction of [B, 1, S, T]).
+            dead = np.maximum.reduce(bias, axis=-1, keepdims=True) == -np.inf
+            if dead.any():
+                bias = np.where(dead, bias.dtype.type(0), bias)
+            else:
+                dead = None
             scores = scores + bias
         if self.precision is not None and scores.dtype != self.precision:
             scores = scores.astype(self.precision)
         probs = softmax_last_axis(np.ascontiguousarray(scores))
-        # a row with every key masked softmaxes to NaN (exp(-inf - -inf)); the specification gives
-        # it zeros. Looked for only where a NaN came out: one pass, where the bias's row maxima
-        # cost a reduction on every run.
-        if bias is not None and np.isnan(probs).any():
-            dead = np.maximum.reduce(bias, axis=-1, keepdims=True) == -np.inf
+        if dead is not None:
             probs = np.where(dead, probs.dtype.type(0), probs)
         probs = probs.astype(q.dtype, copy=False)
         out = np.matmul(probs.reshape(b, kvh, rep, s, t), v4[:, :, None]).reshape(b, h, s, v4.shape[3])

@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: Model-name prefixes of the producers other than torch.onnx and skl2onnx (the corpus's first
 #: exporters, on whose models the CPU EP was tuned), and of the models kept out of all tuning.
 NEW_PRODUCERS = ("tf2onnx_", "paddle_", "lgbm_", "xgb_", "catboost_", "hb_", "yolov8")
-UNTUNED = ("tv_", "hf_", "skh_", "pt_", "osc_", "omt_", "jx_", "spx_", "tm_", "opt_")
+UNTUNED = ("tv_", "hf_", "skh_", "pt_", "osc_", "omt_", "jx_", "spx_", "tm_", "opt_", "df_")
 
 
 def producer_group(model: str) -> str:

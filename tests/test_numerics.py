@@ -40,7 +40,16 @@ def _softmax_inputs() -> list[np.ndarray]:
         np.array([[-90.0, -91.0, -92.0]], np.float32),  # a few classes whose sum is under e^-60
         np.full((1, 8), 3.0e-45, np.float32),  # subnormals
     ]
-    return out + edge
+    # rows of 64 and more: softmax_native's vectorized row helpers (its 8-lane sums, their tails)
+    wide = [(rng.standard_normal(shape) * scale).astype(np.float32)
+            for shape in [(3, 64), (2, 71), (4, 256), (2, 1000)] for scale in (1.0, 10.0)]
+    masked = (rng.standard_normal((4, 256)) * 3).astype(np.float32)
+    masked[::2, 100:] = -np.inf  # attention's masked keys
+    bad = rng.standard_normal((3, 200)).astype(np.float32)
+    bad[1, 150], bad[2, 7] = np.nan, np.inf
+    dead = rng.standard_normal((2, 96)).astype(np.float32)
+    dead[1] = -np.inf  # a row of -inf alone: declined
+    return out + edge + wide + [masked, bad, bad[:1].copy(), dead]
 
 
 def _gelu_inputs() -> list[np.ndarray]:

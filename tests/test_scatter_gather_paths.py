@@ -1,8 +1,9 @@
 """ScatterElements and ScatterND write through flat indices (one 1-D ``ufunc.at``; float32 in one C
 loop, path ``native``, held to the canonical ``flat`` one bit for bit), GatherND takes
-its ``take`` path where the indices address the first axis alone: both against onnxruntime on
+its ``take`` path where the indices address the first axis alone and its ``ravel`` path where they
+address several: all against onnxruntime on
 random operands (duplicates, negative indices, indices shorter than the data on the other axes),
-and the ``take`` path against the canonical ``fancy`` one."""
+and the ``take`` and ``ravel`` paths against the canonical ``fancy`` one."""
 
 from __future__ import annotations
 
@@ -82,8 +83,42 @@ def test_gather_nd_take_path_equals_fancy(shape, ishape, monkeypatch):
     np.testing.assert_array_equal(got, run_onnxruntime("GatherND", [data, idx], 13)[0])
 
 
+@pytest.mark.parametrize("shape,ishape", [((1, 12), (1, 1, 1, 12, 2)), ((4, 5, 3), (6, 2)), ((4, 5, 3), (2, 3, 3)),
+                                           ((3, 4, 2, 2), (5, 3))])
+@pytest.mark.parametrize("kind", ["float32", "bool"])
+def test_gather_nd_ravel_path_equals_fancy(shape, ishape, kind, monkeypatch):
+    """Indices of several columns (a transformers mask's x[rows, cols]) through one flat index per
+    row: bit for bit the fancy path, and onnxruntime; bool data as Gemma 3's mask."""
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal(shape).astype(np.float32) if kind == "float32" else rng.random(shape) > 0.5
+    idx = np.stack([rng.integers(0, shape[k], ishape[:-1]) for k in range(ishape[-1])], axis=-1).astype(np.int64)
+    kernel_path = gather_nd.GatherND.path
+    taken = []
+    monkeypatch.setattr(gather_nd.GatherND, "path", lambda self, d, i: taken.append(kernel_path(self, d, i))
+                        or taken[-1])
+    (got,) = run_native("GatherND", [data, idx], 13)
+    assert taken == ["ravel"]
+    monkeypatch.setattr(gather_nd.GatherND, "path", lambda self, d, i: "fancy")
+    (want,) = run_native("GatherND", [data, idx], 13)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, run_onnxruntime("GatherND", [data, idx], 13)[0])
+
+
+def test_gather_nd_ravel_path_declines_negative_indices_to_fancy():
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    idx = np.array([[-1, 2], [0, -3], [1, 1]], np.int64)  # counted from the end: fancy wraps them
+    (got,) = run_native("GatherND", [data, idx], 13)
+    np.testing.assert_array_equal(got, run_onnxruntime("GatherND", [data, idx], 13)[0])
+
+
+def test_gather_nd_ravel_path_out_of_range_index_is_still_refused():
+    from onnxhal.hal.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="index 4 is out of range for axis 1 of length 3"):
+        run_native("GatherND", [np.zeros((2, 3), np.float32), np.array([[1, 4]], np.int64)], 13)
+
+
 @pytest.mark.parametrize("idx,batch_dims", [(np.array([[-1], [0]], np.int64), 0),  # negative: wraps
-                                            (np.array([[0, 1]], np.int64), 0),  # two addressed axes
                                             (np.array([[1], [0]], np.int64), 1),  # batch axes
                                             (np.zeros((0, 1), np.int64), 0)])  # no indices
 def test_gather_nd_other_operands_take_the_fancy_path(idx, batch_dims):

@@ -36,8 +36,11 @@ held-out wave from producers the corpus lacked, made before any tuning: jax2onnx
 (``jax``, named ``jx_``), spox graphs at opset 21 (``spox``, named ``spx_``) and torch.stft by the
 dynamo exporter (``plain3``); a twelfth held-out wave, made before any tuning: timm's LeViT,
 PoolFormer, GhostNetV2, FastViT, NFNet and EdgeNeXt (``timm``, named ``tm_``) and Hugging Face
-optimum's exporter, a MarianMT encoder and its merged decoder (``optimum``, named ``opt_``); plus
-their inputs and all of onnxruntime's outputs.
+optimum's exporter, a MarianMT encoder and its merged decoder (``optimum``, named ``opt_``); a
+thirteenth held-out wave, made before any tuning: Hugging Face's Llama with past keys and values
+and Gemma 3 by the dynamo exporter at opset 23 (RMSNormalization, RotaryEmbedding, Attention),
+DINOv2 and EnCodec (``hf8``) and diffusers' AutoencoderKL decoder and UNet2DConditionModel
+(``diffusers``, named ``df_``); plus their inputs and all of onnxruntime's outputs.
 
 Not run by the tests (torch, transformers, skl2onnx and the other producers are no test
 dependencies): run it by hand with ``pip install -e ".[corpus]"`` in a separate environment (one
@@ -2807,9 +2810,9 @@ class _TinyMamba(torch.nn.Module):
 
 
 def _export_dynamo(model: torch.nn.Module, feeds: dict[str, np.ndarray], dynamic: dict | tuple, outputs: list[str],
-                   path: str) -> None:
+                   path: str, opset: int = 18) -> None:
     prog = torch.onnx.export(model.eval(), tuple(torch.from_numpy(v) for v in feeds.values()), dynamo=True,
-                             input_names=list(feeds), output_names=outputs, opset_version=18, dynamic_shapes=dynamic)
+                             input_names=list(feeds), output_names=outputs, opset_version=opset, dynamic_shapes=dynamic)
     prog.save(path)
     _save(onnx.load(path), path)
 
@@ -3415,6 +3418,248 @@ def sklearn_polynomial(out: str) -> list[str]:
     return [path]
 
 
+def _check_torch(path: str, sigs: dict[str, dict[str, np.ndarray]], model: torch.nn.Module, atol: float = 1e-4) -> None:
+    """The outputs ``save_outputs`` stored for ``path`` against ``model``'s own on the same feeds:
+    the exporter's graph computes what the framework computes, for every signature."""
+    stored = np.load(path[:-5] + ".npz")
+    with torch.no_grad():
+        for sig, feeds in sigs.items():
+            want = model(*(torch.from_numpy(v) for v in feeds.values()))
+            for i, value in enumerate(want if isinstance(want, tuple) else (want,)):
+                key = f"{sig}.__output" + (f".{i}" if i else "")
+                np.testing.assert_allclose(stored[key], value.numpy(), rtol=1e-3, atol=atol, err_msg=f"{path} {key}")
+
+
+class _LlamaWithPast(torch.nn.Module):
+    """A causal LM one step of generation: the new tokens, the mask over past and new, each layer's
+    past keys and values in; the logits and each layer's present keys and values out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, *past):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        for layer in range(len(past) // 2):
+            cache.update(past[2 * layer], past[2 * layer + 1], layer)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+        presents = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+        return (out.logits, *presents)
+
+
+class _Logits(torch.nn.Module):
+    """A causal LM's logits from input ids and an attention mask, no cache."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+
+
+class _Codec(torch.nn.Module):
+    """EnCodec's reconstruction and its codes at one bandwidth."""
+
+    def __init__(self, model: torch.nn.Module, bandwidth: float) -> None:
+        super().__init__()
+        self.model, self.bandwidth = model, bandwidth
+
+    def forward(self, audio):
+        out = self.model(input_values=audio, bandwidth=self.bandwidth)
+        return out.audio_values, out.audio_codes
+
+
+def hf_eighth_wave(out: str) -> list[str]:
+    """An eighth set of Hugging Face families the corpus lacked, at tiny random configurations,
+    added before anyone tuned for them (the thirteenth held-out wave, reported as 'untuned'):
+    ``hf_llama_past`` (Llama with grouped-query attention, 4 heads over 2 key-value heads, one step
+    of generation with past keys and values) and ``hf_gemma3`` (Gemma 3: a sliding-window layer of
+    window 4 and a full one, one key-value head, RMSNorm of (1 + weight), query and key norms, tanh
+    GELU; left padding), both by the dynamo exporter at opset 23, which writes the opset's
+    RMSNormalization, RotaryEmbedding and Attention (with a boolean mask, and for Llama the past
+    concatenated before it); the exporter's rotary caches have batch 1, which onnxruntime refuses
+    for a batch of 2 (it wants the caches' batch to be x's, as the operator's specification says), so
+    both signatures have batch 1 (``a``: 3 new tokens after 5 past, the first 2 padding; ``b``:
+    one after 8); ``hf_dinov2`` (DINOv2: SwiGLU feed-forwards, layer scales, a CLS token and its
+    position embeddings interpolated bicubically to the image's patch grid; pooled output, batch,
+    height and width dynamic) and ``hf_encodec`` (EnCodec, an audio codec: weight-normalised
+    convolutions with reflect padding computed from the length, ELU residual units, an LSTM each
+    side, an 8-level residual vector quantizer (distances, ArgMax, Gather), ConvTranspose
+    upsampling; the waveform and the codes, batch and samples dynamic; its last convolution scaled
+    so that the waveform is of order one), by the TorchScript exporter at opset 17. Every stored
+    output is checked against the torch model's."""
+    import sys
+    import types
+
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    from transformers import (
+        Dinov2Config,
+        Dinov2Model,
+        EncodecConfig,
+        EncodecModel,
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
+
+    made = []
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa")
+    llama = _LlamaWithPast(LlamaForCausalLM(cfg).eval())
+
+    def step(past: int, new: int, pad: int) -> dict[str, np.ndarray]:
+        mask = np.ones((1, past + new), np.int64)
+        mask[0, :pad] = 0
+        feeds = {"input_ids": rng.integers(0, 128, (1, new)).astype(np.int64), "attention_mask": mask}
+        for layer in range(2):
+            for kind in ("key", "value"):
+                feeds[f"past_{kind}.{layer}"] = rng.standard_normal((1, 2, past, 8)).astype(np.float32)
+        return feeds
+
+    sigs = {"a": step(5, 3, 2), "b": step(8, 1, 0)}
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    past, total = torch.export.Dim("past"), torch.export.Dim("total")
+    path = os.path.join(out, "hf_llama_past.onnx")
+    _export_dynamo(llama, sigs["a"], ({0: batch, 1: seq}, {0: batch, 1: total}, ({0: batch, 2: past},) * 4),
+                   ["logits", "present_key.0", "present_value.0", "present_key.1", "present_value.1"], path, opset=23)
+    save_outputs(path, sigs)
+    _check_torch(path, sigs, llama)
+    made.append(path)
+
+    torch.manual_seed(1)
+    cfg = Gemma3TextConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=64,
+                           sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                           attn_implementation="sdpa")
+    gemma = _Logits(Gemma3ForCausalLM(cfg).eval())
+    sigs = {}
+    for sig, length in (("a", SEQ), ("b", SEQ + 5)):
+        mask = np.ones((1, length), np.int64)
+        mask[0, :2] = 0  # left padding, as generation pads
+        sigs[sig] = {"input_ids": rng.integers(0, 128, (1, length)).astype(np.int64), "attention_mask": mask}
+    path = os.path.join(out, "hf_gemma3.onnx")
+    _export_dynamo(gemma, sigs["a"], ({0: batch, 1: seq}, {0: batch, 1: seq}), ["logits"], path, opset=23)
+    save_outputs(path, sigs)
+    _check_torch(path, sigs, gemma)
+    made.append(path)
+
+    torch.manual_seed(2)
+    dino = Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
+                                    image_size=56, patch_size=8, use_swiglu_ffn=True, layerscale_value=0.5)).eval()
+    pooled = _Field(dino, "pooler_output")
+    sigs = {"a": {"pixel_values": rng.standard_normal((BATCH, 3, 56, 56)).astype(np.float32)},
+            "b": {"pixel_values": rng.standard_normal((1, 3, 40, 72)).astype(np.float32)}}
+    path = os.path.join(out, "hf_dinov2.onnx")
+    torch.onnx.export(pooled, (torch.from_numpy(sigs["a"]["pixel_values"]),), path, dynamo=False,
+                      input_names=["pixel_values"], output_names=["output"], opset_version=17,
+                      dynamic_axes={"pixel_values": {0: "batch", 2: "height", 3: "width"}, "output": {0: "batch"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, sigs)
+    _check_torch(path, sigs, pooled)
+    made.append(path)
+
+    torch.manual_seed(3)
+    codec = EncodecModel(EncodecConfig(
+        target_bandwidths=[40.0], sampling_rate=8000, audio_channels=1, hidden_size=16, num_filters=4,
+        num_residual_layers=1, upsampling_ratios=[4, 2], codebook_size=32, codebook_dim=16, num_lstm_layers=1,
+        kernel_size=7, last_kernel_size=7, residual_kernel_size=3, compress=2)).eval()
+    with torch.no_grad():  # Hugging Face's init leaves the waveform at 0.0075: of order one instead
+        codec.decoder.layers[-1].conv.parametrizations.weight.original0.mul_(10.0)
+    wrapped = _Codec(codec, 40.0)
+    sigs = {"a": {"audio": rng.standard_normal((BATCH, 1, 400)).astype(np.float32)},
+            "b": {"audio": rng.standard_normal((1, 1, 560)).astype(np.float32)}}
+    path = os.path.join(out, "hf_encodec.onnx")
+    torch.onnx.export(wrapped, (torch.from_numpy(sigs["a"]["audio"]),), path, dynamo=False, input_names=["audio"],
+                      output_names=["audio_values", "codes"], opset_version=17,
+                      dynamic_axes={"audio": {0: "batch", 2: "samples"}, "audio_values": {0: "batch", 2: "samples"},
+                                    "codes": {1: "batch", 3: "frames"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, sigs)
+    _check_torch(path, sigs, wrapped)
+    made.append(path)
+    return made
+
+
+class _Decode(torch.nn.Module):
+    """An AutoencoderKL's decoder: latents to an image."""
+
+    def __init__(self, vae: torch.nn.Module) -> None:
+        super().__init__()
+        self.vae = vae
+
+    def forward(self, latent):
+        return self.vae.decode(latent).sample
+
+
+class _Denoise(torch.nn.Module):
+    """A UNet2DConditionModel's noise prediction from a noisy latent, a timestep and text states."""
+
+    def __init__(self, unet: torch.nn.Module) -> None:
+        super().__init__()
+        self.unet = unet
+
+    def forward(self, sample, timestep, encoder_hidden_states):
+        return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states).sample
+
+
+def diffusers_models(out: str) -> list[str]:
+    """Hugging Face diffusers, a producer the corpus lacked, at tiny random configurations, added
+    before anyone tuned for it (the thirteenth held-out wave, reported as 'untuned', prefix
+    ``df_``): ``df_vae_decoder`` (an AutoencoderKL's decoder, two up blocks of ResNet blocks with
+    GroupNorm and SiLU, a mid-block self-attention over the map, nearest upsampling; the dynamo
+    exporter at opset 23, which writes GroupNormalization and Attention; batch, height and width
+    dynamic) and ``df_unet`` (a UNet2DConditionModel: sinusoidal timestep embedding, ResNet blocks,
+    transformer blocks with self- and cross-attention to text states and GEGLU, skip
+    concatenations, nearest upsampling; the TorchScript exporter at opset 17, batch, height, width
+    and the text length dynamic). Every stored output is checked against the torch model's."""
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(16, 32), layers_per_block=1,
+                        latent_channels=4, norm_num_groups=8, sample_size=32).eval()
+    decode = _Decode(vae)
+    sigs = {"a": {"latent": rng.standard_normal((BATCH, 4, 8, 8)).astype(np.float32)},
+            "b": {"latent": rng.standard_normal((1, 4, 6, 10)).astype(np.float32)}}
+    path = os.path.join(out, "df_vae_decoder.onnx")
+    plane = {2: torch.export.Dim("height", min=2, max=128), 3: torch.export.Dim("width", min=2, max=128)}
+    _export_dynamo(decode, sigs["a"], ({0: torch.export.Dim("batch"), **plane},), ["sample"], path, opset=23)
+    save_outputs(path, sigs)
+    _check_torch(path, sigs, decode)
+    made = [path]
+
+    torch.manual_seed(1)
+    unet = UNet2DConditionModel(sample_size=16, in_channels=4, out_channels=4, layers_per_block=1,
+                                block_out_channels=(16, 32), down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=24,
+                                attention_head_dim=4, norm_num_groups=8).eval()
+    denoise = _Denoise(unet)
+    sigs = {"a": {"sample": rng.standard_normal((BATCH, 4, 16, 16)).astype(np.float32),
+                  "timestep": np.array([10, 500], np.int64),
+                  "encoder_hidden_states": rng.standard_normal((BATCH, 7, 24)).astype(np.float32)},
+            "b": {"sample": rng.standard_normal((1, 4, 8, 24)).astype(np.float32),
+                  "timestep": np.array([999], np.int64),
+                  "encoder_hidden_states": rng.standard_normal((1, 5, 24)).astype(np.float32)}}
+    path = os.path.join(out, "df_unet.onnx")
+    torch.onnx.export(denoise, tuple(torch.from_numpy(v) for v in sigs["a"].values()), path, dynamo=False,
+                      input_names=list(sigs["a"]), output_names=["noise"], opset_version=17,
+                      dynamic_axes={"sample": {0: "batch", 2: "height", 3: "width"}, "timestep": {0: "batch"},
+                                    "encoder_hidden_states": {0: "batch", 1: "tokens"},
+                                    "noise": {0: "batch", 2: "height", 3: "width"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, sigs)
+    _check_torch(path, sigs, denoise)
+    made.append(path)
+    return made
+
+
 GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out: sklearn_models(out),
           "sklearn_poly": sklearn_polynomial,
           "encoders": lambda out: encoder_models(out), "decoders": lambda out: decoder_models(out),
@@ -3445,7 +3690,9 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           # the eleventh held-out wave: "jax" needs jax, flax and jax2onnx, "spox" spox, "plain3" torch
           "jax": jax_models, "spox": spox_models, "plain3": plain_torch_third,
           # the twelfth held-out wave: "timm" needs timm, "optimum" optimum-onnx (transformers < 4.58)
-          "timm": timm_models, "optimum": optimum_models}
+          "timm": timm_models, "optimum": optimum_models,
+          # the thirteenth held-out wave: "hf8" needs transformers 5, "diffusers" diffusers
+          "hf8": hf_eighth_wave, "diffusers": diffusers_models}
 
 
 def main() -> None:

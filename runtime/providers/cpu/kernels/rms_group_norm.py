@@ -4,6 +4,8 @@ reductions each."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -67,5 +69,16 @@ class RMSNormalization(Kernel):
         stash = np.dtype(np.float64) if x.dtype == np.float64 else self.stash  # onnxruntime: doubles in double
         xs = x.astype(stash, copy=False)
         axes = tuple(range(axis, x.ndim))
-        inv = 1 / np.sqrt(np.square(xs).mean(axis=axes, keepdims=True) + stash.type(self.epsilon))
-        return [((xs * inv).astype(x.dtype) * scale).astype(x.dtype, copy=False)]
+        # mean, sqrt and reciprocal in place on the row statistics, ufunc.reduce rather than
+        # ndarray.mean (whose wrapper costs more than a small row's pass): Gemma 3 runs 13 of these
+        # on [1, 12, 32]; the same operations and roundings as 1 / sqrt(mean(x^2) + eps)
+        inv = np.add.reduce(np.square(xs), axis=axes, keepdims=True)
+        inv /= stash.type(math.prod(x.shape[axis:]) or 1)
+        inv += stash.type(self.epsilon)
+        np.sqrt(inv, out=inv)
+        np.divide(1, inv, out=inv)
+        y = (xs * inv).astype(x.dtype, copy=False)
+        if scale.dtype == y.dtype and scale.ndim <= y.ndim and scale.shape == y.shape[y.ndim - scale.ndim:]:
+            y *= scale
+            return [y]
+        return [(y * scale).astype(x.dtype, copy=False)]

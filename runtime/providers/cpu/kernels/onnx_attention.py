@@ -1,0 +1,193 @@
+"""The opset-23 attention operators of the ai.onnx domain, which torch.onnx's dynamo exporter writes
+for ``scaled_dot_product_attention`` and rotary embeddings from opset 23 on (Llama, Gemma 3,
+diffusers' VAE): Attention (3-D or 4-D inputs, grouped key-value heads, a boolean or additive mask,
+is_causal, past keys and values, softcap) and RotaryEmbedding. onnx.reference ran them, 3-4x
+slower than onnxruntime on the small decoders; the cases these kernels leave out (the fourth
+output, ``nonpad_kv_seqlen``, opset 25's windows) still run there, as the specification's
+reference computes them."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.ms_decoder_attention import rotate
+from onnxhal.runtime.providers.cpu.kernels.numerics import softmax_last_axis
+from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+
+def _opt(inputs: list, i: int) -> np.ndarray | None:
+    return inputs[i] if len(inputs) > i else None
+
+
+def _heads(x: np.ndarray, heads: int, what: str, name: str) -> np.ndarray:
+    """[B, S, heads * D] -> [B, heads, S, D]; a 4-D input as it is."""
+    if x.ndim == 4:
+        return x
+    if x.ndim != 3 or heads <= 0 or x.shape[2] % heads:
+        raise InvalidArgument(f"{what}: {name} of shape {list(x.shape)} with {heads} heads; a 3-D input needs "
+                              "q_num_heads and kv_num_heads dividing its last axis, or pass 4-D [B, heads, S, D].")
+    b, s, hidden = x.shape
+    return x.reshape(b, s, heads, hidden // heads).transpose(0, 2, 1, 3)
+
+
+@register("Attention", since=23)
+class Attention(Kernel):
+    """softmax(Q K^T * scale (softcapped) + mask) V over [B, H, S, D] heads, key-value heads shared
+    by H / kv_heads query heads each (query head h reads kv head h // (H / kv_heads), the
+    specification's interleaved repeat); past keys and values concatenated before the new ones and
+    returned as the presents. A query row with every key masked gives zeros, as the reference does."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.what = f"Attention node {node.name!r}"
+        self.node, self.ctx = node, ctx
+        self.scale = node.attr("scale", None)
+        self.causal = bool(node.attr("is_causal", 0))
+        self._causal: dict[tuple, np.ndarray] = {}
+        self.q_heads = int(node.attr("q_num_heads", 0))
+        self.kv_heads = int(node.attr("kv_num_heads", 0))
+        self.softcap = float(node.attr("softcap", 0.0))
+        precision = node.attr("softmax_precision", None)
+        self.precision = None if precision is None else np.dtype(helper.tensor_dtype_to_np_dtype(int(precision)))
+        windows = int(node.attr("left_window_size", -1)) >= 0 or int(node.attr("right_window_size", -1)) >= 0
+        wants_scores = len(node.outputs) > 3 and bool(node.outputs[3])
+        # the cases left to onnx.reference: the scores output, per-batch key lengths, windows
+        self.reference = None
+        if wants_scores or (len(node.inputs) > 6 and node.inputs[6]) or windows:
+            from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
+
+            self.reference = ReferenceKernel(node, ctx, node.since_version or 23)
+
+    def compute(self, inputs: list) -> list:
+        if self.reference is not None:
+            return self.reference.compute(inputs)
+        q, k, v = inputs[:3]
+        mask, past_k, past_v = _opt(inputs, 3), _opt(inputs, 4), _opt(inputs, 5)
+        if not q.ndim == k.ndim == v.ndim:
+            raise InvalidArgument(f"{self.what}: Q, K and V of ranks {q.ndim}, {k.ndim}, {v.ndim}; they must all be "
+                                  "3-D or all 4-D.")
+        if (past_k is None) != (past_v is None):
+            raise InvalidArgument(f"{self.what}: past_key and past_value must be given together.")
+        three_d = q.ndim == 3
+        q4 = _heads(q, self.q_heads, self.what, "Q")
+        k4 = _heads(k, self.kv_heads, self.what, "K")
+        v4 = _heads(v, self.kv_heads, self.what, "V")
+        if past_k is not None:
+            k4 = np.concatenate((past_k, k4), axis=2)
+            v4 = np.concatenate((past_v, v4), axis=2)
+        b, h, s, d = q4.shape
+        kvh, t = k4.shape[1], k4.shape[2]
+        if kvh == 0 or h % kvh or v4.shape[1] != kvh or v4.shape[2] != t or k4.shape[3] != d:
+            raise InvalidArgument(f"{self.what}: Q heads {list(q4.shape)}, keys {list(k4.shape)}, values "
+                                  f"{list(v4.shape)}; the query heads must be a multiple of the key-value heads, "
+                                  "keys and values of one length, queries and keys of one head size.")
+        scale = q.dtype.type(1.0 / np.sqrt(d) if self.scale is None else self.scale)
+        rep = h // kvh
+        # grouped heads without repeating K and V: [B, kvH, rep, S, D] against [B, kvH, 1, D, T]
+        scores = np.matmul(q4.reshape(b, kvh, rep, s, d) * scale, k4.transpose(0, 1, 3, 2)[:, :, None])
+        scores = scores.reshape(b, h, s, t)
+        if self.softcap > 0:
+            cap = scores.dtype.type(self.softcap)
+            scores = np.tanh(scores / cap) * cap
+        bias = self._bias(mask, s, t, 0 if past_k is None else past_k.shape[2], q.dtype)
+        dead = None
+        if bias is not None:
+            # a row with every key masked (left padding's first queries) softmaxes to NaN, which
+            # sends the whole softmax to its slow canonical form; the specification gives it zeros:
+            # such rows get a bias of 0 here and zeros after. Found on the bias, which broadcasts
+            # over the heads (one reduction of [B, 1, S, T]).
+            dead = np.maximum.reduce(bias, axis=-1, keepdims=True) == -np.inf
+            if dead.any():
+                bias = np.where(dead, bias.dtype.type(0), bias)
+            else:
+                dead = None
+            scores = scores + bias
+        if self.precision is not None and scores.dtype != self.precision:
+            scores = scores.astype(self.precision)
+        probs = softmax_last_axis(np.ascontiguousarray(scores))
+        if dead is not None:
+            probs = np.where(dead, probs.dtype.type(0), probs)
+        probs = probs.astype(q.dtype, copy=False)
+        out = np.matmul(probs.reshape(b, kvh, rep, s, t), v4[:, :, None]).reshape(b, h, s, v4.shape[3])
+        if three_d:
+            out = out.transpose(0, 2, 1, 3).reshape(b, s, h * v4.shape[3])
+        return [out, k4, v4]
+
+    def _bias(self, mask: np.ndarray | None, s: int, t: int, offset: int, dtype: np.dtype) -> np.ndarray | None:
+        """The additive bias broadcasting to [B, H, S, T]: the mask (True or 0 where a key is seen, a
+        mask shorter than T padded as masked) plus, when causal, -inf past key i + offset."""
+        if mask is None and not self.causal:
+            return None
+        bias = None
+        if mask is not None:
+            if mask.ndim >= 2 and mask.shape[-2] not in (1, s):
+                raise InvalidArgument(f"{self.what}: attn_mask of shape {list(mask.shape)} for {s} queries and {t} "
+                                      "keys; it must broadcast to [B, H, S, T].")
+            if mask.shape[-1] > t:
+                raise InvalidArgument(f"{self.what}: attn_mask covers {mask.shape[-1]} keys, more than the {t} "
+                                      "keys (past and new); trim it to the keys.")
+            if mask.dtype == np.bool_:
+                bias = np.where(mask, dtype.type(0), dtype.type(-np.inf))
+            else:
+                bias = mask.astype(dtype, copy=False)
+            if mask.shape[-1] < t:
+                pad = [(0, 0)] * (bias.ndim - 1) + [(0, t - mask.shape[-1])]
+                bias = np.pad(bias, pad, constant_values=-np.inf)
+        if self.causal:
+            key = (s, t, offset, dtype)
+            causal = self._causal.get(key)
+            if causal is None:  # one per shape: built once, read-only after (threads share it)
+                allowed = np.arange(t)[None, :] <= np.arange(s)[:, None] + offset
+                causal = np.where(allowed, dtype.type(0), dtype.type(-np.inf))
+                causal.flags.writeable = False
+                self._causal[key] = causal
+            bias = causal if bias is None else bias + causal
+        return bias
+
+
+@register("RotaryEmbedding", since=23)
+class RotaryEmbedding(Kernel):
+    """X [B, N, S, H] or [B, S, N * H] (num_heads) rotated on its first rotary_embedding_dim (all H
+    when 0) features: halves, or adjacent pairs when interleaved, by cos_cache / sin_cache, which
+    are [max_position, R / 2] indexed by position_ids [B, S], or without position_ids [B, S, R / 2].
+    Caches of batch 1 broadcast over X's batch, as the specification's reference computes them (the
+    dynamo exporter writes them so; onnxruntime 1.32 refuses a batch above 1)."""
+
+    def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
+        self.what = f"RotaryEmbedding node {node.name!r}"
+        self.interleaved = bool(node.attr("interleaved", 0))
+        self.heads = int(node.attr("num_heads", 0))
+        self.rotary_dim = int(node.attr("rotary_embedding_dim", 0))
+
+    def compute(self, inputs: list) -> list:
+        x, cos, sin = inputs[:3]
+        pos = _opt(inputs, 3)
+        if x.ndim == 4:
+            b, _, s, h = x.shape
+            heads = x
+        elif x.ndim == 3 and self.heads > 0 and x.shape[2] % self.heads == 0:
+            b, s, hidden = x.shape
+            h = hidden // self.heads
+            heads = x.reshape(b, s, self.heads, h).transpose(0, 2, 1, 3)
+        else:
+            raise InvalidArgument(f"{self.what}: input of shape {list(x.shape)} with num_heads {self.heads}; it must "
+                                  "be [B, N, S, head_size], or [B, S, hidden] with num_heads dividing hidden.")
+        rdim = self.rotary_dim or h
+        if cos.shape != sin.shape or cos.shape[-1] * 2 != rdim or rdim > h:
+            raise InvalidArgument(f"{self.what}: cos_cache {list(cos.shape)} and sin_cache {list(sin.shape)} for a "
+                                  f"rotary dim of {rdim} (head size {h}); both caches need {rdim // 2} values a row.")
+        if pos is not None:
+            if pos.size and (pos.min() < 0 or pos.max() >= cos.shape[0]):
+                raise InvalidArgument(f"{self.what}: position {int(pos.max())} is outside the {cos.shape[0]} rows "
+                                      "of cos_cache; extend the caches.")
+            cos, sin = cos[pos], sin[pos]
+        if cos.ndim != 3 or cos.shape[0] not in (1, b) or cos.shape[1] != s:
+            raise InvalidArgument(f"{self.what}: caches of shape {list(cos.shape)} for batch {b} and sequence {s}; "
+                                  f"they must be [{b} or 1, {s}, {rdim // 2}] (or index them by position_ids).")
+        out = rotate(heads, cos[:, None].astype(x.dtype, copy=False), sin[:, None].astype(x.dtype, copy=False),
+                     self.interleaved)
+        if x.ndim == 3:
+            out = out.transpose(0, 2, 1, 3).reshape(x.shape)
+        return [out]

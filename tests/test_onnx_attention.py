@@ -1,0 +1,200 @@
+"""ai.onnx Attention and RotaryEmbedding (opset 23) on the CPU EP's native kernels
+(runtime/providers/cpu/kernels/onnx_attention.py) against the plain path, onnx.reference, and
+against onnxruntime where it runs the case: seeded random one-node models over 3-D and 4-D inputs,
+grouped key-value heads, boolean, additive and short masks, is_causal with and without past keys
+and values, softcap, rows with every key masked, and the rotary forms (halves, interleaved, a
+partial rotary dim, position ids, caches of batch 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxhal
+from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu import kernel_factory
+
+
+def _model(op: str, feeds: dict, n_out: int, **attrs) -> onnx.ModelProto:
+    names = [k if v is not None else "" for k, v in feeds.items()]
+    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], **attrs)
+    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for k, v in feeds.items() if v is not None]
+    outputs = [onnx.ValueInfoProto(name=f"y{i}") for i in range(n_out)]
+    model = helper.make_model(helper.make_graph([node], op.lower(), inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    return model
+
+
+def _run(op: str, feeds: dict, n_out: int, monkeypatch=None, **attrs) -> tuple[list, list]:
+    """onnxhal's outputs and onnx.reference's; the native kernel is asserted to be the one used."""
+    model = _model(op, feeds, n_out, **attrs)
+    given = {k: v for k, v in feeds.items() if v is not None}
+    built: list[str] = []
+    if monkeypatch is not None:
+        init = kernel_factory.ReferenceKernel.__init__
+        monkeypatch.setattr(kernel_factory.ReferenceKernel, "__init__",
+                            lambda self, node, *a, **k: built.append(node.op_type) or init(self, node, *a, **k))
+    got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, given)
+    assert not built, f"{op} ran on onnx.reference"
+    want = ReferenceEvaluator(model).run(None, given)
+    return got, want
+
+
+def _close(got: list, want: list, what: str, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    assert len(got) == len(want), what
+    for i, (g, w) in enumerate(zip(got, want)):
+        g = np.asarray(g)
+        assert g.shape == w.shape and g.dtype == w.dtype, (what, i, g.shape, w.shape, g.dtype, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"{what} output {i}")
+
+
+def _f(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _attention_cases():
+    for seed in range(3):
+        for layout in ("4d", "3d"):
+            for heads, kv_heads in ((4, 4), (4, 2), (6, 1)):
+                for mask in ("none", "bool", "float", "short"):
+                    for causal, past in ((0, 0), (1, 0), (1, 3), (0, 2)):
+                        yield seed, layout, heads, kv_heads, mask, causal, past
+
+
+def _attention_feeds(seed: int, layout: str, heads: int, kv_heads: int, mask: str, past: int, b: int = 2,
+                     s: int = 5, d: int = 8) -> tuple[dict, dict]:
+    rng = np.random.default_rng(seed)
+    t = past + s
+    if layout == "4d":
+        q, k, v = _f(rng, b, heads, s, d), _f(rng, b, kv_heads, s, d), _f(rng, b, kv_heads, s, d)
+        attrs = {}
+    else:
+        q, k, v = _f(rng, b, s, heads * d), _f(rng, b, s, kv_heads * d), _f(rng, b, s, kv_heads * d)
+        attrs = {"q_num_heads": heads, "kv_num_heads": kv_heads}
+    width = t - 2 if mask == "short" else t
+    m = None
+    if mask in ("bool", "short"):
+        m = rng.random((b, 1, s, width)) > 0.3
+        m[..., 0] = True
+    elif mask == "float":
+        m = (rng.standard_normal((1, heads, s, t)) * 2).astype(np.float32)
+    feeds = {"Q": q, "K": k, "V": v, "attn_mask": m}
+    if past:
+        feeds["past_key"], feeds["past_value"] = _f(rng, b, kv_heads, past, d), _f(rng, b, kv_heads, past, d)
+    return feeds, attrs
+
+
+@pytest.mark.parametrize("seed,layout,heads,kv_heads,mask,causal,past", list(_attention_cases()))
+def test_attention_matches_the_reference(seed, layout, heads, kv_heads, mask, causal, past, monkeypatch):
+    feeds, attrs = _attention_feeds(seed, layout, heads, kv_heads, mask, past)
+    n_out = 3 if past else 1
+    got, want = _run("Attention", feeds, n_out, monkeypatch, is_causal=causal, **attrs)
+    _close(got, want, f"{layout} {heads}/{kv_heads} heads, mask {mask}, causal {causal}, past {past}")
+
+
+@pytest.mark.parametrize("layout,heads,kv_heads,mask,causal,past",
+                         [("4d", 4, 2, "bool", 0, 3), ("3d", 4, 2, "none", 1, 0), ("4d", 4, 4, "float", 0, 0),
+                          ("3d", 6, 1, "bool", 0, 2), ("4d", 4, 2, "none", 0, 3)])
+def test_attention_matches_onnxruntime(layout, heads, kv_heads, mask, causal, past):
+    feeds, attrs = _attention_feeds(7, layout, heads, kv_heads, mask, past)
+    n_out = 3 if past else 1
+    model = _model("Attention", feeds, n_out, is_causal=causal, **attrs).SerializeToString()
+    given = {k: v for k, v in feeds.items() if v is not None}
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, given)
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, given)
+    _close(got, want, f"{layout} {heads}/{kv_heads} heads, mask {mask}, causal {causal}, past {past}", 1e-4, 1e-5)
+
+
+@pytest.mark.parametrize("scale,softcap", [(0.3, 0.0), (None, 1.5), (0.5, 0.7)])
+def test_attention_scale_and_softcap(scale, softcap, monkeypatch):
+    feeds, _ = _attention_feeds(3, "4d", 4, 2, "bool", 0)
+    attrs = {"softcap": softcap} | ({} if scale is None else {"scale": scale})
+    got, want = _run("Attention", feeds, 1, monkeypatch, **attrs)
+    _close(got, want, f"scale {scale} softcap {softcap}")
+
+
+def test_a_row_with_every_key_masked_gives_zeros(monkeypatch):
+    feeds, _ = _attention_feeds(4, "4d", 2, 2, "bool", 0)
+    feeds["attn_mask"][0, 0, 1, :] = False  # query 1 of batch 0 sees no key
+    got, want = _run("Attention", feeds, 1, monkeypatch)
+    _close(got, want, "fully masked row")
+    assert not np.isnan(got[0]).any() and np.all(got[0][0, :, 1] == 0)
+
+
+def test_the_scores_output_still_runs_as_the_reference_computes_it():
+    feeds, _ = _attention_feeds(5, "4d", 4, 2, "none", 0)
+    got, want = _run("Attention", feeds, 4, qk_matmul_output_mode=0)
+    _close(got, want, "qk_matmul_output")
+
+
+def test_attention_names_inconsistent_heads():
+    feeds, _ = _attention_feeds(6, "4d", 4, 3, "none", 0)
+    model = _model("Attention", feeds, 1)
+    given = {k: v for k, v in feeds.items() if v is not None}
+    sess = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(InvalidArgument, match="multiple of the key-value heads"):
+        sess.run(None, given)
+
+
+def _rotary_cases():
+    for seed in range(2):
+        for layout in ("4d", "3d"):
+            for interleaved in (0, 1):
+                for rotary_dim in (0, 4):
+                    for positions in ("ids", "per_batch", "batch_one"):
+                        yield seed, layout, interleaved, rotary_dim, positions
+
+
+def _rotary_feeds(seed: int, layout: str, rotary_dim: int, positions: str, b: int = 2, n: int = 3, s: int = 5,
+                  h: int = 8) -> tuple[dict, dict]:
+    rng = np.random.default_rng(seed)
+    x = _f(rng, b, n, s, h) if layout == "4d" else _f(rng, b, s, n * h)
+    half = (rotary_dim or h) // 2
+    attrs = {"num_heads": n} if layout == "3d" else {}
+    if rotary_dim:
+        attrs["rotary_embedding_dim"] = rotary_dim
+    if positions == "ids":
+        angles = rng.uniform(-3, 3, (16, half)).astype(np.float32)
+        feeds = {"X": x, "cos_cache": np.cos(angles), "sin_cache": np.sin(angles),
+                 "position_ids": rng.integers(0, 16, (b, s)).astype(np.int64)}
+    else:
+        angles = rng.uniform(-3, 3, (b if positions == "per_batch" else 1, s, half)).astype(np.float32)
+        feeds = {"X": x, "cos_cache": np.cos(angles), "sin_cache": np.sin(angles)}
+    return feeds, attrs
+
+
+@pytest.mark.parametrize("seed,layout,interleaved,rotary_dim,positions", list(_rotary_cases()))
+def test_rotary_embedding_matches_the_reference(seed, layout, interleaved, rotary_dim, positions, monkeypatch):
+    feeds, attrs = _rotary_feeds(seed, layout, rotary_dim, positions)
+    got, want = _run("RotaryEmbedding", feeds, 1, monkeypatch, interleaved=interleaved, **attrs)
+    _close(got, want, f"{layout} interleaved {interleaved} rotary dim {rotary_dim} {positions}")
+
+
+@pytest.mark.parametrize("layout,interleaved,positions", [("4d", 0, "ids"), ("3d", 1, "per_batch"), ("4d", 1, "per_batch")])
+def test_rotary_embedding_matches_onnxruntime(layout, interleaved, positions):
+    feeds, attrs = _rotary_feeds(3, layout, 0, positions)
+    model = _model("RotaryEmbedding", feeds, 1, interleaved=interleaved, **attrs).SerializeToString()
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    _close(got, want, f"{layout} interleaved {interleaved} {positions}", 1e-5, 1e-6)
+
+
+def test_rotary_embedding_names_caches_of_the_wrong_width_and_positions_past_them():
+    feeds, attrs = _rotary_feeds(1, "4d", 0, "per_batch")
+    feeds["cos_cache"] = feeds["sin_cache"] = feeds["cos_cache"][..., :3]
+    sess = onnxhal.InferenceSession(_model("RotaryEmbedding", feeds, 1).SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+    with pytest.raises(InvalidArgument, match="both caches need 4 values a row"):
+        sess.run(None, feeds)
+    feeds, attrs = _rotary_feeds(1, "4d", 0, "ids")
+    feeds["position_ids"] = feeds["position_ids"] + 16
+    sess = onnxhal.InferenceSession(_model("RotaryEmbedding", feeds, 1).SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+    with pytest.raises(InvalidArgument, match="outside the 16 rows of cos_cache"):
+        sess.run(None, feeds)
